@@ -1,0 +1,59 @@
+# Helpers shared by every folder: warnings, library targets, tests and the header check.
+
+set(ROCE_WARNINGS
+    -Wall -Wextra -Werror -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Wcast-align
+    -Woverloaded-virtual -Wimplicit-fallthrough -Wformat=2
+    -Wmissing-declarations)
+
+# roce_library(NAME SOURCES ... [DEPS ...] [PUBLIC_DEPS ...])
+function(roce_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PUBLIC_DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_compile_features(${name} PUBLIC cxx_std_20)
+  target_compile_options(${name} PRIVATE ${ROCE_WARNINGS})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} PUBLIC ${ARG_PUBLIC_DEPS})
+  if(ROCE_TESTING)
+    target_compile_definitions(${name} PUBLIC ROCE_TESTING=1)
+  endif()
+endfunction()
+
+# roce_executable(NAME SOURCES ... DEPS ...): lands in build/bin/.
+function(roce_executable name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_compile_options(${name} PRIVATE ${ROCE_WARNINGS})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+endfunction()
+
+# roce_add_test(NAME SOURCES ... [DEPS ...] LABELS ...): a GoogleTest binary registered with CTest.
+function(roce_add_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_compile_options(${name} PRIVATE ${ROCE_WARNINGS})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME ${name} COMMAND ${name})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+endfunction()
+
+# Every public header compiles on its own (Seastar's CheckHeaders idea).
+function(roce_add_header_check)
+  file(GLOB_RECURSE headers RELATIVE ${PROJECT_SOURCE_DIR}
+       ${PROJECT_SOURCE_DIR}/dataplane/*.h ${PROJECT_SOURCE_DIR}/controlplane/*.h
+       ${PROJECT_SOURCE_DIR}/apps/*.h)
+  set(srcs)
+  foreach(h ${headers})
+    string(MAKE_C_IDENTIFIER ${h} id)
+    set(src ${CMAKE_BINARY_DIR}/check_headers/${id}.cc)
+    file(GENERATE OUTPUT ${src} CONTENT "#include \"${h}\"\n")
+    list(APPEND srcs ${src})
+  endforeach()
+  add_library(check_headers OBJECT ${srcs})
+  target_include_directories(check_headers PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_options(check_headers PRIVATE ${ROCE_WARNINGS})
+  target_link_libraries(check_headers PRIVATE ISAL::isal Boost::program_options)
+endfunction()

@@ -1,0 +1,33 @@
+#include "dataplane/wire/ip.h"
+
+namespace roce::wire {
+
+namespace {
+
+// One's-complement sum of 16-bit words, not yet folded or inverted.
+std::uint64_t ones_sum(const std::uint8_t* p, std::size_t len, std::uint64_t sum = 0) {
+  for (std::size_t i = 0; i + 1 < len; i += 2) sum += load_be16(p + i);
+  if (len & 1) sum += std::uint32_t{p[len - 1]} << 8;
+  return sum;
+}
+
+std::uint16_t fold(std::uint64_t sum) {
+  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+  return static_cast<std::uint16_t>(~sum);
+}
+
+}  // namespace
+
+std::uint16_t ipv4_header_checksum(const std::uint8_t* hdr, std::size_t len) {
+  return fold(ones_sum(hdr, len));
+}
+
+std::uint16_t udp6_checksum(const std::uint8_t* ipv6_hdr, const std::uint8_t* udp,
+                            std::size_t udp_len) {
+  std::uint64_t sum = ones_sum(ipv6_hdr + 8, 32);  // source and destination addresses
+  sum += (udp_len >> 16) + (udp_len & 0xFFFF) + kIpProtoUdp;
+  const std::uint16_t c = fold(ones_sum(udp, udp_len, sum));
+  return c == 0 ? 0xFFFF : c;
+}
+
+}  // namespace roce::wire

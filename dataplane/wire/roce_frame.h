@@ -1,0 +1,176 @@
+/// @file
+/// Whole RoCEv2 frames: a builder that writes Ethernet [802.1Q] | IPv4 or IPv6 | UDP | BTH |
+/// extension headers | payload | pad | ICRC into a caller's buffer, and a parser that checks a
+/// received frame layer by layer and returns a named Verdict. The parser never throws, never
+/// allocates and never reads outside the span it is given.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "dataplane/wire/aeth.h"
+#include "dataplane/wire/atomiceth.h"
+#include "dataplane/wire/bth.h"
+#include "dataplane/wire/bytes.h"
+#include "dataplane/wire/deth.h"
+#include "dataplane/wire/eth.h"
+#include "dataplane/wire/icrc.h"
+#include "dataplane/wire/ip.h"
+#include "dataplane/wire/opcode_table.h"
+#include "dataplane/wire/reth.h"
+#include "dataplane/wire/udp.h"
+
+namespace roce::wire {
+
+/// Everything the builder needs to know about one frame. Extension-header fields are used only
+/// when the opcode's table entry says the header is present.
+struct FrameSpec {
+  // L2
+  MacAddr src_mac, dst_mac;
+  std::optional<std::uint16_t> vlan_id;  ///< adds an 802.1Q tag when set
+  std::uint8_t vlan_pcp = 0;
+  // L3
+  IpVersion ip_version = IpVersion::kV4;
+  Ipv4Addr src_ip4, dst_ip4;
+  Ipv6Addr src_ip6, dst_ip6;
+  std::uint8_t tos = 0;  ///< IPv4 TOS or IPv6 traffic class (DSCP << 2 | ECN)
+  std::uint8_t ttl = 64; ///< IPv4 TTL or IPv6 hop limit
+  std::uint16_t ip_id = 0;
+  std::uint32_t flow_label = 0;  ///< IPv6 only
+  // L4
+  std::uint16_t udp_sport = 0xC000;
+  std::uint16_t udp_dport = kRoceV2Port;
+  // BTH
+  Opcode opcode = Opcode::kRcSendOnly;
+  bool se = false;
+  bool mig_req = false;
+  std::uint16_t pkey = kDefaultPkey;
+  bool fecn = false;
+  bool becn = false;
+  Qpn dest_qp;
+  bool ack_req = false;
+  Psn psn;
+  // Extension headers
+  struct {
+    std::uint64_t va = 0;
+    std::uint32_t rkey = 0;
+    std::uint32_t dma_len = 0;
+  } reth;
+  struct {
+    Syndrome syndrome = Syndrome::ack();
+    Msn msn;
+  } aeth;
+  struct {
+    std::uint64_t va = 0;
+    std::uint32_t rkey = 0;
+    std::uint64_t swap_add = 0;
+    std::uint64_t compare = 0;
+  } atomic;
+  std::uint64_t atomic_orig = 0;
+  std::uint32_t imm = 0;
+  std::uint32_t ieth_rkey = 0;
+  struct {
+    std::uint32_t qkey = 0;
+    Qpn src_qp;
+  } deth;
+  struct {
+    std::uint8_t selectivity = 0;
+    std::uint8_t placement_type = 0;
+  } feth;
+};
+
+/// Bytes from the start of the frame to the end of the last extension header.
+std::size_t frame_header_len(const FrameSpec& spec);
+/// Pad bytes after a payload of `payload_len` (IBA 9.2: PadCnt = (-len) mod 4).
+constexpr unsigned pad_for(std::size_t payload_len) {
+  return static_cast<unsigned>((4 - (payload_len & 3)) & 3);
+}
+/// Whole frame length (no Ethernet FCS) for a payload of `payload_len` bytes.
+std::size_t frame_len(const FrameSpec& spec, std::size_t payload_len);
+
+/// Writes a complete frame into `out`. Returns its length, or 0 when `out` is too small, the
+/// opcode is unknown, or the payload does not fit the opcode (e.g. payload on an ACK).
+std::size_t build_frame(const FrameSpec& spec, std::span<const std::uint8_t> payload,
+                        std::span<std::uint8_t> out);
+
+/// What the parser concluded. Every drop reason has its own value so that counters can name it.
+enum class Verdict : std::uint8_t {
+  kOk,
+  kTruncated,           ///< the buffer ends inside a header, or before the IP length says
+  kNotIp,               ///< EtherType is neither IPv4 nor IPv6
+  kBadIpVersion,        ///< version nibble disagrees with the EtherType
+  kIpOptions,           ///< IPv4 IHL != 5 (RoCE carries no options; the ICRC assumes 20 bytes)
+  kBadIpChecksum,
+  kBadIpLength,         ///< IPv4 total length below the header length
+  kIpFragment,          ///< MF set or nonzero fragment offset
+  kNotUdp,              ///< protocol / next header is not UDP (IPv6 extension headers included)
+  kBadUdpLength,        ///< UDP length disagrees with the IP length
+  kWrongUdpPort,        ///< destination port is not the RoCEv2 port
+  kBadTver,             ///< BTH transport header version != 0
+  kUnknownOpcode,
+  kBadTransportLength,  ///< UDP payload too short for BTH + extension headers + ICRC
+  kBadPadCount,         ///< more pad than payload bytes, or pad on an opcode without payload
+  kBadPayloadLength,    ///< payload on an opcode that has none, or not the opcode's fixed size
+  kBadIcrc,
+  kCount_
+};
+inline constexpr std::size_t kVerdictCount = static_cast<std::size_t>(Verdict::kCount_);
+std::string_view to_string(Verdict v);
+
+struct ParseOptions {
+  bool verify_icrc = true;
+  bool verify_ip_checksum = true;  ///< off when the NIC already checked it
+  std::uint16_t udp_port = kRoceV2Port;
+};
+
+/// A parsed frame: where each layer starts and the BTH fields every stage needs (rxe_pkt_info).
+/// Valid only while the frame's bytes are.
+struct RxPkt {
+  const std::uint8_t* frame = nullptr;
+  std::uint16_t frame_len = 0;  ///< bytes covered by the IP length (Ethernet padding excluded)
+  std::uint16_t l3_off = 0;
+  std::uint16_t l4_off = 0;
+  std::uint16_t bth_off = 0;
+  std::uint16_t payload_off = 0;
+  std::uint16_t payload_len = 0;  ///< without pad
+  std::uint8_t pad = 0;
+  IpVersion ip_version = IpVersion::kV4;
+  bool has_vlan = false;
+  std::uint16_t vlan_id = 0;
+  std::uint8_t ecn = 0;
+  Opcode opcode{};
+  const OpcodeInfo* info = nullptr;
+  Qpn dest_qp;
+  Psn psn;
+  bool ack_req = false;
+  std::uint32_t icrc = 0;  ///< as received
+
+  ConstEthView eth() const { return ConstEthView(frame); }
+  ConstIpv4View ipv4() const { return ConstIpv4View(frame + l3_off); }
+  ConstIpv6View ipv6() const { return ConstIpv6View(frame + l3_off); }
+  ConstUdpView udp() const { return ConstUdpView(frame + l4_off); }
+  ConstBthView bth() const { return ConstBthView(frame + bth_off); }
+  const std::uint8_t* ext(Ext e) const { return frame + bth_off + info->offset(e); }
+  ConstRethView reth() const { return ConstRethView(ext(Ext::kReth)); }
+  ConstAethView aeth() const { return ConstAethView(ext(Ext::kAeth)); }
+  ConstAtomicEthView atomic_eth() const { return ConstAtomicEthView(ext(Ext::kAtomicEth)); }
+  ConstAtomicAckEthView atomic_ack_eth() const {
+    return ConstAtomicAckEthView(ext(Ext::kAtomicAckEth));
+  }
+  ConstImmDtView immdt() const { return ConstImmDtView(ext(Ext::kImmDt)); }
+  ConstIethView ieth() const { return ConstIethView(ext(Ext::kIeth)); }
+  ConstDethView deth() const { return ConstDethView(ext(Ext::kDeth)); }
+  ConstFethView feth() const { return ConstFethView(ext(Ext::kFeth)); }
+  ConstCnpPadView cnp_pad() const { return ConstCnpPadView(ext(Ext::kCnpPad)); }
+  std::span<const std::uint8_t> payload() const { return {frame + payload_off, payload_len}; }
+};
+
+/// Checks `frame` (starting at the Ethernet header, no FCS) and fills `out` when the verdict
+/// is kOk. `out` may be partly filled otherwise.
+Verdict parse_frame(std::span<const std::uint8_t> frame, RxPkt& out,
+                    const ParseOptions& opts = {});
+
+}  // namespace roce::wire

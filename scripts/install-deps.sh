@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the build and test dependencies on Debian 12 (run as root).
+# Idempotent: when every package is already installed it only checks and returns.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  dpdk dpdk-dev libdpdk-dev
+  libisal-dev libyaml-cpp-dev libboost-program-options-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  tshark python3-scapy
+  iproute2 tcpdump
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: missing packages (${missing[*]}); run as root" >&2
+  exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+# tshark asks whether unprivileged users may capture; answer once, no prompt.
+echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+echo "install-deps: installing ${missing[*]}"
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

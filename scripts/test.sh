@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The README's test command: installs the dependencies (Debian 12, root), configures, builds and
+# runs the default test set (everything but the soak, interop and perf labels), then the unit and
+# protocol tests again under ASan + UBSan.
+#   ROCE_SKIP_SANITIZE=1  skip the sanitizer pass
+#   ROCE_CTEST_ARGS=...   extra ctest arguments (e.g. "-L unit")
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/install-deps.sh
+
+cmake --preset default >/dev/null
+cmake --build --preset default
+# shellcheck disable=SC2086
+ctest --preset default ${ROCE_CTEST_ARGS:-}
+
+if [[ -z "${ROCE_SKIP_SANITIZE:-}" ]]; then
+  cmake --preset sanitize >/dev/null
+  cmake --build --preset sanitize
+  # shellcheck disable=SC2086
+  ctest --preset sanitize -L 'unit|protocol' ${ROCE_CTEST_ARGS:-}
+fi
+echo "test.sh: all tests passed"

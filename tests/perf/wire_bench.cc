@@ -1,0 +1,77 @@
+// Micro-benchmarks of the wire codec: parse (with and without ICRC), build, and ICRC alone,
+// per payload size. Run: build/bin/roce-wire-bench [--benchmark_format=json]
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "dataplane/wire/roce_frame.h"
+
+namespace roce::wire {
+namespace {
+
+FrameSpec write_spec(std::size_t payload) {
+  FrameSpec s;
+  s.opcode = payload == 0 ? Opcode::kRcAcknowledge : Opcode::kRcWriteOnly;
+  s.dest_qp = Qpn(0x11);
+  s.psn = Psn(0x123456);
+  s.reth = {0x7F0000001000ull, 0x1234, static_cast<std::uint32_t>(payload)};
+  return s;
+}
+
+void set_counters(benchmark::State& state, std::size_t frame_bytes) {
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * frame_bytes));
+}
+
+void BM_Parse(benchmark::State& state) {
+  const auto payload_len = static_cast<std::size_t>(state.range(0));
+  const bool icrc = state.range(1) != 0;
+  const FrameSpec s = write_spec(payload_len);
+  std::vector<std::uint8_t> payload(payload_len, 0xAB);
+  std::vector<std::uint8_t> frame(frame_len(s, payload_len));
+  build_frame(s, payload, frame);
+  ParseOptions opts;
+  opts.verify_icrc = icrc;
+  RxPkt p;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(parse_frame(frame, p, opts));
+    benchmark::DoNotOptimize(p);
+  }
+  set_counters(state, frame.size());
+}
+BENCHMARK(BM_Parse)
+    ->ArgNames({"payload", "icrc"})
+    ->ArgsProduct({{0, 64, 256, 1024, 4096}, {0, 1}});
+
+void BM_Build(benchmark::State& state) {
+  const auto payload_len = static_cast<std::size_t>(state.range(0));
+  FrameSpec s = write_spec(payload_len);
+  std::vector<std::uint8_t> payload(payload_len, 0xAB);
+  std::vector<std::uint8_t> frame(frame_len(s, payload_len));
+  std::uint32_t psn = 0;
+  for (auto _ : state) {
+    s.psn = Psn(psn++);
+    benchmark::DoNotOptimize(build_frame(s, payload, frame));
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, frame.size());
+}
+BENCHMARK(BM_Build)->ArgName("payload")->Arg(0)->Arg(64)->Arg(256)->Arg(1024)->Arg(4096);
+
+void BM_Icrc(benchmark::State& state) {
+  const auto payload_len = static_cast<std::size_t>(state.range(0));
+  const FrameSpec s = write_spec(payload_len);
+  std::vector<std::uint8_t> payload(payload_len, 0xAB);
+  std::vector<std::uint8_t> frame(frame_len(s, payload_len));
+  build_frame(s, payload, frame);
+  const std::uint8_t* l3 = frame.data() + 14;
+  const std::size_t len = frame.size() - 14 - kIcrcSize;
+  for (auto _ : state) benchmark::DoNotOptimize(compute_icrc(l3, len, IpVersion::kV4));
+  set_counters(state, len);
+}
+BENCHMARK(BM_Icrc)->ArgName("payload")->Arg(0)->Arg(64)->Arg(256)->Arg(1024)->Arg(4096);
+
+}  // namespace
+}  // namespace roce::wire
+
+BENCHMARK_MAIN();
