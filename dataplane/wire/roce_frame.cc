@@ -23,6 +23,12 @@ bool payload_fits(const OpcodeInfo& info, std::size_t payload_len) {
   return true;
 }
 
+void udp6_checksum_fill(std::uint8_t* l3, std::uint8_t* udp, std::size_t udp_len) {
+  UdpView u(udp);
+  u.set_checksum(0);
+  u.set_checksum(udp6_checksum(l3, udp, udp_len));
+}
+
 void write_ext_headers(const FrameSpec& s, const OpcodeInfo& info, std::uint8_t* bth) {
   if (info.has(Ext::kDeth)) {
     DethView d(bth + info.offset(Ext::kDeth));
@@ -69,13 +75,13 @@ std::size_t frame_len(const FrameSpec& spec, std::size_t payload_len) {
   return frame_header_len(spec) + payload_len + pad_for(payload_len) + kIcrcSize;
 }
 
-std::size_t build_frame(const FrameSpec& s, std::span<const std::uint8_t> payload,
-                        std::span<std::uint8_t> out) {
+std::size_t write_frame_headers(const FrameSpec& s, std::size_t payload_len,
+                                std::span<std::uint8_t> out) {
   const OpcodeInfo& info = opcode_info(s.opcode);
-  if (!info.valid() || !payload_fits(info, payload.size())) return 0;
-  const unsigned pad = pad_for(payload.size());
-  const std::size_t total = frame_len(s, payload.size());
-  const std::size_t l4_bytes = UdpView::kSize + info.hdr_len + payload.size() + pad + kIcrcSize;
+  if (!info.valid() || !payload_fits(info, payload_len)) return 0;
+  const unsigned pad = pad_for(payload_len);
+  const std::size_t total = frame_len(s, payload_len);
+  const std::size_t l4_bytes = UdpView::kSize + info.hdr_len + payload_len + pad + kIcrcSize;
   if (total > out.size() || l4_bytes + Ipv6View::kSize > 0xFFFF) return 0;
 
   std::uint8_t* p = out.data();
@@ -136,18 +142,33 @@ std::size_t build_frame(const FrameSpec& s, std::span<const std::uint8_t> payloa
   bth.set_ack_req(s.ack_req);
   bth.set_psn(s.psn);
   write_ext_headers(s, info, bth_p);
-  off += info.hdr_len;
+  return off + info.hdr_len;
+}
 
-  if (!payload.empty()) std::memcpy(p + off, payload.data(), payload.size());
-  off += payload.size();
+std::size_t finish_frame(const FrameSpec& s, std::size_t hdr_len, std::size_t payload_len,
+                         std::span<std::uint8_t> out) {
+  std::uint8_t* p = out.data();
+  std::size_t off = hdr_len + payload_len;
+  const unsigned pad = pad_for(payload_len);
   std::memset(p + off, 0, pad);
   off += pad;
-
+  std::uint8_t* l3 = p + l2_len(s);
   store_le32(p + off, compute_icrc(l3, static_cast<std::size_t>(p + off - l3), s.ip_version));
   off += kIcrcSize;
   // The UDP checksum is masked by the ICRC, so it can be filled in last.
-  if (s.ip_version == IpVersion::kV6) udp.set_checksum(udp6_checksum(l3, udp.data(), l4_bytes));
+  if (s.ip_version == IpVersion::kV6) {
+    std::uint8_t* udp = l3 + Ipv6View::kSize;
+    udp6_checksum_fill(l3, udp, static_cast<std::size_t>(p + off - udp));
+  }
   return off;
+}
+
+std::size_t build_frame(const FrameSpec& s, std::span<const std::uint8_t> payload,
+                        std::span<std::uint8_t> out) {
+  const std::size_t hdr = write_frame_headers(s, payload.size(), out);
+  if (hdr == 0) return 0;
+  if (!payload.empty()) std::memcpy(out.data() + hdr, payload.data(), payload.size());
+  return finish_frame(s, hdr, payload.size(), out);
 }
 
 std::string_view to_string(Verdict v) {

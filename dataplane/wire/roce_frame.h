@@ -91,6 +91,17 @@ constexpr unsigned pad_for(std::size_t payload_len) {
 /// Whole frame length (no Ethernet FCS) for a payload of `payload_len` bytes.
 std::size_t frame_len(const FrameSpec& spec, std::size_t payload_len);
 
+/// Writes every header (Ethernet to the last extension header) of a frame that will carry
+/// `payload_len` bytes. Returns the header length, or 0 under the same conditions as
+/// build_frame(). The caller puts the payload at out[header length] (from wherever it lives)
+/// and then calls finish_frame().
+std::size_t write_frame_headers(const FrameSpec& spec, std::size_t payload_len,
+                                std::span<std::uint8_t> out);
+/// Writes the pad and the ICRC (and, over IPv6, the UDP checksum) after a payload placed by the
+/// caller. Returns the frame length.
+std::size_t finish_frame(const FrameSpec& spec, std::size_t hdr_len, std::size_t payload_len,
+                         std::span<std::uint8_t> out);
+
 /// Writes a complete frame into `out`. Returns its length, or 0 when `out` is too small, the
 /// opcode is unknown, or the payload does not fit the opcode (e.g. payload on an ACK).
 std::size_t build_frame(const FrameSpec& spec, std::span<const std::uint8_t> payload,

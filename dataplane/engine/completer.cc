@@ -1,0 +1,202 @@
+/// @file
+/// Completer (IBA 9.7.5.2; rxe_comp.c): consumes ACKs, NAKs, READ responses and atomic ACKs,
+/// completes send WQEs in order, and decides retries: a PSN sequence NAK or a hole before a
+/// READ/atomic response means go-back-N, an RNR NAK means wait then retry, a class C NAK
+/// completes the WQE in error and moves the QP to the error state.
+#include <algorithm>
+#include <cstring>
+
+#include "dataplane/engine/engine.h"
+
+namespace roce::engine {
+
+using wire::OpMask;
+using wire::Psn;
+
+namespace {
+bool is_rd_atomic(WrOpcode op) {
+  return op == WrOpcode::kRead || op == WrOpcode::kCmpSwap || op == WrOpcode::kFetchAdd;
+}
+}  // namespace
+
+void Engine::comp_retire(Qp& qp) {
+  while (qp.sq_head != qp.sq_tail) {
+    SendWqe& w = qp.wqe(qp.sq_head);
+    if (w.state == WqeState::kExecuted) {
+      comp_wqe_done(qp, w, WcStatus::kSuccess);
+    } else if (w.state != WqeState::kDone) {
+      break;
+    }
+    ++qp.sq_head;
+  }
+}
+
+void Engine::comp_progress(Qp& qp) {
+  // Forward progress resets the retry budgets (rxe reset_retry_counters) and the timer.
+  qp.comp.retry_left = qp.attr.retry_cnt;
+  qp.comp.rnr_left = qp.attr.rnr_retry;
+  qp.comp.retrans_deadline = 0;
+  arm_retransmit(qp);
+  schedule_send(qp);
+}
+
+// Completes every WQE whose PSNs all come before `upto` (an ACK, a NAK or a response with PSN
+// `upto` acknowledges them: IBA 9.7.5.1.1 implied acknowledgement). A READ or atomic among them
+// whose response never came means its responses were lost: order a retry from it and return
+// false.
+bool Engine::comp_implied_ack(Qp& qp, Psn upto) {
+  const std::uint32_t pmtu = qp.pmtu();
+  for (std::uint32_t i = qp.sq_head; i != qp.sq_tail; ++i) {
+    SendWqe& w = qp.wqe(i);
+    if (w.state == WqeState::kPosted) break;
+    if (w.state == WqeState::kExecuted || w.state == WqeState::kDone) continue;
+    if (!before(w.last_psn, upto)) break;
+    if (is_rd_atomic(w.opcode)) {
+      const Psn missing = w.first_psn + static_cast<std::uint32_t>(w.read_done / pmtu);
+      if (after(missing, qp.comp.psn)) qp.comp.psn = missing;
+      order_retry(qp, missing, true);
+      return false;
+    }
+    comp_wqe_done(qp, w, WcStatus::kSuccess);
+    if (distance(qp.req.next_psn, w.last_psn + 1) < 0 && qp.req.next_wqe == i) {
+      // The requester was re-sending this WQE; the peer has all of it already.
+      qp.req.next_wqe = i + 1;
+      qp.req.next_psn = w.last_psn + 1;
+    }
+  }
+  if (after(upto, qp.comp.psn)) {
+    qp.comp.psn = upto;
+    comp_progress(qp);
+  }
+  comp_retire(qp);
+  return true;
+}
+
+void Engine::comp_on_response(Qp& qp, const wire::RxPkt& pkt) {
+  if (qp.type != QpType::kRc ||
+      (qp.state != QpState::kRts && qp.state != QpState::kSqd && qp.state != QpState::kSqe)) {
+    stats_.inc(Counter::kRxDropQpState);
+    return;
+  }
+  const Psn p = pkt.psn;
+  // Responses older than the oldest unacknowledged PSN, or for PSNs never sent, are dropped.
+  if (before(p, qp.comp.psn) || !before(p, qp.req.high_psn)) {
+    stats_.inc(Counter::kRxDropUnexpected);
+    return;
+  }
+  const wire::OpcodeInfo& info = *pkt.info;
+  const std::uint32_t pmtu = qp.pmtu();
+
+  if (pkt.opcode == wire::Opcode::kRcAcknowledge) {
+    const wire::Syndrome syn = pkt.aeth().syndrome();
+    switch (syn.type()) {
+      case wire::AckType::kAck:
+        stats_.inc(Counter::kAckRcvd);
+        comp_implied_ack(qp, p + 1);
+        break;
+      case wire::AckType::kRnrNak: {
+        stats_.inc(Counter::kRnrNakRcvd);
+        if (!comp_implied_ack(qp, p)) break;
+        if (qp.comp.rnr_left == 0) {
+          stats_.inc(Counter::kRnrRetryExceeded);
+          qp_to_error(qp, WcStatus::kRnrRetryExcErr);
+          break;
+        }
+        if (qp.attr.rnr_retry != 7) --qp.comp.rnr_left;
+        // IBA 9.7.5.2.8: wait at least the advertised RNR timer, then resend from p.
+        qp.comp.rnr_deadline = now_ + std::uint64_t{wire::kRnrTimerUs[syn.value()]} * 1000;
+        qp.comp.rnr_psn = p;
+        qp.comp.retrans_deadline = 0;
+        track_timer(qp);
+        break;
+      }
+      case wire::AckType::kNak: {
+        if (!comp_implied_ack(qp, p)) break;
+        if (syn.nak_code() == wire::NakCode::kPsnSeqError) {
+          stats_.inc(Counter::kSeqErrNakRcvd);
+          order_retry(qp, p, true);
+          break;
+        }
+        stats_.inc(Counter::kErrNakRcvd);
+        WcStatus st = WcStatus::kRemOpErr;
+        if (syn.nak_code() == wire::NakCode::kInvalidRequest) st = WcStatus::kRemInvReqErr;
+        if (syn.nak_code() == wire::NakCode::kRemoteAccessError) st = WcStatus::kRemAccessErr;
+        qp_to_error(qp, st);
+        break;
+      }
+      case wire::AckType::kReserved:
+        stats_.inc(Counter::kRxDropUnexpected);
+        break;
+    }
+    return;
+  }
+
+  // READ response or atomic ACK: everything before it is implicitly acknowledged.
+  if (!comp_implied_ack(qp, p)) return;
+  if (qp.sq_head == qp.sq_tail) {
+    stats_.inc(Counter::kRxDropUnexpected);
+    return;
+  }
+  SendWqe& w = qp.wqe(qp.sq_head);
+  if (w.state == WqeState::kPosted || before(p, w.first_psn) || after(p, w.last_psn)) {
+    stats_.inc(Counter::kRxDropUnexpected);
+    return;
+  }
+  if (pkt.opcode == wire::Opcode::kRcAtomicAcknowledge) {
+    if (w.opcode != WrOpcode::kCmpSwap && w.opcode != WrOpcode::kFetchAdd) {
+      stats_.inc(Counter::kRxDropUnexpected);
+      return;
+    }
+    stats_.inc(Counter::kAckRcvd);
+    const std::uint64_t orig = pkt.atomic_ack_eth().orig();
+    const Sge& sge = qp.sq_sges[(&w - qp.sq.data()) * qp.cap.max_send_sge];
+    std::memcpy(reinterpret_cast<void*>(sge.addr), &orig, 8);
+    comp_wqe_done(qp, w, WcStatus::kSuccess);
+    qp.comp.psn = p + 1;
+    comp_progress(qp);
+    comp_retire(qp);
+    return;
+  }
+  // READ response (IBA 9.7.5.2.3): in order only; a gap means lost responses.
+  if (w.opcode != WrOpcode::kRead) {
+    stats_.inc(Counter::kRxDropUnexpected);
+    return;
+  }
+  const Psn expected = w.first_psn + static_cast<std::uint32_t>(w.read_done / pmtu);
+  if (p != expected) {
+    if (after(p, expected) && !qp.comp.retry_pending) order_retry(qp, expected, true);
+    return;
+  }
+  const bool first = w.read_done == 0;
+  const std::uint64_t remaining = w.length - w.read_done;
+  const bool last = info.mask.has(OpMask::kEnd);
+  const bool seq_ok = first ? info.mask.has(OpMask::kStart) : info.mask.has(OpMask::kMiddle) || (last && !info.mask.has(OpMask::kStart));
+  const bool len_ok = last ? pkt.payload_len == remaining : pkt.payload_len == pmtu && remaining > pmtu;
+  if (!seq_ok || !len_ok) {
+    qp_to_error(qp, WcStatus::kBadRespErr);
+    return;
+  }
+  // Scatter into the WQE's SGEs at read_done.
+  const Sge* sge = qp.sq_sges.data() + (&w - qp.sq.data()) * qp.cap.max_send_sge;
+  std::uint64_t off = w.read_done;
+  std::size_t done = 0;
+  const std::uint8_t* src = pkt.payload().data();
+  for (std::uint32_t i = 0; i < w.num_sge && done < pkt.payload_len; ++i) {
+    if (off >= sge[i].length) {
+      off -= sge[i].length;
+      continue;
+    }
+    const std::size_t n = std::min<std::size_t>(sge[i].length - off, pkt.payload_len - done);
+    std::memcpy(reinterpret_cast<void*>(sge[i].addr + off), src + done, n);
+    done += n;
+    off = 0;
+  }
+  w.read_done += pkt.payload_len;
+  qp.comp.psn = p + 1;
+  qp.comp.retry_pending = qp.comp.retry_pending && after(qp.comp.retry_psn, p);
+  if (last) comp_wqe_done(qp, w, WcStatus::kSuccess);
+  comp_progress(qp);
+  comp_retire(qp);
+}
+
+}  // namespace roce::engine

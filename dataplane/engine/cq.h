@@ -1,0 +1,41 @@
+/// @file
+/// Completion queue: a fixed ring of work completions, written by the owning poll loop and
+/// read by poll_cq(). A full CQ drops the completion and sets `overflowed` (libibverbs reports
+/// this as the IBV_EVENT_CQ_ERR asynchronous event).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dataplane/engine/verbs.h"
+
+namespace roce::engine {
+
+class Cq {
+ public:
+  explicit Cq(std::uint32_t depth) : ring_(depth) {}
+  std::uint32_t depth() const { return static_cast<std::uint32_t>(ring_.size()); }
+  std::uint32_t size() const { return tail_ - head_; }
+  bool overflowed() const { return overflowed_; }
+
+  void push(const Wc& wc) {
+    if (size() == depth()) {
+      overflowed_ = true;
+      return;
+    }
+    ring_[tail_++ % depth()] = wc;
+  }
+  int poll(int max, Wc* out) {
+    int n = 0;
+    while (n < max && head_ != tail_) out[n++] = ring_[head_++ % depth()];
+    return n;
+  }
+
+ private:
+  std::vector<Wc> ring_;
+  std::uint32_t head_ = 0;
+  std::uint32_t tail_ = 0;
+  bool overflowed_ = false;
+};
+
+}  // namespace roce::engine

@@ -1,0 +1,169 @@
+/// @file
+/// The RC/UC/UD transport engine of one poll loop: the verbs-like API (control path) and the
+/// three calls that drive it (dataplane): receive() a frame, run() at a time, drain_tx() the
+/// frames it wants sent. Nothing here knows about DPDK; the port layer, the in-memory test wire
+/// and an FPGA model all drive the engine through those three calls.
+///
+/// Stages, one file each (rxe's decomposition):
+///   rx_dispatch.cc  parse, QPN lookup, request vs response
+///   requester.cc    SQ WQEs -> request packets
+///   responder.cc    requests -> memory / receive queue, ACK/NAK, READ and atomic responses
+///   completer.cc    ACK/NAK/responses -> completions, retry and RNR decisions
+///   retransmit.cc   retransmit and RNR timers, go-back-N
+///   verbs.cc        resources, QP state machine, post/poll
+///
+/// Threading: every call on one engine comes from the thread that owns it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "dataplane/engine/cq.h"
+#include "dataplane/engine/memory.h"
+#include "dataplane/engine/qp.h"
+#include "dataplane/engine/stats.h"
+#include "dataplane/engine/tx_ring.h"
+#include "dataplane/engine/verbs.h"
+#include "dataplane/wire/roce_frame.h"
+
+namespace roce::engine {
+
+struct EngineConfig {
+  wire::MacAddr mac;
+  wire::Ipv4Addr ipv4;
+  std::optional<wire::Ipv6Addr> ipv6;
+  std::optional<std::uint16_t> vlan_id;
+  std::uint32_t max_qps = 4096;
+  std::uint32_t tx_slots = 512;
+  std::uint32_t max_inflight_psns = 1024;  ///< requester window per QP
+  std::uint32_t ack_req_every = 64;        ///< AckReq at least this often within a message
+  Mtu max_mtu = Mtu::k4096;                ///< UD payload limit and largest path MTU accepted
+  std::uint64_t seed = 0;                  ///< 0: keys from std::random_device
+};
+
+class Engine {
+ public:
+  explicit Engine(const EngineConfig& cfg);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // ---- verbs (control path; may allocate) ----
+  Pd* alloc_pd();
+  int dealloc_pd(Pd* pd);
+  Mr* reg_mr(Pd* pd, void* addr, std::uint64_t length, std::uint32_t access);
+  /// An MR for fast registration: no memory until a REG_MR work request registers it.
+  Mr* alloc_mr(Pd* pd, std::uint64_t max_len);
+  int dereg_mr(Mr* mr);
+  Cq* create_cq(std::uint32_t depth);
+  int destroy_cq(Cq* cq);
+  Srq* create_srq(Pd* pd, std::uint32_t max_wr, std::uint32_t max_sge);
+  int destroy_srq(Srq* srq);
+  /// `qpn`: a fixed number (1 for the GSI QP); otherwise one is allocated.
+  Qp* create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap& cap,
+                Srq* srq = nullptr, bool sq_sig_all = false,
+                std::optional<std::uint32_t> qpn = std::nullopt);
+  int destroy_qp(Qp* qp);
+  int modify_qp(Qp* qp, const QpAttr& attr, std::uint32_t mask);
+  int post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr);
+  int post_recv(Qp* qp, const RecvWr* wr, const RecvWr** bad_wr);
+  int post_srq_recv(Srq* srq, const RecvWr* wr, const RecvWr** bad_wr);
+  int poll_cq(Cq* cq, int max, Wc* out) { return cq->poll(max, out); }
+  Qp* find_qp(std::uint32_t qpn) const;
+  std::size_t qp_count() const { return live_qps_; }
+  std::size_t mr_count() const { return mrs_.size(); }
+
+  // ---- dataplane drive ----
+  /// Processes one received frame (Ethernet header first, no FCS).
+  void receive(std::span<const std::uint8_t> frame, std::uint64_t now_ns);
+  /// Runs timers, sends coalesced ACKs, and fills the transmit ring from the send queues and
+  /// the pending READ responses.
+  void run(std::uint64_t now_ns);
+  /// Hands every queued frame to `f(std::span<const std::uint8_t>)`; returns how many.
+  template <class F>
+  std::size_t drain_tx(F&& f, std::size_t max = SIZE_MAX) {
+    const std::size_t n = tx_.drain(std::forward<F>(f), max);
+    return n;
+  }
+  std::uint32_t tx_pending() const { return tx_.size(); }
+  /// Earliest armed timer (retransmit or RNR), in ns; 0 when none is armed.
+  std::uint64_t next_deadline() const { return next_timer_; }
+  /// True when run() would have something to send (queued WQEs, READ responses, ACKs).
+  bool has_work() const { return !send_list_.empty() || !read_list_.empty() || !ack_list_.empty(); }
+  const Stats& stats() const { return stats_; }
+  const EngineConfig& config() const { return cfg_; }
+
+ private:
+  // rx_dispatch.cc
+  void dispatch(const wire::RxPkt& pkt);
+  bool check_address(const Qp& qp, const wire::RxPkt& pkt) const;
+  // requester.cc
+  void req_pump(Qp& qp, std::uint32_t& budget);
+  bool req_local_op(Qp& qp, SendWqe& w);
+  bool req_send_ud(Qp& qp, SendWqe& w);
+  bool req_packet(Qp& qp, SendWqe& w);
+  std::size_t gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::uint8_t* dst,
+                     std::size_t len, WcStatus& err);
+  void schedule_send(Qp& qp);
+  // responder.cc
+  void resp_on_request(Qp& qp, const wire::RxPkt& pkt);
+  void resp_on_ud(Qp& qp, const wire::RxPkt& pkt);
+  void resp_duplicate(Qp& qp, const wire::RxPkt& pkt);
+  void resp_nak(Qp& qp, wire::Syndrome syn, wire::Psn psn, bool to_error);
+  void resp_ack_now(Qp& qp, wire::Psn psn);
+  void resp_flush_acks();
+  void resp_read_pump(Qp& qp, std::uint32_t& budget);
+  bool resp_scatter(Qp& qp, const RecvWqe& r, std::uint64_t offset, const std::uint8_t* src,
+                    std::size_t len);
+  void resp_complete_recv(Qp& qp, const wire::RxPkt& pkt, std::uint32_t byte_len);
+  // completer.cc
+  void comp_on_response(Qp& qp, const wire::RxPkt& pkt);
+  bool comp_implied_ack(Qp& qp, wire::Psn upto);
+  void comp_wqe_done(Qp& qp, SendWqe& w, WcStatus status);
+  void comp_retire(Qp& qp);
+  void comp_progress(Qp& qp);
+  // retransmit.cc
+  void order_retry(Qp& qp, wire::Psn from, bool count_retry);
+  void do_retry(Qp& qp);
+  void arm_retransmit(Qp& qp);
+  void run_timers();
+  void track_timer(Qp& qp);
+  // verbs.cc
+  void qp_to_error(Qp& qp, std::optional<WcStatus> head_status = std::nullopt);
+  void flush_recvs(Qp& qp);
+  void build_tx_template(Qp& qp);
+  void reset_qp(Qp& qp);
+  void post_cqe(Cq* cq, const Wc& wc);
+  // frame output
+  std::span<std::uint8_t> tx_slot(bool reserved_for_acks);
+  void tx_commit(std::size_t len);
+
+  EngineConfig cfg_;
+  std::uint64_t now_ = 0;
+  Stats stats_;
+  TxRing tx_;
+  MrTable mrs_;
+  std::vector<std::unique_ptr<Pd>> pds_;
+  std::vector<std::unique_ptr<Cq>> cqs_;
+  std::vector<std::unique_ptr<Srq>> srqs_;
+  std::vector<std::unique_ptr<Qp>> qps_;  ///< index = qpn - kFirstQpn
+  Qp* gsi_ = nullptr;
+  std::size_t live_qps_ = 0;
+  std::uint32_t next_pd_ = 1;
+  std::uint16_t ip_id_ = 0;
+  // work lists (QPs that need attention in run())
+  std::vector<Qp*> send_list_;
+  std::vector<Qp*> ack_list_;
+  std::vector<Qp*> read_list_;
+  std::vector<Qp*> timer_list_;
+  std::uint64_t next_timer_ = 0;  ///< earliest armed deadline, 0 = none
+
+ public:
+  static constexpr std::uint32_t kFirstQpn = 0x11;
+  static constexpr std::uint32_t kAckReserve = 32;  ///< TX slots kept for ACKs and NAKs
+};
+
+}  // namespace roce::engine

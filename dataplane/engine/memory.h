@@ -1,0 +1,63 @@
+/// @file
+/// Protection domains and memory regions. An MR covers [addr, addr + length) of host memory;
+/// its key (lkey == rkey) is 24 random bits naming the MR plus an 8-bit variant that
+/// fast-registration changes, so keys are neither sequential nor guessable.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include "dataplane/engine/verbs.h"
+
+namespace roce::engine {
+
+struct Pd {
+  std::uint32_t handle = 0;
+  std::uint32_t use_count = 0;  ///< MRs, QPs and SRQs created on it
+};
+
+enum class MrState : std::uint8_t {
+  kValid,    ///< registered and usable
+  kFree,     ///< allocated for fast-registration, not (or no longer) registered
+};
+
+struct Mr {
+  Pd* pd = nullptr;
+  std::uint32_t key = 0;  ///< lkey == rkey
+  std::uint64_t addr = 0;
+  std::uint64_t length = 0;
+  std::uint32_t access = 0;
+  MrState state = MrState::kValid;
+  bool fast_reg = false;     ///< allocated by alloc_mr(), registered by a REG_MR work request
+  std::uint64_t max_len = 0; ///< fast-reg: the largest region it may describe
+};
+
+/// Result of checking an access through a key.
+enum class KeyCheck : std::uint8_t { kOk, kBadKey, kBadPd, kBadAccess, kOutOfBounds, kInvalid };
+
+/// The MR table: key allocation and lookup. Control-plane calls create and destroy; the
+/// dataplane only looks up (an unordered_map lookup does not allocate).
+class MrTable {
+ public:
+  explicit MrTable(std::uint64_t seed);
+  Mr* create(Pd* pd, std::uint64_t addr, std::uint64_t length, std::uint32_t access);
+  Mr* create_fast_reg(Pd* pd, std::uint64_t max_len);
+  void destroy(Mr* mr);
+  Mr* find(std::uint32_t key) const;
+  /// Checks that `key` names a valid MR of `pd` (null: any PD) allowing `access` over
+  /// [addr, addr + len). A zero-length access only needs nothing.
+  KeyCheck check(std::uint32_t key, const Pd* pd, std::uint64_t addr, std::uint64_t len,
+                 std::uint32_t access, Mr** out) const;
+  std::size_t size() const { return by_index_.size(); }
+
+ private:
+  std::uint32_t new_index();
+  std::mt19937_64 rng_;
+  std::unordered_map<std::uint32_t, Mr*> by_index_;  ///< key >> 8 -> MR
+  std::vector<std::unique_ptr<Mr>> owned_;
+};
+
+}  // namespace roce::engine

@@ -1,0 +1,182 @@
+/// @file
+/// Queue pair state, split by the stage that writes it (rxe's qp->req, qp->comp, qp->resp):
+///   ReqState   written by requester.cc (rewound by completer.cc when it orders a retry)
+///   CompState  written by completer.cc and the retransmit timers
+///   RespState  written by responder.cc
+/// Everything a QP needs on the packet path is allocated when the QP is created.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "dataplane/engine/cq.h"
+#include "dataplane/engine/memory.h"
+#include "dataplane/engine/verbs.h"
+#include "dataplane/wire/roce_frame.h"
+
+namespace roce::engine {
+
+struct Srq;
+
+enum class WqeState : std::uint8_t {
+  kPosted,   ///< nothing sent yet
+  kSending,  ///< some packets sent
+  kSent,     ///< every packet sent (a READ: its request), waiting for acknowledgement/responses
+  kExecuted, ///< finished without acknowledgement (UD/UC send, local op); completes in order
+  kDone,     ///< finished; completion written if signaled
+};
+
+struct SendWqe {
+  // --- copied from the work request by post_send ---
+  std::uint64_t wr_id = 0;
+  WrOpcode opcode = WrOpcode::kSend;
+  std::uint32_t flags = 0;
+  std::uint32_t num_sge = 0;   ///< 0 with inline data
+  std::uint64_t length = 0;    ///< total bytes of the message
+  std::uint32_t imm = 0;
+  std::uint32_t inv_rkey = 0;
+  std::uint64_t remote_addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint64_t compare_add = 0;
+  std::uint64_t swap = 0;
+  bool is_inline = false;
+  AddressVector ah;  ///< UD only
+  std::uint32_t ud_qpn = 0;
+  std::uint32_t ud_qkey = 0;
+  std::uint32_t reg_key = 0;  ///< REG_MR: key of the MR; new key = (key & ~0xFF) | variant
+  std::uint8_t reg_variant = 0;
+  std::uint32_t reg_access = 0;
+  // --- progress, owned by requester and completer ---
+  WqeState state = WqeState::kPosted;
+  wire::Psn first_psn;
+  wire::Psn last_psn;
+  std::uint32_t npkts = 0;
+  std::uint64_t sent = 0;       ///< bytes packetized (SEND/WRITE)
+  std::uint64_t read_done = 0;  ///< READ response bytes received
+  std::uint64_t atomic_orig = 0;
+};
+
+struct RecvWqe {
+  std::uint64_t wr_id = 0;
+  std::uint32_t num_sge = 0;
+  std::uint32_t sge_base = 0;  ///< index of the first SGE in the owner's SGE pool
+  std::uint64_t length = 0;
+};
+
+/// A receive queue (the QP's own or an SRQ): WQEs and their SGEs, preallocated.
+struct RecvQueue {
+  std::vector<RecvWqe> wqes;
+  std::vector<Sge> sges;
+  std::uint32_t max_sge = 0;
+  std::uint32_t head = 0;  ///< next to consume
+  std::uint32_t tail = 0;  ///< next to post
+  std::uint32_t depth() const { return static_cast<std::uint32_t>(wqes.size()); }
+  std::uint32_t count() const { return tail - head; }
+};
+
+struct Srq {
+  Pd* pd = nullptr;
+  RecvQueue rq;
+  std::uint32_t use_count = 0;
+};
+
+/// Responder resource of an RDMA READ or atomic, kept for duplicate requests (rxe resources).
+struct RdAtomicRes {
+  enum class Kind : std::uint8_t { kNone, kRead, kAtomic } kind = Kind::kNone;
+  wire::Psn first_psn;
+  wire::Psn last_psn;
+  std::uint64_t va = 0;       ///< READ: start of the original request
+  std::uint32_t rkey = 0;
+  std::uint64_t length = 0;   ///< READ: original length
+  std::uint64_t atomic_orig = 0;
+  // READ responses still to send (a replay may restart them)
+  bool active = false;
+  wire::Psn next_psn;
+  std::uint64_t next_offset = 0;
+  Mr* mr = nullptr;
+};
+
+struct ReqState {
+  wire::Psn next_psn;              ///< PSN of the next request packet
+  std::uint32_t next_wqe = 0;      ///< SQ index of the WQE being packetized
+  std::uint32_t rd_atomic_out = 0; ///< READ/atomic WQEs sent and not complete
+  std::uint32_t pkts_since_ack_req = 0;
+  wire::Psn high_psn;              ///< one past the highest PSN ever sent
+};
+
+struct CompState {
+  wire::Psn psn;               ///< oldest PSN not yet acknowledged
+  std::uint8_t retry_left = 7;
+  std::uint8_t rnr_left = 7;
+  std::uint64_t retrans_deadline = 0;  ///< ns; 0 = not armed
+  std::uint64_t rnr_deadline = 0;      ///< ns; 0 = not waiting
+  wire::Psn rnr_psn;
+  bool retry_pending = false;  ///< a go-back-N was ordered and not yet carried out
+  wire::Psn retry_psn;
+};
+
+struct RespState {
+  wire::Psn epsn;    ///< expected PSN
+  wire::Msn msn;
+  bool nak_sent = false;  ///< a PSN sequence error NAK was sent for the current gap
+  enum class InMsg : std::uint8_t { kNone, kSend, kWrite } in_msg = InMsg::kNone;
+  // SEND in progress
+  bool have_recv = false;
+  RecvWqe recv;
+  RecvQueue* recv_q = nullptr;
+  std::uint64_t recv_offset = 0;
+  // WRITE in progress
+  std::uint64_t write_va = 0;
+  std::uint64_t write_remaining = 0;
+  std::uint64_t write_total = 0;
+  // coalesced acknowledgement, sent at the end of a receive burst
+  bool ack_pending = false;
+  wire::Psn ack_psn;
+  // READ/atomic resources (max_dest_rd_atomic of them)
+  std::vector<RdAtomicRes> res;
+  std::uint32_t res_next = 0;
+  std::uint32_t reads_active = 0;
+  // READ responses are sent in request order: a FIFO of resource indices
+  std::array<std::uint8_t, 16> read_fifo{};
+  std::uint32_t read_head = 0;
+  std::uint32_t read_tail = 0;
+};
+
+struct Qp {
+  std::uint32_t qpn = 0;
+  QpType type = QpType::kRc;
+  Pd* pd = nullptr;
+  Cq* send_cq = nullptr;
+  Cq* recv_cq = nullptr;
+  Srq* srq = nullptr;
+  bool sq_sig_all = false;
+  QpCap cap;
+  QpAttr attr;
+  QpState state = QpState::kReset;
+
+  // Send queue: monotonically increasing counters, index = counter % depth.
+  std::vector<SendWqe> sq;
+  std::vector<Sge> sq_sges;          ///< cap.max_send_sge per WQE
+  std::vector<std::uint8_t> sq_inline;  ///< cap.max_inline_data per WQE
+  std::uint32_t sq_head = 0;  ///< oldest WQE not done
+  std::uint32_t sq_tail = 0;  ///< next free slot
+  RecvQueue rq;
+
+  ReqState req;
+  CompState comp;
+  RespState resp;
+
+  wire::FrameSpec tx;           ///< header template for this QP's packets
+  bool in_send_list = false;
+  bool in_ack_list = false;
+  bool in_timer_list = false;
+  bool in_read_list = false;
+
+  SendWqe& wqe(std::uint32_t i) { return sq[i % sq.size()]; }
+  std::uint32_t sq_depth() const { return static_cast<std::uint32_t>(sq.size()); }
+  std::uint32_t pmtu() const { return mtu_bytes(attr.path_mtu); }
+  RecvQueue& recv_queue() { return srq ? srq->rq : rq; }
+};
+
+}  // namespace roce::engine

@@ -1,0 +1,304 @@
+/// @file
+/// Requester (IBA 9.7.4; rxe_req.c): turns send-queue WQEs into request packets, in order,
+/// within the PSN window and the READ/atomic credit (max_rd_atomic), honouring fences. It
+/// carries out the go-back-N rewinds the completer and the timers order (retransmit.cc).
+#include <algorithm>
+#include <cstring>
+
+#include "dataplane/engine/engine.h"
+
+namespace roce::engine {
+
+using wire::Opcode;
+using wire::Psn;
+
+namespace {
+
+bool is_rd_atomic(WrOpcode op) {
+  return op == WrOpcode::kRead || op == WrOpcode::kCmpSwap || op == WrOpcode::kFetchAdd;
+}
+
+// Opcode of a SEND or WRITE packet from its position in the message (IBA 9.4 Table 38).
+Opcode pick_opcode(const SendWqe& w, bool first, bool last, bool uc) {
+  const std::uint8_t base = uc ? 0x20 : 0x00;
+  Opcode op{};
+  switch (w.opcode) {
+    case WrOpcode::kSend:
+    case WrOpcode::kSendImm:
+    case WrOpcode::kSendInv: {
+      const bool imm = w.opcode == WrOpcode::kSendImm;
+      const bool inv = w.opcode == WrOpcode::kSendInv;
+      if (first && last)
+        op = inv ? Opcode::kRcSendOnlyInv : imm ? Opcode::kRcSendOnlyImm : Opcode::kRcSendOnly;
+      else if (first)
+        op = Opcode::kRcSendFirst;
+      else if (last)
+        op = inv ? Opcode::kRcSendLastInv : imm ? Opcode::kRcSendLastImm : Opcode::kRcSendLast;
+      else
+        op = Opcode::kRcSendMiddle;
+      break;
+    }
+    default: {
+      const bool imm = w.opcode == WrOpcode::kWriteImm;
+      if (first && last)
+        op = imm ? Opcode::kRcWriteOnlyImm : Opcode::kRcWriteOnly;
+      else if (first)
+        op = Opcode::kRcWriteFirst;
+      else if (last)
+        op = imm ? Opcode::kRcWriteLastImm : Opcode::kRcWriteLast;
+      else
+        op = Opcode::kRcWriteMiddle;
+      break;
+    }
+  }
+  return static_cast<Opcode>(raw(op) + base);
+}
+
+}  // namespace
+
+void Engine::schedule_send(Qp& qp) {
+  if (qp.in_send_list) return;
+  qp.in_send_list = true;
+  send_list_.push_back(&qp);
+}
+
+std::size_t Engine::gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::uint8_t* dst,
+                           std::size_t len, WcStatus& err) {
+  const std::size_t idx = &w - qp.sq.data();
+  if (w.is_inline) {
+    std::memcpy(dst, qp.sq_inline.data() + idx * qp.cap.max_inline_data + offset, len);
+    return len;
+  }
+  const Sge* sge = qp.sq_sges.data() + idx * qp.cap.max_send_sge;
+  std::size_t done = 0;
+  for (std::uint32_t i = 0; i < w.num_sge && done < len; ++i) {
+    if (offset >= sge[i].length) {
+      offset -= sge[i].length;
+      continue;
+    }
+    const std::size_t n = std::min<std::size_t>(sge[i].length - offset, len - done);
+    std::memcpy(dst + done, reinterpret_cast<const void*>(sge[i].addr + offset), n);
+    done += n;
+    offset = 0;
+  }
+  if (done != len) err = WcStatus::kLocLenErr;
+  return done;
+}
+
+// Checks the local keys of a WQE's scatter/gather list before its first packet (rxe does it
+// while copying); a READ or atomic writes into them, so they need local write.
+static bool sges_valid(const MrTable& mrs, const Qp& qp, const SendWqe& w) {
+  if (w.is_inline) return true;
+  const std::size_t idx = &w - qp.sq.data();
+  const Sge* sge = qp.sq_sges.data() + idx * qp.cap.max_send_sge;
+  const std::uint32_t access =
+      (w.opcode == WrOpcode::kRead || w.opcode == WrOpcode::kCmpSwap ||
+       w.opcode == WrOpcode::kFetchAdd)
+          ? std::uint32_t{kAccessLocalWrite}
+          : 0u;
+  for (std::uint32_t i = 0; i < w.num_sge; ++i) {
+    if (sge[i].length == 0) continue;
+    if (mrs.check(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, access, nullptr) !=
+        KeyCheck::kOk)
+      return false;
+  }
+  return true;
+}
+
+bool Engine::req_local_op(Qp& qp, SendWqe& w) {
+  WcStatus status = WcStatus::kSuccess;
+  if (w.opcode == WrOpcode::kLocalInv) {
+    Mr* mr = mrs_.find(w.inv_rkey);
+    if (mr == nullptr || mr->pd != qp.pd)
+      status = WcStatus::kLocQpOpErr;
+    else
+      mr->state = MrState::kFree;
+  } else {  // REG_MR: give a fast-reg MR its memory, access and new key variant
+    Mr* mr = mrs_.find(w.reg_key);
+    if (mr == nullptr || !mr->fast_reg || mr->pd != qp.pd || mr->state != MrState::kFree ||
+        w.length > mr->max_len) {
+      status = WcStatus::kLocQpOpErr;
+    } else {
+      mr->addr = w.remote_addr;
+      mr->length = w.length;
+      mr->access = w.reg_access;
+      mr->key = (mr->key & ~0xFFu) | w.reg_variant;
+      mr->state = MrState::kValid;
+    }
+  }
+  if (status != WcStatus::kSuccess) {
+    qp_to_error(qp, status);
+    return false;
+  }
+  w.state = WqeState::kExecuted;
+  ++qp.req.next_wqe;
+  comp_retire(qp);
+  return true;
+}
+
+bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
+  auto slot = tx_slot(false);
+  if (slot.empty()) return false;
+  if (!sges_valid(mrs_, qp, w)) {
+    qp_to_error(qp, WcStatus::kLocProtErr);
+    return false;
+  }
+  wire::FrameSpec s;
+  s.src_mac = cfg_.mac;
+  s.dst_mac = w.ah.dmac;
+  s.vlan_id = cfg_.vlan_id;
+  static constexpr std::uint8_t kV4Prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  if (std::equal(std::begin(kV4Prefix), std::end(kV4Prefix), w.ah.dgid.b.begin())) {
+    s.ip_version = wire::IpVersion::kV4;
+    s.src_ip4 = cfg_.ipv4;
+    s.dst_ip4 = wire::Ipv4Addr{wire::load_be32(w.ah.dgid.b.data() + 12)};
+  } else {
+    s.ip_version = wire::IpVersion::kV6;
+    s.src_ip6 = cfg_.ipv6.value_or(wire::Ipv6Addr{});
+    s.dst_ip6 = w.ah.dgid;
+  }
+  s.tos = w.ah.traffic_class;
+  s.ttl = w.ah.hop_limit;
+  s.flow_label = w.ah.flow_label;
+  // UD and GSI QPs keep the source port chosen at creation (rxe: 0xC000 + hash of the QPN).
+  s.udp_sport = w.ah.udp_sport ? w.ah.udp_sport
+                               : static_cast<std::uint16_t>(0xC000 | ((qp.qpn * 0x9E37u) & 0x3FFF));
+  s.opcode = w.opcode == WrOpcode::kSendImm ? Opcode::kUdSendOnlyImm : Opcode::kUdSendOnly;
+  s.se = (w.flags & kSendSolicited) != 0;
+  s.dest_qp = wire::Qpn(w.ud_qpn);
+  s.psn = qp.req.next_psn;
+  // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's own Q_Key".
+  s.deth = {(w.ud_qkey & 0x8000'0000u) ? qp.attr.qkey : w.ud_qkey, wire::Qpn(qp.qpn)};
+  s.imm = w.imm;
+  s.ip_id = ip_id_++;
+  const std::size_t hdr = wire::write_frame_headers(s, w.length, slot);
+  WcStatus err = WcStatus::kSuccess;
+  gather(qp, w, 0, slot.data() + hdr, w.length, err);
+  tx_commit(wire::finish_frame(s, hdr, w.length, slot));
+  ++qp.req.next_psn;
+  w.state = WqeState::kExecuted;
+  ++qp.req.next_wqe;
+  comp_retire(qp);
+  return true;
+}
+
+bool Engine::req_packet(Qp& qp, SendWqe& w) {
+  const bool uc = qp.type == QpType::kUc;
+  const std::uint32_t pmtu = qp.pmtu();
+  if (w.state == WqeState::kPosted) {
+    if (!sges_valid(mrs_, qp, w)) {
+      qp_to_error(qp, WcStatus::kLocProtErr);
+      return false;
+    }
+    w.first_psn = qp.req.next_psn;
+    w.npkts = w.length == 0 ? 1 : static_cast<std::uint32_t>((w.length + pmtu - 1) / pmtu);
+    if (w.opcode == WrOpcode::kCmpSwap || w.opcode == WrOpcode::kFetchAdd) w.npkts = 1;
+    w.last_psn = w.first_psn + (w.npkts - 1);
+    w.sent = 0;
+    w.read_done = 0;
+    if (is_rd_atomic(w.opcode)) ++qp.req.rd_atomic_out;
+    w.state = WqeState::kSending;
+  }
+  auto slot = tx_slot(false);
+  if (slot.empty()) return false;
+
+  wire::FrameSpec s = qp.tx;
+  s.ip_id = ip_id_++;
+  std::size_t payload = 0;
+  bool last = true;
+  std::uint32_t psn_span = 1;
+  switch (w.opcode) {
+    case WrOpcode::kRead: {
+      // A READ request covers every response PSN; a retry asks for the part not yet received.
+      s.opcode = Opcode::kRcReadRequest;
+      s.psn = w.first_psn + static_cast<std::uint32_t>(w.read_done / pmtu);
+      s.reth = {w.remote_addr + w.read_done, w.rkey,
+                static_cast<std::uint32_t>(w.length - w.read_done)};
+      psn_span = w.npkts - static_cast<std::uint32_t>(w.read_done / pmtu);
+      s.ack_req = true;
+      break;
+    }
+    case WrOpcode::kCmpSwap:
+    case WrOpcode::kFetchAdd: {
+      s.opcode = w.opcode == WrOpcode::kCmpSwap ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd;
+      s.psn = w.first_psn;
+      s.atomic = {w.remote_addr, w.rkey,
+                  w.opcode == WrOpcode::kCmpSwap ? w.swap : w.compare_add, w.compare_add};
+      s.ack_req = true;
+      break;
+    }
+    default: {
+      const bool first = w.sent == 0;
+      payload = static_cast<std::size_t>(std::min<std::uint64_t>(pmtu, w.length - w.sent));
+      last = w.sent + payload == w.length;
+      s.opcode = pick_opcode(w, first, last, uc);
+      s.psn = w.first_psn + static_cast<std::uint32_t>(w.sent / pmtu);
+      s.reth = {w.remote_addr, w.rkey, static_cast<std::uint32_t>(w.length)};
+      s.imm = w.imm;
+      s.ieth_rkey = w.inv_rkey;
+      s.se = last && (w.flags & kSendSolicited) &&
+             (w.opcode == WrOpcode::kSend || w.opcode == WrOpcode::kSendImm ||
+              w.opcode == WrOpcode::kSendInv || w.opcode == WrOpcode::kWriteImm);
+      // IBA 9.7.6.1.3: AckReq on the last packet, and often enough within long messages.
+      s.ack_req = !uc && (last || qp.req.pkts_since_ack_req + 1 >= cfg_.ack_req_every);
+      break;
+    }
+  }
+  if (s.psn != qp.req.next_psn) {
+    // The rewind and the WQE disagree: a bug, not a wire event. Stop this QP loudly.
+    qp_to_error(qp, WcStatus::kGeneralErr);
+    return false;
+  }
+  const std::size_t hdr = wire::write_frame_headers(s, payload, slot);
+  WcStatus err = WcStatus::kSuccess;
+  if (payload) gather(qp, w, w.sent, slot.data() + hdr, payload, err);
+  if (err != WcStatus::kSuccess) {
+    qp_to_error(qp, err);
+    return false;
+  }
+  tx_commit(wire::finish_frame(s, hdr, payload, slot));
+
+  qp.req.pkts_since_ack_req = s.ack_req ? 0 : qp.req.pkts_since_ack_req + 1;
+  if (before(s.psn, qp.req.high_psn)) stats_.inc(Counter::kRetransmittedPackets);
+  qp.req.next_psn = s.psn + psn_span;
+  if (!before(qp.req.next_psn, qp.req.high_psn)) qp.req.high_psn = qp.req.next_psn;
+  w.sent += payload;
+  if (last) {
+    ++qp.req.next_wqe;
+    w.state = uc ? WqeState::kExecuted : WqeState::kSent;
+    if (uc) comp_retire(qp);
+  }
+  if (!uc) arm_retransmit(qp);
+  return true;
+}
+
+void Engine::req_pump(Qp& qp, std::uint32_t& budget) {
+  if (qp.state != QpState::kRts) return;
+  if (qp.comp.rnr_deadline != 0) return;  // waiting out an RNR NAK
+  if (qp.comp.retry_pending) do_retry(qp);
+  while (budget > 0 && qp.state == QpState::kRts && qp.req.next_wqe != qp.sq_tail) {
+    SendWqe& w = qp.wqe(qp.req.next_wqe);
+    if (w.state == WqeState::kPosted) {
+      // IBA 10.8.3.3: a fenced WQE waits for every earlier READ and atomic to complete.
+      if ((w.flags & kSendFence) && qp.req.rd_atomic_out > 0) return;
+      if (is_rd_atomic(w.opcode) && qp.req.rd_atomic_out >= std::max<std::uint8_t>(qp.attr.max_rd_atomic, 1))
+        return;
+    }
+    if (w.opcode == WrOpcode::kLocalInv || w.opcode == WrOpcode::kRegMr) {
+      if (!req_local_op(qp, w)) return;
+      continue;
+    }
+    if (qp.type == QpType::kUd) {
+      if (!req_send_ud(qp, w)) return;
+      --budget;
+      continue;
+    }
+    if (qp.type == QpType::kRc &&
+        distance(qp.req.next_psn, qp.comp.psn) >= static_cast<std::int32_t>(cfg_.max_inflight_psns))
+      return;
+    if (!req_packet(qp, w)) return;
+    --budget;
+  }
+}
+
+}  // namespace roce::engine

@@ -1,0 +1,467 @@
+/// @file
+/// Responder (IBA 9.7.5.1; rxe_resp.c): checks each request's PSN, opcode sequence, access
+/// and resources, executes it against memory or a receive WQE, and answers: coalesced ACKs
+/// (AckReq), one PSN-sequence NAK per gap, RNR NAKs, class C NAKs that move the QP to error,
+/// READ responses and atomic ACKs, replayed for duplicates from the resource ring.
+#include <algorithm>
+#include <cstring>
+
+#include "dataplane/engine/engine.h"
+
+namespace roce::engine {
+
+using wire::Opcode;
+using wire::OpMask;
+using wire::Psn;
+using wire::Syndrome;
+
+void Engine::resp_ack_now(Qp& qp, Psn psn) {
+  auto slot = tx_slot(true);
+  if (slot.empty()) return;  // counted; the requester's timer recovers
+  wire::FrameSpec s = qp.tx;
+  s.ip_id = ip_id_++;
+  s.opcode = Opcode::kRcAcknowledge;
+  s.psn = psn;
+  s.aeth = {Syndrome::ack(), qp.resp.msn};
+  tx_commit(wire::build_frame(s, {}, slot));
+  stats_.inc(Counter::kAckSent);
+}
+
+void Engine::resp_nak(Qp& qp, Syndrome syn, Psn psn, bool to_error) {
+  if (auto slot = tx_slot(true); !slot.empty()) {
+    wire::FrameSpec s = qp.tx;
+    s.ip_id = ip_id_++;
+    s.opcode = Opcode::kRcAcknowledge;
+    s.psn = psn;
+    s.aeth = {syn, qp.resp.msn};
+    tx_commit(wire::build_frame(s, {}, slot));
+  }
+  if (syn.type() == wire::AckType::kRnrNak) {
+    stats_.inc(Counter::kRnrNakSent);
+  } else {
+    switch (syn.nak_code()) {
+      case wire::NakCode::kPsnSeqError: stats_.inc(Counter::kSeqErrNakSent); break;
+      case wire::NakCode::kInvalidRequest: stats_.inc(Counter::kInvReqNakSent); break;
+      case wire::NakCode::kRemoteAccessError: stats_.inc(Counter::kRemAccessNakSent); break;
+      default: stats_.inc(Counter::kRemOpNakSent); break;
+    }
+  }
+  if (to_error) qp_to_error(qp);
+}
+
+void Engine::resp_flush_acks() {
+  for (Qp* qp : ack_list_) {
+    qp->in_ack_list = false;
+    if (!qp->resp.ack_pending || qp->state == QpState::kErr) continue;
+    qp->resp.ack_pending = false;
+    resp_ack_now(*qp, qp->resp.ack_psn);
+  }
+  ack_list_.clear();
+}
+
+namespace {
+void defer_ack(Qp& qp, Psn psn, std::vector<Qp*>& list) {
+  if (!qp.resp.ack_pending || after(psn, qp.resp.ack_psn)) qp.resp.ack_psn = psn;
+  qp.resp.ack_pending = true;
+  if (!qp.in_ack_list) {
+    qp.in_ack_list = true;
+    list.push_back(&qp);
+  }
+}
+}  // namespace
+
+bool Engine::resp_scatter(Qp& qp, const RecvWqe& r, std::uint64_t offset,
+                          const std::uint8_t* src, std::size_t len) {
+  RecvQueue& q = *qp.resp.recv_q;
+  const Pd* pd = qp.srq ? qp.srq->pd : qp.pd;
+  std::size_t done = 0;
+  for (std::uint32_t i = 0; i < r.num_sge && done < len; ++i) {
+    const Sge& sge = q.sges[r.sge_base + i];
+    if (offset >= sge.length) {
+      offset -= sge.length;
+      continue;
+    }
+    const std::size_t n = std::min<std::size_t>(sge.length - offset, len - done);
+    if (mrs_.check(sge.lkey, pd, sge.addr + offset, n, kAccessLocalWrite, nullptr) !=
+        KeyCheck::kOk)
+      return false;
+    std::memcpy(reinterpret_cast<void*>(sge.addr + offset), src + done, n);
+    done += n;
+    offset = 0;
+  }
+  return done == len;
+}
+
+void Engine::resp_complete_recv(Qp& qp, const wire::RxPkt& pkt, std::uint32_t byte_len) {
+  const wire::OpcodeInfo& info = *pkt.info;
+  Wc wc;
+  wc.wr_id = qp.resp.recv.wr_id;
+  wc.status = WcStatus::kSuccess;
+  wc.opcode = info.mask.has(OpMask::kWrite) ? WcOpcode::kRecvRdmaWithImm : WcOpcode::kRecv;
+  wc.byte_len = byte_len;
+  wc.qp_num = qp.qpn;
+  wc.src_qp = qp.attr.dest_qp_num;
+  if (info.has(wire::Ext::kImmDt)) {
+    wc.imm_data = pkt.immdt().imm();
+    wc.wc_flags |= kWcWithImm;
+  }
+  if (info.has(wire::Ext::kIeth)) {
+    wc.invalidated_rkey = pkt.ieth().rkey();
+    wc.wc_flags |= kWcWithInv;
+  }
+  qp.resp.have_recv = false;
+  post_cqe(qp.recv_cq, wc);
+}
+
+// Duplicate request (IBA 9.7.5.1.2): re-ACK SENDs and WRITEs, replay READs and atomics from
+// the resource ring; never execute twice.
+void Engine::resp_duplicate(Qp& qp, const wire::RxPkt& pkt) {
+  stats_.inc(Counter::kDuplicateRequests);
+  const Psn p = pkt.psn;
+  const std::uint32_t pmtu = qp.pmtu();
+  if (pkt.opcode == Opcode::kRcReadRequest) {
+    for (std::uint32_t i = 0; i < qp.resp.res.size(); ++i) {
+      RdAtomicRes& r = qp.resp.res[i];
+      if (r.kind != RdAtomicRes::Kind::kRead || before(p, r.first_psn) || after(p, r.last_psn))
+        continue;
+      const std::uint64_t off = std::uint64_t(distance(p, r.first_psn)) * pmtu;
+      const auto reth = pkt.reth();
+      if (reth.rkey() != r.rkey || reth.va() != r.va + off || reth.dma_len() != r.length - off)
+        return;  // not a retry of that READ: drop
+      // Go-back-N means every later READ will be asked for again too: restart from this one.
+      for (auto& other : qp.resp.res) other.active = false;
+      r.active = true;
+      r.next_psn = p;
+      r.next_offset = off;
+      qp.resp.read_head = 0;
+      qp.resp.read_tail = 1;
+      qp.resp.read_fifo[0] = static_cast<std::uint8_t>(i);
+      if (!qp.in_read_list) {
+        qp.in_read_list = true;
+        read_list_.push_back(&qp);
+      }
+      return;
+    }
+    return;
+  }
+  if (pkt.info->mask.has(OpMask::kAtomic)) {
+    for (const RdAtomicRes& r : qp.resp.res) {
+      if (r.kind != RdAtomicRes::Kind::kAtomic || r.first_psn != p) continue;
+      if (auto slot = tx_slot(true); !slot.empty()) {
+        wire::FrameSpec s = qp.tx;
+        s.ip_id = ip_id_++;
+        s.opcode = Opcode::kRcAtomicAcknowledge;
+        s.psn = p;
+        s.aeth = {Syndrome::ack(), qp.resp.msn};
+        s.atomic_orig = r.atomic_orig;
+        tx_commit(wire::build_frame(s, {}, slot));
+        stats_.inc(Counter::kAtomicAcksSent);
+      }
+      return;
+    }
+    return;
+  }
+  defer_ack(qp, qp.resp.epsn - 1, ack_list_);
+}
+
+void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
+  if (qp.state != QpState::kRtr && qp.state != QpState::kRts && qp.state != QpState::kSqd &&
+      qp.state != QpState::kSqe) {
+    stats_.inc(Counter::kRxDropQpState);
+    return;
+  }
+  RespState& rs = qp.resp;
+  const wire::OpcodeInfo& info = *pkt.info;
+  const Psn p = pkt.psn;
+  const bool uc = qp.type == QpType::kUc;
+  const std::uint32_t pmtu = qp.pmtu();
+
+  // --- PSN (IBA 9.7.5.1.1) ---
+  const std::int32_t d = distance(p, rs.epsn);
+  if (uc) {
+    // UC: a gap loses the message in progress; start over at the next First/Only.
+    if (d != 0) {
+      rs.in_msg = RespState::InMsg::kNone;
+      rs.recv_offset = 0;
+      rs.epsn = p;
+    }
+    if (rs.in_msg == RespState::InMsg::kNone && !info.mask.has(OpMask::kStart)) {
+      rs.epsn = p + 1;
+      return;
+    }
+  } else if (d > 0) {
+    // Ahead: one sequence-error NAK per gap, then silence until the gap is filled.
+    if (!rs.nak_sent) {
+      rs.nak_sent = true;
+      resp_nak(qp, Syndrome::nak(wire::NakCode::kPsnSeqError), rs.epsn, false);
+    }
+    return;
+  } else if (d < 0) {
+    resp_duplicate(qp, pkt);
+    return;
+  }
+  rs.nak_sent = false;
+
+  auto nak = [&](wire::NakCode code) {
+    if (uc) {
+      rs.in_msg = RespState::InMsg::kNone;
+      rs.epsn = p + 1;
+      return;
+    }
+    resp_nak(qp, Syndrome::nak(code), p, true);
+  };
+  // A responder-side error that also completes the held receive WQE in error.
+  auto fail_recv = [&](WcStatus st, wire::NakCode code) {
+    if (rs.have_recv) {
+      Wc wc;
+      wc.wr_id = rs.recv.wr_id;
+      wc.status = st;
+      wc.opcode = WcOpcode::kRecv;
+      wc.qp_num = qp.qpn;
+      rs.have_recv = false;
+      post_cqe(qp.recv_cq, wc);
+    }
+    nak(code);
+  };
+
+  // --- opcode sequence (IBA 9.7.5.1.3; rxe check_op_seq) ---
+  const bool is_send = info.mask.has(OpMask::kSend);
+  const bool is_write = info.mask.has(OpMask::kWrite);
+  switch (rs.in_msg) {
+    case RespState::InMsg::kSend:
+      if (!is_send || info.mask.has(OpMask::kStart)) return nak(wire::NakCode::kInvalidRequest);
+      break;
+    case RespState::InMsg::kWrite:
+      if (!is_write || info.mask.has(OpMask::kStart)) return nak(wire::NakCode::kInvalidRequest);
+      break;
+    case RespState::InMsg::kNone:
+      if (!info.mask.has(OpMask::kStart)) return nak(wire::NakCode::kInvalidRequest);
+      break;
+  }
+  // --- the QP must allow the operation (rxe check_op_valid) ---
+  const std::uint32_t qacc = qp.attr.qp_access_flags;
+  if ((is_write && !(qacc & kAccessRemoteWrite)) ||
+      (info.mask.has(OpMask::kRead) && !(qacc & kAccessRemoteRead)) ||
+      (info.mask.has(OpMask::kAtomic) && !(qacc & kAccessRemoteAtomic)) ||
+      info.mask.any(OpMask::kFlush | OpMask::kAtomicWrite))
+    return nak(wire::NakCode::kInvalidRequest);
+
+  // --- receive WQE for SENDs and WRITE with immediate (RNR NAK when there is none) ---
+  if (info.mask.has(OpMask::kRecvWqe) && !rs.have_recv) {
+    RecvQueue& q = qp.recv_queue();
+    if (q.head == q.tail) {
+      if (uc) {
+        rs.in_msg = RespState::InMsg::kNone;
+        rs.epsn = p + 1;
+        return;
+      }
+      resp_nak(qp, Syndrome::rnr_nak(qp.attr.min_rnr_timer), p, false);
+      return;
+    }
+    rs.recv = q.wqes[q.head++ % q.depth()];
+    rs.recv_q = &q;
+    rs.have_recv = true;
+    rs.recv_offset = 0;
+  }
+
+  const std::uint32_t len = pkt.payload_len;
+  const bool first = info.mask.has(OpMask::kStart);
+  const bool last = info.mask.has(OpMask::kEnd);
+  if (is_send) {
+    // First/Middle carry exactly the path MTU, Last 1..MTU, Only 0..MTU (IBA 9.7.5.1.4).
+    if ((!last && len != pmtu) || len > pmtu || (last && !first && len == 0))
+      return fail_recv(WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
+    if (rs.recv_offset + len > rs.recv.length)
+      return fail_recv(WcStatus::kLocLenErr, wire::NakCode::kInvalidRequest);
+    if (len && !resp_scatter(qp, rs.recv, rs.recv_offset, pkt.payload().data(), len))
+      return fail_recv(WcStatus::kLocProtErr, wire::NakCode::kRemoteOperationalError);
+    rs.recv_offset += len;
+    rs.in_msg = last ? RespState::InMsg::kNone : RespState::InMsg::kSend;
+    if (last) {
+      if (info.mask.has(OpMask::kInvalidate)) {
+        // IBA 10.6.5: SEND with invalidate frees the named MR of this QP's PD.
+        Mr* mr = mrs_.find(pkt.ieth().rkey());
+        if (mr == nullptr || mr->pd != qp.pd || !mr->fast_reg)
+          return fail_recv(WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
+        mr->state = MrState::kFree;
+      }
+      resp_complete_recv(qp, pkt, static_cast<std::uint32_t>(rs.recv_offset));
+      rs.msn = rs.msn + 1;
+    }
+  } else if (is_write) {
+    if (first) {
+      const auto reth = pkt.reth();
+      rs.write_va = reth.va();
+      rs.write_total = rs.write_remaining = reth.dma_len();
+      // IBA 9.7.5.1.5 / C9-88: a zero-length WRITE needs no valid R_Key.
+      if (rs.write_total != 0 &&
+          mrs_.check(reth.rkey(), qp.pd, rs.write_va, rs.write_total, kAccessRemoteWrite,
+                     nullptr) != KeyCheck::kOk)
+        return fail_recv(WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
+    }
+    const bool len_ok = last ? len == rs.write_remaining : (len == pmtu && rs.write_remaining > pmtu);
+    if (!len_ok) return fail_recv(WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
+    if (len) std::memcpy(reinterpret_cast<void*>(rs.write_va), pkt.payload().data(), len);
+    rs.write_va += len;
+    rs.write_remaining -= len;
+    rs.in_msg = last ? RespState::InMsg::kNone : RespState::InMsg::kWrite;
+    if (last) {
+      if (info.mask.has(OpMask::kImm))
+        resp_complete_recv(qp, pkt, static_cast<std::uint32_t>(rs.write_total));
+      rs.msn = rs.msn + 1;
+    }
+  } else if (info.mask.has(OpMask::kRead)) {
+    const auto reth = pkt.reth();
+    const std::uint64_t rlen = reth.dma_len();
+    Mr* mr = nullptr;
+    if (rlen != 0 && mrs_.check(reth.rkey(), qp.pd, reth.va(), rlen, kAccessRemoteRead, &mr) !=
+                         KeyCheck::kOk)
+      return nak(wire::NakCode::kRemoteAccessError);
+    const std::uint32_t nres = std::min<std::uint32_t>(qp.attr.max_dest_rd_atomic, 16);
+    if (nres == 0 || rs.read_tail - rs.read_head >= nres)
+      return nak(wire::NakCode::kInvalidRequest);
+    const std::uint32_t npkts = rlen == 0 ? 1 : static_cast<std::uint32_t>((rlen + pmtu - 1) / pmtu);
+    const std::uint32_t idx = rs.res_next++ % nres;
+    RdAtomicRes& r = rs.res[idx];
+    r = RdAtomicRes{};
+    r.kind = RdAtomicRes::Kind::kRead;
+    r.first_psn = p;
+    r.last_psn = p + (npkts - 1);
+    r.va = reth.va();
+    r.rkey = reth.rkey();
+    r.length = rlen;
+    r.active = true;
+    r.next_psn = p;
+    r.mr = mr;
+    rs.read_fifo[rs.read_tail++ % rs.read_fifo.size()] = static_cast<std::uint8_t>(idx);
+    if (!qp.in_read_list) {
+      qp.in_read_list = true;
+      read_list_.push_back(&qp);
+    }
+    rs.msn = rs.msn + 1;
+    rs.epsn = p + npkts;
+    return;
+  } else if (info.mask.has(OpMask::kAtomic)) {
+    const auto a = pkt.atomic_eth();
+    if (a.va() % 8 != 0) return nak(wire::NakCode::kInvalidRequest);
+    if (mrs_.check(a.rkey(), qp.pd, a.va(), 8, kAccessRemoteAtomic, nullptr) != KeyCheck::kOk)
+      return nak(wire::NakCode::kRemoteAccessError);
+    const std::uint32_t nres = std::min<std::uint32_t>(qp.attr.max_dest_rd_atomic, 16);
+    if (nres == 0) return nak(wire::NakCode::kInvalidRequest);
+    auto* target = reinterpret_cast<std::uint64_t*>(a.va());
+    std::uint64_t orig;
+    if (pkt.opcode == Opcode::kRcCompareSwap) {
+      orig = a.compare();
+      __atomic_compare_exchange_n(target, &orig, a.swap_add(), false, __ATOMIC_SEQ_CST,
+                                  __ATOMIC_SEQ_CST);
+    } else {
+      orig = __atomic_fetch_add(target, a.swap_add(), __ATOMIC_SEQ_CST);
+    }
+    RdAtomicRes& r = rs.res[rs.res_next++ % nres];
+    r = RdAtomicRes{};
+    r.kind = RdAtomicRes::Kind::kAtomic;
+    r.first_psn = r.last_psn = p;
+    r.atomic_orig = orig;
+    rs.msn = rs.msn + 1;
+    rs.epsn = p + 1;
+    if (auto slot = tx_slot(true); !slot.empty()) {
+      wire::FrameSpec s = qp.tx;
+      s.ip_id = ip_id_++;
+      s.opcode = Opcode::kRcAtomicAcknowledge;
+      s.psn = p;
+      s.aeth = {Syndrome::ack(), rs.msn};
+      s.atomic_orig = orig;
+      tx_commit(wire::build_frame(s, {}, slot));
+      stats_.inc(Counter::kAtomicAcksSent);
+    }
+    return;
+  }
+  rs.epsn = p + 1;
+  if (pkt.ack_req && !uc) defer_ack(qp, p, ack_list_);
+}
+
+void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
+  RespState& rs = qp.resp;
+  const std::uint32_t pmtu = qp.pmtu();
+  while (budget > 0 && rs.read_head != rs.read_tail && qp.state != QpState::kErr) {
+    RdAtomicRes& r = rs.res[rs.read_fifo[rs.read_head % rs.read_fifo.size()]];
+    if (!r.active) {
+      ++rs.read_head;
+      continue;
+    }
+    auto slot = tx_slot(false);
+    if (slot.empty()) return;
+    const std::uint64_t remaining = r.length - r.next_offset;
+    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(pmtu, remaining));
+    const bool first = r.next_offset == 0;
+    const bool last = len == remaining;
+    wire::FrameSpec s = qp.tx;
+    s.ip_id = ip_id_++;
+    s.opcode = first && last ? Opcode::kRcReadResponseOnly
+               : first       ? Opcode::kRcReadResponseFirst
+               : last        ? Opcode::kRcReadResponseLast
+                             : Opcode::kRcReadResponseMiddle;
+    s.psn = r.next_psn;
+    s.aeth = {Syndrome::ack(), rs.msn};
+    const std::size_t hdr = wire::write_frame_headers(s, len, slot);
+    if (len) std::memcpy(slot.data() + hdr, reinterpret_cast<const void*>(r.va + r.next_offset), len);
+    tx_commit(wire::finish_frame(s, hdr, len, slot));
+    stats_.inc(Counter::kReadResponsesSent);
+    --budget;
+    r.next_offset += len;
+    ++r.next_psn;
+    if (last) {
+      r.active = false;
+      ++rs.read_head;
+    }
+  }
+}
+
+void Engine::resp_on_ud(Qp& qp, const wire::RxPkt& pkt) {
+  if (qp.state != QpState::kRtr && qp.state != QpState::kRts) {
+    stats_.inc(Counter::kRxDropQpState);
+    return;
+  }
+  if (pkt.deth().qkey() != qp.attr.qkey) {
+    stats_.inc(Counter::kRxDropQkey);
+    return;
+  }
+  RecvQueue& q = qp.recv_queue();
+  if (q.head == q.tail) {
+    stats_.inc(Counter::kRxDropUnexpected);  // UD has no RNR: the datagram is lost
+    return;
+  }
+  RespState& rs = qp.resp;
+  rs.recv = q.wqes[q.head++ % q.depth()];
+  rs.recv_q = &q;
+  rs.have_recv = true;
+  // 40 bytes of GRH first: for IPv4, 20 zero bytes then the IPv4 header (as rxe fills it).
+  std::uint8_t grh[40] = {};
+  if (pkt.ip_version == wire::IpVersion::kV4)
+    std::memcpy(grh + 20, pkt.frame + pkt.l3_off, 20);
+  else
+    std::memcpy(grh, pkt.frame + pkt.l3_off, 40);
+  Wc wc;
+  wc.wr_id = rs.recv.wr_id;
+  wc.opcode = WcOpcode::kRecv;
+  wc.qp_num = qp.qpn;
+  wc.src_qp = pkt.deth().src_qp().raw();
+  wc.wc_flags = kWcGrh;
+  const std::uint64_t need = 40 + std::uint64_t{pkt.payload_len};
+  if (need > rs.recv.length) {
+    wc.status = WcStatus::kLocLenErr;
+  } else if (!resp_scatter(qp, rs.recv, 0, grh, 40) ||
+             !resp_scatter(qp, rs.recv, 40, pkt.payload().data(), pkt.payload_len)) {
+    wc.status = WcStatus::kLocProtErr;
+  } else {
+    wc.byte_len = static_cast<std::uint32_t>(need);
+    if (pkt.info->has(wire::Ext::kImmDt)) {
+      wc.imm_data = pkt.immdt().imm();
+      wc.wc_flags |= kWcWithImm;
+    }
+  }
+  rs.have_recv = false;
+  post_cqe(qp.recv_cq, wc);
+}
+
+}  // namespace roce::engine

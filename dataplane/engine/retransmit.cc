@@ -1,0 +1,108 @@
+/// @file
+/// Retransmission (IBA 9.7.6.1; rxe_comp.c retry paths, rxe_req.c req_retry): the local ACK
+/// timeout (4.096 us x 2^timeout, microsecond-granular), the RNR wait, the retry budgets, and
+/// the go-back-N rewind of the requester to a PSN.
+#include "dataplane/engine/engine.h"
+
+namespace roce::engine {
+
+using wire::Psn;
+
+void Engine::track_timer(Qp& qp) {
+  const std::uint64_t d = qp.comp.rnr_deadline ? qp.comp.rnr_deadline : qp.comp.retrans_deadline;
+  if (d == 0) return;
+  if (!qp.in_timer_list) {
+    qp.in_timer_list = true;
+    timer_list_.push_back(&qp);
+  }
+  if (next_timer_ == 0 || d < next_timer_) next_timer_ = d;
+}
+
+void Engine::arm_retransmit(Qp& qp) {
+  if (qp.attr.timeout == 0 || qp.comp.retrans_deadline != 0 || qp.comp.rnr_deadline != 0) return;
+  if (!before(qp.comp.psn, qp.req.high_psn)) return;  // nothing outstanding
+  qp.comp.retrans_deadline = now_ + (std::uint64_t{4096} << qp.attr.timeout);
+  track_timer(qp);
+}
+
+void Engine::order_retry(Qp& qp, Psn from, bool count_retry) {
+  if (count_retry) {
+    if (qp.comp.retry_left == 0) {
+      stats_.inc(Counter::kRetryExceeded);
+      qp_to_error(qp, WcStatus::kRetryExcErr);
+      return;
+    }
+    // rxe treats 7 as infinite; IBA does not. We follow rxe, the peer we are measured against.
+    if (qp.attr.retry_cnt != 7) --qp.comp.retry_left;
+  }
+  stats_.inc(Counter::kRetries);
+  qp.comp.retry_pending = true;
+  qp.comp.retry_psn = from;
+  qp.comp.retrans_deadline = 0;
+  schedule_send(qp);
+}
+
+// Rewinds the requester to PSN `from`: the WQE that holds it restarts at that packet, every
+// later WQE that was (partly) sent restarts from its first packet with its original PSNs.
+void Engine::do_retry(Qp& qp) {
+  qp.comp.retry_pending = false;
+  const Psn from = after(qp.comp.retry_psn, qp.comp.psn) ? qp.comp.retry_psn : qp.comp.psn;
+  const std::uint32_t pmtu = qp.pmtu();
+  bool found = false;
+  for (std::uint32_t i = qp.sq_head; i != qp.sq_tail; ++i) {
+    SendWqe& w = qp.wqe(i);
+    if (w.state == WqeState::kPosted) break;
+    if (w.state == WqeState::kExecuted || w.state == WqeState::kDone) continue;
+    if (!found) {
+      if (before(w.last_psn, from)) continue;
+      found = true;
+      qp.req.next_wqe = i;
+      qp.req.next_psn = before(from, w.first_psn) ? w.first_psn : from;
+      const std::uint32_t k = static_cast<std::uint32_t>(distance(qp.req.next_psn, w.first_psn));
+      if (w.opcode == WrOpcode::kRead) {
+        // Ask again for the part not received (rxe req_retry: VA and length adjusted).
+        w.read_done = std::uint64_t{k} * pmtu;
+      } else if (w.opcode != WrOpcode::kCmpSwap && w.opcode != WrOpcode::kFetchAdd) {
+        w.sent = std::uint64_t{k} * pmtu;
+      }
+      w.state = WqeState::kSending;
+    } else {
+      w.sent = 0;
+      w.read_done = 0;
+      w.state = WqeState::kSending;
+    }
+  }
+  if (!found) return;
+  qp.req.pkts_since_ack_req = 0;
+  arm_retransmit(qp);
+}
+
+void Engine::run_timers() {
+  std::uint64_t next = 0;
+  for (std::size_t i = 0; i < timer_list_.size();) {
+    Qp& qp = *timer_list_[i];
+    if (qp.comp.rnr_deadline != 0 && now_ >= qp.comp.rnr_deadline) {
+      qp.comp.rnr_deadline = 0;
+      order_retry(qp, qp.comp.rnr_psn, false);
+    }
+    if (qp.comp.retrans_deadline != 0 && now_ >= qp.comp.retrans_deadline) {
+      qp.comp.retrans_deadline = 0;
+      if (before(qp.comp.psn, qp.req.high_psn) && qp.state == QpState::kRts) {
+        stats_.inc(Counter::kRetransmitTimeouts);
+        order_retry(qp, qp.comp.psn, true);
+      }
+    }
+    const std::uint64_t d = qp.comp.rnr_deadline ? qp.comp.rnr_deadline : qp.comp.retrans_deadline;
+    if (d == 0) {
+      qp.in_timer_list = false;
+      timer_list_[i] = timer_list_.back();
+      timer_list_.pop_back();
+      continue;
+    }
+    if (next == 0 || d < next) next = d;
+    ++i;
+  }
+  next_timer_ = next;
+}
+
+}  // namespace roce::engine

@@ -1,0 +1,146 @@
+/// @file
+/// Receive dispatch (rxe_recv.c): parse and validate the frame, check that it is addressed to
+/// this engine, find the QP, check transport, P_Key and peer address, then hand it to exactly
+/// one stage: the responder for requests, the completer for responses. Also run(), the
+/// per-poll driver of timers, ACKs, READ responses and the send queues.
+#include <algorithm>
+#include <array>
+
+#include "dataplane/engine/engine.h"
+
+namespace roce::engine {
+
+using wire::OpMask;
+
+std::string_view to_string(Counter c) {
+  static constexpr std::array<std::string_view, kCounterCount> k{
+      "rx_frames",          "rx_bytes",           "tx_frames",
+      "tx_bytes",           "rx_drop_verdict",    "rx_drop_unknown_qp",
+      "rx_drop_qp_state",   "rx_drop_wrong_transport", "rx_drop_address",
+      "rx_drop_pkey",       "rx_drop_qkey",       "rx_drop_unexpected",
+      "rx_cnp",             "duplicate_requests", "seq_err_nak_sent",
+      "rnr_nak_sent",       "inv_req_nak_sent",   "rem_access_nak_sent",
+      "rem_op_nak_sent",    "ack_sent",           "read_responses_sent",
+      "atomic_acks_sent",   "ack_rcvd",           "seq_err_nak_rcvd",
+      "rnr_nak_rcvd",       "err_nak_rcvd",       "retransmit_timeouts",
+      "retries",            "retransmitted_packets", "retry_exceeded",
+      "rnr_retry_exceeded", "tx_ring_full",       "cq_overflow"};
+  return k[static_cast<std::size_t>(c)];
+}
+
+bool Engine::check_address(const Qp& qp, const wire::RxPkt& pkt) const {
+  // rxe check_addr: RC/UC packets must come from the QP's peer and be sent to us.
+  const wire::FrameSpec& t = qp.tx;
+  if (pkt.ip_version != t.ip_version) return false;
+  if (pkt.ip_version == wire::IpVersion::kV4) return pkt.ipv4().src() == t.dst_ip4;
+  return pkt.ipv6().src() == t.dst_ip6;
+}
+
+void Engine::receive(std::span<const std::uint8_t> frame, std::uint64_t now_ns) {
+  now_ = now_ns;
+  stats_.inc(Counter::kRxFrames);
+  stats_.inc(Counter::kRxBytes, frame.size());
+  wire::RxPkt pkt;
+  const wire::Verdict v = wire::parse_frame(frame, pkt);
+  if (v != wire::Verdict::kOk) {
+    ++stats_.verdicts[static_cast<std::size_t>(v)];
+    stats_.inc(Counter::kRxDropVerdict);
+    return;
+  }
+  ++stats_.verdicts[0];
+  const bool to_us = pkt.ip_version == wire::IpVersion::kV4
+                         ? pkt.ipv4().dst() == cfg_.ipv4
+                         : cfg_.ipv6 && pkt.ipv6().dst() == *cfg_.ipv6;
+  if (!to_us) {
+    stats_.inc(Counter::kRxDropAddress);
+    return;
+  }
+  dispatch(pkt);
+}
+
+void Engine::dispatch(const wire::RxPkt& pkt) {
+  const wire::OpcodeInfo& info = *pkt.info;
+  if (info.mask.has(OpMask::kCnp)) {
+    stats_.inc(Counter::kRxCnp);  // congestion control consumes these (DCQCN issue)
+    return;
+  }
+  Qp* qp = find_qp(pkt.dest_qp.raw());
+  if (qp == nullptr) {
+    stats_.inc(Counter::kRxDropUnknownQp);
+    return;
+  }
+  const wire::Transport t = wire::transport_of(pkt.opcode);
+  const bool match = (qp->type == QpType::kRc && t == wire::Transport::kRc) ||
+                     (qp->type == QpType::kUc && t == wire::Transport::kUc) ||
+                     (qp->type == QpType::kUd && t == wire::Transport::kUd);
+  if (!match) {
+    stats_.inc(Counter::kRxDropWrongTransport);
+    return;
+  }
+  // P_Key: low 15 bits equal, and one side a full member (we are 0xFFFF, a full member).
+  if ((pkt.bth().pkey() & 0x7FFF) != 0x7FFF) {
+    stats_.inc(Counter::kRxDropPkey);
+    return;
+  }
+  if (qp->type == QpType::kUd) {
+    resp_on_ud(*qp, pkt);
+    return;
+  }
+  if (qp->state == QpState::kReset || qp->state == QpState::kInit ||
+      qp->state == QpState::kErr) {
+    stats_.inc(Counter::kRxDropQpState);
+    return;
+  }
+  if (!check_address(*qp, pkt)) {
+    stats_.inc(Counter::kRxDropAddress);
+    return;
+  }
+  if (info.mask.has(OpMask::kResponse))
+    comp_on_response(*qp, pkt);
+  else
+    resp_on_request(*qp, pkt);
+}
+
+void Engine::run(std::uint64_t now_ns) {
+  now_ = now_ns;
+  if (next_timer_ != 0 && now_ >= next_timer_) run_timers();
+  resp_flush_acks();
+  // Round-robin over the QPs with work, a few packets each per pass, so that one long
+  // message does not starve the others.
+  constexpr std::uint32_t kPerQp = 16;
+  bool progress = true;
+  while (progress && tx_.free() > kAckReserve) {
+    progress = false;
+    for (std::size_t i = 0; i < read_list_.size();) {
+      Qp& qp = *read_list_[i];
+      std::uint32_t budget = kPerQp;
+      resp_read_pump(qp, budget);
+      progress |= budget != kPerQp;
+      if (qp.resp.read_head == qp.resp.read_tail || qp.state == QpState::kErr) {
+        qp.in_read_list = false;
+        read_list_[i] = read_list_.back();
+        read_list_.pop_back();
+        continue;
+      }
+      ++i;
+    }
+    for (std::size_t i = 0; i < send_list_.size();) {
+      Qp& qp = *send_list_[i];
+      std::uint32_t budget = kPerQp;
+      const std::uint32_t before_next = qp.req.next_wqe;
+      req_pump(qp, budget);
+      progress |= budget != kPerQp || qp.req.next_wqe != before_next;
+      const bool idle = qp.state != QpState::kRts ||
+                        (qp.req.next_wqe == qp.sq_tail && !qp.comp.retry_pending);
+      if (idle) {
+        qp.in_send_list = false;
+        send_list_[i] = send_list_.back();
+        send_list_.pop_back();
+        continue;
+      }
+      ++i;
+    }
+  }
+}
+
+}  // namespace roce::engine

@@ -1,0 +1,60 @@
+/// @file
+/// Engine counters, named like an RNIC's (rxe's RXE_CNT_*, mlx5's hw counters). One array per
+/// engine, incremented on the owning poll loop only.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include "dataplane/wire/roce_frame.h"
+
+namespace roce::engine {
+
+enum class Counter : std::uint8_t {
+  kRxFrames,
+  kRxBytes,
+  kTxFrames,
+  kTxBytes,
+  kRxDropVerdict,       ///< parser verdict other than ok (detail in verdict counters)
+  kRxDropUnknownQp,
+  kRxDropQpState,       ///< QP not in a state that accepts this packet
+  kRxDropWrongTransport,
+  kRxDropAddress,       ///< RC/UC packet from an address that is not the QP's peer
+  kRxDropPkey,
+  kRxDropQkey,
+  kRxDropUnexpected,    ///< response with nothing outstanding, or out of window
+  kRxCnp,
+  kDuplicateRequests,
+  kSeqErrNakSent,
+  kRnrNakSent,
+  kInvReqNakSent,
+  kRemAccessNakSent,
+  kRemOpNakSent,
+  kAckSent,
+  kReadResponsesSent,
+  kAtomicAcksSent,
+  kAckRcvd,
+  kSeqErrNakRcvd,
+  kRnrNakRcvd,
+  kErrNakRcvd,
+  kRetransmitTimeouts,
+  kRetries,             ///< go-back-N episodes
+  kRetransmittedPackets,
+  kRetryExceeded,
+  kRnrRetryExceeded,
+  kTxRingFull,
+  kCqOverflow,
+  kCount_
+};
+inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);
+std::string_view to_string(Counter c);
+
+struct Stats {
+  std::array<std::uint64_t, kCounterCount> c{};
+  std::array<std::uint64_t, wire::kVerdictCount> verdicts{};
+  void inc(Counter k, std::uint64_t n = 1) { c[static_cast<std::size_t>(k)] += n; }
+  std::uint64_t get(Counter k) const { return c[static_cast<std::size_t>(k)]; }
+};
+
+}  // namespace roce::engine

@@ -1,0 +1,596 @@
+/// @file
+/// Control path of the engine: PDs, MRs, CQs, SRQs, QPs, the QP state machine (IBA 10.3.1,
+/// with the required/optional attribute table of libibverbs' ibv_modify_qp), posting work
+/// requests, and moving a QP to the error state with its work requests flushed.
+#include <algorithm>
+#include <array>
+#include <random>
+
+#include "dataplane/engine/engine.h"
+
+namespace roce::engine {
+
+using wire::Psn;
+
+std::string_view to_string(QpState s) {
+  static constexpr std::array<std::string_view, 7> k{"RESET", "INIT", "RTR", "RTS",
+                                                     "SQD",   "SQE",  "ERR"};
+  return k[static_cast<std::size_t>(s)];
+}
+
+std::string_view to_string(WcStatus s) {
+  switch (s) {
+    case WcStatus::kSuccess: return "success";
+    case WcStatus::kLocLenErr: return "local length error";
+    case WcStatus::kLocQpOpErr: return "local QP operation error";
+    case WcStatus::kLocProtErr: return "local protection error";
+    case WcStatus::kWrFlushErr: return "WR flushed";
+    case WcStatus::kBadRespErr: return "bad response error";
+    case WcStatus::kLocAccessErr: return "local access error";
+    case WcStatus::kRemInvReqErr: return "remote invalid request error";
+    case WcStatus::kRemAccessErr: return "remote access error";
+    case WcStatus::kRemOpErr: return "remote operation error";
+    case WcStatus::kRetryExcErr: return "transport retry counter exceeded";
+    case WcStatus::kRnrRetryExcErr: return "RNR retry counter exceeded";
+    case WcStatus::kFatalErr: return "fatal error";
+    case WcStatus::kGeneralErr: return "general error";
+  }
+  return "unknown";
+}
+
+namespace {
+
+std::uint64_t pick_seed(std::uint64_t seed) {
+  if (seed != 0) return seed;
+  std::random_device rd;
+  return (std::uint64_t{rd()} << 32) ^ rd();
+}
+
+// Linux's symmetric flow label of a QP pair and the UDP source port derived from it
+// (include/rdma/ib_verbs.h: rdma_calc_flow_label, rdma_flow_label_to_udp_sport).
+std::uint32_t calc_flow_label(std::uint32_t lqpn, std::uint32_t rqpn) {
+  std::uint64_t v = std::uint64_t{lqpn} * rqpn;
+  v ^= v >> 20;
+  v ^= v >> 40;
+  return static_cast<std::uint32_t>(v & 0xF'FFFF);
+}
+std::uint16_t flow_label_to_udp_sport(std::uint32_t fl) {
+  std::uint32_t low = fl & 0x3FFF;
+  low ^= (fl & 0xF'C000) >> 14;
+  return static_cast<std::uint16_t>(low | 0xC000);
+}
+
+// Required and optional attributes per transition (IBA 11.2.4.2 table, as libibverbs checks).
+struct Transition {
+  std::uint32_t required[3];  // RC, UC, UD
+  std::uint32_t optional[3];
+  bool valid = false;
+};
+
+int type_index(QpType t) { return t == QpType::kRc ? 0 : t == QpType::kUc ? 1 : 2; }
+
+Transition transition(QpState from, QpState to) {
+  using S = QpState;
+  const std::uint32_t rtr_rc = kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
+                               kQpMinRnrTimer;
+  const std::uint32_t rtr_uc = kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
+  const std::uint32_t rts_rc = kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry |
+                               kQpMaxQpRdAtomic;
+  if (to == S::kReset || to == S::kErr) return {{0, 0, 0}, {0, 0, 0}, true};
+  if (from == S::kReset && to == S::kInit)
+    return {{kQpPkeyIndex | kQpPort | kQpAccessFlags, kQpPkeyIndex | kQpPort | kQpAccessFlags,
+             kQpPkeyIndex | kQpPort | kQpQkey},
+            {0, 0, 0},
+            true};
+  if (from == S::kInit && to == S::kInit)
+    return {{0, 0, 0},
+            {kQpPkeyIndex | kQpPort | kQpAccessFlags, kQpPkeyIndex | kQpPort | kQpAccessFlags,
+             kQpPkeyIndex | kQpPort | kQpQkey},
+            true};
+  if (from == S::kInit && to == S::kRtr)
+    return {{rtr_rc, rtr_uc, 0},
+            {kQpPkeyIndex | kQpAccessFlags, kQpPkeyIndex | kQpAccessFlags, kQpPkeyIndex | kQpQkey},
+            true};
+  if (from == S::kRtr && to == S::kRts)
+    return {{rts_rc, kQpSqPsn, kQpSqPsn},
+            {kQpAccessFlags | kQpMinRnrTimer, kQpAccessFlags, kQpQkey},
+            true};
+  if ((from == S::kRts || from == S::kSqd || from == S::kSqe) && to == S::kRts)
+    return {{0, 0, 0},
+            {kQpAccessFlags | kQpMinRnrTimer, kQpAccessFlags, kQpQkey},
+            from != S::kSqe || true};
+  if ((from == S::kRts || from == S::kSqd) && to == S::kSqd)
+    return {{0, 0, 0}, {0, 0, 0}, true};
+  return {};
+}
+
+bool valid_values(const QpAttr& a, std::uint32_t mask, Mtu max_mtu) {
+  if ((mask & kQpPathMtu) &&
+      (a.path_mtu < Mtu::k256 || a.path_mtu > Mtu::k4096 || a.path_mtu > max_mtu))
+    return false;
+  if ((mask & kQpTimeout) && a.timeout > 31) return false;
+  if ((mask & kQpRetryCnt) && a.retry_cnt > 7) return false;
+  if ((mask & kQpRnrRetry) && a.rnr_retry > 7) return false;
+  if ((mask & kQpMinRnrTimer) && a.min_rnr_timer > 31) return false;
+  if ((mask & kQpMaxQpRdAtomic) && a.max_rd_atomic > 16) return false;
+  if ((mask & kQpMaxDestRdAtomic) && a.max_dest_rd_atomic > 16) return false;
+  if ((mask & kQpDestQpn) && a.dest_qp_num > wire::kMask24) return false;
+  if ((mask & kQpPort) && a.port_num != 1) return false;
+  if ((mask & kQpPkeyIndex) && a.pkey_index != 0) return false;
+  if ((mask & kQpAccessFlags) &&
+      (a.qp_access_flags & ~(kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
+                             kAccessRemoteAtomic)))
+    return false;
+  return true;
+}
+
+}  // namespace
+
+Engine::Engine(const EngineConfig& cfg)
+    : cfg_(cfg), tx_(cfg.tx_slots), mrs_(pick_seed(cfg.seed)) {
+  qps_.resize(cfg.max_qps);
+  send_list_.reserve(cfg.max_qps);
+  ack_list_.reserve(cfg.max_qps);
+  read_list_.reserve(cfg.max_qps);
+  timer_list_.reserve(cfg.max_qps);
+}
+
+Engine::~Engine() = default;
+
+Pd* Engine::alloc_pd() {
+  pds_.push_back(std::make_unique<Pd>());
+  pds_.back()->handle = next_pd_++;
+  return pds_.back().get();
+}
+
+int Engine::dealloc_pd(Pd* pd) {
+  if (pd->use_count != 0) return kErrBusy;
+  std::erase_if(pds_, [pd](const auto& p) { return p.get() == pd; });
+  return kOk;
+}
+
+Mr* Engine::reg_mr(Pd* pd, void* addr, std::uint64_t length, std::uint32_t access) {
+  // IBA 10.6.3.1: remote write or atomic access requires local write.
+  if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite))
+    return nullptr;
+  return mrs_.create(pd, reinterpret_cast<std::uint64_t>(addr), length, access);
+}
+
+Mr* Engine::alloc_mr(Pd* pd, std::uint64_t max_len) { return mrs_.create_fast_reg(pd, max_len); }
+
+int Engine::dereg_mr(Mr* mr) {
+  mrs_.destroy(mr);
+  return kOk;
+}
+
+Cq* Engine::create_cq(std::uint32_t depth) {
+  if (depth == 0) return nullptr;
+  cqs_.push_back(std::make_unique<Cq>(depth));
+  return cqs_.back().get();
+}
+
+int Engine::destroy_cq(Cq* cq) {
+  for (const auto& q : qps_)
+    if (q && (q->send_cq == cq || q->recv_cq == cq)) return kErrBusy;
+  std::erase_if(cqs_, [cq](const auto& p) { return p.get() == cq; });
+  return kOk;
+}
+
+Srq* Engine::create_srq(Pd* pd, std::uint32_t max_wr, std::uint32_t max_sge) {
+  if (max_wr == 0 || max_sge == 0) return nullptr;
+  auto srq = std::make_unique<Srq>();
+  srq->pd = pd;
+  srq->rq.wqes.resize(max_wr);
+  srq->rq.sges.resize(std::size_t{max_wr} * max_sge);
+  srq->rq.max_sge = max_sge;
+  ++pd->use_count;
+  srqs_.push_back(std::move(srq));
+  return srqs_.back().get();
+}
+
+int Engine::destroy_srq(Srq* srq) {
+  if (srq->use_count != 0) return kErrBusy;
+  --srq->pd->use_count;
+  std::erase_if(srqs_, [srq](const auto& p) { return p.get() == srq; });
+  return kOk;
+}
+
+Qp* Engine::create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap& cap,
+                      Srq* srq, bool sq_sig_all, std::optional<std::uint32_t> qpn) {
+  if (pd == nullptr || send_cq == nullptr || recv_cq == nullptr) return nullptr;
+  if (cap.max_send_wr == 0 || cap.max_send_sge == 0 || (srq == nullptr && cap.max_recv_wr == 0))
+    return nullptr;
+  if (cap.max_send_sge > 64 || cap.max_recv_sge > 64 || cap.max_inline_data > 4096) return nullptr;
+  std::unique_ptr<Qp>* slot = nullptr;
+  std::uint32_t number = 0;
+  if (qpn) {
+    if (*qpn != wire::Qpn::kGsi || type != QpType::kUd || gsi_ != nullptr) return nullptr;
+    number = *qpn;
+  } else {
+    for (std::uint32_t i = 0; i < qps_.size(); ++i) {
+      if (!qps_[i]) {
+        slot = &qps_[i];
+        number = kFirstQpn + i;
+        break;
+      }
+    }
+    if (slot == nullptr) return nullptr;
+  }
+  auto qp = std::make_unique<Qp>();
+  qp->qpn = number;
+  qp->type = type;
+  qp->pd = pd;
+  qp->send_cq = send_cq;
+  qp->recv_cq = recv_cq;
+  qp->srq = srq;
+  qp->sq_sig_all = sq_sig_all;
+  qp->cap = cap;
+  qp->sq.resize(cap.max_send_wr);
+  qp->sq_sges.resize(std::size_t{cap.max_send_wr} * cap.max_send_sge);
+  qp->sq_inline.resize(std::size_t{cap.max_send_wr} * cap.max_inline_data);
+  if (srq == nullptr) {
+    qp->rq.wqes.resize(cap.max_recv_wr);
+    qp->rq.sges.resize(std::size_t{cap.max_recv_wr} * std::max<std::uint32_t>(cap.max_recv_sge, 1));
+    qp->rq.max_sge = std::max<std::uint32_t>(cap.max_recv_sge, 1);
+  } else {
+    ++srq->use_count;
+  }
+  qp->resp.res.resize(16);
+  ++pd->use_count;
+  Qp* raw = qp.get();
+  if (slot) {
+    *slot = std::move(qp);
+  } else {
+    gsi_ = raw;
+    qps_.push_back(std::move(qp));  // owned at the end; found through gsi_
+  }
+  ++live_qps_;
+  return raw;
+}
+
+Qp* Engine::find_qp(std::uint32_t qpn) const {
+  if (qpn == wire::Qpn::kGsi) return gsi_;
+  const std::uint32_t i = qpn - kFirstQpn;
+  if (i >= cfg_.max_qps) return nullptr;
+  return qps_[i].get();
+}
+
+int Engine::destroy_qp(Qp* qp) {
+  auto unlist = [qp](std::vector<Qp*>& v) { std::erase(v, qp); };
+  unlist(send_list_);
+  unlist(ack_list_);
+  unlist(read_list_);
+  unlist(timer_list_);
+  --qp->pd->use_count;
+  if (qp->srq) --qp->srq->use_count;
+  if (qp == gsi_) gsi_ = nullptr;
+  for (auto& q : qps_) {
+    if (q.get() == qp) {
+      q.reset();
+      --live_qps_;
+      return kOk;
+    }
+  }
+  return kErrInval;
+}
+
+void Engine::reset_qp(Qp& qp) {
+  qp.sq_head = qp.sq_tail = 0;
+  qp.rq.head = qp.rq.tail = 0;
+  qp.req = ReqState{};
+  qp.comp = CompState{};
+  std::vector<RdAtomicRes> res = std::move(qp.resp.res);
+  qp.resp = RespState{};
+  for (auto& r : res) r = RdAtomicRes{};
+  qp.resp.res = std::move(res);
+}
+
+void Engine::build_tx_template(Qp& qp) {
+  wire::FrameSpec& t = qp.tx;
+  t = wire::FrameSpec{};
+  t.src_mac = cfg_.mac;
+  t.vlan_id = cfg_.vlan_id;
+  const AddressVector& av = qp.attr.ah;
+  t.dst_mac = av.dmac;
+  if (const auto v4 = [&]() -> std::optional<wire::Ipv4Addr> {
+        static constexpr std::uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+        if (!std::equal(std::begin(kPrefix), std::end(kPrefix), av.dgid.b.begin()))
+          return std::nullopt;
+        return wire::Ipv4Addr{wire::load_be32(av.dgid.b.data() + 12)};
+      }()) {
+    t.ip_version = wire::IpVersion::kV4;
+    t.src_ip4 = cfg_.ipv4;
+    t.dst_ip4 = *v4;
+  } else {
+    t.ip_version = wire::IpVersion::kV6;
+    t.src_ip6 = cfg_.ipv6.value_or(wire::Ipv6Addr{});
+    t.dst_ip6 = av.dgid;
+  }
+  t.tos = av.traffic_class;
+  t.ttl = av.hop_limit;
+  t.flow_label = av.flow_label;
+  const std::uint32_t fl =
+      av.flow_label ? av.flow_label : calc_flow_label(qp.qpn, qp.attr.dest_qp_num);
+  t.udp_sport = av.udp_sport ? av.udp_sport : flow_label_to_udp_sport(fl);
+  t.dest_qp = wire::Qpn(qp.attr.dest_qp_num);
+}
+
+int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
+  const QpState cur = qp->state;
+  const QpState next = (mask & kQpState) ? a.qp_state : cur;
+  const Transition t = transition(cur, next);
+  if (!t.valid) return kErrInval;
+  const int ti = type_index(qp->type);
+  const std::uint32_t attrs = mask & ~kQpState;
+  if ((attrs & t.required[ti]) != t.required[ti]) return kErrInval;
+  if (attrs & ~(t.required[ti] | t.optional[ti])) return kErrInval;
+  if (!valid_values(a, attrs, cfg_.max_mtu)) return kErrInval;
+
+  if (attrs & kQpAccessFlags) qp->attr.qp_access_flags = a.qp_access_flags;
+  if (attrs & kQpPkeyIndex) qp->attr.pkey_index = a.pkey_index;
+  if (attrs & kQpPort) qp->attr.port_num = a.port_num;
+  if (attrs & kQpQkey) qp->attr.qkey = a.qkey;
+  if (attrs & kQpAv) qp->attr.ah = a.ah;
+  if (attrs & kQpPathMtu) qp->attr.path_mtu = a.path_mtu;
+  if (attrs & kQpTimeout) qp->attr.timeout = a.timeout;
+  if (attrs & kQpRetryCnt) qp->attr.retry_cnt = a.retry_cnt;
+  if (attrs & kQpRnrRetry) qp->attr.rnr_retry = a.rnr_retry;
+  if (attrs & kQpRqPsn) qp->attr.rq_psn = a.rq_psn & wire::kMask24;
+  if (attrs & kQpSqPsn) qp->attr.sq_psn = a.sq_psn & wire::kMask24;
+  if (attrs & kQpMaxQpRdAtomic) qp->attr.max_rd_atomic = a.max_rd_atomic;
+  if (attrs & kQpMaxDestRdAtomic) qp->attr.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  if (attrs & kQpMinRnrTimer) qp->attr.min_rnr_timer = a.min_rnr_timer;
+  if (attrs & kQpDestQpn) qp->attr.dest_qp_num = a.dest_qp_num;
+
+  if (next == QpState::kErr) {
+    if (cur != QpState::kErr) qp_to_error(*qp);
+    return kOk;
+  }
+  if (next == QpState::kReset) {
+    reset_qp(*qp);
+    std::erase(send_list_, qp);
+    std::erase(ack_list_, qp);
+    std::erase(read_list_, qp);
+    std::erase(timer_list_, qp);
+    qp->in_ack_list = qp->in_read_list = qp->in_timer_list = false;
+    qp->state = QpState::kReset;
+    return kOk;
+  }
+  if (cur == QpState::kInit && next == QpState::kRtr) {
+    qp->resp.epsn = Psn(qp->attr.rq_psn);
+    if (qp->type != QpType::kUd) build_tx_template(*qp);
+  }
+  if (cur == QpState::kRtr && next == QpState::kRts) {
+    qp->req.next_psn = Psn(qp->attr.sq_psn);
+    qp->comp.psn = Psn(qp->attr.sq_psn);
+    qp->comp.retry_left = qp->attr.retry_cnt;
+    qp->comp.rnr_left = qp->attr.rnr_retry;
+  }
+  qp->state = next;
+  qp->attr.qp_state = next;
+  if (next == QpState::kRts) schedule_send(*qp);
+  return kOk;
+}
+
+void Engine::post_cqe(Cq* cq, const Wc& wc) {
+  if (cq->size() == cq->depth()) stats_.inc(Counter::kCqOverflow);
+  cq->push(wc);
+}
+
+namespace {
+
+WcOpcode wc_opcode(WrOpcode op) {
+  switch (op) {
+    case WrOpcode::kWrite:
+    case WrOpcode::kWriteImm: return WcOpcode::kRdmaWrite;
+    case WrOpcode::kRead: return WcOpcode::kRdmaRead;
+    case WrOpcode::kCmpSwap: return WcOpcode::kCompSwap;
+    case WrOpcode::kFetchAdd: return WcOpcode::kFetchAdd;
+    case WrOpcode::kLocalInv: return WcOpcode::kLocalInv;
+    case WrOpcode::kRegMr: return WcOpcode::kRegMr;
+    default: return WcOpcode::kSend;
+  }
+}
+
+bool opcode_allowed(QpType t, WrOpcode op) {
+  switch (t) {
+    case QpType::kRc: return true;
+    case QpType::kUc:
+      return op == WrOpcode::kSend || op == WrOpcode::kSendImm || op == WrOpcode::kWrite ||
+             op == WrOpcode::kWriteImm || op == WrOpcode::kLocalInv || op == WrOpcode::kRegMr;
+    case QpType::kUd: return op == WrOpcode::kSend || op == WrOpcode::kSendImm;
+  }
+  return false;
+}
+
+}  // namespace
+
+void Engine::comp_wqe_done(Qp& qp, SendWqe& w, WcStatus status) {
+  if (w.state == WqeState::kDone) return;
+  w.state = WqeState::kDone;
+  if (w.opcode == WrOpcode::kRead || w.opcode == WrOpcode::kCmpSwap ||
+      w.opcode == WrOpcode::kFetchAdd) {
+    if (qp.req.rd_atomic_out > 0 && w.npkts != 0) --qp.req.rd_atomic_out;
+  }
+  if (status != WcStatus::kSuccess || qp.sq_sig_all || (w.flags & kSendSignaled)) {
+    Wc wc;
+    wc.wr_id = w.wr_id;
+    wc.status = status;
+    wc.opcode = wc_opcode(w.opcode);
+    wc.byte_len = static_cast<std::uint32_t>(w.length);
+    wc.qp_num = qp.qpn;
+    post_cqe(qp.send_cq, wc);
+  }
+}
+
+void Engine::flush_recvs(Qp& qp) {
+  auto flush_one = [&](std::uint64_t wr_id) {
+    Wc wc;
+    wc.wr_id = wr_id;
+    wc.status = WcStatus::kWrFlushErr;
+    wc.opcode = WcOpcode::kRecv;
+    wc.qp_num = qp.qpn;
+    post_cqe(qp.recv_cq, wc);
+  };
+  if (qp.resp.have_recv) {
+    flush_one(qp.resp.recv.wr_id);
+    qp.resp.have_recv = false;
+  }
+  if (qp.srq) return;  // an SRQ's WQEs belong to every QP attached to it
+  while (qp.rq.head != qp.rq.tail) flush_one(qp.rq.wqes[qp.rq.head++ % qp.rq.depth()].wr_id);
+}
+
+void Engine::qp_to_error(Qp& qp, std::optional<WcStatus> head_status) {
+  qp.state = QpState::kErr;
+  qp.attr.qp_state = QpState::kErr;
+  bool first = true;
+  for (std::uint32_t i = qp.sq_head; i != qp.sq_tail; ++i) {
+    SendWqe& w = qp.wqe(i);
+    if (w.state == WqeState::kDone) continue;
+    comp_wqe_done(qp, w, first && head_status ? *head_status : WcStatus::kWrFlushErr);
+    first = false;
+  }
+  qp.sq_head = qp.sq_tail;
+  qp.req.next_wqe = qp.sq_tail;
+  qp.req.rd_atomic_out = 0;
+  qp.comp.retrans_deadline = qp.comp.rnr_deadline = 0;
+  qp.comp.retry_pending = false;
+  for (auto& r : qp.resp.res) r.active = false;
+  qp.resp.reads_active = 0;
+  flush_recvs(qp);
+}
+
+int Engine::post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr) {
+  for (; wr != nullptr; wr = wr->next) {
+    auto fail = [&](int err) {
+      if (bad_wr) *bad_wr = wr;
+      return err;
+    };
+    if (qp->state == QpState::kReset || qp->state == QpState::kInit ||
+        qp->state == QpState::kRtr)
+      return fail(kErrInval);
+    if (!opcode_allowed(qp->type, wr->opcode)) return fail(kErrInval);
+    if (wr->num_sge > qp->cap.max_send_sge) return fail(kErrInval);
+    if (qp->sq_tail - qp->sq_head == qp->sq_depth()) return fail(kErrNoMem);
+    std::uint64_t length = 0;
+    for (std::uint32_t i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
+    const bool is_inline = (wr->send_flags & kSendInline) != 0;
+    const bool atomic = wr->opcode == WrOpcode::kCmpSwap || wr->opcode == WrOpcode::kFetchAdd;
+    if (is_inline && (length > qp->cap.max_inline_data || atomic || wr->opcode == WrOpcode::kRead))
+      return fail(kErrInval);
+    if (atomic && (wr->num_sge != 1 || length != 8)) return fail(kErrInval);
+    if (length > (1ull << 31)) return fail(kErrInval);
+    if (qp->type == QpType::kUd && (length > mtu_bytes(cfg_.max_mtu) || wr->ud.ah == nullptr))
+      return fail(kErrInval);
+
+    const std::uint32_t idx = qp->sq_tail % qp->sq_depth();
+    SendWqe& w = qp->sq[idx];
+    w = SendWqe{};
+    w.wr_id = wr->wr_id;
+    w.opcode = wr->opcode;
+    w.flags = wr->send_flags;
+    w.length = length;
+    w.imm = wr->imm_data;
+    w.inv_rkey = wr->invalidate_rkey;
+    if (atomic) {
+      w.remote_addr = wr->atomic.remote_addr;
+      w.rkey = wr->atomic.rkey;
+      w.compare_add = wr->atomic.compare_add;
+      w.swap = wr->atomic.swap;
+    } else {
+      w.remote_addr = wr->rdma.remote_addr;
+      w.rkey = wr->rdma.rkey;
+    }
+    if (qp->type == QpType::kUd) {
+      w.ah = *wr->ud.ah;
+      w.ud_qpn = wr->ud.remote_qpn;
+      w.ud_qkey = wr->ud.remote_qkey;
+    }
+    if (wr->opcode == WrOpcode::kRegMr) {
+      w.reg_key = wr->reg.mr_key;
+      w.reg_variant = wr->reg.new_key_variant;
+      w.reg_access = wr->reg.access;
+      w.remote_addr = wr->reg.addr;
+      w.length = wr->reg.length;
+    }
+    if (wr->opcode == WrOpcode::kLocalInv) w.inv_rkey = wr->invalidate_rkey;
+    if (is_inline) {
+      // Inline data is copied now: the caller may reuse its buffers when post_send returns.
+      w.is_inline = true;
+      std::uint8_t* dst = qp->sq_inline.data() + std::size_t{idx} * qp->cap.max_inline_data;
+      for (std::uint32_t i = 0; i < wr->num_sge; ++i) {
+        std::memcpy(dst, reinterpret_cast<const void*>(wr->sg_list[i].addr),
+                    wr->sg_list[i].length);
+        dst += wr->sg_list[i].length;
+      }
+    } else {
+      w.num_sge = wr->num_sge;
+      std::copy_n(wr->sg_list, wr->num_sge,
+                  qp->sq_sges.begin() + std::ptrdiff_t{idx} * qp->cap.max_send_sge);
+    }
+    ++qp->sq_tail;
+    if (qp->state == QpState::kErr) {
+      comp_wqe_done(*qp, w, WcStatus::kWrFlushErr);
+      qp->sq_head = qp->sq_tail;
+      qp->req.next_wqe = qp->sq_tail;
+    }
+  }
+  if (qp->state == QpState::kRts) schedule_send(*qp);
+  return kOk;
+}
+
+namespace {
+int post_to_queue(RecvQueue& q, const RecvWr* wr, const RecvWr** bad_wr) {
+  for (; wr != nullptr; wr = wr->next) {
+    if (wr->num_sge > q.max_sge) {
+      if (bad_wr) *bad_wr = wr;
+      return kErrInval;
+    }
+    if (q.count() == q.depth()) {
+      if (bad_wr) *bad_wr = wr;
+      return kErrNoMem;
+    }
+    const std::uint32_t idx = q.tail % q.depth();
+    RecvWqe& r = q.wqes[idx];
+    r.wr_id = wr->wr_id;
+    r.num_sge = wr->num_sge;
+    r.sge_base = idx * q.max_sge;
+    r.length = 0;
+    for (std::uint32_t i = 0; i < wr->num_sge; ++i) {
+      q.sges[r.sge_base + i] = wr->sg_list[i];
+      r.length += wr->sg_list[i].length;
+    }
+    ++q.tail;
+  }
+  return kOk;
+}
+}  // namespace
+
+int Engine::post_recv(Qp* qp, const RecvWr* wr, const RecvWr** bad_wr) {
+  if (qp->srq != nullptr || qp->state == QpState::kReset) {
+    if (bad_wr) *bad_wr = wr;
+    return kErrInval;
+  }
+  const int rc = post_to_queue(qp->rq, wr, bad_wr);
+  if (qp->state == QpState::kErr) flush_recvs(*qp);
+  return rc;
+}
+
+int Engine::post_srq_recv(Srq* srq, const RecvWr* wr, const RecvWr** bad_wr) {
+  return post_to_queue(srq->rq, wr, bad_wr);
+}
+
+std::span<std::uint8_t> Engine::tx_slot(bool for_ack) {
+  if (!for_ack && tx_.free() <= kAckReserve) return {};
+  auto s = tx_.reserve();
+  if (s.empty()) stats_.inc(Counter::kTxRingFull);
+  return s;
+}
+
+void Engine::tx_commit(std::size_t len) {
+  tx_.commit(len);
+  stats_.inc(Counter::kTxFrames);
+  stats_.inc(Counter::kTxBytes, len);
+}
+
+}  // namespace roce::engine

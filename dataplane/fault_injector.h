@@ -1,0 +1,68 @@
+/// @file
+/// Deterministic, seeded fault injection for a link: drop (a rate, the Nth frame, or PSN p of
+/// QP q), duplicate, reorder within a window, corrupt a byte, delay. The injector only decides;
+/// whoever carries frames (the in-memory test wire, the DPDK port layer) applies the decision,
+/// so the same policy runs in unit tests and on real ports.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace roce {
+
+struct FaultPolicy {
+  double drop_rate = 0;         ///< probability that a frame is dropped
+  std::uint64_t drop_nth = 0;   ///< drop exactly the Nth frame (1-based); 0 = off
+  struct PsnDrop {
+    std::uint32_t qpn = 0;
+    std::uint32_t psn = 0;
+    std::uint32_t times = 1;    ///< how many frames matching (qpn, psn) to drop
+    int opcode = -1;            ///< only frames with this BTH opcode; -1 = any
+  };
+  std::vector<PsnDrop> drop_psn;
+  double duplicate_rate = 0;    ///< probability that a frame is delivered twice
+  double reorder_rate = 0;      ///< probability that a frame is held back...
+  std::uint32_t reorder_window = 0;  ///< ...behind 1..window later frames
+  double corrupt_rate = 0;      ///< probability that one byte of the RoCE packet is flipped
+  std::uint64_t delay_ns = 0;   ///< added to every frame
+  std::uint64_t jitter_ns = 0;  ///< plus a uniform random 0..jitter (may reorder)
+  std::uint64_t seed = 1;
+
+  bool any() const {
+    return drop_rate > 0 || drop_nth > 0 || !drop_psn.empty() || duplicate_rate > 0 ||
+           (reorder_rate > 0 && reorder_window > 0) || corrupt_rate > 0 || delay_ns > 0 ||
+           jitter_ns > 0;
+  }
+};
+
+struct FaultDecision {
+  bool drop = false;
+  std::uint8_t copies = 1;       ///< 2 when duplicated
+  int corrupt_at = -1;           ///< byte offset to flip, -1 = none
+  std::uint8_t corrupt_mask = 0;
+  std::uint32_t hold = 0;        ///< deliver after this many later frames (reorder)
+  std::uint64_t delay_ns = 0;
+};
+
+struct FaultStats {
+  std::uint64_t frames = 0, dropped = 0, duplicated = 0, reordered = 0, corrupted = 0;
+};
+
+class FaultInjector {
+ public:
+  explicit FaultInjector(FaultPolicy policy);
+  /// Decides what happens to one frame (Ethernet header first).
+  FaultDecision decide(std::span<const std::uint8_t> frame);
+  const FaultStats& stats() const { return stats_; }
+  const FaultPolicy& policy() const { return policy_; }
+
+ private:
+  bool chance(double p);
+  FaultPolicy policy_;
+  std::mt19937_64 rng_;
+  FaultStats stats_;
+};
+
+}  // namespace roce
