@@ -113,6 +113,9 @@ class Engine {
   void resp_on_ud(Qp& qp, const wire::RxPkt& pkt);
   void resp_duplicate(Qp& qp, const wire::RxPkt& pkt);
   void resp_nak(Qp& qp, wire::Syndrome syn, wire::Psn psn, bool to_error);
+  void resp_emit(Qp& qp, wire::Syndrome syn, wire::Psn psn);
+  void resp_emit_atomic_ack(Qp& qp, std::uint32_t res_idx);
+  void resp_schedule(Qp& qp);
   void resp_ack_now(Qp& qp, wire::Psn psn);
   void resp_flush_acks();
   void resp_read_pump(Qp& qp, std::uint32_t& budget);

@@ -54,6 +54,7 @@ struct SendWqe {
   std::uint32_t npkts = 0;
   std::uint64_t sent = 0;       ///< bytes packetized (SEND/WRITE)
   std::uint64_t read_done = 0;  ///< READ response bytes received
+  std::uint64_t read_resume = 0;  ///< read_done when the READ request was last (re)sent
   std::uint64_t atomic_orig = 0;
 };
 
@@ -94,6 +95,7 @@ struct RdAtomicRes {
   bool active = false;
   wire::Psn next_psn;
   std::uint64_t next_offset = 0;
+  std::uint64_t start_offset = 0;  ///< where the current (re)play started: its First packet
   Mr* mr = nullptr;
 };
 
@@ -114,6 +116,8 @@ struct CompState {
   wire::Psn rnr_psn;
   bool retry_pending = false;  ///< a go-back-N was ordered and not yet carried out
   wire::Psn retry_psn;
+  bool retried = false;        ///< a retry from `retried_psn` ran and no progress came since
+  wire::Psn retried_psn;
 };
 
 struct RespState {
@@ -136,11 +140,20 @@ struct RespState {
   // READ/atomic resources (max_dest_rd_atomic of them)
   std::vector<RdAtomicRes> res;
   std::uint32_t res_next = 0;
-  std::uint32_t reads_active = 0;
-  // READ responses are sent in request order: a FIFO of resource indices
-  std::array<std::uint8_t, 16> read_fifo{};
-  std::uint32_t read_head = 0;
-  std::uint32_t read_tail = 0;
+  // Everything the responder sends goes out in PSN order (IBA 9.7.5.1.6): while READ responses
+  // are still streaming, later ACKs, NAKs and atomic ACKs wait behind them in this queue;
+  // otherwise they would implicitly acknowledge the unfinished READ at the requester.
+  struct Item {
+    enum class Kind : std::uint8_t { kRead, kAck, kAtomicAck } kind = Kind::kAck;
+    std::uint8_t res = 0;  ///< resource index (kRead, kAtomicAck)
+    wire::Syndrome syn = wire::Syndrome::ack();  ///< kAck: ACK, RNR NAK or sequence NAK
+    wire::Psn psn;
+  };
+  std::array<Item, 32> out;
+  std::uint32_t out_head = 0;
+  std::uint32_t out_tail = 0;
+  std::uint32_t reads_queued = 0;  ///< kRead items in `out`
+  bool out_empty() const { return out_head == out_tail; }
 };
 
 struct Qp {

@@ -215,6 +215,7 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
       s.reth = {w.remote_addr + w.read_done, w.rkey,
                 static_cast<std::uint32_t>(w.length - w.read_done)};
       psn_span = w.npkts - static_cast<std::uint32_t>(w.read_done / pmtu);
+      w.read_resume = w.read_done;
       s.ack_req = true;
       break;
     }

@@ -15,26 +15,66 @@ using wire::OpMask;
 using wire::Psn;
 using wire::Syndrome;
 
-void Engine::resp_ack_now(Qp& qp, Psn psn) {
-  auto slot = tx_slot(true);
-  if (slot.empty()) return;  // counted; the requester's timer recovers
+namespace {
+// Builds one ACK/NAK (opcode Acknowledge) or atomic ACK into a TX slot.
+std::size_t build_ack(const Qp& qp, std::span<std::uint8_t> slot, std::uint16_t ip_id,
+                      Opcode op, Syndrome syn, Psn psn, std::uint64_t orig) {
   wire::FrameSpec s = qp.tx;
-  s.ip_id = ip_id_++;
-  s.opcode = Opcode::kRcAcknowledge;
+  s.ip_id = ip_id;
+  s.opcode = op;
   s.psn = psn;
-  s.aeth = {Syndrome::ack(), qp.resp.msn};
-  tx_commit(wire::build_frame(s, {}, slot));
-  stats_.inc(Counter::kAckSent);
+  s.aeth = {syn, qp.resp.msn};
+  s.atomic_orig = orig;
+  return wire::build_frame(s, {}, slot);
+}
+}  // namespace
+
+void Engine::resp_ack_now(Qp& qp, Psn psn) { resp_emit(qp, Syndrome::ack(), psn); }
+
+void Engine::resp_emit(Qp& qp, Syndrome syn, Psn psn) {
+  RespState& rs = qp.resp;
+  if (rs.out_empty()) {
+    if (auto slot = tx_slot(true); !slot.empty()) {
+      tx_commit(build_ack(qp, slot, ip_id_++, Opcode::kRcAcknowledge, syn, psn, 0));
+      if (syn.type() == wire::AckType::kAck) stats_.inc(Counter::kAckSent);
+    }
+    return;
+  }
+  // Behind streaming READ responses: coalesce with a queued plain ACK, else queue.
+  auto& back = rs.out[(rs.out_tail - 1) % rs.out.size()];
+  if (syn.type() == wire::AckType::kAck && back.kind == RespState::Item::Kind::kAck &&
+      back.syn.type() == wire::AckType::kAck) {
+    back.psn = psn;
+    return;
+  }
+  if (rs.out_tail - rs.out_head == rs.out.size()) return;  // full: the requester's timer recovers
+  rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kAck, 0, syn, psn};
+}
+
+void Engine::resp_emit_atomic_ack(Qp& qp, std::uint32_t res_idx) {
+  RespState& rs = qp.resp;
+  const RdAtomicRes& r = rs.res[res_idx];
+  if (rs.out_empty()) {
+    if (auto slot = tx_slot(true); !slot.empty()) {
+      tx_commit(build_ack(qp, slot, ip_id_++, Opcode::kRcAtomicAcknowledge, Syndrome::ack(),
+                          r.first_psn, r.atomic_orig));
+      stats_.inc(Counter::kAtomicAcksSent);
+    }
+    return;
+  }
+  if (rs.out_tail - rs.out_head == rs.out.size()) return;
+  rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kAtomicAck,
+                                           static_cast<std::uint8_t>(res_idx), Syndrome::ack(),
+                                           r.first_psn};
 }
 
 void Engine::resp_nak(Qp& qp, Syndrome syn, Psn psn, bool to_error) {
-  if (auto slot = tx_slot(true); !slot.empty()) {
-    wire::FrameSpec s = qp.tx;
-    s.ip_id = ip_id_++;
-    s.opcode = Opcode::kRcAcknowledge;
-    s.psn = psn;
-    s.aeth = {syn, qp.resp.msn};
-    tx_commit(wire::build_frame(s, {}, slot));
+  if (to_error) {
+    // Class C errors end the connection: the NAK goes out at once.
+    if (auto slot = tx_slot(true); !slot.empty())
+      tx_commit(build_ack(qp, slot, ip_id_++, Opcode::kRcAcknowledge, syn, psn, 0));
+  } else {
+    resp_emit(qp, syn, psn);
   }
   if (syn.type() == wire::AckType::kRnrNak) {
     stats_.inc(Counter::kRnrNakSent);
@@ -69,6 +109,12 @@ void defer_ack(Qp& qp, Psn psn, std::vector<Qp*>& list) {
   }
 }
 }  // namespace
+
+void Engine::resp_schedule(Qp& qp) {
+  if (qp.in_read_list) return;
+  qp.in_read_list = true;
+  read_list_.push_back(&qp);
+}
 
 bool Engine::resp_scatter(Qp& qp, const RecvWqe& r, std::uint64_t offset,
                           const std::uint8_t* src, std::size_t len) {
@@ -128,35 +174,36 @@ void Engine::resp_duplicate(Qp& qp, const wire::RxPkt& pkt) {
       const auto reth = pkt.reth();
       if (reth.rkey() != r.rkey || reth.va() != r.va + off || reth.dma_len() != r.length - off)
         return;  // not a retry of that READ: drop
-      // Go-back-N means every later READ will be asked for again too: restart from this one.
-      for (auto& other : qp.resp.res) other.active = false;
+      // The requester went back to p: whatever is queued for p and later will be asked for
+      // again, so drop it (including this READ's own earlier replay); keep what comes before.
+      RespState& rs = qp.resp;
+      while (!rs.out_empty()) {
+        RespState::Item& back = rs.out[(rs.out_tail - 1) % rs.out.size()];
+        const bool is_read = back.kind == RespState::Item::Kind::kRead;
+        if (!(is_read && back.res == i) && before(back.psn, p)) break;
+        if (is_read) {
+          rs.res[back.res].active = false;
+          --rs.reads_queued;
+        }
+        --rs.out_tail;
+      }
       r.active = true;
       r.next_psn = p;
       r.next_offset = off;
-      qp.resp.read_head = 0;
-      qp.resp.read_tail = 1;
-      qp.resp.read_fifo[0] = static_cast<std::uint8_t>(i);
-      if (!qp.in_read_list) {
-        qp.in_read_list = true;
-        read_list_.push_back(&qp);
-      }
+      r.start_offset = off;  // a replay is a new response: First (or Only) again
+      rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kRead,
+                                               static_cast<std::uint8_t>(i), Syndrome::ack(), p};
+      ++rs.reads_queued;
+      resp_schedule(qp);
       return;
     }
     return;
   }
   if (pkt.info->mask.has(OpMask::kAtomic)) {
-    for (const RdAtomicRes& r : qp.resp.res) {
+    for (std::uint32_t i = 0; i < qp.resp.res.size(); ++i) {
+      const RdAtomicRes& r = qp.resp.res[i];
       if (r.kind != RdAtomicRes::Kind::kAtomic || r.first_psn != p) continue;
-      if (auto slot = tx_slot(true); !slot.empty()) {
-        wire::FrameSpec s = qp.tx;
-        s.ip_id = ip_id_++;
-        s.opcode = Opcode::kRcAtomicAcknowledge;
-        s.psn = p;
-        s.aeth = {Syndrome::ack(), qp.resp.msn};
-        s.atomic_orig = r.atomic_orig;
-        tx_commit(wire::build_frame(s, {}, slot));
-        stats_.inc(Counter::kAtomicAcksSent);
-      }
+      resp_emit_atomic_ack(qp, i);
       return;
     }
     return;
@@ -318,7 +365,7 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
                          KeyCheck::kOk)
       return nak(wire::NakCode::kRemoteAccessError);
     const std::uint32_t nres = std::min<std::uint32_t>(qp.attr.max_dest_rd_atomic, 16);
-    if (nres == 0 || rs.read_tail - rs.read_head >= nres)
+    if (nres == 0 || rs.reads_queued >= nres || rs.out_tail - rs.out_head == rs.out.size())
       return nak(wire::NakCode::kInvalidRequest);
     const std::uint32_t npkts = rlen == 0 ? 1 : static_cast<std::uint32_t>((rlen + pmtu - 1) / pmtu);
     const std::uint32_t idx = rs.res_next++ % nres;
@@ -333,11 +380,10 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
     r.active = true;
     r.next_psn = p;
     r.mr = mr;
-    rs.read_fifo[rs.read_tail++ % rs.read_fifo.size()] = static_cast<std::uint8_t>(idx);
-    if (!qp.in_read_list) {
-      qp.in_read_list = true;
-      read_list_.push_back(&qp);
-    }
+    rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kRead,
+                                             static_cast<std::uint8_t>(idx), Syndrome::ack(), p};
+    ++rs.reads_queued;
+    resp_schedule(qp);
     rs.msn = rs.msn + 1;
     rs.epsn = p + npkts;
     return;
@@ -357,23 +403,15 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
     } else {
       orig = __atomic_fetch_add(target, a.swap_add(), __ATOMIC_SEQ_CST);
     }
-    RdAtomicRes& r = rs.res[rs.res_next++ % nres];
+    const std::uint32_t idx = rs.res_next++ % nres;
+    RdAtomicRes& r = rs.res[idx];
     r = RdAtomicRes{};
     r.kind = RdAtomicRes::Kind::kAtomic;
     r.first_psn = r.last_psn = p;
     r.atomic_orig = orig;
     rs.msn = rs.msn + 1;
     rs.epsn = p + 1;
-    if (auto slot = tx_slot(true); !slot.empty()) {
-      wire::FrameSpec s = qp.tx;
-      s.ip_id = ip_id_++;
-      s.opcode = Opcode::kRcAtomicAcknowledge;
-      s.psn = p;
-      s.aeth = {Syndrome::ack(), rs.msn};
-      s.atomic_orig = orig;
-      tx_commit(wire::build_frame(s, {}, slot));
-      stats_.inc(Counter::kAtomicAcksSent);
-    }
+    resp_emit_atomic_ack(qp, idx);
     return;
   }
   rs.epsn = p + 1;
@@ -383,17 +421,31 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
 void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
   RespState& rs = qp.resp;
   const std::uint32_t pmtu = qp.pmtu();
-  while (budget > 0 && rs.read_head != rs.read_tail && qp.state != QpState::kErr) {
-    RdAtomicRes& r = rs.res[rs.read_fifo[rs.read_head % rs.read_fifo.size()]];
+  while (budget > 0 && !rs.out_empty() && qp.state != QpState::kErr) {
+    RespState::Item& it = rs.out[rs.out_head % rs.out.size()];
+    if (it.kind != RespState::Item::Kind::kRead) {
+      auto slot = tx_slot(true);
+      if (slot.empty()) return;
+      const bool atomic = it.kind == RespState::Item::Kind::kAtomicAck;
+      tx_commit(build_ack(qp, slot, ip_id_++,
+                          atomic ? Opcode::kRcAtomicAcknowledge : Opcode::kRcAcknowledge, it.syn,
+                          it.psn, atomic ? rs.res[it.res].atomic_orig : 0));
+      stats_.inc(atomic ? Counter::kAtomicAcksSent : Counter::kAckSent);
+      ++rs.out_head;
+      --budget;
+      continue;
+    }
+    RdAtomicRes& r = rs.res[it.res];
     if (!r.active) {
-      ++rs.read_head;
+      ++rs.out_head;
+      --rs.reads_queued;
       continue;
     }
     auto slot = tx_slot(false);
     if (slot.empty()) return;
     const std::uint64_t remaining = r.length - r.next_offset;
     const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(pmtu, remaining));
-    const bool first = r.next_offset == 0;
+    const bool first = r.next_offset == r.start_offset;
     const bool last = len == remaining;
     wire::FrameSpec s = qp.tx;
     s.ip_id = ip_id_++;
@@ -412,7 +464,8 @@ void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
     ++r.next_psn;
     if (last) {
       r.active = false;
-      ++rs.read_head;
+      ++rs.out_head;
+      --rs.reads_queued;
     }
   }
 }

@@ -26,6 +26,10 @@ void Engine::arm_retransmit(Qp& qp) {
 }
 
 void Engine::order_retry(Qp& qp, Psn from, bool count_retry) {
+  // Packets still in flight from before a go-back-N (more sequence NAKs, READ responses past a
+  // gap) must not start another one from the same PSN: wait for progress or the timer.
+  if (count_retry && (qp.comp.retry_pending || (qp.comp.retried && qp.comp.retried_psn == from)))
+    return;
   if (count_retry) {
     if (qp.comp.retry_left == 0) {
       stats_.inc(Counter::kRetryExceeded);
@@ -47,6 +51,8 @@ void Engine::order_retry(Qp& qp, Psn from, bool count_retry) {
 void Engine::do_retry(Qp& qp) {
   qp.comp.retry_pending = false;
   const Psn from = after(qp.comp.retry_psn, qp.comp.psn) ? qp.comp.retry_psn : qp.comp.psn;
+  qp.comp.retried = true;
+  qp.comp.retried_psn = from;
   const std::uint32_t pmtu = qp.pmtu();
   bool found = false;
   for (std::uint32_t i = qp.sq_head; i != qp.sq_tail; ++i) {
@@ -89,6 +95,7 @@ void Engine::run_timers() {
       qp.comp.retrans_deadline = 0;
       if (before(qp.comp.psn, qp.req.high_psn) && qp.state == QpState::kRts) {
         stats_.inc(Counter::kRetransmitTimeouts);
+        qp.comp.retried = false;  // a timeout always retries
         order_retry(qp, qp.comp.psn, true);
       }
     }

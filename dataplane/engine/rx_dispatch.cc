@@ -116,7 +116,7 @@ void Engine::run(std::uint64_t now_ns) {
       std::uint32_t budget = kPerQp;
       resp_read_pump(qp, budget);
       progress |= budget != kPerQp;
-      if (qp.resp.read_head == qp.resp.read_tail || qp.state == QpState::kErr) {
+      if (qp.resp.out_empty() || qp.state == QpState::kErr) {
         qp.in_read_list = false;
         read_list_[i] = read_list_.back();
         read_list_.pop_back();

@@ -362,6 +362,7 @@ int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
   }
   if (cur == QpState::kRtr && next == QpState::kRts) {
     qp->req.next_psn = Psn(qp->attr.sq_psn);
+    qp->req.high_psn = Psn(qp->attr.sq_psn);
     qp->comp.psn = Psn(qp->attr.sq_psn);
     qp->comp.retry_left = qp->attr.retry_cnt;
     qp->comp.rnr_left = qp->attr.rnr_retry;
@@ -456,7 +457,8 @@ void Engine::qp_to_error(Qp& qp, std::optional<WcStatus> head_status) {
   qp.comp.retrans_deadline = qp.comp.rnr_deadline = 0;
   qp.comp.retry_pending = false;
   for (auto& r : qp.resp.res) r.active = false;
-  qp.resp.reads_active = 0;
+  qp.resp.out_head = qp.resp.out_tail = 0;
+  qp.resp.reads_queued = 0;
   flush_recvs(qp);
 }
 
