@@ -13,21 +13,21 @@
 namespace roce {
 
 struct FaultPolicy {
-  double drop_rate = 0;         ///< probability that a frame is dropped
-  std::uint64_t drop_nth = 0;   ///< drop exactly the Nth frame (1-based); 0 = off
+  double drop_rate = 0;        ///< probability that a frame is dropped
+  std::uint64_t drop_nth = 0;  ///< drop exactly the Nth frame (1-based); 0 = off
   struct PsnDrop {
     std::uint32_t qpn = 0;
     std::uint32_t psn = 0;
-    std::uint32_t times = 1;    ///< how many frames matching (qpn, psn) to drop
-    int opcode = -1;            ///< only frames with this BTH opcode; -1 = any
+    std::uint32_t times = 1;  ///< how many frames matching (qpn, psn) to drop
+    int opcode = -1;          ///< only frames with this BTH opcode; -1 = any
   };
   std::vector<PsnDrop> drop_psn;
-  double duplicate_rate = 0;    ///< probability that a frame is delivered twice
-  double reorder_rate = 0;      ///< probability that a frame is held back...
+  double duplicate_rate = 0;         ///< probability that a frame is delivered twice
+  double reorder_rate = 0;           ///< probability that a frame is held back...
   std::uint32_t reorder_window = 0;  ///< ...behind 1..window later frames
-  double corrupt_rate = 0;      ///< probability that one byte of the RoCE packet is flipped
-  std::uint64_t delay_ns = 0;   ///< added to every frame
-  std::uint64_t jitter_ns = 0;  ///< plus a uniform random 0..jitter (may reorder)
+  double corrupt_rate = 0;           ///< probability that one byte of the RoCE packet is flipped
+  std::uint64_t delay_ns = 0;        ///< added to every frame
+  std::uint64_t jitter_ns = 0;       ///< plus a uniform random 0..jitter (may reorder)
   std::uint64_t seed = 1;
 
   bool any() const {
@@ -39,10 +39,10 @@ struct FaultPolicy {
 
 struct FaultDecision {
   bool drop = false;
-  std::uint8_t copies = 1;       ///< 2 when duplicated
-  int corrupt_at = -1;           ///< byte offset to flip, -1 = none
+  std::uint8_t copies = 1;  ///< 2 when duplicated
+  int corrupt_at = -1;      ///< byte offset to flip, -1 = none
   std::uint8_t corrupt_mask = 0;
-  std::uint32_t hold = 0;        ///< deliver after this many later frames (reorder)
+  std::uint32_t hold = 0;  ///< deliver after this many later frames (reorder)
   std::uint64_t delay_ns = 0;
 };
 

@@ -19,11 +19,19 @@ std::vector<PcapRecord> read_pcap(const std::string& path) {
   bool swap = false;
   bool nanos = false;
   switch (magic) {
-    case 0xA1B2C3D4: break;
-    case 0xD4C3B2A1: swap = true; break;
-    case 0xA1B23C4D: nanos = true; break;
-    case 0x4D3CB2A1: swap = nanos = true; break;
-    default: throw std::runtime_error(path + ": not a pcap file (pcapng is not supported)");
+    case 0xA1B2C3D4:
+      break;
+    case 0xD4C3B2A1:
+      swap = true;
+      break;
+    case 0xA1B23C4D:
+      nanos = true;
+      break;
+    case 0x4D3CB2A1:
+      swap = nanos = true;
+      break;
+    default:
+      throw std::runtime_error(path + ": not a pcap file (pcapng is not supported)");
   }
   auto u32 = [swap](const std::uint8_t* p) {
     std::uint32_t v;
@@ -39,8 +47,8 @@ std::vector<PcapRecord> read_pcap(const std::string& path) {
     if (caplen > snaplen || caplen > (1u << 18))
       throw std::runtime_error(path + ": record " + std::to_string(out.size()) +
                                " has an impossible length " + std::to_string(caplen));
-    r.timestamp_ns = std::uint64_t{u32(rec)} * 1'000'000'000 +
-                     std::uint64_t{u32(rec + 4)} * (nanos ? 1 : 1000);
+    r.timestamp_ns =
+        std::uint64_t{u32(rec)} * 1'000'000'000 + std::uint64_t{u32(rec + 4)} * (nanos ? 1 : 1000);
     r.orig_len = u32(rec + 12);
     r.data.resize(caplen);
     if (caplen != 0 && std::fread(r.data.data(), caplen, 1, f.get()) != 1)

@@ -20,8 +20,7 @@ void put(std::FILE* f, T v) {
 
 PcapWriter::PcapWriter(const std::string& path, std::uint32_t snaplen)
     : f_(std::fopen(path.c_str(), "wb")), snaplen_(snaplen) {
-  if (f_ == nullptr)
-    throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+  if (f_ == nullptr) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
   put<std::uint32_t>(f_, kMagicMicros);
   put<std::uint16_t>(f_, 2);  // version 2.4
   put<std::uint16_t>(f_, 4);

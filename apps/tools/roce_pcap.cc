@@ -3,7 +3,6 @@
 /// file (--out), or checks the RoCEv2 frames of an existing capture with the stack's own
 /// parser (--check).
 #include <boost/program_options.hpp>
-
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -83,8 +82,9 @@ int write_samples(const po::variables_map& vm) {
     manifest << kManifestHeader << '\n';
   }
   const bool quiet = vm.count("quiet") != 0;
-  if (!quiet) std::printf("%5s  %-4s  %-36s %8s %8s %7s %6s\n", "frame", "op", "name", "dest_qp",
-                          "psn", "payload", "bytes");
+  if (!quiet)
+    std::printf("%5s  %-4s  %-36s %8s %8s %7s %6s\n", "frame", "op", "name", "dest_qp", "psn",
+                "payload", "bytes");
   std::uint64_t ts = 1'700'000'000'000'000'000ull;
   for (std::size_t i = 0; i < frames.size(); ++i) {
     const auto& f = frames[i];
@@ -141,15 +141,16 @@ int main(int argc, char** argv) {
       "       roce-pcap --check FILE.pcap\n\n"
       "Writes one valid RoCEv2 frame for every opcode the stack knows, or checks the RoCEv2\n"
       "frames of a capture (ICRC, lengths, headers) and exits 1 if any is bad.\n\nOptions");
-  desc.add_options()
-      ("help,h", "print this help")
-      ("out,o", po::value<std::string>(), "pcap file to write")
-      ("ipv6", "use IPv6 (2001:db8::1 <-> 2001:db8::2) instead of IPv4 (192.0.2.1 <-> 192.0.2.2)")
-      ("vlan", po::value<unsigned>(), "add an 802.1Q tag with this VLAN ID (1-4094)")
-      ("pmtu", po::value<unsigned>()->default_value(1024), "path MTU: payload of First/Middle packets")
-      ("manifest", po::value<std::string>(), "also write a TSV line per frame (opcode, QPN, PSN, ...)")
-      ("quiet,q", "print only the summary line")
-      ("check", po::value<std::string>(), "parse every frame of this pcap file and report verdicts");
+  desc.add_options()("help,h", "print this help")("out,o", po::value<std::string>(),
+                                                  "pcap file to write")(
+      "ipv6", "use IPv6 (2001:db8::1 <-> 2001:db8::2) instead of IPv4 (192.0.2.1 <-> 192.0.2.2)")(
+      "vlan", po::value<unsigned>(), "add an 802.1Q tag with this VLAN ID (1-4094)")(
+      "pmtu", po::value<unsigned>()->default_value(1024),
+      "path MTU: payload of First/Middle packets")(
+      "manifest", po::value<std::string>(),
+      "also write a TSV line per frame (opcode, QPN, PSN, ...)")("quiet,q",
+                                                                 "print only the summary line")(
+      "check", po::value<std::string>(), "parse every frame of this pcap file and report verdicts");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);

@@ -182,8 +182,8 @@ void Engine::comp_on_response(Qp& qp, const wire::RxPkt& pkt) {
   // A response that does not fit is dropped (a stale duplicate), not fatal.
   const std::uint64_t remaining = w.length - w.read_done;
   const bool last = info.mask.has(OpMask::kEnd);
-  const bool len_ok = last ? pkt.payload_len == remaining
-                           : pkt.payload_len == pmtu && remaining > pmtu;
+  const bool len_ok =
+      last ? pkt.payload_len == remaining : pkt.payload_len == pmtu && remaining > pmtu;
   if (!len_ok) {
     stats_.inc(Counter::kRxDropUnexpected);
     return;

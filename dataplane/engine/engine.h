@@ -42,6 +42,9 @@ struct EngineConfig {
   std::uint32_t ack_req_every = 64;        ///< AckReq at least this often within a message
   Mtu max_mtu = Mtu::k4096;                ///< UD payload limit and largest path MTU accepted
   std::uint64_t seed = 0;                  ///< 0: keys from std::random_device
+  /// Advertise end-to-end credits (posted receive WQEs) in every ACK's AETH (IBA 9.7.7.2);
+  /// off: always "no credit information" (0x1F), as rxe does. QPs on an SRQ never advertise.
+  bool advertise_credits = true;
 };
 
 class Engine {
@@ -63,9 +66,8 @@ class Engine {
   Srq* create_srq(Pd* pd, std::uint32_t max_wr, std::uint32_t max_sge);
   int destroy_srq(Srq* srq);
   /// `qpn`: a fixed number (1 for the GSI QP); otherwise one is allocated.
-  Qp* create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap& cap,
-                Srq* srq = nullptr, bool sq_sig_all = false,
-                std::optional<std::uint32_t> qpn = std::nullopt);
+  Qp* create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap& cap, Srq* srq = nullptr,
+                bool sq_sig_all = false, std::optional<std::uint32_t> qpn = std::nullopt);
   int destroy_qp(Qp* qp);
   int modify_qp(Qp* qp, const QpAttr& attr, std::uint32_t mask);
   int post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr);

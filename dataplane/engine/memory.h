@@ -20,8 +20,8 @@ struct Pd {
 };
 
 enum class MrState : std::uint8_t {
-  kValid,    ///< registered and usable
-  kFree,     ///< allocated for fast-registration, not (or no longer) registered
+  kValid,  ///< registered and usable
+  kFree,   ///< allocated for fast-registration, not (or no longer) registered
 };
 
 struct Mr {
@@ -31,8 +31,8 @@ struct Mr {
   std::uint64_t length = 0;
   std::uint32_t access = 0;
   MrState state = MrState::kValid;
-  bool fast_reg = false;     ///< allocated by alloc_mr(), registered by a REG_MR work request
-  std::uint64_t max_len = 0; ///< fast-reg: the largest region it may describe
+  bool fast_reg = false;      ///< allocated by alloc_mr(), registered by a REG_MR work request
+  std::uint64_t max_len = 0;  ///< fast-reg: the largest region it may describe
 };
 
 /// Result of checking an access through a key.

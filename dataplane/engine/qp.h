@@ -20,11 +20,11 @@ namespace roce::engine {
 struct Srq;
 
 enum class WqeState : std::uint8_t {
-  kPosted,   ///< nothing sent yet
-  kSending,  ///< some packets sent
-  kSent,     ///< every packet sent (a READ: its request), waiting for acknowledgement/responses
-  kExecuted, ///< finished without acknowledgement (UD/UC send, local op); completes in order
-  kDone,     ///< finished; completion written if signaled
+  kPosted,    ///< nothing sent yet
+  kSending,   ///< some packets sent
+  kSent,      ///< every packet sent (a READ: its request), waiting for acknowledgement/responses
+  kExecuted,  ///< finished without acknowledgement (UD/UC send, local op); completes in order
+  kDone,      ///< finished; completion written if signaled
 };
 
 struct SendWqe {
@@ -32,8 +32,8 @@ struct SendWqe {
   std::uint64_t wr_id = 0;
   WrOpcode opcode = WrOpcode::kSend;
   std::uint32_t flags = 0;
-  std::uint32_t num_sge = 0;   ///< 0 with inline data
-  std::uint64_t length = 0;    ///< total bytes of the message
+  std::uint32_t num_sge = 0;  ///< 0 with inline data
+  std::uint64_t length = 0;   ///< total bytes of the message
   std::uint32_t imm = 0;
   std::uint32_t inv_rkey = 0;
   std::uint64_t remote_addr = 0;
@@ -52,8 +52,8 @@ struct SendWqe {
   wire::Psn first_psn;
   wire::Psn last_psn;
   std::uint32_t npkts = 0;
-  std::uint64_t sent = 0;       ///< bytes packetized (SEND/WRITE)
-  std::uint64_t read_done = 0;  ///< READ response bytes received
+  std::uint64_t sent = 0;         ///< bytes packetized (SEND/WRITE)
+  std::uint64_t read_done = 0;    ///< READ response bytes received
   std::uint64_t read_resume = 0;  ///< read_done when the READ request was last (re)sent
   std::uint64_t atomic_orig = 0;
 };
@@ -87,9 +87,9 @@ struct RdAtomicRes {
   enum class Kind : std::uint8_t { kNone, kRead, kAtomic } kind = Kind::kNone;
   wire::Psn first_psn;
   wire::Psn last_psn;
-  std::uint64_t va = 0;       ///< READ: start of the original request
+  std::uint64_t va = 0;  ///< READ: start of the original request
   std::uint32_t rkey = 0;
-  std::uint64_t length = 0;   ///< READ: original length
+  std::uint64_t length = 0;  ///< READ: original length
   std::uint64_t atomic_orig = 0;
   // READ responses still to send (a replay may restart them)
   bool active = false;
@@ -100,15 +100,15 @@ struct RdAtomicRes {
 };
 
 struct ReqState {
-  wire::Psn next_psn;              ///< PSN of the next request packet
-  std::uint32_t next_wqe = 0;      ///< SQ index of the WQE being packetized
-  std::uint32_t rd_atomic_out = 0; ///< READ/atomic WQEs sent and not complete
+  wire::Psn next_psn;               ///< PSN of the next request packet
+  std::uint32_t next_wqe = 0;       ///< SQ index of the WQE being packetized
+  std::uint32_t rd_atomic_out = 0;  ///< READ/atomic WQEs sent and not complete
   std::uint32_t pkts_since_ack_req = 0;
-  wire::Psn high_psn;              ///< one past the highest PSN ever sent
+  wire::Psn high_psn;  ///< one past the highest PSN ever sent
 };
 
 struct CompState {
-  wire::Psn psn;               ///< oldest PSN not yet acknowledged
+  wire::Psn psn;  ///< oldest PSN not yet acknowledged
   std::uint8_t retry_left = 7;
   std::uint8_t rnr_left = 7;
   std::uint64_t retrans_deadline = 0;  ///< ns; 0 = not armed
@@ -116,12 +116,12 @@ struct CompState {
   wire::Psn rnr_psn;
   bool retry_pending = false;  ///< a go-back-N was ordered and not yet carried out
   wire::Psn retry_psn;
-  bool retried = false;        ///< a retry from `retried_psn` ran and no progress came since
+  bool retried = false;  ///< a retry from `retried_psn` ran and no progress came since
   wire::Psn retried_psn;
 };
 
 struct RespState {
-  wire::Psn epsn;    ///< expected PSN
+  wire::Psn epsn;  ///< expected PSN
   wire::Msn msn;
   bool nak_sent = false;  ///< a PSN sequence error NAK was sent for the current gap
   enum class InMsg : std::uint8_t { kNone, kSend, kWrite } in_msg = InMsg::kNone;
@@ -145,7 +145,7 @@ struct RespState {
   // otherwise they would implicitly acknowledge the unfinished READ at the requester.
   struct Item {
     enum class Kind : std::uint8_t { kRead, kAck, kAtomicAck } kind = Kind::kAck;
-    std::uint8_t res = 0;  ///< resource index (kRead, kAtomicAck)
+    std::uint8_t res = 0;                        ///< resource index (kRead, kAtomicAck)
     wire::Syndrome syn = wire::Syndrome::ack();  ///< kAck: ACK, RNR NAK or sequence NAK
     wire::Psn psn;
   };
@@ -170,17 +170,17 @@ struct Qp {
 
   // Send queue: monotonically increasing counters, index = counter % depth.
   std::vector<SendWqe> sq;
-  std::vector<Sge> sq_sges;          ///< cap.max_send_sge per WQE
+  std::vector<Sge> sq_sges;             ///< cap.max_send_sge per WQE
   std::vector<std::uint8_t> sq_inline;  ///< cap.max_inline_data per WQE
-  std::uint32_t sq_head = 0;  ///< oldest WQE not done
-  std::uint32_t sq_tail = 0;  ///< next free slot
+  std::uint32_t sq_head = 0;            ///< oldest WQE not done
+  std::uint32_t sq_tail = 0;            ///< next free slot
   RecvQueue rq;
 
   ReqState req;
   CompState comp;
   RespState resp;
 
-  wire::FrameSpec tx;           ///< header template for this QP's packets
+  wire::FrameSpec tx;  ///< header template for this QP's packets
   bool in_send_list = false;
   bool in_ack_list = false;
   bool in_timer_list = false;

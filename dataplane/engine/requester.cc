@@ -91,15 +91,13 @@ static bool sges_valid(const MrTable& mrs, const Qp& qp, const SendWqe& w) {
   if (w.is_inline) return true;
   const std::size_t idx = &w - qp.sq.data();
   const Sge* sge = qp.sq_sges.data() + idx * qp.cap.max_send_sge;
-  const std::uint32_t access =
-      (w.opcode == WrOpcode::kRead || w.opcode == WrOpcode::kCmpSwap ||
-       w.opcode == WrOpcode::kFetchAdd)
-          ? std::uint32_t{kAccessLocalWrite}
-          : 0u;
+  const std::uint32_t access = (w.opcode == WrOpcode::kRead || w.opcode == WrOpcode::kCmpSwap ||
+                                w.opcode == WrOpcode::kFetchAdd)
+                                   ? std::uint32_t{kAccessLocalWrite}
+                                   : 0u;
   for (std::uint32_t i = 0; i < w.num_sge; ++i) {
     if (sge[i].length == 0) continue;
-    if (mrs.check(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, access, nullptr) !=
-        KeyCheck::kOk)
+    if (mrs.check(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, access, nullptr) != KeyCheck::kOk)
       return false;
   }
   return true;
@@ -223,8 +221,8 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
     case WrOpcode::kFetchAdd: {
       s.opcode = w.opcode == WrOpcode::kCmpSwap ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd;
       s.psn = w.first_psn;
-      s.atomic = {w.remote_addr, w.rkey,
-                  w.opcode == WrOpcode::kCmpSwap ? w.swap : w.compare_add, w.compare_add};
+      s.atomic = {w.remote_addr, w.rkey, w.opcode == WrOpcode::kCmpSwap ? w.swap : w.compare_add,
+                  w.compare_add};
       s.ack_req = true;
       break;
     }
@@ -282,7 +280,8 @@ void Engine::req_pump(Qp& qp, std::uint32_t& budget) {
     if (w.state == WqeState::kPosted) {
       // IBA 10.8.3.3: a fenced WQE waits for every earlier READ and atomic to complete.
       if ((w.flags & kSendFence) && qp.req.rd_atomic_out > 0) return;
-      if (is_rd_atomic(w.opcode) && qp.req.rd_atomic_out >= std::max<std::uint8_t>(qp.attr.max_rd_atomic, 1))
+      if (is_rd_atomic(w.opcode) &&
+          qp.req.rd_atomic_out >= std::max<std::uint8_t>(qp.attr.max_rd_atomic, 1))
         return;
     }
     if (w.opcode == WrOpcode::kLocalInv || w.opcode == WrOpcode::kRegMr) {

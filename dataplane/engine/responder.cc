@@ -16,9 +16,17 @@ using wire::Psn;
 using wire::Syndrome;
 
 namespace {
+// The ACK syndrome with the credits of the moment: the receive WQEs still posted, encoded as the
+// largest credit code not above them (IBA 9.7.7.2.5); an SRQ gives no per-QP credits.
+Syndrome ack_syndrome(const Qp& qp, bool advertise) {
+  if (!advertise || qp.srq != nullptr) return Syndrome::ack(wire::kCreditInvalid);
+  return Syndrome::ack(wire::credit_code_for(qp.rq.count()));
+}
+
 // Builds one ACK/NAK (opcode Acknowledge) or atomic ACK into a TX slot.
-std::size_t build_ack(const Qp& qp, std::span<std::uint8_t> slot, std::uint16_t ip_id,
-                      Opcode op, Syndrome syn, Psn psn, std::uint64_t orig) {
+std::size_t build_ack(const Qp& qp, std::span<std::uint8_t> slot, std::uint16_t ip_id, Opcode op,
+                      Syndrome syn, Psn psn, std::uint64_t orig, bool credits) {
+  if (syn.type() == wire::AckType::kAck) syn = ack_syndrome(qp, credits);
   wire::FrameSpec s = qp.tx;
   s.ip_id = ip_id;
   s.opcode = op;
@@ -35,7 +43,8 @@ void Engine::resp_emit(Qp& qp, Syndrome syn, Psn psn) {
   RespState& rs = qp.resp;
   if (rs.out_empty()) {
     if (auto slot = tx_slot(true); !slot.empty()) {
-      tx_commit(build_ack(qp, slot, ip_id_++, Opcode::kRcAcknowledge, syn, psn, 0));
+      tx_commit(build_ack(qp, slot, ip_id_++, Opcode::kRcAcknowledge, syn, psn, 0,
+                          cfg_.advertise_credits));
       if (syn.type() == wire::AckType::kAck) stats_.inc(Counter::kAckSent);
     }
     return;
@@ -57,7 +66,7 @@ void Engine::resp_emit_atomic_ack(Qp& qp, std::uint32_t res_idx) {
   if (rs.out_empty()) {
     if (auto slot = tx_slot(true); !slot.empty()) {
       tx_commit(build_ack(qp, slot, ip_id_++, Opcode::kRcAtomicAcknowledge, Syndrome::ack(),
-                          r.first_psn, r.atomic_orig));
+                          r.first_psn, r.atomic_orig, cfg_.advertise_credits));
       stats_.inc(Counter::kAtomicAcksSent);
     }
     return;
@@ -72,7 +81,8 @@ void Engine::resp_nak(Qp& qp, Syndrome syn, Psn psn, bool to_error) {
   if (to_error) {
     // Class C errors end the connection: the NAK goes out at once.
     if (auto slot = tx_slot(true); !slot.empty())
-      tx_commit(build_ack(qp, slot, ip_id_++, Opcode::kRcAcknowledge, syn, psn, 0));
+      tx_commit(build_ack(qp, slot, ip_id_++, Opcode::kRcAcknowledge, syn, psn, 0,
+                          cfg_.advertise_credits));
   } else {
     resp_emit(qp, syn, psn);
   }
@@ -80,10 +90,18 @@ void Engine::resp_nak(Qp& qp, Syndrome syn, Psn psn, bool to_error) {
     stats_.inc(Counter::kRnrNakSent);
   } else {
     switch (syn.nak_code()) {
-      case wire::NakCode::kPsnSeqError: stats_.inc(Counter::kSeqErrNakSent); break;
-      case wire::NakCode::kInvalidRequest: stats_.inc(Counter::kInvReqNakSent); break;
-      case wire::NakCode::kRemoteAccessError: stats_.inc(Counter::kRemAccessNakSent); break;
-      default: stats_.inc(Counter::kRemOpNakSent); break;
+      case wire::NakCode::kPsnSeqError:
+        stats_.inc(Counter::kSeqErrNakSent);
+        break;
+      case wire::NakCode::kInvalidRequest:
+        stats_.inc(Counter::kInvReqNakSent);
+        break;
+      case wire::NakCode::kRemoteAccessError:
+        stats_.inc(Counter::kRemAccessNakSent);
+        break;
+      default:
+        stats_.inc(Counter::kRemOpNakSent);
+        break;
     }
   }
   if (to_error) qp_to_error(qp);
@@ -116,8 +134,8 @@ void Engine::resp_schedule(Qp& qp) {
   read_list_.push_back(&qp);
 }
 
-bool Engine::resp_scatter(Qp& qp, const RecvWqe& r, std::uint64_t offset,
-                          const std::uint8_t* src, std::size_t len) {
+bool Engine::resp_scatter(Qp& qp, const RecvWqe& r, std::uint64_t offset, const std::uint8_t* src,
+                          std::size_t len) {
   RecvQueue& q = *qp.resp.recv_q;
   const Pd* pd = qp.srq ? qp.srq->pd : qp.pd;
   std::size_t done = 0;
@@ -128,8 +146,7 @@ bool Engine::resp_scatter(Qp& qp, const RecvWqe& r, std::uint64_t offset,
       continue;
     }
     const std::size_t n = std::min<std::size_t>(sge.length - offset, len - done);
-    if (mrs_.check(sge.lkey, pd, sge.addr + offset, n, kAccessLocalWrite, nullptr) !=
-        KeyCheck::kOk)
+    if (mrs_.check(sge.lkey, pd, sge.addr + offset, n, kAccessLocalWrite, nullptr) != KeyCheck::kOk)
       return false;
     std::memcpy(reinterpret_cast<void*>(sge.addr + offset), src + done, n);
     done += n;
@@ -341,12 +358,12 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
       rs.write_va = reth.va();
       rs.write_total = rs.write_remaining = reth.dma_len();
       // IBA 9.7.5.1.5 / C9-88: a zero-length WRITE needs no valid R_Key.
-      if (rs.write_total != 0 &&
-          mrs_.check(reth.rkey(), qp.pd, rs.write_va, rs.write_total, kAccessRemoteWrite,
-                     nullptr) != KeyCheck::kOk)
+      if (rs.write_total != 0 && mrs_.check(reth.rkey(), qp.pd, rs.write_va, rs.write_total,
+                                            kAccessRemoteWrite, nullptr) != KeyCheck::kOk)
         return fail_recv(WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
     }
-    const bool len_ok = last ? len == rs.write_remaining : (len == pmtu && rs.write_remaining > pmtu);
+    const bool len_ok =
+        last ? len == rs.write_remaining : (len == pmtu && rs.write_remaining > pmtu);
     if (!len_ok) return fail_recv(WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
     if (len) std::memcpy(reinterpret_cast<void*>(rs.write_va), pkt.payload().data(), len);
     rs.write_va += len;
@@ -361,13 +378,14 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
     const auto reth = pkt.reth();
     const std::uint64_t rlen = reth.dma_len();
     Mr* mr = nullptr;
-    if (rlen != 0 && mrs_.check(reth.rkey(), qp.pd, reth.va(), rlen, kAccessRemoteRead, &mr) !=
-                         KeyCheck::kOk)
+    if (rlen != 0 &&
+        mrs_.check(reth.rkey(), qp.pd, reth.va(), rlen, kAccessRemoteRead, &mr) != KeyCheck::kOk)
       return nak(wire::NakCode::kRemoteAccessError);
     const std::uint32_t nres = std::min<std::uint32_t>(qp.attr.max_dest_rd_atomic, 16);
     if (nres == 0 || rs.reads_queued >= nres || rs.out_tail - rs.out_head == rs.out.size())
       return nak(wire::NakCode::kInvalidRequest);
-    const std::uint32_t npkts = rlen == 0 ? 1 : static_cast<std::uint32_t>((rlen + pmtu - 1) / pmtu);
+    const std::uint32_t npkts =
+        rlen == 0 ? 1 : static_cast<std::uint32_t>((rlen + pmtu - 1) / pmtu);
     const std::uint32_t idx = rs.res_next++ % nres;
     RdAtomicRes& r = rs.res[idx];
     r = RdAtomicRes{};
@@ -429,7 +447,7 @@ void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
       const bool atomic = it.kind == RespState::Item::Kind::kAtomicAck;
       tx_commit(build_ack(qp, slot, ip_id_++,
                           atomic ? Opcode::kRcAtomicAcknowledge : Opcode::kRcAcknowledge, it.syn,
-                          it.psn, atomic ? rs.res[it.res].atomic_orig : 0));
+                          it.psn, atomic ? rs.res[it.res].atomic_orig : 0, cfg_.advertise_credits));
       stats_.inc(atomic ? Counter::kAtomicAcksSent : Counter::kAckSent);
       ++rs.out_head;
       --budget;
@@ -454,9 +472,10 @@ void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
                : last        ? Opcode::kRcReadResponseLast
                              : Opcode::kRcReadResponseMiddle;
     s.psn = r.next_psn;
-    s.aeth = {Syndrome::ack(), rs.msn};
+    s.aeth = {ack_syndrome(qp, cfg_.advertise_credits), rs.msn};
     const std::size_t hdr = wire::write_frame_headers(s, len, slot);
-    if (len) std::memcpy(slot.data() + hdr, reinterpret_cast<const void*>(r.va + r.next_offset), len);
+    if (len)
+      std::memcpy(slot.data() + hdr, reinterpret_cast<const void*>(r.va + r.next_offset), len);
     tx_commit(wire::finish_frame(s, hdr, len, slot));
     stats_.inc(Counter::kReadResponsesSent);
     --budget;

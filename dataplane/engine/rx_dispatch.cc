@@ -13,18 +13,39 @@ namespace roce::engine {
 using wire::OpMask;
 
 std::string_view to_string(Counter c) {
-  static constexpr std::array<std::string_view, kCounterCount> k{
-      "rx_frames",          "rx_bytes",           "tx_frames",
-      "tx_bytes",           "rx_drop_verdict",    "rx_drop_unknown_qp",
-      "rx_drop_qp_state",   "rx_drop_wrong_transport", "rx_drop_address",
-      "rx_drop_pkey",       "rx_drop_qkey",       "rx_drop_unexpected",
-      "rx_cnp",             "duplicate_requests", "seq_err_nak_sent",
-      "rnr_nak_sent",       "inv_req_nak_sent",   "rem_access_nak_sent",
-      "rem_op_nak_sent",    "ack_sent",           "read_responses_sent",
-      "atomic_acks_sent",   "ack_rcvd",           "seq_err_nak_rcvd",
-      "rnr_nak_rcvd",       "err_nak_rcvd",       "retransmit_timeouts",
-      "retries",            "retransmitted_packets", "retry_exceeded",
-      "rnr_retry_exceeded", "tx_ring_full",       "cq_overflow"};
+  static constexpr std::array<std::string_view, kCounterCount> k{"rx_frames",
+                                                                 "rx_bytes",
+                                                                 "tx_frames",
+                                                                 "tx_bytes",
+                                                                 "rx_drop_verdict",
+                                                                 "rx_drop_unknown_qp",
+                                                                 "rx_drop_qp_state",
+                                                                 "rx_drop_wrong_transport",
+                                                                 "rx_drop_address",
+                                                                 "rx_drop_pkey",
+                                                                 "rx_drop_qkey",
+                                                                 "rx_drop_unexpected",
+                                                                 "rx_cnp",
+                                                                 "duplicate_requests",
+                                                                 "seq_err_nak_sent",
+                                                                 "rnr_nak_sent",
+                                                                 "inv_req_nak_sent",
+                                                                 "rem_access_nak_sent",
+                                                                 "rem_op_nak_sent",
+                                                                 "ack_sent",
+                                                                 "read_responses_sent",
+                                                                 "atomic_acks_sent",
+                                                                 "ack_rcvd",
+                                                                 "seq_err_nak_rcvd",
+                                                                 "rnr_nak_rcvd",
+                                                                 "err_nak_rcvd",
+                                                                 "retransmit_timeouts",
+                                                                 "retries",
+                                                                 "retransmitted_packets",
+                                                                 "retry_exceeded",
+                                                                 "rnr_retry_exceeded",
+                                                                 "tx_ring_full",
+                                                                 "cq_overflow"};
   return k[static_cast<std::size_t>(c)];
 }
 
@@ -86,8 +107,7 @@ void Engine::dispatch(const wire::RxPkt& pkt) {
     resp_on_ud(*qp, pkt);
     return;
   }
-  if (qp->state == QpState::kReset || qp->state == QpState::kInit ||
-      qp->state == QpState::kErr) {
+  if (qp->state == QpState::kReset || qp->state == QpState::kInit || qp->state == QpState::kErr) {
     stats_.inc(Counter::kRxDropQpState);
     return;
   }
@@ -130,8 +150,8 @@ void Engine::run(std::uint64_t now_ns) {
       const std::uint32_t before_next = qp.req.next_wqe;
       req_pump(qp, budget);
       progress |= budget != kPerQp || qp.req.next_wqe != before_next;
-      const bool idle = qp.state != QpState::kRts ||
-                        (qp.req.next_wqe == qp.sq_tail && !qp.comp.retry_pending);
+      const bool idle =
+          qp.state != QpState::kRts || (qp.req.next_wqe == qp.sq_tail && !qp.comp.retry_pending);
       if (idle) {
         qp.in_send_list = false;
         send_list_[i] = send_list_.back();

@@ -16,14 +16,14 @@ enum class Counter : std::uint8_t {
   kRxBytes,
   kTxFrames,
   kTxBytes,
-  kRxDropVerdict,       ///< parser verdict other than ok (detail in verdict counters)
+  kRxDropVerdict,  ///< parser verdict other than ok (detail in verdict counters)
   kRxDropUnknownQp,
-  kRxDropQpState,       ///< QP not in a state that accepts this packet
+  kRxDropQpState,  ///< QP not in a state that accepts this packet
   kRxDropWrongTransport,
-  kRxDropAddress,       ///< RC/UC packet from an address that is not the QP's peer
+  kRxDropAddress,  ///< RC/UC packet from an address that is not the QP's peer
   kRxDropPkey,
   kRxDropQkey,
-  kRxDropUnexpected,    ///< response with nothing outstanding, or out of window
+  kRxDropUnexpected,  ///< response with nothing outstanding, or out of window
   kRxCnp,
   kDuplicateRequests,
   kSeqErrNakSent,
@@ -39,7 +39,7 @@ enum class Counter : std::uint8_t {
   kRnrNakRcvd,
   kErrNakRcvd,
   kRetransmitTimeouts,
-  kRetries,             ///< go-back-N episodes
+  kRetries,  ///< go-back-N episodes
   kRetransmittedPackets,
   kRetryExceeded,
   kRnrRetryExceeded,

@@ -20,20 +20,34 @@ std::string_view to_string(QpState s) {
 
 std::string_view to_string(WcStatus s) {
   switch (s) {
-    case WcStatus::kSuccess: return "success";
-    case WcStatus::kLocLenErr: return "local length error";
-    case WcStatus::kLocQpOpErr: return "local QP operation error";
-    case WcStatus::kLocProtErr: return "local protection error";
-    case WcStatus::kWrFlushErr: return "WR flushed";
-    case WcStatus::kBadRespErr: return "bad response error";
-    case WcStatus::kLocAccessErr: return "local access error";
-    case WcStatus::kRemInvReqErr: return "remote invalid request error";
-    case WcStatus::kRemAccessErr: return "remote access error";
-    case WcStatus::kRemOpErr: return "remote operation error";
-    case WcStatus::kRetryExcErr: return "transport retry counter exceeded";
-    case WcStatus::kRnrRetryExcErr: return "RNR retry counter exceeded";
-    case WcStatus::kFatalErr: return "fatal error";
-    case WcStatus::kGeneralErr: return "general error";
+    case WcStatus::kSuccess:
+      return "success";
+    case WcStatus::kLocLenErr:
+      return "local length error";
+    case WcStatus::kLocQpOpErr:
+      return "local QP operation error";
+    case WcStatus::kLocProtErr:
+      return "local protection error";
+    case WcStatus::kWrFlushErr:
+      return "WR flushed";
+    case WcStatus::kBadRespErr:
+      return "bad response error";
+    case WcStatus::kLocAccessErr:
+      return "local access error";
+    case WcStatus::kRemInvReqErr:
+      return "remote invalid request error";
+    case WcStatus::kRemAccessErr:
+      return "remote access error";
+    case WcStatus::kRemOpErr:
+      return "remote operation error";
+    case WcStatus::kRetryExcErr:
+      return "transport retry counter exceeded";
+    case WcStatus::kRnrRetryExcErr:
+      return "RNR retry counter exceeded";
+    case WcStatus::kFatalErr:
+      return "fatal error";
+    case WcStatus::kGeneralErr:
+      return "general error";
   }
   return "unknown";
 }
@@ -71,11 +85,10 @@ int type_index(QpType t) { return t == QpType::kRc ? 0 : t == QpType::kUc ? 1 : 
 
 Transition transition(QpState from, QpState to) {
   using S = QpState;
-  const std::uint32_t rtr_rc = kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
-                               kQpMinRnrTimer;
+  const std::uint32_t rtr_rc =
+      kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic | kQpMinRnrTimer;
   const std::uint32_t rtr_uc = kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
-  const std::uint32_t rts_rc = kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry |
-                               kQpMaxQpRdAtomic;
+  const std::uint32_t rts_rc = kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic;
   if (to == S::kReset || to == S::kErr) return {{0, 0, 0}, {0, 0, 0}, true};
   if (from == S::kReset && to == S::kInit)
     return {{kQpPkeyIndex | kQpPort | kQpAccessFlags, kQpPkeyIndex | kQpPort | kQpAccessFlags,
@@ -99,8 +112,7 @@ Transition transition(QpState from, QpState to) {
     return {{0, 0, 0},
             {kQpAccessFlags | kQpMinRnrTimer, kQpAccessFlags, kQpQkey},
             from != S::kSqe || true};
-  if ((from == S::kRts || from == S::kSqd) && to == S::kSqd)
-    return {{0, 0, 0}, {0, 0, 0}, true};
+  if ((from == S::kRts || from == S::kSqd) && to == S::kSqd) return {{0, 0, 0}, {0, 0, 0}, true};
   return {};
 }
 
@@ -117,17 +129,15 @@ bool valid_values(const QpAttr& a, std::uint32_t mask, Mtu max_mtu) {
   if ((mask & kQpDestQpn) && a.dest_qp_num > wire::kMask24) return false;
   if ((mask & kQpPort) && a.port_num != 1) return false;
   if ((mask & kQpPkeyIndex) && a.pkey_index != 0) return false;
-  if ((mask & kQpAccessFlags) &&
-      (a.qp_access_flags & ~(kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
-                             kAccessRemoteAtomic)))
+  if ((mask & kQpAccessFlags) && (a.qp_access_flags & ~(kAccessLocalWrite | kAccessRemoteWrite |
+                                                        kAccessRemoteRead | kAccessRemoteAtomic)))
     return false;
   return true;
 }
 
 }  // namespace
 
-Engine::Engine(const EngineConfig& cfg)
-    : cfg_(cfg), tx_(cfg.tx_slots), mrs_(pick_seed(cfg.seed)) {
+Engine::Engine(const EngineConfig& cfg) : cfg_(cfg), tx_(cfg.tx_slots), mrs_(pick_seed(cfg.seed)) {
   qps_.resize(cfg.max_qps);
   send_list_.reserve(cfg.max_qps);
   ack_list_.reserve(cfg.max_qps);
@@ -195,8 +205,8 @@ int Engine::destroy_srq(Srq* srq) {
   return kOk;
 }
 
-Qp* Engine::create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap& cap,
-                      Srq* srq, bool sq_sig_all, std::optional<std::uint32_t> qpn) {
+Qp* Engine::create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap& cap, Srq* srq,
+                      bool sq_sig_all, std::optional<std::uint32_t> qpn) {
   if (pd == nullptr || send_cq == nullptr || recv_cq == nullptr) return nullptr;
   if (cap.max_send_wr == 0 || cap.max_send_sge == 0 || (srq == nullptr && cap.max_recv_wr == 0))
     return nullptr;
@@ -383,23 +393,32 @@ namespace {
 WcOpcode wc_opcode(WrOpcode op) {
   switch (op) {
     case WrOpcode::kWrite:
-    case WrOpcode::kWriteImm: return WcOpcode::kRdmaWrite;
-    case WrOpcode::kRead: return WcOpcode::kRdmaRead;
-    case WrOpcode::kCmpSwap: return WcOpcode::kCompSwap;
-    case WrOpcode::kFetchAdd: return WcOpcode::kFetchAdd;
-    case WrOpcode::kLocalInv: return WcOpcode::kLocalInv;
-    case WrOpcode::kRegMr: return WcOpcode::kRegMr;
-    default: return WcOpcode::kSend;
+    case WrOpcode::kWriteImm:
+      return WcOpcode::kRdmaWrite;
+    case WrOpcode::kRead:
+      return WcOpcode::kRdmaRead;
+    case WrOpcode::kCmpSwap:
+      return WcOpcode::kCompSwap;
+    case WrOpcode::kFetchAdd:
+      return WcOpcode::kFetchAdd;
+    case WrOpcode::kLocalInv:
+      return WcOpcode::kLocalInv;
+    case WrOpcode::kRegMr:
+      return WcOpcode::kRegMr;
+    default:
+      return WcOpcode::kSend;
   }
 }
 
 bool opcode_allowed(QpType t, WrOpcode op) {
   switch (t) {
-    case QpType::kRc: return true;
+    case QpType::kRc:
+      return true;
     case QpType::kUc:
       return op == WrOpcode::kSend || op == WrOpcode::kSendImm || op == WrOpcode::kWrite ||
              op == WrOpcode::kWriteImm || op == WrOpcode::kLocalInv || op == WrOpcode::kRegMr;
-    case QpType::kUd: return op == WrOpcode::kSend || op == WrOpcode::kSendImm;
+    case QpType::kUd:
+      return op == WrOpcode::kSend || op == WrOpcode::kSendImm;
   }
   return false;
 }
@@ -468,8 +487,7 @@ int Engine::post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr) {
       if (bad_wr) *bad_wr = wr;
       return err;
     };
-    if (qp->state == QpState::kReset || qp->state == QpState::kInit ||
-        qp->state == QpState::kRtr)
+    if (qp->state == QpState::kReset || qp->state == QpState::kInit || qp->state == QpState::kRtr)
       return fail(kErrInval);
     if (!opcode_allowed(qp->type, wr->opcode)) return fail(kErrInval);
     if (wr->num_sge > qp->cap.max_send_sge) return fail(kErrInval);
@@ -521,8 +539,7 @@ int Engine::post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr) {
       w.is_inline = true;
       std::uint8_t* dst = qp->sq_inline.data() + std::size_t{idx} * qp->cap.max_inline_data;
       for (std::uint32_t i = 0; i < wr->num_sge; ++i) {
-        std::memcpy(dst, reinterpret_cast<const void*>(wr->sg_list[i].addr),
-                    wr->sg_list[i].length);
+        std::memcpy(dst, reinterpret_cast<const void*>(wr->sg_list[i].addr), wr->sg_list[i].length);
         dst += wr->sg_list[i].length;
       }
     } else {

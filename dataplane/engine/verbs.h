@@ -98,8 +98,8 @@ struct Sge {
 
 /// Where a UD datagram goes (an address handle), or the RC/UC path of a QP.
 struct AddressVector {
-  wire::Ipv6Addr dgid;   ///< destination GID: ::ffff:a.b.c.d for IPv4
-  wire::MacAddr dmac;    ///< resolved next-hop MAC
+  wire::Ipv6Addr dgid;  ///< destination GID: ::ffff:a.b.c.d for IPv4
+  wire::MacAddr dmac;   ///< resolved next-hop MAC
   std::uint8_t hop_limit = 64;
   std::uint8_t traffic_class = 0;
   std::uint32_t flow_label = 0;
@@ -131,7 +131,7 @@ struct SendWr {
     std::uint32_t remote_qkey = 0;
   } ud;
   struct {
-    std::uint32_t mr_key = 0;   ///< current key of the MR to register (from alloc_mr)
+    std::uint32_t mr_key = 0;          ///< current key of the MR to register (from alloc_mr)
     std::uint8_t new_key_variant = 0;  ///< low 8 bits of the key after registration
     std::uint64_t addr = 0;
     std::uint64_t length = 0;
@@ -194,7 +194,7 @@ struct QpAttr {
   std::uint32_t qkey = 0;
   AddressVector ah;
   Mtu path_mtu = Mtu::k1024;
-  std::uint8_t timeout = 14;   ///< 4.096 us x 2^timeout; 0 = infinite
+  std::uint8_t timeout = 14;  ///< 4.096 us x 2^timeout; 0 = infinite
   std::uint8_t retry_cnt = 7;
   std::uint8_t rnr_retry = 7;  ///< 7 = infinite
   std::uint32_t rq_psn = 0;
@@ -208,9 +208,9 @@ struct QpAttr {
 /// Errno-style results of the verbs calls (0 = success), as libibverbs returns them.
 enum VerbsErr : int {
   kOk = 0,
-  kErrInval = 22,   ///< EINVAL
-  kErrNoMem = 12,   ///< ENOMEM
-  kErrBusy = 16,    ///< EBUSY (e.g. deregistering an MR that is still in use)
+  kErrInval = 22,  ///< EINVAL
+  kErrNoMem = 12,  ///< ENOMEM
+  kErrBusy = 16,   ///< EBUSY (e.g. deregistering an MR that is still in use)
 };
 
 }  // namespace roce::engine

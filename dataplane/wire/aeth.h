@@ -53,14 +53,14 @@ class Syndrome {
 
 /// Credits granted by each credit code (IBA Table 45); code 31 means "no credit information".
 inline constexpr std::array<std::uint16_t, 31> kCreditTable{
-    0,   1,   2,   3,    4,    6,    8,    12,   16,   24,   32,    48,    64,    96,    128, 192,
+    0,   1,   2,   3,   4,    6,    8,    12,   16,   24,   32,   48,    64,    96,    128,  192,
     256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768};
 
 /// Minimum RNR delay in microseconds for each RNR timer code (IBA Table 46). Code 0 is the
 /// longest (655.36 ms), not the shortest.
 inline constexpr std::array<std::uint32_t, 32> kRnrTimerUs{
-    655360, 10,    20,    30,    40,    60,    80,    120,   160,   240,   320,
-    480,    640,   960,   1280,  1920,  2560,  3840,  5120,  7680,  10240, 15360,
+    655360, 10,    20,    30,    40,    60,     80,     120,    160,    240,   320,
+    480,    640,   960,   1280,  1920,  2560,   3840,   5120,   7680,   10240, 15360,
     20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
 
 /// The largest credit code whose credit count does not exceed `credits`.

@@ -30,7 +30,9 @@ class BasicEthView : public ViewBase<Byte> {
   /// The EtherType (or 0x8100 when a VLAN tag follows) at bytes 12-13.
   std::uint16_t ether_type() const { return load_be16(p_ + 12); }
 
-  void set_dst(const MacAddr& m) requires ViewBase<Byte>::kMutable { std::memcpy(p_, m.b.data(), 6); }
+  void set_dst(const MacAddr& m) requires ViewBase<Byte>::kMutable {
+    std::memcpy(p_, m.b.data(), 6);
+  }
   void set_src(const MacAddr& m) requires ViewBase<Byte>::kMutable {
     std::memcpy(p_ + 6, m.b.data(), 6);
   }

@@ -39,18 +39,18 @@ Icrc Icrc::begin(const std::uint8_t* l3, IpVersion v) {
   std::uint8_t m[kMaxMasked];
   std::memcpy(m, l3, n);
   if (v == IpVersion::kV4) {
-    m[1] = 0xFF;                   // TOS (DSCP + ECN)
-    m[8] = 0xFF;                   // TTL
-    m[10] = m[11] = 0xFF;          // header checksum
+    m[1] = 0xFF;           // TOS (DSCP + ECN)
+    m[8] = 0xFF;           // TTL
+    m[10] = m[11] = 0xFF;  // header checksum
   } else {
-    m[0] |= 0x0F;                  // traffic class, high nibble
-    m[1] = m[2] = m[3] = 0xFF;     // traffic class, low nibble, and flow label
-    m[7] = 0xFF;                   // hop limit
+    m[0] |= 0x0F;               // traffic class, high nibble
+    m[1] = m[2] = m[3] = 0xFF;  // traffic class, low nibble, and flow label
+    m[7] = 0xFF;                // hop limit
   }
   std::uint8_t* udp = m + ip_len;
-  udp[6] = udp[7] = 0xFF;          // UDP checksum
+  udp[6] = udp[7] = 0xFF;  // UDP checksum
   std::uint8_t* bth = udp + kUdpSize;
-  bth[4] = 0xFF;                   // FECN, BECN and the six reserved bits
+  bth[4] = 0xFF;  // FECN, BECN and the six reserved bits
   return Icrc(crc32(kIcrcSeed, m, n));
 }
 

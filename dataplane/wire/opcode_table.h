@@ -44,16 +44,26 @@ inline constexpr std::size_t kExtCount = static_cast<std::size_t>(Ext::kCount_);
 
 constexpr std::size_t ext_size(Ext e) {
   switch (e) {
-    case Ext::kDeth: return kDethSize;
-    case Ext::kFeth: return kFethSize;
-    case Ext::kReth: return kRethSize;
-    case Ext::kAtomicEth: return kAtomicEthSize;
-    case Ext::kAeth: return kAethSize;
-    case Ext::kAtomicAckEth: return kAtomicAckEthSize;
-    case Ext::kImmDt: return kImmDtSize;
-    case Ext::kIeth: return kIethSize;
-    case Ext::kCnpPad: return kCnpPadSize;
-    case Ext::kCount_: break;
+    case Ext::kDeth:
+      return kDethSize;
+    case Ext::kFeth:
+      return kFethSize;
+    case Ext::kReth:
+      return kRethSize;
+    case Ext::kAtomicEth:
+      return kAtomicEthSize;
+    case Ext::kAeth:
+      return kAethSize;
+    case Ext::kAtomicAckEth:
+      return kAtomicAckEthSize;
+    case Ext::kImmDt:
+      return kImmDtSize;
+    case Ext::kIeth:
+      return kIethSize;
+    case Ext::kCnpPad:
+      return kCnpPadSize;
+    case Ext::kCount_:
+      break;
   }
   return 0;
 }
@@ -76,13 +86,13 @@ class OpMask {
     kResponse = 1u << 11,  ///< sent by a responder (ACK, read response, atomic ACK)
     kStart = 1u << 12,     ///< first packet of a message (First or Only)
     kMiddle = 1u << 13,
-    kEnd = 1u << 14,       ///< last packet of a message (Last or Only)
+    kEnd = 1u << 14,  ///< last packet of a message (Last or Only)
     kSend = 1u << 15,
     kWrite = 1u << 16,
     kRead = 1u << 17,
-    kAtomic = 1u << 18,    ///< compare-and-swap or fetch-and-add
-    kAck = 1u << 19,       ///< Acknowledge or Atomic Acknowledge
-    kRecvWqe = 1u << 20,   ///< consumes a receive WQE (SEND, WRITE with immediate)
+    kAtomic = 1u << 18,   ///< compare-and-swap or fetch-and-add
+    kAck = 1u << 19,      ///< Acknowledge or Atomic Acknowledge
+    kRecvWqe = 1u << 20,  ///< consumes a receive WQE (SEND, WRITE with immediate)
     kImm = 1u << 21,
     kInvalidate = 1u << 22,
     kFlush = 1u << 23,
@@ -105,7 +115,7 @@ struct OpcodeInfo {
   OpMask mask;
   std::uint8_t hdr_len = 0;                   ///< BTH + extension headers, in bytes
   std::array<std::uint8_t, kExtCount> off{};  ///< offset of each extension from the BTH; 0 = absent
-  std::uint8_t fixed_payload = 0;             ///< exact payload length when nonzero (ATOMIC WRITE: 8)
+  std::uint8_t fixed_payload = 0;  ///< exact payload length when nonzero (ATOMIC WRITE: 8)
 
   constexpr bool valid() const { return !name.empty(); }
   constexpr bool has(Ext e) const { return off[static_cast<std::size_t>(e)] != 0; }
@@ -202,8 +212,7 @@ consteval std::array<OpcodeInfo, 256> make_opcode_table() {
       kSendR | kOnly | M::kIeth | M::kInvalidate);
   // FLUSH and ATOMIC WRITE (IBA 1.5 Memory Placement Extensions; chains as in rxe_opcode.c).
   set(Opcode::kRcFlush, "RC_FLUSH", kReq | M::kFlush | kOnly | M::kFeth | M::kReth);
-  set(Opcode::kRcAtomicWrite, "RC_ATOMIC_WRITE",
-      kReq | M::kAtomicWrite | kOnly | M::kReth | kP);
+  set(Opcode::kRcAtomicWrite, "RC_ATOMIC_WRITE", kReq | M::kAtomicWrite | kOnly | M::kReth | kP);
   set(Opcode::kUdSendOnly, "UD_SEND_ONLY", kSendR | kOnly | M::kDeth);
   set(Opcode::kUdSendOnlyImm, "UD_SEND_ONLY_WITH_IMMEDIATE",
       kSendR | kOnly | M::kDeth | M::kImmDt | M::kImm);

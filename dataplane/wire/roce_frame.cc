@@ -67,8 +67,7 @@ void write_ext_headers(const FrameSpec& s, const OpcodeInfo& info, std::uint8_t*
 }  // namespace
 
 std::size_t frame_header_len(const FrameSpec& spec) {
-  return l2_len(spec) + l3_len(spec.ip_version) + UdpView::kSize +
-         opcode_info(spec.opcode).hdr_len;
+  return l2_len(spec) + l3_len(spec.ip_version) + UdpView::kSize + opcode_info(spec.opcode).hdr_len;
 }
 
 std::size_t frame_len(const FrameSpec& spec, std::size_t payload_len) {
@@ -172,12 +171,23 @@ std::size_t build_frame(const FrameSpec& s, std::span<const std::uint8_t> payloa
 }
 
 std::string_view to_string(Verdict v) {
-  static constexpr std::array<std::string_view, kVerdictCount> kNames{
-      "ok",           "truncated",         "not_ip",         "bad_ip_version",
-      "ip_options",   "bad_ip_checksum",   "bad_ip_length",  "ip_fragment",
-      "not_udp",      "bad_udp_length",    "wrong_udp_port", "bad_tver",
-      "unknown_opcode", "bad_transport_length", "bad_pad_count", "bad_payload_length",
-      "bad_icrc"};
+  static constexpr std::array<std::string_view, kVerdictCount> kNames{"ok",
+                                                                      "truncated",
+                                                                      "not_ip",
+                                                                      "bad_ip_version",
+                                                                      "ip_options",
+                                                                      "bad_ip_checksum",
+                                                                      "bad_ip_length",
+                                                                      "ip_fragment",
+                                                                      "not_udp",
+                                                                      "bad_udp_length",
+                                                                      "wrong_udp_port",
+                                                                      "bad_tver",
+                                                                      "unknown_opcode",
+                                                                      "bad_transport_length",
+                                                                      "bad_pad_count",
+                                                                      "bad_payload_length",
+                                                                      "bad_icrc"};
   const auto i = static_cast<std::size_t>(v);
   return i < kNames.size() ? kNames[i] : std::string_view("invalid");
 }

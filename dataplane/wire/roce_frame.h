@@ -36,8 +36,8 @@ struct FrameSpec {
   IpVersion ip_version = IpVersion::kV4;
   Ipv4Addr src_ip4, dst_ip4;
   Ipv6Addr src_ip6, dst_ip6;
-  std::uint8_t tos = 0;  ///< IPv4 TOS or IPv6 traffic class (DSCP << 2 | ECN)
-  std::uint8_t ttl = 64; ///< IPv4 TTL or IPv6 hop limit
+  std::uint8_t tos = 0;   ///< IPv4 TOS or IPv6 traffic class (DSCP << 2 | ECN)
+  std::uint8_t ttl = 64;  ///< IPv4 TTL or IPv6 hop limit
   std::uint16_t ip_id = 0;
   std::uint32_t flow_label = 0;  ///< IPv6 only
   // L4
@@ -110,17 +110,17 @@ std::size_t build_frame(const FrameSpec& spec, std::span<const std::uint8_t> pay
 /// What the parser concluded. Every drop reason has its own value so that counters can name it.
 enum class Verdict : std::uint8_t {
   kOk,
-  kTruncated,           ///< the buffer ends inside a header, or before the IP length says
-  kNotIp,               ///< EtherType is neither IPv4 nor IPv6
-  kBadIpVersion,        ///< version nibble disagrees with the EtherType
-  kIpOptions,           ///< IPv4 IHL != 5 (RoCE carries no options; the ICRC assumes 20 bytes)
+  kTruncated,     ///< the buffer ends inside a header, or before the IP length says
+  kNotIp,         ///< EtherType is neither IPv4 nor IPv6
+  kBadIpVersion,  ///< version nibble disagrees with the EtherType
+  kIpOptions,     ///< IPv4 IHL != 5 (RoCE carries no options; the ICRC assumes 20 bytes)
   kBadIpChecksum,
-  kBadIpLength,         ///< IPv4 total length below the header length
-  kIpFragment,          ///< MF set or nonzero fragment offset
-  kNotUdp,              ///< protocol / next header is not UDP (IPv6 extension headers included)
-  kBadUdpLength,        ///< UDP length disagrees with the IP length
-  kWrongUdpPort,        ///< destination port is not the RoCEv2 port
-  kBadTver,             ///< BTH transport header version != 0
+  kBadIpLength,   ///< IPv4 total length below the header length
+  kIpFragment,    ///< MF set or nonzero fragment offset
+  kNotUdp,        ///< protocol / next header is not UDP (IPv6 extension headers included)
+  kBadUdpLength,  ///< UDP length disagrees with the IP length
+  kWrongUdpPort,  ///< destination port is not the RoCEv2 port
+  kBadTver,       ///< BTH transport header version != 0
   kUnknownOpcode,
   kBadTransportLength,  ///< UDP payload too short for BTH + extension headers + ICRC
   kBadPadCount,         ///< more pad than payload bytes, or pad on an opcode without payload
@@ -181,7 +181,6 @@ struct RxPkt {
 
 /// Checks `frame` (starting at the Ethernet header, no FCS) and fills `out` when the verdict
 /// is kOk. `out` may be partly filled otherwise.
-Verdict parse_frame(std::span<const std::uint8_t> frame, RxPkt& out,
-                    const ParseOptions& opts = {});
+Verdict parse_frame(std::span<const std::uint8_t> frame, RxPkt& out, const ParseOptions& opts = {});
 
 }  // namespace roce::wire

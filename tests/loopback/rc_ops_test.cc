@@ -15,11 +15,16 @@ enum class Op { kSend, kSendImm, kWrite, kWriteImm, kRead };
 
 const char* name(Op op) {
   switch (op) {
-    case Op::kSend: return "send";
-    case Op::kSendImm: return "send_imm";
-    case Op::kWrite: return "write";
-    case Op::kWriteImm: return "write_imm";
-    case Op::kRead: return "read";
+    case Op::kSend:
+      return "send";
+    case Op::kSendImm:
+      return "send_imm";
+    case Op::kWrite:
+      return "write";
+    case Op::kWriteImm:
+      return "write_imm";
+    case Op::kRead:
+      return "read";
   }
   return "?";
 }
@@ -28,12 +33,18 @@ enum class Size { kZero, kOne, kMtuMinus1, kMtu, kMtuPlus1, kOneMiB };
 
 std::size_t bytes_of(Size s, std::uint32_t mtu) {
   switch (s) {
-    case Size::kZero: return 0;
-    case Size::kOne: return 1;
-    case Size::kMtuMinus1: return mtu - 1;
-    case Size::kMtu: return mtu;
-    case Size::kMtuPlus1: return mtu + 1;
-    case Size::kOneMiB: return 1 << 20;
+    case Size::kZero:
+      return 0;
+    case Size::kOne:
+      return 1;
+    case Size::kMtuMinus1:
+      return mtu - 1;
+    case Size::kMtu:
+      return mtu;
+    case Size::kMtuPlus1:
+      return mtu + 1;
+    case Size::kOneMiB:
+      return 1 << 20;
   }
   return 0;
 }
@@ -76,11 +87,21 @@ TEST_P(RcOps, DeliversEveryByte) {
   wr.rdma.remote_addr = dst.addr();
   wr.rdma.rkey = dst.mr->key;
   switch (op) {
-    case Op::kSend: wr.opcode = WrOpcode::kSend; break;
-    case Op::kSendImm: wr.opcode = WrOpcode::kSendImm; break;
-    case Op::kWrite: wr.opcode = WrOpcode::kWrite; break;
-    case Op::kWriteImm: wr.opcode = WrOpcode::kWriteImm; break;
-    case Op::kRead: wr.opcode = WrOpcode::kRead; break;
+    case Op::kSend:
+      wr.opcode = WrOpcode::kSend;
+      break;
+    case Op::kSendImm:
+      wr.opcode = WrOpcode::kSendImm;
+      break;
+    case Op::kWrite:
+      wr.opcode = WrOpcode::kWrite;
+      break;
+    case Op::kWriteImm:
+      wr.opcode = WrOpcode::kWriteImm;
+      break;
+    case Op::kRead:
+      wr.opcode = WrOpcode::kRead;
+      break;
   }
   ASSERT_EQ(lb.a().post_send(a.qp, &wr, nullptr), kOk);
 

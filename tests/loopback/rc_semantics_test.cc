@@ -208,11 +208,11 @@ TEST(Rnr, RetryExhaustedFlushesAndErrors) {
 struct Violation {
   const char* name;
   WrOpcode op;
-  std::uint32_t mr_access;     // access of the remote MR
-  std::int64_t va_offset;      // added to the remote VA
-  std::uint32_t rkey_xor;      // applied to the rkey
-  bool other_pd;               // remote MR on another PD
-  std::uint32_t qp_access;     // responder QP access flags
+  std::uint32_t mr_access;  // access of the remote MR
+  std::int64_t va_offset;   // added to the remote VA
+  std::uint32_t rkey_xor;   // applied to the rkey
+  bool other_pd;            // remote MR on another PD
+  std::uint32_t qp_access;  // responder QP access flags
   WcStatus expect;
 };
 
@@ -253,23 +253,37 @@ TEST_P(AccessViolation, RemoteMemoryUntouchedAndBothSidesReport) {
   EXPECT_EQ(rwc[0].status, WcStatus::kWrFlushErr);
 }
 
-constexpr std::uint32_t kAll = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
-                               kAccessRemoteAtomic;
+constexpr std::uint32_t kAll =
+    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
 INSTANTIATE_TEST_SUITE_P(
     Violations, AccessViolation,
-    testing::Values(
-        Violation{"write_bad_rkey", WrOpcode::kWrite, kAll, 0, 0x100, false, kAll, WcStatus::kRemAccessErr},
-        Violation{"write_past_end", WrOpcode::kWrite, kAll, 4096 - 1000, 0, false, kAll, WcStatus::kRemAccessErr},
-        Violation{"write_before_start", WrOpcode::kWrite, kAll, -8, 0, false, kAll, WcStatus::kRemAccessErr},
-        Violation{"write_mr_read_only", WrOpcode::kWrite, kAccessLocalWrite | kAccessRemoteRead, 0, 0, false, kAll, WcStatus::kRemAccessErr},
-        Violation{"write_other_pd", WrOpcode::kWrite, kAll, 0, 0, true, kAll, WcStatus::kRemAccessErr},
-        Violation{"read_bad_rkey", WrOpcode::kRead, kAll, 0, 0x1, false, kAll, WcStatus::kRemAccessErr},
-        Violation{"read_mr_write_only", WrOpcode::kRead, kAccessLocalWrite | kAccessRemoteWrite, 0, 0, false, kAll, WcStatus::kRemAccessErr},
-        Violation{"read_past_end", WrOpcode::kRead, kAll, 4000, 0, false, kAll, WcStatus::kRemAccessErr},
-        Violation{"atomic_no_atomic_access", WrOpcode::kFetchAdd, kAccessLocalWrite | kAccessRemoteWrite, 0, 0, false, kAll, WcStatus::kRemAccessErr},
-        Violation{"atomic_past_end", WrOpcode::kFetchAdd, kAll, 4096, 0, false, kAll, WcStatus::kRemAccessErr},
-        Violation{"write_qp_not_enabled", WrOpcode::kWrite, kAll, 0, 0, false, kAccessLocalWrite, WcStatus::kRemInvReqErr},
-        Violation{"read_qp_not_enabled", WrOpcode::kRead, kAll, 0, 0, false, kAccessLocalWrite | kAccessRemoteWrite, WcStatus::kRemInvReqErr}),
+    testing::Values(Violation{"write_bad_rkey", WrOpcode::kWrite, kAll, 0, 0x100, false, kAll,
+                              WcStatus::kRemAccessErr},
+                    Violation{"write_past_end", WrOpcode::kWrite, kAll, 4096 - 1000, 0, false, kAll,
+                              WcStatus::kRemAccessErr},
+                    Violation{"write_before_start", WrOpcode::kWrite, kAll, -8, 0, false, kAll,
+                              WcStatus::kRemAccessErr},
+                    Violation{"write_mr_read_only", WrOpcode::kWrite,
+                              kAccessLocalWrite | kAccessRemoteRead, 0, 0, false, kAll,
+                              WcStatus::kRemAccessErr},
+                    Violation{"write_other_pd", WrOpcode::kWrite, kAll, 0, 0, true, kAll,
+                              WcStatus::kRemAccessErr},
+                    Violation{"read_bad_rkey", WrOpcode::kRead, kAll, 0, 0x1, false, kAll,
+                              WcStatus::kRemAccessErr},
+                    Violation{"read_mr_write_only", WrOpcode::kRead,
+                              kAccessLocalWrite | kAccessRemoteWrite, 0, 0, false, kAll,
+                              WcStatus::kRemAccessErr},
+                    Violation{"read_past_end", WrOpcode::kRead, kAll, 4000, 0, false, kAll,
+                              WcStatus::kRemAccessErr},
+                    Violation{"atomic_no_atomic_access", WrOpcode::kFetchAdd,
+                              kAccessLocalWrite | kAccessRemoteWrite, 0, 0, false, kAll,
+                              WcStatus::kRemAccessErr},
+                    Violation{"atomic_past_end", WrOpcode::kFetchAdd, kAll, 4096, 0, false, kAll,
+                              WcStatus::kRemAccessErr},
+                    Violation{"write_qp_not_enabled", WrOpcode::kWrite, kAll, 0, 0, false,
+                              kAccessLocalWrite, WcStatus::kRemInvReqErr},
+                    Violation{"read_qp_not_enabled", WrOpcode::kRead, kAll, 0, 0, false,
+                              kAccessLocalWrite | kAccessRemoteWrite, WcStatus::kRemInvReqErr}),
     [](const auto& i) { return std::string(i.param.name); });
 
 TEST(Errors, SendLongerThanReceiveBuffer) {
@@ -610,7 +624,8 @@ TEST(Ordering, MaxRdAtomicLimitsOutstandingReads) {
   // Count READ requests sent minus READs completed (last response seen) at each moment.
   int outstanding = 0, max_out = 0;
   for (const auto& r : lb.records()) {
-    if (r.from == 0 && r.opcode == wire::Opcode::kRcReadRequest) max_out = std::max(max_out, ++outstanding);
+    if (r.from == 0 && r.opcode == wire::Opcode::kRcReadRequest)
+      max_out = std::max(max_out, ++outstanding);
     if (r.from == 1 && (r.opcode == wire::Opcode::kRcReadResponseLast ||
                         r.opcode == wire::Opcode::kRcReadResponseOnly))
       --outstanding;
@@ -638,7 +653,8 @@ TEST(Completions, UnsignaledProduceNoCompletion) {
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].wr_id, 9u);
   for (int i = 0; i < 10; ++i)
-    EXPECT_TRUE(std::equal(src.bytes.begin(), src.bytes.begin() + 100, dst.bytes.begin() + i * 100));
+    EXPECT_TRUE(
+        std::equal(src.bytes.begin(), src.bytes.begin() + 100, dst.bytes.begin() + i * 100));
 }
 
 TEST(Completions, InlineDataIsCopiedAtPost) {
@@ -668,7 +684,7 @@ TEST(Scale, PsnWrapAcross2To24) {
   Buffer dst = make_buffer(lb.b(), b.pd, 256 * 1024, 2);
   Buffer back = make_buffer(lb.a(), a.pd, 256 * 1024, 3);
   Sge s = src.sge();
-  SendWr w = write_wr(1, &s, dst);        // 1024 packets: PSNs 0xFFFF00 .. 0x0002FF
+  SendWr w = write_wr(1, &s, dst);  // 1024 packets: PSNs 0xFFFF00 .. 0x0002FF
   Sge r = back.sge();
   SendWr rd = write_wr(2, &r, dst, 0, WrOpcode::kRead);
   w.next = &rd;
@@ -719,7 +735,8 @@ TEST(Scale, OneGibWrite) {
   auto [a, b] = connect(lb, o);
   constexpr std::size_t kLen = std::size_t{1} << 30;
   std::vector<std::uint8_t> src(kLen), dst(kLen, 0);
-  for (std::size_t i = 0; i < kLen; i += 4096) std::memset(src.data() + i, static_cast<int>(i >> 12), 4096);
+  for (std::size_t i = 0; i < kLen; i += 4096)
+    std::memset(src.data() + i, static_cast<int>(i >> 12), 4096);
   src[kLen - 1] = 0xEE;
   Mr* smr = lb.a().reg_mr(a.pd, src.data(), kLen, kAccessLocalWrite);
   Mr* dmr = lb.b().reg_mr(b.pd, dst.data(), kLen, kAccessLocalWrite | kAccessRemoteWrite);
@@ -760,28 +777,31 @@ TEST(StateMachine, TransitionsAndRequiredAttributes) {
   EXPECT_EQ(qp->state, QpState::kInit);
   at.qp_state = QpState::kRtr;
   at.path_mtu = Mtu::k1024;
-  EXPECT_EQ(e.modify_qp(qp, at, kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn),
-            kErrInval)
+  EXPECT_EQ(e.modify_qp(qp, at, kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn), kErrInval)
       << "RC RTR needs max_dest_rd_atomic and min_rnr_timer";
   at.path_mtu = static_cast<Mtu>(7);
-  EXPECT_EQ(e.modify_qp(qp, at, kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
-                                    kQpMaxDestRdAtomic | kQpMinRnrTimer),
+  EXPECT_EQ(e.modify_qp(qp, at,
+                        kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
+                            kQpMinRnrTimer),
             kErrInval)
       << "bad MTU value";
   at.path_mtu = Mtu::k4096;
-  ASSERT_EQ(e.modify_qp(qp, at, kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
-                                    kQpMaxDestRdAtomic | kQpMinRnrTimer),
+  ASSERT_EQ(e.modify_qp(qp, at,
+                        kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
+                            kQpMinRnrTimer),
             kOk);
   at.qp_state = QpState::kRts;
   at.retry_cnt = 9;
-  EXPECT_EQ(e.modify_qp(qp, at, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry |
-                                    kQpMaxQpRdAtomic),
-            kErrInval)
+  EXPECT_EQ(
+      e.modify_qp(qp, at,
+                  kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
+      kErrInval)
       << "retry_cnt above 7";
   at.retry_cnt = 7;
-  ASSERT_EQ(e.modify_qp(qp, at, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry |
-                                    kQpMaxQpRdAtomic),
-            kOk);
+  ASSERT_EQ(
+      e.modify_qp(qp, at,
+                  kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
+      kOk);
   at.qp_state = QpState::kSqd;
   ASSERT_EQ(e.modify_qp(qp, at, kQpState), kOk);
   at.qp_state = QpState::kRts;

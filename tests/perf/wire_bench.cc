@@ -39,9 +39,7 @@ void BM_Parse(benchmark::State& state) {
   }
   set_counters(state, frame.size());
 }
-BENCHMARK(BM_Parse)
-    ->ArgNames({"payload", "icrc"})
-    ->ArgsProduct({{0, 64, 256, 1024, 4096}, {0, 1}});
+BENCHMARK(BM_Parse)->ArgNames({"payload", "icrc"})->ArgsProduct({{0, 64, 256, 1024, 4096}, {0, 1}});
 
 void BM_Build(benchmark::State& state) {
   const auto payload_len = static_cast<std::size_t>(state.range(0));

@@ -21,8 +21,7 @@ struct Layout {
   IpVersion ip;
 };
 
-Frame build(Opcode op, std::size_t payload_len, IpVersion ip = IpVersion::kV4,
-            bool vlan = false) {
+Frame build(Opcode op, std::size_t payload_len, IpVersion ip = IpVersion::kV4, bool vlan = false) {
   FrameSpec s;
   s.opcode = op;
   s.ip_version = ip;
@@ -78,25 +77,69 @@ struct Case {
 std::vector<Case> cases() {
   const Opcode send = Opcode::kRcSendOnly;
   return {
-      {"ethernet_header_cut", [=] { auto f = build(send, 16); f.resize(10); return f; },
+      {"ethernet_header_cut",
+       [=] {
+         auto f = build(send, 16);
+         f.resize(10);
+         return f;
+       },
        Verdict::kTruncated},
-      {"vlan_tag_cut", [=] { auto f = build(send, 16, IpVersion::kV4, true); f.resize(16); return f; },
+      {"vlan_tag_cut",
+       [=] {
+         auto f = build(send, 16, IpVersion::kV4, true);
+         f.resize(16);
+         return f;
+       },
        Verdict::kTruncated},
-      {"ipv4_header_cut", [=] { auto f = build(send, 16); f.resize(30); return f; },
+      {"ipv4_header_cut",
+       [=] {
+         auto f = build(send, 16);
+         f.resize(30);
+         return f;
+       },
        Verdict::kTruncated},
-      {"ipv6_header_cut", [=] { auto f = build(send, 16, IpVersion::kV6); f.resize(50); return f; },
+      {"ipv6_header_cut",
+       [=] {
+         auto f = build(send, 16, IpVersion::kV6);
+         f.resize(50);
+         return f;
+       },
        Verdict::kTruncated},
       {"ipv4_total_length_beyond_frame",
-       [=] { auto f = build(send, 16); f.resize(f.size() - 1); return f; }, Verdict::kTruncated},
-      {"ipv6_payload_length_beyond_frame",
-       [=] { auto f = build(send, 16, IpVersion::kV6); f.resize(f.size() - 3); return f; },
+       [=] {
+         auto f = build(send, 16);
+         f.resize(f.size() - 1);
+         return f;
+       },
        Verdict::kTruncated},
-      {"arp_ethertype", [=] { auto f = build(send, 16); f[12] = 0x08; f[13] = 0x06; return f; },
+      {"ipv6_payload_length_beyond_frame",
+       [=] {
+         auto f = build(send, 16, IpVersion::kV6);
+         f.resize(f.size() - 3);
+         return f;
+       },
+       Verdict::kTruncated},
+      {"arp_ethertype",
+       [=] {
+         auto f = build(send, 16);
+         f[12] = 0x08;
+         f[13] = 0x06;
+         return f;
+       },
        Verdict::kNotIp},
       {"ipv4_ethertype_with_version_6",
-       [=] { auto f = build(send, 16); f[14] = 0x65; return f; }, Verdict::kBadIpVersion},
+       [=] {
+         auto f = build(send, 16);
+         f[14] = 0x65;
+         return f;
+       },
+       Verdict::kBadIpVersion},
       {"ipv6_ethertype_with_version_4",
-       [=] { auto f = build(send, 16, IpVersion::kV6); f[14] = 0x45; return f; },
+       [=] {
+         auto f = build(send, 16, IpVersion::kV6);
+         f[14] = 0x45;
+         return f;
+       },
        Verdict::kBadIpVersion},
       {"ipv4_options",
        [=] {
@@ -109,35 +152,110 @@ std::vector<Case> cases() {
          return f;
        },
        Verdict::kIpOptions},
-      {"ipv4_bad_header_checksum", [=] { auto f = build(send, 16); f[25] ^= 1; return f; },
+      {"ipv4_bad_header_checksum",
+       [=] {
+         auto f = build(send, 16);
+         f[25] ^= 1;
+         return f;
+       },
        Verdict::kBadIpChecksum},
       {"ipv4_total_length_below_header",
-       [=] { auto f = build(send, 16); store_be16(f.data() + 16, 12); refix(f); return f; },
+       [=] {
+         auto f = build(send, 16);
+         store_be16(f.data() + 16, 12);
+         refix(f);
+         return f;
+       },
        Verdict::kBadIpLength},
       {"ipv4_more_fragments",
-       [=] { auto f = build(send, 16); f[20] = 0x20; refix(f); return f; }, Verdict::kIpFragment},
+       [=] {
+         auto f = build(send, 16);
+         f[20] = 0x20;
+         refix(f);
+         return f;
+       },
+       Verdict::kIpFragment},
       {"ipv4_fragment_offset",
-       [=] { auto f = build(send, 16); f[21] = 0x08; refix(f); return f; }, Verdict::kIpFragment},
-      {"ipv4_protocol_tcp", [=] { auto f = build(send, 16); f[23] = 6; refix(f); return f; },
+       [=] {
+         auto f = build(send, 16);
+         f[21] = 0x08;
+         refix(f);
+         return f;
+       },
+       Verdict::kIpFragment},
+      {"ipv4_protocol_tcp",
+       [=] {
+         auto f = build(send, 16);
+         f[23] = 6;
+         refix(f);
+         return f;
+       },
        Verdict::kNotUdp},
       {"ipv6_hop_by_hop_header",
-       [=] { auto f = build(send, 16, IpVersion::kV6); f[20] = 0; refix(f); return f; },
+       [=] {
+         auto f = build(send, 16, IpVersion::kV6);
+         f[20] = 0;
+         refix(f);
+         return f;
+       },
        Verdict::kNotUdp},
       {"udp_length_short",
-       [=] { auto f = build(send, 16); f[38] = 0; f[39] = 20; refix(f); return f; },
+       [=] {
+         auto f = build(send, 16);
+         f[38] = 0;
+         f[39] = 20;
+         refix(f);
+         return f;
+       },
        Verdict::kBadUdpLength},
       {"udp_length_below_header",
-       [=] { auto f = build(send, 16); f[38] = 0; f[39] = 4; refix(f); return f; },
+       [=] {
+         auto f = build(send, 16);
+         f[38] = 0;
+         f[39] = 4;
+         refix(f);
+         return f;
+       },
        Verdict::kBadUdpLength},
-      {"udp_port_4792", [=] { auto f = build(send, 16); f[37] = 0xB8; refix(f); return f; },
+      {"udp_port_4792",
+       [=] {
+         auto f = build(send, 16);
+         f[37] = 0xB8;
+         refix(f);
+         return f;
+       },
        Verdict::kWrongUdpPort},
-      {"bth_tver_1", [=] { auto f = build(send, 16); f[43] |= 1; refix(f); return f; },
+      {"bth_tver_1",
+       [=] {
+         auto f = build(send, 16);
+         f[43] |= 1;
+         refix(f);
+         return f;
+       },
        Verdict::kBadTver},
-      {"opcode_reserved_0x15", [=] { auto f = build(send, 16); f[42] = 0x15; refix(f); return f; },
+      {"opcode_reserved_0x15",
+       [=] {
+         auto f = build(send, 16);
+         f[42] = 0x15;
+         refix(f);
+         return f;
+       },
        Verdict::kUnknownOpcode},
-      {"opcode_rd_send_only", [=] { auto f = build(send, 16); f[42] = 0x44; refix(f); return f; },
+      {"opcode_rd_send_only",
+       [=] {
+         auto f = build(send, 16);
+         f[42] = 0x44;
+         refix(f);
+         return f;
+       },
        Verdict::kUnknownOpcode},
-      {"opcode_vendor_0xe0", [=] { auto f = build(send, 16); f[42] = 0xE0; refix(f); return f; },
+      {"opcode_vendor_0xe0",
+       [=] {
+         auto f = build(send, 16);
+         f[42] = 0xE0;
+         refix(f);
+         return f;
+       },
        Verdict::kUnknownOpcode},
       {"udp_payload_shorter_than_bth",
        [=] {
@@ -160,7 +278,13 @@ std::vector<Case> cases() {
        },
        Verdict::kBadTransportLength},
       {"pad_count_exceeds_payload",
-       [=] { auto f = build(send, 0); f[43] = 0x30; refix(f); return f; }, Verdict::kBadPadCount},
+       [=] {
+         auto f = build(send, 0);
+         f[43] = 0x30;
+         refix(f);
+         return f;
+       },
+       Verdict::kBadPadCount},
       {"pad_count_on_ack",
        [=] {
          auto f = build(Opcode::kRcAcknowledge, 0);
@@ -171,21 +295,53 @@ std::vector<Case> cases() {
        },
        Verdict::kBadPadCount},
       {"payload_on_read_request",
-       [=] { auto f = build(Opcode::kRcReadRequest, 0); grow_payload(f, 4); return f; },
+       [=] {
+         auto f = build(Opcode::kRcReadRequest, 0);
+         grow_payload(f, 4);
+         return f;
+       },
        Verdict::kBadPayloadLength},
       {"payload_on_compare_swap",
-       [=] { auto f = build(Opcode::kRcCompareSwap, 0); grow_payload(f, 8); return f; },
+       [=] {
+         auto f = build(Opcode::kRcCompareSwap, 0);
+         grow_payload(f, 8);
+         return f;
+       },
        Verdict::kBadPayloadLength},
       {"atomic_write_with_12_bytes",
-       [=] { auto f = build(Opcode::kRcAtomicWrite, 8); grow_payload(f, 4); return f; },
+       [=] {
+         auto f = build(Opcode::kRcAtomicWrite, 8);
+         grow_payload(f, 4);
+         return f;
+       },
        Verdict::kBadPayloadLength},
-      {"payload_byte_flipped", [=] { auto f = build(send, 16); f[60] ^= 0x10; return f; },
+      {"payload_byte_flipped",
+       [=] {
+         auto f = build(send, 16);
+         f[60] ^= 0x10;
+         return f;
+       },
        Verdict::kBadIcrc},
-      {"icrc_byte_flipped", [=] { auto f = build(send, 16); f.back() ^= 1; return f; },
+      {"icrc_byte_flipped",
+       [=] {
+         auto f = build(send, 16);
+         f.back() ^= 1;
+         return f;
+       },
        Verdict::kBadIcrc},
-      {"ack_req_flipped", [=] { auto f = build(send, 16); f[50] ^= 0x80; return f; },
+      {"ack_req_flipped",
+       [=] {
+         auto f = build(send, 16);
+         f[50] ^= 0x80;
+         return f;
+       },
        Verdict::kBadIcrc},
-      {"psn_changed_ipv6", [=] { auto f = build(send, 16, IpVersion::kV6); f[74] ^= 1; return f; },
+      {"psn_changed_ipv6",
+       [=] {
+         auto f = build(send, 16, IpVersion::kV6);
+         f[74] ^= 1;
+         return f;
+       },
        Verdict::kBadIcrc},
       {"ip_address_changed_with_fixed_checksum",
        [=] {
@@ -233,8 +389,9 @@ TEST(FrameMalformed, EveryTruncationIsRejected) {
   for (Opcode op : kKnownOpcodes) {
     for (IpVersion ip : {IpVersion::kV4, IpVersion::kV6}) {
       const auto& info = opcode_info(op);
-      const std::size_t len = info.fixed_payload ? info.fixed_payload
-                              : info.mask.has(OpMask::kPayload) ? 37 : 0;
+      const std::size_t len = info.fixed_payload                ? info.fixed_payload
+                              : info.mask.has(OpMask::kPayload) ? 37
+                                                                : 0;
       const Frame f = build(op, len, ip, true);
       for (std::size_t n = 0; n < f.size(); ++n) {
         const Frame cut(f.begin(), f.begin() + static_cast<std::ptrdiff_t>(n));
@@ -247,8 +404,9 @@ TEST(FrameMalformed, EveryTruncationIsRejected) {
 
 TEST(FrameMalformed, RandomCorruptionIsNeverAcceptedWhenCovered) {
   std::mt19937 rng(20261122);
-  const Opcode ops[] = {Opcode::kRcSendOnly, Opcode::kRcWriteFirst, Opcode::kRcAtomicAcknowledge,
-                        Opcode::kUdSendOnlyImm, Opcode::kRcReadRequest, Opcode::kCnp};
+  const Opcode ops[] = {Opcode::kRcSendOnly,          Opcode::kRcWriteFirst,
+                        Opcode::kRcAtomicAcknowledge, Opcode::kUdSendOnlyImm,
+                        Opcode::kRcReadRequest,       Opcode::kCnp};
   std::size_t accepted_masked = 0;
   for (int iter = 0; iter < 20000; ++iter) {
     const Opcode op = ops[rng() % std::size(ops)];
@@ -262,12 +420,11 @@ TEST(FrameMalformed, RandomCorruptionIsNeverAcceptedWhenCovered) {
     RxPkt p;
     const Verdict v = parse_frame(f, p);
     // Bytes the ICRC does not protect: Ethernet header, and the masked fields.
-    const bool masked =
-        pos < l.l3 ||
-        (l.ip == IpVersion::kV4 && (pos == l.l3 + 1 || pos == l.l3 + 8 || pos == l.l3 + 10 ||
-                                    pos == l.l3 + 11)) ||
-        (l.ip == IpVersion::kV6 && (pos <= l.l3 + 3 || pos == l.l3 + 7)) ||
-        pos == l.l4 + 6 || pos == l.l4 + 7 || pos == l.bth + 4;
+    const bool masked = pos < l.l3 ||
+                        (l.ip == IpVersion::kV4 && (pos == l.l3 + 1 || pos == l.l3 + 8 ||
+                                                    pos == l.l3 + 10 || pos == l.l3 + 11)) ||
+                        (l.ip == IpVersion::kV6 && (pos <= l.l3 + 3 || pos == l.l3 + 7)) ||
+                        pos == l.l4 + 6 || pos == l.l4 + 7 || pos == l.bth + 4;
     if (!masked) {
       ASSERT_NE(v, Verdict::kOk) << "byte " << pos << " of " << info.name;
     } else if (v == Verdict::kOk) {

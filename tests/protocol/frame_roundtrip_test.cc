@@ -66,7 +66,9 @@ void expect_same(const FrameSpec& s, std::span<const std::uint8_t> payload, cons
   EXPECT_EQ(p.ack_req, s.ack_req);
   EXPECT_EQ(p.ip_version, s.ip_version);
   EXPECT_EQ(p.has_vlan, s.vlan_id.has_value());
-  if (s.vlan_id) { EXPECT_EQ(p.vlan_id, *s.vlan_id); }
+  if (s.vlan_id) {
+    EXPECT_EQ(p.vlan_id, *s.vlan_id);
+  }
   EXPECT_EQ(p.ecn, 3);
   EXPECT_EQ(p.eth().src(), s.src_mac);
   EXPECT_EQ(p.eth().dst(), s.dst_mac);
@@ -105,9 +107,15 @@ void expect_same(const FrameSpec& s, std::span<const std::uint8_t> payload, cons
     EXPECT_EQ(p.atomic_eth().swap_add(), s.atomic.swap_add);
     EXPECT_EQ(p.atomic_eth().compare(), s.atomic.compare);
   }
-  if (info.has(Ext::kAtomicAckEth)) { EXPECT_EQ(p.atomic_ack_eth().orig(), s.atomic_orig); }
-  if (info.has(Ext::kImmDt)) { EXPECT_EQ(p.immdt().imm(), s.imm); }
-  if (info.has(Ext::kIeth)) { EXPECT_EQ(p.ieth().rkey(), s.ieth_rkey); }
+  if (info.has(Ext::kAtomicAckEth)) {
+    EXPECT_EQ(p.atomic_ack_eth().orig(), s.atomic_orig);
+  }
+  if (info.has(Ext::kImmDt)) {
+    EXPECT_EQ(p.immdt().imm(), s.imm);
+  }
+  if (info.has(Ext::kIeth)) {
+    EXPECT_EQ(p.ieth().rkey(), s.ieth_rkey);
+  }
   if (info.has(Ext::kDeth)) {
     EXPECT_EQ(p.deth().qkey(), s.deth.qkey);
     EXPECT_EQ(p.deth().src_qp(), s.deth.src_qp);
@@ -116,7 +124,9 @@ void expect_same(const FrameSpec& s, std::span<const std::uint8_t> payload, cons
     EXPECT_EQ(p.feth().selectivity(), s.feth.selectivity);
     EXPECT_EQ(p.feth().placement_type(), s.feth.placement_type);
   }
-  if (info.has(Ext::kCnpPad)) { EXPECT_TRUE(p.cnp_pad().all_zero()); }
+  if (info.has(Ext::kCnpPad)) {
+    EXPECT_TRUE(p.cnp_pad().all_zero());
+  }
   ASSERT_EQ(p.payload_len, payload.size());
   EXPECT_TRUE(std::equal(payload.begin(), payload.end(), p.payload().begin()));
 }

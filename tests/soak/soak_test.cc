@@ -25,12 +25,12 @@ double env_or(const char* name, double def) {
 
 struct Pair {
   Endpoint a, b;
-  Buffer src;      // A: data to send/write
-  Buffer back;     // A: READ destination
-  Buffer results;  // A: atomic results
-  Buffer region;   // B: WRITE/READ target
-  Buffer inbox;    // B: receive buffers
-  Buffer counter;  // B: atomic target
+  Buffer src;                       // A: data to send/write
+  Buffer back;                      // A: READ destination
+  Buffer results;                   // A: atomic results
+  Buffer region;                    // B: WRITE/READ target
+  Buffer inbox;                     // B: receive buffers
+  Buffer counter;                   // B: atomic target
   std::vector<std::uint8_t> model;  // expected content of region
   std::uint64_t counter_model = 0;
 };
@@ -133,7 +133,8 @@ TEST(Soak, MixedTrafficOverALossyWire) {
             fill_pattern(p.src.bytes, static_cast<std::uint32_t>(rng()));
             // Each WQE needs its own source bytes: take them from a fresh offset.
             s = p.src.sge(0, pd.len);
-            pd.expect.assign(p.src.bytes.begin(), p.src.bytes.begin() + static_cast<std::ptrdiff_t>(pd.len));
+            pd.expect.assign(p.src.bytes.begin(),
+                             p.src.bytes.begin() + static_cast<std::ptrdiff_t>(pd.len));
             std::memcpy(p.model.data() + pd.off, pd.expect.data(), pd.len);
             wr.opcode = WrOpcode::kWrite;
             wr.rdma = {p.region.addr() + pd.off, p.region.mr->key};
@@ -160,7 +161,8 @@ TEST(Soak, MixedTrafficOverALossyWire) {
             send_off += pd.len;
             fill_pattern(p.src.bytes, static_cast<std::uint32_t>(rng()));
             s = p.src.sge(0, pd.len);
-            pd.expect.assign(p.src.bytes.begin(), p.src.bytes.begin() + static_cast<std::ptrdiff_t>(pd.len));
+            pd.expect.assign(p.src.bytes.begin(),
+                             p.src.bytes.begin() + static_cast<std::ptrdiff_t>(pd.len));
             Sge rs = p.inbox.sge(pd.off, pd.len);
             RecvWr r;
             r.wr_id = static_cast<std::uint64_t>(k);
@@ -189,7 +191,9 @@ TEST(Soak, MixedTrafficOverALossyWire) {
               [&] {
                 Wc w[16];
                 int m;
-                while ((m = lb.a().poll_cq(p.a.scq, 16, w)) > 0) got[static_cast<std::size_t>(i)].insert(got[static_cast<std::size_t>(i)].end(), w, w + m);
+                while ((m = lb.a().poll_cq(p.a.scq, 16, w)) > 0)
+                  got[static_cast<std::size_t>(i)].insert(got[static_cast<std::size_t>(i)].end(), w,
+                                                          w + m);
                 for (const auto& c : got[static_cast<std::size_t>(i)])
                   if (c.wr_id == id) return true;
                 return false;
@@ -197,12 +201,13 @@ TEST(Soak, MixedTrafficOverALossyWire) {
               120'000'000'000ull);
           if (!ok) {
             const Qp& q = *p.a.qp;
-            std::printf("stuck: state %s sq_head %u next_wqe %u sq_tail %u rd_atomic_out %u "
-                        "comp.psn %06x next_psn %06x high %06x rnr %llu retrans %llu\n",
-                        std::string(to_string(q.state)).c_str(), q.sq_head, q.req.next_wqe,
-                        q.sq_tail, q.req.rd_atomic_out, q.comp.psn.raw(), q.req.next_psn.raw(),
-                        q.req.high_psn.raw(), static_cast<unsigned long long>(q.comp.rnr_deadline),
-                        static_cast<unsigned long long>(q.comp.retrans_deadline));
+            std::printf(
+                "stuck: state %s sq_head %u next_wqe %u sq_tail %u rd_atomic_out %u "
+                "comp.psn %06x next_psn %06x high %06x rnr %llu retrans %llu\n",
+                std::string(to_string(q.state)).c_str(), q.sq_head, q.req.next_wqe, q.sq_tail,
+                q.req.rd_atomic_out, q.comp.psn.raw(), q.req.next_psn.raw(), q.req.high_psn.raw(),
+                static_cast<unsigned long long>(q.comp.rnr_deadline),
+                static_cast<unsigned long long>(q.comp.retrans_deadline));
             for (std::uint32_t x = q.sq_head; x != q.sq_tail; ++x) {
               const SendWqe& w = q.sq[x % q.sq.size()];
               std::printf("  wqe %u op %d state %d flags %x len %llu psn %06x..%06x\n", x,
@@ -248,7 +253,8 @@ TEST(Soak, MixedTrafficOverALossyWire) {
       std::size_t sends = 0;
       for (const auto& pd : pend[static_cast<std::size_t>(i)]) {
         switch (pd.kind) {
-          case Kind::kWrite: break;
+          case Kind::kWrite:
+            break;
           case Kind::kRead:
             ASSERT_TRUE(std::equal(pd.expect.begin(), pd.expect.end(),
                                    p.back.bytes.begin() + static_cast<std::ptrdiff_t>(pd.dst)))
@@ -280,20 +286,21 @@ TEST(Soak, MixedTrafficOverALossyWire) {
   }
   const auto& sa = lb.a().stats();
   const auto& sb = lb.b().stats();
-  std::printf("soak: %llu rounds, %llu ops, %.1f MB; dropped %llu+%llu, duplicated %llu+%llu, "
-              "corrupted %llu+%llu; retries %llu, timeouts %llu, seq NAKs %llu, duplicates %llu\n",
-              static_cast<unsigned long long>(rounds), static_cast<unsigned long long>(ops),
-              static_cast<double>(bytes) / 1e6,
-              static_cast<unsigned long long>(lb.injector(0).stats().dropped),
-              static_cast<unsigned long long>(lb.injector(1).stats().dropped),
-              static_cast<unsigned long long>(lb.injector(0).stats().duplicated),
-              static_cast<unsigned long long>(lb.injector(1).stats().duplicated),
-              static_cast<unsigned long long>(lb.injector(0).stats().corrupted),
-              static_cast<unsigned long long>(lb.injector(1).stats().corrupted),
-              static_cast<unsigned long long>(sa.get(Counter::kRetries)),
-              static_cast<unsigned long long>(sa.get(Counter::kRetransmitTimeouts)),
-              static_cast<unsigned long long>(sb.get(Counter::kSeqErrNakSent)),
-              static_cast<unsigned long long>(sb.get(Counter::kDuplicateRequests)));
+  std::printf(
+      "soak: %llu rounds, %llu ops, %.1f MB; dropped %llu+%llu, duplicated %llu+%llu, "
+      "corrupted %llu+%llu; retries %llu, timeouts %llu, seq NAKs %llu, duplicates %llu\n",
+      static_cast<unsigned long long>(rounds), static_cast<unsigned long long>(ops),
+      static_cast<double>(bytes) / 1e6,
+      static_cast<unsigned long long>(lb.injector(0).stats().dropped),
+      static_cast<unsigned long long>(lb.injector(1).stats().dropped),
+      static_cast<unsigned long long>(lb.injector(0).stats().duplicated),
+      static_cast<unsigned long long>(lb.injector(1).stats().duplicated),
+      static_cast<unsigned long long>(lb.injector(0).stats().corrupted),
+      static_cast<unsigned long long>(lb.injector(1).stats().corrupted),
+      static_cast<unsigned long long>(sa.get(Counter::kRetries)),
+      static_cast<unsigned long long>(sa.get(Counter::kRetransmitTimeouts)),
+      static_cast<unsigned long long>(sb.get(Counter::kSeqErrNakSent)),
+      static_cast<unsigned long long>(sb.get(Counter::kDuplicateRequests)));
   EXPECT_GT(ops, 0u);
   if (loss > 0 && (on("drop") || on("reorder") || on("corrupt"))) {
     EXPECT_GT(sa.get(Counter::kRetries), 0u) << "the faults must have been felt";

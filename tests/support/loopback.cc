@@ -96,7 +96,8 @@ bool Loopback::run_until(const std::function<bool()>& done, std::uint64_t limit_
     // Idle: release reorder-held frames, then jump to the next delivery or timer.
     bool released = false;
     for (int from = 0; from < 2; ++from) {
-      for (auto& h : held_[from]) queue_[1 - from].emplace(now_ + opts_.link_delay_ns, std::move(h.bytes));
+      for (auto& h : held_[from])
+        queue_[1 - from].emplace(now_ + opts_.link_delay_ns, std::move(h.bytes));
       released |= !held_[from].empty();
       held_[from].clear();
     }

@@ -18,13 +18,13 @@ namespace roce::test {
 
 struct WireRecord {
   std::uint64_t t = 0;
-  int from = 0;           ///< 0 = engine A, 1 = engine B
+  int from = 0;  ///< 0 = engine A, 1 = engine B
   bool dropped = false;
   wire::Opcode opcode{};
   std::uint32_t dest_qp = 0;
   std::uint32_t psn = 0;
   bool ack_req = false;
-  int syndrome = -1;      ///< AETH syndrome byte, -1 without AETH
+  int syndrome = -1;  ///< AETH syndrome byte, -1 without AETH
   std::uint32_t payload_len = 0;
 };
 
@@ -106,8 +106,8 @@ struct Endpoint {
 /// Creates and connects an RC (or UC) QP on each engine (RESET -> INIT -> RTR -> RTS).
 std::pair<Endpoint, Endpoint> connect(Loopback& lb, const RcOptions& o = {});
 /// Creates QPs on an existing pair of PDs/CQs (for many-QP tests).
-std::pair<Endpoint, Endpoint> connect_on(Loopback& lb, const Endpoint& a_res,
-                                         const Endpoint& b_res, const RcOptions& o);
+std::pair<Endpoint, Endpoint> connect_on(Loopback& lb, const Endpoint& a_res, const Endpoint& b_res,
+                                         const RcOptions& o);
 
 /// A registered buffer with a recognisable fill.
 struct Buffer {
@@ -118,8 +118,7 @@ struct Buffer {
 };
 Buffer make_buffer(engine::Engine& e, engine::Pd* pd, std::size_t size, std::uint8_t seed,
                    std::uint32_t access = engine::kAccessLocalWrite | engine::kAccessRemoteWrite |
-                                          engine::kAccessRemoteRead |
-                                          engine::kAccessRemoteAtomic);
+                                          engine::kAccessRemoteRead | engine::kAccessRemoteAtomic);
 void fill_pattern(std::vector<std::uint8_t>& v, std::uint32_t seed);
 
 /// Polls `cq` while stepping until `n` completions arrived (or the limit passed).

@@ -29,27 +29,26 @@ std::vector<std::uint8_t> hex(std::string_view s) {
 }
 
 // Vector 1: CX-4 Lx CNP, 74 bytes, ICRC value 0x2A00FD82 (wire bytes 82 fd 00 2a).
-const auto kCnpFrame = hex(
-    "e41d2dab2bc2 7cfe90643b32 0800"
-    "45c2 003c 718c 4000 4011 9161 0a001101 0a001201"
-    "0000 12b7 0028 0000"
-    "81 00 ffff 40 000118 00 000000"
-    "00000000000000000000000000000000"
-    "82fd002a");
+const auto kCnpFrame =
+    hex("e41d2dab2bc2 7cfe90643b32 0800"
+        "45c2 003c 718c 4000 4011 9161 0a001101 0a001201"
+        "0000 12b7 0028 0000"
+        "81 00 ffff 40 000118 00 000000"
+        "00000000000000000000000000000000"
+        "82fd002a");
 
 // Vector 2: IPv4 UC SEND Only (scapy roce.uts), ICRC wire bytes 78 f3 53 f3.
-const auto kUcSendFrame = hex(
-    "248a07a8fa22248a07a8fa220800"
-    "45010040047840004011b4d5c0a80007c0a80007"
-    "c00012b7002c0000"
-    "2460ffff000000d300cf1710"
-    "4630818be28935d90e9a95505401be885e500000"
-    "78f353f3");
+const auto kUcSendFrame =
+    hex("248a07a8fa22248a07a8fa220800"
+        "45010040047840004011b4d5c0a80007c0a80007"
+        "c00012b7002c0000"
+        "2460ffff000000d300cf1710"
+        "4630818be28935d90e9a95505401be885e500000"
+        "78f353f3");
 
 TEST(Crc32, MatchesZlibCheckValue) {
   const std::string_view s = "123456789";
-  EXPECT_EQ(crc32_zlib(0, reinterpret_cast<const std::uint8_t*>(s.data()), s.size()),
-            0xCBF43926u);
+  EXPECT_EQ(crc32_zlib(0, reinterpret_cast<const std::uint8_t*>(s.data()), s.size()), 0xCBF43926u);
 }
 
 TEST(Icrc, SeedIsCrcOfEightOnesBytes) {
@@ -77,12 +76,12 @@ TEST(Icrc, Vector2IsIndependentOfMaskedFields) {
   auto f = kUcSendFrame;
   std::uint8_t* l3 = f.data() + 14;
   const std::size_t len = f.size() - 14 - 4;
-  l3[1] = 0xB8;                 // TOS
-  l3[8] = 1;                    // TTL
-  l3[10] = 0x12;                // IP checksum
-  l3[20 + 6] = 0xAC;            // UDP checksum (0xaca2 is the real one; masked anyway)
+  l3[1] = 0xB8;       // TOS
+  l3[8] = 1;          // TTL
+  l3[10] = 0x12;      // IP checksum
+  l3[20 + 6] = 0xAC;  // UDP checksum (0xaca2 is the real one; masked anyway)
   l3[20 + 7] = 0xA2;
-  l3[28 + 4] = 0x40;            // BECN
+  l3[28 + 4] = 0x40;  // BECN
   EXPECT_EQ(compute_icrc(l3, len, IpVersion::kV4), 0xF353F378u);
   // ...but AckReq (BTH byte 8) and the payload are covered.
   l3[28 + 8] = 0x80;
@@ -92,13 +91,13 @@ TEST(Icrc, Vector2IsIndependentOfMaskedFields) {
 TEST(Icrc, Vector3Ipv6UcSend) {
   // The IPv6 variant of vector 2: traffic class 226, flow label 0x1FACE, hop limit 255,
   // 2022::1023 -> 2023::1024; same UDP, BTH and payload. ICRC wire bytes 3e 5b 74 3b.
-  const auto l3 = hex(
-      "6e21face002c11ff"
-      "20220000000000000000000000001023"
-      "20230000000000000000000000001024"
-      "c00012b7002c0000"
-      "2460ffff000000d300cf1710"
-      "4630818be28935d90e9a95505401be885e500000");
+  const auto l3 =
+      hex("6e21face002c11ff"
+          "20220000000000000000000000001023"
+          "20230000000000000000000000001024"
+          "c00012b7002c0000"
+          "2460ffff000000d300cf1710"
+          "4630818be28935d90e9a95505401be885e500000");
   const std::uint32_t icrc = compute_icrc(l3.data(), l3.size(), IpVersion::kV6);
   std::uint8_t wire[4];
   store_le32(wire, icrc);

@@ -26,11 +26,20 @@ TEST(OpcodeTable, NamesAreUniqueAndMatchTransport) {
     const std::string name(opcode_info(op).name);
     EXPECT_TRUE(names.insert(name).second) << name;
     switch (transport_of(op)) {
-      case Transport::kRc: EXPECT_EQ(name.substr(0, 3), "RC_"); break;
-      case Transport::kUc: EXPECT_EQ(name.substr(0, 3), "UC_"); break;
-      case Transport::kUd: EXPECT_EQ(name.substr(0, 3), "UD_"); break;
-      case Transport::kCnp: EXPECT_EQ(name, "CNP"); break;
-      default: ADD_FAILURE() << name;
+      case Transport::kRc:
+        EXPECT_EQ(name.substr(0, 3), "RC_");
+        break;
+      case Transport::kUc:
+        EXPECT_EQ(name.substr(0, 3), "UC_");
+        break;
+      case Transport::kUd:
+        EXPECT_EQ(name.substr(0, 3), "UD_");
+        break;
+      case Transport::kCnp:
+        EXPECT_EQ(name, "CNP");
+        break;
+      default:
+        ADD_FAILURE() << name;
     }
   }
 }
@@ -42,18 +51,30 @@ TEST(OpcodeTable, HeaderLengthsMatchRxe) {
     unsigned len;
   };
   const Row rows[] = {
-      {Opcode::kRcSendFirst, 12},         {Opcode::kRcSendLastImm, 16},
-      {Opcode::kRcSendOnlyImm, 16},       {Opcode::kRcWriteFirst, 28},
-      {Opcode::kRcWriteMiddle, 12},       {Opcode::kRcWriteLastImm, 16},
-      {Opcode::kRcWriteOnly, 28},         {Opcode::kRcWriteOnlyImm, 32},
-      {Opcode::kRcReadRequest, 28},       {Opcode::kRcReadResponseFirst, 16},
-      {Opcode::kRcReadResponseMiddle, 12}, {Opcode::kRcReadResponseLast, 16},
-      {Opcode::kRcReadResponseOnly, 16},  {Opcode::kRcAcknowledge, 16},
-      {Opcode::kRcAtomicAcknowledge, 24}, {Opcode::kRcCompareSwap, 40},
-      {Opcode::kRcFetchAdd, 40},          {Opcode::kRcSendLastInv, 16},
-      {Opcode::kRcSendOnlyInv, 16},       {Opcode::kRcFlush, 32},
-      {Opcode::kRcAtomicWrite, 28},       {Opcode::kUcWriteOnlyImm, 32},
-      {Opcode::kUdSendOnly, 20},          {Opcode::kUdSendOnlyImm, 24},
+      {Opcode::kRcSendFirst, 12},
+      {Opcode::kRcSendLastImm, 16},
+      {Opcode::kRcSendOnlyImm, 16},
+      {Opcode::kRcWriteFirst, 28},
+      {Opcode::kRcWriteMiddle, 12},
+      {Opcode::kRcWriteLastImm, 16},
+      {Opcode::kRcWriteOnly, 28},
+      {Opcode::kRcWriteOnlyImm, 32},
+      {Opcode::kRcReadRequest, 28},
+      {Opcode::kRcReadResponseFirst, 16},
+      {Opcode::kRcReadResponseMiddle, 12},
+      {Opcode::kRcReadResponseLast, 16},
+      {Opcode::kRcReadResponseOnly, 16},
+      {Opcode::kRcAcknowledge, 16},
+      {Opcode::kRcAtomicAcknowledge, 24},
+      {Opcode::kRcCompareSwap, 40},
+      {Opcode::kRcFetchAdd, 40},
+      {Opcode::kRcSendLastInv, 16},
+      {Opcode::kRcSendOnlyInv, 16},
+      {Opcode::kRcFlush, 32},
+      {Opcode::kRcAtomicWrite, 28},
+      {Opcode::kUcWriteOnlyImm, 32},
+      {Opcode::kUdSendOnly, 20},
+      {Opcode::kUdSendOnlyImm, 24},
       {Opcode::kCnp, 28},
   };
   for (const Row& r : rows) EXPECT_EQ(opcode_info(r.op).hdr_len, r.len) << opcode_info(r.op).name;
@@ -95,8 +116,8 @@ TEST(OpcodeTable, RcAndUcShareOperations) {
 TEST(OpcodeTable, MessagePositionAndDirection) {
   for (Opcode op : kKnownOpcodes) {
     const OpcodeInfo& i = opcode_info(op);
-    const int pos = i.mask.has(OpMask::kStart) + i.mask.has(OpMask::kMiddle) * 2 +
-                    i.mask.has(OpMask::kEnd) * 4;
+    const int pos =
+        i.mask.has(OpMask::kStart) + i.mask.has(OpMask::kMiddle) * 2 + i.mask.has(OpMask::kEnd) * 4;
     EXPECT_TRUE(pos == 1 || pos == 2 || pos == 4 || pos == 5) << i.name << " position " << pos;
     if (!i.mask.has(OpMask::kCnp)) {
       EXPECT_NE(i.mask.has(OpMask::kRequest), i.mask.has(OpMask::kResponse)) << i.name;
