@@ -842,3 +842,57 @@ TEST(Keys, AreNeitherSequentialNorReused) {
 
 }  // namespace
 }  // namespace roce::test
+
+namespace roce::test {
+namespace {
+
+using namespace roce::engine;
+
+TEST(Uc, WritesAndSendsWithoutAcksAndLossDropsTheMessage) {
+  LoopbackOptions lo;
+  // Drop the second packet of the second SEND (PSNs: send 1 = 0..2, send 2 = 3..5).
+  lo.a2b.drop_psn.push_back({Engine::kFirstQpn, 0x123456 + 4, 1, -1});
+  Loopback lb(lo);
+  RcOptions o;
+  o.type = QpType::kUc;
+  o.access = kAccessLocalWrite | kAccessRemoteWrite;
+  auto [a, b] = connect(lb, o);
+  Buffer src = make_buffer(lb.a(), a.pd, 3 * 3000, 1);
+  Buffer dst = make_buffer(lb.b(), b.pd, 3 * 3000, 2);
+  for (int i = 0; i < 2; ++i) {
+    Sge rs = dst.sge(static_cast<std::uint64_t>(i) * 3000, 3000);
+    RecvWr r;
+    r.wr_id = 10 + static_cast<std::uint64_t>(i);
+    r.sg_list = &rs;
+    r.num_sge = 1;
+    ASSERT_EQ(lb.b().post_recv(b.qp, &r, nullptr), kOk);
+  }
+  Sge s[3];
+  SendWr w[3];
+  for (int i = 0; i < 3; ++i) {
+    s[i] = src.sge(static_cast<std::uint64_t>(i) * 3000, 3000);
+    w[i].wr_id = static_cast<std::uint64_t>(i);
+    w[i].opcode = WrOpcode::kSend;
+    w[i].sg_list = &s[i];
+    w[i].num_sge = 1;
+    w[i].send_flags = kSendSignaled;
+    if (i) w[i - 1].next = &w[i];
+  }
+  ASSERT_EQ(lb.a().post_send(a.qp, &w[0], nullptr), kOk);
+  auto swc = wait_wcs(lb, a.scq, 3);
+  ASSERT_EQ(swc.size(), 3u) << "UC sends complete when sent";
+  for (const auto& c : swc) EXPECT_EQ(c.status, WcStatus::kSuccess);
+  lb.settle();
+  Wc rwc[4];
+  ASSERT_EQ(lb.b().poll_cq(b.rcq, 4, rwc), 2) << "the damaged message is lost, the others land";
+  EXPECT_EQ(rwc[0].wr_id, 10u);
+  EXPECT_EQ(rwc[1].wr_id, 11u) << "the receive WQE of the lost message is reused";
+  EXPECT_TRUE(std::equal(src.bytes.begin(), src.bytes.begin() + 3000, dst.bytes.begin()));
+  EXPECT_TRUE(std::equal(src.bytes.begin() + 6000, src.bytes.end(), dst.bytes.begin() + 3000));
+  EXPECT_EQ(lb.b().stats().get(Counter::kAckSent), 0u) << "UC never acknowledges";
+  EXPECT_EQ(lb.b().stats().get(Counter::kSeqErrNakSent), 0u);
+  EXPECT_EQ(a.qp->state, QpState::kRts);
+}
+
+}  // namespace
+}  // namespace roce::test

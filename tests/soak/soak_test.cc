@@ -135,7 +135,7 @@ TEST(Soak, MixedTrafficOverALossyWire) {
             s = p.src.sge(0, pd.len);
             pd.expect.assign(p.src.bytes.begin(),
                              p.src.bytes.begin() + static_cast<std::ptrdiff_t>(pd.len));
-            std::memcpy(p.model.data() + pd.off, pd.expect.data(), pd.len);
+            if (pd.len) std::memcpy(p.model.data() + pd.off, pd.expect.data(), pd.len);
             wr.opcode = WrOpcode::kWrite;
             wr.rdma = {p.region.addr() + pd.off, p.region.mr->key};
             // IBA 10.8.3.3: without a fence a WRITE may pass an earlier READ at the
