@@ -1,0 +1,263 @@
+/// @file
+/// YAML -> ApplianceConfig. Each section is read by one function that knows its keys; a
+/// Reader wraps a mapping node, hands out typed values with range checks and, at the end,
+/// rejects every key nobody asked for.
+#include "controlplane/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "controlplane/address.h"
+
+namespace roce::ctl {
+
+namespace {
+
+class Reader {
+ public:
+  Reader(const YAML::Node& node, std::string origin, std::string path)
+      : node_(node), origin_(std::move(origin)), path_(std::move(path)) {
+    if (!node_.IsMap()) fail(node_, path_ + " must be a mapping");
+  }
+  ~Reader() noexcept(false) {
+    if (std::uncaught_exceptions()) return;
+    for (const auto& kv : node_) {
+      const auto key = kv.first.as<std::string>();
+      if (!used_.count(key)) fail(kv.first, "unknown key '" + key + "' in " + path_);
+    }
+  }
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+
+  bool has(const std::string& key) {
+    used_.insert(key);
+    return node_[key].IsDefined() && !node_[key].IsNull();
+  }
+  YAML::Node get(const std::string& key) {
+    used_.insert(key);
+    return node_[key];
+  }
+  std::string str(const std::string& key, const std::string& def) {
+    if (!has(key)) return def;
+    const YAML::Node n = get(key);
+    if (!n.IsScalar()) fail(n, where(key) + " must be a string");
+    return n.as<std::string>();
+  }
+  std::uint64_t uint(const std::string& key, std::uint64_t def, std::uint64_t lo, std::uint64_t hi) {
+    if (!has(key)) return def;
+    const YAML::Node n = get(key);
+    std::uint64_t v = 0;
+    try {
+      if (!n.IsScalar() || n.Scalar().empty() || n.Scalar()[0] == '-') throw YAML::Exception({}, "");
+      v = n.as<std::uint64_t>();
+    } catch (const YAML::Exception&) {
+      fail(n, where(key) + " must be an unsigned integer, not '" + scalar(n) + "'");
+    }
+    if (v < lo || v > hi)
+      fail(n, where(key) + " = " + std::to_string(v) + " is out of range [" + std::to_string(lo) +
+                  ", " + std::to_string(hi) + "]");
+    return v;
+  }
+  double real(const std::string& key, double def, double lo, double hi) {
+    if (!has(key)) return def;
+    const YAML::Node n = get(key);
+    double v = 0;
+    try {
+      v = n.as<double>();
+    } catch (const YAML::Exception&) {
+      fail(n, where(key) + " must be a number, not '" + scalar(n) + "'");
+    }
+    if (v < lo || v > hi) fail(n, where(key) + " is out of range [" + num(lo) + ", " + num(hi) + "]");
+    return v;
+  }
+  bool boolean(const std::string& key, bool def) {
+    if (!has(key)) return def;
+    const YAML::Node n = get(key);
+    try {
+      return n.as<bool>();
+    } catch (const YAML::Exception&) {
+      fail(n, where(key) + " must be true or false, not '" + scalar(n) + "'");
+    }
+    return def;
+  }
+  [[noreturn]] void fail(const YAML::Node& n, const std::string& msg) const {
+    const YAML::Mark m = n.Mark();
+    std::ostringstream os;
+    os << origin_;
+    if (m.line >= 0) os << ':' << m.line + 1 << ':' << m.column + 1;
+    os << ": " << msg;
+    throw ConfigError(os.str());
+  }
+  std::string where(const std::string& key) const { return path_ + "." + key; }
+  const std::string& origin() const { return origin_; }
+
+ private:
+  static std::string scalar(const YAML::Node& n) { return n.IsScalar() ? n.Scalar() : "<not a scalar>"; }
+  static std::string num(double d) {
+    std::ostringstream os;
+    os << d;
+    return os.str();
+  }
+  YAML::Node node_;
+  std::string origin_;
+  std::string path_;
+  std::set<std::string> used_;
+};
+
+// "192.0.2.1/24" -> address and prefix
+template <class Addr, class Parse>
+void parse_cidr(Reader& r, const std::string& key, Parse parse, unsigned max_prefix, Addr& addr,
+                std::uint8_t& prefix) {
+  const YAML::Node n = r.get(key);
+  const std::string s = n.as<std::string>();
+  const auto slash = s.find('/');
+  const auto a = parse(s.substr(0, slash));
+  if (!a) r.fail(n, r.where(key) + ": '" + s + "' is not an address");
+  addr = *a;
+  if (slash != std::string::npos) {
+    unsigned p = 0;
+    const std::string ps = s.substr(slash + 1);
+    if (ps.empty() || ps.find_first_not_of("0123456789") != std::string::npos ||
+        (p = static_cast<unsigned>(std::stoul(ps))) > max_prefix)
+      r.fail(n, r.where(key) + ": bad prefix length in '" + s + "'");
+    prefix = static_cast<std::uint8_t>(p);
+  }
+}
+
+FaultPolicy parse_fault(const YAML::Node& node, const std::string& origin, const std::string& path) {
+  Reader r(node, origin, path);
+  FaultPolicy f;
+  f.drop_rate = r.real("drop", 0, 0, 1);
+  f.duplicate_rate = r.real("duplicate", 0, 0, 1);
+  f.reorder_rate = r.real("reorder", 0, 0, 1);
+  f.reorder_window = static_cast<std::uint32_t>(r.uint("reorder_window", f.reorder_rate > 0 ? 4 : 0, 0, 1024));
+  f.corrupt_rate = r.real("corrupt", 0, 0, 1);
+  f.delay_ns = r.uint("delay_us", 0, 0, 10'000'000) * 1000;
+  f.jitter_ns = r.uint("jitter_us", 0, 0, 10'000'000) * 1000;
+  f.seed = r.uint("seed", 1, 0, UINT64_MAX);
+  if (f.reorder_rate > 0 && f.reorder_window == 0)
+    r.fail(node, path + ": reorder needs reorder_window >= 1");
+  return f;
+}
+
+PortConfig parse_port(const YAML::Node& node, const std::string& origin, const std::string& path) {
+  Reader r(node, origin, path);
+  PortConfig p;
+  if (!r.has("name")) r.fail(node, path + ": 'name' is required");
+  p.name = r.str("name", "");
+  if (!r.has("device")) r.fail(node, path + ": 'device' is required (PCI address or vdev name)");
+  p.device = r.str("device", "");
+  p.devargs = r.str("devargs", "");
+  if (!r.has("mac")) r.fail(node, path + ": 'mac' is required");
+  {
+    const YAML::Node n = r.get("mac");
+    const auto m = parse_mac(n.as<std::string>());
+    if (!m) r.fail(n, path + ".mac: '" + n.as<std::string>() + "' is not a MAC address");
+    p.mac = *m;
+  }
+  if (!r.has("ipv4")) r.fail(node, path + ": 'ipv4' is required (address/prefix)");
+  parse_cidr(r, "ipv4", parse_ipv4, 32, p.ipv4, p.ipv4_prefix);
+  if (r.has("ipv6")) {
+    wire::Ipv6Addr a;
+    parse_cidr(r, "ipv6", parse_ipv6, 128, a, p.ipv6_prefix);
+    p.ipv6 = a;
+  }
+  p.mtu = static_cast<std::uint16_t>(r.uint("mtu", 1500, 576, 9216));
+  if (r.has("vlan")) p.vlan = static_cast<std::uint16_t>(r.uint("vlan", 0, 1, 4094));
+  p.mbufs = static_cast<std::uint32_t>(r.uint("mbufs", 8192, 512, 1u << 20));
+  p.rx_desc = static_cast<std::uint16_t>(r.uint("rx_desc", 1024, 64, 16384));
+  p.tx_desc = static_cast<std::uint16_t>(r.uint("tx_desc", 1024, 64, 16384));
+  if (r.has("fault")) p.fault = parse_fault(r.get("fault"), origin, path + ".fault");
+  return p;
+}
+
+}  // namespace
+
+ApplianceConfig parse_config(const std::string& text, const std::string& origin) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(origin + ":" + std::to_string(e.mark.line + 1) + ":" +
+                      std::to_string(e.mark.column + 1) + ": YAML syntax error: " + e.msg);
+  }
+  if (!root.IsMap()) throw ConfigError(origin + ": the configuration must be a YAML mapping");
+  ApplianceConfig c;
+  Reader r(root, origin, "config");
+  c.name = r.str("name", c.name);
+  if (r.has("eal")) {
+    Reader eal(r.get("eal"), origin, "eal");
+    if (eal.has("args")) {
+      const YAML::Node a = eal.get("args");
+      if (!a.IsSequence()) eal.fail(a, "eal.args must be a list of strings");
+      for (const auto& x : a) c.eal_args.push_back(x.as<std::string>());
+    }
+    if (eal.has("lcores")) {
+      const YAML::Node l = eal.get("lcores");
+      if (!l.IsSequence() || l.size() == 0) eal.fail(l, "eal.lcores must be a non-empty list of core numbers");
+      c.lcores.clear();
+      for (const auto& x : l) {
+        unsigned v = 0;
+        try {
+          v = x.as<unsigned>();
+        } catch (const YAML::Exception&) {
+          eal.fail(x, "eal.lcores: '" + (x.IsScalar() ? x.Scalar() : std::string("?")) + "' is not a core number");
+        }
+        c.lcores.push_back(v);
+      }
+    }
+  }
+  if (!r.has("ports")) r.fail(root, "at least one port is required under 'ports'");
+  const YAML::Node ports = r.get("ports");
+  if (!ports.IsSequence() || ports.size() == 0) r.fail(ports, "'ports' must be a non-empty list");
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < ports.size(); ++i) {
+    PortConfig p = parse_port(ports[i], origin, "ports[" + std::to_string(i) + "]");
+    if (!names.insert(p.name).second) r.fail(ports[i], "port name '" + p.name + "' is used twice");
+    c.ports.push_back(std::move(p));
+  }
+  if (r.has("limits")) {
+    Reader l(r.get("limits"), origin, "limits");
+    c.limits.max_qps = static_cast<std::uint32_t>(l.uint("max_qps", c.limits.max_qps, 1, 1u << 20));
+    c.limits.max_mrs = static_cast<std::uint32_t>(l.uint("max_mrs", c.limits.max_mrs, 1, 1u << 24));
+    c.limits.cq_depth = static_cast<std::uint32_t>(l.uint("cq_depth", c.limits.cq_depth, 1, 1u << 22));
+    c.limits.tx_slots = static_cast<std::uint32_t>(l.uint("tx_slots", c.limits.tx_slots, 64, 65536));
+  }
+  if (r.has("transport")) {
+    Reader t(r.get("transport"), origin, "transport");
+    c.transport.ack_req_every =
+        static_cast<std::uint32_t>(t.uint("ack_req_every", c.transport.ack_req_every, 1, 4096));
+    c.transport.max_inflight_psns = static_cast<std::uint32_t>(
+        t.uint("max_inflight_psns", c.transport.max_inflight_psns, 1, 1u << 22));
+  }
+  if (r.has("logging")) {
+    Reader l(r.get("logging"), origin, "logging");
+    c.logging.level = l.str("level", c.logging.level);
+    if (c.logging.level != "error" && c.logging.level != "warning" && c.logging.level != "info" &&
+        c.logging.level != "debug")
+      l.fail(l.get("level"), "logging.level must be one of error, warning, info, debug");
+  }
+  if (r.has("counters")) {
+    Reader k(r.get("counters"), origin, "counters");
+    c.counters.prometheus = k.str("prometheus", "");
+    c.counters.telemetry = k.boolean("telemetry", true);
+  }
+  if (r.has("control")) {
+    Reader k(r.get("control"), origin, "control");
+    c.control.listen = k.str("listen", c.control.listen);
+  }
+  return c;
+}
+
+ApplianceConfig load_config(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw ConfigError(path + ": cannot open the configuration file");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_config(ss.str(), path);
+}
+
+}  // namespace roce::ctl

@@ -1,0 +1,74 @@
+/// @file
+/// The appliance configuration: parsed once from YAML (yaml-cpp) into plain structs, validated
+/// here, and never seen as YAML by the dataplane. Every error names the file, the line and the
+/// key; unknown keys are errors, so a typo cannot silently fall back to a default.
+/// Reference of every key: docs/configuration.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dataplane/fault_injector.h"
+#include "dataplane/wire/bytes.h"
+
+namespace roce::ctl {
+
+struct PortConfig {
+  std::string name;
+  std::string device;  ///< DPDK device: a PCI address or a vdev name (net_memif0, net_ring0, ...)
+  std::string devargs; ///< vdev arguments, e.g. "role=server,socket=/run/roce/memif.sock"
+  wire::MacAddr mac;
+  wire::Ipv4Addr ipv4;
+  std::uint8_t ipv4_prefix = 24;
+  std::optional<wire::Ipv6Addr> ipv6;
+  std::uint8_t ipv6_prefix = 64;
+  std::uint16_t mtu = 1500;
+  std::optional<std::uint16_t> vlan;
+  std::uint32_t mbufs = 8192;
+  std::uint16_t rx_desc = 1024;
+  std::uint16_t tx_desc = 1024;
+  FaultPolicy fault;
+};
+
+struct ApplianceConfig {
+  std::string name = "roce";
+  std::vector<std::string> eal_args;  ///< extra EAL arguments
+  std::vector<unsigned> lcores{0};
+  std::vector<PortConfig> ports;
+  struct {
+    std::uint32_t max_qps = 4096;
+    std::uint32_t max_mrs = 65536;
+    std::uint32_t cq_depth = 4096;
+    std::uint32_t tx_slots = 512;
+  } limits;
+  struct {
+    std::uint32_t ack_req_every = 64;
+    std::uint32_t max_inflight_psns = 1024;
+  } transport;
+  struct {
+    std::string level = "info";  ///< error, warning, info, debug
+  } logging;
+  struct {
+    std::string prometheus;  ///< "127.0.0.1:9464"; empty = off
+    bool telemetry = true;   ///< DPDK telemetry socket
+  } counters;
+  struct {
+    std::string listen = "127.0.0.1:18515";  ///< control/out-of-band TCP endpoint
+  } control;
+};
+
+/// A configuration error: "file:line:column: message".
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Parses and validates a YAML document. `origin` names it in error messages.
+ApplianceConfig parse_config(const std::string& yaml_text, const std::string& origin);
+/// Reads and parses a file.
+ApplianceConfig load_config(const std::string& path);
+
+}  // namespace roce::ctl

@@ -1,0 +1,119 @@
+#include "controlplane/config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace roce::ctl {
+namespace {
+
+const char* kGood = R"(name: t
+eal:
+  args: [--no-huge]
+  lcores: [0, 1]
+ports:
+  - name: p0
+    device: net_ring0
+    mac: 02:00:00:00:00:01
+    ipv4: 192.0.2.1/24
+    ipv6: 2001:db8::1/64
+    mtu: 9000
+    vlan: 7
+    fault: {drop: 0.01, reorder: 0.1, reorder_window: 3, seed: 5}
+limits: {max_qps: 100}
+transport: {ack_req_every: 16}
+logging: {level: debug}
+counters: {prometheus: "127.0.0.1:9464", telemetry: false}
+)";
+
+TEST(Config, ParsesEveryField) {
+  const ApplianceConfig c = parse_config(kGood, "good.yaml");
+  EXPECT_EQ(c.name, "t");
+  EXPECT_EQ(c.eal_args, std::vector<std::string>{"--no-huge"});
+  EXPECT_EQ(c.lcores, (std::vector<unsigned>{0, 1}));
+  ASSERT_EQ(c.ports.size(), 1u);
+  const PortConfig& p = c.ports[0];
+  EXPECT_EQ(p.device, "net_ring0");
+  EXPECT_EQ(p.mac.b[5], 1);
+  EXPECT_EQ(p.ipv4.v, 0xC0000201u);
+  EXPECT_EQ(p.ipv4_prefix, 24);
+  ASSERT_TRUE(p.ipv6);
+  EXPECT_EQ(p.ipv6_prefix, 64);
+  EXPECT_EQ(p.mtu, 9000);
+  EXPECT_EQ(p.vlan, std::optional<std::uint16_t>(7));
+  EXPECT_DOUBLE_EQ(p.fault.drop_rate, 0.01);
+  EXPECT_EQ(p.fault.reorder_window, 3u);
+  EXPECT_EQ(p.fault.seed, 5u);
+  EXPECT_EQ(c.limits.max_qps, 100u);
+  EXPECT_EQ(c.limits.cq_depth, 4096u) << "defaults stay where nothing was said";
+  EXPECT_EQ(c.transport.ack_req_every, 16u);
+  EXPECT_EQ(c.logging.level, "debug");
+  EXPECT_FALSE(c.counters.telemetry);
+}
+
+std::string error_of(const std::string& yaml) {
+  try {
+    parse_config(yaml, "bad.yaml");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Config, ErrorsNameFileLineAndKey) {
+  const std::string base =
+      "ports:\n  - name: p0\n    device: x\n    mac: 02:00:00:00:00:01\n    ipv4: 192.0.2.1/24\n";
+  struct Case {
+    std::string yaml, expect;
+  } cases[] = {
+      {base + "limitz: {max_qps: 1}\n", "bad.yaml:6:1: unknown key 'limitz' in config"},
+      {base + "    mtuu: 1500\n", "bad.yaml:6:5: unknown key 'mtuu' in ports[0]"},
+      {base + "    mtu: 100\n", "bad.yaml:6:10: ports[0].mtu = 100 is out of range [576, 9216]"},
+      {base + "    mtu: big\n", "bad.yaml:6:10: ports[0].mtu must be an unsigned integer, not 'big'"},
+      {base + "    mtu: -5\n", "must be an unsigned integer, not '-5'"},
+      {base + "    vlan: 4095\n", "ports[0].vlan = 4095 is out of range [1, 4094]"},
+      {base + "    fault: {drop: 2}\n", "ports[0].fault.drop is out of range [0, 1]"},
+      {base + "    fault: {droop: 0.1}\n", "unknown key 'droop' in ports[0].fault"},
+      {base + "logging: {level: loud}\n", "logging.level must be one of error, warning, info, debug"},
+      {base + "  - name: p0\n    device: y\n    mac: 02:00:00:00:00:02\n    ipv4: 192.0.2.2\n",
+       "port name 'p0' is used twice"},
+      {"ports:\n  - name: p0\n    device: x\n    mac: 02:00:00:00:00\n    ipv4: 192.0.2.1\n",
+       "bad.yaml:4:10: ports[0].mac: '02:00:00:00:00' is not a MAC address"},
+      {"ports:\n  - name: p0\n    device: x\n    mac: 02:00:00:00:00:01\n    ipv4: 192.0.2.1/33\n",
+       "bad prefix length in '192.0.2.1/33'"},
+      {"ports:\n  - name: p0\n    device: x\n    mac: 02:00:00:00:00:01\n",
+       "ports[0]: 'ipv4' is required"},
+      {"ports: []\n", "'ports' must be a non-empty list"},
+      {"name: x\n", "at least one port is required"},
+      {"ports: [\n", "bad.yaml:2:1: YAML syntax error"},
+      {"- just\n- a list\n", "the configuration must be a YAML mapping"},
+      {base + "eal: {lcores: [zero]}\n", "eal.lcores: 'zero' is not a core number"},
+  };
+  for (const auto& c : cases) {
+    const std::string e = error_of(c.yaml);
+    EXPECT_NE(e.find(c.expect), std::string::npos) << "got: " << e << "\nwanted: " << c.expect;
+  }
+}
+
+TEST(Config, MissingFileIsAClearError) {
+  try {
+    load_config("does-not-exist.yaml");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "does-not-exist.yaml: cannot open the configuration file");
+  }
+}
+
+TEST(Config, ShippedExamplesParse) {
+  int n = 0;
+  for (const auto& f : std::filesystem::directory_iterator(ROCE_CONFIG_DIR)) {
+    if (f.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(f.path().string());
+    EXPECT_NO_THROW(load_config(f.path().string()));
+    ++n;
+  }
+  EXPECT_GE(n, 3);
+}
+
+}  // namespace
+}  // namespace roce::ctl
