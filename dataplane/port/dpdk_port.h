@@ -1,0 +1,112 @@
+/// @file
+/// The DPDK port layer: EAL start-up, one rte_ethdev port with one RX and one TX queue, and the
+/// poll loop that joins a port to an Engine (RX burst -> ARP/ICMP or engine; engine.run; TX
+/// burst), with optional fault injection on transmit. This is the only code that includes DPDK.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dataplane/engine/engine.h"
+#include "dataplane/fault_injector.h"
+#include "dataplane/port/neighbour.h"
+
+struct rte_mempool;
+struct rte_mbuf;
+
+namespace roce::port {
+
+/// Starts the DPDK EAL once per process. `args` are EAL arguments without the program name.
+/// Throws std::runtime_error with DPDK's reason on failure.
+void eal_init(const std::vector<std::string>& args);
+void eal_cleanup();
+
+struct PortSpec {
+  std::string device;   ///< ethdev name (a vdev given to the EAL, or a PCI address)
+  wire::MacAddr mac;
+  std::uint16_t mtu = 1500;
+  std::uint32_t mbufs = 8192;
+  std::uint16_t rx_desc = 1024;
+  std::uint16_t tx_desc = 1024;
+};
+
+struct PortStats {
+  std::uint64_t rx_frames = 0, rx_bytes = 0, tx_frames = 0, tx_bytes = 0, tx_dropped = 0;
+  std::uint64_t rx_multiseg = 0, tx_alloc_failed = 0;
+};
+
+class DpdkPort {
+ public:
+  explicit DpdkPort(const PortSpec& spec);
+  ~DpdkPort();
+  DpdkPort(const DpdkPort&) = delete;
+  DpdkPort& operator=(const DpdkPort&) = delete;
+
+  bool link_up() const;
+  std::uint16_t port_id() const { return port_; }
+  /// Receives up to `max` frames and hands each to `f(std::span<const std::uint8_t>)`.
+  template <class F>
+  std::uint16_t rx(F&& f, std::uint16_t max = 32);
+  /// Queues a copy of `frame` for transmit; sent by flush() (or when the burst is full).
+  void tx(std::span<const std::uint8_t> frame);
+  void flush();
+  const PortStats& stats() const { return stats_; }
+
+ private:
+  std::uint16_t rx_burst(rte_mbuf** pkts, std::uint16_t max);
+  std::span<const std::uint8_t> view(rte_mbuf* m);
+  void free(rte_mbuf* m);
+  std::uint16_t port_ = 0;
+  rte_mempool* pool_ = nullptr;
+  std::vector<rte_mbuf*> pending_;
+  std::vector<std::uint8_t> scratch_;  ///< linearised multi-segment frames
+  PortStats stats_;
+};
+
+template <class F>
+std::uint16_t DpdkPort::rx(F&& f, std::uint16_t max) {
+  rte_mbuf* pkts[64];
+  const std::uint16_t n = rx_burst(pkts, max > 64 ? 64 : max);
+  for (std::uint16_t i = 0; i < n; ++i) {
+    f(view(pkts[i]));
+    free(pkts[i]);
+  }
+  return n;
+}
+
+/// One poll loop: a port, the engine that owns its QPs, the neighbour responder, and an
+/// optional fault injector on transmit. Not thread-safe: run it on one lcore.
+class PollLoop {
+ public:
+  PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& faults = {});
+  /// One iteration: RX burst, timers and send queues, TX burst. Returns frames moved.
+  std::size_t poll_once();
+  /// Sends an ARP request for `ip` (the reply fills the neighbour cache).
+  void resolve(wire::Ipv4Addr ip);
+  Neighbour& neighbour() { return nb_; }
+  /// Called for every frame received (tx = false) and sent (tx = true): for captures.
+  std::function<void(std::span<const std::uint8_t>, bool tx)> tap;
+  const FaultInjector* faults() const { return inj_.get(); }
+
+ private:
+  void send(std::span<const std::uint8_t> frame);
+  DpdkPort& port_;
+  engine::Engine& eng_;
+  Neighbour nb_;
+  std::unique_ptr<FaultInjector> inj_;
+  struct Held {
+    std::uint32_t left;
+    std::vector<std::uint8_t> bytes;
+  };
+  std::vector<Held> held_;
+  std::vector<std::uint8_t> reply_;
+};
+
+/// Monotonic nanoseconds (the engine's clock).
+std::uint64_t now_ns();
+
+}  // namespace roce::port

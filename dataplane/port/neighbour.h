@@ -1,0 +1,43 @@
+/// @file
+/// What a host answers besides RoCE: ARP (RFC 826) requests for our address, ARP replies that
+/// fill the neighbour cache, and ICMP echo (RFC 792). Pure functions over frames, no DPDK: the
+/// poll loop hands every non-RoCE frame here and transmits what comes back.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <unordered_map>
+
+#include "dataplane/wire/bytes.h"
+
+namespace roce::port {
+
+struct NeighbourStats {
+  std::uint64_t arp_requests_answered = 0, arp_replies_learned = 0, arp_requests_sent = 0;
+  std::uint64_t icmp_echo_answered = 0, ignored = 0;
+};
+
+class Neighbour {
+ public:
+  Neighbour(wire::MacAddr mac, wire::Ipv4Addr ip) : mac_(mac), ip_(ip) {}
+
+  /// Handles one received frame. Writes an answer into `out` and returns its length, or 0.
+  std::size_t on_frame(std::span<const std::uint8_t> frame, std::span<std::uint8_t> out);
+  /// Builds an ARP request for `target` into `out`; returns its length.
+  std::size_t make_arp_request(wire::Ipv4Addr target, std::span<std::uint8_t> out);
+  std::optional<wire::MacAddr> lookup(wire::Ipv4Addr ip) const;
+  const NeighbourStats& stats() const { return stats_; }
+
+ private:
+  std::size_t on_arp(std::span<const std::uint8_t> frame, std::size_t off,
+                     std::span<std::uint8_t> out);
+  std::size_t on_icmp(std::span<const std::uint8_t> frame, std::size_t off,
+                      std::span<std::uint8_t> out);
+  wire::MacAddr mac_;
+  wire::Ipv4Addr ip_;
+  std::unordered_map<std::uint32_t, wire::MacAddr> cache_;
+  NeighbourStats stats_;
+};
+
+}  // namespace roce::port

@@ -1,0 +1,334 @@
+// Two appliance processes on real DPDK ports (net_memif by default, or net_af_packet on a veth
+// pair): each runs the DPDK port layer, the poll loop and an engine; they resolve each other
+// with ARP, exchange QP information over a socket pair (a stand-in for the out-of-band TCP
+// exchange), and A runs RC WRITE, SEND, READ, fetch-and-add and compare-and-swap against B.
+// Both sides check every byte. A writes a capture of its traffic (for tshark).
+//
+//   roce-dpdk-pair --workdir DIR [--pmd memif|af_packet] [--iface-a IF --iface-b IF] [--loss P]
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "apps/common/pcap_writer.h"
+#include "dataplane/port/dpdk_port.h"
+#include "tests/support/loopback.h"
+
+namespace po = boost::program_options;
+using namespace roce;
+using namespace roce::engine;
+
+namespace {
+
+struct Options {
+  std::string workdir, pmd = "memif", iface[2];
+  double loss = 0;
+};
+
+struct Info {  // what perftest exchanges, in binary
+  std::uint32_t qpn, psn, rkey, counter_rkey;
+  std::uint64_t addr, counter_addr;
+};
+
+constexpr std::size_t kBuf = 1 << 20;
+constexpr std::size_t kWrite = 256 * 1024;
+constexpr std::size_t kSend = 4096;
+
+[[noreturn]] void die(int side, const std::string& msg) {
+  std::fprintf(stderr, "[%c] FAIL: %s\n", side ? 'B' : 'A', msg.c_str());
+  std::fflush(stderr);
+  _exit(1);
+}
+
+// Polls the loop until `done()` or the deadline.
+template <class F>
+bool poll_until(port::PollLoop& loop, F&& done, double seconds) {
+  const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(seconds * 1e9);
+  while (!done()) {
+    if (port::now_ns() > end) return false;
+    loop.poll_once();
+  }
+  return true;
+}
+
+// Reads exactly `n` bytes from a non-blocking fd while keeping the poll loop running.
+void exchange_read(int side, port::PollLoop& loop, int fd, void* buf, std::size_t n) {
+  std::size_t got = 0;
+  if (!poll_until(loop,
+                  [&] {
+                    const ssize_t r = ::read(fd, static_cast<char*>(buf) + got, n - got);
+                    if (r > 0) got += static_cast<std::size_t>(r);
+                    if (r == 0) die(side, "peer closed the exchange socket");
+                    return got == n;
+                  },
+                  60))
+    die(side, "timed out waiting for the peer");
+}
+
+int run_side(int side, int fd, const Options& opt) {
+  const char who = side ? 'B' : 'A';
+  std::vector<std::string> eal{"--no-huge", "--no-shconf", "-m", "128", "--no-pci",
+                               "--file-prefix=rocepair" + std::to_string(getpid()),
+                               "--log-level=*:error", "-l", side ? "1" : "0"};
+  std::string dev;
+  if (opt.pmd == "memif") {
+    dev = "net_memif0";
+    eal.push_back("--vdev=net_memif0,role=" + std::string(side ? "client" : "server") +
+                  ",id=0,socket-abstract=no,socket=" + opt.workdir + "/memif.sock");
+  } else {
+    dev = "net_af_packet0";
+    eal.push_back("--vdev=net_af_packet0,iface=" + opt.iface[side] + ",qpairs=1");
+  }
+  try {
+    port::eal_init(eal);
+  } catch (const std::exception& e) {
+    die(side, e.what());
+  }
+  EngineConfig ec = test::Loopback::default_config(side);
+  ec.ipv4 = wire::Ipv4Addr{0xC0000201u + static_cast<std::uint32_t>(side)};  // 192.0.2.1 / .2
+  ec.seed = 0;  // real random keys
+  Engine eng(ec);
+  port::PortSpec ps;
+  ps.device = dev;
+  ps.mac = ec.mac;
+  ps.mbufs = 4096;
+  FaultPolicy fp;
+  fp.drop_rate = opt.loss;
+  fp.seed = 100 + static_cast<std::uint64_t>(side);
+  std::unique_ptr<port::DpdkPort> port;
+  try {
+    port = std::make_unique<port::DpdkPort>(ps);
+  } catch (const std::exception& e) {
+    die(side, e.what());
+  }
+  port::PollLoop loop(*port, eng, fp);
+  std::unique_ptr<apps::PcapWriter> pcap;
+  if (side == 0) {
+    pcap = std::make_unique<apps::PcapWriter>(opt.workdir + "/a.pcap");
+    loop.tap = [&](std::span<const std::uint8_t> f, bool) { pcap->write(f, port::now_ns()); };
+  }
+  if (!poll_until(loop, [&] { return port->link_up(); }, 20)) die(side, "link did not come up");
+  std::fprintf(stderr, "[%c] %s up, %s\n", who, dev.c_str(), side ? "192.0.2.2" : "192.0.2.1");
+
+  // ARP: find the peer's MAC the way a host does.
+  const wire::Ipv4Addr peer_ip{0xC0000201u + static_cast<std::uint32_t>(1 - side)};
+  std::uint64_t next_arp = 0;
+  if (!poll_until(loop,
+                  [&] {
+                    if (loop.neighbour().lookup(peer_ip)) return true;
+                    if (port::now_ns() > next_arp) {
+                      loop.resolve(peer_ip);
+                      next_arp = port::now_ns() + 200'000'000;
+                    }
+                    return false;
+                  },
+                  20))
+    die(side, "ARP for the peer got no answer");
+  const wire::MacAddr peer_mac = *loop.neighbour().lookup(peer_ip);
+
+  Pd* pd = eng.alloc_pd();
+  Cq* cq = eng.create_cq(256);
+  Qp* qp = eng.create_qp(pd, QpType::kRc, cq, cq, QpCap{64, 64, 2, 2, 64});
+  std::vector<std::uint8_t> buf(kBuf, 0);
+  std::uint64_t counter = 1000;
+  const std::uint32_t acc = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+  Mr* mr = eng.reg_mr(pd, buf.data(), buf.size(), acc);
+  Mr* cmr = eng.reg_mr(pd, &counter, 8, acc);
+  Info mine{qp->qpn, static_cast<std::uint32_t>(0x100000 * (side + 1)), mr->key, cmr->key,
+            reinterpret_cast<std::uint64_t>(buf.data()), reinterpret_cast<std::uint64_t>(&counter)};
+  if (::write(fd, &mine, sizeof mine) != sizeof mine) die(side, "exchange write failed");
+  Info peer{};
+  exchange_read(side, loop, fd, &peer, sizeof peer);
+
+  QpAttr a;
+  a.qp_state = QpState::kInit;
+  a.qp_access_flags = acc;
+  eng.modify_qp(qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags);
+  a.qp_state = QpState::kRtr;
+  a.path_mtu = Mtu::k1024;
+  a.dest_qp_num = peer.qpn;
+  a.rq_psn = peer.psn;
+  a.max_dest_rd_atomic = 4;
+  a.min_rnr_timer = 12;
+  a.ah.dmac = peer_mac;
+  a.ah.dgid.b[10] = a.ah.dgid.b[11] = 0xFF;
+  wire::store_be32(a.ah.dgid.b.data() + 12, peer_ip.v);
+  if (eng.modify_qp(qp, a, kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
+                               kQpMaxDestRdAtomic | kQpMinRnrTimer) != kOk)
+    die(side, "RTR refused");
+  a.qp_state = QpState::kRts;
+  a.sq_psn = mine.psn;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 4;
+  if (eng.modify_qp(qp, a, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry |
+                               kQpMaxQpRdAtomic) != kOk)
+    die(side, "RTS refused");
+
+  std::vector<std::uint8_t> pattern(kWrite);
+  test::fill_pattern(pattern, 77);
+  if (side == 1) {
+    // B: post a receive for A's SEND, tell A it is ready, then wait for A's verdict.
+    Sge rs{reinterpret_cast<std::uint64_t>(buf.data()) + kBuf - kSend, kSend, mr->key};
+    RecvWr r;
+    r.wr_id = 1;
+    r.sg_list = &rs;
+    r.num_sge = 1;
+    eng.post_recv(qp, &r, nullptr);
+    const char ready = 'R';
+    if (::write(fd, &ready, 1) != 1) die(side, "exchange write failed");
+    Wc wc{};
+    if (!poll_until(loop, [&] { return eng.poll_cq(cq, 1, &wc) == 1; }, 60))
+      die(side, "the SEND never arrived");
+    if (wc.status != WcStatus::kSuccess || wc.byte_len != kSend) die(side, "bad receive completion");
+    if (std::memcmp(buf.data() + kBuf - kSend, pattern.data(), kSend) != 0) die(side, "SEND data differs");
+    char verdict = 0;
+    exchange_read(side, loop, fd, &verdict, 1);
+    if (verdict != 'D') die(side, "A reported failure");
+    if (std::memcmp(buf.data(), pattern.data(), kWrite) != 0) die(side, "WRITE data differs");
+    if (counter != 1000 + 10 * 7 + 0 || false) {
+      // 10 fetch-adds of 7, then a compare-and-swap 1070 -> 5000
+    }
+    if (counter != 5000) die(side, "atomics left " + std::to_string(counter) + ", expected 5000");
+    // Keep answering (ACKs, duplicates) until A is done with us.
+    poll_until(loop, [] { return false; }, 0.5);
+    std::fprintf(stderr, "[B] OK: WRITE, SEND and atomics verified; rx %llu frames, %llu NAKs sent\n",
+                 static_cast<unsigned long long>(port->stats().rx_frames),
+                 static_cast<unsigned long long>(eng.stats().get(Counter::kSeqErrNakSent)));
+    return 0;
+  }
+
+  // A: wait for B's receive, then WRITE, SEND, READ back, atomics.
+  char ready = 0;
+  exchange_read(side, loop, fd, &ready, 1);
+  std::memcpy(buf.data(), pattern.data(), kWrite);
+  std::vector<Sge> sg;
+  std::vector<SendWr> wrs(14);
+  Sge w_sge{reinterpret_cast<std::uint64_t>(buf.data()), kWrite, mr->key};
+  Sge s_sge{reinterpret_cast<std::uint64_t>(buf.data()), kSend, mr->key};
+  Sge r_sge{reinterpret_cast<std::uint64_t>(buf.data()) + kWrite, kWrite, mr->key};
+  std::vector<std::uint64_t> results(11, 0);
+  Mr* res_mr = eng.reg_mr(pd, results.data(), results.size() * 8, kAccessLocalWrite);
+  std::vector<Sge> a_sge(11);
+  wrs[0].opcode = WrOpcode::kWrite;
+  wrs[0].sg_list = &w_sge;
+  wrs[0].rdma = {peer.addr, peer.rkey};
+  wrs[1].opcode = WrOpcode::kSend;
+  wrs[1].sg_list = &s_sge;
+  wrs[2].opcode = WrOpcode::kRead;
+  wrs[2].sg_list = &r_sge;
+  wrs[2].rdma = {peer.addr, peer.rkey};
+  for (int i = 0; i < 11; ++i) {
+    a_sge[static_cast<std::size_t>(i)] = {reinterpret_cast<std::uint64_t>(&results[static_cast<std::size_t>(i)]), 8, res_mr->key};
+    SendWr& w = wrs[3 + static_cast<std::size_t>(i)];
+    w.opcode = i < 10 ? WrOpcode::kFetchAdd : WrOpcode::kCmpSwap;
+    w.sg_list = &a_sge[static_cast<std::size_t>(i)];
+    w.atomic = {peer.counter_addr, peer.counter_rkey, i < 10 ? 7u : 1070u, 5000};
+  }
+  for (std::size_t i = 0; i < wrs.size(); ++i) {
+    wrs[i].wr_id = i;
+    wrs[i].num_sge = 1;
+    wrs[i].send_flags = kSendSignaled;
+    if (i + 1 < wrs.size()) wrs[i].next = &wrs[i + 1];
+  }
+  const std::uint64_t t0 = port::now_ns();
+  const SendWr* bad = nullptr;
+  if (eng.post_send(qp, &wrs[0], &bad) != kOk) die(side, "post_send refused");
+  std::vector<Wc> done;
+  if (!poll_until(loop,
+                  [&] {
+                    Wc wc[16];
+                    const int n = eng.poll_cq(cq, 16, wc);
+                    done.insert(done.end(), wc, wc + n);
+                    return done.size() == wrs.size();
+                  },
+                  60))
+    die(side, "only " + std::to_string(done.size()) + " of " + std::to_string(wrs.size()) + " completions");
+  const double ms = static_cast<double>(port::now_ns() - t0) / 1e6;
+  for (std::size_t i = 0; i < done.size(); ++i)
+    if (done[i].status != WcStatus::kSuccess || done[i].wr_id != i)
+      die(side, "completion " + std::to_string(i) + ": " + std::string(to_string(done[i].status)));
+  if (std::memcmp(buf.data() + kWrite, pattern.data(), kWrite) != 0) die(side, "READ data differs");
+  for (int i = 0; i < 10; ++i)
+    if (results[static_cast<std::size_t>(i)] != 1000u + 7u * static_cast<unsigned>(i))
+      die(side, "fetch-add " + std::to_string(i) + " returned " + std::to_string(results[static_cast<std::size_t>(i)]));
+  if (results[10] != 1070) die(side, "compare-and-swap returned " + std::to_string(results[10]));
+  const char verdict = 'D';
+  if (::write(fd, &verdict, 1) != 1) die(side, "exchange write failed");
+  poll_until(loop, [] { return false; }, 0.3);
+  const auto& st = eng.stats();
+  std::printf("[A] OK: WRITE %zu KiB, SEND %zu B, READ %zu KiB, 10 fetch-add, 1 cmp-swap in %.2f ms "
+              "(%.1f MB/s); tx %llu frames, retransmitted %llu, timeouts %llu, injected drops %llu\n",
+              kWrite / 1024, kSend, kWrite / 1024, ms, 2.0 * kWrite / (ms * 1e3),
+              static_cast<unsigned long long>(port->stats().tx_frames),
+              static_cast<unsigned long long>(st.get(Counter::kRetransmittedPackets)),
+              static_cast<unsigned long long>(st.get(Counter::kRetransmitTimeouts)),
+              static_cast<unsigned long long>(loop.faults() ? loop.faults()->stats().dropped : 0));
+  std::fflush(stdout);
+  if (opt.loss > 0 && st.get(Counter::kRetransmittedPackets) == 0) die(side, "loss injected but nothing retransmitted");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  po::options_description desc("roce-dpdk-pair: two appliance processes over a DPDK link");
+  desc.add_options()("help", "this help")(
+      "workdir", po::value(&opt.workdir)->required(), "directory for the memif socket and the capture")(
+      "pmd", po::value(&opt.pmd)->default_value("memif"), "memif or af_packet")(
+      "iface-a", po::value(&opt.iface[0]), "af_packet: A's interface")(
+      "iface-b", po::value(&opt.iface[1]), "af_packet: B's interface")(
+      "loss", po::value(&opt.loss)->default_value(0), "drop probability injected on both ports");
+  try {
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    if (vm.count("help")) {
+      std::cout << desc << '\n';
+      return 0;
+    }
+    po::notify(vm);
+    if (opt.pmd != "memif" && opt.pmd != "af_packet") throw po::error("--pmd must be memif or af_packet");
+    if (opt.pmd == "af_packet" && (opt.iface[0].empty() || opt.iface[1].empty()))
+      throw po::error("af_packet needs --iface-a and --iface-b");
+  } catch (const po::error& e) {
+    std::cerr << "roce-dpdk-pair: " << e.what() << '\n';
+    return 2;
+  }
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 1;
+  pid_t pid[2];
+  for (int side = 0; side < 2; ++side) {
+    pid[side] = fork();
+    if (pid[side] == 0) {
+      ::close(sv[1 - side]);
+      fcntl(sv[side], F_SETFL, O_NONBLOCK);
+      alarm(120);
+      _exit(run_side(side, sv[side], opt));
+    }
+    if (side == 0) usleep(300'000);  // let the memif server create its socket first
+  }
+  ::close(sv[0]);
+  ::close(sv[1]);
+  int rc = 0;
+  for (int side = 0; side < 2; ++side) {
+    int status = 0;
+    waitpid(pid[side], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "side %c failed (status %d)\n", side ? 'B' : 'A', status);
+      rc = 1;
+    }
+  }
+  if (rc == 0) std::printf("roce-dpdk-pair: both appliances passed\n");
+  return rc;
+}
