@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The README's main command: installs the dependencies (Debian 12, root), builds, writes one
-# RoCEv2 frame of every opcode (IPv4, IPv6, VLAN), checks them with the stack's own parser and
-# shows how Wireshark's dissector (tshark) decodes them.
+# The README's main command: installs the dependencies (Debian 12, root), builds, runs two
+# appliances on a virtual DPDK link (net_memif, no hugepages) that move data with RC WRITE, SEND,
+# READ and atomics and check every byte, then writes one RoCEv2 frame of every opcode (IPv4,
+# IPv6, VLAN), checks them with the stack's own parser and shows how tshark decodes them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,13 @@ cmake --build --preset default
 
 out=build/demo
 mkdir -p "$out"
+echo
+echo "== Two appliances on a virtual link (net_memif) ============================"
+build/bin/roce-link-demo --workdir "$out/link" --size $((4 * 1024 * 1024))
+build/bin/roce-pcap --check "$out/link/a.pcap"
+echo "tshark, first frames of appliance A's capture:"
+tshark -r "$out/link/a.pcap" --disable-heuristic rpcrdma_infiniband -c 12 2>/dev/null | sed 's/^/  /'
+
 echo
 echo "== Sample frames, IPv4 ====================================================="
 build/bin/roce-pcap --out "$out/roce-ipv4.pcap"
@@ -29,4 +37,4 @@ tshark -r "$out/roce-ipv6-vlan.pcap" --disable-heuristic rpcrdma_infiniband \
   -e _ws.col.Info 2>/dev/null | column -t -s $'\t' -N 'frame,vlan,src,dst,udp_csum_ok,info'
 
 echo
-echo "demo.sh: captures are in $out/ (open them in Wireshark, or: tshark -V -r $out/roce-ipv4.pcap)"
+echo "demo.sh: captures are in $out/ (open them in Wireshark, or: tshark -V -r $out/link/a.pcap)"

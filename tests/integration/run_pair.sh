@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs roce-dpdk-pair, then checks A's capture with the stack's own parser and with tshark.
+# Runs roce-link-demo, then checks A's capture with the stack's own parser and with tshark.
 #   run_pair.sh PAIR_BIN ROCE_PCAP_BIN WORKDIR memif|af_packet [LOSS]
 set -euo pipefail
 pair=$1 pcap=$2 work=$3 pmd=$4 loss=${5:-0}

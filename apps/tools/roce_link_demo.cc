@@ -1,10 +1,13 @@
-// Two appliance processes on real DPDK ports (net_memif by default, or net_af_packet on a veth
-// pair): each runs the DPDK port layer, the poll loop and an engine; they resolve each other
-// with ARP, exchange QP information over a socket pair (a stand-in for the out-of-band TCP
-// exchange), and A runs RC WRITE, SEND, READ, fetch-and-add and compare-and-swap against B.
-// Both sides check every byte. A writes a capture of its traffic (for tshark).
-//
-//   roce-dpdk-pair --workdir DIR [--pmd memif|af_packet] [--iface-a IF --iface-b IF] [--loss P]
+/// @file
+/// roce-link-demo: two appliance processes on a virtual DPDK link (net_memif by default, or
+/// net_af_packet on a veth pair). Each runs the DPDK port layer, the poll loop and an engine;
+/// they resolve each other with ARP, exchange QP information over a socket pair (a stand-in for
+/// the out-of-band TCP exchange), and A runs RC WRITE, SEND, READ, fetch-and-add and
+/// compare-and-swap against B. Both sides check every byte; A prints throughput and counters and
+/// writes a capture of its traffic.
+///
+///   roce-link-demo --workdir DIR [--pmd memif|af_packet] [--iface-a IF --iface-b IF]
+///                  [--size BYTES] [--loss P]
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -14,6 +17,7 @@
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -21,7 +25,6 @@
 
 #include "apps/common/pcap_writer.h"
 #include "dataplane/port/dpdk_port.h"
-#include "tests/support/loopback.h"
 
 namespace po = boost::program_options;
 using namespace roce;
@@ -29,9 +32,21 @@ using namespace roce::engine;
 
 namespace {
 
+// A recognisable, seeded byte pattern (xorshift32).
+void fill_pattern(std::vector<std::uint8_t>& v, std::uint32_t seed) {
+  std::uint32_t x = seed * 2654435761u + 1;
+  for (auto& b : v) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    b = static_cast<std::uint8_t>(x);
+  }
+}
+
 struct Options {
   std::string workdir, pmd = "memif", iface[2];
   double loss = 0;
+  std::size_t size = 256 * 1024;
 };
 
 struct Info {  // what perftest exchanges, in binary
@@ -39,9 +54,9 @@ struct Info {  // what perftest exchanges, in binary
   std::uint64_t addr, counter_addr;
 };
 
-constexpr std::size_t kBuf = 1 << 20;
-constexpr std::size_t kWrite = 256 * 1024;
 constexpr std::size_t kSend = 4096;
+std::size_t g_write = 256 * 1024;  // --size
+std::size_t g_buf = 1 << 20;
 
 [[noreturn]] void die(int side, const std::string& msg) {
   std::fprintf(stderr, "[%c] FAIL: %s\n", side ? 'B' : 'A', msg.c_str());
@@ -77,7 +92,7 @@ void exchange_read(int side, port::PollLoop& loop, int fd, void* buf, std::size_
 int run_side(int side, int fd, const Options& opt) {
   const char who = side ? 'B' : 'A';
   std::vector<std::string> eal{"--no-huge", "--no-shconf", "-m", "128", "--no-pci",
-                               "--file-prefix=rocepair" + std::to_string(getpid()),
+                               "--file-prefix=rocelink" + std::to_string(getpid()),
                                "--log-level=*:error", "-l", side ? "1" : "0"};
   std::string dev;
   if (opt.pmd == "memif") {
@@ -93,9 +108,9 @@ int run_side(int side, int fd, const Options& opt) {
   } catch (const std::exception& e) {
     die(side, e.what());
   }
-  EngineConfig ec = test::Loopback::default_config(side);
+  EngineConfig ec;
+  ec.mac = wire::MacAddr{{0x02, 0x00, 0x5e, 0x00, 0x02, static_cast<std::uint8_t>(1 + side)}};
   ec.ipv4 = wire::Ipv4Addr{0xC0000201u + static_cast<std::uint32_t>(side)};  // 192.0.2.1 / .2
-  ec.seed = 0;  // real random keys
   Engine eng(ec);
   port::PortSpec ps;
   ps.device = dev;
@@ -138,7 +153,7 @@ int run_side(int side, int fd, const Options& opt) {
   Pd* pd = eng.alloc_pd();
   Cq* cq = eng.create_cq(256);
   Qp* qp = eng.create_qp(pd, QpType::kRc, cq, cq, QpCap{64, 64, 2, 2, 64});
-  std::vector<std::uint8_t> buf(kBuf, 0);
+  std::vector<std::uint8_t> buf(g_buf, 0);
   std::uint64_t counter = 1000;
   const std::uint32_t acc = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
   Mr* mr = eng.reg_mr(pd, buf.data(), buf.size(), acc);
@@ -175,11 +190,11 @@ int run_side(int side, int fd, const Options& opt) {
                                kQpMaxQpRdAtomic) != kOk)
     die(side, "RTS refused");
 
-  std::vector<std::uint8_t> pattern(kWrite);
-  test::fill_pattern(pattern, 77);
+  std::vector<std::uint8_t> pattern(g_write);
+  fill_pattern(pattern, 77);
   if (side == 1) {
     // B: post a receive for A's SEND, tell A it is ready, then wait for A's verdict.
-    Sge rs{reinterpret_cast<std::uint64_t>(buf.data()) + kBuf - kSend, kSend, mr->key};
+    Sge rs{reinterpret_cast<std::uint64_t>(buf.data()) + g_buf - kSend, kSend, mr->key};
     RecvWr r;
     r.wr_id = 1;
     r.sg_list = &rs;
@@ -191,14 +206,12 @@ int run_side(int side, int fd, const Options& opt) {
     if (!poll_until(loop, [&] { return eng.poll_cq(cq, 1, &wc) == 1; }, 60))
       die(side, "the SEND never arrived");
     if (wc.status != WcStatus::kSuccess || wc.byte_len != kSend) die(side, "bad receive completion");
-    if (std::memcmp(buf.data() + kBuf - kSend, pattern.data(), kSend) != 0) die(side, "SEND data differs");
+    if (std::memcmp(buf.data() + g_buf - kSend, pattern.data(), kSend) != 0) die(side, "SEND data differs");
     char verdict = 0;
     exchange_read(side, loop, fd, &verdict, 1);
     if (verdict != 'D') die(side, "A reported failure");
-    if (std::memcmp(buf.data(), pattern.data(), kWrite) != 0) die(side, "WRITE data differs");
-    if (counter != 1000 + 10 * 7 + 0 || false) {
-      // 10 fetch-adds of 7, then a compare-and-swap 1070 -> 5000
-    }
+    if (std::memcmp(buf.data(), pattern.data(), g_write) != 0) die(side, "WRITE data differs");
+    // 10 fetch-adds of 7 (1000 -> 1070), then a compare-and-swap 1070 -> 5000.
     if (counter != 5000) die(side, "atomics left " + std::to_string(counter) + ", expected 5000");
     // Keep answering (ACKs, duplicates) until A is done with us.
     poll_until(loop, [] { return false; }, 0.5);
@@ -211,12 +224,12 @@ int run_side(int side, int fd, const Options& opt) {
   // A: wait for B's receive, then WRITE, SEND, READ back, atomics.
   char ready = 0;
   exchange_read(side, loop, fd, &ready, 1);
-  std::memcpy(buf.data(), pattern.data(), kWrite);
+  std::memcpy(buf.data(), pattern.data(), g_write);
   std::vector<Sge> sg;
   std::vector<SendWr> wrs(14);
-  Sge w_sge{reinterpret_cast<std::uint64_t>(buf.data()), kWrite, mr->key};
+  Sge w_sge{reinterpret_cast<std::uint64_t>(buf.data()), static_cast<std::uint32_t>(g_write), mr->key};
   Sge s_sge{reinterpret_cast<std::uint64_t>(buf.data()), kSend, mr->key};
-  Sge r_sge{reinterpret_cast<std::uint64_t>(buf.data()) + kWrite, kWrite, mr->key};
+  Sge r_sge{reinterpret_cast<std::uint64_t>(buf.data()) + g_write, static_cast<std::uint32_t>(g_write), mr->key};
   std::vector<std::uint64_t> results(11, 0);
   Mr* res_mr = eng.reg_mr(pd, results.data(), results.size() * 8, kAccessLocalWrite);
   std::vector<Sge> a_sge(11);
@@ -258,7 +271,7 @@ int run_side(int side, int fd, const Options& opt) {
   for (std::size_t i = 0; i < done.size(); ++i)
     if (done[i].status != WcStatus::kSuccess || done[i].wr_id != i)
       die(side, "completion " + std::to_string(i) + ": " + std::string(to_string(done[i].status)));
-  if (std::memcmp(buf.data() + kWrite, pattern.data(), kWrite) != 0) die(side, "READ data differs");
+  if (std::memcmp(buf.data() + g_write, pattern.data(), g_write) != 0) die(side, "READ data differs");
   for (int i = 0; i < 10; ++i)
     if (results[static_cast<std::size_t>(i)] != 1000u + 7u * static_cast<unsigned>(i))
       die(side, "fetch-add " + std::to_string(i) + " returned " + std::to_string(results[static_cast<std::size_t>(i)]));
@@ -269,11 +282,21 @@ int run_side(int side, int fd, const Options& opt) {
   const auto& st = eng.stats();
   std::printf("[A] OK: WRITE %zu KiB, SEND %zu B, READ %zu KiB, 10 fetch-add, 1 cmp-swap in %.2f ms "
               "(%.1f MB/s); tx %llu frames, retransmitted %llu, timeouts %llu, injected drops %llu\n",
-              kWrite / 1024, kSend, kWrite / 1024, ms, 2.0 * kWrite / (ms * 1e3),
+              g_write / 1024, kSend, g_write / 1024, ms, 2.0 * g_write / (ms * 1e3),
               static_cast<unsigned long long>(port->stats().tx_frames),
               static_cast<unsigned long long>(st.get(Counter::kRetransmittedPackets)),
               static_cast<unsigned long long>(st.get(Counter::kRetransmitTimeouts)),
               static_cast<unsigned long long>(loop.faults() ? loop.faults()->stats().dropped : 0));
+  std::printf("[A] counters:");
+  int col = 0;
+  for (std::size_t c = 0; c < kCounterCount; ++c) {
+    const auto v = st.c[c];
+    if (v == 0) continue;
+    std::printf("%s%-24s %10llu", col++ % 3 == 0 ? "\n    " : "   ",
+                std::string(to_string(static_cast<Counter>(c))).c_str(),
+                static_cast<unsigned long long>(v));
+  }
+  std::printf("\n");
   std::fflush(stdout);
   if (opt.loss > 0 && st.get(Counter::kRetransmittedPackets) == 0) die(side, "loss injected but nothing retransmitted");
   return 0;
@@ -283,13 +306,16 @@ int run_side(int side, int fd, const Options& opt) {
 
 int main(int argc, char** argv) {
   Options opt;
-  po::options_description desc("roce-dpdk-pair: two appliance processes over a DPDK link");
+  po::options_description desc(
+      "roce-link-demo: two appliance processes on a virtual DPDK link run RC WRITE, SEND, READ\n"
+      "and atomics against each other and check every byte.\n\nOptions");
   desc.add_options()("help", "this help")(
       "workdir", po::value(&opt.workdir)->required(), "directory for the memif socket and the capture")(
       "pmd", po::value(&opt.pmd)->default_value("memif"), "memif or af_packet")(
       "iface-a", po::value(&opt.iface[0]), "af_packet: A's interface")(
       "iface-b", po::value(&opt.iface[1]), "af_packet: B's interface")(
-      "loss", po::value(&opt.loss)->default_value(0), "drop probability injected on both ports");
+      "loss", po::value(&opt.loss)->default_value(0), "drop probability injected on both ports")(
+      "size", po::value(&opt.size)->default_value(256 * 1024), "bytes to WRITE and READ back (4 KiB to 64 MiB)");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -299,11 +325,22 @@ int main(int argc, char** argv) {
     }
     po::notify(vm);
     if (opt.pmd != "memif" && opt.pmd != "af_packet") throw po::error("--pmd must be memif or af_packet");
+    if (opt.size < 4096 || opt.size > (64u << 20)) throw po::error("--size must be between 4096 and 67108864");
+    if (opt.loss < 0 || opt.loss > 0.5) throw po::error("--loss must be between 0 and 0.5");
+    g_write = opt.size;
+    g_buf = 2 * opt.size + kSend;
     if (opt.pmd == "af_packet" && (opt.iface[0].empty() || opt.iface[1].empty()))
       throw po::error("af_packet needs --iface-a and --iface-b");
   } catch (const po::error& e) {
-    std::cerr << "roce-dpdk-pair: " << e.what() << '\n';
+    std::cerr << "roce-link-demo: " << e.what() << '\n';
     return 2;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(opt.workdir, ec);
+  if (!ec) opt.workdir = std::filesystem::absolute(opt.workdir, ec).string();  // memif wants it
+  if (ec) {
+    std::cerr << "roce-link-demo: cannot create " << opt.workdir << ": " << ec.message() << '\n';
+    return 1;
   }
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 1;
@@ -329,6 +366,6 @@ int main(int argc, char** argv) {
       rc = 1;
     }
   }
-  if (rc == 0) std::printf("roce-dpdk-pair: both appliances passed\n");
+  if (rc == 0) std::printf("roce-link-demo: both appliances passed\n");
   return rc;
 }
