@@ -186,9 +186,8 @@ std::size_t PollLoop::poll_once() {
       [&](std::span<const std::uint8_t> f) {
         if (tap) tap(f, false);
         // RoCE is IPv4/IPv6 + UDP; ARP and ICMP go to the neighbour responder.
-        const std::size_t n = nb_.on_frame(f, reply_);
-        if (n) {
-          send({reply_.data(), n});
+        if (const auto n = nb_.on_frame(f, reply_)) {
+          if (*n) send({reply_.data(), *n});
           return;
         }
         eng_.receive(f, now);

@@ -32,19 +32,21 @@ std::size_t pad_to_min(std::span<std::uint8_t> out, std::size_t len) {
 }
 }  // namespace
 
-std::size_t Neighbour::on_frame(std::span<const std::uint8_t> f, std::span<std::uint8_t> out) {
-  if (f.size() < wire::EthView::kSize) return 0;
+std::optional<std::size_t> Neighbour::on_frame(std::span<const std::uint8_t> f,
+                                               std::span<std::uint8_t> out) {
+  if (f.size() < wire::EthView::kSize) return std::nullopt;
   std::size_t off = wire::EthView::kSize;
   std::uint16_t type = wire::ConstEthView(f.data()).ether_type();
   if (type == wire::kEtherTypeVlan) {
-    if (f.size() < off + 4) return 0;
+    if (f.size() < off + 4) return std::nullopt;
     type = wire::load_be16(f.data() + off + 2);
     off += 4;
   }
   if (type == wire::kEtherTypeArp) return on_arp(f, off, out);
-  if (type == wire::kEtherTypeIpv4) return on_icmp(f, off, out);
-  ++stats_.ignored;
-  return 0;
+  if (type == wire::kEtherTypeIpv4 && f.size() >= off + 20 &&
+      f[off + 9] == wire::kIpProtoIcmp)
+    return on_icmp(f, off, out);
+  return std::nullopt;
 }
 
 std::size_t Neighbour::on_arp(std::span<const std::uint8_t> f, std::size_t off,

@@ -22,8 +22,11 @@ class Neighbour {
  public:
   Neighbour(wire::MacAddr mac, wire::Ipv4Addr ip) : mac_(mac), ip_(ip) {}
 
-  /// Handles one received frame. Writes an answer into `out` and returns its length, or 0.
-  std::size_t on_frame(std::span<const std::uint8_t> frame, std::span<std::uint8_t> out);
+  /// Handles one received frame if it is ARP or ICMP for us: returns the length of the answer
+  /// written into `out` (0: consumed, no answer). Returns nullopt for every other frame (RoCE
+  /// among them), which the caller hands to the engine.
+  std::optional<std::size_t> on_frame(std::span<const std::uint8_t> frame,
+                                      std::span<std::uint8_t> out);
   /// Builds an ARP request for `target` into `out`; returns its length.
   std::size_t make_arp_request(wire::Ipv4Addr target, std::span<std::uint8_t> out);
   std::optional<wire::MacAddr> lookup(wire::Ipv4Addr ip) const;
