@@ -9,7 +9,7 @@ PACKAGES=(
   libisal-dev libyaml-cpp-dev libboost-program-options-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   tshark python3-scapy
-  iproute2 tcpdump
+  iproute2 iputils-ping tcpdump
 )
 
 missing=()

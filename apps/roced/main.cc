@@ -1,0 +1,211 @@
+/// @file
+/// roced: the appliance daemon. Reads the YAML configuration, starts the DPDK EAL (no
+/// hugepages needed), brings up every port with its engine and poll loop, answers ARP and
+/// ping, publishes counters (Prometheus text endpoint and DPDK telemetry /roce/counters), and
+/// shuts down cleanly on SIGINT or SIGTERM.
+#include <boost/program_options.hpp>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/roced/metrics.h"
+#include "controlplane/address.h"
+#include "controlplane/config.h"
+#include "dataplane/port/dpdk_port.h"
+
+namespace po = boost::program_options;
+using namespace roce;
+
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+void on_signal(int sig) { g_signal = sig; }
+
+// The RoCE path MTU a link MTU allows: the largest of 256..4096 not above MTU - 96 (rdma_cm's
+// iboe_get_mtu: GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4).
+engine::Mtu path_mtu_for(std::uint16_t mtu) {
+  const int room = mtu - 96;
+  engine::Mtu m = engine::Mtu::k256;
+  for (auto c : {engine::Mtu::k512, engine::Mtu::k1024, engine::Mtu::k2048, engine::Mtu::k4096})
+    if (static_cast<int>(engine::mtu_bytes(c)) <= room) m = c;
+  return m;
+}
+
+struct PortRuntime {
+  ctl::PortConfig cfg;
+  std::unique_ptr<engine::Engine> eng;
+  std::unique_ptr<port::DpdkPort> dev;
+  std::unique_ptr<port::PollLoop> loop;
+};
+
+std::vector<apps::CounterSample> collect(const std::vector<PortRuntime>& ports) {
+  std::vector<apps::CounterSample> out;
+  for (const auto& p : ports) {
+    const auto& st = p.eng->stats();
+    for (std::size_t c = 0; c < engine::kCounterCount; ++c)
+      out.push_back({std::string(to_string(static_cast<engine::Counter>(c))), p.cfg.name, st.c[c]});
+    for (std::size_t v = 1; v < wire::kVerdictCount; ++v)
+      out.push_back({"rx_verdict_" + std::string(to_string(static_cast<wire::Verdict>(v))),
+                     p.cfg.name, st.verdicts[v]});
+    const auto& ps = p.dev->stats();
+    out.push_back({"port_rx_frames", p.cfg.name, ps.rx_frames});
+    out.push_back({"port_tx_frames", p.cfg.name, ps.tx_frames});
+    out.push_back({"port_tx_dropped", p.cfg.name, ps.tx_dropped + ps.tx_alloc_failed});
+    const auto& nb = p.loop->neighbour().stats();
+    out.push_back({"arp_requests_answered", p.cfg.name, nb.arp_requests_answered});
+    out.push_back({"arp_replies_learned", p.cfg.name, nb.arp_replies_learned});
+    out.push_back({"icmp_echo_answered", p.cfg.name, nb.icmp_echo_answered});
+    out.push_back({"qps", p.cfg.name, p.eng->qp_count()});
+    if (const FaultInjector* f = p.loop->faults()) {
+      out.push_back({"fault_dropped", p.cfg.name, f->stats().dropped});
+      out.push_back({"fault_duplicated", p.cfg.name, f->stats().duplicated});
+      out.push_back({"fault_reordered", p.cfg.name, f->stats().reordered});
+      out.push_back({"fault_corrupted", p.cfg.name, f->stats().corrupted});
+    }
+  }
+  return out;
+}
+
+int run(const ctl::ApplianceConfig& cfg) {
+  std::vector<std::string> eal = cfg.eal_args;
+  std::string lcores;
+  for (unsigned l : cfg.lcores) lcores += (lcores.empty() ? "" : ",") + std::to_string(l);
+  eal.push_back("-l");
+  eal.push_back(lcores);
+  if (!cfg.counters.telemetry) eal.push_back("--no-telemetry");
+  for (const auto& p : cfg.ports)
+    if (p.device.rfind("net_", 0) == 0)
+      eal.push_back("--vdev=" + p.device + (p.devargs.empty() ? "" : "," + p.devargs));
+  port::eal_init(eal);
+
+  std::vector<PortRuntime> ports;
+  for (const auto& pc : cfg.ports) {
+    PortRuntime rt;
+    rt.cfg = pc;
+    engine::EngineConfig ec;
+    ec.mac = pc.mac;
+    ec.ipv4 = pc.ipv4;
+    ec.ipv6 = pc.ipv6;
+    ec.vlan_id = pc.vlan;
+    ec.max_qps = cfg.limits.max_qps;
+    ec.tx_slots = cfg.limits.tx_slots;
+    ec.ack_req_every = cfg.transport.ack_req_every;
+    ec.max_inflight_psns = cfg.transport.max_inflight_psns;
+    ec.max_mtu = path_mtu_for(pc.mtu);
+    rt.eng = std::make_unique<engine::Engine>(ec);
+    port::PortSpec ps;
+    ps.device = pc.device;
+    ps.mac = pc.mac;
+    ps.mtu = pc.mtu;
+    ps.mbufs = pc.mbufs;
+    ps.rx_desc = pc.rx_desc;
+    ps.tx_desc = pc.tx_desc;
+    rt.dev = std::make_unique<port::DpdkPort>(ps);
+    rt.loop = std::make_unique<port::PollLoop>(*rt.dev, *rt.eng, pc.fault);
+    ports.push_back(std::move(rt));
+  }
+
+  apps::Metrics metrics;
+  metrics.publish(collect(ports));
+  std::unique_ptr<apps::MetricsServer> server;
+  if (!cfg.counters.prometheus.empty())
+    server = std::make_unique<apps::MetricsServer>(metrics, cfg.name, cfg.counters.prometheus);
+  if (cfg.counters.telemetry) apps::register_telemetry(&metrics);
+
+  std::printf("roced: %s up on lcore %u\n", cfg.name.c_str(), cfg.lcores.front());
+  for (const auto& p : ports)
+    std::printf("  port %s: %s %s %s/%u mtu %u (RoCE path MTU %u)%s%s\n", p.cfg.name.c_str(),
+                p.cfg.device.c_str(), ctl::to_string(p.cfg.mac).c_str(),
+                ctl::to_string(p.cfg.ipv4).c_str(), p.cfg.ipv4_prefix, p.cfg.mtu,
+                engine::mtu_bytes(p.eng->config().max_mtu),
+                p.cfg.vlan ? (" vlan " + std::to_string(*p.cfg.vlan)).c_str() : "",
+                p.cfg.fault.any() ? " [fault injection on]" : "");
+  if (server) std::printf("  counters: %s\n", server->endpoint().c_str());
+  if (cfg.counters.telemetry) std::printf("  telemetry: /roce/counters (dpdk-telemetry.py)\n");
+  std::fflush(stdout);
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::uint64_t next_publish = 0;
+  while (g_signal == 0) {
+    for (auto& p : ports) p.loop->poll_once();
+    const std::uint64_t now = port::now_ns();
+    if (now >= next_publish) {
+      metrics.publish(collect(ports));
+      next_publish = now + 100'000'000;
+    }
+  }
+  std::printf("roced: %s stopping (%s)\n", cfg.name.c_str(), g_signal == SIGINT ? "SIGINT" : "SIGTERM");
+  for (const auto& p : ports)
+    std::printf("  port %s: rx %llu tx %llu frames, %llu ARP answered, %llu pings answered\n",
+                p.cfg.name.c_str(), static_cast<unsigned long long>(p.dev->stats().rx_frames),
+                static_cast<unsigned long long>(p.dev->stats().tx_frames),
+                static_cast<unsigned long long>(p.loop->neighbour().stats().arp_requests_answered),
+                static_cast<unsigned long long>(p.loop->neighbour().stats().icmp_echo_answered));
+  std::fflush(stdout);
+  server.reset();
+  ports.clear();
+  port::eal_cleanup();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  po::options_description desc(
+      "Usage: roced --config FILE [options]\n\nThe RoCEv2 appliance daemon.\n\nOptions");
+  std::string config, name, level, prometheus;
+  desc.add_options()("help,h", "print this help")("version", "print the version")(
+      "config,c", po::value(&config), "YAML configuration (see docs/configuration.md)")(
+      "check", "validate the configuration, print it in short and exit")(
+      "name", po::value(&name), "override the appliance name")(
+      "log-level", po::value(&level), "override logging.level (error, warning, info, debug)")(
+      "prometheus", po::value(&prometheus), "override counters.prometheus (host:port, or 'off')")(
+      "no-telemetry", "do not register with DPDK telemetry");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::cerr << "roced: " << e.what() << "\n(try --help)\n";
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << desc << '\n';
+    return 0;
+  }
+  if (vm.count("version")) {
+    std::cout << "roced 0.1.0\n";
+    return 0;
+  }
+  if (config.empty()) {
+    std::cerr << "roced: --config FILE is required\n(try --help)\n";
+    return 2;
+  }
+  try {
+    ctl::ApplianceConfig cfg = ctl::load_config(config);
+    if (!name.empty()) cfg.name = name;
+    if (!level.empty()) {
+      if (level != "error" && level != "warning" && level != "info" && level != "debug")
+        throw ctl::ConfigError("--log-level must be one of error, warning, info, debug");
+      cfg.logging.level = level;
+    }
+    if (!prometheus.empty()) cfg.counters.prometheus = prometheus == "off" ? "" : prometheus;
+    if (vm.count("no-telemetry")) cfg.counters.telemetry = false;
+    if (!cfg.counters.prometheus.empty()) apps::split_host_port(cfg.counters.prometheus);
+    if (vm.count("check")) {
+      std::printf("%s: OK: appliance %s, %zu port(s), lcores", config.c_str(), cfg.name.c_str(),
+                  cfg.ports.size());
+      for (unsigned l : cfg.lcores) std::printf(" %u", l);
+      std::printf("\n");
+      return 0;
+    }
+    return run(cfg);
+  } catch (const std::exception& e) {
+    std::cerr << "roced: " << e.what() << '\n';
+    return 1;
+  }
+}

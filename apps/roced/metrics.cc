@@ -1,0 +1,135 @@
+#include "apps/roced/metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <rte_telemetry.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+namespace roce::apps {
+
+void Metrics::publish(std::vector<CounterSample>&& samples) {
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (lock.owns_lock()) samples_ = std::move(samples);
+}
+
+std::vector<CounterSample> Metrics::snapshot() const {
+  std::lock_guard lock(mu_);
+  return samples_;
+}
+
+std::string Metrics::prometheus(const std::string& appliance) const {
+  const auto s = snapshot();
+  std::map<std::string, std::vector<const CounterSample*>> by_name;
+  for (const auto& c : s) by_name[c.name].push_back(&c);
+  std::ostringstream os;
+  for (const auto& [name, list] : by_name) {
+    os << "# TYPE roce_" << name << " counter\n";
+    for (const auto* c : list)
+      os << "roce_" << name << "{appliance=\"" << appliance << "\",port=\"" << c->port << "\"} "
+         << c->value << '\n';
+  }
+  return os.str();
+}
+
+std::pair<std::string, std::uint16_t> split_host_port(const std::string& s) {
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon + 1 == s.size())
+    throw std::invalid_argument("'" + s + "' is not host:port");
+  const std::string port = s.substr(colon + 1);
+  if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 ||
+      std::stoul(port) > 65535)
+    throw std::invalid_argument("'" + s + "' has a bad port number");
+  return {s.substr(0, colon), static_cast<std::uint16_t>(std::stoul(port))};
+}
+
+MetricsServer::MetricsServer(const Metrics& m, std::string appliance, const std::string& listen)
+    : m_(m), appliance_(std::move(appliance)) {
+  const auto [host, port] = split_host_port(listen);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  if (inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1)
+    throw std::invalid_argument("prometheus: '" + host + "' is not an IPv4 address");
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd_, 16) != 0) {
+    const std::string err = std::strerror(errno);
+    ::close(fd_);
+    throw std::runtime_error("prometheus: cannot listen on " + listen + ": " + err);
+  }
+  endpoint_ = "http://" + listen + "/metrics";
+  thread_ = std::thread([this] { serve(); });
+}
+
+MetricsServer::~MetricsServer() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  ::close(fd_);
+}
+
+void MetricsServer::serve() {
+  while (!stop_) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) continue;
+    char req[2048];
+    pollfd pc{c, POLLIN, 0};
+    ssize_t n = ::poll(&pc, 1, 1000) > 0 ? ::read(c, req, sizeof req - 1) : -1;
+    std::string status = "200 OK", body;
+    if (n <= 0) {
+      ::close(c);
+      continue;
+    }
+    req[n] = 0;
+    if (std::strncmp(req, "GET /metrics", 12) == 0 || std::strncmp(req, "GET / ", 6) == 0) {
+      body = m_.prometheus(appliance_);
+    } else {
+      status = "404 Not Found";
+      body = "try /metrics\n";
+    }
+    std::ostringstream os;
+    os << "HTTP/1.0 " << status << "\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: "
+       << body.size() << "\r\nConnection: close\r\n\r\n"
+       << body;
+    const std::string out = os.str();
+    std::size_t off = 0;
+    while (off < out.size()) {
+      const ssize_t w = ::write(c, out.data() + off, out.size() - off);
+      if (w <= 0) break;
+      off += static_cast<std::size_t>(w);
+    }
+    ::close(c);
+  }
+}
+
+namespace {
+const Metrics* g_metrics = nullptr;
+
+int telemetry_counters(const char*, const char*, struct rte_tel_data* d) {
+  rte_tel_data_start_dict(d);
+  if (g_metrics == nullptr) return 0;
+  for (const auto& c : g_metrics->snapshot()) {
+    const std::string key = c.port + "." + c.name;
+    rte_tel_data_add_dict_u64(d, key.c_str(), c.value);
+  }
+  return 0;
+}
+}  // namespace
+
+void register_telemetry(const Metrics* m) {
+  g_metrics = m;
+  rte_telemetry_register_cmd("/roce/counters", telemetry_counters,
+                             "Appliance counters per port. No parameters");
+}
+
+}  // namespace roce::apps

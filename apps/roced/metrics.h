@@ -1,0 +1,59 @@
+/// @file
+/// Counter publication for the appliance: the poll loop copies its counters into a snapshot
+/// (try-lock, so the dataplane never waits), and the control side renders the snapshot as
+/// Prometheus text, serves it over HTTP, and answers the DPDK telemetry command /roce/counters.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace roce::apps {
+
+struct CounterSample {
+  std::string name;   ///< e.g. "rx_frames"
+  std::string port;   ///< label
+  std::uint64_t value = 0;
+};
+
+class Metrics {
+ public:
+  /// Dataplane side: replaces the snapshot unless the control side is reading it right now.
+  void publish(std::vector<CounterSample>&& samples);
+  std::vector<CounterSample> snapshot() const;
+  /// Prometheus text exposition format (version 0.0.4).
+  std::string prometheus(const std::string& appliance) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<CounterSample> samples_;
+};
+
+/// A minimal HTTP/1.0 server for GET /metrics on `host:port`, in its own thread.
+class MetricsServer {
+ public:
+  MetricsServer(const Metrics& m, std::string appliance, const std::string& listen);
+  ~MetricsServer();
+  std::string endpoint() const { return endpoint_; }
+
+ private:
+  void serve();
+  const Metrics& m_;
+  std::string appliance_;
+  std::string endpoint_;
+  int fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+/// Registers /roce/counters with DPDK telemetry (call after EAL init).
+void register_telemetry(const Metrics* m);
+
+/// Splits "host:port"; throws std::invalid_argument with a clear message.
+std::pair<std::string, std::uint16_t> split_host_port(const std::string& s);
+
+}  // namespace roce::apps
