@@ -21,7 +21,12 @@ bool is_rd_atomic(WrOpcode op) {
 
 void Engine::comp_retire(Qp& qp) {
   while (qp.sq_head != qp.sq_tail) {
-    SendWqe& w = qp.wqe(qp.sq_head);
+        SendWqe& w = qp.wqe(qp.sq_head);
+    if (w.state == WqeState::kFailed) {
+      // Everything before the failed WQE has completed: report it and stop the QP.
+      qp_to_error(qp);
+      return;
+    }
     if (w.state == WqeState::kExecuted) {
       comp_wqe_done(qp, w, WcStatus::kSuccess);
     } else if (w.state != WqeState::kDone) {
@@ -50,7 +55,9 @@ bool Engine::comp_implied_ack(Qp& qp, Psn upto) {
   for (std::uint32_t i = qp.sq_head; i != qp.sq_tail; ++i) {
     SendWqe& w = qp.wqe(i);
     if (w.state == WqeState::kPosted) break;
-    if (w.state == WqeState::kExecuted || w.state == WqeState::kDone) continue;
+    if (w.state == WqeState::kExecuted || w.state == WqeState::kDone ||
+        w.state == WqeState::kFailed)
+      continue;
     if (!before(w.last_psn, upto)) {
       // A READ/atomic in progress is only acknowledged by its own responses, in order: the
       // oldest unacknowledged PSN stops at its first missing response.
@@ -66,12 +73,9 @@ bool Engine::comp_implied_ack(Qp& qp, Psn upto) {
       order_retry(qp, missing, true);
       return false;
     }
-    comp_wqe_done(qp, w, WcStatus::kSuccess);
-    if (distance(qp.req.next_psn, w.last_psn + 1) < 0 && qp.req.next_wqe == i) {
-      // The requester was re-sending this WQE; the peer has all of it already.
-      qp.req.next_wqe = i + 1;
-      qp.req.next_psn = w.last_psn + 1;
-    }
+        // Acknowledged: it completes in post order (comp_retire), after any local operation
+    // posted before it; if the requester was re-sending it, req_pump steps over it.
+    w.state = WqeState::kExecuted;
   }
   if (after(upto, qp.comp.psn)) {
     qp.comp.psn = upto;

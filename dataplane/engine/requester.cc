@@ -124,8 +124,8 @@ bool Engine::req_local_op(Qp& qp, SendWqe& w) {
       mr->state = MrState::kValid;
     }
   }
-  if (status != WcStatus::kSuccess) {
-    qp_to_error(qp, status);
+    if (status != WcStatus::kSuccess) {
+    req_fail(qp, w, status);
     return false;
   }
   w.state = WqeState::kExecuted;
@@ -134,11 +134,20 @@ bool Engine::req_local_op(Qp& qp, SendWqe& w) {
   return true;
 }
 
+// A local error on `w`: nothing more is sent; `w` completes with `status` once everything
+// before it has completed, and then the QP moves to the error state (comp_retire).
+void Engine::req_fail(Qp& qp, SendWqe& w, WcStatus status) {
+  w.state = WqeState::kFailed;
+  w.status = status;
+  qp.req.failed = true;
+  comp_retire(qp);
+}
+
 bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
   auto slot = tx_slot(false);
   if (slot.empty()) return false;
   if (!sges_valid(mrs_, qp, w)) {
-    qp_to_error(qp, WcStatus::kLocProtErr);
+    req_fail(qp, w, WcStatus::kLocProtErr);
     return false;
   }
   wire::FrameSpec s;
@@ -185,7 +194,7 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
   const std::uint32_t pmtu = qp.pmtu();
   if (w.state == WqeState::kPosted) {
     if (!sges_valid(mrs_, qp, w)) {
-      qp_to_error(qp, WcStatus::kLocProtErr);
+      req_fail(qp, w, WcStatus::kLocProtErr);
       return false;
     }
     w.first_psn = qp.req.next_psn;
@@ -208,8 +217,11 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
   switch (w.opcode) {
     case WrOpcode::kRead: {
       // A READ request covers every response PSN; a retry asks for the part not yet received.
-      s.opcode = Opcode::kRcReadRequest;
+            s.opcode = Opcode::kRcReadRequest;
       s.psn = w.first_psn + static_cast<std::uint32_t>(w.read_done / pmtu);
+      // Responses that arrived after a rewind and before this re-request already moved
+      // read_done on: ask only for the rest.
+      if (before(qp.req.next_psn, s.psn)) qp.req.next_psn = s.psn;
       s.reth = {w.remote_addr + w.read_done, w.rkey,
                 static_cast<std::uint32_t>(w.length - w.read_done)};
       psn_span = w.npkts - static_cast<std::uint32_t>(w.read_done / pmtu);
@@ -245,14 +257,14 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
   }
   if (s.psn != qp.req.next_psn) {
     // The rewind and the WQE disagree: a bug, not a wire event. Stop this QP loudly.
-    qp_to_error(qp, WcStatus::kGeneralErr);
+    req_fail(qp, w, WcStatus::kGeneralErr);
     return false;
   }
   const std::size_t hdr = wire::write_frame_headers(s, payload, slot);
   WcStatus err = WcStatus::kSuccess;
   if (payload) gather(qp, w, w.sent, slot.data() + hdr, payload, err);
   if (err != WcStatus::kSuccess) {
-    qp_to_error(qp, err);
+    req_fail(qp, w, err);
     return false;
   }
   tx_commit(wire::finish_frame(s, hdr, payload, slot));
@@ -275,8 +287,16 @@ void Engine::req_pump(Qp& qp, std::uint32_t& budget) {
   if (qp.state != QpState::kRts) return;
   if (qp.comp.rnr_deadline != 0) return;  // waiting out an RNR NAK
   if (qp.comp.retry_pending) do_retry(qp);
-  while (budget > 0 && qp.state == QpState::kRts && qp.req.next_wqe != qp.sq_tail) {
+    while (budget > 0 && qp.state == QpState::kRts && !qp.req.failed &&
+         qp.req.next_wqe != qp.sq_tail) {
     SendWqe& w = qp.wqe(qp.req.next_wqe);
+    if (w.state == WqeState::kExecuted || w.state == WqeState::kDone) {
+      // Finished while the requester was rewound to it (a local op, or a WQE acknowledged or
+      // answered before its retransmission): never send or execute it again.
+      if (w.npkts != 0 && !before(w.last_psn, qp.req.next_psn)) qp.req.next_psn = w.last_psn + 1;
+      ++qp.req.next_wqe;
+      continue;
+    }
     if (w.state == WqeState::kPosted) {
       // IBA 10.8.3.3: a fenced WQE waits for every earlier READ and atomic to complete.
       if ((w.flags & kSendFence) && qp.req.rd_atomic_out > 0) return;

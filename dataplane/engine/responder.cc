@@ -71,7 +71,12 @@ void Engine::resp_emit_atomic_ack(Qp& qp, std::uint32_t res_idx) {
     }
     return;
   }
-  if (rs.out_tail - rs.out_head == rs.out.size()) return;
+    if (rs.out_tail - rs.out_head == rs.out.size()) return;
+  // Duplicates of one atomic need one answer in the queue, not one each.
+  for (std::uint32_t k = rs.out_head; k != rs.out_tail; ++k) {
+    const auto& it = rs.out[k % rs.out.size()];
+    if (it.kind == RespState::Item::Kind::kAtomicAck && it.res == res_idx) return;
+  }
   rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kAtomicAck,
                                            static_cast<std::uint8_t>(res_idx), Syndrome::ack(),
                                            r.first_psn};
@@ -128,6 +133,32 @@ void defer_ack(Qp& qp, Psn psn, std::vector<Qp*>& list) {
 }
 }  // namespace
 
+// Takes the next receive WQE, copying its SGEs: the slot may be reposted while the message is
+// still arriving.
+void Engine::take_recv(Qp& qp, RecvQueue& q) {
+  RespState& rs = qp.resp;
+  rs.recv = q.wqes[q.head++ % q.depth()];
+  for (std::uint32_t i = 0; i < rs.recv.num_sge; ++i) rs.recv_sges[i] = q.sges[rs.recv.sge_base + i];
+  rs.recv_q = &q;
+  rs.have_recv = true;
+}
+
+// A resource slot for a new READ or atomic: the next one in turn unless a queued READ still
+// streams from it, then any idle one (rxe reuses resources the same way; 16 are kept so that
+// replays of recent requests stay possible). -1 when all are busy.
+int Engine::alloc_res(Qp& qp) {
+  RespState& rs = qp.resp;
+  const std::uint32_t n = static_cast<std::uint32_t>(rs.res.size());
+  for (std::uint32_t k = 0; k < n; ++k) {
+    const std::uint32_t i = (rs.res_next + k) % n;
+    if (!rs.res[i].active) {
+      rs.res_next = i + 1;
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
 void Engine::resp_schedule(Qp& qp) {
   if (qp.in_read_list) return;
   qp.in_read_list = true;
@@ -136,11 +167,10 @@ void Engine::resp_schedule(Qp& qp) {
 
 bool Engine::resp_scatter(Qp& qp, const RecvWqe& r, std::uint64_t offset, const std::uint8_t* src,
                           std::size_t len) {
-  RecvQueue& q = *qp.resp.recv_q;
-  const Pd* pd = qp.srq ? qp.srq->pd : qp.pd;
+    const Pd* pd = qp.srq ? qp.srq->pd : qp.pd;
   std::size_t done = 0;
   for (std::uint32_t i = 0; i < r.num_sge && done < len; ++i) {
-    const Sge& sge = q.sges[r.sge_base + i];
+    const Sge& sge = qp.resp.recv_sges[i];
     if (offset >= sge.length) {
       offset -= sge.length;
       continue;
@@ -204,6 +234,14 @@ void Engine::resp_duplicate(Qp& qp, const wire::RxPkt& pkt) {
         }
         --rs.out_tail;
       }
+      // The region may have been deregistered or invalidated since: check the key again
+      // (rxe rechecks the MR on replay too).
+      if (r.length - off != 0 && mrs_.check(r.rkey, qp.pd, r.va + off, r.length - off,
+                                           kAccessRemoteRead, nullptr) != KeyCheck::kOk) {
+        resp_nak(qp, Syndrome::nak(wire::NakCode::kRemoteAccessError), p, true);
+        return;
+      }
+      if (rs.out_tail - rs.out_head == rs.out.size()) return;  // no room: drop the duplicate
       r.active = true;
       r.next_psn = p;
       r.next_offset = off;
@@ -322,9 +360,7 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
       resp_nak(qp, Syndrome::rnr_nak(qp.attr.min_rnr_timer), p, false);
       return;
     }
-    rs.recv = q.wqes[q.head++ % q.depth()];
-    rs.recv_q = &q;
-    rs.have_recv = true;
+    take_recv(qp, q);
     rs.recv_offset = 0;
   }
 
@@ -362,8 +398,8 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
                                             kAccessRemoteWrite, nullptr) != KeyCheck::kOk)
         return fail_recv(WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
     }
-    const bool len_ok =
-        last ? len == rs.write_remaining : (len == pmtu && rs.write_remaining > pmtu);
+        const bool len_ok = len <= pmtu && (last ? len == rs.write_remaining
+                                             : (len == pmtu && rs.write_remaining > pmtu));
     if (!len_ok) return fail_recv(WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
     if (len) std::memcpy(reinterpret_cast<void*>(rs.write_va), pkt.payload().data(), len);
     rs.write_va += len;
@@ -381,12 +417,18 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
     if (rlen != 0 &&
         mrs_.check(reth.rkey(), qp.pd, reth.va(), rlen, kAccessRemoteRead, &mr) != KeyCheck::kOk)
       return nak(wire::NakCode::kRemoteAccessError);
-    const std::uint32_t nres = std::min<std::uint32_t>(qp.attr.max_dest_rd_atomic, 16);
-    if (nres == 0 || rs.reads_queued >= nres || rs.out_tail - rs.out_head == rs.out.size())
-      return nak(wire::NakCode::kInvalidRequest);
+    // IBA 9.7.5.1.7: no READ/atomic resources at all means invalid request.
+        if (qp.attr.max_dest_rd_atomic == 0) return nak(wire::NakCode::kInvalidRequest);
+    const int slot = alloc_res(qp);
+    if (slot < 0 || rs.out_tail - rs.out_head == rs.out.size()) {
+      // Out of responder resources for the moment (a peer flooding us with duplicates, or
+      // exceeding max_dest_rd_atomic): drop without executing; the requester retries.
+      stats_.inc(Counter::kRxDropUnexpected);
+      return;
+    }
     const std::uint32_t npkts =
         rlen == 0 ? 1 : static_cast<std::uint32_t>((rlen + pmtu - 1) / pmtu);
-    const std::uint32_t idx = rs.res_next++ % nres;
+    const auto idx = static_cast<std::uint32_t>(slot);
     RdAtomicRes& r = rs.res[idx];
     r = RdAtomicRes{};
     r.kind = RdAtomicRes::Kind::kRead;
@@ -410,8 +452,12 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
     if (a.va() % 8 != 0) return nak(wire::NakCode::kInvalidRequest);
     if (mrs_.check(a.rkey(), qp.pd, a.va(), 8, kAccessRemoteAtomic, nullptr) != KeyCheck::kOk)
       return nak(wire::NakCode::kRemoteAccessError);
-    const std::uint32_t nres = std::min<std::uint32_t>(qp.attr.max_dest_rd_atomic, 16);
-    if (nres == 0) return nak(wire::NakCode::kInvalidRequest);
+        if (qp.attr.max_dest_rd_atomic == 0) return nak(wire::NakCode::kInvalidRequest);
+    const int slot = alloc_res(qp);
+    if (slot < 0 || rs.out_tail - rs.out_head == rs.out.size()) {
+      stats_.inc(Counter::kRxDropUnexpected);  // as for READ above: the requester retries
+      return;
+    }
     auto* target = reinterpret_cast<std::uint64_t*>(a.va());
     std::uint64_t orig;
     if (pkt.opcode == Opcode::kRcCompareSwap) {
@@ -421,7 +467,7 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
     } else {
       orig = __atomic_fetch_add(target, a.swap_add(), __ATOMIC_SEQ_CST);
     }
-    const std::uint32_t idx = rs.res_next++ % nres;
+    const auto idx = static_cast<std::uint32_t>(slot);
     RdAtomicRes& r = rs.res[idx];
     r = RdAtomicRes{};
     r.kind = RdAtomicRes::Kind::kAtomic;
@@ -463,6 +509,16 @@ void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
     if (slot.empty()) return;
     const std::uint64_t remaining = r.length - r.next_offset;
     const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(pmtu, remaining));
+    // The application may deregister or invalidate the region between polls: never read
+    // memory the key no longer grants.
+    if (len != 0 && mrs_.check(r.rkey, qp.pd, r.va + r.next_offset, len, kAccessRemoteRead,
+                               nullptr) != KeyCheck::kOk) {
+      r.active = false;
+      ++rs.out_head;
+      --rs.reads_queued;
+      resp_nak(qp, Syndrome::nak(wire::NakCode::kRemoteAccessError), r.next_psn, true);
+      return;
+    }
     const bool first = r.next_offset == r.start_offset;
     const bool last = len == remaining;
     wire::FrameSpec s = qp.tx;
@@ -504,9 +560,7 @@ void Engine::resp_on_ud(Qp& qp, const wire::RxPkt& pkt) {
     return;
   }
   RespState& rs = qp.resp;
-  rs.recv = q.wqes[q.head++ % q.depth()];
-  rs.recv_q = &q;
-  rs.have_recv = true;
+  take_recv(qp, q);
   // 40 bytes of GRH first: for IPv4, 20 zero bytes then the IPv4 header (as rxe fills it).
   std::uint8_t grh[40] = {};
   if (pkt.ip_version == wire::IpVersion::kV4)

@@ -58,12 +58,21 @@ void Engine::do_retry(Qp& qp) {
   for (std::uint32_t i = qp.sq_head; i != qp.sq_tail; ++i) {
     SendWqe& w = qp.wqe(i);
     if (w.state == WqeState::kPosted) break;
-    if (w.state == WqeState::kExecuted || w.state == WqeState::kDone) continue;
+        if (w.state == WqeState::kExecuted || w.state == WqeState::kDone ||
+        w.state == WqeState::kFailed)
+      continue;
     if (!found) {
       if (before(w.last_psn, from)) continue;
       found = true;
       qp.req.next_wqe = i;
-      qp.req.next_psn = before(from, w.first_psn) ? w.first_psn : from;
+      Psn at = before(from, w.first_psn) ? w.first_psn : from;
+      if (w.opcode == WrOpcode::kRead) {
+        // A READ is only acknowledged by its own responses: whatever the NAK said, resume at
+        // the first response not received (a PSN inside it would leave a hole).
+        const Psn missing = w.first_psn + static_cast<std::uint32_t>(w.read_done / pmtu);
+        if (after(at, missing)) at = missing;
+      }
+      qp.req.next_psn = at;
       const std::uint32_t k = static_cast<std::uint32_t>(distance(qp.req.next_psn, w.first_psn));
       if (w.opcode == WrOpcode::kRead) {
         // Ask again for the part not received (rxe req_retry: VA and length adjusted).

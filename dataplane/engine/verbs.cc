@@ -245,7 +245,8 @@ Qp* Engine::create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap
   } else {
     ++srq->use_count;
   }
-  qp->resp.res.resize(16);
+    qp->resp.res.resize(16);
+  qp->resp.recv_sges.resize(srq ? srq->rq.max_sge : qp->rq.max_sge);
   ++pd->use_count;
   Qp* raw = qp.get();
   if (slot) {
@@ -463,12 +464,23 @@ void Engine::flush_recvs(Qp& qp) {
 void Engine::qp_to_error(Qp& qp, std::optional<WcStatus> head_status) {
   qp.state = QpState::kErr;
   qp.attr.qp_state = QpState::kErr;
+  // In post order: finished WQEs complete successfully, a locally failed one with its own
+  // status, the first outstanding one with `head_status` (the NAK or retry verdict), the rest
+  // as flushed.
   bool first = true;
   for (std::uint32_t i = qp.sq_head; i != qp.sq_tail; ++i) {
     SendWqe& w = qp.wqe(i);
-    if (w.state == WqeState::kDone) continue;
-    comp_wqe_done(qp, w, first && head_status ? *head_status : WcStatus::kWrFlushErr);
-    first = false;
+    switch (w.state) {
+      case WqeState::kDone: break;
+      case WqeState::kExecuted: comp_wqe_done(qp, w, WcStatus::kSuccess); break;
+      case WqeState::kFailed:
+        comp_wqe_done(qp, w, w.status);
+        first = false;
+        break;
+      default:
+        comp_wqe_done(qp, w, first && head_status ? *head_status : WcStatus::kWrFlushErr);
+        first = false;
+    }
   }
   qp.sq_head = qp.sq_tail;
   qp.req.next_wqe = qp.sq_tail;
@@ -499,7 +511,11 @@ int Engine::post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr) {
     if (is_inline && (length > qp->cap.max_inline_data || atomic || wr->opcode == WrOpcode::kRead))
       return fail(kErrInval);
     if (atomic && (wr->num_sge != 1 || length != 8)) return fail(kErrInval);
-    if (length > (1ull << 31)) return fail(kErrInval);
+        if (length > (1ull << 31)) return fail(kErrInval);
+    // IBA keeps fewer than 2^23 PSNs outstanding: one message is at most 2^22 packets (1 GiB
+    // at the smallest path MTU).
+    if (qp->type != QpType::kUd && length > (std::uint64_t{qp->pmtu()} << 22))
+      return fail(kErrInval);
     if (qp->type == QpType::kUd && (length > mtu_bytes(cfg_.max_mtu) || wr->ud.ah == nullptr))
       return fail(kErrInval);
 

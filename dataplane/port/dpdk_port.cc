@@ -144,7 +144,8 @@ void DpdkPort::flush() {
 }
 
 PollLoop::PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& faults)
-    : port_(port), eng_(eng), nb_(eng.config().mac, eng.config().ipv4), reply_(9216 + 64) {
+    : port_(port), eng_(eng), nb_(eng.config().mac, eng.config().ipv4, eng.config().ipv6),
+      reply_(9216 + 64) {
   if (faults.any()) inj_ = std::make_unique<FaultInjector>(faults);
 }
 

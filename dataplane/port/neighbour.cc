@@ -46,6 +46,8 @@ std::optional<std::size_t> Neighbour::on_frame(std::span<const std::uint8_t> f,
   if (type == wire::kEtherTypeIpv4 && f.size() >= off + 20 &&
       f[off + 9] == wire::kIpProtoIcmp)
     return on_icmp(f, off, out);
+  if (type == wire::kEtherTypeIpv6 && f.size() >= off + 40 && f[off + 6] == wire::kIpProtoIcmpv6)
+    return on_icmp6(f, off, out);
   return std::nullopt;
 }
 
@@ -123,6 +125,115 @@ std::optional<wire::MacAddr> Neighbour::lookup(wire::Ipv4Addr ip) const {
   const auto it = cache_.find(ip.v);
   if (it == cache_.end()) return std::nullopt;
   return it->second;
+}
+
+}  // namespace roce::port
+
+namespace roce::port {
+
+namespace {
+constexpr std::uint8_t kNs = 135, kNa = 136, kEchoRequest6 = 128, kEchoReply6 = 129;
+
+void learn6(std::vector<std::pair<wire::Ipv6Addr, wire::MacAddr>>& cache, const wire::Ipv6Addr& ip,
+            const wire::MacAddr& mac) {
+  for (auto& [a, m] : cache)
+    if (a == ip) {
+      m = mac;
+      return;
+    }
+  if (cache.size() < 4096) cache.emplace_back(ip, mac);
+}
+
+// Writes an Ethernet + IPv6 header (hop limit 255, as ND requires) for an ICMPv6 body of
+// `len` bytes already placed at out + off + 40, then fills the ICMPv6 checksum.
+std::size_t finish_icmp6(std::span<std::uint8_t> out, std::size_t off, const wire::MacAddr& src_mac,
+                         const wire::MacAddr& dst_mac, const wire::Ipv6Addr& src,
+                         const wire::Ipv6Addr& dst, std::size_t len) {
+  wire::EthView e(out.data());
+  e.set_dst(dst_mac);
+  e.set_src(src_mac);
+  if (off == 14) e.set_ether_type(wire::kEtherTypeIpv6);
+  wire::Ipv6View ip(out.data() + off);
+  ip.set_version_tc_flow(0, 0);
+  ip.set_payload_len(static_cast<std::uint16_t>(len));
+  ip.set_next_header(wire::kIpProtoIcmpv6);
+  ip.set_hop_limit(255);
+  ip.set_src(src);
+  ip.set_dst(dst);
+  std::uint8_t* icmp = out.data() + off + 40;
+  wire::store_be16(icmp + 2, 0);
+  wire::store_be16(icmp + 2, wire::ipv6_l4_checksum(out.data() + off, icmp, len, wire::kIpProtoIcmpv6));
+  return off + 40 + len;
+}
+}  // namespace
+
+std::size_t Neighbour::on_icmp6(std::span<const std::uint8_t> f, std::size_t off,
+                                std::span<std::uint8_t> out) {
+  wire::ConstIpv6View ip(f.data() + off);
+  const std::size_t len = ip.payload_len();
+  if (ip.version() != 6 || len < 8 || f.size() < off + 40 + len) return 0;
+  const std::uint8_t* icmp = f.data() + off + 40;
+  // A bad checksum is dropped like the kernel does.
+  if (wire::ipv6_l4_checksum(f.data() + off, icmp, len, wire::kIpProtoIcmpv6) != 0) return 0;
+  const wire::MacAddr src_mac = wire::ConstEthView(f.data()).src();
+  if ((icmp[0] == kNs || icmp[0] == kNa) && len >= 24) {
+    wire::Ipv6Addr target;
+    std::memcpy(target.b.data(), icmp + 8, 16);
+    if (icmp[0] == kNa) {
+      // Learn from the target link-layer address option (type 2), else from the frame.
+      wire::MacAddr mac = src_mac;
+      for (std::size_t o = 24; o + 8 <= len && icmp[o + 1] != 0; o += icmp[o + 1] * 8u)
+        if (icmp[o] == 2) std::memcpy(mac.b.data(), icmp + o + 2, 6);
+      learn6(cache6_, target, mac);
+      ++stats_.nd_advertisements_learned;
+      return 0;
+    }
+    if (ip.src() != wire::Ipv6Addr{}) learn6(cache6_, ip.src(), src_mac);
+    if (!ip6_ || target != *ip6_ || out.size() < off + 40 + 32) return 0;
+    std::memcpy(out.data(), f.data(), off);  // keeps a VLAN tag as it came
+    std::uint8_t* na = out.data() + off + 40;
+    std::memset(na, 0, 32);
+    na[0] = kNa;
+    na[4] = 0x60;  // Solicited, Override
+    std::memcpy(na + 8, ip6_->b.data(), 16);
+    na[24] = 2;  // target link-layer address option
+    na[25] = 1;
+    std::memcpy(na + 26, mac_.b.data(), 6);
+    ++stats_.nd_solicitations_answered;
+    return finish_icmp6(out, off, mac_, src_mac, *ip6_, ip.src(), 32);
+  }
+  if (icmp[0] == kEchoRequest6 && ip6_ && ip.dst() == *ip6_ && out.size() >= off + 40 + len) {
+    std::memcpy(out.data(), f.data(), off);
+    std::memcpy(out.data() + off + 40, icmp, len);
+    out[off + 40] = kEchoReply6;
+    ++stats_.icmp6_echo_answered;
+    return std::max<std::size_t>(finish_icmp6(out, off, mac_, src_mac, *ip6_, ip.src(), len), 60);
+  }
+  ++stats_.ignored;
+  return 0;
+}
+
+std::size_t Neighbour::make_neighbour_solicitation(const wire::Ipv6Addr& target,
+                                                   std::span<std::uint8_t> out) {
+  if (!ip6_ || out.size() < 14 + 40 + 32) return 0;
+  // Solicited-node multicast group ff02::1:ffXX:XXXX and its MAC 33:33:ff:XX:XX:XX.
+  wire::Ipv6Addr group{{0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, target.b[13], target.b[14],
+                        target.b[15]}};
+  const wire::MacAddr mcast{{0x33, 0x33, 0xff, target.b[13], target.b[14], target.b[15]}};
+  std::uint8_t* ns = out.data() + 14 + 40;
+  std::memset(ns, 0, 32);
+  ns[0] = kNs;
+  std::memcpy(ns + 8, target.b.data(), 16);
+  ns[24] = 1;  // source link-layer address option
+  ns[25] = 1;
+  std::memcpy(ns + 26, mac_.b.data(), 6);
+  return finish_icmp6(out, 14, mac_, mcast, *ip6_, group, 32);
+}
+
+std::optional<wire::MacAddr> Neighbour::lookup(const wire::Ipv6Addr& ip) const {
+  for (const auto& [a, m] : cache6_)
+    if (a == ip) return m;
+  return std::nullopt;
 }
 
 }  // namespace roce::port

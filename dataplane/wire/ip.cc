@@ -22,11 +22,16 @@ std::uint16_t ipv4_header_checksum(const std::uint8_t* hdr, std::size_t len) {
   return fold(ones_sum(hdr, len));
 }
 
+std::uint16_t ipv6_l4_checksum(const std::uint8_t* ipv6_hdr, const std::uint8_t* l4,
+                               std::size_t len, std::uint8_t next_header) {
+  std::uint64_t sum = ones_sum(ipv6_hdr + 8, 32);  // source and destination addresses
+  sum += (len >> 16) + (len & 0xFFFF) + next_header;
+  return fold(ones_sum(l4, len, sum));
+}
+
 std::uint16_t udp6_checksum(const std::uint8_t* ipv6_hdr, const std::uint8_t* udp,
                             std::size_t udp_len) {
-  std::uint64_t sum = ones_sum(ipv6_hdr + 8, 32);  // source and destination addresses
-  sum += (udp_len >> 16) + (udp_len & 0xFFFF) + kIpProtoUdp;
-  const std::uint16_t c = fold(ones_sum(udp, udp_len, sum));
+  const std::uint16_t c = ipv6_l4_checksum(ipv6_hdr, udp, udp_len, kIpProtoUdp);
   return c == 0 ? 0xFFFF : c;
 }
 

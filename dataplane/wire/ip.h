@@ -67,6 +67,10 @@ std::uint16_t ipv4_header_checksum(const std::uint8_t* hdr, std::size_t len);
 /// zero. A computed 0 is sent as 0xFFFF. IPv6 forbids the zero checksum RoCE uses over IPv4.
 std::uint16_t udp6_checksum(const std::uint8_t* ipv6_hdr, const std::uint8_t* udp,
                             std::size_t udp_len);
+/// The same one's-complement sum for any upper layer over IPv6 (ICMPv6: next header 58). The
+/// checksum field inside `l4` must be zero. Returns the value to store (0 is not remapped).
+std::uint16_t ipv6_l4_checksum(const std::uint8_t* ipv6_hdr, const std::uint8_t* l4,
+                               std::size_t len, std::uint8_t next_header);
 
 template <class Byte>
 class BasicIpv6View : public ViewBase<Byte> {

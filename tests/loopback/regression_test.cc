@@ -1,0 +1,422 @@
+// Regression tests for bugs found in review of the engine: each reproduces one scenario that
+// used to corrupt data, complete out of order or kill the connection, and checks the fixed
+// behaviour.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "tests/support/loopback.h"
+
+namespace roce::test {
+namespace {
+using namespace roce::engine;
+using wire::Opcode;
+using wire::Psn;
+using Frames = std::vector<std::vector<std::uint8_t>>;
+
+Frames drain(Engine& e, std::uint64_t t) {
+  e.run(t);
+  Frames out;
+  e.drain_tx([&](std::span<const std::uint8_t> f) { out.emplace_back(f.begin(), f.end()); });
+  return out;
+}
+wire::RxPkt parse(const std::vector<std::uint8_t>& f) {
+  wire::RxPkt p;
+  EXPECT_EQ(wire::parse_frame(f, p), wire::Verdict::kOk);
+  return p;
+}
+
+// F1: a multi-packet SEND keeps using the receive WQE's SGEs from the queue slot after the
+// slot was released; a post_recv into that slot redirects the rest of the message.
+TEST(Regression, ReceiveSlotReusedDuringMultiPacketSend) {
+  Loopback lb;
+  RcOptions o;
+  o.cap = QpCap{16, 4, 4, 4, 0};
+  auto [a, b] = connect(lb, o);
+  std::vector<Buffer> rb;
+  for (int i = 0; i < 5; ++i) rb.push_back(make_buffer(lb.b(), b.pd, 4096, 0));
+  for (auto& x : rb) std::fill(x.bytes.begin(), x.bytes.end(), 0);
+  for (int i = 0; i < 4; ++i) {
+    Sge s = rb[i].sge();
+    RecvWr r;
+    r.wr_id = 100 + i;
+    r.sg_list = &s;
+    r.num_sge = 1;
+    ASSERT_EQ(lb.b().post_recv(b.qp, &r, nullptr), kOk);
+  }
+  Buffer src = make_buffer(lb.a(), a.pd, 4096, 7);
+  Sge s = src.sge();
+  SendWr w;
+  w.wr_id = 1;
+  w.opcode = WrOpcode::kSend;
+  w.sg_list = &s;
+  w.num_sge = 1;
+  w.send_flags = kSendSignaled;
+  ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);
+  std::uint64_t t = lb.now();
+  Frames f = drain(lb.a(), t);
+  ASSERT_EQ(f.size(), 4u);  // 4 x 1024
+  lb.b().receive(f[0], t);  // SEND First consumes WQE 100 (slot 0)
+  // The application keeps its RQ full: one new WQE (slot 0 is free again).
+  Sge s4 = rb[4].sge();
+  RecvWr r4;
+  r4.wr_id = 104;
+  r4.sg_list = &s4;
+  r4.num_sge = 1;
+  ASSERT_EQ(lb.b().post_recv(b.qp, &r4, nullptr), kOk);
+  for (int i = 1; i < 4; ++i) lb.b().receive(f[i], t);
+  Wc wc[4];
+  ASSERT_EQ(lb.b().poll_cq(b.rcq, 4, wc), 1);
+  EXPECT_EQ(wc[0].wr_id, 100u);
+  EXPECT_EQ(wc[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(rb[0].bytes, src.bytes) << "the whole message lands in WQE 100's buffer";
+  EXPECT_EQ(rb[4].bytes, std::vector<std::uint8_t>(4096, 0)) << "WQE 104's buffer is untouched";
+}
+
+// F2: a local operation between two RC WQEs completes after the later WQE.
+TEST(Regression, LocalOpCompletesInPostOrder) {
+  Loopback lb;
+  auto [a, b] = connect(lb);
+  Buffer src = make_buffer(lb.a(), a.pd, 64, 1);
+  Buffer dst = make_buffer(lb.b(), b.pd, 64, 0);
+  Buffer inv = make_buffer(lb.a(), a.pd, 64, 2);
+  Sge s = src.sge();
+  SendWr w1;
+  w1.wr_id = 1;
+  w1.opcode = WrOpcode::kWrite;
+  w1.sg_list = &s;
+  w1.num_sge = 1;
+  w1.send_flags = kSendSignaled;
+  w1.rdma = {dst.addr(), dst.mr->key};
+  SendWr w2;
+  w2.wr_id = 2;
+  w2.opcode = WrOpcode::kLocalInv;
+  w2.invalidate_rkey = inv.mr->key;
+  w2.send_flags = kSendSignaled;
+  SendWr w3 = w1;
+  w3.wr_id = 3;
+  w1.next = &w2;
+  w2.next = &w3;
+  ASSERT_EQ(lb.a().post_send(a.qp, &w1, nullptr), kOk);
+  auto wc = wait_wcs(lb, a.scq, 3);
+  ASSERT_EQ(wc.size(), 3u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[1].wr_id, 2u) << "completions out of post order";
+  EXPECT_EQ(wc[2].wr_id, 3u);
+}
+
+// F3: go-back-N across a REG_MR WQE executes it again: the QP fails.
+TEST(Regression, RetryDoesNotReExecuteRegMr) {
+  LoopbackOptions lo;
+  RcOptions o;
+  lo.a2b.drop_psn.push_back({0x11, o.psn_a, 1, -1});
+  Loopback lb(lo);
+  auto [a, b] = connect(lb, o);
+  Mr* fr = lb.a().alloc_mr(a.pd, 4096);
+  std::vector<std::uint8_t> region(4096);
+  Buffer src = make_buffer(lb.a(), a.pd, 64, 1);
+  Buffer dst = make_buffer(lb.b(), b.pd, 64, 0);
+  Sge s = src.sge();
+  SendWr w1;
+  w1.wr_id = 1;
+  w1.opcode = WrOpcode::kWrite;
+  w1.sg_list = &s;
+  w1.num_sge = 1;
+  w1.send_flags = kSendSignaled;
+  w1.rdma = {dst.addr(), dst.mr->key};
+  SendWr w2;
+  w2.wr_id = 2;
+  w2.opcode = WrOpcode::kRegMr;
+  w2.send_flags = kSendSignaled;
+  w2.reg = {fr->key, 0x11, reinterpret_cast<std::uint64_t>(region.data()), region.size(),
+            kAccessLocalWrite | kAccessRemoteWrite};
+  SendWr w3 = w1;
+  w3.wr_id = 3;
+  w1.next = &w2;
+  w2.next = &w3;
+  ASSERT_EQ(lb.a().post_send(a.qp, &w1, nullptr), kOk);
+  auto wc = wait_wcs(lb, a.scq, 3);
+  ASSERT_EQ(wc.size(), 3u);
+  for (auto& c : wc)
+    EXPECT_EQ(c.status, WcStatus::kSuccess) << c.wr_id << " " << to_string(c.status);
+  EXPECT_EQ(a.qp->state, QpState::kRts);
+}
+
+// F5: a local protection error on WQE 2 is reported on WQE 1 (already sent, fine).
+TEST(Regression, LocalErrorIsReportedOnTheFailingWqe) {
+  Loopback lb;
+  auto [a, b] = connect(lb);
+  Buffer src = make_buffer(lb.a(), a.pd, 64, 1);
+  Buffer dst = make_buffer(lb.b(), b.pd, 64, 0);
+  Sge s = src.sge();
+  Sge bad{src.addr(), 64, src.mr->key ^ 0x100};
+  SendWr w1;
+  w1.wr_id = 1;
+  w1.opcode = WrOpcode::kWrite;
+  w1.sg_list = &s;
+  w1.num_sge = 1;
+  w1.send_flags = kSendSignaled;
+  w1.rdma = {dst.addr(), dst.mr->key};
+  SendWr w2 = w1;
+  w2.wr_id = 2;
+  w2.sg_list = &bad;
+  w1.next = &w2;
+  ASSERT_EQ(lb.a().post_send(a.qp, &w1, nullptr), kOk);
+  auto wc = wait_wcs(lb, a.scq, 2);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[0].status, WcStatus::kSuccess) << to_string(wc[0].status);
+  EXPECT_EQ(wc[1].status, WcStatus::kLocProtErr) << to_string(wc[1].status);
+}
+
+// F7: the original READ response arrives after do_retry() rewound but before the READ request
+// was re-sent (TX ring back-pressure): the requester fails itself with GENERAL_ERR.
+TEST(Regression, ReadResponseBeforeReRequestIsAccepted) {
+  auto ca = Loopback::default_config(0);
+  ca.tx_slots = 48;  // 16 usable request slots per run
+  Loopback lb({}, ca);
+  RcOptions o;
+  o.timeout = 8;
+  auto [a, b] = connect(lb, o);
+  Buffer src = make_buffer(lb.a(), a.pd, 20 * 1024, 1);
+  Buffer dst = make_buffer(lb.b(), b.pd, 20 * 1024, 0);
+  Buffer rd = make_buffer(lb.a(), a.pd, 1024, 0);
+  Sge s = src.sge(), r = rd.sge();
+  SendWr w1;
+  w1.wr_id = 1;
+  w1.opcode = WrOpcode::kWrite;
+  w1.sg_list = &s;
+  w1.num_sge = 1;
+  w1.send_flags = kSendSignaled;
+  w1.rdma = {dst.addr(), dst.mr->key};
+  SendWr w2;
+  w2.wr_id = 2;
+  w2.opcode = WrOpcode::kRead;
+  w2.sg_list = &r;
+  w2.num_sge = 1;
+  w2.send_flags = kSendSignaled;
+  w2.rdma = {dst.addr(), dst.mr->key};
+  w1.next = &w2;
+  ASSERT_EQ(lb.a().post_send(a.qp, &w1, nullptr), kOk);
+  std::uint64_t t = lb.now();
+  Frames held;
+  for (int i = 0; i < 4; ++i) {
+    for (auto& f : drain(lb.a(), t)) lb.b().receive(f, t);
+    for (auto& f : drain(lb.b(), t)) held.push_back(f);  // B's ACK and READ response: delayed
+    t += 100;
+  }
+  ASSERT_FALSE(held.empty());
+  t += 10'000'000;                   // retransmit timeout
+  Frames resent = drain(lb.a(), t);  // go-back-N: 16 WRITE packets, READ not yet re-sent
+  EXPECT_EQ(resent.size(), 16u);
+  for (auto& f : held) lb.a().receive(f, t);  // the delayed originals arrive
+  Wc wc[4];
+  int n = lb.a().poll_cq(a.scq, 4, wc);
+  EXPECT_EQ(n, 2);
+  drain(lb.a(), t + 100);
+  EXPECT_EQ(a.qp->state, QpState::kRts) << "QP went to " << to_string(a.qp->state);
+}
+
+// F8: a sequence NAK whose PSN lies inside an outstanding READ skips the bytes before it; the
+// READ completes successfully with a hole.
+wire::FrameSpec from_b(Loopback& lb, Qp* aqp, Opcode op, std::uint32_t psn) {
+  wire::FrameSpec sp;
+  sp.src_mac = lb.b().config().mac;
+  sp.dst_mac = lb.a().config().mac;
+  sp.src_ip4 = lb.b().config().ipv4;
+  sp.dst_ip4 = lb.a().config().ipv4;
+  sp.opcode = op;
+  sp.dest_qp = wire::Qpn(aqp->qpn);
+  sp.psn = Psn(psn);
+  return sp;
+}
+void send_spec(Engine& e, const wire::FrameSpec& sp, std::span<const std::uint8_t> pl,
+               std::uint64_t t) {
+  std::vector<std::uint8_t> fr(wire::frame_len(sp, pl.size()));
+  ASSERT_EQ(wire::build_frame(sp, pl, fr), fr.size());
+  e.receive(fr, t);
+}
+TEST(Regression, NakInsideReadLeavesNoHole) {
+  Loopback lb;
+  RcOptions o;
+  auto [a, b] = connect(lb, o);
+  Buffer remote = make_buffer(lb.b(), b.pd, 4096, 9);
+  Buffer rd = make_buffer(lb.a(), a.pd, 4096, 0);
+  std::fill(rd.bytes.begin(), rd.bytes.end(), 0xEE);
+  Sge r = rd.sge();
+  SendWr w;
+  w.wr_id = 1;
+  w.opcode = WrOpcode::kRead;
+  w.sg_list = &r;
+  w.num_sge = 1;
+  w.send_flags = kSendSignaled;
+  w.rdma = {remote.addr(), remote.mr->key};
+  ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);
+  std::uint64_t t = lb.now();
+  Frames req = drain(lb.a(), t);
+  ASSERT_EQ(req.size(), 1u);
+  lb.b().receive(req[0], t);
+  Frames resp = drain(lb.b(), t);
+  ASSERT_EQ(resp.size(), 4u);
+  lb.a().receive(resp[0], t);  // First: bytes 0..1023
+  auto nak = from_b(lb, a.qp, Opcode::kRcAcknowledge, o.psn_a + 3);
+  nak.aeth = {wire::Syndrome::nak(wire::NakCode::kPsnSeqError), wire::Msn(1)};
+  send_spec(lb.a(), nak, {}, t);
+  Frames re = drain(lb.a(), t + 10);
+  ASSERT_EQ(re.size(), 1u);
+  auto rp = parse(re[0]);
+  EXPECT_EQ(rp.psn.raw(), (o.psn_a + 1) & 0xFFFFFF) << "resumes at the first missing response";
+  EXPECT_EQ(rp.reth().dma_len(), 3072u) << "asks again for everything not received";
+  lb.b().receive(re[0], t);  // B: duplicate READ from first+1: replays it
+  for (auto& f : drain(lb.b(), t + 20)) lb.a().receive(f, t + 20);
+  Wc wc[2];
+  ASSERT_EQ(lb.a().poll_cq(a.scq, 2, wc), 1);
+  EXPECT_EQ(wc[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(rd.bytes, remote.bytes) << "no hole";
+}
+
+// Responder harness: one engine, crafted requests.
+struct Resp {
+  Engine eng{Loopback::default_config(1)};
+  EngineConfig peer = Loopback::default_config(0);
+  Pd* pd;
+  Cq* cq;
+  Qp* qp;
+  Mr* mr;
+  std::vector<std::uint8_t> mem = std::vector<std::uint8_t>(8192, 0x42);
+  std::uint64_t now = 1'000'000;
+  static constexpr std::uint32_t kE = 1000;
+  explicit Resp(std::uint8_t nres) {
+    pd = eng.alloc_pd();
+    cq = eng.create_cq(64);
+    qp = eng.create_qp(pd, QpType::kRc, cq, cq, QpCap{16, 16, 2, 2, 0});
+    QpAttr a;
+    a.qp_state = QpState::kInit;
+    a.qp_access_flags =
+        kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+    eng.modify_qp(qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags);
+    a.qp_state = QpState::kRtr;
+    a.path_mtu = Mtu::k256;
+    a.dest_qp_num = 0x99;
+    a.rq_psn = kE;
+    a.max_dest_rd_atomic = nres;
+    a.ah.dmac = peer.mac;
+    a.ah.dgid.b[10] = a.ah.dgid.b[11] = 0xFF;
+    wire::store_be32(a.ah.dgid.b.data() + 12, peer.ipv4.v);
+    EXPECT_EQ(eng.modify_qp(qp, a,
+                            kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
+                                kQpMaxDestRdAtomic | kQpMinRnrTimer),
+              kOk);
+    mr = eng.reg_mr(
+        pd, mem.data(), mem.size(),
+        kAccessLocalWrite | kAccessRemoteRead | kAccessRemoteWrite | kAccessRemoteAtomic);
+  }
+  void read(std::uint32_t psn, std::uint32_t len, std::uint32_t rkey) {
+    wire::FrameSpec s;
+    s.src_mac = peer.mac;
+    s.dst_mac = eng.config().mac;
+    s.src_ip4 = peer.ipv4;
+    s.dst_ip4 = eng.config().ipv4;
+    s.opcode = Opcode::kRcReadRequest;
+    s.dest_qp = wire::Qpn(qp->qpn);
+    s.psn = Psn(psn);
+    s.ack_req = true;
+    s.reth = {reinterpret_cast<std::uint64_t>(mem.data()), rkey, len};
+    std::vector<std::uint8_t> fr(wire::frame_len(s, 0));
+    wire::build_frame(s, {}, fr);
+    eng.receive(fr, now);
+  }
+  std::vector<wire::RxPkt> out;
+  Frames raw;
+  std::vector<wire::RxPkt>& flush() {
+    now += 1000;
+    eng.run(now);
+    out.clear();
+    raw.clear();
+    eng.drain_tx([&](std::span<const std::uint8_t> f) { raw.emplace_back(f.begin(), f.end()); });
+    for (auto& f : raw) out.push_back(parse(f));
+    return out;
+  }
+};
+
+// F4: after the MR is deregistered (or invalidated), a duplicate READ still streams its bytes.
+TEST(Regression, NewReadAfterDeregIsRefused) {
+  Resp r(4);
+  const std::uint32_t key = r.mr->key;
+  r.read(Resp::kE, 256, key);
+  ASSERT_EQ(r.flush().size(), 1u);
+  r.eng.dereg_mr(r.mr);
+  r.read(Resp::kE + 1, 256, key);  // a new READ with that key: rejected
+  auto& o1 = r.flush();
+  ASSERT_EQ(o1.size(), 1u);
+  EXPECT_EQ(o1[0].opcode, Opcode::kRcAcknowledge);
+  EXPECT_EQ(o1[0].aeth().syndrome().raw(), 0x62) << "remote access error NAK";
+}
+TEST(Regression, ReadReplayAfterDeregIsRefused) {
+  Resp r(4);
+  const std::uint32_t key = r.mr->key;
+  r.read(Resp::kE, 256, key);
+  ASSERT_EQ(r.flush().size(), 1u);
+  r.eng.dereg_mr(r.mr);
+  std::fill(r.mem.begin(), r.mem.end(), 0x5A);  // memory reused for something private
+  r.read(Resp::kE, 256, key);                   // duplicate of the first READ
+  auto& o = r.flush();
+  ASSERT_EQ(o.size(), 1u) << "a NAK, not the region's new contents";
+  EXPECT_EQ(o[0].opcode, Opcode::kRcAcknowledge);
+  EXPECT_EQ(o[0].aeth().syndrome().raw(), 0x62) << "remote access error";
+}
+
+// F6: a duplicate READ replay (from a requester timeout) still queued when the requester's next
+// READ arrives: with max_dest_rd_atomic = 1 the responder NAKs it and kills the connection.
+TEST(Regression, ReplayDoesNotStarveTheNextRead) {
+  Resp r(1);
+  r.read(Resp::kE, 4096, r.mr->key);  // 16 responses
+  ASSERT_EQ(r.flush().size(), 16u);
+  r.read(Resp::kE, 4096, r.mr->key);      // duplicate (requester timed out)
+  r.read(Resp::kE + 16, 256, r.mr->key);  // next READ, after the original completed
+  auto& o = r.flush();
+  ASSERT_FALSE(o.empty());
+  EXPECT_EQ(r.qp->state, QpState::kRtr)
+      << "responder QP went to error; first out opcode " << int(wire::raw(o[0].opcode)) << " syn 0x"
+      << std::hex << int(o[0].info->has(wire::Ext::kAeth) ? o[0].aeth().syndrome().raw() : 0);
+}
+
+// F9: resp_duplicate() queues a READ replay without checking that RespState::out has room.
+TEST(Regression, DuplicateReadCannotOverflowTheOutputQueue) {
+  Resp r(4);
+  auto atomic = [&](std::uint32_t psn) {
+    wire::FrameSpec s;
+    s.src_mac = r.peer.mac;
+    s.dst_mac = r.eng.config().mac;
+    s.src_ip4 = r.peer.ipv4;
+    s.dst_ip4 = r.eng.config().ipv4;
+    s.opcode = Opcode::kRcFetchAdd;
+    s.dest_qp = wire::Qpn(r.qp->qpn);
+    s.psn = Psn(psn);
+    s.ack_req = true;
+    s.atomic = {reinterpret_cast<std::uint64_t>(r.mem.data()) + 4096, r.mr->key, 1, 0};
+    std::vector<std::uint8_t> fr(wire::frame_len(s, 0));
+    wire::build_frame(s, {}, fr);
+    r.eng.receive(fr, r.now);
+  };
+  atomic(Resp::kE);
+  ASSERT_EQ(r.flush().size(), 1u);
+  r.read(Resp::kE + 1, 4096, r.mr->key);          // READ A, 16 responses, queued
+  for (int i = 0; i < 31; ++i) atomic(Resp::kE);  // duplicate atomics: 31 queued ACKs
+    EXPECT_LE(r.qp->resp.out_tail - r.qp->resp.out_head, 2u)
+      << "duplicate answers of one atomic are queued once";
+  r.read(Resp::kE + 1, 4096, r.mr->key);  // duplicate READ A
+  EXPECT_LE(r.qp->resp.out_tail - r.qp->resp.out_head, 32u) << "queue holds more than its 32 slots";
+  r.read(Resp::kE + 17, 256, r.mr->key);  // new READ B: the full check no longer fires
+  r.flush();
+  EXPECT_LT(r.qp->resp.reads_queued, 16u)
+      << "reads_queued underflowed: " << r.qp->resp.reads_queued;
+  r.read(Resp::kE + 18, 256, r.mr->key);  // READ C
+  auto& o = r.flush();
+  ASSERT_EQ(o.size(), 1u);
+  EXPECT_EQ(o[0].opcode, Opcode::kRcReadResponseOnly)
+      << "READ C answered with opcode " << int(wire::raw(o[0].opcode));
+}
+}  // namespace
+}  // namespace roce::test
