@@ -48,6 +48,11 @@ Mr* MrTable::find(std::uint32_t key) const {
   return it->second;
 }
 
+Mr* MrTable::find_any_variant(std::uint32_t key) const {
+  const auto it = by_index_.find(key >> 8);
+  return it == by_index_.end() ? nullptr : it->second;
+}
+
 KeyCheck MrTable::check(std::uint32_t key, const Pd* pd, std::uint64_t addr, std::uint64_t len,
                         std::uint32_t access, Mr** out) const {
   Mr* mr = find(key);

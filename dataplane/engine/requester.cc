@@ -112,7 +112,7 @@ bool Engine::req_local_op(Qp& qp, SendWqe& w) {
     else
       mr->state = MrState::kFree;
   } else {  // REG_MR: give a fast-reg MR its memory, access and new key variant
-    Mr* mr = mrs_.find(w.reg_key);
+        Mr* mr = mrs_.find_any_variant(w.reg_key);
     if (mr == nullptr || !mr->fast_reg || mr->pd != qp.pd || mr->state != MrState::kFree ||
         w.length > mr->max_len) {
       status = WcStatus::kLocQpOpErr;

@@ -32,10 +32,14 @@ struct Pair {
   Buffer inbox;                     // B: receive buffers
   Buffer counter;                   // B: atomic target
   std::vector<std::uint8_t> model;  // expected content of region
-  std::uint64_t counter_model = 0;
+    std::uint64_t counter_model = 0;
+  Mr* fr = nullptr;                 // A: a fast-registration MR, registered and invalidated
+  std::vector<std::uint8_t> fr_mem;  //    by REG_MR / LOCAL_INV work requests in the mix
+  bool fr_registered = false;
+  std::uint8_t fr_variant = 0;
 };
 
-enum class Kind { kWrite, kRead, kSend, kAtomic };
+enum class Kind { kWrite, kRead, kSend, kAtomic, kLocal };
 struct Pending {
   Kind kind;
   std::uint64_t off = 0, len = 0;
@@ -103,7 +107,9 @@ TEST(Soak, MixedTrafficOverALossyWire) {
     p.inbox = make_buffer(lb.b(), b.pd, kRegion, 0);
     p.counter = make_buffer(lb.b(), b.pd, 8, 0);
     std::memset(p.counter.bytes.data(), 0, 8);
-    p.model = p.region.bytes;
+        p.model = p.region.bytes;
+    p.fr_mem.resize(4096);
+    p.fr = lb.a().alloc_mr(a.pd, p.fr_mem.size());
   }
 
   std::uint64_t ops = 0, bytes = 0, rounds = 0;
@@ -119,7 +125,7 @@ TEST(Soak, MixedTrafficOverALossyWire) {
       int atomics = 0;
       for (int k = 0; k < n; ++k) {
         Pending pd;
-        pd.kind = static_cast<Kind>(rng() % 4);
+                pd.kind = static_cast<Kind>(rng() % 9 == 0 ? 4 : rng() % 4);
         SendWr wr;
         Sge s;
         wr.wr_id = static_cast<std::uint64_t>(k);
@@ -170,6 +176,21 @@ TEST(Soak, MixedTrafficOverALossyWire) {
             r.num_sge = 1;
             ASSERT_EQ(lb.b().post_recv(p.b.qp, &r, nullptr), kOk);
             wr.opcode = WrOpcode::kSend;
+            break;
+          }
+                    case Kind::kLocal: {
+            pd.len = 0;
+            if (p.fr_registered) {
+              wr.opcode = WrOpcode::kLocalInv;
+              // The key the pending REG_MR gives it (its low byte is the variant).
+              wr.invalidate_rkey = (p.fr->key & ~0xFFu) | p.fr_variant;
+            } else {
+              wr.opcode = WrOpcode::kRegMr;
+              wr.reg = {p.fr->key, ++p.fr_variant, reinterpret_cast<std::uint64_t>(p.fr_mem.data()),
+                        p.fr_mem.size(), kAccessLocalWrite | kAccessRemoteWrite};
+            }
+            wr.num_sge = 0;
+            p.fr_registered = !p.fr_registered;
             break;
           }
           case Kind::kAtomic: {
@@ -247,14 +268,18 @@ TEST(Soak, MixedTrafficOverALossyWire) {
           120'000'000'000ull);
       ASSERT_EQ(g.size(), want) << "round " << rounds << " qp " << i;
       for (std::size_t c = 0; c < g.size(); ++c) {
-        ASSERT_EQ(g[c].status, WcStatus::kSuccess) << to_string(g[c].status);
+        ASSERT_EQ(g[c].status, WcStatus::kSuccess)
+            << to_string(g[c].status) << " on wr " << c << " kind "
+            << static_cast<int>(pend[static_cast<std::size_t>(i)][c].kind) << " fr state "
+            << static_cast<int>(p.fr->state) << " key " << std::hex << p.fr->key << " variant "
+            << int(p.fr_variant) << std::dec << " round " << rounds;
         ASSERT_EQ(g[c].wr_id, c) << "completions in order";
       }
       std::size_t sends = 0;
       for (const auto& pd : pend[static_cast<std::size_t>(i)]) {
         switch (pd.kind) {
-          case Kind::kWrite:
-            break;
+                    case Kind::kWrite:
+          case Kind::kLocal: break;
           case Kind::kRead:
             ASSERT_TRUE(std::equal(pd.expect.begin(), pd.expect.end(),
                                    p.back.bytes.begin() + static_cast<std::ptrdiff_t>(pd.dst)))
@@ -278,6 +303,10 @@ TEST(Soak, MixedTrafficOverALossyWire) {
       ASSERT_EQ(rwc.size(), sends);
       for (const auto& c : rwc) ASSERT_EQ(c.status, WcStatus::kSuccess);
       ASSERT_EQ(p.region.bytes, p.model) << "region diverged from the model, round " << rounds;
+            ASSERT_EQ(p.fr->state == MrState::kValid, p.fr_registered) << "fast-reg MR state";
+      if (p.fr_registered) {
+        ASSERT_EQ(p.fr->key & 0xFF, p.fr_variant);
+      }
       std::uint64_t counter;
       std::memcpy(&counter, p.counter.bytes.data(), 8);
       ASSERT_EQ(counter, p.counter_model);
