@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# ibv_rc_pingpong (rdma-core) in a Linux rxe VM against roce-perf rc_pingpong on a DPDK port,
+# in both directions and for several message sizes (multi-packet from 4096 up at MTU 1024).
+#   rc_pingpong.sh ROCE_PERF [SIZES...]     (root; exits 77 when VMs cannot run here)
+set -euo pipefail
+perf=$(realpath "$1"); shift
+sizes=("${@:-1 64 1024 4096 16384}")
+read -r -a sizes <<< "${sizes[*]}"
+here=$(cd "$(dirname "$0")" && pwd)
+vm=$here/vm/run-vm.sh
+if [[ $(id -u) -ne 0 ]] || [[ ! -e /dev/net/tun ]]; then echo "skipped: needs root and /dev/net/tun"; exit 77; fi
+"$here/vm/build.sh" >/dev/null || { echo "skipped: cannot build the VM image"; exit 77; }
+iters=200
+fail=0
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+boot() {  # boot the VM with a command; wait until it is ready
+  "$vm" -b -w -t 180 -c "$1" > "$out/vm.txt" 2>&1 &
+  vmpid=$!
+  for _ in $(seq 90); do grep -q RXEVM-WAIT "$out/vm.txt" && return 0; sleep 1; done
+  echo "VM did not come up:"; cat "$out/vm.txt"; return 1
+}
+finish() {  # wait for the VM to end; return its command's status
+  wait "$vmpid" || true
+  grep -q "cmd-end rc=0" "$out/vm.txt"
+}
+
+for s in "${sizes[@]}"; do
+  for dir in vm-server us-server; do
+    if [[ $dir == vm-server ]]; then
+      boot "ibv_rc_pingpong -d rxe0 -g \$(rxe_gid_idx) -s $s -n $iters"
+      ip netns exec rxevm "$perf" rc_pingpong --iface dp0 -s "$s" -n "$iters" --timeout 120 \
+        192.0.2.1 > "$out/us.txt" 2>&1 && ours=0 || ours=$?
+    else
+      boot "retry ibv_rc_pingpong -d rxe0 -g \$(rxe_gid_idx) -s $s -n $iters 192.0.2.254"
+      ip netns exec rxevm "$perf" rc_pingpong --iface dp0 -s "$s" -n "$iters" --timeout 120 \
+        > "$out/us.txt" 2>&1 && ours=0 || ours=$?
+    fi
+    finish && theirs=0 || theirs=1
+    rate=$(grep -m1 "usec/iter" "$out/us.txt" || echo "no result")
+    if [[ $ours == 0 && $theirs == 0 ]]; then
+      echo "PASS rc_pingpong size $s ($dir): $rate"
+    else
+      echo "FAIL rc_pingpong size $s ($dir): ours=$ours rxe=$theirs"
+      sed 's/^/  us: /' "$out/us.txt"; grep -v "^\[rxe-vm\]" "$out/vm.txt" | sed 's/^/  vm: /' | tail -20
+      fail=1
+    fi
+  done
+done
+exit $fail

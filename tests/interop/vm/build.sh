@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Build a tiny Linux VM image (kernel + initramfs) that runs Soft-RoCE (rdma_rxe)
+# with the real rdma-core / perftest / rdmacm-utils tools of this Debian 12 host.
+#
+# Everything comes from Debian packages (apt-get install / apt-get download).
+# Output goes to a cache dir OUTSIDE the repo (default /var/tmp/rxe-vm):
+#   $CACHE/vmlinuz          kernel bzImage (Debian linux-image-6.1.*-amd64)
+#   $CACHE/vmlinux          same kernel, uncompressed ELF (booted via PVH: faster under TCG)
+#   $CACHE/initramfs.cpio   busybox + modules + rdma userspace + /init
+#   $CACHE/kver             kernel version string
+#
+# Usage: tests/interop/vm/build.sh [--force]
+#   RXE_VM_CACHE=/var/tmp/rxe-vm   cache/output dir
+#   RXE_VM_KPKG=linux-image-6.1.0-56-amd64  pin the kernel package (default: what
+#                                  linux-image-amd64 depends on)
+#   RXE_VM_NO_APT=1                do not apt-get install missing host packages
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE="${RXE_VM_CACHE:-/var/tmp/rxe-vm}"
+FORCE=0
+[[ "${1:-}" == "--force" ]] && FORCE=1
+
+log() { echo "[rxe-vm build] $*" >&2; }
+
+# ---------------------------------------------------------------- host packages
+HOST_PKGS=(qemu-system-x86 busybox-static cpio kmod rdma-core ibverbs-utils
+           ibverbs-providers perftest rdmacm-utils iproute2)
+if [[ -z "${RXE_VM_NO_APT:-}" ]]; then
+  missing=()
+  for p in "${HOST_PKGS[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    log "apt-get install ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >&2
+  fi
+fi
+
+mkdir -p "$CACHE/dl"
+
+# ---------------------------------------------------------------- kernel package
+KPKG="${RXE_VM_KPKG:-}"
+if [[ -z "$KPKG" ]]; then
+  KPKG="$(apt-cache depends linux-image-amd64 2>/dev/null \
+          | awk '/Depends: linux-image-[0-9]/{print $2; exit}')"
+fi
+[[ -n "$KPKG" ]] || { log "cannot resolve kernel package (apt-get update?)"; exit 1; }
+KVER="${KPKG#linux-image-}"
+log "kernel package $KPKG (kver $KVER)"
+
+if [[ $FORCE == 0 && -f "$CACHE/initramfs.cpio" && -f "$CACHE/vmlinuz" && -f "$CACHE/vmlinux" \
+      && "$(cat "$CACHE/kver" 2>/dev/null)" == "$KVER" \
+      && "$CACHE/initramfs.cpio" -nt "$HERE/build.sh" \
+      && "$CACHE/initramfs.cpio" -nt "$HERE/init" \
+      && "$CACHE/initramfs.cpio" -nt "$HERE/guest-lib.sh" ]]; then
+  log "up to date: $CACHE/vmlinuz $CACHE/initramfs.cpio (use --force to rebuild)"
+  exit 0
+fi
+
+DEB="$(ls "$CACHE"/dl/"${KPKG}"_*.deb 2>/dev/null | head -1 || true)"
+if [[ -z "$DEB" ]]; then
+  log "apt-get download $KPKG"
+  (cd "$CACHE/dl" && apt-get download "$KPKG" >&2)
+  DEB="$(ls "$CACHE"/dl/"${KPKG}"_*.deb | head -1)"
+fi
+
+KROOT="$CACHE/kpkg"
+if [[ ! -f "$KROOT/lib/modules/$KVER/modules.dep" || $FORCE == 1 ]]; then
+  rm -rf "$KROOT"; mkdir -p "$KROOT"
+  dpkg -x "$DEB" "$KROOT"
+  depmod -b "$KROOT" "$KVER"
+fi
+cp -f "$KROOT/boot/vmlinuz-$KVER" "$CACHE/vmlinuz"
+# Uncompressed ELF vmlinux (Debian builds with CONFIG_PVH=y, so qemu boots it through the PVH
+# entry point). Under TCG this skips ~3 s of in-guest XZ decompression per boot.
+/usr/bin/python3 - "$CACHE/vmlinuz" "$CACHE/vmlinux.tmp" <<'PYEOF' && mv "$CACHE/vmlinux.tmp" "$CACHE/vmlinux" || { log "vmlinux extraction failed; VMs will boot the bzImage"; rm -f "$CACHE/vmlinux" "$CACHE/vmlinux.tmp"; }
+import lzma, sys
+d = open(sys.argv[1], 'rb').read()
+off = d.find(b'\xfd7zXZ\x00')
+if off < 0:
+    sys.exit("no XZ payload in bzImage")
+out = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(d[off:])
+if out[:4] != b'\x7fELF':
+    sys.exit("payload is not ELF")
+open(sys.argv[2], 'wb').write(out)
+PYEOF
+
+# ---------------------------------------------------------------- initramfs tree
+ROOT="$CACHE/root"
+rm -rf "$ROOT"
+mkdir -p "$ROOT"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,etc/rxe-vm,proc,sys,dev,tmp,run,root,mnt/host,var/tmp}
+ln -s /lib "$ROOT/usr/lib" 2>/dev/null || true   # /usr/lib -> /lib (merged-usr style)
+
+# busybox (static) + applet symlinks
+cp /bin/busybox "$ROOT/bin/busybox"
+for a in $(/bin/busybox --list); do
+  [[ "$a" == busybox ]] && continue
+  ln -sf busybox "$ROOT/bin/$a"
+done
+
+# kernel modules, in load order. crc32_generic must be present before rdma_rxe
+# (rxe allocates the "crc32" shash; there is no modprobe helper in the VM).
+MODS=(crc32_generic crc32-pclmul virtio_pci virtio_net virtio_rng
+      rdma_rxe ib_umad rdma_ucm)
+MODS_9P=(9pnet_virtio 9p)   # only loaded with rxe.9p=1
+declare -A seen=()
+for m in "${MODS[@]}" - "${MODS_9P[@]}"; do
+  if [[ "$m" == - ]]; then MODLIST="$ROOT/etc/rxe-vm/modules-9p.load"; : > "$MODLIST"; continue; fi
+  if [[ -z "${MODLIST:-}" ]]; then MODLIST="$ROOT/etc/rxe-vm/modules.load"; : > "$MODLIST"; fi
+  while read -r verb path _; do
+    [[ "$verb" == insmod ]] || continue
+    rel="${path#"$KROOT"/lib/modules/"$KVER"/}"
+    [[ -n "${seen[$rel]:-}" ]] && continue
+    seen[$rel]=1
+    mkdir -p "$ROOT/lib/modules/$KVER/$(dirname "$rel")"
+    cp "$path" "$ROOT/lib/modules/$KVER/$rel"
+    echo "/lib/modules/$KVER/$rel" >> "$MODLIST"
+  done < <(modprobe -d "$KROOT" -S "$KVER" --show-depends "$m")
+done
+log "modules: $(cat "$ROOT"/etc/rxe-vm/modules*.load | wc -l) ($(cat "$ROOT"/etc/rxe-vm/modules*.load | tr '\n' ' ' | sed "s#/lib/modules/$KVER/kernel/##g"))"
+
+# rdma userspace from the host
+BINS=()
+for pkg in ibverbs-utils perftest rdmacm-utils; do
+  while read -r f; do
+    [[ -f "$f" && -x "$f" && "$f" == /usr/bin/* ]] || continue
+    head -c 4 "$f" | grep -q ELF || continue   # skip perl/shell wrappers
+    BINS+=("$f")
+  done < <(dpkg -L "$pkg")
+done
+BINS+=(/usr/bin/rdma /bin/ip /usr/bin/taskset)
+PROVIDER=/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
+[[ -f "$PROVIDER" ]] || PROVIDER="$(ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so | head -1)"
+
+declare -A libs=()
+for b in "${BINS[@]}" "$PROVIDER"; do
+  while read -r l; do
+    [[ -n "$l" ]] && libs[$l]=1
+  done < <(ldd "$b" 2>/dev/null | awk '/=> \//{print $3} $1 ~ /^\/lib64\//{print $1}')
+done
+for b in "${BINS[@]}"; do
+  case "$b" in
+    /bin/ip) cp "$b" "$ROOT/usr/bin/ip.full" ;;     # keep busybox ip as /bin/ip
+    /usr/bin/taskset) ;;                             # busybox has taskset
+    *) cp "$b" "$ROOT/usr/bin/" ;;
+  esac
+done
+# dlopen()ed by glibc (pthread_exit/pthread_cancel unwinding, used by rping at exit)
+for l in /lib/x86_64-linux-gnu/libgcc_s.so.1; do libs[$l]=1; done
+for l in "${!libs[@]}"; do
+  real="$(readlink -f "$l")"
+  mkdir -p "$ROOT$(dirname "$l")"
+  cp "$real" "$ROOT$l"
+done
+mkdir -p "$ROOT/lib/x86_64-linux-gnu/libibverbs" "$ROOT/etc/libibverbs.d"
+cp "$PROVIDER" "$ROOT/lib/x86_64-linux-gnu/libibverbs/"
+cp /etc/libibverbs.d/rxe.driver "$ROOT/etc/libibverbs.d/"
+log "binaries: ${#BINS[@]}, shared libs: ${#libs[@]}"
+
+# minimal /etc
+cat > "$ROOT/etc/passwd" <<'EOF'
+root:x:0:0:root:/root:/bin/sh
+EOF
+echo "root:x:0:" > "$ROOT/etc/group"
+printf '127.0.0.1 localhost\n::1 localhost\n' > "$ROOT/etc/hosts"
+echo "hosts: files" > "$ROOT/etc/nsswitch.conf"
+echo "$KVER" > "$ROOT/etc/rxe-vm/kver"
+cp "$HERE/init" "$ROOT/init"
+cp "$HERE/guest-lib.sh" "$ROOT/etc/rxe-vm/lib.sh"
+chmod 755 "$ROOT/init"
+
+# pack. Left uncompressed on purpose: under TCG gunzip of the initramfs costs ~1 s per boot.
+log "packing initramfs"
+(cd "$ROOT" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet) \
+  > "$CACHE/initramfs.cpio.tmp"
+mv "$CACHE/initramfs.cpio.tmp" "$CACHE/initramfs.cpio"
+rm -f "$CACHE/initramfs.cpio.gz"   # older builds
+echo "$KVER" > "$CACHE/kver"
+log "done: $CACHE/vmlinux ($(du -h "$CACHE/vmlinux" 2>/dev/null | cut -f1)) [bzImage $CACHE/vmlinuz], $CACHE/initramfs.cpio ($(du -h "$CACHE/initramfs.cpio" | cut -f1))"
