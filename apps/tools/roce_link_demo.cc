@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/pattern.h"
 #include "apps/common/pcap_writer.h"
 #include "dataplane/port/dpdk_port.h"
 
@@ -31,17 +32,6 @@ using namespace roce;
 using namespace roce::engine;
 
 namespace {
-
-// A recognisable, seeded byte pattern (xorshift32).
-void fill_pattern(std::vector<std::uint8_t>& v, std::uint32_t seed) {
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (auto& b : v) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    b = static_cast<std::uint8_t>(x);
-  }
-}
 
 struct Options {
   std::string workdir, pmd = "memif", iface[2];
@@ -64,21 +54,10 @@ std::size_t g_buf = 1 << 20;
   _exit(1);
 }
 
-// Polls the loop until `done()` or the deadline.
-template <class F>
-bool poll_until(port::PollLoop& loop, F&& done, double seconds) {
-  const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(seconds * 1e9);
-  while (!done()) {
-    if (port::now_ns() > end) return false;
-    loop.poll_once();
-  }
-  return true;
-}
-
 // Reads exactly `n` bytes from a non-blocking fd while keeping the poll loop running.
 void exchange_read(int side, port::PollLoop& loop, int fd, void* buf, std::size_t n) {
   std::size_t got = 0;
-  if (!poll_until(loop,
+  if (!port::poll_until(loop,
                   [&] {
                     const ssize_t r = ::read(fd, static_cast<char*>(buf) + got, n - got);
                     if (r > 0) got += static_cast<std::size_t>(r);
@@ -131,24 +110,14 @@ int run_side(int side, int fd, const Options& opt) {
     pcap = std::make_unique<apps::PcapWriter>(opt.workdir + "/a.pcap");
     loop.tap = [&](std::span<const std::uint8_t> f, bool) { pcap->write(f, port::now_ns()); };
   }
-  if (!poll_until(loop, [&] { return port->link_up(); }, 20)) die(side, "link did not come up");
+  if (!port::poll_until(loop, [&] { return port->link_up(); }, 20)) die(side, "link did not come up");
   std::fprintf(stderr, "[%c] %s up, %s\n", who, dev.c_str(), side ? "192.0.2.2" : "192.0.2.1");
 
   // ARP: find the peer's MAC the way a host does.
   const wire::Ipv4Addr peer_ip{0xC0000201u + static_cast<std::uint32_t>(1 - side)};
-  std::uint64_t next_arp = 0;
-  if (!poll_until(loop,
-                  [&] {
-                    if (loop.neighbour().lookup(peer_ip)) return true;
-                    if (port::now_ns() > next_arp) {
-                      loop.resolve(peer_ip);
-                      next_arp = port::now_ns() + 200'000'000;
-                    }
-                    return false;
-                  },
-                  20))
-    die(side, "ARP for the peer got no answer");
-  const wire::MacAddr peer_mac = *loop.neighbour().lookup(peer_ip);
+  const auto found = port::resolve_wait(loop, peer_ip, 20);
+  if (!found) die(side, "ARP for the peer got no answer");
+  const wire::MacAddr peer_mac = *found;
 
   Pd* pd = eng.alloc_pd();
   Cq* cq = eng.create_cq(256);
@@ -191,7 +160,7 @@ int run_side(int side, int fd, const Options& opt) {
     die(side, "RTS refused");
 
   std::vector<std::uint8_t> pattern(g_write);
-  fill_pattern(pattern, 77);
+  apps::fill_pattern(pattern, 77);
   if (side == 1) {
     // B: post a receive for A's SEND, tell A it is ready, then wait for A's verdict.
     Sge rs{reinterpret_cast<std::uint64_t>(buf.data()) + g_buf - kSend, kSend, mr->key};
@@ -203,7 +172,7 @@ int run_side(int side, int fd, const Options& opt) {
     const char ready = 'R';
     if (::write(fd, &ready, 1) != 1) die(side, "exchange write failed");
     Wc wc{};
-    if (!poll_until(loop, [&] { return eng.poll_cq(cq, 1, &wc) == 1; }, 60))
+    if (!port::poll_until(loop, [&] { return eng.poll_cq(cq, 1, &wc) == 1; }, 60))
       die(side, "the SEND never arrived");
     if (wc.status != WcStatus::kSuccess || wc.byte_len != kSend) die(side, "bad receive completion");
     if (std::memcmp(buf.data() + g_buf - kSend, pattern.data(), kSend) != 0) die(side, "SEND data differs");
@@ -214,7 +183,7 @@ int run_side(int side, int fd, const Options& opt) {
     // 10 fetch-adds of 7 (1000 -> 1070), then a compare-and-swap 1070 -> 5000.
     if (counter != 5000) die(side, "atomics left " + std::to_string(counter) + ", expected 5000");
     // Keep answering (ACKs, duplicates) until A is done with us.
-    poll_until(loop, [] { return false; }, 0.5);
+    port::poll_until(loop, [] { return false; }, 0.5);
     std::fprintf(stderr, "[B] OK: WRITE, SEND and atomics verified; rx %llu frames, %llu NAKs sent\n",
                  static_cast<unsigned long long>(port->stats().rx_frames),
                  static_cast<unsigned long long>(eng.stats().get(Counter::kSeqErrNakSent)));
@@ -258,7 +227,7 @@ int run_side(int side, int fd, const Options& opt) {
   const SendWr* bad = nullptr;
   if (eng.post_send(qp, &wrs[0], &bad) != kOk) die(side, "post_send refused");
   std::vector<Wc> done;
-  if (!poll_until(loop,
+  if (!port::poll_until(loop,
                   [&] {
                     Wc wc[16];
                     const int n = eng.poll_cq(cq, 16, wc);
@@ -278,7 +247,7 @@ int run_side(int side, int fd, const Options& opt) {
   if (results[10] != 1070) die(side, "compare-and-swap returned " + std::to_string(results[10]));
   const char verdict = 'D';
   if (::write(fd, &verdict, 1) != 1) die(side, "exchange write failed");
-  poll_until(loop, [] { return false; }, 0.3);
+  port::poll_until(loop, [] { return false; }, 0.3);
   const auto& st = eng.stats();
   std::printf("[A] OK: WRITE %zu KiB, SEND %zu B, READ %zu KiB, 10 fetch-add, 1 cmp-swap in %.2f ms "
               "(%.1f MB/s); tx %llu frames, retransmitted %llu, timeouts %llu, injected drops %llu\n",

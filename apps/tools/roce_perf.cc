@@ -45,16 +45,6 @@ struct Opts {
   std::exit(1);
 }
 
-template <class F>
-bool poll_until(port::PollLoop& loop, F&& done, double seconds) {
-  const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(seconds * 1e9);
-  while (!done()) {
-    if (port::now_ns() > end) return false;
-    loop.poll_once();
-  }
-  return true;
-}
-
 // Exact-length read/write on a non-blocking socket while the dataplane keeps running (the peer
 // may ARP for us in the middle of the exchange).
 void xfer(port::PollLoop& loop, int fd, void* buf, std::size_t n, bool write, double to) {
@@ -103,7 +93,7 @@ int rc_pingpong(const Opts& o) {
   ps.mbufs = 4096;
   port::DpdkPort dev(ps);
   port::PollLoop loop(dev, eng);
-  poll_until(loop, [&] { return dev.link_up(); }, 10);
+  port::poll_until(loop, [&] { return dev.link_up(); }, 10);
 
   Pd* pd = eng.alloc_pd();
   Cq* cq = eng.create_cq(o.rx_depth + 16);
@@ -149,7 +139,7 @@ int rc_pingpong(const Opts& o) {
     std::printf("  local address:  LID 0x0000, QPN 0x%06x, PSN 0x%06x, GID %s\n", qp->qpn, my_psn,
                 ctl::to_string(my_gid).c_str());
     std::fflush(stdout);
-    if (!poll_until(loop, [&] { return (fd = ::accept(l, nullptr, nullptr)) >= 0; }, o.timeout_s))
+    if (!port::poll_until(loop, [&] { return (fd = ::accept(l, nullptr, nullptr)) >= 0; }, o.timeout_s))
       fail("no client connected");
     ::close(l);
   } else {
@@ -185,18 +175,8 @@ int rc_pingpong(const Opts& o) {
   std::printf("  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", lid, rqpn, rpsn,
               ctl::to_string(rgid).c_str());
   // Resolve the peer's MAC with ARP, as the kernel would.
-  std::uint64_t next_arp = 0;
-  if (!poll_until(loop,
-                  [&] {
-                    if (loop.neighbour().lookup(*rip)) return true;
-                    if (port::now_ns() > next_arp) {
-                      loop.resolve(*rip);
-                      next_arp = port::now_ns() + 300'000'000;
-                    }
-                    return false;
-                  },
-                  10))
-    fail("no ARP answer from " + ctl::to_string(*rip));
+  const auto peer_mac = port::resolve_wait(loop, *rip, 10);
+  if (!peer_mac) fail("no ARP answer from " + ctl::to_string(*rip));
   a.qp_state = QpState::kRtr;
   a.path_mtu = mtu_enum(o.mtu);
   a.dest_qp_num = rqpn;
@@ -204,7 +184,7 @@ int rc_pingpong(const Opts& o) {
   a.max_dest_rd_atomic = 1;
   a.min_rnr_timer = 12;
   a.ah.dgid = rgid;
-  a.ah.dmac = *loop.neighbour().lookup(*rip);
+  a.ah.dmac = *peer_mac;
   a.ah.hop_limit = 1;
   if (eng.modify_qp(qp, a, kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic | kQpMinRnrTimer) != kOk)
     fail("failed to modify QP to RTR");

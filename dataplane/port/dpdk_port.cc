@@ -204,6 +204,22 @@ std::size_t PollLoop::poll_once() {
   return moved;
 }
 
+std::optional<wire::MacAddr> resolve_wait(PollLoop& loop, wire::Ipv4Addr ip, double seconds) {
+  std::uint64_t next = 0;
+  poll_until(
+      loop,
+      [&] {
+        if (loop.neighbour().lookup(ip)) return true;
+        if (now_ns() > next) {
+          loop.resolve(ip);
+          next = now_ns() + 200'000'000;
+        }
+        return false;
+      },
+      seconds);
+  return loop.neighbour().lookup(ip);
+}
+
 void PollLoop::resolve(wire::Ipv4Addr ip) {
   const std::size_t n = nb_.make_arp_request(ip, reply_);
   send({reply_.data(), n});

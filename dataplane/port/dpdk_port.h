@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -108,5 +109,20 @@ class PollLoop {
 
 /// Monotonic nanoseconds (the engine's clock).
 std::uint64_t now_ns();
+
+/// Runs `loop` until `done()` is true or `seconds` pass; false on timeout. For control code
+/// (exchanges, set-up) that must keep the dataplane answering while it waits.
+template <class F>
+bool poll_until(PollLoop& loop, F&& done, double seconds) {
+  const std::uint64_t end = now_ns() + static_cast<std::uint64_t>(seconds * 1e9);
+  while (!done()) {
+    if (now_ns() > end) return false;
+    loop.poll_once();
+  }
+  return true;
+}
+
+/// Resolves `ip` with ARP (a request every 200 ms) while polling; nullopt after `seconds`.
+std::optional<wire::MacAddr> resolve_wait(PollLoop& loop, wire::Ipv4Addr ip, double seconds);
 
 }  // namespace roce::port

@@ -19,10 +19,4 @@ done
 rm -rf "$work" && mkdir -p "$work"
 ip netns exec "$ns" "$pair" --workdir "$work" --pmd af_packet --iface-a veth-a --iface-b veth-b \
   --loss "$loss"
-"$pcap" --check "$work/a.pcap"
-out=$(tshark -r "$work/a.pcap" --disable-heuristic rpcrdma_infiniband -Y infiniband \
-        -T fields -e frame.number -e _ws.malformed -e _ws.expert.message 2>/dev/null)
-frames=$(printf '%s\n' "$out" | grep -c . || true)
-bad=$(printf '%s\n' "$out" | awk -F'\t' '$2 != "" || $3 != ""' | grep -c . || true)
-echo "tshark: $frames RoCEv2 frames, $bad with errors"
-[[ $frames -gt 100 && $bad -eq 0 ]]
+"$(dirname "$0")/check_capture.sh" "$pcap" "$work/a.pcap" 100

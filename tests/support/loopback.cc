@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "apps/common/pattern.h"
+
 namespace roce::test {
 
 using namespace roce::engine;
@@ -195,15 +197,7 @@ engine::Sge Buffer::sge(std::uint64_t off, std::uint64_t len) const {
   return engine::Sge{addr() + off, static_cast<std::uint32_t>(len), mr ? mr->key : 0};
 }
 
-void fill_pattern(std::vector<std::uint8_t>& v, std::uint32_t seed) {
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (auto& b : v) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    b = static_cast<std::uint8_t>(x);
-  }
-}
+void fill_pattern(std::vector<std::uint8_t>& v, std::uint32_t seed) { apps::fill_pattern(v, seed); }
 
 Buffer make_buffer(Engine& e, Pd* pd, std::size_t size, std::uint8_t seed, std::uint32_t access) {
   Buffer b;
