@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/pcap_writer.h"
 #include "controlplane/address.h"
 #include "dataplane/port/dpdk_port.h"
 
@@ -34,7 +35,7 @@ using namespace roce::engine;
 namespace {
 
 struct Opts {
-  std::string server, iface, json;
+    std::string server, iface, json, pcap;
   std::string ip = "192.0.2.100", mac = "02:00:00:00:00:64";
   unsigned port = 18515, size = 4096, iters = 1000, mtu = 1024, rx_depth = 500;
   double timeout_s = 60;
@@ -92,7 +93,12 @@ int rc_pingpong(const Opts& o) {
   ps.mac = *mac;
   ps.mbufs = 4096;
   port::DpdkPort dev(ps);
-  port::PollLoop loop(dev, eng);
+    port::PollLoop loop(dev, eng);
+  std::unique_ptr<apps::PcapWriter> capture;
+  if (!o.pcap.empty()) {
+    capture = std::make_unique<apps::PcapWriter>(o.pcap);
+    loop.tap = [&](std::span<const std::uint8_t> f, bool) { capture->write(f, port::now_ns()); };
+  }
   port::poll_until(loop, [&] { return dev.link_up(); }, 10);
 
   Pd* pd = eng.alloc_pd();
@@ -185,7 +191,7 @@ int rc_pingpong(const Opts& o) {
   a.min_rnr_timer = 12;
   a.ah.dgid = rgid;
   a.ah.dmac = *peer_mac;
-  a.ah.hop_limit = 1;
+  a.ah.hop_limit = 64;  // ibv_rc_pingpong uses 1; 64 keeps the frames routable
   if (eng.modify_qp(qp, a, kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic | kQpMinRnrTimer) != kOk)
     fail("failed to modify QP to RTR");
   a.qp_state = QpState::kRts;
@@ -284,7 +290,8 @@ int main(int argc, char** argv) {
       "rx-depth,r", po::value(&o.rx_depth)->default_value(o.rx_depth), "receives to post")(
       "gid-idx,g", po::value<int>(), "accepted for compatibility (our GID is ::ffff:IP)")(
       "timeout", po::value(&o.timeout_s)->default_value(o.timeout_s), "seconds before giving up")(
-      "json", po::value(&o.json), "write the results as JSON to this file")(
+            "json", po::value(&o.json), "write the results as JSON to this file")(
+      "pcap", po::value(&o.pcap), "capture every frame sent and received to this pcap file")(
       "command", po::value(&cmd), "rc_pingpong")("server", po::value(&o.server), "server to connect to");
   po::positional_options_description pos;
   pos.add("command", 1).add("server", 1);

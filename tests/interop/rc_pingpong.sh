@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # ibv_rc_pingpong (rdma-core) in a Linux rxe VM against roce-perf rc_pingpong on a DPDK port,
 # in both directions and for several message sizes (multi-packet from 4096 up at MTU 1024).
-#   rc_pingpong.sh ROCE_PERF [SIZES...]     (root; exits 77 when VMs cannot run here)
+# Every run is captured on our side and checked: our parser accepts every RoCEv2 frame and
+# tshark dissects them without errors.
+#   rc_pingpong.sh ROCE_PERF ROCE_PCAP [SIZES...]     (root; exits 77 when VMs cannot run here)
 set -euo pipefail
-perf=$(realpath "$1"); shift
+perf=$(realpath "$1") pcap=$(realpath "$2"); shift 2
 sizes=("${@:-1 64 1024 4096 16384}")
 read -r -a sizes <<< "${sizes[*]}"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -31,18 +33,22 @@ for s in "${sizes[@]}"; do
     if [[ $dir == vm-server ]]; then
       boot "ibv_rc_pingpong -d rxe0 -g \$(rxe_gid_idx) -s $s -n $iters"
       ip netns exec rxevm "$perf" rc_pingpong --iface dp0 -s "$s" -n "$iters" --timeout 120 \
-        192.0.2.1 > "$out/us.txt" 2>&1 && ours=0 || ours=$?
+        --pcap "$out/us.pcap" 192.0.2.1 > "$out/us.txt" 2>&1 && ours=0 || ours=$?
     else
       boot "retry ibv_rc_pingpong -d rxe0 -g \$(rxe_gid_idx) -s $s -n $iters 192.0.2.254"
       ip netns exec rxevm "$perf" rc_pingpong --iface dp0 -s "$s" -n "$iters" --timeout 120 \
-        > "$out/us.txt" 2>&1 && ours=0 || ours=$?
+        --pcap "$out/us.pcap" > "$out/us.txt" 2>&1 && ours=0 || ours=$?
     fi
     finish && theirs=0 || theirs=1
     rate=$(grep -m1 "usec/iter" "$out/us.txt" || echo "no result")
-    if [[ $ours == 0 && $theirs == 0 ]]; then
+    "$here/../integration/check_capture.sh" "$pcap" "$out/us.pcap" $((2 * iters)) \
+      > "$out/capture.txt" 2>&1 && cap=0 || cap=1
+    rate="$rate; $(tail -1 "$out/capture.txt")"
+    if [[ $ours == 0 && $theirs == 0 && $cap == 0 ]]; then
       echo "PASS rc_pingpong size $s ($dir): $rate"
     else
-      echo "FAIL rc_pingpong size $s ($dir): ours=$ours rxe=$theirs"
+      echo "FAIL rc_pingpong size $s ($dir): ours=$ours rxe=$theirs capture=$cap"
+      sed 's/^/  capture: /' "$out/capture.txt"
       sed 's/^/  us: /' "$out/us.txt"; grep -v "^\[rxe-vm\]" "$out/vm.txt" | sed 's/^/  vm: /' | tail -20
       fail=1
     fi
