@@ -1,9 +1,10 @@
 /// @file
-/// roce-perf: rdma-core's test tools, spoken by the appliance. This first subcommand is
-/// `rc_pingpong`, wire- and exchange-compatible with ibv_rc_pingpong (rdma-core
-/// libibverbs/examples): the TCP exchange on port 18515 of "lid:qpn:psn:gid" (52 bytes with the
-/// NUL, then "done"), then a strict ping-pong of RC SENDs. Our side runs the RoCE traffic on a
-/// DPDK port and the exchange on a kernel TCP socket, like a management interface.
+/// roce-perf: rdma-core's test tools, spoken by the appliance. The first subcommands are
+/// `rc_pingpong` and `ud_pingpong`, wire- and exchange-compatible with ibv_rc_pingpong and
+/// ibv_ud_pingpong (rdma-core libibverbs/examples): the TCP exchange on port 18515 of
+/// "lid:qpn:psn:gid" (52 bytes with the NUL, then "done"), then a strict ping-pong of RC SENDs,
+/// or of UD SENDs with Q_Key 0x11111111 received behind a 40-byte GRH. Our side runs the RoCE
+/// traffic on a DPDK port and the exchange on a kernel TCP socket, like a management interface.
 ///
 ///   roce-perf rc_pingpong --iface IF --ip A.B.C.D [--mac M] [-p 18515] [-s 4096] [-n 1000]
 ///                         [-m 1024] [-r 500] [SERVER]
@@ -35,7 +36,7 @@ using namespace roce::engine;
 namespace {
 
 struct Opts {
-    std::string server, iface, json, pcap;
+  std::string server, iface, json, pcap;
   std::string ip = "192.0.2.100", mac = "02:00:00:00:00:64";
   unsigned port = 18515, size = 4096, iters = 1000, mtu = 1024, rx_depth = 500;
   double timeout_s = 60;
@@ -57,25 +58,34 @@ void xfer(port::PollLoop& loop, int fd, void* buf, std::size_t n, bool write, do
                                 : ::recv(fd, static_cast<char*>(buf) + done, n - done, 0);
         if (r > 0) done += static_cast<std::size_t>(r);
         if (r == 0 && !write) fail("the peer closed the exchange connection");
-        if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) fail(std::string("exchange: ") + std::strerror(errno));
+        if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+          fail(std::string("exchange: ") + std::strerror(errno));
         return done == n;
       },
       to);
   if (!ok) fail("timed out in the out-of-band exchange");
 }
 
+// Q_Key of ibv_ud_pingpong (and of perftest's UD tests).
+constexpr std::uint32_t kPingpongQkey = 0x11111111;
+
 Mtu mtu_enum(unsigned m) {
   switch (m) {
-    case 256: return Mtu::k256;
-    case 512: return Mtu::k512;
-    case 1024: return Mtu::k1024;
-    case 2048: return Mtu::k2048;
-    case 4096: return Mtu::k4096;
+    case 256:
+      return Mtu::k256;
+    case 512:
+      return Mtu::k512;
+    case 1024:
+      return Mtu::k1024;
+    case 2048:
+      return Mtu::k2048;
+    case 4096:
+      return Mtu::k4096;
   }
   fail("-m must be 256, 512, 1024, 2048 or 4096");
 }
 
-int rc_pingpong(const Opts& o) {
+int pingpong(const Opts& o, bool ud) {
   const auto ip = ctl::parse_ipv4(o.ip);
   const auto mac = ctl::parse_mac(o.mac);
   if (!ip || !mac) fail("--ip and --mac must be an IPv4 address and a MAC address");
@@ -93,26 +103,31 @@ int rc_pingpong(const Opts& o) {
   ps.mac = *mac;
   ps.mbufs = 4096;
   port::DpdkPort dev(ps);
-    port::PollLoop loop(dev, eng);
+  port::PollLoop loop(dev, eng);
   std::unique_ptr<apps::PcapWriter> capture;
   if (!o.pcap.empty()) {
     capture = std::make_unique<apps::PcapWriter>(o.pcap);
     loop.tap = [&](std::span<const std::uint8_t> f, bool) { capture->write(f, port::now_ns()); };
   }
-  port::poll_until(loop, [&] { return dev.link_up(); }, 10);
+  port::poll_until(
+      loop, [&] { return dev.link_up(); }, 10);
 
   Pd* pd = eng.alloc_pd();
   Cq* cq = eng.create_cq(o.rx_depth + 16);
-  Qp* qp = eng.create_qp(pd, QpType::kRc, cq, cq, QpCap{16, o.rx_depth, 1, 1, 0});
-  std::vector<std::uint8_t> buf(o.size, 0x7b), rbuf(o.size);
+  Qp* qp =
+      eng.create_qp(pd, ud ? QpType::kUd : QpType::kRc, cq, cq, QpCap{16, o.rx_depth, 1, 1, 0});
+  // UD receive buffers start with 40 bytes for the GRH (ibv_ud_pingpong posts size + 40).
+  const std::uint32_t grh = ud ? 40 : 0;
+  std::vector<std::uint8_t> buf(o.size, 0x7b), rbuf(o.size + grh);
   Mr* mr = eng.reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite);
   Mr* rmr = eng.reg_mr(pd, rbuf.data(), rbuf.size(), kAccessLocalWrite);
   if (!qp || !mr || !rmr) fail("cannot create the QP or register memory");
   QpAttr a;
   a.qp_state = QpState::kInit;
   a.qp_access_flags = 0;
-  eng.modify_qp(qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags);
-  Sge rs{reinterpret_cast<std::uint64_t>(rbuf.data()), o.size, rmr->key};
+  a.qkey = kPingpongQkey;
+  eng.modify_qp(qp, a, kQpState | kQpPkeyIndex | kQpPort | (ud ? kQpQkey : kQpAccessFlags));
+  Sge rs{reinterpret_cast<std::uint64_t>(rbuf.data()), o.size + grh, rmr->key};
   RecvWr rwr;
   rwr.sg_list = &rs;
   rwr.num_sge = 1;
@@ -145,7 +160,8 @@ int rc_pingpong(const Opts& o) {
     std::printf("  local address:  LID 0x0000, QPN 0x%06x, PSN 0x%06x, GID %s\n", qp->qpn, my_psn,
                 ctl::to_string(my_gid).c_str());
     std::fflush(stdout);
-    if (!port::poll_until(loop, [&] { return (fd = ::accept(l, nullptr, nullptr)) >= 0; }, o.timeout_s))
+    if (!port::poll_until(
+            loop, [&] { return (fd = ::accept(l, nullptr, nullptr)) >= 0; }, o.timeout_s))
       fail("no client connected");
     ::close(l);
   } else {
@@ -156,7 +172,8 @@ int rc_pingpong(const Opts& o) {
       fail("cannot resolve " + o.server);
     fd = ::socket(AF_INET, SOCK_STREAM, 0);
     if (::connect(fd, res->ai_addr, res->ai_addrlen) != 0)
-      fail("couldn't connect to " + o.server + ":" + std::to_string(o.port) + ": " + std::strerror(errno));
+      fail("couldn't connect to " + o.server + ":" + std::to_string(o.port) + ": " +
+           std::strerror(errno));
     freeaddrinfo(res);
     std::printf("  local address:  LID 0x0000, QPN 0x%06x, PSN 0x%06x, GID %s\n", qp->qpn, my_psn,
                 ctl::to_string(my_gid).c_str());
@@ -168,8 +185,10 @@ int rc_pingpong(const Opts& o) {
   xfer(loop, fd, theirs, sizeof theirs, false, o.timeout_s);
   unsigned lid = 0, rqpn = 0, rpsn = 0;
   char rgid_hex[33] = {};
-  if (std::sscanf(theirs, "%x:%x:%x:%32s", &lid, &rqpn, &rpsn, rgid_hex) != 4 || std::strlen(rgid_hex) != 32)
-    fail(std::string("malformed peer message '") + std::string(theirs, strnlen(theirs, sizeof theirs)) + "'");
+  if (std::sscanf(theirs, "%x:%x:%x:%32s", &lid, &rqpn, &rpsn, rgid_hex) != 4 ||
+      std::strlen(rgid_hex) != 32)
+    fail(std::string("malformed peer message '") +
+         std::string(theirs, strnlen(theirs, sizeof theirs)) + "'");
   wire::Ipv6Addr rgid;
   for (int i = 0; i < 16; ++i) {
     unsigned v;
@@ -177,31 +196,49 @@ int rc_pingpong(const Opts& o) {
     rgid.b[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v);
   }
   const auto rip = ctl::ipv4_from_gid(rgid);
-  if (!rip) fail("the peer's GID " + ctl::to_string(rgid) + " is not IPv4-mapped (use its RoCEv2 IPv4 GID index)");
+  if (!rip)
+    fail("the peer's GID " + ctl::to_string(rgid) +
+         " is not IPv4-mapped (use its RoCEv2 IPv4 GID index)");
   std::printf("  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", lid, rqpn, rpsn,
               ctl::to_string(rgid).c_str());
   // Resolve the peer's MAC with ARP, as the kernel would.
   const auto peer_mac = port::resolve_wait(loop, *rip, 10);
   if (!peer_mac) fail("no ARP answer from " + ctl::to_string(*rip));
-  a.qp_state = QpState::kRtr;
-  a.path_mtu = mtu_enum(o.mtu);
-  a.dest_qp_num = rqpn;
-  a.rq_psn = rpsn;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 12;
-  a.ah.dgid = rgid;
-  a.ah.dmac = *peer_mac;
-  a.ah.hop_limit = 64;  // ibv_rc_pingpong uses 1; 64 keeps the frames routable
-  if (eng.modify_qp(qp, a, kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic | kQpMinRnrTimer) != kOk)
-    fail("failed to modify QP to RTR");
-  a.qp_state = QpState::kRts;
-  a.sq_psn = my_psn;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 1;
-  if (eng.modify_qp(qp, a, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic) != kOk)
-    fail("failed to modify QP to RTS");
+  AddressVector av;  // UD: where every datagram goes
+  av.dgid = rgid;
+  av.dmac = *peer_mac;
+  av.hop_limit = 64;
+  if (ud) {
+    a.qp_state = QpState::kRtr;
+    if (eng.modify_qp(qp, a, kQpState) != kOk) fail("failed to modify QP to RTR");
+    a.qp_state = QpState::kRts;
+    a.sq_psn = my_psn;
+    if (eng.modify_qp(qp, a, kQpState | kQpSqPsn) != kOk) fail("failed to modify QP to RTS");
+  } else {
+    a.qp_state = QpState::kRtr;
+    a.path_mtu = mtu_enum(o.mtu);
+    a.dest_qp_num = rqpn;
+    a.rq_psn = rpsn;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    a.ah.dgid = rgid;
+    a.ah.dmac = *peer_mac;
+    a.ah.hop_limit = 64;  // ibv_rc_pingpong uses 1; 64 keeps the frames routable
+    if (eng.modify_qp(qp, a,
+                      kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
+                          kQpMinRnrTimer) != kOk)
+      fail("failed to modify QP to RTR");
+    a.qp_state = QpState::kRts;
+    a.sq_psn = my_psn;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 1;
+    if (eng.modify_qp(
+            qp, a,
+            kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic) != kOk)
+      fail("failed to modify QP to RTS");
+  }
   char done[5] = "done";
   if (!client) {
     xfer(loop, fd, mine, sizeof mine, true, o.timeout_s);
@@ -218,6 +255,7 @@ int rc_pingpong(const Opts& o) {
   swr.sg_list = &ss;
   swr.num_sge = 1;
   swr.send_flags = kSendSignaled;
+  swr.ud = {&av, rqpn, kPingpongQkey};
   unsigned scnt = 0, rcnt = 0;
   bool send_busy = false;
   bool may_send = client;
@@ -240,7 +278,8 @@ int rc_pingpong(const Opts& o) {
             send_busy = false;
             ++scnt;
           } else {
-            if (wc[i].byte_len != o.size) fail("received " + std::to_string(wc[i].byte_len) + " bytes");
+            if (wc[i].byte_len != o.size + grh)
+              fail("received " + std::to_string(wc[i].byte_len) + " bytes");
             bytes_ok += wc[i].byte_len;
             ++rcnt;
             eng.post_recv(qp, &rwr, nullptr);
@@ -250,7 +289,9 @@ int rc_pingpong(const Opts& o) {
         return scnt >= o.iters && rcnt >= o.iters;
       },
       o.timeout_s);
-  if (!ok) fail("ping-pong timed out after " + std::to_string(scnt) + " sends and " + std::to_string(rcnt) + " receives");
+  if (!ok)
+    fail("ping-pong timed out after " + std::to_string(scnt) + " sends and " +
+         std::to_string(rcnt) + " receives");
   const double secs = static_cast<double>(port::now_ns() - t0) / 1e9;
   const double bytes = 2.0 * o.size * o.iters;
   std::printf("%.0f bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, secs, bytes * 8 / secs / 1e6);
@@ -260,13 +301,15 @@ int rc_pingpong(const Opts& o) {
               static_cast<unsigned long long>(st.get(Counter::kRetransmittedPackets)),
               static_cast<unsigned long long>(st.get(Counter::kRetransmitTimeouts)),
               static_cast<unsigned long long>(st.get(Counter::kRnrNakRcvd)),
-              static_cast<unsigned long long>(st.get(Counter::kRxDropVerdict) + st.get(Counter::kRxDropUnexpected)));
+              static_cast<unsigned long long>(st.get(Counter::kRxDropVerdict) +
+                                              st.get(Counter::kRxDropUnexpected)));
   if (!o.json.empty()) {
     std::ofstream j(o.json);
-    j << "{\"test\":\"rc_pingpong\",\"size\":" << o.size << ",\"iters\":" << o.iters
-      << ",\"mtu\":" << o.mtu << ",\"seconds\":" << secs << ",\"mbit_per_sec\":" << bytes * 8 / secs / 1e6
-      << ",\"usec_per_iter\":" << secs * 1e6 / o.iters << ",\"retransmitted\":"
-      << st.get(Counter::kRetransmittedPackets) << "}\n";
+    j << "{\"test\":\"" << (ud ? "ud_pingpong" : "rc_pingpong") << "\",\"size\":" << o.size
+      << ",\"iters\":" << o.iters << ",\"mtu\":" << o.mtu << ",\"seconds\":" << secs
+      << ",\"mbit_per_sec\":" << bytes * 8 / secs / 1e6
+      << ",\"usec_per_iter\":" << secs * 1e6 / o.iters
+      << ",\"retransmitted\":" << st.get(Counter::kRetransmittedPackets) << "}\n";
   }
   return 0;
 }
@@ -277,8 +320,9 @@ int main(int argc, char** argv) {
   Opts o;
   std::string cmd;
   po::options_description desc(
-      "Usage: roce-perf rc_pingpong --iface IF [options] [SERVER]\n\n"
-      "rdma-core test tools spoken by the appliance (rc_pingpong for now).\n\nOptions");
+      "Usage: roce-perf rc_pingpong|ud_pingpong --iface IF [options] [SERVER]\n\n"
+      "rdma-core test tools spoken by the appliance (rc_pingpong, ud_pingpong for "
+      "now).\n\nOptions");
   desc.add_options()("help,h", "print this help")(
       "iface", po::value(&o.iface), "network interface for the RoCE traffic (net_af_packet)")(
       "ip", po::value(&o.ip)->default_value(o.ip), "our RoCE IPv4 address (GID ::ffff:IP)")(
@@ -286,13 +330,15 @@ int main(int argc, char** argv) {
       "port,p", po::value(&o.port)->default_value(o.port), "TCP port of the exchange")(
       "size,s", po::value(&o.size)->default_value(o.size), "message size")(
       "iters,n", po::value(&o.iters)->default_value(o.iters), "number of exchanges")(
-      "mtu,m", po::value(&o.mtu)->default_value(o.mtu), "path MTU (not negotiated: use the peer's -m)")(
+      "mtu,m", po::value(&o.mtu)->default_value(o.mtu),
+      "path MTU (not negotiated: use the peer's -m)")(
       "rx-depth,r", po::value(&o.rx_depth)->default_value(o.rx_depth), "receives to post")(
       "gid-idx,g", po::value<int>(), "accepted for compatibility (our GID is ::ffff:IP)")(
       "timeout", po::value(&o.timeout_s)->default_value(o.timeout_s), "seconds before giving up")(
-            "json", po::value(&o.json), "write the results as JSON to this file")(
+      "json", po::value(&o.json), "write the results as JSON to this file")(
       "pcap", po::value(&o.pcap), "capture every frame sent and received to this pcap file")(
-      "command", po::value(&cmd), "rc_pingpong")("server", po::value(&o.server), "server to connect to");
+      "command", po::value(&cmd), "rc_pingpong or ud_pingpong")("server", po::value(&o.server),
+                                                                "server to connect to");
   po::positional_options_description pos;
   pos.add("command", 1).add("server", 1);
   try {
@@ -303,7 +349,10 @@ int main(int argc, char** argv) {
       std::cout << desc << '\n';
       return cmd.empty() && !vm.count("help") ? 2 : 0;
     }
-    if (cmd != "rc_pingpong") throw po::error("unknown test '" + cmd + "' (available: rc_pingpong)");
+    if (cmd != "rc_pingpong" && cmd != "ud_pingpong")
+      throw po::error("unknown test '" + cmd + "' (available: rc_pingpong, ud_pingpong)");
+    if (cmd == "ud_pingpong" && o.size > o.mtu)
+      throw po::error("ud_pingpong: -s must not exceed -m");
     if (o.size == 0 || o.size > (1u << 30)) throw po::error("-s must be between 1 and 1073741824");
     if (o.iters == 0) throw po::error("-n must be at least 1");
     if (o.rx_depth == 0 || o.rx_depth > 16384) throw po::error("-r must be between 1 and 16384");
@@ -312,7 +361,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const int rc = rc_pingpong(o);  // ports and engines are gone when it returns
+    const int rc = pingpong(o, cmd == "ud_pingpong");  // ports and engines are gone on return
     port::eal_cleanup();
     return rc;
   } catch (const std::exception& e) {

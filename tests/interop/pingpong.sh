@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# ibv_rc_pingpong (rdma-core) in a Linux rxe VM against roce-perf rc_pingpong on a DPDK port,
-# in both directions and for several message sizes (multi-packet from 4096 up at MTU 1024).
+# ibv_rc_pingpong or ibv_ud_pingpong (rdma-core) in a Linux rxe VM against roce-perf on a DPDK
+# port, in both directions and for several message sizes (RC: multi-packet from 4096 up at
+# MTU 1024; UD: up to the MTU).
 # Every run is captured on our side and checked: our parser accepts every RoCEv2 frame and
 # tshark dissects them without errors.
-#   rc_pingpong.sh ROCE_PERF ROCE_PCAP [SIZES...]     (root; exits 77 when VMs cannot run here)
+#   pingpong.sh ROCE_PERF ROCE_PCAP rc|ud [SIZES...]   (root; exits 77 when VMs cannot run here)
 set -euo pipefail
-perf=$(realpath "$1") pcap=$(realpath "$2"); shift 2
-sizes=("${@:-1 64 1024 4096 16384}")
+perf=$(realpath "$1") pcap=$(realpath "$2") kind=$3; shift 3
+[[ $kind == rc || $kind == ud ]] || { echo "usage: $0 ROCE_PERF ROCE_PCAP rc|ud [SIZES...]"; exit 2; }
+test=${kind}_pingpong
+if [[ $kind == rc ]]; then default="1 64 1024 4096 16384"; else default="1 64 1024"; fi
+sizes=("${@:-$default}")
 read -r -a sizes <<< "${sizes[*]}"
 here=$(cd "$(dirname "$0")" && pwd)
 vm=$here/vm/run-vm.sh
@@ -31,12 +35,12 @@ finish() {  # wait for the VM to end; return its command's status
 for s in "${sizes[@]}"; do
   for dir in vm-server us-server; do
     if [[ $dir == vm-server ]]; then
-      boot "ibv_rc_pingpong -d rxe0 -g \$(rxe_gid_idx) -s $s -n $iters"
-      ip netns exec rxevm "$perf" rc_pingpong --iface dp0 -s "$s" -n "$iters" --timeout 120 \
+      boot "ibv_$test -d rxe0 -g \$(rxe_gid_idx) -s $s -n $iters"
+      ip netns exec rxevm "$perf" "$test" --iface dp0 -s "$s" -n "$iters" --timeout 120 \
         --pcap "$out/us.pcap" 192.0.2.1 > "$out/us.txt" 2>&1 && ours=0 || ours=$?
     else
-      boot "retry ibv_rc_pingpong -d rxe0 -g \$(rxe_gid_idx) -s $s -n $iters 192.0.2.254"
-      ip netns exec rxevm "$perf" rc_pingpong --iface dp0 -s "$s" -n "$iters" --timeout 120 \
+      boot "retry ibv_$test -d rxe0 -g \$(rxe_gid_idx) -s $s -n $iters 192.0.2.254"
+      ip netns exec rxevm "$perf" "$test" --iface dp0 -s "$s" -n "$iters" --timeout 120 \
         --pcap "$out/us.pcap" > "$out/us.txt" 2>&1 && ours=0 || ours=$?
     fi
     finish && theirs=0 || theirs=1
@@ -45,9 +49,9 @@ for s in "${sizes[@]}"; do
       > "$out/capture.txt" 2>&1 && cap=0 || cap=1
     rate="$rate; $(tail -1 "$out/capture.txt")"
     if [[ $ours == 0 && $theirs == 0 && $cap == 0 ]]; then
-      echo "PASS rc_pingpong size $s ($dir): $rate"
+      echo "PASS $test size $s ($dir): $rate"
     else
-      echo "FAIL rc_pingpong size $s ($dir): ours=$ours rxe=$theirs capture=$cap"
+      echo "FAIL $test size $s ($dir): ours=$ours rxe=$theirs capture=$cap"
       sed 's/^/  capture: /' "$out/capture.txt"
       sed 's/^/  us: /' "$out/us.txt"; grep -v "^\[rxe-vm\]" "$out/vm.txt" | sed 's/^/  vm: /' | tail -20
       fail=1
