@@ -76,12 +76,13 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
   rc = rte_eth_dev_start(port_);
   if (rc < 0) fail("cannot start " + spec.device, rc);
   rte_eth_promiscuous_enable(port_);
-  pending_.reserve(64);
+    pending_.reserve(kMaxPending);
   scratch_.resize(room);
 }
 
 DpdkPort::~DpdkPort() {
   flush();
+  for (rte_mbuf* m : pending_) rte_pktmbuf_free(m);
   rte_eth_dev_stop(port_);
   rte_eth_dev_close(port_);
   rte_mempool_free(pool_);
@@ -122,25 +123,33 @@ void DpdkPort::tx(std::span<const std::uint8_t> frame) {
     ++stats_.tx_dropped;
     return;
   }
-  std::memcpy(dst, frame.data(), frame.size());
+    std::memcpy(dst, frame.data(), frame.size());
+  if (pending_.size() >= kMaxPending) {
+    flush();
+    if (pending_.size() >= kMaxPending) {  // the link is not draining: drop, the transport recovers
+      rte_pktmbuf_free(m);
+      ++stats_.tx_dropped;
+      return;
+    }
+  }
   pending_.push_back(m);
   stats_.tx_bytes += frame.size();
-  if (pending_.size() == 64) flush();
+  if (pending_.size() >= 64) flush();
 }
 
 void DpdkPort::flush() {
+  // What the TX ring does not take now stays queued, in order, for the next flush: a slow
+  // peer (a memif consumer, a busy NIC) back-pressures instead of losing frames.
   std::size_t sent = 0;
-  // A few attempts: a full TX ring drains quickly; what still does not fit is dropped and
-  // counted (the transport recovers it like any loss).
-  for (int attempt = 0; attempt < 8 && sent < pending_.size(); ++attempt)
-    sent += rte_eth_tx_burst(port_, 0, pending_.data() + sent,
-                             static_cast<std::uint16_t>(pending_.size() - sent));
-  stats_.tx_frames += sent;
-  for (std::size_t i = sent; i < pending_.size(); ++i) {
-    rte_pktmbuf_free(pending_[i]);
-    ++stats_.tx_dropped;
+  while (sent < pending_.size()) {
+    const std::uint16_t n = rte_eth_tx_burst(
+        port_, 0, pending_.data() + sent,
+        static_cast<std::uint16_t>(std::min<std::size_t>(pending_.size() - sent, 64)));
+    sent += n;
+    if (n == 0) break;
   }
-  pending_.clear();
+  stats_.tx_frames += sent;
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(sent));
 }
 
 PollLoop::PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& faults)

@@ -63,6 +63,7 @@ class DpdkPort {
   void free(rte_mbuf* m);
   std::uint16_t port_ = 0;
   rte_mempool* pool_ = nullptr;
+    static constexpr std::size_t kMaxPending = 4096;  ///< frames queued while the TX ring is full
   std::vector<rte_mbuf*> pending_;
   std::vector<std::uint8_t> scratch_;  ///< linearised multi-segment frames
   PortStats stats_;
