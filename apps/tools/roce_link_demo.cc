@@ -322,7 +322,12 @@ int main(int argc, char** argv) {
       alarm(120);
       _exit(run_side(side, sv[side], opt));
     }
-    if (side == 0) usleep(300'000);  // let the memif server create its socket first
+        if (side == 0 && opt.pmd == "memif") {
+      // The memif client needs the server's socket: wait for it (a cold start of the EAL,
+      // loading every PMD, can take a while on a busy machine).
+      const std::string sock = opt.workdir + "/memif.sock";
+      for (int i = 0; i < 300 && !std::filesystem::exists(sock); ++i) usleep(50'000);
+    }
   }
   ::close(sv[0]);
   ::close(sv[1]);
