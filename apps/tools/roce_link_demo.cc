@@ -9,6 +9,7 @@
 ///   roce-link-demo --workdir DIR [--pmd memif|af_packet] [--iface-a IF --iface-b IF]
 ///                  [--size BYTES] [--loss P]
 #include <fcntl.h>
+#include <sched.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -34,7 +35,7 @@ using namespace roce::engine;
 namespace {
 
 struct Options {
-  std::string workdir, pmd = "memif", iface[2];
+    std::string workdir, pmd = "memif", iface[2], netns[2];
   double loss = 0;
   std::size_t size = 256 * 1024;
 };
@@ -69,6 +70,15 @@ void exchange_read(int side, port::PollLoop& loop, int fd, void* buf, std::size_
 }
 
 int run_side(int side, int fd, const Options& opt) {
+  if (!opt.netns[side].empty()) {
+    // Each side may live in its own network namespace (its end of a veth pair). This also keeps
+    // the af_packet PMDs' PACKET_FANOUT groups apart: they are per namespace, and the PMD derives
+    // the group id from pid ^ ifindex, which two sibling processes can share.
+    const std::string path = "/var/run/netns/" + opt.netns[side];
+    const int ns = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) die(side, "cannot enter network namespace " + opt.netns[side]);
+    ::close(ns);
+  }
   const char who = side ? 'B' : 'A';
   std::vector<std::string> eal{"--no-huge", "--no-shconf", "-m", "128", "--no-pci",
                                "--file-prefix=rocelink" + std::to_string(getpid()),
@@ -282,7 +292,9 @@ int main(int argc, char** argv) {
       "workdir", po::value(&opt.workdir)->required(), "directory for the memif socket and the capture")(
       "pmd", po::value(&opt.pmd)->default_value("memif"), "memif or af_packet")(
       "iface-a", po::value(&opt.iface[0]), "af_packet: A's interface")(
-      "iface-b", po::value(&opt.iface[1]), "af_packet: B's interface")(
+            "iface-b", po::value(&opt.iface[1]), "af_packet: B's interface")(
+      "netns-a", po::value(&opt.netns[0]), "run A in this network namespace (ip netns name)")(
+      "netns-b", po::value(&opt.netns[1]), "run B in this network namespace")(
       "loss", po::value(&opt.loss)->default_value(0), "drop probability injected on both ports")(
       "size", po::value(&opt.size)->default_value(256 * 1024), "bytes to WRITE and READ back (4 KiB to 64 MiB)");
   try {
