@@ -46,12 +46,14 @@ class Reader {
     if (!n.IsScalar()) fail(n, where(key) + " must be a string");
     return n.as<std::string>();
   }
-  std::uint64_t uint(const std::string& key, std::uint64_t def, std::uint64_t lo, std::uint64_t hi) {
+  std::uint64_t uint(const std::string& key, std::uint64_t def, std::uint64_t lo,
+                     std::uint64_t hi) {
     if (!has(key)) return def;
     const YAML::Node n = get(key);
     std::uint64_t v = 0;
     try {
-      if (!n.IsScalar() || n.Scalar().empty() || n.Scalar()[0] == '-') throw YAML::Exception({}, "");
+      if (!n.IsScalar() || n.Scalar().empty() || n.Scalar()[0] == '-')
+        throw YAML::Exception({}, "");
       v = n.as<std::uint64_t>();
     } catch (const YAML::Exception&) {
       fail(n, where(key) + " must be an unsigned integer, not '" + scalar(n) + "'");
@@ -70,7 +72,8 @@ class Reader {
     } catch (const YAML::Exception&) {
       fail(n, where(key) + " must be a number, not '" + scalar(n) + "'");
     }
-    if (v < lo || v > hi) fail(n, where(key) + " is out of range [" + num(lo) + ", " + num(hi) + "]");
+    if (v < lo || v > hi)
+      fail(n, where(key) + " is out of range [" + num(lo) + ", " + num(hi) + "]");
     return v;
   }
   bool boolean(const std::string& key, bool def) {
@@ -95,7 +98,9 @@ class Reader {
   const std::string& origin() const { return origin_; }
 
  private:
-  static std::string scalar(const YAML::Node& n) { return n.IsScalar() ? n.Scalar() : "<not a scalar>"; }
+  static std::string scalar(const YAML::Node& n) {
+    return n.IsScalar() ? n.Scalar() : "<not a scalar>";
+  }
   static std::string num(double d) {
     std::ostringstream os;
     os << d;
@@ -127,13 +132,15 @@ void parse_cidr(Reader& r, const std::string& key, Parse parse, unsigned max_pre
   }
 }
 
-FaultPolicy parse_fault(const YAML::Node& node, const std::string& origin, const std::string& path) {
+FaultPolicy parse_fault(const YAML::Node& node, const std::string& origin,
+                        const std::string& path) {
   Reader r(node, origin, path);
   FaultPolicy f;
   f.drop_rate = r.real("drop", 0, 0, 1);
   f.duplicate_rate = r.real("duplicate", 0, 0, 1);
   f.reorder_rate = r.real("reorder", 0, 0, 1);
-  f.reorder_window = static_cast<std::uint32_t>(r.uint("reorder_window", f.reorder_rate > 0 ? 4 : 0, 0, 1024));
+  f.reorder_window =
+      static_cast<std::uint32_t>(r.uint("reorder_window", f.reorder_rate > 0 ? 4 : 0, 0, 1024));
   f.corrupt_rate = r.real("corrupt", 0, 0, 1);
   f.delay_ns = r.uint("delay_us", 0, 0, 10'000'000) * 1000;
   f.jitter_ns = r.uint("jitter_us", 0, 0, 10'000'000) * 1000;
@@ -197,14 +204,16 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
     }
     if (eal.has("lcores")) {
       const YAML::Node l = eal.get("lcores");
-      if (!l.IsSequence() || l.size() == 0) eal.fail(l, "eal.lcores must be a non-empty list of core numbers");
+      if (!l.IsSequence() || l.size() == 0)
+        eal.fail(l, "eal.lcores must be a non-empty list of core numbers");
       c.lcores.clear();
       for (const auto& x : l) {
         unsigned v = 0;
         try {
           v = x.as<unsigned>();
         } catch (const YAML::Exception&) {
-          eal.fail(x, "eal.lcores: '" + (x.IsScalar() ? x.Scalar() : std::string("?")) + "' is not a core number");
+          eal.fail(x, "eal.lcores: '" + (x.IsScalar() ? x.Scalar() : std::string("?")) +
+                          "' is not a core number");
         }
         c.lcores.push_back(v);
       }
@@ -223,8 +232,10 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
     Reader l(r.get("limits"), origin, "limits");
     c.limits.max_qps = static_cast<std::uint32_t>(l.uint("max_qps", c.limits.max_qps, 1, 1u << 20));
     c.limits.max_mrs = static_cast<std::uint32_t>(l.uint("max_mrs", c.limits.max_mrs, 1, 1u << 24));
-    c.limits.cq_depth = static_cast<std::uint32_t>(l.uint("cq_depth", c.limits.cq_depth, 1, 1u << 22));
-    c.limits.tx_slots = static_cast<std::uint32_t>(l.uint("tx_slots", c.limits.tx_slots, 64, 65536));
+    c.limits.cq_depth =
+        static_cast<std::uint32_t>(l.uint("cq_depth", c.limits.cq_depth, 1, 1u << 22));
+    c.limits.tx_slots =
+        static_cast<std::uint32_t>(l.uint("tx_slots", c.limits.tx_slots, 64, 65536));
   }
   if (r.has("transport")) {
     Reader t(r.get("transport"), origin, "transport");

@@ -18,8 +18,8 @@ namespace roce::ctl {
 
 struct PortConfig {
   std::string name;
-  std::string device;  ///< DPDK device: a PCI address or a vdev name (net_memif0, net_ring0, ...)
-  std::string devargs; ///< vdev arguments, e.g. "role=server,socket=/run/roce/memif.sock"
+  std::string device;   ///< DPDK device: a PCI address or a vdev name (net_memif0, net_ring0, ...)
+  std::string devargs;  ///< vdev arguments, e.g. "role=server,socket=/run/roce/memif.sock"
   wire::MacAddr mac;
   wire::Ipv4Addr ipv4;
   std::uint8_t ipv4_prefix = 24;

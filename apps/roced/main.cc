@@ -138,7 +138,8 @@ int run(const ctl::ApplianceConfig& cfg) {
       next_publish = now + 100'000'000;
     }
   }
-  std::printf("roced: %s stopping (%s)\n", cfg.name.c_str(), g_signal == SIGINT ? "SIGINT" : "SIGTERM");
+  std::printf("roced: %s stopping (%s)\n", cfg.name.c_str(),
+              g_signal == SIGINT ? "SIGINT" : "SIGTERM");
   for (const auto& p : ports)
     std::printf("  port %s: rx %llu tx %llu frames, %llu ARP answered, %llu pings answered\n",
                 p.cfg.name.c_str(), static_cast<unsigned long long>(p.dev->stats().rx_frames),

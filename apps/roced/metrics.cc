@@ -98,8 +98,9 @@ void MetricsServer::serve() {
       body = "try /metrics\n";
     }
     std::ostringstream os;
-    os << "HTTP/1.0 " << status << "\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: "
-       << body.size() << "\r\nConnection: close\r\n\r\n"
+    os << "HTTP/1.0 " << status
+       << "\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: " << body.size()
+       << "\r\nConnection: close\r\n\r\n"
        << body;
     const std::string out = os.str();
     std::size_t off = 0;

@@ -15,8 +15,8 @@
 namespace roce::apps {
 
 struct CounterSample {
-  std::string name;   ///< e.g. "rx_frames"
-  std::string port;   ///< label
+  std::string name;  ///< e.g. "rx_frames"
+  std::string port;  ///< label
   std::uint64_t value = 0;
 };
 

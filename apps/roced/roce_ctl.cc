@@ -29,7 +29,8 @@ std::string http_get(const std::string& endpoint) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
     ::close(fd);
-    throw std::runtime_error("cannot connect to " + endpoint + " (is roced running with counters.prometheus?)");
+    throw std::runtime_error("cannot connect to " + endpoint +
+                             " (is roced running with counters.prometheus?)");
   }
   const std::string req = "GET /metrics HTTP/1.0\r\n\r\n";
   if (::write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
@@ -85,7 +86,8 @@ int main(int argc, char** argv) {
       const std::string name = line.substr(5, brace - 5);  // strip "roce_"
       const std::string labels = line.substr(brace + 1, close - brace - 1);
       const auto pp = labels.find("port=\"");
-      const std::string port = pp == std::string::npos ? "?" : labels.substr(pp + 6, labels.find('"', pp + 6) - pp - 6);
+      const std::string port =
+          pp == std::string::npos ? "?" : labels.substr(pp + 6, labels.find('"', pp + 6) - pp - 6);
       const std::string value = line.substr(close + 2);
       if (value != "0" || vm.count("all")) table[port][name] = value;
     }

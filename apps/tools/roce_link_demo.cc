@@ -9,8 +9,8 @@
 ///   roce-link-demo --workdir DIR [--pmd memif|af_packet] [--iface-a IF --iface-b IF]
 ///                  [--size BYTES] [--loss P]
 #include <fcntl.h>
-#include <sched.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,7 +35,7 @@ using namespace roce::engine;
 namespace {
 
 struct Options {
-    std::string workdir, pmd = "memif", iface[2], netns[2];
+  std::string workdir, pmd = "memif", iface[2], netns[2];
   double loss = 0;
   std::size_t size = 256 * 1024;
 };
@@ -58,14 +58,15 @@ std::size_t g_buf = 1 << 20;
 // Reads exactly `n` bytes from a non-blocking fd while keeping the poll loop running.
 void exchange_read(int side, port::PollLoop& loop, int fd, void* buf, std::size_t n) {
   std::size_t got = 0;
-  if (!port::poll_until(loop,
-                  [&] {
-                    const ssize_t r = ::read(fd, static_cast<char*>(buf) + got, n - got);
-                    if (r > 0) got += static_cast<std::size_t>(r);
-                    if (r == 0) die(side, "peer closed the exchange socket");
-                    return got == n;
-                  },
-                  60))
+  if (!port::poll_until(
+          loop,
+          [&] {
+            const ssize_t r = ::read(fd, static_cast<char*>(buf) + got, n - got);
+            if (r > 0) got += static_cast<std::size_t>(r);
+            if (r == 0) die(side, "peer closed the exchange socket");
+            return got == n;
+          },
+          60))
     die(side, "timed out waiting for the peer");
 }
 
@@ -76,13 +77,20 @@ int run_side(int side, int fd, const Options& opt) {
     // the group id from pid ^ ifindex, which two sibling processes can share.
     const std::string path = "/var/run/netns/" + opt.netns[side];
     const int ns = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) die(side, "cannot enter network namespace " + opt.netns[side]);
+    if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0)
+      die(side, "cannot enter network namespace " + opt.netns[side]);
     ::close(ns);
   }
   const char who = side ? 'B' : 'A';
-  std::vector<std::string> eal{"--no-huge", "--no-shconf", "-m", "128", "--no-pci",
+  std::vector<std::string> eal{"--no-huge",
+                               "--no-shconf",
+                               "-m",
+                               "128",
+                               "--no-pci",
                                "--file-prefix=rocelink" + std::to_string(getpid()),
-                               "--log-level=*:error", "-l", side ? "1" : "0"};
+                               "--log-level=*:error",
+                               "-l",
+                               side ? "1" : "0"};
   std::string dev;
   if (opt.pmd == "memif") {
     dev = "net_memif0";
@@ -120,7 +128,9 @@ int run_side(int side, int fd, const Options& opt) {
     pcap = std::make_unique<apps::PcapWriter>(opt.workdir + "/a.pcap");
     loop.tap = [&](std::span<const std::uint8_t> f, bool) { pcap->write(f, port::now_ns()); };
   }
-  if (!port::poll_until(loop, [&] { return port->link_up(); }, 20)) die(side, "link did not come up");
+  if (!port::poll_until(
+          loop, [&] { return port->link_up(); }, 20))
+    die(side, "link did not come up");
   std::fprintf(stderr, "[%c] %s up, %s\n", who, dev.c_str(), side ? "192.0.2.2" : "192.0.2.1");
 
   // ARP: find the peer's MAC the way a host does.
@@ -134,11 +144,16 @@ int run_side(int side, int fd, const Options& opt) {
   Qp* qp = eng.create_qp(pd, QpType::kRc, cq, cq, QpCap{64, 64, 2, 2, 64});
   std::vector<std::uint8_t> buf(g_buf, 0);
   std::uint64_t counter = 1000;
-  const std::uint32_t acc = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+  const std::uint32_t acc =
+      kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
   Mr* mr = eng.reg_mr(pd, buf.data(), buf.size(), acc);
   Mr* cmr = eng.reg_mr(pd, &counter, 8, acc);
-  Info mine{qp->qpn, static_cast<std::uint32_t>(0x100000 * (side + 1)), mr->key, cmr->key,
-            reinterpret_cast<std::uint64_t>(buf.data()), reinterpret_cast<std::uint64_t>(&counter)};
+  Info mine{qp->qpn,
+            static_cast<std::uint32_t>(0x100000 * (side + 1)),
+            mr->key,
+            cmr->key,
+            reinterpret_cast<std::uint64_t>(buf.data()),
+            reinterpret_cast<std::uint64_t>(&counter)};
   if (::write(fd, &mine, sizeof mine) != sizeof mine) die(side, "exchange write failed");
   Info peer{};
   exchange_read(side, loop, fd, &peer, sizeof peer);
@@ -156,8 +171,9 @@ int run_side(int side, int fd, const Options& opt) {
   a.ah.dmac = peer_mac;
   a.ah.dgid.b[10] = a.ah.dgid.b[11] = 0xFF;
   wire::store_be32(a.ah.dgid.b.data() + 12, peer_ip.v);
-  if (eng.modify_qp(qp, a, kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
-                               kQpMaxDestRdAtomic | kQpMinRnrTimer) != kOk)
+  if (eng.modify_qp(qp, a,
+                    kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
+                        kQpMinRnrTimer) != kOk)
     die(side, "RTR refused");
   a.qp_state = QpState::kRts;
   a.sq_psn = mine.psn;
@@ -165,8 +181,9 @@ int run_side(int side, int fd, const Options& opt) {
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.max_rd_atomic = 4;
-  if (eng.modify_qp(qp, a, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry |
-                               kQpMaxQpRdAtomic) != kOk)
+  if (eng.modify_qp(
+          qp, a, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic) !=
+      kOk)
     die(side, "RTS refused");
 
   std::vector<std::uint8_t> pattern(g_write);
@@ -182,10 +199,13 @@ int run_side(int side, int fd, const Options& opt) {
     const char ready = 'R';
     if (::write(fd, &ready, 1) != 1) die(side, "exchange write failed");
     Wc wc{};
-    if (!port::poll_until(loop, [&] { return eng.poll_cq(cq, 1, &wc) == 1; }, 60))
+    if (!port::poll_until(
+            loop, [&] { return eng.poll_cq(cq, 1, &wc) == 1; }, 60))
       die(side, "the SEND never arrived");
-    if (wc.status != WcStatus::kSuccess || wc.byte_len != kSend) die(side, "bad receive completion");
-    if (std::memcmp(buf.data() + g_buf - kSend, pattern.data(), kSend) != 0) die(side, "SEND data differs");
+    if (wc.status != WcStatus::kSuccess || wc.byte_len != kSend)
+      die(side, "bad receive completion");
+    if (std::memcmp(buf.data() + g_buf - kSend, pattern.data(), kSend) != 0)
+      die(side, "SEND data differs");
     char verdict = 0;
     exchange_read(side, loop, fd, &verdict, 1);
     if (verdict != 'D') die(side, "A reported failure");
@@ -193,8 +213,10 @@ int run_side(int side, int fd, const Options& opt) {
     // 10 fetch-adds of 7 (1000 -> 1070), then a compare-and-swap 1070 -> 5000.
     if (counter != 5000) die(side, "atomics left " + std::to_string(counter) + ", expected 5000");
     // Keep answering (ACKs, duplicates) until A is done with us.
-    port::poll_until(loop, [] { return false; }, 0.5);
-    std::fprintf(stderr, "[B] OK: WRITE, SEND and atomics verified; rx %llu frames, %llu NAKs sent\n",
+    port::poll_until(
+        loop, [] { return false; }, 0.5);
+    std::fprintf(stderr,
+                 "[B] OK: WRITE, SEND and atomics verified; rx %llu frames, %llu NAKs sent\n",
                  static_cast<unsigned long long>(port->stats().rx_frames),
                  static_cast<unsigned long long>(eng.stats().get(Counter::kSeqErrNakSent)));
     return 0;
@@ -206,9 +228,11 @@ int run_side(int side, int fd, const Options& opt) {
   std::memcpy(buf.data(), pattern.data(), g_write);
   std::vector<Sge> sg;
   std::vector<SendWr> wrs(14);
-  Sge w_sge{reinterpret_cast<std::uint64_t>(buf.data()), static_cast<std::uint32_t>(g_write), mr->key};
+  Sge w_sge{reinterpret_cast<std::uint64_t>(buf.data()), static_cast<std::uint32_t>(g_write),
+            mr->key};
   Sge s_sge{reinterpret_cast<std::uint64_t>(buf.data()), kSend, mr->key};
-  Sge r_sge{reinterpret_cast<std::uint64_t>(buf.data()) + g_write, static_cast<std::uint32_t>(g_write), mr->key};
+  Sge r_sge{reinterpret_cast<std::uint64_t>(buf.data()) + g_write,
+            static_cast<std::uint32_t>(g_write), mr->key};
   std::vector<std::uint64_t> results(11, 0);
   Mr* res_mr = eng.reg_mr(pd, results.data(), results.size() * 8, kAccessLocalWrite);
   std::vector<Sge> a_sge(11);
@@ -221,7 +245,8 @@ int run_side(int side, int fd, const Options& opt) {
   wrs[2].sg_list = &r_sge;
   wrs[2].rdma = {peer.addr, peer.rkey};
   for (int i = 0; i < 11; ++i) {
-    a_sge[static_cast<std::size_t>(i)] = {reinterpret_cast<std::uint64_t>(&results[static_cast<std::size_t>(i)]), 8, res_mr->key};
+    a_sge[static_cast<std::size_t>(i)] = {
+        reinterpret_cast<std::uint64_t>(&results[static_cast<std::size_t>(i)]), 8, res_mr->key};
     SendWr& w = wrs[3 + static_cast<std::size_t>(i)];
     w.opcode = i < 10 ? WrOpcode::kFetchAdd : WrOpcode::kCmpSwap;
     w.sg_list = &a_sge[static_cast<std::size_t>(i)];
@@ -237,35 +262,41 @@ int run_side(int side, int fd, const Options& opt) {
   const SendWr* bad = nullptr;
   if (eng.post_send(qp, &wrs[0], &bad) != kOk) die(side, "post_send refused");
   std::vector<Wc> done;
-  if (!port::poll_until(loop,
-                  [&] {
-                    Wc wc[16];
-                    const int n = eng.poll_cq(cq, 16, wc);
-                    done.insert(done.end(), wc, wc + n);
-                    return done.size() == wrs.size();
-                  },
-                  60))
-    die(side, "only " + std::to_string(done.size()) + " of " + std::to_string(wrs.size()) + " completions");
+  if (!port::poll_until(
+          loop,
+          [&] {
+            Wc wc[16];
+            const int n = eng.poll_cq(cq, 16, wc);
+            done.insert(done.end(), wc, wc + n);
+            return done.size() == wrs.size();
+          },
+          60))
+    die(side, "only " + std::to_string(done.size()) + " of " + std::to_string(wrs.size()) +
+                  " completions");
   const double ms = static_cast<double>(port::now_ns() - t0) / 1e6;
   for (std::size_t i = 0; i < done.size(); ++i)
     if (done[i].status != WcStatus::kSuccess || done[i].wr_id != i)
       die(side, "completion " + std::to_string(i) + ": " + std::string(to_string(done[i].status)));
-  if (std::memcmp(buf.data() + g_write, pattern.data(), g_write) != 0) die(side, "READ data differs");
+  if (std::memcmp(buf.data() + g_write, pattern.data(), g_write) != 0)
+    die(side, "READ data differs");
   for (int i = 0; i < 10; ++i)
     if (results[static_cast<std::size_t>(i)] != 1000u + 7u * static_cast<unsigned>(i))
-      die(side, "fetch-add " + std::to_string(i) + " returned " + std::to_string(results[static_cast<std::size_t>(i)]));
+      die(side, "fetch-add " + std::to_string(i) + " returned " +
+                    std::to_string(results[static_cast<std::size_t>(i)]));
   if (results[10] != 1070) die(side, "compare-and-swap returned " + std::to_string(results[10]));
   const char verdict = 'D';
   if (::write(fd, &verdict, 1) != 1) die(side, "exchange write failed");
-  port::poll_until(loop, [] { return false; }, 0.3);
+  port::poll_until(
+      loop, [] { return false; }, 0.3);
   const auto& st = eng.stats();
-  std::printf("[A] OK: WRITE %zu KiB, SEND %zu B, READ %zu KiB, 10 fetch-add, 1 cmp-swap in %.2f ms "
-              "(%.1f MB/s); tx %llu frames, retransmitted %llu, timeouts %llu, injected drops %llu\n",
-              g_write / 1024, kSend, g_write / 1024, ms, 2.0 * g_write / (ms * 1e3),
-              static_cast<unsigned long long>(port->stats().tx_frames),
-              static_cast<unsigned long long>(st.get(Counter::kRetransmittedPackets)),
-              static_cast<unsigned long long>(st.get(Counter::kRetransmitTimeouts)),
-              static_cast<unsigned long long>(loop.faults() ? loop.faults()->stats().dropped : 0));
+  std::printf(
+      "[A] OK: WRITE %zu KiB, SEND %zu B, READ %zu KiB, 10 fetch-add, 1 cmp-swap in %.2f ms "
+      "(%.1f MB/s); tx %llu frames, retransmitted %llu, timeouts %llu, injected drops %llu\n",
+      g_write / 1024, kSend, g_write / 1024, ms, 2.0 * g_write / (ms * 1e3),
+      static_cast<unsigned long long>(port->stats().tx_frames),
+      static_cast<unsigned long long>(st.get(Counter::kRetransmittedPackets)),
+      static_cast<unsigned long long>(st.get(Counter::kRetransmitTimeouts)),
+      static_cast<unsigned long long>(loop.faults() ? loop.faults()->stats().dropped : 0));
   std::printf("[A] counters:");
   int col = 0;
   for (std::size_t c = 0; c < kCounterCount; ++c) {
@@ -277,7 +308,8 @@ int run_side(int side, int fd, const Options& opt) {
   }
   std::printf("\n");
   std::fflush(stdout);
-  if (opt.loss > 0 && st.get(Counter::kRetransmittedPackets) == 0) die(side, "loss injected but nothing retransmitted");
+  if (opt.loss > 0 && st.get(Counter::kRetransmittedPackets) == 0)
+    die(side, "loss injected but nothing retransmitted");
   return 0;
 }
 
@@ -288,15 +320,16 @@ int main(int argc, char** argv) {
   po::options_description desc(
       "roce-link-demo: two appliance processes on a virtual DPDK link run RC WRITE, SEND, READ\n"
       "and atomics against each other and check every byte.\n\nOptions");
-  desc.add_options()("help", "this help")(
-      "workdir", po::value(&opt.workdir)->required(), "directory for the memif socket and the capture")(
+  desc.add_options()("help", "this help")("workdir", po::value(&opt.workdir)->required(),
+                                          "directory for the memif socket and the capture")(
       "pmd", po::value(&opt.pmd)->default_value("memif"), "memif or af_packet")(
       "iface-a", po::value(&opt.iface[0]), "af_packet: A's interface")(
-            "iface-b", po::value(&opt.iface[1]), "af_packet: B's interface")(
+      "iface-b", po::value(&opt.iface[1]), "af_packet: B's interface")(
       "netns-a", po::value(&opt.netns[0]), "run A in this network namespace (ip netns name)")(
       "netns-b", po::value(&opt.netns[1]), "run B in this network namespace")(
       "loss", po::value(&opt.loss)->default_value(0), "drop probability injected on both ports")(
-      "size", po::value(&opt.size)->default_value(256 * 1024), "bytes to WRITE and READ back (4 KiB to 64 MiB)");
+      "size", po::value(&opt.size)->default_value(256 * 1024),
+      "bytes to WRITE and READ back (4 KiB to 64 MiB)");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -305,8 +338,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(vm);
-    if (opt.pmd != "memif" && opt.pmd != "af_packet") throw po::error("--pmd must be memif or af_packet");
-    if (opt.size < 4096 || opt.size > (64u << 20)) throw po::error("--size must be between 4096 and 67108864");
+    if (opt.pmd != "memif" && opt.pmd != "af_packet")
+      throw po::error("--pmd must be memif or af_packet");
+    if (opt.size < 4096 || opt.size > (64u << 20))
+      throw po::error("--size must be between 4096 and 67108864");
     if (opt.loss < 0 || opt.loss > 0.5) throw po::error("--loss must be between 0 and 0.5");
     g_write = opt.size;
     g_buf = 2 * opt.size + kSend;
@@ -334,7 +369,7 @@ int main(int argc, char** argv) {
       alarm(120);
       _exit(run_side(side, sv[side], opt));
     }
-        if (side == 0 && opt.pmd == "memif") {
+    if (side == 0 && opt.pmd == "memif") {
       // The memif client needs the server's socket: wait for it (a cold start of the EAL,
       // loading every PMD, can take a while on a busy machine).
       const std::string sock = opt.workdir + "/memif.sock";

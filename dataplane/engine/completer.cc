@@ -21,7 +21,7 @@ bool is_rd_atomic(WrOpcode op) {
 
 void Engine::comp_retire(Qp& qp) {
   while (qp.sq_head != qp.sq_tail) {
-        SendWqe& w = qp.wqe(qp.sq_head);
+    SendWqe& w = qp.wqe(qp.sq_head);
     if (w.state == WqeState::kFailed) {
       // Everything before the failed WQE has completed: report it and stop the QP.
       qp_to_error(qp);
@@ -73,7 +73,7 @@ bool Engine::comp_implied_ack(Qp& qp, Psn upto) {
       order_retry(qp, missing, true);
       return false;
     }
-        // Acknowledged: it completes in post order (comp_retire), after any local operation
+    // Acknowledged: it completes in post order (comp_retire), after any local operation
     // posted before it; if the requester was re-sending it, req_pump steps over it.
     w.state = WqeState::kExecuted;
   }

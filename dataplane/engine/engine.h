@@ -106,7 +106,7 @@ class Engine {
   void req_pump(Qp& qp, std::uint32_t& budget);
   bool req_local_op(Qp& qp, SendWqe& w);
   bool req_send_ud(Qp& qp, SendWqe& w);
-    bool req_packet(Qp& qp, SendWqe& w);
+  bool req_packet(Qp& qp, SendWqe& w);
   void req_fail(Qp& qp, SendWqe& w, WcStatus status);
   std::size_t gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::uint8_t* dst,
                      std::size_t len, WcStatus& err);
@@ -118,7 +118,7 @@ class Engine {
   void resp_nak(Qp& qp, wire::Syndrome syn, wire::Psn psn, bool to_error);
   void resp_emit(Qp& qp, wire::Syndrome syn, wire::Psn psn);
   void resp_emit_atomic_ack(Qp& qp, std::uint32_t res_idx);
-    void resp_schedule(Qp& qp);
+  void resp_schedule(Qp& qp);
   void take_recv(Qp& qp, RecvQueue& q);
   int alloc_res(Qp& qp);
   void resp_ack_now(Qp& qp, wire::Psn psn);

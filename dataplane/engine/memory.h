@@ -46,7 +46,7 @@ class MrTable {
   Mr* create(Pd* pd, std::uint64_t addr, std::uint64_t length, std::uint32_t access);
   Mr* create_fast_reg(Pd* pd, std::uint64_t max_len);
   void destroy(Mr* mr);
-    Mr* find(std::uint32_t key) const;
+  Mr* find(std::uint32_t key) const;
   /// The MR a key names whatever its variant (low 8 bits): what REG_MR acts on, as verbs pass
   /// the MR itself rather than its current key.
   Mr* find_any_variant(std::uint32_t key) const;

@@ -23,7 +23,7 @@ enum class WqeState : std::uint8_t {
   kPosted,    ///< nothing sent yet
   kSending,   ///< some packets sent
   kSent,      ///< every packet sent (a READ: its request), waiting for acknowledgement/responses
-    kExecuted,  ///< finished (acknowledged, UD/UC send or local op); completes in post order
+  kExecuted,  ///< finished (acknowledged, UD/UC send or local op); completes in post order
   kFailed,    ///< a local error stopped it; completes with `status` when its turn comes
   kDone,      ///< finished; completion written if signaled
 };
@@ -56,7 +56,7 @@ struct SendWqe {
   std::uint64_t sent = 0;         ///< bytes packetized (SEND/WRITE)
   std::uint64_t read_done = 0;    ///< READ response bytes received
   std::uint64_t read_resume = 0;  ///< read_done when the READ request was last (re)sent
-    std::uint64_t atomic_orig = 0;
+  std::uint64_t atomic_orig = 0;
   WcStatus status = WcStatus::kSuccess;  ///< kFailed: the error to report
 };
 
@@ -106,7 +106,7 @@ struct ReqState {
   std::uint32_t next_wqe = 0;       ///< SQ index of the WQE being packetized
   std::uint32_t rd_atomic_out = 0;  ///< READ/atomic WQEs sent and not complete
   std::uint32_t pkts_since_ack_req = 0;
-    wire::Psn high_psn;  ///< one past the highest PSN ever sent
+  wire::Psn high_psn;   ///< one past the highest PSN ever sent
   bool failed = false;  ///< a WQE failed locally: send nothing more
 };
 
@@ -129,7 +129,7 @@ struct RespState {
   bool nak_sent = false;  ///< a PSN sequence error NAK was sent for the current gap
   enum class InMsg : std::uint8_t { kNone, kSend, kWrite } in_msg = InMsg::kNone;
   // SEND in progress
-    // The receive WQE of the SEND in progress, with a copy of its SGEs: the queue slot may be
+  // The receive WQE of the SEND in progress, with a copy of its SGEs: the queue slot may be
   // reused by post_recv while the message is still arriving.
   bool have_recv = false;
   RecvWqe recv;

@@ -112,7 +112,7 @@ bool Engine::req_local_op(Qp& qp, SendWqe& w) {
     else
       mr->state = MrState::kFree;
   } else {  // REG_MR: give a fast-reg MR its memory, access and new key variant
-        Mr* mr = mrs_.find_any_variant(w.reg_key);
+    Mr* mr = mrs_.find_any_variant(w.reg_key);
     if (mr == nullptr || !mr->fast_reg || mr->pd != qp.pd || mr->state != MrState::kFree ||
         w.length > mr->max_len) {
       status = WcStatus::kLocQpOpErr;
@@ -124,7 +124,7 @@ bool Engine::req_local_op(Qp& qp, SendWqe& w) {
       mr->state = MrState::kValid;
     }
   }
-    if (status != WcStatus::kSuccess) {
+  if (status != WcStatus::kSuccess) {
     req_fail(qp, w, status);
     return false;
   }
@@ -217,7 +217,7 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
   switch (w.opcode) {
     case WrOpcode::kRead: {
       // A READ request covers every response PSN; a retry asks for the part not yet received.
-            s.opcode = Opcode::kRcReadRequest;
+      s.opcode = Opcode::kRcReadRequest;
       s.psn = w.first_psn + static_cast<std::uint32_t>(w.read_done / pmtu);
       // Responses that arrived after a rewind and before this re-request already moved
       // read_done on: ask only for the rest.
@@ -287,7 +287,7 @@ void Engine::req_pump(Qp& qp, std::uint32_t& budget) {
   if (qp.state != QpState::kRts) return;
   if (qp.comp.rnr_deadline != 0) return;  // waiting out an RNR NAK
   if (qp.comp.retry_pending) do_retry(qp);
-    while (budget > 0 && qp.state == QpState::kRts && !qp.req.failed &&
+  while (budget > 0 && qp.state == QpState::kRts && !qp.req.failed &&
          qp.req.next_wqe != qp.sq_tail) {
     SendWqe& w = qp.wqe(qp.req.next_wqe);
     if (w.state == WqeState::kExecuted || w.state == WqeState::kDone) {

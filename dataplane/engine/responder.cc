@@ -71,7 +71,7 @@ void Engine::resp_emit_atomic_ack(Qp& qp, std::uint32_t res_idx) {
     }
     return;
   }
-    if (rs.out_tail - rs.out_head == rs.out.size()) return;
+  if (rs.out_tail - rs.out_head == rs.out.size()) return;
   // Duplicates of one atomic need one answer in the queue, not one each.
   for (std::uint32_t k = rs.out_head; k != rs.out_tail; ++k) {
     const auto& it = rs.out[k % rs.out.size()];
@@ -138,7 +138,8 @@ void defer_ack(Qp& qp, Psn psn, std::vector<Qp*>& list) {
 void Engine::take_recv(Qp& qp, RecvQueue& q) {
   RespState& rs = qp.resp;
   rs.recv = q.wqes[q.head++ % q.depth()];
-  for (std::uint32_t i = 0; i < rs.recv.num_sge; ++i) rs.recv_sges[i] = q.sges[rs.recv.sge_base + i];
+  for (std::uint32_t i = 0; i < rs.recv.num_sge; ++i)
+    rs.recv_sges[i] = q.sges[rs.recv.sge_base + i];
   rs.recv_q = &q;
   rs.have_recv = true;
 }
@@ -167,7 +168,7 @@ void Engine::resp_schedule(Qp& qp) {
 
 bool Engine::resp_scatter(Qp& qp, const RecvWqe& r, std::uint64_t offset, const std::uint8_t* src,
                           std::size_t len) {
-    const Pd* pd = qp.srq ? qp.srq->pd : qp.pd;
+  const Pd* pd = qp.srq ? qp.srq->pd : qp.pd;
   std::size_t done = 0;
   for (std::uint32_t i = 0; i < r.num_sge && done < len; ++i) {
     const Sge& sge = qp.resp.recv_sges[i];
@@ -237,7 +238,7 @@ void Engine::resp_duplicate(Qp& qp, const wire::RxPkt& pkt) {
       // The region may have been deregistered or invalidated since: check the key again
       // (rxe rechecks the MR on replay too).
       if (r.length - off != 0 && mrs_.check(r.rkey, qp.pd, r.va + off, r.length - off,
-                                           kAccessRemoteRead, nullptr) != KeyCheck::kOk) {
+                                            kAccessRemoteRead, nullptr) != KeyCheck::kOk) {
         resp_nak(qp, Syndrome::nak(wire::NakCode::kRemoteAccessError), p, true);
         return;
       }
@@ -398,7 +399,7 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
                                             kAccessRemoteWrite, nullptr) != KeyCheck::kOk)
         return fail_recv(WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
     }
-        const bool len_ok = len <= pmtu && (last ? len == rs.write_remaining
+    const bool len_ok = len <= pmtu && (last ? len == rs.write_remaining
                                              : (len == pmtu && rs.write_remaining > pmtu));
     if (!len_ok) return fail_recv(WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
     if (len) std::memcpy(reinterpret_cast<void*>(rs.write_va), pkt.payload().data(), len);
@@ -418,7 +419,7 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
         mrs_.check(reth.rkey(), qp.pd, reth.va(), rlen, kAccessRemoteRead, &mr) != KeyCheck::kOk)
       return nak(wire::NakCode::kRemoteAccessError);
     // IBA 9.7.5.1.7: no READ/atomic resources at all means invalid request.
-        if (qp.attr.max_dest_rd_atomic == 0) return nak(wire::NakCode::kInvalidRequest);
+    if (qp.attr.max_dest_rd_atomic == 0) return nak(wire::NakCode::kInvalidRequest);
     const int slot = alloc_res(qp);
     if (slot < 0 || rs.out_tail - rs.out_head == rs.out.size()) {
       // Out of responder resources for the moment (a peer flooding us with duplicates, or
@@ -452,7 +453,7 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
     if (a.va() % 8 != 0) return nak(wire::NakCode::kInvalidRequest);
     if (mrs_.check(a.rkey(), qp.pd, a.va(), 8, kAccessRemoteAtomic, nullptr) != KeyCheck::kOk)
       return nak(wire::NakCode::kRemoteAccessError);
-        if (qp.attr.max_dest_rd_atomic == 0) return nak(wire::NakCode::kInvalidRequest);
+    if (qp.attr.max_dest_rd_atomic == 0) return nak(wire::NakCode::kInvalidRequest);
     const int slot = alloc_res(qp);
     if (slot < 0 || rs.out_tail - rs.out_head == rs.out.size()) {
       stats_.inc(Counter::kRxDropUnexpected);  // as for READ above: the requester retries

@@ -58,7 +58,7 @@ void Engine::do_retry(Qp& qp) {
   for (std::uint32_t i = qp.sq_head; i != qp.sq_tail; ++i) {
     SendWqe& w = qp.wqe(i);
     if (w.state == WqeState::kPosted) break;
-        if (w.state == WqeState::kExecuted || w.state == WqeState::kDone ||
+    if (w.state == WqeState::kExecuted || w.state == WqeState::kDone ||
         w.state == WqeState::kFailed)
       continue;
     if (!found) {

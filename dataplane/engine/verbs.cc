@@ -245,7 +245,7 @@ Qp* Engine::create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap
   } else {
     ++srq->use_count;
   }
-    qp->resp.res.resize(16);
+  qp->resp.res.resize(16);
   qp->resp.recv_sges.resize(srq ? srq->rq.max_sge : qp->rq.max_sge);
   ++pd->use_count;
   Qp* raw = qp.get();
@@ -471,8 +471,11 @@ void Engine::qp_to_error(Qp& qp, std::optional<WcStatus> head_status) {
   for (std::uint32_t i = qp.sq_head; i != qp.sq_tail; ++i) {
     SendWqe& w = qp.wqe(i);
     switch (w.state) {
-      case WqeState::kDone: break;
-      case WqeState::kExecuted: comp_wqe_done(qp, w, WcStatus::kSuccess); break;
+      case WqeState::kDone:
+        break;
+      case WqeState::kExecuted:
+        comp_wqe_done(qp, w, WcStatus::kSuccess);
+        break;
       case WqeState::kFailed:
         comp_wqe_done(qp, w, w.status);
         first = false;
@@ -511,7 +514,7 @@ int Engine::post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr) {
     if (is_inline && (length > qp->cap.max_inline_data || atomic || wr->opcode == WrOpcode::kRead))
       return fail(kErrInval);
     if (atomic && (wr->num_sge != 1 || length != 8)) return fail(kErrInval);
-        if (length > (1ull << 31)) return fail(kErrInval);
+    if (length > (1ull << 31)) return fail(kErrInval);
     // IBA keeps fewer than 2^23 PSNs outstanding: one message is at most 2^22 packets (1 GiB
     // at the smallest path MTU).
     if (qp->type != QpType::kUd && length > (std::uint64_t{qp->pmtu()} << 22))

@@ -131,7 +131,7 @@ struct SendWr {
     std::uint32_t remote_qkey = 0;
   } ud;
   struct {
-        std::uint32_t mr_key = 0;  ///< a key of the MR to register (any variant of it)
+    std::uint32_t mr_key = 0;          ///< a key of the MR to register (any variant of it)
     std::uint8_t new_key_variant = 0;  ///< low 8 bits of the key after registration
     std::uint64_t addr = 0;
     std::uint64_t length = 0;

@@ -49,14 +49,16 @@ void eal_cleanup() {
 
 DpdkPort::DpdkPort(const PortSpec& spec) {
   if (rte_eth_dev_get_port_by_name(spec.device.c_str(), &port_) != 0)
-    throw std::runtime_error("DPDK port '" + spec.device +
-                             "' not found (is it a PCI device bound to DPDK, or given with --vdev?)");
+    throw std::runtime_error(
+        "DPDK port '" + spec.device +
+        "' not found (is it a PCI device bound to DPDK, or given with --vdev?)");
   // One mbuf holds a whole frame: data room for the MTU plus L2 and some slack.
   const std::uint32_t room =
       std::max<std::uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE, spec.mtu + 64 + RTE_PKTMBUF_HEADROOM);
   const std::string pool_name = "roce_pool_" + std::to_string(port_);
-  pool_ = rte_pktmbuf_pool_create(pool_name.c_str(), spec.mbufs, 256, 0,
-                                  static_cast<std::uint16_t>(room), static_cast<int>(rte_socket_id()));
+  pool_ =
+      rte_pktmbuf_pool_create(pool_name.c_str(), spec.mbufs, 256, 0,
+                              static_cast<std::uint16_t>(room), static_cast<int>(rte_socket_id()));
   if (pool_ == nullptr) fail("cannot create mbuf pool for " + spec.device, rte_errno);
 
   rte_eth_conf conf{};
@@ -66,9 +68,11 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
   std::uint16_t rxd = spec.rx_desc, txd = spec.tx_desc;
   rte_eth_dev_adjust_nb_rx_tx_desc(port_, &rxd, &txd);
   const int socket = rte_eth_dev_socket_id(port_);
-  rc = rte_eth_rx_queue_setup(port_, 0, rxd, static_cast<unsigned>(socket < 0 ? 0 : socket), nullptr, pool_);
+  rc = rte_eth_rx_queue_setup(port_, 0, rxd, static_cast<unsigned>(socket < 0 ? 0 : socket),
+                              nullptr, pool_);
   if (rc < 0) fail("cannot set up RX queue of " + spec.device, rc);
-  rc = rte_eth_tx_queue_setup(port_, 0, txd, static_cast<unsigned>(socket < 0 ? 0 : socket), nullptr);
+  rc = rte_eth_tx_queue_setup(port_, 0, txd, static_cast<unsigned>(socket < 0 ? 0 : socket),
+                              nullptr);
   if (rc < 0) fail("cannot set up TX queue of " + spec.device, rc);
   rte_ether_addr mac;
   std::memcpy(mac.addr_bytes, spec.mac.b.data(), 6);
@@ -76,7 +80,7 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
   rc = rte_eth_dev_start(port_);
   if (rc < 0) fail("cannot start " + spec.device, rc);
   rte_eth_promiscuous_enable(port_);
-    pending_.reserve(kMaxPending);
+  pending_.reserve(kMaxPending);
   scratch_.resize(room);
 }
 
@@ -104,7 +108,8 @@ std::span<const std::uint8_t> DpdkPort::view(rte_mbuf* m) {
   stats_.rx_bytes += m->pkt_len;
   if (m->nb_segs == 1) return {rte_pktmbuf_mtod(m, const std::uint8_t*), m->data_len};
   ++stats_.rx_multiseg;
-  const std::uint32_t len = std::min<std::uint32_t>(m->pkt_len, static_cast<std::uint32_t>(scratch_.size()));
+  const std::uint32_t len =
+      std::min<std::uint32_t>(m->pkt_len, static_cast<std::uint32_t>(scratch_.size()));
   const void* p = rte_pktmbuf_read(m, 0, len, scratch_.data());
   return {static_cast<const std::uint8_t*>(p), len};
 }
@@ -123,7 +128,7 @@ void DpdkPort::tx(std::span<const std::uint8_t> frame) {
     ++stats_.tx_dropped;
     return;
   }
-    std::memcpy(dst, frame.data(), frame.size());
+  std::memcpy(dst, frame.data(), frame.size());
   if (pending_.size() >= kMaxPending) {
     flush();
     if (pending_.size() >= kMaxPending) {  // the link is not draining: drop, the transport recovers
@@ -153,7 +158,9 @@ void DpdkPort::flush() {
 }
 
 PollLoop::PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& faults)
-    : port_(port), eng_(eng), nb_(eng.config().mac, eng.config().ipv4, eng.config().ipv6),
+    : port_(port),
+      eng_(eng),
+      nb_(eng.config().mac, eng.config().ipv4, eng.config().ipv6),
       reply_(9216 + 64) {
   if (faults.any()) inj_ = std::make_unique<FaultInjector>(faults);
 }

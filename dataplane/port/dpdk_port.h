@@ -27,7 +27,7 @@ void eal_init(const std::vector<std::string>& args);
 void eal_cleanup();
 
 struct PortSpec {
-  std::string device;   ///< ethdev name (a vdev given to the EAL, or a PCI address)
+  std::string device;  ///< ethdev name (a vdev given to the EAL, or a PCI address)
   wire::MacAddr mac;
   std::uint16_t mtu = 1500;
   std::uint32_t mbufs = 8192;
@@ -63,7 +63,7 @@ class DpdkPort {
   void free(rte_mbuf* m);
   std::uint16_t port_ = 0;
   rte_mempool* pool_ = nullptr;
-    static constexpr std::size_t kMaxPending = 4096;  ///< frames queued while the TX ring is full
+  static constexpr std::size_t kMaxPending = 4096;  ///< frames queued while the TX ring is full
   std::vector<rte_mbuf*> pending_;
   std::vector<std::uint8_t> scratch_;  ///< linearised multi-segment frames
   PortStats stats_;

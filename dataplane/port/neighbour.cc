@@ -14,7 +14,7 @@ constexpr std::uint16_t kArpRequest = 1, kArpReply = 2;
 
 void write_arp(std::uint8_t* p, std::uint16_t op, const wire::MacAddr& sha, wire::Ipv4Addr spa,
                const wire::MacAddr& tha, wire::Ipv4Addr tpa) {
-  wire::store_be16(p, 1);       // hardware type Ethernet
+  wire::store_be16(p, 1);  // hardware type Ethernet
   wire::store_be16(p + 2, wire::kEtherTypeIpv4);
   p[4] = 6;
   p[5] = 4;
@@ -43,8 +43,7 @@ std::optional<std::size_t> Neighbour::on_frame(std::span<const std::uint8_t> f,
     off += 4;
   }
   if (type == wire::kEtherTypeArp) return on_arp(f, off, out);
-  if (type == wire::kEtherTypeIpv4 && f.size() >= off + 20 &&
-      f[off + 9] == wire::kIpProtoIcmp)
+  if (type == wire::kEtherTypeIpv4 && f.size() >= off + 20 && f[off + 9] == wire::kIpProtoIcmp)
     return on_icmp(f, off, out);
   if (type == wire::kEtherTypeIpv6 && f.size() >= off + 40 && f[off + 6] == wire::kIpProtoIcmpv6)
     return on_icmp6(f, off, out);
@@ -162,7 +161,8 @@ std::size_t finish_icmp6(std::span<std::uint8_t> out, std::size_t off, const wir
   ip.set_dst(dst);
   std::uint8_t* icmp = out.data() + off + 40;
   wire::store_be16(icmp + 2, 0);
-  wire::store_be16(icmp + 2, wire::ipv6_l4_checksum(out.data() + off, icmp, len, wire::kIpProtoIcmpv6));
+  wire::store_be16(icmp + 2,
+                   wire::ipv6_l4_checksum(out.data() + off, icmp, len, wire::kIpProtoIcmpv6));
   return off + 40 + len;
 }
 }  // namespace
@@ -217,8 +217,8 @@ std::size_t Neighbour::make_neighbour_solicitation(const wire::Ipv6Addr& target,
                                                    std::span<std::uint8_t> out) {
   if (!ip6_ || out.size() < 14 + 40 + 32) return 0;
   // Solicited-node multicast group ff02::1:ffXX:XXXX and its MAC 33:33:ff:XX:XX:XX.
-  wire::Ipv6Addr group{{0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, target.b[13], target.b[14],
-                        target.b[15]}};
+  wire::Ipv6Addr group{
+      {0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, target.b[13], target.b[14], target.b[15]}};
   const wire::MacAddr mcast{{0x33, 0x33, 0xff, target.b[13], target.b[14], target.b[15]}};
   std::uint8_t* ns = out.data() + 14 + 40;
   std::memset(ns, 0, 32);

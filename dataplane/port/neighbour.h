@@ -36,7 +36,8 @@ class Neighbour {
   /// Builds an ARP request for `target` into `out`; returns its length.
   std::size_t make_arp_request(wire::Ipv4Addr target, std::span<std::uint8_t> out);
   /// Builds a neighbour solicitation for `target` (to its solicited-node multicast group).
-  std::size_t make_neighbour_solicitation(const wire::Ipv6Addr& target, std::span<std::uint8_t> out);
+  std::size_t make_neighbour_solicitation(const wire::Ipv6Addr& target,
+                                          std::span<std::uint8_t> out);
   std::optional<wire::MacAddr> lookup(wire::Ipv4Addr ip) const;
   std::optional<wire::MacAddr> lookup(const wire::Ipv6Addr& ip) const;
   const NeighbourStats& stats() const { return stats_; }

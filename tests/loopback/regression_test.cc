@@ -404,7 +404,7 @@ TEST(Regression, DuplicateReadCannotOverflowTheOutputQueue) {
   ASSERT_EQ(r.flush().size(), 1u);
   r.read(Resp::kE + 1, 4096, r.mr->key);          // READ A, 16 responses, queued
   for (int i = 0; i < 31; ++i) atomic(Resp::kE);  // duplicate atomics: 31 queued ACKs
-    EXPECT_LE(r.qp->resp.out_tail - r.qp->resp.out_head, 2u)
+  EXPECT_LE(r.qp->resp.out_tail - r.qp->resp.out_head, 2u)
       << "duplicate answers of one atomic are queued once";
   r.read(Resp::kE + 1, 4096, r.mr->key);  // duplicate READ A
   EXPECT_LE(r.qp->resp.out_tail - r.qp->resp.out_head, 32u) << "queue holds more than its 32 slots";

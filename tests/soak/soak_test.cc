@@ -32,8 +32,8 @@ struct Pair {
   Buffer inbox;                     // B: receive buffers
   Buffer counter;                   // B: atomic target
   std::vector<std::uint8_t> model;  // expected content of region
-    std::uint64_t counter_model = 0;
-  Mr* fr = nullptr;                 // A: a fast-registration MR, registered and invalidated
+  std::uint64_t counter_model = 0;
+  Mr* fr = nullptr;                  // A: a fast-registration MR, registered and invalidated
   std::vector<std::uint8_t> fr_mem;  //    by REG_MR / LOCAL_INV work requests in the mix
   bool fr_registered = false;
   std::uint8_t fr_variant = 0;
@@ -107,7 +107,7 @@ TEST(Soak, MixedTrafficOverALossyWire) {
     p.inbox = make_buffer(lb.b(), b.pd, kRegion, 0);
     p.counter = make_buffer(lb.b(), b.pd, 8, 0);
     std::memset(p.counter.bytes.data(), 0, 8);
-        p.model = p.region.bytes;
+    p.model = p.region.bytes;
     p.fr_mem.resize(4096);
     p.fr = lb.a().alloc_mr(a.pd, p.fr_mem.size());
   }
@@ -125,7 +125,7 @@ TEST(Soak, MixedTrafficOverALossyWire) {
       int atomics = 0;
       for (int k = 0; k < n; ++k) {
         Pending pd;
-                pd.kind = static_cast<Kind>(rng() % 9 == 0 ? 4 : rng() % 4);
+        pd.kind = static_cast<Kind>(rng() % 9 == 0 ? 4 : rng() % 4);
         SendWr wr;
         Sge s;
         wr.wr_id = static_cast<std::uint64_t>(k);
@@ -178,7 +178,7 @@ TEST(Soak, MixedTrafficOverALossyWire) {
             wr.opcode = WrOpcode::kSend;
             break;
           }
-                    case Kind::kLocal: {
+          case Kind::kLocal: {
             pd.len = 0;
             if (p.fr_registered) {
               wr.opcode = WrOpcode::kLocalInv;
@@ -278,8 +278,9 @@ TEST(Soak, MixedTrafficOverALossyWire) {
       std::size_t sends = 0;
       for (const auto& pd : pend[static_cast<std::size_t>(i)]) {
         switch (pd.kind) {
-                    case Kind::kWrite:
-          case Kind::kLocal: break;
+          case Kind::kWrite:
+          case Kind::kLocal:
+            break;
           case Kind::kRead:
             ASSERT_TRUE(std::equal(pd.expect.begin(), pd.expect.end(),
                                    p.back.bytes.begin() + static_cast<std::ptrdiff_t>(pd.dst)))
@@ -303,7 +304,7 @@ TEST(Soak, MixedTrafficOverALossyWire) {
       ASSERT_EQ(rwc.size(), sends);
       for (const auto& c : rwc) ASSERT_EQ(c.status, WcStatus::kSuccess);
       ASSERT_EQ(p.region.bytes, p.model) << "region diverged from the model, round " << rounds;
-            ASSERT_EQ(p.fr->state == MrState::kValid, p.fr_registered) << "fast-reg MR state";
+      ASSERT_EQ(p.fr->state == MrState::kValid, p.fr_registered) << "fast-reg MR state";
       if (p.fr_registered) {
         ASSERT_EQ(p.fr->key & 0xFF, p.fr_variant);
       }
