@@ -65,4 +65,62 @@ class FaultInjector {
   FaultStats stats_;
 };
 
+/// A FaultInjector and the frames it holds back for reordering: applies each decision (drop,
+/// corrupt, duplicate, hold, delay) and hands the resulting frames to `emit(bytes, delay_ns)`.
+/// The in-memory test wire and the DPDK port layer both carry frames through it. Copies a frame
+/// only when it must (held or corrupted); used only when fault injection is configured.
+class FaultyLink {
+ public:
+  explicit FaultyLink(FaultPolicy policy) : inj_(std::move(policy)) {}
+
+  /// Passes one frame through the policy; returns the decision taken for it.
+  template <class Emit>
+  FaultDecision submit(std::span<const std::uint8_t> frame, Emit&& emit) {
+    const FaultDecision d = inj_.decide(frame);
+    // Frames held for reordering go out after `hold` later frames.
+    for (auto it = held_.begin(); it != held_.end();) {
+      if (--it->left == 0) {
+        emit(std::span<const std::uint8_t>(it->bytes), std::uint64_t{0});
+        it = held_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (d.drop) return d;
+    std::vector<std::uint8_t> copy;
+    std::span<const std::uint8_t> out = frame;
+    if (d.corrupt_at >= 0) {
+      copy.assign(frame.begin(), frame.end());
+      copy[static_cast<std::size_t>(d.corrupt_at)] ^= d.corrupt_mask;
+      out = copy;
+    }
+    for (int c = 0; c < d.copies; ++c) {
+      if (c == 0 && d.hold > 0) {
+        held_.push_back({d.hold, std::vector<std::uint8_t>(out.begin(), out.end())});
+        continue;
+      }
+      emit(out, d.delay_ns);
+    }
+    return d;
+  }
+  /// Sends every held frame now (the link went idle, so no later frame will release them).
+  template <class Emit>
+  bool release_held(Emit&& emit) {
+    const bool any = !held_.empty();
+    for (auto& h : held_) emit(std::span<const std::uint8_t>(h.bytes), std::uint64_t{0});
+    held_.clear();
+    return any;
+  }
+  bool holding() const { return !held_.empty(); }
+  const FaultStats& stats() const { return inj_.stats(); }
+
+ private:
+  struct Held {
+    std::uint32_t left;
+    std::vector<std::uint8_t> bytes;
+  };
+  FaultInjector inj_;
+  std::vector<Held> held_;
+};
+
 }  // namespace roce

@@ -59,7 +59,7 @@ std::vector<apps::CounterSample> collect(const std::vector<PortRuntime>& ports) 
     out.push_back({"arp_replies_learned", p.cfg.name, nb.arp_replies_learned});
     out.push_back({"icmp_echo_answered", p.cfg.name, nb.icmp_echo_answered});
     out.push_back({"qps", p.cfg.name, p.eng->qp_count()});
-    if (const FaultInjector* f = p.loop->faults()) {
+    if (const FaultyLink* f = p.loop->faults()) {
       out.push_back({"fault_dropped", p.cfg.name, f->stats().dropped});
       out.push_back({"fault_duplicated", p.cfg.name, f->stats().duplicated});
       out.push_back({"fault_reordered", p.cfg.name, f->stats().reordered});

@@ -162,39 +162,16 @@ PollLoop::PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& fault
       eng_(eng),
       nb_(eng.config().mac, eng.config().ipv4, eng.config().ipv6),
       reply_(9216 + 64) {
-  if (faults.any()) inj_ = std::make_unique<FaultInjector>(faults);
+  if (faults.any()) link_ = std::make_unique<FaultyLink>(faults);
 }
 
 void PollLoop::send(std::span<const std::uint8_t> frame) {
   if (tap) tap(frame, true);
-  if (!inj_) {
+  if (!link_) {
     port_.tx(frame);
     return;
   }
-  const FaultDecision d = inj_->decide(frame);
-  for (auto it = held_.begin(); it != held_.end();) {
-    if (--it->left == 0) {
-      port_.tx(it->bytes);
-      it = held_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  if (d.drop) return;
-  std::vector<std::uint8_t> copy;
-  std::span<const std::uint8_t> out = frame;
-  if (d.corrupt_at >= 0) {
-    copy.assign(frame.begin(), frame.end());
-    copy[static_cast<std::size_t>(d.corrupt_at)] ^= d.corrupt_mask;
-    out = copy;
-  }
-  for (int c = 0; c < d.copies; ++c) {
-    if (c == 0 && d.hold > 0) {
-      held_.push_back({d.hold, std::vector<std::uint8_t>(out.begin(), out.end())});
-      continue;
-    }
-    port_.tx(out);
-  }
+  link_->submit(frame, [this](std::span<const std::uint8_t> f, std::uint64_t) { port_.tx(f); });
 }
 
 std::size_t PollLoop::poll_once() {
@@ -212,10 +189,8 @@ std::size_t PollLoop::poll_once() {
       32);
   eng_.run(now);
   moved += eng_.drain_tx([&](std::span<const std::uint8_t> f) { send(f); });
-  if (!held_.empty() && moved == 0) {
-    for (auto& h : held_) port_.tx(h.bytes);  // idle: release frames held for reordering
-    held_.clear();
-  }
+  if (link_ && moved == 0)  // idle: release frames held for reordering
+    link_->release_held([this](std::span<const std::uint8_t> f, std::uint64_t) { port_.tx(f); });
   port_.flush();
   return moved;
 }

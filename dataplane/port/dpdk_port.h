@@ -92,19 +92,14 @@ class PollLoop {
   Neighbour& neighbour() { return nb_; }
   /// Called for every frame received (tx = false) and sent (tx = true): for captures.
   std::function<void(std::span<const std::uint8_t>, bool tx)> tap;
-  const FaultInjector* faults() const { return inj_.get(); }
+  const FaultyLink* faults() const { return link_.get(); }
 
  private:
   void send(std::span<const std::uint8_t> frame);
   DpdkPort& port_;
   engine::Engine& eng_;
   Neighbour nb_;
-  std::unique_ptr<FaultInjector> inj_;
-  struct Held {
-    std::uint32_t left;
-    std::vector<std::uint8_t> bytes;
-  };
-  std::vector<Held> held_;
+  std::unique_ptr<FaultyLink> link_;  ///< only when fault injection is configured
   std::vector<std::uint8_t> reply_;
 };
 

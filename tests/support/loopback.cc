@@ -20,51 +20,34 @@ EngineConfig Loopback::default_config(int side) {
 Loopback::Loopback(const LoopbackOptions& opts, EngineConfig a, EngineConfig b) : opts_(opts) {
   eng_[0] = std::make_unique<Engine>(a);
   eng_[1] = std::make_unique<Engine>(b);
-  inj_[0] = std::make_unique<FaultInjector>(opts.a2b);
-  inj_[1] = std::make_unique<FaultInjector>(opts.b2a);
+  link_[0] = std::make_unique<FaultyLink>(opts.a2b);
+  link_[1] = std::make_unique<FaultyLink>(opts.b2a);
 }
 
 void Loopback::carry(int from) {
   const int to = 1 - from;
+  auto deliver = [&](std::span<const std::uint8_t> f, std::uint64_t delay) {
+    queue_[to].emplace(now_ + opts_.link_delay_ns + delay, std::vector<std::uint8_t>(f.begin(), f.end()));
+  };
   eng_[from]->drain_tx([&](std::span<const std::uint8_t> f) {
-    const FaultDecision d = inj_[from]->decide(f);
-    if (opts_.record) {
-      WireRecord r;
-      r.t = now_;
-      r.from = from;
-      r.dropped = d.drop;
-      wire::RxPkt p;
-      wire::ParseOptions po;
-      po.verify_icrc = false;
-      if (wire::parse_frame(f, p, po) == wire::Verdict::kOk) {
-        r.opcode = p.opcode;
-        r.dest_qp = p.dest_qp.raw();
-        r.psn = p.psn.raw();
-        r.ack_req = p.ack_req;
-        r.payload_len = p.payload_len;
-        if (p.info->has(wire::Ext::kAeth)) r.syndrome = p.aeth().syndrome().raw();
-      }
-      records_.push_back(r);
+    const FaultDecision d = link_[from]->submit(f, deliver);
+    if (!opts_.record) return;
+    WireRecord r;
+    r.t = now_;
+    r.from = from;
+    r.dropped = d.drop;
+    wire::RxPkt p;
+    wire::ParseOptions po;
+    po.verify_icrc = false;
+    if (wire::parse_frame(f, p, po) == wire::Verdict::kOk) {
+      r.opcode = p.opcode;
+      r.dest_qp = p.dest_qp.raw();
+      r.psn = p.psn.raw();
+      r.ack_req = p.ack_req;
+      r.payload_len = p.payload_len;
+      if (p.info->has(wire::Ext::kAeth)) r.syndrome = p.aeth().syndrome().raw();
     }
-    // Frames held for reordering go out after `hold` later frames of this direction.
-    for (auto it = held_[from].begin(); it != held_[from].end();) {
-      if (--it->left == 0) {
-        queue_[to].emplace(now_ + opts_.link_delay_ns, std::move(it->bytes));
-        it = held_[from].erase(it);
-      } else {
-        ++it;
-      }
-    }
-    if (d.drop) return;
-    std::vector<std::uint8_t> bytes(f.begin(), f.end());
-    if (d.corrupt_at >= 0) bytes[static_cast<std::size_t>(d.corrupt_at)] ^= d.corrupt_mask;
-    for (int c = 0; c < d.copies; ++c) {
-      if (d.hold > 0 && c == 0) {
-        held_[from].push_back({d.hold, bytes});
-        continue;
-      }
-      queue_[to].emplace(now_ + opts_.link_delay_ns + d.delay_ns, bytes);
-    }
+    records_.push_back(r);
   });
 }
 
@@ -98,10 +81,10 @@ bool Loopback::run_until(const std::function<bool()>& done, std::uint64_t limit_
     // Idle: release reorder-held frames, then jump to the next delivery or timer.
     bool released = false;
     for (int from = 0; from < 2; ++from) {
-      for (auto& h : held_[from])
-        queue_[1 - from].emplace(now_ + opts_.link_delay_ns, std::move(h.bytes));
-      released |= !held_[from].empty();
-      held_[from].clear();
+      released |= link_[from]->release_held([&](std::span<const std::uint8_t> f, std::uint64_t) {
+        queue_[1 - from].emplace(now_ + opts_.link_delay_ns,
+                                 std::vector<std::uint8_t>(f.begin(), f.end()));
+      });
     }
     if (released) {
       now_ += opts_.tick_ns;
@@ -114,8 +97,7 @@ bool Loopback::run_until(const std::function<bool()>& done, std::uint64_t limit_
     }
     if (next == UINT64_MAX) {
       now_ += opts_.tick_ns;
-      if (done()) return true;
-      return false;  // nothing can happen any more
+      return done();  // nothing can happen any more
     }
     now_ = std::max(now_ + opts_.tick_ns, next);
   }
@@ -125,7 +107,7 @@ bool Loopback::run_until(const std::function<bool()>& done, std::uint64_t limit_
 void Loopback::settle(std::uint64_t limit_ns) {
   run_until(
       [&] {
-        return queue_[0].empty() && queue_[1].empty() && held_[0].empty() && held_[1].empty() &&
+        return queue_[0].empty() && queue_[1].empty() && !link_[0]->holding() && !link_[1]->holding() &&
                !eng_[0]->has_work() && !eng_[1]->has_work() && eng_[0]->tx_pending() == 0 &&
                eng_[1]->tx_pending() == 0 && eng_[0]->next_deadline() == 0 &&
                eng_[1]->next_deadline() == 0;

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -48,7 +47,7 @@ class Loopback {
   std::uint64_t now() const { return now_; }
   const std::vector<WireRecord>& records() const { return records_; }
   void clear_records() { records_.clear(); }
-  const FaultInjector& injector(int from) const { return *inj_[from]; }
+  const FaultyLink& injector(int from) const { return *link_[from]; }
 
   /// Runs both engines once, moves their frames onto the wire and delivers what is due.
   /// Returns true when something happened.
@@ -63,13 +62,8 @@ class Loopback {
  private:
   void carry(int from);
   std::unique_ptr<engine::Engine> eng_[2];
-  std::unique_ptr<FaultInjector> inj_[2];
+  std::unique_ptr<FaultyLink> link_[2];
   std::multimap<std::uint64_t, std::vector<std::uint8_t>> queue_[2];  ///< to engine i
-  struct Held {
-    std::uint32_t left;
-    std::vector<std::uint8_t> bytes;
-  };
-  std::deque<Held> held_[2];
   LoopbackOptions opts_;
   std::uint64_t now_ = 1'000'000;
   std::vector<WireRecord> records_;
