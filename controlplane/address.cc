@@ -62,17 +62,10 @@ std::string to_string(const wire::Ipv6Addr& a) {
   return inet_ntop(AF_INET6, a.b.data(), buf, sizeof buf);
 }
 
-wire::Ipv6Addr gid_from_ipv4(wire::Ipv4Addr a) {
-  wire::Ipv6Addr g;
-  g.b[10] = g.b[11] = 0xFF;
-  wire::store_be32(g.b.data() + 12, a.v);
-  return g;
-}
+wire::Ipv6Addr gid_from_ipv4(wire::Ipv4Addr a) { return wire::ipv4_mapped(a); }
 
 std::optional<wire::Ipv4Addr> ipv4_from_gid(const wire::Ipv6Addr& gid) {
-  static constexpr std::uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-  if (std::memcmp(gid.b.data(), kPrefix, sizeof kPrefix) != 0) return std::nullopt;
-  return wire::Ipv4Addr{wire::load_be32(gid.b.data() + 12)};
+  return wire::ipv4_of_mapped(gid);
 }
 
 }  // namespace roce::ctl

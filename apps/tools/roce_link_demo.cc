@@ -169,8 +169,7 @@ int run_side(int side, int fd, const Options& opt) {
   a.max_dest_rd_atomic = 4;
   a.min_rnr_timer = 12;
   a.ah.dmac = peer_mac;
-  a.ah.dgid.b[10] = a.ah.dgid.b[11] = 0xFF;
-  wire::store_be32(a.ah.dgid.b.data() + 12, peer_ip.v);
+  a.ah.dgid = wire::ipv4_mapped(peer_ip);
   if (eng.modify_qp(qp, a,
                     kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
                         kQpMinRnrTimer) != kOk)

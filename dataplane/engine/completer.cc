@@ -13,12 +13,6 @@ namespace roce::engine {
 using wire::OpMask;
 using wire::Psn;
 
-namespace {
-bool is_rd_atomic(WrOpcode op) {
-  return op == WrOpcode::kRead || op == WrOpcode::kCmpSwap || op == WrOpcode::kFetchAdd;
-}
-}  // namespace
-
 void Engine::comp_retire(Qp& qp) {
   while (qp.sq_head != qp.sq_tail) {
     SendWqe& w = qp.wqe(qp.sq_head);
@@ -61,14 +55,14 @@ bool Engine::comp_implied_ack(Qp& qp, Psn upto) {
     if (!before(w.last_psn, upto)) {
       // A READ/atomic in progress is only acknowledged by its own responses, in order: the
       // oldest unacknowledged PSN stops at its first missing response.
-      if (is_rd_atomic(w.opcode)) {
-        const Psn missing = w.first_psn + static_cast<std::uint32_t>(w.read_done / pmtu);
+      if (w.is_rd_atomic()) {
+        const Psn missing = w.read_resume_psn(pmtu);
         if (before(missing, upto)) upto = missing;
       }
       break;
     }
-    if (is_rd_atomic(w.opcode)) {
-      const Psn missing = w.first_psn + static_cast<std::uint32_t>(w.read_done / pmtu);
+    if (w.is_rd_atomic()) {
+      const Psn missing = w.read_resume_psn(pmtu);
       if (after(missing, qp.comp.psn)) qp.comp.psn = missing;
       order_retry(qp, missing, true);
       return false;
@@ -175,7 +169,7 @@ void Engine::comp_on_response(Qp& qp, const wire::RxPkt& pkt) {
     stats_.inc(Counter::kRxDropUnexpected);
     return;
   }
-  const Psn expected = w.first_psn + static_cast<std::uint32_t>(w.read_done / pmtu);
+  const Psn expected = w.read_resume_psn(pmtu);
   if (p != expected) {
     if (after(p, expected) && !qp.comp.retry_pending) order_retry(qp, expected, true);
     return;

@@ -87,8 +87,7 @@ class Engine {
   /// Hands every queued frame to `f(std::span<const std::uint8_t>)`; returns how many.
   template <class F>
   std::size_t drain_tx(F&& f, std::size_t max = SIZE_MAX) {
-    const std::size_t n = tx_.drain(std::forward<F>(f), max);
-    return n;
+    return tx_.drain(std::forward<F>(f), max);
   }
   std::uint32_t tx_pending() const { return tx_.size(); }
   /// Earliest armed timer (retransmit or RNR), in ns; 0 when none is armed.
@@ -143,6 +142,8 @@ class Engine {
   void qp_to_error(Qp& qp, std::optional<WcStatus> head_status = std::nullopt);
   void flush_recvs(Qp& qp);
   void build_tx_template(Qp& qp);
+  /// Ethernet and IP fields of a frame to `av` (IPv4 when its GID is IPv4-mapped).
+  wire::FrameSpec path_spec(const AddressVector& av) const;
   void reset_qp(Qp& qp);
   void post_cqe(Cq* cq, const Wc& wc);
   // frame output

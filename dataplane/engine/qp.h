@@ -58,6 +58,15 @@ struct SendWqe {
   std::uint64_t read_resume = 0;  ///< read_done when the READ request was last (re)sent
   std::uint64_t atomic_orig = 0;
   WcStatus status = WcStatus::kSuccess;  ///< kFailed: the error to report
+
+  bool is_rd_atomic() const {
+    return opcode == WrOpcode::kRead || opcode == WrOpcode::kCmpSwap ||
+           opcode == WrOpcode::kFetchAdd;
+  }
+  /// READ: the PSN of the first response not yet received (where a retry must resume).
+  wire::Psn read_resume_psn(std::uint32_t pmtu) const {
+    return first_psn + static_cast<std::uint32_t>(read_done / pmtu);
+  }
 };
 
 struct RecvWqe {

@@ -14,10 +14,6 @@ using wire::Psn;
 
 namespace {
 
-bool is_rd_atomic(WrOpcode op) {
-  return op == WrOpcode::kRead || op == WrOpcode::kCmpSwap || op == WrOpcode::kFetchAdd;
-}
-
 // Opcode of a SEND or WRITE packet from its position in the message (IBA 9.4 Table 38).
 Opcode pick_opcode(const SendWqe& w, bool first, bool last, bool uc) {
   const std::uint8_t base = uc ? 0x20 : 0x00;
@@ -91,10 +87,7 @@ static bool sges_valid(const MrTable& mrs, const Qp& qp, const SendWqe& w) {
   if (w.is_inline) return true;
   const std::size_t idx = &w - qp.sq.data();
   const Sge* sge = qp.sq_sges.data() + idx * qp.cap.max_send_sge;
-  const std::uint32_t access = (w.opcode == WrOpcode::kRead || w.opcode == WrOpcode::kCmpSwap ||
-                                w.opcode == WrOpcode::kFetchAdd)
-                                   ? std::uint32_t{kAccessLocalWrite}
-                                   : 0u;
+  const std::uint32_t access = w.is_rd_atomic() ? std::uint32_t{kAccessLocalWrite} : 0u;
   for (std::uint32_t i = 0; i < w.num_sge; ++i) {
     if (sge[i].length == 0) continue;
     if (mrs.check(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, access, nullptr) != KeyCheck::kOk)
@@ -150,23 +143,7 @@ bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
     req_fail(qp, w, WcStatus::kLocProtErr);
     return false;
   }
-  wire::FrameSpec s;
-  s.src_mac = cfg_.mac;
-  s.dst_mac = w.ah.dmac;
-  s.vlan_id = cfg_.vlan_id;
-  static constexpr std::uint8_t kV4Prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-  if (std::equal(std::begin(kV4Prefix), std::end(kV4Prefix), w.ah.dgid.b.begin())) {
-    s.ip_version = wire::IpVersion::kV4;
-    s.src_ip4 = cfg_.ipv4;
-    s.dst_ip4 = wire::Ipv4Addr{wire::load_be32(w.ah.dgid.b.data() + 12)};
-  } else {
-    s.ip_version = wire::IpVersion::kV6;
-    s.src_ip6 = cfg_.ipv6.value_or(wire::Ipv6Addr{});
-    s.dst_ip6 = w.ah.dgid;
-  }
-  s.tos = w.ah.traffic_class;
-  s.ttl = w.ah.hop_limit;
-  s.flow_label = w.ah.flow_label;
+  wire::FrameSpec s = path_spec(w.ah);
   // UD and GSI QPs keep the source port chosen at creation (rxe: 0xC000 + hash of the QPN).
   s.udp_sport = w.ah.udp_sport ? w.ah.udp_sport
                                : static_cast<std::uint16_t>(0xC000 | ((qp.qpn * 0x9E37u) & 0x3FFF));
@@ -203,7 +180,7 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
     w.last_psn = w.first_psn + (w.npkts - 1);
     w.sent = 0;
     w.read_done = 0;
-    if (is_rd_atomic(w.opcode)) ++qp.req.rd_atomic_out;
+    if (w.is_rd_atomic()) ++qp.req.rd_atomic_out;
     w.state = WqeState::kSending;
   }
   auto slot = tx_slot(false);
@@ -218,7 +195,7 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
     case WrOpcode::kRead: {
       // A READ request covers every response PSN; a retry asks for the part not yet received.
       s.opcode = Opcode::kRcReadRequest;
-      s.psn = w.first_psn + static_cast<std::uint32_t>(w.read_done / pmtu);
+      s.psn = w.read_resume_psn(pmtu);
       // Responses that arrived after a rewind and before this re-request already moved
       // read_done on: ask only for the rest.
       if (before(qp.req.next_psn, s.psn)) qp.req.next_psn = s.psn;
@@ -300,7 +277,7 @@ void Engine::req_pump(Qp& qp, std::uint32_t& budget) {
     if (w.state == WqeState::kPosted) {
       // IBA 10.8.3.3: a fenced WQE waits for every earlier READ and atomic to complete.
       if ((w.flags & kSendFence) && qp.req.rd_atomic_out > 0) return;
-      if (is_rd_atomic(w.opcode) &&
+      if (w.is_rd_atomic() &&
           qp.req.rd_atomic_out >= std::max<std::uint8_t>(qp.attr.max_rd_atomic, 1))
         return;
     }

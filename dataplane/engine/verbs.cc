@@ -109,9 +109,7 @@ Transition transition(QpState from, QpState to) {
             {kQpAccessFlags | kQpMinRnrTimer, kQpAccessFlags, kQpQkey},
             true};
   if ((from == S::kRts || from == S::kSqd || from == S::kSqe) && to == S::kRts)
-    return {{0, 0, 0},
-            {kQpAccessFlags | kQpMinRnrTimer, kQpAccessFlags, kQpQkey},
-            from != S::kSqe || true};
+    return {{0, 0, 0}, {kQpAccessFlags | kQpMinRnrTimer, kQpAccessFlags, kQpQkey}, true};
   if ((from == S::kRts || from == S::kSqd) && to == S::kSqd) return {{0, 0, 0}, {0, 0, 0}, true};
   return {};
 }
@@ -296,34 +294,33 @@ void Engine::reset_qp(Qp& qp) {
   qp.resp.res = std::move(res);
 }
 
-void Engine::build_tx_template(Qp& qp) {
-  wire::FrameSpec& t = qp.tx;
-  t = wire::FrameSpec{};
-  t.src_mac = cfg_.mac;
-  t.vlan_id = cfg_.vlan_id;
-  const AddressVector& av = qp.attr.ah;
-  t.dst_mac = av.dmac;
-  if (const auto v4 = [&]() -> std::optional<wire::Ipv4Addr> {
-        static constexpr std::uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-        if (!std::equal(std::begin(kPrefix), std::end(kPrefix), av.dgid.b.begin()))
-          return std::nullopt;
-        return wire::Ipv4Addr{wire::load_be32(av.dgid.b.data() + 12)};
-      }()) {
-    t.ip_version = wire::IpVersion::kV4;
-    t.src_ip4 = cfg_.ipv4;
-    t.dst_ip4 = *v4;
+wire::FrameSpec Engine::path_spec(const AddressVector& av) const {
+  wire::FrameSpec s;
+  s.src_mac = cfg_.mac;
+  s.dst_mac = av.dmac;
+  s.vlan_id = cfg_.vlan_id;
+  if (const auto v4 = wire::ipv4_of_mapped(av.dgid)) {
+    s.ip_version = wire::IpVersion::kV4;
+    s.src_ip4 = cfg_.ipv4;
+    s.dst_ip4 = *v4;
   } else {
-    t.ip_version = wire::IpVersion::kV6;
-    t.src_ip6 = cfg_.ipv6.value_or(wire::Ipv6Addr{});
-    t.dst_ip6 = av.dgid;
+    s.ip_version = wire::IpVersion::kV6;
+    s.src_ip6 = cfg_.ipv6.value_or(wire::Ipv6Addr{});
+    s.dst_ip6 = av.dgid;
   }
-  t.tos = av.traffic_class;
-  t.ttl = av.hop_limit;
-  t.flow_label = av.flow_label;
+  s.tos = av.traffic_class;
+  s.ttl = av.hop_limit;
+  s.flow_label = av.flow_label;
+  return s;
+}
+
+void Engine::build_tx_template(Qp& qp) {
+  const AddressVector& av = qp.attr.ah;
+  qp.tx = path_spec(av);
   const std::uint32_t fl =
       av.flow_label ? av.flow_label : calc_flow_label(qp.qpn, qp.attr.dest_qp_num);
-  t.udp_sport = av.udp_sport ? av.udp_sport : flow_label_to_udp_sport(fl);
-  t.dest_qp = wire::Qpn(qp.attr.dest_qp_num);
+  qp.tx.udp_sport = av.udp_sport ? av.udp_sport : flow_label_to_udp_sport(fl);
+  qp.tx.dest_qp = wire::Qpn(qp.attr.dest_qp_num);
 }
 
 int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
@@ -429,10 +426,7 @@ bool opcode_allowed(QpType t, WrOpcode op) {
 void Engine::comp_wqe_done(Qp& qp, SendWqe& w, WcStatus status) {
   if (w.state == WqeState::kDone) return;
   w.state = WqeState::kDone;
-  if (w.opcode == WrOpcode::kRead || w.opcode == WrOpcode::kCmpSwap ||
-      w.opcode == WrOpcode::kFetchAdd) {
-    if (qp.req.rd_atomic_out > 0 && w.npkts != 0) --qp.req.rd_atomic_out;
-  }
+  if (w.is_rd_atomic() && w.npkts != 0 && qp.req.rd_atomic_out > 0) --qp.req.rd_atomic_out;
   if (status != WcStatus::kSuccess || qp.sq_sig_all || (w.flags & kSendSignaled)) {
     Wc wc;
     wc.wr_id = w.wr_id;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 namespace roce::wire {
 
@@ -72,5 +73,19 @@ struct Ipv6Addr {
   std::array<std::uint8_t, 16> b{};
   friend bool operator==(const Ipv6Addr&, const Ipv6Addr&) = default;
 };
+
+/// The IPv4-mapped address ::ffff:a.b.c.d (RoCEv2's GID of an IPv4 address).
+inline Ipv6Addr ipv4_mapped(Ipv4Addr a) {
+  Ipv6Addr g;
+  g.b[10] = g.b[11] = 0xFF;
+  store_be32(g.b.data() + 12, a.v);
+  return g;
+}
+/// The IPv4 address inside an IPv4-mapped address, if it is one.
+inline std::optional<Ipv4Addr> ipv4_of_mapped(const Ipv6Addr& g) {
+  static constexpr std::uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  if (std::memcmp(g.b.data(), kPrefix, sizeof kPrefix) != 0) return std::nullopt;
+  return Ipv4Addr{load_be32(g.b.data() + 12)};
+}
 
 }  // namespace roce::wire

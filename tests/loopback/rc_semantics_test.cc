@@ -463,8 +463,7 @@ TEST(Ud, DatagramsWithGrhAndQkey) {
   Buffer sb = make_buffer(ea, pa, 1000, 4);
   AddressVector av;
   av.dmac = eb.config().mac;
-  av.dgid.b[10] = av.dgid.b[11] = 0xFF;
-  wire::store_be32(av.dgid.b.data() + 12, eb.config().ipv4.v);
+  av.dgid = wire::ipv4_mapped(eb.config().ipv4);
   Sge s = sb.sge();
   SendWr wr;
   wr.wr_id = 8;

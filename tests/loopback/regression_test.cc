@@ -302,8 +302,7 @@ struct Resp {
     a.rq_psn = kE;
     a.max_dest_rd_atomic = nres;
     a.ah.dmac = peer.mac;
-    a.ah.dgid.b[10] = a.ah.dgid.b[11] = 0xFF;
-    wire::store_be32(a.ah.dgid.b.data() + 12, peer.ipv4.v);
+    a.ah.dgid = wire::ipv4_mapped(peer.ipv4);
     EXPECT_EQ(eng.modify_qp(qp, a,
                             kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
                                 kQpMaxDestRdAtomic | kQpMinRnrTimer),

@@ -43,8 +43,7 @@ class ResponderTest : public ::testing::Test {
     a.max_dest_rd_atomic = 4;
     a.min_rnr_timer = 12;
     a.ah.dmac = peer_.mac;
-    a.ah.dgid.b[10] = a.ah.dgid.b[11] = 0xFF;
-    wire::store_be32(a.ah.dgid.b.data() + 12, peer_.ipv4.v);
+    a.ah.dgid = wire::ipv4_mapped(peer_.ipv4);
     EXPECT_EQ(eng_.modify_qp(qp_, a,
                              kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
                                  kQpMaxDestRdAtomic | kQpMinRnrTimer),

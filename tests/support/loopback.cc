@@ -27,7 +27,8 @@ Loopback::Loopback(const LoopbackOptions& opts, EngineConfig a, EngineConfig b) 
 void Loopback::carry(int from) {
   const int to = 1 - from;
   auto deliver = [&](std::span<const std::uint8_t> f, std::uint64_t delay) {
-    queue_[to].emplace(now_ + opts_.link_delay_ns + delay, std::vector<std::uint8_t>(f.begin(), f.end()));
+    queue_[to].emplace(now_ + opts_.link_delay_ns + delay,
+                       std::vector<std::uint8_t>(f.begin(), f.end()));
   };
   eng_[from]->drain_tx([&](std::span<const std::uint8_t> f) {
     const FaultDecision d = link_[from]->submit(f, deliver);
@@ -107,10 +108,10 @@ bool Loopback::run_until(const std::function<bool()>& done, std::uint64_t limit_
 void Loopback::settle(std::uint64_t limit_ns) {
   run_until(
       [&] {
-        return queue_[0].empty() && queue_[1].empty() && !link_[0]->holding() && !link_[1]->holding() &&
-               !eng_[0]->has_work() && !eng_[1]->has_work() && eng_[0]->tx_pending() == 0 &&
-               eng_[1]->tx_pending() == 0 && eng_[0]->next_deadline() == 0 &&
-               eng_[1]->next_deadline() == 0;
+        return queue_[0].empty() && queue_[1].empty() && !link_[0]->holding() &&
+               !link_[1]->holding() && !eng_[0]->has_work() && !eng_[1]->has_work() &&
+               eng_[0]->tx_pending() == 0 && eng_[1]->tx_pending() == 0 &&
+               eng_[0]->next_deadline() == 0 && eng_[1]->next_deadline() == 0;
       },
       limit_ns);
 }
@@ -132,8 +133,7 @@ void bring_up(Endpoint& me, const Endpoint& peer, Engine& peer_eng, const RcOpti
   a.max_dest_rd_atomic = o.max_rd_atomic;
   a.min_rnr_timer = o.min_rnr_timer;
   a.ah.dmac = peer_eng.config().mac;
-  a.ah.dgid.b[10] = a.ah.dgid.b[11] = 0xFF;
-  wire::store_be32(a.ah.dgid.b.data() + 12, peer_eng.config().ipv4.v);
+  a.ah.dgid = wire::ipv4_mapped(peer_eng.config().ipv4);
   std::uint32_t mask = kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
   if (o.type == QpType::kRc) mask |= kQpMaxDestRdAtomic | kQpMinRnrTimer;
   if (me.eng->modify_qp(me.qp, a, mask) != kOk) throw std::runtime_error("RTR failed");
