@@ -25,17 +25,6 @@ bool is_nak_seq(const WireRecord& r) {
   return r.opcode == Opcode::kRcAcknowledge && r.syndrome == 0x60;
 }
 
-SendWr write_wr(const Sge* s, const Buffer& dst, WrOpcode op = WrOpcode::kWrite) {
-  SendWr wr;
-  wr.wr_id = 1;
-  wr.opcode = op;
-  wr.sg_list = s;
-  wr.num_sge = 1;
-  wr.send_flags = kSendSignaled;
-  wr.rdma = {dst.addr(), dst.mr->key};
-  return wr;
-}
-
 TEST(Conformance, DroppedPacketGivesOneSeqNakAndGoBackNFromIt) {
   constexpr std::uint32_t kPkts = 20, kDrop = 5;
   LoopbackOptions lo;
@@ -47,7 +36,7 @@ TEST(Conformance, DroppedPacketGivesOneSeqNakAndGoBackNFromIt) {
   Buffer src = make_buffer(lb.a(), a.pd, kPkts * 1024, 1);
   Buffer dst = make_buffer(lb.b(), b.pd, kPkts * 1024, 2);
   Sge s = src.sge();
-  SendWr w = write_wr(&s, dst);
+  SendWr w = make_wr(1, &s, dst);
   ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);
   auto wc = wait_wcs(lb, a.scq, 1);
   lb.settle();
@@ -81,7 +70,7 @@ TEST(Conformance, DroppedAckIsRecoveredByTimeoutAndReAck) {
   Buffer src = make_buffer(lb.a(), a.pd, 512, 1);
   Buffer dst = make_buffer(lb.b(), b.pd, 512, 2);
   Sge s = src.sge();
-  SendWr w = write_wr(&s, dst);
+  SendWr w = make_wr(1, &s, dst);
   ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);
   auto wc = wait_wcs(lb, a.scq, 1);
   lb.settle();
@@ -109,7 +98,7 @@ TEST(Conformance, DroppedReadResponseIsReRequestedFromTheGap) {
   Buffer remote = make_buffer(lb.b(), b.pd, kPkts * 1024, 1);
   Buffer local = make_buffer(lb.a(), a.pd, kPkts * 1024, 2);
   Sge s = local.sge();
-  SendWr w = write_wr(&s, remote, WrOpcode::kRead);
+  SendWr w = make_wr(1, &s, remote, 0, WrOpcode::kRead);
   ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);
   auto wc = wait_wcs(lb, a.scq, 1);
   lb.settle();
@@ -140,7 +129,7 @@ TEST(Conformance, DroppedLastPacketTakesTheTimeoutPath) {
   Buffer src = make_buffer(lb.a(), a.pd, kPkts * 1024, 1);
   Buffer dst = make_buffer(lb.b(), b.pd, kPkts * 1024, 2);
   Sge s = src.sge();
-  SendWr w = write_wr(&s, dst);
+  SendWr w = make_wr(1, &s, dst);
   ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);
   auto wc = wait_wcs(lb, a.scq, 1);
   lb.settle();
@@ -173,7 +162,7 @@ TEST(Conformance, DuplicatedSendsAreDeliveredOnce) {
     r.num_sge = 1;
     ASSERT_EQ(lb.b().post_recv(b.qp, &r, nullptr), kOk);
     Sge ss = src.sge(static_cast<std::uint64_t>(i) * 1500, 1500);
-    SendWr w = write_wr(&ss, dst, WrOpcode::kSend);
+    SendWr w = make_wr(1, &ss, dst, 0, WrOpcode::kSend);
     ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);
   }
   auto rwc = wait_wcs(lb, b.rcq, kMsgs);
@@ -199,7 +188,7 @@ TEST(Conformance, CorruptedFramesAreCaughtByTheIcrc) {
   Buffer dst = make_buffer(lb.b(), b.pd, 256 * 1024, 2);
   Buffer back = make_buffer(lb.a(), a.pd, 256 * 1024, 3);
   Sge s = src.sge(), r = back.sge();
-  SendWr w = write_wr(&s, dst), rd = write_wr(&r, dst, WrOpcode::kRead);
+  SendWr w = make_wr(1, &s, dst), rd = make_wr(1, &r, dst, 0, WrOpcode::kRead);
   rd.wr_id = 2;
   w.next = &rd;
   ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);

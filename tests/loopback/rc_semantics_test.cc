@@ -14,19 +14,6 @@ namespace {
 
 using namespace roce::engine;
 
-SendWr write_wr(std::uint64_t id, const Sge* s, const Buffer& dst, std::uint64_t off = 0,
-                WrOpcode op = WrOpcode::kWrite) {
-  SendWr wr;
-  wr.wr_id = id;
-  wr.opcode = op;
-  wr.sg_list = s;
-  wr.num_sge = 1;
-  wr.send_flags = kSendSignaled;
-  wr.rdma.remote_addr = dst.addr() + off;
-  wr.rdma.rkey = dst.mr->key;
-  return wr;
-}
-
 void post_recv(Engine& e, Qp* qp, std::uint64_t id, const Sge& s) {
   RecvWr r;
   r.wr_id = id;
@@ -160,7 +147,7 @@ TEST(Rnr, RecoversWhenAReceiveIsPosted) {
   Buffer src = make_buffer(lb.a(), a.pd, 3000, 1);
   Buffer dst = make_buffer(lb.b(), b.pd, 3000, 2);
   Sge s = src.sge();
-  SendWr wr = write_wr(9, &s, dst, 0, WrOpcode::kSend);
+  SendWr wr = make_wr(9, &s, dst, 0, WrOpcode::kSend);
   ASSERT_EQ(lb.a().post_send(a.qp, &wr, nullptr), kOk);
   // Let the requester hit the empty receive queue a few times.
   lb.run_until([] { return false; }, 200'000);
@@ -189,8 +176,8 @@ TEST(Rnr, RetryExhaustedFlushesAndErrors) {
   Buffer src = make_buffer(lb.a(), a.pd, 100, 1);
   Buffer dst = make_buffer(lb.b(), b.pd, 100, 2);
   Sge s = src.sge();
-  SendWr w1 = write_wr(1, &s, dst, 0, WrOpcode::kSend);
-  SendWr w2 = write_wr(2, &s, dst, 0, WrOpcode::kWrite);
+  SendWr w1 = make_wr(1, &s, dst, 0, WrOpcode::kSend);
+  SendWr w2 = make_wr(2, &s, dst, 0, WrOpcode::kWrite);
   w1.next = &w2;
   ASSERT_EQ(lb.a().post_send(a.qp, &w1, nullptr), kOk);
   auto wc = wait_wcs(lb, a.scq, 2);
@@ -294,7 +281,7 @@ TEST(Errors, SendLongerThanReceiveBuffer) {
   const auto before = dst.bytes;
   post_recv(lb.b(), b.qp, 7, dst.sge(0, 500));
   Sge s = src.sge();
-  SendWr wr = write_wr(1, &s, dst, 0, WrOpcode::kSend);
+  SendWr wr = make_wr(1, &s, dst, 0, WrOpcode::kSend);
   ASSERT_EQ(lb.a().post_send(a.qp, &wr, nullptr), kOk);
   auto wc = wait_wcs(lb, a.scq, 1);
   ASSERT_EQ(wc.size(), 1u);
@@ -312,9 +299,9 @@ TEST(Errors, BadLocalKeyIsLocalProtectionError) {
   Buffer dst = make_buffer(lb.b(), b.pd, 100, 2);
   Sge s = src.sge();
   s.lkey ^= 0x300;
-  SendWr w1 = write_wr(1, &s, dst);
+  SendWr w1 = make_wr(1, &s, dst);
   Sge ok = src.sge();
-  SendWr w2 = write_wr(2, &ok, dst);
+  SendWr w2 = make_wr(2, &ok, dst);
   w1.next = &w2;
   ASSERT_EQ(lb.a().post_send(a.qp, &w1, nullptr), kOk);
   auto wc = wait_wcs(lb, a.scq, 2);
@@ -323,7 +310,7 @@ TEST(Errors, BadLocalKeyIsLocalProtectionError) {
   EXPECT_EQ(wc[1].status, WcStatus::kWrFlushErr);
   EXPECT_EQ(a.qp->state, QpState::kErr);
   // A later post on the errored QP completes at once with a flush error.
-  SendWr w3 = write_wr(3, &ok, dst);
+  SendWr w3 = make_wr(3, &ok, dst);
   ASSERT_EQ(lb.a().post_send(a.qp, &w3, nullptr), kOk);
   Wc out;
   ASSERT_EQ(lb.a().poll_cq(a.scq, 1, &out), 1);
@@ -342,7 +329,7 @@ TEST(Errors, PostSendReportsBadWr) {
   for (auto& x : s) x = src.sge(0, 10);
   SendWr wrs[6];
   for (int i = 0; i < 6; ++i) {
-    wrs[i] = write_wr(static_cast<std::uint64_t>(i), s, dst);
+    wrs[i] = make_wr(static_cast<std::uint64_t>(i), s, dst);
     if (i) wrs[i - 1].next = &wrs[i];
   }
   wrs[1].num_sge = 5;  // more than max_send_sge (4)
@@ -356,7 +343,7 @@ TEST(Errors, PostSendReportsBadWr) {
   auto wc = wait_wcs(lb, a.scq, 4);
   EXPECT_EQ(wc.size(), 4u);
   // Inline data larger than max_inline_data, and atomics with a wrong length, are refused.
-  SendWr in = write_wr(9, s, dst);
+  SendWr in = make_wr(9, s, dst);
   Sge big = src.sge(0, 100);
   in.sg_list = &big;
   in.send_flags |= kSendInline;
@@ -383,7 +370,7 @@ TEST(Retry, ExhaustedOnDeadLink) {
   Buffer src = make_buffer(lb.a(), a.pd, 5000, 1);
   Buffer dst = make_buffer(lb.b(), b.pd, 5000, 2);
   Sge s = src.sge();
-  SendWr w1 = write_wr(1, &s, dst), w2 = write_wr(2, &s, dst), w3 = write_wr(3, &s, dst);
+  SendWr w1 = make_wr(1, &s, dst), w2 = make_wr(2, &s, dst), w3 = make_wr(3, &s, dst);
   w2.send_flags = 0;  // flushed WRs complete even when unsignaled
   w1.next = &w2;
   w2.next = &w3;
@@ -422,7 +409,7 @@ TEST(Srq, TwoQpsShareOneReceiveQueue) {
   }
   Buffer src = make_buffer(lb.a(), a1.pd, 256, 9);
   Sge s = src.sge(0, 200);
-  SendWr w = write_wr(1, &s, dst, 0, WrOpcode::kSend);
+  SendWr w = make_wr(1, &s, dst, 0, WrOpcode::kSend);
   ASSERT_EQ(lb.a().post_send(a1.qp, &w, nullptr), kOk);
   ASSERT_EQ(lb.a().post_send(a2.qp, &w, nullptr), kOk);
   ASSERT_EQ(lb.a().post_send(a1.qp, &w, nullptr), kOk);
@@ -584,9 +571,9 @@ TEST(Ordering, FenceWaitsForEarlierReads) {
   Buffer rbuf = make_buffer(lb.b(), b.pd, 64, 0);
   post_recv(lb.b(), b.qp, 1, rbuf.sge());
   Sge rs = local.sge();
-  SendWr rd = write_wr(1, &rs, remote, 0, WrOpcode::kRead);
+  SendWr rd = make_wr(1, &rs, remote, 0, WrOpcode::kRead);
   Sge ss = local.sge(0, 8);
-  SendWr send = write_wr(2, &ss, remote, 0, WrOpcode::kSend);
+  SendWr send = make_wr(2, &ss, remote, 0, WrOpcode::kSend);
   send.send_flags |= kSendFence;
   rd.next = &send;
   ASSERT_EQ(lb.a().post_send(a.qp, &rd, nullptr), kOk);
@@ -613,8 +600,8 @@ TEST(Ordering, MaxRdAtomicLimitsOutstandingReads) {
   std::vector<SendWr> wrs(8);
   for (int i = 0; i < 8; ++i) {
     sges[i] = local.sge(static_cast<std::uint64_t>(i) * 4096, 4096);
-    wrs[i] = write_wr(static_cast<std::uint64_t>(i), &sges[i], remote,
-                      static_cast<std::uint64_t>(i) * 4096, WrOpcode::kRead);
+    wrs[i] = make_wr(static_cast<std::uint64_t>(i), &sges[i], remote,
+                     static_cast<std::uint64_t>(i) * 4096, WrOpcode::kRead);
     if (i) wrs[i - 1].next = &wrs[i];
   }
   ASSERT_EQ(lb.a().post_send(a.qp, &wrs[0], nullptr), kOk);
@@ -640,7 +627,7 @@ TEST(Completions, UnsignaledProduceNoCompletion) {
   Sge s = src.sge(0, 100);
   SendWr wrs[10];
   for (int i = 0; i < 10; ++i) {
-    wrs[i] = write_wr(static_cast<std::uint64_t>(i), &s, dst, static_cast<std::uint64_t>(i) * 100);
+    wrs[i] = make_wr(static_cast<std::uint64_t>(i), &s, dst, static_cast<std::uint64_t>(i) * 100);
     wrs[i].send_flags = i == 9 ? std::uint32_t{kSendSignaled} : 0u;
     if (i) wrs[i - 1].next = &wrs[i];
   }
@@ -662,7 +649,7 @@ TEST(Completions, InlineDataIsCopiedAtPost) {
   std::vector<std::uint8_t> data(100, 0x77);
   Buffer dst = make_buffer(lb.b(), b.pd, 100, 0);
   Sge s{reinterpret_cast<std::uint64_t>(data.data()), 100, 0};  // no lkey needed inline
-  SendWr w = write_wr(1, &s, dst);
+  SendWr w = make_wr(1, &s, dst);
   w.send_flags |= kSendInline;
   ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);
   std::fill(data.begin(), data.end(), 0x11);  // reuse the buffer at once
@@ -683,9 +670,9 @@ TEST(Scale, PsnWrapAcross2To24) {
   Buffer dst = make_buffer(lb.b(), b.pd, 256 * 1024, 2);
   Buffer back = make_buffer(lb.a(), a.pd, 256 * 1024, 3);
   Sge s = src.sge();
-  SendWr w = write_wr(1, &s, dst);  // 1024 packets: PSNs 0xFFFF00 .. 0x0002FF
+  SendWr w = make_wr(1, &s, dst);  // 1024 packets: PSNs 0xFFFF00 .. 0x0002FF
   Sge r = back.sge();
-  SendWr rd = write_wr(2, &r, dst, 0, WrOpcode::kRead);
+  SendWr rd = make_wr(2, &r, dst, 0, WrOpcode::kRead);
   w.next = &rd;
   ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);
   auto wc = wait_wcs(lb, a.scq, 2);
@@ -714,8 +701,8 @@ TEST(Scale, ManyQpsAtOnce) {
     const std::uint64_t off = static_cast<std::uint64_t>(i) * 2048;
     ws[i] = src.sge(off, 2048);
     rs[i] = rd.sge(off, 2048);
-    w[i] = write_wr(static_cast<std::uint64_t>(i), &ws[i], dst, off);
-    r[i] = write_wr(static_cast<std::uint64_t>(kQps + i), &rs[i], dst, off, WrOpcode::kRead);
+    w[i] = make_wr(static_cast<std::uint64_t>(i), &ws[i], dst, off);
+    r[i] = make_wr(static_cast<std::uint64_t>(kQps + i), &rs[i], dst, off, WrOpcode::kRead);
     w[i].next = &r[i];
     ASSERT_EQ(lb.a().post_send(pairs[static_cast<std::size_t>(i)].first.qp, &w[i], nullptr), kOk);
   }

@@ -189,6 +189,18 @@ Buffer make_buffer(Engine& e, Pd* pd, std::size_t size, std::uint8_t seed, std::
   return b;
 }
 
+SendWr make_wr(std::uint64_t id, const Sge* s, const Buffer& dst, std::uint64_t off, WrOpcode op) {
+  SendWr wr;
+  wr.wr_id = id;
+  wr.opcode = op;
+  wr.sg_list = s;
+  wr.num_sge = 1;
+  wr.send_flags = kSendSignaled;
+  wr.rdma.remote_addr = dst.addr() + off;
+  wr.rdma.rkey = dst.mr->key;
+  return wr;
+}
+
 std::vector<Wc> wait_wcs(Loopback& lb, Cq* cq, std::size_t n, std::uint64_t limit_ns) {
   std::vector<Wc> out;
   Wc wc[64];

@@ -115,6 +115,10 @@ Buffer make_buffer(engine::Engine& e, engine::Pd* pd, std::size_t size, std::uin
                                           engine::kAccessRemoteRead | engine::kAccessRemoteAtomic);
 void fill_pattern(std::vector<std::uint8_t>& v, std::uint32_t seed);
 
+/// A signaled work request on one SGE, aimed at `dst` + `off` (READ, WRITE; ignored by SEND).
+engine::SendWr make_wr(std::uint64_t id, const engine::Sge* s, const Buffer& dst,
+                       std::uint64_t off = 0, engine::WrOpcode op = engine::WrOpcode::kWrite);
+
 /// Polls `cq` while stepping until `n` completions arrived (or the limit passed).
 std::vector<engine::Wc> wait_wcs(Loopback& lb, engine::Cq* cq, std::size_t n,
                                  std::uint64_t limit_ns = 5'000'000'000ull);
