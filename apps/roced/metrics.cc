@@ -15,14 +15,40 @@
 
 namespace roce::apps {
 
-void Metrics::publish(std::vector<CounterSample>&& samples) {
+void Metrics::publish(const std::vector<PortCounters>& ports) {
   std::unique_lock lock(mu_, std::try_to_lock);
-  if (lock.owns_lock()) samples_ = std::move(samples);
+  if (lock.owns_lock()) ports_ = ports;
 }
 
 std::vector<CounterSample> Metrics::snapshot() const {
-  std::lock_guard lock(mu_);
-  return samples_;
+  std::vector<PortCounters> ports;
+  {
+    std::lock_guard lock(mu_);
+    ports = ports_;
+  }
+  std::vector<CounterSample> out;
+  for (const auto& p : ports) {
+    for (std::size_t c = 0; c < engine::kCounterCount; ++c)
+      out.push_back(
+          {std::string(to_string(static_cast<engine::Counter>(c))), p.name, p.engine.c[c]});
+    for (std::size_t v = 1; v < wire::kVerdictCount; ++v)
+      out.push_back({"rx_verdict_" + std::string(to_string(static_cast<wire::Verdict>(v))), p.name,
+                     p.engine.verdicts[v]});
+    out.push_back({"port_rx_frames", p.name, p.port.rx_frames});
+    out.push_back({"port_tx_frames", p.name, p.port.tx_frames});
+    out.push_back({"port_tx_dropped", p.name, p.port.tx_dropped + p.port.tx_alloc_failed});
+    out.push_back({"arp_requests_answered", p.name, p.neighbour.arp_requests_answered});
+    out.push_back({"arp_replies_learned", p.name, p.neighbour.arp_replies_learned});
+    out.push_back({"icmp_echo_answered", p.name, p.neighbour.icmp_echo_answered});
+    out.push_back({"qps", p.name, p.qps});
+    if (p.faults_on) {
+      out.push_back({"fault_dropped", p.name, p.faults.dropped});
+      out.push_back({"fault_duplicated", p.name, p.faults.duplicated});
+      out.push_back({"fault_reordered", p.name, p.faults.reordered});
+      out.push_back({"fault_corrupted", p.name, p.faults.corrupted});
+    }
+  }
+  return out;
 }
 
 std::string Metrics::prometheus(const std::string& appliance) const {

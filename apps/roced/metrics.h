@@ -1,7 +1,8 @@
 /// @file
-/// Counter publication for the appliance: the poll loop copies its counters into a snapshot
-/// (try-lock, so the dataplane never waits), and the control side renders the snapshot as
-/// Prometheus text, serves it over HTTP, and answers the DPDK telemetry command /roce/counters.
+/// Counter publication for the appliance: the poll loop copies its raw counters (plain structs,
+/// no allocation) into a snapshot under a try-lock, so the dataplane never waits; the control
+/// side names them, renders Prometheus text, serves it over HTTP, and answers the DPDK telemetry
+/// command /roce/counters.
 #pragma once
 
 #include <atomic>
@@ -12,7 +13,22 @@
 #include <utility>
 #include <vector>
 
+#include "dataplane/engine/stats.h"
+#include "dataplane/fault_injector.h"
+#include "dataplane/port/dpdk_port.h"
+
 namespace roce::apps {
+
+/// The raw counters of one port, as the poll loop copies them.
+struct PortCounters {
+  std::string name;  ///< port name, set once
+  engine::Stats engine;
+  port::PortStats port;
+  port::NeighbourStats neighbour;
+  FaultStats faults;
+  bool faults_on = false;
+  std::uint64_t qps = 0;
+};
 
 struct CounterSample {
   std::string name;  ///< e.g. "rx_frames"
@@ -22,15 +38,17 @@ struct CounterSample {
 
 class Metrics {
  public:
-  /// Dataplane side: replaces the snapshot unless the control side is reading it right now.
-  void publish(std::vector<CounterSample>&& samples);
+  /// Dataplane side: copies the counters unless the control side is reading them right now.
+  /// With the same number of ports each time, this allocates nothing.
+  void publish(const std::vector<PortCounters>& ports);
+  /// Control side: every counter, named.
   std::vector<CounterSample> snapshot() const;
   /// Prometheus text exposition format (version 0.0.4).
   std::string prometheus(const std::string& appliance) const;
 
  private:
   mutable std::mutex mu_;
-  std::vector<CounterSample> samples_;
+  std::vector<PortCounters> ports_;
 };
 
 /// A minimal HTTP/1.0 server for GET /metrics on `host:port`, in its own thread.
