@@ -157,12 +157,23 @@ void DpdkPort::flush() {
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(sent));
 }
 
-PollLoop::PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& faults)
+PollLoop::PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& faults,
+                   const FaultPolicy& rx_faults)
     : port_(port),
       eng_(eng),
       nb_(eng.config().mac, eng.config().ipv4, eng.config().ipv6),
       reply_(9216 + 64) {
   if (faults.any()) link_ = std::make_unique<FaultyLink>(faults);
+  if (rx_faults.any()) rx_link_ = std::make_unique<FaultyLink>(rx_faults);
+}
+
+void PollLoop::deliver(std::span<const std::uint8_t> f, std::uint64_t now) {
+  // RoCE is IPv4/IPv6 + UDP; ARP and ICMP go to the neighbour responder.
+  if (const auto n = nb_.on_frame(f, reply_)) {
+    if (*n) send({reply_.data(), *n});
+    return;
+  }
+  eng_.receive(f, now);
 }
 
 void PollLoop::send(std::span<const std::uint8_t> frame) {
@@ -176,17 +187,17 @@ void PollLoop::send(std::span<const std::uint8_t> frame) {
 
 std::size_t PollLoop::poll_once() {
   const std::uint64_t now = now_ns();
+  const auto arrive = [&](std::span<const std::uint8_t> f, std::uint64_t) { deliver(f, now); };
   std::size_t moved = port_.rx(
       [&](std::span<const std::uint8_t> f) {
-        if (tap) tap(f, false);
-        // RoCE is IPv4/IPv6 + UDP; ARP and ICMP go to the neighbour responder.
-        if (const auto n = nb_.on_frame(f, reply_)) {
-          if (*n) send({reply_.data(), *n});
-          return;
-        }
-        eng_.receive(f, now);
+        if (tap) tap(f, false);  // what the wire carried, before receive-side faults
+        if (rx_link_)
+          rx_link_->submit(f, arrive);
+        else
+          deliver(f, now);
       },
       32);
+  if (rx_link_ && moved == 0) rx_link_->release_held(arrive);
   eng_.run(now);
   moved += eng_.drain_tx([&](std::span<const std::uint8_t> f) { send(f); });
   if (link_ && moved == 0)  // idle: release frames held for reordering

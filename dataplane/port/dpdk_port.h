@@ -80,11 +80,12 @@ std::uint16_t DpdkPort::rx(F&& f, std::uint16_t max) {
   return n;
 }
 
-/// One poll loop: a port, the engine that owns its QPs, the neighbour responder, and an
-/// optional fault injector on transmit. Not thread-safe: run it on one lcore.
+/// One poll loop: a port, the engine that owns its QPs, the neighbour responder, and optional
+/// fault injectors on transmit and on receive. Not thread-safe: run it on one lcore.
 class PollLoop {
  public:
-  PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& faults = {});
+  PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& faults = {},
+           const FaultPolicy& rx_faults = {});
   /// One iteration: RX burst, timers and send queues, TX burst. Returns frames moved.
   std::size_t poll_once();
   /// Sends an ARP request for `ip` (the reply fills the neighbour cache).
@@ -93,13 +94,16 @@ class PollLoop {
   /// Called for every frame received (tx = false) and sent (tx = true): for captures.
   std::function<void(std::span<const std::uint8_t>, bool tx)> tap;
   const FaultyLink* faults() const { return link_.get(); }
+  const FaultyLink* rx_faults() const { return rx_link_.get(); }
 
  private:
   void send(std::span<const std::uint8_t> frame);
+  void deliver(std::span<const std::uint8_t> frame, std::uint64_t now);
   DpdkPort& port_;
   engine::Engine& eng_;
   Neighbour nb_;
-  std::unique_ptr<FaultyLink> link_;  ///< only when fault injection is configured
+  std::unique_ptr<FaultyLink> link_;     ///< transmit faults, only when configured
+  std::unique_ptr<FaultyLink> rx_link_;  ///< receive faults, only when configured
   std::vector<std::uint8_t> reply_;
 };
 

@@ -1,0 +1,208 @@
+/// @file
+/// roce-perf's dataplane and out-of-band connection.
+#include "apps/perf/env.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "controlplane/address.h"
+
+namespace roce::perf {
+
+void fail(const std::string& msg) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "roce-perf: %s\n", msg.c_str());
+  std::exit(1);
+}
+
+std::string hex_gid(const wire::Ipv6Addr& g) {
+  std::string s;
+  char h[3];
+  for (auto b : g.b) {
+    std::snprintf(h, sizeof h, "%02x", b);
+    s += h;
+  }
+  return s;
+}
+
+namespace {
+
+std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o, wire::Ipv4Addr& ip) {
+  const auto a = ctl::parse_ipv4(o.ip);
+  const auto mac = ctl::parse_mac(o.mac);
+  if (!a || !mac) fail("--ip and --mac must be an IPv4 address and a MAC address");
+  if (o.iface.empty()) fail("--iface IF (the interface for the RoCE traffic) is required");
+  if (o.netdev_mtu < 576 || o.netdev_mtu > 9000) fail("--netdev-mtu must be 576..9000");
+  ip = *a;
+  // af_packet copies each frame into a ring slot: jumbo frames need bigger slots.
+  std::string vdev = "--vdev=net_af_packet0,iface=" + o.iface + ",qpairs=1";
+  if (o.netdev_mtu > 1500) vdev += ",blocksz=16384,framesz=16384,framecnt=512";
+  port::eal_init({"--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--log-level=*:error",
+                  "--file-prefix=roceperf" + std::to_string(getpid()), "-l", "0", vdev});
+  engine::EngineConfig ec;
+  ec.mac = *mac;
+  ec.ipv4 = *a;
+  ec.advertise_credits = false;  // as rxe
+  return std::make_unique<engine::Engine>(ec);
+}
+
+std::unique_ptr<port::DpdkPort> make_port(const LinkOpts& o) {
+  port::PortSpec ps;
+  ps.device = "net_af_packet0";
+  ps.mac = *ctl::parse_mac(o.mac);
+  ps.mtu = static_cast<std::uint16_t>(o.netdev_mtu);
+  ps.mbufs = 4096;
+  return std::make_unique<port::DpdkPort>(ps);
+}
+
+}  // namespace
+
+Env::Env(const LinkOpts& o)
+    : eng(make_engine(o, ip)),
+      dev(make_port(o)),
+      loop_ptr(std::make_unique<port::PollLoop>(*dev, *eng, o.tx_faults, o.rx_faults)),
+      loop(*loop_ptr) {
+  gid = ctl::gid_from_ipv4(ip);
+  if (!o.pcap.empty()) {
+    capture = std::make_unique<apps::PcapWriter>(o.pcap);
+    loop.tap = [this](std::span<const std::uint8_t> f, bool) { capture->write(f, port::now_ns()); };
+  }
+  until([&] { return dev->link_up(); }, 10);
+}
+
+Env::~Env() {
+  loop_ptr.reset();
+  dev.reset();
+  eng.reset();
+}
+
+void Env::yield() { sched_yield(); }
+
+wire::MacAddr Env::resolve(wire::Ipv4Addr peer, double seconds) {
+  const auto mac = port::resolve_wait(loop, peer, seconds);
+  if (!mac) fail("no ARP answer from " + ctl::to_string(peer));
+  return *mac;
+}
+
+Oob::Oob(Env& env, std::string server, unsigned port, double timeout_s)
+    : env_(env), server_(std::move(server)), port_(port), timeout_s_(timeout_s) {
+  if (client()) return;
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<std::uint16_t>(port_));
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::listen(listen_fd_, 1) != 0)
+    fail("cannot listen on port " + std::to_string(port_) + ": " + std::strerror(errno));
+  fcntl(listen_fd_, F_SETFL, O_NONBLOCK);
+}
+
+Oob::~Oob() {
+  close();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+void Oob::open() {
+  if (!client()) {
+    if (!env_.until([&] { return (fd_ = ::accept(listen_fd_, nullptr, nullptr)) >= 0; },
+                    timeout_s_))
+      fail("no client connected to port " + std::to_string(port_));
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+  } else {
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(server_.c_str(), std::to_string(port_).c_str(), &hints, &res) != 0)
+      fail("cannot resolve " + server_);
+    int err = 0;
+    const bool ok = env_.until(
+        [&] {
+          fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+          if (::connect(fd_, res->ai_addr, res->ai_addrlen) == 0) return true;
+          err = errno;
+          ::close(fd_);
+          fd_ = -1;
+          if (err != ECONNREFUSED) return true;
+          ::usleep(100000);  // the server may not listen yet
+          return false;
+        },
+        timeout_s_);
+    freeaddrinfo(res);
+    if (!ok || fd_ < 0)
+      fail("couldn't connect to " + server_ + ":" + std::to_string(port_) + ": " +
+           std::strerror(err ? err : ETIMEDOUT));
+  }
+  const int one = 1;
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  fcntl(fd_, F_SETFL, O_NONBLOCK);
+}
+
+namespace {
+void xfer(Env& env, int fd, void* buf, std::size_t n, bool write, double to) {
+  std::size_t done = 0;
+  const bool ok = env.until(
+      [&] {
+        const ssize_t r = write ? ::send(fd, static_cast<char*>(buf) + done, n - done, MSG_NOSIGNAL)
+                                : ::recv(fd, static_cast<char*>(buf) + done, n - done, 0);
+        if (r > 0) done += static_cast<std::size_t>(r);
+        if (r == 0 && !write) fail("the peer closed the exchange connection");
+        if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+          fail(std::string("exchange: ") + std::strerror(errno));
+        return done == n;
+      },
+      to);
+  if (!ok) fail("timed out in the out-of-band exchange");
+}
+}  // namespace
+
+void Oob::send(const void* buf, std::size_t n) {
+  xfer(env_, fd_, const_cast<void*>(buf), n, true, timeout_s_);
+}
+void Oob::recv(void* buf, std::size_t n) { xfer(env_, fd_, buf, n, false, timeout_s_); }
+
+void Oob::exchange(const void* mine, void* theirs, std::size_t n) {
+  if (client()) {
+    send(mine, n);
+    recv(theirs, n);
+  } else {
+    recv(theirs, n);
+    send(mine, n);
+  }
+}
+
+bool Oob::readable() const {
+  char c;
+  return ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) >= 0 ||
+         (errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+void Oob::drain_until_closed(double seconds) {
+  if (fd_ < 0) return;
+  env_.until(
+      [&] {
+        char b[64];
+        const ssize_t r = ::recv(fd_, b, sizeof b, 0);
+        return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+      },
+      seconds);
+}
+
+void Oob::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+}  // namespace roce::perf

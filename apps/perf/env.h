@@ -1,0 +1,103 @@
+/// @file
+/// What every roce-perf test stands on: one DPDK port (net_af_packet on a kernel interface)
+/// with an Engine and a poll loop, an optional capture, fault injection on either direction,
+/// and the out-of-band TCP connection of rdma-core's and perftest's tools. The RoCE traffic
+/// runs on the DPDK port; the exchange runs on a kernel socket, as on a management interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "apps/common/pcap_writer.h"
+#include "dataplane/fault_injector.h"
+#include "dataplane/port/dpdk_port.h"
+
+namespace roce::perf {
+
+/// Prints "roce-perf: MSG" and exits with status 1 (a test that cannot go on).
+[[noreturn]] void fail(const std::string& msg);
+
+struct LinkOpts {
+  std::string iface;  ///< kernel interface the DPDK port attaches to (net_af_packet)
+  std::string ip = "192.0.2.100";
+  std::string mac = "02:00:00:00:00:64";
+  unsigned netdev_mtu = 1500;  ///< largest IP packet on the link (9000 for path MTU 4096)
+  std::string pcap;            ///< capture every frame sent and received here
+  FaultPolicy tx_faults, rx_faults;
+};
+
+/// The dataplane of one test: EAL, port, engine and poll loop.
+class Env {
+ public:
+  explicit Env(const LinkOpts& o);
+  ~Env();
+  Env(const Env&) = delete;
+  Env& operator=(const Env&) = delete;
+
+  /// Polls until `done()` or `seconds`; false on timeout.
+  /// When idle for a while, it yields the CPU: on a host with fewer cores than busy pollers,
+  /// the kernel's softirq work (af_packet, veth, taps) would otherwise wait for a tick.
+  template <class F>
+  bool until(F&& done, double seconds) {
+    const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(seconds * 1e9);
+    unsigned idle = 0;
+    while (!done()) {
+      if (port::now_ns() > end) return false;
+      if (loop.poll_once() != 0 || eng->has_work())
+        idle = 0;
+      else if (++idle >= kYieldAfterIdlePolls && yield_when_idle)
+        yield();
+    }
+    return true;
+  }
+  bool yield_when_idle = true;
+  static constexpr unsigned kYieldAfterIdlePolls = 32;
+  /// The peer's MAC by ARP; fails the test after `seconds`.
+  wire::MacAddr resolve(wire::Ipv4Addr peer, double seconds);
+  static void yield();
+
+  wire::Ipv4Addr ip;
+  wire::Ipv6Addr gid;  ///< ::ffff:ip
+  std::unique_ptr<engine::Engine> eng;
+  std::unique_ptr<port::DpdkPort> dev;
+  std::unique_ptr<port::PollLoop> loop_ptr;
+  port::PollLoop& loop;
+  std::unique_ptr<apps::PcapWriter> capture;
+};
+
+/// The out-of-band TCP connection. The side given a server name connects (client); the other
+/// listens for one connection (server). Every transfer keeps the dataplane polling, so that
+/// ARP and RoCE traffic are answered while the exchange waits.
+class Oob {
+ public:
+  /// Server: listens on `port` now (so that a peer may connect early); accept() waits.
+  Oob(Env& env, std::string server, unsigned port, double timeout_s);
+  ~Oob();
+  Oob(const Oob&) = delete;
+  Oob& operator=(const Oob&) = delete;
+
+  bool client() const { return !server_.empty(); }
+  /// Client: connects (retrying while refused, until the timeout); server: accepts.
+  void open();
+  void send(const void* buf, std::size_t n);
+  void recv(void* buf, std::size_t n);
+  /// perftest's symmetric step: the client writes then reads, the server reads then writes.
+  void exchange(const void* mine, void* theirs, std::size_t n);
+  void close();
+  /// True when the peer has sent something not read yet (or closed).
+  bool readable() const;
+  /// Reads and discards until the peer closes, for at most `seconds`.
+  void drain_until_closed(double seconds);
+
+ private:
+  Env& env_;
+  std::string server_;
+  unsigned port_;
+  double timeout_s_;
+  int listen_fd_ = -1, fd_ = -1;
+};
+
+std::string hex_gid(const wire::Ipv6Addr& g);  ///< 32 hex digits, bytes in order
+
+}  // namespace roce::perf

@@ -1,0 +1,44 @@
+/// @file
+/// roce-perf's tests. Each runs one whole test (exchange, traffic, report) on an Env and
+/// returns the process exit status; the options are the union of the tools' flags.
+#pragma once
+
+#include <string>
+
+#include "apps/perf/env.h"
+
+namespace roce::perf {
+
+enum class Verb { kWrite, kRead, kSend, kAtomic };
+enum class Mode { kBw, kLat };
+
+struct Opts {
+  LinkOpts link;
+  std::string server;  ///< empty: we are the server
+  std::string json;
+  unsigned port = 18515;
+  double timeout_s = 60;
+  // rdma-core pingpong flags
+  unsigned size = 4096, iters = 1000, mtu = 1024, rx_depth = 500, num_qp = 16;
+  bool num_qp_given = false, cq_mod_given = false, size_given = false, iters_given = false,
+       mtu_given = false, rx_depth_given = false;
+  // perftest flags
+  bool all_sizes = false;        ///< -a: 2 .. 2^23 bytes
+  unsigned tx_depth = 0;         ///< -t (0: the tool's default)
+  unsigned cq_mod = 100;         ///< -Q
+  unsigned duration = 0;         ///< -D seconds (0: iterations)
+  unsigned out_reads = 0;        ///< -o (0: the default)
+  unsigned inline_size = 0;      ///< -I
+  bool report_gbits = false;     ///< --report_gbits
+  bool cmp_and_swap = false;     ///< -A CMP_AND_SWAP (default FETCH_AND_ADD)
+  std::string version = "6.06";  ///< what we announce in the version exchange
+};
+
+/// ibv_rc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong.
+enum class Pingpong { kRc, kUd, kSrq };
+int run_pingpong(const Opts& o, Pingpong kind);
+
+/// ib_{write,read,send,atomic}_{bw,lat}.
+int run_perftest(const Opts& o, Verb verb, Mode mode);
+
+}  // namespace roce::perf

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Two roce-perf processes, server and client of one perftest-style test, over net_af_packet on a
+# veth pair between two private network namespaces (RoCE addresses .111/.112). The exchange runs
+# on the kernel's TCP over a second veth pair, the management link (.11/.12): the DPDK port owns
+# its interface (af_packet sets its MAC). Both sides' captures must decode. Needs root and iproute2; exits 77 ("skipped") without them.
+#   perftest_pair.sh ROCE_PERF ROCE_PCAP TEST [ARGS...]   (ARGS go to both sides)
+set -euo pipefail
+perf=$(realpath "$1") pcap=$(realpath "$2") test=$3; shift 3
+if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null; then
+  echo "skipped: needs root and iproute2"; exit 77
+fi
+mtu=1500
+for a in "$@"; do [[ $a == --netdev-mtu=* ]] && mtu=${a#--netdev-mtu=}; done
+a=roce-pt-a-$$ b=roce-pt-b-$$
+work=$(mktemp -d)
+cleanup() { ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+ip netns add "$a" && ip netns add "$b" || { echo "skipped: cannot create network namespaces"; exit 77; }
+ip -n "$a" link add veth-a type veth peer name veth-b netns "$b"
+ip -n "$a" link add mgmt-a type veth peer name mgmt-b netns "$b"
+ip -n "$a" addr add 192.0.2.11/24 dev mgmt-a
+ip -n "$b" addr add 192.0.2.12/24 dev mgmt-b
+for nd in "$a veth-a mgmt-a" "$b veth-b mgmt-b"; do
+  read -r ns dev mgmt <<< "$nd"
+  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 || true
+  ip -n "$ns" link set "$dev" mtu "$mtu" up
+  ip -n "$ns" link set "$mgmt" up
+  ip -n "$ns" link set lo up
+done
+ip netns exec "$a" "$perf" "$test" --iface veth-a --ip 192.0.2.111 --mac 02:00:00:00:01:11 \
+  --pcap "$work/server.pcap" --json "$work/server.json" --timeout 60 "$@" > "$work/server.txt" 2>&1 &
+spid=$!
+rc=0
+ip netns exec "$b" "$perf" "$test" --iface veth-b --ip 192.0.2.112 --mac 02:00:00:00:01:12 \
+  --pcap "$work/client.pcap" --json "$work/client.json" --timeout 60 "$@" 192.0.2.11 \
+  > "$work/client.txt" 2>&1 || rc=$?
+wait "$spid" || rc=$?
+sed 's/^/server: /' "$work/server.txt"
+sed 's/^/client: /' "$work/client.txt"
+[[ $rc == 0 ]] || { echo "FAIL: roce-perf exited with $rc"; exit 1; }
+cp "$work"/*.pcap "${ROCE_PT_KEEP:-$work}/" 2>/dev/null || true
+for side in server client; do
+  "$(dirname "$0")/check_capture.sh" "$pcap" "$work/$side.pcap" 1 | tail -1
+done

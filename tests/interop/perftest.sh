@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# One perftest tool (ib_write_bw, ib_read_lat, ...) in a Linux rxe VM against roce-perf on a DPDK
+# port, in both directions: the VM as server and we connect, then we serve and the VM connects.
+# Every run is captured on our side and checked (our parser, tshark); both sides must finish
+# with status 0 and print a result row.
+#   perftest.sh ROCE_PERF ROCE_PCAP TEST [ARGS...]   (root; exits 77 when VMs cannot run here)
+# TEST: write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat. ARGS go to
+# both tools (e.g. -s 4096 -n 100). Environment: RXE_VM_MTU=9000 runs path MTU 4096;
+# ROCE_EXTRA adds arguments on our side only (e.g. "--tx-drop 0.01"); ROCE_EXPECT_RETX=1
+# requires that we retransmitted at least once (for the loss runs).
+set -euo pipefail
+perf=$(realpath "$1") pcap=$(realpath "$2") test=$3; shift 3
+args=("$@")
+here=$(cd "$(dirname "$0")" && pwd)
+vm=$here/vm/run-vm.sh
+if [[ $(id -u) -ne 0 ]] || [[ ! -e /dev/net/tun ]]; then echo "skipped: needs root and /dev/net/tun"; exit 77; fi
+"$here/vm/build.sh" >/dev/null || { echo "skipped: cannot build the VM image"; exit 77; }
+ours=()
+if [[ ${RXE_VM_MTU:-1500} -ge 9000 ]]; then
+  args+=(-m 4096); ours+=(--netdev-mtu 9000)
+fi
+read -r -a extra <<< "${ROCE_EXTRA:-}"
+ours+=("${extra[@]}")
+fail=0
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+boot() {  # boot the VM with a command; wait until it is ready
+  "$vm" -b -w -t 240 -c "$1" > "$out/vm.txt" 2>&1 &
+  vmpid=$!
+  for _ in $(seq 90); do grep -q RXEVM-WAIT "$out/vm.txt" && return 0; sleep 1; done
+  echo "VM did not come up:"; cat "$out/vm.txt"; return 1
+}
+
+for dir in vm-server us-server; do
+  if [[ $dir == vm-server ]]; then
+    boot "ib_$test -d rxe0 -x \$(rxe_gid_idx) ${args[*]}"
+    ip netns exec rxevm "$perf" "$test" --iface dp0 --timeout 180 --pcap "$out/us.pcap" \
+      --json "$out/us.json" "${ours[@]}" "${args[@]}" 192.0.2.1 > "$out/us.txt" 2>&1 && rc=0 || rc=$?
+  else
+    boot "retry ib_$test -d rxe0 -x \$(rxe_gid_idx) ${args[*]} 192.0.2.254"
+    ip netns exec rxevm "$perf" "$test" --iface dp0 --timeout 180 --pcap "$out/us.pcap" \
+      --json "$out/us.json" "${ours[@]}" "${args[@]}" > "$out/us.txt" 2>&1 && rc=0 || rc=$?
+  fi
+  wait "$vmpid" || true
+  theirs=1; grep -q "cmd-end rc=0" "$out/vm.txt" && theirs=0
+  "$here/../integration/check_capture.sh" "$pcap" "$out/us.pcap" 1 > "$out/capture.txt" 2>&1 \
+    && cap=0 || cap=1
+  # the result row: a line that starts with the message size
+  row=$(grep -m1 -E '^ [0-9]+ +[0-9]+ ' "$out/us.txt" | tr -s ' \t' ' ' || true)
+  vmrow=$(grep -v '^\[rxe-vm\]' "$out/vm.txt" | grep -m1 -E '^ [0-9]+ +[0-9]+ ' | tr -s ' \t' ' ' || true)
+  retx=$(sed -n 's/.*"retransmitted":\([0-9]*\).*/\1/p' "$out/us.json" 2>/dev/null || echo 0)
+  ok=1
+  [[ $rc == 0 && $theirs == 0 && $cap == 0 ]] || ok=0
+  # read/atomic latency servers print no row; everyone else does
+  if [[ -z $row && ! ($dir == us-server && $test =~ ^(read|atomic)_lat$) ]]; then ok=0; fi
+  if [[ -z $vmrow && ! ($dir == vm-server && $test =~ ^(read|atomic)_lat$) ]]; then ok=0; fi
+  if [[ ${ROCE_EXPECT_RETX:-0} == 1 && ${retx:-0} -eq 0 && $test =~ _bw$ && \
+        ! ($dir == us-server && $test != send_bw) ]]; then
+    ok=0; echo "  (no retransmission although loss was injected)"
+  fi
+  summary="us:[${row:-none}] rxe:[${vmrow:-none}] retransmitted ${retx:-?}; $(tail -1 "$out/capture.txt")"
+  if [[ $ok == 1 ]]; then
+    echo "PASS ib_$test ${args[*]} ${extra[*]} ($dir): $summary"
+  else
+    echo "FAIL ib_$test ${args[*]} ${extra[*]} ($dir): ours=$rc rxe=$theirs capture=$cap; $summary"
+    sed 's/^/  capture: /' "$out/capture.txt"
+    sed 's/^/  us: /' "$out/us.txt" | tail -20
+    grep -v "^\[rxe-vm\]" "$out/vm.txt" | sed 's/^/  vm: /' | tail -25
+    fail=1
+  fi
+done
+exit $fail
