@@ -62,6 +62,8 @@ std::unique_ptr<port::DpdkPort> make_port(const LinkOpts& o) {
   ps.mac = *ctl::parse_mac(o.mac);
   ps.mtu = static_cast<std::uint16_t>(o.netdev_mtu);
   ps.mbufs = 4096;
+  // net_af_packet wants an mbuf to hold a whole ring slot (16 KiB for jumbo frames).
+  if (o.netdev_mtu > 1500) ps.mbuf_data_room = 16384;
   return std::make_unique<port::DpdkPort>(ps);
 }
 

@@ -168,8 +168,8 @@ int main(int argc, char** argv) {
     if (t.pingpong) {
       if (t.pp == Pingpong::kUd && o.size_given && o.size > o.mtu)
         throw po::error("ud_pingpong: -s must not exceed -m");
-      if (t.pp == Pingpong::kSrq && o.num_qp > o.rx_depth)
-        throw po::error("srq_pingpong: -q must not exceed -r");
+      if (t.pp == Pingpong::kSrq && (o.num_qp > o.rx_depth || o.num_qp >= 256))
+        throw po::error("srq_pingpong: -q must be below 256 and not exceed -r");
     }
   } catch (const po::error& e) {
     std::cerr << "roce-perf: " << e.what() << "\n(try --help)\n";

@@ -22,6 +22,8 @@ namespace {
 // Q_Key of ibv_ud_pingpong (and of perftest's UD tests).
 constexpr std::uint32_t kPingpongQkey = 0x11111111;
 constexpr std::size_t kMsgLen = 52;
+// ibv_srq_pingpong always exchanges this many messages; those past -q are all zeros.
+constexpr unsigned kSrqMaxQp = 256;
 
 Mtu mtu_enum(unsigned m) {
   switch (m) {
@@ -110,12 +112,18 @@ int run_pingpong(const Opts& o, Pingpong kind) {
   }
   std::fflush(stdout);
   oob.open();
+  const unsigned nmsg = kind == Pingpong::kSrq ? kSrqMaxQp : 1;
+  // (the zero entries of srq_pingpong's fixed-size table)
+  mine.resize(nmsg);
+  for (unsigned i = nqp; i < nmsg; ++i)
+    std::snprintf(mine[i].data(), kMsgLen, "%04x:%06x:%06x:%032x", 0, 0, 0, 0);
   std::vector<PeerMsg> peer(nqp);
   if (client)
     for (auto& m : mine) oob.send(m.data(), kMsgLen);
-  for (unsigned i = 0; i < nqp; ++i) {
+  for (unsigned i = 0; i < nmsg; ++i) {
     char theirs[kMsgLen] = {};
     oob.recv(theirs, kMsgLen);
+    if (i >= nqp) continue;
     peer[i] = parse_msg(theirs);
     std::printf("  remote address: LID 0x0000, QPN 0x%06x, PSN 0x%06x, GID %s\n", peer[i].qpn,
                 peer[i].psn, ctl::to_string(peer[i].gid).c_str());

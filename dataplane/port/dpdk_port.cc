@@ -53,8 +53,10 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
         "DPDK port '" + spec.device +
         "' not found (is it a PCI device bound to DPDK, or given with --vdev?)");
   // One mbuf holds a whole frame: data room for the MTU plus L2 and some slack.
-  const std::uint32_t room =
-      std::max<std::uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE, spec.mtu + 64 + RTE_PKTMBUF_HEADROOM);
+  const std::uint32_t room = spec.mbuf_data_room
+                                 ? spec.mbuf_data_room + RTE_PKTMBUF_HEADROOM
+                                 : std::max<std::uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE,
+                                                           spec.mtu + 64 + RTE_PKTMBUF_HEADROOM);
   const std::string pool_name = "roce_pool_" + std::to_string(port_);
   pool_ =
       rte_pktmbuf_pool_create(pool_name.c_str(), spec.mbufs, 256, 0,
@@ -63,6 +65,15 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
 
   rte_eth_conf conf{};
   conf.rxmode.mtu = spec.mtu;
+  // Some virtual PMDs (net_af_packet) report a 1518-byte limit yet carry whatever the kernel
+  // interface carries: configure what the PMD accepts; the interface MTU decides the rest.
+  rte_eth_dev_info info{};
+  if (rte_eth_dev_info_get(port_, &info) == 0) {
+    std::uint32_t cap = info.max_mtu ? info.max_mtu : UINT16_MAX;
+    const std::uint32_t l2 = RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN;
+    if (info.max_rx_pktlen > l2) cap = std::min(cap, info.max_rx_pktlen - l2);
+    conf.rxmode.mtu = static_cast<std::uint16_t>(std::min<std::uint32_t>(conf.rxmode.mtu, cap));
+  }
   int rc = rte_eth_dev_configure(port_, 1, 1, &conf);
   if (rc < 0) fail("cannot configure " + spec.device, rc);
   std::uint16_t rxd = spec.rx_desc, txd = spec.tx_desc;

@@ -31,6 +31,7 @@ struct PortSpec {
   wire::MacAddr mac;
   std::uint16_t mtu = 1500;
   std::uint32_t mbufs = 8192;
+  std::uint32_t mbuf_data_room = 0;  ///< 0: room for one frame of `mtu`
   std::uint16_t rx_desc = 1024;
   std::uint16_t tx_desc = 1024;
 };

@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# ibv_rc_pingpong or ibv_ud_pingpong (rdma-core) in a Linux rxe VM against roce-perf on a DPDK
+# ibv_rc_pingpong, ibv_ud_pingpong or ibv_srq_pingpong (rdma-core) in a Linux rxe VM against roce-perf on a DPDK
 # port, in both directions and for several message sizes (RC: multi-packet from 4096 up at
 # MTU 1024; UD: up to the MTU).
 # Every run is captured on our side and checked: our parser accepts every RoCEv2 frame and
 # tshark dissects them without errors.
-#   pingpong.sh ROCE_PERF ROCE_PCAP rc|ud [SIZES...]   (root; exits 77 when VMs cannot run here)
+#   pingpong.sh ROCE_PERF ROCE_PCAP rc|ud|srq [SIZES...]   (root; exits 77 when VMs cannot run here)
 set -euo pipefail
 perf=$(realpath "$1") pcap=$(realpath "$2") kind=$3; shift 3
-[[ $kind == rc || $kind == ud ]] || { echo "usage: $0 ROCE_PERF ROCE_PCAP rc|ud [SIZES...]"; exit 2; }
+[[ $kind == rc || $kind == ud || $kind == srq ]] || { echo "usage: $0 ROCE_PERF ROCE_PCAP rc|ud|srq [SIZES...]"; exit 2; }
 test=${kind}_pingpong
-if [[ $kind == rc ]]; then default="1 64 1024 4096 16384"; else default="1 64 1024"; fi
+if [[ $kind == ud ]]; then default="1 64 1024"; else default="1 64 1024 4096 16384"; fi
 sizes=("${@:-$default}")
 read -r -a sizes <<< "${sizes[*]}"
 here=$(cd "$(dirname "$0")" && pwd)
 vm=$here/vm/run-vm.sh
 if [[ $(id -u) -ne 0 ]] || [[ ! -e /dev/net/tun ]]; then echo "skipped: needs root and /dev/net/tun"; exit 77; fi
 "$here/vm/build.sh" >/dev/null || { echo "skipped: cannot build the VM image"; exit 77; }
-iters=200
+iters=${ITERS:-200}
+mtu_args="" ours_mtu=()
+if [[ ${RXE_VM_MTU:-1500} -ge 9000 ]]; then mtu_args="-m 4096"; ours_mtu=(--netdev-mtu 9000); fi
 fail=0
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -35,12 +37,14 @@ finish() {  # wait for the VM to end; return its command's status
 for s in "${sizes[@]}"; do
   for dir in vm-server us-server; do
     if [[ $dir == vm-server ]]; then
-      boot "ibv_$test -d rxe0 -g \$(rxe_gid_idx) -s $s -n $iters"
+      boot "ibv_$test -d rxe0 -g \$(rxe_gid_idx) -s $s -n $iters $mtu_args"
       ip netns exec rxevm "$perf" "$test" --iface dp0 -s "$s" -n "$iters" --timeout 120 \
+        ${mtu_args} "${ours_mtu[@]}" \
         --pcap "$out/us.pcap" 192.0.2.1 > "$out/us.txt" 2>&1 && ours=0 || ours=$?
     else
-      boot "retry ibv_$test -d rxe0 -g \$(rxe_gid_idx) -s $s -n $iters 192.0.2.254"
+      boot "retry ibv_$test -d rxe0 -g \$(rxe_gid_idx) -s $s -n $iters $mtu_args 192.0.2.254"
       ip netns exec rxevm "$perf" "$test" --iface dp0 -s "$s" -n "$iters" --timeout 120 \
+        ${mtu_args} "${ours_mtu[@]}" \
         --pcap "$out/us.pcap" > "$out/us.txt" 2>&1 && ours=0 || ours=$?
     fi
     finish && theirs=0 || theirs=1
