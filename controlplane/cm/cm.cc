@@ -513,7 +513,7 @@ void Cm::on_req(const MadHeader& h, const ReqMsg& m, const MadAddr& from) {
     }
     return;
   }
-  // A REQ from a QP we still remember under another connection (IBA 12.4 stale connection).
+  // A REQ from a QP we still remember under another connection: a stale connection (cm.c).
   for (auto& [_, c] : conns_) {
     if (c.remote_ca_guid == m.local_ca_guid && c.qp.remote_qpn == m.local_qpn &&
         c.remote_ca_guid != 0 && c.state != ConnState::kSidrReqRcvd) {

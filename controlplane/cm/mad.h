@@ -1,6 +1,6 @@
 /// @file
 /// Codec of the InfiniBand Communication Manager MADs (IBA Vol.1 ch.12, "CM messages") as
-/// rdma_cm sends them over RoCEv2: the 24-byte MAD common header (IBA 13.4.3) and the REQ, MRA,
+/// rdma_cm sends them over RoCEv2: the 24-byte MAD common header and the REQ, MRA,
 /// REJ, REP, RTU, DREQ, DREP, SIDR_REQ and SIDR_REP bodies, plus rdma_cm's service IDs and the
 /// 36-byte cma private-data header. Plain value structs in, 256 bytes out; decoding checks the
 /// length and the header and never reads outside the span. The state machine is in cm.h.
@@ -69,7 +69,7 @@ struct MadHeader {
 /// Which message an MRA or a REJ refers to (2-bit "Message MRAed" / "Message REJected").
 enum class MsgKind : std::uint8_t { kReq = 0, kRep = 1, kOther = 2 };
 
-/// REJ reasons (IBA Table 112; the names of include/rdma/ib_cm.h).
+/// REJ reasons (roce-wire-reference 5.4; the names of include/rdma/ib_cm.h).
 enum class RejReason : std::uint16_t {
   kNoQp = 1,
   kNoEec = 2,
@@ -98,7 +98,7 @@ enum class RejReason : std::uint16_t {
   kInvalidAltFlowLabel = 33,
 };
 
-/// SIDR_REP status values (IBA Table 120; ib_cm.h `ib_cm_sidr_status`).
+/// SIDR_REP status values (include/rdma/ib_cm.h `ib_cm_sidr_status`).
 enum class SidrStatus : std::uint8_t {
   kSuccess = 0,
   kUnsupported = 1,  ///< no listener on the service ID
