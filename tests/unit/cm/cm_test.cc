@@ -573,6 +573,78 @@ TEST_F(CmTest, DreqNamingAnotherQpIsIgnored) {
   EXPECT_EQ(b_.cm.state(ib), ConnState::kEstablished);
 }
 
+TEST_F(CmTest, MraForRepExtendsTheRepTimer) {
+  a_.cm.connect(params());
+  deliver(a_, b_);
+  const ConnId ib = b_.last(CmEventType::kConnectRequest).id;
+  b_.cm.accept(ib, accept_params());
+  const RepMsg rep = b_.pop().as<RepMsg>();
+  MraMsg mra;
+  mra.local_comm_id = rep.remote_comm_id;
+  mra.remote_comm_id = ib.v;
+  mra.message_mraed = MsgKind::kRep;
+  mra.service_timeout = 20;
+  b_.cm.on_mad(encode({}, mra), a_.addr);
+  EXPECT_EQ(b_.cm.state(ib), ConnState::kMraRepRcvd);
+  EXPECT_EQ(b_.cm.next_deadline(), now_ + milliseconds(4096 + 512));
+  advance(kRepInterval);
+  EXPECT_TRUE(b_.out.empty());  // the plain REP interval no longer applies
+  advance(milliseconds(512));
+  EXPECT_EQ(drop(b_), AttrId::kRep);
+  // An MRA naming the wrong message is ignored.
+  mra.message_mraed = MsgKind::kReq;
+  b_.cm.on_mad(encode({}, mra), a_.addr);
+  EXPECT_EQ(b_.cm.state(ib), ConnState::kMraRepRcvd);
+}
+
+TEST_F(CmTest, DuplicateReqAfterEstablishmentIsIgnored) {
+  const Sent req = [&] {
+    a_.cm.connect(params());
+    return a_.out.front();
+  }();
+  deliver(a_, b_);
+  b_.cm.accept(b_.last(CmEventType::kConnectRequest).id, accept_params());
+  deliver(b_, a_);
+  deliver(a_, b_);
+  b_.cm.on_mad(req.bytes, a_.addr);
+  EXPECT_TRUE(b_.out.empty());
+  EXPECT_EQ(b_.count(CmEventType::kConnectRequest), 1u);
+  EXPECT_EQ(b_.cm.stats().duplicates, 1u);
+}
+
+TEST_F(CmTest, RejWhileEstablishedEntersTimewait) {
+  auto [ia, ib] = establish();
+  RejMsg rej;
+  rej.local_comm_id = ib.v;
+  rej.remote_comm_id = ia.v;
+  rej.message_rejected = MsgKind::kOther;
+  rej.reason = RejReason::kTimeout;
+  a_.cm.on_mad(encode({}, rej), b_.addr);
+  EXPECT_EQ(a_.last(CmEventType::kRejected).reason, RejReason::kTimeout);
+  EXPECT_EQ(a_.mods.back().t, QpTransition::kError);
+  EXPECT_EQ(a_.cm.state(ia), ConnState::kTimewait);
+  // A REJ naming another remote ID is not ours.
+  rej.local_comm_id = 0x12345678;
+  rej.remote_comm_id = ib.v;
+  b_.cm.on_mad(encode({}, rej), a_.addr);
+  EXPECT_EQ(b_.cm.state(ib), ConnState::kEstablished);
+}
+
+TEST_F(CmTest, ActiveSideCancelWhilePassiveWaits) {
+  // A REJ from the active side while the application still thinks drops the request.
+  const ConnId ia = *a_.cm.connect(params());
+  deliver(a_, b_);
+  const ConnId ib = b_.last(CmEventType::kConnectRequest).id;
+  RejMsg rej;
+  rej.local_comm_id = ia.v;
+  rej.remote_comm_id = ib.v;
+  rej.reason = RejReason::kTimeout;
+  b_.cm.on_mad(encode({}, rej), a_.addr);
+  EXPECT_EQ(b_.cm.state(ib), ConnState::kIdle);
+  EXPECT_EQ(b_.cm.accept(ib, accept_params()), CmStatus::kNoSuchConn);
+  EXPECT_TRUE(b_.mods.empty());  // no QP was touched
+}
+
 // ---- rejects ------------------------------------------------------------------------------------
 
 TEST_F(CmTest, NoListenerIsRejectedWithReason8) {
