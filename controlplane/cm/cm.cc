@@ -597,32 +597,23 @@ void Cm::on_rej(const RejMsg& m) {
     ++stats_.mads_rx_ignored;
     return;
   }
-  switch (c->state) {
-    case ConnState::kReqSent:
-    case ConnState::kMraReqRcvd:
-    case ConnState::kRepSent:
-    case ConnState::kMraRepRcvd:
-    case ConnState::kReqRcvd:
-    case ConnState::kMraReqSent:
-    case ConnState::kEstablished: {
-      if (c->state != ConnState::kReqSent && c->state != ConnState::kMraReqRcvd &&
-          !is_passive_waiting(c->state))
-        modify(*c, QpTransition::kError);
-      CmEvent ev = event(CmEventType::kRejected, *c);
-      ev.reason = m.reason;
-      ev.private_data = user_part(m.private_data);
-      emit(std::move(ev));
-      // A stale-connection REJ means the peer remembers our QP: remember it too (cm.c).
-      if (m.reason == RejReason::kStaleConn || c->state == ConnState::kEstablished)
-        enter_timewait(*c);
-      else
-        erase(*c);
-      break;
-    }
-    default:
-      ++stats_.mads_rx_ignored;
-      break;
+  const ConnState st = c->state;
+  const bool qp_live = is_rep_sent(st) || st == ConnState::kEstablished;  // in RTR/RTS
+  if (!qp_live && !is_req_sent(st) && !is_passive_waiting(st)) {
+    ++stats_.mads_rx_ignored;  // disconnecting, timewait, SIDR: nothing to reject
+    return;
   }
+  if (qp_live) modify(*c, QpTransition::kError);
+  CmEvent ev = event(CmEventType::kRejected, *c);
+  ev.reason = m.reason;
+  ev.private_data = user_part(m.private_data);
+  emit(std::move(ev));
+  // A stale-connection REJ means the peer remembers our QP: remember it too (cm.c). So does
+  // a connection that was up.
+  if (m.reason == RejReason::kStaleConn || st == ConnState::kEstablished)
+    enter_timewait(*c);
+  else
+    erase(*c);
 }
 
 void Cm::on_rep(const RepMsg& m) {
