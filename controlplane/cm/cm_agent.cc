@@ -70,7 +70,9 @@ CmAgent::~CmAgent() {
   if (pd_) eng_.dealloc_pd(pd_);
 }
 
-Ipv6Addr CmAgent::local_gid() const { return wire::ipv4_mapped(eng_.config().ipv4); }
+Ipv6Addr CmAgent::local_gid() const {
+  return cfg_.gid ? *cfg_.gid : wire::ipv4_mapped(eng_.config().ipv4);
+}
 
 bool CmAgent::post_recv(std::uint32_t slot) {
   Sge sge{reinterpret_cast<std::uint64_t>(rx_buf_.data() + std::size_t{slot} * kRecvSlot),

@@ -26,6 +26,9 @@ struct CmAgentConfig {
   /// Access flags given to connected QPs on their way to INIT.
   std::uint32_t qp_access = engine::kAccessLocalWrite | engine::kAccessRemoteWrite |
                             engine::kAccessRemoteRead | engine::kAccessRemoteAtomic;
+  /// Our GID in REQs; unset: ::ffff:IPv4 of the engine. Set it to the engine's IPv6 address
+  /// to connect over IPv6.
+  std::optional<Ipv6Addr> gid;
   /// Next-hop MAC of a peer GID (ARP/ND cache); nullopt: the MAD or transition fails.
   std::function<std::optional<wire::MacAddr>(const Ipv6Addr& gid)> resolve_mac;
 };
@@ -41,7 +44,7 @@ class CmAgent {
   CmAgent& operator=(const CmAgent&) = delete;
 
   Cm& cm() { return *cm_; }
-  /// Our GID: ::ffff:IPv4 of the engine.
+  /// Our GID: CmAgentConfig::gid, or ::ffff:IPv4 of the engine.
   Ipv6Addr local_gid() const;
 
   /// Active side: sends a REQ for `qp` (RC or UC, in RESET or INIT). Fills in the QPN, the

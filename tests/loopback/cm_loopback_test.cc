@@ -19,8 +19,9 @@ constexpr std::uint64_t kSid = service_id(PortSpace::kTcp, 7174);
 
 class Rig {
  public:
-  explicit Rig(const LoopbackOptions& opts = {}, CmConfig cm_cfg = {})
-      : lb(opts),
+  explicit Rig(const LoopbackOptions& opts = {}, CmConfig cm_cfg = {}, bool ipv6 = false)
+      : ipv6_(ipv6),
+        lb(opts, engine_config(0, ipv6), engine_config(1, ipv6)),
         a(lb.a(), agent_config(cm_cfg, 0xA), [this](const CmEvent& e) { ev_a.push_back(e); }),
         b(lb.b(), agent_config(cm_cfg, 0xB), [this](const CmEvent& e) { on_b(e); }) {
     for (int i = 0; i < 2; ++i) {
@@ -36,6 +37,7 @@ class Rig {
     buf_b = make_buffer(lb.b(), ep_b.pd, 4096, 2);
   }
 
+  bool ipv6_;
   Loopback lb;
   std::vector<CmEvent> ev_a, ev_b;
   Endpoint ep_a, ep_b;
@@ -74,7 +76,8 @@ class Rig {
     p.peer.gid = b.local_gid();
     p.service_id = sid;
     p.starting_psn = Psn(0x010203);
-    p.cma = CmaHeader::ipv4(lb.a().config().ipv4, 0xC001, lb.b().config().ipv4);
+    p.cma = ipv6_ ? CmaHeader::ipv6(ip6(0), 0xC001, ip6(1))
+                  : CmaHeader::ipv4(lb.a().config().ipv4, 0xC001, lb.b().config().ipv4);
     return a.connect(ep_a.qp, p);
   }
 
@@ -101,15 +104,30 @@ class Rig {
   }
 
  private:
+  static Ipv6Addr ip6(int side) {
+    Ipv6Addr a{{0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}};
+    a.b[15] = static_cast<std::uint8_t>(1 + side);
+    return a;
+  }
+  static engine::EngineConfig engine_config(int side, bool ipv6) {
+    engine::EngineConfig c = Loopback::default_config(side);
+    if (ipv6) c.ipv6 = ip6(side);
+    return c;
+  }
+  Ipv6Addr gid_of(int side) {
+    return ipv6_ ? ip6(side) : wire::ipv4_mapped(lb.side(side).config().ipv4);
+  }
+
   CmAgentConfig agent_config(CmConfig c, std::uint64_t guid) {
     CmAgentConfig cfg;
     cfg.cm = c;
     cfg.cm.ca_guid = guid;
     cfg.cm.seed = static_cast<std::uint32_t>(guid * 7919);
     cfg.cm.timewait = std::chrono::milliseconds(1);
+    if (ipv6_) cfg.gid = ip6(guid == 0xA ? 0 : 1);
     cfg.resolve_mac = [this](const Ipv6Addr& gid) -> std::optional<wire::MacAddr> {
       for (int i = 0; i < 2; ++i)
-        if (gid == wire::ipv4_mapped(lb.side(i).config().ipv4)) return lb.side(i).config().mac;
+        if (gid == gid_of(i)) return lb.side(i).config().mac;
       return std::nullopt;
     };
     return cfg;
@@ -126,8 +144,11 @@ class Rig {
   }
 };
 
-TEST(CmLoopback, ConnectSendDisconnect) {
-  Rig r;
+class CmLoopbackIp : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CmLoopbackIp, ConnectSendDisconnect) {
+  const bool ipv6 = GetParam();
+  Rig r({}, {}, ipv6);
   r.b.cm().listen(kSid);
   const std::optional<ConnId> ia = r.connect();
   ASSERT_TRUE(ia);
@@ -138,7 +159,13 @@ TEST(CmLoopback, ConnectSendDisconnect) {
   const CmEvent& creq = *r.find(r.ev_b, CmEventType::kConnectRequest);
   ASSERT_TRUE(creq.cma);
   EXPECT_EQ(creq.cma->src_port, 0xC001);
-  EXPECT_EQ(creq.cma->src_ipv4(), r.lb.a().config().ipv4);
+  EXPECT_EQ(creq.cma->ip_version, ipv6 ? 6 : 4);
+  if (!ipv6) {
+    EXPECT_EQ(creq.cma->src_ipv4(), r.lb.a().config().ipv4);
+  }
+  EXPECT_EQ(creq.peer.gid, r.a.local_gid());  // the sender's address, from the GRH
+  EXPECT_EQ(r.ep_a.qp->attr.ah.dgid, r.b.local_gid());
+  EXPECT_EQ(r.ep_b.qp->attr.ah.dgid, r.a.local_gid());
   EXPECT_EQ(r.ep_a.qp->state, QpState::kRts);
   EXPECT_EQ(r.ep_b.qp->state, QpState::kRts);
   EXPECT_EQ(r.ep_a.qp->attr.dest_qp_num, r.ep_b.qp->qpn);
@@ -182,6 +209,11 @@ TEST(CmLoopback, ConnectSendDisconnect) {
   EXPECT_EQ(r.a.stats().tx_dropped + r.b.stats().tx_dropped, 0u);
   EXPECT_EQ(r.a.cm().stats().mads_rx_bad + r.b.cm().stats().mads_rx_bad, 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(IpVersions, CmLoopbackIp, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Ipv6" : "Ipv4";
+                         });
 
 TEST(CmLoopback, NoListenerIsRejected) {
   Rig r;
