@@ -1,0 +1,846 @@
+#include "controlplane/cm/cm.h"
+
+#include <algorithm>
+
+namespace roce::cm {
+
+namespace {
+
+template <std::size_t N>
+bool copy_private(std::span<const std::uint8_t> in, PrivateData<N>& out, std::size_t at = 0) {
+  if (in.size() > N - at) return false;
+  std::copy(in.begin(), in.end(), out.begin() + static_cast<std::ptrdiff_t>(at));
+  return true;
+}
+
+template <std::size_t N>
+std::vector<std::uint8_t> user_part(const PrivateData<N>& pd, std::size_t from = 0) {
+  return {pd.begin() + static_cast<std::ptrdiff_t>(from), pd.end()};
+}
+
+/// REQ/SIDR_REQ wait before a retransmission (Linux cm.c): twice the packet life time plus the
+/// peer's CM response time.
+Duration req_interval(const CmConfig& cfg) {
+  return 2 * iba_time(cfg.packet_life_time) + iba_time(cfg.cm_response_timeout);
+}
+
+bool is_passive_waiting(ConnState s) {
+  return s == ConnState::kReqRcvd || s == ConnState::kMraReqSent;
+}
+bool is_rep_sent(ConnState s) { return s == ConnState::kRepSent || s == ConnState::kMraRepRcvd; }
+bool is_req_sent(ConnState s) { return s == ConnState::kReqSent || s == ConnState::kMraReqRcvd; }
+
+}  // namespace
+
+std::uint8_t ack_timeout(std::uint8_t ca_ack_delay, std::uint8_t packet_life_time) {
+  int t = packet_life_time + 1;  // the round trip is two packet life times: 2^(plt+1)
+  const int d = ca_ack_delay;
+  if (t >= d)
+    t += d >= t - 1 ? 1 : 0;  // the delay adds up to another doubling when it is close
+  else
+    t = d + (t >= d - 1 ? 1 : 0);
+  return static_cast<std::uint8_t>(std::min(t, 31));
+}
+
+Duration iba_time(std::uint8_t t) {
+  return std::chrono::milliseconds(std::int64_t{1} << (t > 8 ? t - 8 : 0));
+}
+
+std::string_view to_string(ConnState s) {
+  switch (s) {
+    case ConnState::kIdle:
+      return "idle";
+    case ConnState::kReqSent:
+      return "req-sent";
+    case ConnState::kMraReqRcvd:
+      return "mra-req-rcvd";
+    case ConnState::kReqRcvd:
+      return "req-rcvd";
+    case ConnState::kMraReqSent:
+      return "mra-req-sent";
+    case ConnState::kRepSent:
+      return "rep-sent";
+    case ConnState::kMraRepRcvd:
+      return "mra-rep-rcvd";
+    case ConnState::kEstablished:
+      return "established";
+    case ConnState::kDreqSent:
+      return "dreq-sent";
+    case ConnState::kTimewait:
+      return "timewait";
+    case ConnState::kSidrReqSent:
+      return "sidr-req-sent";
+    case ConnState::kSidrReqRcvd:
+      return "sidr-req-rcvd";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(CmEventType t) {
+  switch (t) {
+    case CmEventType::kConnectRequest:
+      return "connect-request";
+    case CmEventType::kEstablished:
+      return "established";
+    case CmEventType::kRejected:
+      return "rejected";
+    case CmEventType::kUnreachable:
+      return "unreachable";
+    case CmEventType::kConnectError:
+      return "connect-error";
+    case CmEventType::kDisconnected:
+      return "disconnected";
+    case CmEventType::kTimewaitExit:
+      return "timewait-exit";
+    case CmEventType::kSidrRequest:
+      return "sidr-request";
+    case CmEventType::kSidrReply:
+      return "sidr-reply";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(CmStatus s) {
+  switch (s) {
+    case CmStatus::kOk:
+      return "ok";
+    case CmStatus::kNoSuchConn:
+      return "no such connection";
+    case CmStatus::kBadState:
+      return "not allowed in this state";
+    case CmStatus::kPrivateDataTooLong:
+      return "private data too long";
+    case CmStatus::kInvalidParam:
+      return "invalid parameter";
+    case CmStatus::kQpTransitionFailed:
+      return "QP transition failed";
+  }
+  return "unknown";
+}
+
+Cm::Cm(CmConfig cfg, CmCallbacks cb)
+    : cfg_(cfg), cb_(std::move(cb)), rng_(cfg.seed != 0 ? cfg.seed : 0x9E3779B9u) {}
+
+// ---- plumbing --------------------------------------------------------------------------------
+
+void Cm::leave() {
+  if (depth_ > 1) {
+    --depth_;
+    return;
+  }
+  // Outermost call: deliver in order. Callbacks may call into the Cm; what they queue is
+  // delivered by this same loop (depth_ stays 1 while it runs).
+  while (!outbox_.empty()) {
+    auto item = std::move(outbox_.front());
+    outbox_.pop_front();
+    if (auto* m = std::get_if<OutMad>(&item)) {
+      if (cb_.send_mad) cb_.send_mad(m->bytes, m->to);
+    } else if (cb_.on_event) {
+      cb_.on_event(std::get<CmEvent>(item));
+    }
+  }
+  depth_ = 0;
+}
+
+ConnId Cm::new_id() {
+  for (;;) {
+    // xorshift32: unpredictable enough to make IDs of successive runs differ, and never 0.
+    rng_ ^= rng_ << 13;
+    rng_ ^= rng_ >> 17;
+    rng_ ^= rng_ << 5;
+    if (rng_ != 0 && !conns_.contains(rng_)) return ConnId{rng_};
+  }
+}
+
+Cm::Conn* Cm::find(ConnId id) {
+  auto it = conns_.find(id.v);
+  return it == conns_.end() ? nullptr : &it->second;
+}
+
+const Cm::Conn* Cm::find(ConnId id) const {
+  auto it = conns_.find(id.v);
+  return it == conns_.end() ? nullptr : &it->second;
+}
+
+Cm::Conn* Cm::find_remote(std::uint32_t remote_comm_id, std::uint64_t remote_ca_guid) {
+  for (auto& [_, c] : conns_)
+    if (!c.active && c.remote_comm_id == remote_comm_id && c.remote_ca_guid == remote_ca_guid &&
+        c.state != ConnState::kSidrReqRcvd)
+      return &c;
+  return nullptr;
+}
+
+MadBuf Cm::send(const MadAddr& to, std::uint64_t tid, const CmMsg& msg) {
+  MadHeader h;
+  h.tid = tid;
+  MadBuf b = encode(h, msg);
+  outbox_.emplace_back(OutMad{b, to});
+  ++stats_.mads_tx;
+  return b;
+}
+
+CmEvent Cm::event(CmEventType t, const Conn& c) const {
+  CmEvent ev;
+  ev.type = t;
+  ev.id = c.id;
+  ev.service_id = c.service_id;
+  ev.peer = c.peer;
+  ev.qp = c.qp;
+  return ev;
+}
+
+bool Cm::modify(const Conn& c, QpTransition t) {
+  return !cb_.modify_qp || cb_.modify_qp(c.id, t, c.qp);
+}
+
+void Cm::arm(Conn& c, const MadBuf& mad, Duration interval) {
+  c.retx = mad;
+  c.retries_left = c.max_cm_retries;
+  c.interval = interval;
+  c.deadline = now() + interval;
+}
+
+Duration Cm::timewait_of(const Conn& c) const {
+  if (cfg_.timewait) return *cfg_.timewait;
+  const std::uint8_t t = c.qp.timeout != 0 ? c.qp.timeout : cfg_.packet_life_time + 1;
+  return iba_time(t);
+}
+
+void Cm::enter_timewait(Conn& c) {
+  c.state = ConnState::kTimewait;
+  c.deadline = now() + timewait_of(c);
+}
+
+void Cm::send_rej(const MadAddr& to, std::uint64_t tid, std::uint32_t local, std::uint32_t remote,
+                  MsgKind kind, RejReason reason, std::span<const std::uint8_t> pd) {
+  RejMsg rej;
+  rej.local_comm_id = local;
+  rej.remote_comm_id = remote;
+  rej.message_rejected = kind;
+  rej.reason = reason;
+  copy_private(pd, rej.private_data);
+  send(to, tid, rej);
+}
+
+// ---- API -------------------------------------------------------------------------------------
+
+std::optional<ConnId> Cm::connect(const ConnectParams& p) {
+  Batch batch(*this);
+  const std::size_t user_max = p.cma ? kReqUserPrivateSize : kReqPrivateSize;
+  if (p.private_data.size() > user_max || mtu_bytes(p.path_mtu) == 0 || p.retry_count > 7 ||
+      p.rnr_retry_count > 7)
+    return std::nullopt;
+  Conn c;
+  c.id = new_id();
+  c.active = true;
+  c.service_id = p.service_id;
+  c.peer = p.peer;
+  c.req_tid = new_tid();
+  c.max_cm_retries = cfg_.max_cm_retries;
+  c.base_interval = req_interval(cfg_);
+
+  ReqMsg req;
+  req.local_comm_id = c.id.v;
+  req.service_id = p.service_id;
+  req.local_ca_guid = cfg_.ca_guid;
+  req.local_qpn = p.qpn;
+  req.responder_resources = p.responder_resources;
+  req.initiator_depth = p.initiator_depth;
+  req.remote_cm_response_timeout = cfg_.cm_response_timeout;
+  req.transport_type = p.transport;
+  req.e2e_flow_control = true;
+  req.starting_psn = p.starting_psn;
+  req.local_cm_response_timeout = cfg_.cm_response_timeout;
+  req.retry_count = p.retry_count;
+  req.path_mtu = p.path_mtu;
+  req.rnr_retry_count = p.rnr_retry_count;
+  req.max_cm_retries = cfg_.max_cm_retries;
+  req.srq = p.srq;
+  req.primary = p.path;
+  // RoCE: permissive LIDs unless the peer is on the subnet (hop limit <= 1).
+  req.primary.subnet_local = p.path.hop_limit <= 1;
+  req.primary.local_lid = req.primary.remote_lid = req.primary.subnet_local ? 0 : 0xFFFF;
+  req.primary.local_ack_timeout = ack_timeout(cfg_.ca_ack_delay, cfg_.packet_life_time);
+  req.alternate.local_lid = req.alternate.remote_lid = 0;  // no alternate path
+  req.alternate.hop_limit = 0;
+  std::size_t at = 0;
+  if (p.cma) {
+    encode_cma_header(
+        *p.cma, std::span<std::uint8_t, kCmaHeaderSize>(req.private_data.data(), kCmaHeaderSize));
+    at = kCmaHeaderSize;
+  }
+  copy_private(p.private_data, req.private_data, at);
+
+  QpAttrs& q = c.qp;
+  q.local_qpn = p.qpn;
+  q.sq_psn = p.starting_psn;
+  q.path_mtu = p.path_mtu;
+  q.retry_cnt = p.retry_count;
+  q.transport = p.transport;
+  q.min_rnr_timer = 0;
+  q.local_gid = p.path.local_gid;
+  q.remote_gid = p.path.remote_gid;
+  q.hop_limit = p.path.hop_limit;
+  q.traffic_class = p.path.traffic_class;
+  q.flow_label = p.path.flow_label;
+  q.timeout = req.primary.local_ack_timeout;
+
+  c.state = ConnState::kReqSent;
+  const ConnId id = c.id;
+  Conn& stored = conns_.emplace(id.v, std::move(c)).first->second;
+  arm(stored, send(stored.peer, stored.req_tid, req), stored.base_interval);
+  return id;
+}
+
+CmStatus Cm::accept(ConnId id, const AcceptParams& p) {
+  Batch batch(*this);
+  Conn* c = find(id);
+  if (c == nullptr) return CmStatus::kNoSuchConn;
+  if (c->active || !is_passive_waiting(c->state)) return CmStatus::kBadState;
+  if (p.private_data.size() > kRepPrivateSize) return CmStatus::kPrivateDataTooLong;
+  if (p.rnr_retry_count > 7) return CmStatus::kInvalidParam;
+
+  // Responder resources / initiator depth swap: ours may not exceed what the peer will use.
+  const std::uint8_t rr = std::min(p.responder_resources, c->req.initiator_depth);
+  const std::uint8_t depth = std::min(p.initiator_depth, c->req.responder_resources);
+  c->qp.local_qpn = p.qpn;
+  c->qp.sq_psn = p.starting_psn;
+  c->qp.max_dest_rd_atomic = rr;
+  c->qp.max_rd_atomic = depth;
+
+  // The QP must be ready before the REP leaves: data may follow the REP immediately.
+  if (!modify(*c, QpTransition::kRtr) || !modify(*c, QpTransition::kRts)) {
+    modify(*c, QpTransition::kError);
+    send_rej(c->peer, c->req_tid, c->id.v, c->remote_comm_id, MsgKind::kReq,
+             RejReason::kNoResources);
+    erase(*c);
+    return CmStatus::kQpTransitionFailed;
+  }
+
+  RepMsg rep;
+  rep.local_comm_id = c->id.v;
+  rep.remote_comm_id = c->remote_comm_id;
+  rep.local_qpn = p.qpn;
+  rep.starting_psn = p.starting_psn;
+  rep.responder_resources = rr;
+  rep.initiator_depth = depth;
+  rep.target_ack_delay = cfg_.ca_ack_delay;
+  rep.failover_accepted = 0;
+  rep.e2e_flow_control = true;
+  rep.rnr_retry_count = p.rnr_retry_count;
+  rep.srq = p.srq;
+  rep.local_ca_guid = cfg_.ca_guid;
+  copy_private(p.private_data, rep.private_data);
+  c->state = ConnState::kRepSent;
+  c->last_reply = send(c->peer, c->req_tid, rep);
+  arm(*c, c->last_reply, c->base_interval);
+  return CmStatus::kOk;
+}
+
+CmStatus Cm::reject(ConnId id, RejReason reason, std::span<const std::uint8_t> private_data) {
+  Batch batch(*this);
+  Conn* c = find(id);
+  if (c == nullptr) return CmStatus::kNoSuchConn;
+  if (c->active || !is_passive_waiting(c->state)) return CmStatus::kBadState;
+  if (private_data.size() > kRejPrivateSize) return CmStatus::kPrivateDataTooLong;
+  send_rej(c->peer, c->req_tid, c->id.v, c->remote_comm_id, MsgKind::kReq, reason, private_data);
+  erase(*c);
+  return CmStatus::kOk;
+}
+
+CmStatus Cm::notify_established(ConnId id) {
+  Batch batch(*this);
+  Conn* c = find(id);
+  if (c == nullptr) return CmStatus::kNoSuchConn;
+  if (c->state == ConnState::kEstablished) return CmStatus::kOk;
+  if (c->active || !is_rep_sent(c->state)) return CmStatus::kBadState;
+  establish(*c);
+  return CmStatus::kOk;
+}
+
+void Cm::establish(Conn& c) {
+  c.state = ConnState::kEstablished;
+  disarm(c);
+  emit(event(CmEventType::kEstablished, c));
+}
+
+CmStatus Cm::disconnect(ConnId id, std::span<const std::uint8_t> private_data) {
+  Batch batch(*this);
+  Conn* c = find(id);
+  if (c == nullptr) return CmStatus::kNoSuchConn;
+  if (c->state == ConnState::kDreqSent) return CmStatus::kOk;
+  // Linux allows a DREQ only when established; a passive side still waiting for its RTU has a
+  // working QP too, so it may disconnect as well.
+  if (c->state != ConnState::kEstablished && !is_rep_sent(c->state)) return CmStatus::kBadState;
+  if (private_data.size() > kDreqPrivateSize) return CmStatus::kPrivateDataTooLong;
+  modify(*c, QpTransition::kError);
+  DreqMsg dreq;
+  dreq.local_comm_id = c->id.v;
+  dreq.remote_comm_id = c->remote_comm_id;
+  dreq.remote_qpn = c->qp.remote_qpn;
+  copy_private(private_data, dreq.private_data);
+  c->state = ConnState::kDreqSent;
+  arm(*c, send(c->peer, new_tid(), dreq), c->base_interval);
+  return CmStatus::kOk;
+}
+
+std::optional<ConnId> Cm::sidr_resolve(const SidrParams& p) {
+  Batch batch(*this);
+  const std::size_t at = p.cma ? kCmaHeaderSize : 0;
+  if (p.private_data.size() > kSidrReqPrivateSize - at) return std::nullopt;
+  Conn c;
+  c.id = new_id();
+  c.active = true;
+  c.service_id = p.service_id;
+  c.peer = p.peer;
+  c.req_tid = new_tid();
+  c.max_cm_retries = cfg_.max_cm_retries;
+  c.base_interval = req_interval(cfg_);
+  SidrReqMsg m;
+  m.request_id = c.id.v;
+  m.service_id = p.service_id;
+  if (p.cma)
+    encode_cma_header(
+        *p.cma, std::span<std::uint8_t, kCmaHeaderSize>(m.private_data.data(), kCmaHeaderSize));
+  copy_private(p.private_data, m.private_data, at);
+  c.state = ConnState::kSidrReqSent;
+  const ConnId id = c.id;
+  Conn& stored = conns_.emplace(id.v, std::move(c)).first->second;
+  arm(stored, send(stored.peer, stored.req_tid, m), stored.base_interval);
+  return id;
+}
+
+CmStatus Cm::sidr_accept(ConnId id, Qpn qpn, std::uint32_t qkey,
+                         std::span<const std::uint8_t> private_data) {
+  Batch batch(*this);
+  Conn* c = find(id);
+  if (c == nullptr) return CmStatus::kNoSuchConn;
+  if (c->state != ConnState::kSidrReqRcvd) return CmStatus::kBadState;
+  if (private_data.size() > kSidrRepPrivateSize) return CmStatus::kPrivateDataTooLong;
+  SidrRepMsg m;
+  m.request_id = c->remote_comm_id;
+  m.status = SidrStatus::kSuccess;
+  m.qpn = qpn;
+  m.qkey = qkey;
+  m.service_id = c->service_id;
+  copy_private(private_data, m.private_data);
+  send(c->peer, c->req_tid, m);
+  erase(*c);
+  return CmStatus::kOk;
+}
+
+CmStatus Cm::sidr_reject(ConnId id, SidrStatus status) {
+  Batch batch(*this);
+  Conn* c = find(id);
+  if (c == nullptr) return CmStatus::kNoSuchConn;
+  if (c->state != ConnState::kSidrReqRcvd) return CmStatus::kBadState;
+  if (status == SidrStatus::kSuccess) return CmStatus::kInvalidParam;
+  SidrRepMsg m;
+  m.request_id = c->remote_comm_id;
+  m.status = status;
+  m.service_id = c->service_id;
+  send(c->peer, c->req_tid, m);
+  erase(*c);
+  return CmStatus::kOk;
+}
+
+ConnState Cm::state(ConnId id) const {
+  const Conn* c = find(id);
+  return c == nullptr ? ConnState::kIdle : c->state;
+}
+
+std::optional<QpAttrs> Cm::qp_attrs(ConnId id) const {
+  const Conn* c = find(id);
+  if (c == nullptr) return std::nullopt;
+  return c->qp;
+}
+
+// ---- received MADs ---------------------------------------------------------------------------
+
+MadError Cm::on_mad(std::span<const std::uint8_t> mad, const MadAddr& from) {
+  Batch batch(*this);
+  ++stats_.mads_rx;
+  const DecodedMad d = decode(mad);
+  if (!d.ok()) {
+    ++stats_.mads_rx_bad;
+    return d.error;
+  }
+  std::visit(
+      [&](const auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, ReqMsg>) on_req(d.hdr, m, from);
+        if constexpr (std::is_same_v<T, MraMsg>) on_mra(m);
+        if constexpr (std::is_same_v<T, RejMsg>) on_rej(m);
+        if constexpr (std::is_same_v<T, RepMsg>) on_rep(m);
+        if constexpr (std::is_same_v<T, RtuMsg>) on_rtu(m);
+        if constexpr (std::is_same_v<T, DreqMsg>) on_dreq(d.hdr, m, from);
+        if constexpr (std::is_same_v<T, DrepMsg>) on_drep(m);
+        if constexpr (std::is_same_v<T, SidrReqMsg>) on_sidr_req(d.hdr, m, from);
+        if constexpr (std::is_same_v<T, SidrRepMsg>) on_sidr_rep(m);
+      },
+      d.msg);
+  return MadError::kOk;
+}
+
+void Cm::on_req(const MadHeader& h, const ReqMsg& m, const MadAddr& from) {
+  // A retransmitted REQ of a connection we already know (cm.c cm_dup_req_handler).
+  if (Conn* dup = find_remote(m.local_comm_id, m.local_ca_guid)) {
+    ++stats_.duplicates;
+    switch (dup->state) {
+      case ConnState::kReqRcvd: {
+        // The application has not answered yet: ask the peer for more time.
+        MraMsg mra;
+        mra.local_comm_id = dup->id.v;
+        mra.remote_comm_id = dup->remote_comm_id;
+        mra.message_mraed = MsgKind::kReq;
+        mra.service_timeout = cfg_.mra_service_timeout;
+        dup->last_reply = send(dup->peer, dup->req_tid, mra);
+        dup->state = ConnState::kMraReqSent;
+        break;
+      }
+      case ConnState::kMraReqSent:
+      case ConnState::kRepSent:
+      case ConnState::kMraRepRcvd:
+        // Our MRA or REP was lost: repeat it now rather than wait for the REP timer.
+        outbox_.emplace_back(OutMad{dup->last_reply, dup->peer});
+        ++stats_.mads_tx;
+        break;
+      case ConnState::kTimewait:
+        send_rej(from, h.tid, dup->id.v, m.local_comm_id, MsgKind::kReq, RejReason::kStaleConn);
+        break;
+      default:
+        break;  // established or disconnecting: the REQ is old news
+    }
+    return;
+  }
+  // A REQ from a QP we still remember under another connection: a stale connection (cm.c).
+  for (auto& [_, c] : conns_) {
+    if (c.remote_ca_guid == m.local_ca_guid && c.qp.remote_qpn == m.local_qpn &&
+        c.remote_ca_guid != 0 && c.state != ConnState::kSidrReqRcvd) {
+      send_rej(from, h.tid, 0, m.local_comm_id, MsgKind::kReq, RejReason::kStaleConn);
+      return;
+    }
+  }
+  auto rej = [&](RejReason reason) {
+    send_rej(from, h.tid, 0, m.local_comm_id, MsgKind::kReq, reason);
+  };
+  if (!listeners_.contains(m.service_id)) return rej(RejReason::kInvalidServiceId);
+  if (m.transport_type != TransportType::kRc && m.transport_type != TransportType::kUc)
+    return rej(RejReason::kInvalidTransportType);
+  // The passive QP takes the REQ's MTU as it is (roce-wire-reference gotcha 13): refuse rather
+  // than program an MTU the link cannot carry.
+  if (mtu_bytes(m.path_mtu) == 0 || m.path_mtu > cfg_.max_path_mtu)
+    return rej(RejReason::kInvalidMtu);
+  std::optional<CmaHeader> cma;
+  if (is_ip_cm_service(m.service_id)) {
+    cma = decode_cma_header(
+        std::span<const std::uint8_t, kCmaHeaderSize>(m.private_data.data(), kCmaHeaderSize));
+    if (!cma) return rej(RejReason::kConsumerDefined);  // what cma.c's refusal turns into
+  }
+
+  Conn c;
+  c.id = new_id();
+  c.active = false;
+  c.state = ConnState::kReqRcvd;
+  c.remote_comm_id = m.local_comm_id;
+  c.remote_ca_guid = m.local_ca_guid;
+  c.service_id = m.service_id;
+  c.peer = from;
+  c.req_tid = h.tid;
+  c.req = m;
+  c.max_cm_retries = m.max_cm_retries;
+  c.base_interval = iba_time(m.local_cm_response_timeout);
+  QpAttrs& q = c.qp;
+  q.remote_qpn = m.local_qpn;
+  q.rq_psn = m.starting_psn;
+  q.path_mtu = m.path_mtu;
+  q.retry_cnt = m.retry_count;
+  q.rnr_retry = m.rnr_retry_count;
+  q.min_rnr_timer = 0;
+  q.timeout = m.primary.local_ack_timeout;
+  q.max_dest_rd_atomic = m.initiator_depth;
+  q.max_rd_atomic = m.responder_resources;
+  q.pkey = m.pkey;
+  q.transport = m.transport_type;
+  q.local_gid = m.primary.remote_gid;
+  q.remote_gid = m.primary.local_gid;
+  q.hop_limit = m.primary.hop_limit;
+  q.traffic_class = m.primary.traffic_class;
+  q.flow_label = m.primary.flow_label;
+  Conn& stored = conns_.emplace(c.id.v, std::move(c)).first->second;
+
+  CmEvent ev = event(CmEventType::kConnectRequest, stored);
+  ev.cma = cma;
+  ev.private_data = user_part(m.private_data, cma ? kCmaHeaderSize : 0);
+  emit(std::move(ev));
+}
+
+void Cm::on_mra(const MraMsg& m) {
+  Conn* c = find(ConnId{m.remote_comm_id});
+  const bool for_req = c != nullptr && is_req_sent(c->state) && m.message_mraed == MsgKind::kReq;
+  const bool for_rep = c != nullptr && is_rep_sent(c->state) && m.message_mraed == MsgKind::kRep;
+  if (!for_req && !for_rep) {
+    ++stats_.mads_rx_ignored;
+    return;
+  }
+  // The peer needs up to its service timeout: wait that long (plus a round trip) before each
+  // further retransmission, as ib_modify_mad() does for Linux.
+  c->state = for_req ? ConnState::kMraReqRcvd : ConnState::kMraRepRcvd;
+  c->interval = iba_time(m.service_timeout) + iba_time(cfg_.packet_life_time + 1);
+  c->deadline = now() + c->interval;
+}
+
+void Cm::on_rej(const RejMsg& m) {
+  Conn* c = find(ConnId{m.remote_comm_id});
+  if (c == nullptr ||
+      (c->remote_comm_id != 0 && m.local_comm_id != 0 && c->remote_comm_id != m.local_comm_id)) {
+    ++stats_.mads_rx_ignored;
+    return;
+  }
+  const ConnState st = c->state;
+  const bool qp_live = is_rep_sent(st) || st == ConnState::kEstablished;  // in RTR/RTS
+  if (!qp_live && !is_req_sent(st) && !is_passive_waiting(st)) {
+    ++stats_.mads_rx_ignored;  // disconnecting, timewait, SIDR: nothing to reject
+    return;
+  }
+  if (qp_live) modify(*c, QpTransition::kError);
+  CmEvent ev = event(CmEventType::kRejected, *c);
+  ev.reason = m.reason;
+  ev.private_data = user_part(m.private_data);
+  emit(std::move(ev));
+  // A stale-connection REJ means the peer remembers our QP: remember it too (cm.c). So does
+  // a connection that was up.
+  if (m.reason == RejReason::kStaleConn || st == ConnState::kEstablished)
+    enter_timewait(*c);
+  else
+    erase(*c);
+}
+
+void Cm::on_rep(const RepMsg& m) {
+  Conn* c = find(ConnId{m.remote_comm_id});
+  if (c == nullptr || !c->active) {
+    ++stats_.mads_rx_ignored;
+    return;
+  }
+  if (c->state == ConnState::kEstablished && m.local_comm_id == c->remote_comm_id) {
+    // Our RTU was lost: the peer repeats its REP; repeat the RTU.
+    ++stats_.duplicates;
+    outbox_.emplace_back(OutMad{c->last_reply, c->peer});
+    ++stats_.mads_tx;
+    return;
+  }
+  if (!is_req_sent(c->state)) {
+    ++stats_.mads_rx_ignored;
+    return;
+  }
+  c->remote_comm_id = m.local_comm_id;
+  c->remote_ca_guid = m.local_ca_guid;
+  QpAttrs& q = c->qp;
+  q.remote_qpn = m.local_qpn;
+  q.rq_psn = m.starting_psn;
+  q.max_dest_rd_atomic = m.initiator_depth;
+  q.max_rd_atomic = m.responder_resources;
+  q.rnr_retry = m.rnr_retry_count;
+  q.min_rnr_timer = 0;
+  // The REP's Target ACK Delay replaces our guess of the peer's ACK delay.
+  q.timeout = ack_timeout(m.target_ack_delay, cfg_.packet_life_time);
+  disarm(*c);
+  if (!modify(*c, QpTransition::kRtr) || !modify(*c, QpTransition::kRts)) {
+    modify(*c, QpTransition::kError);
+    send_rej(c->peer, c->req_tid, c->id.v, c->remote_comm_id, MsgKind::kRep,
+             RejReason::kConsumerDefined);
+    CmEvent ev = event(CmEventType::kConnectError, *c);
+    emit(std::move(ev));
+    erase(*c);
+    return;
+  }
+  RtuMsg rtu;
+  rtu.local_comm_id = c->id.v;
+  rtu.remote_comm_id = c->remote_comm_id;
+  // The event goes out before the RTU: the owner may start posting as soon as it sees it.
+  CmEvent ev = event(CmEventType::kEstablished, *c);
+  ev.private_data = user_part(m.private_data);
+  c->state = ConnState::kEstablished;
+  emit(std::move(ev));
+  c->last_reply = send(c->peer, c->req_tid, rtu);
+}
+
+void Cm::on_rtu(const RtuMsg& m) {
+  Conn* c = find(ConnId{m.remote_comm_id});
+  if (c == nullptr || c->active || !is_rep_sent(c->state) || c->remote_comm_id != m.local_comm_id) {
+    ++stats_.mads_rx_ignored;
+    return;
+  }
+  establish(*c);
+}
+
+void Cm::on_dreq(const MadHeader& h, const DreqMsg& m, const MadAddr& from) {
+  Conn* c = find(ConnId{m.remote_comm_id});
+  if (c == nullptr || c->remote_comm_id != m.local_comm_id) {
+    // Unknown connection: answer anyway so that the peer stops retransmitting (cm.c).
+    DrepMsg drep;
+    drep.local_comm_id = m.remote_comm_id;
+    drep.remote_comm_id = m.local_comm_id;
+    send(from, h.tid, drep);
+    return;
+  }
+  // Linux ignores a DREQ naming another QP than ours.
+  if (c->qp.local_qpn != m.remote_qpn) {
+    ++stats_.mads_rx_ignored;
+    return;
+  }
+  DrepMsg drep;
+  drep.local_comm_id = c->id.v;
+  drep.remote_comm_id = c->remote_comm_id;
+  switch (c->state) {
+    case ConnState::kEstablished:
+    case ConnState::kRepSent:
+    case ConnState::kMraRepRcvd:
+    case ConnState::kDreqSent: {
+      // (kDreqSent: both sides disconnect at once; the DREP answers both.)
+      if (c->state != ConnState::kDreqSent) modify(*c, QpTransition::kError);
+      send(c->peer, h.tid, drep);
+      CmEvent ev = event(CmEventType::kDisconnected, *c);
+      ev.remote = true;
+      ev.private_data = user_part(m.private_data);
+      emit(std::move(ev));
+      enter_timewait(*c);
+      break;
+    }
+    case ConnState::kTimewait:
+      ++stats_.duplicates;  // our DREP was lost
+      send(c->peer, h.tid, drep);
+      break;
+    default:
+      ++stats_.mads_rx_ignored;
+      break;
+  }
+}
+
+void Cm::on_drep(const DrepMsg& m) {
+  Conn* c = find(ConnId{m.remote_comm_id});
+  if (c == nullptr || c->state != ConnState::kDreqSent || c->remote_comm_id != m.local_comm_id) {
+    ++stats_.mads_rx_ignored;
+    return;
+  }
+  CmEvent ev = event(CmEventType::kDisconnected, *c);
+  ev.private_data = user_part(m.private_data);
+  emit(std::move(ev));
+  enter_timewait(*c);
+}
+
+void Cm::on_sidr_req(const MadHeader& h, const SidrReqMsg& m, const MadAddr& from) {
+  for (auto& [_, c] : conns_) {
+    if (c.state == ConnState::kSidrReqRcvd && c.remote_comm_id == m.request_id && c.peer == from) {
+      ++stats_.duplicates;  // still waiting for the application
+      return;
+    }
+  }
+  auto refuse = [&](SidrStatus status) {
+    SidrRepMsg rep;
+    rep.request_id = m.request_id;
+    rep.status = status;
+    rep.service_id = m.service_id;
+    send(from, h.tid, rep);
+  };
+  if (!listeners_.contains(m.service_id)) return refuse(SidrStatus::kUnsupported);
+  std::optional<CmaHeader> cma;
+  if (is_ip_cm_service(m.service_id)) {
+    cma = decode_cma_header(
+        std::span<const std::uint8_t, kCmaHeaderSize>(m.private_data.data(), kCmaHeaderSize));
+    if (!cma) return refuse(SidrStatus::kReject);
+  }
+  Conn c;
+  c.id = new_id();
+  c.state = ConnState::kSidrReqRcvd;
+  c.remote_comm_id = m.request_id;
+  c.service_id = m.service_id;
+  c.peer = from;
+  c.req_tid = h.tid;
+  Conn& stored = conns_.emplace(c.id.v, std::move(c)).first->second;
+  CmEvent ev = event(CmEventType::kSidrRequest, stored);
+  ev.cma = cma;
+  ev.private_data = user_part(m.private_data, cma ? kCmaHeaderSize : 0);
+  emit(std::move(ev));
+}
+
+void Cm::on_sidr_rep(const SidrRepMsg& m) {
+  Conn* c = find(ConnId{m.request_id});
+  if (c == nullptr || c->state != ConnState::kSidrReqSent) {
+    ++stats_.mads_rx_ignored;
+    return;
+  }
+  CmEvent ev = event(CmEventType::kSidrReply, *c);
+  ev.sidr_status = m.status;
+  ev.sidr_qpn = m.qpn;
+  ev.sidr_qkey = m.qkey;
+  ev.qp.remote_qpn = m.qpn;
+  ev.qp.qkey = m.qkey;
+  ev.private_data = user_part(m.private_data);
+  emit(std::move(ev));
+  erase(*c);
+}
+
+// ---- timers ----------------------------------------------------------------------------------
+
+std::optional<TimePoint> Cm::next_deadline() const {
+  std::optional<TimePoint> best;
+  for (const auto& [_, c] : conns_)
+    if (c.deadline && (!best || *c.deadline < *best)) best = c.deadline;
+  return best;
+}
+
+void Cm::on_timer(TimePoint now) {
+  Batch batch(*this);
+  last_now_ = now;
+  timer_now_ = now;
+  std::vector<ConnId> due;
+  for (const auto& [_, c] : conns_)
+    if (c.deadline && *c.deadline <= now) due.push_back(c.id);
+  for (const ConnId id : due)
+    if (Conn* c = find(id); c != nullptr && c->deadline && *c->deadline <= now) expire(*c);
+  timer_now_.reset();
+}
+
+void Cm::expire(Conn& c) {
+  const TimePoint t = now();
+  const bool retransmitting = is_req_sent(c.state) || is_rep_sent(c.state) ||
+                              c.state == ConnState::kDreqSent || c.state == ConnState::kSidrReqSent;
+  if (retransmitting && c.retries_left > 0) {
+    --c.retries_left;
+    ++stats_.retransmits;
+    ++stats_.mads_tx;
+    outbox_.emplace_back(OutMad{c.retx, c.peer});
+    c.deadline = t + c.interval;
+    return;
+  }
+  c.deadline.reset();
+  switch (c.state) {
+    case ConnState::kReqSent:
+    case ConnState::kMraReqRcvd:
+    case ConnState::kSidrReqSent:
+      emit(event(CmEventType::kUnreachable, c));
+      erase(c);
+      break;
+    case ConnState::kRepSent:
+    case ConnState::kMraRepRcvd:
+      // Neither RTU nor data came: tell the peer, and keep the QP in mind for a while.
+      modify(c, QpTransition::kError);
+      send_rej(c.peer, c.req_tid, c.id.v, c.remote_comm_id, MsgKind::kRep, RejReason::kTimeout);
+      emit(event(CmEventType::kUnreachable, c));
+      enter_timewait(c);
+      break;
+    case ConnState::kDreqSent:
+      emit(event(CmEventType::kDisconnected, c));
+      enter_timewait(c);
+      break;
+    case ConnState::kTimewait:
+      emit(event(CmEventType::kTimewaitExit, c));
+      erase(c);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace roce::cm

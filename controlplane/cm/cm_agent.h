@@ -1,0 +1,92 @@
+/// @file
+/// Binds the CM state machine (cm.h) to an engine: creates the GSI QP (QP1, UD, Q_Key
+/// 0x80010000), feeds the MADs it receives to the Cm with the sender's GID taken from the GRH,
+/// sends the Cm's MADs as UD SENDs to the peer's QP1, and applies the Cm's QP transitions to the
+/// RC/UC QP bound to each connection. Control path only; call poll() from the thread that owns
+/// the engine.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "controlplane/cm/cm.h"
+#include "dataplane/engine/engine.h"
+
+namespace roce::cm {
+
+struct CmAgentConfig {
+  CmConfig cm;
+  std::uint32_t recv_depth = 64;  ///< MAD receive buffers kept posted on QP1
+  std::uint32_t send_depth = 64;
+  /// Access flags given to connected QPs on their way to INIT.
+  std::uint32_t qp_access = engine::kAccessLocalWrite | engine::kAccessRemoteWrite |
+                            engine::kAccessRemoteRead | engine::kAccessRemoteAtomic;
+  /// Our GID in REQs; unset: ::ffff:IPv4 of the engine. Set it to the engine's IPv6 address
+  /// to connect over IPv6.
+  std::optional<Ipv6Addr> gid;
+  /// Next-hop MAC of a peer GID (ARP/ND cache); nullopt: the MAD or transition fails.
+  std::function<std::optional<wire::MacAddr>(const Ipv6Addr& gid)> resolve_mac;
+};
+
+class CmAgent {
+ public:
+  using EventFn = std::function<void(const CmEvent&)>;
+
+  /// Creates QP1 on `eng`; throws std::runtime_error when the engine refuses.
+  CmAgent(engine::Engine& eng, CmAgentConfig cfg, EventFn on_event);
+  ~CmAgent();
+  CmAgent(const CmAgent&) = delete;
+  CmAgent& operator=(const CmAgent&) = delete;
+
+  Cm& cm() { return *cm_; }
+  /// Our GID: CmAgentConfig::gid, or ::ffff:IPv4 of the engine.
+  Ipv6Addr local_gid() const;
+
+  /// Active side: sends a REQ for `qp` (RC or UC, in RESET or INIT). Fills in the QPN, the
+  /// transport and our GID; `p.peer` and `p.path.remote_gid` name the passive side.
+  std::optional<ConnId> connect(engine::Qp* qp, ConnectParams p);
+  /// Passive side: binds `qp` to the request and accepts it (QP to RTR and RTS, then REP).
+  CmStatus accept(ConnId id, engine::Qp* qp, AcceptParams p);
+  /// The QP bound to a connection, if any.
+  engine::Qp* qp_of(ConnId id) const;
+
+  /// Receives the MADs waiting on QP1, runs the CM's timers, reposts receive buffers.
+  void poll(std::uint64_t now_ns);
+  /// The CM's next deadline in ns, if any.
+  std::optional<std::uint64_t> next_deadline_ns() const;
+
+  struct Stats {
+    std::uint64_t mads_rx = 0, mads_tx = 0, rx_dropped = 0, tx_dropped = 0, qp_errors = 0;
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  static constexpr std::size_t kGrhSize = 40;
+  static constexpr std::size_t kRecvSlot = kGrhSize + kMadSize;
+
+  void send(std::span<const std::uint8_t> mad, const MadAddr& to);
+  bool modify(ConnId id, QpTransition t, const QpAttrs& a);
+  void on_cm_event(const CmEvent& ev);
+  bool post_recv(std::uint32_t slot);
+
+  engine::Engine& eng_;
+  CmAgentConfig cfg_;
+  EventFn on_event_;
+  engine::Pd* pd_ = nullptr;
+  engine::Cq* scq_ = nullptr;
+  engine::Cq* rcq_ = nullptr;
+  engine::Qp* qp1_ = nullptr;
+  engine::Mr* mr_ = nullptr;
+  std::vector<std::uint8_t> rx_buf_;
+  std::map<ConnId, engine::Qp*> qps_;
+  std::uint64_t now_ns_ = 0;
+  Stats stats_;
+  std::unique_ptr<Cm> cm_;
+};
+
+}  // namespace roce::cm

@@ -1,0 +1,275 @@
+// Two engines joined by the in-memory wire, each with a CM agent on QP1: rdma_cm-style
+// connection setup (REQ/REP/RTU as UD SENDs to QP1), an RC SEND over the connected QPs, and
+// teardown (DREQ/DREP, timewait), with loss of the REQ or the RTU on the way.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "controlplane/cm/cm_agent.h"
+#include "tests/support/loopback.h"
+
+namespace roce::test {
+namespace {
+
+using namespace roce::cm;
+using engine::QpState;
+
+constexpr std::uint64_t kSid = service_id(PortSpace::kTcp, 7174);
+
+class Rig {
+ public:
+  explicit Rig(const LoopbackOptions& opts = {}, CmConfig cm_cfg = {}, bool ipv6 = false)
+      : ipv6_(ipv6),
+        lb(opts, engine_config(0, ipv6), engine_config(1, ipv6)),
+        a(lb.a(), agent_config(cm_cfg, 0xA), [this](const CmEvent& e) { ev_a.push_back(e); }),
+        b(lb.b(), agent_config(cm_cfg, 0xB), [this](const CmEvent& e) { on_b(e); }) {
+    for (int i = 0; i < 2; ++i) {
+      Endpoint& ep = i == 0 ? ep_a : ep_b;
+      ep.eng = &lb.side(i);
+      ep.pd = ep.eng->alloc_pd();
+      ep.scq = ep.eng->create_cq(64);
+      ep.rcq = ep.eng->create_cq(64);
+      ep.qp = ep.eng->create_qp(ep.pd, engine::QpType::kRc, ep.scq, ep.rcq,
+                                engine::QpCap{16, 16, 1, 1, 0});
+    }
+    buf_a = make_buffer(lb.a(), ep_a.pd, 4096, 1);
+    buf_b = make_buffer(lb.b(), ep_b.pd, 4096, 2);
+  }
+
+  bool ipv6_;
+  Loopback lb;
+  std::vector<CmEvent> ev_a, ev_b;
+  Endpoint ep_a, ep_b;
+  Buffer buf_a, buf_b;
+  CmAgent a;
+  CmAgent b;
+  bool auto_accept = true;
+
+  static std::size_t count(const std::vector<CmEvent>& v, CmEventType t) {
+    std::size_t n = 0;
+    for (const CmEvent& e : v) n += e.type == t;
+    return n;
+  }
+  const CmEvent* find(const std::vector<CmEvent>& v, CmEventType t) const {
+    for (const CmEvent& e : v)
+      if (e.type == t) return &e;
+    return nullptr;
+  }
+
+  /// Steps the wire, polling both agents, until `done` (or 10 s of simulated time). The wire's
+  /// run_until() stops when it sees nothing to do; CM timers are invisible to it, so keep going.
+  bool run(const std::function<bool()>& done, std::uint64_t limit_ns = 10'000'000'000ull) {
+    const std::uint64_t end = lb.now() + limit_ns;
+    auto poll_and_check = [&] {
+      a.poll(lb.now());
+      b.poll(lb.now());
+      return done();
+    };
+    while (lb.now() <= end)
+      if (lb.run_until(poll_and_check, end - lb.now())) return true;
+    return false;
+  }
+
+  std::optional<ConnId> connect(std::uint64_t sid = kSid) {
+    ConnectParams p;
+    p.peer.gid = b.local_gid();
+    p.service_id = sid;
+    p.starting_psn = Psn(0x010203);
+    p.cma = ipv6_ ? CmaHeader::ipv6(ip6(0), 0xC001, ip6(1))
+                  : CmaHeader::ipv4(lb.a().config().ipv4, 0xC001, lb.b().config().ipv4);
+    return a.connect(ep_a.qp, p);
+  }
+
+  void post_b_recv() {
+    const engine::Sge s = buf_b.sge(0, 4096);
+    engine::RecvWr r;
+    r.wr_id = 7;
+    r.sg_list = &s;
+    r.num_sge = 1;
+    const engine::RecvWr* bad = nullptr;
+    ASSERT_EQ(lb.b().post_recv(ep_b.qp, &r, &bad), engine::kOk);
+  }
+
+  void send_a(std::uint32_t len) {
+    const engine::Sge s = buf_a.sge(0, len);
+    engine::SendWr w;
+    w.wr_id = 9;
+    w.opcode = engine::WrOpcode::kSend;
+    w.sg_list = &s;
+    w.num_sge = 1;
+    w.send_flags = engine::kSendSignaled;
+    const engine::SendWr* bad = nullptr;
+    ASSERT_EQ(lb.a().post_send(ep_a.qp, &w, &bad), engine::kOk);
+  }
+
+ private:
+  static Ipv6Addr ip6(int side) {
+    Ipv6Addr a{{0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}};
+    a.b[15] = static_cast<std::uint8_t>(1 + side);
+    return a;
+  }
+  static engine::EngineConfig engine_config(int side, bool ipv6) {
+    engine::EngineConfig c = Loopback::default_config(side);
+    if (ipv6) c.ipv6 = ip6(side);
+    return c;
+  }
+  Ipv6Addr gid_of(int side) {
+    return ipv6_ ? ip6(side) : wire::ipv4_mapped(lb.side(side).config().ipv4);
+  }
+
+  CmAgentConfig agent_config(CmConfig c, std::uint64_t guid) {
+    CmAgentConfig cfg;
+    cfg.cm = c;
+    cfg.cm.ca_guid = guid;
+    cfg.cm.seed = static_cast<std::uint32_t>(guid * 7919);
+    cfg.cm.timewait = std::chrono::milliseconds(1);
+    if (ipv6_) cfg.gid = ip6(guid == 0xA ? 0 : 1);
+    cfg.resolve_mac = [this](const Ipv6Addr& gid) -> std::optional<wire::MacAddr> {
+      for (int i = 0; i < 2; ++i)
+        if (gid == gid_of(i)) return lb.side(i).config().mac;
+      return std::nullopt;
+    };
+    return cfg;
+  }
+
+  void on_b(const CmEvent& e) {
+    ev_b.push_back(e);
+    if (e.type == CmEventType::kConnectRequest && auto_accept) {
+      AcceptParams p;
+      p.starting_psn = Psn(0x0A0B0C);
+      EXPECT_EQ(b.accept(e.id, ep_b.qp, p), CmStatus::kOk);
+      post_b_recv();  // the QP is in RTS now
+    }
+  }
+};
+
+class CmLoopbackIp : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CmLoopbackIp, ConnectSendDisconnect) {
+  const bool ipv6 = GetParam();
+  Rig r({}, {}, ipv6);
+  r.b.cm().listen(kSid);
+  const std::optional<ConnId> ia = r.connect();
+  ASSERT_TRUE(ia);
+  ASSERT_TRUE(r.run([&] {
+    return Rig::count(r.ev_a, CmEventType::kEstablished) == 1 &&
+           Rig::count(r.ev_b, CmEventType::kEstablished) == 1;
+  }));
+  const CmEvent& creq = *r.find(r.ev_b, CmEventType::kConnectRequest);
+  ASSERT_TRUE(creq.cma);
+  EXPECT_EQ(creq.cma->src_port, 0xC001);
+  EXPECT_EQ(creq.cma->ip_version, ipv6 ? 6 : 4);
+  if (!ipv6) {
+    EXPECT_EQ(creq.cma->src_ipv4(), r.lb.a().config().ipv4);
+  }
+  EXPECT_EQ(creq.peer.gid, r.a.local_gid());  // the sender's address, from the GRH
+  EXPECT_EQ(r.ep_a.qp->attr.ah.dgid, r.b.local_gid());
+  EXPECT_EQ(r.ep_b.qp->attr.ah.dgid, r.a.local_gid());
+  EXPECT_EQ(r.ep_a.qp->state, QpState::kRts);
+  EXPECT_EQ(r.ep_b.qp->state, QpState::kRts);
+  EXPECT_EQ(r.ep_a.qp->attr.dest_qp_num, r.ep_b.qp->qpn);
+  EXPECT_EQ(r.ep_b.qp->attr.dest_qp_num, r.ep_a.qp->qpn);
+  EXPECT_EQ(r.ep_a.qp->attr.sq_psn, 0x010203u);
+  EXPECT_EQ(r.ep_b.qp->attr.rq_psn, 0x010203u);
+  EXPECT_EQ(r.ep_b.qp->attr.sq_psn, 0x0A0B0Cu);
+  EXPECT_EQ(r.ep_a.qp->attr.rq_psn, 0x0A0B0Cu);
+  EXPECT_EQ(r.ep_a.qp->attr.min_rnr_timer, 0);
+  EXPECT_EQ(r.ep_b.qp->attr.rnr_retry, 7);
+
+  // An RC SEND over the connection the CM set up.
+  r.send_a(100);
+  std::vector<engine::Wc> got_b, got_a;
+  ASSERT_TRUE(r.run([&] {
+    engine::Wc wc[4];
+    int n;
+    while ((n = r.lb.b().poll_cq(r.ep_b.rcq, 4, wc)) > 0) got_b.insert(got_b.end(), wc, wc + n);
+    while ((n = r.lb.a().poll_cq(r.ep_a.scq, 4, wc)) > 0) got_a.insert(got_a.end(), wc, wc + n);
+    return !got_a.empty() && !got_b.empty();
+  }));
+  EXPECT_EQ(got_b[0].status, engine::WcStatus::kSuccess);
+  EXPECT_EQ(got_b[0].byte_len, 100u);
+  EXPECT_EQ(got_a[0].status, engine::WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(r.buf_a.bytes.data(), r.buf_b.bytes.data(), 100), 0);
+
+  ASSERT_EQ(r.a.cm().disconnect(*ia), CmStatus::kOk);
+  ASSERT_TRUE(r.run([&] {
+    return Rig::count(r.ev_a, CmEventType::kDisconnected) == 1 &&
+           Rig::count(r.ev_b, CmEventType::kDisconnected) == 1;
+  }));
+  EXPECT_TRUE(r.find(r.ev_b, CmEventType::kDisconnected)->remote);
+  EXPECT_EQ(r.ep_a.qp->state, QpState::kErr);
+  EXPECT_EQ(r.ep_b.qp->state, QpState::kErr);
+  ASSERT_TRUE(r.run([&] {
+    return Rig::count(r.ev_a, CmEventType::kTimewaitExit) == 1 &&
+           Rig::count(r.ev_b, CmEventType::kTimewaitExit) == 1;
+  }));
+  EXPECT_EQ(r.a.cm().size(), 0u);
+  EXPECT_EQ(r.b.cm().size(), 0u);
+  EXPECT_EQ(r.a.stats().tx_dropped + r.b.stats().tx_dropped, 0u);
+  EXPECT_EQ(r.a.cm().stats().mads_rx_bad + r.b.cm().stats().mads_rx_bad, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(IpVersions, CmLoopbackIp, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Ipv6" : "Ipv4";
+                         });
+
+TEST(CmLoopback, NoListenerIsRejected) {
+  Rig r;
+  ASSERT_TRUE(r.connect());
+  ASSERT_TRUE(r.run([&] { return Rig::count(r.ev_a, CmEventType::kRejected) == 1; }));
+  EXPECT_EQ(r.find(r.ev_a, CmEventType::kRejected)->reason, RejReason::kInvalidServiceId);
+  EXPECT_EQ(r.a.cm().size(), 0u);
+  EXPECT_TRUE(r.ev_b.empty());
+}
+
+TEST(CmLoopback, LostReqIsRetransmitted) {
+  LoopbackOptions o;
+  o.a2b.drop_nth = 1;  // the first REQ
+  CmConfig c;
+  c.packet_life_time = 8;      // 1 ms
+  c.cm_response_timeout = 10;  // 4 ms: the REQ is repeated after 6 ms
+  Rig r(o, c);
+  r.b.cm().listen(kSid);
+  ASSERT_TRUE(r.connect());
+  ASSERT_TRUE(r.run([&] {
+    return Rig::count(r.ev_a, CmEventType::kEstablished) == 1 &&
+           Rig::count(r.ev_b, CmEventType::kEstablished) == 1;
+  }));
+  EXPECT_EQ(r.a.cm().stats().retransmits, 1u);
+  EXPECT_EQ(r.lb.injector(0).stats().dropped, 1u);
+}
+
+TEST(CmLoopback, LostRtuFirstDataEstablishes) {
+  LoopbackOptions o;
+  o.a2b.drop_nth = 2;  // REQ goes through, the RTU is lost
+  Rig r(o);
+  r.b.cm().listen(kSid);
+  ASSERT_TRUE(r.connect());
+  ASSERT_TRUE(r.run([&] { return Rig::count(r.ev_a, CmEventType::kEstablished) == 1; }));
+  const ConnId ib = r.find(r.ev_b, CmEventType::kConnectRequest)->id;
+  ASSERT_TRUE(r.run([&] { return r.lb.injector(0).stats().dropped == 1; }));
+  for (const WireRecord& w : r.lb.records()) {
+    if (w.dropped) {
+      EXPECT_EQ(w.dest_qp, 1u);  // a MAD: the RTU
+    }
+  }
+  EXPECT_EQ(r.b.cm().state(ib), ConnState::kRepSent);
+  r.send_a(64);
+  // The first receive completion is the passive side's COMM_EST: tell the CM.
+  ASSERT_TRUE(r.run([&] {
+    engine::Wc wc;
+    if (r.lb.b().poll_cq(r.ep_b.rcq, 1, &wc) == 1) {
+      EXPECT_EQ(wc.status, engine::WcStatus::kSuccess);
+      EXPECT_EQ(r.b.cm().notify_established(ib), CmStatus::kOk);
+    }
+    return Rig::count(r.ev_b, CmEventType::kEstablished) == 1;
+  }));
+  EXPECT_EQ(r.b.cm().state(ib), ConnState::kEstablished);
+  EXPECT_EQ(r.b.cm().stats().retransmits, 0u);  // no REP had to be repeated
+  EXPECT_FALSE(r.b.next_deadline_ns());
+}
+
+}  // namespace
+}  // namespace roce::test
