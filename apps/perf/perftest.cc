@@ -773,6 +773,10 @@ void Perftest::write_json() {
     << peer_version_ << "\",\"mtu\":" << pt::mtu_bytes_of_enum(mtu_enum_)
     << ",\"qps\":" << o_.num_qp
     << ",\"retransmitted\":" << eng_.stats().get(Counter::kRetransmittedPackets)
+    << ",\"retransmit_timeouts\":" << eng_.stats().get(Counter::kRetransmitTimeouts)
+    << ",\"seq_err_naks_sent\":" << eng_.stats().get(Counter::kSeqErrNakSent)
+    << ",\"seq_err_naks_received\":" << eng_.stats().get(Counter::kSeqErrNakRcvd)
+    << ",\"duplicate_requests\":" << eng_.stats().get(Counter::kDuplicateRequests)
     << ",\"tx_dropped_injected\":" << (env_.loop.faults() ? env_.loop.faults()->stats().dropped : 0)
     << ",\"rx_dropped_injected\":"
     << (env_.loop.rx_faults() ? env_.loop.rx_faults()->stats().dropped : 0) << ",\"results\":["

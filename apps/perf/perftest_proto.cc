@@ -191,12 +191,17 @@ std::string params_mismatch(const Params& a, const Params& b) {
   ROCE_PT_CMP(tst);
   ROCE_PT_CMP(atomic_type);
   ROCE_PT_CMP(test_type);
+  ROCE_PT_CMP(report_fmt);
   ROCE_PT_CMP(size);
   ROCE_PT_CMP(iters);
   ROCE_PT_CMP(num_of_qps);
   ROCE_PT_CMP(duration);
   ROCE_PT_CMP(use_rdma_cm);
   ROCE_PT_CMP(use_write_with_imm);
+  ROCE_PT_CMP(aes_xts);
+  ROCE_PT_CMP(no_enhanced_reorder);
+  ROCE_PT_CMP(sig_offload);
+  ROCE_PT_CMP(data_validation);
 #undef ROCE_PT_CMP
   return "";
 }

@@ -1,0 +1,144 @@
+// perftest's out-of-band messages: golden bytes from the wire reference and perftest's formats.
+#include "apps/perf/perftest_proto.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+namespace roce::perf::pt {
+namespace {
+
+wire::Ipv6Addr mapped(std::uint8_t a, std::uint8_t b, std::uint8_t c, std::uint8_t d) {
+  wire::Ipv6Addr g{};
+  g.b[10] = g.b[11] = 0xFF;
+  g.b[12] = a;
+  g.b[13] = b;
+  g.b[14] = c;
+  g.b[15] = d;
+  return g;
+}
+
+TEST(PerftestProto, DestMessageMatchesTheReferenceExample) {
+  Dest d;
+  d.out_reads = 1;
+  d.qpn = 0x123;
+  d.psn = 0xabcdef;
+  d.rkey = 0x1234;
+  d.vaddr = 0x7f0000001000;
+  d.gid = mapped(10, 0, 0, 1);
+  const auto m = dest_msg(d);
+  const std::string want =
+      "0000:0001:000123:abcdef:00001234:00007f0000001000:00:00:00:00:00:00:00:00:00:00:ff:ff:0a:"
+      "00:00:01:00000000:";
+  EXPECT_EQ(std::string(m.data()), want);
+  EXPECT_EQ(want.size() + 1, kDestLen);  // sent with its NUL
+  EXPECT_EQ(m[kDestLen - 1], '\0');
+  const auto back = dest_of(m);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, d);
+}
+
+TEST(PerftestProto, DestRoundTripsExtremeValues) {
+  Dest d;
+  d.lid = 0xFFFF;
+  d.out_reads = 0xFFFF;
+  d.qpn = 0xFFFFFF;
+  d.psn = 0xFFFFFF;
+  d.rkey = 0xFFFFFFFF;
+  d.vaddr = ~0ull;
+  for (auto& b : d.gid.b) b = 0xFE;
+  d.srqn = 0xFFFFFFFF;
+  const auto back = dest_of(dest_msg(d));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, d);
+}
+
+TEST(PerftestProto, MalformedDestIsRejected) {
+  auto m = dest_msg(Dest{});
+  auto bad = m;
+  bad[4] = '-';  // a separator
+  EXPECT_FALSE(dest_of(bad));
+  bad = m;
+  bad[0] = 'g';  // not hex
+  EXPECT_FALSE(dest_of(bad));
+  bad = m;
+  bad[kDestLen - 1] = 'x';  // no NUL
+  EXPECT_FALSE(dest_of(bad));
+  bad = m;
+  bad[50] = '\0';  // short
+  EXPECT_FALSE(dest_of(bad));
+}
+
+TEST(PerftestProto, VersionsCompareNumericallyByField) {
+  EXPECT_LT(compare_versions("6.06", "6.28"), 0);
+  EXPECT_LT(compare_versions("5.70", "6.06"), 0);
+  EXPECT_GT(compare_versions("6.29", "6.28"), 0);
+  EXPECT_EQ(compare_versions("6.06", "6.06"), 0);
+  EXPECT_LT(compare_versions("5.9", "5.70"), 0);  // 9 < 70, as atof would not say
+  EXPECT_LT(compare_versions("", kMinVersion), 0);
+  const auto m = version_msg("6.06");
+  EXPECT_EQ(std::memcmp(m.data(), "6.06\0\0\0\0\0\0\0\0\0\0\0\0", 16), 0);
+  EXPECT_EQ(version_of(m), "6.06");
+}
+
+TEST(PerftestProto, SysDataAndMtu) {
+  const auto b = encode(SysData{4096, 64});
+  const std::uint8_t want[] = {0, 0, 0x10, 0, 0, 0, 0, 0x40};
+  EXPECT_EQ(std::memcmp(b.data(), want, 8), 0);
+  const SysData s = decode_sys(b);
+  EXPECT_EQ(s.cycle_buffer, 4096u);
+  EXPECT_EQ(s.cache_line, 64u);
+  const auto m = mtu_msg(mtu_enum_of_bytes(1024));
+  EXPECT_EQ(m[0], '3');
+  EXPECT_EQ(m[1], '\0');
+  EXPECT_EQ(mtu_of(m), 3);
+  EXPECT_EQ(mtu_bytes_of_enum(5), 4096u);
+  EXPECT_EQ(mtu_enum_of_bytes(1500), 0);
+  const std::array<char, 2> bad{'9', '\0'};
+  EXPECT_FALSE(mtu_of(bad));
+}
+
+TEST(PerftestProto, ReportIsBigEndianIntegersAndDoubles) {
+  Report r{65536, 5000, 1.5, 1.25, 0.0175};
+  const auto b = encode(r);
+  EXPECT_EQ(b[6], 0x01);  // 65536 big-endian
+  EXPECT_EQ(b[7], 0x00);
+  EXPECT_EQ(b[14], 0x13);  // 5000 = 0x1388
+  EXPECT_EQ(b[15], 0x88);
+  EXPECT_EQ(b[16], 0x3F);  // 1.5 = 0x3FF8000000000000
+  EXPECT_EQ(b[17], 0xF8);
+  const Report back = decode_report(b);
+  EXPECT_EQ(back.size, r.size);
+  EXPECT_EQ(back.iters, r.iters);
+  EXPECT_DOUBLE_EQ(back.bw_peak, r.bw_peak);
+  EXPECT_DOUBLE_EQ(back.bw_avg, r.bw_avg);
+  EXPECT_DOUBLE_EQ(back.msg_rate, r.msg_rate);
+}
+
+TEST(PerftestProto, NegotiateParamsLayout) {
+  Params p;
+  p.verb = 2;
+  p.tst = 1;
+  p.size = 65536;
+  p.iters = 5000;
+  p.num_of_qps = 3;
+  p.max_qp_rd_atom = 16;
+  std::array<std::uint8_t, kParamsLen> b{};
+  encode(p, b);
+  EXPECT_EQ(b[11], 2);     // verb, the third int32
+  EXPECT_EQ(b[15], 1);     // tst
+  EXPECT_EQ(b[37], 0x01);  // size @32, big-endian
+  EXPECT_EQ(b[47], 0x88);  // iters @40
+  EXPECT_EQ(b[55], 3);     // num_of_qps @52
+  EXPECT_EQ(b[kParamsOffDevAttr + kDevAttrOffMaxQpRdAtom], 16);  // host order (x86)
+  const Params back = decode_params(b);
+  EXPECT_EQ(back, p);
+  EXPECT_EQ(params_mismatch(p, back), "");
+  Params other = p;
+  other.iters = 1000;
+  EXPECT_EQ(params_mismatch(p, other), "iters");
+}
+
+}  // namespace
+}  // namespace roce::perf::pt
