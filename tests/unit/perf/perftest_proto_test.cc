@@ -102,8 +102,8 @@ TEST(PerftestProto, SysDataAndMtu) {
 TEST(PerftestProto, ReportIsBigEndianIntegersAndDoubles) {
   Report r{65536, 5000, 1.5, 1.25, 0.0175};
   const auto b = encode(r);
-  EXPECT_EQ(b[6], 0x01);  // 65536 big-endian
-  EXPECT_EQ(b[7], 0x00);
+  EXPECT_EQ(b[5], 0x01);  // 65536 = 0x10000, big-endian
+  EXPECT_EQ(b[6], 0x00);
   EXPECT_EQ(b[14], 0x13);  // 5000 = 0x1388
   EXPECT_EQ(b[15], 0x88);
   EXPECT_EQ(b[16], 0x3F);  // 1.5 = 0x3FF8000000000000
