@@ -19,11 +19,7 @@
 
 namespace roce::perf {
 
-void fail(const std::string& msg) {
-  std::fflush(stdout);
-  std::fprintf(stderr, "roce-perf: %s\n", msg.c_str());
-  std::exit(1);
-}
+void fail(const std::string& msg) { throw TestFailure(msg); }
 
 std::string hex_gid(const wire::Ipv6Addr& g) {
   std::string s;
@@ -37,13 +33,12 @@ std::string hex_gid(const wire::Ipv6Addr& g) {
 
 namespace {
 
-std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o, wire::Ipv4Addr& ip) {
+std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {
   const auto a = ctl::parse_ipv4(o.ip);
   const auto mac = ctl::parse_mac(o.mac);
   if (!a || !mac) fail("--ip and --mac must be an IPv4 address and a MAC address");
   if (o.iface.empty()) fail("--iface IF (the interface for the RoCE traffic) is required");
   if (o.netdev_mtu < 576 || o.netdev_mtu > 9000) fail("--netdev-mtu must be 576..9000");
-  ip = *a;
   // af_packet copies each frame into a ring slot: jumbo frames need bigger slots.
   std::string vdev = "--vdev=net_af_packet0,iface=" + o.iface + ",qpairs=1";
   if (o.netdev_mtu > 1500) vdev += ",blocksz=16384,framesz=16384,framecnt=512";
@@ -70,22 +65,41 @@ std::unique_ptr<port::DpdkPort> make_port(const LinkOpts& o) {
 }  // namespace
 
 Env::Env(const LinkOpts& o)
-    : eng(make_engine(o, ip)),
-      dev(make_port(o)),
-      loop_ptr(std::make_unique<port::PollLoop>(*dev, *eng, o.tx_faults, o.rx_faults)),
-      loop(*loop_ptr) {
+    : own_eng_(make_engine(o)),
+      own_dev_(make_port(o)),
+      own_loop_(std::make_unique<port::PollLoop>(*own_dev_, *own_eng_, o.tx_faults, o.rx_faults)),
+      eng(*own_eng_),
+      loop(*own_loop_) {
+  ip = *ctl::parse_ipv4(o.ip);  // checked by make_engine
   gid = ctl::gid_from_ipv4(ip);
   if (!o.pcap.empty()) {
     capture = std::make_unique<apps::PcapWriter>(o.pcap);
     loop.tap = [this](std::span<const std::uint8_t> f, bool) { capture->write(f, port::now_ns()); };
   }
-  until([&] { return dev->link_up(); }, 10);
+  until([&] { return own_dev_->link_up(); }, 10);
 }
 
+Env::Env(engine::Engine& e, port::PollLoop& l, wire::Ipv4Addr a, std::function<void()> between)
+    : between_polls_(std::move(between)), ip(a), gid(ctl::gid_from_ipv4(a)), eng(e), loop(l) {}
+
 Env::~Env() {
-  loop_ptr.reset();
-  dev.reset();
-  eng.reset();
+  if (own_loop_) loop.tap = nullptr;
+  own_loop_.reset();
+  own_dev_.reset();
+  own_eng_.reset();
+}
+
+Resources::~Resources() {
+  for (auto* q : qps)
+    if (q) eng.destroy_qp(q);
+  for (auto* s : srqs)
+    if (s) eng.destroy_srq(s);
+  for (auto* m : mrs)
+    if (m) eng.dereg_mr(m);
+  for (auto* c : cqs)
+    if (c) eng.destroy_cq(c);
+  for (auto* p : pds)
+    if (p) eng.dealloc_pd(p);
 }
 
 void Env::yield() { sched_yield(); }
@@ -111,12 +125,20 @@ Oob::Oob(Env& env, std::string server, unsigned port, double timeout_s)
   fcntl(listen_fd_, F_SETFL, O_NONBLOCK);
 }
 
+Oob::Oob(Env& env, int connected_fd, double timeout_s)
+    : env_(env), port_(0), timeout_s_(timeout_s), fd_(connected_fd) {
+  const int one = 1;
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  fcntl(fd_, F_SETFL, O_NONBLOCK);
+}
+
 Oob::~Oob() {
   close();
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
 void Oob::open() {
+  if (fd_ >= 0) return;  // accepted elsewhere
   if (!client()) {
     if (!env_.until([&] { return (fd_ = ::accept(listen_fd_, nullptr, nullptr)) >= 0; },
                     timeout_s_))

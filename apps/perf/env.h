@@ -6,8 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "apps/common/pcap_writer.h"
 #include "dataplane/fault_injector.h"
@@ -15,8 +18,12 @@
 
 namespace roce::perf {
 
-/// Prints "roce-perf: MSG" and exits with status 1 (a test that cannot go on).
-[[noreturn]] void fail(const std::string& msg);
+/// A test that cannot go on: roce-perf prints it and exits with status 1; roced logs it and
+/// serves the next client.
+struct TestFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+[[noreturn]] void fail(const std::string& msg);  ///< throws TestFailure
 
 struct LinkOpts {
   std::string iface;  ///< kernel interface the DPDK port attaches to (net_af_packet)
@@ -27,10 +34,14 @@ struct LinkOpts {
   FaultPolicy tx_faults, rx_faults;
 };
 
-/// The dataplane of one test: EAL, port, engine and poll loop.
+/// The dataplane of a test: a poll loop and its engine. roce-perf owns one (EAL, port, engine,
+/// loop, from LinkOpts); roced lends the loop of a configured port to the services it hosts.
 class Env {
  public:
   explicit Env(const LinkOpts& o);
+  /// Borrows a running engine and loop; `between_polls` runs after every poll (roced: its other
+  /// ports and counters) and may throw to abandon the test.
+  Env(engine::Engine& e, port::PollLoop& l, wire::Ipv4Addr ip, std::function<void()> between_polls);
   ~Env();
   Env(const Env&) = delete;
   Env& operator=(const Env&) = delete;
@@ -44,10 +55,11 @@ class Env {
     unsigned idle = 0;
     while (!done()) {
       if (port::now_ns() > end) return false;
-      if (loop.poll_once() != 0 || eng->has_work())
+      if (loop.poll_once() != 0 || eng.has_work())
         idle = 0;
       else if (++idle >= kYieldAfterIdlePolls && yield_when_idle)
         yield();
+      if (between_polls_) between_polls_();
     }
     return true;
   }
@@ -57,13 +69,33 @@ class Env {
   wire::MacAddr resolve(wire::Ipv4Addr peer, double seconds);
   static void yield();
 
+ private:
+  std::unique_ptr<engine::Engine> own_eng_;
+  std::unique_ptr<port::DpdkPort> own_dev_;
+  std::unique_ptr<port::PollLoop> own_loop_;
+  std::function<void()> between_polls_;
+
+ public:
   wire::Ipv4Addr ip;
   wire::Ipv6Addr gid;  ///< ::ffff:ip
-  std::unique_ptr<engine::Engine> eng;
-  std::unique_ptr<port::DpdkPort> dev;
-  std::unique_ptr<port::PollLoop> loop_ptr;
+  engine::Engine& eng;
   port::PollLoop& loop;
   std::unique_ptr<apps::PcapWriter> capture;
+};
+
+/// What a test created on the engine, destroyed when the test ends (roced runs many tests on
+/// one engine).
+struct Resources {
+  explicit Resources(engine::Engine& e) : eng(e) {}
+  ~Resources();
+  Resources(const Resources&) = delete;
+  Resources& operator=(const Resources&) = delete;
+  engine::Engine& eng;
+  std::vector<engine::Qp*> qps;
+  std::vector<engine::Srq*> srqs;
+  std::vector<engine::Mr*> mrs;
+  std::vector<engine::Cq*> cqs;
+  std::vector<engine::Pd*> pds;
 };
 
 /// The out-of-band TCP connection. The side given a server name connects (client); the other
@@ -73,6 +105,8 @@ class Oob {
  public:
   /// Server: listens on `port` now (so that a peer may connect early); accept() waits.
   Oob(Env& env, std::string server, unsigned port, double timeout_s);
+  /// Server side of a connection accepted elsewhere (roced's services).
+  Oob(Env& env, int connected_fd, double timeout_s);
   ~Oob();
   Oob(const Oob&) = delete;
   Oob& operator=(const Oob&) = delete;

@@ -7,179 +7,29 @@
 /// send_bw, atomic_bw, write_lat, read_lat, send_lat, atomic_lat (perftest's ib_*). Without
 /// SERVER we are the server and wait for the tool's client; with it we connect to the tool's
 /// server. The exchange runs over the kernel's TCP, the RoCE traffic over the DPDK port.
-#include <boost/program_options.hpp>
 #include <iostream>
-#include <map>
 
-#include "apps/perf/tools.h"
+#include "apps/perf/cli.h"
 
-namespace po = boost::program_options;
 using namespace roce::perf;
 
-namespace {
-
-struct Test {
-  bool pingpong;
-  Pingpong pp;
-  Verb verb;
-  Mode mode;
-};
-
-const std::map<std::string, Test>& tests() {
-  static const std::map<std::string, Test> t = {
-      {"rc_pingpong", {true, Pingpong::kRc, Verb::kSend, Mode::kLat}},
-      {"ud_pingpong", {true, Pingpong::kUd, Verb::kSend, Mode::kLat}},
-      {"srq_pingpong", {true, Pingpong::kSrq, Verb::kSend, Mode::kLat}},
-      {"write_bw", {false, Pingpong::kRc, Verb::kWrite, Mode::kBw}},
-      {"read_bw", {false, Pingpong::kRc, Verb::kRead, Mode::kBw}},
-      {"send_bw", {false, Pingpong::kRc, Verb::kSend, Mode::kBw}},
-      {"atomic_bw", {false, Pingpong::kRc, Verb::kAtomic, Mode::kBw}},
-      {"write_lat", {false, Pingpong::kRc, Verb::kWrite, Mode::kLat}},
-      {"read_lat", {false, Pingpong::kRc, Verb::kRead, Mode::kLat}},
-      {"send_lat", {false, Pingpong::kRc, Verb::kSend, Mode::kLat}},
-      {"atomic_lat", {false, Pingpong::kRc, Verb::kAtomic, Mode::kLat}},
-  };
-  return t;
-}
-
-std::string test_list() {
-  std::string s;
-  for (const auto& [name, t] : tests()) s += (s.empty() ? "" : ", ") + name;
-  return s;
-}
-
-roce::FaultPolicy drop_policy(double rate, std::uint64_t seed) {
-  roce::FaultPolicy p;
-  p.drop_rate = rate;
-  p.seed = seed;
-  return p;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  Opts o;
-  std::string cmd = argc > 1 ? argv[1] : "";
-  const auto it = tests().find(cmd);
-  const bool known = it != tests().end();
-  const Test t = known ? it->second : Test{};
-
-  po::options_description common("Common options");
-  double tx_drop = 0, rx_drop = 0;
-  std::uint64_t seed = 1;
-  common.add_options()("help,h", "print this help")(
-      "iface", po::value(&o.link.iface), "kernel interface for the RoCE traffic (net_af_packet)")(
-      "ip", po::value(&o.link.ip)->default_value(o.link.ip),
-      "our RoCE IPv4 address (GID ::ffff:IP)")(
-      "mac", po::value(&o.link.mac)->default_value(o.link.mac), "our MAC address")(
-      "netdev-mtu", po::value(&o.link.netdev_mtu)->default_value(o.link.netdev_mtu),
-      "IP MTU of the link (9000 for path MTU 4096)")(
-      "port,p", po::value(&o.port)->default_value(o.port), "TCP port of the exchange")(
-      "size,s", po::value(&o.size), "message size")("iters,n", po::value(&o.iters),
-                                                    "number of iterations")(
-      "mtu,m", po::value(&o.mtu), "path MTU (256..4096)")("rx-depth,r", po::value(&o.rx_depth),
-                                                          "receive queue depth")(
-      "ib-dev,d", po::value<std::string>(), "accepted for compatibility (ignored)")(
-      "ib-port,i", po::value<int>(), "accepted for compatibility (ignored)")(
-      "timeout", po::value(&o.timeout_s)->default_value(o.timeout_s),
-      "seconds before a stalled exchange or test gives up")(
-      "json", po::value(&o.json), "write the results as JSON to this file")(
-      "pcap", po::value(&o.link.pcap), "capture every frame sent and received to this pcap file")(
-      "tx-drop", po::value(&tx_drop), "drop this fraction of our transmitted frames")(
-      "rx-drop", po::value(&rx_drop), "drop this fraction of our received frames")(
-      "fault-seed", po::value(&seed)->default_value(seed), "seed of the fault injection");
-  po::options_description pp("ibv_*_pingpong options");
-  pp.add_options()("gid-idx,g", po::value<int>(), "accepted for compatibility (GID is ::ffff:IP)")(
-      "num_qp,q", po::value(&o.num_qp)->default_value(o.num_qp), "srq_pingpong: number of QPs");
-  po::options_description pt("perftest options");
-  std::string atomic_type = "FETCH_AND_ADD", conn = "RC";
-  pt.add_options()("all,a", po::bool_switch(&o.all_sizes), "run sizes from 2 to 2^23 bytes")(
-      "qp,q", po::value(&o.num_qp), "number of QPs")("tx-depth,t", po::value(&o.tx_depth),
-                                                     "send queue depth")(
-      "cq-mod,Q", po::value(&o.cq_mod)->default_value(o.cq_mod),
-      "signal one completion every this many sends")("duration,D", po::value(&o.duration),
-                                                     "run for this many seconds instead of -n")(
-      "outs,o", po::value(&o.out_reads), "outstanding READs/atomics")(
-      "inline_size,I", po::value(&o.inline_size), "largest message sent inline")(
-      "atomic_type,A", po::value(&atomic_type)->default_value(atomic_type),
-      "CMP_AND_SWAP or FETCH_AND_ADD")("connection,c", po::value(&conn)->default_value(conn),
-                                       "connection type (RC)")(
-      "report_gbits", po::bool_switch(&o.report_gbits), "report Gbit/s instead of MB/s")(
-      "gid-index,x", po::value<int>(), "accepted for compatibility (GID is ::ffff:IP)")(
-      "CPU-freq,F", "accepted for compatibility")("rdma_cm,R", "connect with rdma_cm")(
-      "perftest-version", po::value(&o.version)->default_value(o.version),
-      "perftest version we announce (>= 6.28 adds the parameter negotiation)");
-  po::options_description hidden;
-  hidden.add_options()("command", po::value<std::string>())("server", po::value(&o.server));
-  po::positional_options_description pos;
-  pos.add("command", 1).add("server", 1);
-
-  po::options_description all;
-  all.add(common).add(hidden);
-  if (!known || t.pingpong) all.add(pp);
-  if (!known || !t.pingpong) {
-    if (!known) {  // help: show both sets, without the duplicate -q
-      po::options_description pt_help("perftest options");
-      for (const auto& opt : pt.options())
-        if (opt->long_name() != "qp") pt_help.add(opt);
-      all.add(pt_help);
-    } else {
-      all.add(pt);
-    }
-  }
-  po::options_description visible(
-      "Usage: roce-perf TEST --iface IF [options] [SERVER]\n\nTESTs: " + test_list() + "\n");
-  visible.add(common);
-  if (!known || t.pingpong) visible.add(pp);
-  if (!known || !t.pingpong) visible.add(pt);
+  std::optional<Invocation> inv;
   try {
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
-    po::notify(vm);
-    if (vm.count("help") || cmd.empty() || cmd == "--help" || cmd == "-h") {
-      std::cout << visible << '\n';
-      return vm.count("help") || cmd == "--help" || cmd == "-h" ? 0 : 2;
-    }
-    if (!known) throw po::error("unknown test '" + cmd + "' (available: " + test_list() + ")");
-    o.num_qp_given = vm.count("qp") > 0 || vm.count("num_qp") > 0;
-    o.size_given = vm.count("size") > 0;
-    o.cq_mod_given = !vm["cq-mod"].defaulted();
-    o.iters_given = vm.count("iters") > 0;
-    o.mtu_given = vm.count("mtu") > 0;
-    o.rx_depth_given = vm.count("rx-depth") > 0;
-    if (vm.count("rdma_cm"))
-      throw po::error("-R (rdma_cm) is not supported yet: use the default TCP exchange");
-    if (conn != "RC") throw po::error("-c " + conn + ": only RC connections are supported");
-    if (atomic_type == "CMP_AND_SWAP")
-      o.cmp_and_swap = true;
-    else if (atomic_type != "FETCH_AND_ADD")
-      throw po::error("-A must be CMP_AND_SWAP or FETCH_AND_ADD");
-    if (o.size_given && (o.size == 0 || o.size > (1u << 30)))
-      throw po::error("-s must be between 1 and 1073741824");
-    if (o.iters_given && o.iters == 0) throw po::error("-n must be at least 1");
-    if (o.rx_depth_given && (o.rx_depth == 0 || o.rx_depth > 16384))
-      throw po::error("-r must be between 1 and 16384");
-    if (o.num_qp == 0 || o.num_qp > 1024) throw po::error("-q must be between 1 and 1024");
-    if (o.cq_mod == 0 || o.cq_mod > 1024) throw po::error("-Q must be between 1 and 1024");
-    if (tx_drop < 0 || tx_drop >= 1 || rx_drop < 0 || rx_drop >= 1)
-      throw po::error("--tx-drop and --rx-drop must be in [0, 1)");
-    if (tx_drop > 0) o.link.tx_faults = drop_policy(tx_drop, seed);
-    if (rx_drop > 0) o.link.rx_faults = drop_policy(rx_drop, seed + 1);
-    if (t.pingpong) {
-      if (t.pp == Pingpong::kUd && o.size_given && o.size > o.mtu)
-        throw po::error("ud_pingpong: -s must not exceed -m");
-      if (t.pp == Pingpong::kSrq && (o.num_qp > o.rx_depth || o.num_qp >= 256))
-        throw po::error("srq_pingpong: -q must be below 256 and not exceed -r");
-    }
-  } catch (const po::error& e) {
+    int help_status = 0;
+    inv =
+        parse_command_line(std::vector<std::string>(argv + 1, argv + argc), std::cout, help_status);
+    if (!inv) return help_status;
+  } catch (const CliError& e) {
     std::cerr << "roce-perf: " << e.what() << "\n(try --help)\n";
     return 2;
   }
   try {
-    const int rc = t.pingpong ? run_pingpong(o, t.pp) : run_perftest(o, t.verb, t.mode);
+    const int rc = run(*inv);
     roce::port::eal_cleanup();
     return rc;
   } catch (const std::exception& e) {
+    std::fflush(stdout);
     std::cerr << "roce-perf: " << e.what() << '\n';
     return 1;
   }

@@ -93,13 +93,8 @@ const char* kLine =
 
 class Perftest {
  public:
-  Perftest(const Opts& o, Verb verb, Mode mode)
-      : o_(o),
-        verb_(verb),
-        mode_(mode),
-        env_(o.link),
-        eng_(*env_.eng),
-        oob_(env_, o.server, o.port, o.timeout_s) {}
+  Perftest(Env& env, Oob& oob, const Opts& o, Verb verb, Mode mode)
+      : o_(o), verb_(verb), mode_(mode), env_(env), eng_(env.eng), oob_(oob), res_(env.eng) {}
   int run();
 
  private:
@@ -131,9 +126,9 @@ class Perftest {
   Opts o_;
   Verb verb_;
   Mode mode_;
-  Env env_;
+  Env& env_;
   Engine& eng_;
-  Oob oob_;
+  Oob& oob_;
   Pd* pd_ = nullptr;
   Cq* scq_ = nullptr;
   Cq* rcq_ = nullptr;
@@ -144,6 +139,7 @@ class Perftest {
   std::string peer_version_;
   std::ostringstream json_rows_;
   std::uint64_t received_bytes_ = 0;
+  Resources res_;  ///< last: QPs and MRs go before the buffers they point into
 };
 
 void Perftest::apply_defaults() {
@@ -179,6 +175,8 @@ void Perftest::create_resources() {
   const unsigned nqp = o_.num_qp;
   scq_ = eng_.create_cq(o_.tx_depth * nqp + 16);
   rcq_ = eng_.create_cq(o_.rx_depth * nqp + 16);
+  res_.pds.push_back(pd_);
+  res_.cqs = {scq_, rcq_};
   // The peer steps through a cycle buffer of at least one page; -a goes up to 8 MiB.
   const std::uint32_t largest = o_.all_sizes ? (1u << 23) : o_.size;
   buf_size_ = std::max<std::uint32_t>(largest, 65536) * 2;
@@ -195,6 +193,8 @@ void Perftest::create_resources() {
     c.mr = eng_.reg_mr(
         pd_, c.buf.data(), c.buf.size(),
         kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic);
+    res_.qps.push_back(c.qp);
+    res_.mrs.push_back(c.mr);
     if (!c.qp || !c.mr) fail("cannot create a QP or register its buffer");
     QpAttr a;
     a.qp_state = QpState::kInit;
@@ -785,9 +785,15 @@ void Perftest::write_json() {
 
 }  // namespace
 
-int run_perftest(const Opts& o, Verb verb, Mode mode) {
-  Perftest t(o, verb, mode);
+int run_perftest(Env& env, Oob& oob, const Opts& o, Verb verb, Mode mode) {
+  Perftest t(env, oob, o, verb, mode);
   return t.run();
+}
+
+int run_perftest(const Opts& o, Verb verb, Mode mode) {
+  Env env(o.link);
+  Oob oob(env, o.server, o.port, o.timeout_s);
+  return run_perftest(env, oob, o, verb, mode);
 }
 
 }  // namespace roce::perf

@@ -63,25 +63,35 @@ PeerMsg parse_msg(const char (&m)[kMsgLen]) {
 }  // namespace
 
 int run_pingpong(const Opts& o, Pingpong kind) {
+  Env env(o.link);
+  Oob oob(env, o.server, o.port, o.timeout_s);
+  return run_pingpong(env, oob, o, kind);
+}
+
+int run_pingpong(Env& env, Oob& oob, const Opts& o, Pingpong kind) {
   const bool ud = kind == Pingpong::kUd;
   const unsigned nqp = kind == Pingpong::kSrq ? o.num_qp : 1;
-  const bool client = !o.server.empty();
-  Env env(o.link);
-  Engine& eng = *env.eng;
-  Oob oob(env, o.server, o.port, o.timeout_s);
+  const bool client = oob.client();
+  Engine& eng = env.eng;
+  Resources res(eng);
 
   Pd* pd = eng.alloc_pd();
+  res.pds.push_back(pd);
   Cq* cq = eng.create_cq(o.rx_depth + nqp + 16);
+  res.cqs.push_back(cq);
   Srq* srq = kind == Pingpong::kSrq ? eng.create_srq(pd, o.rx_depth, 1) : nullptr;
+  res.srqs.push_back(srq);
   std::vector<Qp*> qps;
   for (unsigned i = 0; i < nqp; ++i)
     qps.push_back(eng.create_qp(pd, ud ? QpType::kUd : QpType::kRc, cq, cq,
                                 QpCap{16, srq ? 0 : o.rx_depth, 1, 1, 0}, srq));
+  res.qps = qps;
   // UD receive buffers start with 40 bytes for the GRH (ibv_ud_pingpong posts size + 40).
   const std::uint32_t grh = ud ? 40 : 0;
   std::vector<std::uint8_t> buf(o.size, 0x7b), rbuf(o.size + grh);
   Mr* mr = eng.reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite);
   Mr* rmr = eng.reg_mr(pd, rbuf.data(), rbuf.size(), kAccessLocalWrite);
+  res.mrs = {mr, rmr};
   if (!mr || !rmr || (kind == Pingpong::kSrq && !srq)) fail("cannot create resources");
   for (Qp* qp : qps) {
     if (!qp) fail("cannot create a QP");

@@ -37,8 +37,11 @@ struct Opts {
 /// ibv_rc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong.
 enum class Pingpong { kRc, kUd, kSrq };
 int run_pingpong(const Opts& o, Pingpong kind);
+/// The same on an existing dataplane and exchange connection (roced's services).
+int run_pingpong(Env& env, Oob& oob, const Opts& o, Pingpong kind);
 
 /// ib_{write,read,send,atomic}_{bw,lat}.
 int run_perftest(const Opts& o, Verb verb, Mode mode);
+int run_perftest(Env& env, Oob& oob, const Opts& o, Verb verb, Mode mode);
 
 }  // namespace roce::perf
