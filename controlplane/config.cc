@@ -260,6 +260,38 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
     Reader k(r.get("control"), origin, "control");
     c.control.listen = k.str("listen", c.control.listen);
   }
+  if (r.has("services")) {
+    const YAML::Node sv = r.get("services");
+    if (!sv.IsSequence()) r.fail(sv, "'services' must be a list");
+    std::set<std::uint16_t> tcp_ports;
+    for (std::size_t i = 0; i < sv.size(); ++i) {
+      const std::string path = "services[" + std::to_string(i) + "]";
+      Reader k(sv[i], origin, path);
+      ServiceConfig s;
+      static const std::set<std::string> kTests = {
+          "write_bw", "read_bw",    "send_bw",     "atomic_bw",   "write_lat",   "read_lat",
+          "send_lat", "atomic_lat", "rc_pingpong", "ud_pingpong", "srq_pingpong"};
+      if (!k.has("test")) k.fail(sv[i], path + ".test is required");
+      s.test = k.str("test", "");
+      if (!kTests.count(s.test))
+        k.fail(k.get("test"), path + ".test '" + s.test +
+                                  "' is not a test (write_bw, read_bw, send_bw, atomic_bw, "
+                                  "write_lat, read_lat, send_lat, atomic_lat, rc_pingpong, "
+                                  "ud_pingpong, srq_pingpong)");
+      s.port = k.str("port", c.ports.front().name);
+      if (!names.count(s.port))
+        k.fail(k.get("port"), path + ".port '" + s.port + "' is not a port");
+      s.listen_port = static_cast<std::uint16_t>(k.uint("listen_port", s.listen_port, 1, 65535));
+      if (!tcp_ports.insert(s.listen_port).second)
+        k.fail(sv[i], path + ".listen_port " + std::to_string(s.listen_port) + " is used twice");
+      if (k.has("args")) {
+        const YAML::Node a = k.get("args");
+        if (!a.IsSequence()) k.fail(a, path + ".args must be a list of strings");
+        for (const auto& x : a) s.args.push_back(x.as<std::string>());
+      }
+      c.services.push_back(std::move(s));
+    }
+  }
   return c;
 }
 

@@ -33,6 +33,16 @@ struct PortConfig {
   FaultPolicy fault;
 };
 
+/// A test server the appliance hosts (roce-perf's tests: perftest's ib_* and ibv_*_pingpong
+/// peers): it accepts the tool's out-of-band TCP connection on `listen_port` and runs the RoCE
+/// traffic on the dataplane port `port`.
+struct ServiceConfig {
+  std::string test;                   ///< write_bw, read_lat, rc_pingpong, ...
+  std::string port;                   ///< name of the port under `ports`
+  std::uint16_t listen_port = 18515;  ///< TCP, on every kernel address
+  std::vector<std::string> args;      ///< the test's options, as on roce-perf's command line
+};
+
 struct ApplianceConfig {
   std::string name = "roce";
   std::vector<std::string> eal_args;  ///< extra EAL arguments
@@ -58,6 +68,7 @@ struct ApplianceConfig {
   struct {
     std::string listen = "127.0.0.1:18515";  ///< control/out-of-band TCP endpoint
   } control;
+  std::vector<ServiceConfig> services;
 };
 
 /// A configuration error: "file:line:column: message".

@@ -90,11 +90,32 @@ TEST(Config, ErrorsNameFileLineAndKey) {
       {"ports: [\n", "bad.yaml:2:1: YAML syntax error"},
       {"- just\n- a list\n", "the configuration must be a YAML mapping"},
       {base + "eal: {lcores: [zero]}\n", "eal.lcores: 'zero' is not a core number"},
+      {base + "services:\n  - test: write_bandwidth\n",
+       "bad.yaml:7:11: services[0].test 'write_bandwidth' is not a test"},
+      {base + "services:\n  - test: write_bw\n    port: p9\n",
+       "bad.yaml:8:11: services[0].port 'p9' is not a port"},
+      {base + "services:\n  - {test: write_bw}\n  - {test: read_bw}\n",
+       "services[1].listen_port 18515 is used twice"},
+      {base + "services:\n  - {test: write_bw, args: -n}\n", "services[0].args must be a list"},
+      {base + "services:\n  - {port: p0}\n", "services[0].test is required"},
   };
   for (const auto& c : cases) {
     const std::string e = error_of(c.yaml);
     EXPECT_NE(e.find(c.expect), std::string::npos) << "got: " << e << "\nwanted: " << c.expect;
   }
+}
+
+TEST(Config, Services) {
+  const auto c = parse_config(std::string(kGood) +
+                                  "services:\n  - {test: write_bw, args: [-n, '100']}\n"
+                                  "  - {test: rc_pingpong, port: p0, listen_port: 18600}\n",
+                              "good.yaml");
+  ASSERT_EQ(c.services.size(), 2u);
+  EXPECT_EQ(c.services[0].test, "write_bw");
+  EXPECT_EQ(c.services[0].port, "p0");
+  EXPECT_EQ(c.services[0].listen_port, 18515);
+  EXPECT_EQ(c.services[0].args, (std::vector<std::string>{"-n", "100"}));
+  EXPECT_EQ(c.services[1].listen_port, 18600);
 }
 
 TEST(Config, MissingFileIsAClearError) {

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# roced hosting perftest servers as configured services: roced in one network namespace (RoCE on
+# net_af_packet over a veth pair, the out-of-band TCP on a second veth pair, the management
+# link), roce-perf clients in the other. Two tests run against the same service one after the
+# other, then another service; roce-ctl must show no QP left, and SIGTERM a clean stop.
+# Exits 77 (skipped) without root or network namespaces.
+#   roced_services.sh ROCED ROCE_CTL ROCE_PERF
+set -euo pipefail
+roced=$(realpath "$1") ctl=$(realpath "$2") perf=$(realpath "$3")
+if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null; then echo "skipped: needs root"; exit 77; fi
+a=roced-svc-a-$$ b=roced-svc-b-$$
+work=$(mktemp -d)
+pid=
+cleanup() {
+  [[ -n $pid ]] && kill -9 "$pid" 2>/dev/null
+  ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; rm -rf "$work"
+}
+trap cleanup EXIT
+ip netns add "$a" && ip netns add "$b" || { echo "skipped: cannot create network namespaces"; exit 77; }
+ip -n "$a" link add veth-a type veth peer name veth-b netns "$b"
+ip -n "$a" link add mgmt-a type veth peer name mgmt-b netns "$b"
+ip -n "$a" addr add 192.0.2.11/24 dev mgmt-a
+ip -n "$b" addr add 192.0.2.12/24 dev mgmt-b
+for nd in "$a veth-a mgmt-a" "$b veth-b mgmt-b"; do
+  read -r ns dev mgmt <<< "$nd"
+  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 || true
+  for l in "$dev" "$mgmt" lo; do ip -n "$ns" link set "$l" up; done
+done
+cat > "$work/roced.yaml" <<YAML
+name: services-test
+eal:
+  args: [--no-huge, --no-shconf, -m, "256", --no-pci, --file-prefix=rocedsvc$$, "--log-level=*:error"]
+  lcores: [0]
+ports:
+  - name: p0
+    device: net_af_packet0
+    devargs: iface=veth-a,qpairs=1
+    mac: 02:00:00:00:01:11
+    ipv4: 192.0.2.111/24
+counters:
+  prometheus: 127.0.0.1:19465
+  telemetry: false
+services:
+  - test: write_bw
+    port: p0
+    listen_port: 18515
+    args: ["-n", "200", "--timeout", "30"]
+  - test: send_lat
+    listen_port: 18516
+    args: ["-n", "200", "-s", "64"]
+YAML
+ip netns exec "$a" "$roced" --config "$work/roced.yaml" > "$work/roced.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q " up on lcore" "$work/roced.log" && break; sleep 0.2; done
+grep -q "service send_lat: TCP 18516" "$work/roced.log" || { cat "$work/roced.log"; exit 1; }
+client() {
+  ip netns exec "$b" "$perf" "$@" --iface veth-b --ip 192.0.2.112 --mac 02:00:00:00:01:12 \
+    --timeout 30 192.0.2.11
+}
+client write_bw -n 200 | tail -3
+client write_bw -n 200 | tail -2
+client send_lat -n 200 -s 64 -p 18516 | tail -2
+sleep 0.3
+ip netns exec "$a" "$ctl" -p 127.0.0.1:19465 --all counters > "$work/counters.txt"; grep -E "qps|retransmitted" "$work/counters.txt"
+grep -Eq "^p0 +qps +0$" "$work/counters.txt" || { echo "FAIL: QPs left behind"; exit 1; }
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+pid=
+cat "$work/roced.log"
+grep -q "service write_bw (TCP 18515): 2 runs, 0 failed" "$work/roced.log"
+grep -q "service send_lat (TCP 18516): 1 runs, 0 failed" "$work/roced.log"
+grep -q "stopping (SIGTERM)" "$work/roced.log"
+exit $rc
