@@ -4,6 +4,7 @@
 /// digits of GID; 52 bytes with the NUL) per QP each way, then "done" from the client. The
 /// traffic: per QP a strict ping-pong of SENDs that the client starts; UD receives carry a
 /// 40-byte GRH; srq_pingpong runs -q RC QPs that share one SRQ, and -n counts all QPs' sends.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -88,7 +89,9 @@ int run_pingpong(Env& env, Oob& oob, const Opts& o, Pingpong kind) {
   res.qps = qps;
   // UD receive buffers start with 40 bytes for the GRH (ibv_ud_pingpong posts size + 40).
   const std::uint32_t grh = ud ? 40 : 0;
-  std::vector<std::uint8_t> buf(o.size, 0x7b), rbuf(o.size + grh);
+  // The tools' buffers: 0x7b bytes (rc, ud), zeros (srq); every message carries them.
+  const std::uint8_t fill = kind == Pingpong::kSrq ? 0 : 0x7b;
+  std::vector<std::uint8_t> buf(o.size, fill), rbuf(o.size + grh);
   Mr* mr = eng.reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite);
   Mr* rmr = eng.reg_mr(pd, rbuf.data(), rbuf.size(), kAccessLocalWrite);
   res.mrs = {mr, rmr};
@@ -231,6 +234,14 @@ int run_pingpong(Env& env, Oob& oob, const Opts& o, Pingpong kind) {
             if (wc[k].byte_len != o.size + grh)
               fail("received " + std::to_string(wc[k].byte_len) + " bytes, expected " +
                    std::to_string(o.size + grh));
+            // Every byte is checked. rc/ud: one message at a time, so the buffer is spoiled after
+            // the check; srq: the QPs share the receive buffer, so it only can be checked.
+            for (std::size_t b = grh; b < rbuf.size(); ++b)
+              if (rbuf[b] != fill)
+                fail("received byte " + std::to_string(b - grh) + " = " + std::to_string(rbuf[b]) +
+                     ", expected " + std::to_string(fill));
+            if (kind != Pingpong::kSrq)
+              std::fill(rbuf.begin() + grh, rbuf.end(), static_cast<std::uint8_t>(~fill));
             ++rcnt;
             pending[i] &= ~kRecvPending;
             post_recv(qps[i]);
