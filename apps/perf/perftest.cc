@@ -167,6 +167,8 @@ void Perftest::apply_defaults() {
     o_.out_reads = verb_ == Verb::kRead || verb_ == Verb::kAtomic ? kOurMaxRdAtomic : 1;
   o_.out_reads = std::min(o_.out_reads, kOurMaxRdAtomic);
   if (mode_ == Mode::kLat && o_.num_qp != 1) fail("latency tests run one QP (-q 1)");
+  if (o_.duration && (mode_ == Mode::kLat || verb_ == Verb::kSend))
+    fail("-D is supported by write_bw, read_bw and atomic_bw; use -n here");
   if (o_.inline_size > 4096) fail("-I must not exceed 4096");
 }
 
