@@ -42,10 +42,21 @@ struct EngineConfig {
   std::uint32_t ack_req_every = 64;        ///< AckReq at least this often within a message
   Mtu max_mtu = Mtu::k4096;                ///< UD payload limit and largest path MTU accepted
   std::uint64_t seed = 0;                  ///< 0: keys from std::random_device
+  /// The lcore that owns this engine (one engine per poll loop). Its QPNs carry it in their
+  /// top bits (lcore_of_qpn), so that any lcore can steer a received frame to the owner by
+  /// its destination QPN alone. The GSI QP (QPN 1) belongs to lcore 0.
+  std::uint32_t lcore = 0;
   /// Advertise end-to-end credits (posted receive WQEs) in every ACK's AETH (IBA 9.7.7.2);
   /// off: always "no credit information" (0x1F), as rxe does. QPs on an SRQ never advertise.
   bool advertise_credits = true;
 };
+
+/// QPNs of lcore L are (L << kQpnLcoreShift) + kFirstQpn + n: up to 16 lcores, 2^20 - 17 QPs each.
+constexpr unsigned kQpnLcoreShift = 20;
+constexpr unsigned kMaxLcores = 1u << (24 - kQpnLcoreShift);
+constexpr std::uint32_t lcore_of_qpn(std::uint32_t qpn) {
+  return (qpn & 0xFFFFFF) >> kQpnLcoreShift;
+}
 
 class Engine {
  public:
@@ -158,7 +169,8 @@ class Engine {
   std::vector<std::unique_ptr<Pd>> pds_;
   std::vector<std::unique_ptr<Cq>> cqs_;
   std::vector<std::unique_ptr<Srq>> srqs_;
-  std::vector<std::unique_ptr<Qp>> qps_;  ///< index = qpn - kFirstQpn
+  std::vector<std::unique_ptr<Qp>> qps_;  ///< index = qpn - first_qpn_
+  std::uint32_t first_qpn_ = kFirstQpn;   ///< (lcore << kQpnLcoreShift) + kFirstQpn
   Qp* gsi_ = nullptr;
   std::size_t live_qps_ = 0;
   std::uint32_t next_pd_ = 1;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <random>
+#include <stdexcept>
+#include <string>
 
 #include "dataplane/engine/engine.h"
 
@@ -136,7 +138,13 @@ bool valid_values(const QpAttr& a, std::uint32_t mask, Mtu max_mtu) {
 }  // namespace
 
 Engine::Engine(const EngineConfig& cfg) : cfg_(cfg), tx_(cfg.tx_slots), mrs_(pick_seed(cfg.seed)) {
-  qps_.resize(cfg.max_qps);
+  if (cfg_.lcore >= kMaxLcores)
+    throw std::invalid_argument("engine lcore " + std::to_string(cfg_.lcore) + " is not below " +
+                                std::to_string(kMaxLcores));
+  // One lcore's QPN range: (lcore << 20) + 0x11 up to the next lcore's.
+  cfg_.max_qps = std::min<std::uint32_t>(cfg_.max_qps, (1u << kQpnLcoreShift) - kFirstQpn);
+  first_qpn_ = (cfg_.lcore << kQpnLcoreShift) + kFirstQpn;
+  qps_.resize(cfg_.max_qps);
   send_list_.reserve(cfg.max_qps);
   ack_list_.reserve(cfg.max_qps);
   read_list_.reserve(cfg.max_qps);
@@ -218,7 +226,7 @@ Qp* Engine::create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap
     for (std::uint32_t i = 0; i < qps_.size(); ++i) {
       if (!qps_[i]) {
         slot = &qps_[i];
-        number = kFirstQpn + i;
+        number = first_qpn_ + i;
         break;
       }
     }
@@ -259,7 +267,7 @@ Qp* Engine::create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap
 
 Qp* Engine::find_qp(std::uint32_t qpn) const {
   if (qpn == wire::Qpn::kGsi) return gsi_;
-  const std::uint32_t i = qpn - kFirstQpn;
+  const std::uint32_t i = qpn - first_qpn_;
   if (i >= cfg_.max_qps) return nullptr;
   return qps_[i].get();
 }

@@ -383,3 +383,36 @@ TEST(Regression, DuplicateReadCannotOverflowTheOutputQueue) {
 }
 }  // namespace
 }  // namespace roce::test
+
+namespace roce::test {
+namespace {
+
+// An engine owned by lcore 2 (QPNs 0x200011...) talks RC to an engine of lcore 0: WRITE, READ
+// and SEND work end to end with the high QPNs on the wire.
+TEST(Lcores, EnginesOfDifferentLcoresTalkRc) {
+  auto ca = Loopback::default_config(0);
+  ca.lcore = 2;
+  Loopback lb({}, ca, Loopback::default_config(1));
+  auto [a, b] = connect(lb);
+  EXPECT_EQ(engine::lcore_of_qpn(a.qp->qpn), 2u);
+  EXPECT_EQ(engine::lcore_of_qpn(b.qp->qpn), 0u);
+  Buffer src = make_buffer(lb.a(), a.pd, 8192, 3);
+  Buffer dst = make_buffer(lb.b(), b.pd, 8192, 0);
+  engine::Sge s = src.sge();
+  engine::SendWr w = make_wr(1, &s, dst);
+  ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), engine::kOk);
+  auto wcs = wait_wcs(lb, a.scq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, engine::WcStatus::kSuccess);
+  EXPECT_EQ(dst.bytes, src.bytes);
+  Buffer back = make_buffer(lb.a(), a.pd, 8192, 0);
+  engine::Sge bs = back.sge();
+  engine::SendWr r = make_wr(2, &bs, dst, 0, engine::WrOpcode::kRead);
+  ASSERT_EQ(lb.a().post_send(a.qp, &r, nullptr), engine::kOk);
+  wcs = wait_wcs(lb, a.scq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(back.bytes, src.bytes);
+}
+
+}  // namespace
+}  // namespace roce::test
