@@ -9,10 +9,13 @@
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
+#include <rte_ring.h>
 
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
+
+#include "dataplane/port/steering.h"
 
 namespace roce::port {
 
@@ -74,30 +77,39 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
     if (info.max_rx_pktlen > l2) cap = std::min(cap, info.max_rx_pktlen - l2);
     conf.rxmode.mtu = static_cast<std::uint16_t>(std::min<std::uint32_t>(conf.rxmode.mtu, cap));
   }
-  int rc = rte_eth_dev_configure(port_, 1, 1, &conf);
-  if (rc < 0) fail("cannot configure " + spec.device, rc);
+  const std::uint16_t nq = std::max<std::uint16_t>(spec.queues, 1);
+  int rc = rte_eth_dev_configure(port_, nq, nq, &conf);
+  if (rc < 0)
+    fail("cannot configure " + spec.device + " with " + std::to_string(nq) + " queues", rc);
   std::uint16_t rxd = spec.rx_desc, txd = spec.tx_desc;
   rte_eth_dev_adjust_nb_rx_tx_desc(port_, &rxd, &txd);
   const int socket = rte_eth_dev_socket_id(port_);
-  rc = rte_eth_rx_queue_setup(port_, 0, rxd, static_cast<unsigned>(socket < 0 ? 0 : socket),
-                              nullptr, pool_);
-  if (rc < 0) fail("cannot set up RX queue of " + spec.device, rc);
-  rc = rte_eth_tx_queue_setup(port_, 0, txd, static_cast<unsigned>(socket < 0 ? 0 : socket),
-                              nullptr);
-  if (rc < 0) fail("cannot set up TX queue of " + spec.device, rc);
+  for (std::uint16_t q = 0; q < nq; ++q) {
+    rc = rte_eth_rx_queue_setup(port_, q, rxd, static_cast<unsigned>(socket < 0 ? 0 : socket),
+                                nullptr, pool_);
+    if (rc < 0) fail("cannot set up RX queue " + std::to_string(q) + " of " + spec.device, rc);
+    rc = rte_eth_tx_queue_setup(port_, q, txd, static_cast<unsigned>(socket < 0 ? 0 : socket),
+                                nullptr);
+    if (rc < 0) fail("cannot set up TX queue " + std::to_string(q) + " of " + spec.device, rc);
+  }
   rte_ether_addr mac;
   std::memcpy(mac.addr_bytes, spec.mac.b.data(), 6);
   rte_eth_dev_default_mac_addr_set(port_, &mac);  // not every PMD can; the frames carry it anyway
   rc = rte_eth_dev_start(port_);
   if (rc < 0) fail("cannot start " + spec.device, rc);
   rte_eth_promiscuous_enable(port_);
-  pending_.reserve(kMaxPending);
-  scratch_.resize(room);
+  q_.resize(nq);
+  for (auto& q : q_) {
+    q.pending.reserve(kMaxPending);
+    q.scratch.resize(room);
+  }
 }
 
 DpdkPort::~DpdkPort() {
-  flush();
-  for (rte_mbuf* m : pending_) rte_pktmbuf_free(m);
+  for (std::uint16_t q = 0; q < q_.size(); ++q) {
+    flush(q);
+    for (rte_mbuf* m : q_[q].pending) rte_pktmbuf_free(m);
+  }
   rte_eth_dev_stop(port_);
   rte_eth_dev_close(port_);
   rte_mempool_free(pool_);
@@ -109,73 +121,123 @@ bool DpdkPort::link_up() const {
   return link.link_status == RTE_ETH_LINK_UP;
 }
 
-std::uint16_t DpdkPort::rx_burst(rte_mbuf** pkts, std::uint16_t max) {
-  const std::uint16_t n = rte_eth_rx_burst(port_, 0, pkts, max);
-  stats_.rx_frames += n;
+PortStats DpdkPort::stats() const {
+  PortStats t;
+  for (const auto& q : q_) {
+    t.rx_frames += q.stats.rx_frames;
+    t.rx_bytes += q.stats.rx_bytes;
+    t.tx_frames += q.stats.tx_frames;
+    t.tx_bytes += q.stats.tx_bytes;
+    t.tx_dropped += q.stats.tx_dropped;
+    t.rx_multiseg += q.stats.rx_multiseg;
+    t.tx_alloc_failed += q.stats.tx_alloc_failed;
+  }
+  return t;
+}
+
+std::uint16_t DpdkPort::rx_burst(rte_mbuf** pkts, std::uint16_t max, std::uint16_t q) {
+  const std::uint16_t n = rte_eth_rx_burst(port_, q, pkts, max);
+  q_[q].stats.rx_frames += n;
   return n;
 }
 
-std::span<const std::uint8_t> DpdkPort::view(rte_mbuf* m) {
-  stats_.rx_bytes += m->pkt_len;
+std::span<const std::uint8_t> DpdkPort::view(rte_mbuf* m, std::uint16_t q) {
+  Queue& qu = q_[q];
+  qu.stats.rx_bytes += m->pkt_len;
   if (m->nb_segs == 1) return {rte_pktmbuf_mtod(m, const std::uint8_t*), m->data_len};
-  ++stats_.rx_multiseg;
+  ++qu.stats.rx_multiseg;
   const std::uint32_t len =
-      std::min<std::uint32_t>(m->pkt_len, static_cast<std::uint32_t>(scratch_.size()));
-  const void* p = rte_pktmbuf_read(m, 0, len, scratch_.data());
+      std::min<std::uint32_t>(m->pkt_len, static_cast<std::uint32_t>(qu.scratch.size()));
+  const void* p = rte_pktmbuf_read(m, 0, len, qu.scratch.data());
   return {static_cast<const std::uint8_t*>(p), len};
 }
 
 void DpdkPort::free(rte_mbuf* m) { rte_pktmbuf_free(m); }
 
-void DpdkPort::tx(std::span<const std::uint8_t> frame) {
+void DpdkPort::tx(std::span<const std::uint8_t> frame, std::uint16_t q) {
+  Queue& qu = q_[q];
+  PortStats& st = qu.stats;
+  std::vector<rte_mbuf*>& pending = qu.pending;
   rte_mbuf* m = rte_pktmbuf_alloc(pool_);
   if (m == nullptr) {
-    ++stats_.tx_alloc_failed;
+    ++st.tx_alloc_failed;
     return;
   }
   char* dst = rte_pktmbuf_append(m, static_cast<std::uint16_t>(frame.size()));
   if (dst == nullptr) {
     rte_pktmbuf_free(m);
-    ++stats_.tx_dropped;
+    ++st.tx_dropped;
     return;
   }
   std::memcpy(dst, frame.data(), frame.size());
-  if (pending_.size() >= kMaxPending) {
-    flush();
-    if (pending_.size() >= kMaxPending) {  // the link is not draining: drop, the transport recovers
+  if (pending.size() >= kMaxPending) {
+    flush(q);
+    if (pending.size() >= kMaxPending) {  // the link is not draining: drop, the transport recovers
       rte_pktmbuf_free(m);
-      ++stats_.tx_dropped;
+      ++st.tx_dropped;
       return;
     }
   }
-  pending_.push_back(m);
-  stats_.tx_bytes += frame.size();
-  if (pending_.size() >= 64) flush();
+  pending.push_back(m);
+  st.tx_bytes += frame.size();
+  if (pending.size() >= 64) flush(q);
 }
 
-void DpdkPort::flush() {
+void DpdkPort::flush(std::uint16_t q) {
+  PortStats& st = q_[q].stats;
+  std::vector<rte_mbuf*>& pending = q_[q].pending;
   // What the TX ring does not take now stays queued, in order, for the next flush: a slow
   // peer (a memif consumer, a busy NIC) back-pressures instead of losing frames.
   std::size_t sent = 0;
-  while (sent < pending_.size()) {
+  while (sent < pending.size()) {
     const std::uint16_t n = rte_eth_tx_burst(
-        port_, 0, pending_.data() + sent,
-        static_cast<std::uint16_t>(std::min<std::size_t>(pending_.size() - sent, 64)));
+        port_, q, pending.data() + sent,
+        static_cast<std::uint16_t>(std::min<std::size_t>(pending.size() - sent, 64)));
     sent += n;
     if (n == 0) break;
   }
-  stats_.tx_frames += sent;
-  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(sent));
+  st.tx_frames += sent;
+  pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(sent));
 }
 
+namespace {
+std::atomic<unsigned> g_ring_id{0};
+rte_ring* make_ring(const char* what, unsigned size) {
+  const std::string name = std::string("roce_") + what + std::to_string(g_ring_id++);
+  rte_ring* r =
+      rte_ring_create(name.c_str(), size, static_cast<int>(rte_socket_id()), RING_F_SC_DEQ);
+  if (r == nullptr) fail(std::string("cannot create the ") + what + " ring", rte_errno);
+  return r;
+}
+}  // namespace
+
 PollLoop::PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& faults,
-                   const FaultPolicy& rx_faults)
+                   const FaultPolicy& rx_faults, std::uint16_t queue)
     : port_(port),
       eng_(eng),
+      queue_(queue),
       nb_(eng.config().mac, eng.config().ipv4, eng.config().ipv6),
-      reply_(9216 + 64) {
+      reply_(9216 + 64),
+      cmds_(make_ring("cmd", 1024)) {
   if (faults.any()) link_ = std::make_unique<FaultyLink>(faults);
   if (rx_faults.any()) rx_link_ = std::make_unique<FaultyLink>(rx_faults);
+}
+
+PollLoop::~PollLoop() {
+  void* p = nullptr;
+  while (rte_ring_dequeue(cmds_, &p) == 0) delete static_cast<std::function<void()>*>(p);
+  rte_ring_free(cmds_);
+  if (own_ring_) {
+    while (rte_ring_dequeue(own_ring_, &p) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(p));
+    rte_ring_free(own_ring_);
+  }
+}
+
+bool PollLoop::post(std::function<void()> fn) {
+  auto* p = new std::function<void()>(std::move(fn));
+  if (rte_ring_enqueue(cmds_, p) == 0) return true;
+  delete p;
+  return false;
 }
 
 void PollLoop::deliver(std::span<const std::uint8_t> f, std::uint64_t now) {
@@ -187,34 +249,105 @@ void PollLoop::deliver(std::span<const std::uint8_t> f, std::uint64_t now) {
   eng_.receive(f, now);
 }
 
+void PollLoop::arrive(std::span<const std::uint8_t> f, std::uint64_t now) {
+  if (tap) tap(f, false);  // what the wire carried, before receive-side faults
+  if (rx_link_)
+    rx_link_->submit(f, [&](std::span<const std::uint8_t> g, std::uint64_t) { deliver(g, now); });
+  else
+    deliver(f, now);
+}
+
 void PollLoop::send(std::span<const std::uint8_t> frame) {
   if (tap) tap(frame, true);
   if (!link_) {
-    port_.tx(frame);
+    port_.tx(frame, queue_);
     return;
   }
-  link_->submit(frame, [this](std::span<const std::uint8_t> f, std::uint64_t) { port_.tx(f); });
+  link_->submit(frame,
+                [this](std::span<const std::uint8_t> f, std::uint64_t) { port_.tx(f, queue_); });
 }
 
 std::size_t PollLoop::poll_once() {
   const std::uint64_t now = now_ns();
-  const auto arrive = [&](std::span<const std::uint8_t> f, std::uint64_t) { deliver(f, now); };
-  std::size_t moved = port_.rx(
-      [&](std::span<const std::uint8_t> f) {
-        if (tap) tap(f, false);  // what the wire carried, before receive-side faults
-        if (rx_link_)
-          rx_link_->submit(f, arrive);
-        else
-          deliver(f, now);
-      },
-      32);
-  if (rx_link_ && moved == 0) rx_link_->release_held(arrive);
+  void* cmd[8];
+  const unsigned nc = rte_ring_dequeue_burst(cmds_, cmd, 8, nullptr);
+  for (unsigned i = 0; i < nc; ++i) {
+    auto* fn = static_cast<std::function<void()>*>(cmd[i]);
+    (*fn)();
+    delete fn;
+  }
+  std::size_t moved = 0;
+  rte_mbuf* pkts[32];
+  const std::uint16_t n = port_.rx_burst(pkts, 32, queue_);
+  moved += n;
+  for (std::uint16_t i = 0; i < n; ++i) {
+    const auto f = port_.view(pkts[i], queue_);
+    const unsigned owner = lcores_ > 1 ? owner_lcore(f, lcores_) : self_;
+    if (owner != self_) {  // the owner's loop processes and frees it
+      if (rte_ring_enqueue(rings_[owner], pkts[i]) == 0) {
+        ++steer_.steered_out;
+        continue;
+      }
+      ++steer_.ring_full;
+    } else {
+      arrive(f, now);
+    }
+    DpdkPort::free(pkts[i]);
+  }
+  if (own_ring_) {
+    void* in[32];
+    const unsigned k = rte_ring_dequeue_burst(own_ring_, in, 32, nullptr);
+    steer_.steered_in += k;
+    moved += k;
+    for (unsigned i = 0; i < k; ++i) {
+      auto* m = static_cast<rte_mbuf*>(in[i]);
+      arrive(port_.view(m, queue_), now);
+      DpdkPort::free(m);
+    }
+  }
+  const auto late = [&](std::span<const std::uint8_t> f, std::uint64_t) { deliver(f, now); };
+  if (rx_link_ && moved == 0) rx_link_->release_held(late);
   eng_.run(now);
   moved += eng_.drain_tx([&](std::span<const std::uint8_t> f) { send(f); });
   if (link_ && moved == 0)  // idle: release frames held for reordering
-    link_->release_held([this](std::span<const std::uint8_t> f, std::uint64_t) { port_.tx(f); });
-  port_.flush();
-  return moved;
+    link_->release_held(
+        [this](std::span<const std::uint8_t> f, std::uint64_t) { port_.tx(f, queue_); });
+  port_.flush(queue_);
+  return moved + nc;
+}
+
+void connect_loops(std::span<PollLoop* const> loops) {
+  std::vector<rte_ring*> rings;
+  for (PollLoop* l : loops) {
+    l->own_ring_ = make_ring("steer", 4096);
+    rings.push_back(l->own_ring_);
+  }
+  for (unsigned i = 0; i < loops.size(); ++i) {
+    loops[i]->self_ = i;
+    loops[i]->lcores_ = static_cast<unsigned>(loops.size());
+    loops[i]->rings_ = rings;
+  }
+}
+
+namespace {
+struct LaunchArgs {
+  PollLoop* loop;
+  const std::atomic<bool>* stop;
+};
+int loop_main(void* arg) {
+  std::unique_ptr<LaunchArgs> a(static_cast<LaunchArgs*>(arg));
+  while (!a->stop->load(std::memory_order_relaxed)) a->loop->poll_once();
+  return 0;
+}
+}  // namespace
+
+void launch_loop(unsigned lcore_id, PollLoop& loop, const std::atomic<bool>& stop) {
+  auto* a = new LaunchArgs{&loop, &stop};
+  const int rc = rte_eal_remote_launch(loop_main, a, lcore_id);
+  if (rc != 0) {
+    delete a;
+    fail("cannot launch a poll loop on lcore " + std::to_string(lcore_id), rc);
+  }
 }
 
 std::optional<wire::MacAddr> resolve_wait(PollLoop& loop, wire::Ipv4Addr ip, double seconds) {
@@ -236,7 +369,7 @@ std::optional<wire::MacAddr> resolve_wait(PollLoop& loop, wire::Ipv4Addr ip, dou
 void PollLoop::resolve(wire::Ipv4Addr ip) {
   const std::size_t n = nb_.make_arp_request(ip, reply_);
   send({reply_.data(), n});
-  port_.flush();
+  port_.flush(queue_);
 }
 
 }  // namespace roce::port

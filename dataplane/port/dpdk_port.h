@@ -4,6 +4,7 @@
 /// burst), with optional fault injection on transmit. This is the only code that includes DPDK.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -18,6 +19,7 @@
 
 struct rte_mempool;
 struct rte_mbuf;
+struct rte_ring;
 
 namespace roce::port {
 
@@ -34,6 +36,7 @@ struct PortSpec {
   std::uint32_t mbuf_data_room = 0;  ///< 0: room for one frame of `mtu`
   std::uint16_t rx_desc = 1024;
   std::uint16_t tx_desc = 1024;
+  std::uint16_t queues = 1;  ///< RX/TX queue pairs: one per lcore (memif: one ring pair each)
 };
 
 struct PortStats {
@@ -50,44 +53,62 @@ class DpdkPort {
 
   bool link_up() const;
   std::uint16_t port_id() const { return port_; }
-  /// Receives up to `max` frames and hands each to `f(std::span<const std::uint8_t>)`.
+  std::uint16_t queues() const { return static_cast<std::uint16_t>(q_.size()); }
+  /// Receives up to `max` frames from queue `q` and hands each to
+  /// `f(std::span<const std::uint8_t>)`.
   template <class F>
-  std::uint16_t rx(F&& f, std::uint16_t max = 32);
-  /// Queues a copy of `frame` for transmit; sent by flush() (or when the burst is full).
-  void tx(std::span<const std::uint8_t> frame);
-  void flush();
-  const PortStats& stats() const { return stats_; }
+  std::uint16_t rx(F&& f, std::uint16_t max = 32, std::uint16_t q = 0);
+  /// Lower level, for steering: a burst of mbufs, their bytes, and freeing them.
+  std::uint16_t rx_burst(rte_mbuf** pkts, std::uint16_t max, std::uint16_t q = 0);
+  std::span<const std::uint8_t> view(rte_mbuf* m, std::uint16_t q = 0);
+  static void free(rte_mbuf* m);
+  /// Queues a copy of `frame` for transmit on queue `q`; sent by flush() (or when the burst
+  /// is full). Each queue belongs to one lcore.
+  void tx(std::span<const std::uint8_t> frame, std::uint16_t q = 0);
+  void flush(std::uint16_t q = 0);
+  /// Counters summed over the queues (read from the owning lcore, or approximately elsewhere).
+  PortStats stats() const;
 
  private:
-  std::uint16_t rx_burst(rte_mbuf** pkts, std::uint16_t max);
-  std::span<const std::uint8_t> view(rte_mbuf* m);
-  void free(rte_mbuf* m);
+  struct Queue {
+    std::vector<rte_mbuf*> pending;     ///< frames queued while the TX ring is full
+    std::vector<std::uint8_t> scratch;  ///< linearised multi-segment frames
+    PortStats stats;
+  };
   std::uint16_t port_ = 0;
   rte_mempool* pool_ = nullptr;
-  static constexpr std::size_t kMaxPending = 4096;  ///< frames queued while the TX ring is full
-  std::vector<rte_mbuf*> pending_;
-  std::vector<std::uint8_t> scratch_;  ///< linearised multi-segment frames
-  PortStats stats_;
+  static constexpr std::size_t kMaxPending = 4096;
+  std::vector<Queue> q_;
 };
 
 template <class F>
-std::uint16_t DpdkPort::rx(F&& f, std::uint16_t max) {
+std::uint16_t DpdkPort::rx(F&& f, std::uint16_t max, std::uint16_t q) {
   rte_mbuf* pkts[64];
-  const std::uint16_t n = rx_burst(pkts, max > 64 ? 64 : max);
+  const std::uint16_t n = rx_burst(pkts, max > 64 ? 64 : max, q);
   for (std::uint16_t i = 0; i < n; ++i) {
-    f(view(pkts[i]));
+    f(view(pkts[i], q));
     free(pkts[i]);
   }
   return n;
 }
 
-/// One poll loop: a port, the engine that owns its QPs, the neighbour responder, and optional
-/// fault injectors on transmit and on receive. Not thread-safe: run it on one lcore.
+/// One poll loop: a port queue, the engine that owns its QPs, the neighbour responder, and
+/// optional fault injectors on transmit and on receive. Not thread-safe: run it on one lcore;
+/// other threads hand it work with post().
+///
+/// With several lcores on one port (connect_loops), each loop polls its own RX and TX queue
+/// and steers what it receives to the lcore that owns the destination QP (port::owner_lcore)
+/// through that lcore's ring of mbufs; lcore 0 also gets everything that is not RoCE (ARP,
+/// ICMP, ND) and answers it.
 class PollLoop {
  public:
   PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& faults = {},
-           const FaultPolicy& rx_faults = {});
-  /// One iteration: RX burst, timers and send queues, TX burst. Returns frames moved.
+           const FaultPolicy& rx_faults = {}, std::uint16_t queue = 0);
+  ~PollLoop();
+  PollLoop(const PollLoop&) = delete;
+  PollLoop& operator=(const PollLoop&) = delete;
+  /// One iteration: commands, RX burst (and frames steered here), timers and send queues, TX
+  /// burst. Returns frames moved.
   std::size_t poll_once();
   /// Sends an ARP request for `ip` (the reply fills the neighbour cache).
   void resolve(wire::Ipv4Addr ip);
@@ -96,17 +117,46 @@ class PollLoop {
   std::function<void(std::span<const std::uint8_t>, bool tx)> tap;
   const FaultyLink* faults() const { return link_.get(); }
   const FaultyLink* rx_faults() const { return rx_link_.get(); }
+  /// Runs `fn` on this loop's lcore at its next iteration (from any thread; no locks: a ring).
+  /// False when the command ring is full.
+  bool post(std::function<void()> fn);
+  engine::Engine& engine() { return eng_; }
+  std::uint16_t queue() const { return queue_; }
+
+  struct SteerStats {
+    std::uint64_t steered_out = 0;  ///< received here, owned by another lcore
+    std::uint64_t steered_in = 0;   ///< received by another lcore, owned here
+    std::uint64_t ring_full = 0;    ///< dropped: the owner's ring was full
+  };
+  const SteerStats& steer_stats() const { return steer_; }
 
  private:
+  friend void connect_loops(std::span<PollLoop* const> loops);
   void send(std::span<const std::uint8_t> frame);
   void deliver(std::span<const std::uint8_t> frame, std::uint64_t now);
+  void arrive(std::span<const std::uint8_t> frame, std::uint64_t now);
   DpdkPort& port_;
   engine::Engine& eng_;
+  std::uint16_t queue_;
   Neighbour nb_;
   std::unique_ptr<FaultyLink> link_;     ///< transmit faults, only when configured
   std::unique_ptr<FaultyLink> rx_link_;  ///< receive faults, only when configured
   std::vector<std::uint8_t> reply_;
+  rte_ring* cmds_ = nullptr;  ///< std::function<void()>* from other threads
+  // steering (connect_loops)
+  unsigned self_ = 0, lcores_ = 1;
+  std::vector<rte_ring*> rings_;  ///< one per lcore: mbufs for its loop
+  rte_ring* own_ring_ = nullptr;  ///< created by connect_loops, freed here
+  SteerStats steer_;
 };
+
+/// Joins the poll loops of one port's queues (loop i on queue i, engine of lcore i) so that
+/// each steers received frames to the owner of their destination QP.
+void connect_loops(std::span<PollLoop* const> loops);
+
+/// Runs `loop` on DPDK lcore `lcore_id` (a worker of the EAL) until `stop` becomes true.
+/// rte_eal_wait_lcore(lcore_id) waits for it to return.
+void launch_loop(unsigned lcore_id, PollLoop& loop, const std::atomic<bool>& stop);
 
 /// Monotonic nanoseconds (the engine's clock).
 std::uint64_t now_ns();
