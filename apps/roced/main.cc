@@ -5,9 +5,11 @@
 /// shuts down cleanly on SIGINT or SIGTERM.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <rte_launch.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <csignal>
@@ -54,24 +56,53 @@ engine::Mtu path_mtu_for(std::uint16_t mtu) {
   return m;
 }
 
+// A port: one RX/TX queue, engine and poll loop per lcore. Loop 0 runs on the main lcore
+// (with the neighbour responder, the hosted services and the counters); the others on workers.
 struct PortRuntime {
   ctl::PortConfig cfg;
-  std::unique_ptr<engine::Engine> eng;
   std::unique_ptr<port::DpdkPort> dev;
-  std::unique_ptr<port::PollLoop> loop;
+  std::vector<std::unique_ptr<engine::Engine>> engines;
+  std::vector<std::unique_ptr<port::PollLoop>> loops;
+  // What the worker lcores last reported (they copy it on request: no shared counters).
+  struct Snapshot {
+    engine::Stats stats;
+    std::size_t qps = 0;
+    std::atomic<bool> asked{false};
+  };
+  std::vector<std::unique_ptr<Snapshot>> snaps;
+  engine::Engine& eng() { return *engines[0]; }
+  port::PollLoop& loop() { return *loops[0]; }
 };
+
+// Adds every counter of `b` to `a`.
+void add(engine::Stats& a, const engine::Stats& b) {
+  for (std::size_t i = 0; i < a.c.size(); ++i) a.c[i] += b.c[i];
+  for (std::size_t i = 0; i < a.verdicts.size(); ++i) a.verdicts[i] += b.verdicts[i];
+}
 
 // Copies the raw counters of every port into `out` (sized and named once): plain copies, no
 // allocation, cheap enough for the poll loop.
-void collect(const std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& out) {
+void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& out) {
   for (std::size_t i = 0; i < ports.size(); ++i) {
-    const PortRuntime& p = ports[i];
+    PortRuntime& p = ports[i];
     apps::PortCounters& c = out[i];
-    c.engine = p.eng->stats();
+    c.engine = p.eng().stats();
+    c.qps = p.eng().qp_count();
+    for (std::size_t l = 1; l < p.engines.size(); ++l) {
+      PortRuntime::Snapshot& s = *p.snaps[l];
+      add(c.engine, s.stats);
+      c.qps += s.qps;
+      // Ask lcore l for a fresh copy, read next time (one request in flight at a time).
+      if (!s.asked.exchange(true))
+        p.loops[l]->post([&s, e = p.engines[l].get()] {
+          s.stats = e->stats();
+          s.qps = e->qp_count();
+          s.asked.store(false, std::memory_order_release);
+        });
+    }
     c.port = p.dev->stats();
-    c.neighbour = p.loop->neighbour().stats();
-    c.qps = p.eng->qp_count();
-    if (const FaultyLink* f = p.loop->faults()) {
+    c.neighbour = p.loop().neighbour().stats();
+    if (const FaultyLink* f = p.loop().faults()) {
       c.faults_on = true;
       c.faults = f->stats();
     }
@@ -132,9 +163,11 @@ int run(const ctl::ApplianceConfig& cfg) {
       eal.push_back("--vdev=" + p.device + (p.devargs.empty() ? "" : "," + p.devargs));
   port::eal_init(eal);
 
+  const unsigned nl = static_cast<unsigned>(cfg.lcores.size());
   std::vector<PortRuntime> ports;
+  ports.reserve(cfg.ports.size());
   for (const auto& pc : cfg.ports) {
-    PortRuntime rt;
+    PortRuntime& rt = ports.emplace_back();
     rt.cfg = pc;
     engine::EngineConfig ec;
     ec.mac = pc.mac;
@@ -146,7 +179,6 @@ int run(const ctl::ApplianceConfig& cfg) {
     ec.ack_req_every = cfg.transport.ack_req_every;
     ec.max_inflight_psns = cfg.transport.max_inflight_psns;
     ec.max_mtu = path_mtu_for(pc.mtu);
-    rt.eng = std::make_unique<engine::Engine>(ec);
     port::PortSpec ps;
     ps.device = pc.device;
     ps.mac = pc.mac;
@@ -154,9 +186,25 @@ int run(const ctl::ApplianceConfig& cfg) {
     ps.mbufs = pc.mbufs;
     ps.rx_desc = pc.rx_desc;
     ps.tx_desc = pc.tx_desc;
+    ps.queues = static_cast<std::uint16_t>(nl);
     rt.dev = std::make_unique<port::DpdkPort>(ps);
-    rt.loop = std::make_unique<port::PollLoop>(*rt.dev, *rt.eng, pc.fault);
-    ports.push_back(std::move(rt));
+    std::vector<port::PollLoop*> loops;
+    for (unsigned l = 0; l < nl; ++l) {
+      ec.lcore = l;
+      rt.engines.push_back(std::make_unique<engine::Engine>(ec));
+      rt.loops.push_back(std::make_unique<port::PollLoop>(
+          *rt.dev, *rt.engines[l], pc.fault, FaultPolicy{}, static_cast<std::uint16_t>(l)));
+      rt.snaps.push_back(std::make_unique<PortRuntime::Snapshot>());
+      loops.push_back(rt.loops[l].get());
+    }
+    if (nl > 1) port::connect_loops(loops);
+  }
+  // Worker lcores: each runs its loop of every port.
+  std::atomic<bool> stop_workers{false};
+  for (unsigned l = 1; l < nl; ++l) {
+    std::vector<port::PollLoop*> mine;
+    for (auto& p : ports) mine.push_back(p.loops[l].get());
+    port::launch_loops(cfg.lcores[l], mine, stop_workers);
   }
 
   apps::Metrics metrics;
@@ -169,12 +217,16 @@ int run(const ctl::ApplianceConfig& cfg) {
     server = std::make_unique<apps::MetricsServer>(metrics, cfg.name, cfg.counters.prometheus);
   if (cfg.counters.telemetry) apps::register_telemetry(&metrics);
 
-  std::printf("roced: %s up on lcore %u\n", cfg.name.c_str(), cfg.lcores.front());
-  for (const auto& p : ports)
+  std::string workers;
+  for (unsigned l = 1; l < nl; ++l) workers += (l > 1 ? ", " : "") + std::to_string(cfg.lcores[l]);
+  std::printf("roced: %s up on lcore %u%s%s%s\n", cfg.name.c_str(), cfg.lcores.front(),
+              nl > 1 ? " (workers: " : "", workers.c_str(),
+              nl > 1 ? "; frames steered to the lcore of their QP)" : "");
+  for (auto& p : ports)
     std::printf("  port %s: %s %s %s/%u mtu %u (RoCE path MTU %u)%s%s\n", p.cfg.name.c_str(),
                 p.cfg.device.c_str(), ctl::to_string(p.cfg.mac).c_str(),
                 ctl::to_string(p.cfg.ipv4).c_str(), p.cfg.ipv4_prefix, p.cfg.mtu,
-                engine::mtu_bytes(p.eng->config().max_mtu),
+                engine::mtu_bytes(p.eng().config().max_mtu),
                 p.cfg.vlan ? (" vlan " + std::to_string(*p.cfg.vlan)).c_str() : "",
                 p.cfg.fault.any() ? " [fault injection on]" : "");
   if (server) std::printf("  counters: %s\n", server->endpoint().c_str());
@@ -194,7 +246,7 @@ int run(const ctl::ApplianceConfig& cfg) {
     }
   };
   while (g_signal == 0) {
-    for (auto& p : ports) p.loop->poll_once();
+    for (auto& p : ports) p.loop().poll_once();
     const std::uint64_t now = port::now_ns();
     housekeeping(now);
     if (services.empty() || now < next_accept) continue;
@@ -204,9 +256,9 @@ int run(const ctl::ApplianceConfig& cfg) {
       if (fd < 0) continue;
       PortRuntime& home = ports[svc.port_index];
       // The test runs to completion here; the other ports and the counters keep going.
-      perf::Env env(*home.eng, *home.loop, home.cfg.ipv4, [&] {
+      perf::Env env(home.eng(), home.loop(), home.cfg.ipv4, [&] {
         for (std::size_t i = 0; i < ports.size(); ++i)
-          if (i != svc.port_index) ports[i].loop->poll_once();
+          if (i != svc.port_index) ports[i].loop().poll_once();
         housekeeping(port::now_ns());
         if (g_signal != 0) throw Shutdown{};
       });
@@ -232,14 +284,23 @@ int run(const ctl::ApplianceConfig& cfg) {
     std::printf("  service %s (TCP %u): %u runs, %u failed\n", svc.cfg.test.c_str(),
                 svc.cfg.listen_port, svc.runs, svc.failures);
   }
+  stop_workers = true;
+  for (unsigned l = 1; l < nl; ++l) rte_eal_wait_lcore(cfg.lcores[l]);
   std::printf("roced: %s stopping (%s)\n", cfg.name.c_str(),
               g_signal == SIGINT ? "SIGINT" : "SIGTERM");
-  for (const auto& p : ports)
+  for (auto& p : ports) {
+    std::uint64_t steered = 0;
+    for (auto& l : p.loops) steered += l->steer_stats().steered_out;
+    if (nl > 1)
+      std::printf("  port %s: %llu frames steered to another lcore\n", p.cfg.name.c_str(),
+                  static_cast<unsigned long long>(steered));
+  }
+  for (auto& p : ports)
     std::printf("  port %s: rx %llu tx %llu frames, %llu ARP answered, %llu pings answered\n",
                 p.cfg.name.c_str(), static_cast<unsigned long long>(p.dev->stats().rx_frames),
                 static_cast<unsigned long long>(p.dev->stats().tx_frames),
-                static_cast<unsigned long long>(p.loop->neighbour().stats().arp_requests_answered),
-                static_cast<unsigned long long>(p.loop->neighbour().stats().icmp_echo_answered));
+                static_cast<unsigned long long>(p.loop().neighbour().stats().arp_requests_answered),
+                static_cast<unsigned long long>(p.loop().neighbour().stats().icmp_echo_answered));
   std::fflush(stdout);
   server.reset();
   ports.clear();

@@ -331,18 +331,19 @@ void connect_loops(std::span<PollLoop* const> loops) {
 
 namespace {
 struct LaunchArgs {
-  PollLoop* loop;
+  std::vector<PollLoop*> loops;
   const std::atomic<bool>* stop;
 };
 int loop_main(void* arg) {
   std::unique_ptr<LaunchArgs> a(static_cast<LaunchArgs*>(arg));
-  while (!a->stop->load(std::memory_order_relaxed)) a->loop->poll_once();
+  while (!a->stop->load(std::memory_order_relaxed))
+    for (PollLoop* l : a->loops) l->poll_once();
   return 0;
 }
 }  // namespace
 
-void launch_loop(unsigned lcore_id, PollLoop& loop, const std::atomic<bool>& stop) {
-  auto* a = new LaunchArgs{&loop, &stop};
+void launch_loops(unsigned lcore_id, std::vector<PollLoop*> loops, const std::atomic<bool>& stop) {
+  auto* a = new LaunchArgs{std::move(loops), &stop};
   const int rc = rte_eal_remote_launch(loop_main, a, lcore_id);
   if (rc != 0) {
     delete a;

@@ -154,9 +154,12 @@ class PollLoop {
 /// each steers received frames to the owner of their destination QP.
 void connect_loops(std::span<PollLoop* const> loops);
 
-/// Runs `loop` on DPDK lcore `lcore_id` (a worker of the EAL) until `stop` becomes true.
-/// rte_eal_wait_lcore(lcore_id) waits for it to return.
-void launch_loop(unsigned lcore_id, PollLoop& loop, const std::atomic<bool>& stop);
+/// Runs `loops` (round robin) on DPDK lcore `lcore_id` (a worker of the EAL) until `stop`
+/// becomes true. rte_eal_wait_lcore(lcore_id) waits for it to return.
+void launch_loops(unsigned lcore_id, std::vector<PollLoop*> loops, const std::atomic<bool>& stop);
+inline void launch_loop(unsigned lcore_id, PollLoop& loop, const std::atomic<bool>& stop) {
+  launch_loops(lcore_id, {&loop}, stop);
+}
 
 /// Monotonic nanoseconds (the engine's clock).
 std::uint64_t now_ns();

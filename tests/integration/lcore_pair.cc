@@ -358,8 +358,13 @@ int main(int argc, char** argv) {
   for (int side = 0; side < 2; ++side) {
     pids[side] = ::fork();
     if (pids[side] == 0) {
+      if (side == 1) {  // the memif client needs the server's socket
+        const std::string sock = workdir + "/memif.sock";
+        for (int i = 0; i < 300 && !std::filesystem::exists(sock); ++i) usleep(50'000);
+      }
       ::close(sv[1 - side]);
       fcntl(sv[side], F_SETFL, O_NONBLOCK);
+      alarm(150);  // never hang a test run
       _exit(run_side(side, sv[side], lcores, size, workdir));
     }
   }

@@ -4,9 +4,13 @@
 # link), roce-perf clients in the other. Two tests run against the same service one after the
 # other, then another service; roce-ctl must show no QP left, and SIGTERM a clean stop.
 # Exits 77 (skipped) without root or network namespaces.
-#   roced_services.sh ROCED ROCE_CTL ROCE_PERF
+#   roced_services.sh ROCED ROCE_CTL ROCE_PERF [LCORES]
+# With LCORES=2 the appliance runs two lcores on the port (two af_packet queues whose frames
+# the kernel spreads by flow hash): what one lcore receives for the other's QPs is steered.
 set -euo pipefail
-roced=$(realpath "$1") ctl=$(realpath "$2") perf=$(realpath "$3")
+roced=$(realpath "$1") ctl=$(realpath "$2") perf=$(realpath "$3") lcores=${4:-1}
+lcore_list=0 qpairs=1
+[[ $lcores == 2 ]] && lcore_list="0, 1" qpairs=2
 if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null; then echo "skipped: needs root"; exit 77; fi
 a=roced-svc-a-$$ b=roced-svc-b-$$
 work=$(mktemp -d)
@@ -30,11 +34,11 @@ cat > "$work/roced.yaml" <<YAML
 name: services-test
 eal:
   args: [--no-huge, --no-shconf, -m, "256", --no-pci, --file-prefix=rocedsvc$$, "--log-level=*:error"]
-  lcores: [0]
+  lcores: [$lcore_list]
 ports:
   - name: p0
     device: net_af_packet0
-    devargs: iface=veth-a,qpairs=1
+    devargs: iface=veth-a,qpairs=$qpairs
     mac: 02:00:00:00:01:11
     ipv4: 192.0.2.111/24
 counters:
@@ -71,4 +75,5 @@ cat "$work/roced.log"
 grep -q "service write_bw (TCP 18515): 2 runs, 0 failed" "$work/roced.log"
 grep -q "service send_lat (TCP 18516): 1 runs, 0 failed" "$work/roced.log"
 grep -q "stopping (SIGTERM)" "$work/roced.log"
+if [[ $lcores == 2 ]]; then grep -q "frames steered to another lcore" "$work/roced.log"; fi
 exit $rc
