@@ -425,7 +425,7 @@ std::string to_svg(const BenchConfig& cfg, const Results& r) {
   base(Kind::kL2Echo, "link L2 echo p50", true);
   base(Kind::kTcpPingPong, "kernel TCP ping-pong p50", true);
 
-  const double W = 1000, H = 1120;
+  const double W = 1000, H = 1190;
   std::ostringstream s;
   s << "<?xml version='1.0' encoding='UTF-8'?>\n<svg xmlns='http://www.w3.org/2000/svg' width='"
     << W << "' height='" << H << "' viewBox='0 0 " << W << ' ' << H
