@@ -125,7 +125,9 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
     }
   }
   po::options_description visible(
-      "Usage: roce-perf TEST --iface IF [options] [SERVER]\n\nTESTs: " + test_list() + "\n");
+      "Usage: roce-perf TEST --iface IF [options] [SERVER]\n       roce-perf --config BENCH.yaml   "
+      "(a whole benchmark: docs/benchmarks.md)\n\nTESTs: " +
+      test_list() + "\n");
   visible.add(common);
   if (!known || t.pingpong) visible.add(pp);
   if (!known || !t.pingpong) visible.add(pt);

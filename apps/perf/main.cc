@@ -7,13 +7,45 @@
 /// send_bw, atomic_bw, write_lat, read_lat, send_lat, atomic_lat (perftest's ib_*). Without
 /// SERVER we are the server and wait for the tool's client; with it we connect to the tool's
 /// server. The exchange runs over the kernel's TCP, the RoCE traffic over the DPDK port.
+///
+///   roce-perf --config BENCH.yaml
+///
+/// runs a whole benchmark from a file instead (apps/perf/bench/, docs/benchmarks.md).
 #include <iostream>
 
+#include "apps/perf/bench/bench.h"
 #include "apps/perf/cli.h"
 
 using namespace roce::perf;
 
+namespace {
+
+// roce-perf --config FILE (or --config=FILE): the benchmark runner.
+int bench_main(const std::string& path) {
+  try {
+    return roce::bench::run_bench(roce::bench::parse_bench_config_file(path));
+  } catch (const roce::bench::BenchConfigError& e) {
+    std::cerr << "roce-perf: " << e.what() << '\n';
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::cerr << "roce-perf: " << e.what() << '\n';
+    return 1;
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]).rfind("--config=", 0) == 0 && argc == 2)
+    return bench_main(std::string(argv[1]).substr(9));
+  if (argc >= 2 && std::string(argv[1]) == "--config") {
+    if (argc != 3) {
+      std::cerr << "roce-perf: usage: roce-perf --config BENCH.yaml\n";
+      return 2;
+    }
+    return bench_main(argv[2]);
+  }
   std::optional<Invocation> inv;
   try {
     int help_status = 0;

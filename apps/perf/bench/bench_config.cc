@@ -1,0 +1,276 @@
+/// @file
+/// YAML -> BenchConfig, in the manner of controlplane/config.cc: a Reader wraps one mapping,
+/// hands out typed values with range checks and, when it goes out of scope, rejects every key
+/// nobody asked for. Workload keys may also appear under `defaults`.
+#include "apps/perf/bench/bench_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace roce::bench {
+
+const char* to_string(Op op) {
+  switch (op) {
+    case Op::kWrite:
+      return "write";
+    case Op::kRead:
+      return "read";
+    case Op::kSend:
+      return "send";
+    case Op::kAtomic:
+      return "atomic";
+    case Op::kWriteImm:
+      return "write_imm";
+  }
+  return "?";
+}
+
+const char* to_string(Mode m) { return m == Mode::kBw ? "bw" : "lat"; }
+
+namespace {
+
+class Reader {
+ public:
+  Reader(const YAML::Node& node, std::string origin, std::string path)
+      : node_(node), origin_(std::move(origin)), path_(std::move(path)) {
+    if (!node_.IsMap()) fail(node_, path_ + " must be a mapping");
+  }
+  ~Reader() noexcept(false) {
+    if (std::uncaught_exceptions()) return;
+    for (const auto& kv : node_) {
+      const auto key = kv.first.as<std::string>();
+      if (!used_.count(key)) fail(kv.first, "unknown key '" + key + "' in " + path_);
+    }
+  }
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+
+  bool has(const std::string& key) {
+    used_.insert(key);
+    return node_[key].IsDefined() && !node_[key].IsNull();
+  }
+  YAML::Node get(const std::string& key) {
+    used_.insert(key);
+    return node_[key];
+  }
+  std::string str(const std::string& key, const std::string& def) {
+    if (!has(key)) return def;
+    const YAML::Node n = get(key);
+    if (!n.IsScalar()) fail(n, where(key) + " must be a string");
+    return n.as<std::string>();
+  }
+  std::uint64_t uint(const std::string& key, std::uint64_t def, std::uint64_t lo,
+                     std::uint64_t hi) {
+    if (!has(key)) return def;
+    return uint_of(get(key), where(key), lo, hi);
+  }
+  std::uint64_t uint_of(const YAML::Node& n, const std::string& what, std::uint64_t lo,
+                        std::uint64_t hi) const {
+    std::uint64_t v = 0;
+    try {
+      if (!n.IsScalar() || n.Scalar().empty() || n.Scalar()[0] == '-')
+        throw YAML::Exception({}, "");
+      v = n.as<std::uint64_t>();
+    } catch (const YAML::Exception&) {
+      fail(n, what + " must be an unsigned integer, not '" + scalar(n) + "'");
+    }
+    if (v < lo || v > hi)
+      fail(n, what + " = " + std::to_string(v) + " is out of range [" + std::to_string(lo) + ", " +
+                  std::to_string(hi) + "]");
+    return v;
+  }
+  double real(const std::string& key, double def, double lo, double hi) {
+    if (!has(key)) return def;
+    const YAML::Node n = get(key);
+    double v = 0;
+    try {
+      if (!n.IsScalar()) throw YAML::Exception({}, "");
+      v = n.as<double>();
+    } catch (const YAML::Exception&) {
+      fail(n, where(key) + " must be a number, not '" + scalar(n) + "'");
+    }
+    if (!(v >= lo && v <= hi))
+      fail(n, where(key) + " is out of range [" + num(lo) + ", " + num(hi) + "]");
+    return v;
+  }
+  bool boolean(const std::string& key, bool def) {
+    if (!has(key)) return def;
+    const YAML::Node n = get(key);
+    try {
+      if (!n.IsScalar()) throw YAML::Exception({}, "");
+      return n.as<bool>();
+    } catch (const YAML::Exception&) {
+      fail(n, where(key) + " must be true or false, not '" + scalar(n) + "'");
+    }
+    return def;
+  }
+  [[noreturn]] void fail(const YAML::Node& n, const std::string& msg) const {
+    const YAML::Mark m = n.Mark();
+    std::ostringstream os;
+    os << origin_;
+    if (m.line >= 0) os << ':' << m.line + 1 << ':' << m.column + 1;
+    os << ": " << msg;
+    throw BenchConfigError(os.str());
+  }
+  std::string where(const std::string& key) const { return path_ + "." + key; }
+  const std::string& origin() const { return origin_; }
+  const YAML::Node& node() const { return node_; }
+
+ private:
+  static std::string scalar(const YAML::Node& n) {
+    return n.IsScalar() ? n.Scalar() : "<not a scalar>";
+  }
+  static std::string num(double d) {
+    std::ostringstream os;
+    os << d;
+    return os.str();
+  }
+  YAML::Node node_;
+  std::string origin_;
+  std::string path_;
+  std::set<std::string> used_;
+};
+
+constexpr std::uint32_t kMaxSize = 1u << 24;  // 16 MiB per message
+
+std::vector<std::uint32_t> parse_sizes(Reader& r, const std::vector<std::uint32_t>& def) {
+  if (!r.has("sizes")) return def;
+  const YAML::Node n = r.get("sizes");
+  const std::string what = r.where("sizes");
+  std::vector<std::uint32_t> out;
+  if (n.IsSequence()) {
+    if (n.size() == 0) r.fail(n, what + " must not be empty");
+    for (const auto& e : n)
+      out.push_back(static_cast<std::uint32_t>(r.uint_of(e, what + "[]", 1, kMaxSize)));
+  } else if (n.IsMap()) {
+    Reader m(n, r.origin(), what);
+    const auto lo = static_cast<std::uint32_t>(m.uint("min", 2, 1, kMaxSize));
+    const auto hi = static_cast<std::uint32_t>(m.uint("max", lo, 1, kMaxSize));
+    if (hi < lo) m.fail(n, what + ": max is below min");
+    for (std::uint64_t s = lo; s <= hi; s *= 2) out.push_back(static_cast<std::uint32_t>(s));
+  } else {
+    r.fail(n, what + " must be a list of sizes or {min: N, max: M} (doubling)");
+  }
+  return out;
+}
+
+// Every workload key, read into `w` (which holds the defaults).
+void parse_workload_keys(Reader& r, Workload& w) {
+  static const std::pair<const char*, Op> ops[] = {{"write", Op::kWrite},
+                                                   {"read", Op::kRead},
+                                                   {"send", Op::kSend},
+                                                   {"atomic", Op::kAtomic},
+                                                   {"write_imm", Op::kWriteImm}};
+  w.name = r.str("name", w.name);
+  if (r.has("operation")) {
+    const YAML::Node n = r.get("operation");
+    const std::string s = n.IsScalar() ? n.Scalar() : "";
+    bool found = false;
+    for (const auto& [name, op] : ops)
+      if (s == name) w.op = op, found = true;
+    if (!found)
+      r.fail(n, r.where("operation") + " must be write, read, send, atomic or write_imm, not '" +
+                    s + "'");
+  }
+  if (r.has("mode")) {
+    const YAML::Node n = r.get("mode");
+    const std::string s = n.IsScalar() ? n.Scalar() : "";
+    if (s == "bw")
+      w.mode = Mode::kBw;
+    else if (s == "lat")
+      w.mode = Mode::kLat;
+    else
+      r.fail(n, r.where("mode") + " must be bw or lat, not '" + s + "'");
+  }
+  w.sizes = parse_sizes(r, w.sizes);
+  const bool iters_given = r.has("iterations"), duration_given = r.has("duration");
+  if (iters_given && duration_given)
+    r.fail(r.get("duration"), r.where("duration") + ": give iterations or duration, not both");
+  w.iterations = r.uint("iterations", w.iterations, 1, 1'000'000'000);
+  w.duration = r.real("duration", iters_given ? 0 : w.duration, 0.01, 3600);
+  w.queue_depth = static_cast<std::uint32_t>(r.uint("queue_depth", w.queue_depth, 1, 1024));
+  w.qps = static_cast<std::uint32_t>(r.uint("qps", w.qps, 1, 64));
+  if (r.has("mtu")) {
+    const YAML::Node n = r.get("mtu");
+    const auto v = r.uint_of(n, r.where("mtu"), 256, 4096);
+    if (v != 256 && v != 512 && v != 1024 && v != 2048 && v != 4096)
+      r.fail(n, r.where("mtu") + " must be 256, 512, 1024, 2048 or 4096");
+    w.mtu = static_cast<std::uint32_t>(v);
+  }
+  w.inline_size = static_cast<std::uint32_t>(r.uint("inline", w.inline_size, 0, 256));
+  w.drop_rate = r.real("drop_rate", w.drop_rate, 0, 0.5);
+  w.seed = r.uint("seed", w.seed, 0, UINT64_MAX);
+  w.retry_timeout = static_cast<std::uint32_t>(r.uint("retry_timeout", w.retry_timeout, 1, 31));
+}
+
+}  // namespace
+
+BenchConfig parse_bench_config(const std::string& text, const std::string& origin) {
+  BenchConfig c;
+  c.origin = origin;
+  c.text = text;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    std::ostringstream os;
+    os << origin << ':' << e.mark.line + 1 << ':' << e.mark.column + 1 << ": " << e.msg;
+    throw BenchConfigError(os.str());
+  }
+  if (!root.IsDefined() || root.IsNull()) throw BenchConfigError(origin + ": the file is empty");
+  Reader r(root, origin, "bench");
+  c.name = r.str("name", c.name);
+  c.workdir = r.str("workdir", c.workdir);
+  c.timeout = r.real("timeout", c.timeout, 1, 3600);
+  if (r.has("output")) {
+    Reader o(r.get("output"), origin, "output");
+    c.json = o.str("json", c.json);
+    c.svg = o.str("svg", c.svg);
+  }
+  if (r.has("baselines")) {
+    Reader b(r.get("baselines"), origin, "baselines");
+    c.baselines.link = b.boolean("link", c.baselines.link);
+    c.baselines.tcp = b.boolean("tcp", c.baselines.tcp);
+    c.baselines.duration = b.real("duration", c.baselines.duration, 0.01, 60);
+    c.baselines.iterations = b.uint("iterations", c.baselines.iterations, 10, 10'000'000);
+  }
+  Workload def;
+  def.sizes = {4096};
+  if (r.has("defaults")) {
+    Reader d(r.get("defaults"), origin, "defaults");
+    parse_workload_keys(d, def);
+  }
+  if (!r.has("workloads")) r.fail(root, "bench.workloads is missing");
+  const YAML::Node ws = r.get("workloads");
+  if (!ws.IsSequence() || ws.size() == 0)
+    r.fail(ws, "workloads must be a non-empty list of workloads");
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < ws.size(); ++i) {
+    const std::string path = "workloads[" + std::to_string(i) + "]";
+    Reader wr(ws[i], origin, path);
+    Workload w = def;
+    w.name.clear();
+    parse_workload_keys(wr, w);
+    if (w.name.empty())
+      w.name = std::string(to_string(w.op)) + "_" + to_string(w.mode) + "_" + std::to_string(i);
+    if (!names.insert(w.name).second)
+      wr.fail(ws[i], path + ": the name '" + w.name + "' is used twice");
+    if (w.op == Op::kAtomic) w.sizes = {8};
+    if (w.mode == Mode::kLat) w.queue_depth = 1;
+    c.workloads.push_back(std::move(w));
+  }
+  return c;
+}
+
+BenchConfig parse_bench_config_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw BenchConfigError(path + ": cannot open the file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_bench_config(ss.str(), path);
+}
+
+}  // namespace roce::bench

@@ -1,0 +1,64 @@
+/// @file
+/// The benchmark file of `roce-perf --config FILE`: a topology (two appliances on a net_memif
+/// link the tool starts itself), the baselines to measure next to our figures, and a matrix of
+/// workloads. Parsed with yaml-cpp; errors name file:line:col and unknown keys are rejected,
+/// as in controlplane/config.cc. No DPDK here, so the parser is unit-tested on its own.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace roce::bench {
+
+struct BenchConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class Op { kWrite, kRead, kSend, kAtomic, kWriteImm };
+enum class Mode { kBw, kLat };
+const char* to_string(Op op);
+const char* to_string(Mode m);
+
+struct Workload {
+  std::string name;
+  Op op = Op::kWrite;
+  Mode mode = Mode::kBw;
+  std::vector<std::uint32_t> sizes;  ///< message sizes in bytes (atomics: always 8)
+  std::uint64_t iterations = 1000;   ///< per size; ignored when duration > 0
+  double duration = 0;               ///< seconds per size (0: iterations)
+  std::uint32_t queue_depth = 64;    ///< operations in flight per QP (lat: 1)
+  std::uint32_t qps = 1;
+  std::uint32_t mtu = 1024;          ///< path MTU: 256, 512, 1024, 2048 or 4096
+  std::uint32_t inline_size = 0;     ///< messages up to this size are posted inline
+  double drop_rate = 0;              ///< injected on both appliances' transmit
+  std::uint64_t seed = 1;            ///< of the fault injection
+  std::uint32_t retry_timeout = 14;  ///< local ACK timeout exponent: 4.096 us x 2^n (perftest: 14)
+};
+
+struct Baselines {
+  bool link = true;                 ///< L2 blast and echo on the same memif link
+  bool tcp = true;                  ///< kernel TCP stream and ping-pong over loopback
+  double duration = 0.5;            ///< seconds per size for the blasts and streams
+  std::uint64_t iterations = 2000;  ///< round trips per size for the echoes and ping-pongs
+};
+
+struct BenchConfig {
+  std::string origin;  ///< the file it came from
+  std::string text;    ///< the file as read, copied into the JSON report
+  std::string name = "bench";
+  std::string json;     ///< report file ("" : none)
+  std::string svg;      ///< plot file ("" : none)
+  std::string workdir;  ///< memif socket directory ("" : a fresh one under /tmp)
+  double timeout = 60;  ///< seconds before a stalled step fails the run
+  Baselines baselines;
+  std::vector<Workload> workloads;
+};
+
+/// Parses a benchmark file; throws BenchConfigError("file:line:col: what").
+BenchConfig parse_bench_config_file(const std::string& path);
+/// The same from text; `origin` names it in errors.
+BenchConfig parse_bench_config(const std::string& text, const std::string& origin);
+
+}  // namespace roce::bench

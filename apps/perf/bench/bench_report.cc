@@ -1,0 +1,442 @@
+/// @file
+/// The benchmark's table, JSON and SVG. The SVG is three charts drawn by hand: throughput and
+/// message rate against message size (log2 axis), and latency percentiles against size.
+#include "apps/perf/bench/bench_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <sstream>
+
+namespace roce::bench {
+
+const char* to_string(Kind k) {
+  switch (k) {
+    case Kind::kOurs:
+      return "roce";
+    case Kind::kL2Blast:
+      return "l2_blast";
+    case Kind::kL2Echo:
+      return "l2_echo";
+    case Kind::kTcpStream:
+      return "tcp_stream";
+    case Kind::kTcpPingPong:
+      return "tcp_pingpong";
+  }
+  return "?";
+}
+
+const Point* Results::find(Kind k, std::uint32_t size) const {
+  for (const auto& p : points)
+    if (p.kind == k && p.size == size) return &p;
+  return nullptr;
+}
+
+void summarize_latency(std::vector<double>& ns, Point& p) {
+  if (ns.empty()) return;
+  std::sort(ns.begin(), ns.end());
+  const auto at = [&](double q) {
+    const auto i = static_cast<std::size_t>(std::ceil(q * static_cast<double>(ns.size()))) - 1;
+    return ns[std::min(i, ns.size() - 1)];
+  };
+  p.has_lat = true;
+  p.lat_min = ns.front();
+  p.lat_max = ns.back();
+  p.lat_p50 = at(0.5);
+  p.lat_p99 = at(0.99);
+  p.lat_p999 = at(0.999);
+  p.lat_avg = std::accumulate(ns.begin(), ns.end(), 0.0) / static_cast<double>(ns.size());
+}
+
+namespace {
+
+constexpr const char* kLine =
+    "---------------------------------------------------------------------------------------------"
+    "----------";
+
+std::string ratio(double ours, const Point* base, double Point::*field) {
+  if (!base || base->*field <= 0) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3fx", ours / (base->*field));
+  return b;
+}
+
+}  // namespace
+
+void print_workload_header(std::FILE* out, const Workload& w) {
+  char per[64];
+  if (w.duration > 0)
+    std::snprintf(per, sizeof per, "%g s per size", w.duration);
+  else
+    std::snprintf(per, sizeof per, "%llu iterations per size",
+                  static_cast<unsigned long long>(w.iterations));
+  std::fprintf(out, "%s\n", kLine);
+  std::fprintf(out, " %s: RC %s %s, %u QP%s, depth %u, MTU %u, inline %u, drop %g, %s\n",
+               w.name.c_str(), to_string(w.op), to_string(w.mode), w.qps, w.qps > 1 ? "s" : "",
+               w.queue_depth, w.mtu, w.inline_size, w.drop_rate, per);
+  if (w.mode == Mode::kBw)
+    std::fprintf(out,
+                 " #bytes     #iterations    BW average[MB/sec]  BW[Gb/sec]  MsgRate[Mpps]  "
+                 "vs link(B/s)  vs link(pps)  vs TCP   retrans\n");
+  else
+    std::fprintf(out,
+                 " #bytes #iterations  t_min[usec]  t_p50[usec]  t_avg[usec]  t_p99[usec]  "
+                 "t_p99.9[usec]  t_max[usec]  vs L2 echo  vs TCP  retrans\n");
+  std::fflush(out);
+}
+
+void print_row(std::FILE* out, const Workload& w, const Point& p, const Results& b) {
+  const Point* link = b.find(Kind::kL2Blast, frame_payload(p.size, w.mtu));
+  if (w.mode == Mode::kBw) {
+    // Against the link: our message bytes/s over the blast's payload bytes/s at the same frame
+    // size, and our messages/s over its frames/s.
+    std::fprintf(
+        out, " %-10u %-14llu %-19.2f %-11.3f %-14.6f %-13s %-13s %-8s %llu\n", p.size,
+        static_cast<unsigned long long>(p.iterations), p.bytes_per_s / 1048576.0,
+        p.bytes_per_s * 8 / 1e9, p.msgs_per_s / 1e6,
+        ratio(p.bytes_per_s, link, &Point::bytes_per_s).c_str(),
+        ratio(p.msgs_per_s, link, &Point::msgs_per_s).c_str(),
+        ratio(p.bytes_per_s, b.find(Kind::kTcpStream, p.size), &Point::bytes_per_s).c_str(),
+        static_cast<unsigned long long>(p.retransmitted));
+  } else {
+    const Point* echo = b.find(Kind::kL2Echo, frame_payload(p.size, w.mtu));
+    std::fprintf(out,
+                 " %-6u %-12llu %-12.2f %-12.2f %-12.2f %-12.2f %-14.2f %-12.2f %-11s %-7s %llu\n",
+                 p.size, static_cast<unsigned long long>(p.iterations), p.lat_min / 1e3,
+                 p.lat_p50 / 1e3, p.lat_avg / 1e3, p.lat_p99 / 1e3, p.lat_p999 / 1e3,
+                 p.lat_max / 1e3, ratio(p.lat_p50, echo, &Point::lat_p50).c_str(),
+                 ratio(p.lat_p50, b.find(Kind::kTcpPingPong, p.size), &Point::lat_p50).c_str(),
+                 static_cast<unsigned long long>(p.retransmitted));
+  }
+  std::fflush(out);
+}
+
+void print_baselines(std::FILE* out, const Results& r) {
+  bool any_bw = false, any_lat = false;
+  for (const auto& p : r.points) {
+    any_bw |= p.kind == Kind::kL2Blast || p.kind == Kind::kTcpStream;
+    any_lat |= p.kind == Kind::kL2Echo || p.kind == Kind::kTcpPingPong;
+  }
+  if (any_bw) {
+    std::fprintf(out,
+                 "%s\n baselines: throughput (L2 blast on the memif link; kernel TCP stream "
+                 "on loopback)\n",
+                 kLine);
+    std::fprintf(out,
+                 " %-12s #bytes     frame[B]  #msgs          BW[MB/sec]   BW[Gb/sec]  "
+                 "MsgRate[Mpps]  lost\n",
+                 "baseline");
+    for (const auto& p : r.points)
+      if (p.kind == Kind::kL2Blast || p.kind == Kind::kTcpStream)
+        std::fprintf(out, " %-12s %-10u %-9u %-14llu %-12.2f %-11.3f %-14.6f %llu\n",
+                     to_string(p.kind), p.size, p.frame,
+                     static_cast<unsigned long long>(p.iterations), p.bytes_per_s / 1048576.0,
+                     p.bytes_per_s * 8 / 1e9, p.msgs_per_s / 1e6,
+                     static_cast<unsigned long long>(p.lost));
+  }
+  if (any_lat) {
+    std::fprintf(out,
+                 "%s\n baselines: round trips (L2 echo on the memif link; kernel TCP "
+                 "ping-pong on loopback)\n",
+                 kLine);
+    std::fprintf(out,
+                 " %-12s #bytes  #iterations  t_min[usec]  t_p50[usec]  t_avg[usec]  "
+                 "t_p99[usec]  t_p99.9[usec]  t_max[usec]\n",
+                 "baseline");
+    for (const auto& p : r.points)
+      if (p.kind == Kind::kL2Echo || p.kind == Kind::kTcpPingPong)
+        std::fprintf(out, " %-12s %-7u %-12llu %-12.2f %-12.2f %-12.2f %-12.2f %-14.2f %.2f\n",
+                     to_string(p.kind), p.size, static_cast<unsigned long long>(p.iterations),
+                     p.lat_min / 1e3, p.lat_p50 / 1e3, p.lat_avg / 1e3, p.lat_p99 / 1e3,
+                     p.lat_p999 / 1e3, p.lat_max / 1e3);
+  }
+  std::fflush(out);
+}
+
+// ---- JSON -----------------------------------------------------------------------------------
+
+namespace {
+
+std::string quote(const std::string& s) {
+  std::string o = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"':
+        o += "\\\"";
+        break;
+      case '\\':
+        o += "\\\\";
+        break;
+      case '\n':
+        o += "\\n";
+        break;
+      case '\t':
+        o += "\\t";
+        break;
+      case '\r':
+        o += "\\r";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char b[8];
+          std::snprintf(b, sizeof b, "\\u%04x", c);
+          o += b;
+        } else {
+          o += c;
+        }
+    }
+  }
+  return o + "\"";
+}
+
+std::string num(double d) {
+  if (!std::isfinite(d)) return "null";
+  char b[40];
+  std::snprintf(b, sizeof b, "%.9g", d);
+  return b;
+}
+
+void point_json(std::ostringstream& j, const Point& p, const Results& r, const Workload* w) {
+  j << "{\"kind\":" << quote(to_string(p.kind)) << ",\"bytes\":" << p.size;
+  if (p.frame) j << ",\"frame_bytes\":" << p.frame;
+  j << ",\"iterations\":" << p.iterations << ",\"seconds\":" << num(p.seconds)
+    << ",\"bytes_per_sec\":" << num(p.bytes_per_s)
+    << ",\"gbit_per_sec\":" << num(p.bytes_per_s * 8 / 1e9)
+    << ",\"msg_rate_mpps\":" << num(p.msgs_per_s / 1e6);
+  if (p.has_lat)
+    j << ",\"latency_usec\":{\"min\":" << num(p.lat_min / 1e3)
+      << ",\"p50\":" << num(p.lat_p50 / 1e3) << ",\"avg\":" << num(p.lat_avg / 1e3)
+      << ",\"p99\":" << num(p.lat_p99 / 1e3) << ",\"p99_9\":" << num(p.lat_p999 / 1e3)
+      << ",\"max\":" << num(p.lat_max / 1e3) << "}";
+  if (p.kind == Kind::kL2Blast) j << ",\"lost\":" << p.lost;
+  if (p.kind == Kind::kOurs) {
+    j << ",\"counters\":{\"retransmitted_packets\":" << p.retransmitted
+      << ",\"retransmit_timeouts\":" << p.timeouts << ",\"injected_drops\":" << p.injected_drops
+      << ",\"rnr_naks_received\":" << p.rnr_naks << ",\"seq_naks_received\":" << p.seq_naks << "}";
+    if (w) {
+      const std::uint32_t fp = frame_payload(p.size, w->mtu);
+      const Point* link = r.find(Kind::kL2Blast, fp);
+      const Point* echo = r.find(Kind::kL2Echo, fp);
+      const Point* tcp = r.find(Kind::kTcpStream, p.size);
+      const Point* tpp = r.find(Kind::kTcpPingPong, p.size);
+      const auto rat = [](double a, const Point* b, double Point::*f) {
+        return b && b->*f > 0 ? num(a / (b->*f)) : std::string("null");
+      };
+      j << ",\"ratios\":{";
+      if (w->mode == Mode::kBw)
+        j << "\"bytes_vs_link\":" << rat(p.bytes_per_s, link, &Point::bytes_per_s)
+          << ",\"msgs_vs_link\":" << rat(p.msgs_per_s, link, &Point::msgs_per_s)
+          << ",\"bytes_vs_tcp\":" << rat(p.bytes_per_s, tcp, &Point::bytes_per_s)
+          << ",\"msgs_vs_tcp\":" << rat(p.msgs_per_s, tcp, &Point::msgs_per_s);
+      else
+        j << "\"p50_vs_l2_echo\":" << rat(p.lat_p50, echo, &Point::lat_p50)
+          << ",\"p50_vs_tcp\":" << rat(p.lat_p50, tpp, &Point::lat_p50)
+          << ",\"p99_vs_l2_echo\":" << rat(p.lat_p99, echo, &Point::lat_p99)
+          << ",\"p99_vs_tcp\":" << rat(p.lat_p99, tpp, &Point::lat_p99);
+      j << "}";
+    }
+  }
+  j << "}";
+}
+
+}  // namespace
+
+std::string to_json(const BenchConfig& cfg, const Results& r) {
+  std::ostringstream j;
+  j << "{\n\"name\":" << quote(cfg.name) << ",\n\"config_file\":" << quote(cfg.origin)
+    << ",\n\"config_text\":" << quote(cfg.text) << ",\n\"tsc_hz\":" << num(r.tsc_hz)
+    << ",\n\"config\":{\"timeout\":" << num(cfg.timeout)
+    << ",\"baselines\":{\"link\":" << (cfg.baselines.link ? "true" : "false")
+    << ",\"tcp\":" << (cfg.baselines.tcp ? "true" : "false")
+    << ",\"duration\":" << num(cfg.baselines.duration)
+    << ",\"iterations\":" << cfg.baselines.iterations << "}},\n\"workloads\":[";
+  for (std::size_t i = 0; i < cfg.workloads.size(); ++i) {
+    const Workload& w = cfg.workloads[i];
+    j << (i ? ",\n" : "\n") << "{\"name\":" << quote(w.name)
+      << ",\"operation\":" << quote(to_string(w.op)) << ",\"mode\":" << quote(to_string(w.mode))
+      << ",\"sizes\":[";
+    for (std::size_t s = 0; s < w.sizes.size(); ++s) j << (s ? "," : "") << w.sizes[s];
+    j << "],\"iterations\":" << w.iterations << ",\"duration\":" << num(w.duration)
+      << ",\"queue_depth\":" << w.queue_depth << ",\"qps\":" << w.qps << ",\"mtu\":" << w.mtu
+      << ",\"inline\":" << w.inline_size << ",\"drop_rate\":" << num(w.drop_rate)
+      << ",\"seed\":" << w.seed << ",\"retry_timeout\":" << w.retry_timeout << ",\"results\":[";
+    bool first = true;
+    for (const auto& p : r.points)
+      if (p.kind == Kind::kOurs && p.workload == static_cast<std::int32_t>(i)) {
+        j << (first ? "" : ",") << "\n  ";
+        point_json(j, p, r, &w);
+        first = false;
+      }
+    j << "]}";
+  }
+  j << "],\n\"baselines\":[";
+  bool first = true;
+  for (const auto& p : r.points)
+    if (p.kind != Kind::kOurs) {
+      j << (first ? "\n" : ",\n");
+      point_json(j, p, r, nullptr);
+      first = false;
+    }
+  j << "]\n}\n";
+  return j.str();
+}
+
+// ---- SVG ------------------------------------------------------------------------------------
+
+namespace {
+
+struct Series {
+  std::string name;
+  std::vector<std::pair<double, double>> xy;  ///< x: bytes, y: value
+  bool dashed = false;
+};
+
+const char* const kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
+                                "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
+
+std::string size_label(double b) {
+  if (b >= 1 << 20) return std::to_string(static_cast<long>(b / (1 << 20))) + "M";
+  if (b >= 1024) return std::to_string(static_cast<long>(b / 1024)) + "K";
+  return std::to_string(static_cast<long>(b));
+}
+
+std::string value_label(double v) {
+  char b[32];
+  if (v >= 100 || v == std::floor(v))
+    std::snprintf(b, sizeof b, "%g", v);
+  else
+    std::snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
+
+// One chart at (x0, y0) of w x h; x is log2 of the size, y is log10 of the value.
+void chart(std::ostringstream& s, double x0, double y0, double w, double h,
+           const std::string& title, const std::string& ylabel, const std::vector<Series>& series) {
+  double xmin = 1e300, xmax = -1e300, ymin = 1e300, ymax = -1e300;
+  for (const auto& se : series)
+    for (const auto& [x, y] : se.xy) {
+      if (x <= 0 || y <= 0) continue;
+      xmin = std::min(xmin, x), xmax = std::max(xmax, x);
+      ymin = std::min(ymin, y), ymax = std::max(ymax, y);
+    }
+  s << "<text x='" << x0 + w / 2 << "' y='" << y0 - 8
+    << "' text-anchor='middle' font-size='15' font-weight='bold'>" << title << "</text>\n";
+  s << "<rect x='" << x0 << "' y='" << y0 << "' width='" << w << "' height='" << h
+    << "' fill='none' stroke='#444'/>\n";
+  if (xmin > xmax) {
+    s << "<text x='" << x0 + w / 2 << "' y='" << y0 + h / 2
+      << "' text-anchor='middle' fill='#888'>no data</text>\n";
+    return;
+  }
+  const double lx0 = std::floor(std::log2(xmin)),
+               lx1 = std::max(lx0 + 1, std::ceil(std::log2(xmax)));
+  const double ly0 = std::floor(std::log10(ymin)),
+               ly1 = std::max(ly0 + 1, std::ceil(std::log10(ymax)));
+  const auto px = [&](double x) { return x0 + (std::log2(x) - lx0) / (lx1 - lx0) * w; };
+  const auto py = [&](double y) { return y0 + h - (std::log10(y) - ly0) / (ly1 - ly0) * h; };
+  const int xstep = lx1 - lx0 > 12 ? 2 : 1;
+  for (int e = static_cast<int>(lx0); e <= static_cast<int>(lx1); e += xstep) {
+    const double X = px(std::exp2(e));
+    s << "<line x1='" << X << "' y1='" << y0 << "' x2='" << X << "' y2='" << y0 + h
+      << "' stroke='#ddd'/><text x='" << X << "' y='" << y0 + h + 15
+      << "' text-anchor='middle' font-size='11'>" << size_label(std::exp2(e)) << "</text>\n";
+  }
+  for (int e = static_cast<int>(ly0); e <= static_cast<int>(ly1); ++e) {
+    const double Y = py(std::pow(10.0, e));
+    s << "<line x1='" << x0 << "' y1='" << Y << "' x2='" << x0 + w << "' y2='" << Y
+      << "' stroke='#ddd'/><text x='" << x0 - 5 << "' y='" << Y + 4
+      << "' text-anchor='end' font-size='11'>" << value_label(std::pow(10.0, e)) << "</text>\n";
+  }
+  s << "<text x='" << x0 + w / 2 << "' y='" << y0 + h + 32
+    << "' text-anchor='middle' font-size='12'>message size (bytes)</text>\n";
+  s << "<text transform='translate(" << x0 - 48 << "," << y0 + h / 2
+    << ") rotate(-90)' text-anchor='middle' font-size='12'>" << ylabel << "</text>\n";
+  std::size_t i = 0;
+  for (const auto& se : series) {
+    const char* colour = kColours[i % (sizeof kColours / sizeof kColours[0])];
+    std::string pts;
+    for (const auto& [x, y] : se.xy)
+      if (x > 0 && y > 0) pts += value_label(px(x)) + "," + value_label(py(y)) + " ";
+    s << "<polyline fill='none' stroke='" << colour << "' stroke-width='2'"
+      << (se.dashed ? " stroke-dasharray='6,4'" : "") << " points='" << pts << "'/>\n";
+    for (const auto& [x, y] : se.xy)
+      if (x > 0 && y > 0)
+        s << "<circle cx='" << px(x) << "' cy='" << py(y) << "' r='3' fill='" << colour
+          << "'><title>" << se.name << ": " << size_label(x) << " B, " << value_label(y)
+          << "</title></circle>\n";
+    const double ly = y0 + 14 + 15 * static_cast<double>(i);
+    s << "<line x1='" << x0 + w + 12 << "' y1='" << ly - 4 << "' x2='" << x0 + w + 36 << "' y2='"
+      << ly - 4 << "' stroke='" << colour << "' stroke-width='2'"
+      << (se.dashed ? " stroke-dasharray='6,4'" : "") << "/><text x='" << x0 + w + 40 << "' y='"
+      << ly << "' font-size='11'>" << se.name << "</text>\n";
+    ++i;
+  }
+}
+
+}  // namespace
+
+std::string to_svg(const BenchConfig& cfg, const Results& r) {
+  std::vector<Series> gbps, mpps, lat;
+  for (std::size_t i = 0; i < cfg.workloads.size(); ++i) {
+    const Workload& w = cfg.workloads[i];
+    Series a{w.name, {}, false}, m{w.name, {}, false};
+    Series p50{w.name + " p50", {}, false}, p99{w.name + " p99", {}, true},
+        p999{w.name + " p99.9", {}, true}, mx{w.name + " max", {}, true};
+    for (const auto& p : r.points) {
+      if (p.kind != Kind::kOurs || p.workload != static_cast<std::int32_t>(i)) continue;
+      if (w.mode == Mode::kBw) {
+        a.xy.emplace_back(p.size, p.bytes_per_s * 8 / 1e9);
+        m.xy.emplace_back(p.size, p.msgs_per_s / 1e6);
+      } else {
+        p50.xy.emplace_back(p.size, p.lat_p50 / 1e3);
+        p99.xy.emplace_back(p.size, p.lat_p99 / 1e3);
+        p999.xy.emplace_back(p.size, p.lat_p999 / 1e3);
+        mx.xy.emplace_back(p.size, p.lat_max / 1e3);
+      }
+    }
+    if (w.mode == Mode::kBw) {
+      gbps.push_back(a), mpps.push_back(m);
+    } else {
+      for (auto* s : {&p50, &p99, &p999, &mx}) lat.push_back(*s);
+    }
+  }
+  const auto base = [&](Kind k, const std::string& name, bool lat_p50) {
+    Series s{name, {}, true}, m{name, {}, true};
+    for (const auto& p : r.points) {
+      if (p.kind != k) continue;
+      if (lat_p50) {
+        s.xy.emplace_back(p.size, p.lat_p50 / 1e3);
+      } else {
+        s.xy.emplace_back(p.size, p.bytes_per_s * 8 / 1e9);
+        m.xy.emplace_back(p.size, p.msgs_per_s / 1e6);
+      }
+    }
+    if (s.xy.empty()) return;
+    if (lat_p50) {
+      lat.push_back(s);
+    } else {
+      gbps.push_back(s);
+      mpps.push_back(m);
+    }
+  };
+  base(Kind::kL2Blast, "link L2 blast (payload/frame)", false);
+  base(Kind::kTcpStream, "kernel TCP stream", false);
+  base(Kind::kL2Echo, "link L2 echo p50", true);
+  base(Kind::kTcpPingPong, "kernel TCP ping-pong p50", true);
+
+  const double W = 1000, H = 1190;
+  std::ostringstream s;
+  s << "<?xml version='1.0' encoding='UTF-8'?>\n<svg xmlns='http://www.w3.org/2000/svg' width='"
+    << W << "' height='" << H << "' viewBox='0 0 " << W << ' ' << H
+    << "' font-family='sans-serif'>\n<rect width='100%' height='100%' fill='white'/>\n"
+    << "<text x='" << W / 2
+    << "' y='24' text-anchor='middle' font-size='18'>roce-perf: " << cfg.name << "</text>\n";
+  chart(s, 90, 60, 560, 260, "Throughput", "Gb/s (log)", gbps);
+  chart(s, 90, 420, 560, 260, "Message rate", "M msgs/s (log)", mpps);
+  chart(s, 90, 780, 560, 260, "Latency (round trip)", "usec (log)", lat);
+  s << "</svg>\n";
+  return s.str();
+}
+
+}  // namespace roce::bench

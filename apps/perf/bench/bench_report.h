@@ -1,0 +1,60 @@
+/// @file
+/// What a benchmark run measured, and its three reports: the perftest-style table on the
+/// terminal (our figures next to the baselines, as ratios), the JSON file (every figure and the
+/// exact configuration) and the SVG plot (written directly). No DPDK here.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "apps/perf/bench/bench_config.h"
+
+namespace roce::bench {
+
+enum class Kind : std::uint32_t { kOurs, kL2Blast, kL2Echo, kTcpStream, kTcpPingPong };
+const char* to_string(Kind k);
+
+/// One measured row. Plain data: the appliance process that measures it sends it to the parent
+/// down a pipe, byte for byte.
+struct Point {
+  Kind kind = Kind::kOurs;
+  std::int32_t workload = -1;  ///< index into BenchConfig::workloads (kOurs only)
+  std::uint32_t size = 0;      ///< message bytes (link baselines: RoCE payload bytes per frame)
+  std::uint32_t frame = 0;     ///< link baselines: Ethernet frame bytes
+  std::uint64_t iterations = 0;
+  double seconds = 0;
+  double bytes_per_s = 0;  ///< payload bytes (ours: message bytes)
+  double msgs_per_s = 0;   ///< messages (link: frames)
+  bool has_lat = false;
+  double lat_min = 0, lat_p50 = 0, lat_avg = 0, lat_p99 = 0, lat_p999 = 0, lat_max = 0;  ///< ns
+  std::uint64_t retransmitted = 0, timeouts = 0, injected_drops = 0, rnr_naks = 0, seq_naks = 0;
+  std::uint64_t lost = 0;  ///< link blast: frames sent and not received
+};
+
+struct Results {
+  double tsc_hz = 0;
+  std::vector<Point> points;
+  const Point* find(Kind k, std::uint32_t size) const;
+};
+
+/// RoCEv2 over IPv4 without RETH: Ethernet 14, IPv4 20, UDP 8, BTH 12, ICRC 4.
+inline constexpr std::uint32_t kFrameOverhead = 58;
+/// Payload bytes in the largest frame of a message of `size` at path MTU `mtu`.
+inline std::uint32_t frame_payload(std::uint32_t size, std::uint32_t mtu) {
+  return size < mtu ? size : mtu;
+}
+
+/// Sorts `ns` and fills the latency fields of `p` (min, p50, avg, p99, p99.9, max).
+void summarize_latency(std::vector<double>& ns, Point& p);
+
+/// Terminal table: a header per workload, then one row per size as it is measured.
+void print_workload_header(std::FILE* out, const Workload& w);
+void print_row(std::FILE* out, const Workload& w, const Point& p, const Results& baselines);
+void print_baselines(std::FILE* out, const Results& r);
+
+std::string to_json(const BenchConfig& cfg, const Results& r);
+std::string to_svg(const BenchConfig& cfg, const Results& r);
+
+}  // namespace roce::bench

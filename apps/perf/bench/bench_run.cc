@@ -1,0 +1,748 @@
+/// @file
+/// The benchmark runner. The parent process measures kernel TCP, then forks two appliance
+/// processes joined by a net_memif link (roce-link-demo's topology): A (lcore 0) drives every
+/// measurement and B (lcore 1) answers. They talk over a socket pair: QP information, and
+/// start/stop/query steps of the link baselines. A prints the table as it goes and sends every
+/// measured Point to the parent down a pipe; the parent writes the JSON and the SVG.
+///
+/// Per workload each side builds a fresh Engine and PollLoop on its port (so that counters and
+/// fault injection are per workload), creates the QPs, exchanges their addresses and connects
+/// them; A then runs every message size, B serves (re-posting receives) until A is done.
+#include "apps/perf/bench/bench_run.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+
+#include "apps/perf/bench/bench.h"
+#include "apps/perf/bench/bench_report.h"
+#include "apps/perf/bench/tsc.h"
+#include "dataplane/port/dpdk_port.h"
+
+namespace roce::bench {
+
+using namespace roce::engine;
+
+namespace {
+
+constexpr std::uint16_t kBlastType = 0x88b5;  // IEEE 802 local experimental ethertypes
+constexpr std::uint16_t kEchoType = 0x88b6;
+constexpr std::uint64_t kWarmup = 16;  // round trips not recorded
+
+// ---- progress line ----------------------------------------------------------------------------
+
+bool g_tty = false;
+
+void progress(const std::string& what) {
+  if (!g_tty) return;
+  std::fprintf(stderr, "\r\033[K  %s", what.c_str());
+  std::fflush(stderr);
+}
+
+void progress_clear() {
+  if (!g_tty) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+}
+
+[[noreturn]] void die(int side, const std::string& msg) {
+  progress_clear();
+  std::fflush(stdout);
+  std::fprintf(stderr, "roce-perf bench [%c]: %s\n", side ? 'B' : 'A', msg.c_str());
+  std::fflush(stderr);
+  _exit(1);
+}
+
+// ---- the control channel between A and B ------------------------------------------------------
+
+enum class MsgType : std::uint32_t {
+  kReset = 1,  ///< B: zero the blast counters, then kResetAck
+  kResetAck,
+  kQuery,        ///< B: send the blast counters (kQueryReply)
+  kQueryReply,   ///< b = frames, c = bytes, d = TSC ticks from first to last frame
+  kLinkDone,     ///< link baselines over
+  kQpInfo,       ///< a = QPN, b = address, c = rkey, d = PSN
+  kReady,        ///< B has posted its receives
+  kWorkloadDone  ///< A has run every size of the workload
+};
+
+struct Msg {
+  MsgType type{};
+  std::uint32_t a = 0;
+  std::uint64_t b = 0, c = 0, d = 0;
+};
+
+class Channel {
+ public:
+  Channel(int side, int fd, double timeout) : side_(side), fd_(fd), timeout_(timeout) {}
+  void send(const Msg& m) {
+    if (::write(fd_, &m, sizeof m) != static_cast<ssize_t>(sizeof m))
+      die(side_, "control channel write failed");
+  }
+  /// Non-blocking: true when a whole message has arrived.
+  bool try_recv(Msg& m) {
+    const ssize_t r = ::read(fd_, buf_ + got_, sizeof buf_ - got_);
+    if (r == 0) die(side_, "the peer closed the control channel");
+    if (r > 0) got_ += static_cast<std::size_t>(r);
+    if (got_ < sizeof(Msg)) return false;
+    std::memcpy(&m, buf_, sizeof m);
+    got_ = 0;
+    return true;
+  }
+  /// Waits for a message of `type`, calling `poll()` meanwhile (keeps the dataplane going).
+  template <class Poll>
+  Msg recv(MsgType type, Poll&& poll) {
+    const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(timeout_ * 1e9);
+    Msg m;
+    while (!try_recv(m)) {
+      if (port::now_ns() > end) die(side_, "timed out waiting for the peer");
+      poll();
+    }
+    if (m.type != type)
+      die(side_,
+          "control channel: unexpected message " + std::to_string(static_cast<unsigned>(m.type)));
+    return m;
+  }
+
+ private:
+  int side_, fd_;
+  double timeout_;
+  char buf_[sizeof(Msg)];
+  std::size_t got_ = 0;
+};
+
+// ---- one appliance process --------------------------------------------------------------------
+
+struct PeerQp {
+  std::uint32_t qpn = 0, rkey = 0, psn = 0;
+  std::uint64_t addr = 0;
+};
+
+class Appliance {
+ public:
+  Appliance(int side, int ctl_fd, int results_fd, const BenchConfig& cfg, double tsc_hz,
+            Results base)
+      : side_(side),
+        results_fd_(results_fd),
+        cfg_(cfg),
+        hz_(tsc_hz),
+        ch_(side, ctl_fd, cfg.timeout),
+        base_(std::move(base)) {}
+
+  int run(const std::string& workdir);
+
+ private:
+  bool a() const { return side_ == 0; }
+  void emit(const Point& p) {
+    base_.points.push_back(p);
+    if (::write(results_fd_, &p, sizeof p) != static_cast<ssize_t>(sizeof p))
+      die(side_, "results pipe write failed");
+  }
+  double secs(std::uint64_t ticks) const { return static_cast<double>(ticks) / hz_; }
+  std::vector<std::uint8_t> raw_frame(std::uint16_t type, std::uint32_t payload) const;
+  void drain_rx() {
+    port_->rx([](std::span<const std::uint8_t>) {});
+  }
+  // link baselines
+  void link_a();
+  void link_b();
+  Point blast(std::uint32_t payload);
+  Point echo(std::uint32_t payload);
+  // workloads
+  void workload(std::size_t wi);
+
+  int side_, results_fd_;
+  const BenchConfig& cfg_;
+  double hz_;
+  Channel ch_;
+  Results base_;  ///< baselines (TCP from the parent, link measured here), then our points
+  std::unique_ptr<port::DpdkPort> port_;
+  wire::MacAddr mac_[2];
+  std::set<std::uint32_t> blast_sizes_, echo_sizes_;
+};
+
+std::vector<std::uint8_t> Appliance::raw_frame(std::uint16_t type, std::uint32_t payload) const {
+  std::vector<std::uint8_t> f(std::max<std::uint32_t>(60, payload + kFrameOverhead), 0xa5);
+  std::memcpy(f.data(), mac_[1 - side_].b.data(), 6);
+  std::memcpy(f.data() + 6, mac_[side_].b.data(), 6);
+  f[12] = static_cast<std::uint8_t>(type >> 8);
+  f[13] = static_cast<std::uint8_t>(type);
+  return f;
+}
+
+Point Appliance::blast(std::uint32_t payload) {
+  const auto frame = raw_frame(kBlastType, payload);
+  ch_.send({MsgType::kReset});
+  ch_.recv(MsgType::kResetAck, [&] { drain_rx(); });
+  const std::uint64_t sent0 = port_->stats().tx_frames;
+  std::uint64_t submitted = 0;
+  const std::uint64_t end = rdtsc() + static_cast<std::uint64_t>(cfg_.baselines.duration * hz_);
+  // Keep at most 1024 frames queued in the port, so that none is dropped by the sender.
+  while (rdtsc() < end) {
+    for (int i = 0; i < 32; ++i) {
+      if (submitted - (port_->stats().tx_frames - sent0) >= 1024) break;
+      port_->tx(frame);
+      ++submitted;
+    }
+    port_->flush();
+  }
+  const std::uint64_t drain_end = rdtsc() + static_cast<std::uint64_t>(hz_);
+  while (port_->stats().tx_frames - sent0 < submitted && rdtsc() < drain_end) port_->flush();
+  const std::uint64_t sent = port_->stats().tx_frames - sent0;
+  const std::uint64_t settle = rdtsc() + static_cast<std::uint64_t>(0.02 * hz_);
+  while (rdtsc() < settle) drain_rx();
+  ch_.send({MsgType::kQuery});
+  const Msg r = ch_.recv(MsgType::kQueryReply, [&] { drain_rx(); });
+  Point p;
+  p.kind = Kind::kL2Blast;
+  p.size = payload;
+  p.frame = static_cast<std::uint32_t>(frame.size());
+  p.iterations = r.b;
+  p.seconds = secs(r.d);
+  p.lost = sent > r.b ? sent - r.b : 0;
+  if (p.seconds > 0) {
+    p.msgs_per_s = static_cast<double>(r.b) / p.seconds;
+    p.bytes_per_s = p.msgs_per_s * payload;
+  }
+  return p;
+}
+
+Point Appliance::echo(std::uint32_t payload) {
+  const auto frame = raw_frame(kEchoType, payload);
+  std::vector<double> ns;
+  const std::uint64_t n = cfg_.baselines.iterations;
+  ns.reserve(n);
+  const std::uint64_t start = rdtsc();
+  for (std::uint64_t i = 0; i < n + kWarmup; ++i) {
+    const std::uint64_t t = rdtsc();
+    port_->tx(frame);
+    port_->flush();
+    bool back = false;
+    const std::uint64_t limit = t + static_cast<std::uint64_t>(hz_);
+    while (!back) {
+      port_->rx([&](std::span<const std::uint8_t> f) {
+        if (f.size() == frame.size() && f[12] == (kEchoType >> 8) && f[13] == (kEchoType & 0xff))
+          back = true;
+      });
+      if (!back && rdtsc() > limit) die(side_, "L2 echo: no answer within 1 s");
+    }
+    if (i >= kWarmup) ns.push_back(secs(rdtsc() - t) * 1e9);
+  }
+  Point p;
+  p.kind = Kind::kL2Echo;
+  p.size = payload;
+  p.frame = static_cast<std::uint32_t>(frame.size());
+  p.iterations = ns.size();
+  p.seconds = secs(rdtsc() - start);
+  p.msgs_per_s = static_cast<double>(ns.size()) / p.seconds;
+  p.bytes_per_s = p.msgs_per_s * payload;
+  summarize_latency(ns, p);
+  return p;
+}
+
+void Appliance::link_a() {
+  std::size_t i = 0;
+  const std::size_t total = blast_sizes_.size() + echo_sizes_.size();
+  for (const auto s : blast_sizes_) {
+    progress("link L2 blast, payload " + std::to_string(s) + " B (" + std::to_string(++i) + "/" +
+             std::to_string(total) + ")");
+    emit(blast(s));
+  }
+  for (const auto s : echo_sizes_) {
+    progress("link L2 echo, payload " + std::to_string(s) + " B (" + std::to_string(++i) + "/" +
+             std::to_string(total) + ")");
+    emit(echo(s));
+  }
+  ch_.send({MsgType::kLinkDone});
+  progress_clear();
+}
+
+void Appliance::link_b() {
+  std::uint64_t frames = 0, bytes = 0, first = 0, last = 0;
+  std::vector<std::uint8_t> reply(16384);
+  for (unsigned idle = 0;;) {
+    const std::uint16_t got = port_->rx([&](std::span<const std::uint8_t> f) {
+      if (f.size() < 14) return;
+      const std::uint16_t type = static_cast<std::uint16_t>(f[12] << 8 | f[13]);
+      if (type == kBlastType) {
+        const std::uint64_t now = rdtsc();
+        if (frames++ == 0) first = now;
+        last = now;
+        bytes += f.size();
+      } else if (type == kEchoType && f.size() <= reply.size()) {
+        std::memcpy(reply.data(), f.data() + 6, 6);
+        std::memcpy(reply.data() + 6, f.data(), 6);
+        std::memcpy(reply.data() + 12, f.data() + 12, f.size() - 12);
+        port_->tx({reply.data(), f.size()});
+      }
+    });
+    port_->flush();
+    // The control channel costs a system call: look at it only when the link is quiet.
+    if (got != 0 || ++idle < 64) continue;
+    idle = 0;
+    Msg m;
+    if (!ch_.try_recv(m)) continue;
+    if (m.type == MsgType::kReset) {
+      frames = bytes = first = last = 0;
+      ch_.send({MsgType::kResetAck});
+    } else if (m.type == MsgType::kQuery) {
+      ch_.send({MsgType::kQueryReply, 0, frames, bytes, last - first});
+    } else if (m.type == MsgType::kLinkDone) {
+      return;
+    } else {
+      die(side_, "link baselines: unexpected message");
+    }
+  }
+}
+
+WrOpcode wr_opcode(Op op) {
+  switch (op) {
+    case Op::kWrite:
+      return WrOpcode::kWrite;
+    case Op::kRead:
+      return WrOpcode::kRead;
+    case Op::kSend:
+      return WrOpcode::kSend;
+    case Op::kAtomic:
+      return WrOpcode::kFetchAdd;
+    case Op::kWriteImm:
+      return WrOpcode::kWriteImm;
+  }
+  return WrOpcode::kWrite;
+}
+
+Mtu mtu_enum(std::uint32_t bytes) {
+  switch (bytes) {
+    case 256:
+      return Mtu::k256;
+    case 512:
+      return Mtu::k512;
+    case 2048:
+      return Mtu::k2048;
+    case 4096:
+      return Mtu::k4096;
+    default:
+      return Mtu::k1024;
+  }
+}
+
+void Appliance::workload(std::size_t wi) {
+  const Workload& w = cfg_.workloads[wi];
+  const std::uint32_t max_size = *std::max_element(w.sizes.begin(), w.sizes.end());
+  const bool needs_recv = w.op == Op::kSend || w.op == Op::kWriteImm;
+  const std::uint32_t depth = w.queue_depth;
+  const std::uint32_t rq_depth = needs_recv ? std::min<std::uint32_t>(1024, 4 * depth + 64) : 1;
+  std::vector<std::vector<std::uint8_t>> bufs(w.qps);
+  for (auto& b : bufs) b.assign(std::max<std::uint32_t>(64, (max_size + 63) / 64 * 64), 0x7b);
+
+  EngineConfig ec;
+  ec.mac = mac_[side_];
+  ec.ipv4 = wire::Ipv4Addr{0xC0000201u + static_cast<std::uint32_t>(side_)};
+  ec.seed = 1000 + wi * 2 + static_cast<std::uint64_t>(side_);
+  Engine eng(ec);
+  FaultPolicy fp;
+  fp.drop_rate = w.drop_rate;
+  fp.seed = w.seed * 2 + static_cast<std::uint64_t>(side_);
+  port::PollLoop loop(*port_, eng, fp);
+  const auto poll = [&] { loop.poll_once(); };
+
+  Pd* pd = eng.alloc_pd();
+  Cq* scq = eng.create_cq(w.qps * (depth + 1) + 64);
+  Cq* rcq = eng.create_cq(w.qps * rq_depth + 64);
+  const std::uint32_t acc =
+      kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+  std::vector<Qp*> qps;
+  std::vector<Mr*> mrs;
+  std::vector<PeerQp> peers(w.qps);
+  std::mt19937 rng(static_cast<unsigned>(ec.seed));
+  std::vector<std::uint32_t> psns;
+  for (std::uint32_t q = 0; q < w.qps; ++q) {
+    Qp* qp =
+        eng.create_qp(pd, QpType::kRc, scq, rcq,
+                      QpCap{depth + 1, rq_depth, 1, 1, std::max<std::uint32_t>(64, w.inline_size)});
+    Mr* mr = eng.reg_mr(pd, bufs[q].data(), bufs[q].size(), acc);
+    if (!qp || !mr) die(side_, w.name + ": cannot create QP or MR");
+    qps.push_back(qp);
+    mrs.push_back(mr);
+    psns.push_back(rng() & 0xffffff);
+    ch_.send({MsgType::kQpInfo, qp->qpn, reinterpret_cast<std::uint64_t>(bufs[q].data()), mr->key,
+              psns.back()});
+  }
+  for (std::uint32_t q = 0; q < w.qps; ++q) {
+    const Msg m = ch_.recv(MsgType::kQpInfo, poll);
+    peers[q] = {m.a, static_cast<std::uint32_t>(m.c), static_cast<std::uint32_t>(m.d), m.b};
+  }
+  const wire::Ipv4Addr peer_ip{0xC0000201u + static_cast<std::uint32_t>(1 - side_)};
+  for (std::uint32_t q = 0; q < w.qps; ++q) {
+    QpAttr at;
+    at.qp_state = QpState::kInit;
+    at.qp_access_flags = acc;
+    if (eng.modify_qp(qps[q], at, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) != kOk)
+      die(side_, "INIT refused");
+    at.qp_state = QpState::kRtr;
+    at.path_mtu = mtu_enum(w.mtu);
+    at.dest_qp_num = peers[q].qpn;
+    at.rq_psn = peers[q].psn;
+    at.max_dest_rd_atomic = 16;
+    at.min_rnr_timer = 1;
+    at.ah.dmac = mac_[1 - side_];
+    at.ah.dgid = wire::ipv4_mapped(peer_ip);
+    if (eng.modify_qp(qps[q], at,
+                      kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
+                          kQpMinRnrTimer) != kOk)
+      die(side_, "RTR refused");
+    at.qp_state = QpState::kRts;
+    at.sq_psn = psns[q];
+    at.timeout = static_cast<std::uint8_t>(w.retry_timeout);
+    at.retry_cnt = 7;
+    at.rnr_retry = 7;
+    at.max_rd_atomic = 16;
+    if (eng.modify_qp(
+            qps[q], at,
+            kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic) != kOk)
+      die(side_, "RTS refused");
+  }
+
+  if (!a()) {
+    // B: keep every QP's receive queue full until A is done.
+    std::vector<Sge> rsge(w.qps);
+    const auto post_recv = [&](std::uint32_t q) {
+      RecvWr r;
+      r.wr_id = q;
+      r.sg_list = &rsge[q];
+      r.num_sge = 1;
+      if (eng.post_recv(qps[q], &r, nullptr) != kOk) die(side_, "post_recv refused");
+    };
+    for (std::uint32_t q = 0; q < w.qps; ++q) {
+      rsge[q] = {reinterpret_cast<std::uint64_t>(bufs[q].data()), max_size, mrs[q]->key};
+      if (needs_recv)
+        for (std::uint32_t i = 0; i < rq_depth; ++i) post_recv(q);
+    }
+    ch_.send({MsgType::kReady});
+    Msg m;
+    Wc wc[32];
+    for (;;) {
+      loop.poll_once();
+      const int n = eng.poll_cq(rcq, 32, wc);
+      for (int i = 0; i < n; ++i) {
+        if (wc[i].status != WcStatus::kSuccess)
+          die(side_, w.name + ": receive completion " + std::string(to_string(wc[i].status)));
+        post_recv(static_cast<std::uint32_t>(wc[i].wr_id));
+      }
+      if (ch_.try_recv(m)) {
+        if (m.type != MsgType::kWorkloadDone) die(side_, "unexpected message during a workload");
+        break;
+      }
+    }
+    port::poll_until(
+        loop, [] { return false; }, 0.05);
+    return;
+  }
+
+  ch_.recv(MsgType::kReady, poll);
+  print_workload_header(stdout, w);
+  const bool can_inline = w.op == Op::kWrite || w.op == Op::kSend || w.op == Op::kWriteImm;
+  for (const std::uint32_t size : w.sizes) {
+    const auto st0 = eng.stats();
+    const std::uint64_t drops0 = loop.faults() ? loop.faults()->stats().dropped : 0;
+    const std::uint32_t chunk =
+        w.mode == Mode::kLat ? 1 : std::clamp<std::uint32_t>(depth / 4, 1, 16);
+    std::vector<std::uint32_t> inflight(w.qps, 0);
+    SendWr wrs[16];
+    Sge sges[16];
+    const auto post = [&](std::uint32_t q, std::uint32_t k) {
+      for (std::uint32_t i = 0; i < k; ++i) {
+        SendWr& wr = wrs[i];
+        wr = SendWr{};
+        sges[i] = {reinterpret_cast<std::uint64_t>(bufs[q].data()), w.op == Op::kAtomic ? 8 : size,
+                   mrs[q]->key};
+        wr.sg_list = &sges[i];
+        wr.num_sge = 1;
+        wr.opcode = wr_opcode(w.op);
+        wr.rdma = {peers[q].addr, peers[q].rkey};
+        wr.atomic = {peers[q].addr, peers[q].rkey, 1, 0};
+        wr.imm_data = 0x1234;
+        if (can_inline && size <= w.inline_size) wr.send_flags |= kSendInline;
+        wr.next = i + 1 < k ? &wrs[i + 1] : nullptr;
+        if (i + 1 == k) {
+          wr.send_flags |= kSendSignaled;
+          wr.wr_id = static_cast<std::uint64_t>(q) << 32 | k;
+        }
+      }
+      const SendWr* bad = nullptr;
+      if (const int rc = eng.post_send(qps[q], &wrs[0], &bad); rc != kOk)
+        die(side_, w.name + ": post_send refused (" + std::to_string(rc) + ")");
+      inflight[q] += k;
+    };
+    const std::uint64_t t0 = rdtsc();
+    const std::uint64_t deadline = t0 + static_cast<std::uint64_t>(w.duration * hz_);
+    const std::uint64_t target = w.iterations;
+    std::uint64_t posted = 0, completed = 0, t_last = t0, t_progress = t0, t_stall = t0;
+    std::vector<double> ns;
+    if (w.mode == Mode::kLat) ns.reserve(w.duration > 0 ? 1 << 20 : target);
+    const std::string label = w.name + " " + std::to_string(size) + " B";
+    Wc wc[32];
+    if (w.mode == Mode::kBw) {
+      for (;;) {
+        const bool posting = w.duration > 0 ? rdtsc() < deadline : posted < target;
+        if (posting) {
+          for (std::uint32_t q = 0; q < w.qps; ++q) {
+            while (inflight[q] < depth) {
+              std::uint32_t k = std::min(chunk, depth - inflight[q]);
+              if (w.duration == 0)
+                k = static_cast<std::uint32_t>(std::min<std::uint64_t>(k, target - posted));
+              if (k == 0) break;
+              post(q, k);
+              posted += k;
+            }
+          }
+        }
+        loop.poll_once();
+        const int n = eng.poll_cq(scq, 32, wc);
+        const std::uint64_t now = rdtsc();
+        for (int i = 0; i < n; ++i) {
+          if (wc[i].status != WcStatus::kSuccess)
+            die(side_, label + ": completion " + std::string(to_string(wc[i].status)));
+          const auto q = static_cast<std::uint32_t>(wc[i].wr_id >> 32);
+          const auto k = static_cast<std::uint32_t>(wc[i].wr_id);
+          inflight[q] -= k;
+          completed += k;
+          t_last = t_stall = now;
+        }
+        if (!posting && completed == posted) break;
+        if (now - t_stall > static_cast<std::uint64_t>(cfg_.timeout * hz_))
+          die(side_, label + ": no completion for " + std::to_string(cfg_.timeout) + " s");
+        if (now - t_progress > static_cast<std::uint64_t>(0.5 * hz_)) {
+          t_progress = now;
+          progress(label + ": " + std::to_string(completed) +
+                   (w.duration > 0 ? "" : "/" + std::to_string(target)) + " messages, " +
+                   std::to_string(static_cast<int>(secs(now - t0))) + " s");
+        }
+      }
+    } else {
+      std::uint64_t i = 0;
+      for (;; ++i) {
+        const bool more = w.duration > 0 ? rdtsc() < deadline : i < target + kWarmup;
+        if (!more) break;
+        const auto q = static_cast<std::uint32_t>(i % w.qps);
+        const std::uint64_t t = rdtsc();
+        post(q, 1);
+        int n = 0;
+        while ((n = eng.poll_cq(scq, 1, wc)) == 0) {
+          loop.poll_once();
+          if (rdtsc() - t > static_cast<std::uint64_t>(cfg_.timeout * hz_))
+            die(side_, label + ": no completion for " + std::to_string(cfg_.timeout) + " s");
+        }
+        const std::uint64_t now = rdtsc();
+        if (wc[0].status != WcStatus::kSuccess)
+          die(side_, label + ": completion " + std::string(to_string(wc[0].status)));
+        inflight[q] = 0;
+        if (i >= kWarmup) ns.push_back(secs(now - t) * 1e9);
+        t_last = now;
+        if (now - t_progress > static_cast<std::uint64_t>(0.5 * hz_)) {
+          t_progress = now;
+          progress(label + ": " + std::to_string(ns.size()) +
+                   (w.duration > 0 ? "" : "/" + std::to_string(target)) + " round trips");
+        }
+      }
+      completed = ns.size();
+    }
+    progress_clear();
+    Point p;
+    p.kind = Kind::kOurs;
+    p.workload = static_cast<std::int32_t>(wi);
+    p.size = w.op == Op::kAtomic ? 8 : size;
+    p.iterations = completed;
+    p.seconds = secs(t_last - t0);
+    if (p.seconds > 0) {
+      p.msgs_per_s = static_cast<double>(completed) / p.seconds;
+      p.bytes_per_s = p.msgs_per_s * p.size;
+    }
+    summarize_latency(ns, p);
+    const auto& st = eng.stats();
+    const auto diff = [&](Counter c) { return st.get(c) - st0.get(c); };
+    p.retransmitted = diff(Counter::kRetransmittedPackets);
+    p.timeouts = diff(Counter::kRetransmitTimeouts);
+    p.rnr_naks = diff(Counter::kRnrNakRcvd);
+    p.seq_naks = diff(Counter::kSeqErrNakRcvd);
+    p.injected_drops = (loop.faults() ? loop.faults()->stats().dropped : 0) - drops0;
+    print_row(stdout, w, p, base_);
+    emit(p);
+  }
+  ch_.send({MsgType::kWorkloadDone});
+  port::poll_until(
+      loop, [] { return false; }, 0.05);
+}
+
+int Appliance::run(const std::string& workdir) {
+  std::uint32_t pmtu = 1024;
+  for (const auto& w : cfg_.workloads) {
+    pmtu = std::max(pmtu, w.mtu);
+    for (const auto s : w.sizes)
+      (w.mode == Mode::kBw ? blast_sizes_ : echo_sizes_).insert(frame_payload(s, w.mtu));
+  }
+  std::vector<std::string> eal{"--no-huge",
+                               "--no-shconf",
+                               "-m",
+                               "256",
+                               "--no-pci",
+                               "--file-prefix=rocebench" + std::to_string(getpid()),
+                               "--log-level=*:error",
+                               "-l",
+                               a() ? "0" : "1",
+                               "--vdev=net_memif0,role=" + std::string(a() ? "server" : "client") +
+                                   ",id=0,socket-abstract=no,socket=" + workdir + "/memif.sock" +
+                                   // Frames above memif's 2048-byte buffers would be chained;
+                                   // the PMD (DPDK 22.11) then crashes under the L2 blast. One
+                                   // buffer per frame avoids that path.
+                                   (pmtu > 1024 ? ",bsize=8192" : "")};
+  for (int s = 0; s < 2; ++s)
+    mac_[s] = wire::MacAddr{{0x02, 0x00, 0x5e, 0x00, 0x03, static_cast<std::uint8_t>(1 + s)}};
+  try {
+    port::eal_init(eal);
+    port::PortSpec ps;
+    ps.device = "net_memif0";
+    ps.mac = mac_[side_];
+    ps.mtu = static_cast<std::uint16_t>(pmtu > 1024 ? pmtu + 128 : 1500);
+    ps.mbufs = 8192;
+    port_ = std::make_unique<port::DpdkPort>(ps);
+  } catch (const std::exception& e) {
+    die(side_, e.what());
+  }
+  const std::uint64_t up_end = port::now_ns() + 20'000'000'000ull;
+  while (!port_->link_up())
+    if (port::now_ns() > up_end) die(side_, "the memif link did not come up");
+  if (cfg_.baselines.link) {
+    if (a())
+      link_a();
+    else
+      link_b();
+  }
+  if (a()) print_baselines(stdout, base_);
+  for (std::size_t wi = 0; wi < cfg_.workloads.size(); ++wi) workload(wi);
+  return 0;
+}
+
+}  // namespace
+
+int run_bench(const BenchConfig& cfg) {
+  g_tty = ::isatty(2) != 0;
+  const double hz = calibrate_tsc();
+  std::printf("roce-perf bench '%s' (%s): %zu workload%s, TSC %.3f GHz\n", cfg.name.c_str(),
+              cfg.origin.c_str(), cfg.workloads.size(), cfg.workloads.size() == 1 ? "" : "s",
+              hz / 1e9);
+  std::fflush(stdout);
+  Results base;
+  base.tsc_hz = hz;
+  if (cfg.baselines.tcp) {
+    std::set<std::uint32_t> stream_sizes, pp_sizes;
+    for (const auto& w : cfg.workloads)
+      for (const auto s : w.sizes) (w.mode == Mode::kBw ? stream_sizes : pp_sizes).insert(s);
+    tcp_baselines(cfg, stream_sizes, pp_sizes, hz, base,
+                  [](const std::string& what, std::size_t i, std::size_t n) {
+                    progress(what + " (" + std::to_string(i + 1) + "/" + std::to_string(n) + ")");
+                  });
+    progress_clear();
+  }
+
+  std::string workdir = cfg.workdir;
+  bool own_workdir = false;
+  if (workdir.empty()) {
+    char tmpl[] = "/tmp/roce-bench-XXXXXX";
+    if (!::mkdtemp(tmpl)) throw std::runtime_error("cannot create a directory under /tmp");
+    workdir = tmpl;
+    own_workdir = true;
+  } else {
+    std::filesystem::create_directories(workdir);
+    workdir = std::filesystem::absolute(workdir).string();  // memif wants an absolute path
+    std::filesystem::remove(workdir + "/memif.sock");
+  }
+  int ctl[2], res[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, ctl) != 0 || ::pipe(res) != 0)
+    throw std::runtime_error("socketpair/pipe failed");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid[2];
+  for (int side = 0; side < 2; ++side) {
+    pid[side] = ::fork();
+    if (pid[side] < 0) throw std::runtime_error("fork failed");
+    if (pid[side] == 0) {
+      ::close(ctl[1 - side]);
+      ::close(res[0]);
+      if (side == 1) ::close(res[1]);
+      ::fcntl(ctl[side], F_SETFL, O_NONBLOCK);
+      int rc = 1;
+      try {
+        Appliance app(side, ctl[side], side == 0 ? res[1] : -1, cfg, hz, base);
+        rc = app.run(workdir);
+      } catch (const std::exception& e) {
+        die(side, e.what());
+      }
+      std::fflush(stdout);
+      _exit(rc);
+    }
+    if (side == 0) {
+      // The memif client needs the server's socket first.
+      const std::string sock = workdir + "/memif.sock";
+      for (int i = 0; i < 600 && !std::filesystem::exists(sock); ++i) ::usleep(50'000);
+    }
+  }
+  ::close(ctl[0]);
+  ::close(ctl[1]);
+  ::close(res[1]);
+  Results all = base;
+  Point p;
+  for (;;) {
+    std::size_t got = 0;
+    while (got < sizeof p) {
+      const ssize_t r = ::read(res[0], reinterpret_cast<char*>(&p) + got, sizeof p - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += static_cast<std::size_t>(r);
+    }
+    if (got < sizeof p) break;
+    all.points.push_back(p);
+  }
+  ::close(res[0]);
+  int rc = 0;
+  for (int side = 0; side < 2; ++side) {
+    int status = 0;
+    ::waitpid(pid[side], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "roce-perf bench: appliance %c failed (status %d)\n", side ? 'B' : 'A',
+                   status);
+      rc = 1;
+    }
+  }
+  if (own_workdir) std::filesystem::remove_all(workdir);
+  std::printf(
+      "-------------------------------------------------------------------------------"
+      "------------------------\n");
+  const auto write = [&](const std::string& path, const std::string& body, const char* what) {
+    if (path.empty()) return;
+    std::ofstream f(path);
+    f << body;
+    if (!f) {
+      std::fprintf(stderr, "roce-perf bench: cannot write %s\n", path.c_str());
+      rc = 1;
+      return;
+    }
+    std::printf(" %s: %s\n", what, path.c_str());
+  };
+  write(cfg.json, to_json(cfg, all), "JSON");
+  write(cfg.svg, to_svg(cfg, all), "SVG plot");
+  std::fflush(stdout);
+  return rc;
+}
+
+}  // namespace roce::bench

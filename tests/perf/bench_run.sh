@@ -1,0 +1,52 @@
+#!/bin/sh
+# Runs roce-perf --config FILE in a fresh directory and checks that the JSON report has every
+# expected field. Usage: bench_run.sh ROCE_PERF CONFIG WORKDIR
+set -eu
+perf=$1 config=$2 dir=$3
+rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
+"$perf" --config "$config" > out.txt 2> err.txt || { cat out.txt err.txt; echo "FAIL: roce-perf exited $?"; exit 1; }
+cat out.txt
+json=$(sed -n 's/^ JSON: //p' out.txt)
+svg=$(sed -n 's/^ SVG plot: //p' out.txt)
+[ -n "$json" ] && [ -n "$svg" ] || { echo "FAIL: no JSON or SVG written"; exit 1; }
+exec /usr/bin/python3 - "$json" "$svg" "$config" <<'PY'
+import json, sys, xml.etree.ElementTree as ET
+j = json.load(open(sys.argv[1]))
+ET.parse(sys.argv[2])  # well-formed SVG
+errors = []
+def need(obj, keys, where):
+    for k in keys:
+        if k not in obj:
+            errors.append(f"{where}: no '{k}'")
+need(j, ["name", "config_file", "config_text", "tsc_hz", "config", "workloads", "baselines"], "top")
+if j.get("config_text") != open(sys.argv[3]).read():
+    errors.append("config_text is not the configuration file")
+for w in j["workloads"]:
+    need(w, ["name", "operation", "mode", "sizes", "queue_depth", "qps", "mtu", "inline",
+             "drop_rate", "results"], w["name"])
+    if len(w["results"]) != len(w["sizes"]):
+        errors.append(f"{w['name']}: {len(w['results'])} results for {len(w['sizes'])} sizes")
+    for r in w["results"]:
+        need(r, ["bytes", "iterations", "seconds", "bytes_per_sec", "gbit_per_sec",
+                 "msg_rate_mpps", "counters", "ratios"], w["name"])
+        if r["iterations"] <= 0 or r["msg_rate_mpps"] <= 0:
+            errors.append(f"{w['name']} {r['bytes']} B: nothing measured")
+        if w["mode"] == "lat":
+            need(r.get("latency_usec", {}), ["min", "p50", "avg", "p99", "p99_9", "max"], w["name"])
+        if w["drop_rate"] > 0 and r["counters"]["injected_drops"] == 0 and r["iterations"] > 1000:
+            errors.append(f"{w['name']}: loss configured, none injected")
+kinds = {b["kind"] for b in j["baselines"]}
+want = set()
+if j["config"]["baselines"]["link"]:
+    want |= {"l2_blast"} if any(w["mode"] == "bw" for w in j["workloads"]) else set()
+    want |= {"l2_echo"} if any(w["mode"] == "lat" for w in j["workloads"]) else set()
+if j["config"]["baselines"]["tcp"]:
+    want |= {"tcp_stream"} if any(w["mode"] == "bw" for w in j["workloads"]) else set()
+    want |= {"tcp_pingpong"} if any(w["mode"] == "lat" for w in j["workloads"]) else set()
+if not want <= kinds:
+    errors.append(f"baselines {sorted(want - kinds)} missing")
+for e in errors:
+    print("FAIL:", e)
+print("bench JSON check:", "FAIL" if errors else "OK", f"({sum(len(w['results']) for w in j['workloads'])} results, {len(j['baselines'])} baselines)")
+sys.exit(1 if errors else 0)
+PY

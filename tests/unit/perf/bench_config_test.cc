@@ -1,0 +1,175 @@
+// The benchmark file of roce-perf --config: good files, and bad keys and values reported with
+// file:line:col. Also the reports built from a hand-made result set.
+#include "apps/perf/bench/bench_config.h"
+
+#include <gtest/gtest.h>
+
+#include "apps/perf/bench/bench_report.h"
+
+namespace roce::bench {
+namespace {
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_bench_config(text, "b.yaml");
+  } catch (const BenchConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(BenchConfig, ExampleFilesParse) {
+  for (const char* f : {"/bench/quick.yaml", "/bench/full.yaml"}) {
+    const BenchConfig c = parse_bench_config_file(std::string(ROCE_CONFIG_DIR) + f);
+    EXPECT_FALSE(c.workloads.empty()) << f;
+    EXPECT_FALSE(c.json.empty()) << f;
+    EXPECT_NE(c.text.find("workloads:"), std::string::npos) << f;
+  }
+}
+
+TEST(BenchConfig, EveryKey) {
+  const BenchConfig c = parse_bench_config(R"(
+name: t
+workdir: /tmp/x
+timeout: 30
+output: {json: r.json, svg: r.svg}
+baselines: {link: false, tcp: true, duration: 0.1, iterations: 50}
+defaults: {mtu: 4096, queue_depth: 16, duration: 0.5}
+workloads:
+  - name: a
+    operation: write_imm
+    mode: bw
+    sizes: {min: 2, max: 64}
+    qps: 4
+    inline: 64
+    drop_rate: 0.01
+    seed: 7
+    retry_timeout: 10
+  - operation: read
+    mode: lat
+    sizes: [8, 4096]
+    iterations: 100
+  - operation: atomic
+    sizes: [64]
+)",
+                                           "t.yaml");
+  EXPECT_EQ(c.name, "t");
+  EXPECT_EQ(c.workdir, "/tmp/x");
+  EXPECT_EQ(c.timeout, 30);
+  EXPECT_EQ(c.json, "r.json");
+  EXPECT_EQ(c.svg, "r.svg");
+  EXPECT_FALSE(c.baselines.link);
+  EXPECT_EQ(c.baselines.iterations, 50u);
+  ASSERT_EQ(c.workloads.size(), 3u);
+  const Workload& a = c.workloads[0];
+  EXPECT_EQ(a.name, "a");
+  EXPECT_EQ(a.op, Op::kWriteImm);
+  EXPECT_EQ(a.sizes, (std::vector<std::uint32_t>{2, 4, 8, 16, 32, 64}));
+  EXPECT_EQ(a.qps, 4u);
+  EXPECT_EQ(a.mtu, 4096u);  // from defaults
+  EXPECT_EQ(a.queue_depth, 16u);
+  EXPECT_EQ(a.duration, 0.5);
+  EXPECT_EQ(a.inline_size, 64u);
+  EXPECT_EQ(a.drop_rate, 0.01);
+  EXPECT_EQ(a.seed, 7u);
+  EXPECT_EQ(a.retry_timeout, 10u);
+  const Workload& b = c.workloads[1];
+  EXPECT_EQ(b.name, "read_lat_1");
+  EXPECT_EQ(b.mode, Mode::kLat);
+  EXPECT_EQ(b.queue_depth, 1u);  // latency: one at a time
+  EXPECT_EQ(b.iterations, 100u);
+  EXPECT_EQ(b.duration, 0);  // iterations given: the default duration does not apply
+  EXPECT_EQ(c.workloads[2].sizes, (std::vector<std::uint32_t>{8}));  // atomics are 8 bytes
+}
+
+TEST(BenchConfig, UnknownKeysNameFileLineColumn) {
+  EXPECT_EQ(error_of("workloads:\n  - operation: write\n    sise: [8]\n"),
+            "b.yaml:3:5: unknown key 'sise' in workloads[0]");
+  EXPECT_EQ(error_of("colour: red\nworkloads: [{operation: write}]\n"),
+            "b.yaml:1:1: unknown key 'colour' in bench");
+  EXPECT_EQ(error_of("baselines:\n  lnk: true\nworkloads: [{operation: write}]\n"),
+            "b.yaml:2:3: unknown key 'lnk' in baselines");
+  EXPECT_EQ(error_of("defaults: {depth: 3}\nworkloads: [{operation: write}]\n"),
+            "b.yaml:1:12: unknown key 'depth' in defaults");
+}
+
+TEST(BenchConfig, BadValuesNameFileLineColumn) {
+  EXPECT_EQ(error_of("workloads:\n  - operation: wrote\n"),
+            "b.yaml:2:16: workloads[0].operation must be write, read, send, atomic or write_imm, "
+            "not 'wrote'");
+  EXPECT_EQ(error_of("workloads:\n  - mode: fast\n"),
+            "b.yaml:2:11: workloads[0].mode must be bw or lat, not 'fast'");
+  EXPECT_EQ(error_of("workloads:\n  - mtu: 1500\n"),
+            "b.yaml:2:10: workloads[0].mtu must be 256, 512, 1024, 2048 or 4096");
+  EXPECT_EQ(error_of("workloads:\n  - queue_depth: -1\n"),
+            "b.yaml:2:18: workloads[0].queue_depth must be an unsigned integer, not '-1'");
+  EXPECT_EQ(error_of("workloads:\n  - qps: 65\n"),
+            "b.yaml:2:10: workloads[0].qps = 65 is out of range [1, 64]");
+  EXPECT_EQ(error_of("workloads:\n  - drop_rate: 0.9\n"),
+            "b.yaml:2:16: workloads[0].drop_rate is out of range [0, 0.5]");
+  EXPECT_EQ(error_of("workloads:\n  - sizes: [8, x]\n"),
+            "b.yaml:2:16: workloads[0].sizes[] must be an unsigned integer, not 'x'");
+  EXPECT_EQ(error_of("workloads:\n  - sizes: {min: 64, max: 8}\n"),
+            "b.yaml:2:12: workloads[0].sizes: max is below min");
+  EXPECT_EQ(error_of("workloads:\n  - {iterations: 5, duration: 1}\n"),
+            "b.yaml:2:31: workloads[0].duration: give iterations or duration, not both");
+  EXPECT_EQ(error_of("workloads:\n  - {name: a}\n  - {name: a}\n"),
+            "b.yaml:3:5: workloads[1]: the name 'a' is used twice");
+  EXPECT_EQ(error_of("baselines: {tcp: maybe}\nworkloads: [{}]\n"),
+            "b.yaml:1:18: baselines.tcp must be true or false, not 'maybe'");
+  EXPECT_EQ(error_of("name: x\n"), "b.yaml:1:1: bench.workloads is missing");
+  EXPECT_EQ(error_of("workloads: []\n"),
+            "b.yaml:1:12: workloads must be a non-empty list of workloads");
+  EXPECT_EQ(error_of("workloads: [\n"), "b.yaml:2:1: end of sequence flow not found");
+  EXPECT_EQ(error_of(""), "b.yaml: the file is empty");
+  EXPECT_THROW(parse_bench_config_file("/nonexistent/b.yaml"), BenchConfigError);
+}
+
+TEST(BenchReport, JsonAndSvgCarryEveryFigure) {
+  const BenchConfig c = parse_bench_config(
+      "name: r\nworkloads:\n  - {name: w, operation: write, sizes: [64, 4096]}\n"
+      "  - {name: l, operation: read, mode: lat, sizes: [8]}\n",
+      "r.yaml");
+  Results r;
+  r.tsc_hz = 2.3e9;
+  Point link;
+  link.kind = Kind::kL2Blast;
+  link.size = 64;
+  link.frame = 122;
+  link.bytes_per_s = 200e6;
+  link.msgs_per_s = 3.125e6;
+  r.points.push_back(link);
+  Point w;
+  w.kind = Kind::kOurs;
+  w.workload = 0;
+  w.size = 64;
+  w.iterations = 1000;
+  w.seconds = 0.01;
+  w.bytes_per_s = 100e6;
+  w.msgs_per_s = 1.5625e6;
+  r.points.push_back(w);
+  Point l;
+  l.kind = Kind::kOurs;
+  l.workload = 1;
+  l.size = 8;
+  std::vector<double> ns;
+  for (int i = 1; i <= 1000; ++i) ns.push_back(i);
+  summarize_latency(ns, l);
+  EXPECT_EQ(l.lat_p50, 500);
+  EXPECT_EQ(l.lat_p99, 990);
+  EXPECT_EQ(l.lat_p999, 999);
+  EXPECT_EQ(l.lat_max, 1000);
+  r.points.push_back(l);
+  const std::string j = to_json(c, r);
+  for (const char* f :
+       {"\"config_text\":", "\"tsc_hz\":", "\"bytes_vs_link\":0.5",
+        "\"p99_9\":", "\"kind\":\"l2_blast\"", "\"frame_bytes\":122", "\"retransmitted_packets\""})
+    EXPECT_NE(j.find(f), std::string::npos) << f;
+  const std::string s = to_svg(c, r);
+  EXPECT_EQ(s.rfind("<?xml", 0), 0u);
+  EXPECT_NE(s.find("</svg>"), std::string::npos);
+  EXPECT_NE(s.find("l p99.9"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace roce::bench
