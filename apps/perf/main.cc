@@ -7,6 +7,10 @@
 /// send_bw, atomic_bw, write_lat, read_lat, send_lat, atomic_lat (perftest's ib_*). Without
 /// SERVER we are the server and wait for the tool's client; with it we connect to the tool's
 /// server. The exchange runs over the kernel's TCP, the RoCE traffic over the DPDK port.
+///
+///   roce-perf rping -s|-c [-a ADDR] [-p PORT] [-C COUNT] [-S SIZE] [-vV] --iface IF [options]
+///
+/// is librdmacm's rping, connected by rdma_cm (see rping.cc).
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <map>
@@ -58,6 +62,8 @@ roce::FaultPolicy drop_policy(double rate, std::uint64_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // rdma_cm tools take their tool's flags (rping -s/-c/-a/-p/-C/-S/-v/-V): apps/perf/rping.cc
+  if (argc > 1 && std::string(argv[1]) == "rping") return rping_main(argc, argv);
   Opts o;
   std::string cmd = argc > 1 ? argv[1] : "";
   const auto it = tests().find(cmd);

@@ -41,4 +41,8 @@ int run_pingpong(const Opts& o, Pingpong kind);
 /// ib_{write,read,send,atomic}_{bw,lat}.
 int run_perftest(const Opts& o, Verb verb, Mode mode);
 
+// ---- rdma_cm tools (apps/perf/rping.cc): their own flags, connected by the CM, no TCP ----
+/// librdmacm's rping, both roles; argv[1] is "rping".
+int rping_main(int argc, char** argv);
+
 }  // namespace roce::perf
