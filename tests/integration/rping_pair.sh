@@ -4,6 +4,8 @@
 # rdma_cm to the server's RoCE IP. Both sides' captures must decode. Needs root and iproute2;
 # exits 77 ("skipped") without them.
 #   rping_pair.sh ROCE_PERF ROCE_PCAP [ARGS...]   (ARGS go to both sides, e.g. -C 200 -S 1024)
+# Env: ROCE_RP_CLIENT_EXTRA: more arguments for the client only (e.g. --tx-drop 0.02);
+#      ROCE_RP_KEEP=DIR keeps the captures.
 set -euo pipefail
 perf=$(realpath "$1") pcap=$(realpath "$2"); shift 2
 if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null; then
@@ -26,7 +28,8 @@ ip netns exec "$a" "$perf" rping -s -a 192.0.2.111 --iface veth-a --ip 192.0.2.1
 spid=$!
 rc=0
 ip netns exec "$b" "$perf" rping -c -a 192.0.2.111 --iface veth-b --ip 192.0.2.112 \
-  --mac 02:00:00:00:01:12 --pcap "$work/client.pcap" --timeout 60 "$@" > "$work/client.txt" 2>&1 || rc=$?
+  --mac 02:00:00:00:01:12 --pcap "$work/client.pcap" --timeout 60 "$@" ${ROCE_RP_CLIENT_EXTRA:-} \
+  > "$work/client.txt" 2>&1 || rc=$?
 wait "$spid" || rc=$?
 sed 's/^/server: /' "$work/server.txt" | grep -v "ping data:" || true
 sed 's/^/client: /' "$work/client.txt" | grep -v "ping data:" || true
