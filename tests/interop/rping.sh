@@ -41,19 +41,21 @@ for s in "${sizes[@]}"; do
       boot "rping -s -a 192.0.2.1 -C $count -S $s -v"
       ip netns exec "$RXE_VM_NETNS" "$perf" rping -c -a 192.0.2.1 -C "$count" -S "$s" -v \
         --iface dp0 --timeout 60 --pcap "$out/us.pcap" > "$out/us.txt" 2>&1 && ours=0 || ours=$?
-      vm_pings=$(grep -c "server ping data: rdma-ping-" "$out/vm.txt" || true)
     else
       boot "retry rping -c -a 192.0.2.100 -C $count -S $s -v -V"
       ip netns exec "$RXE_VM_NETNS" "$perf" rping -s -a 192.0.2.100 -C "$count" -S "$s" -v \
         --iface dp0 --timeout 60 --pcap "$out/us.pcap" > "$out/us.txt" 2>&1 && ours=0 || ours=$?
-      vm_pings=$(grep -c "ping data: rdma-ping-" "$out/vm.txt" || true)
     fi
     finish && theirs=0 || theirs=1
+    # The pings rxe's rping printed with -v (its stdout and stderr share the console, so a line
+    # may be split: count the distinct "rdma-ping-N:" anywhere).
+    vm_pings=$(grep -v "^\[rxe-vm\]" "$out/vm.txt" | grep -o "rdma-ping-[0-9]*:" | sort -u | wc -l)
     rate=$(grep -m1 "usec/ping" "$out/us.txt" || echo "no result")
     "$here/../integration/check_capture.sh" "$pcap" "$out/us.pcap" $((4 * count)) \
       > "$out/capture.txt" 2>&1 && cap=0 || cap=1
     cm=$(tshark -r "$out/us.pcap" -Y infiniband.mad.attributeid -T fields -e infiniband.mad.attributeid \
-      2>/dev/null | sort | uniq -c | awk '{printf "%s%s x%s", (NR == 1 ? "" : ", "), $2, $1}' || true)
+      2>/dev/null | sed 's/0x0010/REQ/;s/0x0011/MRA/;s/0x0012/REJ/;s/0x0013/REP/;s/0x0014/RTU/;s/0x0015/DREQ/;s/0x0016/DREP/' \
+      | sort | uniq -c | awk '{printf "%s%s x%s", (NR == 1 ? "" : ", "), $2, $1}' || true)
     rate="$rate; rxe printed $vm_pings pings; CM attributes: $cm; $(tail -1 "$out/capture.txt")"
     log "$s-$dir"
     if [[ $ours == 0 && $theirs == 0 && $cap == 0 && $vm_pings == "$count" ]]; then
