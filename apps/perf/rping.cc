@@ -22,9 +22,9 @@
 #include <random>
 #include <vector>
 
+#include "apps/perf/cm_tools.h"
 #include "apps/perf/tools.h"
 #include "controlplane/address.h"
-#include "controlplane/cm/cm_agent.h"
 
 namespace roce::perf {
 
@@ -41,15 +41,13 @@ constexpr unsigned kRecvSlots = 4;         // rping keeps one posted; more never
 constexpr std::size_t kRecvSlotSize = 64;  // larger than 16, to report a bogus length
 
 struct RpingOpts {
-  LinkOpts link;
+  LinkFlags lf;
   bool server = false;
   std::string addr;  ///< server: bind address (empty: any); client: the server's RoCE IP
   unsigned port = 7174;
   unsigned count = 0;  ///< 0: until the peer disconnects (server) / forever (client)
   unsigned size = 64;
   bool verbose = false, validate = false;
-  double timeout_s = 60;
-  std::string json;
 };
 
 /// rping's client buffer for ping `ping`: "rdma-ping-%d: ", then 'A' + ping % 58 counting up
@@ -79,13 +77,6 @@ Info decode_info(const std::uint8_t* p) {
   return {wire::load_be64(p), wire::load_be32(p + 8), wire::load_be32(p + 12)};
 }
 
-/// EUI-64 of a MAC: a stable CA GUID.
-std::uint64_t guid_of(const wire::MacAddr& m) {
-  const std::uint8_t g[8] = {
-      static_cast<std::uint8_t>(m.b[0] ^ 2), m.b[1], m.b[2], 0xFF, 0xFE, m.b[3], m.b[4], m.b[5]};
-  return wire::load_be64(g);
-}
-
 /// One rping connection: the CM agent on QP1, an RC QP, rping's buffers and the poll step.
 class Session {
  public:
@@ -93,7 +84,7 @@ class Session {
       : env_(env),
         eng_(*env.eng),
         o_(o),
-        agent_(eng_, agent_config(), [this](const cm::CmEvent& e) { on_event(e); }) {
+        agent_(eng_, cm_agent_config(env), [this](const cm::CmEvent& e) { on_event(e); }) {
     pd_ = eng_.alloc_pd();
     cq_ = eng_.create_cq(64);
     recv_buf_.resize(kRecvSlots * kRecvSlotSize);
@@ -139,7 +130,7 @@ class Session {
               step();
               return done() || disconnected_;
             },
-            o_.timeout_s))
+            o_.lf.timeout_s))
       fail("timed out waiting for " + what);
   }
 
@@ -201,22 +192,6 @@ class Session {
   bool unreachable = false;
 
  private:
-  cm::CmAgentConfig agent_config() {
-    cm::CmAgentConfig c;
-    std::random_device rd;
-    c.cm.ca_guid = guid_of(eng_.config().mac);
-    c.cm.hi_tid = rd();
-    c.cm.seed = rd();
-    c.resolve_mac = [this](const wire::Ipv6Addr& gid) -> std::optional<wire::MacAddr> {
-      const auto ip = ctl::ipv4_from_gid(gid);
-      if (!ip) return std::nullopt;
-      auto mac = env_.loop.neighbour().lookup(*ip);
-      if (!mac) env_.loop.resolve(*ip);  // the CM retransmits; the reply fills the cache
-      return mac;
-    };
-    return c;
-  }
-
   void on_event(const cm::CmEvent& e) {
     switch (e.type) {
       case cm::CmEventType::kConnectRequest:
@@ -307,7 +282,7 @@ unsigned run_client(Env& env, Session& s, const RpingOpts& o) {
   if (!ip) fail("-a must be the server's IPv4 address");
   env.resolve(*ip, 10);
   std::mt19937 rng(std::random_device{}());
-  const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(o.timeout_s * 1e9);
+  const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(o.lf.timeout_s * 1e9);
   for (unsigned attempt = 0;; ++attempt) {
     s.rejected.reset();
     s.unreachable = false;
@@ -439,8 +414,6 @@ unsigned run_server(Env& env, Session& s, const RpingOpts& o) {
 
 int rping_main(int argc, char** argv) {
   RpingOpts o;
-  double tx_drop = 0, rx_drop = 0;
-  std::uint64_t seed = 1;
   bool client = false;
   po::options_description rp(
       "Usage: roce-perf rping -s [-vV] [-S size] [-C count] [-a addr] [-p port] --iface IF\n"
@@ -456,19 +429,8 @@ int rping_main(int argc, char** argv) {
       "verbose,v", po::bool_switch(&o.verbose), "display ping data")(
       "validate,V", po::bool_switch(&o.validate),
       "validate ping data (always done; accepted for compatibility)")("debug,d",
-                                                                      "accepted for compatibility")(
-      "iface", po::value(&o.link.iface), "kernel interface for the RoCE traffic (net_af_packet)")(
-      "ip", po::value(&o.link.ip)->default_value(o.link.ip),
-      "our RoCE IPv4 address (GID ::ffff:IP)")(
-      "mac", po::value(&o.link.mac)->default_value(o.link.mac), "our MAC address")(
-      "netdev-mtu", po::value(&o.link.netdev_mtu)->default_value(o.link.netdev_mtu),
-      "IP MTU of the link")("timeout", po::value(&o.timeout_s)->default_value(o.timeout_s),
-                            "seconds before a stalled step gives up")(
-      "json", po::value(&o.json), "write the results as JSON to this file")(
-      "pcap", po::value(&o.link.pcap), "capture every frame sent and received to this pcap file")(
-      "tx-drop", po::value(&tx_drop), "drop this fraction of our transmitted frames")(
-      "rx-drop", po::value(&rx_drop), "drop this fraction of our received frames")(
-      "fault-seed", po::value(&seed)->default_value(seed), "seed of the fault injection");
+                                                                      "accepted for compatibility");
+  o.lf.add_to(rp);
   try {
     po::variables_map vm;
     po::store(po::command_line_parser(argc - 1, argv + 1).options(rp).run(), vm);
@@ -481,16 +443,7 @@ int rping_main(int argc, char** argv) {
     if (client && o.addr.empty()) throw po::error("the client needs -a ADDR");
     if (o.size < kMinSize || o.size > kMaxSize) throw po::error("-S must be 26..65535");
     if (o.port == 0 || o.port > 65535) throw po::error("-p must be 1..65535");
-    if (tx_drop < 0 || tx_drop >= 1 || rx_drop < 0 || rx_drop >= 1)
-      throw po::error("--tx-drop and --rx-drop must be in [0, 1)");
-    if (tx_drop > 0) {
-      o.link.tx_faults.drop_rate = tx_drop;
-      o.link.tx_faults.seed = seed;
-    }
-    if (rx_drop > 0) {
-      o.link.rx_faults.drop_rate = rx_drop;
-      o.link.rx_faults.seed = seed + 1;
-    }
+    o.lf.finish();
   } catch (const po::error& e) {
     std::cerr << "roce-perf: " << e.what() << "\n(try roce-perf rping --help)\n";
     return 2;
@@ -499,7 +452,7 @@ int rping_main(int argc, char** argv) {
     unsigned pings = 0;
     double secs = 0;
     {
-      Env env(o.link);
+      Env env(o.lf.link);
       Session s(env, o);
       pings = o.server ? run_server(env, s, o) : run_client(env, s, o);
       secs = static_cast<double>(s.t_end - s.t_start) / 1e9;
@@ -514,8 +467,8 @@ int rping_main(int argc, char** argv) {
                   static_cast<unsigned long long>(st.get(Counter::kRnrNakRcvd)),
                   static_cast<unsigned long long>(s.agent().stats().mads_tx),
                   static_cast<unsigned long long>(s.agent().stats().mads_rx));
-      if (!o.json.empty()) {
-        std::ofstream j(o.json);
+      if (!o.lf.json.empty()) {
+        std::ofstream j(o.lf.json);
         j << "{\"test\":\"rping\",\"role\":\"" << (o.server ? "server" : "client")
           << "\",\"size\":" << o.size << ",\"pings\":" << pings << ",\"seconds\":" << secs
           << ",\"usec_per_ping\":" << (pings ? secs * 1e6 / pings : 0.0)
