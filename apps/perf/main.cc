@@ -10,7 +10,8 @@
 ///
 ///   roce-perf rping -s|-c [-a ADDR] [-p PORT] [-C COUNT] [-S SIZE] [-vV] --iface IF [options]
 ///
-/// is librdmacm's rping, connected by rdma_cm (see rping.cc).
+/// is librdmacm's rping, connected by rdma_cm (see rping.cc); `roce-perf ucmatose [-s SERVER]`
+/// is its ucmatose (ucmatose.cc).
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <map>
@@ -64,6 +65,7 @@ roce::FaultPolicy drop_policy(double rate, std::uint64_t seed) {
 int main(int argc, char** argv) {
   // rdma_cm tools take their tool's flags (rping -s/-c/-a/-p/-C/-S/-v/-V): apps/perf/rping.cc
   if (argc > 1 && std::string(argv[1]) == "rping") return rping_main(argc, argv);
+  if (argc > 1 && std::string(argv[1]) == "ucmatose") return ucmatose_main(argc, argv);
   Opts o;
   std::string cmd = argc > 1 ? argv[1] : "";
   const auto it = tests().find(cmd);

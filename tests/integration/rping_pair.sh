@@ -4,7 +4,8 @@
 # rdma_cm to the server's RoCE IP. Both sides' captures must decode. Needs root and iproute2;
 # exits 77 ("skipped") without them.
 #   rping_pair.sh ROCE_PERF ROCE_PCAP [ARGS...]   (ARGS go to both sides, e.g. -C 200 -S 1024)
-# Env: ROCE_RP_CLIENT_EXTRA: more arguments for the client only (e.g. --tx-drop 0.02);
+# Env: ROCE_RP_TOOL=ucmatose runs ucmatose instead (-b/-s instead of -s -a/-c -a);
+#      ROCE_RP_CLIENT_EXTRA: more arguments for the client only (e.g. --tx-drop 0.02);
 #      ROCE_RP_KEEP=DIR keeps the captures.
 set -euo pipefail
 perf=$(realpath "$1") pcap=$(realpath "$2"); shift 2
@@ -23,11 +24,16 @@ for nd in "$a veth-a" "$b veth-b"; do
   ip -n "$ns" link set "$dev" up
   ip -n "$ns" link set lo up
 done
-ip netns exec "$a" "$perf" rping -s -a 192.0.2.111 --iface veth-a --ip 192.0.2.111 \
+if [[ ${ROCE_RP_TOOL:-rping} == ucmatose ]]; then
+  server=(ucmatose -b 192.0.2.111) client=(ucmatose -s 192.0.2.111)
+else
+  server=(rping -s -a 192.0.2.111) client=(rping -c -a 192.0.2.111)
+fi
+ip netns exec "$a" "$perf" "${server[@]}" --iface veth-a --ip 192.0.2.111 \
   --mac 02:00:00:00:01:11 --pcap "$work/server.pcap" --timeout 60 "$@" > "$work/server.txt" 2>&1 &
 spid=$!
 rc=0
-ip netns exec "$b" "$perf" rping -c -a 192.0.2.111 --iface veth-b --ip 192.0.2.112 \
+ip netns exec "$b" "$perf" "${client[@]}" --iface veth-b --ip 192.0.2.112 \
   --mac 02:00:00:00:01:12 --pcap "$work/client.pcap" --timeout 60 "$@" ${ROCE_RP_CLIENT_EXTRA:-} \
   > "$work/client.txt" 2>&1 || rc=$?
 wait "$spid" || rc=$?
