@@ -16,7 +16,7 @@ a=roce-rp-a-$$ b=roce-rp-b-$$
 work=$(mktemp -d)
 cleanup() { ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
-ip netns add "$a" && ip netns add "$b" || { echo "skipped: cannot create network namespaces"; exit 77; }
+if ! ip netns add "$a" || ! ip netns add "$b"; then echo "skipped: cannot create network namespaces"; exit 77; fi
 ip -n "$a" link add veth-a type veth peer name veth-b netns "$b"
 for nd in "$a veth-a" "$b veth-b"; do
   read -r ns dev <<< "$nd"
@@ -24,6 +24,7 @@ for nd in "$a veth-a" "$b veth-b"; do
   ip -n "$ns" link set "$dev" up
   ip -n "$ns" link set lo up
 done
+read -r -a extra <<< "${ROCE_RP_CLIENT_EXTRA:-}"
 if [[ ${ROCE_RP_TOOL:-rping} == ucmatose ]]; then
   server=(ucmatose -b 192.0.2.111) client=(ucmatose -s 192.0.2.111)
 else
@@ -34,7 +35,7 @@ ip netns exec "$a" "$perf" "${server[@]}" --iface veth-a --ip 192.0.2.111 \
 spid=$!
 rc=0
 ip netns exec "$b" "$perf" "${client[@]}" --iface veth-b --ip 192.0.2.112 \
-  --mac 02:00:00:00:01:12 --pcap "$work/client.pcap" --timeout 60 "$@" ${ROCE_RP_CLIENT_EXTRA:-} \
+  --mac 02:00:00:00:01:12 --pcap "$work/client.pcap" --timeout 60 "$@" "${extra[@]}" \
   > "$work/client.txt" 2>&1 || rc=$?
 wait "$spid" || rc=$?
 sed 's/^/server: /' "$work/server.txt" | grep -v "ping data:" || true
