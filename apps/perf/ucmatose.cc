@@ -259,7 +259,6 @@ void run_client(Env& env, Cmatose& t, const CmatoseOpts& o) {
       p.retry_count = 5;  // cmatose's conn_param
       p.cma = cm::CmaHeader::ipv4(env.ip, static_cast<std::uint16_t>(32768 + rng() % 28000), *ip);
       t.rejected_.reset();
-      t.agent().poll(port::now_ns());
       n.id = t.agent().connect(n.qp, p);
       if (!n.id) fail("failure connecting");
       t.wait([&] { return n.established || t.rejected_.has_value(); }, "the connection");
