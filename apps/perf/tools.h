@@ -44,4 +44,10 @@ int run_pingpong(Env& env, Oob& oob, const Opts& o, Pingpong kind);
 int run_perftest(const Opts& o, Verb verb, Mode mode);
 int run_perftest(Env& env, Oob& oob, const Opts& o, Verb verb, Mode mode);
 
+// ---- rdma_cm tools (apps/perf/rping.cc): their own flags, connected by the CM, no TCP ----
+/// librdmacm's rping, both roles; argv[1] is "rping".
+int rping_main(int argc, char** argv);
+/// librdmacm's ucmatose, both roles; argv[1] is "ucmatose".
+int ucmatose_main(int argc, char** argv);
+
 }  // namespace roce::perf

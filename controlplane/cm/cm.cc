@@ -273,7 +273,7 @@ std::optional<ConnId> Cm::connect(const ConnectParams& p) {
 
   QpAttrs& q = c.qp;
   q.local_qpn = p.qpn;
-  q.sq_psn = p.starting_psn;
+  q.rq_psn = p.starting_psn;  // Linux: the REQ's Starting PSN is the active side's rq_psn
   q.path_mtu = p.path_mtu;
   q.retry_cnt = p.retry_count;
   q.transport = p.transport;
@@ -304,7 +304,7 @@ CmStatus Cm::accept(ConnId id, const AcceptParams& p) {
   const std::uint8_t rr = std::min(p.responder_resources, c->req.initiator_depth);
   const std::uint8_t depth = std::min(p.initiator_depth, c->req.responder_resources);
   c->qp.local_qpn = p.qpn;
-  c->qp.sq_psn = p.starting_psn;
+  c->qp.rq_psn = p.starting_psn;  // Linux: the REP's Starting PSN is the passive side's rq_psn
   c->qp.max_dest_rd_atomic = rr;
   c->qp.max_rd_atomic = depth;
 
@@ -552,7 +552,7 @@ void Cm::on_req(const MadHeader& h, const ReqMsg& m, const MadAddr& from) {
   c.base_interval = iba_time(m.local_cm_response_timeout);
   QpAttrs& q = c.qp;
   q.remote_qpn = m.local_qpn;
-  q.rq_psn = m.starting_psn;
+  q.sq_psn = m.starting_psn;  // we send from the PSN the active side expects
   q.path_mtu = m.path_mtu;
   q.retry_cnt = m.retry_count;
   q.rnr_retry = m.rnr_retry_count;
@@ -637,7 +637,7 @@ void Cm::on_rep(const RepMsg& m) {
   c->remote_ca_guid = m.local_ca_guid;
   QpAttrs& q = c->qp;
   q.remote_qpn = m.local_qpn;
-  q.rq_psn = m.starting_psn;
+  q.sq_psn = m.starting_psn;  // we send from the PSN the passive side expects
   q.max_dest_rd_atomic = m.initiator_depth;
   q.max_rd_atomic = m.responder_resources;
   q.rnr_retry = m.rnr_retry_count;

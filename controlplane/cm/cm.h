@@ -63,15 +63,17 @@ struct CmConfig {
 /// way to RTR and RTS (the fields of ibv_modify_qp that rdma_cm fills).
 struct QpAttrs {
   Qpn local_qpn;
-  Qpn remote_qpn;                  ///< dest_qp_num
-  Psn sq_psn;                      ///< our Starting PSN (sent in our REQ/REP)
-  Psn rq_psn;                      ///< the peer's Starting PSN: the first PSN we expect
-  std::uint8_t path_mtu = 3;       ///< IB enum (3 = 1024)
-  std::uint8_t timeout = 0;        ///< local ACK timeout, 4.096 us x 2^n
-  std::uint8_t retry_cnt = 7;      ///< from the REQ's Retry Count (both sides)
-  std::uint8_t rnr_retry = 7;      ///< what the peer asked us to use (REQ or REP RNR Retry Count)
-  std::uint8_t min_rnr_timer = 0;  ///< rdma_cm uses 0 (655 ms) on both sides
-  std::uint8_t max_rd_atomic = 0;  ///< = the peer's Responder Resources
+  Qpn remote_qpn;  ///< dest_qp_num
+  /// The peer's Starting PSN: the first PSN we send. As Linux cm.c reads the field (sq_psn
+  /// from the received REQ/REP, rq_psn from the sent one), each side names the PSN it expects.
+  Psn sq_psn;
+  Psn rq_psn;                  ///< our Starting PSN (sent in our REQ/REP): the first PSN we expect
+  std::uint8_t path_mtu = 3;   ///< IB enum (3 = 1024)
+  std::uint8_t timeout = 0;    ///< local ACK timeout, 4.096 us x 2^n
+  std::uint8_t retry_cnt = 7;  ///< from the REQ's Retry Count (both sides)
+  std::uint8_t rnr_retry = 7;  ///< what the peer asked us to use (REQ or REP RNR Retry Count)
+  std::uint8_t min_rnr_timer = 0;       ///< rdma_cm uses 0 (655 ms) on both sides
+  std::uint8_t max_rd_atomic = 0;       ///< = the peer's Responder Resources
   std::uint8_t max_dest_rd_atomic = 0;  ///< = the peer's Initiator Depth
   std::uint16_t pkey = 0xFFFF;
   std::uint32_t qkey = 0;  ///< UD only
@@ -92,7 +94,7 @@ struct ConnectParams {
   MadAddr peer;  ///< the passive side's GID (and QP1)
   std::uint64_t service_id = 0;
   Qpn qpn;           ///< our RC/UC QP
-  Psn starting_psn;  ///< our initial send PSN
+  Psn starting_psn;  ///< the first PSN we expect to receive (the passive side sends from it)
   TransportType transport = TransportType::kRc;
   std::uint8_t responder_resources = 1;  ///< our max_dest_rd_atomic offer
   std::uint8_t initiator_depth = 1;      ///< our max_rd_atomic offer
@@ -110,7 +112,7 @@ struct ConnectParams {
 /// Passive side: what to put in the REP.
 struct AcceptParams {
   Qpn qpn;
-  Psn starting_psn;
+  Psn starting_psn;  ///< the first PSN we expect to receive (the active side sends from it)
   std::uint8_t responder_resources = 1;  ///< clamped to the REQ's Initiator Depth
   std::uint8_t initiator_depth = 1;      ///< clamped to the REQ's Responder Resources
   std::uint8_t rnr_retry_count = 7;      ///< what the active side should use toward us

@@ -57,7 +57,7 @@ CmAgent::CmAgent(Engine& eng, CmAgentConfig cfg, EventFn on_event)
   cb.send_mad = [this](std::span<const std::uint8_t> mad, const MadAddr& to) { send(mad, to); };
   cb.on_event = [this](const CmEvent& ev) { on_cm_event(ev); };
   cb.modify_qp = [this](ConnId id, QpTransition t, const QpAttrs& q) { return modify(id, t, q); };
-  cb.now = [this] { return TimePoint(now_ns_); };
+  cb.now = [this] { return TimePoint(cfg_.clock ? cfg_.clock() : now_ns_); };
   cm_ = std::make_unique<Cm>(cfg_.cm, std::move(cb));
 }
 

@@ -31,6 +31,10 @@ struct CmAgentConfig {
   std::optional<Ipv6Addr> gid;
   /// Next-hop MAC of a peer GID (ARP/ND cache); nullopt: the MAD or transition fails.
   std::function<std::optional<wire::MacAddr>(const Ipv6Addr& gid)> resolve_mac;
+  /// The owner's monotonic clock in ns (the one poll() is given). Unset: the time of the last
+  /// poll(), so that a connect() before the first poll() arms its REQ timer at time 0 and the
+  /// REQ is repeated at once.
+  std::function<std::uint64_t()> clock;
 };
 
 class CmAgent {

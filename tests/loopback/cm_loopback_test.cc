@@ -170,10 +170,11 @@ TEST_P(CmLoopbackIp, ConnectSendDisconnect) {
   EXPECT_EQ(r.ep_b.qp->state, QpState::kRts);
   EXPECT_EQ(r.ep_a.qp->attr.dest_qp_num, r.ep_b.qp->qpn);
   EXPECT_EQ(r.ep_b.qp->attr.dest_qp_num, r.ep_a.qp->qpn);
-  EXPECT_EQ(r.ep_a.qp->attr.sq_psn, 0x010203u);
-  EXPECT_EQ(r.ep_b.qp->attr.rq_psn, 0x010203u);
-  EXPECT_EQ(r.ep_b.qp->attr.sq_psn, 0x0A0B0Cu);
-  EXPECT_EQ(r.ep_a.qp->attr.rq_psn, 0x0A0B0Cu);
+  // A Starting PSN names the PSN its sender expects (Linux cm.c): the peer sends from it.
+  EXPECT_EQ(r.ep_a.qp->attr.rq_psn, 0x010203u);
+  EXPECT_EQ(r.ep_b.qp->attr.sq_psn, 0x010203u);
+  EXPECT_EQ(r.ep_b.qp->attr.rq_psn, 0x0A0B0Cu);
+  EXPECT_EQ(r.ep_a.qp->attr.sq_psn, 0x0A0B0Cu);
   EXPECT_EQ(r.ep_a.qp->attr.min_rnr_timer, 0);
   EXPECT_EQ(r.ep_b.qp->attr.rnr_retry, 7);
 

@@ -216,8 +216,9 @@ TEST_F(CmTest, ConnectAcceptDisconnect) {
   const QpAttrs& qb = b_.mods[1].qp;
   EXPECT_EQ(qb.local_qpn, Qpn(0x22));
   EXPECT_EQ(qb.remote_qpn, Qpn(0x11));
-  EXPECT_EQ(qb.sq_psn, Psn(0x123456));
-  EXPECT_EQ(qb.rq_psn, Psn(0xABCDEF));
+  // Starting PSNs name the sender's receive PSN (Linux cm.c).
+  EXPECT_EQ(qb.sq_psn, Psn(0xABCDEF));
+  EXPECT_EQ(qb.rq_psn, Psn(0x123456));
   EXPECT_EQ(qb.path_mtu, 3);
   EXPECT_EQ(qb.retry_cnt, 7);
   EXPECT_EQ(qb.rnr_retry, 7);  // the REQ's RNR Retry Count
@@ -253,8 +254,8 @@ TEST_F(CmTest, ConnectAcceptDisconnect) {
   const QpAttrs& qa = est.qp;
   EXPECT_EQ(qa.local_qpn, Qpn(0x11));
   EXPECT_EQ(qa.remote_qpn, Qpn(0x22));
-  EXPECT_EQ(qa.sq_psn, Psn(0xABCDEF));
-  EXPECT_EQ(qa.rq_psn, Psn(0x123456));
+  EXPECT_EQ(qa.sq_psn, Psn(0x123456));
+  EXPECT_EQ(qa.rq_psn, Psn(0xABCDEF));
   EXPECT_EQ(qa.max_dest_rd_atomic, 4);  // = REP initiator depth
   EXPECT_EQ(qa.max_rd_atomic, 2);       // = REP responder resources
   EXPECT_EQ(qa.rnr_retry, 6);           // the REP's RNR Retry Count
