@@ -12,7 +12,7 @@ namespace po = boost::program_options;
 
 cm::CmAgentConfig cm_agent_config(Env& env) {
   cm::CmAgentConfig c;
-  const wire::MacAddr m = env.eng->config().mac;
+  const wire::MacAddr m = env.eng.config().mac;
   const std::uint8_t g[8] = {
       static_cast<std::uint8_t>(m.b[0] ^ 2), m.b[1], m.b[2], 0xFF, 0xFE, m.b[3], m.b[4], m.b[5]};
   c.cm.ca_guid = wire::load_be64(g);

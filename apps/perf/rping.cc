@@ -82,7 +82,7 @@ class Session {
  public:
   Session(Env& env, const RpingOpts& o)
       : env_(env),
-        eng_(*env.eng),
+        eng_(env.eng),
         o_(o),
         agent_(eng_, cm_agent_config(env), [this](const cm::CmEvent& e) { on_event(e); }) {
     pd_ = eng_.alloc_pd();
@@ -457,7 +457,7 @@ int rping_main(int argc, char** argv) {
       secs = static_cast<double>(s.t_end - s.t_start) / 1e9;
       // The peer may still wait for our DREP's or last ACK's retransmission.
       env.until([] { return false; }, 0.1);
-      const auto& st = env.eng->stats();
+      const auto& st = env.eng.stats();
       std::printf("%u pings of %u bytes in %.2f seconds = %.1f usec/ping\n", pings, o.size, secs,
                   pings ? secs * 1e6 / pings : 0.0);
       std::printf("retransmitted %llu, timeouts %llu, RNR NAKs received %llu; CM MADs %llu/%llu\n",

@@ -45,7 +45,7 @@ class Cmatose {
  public:
   Cmatose(Env& env, const CmatoseOpts& o)
       : env_(env),
-        eng_(*env.eng),
+        eng_(env.eng),
         o_(o),
         agent_(eng_, cm_agent_config(env), [this](const cm::CmEvent& e) { events_.push_back(e); }) {
     pd_ = eng_.alloc_pd();
