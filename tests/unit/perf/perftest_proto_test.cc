@@ -126,11 +126,11 @@ TEST(PerftestProto, NegotiateParamsLayout) {
   p.max_qp_rd_atom = 16;
   std::array<std::uint8_t, kParamsLen> b{};
   encode(p, b);
-  EXPECT_EQ(b[11], 2);     // verb, the third int32
-  EXPECT_EQ(b[15], 1);     // tst
-  EXPECT_EQ(b[37], 0x01);  // size @32, big-endian
-  EXPECT_EQ(b[47], 0x88);  // iters @40
-  EXPECT_EQ(b[55], 3);     // num_of_qps @52
+  EXPECT_EQ(b[11], 2);                                           // verb, the third int32
+  EXPECT_EQ(b[15], 1);                                           // tst
+  EXPECT_EQ(b[37], 0x01);                                        // size @32, big-endian
+  EXPECT_EQ(b[47], 0x88);                                        // iters @40
+  EXPECT_EQ(b[55], 3);                                           // num_of_qps @52
   EXPECT_EQ(b[kParamsOffDevAttr + kDevAttrOffMaxQpRdAtom], 16);  // host order (x86)
   const Params back = decode_params(b);
   EXPECT_EQ(back, p);
