@@ -37,11 +37,11 @@ boot() {  # boot the VM with a command; wait until it is ready
 for dir in vm-server us-server; do
   if [[ $dir == vm-server ]]; then
     boot "ib_$test -d rxe0 -x \$(rxe_gid_idx) ${args[*]}"
-    ip netns exec rxevm "$perf" "$test" --iface dp0 --timeout 180 --pcap "$out/us.pcap" \
+    ip netns exec "${RXE_VM_NETNS:-rxevm}" "$perf" "$test" --iface dp0 --timeout 180 --pcap "$out/us.pcap" \
       --json "$out/us.json" "${ours[@]}" "${args[@]}" 192.0.2.1 > "$out/us.txt" 2>&1 && rc=0 || rc=$?
   else
     boot "retry ib_$test -d rxe0 -x \$(rxe_gid_idx) ${args[*]} 192.0.2.254"
-    ip netns exec rxevm "$perf" "$test" --iface dp0 --timeout 180 --pcap "$out/us.pcap" \
+    ip netns exec "${RXE_VM_NETNS:-rxevm}" "$perf" "$test" --iface dp0 --timeout 180 --pcap "$out/us.pcap" \
       --json "$out/us.json" "${ours[@]}" "${args[@]}" > "$out/us.txt" 2>&1 && rc=0 || rc=$?
   fi
   wait "$vmpid" || true
