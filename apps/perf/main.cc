@@ -15,7 +15,7 @@
 ///   roce-perf rping -s|-c [-a ADDR] [-p PORT] [-C COUNT] [-S SIZE] [-vV] --iface IF [options]
 ///
 /// is librdmacm's rping, connected by rdma_cm (see rping.cc); `roce-perf ucmatose [-s SERVER]`
-/// is its ucmatose (ucmatose.cc).
+/// is its ucmatose (ucmatose.cc), `roce-perf udaddy [-s SERVER]` its udaddy (udaddy.cc).
 #include <iostream>
 
 #include "apps/perf/bench/bench.h"
@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   // rdma_cm tools take their tool's flags (rping -s/-c/-a/-p/-C/-S/-v/-V): apps/perf/rping.cc
   if (argc > 1 && std::string(argv[1]) == "rping") return rping_main(argc, argv);
   if (argc > 1 && std::string(argv[1]) == "ucmatose") return ucmatose_main(argc, argv);
+  if (argc > 1 && std::string(argv[1]) == "udaddy") return udaddy_main(argc, argv);
   if (argc >= 2 && std::string(argv[1]).rfind("--config=", 0) == 0 && argc == 2)
     return bench_main(std::string(argv[1]).substr(9));
   if (argc >= 2 && std::string(argv[1]) == "--config") {

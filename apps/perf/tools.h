@@ -49,5 +49,7 @@ int run_perftest(Env& env, Oob& oob, const Opts& o, Verb verb, Mode mode);
 int rping_main(int argc, char** argv);
 /// librdmacm's ucmatose, both roles; argv[1] is "ucmatose".
 int ucmatose_main(int argc, char** argv);
+/// librdmacm's udaddy (UD over SIDR), both roles; argv[1] is "udaddy".
+int udaddy_main(int argc, char** argv);
 
 }  // namespace roce::perf

@@ -4,7 +4,7 @@
 # rdma_cm to the server's RoCE IP. Both sides' captures must decode. Needs root and iproute2;
 # exits 77 ("skipped") without them.
 #   rping_pair.sh ROCE_PERF ROCE_PCAP [ARGS...]   (ARGS go to both sides, e.g. -C 200 -S 1024)
-# Env: ROCE_RP_TOOL=ucmatose runs ucmatose instead (-b/-s instead of -s -a/-c -a);
+# Env: ROCE_RP_TOOL=ucmatose or udaddy runs that tool instead (-b/-s instead of -s -a/-c -a);
 #      ROCE_RP_CLIENT_EXTRA: more arguments for the client only (e.g. --tx-drop 0.02);
 #      ROCE_RP_KEEP=DIR keeps the captures.
 set -euo pipefail
@@ -25,8 +25,8 @@ for nd in "$a veth-a" "$b veth-b"; do
   ip -n "$ns" link set lo up
 done
 read -r -a extra <<< "${ROCE_RP_CLIENT_EXTRA:-}"
-if [[ ${ROCE_RP_TOOL:-rping} == ucmatose ]]; then
-  server=(ucmatose -b 192.0.2.111) client=(ucmatose -s 192.0.2.111)
+if [[ ${ROCE_RP_TOOL:-rping} == ucmatose || ${ROCE_RP_TOOL:-rping} == udaddy ]]; then
+  server=("$ROCE_RP_TOOL" -b 192.0.2.111) client=("$ROCE_RP_TOOL" -s 192.0.2.111)
 else
   server=(rping -s -a 192.0.2.111) client=(rping -c -a 192.0.2.111)
 fi
