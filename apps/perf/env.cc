@@ -31,6 +31,13 @@ std::string hex_gid(const wire::Ipv6Addr& g) {
   return s;
 }
 
+std::string printable(const char* p, std::size_t n) {
+  std::string s;
+  for (std::size_t i = 0; i < n && p[i] != '\0'; ++i)
+    s += (p[i] >= 0x20 && p[i] < 0x7f) ? p[i] : '.';
+  return s;
+}
+
 namespace {
 
 std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {

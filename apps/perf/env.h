@@ -133,5 +133,8 @@ class Oob {
 };
 
 std::string hex_gid(const wire::Ipv6Addr& g);  ///< 32 hex digits, bytes in order
+/// A peer's message for an error text: up to `n` bytes or the first NUL, non-printable bytes
+/// shown as '.'.
+std::string printable(const char* p, std::size_t n);
 
 }  // namespace roce::perf

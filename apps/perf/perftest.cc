@@ -282,7 +282,7 @@ void Perftest::exchange_dests() {
     std::array<char, pt::kDestLen> t{};
     oob_.exchange(m.data(), t.data(), pt::kDestLen);
     const auto d = pt::dest_of(t);
-    if (!d) fail("malformed QP address from the peer: '" + std::string(t.data()) + "'");
+    if (!d) fail("malformed QP address from the peer: '" + printable(t.data(), t.size()) + "'");
     c.peer = *d;
   }
 }
@@ -332,7 +332,7 @@ void Perftest::hand_shake(QpCtx* c) {
   const auto d = pt::dest_of(t);
   if (!d || d->qpn != c->peer.qpn || d->rkey != c->peer.rkey || d->vaddr != c->peer.vaddr)
     fail("the peer's hand-shake message does not match its QP address: '" +
-         std::string(t.data(), strnlen(t.data(), t.size())) + "'");
+         printable(t.data(), t.size()) + "'");
 }
 
 void Perftest::banner() {

@@ -47,11 +47,13 @@ struct PeerMsg {
   wire::Ipv6Addr gid;
 };
 
-PeerMsg parse_msg(const char (&m)[kMsgLen]) {
+PeerMsg parse_msg(const char (&msg)[kMsgLen]) {
+  char m[kMsgLen + 1] = {};  // a peer may leave out the NUL: never scan past the message
+  std::memcpy(m, msg, kMsgLen);
   unsigned lid = 0, qpn = 0, psn = 0;
   char hex[33] = {};
   if (std::sscanf(m, "%x:%x:%x:%32s", &lid, &qpn, &psn, hex) != 4 || std::strlen(hex) != 32)
-    fail("malformed peer message '" + std::string(m, strnlen(m, kMsgLen)) + "'");
+    fail("malformed peer message '" + printable(m, kMsgLen) + "'");
   PeerMsg p{qpn, psn, {}};
   for (int i = 0; i < 16; ++i) {
     unsigned v;

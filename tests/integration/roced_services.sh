@@ -2,7 +2,8 @@
 # roced hosting perftest servers as configured services: roced in one network namespace (RoCE on
 # net_af_packet over a veth pair, the out-of-band TCP on a second veth pair, the management
 # link), roce-perf clients in the other. Two tests run against the same service one after the
-# other, then another service; roce-ctl must show no QP left, and SIGTERM a clean stop.
+# other, with a garbage-speaking client and a vanishing one in between, then another service;
+# roce-ctl must show no QP left, and SIGTERM a clean stop.
 # Exits 77 (skipped) without root or network namespaces.
 #   roced_services.sh ROCED ROCE_CTL ROCE_PERF [LCORES]
 # With LCORES=2 the appliance runs two lcores on the port (two af_packet queues whose frames
@@ -62,6 +63,23 @@ client() {
     --timeout 30 192.0.2.11
 }
 client write_bw -n 200 | tail -3
+# A client that speaks garbage, and one that vanishes mid-exchange: each must cost one failed
+# run, not the daemon (the next client is served as usual).
+ip netns exec "$b" /usr/bin/python3 - <<'PY'
+import socket, time
+s = socket.create_connection(("192.0.2.11", 18515), timeout=10)
+s.sendall(b"6.06".ljust(16, b"\0"))                   # version
+s.recv(16)
+s.sendall(b"\0\0\x10\0"); s.recv(4)                  # cycle buffer
+s.sendall(b"\0\0\0\x40"); s.recv(4)                  # cache line
+s.sendall(b"3\0"); s.recv(2)                          # MTU
+s.sendall(b"not a QP address".ljust(108, b"?"))       # garbage where the QP address goes
+time.sleep(0.5)
+s.close()
+s = socket.create_connection(("192.0.2.11", 18515), timeout=10)
+s.sendall(b"6.06".ljust(16, b"\0"))
+s.close()                                              # gone after the version
+PY
 client write_bw -n 200 | tail -2
 client send_lat -n 200 -s 64 -p 18516 | tail -2
 sleep 0.3
@@ -72,7 +90,9 @@ wait "$pid"
 rc=$?
 pid=
 cat "$work/roced.log"
-grep -q "service write_bw (TCP 18515): 2 runs, 0 failed" "$work/roced.log"
+grep -q "service write_bw failed: malformed QP address from the peer" "$work/roced.log"
+grep -q "service write_bw failed: the peer closed the exchange connection" "$work/roced.log"
+grep -q "service write_bw (TCP 18515): 4 runs, 2 failed" "$work/roced.log"
 grep -q "service send_lat (TCP 18516): 1 runs, 0 failed" "$work/roced.log"
 grep -q "stopping (SIGTERM)" "$work/roced.log"
 if [[ $lcores == 2 ]]; then grep -q "frames steered to another lcore" "$work/roced.log"; fi
