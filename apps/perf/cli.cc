@@ -161,6 +161,17 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
       throw po::error("-r must be between 1 and 16384");
     if (o.num_qp == 0 || o.num_qp > 1024) throw po::error("-q must be between 1 and 1024");
     if (o.cq_mod == 0 || o.cq_mod > 1024) throw po::error("-Q must be between 1 and 1024");
+    if (o.mtu_given && o.mtu != 256 && o.mtu != 512 && o.mtu != 1024 && o.mtu != 2048 &&
+        o.mtu != 4096)
+      throw po::error("-m must be 256, 512, 1024, 2048 or 4096");
+    if (!t.pingpong && o.duration && (t.mode == Mode::kLat || t.verb == Verb::kSend))
+      throw po::error("-D is supported by write_bw, read_bw and atomic_bw; use -n here");
+    if (!t.pingpong && t.mode == Mode::kLat && o.num_qp_given && o.num_qp != 1)
+      throw po::error("latency tests run one QP (-q 1)");
+    if (!t.pingpong && t.verb == Verb::kAtomic && o.all_sizes)
+      throw po::error("-a is not available for atomic tests (they move 8 bytes)");
+    if (!t.pingpong && t.verb == Verb::kAtomic && o.size_given && o.size != 8)
+      throw po::error("atomic tests move 8 bytes (-s 8)");
     if (tx_drop < 0 || tx_drop >= 1 || rx_drop < 0 || rx_drop >= 1)
       throw po::error("--tx-drop and --rx-drop must be in [0, 1)");
     if (tx_drop > 0) o.link.tx_faults = drop_policy(tx_drop, seed);
