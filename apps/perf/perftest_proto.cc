@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "dataplane/engine/verbs.h"
+
 namespace roce::perf::pt {
 
 using wire::load_be32;
@@ -60,22 +62,13 @@ std::optional<int> mtu_of(std::span<const char, 2> msg) {
 }
 
 int mtu_enum_of_bytes(unsigned bytes) {
-  switch (bytes) {
-    case 256:
-      return 1;
-    case 512:
-      return 2;
-    case 1024:
-      return 3;
-    case 2048:
-      return 4;
-    case 4096:
-      return 5;
-  }
-  return 0;
+  const auto m = engine::mtu_of_bytes(bytes);
+  return m ? static_cast<int>(*m) : 0;
 }
 
-unsigned mtu_bytes_of_enum(int e) { return e >= 1 && e <= 5 ? 128u << e : 0; }
+unsigned mtu_bytes_of_enum(int e) {
+  return e >= 1 && e <= 5 ? engine::mtu_bytes(static_cast<engine::Mtu>(e)) : 0;
+}
 
 std::array<char, kDestLen> dest_msg(const Dest& d) {
   std::array<char, kDestLen> m{};

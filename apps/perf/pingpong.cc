@@ -27,18 +27,7 @@ constexpr std::size_t kMsgLen = 52;
 constexpr unsigned kSrqMaxQp = 256;
 
 Mtu mtu_enum(unsigned m) {
-  switch (m) {
-    case 256:
-      return Mtu::k256;
-    case 512:
-      return Mtu::k512;
-    case 1024:
-      return Mtu::k1024;
-    case 2048:
-      return Mtu::k2048;
-    case 4096:
-      return Mtu::k4096;
-  }
+  if (const auto e = mtu_of_bytes(m)) return *e;
   fail("-m must be 256, 512, 1024, 2048 or 4096");
 }
 

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <variant>
 
+#include "dataplane/engine/verbs.h"
 #include "dataplane/wire/bytes.h"
 #include "dataplane/wire/psn.h"
 
@@ -341,23 +342,13 @@ std::optional<CmaHeader> decode_cma_header(std::span<const std::uint8_t, kCmaHea
 
 // ---- IBA time and MTU encodings -------------------------------------------------------------
 
-/// Path MTU enum of IBA (1 = 256 ... 5 = 4096); 0 for anything else.
+/// Path MTU enum of IBA (1 = 256 ... 5 = 4096); 0 for anything else (engine::Mtu's values).
 constexpr std::uint8_t mtu_enum(std::uint32_t bytes) {
-  switch (bytes) {
-    case 256:
-      return 1;
-    case 512:
-      return 2;
-    case 1024:
-      return 3;
-    case 2048:
-      return 4;
-    case 4096:
-      return 5;
-    default:
-      return 0;
-  }
+  const auto m = engine::mtu_of_bytes(bytes);
+  return m ? static_cast<std::uint8_t>(*m) : 0;
 }
-constexpr std::uint32_t mtu_bytes(std::uint8_t e) { return e >= 1 && e <= 5 ? 128u << e : 0; }
+constexpr std::uint32_t mtu_bytes(std::uint8_t e) {
+  return e >= 1 && e <= 5 ? engine::mtu_bytes(static_cast<engine::Mtu>(e)) : 0;
+}
 
 }  // namespace roce::cm

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "dataplane/wire/bytes.h"
@@ -30,6 +31,12 @@ std::string_view to_string(QpState s);
 /// Path MTU enum of IBA (1 = 256 ... 5 = 4096).
 enum class Mtu : std::uint8_t { k256 = 1, k512 = 2, k1024 = 3, k2048 = 4, k4096 = 5 };
 constexpr std::uint32_t mtu_bytes(Mtu m) { return 128u << static_cast<unsigned>(m); }
+/// The path MTU of `bytes` (256, 512, 1024, 2048 or 4096); nullopt for anything else.
+constexpr std::optional<Mtu> mtu_of_bytes(std::uint32_t bytes) {
+  for (Mtu m : {Mtu::k256, Mtu::k512, Mtu::k1024, Mtu::k2048, Mtu::k4096})
+    if (mtu_bytes(m) == bytes) return m;
+  return std::nullopt;
+}
 
 /// Work request opcodes (IBV_WR_* values where they exist).
 enum class WrOpcode : std::uint8_t {
