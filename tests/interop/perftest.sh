@@ -13,10 +13,9 @@
 set -euo pipefail
 perf=$(realpath "$1") pcap=$(realpath "$2") test=$3; shift 3
 args=("$@")
-here=$(cd "$(dirname "$0")" && pwd)
-vm=$here/vm/run-vm.sh
-if [[ $(id -u) -ne 0 ]] || [[ ! -e /dev/net/tun ]]; then echo "skipped: needs root and /dev/net/tun"; exit 77; fi
-"$here/vm/build.sh" >/dev/null || { echo "skipped: cannot build the VM image"; exit 77; }
+# shellcheck source=tests/interop/lib.sh disable=SC2154
+source "$(dirname "$0")/lib.sh"
+interop_preflight
 ours=()
 if [[ ${RXE_VM_MTU:-1500} -ge 9000 ]]; then
   args+=(-m 4096); ours+=(--netdev-mtu 9000)
@@ -27,20 +26,13 @@ fail=0
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-boot() {  # boot the VM with a command; wait until it is ready
-  "$vm" -b -w -t 240 -c "$1" > "$out/vm.txt" 2>&1 &
-  vmpid=$!
-  for _ in $(seq 90); do grep -q RXEVM-WAIT "$out/vm.txt" && return 0; sleep 1; done
-  echo "VM did not come up:"; cat "$out/vm.txt"; return 1
-}
-
 for dir in vm-server us-server; do
   if [[ $dir == vm-server ]]; then
-    boot "ib_$test -d rxe0 -x \$(rxe_gid_idx) ${args[*]}"
+    boot "ib_$test -d rxe0 -x \$(rxe_gid_idx) ${args[*]}" 240
     ip netns exec "${RXE_VM_NETNS:-rxevm}" "$perf" "$test" --iface dp0 --timeout 180 --pcap "$out/us.pcap" \
       --json "$out/us.json" "${ours[@]}" "${args[@]}" 192.0.2.1 > "$out/us.txt" 2>&1 && rc=0 || rc=$?
   else
-    boot "retry ib_$test -d rxe0 -x \$(rxe_gid_idx) ${args[*]} 192.0.2.254"
+    boot "retry ib_$test -d rxe0 -x \$(rxe_gid_idx) ${args[*]} 192.0.2.254" 240
     ip netns exec "${RXE_VM_NETNS:-rxevm}" "$perf" "$test" --iface dp0 --timeout 180 --pcap "$out/us.pcap" \
       --json "$out/us.json" "${ours[@]}" "${args[@]}" > "$out/us.txt" 2>&1 && rc=0 || rc=$?
   fi

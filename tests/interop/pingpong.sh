@@ -12,10 +12,9 @@ test=${kind}_pingpong
 if [[ $kind == ud ]]; then default="1 64 1024"; else default="1 64 1024 4096 16384"; fi
 sizes=("${@:-$default}")
 read -r -a sizes <<< "${sizes[*]}"
-here=$(cd "$(dirname "$0")" && pwd)
-vm=$here/vm/run-vm.sh
-if [[ $(id -u) -ne 0 ]] || [[ ! -e /dev/net/tun ]]; then echo "skipped: needs root and /dev/net/tun"; exit 77; fi
-"$here/vm/build.sh" >/dev/null || { echo "skipped: cannot build the VM image"; exit 77; }
+# shellcheck source=tests/interop/lib.sh disable=SC2154
+source "$(dirname "$0")/lib.sh"
+interop_preflight
 iters=${ITERS:-200}
 mtu_args="" ours_mtu=()
 if [[ ${RXE_VM_MTU:-1500} -ge 9000 ]]; then
@@ -26,17 +25,6 @@ fi
 fail=0
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-
-boot() {  # boot the VM with a command; wait until it is ready
-  "$vm" -b -w -t 180 -c "$1" > "$out/vm.txt" 2>&1 &
-  vmpid=$!
-  for _ in $(seq 90); do grep -q RXEVM-WAIT "$out/vm.txt" && return 0; sleep 1; done
-  echo "VM did not come up:"; cat "$out/vm.txt"; return 1
-}
-finish() {  # wait for the VM to end; return its command's status
-  wait "$vmpid" || true
-  grep -q "cmd-end rc=0" "$out/vm.txt"
-}
 
 for s in "${sizes[@]}"; do
   for dir in vm-server us-server; do

@@ -11,27 +11,15 @@ perf=$(realpath "$1") pcap=$(realpath "$2"); shift 2
 count=${1:-300}; shift || true
 sizes=("${@:-64}")
 export RXE_VM_NETNS=${RXE_VM_NETNS:-rxevm}
-here=$(cd "$(dirname "$0")" && pwd)
-vm=$here/vm/run-vm.sh
-if [[ $(id -u) -ne 0 ]] || [[ ! -e /dev/net/tun ]]; then echo "skipped: needs root and /dev/net/tun"; exit 77; fi
-"$here/vm/build.sh" >/dev/null || { echo "skipped: cannot build the VM image"; exit 77; }
+# shellcheck source=tests/interop/lib.sh disable=SC2154
+source "$(dirname "$0")/lib.sh"
+interop_preflight
 fail=0
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 log() {  # ROCE_RPING_KEEP=DIR keeps each run's outputs and capture
   [[ -n ${ROCE_RPING_KEEP:-} ]] || return 0
   for f in "$out"/*.txt "$out"/*.pcap; do cp "$f" "$ROCE_RPING_KEEP/$1-$(basename "$f")"; done
-}
-
-boot() {  # boot the VM with a command; wait until it is ready
-  "$vm" -b -w -t 180 -c "$1" > "$out/vm.txt" 2>&1 &
-  vmpid=$!
-  for _ in $(seq 90); do grep -q RXEVM-WAIT "$out/vm.txt" && return 0; sleep 1; done
-  echo "VM did not come up:"; cat "$out/vm.txt"; return 1
-}
-finish() {  # wait for the VM to end; return its command's status
-  wait "$vmpid" || true
-  grep -q "cmd-end rc=0" "$out/vm.txt"
 }
 
 for s in "${sizes[@]}"; do
