@@ -24,13 +24,6 @@ namespace po = boost::program_options;
 
 namespace {
 
-struct CmatoseOpts {
-  LinkFlags lf;
-  std::string server;  ///< -s: the server's address (we are the client); empty: we serve
-  std::string bind;    ///< -b
-  unsigned port = 7471, connections = 1, count = 10, size = 100;
-};
-
 struct Node {
   Qp* qp = nullptr;
   Cq* cq = nullptr;
@@ -285,68 +278,25 @@ void run_client(Env& env, Cmatose& t, const CmatoseOpts& o) {
 }  // namespace
 
 int ucmatose_main(int argc, char** argv) {
-  CmatoseOpts o;
-  po::options_description d(
-      "Usage: roce-perf ucmatose [-s SERVER] [-b BIND] [-c N] [-C COUNT] [-S SIZE] [-p PORT] "
-      "--iface IF\n\nlibrdmacm's ucmatose over rdma_cm (no TCP exchange); without -s we serve");
-  d.add_options()("help,h", "print this help")("server,s", po::value(&o.server),
-                                               "the server's RoCE IP (we are the client)")(
-      "bind,b", po::value(&o.bind), "server: address to bind to")(
-      "connections,c", po::value(&o.connections)->default_value(o.connections), "connections")(
-      "count,C", po::value(&o.count)->default_value(o.count), "messages per connection")(
-      "size,S", po::value(&o.size)->default_value(o.size), "message size")(
-      "port,p", po::value(&o.port)->default_value(o.port), "rdma_cm port");
-  o.lf.add_to(d);
-  try {
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc - 1, argv + 1).options(d).run(), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << d << '\n';
-      return 0;
-    }
-    if (o.connections == 0 || o.connections > 64) throw po::error("-c must be 1..64");
-    if (o.count > 1024) throw po::error("-C must be at most 1024");
-    if (o.size > 65536) throw po::error("-S must be at most 65536");
-    if (o.port == 0 || o.port > 65535) throw po::error("-p must be 1..65535");
-    o.lf.finish();
-  } catch (const po::error& e) {
-    std::cerr << "roce-perf: " << e.what() << "\n(try roce-perf ucmatose --help)\n";
-    return 2;
-  }
-  try {
-    {
-      Env env(o.lf.link);
-      Cmatose t(env, o);
-      const std::uint64_t t0 = port::now_ns();
-      if (o.server.empty())
-        run_server(env, t, o);
-      else
-        run_client(env, t, o);
-      const double secs = static_cast<double>(port::now_ns() - t0) / 1e9;
-      env.until([] { return false; }, 0.1);  // a repeated DREQ or late ACK is still answered
-      std::printf("test complete\n");
-      std::printf("%u connections, %u messages of %u bytes each way in %.2f seconds\n",
-                  o.connections, o.size ? o.count : 0, o.size, secs);
-      std::printf("return status 0\n");
-      if (!o.lf.json.empty()) {
-        std::FILE* j = std::fopen(o.lf.json.c_str(), "w");
-        if (j) {
-          std::fprintf(j,
-                       "{\"test\":\"ucmatose\",\"role\":\"%s\",\"connections\":%u,\"count\":%u,"
-                       "\"size\":%u,\"seconds\":%g}\n",
-                       o.server.empty() ? "server" : "client", o.connections, o.count, o.size,
-                       secs);
-          std::fclose(j);
-        }
-      }
-    }
-    port::eal_cleanup();
-    return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "roce-perf: " << e.what() << '\n';
-    return 1;
-  }
+  return cmatose_main(
+      argc, argv,
+      CmatoseTool{"ucmatose",
+                  "Usage: roce-perf ucmatose [-s SERVER] [-b BIND] [-c N] [-C COUNT] [-S SIZE] "
+                  "[-p PORT] --iface IF\n\nlibrdmacm's ucmatose over rdma_cm (no TCP exchange); "
+                  "without -s we serve",
+                  "message size", "rdma_cm port", 7471, 65536, "-S must be at most 65536",
+                  [](Env& env, const CmatoseOpts& o) {
+                    Cmatose t(env, o);
+                    const std::uint64_t t0 = port::now_ns();
+                    if (o.server.empty())
+                      run_server(env, t, o);
+                    else
+                      run_client(env, t, o);
+                    const double secs = static_cast<double>(port::now_ns() - t0) / 1e9;
+                    // a repeated DREQ or a late ACK is still answered by the test's CM agent
+                    env.until([] { return false; }, 0.1);
+                    return CmatoseResult{o.size ? o.count : 0, o.count, secs};
+                  }});
 }
 
 }  // namespace roce::perf

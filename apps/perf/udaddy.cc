@@ -28,12 +28,7 @@ namespace {
 constexpr std::uint32_t kUdpQkey = 0x01234567;  ///< RDMA_UDP_QKEY
 constexpr std::uint32_t kGrh = 40;
 
-struct UdaddyOpts {
-  LinkFlags lf;
-  std::string server;  ///< -s: the server's address (we are the client); empty: we serve
-  std::string bind;    ///< -b
-  unsigned port = 7174, connections = 1, count = 10, size = 100;
-};
+using UdaddyOpts = CmatoseOpts;  // udaddy's default port is 7174 (set in udaddy_main)
 
 struct Node {
   Qp* qp = nullptr;
@@ -312,69 +307,25 @@ void run_client(Env& env, Udaddy& t, const UdaddyOpts& o) {
 }  // namespace
 
 int udaddy_main(int argc, char** argv) {
-  UdaddyOpts o;
-  po::options_description d(
-      "Usage: roce-perf udaddy [-s SERVER] [-b BIND] [-c N] [-C COUNT] [-S SIZE] [-p PORT] "
-      "--iface IF\n\nlibrdmacm's udaddy: UD over rdma_cm's SIDR (no TCP exchange); without -s "
-      "we serve");
-  d.add_options()("help,h", "print this help")("server,s", po::value(&o.server),
-                                               "the server's RoCE IP (we are the client)")(
-      "bind,b", po::value(&o.bind), "server: address to bind to")(
-      "connections,c", po::value(&o.connections)->default_value(o.connections), "connections")(
-      "count,C", po::value(&o.count)->default_value(o.count), "messages per connection")(
-      "size,S", po::value(&o.size)->default_value(o.size), "message size (at most the path MTU)")(
-      "port,p", po::value(&o.port)->default_value(o.port), "rdma_cm port (RDMA_PS_UDP)");
-  o.lf.add_to(d);
-  try {
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc - 1, argv + 1).options(d).run(), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << d << '\n';
-      return 0;
-    }
-    if (o.connections == 0 || o.connections > 64) throw po::error("-c must be 1..64");
-    if (o.count > 1024) throw po::error("-C must be at most 1024");
-    if (o.size > 4096) throw po::error("-S must be at most 4096 (a UD message fits one packet)");
-    if (o.port == 0 || o.port > 65535) throw po::error("-p must be 1..65535");
-    o.lf.finish();
-  } catch (const po::error& e) {
-    std::cerr << "roce-perf: " << e.what() << "\n(try roce-perf udaddy --help)\n";
-    return 2;
-  }
-  try {
-    {
-      Env env(o.lf.link);
-      Udaddy t(env, o);
-      const std::uint64_t t0 = port::now_ns();
-      if (o.server.empty())
-        run_server(env, t, o);
-      else
-        run_client(env, t, o);
-      const double secs = static_cast<double>(port::now_ns() - t0) / 1e9;
-      env.until([] { return false; }, 0.1);  // a repeated SIDR_REQ is still answered
-      std::printf("test complete\n");
-      std::printf("%u connections, %u messages of %u bytes each way in %.2f seconds\n",
-                  o.connections, t.messages(), o.size, secs);
-      std::printf("return status 0\n");
-      if (!o.lf.json.empty()) {
-        std::FILE* j = std::fopen(o.lf.json.c_str(), "w");
-        if (j) {
-          std::fprintf(j,
-                       "{\"test\":\"udaddy\",\"role\":\"%s\",\"connections\":%u,\"count\":%u,"
-                       "\"size\":%u,\"seconds\":%g}\n",
-                       o.server.empty() ? "server" : "client", o.connections, t.messages(), o.size,
-                       secs);
-          std::fclose(j);
-        }
-      }
-    }
-    port::eal_cleanup();
-    return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "roce-perf: " << e.what() << '\n';
-    return 1;
-  }
+  return cmatose_main(
+      argc, argv,
+      CmatoseTool{"udaddy",
+                  "Usage: roce-perf udaddy [-s SERVER] [-b BIND] [-c N] [-C COUNT] [-S SIZE] "
+                  "[-p PORT] --iface IF\n\nlibrdmacm's udaddy: UD over rdma_cm's SIDR (no TCP "
+                  "exchange); without -s we serve",
+                  "message size (at most the path MTU)", "rdma_cm port (RDMA_PS_UDP)", 7174, 4096,
+                  "-S must be at most 4096 (a UD message fits one packet)",
+                  [](Env& env, const CmatoseOpts& o) {
+                    Udaddy t(env, o);
+                    const std::uint64_t t0 = port::now_ns();
+                    if (o.server.empty())
+                      run_server(env, t, o);
+                    else
+                      run_client(env, t, o);
+                    const double secs = static_cast<double>(port::now_ns() - t0) / 1e9;
+                    env.until([] { return false; }, 0.1);  // a repeated SIDR_REQ is still answered
+                    return CmatoseResult{t.messages(), t.messages(), secs};
+                  }});
 }
 
 }  // namespace roce::perf
