@@ -55,8 +55,9 @@ struct ApplianceConfig {
     std::uint32_t tx_slots = 512;
   } limits;
   struct {
-    std::uint32_t ack_req_every = 64;
-    std::uint32_t max_inflight_psns = 1024;
+    std::uint32_t ack_req_every = 16;
+    std::uint32_t max_inflight_psns = 128;
+    std::uint32_t probe_min_us = 50;  ///< fast-retransmit probe floor; 0: off
   } transport;
   struct {
     std::string level = "info";  ///< error, warning, info, debug

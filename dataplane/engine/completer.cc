@@ -31,12 +31,29 @@ void Engine::comp_retire(Qp& qp) {
 }
 
 void Engine::comp_progress(Qp& qp) {
+  // The answer to a probe: what it left unacknowledged was lost after all; resend from there.
+  if (qp.comp.probing) {
+    qp.comp.probing = qp.comp.probe_sent = false;
+    if (before(qp.comp.psn, qp.req.high_psn)) {
+      qp.comp.retry_left = qp.attr.retry_cnt;
+      qp.comp.rnr_left = qp.attr.rnr_retry;
+      qp.comp.retrans_deadline = 0;
+      qp.comp.probe_backoff = 0;
+      arm_retransmit(qp);
+      order_retry(qp, qp.comp.psn, false);
+      return;
+    }
+  }
   // Forward progress resets the retry budgets (rxe reset_retry_counters) and the timer.
   qp.comp.retry_left = qp.attr.retry_cnt;
   qp.comp.rnr_left = qp.attr.rnr_retry;
   qp.comp.retried = false;
   qp.comp.retrans_deadline = 0;
+  rtt_sample(qp);
+  qp.comp.probe_deadline = 0;
+  qp.comp.probe_backoff = 0;
   arm_retransmit(qp);
+  arm_probe(qp);
   schedule_send(qp);
 }
 
@@ -114,6 +131,8 @@ void Engine::comp_on_response(Qp& qp, const wire::RxPkt& pkt) {
         qp.comp.rnr_deadline = now_ + std::uint64_t{wire::kRnrTimerUs[syn.value()]} * 1000;
         qp.comp.rnr_psn = p;
         qp.comp.retrans_deadline = 0;
+        qp.comp.probe_deadline = 0;
+        qp.comp.probing = qp.comp.probe_sent = false;
         track_timer(qp);
         break;
       }

@@ -38,10 +38,10 @@ struct EngineConfig {
   std::optional<std::uint16_t> vlan_id;
   std::uint32_t max_qps = 4096;
   std::uint32_t tx_slots = 512;
-  std::uint32_t max_inflight_psns = 1024;  ///< requester window per QP
-  std::uint32_t ack_req_every = 64;        ///< AckReq at least this often within a message
-  Mtu max_mtu = Mtu::k4096;                ///< UD payload limit and largest path MTU accepted
-  std::uint64_t seed = 0;                  ///< 0: keys from std::random_device
+  std::uint32_t max_inflight_psns = 128;  ///< requester window per QP (READ/atomic: max_rd_atomic)
+  std::uint32_t ack_req_every = 16;       ///< AckReq at least this often within a message
+  Mtu max_mtu = Mtu::k4096;               ///< UD payload limit and largest path MTU accepted
+  std::uint64_t seed = 0;                 ///< 0: keys from std::random_device
   /// The lcore that owns this engine (one engine per poll loop). Its QPNs carry it in their
   /// top bits (lcore_of_qpn), so that any lcore can steer a received frame to the owner by
   /// its destination QPN alone. The GSI QP (QPN 1) belongs to lcore 0.
@@ -49,6 +49,14 @@ struct EngineConfig {
   /// Advertise end-to-end credits (posted receive WQEs) in every ACK's AETH (IBA 9.7.7.2);
   /// off: always "no credit information" (0x1F), as rxe does. QPs on an SRQ never advertise.
   bool advertise_credits = true;
+  /// Fast retransmission: besides the local ACK timeout of IBA (which counts against
+  /// retry_cnt), a probe timer from the measured round-trip time (srtt + 4 rttvar, at least
+  /// `probe_min_ns`, doubling while nothing is acknowledged, never beyond the ACK timeout)
+  /// rewinds the requester to the oldest unacknowledged PSN without spending the retry budget.
+  /// It recovers a lost tail packet, a lost sequence NAK or a lost retransmission in
+  /// microseconds instead of the milliseconds of the ACK timeout. The peer sees duplicates,
+  /// which every responder must handle (IBA 9.7.5.1.4). 0 turns it off.
+  std::uint64_t probe_min_ns = 50'000;
 };
 
 /// QPNs of lcore L are (L << kQpnLcoreShift) + kFirstQpn + n: up to 16 lcores, 2^20 - 17 QPs each.
@@ -149,6 +157,8 @@ class Engine {
   void arm_retransmit(Qp& qp);
   void run_timers();
   void track_timer(Qp& qp);
+  void arm_probe(Qp& qp);
+  void rtt_sample(Qp& qp);
   // verbs.cc
   void qp_to_error(Qp& qp, std::optional<WcStatus> head_status = std::nullopt);
   void flush_recvs(Qp& qp);

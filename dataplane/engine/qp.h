@@ -130,6 +130,26 @@ struct CompState {
   wire::Psn retry_psn;
   bool retried = false;  ///< a retry from `retried_psn` ran and no progress came since
   wire::Psn retried_psn;
+  // Round-trip time of the path (RFC 6298's estimator), sampled on one packet at a time and
+  // never on a retransmitted one (Karn), and the fast-retransmit probe it times.
+  std::uint64_t srtt_ns = 0;  ///< 0: no sample yet
+  std::uint64_t rttvar_ns = 0;
+  bool rtt_timing = false;  ///< a sample is running on `rtt_psn`, sent at `rtt_start`
+  wire::Psn rtt_psn;
+  std::uint64_t rtt_start = 0;
+  std::uint64_t probe_deadline = 0;  ///< ns; 0 = not armed
+  std::uint8_t probe_backoff = 0;    ///< probes since the last progress
+  /// A probe is out: the oldest unacknowledged packet was sent again, alone and with AckReq,
+  /// and the requester holds everything after it until the answer shows what is missing.
+  bool probing = false;
+  bool probe_sent = false;
+  /// The earliest armed timer of this QP, 0 = none.
+  std::uint64_t deadline() const {
+    if (rnr_deadline) return rnr_deadline;
+    if (probe_deadline && (!retrans_deadline || probe_deadline < retrans_deadline))
+      return probe_deadline;
+    return retrans_deadline;
+  }
 };
 
 struct RespState {

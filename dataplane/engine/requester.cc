@@ -228,7 +228,8 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
              (w.opcode == WrOpcode::kSend || w.opcode == WrOpcode::kSendImm ||
               w.opcode == WrOpcode::kSendInv || w.opcode == WrOpcode::kWriteImm);
       // IBA 9.7.6.1.3: AckReq on the last packet, and often enough within long messages.
-      s.ack_req = !uc && (last || qp.req.pkts_since_ack_req + 1 >= cfg_.ack_req_every);
+      s.ack_req =
+          !uc && (last || qp.req.pkts_since_ack_req + 1 >= cfg_.ack_req_every || qp.comp.probing);
       break;
     }
   }
@@ -247,7 +248,13 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
   tx_commit(wire::finish_frame(s, hdr, payload, slot));
 
   qp.req.pkts_since_ack_req = s.ack_req ? 0 : qp.req.pkts_since_ack_req + 1;
-  if (before(s.psn, qp.req.high_psn)) stats_.inc(Counter::kRetransmittedPackets);
+  if (before(s.psn, qp.req.high_psn)) {
+    stats_.inc(Counter::kRetransmittedPackets);
+  } else if (!qp.comp.rtt_timing && !uc) {
+    qp.comp.rtt_timing = true;  // time this packet's acknowledgement
+    qp.comp.rtt_psn = s.psn;
+    qp.comp.rtt_start = now_;
+  }
   qp.req.next_psn = s.psn + psn_span;
   if (!before(qp.req.next_psn, qp.req.high_psn)) qp.req.high_psn = qp.req.next_psn;
   w.sent += payload;
@@ -256,7 +263,11 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
     w.state = uc ? WqeState::kExecuted : WqeState::kSent;
     if (uc) comp_retire(qp);
   }
-  if (!uc) arm_retransmit(qp);
+  if (!uc) {
+    arm_retransmit(qp);
+    arm_probe(qp);
+    if (qp.comp.probing) qp.comp.probe_sent = true;
+  }
   return true;
 }
 
@@ -290,7 +301,11 @@ void Engine::req_pump(Qp& qp, std::uint32_t& budget) {
       --budget;
       continue;
     }
-    if (qp.type == QpType::kRc &&
+    if (qp.comp.probe_sent) return;  // a probe is out: wait for its answer
+    // The window bounds what a go-back-N resends. READ and atomic requests are bounded by
+    // max_rd_atomic instead: a READ spans all its response PSNs, and its retry asks again only
+    // for the responses not received.
+    if (qp.type == QpType::kRc && !w.is_rd_atomic() &&
         distance(qp.req.next_psn, qp.comp.psn) >= static_cast<std::int32_t>(cfg_.max_inflight_psns))
       return;
     if (!req_packet(qp, w)) return;

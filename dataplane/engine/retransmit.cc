@@ -1,7 +1,10 @@
 /// @file
 /// Retransmission (IBA 9.7.6.1; rxe_comp.c retry paths, rxe_req.c req_retry): the local ACK
 /// timeout (4.096 us x 2^timeout, microsecond-granular), the RNR wait, the retry budgets, and
-/// the go-back-N rewind of the requester to a PSN.
+/// the go-back-N rewind of the requester to a PSN, and the fast-retransmit probe timed from
+/// the measured round-trip time (EngineConfig::probe_min_ns).
+#include <algorithm>
+
 #include "dataplane/engine/engine.h"
 
 namespace roce::engine {
@@ -9,7 +12,7 @@ namespace roce::engine {
 using wire::Psn;
 
 void Engine::track_timer(Qp& qp) {
-  const std::uint64_t d = qp.comp.rnr_deadline ? qp.comp.rnr_deadline : qp.comp.retrans_deadline;
+  const std::uint64_t d = qp.comp.deadline();
   if (d == 0) return;
   if (!qp.in_timer_list) {
     qp.in_timer_list = true;
@@ -23,6 +26,36 @@ void Engine::arm_retransmit(Qp& qp) {
   if (!before(qp.comp.psn, qp.req.high_psn)) return;  // nothing outstanding
   qp.comp.retrans_deadline = now_ + (std::uint64_t{4096} << qp.attr.timeout);
   track_timer(qp);
+}
+
+void Engine::arm_probe(Qp& qp) {
+  CompState& c = qp.comp;
+  if (cfg_.probe_min_ns == 0 || qp.type != QpType::kRc || c.probe_deadline != 0 ||
+      c.rnr_deadline != 0 || c.retry_pending)
+    return;
+  if (!before(c.psn, qp.req.high_psn)) return;  // nothing outstanding
+  // Before the first sample, a millisecond: long enough for any LAN, far below the timeout.
+  std::uint64_t rto = c.srtt_ns ? c.srtt_ns + 4 * c.rttvar_ns : 1'000'000;
+  rto = std::max(rto, cfg_.probe_min_ns) << std::min<std::uint8_t>(c.probe_backoff, 20);
+  const std::uint64_t at = now_ + rto;
+  if (c.retrans_deadline != 0 && at >= c.retrans_deadline) return;  // the timeout comes first
+  c.probe_deadline = at;
+  track_timer(qp);
+}
+
+void Engine::rtt_sample(Qp& qp) {
+  CompState& c = qp.comp;
+  if (!c.rtt_timing || !after(c.psn, c.rtt_psn)) return;
+  c.rtt_timing = false;
+  const std::uint64_t r = now_ > c.rtt_start ? now_ - c.rtt_start : 0;
+  if (c.srtt_ns == 0) {
+    c.srtt_ns = std::max<std::uint64_t>(r, 1);
+    c.rttvar_ns = r / 2;
+  } else {
+    const std::uint64_t diff = c.srtt_ns > r ? c.srtt_ns - r : r - c.srtt_ns;
+    c.rttvar_ns = (3 * c.rttvar_ns + diff) / 4;
+    c.srtt_ns = std::max<std::uint64_t>((7 * c.srtt_ns + r) / 8, 1);
+  }
 }
 
 void Engine::order_retry(Qp& qp, Psn from, bool count_retry) {
@@ -42,7 +75,11 @@ void Engine::order_retry(Qp& qp, Psn from, bool count_retry) {
   stats_.inc(Counter::kRetries);
   qp.comp.retry_pending = true;
   qp.comp.retry_psn = from;
-  qp.comp.retrans_deadline = 0;
+  // A counted retry restarts the ACK timeout; a probe leaves it running, so that a peer that
+  // is gone still exhausts retry_cnt in retry_cnt timeouts.
+  if (count_retry) qp.comp.retrans_deadline = 0;
+  qp.comp.probe_deadline = 0;
+  qp.comp.rtt_timing = false;  // Karn: no sample across a retransmission
   schedule_send(qp);
 }
 
@@ -90,6 +127,7 @@ void Engine::do_retry(Qp& qp) {
   if (!found) return;
   qp.req.pkts_since_ack_req = 0;
   arm_retransmit(qp);
+  arm_probe(qp);
 }
 
 void Engine::run_timers() {
@@ -104,11 +142,27 @@ void Engine::run_timers() {
       qp.comp.retrans_deadline = 0;
       if (before(qp.comp.psn, qp.req.high_psn) && qp.state == QpState::kRts) {
         stats_.inc(Counter::kRetransmitTimeouts);
-        qp.comp.retried = false;  // a timeout always retries
+        qp.comp.retried = false;                       // a timeout always retries
+        qp.comp.probing = qp.comp.probe_sent = false;  // and resends everything
         order_retry(qp, qp.comp.psn, true);
       }
     }
-    const std::uint64_t d = qp.comp.rnr_deadline ? qp.comp.rnr_deadline : qp.comp.retrans_deadline;
+    if (qp.comp.probe_deadline != 0 && now_ >= qp.comp.probe_deadline) {
+      qp.comp.probe_deadline = 0;
+      if (before(qp.comp.psn, qp.req.high_psn) && qp.state == QpState::kRts &&
+          !qp.comp.retry_pending && qp.comp.rnr_deadline == 0) {
+        // Tail-loss probe: send the oldest unacknowledged packet again, alone. Whatever was
+        // lost (that packet, a later one, the sequence NAK, or only ACKs), the answer tells:
+        // comp_progress resends the rest only when something is still missing.
+        stats_.inc(Counter::kRetransmitProbes);
+        if (qp.comp.probe_backoff < 255) ++qp.comp.probe_backoff;
+        qp.comp.retried = false;
+        qp.comp.probing = true;
+        qp.comp.probe_sent = false;
+        order_retry(qp, qp.comp.psn, false);
+      }
+    }
+    const std::uint64_t d = qp.comp.deadline();
     if (d == 0) {
       qp.in_timer_list = false;
       timer_list_[i] = timer_list_.back();

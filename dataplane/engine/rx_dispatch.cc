@@ -40,6 +40,7 @@ std::string_view to_string(Counter c) {
                                                                  "rnr_nak_rcvd",
                                                                  "err_nak_rcvd",
                                                                  "retransmit_timeouts",
+                                                                 "retransmit_probes",
                                                                  "retries",
                                                                  "retransmitted_packets",
                                                                  "retry_exceeded",

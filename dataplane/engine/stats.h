@@ -39,7 +39,8 @@ enum class Counter : std::uint8_t {
   kRnrNakRcvd,
   kErrNakRcvd,
   kRetransmitTimeouts,
-  kRetries,  ///< go-back-N episodes
+  kRetransmitProbes,  ///< fast retransmissions from the RTT-based probe timer
+  kRetries,           ///< go-back-N episodes
   kRetransmittedPackets,
   kRetryExceeded,
   kRnrRetryExceeded,

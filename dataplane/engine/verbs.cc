@@ -490,8 +490,8 @@ void Engine::qp_to_error(Qp& qp, std::optional<WcStatus> head_status) {
   qp.sq_head = qp.sq_tail;
   qp.req.next_wqe = qp.sq_tail;
   qp.req.rd_atomic_out = 0;
-  qp.comp.retrans_deadline = qp.comp.rnr_deadline = 0;
-  qp.comp.retry_pending = false;
+  qp.comp.retrans_deadline = qp.comp.rnr_deadline = qp.comp.probe_deadline = 0;
+  qp.comp.retry_pending = qp.comp.probing = qp.comp.probe_sent = false;
   for (auto& r : qp.resp.res) r.active = false;
   qp.resp.out_head = qp.resp.out_tail = 0;
   qp.resp.reads_queued = 0;

@@ -61,11 +61,19 @@ TEST(Conformance, DroppedPacketGivesOneSeqNakAndGoBackNFromIt) {
   EXPECT_EQ(lb.a().stats().get(Counter::kRetransmitTimeouts), 0u) << "recovered without a timeout";
 }
 
+// Without probes (EngineConfig::probe_min_ns = 0) only IBA's local ACK timeout recovers what
+// no NAK reports; the probe tests below run the same losses with probes on (the default).
+engine::EngineConfig no_probes() {
+  engine::EngineConfig c = Loopback::default_config(0);
+  c.probe_min_ns = 0;
+  return c;
+}
+
 TEST(Conformance, DroppedAckIsRecoveredByTimeoutAndReAck) {
   LoopbackOptions lo;
   // The ACK goes from B to A's QP (also kFirstQpn) with the PSN of the WRITE.
   lo.b2a.drop_psn.push_back({Engine::kFirstQpn, kPsnA, 1, wire::raw(Opcode::kRcAcknowledge)});
-  Loopback lb(lo);
+  Loopback lb(lo, no_probes());
   auto [a, b] = connect(lb);
   Buffer src = make_buffer(lb.a(), a.pd, 512, 1);
   Buffer dst = make_buffer(lb.b(), b.pd, 512, 2);
@@ -124,7 +132,7 @@ TEST(Conformance, DroppedLastPacketTakesTheTimeoutPath) {
   constexpr std::uint32_t kPkts = 4;
   LoopbackOptions lo;
   lo.a2b.drop_psn.push_back({Engine::kFirstQpn, kPsnA + kPkts - 1, 1, -1});
-  Loopback lb(lo);
+  Loopback lb(lo, no_probes());
   auto [a, b] = connect(lb);
   Buffer src = make_buffer(lb.a(), a.pd, kPkts * 1024, 1);
   Buffer dst = make_buffer(lb.b(), b.pd, kPkts * 1024, 2);
@@ -144,6 +152,96 @@ TEST(Conformance, DroppedLastPacketTakesTheTimeoutPath) {
   EXPECT_EQ(na.back().psn, kPsnA + kPkts - 1);
   EXPECT_TRUE(na.back().ack_req);
   EXPECT_EQ(lb.b().stats().get(Counter::kDuplicateRequests), kPkts - 1);
+}
+
+TEST(Probe, DroppedAckIsRecoveredByOneProbePacketWithoutATimeout) {
+  LoopbackOptions lo;
+  lo.b2a.drop_psn.push_back({Engine::kFirstQpn, kPsnA, 1, wire::raw(Opcode::kRcAcknowledge)});
+  Loopback lb(lo);
+  auto [a, b] = connect(lb);
+  Buffer src = make_buffer(lb.a(), a.pd, 512, 1);
+  Buffer dst = make_buffer(lb.b(), b.pd, 512, 2);
+  Sge s = src.sge();
+  SendWr w = make_wr(1, &s, dst);
+  const std::uint64_t t0 = lb.now();
+  ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);
+  auto wc = wait_wcs(lb, a.scq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(dst.bytes, src.bytes);
+  // No round trip measured yet: the first probe waits a millisecond, far below the 67 ms
+  // local ACK timeout (exponent 14) of these QPs.
+  const double us = static_cast<double>(lb.now() - t0) / 1000.0;
+  EXPECT_GE(us, 1000.0);
+  EXPECT_LT(us, 1500.0);
+  lb.settle();
+  const auto na = from(lb, 0), nb = from(lb, 1);
+  ASSERT_EQ(na.size(), 2u) << "the WRITE and the probe";
+  EXPECT_EQ(na[1].psn, kPsnA);
+  EXPECT_TRUE(na[1].ack_req);
+  ASSERT_EQ(nb.size(), 2u) << "the lost ACK and the re-ACK of the duplicate";
+  EXPECT_EQ(nb[1].psn, kPsnA);
+  EXPECT_EQ(lb.a().stats().get(Counter::kRetransmitProbes), 1u);
+  EXPECT_EQ(lb.a().stats().get(Counter::kRetransmitTimeouts), 0u);
+  EXPECT_EQ(a.qp->comp.retry_left, 7u) << "a probe does not spend the retry budget";
+}
+
+TEST(Probe, DroppedLastPacketCostsTheProbeAndThatPacketOnly) {
+  constexpr std::uint32_t kPkts = 4;
+  LoopbackOptions lo;
+  lo.a2b.drop_psn.push_back({Engine::kFirstQpn, kPsnA + kPkts - 1, 1, -1});
+  Loopback lb(lo);
+  auto [a, b] = connect(lb);
+  Buffer src = make_buffer(lb.a(), a.pd, kPkts * 1024, 1);
+  Buffer dst = make_buffer(lb.b(), b.pd, kPkts * 1024, 2);
+  Sge s = src.sge();
+  SendWr w = make_wr(1, &s, dst);
+  ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);
+  auto wc = wait_wcs(lb, a.scq, 1);
+  lb.settle();
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(dst.bytes, src.bytes);
+  const auto na = from(lb, 0), nb = from(lb, 1);
+  // 0 1 2 (3 lost) | probe: 0 again, alone, AckReq | B re-ACKs 2 | A resends 3 only.
+  ASSERT_EQ(na.size(), kPkts + 2);
+  EXPECT_EQ(na[kPkts].psn, kPsnA) << "the probe is the oldest unacknowledged packet";
+  EXPECT_TRUE(na[kPkts].ack_req);
+  EXPECT_EQ(na[kPkts + 1].psn, kPsnA + kPkts - 1) << "then only what the answer left out";
+  ASSERT_GE(nb.size(), 2u);
+  EXPECT_EQ(nb[0].psn, kPsnA + kPkts - 2) << "the answer to the probe";
+  EXPECT_EQ(lb.a().stats().get(Counter::kRetransmitProbes), 1u);
+  EXPECT_EQ(lb.a().stats().get(Counter::kRetransmitTimeouts), 0u);
+  EXPECT_EQ(lb.b().stats().get(Counter::kDuplicateRequests), 1u);
+}
+
+TEST(Probe, LostSequenceNakIsRecoveredByAProbe) {
+  constexpr std::uint32_t kPkts = 6, kDrop = 2;
+  LoopbackOptions lo;
+  lo.a2b.drop_psn.push_back({Engine::kFirstQpn, kPsnA + kDrop, 1, -1});
+  lo.b2a.drop_psn.push_back(
+      {Engine::kFirstQpn, kPsnA + kDrop, 1, wire::raw(Opcode::kRcAcknowledge)});
+  Loopback lb(lo);
+  auto [a, b] = connect(lb);
+  Buffer src = make_buffer(lb.a(), a.pd, kPkts * 1024, 1);
+  Buffer dst = make_buffer(lb.b(), b.pd, kPkts * 1024, 2);
+  Sge s = src.sge();
+  SendWr w = make_wr(1, &s, dst);
+  ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);
+  auto wc = wait_wcs(lb, a.scq, 1);
+  lb.settle();
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(dst.bytes, src.bytes);
+  EXPECT_EQ(lb.b().stats().get(Counter::kSeqErrNakSent), 1u);
+  EXPECT_EQ(lb.a().stats().get(Counter::kSeqErrNakRcvd), 0u) << "the NAK was lost";
+  EXPECT_EQ(lb.a().stats().get(Counter::kRetransmitProbes), 1u);
+  EXPECT_EQ(lb.a().stats().get(Counter::kRetransmitTimeouts), 0u);
+  const auto na = from(lb, 0);
+  // 0..5 (2 lost) | probe 0 | answer: ACK 1 | go-back-N 2..5.
+  ASSERT_EQ(na.size(), kPkts + 1 + (kPkts - kDrop));
+  EXPECT_EQ(na[kPkts].psn, kPsnA);
+  EXPECT_EQ(na[kPkts + 1].psn, kPsnA + kDrop);
 }
 
 TEST(Conformance, DuplicatedSendsAreDeliveredOnce) {

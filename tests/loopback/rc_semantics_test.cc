@@ -390,6 +390,32 @@ TEST(Retry, ExhaustedOnDeadLink) {
   EXPECT_EQ(std::vector<std::uint8_t>(dst.bytes), make_buffer(lb.b(), b.pd, 5000, 2).bytes);
 }
 
+TEST(Retry, ProbesDoNotKeepADeadLinkAlive) {
+  // With a long ACK timeout, probes (1 ms, doubling) go out in between, but they neither
+  // restart the timeout nor spend the budget: retry_cnt + 1 timeouts still end the QP.
+  LoopbackOptions lo;
+  lo.a2b.drop_rate = 1.0;
+  Loopback lb(lo);
+  RcOptions o;
+  o.retry_cnt = 2;
+  o.timeout = 14;  // 67.1 ms
+  auto [a, b] = connect(lb, o);
+  Buffer src = make_buffer(lb.a(), a.pd, 5000, 1);
+  Buffer dst = make_buffer(lb.b(), b.pd, 5000, 2);
+  Sge s = src.sge();
+  SendWr w = make_wr(1, &s, dst);
+  const std::uint64_t t0 = lb.now();
+  ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);
+  auto wc = wait_wcs(lb, a.scq, 1, 60'000'000'000ull);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WcStatus::kRetryExcErr);
+  EXPECT_EQ(lb.a().stats().get(Counter::kRetransmitTimeouts), 3u);
+  EXPECT_GE(lb.a().stats().get(Counter::kRetransmitProbes), 6u) << "1, 2, 4, 8, 16, 32 ms";
+  const double elapsed_ms = static_cast<double>(lb.now() - t0) / 1e6;
+  EXPECT_GE(elapsed_ms, 3 * 67.1);
+  EXPECT_LT(elapsed_ms, 3 * 67.1 + 1);
+}
+
 // ---- SRQ, UD, fast registration, fences, rd_atomic, unsignaled, inline -------------------------
 
 TEST(Srq, TwoQpsShareOneReceiveQueue) {

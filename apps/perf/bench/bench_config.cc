@@ -92,7 +92,7 @@ void parse_workload_keys(Reader& r, Workload& w) {
   w.iterations = r.uint("iterations", w.iterations, 1, 1'000'000'000);
   w.duration = r.real("duration", iters_given ? 0 : w.duration, 0.01, 3600);
   w.queue_depth = static_cast<std::uint32_t>(r.uint("queue_depth", w.queue_depth, 1, 1024));
-  w.qps = static_cast<std::uint32_t>(r.uint("qps", w.qps, 1, 64));
+  w.qps = static_cast<std::uint32_t>(r.uint("qps", w.qps, 1, 4096));
   if (r.has("mtu")) {
     const YAML::Node n = r.get("mtu");
     const auto v = r.uint_of(n, r.where("mtu"), 256, 4096);
@@ -104,6 +104,8 @@ void parse_workload_keys(Reader& r, Workload& w) {
   w.drop_rate = r.real("drop_rate", w.drop_rate, 0, 0.5);
   w.seed = r.uint("seed", w.seed, 0, UINT64_MAX);
   w.retry_timeout = static_cast<std::uint32_t>(r.uint("retry_timeout", w.retry_timeout, 1, 31));
+  w.window = static_cast<std::uint32_t>(r.uint("window", w.window, 0, 1u << 22));
+  w.ack_req_every = static_cast<std::uint32_t>(r.uint("ack_req_every", w.ack_req_every, 0, 4096));
 }
 
 }  // namespace

@@ -35,6 +35,8 @@ struct Workload {
   double drop_rate = 0;              ///< injected on both appliances' transmit
   std::uint64_t seed = 1;            ///< of the fault injection
   std::uint32_t retry_timeout = 14;  ///< local ACK timeout exponent: 4.096 us x 2^n (perftest: 14)
+  std::uint32_t window = 0;          ///< requester window in packets per QP (0: the engine's)
+  std::uint32_t ack_req_every = 0;   ///< AckReq at least every N packets (0: the engine's)
 };
 
 struct Baselines {

@@ -212,8 +212,9 @@ void point_json(std::ostringstream& j, const Point& p, const Results& r, const W
   if (p.kind == Kind::kL2Blast) j << ",\"lost\":" << p.lost;
   if (p.kind == Kind::kOurs) {
     j << ",\"counters\":{\"retransmitted_packets\":" << p.retransmitted
-      << ",\"retransmit_timeouts\":" << p.timeouts << ",\"injected_drops\":" << p.injected_drops
-      << ",\"rnr_naks_received\":" << p.rnr_naks << ",\"seq_naks_received\":" << p.seq_naks << "}";
+      << ",\"retransmit_timeouts\":" << p.timeouts << ",\"retransmit_probes\":" << p.probes
+      << ",\"injected_drops\":" << p.injected_drops << ",\"rnr_naks_received\":" << p.rnr_naks
+      << ",\"seq_naks_received\":" << p.seq_naks << "}";
     if (w) {
       const std::uint32_t fp = frame_payload(p.size, w->mtu);
       const Point* link = r.find(Kind::kL2Blast, fp);
@@ -260,7 +261,8 @@ std::string to_json(const BenchConfig& cfg, const Results& r) {
     j << "],\"iterations\":" << w.iterations << ",\"duration\":" << num(w.duration)
       << ",\"queue_depth\":" << w.queue_depth << ",\"qps\":" << w.qps << ",\"mtu\":" << w.mtu
       << ",\"inline\":" << w.inline_size << ",\"drop_rate\":" << num(w.drop_rate)
-      << ",\"seed\":" << w.seed << ",\"retry_timeout\":" << w.retry_timeout << ",\"results\":[";
+      << ",\"seed\":" << w.seed << ",\"retry_timeout\":" << w.retry_timeout
+      << ",\"window\":" << w.window << ",\"ack_req_every\":" << w.ack_req_every << ",\"results\":[";
     bool first = true;
     for (const auto& p : r.points)
       if (p.kind == Kind::kOurs && p.workload == static_cast<std::int32_t>(i)) {

@@ -29,7 +29,8 @@ struct Point {
   double msgs_per_s = 0;   ///< messages (link: frames)
   bool has_lat = false;
   double lat_min = 0, lat_p50 = 0, lat_avg = 0, lat_p99 = 0, lat_p999 = 0, lat_max = 0;  ///< ns
-  std::uint64_t retransmitted = 0, timeouts = 0, injected_drops = 0, rnr_naks = 0, seq_naks = 0;
+  std::uint64_t retransmitted = 0, timeouts = 0, probes = 0, injected_drops = 0, rnr_naks = 0,
+                seq_naks = 0;
   std::uint64_t lost = 0;  ///< link blast: frames sent and not received
 };
 

@@ -349,6 +349,8 @@ void Appliance::workload(std::size_t wi) {
   ec.mac = mac_[side_];
   ec.ipv4 = wire::Ipv4Addr{0xC0000201u + static_cast<std::uint32_t>(side_)};
   ec.seed = 1000 + wi * 2 + static_cast<std::uint64_t>(side_);
+  if (w.window != 0) ec.max_inflight_psns = w.window;
+  if (w.ack_req_every != 0) ec.ack_req_every = w.ack_req_every;
   Engine eng(ec);
   FaultPolicy fp;
   fp.drop_rate = w.drop_rate;
@@ -573,6 +575,7 @@ void Appliance::workload(std::size_t wi) {
     const auto diff = [&](Counter c) { return st.get(c) - st0.get(c); };
     p.retransmitted = diff(Counter::kRetransmittedPackets);
     p.timeouts = diff(Counter::kRetransmitTimeouts);
+    p.probes = diff(Counter::kRetransmitProbes);
     p.rnr_naks = diff(Counter::kRnrNakRcvd);
     p.seq_naks = diff(Counter::kSeqErrNakRcvd);
     p.injected_drops = (loop.faults() ? loop.faults()->stats().dropped : 0) - drops0;
