@@ -49,13 +49,14 @@ struct EngineConfig {
   /// Advertise end-to-end credits (posted receive WQEs) in every ACK's AETH (IBA 9.7.7.2);
   /// off: always "no credit information" (0x1F), as rxe does. QPs on an SRQ never advertise.
   bool advertise_credits = true;
-  /// Fast retransmission: besides the local ACK timeout of IBA (which counts against
-  /// retry_cnt), a probe timer from the measured round-trip time (srtt + 4 rttvar, at least
-  /// `probe_min_ns`, doubling while nothing is acknowledged, never beyond the ACK timeout)
-  /// rewinds the requester to the oldest unacknowledged PSN without spending the retry budget.
-  /// It recovers a lost tail packet, a lost sequence NAK or a lost retransmission in
-  /// microseconds instead of the milliseconds of the ACK timeout. The peer sees duplicates,
-  /// which every responder must handle (IBA 9.7.5.1.4). 0 turns it off.
+  /// Fast retransmission (a tail-loss probe): besides IBA's local ACK timeout, which counts
+  /// against retry_cnt, a probe timer runs from the measured round-trip time: max(2 srtt,
+  /// srtt + 4 rttvar), at least `probe_min_ns`, doubling while unanswered, never beyond the
+  /// ACK timeout. When it fires, the oldest unacknowledged packet is sent again, alone and with
+  /// AckReq, without spending the retry budget; the ACK that answers it shows what is still
+  /// missing, and only that is resent. It recovers a lost tail packet, a lost sequence NAK or a
+  /// lost retransmission in microseconds instead of the ACK timeout's milliseconds. The peer
+  /// sees a duplicate, which every responder handles (IBA 9.7.5.1.4). 0 turns it off.
   std::uint64_t probe_min_ns = 50'000;
 };
 
@@ -191,6 +192,10 @@ class Engine {
   std::vector<Qp*> read_list_;
   std::vector<Qp*> timer_list_;
   std::uint64_t next_timer_ = 0;  ///< earliest armed deadline, 0 = none
+  // Round-trip time over all QPs (same estimator): the probe timer of a QP without its own
+  // sample starts from it, so that a thousand new QPs behind one long queue do not all probe
+  // after the 1 ms guess.
+  std::uint64_t srtt_ns_ = 0, rttvar_ns_ = 0;
 
  public:
   static constexpr std::uint32_t kFirstQpn = 0x11;

@@ -34,8 +34,16 @@ void Engine::arm_probe(Qp& qp) {
       c.rnr_deadline != 0 || c.retry_pending)
     return;
   if (!before(c.psn, qp.req.high_psn)) return;  // nothing outstanding
-  // Before the first sample, a millisecond: long enough for any LAN, far below the timeout.
-  std::uint64_t rto = c.srtt_ns ? c.srtt_ns + 4 * c.rttvar_ns : 1'000'000;
+  // Before the QP's first sample, the engine's estimate; before any sample, a millisecond:
+  // long enough for any LAN, far below the timeout.
+  // As TLP (RFC 8985 7.2): at least twice the smoothed round trip, which absorbs the ACK
+  // coalescing of the responder and queues that vary from burst to burst.
+  const auto pto = [](std::uint64_t srtt, std::uint64_t var) {
+    return std::max(2 * srtt, srtt + 4 * var);
+  };
+  std::uint64_t rto = c.srtt_ns  ? pto(c.srtt_ns, c.rttvar_ns)
+                      : srtt_ns_ ? pto(srtt_ns_, rttvar_ns_)
+                                 : 1'000'000;
   rto = std::max(rto, cfg_.probe_min_ns) << std::min<std::uint8_t>(c.probe_backoff, 20);
   const std::uint64_t at = now_ + rto;
   if (c.retrans_deadline != 0 && at >= c.retrans_deadline) return;  // the timeout comes first
@@ -43,19 +51,27 @@ void Engine::arm_probe(Qp& qp) {
   track_timer(qp);
 }
 
+namespace {
+// RFC 6298's smoothed round-trip time and its mean deviation (gains 1/8 and 1/4).
+void rtt_update(std::uint64_t& srtt, std::uint64_t& rttvar, std::uint64_t r) {
+  if (srtt == 0) {
+    srtt = std::max<std::uint64_t>(r, 1);
+    rttvar = r / 2;
+    return;
+  }
+  const std::uint64_t diff = srtt > r ? srtt - r : r - srtt;
+  rttvar = (3 * rttvar + diff) / 4;
+  srtt = std::max<std::uint64_t>((7 * srtt + r) / 8, 1);
+}
+}  // namespace
+
 void Engine::rtt_sample(Qp& qp) {
   CompState& c = qp.comp;
   if (!c.rtt_timing || !after(c.psn, c.rtt_psn)) return;
   c.rtt_timing = false;
   const std::uint64_t r = now_ > c.rtt_start ? now_ - c.rtt_start : 0;
-  if (c.srtt_ns == 0) {
-    c.srtt_ns = std::max<std::uint64_t>(r, 1);
-    c.rttvar_ns = r / 2;
-  } else {
-    const std::uint64_t diff = c.srtt_ns > r ? c.srtt_ns - r : r - c.srtt_ns;
-    c.rttvar_ns = (3 * c.rttvar_ns + diff) / 4;
-    c.srtt_ns = std::max<std::uint64_t>((7 * c.srtt_ns + r) / 8, 1);
-  }
+  rtt_update(c.srtt_ns, c.rttvar_ns, r);
+  rtt_update(srtt_ns_, rttvar_ns_, r);
 }
 
 void Engine::order_retry(Qp& qp, Psn from, bool count_retry) {

@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -85,19 +86,27 @@ struct Msg {
 class Channel {
  public:
   Channel(int side, int fd, double timeout) : side_(side), fd_(fd), timeout_(timeout) {}
+  /// Sends `m`; while the socket is full (both sides may send a burst, e.g. the QP numbers of
+  /// a thousand QPs, before reading), keeps what arrives for the next try_recv.
   void send(const Msg& m) {
-    if (::write(fd_, &m, sizeof m) != static_cast<ssize_t>(sizeof m))
-      die(side_, "control channel write failed");
+    const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(timeout_ * 1e9);
+    for (;;) {
+      const ssize_t w = ::write(fd_, &m, sizeof m);
+      if (w == static_cast<ssize_t>(sizeof m)) return;
+      if (w >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || port::now_ns() > end)
+        die(side_, "control channel write failed");
+      Msg in;
+      if (read_one(in)) backlog_.push_back(in);
+    }
   }
   /// Non-blocking: true when a whole message has arrived.
   bool try_recv(Msg& m) {
-    const ssize_t r = ::read(fd_, buf_ + got_, sizeof buf_ - got_);
-    if (r == 0) die(side_, "the peer closed the control channel");
-    if (r > 0) got_ += static_cast<std::size_t>(r);
-    if (got_ < sizeof(Msg)) return false;
-    std::memcpy(&m, buf_, sizeof m);
-    got_ = 0;
-    return true;
+    if (!backlog_.empty()) {
+      m = backlog_.front();
+      backlog_.pop_front();
+      return true;
+    }
+    return read_one(m);
   }
   /// Waits for a message of `type`, calling `poll()` meanwhile (keeps the dataplane going).
   template <class Poll>
@@ -115,10 +124,21 @@ class Channel {
   }
 
  private:
+  bool read_one(Msg& m) {
+    const ssize_t r = ::read(fd_, buf_ + got_, sizeof buf_ - got_);
+    if (r == 0) die(side_, "the peer closed the control channel");
+    if (r > 0) got_ += static_cast<std::size_t>(r);
+    if (got_ < sizeof(Msg)) return false;
+    std::memcpy(&m, buf_, sizeof m);
+    got_ = 0;
+    return true;
+  }
+
   int side_, fd_;
   double timeout_;
   char buf_[sizeof(Msg)];
   std::size_t got_ = 0;
+  std::deque<Msg> backlog_;
 };
 
 // ---- one appliance process --------------------------------------------------------------------
