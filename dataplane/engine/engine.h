@@ -25,6 +25,7 @@
 #include "dataplane/engine/memory.h"
 #include "dataplane/engine/qp.h"
 #include "dataplane/engine/stats.h"
+#include "dataplane/engine/timer_wheel.h"
 #include "dataplane/engine/tx_ring.h"
 #include "dataplane/engine/verbs.h"
 #include "dataplane/wire/roce_frame.h"
@@ -110,7 +111,8 @@ class Engine {
     return tx_.drain(std::forward<F>(f), max);
   }
   std::uint32_t tx_pending() const { return tx_.size(); }
-  /// Earliest armed timer (retransmit or RNR), in ns; 0 when none is armed.
+  /// Earliest armed timer (retransmit, probe or RNR), in ns, or a little earlier; 0 when none
+  /// is armed.
   std::uint64_t next_deadline() const { return next_timer_; }
   /// True when run() would have something to send (queued WQEs, READ responses, ACKs).
   bool has_work() const { return !send_list_.empty() || !read_list_.empty() || !ack_list_.empty(); }
@@ -157,6 +159,7 @@ class Engine {
   void do_retry(Qp& qp);
   void arm_retransmit(Qp& qp);
   void run_timers();
+  void fire_timers(Qp& qp);
   void track_timer(Qp& qp);
   void arm_probe(Qp& qp);
   void rtt_sample(Qp& qp);
@@ -190,7 +193,7 @@ class Engine {
   std::vector<Qp*> send_list_;
   std::vector<Qp*> ack_list_;
   std::vector<Qp*> read_list_;
-  std::vector<Qp*> timer_list_;
+  TimerWheel<Qp> timers_;         ///< retransmit, probe and RNR deadlines (Qp::timer_at)
   std::uint64_t next_timer_ = 0;  ///< earliest armed deadline, 0 = none
   // Round-trip time over all QPs (same estimator): the probe timer of a QP without its own
   // sample starts from it, so that a thousand new QPs behind one long queue do not all probe

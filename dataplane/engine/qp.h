@@ -218,7 +218,7 @@ struct Qp {
   wire::FrameSpec tx;  ///< header template for this QP's packets
   bool in_send_list = false;
   bool in_ack_list = false;
-  bool in_timer_list = false;
+  std::uint64_t timer_at = 0;  ///< when its timer wheel entry is due (0: none)
   bool in_read_list = false;
 
   SendWqe& wqe(std::uint32_t i) { return sq[i % sq.size()]; }

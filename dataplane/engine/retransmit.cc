@@ -14,11 +14,12 @@ using wire::Psn;
 void Engine::track_timer(Qp& qp) {
   const std::uint64_t d = qp.comp.deadline();
   if (d == 0) return;
-  if (!qp.in_timer_list) {
-    qp.in_timer_list = true;
-    timer_list_.push_back(&qp);
-  }
-  if (next_timer_ == 0 || d < next_timer_) next_timer_ = d;
+  // An earlier entry is still in the wheel: when it comes, fire_timers finds nothing due and
+  // schedules the QP again for its deadline then.
+  if (qp.timer_at != 0 && qp.timer_at <= d) return;
+  qp.timer_at = d;
+  timers_.schedule(&qp, d);
+  next_timer_ = timers_.next();
 }
 
 void Engine::arm_retransmit(Qp& qp) {
@@ -147,48 +148,44 @@ void Engine::do_retry(Qp& qp) {
 }
 
 void Engine::run_timers() {
-  std::uint64_t next = 0;
-  for (std::size_t i = 0; i < timer_list_.size();) {
-    Qp& qp = *timer_list_[i];
-    if (qp.comp.rnr_deadline != 0 && now_ >= qp.comp.rnr_deadline) {
-      qp.comp.rnr_deadline = 0;
-      order_retry(qp, qp.comp.rnr_psn, false);
-    }
-    if (qp.comp.retrans_deadline != 0 && now_ >= qp.comp.retrans_deadline) {
-      qp.comp.retrans_deadline = 0;
-      if (before(qp.comp.psn, qp.req.high_psn) && qp.state == QpState::kRts) {
-        stats_.inc(Counter::kRetransmitTimeouts);
-        qp.comp.retried = false;                       // a timeout always retries
-        qp.comp.probing = qp.comp.probe_sent = false;  // and resends everything
-        order_retry(qp, qp.comp.psn, true);
-      }
-    }
-    if (qp.comp.probe_deadline != 0 && now_ >= qp.comp.probe_deadline) {
-      qp.comp.probe_deadline = 0;
-      if (before(qp.comp.psn, qp.req.high_psn) && qp.state == QpState::kRts &&
-          !qp.comp.retry_pending && qp.comp.rnr_deadline == 0) {
-        // Tail-loss probe: send the oldest unacknowledged packet again, alone. Whatever was
-        // lost (that packet, a later one, the sequence NAK, or only ACKs), the answer tells:
-        // comp_progress resends the rest only when something is still missing.
-        stats_.inc(Counter::kRetransmitProbes);
-        if (qp.comp.probe_backoff < 255) ++qp.comp.probe_backoff;
-        qp.comp.retried = false;
-        qp.comp.probing = true;
-        qp.comp.probe_sent = false;
-        order_retry(qp, qp.comp.psn, false);
-      }
-    }
-    const std::uint64_t d = qp.comp.deadline();
-    if (d == 0) {
-      qp.in_timer_list = false;
-      timer_list_[i] = timer_list_.back();
-      timer_list_.pop_back();
-      continue;
-    }
-    if (next == 0 || d < next) next = d;
-    ++i;
+  timers_.expire(now_, [this](Qp* qp, std::uint64_t at) {
+    if (at != qp->timer_at) return;  // re-armed earlier, or reset, since: a stale entry
+    qp->timer_at = 0;
+    fire_timers(*qp);
+    track_timer(*qp);
+  });
+  next_timer_ = timers_.next();
+}
+
+void Engine::fire_timers(Qp& qp) {
+  if (qp.comp.rnr_deadline != 0 && now_ >= qp.comp.rnr_deadline) {
+    qp.comp.rnr_deadline = 0;
+    order_retry(qp, qp.comp.rnr_psn, false);
   }
-  next_timer_ = next;
+  if (qp.comp.retrans_deadline != 0 && now_ >= qp.comp.retrans_deadline) {
+    qp.comp.retrans_deadline = 0;
+    if (before(qp.comp.psn, qp.req.high_psn) && qp.state == QpState::kRts) {
+      stats_.inc(Counter::kRetransmitTimeouts);
+      qp.comp.retried = false;                       // a timeout always retries
+      qp.comp.probing = qp.comp.probe_sent = false;  // and resends everything
+      order_retry(qp, qp.comp.psn, true);
+    }
+  }
+  if (qp.comp.probe_deadline != 0 && now_ >= qp.comp.probe_deadline) {
+    qp.comp.probe_deadline = 0;
+    if (before(qp.comp.psn, qp.req.high_psn) && qp.state == QpState::kRts &&
+        !qp.comp.retry_pending && qp.comp.rnr_deadline == 0) {
+      // Tail-loss probe: send the oldest unacknowledged packet again, alone. Whatever was
+      // lost (that packet, a later one, the sequence NAK, or only ACKs), the answer tells:
+      // comp_progress resends the rest only when something is still missing.
+      stats_.inc(Counter::kRetransmitProbes);
+      if (qp.comp.probe_backoff < 255) ++qp.comp.probe_backoff;
+      qp.comp.retried = false;
+      qp.comp.probing = true;
+      qp.comp.probe_sent = false;
+      order_retry(qp, qp.comp.psn, false);
+    }
+  }
 }
 
 }  // namespace roce::engine

@@ -148,7 +148,6 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg), tx_(cfg.tx_slots), mrs_(pic
   send_list_.reserve(cfg.max_qps);
   ack_list_.reserve(cfg.max_qps);
   read_list_.reserve(cfg.max_qps);
-  timer_list_.reserve(cfg.max_qps);
 }
 
 Engine::~Engine() = default;
@@ -277,7 +276,7 @@ int Engine::destroy_qp(Qp* qp) {
   unlist(send_list_);
   unlist(ack_list_);
   unlist(read_list_);
-  unlist(timer_list_);
+  timers_.erase(qp);
   --qp->pd->use_count;
   if (qp->srq) --qp->srq->use_count;
   if (qp == gsi_) gsi_ = nullptr;
@@ -367,8 +366,8 @@ int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
     std::erase(send_list_, qp);
     std::erase(ack_list_, qp);
     std::erase(read_list_, qp);
-    std::erase(timer_list_, qp);
-    qp->in_ack_list = qp->in_read_list = qp->in_timer_list = false;
+    qp->timer_at = 0;  // its wheel entries are stale now
+    qp->in_ack_list = qp->in_read_list = false;
     qp->state = QpState::kReset;
     return kOk;
   }
