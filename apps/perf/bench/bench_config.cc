@@ -106,6 +106,8 @@ void parse_workload_keys(Reader& r, Workload& w) {
   w.retry_timeout = static_cast<std::uint32_t>(r.uint("retry_timeout", w.retry_timeout, 1, 31));
   w.window = static_cast<std::uint32_t>(r.uint("window", w.window, 0, 1u << 22));
   w.ack_req_every = static_cast<std::uint32_t>(r.uint("ack_req_every", w.ack_req_every, 0, 4096));
+  if (r.has("probe_min_us"))
+    w.probe_min_us = static_cast<std::int64_t>(r.uint("probe_min_us", 0, 0, 10'000'000));
 }
 
 }  // namespace

@@ -371,6 +371,7 @@ void Appliance::workload(std::size_t wi) {
   ec.seed = 1000 + wi * 2 + static_cast<std::uint64_t>(side_);
   if (w.window != 0) ec.max_inflight_psns = w.window;
   if (w.ack_req_every != 0) ec.ack_req_every = w.ack_req_every;
+  if (w.probe_min_us >= 0) ec.probe_min_ns = static_cast<std::uint64_t>(w.probe_min_us) * 1000;
   Engine eng(ec);
   FaultPolicy fp;
   fp.drop_rate = w.drop_rate;
