@@ -34,6 +34,12 @@ void Engine::comp_progress(Qp& qp) {
   // The answer to a probe: what it left unacknowledged was lost after all; resend from there.
   if (qp.comp.probing) {
     qp.comp.probing = qp.comp.probe_sent = false;
+    constexpr std::uint8_t kMaxPtoShift = 6;
+    if (after(qp.comp.psn, qp.comp.probe_psn + 1)) {
+      if (qp.comp.pto_shift < kMaxPtoShift) ++qp.comp.pto_shift;  // it had arrived: too early
+    } else if (qp.comp.pto_shift > 0) {
+      --qp.comp.pto_shift;  // it was missing: the probe was needed
+    }
     if (before(qp.comp.psn, qp.req.high_psn)) {
       qp.comp.retry_left = qp.attr.retry_cnt;
       qp.comp.rnr_left = qp.attr.rnr_retry;

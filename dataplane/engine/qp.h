@@ -143,6 +143,12 @@ struct CompState {
   /// and the requester holds everything after it until the answer shows what is missing.
   bool probing = false;
   bool probe_sent = false;
+  wire::Psn probe_psn;  ///< the packet the probe sent again
+  /// The probe timer is scaled by 2^pto_shift: raised when an answer shows the probed packet
+  /// had arrived (the probe was early: queues longer than the estimate, or only an ACK lost),
+  /// lowered when it had not (the probe found a loss). Under load, where a thousand QPs share
+  /// one queue and round trips vary by milliseconds, this keeps probes from adding load.
+  std::uint8_t pto_shift = 0;
   /// The earliest armed timer of this QP, 0 = none.
   std::uint64_t deadline() const {
     if (rnr_deadline) return rnr_deadline;

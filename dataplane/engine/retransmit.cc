@@ -45,7 +45,8 @@ void Engine::arm_probe(Qp& qp) {
   std::uint64_t rto = c.srtt_ns  ? pto(c.srtt_ns, c.rttvar_ns)
                       : srtt_ns_ ? pto(srtt_ns_, rttvar_ns_)
                                  : 1'000'000;
-  rto = std::max(rto, cfg_.probe_min_ns) << std::min<std::uint8_t>(c.probe_backoff, 20);
+  rto = std::max(rto, cfg_.probe_min_ns)
+        << std::min<unsigned>(unsigned{c.probe_backoff} + c.pto_shift, 20);
   const std::uint64_t at = now_ + rto;
   if (c.retrans_deadline != 0 && at >= c.retrans_deadline) return;  // the timeout comes first
   c.probe_deadline = at;
@@ -183,6 +184,7 @@ void Engine::fire_timers(Qp& qp) {
       qp.comp.retried = false;
       qp.comp.probing = true;
       qp.comp.probe_sent = false;
+      qp.comp.probe_psn = qp.comp.psn;
       order_retry(qp, qp.comp.psn, false);
     }
   }

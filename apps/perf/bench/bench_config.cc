@@ -5,6 +5,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -110,6 +111,84 @@ void parse_workload_keys(Reader& r, Workload& w) {
     w.probe_min_us = static_cast<std::int64_t>(r.uint("probe_min_us", 0, 0, 10'000'000));
 }
 
+const std::pair<const char*, Target::Metric> kMetrics[] = {
+    {"bytes_vs_link", Target::Metric::kBytesVsLink},
+    {"msgs_vs_link", Target::Metric::kMsgsVsLink},
+    {"p50_vs_l2_echo", Target::Metric::kP50VsL2Echo},
+    {"bytes_vs_workload", Target::Metric::kBytesVsWorkload},
+    {"msgs_vs_workload", Target::Metric::kMsgsVsWorkload}};
+
+Target parse_target(Reader& r, const YAML::Node& node, const std::string& path,
+                    const BenchConfig& c) {
+  const auto workload = [&](const std::string& key) -> const Workload& {
+    const YAML::Node n = r.get(key);
+    const std::string name = n.IsScalar() ? n.Scalar() : "";
+    for (const auto& w : c.workloads)
+      if (w.name == name) return w;
+    r.fail(n, r.where(key) + ": no workload is named '" + name + "'");
+  };
+  Target t;
+  if (!r.has("workload")) r.fail(node, path + ".workload is missing");
+  const Workload& w = workload("workload");
+  t.workload = w.name;
+  t.name = r.str("name", w.name);
+  if (!r.has("metric")) r.fail(node, path + ".metric is missing");
+  const YAML::Node m = r.get("metric");
+  const std::string ms = m.IsScalar() ? m.Scalar() : "";
+  bool found = false;
+  for (const auto& [name, metric] : kMetrics)
+    if (ms == name) t.metric = metric, found = true;
+  if (!found)
+    r.fail(m, r.where("metric") +
+                  " must be bytes_vs_link, msgs_vs_link, p50_vs_l2_echo, bytes_vs_workload or "
+                  "msgs_vs_workload, not '" +
+                  ms + "'");
+  t.size = static_cast<std::uint32_t>(r.uint("size", w.sizes.front(), 1, kMaxSize));
+  if (std::find(w.sizes.begin(), w.sizes.end(), t.size) == w.sizes.end())
+    r.fail(r.get("size"),
+           r.where("size") + ": workload '" + w.name + "' has no size " + std::to_string(t.size));
+  const bool vs_workload =
+      t.metric == Target::Metric::kBytesVsWorkload || t.metric == Target::Metric::kMsgsVsWorkload;
+  if (vs_workload) {
+    if (!r.has("of")) r.fail(node, path + ".of is missing: " + ms + " needs a reference workload");
+    const Workload& ref = workload("of");
+    t.of = ref.name;
+    if (std::find(ref.sizes.begin(), ref.sizes.end(), t.size) == ref.sizes.end())
+      r.fail(r.get("of"),
+             r.where("of") + ": workload '" + ref.name + "' has no size " + std::to_string(t.size));
+  } else if (r.has("of")) {
+    r.fail(r.get("of"), r.where("of") + " only goes with bytes_vs_workload or msgs_vs_workload");
+  }
+  if (t.metric == Target::Metric::kP50VsL2Echo && w.mode != Mode::kLat)
+    r.fail(m, r.where("metric") + ": p50_vs_l2_echo needs a workload in lat mode");
+  if (t.metric != Target::Metric::kP50VsL2Echo && w.mode != Mode::kBw)
+    r.fail(m, r.where("metric") + ": " + ms + " needs a workload in bw mode");
+  if (r.has("min") == r.has("max")) r.fail(node, path + ": give min or max (one of them)");
+  t.is_max = r.has("max");
+  t.bound = r.real(t.is_max ? "max" : "min", 0, 0, 1e6);
+  return t;
+}
+
+}  // namespace
+
+const char* to_string(Target::Metric m) {
+  for (const auto& [name, metric] : kMetrics)
+    if (metric == m) return name;
+  return "?";
+}
+
+namespace {
+void parse_targets(Reader& r, const YAML::Node& root, BenchConfig& c) {
+  if (!r.has("targets")) return;
+  const YAML::Node ts = r.get("targets");
+  if (!ts.IsSequence()) r.fail(ts, "targets must be a list");
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    const std::string path = "targets[" + std::to_string(i) + "]";
+    Reader tr(ts[i], c.origin, path);
+    c.targets.push_back(parse_target(tr, ts[i], path, c));
+  }
+  (void)root;
+}
 }  // namespace
 
 BenchConfig parse_bench_config(const std::string& text, const std::string& origin) {
@@ -166,6 +245,7 @@ BenchConfig parse_bench_config(const std::string& text, const std::string& origi
     if (w.mode == Mode::kLat) w.queue_depth = 1;
     c.workloads.push_back(std::move(w));
   }
+  parse_targets(r, root, c);
   return c;
 }
 

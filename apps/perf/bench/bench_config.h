@@ -47,6 +47,27 @@ struct Baselines {
   std::uint64_t iterations = 2000;  ///< round trips per size for the echoes and ping-pongs
 };
 
+/// A figure the run is checked against (the benchmark issue's targets): the value of `metric`
+/// for `workload` at message size `size` must be at least `min` or at most `max`. Reported,
+/// not asserted: a missed target is printed and written to the JSON, the run still succeeds.
+struct Target {
+  enum class Metric {
+    kBytesVsLink,      ///< our bytes/s over the L2 blast's payload bytes/s at our frame size
+    kMsgsVsLink,       ///< our messages/s over the L2 blast's frames/s
+    kP50VsL2Echo,      ///< our median round trip over the L2 echo's
+    kBytesVsWorkload,  ///< our bytes/s over workload `of`'s at the same size
+    kMsgsVsWorkload,   ///< our messages/s over workload `of`'s at the same size
+  };
+  std::string name;
+  std::string workload;
+  std::uint32_t size = 0;  ///< 0: the workload's first size
+  Metric metric = Metric::kBytesVsLink;
+  std::string of;       ///< the reference workload of the *_vs_workload metrics
+  bool is_max = false;  ///< true: value <= bound; false: value >= bound
+  double bound = 0;
+};
+const char* to_string(Target::Metric m);
+
 struct BenchConfig {
   std::string origin;  ///< the file it came from
   std::string text;    ///< the file as read, copied into the JSON report
@@ -57,6 +78,7 @@ struct BenchConfig {
   double timeout = 60;  ///< seconds before a stalled step fails the run
   Baselines baselines;
   std::vector<Workload> workloads;
+  std::vector<Target> targets;
 };
 
 /// Parses a benchmark file; throws BenchConfigError("file:line:col: what").

@@ -243,6 +243,77 @@ void point_json(std::ostringstream& j, const Point& p, const Results& r, const W
 
 }  // namespace
 
+std::vector<TargetResult> evaluate_targets(const BenchConfig& cfg, const Results& r) {
+  const auto ours = [&](const std::string& name, std::uint32_t size) -> const Point* {
+    for (std::size_t i = 0; i < cfg.workloads.size(); ++i)
+      if (cfg.workloads[i].name == name)
+        for (const auto& p : r.points)
+          if (p.kind == Kind::kOurs && p.workload == static_cast<std::int32_t>(i) && p.size == size)
+            return &p;
+    return nullptr;
+  };
+  const auto mtu_of = [&](const std::string& name) {
+    for (const auto& w : cfg.workloads)
+      if (w.name == name) return w.mtu;
+    return 1024u;
+  };
+  std::vector<TargetResult> out;
+  for (const Target& t : cfg.targets) {
+    TargetResult tr;
+    tr.target = &t;
+    const Point* p = ours(t.workload, t.size);
+    const std::uint32_t fp = frame_payload(t.size, mtu_of(t.workload));
+    const Point* base = nullptr;
+    double Point::*field = &Point::bytes_per_s;
+    switch (t.metric) {
+      case Target::Metric::kBytesVsLink:
+        base = r.find(Kind::kL2Blast, fp);
+        break;
+      case Target::Metric::kMsgsVsLink:
+        base = r.find(Kind::kL2Blast, fp);
+        field = &Point::msgs_per_s;
+        break;
+      case Target::Metric::kP50VsL2Echo:
+        base = r.find(Kind::kL2Echo, fp);
+        field = &Point::lat_p50;
+        break;
+      case Target::Metric::kBytesVsWorkload:
+        base = ours(t.of, t.size);
+        break;
+      case Target::Metric::kMsgsVsWorkload:
+        base = ours(t.of, t.size);
+        field = &Point::msgs_per_s;
+        break;
+    }
+    if (p && base && base->*field > 0) {
+      tr.value = p->*field / (base->*field);
+      tr.met = t.is_max ? *tr.value <= t.bound : *tr.value >= t.bound;
+    }
+    out.push_back(tr);
+  }
+  return out;
+}
+
+void print_targets(std::FILE* out, const std::vector<TargetResult>& ts) {
+  if (ts.empty()) return;
+  std::fprintf(out, "%s\n targets\n %-52s %-10s %-10s %s\n", kLine, "target", "measured",
+               "required", "result");
+  unsigned met = 0;
+  for (const auto& tr : ts) {
+    const Target& t = *tr.target;
+    char need[32], got[32] = "n/a";
+    std::snprintf(need, sizeof need, "%s %.2f", t.is_max ? "<=" : ">=", t.bound);
+    if (tr.value) std::snprintf(got, sizeof got, "%.3f", *tr.value);
+    std::fprintf(out, " %-52.52s %-10s %-10s %s\n", t.name.c_str(), got, need,
+                 tr.met     ? "met"
+                 : tr.value ? "MISSED"
+                            : "NOT MEASURED");
+    met += tr.met;
+  }
+  std::fprintf(out, " %u of %zu targets met\n", met, ts.size());
+  std::fflush(out);
+}
+
 std::string to_json(const BenchConfig& cfg, const Results& r) {
   std::ostringstream j;
   j << "{\n\"name\":" << quote(cfg.name) << ",\n\"config_file\":" << quote(cfg.origin)
@@ -272,6 +343,18 @@ std::string to_json(const BenchConfig& cfg, const Results& r) {
         first = false;
       }
     j << "]}";
+  }
+  j << "],\n\"targets\":[";
+  const auto ts = evaluate_targets(cfg, r);
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    const Target& t = *ts[i].target;
+    j << (i ? ",\n" : "\n") << "{\"name\":" << quote(t.name)
+      << ",\"workload\":" << quote(t.workload) << ",\"bytes\":" << t.size
+      << ",\"metric\":" << quote(to_string(t.metric));
+    if (!t.of.empty()) j << ",\"of\":" << quote(t.of);
+    j << (t.is_max ? ",\"max\":" : ",\"min\":") << num(t.bound)
+      << ",\"value\":" << (ts[i].value ? num(*ts[i].value) : std::string("null"))
+      << ",\"met\":" << (ts[i].met ? "true" : "false") << "}";
   }
   j << "],\n\"baselines\":[";
   bool first = true;

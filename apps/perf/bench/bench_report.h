@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,16 @@ void summarize_latency(std::vector<double>& ns, Point& p);
 void print_workload_header(std::FILE* out, const Workload& w);
 void print_row(std::FILE* out, const Workload& w, const Point& p, const Results& baselines);
 void print_baselines(std::FILE* out, const Results& r);
+
+/// A target checked against the results: `value` is nullopt when a figure it needs was not
+/// measured (a baseline turned off, a failed size).
+struct TargetResult {
+  const Target* target = nullptr;
+  std::optional<double> value;
+  bool met = false;
+};
+std::vector<TargetResult> evaluate_targets(const BenchConfig& cfg, const Results& r);
+void print_targets(std::FILE* out, const std::vector<TargetResult>& t);
 
 std::string to_json(const BenchConfig& cfg, const Results& r);
 std::string to_svg(const BenchConfig& cfg, const Results& r);

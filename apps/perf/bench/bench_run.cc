@@ -756,6 +756,8 @@ int run_bench(const BenchConfig& cfg) {
     }
   }
   if (own_workdir) std::filesystem::remove_all(workdir);
+  std::fflush(stdout);
+  print_targets(stdout, evaluate_targets(cfg, all));
   std::printf(
       "-------------------------------------------------------------------------------"
       "------------------------\n");
