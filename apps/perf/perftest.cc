@@ -1,9 +1,10 @@
 /// @file
-/// perftest's ib_{write,read,send,atomic}_{bw,lat}, spoken by the appliance (RC, TCP exchange,
-/// no rdma_cm). The exchange (perftest_proto.h): versions, system data, MTU, the parameter
-/// negotiation when both sides are >= 6.28, one QP address per QP, a hand-shake once every QP
-/// is ready, the traffic, a hand-shake when it is over, the bandwidth report (bw tests), and a
-/// closing hand-shake. The hand-shakes re-send the first QP's address message.
+/// perftest's ib_{write,read,send,atomic}_{bw,lat}, spoken by the appliance (RC). The exchange
+/// (perftest_proto.h): versions, system data, MTU, the parameter negotiation when both sides
+/// are >= 6.28, one QP address per QP, a hand-shake once every QP is ready, the traffic, a
+/// hand-shake when it is over, the bandwidth report (bw tests), and a closing hand-shake. The
+/// hand-shakes re-send the first QP's address message. It runs on TCP, or with -R on perftest's
+/// rdma_cm communication connection, which also connects the tested QPs (perftest_cm.h).
 ///
 /// Traffic, as the tools do it:
 ///  - write/read/atomic bw: the client keeps -t operations in flight per QP, signals one in -Q,
@@ -818,7 +819,7 @@ void Perftest::write_json() {
   j << "{\"test\":\"" << kVerb[static_cast<int>(verb_)] << (mode_ == Mode::kBw ? "_bw" : "_lat")
     << "\",\"role\":\"" << (client() ? "client" : "server") << "\",\"peer_version\":\""
     << peer_version_ << "\",\"mtu\":" << pt::mtu_bytes_of_enum(mtu_enum_)
-    << ",\"qps\":" << o_.num_qp
+    << ",\"qps\":" << o_.num_qp << ",\"rdma_cm\":" << (cm_ ? "true" : "false")
     << ",\"retransmitted\":" << eng_.stats().get(Counter::kRetransmittedPackets)
     << ",\"retransmit_timeouts\":" << eng_.stats().get(Counter::kRetransmitTimeouts)
     << ",\"seq_err_naks_sent\":" << eng_.stats().get(Counter::kSeqErrNakSent)

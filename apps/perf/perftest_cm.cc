@@ -220,7 +220,6 @@ void CmExchange::open() {
   if (agent_.accept(r.id, qp_, ap) != cm::CmStatus::kOk)
     fail("cannot accept the communication connection");
   comm_ = r.id;
-  path_mtu_ = std::min<int>(path_mtu_, r.qp.path_mtu);
 }
 
 void CmExchange::send(const void* buf, std::size_t n) {

@@ -65,8 +65,6 @@ class CmExchange : public Exchange {
   void connect_qps(const std::vector<engine::Qp*>& qps, const CmQpParams& p);
   /// Before the tested QPs are destroyed: disconnects those still up, drops their bindings.
   void release_qps();
-  /// The path MTU (IB enum) the CM gave the connections.
-  int path_mtu() const { return path_mtu_; }
 
  private:
   void step();
@@ -83,7 +81,7 @@ class CmExchange : public Exchange {
   double timeout_s_;
   std::uint64_t service_id_;
   wire::Ipv4Addr peer_ip_{};
-  int path_mtu_ = 3;
+  int path_mtu_ = 3;  ///< what the client asks for (the server takes the REQ's)
   engine::Pd* pd_ = nullptr;
   engine::Cq* cq_ = nullptr;
   engine::Qp* qp_ = nullptr;  ///< the communication QP
