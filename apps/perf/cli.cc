@@ -7,6 +7,7 @@
 #include <map>
 
 #include "apps/perf/perftest_proto.h"
+#include "controlplane/address.h"
 
 namespace roce::perf {
 
@@ -154,6 +155,9 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
       throw po::error("-R with --perftest-version " + o.version +
                       ": the parameter negotiation of perftest >= 6.28 is not supported over "
                       "rdma_cm (announce an older version)");
+    if (o.rdma_cm && !o.server.empty() && !ctl::parse_ipv4(o.server))
+      throw po::error("-R: name the server by its RoCE IPv4 address ('" + o.server +
+                      "' is not one)");
     if (conn != "RC") throw po::error("-c " + conn + ": only RC connections are supported");
     if (atomic_type == "CMP_AND_SWAP")
       o.cmp_and_swap = true;
