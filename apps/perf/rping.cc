@@ -155,8 +155,6 @@ class Session {
     keepalive_s_ = seconds;
     probe_from_ = from;
   }
-  /// Why the connection broke (a failed completion, an unanswered probe), if it did.
-  const std::optional<std::string>& broken() const { return broken_; }
 
   cm::CmAgent& agent() { return agent_; }
   std::uint8_t* rdma_buf() { return rdma_buf_.data(); }
@@ -179,10 +177,11 @@ class Session {
   }
   Qp* qp() { return qp_; }
 
-  /// Polls the dataplane, the CM and the CQ until `done()`, the peer disconnects, or the
-  /// timeout (fatal, naming `what`).
+  /// Polls the dataplane, the CM and the CQ until `done()`, the peer disconnects, the
+  /// connection breaks (a failed completion, an unanswered keepalive probe), or the timeout
+  /// (fatal, naming `what`).
   template <class F>
-  void wait(F&& done, const std::string& what, double seconds = 0) {
+  void wait(F&& done, const std::string& what) {
     last_heard_ = port::now_ns();
     if (!env_.until(
             [&] {
@@ -190,7 +189,7 @@ class Session {
               maybe_probe();
               return done() || disconnected_ || broken_;
             },
-            seconds > 0 ? seconds : o_.lf.timeout_s))
+            o_.lf.timeout_s))
       fail("timed out waiting for " + what);
   }
 
@@ -368,7 +367,7 @@ class Session {
   std::optional<Info> probe_from_;
   bool probe_in_flight_ = false;
   std::uint64_t probe_sent_ = 0, last_heard_ = 0;
-  std::optional<std::string> broken_;
+  std::optional<std::string> broken_;  ///< why the connection broke, if it did
   Pd* pd_ = nullptr;
   Cq* cq_ = nullptr;
   Qp* qp_ = nullptr;
