@@ -14,7 +14,7 @@
 ///
 /// runs a whole benchmark from a file instead (apps/perf/bench/, docs/benchmarks.md).
 ///
-///   roce-perf rping -s [-P] | -c [-a ADDR] [-p PORT] [-C COUNT] [-S SIZE] [-vV] --iface IF [options]
+///   roce-perf rping -s [-P] | -c [-a ADDR] [-p PORT] [-C COUNT] [-S SIZE] [-vV] --iface IF ...
 ///
 /// is librdmacm's rping, connected by rdma_cm (see rping.cc); `roce-perf ucmatose [-s SERVER]`
 /// is its ucmatose (ucmatose.cc), `roce-perf udaddy [-s SERVER]` its udaddy (udaddy.cc).
