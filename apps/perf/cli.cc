@@ -6,6 +6,9 @@
 #include <iostream>
 #include <map>
 
+#include "apps/perf/perftest_proto.h"
+#include "controlplane/address.h"
+
 namespace roce::perf {
 
 namespace po = boost::program_options;
@@ -147,8 +150,14 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
     o.iters_given = vm.count("iters") > 0;
     o.mtu_given = vm.count("mtu") > 0;
     o.rx_depth_given = vm.count("rx-depth") > 0;
-    if (vm.count("rdma_cm"))
-      throw po::error("-R (rdma_cm) is not supported yet: use the default TCP exchange");
+    o.rdma_cm = vm.count("rdma_cm") > 0;
+    if (o.rdma_cm && pt::compare_versions(o.version, pt::kNegotiateVersion) >= 0)
+      throw po::error("-R with --perftest-version " + o.version +
+                      ": the parameter negotiation of perftest >= 6.28 is not supported over "
+                      "rdma_cm (announce an older version)");
+    if (o.rdma_cm && !o.server.empty() && !ctl::parse_ipv4(o.server))
+      throw po::error("-R: name the server by its RoCE IPv4 address ('" + o.server +
+                      "' is not one)");
     if (conn != "RC") throw po::error("-c " + conn + ": only RC connections are supported");
     if (atomic_type == "CMP_AND_SWAP")
       o.cmp_and_swap = true;
@@ -193,6 +202,7 @@ int run(const Invocation& inv) {
 }
 
 int run(const Invocation& inv, Env& env, Oob& oob) {
+  if (inv.opts.rdma_cm) fail("-R (rdma_cm) is not available for hosted services");
   return inv.pingpong ? run_pingpong(env, oob, inv.opts, inv.pp)
                       : run_perftest(env, oob, inv.opts, inv.verb, inv.mode);
 }

@@ -204,17 +204,7 @@ void Oob::send(const void* buf, std::size_t n) {
 }
 void Oob::recv(void* buf, std::size_t n) { xfer(env_, fd_, buf, n, false, timeout_s_); }
 
-void Oob::exchange(const void* mine, void* theirs, std::size_t n) {
-  if (client()) {
-    send(mine, n);
-    recv(theirs, n);
-  } else {
-    recv(theirs, n);
-    send(mine, n);
-  }
-}
-
-bool Oob::readable() const {
+bool Oob::readable() {
   char c;
   return ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) >= 0 ||
          (errno != EAGAIN && errno != EWOULDBLOCK);

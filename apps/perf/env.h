@@ -98,31 +98,56 @@ struct Resources {
   std::vector<engine::Pd*> pds;
 };
 
+/// How perftest's two processes talk outside the tested QPs: perftest's messages (versions,
+/// QP addresses, hand-shakes, reports) each way. The client writes first in every exchange.
+/// Implemented by the TCP connection (Oob) and by perftest's rdma_cm communication connection
+/// (-R, perftest_cm.h).
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  virtual bool client() const = 0;
+  /// Client: connects (retrying while nobody listens, until the timeout); server: accepts.
+  virtual void open() = 0;
+  virtual void send(const void* buf, std::size_t n) = 0;
+  /// Exactly `n` bytes.
+  virtual void recv(void* buf, std::size_t n) = 0;
+  /// perftest's symmetric step: the client writes then reads, the server reads then writes.
+  void exchange(const void* mine, void* theirs, std::size_t n) {
+    if (client()) {
+      send(mine, n);
+      recv(theirs, n);
+    } else {
+      recv(theirs, n);
+      send(mine, n);
+    }
+  }
+  /// True when the peer has sent something not read yet (or is gone). Polls the dataplane.
+  virtual bool readable() = 0;
+  /// Reads and discards until the peer closes, for at most `seconds`.
+  virtual void drain_until_closed(double seconds) = 0;
+  virtual void close() = 0;
+};
+
 /// The out-of-band TCP connection. The side given a server name connects (client); the other
 /// listens for one connection (server). Every transfer keeps the dataplane polling, so that
 /// ARP and RoCE traffic are answered while the exchange waits.
-class Oob {
+class Oob : public Exchange {
  public:
   /// Server: listens on `port` now (so that a peer may connect early); accept() waits.
   Oob(Env& env, std::string server, unsigned port, double timeout_s);
   /// Server side of a connection accepted elsewhere (roced's services).
   Oob(Env& env, int connected_fd, double timeout_s);
-  ~Oob();
+  ~Oob() override;
   Oob(const Oob&) = delete;
   Oob& operator=(const Oob&) = delete;
 
-  bool client() const { return !server_.empty(); }
-  /// Client: connects (retrying while refused, until the timeout); server: accepts.
-  void open();
-  void send(const void* buf, std::size_t n);
-  void recv(void* buf, std::size_t n);
-  /// perftest's symmetric step: the client writes then reads, the server reads then writes.
-  void exchange(const void* mine, void* theirs, std::size_t n);
-  void close();
-  /// True when the peer has sent something not read yet (or closed).
-  bool readable() const;
-  /// Reads and discards until the peer closes, for at most `seconds`.
-  void drain_until_closed(double seconds);
+  bool client() const override { return !server_.empty(); }
+  void open() override;
+  void send(const void* buf, std::size_t n) override;
+  void recv(void* buf, std::size_t n) override;
+  void close() override;
+  bool readable() override;
+  void drain_until_closed(double seconds) override;
 
  private:
   Env& env_;

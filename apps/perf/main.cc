@@ -6,13 +6,15 @@
 /// TEST is rc_pingpong, ud_pingpong, srq_pingpong (ibv_*_pingpong), or write_bw, read_bw,
 /// send_bw, atomic_bw, write_lat, read_lat, send_lat, atomic_lat (perftest's ib_*). Without
 /// SERVER we are the server and wait for the tool's client; with it we connect to the tool's
-/// server. The exchange runs over the kernel's TCP, the RoCE traffic over the DPDK port.
+/// server. The exchange runs over the kernel's TCP, the RoCE traffic over the DPDK port. With
+/// -R (perftest's rdma_cm mode, perftest_cm.h) there is no TCP: SERVER is the server's RoCE
+/// IPv4 address, and the exchange and the tested QPs are rdma_cm connections.
 ///
 ///   roce-perf --config BENCH.yaml
 ///
 /// runs a whole benchmark from a file instead (apps/perf/bench/, docs/benchmarks.md).
 ///
-///   roce-perf rping -s|-c [-a ADDR] [-p PORT] [-C COUNT] [-S SIZE] [-vV] --iface IF [options]
+///   roce-perf rping -s [-P] | -c [-a ADDR] [-p PORT] [-C COUNT] [-S SIZE] [-vV] --iface IF ...
 ///
 /// is librdmacm's rping, connected by rdma_cm (see rping.cc); `roce-perf ucmatose [-s SERVER]`
 /// is its ucmatose (ucmatose.cc), `roce-perf udaddy [-s SERVER]` its udaddy (udaddy.cc).

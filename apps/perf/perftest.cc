@@ -1,9 +1,10 @@
 /// @file
-/// perftest's ib_{write,read,send,atomic}_{bw,lat}, spoken by the appliance (RC, TCP exchange,
-/// no rdma_cm). The exchange (perftest_proto.h): versions, system data, MTU, the parameter
-/// negotiation when both sides are >= 6.28, one QP address per QP, a hand-shake once every QP
-/// is ready, the traffic, a hand-shake when it is over, the bandwidth report (bw tests), and a
-/// closing hand-shake. The hand-shakes re-send the first QP's address message.
+/// perftest's ib_{write,read,send,atomic}_{bw,lat}, spoken by the appliance (RC). The exchange
+/// (perftest_proto.h): versions, system data, MTU, the parameter negotiation when both sides
+/// are >= 6.28, one QP address per QP, a hand-shake once every QP is ready, the traffic, a
+/// hand-shake when it is over, the bandwidth report (bw tests), and a closing hand-shake. The
+/// hand-shakes re-send the first QP's address message. It runs on TCP, or with -R on perftest's
+/// rdma_cm communication connection, which also connects the tested QPs (perftest_cm.h).
 ///
 /// Traffic, as the tools do it:
 ///  - write/read/atomic bw: the client keeps -t operations in flight per QP, signals one in -Q,
@@ -23,6 +24,7 @@
 #include <sstream>
 #include <vector>
 
+#include "apps/perf/perftest_cm.h"
 #include "apps/perf/perftest_proto.h"
 #include "apps/perf/tools.h"
 #include "controlplane/address.h"
@@ -93,8 +95,20 @@ const char* kLine =
 
 class Perftest {
  public:
-  Perftest(Env& env, Oob& oob, const Opts& o, Verb verb, Mode mode)
-      : o_(o), verb_(verb), mode_(mode), env_(env), eng_(env.eng), oob_(oob), res_(env.eng) {}
+  Perftest(Env& env, Exchange& oob, const Opts& o, Verb verb, Mode mode)
+      : o_(o),
+        verb_(verb),
+        mode_(mode),
+        env_(env),
+        eng_(env.eng),
+        oob_(oob),
+        cm_(dynamic_cast<CmExchange*>(&oob)),
+        res_(env.eng) {}
+  ~Perftest() {
+    if (cm_) cm_->release_qps();  // before res_ destroys the QPs the CM has bound
+  }
+  Perftest(const Perftest&) = delete;
+  Perftest& operator=(const Perftest&) = delete;
   int run();
 
  private:
@@ -103,7 +117,9 @@ class Perftest {
   void create_resources();
   void exchange_setup();
   void exchange_dests();
+  pt::Dest exchange_dest(const pt::Dest& mine);
   void connect_qps();
+  void connect_qps_rdma_cm();
   void hand_shake(QpCtx* c = nullptr);
   void exchange_reports(std::uint32_t size, const pt::Report& mine);
   void close_connection();
@@ -128,7 +144,8 @@ class Perftest {
   Mode mode_;
   Env& env_;
   Engine& eng_;
-  Oob& oob_;
+  Exchange& oob_;
+  CmExchange* cm_;  ///< -R: the exchange is perftest's rdma_cm communication connection
   Pd* pd_ = nullptr;
   Cq* scq_ = nullptr;
   Cq* rcq_ = nullptr;
@@ -278,13 +295,44 @@ void Perftest::exchange_dests() {
   for (std::size_t i = extra ? 0 : 1; i <= qps_.size(); ++i) {
     QpCtx& c = qps_[i == 0 ? 0 : i - 1];
     c.mine.out_reads = o_.out_reads;
-    const auto m = pt::dest_msg(c.mine);
-    std::array<char, pt::kDestLen> t{};
-    oob_.exchange(m.data(), t.data(), pt::kDestLen);
-    const auto d = pt::dest_of(t);
-    if (!d) fail("malformed QP address from the peer: '" + printable(t.data(), t.size()) + "'");
-    c.peer = *d;
+    c.peer = exchange_dest(c.mine);
   }
+}
+
+// One QP address each way: perftest's text over TCP, its binary struct over rdma_cm.
+pt::Dest Perftest::exchange_dest(const pt::Dest& mine) {
+  if (cm_) {
+    const auto m = pt::dest_bin(mine);
+    std::array<std::uint8_t, pt::kDestBinLen> t{};
+    oob_.exchange(m.data(), t.data(), pt::kDestBinLen);
+    const auto d = pt::dest_of_bin(t);
+    if (!d)
+      fail("malformed QP address from the peer (QPN 0x" + std::to_string(wire::load_be32(&t[8])) +
+           ", PSN " + std::to_string(wire::load_be32(&t[12])) + ")");
+    return *d;
+  }
+  const auto m = pt::dest_msg(mine);
+  std::array<char, pt::kDestLen> t{};
+  oob_.exchange(m.data(), t.data(), pt::kDestLen);
+  const auto d = pt::dest_of(t);
+  if (!d) fail("malformed QP address from the peer: '" + printable(t.data(), t.size()) + "'");
+  return *d;
+}
+
+// -R: a hand-shake with all-zero QP addresses (perftest's are not filled in yet), one rdma_cm
+// connection per QP, and a hand-shake again. The CM moves the QPs to RTS.
+void Perftest::connect_qps_rdma_cm() {
+  oob_.exchange(pt::dest_bin(pt::Dest{}).data(), std::array<std::uint8_t, pt::kDestBinLen>{}.data(),
+                pt::kDestBinLen);
+  CmQpParams p;
+  if (verb_ == Verb::kRead || verb_ == Verb::kAtomic)
+    p.responder_resources = p.initiator_depth = static_cast<std::uint8_t>(o_.out_reads);
+  std::vector<Qp*> qps;
+  for (auto& c : qps_) qps.push_back(c.qp);
+  cm_->connect_qps(qps, p);
+  std::array<std::uint8_t, pt::kDestBinLen> t{};
+  oob_.exchange(pt::dest_bin(pt::Dest{}).data(), t.data(), pt::kDestBinLen);
+  mtu_enum_ = static_cast<int>(qps_[0].qp->attr.path_mtu);
 }
 
 void Perftest::connect_qps() {
@@ -326,13 +374,10 @@ void Perftest::connect_qps() {
 // perftest takes the peer's addresses from the last one it read, so ours never change.
 void Perftest::hand_shake(QpCtx* c) {
   if (c == nullptr) c = &qps_[0];
-  const auto m = pt::dest_msg(c->mine);
-  std::array<char, pt::kDestLen> t{};
-  oob_.exchange(m.data(), t.data(), pt::kDestLen);
-  const auto d = pt::dest_of(t);
-  if (!d || d->qpn != c->peer.qpn || d->rkey != c->peer.rkey || d->vaddr != c->peer.vaddr)
-    fail("the peer's hand-shake message does not match its QP address: '" +
-         printable(t.data(), t.size()) + "'");
+  const pt::Dest d = exchange_dest(c->mine);
+  if (d.qpn != c->peer.qpn || d.rkey != c->peer.rkey || d.vaddr != c->peer.vaddr)
+    fail("the peer's hand-shake message does not match its QP address (QPN " +
+         std::to_string(d.qpn) + ", rkey " + std::to_string(d.rkey) + ")");
 }
 
 void Perftest::banner() {
@@ -356,8 +401,8 @@ void Perftest::banner() {
     std::printf(" Outstand reads  : %u\n", o_.out_reads);
   else
     std::printf(" Max inline data : %u[B]\n", o_.inline_size);
-  std::printf(" rdma_cm QPs\t : OFF\n");
-  std::printf(" Data ex. method : Ethernet\n");
+  std::printf(" rdma_cm QPs\t : %s\n", cm_ ? "ON" : "OFF");
+  std::printf(" Data ex. method : %s\n", cm_ ? "rdma_cm" : "Ethernet");
   std::printf("%s\n", kLine);
   std::fflush(stdout);
 }
@@ -677,8 +722,8 @@ void Perftest::exchange_reports(std::uint32_t size, const pt::Report& mine) {
 
 void Perftest::close_connection() {
   hand_shake();
-  // perftest before 6.17 writes "done" (nobody reads it); then it closes.
-  if (pt::compare_versions(o_.version, "6.17") < 0) oob_.send("done", 5);
+  // perftest before 6.17 writes "done" (nobody reads it); then it closes. Not over rdma_cm.
+  if (!cm_ && pt::compare_versions(o_.version, "6.17") < 0) oob_.send("done", 5);
   oob_.drain_until_closed(2.0);
   oob_.close();
 }
@@ -697,9 +742,10 @@ int Perftest::run() {
   exchange_setup();  // V S M [NEG]
   const bool bw = mode_ == Mode::kBw;
   const bool read_or_atomic = verb_ == Verb::kRead || verb_ == Verb::kAtomic;
+  if (cm_) connect_qps_rdma_cm();
   banner();
   exchange_dests();
-  connect_qps();
+  if (!cm_) connect_qps();
   print_addresses();
   std::vector<std::uint32_t> sizes;
   if (o_.all_sizes)
@@ -773,7 +819,7 @@ void Perftest::write_json() {
   j << "{\"test\":\"" << kVerb[static_cast<int>(verb_)] << (mode_ == Mode::kBw ? "_bw" : "_lat")
     << "\",\"role\":\"" << (client() ? "client" : "server") << "\",\"peer_version\":\""
     << peer_version_ << "\",\"mtu\":" << pt::mtu_bytes_of_enum(mtu_enum_)
-    << ",\"qps\":" << o_.num_qp
+    << ",\"qps\":" << o_.num_qp << ",\"rdma_cm\":" << (cm_ ? "true" : "false")
     << ",\"retransmitted\":" << eng_.stats().get(Counter::kRetransmittedPackets)
     << ",\"retransmit_timeouts\":" << eng_.stats().get(Counter::kRetransmitTimeouts)
     << ",\"seq_err_naks_sent\":" << eng_.stats().get(Counter::kSeqErrNakSent)
@@ -787,13 +833,18 @@ void Perftest::write_json() {
 
 }  // namespace
 
-int run_perftest(Env& env, Oob& oob, const Opts& o, Verb verb, Mode mode) {
+int run_perftest(Env& env, Exchange& oob, const Opts& o, Verb verb, Mode mode) {
   Perftest t(env, oob, o, verb, mode);
   return t.run();
 }
 
 int run_perftest(const Opts& o, Verb verb, Mode mode) {
   Env env(o.link);
+  if (o.rdma_cm) {
+    // rdma_cm takes the path MTU from the link, as the kernel does from the netdev.
+    CmExchange ex(env, o.server, o.port, o.timeout_s, o.link.netdev_mtu >= 4096 + 80 ? 5 : 3);
+    return run_perftest(env, ex, o, verb, mode);
+  }
   Oob oob(env, o.server, o.port, o.timeout_s);
   return run_perftest(env, oob, o, verb, mode);
 }

@@ -81,6 +81,34 @@ std::array<char, kDestLen> dest_msg(const Dest& d) {
   return m;
 }
 
+std::array<std::uint8_t, kDestBinLen> dest_bin(const Dest& d, std::int32_t gid_index) {
+  std::array<std::uint8_t, kDestBinLen> m{};
+  wire::store_be32(m.data() + 0, d.lid);
+  wire::store_be32(m.data() + 4, d.out_reads);
+  wire::store_be32(m.data() + 8, d.qpn);
+  wire::store_be32(m.data() + 12, d.psn);
+  wire::store_be32(m.data() + 16, d.rkey);
+  wire::store_be64(m.data() + 24, d.vaddr);
+  std::memcpy(m.data() + 32, d.gid.b.data(), 16);
+  wire::store_be32(m.data() + 48, d.srqn);
+  wire::store_be32(m.data() + 52, static_cast<std::uint32_t>(gid_index));
+  return m;
+}
+
+std::optional<Dest> dest_of_bin(std::span<const std::uint8_t, kDestBinLen> msg) {
+  Dest d;
+  d.lid = wire::load_be32(msg.data() + 0);
+  d.out_reads = wire::load_be32(msg.data() + 4);
+  d.qpn = wire::load_be32(msg.data() + 8);
+  d.psn = wire::load_be32(msg.data() + 12);
+  d.rkey = wire::load_be32(msg.data() + 16);
+  d.vaddr = wire::load_be64(msg.data() + 24);
+  std::memcpy(d.gid.b.data(), msg.data() + 32, 16);
+  d.srqn = wire::load_be32(msg.data() + 48);
+  if (d.qpn > 0xFFFFFF || d.psn > 0xFFFFFF) return std::nullopt;
+  return d;
+}
+
 std::optional<Dest> dest_of(std::span<const char, kDestLen> msg) {
   if (msg[kDestLen - 1] != '\0' || std::strlen(msg.data()) != kDestLen - 1) return std::nullopt;
   // Fixed-width lower-case hex fields separated by ':'.

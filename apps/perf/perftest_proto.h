@@ -52,6 +52,16 @@ constexpr std::size_t kDestLen = 108;
 std::array<char, kDestLen> dest_msg(const Dest& d);
 std::optional<Dest> dest_of(std::span<const char, kDestLen> msg);
 
+/// The same QP address when perftest exchanges it over rdma_cm (-R): struct pingpong_dest sent
+/// as one 56-byte SEND on the communication connection, every field big-endian (perftest
+/// converts each with htobe32/htobe64): lid, out_reads, qpn, psn, rkey at 0, 4, 8, 12, 16;
+/// 4 bytes of padding; vaddr at 24; the GID at 32; srqn at 48; gid_index at 52. The padding is
+/// whatever the sender's stack held, and the reader ignores srqn and gid_index.
+constexpr std::size_t kDestBinLen = 56;
+std::array<std::uint8_t, kDestBinLen> dest_bin(const Dest& d, std::int32_t gid_index = 0);
+/// nullopt when the QPN or the PSN does not fit in 24 bits.
+std::optional<Dest> dest_of_bin(std::span<const std::uint8_t, kDestBinLen> msg);
+
 /// Step 10: the client's results for the server's report: size, iterations (u64 BE), peak and
 /// average bandwidth and message rate (IEEE-754 doubles, big-endian).
 struct Report {

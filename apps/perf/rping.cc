@@ -12,6 +12,16 @@
 /// one letter later at every ping, NUL-terminated at size - 1. The client ends with a DREQ.
 /// Our side checks every byte it receives: the server the data it READs against the ramp, the
 /// client the data written back against what it sent (rping's -V).
+///
+/// -P (persistent server, as librdmacm's, but one client at a time): after each connection the
+/// server frees its QP and serves the next client. A client that vanishes without a DREQ
+/// (killed, unplugged) is found by a keepalive probe: when the client has been silent for
+/// --keepalive seconds, the server RDMA READs one byte of the buffer it last advertised. With
+/// nobody answering, the probe fails when the transport's retries run out; rdma_cm's retry
+/// count is 7, which our engine (as rxe) retries without end, so the server also gives up on a
+/// probe unanswered for 8 local ACK timeouts (what retry count 7 means in IBA). Then it
+/// disconnects (its DREQ is retransmitted and times out as the CM's timers say), releases the
+/// QP from the CM and destroys it. The QP count (engine) is printed after every connection.
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -48,6 +58,9 @@ struct RpingOpts {
   unsigned count = 0;  ///< 0: until the peer disconnects (server) / forever (client)
   unsigned size = 64;
   bool verbose = false, validate = false;
+  bool persistent = false;       ///< -P: serve one client after another
+  unsigned max_connections = 0;  ///< -P: exit after this many connections (0: never)
+  double keepalive = 2;          ///< server: probe a client silent for this long (0: never)
 };
 
 /// rping's client buffer for ping `ping`: "rdma-ping-%d: ", then 'A' + ping % 58 counting up
@@ -96,8 +109,51 @@ class Session {
     send_mr_ = eng_.reg_mr(pd_, send_buf_.data(), send_buf_.size(), 0);
     rdma_mr_ = eng_.reg_mr(pd_, rdma_buf_.data(), rdma_buf_.size(), remote);
     start_mr_ = eng_.reg_mr(pd_, start_buf_.data(), start_buf_.size(), remote);
-    if (!pd_ || !cq_ || !recv_mr_ || !send_mr_ || !rdma_mr_ || !start_mr_)
+    probe_mr_ = eng_.reg_mr(pd_, probe_buf_.data(), probe_buf_.size(), kAccessLocalWrite);
+    if (!pd_ || !cq_ || !recv_mr_ || !send_mr_ || !rdma_mr_ || !start_mr_ || !probe_mr_)
       fail("cannot create resources");
+  }
+  ~Session() {
+    release_qp();
+    for (Mr* m : {recv_mr_, send_mr_, rdma_mr_, start_mr_, probe_mr_})
+      if (m) eng_.dereg_mr(m);
+    if (cq_) eng_.destroy_cq(cq_);
+    if (pd_) eng_.dealloc_pd(pd_);
+  }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  /// Unbinds the QP from the CM (disconnecting it if still up) and destroys it.
+  void release_qp() {
+    if (!qp_) return;
+    agent_.release(qp_);
+    eng_.destroy_qp(qp_);
+    qp_ = nullptr;
+  }
+
+  /// Ends the current connection (server): DREQ if it is still up, QP released and destroyed,
+  /// the per-connection state cleared for the next client.
+  void end_connection() {
+    closing_ = true;
+    release_qp();
+    step();
+    conn.reset();
+    request.reset();
+    rejected.reset();
+    established = timewait_done = unreachable = false;
+    disconnected_ = closing_ = false;
+    broken_.reset();
+    recvs_.clear();
+    rdma_done_ = 0;
+    probe_from_.reset();
+    probe_in_flight_ = false;
+  }
+
+  /// Keepalive (server): while waiting, probe a client silent for `seconds` with a one-byte
+  /// RDMA READ of `from` (the buffer it advertised last).
+  void keepalive(double seconds, const Info& from) {
+    keepalive_s_ = seconds;
+    probe_from_ = from;
   }
 
   cm::CmAgent& agent() { return agent_; }
@@ -108,7 +164,7 @@ class Session {
 
   /// A fresh RC QP in INIT with its receives posted (rping: max_send_wr 16, max_recv_wr 2).
   Qp* new_qp() {
-    if (qp_) eng_.destroy_qp(qp_);
+    release_qp();
     qp_ = eng_.create_qp(pd_, QpType::kRc, cq_, cq_, QpCap{16, kRecvSlots, 1, 1, 0});
     if (!qp_) fail("cannot create a QP");
     QpAttr a;
@@ -121,14 +177,17 @@ class Session {
   }
   Qp* qp() { return qp_; }
 
-  /// Polls the dataplane, the CM and the CQ until `done()`, the peer disconnects, or the
-  /// timeout (fatal, naming `what`).
+  /// Polls the dataplane, the CM and the CQ until `done()`, the peer disconnects, the
+  /// connection breaks (a failed completion, an unanswered keepalive probe), or the timeout
+  /// (fatal, naming `what`).
   template <class F>
   void wait(F&& done, const std::string& what) {
+    last_heard_ = port::now_ns();
     if (!env_.until(
             [&] {
               step();
-              return done() || disconnected_;
+              maybe_probe();
+              return done() || disconnected_ || broken_;
             },
             o_.lf.timeout_s))
       fail("timed out waiting for " + what);
@@ -173,6 +232,7 @@ class Session {
   /// The next 16-byte message, or nullopt when the peer disconnected first.
   std::optional<Info> recv_info(const std::string& what) {
     wait([&] { return !recvs_.empty(); }, what);
+    if (broken_) fail("the connection broke waiting for " + what + ": " + *broken_);
     if (recvs_.empty()) return std::nullopt;
     const Info i = recvs_.front();
     recvs_.pop_front();
@@ -181,6 +241,7 @@ class Session {
   /// Waits for the completion of our last READ or WRITE.
   void wait_rdma(const std::string& what) {
     wait([&] { return rdma_done_ > 0; }, what);
+    if (broken_) fail(what + " failed: " + *broken_);
     if (rdma_done_ == 0) fail("the peer disconnected while waiting for " + what);
     --rdma_done_;
   }
@@ -190,6 +251,7 @@ class Session {
   std::uint64_t t_start = 0, t_end = 0;  ///< first ping sent / received, last ping done
   std::optional<cm::CmEvent> request, rejected;
   bool unreachable = false;
+  unsigned probes = 0;  ///< keepalive probes sent
 
  private:
   void on_event(const cm::CmEvent& e) {
@@ -222,10 +284,47 @@ class Session {
     }
   }
 
+  void maybe_probe() {
+    if (keepalive_s_ <= 0 || !probe_from_ || !qp_ || disconnected_ || broken_) return;
+    const std::uint64_t now = port::now_ns();
+    if (probe_in_flight_) {
+      // 8 local ACK timeouts: the transport's first try and 7 retries.
+      const std::uint64_t limit = 8 * (std::uint64_t{4096} << qp_->attr.timeout);
+      if (now - probe_sent_ > limit) {
+        char why[96];
+        std::snprintf(why, sizeof why, "the keepalive probe went unanswered for %.1f s",
+                      static_cast<double>(now - probe_sent_) / 1e9);
+        broken_ = why;
+      }
+      return;
+    }
+    if (now - last_heard_ < static_cast<std::uint64_t>(keepalive_s_ * 1e9)) return;
+    Sge sge{reinterpret_cast<std::uint64_t>(probe_buf_.data()), 1, probe_mr_->key};
+    SendWr wr;
+    wr.wr_id = kProbeId;
+    wr.opcode = WrOpcode::kRead;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.send_flags = kSendSignaled;
+    wr.rdma.remote_addr = probe_from_->addr;
+    wr.rdma.rkey = probe_from_->rkey;
+    if (eng_.post_send(qp_, &wr, nullptr) != kOk) fail("post_send of the keepalive probe failed");
+    probe_in_flight_ = true;
+    probe_sent_ = now;
+    ++probes;
+  }
+
   void complete(const Wc& wc) {
+    last_heard_ = port::now_ns();
+    if (wc.wr_id == kProbeId && wc.status == WcStatus::kSuccess) {
+      probe_in_flight_ = false;
+      return;
+    }
     if (wc.status != WcStatus::kSuccess) {
-      if (wc.status == WcStatus::kWrFlushErr && (disconnected_ || closing_)) return;
-      fail("completion with status " + std::string(to_string(wc.status)));
+      if (wc.status == WcStatus::kWrFlushErr && (disconnected_ || closing_ || broken_)) return;
+      // The peer is gone (retries exhausted) or misbehaves: the QP is in error now.
+      if (!broken_) broken_ = std::string(to_string(wc.status));
+      return;
     }
     switch (wc.opcode) {
       case WcOpcode::kRecv: {
@@ -257,9 +356,18 @@ class Session {
     if (eng_.post_recv(qp_, &wr, nullptr) != kOk) fail("post_recv failed");
   }
 
+  static constexpr std::uint64_t kProbeId = ~0ull;
+
   Env& env_;
   Engine& eng_;
   const RpingOpts& o_;
+  std::array<std::uint8_t, 8> probe_buf_{};
+  Mr* probe_mr_ = nullptr;
+  double keepalive_s_ = 0;
+  std::optional<Info> probe_from_;
+  bool probe_in_flight_ = false;
+  std::uint64_t probe_sent_ = 0, last_heard_ = 0;
+  std::optional<std::string> broken_;  ///< why the connection broke, if it did
   Pd* pd_ = nullptr;
   Cq* cq_ = nullptr;
   Qp* qp_ = nullptr;
@@ -297,12 +405,19 @@ unsigned run_client(Env& env, Session& s, const RpingOpts& o) {
     s.wait([&] { return s.established || s.rejected || s.unreachable; }, "the connection");
     if (s.established) break;
     if (s.unreachable) fail("cma event UNREACHABLE: no answer from " + o.addr);
-    if (s.rejected->reason != cm::RejReason::kInvalidServiceId || port::now_ns() > end)
-      fail("cma event REJECTED, reason " +
-           std::to_string(static_cast<unsigned>(s.rejected->reason)));
-    // Nobody listens on the port yet: rping -s may still be starting.
+    const cm::RejReason why = s.rejected->reason;
+    if ((why != cm::RejReason::kInvalidServiceId && why != cm::RejReason::kStaleConn) ||
+        port::now_ns() > end)
+      fail("cma event REJECTED, reason " + std::to_string(static_cast<unsigned>(why)));
+    // REJ 8: nobody listens on the port yet (rping -s may still be starting). REJ 10: the
+    // server still remembers our QPN from an earlier connection of this address (a process of
+    // ours that died; our engine numbers QPs from the same first QPN) until that connection's
+    // DREQ is answered and its timewait ends.
     env.until([] { return false; }, 0.5);
-    if (attempt == 0) std::printf("no listener on port %u yet, retrying\n", o.port);
+    if (attempt == 0 && why == cm::RejReason::kStaleConn)
+      std::printf("the server still holds a stale connection of ours, retrying\n");
+    else if (attempt == 0)
+      std::printf("no listener on port %u yet, retrying\n", o.port);
   }
   std::printf("connected to %s port %u (QPN 0x%06x -> 0x%06x)\n", o.addr.c_str(), o.port,
               s.qp()->qpn, s.qp()->attr.dest_qp_num);
@@ -331,20 +446,19 @@ unsigned run_client(Env& env, Session& s, const RpingOpts& o) {
   return ping;
 }
 
-/// Server: accept one connection, serve pings until the client disconnects.
-unsigned run_server(Env& env, Session& s, const RpingOpts& o) {
-  std::optional<wire::Ipv4Addr> bind;
-  if (!o.addr.empty() && o.addr != "0.0.0.0") {
-    bind = ctl::parse_ipv4(o.addr);
-    if (!bind) fail("-a must be an IPv4 address");
-    if (*bind != env.ip) fail("-a " + o.addr + " is not our address (--ip)");
-  }
-  const std::uint64_t sid = cm::service_id(cm::PortSpace::kTcp, static_cast<std::uint16_t>(o.port));
-  s.agent().cm().listen(sid);
-  std::printf("listening on port %u (service ID 0x%016llx)\n", o.port,
-              static_cast<unsigned long long>(sid));
-  std::fflush(stdout);
+/// Server, one connection: accept the next client, serve pings until it disconnects. Throws
+/// TestFailure when the client misbehaves or vanishes.
+unsigned serve_one(Env& env, Session& s, const RpingOpts& o,
+                   const std::optional<wire::Ipv4Addr>& bind) {
   for (;;) {
+    // A persistent server waits for its next client as long as it takes.
+    if (o.persistent)
+      env.until(
+          [&] {
+            s.step();
+            return s.request.has_value();
+          },
+          1e9);
     s.wait([&] { return s.request.has_value(); }, "a connect request");
     const cm::CmEvent& req = *s.request;
     const bool v4 = req.cma && req.cma->ip_version == 4;
@@ -374,6 +488,7 @@ unsigned run_server(Env& env, Session& s, const RpingOpts& o) {
     if (src->len == 0 || src->len > o.size)
       fail("ping " + std::to_string(ping) + ": the client offers " + std::to_string(src->len) +
            " bytes, our buffer holds " + std::to_string(o.size) + " (-S)");
+    if (o.keepalive > 0) s.keepalive(o.keepalive, *src);
     s.post(WrOpcode::kRead, s.rdma_buf(), src->len, s.rdma_mr(), *src);
     s.wait_rdma("the RDMA READ");
     if (src->len >= kMinSize) {
@@ -409,6 +524,51 @@ unsigned run_server(Env& env, Session& s, const RpingOpts& o) {
   return ping;
 }
 
+/// What a (persistent) server did.
+struct ServerResult {
+  unsigned pings = 0;  ///< of the last connection
+  unsigned connections = 0, failed = 0;
+  std::size_t qps_baseline = 0, qps_after = 0;
+};
+
+/// Server: one connection, or with -P one after another; after each the QP is freed and the
+/// engine's QP count must be back at its baseline.
+ServerResult run_server(Env& env, Session& s, const RpingOpts& o) {
+  std::optional<wire::Ipv4Addr> bind;
+  if (!o.addr.empty() && o.addr != "0.0.0.0") {
+    bind = ctl::parse_ipv4(o.addr);
+    if (!bind) fail("-a must be an IPv4 address");
+    if (*bind != env.ip) fail("-a " + o.addr + " is not our address (--ip)");
+  }
+  const std::uint64_t sid = cm::service_id(cm::PortSpace::kTcp, static_cast<std::uint16_t>(o.port));
+  ServerResult r;
+  r.qps_baseline = env.eng.qp_count();
+  s.agent().cm().listen(sid);
+  std::printf("listening on port %u (service ID 0x%016llx)%s\n", o.port,
+              static_cast<unsigned long long>(sid), o.persistent ? ", persistent" : "");
+  std::fflush(stdout);
+  for (;;) {
+    try {
+      r.pings = serve_one(env, s, o, bind);
+    } catch (const TestFailure& e) {
+      if (!o.persistent) throw;
+      ++r.failed;
+      std::printf("connection %u failed: %s\n", r.connections + 1, e.what());
+    }
+    ++r.connections;
+    s.end_connection();
+    r.qps_after = env.eng.qp_count();
+    std::printf("connection %u ended: QPs in use %zu (baseline %zu); keepalive probes so far %u\n",
+                r.connections, r.qps_after, r.qps_baseline, s.probes);
+    std::fflush(stdout);
+    if (r.qps_after != r.qps_baseline)
+      fail("the QP count did not return to its baseline after connection " +
+           std::to_string(r.connections));
+    if (!o.persistent || (o.max_connections != 0 && r.connections >= o.max_connections)) break;
+  }
+  return r;
+}
+
 }  // namespace
 
 int rping_main(int argc, char** argv) {
@@ -428,7 +588,13 @@ int rping_main(int argc, char** argv) {
       "verbose,v", po::bool_switch(&o.verbose), "display ping data")(
       "validate,V", po::bool_switch(&o.validate),
       "validate ping data (always done; accepted for compatibility)")("debug,d",
-                                                                      "accepted for compatibility");
+                                                                      "accepted for compatibility")(
+      "persistent,P", po::bool_switch(&o.persistent),
+      "server: serve one client after another (one at a time)")(
+      "max-connections", po::value(&o.max_connections)->default_value(o.max_connections),
+      "with -P: exit after this many connections (0: never)")(
+      "keepalive", po::value(&o.keepalive)->default_value(o.keepalive),
+      "server: seconds a client may be silent before a one-byte RDMA READ probes it (0: never)");
   o.lf.add_to(rp);
   try {
     po::variables_map vm;
@@ -442,6 +608,9 @@ int rping_main(int argc, char** argv) {
     if (client && o.addr.empty()) throw po::error("the client needs -a ADDR");
     if (o.size < kMinSize || o.size > kMaxSize) throw po::error("-S must be 26..65535");
     if (o.port == 0 || o.port > 65535) throw po::error("-p must be 1..65535");
+    if (o.persistent && !o.server) throw po::error("-P is a server option (-s)");
+    if (o.max_connections != 0 && !o.persistent) throw po::error("--max-connections needs -P");
+    if (o.keepalive < 0) throw po::error("--keepalive must not be negative");
     o.lf.finish();
   } catch (const po::error& e) {
     std::cerr << "roce-perf: " << e.what() << "\n(try roce-perf rping --help)\n";
@@ -453,7 +622,11 @@ int rping_main(int argc, char** argv) {
     {
       Env env(o.lf.link);
       Session s(env, o);
-      pings = o.server ? run_server(env, s, o) : run_client(env, s, o);
+      ServerResult sr;
+      if (o.server)
+        pings = (sr = run_server(env, s, o)).pings;
+      else
+        pings = run_client(env, s, o);
       secs = static_cast<double>(s.t_end - s.t_start) / 1e9;
       // The peer may still wait for our DREP's or last ACK's retransmission.
       env.until([] { return false; }, 0.1);
@@ -471,7 +644,12 @@ int rping_main(int argc, char** argv) {
         j << "{\"test\":\"rping\",\"role\":\"" << (o.server ? "server" : "client")
           << "\",\"size\":" << o.size << ",\"pings\":" << pings << ",\"seconds\":" << secs
           << ",\"usec_per_ping\":" << (pings ? secs * 1e6 / pings : 0.0)
-          << ",\"retransmitted\":" << st.get(Counter::kRetransmittedPackets) << "}\n";
+          << ",\"retransmitted\":" << st.get(Counter::kRetransmittedPackets);
+        if (o.server)
+          j << ",\"connections\":" << sr.connections << ",\"failed_connections\":" << sr.failed
+            << ",\"keepalive_probes\":" << s.probes << ",\"qps_baseline\":" << sr.qps_baseline
+            << ",\"qps_after\":" << sr.qps_after;
+        j << ",\"qps_in_use\":" << env.eng.qp_count() << "}\n";
       }
     }
     port::eal_cleanup();

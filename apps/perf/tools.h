@@ -32,6 +32,7 @@ struct Opts {
   bool report_gbits = false;     ///< --report_gbits
   bool cmp_and_swap = false;     ///< -A CMP_AND_SWAP (default FETCH_AND_ADD)
   std::string version = "6.06";  ///< what we announce in the version exchange
+  bool rdma_cm = false;          ///< -R: exchange and QP connections through rdma_cm
 };
 
 /// ibv_rc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong.
@@ -42,7 +43,7 @@ int run_pingpong(Env& env, Oob& oob, const Opts& o, Pingpong kind);
 
 /// ib_{write,read,send,atomic}_{bw,lat}.
 int run_perftest(const Opts& o, Verb verb, Mode mode);
-int run_perftest(Env& env, Oob& oob, const Opts& o, Verb verb, Mode mode);
+int run_perftest(Env& env, Exchange& oob, const Opts& o, Verb verb, Mode mode);
 
 // ---- rdma_cm tools (apps/perf/rping.cc): their own flags, connected by the CM, no TCP ----
 /// librdmacm's rping, both roles; argv[1] is "rping".

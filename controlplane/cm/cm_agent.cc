@@ -113,7 +113,8 @@ void CmAgent::send(std::span<const std::uint8_t> mad, const MadAddr& to) {
 
 bool CmAgent::modify(ConnId id, QpTransition t, const QpAttrs& q) {
   Qp* qp = qp_of(id);
-  if (qp == nullptr) return false;
+  // A released QP has nothing left to move to ERROR; RTR/RTS without a QP fail (REJ).
+  if (qp == nullptr) return t == QpTransition::kError;
   QpAttr a;
   int rc = kOk;
   switch (t) {
@@ -203,6 +204,22 @@ CmStatus CmAgent::accept(ConnId id, Qp* qp, AcceptParams p) {
   const CmStatus s = cm_->accept(id, p);
   if (s != CmStatus::kOk) qps_.erase(id);
   return s;
+}
+
+std::size_t CmAgent::release(Qp* qp) {
+  std::size_t n = 0;
+  for (auto it = qps_.begin(); it != qps_.end();) {
+    if (it->second != qp) {
+      ++it;
+      continue;
+    }
+    const ConnState s = cm_->state(it->first);
+    if (s == ConnState::kEstablished || s == ConnState::kRepSent || s == ConnState::kMraRepRcvd)
+      cm_->disconnect(it->first);  // moves the QP to ERROR while it is still bound
+    it = qps_.erase(it);
+    ++n;
+  }
+  return n;
 }
 
 Qp* CmAgent::qp_of(ConnId id) const {

@@ -48,6 +48,7 @@ class CmAgent {
   CmAgent& operator=(const CmAgent&) = delete;
 
   Cm& cm() { return *cm_; }
+  const Cm& cm() const { return *cm_; }
   /// Our GID: CmAgentConfig::gid, or ::ffff:IPv4 of the engine.
   Ipv6Addr local_gid() const;
 
@@ -58,6 +59,14 @@ class CmAgent {
   CmStatus accept(ConnId id, engine::Qp* qp, AcceptParams p);
   /// The QP bound to a connection, if any.
   engine::Qp* qp_of(ConnId id) const;
+  /// Call before destroying a QP bound to a connection (rdma_destroy_qp): a connection still
+  /// up is disconnected (QP to ERROR, DREQ), then every binding to `qp` is dropped, so that no
+  /// later MAD (a repeated DREQ, a late REP) reaches the destroyed QP or a new QP the engine
+  /// creates in its slot with the same QPN. The connection itself lives on in the CM (DREQ
+  /// retransmission, timewait). Returns how many connections were bound to `qp`.
+  std::size_t release(engine::Qp* qp);
+  /// Connections with a QP bound.
+  std::size_t bound() const { return qps_.size(); }
 
   /// Receives the MADs waiting on QP1, runs the CM's timers, reposts receive buffers.
   void poll(std::uint64_t now_ns);

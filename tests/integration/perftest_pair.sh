@@ -2,15 +2,20 @@
 # Two roce-perf processes, server and client of one perftest-style test, over net_af_packet on a
 # veth pair between two private network namespaces (RoCE addresses .111/.112). The exchange runs
 # on the kernel's TCP over a second veth pair, the management link (.11/.12): the DPDK port owns
-# its interface (af_packet sets its MAC). Both sides' captures must decode. Needs root and iproute2; exits 77 ("skipped") without them.
+# its interface (af_packet sets its MAC). With -R (rdma_cm) there is no TCP: the client names the
+# server's RoCE address, and both the exchange and the tested QPs are rdma_cm connections. Both
+# sides' captures must decode. Needs root and iproute2; exits 77 ("skipped") without them.
 #   perftest_pair.sh ROCE_PERF ROCE_PCAP TEST [ARGS...]   (ARGS go to both sides)
 set -euo pipefail
 perf=$(realpath "$1") pcap=$(realpath "$2") test=$3; shift 3
 if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null; then
   echo "skipped: needs root and iproute2"; exit 77
 fi
-mtu=1500
-for a in "$@"; do [[ $a == --netdev-mtu=* ]] && mtu=${a#--netdev-mtu=}; done
+mtu=1500 server=192.0.2.11
+for a in "$@"; do
+  [[ $a == --netdev-mtu=* ]] && mtu=${a#--netdev-mtu=}
+  [[ $a == -R || $a == --rdma_cm ]] && server=192.0.2.111
+done
 a=roce-pt-a-$$ b=roce-pt-b-$$
 work=$(mktemp -d)
 cleanup() { ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; rm -rf "$work"; }
@@ -32,7 +37,7 @@ ip netns exec "$a" "$perf" "$test" --iface veth-a --ip 192.0.2.111 --mac 02:00:0
 spid=$!
 rc=0
 ip netns exec "$b" "$perf" "$test" --iface veth-b --ip 192.0.2.112 --mac 02:00:00:00:01:12 \
-  --pcap "$work/client.pcap" --json "$work/client.json" --timeout 60 "$@" 192.0.2.11 \
+  --pcap "$work/client.pcap" --json "$work/client.json" --timeout 60 "$@" "$server" \
   > "$work/client.txt" 2>&1 || rc=$?
 wait "$spid" || rc=$?
 sed 's/^/server: /' "$work/server.txt"

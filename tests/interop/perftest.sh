@@ -9,7 +9,8 @@
 # ROCE_EXTRA adds arguments on our side only (e.g. "--tx-drop 0.01"); ROCE_EXPECT_RETX=1
 # (loss runs) requires that frames were dropped and that our counters show the recovery (our
 # retransmissions, our sequence NAKs, or duplicates from the peer's retransmissions) in at
-# least one of the two directions.
+# least one of the two directions. With -R (rdma_cm) there is no TCP: the VM's client connects
+# to our RoCE address 192.0.2.100 (ours to the VM's 192.0.2.1, as without -R).
 set -euo pipefail
 perf=$(realpath "$1") pcap=$(realpath "$2") test=$3; shift 3
 args=("$@")
@@ -21,6 +22,8 @@ if [[ ${RXE_VM_MTU:-1500} -ge 9000 ]]; then
   args+=(-m 4096); ours+=(--netdev-mtu 9000)
 fi
 read -r -a extra <<< "${ROCE_EXTRA:-}"
+us=192.0.2.254  # where the VM's client finds us: the bridge, for the TCP exchange
+for a in "${args[@]}"; do [[ $a == -R ]] && us=192.0.2.100; done
 ours+=("${extra[@]}")
 fail=0
 out=$(mktemp -d)
@@ -32,7 +35,7 @@ for dir in vm-server us-server; do
     ip netns exec "${RXE_VM_NETNS:-rxevm}" "$perf" "$test" --iface dp0 --timeout 180 --pcap "$out/us.pcap" \
       --json "$out/us.json" "${ours[@]}" "${args[@]}" 192.0.2.1 > "$out/us.txt" 2>&1 && rc=0 || rc=$?
   else
-    boot "retry ib_$test -d rxe0 -x \$(rxe_gid_idx) ${args[*]} 192.0.2.254" 240
+    boot "retry ib_$test -d rxe0 -x \$(rxe_gid_idx) ${args[*]} $us" 240
     ip netns exec "${RXE_VM_NETNS:-rxevm}" "$perf" "$test" --iface dp0 --timeout 180 --pcap "$out/us.pcap" \
       --json "$out/us.json" "${ours[@]}" "${args[@]}" > "$out/us.txt" 2>&1 && rc=0 || rc=$?
   fi

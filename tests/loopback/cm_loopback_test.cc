@@ -272,5 +272,58 @@ TEST(CmLoopback, LostRtuFirstDataEstablishes) {
   EXPECT_FALSE(r.b.next_deadline_ns());
 }
 
+// A QP destroyed while its connection is up (the application gave up on a peer that vanished,
+// or tears down without rdma_disconnect): release() disconnects it and drops the binding, so
+// nothing the CM does later reaches the QP the engine creates in the same slot, with the same
+// QPN.
+TEST(CmLoopback, ReleasedQpIsDisconnectedAndForgotten) {
+  Rig r;
+  r.b.cm().listen(kSid);
+  const std::optional<ConnId> ia = r.connect();
+  ASSERT_TRUE(ia);
+  ASSERT_TRUE(r.run([&] {
+    return Rig::count(r.ev_a, CmEventType::kEstablished) == 1 &&
+           Rig::count(r.ev_b, CmEventType::kEstablished) == 1;
+  }));
+  const ConnId ib = r.find(r.ev_b, CmEventType::kConnectRequest)->id;
+  ASSERT_EQ(r.b.qp_of(ib), r.ep_b.qp);
+  const std::uint32_t old_qpn = r.ep_b.qp->qpn;
+  const std::size_t qps_before = r.lb.b().qp_count();
+
+  EXPECT_EQ(r.b.release(r.ep_b.qp), 1u);
+  EXPECT_EQ(r.ep_b.qp->state, QpState::kErr);  // moved while still bound
+  EXPECT_EQ(r.b.cm().state(ib), ConnState::kDreqSent);
+  EXPECT_EQ(r.b.qp_of(ib), nullptr);
+  EXPECT_EQ(r.b.bound(), 0u);
+  EXPECT_EQ(r.b.release(r.ep_b.qp), 0u);
+  ASSERT_EQ(r.lb.b().destroy_qp(r.ep_b.qp), engine::kOk);
+  EXPECT_EQ(r.lb.b().qp_count(), qps_before - 1);
+
+  // The engine reuses the slot: a new QP with the old QPN, in INIT.
+  engine::Qp* fresh = r.lb.b().create_qp(r.ep_b.pd, engine::QpType::kRc, r.ep_b.scq, r.ep_b.rcq,
+                                         engine::QpCap{16, 16, 1, 1, 0});
+  ASSERT_NE(fresh, nullptr);
+  ASSERT_EQ(fresh->qpn, old_qpn);
+  engine::QpAttr init;
+  init.qp_state = QpState::kInit;
+  ASSERT_EQ(r.lb.b().modify_qp(
+                fresh, init,
+                engine::kQpState | engine::kQpPkeyIndex | engine::kQpPort | engine::kQpAccessFlags),
+            engine::kOk);
+  r.ep_b.qp = fresh;
+
+  // The peer hears the DREQ and answers; both ends go through timewait. A DREQ of the peer's
+  // crossing ours, or a repeated one, must not touch the fresh QP.
+  ASSERT_EQ(r.a.cm().disconnect(*ia), CmStatus::kOk);
+  ASSERT_TRUE(r.run([&] {
+    return Rig::count(r.ev_a, CmEventType::kTimewaitExit) == 1 &&
+           Rig::count(r.ev_b, CmEventType::kTimewaitExit) == 1;
+  }));
+  EXPECT_EQ(Rig::count(r.ev_b, CmEventType::kDisconnected), 1u);
+  EXPECT_EQ(fresh->state, QpState::kInit);
+  EXPECT_EQ(r.b.cm().size(), 0u);
+  EXPECT_EQ(r.lb.b().qp_count(), qps_before);
+}
+
 }  // namespace
 }  // namespace roce::test

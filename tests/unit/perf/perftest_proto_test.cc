@@ -54,6 +54,48 @@ TEST(PerftestProto, DestRoundTripsExtremeValues) {
   EXPECT_EQ(*back, d);
 }
 
+// perftest -R: struct pingpong_dest, big-endian fields at their C offsets (x86-64 layout).
+TEST(PerftestProto, BinaryDestOverRdmaCmLayout) {
+  Dest d;
+  d.lid = 0x0102;
+  d.out_reads = 16;
+  d.qpn = 0x000011;
+  d.psn = 0xabcdef;
+  d.rkey = 0x11223344;
+  d.vaddr = 0x00007f0012345678;
+  d.gid = mapped(192, 0, 2, 1);
+  d.srqn = 0x55;
+  const auto m = dest_bin(d, 3);
+  ASSERT_EQ(m.size(), 56u);
+  const std::uint8_t want[56] = {
+      0x00, 0x00, 0x01, 0x02, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x11,
+      0x00, 0xab, 0xcd, 0xef, 0x11, 0x22, 0x33, 0x44, 0x00, 0x00, 0x00, 0x00,  // padding
+      0x00, 0x00, 0x7f, 0x00, 0x12, 0x34, 0x56, 0x78,                          // vaddr
+      0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0xff, 0xff,
+      192,  0,    2,    1,                              // GID
+      0x00, 0x00, 0x00, 0x55, 0x00, 0x00, 0x00, 0x03};  // srqn, gid_index
+  EXPECT_EQ(std::memcmp(m.data(), want, 56), 0);
+  auto back = dest_of_bin(m);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, d);
+  // The padding carries the sender's garbage; the reader ignores it.
+  auto garbage = m;
+  garbage[20] = garbage[21] = garbage[22] = garbage[23] = 0xA5;
+  back = dest_of_bin(garbage);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, d);
+}
+
+TEST(PerftestProto, BinaryDestWithWideQpnOrPsnIsRejected) {
+  auto m = dest_bin(Dest{});
+  m[8] = 0x01;  // QPN 0x01000000
+  EXPECT_FALSE(dest_of_bin(m));
+  m = dest_bin(Dest{});
+  m[12] = 0x80;  // PSN 0x80000000
+  EXPECT_FALSE(dest_of_bin(m));
+  EXPECT_TRUE(dest_of_bin(dest_bin(Dest{})));
+}
+
 TEST(PerftestProto, MalformedDestIsRejected) {
   auto m = dest_msg(Dest{});
   auto bad = m;
