@@ -19,7 +19,7 @@ std::string error_of(const std::string& text) {
 }
 
 TEST(BenchConfig, ExampleFilesParse) {
-  for (const char* f : {"/bench/quick.yaml", "/bench/full.yaml"}) {
+  for (const char* f : {"/bench/quick.yaml", "/bench/full.yaml", "/bench/targets.yaml"}) {
     const BenchConfig c = parse_bench_config_file(std::string(ROCE_CONFIG_DIR) + f);
     EXPECT_FALSE(c.workloads.empty()) << f;
     EXPECT_FALSE(c.json.empty()) << f;
@@ -123,6 +123,77 @@ TEST(BenchConfig, BadValuesNameFileLineColumn) {
   EXPECT_EQ(error_of("workloads: [\n"), "b.yaml:2:1: end of sequence flow not found");
   EXPECT_EQ(error_of(""), "b.yaml: the file is empty");
   EXPECT_THROW(parse_bench_config_file("/nonexistent/b.yaml"), BenchConfigError);
+}
+
+TEST(BenchConfig, TargetsNameFileLineColumn) {
+  const std::string ws =
+      "workloads:\n  - {name: w, sizes: [8, 64]}\n  - {name: v, sizes: [64]}\n"
+      "  - {name: l, mode: lat, sizes: [8]}\ntargets:\n";
+  EXPECT_EQ(error_of(ws + "  - {workload: x, metric: bytes_vs_link, min: 1}\n"),
+            "b.yaml:6:16: targets[0].workload: no workload is named 'x'");
+  EXPECT_EQ(error_of(ws + "  - {workload: w, metric: speed, min: 1}\n"),
+            "b.yaml:6:27: targets[0].metric must be bytes_vs_link, msgs_vs_link, p50_vs_l2_echo, "
+            "bytes_vs_workload or msgs_vs_workload, not 'speed'");
+  EXPECT_EQ(error_of(ws + "  - {workload: w, metric: bytes_vs_link, size: 9, min: 1}\n"),
+            "b.yaml:6:48: targets[0].size: workload 'w' has no size 9");
+  EXPECT_EQ(error_of(ws + "  - {workload: w, metric: bytes_vs_workload, min: 1}\n"),
+            "b.yaml:6:5: targets[0].of is missing: bytes_vs_workload needs a reference workload");
+  EXPECT_EQ(error_of(ws + "  - {workload: w, metric: bytes_vs_workload, of: v, min: 1}\n"),
+            "b.yaml:6:50: targets[0].of: workload 'v' has no size 8");
+  EXPECT_EQ(error_of(ws + "  - {workload: w, metric: p50_vs_l2_echo, max: 1}\n"),
+            "b.yaml:6:27: targets[0].metric: p50_vs_l2_echo needs a workload in lat mode");
+  EXPECT_EQ(error_of(ws + "  - {workload: w, metric: bytes_vs_link, min: 1, max: 2}\n"),
+            "b.yaml:6:5: targets[0]: give min or max (one of them)");
+  EXPECT_EQ(error_of(ws + "  - {workload: w, metric: bytes_vs_link, min: 1, by: 2}\n"),
+            "b.yaml:6:50: unknown key 'by' in targets[0]");
+}
+
+TEST(BenchReport, TargetsAreEvaluatedAgainstBaselinesAndOtherWorkloads) {
+  const BenchConfig c = parse_bench_config(
+      "workloads:\n  - {name: one, sizes: [4096]}\n  - {name: many, qps: 100, sizes: [4096]}\n"
+      "  - {name: lat, mode: lat, sizes: [8]}\n"
+      "targets:\n"
+      "  - {name: link, workload: one, metric: bytes_vs_link, min: 0.9}\n"
+      "  - {name: qps, workload: many, metric: bytes_vs_workload, of: one, min: 0.8}\n"
+      "  - {name: echo, workload: lat, metric: p50_vs_l2_echo, max: 1.5}\n",
+      "t.yaml");
+  Results r;
+  Point link;  // MTU 1024: a 4 KiB message's frames carry 1024 bytes
+  link.kind = Kind::kL2Blast;
+  link.size = 1024;
+  link.bytes_per_s = 2000e6;
+  r.points.push_back(link);
+  Point one;
+  one.workload = 0;
+  one.size = 4096;
+  one.bytes_per_s = 1900e6;
+  r.points.push_back(one);
+  Point many = one;
+  many.workload = 1;
+  many.bytes_per_s = 1000e6;
+  r.points.push_back(many);
+  Point lat;
+  lat.workload = 2;
+  lat.size = 8;
+  lat.lat_p50 = 2000;
+  r.points.push_back(lat);
+  const auto t = evaluate_targets(c, r);
+  ASSERT_EQ(t.size(), 3u);
+  ASSERT_TRUE(t[0].value);
+  EXPECT_DOUBLE_EQ(*t[0].value, 0.95);
+  EXPECT_TRUE(t[0].met);
+  ASSERT_TRUE(t[1].value);
+  EXPECT_NEAR(*t[1].value, 1000.0 / 1900.0, 1e-12);
+  EXPECT_FALSE(t[1].met);
+  EXPECT_FALSE(t[2].value) << "no L2 echo was measured";
+  EXPECT_FALSE(t[2].met);
+  const std::string j = to_json(c, r);
+  EXPECT_NE(j.find("\"name\":\"qps\",\"workload\":\"many\",\"bytes\":4096,"
+                   "\"metric\":\"bytes_vs_workload\",\"of\":\"one\",\"min\":0.8,"
+                   "\"value\":0.526315789,\"met\":false"),
+            std::string::npos)
+      << j;
+  EXPECT_NE(j.find("\"value\":null,\"met\":false"), std::string::npos);
 }
 
 TEST(BenchReport, JsonAndSvgCarryEveryFigure) {
