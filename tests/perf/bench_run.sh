@@ -18,7 +18,7 @@ def need(obj, keys, where):
     for k in keys:
         if k not in obj:
             errors.append(f"{where}: no '{k}'")
-need(j, ["name", "config_file", "config_text", "tsc_hz", "config", "workloads", "baselines"], "top")
+need(j, ["name", "config_file", "config_text", "tsc_hz", "config", "workloads", "targets", "baselines"], "top")
 if j.get("config_text") != open(sys.argv[3]).read():
     errors.append("config_text is not the configuration file")
 for w in j["workloads"]:
@@ -45,6 +45,13 @@ if j["config"]["baselines"]["tcp"]:
     want |= {"tcp_pingpong"} if any(w["mode"] == "lat" for w in j["workloads"]) else set()
 if not want <= kinds:
     errors.append(f"baselines {sorted(want - kinds)} missing")
+for t in j.get("targets", []):
+    need(t, ["name", "workload", "bytes", "metric", "value", "met"], "target " + t.get("name", "?"))
+    if t.get("value") is None:
+        errors.append(f"target {t.get('name')}: no value")
+out = open("out.txt").read()
+if j.get("targets") and f"{sum(t['met'] for t in j['targets'])} of {len(j['targets'])} targets met" not in out:
+    errors.append("the targets table is not printed")
 for e in errors:
     print("FAIL:", e)
 print("bench JSON check:", "FAIL" if errors else "OK", f"({sum(len(w['results']) for w in j['workloads'])} results, {len(j['baselines'])} baselines)")
