@@ -298,6 +298,9 @@ void PollLoop::send(std::span<const std::uint8_t> frame) {
 
 std::size_t PollLoop::poll_once() {
   const std::uint64_t now = now_ns();
+  if (last_poll_ns_ != 0) (last_busy_ ? time_.busy_ns : time_.idle_ns) += now - last_poll_ns_;
+  last_poll_ns_ = now;
+  ++time_.polls;
   void* cmd[8];
   const unsigned nc = rte_ring_dequeue_burst(cmds_, cmd, 8, nullptr);
   for (unsigned i = 0; i < nc; ++i) {
@@ -342,6 +345,7 @@ std::size_t PollLoop::poll_once() {
     link_->release_held(
         [this](std::span<const std::uint8_t> f, std::uint64_t) { port_.tx(f, queue_); });
   port_.flush(queue_);
+  last_busy_ = moved + nc != 0;
   return moved + nc;
 }
 

@@ -130,6 +130,15 @@ class PollLoop {
   };
   const SteerStats& steer_stats() const { return steer_; }
 
+  /// Where the loop's time goes: from the start of one poll to the start of the next counts as
+  /// busy when that poll moved a frame or ran a command, idle otherwise (the caller's own work
+  /// between polls goes with the poll before it). busy / (busy + idle) tells which side of a
+  /// link limits a run.
+  struct TimeStats {
+    std::uint64_t busy_ns = 0, idle_ns = 0, polls = 0;
+  };
+  const TimeStats& time_stats() const { return time_; }
+
  private:
   friend void connect_loops(std::span<PollLoop* const> loops);
   void send(std::span<const std::uint8_t> frame);
@@ -148,6 +157,9 @@ class PollLoop {
   std::vector<rte_ring*> rings_;  ///< one per lcore: mbufs for its loop
   rte_ring* own_ring_ = nullptr;  ///< created by connect_loops, freed here
   SteerStats steer_;
+  TimeStats time_;
+  std::uint64_t last_poll_ns_ = 0;
+  bool last_busy_ = false;
 };
 
 /// Joins the poll loops of one port's queues (loop i on queue i, engine of lcore i) so that

@@ -31,6 +31,9 @@ for w in j["workloads"]:
                  "msg_rate_mpps", "counters", "ratios"], w["name"])
         if r["iterations"] <= 0 or r["msg_rate_mpps"] <= 0:
             errors.append(f"{w['name']} {r['bytes']} B: nothing measured")
+        b = r.get("busy", {})
+        if not all(0 <= b.get(k, -1) <= 1 for k in ("a", "b")):
+            errors.append(f"{w['name']} {r['bytes']} B: busy shares missing or out of [0, 1]: {b}")
         if w["mode"] == "lat":
             need(r.get("latency_usec", {}), ["min", "p50", "avg", "p99", "p99_9", "max"], w["name"])
         if w["drop_rate"] > 0 and r["counters"]["injected_drops"] == 0 and r["iterations"] > 1000:

@@ -78,13 +78,23 @@ void print_workload_header(std::FILE* out, const Workload& w) {
   if (w.mode == Mode::kBw)
     std::fprintf(out,
                  " #bytes     #iterations    BW average[MB/sec]  BW[Gb/sec]  MsgRate[Mpps]  "
-                 "vs link(B/s)  vs link(pps)  vs TCP   retrans\n");
+                 "vs link(B/s)  vs link(pps)  vs TCP   retrans   busy A/B[%%]\n");
   else
     std::fprintf(out,
                  " #bytes #iterations  t_min[usec]  t_p50[usec]  t_avg[usec]  t_p99[usec]  "
-                 "t_p99.9[usec]  t_max[usec]  vs L2 echo  vs TCP  retrans\n");
+                 "t_p99.9[usec]  t_max[usec]  vs L2 echo  vs TCP  retrans  busy A/B[%%]\n");
   std::fflush(out);
 }
+
+namespace {
+// "97/61": the share of each appliance's poll loop time that did work, in percent.
+std::string busy(const Point& p) {
+  if (p.busy_a < 0 || p.busy_b < 0) return "-";
+  char s[24];
+  std::snprintf(s, sizeof s, "%.0f/%.0f", p.busy_a * 100, p.busy_b * 100);
+  return s;
+}
+}  // namespace
 
 void print_row(std::FILE* out, const Workload& w, const Point& p, const Results& b) {
   const Point* link = b.find(Kind::kL2Blast, frame_payload(p.size, w.mtu));
@@ -92,22 +102,23 @@ void print_row(std::FILE* out, const Workload& w, const Point& p, const Results&
     // Against the link: our message bytes/s over the blast's payload bytes/s at the same frame
     // size, and our messages/s over its frames/s.
     std::fprintf(
-        out, " %-10u %-14llu %-19.2f %-11.3f %-14.6f %-13s %-13s %-8s %llu\n", p.size,
+        out, " %-10u %-14llu %-19.2f %-11.3f %-14.6f %-13s %-13s %-8s %-9llu %s\n", p.size,
         static_cast<unsigned long long>(p.iterations), p.bytes_per_s / 1048576.0,
         p.bytes_per_s * 8 / 1e9, p.msgs_per_s / 1e6,
         ratio(p.bytes_per_s, link, &Point::bytes_per_s).c_str(),
         ratio(p.msgs_per_s, link, &Point::msgs_per_s).c_str(),
         ratio(p.bytes_per_s, b.find(Kind::kTcpStream, p.size), &Point::bytes_per_s).c_str(),
-        static_cast<unsigned long long>(p.retransmitted));
+        static_cast<unsigned long long>(p.retransmitted), busy(p).c_str());
   } else {
     const Point* echo = b.find(Kind::kL2Echo, frame_payload(p.size, w.mtu));
     std::fprintf(out,
-                 " %-6u %-12llu %-12.2f %-12.2f %-12.2f %-12.2f %-14.2f %-12.2f %-11s %-7s %llu\n",
+                 " %-6u %-12llu %-12.2f %-12.2f %-12.2f %-12.2f %-14.2f %-12.2f %-11s %-7s %-8llu "
+                 "%s\n",
                  p.size, static_cast<unsigned long long>(p.iterations), p.lat_min / 1e3,
                  p.lat_p50 / 1e3, p.lat_avg / 1e3, p.lat_p99 / 1e3, p.lat_p999 / 1e3,
                  p.lat_max / 1e3, ratio(p.lat_p50, echo, &Point::lat_p50).c_str(),
                  ratio(p.lat_p50, b.find(Kind::kTcpPingPong, p.size), &Point::lat_p50).c_str(),
-                 static_cast<unsigned long long>(p.retransmitted));
+                 static_cast<unsigned long long>(p.retransmitted), busy(p).c_str());
   }
   std::fflush(out);
 }
@@ -215,6 +226,9 @@ void point_json(std::ostringstream& j, const Point& p, const Results& r, const W
       << ",\"retransmit_timeouts\":" << p.timeouts << ",\"retransmit_probes\":" << p.probes
       << ",\"injected_drops\":" << p.injected_drops << ",\"rnr_naks_received\":" << p.rnr_naks
       << ",\"seq_naks_received\":" << p.seq_naks << "}";
+    if (p.busy_a >= 0 || p.busy_b >= 0)
+      j << ",\"busy\":{\"a\":" << (p.busy_a >= 0 ? num(p.busy_a) : "null")
+        << ",\"b\":" << (p.busy_b >= 0 ? num(p.busy_b) : "null") << "}";
     if (w) {
       const std::uint32_t fp = frame_payload(p.size, w->mtu);
       const Point* link = r.find(Kind::kL2Blast, fp);

@@ -33,6 +33,9 @@ struct Point {
   std::uint64_t retransmitted = 0, timeouts = 0, probes = 0, injected_drops = 0, rnr_naks = 0,
                 seq_naks = 0;
   std::uint64_t lost = 0;  ///< link blast: frames sent and not received
+  /// Ours: the fraction of each appliance's poll loop time that did work while this size ran
+  /// (port::PollLoop::TimeStats); -1 when not measured. The side near 1 limits the run.
+  double busy_a = -1, busy_b = -1;
 };
 
 struct Results {

@@ -69,12 +69,14 @@ void progress_clear() {
 enum class MsgType : std::uint32_t {
   kReset = 1,  ///< B: zero the blast counters, then kResetAck
   kResetAck,
-  kQuery,        ///< B: send the blast counters (kQueryReply)
-  kQueryReply,   ///< b = frames, c = bytes, d = TSC ticks from first to last frame
-  kLinkDone,     ///< link baselines over
-  kQpInfo,       ///< a = QPN, b = address, c = rkey, d = PSN
-  kReady,        ///< B has posted its receives
-  kWorkloadDone  ///< A has run every size of the workload
+  kQuery,         ///< B: send the blast counters (kQueryReply)
+  kQueryReply,    ///< b = frames, c = bytes, d = TSC ticks from first to last frame
+  kLinkDone,      ///< link baselines over
+  kQpInfo,        ///< a = QPN, b = address, c = rkey, d = PSN
+  kReady,         ///< B has posted its receives
+  kWorkloadDone,  ///< A has run every size of the workload
+  kSizeDone,      ///< A has measured one size: B answers with kLoopTime
+  kLoopTime       ///< B's poll loop since the last one: b = busy ns, c = idle ns
 };
 
 struct Msg {
@@ -455,6 +457,7 @@ void Appliance::workload(std::size_t wi) {
     Msg m;
     Wc wc[32];
     std::uint64_t next_look = 0;
+    std::uint64_t busy0 = loop.time_stats().busy_ns, idle0 = loop.time_stats().idle_ns;
     for (;;) {
       loop.poll_once();
       const int n = eng.poll_cq(rcq, 32, wc);
@@ -470,6 +473,13 @@ void Appliance::workload(std::size_t wi) {
         next_look = t + static_cast<std::uint64_t>(hz_ / 10'000);
       }
       if (ch_.try_recv(m)) {
+        if (m.type == MsgType::kSizeDone) {
+          const auto& ts = loop.time_stats();
+          ch_.send({MsgType::kLoopTime, 0, ts.busy_ns - busy0, ts.idle_ns - idle0});
+          busy0 = ts.busy_ns;
+          idle0 = ts.idle_ns;
+          continue;
+        }
         if (m.type != MsgType::kWorkloadDone) die(side_, "unexpected message during a workload");
         break;
       }
@@ -484,6 +494,7 @@ void Appliance::workload(std::size_t wi) {
   const bool can_inline = w.op == Op::kWrite || w.op == Op::kSend || w.op == Op::kWriteImm;
   for (const std::uint32_t size : w.sizes) {
     const auto st0 = eng.stats();
+    const port::PollLoop::TimeStats time0 = loop.time_stats();
     const std::uint64_t drops0 = loop.faults() ? loop.faults()->stats().dropped : 0;
     const std::uint32_t chunk =
         w.mode == Mode::kLat ? 1 : std::clamp<std::uint32_t>(depth / 4, 1, 16);
@@ -607,6 +618,14 @@ void Appliance::workload(std::size_t wi) {
     p.rnr_naks = diff(Counter::kRnrNakRcvd);
     p.seq_naks = diff(Counter::kSeqErrNakRcvd);
     p.injected_drops = (loop.faults() ? loop.faults()->stats().dropped : 0) - drops0;
+    const auto busy_of = [](std::uint64_t busy, std::uint64_t idle) {
+      return busy + idle ? static_cast<double>(busy) / static_cast<double>(busy + idle) : -1.0;
+    };
+    const port::PollLoop::TimeStats& time1 = loop.time_stats();
+    p.busy_a = busy_of(time1.busy_ns - time0.busy_ns, time1.idle_ns - time0.idle_ns);
+    ch_.send({MsgType::kSizeDone});
+    const Msg lt = ch_.recv(MsgType::kLoopTime, poll);
+    p.busy_b = busy_of(lt.b, lt.c);
     print_row(stdout, w, p, base_);
     emit(p);
   }
