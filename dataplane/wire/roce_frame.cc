@@ -109,10 +109,18 @@ std::size_t write_frame_headers(const FrameSpec& s, std::size_t payload_len,
     ip.set_frag(Ipv4View::kFlagDf);
     ip.set_ttl(s.ttl);
     ip.set_protocol(kIpProtoUdp);
-    ip.set_checksum(0);
     ip.set_src(s.src_ip4);
     ip.set_dst(s.dst_ip4);
-    ip.set_checksum(ipv4_header_checksum(l3, Ipv4View::kSize));
+    // The checksum from the values just written, not from the bytes: reading back 32-bit
+    // words that were stored a byte or two at a time stalls store forwarding (this was 9% of
+    // the requester's time). Same sum as ipv4_header_checksum (tests check the bytes).
+    std::uint32_t sum = (0x4500u | s.tos) + Ipv4View::kSize + l4_bytes + s.ip_id +
+                        Ipv4View::kFlagDf + (std::uint32_t{s.ttl} << 8 | kIpProtoUdp) +
+                        (s.src_ip4.v >> 16) + (s.src_ip4.v & 0xFFFF) + (s.dst_ip4.v >> 16) +
+                        (s.dst_ip4.v & 0xFFFF);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    ip.set_checksum(static_cast<std::uint16_t>(~sum));
   } else {
     Ipv6View ip(l3);
     ip.set_version_tc_flow(s.tos, s.flow_label);
