@@ -46,9 +46,19 @@ std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {
   if (!a || !mac) fail("--ip and --mac must be an IPv4 address and a MAC address");
   if (o.iface.empty()) fail("--iface IF (the interface for the RoCE traffic) is required");
   if (o.netdev_mtu < 576 || o.netdev_mtu > 9000) fail("--netdev-mtu must be 576..9000");
-  // af_packet copies each frame into a ring slot: jumbo frames need bigger slots.
-  std::string vdev = "--vdev=net_af_packet0,iface=" + o.iface + ",qpairs=1";
-  if (o.netdev_mtu > 1500) vdev += ",blocksz=16384,framesz=16384,framecnt=512";
+  std::string vdev;
+  if (o.pmd == "af_xdp") {
+    // An AF_XDP socket on queue 0 of the interface (the PMD loads its own XDP program). Its
+    // frames are 4 KiB UMEM chunks: IP MTU up to about 3.5 KiB, so path MTU 2048 at most.
+    if (o.netdev_mtu > 3000) fail("--pmd af_xdp carries IP MTUs up to 3000 (path MTU 2048)");
+    vdev = "--vdev=net_af_xdp0,iface=" + o.iface + ",start_queue=0,queue_count=1";
+  } else if (o.pmd == "af_packet") {
+    // af_packet copies each frame into a ring slot: jumbo frames need bigger slots.
+    vdev = "--vdev=net_af_packet0,iface=" + o.iface + ",qpairs=1";
+    if (o.netdev_mtu > 1500) vdev += ",blocksz=16384,framesz=16384,framecnt=512";
+  } else {
+    fail("--pmd must be af_packet or af_xdp, not '" + o.pmd + "'");
+  }
   port::eal_init({"--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--log-level=*:error",
                   "--file-prefix=roceperf" + std::to_string(getpid()), "-l", "0", vdev});
   engine::EngineConfig ec;
@@ -60,10 +70,12 @@ std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {
 
 std::unique_ptr<port::DpdkPort> make_port(const LinkOpts& o) {
   port::PortSpec ps;
-  ps.device = "net_af_packet0";
+  ps.device = o.pmd == "af_xdp" ? "net_af_xdp0" : "net_af_packet0";
   ps.mac = *ctl::parse_mac(o.mac);
   ps.mtu = static_cast<std::uint16_t>(o.netdev_mtu);
-  ps.mbufs = 4096;
+  // The AF_XDP PMD registers the mbuf pool as UMEM, which counts against the locked-memory
+  // limit (8 MiB here): 2048 mbufs of 2 KiB fit.
+  ps.mbufs = o.pmd == "af_xdp" ? 2048 : 4096;
   // net_af_packet wants an mbuf to hold a whole ring slot (16 KiB for jumbo frames).
   if (o.netdev_mtu > 1500) ps.mbuf_data_room = 16384;
   return std::make_unique<port::DpdkPort>(ps);

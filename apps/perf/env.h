@@ -26,7 +26,8 @@ struct TestFailure : std::runtime_error {
 [[noreturn]] void fail(const std::string& msg);  ///< throws TestFailure
 
 struct LinkOpts {
-  std::string iface;  ///< kernel interface the DPDK port attaches to (net_af_packet)
+  std::string iface;              ///< kernel interface the DPDK port attaches to
+  std::string pmd = "af_packet";  ///< af_packet (net_af_packet) or af_xdp (net_af_xdp)
   std::string ip = "192.0.2.100";
   std::string mac = "02:00:00:00:00:64";
   unsigned netdev_mtu = 1500;  ///< largest IP packet on the link (9000 for path MTU 4096)
