@@ -43,6 +43,11 @@ struct EngineConfig {
   std::uint32_t ack_req_every = 16;       ///< AckReq at least this often within a message
   Mtu max_mtu = Mtu::k4096;               ///< UD payload limit and largest path MTU accepted
   std::uint64_t seed = 0;                 ///< 0: keys from std::random_device
+  /// QPNs are handed out cyclically (the next free one after the last, as rxe does), starting
+  /// here (an index: QPN kFirstQpn + index); nullopt: a random start (from `seed`). A restarted
+  /// process then does not reuse its predecessor's QPNs, which a peer's CM may still hold in
+  /// timewait (REJ "stale connection"), and a destroyed QP's number is not reused at once.
+  std::optional<std::uint32_t> first_qp_index;
   /// The lcore that owns this engine (one engine per poll loop). Its QPNs carry it in their
   /// top bits (lcore_of_qpn), so that any lcore can steer a received frame to the owner by
   /// its destination QPN alone. The GSI QP (QPN 1) belongs to lcore 0.
@@ -187,6 +192,7 @@ class Engine {
   std::uint32_t first_qpn_ = kFirstQpn;   ///< (lcore << kQpnLcoreShift) + kFirstQpn
   Qp* gsi_ = nullptr;
   std::size_t live_qps_ = 0;
+  std::uint32_t next_qp_index_ = 0;  ///< where the search for a free QPN starts
   std::uint32_t next_pd_ = 1;
   std::uint16_t ip_id_ = 0;
   // work lists (QPs that need attention in run())

@@ -145,6 +145,12 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg), tx_(cfg.tx_slots), mrs_(pic
   cfg_.max_qps = std::min<std::uint32_t>(cfg_.max_qps, (1u << kQpnLcoreShift) - kFirstQpn);
   first_qpn_ = (cfg_.lcore << kQpnLcoreShift) + kFirstQpn;
   qps_.resize(cfg_.max_qps);
+  if (cfg_.first_qp_index) {
+    next_qp_index_ = *cfg_.first_qp_index % cfg_.max_qps;
+  } else {
+    std::mt19937_64 rng(pick_seed(cfg.seed) ^ 0x9E3779B97F4A7C15ull);
+    next_qp_index_ = static_cast<std::uint32_t>(rng() % cfg_.max_qps);
+  }
   send_list_.reserve(cfg.max_qps);
   ack_list_.reserve(cfg.max_qps);
   read_list_.reserve(cfg.max_qps);
@@ -222,10 +228,12 @@ Qp* Engine::create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap
     if (*qpn != wire::Qpn::kGsi || type != QpType::kUd || gsi_ != nullptr) return nullptr;
     number = *qpn;
   } else {
-    for (std::uint32_t i = 0; i < qps_.size(); ++i) {
+    for (std::uint32_t k = 0; k < cfg_.max_qps; ++k) {
+      const std::uint32_t i = (next_qp_index_ + k) % cfg_.max_qps;
       if (!qps_[i]) {
         slot = &qps_[i];
         number = first_qpn_ + i;
+        next_qp_index_ = (i + 1) % cfg_.max_qps;
         break;
       }
     }

@@ -14,6 +14,7 @@ EngineConfig Loopback::default_config(int side) {
   c.mac = wire::MacAddr{{0x02, 0x00, 0x00, 0x00, 0x00, static_cast<std::uint8_t>(0x0A + side)}};
   c.ipv4 = wire::Ipv4Addr{0xC6120000u + 1 + static_cast<std::uint32_t>(side)};  // 198.18.0.1/2
   c.seed = 0x5EED0000ull + static_cast<std::uint64_t>(side);
+  c.first_qp_index = 0;  // the first QP is kFirstQpn: tests name frames by QPN
   return c;
 }
 

@@ -65,6 +65,7 @@ TEST(EngineLcore, QpnsCarryTheOwningLcore) {
   engine::EngineConfig c;
   c.lcore = 1;
   c.max_qps = 4;
+  c.first_qp_index = 0;
   engine::Engine e(c);
   engine::Pd* pd = e.alloc_pd();
   engine::Cq* cq = e.create_cq(16);
@@ -77,6 +78,34 @@ TEST(EngineLcore, QpnsCarryTheOwningLcore) {
   EXPECT_EQ(e.find_qp(engine::Engine::kFirstQpn), nullptr);  // lcore 0's first QPN
   c.lcore = engine::kMaxLcores;
   EXPECT_THROW(engine::Engine bad(c), std::invalid_argument);
+}
+
+TEST(EngineLcore, QpnsAreHandedOutCyclicallyFromARandomStart) {
+  const auto qpns = [](std::uint64_t seed, int n, bool destroy_first) {
+    engine::EngineConfig c;
+    c.seed = seed;
+    c.max_qps = 1000;
+    engine::Engine e(c);
+    engine::Pd* pd = e.alloc_pd();
+    engine::Cq* cq = e.create_cq(16);
+    std::vector<std::uint32_t> out;
+    for (int i = 0; i < n; ++i) {
+      engine::Qp* q = e.create_qp(pd, engine::QpType::kRc, cq, cq, engine::QpCap{});
+      out.push_back(q->qpn);
+      if (destroy_first && i == 0) e.destroy_qp(q);
+    }
+    return out;
+  };
+  const auto a = qpns(1, 3, false), b = qpns(2, 3, false);
+  EXPECT_NE(a[0], b[0]) << "another seed (a restarted process), other QPNs";
+  EXPECT_EQ(a, qpns(1, 3, false)) << "the same seed, the same QPNs";
+  for (int i = 1; i < 3; ++i) {
+    const std::uint32_t step =
+        (a[i] - engine::Engine::kFirstQpn + 1000 - (a[i - 1] - engine::Engine::kFirstQpn)) % 1000;
+    EXPECT_EQ(step, 1u) << "the next one, wrapping at max_qps";
+  }
+  const auto d = qpns(1, 2, true);
+  EXPECT_NE(d[1], d[0]) << "a destroyed QP's number is not handed out again at once";
 }
 
 }  // namespace
