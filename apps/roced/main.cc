@@ -179,6 +179,7 @@ int run(const ctl::ApplianceConfig& cfg) {
     ec.ack_req_every = cfg.transport.ack_req_every;
     ec.max_inflight_psns = cfg.transport.max_inflight_psns;
     ec.probe_min_ns = std::uint64_t{cfg.transport.probe_min_us} * 1000;
+    ec.loss_window = cfg.transport.loss_window;
     ec.max_mtu = path_mtu_for(pc.mtu);
     port::PortSpec ps;
     ps.device = pc.device;

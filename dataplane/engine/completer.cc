@@ -34,11 +34,11 @@ void Engine::comp_progress(Qp& qp) {
   // The answer to a probe: what it left unacknowledged was lost after all; resend from there.
   if (qp.comp.probing) {
     qp.comp.probing = qp.comp.probe_sent = false;
-    constexpr std::uint8_t kMaxPtoShift = 6;
+    constexpr std::uint8_t kMaxPtoShift = 3;
     if (after(qp.comp.psn, qp.comp.probe_psn + 1)) {
       if (qp.comp.pto_shift < kMaxPtoShift) ++qp.comp.pto_shift;  // it had arrived: too early
-    } else if (qp.comp.pto_shift > 0) {
-      --qp.comp.pto_shift;  // it was missing: the probe was needed
+    } else {
+      qp.comp.pto_shift = 0;  // it was missing: the probe was needed, and is again at once
     }
     if (before(qp.comp.psn, qp.req.high_psn)) {
       qp.comp.retry_left = qp.attr.retry_cnt;
@@ -46,6 +46,7 @@ void Engine::comp_progress(Qp& qp) {
       qp.comp.retrans_deadline = 0;
       qp.comp.probe_backoff = 0;
       arm_retransmit(qp);
+      on_loss(qp);
       order_retry(qp, qp.comp.psn, false);
       return;
     }
@@ -56,6 +57,7 @@ void Engine::comp_progress(Qp& qp) {
   qp.comp.retried = false;
   qp.comp.retrans_deadline = 0;
   rtt_sample(qp);
+  grow_window(qp);
   qp.comp.probe_deadline = 0;
   qp.comp.probe_backoff = 0;
   arm_retransmit(qp);

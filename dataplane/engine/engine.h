@@ -39,10 +39,14 @@ struct EngineConfig {
   std::optional<std::uint16_t> vlan_id;
   std::uint32_t max_qps = 4096;
   std::uint32_t tx_slots = 512;
-  std::uint32_t max_inflight_psns = 128;  ///< requester window per QP (READ/atomic: max_rd_atomic)
-  std::uint32_t ack_req_every = 16;       ///< AckReq at least this often within a message
-  Mtu max_mtu = Mtu::k4096;               ///< UD payload limit and largest path MTU accepted
-  std::uint64_t seed = 0;                 ///< 0: keys from std::random_device
+  std::uint32_t max_inflight_psns = 1024;  ///< requester window per QP (READ/atomic: max_rd_atomic)
+  /// After a loss (a go-back-N from a sequence NAK, a probe's answer or a timeout) the window
+  /// drops to this, and grows back by one PSN per 8 acknowledged: on a lossy path a go-back-N
+  /// then resends at most about this much, on a clean one the window stays at its maximum.
+  std::uint32_t loss_window = 128;
+  std::uint32_t ack_req_every = 16;  ///< AckReq at least this often within a message
+  Mtu max_mtu = Mtu::k4096;          ///< UD payload limit and largest path MTU accepted
+  std::uint64_t seed = 0;            ///< 0: keys from std::random_device
   /// QPNs are handed out cyclically (the next free one after the last, as rxe does), starting
   /// here (an index: QPN kFirstQpn + index); nullopt: a random start (from `seed`). A restarted
   /// process then does not reuse its predecessor's QPNs, which a peer's CM may still hold in
@@ -167,6 +171,8 @@ class Engine {
   void fire_timers(Qp& qp);
   void track_timer(Qp& qp);
   void arm_probe(Qp& qp);
+  void on_loss(Qp& qp);
+  void grow_window(Qp& qp);
   void rtt_sample(Qp& qp);
   // verbs.cc
   void qp_to_error(Qp& qp, std::optional<WcStatus> head_status = std::nullopt);

@@ -149,6 +149,11 @@ struct CompState {
   /// lowered when it had not (the probe found a loss). Under load, where a thousand QPs share
   /// one queue and round trips vary by milliseconds, this keeps probes from adding load.
   std::uint8_t pto_shift = 0;
+  /// The requester window now (PSNs): EngineConfig::max_inflight_psns until a loss, then
+  /// loss_window growing back (cwnd_frac counts acknowledged PSNs towards the next step).
+  std::uint32_t cwnd = 0;  ///< 0: the maximum
+  std::uint32_t cwnd_frac = 0;
+  wire::Psn cwnd_psn;  ///< the oldest unacknowledged PSN when the window last grew
   /// The earliest armed timer of this QP, 0 = none.
   std::uint64_t deadline() const {
     if (rnr_deadline) return rnr_deadline;

@@ -306,7 +306,8 @@ void Engine::req_pump(Qp& qp, std::uint32_t& budget) {
     // max_rd_atomic instead: a READ spans all its response PSNs, and its retry asks again only
     // for the responses not received.
     if (qp.type == QpType::kRc && !w.is_rd_atomic() &&
-        distance(qp.req.next_psn, qp.comp.psn) >= static_cast<std::int32_t>(cfg_.max_inflight_psns))
+        distance(qp.req.next_psn, qp.comp.psn) >=
+            static_cast<std::int32_t>(qp.comp.cwnd ? qp.comp.cwnd : cfg_.max_inflight_psns))
       return;
     if (!req_packet(qp, w)) return;
     --budget;

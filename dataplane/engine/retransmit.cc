@@ -67,6 +67,24 @@ void rtt_update(std::uint64_t& srtt, std::uint64_t& rttvar, std::uint64_t r) {
 }
 }  // namespace
 
+void Engine::on_loss(Qp& qp) {
+  CompState& c = qp.comp;
+  const std::uint32_t w = c.cwnd ? c.cwnd : cfg_.max_inflight_psns;
+  c.cwnd = std::max<std::uint32_t>(std::min(w, cfg_.loss_window), 1);
+  c.cwnd_frac = 0;
+  c.cwnd_psn = c.psn;
+}
+
+void Engine::grow_window(Qp& qp) {
+  CompState& c = qp.comp;
+  if (c.cwnd == 0) return;
+  c.cwnd_frac += static_cast<std::uint32_t>(distance(c.psn, c.cwnd_psn));
+  c.cwnd_psn = c.psn;
+  c.cwnd += c.cwnd_frac / 8;
+  c.cwnd_frac %= 8;
+  if (c.cwnd >= cfg_.max_inflight_psns) c.cwnd = 0;  // back at the maximum
+}
+
 void Engine::rtt_sample(Qp& qp) {
   CompState& c = qp.comp;
   if (!c.rtt_timing || !after(c.psn, c.rtt_psn)) return;
@@ -81,6 +99,7 @@ void Engine::order_retry(Qp& qp, Psn from, bool count_retry) {
   // gap) must not start another one from the same PSN: wait for progress or the timer.
   if (count_retry && (qp.comp.retry_pending || (qp.comp.retried && qp.comp.retried_psn == from)))
     return;
+  if (count_retry) on_loss(qp);
   if (count_retry) {
     if (qp.comp.retry_left == 0) {
       stats_.inc(Counter::kRetryExceeded);

@@ -106,6 +106,7 @@ void parse_workload_keys(Reader& r, Workload& w) {
   w.seed = r.uint("seed", w.seed, 0, UINT64_MAX);
   w.retry_timeout = static_cast<std::uint32_t>(r.uint("retry_timeout", w.retry_timeout, 1, 31));
   w.window = static_cast<std::uint32_t>(r.uint("window", w.window, 0, 1u << 22));
+  w.loss_window = static_cast<std::uint32_t>(r.uint("loss_window", w.loss_window, 0, 1u << 22));
   w.ack_req_every = static_cast<std::uint32_t>(r.uint("ack_req_every", w.ack_req_every, 0, 4096));
   if (r.has("probe_min_us"))
     w.probe_min_us = static_cast<std::int64_t>(r.uint("probe_min_us", 0, 0, 10'000'000));

@@ -347,8 +347,9 @@ std::string to_json(const BenchConfig& cfg, const Results& r) {
       << ",\"queue_depth\":" << w.queue_depth << ",\"qps\":" << w.qps << ",\"mtu\":" << w.mtu
       << ",\"inline\":" << w.inline_size << ",\"drop_rate\":" << num(w.drop_rate)
       << ",\"seed\":" << w.seed << ",\"retry_timeout\":" << w.retry_timeout
-      << ",\"window\":" << w.window << ",\"ack_req_every\":" << w.ack_req_every
-      << ",\"probe_min_us\":" << w.probe_min_us << ",\"results\":[";
+      << ",\"window\":" << w.window << ",\"loss_window\":" << w.loss_window
+      << ",\"ack_req_every\":" << w.ack_req_every << ",\"probe_min_us\":" << w.probe_min_us
+      << ",\"results\":[";
     bool first = true;
     for (const auto& p : r.points)
       if (p.kind == Kind::kOurs && p.workload == static_cast<std::int32_t>(i)) {
