@@ -70,7 +70,7 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
   common.add_options()("help,h", "print this help")("iface", po::value(&o.link.iface),
                                                     "kernel interface for the RoCE traffic")(
       "pmd", po::value(&o.link.pmd)->default_value(o.link.pmd),
-      "DPDK driver on that interface: af_packet or af_xdp")(
+      "DPDK driver on that interface: af_packet, af_xdp or tap (creates it)")(
       "ip", po::value(&o.link.ip)->default_value(o.link.ip),
       "our RoCE IPv4 address (GID ::ffff:IP)")(
       "mac", po::value(&o.link.mac)->default_value(o.link.mac), "our MAC address")(

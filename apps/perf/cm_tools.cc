@@ -35,7 +35,7 @@ cm::CmAgentConfig cm_agent_config(Env& env) {
 void LinkFlags::add_to(po::options_description& d) {
   d.add_options()("iface", po::value(&link.iface), "kernel interface for the RoCE traffic")(
       "pmd", po::value(&link.pmd)->default_value(link.pmd),
-      "DPDK driver on that interface: af_packet or af_xdp")(
+      "DPDK driver on that interface: af_packet, af_xdp or tap (creates it)")(
       "ip", po::value(&link.ip)->default_value(link.ip), "our RoCE IPv4 address (GID ::ffff:IP)")(
       "mac", po::value(&link.mac)->default_value(link.mac), "our MAC address")(
       "netdev-mtu", po::value(&link.netdev_mtu)->default_value(link.netdev_mtu),

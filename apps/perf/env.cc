@@ -52,12 +52,16 @@ std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {
     // frames are 4 KiB UMEM chunks: IP MTU up to about 3.5 KiB, so path MTU 2048 at most.
     if (o.netdev_mtu > 3000) fail("--pmd af_xdp carries IP MTUs up to 3000 (path MTU 2048)");
     vdev = "--vdev=net_af_xdp0,iface=" + o.iface + ",start_queue=0,queue_count=1";
+  } else if (o.pmd == "tap") {
+    // net_tap creates the kernel interface `iface` itself (bridge it to reach a peer); it
+    // offers the IPv4 checksum offloads, which the port then uses.
+    vdev = "--vdev=net_tap0,iface=" + o.iface;
   } else if (o.pmd == "af_packet") {
     // af_packet copies each frame into a ring slot: jumbo frames need bigger slots.
     vdev = "--vdev=net_af_packet0,iface=" + o.iface + ",qpairs=1";
     if (o.netdev_mtu > 1500) vdev += ",blocksz=16384,framesz=16384,framecnt=512";
   } else {
-    fail("--pmd must be af_packet or af_xdp, not '" + o.pmd + "'");
+    fail("--pmd must be af_packet, af_xdp or tap, not '" + o.pmd + "'");
   }
   port::eal_init({"--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--log-level=*:error",
                   "--file-prefix=roceperf" + std::to_string(getpid()), "-l", "0", vdev});
@@ -70,8 +74,9 @@ std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {
 
 std::unique_ptr<port::DpdkPort> make_port(const LinkOpts& o) {
   port::PortSpec ps;
-  ps.device = o.pmd == "af_xdp" ? "net_af_xdp0" : "net_af_packet0";
+  ps.device = o.pmd == "af_xdp" ? "net_af_xdp0" : o.pmd == "tap" ? "net_tap0" : "net_af_packet0";
   ps.mac = *ctl::parse_mac(o.mac);
+  ps.set_mac = o.pmd != "tap";
   ps.mtu = static_cast<std::uint16_t>(o.netdev_mtu);
   // The AF_XDP PMD registers the mbuf pool as UMEM, which counts against the locked-memory
   // limit (8 MiB here): 2048 mbufs of 2 KiB fit.
@@ -95,6 +100,9 @@ Env::Env(const LinkOpts& o)
     capture = std::make_unique<apps::PcapWriter>(o.pcap);
     loop.tap = [this](std::span<const std::uint8_t> f, bool) { capture->write(f, port::now_ns()); };
   }
+  if (own_dev_->offloads().tx_ip_checksum || own_dev_->offloads().rx_ip_checksum)
+    std::fprintf(stderr, "roce-perf: %s offloads: %s\n", o.iface.c_str(),
+                 own_dev_->offloads().to_string().c_str());
   until([&] { return own_dev_->link_up(); }, 10);
 }
 

@@ -110,7 +110,13 @@ class Engine {
 
   // ---- dataplane drive ----
   /// Processes one received frame (Ethernet header first, no FCS).
-  void receive(std::span<const std::uint8_t> frame, std::uint64_t now_ns);
+  /// `ip_checksum_ok`: the NIC verified the IPv4 header checksum (RX offload), so the parser
+  /// need not.
+  void receive(std::span<const std::uint8_t> frame, std::uint64_t now_ns,
+               bool ip_checksum_ok = false);
+  /// The port computes the IPv4 header checksum of what we send (TX offload): frames leave
+  /// it 0. Set by the poll loop that joins the engine to its port, before QPs are created.
+  void set_tx_ip_checksum_offload(bool on) { tx_ip_checksum_offload_ = on; }
   /// Runs timers, sends coalesced ACKs, and fills the transmit ring from the send queues and
   /// the pending READ responses.
   void run(std::uint64_t now_ns);
@@ -199,6 +205,7 @@ class Engine {
   Qp* gsi_ = nullptr;
   std::size_t live_qps_ = 0;
   std::uint32_t next_qp_index_ = 0;  ///< where the search for a free QPN starts
+  bool tx_ip_checksum_offload_ = false;
   std::uint32_t next_pd_ = 1;
   std::uint16_t ip_id_ = 0;
   // work lists (QPs that need attention in run())

@@ -314,6 +314,7 @@ wire::FrameSpec Engine::path_spec(const AddressVector& av) const {
   s.src_mac = cfg_.mac;
   s.dst_mac = av.dmac;
   s.vlan_id = cfg_.vlan_id;
+  s.ip_checksum = !tx_ip_checksum_offload_;
   if (const auto v4 = wire::ipv4_of_mapped(av.dgid)) {
     s.ip_version = wire::IpVersion::kV4;
     s.src_ip4 = cfg_.ipv4;

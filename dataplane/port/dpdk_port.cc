@@ -105,6 +105,14 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
     const std::uint32_t l2 = RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN;
     if (info.max_rx_pktlen > l2) cap = std::min(cap, info.max_rx_pktlen - l2);
     conf.rxmode.mtu = static_cast<std::uint16_t>(std::min<std::uint32_t>(conf.rxmode.mtu, cap));
+    if (spec.offloads && (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_IPV4_CKSUM)) {
+      conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_IPV4_CKSUM;
+      offloads_.tx_ip_checksum = true;
+    }
+    if (spec.offloads && (info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_IPV4_CKSUM)) {
+      conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_IPV4_CKSUM;
+      offloads_.rx_ip_checksum = true;
+    }
   }
   const std::uint16_t nq = std::max<std::uint16_t>(spec.queues, 1);
   int rc = rte_eth_dev_configure(port_, nq, nq, &conf);
@@ -123,7 +131,8 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
   }
   rte_ether_addr mac;
   std::memcpy(mac.addr_bytes, spec.mac.b.data(), 6);
-  rte_eth_dev_default_mac_addr_set(port_, &mac);  // not every PMD can; the frames carry it anyway
+  if (spec.set_mac)
+    rte_eth_dev_default_mac_addr_set(port_, &mac);  // not every PMD can; frames carry it anyway
   rc = rte_eth_dev_start(port_);
   if (rc < 0) fail("cannot start " + spec.device, rc);
   rte_eth_promiscuous_enable(port_);
@@ -132,6 +141,30 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
     q.pending.reserve(kMaxPending);
     q.scratch.resize(room);
   }
+}
+
+std::string Offloads::to_string() const {
+  std::string s;
+  if (tx_ip_checksum) s += "tx-ipv4-checksum ";
+  if (rx_ip_checksum) s += "rx-ipv4-checksum ";
+  if (s.empty()) return "none";
+  s.pop_back();
+  return s;
+}
+
+bool DpdkPort::rx_ip_checksum_ok(const rte_mbuf* m, std::uint16_t q, bool& bad) {
+  bad = false;
+  if (!offloads_.rx_ip_checksum) return false;
+  const std::uint64_t f = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
+  if (f == RTE_MBUF_F_RX_IP_CKSUM_GOOD) {
+    ++q_[q].stats.rx_ip_checksum_good;
+    return true;
+  }
+  if (f == RTE_MBUF_F_RX_IP_CKSUM_BAD) {
+    ++q_[q].stats.rx_ip_checksum_bad;
+    bad = true;
+  }
+  return false;
 }
 
 DpdkPort::~DpdkPort() {
@@ -160,6 +193,9 @@ PortStats DpdkPort::stats() const {
     t.tx_dropped += q.stats.tx_dropped;
     t.rx_multiseg += q.stats.rx_multiseg;
     t.tx_alloc_failed += q.stats.tx_alloc_failed;
+    t.rx_ip_checksum_good += q.stats.rx_ip_checksum_good;
+    t.rx_ip_checksum_bad += q.stats.rx_ip_checksum_bad;
+    t.tx_ip_checksum_offloaded += q.stats.tx_ip_checksum_offloaded;
   }
   return t;
 }
@@ -199,6 +235,22 @@ void DpdkPort::tx(std::span<const std::uint8_t> frame, std::uint16_t q) {
     return;
   }
   std::memcpy(dst, frame.data(), frame.size());
+  if (offloads_.tx_ip_checksum && frame.size() >= 34) {
+    // IPv4, tagged or not: the PMD computes the header checksum (the field must be 0).
+    std::size_t l2 = 14;
+    std::uint16_t type = static_cast<std::uint16_t>(frame[12] << 8 | frame[13]);
+    if (type == 0x8100 && frame.size() >= 38) {
+      type = static_cast<std::uint16_t>(frame[16] << 8 | frame[17]);
+      l2 = 18;
+    }
+    if (type == 0x0800) {
+      m->l2_len = l2;
+      m->l3_len = (frame[l2] & 0x0F) * 4u;
+      m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
+      dst[l2 + 10] = dst[l2 + 11] = 0;
+      ++st.tx_ip_checksum_offloaded;
+    }
+  }
   if (pending.size() >= kMaxPending) {
     flush(q);
     if (pending.size() >= kMaxPending) {  // the link is not draining: drop, the transport recovers
@@ -248,6 +300,7 @@ PollLoop::PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& fault
       nb_(eng.config().mac, eng.config().ipv4, eng.config().ipv6),
       reply_(9216 + 64),
       cmds_(make_ring("cmd", 1024)) {
+  eng.set_tx_ip_checksum_offload(port.offloads().tx_ip_checksum);
   if (faults.any()) link_ = std::make_unique<FaultyLink>(faults);
   if (rx_faults.any()) rx_link_ = std::make_unique<FaultyLink>(rx_faults);
 }
@@ -269,21 +322,25 @@ bool PollLoop::post(std::function<void()> fn) {
   return false;
 }
 
-void PollLoop::deliver(std::span<const std::uint8_t> f, std::uint64_t now) {
+void PollLoop::deliver(std::span<const std::uint8_t> f, std::uint64_t now, bool ip_ok) {
   // RoCE is IPv4/IPv6 + UDP; ARP and ICMP go to the neighbour responder.
   if (const auto n = nb_.on_frame(f, reply_)) {
     if (*n) send({reply_.data(), *n});
     return;
   }
-  eng_.receive(f, now);
+  eng_.receive(f, now, ip_ok);
 }
 
-void PollLoop::arrive(std::span<const std::uint8_t> f, std::uint64_t now) {
+void PollLoop::arrive(rte_mbuf* m, std::span<const std::uint8_t> f, std::uint64_t now) {
   if (tap) tap(f, false);  // what the wire carried, before receive-side faults
-  if (rx_link_)
+  bool bad = false;
+  // A checksum the PMD verified is not checked again; one it found bad is dropped here.
+  const bool ip_ok = port_.rx_ip_checksum_ok(m, queue_, bad);
+  if (bad) return;
+  if (rx_link_)  // a frame the fault injector corrupts must be checked in software
     rx_link_->submit(f, [&](std::span<const std::uint8_t> g, std::uint64_t) { deliver(g, now); });
   else
-    deliver(f, now);
+    deliver(f, now, ip_ok);
 }
 
 void PollLoop::send(std::span<const std::uint8_t> frame) {
@@ -322,7 +379,7 @@ std::size_t PollLoop::poll_once() {
       }
       ++steer_.ring_full;
     } else {
-      arrive(f, now);
+      arrive(pkts[i], f, now);
     }
     DpdkPort::free(pkts[i]);
   }
@@ -333,7 +390,7 @@ std::size_t PollLoop::poll_once() {
     moved += k;
     for (unsigned i = 0; i < k; ++i) {
       auto* m = static_cast<rte_mbuf*>(in[i]);
-      arrive(port_.view(m, queue_), now);
+      arrive(m, port_.view(m, queue_), now);
       DpdkPort::free(m);
     }
   }

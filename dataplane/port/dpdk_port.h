@@ -37,11 +37,25 @@ struct PortSpec {
   std::uint16_t rx_desc = 1024;
   std::uint16_t tx_desc = 1024;
   std::uint16_t queues = 1;  ///< RX/TX queue pairs: one per lcore (memif: one ring pair each)
+  bool offloads = true;      ///< use the checksum offloads the PMD offers (false: software only)
+  /// Give the device our MAC. Not for net_tap: its device is the kernel's end of the wire, and
+  /// a bridge would take frames for a MAC of its own port as its own.
+  bool set_mac = true;
+};
+
+/// The offloads a port uses (those the PMD offers, unless PortSpec::offloads is false).
+struct Offloads {
+  bool tx_ip_checksum = false;  ///< the PMD fills the IPv4 header checksum of what we send
+  bool rx_ip_checksum = false;  ///< the PMD flags received IPv4 headers good or bad
+  std::string to_string() const;
 };
 
 struct PortStats {
   std::uint64_t rx_frames = 0, rx_bytes = 0, tx_frames = 0, tx_bytes = 0, tx_dropped = 0;
   std::uint64_t rx_multiseg = 0, tx_alloc_failed = 0;
+  std::uint64_t rx_ip_checksum_good = 0;  ///< verified by the PMD (RX offload)
+  std::uint64_t rx_ip_checksum_bad = 0;   ///< flagged bad by the PMD: dropped
+  std::uint64_t tx_ip_checksum_offloaded = 0;
 };
 
 class DpdkPort {
@@ -52,6 +66,10 @@ class DpdkPort {
   DpdkPort& operator=(const DpdkPort&) = delete;
 
   bool link_up() const;
+  const Offloads& offloads() const { return offloads_; }
+  /// The PMD's verdict on the IPv4 header checksum of a received frame: true when it checked
+  /// it good; false when it did not check. A bad one is counted and reported by `bad`.
+  bool rx_ip_checksum_ok(const rte_mbuf* m, std::uint16_t q, bool& bad);
   std::uint16_t port_id() const { return port_; }
   std::uint16_t queues() const { return static_cast<std::uint16_t>(q_.size()); }
   /// Receives up to `max` frames from queue `q` and hands each to
@@ -77,6 +95,7 @@ class DpdkPort {
   };
   std::uint16_t port_ = 0;
   rte_mempool* pool_ = nullptr;
+  Offloads offloads_;
   static constexpr std::size_t kMaxPending = 4096;
   std::vector<Queue> q_;
 };
@@ -142,8 +161,8 @@ class PollLoop {
  private:
   friend void connect_loops(std::span<PollLoop* const> loops);
   void send(std::span<const std::uint8_t> frame);
-  void deliver(std::span<const std::uint8_t> frame, std::uint64_t now);
-  void arrive(std::span<const std::uint8_t> frame, std::uint64_t now);
+  void deliver(std::span<const std::uint8_t> frame, std::uint64_t now, bool ip_ok = false);
+  void arrive(rte_mbuf* m, std::span<const std::uint8_t> frame, std::uint64_t now);
   DpdkPort& port_;
   engine::Engine& eng_;
   std::uint16_t queue_;

@@ -120,7 +120,7 @@ std::size_t write_frame_headers(const FrameSpec& s, std::size_t payload_len,
                         (s.dst_ip4.v & 0xFFFF);
     sum = (sum & 0xFFFF) + (sum >> 16);
     sum = (sum & 0xFFFF) + (sum >> 16);
-    ip.set_checksum(static_cast<std::uint16_t>(~sum));
+    ip.set_checksum(s.ip_checksum ? static_cast<std::uint16_t>(~sum) : 0);
   } else {
     Ipv6View ip(l3);
     ip.set_version_tc_flow(s.tos, s.flow_label);

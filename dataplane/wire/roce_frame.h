@@ -39,6 +39,7 @@ struct FrameSpec {
   std::uint8_t tos = 0;   ///< IPv4 TOS or IPv6 traffic class (DSCP << 2 | ECN)
   std::uint8_t ttl = 64;  ///< IPv4 TTL or IPv6 hop limit
   std::uint16_t ip_id = 0;
+  bool ip_checksum = true;       ///< false: the IPv4 checksum is left 0 for the NIC (TX offload)
   std::uint32_t flow_label = 0;  ///< IPv6 only
   // L4
   std::uint16_t udp_sport = 0xC000;
