@@ -31,16 +31,20 @@ void Engine::comp_retire(Qp& qp) {
 }
 
 void Engine::comp_progress(Qp& qp) {
-  // The answer to a probe: what it left unacknowledged was lost after all; resend from there.
+  // The answer to a probe. If it acknowledges exactly the probed packet, that packet had been
+  // lost, and the responder dropped what followed it (a gap): go back to them. If it goes
+  // further, or comes sooner than half a round trip after the probe (the original's ACK), the
+  // packets are in flight: resume, and probe later next time.
   if (qp.comp.probing) {
     qp.comp.probing = qp.comp.probe_sent = false;
     constexpr std::uint8_t kMaxPtoShift = 3;
-    if (after(qp.comp.psn, qp.comp.probe_psn + 1)) {
-      if (qp.comp.pto_shift < kMaxPtoShift) ++qp.comp.pto_shift;  // it had arrived: too early
-    } else {
-      qp.comp.pto_shift = 0;  // it was missing: the probe was needed, and is again at once
-    }
-    if (before(qp.comp.psn, qp.req.high_psn)) {
+    const bool early = now_ - qp.comp.probe_sent_at < qp.comp.srtt_ns / 2;
+    const bool filled = !early && qp.comp.psn == qp.comp.probe_psn + 1;
+    if (filled)
+      qp.comp.pto_shift = 0;  // the probe was needed, and is again at once
+    else if (qp.comp.pto_shift < kMaxPtoShift)
+      ++qp.comp.pto_shift;
+    if (filled && before(qp.comp.psn, qp.req.high_psn)) {
       qp.comp.retry_left = qp.attr.retry_cnt;
       qp.comp.rnr_left = qp.attr.rnr_retry;
       qp.comp.retrans_deadline = 0;

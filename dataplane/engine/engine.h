@@ -178,6 +178,8 @@ class Engine {
   void track_timer(Qp& qp);
   void arm_probe(Qp& qp);
   void on_loss(Qp& qp);
+  SendWqe* oldest_unacked(Qp& qp);
+  bool send_probe(Qp& qp);
   void grow_window(Qp& qp);
   void rtt_sample(Qp& qp);
   // verbs.cc

@@ -144,6 +144,7 @@ struct CompState {
   bool probing = false;
   bool probe_sent = false;
   wire::Psn probe_psn;  ///< the packet the probe sent again
+  std::uint64_t probe_sent_at = 0;
   /// The probe timer is scaled by 2^pto_shift: raised when an answer shows the probed packet
   /// had arrived (the probe was early: queues longer than the estimate, or only an ACK lost),
   /// lowered when it had not (the probe found a loss). Under load, where a thousand QPs share

@@ -35,6 +35,9 @@ void Engine::arm_probe(Qp& qp) {
       c.rnr_deadline != 0 || c.retry_pending)
     return;
   if (!before(c.psn, qp.req.high_psn)) return;  // nothing outstanding
+  // A READ or atomic is answered by its own responses, whose gaps the completer sees; asking
+  // again would make the responder replay the whole READ. Its loss is the ACK timeout's.
+  if (const SendWqe* w = oldest_unacked(qp); w == nullptr || w->is_rd_atomic()) return;
   // Before the QP's first sample, the engine's estimate; before any sample, a millisecond:
   // long enough for any LAN, far below the timeout.
   // As TLP (RFC 8985 7.2): at least twice the smoothed round trip, which absorbs the ACK
@@ -51,6 +54,47 @@ void Engine::arm_probe(Qp& qp) {
   if (c.retrans_deadline != 0 && at >= c.retrans_deadline) return;  // the timeout comes first
   c.probe_deadline = at;
   track_timer(qp);
+}
+
+SendWqe* Engine::oldest_unacked(Qp& qp) {
+  for (std::uint32_t i = qp.sq_head; i != qp.sq_tail; ++i) {
+    SendWqe& w = qp.wqe(i);
+    if (w.state == WqeState::kSending || w.state == WqeState::kSent) {
+      if (w.npkts == 0 || before(w.last_psn, qp.comp.psn)) continue;
+      return &w;
+    }
+    if (w.state == WqeState::kPosted) return nullptr;
+  }
+  return nullptr;
+}
+
+// Builds the packet at the oldest unacknowledged PSN from its WQE, with AckReq, and puts the
+// requester back exactly where it was: the probe moves nothing but one frame.
+bool Engine::send_probe(Qp& qp) {
+  SendWqe* w = oldest_unacked(qp);
+  if (w == nullptr || w->is_rd_atomic() || before(qp.comp.psn, w->first_psn)) return false;
+  const ReqState saved_req = qp.req;
+  const std::uint64_t saved_sent = w->sent;
+  const WqeState saved_state = w->state;
+  qp.req.next_psn = qp.comp.psn;
+  w->sent =
+      std::uint64_t{static_cast<std::uint32_t>(distance(qp.comp.psn, w->first_psn))} * qp.pmtu();
+  w->state = WqeState::kSending;
+  qp.comp.probing = true;  // AckReq on the packet, and the hold once it is out
+  qp.comp.probe_sent = false;
+  const Psn probed = qp.comp.psn;
+  const bool ok = req_packet(qp, *w);
+  qp.req = saved_req;
+  w->sent = saved_sent;
+  w->state = saved_state;
+  if (!ok || !qp.comp.probe_sent) {
+    qp.comp.probing = qp.comp.probe_sent = false;
+    return false;
+  }
+  qp.comp.probe_psn = probed;
+  qp.comp.probe_sent_at = now_;
+  qp.comp.rtt_timing = false;  // Karn: an ACK now may answer the probe or the original
+  return true;
 }
 
 namespace {
@@ -195,16 +239,14 @@ void Engine::fire_timers(Qp& qp) {
     qp.comp.probe_deadline = 0;
     if (before(qp.comp.psn, qp.req.high_psn) && qp.state == QpState::kRts &&
         !qp.comp.retry_pending && qp.comp.rnr_deadline == 0) {
-      // Tail-loss probe: send the oldest unacknowledged packet again, alone. Whatever was
-      // lost (that packet, a later one, the sequence NAK, or only ACKs), the answer tells:
-      // comp_progress resends the rest only when something is still missing.
-      stats_.inc(Counter::kRetransmitProbes);
+      // Tail-loss probe: send the oldest unacknowledged packet again, alone, and hold the
+      // requester where it is (no rewind). The answer tells what was lost (comp_progress).
       if (qp.comp.probe_backoff < 255) ++qp.comp.probe_backoff;
-      qp.comp.retried = false;
-      qp.comp.probing = true;
-      qp.comp.probe_sent = false;
-      qp.comp.probe_psn = qp.comp.psn;
-      order_retry(qp, qp.comp.psn, false);
+      if (send_probe(qp)) {
+        stats_.inc(Counter::kRetransmitProbes);
+      } else {
+        arm_probe(qp);  // no room to send now (or a READ is oldest): later
+      }
     }
   }
 }
