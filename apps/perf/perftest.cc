@@ -822,6 +822,7 @@ void Perftest::write_json() {
     << ",\"qps\":" << o_.num_qp << ",\"rdma_cm\":" << (cm_ ? "true" : "false")
     << ",\"retransmitted\":" << eng_.stats().get(Counter::kRetransmittedPackets)
     << ",\"retransmit_timeouts\":" << eng_.stats().get(Counter::kRetransmitTimeouts)
+    << ",\"retransmit_probes\":" << eng_.stats().get(Counter::kRetransmitProbes)
     << ",\"seq_err_naks_sent\":" << eng_.stats().get(Counter::kSeqErrNakSent)
     << ",\"seq_err_naks_received\":" << eng_.stats().get(Counter::kSeqErrNakRcvd)
     << ",\"duplicate_requests\":" << eng_.stats().get(Counter::kDuplicateRequests)

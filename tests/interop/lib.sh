@@ -13,6 +13,7 @@ interop_preflight() {
 }
 
 boot() {  # boot CMD [SECONDS]: boot the VM running CMD (for at most SECONDS); wait until ready
+  : > "$out/vm.txt"  # so that the wait below never greps a file not created yet
   "$vm" -b -w -t "${2:-180}" -c "$1" > "$out/vm.txt" 2>&1 &
   vmpid=$!
   for _ in $(seq 90); do grep -q RXEVM-WAIT "$out/vm.txt" && return 0; sleep 1; done
