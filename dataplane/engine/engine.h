@@ -43,7 +43,7 @@ struct EngineConfig {
   /// After a loss (a go-back-N from a sequence NAK, a probe's answer or a timeout) the window
   /// drops to this, and grows back by one PSN per 8 acknowledged: on a lossy path a go-back-N
   /// then resends at most about this much, on a clean one the window stays at its maximum.
-  std::uint32_t loss_window = 128;
+  std::uint32_t loss_window = 64;
   std::uint32_t ack_req_every = 16;  ///< AckReq at least this often within a message
   Mtu max_mtu = Mtu::k4096;          ///< UD payload limit and largest path MTU accepted
   std::uint64_t seed = 0;            ///< 0: keys from std::random_device
