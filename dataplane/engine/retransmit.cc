@@ -38,10 +38,10 @@ void Engine::arm_probe(Qp& qp) {
   // A READ or atomic is answered by its own responses, whose gaps the completer sees; asking
   // again would make the responder replay the whole READ. Its loss is the ACK timeout's.
   if (const SendWqe* w = oldest_unacked(qp); w == nullptr || w->is_rd_atomic()) return;
-  // Before the QP's first sample, the engine's estimate; before any sample, a millisecond:
-  // long enough for any LAN, far below the timeout.
   // As TLP (RFC 8985 7.2): at least twice the smoothed round trip, which absorbs the ACK
-  // coalescing of the responder and queues that vary from burst to burst.
+  // coalescing of the responder and queues that vary from burst to burst. Before the QP's
+  // first sample, the engine's estimate; before any sample, a millisecond: long enough for
+  // any LAN, far below the timeout.
   const auto pto = [](std::uint64_t srtt, std::uint64_t var) {
     return std::max(2 * srtt, srtt + 4 * var);
   };
@@ -143,8 +143,8 @@ void Engine::order_retry(Qp& qp, Psn from, bool count_retry) {
   // gap) must not start another one from the same PSN: wait for progress or the timer.
   if (count_retry && (qp.comp.retry_pending || (qp.comp.retried && qp.comp.retried_psn == from)))
     return;
-  if (count_retry) on_loss(qp);
   if (count_retry) {
+    on_loss(qp);
     if (qp.comp.retry_left == 0) {
       stats_.inc(Counter::kRetryExceeded);
       qp_to_error(qp, WcStatus::kRetryExcErr);
@@ -156,8 +156,8 @@ void Engine::order_retry(Qp& qp, Psn from, bool count_retry) {
   stats_.inc(Counter::kRetries);
   qp.comp.retry_pending = true;
   qp.comp.retry_psn = from;
-  // A counted retry restarts the ACK timeout; a probe leaves it running, so that a peer that
-  // is gone still exhausts retry_cnt in retry_cnt timeouts.
+  // A counted retry restarts the ACK timeout; an uncounted one (after an RNR wait, or the
+  // go-back-N a probe's answer orders) leaves it running.
   if (count_retry) qp.comp.retrans_deadline = 0;
   qp.comp.probe_deadline = 0;
   qp.comp.rtt_timing = false;  // Karn: no sample across a retransmission
