@@ -30,6 +30,12 @@ struct FaultPolicy {
   std::uint64_t jitter_ns = 0;       ///< plus a uniform random 0..jitter (may reorder)
   std::uint64_t seed = 1;
 
+  /// Only frames dropped at random or by number: the decision needs no frame bytes, so a frame
+  /// may be sent in pieces (zero-copy) and need not be copied together first.
+  bool drop_only() const {
+    return drop_psn.empty() && duplicate_rate == 0 && (reorder_rate == 0 || reorder_window == 0) &&
+           corrupt_rate == 0 && delay_ns == 0 && jitter_ns == 0;
+  }
   bool any() const {
     return drop_rate > 0 || drop_nth > 0 || !drop_psn.empty() || duplicate_rate > 0 ||
            (reorder_rate > 0 && reorder_window > 0) || corrupt_rate > 0 || delay_ns > 0 ||
@@ -103,6 +109,9 @@ class FaultyLink {
     }
     return d;
   }
+  /// The decision for a frame under a drop_only() policy: true to drop it. `head` (its first
+  /// bytes) is what the injector may look at.
+  bool drop_next(std::span<const std::uint8_t> head) { return inj_.decide(head).drop; }
   /// Sends every held frame now (the link went idle, so no later frame will release them).
   template <class Emit>
   bool release_held(Emit&& emit) {
@@ -112,6 +121,7 @@ class FaultyLink {
     return any;
   }
   bool holding() const { return !held_.empty(); }
+  const FaultPolicy& policy() const { return inj_.policy(); }
   const FaultStats& stats() const { return inj_.stats(); }
 
  private:

@@ -214,10 +214,16 @@ int run_side(int side, int fd, const Options& opt) {
     // Keep answering (ACKs, duplicates) until A is done with us.
     port::poll_until(
         loop, [] { return false; }, 0.5);
+    // B's READ responses are full-MTU payloads: where the port can, they leave zero-copy.
+    if (port->offloads().tx_zero_copy && port->stats().tx_zero_copy == 0)
+      die(side, "the port offers zero-copy transmit, yet no READ response used it");
     std::fprintf(stderr,
-                 "[B] OK: WRITE, SEND and atomics verified; rx %llu frames, %llu NAKs sent\n",
+                 "[B] OK: WRITE, SEND and atomics verified; rx %llu frames, %llu NAKs sent, "
+                 "%llu frames sent zero-copy (port offloads: %s)\n",
                  static_cast<unsigned long long>(port->stats().rx_frames),
-                 static_cast<unsigned long long>(eng.stats().get(Counter::kSeqErrNakSent)));
+                 static_cast<unsigned long long>(eng.stats().get(Counter::kSeqErrNakSent)),
+                 static_cast<unsigned long long>(port->stats().tx_zero_copy),
+                 port->offloads().to_string().c_str());
     return 0;
   }
 
@@ -290,12 +296,16 @@ int run_side(int side, int fd, const Options& opt) {
   const auto& st = eng.stats();
   std::printf(
       "[A] OK: WRITE %zu KiB, SEND %zu B, READ %zu KiB, 10 fetch-add, 1 cmp-swap in %.2f ms "
-      "(%.1f MB/s); tx %llu frames, retransmitted %llu, timeouts %llu, injected drops %llu\n",
+      "(%.1f MB/s); tx %llu frames (%llu zero-copy), retransmitted %llu, timeouts %llu, "
+      "injected drops %llu\n",
       g_write / 1024, kSend, g_write / 1024, ms, 2.0 * g_write / (ms * 1e3),
       static_cast<unsigned long long>(port->stats().tx_frames),
+      static_cast<unsigned long long>(port->stats().tx_zero_copy),
       static_cast<unsigned long long>(st.get(Counter::kRetransmittedPackets)),
       static_cast<unsigned long long>(st.get(Counter::kRetransmitTimeouts)),
       static_cast<unsigned long long>(loop.faults() ? loop.faults()->stats().dropped : 0));
+  if (port->offloads().tx_zero_copy && port->stats().tx_zero_copy == 0)
+    die(side, "the port offers zero-copy transmit, yet no WRITE packet used it");
   std::printf("[A] counters:");
   int col = 0;
   for (std::size_t c = 0; c < kCounterCount; ++c) {

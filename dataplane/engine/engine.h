@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -117,6 +118,16 @@ class Engine {
   /// The port computes the IPv4 header checksum of what we send (TX offload): frames leave
   /// it 0. Set by the poll loop that joins the engine to its port, before QPs are created.
   void set_tx_ip_checksum_offload(bool on) { tx_ip_checksum_offload_ = on; }
+  /// Zero-copy transmit: the payload of a SEND, WRITE, UD datagram or READ response of at
+  /// least `min_payload` bytes stays in registered memory (up to TxRing::kMaxExt pieces, IPv4
+  /// only) and drain_tx_frames() hands it out in pieces; 0 (the default) copies every payload
+  /// into the ring. Set by the poll loop of a port that can chain external buffers.
+  void set_tx_zero_copy(std::uint32_t min_payload) { tx_zero_copy_min_ = min_payload; }
+  std::uint32_t tx_zero_copy() const { return tx_zero_copy_min_; }
+  /// Called by dereg_mr() before it returns, after the engine has copied every queued frame
+  /// together: a port that still holds frames pointing into registered memory (queued behind
+  /// a full TX ring) makes them whole, so that the application may free that memory.
+  std::function<void()> before_mr_release;
   /// Runs timers, sends coalesced ACKs, and fills the transmit ring from the send queues and
   /// the pending READ responses.
   void run(std::uint64_t now_ns);
@@ -124,6 +135,11 @@ class Engine {
   template <class F>
   std::size_t drain_tx(F&& f, std::size_t max = SIZE_MAX) {
     return tx_.drain(std::forward<F>(f), max);
+  }
+  /// The same, in pieces (TxFrame): head, payload in registered memory, trailer.
+  template <class F>
+  std::size_t drain_tx_frames(F&& f, std::size_t max = SIZE_MAX) {
+    return tx_.drain_frames(std::forward<F>(f), max);
   }
   std::uint32_t tx_pending() const { return tx_.size(); }
   /// Earliest armed timer (retransmit, probe or RNR), in ns, or a little earlier; 0 when none
@@ -146,6 +162,17 @@ class Engine {
   void req_fail(Qp& qp, SendWqe& w, WcStatus status);
   std::size_t gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::uint8_t* dst,
                      std::size_t len, WcStatus& err);
+  /// The pieces of a WQE's payload for zero-copy transmit; 0 when it must be copied.
+  std::size_t gather_ext(Qp& qp, const SendWqe& w, std::uint64_t offset, std::size_t len,
+                         TxSeg* out);
+  /// Whether a payload of `len` bytes of a frame like `s` goes out zero-copy.
+  bool zero_copy_ok(const wire::FrameSpec& s, std::size_t len) const {
+    return tx_zero_copy_min_ != 0 && len >= tx_zero_copy_min_ &&
+           s.ip_version == wire::IpVersion::kV4;
+  }
+  /// Commits a frame whose headers are in `slot` (`hdr` bytes) and whose payload is `ext`.
+  void tx_commit_ext(const wire::FrameSpec& s, std::span<std::uint8_t> slot, std::size_t hdr,
+                     std::span<const TxSeg> ext);
   void schedule_send(Qp& qp);
   // responder.cc
   void resp_on_request(Qp& qp, const wire::RxPkt& pkt);
@@ -208,6 +235,7 @@ class Engine {
   std::size_t live_qps_ = 0;
   std::uint32_t next_qp_index_ = 0;  ///< where the search for a free QPN starts
   bool tx_ip_checksum_offload_ = false;
+  std::uint32_t tx_zero_copy_min_ = 0;
   std::uint32_t next_pd_ = 1;
   std::uint16_t ip_id_ = 0;
   // work lists (QPs that need attention in run())

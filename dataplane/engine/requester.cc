@@ -58,6 +58,27 @@ void Engine::schedule_send(Qp& qp) {
   send_list_.push_back(&qp);
 }
 
+namespace {
+// Walks the payload bytes [offset, offset + len) of a WQE's scatter/gather list, piece by
+// piece: `f(address, bytes)` returns false to stop. Returns the bytes walked.
+template <class F>
+std::size_t walk_sges(const Sge* sge, std::uint32_t num_sge, std::uint64_t offset, std::size_t len,
+                      F&& f) {
+  std::size_t done = 0;
+  for (std::uint32_t i = 0; i < num_sge && done < len; ++i) {
+    if (offset >= sge[i].length) {
+      offset -= sge[i].length;
+      continue;
+    }
+    const std::size_t n = std::min<std::size_t>(sge[i].length - offset, len - done);
+    if (!f(reinterpret_cast<const std::uint8_t*>(sge[i].addr + offset), n)) break;
+    done += n;
+    offset = 0;
+  }
+  return done;
+}
+}  // namespace
+
 std::size_t Engine::gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::uint8_t* dst,
                            std::size_t len, WcStatus& err) {
   const std::size_t idx = &w - qp.sq.data();
@@ -65,20 +86,29 @@ std::size_t Engine::gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::
     std::memcpy(dst, qp.sq_inline.data() + idx * qp.cap.max_inline_data + offset, len);
     return len;
   }
-  const Sge* sge = qp.sq_sges.data() + idx * qp.cap.max_send_sge;
-  std::size_t done = 0;
-  for (std::uint32_t i = 0; i < w.num_sge && done < len; ++i) {
-    if (offset >= sge[i].length) {
-      offset -= sge[i].length;
-      continue;
-    }
-    const std::size_t n = std::min<std::size_t>(sge[i].length - offset, len - done);
-    std::memcpy(dst + done, reinterpret_cast<const void*>(sge[i].addr + offset), n);
-    done += n;
-    offset = 0;
-  }
+  const std::size_t done = walk_sges(qp.sq_sges.data() + idx * qp.cap.max_send_sge, w.num_sge,
+                                     offset, len, [&](const std::uint8_t* p, std::size_t n) {
+                                       std::memcpy(dst, p, n);
+                                       dst += n;
+                                       return true;
+                                     });
   if (done != len) err = WcStatus::kLocLenErr;
   return done;
+}
+
+std::size_t Engine::gather_ext(Qp& qp, const SendWqe& w, std::uint64_t offset, std::size_t len,
+                               TxSeg* out) {
+  if (w.is_inline) return 0;
+  const std::size_t idx = &w - qp.sq.data();
+  std::size_t n = 0;
+  const std::size_t done = walk_sges(qp.sq_sges.data() + idx * qp.cap.max_send_sge, w.num_sge,
+                                     offset, len, [&](const std::uint8_t* p, std::size_t k) {
+                                       if (n == TxRing::kMaxExt) return false;
+                                       out[n++] = {p, static_cast<std::uint32_t>(k)};
+                                       return true;
+                                     });
+  // Too many pieces, or a list shorter than the WQE (gather() reports that error): copy.
+  return done == len ? n : 0;
 }
 
 // Checks the local keys of a WQE's scatter/gather list before its first packet (rxe does it
@@ -156,9 +186,15 @@ bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
   s.imm = w.imm;
   s.ip_id = ip_id_++;
   const std::size_t hdr = wire::write_frame_headers(s, w.length, slot);
-  WcStatus err = WcStatus::kSuccess;
-  gather(qp, w, 0, slot.data() + hdr, w.length, err);
-  tx_commit(wire::finish_frame(s, hdr, w.length, slot));
+  TxSeg ext[TxRing::kMaxExt];
+  const std::size_t n_ext = zero_copy_ok(s, w.length) ? gather_ext(qp, w, 0, w.length, ext) : 0;
+  if (n_ext != 0) {
+    tx_commit_ext(s, slot, hdr, {ext, n_ext});
+  } else {
+    WcStatus err = WcStatus::kSuccess;
+    gather(qp, w, 0, slot.data() + hdr, w.length, err);
+    tx_commit(wire::finish_frame(s, hdr, w.length, slot));
+  }
   ++qp.req.next_psn;
   w.state = WqeState::kExecuted;
   ++qp.req.next_wqe;
@@ -239,13 +275,20 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
     return false;
   }
   const std::size_t hdr = wire::write_frame_headers(s, payload, slot);
-  WcStatus err = WcStatus::kSuccess;
-  if (payload) gather(qp, w, w.sent, slot.data() + hdr, payload, err);
-  if (err != WcStatus::kSuccess) {
-    req_fail(qp, w, err);
-    return false;
+  TxSeg ext[TxRing::kMaxExt];
+  const std::size_t n_ext =
+      payload && zero_copy_ok(s, payload) ? gather_ext(qp, w, w.sent, payload, ext) : 0;
+  if (n_ext != 0) {
+    tx_commit_ext(s, slot, hdr, {ext, n_ext});
+  } else {
+    WcStatus err = WcStatus::kSuccess;
+    if (payload) gather(qp, w, w.sent, slot.data() + hdr, payload, err);
+    if (err != WcStatus::kSuccess) {
+      req_fail(qp, w, err);
+      return false;
+    }
+    tx_commit(wire::finish_frame(s, hdr, payload, slot));
   }
-  tx_commit(wire::finish_frame(s, hdr, payload, slot));
 
   qp.req.pkts_since_ack_req = s.ack_req ? 0 : qp.req.pkts_since_ack_req + 1;
   if (before(s.psn, qp.req.high_psn)) {

@@ -531,9 +531,14 @@ void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
     s.psn = r.next_psn;
     s.aeth = {ack_syndrome(qp, cfg_.advertise_credits), rs.msn};
     const std::size_t hdr = wire::write_frame_headers(s, len, slot);
-    if (len)
-      std::memcpy(slot.data() + hdr, reinterpret_cast<const void*>(r.va + r.next_offset), len);
-    tx_commit(wire::finish_frame(s, hdr, len, slot));
+    const auto* src = reinterpret_cast<const std::uint8_t*>(r.va + r.next_offset);
+    if (len && zero_copy_ok(s, len)) {
+      const TxSeg ext{src, static_cast<std::uint32_t>(len)};
+      tx_commit_ext(s, slot, hdr, {&ext, 1});
+    } else {
+      if (len) std::memcpy(slot.data() + hdr, src, len);
+      tx_commit(wire::finish_frame(s, hdr, len, slot));
+    }
     stats_.inc(Counter::kReadResponsesSent);
     --budget;
     r.next_offset += len;

@@ -46,6 +46,7 @@ std::string_view to_string(Counter c) {
                                                                  "retry_exceeded",
                                                                  "rnr_retry_exceeded",
                                                                  "tx_ring_full",
+                                                                 "tx_zero_copy_frames",
                                                                  "cq_overflow"};
   return k[static_cast<std::size_t>(c)];
 }

@@ -45,6 +45,7 @@ enum class Counter : std::uint8_t {
   kRetryExceeded,
   kRnrRetryExceeded,
   kTxRingFull,
+  kTxZeroCopyFrames,  ///< frames whose payload the port sends from registered memory
   kCqOverflow,
   kCount_
 };

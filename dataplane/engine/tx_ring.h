@@ -1,37 +1,108 @@
 /// @file
 /// The engine's transmit queue: preallocated frame slots filled by the stages and handed to
 /// the port (DPDK, the in-memory test wire, an FPGA model) by Engine::drain_tx().
+///
+/// A slot holds a whole frame, or (zero-copy transmit) only its headers and its trailer (pad
+/// and ICRC) while the payload stays where the application registered it: up to kMaxExt
+/// segments of registered memory. A port that can chain buffers (DPDK external buffers) takes
+/// the pieces with drain_frames(); everything else gets the frame made whole in its slot by
+/// drain(), so that zero-copy is invisible to a consumer that does not ask for it.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
 namespace roce::engine {
 
+/// A piece of a frame's payload in registered memory.
+struct TxSeg {
+  const std::uint8_t* addr = nullptr;
+  std::uint32_t len = 0;
+};
+
+/// One frame in pieces: head (Ethernet to the last transport header; the whole frame when
+/// `ext` is empty), then the `ext` payload segments, then `trailer` (pad and ICRC).
+struct TxFrame {
+  std::span<const std::uint8_t> head;
+  std::span<const TxSeg> ext;
+  std::span<const std::uint8_t> trailer;
+  std::size_t size() const {
+    std::size_t n = head.size() + trailer.size();
+    for (const TxSeg& s : ext) n += s.len;
+    return n;
+  }
+};
+
 class TxRing {
  public:
   /// Large enough for a 4096-byte payload with every header (VLAN, IPv6, RETH+ImmDt) and ICRC.
   static constexpr std::size_t kSlotSize = 4352;
+  /// Payload segments of one zero-copy frame; a payload in more pieces is copied.
+  static constexpr std::uint32_t kMaxExt = 4;
+  /// Where a zero-copy frame's trailer (at most 3 bytes of pad and the 4-byte ICRC) waits.
+  static constexpr std::size_t kTrailerOff = kSlotSize - 8;
 
-  explicit TxRing(std::uint32_t slots) : buf_(std::size_t{slots} * kSlotSize), len_(slots) {}
-  std::uint32_t capacity() const { return static_cast<std::uint32_t>(len_.size()); }
+  explicit TxRing(std::uint32_t slots) : buf_(std::size_t{slots} * kSlotSize), meta_(slots) {}
+  std::uint32_t capacity() const { return static_cast<std::uint32_t>(meta_.size()); }
   std::uint32_t size() const { return tail_ - head_; }
   std::uint32_t free() const { return capacity() - size(); }
 
   /// The next free slot, or an empty span when the ring is full.
   std::span<std::uint8_t> reserve() {
     if (free() == 0) return {};
-    return {buf_.data() + std::size_t{tail_ % capacity()} * kSlotSize, kSlotSize};
+    return {slot(tail_), kSlotSize};
   }
-  void commit(std::size_t len) { len_[tail_++ % capacity()] = static_cast<std::uint32_t>(len); }
+  /// A whole frame of `len` bytes was written to the reserved slot.
+  void commit(std::size_t len) {
+    Meta& m = meta_[tail_++ % capacity()];
+    m.len = static_cast<std::uint32_t>(len);
+    m.n_ext = 0;
+    m.trailer = 0;
+  }
+  /// Headers of `hdr_len` bytes were written to the reserved slot and `trailer_len` bytes of
+  /// trailer at kTrailerOff; the payload is `ext` (1..kMaxExt segments).
+  void commit_ext(std::size_t hdr_len, std::span<const TxSeg> ext, std::size_t trailer_len) {
+    Meta& m = meta_[tail_++ % capacity()];
+    m.len = static_cast<std::uint32_t>(hdr_len);
+    m.n_ext = static_cast<std::uint8_t>(ext.size());
+    m.trailer = static_cast<std::uint8_t>(trailer_len);
+    for (std::size_t i = 0; i < ext.size(); ++i) m.ext[i] = ext[i];
+  }
 
+  /// Hands each frame, whole, to `f(std::span<const std::uint8_t>)`: a zero-copy frame is
+  /// copied together in its slot first.
   template <class F>
   std::size_t drain(F&& f, std::size_t max) {
     std::size_t n = 0;
     while (head_ != tail_ && n < max) {
-      const std::uint32_t i = head_ % capacity();
-      f(std::span<const std::uint8_t>(buf_.data() + std::size_t{i} * kSlotSize, len_[i]));
+      Meta& m = meta_[head_ % capacity()];
+      flatten(m, slot(head_));
+      f(std::span<const std::uint8_t>(slot(head_), m.len));
+      ++head_;
+      ++n;
+    }
+    return n;
+  }
+
+  /// Copies the payload of every queued zero-copy frame into its slot: before registered
+  /// memory goes away (dereg_mr), nothing queued may still point into it.
+  void flatten_all() {
+    for (std::uint32_t i = head_; i != tail_; ++i) flatten(meta_[i % capacity()], slot(i));
+  }
+
+  /// Hands each frame, in pieces, to `f(const TxFrame&)`. The pieces stay valid until the
+  /// slot is reused (the next reserve() after this call returns): a consumer that keeps a
+  /// payload segment beyond that refers to registered memory, not to the ring.
+  template <class F>
+  std::size_t drain_frames(F&& f, std::size_t max) {
+    std::size_t n = 0;
+    while (head_ != tail_ && n < max) {
+      const Meta& m = meta_[head_ % capacity()];
+      const std::uint8_t* p = slot(head_);
+      TxFrame fr{{p, m.len}, {m.ext, m.n_ext}, {p + kTrailerOff, m.trailer}};
+      f(fr);
       ++head_;
       ++n;
     }
@@ -39,8 +110,30 @@ class TxRing {
   }
 
  private:
+  struct Meta {
+    std::uint32_t len = 0;  ///< whole frame, or headers only when n_ext != 0
+    std::uint8_t n_ext = 0;
+    std::uint8_t trailer = 0;
+    TxSeg ext[kMaxExt];
+  };
+  static void flatten(Meta& m, std::uint8_t* p) {
+    if (m.n_ext == 0) return;
+    std::uint8_t trailer[8];
+    std::memcpy(trailer, p + kTrailerOff, m.trailer);
+    for (std::uint32_t i = 0; i < m.n_ext; ++i) {
+      std::memcpy(p + m.len, m.ext[i].addr, m.ext[i].len);
+      m.len += m.ext[i].len;
+    }
+    std::memcpy(p + m.len, trailer, m.trailer);
+    m.len += m.trailer;
+    m.n_ext = 0;
+    m.trailer = 0;
+  }
+  std::uint8_t* slot(std::uint32_t i) {
+    return buf_.data() + std::size_t{i % capacity()} * kSlotSize;
+  }
   std::vector<std::uint8_t> buf_;
-  std::vector<std::uint32_t> len_;
+  std::vector<Meta> meta_;
   std::uint32_t head_ = 0;
   std::uint32_t tail_ = 0;
 };

@@ -181,6 +181,9 @@ Mr* Engine::alloc_mr(Pd* pd, std::uint64_t max_len) { return mrs_.create_fast_re
 
 int Engine::dereg_mr(Mr* mr) {
   mrs_.destroy(mr);
+  // Zero-copy frames still queued point into registered memory, perhaps this region's.
+  tx_.flatten_all();
+  if (before_mr_release) before_mr_release();
   return kOk;
 }
 
@@ -639,6 +642,22 @@ void Engine::tx_commit(std::size_t len) {
   tx_.commit(len);
   stats_.inc(Counter::kTxFrames);
   stats_.inc(Counter::kTxBytes, len);
+}
+
+void Engine::tx_commit_ext(const wire::FrameSpec& s, std::span<std::uint8_t> slot, std::size_t hdr,
+                           std::span<const TxSeg> ext) {
+  std::span<const std::uint8_t> pieces[TxRing::kMaxExt];
+  std::size_t len = hdr;
+  for (std::size_t i = 0; i < ext.size(); ++i) {
+    pieces[i] = {ext[i].addr, ext[i].len};
+    len += ext[i].len;
+  }
+  const std::size_t trailer = wire::finish_frame_pieces(s, slot.first(hdr), {pieces, ext.size()},
+                                                        slot.data() + TxRing::kTrailerOff);
+  tx_.commit_ext(hdr, ext, trailer);
+  stats_.inc(Counter::kTxFrames);
+  stats_.inc(Counter::kTxBytes, len + trailer);
+  stats_.inc(Counter::kTxZeroCopyFrames);
 }
 
 }  // namespace roce::engine

@@ -1,7 +1,7 @@
 /// @file
-/// DPDK port layer. Frames are copied from the engine's transmit slots into mbufs and handed to
-/// the engine straight from received mbufs (zero-copy transmit of registered memory comes with
-/// the performance work).
+/// DPDK port layer. Received frames go to the engine straight from their mbufs. Frames to send
+/// are copied from the engine's transmit slots into mbufs, except for the payloads the engine
+/// leaves in registered memory (zero-copy transmit), which are attached as external buffers.
 #include "dataplane/port/dpdk_port.h"
 
 #include <rte_cycles.h>
@@ -113,6 +113,24 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
       conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_IPV4_CKSUM;
       offloads_.rx_ip_checksum = true;
     }
+    if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) {
+      conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+      offloads_.tx_multi_seg = true;
+    }
+    // PMDs that copy every frame out before rte_eth_tx_burst returns; any other (a PCI NIC,
+    // net_ring, which hands the mbuf itself to its peer) would still read registered memory
+    // after the engine let go of it.
+    const std::string drv = info.driver_name ? info.driver_name : "";
+    const bool copies_out =
+        drv == "net_memif" || drv == "net_af_packet" || drv == "net_tap" || drv == "net_pcap";
+    if (spec.zero_copy && offloads_.tx_multi_seg && copies_out)
+      offloads_.tx_zero_copy = std::max<std::uint32_t>(spec.zero_copy_min, 1);
+  }
+  if (offloads_.tx_zero_copy) {
+    const std::string ext_name = "roce_ext_" + std::to_string(port_);
+    ext_pool_ = rte_pktmbuf_pool_create(ext_name.c_str(), spec.mbufs, 256, 0, 0,
+                                        static_cast<int>(rte_socket_id()));
+    if (ext_pool_ == nullptr) fail("cannot create the zero-copy mbuf pool", rte_errno);
   }
   const std::uint16_t nq = std::max<std::uint16_t>(spec.queues, 1);
   int rc = rte_eth_dev_configure(port_, nq, nq, &conf);
@@ -140,6 +158,10 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
   for (auto& q : q_) {
     q.pending.reserve(kMaxPending);
     q.scratch.resize(room);
+    q.shinfo = std::make_unique<rte_mbuf_ext_shared_info>();
+    q.shinfo->free_cb = [](void*, void*) {};
+    q.shinfo->fcb_opaque = nullptr;
+    rte_mbuf_ext_refcnt_set(q.shinfo.get(), 1);
   }
 }
 
@@ -147,6 +169,8 @@ std::string Offloads::to_string() const {
   std::string s;
   if (tx_ip_checksum) s += "tx-ipv4-checksum ";
   if (rx_ip_checksum) s += "rx-ipv4-checksum ";
+  if (tx_multi_seg) s += "tx-multi-segs ";
+  if (tx_zero_copy) s += "tx-zero-copy(>=" + std::to_string(tx_zero_copy) + "B) ";
   if (s.empty()) return "none";
   s.pop_back();
   return s;
@@ -175,6 +199,7 @@ DpdkPort::~DpdkPort() {
   rte_eth_dev_stop(port_);
   rte_eth_dev_close(port_);
   rte_mempool_free(pool_);
+  rte_mempool_free(ext_pool_);
 }
 
 bool DpdkPort::link_up() const {
@@ -196,6 +221,8 @@ PortStats DpdkPort::stats() const {
     t.rx_ip_checksum_good += q.stats.rx_ip_checksum_good;
     t.rx_ip_checksum_bad += q.stats.rx_ip_checksum_bad;
     t.tx_ip_checksum_offloaded += q.stats.tx_ip_checksum_offloaded;
+    t.tx_zero_copy += q.stats.tx_zero_copy;
+    t.tx_multiseg += q.stats.tx_multiseg;
   }
   return t;
 }
@@ -219,38 +246,108 @@ std::span<const std::uint8_t> DpdkPort::view(rte_mbuf* m, std::uint16_t q) {
 
 void DpdkPort::free(rte_mbuf* m) { rte_pktmbuf_free(m); }
 
+bool DpdkPort::append(rte_mbuf* head, rte_mbuf*& last, const std::uint8_t* p, std::size_t len) {
+  while (len > 0) {
+    std::size_t room = rte_pktmbuf_tailroom(last);
+    if (room == 0) {
+      if (!offloads_.tx_multi_seg) return false;
+      rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+      if (m == nullptr) return false;
+      last->next = m;
+      last = m;
+      ++head->nb_segs;
+      room = rte_pktmbuf_tailroom(m);
+    }
+    const auto n = static_cast<std::uint16_t>(std::min(room, len));
+    std::memcpy(rte_pktmbuf_mtod_offset(last, std::uint8_t*, last->data_len), p, n);
+    last->data_len = static_cast<std::uint16_t>(last->data_len + n);
+    head->pkt_len += n;
+    p += n;
+    len -= n;
+  }
+  return true;
+}
+
 void DpdkPort::tx(std::span<const std::uint8_t> frame, std::uint16_t q) {
-  Queue& qu = q_[q];
-  PortStats& st = qu.stats;
-  std::vector<rte_mbuf*>& pending = qu.pending;
+  PortStats& st = q_[q].stats;
   rte_mbuf* m = rte_pktmbuf_alloc(pool_);
   if (m == nullptr) {
     ++st.tx_alloc_failed;
     return;
   }
-  char* dst = rte_pktmbuf_append(m, static_cast<std::uint16_t>(frame.size()));
-  if (dst == nullptr) {
+  rte_mbuf* last = m;
+  if (!append(m, last, frame.data(), frame.size())) {
     rte_pktmbuf_free(m);
     ++st.tx_dropped;
     return;
   }
-  std::memcpy(dst, frame.data(), frame.size());
-  if (offloads_.tx_ip_checksum && frame.size() >= 34) {
+  enqueue(m, q);
+}
+
+void DpdkPort::tx(const engine::TxFrame& f, std::uint16_t q) {
+  if (f.ext.empty()) return tx(f.head, q);
+  Queue& qu = q_[q];
+  rte_mbuf* m[2 + engine::TxRing::kMaxExt];
+  const unsigned n_ext = static_cast<unsigned>(f.ext.size());
+  if (rte_pktmbuf_alloc_bulk(pool_, m, 2) != 0) {
+    ++qu.stats.tx_alloc_failed;
+    return;
+  }
+  if (rte_pktmbuf_alloc_bulk(ext_pool_, m + 2, n_ext) != 0) {
+    rte_pktmbuf_free_bulk(m, 2);
+    ++qu.stats.tx_alloc_failed;
+    return;
+  }
+  // head -> payload segments (external buffers in registered memory) -> trailer
+  rte_mbuf* head = m[0];
+  std::memcpy(rte_pktmbuf_mtod(head, std::uint8_t*), f.head.data(), f.head.size());
+  head->data_len = static_cast<std::uint16_t>(f.head.size());
+  head->pkt_len = head->data_len;
+  rte_mbuf* prev = head;
+  for (unsigned i = 0; i < n_ext; ++i) {
+    rte_mbuf* e = m[2 + i];
+    auto* addr = const_cast<std::uint8_t*>(f.ext[i].addr);
+    const auto len = static_cast<std::uint16_t>(f.ext[i].len);
+    rte_mbuf_ext_refcnt_update(qu.shinfo.get(), 1);
+    rte_pktmbuf_attach_extbuf(e, addr, reinterpret_cast<rte_iova_t>(addr), len, qu.shinfo.get());
+    e->data_len = len;
+    prev->next = e;
+    prev = e;
+    head->pkt_len += len;
+  }
+  rte_mbuf* tail = m[1];
+  std::memcpy(rte_pktmbuf_mtod(tail, std::uint8_t*), f.trailer.data(), f.trailer.size());
+  tail->data_len = static_cast<std::uint16_t>(f.trailer.size());
+  prev->next = tail;
+  head->pkt_len += tail->data_len;
+  head->nb_segs = static_cast<std::uint16_t>(2 + n_ext);
+  ++qu.stats.tx_zero_copy;
+  enqueue(head, q);
+}
+
+void DpdkPort::enqueue(rte_mbuf* m, std::uint16_t q) {
+  Queue& qu = q_[q];
+  PortStats& st = qu.stats;
+  std::vector<rte_mbuf*>& pending = qu.pending;
+  std::uint8_t* dst = rte_pktmbuf_mtod(m, std::uint8_t*);
+  const std::size_t head_len = m->data_len;
+  if (offloads_.tx_ip_checksum && head_len >= 34) {
     // IPv4, tagged or not: the PMD computes the header checksum (the field must be 0).
     std::size_t l2 = 14;
-    std::uint16_t type = static_cast<std::uint16_t>(frame[12] << 8 | frame[13]);
-    if (type == 0x8100 && frame.size() >= 38) {
-      type = static_cast<std::uint16_t>(frame[16] << 8 | frame[17]);
+    std::uint16_t type = static_cast<std::uint16_t>(dst[12] << 8 | dst[13]);
+    if (type == 0x8100 && head_len >= 38) {
+      type = static_cast<std::uint16_t>(dst[16] << 8 | dst[17]);
       l2 = 18;
     }
     if (type == 0x0800) {
       m->l2_len = l2;
-      m->l3_len = (frame[l2] & 0x0F) * 4u;
+      m->l3_len = (dst[l2] & 0x0F) * 4u;
       m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
       dst[l2 + 10] = dst[l2 + 11] = 0;
       ++st.tx_ip_checksum_offloaded;
     }
   }
+  if (m->nb_segs > 1) ++st.tx_multiseg;
   if (pending.size() >= kMaxPending) {
     flush(q);
     if (pending.size() >= kMaxPending) {  // the link is not draining: drop, the transport recovers
@@ -260,8 +357,35 @@ void DpdkPort::tx(std::span<const std::uint8_t> frame, std::uint16_t q) {
     }
   }
   pending.push_back(m);
-  st.tx_bytes += frame.size();
+  st.tx_bytes += m->pkt_len;
   if (pending.size() >= 64) flush(q);
+}
+
+void DpdkPort::make_pending_whole(std::uint16_t q) {
+  Queue& qu = q_[q];
+  for (rte_mbuf*& m : qu.pending) {
+    bool external = false;
+    for (const rte_mbuf* s = m; s != nullptr; s = s->next) external |= RTE_MBUF_HAS_EXTBUF(s);
+    if (!external) continue;
+    rte_mbuf* whole = rte_pktmbuf_alloc(pool_);
+    rte_mbuf* last = whole;
+    bool ok = whole != nullptr;
+    for (const rte_mbuf* s = m; ok && s != nullptr; s = s->next)
+      ok = append(whole, last, rte_pktmbuf_mtod(s, const std::uint8_t*), s->data_len);
+    if (ok) {
+      whole->ol_flags = m->ol_flags;
+      whole->l2_len = m->l2_len;
+      whole->l3_len = m->l3_len;
+      whole->vlan_tci = m->vlan_tci;
+    } else {  // out of mbufs: the frame is lost, the transport resends it
+      if (whole != nullptr) rte_pktmbuf_free(whole);
+      whole = nullptr;
+      ++qu.stats.tx_dropped;
+    }
+    rte_pktmbuf_free(m);
+    m = whole;
+  }
+  std::erase(qu.pending, nullptr);
 }
 
 void DpdkPort::flush(std::uint16_t q) {
@@ -301,11 +425,18 @@ PollLoop::PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& fault
       reply_(9216 + 64),
       cmds_(make_ring("cmd", 1024)) {
   eng.set_tx_ip_checksum_offload(port.offloads().tx_ip_checksum);
+  // Transmit faults other than drops need whole frames to act on (corrupt, hold): they copy.
+  if (!faults.any() || faults.drop_only()) {
+    eng.set_tx_zero_copy(port.offloads().tx_zero_copy);
+    if (port.offloads().tx_zero_copy)
+      eng.before_mr_release = [&port, queue] { port.make_pending_whole(queue); };
+  }
   if (faults.any()) link_ = std::make_unique<FaultyLink>(faults);
   if (rx_faults.any()) rx_link_ = std::make_unique<FaultyLink>(rx_faults);
 }
 
 PollLoop::~PollLoop() {
+  eng_.before_mr_release = nullptr;
   void* p = nullptr;
   while (rte_ring_dequeue(cmds_, &p) == 0) delete static_cast<std::function<void()>*>(p);
   rte_ring_free(cmds_);
@@ -341,6 +472,14 @@ void PollLoop::arrive(rte_mbuf* m, std::span<const std::uint8_t> f, std::uint64_
     rx_link_->submit(f, [&](std::span<const std::uint8_t> g, std::uint64_t) { deliver(g, now); });
   else
     deliver(f, now, ip_ok);
+}
+
+std::span<const std::uint8_t> PollLoop::whole(const engine::TxFrame& f) {
+  if (f.ext.empty()) return f.head;
+  whole_.assign(f.head.begin(), f.head.end());
+  for (const engine::TxSeg& s : f.ext) whole_.insert(whole_.end(), s.addr, s.addr + s.len);
+  whole_.insert(whole_.end(), f.trailer.begin(), f.trailer.end());
+  return whole_;
 }
 
 void PollLoop::send(std::span<const std::uint8_t> frame) {
@@ -397,7 +536,14 @@ std::size_t PollLoop::poll_once() {
   const auto late = [&](std::span<const std::uint8_t> f, std::uint64_t) { deliver(f, now); };
   if (rx_link_ && moved == 0) rx_link_->release_held(late);
   eng_.run(now);
-  moved += eng_.drain_tx([&](std::span<const std::uint8_t> f) { send(f); });
+  if (link_ && !link_->policy().drop_only()) {  // these faults act on whole frames
+    moved += eng_.drain_tx([&](std::span<const std::uint8_t> f) { send(f); });
+  } else {
+    moved += eng_.drain_tx_frames([&](const engine::TxFrame& f) {
+      if (tap) tap(whole(f), true);
+      if (!link_ || !link_->drop_next(f.head)) port_.tx(f, queue_);
+    });
+  }
   if (link_ && moved == 0)  // idle: release frames held for reordering
     link_->release_held(
         [this](std::span<const std::uint8_t> f, std::uint64_t) { port_.tx(f, queue_); });

@@ -20,6 +20,7 @@
 struct rte_mempool;
 struct rte_mbuf;
 struct rte_ring;
+struct rte_mbuf_ext_shared_info;
 
 namespace roce::port {
 
@@ -41,12 +42,21 @@ struct PortSpec {
   /// Give the device our MAC. Not for net_tap: its device is the kernel's end of the wire, and
   /// a bridge would take frames for a MAC of its own port as its own.
   bool set_mac = true;
+  /// Zero-copy transmit: payloads of at least `zero_copy_min` bytes go out as DPDK external
+  /// buffers pointing into registered memory, chained behind a header mbuf. Used only where
+  /// that is safe: PMDs that copy a frame out at rte_eth_tx_burst (net_memif, net_af_packet,
+  /// net_tap, net_pcap) and chain segments. A PCI NIC would read the memory by DMA later and
+  /// needs it mapped for DMA, which registered application memory is not: it copies.
+  bool zero_copy = true;
+  std::uint32_t zero_copy_min = 512;
 };
 
 /// The offloads a port uses (those the PMD offers, unless PortSpec::offloads is false).
 struct Offloads {
-  bool tx_ip_checksum = false;  ///< the PMD fills the IPv4 header checksum of what we send
-  bool rx_ip_checksum = false;  ///< the PMD flags received IPv4 headers good or bad
+  bool tx_ip_checksum = false;     ///< the PMD fills the IPv4 header checksum of what we send
+  bool rx_ip_checksum = false;     ///< the PMD flags received IPv4 headers good or bad
+  bool tx_multi_seg = false;       ///< the PMD sends chained mbufs (frames larger than one mbuf)
+  std::uint32_t tx_zero_copy = 0;  ///< payloads from this size leave from registered memory
   std::string to_string() const;
 };
 
@@ -56,6 +66,8 @@ struct PortStats {
   std::uint64_t rx_ip_checksum_good = 0;  ///< verified by the PMD (RX offload)
   std::uint64_t rx_ip_checksum_bad = 0;   ///< flagged bad by the PMD: dropped
   std::uint64_t tx_ip_checksum_offloaded = 0;
+  std::uint64_t tx_zero_copy = 0;  ///< frames sent with their payload in registered memory
+  std::uint64_t tx_multiseg = 0;   ///< frames sent as a chain of mbufs (zero-copy or large)
 };
 
 class DpdkPort {
@@ -83,6 +95,12 @@ class DpdkPort {
   /// Queues a copy of `frame` for transmit on queue `q`; sent by flush() (or when the burst
   /// is full). Each queue belongs to one lcore.
   void tx(std::span<const std::uint8_t> frame, std::uint16_t q = 0);
+  /// The same for a frame in pieces (engine::Engine::drain_tx_frames): the head and trailer are
+  /// copied, the payload segments are attached as external buffers (Offloads::tx_zero_copy).
+  void tx(const engine::TxFrame& frame, std::uint16_t q = 0);
+  /// Copies every queued frame of queue `q` whose payload is still in registered memory into
+  /// mbufs of its own (Engine::before_mr_release): the application may then free that memory.
+  void make_pending_whole(std::uint16_t q = 0);
   void flush(std::uint16_t q = 0);
   /// Counters summed over the queues (read from the owning lcore, or approximately elsewhere).
   PortStats stats() const;
@@ -92,9 +110,18 @@ class DpdkPort {
     std::vector<rte_mbuf*> pending;     ///< frames queued while the TX ring is full
     std::vector<std::uint8_t> scratch;  ///< linearised multi-segment frames
     PortStats stats;
+    /// Shared by every external buffer of this queue: its count is one plus the zero-copy
+    /// segments not yet freed; nothing is freed when it drops (the memory is the application's).
+    std::unique_ptr<rte_mbuf_ext_shared_info> shinfo;
   };
+  /// Copies `len` bytes behind `last`, the last segment of the chain `head`, chaining new mbufs
+  /// when it is full (only if the PMD takes chains). False when out of mbufs or room.
+  bool append(rte_mbuf* head, rte_mbuf*& last, const std::uint8_t* p, std::size_t len);
+  /// Offload flags of a frame whose headers are in its first segment; queues it for flush().
+  void enqueue(rte_mbuf* m, std::uint16_t q);
   std::uint16_t port_ = 0;
   rte_mempool* pool_ = nullptr;
+  rte_mempool* ext_pool_ = nullptr;  ///< mbufs without data room, for external buffers
   Offloads offloads_;
   static constexpr std::size_t kMaxPending = 4096;
   std::vector<Queue> q_;
@@ -161,6 +188,8 @@ class PollLoop {
  private:
   friend void connect_loops(std::span<PollLoop* const> loops);
   void send(std::span<const std::uint8_t> frame);
+  /// A zero-copy frame copied together (for a capture).
+  std::span<const std::uint8_t> whole(const engine::TxFrame& f);
   void deliver(std::span<const std::uint8_t> frame, std::uint64_t now, bool ip_ok = false);
   void arrive(rte_mbuf* m, std::span<const std::uint8_t> frame, std::uint64_t now);
   DpdkPort& port_;
@@ -170,6 +199,7 @@ class PollLoop {
   std::unique_ptr<FaultyLink> link_;     ///< transmit faults, only when configured
   std::unique_ptr<FaultyLink> rx_link_;  ///< receive faults, only when configured
   std::vector<std::uint8_t> reply_;
+  std::vector<std::uint8_t> whole_;
   rte_ring* cmds_ = nullptr;  ///< std::function<void()>* from other threads
   // steering (connect_loops)
   unsigned self_ = 0, lcores_ = 1;

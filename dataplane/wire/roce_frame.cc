@@ -170,6 +170,26 @@ std::size_t finish_frame(const FrameSpec& s, std::size_t hdr_len, std::size_t pa
   return off;
 }
 
+std::size_t finish_frame_pieces(const FrameSpec& s, std::span<const std::uint8_t> headers,
+                                std::span<const std::span<const std::uint8_t>> payload,
+                                std::uint8_t* trailer) {
+  if (s.ip_version != IpVersion::kV4) return 0;
+  const std::uint8_t* l3 = headers.data() + l2_len(s);
+  Icrc c = Icrc::begin(l3, IpVersion::kV4);
+  const std::size_t fixed = Ipv4View::kSize + UdpView::kSize + BthView::kSize;
+  c.update(l3 + fixed, static_cast<std::size_t>(headers.data() + headers.size() - l3) - fixed);
+  std::size_t len = 0;
+  for (const auto& piece : payload) {
+    c.update(piece);
+    len += piece.size();
+  }
+  const unsigned pad = pad_for(len);
+  std::memset(trailer, 0, pad);
+  c.update(trailer, pad);
+  store_le32(trailer + pad, c.value());
+  return pad + kIcrcSize;
+}
+
 std::size_t build_frame(const FrameSpec& s, std::span<const std::uint8_t> payload,
                         std::span<std::uint8_t> out) {
   const std::size_t hdr = write_frame_headers(s, payload.size(), out);

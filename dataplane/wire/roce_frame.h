@@ -103,6 +103,14 @@ std::size_t write_frame_headers(const FrameSpec& spec, std::size_t payload_len,
 std::size_t finish_frame(const FrameSpec& spec, std::size_t hdr_len, std::size_t payload_len,
                          std::span<std::uint8_t> out);
 
+/// Zero-copy form of finish_frame(), IPv4 only (over IPv6 the UDP checksum covers the payload):
+/// `headers` are the frame's headers as write_frame_headers() left them, `payload` the pieces
+/// of the payload wherever they live. Writes the pad and the ICRC to `trailer` (room for 8
+/// bytes) and returns how many bytes it wrote there; 0 for an IPv6 frame.
+std::size_t finish_frame_pieces(const FrameSpec& spec, std::span<const std::uint8_t> headers,
+                                std::span<const std::span<const std::uint8_t>> payload,
+                                std::uint8_t* trailer);
+
 /// Writes a complete frame into `out`. Returns its length, or 0 when `out` is too small, the
 /// opcode is unknown, or the payload does not fit the opcode (e.g. payload on an ACK).
 std::size_t build_frame(const FrameSpec& spec, std::span<const std::uint8_t> payload,

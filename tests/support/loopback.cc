@@ -23,6 +23,7 @@ Loopback::Loopback(const LoopbackOptions& opts, EngineConfig a, EngineConfig b) 
   eng_[1] = std::make_unique<Engine>(b);
   link_[0] = std::make_unique<FaultyLink>(opts.a2b);
   link_[1] = std::make_unique<FaultyLink>(opts.b2a);
+  for (auto& e : eng_) e->set_tx_zero_copy(opts.zero_copy);
 }
 
 void Loopback::carry(int from) {
@@ -31,7 +32,7 @@ void Loopback::carry(int from) {
     queue_[to].emplace(now_ + opts_.link_delay_ns + delay,
                        std::vector<std::uint8_t>(f.begin(), f.end()));
   };
-  eng_[from]->drain_tx([&](std::span<const std::uint8_t> f) {
+  const auto each = [&](std::span<const std::uint8_t> f) {
     const FaultDecision d = link_[from]->submit(f, deliver);
     if (!opts_.record) return;
     WireRecord r;
@@ -50,6 +51,17 @@ void Loopback::carry(int from) {
       if (p.info->has(wire::Ext::kAeth)) r.syndrome = p.aeth().syndrome().raw();
     }
     records_.push_back(r);
+  };
+  if (opts_.zero_copy == 0) {
+    eng_[from]->drain_tx(each);
+    return;
+  }
+  std::vector<std::uint8_t> whole;
+  eng_[from]->drain_tx_frames([&](const TxFrame& f) {
+    whole.assign(f.head.begin(), f.head.end());
+    for (const TxSeg& s : f.ext) whole.insert(whole.end(), s.addr, s.addr + s.len);
+    whole.insert(whole.end(), f.trailer.begin(), f.trailer.end());
+    each(whole);
   });
 }
 

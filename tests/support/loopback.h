@@ -33,6 +33,9 @@ struct LoopbackOptions {
   std::uint64_t link_delay_ns = 1000;
   std::uint64_t tick_ns = 200;
   bool record = true;
+  /// Zero-copy transmit (Engine::set_tx_zero_copy) from payloads of this size: the wire then
+  /// takes frames in pieces, as a DPDK port does, and puts them together itself. 0: off.
+  std::uint32_t zero_copy = 0;
 };
 
 class Loopback {
