@@ -81,6 +81,8 @@ PortConfig parse_port(const YAML::Node& node, const std::string& origin, const s
   p.mtu = static_cast<std::uint16_t>(r.uint("mtu", 1500, 576, 9216));
   if (r.has("vlan")) p.vlan = static_cast<std::uint16_t>(r.uint("vlan", 0, 1, 4094));
   p.mbufs = static_cast<std::uint32_t>(r.uint("mbufs", 8192, 512, 1u << 20));
+  p.zero_copy = r.boolean("zero_copy", true);
+  p.zero_copy_min = static_cast<std::uint32_t>(r.uint("zero_copy_min", 512, 1, 9216));
   p.rx_desc = static_cast<std::uint16_t>(r.uint("rx_desc", 1024, 64, 16384));
   p.tx_desc = static_cast<std::uint16_t>(r.uint("tx_desc", 1024, 64, 16384));
   if (r.has("fault")) p.fault = parse_fault(r.get("fault"), origin, path + ".fault");

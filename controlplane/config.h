@@ -28,6 +28,8 @@ struct PortConfig {
   std::uint16_t mtu = 1500;
   std::optional<std::uint16_t> vlan;
   std::uint32_t mbufs = 8192;
+  bool zero_copy = true;              ///< payloads from registered memory where the PMD allows
+  std::uint32_t zero_copy_min = 512;  ///< smallest payload sent zero-copy
   std::uint16_t rx_desc = 1024;
   std::uint16_t tx_desc = 1024;
   FaultPolicy fault;

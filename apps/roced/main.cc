@@ -186,6 +186,8 @@ int run(const ctl::ApplianceConfig& cfg) {
     ps.mac = pc.mac;
     ps.mtu = pc.mtu;
     ps.mbufs = pc.mbufs;
+    ps.zero_copy = pc.zero_copy;
+    ps.zero_copy_min = pc.zero_copy_min;
     ps.rx_desc = pc.rx_desc;
     ps.tx_desc = pc.tx_desc;
     ps.queues = static_cast<std::uint16_t>(nl);

@@ -19,6 +19,8 @@ ports:
     ipv6: 2001:db8::1/64
     mtu: 9000
     vlan: 7
+    zero_copy: false
+    zero_copy_min: 1024
     fault: {drop: 0.01, reorder: 0.1, reorder_window: 3, seed: 5}
 limits: {max_qps: 100}
 transport: {ack_req_every: 16}
@@ -41,6 +43,8 @@ TEST(Config, ParsesEveryField) {
   EXPECT_EQ(p.ipv6_prefix, 64);
   EXPECT_EQ(p.mtu, 9000);
   EXPECT_EQ(p.vlan, std::optional<std::uint16_t>(7));
+  EXPECT_FALSE(p.zero_copy);
+  EXPECT_EQ(p.zero_copy_min, 1024u);
   EXPECT_DOUBLE_EQ(p.fault.drop_rate, 0.01);
   EXPECT_EQ(p.fault.reorder_window, 3u);
   EXPECT_EQ(p.fault.seed, 5u);
@@ -73,6 +77,8 @@ TEST(Config, ErrorsNameFileLineAndKey) {
        "bad.yaml:6:10: ports[0].mtu must be an unsigned integer, not 'big'"},
       {base + "    mtu: -5\n", "must be an unsigned integer, not '-5'"},
       {base + "    vlan: 4095\n", "ports[0].vlan = 4095 is out of range [1, 4094]"},
+      {base + "    zero_copy: maybe\n", "ports[0].zero_copy"},
+      {base + "    zero_copy_min: 0\n", "ports[0].zero_copy_min = 0 is out of range [1, 9216]"},
       {base + "    fault: {drop: 2}\n", "ports[0].fault.drop is out of range [0, 1]"},
       {base + "    fault: {droop: 0.1}\n", "unknown key 'droop' in ports[0].fault"},
       {base + "logging: {level: loud}\n",
