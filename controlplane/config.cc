@@ -153,6 +153,8 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
         t.uint("max_inflight_psns", c.transport.max_inflight_psns, 1, 1u << 22));
     c.transport.loss_window =
         static_cast<std::uint32_t>(t.uint("loss_window", c.transport.loss_window, 1, 1u << 22));
+    c.transport.recovery_batch =
+        static_cast<std::uint32_t>(t.uint("recovery_batch", c.transport.recovery_batch, 1, 4096));
     c.transport.probe_min_us =
         static_cast<std::uint32_t>(t.uint("probe_min_us", c.transport.probe_min_us, 0, 10'000'000));
   }

@@ -180,6 +180,7 @@ int run(const ctl::ApplianceConfig& cfg) {
     ec.max_inflight_psns = cfg.transport.max_inflight_psns;
     ec.probe_min_ns = std::uint64_t{cfg.transport.probe_min_us} * 1000;
     ec.loss_window = cfg.transport.loss_window;
+    ec.recovery_batch = cfg.transport.recovery_batch;
     ec.max_mtu = path_mtu_for(pc.mtu);
     port::PortSpec ps;
     ps.device = pc.device;

@@ -46,8 +46,13 @@ struct EngineConfig {
   /// then resends at most about this much, on a clean one the window stays at its maximum.
   std::uint32_t loss_window = 64;
   std::uint32_t ack_req_every = 16;  ///< AckReq at least this often within a message
-  Mtu max_mtu = Mtu::k4096;          ///< UD payload limit and largest path MTU accepted
-  std::uint64_t seed = 0;            ///< 0: keys from std::random_device
+  /// While a QP's window is reduced after a loss, run() sends at most this many of its packets
+  /// per call. The poll loop then reads the acknowledgements (and sequence NAKs) that move the
+  /// window on every few packets instead of after a batch of hundreds: the round trip, and with
+  /// it what a go-back-N throws away, stays short. A clean QP sends in large batches.
+  std::uint32_t recovery_batch = 4;
+  Mtu max_mtu = Mtu::k4096;  ///< UD payload limit and largest path MTU accepted
+  std::uint64_t seed = 0;    ///< 0: keys from std::random_device
   /// QPNs are handed out cyclically (the next free one after the last, as rxe does), starting
   /// here (an index: QPN kFirstQpn + index); nullopt: a random start (from `seed`). A restarted
   /// process then does not reuse its predecessor's QPNs, which a peer's CM may still hold in
@@ -130,7 +135,16 @@ class Engine {
   std::function<void()> before_mr_release;
   /// Runs timers, sends coalesced ACKs, and fills the transmit ring from the send queues and
   /// the pending READ responses.
-  void run(std::uint64_t now_ns);
+  /// `rx_backlog`: received frames are still waiting (the port's last burst was full). Timers
+  /// then wait a few calls: the acknowledgement a probe or timeout would give up on may be
+  /// among those frames.
+  void run(std::uint64_t now_ns, bool rx_backlog = false);
+  /// Sends the coalesced ACKs now (run() does too): a loop that receives in several bursts
+  /// calls it after each, so that an ACK does not wait for the whole batch to be processed.
+  void flush_acks(std::uint64_t now_ns) {
+    now_ = now_ns;
+    resp_flush_acks();
+  }
   /// Hands every queued frame to `f(std::span<const std::uint8_t>)`; returns how many.
   template <class F>
   std::size_t drain_tx(F&& f, std::size_t max = SIZE_MAX) {
@@ -148,6 +162,8 @@ class Engine {
   /// True when run() would have something to send (queued WQEs, READ responses, ACKs).
   bool has_work() const { return !send_list_.empty() || !read_list_.empty() || !ack_list_.empty(); }
   const Stats& stats() const { return stats_; }
+  /// The smoothed round trip over every RC QP of this engine (request to acknowledgement), ns.
+  std::uint64_t srtt_ns() const { return srtt_ns_; }
   const EngineConfig& config() const { return cfg_; }
 
  private:
@@ -236,6 +252,9 @@ class Engine {
   std::uint32_t next_qp_index_ = 0;  ///< where the search for a free QPN starts
   bool tx_ip_checksum_offload_ = false;
   std::uint32_t tx_zero_copy_min_ = 0;
+  std::uint32_t timers_deferred_ = 0;
+  std::uint32_t run_gen_ = 0;  ///< counts run() calls (Qp::run_sent)  ///< consecutive run() calls
+                               ///< that skipped due timers
   std::uint32_t next_pd_ = 1;
   std::uint16_t ip_id_ = 0;
   // work lists (QPs that need attention in run())

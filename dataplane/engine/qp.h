@@ -232,6 +232,8 @@ struct Qp {
   bool in_ack_list = false;
   std::uint64_t timer_at = 0;  ///< when its timer wheel entry is due (0: none)
   bool in_read_list = false;
+  std::uint32_t run_gen = 0;   ///< the Engine::run() call run_sent counts for
+  std::uint32_t run_sent = 0;  ///< packets sent in that call (EngineConfig::recovery_batch)
 
   SendWqe& wqe(std::uint32_t i) { return sq[i % sq.size()]; }
   std::uint32_t sq_depth() const { return static_cast<std::uint32_t>(sq.size()); }

@@ -126,14 +126,24 @@ void Engine::dispatch(const wire::RxPkt& pkt) {
     resp_on_request(*qp, pkt);
 }
 
-void Engine::run(std::uint64_t now_ns) {
+void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
   now_ = now_ns;
-  if (next_timer_ != 0 && now_ >= next_timer_) run_timers();
+  if (next_timer_ != 0 && now_ >= next_timer_) {
+    // Bounded, so that a receiver that never catches up still retransmits.
+    constexpr std::uint32_t kMaxDefer = 8;
+    if (rx_backlog && timers_deferred_ < kMaxDefer) {
+      ++timers_deferred_;
+    } else {
+      timers_deferred_ = 0;
+      run_timers();
+    }
+  }
   resp_flush_acks();
   // Round-robin over the QPs with work, a few packets each per pass, so that one long
   // message does not starve the others.
   constexpr std::uint32_t kPerQp = 16;
   bool progress = true;
+  ++run_gen_;
   while (progress && tx_.free() > kAckReserve) {
     progress = false;
     for (std::size_t i = 0; i < read_list_.size();) {
@@ -152,9 +162,20 @@ void Engine::run(std::uint64_t now_ns) {
     for (std::size_t i = 0; i < send_list_.size();) {
       Qp& qp = *send_list_[i];
       std::uint32_t budget = kPerQp;
+      if (qp.comp.cwnd != 0) {
+        // Recovering from a loss: a few packets per call (EngineConfig::recovery_batch), so
+        // that the loop soon reads the acknowledgements that move the window on.
+        if (qp.run_gen != run_gen_) {
+          qp.run_gen = run_gen_;
+          qp.run_sent = 0;
+        }
+        budget = std::min(budget, cfg_.recovery_batch - std::min(qp.run_sent, cfg_.recovery_batch));
+      }
+      const std::uint32_t budget0 = budget;
       const std::uint32_t before_next = qp.req.next_wqe;
-      req_pump(qp, budget);
-      progress |= budget != kPerQp || qp.req.next_wqe != before_next;
+      if (budget != 0) req_pump(qp, budget);
+      qp.run_sent += budget0 - budget;
+      progress |= budget != budget0 || qp.req.next_wqe != before_next;
       const bool idle =
           qp.state != QpState::kRts || (qp.req.next_wqe == qp.sq_tail && !qp.comp.retry_pending);
       if (idle) {

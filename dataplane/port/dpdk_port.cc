@@ -474,6 +474,15 @@ void PollLoop::arrive(rte_mbuf* m, std::span<const std::uint8_t> f, std::uint64_
     deliver(f, now, ip_ok);
 }
 
+std::size_t PollLoop::transmit() {
+  if (link_ && !link_->policy().drop_only())  // these faults act on whole frames
+    return eng_.drain_tx([&](std::span<const std::uint8_t> f) { send(f); });
+  return eng_.drain_tx_frames([&](const engine::TxFrame& f) {
+    if (tap) tap(whole(f), true);
+    if (!link_ || !link_->drop_next(f.head)) port_.tx(f, queue_);
+  });
+}
+
 std::span<const std::uint8_t> PollLoop::whole(const engine::TxFrame& f) {
   if (f.ext.empty()) return f.head;
   whole_.assign(f.head.begin(), f.head.end());
@@ -505,22 +514,33 @@ std::size_t PollLoop::poll_once() {
     delete fn;
   }
   std::size_t moved = 0;
-  rte_mbuf* pkts[32];
-  const std::uint16_t n = port_.rx_burst(pkts, 32, queue_);
-  moved += n;
-  for (std::uint16_t i = 0; i < n; ++i) {
-    const auto f = port_.view(pkts[i], queue_);
-    const unsigned owner = lcores_ > 1 ? owner_lcore(f, lcores_) : self_;
-    if (owner != self_) {  // the owner's loop processes and frees it
-      if (rte_ring_enqueue(rings_[owner], pkts[i]) == 0) {
-        ++steer_.steered_out;
-        continue;
+  rte_mbuf* pkts[kRxBurst];
+  // Several bursts per iteration: a loop that sends hundreds of frames per run() must also
+  // take in the acknowledgements they draw, or they queue up behind its own sends.
+  bool rx_backlog = false;
+  for (unsigned burst = 0; burst < kRxBursts; ++burst) {
+    const std::uint16_t n = port_.rx_burst(pkts, kRxBurst, queue_);
+    moved += n;
+    rx_backlog = n == kRxBurst;
+    for (std::uint16_t i = 0; i < n; ++i) {
+      const auto f = port_.view(pkts[i], queue_);
+      const unsigned owner = lcores_ > 1 ? owner_lcore(f, lcores_) : self_;
+      if (owner != self_) {  // the owner's loop processes and frees it
+        if (rte_ring_enqueue(rings_[owner], pkts[i]) == 0) {
+          ++steer_.steered_out;
+          continue;
+        }
+        ++steer_.ring_full;
+      } else {
+        arrive(pkts[i], f, now);
       }
-      ++steer_.ring_full;
-    } else {
-      arrive(pkts[i], f, now);
+      DpdkPort::free(pkts[i]);
     }
-    DpdkPort::free(pkts[i]);
+    if (!rx_backlog) break;
+    // More to receive: what this burst acknowledged goes out first (the peer's window is
+    // waiting for it, and the next bursts take a while).
+    eng_.flush_acks(now);
+    transmit();
   }
   if (own_ring_) {
     void* in[32];
@@ -535,15 +555,8 @@ std::size_t PollLoop::poll_once() {
   }
   const auto late = [&](std::span<const std::uint8_t> f, std::uint64_t) { deliver(f, now); };
   if (rx_link_ && moved == 0) rx_link_->release_held(late);
-  eng_.run(now);
-  if (link_ && !link_->policy().drop_only()) {  // these faults act on whole frames
-    moved += eng_.drain_tx([&](std::span<const std::uint8_t> f) { send(f); });
-  } else {
-    moved += eng_.drain_tx_frames([&](const engine::TxFrame& f) {
-      if (tap) tap(whole(f), true);
-      if (!link_ || !link_->drop_next(f.head)) port_.tx(f, queue_);
-    });
-  }
+  eng_.run(now, rx_backlog);
+  moved += transmit();
   if (link_ && moved == 0)  // idle: release frames held for reordering
     link_->release_held(
         [this](std::span<const std::uint8_t> f, std::uint64_t) { port_.tx(f, queue_); });

@@ -187,7 +187,12 @@ class PollLoop {
 
  private:
   friend void connect_loops(std::span<PollLoop* const> loops);
+  static constexpr std::uint16_t kRxBurst = 32;
+  static constexpr unsigned kRxBursts = 4;  ///< bursts per iteration while the queue is full
   void send(std::span<const std::uint8_t> frame);
+  /// Hands the engine's queued frames to the port (through the fault injector and the
+  /// capture tap when there are); returns how many.
+  std::size_t transmit();
   /// A zero-copy frame copied together (for a capture).
   std::span<const std::uint8_t> whole(const engine::TxFrame& f);
   void deliver(std::span<const std::uint8_t> frame, std::uint64_t now, bool ip_ok = false);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "tests/support/loopback.h"
@@ -156,7 +157,8 @@ TEST(Regression, LocalErrorIsReportedOnTheFailingWqe) {
 // was re-sent (TX ring back-pressure): the requester fails itself with GENERAL_ERR.
 TEST(Regression, ReadResponseBeforeReRequestIsAccepted) {
   auto ca = Loopback::default_config(0);
-  ca.tx_slots = 48;  // 16 usable request slots per run
+  ca.tx_slots = 48;        // 16 usable request slots per run
+  ca.recovery_batch = 64;  // the ring, not the recovery batch, holds the READ back
   Loopback lb({}, ca);
   RcOptions o;
   o.timeout = 8;
@@ -412,6 +414,48 @@ TEST(Lcores, EnginesOfDifferentLcoresTalkRc) {
   wcs = wait_wcs(lb, a.scq, 1);
   ASSERT_EQ(wcs.size(), 1u);
   EXPECT_EQ(back.bytes, src.bytes);
+}
+
+// After a loss the requester sends at most EngineConfig::recovery_batch packets of the QP per
+// run(), so that the acknowledgements moving its window are read between them; before it, and
+// with a large batch, a run() sends many.
+std::pair<std::uint32_t, std::uint32_t> packets_per_run(std::uint32_t recovery_batch) {
+  LoopbackOptions lo;
+  const std::uint32_t psn_a = RcOptions{}.psn_a;
+  lo.a2b.drop_psn.push_back({Engine::kFirstQpn, psn_a + 1, 1, -1});
+  auto ca = Loopback::default_config(0);
+  ca.recovery_batch = recovery_batch;
+  Loopback lb(lo, ca);
+  auto [a, b] = connect(lb);
+  Buffer src = make_buffer(lb.a(), a.pd, 256 * 1024, 1);
+  Buffer dst = make_buffer(lb.b(), b.pd, 256 * 1024, 2);
+  const Sge s = src.sge();
+  SendWr wr = make_wr(1, &s, dst);
+  EXPECT_EQ(lb.a().post_send(a.qp, &wr, nullptr), kOk);
+  EXPECT_EQ(wait_wcs(lb, a.scq, 1).size(), 1u);
+  EXPECT_EQ(dst.bytes, src.bytes);
+  EXPECT_GT(lb.a().stats().get(Counter::kRetransmittedPackets), 0u);
+  // A's request packets per step (one run() each), before and after the sequence NAK.
+  std::map<std::uint64_t, std::uint32_t> before, after;
+  std::uint64_t nak_at = UINT64_MAX;
+  for (const WireRecord& r : lb.records()) {
+    if (r.from == 1 && r.syndrome >= 0 && (r.syndrome & 0x60) == 0x60)
+      nak_at = std::min(nak_at, r.t);
+    if (r.from == 0) ++(r.t <= nak_at ? before : after)[r.t];
+  }
+  EXPECT_NE(nak_at, UINT64_MAX) << "no sequence NAK";
+  std::uint32_t max_before = 0, max_after = 0;
+  for (const auto& [t, n] : before) max_before = std::max(max_before, n);
+  for (const auto& [t, n] : after) max_after = std::max(max_after, n);
+  return {max_before, max_after};
+}
+
+TEST(Regression, RecoveryBatchBoundsPacketsPerRun) {
+  const auto [before, after] = packets_per_run(3);
+  EXPECT_GT(before, 3u);
+  EXPECT_LE(after, 3u);
+  const auto [before_big, after_big] = packets_per_run(512);
+  EXPECT_GT(after_big, 3u) << "the go-back-N goes out in one batch without the bound";
 }
 
 }  // namespace

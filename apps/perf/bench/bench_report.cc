@@ -225,7 +225,8 @@ void point_json(std::ostringstream& j, const Point& p, const Results& r, const W
     j << ",\"counters\":{\"retransmitted_packets\":" << p.retransmitted
       << ",\"retransmit_timeouts\":" << p.timeouts << ",\"retransmit_probes\":" << p.probes
       << ",\"injected_drops\":" << p.injected_drops << ",\"rnr_naks_received\":" << p.rnr_naks
-      << ",\"seq_naks_received\":" << p.seq_naks << "}";
+      << ",\"seq_naks_received\":" << p.seq_naks << "}"
+      << ",\"srtt_us\":" << num(static_cast<double>(p.srtt_ns) / 1e3);
     if (p.busy_a >= 0 || p.busy_b >= 0)
       j << ",\"busy\":{\"a\":" << (p.busy_a >= 0 ? num(p.busy_a) : "null")
         << ",\"b\":" << (p.busy_b >= 0 ? num(p.busy_b) : "null") << "}";

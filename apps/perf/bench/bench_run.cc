@@ -373,6 +373,7 @@ void Appliance::workload(std::size_t wi) {
   ec.seed = 1000 + wi * 2 + static_cast<std::uint64_t>(side_);
   if (w.window != 0) ec.max_inflight_psns = w.window;
   if (w.loss_window != 0) ec.loss_window = w.loss_window;
+  if (w.recovery_batch != 0) ec.recovery_batch = w.recovery_batch;
   if (w.ack_req_every != 0) ec.ack_req_every = w.ack_req_every;
   if (w.probe_min_us >= 0) ec.probe_min_ns = static_cast<std::uint64_t>(w.probe_min_us) * 1000;
   Engine eng(ec);
@@ -500,6 +501,9 @@ void Appliance::workload(std::size_t wi) {
     const std::uint32_t chunk =
         w.mode == Mode::kLat ? 1 : std::clamp<std::uint32_t>(depth / 4, 1, 16);
     std::vector<std::uint32_t> inflight(w.qps, 0);
+    std::vector<std::uint32_t> ready(w.qps);  ///< QPs that may have room to post
+    std::vector<bool> in_ready(w.qps, true);
+    for (std::uint32_t q = 0; q < w.qps; ++q) ready[q] = q;
     SendWr wrs[16];
     Sge sges[16];
     const auto post = [&](std::uint32_t q, std::uint32_t k) {
@@ -538,7 +542,10 @@ void Appliance::workload(std::size_t wi) {
       for (;;) {
         const bool posting = w.duration > 0 ? rdtsc() < deadline : posted < target;
         if (posting) {
-          for (std::uint32_t q = 0; q < w.qps; ++q) {
+          // Only the QPs that completed something since the last pass have room: with 1000
+          // QPs, looking at every one of them per pass would cost more than the stack does.
+          std::size_t keep = 0;
+          for (const std::uint32_t q : ready) {
             while (inflight[q] < depth) {
               std::uint32_t k = std::min(chunk, depth - inflight[q]);
               if (w.duration == 0)
@@ -547,19 +554,31 @@ void Appliance::workload(std::size_t wi) {
               post(q, k);
               posted += k;
             }
+            if (inflight[q] < depth)
+              ready[keep++] = q;  // the target is reached: it stays, with room
+            else
+              in_ready[q] = false;
           }
+          ready.resize(keep);
         }
         loop.poll_once();
-        const int n = eng.poll_cq(scq, 32, wc);
+        // Every completion there is (a CQ polled 32 at a time would hold back the posting).
         const std::uint64_t now = rdtsc();
-        for (int i = 0; i < n; ++i) {
-          if (wc[i].status != WcStatus::kSuccess)
-            die(side_, label + ": completion " + std::string(to_string(wc[i].status)));
-          const auto q = static_cast<std::uint32_t>(wc[i].wr_id >> 32);
-          const auto k = static_cast<std::uint32_t>(wc[i].wr_id);
-          inflight[q] -= k;
-          completed += k;
-          t_last = t_stall = now;
+        for (int n = 32; n == 32;) {
+          n = eng.poll_cq(scq, 32, wc);
+          for (int i = 0; i < n; ++i) {
+            if (wc[i].status != WcStatus::kSuccess)
+              die(side_, label + ": completion " + std::string(to_string(wc[i].status)));
+            const auto q = static_cast<std::uint32_t>(wc[i].wr_id >> 32);
+            const auto k = static_cast<std::uint32_t>(wc[i].wr_id);
+            inflight[q] -= k;
+            completed += k;
+            t_last = t_stall = now;
+            if (!in_ready[q]) {
+              in_ready[q] = true;
+              ready.push_back(q);
+            }
+          }
         }
         if (!posting && completed == posted) break;
         if (now - t_stall > static_cast<std::uint64_t>(cfg_.timeout * hz_))
@@ -618,6 +637,7 @@ void Appliance::workload(std::size_t wi) {
     p.probes = diff(Counter::kRetransmitProbes);
     p.rnr_naks = diff(Counter::kRnrNakRcvd);
     p.seq_naks = diff(Counter::kSeqErrNakRcvd);
+    p.srtt_ns = eng.srtt_ns();
     p.injected_drops = (loop.faults() ? loop.faults()->stats().dropped : 0) - drops0;
     const auto busy_of = [](std::uint64_t busy, std::uint64_t idle) {
       return busy + idle ? static_cast<double>(busy) / static_cast<double>(busy + idle) : -1.0;
