@@ -39,9 +39,10 @@ void LinkFlags::add_to(po::options_description& d) {
       "ip", po::value(&link.ip)->default_value(link.ip), "our RoCE IPv4 address (GID ::ffff:IP)")(
       "mac", po::value(&link.mac)->default_value(link.mac), "our MAC address")(
       "netdev-mtu", po::value(&link.netdev_mtu)->default_value(link.netdev_mtu),
-      "IP MTU of the link")("timeout", po::value(&timeout_s)->default_value(timeout_s),
-                            "seconds before a stalled step gives up")(
-      "json", po::value(&json), "write the results as JSON to this file")(
+      "IP MTU of the link")("vlan", po::value(&link.vlan), "802.1Q VLAN of our port (1-4094)")(
+      "timeout", po::value(&timeout_s)->default_value(timeout_s),
+      "seconds before a stalled step gives up")("json", po::value(&json),
+                                                "write the results as JSON to this file")(
       "pcap", po::value(&link.pcap), "capture every frame sent and received to this pcap file")(
       "tx-drop", po::value(&tx_drop), "drop this fraction of our transmitted frames")(
       "rx-drop", po::value(&rx_drop), "drop this fraction of our received frames")(

@@ -46,6 +46,7 @@ std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {
   if (!a || !mac) fail("--ip and --mac must be an IPv4 address and a MAC address");
   if (o.iface.empty()) fail("--iface IF (the interface for the RoCE traffic) is required");
   if (o.netdev_mtu < 576 || o.netdev_mtu > 9000) fail("--netdev-mtu must be 576..9000");
+  if (o.vlan > 4094) fail("--vlan must be between 1 and 4094");
   std::string vdev;
   if (o.pmd == "af_xdp") {
     // An AF_XDP socket on queue 0 of the interface (the PMD loads its own XDP program). Its
@@ -69,6 +70,7 @@ std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {
   ec.mac = *mac;
   ec.ipv4 = *a;
   ec.advertise_credits = false;  // as rxe
+  if (o.vlan != 0) ec.vlan_id = static_cast<std::uint16_t>(o.vlan);
   return std::make_unique<engine::Engine>(ec);
 }
 
@@ -78,6 +80,7 @@ std::unique_ptr<port::DpdkPort> make_port(const LinkOpts& o) {
   ps.mac = *ctl::parse_mac(o.mac);
   ps.set_mac = o.pmd != "tap";
   ps.mtu = static_cast<std::uint16_t>(o.netdev_mtu);
+  if (o.vlan != 0) ps.vlan = static_cast<std::uint16_t>(o.vlan);
   // The AF_XDP PMD registers the mbuf pool as UMEM, which counts against the locked-memory
   // limit (8 MiB here): 2048 mbufs of 2 KiB fit.
   ps.mbufs = o.pmd == "af_xdp" ? 2048 : 4096;
@@ -100,7 +103,7 @@ Env::Env(const LinkOpts& o)
     capture = std::make_unique<apps::PcapWriter>(o.pcap);
     loop.tap = [this](std::span<const std::uint8_t> f, bool) { capture->write(f, port::now_ns()); };
   }
-  if (own_dev_->offloads().tx_ip_checksum || own_dev_->offloads().rx_ip_checksum)
+  if (own_dev_->offloads().to_string() != "none")
     std::fprintf(stderr, "roce-perf: %s offloads: %s\n", o.iface.c_str(),
                  own_dev_->offloads().to_string().c_str());
   until([&] { return own_dev_->link_up(); }, 10);

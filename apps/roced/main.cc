@@ -188,6 +188,7 @@ int run(const ctl::ApplianceConfig& cfg) {
     ps.mtu = pc.mtu;
     ps.mbufs = pc.mbufs;
     ps.zero_copy = pc.zero_copy;
+    ps.vlan = pc.vlan;
     ps.zero_copy_min = pc.zero_copy_min;
     ps.rx_desc = pc.rx_desc;
     ps.tx_desc = pc.tx_desc;

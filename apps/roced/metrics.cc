@@ -42,6 +42,9 @@ std::vector<CounterSample> Metrics::snapshot() const {
     out.push_back({"port_tx_ip_checksum_offloaded", p.name, p.port.tx_ip_checksum_offloaded});
     out.push_back({"port_tx_zero_copy", p.name, p.port.tx_zero_copy});
     out.push_back({"port_tx_multiseg", p.name, p.port.tx_multiseg});
+    out.push_back({"port_tx_vlan_inserted", p.name, p.port.tx_vlan_inserted});
+    out.push_back({"port_rx_vlan_stripped", p.name, p.port.rx_vlan_stripped});
+    out.push_back({"port_rx_vlan_dropped", p.name, p.port.rx_vlan_dropped});
     out.push_back({"arp_requests_answered", p.name, p.neighbour.arp_requests_answered});
     out.push_back({"arp_replies_learned", p.name, p.neighbour.arp_replies_learned});
     out.push_back({"icmp_echo_answered", p.name, p.neighbour.icmp_echo_answered});

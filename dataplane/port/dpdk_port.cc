@@ -89,6 +89,10 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
                                  ? spec.mbuf_data_room + RTE_PKTMBUF_HEADROOM
                                  : std::max<std::uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE,
                                                            spec.mtu + 64 + RTE_PKTMBUF_HEADROOM);
+  if (spec.vlan && (*spec.vlan == 0 || *spec.vlan > 4094))
+    throw std::runtime_error("VLAN " + std::to_string(*spec.vlan) + " of " + spec.device +
+                             " is not between 1 and 4094");
+  vlan_ = spec.vlan;
   const std::string pool_name = "roce_pool_" + std::to_string(port_);
   pool_ =
       rte_pktmbuf_pool_create(pool_name.c_str(), spec.mbufs, 256, 0,
@@ -112,6 +116,14 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
     if (spec.offloads && (info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_IPV4_CKSUM)) {
       conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_IPV4_CKSUM;
       offloads_.rx_ip_checksum = true;
+    }
+    if (spec.vlan && spec.offloads && (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_VLAN_INSERT)) {
+      conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_VLAN_INSERT;
+      offloads_.tx_vlan_insert = true;
+    }
+    if (spec.vlan && spec.offloads && (info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_VLAN_STRIP)) {
+      conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_VLAN_STRIP;
+      offloads_.rx_vlan_strip = true;
     }
     if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) {
       conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
@@ -171,6 +183,8 @@ std::string Offloads::to_string() const {
   if (rx_ip_checksum) s += "rx-ipv4-checksum ";
   if (tx_multi_seg) s += "tx-multi-segs ";
   if (tx_zero_copy) s += "tx-zero-copy(>=" + std::to_string(tx_zero_copy) + "B) ";
+  if (tx_vlan_insert) s += "tx-vlan-insert ";
+  if (rx_vlan_strip) s += "rx-vlan-strip ";
   if (s.empty()) return "none";
   s.pop_back();
   return s;
@@ -223,6 +237,9 @@ PortStats DpdkPort::stats() const {
     t.tx_ip_checksum_offloaded += q.stats.tx_ip_checksum_offloaded;
     t.tx_zero_copy += q.stats.tx_zero_copy;
     t.tx_multiseg += q.stats.tx_multiseg;
+    t.tx_vlan_inserted += q.stats.tx_vlan_inserted;
+    t.rx_vlan_stripped += q.stats.rx_vlan_stripped;
+    t.rx_vlan_dropped += q.stats.rx_vlan_dropped;
   }
   return t;
 }
@@ -325,10 +342,56 @@ void DpdkPort::tx(const engine::TxFrame& f, std::uint16_t q) {
   enqueue(head, q);
 }
 
+bool DpdkPort::tx_vlan(rte_mbuf* m, PortStats& st) {
+  auto* p = rte_pktmbuf_mtod(m, std::uint8_t*);
+  const bool tagged = m->data_len >= 18 && p[12] == 0x81 && p[13] == 0x00;
+  if (offloads_.tx_vlan_insert) {
+    // The PMD writes the tag: the frame leaves here untagged, its TCI in the mbuf.
+    if (tagged) {
+      m->vlan_tci = static_cast<std::uint16_t>(p[14] << 8 | p[15]);
+      std::memmove(p + 4, p, 12);
+      rte_pktmbuf_adj(m, 4);
+    } else {
+      m->vlan_tci = *vlan_;
+    }
+    m->ol_flags |= RTE_MBUF_F_TX_VLAN;
+    ++st.tx_vlan_inserted;
+    return true;
+  }
+  if (tagged) return true;
+  m->vlan_tci = *vlan_;
+  return rte_vlan_insert(&m) == 0;
+}
+
+bool DpdkPort::rx_vlan(rte_mbuf* m, std::uint16_t q) {
+  PortStats& st = q_[q].stats;
+  if (m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED) {
+    ++st.rx_vlan_stripped;
+    if (!vlan_ || (m->vlan_tci & 0x0FFF) != *vlan_ || rte_vlan_insert(&m) != 0) {
+      ++st.rx_vlan_dropped;
+      return false;
+    }
+    return true;
+  }
+  if (!vlan_) return true;
+  const auto* p = rte_pktmbuf_mtod(m, const std::uint8_t*);
+  if (m->data_len < 18 || p[12] != 0x81 || p[13] != 0x00 ||
+      ((p[14] << 8 | p[15]) & 0x0FFF) != *vlan_) {
+    ++st.rx_vlan_dropped;
+    return false;
+  }
+  return true;
+}
+
 void DpdkPort::enqueue(rte_mbuf* m, std::uint16_t q) {
   Queue& qu = q_[q];
   PortStats& st = qu.stats;
   std::vector<rte_mbuf*>& pending = qu.pending;
+  if (vlan_ && !tx_vlan(m, st)) {
+    rte_pktmbuf_free(m);
+    ++st.tx_dropped;
+    return;
+  }
   std::uint8_t* dst = rte_pktmbuf_mtod(m, std::uint8_t*);
   const std::size_t head_len = m->data_len;
   if (offloads_.tx_ip_checksum && head_len >= 34) {
@@ -523,6 +586,10 @@ std::size_t PollLoop::poll_once() {
     moved += n;
     rx_backlog = n == kRxBurst;
     for (std::uint16_t i = 0; i < n; ++i) {
+      if (!port_.rx_vlan(pkts[i], queue_)) {
+        DpdkPort::free(pkts[i]);
+        continue;
+      }
       const auto f = port_.view(pkts[i], queue_);
       const unsigned owner = lcores_ > 1 ? owner_lcore(f, lcores_) : self_;
       if (owner != self_) {  // the owner's loop processes and frees it

@@ -49,6 +49,11 @@ struct PortSpec {
   /// needs it mapped for DMA, which registered application memory is not: it copies.
   bool zero_copy = true;
   std::uint32_t zero_copy_min = 512;
+  /// 802.1Q VLAN of the port: every frame sent carries this tag (frames the engine tagged keep
+  /// theirs; untagged ones, such as ARP requests, get it), and received frames of another VLAN
+  /// or without a tag are dropped and counted. The PMD's VLAN insert and strip offloads are used
+  /// when offered; above the port every frame looks as on the wire, tag included.
+  std::optional<std::uint16_t> vlan;
 };
 
 /// The offloads a port uses (those the PMD offers, unless PortSpec::offloads is false).
@@ -57,6 +62,8 @@ struct Offloads {
   bool rx_ip_checksum = false;     ///< the PMD flags received IPv4 headers good or bad
   bool tx_multi_seg = false;       ///< the PMD sends chained mbufs (frames larger than one mbuf)
   std::uint32_t tx_zero_copy = 0;  ///< payloads from this size leave from registered memory
+  bool tx_vlan_insert = false;     ///< the PMD inserts the 802.1Q tag (PortSpec::vlan)
+  bool rx_vlan_strip = false;      ///< the PMD strips the tag into the mbuf (PortSpec::vlan)
   std::string to_string() const;
 };
 
@@ -66,8 +73,11 @@ struct PortStats {
   std::uint64_t rx_ip_checksum_good = 0;  ///< verified by the PMD (RX offload)
   std::uint64_t rx_ip_checksum_bad = 0;   ///< flagged bad by the PMD: dropped
   std::uint64_t tx_ip_checksum_offloaded = 0;
-  std::uint64_t tx_zero_copy = 0;  ///< frames sent with their payload in registered memory
-  std::uint64_t tx_multiseg = 0;   ///< frames sent as a chain of mbufs (zero-copy or large)
+  std::uint64_t tx_zero_copy = 0;      ///< frames sent with their payload in registered memory
+  std::uint64_t tx_multiseg = 0;       ///< frames sent as a chain of mbufs (zero-copy or large)
+  std::uint64_t tx_vlan_inserted = 0;  ///< tags left to the PMD's VLAN insert offload
+  std::uint64_t rx_vlan_stripped = 0;  ///< tags the PMD stripped (put back before the engine)
+  std::uint64_t rx_vlan_dropped = 0;   ///< frames of another VLAN, or untagged, on a VLAN port
 };
 
 class DpdkPort {
@@ -91,6 +101,9 @@ class DpdkPort {
   /// Lower level, for steering: a burst of mbufs, their bytes, and freeing them.
   std::uint16_t rx_burst(rte_mbuf** pkts, std::uint16_t max, std::uint16_t q = 0);
   std::span<const std::uint8_t> view(rte_mbuf* m, std::uint16_t q = 0);
+  /// The VLAN check of a received frame (PortSpec::vlan): puts back a tag the PMD stripped;
+  /// false (counted) when the frame is not of the port's VLAN and must be dropped.
+  bool rx_vlan(rte_mbuf* m, std::uint16_t q);
   static void free(rte_mbuf* m);
   /// Queues a copy of `frame` for transmit on queue `q`; sent by flush() (or when the burst
   /// is full). Each queue belongs to one lcore.
@@ -119,6 +132,10 @@ class DpdkPort {
   bool append(rte_mbuf* head, rte_mbuf*& last, const std::uint8_t* p, std::size_t len);
   /// Offload flags of a frame whose headers are in its first segment; queues it for flush().
   void enqueue(rte_mbuf* m, std::uint16_t q);
+  /// The 802.1Q tag of a frame about to be queued (PortSpec::vlan): left to the PMD or
+  /// written. False when it cannot be (no headroom): the frame is dropped.
+  bool tx_vlan(rte_mbuf* m, PortStats& st);
+  std::optional<std::uint16_t> vlan_;
   std::uint16_t port_ = 0;
   rte_mempool* pool_ = nullptr;
   rte_mempool* ext_pool_ = nullptr;  ///< mbufs without data room, for external buffers

@@ -12,7 +12,10 @@ if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null; then
   echo "skipped: needs root and iproute2"; exit 77
 fi
 mtu=1500 server=192.0.2.11
+vlan= prev=
 for a in "$@"; do
+  [[ $prev == --vlan ]] && vlan=$a
+  prev=$a
   [[ $a == --netdev-mtu=* ]] && mtu=${a#--netdev-mtu=}
   [[ $a == -R || $a == --rdma_cm ]] && server=192.0.2.111
 done
@@ -46,4 +49,10 @@ sed 's/^/client: /' "$work/client.txt"
 cp "$work"/*.pcap "${ROCE_PT_KEEP:-$work}/" 2>/dev/null || true
 for side in server client; do
   "$(dirname "$0")/check_capture.sh" "$pcap" "$work/$side.pcap" 1 | tail -1
+  if [[ -n $vlan ]]; then  # with --vlan, every RoCE frame carries the tag
+    all=$(tshark -r "$work/$side.pcap" -Y "udp.port == 4791" 2>/dev/null | wc -l)
+    tagged=$(tshark -r "$work/$side.pcap" -Y "udp.port == 4791 && vlan.id == $vlan" 2>/dev/null | wc -l)
+    echo "$side: $tagged of $all RoCEv2 frames tagged with VLAN $vlan"
+    [[ $all -gt 0 && $tagged == "$all" ]] || { echo "FAIL: untagged RoCE frames"; exit 1; }
+  fi
 done

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# roced on a VLAN (ports[].vlan: 100) on a veth in a private network namespace. A host on the
+# other end (scapy on a packet socket: this kernel has no 802.1Q module) sends ARP requests and
+# ICMP echoes tagged with VLAN 100, untagged, and on VLAN 200: only VLAN 100 is answered, with
+# the tag, and the others are counted as VLAN drops. On net_af_packet the port uses the PMD's
+# VLAN insert and strip offloads, which the counters show. Exits 77 (skipped) without root,
+# network namespaces or Debian's scapy.
+#   roced_vlan.sh ROCED ROCE_CTL WORKDIR
+set -euo pipefail
+roced=$1 ctl=$2 work=$3
+py=/usr/bin/python3
+if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! "$py" -c "import scapy" 2>/dev/null; then
+  echo "skipped: needs root, iproute2 and /usr/bin/python3 with scapy"; exit 77
+fi
+ns=roced-vlan-$$
+pid=
+cleanup() { [[ -n $pid ]] && kill -9 "$pid" 2>/dev/null; ip netns del "$ns" 2>/dev/null || true; }
+trap cleanup EXIT
+ip netns add "$ns" || { echo "skipped: cannot create a network namespace"; exit 77; }
+ip -n "$ns" link set lo up
+ip -n "$ns" link add veth-r type veth peer name veth-k
+ip -n "$ns" link set veth-r up
+ip -n "$ns" link set veth-k up
+ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 || true
+rm -rf "$work" && mkdir -p "$work"
+cat > "$work/roced.yaml" <<YAML
+name: vlan-test
+eal:
+  args: [--no-huge, --no-shconf, -m, "128", --no-pci, --file-prefix=rocedv$$, "--log-level=*:error"]
+  lcores: [0]
+ports:
+  - name: p0
+    device: net_af_packet0
+    devargs: iface=veth-r,qpairs=1
+    mac: 02:00:5e:00:02:41
+    ipv4: 192.0.2.1/24
+    vlan: 100
+counters:
+  prometheus: 127.0.0.1:19474
+  telemetry: false
+YAML
+ip netns exec "$ns" "$roced" --config "$work/roced.yaml" > "$work/roced.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q " up on lcore" "$work/roced.log" && break; sleep 0.2; done
+cat "$work/roced.log"
+grep -q " up on lcore" "$work/roced.log"
+# The host: ARP and ICMP echo on VLAN 100, untagged and on VLAN 200; prints what was answered.
+ip netns exec "$ns" "$py" - > "$work/host.txt" 2>&1 <<'PY' || { cat "$work/host.txt"; exit 1; }
+import logging
+logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+from scapy.all import ARP, Dot1Q, Ether, ICMP, IP, conf, srp1
+conf.verb = 0
+me, it = "02:00:5e:00:02:99", "192.0.2.1"
+def ask(tag, what):
+    l2 = Ether(src=me, dst="ff:ff:ff:ff:ff:ff" if what == "arp" else "02:00:5e:00:02:41")
+    l3 = (ARP(op=1, hwsrc=me, psrc="192.0.2.254", pdst=it) if what == "arp"
+          else IP(src="192.0.2.254", dst=it) / ICMP(id=7, seq=1))
+    pkt = l2 / Dot1Q(vlan=tag) / l3 if tag else l2 / l3
+    r = srp1(pkt, iface="veth-k", timeout=1)
+    if r is None:
+        return "none"
+    vid = r[Dot1Q].vlan if Dot1Q in r else 0
+    kind = "arp-reply" if ARP in r and r[ARP].op == 2 else "echo-reply" if ICMP in r and r[ICMP].type == 0 else "other"
+    return f"{kind}/vlan{vid}"
+for tag in (100, 0, 200):
+    for what in ("arp", "icmp"):
+        print(f"{what} vlan{tag}: {ask(tag, what)}")
+PY
+cat "$work/host.txt"
+grep -q "^arp vlan100: arp-reply/vlan100$" "$work/host.txt" || { echo "FAIL: no tagged ARP reply"; exit 1; }
+grep -q "^icmp vlan100: echo-reply/vlan100$" "$work/host.txt" || { echo "FAIL: no tagged echo reply"; exit 1; }
+for tag in 0 200; do
+  [[ $(grep -c "^[a-z]* vlan$tag: none$" "$work/host.txt") == 2 ]] ||
+    { echo "FAIL: answered on VLAN $tag"; exit 1; }
+done
+sleep 0.3
+ip netns exec "$ns" "$ctl" -p 127.0.0.1:19474 counters | tee "$work/counters.txt"
+count() { awk -v k="$1" '$2 == k {print $NF}' "$work/counters.txt"; }
+[[ $(count port_rx_vlan_dropped) -ge 4 ]] || { echo "FAIL: wrong-VLAN frames not counted"; exit 1; }
+grep -Eq "icmp_echo_answered +1$" "$work/counters.txt"
+# af_packet offers both VLAN offloads: the tags went through them.
+[[ $(count port_tx_vlan_inserted) -ge 2 ]] || { echo "FAIL: no tag left to the TX VLAN offload"; exit 1; }
+[[ $(count port_rx_vlan_stripped) -ge 2 ]] || { echo "FAIL: no tag stripped by the PMD"; exit 1; }
+kill -TERM "$pid"
+wait "$pid"
+pid=
+grep -q "stopping (SIGTERM)" "$work/roced.log"
+echo "PASS: VLAN 100 answered, other VLANs and untagged frames dropped"
