@@ -60,7 +60,7 @@ TEST(ZeroCopy, PiecesPointIntoRegisteredMemoryAndMatchTheCopiedFrames) {
     for (Buffer* buf : {&s1, &s2, &s3})
       buf->mr = lb.a().reg_mr(a.pd, buf->bytes.data(), buf->bytes.size(), kAccessLocalWrite);
     dst.mr = lb.b().reg_mr(b.pd, dst.bytes.data(), dst.bytes.size(),
-                            kAccessLocalWrite | kAccessRemoteWrite);
+                           kAccessLocalWrite | kAccessRemoteWrite);
     ASSERT_NE(dst.mr, nullptr);
     const Sge sges[] = {s1.sge(), s2.sge(), s3.sge()};
     const Queued q = write_and_take(lb, a, dst, sges);
