@@ -13,37 +13,8 @@ if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! "$py" -c "import scap
   echo "skipped: needs root, iproute2 and /usr/bin/python3 with scapy"; exit 77
 fi
 ns=roced-vlan-$$
-pid=
-cleanup() { [[ -n $pid ]] && kill -9 "$pid" 2>/dev/null; ip netns del "$ns" 2>/dev/null || true; }
-trap cleanup EXIT
-ip netns add "$ns" || { echo "skipped: cannot create a network namespace"; exit 77; }
-ip -n "$ns" link set lo up
-ip -n "$ns" link add veth-r type veth peer name veth-k
-ip -n "$ns" link set veth-r up
-ip -n "$ns" link set veth-k up
-ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 || true
-rm -rf "$work" && mkdir -p "$work"
-cat > "$work/roced.yaml" <<YAML
-name: vlan-test
-eal:
-  args: [--no-huge, --no-shconf, -m, "128", --no-pci, --file-prefix=rocedv$$, "--log-level=*:error"]
-  lcores: [0]
-ports:
-  - name: p0
-    device: net_af_packet0
-    devargs: iface=veth-r,qpairs=1
-    mac: 02:00:5e:00:02:41
-    ipv4: 192.0.2.1/24
-    vlan: 100
-counters:
-  prometheus: 127.0.0.1:19474
-  telemetry: false
-YAML
-ip netns exec "$ns" "$roced" --config "$work/roced.yaml" > "$work/roced.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do grep -q " up on lcore" "$work/roced.log" && break; sleep 0.2; done
-cat "$work/roced.log"
-grep -q " up on lcore" "$work/roced.log"
+. "$(dirname "$0")/roced_ns.sh"
+roced_ns_start "$ns" "$work" vlan-test 19474 "vlan: 100"
 # The host: ARP and ICMP echo on VLAN 100, untagged and on VLAN 200; prints what was answered.
 ip netns exec "$ns" "$py" - > "$work/host.txt" 2>&1 <<'PY' || { cat "$work/host.txt"; exit 1; }
 import logging
@@ -52,7 +23,7 @@ from scapy.all import ARP, Dot1Q, Ether, ICMP, IP, conf, srp1
 conf.verb = 0
 me, it = "02:00:5e:00:02:99", "192.0.2.1"
 def ask(tag, what):
-    l2 = Ether(src=me, dst="ff:ff:ff:ff:ff:ff" if what == "arp" else "02:00:5e:00:02:41")
+    l2 = Ether(src=me, dst="ff:ff:ff:ff:ff:ff" if what == "arp" else "02:00:5e:00:02:31")
     l3 = (ARP(op=1, hwsrc=me, psrc="192.0.2.254", pdst=it) if what == "arp"
           else IP(src="192.0.2.254", dst=it) / ICMP(id=7, seq=1))
     pkt = l2 / Dot1Q(vlan=tag) / l3 if tag else l2 / l3
@@ -81,8 +52,8 @@ grep -Eq "icmp_echo_answered +1$" "$work/counters.txt"
 # af_packet offers both VLAN offloads: the tags went through them.
 [[ $(count port_tx_vlan_inserted) -ge 2 ]] || { echo "FAIL: no tag left to the TX VLAN offload"; exit 1; }
 [[ $(count port_rx_vlan_stripped) -ge 2 ]] || { echo "FAIL: no tag stripped by the PMD"; exit 1; }
-kill -TERM "$pid"
-wait "$pid"
-pid=
+kill -TERM "$roced_pid"
+wait "$roced_pid"
+roced_pid=
 grep -q "stopping (SIGTERM)" "$work/roced.log"
 echo "PASS: VLAN 100 answered, other VLANs and untagged frames dropped"
