@@ -6,6 +6,7 @@
 #include <iostream>
 #include <map>
 
+#include "apps/perf/cm_tools.h"
 #include "apps/perf/perftest_proto.h"
 #include "controlplane/address.h"
 
@@ -75,7 +76,7 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
       "our RoCE IPv4 address (GID ::ffff:IP)")(
       "mac", po::value(&o.link.mac)->default_value(o.link.mac), "our MAC address")(
       "netdev-mtu", po::value(&o.link.netdev_mtu)->default_value(o.link.netdev_mtu),
-      "IP MTU of the link (9000 for path MTU 4096)")("vlan", po::value(&o.link.vlan),
+      "IP MTU of the link (9000 for path MTU 4096)")("vlan", vlan_value(&o.link.vlan),
                                                      "802.1Q VLAN of our port (1-4094)")(
       "port,p", po::value(&o.port)->default_value(o.port), "TCP port of the exchange")(
       "size,s", po::value(&o.size), "message size")("iters,n", po::value(&o.iters),

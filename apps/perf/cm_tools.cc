@@ -32,6 +32,22 @@ cm::CmAgentConfig cm_agent_config(Env& env) {
   return c;
 }
 
+po::typed_value<std::string>* vlan_value(unsigned* v) {
+  return po::value<std::string>()->value_name("ID")->notifier([v](const std::string& s) {
+    unsigned id = 0;
+    for (const char c : s) {
+      if (c < '0' || c > '9' || id > 4094) {
+        id = 0;
+        break;
+      }
+      id = id * 10 + static_cast<unsigned>(c - '0');
+    }
+    if (id == 0 || id > 4094)
+      throw po::error("--vlan " + s + ": the VLAN ID must be a number between 1 and 4094");
+    *v = id;
+  });
+}
+
 void LinkFlags::add_to(po::options_description& d) {
   d.add_options()("iface", po::value(&link.iface), "kernel interface for the RoCE traffic")(
       "pmd", po::value(&link.pmd)->default_value(link.pmd),
@@ -39,7 +55,7 @@ void LinkFlags::add_to(po::options_description& d) {
       "ip", po::value(&link.ip)->default_value(link.ip), "our RoCE IPv4 address (GID ::ffff:IP)")(
       "mac", po::value(&link.mac)->default_value(link.mac), "our MAC address")(
       "netdev-mtu", po::value(&link.netdev_mtu)->default_value(link.netdev_mtu),
-      "IP MTU of the link")("vlan", po::value(&link.vlan), "802.1Q VLAN of our port (1-4094)")(
+      "IP MTU of the link")("vlan", vlan_value(&link.vlan), "802.1Q VLAN of our port (1-4094)")(
       "timeout", po::value(&timeout_s)->default_value(timeout_s),
       "seconds before a stalled step gives up")("json", po::value(&json),
                                                 "write the results as JSON to this file")(

@@ -18,7 +18,10 @@ namespace roce::perf {
 /// port's ARP cache (a miss sends an ARP request; the CM's retransmission finds the answer).
 cm::CmAgentConfig cm_agent_config(Env& env);
 
-/// The options every tool shares (--iface, --ip, --mac, --netdev-mtu, --timeout, --json,
+/// The value of --vlan (into `v`): a VLAN ID between 1 and 4094, else a program_options::error.
+boost::program_options::typed_value<std::string>* vlan_value(unsigned* v);
+
+/// The options every tool shares (--iface, --ip, --mac, --netdev-mtu, --vlan, --timeout, --json,
 /// --pcap, --tx-drop, --rx-drop, --fault-seed), written to `link`, `timeout_s` and `json`.
 struct LinkFlags {
   LinkOpts link;

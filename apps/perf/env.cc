@@ -46,7 +46,8 @@ std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {
   if (!a || !mac) fail("--ip and --mac must be an IPv4 address and a MAC address");
   if (o.iface.empty()) fail("--iface IF (the interface for the RoCE traffic) is required");
   if (o.netdev_mtu < 576 || o.netdev_mtu > 9000) fail("--netdev-mtu must be 576..9000");
-  if (o.vlan > 4094) fail("--vlan must be between 1 and 4094");
+  if (o.vlan > 4094)
+    fail("--vlan " + std::to_string(o.vlan) + ": the VLAN ID must be a number between 1 and 4094");
   std::string vdev;
   if (o.pmd == "af_xdp") {
     // An AF_XDP socket on queue 0 of the interface (the PMD loads its own XDP program). Its

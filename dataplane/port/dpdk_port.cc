@@ -363,11 +363,11 @@ bool DpdkPort::tx_vlan(rte_mbuf* m, PortStats& st) {
   return rte_vlan_insert(&m) == 0;
 }
 
-bool DpdkPort::rx_vlan(rte_mbuf* m, std::uint16_t q) {
+bool DpdkPort::rx_vlan(rte_mbuf*& m, std::uint16_t q) {
   PortStats& st = q_[q].stats;
   if (m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED) {
     ++st.rx_vlan_stripped;
-    if (!vlan_ || (m->vlan_tci & 0x0FFF) != *vlan_ || rte_vlan_insert(&m) != 0) {
+    if ((vlan_ && (m->vlan_tci & 0x0FFF) != *vlan_) || !restore_tag(m)) {
       ++st.rx_vlan_dropped;
       return false;
     }
@@ -380,6 +380,34 @@ bool DpdkPort::rx_vlan(rte_mbuf* m, std::uint16_t q) {
     ++st.rx_vlan_dropped;
     return false;
   }
+  return true;
+}
+
+bool DpdkPort::restore_tag(rte_mbuf*& m) {
+  if (m->data_len < 12) return false;
+  // In place when the mbuf is ours alone and has room in front (rte_vlan_insert checks both).
+  if (rte_vlan_insert(&m) == 0) return true;
+  rte_mbuf* c = rte_pktmbuf_alloc(pool_);
+  if (c == nullptr) return false;
+  const auto* p = rte_pktmbuf_mtod(m, const std::uint8_t*);
+  const std::uint8_t tag[4] = {0x81, 0x00, static_cast<std::uint8_t>(m->vlan_tci >> 8),
+                               static_cast<std::uint8_t>(m->vlan_tci & 0xFF)};
+  rte_mbuf* last = c;
+  bool ok = append(c, last, p, 12) && append(c, last, tag, 4) &&
+            append(c, last, p + 12, m->data_len - 12u);
+  for (const rte_mbuf* s = m->next; ok && s != nullptr; s = s->next)
+    ok = append(c, last, rte_pktmbuf_mtod(s, const std::uint8_t*), s->data_len);
+  if (!ok) {
+    rte_pktmbuf_free(c);
+    return false;
+  }
+  // The PMD's other verdicts (IPv4 checksum) go with the frame.
+  c->ol_flags = m->ol_flags & ~(RTE_MBUF_F_RX_VLAN_STRIPPED | RTE_MBUF_F_RX_VLAN);
+  c->port = m->port;
+  c->packet_type = m->packet_type;
+  c->hash = m->hash;
+  rte_pktmbuf_free(m);
+  m = c;
   return true;
 }
 
@@ -541,9 +569,19 @@ std::size_t PollLoop::transmit() {
   if (link_ && !link_->policy().drop_only())  // these faults act on whole frames
     return eng_.drain_tx([&](std::span<const std::uint8_t> f) { send(f); });
   return eng_.drain_tx_frames([&](const engine::TxFrame& f) {
-    if (tap) tap(whole(f), true);
+    if (tap) tap(on_wire(whole(f)), true);
     if (!link_ || !link_->drop_next(f.head)) port_.tx(f, queue_);
   });
+}
+
+std::span<const std::uint8_t> PollLoop::on_wire(std::span<const std::uint8_t> f) {
+  const auto vlan = port_.vlan();
+  if (!vlan || f.size() < 14 || (f[12] == 0x81 && f[13] == 0x00)) return f;
+  tagged_.assign(f.begin(), f.begin() + 12);
+  tagged_.insert(tagged_.end(), {0x81, 0x00, static_cast<std::uint8_t>(*vlan >> 8),
+                                 static_cast<std::uint8_t>(*vlan & 0xFF)});
+  tagged_.insert(tagged_.end(), f.begin() + 12, f.end());
+  return tagged_;
 }
 
 std::span<const std::uint8_t> PollLoop::whole(const engine::TxFrame& f) {
@@ -555,7 +593,7 @@ std::span<const std::uint8_t> PollLoop::whole(const engine::TxFrame& f) {
 }
 
 void PollLoop::send(std::span<const std::uint8_t> frame) {
-  if (tap) tap(frame, true);
+  if (tap) tap(on_wire(frame), true);
   if (!link_) {
     port_.tx(frame, queue_);
     return;

@@ -77,7 +77,9 @@ struct PortStats {
   std::uint64_t tx_multiseg = 0;       ///< frames sent as a chain of mbufs (zero-copy or large)
   std::uint64_t tx_vlan_inserted = 0;  ///< tags left to the PMD's VLAN insert offload
   std::uint64_t rx_vlan_stripped = 0;  ///< tags the PMD stripped (put back before the engine)
-  std::uint64_t rx_vlan_dropped = 0;   ///< frames of another VLAN, or untagged, on a VLAN port
+  /// Frames of another VLAN, or untagged, on a VLAN port; and stripped frames whose tag could
+  /// not be put back (no mbuf for the copy).
+  std::uint64_t rx_vlan_dropped = 0;
 };
 
 class DpdkPort {
@@ -94,16 +96,20 @@ class DpdkPort {
   bool rx_ip_checksum_ok(const rte_mbuf* m, std::uint16_t q, bool& bad);
   std::uint16_t port_id() const { return port_; }
   std::uint16_t queues() const { return static_cast<std::uint16_t>(q_.size()); }
-  /// Receives up to `max` frames from queue `q` and hands each to
-  /// `f(std::span<const std::uint8_t>)`.
+  /// Receives up to `max` frames from queue `q` and hands each that passes rx_vlan() to
+  /// `f(std::span<const std::uint8_t>)`; returns how many were received.
   template <class F>
   std::uint16_t rx(F&& f, std::uint16_t max = 32, std::uint16_t q = 0);
   /// Lower level, for steering: a burst of mbufs, their bytes, and freeing them.
   std::uint16_t rx_burst(rte_mbuf** pkts, std::uint16_t max, std::uint16_t q = 0);
   std::span<const std::uint8_t> view(rte_mbuf* m, std::uint16_t q = 0);
-  /// The VLAN check of a received frame (PortSpec::vlan): puts back a tag the PMD stripped;
-  /// false (counted) when the frame is not of the port's VLAN and must be dropped.
-  bool rx_vlan(rte_mbuf* m, std::uint16_t q);
+  /// The VLAN check of a received frame (PortSpec::vlan): puts back a tag the PMD stripped (in
+  /// place, or in a copy that replaces `m` when the mbuf is shared or has no headroom); false
+  /// (counted) when the frame is not of the port's VLAN and must be dropped (then `m` is still
+  /// the caller's to free). Without a port VLAN every frame passes, a stripped tag put back.
+  bool rx_vlan(rte_mbuf*& m, std::uint16_t q);
+  /// The port's VLAN (PortSpec::vlan).
+  std::optional<std::uint16_t> vlan() const { return vlan_; }
   static void free(rte_mbuf* m);
   /// Queues a copy of `frame` for transmit on queue `q`; sent by flush() (or when the burst
   /// is full). Each queue belongs to one lcore.
@@ -135,6 +141,8 @@ class DpdkPort {
   /// The 802.1Q tag of a frame about to be queued (PortSpec::vlan): left to the PMD or
   /// written. False when it cannot be (no headroom): the frame is dropped.
   bool tx_vlan(rte_mbuf* m, PortStats& st);
+  /// Writes the tag the PMD stripped back into the frame (rx_vlan).
+  bool restore_tag(rte_mbuf*& m);
   std::optional<std::uint16_t> vlan_;
   std::uint16_t port_ = 0;
   rte_mempool* pool_ = nullptr;
@@ -149,7 +157,7 @@ std::uint16_t DpdkPort::rx(F&& f, std::uint16_t max, std::uint16_t q) {
   rte_mbuf* pkts[64];
   const std::uint16_t n = rx_burst(pkts, max > 64 ? 64 : max, q);
   for (std::uint16_t i = 0; i < n; ++i) {
-    f(view(pkts[i], q));
+    if (rx_vlan(pkts[i], q)) f(view(pkts[i], q));
     free(pkts[i]);
   }
   return n;
@@ -212,6 +220,9 @@ class PollLoop {
   std::size_t transmit();
   /// A zero-copy frame copied together (for a capture).
   std::span<const std::uint8_t> whole(const engine::TxFrame& f);
+  /// A frame to send as the wire will carry it (for a capture): on a VLAN port, an untagged
+  /// frame with the port's tag, which the port adds on transmit.
+  std::span<const std::uint8_t> on_wire(std::span<const std::uint8_t> f);
   void deliver(std::span<const std::uint8_t> frame, std::uint64_t now, bool ip_ok = false);
   void arrive(rte_mbuf* m, std::span<const std::uint8_t> frame, std::uint64_t now);
   DpdkPort& port_;
@@ -222,7 +233,8 @@ class PollLoop {
   std::unique_ptr<FaultyLink> rx_link_;  ///< receive faults, only when configured
   std::vector<std::uint8_t> reply_;
   std::vector<std::uint8_t> whole_;
-  rte_ring* cmds_ = nullptr;  ///< std::function<void()>* from other threads
+  std::vector<std::uint8_t> tagged_;  ///< on_wire()
+  rte_ring* cmds_ = nullptr;          ///< std::function<void()>* from other threads
   // steering (connect_loops)
   unsigned self_ = 0, lcores_ = 1;
   std::vector<rte_ring*> rings_;  ///< one per lcore: mbufs for its loop

@@ -12,9 +12,10 @@ if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null; then
   echo "skipped: needs root and iproute2"; exit 77
 fi
 mtu=1500 server=192.0.2.11
-vlan= prev=
+vlan= pmd=af_packet prev=
 for a in "$@"; do
   [[ $prev == --vlan ]] && vlan=$a
+  [[ $prev == --pmd ]] && pmd=$a
   prev=$a
   [[ $a == --netdev-mtu=* ]] && mtu=${a#--netdev-mtu=}
   [[ $a == -R || $a == --rdma_cm ]] && server=192.0.2.111
@@ -54,5 +55,15 @@ for side in server client; do
     tagged=$(tshark -r "$work/$side.pcap" -Y "udp.port == 4791 && vlan.id == $vlan" 2>/dev/null | wc -l)
     echo "$side: $tagged of $all RoCEv2 frames tagged with VLAN $vlan"
     [[ $all -gt 0 && $tagged == "$all" ]] || { echo "FAIL: untagged RoCE frames"; exit 1; }
+    # ... and so does everything else, ARP requests (built untagged, tagged by the port) too
+    other=$(tshark -r "$work/$side.pcap" -Y "!(vlan.id == $vlan)" 2>/dev/null | wc -l)
+    arp=$(tshark -r "$work/$side.pcap" -Y "arp && vlan.id == $vlan" 2>/dev/null | wc -l)
+    echo "$side: $arp tagged ARP frames, $other frames not on VLAN $vlan"
+    [[ $other == 0 ]] || { echo "FAIL: frames not on VLAN $vlan"; exit 1; }
+    # net_af_packet offers TX VLAN insert and RX VLAN strip: the port uses them and says so
+    if [[ $pmd == af_packet ]]; then
+      grep -Eq "^roce-perf: veth-[ab] offloads: .*tx-vlan-insert rx-vlan-strip" "$work/$side.txt" ||
+        { echo "FAIL: $side did not report the VLAN offloads of net_af_packet"; exit 1; }
+    fi
   fi
 done
