@@ -209,6 +209,7 @@ DpdkPort::~DpdkPort() {
   for (std::uint16_t q = 0; q < q_.size(); ++q) {
     flush(q);
     for (rte_mbuf* m : q_[q].pending) rte_pktmbuf_free(m);
+    rte_pktmbuf_free_bulk(q_[q].stash.data(), q_[q].stashed);
   }
   rte_eth_dev_stop(port_);
   rte_eth_dev_close(port_);
@@ -285,12 +286,28 @@ bool DpdkPort::append(rte_mbuf* head, rte_mbuf*& last, const std::uint8_t* p, st
   return true;
 }
 
+rte_mbuf* DpdkPort::take(std::uint16_t q) {
+  Queue& qu = q_[q];
+  if (qu.stashed == 0) {
+    if (rte_pktmbuf_alloc_bulk(pool_, qu.stash.data(), qu.stash.size()) != 0)
+      return rte_pktmbuf_alloc(pool_);  // the pool runs low: one at a time
+    qu.stashed = qu.stash.size();
+  }
+  return qu.stash[--qu.stashed];
+}
+
 void DpdkPort::tx(std::span<const std::uint8_t> frame, std::uint16_t q) {
   PortStats& st = q_[q].stats;
-  rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+  rte_mbuf* m = take(q);
   if (m == nullptr) {
     ++st.tx_alloc_failed;
     return;
+  }
+  if (frame.size() <= rte_pktmbuf_tailroom(m)) {  // the common case: one segment
+    std::memcpy(rte_pktmbuf_mtod(m, std::uint8_t*), frame.data(), frame.size());
+    m->data_len = static_cast<std::uint16_t>(frame.size());
+    m->pkt_len = m->data_len;
+    return enqueue(m, q);
   }
   rte_mbuf* last = m;
   if (!append(m, last, frame.data(), frame.size())) {
@@ -306,12 +323,11 @@ void DpdkPort::tx(const engine::TxFrame& f, std::uint16_t q) {
   Queue& qu = q_[q];
   rte_mbuf* m[2 + engine::TxRing::kMaxExt];
   const unsigned n_ext = static_cast<unsigned>(f.ext.size());
-  if (rte_pktmbuf_alloc_bulk(pool_, m, 2) != 0) {
-    ++qu.stats.tx_alloc_failed;
-    return;
-  }
-  if (rte_pktmbuf_alloc_bulk(ext_pool_, m + 2, n_ext) != 0) {
-    rte_pktmbuf_free_bulk(m, 2);
+  m[0] = take(q);
+  m[1] = m[0] ? take(q) : nullptr;
+  if (m[1] == nullptr || rte_pktmbuf_alloc_bulk(ext_pool_, m + 2, n_ext) != 0) {
+    if (m[0]) rte_pktmbuf_free(m[0]);
+    if (m[1]) rte_pktmbuf_free(m[1]);
     ++qu.stats.tx_alloc_failed;
     return;
   }

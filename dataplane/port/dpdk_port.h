@@ -4,6 +4,7 @@
 /// burst), with optional fault injection on transmit. This is the only code that includes DPDK.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -132,7 +133,11 @@ class DpdkPort {
     /// Shared by every external buffer of this queue: its count is one plus the zero-copy
     /// segments not yet freed; nothing is freed when it drops (the memory is the application's).
     std::unique_ptr<rte_mbuf_ext_shared_info> shinfo;
+    std::array<rte_mbuf*, 32> stash{};  ///< mbufs allocated in bulk, taken one per frame
+    unsigned stashed = 0;
   };
+  /// An mbuf from queue `q`'s stash (refilled from the pool 32 at a time), or null.
+  rte_mbuf* take(std::uint16_t q);
   /// Copies `len` bytes behind `last`, the last segment of the chain `head`, chaining new mbufs
   /// when it is full (only if the PMD takes chains). False when out of mbufs or room.
   bool append(rte_mbuf* head, rte_mbuf*& last, const std::uint8_t* p, std::size_t len);
