@@ -38,20 +38,27 @@ Mr* MrTable::create_fast_reg(Pd* pd, std::uint64_t max_len) {
 
 void MrTable::destroy(Mr* mr) {
   by_index_.erase(mr->key >> 8);
+  Mr*& cached = cache_[(mr->key >> 8) % cache_.size()];
+  if (cached == mr) cached = nullptr;
   --mr->pd->use_count;
   std::erase_if(owned_, [mr](const auto& p) { return p.get() == mr; });
 }
 
-Mr* MrTable::find(std::uint32_t key) const {
-  const auto it = by_index_.find(key >> 8);
-  if (it == by_index_.end() || it->second->key != key) return nullptr;
-  return it->second;
+Mr* MrTable::lookup(std::uint32_t index) const {
+  Mr*& cached = cache_[index % cache_.size()];
+  if (cached != nullptr && cached->key >> 8 == index) return cached;
+  const auto it = by_index_.find(index);
+  if (it == by_index_.end()) return nullptr;
+  cached = it->second;
+  return cached;
 }
 
-Mr* MrTable::find_any_variant(std::uint32_t key) const {
-  const auto it = by_index_.find(key >> 8);
-  return it == by_index_.end() ? nullptr : it->second;
+Mr* MrTable::find(std::uint32_t key) const {
+  Mr* mr = lookup(key >> 8);
+  return mr != nullptr && mr->key == key ? mr : nullptr;
 }
+
+Mr* MrTable::find_any_variant(std::uint32_t key) const { return lookup(key >> 8); }
 
 KeyCheck MrTable::check(std::uint32_t key, const Pd* pd, std::uint64_t addr, std::uint64_t len,
                         std::uint32_t access, Mr** out) const {

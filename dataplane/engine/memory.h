@@ -4,6 +4,7 @@
 /// fast-registration changes, so keys are neither sequential nor guessable.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -58,8 +59,12 @@ class MrTable {
 
  private:
   std::uint32_t new_index();
+  Mr* lookup(std::uint32_t index) const;
   std::mt19937_64 rng_;
   std::unordered_map<std::uint32_t, Mr*> by_index_;  ///< key >> 8 -> MR
+  /// Direct-mapped cache in front of by_index_ (every packet checks one or two keys; a hash
+  /// lookup is a few times dearer than this): slot index % 256, cleared when its MR goes.
+  mutable std::array<Mr*, 256> cache_{};
   std::vector<std::unique_ptr<Mr>> owned_;
 };
 
