@@ -109,6 +109,8 @@ void parse_workload_keys(Reader& r, Workload& w) {
   w.loss_window = static_cast<std::uint32_t>(r.uint("loss_window", w.loss_window, 0, 1u << 22));
   w.recovery_batch =
       static_cast<std::uint32_t>(r.uint("recovery_batch", w.recovery_batch, 0, 4096));
+  if (r.has("zero_copy_min"))
+    w.zero_copy_min = static_cast<int>(r.uint("zero_copy_min", 512, 0, 65536));
   w.ack_req_every = static_cast<std::uint32_t>(r.uint("ack_req_every", w.ack_req_every, 0, 4096));
   if (r.has("probe_min_us"))
     w.probe_min_us = static_cast<std::int64_t>(r.uint("probe_min_us", 0, 0, 10'000'000));

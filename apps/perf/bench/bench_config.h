@@ -38,8 +38,10 @@ struct Workload {
   std::uint32_t window = 0;          ///< requester window in packets per QP (0: the engine's)
   std::uint32_t loss_window = 0;     ///< the window after a loss (0: the engine's)
   std::uint32_t recovery_batch = 0;  ///< packets per run() while recovering (0: the engine's)
-  std::uint32_t ack_req_every = 0;   ///< AckReq at least every N packets (0: the engine's)
-  std::int64_t probe_min_us = -1;    ///< fast-retransmit probe floor (0: off, -1: the engine's)
+  /// Smallest payload sent zero-copy; 0: copy every payload; -1: the port's default (512).
+  int zero_copy_min = -1;
+  std::uint32_t ack_req_every = 0;  ///< AckReq at least every N packets (0: the engine's)
+  std::int64_t probe_min_us = -1;   ///< fast-retransmit probe floor (0: off, -1: the engine's)
 };
 
 struct Baselines {

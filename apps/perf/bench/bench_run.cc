@@ -381,6 +381,9 @@ void Appliance::workload(std::size_t wi) {
   fp.drop_rate = w.drop_rate;
   fp.seed = w.seed * 2 + static_cast<std::uint64_t>(side_);
   port::PollLoop loop(*port_, eng, fp);
+  // The port (memif) sends zero-copy from 512 bytes; a workload may move or disable that.
+  if (w.zero_copy_min >= 0 && port_->offloads().tx_zero_copy != 0)
+    eng.set_tx_zero_copy(static_cast<std::uint32_t>(w.zero_copy_min));
   const auto poll = [&] { loop.poll_once(); };
 
   Pd* pd = eng.alloc_pd();
