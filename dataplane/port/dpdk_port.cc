@@ -543,6 +543,9 @@ PollLoop::PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& fault
 }
 
 PollLoop::~PollLoop() {
+  // The port outlives this loop, and the application may deregister and free its memory once
+  // the loop is gone: nothing it queued may still point there.
+  if (eng_.tx_zero_copy() != 0) port_.make_pending_whole(queue_);
   eng_.before_mr_release = nullptr;
   void* p = nullptr;
   while (rte_ring_dequeue(cmds_, &p) == 0) delete static_cast<std::function<void()>*>(p);
