@@ -151,6 +151,8 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
         static_cast<std::uint32_t>(t.uint("ack_req_every", c.transport.ack_req_every, 1, 4096));
     c.transport.max_inflight_psns = static_cast<std::uint32_t>(
         t.uint("max_inflight_psns", c.transport.max_inflight_psns, 1, 1u << 22));
+    c.transport.max_inflight_bytes =
+        t.uint("max_inflight_bytes", c.transport.max_inflight_bytes, 4096, 1ull << 32);
     c.transport.loss_window =
         static_cast<std::uint32_t>(t.uint("loss_window", c.transport.loss_window, 1, 1u << 22));
     c.transport.recovery_batch =

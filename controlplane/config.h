@@ -59,9 +59,10 @@ struct ApplianceConfig {
   struct {
     std::uint32_t ack_req_every = 16;
     std::uint32_t max_inflight_psns = 1024;
-    std::uint32_t loss_window = 64;    ///< requester window after a loss, growing back
-    std::uint32_t recovery_batch = 4;  ///< packets per poll of a QP in loss recovery
-    std::uint32_t probe_min_us = 50;   ///< fast-retransmit probe floor; 0: off
+    std::uint64_t max_inflight_bytes = 1 << 20;  ///< the window in bytes
+    std::uint32_t loss_window = 64;              ///< requester window after a loss, growing back
+    std::uint32_t recovery_batch = 4;            ///< packets per poll of a QP in loss recovery
+    std::uint32_t probe_min_us = 50;             ///< fast-retransmit probe floor; 0: off
   } transport;
   struct {
     std::string level = "info";  ///< error, warning, info, debug

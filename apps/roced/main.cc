@@ -178,6 +178,7 @@ int run(const ctl::ApplianceConfig& cfg) {
     ec.tx_slots = cfg.limits.tx_slots;
     ec.ack_req_every = cfg.transport.ack_req_every;
     ec.max_inflight_psns = cfg.transport.max_inflight_psns;
+    ec.max_inflight_bytes = cfg.transport.max_inflight_bytes;
     ec.probe_min_ns = std::uint64_t{cfg.transport.probe_min_us} * 1000;
     ec.loss_window = cfg.transport.loss_window;
     ec.recovery_batch = cfg.transport.recovery_batch;

@@ -41,6 +41,11 @@ struct EngineConfig {
   std::uint32_t max_qps = 4096;
   std::uint32_t tx_slots = 512;
   std::uint32_t max_inflight_psns = 1024;  ///< requester window per QP (READ/atomic: max_rd_atomic)
+  /// The same window in bytes: at most this / path MTU packets (1 MiB: 1024 at MTU 1024, 256
+  /// at MTU 4096). What a peer must absorb in one burst is then the same at every MTU; a slow
+  /// receiver (Linux rxe in a VM) dropped most of a 4 MiB burst at MTU 4096 and the go-back-N
+  /// that followed resent a thousand packets.
+  std::uint64_t max_inflight_bytes = 1 << 20;
   /// After a loss (a go-back-N from a sequence NAK, a probe's answer or a timeout) the window
   /// drops to this, and grows back by one PSN per 8 acknowledged: on a lossy path a go-back-N
   /// then resends at most about this much, on a clean one the window stays at its maximum.
@@ -224,6 +229,8 @@ class Engine {
   SendWqe* oldest_unacked(Qp& qp);
   bool send_probe(Qp& qp);
   void grow_window(Qp& qp);
+  /// The QP's full window in PSNs: max_inflight_psns, capped by max_inflight_bytes.
+  std::uint32_t window_max(const Qp& qp) const;
   void rtt_sample(Qp& qp);
   // verbs.cc
   void qp_to_error(Qp& qp, std::optional<WcStatus> head_status = std::nullopt);

@@ -350,7 +350,7 @@ void Engine::req_pump(Qp& qp, std::uint32_t& budget) {
     // for the responses not received.
     if (qp.type == QpType::kRc && !w.is_rd_atomic() &&
         distance(qp.req.next_psn, qp.comp.psn) >=
-            static_cast<std::int32_t>(qp.comp.cwnd ? qp.comp.cwnd : cfg_.max_inflight_psns))
+            static_cast<std::int32_t>(qp.comp.cwnd ? qp.comp.cwnd : window_max(qp)))
       return;
     if (!req_packet(qp, w)) return;
     --budget;

@@ -113,10 +113,15 @@ void rtt_update(std::uint64_t& srtt, std::uint64_t& rttvar, std::uint64_t r) {
 
 void Engine::on_loss(Qp& qp) {
   CompState& c = qp.comp;
-  const std::uint32_t w = c.cwnd ? c.cwnd : cfg_.max_inflight_psns;
+  const std::uint32_t w = c.cwnd ? c.cwnd : window_max(qp);
   c.cwnd = std::max<std::uint32_t>(std::min(w, cfg_.loss_window), 1);
   c.cwnd_frac = 0;
   c.cwnd_psn = c.psn;
+}
+
+std::uint32_t Engine::window_max(const Qp& qp) const {
+  const std::uint64_t by_bytes = std::max<std::uint64_t>(cfg_.max_inflight_bytes / qp.pmtu(), 1);
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(cfg_.max_inflight_psns, by_bytes));
 }
 
 void Engine::grow_window(Qp& qp) {
@@ -126,7 +131,7 @@ void Engine::grow_window(Qp& qp) {
   c.cwnd_psn = c.psn;
   c.cwnd += c.cwnd_frac / 8;
   c.cwnd_frac %= 8;
-  if (c.cwnd >= cfg_.max_inflight_psns) c.cwnd = 0;  // back at the maximum
+  if (c.cwnd >= window_max(qp)) c.cwnd = 0;  // back at the maximum
 }
 
 void Engine::rtt_sample(Qp& qp) {

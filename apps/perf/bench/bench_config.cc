@@ -106,6 +106,7 @@ void parse_workload_keys(Reader& r, Workload& w) {
   w.seed = r.uint("seed", w.seed, 0, UINT64_MAX);
   w.retry_timeout = static_cast<std::uint32_t>(r.uint("retry_timeout", w.retry_timeout, 1, 31));
   w.window = static_cast<std::uint32_t>(r.uint("window", w.window, 0, 1u << 22));
+  w.window_bytes = r.uint("window_bytes", w.window_bytes, 0, 1ull << 32);
   w.loss_window = static_cast<std::uint32_t>(r.uint("loss_window", w.loss_window, 0, 1u << 22));
   w.recovery_batch =
       static_cast<std::uint32_t>(r.uint("recovery_batch", w.recovery_batch, 0, 4096));

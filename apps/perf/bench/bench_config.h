@@ -36,6 +36,7 @@ struct Workload {
   std::uint64_t seed = 1;            ///< of the fault injection
   std::uint32_t retry_timeout = 14;  ///< local ACK timeout exponent: 4.096 us x 2^n (perftest: 14)
   std::uint32_t window = 0;          ///< requester window in packets per QP (0: the engine's)
+  std::uint64_t window_bytes = 0;    ///< the window in bytes (0: the engine's, 1 MiB)
   std::uint32_t loss_window = 0;     ///< the window after a loss (0: the engine's)
   std::uint32_t recovery_batch = 0;  ///< packets per run() while recovering (0: the engine's)
   /// Smallest payload sent zero-copy; 0: copy every payload; -1: the port's default (512).

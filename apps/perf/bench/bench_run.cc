@@ -372,6 +372,7 @@ void Appliance::workload(std::size_t wi) {
   ec.ipv4 = wire::Ipv4Addr{0xC0000201u + static_cast<std::uint32_t>(side_)};
   ec.seed = 1000 + wi * 2 + static_cast<std::uint64_t>(side_);
   if (w.window != 0) ec.max_inflight_psns = w.window;
+  if (w.window_bytes != 0) ec.max_inflight_bytes = w.window_bytes;
   if (w.loss_window != 0) ec.loss_window = w.loss_window;
   if (w.recovery_batch != 0) ec.recovery_batch = w.recovery_batch;
   if (w.ack_req_every != 0) ec.ack_req_every = w.ack_req_every;
