@@ -3,6 +3,7 @@
 // behaviour.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -456,6 +457,40 @@ TEST(Regression, RecoveryBatchBoundsPacketsPerRun) {
   EXPECT_LE(after, 3u);
   const auto [before_big, after_big] = packets_per_run(512);
   EXPECT_GT(after_big, 3u) << "the go-back-N goes out in one batch without the bound";
+}
+
+// The requester window is capped in bytes (EngineConfig::max_inflight_bytes): at MTU 4096 the
+// default 1 MiB allows 256 packets in flight, not max_inflight_psns (1024).
+std::size_t sent_before_first_answer(std::uint64_t max_inflight_bytes) {
+  LoopbackOptions lo;
+  lo.link_delay_ns = 200'000;  // nothing comes back for a while
+  auto ca = Loopback::default_config(0);
+  ca.max_inflight_bytes = max_inflight_bytes;
+  ca.tx_slots = 2048;
+  Loopback lb(lo, ca);
+  RcOptions o;
+  o.mtu = Mtu::k4096;
+  auto [a, b] = connect(lb, o);
+  Buffer src = make_buffer(lb.a(), a.pd, 8 << 20, 1);
+  Buffer dst = make_buffer(lb.b(), b.pd, 8 << 20, 2);
+  const Sge s = src.sge();
+  SendWr wr = make_wr(1, &s, dst);
+  EXPECT_EQ(lb.a().post_send(a.qp, &wr, nullptr), kOk);
+  const auto answered = [&] {
+    return std::any_of(lb.records().begin(), lb.records().end(),
+                       [](const WireRecord& r) { return r.from == 1; });
+  };
+  EXPECT_TRUE(lb.run_until(answered, 1'000'000'000));
+  const auto n = std::count_if(lb.records().begin(), lb.records().end(),
+                               [](const WireRecord& r) { return r.from == 0; });
+  EXPECT_EQ(wait_wcs(lb, a.scq, 1).size(), 1u);
+  EXPECT_EQ(dst.bytes, src.bytes);
+  return static_cast<std::size_t>(n);
+}
+
+TEST(Regression, WindowIsCappedInBytes) {
+  EXPECT_EQ(sent_before_first_answer(1 << 20), 256u);
+  EXPECT_EQ(sent_before_first_answer(1ull << 40), 1024u);  // then max_inflight_psns limits
 }
 
 }  // namespace
