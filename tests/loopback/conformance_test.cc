@@ -25,16 +25,14 @@ bool is_nak_seq(const WireRecord& r) {
   return r.opcode == Opcode::kRcAcknowledge && r.syndrome == 0x60;
 }
 
-TEST(Conformance, DroppedPacketGivesOneSeqNakAndGoBackNFromIt) {
-  constexpr std::uint32_t kPkts = 20, kDrop = 5;
-  LoopbackOptions lo;
-  Loopback probe;  // learn B's QPN: QPNs are allocated the same way in every engine
-  lo.a2b.drop_psn.push_back({Engine::kFirstQpn, kPsnA + kDrop, 1, -1});
-  Loopback lb(lo);
+// Connects A to B (`ends`: the two endpoints), WRITEs `bytes` once, and waits until the WRITE
+// has completed and the wire is quiet; checks the completion and the data. Call it inside
+// ASSERT_NO_FATAL_FAILURE.
+void write_once(Loopback& lb, std::uint32_t bytes, std::pair<Endpoint, Endpoint>* ends = nullptr) {
   auto [a, b] = connect(lb);
-  ASSERT_EQ(b.qp->qpn, Engine::kFirstQpn);
-  Buffer src = make_buffer(lb.a(), a.pd, kPkts * 1024, 1);
-  Buffer dst = make_buffer(lb.b(), b.pd, kPkts * 1024, 2);
+  if (ends) *ends = {a, b};
+  Buffer src = make_buffer(lb.a(), a.pd, bytes, 1);
+  Buffer dst = make_buffer(lb.b(), b.pd, bytes, 2);
   Sge s = src.sge();
   SendWr w = make_wr(1, &s, dst);
   ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);
@@ -43,6 +41,16 @@ TEST(Conformance, DroppedPacketGivesOneSeqNakAndGoBackNFromIt) {
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, WcStatus::kSuccess);
   EXPECT_EQ(dst.bytes, src.bytes);
+}
+
+TEST(Conformance, DroppedPacketGivesOneSeqNakAndGoBackNFromIt) {
+  constexpr std::uint32_t kPkts = 20, kDrop = 5;
+  LoopbackOptions lo;
+  lo.a2b.drop_psn.push_back({Engine::kFirstQpn, kPsnA + kDrop, 1, -1});
+  Loopback lb(lo);
+  std::pair<Endpoint, Endpoint> ends;
+  ASSERT_NO_FATAL_FAILURE(write_once(lb, kPkts * 1024, &ends));
+  ASSERT_EQ(ends.second.qp->qpn, Engine::kFirstQpn);
 
   const auto nb = from(lb, 1);
   const auto naks = std::count_if(nb.begin(), nb.end(), is_nak_seq);
@@ -135,17 +143,7 @@ TEST(Conformance, DroppedLastPacketTakesTheTimeoutPath) {
   LoopbackOptions lo;
   lo.a2b.drop_psn.push_back({Engine::kFirstQpn, kPsnA + kPkts - 1, 1, -1});
   Loopback lb(lo, no_probes());
-  auto [a, b] = connect(lb);
-  Buffer src = make_buffer(lb.a(), a.pd, kPkts * 1024, 1);
-  Buffer dst = make_buffer(lb.b(), b.pd, kPkts * 1024, 2);
-  Sge s = src.sge();
-  SendWr w = make_wr(1, &s, dst);
-  ASSERT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);
-  auto wc = wait_wcs(lb, a.scq, 1);
-  lb.settle();
-  ASSERT_EQ(wc.size(), 1u);
-  EXPECT_EQ(wc[0].status, WcStatus::kSuccess);
-  EXPECT_EQ(dst.bytes, src.bytes);
+  ASSERT_NO_FATAL_FAILURE(write_once(lb, kPkts * 1024));
   EXPECT_EQ(lb.b().stats().get(Counter::kSeqErrNakSent), 0u) << "no later packet, so no NAK";
   EXPECT_EQ(lb.a().stats().get(Counter::kRetransmitTimeouts), 1u);
   const auto na = from(lb, 0);
@@ -154,25 +152,6 @@ TEST(Conformance, DroppedLastPacketTakesTheTimeoutPath) {
   EXPECT_EQ(na.back().psn, kPsnA + kPkts - 1);
   EXPECT_TRUE(na.back().ack_req);
   EXPECT_EQ(lb.b().stats().get(Counter::kDuplicateRequests), kPkts - 1);
-}
-
-// Connects A to B, WRITEs `bytes` once, and waits until the WRITE has completed and the wire
-// is quiet; checks the completion and the data. Returns A's end (its QP's counters).
-Endpoint write_once(Loopback& lb, std::uint32_t bytes) {
-  auto [a, b] = connect(lb);
-  Buffer src = make_buffer(lb.a(), a.pd, bytes, 1);
-  Buffer dst = make_buffer(lb.b(), b.pd, bytes, 2);
-  Sge s = src.sge();
-  SendWr w = make_wr(1, &s, dst);
-  EXPECT_EQ(lb.a().post_send(a.qp, &w, nullptr), kOk);
-  auto wc = wait_wcs(lb, a.scq, 1);
-  lb.settle();
-  EXPECT_EQ(wc.size(), 1u);
-  if (!wc.empty()) {
-    EXPECT_EQ(wc[0].status, WcStatus::kSuccess);
-  }
-  EXPECT_EQ(dst.bytes, src.bytes);
-  return a;
 }
 
 TEST(Probe, DroppedAckIsRecoveredByOneProbePacketWithoutATimeout) {
@@ -212,7 +191,7 @@ TEST(Probe, DroppedLastPacketCostsTwoProbesOnly) {
   LoopbackOptions lo;
   lo.a2b.drop_psn.push_back({Engine::kFirstQpn, kPsnA + kPkts - 1, 1, -1});
   Loopback lb(lo);
-  write_once(lb, kPkts * 1024);
+  ASSERT_NO_FATAL_FAILURE(write_once(lb, kPkts * 1024));
   const auto na = from(lb, 0), nb = from(lb, 1);
   // 0 1 2 (3 lost) | probe: 0 again, alone, AckReq | B re-ACKs 2: 0 had arrived, so 3 may
   // still be in flight, and nothing is rewound | probe: 3, the oldest now | ACK 3.
@@ -236,7 +215,7 @@ TEST(Probe, LostSequenceNakIsRecoveredByAProbe) {
   lo.b2a.drop_psn.push_back(
       {Engine::kFirstQpn, kPsnA + kDrop, 1, wire::raw(Opcode::kRcAcknowledge)});
   Loopback lb(lo);
-  write_once(lb, kPkts * 1024);
+  ASSERT_NO_FATAL_FAILURE(write_once(lb, kPkts * 1024));
   EXPECT_EQ(lb.b().stats().get(Counter::kSeqErrNakSent), 1u);
   EXPECT_EQ(lb.a().stats().get(Counter::kSeqErrNakRcvd), 0u) << "the NAK was lost";
   EXPECT_EQ(lb.a().stats().get(Counter::kRetransmitProbes), 2u);
