@@ -14,13 +14,8 @@ roced_ns_start "$ns" "$work" veth-test 19464
 ip -n "$ns" addr add 192.0.2.254/24 dev veth-k
 ip netns exec "$ns" ping -c 3 -i 0.2 -W 2 192.0.2.1
 sleep 0.3
-ip netns exec "$ns" "$ctl" -p 127.0.0.1:19464 counters | tee "$work/counters.txt"
+roced_counters
 grep -Eq "icmp_echo_answered +3$" "$work/counters.txt"
 grep -Eq "arp_requests_answered +[1-9]" "$work/counters.txt"
-kill -TERM "$roced_pid"
-wait "$roced_pid"
-rc=$?
-roced_pid=
-cat "$work/roced.log" | tail -2
-grep -q "stopping (SIGTERM)" "$work/roced.log"
-exit $rc
+roced_stop
+tail -2 "$work/roced.log"

@@ -45,15 +45,11 @@ for tag in 0 200; do
     { echo "FAIL: answered on VLAN $tag"; exit 1; }
 done
 sleep 0.3
-ip netns exec "$ns" "$ctl" -p 127.0.0.1:19474 counters | tee "$work/counters.txt"
-count() { awk -v k="$1" '$2 == k {print $NF}' "$work/counters.txt"; }
-[[ $(count port_rx_vlan_dropped) -ge 4 ]] || { echo "FAIL: wrong-VLAN frames not counted"; exit 1; }
+roced_counters
+[[ $(roced_count port_rx_vlan_dropped) -ge 4 ]] || { echo "FAIL: wrong-VLAN frames not counted"; exit 1; }
 grep -Eq "icmp_echo_answered +1$" "$work/counters.txt"
 # af_packet offers both VLAN offloads: the tags went through them.
-[[ $(count port_tx_vlan_inserted) -ge 2 ]] || { echo "FAIL: no tag left to the TX VLAN offload"; exit 1; }
-[[ $(count port_rx_vlan_stripped) -ge 2 ]] || { echo "FAIL: no tag stripped by the PMD"; exit 1; }
-kill -TERM "$roced_pid"
-wait "$roced_pid"
-roced_pid=
-grep -q "stopping (SIGTERM)" "$work/roced.log"
+[[ $(roced_count port_tx_vlan_inserted) -ge 2 ]] || { echo "FAIL: no tag left to the TX VLAN offload"; exit 1; }
+[[ $(roced_count port_rx_vlan_stripped) -ge 2 ]] || { echo "FAIL: no tag stripped by the PMD"; exit 1; }
+roced_stop
 echo "PASS: VLAN 100 answered, other VLANs and untagged frames dropped"
