@@ -33,6 +33,12 @@ struct TxFrame {
     for (const TxSeg& s : ext) n += s.len;
     return n;
   }
+  /// The frame in one piece, in `out` (for a consumer that needs it whole: a capture).
+  void copy_to(std::vector<std::uint8_t>& out) const {
+    out.assign(head.begin(), head.end());
+    for (const TxSeg& s : ext) out.insert(out.end(), s.addr, s.addr + s.len);
+    out.insert(out.end(), trailer.begin(), trailer.end());
+  }
 };
 
 class TxRing {

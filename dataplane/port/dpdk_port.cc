@@ -337,11 +337,11 @@ void DpdkPort::tx(const engine::TxFrame& f, std::uint16_t q) {
   head->data_len = static_cast<std::uint16_t>(f.head.size());
   head->pkt_len = head->data_len;
   rte_mbuf* prev = head;
+  rte_mbuf_ext_refcnt_update(qu.shinfo.get(), static_cast<std::int16_t>(n_ext));
   for (unsigned i = 0; i < n_ext; ++i) {
     rte_mbuf* e = m[2 + i];
     auto* addr = const_cast<std::uint8_t*>(f.ext[i].addr);
     const auto len = static_cast<std::uint16_t>(f.ext[i].len);
-    rte_mbuf_ext_refcnt_update(qu.shinfo.get(), 1);
     rte_pktmbuf_attach_extbuf(e, addr, reinterpret_cast<rte_iova_t>(addr), len, qu.shinfo.get());
     e->data_len = len;
     prev->next = e;
@@ -401,27 +401,15 @@ bool DpdkPort::rx_vlan(rte_mbuf*& m, std::uint16_t q) {
 
 bool DpdkPort::restore_tag(rte_mbuf*& m) {
   if (m->data_len < 12) return false;
-  // In place when the mbuf is ours alone and has room in front (rte_vlan_insert checks both).
+  // In place when the mbuf is ours alone and has room in front (rte_vlan_insert checks both);
+  // otherwise in a copy (which keeps the PMD's other verdicts, such as the IPv4 checksum).
   if (rte_vlan_insert(&m) == 0) return true;
-  rte_mbuf* c = rte_pktmbuf_alloc(pool_);
+  rte_mbuf* c = rte_pktmbuf_copy(m, pool_, 0, UINT32_MAX);
   if (c == nullptr) return false;
-  const auto* p = rte_pktmbuf_mtod(m, const std::uint8_t*);
-  const std::uint8_t tag[4] = {0x81, 0x00, static_cast<std::uint8_t>(m->vlan_tci >> 8),
-                               static_cast<std::uint8_t>(m->vlan_tci & 0xFF)};
-  rte_mbuf* last = c;
-  bool ok = append(c, last, p, 12) && append(c, last, tag, 4) &&
-            append(c, last, p + 12, m->data_len - 12u);
-  for (const rte_mbuf* s = m->next; ok && s != nullptr; s = s->next)
-    ok = append(c, last, rte_pktmbuf_mtod(s, const std::uint8_t*), s->data_len);
-  if (!ok) {
+  if (rte_vlan_insert(&c) != 0) {
     rte_pktmbuf_free(c);
     return false;
   }
-  // The PMD's other verdicts (IPv4 checksum) go with the frame.
-  c->ol_flags = m->ol_flags & ~(RTE_MBUF_F_RX_VLAN_STRIPPED | RTE_MBUF_F_RX_VLAN);
-  c->port = m->port;
-  c->packet_type = m->packet_type;
-  c->hash = m->hash;
   rte_pktmbuf_free(m);
   m = c;
   return true;
@@ -474,21 +462,9 @@ void DpdkPort::make_pending_whole(std::uint16_t q) {
     bool external = false;
     for (const rte_mbuf* s = m; s != nullptr; s = s->next) external |= RTE_MBUF_HAS_EXTBUF(s);
     if (!external) continue;
-    rte_mbuf* whole = rte_pktmbuf_alloc(pool_);
-    rte_mbuf* last = whole;
-    bool ok = whole != nullptr;
-    for (const rte_mbuf* s = m; ok && s != nullptr; s = s->next)
-      ok = append(whole, last, rte_pktmbuf_mtod(s, const std::uint8_t*), s->data_len);
-    if (ok) {
-      whole->ol_flags = m->ol_flags;
-      whole->l2_len = m->l2_len;
-      whole->l3_len = m->l3_len;
-      whole->vlan_tci = m->vlan_tci;
-    } else {  // out of mbufs: the frame is lost, the transport resends it
-      if (whole != nullptr) rte_pktmbuf_free(whole);
-      whole = nullptr;
-      ++qu.stats.tx_dropped;
-    }
+    // A copy in mbufs of the pool, offload flags and lengths included.
+    rte_mbuf* whole = rte_pktmbuf_copy(m, pool_, 0, UINT32_MAX);
+    if (whole == nullptr) ++qu.stats.tx_dropped;  // out of mbufs: the transport resends it
     rte_pktmbuf_free(m);
     m = whole;
   }
@@ -605,9 +581,7 @@ std::span<const std::uint8_t> PollLoop::on_wire(std::span<const std::uint8_t> f)
 
 std::span<const std::uint8_t> PollLoop::whole(const engine::TxFrame& f) {
   if (f.ext.empty()) return f.head;
-  whole_.assign(f.head.begin(), f.head.end());
-  for (const engine::TxSeg& s : f.ext) whole_.insert(whole_.end(), s.addr, s.addr + s.len);
-  whole_.insert(whole_.end(), f.trailer.begin(), f.trailer.end());
+  f.copy_to(whole_);
   return whole_;
 }
 

@@ -27,9 +27,8 @@ Queued write_and_take(Loopback& lb, const Endpoint& a, const Buffer& dst,
   lb.a().run(lb.now());
   Queued q;
   lb.a().drain_tx_frames([&](const TxFrame& f) {
-    std::vector<std::uint8_t> w(f.head.begin(), f.head.end());
-    for (const TxSeg& s : f.ext) w.insert(w.end(), s.addr, s.addr + s.len);
-    w.insert(w.end(), f.trailer.begin(), f.trailer.end());
+    std::vector<std::uint8_t> w;
+    f.copy_to(w);
     EXPECT_EQ(w.size(), f.size());
     q.whole.push_back(std::move(w));
     q.ext.emplace_back(f.ext.begin(), f.ext.end());

@@ -58,9 +58,7 @@ void Loopback::carry(int from) {
   }
   std::vector<std::uint8_t> whole;
   eng_[from]->drain_tx_frames([&](const TxFrame& f) {
-    whole.assign(f.head.begin(), f.head.end());
-    for (const TxSeg& s : f.ext) whole.insert(whole.end(), s.addr, s.addr + s.len);
-    whole.insert(whole.end(), f.trailer.begin(), f.trailer.end());
+    f.copy_to(whole);
     each(whole);
   });
 }
