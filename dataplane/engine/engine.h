@@ -181,6 +181,10 @@ class Engine {
   bool req_send_ud(Qp& qp, SendWqe& w);
   bool req_packet(Qp& qp, SendWqe& w);
   void req_fail(Qp& qp, SendWqe& w, WcStatus status);
+  /// Prefetches the payload bytes [offset, offset + len) of `w` (a packet's worth, read by the
+  /// next gather or ICRC: with many QPs each message's buffer is elsewhere in memory).
+  void prefetch_payload(const Qp& qp, const SendWqe& w, std::uint64_t offset,
+                        std::size_t len) const;
   std::size_t gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::uint8_t* dst,
                      std::size_t len, WcStatus& err);
   /// The pieces of a WQE's payload for zero-copy transmit; 0 when it must be copied.
@@ -191,9 +195,27 @@ class Engine {
     return tx_zero_copy_min_ != 0 && len >= tx_zero_copy_min_ &&
            s.ip_version == wire::IpVersion::kV4;
   }
+  bool zero_copy_ok(const Qp& qp, std::size_t len) const { return zero_copy_ok(qp.tx, len); }
   /// Commits a frame whose headers are in `slot` (`hdr` bytes) and whose payload is `ext`.
   void tx_commit_ext(const wire::FrameSpec& s, std::span<std::uint8_t> slot, std::size_t hdr,
                      std::span<const TxSeg> ext);
+  /// tx_commit_ext's work, the ICRC from the path template `t` or else from `s`.
+  void tx_commit_pieces(const wire::PathTemplate* t, const wire::FrameSpec* s,
+                        std::span<std::uint8_t> slot, std::size_t hdr, std::span<const TxSeg> ext);
+  /// A packet of a QP being written into a TX slot. Its headers come from the QP's path
+  /// template when the template covers the path and the opcode (the hot path: SEND, WRITE,
+  /// READ request, ACK, READ response over IPv4), else from a FrameSpec, kept in `spec`.
+  struct TxPacket {
+    std::span<std::uint8_t> slot;
+    std::size_t hdr = 0;  ///< 0: the headers could not be written
+    std::optional<wire::FrameSpec> spec;
+  };
+  TxPacket tx_begin(const Qp& qp, std::span<std::uint8_t> slot, const wire::PacketFields& f,
+                    std::size_t payload);
+  /// The payload was copied to slot[hdr]: pad, ICRC, commit.
+  void tx_finish(const Qp& qp, TxPacket& p, std::size_t payload);
+  /// The payload is `ext`, in registered memory: pad and ICRC to the trailer, commit.
+  void tx_finish_ext(const Qp& qp, TxPacket& p, std::span<const TxSeg> ext);
   void schedule_send(Qp& qp);
   // responder.cc
   void resp_on_request(Qp& qp, const wire::RxPkt& pkt);

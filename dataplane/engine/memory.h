@@ -47,24 +47,42 @@ class MrTable {
   Mr* create(Pd* pd, std::uint64_t addr, std::uint64_t length, std::uint32_t access);
   Mr* create_fast_reg(Pd* pd, std::uint64_t max_len);
   void destroy(Mr* mr);
-  Mr* find(std::uint32_t key) const;
+  Mr* find(std::uint32_t key) const {
+    Mr* mr = lookup(key >> 8);
+    return mr != nullptr && mr->key == key ? mr : nullptr;
+  }
   /// The MR a key names whatever its variant (low 8 bits): what REG_MR acts on, as verbs pass
   /// the MR itself rather than its current key.
-  Mr* find_any_variant(std::uint32_t key) const;
+  Mr* find_any_variant(std::uint32_t key) const { return lookup(key >> 8); }
   /// Checks that `key` names a valid MR of `pd` (null: any PD) allowing `access` over
   /// [addr, addr + len). A zero-length access only needs nothing.
   KeyCheck check(std::uint32_t key, const Pd* pd, std::uint64_t addr, std::uint64_t len,
-                 std::uint32_t access, Mr** out) const;
+                 std::uint32_t access, Mr** out) const {
+    Mr* mr = find(key);
+    if (mr == nullptr) return KeyCheck::kBadKey;
+    if (mr->state != MrState::kValid) return KeyCheck::kInvalid;
+    if (pd != nullptr && mr->pd != pd) return KeyCheck::kBadPd;
+    if ((mr->access & access) != access) return KeyCheck::kBadAccess;
+    if (addr < mr->addr || len > mr->length || addr - mr->addr > mr->length - len)
+      return KeyCheck::kOutOfBounds;
+    if (out) *out = mr;
+    return KeyCheck::kOk;
+  }
   std::size_t size() const { return by_index_.size(); }
 
  private:
   std::uint32_t new_index();
-  Mr* lookup(std::uint32_t index) const;
+  Mr* lookup(std::uint32_t index) const {
+    Mr* cached = cache_[index % cache_.size()];
+    return cached != nullptr && cached->key >> 8 == index ? cached : lookup_slow(index);
+  }
+  Mr* lookup_slow(std::uint32_t index) const;
   std::mt19937_64 rng_;
   std::unordered_map<std::uint32_t, Mr*> by_index_;  ///< key >> 8 -> MR
   /// Direct-mapped cache in front of by_index_ (every packet checks one or two keys; a hash
-  /// lookup is a few times dearer than this): slot index % 256, cleared when its MR goes.
-  mutable std::array<Mr*, 256> cache_{};
+  /// lookup is a few times dearer than this): slot index % 4096, cleared when its MR goes.
+  /// New keys are picked on free slots (new_index), so it rarely misses.
+  mutable std::array<Mr*, 4096> cache_{};
   std::vector<std::unique_ptr<Mr>> owned_;
 };
 

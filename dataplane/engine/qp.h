@@ -13,6 +13,7 @@
 #include "dataplane/engine/cq.h"
 #include "dataplane/engine/memory.h"
 #include "dataplane/engine/verbs.h"
+#include "dataplane/wire/path_template.h"
 #include "dataplane/wire/roce_frame.h"
 
 namespace roce::engine {
@@ -228,6 +229,7 @@ struct Qp {
   RespState resp;
 
   wire::FrameSpec tx;  ///< header template for this QP's packets
+  wire::PathTemplate hdr;  ///< the same as bytes, for the hot path (IPv4 only)
   bool in_send_list = false;
   bool in_ack_list = false;
   std::uint64_t timer_at = 0;  ///< when its timer wheel entry is due (0: none)

@@ -79,6 +79,20 @@ std::size_t walk_sges(const Sge* sge, std::uint32_t num_sge, std::uint64_t offse
 }
 }  // namespace
 
+void Engine::prefetch_payload(const Qp& qp, const SendWqe& w, std::uint64_t offset,
+                              std::size_t len) const {
+  if (w.is_inline || len == 0) return;
+  const std::size_t idx = &w - qp.sq.data();
+  walk_sges(qp.sq_sges.data() + idx * qp.cap.max_send_sge, w.num_sge, offset, len,
+            [](const std::uint8_t* p, std::size_t n) {
+              const auto first = reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{63};
+              const auto end = reinterpret_cast<std::uintptr_t>(p) + n;
+              for (std::uintptr_t a = first; a < end; a += 64)
+                __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 2);
+              return true;
+            });
+}
+
 std::size_t Engine::gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::uint8_t* dst,
                            std::size_t len, WcStatus& err) {
   const std::size_t idx = &w - qp.sq.data();
@@ -222,85 +236,102 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
   auto slot = tx_slot(false);
   if (slot.empty()) return false;
 
-  wire::FrameSpec s = qp.tx;
-  s.ip_id = ip_id_++;
+  wire::PacketFields f;
+  f.ip_id = ip_id_++;
   std::size_t payload = 0;
   bool last = true;
   std::uint32_t psn_span = 1;
   switch (w.opcode) {
     case WrOpcode::kRead: {
       // A READ request covers every response PSN; a retry asks for the part not yet received.
-      s.opcode = Opcode::kRcReadRequest;
-      s.psn = w.read_resume_psn(pmtu);
+      f.opcode = Opcode::kRcReadRequest;
+      f.psn = w.read_resume_psn(pmtu);
       // Responses that arrived after a rewind and before this re-request already moved
       // read_done on: ask only for the rest.
-      if (before(qp.req.next_psn, s.psn)) qp.req.next_psn = s.psn;
-      s.reth = {w.remote_addr + w.read_done, w.rkey,
-                static_cast<std::uint32_t>(w.length - w.read_done)};
+      if (before(qp.req.next_psn, f.psn)) qp.req.next_psn = f.psn;
+      f.reth_va = w.remote_addr + w.read_done;
+      f.reth_rkey = w.rkey;
+      f.reth_len = static_cast<std::uint32_t>(w.length - w.read_done);
       psn_span = w.npkts - static_cast<std::uint32_t>(w.read_done / pmtu);
       w.read_resume = w.read_done;
-      s.ack_req = true;
+      f.ack_req = true;
       break;
     }
     case WrOpcode::kCmpSwap:
-    case WrOpcode::kFetchAdd: {
-      s.opcode = w.opcode == WrOpcode::kCmpSwap ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd;
-      s.psn = w.first_psn;
-      s.atomic = {w.remote_addr, w.rkey, w.opcode == WrOpcode::kCmpSwap ? w.swap : w.compare_add,
-                  w.compare_add};
-      s.ack_req = true;
+    case WrOpcode::kFetchAdd:
+      f.opcode = w.opcode == WrOpcode::kCmpSwap ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd;
+      f.psn = w.first_psn;
+      f.ack_req = true;
       break;
-    }
     default: {
       const bool first = w.sent == 0;
       payload = static_cast<std::size_t>(std::min<std::uint64_t>(pmtu, w.length - w.sent));
       last = w.sent + payload == w.length;
-      s.opcode = pick_opcode(w, first, last, uc);
-      s.psn = w.first_psn + static_cast<std::uint32_t>(w.sent / pmtu);
-      s.reth = {w.remote_addr, w.rkey, static_cast<std::uint32_t>(w.length)};
-      s.imm = w.imm;
-      s.ieth_rkey = w.inv_rkey;
-      s.se = last && (w.flags & kSendSolicited) &&
+      f.opcode = pick_opcode(w, first, last, uc);
+      f.psn = w.first_psn + static_cast<std::uint32_t>(w.sent / pmtu);
+      f.reth_va = w.remote_addr;
+      f.reth_rkey = w.rkey;
+      f.reth_len = static_cast<std::uint32_t>(w.length);
+      f.imm = w.imm;
+      f.ieth_rkey = w.inv_rkey;
+      f.se = last && (w.flags & kSendSolicited) &&
              (w.opcode == WrOpcode::kSend || w.opcode == WrOpcode::kSendImm ||
               w.opcode == WrOpcode::kSendInv || w.opcode == WrOpcode::kWriteImm);
       // IBA 9.7.6.1.3: AckReq on the last packet, and often enough within long messages.
-      s.ack_req =
+      f.ack_req =
           !uc && (last || qp.req.pkts_since_ack_req + 1 >= cfg_.ack_req_every || qp.comp.probing);
       break;
     }
   }
-  if (s.psn != qp.req.next_psn) {
+  if (f.psn != qp.req.next_psn) {
     // The rewind and the WQE disagree: a bug, not a wire event. Stop this QP loudly.
     req_fail(qp, w, WcStatus::kGeneralErr);
     return false;
   }
-  const std::size_t hdr = wire::write_frame_headers(s, payload, slot);
-  TxSeg ext[TxRing::kMaxExt];
-  const std::size_t n_ext =
-      payload && zero_copy_ok(s, payload) ? gather_ext(qp, w, w.sent, payload, ext) : 0;
-  if (n_ext != 0) {
-    tx_commit_ext(s, slot, hdr, {ext, n_ext});
+  if (w.opcode == WrOpcode::kCmpSwap || w.opcode == WrOpcode::kFetchAdd) {
+    wire::FrameSpec s = qp.tx;  // the path template has no AtomicETH
+    s.ip_id = f.ip_id;
+    s.opcode = f.opcode;
+    s.psn = f.psn;
+    s.ack_req = true;
+    s.atomic = {w.remote_addr, w.rkey, w.opcode == WrOpcode::kCmpSwap ? w.swap : w.compare_add,
+                w.compare_add};
+    tx_commit(wire::build_frame(s, {}, slot));
   } else {
-    WcStatus err = WcStatus::kSuccess;
-    if (payload) gather(qp, w, w.sent, slot.data() + hdr, payload, err);
-    if (err != WcStatus::kSuccess) {
-      req_fail(qp, w, err);
+    TxPacket p = tx_begin(qp, slot, f, payload);
+    if (p.hdr == 0) {
+      req_fail(qp, w, WcStatus::kGeneralErr);
       return false;
     }
-    tx_commit(wire::finish_frame(s, hdr, payload, slot));
+    TxSeg ext[TxRing::kMaxExt];
+    const std::size_t n_ext =
+        payload && zero_copy_ok(qp, payload) ? gather_ext(qp, w, w.sent, payload, ext) : 0;
+    if (n_ext != 0) {
+      tx_finish_ext(qp, p, {ext, n_ext});
+    } else {
+      WcStatus err = WcStatus::kSuccess;
+      if (payload) gather(qp, w, w.sent, slot.data() + p.hdr, payload, err);
+      if (err != WcStatus::kSuccess) {
+        req_fail(qp, w, err);
+        return false;
+      }
+      tx_finish(qp, p, payload);
+    }
   }
 
-  qp.req.pkts_since_ack_req = s.ack_req ? 0 : qp.req.pkts_since_ack_req + 1;
-  if (before(s.psn, qp.req.high_psn)) {
+  qp.req.pkts_since_ack_req = f.ack_req ? 0 : qp.req.pkts_since_ack_req + 1;
+  if (before(f.psn, qp.req.high_psn)) {
     stats_.inc(Counter::kRetransmittedPackets);
   } else if (!qp.comp.rtt_timing && !uc) {
     qp.comp.rtt_timing = true;  // time this packet's acknowledgement
-    qp.comp.rtt_psn = s.psn;
+    qp.comp.rtt_psn = f.psn;
     qp.comp.rtt_start = now_;
   }
-  qp.req.next_psn = s.psn + psn_span;
+  qp.req.next_psn = f.psn + psn_span;
   if (!before(qp.req.next_psn, qp.req.high_psn)) qp.req.high_psn = qp.req.next_psn;
   w.sent += payload;
+  // The next packet's payload, on its way to the cache while this one is sent.
+  if (!last && payload) prefetch_payload(qp, w, w.sent, std::min<std::uint64_t>(pmtu, w.length - w.sent));
   if (last) {
     ++qp.req.next_wqe;
     w.state = uc ? WqeState::kExecuted : WqeState::kSent;

@@ -27,6 +27,16 @@ Syndrome ack_syndrome(const Qp& qp, bool advertise) {
 std::size_t build_ack(const Qp& qp, std::span<std::uint8_t> slot, std::uint16_t ip_id, Opcode op,
                       Syndrome syn, Psn psn, std::uint64_t orig, bool credits) {
   if (syn.type() == wire::AckType::kAck) syn = ack_syndrome(qp, credits);
+  if (op == Opcode::kRcAcknowledge && qp.hdr.usable()) {  // the hot path: no FrameSpec
+    wire::PacketFields f;
+    f.opcode = op;
+    f.psn = psn;
+    f.ip_id = ip_id;
+    f.aeth_syndrome = syn;
+    f.aeth_msn = qp.resp.msn;
+    const std::size_t hdr = wire::write_masked_headers(qp.hdr, f, 0, slot.data());
+    return hdr ? wire::finish_masked(qp.hdr, hdr, 0, slot.data()) : 0;
+  }
   wire::FrameSpec s = qp.tx;
   s.ip_id = ip_id;
   s.opcode = op;
@@ -522,22 +532,23 @@ void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
     }
     const bool first = r.next_offset == r.start_offset;
     const bool last = len == remaining;
-    wire::FrameSpec s = qp.tx;
-    s.ip_id = ip_id_++;
-    s.opcode = first && last ? Opcode::kRcReadResponseOnly
+    wire::PacketFields f;
+    f.ip_id = ip_id_++;
+    f.opcode = first && last ? Opcode::kRcReadResponseOnly
                : first       ? Opcode::kRcReadResponseFirst
                : last        ? Opcode::kRcReadResponseLast
                              : Opcode::kRcReadResponseMiddle;
-    s.psn = r.next_psn;
-    s.aeth = {ack_syndrome(qp, cfg_.advertise_credits), rs.msn};
-    const std::size_t hdr = wire::write_frame_headers(s, len, slot);
+    f.psn = r.next_psn;
+    f.aeth_syndrome = ack_syndrome(qp, cfg_.advertise_credits);
+    f.aeth_msn = rs.msn;
+    TxPacket p = tx_begin(qp, slot, f, len);
     const auto* src = reinterpret_cast<const std::uint8_t*>(r.va + r.next_offset);
-    if (len && zero_copy_ok(s, len)) {
+    if (len && zero_copy_ok(qp, len)) {
       const TxSeg ext{src, static_cast<std::uint32_t>(len)};
-      tx_commit_ext(s, slot, hdr, {&ext, 1});
+      tx_finish_ext(qp, p, {&ext, 1});
     } else {
-      if (len) std::memcpy(slot.data() + hdr, src, len);
-      tx_commit(wire::finish_frame(s, hdr, len, slot));
+      if (len) std::memcpy(slot.data() + p.hdr, src, len);
+      tx_finish(qp, p, len);
     }
     stats_.inc(Counter::kReadResponsesSent);
     --budget;

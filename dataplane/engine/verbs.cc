@@ -340,6 +340,7 @@ void Engine::build_tx_template(Qp& qp) {
       av.flow_label ? av.flow_label : calc_flow_label(qp.qpn, qp.attr.dest_qp_num);
   qp.tx.udp_sport = av.udp_sport ? av.udp_sport : flow_label_to_udp_sport(fl);
   qp.tx.dest_qp = wire::Qpn(qp.attr.dest_qp_num);
+  qp.hdr = wire::make_path_template(qp.tx);
 }
 
 int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
@@ -578,6 +579,9 @@ int Engine::post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr) {
       w.num_sge = wr->num_sge;
       std::copy_n(wr->sg_list, wr->num_sge,
                   qp->sq_sges.begin() + std::ptrdiff_t{idx} * qp->cap.max_send_sge);
+      // The first packet's payload: by the time the requester builds it, it is in the cache.
+      if (qp->type != QpType::kUd && wr->opcode != WrOpcode::kRead && !atomic)
+        prefetch_payload(*qp, w, 0, std::min<std::uint64_t>(length, qp->pmtu()));
     }
     ++qp->sq_tail;
     if (qp->state == QpState::kErr) {
@@ -644,16 +648,57 @@ void Engine::tx_commit(std::size_t len) {
   stats_.inc(Counter::kTxBytes, len);
 }
 
+Engine::TxPacket Engine::tx_begin(const Qp& qp, std::span<std::uint8_t> slot,
+                                  const wire::PacketFields& f, std::size_t payload) {
+  TxPacket p{slot, 0, std::nullopt};
+  if (qp.hdr.usable() && wire::fast_opcode(f.opcode)) {
+    p.hdr = wire::write_masked_headers(qp.hdr, f, payload, slot.data());
+    return p;
+  }
+  wire::FrameSpec& s = p.spec.emplace(qp.tx);
+  s.opcode = f.opcode;
+  s.se = f.se;
+  s.ack_req = f.ack_req;
+  s.psn = f.psn;
+  s.ip_id = f.ip_id;
+  s.reth = {f.reth_va, f.reth_rkey, f.reth_len};
+  s.imm = f.imm;
+  s.ieth_rkey = f.ieth_rkey;
+  s.aeth = {f.aeth_syndrome, f.aeth_msn};
+  p.hdr = wire::write_frame_headers(s, payload, slot);
+  return p;
+}
+
+void Engine::tx_finish(const Qp& qp, TxPacket& p, std::size_t payload) {
+  tx_commit(p.spec ? wire::finish_frame(*p.spec, p.hdr, payload, p.slot)
+                   : wire::finish_masked(qp.hdr, p.hdr, payload, p.slot.data()));
+}
+
+void Engine::tx_finish_ext(const Qp& qp, TxPacket& p, std::span<const TxSeg> ext) {
+  if (p.spec)
+    tx_commit_ext(*p.spec, p.slot, p.hdr, ext);
+  else
+    tx_commit_pieces(&qp.hdr, nullptr, p.slot, p.hdr, ext);
+}
+
 void Engine::tx_commit_ext(const wire::FrameSpec& s, std::span<std::uint8_t> slot, std::size_t hdr,
                            std::span<const TxSeg> ext) {
+  tx_commit_pieces(nullptr, &s, slot, hdr, ext);
+}
+
+void Engine::tx_commit_pieces(const wire::PathTemplate* t, const wire::FrameSpec* s,
+                              std::span<std::uint8_t> slot, std::size_t hdr,
+                              std::span<const TxSeg> ext) {
   std::span<const std::uint8_t> pieces[TxRing::kMaxExt];
   std::size_t len = hdr;
   for (std::size_t i = 0; i < ext.size(); ++i) {
     pieces[i] = {ext[i].addr, ext[i].len};
     len += ext[i].len;
   }
-  const std::size_t trailer = wire::finish_frame_pieces(s, slot.first(hdr), {pieces, ext.size()},
-                                                        slot.data() + TxRing::kTrailerOff);
+  std::uint8_t* trailer_at = slot.data() + TxRing::kTrailerOff;
+  const std::size_t trailer =
+      t ? wire::finish_masked_pieces(*t, slot.first(hdr), {pieces, ext.size()}, trailer_at)
+        : wire::finish_frame_pieces(*s, slot.first(hdr), {pieces, ext.size()}, trailer_at);
   tx_.commit_ext(hdr, ext, trailer);
   stats_.inc(Counter::kTxFrames);
   stats_.inc(Counter::kTxBytes, len + trailer);
