@@ -185,6 +185,8 @@ class Engine {
   /// next gather or ICRC: with many QPs each message's buffer is elsewhere in memory).
   void prefetch_payload(const Qp& qp, const SendWqe& w, std::uint64_t offset,
                         std::size_t len) const;
+  /// Prefetches the payload of the packet `qp` sends next (Engine::run, one QP ahead).
+  void prefetch_next_packet(const Qp& qp) const;
   std::size_t gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::uint8_t* dst,
                      std::size_t len, WcStatus& err);
   /// The pieces of a WQE's payload for zero-copy transmit; 0 when it must be copied.

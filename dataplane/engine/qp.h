@@ -205,16 +205,17 @@ struct RespState {
 };
 
 struct Qp {
+  // Laid out for the requester's path first: with a thousand QPs each visit misses the
+  // cache, and what it reads (state, send queue, requester and completer state, the header
+  // template, scheduling) sits in the first few cache lines; responder state comes last.
   std::uint32_t qpn = 0;
   QpType type = QpType::kRc;
+  QpState state = QpState::kReset;
+  bool sq_sig_all = false;
   Pd* pd = nullptr;
   Cq* send_cq = nullptr;
   Cq* recv_cq = nullptr;
   Srq* srq = nullptr;
-  bool sq_sig_all = false;
-  QpCap cap;
-  QpAttr attr;
-  QpState state = QpState::kReset;
 
   // Send queue: monotonically increasing counters, index = counter % depth.
   std::vector<SendWqe> sq;
@@ -222,22 +223,25 @@ struct Qp {
   std::vector<std::uint8_t> sq_inline;  ///< cap.max_inline_data per WQE
   std::uint32_t sq_head = 0;            ///< oldest WQE not done
   std::uint32_t sq_tail = 0;            ///< next free slot
-  RecvQueue rq;
 
   ReqState req;
   CompState comp;
-  RespState resp;
-
-  wire::FrameSpec tx;  ///< header template for this QP's packets
   wire::PathTemplate hdr;  ///< the same as bytes, for the hot path (IPv4 only)
   bool in_send_list = false;
   bool in_ack_list = false;
-  std::uint64_t timer_at = 0;  ///< when its timer wheel entry is due (0: none)
   bool in_read_list = false;
   std::uint32_t run_gen = 0;   ///< the Engine::run() call run_sent counts for
   std::uint32_t run_sent = 0;  ///< packets sent in that call (EngineConfig::recovery_batch)
+  std::uint64_t timer_at = 0;  ///< when its timer wheel entry is due (0: none)
+
+  QpCap cap;
+  QpAttr attr;
+  RecvQueue rq;
+  RespState resp;
+  wire::FrameSpec tx;  ///< header template for this QP's packets
 
   SendWqe& wqe(std::uint32_t i) { return sq[i % sq.size()]; }
+  const SendWqe& wqe(std::uint32_t i) const { return sq[i % sq.size()]; }
   std::uint32_t sq_depth() const { return static_cast<std::uint32_t>(sq.size()); }
   std::uint32_t pmtu() const { return mtu_bytes(attr.path_mtu); }
   RecvQueue& recv_queue() { return srq ? srq->rq : rq; }

@@ -93,6 +93,16 @@ void Engine::prefetch_payload(const Qp& qp, const SendWqe& w, std::uint64_t offs
             });
 }
 
+void Engine::prefetch_next_packet(const Qp& qp) const {
+  if (qp.req.next_wqe == qp.sq_tail) return;
+  const SendWqe& w = qp.wqe(qp.req.next_wqe);
+  if (w.opcode == WrOpcode::kRead || w.opcode == WrOpcode::kCmpSwap ||
+      w.opcode == WrOpcode::kFetchAdd)
+    return;
+  const std::uint64_t off = w.state == WqeState::kPosted ? 0 : w.sent;
+  if (off < w.length) prefetch_payload(qp, w, off, std::min<std::uint64_t>(qp.pmtu(), w.length - off));
+}
+
 std::size_t Engine::gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::uint8_t* dst,
                            std::size_t len, WcStatus& err) {
   const std::size_t idx = &w - qp.sq.data();
@@ -330,8 +340,6 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
   qp.req.next_psn = f.psn + psn_span;
   if (!before(qp.req.next_psn, qp.req.high_psn)) qp.req.high_psn = qp.req.next_psn;
   w.sent += payload;
-  // The next packet's payload, on its way to the cache while this one is sent.
-  if (!last && payload) prefetch_payload(qp, w, w.sent, std::min<std::uint64_t>(pmtu, w.length - w.sent));
   if (last) {
     ++qp.req.next_wqe;
     w.state = uc ? WqeState::kExecuted : WqeState::kSent;

@@ -161,6 +161,10 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
     }
     for (std::size_t i = 0; i < send_list_.size();) {
       Qp& qp = *send_list_[i];
+      // With many QPs, each one's state and payload is elsewhere in memory: ask for the next
+      // QP's while this one is sent (its struct first, then, one QP later, its payload).
+      if (i + 2 < send_list_.size()) __builtin_prefetch(send_list_[i + 2]);
+      if (i + 1 < send_list_.size()) prefetch_next_packet(*send_list_[i + 1]);
       std::uint32_t budget = kPerQp;
       if (qp.comp.cwnd != 0) {
         // Recovering from a loss: a few packets per call (EngineConfig::recovery_batch), so

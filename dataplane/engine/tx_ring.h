@@ -50,27 +50,43 @@ class TxRing {
   /// Where a zero-copy frame's trailer (at most 3 bytes of pad and the 4-byte ICRC) waits.
   static constexpr std::size_t kTrailerOff = kSlotSize - 8;
 
-  explicit TxRing(std::uint32_t slots) : buf_(std::size_t{slots} * kSlotSize), meta_(slots) {}
+  /// Room for `slots` frames. The bytes are one more slot's worth: a frame never straddles
+  /// the end, and the slack that leaves at the end is always less than a slot.
+  explicit TxRing(std::uint32_t slots)
+      : buf_(std::size_t{slots + 1} * kSlotSize), meta_(slots) {}
   std::uint32_t capacity() const { return static_cast<std::uint32_t>(meta_.size()); }
   std::uint32_t size() const { return tail_ - head_; }
   std::uint32_t free() const { return capacity() - size(); }
 
-  /// The next free slot, or an empty span when the ring is full.
+  /// The next free slot (kSlotSize bytes), or an empty span when the ring is full. Frames are
+  /// packed (a copied frame takes its length rounded to a cache line, not a slot), and an
+  /// empty ring starts again at its first byte: small frames stay in a few hot cache lines
+  /// instead of one new line per frame over a ring of megabytes.
   std::span<std::uint8_t> reserve() {
     if (free() == 0) return {};
-    return {slot(tail_), kSlotSize};
+    if (head_ == tail_) wpos_ = rpos_ = 0;
+    std::size_t pos = wpos_;
+    if (head_ == tail_ || rpos_ < wpos_) {  // live bytes (if any) are [rpos_, wpos_)
+      if (pos + kSlotSize > buf_.size()) pos = 0;
+      if (pos == 0 && head_ != tail_ && rpos_ < kSlotSize) return {};
+    } else if (pos + kSlotSize > rpos_) {  // live bytes wrap: [rpos_, end) and [0, wpos_)
+      return {};
+    }
+    res_ = static_cast<std::uint32_t>(pos);
+    return {buf_.data() + pos, kSlotSize};
   }
   /// A whole frame of `len` bytes was written to the reserved slot.
   void commit(std::size_t len) {
-    Meta& m = meta_[tail_++ % capacity()];
+    Meta& m = push(round_up(len));
     m.len = static_cast<std::uint32_t>(len);
     m.n_ext = 0;
     m.trailer = 0;
   }
   /// Headers of `hdr_len` bytes were written to the reserved slot and `trailer_len` bytes of
-  /// trailer at kTrailerOff; the payload is `ext` (1..kMaxExt segments).
+  /// trailer at kTrailerOff; the payload is `ext` (1..kMaxExt segments). The frame keeps the
+  /// whole slot: drain() and flatten_all() may copy the payload in.
   void commit_ext(std::size_t hdr_len, std::span<const TxSeg> ext, std::size_t trailer_len) {
-    Meta& m = meta_[tail_++ % capacity()];
+    Meta& m = push(kSlotSize);
     m.len = static_cast<std::uint32_t>(hdr_len);
     m.n_ext = static_cast<std::uint8_t>(ext.size());
     m.trailer = static_cast<std::uint8_t>(trailer_len);
@@ -86,7 +102,7 @@ class TxRing {
       Meta& m = meta_[head_ % capacity()];
       flatten(m, slot(head_));
       f(std::span<const std::uint8_t>(slot(head_), m.len));
-      ++head_;
+      pop();
       ++n;
     }
     return n;
@@ -109,7 +125,7 @@ class TxRing {
       const std::uint8_t* p = slot(head_);
       TxFrame fr{{p, m.len}, {m.ext, m.n_ext}, {p + kTrailerOff, m.trailer}};
       f(fr);
-      ++head_;
+      pop();
       ++n;
     }
     return n;
@@ -117,6 +133,7 @@ class TxRing {
 
  private:
   struct Meta {
+    std::uint32_t off = 0;  ///< where the frame's slot starts in buf_
     std::uint32_t len = 0;  ///< whole frame, or headers only when n_ext != 0
     std::uint8_t n_ext = 0;
     std::uint8_t trailer = 0;
@@ -135,13 +152,25 @@ class TxRing {
     m.n_ext = 0;
     m.trailer = 0;
   }
-  std::uint8_t* slot(std::uint32_t i) {
-    return buf_.data() + std::size_t{i % capacity()} * kSlotSize;
+  static std::size_t round_up(std::size_t len) { return (len + 63) & ~std::size_t{63}; }
+  Meta& push(std::size_t bytes) {
+    Meta& m = meta_[tail_++ % capacity()];
+    m.off = res_;
+    wpos_ = res_ + static_cast<std::uint32_t>(bytes);
+    return m;
   }
+  void pop() {
+    ++head_;
+    rpos_ = head_ != tail_ ? meta_[head_ % capacity()].off : wpos_;
+  }
+  std::uint8_t* slot(std::uint32_t i) { return buf_.data() + meta_[i % capacity()].off; }
   std::vector<std::uint8_t> buf_;
   std::vector<Meta> meta_;
-  std::uint32_t head_ = 0;
+  std::uint32_t head_ = 0;  ///< frames
   std::uint32_t tail_ = 0;
+  std::uint32_t rpos_ = 0;  ///< bytes: where the oldest frame starts
+  std::uint32_t wpos_ = 0;  ///< bytes: where the newest frame ends
+  std::uint32_t res_ = 0;   ///< bytes: the slot reserve() handed out
 };
 
 }  // namespace roce::engine

@@ -579,9 +579,6 @@ int Engine::post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr) {
       w.num_sge = wr->num_sge;
       std::copy_n(wr->sg_list, wr->num_sge,
                   qp->sq_sges.begin() + std::ptrdiff_t{idx} * qp->cap.max_send_sge);
-      // The first packet's payload: by the time the requester builds it, it is in the cache.
-      if (qp->type != QpType::kUd && wr->opcode != WrOpcode::kRead && !atomic)
-        prefetch_payload(*qp, w, 0, std::min<std::uint64_t>(length, qp->pmtu()));
     }
     ++qp->sq_tail;
     if (qp->state == QpState::kErr) {

@@ -508,25 +508,33 @@ void Appliance::workload(std::size_t wi) {
     std::vector<std::uint32_t> ready(w.qps);  ///< QPs that may have room to post
     std::vector<bool> in_ready(w.qps, true);
     for (std::uint32_t q = 0; q < w.qps; ++q) ready[q] = q;
+    // The work requests are built once and only patched for another QP or count, as
+    // perftest does: the benchmark should measure the stack, not its own WR building.
     SendWr wrs[16];
     Sge sges[16];
+    const std::uint32_t base_flags =
+        can_inline && size <= w.inline_size ? std::uint32_t{kSendInline} : 0u;
+    for (std::uint32_t i = 0; i < 16; ++i) {
+      wrs[i].sg_list = &sges[i];
+      wrs[i].num_sge = 1;
+      wrs[i].opcode = wr_opcode(w.op);
+      wrs[i].imm_data = 0x1234;
+    }
+    std::uint32_t built_q = UINT32_MAX, built_k = 0;
     const auto post = [&](std::uint32_t q, std::uint32_t k) {
-      for (std::uint32_t i = 0; i < k; ++i) {
-        SendWr& wr = wrs[i];
-        wr = SendWr{};
-        sges[i] = {reinterpret_cast<std::uint64_t>(bufs[q].data()), w.op == Op::kAtomic ? 8 : size,
-                   mrs[q]->key};
-        wr.sg_list = &sges[i];
-        wr.num_sge = 1;
-        wr.opcode = wr_opcode(w.op);
-        wr.rdma = {peers[q].addr, peers[q].rkey};
-        wr.atomic = {peers[q].addr, peers[q].rkey, 1, 0};
-        wr.imm_data = 0x1234;
-        if (can_inline && size <= w.inline_size) wr.send_flags |= kSendInline;
-        wr.next = i + 1 < k ? &wrs[i + 1] : nullptr;
-        if (i + 1 == k) {
-          wr.send_flags |= kSendSignaled;
-          wr.wr_id = static_cast<std::uint64_t>(q) << 32 | k;
+      if (q != built_q || k != built_k) {
+        built_q = q;
+        built_k = k;
+        for (std::uint32_t i = 0; i < k; ++i) {
+          SendWr& wr = wrs[i];
+          sges[i] = {reinterpret_cast<std::uint64_t>(bufs[q].data()),
+                     w.op == Op::kAtomic ? 8 : size, mrs[q]->key};
+          wr.rdma = {peers[q].addr, peers[q].rkey};
+          wr.atomic = {peers[q].addr, peers[q].rkey, 1, 0};
+          const bool last = i + 1 == k;
+          wr.next = last ? nullptr : &wrs[i + 1];
+          wr.send_flags = base_flags | (last ? std::uint32_t{kSendSignaled} : 0u);
+          wr.wr_id = last ? static_cast<std::uint64_t>(q) << 32 | k : 0;
         }
       }
       const SendWr* bad = nullptr;
