@@ -50,6 +50,9 @@ struct Baselines {
   bool tcp = true;                  ///< kernel TCP stream and ping-pong over loopback
   double duration = 0.5;            ///< seconds per size for the blasts and streams
   std::uint64_t iterations = 2000;  ///< round trips per size for the echoes and ping-pongs
+  /// Link baselines: measurements per size; the median one is reported with the spread (the
+  /// link's rate varies from run to run on a shared machine, and every ratio divides by it).
+  std::uint32_t repeat = 1;
 };
 
 /// A figure the run is checked against (the benchmark issue's targets): the value of `metric`

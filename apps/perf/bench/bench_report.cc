@@ -123,6 +123,17 @@ void print_row(std::FILE* out, const Workload& w, const Point& p, const Results&
   std::fflush(out);
 }
 
+namespace {
+// "1", or "3: lo-hi" for a baseline measured several times (figures divided by `unit`).
+std::string runs_text(const Point& p, double unit, int decimals) {
+  if (p.runs <= 1) return std::to_string(p.runs);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%u: %.*f-%.*f", p.runs, decimals, p.runs_lo / unit, decimals,
+                p.runs_hi / unit);
+  return buf;
+}
+}  // namespace
+
 void print_baselines(std::FILE* out, const Results& r) {
   bool any_bw = false, any_lat = false;
   for (const auto& p : r.points) {
@@ -136,15 +147,15 @@ void print_baselines(std::FILE* out, const Results& r) {
                  kLine);
     std::fprintf(out,
                  " %-12s #bytes     frame[B]  #msgs          BW[MB/sec]   BW[Gb/sec]  "
-                 "MsgRate[Mpps]  lost\n",
+                 "MsgRate[Mpps]  lost    runs (Mpps)\n",
                  "baseline");
     for (const auto& p : r.points)
       if (p.kind == Kind::kL2Blast || p.kind == Kind::kTcpStream)
-        std::fprintf(out, " %-12s %-10u %-9u %-14llu %-12.2f %-11.3f %-14.6f %llu\n",
+        std::fprintf(out, " %-12s %-10u %-9u %-14llu %-12.2f %-11.3f %-14.6f %-7llu %s\n",
                      to_string(p.kind), p.size, p.frame,
                      static_cast<unsigned long long>(p.iterations), p.bytes_per_s / 1048576.0,
                      p.bytes_per_s * 8 / 1e9, p.msgs_per_s / 1e6,
-                     static_cast<unsigned long long>(p.lost));
+                     static_cast<unsigned long long>(p.lost), runs_text(p, 1e6, 3).c_str());
   }
   if (any_lat) {
     std::fprintf(out,
@@ -153,14 +164,15 @@ void print_baselines(std::FILE* out, const Results& r) {
                  kLine);
     std::fprintf(out,
                  " %-12s #bytes  #iterations  t_min[usec]  t_p50[usec]  t_avg[usec]  "
-                 "t_p99[usec]  t_p99.9[usec]  t_max[usec]\n",
+                 "t_p99[usec]  t_p99.9[usec]  t_max[usec]  runs (t_p50)\n",
                  "baseline");
     for (const auto& p : r.points)
       if (p.kind == Kind::kL2Echo || p.kind == Kind::kTcpPingPong)
-        std::fprintf(out, " %-12s %-7u %-12llu %-12.2f %-12.2f %-12.2f %-12.2f %-14.2f %.2f\n",
+        std::fprintf(out,
+                     " %-12s %-7u %-12llu %-12.2f %-12.2f %-12.2f %-12.2f %-14.2f %-12.2f %s\n",
                      to_string(p.kind), p.size, static_cast<unsigned long long>(p.iterations),
                      p.lat_min / 1e3, p.lat_p50 / 1e3, p.lat_avg / 1e3, p.lat_p99 / 1e3,
-                     p.lat_p999 / 1e3, p.lat_max / 1e3);
+                     p.lat_p999 / 1e3, p.lat_max / 1e3, runs_text(p, 1e3, 2).c_str());
   }
   std::fflush(out);
 }
@@ -221,6 +233,12 @@ void point_json(std::ostringstream& j, const Point& p, const Results& r, const W
       << ",\"p99\":" << num(p.lat_p99 / 1e3) << ",\"p99_9\":" << num(p.lat_p999 / 1e3)
       << ",\"max\":" << num(p.lat_max / 1e3) << "}";
   if (p.kind == Kind::kL2Blast) j << ",\"lost\":" << p.lost;
+  if (p.runs > 1) {  // the median of p.runs measurements; the range of them all
+    const double unit = p.kind == Kind::kL2Blast ? 1e6 : 1e3;
+    j << ",\"runs\":{\"count\":" << p.runs << ",\""
+      << (p.kind == Kind::kL2Blast ? "msg_rate_mpps" : "p50_usec") << "\":{\"min\":"
+      << num(p.runs_lo / unit) << ",\"max\":" << num(p.runs_hi / unit) << "}}";
+  }
   if (p.kind == Kind::kOurs) {
     j << ",\"counters\":{\"retransmitted_packets\":" << p.retransmitted
       << ",\"retransmit_timeouts\":" << p.timeouts << ",\"retransmit_probes\":" << p.probes
@@ -337,7 +355,8 @@ std::string to_json(const BenchConfig& cfg, const Results& r) {
     << ",\"baselines\":{\"link\":" << (cfg.baselines.link ? "true" : "false")
     << ",\"tcp\":" << (cfg.baselines.tcp ? "true" : "false")
     << ",\"duration\":" << num(cfg.baselines.duration)
-    << ",\"iterations\":" << cfg.baselines.iterations << "}},\n\"workloads\":[";
+    << ",\"iterations\":" << cfg.baselines.iterations
+    << ",\"repeat\":" << cfg.baselines.repeat << "}},\n\"workloads\":[";
   for (std::size_t i = 0; i < cfg.workloads.size(); ++i) {
     const Workload& w = cfg.workloads[i];
     j << (i ? ",\n" : "\n") << "{\"name\":" << quote(w.name)

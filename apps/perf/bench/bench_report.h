@@ -38,6 +38,10 @@ struct Point {
   /// Ours: the fraction of each appliance's poll loop time that did work while this size ran
   /// (port::PollLoop::TimeStats); -1 when not measured. The side near 1 limits the run.
   double busy_a = -1, busy_b = -1;
+  /// Link baselines measured baselines.repeat times: this is the median run; the lowest and
+  /// highest figure of the runs (blast: frames/s; echo: median round trip, ns).
+  std::uint32_t runs = 1;
+  double runs_lo = 0, runs_hi = 0;
 };
 
 struct Results {

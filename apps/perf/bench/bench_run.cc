@@ -275,15 +275,27 @@ Point Appliance::echo(std::uint32_t payload) {
 void Appliance::link_a() {
   std::size_t i = 0;
   const std::size_t total = blast_sizes_.size() + echo_sizes_.size();
+  // baselines.repeat runs of each, the median one reported with the range of all.
+  const auto median = [&](auto&& measure, auto&& key) {
+    std::vector<Point> runs;
+    for (std::uint32_t r = 0; r < cfg_.baselines.repeat; ++r) runs.push_back(measure());
+    std::sort(runs.begin(), runs.end(),
+              [&](const Point& x, const Point& y) { return key(x) < key(y); });
+    Point p = runs[runs.size() / 2];
+    p.runs = static_cast<std::uint32_t>(runs.size());
+    p.runs_lo = key(runs.front());
+    p.runs_hi = key(runs.back());
+    return p;
+  };
   for (const auto s : blast_sizes_) {
     progress("link L2 blast, payload " + std::to_string(s) + " B (" + std::to_string(++i) + "/" +
              std::to_string(total) + ")");
-    emit(blast(s));
+    emit(median([&] { return blast(s); }, [](const Point& p) { return p.msgs_per_s; }));
   }
   for (const auto s : echo_sizes_) {
     progress("link L2 echo, payload " + std::to_string(s) + " B (" + std::to_string(++i) + "/" +
              std::to_string(total) + ")");
-    emit(echo(s));
+    emit(median([&] { return echo(s); }, [](const Point& p) { return p.lat_p50; }));
   }
   ch_.send({MsgType::kLinkDone});
   progress_clear();

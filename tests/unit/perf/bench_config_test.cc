@@ -34,7 +34,7 @@ name: t
 workdir: /tmp/x
 timeout: 30
 output: {json: r.json, svg: r.svg}
-baselines: {link: false, tcp: true, duration: 0.1, iterations: 50}
+baselines: {link: false, tcp: true, duration: 0.1, iterations: 50, repeat: 3}
 defaults: {mtu: 4096, queue_depth: 16, duration: 0.5}
 workloads:
   - name: a
@@ -61,6 +61,7 @@ workloads:
   EXPECT_EQ(c.svg, "r.svg");
   EXPECT_FALSE(c.baselines.link);
   EXPECT_EQ(c.baselines.iterations, 50u);
+  EXPECT_EQ(c.baselines.repeat, 3u);
   ASSERT_EQ(c.workloads.size(), 3u);
   const Workload& a = c.workloads[0];
   EXPECT_EQ(a.name, "a");
@@ -116,6 +117,8 @@ TEST(BenchConfig, BadValuesNameFileLineColumn) {
             "b.yaml:2:31: workloads[0].duration: give iterations or duration, not both");
   EXPECT_EQ(error_of("workloads:\n  - {name: a}\n  - {name: a}\n"),
             "b.yaml:3:5: workloads[1]: the name 'a' is used twice");
+  EXPECT_EQ(error_of("baselines: {repeat: 10}\nworkloads: [{}]\n"),
+            "b.yaml:1:21: baselines.repeat = 10 is out of range [1, 9]");
   EXPECT_EQ(error_of("baselines: {tcp: maybe}\nworkloads: [{}]\n"),
             "b.yaml:1:18: baselines.tcp must be true or false, not 'maybe'");
   EXPECT_EQ(error_of("name: x\n"), "b.yaml:1:1: bench.workloads is missing");
