@@ -2,8 +2,10 @@
 // per payload size. Run: build/bin/roce-wire-bench [--benchmark_format=json]
 #include <benchmark/benchmark.h>
 
+#include <cstring>
 #include <vector>
 
+#include "dataplane/wire/path_template.h"
 #include "dataplane/wire/roce_frame.h"
 
 namespace roce::wire {
@@ -55,6 +57,31 @@ void BM_Build(benchmark::State& state) {
   set_counters(state, frame.size());
 }
 BENCHMARK(BM_Build)->ArgName("payload")->Arg(0)->Arg(64)->Arg(256)->Arg(1024)->Arg(4096);
+
+// The same frames from a QP's path template (path_template.h), as the requester builds them.
+void BM_BuildTemplate(benchmark::State& state) {
+  const auto payload_len = static_cast<std::size_t>(state.range(0));
+  const FrameSpec s = write_spec(payload_len);
+  const PathTemplate t = make_path_template(s);
+  PacketFields f;
+  f.opcode = s.opcode;
+  f.reth_va = s.reth.va;
+  f.reth_rkey = s.reth.rkey;
+  f.reth_len = s.reth.dma_len;
+  f.ack_req = true;
+  std::vector<std::uint8_t> payload(payload_len, 0xAB);
+  std::vector<std::uint8_t> frame(frame_len(s, payload_len) + 64);
+  std::uint32_t psn = 0;
+  for (auto _ : state) {
+    f.psn = Psn(psn++);
+    const std::size_t hdr = write_masked_headers(t, f, payload_len, frame.data());
+    if (payload_len) std::memcpy(frame.data() + hdr, payload.data(), payload_len);
+    benchmark::DoNotOptimize(finish_masked(t, hdr, payload_len, frame.data()));
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, frame_len(s, payload_len));
+}
+BENCHMARK(BM_BuildTemplate)->ArgName("payload")->Arg(0)->Arg(64)->Arg(256)->Arg(1024)->Arg(4096);
 
 void BM_Icrc(benchmark::State& state) {
   const auto payload_len = static_cast<std::size_t>(state.range(0));
