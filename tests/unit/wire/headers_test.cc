@@ -250,6 +250,12 @@ TEST(AethView, CreditAndRnrTables) {
   EXPECT_EQ(credit_code_for(0), 0);
   EXPECT_EQ(credit_code_for(7), 5);
   EXPECT_EQ(credit_code_for(1 << 20), 30);
+  for (std::uint32_t c = 0; c < 40000; ++c) {  // the largest code not above c, every c
+    std::uint8_t want = 0;
+    for (std::uint8_t i = 0; i < kCreditTable.size(); ++i)
+      if (kCreditTable[i] <= c) want = i;
+    ASSERT_EQ(credit_code_for(c), want) << c;
+  }
   EXPECT_EQ(kRnrTimerUs[0], 655360u) << "code 0 is the longest delay";
   EXPECT_EQ(kRnrTimerUs[12], 640u);
   EXPECT_EQ(kRnrTimerUs[25], 61440u);
