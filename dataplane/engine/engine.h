@@ -165,6 +165,8 @@ class Engine {
   /// is armed.
   std::uint64_t next_deadline() const { return next_timer_; }
   /// True when run() would have something to send (queued WQEs, READ responses, ACKs).
+  /// Work requests wait to be sent (a post_send since the last run()).
+  bool has_send_work() const { return !send_list_.empty(); }
   bool has_work() const { return !send_list_.empty() || !read_list_.empty() || !ack_list_.empty(); }
   const Stats& stats() const { return stats_; }
   /// The smoothed round trip over every RC QP of this engine (request to acknowledgement), ns.
