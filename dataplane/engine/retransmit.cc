@@ -139,6 +139,9 @@ void Engine::rtt_sample(Qp& qp) {
   if (!c.rtt_timing || !after(c.psn, c.rtt_psn)) return;
   c.rtt_timing = false;
   const std::uint64_t r = now_ > c.rtt_start ? now_ - c.rtt_start : 0;
+  // The caller's clock did not move between send and answer (one `now` for a whole poll):
+  // not a round trip. Taken as one, it pulls the estimate, and the probe timer, towards 0.
+  if (r == 0) return;
   rtt_update(c.srtt_ns, c.rttvar_ns, r);
   rtt_update(srtt_ns_, rttvar_ns_, r);
 }

@@ -38,6 +38,20 @@ for w in j["workloads"]:
             need(r.get("latency_usec", {}), ["min", "p50", "avg", "p99", "p99_9", "max"], w["name"])
         if w["drop_rate"] > 0 and r["counters"]["injected_drops"] == 0 and r["iterations"] > 1000:
             errors.append(f"{w['name']}: loss configured, none injected")
+        # Without injected loss nothing should need resending, and a round trip over memif
+        # takes microseconds: a broken RTT estimate shows as ~0 and as a storm of probes.
+        packets = r["iterations"] * -(-max(r["bytes"], 1) // w["mtu"])
+        c = r["counters"]
+        if w["drop_rate"] == 0 and c["retransmitted_packets"] > 50 + packets // 50:
+            errors.append(f"{w['name']} {r['bytes']} B: {c['retransmitted_packets']} "
+                          f"packets resent of {packets} without loss")
+        # Probes fire on silence longer than twice the estimate: ~0.01% of packets here, 0.4%
+        # and more when the estimate read 0.
+        if w["drop_rate"] == 0 and c["retransmit_probes"] > 50 + packets // 400:
+            errors.append(f"{w['name']} {r['bytes']} B: {c['retransmit_probes']} probes for "
+                          f"{packets} packets without loss")
+        if w["mode"] == "bw" and r["iterations"] >= 1000 and r.get("srtt_us", 0) < 0.5:
+            errors.append(f"{w['name']} {r['bytes']} B: round-trip estimate {r.get('srtt_us')} us")
 kinds = {b["kind"] for b in j["baselines"]}
 want = set()
 if j["config"]["baselines"]["link"]:
