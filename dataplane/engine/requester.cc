@@ -100,7 +100,8 @@ void Engine::prefetch_next_packet(const Qp& qp) const {
       w.opcode == WrOpcode::kFetchAdd)
     return;
   const std::uint64_t off = w.state == WqeState::kPosted ? 0 : w.sent;
-  if (off < w.length) prefetch_payload(qp, w, off, std::min<std::uint64_t>(qp.pmtu(), w.length - off));
+  if (off < w.length)
+    prefetch_payload(qp, w, off, std::min<std::uint64_t>(qp.pmtu(), w.length - off));
 }
 
 std::size_t Engine::gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::uint8_t* dst,

@@ -52,8 +52,7 @@ class TxRing {
 
   /// Room for `slots` frames. The bytes are one more slot's worth: a frame never straddles
   /// the end, and the slack that leaves at the end is always less than a slot.
-  explicit TxRing(std::uint32_t slots)
-      : buf_(std::size_t{slots + 1} * kSlotSize), meta_(slots) {}
+  explicit TxRing(std::uint32_t slots) : buf_(std::size_t{slots + 1} * kSlotSize), meta_(slots) {}
   std::uint32_t capacity() const { return static_cast<std::uint32_t>(meta_.size()); }
   std::uint32_t size() const { return tail_ - head_; }
   std::uint32_t free() const { return capacity() - size(); }

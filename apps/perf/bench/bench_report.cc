@@ -236,8 +236,8 @@ void point_json(std::ostringstream& j, const Point& p, const Results& r, const W
   if (p.runs > 1) {  // the median of p.runs measurements; the range of them all
     const double unit = p.kind == Kind::kL2Blast ? 1e6 : 1e3;
     j << ",\"runs\":{\"count\":" << p.runs << ",\""
-      << (p.kind == Kind::kL2Blast ? "msg_rate_mpps" : "p50_usec") << "\":{\"min\":"
-      << num(p.runs_lo / unit) << ",\"max\":" << num(p.runs_hi / unit) << "}}";
+      << (p.kind == Kind::kL2Blast ? "msg_rate_mpps" : "p50_usec")
+      << "\":{\"min\":" << num(p.runs_lo / unit) << ",\"max\":" << num(p.runs_hi / unit) << "}}";
   }
   if (p.kind == Kind::kOurs) {
     j << ",\"counters\":{\"retransmitted_packets\":" << p.retransmitted
@@ -355,8 +355,8 @@ std::string to_json(const BenchConfig& cfg, const Results& r) {
     << ",\"baselines\":{\"link\":" << (cfg.baselines.link ? "true" : "false")
     << ",\"tcp\":" << (cfg.baselines.tcp ? "true" : "false")
     << ",\"duration\":" << num(cfg.baselines.duration)
-    << ",\"iterations\":" << cfg.baselines.iterations
-    << ",\"repeat\":" << cfg.baselines.repeat << "}},\n\"workloads\":[";
+    << ",\"iterations\":" << cfg.baselines.iterations << ",\"repeat\":" << cfg.baselines.repeat
+    << "}},\n\"workloads\":[";
   for (std::size_t i = 0; i < cfg.workloads.size(); ++i) {
     const Workload& w = cfg.workloads[i];
     j << (i ? ",\n" : "\n") << "{\"name\":" << quote(w.name)

@@ -35,11 +35,12 @@ TEST(TxRing, FramesNeverOverlapAndAFreeEntryAlwaysHasRoom) {
       auto slot = ring.reserve();
       ASSERT_EQ(slot.size(), TxRing::kSlotSize) << "a free entry without room, step " << step;
       const bool zc = rng() % 5 == 0;
-      const std::size_t len = zc ? 60 + rng() % 60
-                                 : (rng() % 4 == 0 ? TxRing::kSlotSize : 60 + rng() % 1500);
+      const std::size_t len =
+          zc ? 60 + rng() % 60 : (rng() % 4 == 0 ? TxRing::kSlotSize : 60 + rng() % 1500);
       for (std::size_t i = 0; i < len; ++i) slot[i] = byte_of(next_id, i);
       if (zc) {
-        for (std::size_t i = 0; i < 4; ++i) slot[TxRing::kTrailerOff + i] = byte_of(next_id, 9000 + i);
+        for (std::size_t i = 0; i < 4; ++i)
+          slot[TxRing::kTrailerOff + i] = byte_of(next_id, 9000 + i);
         ring.commit_ext(len, {&ext, 1}, 4);
       } else {
         ring.commit(len);

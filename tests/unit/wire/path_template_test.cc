@@ -34,14 +34,13 @@ FrameSpec path(bool vlan, bool ip_checksum, std::uint8_t tos) {
 }
 
 constexpr Opcode kOpcodes[] = {
-    Opcode::kRcSendFirst,      Opcode::kRcSendMiddle,    Opcode::kRcSendLast,
-    Opcode::kRcSendLastImm,    Opcode::kRcSendOnly,      Opcode::kRcSendOnlyImm,
-    Opcode::kRcWriteFirst,     Opcode::kRcWriteMiddle,   Opcode::kRcWriteLast,
-    Opcode::kRcWriteLastImm,   Opcode::kRcWriteOnly,     Opcode::kRcWriteOnlyImm,
-    Opcode::kRcReadRequest,    Opcode::kRcReadResponseFirst,
-    Opcode::kRcReadResponseMiddle, Opcode::kRcReadResponseLast,
-    Opcode::kRcReadResponseOnly,   Opcode::kRcAcknowledge,
-    Opcode::kRcSendLastInv,    Opcode::kRcSendOnlyInv,
+    Opcode::kRcSendFirst,        Opcode::kRcSendMiddle,        Opcode::kRcSendLast,
+    Opcode::kRcSendLastImm,      Opcode::kRcSendOnly,          Opcode::kRcSendOnlyImm,
+    Opcode::kRcWriteFirst,       Opcode::kRcWriteMiddle,       Opcode::kRcWriteLast,
+    Opcode::kRcWriteLastImm,     Opcode::kRcWriteOnly,         Opcode::kRcWriteOnlyImm,
+    Opcode::kRcReadRequest,      Opcode::kRcReadResponseFirst, Opcode::kRcReadResponseMiddle,
+    Opcode::kRcReadResponseLast, Opcode::kRcReadResponseOnly,  Opcode::kRcAcknowledge,
+    Opcode::kRcSendLastInv,      Opcode::kRcSendOnlyInv,
 };
 
 TEST(PathTemplate, SameBytesAsTheGenericBuilder) {
@@ -70,8 +69,7 @@ TEST(PathTemplate, SameBytesAsTheGenericBuilder) {
           s.ieth_rkey = rng();
           s.aeth = {Syndrome::ack(static_cast<std::uint8_t>(rng() & 0x1F)), Msn(rng() & 0xFFFFFF)};
           std::array<std::uint8_t, 512> want{}, got{};
-          const std::size_t want_len =
-              build_frame(s, {payload.data(), len}, want);
+          const std::size_t want_len = build_frame(s, {payload.data(), len}, want);
           ASSERT_NE(want_len, 0u);
 
           PacketFields f;
@@ -102,12 +100,11 @@ TEST(PathTemplate, SameBytesAsTheGenericBuilder) {
             std::array<std::uint8_t, 8> trailer{};
             ASSERT_EQ(write_masked_headers(t, f, len, head.data()), hdr);
             const std::size_t cut1 = len / 3, cut2 = 2 * len / 3;
-            const std::span<const std::uint8_t> pieces[] = {
-                {payload.data(), cut1},
-                {payload.data() + cut1, cut2 - cut1},
-                {payload.data() + cut2, len - cut2}};
-            const std::size_t tl = finish_masked_pieces(t, {head.data(), hdr}, pieces,
-                                                        trailer.data());
+            const std::span<const std::uint8_t> pieces[] = {{payload.data(), cut1},
+                                                            {payload.data() + cut1, cut2 - cut1},
+                                                            {payload.data() + cut2, len - cut2}};
+            const std::size_t tl =
+                finish_masked_pieces(t, {head.data(), hdr}, pieces, trailer.data());
             ASSERT_EQ(hdr + len + tl, want_len);
             EXPECT_EQ(0, std::memcmp(head.data(), want.data(), hdr));
             EXPECT_EQ(0, std::memcmp(trailer.data(), want.data() + hdr + len, tl));
