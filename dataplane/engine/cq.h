@@ -4,6 +4,8 @@
 /// this as the IBV_EVENT_CQ_ERR asynchronous event).
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -13,8 +15,12 @@ namespace roce::engine {
 
 class Cq {
  public:
-  explicit Cq(std::uint32_t depth) : ring_(depth) {}
-  std::uint32_t depth() const { return static_cast<std::uint32_t>(ring_.size()); }
+  /// Room for `depth` completions, in a ring of a power of two (indexed by mask).
+  explicit Cq(std::uint32_t depth)
+      : ring_(std::bit_ceil(std::max<std::uint32_t>(depth, 1))),
+        depth_(depth),
+        mask_(static_cast<std::uint32_t>(ring_.size() - 1)) {}
+  std::uint32_t depth() const { return depth_; }
   std::uint32_t size() const { return tail_ - head_; }
   bool overflowed() const { return overflowed_; }
 
@@ -23,16 +29,18 @@ class Cq {
       overflowed_ = true;
       return;
     }
-    ring_[tail_++ % depth()] = wc;
+    ring_[tail_++ & mask_] = wc;
   }
   int poll(int max, Wc* out) {
     int n = 0;
-    while (n < max && head_ != tail_) out[n++] = ring_[head_++ % depth()];
+    while (n < max && head_ != tail_) out[n++] = ring_[head_++ & mask_];
     return n;
   }
 
  private:
   std::vector<Wc> ring_;
+  std::uint32_t depth_;
+  std::uint32_t mask_;
   std::uint32_t head_ = 0;
   std::uint32_t tail_ = 0;
   bool overflowed_ = false;

@@ -6,7 +6,9 @@
 /// Everything a QP needs on the packet path is allocated when the QP is created.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -79,13 +81,22 @@ struct RecvWqe {
 
 /// A receive queue (the QP's own or an SRQ): WQEs and their SGEs, preallocated.
 struct RecvQueue {
-  std::vector<RecvWqe> wqes;
-  std::vector<Sge> sges;
+  std::vector<RecvWqe> wqes;  ///< a power of two of them, at least depth(): indexed by mask
+  std::vector<Sge> sges;      ///< max_sge per entry of `wqes`
   std::uint32_t max_sge = 0;
+  std::uint32_t cap = 0;   ///< receive WQEs that may be outstanding (max_recv_wr)
   std::uint32_t head = 0;  ///< next to consume
   std::uint32_t tail = 0;  ///< next to post
-  std::uint32_t depth() const { return static_cast<std::uint32_t>(wqes.size()); }
+  std::uint32_t depth() const { return cap; }
   std::uint32_t count() const { return tail - head; }
+  /// The entry of counter `i` (a mask: a division per access cost tens of cycles).
+  std::uint32_t slot(std::uint32_t i) const { return i & static_cast<std::uint32_t>(wqes.size() - 1); }
+  void size_for(std::uint32_t n, std::uint32_t sge) {
+    cap = n;
+    max_sge = sge;
+    wqes.resize(std::bit_ceil(std::max<std::uint32_t>(n, 1)));
+    sges.resize(wqes.size() * sge);
+  }
 };
 
 struct Srq {
@@ -240,9 +251,12 @@ struct Qp {
   RespState resp;
   wire::FrameSpec tx;  ///< header template for this QP's packets
 
-  SendWqe& wqe(std::uint32_t i) { return sq[i % sq.size()]; }
-  const SendWqe& wqe(std::uint32_t i) const { return sq[i % sq.size()]; }
-  std::uint32_t sq_depth() const { return static_cast<std::uint32_t>(sq.size()); }
+  /// The send queue entry of counter `i`: `sq` has a power of two of entries, at least
+  /// sq_depth(), so this is a mask, not a division.
+  std::uint32_t sq_slot(std::uint32_t i) const { return i & static_cast<std::uint32_t>(sq.size() - 1); }
+  SendWqe& wqe(std::uint32_t i) { return sq[sq_slot(i)]; }
+  const SendWqe& wqe(std::uint32_t i) const { return sq[sq_slot(i)]; }
+  std::uint32_t sq_depth() const { return cap.max_send_wr; }
   std::uint32_t pmtu() const { return mtu_bytes(attr.path_mtu); }
   RecvQueue& recv_queue() { return srq ? srq->rq : rq; }
 };

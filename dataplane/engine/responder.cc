@@ -147,7 +147,7 @@ void defer_ack(Qp& qp, Psn psn, std::vector<Qp*>& list) {
 // still arriving.
 void Engine::take_recv(Qp& qp, RecvQueue& q) {
   RespState& rs = qp.resp;
-  rs.recv = q.wqes[q.head++ % q.depth()];
+  rs.recv = q.wqes[q.slot(q.head++)];
   for (std::uint32_t i = 0; i < rs.recv.num_sge; ++i)
     rs.recv_sges[i] = q.sges[rs.recv.sge_base + i];
   rs.recv_q = &q;

@@ -9,6 +9,8 @@
 /// drain(), so that zero-copy is invisible to a consumer that does not ask for it.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -52,8 +54,12 @@ class TxRing {
 
   /// Room for `slots` frames. The bytes are one more slot's worth: a frame never straddles
   /// the end, and the slack that leaves at the end is always less than a slot.
-  explicit TxRing(std::uint32_t slots) : buf_(std::size_t{slots + 1} * kSlotSize), meta_(slots) {}
-  std::uint32_t capacity() const { return static_cast<std::uint32_t>(meta_.size()); }
+  explicit TxRing(std::uint32_t slots)
+      : buf_(std::size_t{slots + 1} * kSlotSize),
+        meta_(std::bit_ceil(std::max<std::uint32_t>(slots, 1))),
+        cap_(slots),
+        mask_(static_cast<std::uint32_t>(meta_.size() - 1)) {}
+  std::uint32_t capacity() const { return cap_; }
   std::uint32_t size() const { return tail_ - head_; }
   std::uint32_t free() const { return capacity() - size(); }
 
@@ -98,7 +104,7 @@ class TxRing {
   std::size_t drain(F&& f, std::size_t max) {
     std::size_t n = 0;
     while (head_ != tail_ && n < max) {
-      Meta& m = meta_[head_ % capacity()];
+      Meta& m = meta_[head_ & mask_];
       flatten(m, slot(head_));
       f(std::span<const std::uint8_t>(slot(head_), m.len));
       pop();
@@ -110,7 +116,7 @@ class TxRing {
   /// Copies the payload of every queued zero-copy frame into its slot: before registered
   /// memory goes away (dereg_mr), nothing queued may still point into it.
   void flatten_all() {
-    for (std::uint32_t i = head_; i != tail_; ++i) flatten(meta_[i % capacity()], slot(i));
+    for (std::uint32_t i = head_; i != tail_; ++i) flatten(meta_[i & mask_], slot(i));
   }
 
   /// Hands each frame, in pieces, to `f(const TxFrame&)`. The pieces stay valid until the
@@ -120,7 +126,7 @@ class TxRing {
   std::size_t drain_frames(F&& f, std::size_t max) {
     std::size_t n = 0;
     while (head_ != tail_ && n < max) {
-      const Meta& m = meta_[head_ % capacity()];
+      const Meta& m = meta_[head_ & mask_];
       const std::uint8_t* p = slot(head_);
       TxFrame fr{{p, m.len}, {m.ext, m.n_ext}, {p + kTrailerOff, m.trailer}};
       f(fr);
@@ -153,18 +159,20 @@ class TxRing {
   }
   static std::size_t round_up(std::size_t len) { return (len + 63) & ~std::size_t{63}; }
   Meta& push(std::size_t bytes) {
-    Meta& m = meta_[tail_++ % capacity()];
+    Meta& m = meta_[tail_++ & mask_];
     m.off = res_;
     wpos_ = res_ + static_cast<std::uint32_t>(bytes);
     return m;
   }
   void pop() {
     ++head_;
-    rpos_ = head_ != tail_ ? meta_[head_ % capacity()].off : wpos_;
+    rpos_ = head_ != tail_ ? meta_[head_ & mask_].off : wpos_;
   }
-  std::uint8_t* slot(std::uint32_t i) { return buf_.data() + meta_[i % capacity()].off; }
+  std::uint8_t* slot(std::uint32_t i) { return buf_.data() + meta_[i & mask_].off; }
   std::vector<std::uint8_t> buf_;
-  std::vector<Meta> meta_;
+  std::vector<Meta> meta_;  ///< a power of two of them, at least cap_: indexed by mask
+  std::uint32_t cap_;
+  std::uint32_t mask_;
   std::uint32_t head_ = 0;  ///< frames
   std::uint32_t tail_ = 0;
   std::uint32_t rpos_ = 0;  ///< bytes: where the oldest frame starts

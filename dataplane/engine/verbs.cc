@@ -3,6 +3,7 @@
 /// with the required/optional attribute table of libibverbs' ibv_modify_qp), posting work
 /// requests, and moving a QP to the error state with its work requests flushed.
 #include <algorithm>
+#include <bit>
 #include <array>
 #include <random>
 #include <stdexcept>
@@ -204,9 +205,7 @@ Srq* Engine::create_srq(Pd* pd, std::uint32_t max_wr, std::uint32_t max_sge) {
   if (max_wr == 0 || max_sge == 0) return nullptr;
   auto srq = std::make_unique<Srq>();
   srq->pd = pd;
-  srq->rq.wqes.resize(max_wr);
-  srq->rq.sges.resize(std::size_t{max_wr} * max_sge);
-  srq->rq.max_sge = max_sge;
+  srq->rq.size_for(max_wr, max_sge);
   ++pd->use_count;
   srqs_.push_back(std::move(srq));
   return srqs_.back().get();
@@ -251,13 +250,12 @@ Qp* Engine::create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap
   qp->srq = srq;
   qp->sq_sig_all = sq_sig_all;
   qp->cap = cap;
-  qp->sq.resize(cap.max_send_wr);
-  qp->sq_sges.resize(std::size_t{cap.max_send_wr} * cap.max_send_sge);
-  qp->sq_inline.resize(std::size_t{cap.max_send_wr} * cap.max_inline_data);
+  // Rings of a power of two entries (indexed by mask), of which cap's count may be used.
+  qp->sq.resize(std::bit_ceil(std::max<std::uint32_t>(cap.max_send_wr, 1)));
+  qp->sq_sges.resize(qp->sq.size() * cap.max_send_sge);
+  qp->sq_inline.resize(qp->sq.size() * cap.max_inline_data);
   if (srq == nullptr) {
-    qp->rq.wqes.resize(cap.max_recv_wr);
-    qp->rq.sges.resize(std::size_t{cap.max_recv_wr} * std::max<std::uint32_t>(cap.max_recv_sge, 1));
-    qp->rq.max_sge = std::max<std::uint32_t>(cap.max_recv_sge, 1);
+    qp->rq.size_for(cap.max_recv_wr, std::max<std::uint32_t>(cap.max_recv_sge, 1));
   } else {
     ++srq->use_count;
   }
@@ -472,7 +470,7 @@ void Engine::flush_recvs(Qp& qp) {
     qp.resp.have_recv = false;
   }
   if (qp.srq) return;  // an SRQ's WQEs belong to every QP attached to it
-  while (qp.rq.head != qp.rq.tail) flush_one(qp.rq.wqes[qp.rq.head++ % qp.rq.depth()].wr_id);
+  while (qp.rq.head != qp.rq.tail) flush_one(qp.rq.wqes[qp.rq.slot(qp.rq.head++)].wr_id);
 }
 
 void Engine::qp_to_error(Qp& qp, std::optional<WcStatus> head_status) {
@@ -536,7 +534,7 @@ int Engine::post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr) {
     if (qp->type == QpType::kUd && (length > mtu_bytes(cfg_.max_mtu) || wr->ud.ah == nullptr))
       return fail(kErrInval);
 
-    const std::uint32_t idx = qp->sq_tail % qp->sq_depth();
+    const std::uint32_t idx = qp->sq_slot(qp->sq_tail);
     SendWqe& w = qp->sq[idx];
     w = SendWqe{};
     w.wr_id = wr->wr_id;
@@ -602,7 +600,7 @@ int post_to_queue(RecvQueue& q, const RecvWr* wr, const RecvWr** bad_wr) {
       if (bad_wr) *bad_wr = wr;
       return kErrNoMem;
     }
-    const std::uint32_t idx = q.tail % q.depth();
+    const std::uint32_t idx = q.slot(q.tail);
     RecvWqe& r = q.wqes[idx];
     r.wr_id = wr->wr_id;
     r.num_sge = wr->num_sge;
