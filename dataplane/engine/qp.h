@@ -90,7 +90,9 @@ struct RecvQueue {
   std::uint32_t depth() const { return cap; }
   std::uint32_t count() const { return tail - head; }
   /// The entry of counter `i` (a mask: a division per access cost tens of cycles).
-  std::uint32_t slot(std::uint32_t i) const { return i & static_cast<std::uint32_t>(wqes.size() - 1); }
+  std::uint32_t slot(std::uint32_t i) const {
+    return i & static_cast<std::uint32_t>(wqes.size() - 1);
+  }
   void size_for(std::uint32_t n, std::uint32_t sge) {
     cap = n;
     max_sge = sge;
@@ -253,7 +255,9 @@ struct Qp {
 
   /// The send queue entry of counter `i`: `sq` has a power of two of entries, at least
   /// sq_depth(), so this is a mask, not a division.
-  std::uint32_t sq_slot(std::uint32_t i) const { return i & static_cast<std::uint32_t>(sq.size() - 1); }
+  std::uint32_t sq_slot(std::uint32_t i) const {
+    return i & static_cast<std::uint32_t>(sq.size() - 1);
+  }
   SendWqe& wqe(std::uint32_t i) { return sq[sq_slot(i)]; }
   const SendWqe& wqe(std::uint32_t i) const { return sq[sq_slot(i)]; }
   std::uint32_t sq_depth() const { return cap.max_send_wr; }

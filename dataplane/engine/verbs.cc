@@ -3,8 +3,8 @@
 /// with the required/optional attribute table of libibverbs' ibv_modify_qp), posting work
 /// requests, and moving a QP to the error state with its work requests flushed.
 #include <algorithm>
-#include <bit>
 #include <array>
+#include <bit>
 #include <random>
 #include <stdexcept>
 #include <string>
