@@ -167,8 +167,9 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
   if (rc < 0) fail("cannot start " + spec.device, rc);
   rte_eth_promiscuous_enable(port_);
   q_.resize(nq);
+  max_pending_ = std::clamp<std::size_t>(spec.mbufs / (4 * std::size_t{nq}), 64, kMaxPending);
   for (auto& q : q_) {
-    q.pending.reserve(kMaxPending);
+    q.pending.reserve(max_pending_);
     q.scratch.resize(room);
     q.shinfo = std::make_unique<rte_mbuf_ext_shared_info>();
     q.shinfo->free_cb = [](void*, void*) {};
@@ -443,9 +444,9 @@ void DpdkPort::enqueue(rte_mbuf* m, std::uint16_t q) {
     }
   }
   if (m->nb_segs > 1) ++st.tx_multiseg;
-  if (pending.size() >= kMaxPending) {
+  if (pending.size() >= max_pending_) {
     flush(q);
-    if (pending.size() >= kMaxPending) {  // the link is not draining: drop, the transport recovers
+    if (pending.size() >= max_pending_) {  // the link is not draining: drop, the transport recovers
       rte_pktmbuf_free(m);
       ++st.tx_dropped;
       return;
@@ -454,6 +455,11 @@ void DpdkPort::enqueue(rte_mbuf* m, std::uint16_t q) {
   pending.push_back(m);
   st.tx_bytes += m->pkt_len;
   if (pending.size() >= 64) flush(q);
+}
+
+std::size_t DpdkPort::tx_room(std::uint16_t q) {
+  if (q_[q].pending.size() >= max_pending_ / 2) flush(q);
+  return max_pending_ - std::min(max_pending_, q_[q].pending.size());
 }
 
 void DpdkPort::make_pending_whole(std::uint16_t q) {
@@ -561,12 +567,16 @@ void PollLoop::arrive(rte_mbuf* m, std::span<const std::uint8_t> f, std::uint64_
 }
 
 std::size_t PollLoop::transmit() {
+  // No more than the port takes: the rest waits in the engine's ring, not lost in the port.
+  const std::size_t room = port_.tx_room(queue_);
   if (link_ && !link_->policy().drop_only())  // these faults act on whole frames
-    return eng_.drain_tx([&](std::span<const std::uint8_t> f) { send(f); });
-  return eng_.drain_tx_frames([&](const engine::TxFrame& f) {
-    if (tap) tap(on_wire(whole(f)), true);
-    if (!link_ || !link_->drop_next(f.head)) port_.tx(f, queue_);
-  });
+    return eng_.drain_tx([&](std::span<const std::uint8_t> f) { send(f); }, room);
+  return eng_.drain_tx_frames(
+      [&](const engine::TxFrame& f) {
+        if (tap) tap(on_wire(whole(f)), true);
+        if (!link_ || !link_->drop_next(f.head)) port_.tx(f, queue_);
+      },
+      room);
 }
 
 std::span<const std::uint8_t> PollLoop::on_wire(std::span<const std::uint8_t> f) {

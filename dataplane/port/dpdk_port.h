@@ -122,6 +122,10 @@ class DpdkPort {
   /// mbufs of its own (Engine::before_mr_release): the application may then free that memory.
   void make_pending_whole(std::uint16_t q = 0);
   void flush(std::uint16_t q = 0);
+  /// How many more frames queue `q` takes without dropping (after a flush when half full):
+  /// the poll loop drains no more than this from the engine, whose ring then holds the rest
+  /// and stops the requesters (back-pressure instead of loss).
+  std::size_t tx_room(std::uint16_t q = 0);
   /// Counters summed over the queues (read from the owning lcore, or approximately elsewhere).
   PortStats stats() const;
 
@@ -154,6 +158,10 @@ class DpdkPort {
   rte_mempool* ext_pool_ = nullptr;  ///< mbufs without data room, for external buffers
   Offloads offloads_;
   static constexpr std::size_t kMaxPending = 4096;
+  /// Frames a queue may hold for the PMD: a quarter of the pool's mbufs (a zero-copy frame
+  /// takes two of them, and receive needs its share), at most kMaxPending. With 4096 of 8192
+  /// the pool ran dry under 1000 QPs: frames were lost to failed allocations.
+  std::size_t max_pending_ = kMaxPending;
   std::vector<Queue> q_;
 };
 
