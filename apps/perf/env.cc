@@ -38,44 +38,34 @@ std::string printable(const char* p, std::size_t n) {
   return s;
 }
 
-namespace {
-
-std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {
-  const auto a = ctl::parse_ipv4(o.ip);
-  const auto mac = ctl::parse_mac(o.mac);
-  if (!a || !mac) fail("--ip and --mac must be an IPv4 address and a MAC address");
+std::string link_vdev(const LinkOpts& o) {
+  if (!ctl::parse_ipv4(o.ip) || !ctl::parse_mac(o.mac))
+    fail("--ip and --mac must be an IPv4 address and a MAC address");
   if (o.iface.empty()) fail("--iface IF (the interface for the RoCE traffic) is required");
   if (o.netdev_mtu < 576 || o.netdev_mtu > 9000) fail("--netdev-mtu must be 576..9000");
   if (o.vlan > 4094)
     fail("--vlan " + std::to_string(o.vlan) + ": the VLAN ID must be a number between 1 and 4094");
-  std::string vdev;
   if (o.pmd == "af_xdp") {
     // An AF_XDP socket on queue 0 of the interface (the PMD loads its own XDP program). Its
     // frames are 4 KiB UMEM chunks: IP MTU up to about 3.5 KiB, so path MTU 2048 at most.
     if (o.netdev_mtu > 3000) fail("--pmd af_xdp carries IP MTUs up to 3000 (path MTU 2048)");
-    vdev = "--vdev=net_af_xdp0,iface=" + o.iface + ",start_queue=0,queue_count=1";
-  } else if (o.pmd == "tap") {
+    return "--vdev=net_af_xdp0,iface=" + o.iface + ",start_queue=0,queue_count=1";
+  }
+  if (o.pmd == "tap") {
     // net_tap creates the kernel interface `iface` itself (bridge it to reach a peer); it
     // offers the IPv4 checksum offloads, which the port then uses.
-    vdev = "--vdev=net_tap0,iface=" + o.iface;
-  } else if (o.pmd == "af_packet") {
-    // af_packet copies each frame into a ring slot: jumbo frames need bigger slots.
-    vdev = "--vdev=net_af_packet0,iface=" + o.iface + ",qpairs=1";
-    if (o.netdev_mtu > 1500) vdev += ",blocksz=16384,framesz=16384,framecnt=512";
-  } else {
-    fail("--pmd must be af_packet, af_xdp or tap, not '" + o.pmd + "'");
+    return "--vdev=net_tap0,iface=" + o.iface;
   }
-  port::eal_init({"--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--log-level=*:error",
-                  "--file-prefix=roceperf" + std::to_string(getpid()), "-l", "0", vdev});
-  engine::EngineConfig ec;
-  ec.mac = *mac;
-  ec.ipv4 = *a;
-  ec.advertise_credits = false;  // as rxe
-  if (o.vlan != 0) ec.vlan_id = static_cast<std::uint16_t>(o.vlan);
-  return std::make_unique<engine::Engine>(ec);
+  if (o.pmd == "af_packet") {
+    // af_packet copies each frame into a ring slot: jumbo frames need bigger slots.
+    std::string vdev = "--vdev=net_af_packet0,iface=" + o.iface + ",qpairs=1";
+    if (o.netdev_mtu > 1500) vdev += ",blocksz=16384,framesz=16384,framecnt=512";
+    return vdev;
+  }
+  fail("--pmd must be af_packet, af_xdp or tap, not '" + o.pmd + "'");
 }
 
-std::unique_ptr<port::DpdkPort> make_port(const LinkOpts& o) {
+port::PortSpec link_port_spec(const LinkOpts& o) {
   port::PortSpec ps;
   ps.device = o.pmd == "af_xdp" ? "net_af_xdp0" : o.pmd == "tap" ? "net_tap0" : "net_af_packet0";
   ps.mac = *ctl::parse_mac(o.mac);
@@ -87,7 +77,25 @@ std::unique_ptr<port::DpdkPort> make_port(const LinkOpts& o) {
   ps.mbufs = o.pmd == "af_xdp" ? 2048 : 4096;
   // net_af_packet wants an mbuf to hold a whole ring slot (16 KiB for jumbo frames).
   if (o.netdev_mtu > 1500) ps.mbuf_data_room = 16384;
-  return std::make_unique<port::DpdkPort>(ps);
+  return ps;
+}
+
+namespace {
+
+std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {
+  const std::string vdev = link_vdev(o);
+  port::eal_init({"--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--log-level=*:error",
+                  "--file-prefix=roceperf" + std::to_string(getpid()), "-l", "0", vdev});
+  engine::EngineConfig ec;
+  ec.mac = *ctl::parse_mac(o.mac);  // checked by link_vdev
+  ec.ipv4 = *ctl::parse_ipv4(o.ip);
+  ec.advertise_credits = false;  // as rxe
+  if (o.vlan != 0) ec.vlan_id = static_cast<std::uint16_t>(o.vlan);
+  return std::make_unique<engine::Engine>(ec);
+}
+
+std::unique_ptr<port::DpdkPort> make_port(const LinkOpts& o) {
+  return std::make_unique<port::DpdkPort>(link_port_spec(o));
 }
 
 }  // namespace

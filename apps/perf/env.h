@@ -36,6 +36,11 @@ struct LinkOpts {
   FaultPolicy tx_faults, rx_faults;
 };
 
+/// The EAL --vdev argument for `o`'s interface and PMD; fails (TestFailure) on a bad option.
+std::string link_vdev(const LinkOpts& o);
+/// The port of `o` (call link_vdev first: it checks the options).
+port::PortSpec link_port_spec(const LinkOpts& o);
+
 /// The dataplane of a test: a poll loop and its engine. roce-perf owns one (EAL, port, engine,
 /// loop, from LinkOpts); roced lends the loop of a configured port to the services it hosts.
 class Env {

@@ -12,12 +12,17 @@
 ///
 ///   roce-perf --config BENCH.yaml
 ///
-/// runs a whole benchmark from a file instead (apps/perf/bench/, docs/benchmarks.md).
+/// runs a whole benchmark from a file instead (apps/perf/bench/, docs/benchmarks.md), and
+///
+///   roce-perf --bench-peer --iface IF [--ip A] [--mac M] [--pmd P] [--lcore N] [--port N]
+///
+/// is the far side of such a benchmark on another host (its `topology.peer`).
 ///
 ///   roce-perf rping -s [-P] | -c [-a ADDR] [-p PORT] [-C COUNT] [-S SIZE] [-vV] --iface IF ...
 ///
 /// is librdmacm's rping, connected by rdma_cm (see rping.cc); `roce-perf ucmatose [-s SERVER]`
 /// is its ucmatose (ucmatose.cc), `roce-perf udaddy [-s SERVER]` its udaddy (udaddy.cc).
+#include <boost/program_options.hpp>
 #include <iostream>
 
 #include "apps/perf/bench/bench.h"
@@ -41,6 +46,53 @@ int bench_main(const std::string& path) {
   }
 }
 
+// roce-perf --bench-peer [options]: side B of a benchmark whose topology names this host.
+int bench_peer_main(int argc, char** argv) {
+  namespace po = boost::program_options;
+  roce::bench::PeerOptions o;
+  o.link.ip = "192.0.2.2";
+  o.link.mac = "02:00:5e:00:03:02";
+  o.link.netdev_mtu = 0;
+  po::options_description d(
+      "roce-perf --bench-peer: the far side of `roce-perf --config FILE` with topology.peer\n"
+      "(waits for one benchmark, runs it, exits)");
+  d.add_options()("help,h", "this help")("bench-peer", "serve as bench peer")(
+      "iface", po::value(&o.link.iface), "interface of the DPDK port (the RoCE link)")(
+      "pmd", po::value(&o.link.pmd)->default_value("af_packet"), "af_packet, af_xdp or tap")(
+      "ip", po::value(&o.link.ip)->default_value(o.link.ip), "our RoCE IPv4 address")(
+      "mac", po::value(&o.link.mac)->default_value(o.link.mac), "the port's MAC address")(
+      "netdev-mtu", po::value(&o.link.netdev_mtu),
+      "interface MTU (default: what the benchmark's path MTUs need)")(
+      "lcore", po::value(&o.lcore)->default_value(0), "lcore of the poll loop")(
+      "listen", po::value(&o.listen)->default_value(o.listen), "address of the control socket")(
+      "port", po::value(&o.port)->default_value(o.port), "TCP port of the control socket");
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(argc - 1, argv + 1).options(d).run(), vm);
+    po::notify(vm);
+    if (vm.count("help")) {
+      std::cout << d << '\n';
+      return 0;
+    }
+    if (o.link.iface.empty()) throw po::error("--iface IF is required");
+  } catch (const po::error& e) {
+    std::cerr << "roce-perf: " << e.what() << "\n(try --bench-peer --help)\n";
+    return 2;
+  }
+  try {
+    const int rc = roce::bench::run_bench_peer(o);
+    roce::port::eal_cleanup();
+    return rc;
+  } catch (const roce::bench::BenchConfigError& e) {
+    std::cerr << "roce-perf: " << e.what() << '\n';
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::cerr << "roce-perf: " << e.what() << '\n';
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,6 +100,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "rping") return rping_main(argc, argv);
   if (argc > 1 && std::string(argv[1]) == "ucmatose") return ucmatose_main(argc, argv);
   if (argc > 1 && std::string(argv[1]) == "udaddy") return udaddy_main(argc, argv);
+  if (argc >= 2 && std::string(argv[1]) == "--bench-peer") return bench_peer_main(argc, argv);
   if (argc >= 2 && std::string(argv[1]).rfind("--config=", 0) == 0 && argc == 2)
     return bench_main(std::string(argv[1]).substr(9));
   if (argc >= 2 && std::string(argv[1]) == "--config") {

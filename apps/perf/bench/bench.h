@@ -3,11 +3,23 @@
 #pragma once
 
 #include "apps/perf/bench/bench_config.h"
+#include "apps/perf/env.h"
 
 namespace roce::bench {
 
 /// Measures the baselines and every workload of `cfg`, prints the table, writes the JSON and
 /// SVG files it names. Returns the process exit status (0: every step completed).
 int run_bench(const BenchConfig& cfg);
+
+/// `roce-perf --bench-peer`: side B of a remote topology (bench_config.h, Topology). Waits for
+/// one driver on `listen:port`, takes the benchmark configuration it sends, answers every
+/// baseline and workload on a port of `link`, and returns when the driver is done.
+struct PeerOptions {
+  perf::LinkOpts link;  ///< netdev_mtu 0: what the benchmark's path MTUs need
+  std::string listen = "0.0.0.0";
+  std::uint16_t port = kBenchPeerPort;
+  std::uint32_t lcore = 0;
+};
+int run_bench_peer(const PeerOptions& o);
 
 }  // namespace roce::bench

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "controlplane/address.h"
 #include "controlplane/yaml_reader.h"
 
 namespace roce::bench {
@@ -183,7 +184,67 @@ const char* to_string(Target::Metric m) {
   return "?";
 }
 
+std::uint32_t netdev_mtu_for(std::uint32_t path_mtu) {
+  return path_mtu <= 1024 ? 1500 : path_mtu + 128;
+}
+
+std::uint32_t max_path_mtu(const BenchConfig& c) {
+  std::uint32_t m = 1024;
+  for (const auto& w : c.workloads) m = std::max(m, w.mtu);
+  return m;
+}
+
 namespace {
+
+// topology: {peer, iface, pmd, ip, mac, netdev_mtu, lcore}; after the workloads (the MTU
+// check needs their path MTUs).
+void parse_topology(Reader& r, BenchConfig& c) {
+  if (!r.has("topology")) return;
+  const YAML::Node n = r.get("topology");
+  Reader t(n, c.origin, "topology");
+  Topology& to = c.topology;
+  to.peer = t.str("peer", "");
+  if (to.peer.empty()) {
+    for (const char* k : {"iface", "pmd", "ip", "mac", "netdev_mtu", "lcore"})
+      if (t.has(k))
+        t.fail(t.get(k), t.where(k) + " belongs to a remote topology: give topology.peer too");
+  } else {
+    if (const auto colon = to.peer.rfind(':'); colon != std::string::npos) {
+      const std::string port = to.peer.substr(colon + 1);
+      char* end = nullptr;
+      const unsigned long v = std::strtoul(port.c_str(), &end, 10);
+      if (port.empty() || *end != '\0' || v == 0 || v > 65535)
+        t.fail(t.get("peer"), t.where("peer") + ": '" + port + "' is not a TCP port (1..65535)");
+      to.peer_port = static_cast<std::uint16_t>(v);
+      to.peer.resize(colon);
+    }
+    if (to.peer.empty()) t.fail(t.get("peer"), t.where("peer") + " names no host");
+    if (!t.has("iface"))
+      t.fail(n, "topology.iface is missing: the interface of this host's DPDK port");
+    to.iface = t.str("iface", "");
+    if (t.has("pmd")) {
+      to.pmd = t.str("pmd", to.pmd);
+      if (to.pmd != "af_packet" && to.pmd != "af_xdp" && to.pmd != "tap")
+        t.fail(t.get("pmd"),
+               t.where("pmd") + " must be af_packet, af_xdp or tap, not '" + to.pmd + "'");
+    }
+    to.ip = t.str("ip", to.ip);
+    if (!ctl::parse_ipv4(to.ip))
+      t.fail(t.get("ip"), t.where("ip") + ": '" + to.ip + "' is not an IPv4 address");
+    to.mac = t.str("mac", to.mac);
+    if (!ctl::parse_mac(to.mac))
+      t.fail(t.get("mac"), t.where("mac") + ": '" + to.mac + "' is not a MAC address");
+    to.lcore = static_cast<std::uint32_t>(t.uint("lcore", 0, 0, 1023));
+    const std::uint32_t need = netdev_mtu_for(max_path_mtu(c));
+    to.netdev_mtu = static_cast<std::uint32_t>(t.uint("netdev_mtu", need, 576, 9000));
+    if (to.netdev_mtu < max_path_mtu(c) + 60)
+      t.fail(t.get("netdev_mtu"), t.where("netdev_mtu") + ": " + std::to_string(to.netdev_mtu) +
+                                      " is too small for path MTU " +
+                                      std::to_string(max_path_mtu(c)) + " (needs " +
+                                      std::to_string(max_path_mtu(c) + 60) + ")");
+  }
+}
+
 void parse_targets(Reader& r, const YAML::Node& root, BenchConfig& c) {
   if (!r.has("targets")) return;
   const YAML::Node ts = r.get("targets");
@@ -252,6 +313,7 @@ BenchConfig parse_bench_config(const std::string& text, const std::string& origi
     if (w.mode == Mode::kLat) w.queue_depth = 1;
     c.workloads.push_back(std::move(w));
   }
+  parse_topology(r, c);
   parse_targets(r, root, c);
   return c;
 }

@@ -1,6 +1,7 @@
 /// @file
 /// The benchmark file of `roce-perf --config FILE`: a topology (two appliances on a net_memif
-/// link the tool starts itself), the baselines to measure next to our figures, and a matrix of
+/// link the tool starts itself, or this host's port and a remote peer running
+/// `roce-perf --bench-peer`), the baselines to measure next to our figures, and a matrix of
 /// workloads. Parsed with yaml-cpp; errors name file:line:col and unknown keys are rejected,
 /// as in controlplane/config.cc. No DPDK here, so the parser is unit-tested on its own.
 #pragma once
@@ -76,6 +77,26 @@ struct Target {
 };
 const char* to_string(Target::Metric m);
 
+/// Where the two appliances run. Without `peer`, the tool forks both on a net_memif link of its
+/// own. With it, this host runs appliance A on a DPDK port of its interface `iface`, and B is
+/// `roce-perf --bench-peer` on the host `peer` names: the control channel (configuration, QP
+/// addresses, baseline steps) is a TCP connection to it, the measured traffic crosses the link.
+struct Topology {
+  std::string peer;               ///< "host" or "host:port" of the bench peer; "": memif pair here
+  std::uint16_t peer_port = 0;    ///< from `peer` (0: kBenchPeerPort)
+  std::string iface;              ///< this host's interface for the DPDK port (with peer)
+  std::string pmd = "af_packet";  ///< af_packet, af_xdp or tap
+  std::string ip = "192.0.2.1";   ///< our RoCE address on that link
+  std::string mac = "02:00:5e:00:03:01";
+  std::uint32_t netdev_mtu = 0;  ///< the interface MTU (0: 1500, or path MTU + 128 above 1024)
+  std::uint32_t lcore = 0;       ///< the lcore of appliance A
+  bool remote() const { return !peer.empty(); }
+};
+/// The TCP port `roce-perf --bench-peer` listens on unless told otherwise.
+constexpr std::uint16_t kBenchPeerPort = 18520;
+/// The interface MTU a run needs: 1500, or the largest path MTU plus headers above that.
+std::uint32_t netdev_mtu_for(std::uint32_t path_mtu);
+
 struct BenchConfig {
   std::string origin;  ///< the file it came from
   std::string text;    ///< the file as read, copied into the JSON report
@@ -84,10 +105,14 @@ struct BenchConfig {
   std::string svg;      ///< plot file ("" : none)
   std::string workdir;  ///< memif socket directory ("" : a fresh one under /tmp)
   double timeout = 60;  ///< seconds before a stalled step fails the run
+  Topology topology;
   Baselines baselines;
   std::vector<Workload> workloads;
   std::vector<Target> targets;
 };
+
+/// The largest path MTU of the workloads (at least 1024).
+std::uint32_t max_path_mtu(const BenchConfig& c);
 
 /// Parses a benchmark file; throws BenchConfigError("file:line:col: what").
 BenchConfig parse_bench_config_file(const std::string& path);

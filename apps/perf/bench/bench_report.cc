@@ -134,7 +134,14 @@ std::string runs_text(const Point& p, double unit, int decimals) {
 }
 }  // namespace
 
-void print_baselines(std::FILE* out, const Results& r) {
+std::string link_name(const BenchConfig& cfg) {
+  const Topology& t = cfg.topology;
+  if (!t.remote()) return "the memif link";
+  return t.pmd + " on " + t.iface + " to " + t.peer;
+}
+
+void print_baselines(std::FILE* out, const BenchConfig& cfg, const Results& r) {
+  const std::string link = link_name(cfg);
   bool any_bw = false, any_lat = false;
   for (const auto& p : r.points) {
     any_bw |= p.kind == Kind::kL2Blast || p.kind == Kind::kTcpStream;
@@ -142,9 +149,9 @@ void print_baselines(std::FILE* out, const Results& r) {
   }
   if (any_bw) {
     std::fprintf(out,
-                 "%s\n baselines: throughput (L2 blast on the memif link; kernel TCP stream "
-                 "on loopback)\n",
-                 kLine);
+                 "%s\n baselines: throughput (L2 blast on %s; kernel TCP stream on "
+                 "loopback)\n",
+                 kLine, link.c_str());
     std::fprintf(out,
                  " %-12s #bytes     frame[B]  #msgs          BW[MB/sec]   BW[Gb/sec]  "
                  "MsgRate[Mpps]  lost    runs (Mpps)\n",
@@ -159,9 +166,9 @@ void print_baselines(std::FILE* out, const Results& r) {
   }
   if (any_lat) {
     std::fprintf(out,
-                 "%s\n baselines: round trips (L2 echo on the memif link; kernel TCP "
-                 "ping-pong on loopback)\n",
-                 kLine);
+                 "%s\n baselines: round trips (L2 echo on %s; kernel TCP ping-pong on "
+                 "loopback)\n",
+                 kLine, link.c_str());
     std::fprintf(out,
                  " %-12s #bytes  #iterations  t_min[usec]  t_p50[usec]  t_avg[usec]  "
                  "t_p99[usec]  t_p99.9[usec]  t_max[usec]  runs (t_p50)\n",
@@ -351,8 +358,16 @@ std::string to_json(const BenchConfig& cfg, const Results& r) {
   std::ostringstream j;
   j << "{\n\"name\":" << quote(cfg.name) << ",\n\"config_file\":" << quote(cfg.origin)
     << ",\n\"config_text\":" << quote(cfg.text) << ",\n\"tsc_hz\":" << num(r.tsc_hz)
-    << ",\n\"config\":{\"timeout\":" << num(cfg.timeout)
-    << ",\"baselines\":{\"link\":" << (cfg.baselines.link ? "true" : "false")
+    << ",\n\"config\":{\"timeout\":" << num(cfg.timeout) << ",\"topology\":";
+  if (const Topology& t = cfg.topology; t.remote())
+    j << "{\"kind\":\"remote\",\"peer\":" << quote(t.peer)
+      << ",\"peer_port\":" << (t.peer_port ? t.peer_port : kBenchPeerPort)
+      << ",\"iface\":" << quote(t.iface) << ",\"pmd\":" << quote(t.pmd) << ",\"ip\":" << quote(t.ip)
+      << ",\"mac\":" << quote(t.mac) << ",\"netdev_mtu\":" << t.netdev_mtu
+      << ",\"lcore\":" << t.lcore << "}";
+  else
+    j << "{\"kind\":\"memif\"}";
+  j << ",\"baselines\":{\"link\":" << (cfg.baselines.link ? "true" : "false")
     << ",\"tcp\":" << (cfg.baselines.tcp ? "true" : "false")
     << ",\"duration\":" << num(cfg.baselines.duration)
     << ",\"iterations\":" << cfg.baselines.iterations << ",\"repeat\":" << cfg.baselines.repeat

@@ -63,7 +63,9 @@ void summarize_latency(std::vector<double>& ns, Point& p);
 /// Terminal table: a header per workload, then one row per size as it is measured.
 void print_workload_header(std::FILE* out, const Workload& w);
 void print_row(std::FILE* out, const Workload& w, const Point& p, const Results& baselines);
-void print_baselines(std::FILE* out, const Results& r);
+void print_baselines(std::FILE* out, const BenchConfig& cfg, const Results& r);
+/// The link the baselines ran on, for people ("the memif link", "af_packet on eth1 to host").
+std::string link_name(const BenchConfig& cfg);
 
 /// A target checked against the results: `value` is nullopt when a figure it needs was not
 /// measured (a baseline turned off, a failed size).

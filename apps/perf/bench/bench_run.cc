@@ -5,12 +5,20 @@
 /// start/stop/query steps of the link baselines. A prints the table as it goes and sends every
 /// measured Point to the parent down a pipe; the parent writes the JSON and the SVG.
 ///
+/// With a remote topology the parent forks A only, on a port of a real interface, and B is
+/// `roce-perf --bench-peer` on another host (run_bench_peer): the control channel is a TCP
+/// connection on which the parent first sends the configuration file, so that B runs the same
+/// workloads. Everything after that is the same on both topologies.
+///
 /// Per workload each side builds a fresh Engine and PollLoop on its port (so that counters and
 /// fault injection are per workload), creates the QPs, exchanges their addresses and connects
 /// them; A then runs every message size, B serves (re-posting receives) until A is done.
 #include "apps/perf/bench/bench_run.h"
 
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +36,8 @@
 #include "apps/perf/bench/bench.h"
 #include "apps/perf/bench/bench_report.h"
 #include "apps/perf/bench/tsc.h"
+#include "apps/perf/env.h"
+#include "controlplane/address.h"
 #include "dataplane/port/dpdk_port.h"
 
 namespace roce::bench {
@@ -76,8 +86,13 @@ enum class MsgType : std::uint32_t {
   kReady,         ///< B has posted its receives
   kWorkloadDone,  ///< A has run every size of the workload
   kSizeDone,      ///< A has measured one size: B answers with kLoopTime
-  kLoopTime       ///< B's poll loop since the last one: b = busy ns, c = idle ns
+  kLoopTime,      ///< B's poll loop since the last one: b = busy ns, c = idle ns
+  kHello,         ///< each side once its port is up: a = IPv4 address, b = MAC
+  kConfig         ///< remote topology, driver to peer first: a = version, b = length of the
+                  ///< configuration text that follows
 };
+constexpr std::uint32_t kProtocolVersion = 1;
+constexpr std::uint64_t kMaxConfigText = 1 << 20;
 
 struct Msg {
   MsgType type{};
@@ -150,6 +165,57 @@ struct PeerQp {
   std::uint64_t addr = 0;
 };
 
+/// How one appliance reaches the link: EAL arguments, its port, its RoCE address.
+struct Site {
+  std::vector<std::string> eal;
+  port::PortSpec port;
+  wire::Ipv4Addr ip;
+};
+
+/// Side A (server) or B (client) of a net_memif link whose socket is in `workdir`.
+Site memif_site(int side, const std::string& workdir, std::uint32_t pmtu) {
+  Site s;
+  s.eal = {"--no-huge",
+           "--no-shconf",
+           "-m",
+           "256",
+           "--no-pci",
+           "--file-prefix=rocebench" + std::to_string(getpid()),
+           "--log-level=*:error",
+           "-l",
+           side == 0 ? "0" : "1",
+           "--vdev=net_memif0,role=" + std::string(side == 0 ? "server" : "client") +
+               ",id=0,socket-abstract=no,socket=" + workdir + "/memif.sock" +
+               // Frames above memif's 2048-byte buffers would be chained; the PMD (DPDK 22.11)
+               // then crashes under the L2 blast. One buffer per frame avoids that path.
+               (pmtu > 1024 ? ",bsize=8192" : "")};
+  s.port.device = "net_memif0";
+  s.port.mac = wire::MacAddr{{0x02, 0x00, 0x5e, 0x00, 0x03, static_cast<std::uint8_t>(1 + side)}};
+  s.port.mtu = static_cast<std::uint16_t>(netdev_mtu_for(pmtu));
+  s.port.mbufs = 8192;
+  s.ip = wire::Ipv4Addr{0xC0000201u + static_cast<std::uint32_t>(side)};
+  return s;
+}
+
+/// A port on a kernel interface (remote topology): roce-perf's af_packet, af_xdp or tap port.
+Site link_site(const perf::LinkOpts& o, std::uint32_t lcore) {
+  Site s;
+  s.eal = {"--no-huge",
+           "--no-shconf",
+           "-m",
+           "512",
+           "--no-pci",
+           "--file-prefix=rocebench" + std::to_string(getpid()),
+           "--log-level=*:error",
+           "-l",
+           std::to_string(lcore),
+           perf::link_vdev(o)};
+  s.port = perf::link_port_spec(o);
+  if (o.pmd != "af_xdp") s.port.mbufs = 8192;  // 1000 QPs keep thousands of frames queued
+  s.ip = *ctl::parse_ipv4(o.ip);
+  return s;
+}
+
 class Appliance {
  public:
   Appliance(int side, int ctl_fd, int results_fd, const BenchConfig& cfg, double tsc_hz,
@@ -161,7 +227,7 @@ class Appliance {
         ch_(side, ctl_fd, cfg.timeout),
         base_(std::move(base)) {}
 
-  int run(const std::string& workdir);
+  int run(const Site& site);
 
  private:
   bool a() const { return side_ == 0; }
@@ -189,14 +255,15 @@ class Appliance {
   Channel ch_;
   Results base_;  ///< baselines (TCP from the parent, link measured here), then our points
   std::unique_ptr<port::DpdkPort> port_;
-  wire::MacAddr mac_[2];
+  wire::MacAddr mac_, peer_mac_;
+  wire::Ipv4Addr ip_, peer_ip_;
   std::set<std::uint32_t> blast_sizes_, echo_sizes_;
 };
 
 std::vector<std::uint8_t> Appliance::raw_frame(std::uint16_t type, std::uint32_t payload) const {
   std::vector<std::uint8_t> f(std::max<std::uint32_t>(60, payload + kFrameOverhead), 0xa5);
-  std::memcpy(f.data(), mac_[1 - side_].b.data(), 6);
-  std::memcpy(f.data() + 6, mac_[side_].b.data(), 6);
+  std::memcpy(f.data(), peer_mac_.b.data(), 6);
+  std::memcpy(f.data() + 6, mac_.b.data(), 6);
   f[12] = static_cast<std::uint8_t>(type >> 8);
   f[13] = static_cast<std::uint8_t>(type);
   return f;
@@ -380,8 +447,8 @@ void Appliance::workload(std::size_t wi) {
   for (auto& b : bufs) b.assign(std::max<std::uint32_t>(64, (max_size + 63) / 64 * 64), 0x7b);
 
   EngineConfig ec;
-  ec.mac = mac_[side_];
-  ec.ipv4 = wire::Ipv4Addr{0xC0000201u + static_cast<std::uint32_t>(side_)};
+  ec.mac = mac_;
+  ec.ipv4 = ip_;
   ec.seed = 1000 + wi * 2 + static_cast<std::uint64_t>(side_);
   if (w.window != 0) ec.max_inflight_psns = w.window;
   if (w.window_bytes != 0) ec.max_inflight_bytes = w.window_bytes;
@@ -425,7 +492,6 @@ void Appliance::workload(std::size_t wi) {
     const Msg m = ch_.recv(MsgType::kQpInfo, poll);
     peers[q] = {m.a, static_cast<std::uint32_t>(m.c), static_cast<std::uint32_t>(m.d), m.b};
   }
-  const wire::Ipv4Addr peer_ip{0xC0000201u + static_cast<std::uint32_t>(1 - side_)};
   for (std::uint32_t q = 0; q < w.qps; ++q) {
     QpAttr at;
     at.qp_state = QpState::kInit;
@@ -438,8 +504,8 @@ void Appliance::workload(std::size_t wi) {
     at.rq_psn = peers[q].psn;
     at.max_dest_rd_atomic = 16;
     at.min_rnr_timer = 1;
-    at.ah.dmac = mac_[1 - side_];
-    at.ah.dgid = wire::ipv4_mapped(peer_ip);
+    at.ah.dmac = peer_mac_;
+    at.ah.dgid = wire::ipv4_mapped(peer_ip_);
     if (eng.modify_qp(qps[q], at,
                       kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
                           kQpMinRnrTimer) != kOk)
@@ -680,53 +746,115 @@ void Appliance::workload(std::size_t wi) {
       loop, [] { return false; }, 0.05);
 }
 
-int Appliance::run(const std::string& workdir) {
-  std::uint32_t pmtu = 1024;
-  for (const auto& w : cfg_.workloads) {
-    pmtu = std::max(pmtu, w.mtu);
+int Appliance::run(const Site& site) {
+  for (const auto& w : cfg_.workloads)
     for (const auto s : w.sizes)
       (w.mode == Mode::kBw ? blast_sizes_ : echo_sizes_).insert(frame_payload(s, w.mtu));
-  }
-  std::vector<std::string> eal{"--no-huge",
-                               "--no-shconf",
-                               "-m",
-                               "256",
-                               "--no-pci",
-                               "--file-prefix=rocebench" + std::to_string(getpid()),
-                               "--log-level=*:error",
-                               "-l",
-                               a() ? "0" : "1",
-                               "--vdev=net_memif0,role=" + std::string(a() ? "server" : "client") +
-                                   ",id=0,socket-abstract=no,socket=" + workdir + "/memif.sock" +
-                                   // Frames above memif's 2048-byte buffers would be chained;
-                                   // the PMD (DPDK 22.11) then crashes under the L2 blast. One
-                                   // buffer per frame avoids that path.
-                                   (pmtu > 1024 ? ",bsize=8192" : "")};
-  for (int s = 0; s < 2; ++s)
-    mac_[s] = wire::MacAddr{{0x02, 0x00, 0x5e, 0x00, 0x03, static_cast<std::uint8_t>(1 + s)}};
+  mac_ = site.port.mac;
+  ip_ = site.ip;
   try {
-    port::eal_init(eal);
-    port::PortSpec ps;
-    ps.device = "net_memif0";
-    ps.mac = mac_[side_];
-    ps.mtu = static_cast<std::uint16_t>(pmtu > 1024 ? pmtu + 128 : 1500);
-    ps.mbufs = 8192;
-    port_ = std::make_unique<port::DpdkPort>(ps);
+    port::eal_init(site.eal);
+    port_ = std::make_unique<port::DpdkPort>(site.port);
   } catch (const std::exception& e) {
     die(side_, e.what());
   }
   const std::uint64_t up_end = port::now_ns() + 20'000'000'000ull;
   while (!port_->link_up())
-    if (port::now_ns() > up_end) die(side_, "the memif link did not come up");
+    if (port::now_ns() > up_end) die(side_, "the link did not come up");
+  // Addresses both ways: the link baselines and the QPs need the peer's MAC and IPv4 address.
+  std::uint64_t mac64 = 0;
+  for (const auto b : mac_.b) mac64 = mac64 << 8 | b;
+  ch_.send({MsgType::kHello, ip_.v, mac64});
+  const Msg hello = ch_.recv(MsgType::kHello, [&] { drain_rx(); });
+  peer_ip_ = wire::Ipv4Addr{hello.a};
+  for (int i = 5; i >= 0; --i)
+    peer_mac_.b[static_cast<std::size_t>(5 - i)] = static_cast<std::uint8_t>(hello.b >> (8 * i));
   if (cfg_.baselines.link) {
     if (a())
       link_a();
     else
       link_b();
   }
-  if (a()) print_baselines(stdout, base_);
+  if (a()) print_baselines(stdout, cfg_, base_);
   for (std::size_t wi = 0; wi < cfg_.workloads.size(); ++wi) workload(wi);
   return 0;
+}
+
+void write_all(int fd, const void* p, std::size_t n, const char* what) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) throw std::runtime_error(std::string(what) + ": " + std::strerror(errno));
+    c += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+bool read_all(int fd, void* p, std::size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    const ssize_t r = ::read(fd, c, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    c += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+void set_nodelay(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/// The control connection of a remote topology: connects to the bench peer (retrying while
+/// nobody listens there, up to the run's timeout) and sends it the configuration text.
+int connect_peer(const BenchConfig& cfg) {
+  const Topology& t = cfg.topology;
+  const std::string where =
+      t.peer + ":" + std::to_string(t.peer_port ? t.peer_port : kBenchPeerPort);
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* ai = nullptr;
+  if (const int e = ::getaddrinfo(
+          t.peer.c_str(), std::to_string(t.peer_port ? t.peer_port : kBenchPeerPort).c_str(),
+          &hints, &ai);
+      e != 0)
+    throw std::runtime_error("bench peer " + t.peer + ": " + ::gai_strerror(e));
+  const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(cfg.timeout * 1e9);
+  int fd = -1;
+  for (;;) {
+    fd = ::socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+    if (fd >= 0 && ::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    if (err != ECONNREFUSED || port::now_ns() > end) {
+      ::freeaddrinfo(ai);
+      throw std::runtime_error("cannot reach the bench peer at " + where + ": " +
+                               std::strerror(err) + " (is `roce-perf --bench-peer` running?)");
+    }
+    ::usleep(100'000);
+  }
+  ::freeaddrinfo(ai);
+  set_nodelay(fd);
+  const Msg m{MsgType::kConfig, kProtocolVersion, cfg.text.size()};
+  write_all(fd, &m, sizeof m, "bench peer");
+  write_all(fd, cfg.text.data(), cfg.text.size(), "bench peer");
+  std::printf("bench peer: %s, this side on %s (%s, %s)\n", where.c_str(), t.iface.c_str(),
+              t.pmd.c_str(), t.ip.c_str());
+  return fd;
+}
+
+perf::LinkOpts link_opts(const Topology& t) {
+  perf::LinkOpts o;
+  o.iface = t.iface;
+  o.pmd = t.pmd;
+  o.ip = t.ip;
+  o.mac = t.mac;
+  o.netdev_mtu = t.netdev_mtu;
+  return o;
 }
 
 }  // namespace
@@ -751,50 +879,59 @@ int run_bench(const BenchConfig& cfg) {
     progress_clear();
   }
 
+  const bool remote = cfg.topology.remote();
   std::string workdir = cfg.workdir;
   bool own_workdir = false;
-  if (workdir.empty()) {
-    char tmpl[] = "/tmp/roce-bench-XXXXXX";
-    if (!::mkdtemp(tmpl)) throw std::runtime_error("cannot create a directory under /tmp");
-    workdir = tmpl;
-    own_workdir = true;
+  int ctl[2] = {-1, -1}, res[2];
+  if (remote) {
+    ctl[0] = connect_peer(cfg);
   } else {
-    std::filesystem::create_directories(workdir);
-    workdir = std::filesystem::absolute(workdir).string();  // memif wants an absolute path
-    std::filesystem::remove(workdir + "/memif.sock");
+    if (workdir.empty()) {
+      char tmpl[] = "/tmp/roce-bench-XXXXXX";
+      if (!::mkdtemp(tmpl)) throw std::runtime_error("cannot create a directory under /tmp");
+      workdir = tmpl;
+      own_workdir = true;
+    } else {
+      std::filesystem::create_directories(workdir);
+      workdir = std::filesystem::absolute(workdir).string();  // memif wants an absolute path
+      std::filesystem::remove(workdir + "/memif.sock");
+    }
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, ctl) != 0)
+      throw std::runtime_error("socketpair failed");
   }
-  int ctl[2], res[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, ctl) != 0 || ::pipe(res) != 0)
-    throw std::runtime_error("socketpair/pipe failed");
+  if (::pipe(res) != 0) throw std::runtime_error("pipe failed");
   std::fflush(stdout);
   std::fflush(stderr);
+  const int sides = remote ? 1 : 2;  // remote: B is the peer's
   pid_t pid[2];
-  for (int side = 0; side < 2; ++side) {
+  for (int side = 0; side < sides; ++side) {
     pid[side] = ::fork();
     if (pid[side] < 0) throw std::runtime_error("fork failed");
     if (pid[side] == 0) {
-      ::close(ctl[1 - side]);
+      if (!remote) ::close(ctl[1 - side]);
       ::close(res[0]);
       if (side == 1) ::close(res[1]);
       ::fcntl(ctl[side], F_SETFL, O_NONBLOCK);
       int rc = 1;
       try {
+        const Site site = remote ? link_site(link_opts(cfg.topology), cfg.topology.lcore)
+                                 : memif_site(side, workdir, max_path_mtu(cfg));
         Appliance app(side, ctl[side], side == 0 ? res[1] : -1, cfg, hz, base);
-        rc = app.run(workdir);
+        rc = app.run(site);
       } catch (const std::exception& e) {
         die(side, e.what());
       }
       std::fflush(stdout);
       _exit(rc);
     }
-    if (side == 0) {
+    if (side == 0 && !remote) {
       // The memif client needs the server's socket first.
       const std::string sock = workdir + "/memif.sock";
       for (int i = 0; i < 600 && !std::filesystem::exists(sock); ++i) ::usleep(50'000);
     }
   }
-  ::close(ctl[0]);
-  ::close(ctl[1]);
+  for (const int fd : ctl)
+    if (fd >= 0) ::close(fd);
   ::close(res[1]);
   Results all = base;
   Point p;
@@ -811,7 +948,7 @@ int run_bench(const BenchConfig& cfg) {
   }
   ::close(res[0]);
   int rc = 0;
-  for (int side = 0; side < 2; ++side) {
+  for (int side = 0; side < sides; ++side) {
     int status = 0;
     ::waitpid(pid[side], &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -840,6 +977,69 @@ int run_bench(const BenchConfig& cfg) {
   write(cfg.json, to_json(cfg, all), "JSON");
   write(cfg.svg, to_svg(cfg, all), "SVG plot");
   std::fflush(stdout);
+  return rc;
+}
+
+int run_bench_peer(const PeerOptions& o) {
+  const auto listen_ip = ctl::parse_ipv4(o.listen);
+  if (!listen_ip) throw std::runtime_error("--listen: '" + o.listen + "' is not an IPv4 address");
+  {  // the port options are checked before anyone connects (the MTU is known later)
+    perf::LinkOpts check = o.link;
+    if (check.netdev_mtu == 0) check.netdev_mtu = 1500;
+    perf::link_vdev(check);
+  }
+  const int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  ::setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(o.port);
+  sa.sin_addr.s_addr = htonl(listen_ip->v);
+  if (ls < 0 || ::bind(ls, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::listen(ls, 1) != 0)
+    throw std::runtime_error("cannot listen on " + o.listen + ":" + std::to_string(o.port) + ": " +
+                             std::strerror(errno));
+  std::printf("roce-perf bench peer: waiting for a benchmark on %s:%u (RoCE on %s, %s, %s)\n",
+              o.listen.c_str(), o.port, o.link.iface.c_str(), o.link.pmd.c_str(),
+              o.link.ip.c_str());
+  std::fflush(stdout);
+  sockaddr_in from{};
+  socklen_t flen = sizeof from;
+  const int fd = ::accept(ls, reinterpret_cast<sockaddr*>(&from), &flen);
+  ::close(ls);
+  if (fd < 0) throw std::runtime_error(std::string("accept failed: ") + std::strerror(errno));
+  set_nodelay(fd);
+  Msg m;
+  if (!read_all(fd, &m, sizeof m) || m.type != MsgType::kConfig)
+    throw std::runtime_error("the driver sent no benchmark configuration");
+  if (m.a != kProtocolVersion)
+    throw std::runtime_error("the driver speaks version " + std::to_string(m.a) +
+                             " of the bench protocol, this peer " +
+                             std::to_string(kProtocolVersion) + ": run the same roce-perf");
+  if (m.b > kMaxConfigText)
+    throw std::runtime_error("the driver's configuration is too long (" + std::to_string(m.b) +
+                             " bytes)");
+  std::string text(m.b, '\0');
+  if (!read_all(fd, text.data(), text.size()))
+    throw std::runtime_error("the driver closed the connection inside its configuration");
+  const std::string driver = ctl::to_string(wire::Ipv4Addr{ntohl(from.sin_addr.s_addr)});
+  const BenchConfig cfg = parse_bench_config(text, "the configuration from " + driver);
+  perf::LinkOpts lo = o.link;
+  const std::uint32_t need = netdev_mtu_for(max_path_mtu(cfg));
+  if (lo.netdev_mtu == 0) lo.netdev_mtu = need;
+  if (lo.netdev_mtu < max_path_mtu(cfg) + 60)
+    throw std::runtime_error("--netdev-mtu " + std::to_string(lo.netdev_mtu) +
+                             " is too small for the benchmark's path MTU " +
+                             std::to_string(max_path_mtu(cfg)));
+  std::printf("roce-perf bench peer: '%s' from %s, %zu workload%s\n", cfg.name.c_str(),
+              driver.c_str(), cfg.workloads.size(), cfg.workloads.size() == 1 ? "" : "s");
+  std::fflush(stdout);
+  const double hz = calibrate_tsc();
+  ::fcntl(fd, F_SETFL, O_NONBLOCK);
+  Appliance app(1, fd, -1, cfg, hz, Results{});
+  const int rc = app.run(link_site(lo, o.lcore));
+  ::close(fd);
+  std::printf("roce-perf bench peer: '%s' done\n", cfg.name.c_str());
   return rc;
 }
 

@@ -20,7 +20,7 @@ std::string error_of(const std::string& text) {
 
 TEST(BenchConfig, ExampleFilesParse) {
   for (const char* f : {"/bench/quick.yaml", "/bench/full.yaml", "/bench/targets.yaml",
-                        "/bench/loss-sweep.yaml", "/bench/zero-copy.yaml"}) {
+                        "/bench/loss-sweep.yaml", "/bench/zero-copy.yaml", "/bench/remote.yaml"}) {
     const BenchConfig c = parse_bench_config_file(std::string(ROCE_CONFIG_DIR) + f);
     EXPECT_FALSE(c.workloads.empty()) << f;
     EXPECT_FALSE(c.json.empty()) << f;
@@ -127,6 +127,57 @@ TEST(BenchConfig, BadValuesNameFileLineColumn) {
   EXPECT_EQ(error_of("workloads: [\n"), "b.yaml:2:1: end of sequence flow not found");
   EXPECT_EQ(error_of(""), "b.yaml: the file is empty");
   EXPECT_THROW(parse_bench_config_file("/nonexistent/b.yaml"), BenchConfigError);
+}
+
+TEST(BenchConfig, Topology) {
+  const BenchConfig memif = parse_bench_config("workloads: [{sizes: [8]}]\n", "b.yaml");
+  EXPECT_FALSE(memif.topology.remote());
+  const BenchConfig c = parse_bench_config(R"(
+topology: {peer: "peer.example:4000", iface: eth1, pmd: af_xdp, ip: 198.18.0.1,
+           mac: "02:00:00:00:00:07", lcore: 3}
+workloads: [{sizes: [8], mtu: 2048}]
+)",
+                                           "b.yaml");
+  const Topology& t = c.topology;
+  EXPECT_TRUE(t.remote());
+  EXPECT_EQ(t.peer, "peer.example");
+  EXPECT_EQ(t.peer_port, 4000);
+  EXPECT_EQ(t.iface, "eth1");
+  EXPECT_EQ(t.pmd, "af_xdp");
+  EXPECT_EQ(t.ip, "198.18.0.1");
+  EXPECT_EQ(t.mac, "02:00:00:00:00:07");
+  EXPECT_EQ(t.lcore, 3u);
+  EXPECT_EQ(t.netdev_mtu, 2048u + 128);  // what path MTU 2048 needs
+  const BenchConfig d =
+      parse_bench_config("topology: {peer: h, iface: e}\nworkloads: [{sizes: [8]}]\n", "b.yaml");
+  EXPECT_EQ(d.topology.peer_port, 0);  // kBenchPeerPort
+  EXPECT_EQ(d.topology.pmd, "af_packet");
+  EXPECT_EQ(d.topology.netdev_mtu, 1500u);
+  EXPECT_NE(
+      to_json(d, Results{}).find(R"("topology":{"kind":"remote","peer":"h","peer_port":18520)"),
+      std::string::npos);
+  EXPECT_NE(to_json(memif, Results{}).find(R"("topology":{"kind":"memif"})"), std::string::npos);
+  EXPECT_EQ(link_name(d), "af_packet on e to h");
+
+  const std::string w = "\nworkloads: [{sizes: [8], mtu: 4096}]\n";
+  EXPECT_EQ(error_of("topology: {iface: eth1}" + w),
+            "b.yaml:1:19: topology.iface belongs to a remote topology: give topology.peer too");
+  EXPECT_EQ(error_of("topology: {peer: h}" + w),
+            "b.yaml:1:11: topology.iface is missing: the interface of this host's DPDK port");
+  EXPECT_EQ(error_of("topology: {peer: \"h:x\", iface: e}" + w),
+            "b.yaml:1:18: topology.peer: 'x' is not a TCP port (1..65535)");
+  EXPECT_EQ(error_of("topology: {peer: \"h:70000\", iface: e}" + w),
+            "b.yaml:1:18: topology.peer: '70000' is not a TCP port (1..65535)");
+  EXPECT_EQ(error_of("topology: {peer: h, iface: e, pmd: pcap}" + w),
+            "b.yaml:1:36: topology.pmd must be af_packet, af_xdp or tap, not 'pcap'");
+  EXPECT_EQ(error_of("topology: {peer: h, iface: e, ip: 300.1.1.1}" + w),
+            "b.yaml:1:35: topology.ip: '300.1.1.1' is not an IPv4 address");
+  EXPECT_EQ(error_of("topology: {peer: h, iface: e, mac: zz}" + w),
+            "b.yaml:1:36: topology.mac: 'zz' is not a MAC address");
+  EXPECT_EQ(error_of("topology: {peer: h, iface: e, netdev_mtu: 1500}" + w),
+            "b.yaml:1:43: topology.netdev_mtu: 1500 is too small for path MTU 4096 (needs 4156)");
+  EXPECT_EQ(error_of("topology: {peer: h, iface: e, colour: red}" + w),
+            "b.yaml:1:31: unknown key 'colour' in topology");
 }
 
 TEST(BenchConfig, TargetsNameFileLineColumn) {
