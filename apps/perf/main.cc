@@ -33,9 +33,11 @@ using namespace roce::perf;
 namespace {
 
 // roce-perf --config FILE (or --config=FILE): the benchmark runner.
-int bench_main(const std::string& path) {
+// Runs a benchmark step: a bad configuration exits 2, any other failure 1.
+template <class F>
+int bench_step(F&& body) {
   try {
-    return roce::bench::run_bench(roce::bench::parse_bench_config_file(path));
+    return body();
   } catch (const roce::bench::BenchConfigError& e) {
     std::cerr << "roce-perf: " << e.what() << '\n';
     return 2;
@@ -44,6 +46,11 @@ int bench_main(const std::string& path) {
     std::cerr << "roce-perf: " << e.what() << '\n';
     return 1;
   }
+}
+
+int bench_main(const std::string& path) {
+  return bench_step(
+      [&] { return roce::bench::run_bench(roce::bench::parse_bench_config_file(path)); });
 }
 
 // roce-perf --bench-peer [options]: side B of a benchmark whose topology names this host.
@@ -79,18 +86,11 @@ int bench_peer_main(int argc, char** argv) {
     std::cerr << "roce-perf: " << e.what() << "\n(try --bench-peer --help)\n";
     return 2;
   }
-  try {
+  return bench_step([&] {
     const int rc = roce::bench::run_bench_peer(o);
     roce::port::eal_cleanup();
     return rc;
-  } catch (const roce::bench::BenchConfigError& e) {
-    std::cerr << "roce-perf: " << e.what() << '\n';
-    return 2;
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::cerr << "roce-perf: " << e.what() << '\n';
-    return 1;
-  }
+  });
 }
 
 }  // namespace

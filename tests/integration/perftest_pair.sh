@@ -24,18 +24,9 @@ a=roce-pt-a-$$ b=roce-pt-b-$$
 work=$(mktemp -d)
 cleanup() { ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
-ip netns add "$a" && ip netns add "$b" || { echo "skipped: cannot create network namespaces"; exit 77; }
-ip -n "$a" link add veth-a type veth peer name veth-b netns "$b"
-ip -n "$a" link add mgmt-a type veth peer name mgmt-b netns "$b"
-ip -n "$a" addr add 192.0.2.11/24 dev mgmt-a
-ip -n "$b" addr add 192.0.2.12/24 dev mgmt-b
-for nd in "$a veth-a mgmt-a" "$b veth-b mgmt-b"; do
-  read -r ns dev mgmt <<< "$nd"
-  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 || true
-  ip -n "$ns" link set "$dev" mtu "$mtu" up
-  ip -n "$ns" link set "$mgmt" up
-  ip -n "$ns" link set lo up
-done
+# shellcheck source=tests/integration/ns_pair.sh
+. "$(dirname "$0")/ns_pair.sh"
+ns_pair_up "$a" "$b" "$mtu"
 ip netns exec "$a" "$perf" "$test" --iface veth-a --ip 192.0.2.111 --mac 02:00:00:00:01:11 \
   --pcap "$work/server.pcap" --json "$work/server.json" --timeout 60 "$@" > "$work/server.txt" 2>&1 &
 spid=$!

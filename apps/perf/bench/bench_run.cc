@@ -172,23 +172,30 @@ struct Site {
   wire::Ipv4Addr ip;
 };
 
+/// EAL arguments of one appliance: no hugepages, `mem_mb` of memory, one lcore, one vdev.
+std::vector<std::string> eal_args(unsigned mem_mb, std::uint32_t lcore, std::string vdev) {
+  return {"--no-huge",
+          "--no-shconf",
+          "-m",
+          std::to_string(mem_mb),
+          "--no-pci",
+          "--file-prefix=rocebench" + std::to_string(getpid()),
+          "--log-level=*:error",
+          "-l",
+          std::to_string(lcore),
+          std::move(vdev)};
+}
+
 /// Side A (server) or B (client) of a net_memif link whose socket is in `workdir`.
 Site memif_site(int side, const std::string& workdir, std::uint32_t pmtu) {
   Site s;
-  s.eal = {"--no-huge",
-           "--no-shconf",
-           "-m",
-           "256",
-           "--no-pci",
-           "--file-prefix=rocebench" + std::to_string(getpid()),
-           "--log-level=*:error",
-           "-l",
-           side == 0 ? "0" : "1",
-           "--vdev=net_memif0,role=" + std::string(side == 0 ? "server" : "client") +
-               ",id=0,socket-abstract=no,socket=" + workdir + "/memif.sock" +
-               // Frames above memif's 2048-byte buffers would be chained; the PMD (DPDK 22.11)
-               // then crashes under the L2 blast. One buffer per frame avoids that path.
-               (pmtu > 1024 ? ",bsize=8192" : "")};
+  s.eal = eal_args(256, static_cast<std::uint32_t>(side),
+                   "--vdev=net_memif0,role=" + std::string(side == 0 ? "server" : "client") +
+                       ",id=0,socket-abstract=no,socket=" + workdir + "/memif.sock" +
+                       // Frames above memif's 2048-byte buffers would be chained; the PMD
+                       // (DPDK 22.11) then crashes under the L2 blast. One buffer per frame
+                       // avoids that path.
+                       (pmtu > 1024 ? ",bsize=8192" : ""));
   s.port.device = "net_memif0";
   s.port.mac = wire::MacAddr{{0x02, 0x00, 0x5e, 0x00, 0x03, static_cast<std::uint8_t>(1 + side)}};
   s.port.mtu = static_cast<std::uint16_t>(netdev_mtu_for(pmtu));
@@ -200,16 +207,7 @@ Site memif_site(int side, const std::string& workdir, std::uint32_t pmtu) {
 /// A port on a kernel interface (remote topology): roce-perf's af_packet, af_xdp or tap port.
 Site link_site(const perf::LinkOpts& o, std::uint32_t lcore) {
   Site s;
-  s.eal = {"--no-huge",
-           "--no-shconf",
-           "-m",
-           "512",
-           "--no-pci",
-           "--file-prefix=rocebench" + std::to_string(getpid()),
-           "--log-level=*:error",
-           "-l",
-           std::to_string(lcore),
-           perf::link_vdev(o)};
+  s.eal = eal_args(512, lcore, perf::link_vdev(o));
   s.port = perf::link_port_spec(o);
   if (o.pmd != "af_xdp") s.port.mbufs = 8192;  // 1000 QPs keep thousands of frames queued
   s.ip = *ctl::parse_ipv4(o.ip);
