@@ -48,6 +48,14 @@ po::typed_value<std::string>* vlan_value(unsigned* v) {
   });
 }
 
+bool parse_args(int argc, char** argv, const po::options_description& d, po::variables_map& vm) {
+  po::store(po::command_line_parser(argc - 1, argv + 1).options(d).run(), vm);
+  po::notify(vm);
+  if (vm.count("help") == 0) return true;
+  std::cout << d << '\n';
+  return false;
+}
+
 void LinkFlags::add_to(po::options_description& d) {
   d.add_options()("iface", po::value(&link.iface), "kernel interface for the RoCE traffic")(
       "pmd", po::value(&link.pmd)->default_value(link.pmd),
@@ -93,12 +101,7 @@ int cmatose_main(int argc, char** argv, const CmatoseTool& tool) {
   o.lf.add_to(d);
   try {
     po::variables_map vm;
-    po::store(po::command_line_parser(argc - 1, argv + 1).options(d).run(), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << d << '\n';
-      return 0;
-    }
+    if (!parse_args(argc, argv, d, vm)) return 0;
     if (o.connections == 0 || o.connections > 64) throw po::error("-c must be 1..64");
     if (o.count > 1024) throw po::error("-C must be at most 1024");
     if (o.size > tool.max_size) throw po::error(tool.max_size_why);

@@ -21,6 +21,11 @@ cm::CmAgentConfig cm_agent_config(Env& env);
 /// The value of --vlan (into `v`): a VLAN ID between 1 and 4094, else a program_options::error.
 boost::program_options::typed_value<std::string>* vlan_value(unsigned* v);
 
+/// Parses argv[1..] by `d` into `vm` (throws program_options::error); with --help prints `d`
+/// and returns false: the tool then exits 0.
+bool parse_args(int argc, char** argv, const boost::program_options::options_description& d,
+                boost::program_options::variables_map& vm);
+
 /// The options every tool shares (--iface, --ip, --mac, --netdev-mtu, --vlan, --timeout, --json,
 /// --pcap, --tx-drop, --rx-drop, --fault-seed), written to `link`, `timeout_s` and `json`.
 struct LinkFlags {

@@ -27,6 +27,7 @@
 
 #include "apps/perf/bench/bench.h"
 #include "apps/perf/cli.h"
+#include "apps/perf/cm_tools.h"
 
 using namespace roce::perf;
 
@@ -75,12 +76,7 @@ int bench_peer_main(int argc, char** argv) {
       "port", po::value(&o.port)->default_value(o.port), "TCP port of the control socket");
   try {
     po::variables_map vm;
-    po::store(po::command_line_parser(argc - 1, argv + 1).options(d).run(), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << d << '\n';
-      return 0;
-    }
+    if (!parse_args(argc, argv, d, vm)) return 0;
     if (o.link.iface.empty()) throw po::error("--iface IF is required");
   } catch (const po::error& e) {
     std::cerr << "roce-perf: " << e.what() << "\n(try --bench-peer --help)\n";

@@ -598,12 +598,7 @@ int rping_main(int argc, char** argv) {
   o.lf.add_to(rp);
   try {
     po::variables_map vm;
-    po::store(po::command_line_parser(argc - 1, argv + 1).options(rp).run(), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << rp << '\n';
-      return 0;
-    }
+    if (!parse_args(argc, argv, rp, vm)) return 0;
     if (o.server == client) throw po::error("give exactly one of -s (server) and -c (client)");
     if (client && o.addr.empty()) throw po::error("the client needs -a ADDR");
     if (o.size < kMinSize || o.size > kMaxSize) throw po::error("-S must be 26..65535");
