@@ -37,6 +37,12 @@ for w in j["workloads"]:
                  "msg_rate_mpps", "counters", "ratios"], w["name"])
         if r["iterations"] <= 0 or r["msg_rate_mpps"] <= 0:
             errors.append(f"{w['name']} {r['bytes']} B: nothing measured")
+        # memif: the two appliances' core-to-core round trip before every row (a cache line
+        # bounced between them: tens to hundreds of ns); remote: not measured
+        if topology == "memif" and not 5 < r.get("c2c_ns", 0) < 100000:
+            errors.append(f"{w['name']} {r['bytes']} B: core-to-core probe {r.get('c2c_ns')}")
+        if topology == "remote" and "c2c_ns" in r:
+            errors.append(f"{w['name']} {r['bytes']} B: a core-to-core probe on a remote link")
         b = r.get("busy", {})
         if not all(0 <= b.get(k, -1) <= 1 for k in ("a", "b")):
             errors.append(f"{w['name']} {r['bytes']} B: busy shares missing or out of [0, 1]: {b}")

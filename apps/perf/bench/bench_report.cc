@@ -78,15 +78,24 @@ void print_workload_header(std::FILE* out, const Workload& w) {
   if (w.mode == Mode::kBw)
     std::fprintf(out,
                  " #bytes     #iterations    BW average[MB/sec]  BW[Gb/sec]  MsgRate[Mpps]  "
-                 "vs link(B/s)  vs link(pps)  vs TCP   retrans   busy A/B[%%]\n");
+                 "vs link(B/s)  vs link(pps)  vs TCP   retrans   busy A/B[%%]  c2c[ns]\n");
   else
     std::fprintf(out,
                  " #bytes #iterations  t_min[usec]  t_p50[usec]  t_avg[usec]  t_p99[usec]  "
-                 "t_p99.9[usec]  t_max[usec]  vs L2 echo  vs TCP  retrans  busy A/B[%%]\n");
+                 "t_p99.9[usec]  t_max[usec]  vs L2 echo  vs TCP  retrans  busy A/B[%%]  "
+                 "c2c[ns]\n");
   std::fflush(out);
 }
 
 namespace {
+// The core-to-core round trip of a row, "-" when not measured.
+std::string c2c(const Point& p) {
+  if (p.c2c_ns < 0) return "-";
+  char s[24];
+  std::snprintf(s, sizeof s, "%.0f", p.c2c_ns);
+  return s;
+}
+
 // "97/61": the share of each appliance's poll loop time that did work, in percent.
 std::string busy(const Point& p) {
   if (p.busy_a < 0 || p.busy_b < 0) return "-";
@@ -102,23 +111,23 @@ void print_row(std::FILE* out, const Workload& w, const Point& p, const Results&
     // Against the link: our message bytes/s over the blast's payload bytes/s at the same frame
     // size, and our messages/s over its frames/s.
     std::fprintf(
-        out, " %-10u %-14llu %-19.2f %-11.3f %-14.6f %-13s %-13s %-8s %-9llu %s\n", p.size,
+        out, " %-10u %-14llu %-19.2f %-11.3f %-14.6f %-13s %-13s %-8s %-9llu %-13s %s\n", p.size,
         static_cast<unsigned long long>(p.iterations), p.bytes_per_s / 1048576.0,
         p.bytes_per_s * 8 / 1e9, p.msgs_per_s / 1e6,
         ratio(p.bytes_per_s, link, &Point::bytes_per_s).c_str(),
         ratio(p.msgs_per_s, link, &Point::msgs_per_s).c_str(),
         ratio(p.bytes_per_s, b.find(Kind::kTcpStream, p.size), &Point::bytes_per_s).c_str(),
-        static_cast<unsigned long long>(p.retransmitted), busy(p).c_str());
+        static_cast<unsigned long long>(p.retransmitted), busy(p).c_str(), c2c(p).c_str());
   } else {
     const Point* echo = b.find(Kind::kL2Echo, frame_payload(p.size, w.mtu));
     std::fprintf(out,
                  " %-6u %-12llu %-12.2f %-12.2f %-12.2f %-12.2f %-14.2f %-12.2f %-11s %-7s %-8llu "
-                 "%s\n",
+                 "%-13s %s\n",
                  p.size, static_cast<unsigned long long>(p.iterations), p.lat_min / 1e3,
                  p.lat_p50 / 1e3, p.lat_avg / 1e3, p.lat_p99 / 1e3, p.lat_p999 / 1e3,
                  p.lat_max / 1e3, ratio(p.lat_p50, echo, &Point::lat_p50).c_str(),
                  ratio(p.lat_p50, b.find(Kind::kTcpPingPong, p.size), &Point::lat_p50).c_str(),
-                 static_cast<unsigned long long>(p.retransmitted), busy(p).c_str());
+                 static_cast<unsigned long long>(p.retransmitted), busy(p).c_str(), c2c(p).c_str());
   }
   std::fflush(out);
 }
@@ -154,15 +163,15 @@ void print_baselines(std::FILE* out, const BenchConfig& cfg, const Results& r) {
                  kLine, link.c_str());
     std::fprintf(out,
                  " %-12s #bytes     frame[B]  #msgs          BW[MB/sec]   BW[Gb/sec]  "
-                 "MsgRate[Mpps]  lost    runs (Mpps)\n",
+                 "MsgRate[Mpps]  lost    c2c[ns]  runs (Mpps)\n",
                  "baseline");
     for (const auto& p : r.points)
       if (p.kind == Kind::kL2Blast || p.kind == Kind::kTcpStream)
-        std::fprintf(out, " %-12s %-10u %-9u %-14llu %-12.2f %-11.3f %-14.6f %-7llu %s\n",
-                     to_string(p.kind), p.size, p.frame,
-                     static_cast<unsigned long long>(p.iterations), p.bytes_per_s / 1048576.0,
-                     p.bytes_per_s * 8 / 1e9, p.msgs_per_s / 1e6,
-                     static_cast<unsigned long long>(p.lost), runs_text(p, 1e6, 3).c_str());
+        std::fprintf(
+            out, " %-12s %-10u %-9u %-14llu %-12.2f %-11.3f %-14.6f %-7llu %-8s %s\n",
+            to_string(p.kind), p.size, p.frame, static_cast<unsigned long long>(p.iterations),
+            p.bytes_per_s / 1048576.0, p.bytes_per_s * 8 / 1e9, p.msgs_per_s / 1e6,
+            static_cast<unsigned long long>(p.lost), c2c(p).c_str(), runs_text(p, 1e6, 3).c_str());
   }
   if (any_lat) {
     std::fprintf(out,
@@ -171,15 +180,15 @@ void print_baselines(std::FILE* out, const BenchConfig& cfg, const Results& r) {
                  kLine, link.c_str());
     std::fprintf(out,
                  " %-12s #bytes  #iterations  t_min[usec]  t_p50[usec]  t_avg[usec]  "
-                 "t_p99[usec]  t_p99.9[usec]  t_max[usec]  runs (t_p50)\n",
+                 "t_p99[usec]  t_p99.9[usec]  t_max[usec]  c2c[ns]  runs (t_p50)\n",
                  "baseline");
     for (const auto& p : r.points)
       if (p.kind == Kind::kL2Echo || p.kind == Kind::kTcpPingPong)
-        std::fprintf(out,
-                     " %-12s %-7u %-12llu %-12.2f %-12.2f %-12.2f %-12.2f %-14.2f %-12.2f %s\n",
-                     to_string(p.kind), p.size, static_cast<unsigned long long>(p.iterations),
-                     p.lat_min / 1e3, p.lat_p50 / 1e3, p.lat_avg / 1e3, p.lat_p99 / 1e3,
-                     p.lat_p999 / 1e3, p.lat_max / 1e3, runs_text(p, 1e3, 2).c_str());
+        std::fprintf(
+            out, " %-12s %-7u %-12llu %-12.2f %-12.2f %-12.2f %-12.2f %-14.2f %-12.2f %-8s %s\n",
+            to_string(p.kind), p.size, static_cast<unsigned long long>(p.iterations),
+            p.lat_min / 1e3, p.lat_p50 / 1e3, p.lat_avg / 1e3, p.lat_p99 / 1e3, p.lat_p999 / 1e3,
+            p.lat_max / 1e3, c2c(p).c_str(), runs_text(p, 1e3, 2).c_str());
   }
   std::fflush(out);
 }
@@ -240,6 +249,7 @@ void point_json(std::ostringstream& j, const Point& p, const Results& r, const W
       << ",\"p99\":" << num(p.lat_p99 / 1e3) << ",\"p99_9\":" << num(p.lat_p999 / 1e3)
       << ",\"max\":" << num(p.lat_max / 1e3) << "}";
   if (p.kind == Kind::kL2Blast) j << ",\"lost\":" << p.lost;
+  if (p.c2c_ns >= 0) j << ",\"c2c_ns\":" << num(p.c2c_ns);
   if (p.runs > 1) {  // the median of p.runs measurements; the range of them all
     const double unit = p.kind == Kind::kL2Blast ? 1e6 : 1e3;
     j << ",\"runs\":{\"count\":" << p.runs << ",\""
@@ -328,6 +338,10 @@ std::vector<TargetResult> evaluate_targets(const BenchConfig& cfg, const Results
     if (p && base && base->*field > 0) {
       tr.value = p->*field / (base->*field);
       tr.met = t.is_max ? *tr.value <= t.bound : *tr.value >= t.bound;
+      tr.c2c_row = p->c2c_ns;
+      tr.c2c_ref = base->c2c_ns;
+      tr.cores_moved = tr.c2c_row > 0 && tr.c2c_ref > 0 &&
+                       std::max(tr.c2c_row, tr.c2c_ref) > 2 * std::min(tr.c2c_row, tr.c2c_ref);
     }
     out.push_back(tr);
   }
@@ -344,10 +358,15 @@ void print_targets(std::FILE* out, const std::vector<TargetResult>& ts) {
     char need[32], got[32] = "n/a";
     std::snprintf(need, sizeof need, "%s %.2f", t.is_max ? "<=" : ">=", t.bound);
     if (tr.value) std::snprintf(got, sizeof got, "%.3f", *tr.value);
-    std::fprintf(out, " %-52.52s %-10s %-10s %s\n", t.name.c_str(), got, need,
+    char moved[80] = "";
+    if (tr.cores_moved)
+      std::snprintf(moved, sizeof moved, " (cores moved: c2c %.0f ns, reference %.0f ns)",
+                    tr.c2c_row, tr.c2c_ref);
+    std::fprintf(out, " %-52.52s %-10s %-10s %s%s\n", t.name.c_str(), got, need,
                  tr.met     ? "met"
                  : tr.value ? "MISSED"
-                            : "NOT MEASURED");
+                            : "NOT MEASURED",
+                 moved);
     met += tr.met;
   }
   std::fprintf(out, " %u of %zu targets met\n", met, ts.size());
@@ -404,7 +423,11 @@ std::string to_json(const BenchConfig& cfg, const Results& r) {
     if (!t.of.empty()) j << ",\"of\":" << quote(t.of);
     j << (t.is_max ? ",\"max\":" : ",\"min\":") << num(t.bound)
       << ",\"value\":" << (ts[i].value ? num(*ts[i].value) : std::string("null"))
-      << ",\"met\":" << (ts[i].met ? "true" : "false") << "}";
+      << ",\"met\":" << (ts[i].met ? "true" : "false");
+    if (ts[i].c2c_row >= 0 || ts[i].c2c_ref >= 0)
+      j << ",\"c2c_ns\":{\"row\":" << (ts[i].c2c_row >= 0 ? num(ts[i].c2c_row) : "null")
+        << ",\"reference\":" << (ts[i].c2c_ref >= 0 ? num(ts[i].c2c_ref) : "null") << "}";
+    j << ",\"cores_moved\":" << (ts[i].cores_moved ? "true" : "false") << "}";
   }
   j << "],\n\"baselines\":[";
   bool first = true;

@@ -42,6 +42,10 @@ struct Point {
   /// highest figure of the runs (blast: frames/s; echo: median round trip, ns).
   std::uint32_t runs = 1;
   double runs_lo = 0, runs_hi = 0;
+  /// Cache-line round trip between the two appliances' cores, measured just before this row
+  /// (ns; -1: not measured, as on a remote topology). A VM's cores can move on the host: here
+  /// it reads 70-90 ns or 320-340 ns, and every figure that crosses cores moves with it.
+  double c2c_ns = -1;
 };
 
 struct Results {
@@ -73,6 +77,11 @@ struct TargetResult {
   const Target* target = nullptr;
   std::optional<double> value;
   bool met = false;
+  /// The core-to-core round trips (Point::c2c_ns) before the row and before its reference
+  /// (baseline or workload); -1 when not measured. `cores_moved`: they differ more than twice,
+  /// so the two were measured with the VM's cores placed differently and the ratio mixes them.
+  double c2c_row = -1, c2c_ref = -1;
+  bool cores_moved = false;
 };
 std::vector<TargetResult> evaluate_targets(const BenchConfig& cfg, const Results& r);
 void print_targets(std::FILE* out, const std::vector<TargetResult>& t);

@@ -19,11 +19,13 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -88,8 +90,9 @@ enum class MsgType : std::uint32_t {
   kSizeDone,      ///< A has measured one size: B answers with kLoopTime
   kLoopTime,      ///< B's poll loop since the last one: b = busy ns, c = idle ns
   kHello,         ///< each side once its port is up: a = IPv4 address, b = MAC
-  kConfig         ///< remote topology, driver to peer first: a = version, b = length of the
+  kConfig,        ///< remote topology, driver to peer first: a = version, b = length of the
                   ///< configuration text that follows
+  kC2c            ///< B: answer a core-to-core probe of `a` rounds on the shared line
 };
 constexpr std::uint32_t kProtocolVersion = 1;
 constexpr std::uint64_t kMaxConfigText = 1 << 20;
@@ -158,6 +161,17 @@ class Channel {
   std::deque<Msg> backlog_;
 };
 
+// ---- the core-to-core probe ---------------------------------------------------------------------
+
+/// A cache line both appliance processes of the memif topology map (MAP_SHARED, made before the
+/// fork). A bounces `seq` off B: odd values are A's, even ones B's answers. The round trip says
+/// where the VM's two cores sit on the host right now (the same core complex or not), which
+/// moves every figure that crosses cores (docs/benchmarks.md).
+struct alignas(64) C2cLine {
+  std::atomic<std::uint32_t> seq{0};
+};
+constexpr std::uint32_t kC2cRounds = 1000;
+
 // ---- one appliance process --------------------------------------------------------------------
 
 struct PeerQp {
@@ -217,8 +231,9 @@ Site link_site(const perf::LinkOpts& o, std::uint32_t lcore) {
 class Appliance {
  public:
   Appliance(int side, int ctl_fd, int results_fd, const BenchConfig& cfg, double tsc_hz,
-            Results base)
-      : side_(side),
+            Results base, C2cLine* c2c)
+      : c2c_(c2c),
+        side_(side),
         results_fd_(results_fd),
         cfg_(cfg),
         hz_(tsc_hz),
@@ -239,6 +254,10 @@ class Appliance {
   void drain_rx() {
     port_->rx([](std::span<const std::uint8_t>) {});
   }
+  // core-to-core probe: A measures (ns per round trip; -1 without a shared line), B answers
+  double c2c_probe();
+  void c2c_answer(std::uint32_t rounds);
+  void c2c_wait(std::uint32_t value);
   // link baselines
   void link_a();
   void link_b();
@@ -247,6 +266,7 @@ class Appliance {
   // workloads
   void workload(std::size_t wi);
 
+  C2cLine* c2c_;
   int side_, results_fd_;
   const BenchConfig& cfg_;
   double hz_;
@@ -267,8 +287,37 @@ std::vector<std::uint8_t> Appliance::raw_frame(std::uint16_t type, std::uint32_t
   return f;
 }
 
+void Appliance::c2c_wait(std::uint32_t value) {
+  const std::uint64_t limit = rdtsc() + static_cast<std::uint64_t>(cfg_.timeout * hz_);
+  for (unsigned spins = 0; c2c_->seq.load(std::memory_order_acquire) != value; ++spins)
+    if ((spins & 1023) == 0 && rdtsc() > limit) die(side_, "core-to-core probe: no answer");
+}
+
+double Appliance::c2c_probe() {
+  if (c2c_ == nullptr) return -1;
+  c2c_->seq.store(0, std::memory_order_relaxed);
+  ch_.send({MsgType::kC2c, kC2cRounds});
+  c2c_->seq.store(1, std::memory_order_release);
+  c2c_wait(2);  // B reads its control channel now and then: the first round is not timed
+  const std::uint64_t t0 = rdtsc();
+  for (std::uint32_t i = 1; i < kC2cRounds; ++i) {
+    c2c_->seq.store(2 * i + 1, std::memory_order_release);
+    c2c_wait(2 * i + 2);
+  }
+  return secs(rdtsc() - t0) * 1e9 / (kC2cRounds - 1);
+}
+
+void Appliance::c2c_answer(std::uint32_t rounds) {
+  if (c2c_ == nullptr) die(side_, "core-to-core probe without a shared line");
+  for (std::uint32_t i = 0; i < rounds; ++i) {
+    c2c_wait(2 * i + 1);
+    c2c_->seq.store(2 * i + 2, std::memory_order_release);
+  }
+}
+
 Point Appliance::blast(std::uint32_t payload) {
   const auto frame = raw_frame(kBlastType, payload);
+  const double c2c = c2c_probe();
   ch_.send({MsgType::kReset});
   ch_.recv(MsgType::kResetAck, [&] { drain_rx(); });
   const std::uint64_t sent0 = port_->stats().tx_frames;
@@ -292,6 +341,7 @@ Point Appliance::blast(std::uint32_t payload) {
   const Msg r = ch_.recv(MsgType::kQueryReply, [&] { drain_rx(); });
   Point p;
   p.kind = Kind::kL2Blast;
+  p.c2c_ns = c2c;
   p.size = payload;
   p.frame = static_cast<std::uint32_t>(frame.size());
   p.iterations = r.b;
@@ -306,6 +356,7 @@ Point Appliance::blast(std::uint32_t payload) {
 
 Point Appliance::echo(std::uint32_t payload) {
   const auto frame = raw_frame(kEchoType, payload);
+  const double c2c = c2c_probe();
   std::vector<double> ns;
   const std::uint64_t n = cfg_.baselines.iterations;
   ns.reserve(n);
@@ -327,6 +378,7 @@ Point Appliance::echo(std::uint32_t payload) {
   }
   Point p;
   p.kind = Kind::kL2Echo;
+  p.c2c_ns = c2c;
   p.size = payload;
   p.frame = static_cast<std::uint32_t>(frame.size());
   p.iterations = ns.size();
@@ -396,6 +448,8 @@ void Appliance::link_b() {
       ch_.send({MsgType::kResetAck});
     } else if (m.type == MsgType::kQuery) {
       ch_.send({MsgType::kQueryReply, 0, frames, bytes, last - first});
+    } else if (m.type == MsgType::kC2c) {
+      c2c_answer(m.a);
     } else if (m.type == MsgType::kLinkDone) {
       return;
     } else {
@@ -555,6 +609,10 @@ void Appliance::workload(std::size_t wi) {
         next_look = t + static_cast<std::uint64_t>(hz_ / 10'000);
       }
       if (ch_.try_recv(m)) {
+        if (m.type == MsgType::kC2c) {
+          c2c_answer(m.a);
+          continue;
+        }
         if (m.type == MsgType::kSizeDone) {
           const auto& ts = loop.time_stats();
           ch_.send({MsgType::kLoopTime, 0, ts.busy_ns - busy0, ts.idle_ns - idle0});
@@ -575,6 +633,7 @@ void Appliance::workload(std::size_t wi) {
   print_workload_header(stdout, w);
   const bool can_inline = w.op == Op::kWrite || w.op == Op::kSend || w.op == Op::kWriteImm;
   for (const std::uint32_t size : w.sizes) {
+    const double c2c = c2c_probe();
     const auto st0 = eng.stats();
     const port::PollLoop::TimeStats time0 = loop.time_stats();
     const std::uint64_t drops0 = loop.faults() ? loop.faults()->stats().dropped : 0;
@@ -710,6 +769,7 @@ void Appliance::workload(std::size_t wi) {
     progress_clear();
     Point p;
     p.kind = Kind::kOurs;
+    p.c2c_ns = c2c;
     p.workload = static_cast<std::int32_t>(wi);
     p.size = w.op == Op::kAtomic ? 8 : size;
     p.iterations = completed;
@@ -898,6 +958,13 @@ int run_bench(const BenchConfig& cfg) {
       throw std::runtime_error("socketpair failed");
   }
   if (::pipe(res) != 0) throw std::runtime_error("pipe failed");
+  // The core-to-core probe's line, shared by the two forked appliances (memif topology only).
+  C2cLine* c2c = nullptr;
+  if (!remote) {
+    void* m = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) throw std::runtime_error("mmap of the probe line failed");
+    c2c = new (m) C2cLine;
+  }
   std::fflush(stdout);
   std::fflush(stderr);
   const int sides = remote ? 1 : 2;  // remote: B is the peer's
@@ -914,7 +981,7 @@ int run_bench(const BenchConfig& cfg) {
       try {
         const Site site = remote ? link_site(link_opts(cfg.topology), cfg.topology.lcore)
                                  : memif_site(side, workdir, max_path_mtu(cfg));
-        Appliance app(side, ctl[side], side == 0 ? res[1] : -1, cfg, hz, base);
+        Appliance app(side, ctl[side], side == 0 ? res[1] : -1, cfg, hz, base, c2c);
         rc = app.run(site);
       } catch (const std::exception& e) {
         die(side, e.what());
@@ -956,6 +1023,7 @@ int run_bench(const BenchConfig& cfg) {
     }
   }
   if (own_workdir) std::filesystem::remove_all(workdir);
+  if (c2c != nullptr) ::munmap(c2c, 4096);
   std::fflush(stdout);
   print_targets(stdout, evaluate_targets(cfg, all));
   std::printf(
@@ -1034,7 +1102,7 @@ int run_bench_peer(const PeerOptions& o) {
   std::fflush(stdout);
   const double hz = calibrate_tsc();
   ::fcntl(fd, F_SETFL, O_NONBLOCK);
-  Appliance app(1, fd, -1, cfg, hz, Results{});
+  Appliance app(1, fd, -1, cfg, hz, Results{}, nullptr);
   const int rc = app.run(link_site(lo, o.lcore));
   ::close(fd);
   std::printf("roce-perf bench peer: '%s' done\n", cfg.name.c_str());

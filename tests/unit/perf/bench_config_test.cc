@@ -217,15 +217,18 @@ TEST(BenchReport, TargetsAreEvaluatedAgainstBaselinesAndOtherWorkloads) {
   link.kind = Kind::kL2Blast;
   link.size = 1024;
   link.bytes_per_s = 2000e6;
+  link.c2c_ns = 60;
   r.points.push_back(link);
   Point one;
   one.workload = 0;
   one.size = 4096;
   one.bytes_per_s = 1900e6;
+  one.c2c_ns = 100;  // within twice the baseline's: the same placement of the cores
   r.points.push_back(one);
   Point many = one;
   many.workload = 1;
   many.bytes_per_s = 1000e6;
+  many.c2c_ns = 320;  // more than twice the reference's: the cores moved in between
   r.points.push_back(many);
   Point lat;
   lat.workload = 2;
@@ -237,6 +240,10 @@ TEST(BenchReport, TargetsAreEvaluatedAgainstBaselinesAndOtherWorkloads) {
   ASSERT_TRUE(t[0].value);
   EXPECT_DOUBLE_EQ(*t[0].value, 0.95);
   EXPECT_TRUE(t[0].met);
+  EXPECT_FALSE(t[0].cores_moved);
+  EXPECT_TRUE(t[1].cores_moved);
+  EXPECT_EQ(t[1].c2c_row, 320);
+  EXPECT_EQ(t[1].c2c_ref, 100);
   ASSERT_TRUE(t[1].value);
   EXPECT_NEAR(*t[1].value, 1000.0 / 1900.0, 1e-12);
   EXPECT_FALSE(t[1].met);
@@ -245,10 +252,19 @@ TEST(BenchReport, TargetsAreEvaluatedAgainstBaselinesAndOtherWorkloads) {
   const std::string j = to_json(c, r);
   EXPECT_NE(j.find("\"name\":\"qps\",\"workload\":\"many\",\"bytes\":4096,"
                    "\"metric\":\"bytes_vs_workload\",\"of\":\"one\",\"min\":0.8,"
-                   "\"value\":0.526315789,\"met\":false"),
+                   "\"value\":0.526315789,\"met\":false,"
+                   "\"c2c_ns\":{\"row\":320,\"reference\":100},\"cores_moved\":true"),
             std::string::npos)
       << j;
   EXPECT_NE(j.find("\"value\":null,\"met\":false"), std::string::npos);
+  EXPECT_NE(j.find("\"c2c_ns\":320"), std::string::npos) << "the row's own figure";
+  char buf[4096] = {};
+  std::FILE* f = fmemopen(buf, sizeof buf - 1, "w");
+  print_targets(f, t);
+  std::fclose(f);
+  EXPECT_NE(std::string(buf).find("MISSED (cores moved: c2c 320 ns, reference 100 ns)"),
+            std::string::npos)
+      << buf;
 }
 
 TEST(BenchReport, JsonAndSvgCarryEveryFigure) {
