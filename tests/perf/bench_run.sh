@@ -69,6 +69,13 @@ for w in j["workloads"]:
                           f"{packets} packets without loss")
         if w["mode"] == "bw" and r["iterations"] >= 1000 and r.get("srtt_us", 0) < 0.5:
             errors.append(f"{w['name']} {r['bytes']} B: round-trip estimate {r.get('srtt_us')} us")
+if j["config"]["baselines"]["link"] and j["config"]["baselines"].get("adjacent"):
+    # every row has its own link baseline, measured right before it
+    rows = {(b.get("for_workload"), b.get("for_bytes")) for b in j["baselines"]}
+    for w in j["workloads"]:
+        for r in w["results"]:
+            if (w["name"], r["bytes"]) not in rows:
+                errors.append(f"{w['name']} {r['bytes']} B: no adjacent link baseline")
 kinds = {b["kind"] for b in j["baselines"]}
 want = set()
 if j["config"]["baselines"]["link"]:

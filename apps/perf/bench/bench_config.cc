@@ -287,6 +287,7 @@ BenchConfig parse_bench_config(const std::string& text, const std::string& origi
     c.baselines.duration = b.real("duration", c.baselines.duration, 0.01, 60);
     c.baselines.iterations = b.uint("iterations", c.baselines.iterations, 10, 10'000'000);
     c.baselines.repeat = static_cast<std::uint32_t>(b.uint("repeat", c.baselines.repeat, 1, 9));
+    c.baselines.adjacent = b.boolean("adjacent", c.baselines.adjacent);
   }
   Workload def;
   def.sizes = {4096};

@@ -54,6 +54,9 @@ struct Baselines {
   /// Link baselines: measurements per size; the median one is reported with the spread (the
   /// link's rate varies from run to run on a shared machine, and every ratio divides by it).
   std::uint32_t repeat = 1;
+  /// Also measure the link baseline of every row right before the row, and compare the row
+  /// with that one (the run's own baselines are still measured and printed).
+  bool adjacent = false;
 };
 
 /// A figure the run is checked against (the benchmark issue's targets): the value of `metric`

@@ -29,8 +29,16 @@ const char* to_string(Kind k) {
 
 const Point* Results::find(Kind k, std::uint32_t size) const {
   for (const auto& p : points)
-    if (p.kind == k && p.size == size) return &p;
+    if (p.kind == k && p.size == size && p.for_workload < 0) return &p;
   return nullptr;
+}
+
+const Point* Results::link_for(Kind k, const Point& row, std::uint32_t fp) const {
+  for (const auto& p : points)
+    if (p.kind == k && p.for_workload >= 0 && p.for_workload == row.workload &&
+        p.for_size == row.size)
+      return &p;
+  return find(k, fp);
 }
 
 void summarize_latency(std::vector<double>& ns, Point& p) {
@@ -106,7 +114,7 @@ std::string busy(const Point& p) {
 }  // namespace
 
 void print_row(std::FILE* out, const Workload& w, const Point& p, const Results& b) {
-  const Point* link = b.find(Kind::kL2Blast, frame_payload(p.size, w.mtu));
+  const Point* link = b.link_for(Kind::kL2Blast, p, frame_payload(p.size, w.mtu));
   if (w.mode == Mode::kBw) {
     // Against the link: our message bytes/s over the blast's payload bytes/s at the same frame
     // size, and our messages/s over its frames/s.
@@ -119,7 +127,7 @@ void print_row(std::FILE* out, const Workload& w, const Point& p, const Results&
         ratio(p.bytes_per_s, b.find(Kind::kTcpStream, p.size), &Point::bytes_per_s).c_str(),
         static_cast<unsigned long long>(p.retransmitted), busy(p).c_str(), c2c(p).c_str());
   } else {
-    const Point* echo = b.find(Kind::kL2Echo, frame_payload(p.size, w.mtu));
+    const Point* echo = b.link_for(Kind::kL2Echo, p, frame_payload(p.size, w.mtu));
     std::fprintf(out,
                  " %-6u %-12llu %-12.2f %-12.2f %-12.2f %-12.2f %-14.2f %-12.2f %-11s %-7s %-8llu "
                  "%-13s %s\n",
@@ -236,7 +244,8 @@ std::string num(double d) {
   return b;
 }
 
-void point_json(std::ostringstream& j, const Point& p, const Results& r, const Workload* w) {
+void point_json(std::ostringstream& j, const BenchConfig& cfg, const Point& p, const Results& r,
+                const Workload* w) {
   j << "{\"kind\":" << quote(to_string(p.kind)) << ",\"bytes\":" << p.size;
   if (p.frame) j << ",\"frame_bytes\":" << p.frame;
   j << ",\"iterations\":" << p.iterations << ",\"seconds\":" << num(p.seconds)
@@ -250,6 +259,9 @@ void point_json(std::ostringstream& j, const Point& p, const Results& r, const W
       << ",\"max\":" << num(p.lat_max / 1e3) << "}";
   if (p.kind == Kind::kL2Blast) j << ",\"lost\":" << p.lost;
   if (p.c2c_ns >= 0) j << ",\"c2c_ns\":" << num(p.c2c_ns);
+  if (p.for_workload >= 0 && p.for_workload < static_cast<std::int32_t>(cfg.workloads.size()))
+    j << ",\"for_workload\":" << quote(cfg.workloads[static_cast<std::size_t>(p.for_workload)].name)
+      << ",\"for_bytes\":" << p.for_size;
   if (p.runs > 1) {  // the median of p.runs measurements; the range of them all
     const double unit = p.kind == Kind::kL2Blast ? 1e6 : 1e3;
     j << ",\"runs\":{\"count\":" << p.runs << ",\""
@@ -267,8 +279,8 @@ void point_json(std::ostringstream& j, const Point& p, const Results& r, const W
         << ",\"b\":" << (p.busy_b >= 0 ? num(p.busy_b) : "null") << "}";
     if (w) {
       const std::uint32_t fp = frame_payload(p.size, w->mtu);
-      const Point* link = r.find(Kind::kL2Blast, fp);
-      const Point* echo = r.find(Kind::kL2Echo, fp);
+      const Point* link = r.link_for(Kind::kL2Blast, p, fp);
+      const Point* echo = r.link_for(Kind::kL2Echo, p, fp);
       const Point* tcp = r.find(Kind::kTcpStream, p.size);
       const Point* tpp = r.find(Kind::kTcpPingPong, p.size);
       const auto rat = [](double a, const Point* b, double Point::*f) {
@@ -317,14 +329,14 @@ std::vector<TargetResult> evaluate_targets(const BenchConfig& cfg, const Results
     double Point::*field = &Point::bytes_per_s;
     switch (t.metric) {
       case Target::Metric::kBytesVsLink:
-        base = r.find(Kind::kL2Blast, fp);
+        base = p ? r.link_for(Kind::kL2Blast, *p, fp) : nullptr;
         break;
       case Target::Metric::kMsgsVsLink:
-        base = r.find(Kind::kL2Blast, fp);
+        base = p ? r.link_for(Kind::kL2Blast, *p, fp) : nullptr;
         field = &Point::msgs_per_s;
         break;
       case Target::Metric::kP50VsL2Echo:
-        base = r.find(Kind::kL2Echo, fp);
+        base = p ? r.link_for(Kind::kL2Echo, *p, fp) : nullptr;
         field = &Point::lat_p50;
         break;
       case Target::Metric::kBytesVsWorkload:
@@ -362,6 +374,8 @@ void print_targets(std::FILE* out, const std::vector<TargetResult>& ts) {
     if (tr.cores_moved)
       std::snprintf(moved, sizeof moved, " (cores moved: c2c %.0f ns, reference %.0f ns)",
                     tr.c2c_row, tr.c2c_ref);
+    else if (tr.c2c_row >= 0)
+      std::snprintf(moved, sizeof moved, " (c2c %.0f ns)", tr.c2c_row);
     std::fprintf(out, " %-52.52s %-10s %-10s %s%s\n", t.name.c_str(), got, need,
                  tr.met     ? "met"
                  : tr.value ? "MISSED"
@@ -390,7 +404,7 @@ std::string to_json(const BenchConfig& cfg, const Results& r) {
     << ",\"tcp\":" << (cfg.baselines.tcp ? "true" : "false")
     << ",\"duration\":" << num(cfg.baselines.duration)
     << ",\"iterations\":" << cfg.baselines.iterations << ",\"repeat\":" << cfg.baselines.repeat
-    << "}},\n\"workloads\":[";
+    << ",\"adjacent\":" << (cfg.baselines.adjacent ? "true" : "false") << "}},\n\"workloads\":[";
   for (std::size_t i = 0; i < cfg.workloads.size(); ++i) {
     const Workload& w = cfg.workloads[i];
     j << (i ? ",\n" : "\n") << "{\"name\":" << quote(w.name)
@@ -408,7 +422,7 @@ std::string to_json(const BenchConfig& cfg, const Results& r) {
     for (const auto& p : r.points)
       if (p.kind == Kind::kOurs && p.workload == static_cast<std::int32_t>(i)) {
         j << (first ? "" : ",") << "\n  ";
-        point_json(j, p, r, &w);
+        point_json(j, cfg, p, r, &w);
         first = false;
       }
     j << "]}";
@@ -434,7 +448,7 @@ std::string to_json(const BenchConfig& cfg, const Results& r) {
   for (const auto& p : r.points)
     if (p.kind != Kind::kOurs) {
       j << (first ? "\n" : ",\n");
-      point_json(j, p, r, nullptr);
+      point_json(j, cfg, p, r, nullptr);
       first = false;
     }
   j << "]\n}\n";
@@ -563,7 +577,7 @@ std::string to_svg(const BenchConfig& cfg, const Results& r) {
   const auto base = [&](Kind k, const std::string& name, bool lat_p50) {
     Series s{name, {}, true}, m{name, {}, true};
     for (const auto& p : r.points) {
-      if (p.kind != k) continue;
+      if (p.kind != k || p.for_workload >= 0) continue;  // those of one row: in the JSON
       if (lat_p50) {
         s.xy.emplace_back(p.size, p.lat_p50 / 1e3);
       } else {

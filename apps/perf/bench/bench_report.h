@@ -46,12 +46,20 @@ struct Point {
   /// (ns; -1: not measured, as on a remote topology). A VM's cores can move on the host: here
   /// it reads 70-90 ns or 320-340 ns, and every figure that crosses cores moves with it.
   double c2c_ns = -1;
+  /// A link baseline measured right before one row (baselines.adjacent): the row's workload
+  /// index and message size; -1 for the baselines of the whole run.
+  std::int32_t for_workload = -1;
+  std::uint32_t for_size = 0;
 };
 
 struct Results {
   double tsc_hz = 0;
   std::vector<Point> points;
+  /// A baseline of the whole run (not one measured for a row).
   const Point* find(Kind k, std::uint32_t size) const;
+  /// The link baseline (kL2Blast, kL2Echo) that `row` is compared with: the one measured right
+  /// before it if there is one, else the run's at frame payload `fp`.
+  const Point* link_for(Kind k, const Point& row, std::uint32_t fp) const;
 };
 
 /// RoCEv2 over IPv4 without RETH: Ethernet 14, IPv4 20, UDP 8, BTH 12, ICRC 4.

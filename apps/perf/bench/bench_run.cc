@@ -92,7 +92,8 @@ enum class MsgType : std::uint32_t {
   kHello,         ///< each side once its port is up: a = IPv4 address, b = MAC
   kConfig,        ///< remote topology, driver to peer first: a = version, b = length of the
                   ///< configuration text that follows
-  kC2c            ///< B: answer a core-to-core probe of `a` rounds on the shared line
+  kC2c,           ///< B: answer a core-to-core probe of `a` rounds on the shared line
+  kLinkStart      ///< B: serve link baselines (link_b) until kLinkDone, within a workload
 };
 constexpr std::uint32_t kProtocolVersion = 1;
 constexpr std::uint64_t kMaxConfigText = 1 << 20;
@@ -261,6 +262,7 @@ class Appliance {
   // link baselines
   void link_a();
   void link_b();
+  Point link_baseline(Kind kind, std::uint32_t payload);
   Point blast(std::uint32_t payload);
   Point echo(std::uint32_t payload);
   // workloads
@@ -389,30 +391,34 @@ Point Appliance::echo(std::uint32_t payload) {
   return p;
 }
 
+Point Appliance::link_baseline(Kind kind, std::uint32_t payload) {
+  // baselines.repeat runs, the median one reported with the range of all.
+  const bool is_blast = kind == Kind::kL2Blast;
+  const auto key = [&](const Point& p) { return is_blast ? p.msgs_per_s : p.lat_p50; };
+  std::vector<Point> runs;
+  for (std::uint32_t r = 0; r < cfg_.baselines.repeat; ++r)
+    runs.push_back(is_blast ? blast(payload) : echo(payload));
+  std::sort(runs.begin(), runs.end(),
+            [&](const Point& x, const Point& y) { return key(x) < key(y); });
+  Point p = runs[runs.size() / 2];
+  p.runs = static_cast<std::uint32_t>(runs.size());
+  p.runs_lo = key(runs.front());
+  p.runs_hi = key(runs.back());
+  return p;
+}
+
 void Appliance::link_a() {
   std::size_t i = 0;
   const std::size_t total = blast_sizes_.size() + echo_sizes_.size();
-  // baselines.repeat runs of each, the median one reported with the range of all.
-  const auto median = [&](auto&& measure, auto&& key) {
-    std::vector<Point> runs;
-    for (std::uint32_t r = 0; r < cfg_.baselines.repeat; ++r) runs.push_back(measure());
-    std::sort(runs.begin(), runs.end(),
-              [&](const Point& x, const Point& y) { return key(x) < key(y); });
-    Point p = runs[runs.size() / 2];
-    p.runs = static_cast<std::uint32_t>(runs.size());
-    p.runs_lo = key(runs.front());
-    p.runs_hi = key(runs.back());
-    return p;
-  };
   for (const auto s : blast_sizes_) {
     progress("link L2 blast, payload " + std::to_string(s) + " B (" + std::to_string(++i) + "/" +
              std::to_string(total) + ")");
-    emit(median([&] { return blast(s); }, [](const Point& p) { return p.msgs_per_s; }));
+    emit(link_baseline(Kind::kL2Blast, s));
   }
   for (const auto s : echo_sizes_) {
     progress("link L2 echo, payload " + std::to_string(s) + " B (" + std::to_string(++i) + "/" +
              std::to_string(total) + ")");
-    emit(median([&] { return echo(s); }, [](const Point& p) { return p.lat_p50; }));
+    emit(link_baseline(Kind::kL2Echo, s));
   }
   ch_.send({MsgType::kLinkDone});
   progress_clear();
@@ -609,8 +615,15 @@ void Appliance::workload(std::size_t wi) {
         next_look = t + static_cast<std::uint64_t>(hz_ / 10'000);
       }
       if (ch_.try_recv(m)) {
-        if (m.type == MsgType::kC2c) {
-          c2c_answer(m.a);
+        if (m.type == MsgType::kC2c || m.type == MsgType::kLinkStart) {
+          if (m.type == MsgType::kC2c)
+            c2c_answer(m.a);
+          else
+            link_b();  // baselines.adjacent: the next row's baseline
+          // The time away from the loop is neither the row's busy nor its idle time.
+          loop.poll_once();
+          busy0 = loop.time_stats().busy_ns;
+          idle0 = loop.time_stats().idle_ns;
           continue;
         }
         if (m.type == MsgType::kSizeDone) {
@@ -633,7 +646,20 @@ void Appliance::workload(std::size_t wi) {
   print_workload_header(stdout, w);
   const bool can_inline = w.op == Op::kWrite || w.op == Op::kSend || w.op == Op::kWriteImm;
   for (const std::uint32_t size : w.sizes) {
+    if (cfg_.baselines.adjacent && cfg_.baselines.link) {
+      // The link's figure for this row, measured just before it: on a VM whose cores move
+      // on the host, the run's baselines can have been measured on a different machine.
+      const Kind k = w.mode == Mode::kBw ? Kind::kL2Blast : Kind::kL2Echo;
+      progress(w.name + " " + std::to_string(size) + " B: link baseline");
+      ch_.send({MsgType::kLinkStart});
+      Point lp = link_baseline(k, frame_payload(size, w.mtu));
+      ch_.send({MsgType::kLinkDone});
+      lp.for_workload = static_cast<std::int32_t>(wi);
+      lp.for_size = w.op == Op::kAtomic ? 8 : size;
+      emit(lp);
+    }
     const double c2c = c2c_probe();
+    loop.poll_once();  // the time spent on the probe and baseline is not the row's
     const auto st0 = eng.stats();
     const port::PollLoop::TimeStats time0 = loop.time_stats();
     const std::uint64_t drops0 = loop.faults() ? loop.faults()->stats().dropped : 0;

@@ -34,7 +34,7 @@ name: t
 workdir: /tmp/x
 timeout: 30
 output: {json: r.json, svg: r.svg}
-baselines: {link: false, tcp: true, duration: 0.1, iterations: 50, repeat: 3}
+baselines: {link: false, tcp: true, duration: 0.1, iterations: 50, repeat: 3, adjacent: true}
 defaults: {mtu: 4096, queue_depth: 16, duration: 0.5}
 workloads:
   - name: a
@@ -62,6 +62,8 @@ workloads:
   EXPECT_FALSE(c.baselines.link);
   EXPECT_EQ(c.baselines.iterations, 50u);
   EXPECT_EQ(c.baselines.repeat, 3u);
+  EXPECT_TRUE(c.baselines.adjacent);
+  EXPECT_FALSE(parse_bench_config("workloads: [{}]\n", "b.yaml").baselines.adjacent);
   ASSERT_EQ(c.workloads.size(), 3u);
   const Workload& a = c.workloads[0];
   EXPECT_EQ(a.name, "a");
@@ -235,6 +237,21 @@ TEST(BenchReport, TargetsAreEvaluatedAgainstBaselinesAndOtherWorkloads) {
   lat.size = 8;
   lat.lat_p50 = 2000;
   r.points.push_back(lat);
+  {  // a blast measured right before row `one` (baselines.adjacent) is that row's reference
+    Results adj = r;
+    Point near = link;
+    near.for_workload = 0;
+    near.for_size = 4096;
+    near.bytes_per_s = 3800e6;
+    adj.points.push_back(near);
+    EXPECT_EQ(adj.find(Kind::kL2Blast, 1024)->bytes_per_s, 2000e6) << "the run's own";
+    EXPECT_EQ(adj.link_for(Kind::kL2Blast, one, 1024)->bytes_per_s, 3800e6);
+    EXPECT_EQ(adj.link_for(Kind::kL2Blast, many, 1024)->bytes_per_s, 2000e6);
+    const auto ta = evaluate_targets(c, adj);
+    ASSERT_TRUE(ta[0].value);
+    EXPECT_DOUBLE_EQ(*ta[0].value, 0.5);
+    EXPECT_NE(to_json(c, adj).find(R"("for_workload":"one","for_bytes":4096)"), std::string::npos);
+  }
   const auto t = evaluate_targets(c, r);
   ASSERT_EQ(t.size(), 3u);
   ASSERT_TRUE(t[0].value);
