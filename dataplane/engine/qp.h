@@ -45,7 +45,8 @@ struct SendWqe {
   std::uint64_t compare_add = 0;
   std::uint64_t swap = 0;
   bool is_inline = false;
-  AddressVector ah;  ///< UD only
+  // UD: the address vector is in Qp::sq_ah (its non-zero defaults would make clearing every
+  // WQE at post_send a field-by-field copy instead of a few vector stores)
   std::uint32_t ud_qpn = 0;
   std::uint32_t ud_qkey = 0;
   std::uint32_t reg_key = 0;  ///< REG_MR: key of the MR; new key = (key & ~0xFF) | variant
@@ -234,6 +235,7 @@ struct Qp {
   std::vector<SendWqe> sq;
   std::vector<Sge> sq_sges;             ///< cap.max_send_sge per WQE
   std::vector<std::uint8_t> sq_inline;  ///< cap.max_inline_data per WQE
+  std::vector<AddressVector> sq_ah;     ///< UD: the address vector of each WQE (else empty)
   std::uint32_t sq_head = 0;            ///< oldest WQE not done
   std::uint32_t sq_tail = 0;            ///< next free slot
 

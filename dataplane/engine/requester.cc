@@ -198,10 +198,11 @@ bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
     req_fail(qp, w, WcStatus::kLocProtErr);
     return false;
   }
-  wire::FrameSpec s = path_spec(w.ah);
+  const AddressVector& ah = qp.sq_ah[static_cast<std::size_t>(&w - qp.sq.data())];
+  wire::FrameSpec s = path_spec(ah);
   // UD and GSI QPs keep the source port chosen at creation (rxe: 0xC000 + hash of the QPN).
-  s.udp_sport = w.ah.udp_sport ? w.ah.udp_sport
-                               : static_cast<std::uint16_t>(0xC000 | ((qp.qpn * 0x9E37u) & 0x3FFF));
+  s.udp_sport = ah.udp_sport ? ah.udp_sport
+                             : static_cast<std::uint16_t>(0xC000 | ((qp.qpn * 0x9E37u) & 0x3FFF));
   s.opcode = w.opcode == WrOpcode::kSendImm ? Opcode::kUdSendOnlyImm : Opcode::kUdSendOnly;
   s.se = (w.flags & kSendSolicited) != 0;
   s.dest_qp = wire::Qpn(w.ud_qpn);

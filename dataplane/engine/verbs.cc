@@ -254,6 +254,7 @@ Qp* Engine::create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap
   qp->sq.resize(std::bit_ceil(std::max<std::uint32_t>(cap.max_send_wr, 1)));
   qp->sq_sges.resize(qp->sq.size() * cap.max_send_sge);
   qp->sq_inline.resize(qp->sq.size() * cap.max_inline_data);
+  if (type == QpType::kUd) qp->sq_ah.resize(qp->sq.size());
   if (srq == nullptr) {
     qp->rq.size_for(cap.max_recv_wr, std::max<std::uint32_t>(cap.max_recv_sge, 1));
   } else {
@@ -536,7 +537,9 @@ int Engine::post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr) {
 
     const std::uint32_t idx = qp->sq_slot(qp->sq_tail);
     SendWqe& w = qp->sq[idx];
-    w = SendWqe{};
+    // A copy of a fresh WQE: a few vector moves (assigning SendWqe{} built it field by field).
+    static const SendWqe kFresh{};
+    w = kFresh;
     w.wr_id = wr->wr_id;
     w.opcode = wr->opcode;
     w.flags = wr->send_flags;
@@ -553,7 +556,7 @@ int Engine::post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr) {
       w.rkey = wr->rdma.rkey;
     }
     if (qp->type == QpType::kUd) {
-      w.ah = *wr->ud.ah;
+      qp->sq_ah[idx] = *wr->ud.ah;
       w.ud_qpn = wr->ud.remote_qpn;
       w.ud_qkey = wr->ud.remote_qkey;
     }
