@@ -237,7 +237,8 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
       return false;
     }
     w.first_psn = qp.req.next_psn;
-    w.npkts = w.length == 0 ? 1 : static_cast<std::uint32_t>((w.length + pmtu - 1) / pmtu);
+    w.npkts =
+        w.length == 0 ? 1 : static_cast<std::uint32_t>((w.length + pmtu - 1) >> qp.pmtu_shift());
     if (w.opcode == WrOpcode::kCmpSwap || w.opcode == WrOpcode::kFetchAdd) w.npkts = 1;
     w.last_psn = w.first_psn + (w.npkts - 1);
     w.sent = 0;
@@ -264,7 +265,7 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
       f.reth_va = w.remote_addr + w.read_done;
       f.reth_rkey = w.rkey;
       f.reth_len = static_cast<std::uint32_t>(w.length - w.read_done);
-      psn_span = w.npkts - static_cast<std::uint32_t>(w.read_done / pmtu);
+      psn_span = w.npkts - static_cast<std::uint32_t>(w.read_done >> qp.pmtu_shift());
       w.read_resume = w.read_done;
       f.ack_req = true;
       break;
@@ -280,7 +281,7 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
       payload = static_cast<std::size_t>(std::min<std::uint64_t>(pmtu, w.length - w.sent));
       last = w.sent + payload == w.length;
       f.opcode = pick_opcode(w, first, last, uc);
-      f.psn = w.first_psn + static_cast<std::uint32_t>(w.sent / pmtu);
+      f.psn = w.first_psn + static_cast<std::uint32_t>(w.sent >> qp.pmtu_shift());
       f.reth_va = w.remote_addr;
       f.reth_rkey = w.rkey;
       f.reth_len = static_cast<std::uint32_t>(w.length);

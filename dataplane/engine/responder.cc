@@ -438,7 +438,7 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
       return;
     }
     const std::uint32_t npkts =
-        rlen == 0 ? 1 : static_cast<std::uint32_t>((rlen + pmtu - 1) / pmtu);
+        rlen == 0 ? 1 : static_cast<std::uint32_t>((rlen + pmtu - 1) >> qp.pmtu_shift());
     const auto idx = static_cast<std::uint32_t>(slot);
     RdAtomicRes& r = rs.res[idx];
     r = RdAtomicRes{};

@@ -120,7 +120,8 @@ void Engine::on_loss(Qp& qp) {
 }
 
 std::uint32_t Engine::window_max(const Qp& qp) const {
-  const std::uint64_t by_bytes = std::max<std::uint64_t>(cfg_.max_inflight_bytes / qp.pmtu(), 1);
+  const std::uint64_t by_bytes =
+      std::max<std::uint64_t>(cfg_.max_inflight_bytes >> qp.pmtu_shift(), 1);
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(cfg_.max_inflight_psns, by_bytes));
 }
 
