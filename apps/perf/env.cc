@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -16,6 +15,7 @@
 #include <cstring>
 
 #include "controlplane/address.h"
+#include "controlplane/tcp.h"
 
 namespace roce::perf {
 
@@ -152,22 +152,17 @@ wire::MacAddr Env::resolve(wire::Ipv4Addr peer, double seconds) {
 Oob::Oob(Env& env, std::string server, unsigned port, double timeout_s)
     : env_(env), server_(std::move(server)), port_(port), timeout_s_(timeout_s) {
   if (client()) return;
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-  const int one = 1;
-  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<std::uint16_t>(port_));
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
-      ::listen(listen_fd_, 1) != 0)
-    fail("cannot listen on port " + std::to_string(port_) + ": " + std::strerror(errno));
+  try {
+    listen_fd_ = ctl::tcp_listen(wire::Ipv4Addr{}, static_cast<std::uint16_t>(port_));
+  } catch (const std::runtime_error& e) {
+    fail(e.what());
+  }
   fcntl(listen_fd_, F_SETFL, O_NONBLOCK);
 }
 
 Oob::Oob(Env& env, int connected_fd, double timeout_s)
     : env_(env), port_(0), timeout_s_(timeout_s), fd_(connected_fd) {
-  const int one = 1;
-  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ctl::tcp_nodelay(fd_);
   fcntl(fd_, F_SETFL, O_NONBLOCK);
 }
 
@@ -208,8 +203,7 @@ void Oob::open() {
       fail("couldn't connect to " + server_ + ":" + std::to_string(port_) + ": " +
            std::strerror(err ? err : ETIMEDOUT));
   }
-  const int one = 1;
-  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ctl::tcp_nodelay(fd_);
   fcntl(fd_, F_SETFL, O_NONBLOCK);
 }
 

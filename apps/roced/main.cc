@@ -4,6 +4,7 @@
 /// ping, publishes counters (Prometheus text endpoint and DPDK telemetry /roce/counters), and
 /// shuts down cleanly on SIGINT or SIGTERM.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <rte_launch.h>
 #include <sys/socket.h>
@@ -25,6 +26,7 @@
 #include "apps/roced/metrics.h"
 #include "controlplane/address.h"
 #include "controlplane/config.h"
+#include "controlplane/tcp.h"
 #include "dataplane/port/dpdk_port.h"
 
 namespace po = boost::program_options;
@@ -133,16 +135,12 @@ std::vector<Service> open_services(const ctl::ApplianceConfig& cfg) {
                                "]: a service is a server; its args name no peer");
     for (std::size_t p = 0; p < cfg.ports.size(); ++p)
       if (cfg.ports[p].name == sc.port) svc.port_index = p;
-    svc.listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    const int one = 1;
-    ::setsockopt(svc.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(sc.listen_port);
-    if (::bind(svc.listen_fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
-        ::listen(svc.listen_fd, 4) != 0)
-      throw std::runtime_error("service " + sc.test + ": cannot listen on TCP port " +
-                               std::to_string(sc.listen_port) + ": " + std::strerror(errno));
+    try {
+      svc.listen_fd = ctl::tcp_listen(wire::Ipv4Addr{}, sc.listen_port, 4);
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error("service " + sc.test + ": " + e.what());
+    }
+    ::fcntl(svc.listen_fd, F_SETFL, O_NONBLOCK);
     std::printf("  service %s: TCP %u (out-of-band exchange), RoCE on port %s\n", sc.test.c_str(),
                 sc.listen_port, sc.port.c_str());
     out.push_back(std::move(svc));

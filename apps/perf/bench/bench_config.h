@@ -80,6 +80,9 @@ struct Target {
 };
 const char* to_string(Target::Metric m);
 
+/// The TCP port `roce-perf --bench-peer` listens on unless told otherwise.
+constexpr std::uint16_t kBenchPeerPort = 18520;
+
 /// Where the two appliances run. Without `peer`, the tool forks both on a net_memif link of its
 /// own. With it, this host runs appliance A on a DPDK port of its interface `iface`, and B is
 /// `roce-perf --bench-peer` on the host `peer` names: the control channel (configuration, QP
@@ -94,11 +97,14 @@ struct Topology {
   std::uint32_t netdev_mtu = 0;  ///< the interface MTU (0: 1500, or path MTU + 128 above 1024)
   std::uint32_t lcore = 0;       ///< the lcore of appliance A
   bool remote() const { return !peer.empty(); }
+  /// The peer's control port: the one `peer` names, else kBenchPeerPort.
+  std::uint16_t tcp_port() const { return peer_port ? peer_port : kBenchPeerPort; }
 };
-/// The TCP port `roce-perf --bench-peer` listens on unless told otherwise.
-constexpr std::uint16_t kBenchPeerPort = 18520;
 /// The interface MTU a run needs: 1500, or the largest path MTU plus headers above that.
 std::uint32_t netdev_mtu_for(std::uint32_t path_mtu);
+/// The smallest interface MTU that carries packets of `path_mtu` bytes of payload (IPv4, UDP,
+/// BTH, RETH and ICRC around them).
+constexpr std::uint32_t min_netdev_mtu(std::uint32_t path_mtu) { return path_mtu + 60; }
 
 struct BenchConfig {
   std::string origin;  ///< the file it came from

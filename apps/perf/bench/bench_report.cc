@@ -393,8 +393,7 @@ std::string to_json(const BenchConfig& cfg, const Results& r) {
     << ",\n\"config_text\":" << quote(cfg.text) << ",\n\"tsc_hz\":" << num(r.tsc_hz)
     << ",\n\"config\":{\"timeout\":" << num(cfg.timeout) << ",\"topology\":";
   if (const Topology& t = cfg.topology; t.remote())
-    j << "{\"kind\":\"remote\",\"peer\":" << quote(t.peer)
-      << ",\"peer_port\":" << (t.peer_port ? t.peer_port : kBenchPeerPort)
+    j << "{\"kind\":\"remote\",\"peer\":" << quote(t.peer) << ",\"peer_port\":" << t.tcp_port()
       << ",\"iface\":" << quote(t.iface) << ",\"pmd\":" << quote(t.pmd) << ",\"ip\":" << quote(t.ip)
       << ",\"mac\":" << quote(t.mac) << ",\"netdev_mtu\":" << t.netdev_mtu
       << ",\"lcore\":" << t.lcore << "}";

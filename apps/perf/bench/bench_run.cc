@@ -18,7 +18,6 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -40,6 +39,7 @@
 #include "apps/perf/bench/tsc.h"
 #include "apps/perf/env.h"
 #include "controlplane/address.h"
+#include "controlplane/tcp.h"
 #include "dataplane/port/dpdk_port.h"
 
 namespace roce::bench {
@@ -615,12 +615,10 @@ void Appliance::workload(std::size_t wi) {
         next_look = t + static_cast<std::uint64_t>(hz_ / 10'000);
       }
       if (ch_.try_recv(m)) {
-        if (m.type == MsgType::kC2c || m.type == MsgType::kLinkStart) {
-          if (m.type == MsgType::kC2c)
-            c2c_answer(m.a);
-          else
-            link_b();  // baselines.adjacent: the next row's baseline
-          // The time away from the loop is neither the row's busy nor its idle time.
+        const bool away = m.type == MsgType::kC2c || m.type == MsgType::kLinkStart;
+        if (m.type == MsgType::kC2c) c2c_answer(m.a);
+        if (m.type == MsgType::kLinkStart) link_b();  // baselines.adjacent: the next row's
+        if (away) {  // that time is neither the row's busy nor its idle time
           loop.poll_once();
           busy0 = loop.time_stats().busy_ns;
           idle0 = loop.time_stats().idle_ns;
@@ -846,13 +844,13 @@ int Appliance::run(const Site& site) {
   while (!port_->link_up())
     if (port::now_ns() > up_end) die(side_, "the link did not come up");
   // Addresses both ways: the link baselines and the QPs need the peer's MAC and IPv4 address.
-  std::uint64_t mac64 = 0;
-  for (const auto b : mac_.b) mac64 = mac64 << 8 | b;
-  ch_.send({MsgType::kHello, ip_.v, mac64});
+  // (both ends run this program: the MAC's bytes travel as they are in `b`)
+  Msg mine{MsgType::kHello, ip_.v};
+  std::memcpy(&mine.b, mac_.b.data(), mac_.b.size());
+  ch_.send(mine);
   const Msg hello = ch_.recv(MsgType::kHello, [&] { drain_rx(); });
   peer_ip_ = wire::Ipv4Addr{hello.a};
-  for (int i = 5; i >= 0; --i)
-    peer_mac_.b[static_cast<std::size_t>(5 - i)] = static_cast<std::uint8_t>(hello.b >> (8 * i));
+  std::memcpy(peer_mac_.b.data(), &hello.b, peer_mac_.b.size());
   if (cfg_.baselines.link) {
     if (a())
       link_a();
@@ -887,24 +885,17 @@ bool read_all(int fd, void* p, std::size_t n) {
   return true;
 }
 
-void set_nodelay(int fd) {
-  const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
 /// The control connection of a remote topology: connects to the bench peer (retrying while
 /// nobody listens there, up to the run's timeout) and sends it the configuration text.
 int connect_peer(const BenchConfig& cfg) {
   const Topology& t = cfg.topology;
-  const std::string where =
-      t.peer + ":" + std::to_string(t.peer_port ? t.peer_port : kBenchPeerPort);
+  const std::string where = t.peer + ":" + std::to_string(t.tcp_port());
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* ai = nullptr;
-  if (const int e = ::getaddrinfo(
-          t.peer.c_str(), std::to_string(t.peer_port ? t.peer_port : kBenchPeerPort).c_str(),
-          &hints, &ai);
+  if (const int e =
+          ::getaddrinfo(t.peer.c_str(), std::to_string(t.tcp_port()).c_str(), &hints, &ai);
       e != 0)
     throw std::runtime_error("bench peer " + t.peer + ": " + ::gai_strerror(e));
   const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(cfg.timeout * 1e9);
@@ -922,7 +913,7 @@ int connect_peer(const BenchConfig& cfg) {
     ::usleep(100'000);
   }
   ::freeaddrinfo(ai);
-  set_nodelay(fd);
+  ctl::tcp_nodelay(fd);
   const Msg m{MsgType::kConfig, kProtocolVersion, cfg.text.size()};
   write_all(fd, &m, sizeof m, "bench peer");
   write_all(fd, cfg.text.data(), cfg.text.size(), "bench peer");
@@ -987,7 +978,8 @@ int run_bench(const BenchConfig& cfg) {
   // The core-to-core probe's line, shared by the two forked appliances (memif topology only).
   C2cLine* c2c = nullptr;
   if (!remote) {
-    void* m = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    void* m =
+        ::mmap(nullptr, sizeof(C2cLine), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) throw std::runtime_error("mmap of the probe line failed");
     c2c = new (m) C2cLine;
   }
@@ -1049,7 +1041,7 @@ int run_bench(const BenchConfig& cfg) {
     }
   }
   if (own_workdir) std::filesystem::remove_all(workdir);
-  if (c2c != nullptr) ::munmap(c2c, 4096);
+  if (c2c != nullptr) ::munmap(c2c, sizeof(C2cLine));
   std::fflush(stdout);
   print_targets(stdout, evaluate_targets(cfg, all));
   std::printf(
@@ -1080,17 +1072,7 @@ int run_bench_peer(const PeerOptions& o) {
     if (check.netdev_mtu == 0) check.netdev_mtu = 1500;
     perf::link_vdev(check);
   }
-  const int ls = ::socket(AF_INET, SOCK_STREAM, 0);
-  const int one = 1;
-  ::setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(o.port);
-  sa.sin_addr.s_addr = htonl(listen_ip->v);
-  if (ls < 0 || ::bind(ls, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
-      ::listen(ls, 1) != 0)
-    throw std::runtime_error("cannot listen on " + o.listen + ":" + std::to_string(o.port) + ": " +
-                             std::strerror(errno));
+  const int ls = ctl::tcp_listen(*listen_ip, o.port);
   std::printf("roce-perf bench peer: waiting for a benchmark on %s:%u (RoCE on %s, %s, %s)\n",
               o.listen.c_str(), o.port, o.link.iface.c_str(), o.link.pmd.c_str(),
               o.link.ip.c_str());
@@ -1100,7 +1082,7 @@ int run_bench_peer(const PeerOptions& o) {
   const int fd = ::accept(ls, reinterpret_cast<sockaddr*>(&from), &flen);
   ::close(ls);
   if (fd < 0) throw std::runtime_error(std::string("accept failed: ") + std::strerror(errno));
-  set_nodelay(fd);
+  ctl::tcp_nodelay(fd);
   Msg m;
   if (!read_all(fd, &m, sizeof m) || m.type != MsgType::kConfig)
     throw std::runtime_error("the driver sent no benchmark configuration");
@@ -1119,7 +1101,7 @@ int run_bench_peer(const PeerOptions& o) {
   perf::LinkOpts lo = o.link;
   const std::uint32_t need = netdev_mtu_for(max_path_mtu(cfg));
   if (lo.netdev_mtu == 0) lo.netdev_mtu = need;
-  if (lo.netdev_mtu < max_path_mtu(cfg) + 60)
+  if (lo.netdev_mtu < min_netdev_mtu(max_path_mtu(cfg)))
     throw std::runtime_error("--netdev-mtu " + std::to_string(lo.netdev_mtu) +
                              " is too small for the benchmark's path MTU " +
                              std::to_string(max_path_mtu(cfg)));
