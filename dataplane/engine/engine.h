@@ -168,6 +168,10 @@ class Engine {
   /// Work requests wait to be sent (a post_send since the last run()).
   bool has_send_work() const { return !send_list_.empty(); }
   bool has_work() const { return !send_list_.empty() || !read_list_.empty() || !ack_list_.empty(); }
+  /// True when run() at `now_ns` would do nothing: no work, no frame queued, no timer due.
+  bool idle_at(std::uint64_t now_ns) const {
+    return !has_work() && tx_.size() == 0 && (next_timer_ == 0 || now_ns < next_timer_);
+  }
   const Stats& stats() const { return stats_; }
   /// The smoothed round trip over every RC QP of this engine (request to acknowledgement), ns.
   std::uint64_t srtt_ns() const { return srtt_ns_; }

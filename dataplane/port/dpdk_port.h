@@ -122,6 +122,8 @@ class DpdkPort {
   /// mbufs of its own (Engine::before_mr_release): the application may then free that memory.
   void make_pending_whole(std::uint16_t q = 0);
   void flush(std::uint16_t q = 0);
+  /// Whether frames of queue `q` wait for room in the TX ring (flush() retries them).
+  bool has_pending(std::uint16_t q = 0) const { return !q_[q].pending.empty(); }
   /// How many more frames queue `q` takes without dropping (after a flush when half full):
   /// the poll loop drains no more than this from the engine, whose ring then holds the rest
   /// and stops the requesters (back-pressure instead of loss).
