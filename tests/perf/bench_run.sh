@@ -29,7 +29,7 @@ if j.get("config_text") != open(sys.argv[3]).read():
     errors.append("config_text is not the configuration file")
 for w in j["workloads"]:
     need(w, ["name", "operation", "mode", "sizes", "queue_depth", "qps", "mtu", "inline",
-             "drop_rate", "results"], w["name"])
+             "drop_rate", "repeat", "results"], w["name"])
     if len(w["results"]) != len(w["sizes"]):
         errors.append(f"{w['name']}: {len(w['results'])} results for {len(w['sizes'])} sizes")
     for r in w["results"]:
@@ -48,6 +48,15 @@ for w in j["workloads"]:
             errors.append(f"{w['name']} {r['bytes']} B: busy shares missing or out of [0, 1]: {b}")
         if w["mode"] == "lat":
             need(r.get("latency_usec", {}), ["min", "p50", "avg", "p99", "p99_9", "max"], w["name"])
+        # a row measured `repeat` times reports its median run and the range of them all
+        if w.get("repeat", 1) > 1:
+            runs = r.get("runs", {})
+            fig, val = (("p50_usec", r.get("latency_usec", {}).get("p50")) if w["mode"] == "lat"
+                        else ("msg_rate_mpps", r["msg_rate_mpps"]))
+            rng = runs.get(fig, {})
+            if runs.get("count") != w["repeat"] or not rng.get("min", 1e18) <= val <= rng.get("max", -1):
+                errors.append(f"{w['name']} {r['bytes']} B: runs {runs} do not hold the "
+                              f"{w['repeat']} runs of {fig} {val}")
         if w["drop_rate"] > 0 and r["counters"]["injected_drops"] == 0 and r["iterations"] > 1000:
             errors.append(f"{w['name']}: loss configured, none injected")
         # Without injected loss nothing should need resending, and a round trip over memif
@@ -71,7 +80,11 @@ for w in j["workloads"]:
             errors.append(f"{w['name']} {r['bytes']} B: round-trip estimate {r.get('srtt_us')} us")
 if j["config"]["baselines"]["link"] and j["config"]["baselines"].get("adjacent"):
     # every row has its own link baseline, measured right before it
-    rows = {(b.get("for_workload"), b.get("for_bytes")) for b in j["baselines"]}
+    adjacent = [(b.get("for_workload"), b.get("for_bytes")) for b in j["baselines"]]
+    rows = set(adjacent)
+    for row in rows:  # only the median run's baseline of a repeated row
+        if row[0] is not None and adjacent.count(row) != 1:
+            errors.append(f"{row}: {adjacent.count(row)} adjacent baselines")
     for w in j["workloads"]:
         for r in w["results"]:
             if (w["name"], r["bytes"]) not in rows:

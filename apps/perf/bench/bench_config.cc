@@ -116,6 +116,7 @@ void parse_workload_keys(Reader& r, Workload& w) {
   w.ack_req_every = static_cast<std::uint32_t>(r.uint("ack_req_every", w.ack_req_every, 0, 4096));
   if (r.has("probe_min_us"))
     w.probe_min_us = static_cast<std::int64_t>(r.uint("probe_min_us", 0, 0, 10'000'000));
+  w.repeat = static_cast<std::uint32_t>(r.uint("repeat", w.repeat, 1, 9));
 }
 
 const std::pair<const char*, Target::Metric> kMetrics[] = {

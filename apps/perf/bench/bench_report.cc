@@ -86,12 +86,14 @@ void print_workload_header(std::FILE* out, const Workload& w) {
   if (w.mode == Mode::kBw)
     std::fprintf(out,
                  " #bytes     #iterations    BW average[MB/sec]  BW[Gb/sec]  MsgRate[Mpps]  "
-                 "vs link(B/s)  vs link(pps)  vs TCP   retrans   busy A/B[%%]  c2c[ns]\n");
+                 "vs link(B/s)  vs link(pps)  vs TCP   retrans   busy A/B[%%]  c2c[ns]%s\n",
+                 w.repeat > 1 ? "  runs (Mpps)" : "");
   else
     std::fprintf(out,
                  " #bytes #iterations  t_min[usec]  t_p50[usec]  t_avg[usec]  t_p99[usec]  "
                  "t_p99.9[usec]  t_max[usec]  vs L2 echo  vs TCP  retrans  busy A/B[%%]  "
-                 "c2c[ns]\n");
+                 "c2c[ns]%s\n",
+                 w.repeat > 1 ? "  runs (t_p50)" : "");
   std::fflush(out);
 }
 
@@ -113,35 +115,8 @@ std::string busy(const Point& p) {
 }
 }  // namespace
 
-void print_row(std::FILE* out, const Workload& w, const Point& p, const Results& b) {
-  const Point* link = b.link_for(Kind::kL2Blast, p, frame_payload(p.size, w.mtu));
-  if (w.mode == Mode::kBw) {
-    // Against the link: our message bytes/s over the blast's payload bytes/s at the same frame
-    // size, and our messages/s over its frames/s.
-    std::fprintf(
-        out, " %-10u %-14llu %-19.2f %-11.3f %-14.6f %-13s %-13s %-8s %-9llu %-13s %s\n", p.size,
-        static_cast<unsigned long long>(p.iterations), p.bytes_per_s / 1048576.0,
-        p.bytes_per_s * 8 / 1e9, p.msgs_per_s / 1e6,
-        ratio(p.bytes_per_s, link, &Point::bytes_per_s).c_str(),
-        ratio(p.msgs_per_s, link, &Point::msgs_per_s).c_str(),
-        ratio(p.bytes_per_s, b.find(Kind::kTcpStream, p.size), &Point::bytes_per_s).c_str(),
-        static_cast<unsigned long long>(p.retransmitted), busy(p).c_str(), c2c(p).c_str());
-  } else {
-    const Point* echo = b.link_for(Kind::kL2Echo, p, frame_payload(p.size, w.mtu));
-    std::fprintf(out,
-                 " %-6u %-12llu %-12.2f %-12.2f %-12.2f %-12.2f %-14.2f %-12.2f %-11s %-7s %-8llu "
-                 "%-13s %s\n",
-                 p.size, static_cast<unsigned long long>(p.iterations), p.lat_min / 1e3,
-                 p.lat_p50 / 1e3, p.lat_avg / 1e3, p.lat_p99 / 1e3, p.lat_p999 / 1e3,
-                 p.lat_max / 1e3, ratio(p.lat_p50, echo, &Point::lat_p50).c_str(),
-                 ratio(p.lat_p50, b.find(Kind::kTcpPingPong, p.size), &Point::lat_p50).c_str(),
-                 static_cast<unsigned long long>(p.retransmitted), busy(p).c_str(), c2c(p).c_str());
-  }
-  std::fflush(out);
-}
-
 namespace {
-// "1", or "3: lo-hi" for a baseline measured several times (figures divided by `unit`).
+// "1", or "3: lo-hi" for a baseline or row measured several times (figures divided by `unit`).
 std::string runs_text(const Point& p, double unit, int decimals) {
   if (p.runs <= 1) return std::to_string(p.runs);
   char buf[64];
@@ -150,6 +125,35 @@ std::string runs_text(const Point& p, double unit, int decimals) {
   return buf;
 }
 }  // namespace
+
+void print_row(std::FILE* out, const Workload& w, const Point& p, const Results& b) {
+  const Point* link = b.link_for(Kind::kL2Blast, p, frame_payload(p.size, w.mtu));
+  if (w.mode == Mode::kBw) {
+    // Against the link: our message bytes/s over the blast's payload bytes/s at the same frame
+    // size, and our messages/s over its frames/s.
+    std::fprintf(
+        out, " %-10u %-14llu %-19.2f %-11.3f %-14.6f %-13s %-13s %-8s %-9llu %-13s %-8s %s\n",
+        p.size, static_cast<unsigned long long>(p.iterations), p.bytes_per_s / 1048576.0,
+        p.bytes_per_s * 8 / 1e9, p.msgs_per_s / 1e6,
+        ratio(p.bytes_per_s, link, &Point::bytes_per_s).c_str(),
+        ratio(p.msgs_per_s, link, &Point::msgs_per_s).c_str(),
+        ratio(p.bytes_per_s, b.find(Kind::kTcpStream, p.size), &Point::bytes_per_s).c_str(),
+        static_cast<unsigned long long>(p.retransmitted), busy(p).c_str(), c2c(p).c_str(),
+        p.runs > 1 ? runs_text(p, 1e6, 3).c_str() : "");
+  } else {
+    const Point* echo = b.link_for(Kind::kL2Echo, p, frame_payload(p.size, w.mtu));
+    std::fprintf(out,
+                 " %-6u %-12llu %-12.2f %-12.2f %-12.2f %-12.2f %-14.2f %-12.2f %-11s %-7s %-8llu "
+                 "%-13s %-8s %s\n",
+                 p.size, static_cast<unsigned long long>(p.iterations), p.lat_min / 1e3,
+                 p.lat_p50 / 1e3, p.lat_avg / 1e3, p.lat_p99 / 1e3, p.lat_p999 / 1e3,
+                 p.lat_max / 1e3, ratio(p.lat_p50, echo, &Point::lat_p50).c_str(),
+                 ratio(p.lat_p50, b.find(Kind::kTcpPingPong, p.size), &Point::lat_p50).c_str(),
+                 static_cast<unsigned long long>(p.retransmitted), busy(p).c_str(), c2c(p).c_str(),
+                 p.runs > 1 ? runs_text(p, 1e3, 2).c_str() : "");
+  }
+  std::fflush(out);
+}
 
 std::string link_name(const BenchConfig& cfg) {
   const Topology& t = cfg.topology;
@@ -263,9 +267,9 @@ void point_json(std::ostringstream& j, const BenchConfig& cfg, const Point& p, c
     j << ",\"for_workload\":" << quote(cfg.workloads[static_cast<std::size_t>(p.for_workload)].name)
       << ",\"for_bytes\":" << p.for_size;
   if (p.runs > 1) {  // the median of p.runs measurements; the range of them all
-    const double unit = p.kind == Kind::kL2Blast ? 1e6 : 1e3;
-    j << ",\"runs\":{\"count\":" << p.runs << ",\""
-      << (p.kind == Kind::kL2Blast ? "msg_rate_mpps" : "p50_usec")
+    const bool rate = runs_are_rates(p);
+    const double unit = rate ? 1e6 : 1e3;
+    j << ",\"runs\":{\"count\":" << p.runs << ",\"" << (rate ? "msg_rate_mpps" : "p50_usec")
       << "\":{\"min\":" << num(p.runs_lo / unit) << ",\"max\":" << num(p.runs_hi / unit) << "}}";
   }
   if (p.kind == Kind::kOurs) {
@@ -416,7 +420,7 @@ std::string to_json(const BenchConfig& cfg, const Results& r) {
       << ",\"seed\":" << w.seed << ",\"retry_timeout\":" << w.retry_timeout
       << ",\"window\":" << w.window << ",\"loss_window\":" << w.loss_window
       << ",\"ack_req_every\":" << w.ack_req_every << ",\"probe_min_us\":" << w.probe_min_us
-      << ",\"results\":[";
+      << ",\"repeat\":" << w.repeat << ",\"results\":[";
     bool first = true;
     for (const auto& p : r.points)
       if (p.kind == Kind::kOurs && p.workload == static_cast<std::int32_t>(i)) {

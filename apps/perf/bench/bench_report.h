@@ -38,8 +38,9 @@ struct Point {
   /// Ours: the fraction of each appliance's poll loop time that did work while this size ran
   /// (port::PollLoop::TimeStats); -1 when not measured. The side near 1 limits the run.
   double busy_a = -1, busy_b = -1;
-  /// Link baselines measured baselines.repeat times: this is the median run; the lowest and
-  /// highest figure of the runs (blast: frames/s; echo: median round trip, ns).
+  /// Link baselines measured baselines.repeat times, and rows measured their workload's
+  /// `repeat` times: this is the median run; the lowest and highest figure of the runs
+  /// (runs_are_rates(): frames or messages/s; else the median round trip, ns).
   std::uint32_t runs = 1;
   double runs_lo = 0, runs_hi = 0;
   /// Cache-line round trip between the two appliances' cores, measured just before this row
@@ -67,6 +68,12 @@ inline constexpr std::uint32_t kFrameOverhead = 58;
 /// Payload bytes in the largest frame of a message of `size` at path MTU `mtu`.
 inline std::uint32_t frame_payload(std::uint32_t size, std::uint32_t mtu) {
   return size < mtu ? size : mtu;
+}
+
+/// Whether the runs of `p` (runs_lo, runs_hi) are rates (blasts, our bandwidth rows) rather
+/// than median round trips (echoes, our latency rows).
+inline bool runs_are_rates(const Point& p) {
+  return p.kind == Kind::kL2Blast || (p.kind == Kind::kOurs && !p.has_lat);
 }
 
 /// Sorts `ns` and fills the latency fields of `p` (min, p50, avg, p99, p99.9, max).

@@ -35,7 +35,7 @@ workdir: /tmp/x
 timeout: 30
 output: {json: r.json, svg: r.svg}
 baselines: {link: false, tcp: true, duration: 0.1, iterations: 50, repeat: 3, adjacent: true}
-defaults: {mtu: 4096, queue_depth: 16, duration: 0.5}
+defaults: {mtu: 4096, queue_depth: 16, duration: 0.5, repeat: 3}
 workloads:
   - name: a
     operation: write_imm
@@ -50,6 +50,7 @@ workloads:
     mode: lat
     sizes: [8, 4096]
     iterations: 100
+    repeat: 1
   - operation: atomic
     sizes: [64]
 )",
@@ -77,12 +78,14 @@ workloads:
   EXPECT_EQ(a.drop_rate, 0.01);
   EXPECT_EQ(a.seed, 7u);
   EXPECT_EQ(a.retry_timeout, 10u);
+  EXPECT_EQ(a.repeat, 3u);  // from defaults
   const Workload& b = c.workloads[1];
   EXPECT_EQ(b.name, "read_lat_1");
   EXPECT_EQ(b.mode, Mode::kLat);
   EXPECT_EQ(b.queue_depth, 1u);  // latency: one at a time
   EXPECT_EQ(b.iterations, 100u);
   EXPECT_EQ(b.duration, 0);  // iterations given: the default duration does not apply
+  EXPECT_EQ(b.repeat, 1u);
   EXPECT_EQ(c.workloads[2].sizes, (std::vector<std::uint32_t>{8}));  // atomics are 8 bytes
 }
 
@@ -121,6 +124,8 @@ TEST(BenchConfig, BadValuesNameFileLineColumn) {
             "b.yaml:3:5: workloads[1]: the name 'a' is used twice");
   EXPECT_EQ(error_of("baselines: {repeat: 10}\nworkloads: [{}]\n"),
             "b.yaml:1:21: baselines.repeat = 10 is out of range [1, 9]");
+  EXPECT_EQ(error_of("workloads:\n  - repeat: 0\n"),
+            "b.yaml:2:13: workloads[0].repeat = 0 is out of range [1, 9]");
   EXPECT_EQ(error_of("baselines: {tcp: maybe}\nworkloads: [{}]\n"),
             "b.yaml:1:18: baselines.tcp must be true or false, not 'maybe'");
   EXPECT_EQ(error_of("name: x\n"), "b.yaml:1:1: bench.workloads is missing");
