@@ -41,7 +41,6 @@ std::vector<CounterSample> Metrics::snapshot() const {
     out.push_back({"port_rx_ip_checksum_bad", p.name, p.port.rx_ip_checksum_bad});
     out.push_back({"port_tx_ip_checksum_offloaded", p.name, p.port.tx_ip_checksum_offloaded});
     out.push_back({"port_tx_zero_copy", p.name, p.port.tx_zero_copy});
-    out.push_back({"port_tx_built_in_mbuf", p.name, p.port.tx_built_in_mbuf});
     out.push_back({"port_tx_multiseg", p.name, p.port.tx_multiseg});
     out.push_back({"port_tx_vlan_inserted", p.name, p.port.tx_vlan_inserted});
     out.push_back({"port_rx_vlan_stripped", p.name, p.port.rx_vlan_stripped});

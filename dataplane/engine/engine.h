@@ -161,11 +161,6 @@ class Engine {
     return tx_.drain_frames(std::forward<F>(f), max);
   }
   std::uint32_t tx_pending() const { return tx_.size(); }
-  /// Builds frames in buffers `src` lends (a port's mbufs: no copy on the way out), or again
-  /// in the engine's own ring (null). Frames still queued are dropped: call it before the
-  /// first run() and after the last drain. drain_tx_frames() then hands each frame's buffer
-  /// over (TxFrame::handle).
-  void set_tx_source(const TxBufferSource* src) { tx_.set_source(src); }
   /// Earliest armed timer (retransmit, probe or RNR), in ns, or a little earlier; 0 when none
   /// is armed.
   std::uint64_t next_deadline() const { return next_timer_; }

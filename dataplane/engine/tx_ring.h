@@ -7,9 +7,6 @@
 /// segments of registered memory. A port that can chain buffers (DPDK external buffers) takes
 /// the pieces with drain_frames(); everything else gets the frame made whole in its slot by
 /// drain(), so that zero-copy is invisible to a consumer that does not ask for it.
-///
-/// Slots are the ring's own bytes, or buffers a port lends it (set_source: DPDK mbufs), so
-/// that frames are built where the port sends them from instead of being copied there.
 #pragma once
 
 #include <algorithm>
@@ -27,31 +24,12 @@ struct TxSeg {
   std::uint32_t len = 0;
 };
 
-/// A buffer lent by a port to build one frame in: at least TxRing::kSlotSize bytes at `data`;
-/// `handle` is the port's own name for it (an rte_mbuf*).
-struct TxBuf {
-  std::uint8_t* data = nullptr;
-  void* handle = nullptr;
-};
-
-/// Where a ring gets its slots when they are a port's buffers. Called in bulk, never per frame:
-/// `take` fills up to `n` buffers and returns how many (0: none left, the ring is full for
-/// now); `give_back` returns buffers no frame went out in.
-struct TxBufferSource {
-  void* ctx = nullptr;
-  std::uint32_t (*take)(void* ctx, TxBuf* out, std::uint32_t n) = nullptr;
-  void (*give_back)(void* ctx, const TxBuf* bufs, std::uint32_t n) = nullptr;
-};
-
 /// One frame in pieces: head (Ethernet to the last transport header; the whole frame when
 /// `ext` is empty), then the `ext` payload segments, then `trailer` (pad and ICRC).
-/// `handle`: the frame was built in a buffer of the ring's TxBufferSource, with head.data() at
-/// its start; the consumer of drain_frames() now owns it, to send it or to give it back.
 struct TxFrame {
   std::span<const std::uint8_t> head;
   std::span<const TxSeg> ext;
   std::span<const std::uint8_t> trailer;
-  void* handle = nullptr;
   std::size_t size() const {
     std::size_t n = head.size() + trailer.size();
     for (const TxSeg& s : ext) n += s.len;
@@ -81,39 +59,16 @@ class TxRing {
         meta_(std::bit_ceil(std::max<std::uint32_t>(slots, 1))),
         cap_(slots),
         mask_(static_cast<std::uint32_t>(meta_.size() - 1)) {}
-  TxRing(const TxRing&) = delete;
-  TxRing& operator=(const TxRing&) = delete;
-  ~TxRing() { set_source(nullptr); }
   std::uint32_t capacity() const { return cap_; }
   std::uint32_t size() const { return tail_ - head_; }
   std::uint32_t free() const { return capacity() - size(); }
 
-  /// Builds the next frames in buffers of `src` (null: in the ring's own bytes again). Frames
-  /// still queued in the other kind of slot are dropped (their buffers given back): call it
-  /// when the ring is empty, as at start and teardown. `src` must outlive its use.
-  void set_source(const TxBufferSource* src) {
-    while (head_ != tail_) {
-      release(meta_[head_ & mask_]);
-      pop();
-    }
-    if (src_ != nullptr && stashed_ != 0) src_->give_back(src_->ctx, stash_, stashed_);
-    stashed_ = 0;
-    src_ = src;
-  }
-  bool has_source() const { return src_ != nullptr; }
-
   /// The next free slot (kSlotSize bytes), or an empty span when the ring is full. Frames are
   /// packed (a copied frame takes its length rounded to a cache line, not a slot), and an
   /// empty ring starts again at its first byte: small frames stay in a few hot cache lines
-  /// instead of one new line per frame over a ring of megabytes. With a source, the slot is
-  /// the next of its buffers (empty when it has none to lend).
+  /// instead of one new line per frame over a ring of megabytes.
   std::span<std::uint8_t> reserve() {
     if (free() == 0) return {};
-    if (src_ != nullptr) {
-      if (stashed_ == 0) stashed_ = src_->take(src_->ctx, stash_, kStash);
-      if (stashed_ == 0) return {};
-      return {stash_[stashed_ - 1].data, kSlotSize};
-    }
     if (head_ == tail_) wpos_ = rpos_ = 0;
     std::size_t pos = wpos_;
     if (head_ == tail_ || rpos_ < wpos_) {  // live bytes (if any) are [rpos_, wpos_)
@@ -150,9 +105,8 @@ class TxRing {
     std::size_t n = 0;
     while (head_ != tail_ && n < max) {
       Meta& m = meta_[head_ & mask_];
-      flatten(m, m.data);
-      f(std::span<const std::uint8_t>(m.data, m.len));
-      release(m);
+      flatten(m, slot(head_));
+      f(std::span<const std::uint8_t>(slot(head_), m.len));
       pop();
       ++n;
     }
@@ -162,7 +116,7 @@ class TxRing {
   /// Copies the payload of every queued zero-copy frame into its slot: before registered
   /// memory goes away (dereg_mr), nothing queued may still point into it.
   void flatten_all() {
-    for (std::uint32_t i = head_; i != tail_; ++i) flatten(meta_[i & mask_], meta_[i & mask_].data);
+    for (std::uint32_t i = head_; i != tail_; ++i) flatten(meta_[i & mask_], slot(i));
   }
 
   /// Hands each frame, in pieces, to `f(const TxFrame&)`. The pieces stay valid until the
@@ -173,9 +127,9 @@ class TxRing {
     std::size_t n = 0;
     while (head_ != tail_ && n < max) {
       const Meta& m = meta_[head_ & mask_];
-      const std::uint8_t* p = m.data;
-      TxFrame fr{{p, m.len}, {m.ext, m.n_ext}, {p + kTrailerOff, m.trailer}, m.handle};
-      f(fr);  // a frame with a handle is the consumer's now
+      const std::uint8_t* p = slot(head_);
+      TxFrame fr{{p, m.len}, {m.ext, m.n_ext}, {p + kTrailerOff, m.trailer}};
+      f(fr);
       pop();
       ++n;
     }
@@ -184,10 +138,8 @@ class TxRing {
 
  private:
   struct Meta {
-    std::uint8_t* data = nullptr;  ///< the frame's slot
-    void* handle = nullptr;        ///< the source's buffer it is (null: the ring's bytes)
-    std::uint32_t off = 0;         ///< where the frame's slot starts in buf_ (no handle)
-    std::uint32_t len = 0;         ///< whole frame, or headers only when n_ext != 0
+    std::uint32_t off = 0;  ///< where the frame's slot starts in buf_
+    std::uint32_t len = 0;  ///< whole frame, or headers only when n_ext != 0
     std::uint8_t n_ext = 0;
     std::uint8_t trailer = 0;
     TxSeg ext[kMaxExt];
@@ -208,16 +160,7 @@ class TxRing {
   static std::size_t round_up(std::size_t len) { return (len + 63) & ~std::size_t{63}; }
   Meta& push(std::size_t bytes) {
     Meta& m = meta_[tail_++ & mask_];
-    if (src_ != nullptr) {  // the buffer reserve() lent: off, rpos_ and wpos_ stay
-      const TxBuf& b = stash_[--stashed_];
-      m.data = b.data;
-      m.handle = b.handle;
-      m.off = rpos_ = wpos_ = 0;
-      return m;
-    }
     m.off = res_;
-    m.data = buf_.data() + res_;
-    m.handle = nullptr;
     wpos_ = res_ + static_cast<std::uint32_t>(bytes);
     return m;
   }
@@ -225,17 +168,7 @@ class TxRing {
     ++head_;
     rpos_ = head_ != tail_ ? meta_[head_ & mask_].off : wpos_;
   }
-  // A frame leaves without its buffer having been handed on: the source gets it back.
-  void release(Meta& m) {
-    if (m.handle == nullptr) return;
-    const TxBuf b{m.data, m.handle};
-    src_->give_back(src_->ctx, &b, 1);
-    m.handle = nullptr;
-  }
-  static constexpr std::uint32_t kStash = 32;
-  const TxBufferSource* src_ = nullptr;
-  TxBuf stash_[kStash];
-  std::uint32_t stashed_ = 0;
+  std::uint8_t* slot(std::uint32_t i) { return buf_.data() + meta_[i & mask_].off; }
   std::vector<std::uint8_t> buf_;
   std::vector<Meta> meta_;  ///< a power of two of them, at least cap_: indexed by mask
   std::uint32_t cap_;

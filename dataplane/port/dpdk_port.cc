@@ -85,13 +85,10 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
         "DPDK port '" + spec.device +
         "' not found (is it a PCI device bound to DPDK, or given with --vdev?)");
   // One mbuf holds a whole frame: data room for the MTU plus L2 and some slack.
-  // One mbuf holds a whole engine TX slot too: frames are built in mbufs (tx_source).
-  const std::uint32_t room =
-      spec.mbuf_data_room
-          ? spec.mbuf_data_room + RTE_PKTMBUF_HEADROOM
-          : std::max<std::uint32_t>({RTE_MBUF_DEFAULT_BUF_SIZE,
-                                     std::uint32_t{spec.mtu} + 64 + RTE_PKTMBUF_HEADROOM,
-                                     engine::TxRing::kSlotSize + RTE_PKTMBUF_HEADROOM});
+  const std::uint32_t room = spec.mbuf_data_room
+                                 ? spec.mbuf_data_room + RTE_PKTMBUF_HEADROOM
+                                 : std::max<std::uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE,
+                                                           spec.mtu + 64 + RTE_PKTMBUF_HEADROOM);
   if (spec.vlan && (*spec.vlan == 0 || *spec.vlan > 4094))
     throw std::runtime_error("VLAN " + std::to_string(*spec.vlan) + " of " + spec.device +
                              " is not between 1 and 4094");
@@ -209,35 +206,6 @@ bool DpdkPort::rx_ip_checksum_ok(const rte_mbuf* m, std::uint16_t q, bool& bad) 
   return false;
 }
 
-namespace {
-std::uint32_t take_mbufs(void* ctx, engine::TxBuf* out, std::uint32_t n) {
-  auto* pool = *static_cast<rte_mempool**>(ctx);
-  rte_mbuf* m[32];
-  n = std::min<std::uint32_t>(n, 32);
-  if (rte_pktmbuf_alloc_bulk(pool, m, n) != 0) {  // the pool runs low: one at a time
-    m[0] = rte_pktmbuf_alloc(pool);
-    n = m[0] != nullptr ? 1 : 0;
-  }
-  for (std::uint32_t i = 0; i < n; ++i) out[i] = {rte_pktmbuf_mtod(m[i], std::uint8_t*), m[i]};
-  return n;
-}
-void give_back_mbufs(void*, const engine::TxBuf* bufs, std::uint32_t n) {
-  for (std::uint32_t i = 0; i < n; ++i) rte_pktmbuf_free(static_cast<rte_mbuf*>(bufs[i].handle));
-}
-}  // namespace
-
-bool DpdkPort::lends_tx_buffers() const {
-  return rte_pktmbuf_data_room_size(pool_) >= engine::TxRing::kSlotSize + RTE_PKTMBUF_HEADROOM;
-}
-
-const engine::TxBufferSource* DpdkPort::tx_source(std::uint16_t q) {
-  if (!lends_tx_buffers()) return nullptr;
-  Queue& qu = q_[q];
-  qu.pool = pool_;
-  qu.source = {&qu.pool, take_mbufs, give_back_mbufs};
-  return &qu.source;
-}
-
 DpdkPort::~DpdkPort() {
   for (std::uint16_t q = 0; q < q_.size(); ++q) {
     flush(q);
@@ -270,7 +238,6 @@ PortStats DpdkPort::stats() const {
     t.rx_ip_checksum_bad += q.stats.rx_ip_checksum_bad;
     t.tx_ip_checksum_offloaded += q.stats.tx_ip_checksum_offloaded;
     t.tx_zero_copy += q.stats.tx_zero_copy;
-    t.tx_built_in_mbuf += q.stats.tx_built_in_mbuf;
     t.tx_multiseg += q.stats.tx_multiseg;
     t.tx_vlan_inserted += q.stats.tx_vlan_inserted;
     t.rx_vlan_stripped += q.stats.rx_vlan_stripped;
@@ -353,18 +320,11 @@ void DpdkPort::tx(std::span<const std::uint8_t> frame, std::uint16_t q) {
 }
 
 void DpdkPort::tx(const engine::TxFrame& f, std::uint16_t q) {
-  auto* built = static_cast<rte_mbuf*>(f.handle);  // the headers (or frame) are in it already
-  if (built != nullptr) ++q_[q].stats.tx_built_in_mbuf;
-  if (f.ext.empty()) {
-    if (built == nullptr) return tx(f.head, q);
-    built->data_len = static_cast<std::uint16_t>(f.head.size());
-    built->pkt_len = built->data_len;
-    return enqueue(built, q);
-  }
+  if (f.ext.empty()) return tx(f.head, q);
   Queue& qu = q_[q];
   rte_mbuf* m[2 + engine::TxRing::kMaxExt];
   const unsigned n_ext = static_cast<unsigned>(f.ext.size());
-  m[0] = built ? built : take(q);
+  m[0] = take(q);
   m[1] = m[0] ? take(q) : nullptr;
   if (m[1] == nullptr || rte_pktmbuf_alloc_bulk(ext_pool_, m + 2, n_ext) != 0) {
     if (m[0]) rte_pktmbuf_free(m[0]);
@@ -374,7 +334,7 @@ void DpdkPort::tx(const engine::TxFrame& f, std::uint16_t q) {
   }
   // head -> payload segments (external buffers in registered memory) -> trailer
   rte_mbuf* head = m[0];
-  if (!built) std::memcpy(rte_pktmbuf_mtod(head, std::uint8_t*), f.head.data(), f.head.size());
+  std::memcpy(rte_pktmbuf_mtod(head, std::uint8_t*), f.head.data(), f.head.size());
   head->data_len = static_cast<std::uint16_t>(f.head.size());
   head->pkt_len = head->data_len;
   rte_mbuf* prev = head;
@@ -562,8 +522,6 @@ PollLoop::PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& fault
   }
   if (faults.any()) link_ = std::make_unique<FaultyLink>(faults);
   if (rx_faults.any()) rx_link_ = std::make_unique<FaultyLink>(rx_faults);
-  // Frames are built in the port's mbufs where they fit: no copy on the way out.
-  if (const engine::TxBufferSource* src = port.tx_source(queue)) eng.set_tx_source(src);
 }
 
 PollLoop::~PollLoop() {
@@ -571,7 +529,6 @@ PollLoop::~PollLoop() {
   // the loop is gone: nothing it queued may still point there.
   if (eng_.tx_zero_copy() != 0) port_.make_pending_whole(queue_);
   eng_.before_mr_release = nullptr;
-  eng_.set_tx_source(nullptr);  // what is still queued was built in the port's mbufs
   void* p = nullptr;
   while (rte_ring_dequeue(cmds_, &p) == 0) delete static_cast<std::function<void()>*>(p);
   rte_ring_free(cmds_);
@@ -617,10 +574,7 @@ std::size_t PollLoop::transmit() {
   return eng_.drain_tx_frames(
       [&](const engine::TxFrame& f) {
         if (tap) tap(on_wire(whole(f)), true);
-        if (!link_ || !link_->drop_next(f.head))
-          port_.tx(f, queue_);
-        else if (f.handle != nullptr)  // dropped by the fault injector: its mbuf goes back
-          DpdkPort::free(static_cast<rte_mbuf*>(f.handle));
+        if (!link_ || !link_->drop_next(f.head)) port_.tx(f, queue_);
       },
       room);
 }

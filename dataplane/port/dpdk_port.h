@@ -75,7 +75,6 @@ struct PortStats {
   std::uint64_t rx_ip_checksum_bad = 0;   ///< flagged bad by the PMD: dropped
   std::uint64_t tx_ip_checksum_offloaded = 0;
   std::uint64_t tx_zero_copy = 0;      ///< frames sent with their payload in registered memory
-  std::uint64_t tx_built_in_mbuf = 0;  ///< frames the engine wrote into the mbuf sent (tx_source)
   std::uint64_t tx_multiseg = 0;       ///< frames sent as a chain of mbufs (zero-copy or large)
   std::uint64_t tx_vlan_inserted = 0;  ///< tags left to the PMD's VLAN insert offload
   std::uint64_t rx_vlan_stripped = 0;  ///< tags the PMD stripped (put back before the engine)
@@ -118,14 +117,7 @@ class DpdkPort {
   void tx(std::span<const std::uint8_t> frame, std::uint16_t q = 0);
   /// The same for a frame in pieces (engine::Engine::drain_tx_frames): the head and trailer are
   /// copied, the payload segments are attached as external buffers (Offloads::tx_zero_copy).
-  /// A frame built in one of this queue's mbufs (TxFrame::handle, tx_source) is sent as it is.
   void tx(const engine::TxFrame& frame, std::uint16_t q = 0);
-  /// Lends mbufs of queue `q` to an engine's transmit ring (Engine::set_tx_source), so that
-  /// frames are built where they are sent from; null when an mbuf cannot hold a whole ring
-  /// slot (PortSpec::mbuf_data_room too small). Valid as long as the port.
-  const engine::TxBufferSource* tx_source(std::uint16_t q = 0);
-  /// Whether tx_source() lends mbufs (each holds a whole engine TX slot).
-  bool lends_tx_buffers() const;
   /// Copies every queued frame of queue `q` whose payload is still in registered memory into
   /// mbufs of its own (Engine::before_mr_release): the application may then free that memory.
   void make_pending_whole(std::uint16_t q = 0);
@@ -149,8 +141,6 @@ class DpdkPort {
     std::unique_ptr<rte_mbuf_ext_shared_info> shinfo;
     std::array<rte_mbuf*, 32> stash{};  ///< mbufs allocated in bulk, taken one per frame
     unsigned stashed = 0;
-    engine::TxBufferSource source;  ///< tx_source(): its context is this queue
-    rte_mempool* pool = nullptr;    ///< the port's, for the source's callbacks
   };
   /// An mbuf from queue `q`'s stash (refilled from the pool 32 at a time), or null.
   rte_mbuf* take(std::uint16_t q);
