@@ -125,10 +125,6 @@ class Engine {
   /// need not.
   void receive(std::span<const std::uint8_t> frame, std::uint64_t now_ns,
                bool ip_checksum_ok = false);
-  /// Asks for the state of the QP `frame` is for (without checking the frame), so that a loop
-  /// holding a burst can call it for every frame before receive()ing the first: with many QPs
-  /// each frame's QP is elsewhere in memory, and the misses then overlap.
-  void prefetch_rx(std::span<const std::uint8_t> frame) const;
   /// The port computes the IPv4 header checksum of what we send (TX offload): frames leave
   /// it 0. Set by the poll loop that joins the engine to its port, before QPs are created.
   void set_tx_ip_checksum_offload(bool on) { tx_ip_checksum_offload_ = on; }

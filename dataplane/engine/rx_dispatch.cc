@@ -5,7 +5,6 @@
 /// per-poll driver of timers, ACKs, READ responses and the send queues.
 #include <algorithm>
 #include <array>
-#include <cstddef>
 
 #include "dataplane/engine/engine.h"
 
@@ -125,26 +124,6 @@ void Engine::dispatch(const wire::RxPkt& pkt) {
     comp_on_response(*qp, pkt);
   else
     resp_on_request(*qp, pkt);
-}
-
-void Engine::prefetch_rx(std::span<const std::uint8_t> f) const {
-  // The common frame only: untagged IPv4, the BTH right after UDP; anything else is not
-  // worth a parse here (receive() parses every frame properly).
-  constexpr std::size_t kBth = 14 + 20 + 8;
-  if (f.size() < kBth + 12 || f[12] != 0x08 || f[13] != 0x00 || f[14] != 0x45) return;
-  const std::uint32_t i = wire::load_be24(f.data() + kBth + 5) - first_qpn_;
-  if (i >= qps_.size()) return;
-  const Qp* qp = qps_[i].get();
-  if (qp == nullptr) return;
-  const auto* p = reinterpret_cast<const std::uint8_t*>(qp);
-  // Responses (ACK, READ response, atomic ACK: 0x0D-0x12) go to the completer, whose state
-  // leads the QP; requests to the responder, whose state follows the attributes.
-  const std::uint8_t op = f[kBth] & 0x1F;
-  const bool response = op >= 0x0D && op <= 0x12;
-  const std::size_t from = response ? 0 : offsetof(Qp, attr);
-  const std::size_t to = response ? offsetof(Qp, attr) : offsetof(Qp, tx);
-  __builtin_prefetch(p);  // state, type, send queue
-  for (std::size_t off = from; off < to; off += 64) __builtin_prefetch(p + off, 1, 3);
 }
 
 void Engine::run(std::uint64_t now_ns, bool rx_backlog) {

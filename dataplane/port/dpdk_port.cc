@@ -638,10 +638,6 @@ std::size_t PollLoop::poll_once() {
     const std::uint16_t n = port_.rx_burst(pkts, kRxBurst, queue_);
     moved += n;
     rx_backlog = n == kRxBurst;
-    // Every frame's QP is asked for first: with many QPs the cache misses overlap.
-    if (n > 1)
-      for (std::uint16_t i = 0; i < n; ++i)
-        eng_.prefetch_rx({rte_pktmbuf_mtod(pkts[i], const std::uint8_t*), pkts[i]->data_len});
     for (std::uint16_t i = 0; i < n; ++i) {
       if (!port_.rx_vlan(pkts[i], queue_)) {
         DpdkPort::free(pkts[i]);
