@@ -648,12 +648,13 @@ void Engine::tx_commit(std::size_t len) {
 
 Engine::TxPacket Engine::tx_begin(const Qp& qp, std::span<std::uint8_t> slot,
                                   const wire::PacketFields& f, std::size_t payload) {
-  TxPacket p{slot, 0, std::nullopt};
+  TxPacket p{slot, 0, nullptr};
   if (qp.hdr.usable() && wire::fast_opcode(f.opcode)) {
     p.hdr = wire::write_masked_headers(qp.hdr, f, payload, slot.data());
     return p;
   }
-  wire::FrameSpec& s = p.spec.emplace(qp.tx);
+  wire::FrameSpec& s = tx_spec_ = qp.tx;
+  p.spec = &s;
   s.opcode = f.opcode;
   s.se = f.se;
   s.ack_req = f.ack_req;
