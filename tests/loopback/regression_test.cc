@@ -76,6 +76,43 @@ TEST(Regression, ReceiveSlotReusedDuringMultiPacketSend) {
   EXPECT_EQ(rb[4].bytes, std::vector<std::uint8_t>(4096, 0)) << "WQE 104's buffer is untouched";
 }
 
+// The poll loop skips run() and the transmit path while Engine::idle_at says so: it must say
+// so only when run() would really do nothing (no WQE to send, no frame queued, no ACK owed, no
+// timer due), or sends, ACKs and retransmissions would wait for the next frame to arrive.
+TEST(Regression, IdleOnlyWhenRunWouldDoNothing) {
+  Loopback lb;
+  auto [a, b] = connect(lb);
+  Buffer src = make_buffer(lb.a(), a.pd, 64, 3);
+  Buffer dst = make_buffer(lb.b(), b.pd, 64, 0);
+  Sge sge = src.sge();
+  SendWr wr;
+  wr.opcode = WrOpcode::kWrite;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.rdma = {dst.addr(), dst.mr->key};
+  std::uint64_t t = 1000;
+  lb.a().run(t);  // the move to RTS scheduled the QP: one run() finds it has nothing to send
+  EXPECT_TRUE(lb.a().idle_at(t));
+  ASSERT_EQ(lb.a().post_send(a.qp, &wr, nullptr), kOk);
+  EXPECT_FALSE(lb.a().idle_at(t)) << "a posted WQE waits for run()";
+  lb.a().run(t);
+  EXPECT_FALSE(lb.a().idle_at(t)) << "a frame waits in the transmit ring";
+  Frames f;
+  lb.a().drain_tx([&](std::span<const std::uint8_t> x) { f.emplace_back(x.begin(), x.end()); });
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_TRUE(lb.a().idle_at(t)) << "sent; its timers are not due yet";
+  ASSERT_NE(lb.a().next_deadline(), 0u);
+  EXPECT_FALSE(lb.a().idle_at(lb.a().next_deadline())) << "a timer is due";
+  lb.b().receive(f[0], t);
+  EXPECT_FALSE(lb.b().idle_at(t)) << "the responder owes an ACK";
+  const Frames ack = drain(lb.b(), t);
+  ASSERT_EQ(ack.size(), 1u);
+  EXPECT_TRUE(lb.b().idle_at(t));
+  lb.a().receive(ack[0], t + 100);
+  lb.a().run(t + 100);
+  EXPECT_TRUE(lb.a().idle_at(t + 100));
+}
+
 // F2: a local operation between two RC WQEs completes after the later WQE.
 TEST(Regression, LocalOpCompletesInPostOrder) {
   Loopback lb;
