@@ -74,7 +74,6 @@ void Engine::comp_progress(Qp& qp) {
 // whose response never came means its responses were lost: order a retry from it and return
 // false.
 bool Engine::comp_implied_ack(Qp& qp, Psn upto) {
-  const std::uint32_t pmtu = qp.pmtu();
   for (std::uint32_t i = qp.sq_head; i != qp.sq_tail; ++i) {
     SendWqe& w = qp.wqe(i);
     if (w.state == WqeState::kPosted) break;
@@ -85,13 +84,13 @@ bool Engine::comp_implied_ack(Qp& qp, Psn upto) {
       // A READ/atomic in progress is only acknowledged by its own responses, in order: the
       // oldest unacknowledged PSN stops at its first missing response.
       if (w.is_rd_atomic()) {
-        const Psn missing = w.read_resume_psn(pmtu);
+        const Psn missing = w.read_resume_psn(qp.pmtu_shift());
         if (before(missing, upto)) upto = missing;
       }
       break;
     }
     if (w.is_rd_atomic()) {
-      const Psn missing = w.read_resume_psn(pmtu);
+      const Psn missing = w.read_resume_psn(qp.pmtu_shift());
       if (after(missing, qp.comp.psn)) qp.comp.psn = missing;
       order_retry(qp, missing, true);
       return false;
@@ -200,7 +199,7 @@ void Engine::comp_on_response(Qp& qp, const wire::RxPkt& pkt) {
     stats_.inc(Counter::kRxDropUnexpected);
     return;
   }
-  const Psn expected = w.read_resume_psn(pmtu);
+  const Psn expected = w.read_resume_psn(qp.pmtu_shift());
   if (p != expected) {
     if (after(p, expected) && !qp.comp.retry_pending) order_retry(qp, expected, true);
     return;

@@ -67,9 +67,10 @@ struct SendWqe {
     return opcode == WrOpcode::kRead || opcode == WrOpcode::kCmpSwap ||
            opcode == WrOpcode::kFetchAdd;
   }
-  /// READ: the PSN of the first response not yet received (where a retry must resume).
-  wire::Psn read_resume_psn(std::uint32_t pmtu) const {
-    return first_psn + static_cast<std::uint32_t>(read_done >> std::countr_zero(pmtu));
+  /// READ: the PSN of the first response not yet received (where a retry must resume), with
+  /// responses of 2^pmtu_shift bytes (Qp::pmtu_shift).
+  wire::Psn read_resume_psn(unsigned pmtu_shift) const {
+    return first_psn + static_cast<std::uint32_t>(read_done >> pmtu_shift);
   }
 };
 

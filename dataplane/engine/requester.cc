@@ -116,12 +116,12 @@ std::size_t Engine::gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::
     std::memcpy(dst, reinterpret_cast<const std::uint8_t*>(sge->addr + offset), len);
     return len;
   }
-  const std::size_t done = walk_sges(sge, w.num_sge, offset, len,
-                                     [&](const std::uint8_t* p, std::size_t n) {
-                                       std::memcpy(dst, p, n);
-                                       dst += n;
-                                       return true;
-                                     });
+  const std::size_t done =
+      walk_sges(sge, w.num_sge, offset, len, [&](const std::uint8_t* p, std::size_t n) {
+        std::memcpy(dst, p, n);
+        dst += n;
+        return true;
+      });
   if (done != len) err = WcStatus::kLocLenErr;
   return done;
 }
@@ -143,14 +143,14 @@ std::size_t Engine::gather_ext(Qp& qp, const SendWqe& w, std::uint64_t offset, s
 
 // Checks the local keys of a WQE's scatter/gather list before its first packet (rxe does it
 // while copying); a READ or atomic writes into them, so they need local write.
-static inline bool sges_valid(const MrTable& mrs, const Qp& qp, const SendWqe& w) {
+static bool sges_valid(const MrTable& mrs, const Qp& qp, const SendWqe& w) {
   if (w.is_inline) return true;
   const std::size_t idx = &w - qp.sq.data();
   const Sge* sge = qp.sq_sges.data() + idx * qp.cap.max_send_sge;
   const std::uint32_t access = w.is_rd_atomic() ? std::uint32_t{kAccessLocalWrite} : 0u;
   if (w.num_sge == 1)  // the common case, without the loop
-    return sge->length == 0 || mrs.check(sge->lkey, qp.pd, sge->addr, sge->length, access,
-                                         nullptr) == KeyCheck::kOk;
+    return sge->length == 0 ||
+           mrs.check(sge->lkey, qp.pd, sge->addr, sge->length, access, nullptr) == KeyCheck::kOk;
   for (std::uint32_t i = 0; i < w.num_sge; ++i) {
     if (sge[i].length == 0) continue;
     if (mrs.check(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, access, nullptr) != KeyCheck::kOk)
@@ -266,7 +266,7 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
     case WrOpcode::kRead: {
       // A READ request covers every response PSN; a retry asks for the part not yet received.
       f.opcode = Opcode::kRcReadRequest;
-      f.psn = w.read_resume_psn(pmtu);
+      f.psn = w.read_resume_psn(qp.pmtu_shift());
       // Responses that arrived after a rewind and before this re-request already moved
       // read_done on: ask only for the rest.
       if (before(qp.req.next_psn, f.psn)) qp.req.next_psn = f.psn;

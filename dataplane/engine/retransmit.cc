@@ -196,7 +196,7 @@ void Engine::do_retry(Qp& qp) {
       if (w.opcode == WrOpcode::kRead) {
         // A READ is only acknowledged by its own responses: whatever the NAK said, resume at
         // the first response not received (a PSN inside it would leave a hole).
-        const Psn missing = w.read_resume_psn(pmtu);
+        const Psn missing = w.read_resume_psn(qp.pmtu_shift());
         if (after(at, missing)) at = missing;
       }
       qp.req.next_psn = at;

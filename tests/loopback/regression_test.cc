@@ -85,11 +85,7 @@ TEST(Regression, IdleOnlyWhenRunWouldDoNothing) {
   Buffer src = make_buffer(lb.a(), a.pd, 64, 3);
   Buffer dst = make_buffer(lb.b(), b.pd, 64, 0);
   Sge sge = src.sge();
-  SendWr wr;
-  wr.opcode = WrOpcode::kWrite;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.rdma = {dst.addr(), dst.mr->key};
+  SendWr wr = make_wr(1, &sge, dst);
   std::uint64_t t = 1000;
   lb.a().run(t);  // the move to RTS scheduled the QP: one run() finds it has nothing to send
   EXPECT_TRUE(lb.a().idle_at(t));

@@ -236,13 +236,13 @@ void parse_topology(Reader& r, BenchConfig& c) {
     if (!ctl::parse_mac(to.mac))
       t.fail(t.get("mac"), t.where("mac") + ": '" + to.mac + "' is not a MAC address");
     to.lcore = static_cast<std::uint32_t>(t.uint("lcore", 0, 0, 1023));
-    const std::uint32_t need = netdev_mtu_for(max_path_mtu(c));
-    to.netdev_mtu = static_cast<std::uint32_t>(t.uint("netdev_mtu", need, 576, 9000));
-    if (const std::uint32_t min = min_netdev_mtu(max_path_mtu(c)); to.netdev_mtu < min)
+    const std::uint32_t pmtu = max_path_mtu(c);
+    to.netdev_mtu =
+        static_cast<std::uint32_t>(t.uint("netdev_mtu", netdev_mtu_for(pmtu), 576, 9000));
+    if (const std::uint32_t min = min_netdev_mtu(pmtu); to.netdev_mtu < min)
       t.fail(t.get("netdev_mtu"), t.where("netdev_mtu") + ": " + std::to_string(to.netdev_mtu) +
-                                      " is too small for path MTU " +
-                                      std::to_string(max_path_mtu(c)) + " (needs " +
-                                      std::to_string(min) + ")");
+                                      " is too small for path MTU " + std::to_string(pmtu) +
+                                      " (needs " + std::to_string(min) + ")");
   }
 }
 

@@ -113,12 +113,14 @@ std::string busy(const Point& p) {
   std::snprintf(s, sizeof s, "%.0f/%.0f", p.busy_a * 100, p.busy_b * 100);
   return s;
 }
-}  // namespace
 
-namespace {
-// "1", or "3: lo-hi" for a baseline or row measured several times (figures divided by `unit`).
-std::string runs_text(const Point& p, double unit, int decimals) {
+// "1", or "3: lo-hi" for a baseline or row measured several times: M frames or messages/s, or
+// median round trips in us (runs_are_rates).
+std::string runs_text(const Point& p) {
   if (p.runs <= 1) return std::to_string(p.runs);
+  const bool rate = runs_are_rates(p);
+  const double unit = rate ? 1e6 : 1e3;
+  const int decimals = rate ? 3 : 2;
   char buf[64];
   std::snprintf(buf, sizeof buf, "%u: %.*f-%.*f", p.runs, decimals, p.runs_lo / unit, decimals,
                 p.runs_hi / unit);
@@ -139,7 +141,7 @@ void print_row(std::FILE* out, const Workload& w, const Point& p, const Results&
         ratio(p.msgs_per_s, link, &Point::msgs_per_s).c_str(),
         ratio(p.bytes_per_s, b.find(Kind::kTcpStream, p.size), &Point::bytes_per_s).c_str(),
         static_cast<unsigned long long>(p.retransmitted), busy(p).c_str(), c2c(p).c_str(),
-        p.runs > 1 ? runs_text(p, 1e6, 3).c_str() : "");
+        p.runs > 1 ? runs_text(p).c_str() : "");
   } else {
     const Point* echo = b.link_for(Kind::kL2Echo, p, frame_payload(p.size, w.mtu));
     std::fprintf(out,
@@ -150,7 +152,7 @@ void print_row(std::FILE* out, const Workload& w, const Point& p, const Results&
                  p.lat_max / 1e3, ratio(p.lat_p50, echo, &Point::lat_p50).c_str(),
                  ratio(p.lat_p50, b.find(Kind::kTcpPingPong, p.size), &Point::lat_p50).c_str(),
                  static_cast<unsigned long long>(p.retransmitted), busy(p).c_str(), c2c(p).c_str(),
-                 p.runs > 1 ? runs_text(p, 1e3, 2).c_str() : "");
+                 p.runs > 1 ? runs_text(p).c_str() : "");
   }
   std::fflush(out);
 }
@@ -179,11 +181,11 @@ void print_baselines(std::FILE* out, const BenchConfig& cfg, const Results& r) {
                  "baseline");
     for (const auto& p : r.points)
       if (p.kind == Kind::kL2Blast || p.kind == Kind::kTcpStream)
-        std::fprintf(
-            out, " %-12s %-10u %-9u %-14llu %-12.2f %-11.3f %-14.6f %-7llu %-8s %s\n",
-            to_string(p.kind), p.size, p.frame, static_cast<unsigned long long>(p.iterations),
-            p.bytes_per_s / 1048576.0, p.bytes_per_s * 8 / 1e9, p.msgs_per_s / 1e6,
-            static_cast<unsigned long long>(p.lost), c2c(p).c_str(), runs_text(p, 1e6, 3).c_str());
+        std::fprintf(out, " %-12s %-10u %-9u %-14llu %-12.2f %-11.3f %-14.6f %-7llu %-8s %s\n",
+                     to_string(p.kind), p.size, p.frame,
+                     static_cast<unsigned long long>(p.iterations), p.bytes_per_s / 1048576.0,
+                     p.bytes_per_s * 8 / 1e9, p.msgs_per_s / 1e6,
+                     static_cast<unsigned long long>(p.lost), c2c(p).c_str(), runs_text(p).c_str());
   }
   if (any_lat) {
     std::fprintf(out,
@@ -200,7 +202,7 @@ void print_baselines(std::FILE* out, const BenchConfig& cfg, const Results& r) {
             out, " %-12s %-7u %-12llu %-12.2f %-12.2f %-12.2f %-12.2f %-14.2f %-12.2f %-8s %s\n",
             to_string(p.kind), p.size, static_cast<unsigned long long>(p.iterations),
             p.lat_min / 1e3, p.lat_p50 / 1e3, p.lat_avg / 1e3, p.lat_p99 / 1e3, p.lat_p999 / 1e3,
-            p.lat_max / 1e3, c2c(p).c_str(), runs_text(p, 1e3, 2).c_str());
+            p.lat_max / 1e3, c2c(p).c_str(), runs_text(p).c_str());
   }
   std::fflush(out);
 }

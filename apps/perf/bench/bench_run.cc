@@ -675,6 +675,174 @@ void Appliance::workload(std::size_t wi) {
   ch_.recv(MsgType::kReady, poll);
   print_workload_header(stdout, w);
   const bool can_inline = w.op == Op::kWrite || w.op == Op::kSend || w.op == Op::kWriteImm;
+  // One measurement of a row: `run_of` names it in progress lines and errors.
+  const auto measure = [&](std::uint32_t size, const std::string& run_of) {
+    const double c2c = c2c_probe();
+    loop.poll_once();  // the time spent on the probe and baseline is not the row's
+    const auto st0 = eng.stats();
+    const port::PollLoop::TimeStats time0 = loop.time_stats();
+    const std::uint64_t drops0 = loop.faults() ? loop.faults()->stats().dropped : 0;
+    const std::uint32_t chunk =
+        w.mode == Mode::kLat ? 1 : std::clamp<std::uint32_t>(depth / 4, 1, 16);
+    std::vector<std::uint32_t> inflight(w.qps, 0);
+    std::vector<std::uint32_t> ready(w.qps);  ///< QPs that may have room to post
+    std::vector<bool> in_ready(w.qps, true);
+    for (std::uint32_t q = 0; q < w.qps; ++q) ready[q] = q;
+    // The work requests are built once and only patched for another QP or count, as
+    // perftest does: the benchmark should measure the stack, not its own WR building.
+    SendWr wrs[16];
+    Sge sges[16];
+    const std::uint32_t base_flags =
+        can_inline && size <= w.inline_size ? std::uint32_t{kSendInline} : 0u;
+    for (std::uint32_t i = 0; i < 16; ++i) {
+      wrs[i].sg_list = &sges[i];
+      wrs[i].num_sge = 1;
+      wrs[i].opcode = wr_opcode(w.op);
+      wrs[i].imm_data = 0x1234;
+    }
+    std::uint32_t built_q = UINT32_MAX, built_k = 0;
+    const auto post = [&](std::uint32_t q, std::uint32_t k) {
+      if (q != built_q || k != built_k) {
+        built_q = q;
+        built_k = k;
+        for (std::uint32_t i = 0; i < k; ++i) {
+          SendWr& wr = wrs[i];
+          sges[i] = {reinterpret_cast<std::uint64_t>(bufs[q].data()),
+                     w.op == Op::kAtomic ? 8 : size, mrs[q]->key};
+          wr.rdma = {peers[q].addr, peers[q].rkey};
+          wr.atomic = {peers[q].addr, peers[q].rkey, 1, 0};
+          const bool last = i + 1 == k;
+          wr.next = last ? nullptr : &wrs[i + 1];
+          wr.send_flags = base_flags | (last ? std::uint32_t{kSendSignaled} : 0u);
+          wr.wr_id = last ? static_cast<std::uint64_t>(q) << 32 | k : 0;
+        }
+      }
+      const SendWr* bad = nullptr;
+      if (const int rc = eng.post_send(qps[q], &wrs[0], &bad); rc != kOk)
+        die(side_, w.name + ": post_send refused (" + std::to_string(rc) + ")");
+      inflight[q] += k;
+    };
+    const std::uint64_t t0 = rdtsc();
+    const std::uint64_t deadline = t0 + static_cast<std::uint64_t>(w.duration * hz_);
+    const std::uint64_t target = w.iterations;
+    std::uint64_t posted = 0, completed = 0, t_last = t0, t_progress = t0, t_stall = t0;
+    std::vector<double> ns;
+    if (w.mode == Mode::kLat) ns.reserve(w.duration > 0 ? 1 << 20 : target);
+    const std::string label = w.name + " " + std::to_string(size) + " B" + run_of;
+    Wc wc[32];
+    if (w.mode == Mode::kBw) {
+      for (;;) {
+        const bool posting = w.duration > 0 ? rdtsc() < deadline : posted < target;
+        if (posting) {
+          // Only the QPs that completed something since the last pass have room: with 1000
+          // QPs, looking at every one of them per pass would cost more than the stack does.
+          std::size_t keep = 0;
+          for (const std::uint32_t q : ready) {
+            while (inflight[q] < depth) {
+              std::uint32_t k = std::min(chunk, depth - inflight[q]);
+              if (w.duration == 0)
+                k = static_cast<std::uint32_t>(std::min<std::uint64_t>(k, target - posted));
+              if (k == 0) break;
+              post(q, k);
+              posted += k;
+            }
+            if (inflight[q] < depth)
+              ready[keep++] = q;  // the target is reached: it stays, with room
+            else
+              in_ready[q] = false;
+          }
+          ready.resize(keep);
+        }
+        loop.poll_once();
+        // Every completion there is (a CQ polled 32 at a time would hold back the posting).
+        const std::uint64_t now = rdtsc();
+        for (int n = 32; n == 32;) {
+          n = eng.poll_cq(scq, 32, wc);
+          for (int i = 0; i < n; ++i) {
+            if (wc[i].status != WcStatus::kSuccess)
+              die(side_, label + ": completion " + std::string(to_string(wc[i].status)));
+            const auto q = static_cast<std::uint32_t>(wc[i].wr_id >> 32);
+            const auto k = static_cast<std::uint32_t>(wc[i].wr_id);
+            inflight[q] -= k;
+            completed += k;
+            t_last = t_stall = now;
+            if (!in_ready[q]) {
+              in_ready[q] = true;
+              ready.push_back(q);
+            }
+          }
+        }
+        if (!posting && completed == posted) break;
+        if (now - t_stall > static_cast<std::uint64_t>(cfg_.timeout * hz_))
+          die(side_, label + ": no completion for " + std::to_string(cfg_.timeout) + " s");
+        if (now - t_progress > static_cast<std::uint64_t>(0.5 * hz_)) {
+          t_progress = now;
+          progress(label + ": " + std::to_string(completed) +
+                   (w.duration > 0 ? "" : "/" + std::to_string(target)) + " messages, " +
+                   std::to_string(static_cast<int>(secs(now - t0))) + " s");
+        }
+      }
+    } else {
+      std::uint64_t i = 0;
+      for (;; ++i) {
+        const bool more = w.duration > 0 ? rdtsc() < deadline : i < target + kWarmup;
+        if (!more) break;
+        const auto q = static_cast<std::uint32_t>(i % w.qps);
+        const std::uint64_t t = rdtsc();
+        post(q, 1);
+        int n = 0;
+        // The clock is read for the timeout every 256 polls only: this loop is the latency.
+        for (unsigned spins = 1; (n = eng.poll_cq(scq, 1, wc)) == 0; ++spins) {
+          loop.poll_once();
+          if (spins % 256 == 0 && rdtsc() - t > static_cast<std::uint64_t>(cfg_.timeout * hz_))
+            die(side_, label + ": no completion for " + std::to_string(cfg_.timeout) + " s");
+        }
+        const std::uint64_t now = rdtsc();
+        if (wc[0].status != WcStatus::kSuccess)
+          die(side_, label + ": completion " + std::string(to_string(wc[0].status)));
+        inflight[q] = 0;
+        if (i >= kWarmup) ns.push_back(secs(now - t) * 1e9);
+        t_last = now;
+        if (now - t_progress > static_cast<std::uint64_t>(0.5 * hz_)) {
+          t_progress = now;
+          progress(label + ": " + std::to_string(ns.size()) +
+                   (w.duration > 0 ? "" : "/" + std::to_string(target)) + " round trips");
+        }
+      }
+      completed = ns.size();
+    }
+    progress_clear();
+    Point p;
+    p.kind = Kind::kOurs;
+    p.c2c_ns = c2c;
+    p.workload = static_cast<std::int32_t>(wi);
+    p.size = w.op == Op::kAtomic ? 8 : size;
+    p.iterations = completed;
+    p.seconds = secs(t_last - t0);
+    if (p.seconds > 0) {
+      p.msgs_per_s = static_cast<double>(completed) / p.seconds;
+      p.bytes_per_s = p.msgs_per_s * p.size;
+    }
+    summarize_latency(ns, p);
+    const auto& st = eng.stats();
+    const auto diff = [&](Counter c) { return st.get(c) - st0.get(c); };
+    p.retransmitted = diff(Counter::kRetransmittedPackets);
+    p.timeouts = diff(Counter::kRetransmitTimeouts);
+    p.probes = diff(Counter::kRetransmitProbes);
+    p.rnr_naks = diff(Counter::kRnrNakRcvd);
+    p.seq_naks = diff(Counter::kSeqErrNakRcvd);
+    p.srtt_ns = eng.srtt_ns();
+    p.injected_drops = (loop.faults() ? loop.faults()->stats().dropped : 0) - drops0;
+    const auto busy_of = [](std::uint64_t busy, std::uint64_t idle) {
+      return busy + idle ? static_cast<double>(busy) / static_cast<double>(busy + idle) : -1.0;
+    };
+    const port::PollLoop::TimeStats& time1 = loop.time_stats();
+    p.busy_a = busy_of(time1.busy_ns - time0.busy_ns, time1.idle_ns - time0.idle_ns);
+    ch_.send({MsgType::kSizeDone});
+    const Msg lt = ch_.recv(MsgType::kLoopTime, poll);
+    p.busy_b = busy_of(lt.b, lt.c);
+    return p;
+  };
   for (const std::uint32_t size : w.sizes) {
     // `repeat` measurements of this size, each with its own link baseline when asked for
     std::vector<std::pair<std::optional<Point>, Point>> runs;
@@ -694,171 +862,7 @@ void Appliance::workload(std::size_t wi) {
         lp->for_workload = static_cast<std::int32_t>(wi);
         lp->for_size = w.op == Op::kAtomic ? 8 : size;
       }
-      const double c2c = c2c_probe();
-      loop.poll_once();  // the time spent on the probe and baseline is not the row's
-      const auto st0 = eng.stats();
-      const port::PollLoop::TimeStats time0 = loop.time_stats();
-      const std::uint64_t drops0 = loop.faults() ? loop.faults()->stats().dropped : 0;
-      const std::uint32_t chunk =
-          w.mode == Mode::kLat ? 1 : std::clamp<std::uint32_t>(depth / 4, 1, 16);
-      std::vector<std::uint32_t> inflight(w.qps, 0);
-      std::vector<std::uint32_t> ready(w.qps);  ///< QPs that may have room to post
-      std::vector<bool> in_ready(w.qps, true);
-      for (std::uint32_t q = 0; q < w.qps; ++q) ready[q] = q;
-      // The work requests are built once and only patched for another QP or count, as
-      // perftest does: the benchmark should measure the stack, not its own WR building.
-      SendWr wrs[16];
-      Sge sges[16];
-      const std::uint32_t base_flags =
-          can_inline && size <= w.inline_size ? std::uint32_t{kSendInline} : 0u;
-      for (std::uint32_t i = 0; i < 16; ++i) {
-        wrs[i].sg_list = &sges[i];
-        wrs[i].num_sge = 1;
-        wrs[i].opcode = wr_opcode(w.op);
-        wrs[i].imm_data = 0x1234;
-      }
-      std::uint32_t built_q = UINT32_MAX, built_k = 0;
-      const auto post = [&](std::uint32_t q, std::uint32_t k) {
-        if (q != built_q || k != built_k) {
-          built_q = q;
-          built_k = k;
-          for (std::uint32_t i = 0; i < k; ++i) {
-            SendWr& wr = wrs[i];
-            sges[i] = {reinterpret_cast<std::uint64_t>(bufs[q].data()),
-                       w.op == Op::kAtomic ? 8 : size, mrs[q]->key};
-            wr.rdma = {peers[q].addr, peers[q].rkey};
-            wr.atomic = {peers[q].addr, peers[q].rkey, 1, 0};
-            const bool last = i + 1 == k;
-            wr.next = last ? nullptr : &wrs[i + 1];
-            wr.send_flags = base_flags | (last ? std::uint32_t{kSendSignaled} : 0u);
-            wr.wr_id = last ? static_cast<std::uint64_t>(q) << 32 | k : 0;
-          }
-        }
-        const SendWr* bad = nullptr;
-        if (const int rc = eng.post_send(qps[q], &wrs[0], &bad); rc != kOk)
-          die(side_, w.name + ": post_send refused (" + std::to_string(rc) + ")");
-        inflight[q] += k;
-      };
-      const std::uint64_t t0 = rdtsc();
-      const std::uint64_t deadline = t0 + static_cast<std::uint64_t>(w.duration * hz_);
-      const std::uint64_t target = w.iterations;
-      std::uint64_t posted = 0, completed = 0, t_last = t0, t_progress = t0, t_stall = t0;
-      std::vector<double> ns;
-      if (w.mode == Mode::kLat) ns.reserve(w.duration > 0 ? 1 << 20 : target);
-      const std::string label = w.name + " " + std::to_string(size) + " B" + run_of;
-      Wc wc[32];
-      if (w.mode == Mode::kBw) {
-        for (;;) {
-          const bool posting = w.duration > 0 ? rdtsc() < deadline : posted < target;
-          if (posting) {
-            // Only the QPs that completed something since the last pass have room: with 1000
-            // QPs, looking at every one of them per pass would cost more than the stack does.
-            std::size_t keep = 0;
-            for (const std::uint32_t q : ready) {
-              while (inflight[q] < depth) {
-                std::uint32_t k = std::min(chunk, depth - inflight[q]);
-                if (w.duration == 0)
-                  k = static_cast<std::uint32_t>(std::min<std::uint64_t>(k, target - posted));
-                if (k == 0) break;
-                post(q, k);
-                posted += k;
-              }
-              if (inflight[q] < depth)
-                ready[keep++] = q;  // the target is reached: it stays, with room
-              else
-                in_ready[q] = false;
-            }
-            ready.resize(keep);
-          }
-          loop.poll_once();
-          // Every completion there is (a CQ polled 32 at a time would hold back the posting).
-          const std::uint64_t now = rdtsc();
-          for (int n = 32; n == 32;) {
-            n = eng.poll_cq(scq, 32, wc);
-            for (int i = 0; i < n; ++i) {
-              if (wc[i].status != WcStatus::kSuccess)
-                die(side_, label + ": completion " + std::string(to_string(wc[i].status)));
-              const auto q = static_cast<std::uint32_t>(wc[i].wr_id >> 32);
-              const auto k = static_cast<std::uint32_t>(wc[i].wr_id);
-              inflight[q] -= k;
-              completed += k;
-              t_last = t_stall = now;
-              if (!in_ready[q]) {
-                in_ready[q] = true;
-                ready.push_back(q);
-              }
-            }
-          }
-          if (!posting && completed == posted) break;
-          if (now - t_stall > static_cast<std::uint64_t>(cfg_.timeout * hz_))
-            die(side_, label + ": no completion for " + std::to_string(cfg_.timeout) + " s");
-          if (now - t_progress > static_cast<std::uint64_t>(0.5 * hz_)) {
-            t_progress = now;
-            progress(label + ": " + std::to_string(completed) +
-                     (w.duration > 0 ? "" : "/" + std::to_string(target)) + " messages, " +
-                     std::to_string(static_cast<int>(secs(now - t0))) + " s");
-          }
-        }
-      } else {
-        std::uint64_t i = 0;
-        for (;; ++i) {
-          const bool more = w.duration > 0 ? rdtsc() < deadline : i < target + kWarmup;
-          if (!more) break;
-          const auto q = static_cast<std::uint32_t>(i % w.qps);
-          const std::uint64_t t = rdtsc();
-          post(q, 1);
-          int n = 0;
-          // The clock is read for the timeout every 256 polls only: this loop is the latency.
-          for (unsigned spins = 1; (n = eng.poll_cq(scq, 1, wc)) == 0; ++spins) {
-            loop.poll_once();
-            if (spins % 256 == 0 && rdtsc() - t > static_cast<std::uint64_t>(cfg_.timeout * hz_))
-              die(side_, label + ": no completion for " + std::to_string(cfg_.timeout) + " s");
-          }
-          const std::uint64_t now = rdtsc();
-          if (wc[0].status != WcStatus::kSuccess)
-            die(side_, label + ": completion " + std::string(to_string(wc[0].status)));
-          inflight[q] = 0;
-          if (i >= kWarmup) ns.push_back(secs(now - t) * 1e9);
-          t_last = now;
-          if (now - t_progress > static_cast<std::uint64_t>(0.5 * hz_)) {
-            t_progress = now;
-            progress(label + ": " + std::to_string(ns.size()) +
-                     (w.duration > 0 ? "" : "/" + std::to_string(target)) + " round trips");
-          }
-        }
-        completed = ns.size();
-      }
-      progress_clear();
-      Point p;
-      p.kind = Kind::kOurs;
-      p.c2c_ns = c2c;
-      p.workload = static_cast<std::int32_t>(wi);
-      p.size = w.op == Op::kAtomic ? 8 : size;
-      p.iterations = completed;
-      p.seconds = secs(t_last - t0);
-      if (p.seconds > 0) {
-        p.msgs_per_s = static_cast<double>(completed) / p.seconds;
-        p.bytes_per_s = p.msgs_per_s * p.size;
-      }
-      summarize_latency(ns, p);
-      const auto& st = eng.stats();
-      const auto diff = [&](Counter c) { return st.get(c) - st0.get(c); };
-      p.retransmitted = diff(Counter::kRetransmittedPackets);
-      p.timeouts = diff(Counter::kRetransmitTimeouts);
-      p.probes = diff(Counter::kRetransmitProbes);
-      p.rnr_naks = diff(Counter::kRnrNakRcvd);
-      p.seq_naks = diff(Counter::kSeqErrNakRcvd);
-      p.srtt_ns = eng.srtt_ns();
-      p.injected_drops = (loop.faults() ? loop.faults()->stats().dropped : 0) - drops0;
-      const auto busy_of = [](std::uint64_t busy, std::uint64_t idle) {
-        return busy + idle ? static_cast<double>(busy) / static_cast<double>(busy + idle) : -1.0;
-      };
-      const port::PollLoop::TimeStats& time1 = loop.time_stats();
-      p.busy_a = busy_of(time1.busy_ns - time0.busy_ns, time1.idle_ns - time0.idle_ns);
-      ch_.send({MsgType::kSizeDone});
-      const Msg lt = ch_.recv(MsgType::kLoopTime, poll);
-      p.busy_b = busy_of(lt.b, lt.c);
-      runs.emplace_back(lp, p);
+      runs.emplace_back(lp, measure(size, run_of));
     }
     emit_median_row(w, runs);
   }

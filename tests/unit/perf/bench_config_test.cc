@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "apps/perf/bench/bench_report.h"
 
 namespace roce::bench {
@@ -167,24 +169,27 @@ workloads: [{sizes: [8], mtu: 2048}]
   EXPECT_EQ(link_name(d), "af_packet on e to h");
 
   const std::string w = "\nworkloads: [{sizes: [8], mtu: 4096}]\n";
-  EXPECT_EQ(error_of("topology: {iface: eth1}" + w),
-            "b.yaml:1:19: topology.iface belongs to a remote topology: give topology.peer too");
-  EXPECT_EQ(error_of("topology: {peer: h}" + w),
-            "b.yaml:1:11: topology.iface is missing: the interface of this host's DPDK port");
-  EXPECT_EQ(error_of("topology: {peer: \"h:x\", iface: e}" + w),
-            "b.yaml:1:18: topology.peer: 'x' is not a TCP port (1..65535)");
-  EXPECT_EQ(error_of("topology: {peer: \"h:70000\", iface: e}" + w),
-            "b.yaml:1:18: topology.peer: '70000' is not a TCP port (1..65535)");
-  EXPECT_EQ(error_of("topology: {peer: h, iface: e, pmd: pcap}" + w),
-            "b.yaml:1:36: topology.pmd must be af_packet, af_xdp or tap, not 'pcap'");
-  EXPECT_EQ(error_of("topology: {peer: h, iface: e, ip: 300.1.1.1}" + w),
-            "b.yaml:1:35: topology.ip: '300.1.1.1' is not an IPv4 address");
-  EXPECT_EQ(error_of("topology: {peer: h, iface: e, mac: zz}" + w),
-            "b.yaml:1:36: topology.mac: 'zz' is not a MAC address");
-  EXPECT_EQ(error_of("topology: {peer: h, iface: e, netdev_mtu: 1500}" + w),
-            "b.yaml:1:43: topology.netdev_mtu: 1500 is too small for path MTU 4096 (needs 4156)");
-  EXPECT_EQ(error_of("topology: {peer: h, iface: e, colour: red}" + w),
-            "b.yaml:1:31: unknown key 'colour' in topology");
+  const std::pair<const char*, const char*> bad[] = {
+      {"topology: {iface: eth1}",
+       "b.yaml:1:19: topology.iface belongs to a remote topology: give topology.peer too"},
+      {"topology: {peer: h}",
+       "b.yaml:1:11: topology.iface is missing: the interface of this host's DPDK port"},
+      {"topology: {peer: \"h:x\", iface: e}",
+       "b.yaml:1:18: topology.peer: 'x' is not a TCP port (1..65535)"},
+      {"topology: {peer: \"h:70000\", iface: e}",
+       "b.yaml:1:18: topology.peer: '70000' is not a TCP port (1..65535)"},
+      {"topology: {peer: h, iface: e, pmd: pcap}",
+       "b.yaml:1:36: topology.pmd must be af_packet, af_xdp or tap, not 'pcap'"},
+      {"topology: {peer: h, iface: e, ip: 300.1.1.1}",
+       "b.yaml:1:35: topology.ip: '300.1.1.1' is not an IPv4 address"},
+      {"topology: {peer: h, iface: e, mac: zz}",
+       "b.yaml:1:36: topology.mac: 'zz' is not a MAC address"},
+      {"topology: {peer: h, iface: e, netdev_mtu: 1500}",
+       "b.yaml:1:43: topology.netdev_mtu: 1500 is too small for path MTU 4096 (needs 4156)"},
+      {"topology: {peer: h, iface: e, colour: red}",
+       "b.yaml:1:31: unknown key 'colour' in topology"},
+  };
+  for (const auto& [yaml, error] : bad) EXPECT_EQ(error_of(yaml + w), error) << yaml;
 }
 
 TEST(BenchConfig, TargetsNameFileLineColumn) {
