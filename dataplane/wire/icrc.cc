@@ -1,12 +1,13 @@
 /// @file
 /// ICRC with ISA-L's reflected CRC-32 (crc32_gzip_refl: the zlib CRC, hardware-accelerated with
-/// PCLMULQDQ where the CPU has it).
+/// PCLMULQDQ where the CPU has it); buffers under 256 bytes with crc32_fold (crc_fold.h).
 #include "dataplane/wire/icrc.h"
 
 #include <isa-l/crc.h>
 
 #include <cstring>
 
+#include "dataplane/wire/crc_fold.h"
 #include "dataplane/wire/opcode_table.h"
 
 namespace roce::wire {
@@ -23,6 +24,7 @@ constexpr std::size_t kMaxMasked = 40 + kUdpSize + kBthSize;
 const bool kCpuHasAvx = __builtin_cpu_supports("avx");
 
 inline std::uint32_t crc32(std::uint32_t crc, const std::uint8_t* p, std::size_t n) {
+  if (n >= 16 && n < kCrcFoldMax && kCrcFoldUsable) return crc32_fold(crc, p, n);
   crc = crc32_gzip_refl(crc, p, n);
   if (kCpuHasAvx) asm volatile("vzeroupper" ::: "memory");
   return crc;

@@ -3,12 +3,15 @@
 #include "dataplane/wire/icrc.h"
 
 #include <gtest/gtest.h>
+#include <isa-l/crc.h>
 
 #include <cstdint>
+#include <random>
 #include <string_view>
 #include <vector>
 
 #include "dataplane/wire/bytes.h"
+#include "dataplane/wire/crc_fold.h"
 #include "dataplane/wire/roce_frame.h"
 
 namespace roce::wire {
@@ -144,6 +147,38 @@ TEST(Icrc, BuilderReproducesVector2) {
   const std::size_t n = build_frame(s, payload, out);
   out.resize(n);
   EXPECT_EQ(out, kUcSendFrame);
+}
+
+// The short-buffer kernel against ISA-L: every length it takes, every head length (n % 16,
+// which decides how the initial value is split), unaligned starts, random bytes and states.
+TEST(Crc32Fold, MatchesIsalForEveryLength) {
+  if (!kCrcFoldUsable) GTEST_SKIP() << "no PCLMULQDQ on this CPU";
+  std::mt19937_64 rng(7);
+  std::vector<std::uint8_t> buf(kCrcFoldMax + 64);
+  int mismatches = 0;
+  for (std::size_t n = 16; n < kCrcFoldMax; ++n) {
+    for (int trial = 0; trial < 40; ++trial) {
+      for (auto& b : buf) b = static_cast<std::uint8_t>(rng());
+      const std::size_t off = rng() % 64;
+      const auto state = trial == 0 ? 0u : trial == 1 ? ~0u : static_cast<std::uint32_t>(rng());
+      const std::uint32_t want = crc32_gzip_refl(state, buf.data() + off, n);
+      const std::uint32_t got = crc32_fold(state, buf.data() + off, n);
+      if (got != want && ++mismatches <= 5)
+        ADD_FAILURE() << "n=" << n << " off=" << off << " state=" << state << ": " << got
+                      << " != " << want;
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST(Crc32Fold, ZeroAndOnesBuffers) {
+  if (!kCrcFoldUsable) GTEST_SKIP() << "no PCLMULQDQ on this CPU";
+  for (const std::uint8_t fill : {std::uint8_t{0x00}, std::uint8_t{0xFF}}) {
+    const std::vector<std::uint8_t> buf(kCrcFoldMax, fill);
+    for (std::size_t n = 16; n < kCrcFoldMax; ++n)
+      ASSERT_EQ(crc32_fold(kIcrcSeed, buf.data(), n), crc32_gzip_refl(kIcrcSeed, buf.data(), n))
+          << "n=" << n << " fill=" << int{fill};
+  }
 }
 
 }  // namespace

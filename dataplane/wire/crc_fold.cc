@@ -1,0 +1,135 @@
+/// @file
+/// CRC-32 (zlib convention) of short buffers with PCLMULQDQ, every 16-byte block folded
+/// straight to the end of the buffer instead of block after block.
+///
+/// Notation: a 128-bit register holds 16 message bytes loaded little-endian; bit i stands for
+/// x^(127 - i) (the reflected order of zlib's CRC, where a byte's least significant bit comes
+/// first). A 64-bit operand's bit b stands for x^(63 - b); their carry-less product has bit i
+/// for x^(126 - i), i.e. read as a 128-bit register it is x times the product, which every
+/// constant below absorbs by carrying one power of x less. P = x^32 + 0x04C11DB7.
+///
+/// A block followed by 16m more bytes contributes B * x^(128m) mod P. With B = Bh x^64 + Bl
+/// (Bh in the low half of the register, Bl in the high half) that is Bh (x^(128m+64) mod P) +
+/// Bl (x^(128m) mod P), two independent products per block; their XOR with the last block is a
+/// 128-bit Y congruent to the message M. The CRC is Y x^32 mod P: Y's high part is folded twice
+/// (x^96, then x^64) down to a 64-bit A, and A mod P comes from Barrett reduction with
+/// mu = floor(x^64 / P). The initial CRC value is XORed into the first four message bytes, as
+/// in the bitwise algorithm; zero bytes in front of the first, partial block change nothing.
+///
+/// The constants are computed from P at start-up; tests compare against ISA-L for every length.
+#include "dataplane/wire/crc_fold.h"
+
+#include <immintrin.h>
+
+namespace roce::wire {
+
+namespace {
+
+constexpr std::uint64_t kPoly = 0x1'04C1'1DB7ull;  // P, bit e for x^e
+
+/// x^n mod P, bit e for x^e.
+std::uint64_t x_pow_mod(unsigned n) {
+  std::uint64_t r = 1;
+  for (unsigned i = 0; i < n; ++i) {
+    r <<= 1;
+    if (r & (std::uint64_t{1} << 32)) r ^= kPoly;
+  }
+  return r;
+}
+
+/// A polynomial of degree < 64 as a 64-bit operand (x^e at bit 63 - e).
+std::uint64_t as_operand(std::uint64_t poly) {
+  std::uint64_t r = 0;
+  for (unsigned e = 0; e < 64; ++e)
+    if ((poly >> e) & 1) r |= std::uint64_t{1} << (63 - e);
+  return r;
+}
+
+struct Constants {
+  /// fold[m]: for a block with 16m bytes after it, x^(128m+63) (low) and x^(128m-1) (high)
+  std::uint64_t fold[kCrcFoldMax / 16 + 1][2] = {};
+  std::uint64_t x95 = 0, x63 = 0;  ///< the two folds of Y's high part (x^96, x^64)
+  std::uint64_t mu = 0, p = 0;     ///< Barrett: floor(x^64 / P), and P
+  Constants() {
+    for (unsigned m = 1; m <= kCrcFoldMax / 16; ++m) {
+      fold[m][0] = as_operand(x_pow_mod(128 * m + 63));
+      fold[m][1] = as_operand(x_pow_mod(128 * m - 1));
+    }
+    x95 = as_operand(x_pow_mod(95));
+    x63 = as_operand(x_pow_mod(63));
+    unsigned __int128 rem = static_cast<unsigned __int128>(1) << 64;
+    std::uint64_t q = 0;
+    for (int d = 64; d >= 32; --d) {
+      if (((rem >> d) & 1) == 0) continue;
+      q |= std::uint64_t{1} << (d - 32);
+      rem ^= static_cast<unsigned __int128>(kPoly) << (d - 32);
+    }
+    mu = as_operand(q);
+    p = as_operand(kPoly);
+  }
+};
+const Constants kK;
+
+// Byte shuffle that moves the first r bytes of a register to its top (mask at offset r).
+alignas(16) constexpr std::uint8_t kHeadShuffle[32] = {
+    0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+    0,    1,    2,    3,    4,    5,    6,    7,    8,    9,    10,   11,   12,   13,   14,   15};
+
+#define ROCE_CRC_TARGET __attribute__((target("avx,pclmul")))
+
+ROCE_CRC_TARGET inline __m128i load(const std::uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+
+// The contribution of block `b` followed by 16m bytes.
+ROCE_CRC_TARGET inline __m128i fold(__m128i b, unsigned m) {
+  const __m128i k = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kK.fold[m]));
+  return _mm_xor_si128(_mm_clmulepi64_si128(b, k, 0x00), _mm_clmulepi64_si128(b, k, 0x11));
+}
+
+}  // namespace
+
+const bool kCrcFoldUsable = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("avx");
+
+ROCE_CRC_TARGET std::uint32_t crc32_fold(std::uint32_t crc, const std::uint8_t* p, std::size_t n) {
+  const __m128i init = _mm_cvtsi32_si128(static_cast<int>(~crc));
+  const std::size_t r = n & 15, q = n >> 4;  // a partial head of r bytes, then q whole blocks
+  const std::uint8_t* blocks = p + r;
+  __m128i y;
+  std::size_t i = 0;  // the next whole block to add
+  if (r == 0) {
+    y = _mm_xor_si128(load(blocks), init);
+    if (q > 1) y = fold(y, static_cast<unsigned>(q - 1));
+    i = 1;
+  } else {
+    // The head as a block of its own, zeros in front; the initial value may reach block 0.
+    const __m128i shuffle = load(kHeadShuffle + r);
+    y = fold(_mm_shuffle_epi8(_mm_xor_si128(load(p), init), shuffle), static_cast<unsigned>(q));
+    if (r < 4) {
+      const auto spill = static_cast<int>(~crc >> (8 * r));  // r < 4: the bytes past the head
+      __m128i b0 = _mm_xor_si128(load(blocks), _mm_cvtsi32_si128(spill));
+      if (q > 1) b0 = fold(b0, static_cast<unsigned>(q - 1));
+      y = _mm_xor_si128(y, b0);
+      i = 1;
+    }
+  }
+  for (; i + 1 < q; ++i)
+    y = _mm_xor_si128(y, fold(load(blocks + 16 * i), static_cast<unsigned>(q - 1 - i)));
+  if (i + 1 == q) y = _mm_xor_si128(y, load(blocks + 16 * i));  // the last block, as it is
+
+  // Y x^32 mod P. A1 = Yh (x^96 mod P) + Yl x^32, below x^96; A = A1h (x^64 mod P) + A1l, below
+  // x^64, in the high half of `a`; Barrett: q = floor(A mu / x^64), CRC = (A + q P) mod x^32.
+  const __m128i folds =
+      _mm_set_epi64x(static_cast<long long>(kK.x63), static_cast<long long>(kK.x95));
+  const __m128i barrett =
+      _mm_set_epi64x(static_cast<long long>(kK.p), static_cast<long long>(kK.mu));
+  const __m128i a1 =
+      _mm_xor_si128(_mm_clmulepi64_si128(y, folds, 0x00), _mm_slli_si128(_mm_srli_si128(y, 8), 4));
+  const __m128i a = _mm_xor_si128(_mm_clmulepi64_si128(a1, folds, 0x10), a1);
+  const __m128i quot = _mm_slli_epi64(_mm_clmulepi64_si128(a, barrett, 0x01), 1);
+  const __m128i qp = _mm_clmulepi64_si128(quot, barrett, 0x10);
+  const __m128i rem = _mm_xor_si128(_mm_srli_epi64(a, 32), _mm_srli_epi64(qp, 31));
+  return ~static_cast<std::uint32_t>(_mm_extract_epi32(rem, 2));
+}
+
+}  // namespace roce::wire
