@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -116,6 +117,20 @@ int run_side(int side, int fd, const Options& opt) {
   FaultPolicy fp;
   fp.drop_rate = opt.loss;
   fp.seed = 100 + static_cast<std::uint64_t>(side);
+  // memif tears a connection down on its interrupt thread when the peer goes: a side still
+  // polling its rings then can read memory that is being unmapped (B once died of SIGSEGV in
+  // its last poll as A closed). So neither side polls at the end, B (the client) closes
+  // first, and A closes only after B says its port is gone. Destruction runs in reverse:
+  // B's `closed` after its port, A's `wait_peer` before its own.
+  const auto signal_closed = [&] {
+    const char c = 'C';
+    if (side == 1 && ::write(fd, &c, 1) != 1) std::fprintf(stderr, "[B] exchange write failed\n");
+  };
+  struct AtExit {
+    std::function<void()> f;
+    ~AtExit() { f(); }
+  };
+  const AtExit closed{signal_closed};
   std::unique_ptr<port::DpdkPort> port;
   try {
     port = std::make_unique<port::DpdkPort>(ps);
@@ -123,6 +138,14 @@ int run_side(int side, int fd, const Options& opt) {
     die(side, e.what());
   }
   port::PollLoop loop(*port, eng, fp);
+  const AtExit wait_peer{[&] {
+    if (side != 0) return;
+    // Blocking, with a bound: B may have failed already.
+    pollfd p{fd, POLLIN, 0};
+    char c = 0;
+    fcntl(fd, F_SETFL, 0);
+    if (::poll(&p, 1, 5000) == 1) (void)::read(fd, &c, 1);
+  }};
   std::unique_ptr<apps::PcapWriter> pcap;
   if (side == 0) {
     pcap = std::make_unique<apps::PcapWriter>(opt.workdir + "/a.pcap");
