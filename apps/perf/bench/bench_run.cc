@@ -94,9 +94,11 @@ enum class MsgType : std::uint32_t {
   kConfig,        ///< remote topology, driver to peer first: a = version, b = length of the
                   ///< configuration text that follows
   kC2c,           ///< B: answer a core-to-core probe of `a` rounds on the shared line
-  kLinkStart      ///< B: serve link baselines (link_b) until kLinkDone, within a workload
+  kLinkStart,     ///< B: serve link baselines (link_b) until kLinkDone, within a workload
+  kStopped,       ///< A polls its port no more (the run is over): B may close
+  kClosed         ///< B has closed its port: A may close
 };
-constexpr std::uint32_t kProtocolVersion = 1;
+constexpr std::uint32_t kProtocolVersion = 2;
 constexpr std::uint64_t kMaxConfigText = 1 << 20;
 
 struct Msg {
@@ -902,6 +904,19 @@ int Appliance::run(const Site& site) {
   }
   if (a()) print_baselines(stdout, cfg_, base_);
   for (std::size_t wi = 0; wi < cfg_.workloads.size(); ++wi) workload(wi);
+  // An ordered close. memif takes a connection down on its interrupt thread when the peer
+  // goes, and a side still polling its rings then can touch memory being unmapped (the link
+  // demo's B once died of SIGSEGV so; here it showed as "EAL: Error: Invalid memory"). So A
+  // stops polling first, B closes while A waits, and A closes last.
+  const auto no_poll = [] {};
+  if (a()) {
+    ch_.send({MsgType::kStopped});
+    ch_.recv(MsgType::kClosed, no_poll);
+  } else {
+    ch_.recv(MsgType::kStopped, no_poll);
+    port_.reset();
+    ch_.send({MsgType::kClosed});
+  }
   return 0;
 }
 
