@@ -89,7 +89,11 @@ ROCE_CRC_TARGET inline __m128i fold(__m128i b, unsigned m) {
 
 }  // namespace
 
-const bool kCrcFoldUsable = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("avx");
+// (A static initializer may run before libgcc's own: __builtin_cpu_init first.)
+const bool kCrcFoldUsable = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("avx");
+}();
 
 ROCE_CRC_TARGET std::uint32_t crc32_fold(std::uint32_t crc, const std::uint8_t* p, std::size_t n) {
   const __m128i init = _mm_cvtsi32_si128(static_cast<int>(~crc));

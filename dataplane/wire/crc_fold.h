@@ -13,7 +13,8 @@ namespace roce::wire {
 /// Buffers shorter than this (and at least 16 bytes) may use crc32_fold().
 inline constexpr std::size_t kCrcFoldMax = 256;
 
-/// True when the CPU has PCLMULQDQ and SSE4.1.
+/// True when the CPU has PCLMULQDQ and AVX (the kernel is VEX-encoded: legacy SSE code after
+/// ISA-L's AVX-512 would pay the transition penalty, docs/benchmarks.md).
 extern const bool kCrcFoldUsable;
 
 /// The CRC-32 of `n` bytes (16 <= n < kCrcFoldMax) continuing from `crc`, as crc32_gzip_refl.
