@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -70,6 +69,15 @@ void exchange_read(int side, port::PollLoop& loop, int fd, void* buf, std::size_
           60))
     die(side, "timed out waiting for the peer");
 }
+
+/// Runs `f` when it goes out of scope.
+template <class F>
+struct AtExit {
+  F f;
+  ~AtExit() { f(); }
+};
+template <class F>
+AtExit(F) -> AtExit<F>;
 
 int run_side(int side, int fd, const Options& opt) {
   if (!opt.netns[side].empty()) {
@@ -122,15 +130,10 @@ int run_side(int side, int fd, const Options& opt) {
   // its last poll as A closed). So neither side polls at the end, B (the client) closes
   // first, and A closes only after B says its port is gone. Destruction runs in reverse:
   // B's `closed` after its port, A's `wait_peer` before its own.
-  const auto signal_closed = [&] {
+  const AtExit closed{[&] {
     const char c = 'C';
     if (side == 1 && ::write(fd, &c, 1) != 1) std::fprintf(stderr, "[B] exchange write failed\n");
-  };
-  struct AtExit {
-    std::function<void()> f;
-    ~AtExit() { f(); }
-  };
-  const AtExit closed{signal_closed};
+  }};
   std::unique_ptr<port::DpdkPort> port;
   try {
     port = std::make_unique<port::DpdkPort>(ps);
@@ -140,10 +143,8 @@ int run_side(int side, int fd, const Options& opt) {
   port::PollLoop loop(*port, eng, fp);
   const AtExit wait_peer{[&] {
     if (side != 0) return;
-    // Blocking, with a bound: B may have failed already.
-    pollfd p{fd, POLLIN, 0};
+    pollfd p{fd, POLLIN, 0};  // with a bound: B may have failed already
     char c = 0;
-    fcntl(fd, F_SETFL, 0);
     if (::poll(&p, 1, 5000) == 1) (void)::read(fd, &c, 1);
   }};
   std::unique_ptr<apps::PcapWriter> pcap;

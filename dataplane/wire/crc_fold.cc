@@ -96,30 +96,22 @@ const bool kCrcFoldUsable = [] {
 }();
 
 ROCE_CRC_TARGET std::uint32_t crc32_fold(std::uint32_t crc, const std::uint8_t* p, std::size_t n) {
-  const __m128i init = _mm_cvtsi32_si128(static_cast<int>(~crc));
   const std::size_t r = n & 15, q = n >> 4;  // a partial head of r bytes, then q whole blocks
   const std::uint8_t* blocks = p + r;
-  __m128i y;
-  std::size_t i = 0;  // the next whole block to add
-  if (r == 0) {
-    y = _mm_xor_si128(load(blocks), init);
-    if (q > 1) y = fold(y, static_cast<unsigned>(q - 1));
-    i = 1;
-  } else {
-    // The head as a block of its own, zeros in front; the initial value may reach block 0.
-    const __m128i shuffle = load(kHeadShuffle + r);
-    y = fold(_mm_shuffle_epi8(_mm_xor_si128(load(p), init), shuffle), static_cast<unsigned>(q));
-    if (r < 4) {
-      const auto spill = static_cast<int>(~crc >> (8 * r));  // r < 4: the bytes past the head
-      __m128i b0 = _mm_xor_si128(load(blocks), _mm_cvtsi32_si128(spill));
-      if (q > 1) b0 = fold(b0, static_cast<unsigned>(q - 1));
-      y = _mm_xor_si128(y, b0);
-      i = 1;
-    }
+  // The head as a block of its own, zeros in front, with the initial value in its first bytes;
+  // what of the initial value the head does not hold (all of it without a head) goes to block 0.
+  __m128i y = _mm_setzero_si128();
+  if (r != 0) {
+    const __m128i head = _mm_xor_si128(load(p), _mm_cvtsi32_si128(static_cast<int>(~crc)));
+    y = fold(_mm_shuffle_epi8(head, load(kHeadShuffle + r)), static_cast<unsigned>(q));
   }
-  for (; i + 1 < q; ++i)
-    y = _mm_xor_si128(y, fold(load(blocks + 16 * i), static_cast<unsigned>(q - 1 - i)));
-  if (i + 1 == q) y = _mm_xor_si128(y, load(blocks + 16 * i));  // the last block, as it is
+  const std::uint32_t spill = r < 4 ? ~crc >> (8 * r) : 0;
+  __m128i b = _mm_xor_si128(load(blocks), _mm_cvtsi32_si128(static_cast<int>(spill)));
+  for (std::size_t i = 1; i < q; ++i) {  // every block but the last, folded to the end
+    y = _mm_xor_si128(y, fold(b, static_cast<unsigned>(q - i)));
+    b = load(blocks + 16 * i);
+  }
+  y = _mm_xor_si128(y, b);  // the last block, as it is
 
   // Y x^32 mod P. A1 = Yh (x^96 mod P) + Yl x^32, below x^96; A = A1h (x^64 mod P) + A1l, below
   // x^64, in the high half of `a`; Barrett: q = floor(A mu / x^64), CRC = (A + q P) mod x^32.
