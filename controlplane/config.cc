@@ -139,7 +139,7 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
   if (r.has("limits")) {
     Reader l(r.get("limits"), origin, "limits");
     c.limits.max_qps = static_cast<std::uint32_t>(l.uint("max_qps", c.limits.max_qps, 1, 1u << 20));
-    c.limits.max_mrs = static_cast<std::uint32_t>(l.uint("max_mrs", c.limits.max_mrs, 1, 1u << 24));
+    c.limits.max_mrs = static_cast<std::uint32_t>(l.uint("max_mrs", c.limits.max_mrs, 1, 1u << 23));
     c.limits.cq_depth =
         static_cast<std::uint32_t>(l.uint("cq_depth", c.limits.cq_depth, 1, 1u << 22));
     c.limits.tx_slots =

@@ -174,6 +174,8 @@ int run(const ctl::ApplianceConfig& cfg) {
     ec.vlan_id = pc.vlan;
     ec.max_qps = cfg.limits.max_qps;
     ec.tx_slots = cfg.limits.tx_slots;
+    ec.max_mrs = cfg.limits.max_mrs;
+    ec.max_cq_depth = cfg.limits.cq_depth;
     ec.ack_req_every = cfg.transport.ack_req_every;
     ec.max_inflight_psns = cfg.transport.max_inflight_psns;
     ec.max_inflight_bytes = cfg.transport.max_inflight_bytes;
