@@ -1,0 +1,215 @@
+/// @file
+/// A bounded neighbour cache (IPv4 ARP or IPv6 ND) for the neighbour responder: every entry
+/// and index slot is allocated when the table is made, lookups are O(1) (open addressing with
+/// linear probing behind a seeded hash, load at most one half, backward-shift deletion), and
+/// what it learns follows Linux with arp_accept=0 and tightens it so that an unsolicited frame
+/// never moves a known peer:
+///
+/// - expect(ip): we sent a request for `ip`; an entry waits for the answer (pending).
+/// - answer(ip, mac): a reply; taken only while `ip` is pending (then confirmed, and it may
+///   replace an older MAC: we asked). Otherwise it is unsolicited and refused.
+/// - learn(ip, mac): a request addressed to us; fills an entry without a MAC, refuses one whose
+///   known MAC differs (kConflict).
+///
+/// Eviction when full: the least recently learned *cold* entry goes, cold being an entry that
+/// neither came from a reply to our request nor was ever looked up (a flood of requests only
+/// ever creates cold entries). Confirmed or used entries are never evicted: with the table full
+/// of them, a new entry is refused (kFull). An evicted entry costs only a new resolution: a QP
+/// keeps the MAC it was given at connection time.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "dataplane/wire/bytes.h"
+
+namespace roce::port {
+
+/// splitmix64's finaliser: a bijective mix; with a secret seed a flood cannot aim at one slot.
+inline std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+inline std::uint64_t neighbour_hash(wire::Ipv4Addr a, std::uint64_t seed) {
+  return mix64(a.v ^ seed);
+}
+inline std::uint64_t neighbour_hash(const wire::Ipv6Addr& a, std::uint64_t seed) {
+  std::uint64_t lo, hi;
+  std::memcpy(&lo, a.b.data(), 8);
+  std::memcpy(&hi, a.b.data() + 8, 8);
+  return mix64(mix64(lo ^ seed) ^ hi);
+}
+
+enum class LearnResult : std::uint8_t {
+  kLearned,      ///< a new entry, or a MAC for an entry that had none
+  kUnchanged,    ///< the same MAC again
+  kConflict,     ///< refused: the entry holds another MAC
+  kUnsolicited,  ///< refused: a reply we did not ask for
+  kFull,         ///< refused: no room and nothing cold to evict
+};
+
+template <class Key>
+class NeighbourTable {
+ public:
+  /// `capacity` entries at most (at least 1); `seed` keys the hash.
+  NeighbourTable(std::uint32_t capacity, std::uint64_t seed)
+      : seed_(seed),
+        nodes_(capacity == 0 ? 1 : capacity),
+        slots_(std::bit_ceil(std::size_t{nodes_.size()} * 2), kNone) {
+    for (std::uint32_t i = 0; i < nodes_.size(); ++i) nodes_[i].next = i + 1;
+    nodes_.back().next = kNone;
+    free_ = 0;
+  }
+
+  /// The MAC of `k`, and the entry counts as used from then on (never evicted).
+  std::optional<wire::MacAddr> lookup(const Key& k) {
+    const std::uint32_t i = find(k);
+    if (i == kNone || !(nodes_[i].flags & kHasMac)) return std::nullopt;
+    protect(i, kUsed);
+    return nodes_[i].mac;
+  }
+  /// The MAC without marking the entry used (counters, tests).
+  std::optional<wire::MacAddr> peek(const Key& k) const {
+    const std::uint32_t i = find(k);
+    if (i == kNone || !(nodes_[i].flags & kHasMac)) return std::nullopt;
+    return nodes_[i].mac;
+  }
+  bool pending(const Key& k) const {
+    const std::uint32_t i = find(k);
+    return i != kNone && (nodes_[i].flags & kPending);
+  }
+
+  /// We sent a request for `k`: the next reply for it is taken. False when there is no room.
+  bool expect(const Key& k) {
+    std::uint32_t i = find(k);
+    if (i == kNone && (i = insert(k)) == kNone) return false;
+    nodes_[i].flags |= kPending;
+    return true;
+  }
+  /// A reply for `k`: taken (and confirmed) only while a request of ours is pending.
+  LearnResult answer(const Key& k, const wire::MacAddr& mac) {
+    const std::uint32_t i = find(k);
+    if (i == kNone || !(nodes_[i].flags & kPending)) return LearnResult::kUnsolicited;
+    Node& n = nodes_[i];
+    const bool same = (n.flags & kHasMac) && n.mac == mac;
+    n.mac = mac;
+    n.flags = static_cast<std::uint8_t>((n.flags & ~kPending) | kHasMac);
+    protect(i, kConfirmed);
+    return same ? LearnResult::kUnchanged : LearnResult::kLearned;
+  }
+  /// A request addressed to us from `k`: a new entry, or the MAC of one without it.
+  LearnResult learn(const Key& k, const wire::MacAddr& mac) {
+    std::uint32_t i = find(k);
+    if (i == kNone) {
+      if ((i = insert(k)) == kNone) return LearnResult::kFull;
+    } else if (nodes_[i].flags & kHasMac) {
+      return nodes_[i].mac == mac ? LearnResult::kUnchanged : LearnResult::kConflict;
+    }
+    nodes_[i].mac = mac;
+    nodes_[i].flags |= kHasMac;
+    return LearnResult::kLearned;
+  }
+
+  std::size_t size() const { return size_; }
+  std::size_t capacity() const { return nodes_.size(); }
+  std::uint64_t evicted() const { return evicted_; }
+  /// Bytes held, all of them allocated by the constructor.
+  std::size_t footprint() const {
+    return nodes_.capacity() * sizeof(Node) + slots_.capacity() * sizeof(std::uint32_t);
+  }
+
+ private:
+  static constexpr std::uint32_t kNone = ~std::uint32_t{0};
+  static constexpr std::uint8_t kHasMac = 1, kPending = 2, kConfirmed = 4, kUsed = 8;
+  struct Node {
+    Key key{};
+    wire::MacAddr mac{};
+    std::uint8_t flags = 0;
+    std::uint32_t prev = kNone, next = kNone;  ///< in the cold or the warm list (or free)
+  };
+  struct List {
+    std::uint32_t head = kNone, tail = kNone;
+  };
+  static bool cold(const Node& n) { return !(n.flags & (kConfirmed | kUsed)); }
+
+  std::size_t home(const Key& k) const { return neighbour_hash(k, seed_) & (slots_.size() - 1); }
+  std::uint32_t find(const Key& k) const {
+    for (std::size_t s = home(k);; s = (s + 1) & (slots_.size() - 1)) {
+      const std::uint32_t i = slots_[s];
+      if (i == kNone || nodes_[i].key == k) return i;
+    }
+  }
+
+  void link(List& l, std::uint32_t i) {
+    nodes_[i].prev = l.tail;
+    nodes_[i].next = kNone;
+    if (l.tail != kNone) nodes_[l.tail].next = i; else l.head = i;
+    l.tail = i;
+  }
+  void unlink(List& l, std::uint32_t i) {
+    Node& n = nodes_[i];
+    if (n.prev != kNone) nodes_[n.prev].next = n.next; else l.head = n.next;
+    if (n.next != kNone) nodes_[n.next].prev = n.prev; else l.tail = n.prev;
+  }
+  void protect(std::uint32_t i, std::uint8_t flag) {
+    if (cold(nodes_[i])) {
+      unlink(cold_, i);
+      link(warm_, i);
+    }
+    nodes_[i].flags |= flag;
+  }
+
+  /// A new cold entry for `k` (no MAC yet); evicts the oldest cold one when full.
+  std::uint32_t insert(const Key& k) {
+    if (free_ == kNone) {
+      if (cold_.head == kNone) return kNone;
+      remove(cold_.head);
+      ++evicted_;
+    }
+    const std::uint32_t i = free_;
+    free_ = nodes_[i].next;
+    nodes_[i] = Node{k, {}, 0, kNone, kNone};
+    link(cold_, i);
+    std::size_t s = home(k);
+    while (slots_[s] != kNone) s = (s + 1) & (slots_.size() - 1);
+    slots_[s] = i;
+    ++size_;
+    return i;
+  }
+  /// Takes node `i` out of its list and the index (backward-shift deletion: no tombstones, so
+  /// probe lengths stay as if the entry had never been there).
+  void remove(std::uint32_t i) {
+    unlink(cold(nodes_[i]) ? cold_ : warm_, i);
+    const std::size_t mask = slots_.size() - 1;
+    std::size_t s = home(nodes_[i].key);
+    while (slots_[s] != i) s = (s + 1) & mask;
+    for (std::size_t j = (s + 1) & mask; slots_[j] != kNone; j = (j + 1) & mask) {
+      const std::size_t h = home(nodes_[slots_[j]].key);
+      // The entry at j may move to the hole at s if its home is not in (s, j] (cyclically).
+      if (((j - h) & mask) >= ((j - s) & mask)) {
+        slots_[s] = slots_[j];
+        s = j;
+      }
+    }
+    slots_[s] = kNone;
+    nodes_[i].next = free_;
+    free_ = i;
+    --size_;
+  }
+
+  std::uint64_t seed_;
+  std::vector<Node> nodes_;
+  std::vector<std::uint32_t> slots_;
+  std::uint32_t free_ = kNone;
+  List cold_, warm_;
+  std::size_t size_ = 0;
+  std::uint64_t evicted_ = 0;
+};
+
+}  // namespace roce::port
