@@ -11,10 +11,12 @@
 /// - learn(ip, mac): a request addressed to us; fills an entry without a MAC, refuses one whose
 ///   known MAC differs (kConflict).
 ///
-/// Eviction when full: the least recently learned *cold* entry goes, cold being an entry that
+/// Eviction when full: the oldest *cold* entry goes, cold being an entry with a MAC that
 /// neither came from a reply to our request nor was ever looked up (a flood of requests only
-/// ever creates cold entries). Confirmed or used entries are never evicted: with the table full
-/// of them, a new entry is refused (kFull). An evicted entry costs only a new resolution: a QP
+/// ever creates cold entries). A request of ours still waiting for its answer (pending, no MAC)
+/// gives way only to another request of ours, never to what a peer sends, so a flood cannot
+/// keep us from resolving. Confirmed or used entries are never evicted: with the table full of
+/// them, a new entry is refused (kFull). An evicted entry costs only a new resolution: a QP
 /// keeps the MAC it was given at connection time.
 #pragma once
 
@@ -71,7 +73,8 @@ class NeighbourTable {
   std::optional<wire::MacAddr> lookup(const Key& k) {
     const std::uint32_t i = find(k);
     if (i == kNone || !(nodes_[i].flags & kHasMac)) return std::nullopt;
-    protect(i, kUsed);
+    nodes_[i].flags |= kUsed;
+    move(i, kWarm);
     return nodes_[i].mac;
   }
   /// The MAC without marking the entry used (counters, tests).
@@ -88,7 +91,7 @@ class NeighbourTable {
   /// We sent a request for `k`: the next reply for it is taken. False when there is no room.
   bool expect(const Key& k) {
     std::uint32_t i = find(k);
-    if (i == kNone && (i = insert(k)) == kNone) return false;
+    if (i == kNone && (i = insert(k, kAsked)) == kNone) return false;
     nodes_[i].flags |= kPending;
     return true;
   }
@@ -99,20 +102,21 @@ class NeighbourTable {
     Node& n = nodes_[i];
     const bool same = (n.flags & kHasMac) && n.mac == mac;
     n.mac = mac;
-    n.flags = static_cast<std::uint8_t>((n.flags & ~kPending) | kHasMac);
-    protect(i, kConfirmed);
+    n.flags = static_cast<std::uint8_t>((n.flags & ~kPending) | kHasMac | kConfirmed);
+    move(i, kWarm);
     return same ? LearnResult::kUnchanged : LearnResult::kLearned;
   }
   /// A request addressed to us from `k`: a new entry, or the MAC of one without it.
   LearnResult learn(const Key& k, const wire::MacAddr& mac) {
     std::uint32_t i = find(k);
     if (i == kNone) {
-      if ((i = insert(k)) == kNone) return LearnResult::kFull;
+      if ((i = insert(k, kCold)) == kNone) return LearnResult::kFull;
     } else if (nodes_[i].flags & kHasMac) {
       return nodes_[i].mac == mac ? LearnResult::kUnchanged : LearnResult::kConflict;
     }
     nodes_[i].mac = mac;
     nodes_[i].flags |= kHasMac;
+    if (nodes_[i].list == kAsked) move(i, kCold);  // it has a MAC now (the reply may follow)
     return LearnResult::kLearned;
   }
 
@@ -127,16 +131,19 @@ class NeighbourTable {
  private:
   static constexpr std::uint32_t kNone = ~std::uint32_t{0};
   static constexpr std::uint8_t kHasMac = 1, kPending = 2, kConfirmed = 4, kUsed = 8;
+  /// The lists, oldest first: evictable by anything; waiting for our request's answer;
+  /// never evicted.
+  enum ListId : std::uint8_t { kCold, kAsked, kWarm };
   struct Node {
     Key key{};
     wire::MacAddr mac{};
     std::uint8_t flags = 0;
-    std::uint32_t prev = kNone, next = kNone;  ///< in the cold or the warm list (or free)
+    ListId list = kCold;
+    std::uint32_t prev = kNone, next = kNone;  ///< in lists_[list] (or the free list)
   };
   struct List {
     std::uint32_t head = kNone, tail = kNone;
   };
-  static bool cold(const Node& n) { return !(n.flags & (kConfirmed | kUsed)); }
 
   std::size_t home(const Key& k) const { return neighbour_hash(k, seed_) & (slots_.size() - 1); }
   std::uint32_t find(const Key& k) const {
@@ -146,36 +153,40 @@ class NeighbourTable {
     }
   }
 
-  void link(List& l, std::uint32_t i) {
+  void link(ListId id, std::uint32_t i) {
+    List& l = lists_[id];
+    nodes_[i].list = id;
     nodes_[i].prev = l.tail;
     nodes_[i].next = kNone;
     if (l.tail != kNone) nodes_[l.tail].next = i; else l.head = i;
     l.tail = i;
   }
-  void unlink(List& l, std::uint32_t i) {
+  void unlink(std::uint32_t i) {
     Node& n = nodes_[i];
+    List& l = lists_[n.list];
     if (n.prev != kNone) nodes_[n.prev].next = n.next; else l.head = n.next;
     if (n.next != kNone) nodes_[n.next].prev = n.prev; else l.tail = n.prev;
   }
-  void protect(std::uint32_t i, std::uint8_t flag) {
-    if (cold(nodes_[i])) {
-      unlink(cold_, i);
-      link(warm_, i);
-    }
-    nodes_[i].flags |= flag;
+  void move(std::uint32_t i, ListId to) {
+    if (nodes_[i].list == to) return;
+    unlink(i);
+    link(to, i);
   }
 
-  /// A new cold entry for `k` (no MAC yet); evicts the oldest cold one when full.
-  std::uint32_t insert(const Key& k) {
+  /// A new entry for `k` (no MAC yet) in list `id`; when full, evicts the oldest cold entry,
+  /// or for a request of ours the oldest one still waiting.
+  std::uint32_t insert(const Key& k, ListId id) {
     if (free_ == kNone) {
-      if (cold_.head == kNone) return kNone;
-      remove(cold_.head);
+      std::uint32_t victim = lists_[kCold].head;
+      if (victim == kNone && id == kAsked) victim = lists_[kAsked].head;
+      if (victim == kNone) return kNone;
+      remove(victim);
       ++evicted_;
     }
     const std::uint32_t i = free_;
     free_ = nodes_[i].next;
-    nodes_[i] = Node{k, {}, 0, kNone, kNone};
-    link(cold_, i);
+    nodes_[i] = Node{k, {}, 0, id, kNone, kNone};
+    link(id, i);
     std::size_t s = home(k);
     while (slots_[s] != kNone) s = (s + 1) & (slots_.size() - 1);
     slots_[s] = i;
@@ -185,7 +196,7 @@ class NeighbourTable {
   /// Takes node `i` out of its list and the index (backward-shift deletion: no tombstones, so
   /// probe lengths stay as if the entry had never been there).
   void remove(std::uint32_t i) {
-    unlink(cold(nodes_[i]) ? cold_ : warm_, i);
+    unlink(i);
     const std::size_t mask = slots_.size() - 1;
     std::size_t s = home(nodes_[i].key);
     while (slots_[s] != i) s = (s + 1) & mask;
@@ -207,7 +218,7 @@ class NeighbourTable {
   std::vector<Node> nodes_;
   std::vector<std::uint32_t> slots_;
   std::uint32_t free_ = kNone;
-  List cold_, warm_;
+  List lists_[3];
   std::size_t size_ = 0;
   std::uint64_t evicted_ = 0;
 };

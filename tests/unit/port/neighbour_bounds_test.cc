@@ -128,6 +128,26 @@ TEST(NeighbourBounds, AFloodStaysWithinTheCapacityAndKeepsPeersInUse) {
   EXPECT_EQ(us.lookup(used), std::optional(kPeer));
 }
 
+TEST(NeighbourBounds, AFloodCannotKeepUsFromResolving) {
+  constexpr std::uint32_t kCap = 16;
+  Neighbour us(kUs, kUsIp, {}, kCap);
+  std::vector<std::uint8_t> req(64);
+  us.make_arp_request(kPeerIp, req);  // our request is out; the flood comes before the reply
+  for (std::uint32_t i = 0; i < 1000; ++i)
+    feed(us, arp(1, kEvil, wire::Ipv4Addr{0x0A000000 + i}, kUsIp));
+  EXPECT_EQ(us.stats().arp_entries, kCap);
+  feed(us, arp(2, kPeer, kPeerIp, kUsIp));
+  EXPECT_EQ(us.lookup(kPeerIp), std::optional(kPeer));
+  EXPECT_EQ(us.stats().arp_replies_learned, 1u);
+  // Requests of ours do give way to newer requests of ours (a peer may make us ask: a CM REQ
+  // from an unknown address), but never to an entry in use.
+  for (std::uint32_t i = 0; i < 100; ++i)
+    us.make_arp_request(wire::Ipv4Addr{0x0B000000 + i}, req);
+  EXPECT_EQ(us.stats().arp_entries, kCap);
+  EXPECT_EQ(us.stats().neighbour_cache_full, 0u);
+  EXPECT_EQ(us.lookup(kPeerIp), std::optional(kPeer));
+}
+
 // The table against a model, through many evictions (checks the backward-shift deletion).
 TEST(NeighbourBounds, TableMatchesAModelThroughEvictions) {
   constexpr std::uint32_t kCap = 100;
