@@ -15,9 +15,11 @@
 /// neither came from a reply to our request nor was ever looked up (a flood of requests only
 /// ever creates cold entries). A request of ours still waiting for its answer (pending, no MAC)
 /// gives way only to another request of ours, never to what a peer sends, so a flood cannot
-/// keep us from resolving. Confirmed or used entries are never evicted: with the table full of
-/// them, a new entry is refused (kFull). An evicted entry costs only a new resolution: a QP
-/// keeps the MAC it was given at connection time.
+/// keep us from resolving. Confirmed or used (warm) entries never give way to what a peer
+/// sends: with the table full of them, an entry learned from a request is refused (kFull). A
+/// request of ours, with nothing cold or waiting left, takes the least recently used warm
+/// entry (a peer that makes us look its addresses up cannot lock us out). An evicted entry
+/// costs only a new resolution: a QP keeps the MAC it was given at connection time.
 #pragma once
 
 #include <bit>
@@ -69,12 +71,12 @@ class NeighbourTable {
     free_ = 0;
   }
 
-  /// The MAC of `k`, and the entry counts as used from then on (never evicted).
+  /// The MAC of `k`; the entry counts as used from then on (warm, most recently used).
   std::optional<wire::MacAddr> lookup(const Key& k) {
     const std::uint32_t i = find(k);
     if (i == kNone || !(nodes_[i].flags & kHasMac)) return std::nullopt;
     nodes_[i].flags |= kUsed;
-    move(i, kWarm);
+    touch(i, kWarm);
     return nodes_[i].mac;
   }
   /// The MAC without marking the entry used (counters, tests).
@@ -103,7 +105,7 @@ class NeighbourTable {
     const bool same = (n.flags & kHasMac) && n.mac == mac;
     n.mac = mac;
     n.flags = static_cast<std::uint8_t>((n.flags & ~kPending) | kHasMac | kConfirmed);
-    move(i, kWarm);
+    touch(i, kWarm);
     return same ? LearnResult::kUnchanged : LearnResult::kLearned;
   }
   /// A request addressed to us from `k`: a new entry, or the MAC of one without it.
@@ -172,13 +174,19 @@ class NeighbourTable {
     unlink(i);
     link(to, i);
   }
+  /// To the tail (most recent) of list `to`.
+  void touch(std::uint32_t i, ListId to) {
+    unlink(i);
+    link(to, i);
+  }
 
   /// A new entry for `k` (no MAC yet) in list `id`; when full, evicts the oldest cold entry,
-  /// or for a request of ours the oldest one still waiting.
+  /// or for a request of ours the oldest one still waiting, else the least recently used.
   std::uint32_t insert(const Key& k, ListId id) {
     if (free_ == kNone) {
       std::uint32_t victim = lists_[kCold].head;
       if (victim == kNone && id == kAsked) victim = lists_[kAsked].head;
+      if (victim == kNone && id == kAsked) victim = lists_[kWarm].head;
       if (victim == kNone) return kNone;
       remove(victim);
       ++evicted_;

@@ -126,6 +126,15 @@ TEST(NeighbourBounds, AFloodStaysWithinTheCapacityAndKeepsPeersInUse) {
   EXPECT_GT(us.stats().neighbour_cache_full, 0u);
   EXPECT_EQ(us.lookup(kPeerIp), std::optional(kPeer));
   EXPECT_EQ(us.lookup(used), std::optional(kPeer));
+  // A request of ours still gets room: the least recently used entry gives way (a peer that
+  // makes us look its addresses up cannot lock us out).
+  const std::uint64_t full = us.stats().neighbour_cache_full;
+  us.make_arp_request(wire::Ipv4Addr{0xC0000299}, req);
+  EXPECT_EQ(us.stats().neighbour_cache_full, full);
+  EXPECT_TRUE(us.lookup(kPeerIp)) << "recently used: kept";
+  EXPECT_FALSE(us.lookup(wire::Ipv4Addr{0x0A000000})) << "least recently used: evicted";
+  feed(us, arp(2, kPeer, wire::Ipv4Addr{0xC0000299}, kUsIp));
+  EXPECT_TRUE(us.lookup(wire::Ipv4Addr{0xC0000299}));
 }
 
 TEST(NeighbourBounds, AFloodCannotKeepUsFromResolving) {
