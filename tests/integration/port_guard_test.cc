@@ -486,7 +486,7 @@ TEST(PortGuard, FloodsStayBoundedWhileATransferRuns) {
   const std::uint64_t t0 = port::now_ns();
   while (injected < kFrames) {
     // As much as the ring takes beside A's frames; then both loops run.
-    for (int k = 0; k < 64 && rte_ring_free_count(ab) > 512; ++k)
+    for (int k = 0; k < 64 && injected < kFrames && rte_ring_free_count(ab) > 512; ++k)
       injected += inject(ab, pool, flood.next());
     step();
     if (HasFatalFailure()) return;
@@ -523,15 +523,19 @@ TEST(PortGuard, FloodsStayBoundedWhileATransferRuns) {
   std::vector<std::uint8_t> arp_req(64);
   b.loop->neighbour().make_arp_request(wire::Ipv4Addr{0xC0000299}, arp_req);
   EXPECT_EQ(b.loop->neighbour().stats().neighbour_cache_full, full);
-  EXPECT_GT(cs.rejected_full, 0u);
-  EXPECT_GT(cs.half_open_expired, kCap);
+  // Every REQ was either held (and expired or still held) or refused with "no resources"; which
+  // of the two depends on how fast the frames came (the cap, or the 200 ms deadline).
+  EXPECT_EQ(connect_requests + cs.rejected_full, kFrames / 5);
+  EXPECT_EQ(connect_requests, cs.half_open_expired + agent.cm().size());
   EXPECT_GT(writes - writes_warm, 10u) << "the transfer kept going";
   // docs/security.md, "State bounds": the whole flood may cost the process at most 32 MiB (its
   // first 100k frames fill the caches and the CM to their caps and touch the pools' pages);
   // the remaining 900k frames, nothing more than noise.
+#ifndef __SANITIZE_ADDRESS__  // (ASan's quarantine keeps what is freed: RSS means nothing)
   EXPECT_LT(rss1 - rss0, 32u * 1024) << "KiB";
   EXPECT_LT(static_cast<std::int64_t>(rss1) - static_cast<std::int64_t>(rss_warm), 2 * 1024)
       << "KiB grown after the caches were full";
+#endif
 }
 
 }  // namespace
