@@ -214,7 +214,7 @@ struct CmStats {
   std::uint64_t mads_rx_ignored = 0;  ///< decoded, but nothing to do (stale, unknown ID, ...)
   std::uint64_t mads_tx = 0;
   std::uint64_t retransmits = 0;
-  std::uint64_t duplicates = 0;  ///< duplicate REQ/REP/SIDR_REQ answered or dropped
+  std::uint64_t duplicates = 0;         ///< duplicate REQ/REP/SIDR_REQ answered or dropped
   std::uint64_t rejected_full = 0;      ///< REQs, SIDR_REQs and API calls refused: max_connections
   std::uint64_t half_open_expired = 0;  ///< exchanges given up at half_open_timeout
   std::uint64_t sidr_forgotten = 0;     ///< answered SIDR exchanges dropped early to make room
@@ -287,8 +287,8 @@ class Cm {
     MadBuf retx{};
     unsigned retries_left = 0;
     std::uint8_t max_cm_retries = 15;
-    Duration base_interval{};  ///< per exchange: REQ from our timeouts, REP from the REQ's
-    Duration interval{};       ///< base_interval, or longer after an MRA
+    Duration base_interval{};           ///< per exchange: REQ from our timeouts, REP from the REQ's
+    Duration interval{};                ///< base_interval, or longer after an MRA
     std::optional<TimePoint> deadline;  ///< retransmission, timewait or SIDR keep
     std::optional<TimePoint> expires;   ///< half_open_timeout, until established
     std::optional<TimePoint> timer;     ///< min(deadline, expires) as filed in timers_
@@ -380,7 +380,7 @@ class Cm {
   std::unordered_multimap<std::pair<std::uint32_t, std::uint64_t>, std::uint32_t, Hash> by_qp_;
   /// Passive SIDR exchanges by (request ID, sender).
   std::unordered_map<std::pair<std::uint32_t, MadAddr>, std::uint32_t, Hash> sidr_;
-  std::deque<std::uint32_t> sidr_answered_;  ///< kSidrRepSent, oldest first
+  std::deque<std::uint32_t> sidr_answered_;               ///< kSidrRepSent, oldest first
   std::set<std::pair<TimePoint, std::uint32_t>> timers_;  ///< every armed connection
   std::set<std::uint64_t> listeners_;
   std::deque<std::variant<OutMad, CmEvent>> outbox_;

@@ -25,14 +25,14 @@ struct NeighbourStats {
   std::uint64_t nd_solicitations_answered = 0, nd_advertisements_learned = 0;
   std::uint64_t icmp6_echo_answered = 0;
   // Refused, each by reason (the frame is consumed; nothing is learned from it)
-  std::uint64_t arp_unsolicited = 0;     ///< a reply (or gratuitous ARP) we did not ask for
-  std::uint64_t arp_not_for_us = 0;      ///< a request for another address: not learned from
-  std::uint64_t arp_conflicts = 0;       ///< a request to us naming another MAC for a known peer
-  std::uint64_t arp_malformed = 0;       ///< short, not Ethernet/IPv4, unknown opcode, bad sender
-  std::uint64_t nd_unsolicited = 0;      ///< an advertisement we did not solicit
-  std::uint64_t nd_not_for_us = 0;       ///< a solicitation for another address
-  std::uint64_t nd_conflicts = 0;        ///< a solicitation naming another MAC for a known peer
-  std::uint64_t nd_malformed = 0;        ///< short, hop limit not 255, bad checksum, bad option
+  std::uint64_t arp_unsolicited = 0;       ///< a reply (or gratuitous ARP) we did not ask for
+  std::uint64_t arp_not_for_us = 0;        ///< a request for another address: not learned from
+  std::uint64_t arp_conflicts = 0;         ///< a request to us naming another MAC for a known peer
+  std::uint64_t arp_malformed = 0;         ///< short, not Ethernet/IPv4, unknown opcode, bad sender
+  std::uint64_t nd_unsolicited = 0;        ///< an advertisement we did not solicit
+  std::uint64_t nd_not_for_us = 0;         ///< a solicitation for another address
+  std::uint64_t nd_conflicts = 0;          ///< a solicitation naming another MAC for a known peer
+  std::uint64_t nd_malformed = 0;          ///< short, hop limit not 255, bad checksum, bad option
   std::uint64_t neighbour_cache_full = 0;  ///< no room and nothing cold to evict (both caches)
   std::uint64_t neighbour_evicted = 0;     ///< cold entries evicted for new ones (both caches)
   std::uint64_t arp_entries = 0, nd_entries = 0;  ///< gauges: entries held now

@@ -160,14 +160,23 @@ class NeighbourTable {
     nodes_[i].list = id;
     nodes_[i].prev = l.tail;
     nodes_[i].next = kNone;
-    if (l.tail != kNone) nodes_[l.tail].next = i; else l.head = i;
+    if (l.tail != kNone)
+      nodes_[l.tail].next = i;
+    else
+      l.head = i;
     l.tail = i;
   }
   void unlink(std::uint32_t i) {
     Node& n = nodes_[i];
     List& l = lists_[n.list];
-    if (n.prev != kNone) nodes_[n.prev].next = n.next; else l.head = n.next;
-    if (n.next != kNone) nodes_[n.next].prev = n.prev; else l.tail = n.prev;
+    if (n.prev != kNone)
+      nodes_[n.prev].next = n.next;
+    else
+      l.head = n.next;
+    if (n.next != kNone)
+      nodes_[n.next].prev = n.prev;
+    else
+      l.tail = n.prev;
   }
   void move(std::uint32_t i, ListId to) {
     if (nodes_[i].list == to) return;

@@ -9,13 +9,12 @@
 // - Floods: 1 M frames of ARP, ND and CM REQs with random sources leave the neighbour caches
 //   and the CM within their caps and resident memory within a bound, while an RC WRITE stream
 //   between the two ports keeps going with every byte checked.
+#include <gtest/gtest.h>
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 #include <rte_ring.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstring>
@@ -47,8 +46,8 @@ class Eal : public ::testing::Environment {
  public:
   void SetUp() override {
     port::eal_init({"--no-huge", "--no-shconf", "-m", "512", "--no-pci",
-                    "--file-prefix=bounds" + std::to_string(getpid()), "--log-level=*:error",
-                    "-l", "0"});
+                    "--file-prefix=bounds" + std::to_string(getpid()), "--log-level=*:error", "-l",
+                    "0"});
   }
 };
 const auto* const kEal = ::testing::AddGlobalTestEnvironment(new Eal);
@@ -69,8 +68,8 @@ std::string ring_port(const std::string& name, rte_ring* rx, rte_ring* tx) {
 }
 
 rte_mempool* test_pool(const std::string& name) {
-  rte_mempool* p = rte_pktmbuf_pool_create(name.c_str(), 4095, 256, 0,
-                                           RTE_MBUF_DEFAULT_BUF_SIZE, 0);
+  rte_mempool* p =
+      rte_pktmbuf_pool_create(name.c_str(), 4095, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
   if (p == nullptr) throw std::runtime_error("cannot create pool " + name);
   return p;
 }
@@ -118,8 +117,8 @@ std::vector<std::uint8_t> eth(const wire::MacAddr& dst, const wire::MacAddr& src
   return f;
 }
 
-std::vector<std::uint8_t> arp_body(std::uint16_t op, const wire::MacAddr& sha,
-                                   wire::Ipv4Addr spa, wire::Ipv4Addr tpa) {
+std::vector<std::uint8_t> arp_body(std::uint16_t op, const wire::MacAddr& sha, wire::Ipv4Addr spa,
+                                   wire::Ipv4Addr tpa) {
   std::vector<std::uint8_t> a(28, 0);
   wire::store_be16(a.data(), 1);
   wire::store_be16(a.data() + 2, wire::kEtherTypeIpv4);
@@ -190,12 +189,12 @@ struct VlanCase {
 
 TEST(PortGuard, AVlanPortTakesOnlyItsVlan) {
   VlanCase c("bounds_vlan100", 100);
-  c.arp(100);                 // answered
-  c.arp(200);                 // another VLAN
-  c.arp(std::nullopt);        // untagged
-  c.arp(0);                   // priority-tagged: no VLAN
-  c.arp(std::nullopt, 200);   // stripped by the NIC: VLAN 200
-  c.arp(std::nullopt, 100);   // stripped by the NIC: VLAN 100, answered
+  c.arp(100);                         // answered
+  c.arp(200);                         // another VLAN
+  c.arp(std::nullopt);                // untagged
+  c.arp(0);                           // priority-tagged: no VLAN
+  c.arp(std::nullopt, 200);           // stripped by the NIC: VLAN 200
+  c.arp(std::nullopt, 100);           // stripped by the NIC: VLAN 100, answered
   c.arp(std::nullopt, 0x3000 | 200);  // PCP set, VLAN 200
   ASSERT_TRUE(inject(c.rx, c.pool, roce_send(200)));
   ASSERT_TRUE(inject(c.rx, c.pool, roce_send(std::nullopt)));
@@ -258,8 +257,7 @@ class Flood {
         return eth(kBcast, mac(), std::nullopt, wire::kEtherTypeArp,
                    arp_body(1, mac(), ip(), kIpB));
       case 1:  // ARP reply nobody asked for
-        return eth(kMacB, mac(), std::nullopt, wire::kEtherTypeArp,
-                   arp_body(2, mac(), ip(), kIpB));
+        return eth(kMacB, mac(), std::nullopt, wire::kEtherTypeArp, arp_body(2, mac(), ip(), kIpB));
       case 2:  // neighbour solicitation for B from anyone
         return nd(135, kIp6B);
       case 3:  // unsolicited neighbour advertisement
@@ -302,8 +300,7 @@ class Flood {
     icmp[24] = type == 135 ? 1 : 2;
     icmp[25] = 1;
     std::memcpy(icmp + 26, src_mac.b.data(), 6);
-    wire::store_be16(icmp + 2,
-                     wire::ipv6_l4_checksum(body.data(), icmp, 32, wire::kIpProtoIcmpv6));
+    wire::store_be16(icmp + 2, wire::ipv6_l4_checksum(body.data(), icmp, 32, wire::kIpProtoIcmpv6));
     return eth(kMacB, src_mac, std::nullopt, wire::kEtherTypeIpv6, body);
   }
   std::vector<std::uint8_t> cm_req() {
@@ -506,9 +503,9 @@ TEST(PortGuard, FloodsStayBoundedWhileATransferRuns) {
             << writes - writes_warm << " after 100k); ARP " << nb.arp_entries << " entries, ND "
             << nb.nd_entries << ", evicted " << nb.neighbour_evicted << ", unsolicited ARP "
             << nb.arp_unsolicited << " ND " << nb.nd_unsolicited << "; CM held "
-            << agent.cm().size() << ", connect requests " << connect_requests
-            << ", rejected full " << cs.rejected_full << ", expired " << cs.half_open_expired
-            << "; neighbour caches " << b.loop->neighbour().footprint() / 1024 << " KiB\n";
+            << agent.cm().size() << ", connect requests " << connect_requests << ", rejected full "
+            << cs.rejected_full << ", expired " << cs.half_open_expired << "; neighbour caches "
+            << b.loop->neighbour().footprint() / 1024 << " KiB\n";
   EXPECT_LE(nb.arp_entries, kCap);
   EXPECT_LE(nb.nd_entries, kCap);
   EXPECT_LE(agent.cm().size(), kCap);

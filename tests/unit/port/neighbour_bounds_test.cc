@@ -150,8 +150,7 @@ TEST(NeighbourBounds, AFloodCannotKeepUsFromResolving) {
   EXPECT_EQ(us.stats().arp_replies_learned, 1u);
   // Requests of ours do give way to newer requests of ours (a peer may make us ask: a CM REQ
   // from an unknown address), but never to an entry in use.
-  for (std::uint32_t i = 0; i < 100; ++i)
-    us.make_arp_request(wire::Ipv4Addr{0x0B000000 + i}, req);
+  for (std::uint32_t i = 0; i < 100; ++i) us.make_arp_request(wire::Ipv4Addr{0x0B000000 + i}, req);
   EXPECT_EQ(us.stats().arp_entries, kCap);
   EXPECT_EQ(us.stats().neighbour_cache_full, 0u);
   EXPECT_EQ(us.lookup(kPeerIp), std::optional(kPeer));
@@ -166,8 +165,8 @@ TEST(NeighbourBounds, TableMatchesAModelThroughEvictions) {
   std::mt19937 rng(3);
   for (int i = 0; i < 50000; ++i) {
     const std::uint32_t k = rng() % 400;  // few keys: many hits, clustered probes
-    const wire::MacAddr m{{0x02, 0, 0, 0, static_cast<std::uint8_t>(k >> 8),
-                           static_cast<std::uint8_t>(k)}};
+    const wire::MacAddr m{
+        {0x02, 0, 0, 0, static_cast<std::uint8_t>(k >> 8), static_cast<std::uint8_t>(k)}};
     const LearnResult r = t.learn(wire::Ipv4Addr{k}, m);
     if (model.contains(k)) {
       ASSERT_EQ(r, LearnResult::kUnchanged);
