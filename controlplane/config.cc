@@ -144,6 +144,10 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
         static_cast<std::uint32_t>(l.uint("cq_depth", c.limits.cq_depth, 1, 1u << 22));
     c.limits.tx_slots =
         static_cast<std::uint32_t>(l.uint("tx_slots", c.limits.tx_slots, 64, 65536));
+    c.limits.neighbours =
+        static_cast<std::uint32_t>(l.uint("neighbours", c.limits.neighbours, 16, 1u << 20));
+    c.limits.cm_connections = static_cast<std::uint32_t>(
+        l.uint("cm_connections", c.limits.cm_connections, 1, 1u << 20));
   }
   if (r.has("transport")) {
     Reader t(r.get("transport"), origin, "transport");

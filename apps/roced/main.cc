@@ -190,6 +190,7 @@ int run(const ctl::ApplianceConfig& cfg) {
     ps.mbufs = pc.mbufs;
     ps.zero_copy = pc.zero_copy;
     ps.vlan = pc.vlan;
+    ps.neighbours = cfg.limits.neighbours;
     ps.zero_copy_min = pc.zero_copy_min;
     ps.rx_desc = pc.rx_desc;
     ps.tx_desc = pc.tx_desc;
@@ -269,6 +270,7 @@ int run(const ctl::ApplianceConfig& cfg) {
         housekeeping(port::now_ns());
         if (g_signal != 0) throw Shutdown{};
       });
+      env.cm_connections = cfg.limits.cm_connections;
       std::printf("roced: service %s on port %s, TCP %u: a client connected\n",
                   svc.cfg.test.c_str(), svc.cfg.port.c_str(), svc.cfg.listen_port);
       std::fflush(stdout);
