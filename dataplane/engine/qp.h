@@ -55,6 +55,10 @@ struct SendWqe {
   std::uint32_t reg_access = 0;
   // --- progress, owned by requester and completer ---
   WqeState state = WqeState::kPosted;
+  /// A one-SGE WQE: the engine address of its SGE is addr + map_delta while the MR table is at
+  /// generation map_gen (MrTable::gen); 0: look it up.
+  std::uint64_t map_gen = 0;
+  std::uint64_t map_delta = 0;
   wire::Psn first_psn;
   wire::Psn last_psn;
   std::uint32_t npkts = 0;
@@ -96,6 +100,8 @@ struct RdAtomicRes {
   std::uint64_t next_offset = 0;
   std::uint64_t start_offset = 0;  ///< where the current (re)play started: its First packet
   bool replay = false;  ///< answering a duplicate request (the requester counts it no more)
+  std::uint64_t map_gen = 0;  ///< MrTable::gen when the key was checked (map_delta holds)
+  std::uint64_t map_delta = 0;
 };
 
 struct ReqState {
@@ -170,6 +176,8 @@ struct RespState {
   // WRITE in progress
   std::uint64_t write_va = 0;
   std::uint32_t write_rkey = 0;  ///< checked again on every packet of the message
+  std::uint64_t write_gen = 0;    ///< MrTable::gen of the last check; write_delta holds while
+  std::uint64_t write_delta = 0;  ///< it is current
   std::uint64_t write_remaining = 0;
   std::uint64_t write_total = 0;
   // coalesced acknowledgement, sent at the end of a receive burst

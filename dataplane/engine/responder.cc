@@ -365,7 +365,7 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
 
 // PSN (IBA 9.7.5.1.1): the expected one goes on; an RC duplicate is answered from history, an
 // RC packet ahead draws one sequence NAK per gap; UC loses the message in progress on a gap.
-Engine::Step Engine::resp_check_psn(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_check_psn(Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   const Psn p = pkt.psn;
   const std::int32_t d = distance(p, rs.epsn);
@@ -443,7 +443,7 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
 
 // Opcode sequence (IBA 9.7.5.1.3; rxe check_op_seq): a message in progress continues with
 // Middle/Last of its own kind; otherwise only a First or Only may come.
-Engine::Step Engine::resp_check_op_seq(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_check_op_seq(Qp& qp, const wire::RxPkt& pkt) {
   const OpMask m = pkt.info->mask;
   bool ok = true;
   switch (qp.resp.in_msg) {
@@ -462,7 +462,7 @@ Engine::Step Engine::resp_check_op_seq(Qp& qp, const wire::RxPkt& pkt) {
 
 // The QP must allow the operation (rxe check_op_valid); FLUSH and ATOMIC WRITE are not
 // supported.
-Engine::Step Engine::resp_check_op_valid(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_check_op_valid(Qp& qp, const wire::RxPkt& pkt) {
   const OpMask m = pkt.info->mask;
   const std::uint32_t qacc = qp.attr.qp_access_flags;
   if ((m.has(OpMask::kWrite) && !(qacc & kAccessRemoteWrite)) ||
@@ -475,7 +475,7 @@ Engine::Step Engine::resp_check_op_valid(Qp& qp, const wire::RxPkt& pkt) {
 
 // SENDs and WRITE with immediate consume a receive WQE; without one, RC answers RNR NAK and
 // UC drops the message.
-Engine::Step Engine::resp_get_recv_wqe(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_get_recv_wqe(Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   if (!pkt.info->mask.has(OpMask::kRecvWqe) || rs.have_recv) return Step::kContinue;
   RecvQueue& q = qp.recv_queue();
@@ -496,7 +496,7 @@ Engine::Step Engine::resp_get_recv_wqe(Qp& qp, const wire::RxPkt& pkt) {
 
 // SEND: First/Middle carry exactly the path MTU, Last 1..MTU, Only 0..MTU (IBA 9.7.5.1.4);
 // the payload goes to the receive WQE's buffers, whose keys are checked piece by piece.
-Engine::Step Engine::resp_execute_send(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_execute_send(Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   const OpMask m = pkt.info->mask;
   const std::uint32_t len = pkt.payload_len;
@@ -519,6 +519,7 @@ Engine::Step Engine::resp_execute_send(Qp& qp, const wire::RxPkt& pkt) {
     if (mr == nullptr || mr->pd != qp.pd || !mr->fast_reg)
       return resp_fail_recv(qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
     mr->state = MrState::kFree;
+    mrs_.changed();
   }
   resp_complete_recv(qp, pkt, static_cast<std::uint32_t>(rs.recv_offset));
   rs.msn = rs.msn + 1;
@@ -528,7 +529,7 @@ Engine::Step Engine::resp_execute_send(Qp& qp, const wire::RxPkt& pkt) {
 // RDMA WRITE: the First packet names the region; every packet, not only the first, is checked
 // against the key again, since the region may be deregistered or invalidated (locally, or by a
 // SEND with invalidate) between two packets of one message.
-Engine::Step Engine::resp_execute_write(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_execute_write(Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   const OpMask m = pkt.info->mask;
   const std::uint32_t len = pkt.payload_len;
@@ -541,9 +542,16 @@ Engine::Step Engine::resp_execute_write(Qp& qp, const wire::RxPkt& pkt) {
     rs.write_rkey = reth.rkey();
     rs.write_total = rs.write_remaining = reth.dma_len();
     // IBA 9.7.5.1.5 / C9-88: a zero-length WRITE needs no valid R_Key.
-    if (rs.write_total != 0 && mrs_.check(rs.write_rkey, qp.pd, rs.write_va, rs.write_total,
-                                          kAccessRemoteWrite, nullptr) != KeyCheck::kOk)
-      return resp_fail_recv(qp, pkt, WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
+    rs.write_gen = 0;
+    if (rs.write_total != 0) {
+      Mr* mr = nullptr;
+      if (mrs_.check(rs.write_rkey, qp.pd, rs.write_va, rs.write_total, kAccessRemoteWrite,
+                     &mr) != KeyCheck::kOk)
+        return resp_fail_recv(qp, pkt, WcStatus::kRemAccessErr,
+                              wire::NakCode::kRemoteAccessError);
+      rs.write_gen = mrs_.gen();  // the whole message's range is checked: later packets only
+      rs.write_delta = mr->host_delta;  // need the table unchanged since
+    }
   }
   const bool len_ok = len <= pmtu && (last ? len == rs.write_remaining
                                            : (len == pmtu && rs.write_remaining > pmtu));
@@ -551,7 +559,9 @@ Engine::Step Engine::resp_execute_write(Qp& qp, const wire::RxPkt& pkt) {
     return resp_fail_recv(qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
   if (len) {
     std::uint8_t* dst =
-        mrs_.map(rs.write_rkey, qp.pd, rs.write_va, len, kAccessRemoteWrite);
+        rs.write_gen == mrs_.gen()
+            ? reinterpret_cast<std::uint8_t*>(rs.write_va + rs.write_delta)
+            : mrs_.map(rs.write_rkey, qp.pd, rs.write_va, len, kAccessRemoteWrite);
     if (dst == nullptr)
       return resp_fail_recv(qp, pkt, WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
     std::memcpy(dst, pkt.payload().data(), len);
@@ -597,8 +607,9 @@ void Engine::resp_execute_read(Qp& qp, const wire::RxPkt& pkt) {
     resp_error(qp, pkt, wire::NakCode::kInvalidRequest);
     return;
   }
+  Mr* mr = nullptr;
   if (rlen != 0 &&
-      mrs_.check(reth.rkey(), qp.pd, reth.va(), rlen, kAccessRemoteRead, nullptr) != KeyCheck::kOk) {
+      mrs_.check(reth.rkey(), qp.pd, reth.va(), rlen, kAccessRemoteRead, &mr) != KeyCheck::kOk) {
     resp_error(qp, pkt, wire::NakCode::kRemoteAccessError);
     return;
   }
@@ -617,6 +628,10 @@ void Engine::resp_execute_read(Qp& qp, const wire::RxPkt& pkt) {
   r.length = rlen;
   r.active = true;
   r.next_psn = pkt.psn;
+  if (mr != nullptr) {
+    r.map_gen = mrs_.gen();
+    r.map_delta = mr->host_delta;
+  }
   rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kRead,
                                            static_cast<std::uint8_t>(idx), Syndrome::ack(),
                                            pkt.psn};
@@ -662,7 +677,7 @@ void Engine::resp_execute_atomic(Qp& qp, const wire::RxPkt& pkt) {
 
 // SEND and WRITE packets: the next PSN is expected, and an AckReq is answered (coalesced to
 // the end of the receive burst).
-void Engine::resp_acknowledge(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline void Engine::resp_acknowledge(Qp& qp, const wire::RxPkt& pkt) {
   qp.resp.epsn = pkt.psn + 1;
   if (pkt.ack_req && qp.type != QpType::kUc) defer_ack(qp, pkt.psn, ack_list_);
 }
@@ -697,7 +712,11 @@ void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
     // The application may deregister or invalidate the region between polls: never read
     // memory the key no longer grants.
     const std::uint8_t* src =
-        len != 0 ? mrs_.map(r.rkey, qp.pd, r.va + r.next_offset, len, kAccessRemoteRead) : nullptr;
+        len == 0                   ? nullptr
+        : r.map_gen == mrs_.gen() ? reinterpret_cast<const std::uint8_t*>(r.va + r.next_offset +
+                                                                           r.map_delta)
+                                   : mrs_.map(r.rkey, qp.pd, r.va + r.next_offset, len,
+                                              kAccessRemoteRead);
     if (len != 0 && src == nullptr) {
       r.active = false;
       ++rs.out_head;
