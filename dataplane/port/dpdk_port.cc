@@ -5,6 +5,8 @@
 #include "dataplane/port/dpdk_port.h"
 
 #include <rte_cycles.h>
+#include <rte_dev.h>
+#include <rte_devargs.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -16,6 +18,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "dataplane/port/pmd_frames.h"
 #include "dataplane/port/steering.h"
 
 namespace roce::port {
@@ -84,11 +87,51 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
     throw std::runtime_error(
         "DPDK port '" + spec.device +
         "' not found (is it a PCI device bound to DPDK, or given with --vdev?)");
-  // One mbuf holds a whole frame: data room for the MTU plus L2 and some slack.
-  const std::uint32_t room = spec.mbuf_data_room
-                                 ? spec.mbuf_data_room + RTE_PKTMBUF_HEADROOM
-                                 : std::max<std::uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE,
-                                                           spec.mtu + 64 + RTE_PKTMBUF_HEADROOM);
+  rte_eth_dev_info info{};
+  const bool have_info = rte_eth_dev_info_get(port_, &info) == 0;
+  // A virtual PMD whose ring slots or buffers are smaller than the frames of the MTU would cut
+  // received frames short or drop sent ones without a word (net_af_packet), or chain them over
+  // several buffers, which DPDK 22.11's memif receive path crashes on: refuse it here.
+  std::uint32_t pmd_room = 0;
+  if (have_info && info.device != nullptr) {
+    const rte_devargs* da = rte_dev_devargs(info.device);
+    const std::string args = da != nullptr && da->args != nullptr ? da->args : "";
+    const std::string drv = info.driver_name ? info.driver_name : "";
+    std::optional<PmdFrames> f;
+    try {
+      f = pmd_frames(drv, args);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(spec.device + ": " + e.what());
+    }
+    if (f) {
+      std::uint32_t need = max_frame_len(spec.mtu);
+      std::string why = "MTU " + std::to_string(spec.mtu);
+      if (const auto iface = devarg(args, "iface"); iface && drv == "net_af_packet")
+        if (const auto k = kernel_mtu(*iface); k && max_frame_len(*k) > need) {
+          need = max_frame_len(*k);
+          why = "the MTU " + std::to_string(*k) + " of " + *iface;
+        }
+      if (f->max_frame < need)
+        throw std::runtime_error(
+            spec.device + " (" + drv + ", " + f->sizing + ") carries frames of up to " +
+            std::to_string(f->max_frame) + " bytes; " + why + " needs " + std::to_string(need) +
+            ": size it for the MTU (roce::port::vdev_arg does)");
+      pmd_room = f->mbuf_room;
+    }
+  }
+  max_frame_ = max_frame_len(spec.mtu);
+  // One mbuf holds a whole frame: data room for the MTU plus L2 and some slack (and what the
+  // PMD wants: net_af_packet a whole ring slot).
+  const std::uint32_t room =
+      spec.mbuf_data_room
+          ? std::max(spec.mbuf_data_room, pmd_room) + RTE_PKTMBUF_HEADROOM
+          : std::max<std::uint32_t>({RTE_MBUF_DEFAULT_BUF_SIZE,
+                                     std::uint32_t{spec.mtu} + 64 + RTE_PKTMBUF_HEADROOM,
+                                     pmd_room + RTE_PKTMBUF_HEADROOM});
+  if (room > UINT16_MAX)
+    throw std::runtime_error(spec.device + ": frames of MTU " + std::to_string(spec.mtu) +
+                             " need mbufs of " + std::to_string(room) + " bytes, more than DPDK's " +
+                             std::to_string(UINT16_MAX));
   if (spec.vlan && (*spec.vlan == 0 || *spec.vlan > 4094))
     throw std::runtime_error("VLAN " + std::to_string(*spec.vlan) + " of " + spec.device +
                              " is not between 1 and 4094");
@@ -103,8 +146,7 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
   conf.rxmode.mtu = spec.mtu;
   // Some virtual PMDs (net_af_packet) report a 1518-byte limit yet carry whatever the kernel
   // interface carries: configure what the PMD accepts; the interface MTU decides the rest.
-  rte_eth_dev_info info{};
-  if (rte_eth_dev_info_get(port_, &info) == 0) {
+  if (have_info) {
     std::uint32_t cap = info.max_mtu ? info.max_mtu : UINT16_MAX;
     const std::uint32_t l2 = RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN;
     if (info.max_rx_pktlen > l2) cap = std::min(cap, info.max_rx_pktlen - l2);
@@ -242,7 +284,12 @@ PortStats DpdkPort::stats() const {
     t.tx_vlan_inserted += q.stats.tx_vlan_inserted;
     t.rx_vlan_stripped += q.stats.rx_vlan_stripped;
     t.rx_vlan_dropped += q.stats.rx_vlan_dropped;
+    t.tx_oversize += q.stats.tx_oversize;
   }
+  // The PMD's own count of frames it took and did not send (read from any thread: the PMDs
+  // keep plain counters per queue, so another lcore's may lag a little).
+  rte_eth_stats es{};
+  if (rte_eth_stats_get(port_, &es) == 0) t.tx_pmd_dropped = es.oerrors;
   return t;
 }
 
@@ -420,6 +467,12 @@ void DpdkPort::enqueue(rte_mbuf* m, std::uint16_t q) {
   Queue& qu = q_[q];
   PortStats& st = qu.stats;
   std::vector<rte_mbuf*>& pending = qu.pending;
+  if (m->pkt_len > max_frame_) [[unlikely]] {
+    rte_pktmbuf_free(m);
+    ++st.tx_oversize;
+    ++st.tx_dropped;
+    return;
+  }
   if (vlan_ && !tx_vlan(m, st)) {
     rte_pktmbuf_free(m);
     ++st.tx_dropped;

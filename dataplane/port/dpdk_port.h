@@ -69,6 +69,8 @@ struct Offloads {
 };
 
 struct PortStats {
+  /// tx_dropped: frames given to the port that never reached the PMD (no room while the link
+  /// does not drain, no mbufs for a copy, no room for a tag, longer than the port carries).
   std::uint64_t rx_frames = 0, rx_bytes = 0, tx_frames = 0, tx_bytes = 0, tx_dropped = 0;
   std::uint64_t rx_multiseg = 0, tx_alloc_failed = 0;
   std::uint64_t rx_ip_checksum_good = 0;  ///< verified by the PMD (RX offload)
@@ -81,6 +83,12 @@ struct PortStats {
   /// Frames of another VLAN, or untagged, on a VLAN port; and stripped frames whose tag could
   /// not be put back (no mbuf for the copy).
   std::uint64_t rx_vlan_dropped = 0;
+  /// Frames longer than the port's MTU allows (max_frame_len): dropped before the PMD, which
+  /// would lose them silently (also in tx_dropped).
+  std::uint64_t tx_oversize = 0;
+  /// Frames the PMD took but did not send (its oerrors: net_af_packet drops a frame longer than
+  /// its ring slot so, or when the kernel refuses the send).
+  std::uint64_t tx_pmd_dropped = 0;
 };
 
 class DpdkPort {
@@ -155,6 +163,7 @@ class DpdkPort {
   /// Writes the tag the PMD stripped back into the frame (rx_vlan).
   bool restore_tag(rte_mbuf*& m);
   std::optional<std::uint16_t> vlan_;
+  std::uint32_t max_frame_ = 0;  ///< longest frame the port sends (max_frame_len of the MTU)
   std::uint16_t port_ = 0;
   rte_mempool* pool_ = nullptr;
   rte_mempool* ext_pool_ = nullptr;  ///< mbufs without data room, for external buffers
