@@ -175,6 +175,12 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
     // net_ring, which hands the mbuf itself to its peer) would still read registered memory
     // after the engine let go of it.
     const std::string drv = info.driver_name ? info.driver_name : "";
+    memif_ = drv == "net_memif";
+    if (memif_) {
+      const rte_devargs* da = rte_dev_devargs(info.device);
+      memif_client_ = da != nullptr && da->args != nullptr &&
+                      devarg(da->args, "role").value_or("server") == "client";
+    }
     const bool copies_out =
         drv == "net_memif" || drv == "net_af_packet" || drv == "net_tap" || drv == "net_pcap";
     if (spec.zero_copy && offloads_.tx_multi_seg && copies_out)
@@ -209,6 +215,8 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
   if (rc < 0) fail("cannot start " + spec.device, rc);
   rte_eth_promiscuous_enable(port_);
   q_.resize(nq);
+  in_burst_ = std::make_unique<std::atomic<bool>[]>(nq);
+  mac_ = spec.mac;
   max_pending_ = std::clamp<std::size_t>(spec.mbufs / (4 * std::size_t{nq}), 64, kMaxPending);
   for (auto& q : q_) {
     q.pending.reserve(max_pending_);
@@ -249,6 +257,7 @@ bool DpdkPort::rx_ip_checksum_ok(const rte_mbuf* m, std::uint16_t q, bool& bad) 
 }
 
 DpdkPort::~DpdkPort() {
+  if (memif_) close_memif();  // dpdk_port_close.cc: the peer stops polling before we close
   for (std::uint16_t q = 0; q < q_.size(); ++q) {
     flush(q);
     for (rte_mbuf* m : q_[q].pending) rte_pktmbuf_free(m);
@@ -256,6 +265,7 @@ DpdkPort::~DpdkPort() {
   }
   rte_eth_dev_stop(port_);
   rte_eth_dev_close(port_);
+  if (memif_) memif_closed();
   rte_mempool_free(pool_);
   rte_mempool_free(ext_pool_);
 }
@@ -294,6 +304,7 @@ PortStats DpdkPort::stats() const {
 }
 
 std::uint16_t DpdkPort::rx_burst(rte_mbuf** pkts, std::uint16_t max, std::uint16_t q) {
+  if (memif_) return memif_rx_burst(pkts, max, q);
   const std::uint16_t n = rte_eth_rx_burst(port_, q, pkts, max);
   q_[q].stats.rx_frames += n;
   return n;
@@ -533,6 +544,9 @@ void DpdkPort::make_pending_whole(std::uint16_t q) {
 void DpdkPort::flush(std::uint16_t q) {
   PortStats& st = q_[q].stats;
   std::vector<rte_mbuf*>& pending = q_[q].pending;
+  if (pending.empty()) return;
+  // (memif: not while the peer closes or after; the frames wait, or are dropped when too many)
+  if (memif_ && !enter_burst(q)) return;
   // What the TX ring does not take now stays queued, in order, for the next flush: a slow
   // peer (a memif consumer, a busy NIC) back-pressures instead of losing frames.
   std::size_t sent = 0;
@@ -543,6 +557,7 @@ void DpdkPort::flush(std::uint16_t q) {
     sent += n;
     if (n == 0) break;
   }
+  if (memif_) leave_burst(q);
   st.tx_frames += sent;
   pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(sent));
 }

@@ -335,9 +335,10 @@ Point Appliance::blast(std::uint32_t payload) {
   std::uint64_t submitted = 0;
   const std::uint64_t end = rdtsc() + static_cast<std::uint64_t>(cfg_.baselines.duration * hz_);
   // Keep at most 1024 frames queued in the port, so that none is dropped by the sender.
+  // (the port's counters are read once per burst: they include the PMD's own, a call into it)
   while (rdtsc() < end) {
-    for (int i = 0; i < 32; ++i) {
-      if (submitted - (port_->stats().tx_frames - sent0) >= 1024) break;
+    const std::uint64_t queued = submitted - (port_->stats().tx_frames - sent0);
+    for (std::uint64_t i = 0; i < 32 && queued + i < 1024; ++i) {
       port_->tx(frame);
       ++submitted;
     }

@@ -1,0 +1,150 @@
+/// @file
+/// roce-memif-close: the teardown race of net_memif, many times over. Each round forks a
+/// memif server and a client that exchange frames as fast as they poll; one side (alternating)
+/// closes its port at a random moment while the other keeps polling for a while before it
+/// closes too, with no coordination between them. memif takes a connection down on the EAL
+/// interrupt thread when the peer leaves, unmapping the rings the survivor's poll reads: the
+/// port layer must keep the survivor out of them (DpdkPort: no burst once the link is down, and
+/// a close that lets the interrupt thread's teardown finish). A round fails when a side dies
+/// of a signal or exits non-zero; DPDK's "Invalid memory" on stderr fails the test (CTest).
+///
+///   roce-memif-close --workdir DIR [--rounds N] [--seed S]
+#include <sys/wait.h>
+#include <execinfo.h>
+#include <csignal>
+#include <rte_eal.h>
+#include <rte_interrupts.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/pmd_frames.h"
+
+namespace po = boost::program_options;
+using namespace roce;
+
+namespace {
+
+// One side of one round: bring the link up, exchange frames, close after `close_after_us`
+// of traffic (the first closer) or after `survive_us` more polling (the survivor).
+void on_segv(int) {
+  void* f[64];
+  const int n = backtrace(f, 64);
+  dprintf(2, "SEGV intr=%d\n", rte_thread_is_intr() ? 1 : 0);
+  backtrace_symbols_fd(f, n, 2);
+  _exit(139);
+}
+int run_side(int side, const std::string& workdir, unsigned round, std::uint64_t close_after_us) {
+  const std::string role = side == 0 ? "server" : "client";
+  std::signal(SIGSEGV, on_segv);
+  try {
+    port::eal_init({"--no-huge", "--no-shconf", "-m", "64", "--no-pci", "--log-level=*:error",
+                    "--file-prefix=rocememifclose" + std::to_string(getpid()), "-l",
+                    std::to_string(side),
+                    port::vdev_arg("net_memif0",
+                                   "role=" + role + ",id=0,socket-abstract=no,socket=" + workdir +
+                                       "/memif.sock",
+                                   1500)});
+    port::PortSpec ps;
+    ps.device = "net_memif0";
+    ps.mac = wire::MacAddr{{0x02, 0, 0x5e, 0, 0x04, static_cast<std::uint8_t>(1 + side)}};
+    ps.mbufs = 1024;
+    ps.rx_desc = ps.tx_desc = 256;
+    auto dev = std::make_unique<port::DpdkPort>(ps);
+    const std::uint64_t up_by = port::now_ns() + 20'000'000'000ull;
+    while (!dev->link_up())
+      if (port::now_ns() > up_by) {
+        std::fprintf(stderr, "[%s %u] the link did not come up\n", role.c_str(), round);
+        return 1;
+      }
+    std::vector<std::uint8_t> frame(256, 0xab);
+    rte_mbuf* pkts[32];
+    const std::uint64_t end = port::now_ns() + close_after_us * 1000;
+    std::uint64_t received = 0;
+    while (port::now_ns() < end) {
+      dev->tx(frame);
+      dev->flush();
+      const std::uint16_t n = dev->rx_burst(pkts, 32);
+      for (std::uint16_t i = 0; i < n; ++i) port::DpdkPort::free(pkts[i]);
+      received += n;
+    }
+    std::fprintf(stderr, "[%s %u] closing\n", role.c_str(), round);
+    dev.reset();
+    std::fprintf(stderr, "[%s %u] closed\n", role.c_str(), round);
+    port::eal_cleanup();
+    std::fprintf(stderr, "[%s %u] cleaned\n", role.c_str(), round);
+    (void)received;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[%s %u] %s\n", role.c_str(), round, e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string workdir;
+  unsigned rounds = 20, seed = 1;
+  po::options_description desc("Usage: roce-memif-close --workdir DIR [options]\n\nOptions");
+  desc.add_options()("help,h", "print this help")("workdir", po::value(&workdir),
+                                                  "directory for the memif socket")(
+      "rounds", po::value(&rounds)->default_value(rounds), "rounds (a pair of processes each)")(
+      "seed", po::value(&seed)->default_value(seed), "seed of the closing moments");
+  try {
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::notify(vm);
+    if (vm.count("help")) {
+      std::cout << desc << '\n';
+      return 0;
+    }
+    if (workdir.empty()) throw po::error("--workdir is required");
+  } catch (const po::error& e) {
+    std::cerr << "roce-memif-close: " << e.what() << '\n';
+    return 2;
+  }
+  std::filesystem::create_directories(workdir);
+  workdir = std::filesystem::absolute(workdir).string();  // memif wants an absolute path
+  std::mt19937 rng(seed);
+  unsigned failed = 0;
+  for (unsigned r = 0; r < rounds; ++r) {
+    std::filesystem::remove(workdir + "/memif.sock");
+    // The first to close: the server in even rounds, the client in odd ones, after 5-50 ms of
+    // traffic; the other polls 100 ms more before it closes.
+    const int first = static_cast<int>(r % 2);
+    const std::uint64_t t = 5'000 + rng() % 45'000;
+    pid_t pids[2];
+    for (int side = 0; side < 2; ++side) {
+      pids[side] = ::fork();
+      if (pids[side] == 0) {
+        if (side == 1) {  // the memif client needs the server's socket
+          const std::string sock = workdir + "/memif.sock";
+          for (int i = 0; i < 300 && !std::filesystem::exists(sock); ++i) usleep(20'000);
+        }
+        alarm(60);  // never hang a test run
+        _exit(run_side(side, workdir, r, side == first ? t : t + 100'000));
+      }
+    }
+    for (int side = 0; side < 2; ++side) {
+      int st = 0;
+      ::waitpid(pids[side], &st, 0);
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        ++failed;
+        std::fprintf(stderr, "round %u: the %s %s\n", r, side ? "client" : "server",
+                     WIFSIGNALED(st) ? ("died of signal " + std::to_string(WTERMSIG(st))).c_str()
+                                     : ("exited with " + std::to_string(WEXITSTATUS(st))).c_str());
+      }
+    }
+  }
+  std::printf("roce-memif-close: %u rounds, %u sides failed: %s\n", rounds, failed,
+              failed == 0 ? "PASS" : "FAIL");
+  return failed == 0 ? 0 : 1;
+}
