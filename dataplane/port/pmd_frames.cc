@@ -25,7 +25,9 @@ constexpr std::uint32_t kAfPacketRxOffset = 66;
 constexpr std::uint32_t kAfPacketTxOffset = 32;
 constexpr std::uint32_t kAfPacketDefaultFrame = 2048;  // DPDK's DFLT_FRAME_SIZE
 // net_memif: one descriptor's buffer (DPDK's ETH_MEMIF_DEFAULT_PKT_BUFFER_SIZE); a uint16_t.
+// Ours are a multiple of 128 bytes (whole cache lines) that holds the longest frame.
 constexpr std::uint32_t kMemifDefaultBuffer = 2048;
+constexpr std::uint32_t kMemifBufferAlign = 128;
 constexpr std::uint32_t kMemifMaxBuffer = 65535;
 
 bool is_af_packet(std::string_view d) { return d.starts_with("net_af_packet"); }
@@ -66,8 +68,9 @@ std::optional<PmdFrames> pmd_frames(std::string_view driver, std::string_view de
   if (is_af_packet(driver))
     return af_packet_frames(number(devargs, "framesz").value_or(kAfPacketDefaultFrame));
   if (is_memif(driver)) {
+    // A frame from one buffer must fit one mbuf too: memif's receive chains mbufs otherwise.
     const std::uint32_t b = number(devargs, "bsize").value_or(kMemifDefaultBuffer);
-    return PmdFrames{b, 0, "bsize=" + std::to_string(b)};
+    return PmdFrames{b, b, "bsize=" + std::to_string(b)};
   }
   return std::nullopt;
 }
@@ -116,7 +119,8 @@ std::string vdev_arg(const std::string& device, const std::string& devargs, std:
     }
   } else if (is_memif(device)) {
     const std::uint32_t frame = max_frame_len(mtu);
-    const std::uint32_t want = std::max(kMemifDefaultBuffer, std::bit_ceil(frame));
+    const std::uint32_t want = std::max(
+        kMemifDefaultBuffer, (frame + kMemifBufferAlign - 1) / kMemifBufferAlign * kMemifBufferAlign);
     if (want > kMemifMaxBuffer)
       throw std::invalid_argument(device + ": MTU " + std::to_string(mtu) +
                                   " needs memif buffers larger than the PMD's 65535 bytes");

@@ -8,12 +8,11 @@
 /// a close that lets the interrupt thread's teardown finish). A round fails when a side dies
 /// of a signal or exits non-zero; DPDK's "Invalid memory" on stderr fails the test (CTest).
 ///
-///   roce-memif-close --workdir DIR [--rounds N] [--seed S]
+/// With --bsize the memif buffer size is given as is instead of sized by the port layer for the
+/// MTU: a port whose buffers cannot hold its frames must be refused with the reason.
+///
+///   roce-memif-close --workdir DIR [--rounds N] [--seed S] [--mtu M] [--bsize B]
 #include <sys/wait.h>
-#include <execinfo.h>
-#include <csignal>
-#include <rte_eal.h>
-#include <rte_interrupts.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -34,25 +33,24 @@ namespace {
 
 // One side of one round: bring the link up, exchange frames, close after `close_after_us`
 // of traffic (the first closer) or after `survive_us` more polling (the survivor).
-void on_segv(int) {
-  void* f[64];
-  const int n = backtrace(f, 64);
-  dprintf(2, "SEGV intr=%d\n", rte_thread_is_intr() ? 1 : 0);
-  backtrace_symbols_fd(f, n, 2);
-  _exit(139);
-}
-int run_side(int side, const std::string& workdir, unsigned round, std::uint64_t close_after_us) {
+struct Link {
+  std::string workdir;
+  unsigned mtu = 1500;
+  unsigned bsize = 0;  ///< given as is (0: sized by port::vdev_arg)
+};
+
+int run_side(int side, const Link& l, unsigned round, std::uint64_t close_after_us) {
   const std::string role = side == 0 ? "server" : "client";
-  std::signal(SIGSEGV, on_segv);
   try {
-    port::eal_init({"--no-huge", "--no-shconf", "-m", "64", "--no-pci", "--log-level=*:error",
+    const std::string args =
+        "role=" + role + ",id=0,socket-abstract=no,socket=" + l.workdir + "/memif.sock";
+    port::eal_init({"--no-huge", "--no-shconf", "-m", "128", "--no-pci", "--log-level=*:error",
                     "--file-prefix=rocememifclose" + std::to_string(getpid()), "-l",
                     std::to_string(side),
-                    port::vdev_arg("net_memif0",
-                                   "role=" + role + ",id=0,socket-abstract=no,socket=" + workdir +
-                                       "/memif.sock",
-                                   1500)});
+                    l.bsize ? "--vdev=net_memif0," + args + ",bsize=" + std::to_string(l.bsize)
+                            : port::vdev_arg("net_memif0", args, l.mtu)});
     port::PortSpec ps;
+    ps.mtu = static_cast<std::uint16_t>(l.mtu);
     ps.device = "net_memif0";
     ps.mac = wire::MacAddr{{0x02, 0, 0x5e, 0, 0x04, static_cast<std::uint8_t>(1 + side)}};
     ps.mbufs = 1024;
@@ -75,11 +73,8 @@ int run_side(int side, const std::string& workdir, unsigned round, std::uint64_t
       for (std::uint16_t i = 0; i < n; ++i) port::DpdkPort::free(pkts[i]);
       received += n;
     }
-    std::fprintf(stderr, "[%s %u] closing\n", role.c_str(), round);
     dev.reset();
-    std::fprintf(stderr, "[%s %u] closed\n", role.c_str(), round);
     port::eal_cleanup();
-    std::fprintf(stderr, "[%s %u] cleaned\n", role.c_str(), round);
     (void)received;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[%s %u] %s\n", role.c_str(), round, e.what());
@@ -91,13 +86,16 @@ int run_side(int side, const std::string& workdir, unsigned round, std::uint64_t
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string workdir;
+  Link link;
+  std::string& workdir = link.workdir;
   unsigned rounds = 20, seed = 1;
   po::options_description desc("Usage: roce-memif-close --workdir DIR [options]\n\nOptions");
   desc.add_options()("help,h", "print this help")("workdir", po::value(&workdir),
                                                   "directory for the memif socket")(
       "rounds", po::value(&rounds)->default_value(rounds), "rounds (a pair of processes each)")(
-      "seed", po::value(&seed)->default_value(seed), "seed of the closing moments");
+      "seed", po::value(&seed)->default_value(seed), "seed of the closing moments")(
+      "mtu", po::value(&link.mtu)->default_value(link.mtu), "MTU of both ports (576..9216)")(
+      "bsize", po::value(&link.bsize), "memif buffer size, as given (default: from the MTU)");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -107,6 +105,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (workdir.empty()) throw po::error("--workdir is required");
+    if (link.mtu < 576 || link.mtu > 9216) throw po::error("--mtu must be 576..9216");
   } catch (const po::error& e) {
     std::cerr << "roce-memif-close: " << e.what() << '\n';
     return 2;
@@ -130,7 +129,7 @@ int main(int argc, char** argv) {
           for (int i = 0; i < 300 && !std::filesystem::exists(sock); ++i) usleep(20'000);
         }
         alarm(60);  // never hang a test run
-        _exit(run_side(side, workdir, r, side == first ? t : t + 100'000));
+        _exit(run_side(side, link, r, side == first ? t : t + 100'000));
       }
     }
     for (int side = 0; side < 2; ++side) {

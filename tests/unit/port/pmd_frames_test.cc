@@ -31,6 +31,7 @@ TEST(PmdFrames, AfPacketSlotsCarryLessThanTheirSize) {
   EXPECT_EQ(pmd_frames("net_af_packet0", "framesz=16384")->max_frame, 16384u - 66);
   EXPECT_EQ(pmd_frames("net_memif", "")->max_frame, 2048u);
   EXPECT_EQ(pmd_frames("net_memif0", "role=client,bsize=8192")->max_frame, 8192u);
+  EXPECT_EQ(pmd_frames("net_memif0", "bsize=8192")->mbuf_room, 8192u);  // one buffer, one mbuf
   EXPECT_FALSE(pmd_frames("net_tap", "iface=x"));
   EXPECT_FALSE(pmd_frames("mlx5_pci", ""));
   EXPECT_THROW(pmd_frames("net_memif", "bsize=big"), std::invalid_argument);
@@ -70,8 +71,8 @@ TEST(PmdFrames, MemifBuffersHoldAWholeFrame) {
   // A frame chained over several memif buffers takes the receive path that crashes in DPDK
   // 22.11: every MTU gets buffers that hold its longest frame.
   EXPECT_EQ(vdev_arg("net_memif0", "role=server", 1500), "--vdev=net_memif0,role=server,bsize=2048");
-  EXPECT_EQ(vdev_arg("net_memif0", "role=client", 4096), "--vdev=net_memif0,role=client,bsize=8192");
-  EXPECT_EQ(vdev_arg("net_memif0", "", 9000), "--vdev=net_memif0,bsize=16384");
+  EXPECT_EQ(vdev_arg("net_memif0", "role=client", 4096), "--vdev=net_memif0,role=client,bsize=4224");
+  EXPECT_EQ(vdev_arg("net_memif0", "", 9000), "--vdev=net_memif0,bsize=9088");
   for (unsigned mtu : {576u, 1500u, 2048u, 4224u, 9000u, 9216u}) {
     const std::string v = vdev_arg("net_memif0", "id=0", mtu);
     EXPECT_GE(pmd_frames("net_memif", v.substr(v.find(',') + 1))->max_frame, max_frame_len(mtu))
