@@ -157,7 +157,7 @@ class Perftest {
   pt::SysData sys_;
   int mtu_enum_ = 3;
   std::uint32_t buf_size_ = 0;
-  std::uint32_t half_ = 0;  ///< where the second half of a QP's buffer starts (what we advertise)
+  std::uint32_t half_ = 0;  ///< max(size, cycle buffer): where the part we advertise starts
   std::string peer_version_;
   std::ostringstream json_rows_;
   std::uint64_t received_bytes_ = 0;
@@ -566,7 +566,8 @@ pt::Report Perftest::bw_client(std::uint32_t size) {
 
 void Perftest::post_recvs(QpCtx& c, std::uint32_t size, unsigned n) {
   c.recv_posted += n;
-  Sge sge{reinterpret_cast<std::uint64_t>(c.buf.data()), size, c.mr->key};
+  // Into the second half, the receive side, as perftest (our SENDs leave from the first).
+  Sge sge{reinterpret_cast<std::uint64_t>(c.buf.data()) + half_, size, c.mr->key};
   RecvWr wr;
   wr.sg_list = &sge;
   wr.num_sge = 1;

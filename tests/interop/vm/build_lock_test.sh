@@ -6,7 +6,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache=$(mktemp -d)
 holder=
-cleanup() { [[ -n $holder ]] && kill "$holder" 2>/dev/null; rm -rf "$cache"; }
+cleanup() { if [[ -n $holder ]]; then kill "$holder" 2>/dev/null || true; fi; rm -rf "$cache"; }
 trap cleanup EXIT
 kver=9.9.9-locktest
 for f in vmlinuz vmlinux initramfs.cpio; do echo fake > "$cache/$f"; done
