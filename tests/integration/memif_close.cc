@@ -8,10 +8,13 @@
 /// a close that lets the interrupt thread's teardown finish). A round fails when a side dies
 /// of a signal or exits non-zero; DPDK's "Invalid memory" on stderr fails the test (CTest).
 ///
+/// With --restart the client closes first in every round and a new client connects after it:
+/// the server, which stopped polling at the first client's CLOSING, must take up the new
+/// connection (as roced does when its peer restarts).
 /// With --bsize the memif buffer size is given as is instead of sized by the port layer for the
 /// MTU: a port whose buffers cannot hold its frames must be refused with the reason.
 ///
-///   roce-memif-close --workdir DIR [--rounds N] [--seed S] [--mtu M] [--bsize B]
+///   roce-memif-close --workdir DIR [--rounds N] [--seed S] [--mtu M] [--bsize B] [--restart]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,15 +34,17 @@ using namespace roce;
 
 namespace {
 
-// One side of one round: bring the link up, exchange frames, close after `close_after_us`
-// of traffic (the first closer) or after `survive_us` more polling (the survivor).
 struct Link {
   std::string workdir;
   unsigned mtu = 1500;
   unsigned bsize = 0;  ///< given as is (0: sized by port::vdev_arg)
 };
 
-int run_side(int side, const Link& l, unsigned round, std::uint64_t close_after_us) {
+// One side of one round: bring the link up, exchange frames for `close_after_us`, close. With
+// `resume` (the server of --restart), poll instead until the link went down and frames came
+// in again over a new connection (10 s at most).
+int run_side(int side, const Link& l, unsigned round, std::uint64_t close_after_us,
+             bool resume = false) {
   const std::string role = side == 0 ? "server" : "client";
   try {
     const std::string args =
@@ -64,18 +69,25 @@ int run_side(int side, const Link& l, unsigned round, std::uint64_t close_after_
       }
     std::vector<std::uint8_t> frame(256, 0xab);
     rte_mbuf* pkts[32];
-    const std::uint64_t end = port::now_ns() + close_after_us * 1000;
-    std::uint64_t received = 0;
-    while (port::now_ns() < end) {
+    const std::uint64_t end =
+        port::now_ns() + (resume ? 10'000'000'000ull : close_after_us * 1000);
+    bool went_down = false;
+    std::uint64_t again = 0;  // frames received after the link came back
+    while (port::now_ns() < end && !(resume && again >= 16)) {
       dev->tx(frame);
       dev->flush();
       const std::uint16_t n = dev->rx_burst(pkts, 32);
       for (std::uint16_t i = 0; i < n; ++i) port::DpdkPort::free(pkts[i]);
-      received += n;
+      if (resume && !dev->link_up()) went_down = true;
+      if (went_down) again += n;
     }
     dev.reset();
     port::eal_cleanup();
-    (void)received;
+    if (resume && again < 16) {
+      std::fprintf(stderr, "[%s %u] no traffic over the new connection (link %s)\n",
+                   role.c_str(), round, went_down ? "went down" : "never went down");
+      return 1;
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[%s %u] %s\n", role.c_str(), round, e.what());
     return 1;
@@ -89,13 +101,15 @@ int main(int argc, char** argv) {
   Link link;
   std::string& workdir = link.workdir;
   unsigned rounds = 20, seed = 1;
+  bool restart = false;
   po::options_description desc("Usage: roce-memif-close --workdir DIR [options]\n\nOptions");
   desc.add_options()("help,h", "print this help")("workdir", po::value(&workdir),
                                                   "directory for the memif socket")(
       "rounds", po::value(&rounds)->default_value(rounds), "rounds (a pair of processes each)")(
       "seed", po::value(&seed)->default_value(seed), "seed of the closing moments")(
       "mtu", po::value(&link.mtu)->default_value(link.mtu), "MTU of both ports (576..9216)")(
-      "bsize", po::value(&link.bsize), "memif buffer size, as given (default: from the MTU)");
+      "bsize", po::value(&link.bsize), "memif buffer size, as given (default: from the MTU)")(
+      "restart", po::bool_switch(&restart), "a new client after the first one closed");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -118,30 +132,35 @@ int main(int argc, char** argv) {
     std::filesystem::remove(workdir + "/memif.sock");
     // The first to close: the server in even rounds, the client in odd ones, after 5-50 ms of
     // traffic; the other polls 100 ms more before it closes.
-    const int first = static_cast<int>(r % 2);
+    const int first = restart ? 1 : static_cast<int>(r % 2);
     const std::uint64_t t = 5'000 + rng() % 45'000;
-    pid_t pids[2];
-    for (int side = 0; side < 2; ++side) {
-      pids[side] = ::fork();
-      if (pids[side] == 0) {
+    const auto start = [&](int side, std::uint64_t us, bool resume) {
+      const pid_t p = ::fork();
+      if (p == 0) {
         if (side == 1) {  // the memif client needs the server's socket
           const std::string sock = workdir + "/memif.sock";
           for (int i = 0; i < 300 && !std::filesystem::exists(sock); ++i) usleep(20'000);
         }
         alarm(60);  // never hang a test run
-        _exit(run_side(side, link, r, side == first ? t : t + 100'000));
+        _exit(run_side(side, link, r, us, resume));
       }
-    }
-    for (int side = 0; side < 2; ++side) {
+      return p;
+    };
+    const auto reap = [&](pid_t p, const char* who) {
       int st = 0;
-      ::waitpid(pids[side], &st, 0);
+      ::waitpid(p, &st, 0);
       if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         ++failed;
-        std::fprintf(stderr, "round %u: the %s %s\n", r, side ? "client" : "server",
+        std::fprintf(stderr, "round %u: the %s %s\n", r, who,
                      WIFSIGNALED(st) ? ("died of signal " + std::to_string(WTERMSIG(st))).c_str()
                                      : ("exited with " + std::to_string(WEXITSTATUS(st))).c_str());
       }
-    }
+    };
+    const pid_t server = start(0, first == 0 ? t : t + 100'000, restart);
+    const pid_t client = start(1, first == 1 ? t : t + 100'000, false);
+    reap(client, "client");
+    if (restart) reap(start(1, 30'000, false), "second client");
+    reap(server, "server");
   }
   std::printf("roce-memif-close: %u rounds, %u sides failed: %s\n", rounds, failed,
               failed == 0 ? "PASS" : "FAIL");
