@@ -15,10 +15,13 @@
 /// MTU: a port whose buffers cannot hold its frames must be refused with the reason.
 ///
 ///   roce-memif-close --workdir DIR [--rounds N] [--seed S] [--mtu M] [--bsize B] [--restart]
+#include <execinfo.h>
+#include <rte_interrupts.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -34,6 +37,17 @@ using namespace roce;
 
 namespace {
 
+// A crash prints where it happened (and on which thread: the EAL interrupt thread or ours),
+// then dies of the signal as before.
+void on_crash(int sig) {
+  void* frames[48];
+  const int n = backtrace(frames, 48);
+  dprintf(2, "signal %d on %s:\n", sig, rte_thread_is_intr() ? "the EAL interrupt thread" : "a poll thread");
+  backtrace_symbols_fd(frames, n, 2);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
 struct Link {
   std::string workdir;
   unsigned mtu = 1500;
@@ -46,6 +60,7 @@ struct Link {
 int run_side(int side, const Link& l, unsigned round, std::uint64_t close_after_us,
              bool resume = false) {
   const std::string role = side == 0 ? "server" : "client";
+  std::signal(SIGSEGV, on_crash);
   try {
     const std::string args =
         "role=" + role + ",id=0,socket-abstract=no,socket=" + l.workdir + "/memif.sock";
