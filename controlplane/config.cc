@@ -180,6 +180,21 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
     Reader k(r.get("control"), origin, "control");
     c.control.listen = k.str("listen", c.control.listen);
   }
+  // The management address: where the hosted services listen unless told otherwise.
+  wire::Ipv4Addr mgmt{0x7F000001};
+  {
+    const std::string& l = c.control.listen;
+    const auto colon = l.rfind(':');
+    const auto ip = parse_ipv4(colon == std::string::npos ? l : l.substr(0, colon));
+    if (!ip) {
+      if (r.has("control")) {
+        Reader k(r.get("control"), origin, "control");
+        k.fail(k.get("listen"), "control.listen '" + l + "' is not IPV4:PORT");
+      }
+      throw ConfigError(origin + ": control.listen '" + l + "' is not IPV4:PORT");
+    }
+    mgmt = *ip;
+  }
   if (r.has("services")) {
     const YAML::Node sv = r.get("services");
     if (!sv.IsSequence()) r.fail(sv, "'services' must be a list");
@@ -202,6 +217,15 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
       if (!names.count(s.port))
         k.fail(k.get("port"), path + ".port '" + s.port + "' is not a port");
       s.listen_port = static_cast<std::uint16_t>(k.uint("listen_port", s.listen_port, 1, 65535));
+      s.listen_address = mgmt;
+      if (k.has("listen_address")) {
+        const std::string a = k.str("listen_address", "");
+        const auto ip = parse_ipv4(a);
+        if (!ip)
+          k.fail(k.get("listen_address"),
+                 path + ".listen_address '" + a + "' is not an IPv4 address (0.0.0.0: every one)");
+        s.listen_address = *ip;
+      }
       if (!tcp_ports.insert(s.listen_port).second)
         k.fail(sv[i], path + ".listen_port " + std::to_string(s.listen_port) + " is used twice");
       if (k.has("args")) {

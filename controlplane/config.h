@@ -41,7 +41,10 @@ struct PortConfig {
 struct ServiceConfig {
   std::string test;                   ///< write_bw, read_lat, rc_pingpong, ...
   std::string port;                   ///< name of the port under `ports`
-  std::uint16_t listen_port = 18515;  ///< TCP, on every kernel address
+  std::uint16_t listen_port = 18515;  ///< TCP
+  /// Where it listens: the management address (`control.listen`'s) unless given; 0.0.0.0
+  /// (every kernel address) only when asked for.
+  wire::Ipv4Addr listen_address{0x7F000001};
   std::vector<std::string> args;      ///< the test's options, as on roce-perf's command line
 };
 

@@ -24,6 +24,7 @@
 
 #include "apps/perf/cli.h"
 #include "apps/roced/metrics.h"
+#include "apps/roced/services.h"
 #include "controlplane/address.h"
 #include "controlplane/config.h"
 #include "controlplane/tcp.h"
@@ -34,15 +35,6 @@ namespace po = boost::program_options;
 using namespace roce;
 
 namespace {
-
-// A hosted test server: its parsed options and its listening socket.
-struct Service {
-  ctl::ServiceConfig cfg;
-  perf::Invocation inv;
-  std::size_t port_index = 0;
-  int listen_fd = -1;
-  unsigned runs = 0, failures = 0;
-};
 
 struct Shutdown {};  // thrown out of a running service when a signal arrives
 
@@ -110,44 +102,6 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       c.faults = f->stats();
     }
   }
-}
-
-// Parses each service's options (as roce-perf would) and listens on its TCP port.
-std::vector<Service> open_services(const ctl::ApplianceConfig& cfg) {
-  std::vector<Service> out;
-  for (std::size_t i = 0; i < cfg.services.size(); ++i) {
-    const ctl::ServiceConfig& sc = cfg.services[i];
-    Service svc;
-    svc.cfg = sc;
-    std::vector<std::string> args{sc.test};
-    args.insert(args.end(), sc.args.begin(), sc.args.end());
-    int help = 0;
-    std::ostringstream ignored;
-    try {
-      auto inv = perf::parse_command_line(args, ignored, help);
-      if (!inv) throw perf::CliError("--help is not an option of a service");
-      svc.inv = *inv;
-    } catch (const perf::CliError& e) {
-      throw std::runtime_error("services[" + std::to_string(i) + "] (" + sc.test +
-                               "): " + e.what());
-    }
-    if (!svc.inv.opts.server.empty())
-      throw std::runtime_error("services[" + std::to_string(i) +
-                               "]: a service is a server; its args name no peer");
-    for (std::size_t p = 0; p < cfg.ports.size(); ++p)
-      if (cfg.ports[p].name == sc.port) svc.port_index = p;
-    try {
-      svc.listen_fd = ctl::tcp_listen(wire::Ipv4Addr{}, sc.listen_port, 4);
-    } catch (const std::runtime_error& e) {
-      throw std::runtime_error("service " + sc.test + ": " + e.what());
-    }
-    ::fcntl(svc.listen_fd, F_SETFL, O_NONBLOCK);
-    std::printf("  service %s: TCP %u (out-of-band exchange), RoCE on port %s\n", sc.test.c_str(),
-                sc.listen_port, sc.port.c_str());
-    out.push_back(std::move(svc));
-  }
-  std::fflush(stdout);
-  return out;
 }
 
 int run(const ctl::ApplianceConfig& cfg) {
@@ -246,7 +200,7 @@ int run(const ctl::ApplianceConfig& cfg) {
   if (cfg.counters.telemetry) std::printf("  telemetry: /roce/counters (dpdk-telemetry.py)\n");
   std::fflush(stdout);
 
-  std::vector<Service> services = open_services(cfg);
+  appliance::ServiceHost services(cfg);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::uint64_t next_publish = 0, next_accept = 0;
@@ -258,46 +212,44 @@ int run(const ctl::ApplianceConfig& cfg) {
       next_publish = now + 100'000'000;
     }
   };
+  // One test against a client that has spoken; the other ports and the counters keep going.
+  const auto run_test = [&](appliance::Service& svc, int fd) {
+    PortRuntime& home = ports[svc.port_index];
+    perf::Env env(home.eng(), home.loop(), home.cfg.ipv4, [&] {
+      for (std::size_t i = 0; i < ports.size(); ++i)
+        if (i != svc.port_index) ports[i].loop().poll_once();
+      housekeeping(port::now_ns());
+      if (g_signal != 0) throw Shutdown{};
+    });
+    env.cm_connections = cfg.limits.cm_connections;
+    std::printf("roced: service %s on port %s, TCP %u: a client connected\n",
+                svc.cfg.test.c_str(), svc.cfg.port.c_str(), svc.cfg.listen_port);
+    std::fflush(stdout);
+    ++svc.runs;
+    try {
+      perf::Oob oob(env, fd, svc.inv.opts.timeout_s);
+      perf::run(svc.inv, env, oob);
+      std::printf("roced: service %s: done\n", svc.cfg.test.c_str());
+    } catch (const perf::TestFailure& e) {
+      ++svc.failures;
+      std::printf("roced: service %s failed: %s\n", svc.cfg.test.c_str(), e.what());
+    } catch (const Shutdown&) {
+      std::printf("roced: service %s abandoned\n", svc.cfg.test.c_str());
+    }
+    std::fflush(stdout);
+  };
   while (g_signal == 0) {
     for (auto& p : ports) p.loop().poll_once();
     const std::uint64_t now = port::now_ns();
     housekeeping(now);
     if (services.empty() || now < next_accept) continue;
     next_accept = now + 1'000'000;  // look for a tool's client every millisecond
-    for (auto& svc : services) {
-      const int fd = ::accept4(svc.listen_fd, nullptr, nullptr, SOCK_NONBLOCK);
-      if (fd < 0) continue;
-      PortRuntime& home = ports[svc.port_index];
-      // The test runs to completion here; the other ports and the counters keep going.
-      perf::Env env(home.eng(), home.loop(), home.cfg.ipv4, [&] {
-        for (std::size_t i = 0; i < ports.size(); ++i)
-          if (i != svc.port_index) ports[i].loop().poll_once();
-        housekeeping(port::now_ns());
-        if (g_signal != 0) throw Shutdown{};
-      });
-      env.cm_connections = cfg.limits.cm_connections;
-      std::printf("roced: service %s on port %s, TCP %u: a client connected\n",
-                  svc.cfg.test.c_str(), svc.cfg.port.c_str(), svc.cfg.listen_port);
-      std::fflush(stdout);
-      ++svc.runs;
-      try {
-        perf::Oob oob(env, fd, svc.inv.opts.timeout_s);
-        perf::run(svc.inv, env, oob);
-        std::printf("roced: service %s: done\n", svc.cfg.test.c_str());
-      } catch (const perf::TestFailure& e) {
-        ++svc.failures;
-        std::printf("roced: service %s failed: %s\n", svc.cfg.test.c_str(), e.what());
-      } catch (const Shutdown&) {
-        std::printf("roced: service %s abandoned\n", svc.cfg.test.c_str());
-      }
-      std::fflush(stdout);
-    }
+    services.poll(now, run_test);
   }
-  for (auto& svc : services) {
-    ::close(svc.listen_fd);
-    std::printf("  service %s (TCP %u): %u runs, %u failed\n", svc.cfg.test.c_str(),
-                svc.cfg.listen_port, svc.runs, svc.failures);
-  }
+  for (const auto& svc : services.services())
+    std::printf("  service %s (TCP %u): %u runs, %u failed, %u silent clients dropped\n",
+                svc.cfg.test.c_str(), svc.cfg.listen_port, svc.runs, svc.failures,
+                svc.dropped_silent);
   stop_workers = true;
   for (unsigned l = 1; l < nl; ++l) rte_eal_wait_lcore(cfg.lcores[l]);
   std::printf("roced: %s stopping (%s)\n", cfg.name.c_str(),

@@ -124,6 +124,24 @@ TEST(Config, Services) {
   EXPECT_EQ(c.services[0].listen_port, 18515);
   EXPECT_EQ(c.services[0].args, (std::vector<std::string>{"-n", "100"}));
   EXPECT_EQ(c.services[1].listen_port, 18600);
+  EXPECT_EQ(c.services[0].listen_address, wire::Ipv4Addr{0x7F000001})
+      << "the management address (control.listen's), not every address";
+}
+
+TEST(Config, ServicesListenOnTheManagementAddress) {
+  const auto c = parse_config(std::string(kGood) +
+                                  "control: {listen: '192.0.2.11:18500'}\n"
+                                  "services:\n  - {test: write_bw}\n"
+                                  "  - {test: read_bw, listen_port: 18600, listen_address: 0.0.0.0}\n",
+                              "good.yaml");
+  EXPECT_EQ(c.services[0].listen_address, wire::Ipv4Addr{0xC000020B});
+  EXPECT_EQ(c.services[1].listen_address, wire::Ipv4Addr{0});
+  EXPECT_NE(error_of(std::string(kGood) + "services:\n  - {test: write_bw, listen_address: x}\n")
+                .find("services[0].listen_address 'x' is not an IPv4 address"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kGood) + "control: {listen: 'nowhere'}\n")
+                .find("control.listen 'nowhere' is not IPV4:PORT"),
+            std::string::npos);
 }
 
 TEST(Config, MissingFileIsAClearError) {
