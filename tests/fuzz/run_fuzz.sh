@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs one libFuzzer target for a bounded time: run_fuzz.sh BINARY SEED_DIR WORK_DIR
+#   ROCE_FUZZ_SECONDS  how long (default 60)
+#   ROCE_FUZZ_JOBS     parallel fuzzing processes (default 1)
+# The corpus grows in WORK_DIR/corpus (kept between runs; the seeds are read each time). A
+# crash leaves its input in WORK_DIR/crash-*, ready to be copied to
+# tests/fuzz/regressions/<target>/; the test then fails.
+set -euo pipefail
+bin=$1 seeds=$2 work=$3
+secs=${ROCE_FUZZ_SECONDS:-60}
+mkdir -p "$work/corpus"
+args=(-max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=8192
+      -print_final_stats=1 -artifact_prefix="$work/")
+# A dictionary beside the target's source, if there is one.
+dict="$(dirname "$0")/dict/$(basename "$bin" | sed 's/^fuzz_//').dict"
+[[ -f $dict ]] && args+=(-dict="$dict")
+if [[ ${ROCE_FUZZ_JOBS:-1} -gt 1 ]]; then
+  args+=(-fork="$ROCE_FUZZ_JOBS")
+fi
+echo "run_fuzz: $(basename "$bin") for ${secs}s"
+exec "$bin" "${args[@]}" "$work/corpus" "$seeds"
