@@ -53,6 +53,7 @@ FaultPolicy parse_fault(const YAML::Node& node, const std::string& origin,
   f.seed = r.uint("seed", 1, 0, UINT64_MAX);
   if (f.reorder_rate > 0 && f.reorder_window == 0)
     r.fail(node, path + ": reorder needs reorder_window >= 1");
+  r.finish();
   return f;
 }
 
@@ -86,6 +87,7 @@ PortConfig parse_port(const YAML::Node& node, const std::string& origin, const s
   p.rx_desc = static_cast<std::uint16_t>(r.uint("rx_desc", 1024, 64, 16384));
   p.tx_desc = static_cast<std::uint16_t>(r.uint("tx_desc", 1024, 64, 16384));
   if (r.has("fault")) p.fault = parse_fault(r.get("fault"), origin, path + ".fault");
+  r.finish();
   return p;
 }
 
@@ -208,6 +210,7 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
       c.services.push_back(std::move(s));
     }
   }
+  r.finish();
   return c;
 }
 
