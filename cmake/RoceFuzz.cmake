@@ -44,9 +44,11 @@ function(roce_add_fuzzer name)
 
   set(seeds ${CMAKE_BINARY_DIR}/tests/fuzz/seeds/${name})
   set(regressions ${PROJECT_SOURCE_DIR}/tests/fuzz/regressions/${name})
-  # Replay: every seed and every regression input once (libFuzzer: -runs=0 over the folders).
+  # Replay: every seed and every regression input once.
   if(ROCE_BUILD_FUZZ)
-    add_test(NAME fuzz_replay_${name} COMMAND ${bin} -runs=0 ${seeds} ${regressions})
+    add_test(NAME fuzz_replay_${name}
+      COMMAND ${PROJECT_SOURCE_DIR}/tests/fuzz/run_fuzz.sh --replay $<TARGET_FILE:${bin}> ${seeds}
+              ${regressions})
   else()
     add_test(NAME fuzz_replay_${name} COMMAND ${bin} ${seeds} ${regressions})
   endif()

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "controlplane/cm/mad.h"
+#include "tests/fuzz/fuzz_target.h"
 
 namespace {
 

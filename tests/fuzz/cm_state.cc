@@ -19,6 +19,7 @@
 
 #include "controlplane/cm/cm.h"
 #include "tests/fuzz/fuzz_bytes.h"
+#include "tests/fuzz/fuzz_target.h"
 
 namespace {
 

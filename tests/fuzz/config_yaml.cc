@@ -7,6 +7,7 @@
 #include <string>
 
 #include "controlplane/config.h"
+#include "tests/fuzz/fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

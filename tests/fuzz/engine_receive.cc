@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "tests/fuzz/engine_harness.h"
+#include "tests/fuzz/fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const bool allow_dereg = [] {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dataplane/wire/roce_frame.h"
+#include "tests/fuzz/fuzz_target.h"
 
 namespace {
 

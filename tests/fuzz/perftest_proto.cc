@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "apps/perf/perftest_proto.h"
+#include "tests/fuzz/fuzz_target.h"
 
 namespace {
 

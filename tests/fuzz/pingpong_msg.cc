@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "apps/perf/pingpong_proto.h"
+#include "tests/fuzz/fuzz_target.h"
 
 using namespace roce::perf;
 

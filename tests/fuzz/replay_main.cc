@@ -11,7 +11,7 @@
 #include <iterator>
 #include <vector>
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
+#include "tests/fuzz/fuzz_target.h"
 
 namespace fs = std::filesystem;
 
