@@ -101,7 +101,7 @@ EngineHarness::EngineHarness(std::uint8_t setup, bool allow_dereg, Tap tap)
   cfg.mac = kMacUs;
   cfg.ipv4 = kIpUs;
   cfg.max_qps = 8;
-  cfg.tx_slots = 256;
+  cfg.tx_slots = 64;
   cfg.seed = 1;
   cfg.first_qp_index = 0;
   cfg.advertise_credits = !(setup & 8);
