@@ -367,6 +367,7 @@ void EngineHarness::reg(Reader& in) {
   ASAN_UNPOISON_MEMORY_REGION(mem_[i].data(), mem_[i].size());
   poisoned_[i] = false;
   mr_[i] = eng_->reg_mr(pd_, mem_[i].data(), mem_[i].size(), access);
+  access_[i] = access;
   if (!mr_[i]) {
     ASAN_POISON_MEMORY_REGION(mem_[i].data(), mem_[i].size());
     poisoned_[i] = true;
@@ -385,6 +386,12 @@ void EngineHarness::settle() {
   });
   Wc wc[64];
   while (eng_->poll_cq(cq_, 64, wc) > 0) {
+  }
+  // MR 2 allows remote reads only, not even local writes: nothing may change it, neither a
+  // peer's WRITE or atomic nor a receive or READ response the input aims at it.
+  if (access_[2] == kMrAccess[2] && mr_[2]) {
+    for (std::uint8_t b : mem_[2])
+      if (b != 0xA2) std::abort();
   }
 }
 

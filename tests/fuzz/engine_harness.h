@@ -25,7 +25,9 @@
 ///   kPost      what u8 (a SendWr opcode, or a receive), length u16, flags u8, rkey u32
 ///   kDereg     MR u8: deregister it (its memory is poisoned for ASan until kReg)
 ///   kReg       MR u8, access u8: register it again
-/// After every record the engine runs, its frames are drained and its CQs polled.
+/// After every record the engine runs, its frames are drained and its CQs polled, and MR 2
+/// (remote read only) must still hold its fill: no WRITE, atomic, receive or READ response
+/// may have changed it.
 /// kDereg and kReg are skipped unless ROCE_FUZZ_DEREG=1 is set in the environment (dataplane
 /// writes after dereg are a known open defect; see docs/security.md).
 #pragma once
