@@ -68,6 +68,7 @@ PortConfig parse_port(const YAML::Node& node, const std::string& origin, const s
   if (!r.has("mac")) r.fail(node, path + ": 'mac' is required");
   {
     const YAML::Node n = r.get("mac");
+    if (!n.IsScalar()) r.fail(n, path + ".mac must be a MAC address");
     const auto m = parse_mac(n.as<std::string>());
     if (!m) r.fail(n, path + ".mac: '" + n.as<std::string>() + "' is not a MAC address");
     p.mac = *m;
@@ -91,9 +92,7 @@ PortConfig parse_port(const YAML::Node& node, const std::string& origin, const s
   return p;
 }
 
-}  // namespace
-
-ApplianceConfig parse_config(const std::string& text, const std::string& origin) {
+ApplianceConfig parse_document(const std::string& text, const std::string& origin) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -110,7 +109,10 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
     if (eal.has("args")) {
       const YAML::Node a = eal.get("args");
       if (!a.IsSequence()) eal.fail(a, "eal.args must be a list of strings");
-      for (const auto& x : a) c.eal_args.push_back(x.as<std::string>());
+      for (const auto& x : a) {
+        if (!x.IsScalar()) eal.fail(x, "eal.args must be a list of strings");
+        c.eal_args.push_back(x.Scalar());
+      }
     }
     if (eal.has("lcores")) {
       const YAML::Node l = eal.get("lcores");
@@ -212,6 +214,21 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
   }
   r.finish();
   return c;
+}
+
+}  // namespace
+
+ApplianceConfig parse_config(const std::string& text, const std::string& origin) {
+  try {
+    return parse_document(text, origin);
+  } catch (const YAML::Exception& e) {
+    // What the checks above did not foresee (a mapping where yaml-cpp is asked for a string,
+    // a key that is not a scalar): an error with its place, never an uncaught exception.
+    std::string where = origin;
+    if (e.mark.line >= 0)
+      where += ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
+    throw ConfigError(where + ": " + (e.msg.empty() ? std::string("invalid YAML") : e.msg));
+  }
 }
 
 ApplianceConfig load_config(const std::string& path) {

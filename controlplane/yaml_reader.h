@@ -33,6 +33,7 @@ class YamlReader {
   void finish() {
     finished_ = true;
     for (const auto& kv : node_) {
+      if (!kv.first.IsScalar()) fail(kv.first, "a key in " + path_ + " is not a string");
       const auto key = kv.first.as<std::string>();
       if (!used_.count(key)) fail(kv.first, "unknown key '" + key + "' in " + path_);
     }
