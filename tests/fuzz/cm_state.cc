@@ -31,7 +31,8 @@ void check(bool ok) {
 }
 
 std::uint64_t service(std::uint8_t v) {
-  return service_id(v & 1 ? PortSpace::kUdp : PortSpace::kTcp, static_cast<std::uint16_t>(7170 + (v & 15)));
+  return service_id(v & 1 ? PortSpace::kUdp : PortSpace::kTcp,
+                    static_cast<std::uint16_t>(7170 + (v & 15)));
 }
 
 MadAddr peer(std::uint8_t v) {
@@ -83,8 +84,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const std::uint8_t patch = in.u8();
         const auto b = in.bytes(std::min<std::size_t>(in.u16(), kMadSize));
         std::vector<std::uint8_t> mad(b.begin(), b.end());
-        if ((patch & 1) && mad.size() >= 32) std::copy_n(w.last_sent.begin() + 24, 4, mad.begin() + 28);
-        if ((patch & 2) && mad.size() >= 16) std::copy_n(w.last_sent.begin() + 8, 8, mad.begin() + 8);
+        if ((patch & 1) && mad.size() >= 32)
+          std::copy_n(w.last_sent.begin() + 24, 4, mad.begin() + 28);
+        if ((patch & 2) && mad.size() >= 16)
+          std::copy_n(w.last_sent.begin() + 8, 8, mad.begin() + 8);
         cm.on_mad(mad, from);
         break;
       }

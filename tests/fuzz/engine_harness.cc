@@ -41,12 +41,11 @@ constexpr std::uint32_t kPeerRkey = 0x5EED;
 constexpr std::size_t kMaxPayload = 4096 + 64;
 
 constexpr std::array<Opcode, 17> kRcRequests{
-    Opcode::kRcSendFirst,  Opcode::kRcSendMiddle,  Opcode::kRcSendLast,
-    Opcode::kRcSendLastImm, Opcode::kRcSendOnly,   Opcode::kRcSendOnlyImm,
-    Opcode::kRcWriteFirst, Opcode::kRcWriteMiddle, Opcode::kRcWriteLast,
-    Opcode::kRcWriteLastImm, Opcode::kRcWriteOnly, Opcode::kRcWriteOnlyImm,
-    Opcode::kRcReadRequest, Opcode::kRcCompareSwap, Opcode::kRcFetchAdd,
-    Opcode::kRcSendLastInv, Opcode::kRcSendOnlyInv};
+    Opcode::kRcSendFirst,   Opcode::kRcSendMiddle,   Opcode::kRcSendLast,   Opcode::kRcSendLastImm,
+    Opcode::kRcSendOnly,    Opcode::kRcSendOnlyImm,  Opcode::kRcWriteFirst, Opcode::kRcWriteMiddle,
+    Opcode::kRcWriteLast,   Opcode::kRcWriteLastImm, Opcode::kRcWriteOnly,  Opcode::kRcWriteOnlyImm,
+    Opcode::kRcReadRequest, Opcode::kRcCompareSwap,  Opcode::kRcFetchAdd,   Opcode::kRcSendLastInv,
+    Opcode::kRcSendOnlyInv};
 constexpr std::array<Opcode, 6> kRcResponses{
     Opcode::kRcReadResponseFirst, Opcode::kRcReadResponseMiddle, Opcode::kRcReadResponseLast,
     Opcode::kRcReadResponseOnly,  Opcode::kRcAcknowledge,        Opcode::kRcAtomicAcknowledge};
@@ -329,8 +328,8 @@ void EngineHarness::post(Reader& in) {
     eng_->post_recv((flags & 128) ? ud_ : qp, &r, nullptr);
     return;
   }
-  constexpr WrOpcode kOps[] = {WrOpcode::kWrite,   WrOpcode::kWriteImm, WrOpcode::kSend,
-                               WrOpcode::kSendImm, WrOpcode::kRead,     WrOpcode::kCmpSwap,
+  constexpr WrOpcode kOps[] = {WrOpcode::kWrite,    WrOpcode::kWriteImm, WrOpcode::kSend,
+                               WrOpcode::kSendImm,  WrOpcode::kRead,     WrOpcode::kCmpSwap,
                                WrOpcode::kFetchAdd, WrOpcode::kLocalInv, WrOpcode::kSendInv};
   SendWr w;
   w.wr_id = ++wr_id_;
@@ -381,8 +380,7 @@ void EngineHarness::settle() {
     if (tap_) tap_(f, true);
     wire::RxPkt p;
     if (wire::parse_frame(f, p) != wire::Verdict::kOk) std::abort();  // we sent garbage
-    if (p.dest_qp.raw() == kPeerRcQpn && p.info->mask.has(OpMask::kRequest))
-      last_sent_psn_ = p.psn;
+    if (p.dest_qp.raw() == kPeerRcQpn && p.info->mask.has(OpMask::kRequest)) last_sent_psn_ = p.psn;
   });
   Wc wc[64];
   while (eng_->poll_cq(cq_, 64, wc) > 0) {

@@ -44,7 +44,16 @@
 
 namespace roce::fuzz {
 
-enum class EngineOp : std::uint8_t { kRequest, kResponse, kRaw, kTime, kPost, kDereg, kReg, kCount_ };
+enum class EngineOp : std::uint8_t {
+  kRequest,
+  kResponse,
+  kRaw,
+  kTime,
+  kPost,
+  kDereg,
+  kReg,
+  kCount_
+};
 
 class EngineHarness {
  public:

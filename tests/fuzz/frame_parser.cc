@@ -72,8 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const RxPkt first = p;
     const std::size_t icrc_at = first.frame_len - kIcrcSize;
     store_le32(frame.data() + icrc_at,
-               compute_icrc(frame.data() + first.l3_off, icrc_at - first.l3_off,
-                            first.ip_version));
+               compute_icrc(frame.data() + first.l3_off, icrc_at - first.l3_off, first.ip_version));
     po.verify_icrc = true;
     RxPkt q;
     check(parse_frame(frame, q, po) == Verdict::kOk);

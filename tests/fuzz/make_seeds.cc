@@ -36,7 +36,8 @@ class Corpus {
     char name[16];
     std::snprintf(name, sizeof name, "seed-%03u", n_++);
     std::ofstream(dir_ / name, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
   }
   void add(const Writer& w) { add(w.data()); }
 
@@ -70,7 +71,8 @@ class EngineSeed {
   explicit EngineSeed(std::uint8_t setup) { w_.u8(setup); }
   /// A request to our RC QP (to: 0 RC, 1 UC, 2 UD), at `step` from the next expected PSN.
   EngineSeed& req(Opcode op, std::int8_t step, std::uint8_t key_sel, std::uint32_t va_off,
-                  std::uint32_t dma_len, std::uint16_t payload, bool ack_req = true, unsigned to = 0) {
+                  std::uint32_t dma_len, std::uint16_t payload, bool ack_req = true,
+                  unsigned to = 0) {
     w_.u8(static_cast<unsigned>(EngineOp::kRequest)).u8(wire::raw(op));
     w_.u8((ack_req ? 1 : 0) | (to << 6)).u8(static_cast<std::uint8_t>(step)).u8(key_sel);
     w_.u32(va_off).u32(dma_len).u16(payload);
@@ -89,7 +91,10 @@ class EngineSeed {
     return *this;
   }
   EngineSeed& raw(std::span<const std::uint8_t> frame, bool fix_icrc) {
-    w_.u8(static_cast<unsigned>(EngineOp::kRaw)).u8(fix_icrc ? 1 : 0).u16(frame.size()).bytes(frame);
+    w_.u8(static_cast<unsigned>(EngineOp::kRaw))
+        .u8(fix_icrc ? 1 : 0)
+        .u16(frame.size())
+        .bytes(frame);
     return *this;
   }
   EngineSeed& time(std::uint32_t us) {
@@ -133,15 +138,15 @@ void engine_seeds(const fs::path& out) {
       .req(Opcode::kRcWriteOnlyImm, 0, 1, 100, 40, 40)
       .req(Opcode::kRcSendOnlyInv, 0, 0, 0, 0, 8);
   seeds.emplace_back(kMtu1024)
-      .req(Opcode::kRcWriteOnly, 0, 2, 0, 16, 16)      // MR 2: no remote write
+      .req(Opcode::kRcWriteOnly, 0, 2, 0, 16, 16)  // MR 2: no remote write
       .req(Opcode::kRcWriteOnly, 0, 0, 0, 16, 16)
-      .req(Opcode::kRcWriteOnly, 0, 4, 0, 16, 16)      // a raw key
-      .req(Opcode::kRcWriteOnly, 0, 0, 4090, 16, 16)   // beyond the MR
-      .req(Opcode::kRcWriteOnly, 3, 0, 0, 8, 8)        // a gap
-      .req(Opcode::kRcWriteOnly, -3, 0, 0, 8, 8)       // back to the expected PSN
-      .req(Opcode::kRcReadRequest, -1, 0, 0, 64, 0)    // a duplicate READ
-      .req(Opcode::kRcFetchAdd, 0, 0, 3, 0, 0)         // misaligned
-      .req(Opcode::kRcReadRequest, 0, 3, 0, 64, 0);    // MR 3: no remote read
+      .req(Opcode::kRcWriteOnly, 0, 4, 0, 16, 16)     // a raw key
+      .req(Opcode::kRcWriteOnly, 0, 0, 4090, 16, 16)  // beyond the MR
+      .req(Opcode::kRcWriteOnly, 3, 0, 0, 8, 8)       // a gap
+      .req(Opcode::kRcWriteOnly, -3, 0, 0, 8, 8)      // back to the expected PSN
+      .req(Opcode::kRcReadRequest, -1, 0, 0, 64, 0)   // a duplicate READ
+      .req(Opcode::kRcFetchAdd, 0, 0, 3, 0, 0)        // misaligned
+      .req(Opcode::kRcReadRequest, 0, 3, 0, 64, 0);   // MR 3: no remote read
   // The completer: ACKs, READ responses, atomic ACKs, NAKs and RNR NAKs for the work the
   // harness sent, then timeouts.
   seeds.emplace_back(kMtu1024)
@@ -194,9 +199,8 @@ void engine_seeds(const fs::path& out) {
   for (const auto& s : seeds) {
     c.add(s.writer());
     fuzz::Reader in(s.writer().data().data(), s.writer().data().size());
-    fuzz::EngineHarness h(in.u8(), false, [&](std::span<const std::uint8_t> f, bool) {
-      pcap.write(f, t += 1000);
-    });
+    fuzz::EngineHarness h(in.u8(), false,
+                          [&](std::span<const std::uint8_t> f, bool) { pcap.write(f, t += 1000); });
     h.run(in);
   }
 }
@@ -229,9 +233,10 @@ cm::ReqMsg make_req(std::uint16_t port) {
   r.primary.remote_gid = wire::ipv4_mapped(wire::Ipv4Addr{0xC0000201});
   r.primary.hop_limit = 64;
   r.primary.local_ack_timeout = 18;
-  const auto cma = cm::CmaHeader::ipv4(wire::Ipv4Addr{0xC0000210}, 0xD431, wire::Ipv4Addr{0xC0000201});
-  cm::encode_cma_header(cma, std::span<std::uint8_t, cm::kCmaHeaderSize>(r.private_data.data(),
-                                                                        cm::kCmaHeaderSize));
+  const auto cma =
+      cm::CmaHeader::ipv4(wire::Ipv4Addr{0xC0000210}, 0xD431, wire::Ipv4Addr{0xC0000201});
+  cm::encode_cma_header(
+      cma, std::span<std::uint8_t, cm::kCmaHeaderSize>(r.private_data.data(), cm::kCmaHeaderSize));
   return r;
 }
 
@@ -267,9 +272,10 @@ std::vector<cm::MadBuf> all_mads() {
   sreq.request_id = 9;
   sreq.pkey = 0xFFFF;
   sreq.service_id = cm::service_id(cm::PortSpace::kUdp, 7171);
-  const auto cma = cm::CmaHeader::ipv4(wire::Ipv4Addr{0xC0000210}, 0xD431, wire::Ipv4Addr{0xC0000201});
+  const auto cma =
+      cm::CmaHeader::ipv4(wire::Ipv4Addr{0xC0000210}, 0xD431, wire::Ipv4Addr{0xC0000201});
   cm::encode_cma_header(cma, std::span<std::uint8_t, cm::kCmaHeaderSize>(sreq.private_data.data(),
-                                                                        cm::kCmaHeaderSize));
+                                                                         cm::kCmaHeaderSize));
   v.push_back(mad(8, sreq));
   cm::SidrRepMsg srep;
   srep.request_id = 9;
@@ -358,15 +364,22 @@ void perf_seeds(const fs::path& out) {
   Corpus c(out, "perftest_proto");
   const auto add = [&](std::uint8_t sel, const auto& bytes) {
     Writer w;
-    w.u8(sel).bytes(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(bytes.data()),
-                                                  bytes.size()));
+    w.u8(sel).bytes(std::span<const std::uint8_t>(
+        reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
     c.add(w);
   };
   add(0, perf::pt::version_msg("6.06"));
   add(0, perf::pt::version_msg("6.29"));
   add(1, perf::pt::encode(perf::pt::SysData{}));
   add(2, perf::pt::mtu_msg(3));
-  perf::pt::Dest d{0, 16, 0x11, 0x123456, 0xABCD, 0x7F0000001000ull, wire::ipv4_mapped(wire::Ipv4Addr{0xC0000201}), 0};
+  perf::pt::Dest d{0,
+                   16,
+                   0x11,
+                   0x123456,
+                   0xABCD,
+                   0x7F0000001000ull,
+                   wire::ipv4_mapped(wire::Ipv4Addr{0xC0000201}),
+                   0};
   add(3, perf::pt::dest_msg(d));
   add(4, perf::pt::dest_bin(d));
   perf::pt::Report r{65536, 5000, 11.5, 10.25, 0.02};

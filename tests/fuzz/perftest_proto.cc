@@ -3,13 +3,14 @@
 /// client sends roced's hosted servers and roce-perf before any RoCE traffic. Input: a selector
 /// byte, then the message. Decoders that accept a message must give back what their encoder
 /// turns into the same message again.
+#include "apps/perf/perftest_proto.h"
+
 #include <bit>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#include "apps/perf/perftest_proto.h"
 #include "tests/fuzz/fuzz_target.h"
 
 namespace {
@@ -76,7 +77,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 4: {
       auto m = exact<std::uint8_t, kDestBinLen>(p, n);
       if (m.empty()) return 0;
-      if (const auto d = dest_of_bin(std::span<const std::uint8_t, kDestBinLen>(m.data(), kDestBinLen))) {
+      if (const auto d =
+              dest_of_bin(std::span<const std::uint8_t, kDestBinLen>(m.data(), kDestBinLen))) {
         const auto d2 = dest_of_bin(dest_bin(*d));
         check(d2 && *d2 == *d);
       }
@@ -85,7 +87,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 5: {
       auto m = exact<std::uint8_t, kReportLen>(p, n);
       if (m.empty()) return 0;
-      const Report r = decode_report(std::span<const std::uint8_t, kReportLen>(m.data(), kReportLen));
+      const Report r =
+          decode_report(std::span<const std::uint8_t, kReportLen>(m.data(), kReportLen));
       const auto again = encode(r);
       check(std::memcmp(again.data(), m.data(), kReportLen) == 0);  // doubles bit for bit
       break;
