@@ -23,9 +23,6 @@ secs=${ROCE_FUZZ_SECONDS:-60}
 mkdir -p "$work/corpus"
 args=(-max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=8192
       -print_final_stats=1 -artifact_prefix="$work/")
-# A dictionary beside the target's source, if there is one.
-dict="$(dirname "$0")/dict/$(basename "$bin" | sed 's/^fuzz_//').dict"
-[[ -f $dict ]] && args+=(-dict="$dict")
 if [[ ${ROCE_FUZZ_JOBS:-1} -gt 1 ]]; then
   args+=(-fork="$ROCE_FUZZ_JOBS")
 fi
