@@ -180,7 +180,8 @@ EngineHarness::~EngineHarness() {
 }
 
 void EngineHarness::run(Reader& in) {
-  for (unsigned n = 0; n < kMaxRecords && !in.empty(); ++n) {
+  for (; records_ < kMaxRecords && !in.empty(); ++records_) {
+    if (starts_.size() < kMaxRecords) starts_.push_back(in.left());
     switch (static_cast<EngineOp>(in.u8() % static_cast<unsigned>(EngineOp::kCount_))) {
       case EngineOp::kRequest:
         request(in);

@@ -70,6 +70,10 @@ class EngineHarness {
   /// Runs every record of `in` (at most kMaxRecords).
   void run(Reader& in);
   static constexpr unsigned kMaxRecords = 256;
+  /// Records run so far.
+  unsigned records() const { return records_; }
+  /// Where each record started: bytes of the input left at that point (for checking seeds).
+  const std::vector<std::size_t>& record_starts() const { return starts_; }
 
  private:
   void request(Reader& in);
@@ -100,6 +104,8 @@ class EngineHarness {
   wire::Psn next_req_psn_;   ///< the PSN the RC responder expects next, as the input sees it
   wire::Psn last_sent_psn_;  ///< the latest request PSN our RC requester sent
   std::uint64_t wr_id_ = 0;
+  unsigned records_ = 0;
+  std::vector<std::size_t> starts_;
   std::vector<std::uint8_t> frame_;
 };
 

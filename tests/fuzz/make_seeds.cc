@@ -73,50 +73,72 @@ class EngineSeed {
   EngineSeed& req(Opcode op, std::int8_t step, std::uint8_t key_sel, std::uint32_t va_off,
                   std::uint32_t dma_len, std::uint16_t payload, bool ack_req = true,
                   unsigned to = 0) {
+    start();
     w_.u8(static_cast<unsigned>(EngineOp::kRequest)).u8(wire::raw(op));
     w_.u8((ack_req ? 1 : 0) | (to << 6)).u8(static_cast<std::uint8_t>(step)).u8(key_sel);
+    if (key_sel & 4) w_.u32(0x0BAD0BAD);  // a raw key instead of an MR's
     w_.u32(va_off).u32(dma_len).u16(payload);
     const auto& info = wire::opcode_info(op);
     if (info.has(wire::Ext::kAtomicEth)) w_.u64(5).u64(0);
     if (info.has(wire::Ext::kImmDt)) w_.u32(0x12345678);
     if (info.has(wire::Ext::kDeth) && ack_req) w_.u32(0x11111111);
+    ++frames_;
     return *this;
   }
   /// An answer to our RC requester, at `step` from the last PSN it sent.
   EngineSeed& resp(Opcode op, std::int8_t step, std::uint8_t syndrome, std::uint16_t msn,
                    std::uint16_t payload) {
+    start();
     w_.u8(static_cast<unsigned>(EngineOp::kResponse)).u8(wire::raw(op)).u8(0);
     w_.u8(static_cast<std::uint8_t>(step)).u8(syndrome).u16(msn).u16(payload);
     if (wire::opcode_info(op).has(wire::Ext::kAtomicAckEth)) w_.u64(42);
+    ++frames_;
     return *this;
   }
   EngineSeed& raw(std::span<const std::uint8_t> frame, bool fix_icrc) {
+    start();
     w_.u8(static_cast<unsigned>(EngineOp::kRaw))
         .u8(fix_icrc ? 1 : 0)
         .u16(frame.size())
         .bytes(frame);
+    ++frames_;
     return *this;
   }
   EngineSeed& time(std::uint32_t us) {
+    start();
     w_.u8(static_cast<unsigned>(EngineOp::kTime)).u8(1).u32(us);
     return *this;
   }
   EngineSeed& post(std::uint8_t what, std::uint16_t len, std::uint8_t flags) {
+    start();
     w_.u8(static_cast<unsigned>(EngineOp::kPost)).u8(what).u16(len).u8(flags).u32(0x5EED);
     return *this;
   }
   EngineSeed& dereg(std::uint8_t mr) {
+    start();
     w_.u8(static_cast<unsigned>(EngineOp::kDereg)).u8(mr);
     return *this;
   }
   EngineSeed& reg(std::uint8_t mr, std::uint8_t access) {
+    start();
     w_.u8(static_cast<unsigned>(EngineOp::kReg)).u8(mr).u8(access);
     return *this;
   }
   const Writer& writer() const { return w_; }
+  /// Frames the harness must build from this seed: one per request, response and raw record.
+  unsigned frames() const { return frames_; }
+  /// Bytes left after each record's start, as the harness reports them.
+  std::vector<std::size_t> record_starts() const {
+    std::vector<std::size_t> v;
+    for (std::size_t off : starts_) v.push_back(w_.data().size() - off);
+    return v;
+  }
 
  private:
   Writer w_;
+  void start() { starts_.push_back(w_.data().size()); }
+  unsigned frames_ = 0;
+  std::vector<std::size_t> starts_;
 };
 
 void engine_seeds(const fs::path& out) {
@@ -199,9 +221,19 @@ void engine_seeds(const fs::path& out) {
   for (const auto& s : seeds) {
     c.add(s.writer());
     fuzz::Reader in(s.writer().data().data(), s.writer().data().size());
-    fuzz::EngineHarness h(in.u8(), false,
-                          [&](std::span<const std::uint8_t> f, bool) { pcap.write(f, t += 1000); });
+    unsigned injected = 0;
+    fuzz::EngineHarness h(in.u8(), false, [&](std::span<const std::uint8_t> f, bool from_engine) {
+      pcap.write(f, t += 1000);
+      injected += from_engine ? 0 : 1;
+    });
     h.run(in);
+    // A seed the harness reads differently from how it was written is caught here.
+    if (injected != s.frames() || h.record_starts() != s.record_starts()) {
+      std::cerr << "roce-fuzz-seeds: engine seed " << &s - seeds.data()
+                << " is not read as it was written (" << injected << " frames, " << h.records()
+                << " records)\n";
+      std::exit(1);
+    }
   }
 }
 
