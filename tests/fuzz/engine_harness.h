@@ -12,17 +12,21 @@
 /// then records, each a kind byte (EngineOp, modulo kCount_) and its fields, little-endian:
 ///   kRequest   opcode u8 (an opcode the table does not know: one of the RC requests), flags u8
 ///              (0 AckReq, 1 SE, 2 FECN, 3 BECN, 4 MigReq, 5 PSN is a raw u32 instead of an i8
-///              step from the next expected PSN, 6-7 destination: RC, UC, UD, a raw u32 QPN),
-///              PSN, key selector u8 (MR 0-3 by v % 4, a raw u32 when v & 4; also IETH),
-///              VA offset u32 from that MR's start, DMA length u32, payload length u16,
-///              swap/add u64 and compare u64 (atomics), immediate u32 (ImmDt)
+///              step from the next expected PSN, 6-7 destination: RC, UC, UD, a raw QPN),
+///              the PSN, the raw QPN u32 (destination 3 only), key selector u8 (MR v % 4, or
+///              a raw u32 key following when v & 4; RETH, AtomicETH and IETH), VA offset u32
+///              from that MR's start, DMA length u32, payload length u16, then as the opcode
+///              has them: swap/add u64 and compare u64, immediate u32, Q_Key u32 (DETH; only
+///              with AckReq, else the right one)
 ///   kResponse  the same for ACKs, READ responses and atomic ACKs to the RC QP's requester:
 ///              opcode u8, flags u8, PSN step i8 from the last PSN it sent (bit 5: raw u32),
 ///              syndrome u8, MSN u16, payload length u16, original value u64 (atomic ACK)
 ///   kRaw       flags u8 (bit 0: write a correct ICRC when the frame parses without one),
 ///              length u16, the frame's bytes
 ///   kTime      scale u8 (bit 0: microseconds, else ns), step u32: the clock moves (timers)
-///   kPost      what u8 (a SendWr opcode, or a receive), length u16, flags u8, rkey u32
+///   kPost      what u8 (high nibble: a SendWr opcode, 15 a receive; low: the MR of the SGE),
+///              length u16, flags u8 (send flags; 4: no SGE, 64: on the UC QP, 128: on the
+///              UD QP), rkey u32 (also the immediate and the key to invalidate)
 ///   kDereg     MR u8: deregister it (its memory is poisoned for ASan until kReg)
 ///   kReg       MR u8, access u8: register it again
 /// After every record the engine runs, its frames are drained and its CQs polled, and MR 2
