@@ -50,10 +50,11 @@ constexpr std::array<Opcode, 17> kRcRequests{
 constexpr std::array<Opcode, 6> kRcResponses{
     Opcode::kRcReadResponseFirst, Opcode::kRcReadResponseMiddle, Opcode::kRcReadResponseLast,
     Opcode::kRcReadResponseOnly,  Opcode::kRcAcknowledge,        Opcode::kRcAtomicAcknowledge};
-constexpr std::array<std::uint32_t, EngineHarness::kMrs> kMrSize{4096, 8192, 4096, 16384};
+constexpr std::array<std::uint32_t, EngineHarness::kMrs> kMrSize{4096, 8192, 4096, 16384, 8192};
 constexpr std::array<std::uint32_t, EngineHarness::kMrs> kMrAccess{
     kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic,
-    kAccessLocalWrite | kAccessRemoteWrite, kAccessRemoteRead, kAccessLocalWrite};
+    kAccessLocalWrite | kAccessRemoteWrite, kAccessRemoteRead, kAccessLocalWrite,
+    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead};
 
 Opcode pick(std::uint8_t raw, std::span<const Opcode> fallback) {
   if (wire::opcode_info(raw).valid()) return static_cast<Opcode>(raw);
@@ -122,9 +123,12 @@ EngineHarness::EngineHarness(std::uint8_t setup, bool allow_dereg, Tap tap)
   for (std::size_t i = 0; i < kMrs; ++i) {
     mem_[i].assign(kMrSize[i], static_cast<std::uint8_t>(0xA0 + i));
     access_[i] = kMrAccess[i];
-    mr_[i] = eng_->reg_mr(pd_, mem_[i].data(), mem_[i].size(), access_[i]);
+    mr_[i] = i == kFastRegMr ? eng_->alloc_mr(pd_, 1 << 20)
+                             : eng_->reg_mr(pd_, mem_[i].data(), mem_[i].size(), access_[i]);
     if (!mr_[i]) std::abort();
   }
+  // MR 4 gets its memory through a REG_MR work request, first on the RC send queue.
+  fast_reg(0x01);
   // Receives: RC and UC into MR 0 and 1 (two SGEs), UD into MR 3 (room for the GRH).
   for (unsigned i = 0; i < 8; ++i) {
     const Sge two[2] = {{reinterpret_cast<std::uint64_t>(mem_[0].data()), 2048, mr_[0]->key},
@@ -256,7 +260,7 @@ void EngineHarness::request(Reader& in) {
   if (to == 3) s.dest_qp = wire::Qpn(in.u32());
   const std::uint8_t key_sel = in.u8();
   const std::size_t mr = key_sel % kMrs;
-  const std::uint32_t key = (key_sel & 4) ? in.u32() : mr_[mr] ? mr_[mr]->key : 0;
+  const std::uint32_t key = (key_sel & 0x80) ? in.u32() : mr_[mr] ? mr_[mr]->key : 0;
   const std::uint64_t va = reinterpret_cast<std::uint64_t>(mem_[mr].data()) + in.u32();
   const std::uint32_t dma_len = in.u32();
   const std::size_t payload = std::min<std::size_t>(in.u16(), kMaxPayload);
@@ -332,15 +336,21 @@ void EngineHarness::post(Reader& in) {
   }
   constexpr WrOpcode kOps[] = {WrOpcode::kWrite,    WrOpcode::kWriteImm, WrOpcode::kSend,
                                WrOpcode::kSendImm,  WrOpcode::kRead,     WrOpcode::kCmpSwap,
-                               WrOpcode::kFetchAdd, WrOpcode::kLocalInv, WrOpcode::kSendInv};
+                               WrOpcode::kFetchAdd, WrOpcode::kLocalInv, WrOpcode::kSendInv,
+                               WrOpcode::kRegMr};
+  const WrOpcode op = kOps[(what >> 4) % std::size(kOps)];
+  if (op == WrOpcode::kRegMr) {
+    fast_reg(static_cast<std::uint8_t>(len));
+    return;
+  }
   SendWr w;
   w.wr_id = ++wr_id_;
-  w.opcode = kOps[(what >> 4) % std::size(kOps)];
+  w.opcode = op;
   w.sg_list = &sge;
   w.num_sge = (flags & 4) ? 0 : 1;
   w.send_flags = flags & (kSendFence | kSendSignaled | kSendSolicited | kSendInline);
   w.imm_data = rkey;
-  w.invalidate_rkey = rkey;
+  w.invalidate_rkey = op == WrOpcode::kLocalInv ? mr_[kFastRegMr]->key : rkey;
   w.rdma = {0x20000 + len, rkey};
   w.atomic = {0x10000 + (len & 8), rkey, len, rkey};
   AddressVector av;
@@ -350,9 +360,36 @@ void EngineHarness::post(Reader& in) {
   eng_->post_send((flags & 128) ? ud_ : qp, &w, nullptr);
 }
 
+void EngineHarness::fast_reg(std::uint8_t variant) {
+  Mr* fr = mr_[kFastRegMr];
+  SendWr w;
+  w.wr_id = ++wr_id_;
+  w.opcode = WrOpcode::kRegMr;
+  w.send_flags = kSendSignaled;  // its completion ends the poisoning
+  w.reg = {fr->key, variant, reinterpret_cast<std::uint64_t>(mem_[kFastRegMr].data()),
+           mem_[kFastRegMr].size(), kMrAccess[kFastRegMr]};
+  eng_->post_send(rc_, &w, nullptr);
+}
+
+void EngineHarness::on_wc(const Wc& wc) {
+  if (!allow_dereg_ || wc.status != WcStatus::kSuccess) return;
+  const bool invalidated =
+      ((wc.wc_flags & kWcWithInv) && wc.invalidated_rkey == mr_[kFastRegMr]->key) ||
+      wc.opcode == WcOpcode::kLocalInv;
+  std::vector<std::uint8_t>& m = mem_[kFastRegMr];
+  if (invalidated && !poisoned_[kFastRegMr]) {
+    // An invalidated MR's memory is the application's again, as after dereg.
+    ASAN_POISON_MEMORY_REGION(m.data(), m.size());
+    poisoned_[kFastRegMr] = true;
+  } else if (wc.opcode == WcOpcode::kRegMr && poisoned_[kFastRegMr]) {
+    ASAN_UNPOISON_MEMORY_REGION(m.data(), m.size());
+    poisoned_[kFastRegMr] = false;
+  }
+}
+
 void EngineHarness::dereg(Reader& in) {
   const std::size_t i = in.u8() % kMrs;
-  if (!allow_dereg_ || !mr_[i]) return;
+  if (!allow_dereg_ || !mr_[i] || i == kFastRegMr) return;
   if (eng_->dereg_mr(mr_[i]) != kOk) return;
   mr_[i] = nullptr;
   // Deregistered memory is the application's again (it may free it): the engine must not
@@ -364,7 +401,7 @@ void EngineHarness::dereg(Reader& in) {
 void EngineHarness::reg(Reader& in) {
   const std::size_t i = in.u8() % kMrs;
   const std::uint32_t access = in.u8() & 0xF;
-  if (!allow_dereg_ || mr_[i]) return;
+  if (!allow_dereg_ || mr_[i] || i == kFastRegMr) return;
   ASAN_UNPOISON_MEMORY_REGION(mem_[i].data(), mem_[i].size());
   poisoned_[i] = false;
   mr_[i] = eng_->reg_mr(pd_, mem_[i].data(), mem_[i].size(), access);
@@ -385,8 +422,8 @@ void EngineHarness::settle() {
     if (p.dest_qp.raw() == kPeerRcQpn && p.info->mask.has(OpMask::kRequest)) last_sent_psn_ = p.psn;
   });
   Wc wc[64];
-  while (eng_->poll_cq(cq_, 64, wc) > 0) {
-  }
+  for (int n; (n = eng_->poll_cq(cq_, 64, wc)) > 0;)
+    for (int i = 0; i < n; ++i) on_wc(wc[i]);
   // MR 2 allows remote reads only, not even local writes: nothing may change it, neither a
   // peer's WRITE or atomic nor a receive or READ response the input aims at it.
   if (access_[2] == kMrAccess[2] && mr_[2]) {

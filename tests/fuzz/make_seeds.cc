@@ -76,7 +76,7 @@ class EngineSeed {
     start();
     w_.u8(static_cast<unsigned>(EngineOp::kRequest)).u8(wire::raw(op));
     w_.u8((ack_req ? 1 : 0) | (to << 6)).u8(static_cast<std::uint8_t>(step)).u8(key_sel);
-    if (key_sel & 4) w_.u32(0x0BAD0BAD);  // a raw key instead of an MR's
+    if (key_sel & 0x80) w_.u32(0x0BAD0BAD);  // a raw key instead of an MR's
     w_.u32(va_off).u32(dma_len).u16(payload);
     const auto& info = wire::opcode_info(op);
     if (info.has(wire::Ext::kAtomicEth)) w_.u64(5).u64(0);
@@ -208,6 +208,21 @@ void engine_seeds(const fs::path& out) {
     }
     seeds.push_back(s);
   }
+  // The fast-registered MR 4: a WRITE into it, SEND with Invalidate of its key, a WRITE that
+  // must be refused, LOCAL_INV, then REG_MR (key variant 0x5A) and a WRITE with the new key.
+  seeds.emplace_back(kMtu1024)
+      .req(Opcode::kRcWriteOnly, 0, 4, 0, 64, 64)
+      .req(Opcode::kRcSendOnlyInv, 0, 4, 0, 0, 8)
+      .req(Opcode::kRcWriteOnly, 0, 4, 0, 64, 64)
+      .post(0x70, 0, 2)
+      .post(0x90, 0x5A, 0)
+      .req(Opcode::kRcWriteOnly, 0, 4, 128, 64, 64);
+  // A local invalidation between the packets of a WRITE (caught only with ROCE_FUZZ_DEREG=1).
+  seeds.emplace_back(kMtu256)
+      .req(Opcode::kRcWriteFirst, 0, 4, 0, 600, 256, false)
+      .post(0x70, 0, 2 | 64)  // on the UC QP, whose send queue is not waiting for ACKs
+      .req(Opcode::kRcWriteMiddle, 0, 4, 0, 0, 256, false)
+      .req(Opcode::kRcWriteLast, 0, 4, 0, 0, 88);
   // Deregistration between the packets of a WRITE (only with ROCE_FUZZ_DEREG=1).
   seeds.emplace_back(kMtu256)
       .req(Opcode::kRcWriteFirst, 0, 0, 0, 600, 256, false)
