@@ -349,6 +349,9 @@ void EngineHarness::post(Reader& in) {
   w.sg_list = &sge;
   w.num_sge = (flags & 4) ? 0 : 1;
   w.send_flags = flags & (kSendFence | kSendSignaled | kSendSolicited | kSendInline);
+  // Inline data is read by post_send itself, with no key: an application does not point it at
+  // memory it has given back (the harness poisoned it).
+  if (poisoned_[mr]) w.send_flags &= ~std::uint32_t{kSendInline};
   w.imm_data = rkey;
   w.invalidate_rkey = op == WrOpcode::kLocalInv ? mr_[kFastRegMr]->key : rkey;
   w.rdma = {0x20000 + len, rkey};
