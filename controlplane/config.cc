@@ -53,6 +53,7 @@ FaultPolicy parse_fault(const YAML::Node& node, const std::string& origin,
   f.seed = r.uint("seed", 1, 0, UINT64_MAX);
   if (f.reorder_rate > 0 && f.reorder_window == 0)
     r.fail(node, path + ": reorder needs reorder_window >= 1");
+  r.finish();
   return f;
 }
 
@@ -67,6 +68,7 @@ PortConfig parse_port(const YAML::Node& node, const std::string& origin, const s
   if (!r.has("mac")) r.fail(node, path + ": 'mac' is required");
   {
     const YAML::Node n = r.get("mac");
+    if (!n.IsScalar()) r.fail(n, path + ".mac must be a MAC address");
     const auto m = parse_mac(n.as<std::string>());
     if (!m) r.fail(n, path + ".mac: '" + n.as<std::string>() + "' is not a MAC address");
     p.mac = *m;
@@ -86,12 +88,11 @@ PortConfig parse_port(const YAML::Node& node, const std::string& origin, const s
   p.rx_desc = static_cast<std::uint16_t>(r.uint("rx_desc", 1024, 64, 16384));
   p.tx_desc = static_cast<std::uint16_t>(r.uint("tx_desc", 1024, 64, 16384));
   if (r.has("fault")) p.fault = parse_fault(r.get("fault"), origin, path + ".fault");
+  r.finish();
   return p;
 }
 
-}  // namespace
-
-ApplianceConfig parse_config(const std::string& text, const std::string& origin) {
+ApplianceConfig parse_document(const std::string& text, const std::string& origin) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -108,7 +109,10 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
     if (eal.has("args")) {
       const YAML::Node a = eal.get("args");
       if (!a.IsSequence()) eal.fail(a, "eal.args must be a list of strings");
-      for (const auto& x : a) c.eal_args.push_back(x.as<std::string>());
+      for (const auto& x : a) {
+        if (!x.IsScalar()) eal.fail(x, "eal.args must be a list of strings");
+        c.eal_args.push_back(x.Scalar());
+      }
     }
     if (eal.has("lcores")) {
       const YAML::Node l = eal.get("lcores");
@@ -236,7 +240,23 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
       c.services.push_back(std::move(s));
     }
   }
+  r.finish();
   return c;
+}
+
+}  // namespace
+
+ApplianceConfig parse_config(const std::string& text, const std::string& origin) {
+  try {
+    return parse_document(text, origin);
+  } catch (const YAML::Exception& e) {
+    // What the checks above did not foresee (a mapping where yaml-cpp is asked for a string,
+    // a key that is not a scalar): an error with its place, never an uncaught exception.
+    std::string where = origin;
+    if (e.mark.line >= 0)
+      where += ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
+    throw ConfigError(where + ": " + (e.msg.empty() ? std::string("invalid YAML") : e.msg));
+  }
 }
 
 ApplianceConfig load_config(const std::string& path) {
