@@ -34,10 +34,8 @@
 /// After every record the engine runs, its frames are drained and its CQs polled, and MR 2
 /// (remote read only) must still hold its fill: no WRITE, atomic, receive or READ response
 /// may have changed it.
-/// kDereg and kReg are skipped unless ROCE_FUZZ_DEREG=1 is set in the environment (dataplane
-/// writes after dereg are a known open defect; see docs/security.md). With it set, MR 4's
-/// memory is also poisoned while the MR is invalidated (remotely or locally), until a REG_MR
-/// completes.
+/// kDereg and kReg run unless ROCE_FUZZ_DEREG=0 is set in the environment; MR 4's memory is
+/// also poisoned while the MR is invalidated (remotely or locally), until a REG_MR completes.
 #pragma once
 
 #include <array>
@@ -93,7 +91,7 @@ class EngineHarness {
   void reg(Reader& in);
   void inject(const wire::FrameSpec& s, std::size_t payload_len);
   void fast_reg(std::uint8_t key_variant);
-  void on_wc(const engine::Wc& wc);
+  void sync_fast_reg();
   void settle();
   wire::FrameSpec spec_to_us(std::uint32_t dest_qpn) const;
 
