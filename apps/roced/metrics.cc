@@ -49,6 +49,17 @@ std::vector<CounterSample> Metrics::snapshot() const {
     out.push_back({"arp_replies_learned", p.name, p.neighbour.arp_replies_learned});
     out.push_back({"icmp_echo_answered", p.name, p.neighbour.icmp_echo_answered});
     out.push_back({"qps", p.name, p.qps});
+    out.push_back({"mrs", p.name, p.mrs});
+    if (p.attach_on) {
+      out.push_back({"attach_clients", p.name, p.attach_clients});
+      out.push_back({"attach_clients_total", p.name, p.attach_clients_total});
+      out.push_back({"attach_clients_lost", p.name, p.attach_clients_lost});
+      out.push_back({"attach_qps", p.name, p.attach_qps});
+      out.push_back({"attach_mrs", p.name, p.attach_mrs});
+      out.push_back({"attach_cqs", p.name, p.attach_cqs});
+      out.push_back({"attach_memory_bytes", p.name, p.attach_memory_bytes});
+      out.push_back({"attach_bad_requests", p.name, p.attach_bad_requests});
+    }
     if (p.faults_on) {
       out.push_back({"fault_dropped", p.name, p.faults.dropped});
       out.push_back({"fault_duplicated", p.name, p.faults.duplicated});

@@ -28,6 +28,12 @@ struct PortCounters {
   FaultStats faults;
   bool faults_on = false;
   std::uint64_t qps = 0;
+  std::uint64_t mrs = 0;
+  // attached client processes (controlplane/attach), when attach.socket is configured
+  bool attach_on = false;
+  std::uint64_t attach_clients = 0, attach_clients_total = 0, attach_clients_lost = 0;
+  std::uint64_t attach_qps = 0, attach_mrs = 0, attach_cqs = 0, attach_memory_bytes = 0;
+  std::uint64_t attach_bad_requests = 0;
 };
 
 struct CounterSample {

@@ -662,7 +662,7 @@ bool AttachServer::handle(Client& c) {
       break;
     }
     case Op::kModifyQp: {
-      const auto it = c.qps.find(h);
+      const auto it = c.qps.find(rq.modify.qp);
       if (it == c.qps.end()) return bad(EINVAL);
       engine::QpAttr attr = rq.modify.attr;
       const std::uint32_t mask = rq.modify.mask;

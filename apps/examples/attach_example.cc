@@ -1,0 +1,313 @@
+/// @file
+/// roce-attach-example: an application process on libroce (client/include/roce/client.h),
+/// attached to a running roced. Two of them, each on its own roced, connect an RC QP (QPN,
+/// PSN, GID, rkey and buffer IOVA exchanged over TCP) and move data that both check:
+///   server                                client
+///   posts two receives, says "ready"  ->  SEND size bytes           (server checks them)
+///                                         WRITE size bytes into the server's buffer
+///                                         READ size bytes of the server's buffer (checked)
+///   checks the WRITE                  <-  SEND "done"
+/// With --seconds S the client then repeats WRITE + READ-back of fresh patterns for S seconds
+/// (the kill -9 test of tests/integration/roced_attach.sh).
+///
+///   roce-attach-example --socket /run/roce/a.sock --listen 7471
+///   roce-attach-example --socket /run/roce/b.sock --connect 127.0.0.1:7471
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "client/include/roce/client.h"
+
+using namespace roce::client;
+
+namespace {
+
+[[noreturn]] void die(const std::string& what, int err = 0) {
+  std::fprintf(stderr, "attach-example: %s%s%s\n", what.c_str(), err ? ": " : "",
+               err ? std::strerror(err) : "");
+  std::exit(1);
+}
+
+// ---- the out-of-band TCP exchange ----
+struct Info {
+  std::uint32_t qpn, psn, rkey, size;
+  std::uint64_t iova;  ///< the peer's buffer, as its MR's IOVA
+  std::uint8_t gid[16];
+};
+
+void full(int fd, void* p, std::size_t n, bool write) {
+  auto* b = static_cast<std::uint8_t*>(p);
+  while (n != 0) {
+    const ssize_t k = write ? ::write(fd, b, n) : ::read(fd, b, n);
+    if (k <= 0) die("the peer's TCP connection closed");
+    b += k;
+    n -= static_cast<std::size_t>(k);
+  }
+}
+void say(int fd, const char (&w)[8]) { full(fd, const_cast<char*>(w), 8, true); }
+void expect(int fd, const char (&w)[8]) {
+  char got[8];
+  full(fd, got, 8, false);
+  if (std::memcmp(got, w, 8) != 0) die(std::string("expected '") + w + "' from the peer");
+}
+
+int tcp_listen_accept(std::uint16_t port) {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(s, 1) != 0)
+    die("cannot listen on TCP " + std::to_string(port), errno);
+  std::printf("attach-example: waiting for the peer on TCP %u\n", port);
+  std::fflush(stdout);
+  const int fd = ::accept(s, nullptr, nullptr);
+  ::close(s);
+  if (fd < 0) die("accept", errno);
+  return fd;
+}
+
+int tcp_connect(const std::string& hp) {
+  const auto colon = hp.rfind(':');
+  if (colon == std::string::npos) die("--connect takes HOST:PORT");
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<std::uint16_t>(std::stoul(hp.substr(colon + 1))));
+  if (::inet_pton(AF_INET, hp.substr(0, colon).c_str(), &sa.sin_addr) != 1)
+    die("bad address " + hp);
+  for (int i = 0; i < 200; ++i) {  // the server may not listen yet: retry for 20 s
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) return fd;
+    ::close(fd);
+    ::usleep(100'000);
+  }
+  die("cannot connect to " + hp);
+}
+
+std::uint8_t pattern(std::size_t i, unsigned k) {
+  return static_cast<std::uint8_t>(i * 7 + k * 13 + (i >> 8));
+}
+void fill(std::uint8_t* p, std::size_t n, unsigned k) {
+  for (std::size_t i = 0; i < n; ++i) p[i] = pattern(i, k);
+}
+std::size_t mismatch(const std::uint8_t* p, std::size_t n, unsigned k) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (p[i] != pattern(i, k)) return i;
+  return n;
+}
+
+// One completion of `cq`: waits on the CQ's eventfd (or spins with --busy-poll).
+Wc complete(Context& ctx, Cq* cq, bool busy) {
+  Wc wc;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    const int n = ctx.poll_cq(cq, 1, &wc);
+    if (n < 0) die("poll_cq", -n);
+    if (n == 1) break;
+    if (std::chrono::steady_clock::now() > end) die("no completion within 20 s");
+    if (!busy) {
+      const int rc = ctx.wait_cq(cq, 1000);
+      if (rc != 0 && rc != ETIMEDOUT) die("wait_cq", rc);
+    }
+  }
+  if (wc.status != WcStatus::kSuccess)
+    die("work request " + std::to_string(wc.wr_id) + " completed with " +
+        std::string(roce::engine::to_string(wc.status)));
+  return wc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string sock, connect_to, port_name;
+  unsigned listen_port = 0, seconds = 0;
+  std::size_t size = 65536;
+  bool busy = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto next = [&]() -> std::string {
+      if (i + 1 >= argc) die(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--socket") sock = next();
+    else if (a == "--port") port_name = next();
+    else if (a == "--listen") listen_port = static_cast<unsigned>(std::stoul(next()));
+    else if (a == "--connect") connect_to = next();
+    else if (a == "--size") size = std::stoul(next());
+    else if (a == "--seconds") seconds = static_cast<unsigned>(std::stoul(next()));
+    else if (a == "--busy-poll") busy = true;
+    else {
+      std::printf(
+          "usage: roce-attach-example --socket PATH (--listen TCPPORT | --connect HOST:PORT)\n"
+          "         [--port NAME] [--size BYTES] [--seconds S] [--busy-poll]\n");
+      return a == "--help" ? 0 : 2;
+    }
+  }
+  if (sock.empty() || (listen_port == 0) == connect_to.empty() || size == 0 || size > (1u << 30))
+    die("need --socket and one of --listen / --connect (try --help)");
+  const bool server = listen_port != 0;
+
+  // ---- resources on the attached roced ----
+  auto ctx = Context::attach(sock, port_name);
+  if (!ctx) die("cannot attach to roced at " + sock, errno);
+  std::printf("attach-example: attached to %s, port %s, lcore %u\n", sock.c_str(),
+              ctx->port().name.c_str(), ctx->port().lcore);
+  Pd* pd = ctx->alloc_pd();
+  // [0, size): SEND/RECV; [size, 2 size): WRITE target; [2 size, 3 size): READ source;
+  // [3 size, 4 size): where READs land; then 64 bytes for the "done" message.
+  Buffer* buf = ctx->alloc_buffer(4 * size + 64);
+  if (!pd || !buf) die("alloc", errno);
+  auto* mem = static_cast<std::uint8_t*>(buf->addr);
+  using namespace roce::engine;
+  Mr* mr = ctx->reg_mr(pd, buf->addr, buf->length,
+                       kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead);
+  Cq* cq = ctx->create_cq(64);
+  if (!mr || !cq) die("reg_mr / create_cq", errno);
+  QpCap cap;
+  cap.max_send_wr = 16;
+  cap.max_recv_wr = 16;
+  cap.max_send_sge = cap.max_recv_sge = 1;
+  Qp* qp = ctx->create_qp(pd, QpType::kRc, cq, cq, cap);
+  if (!qp) die("create_qp", errno);
+
+  // ---- exchange and connect ----
+  const int tcp = server ? tcp_listen_accept(static_cast<std::uint16_t>(listen_port))
+                         : tcp_connect(connect_to);
+  Info mine{qp->qp_num, (qp->qp_num * 7919u) & 0xFFFFFF, mr->rkey,
+            static_cast<std::uint32_t>(size), mr->iova, {}};
+  std::memcpy(mine.gid, ctx->port().gid.b.data(), 16);
+  Info peer{};
+  full(tcp, &mine, sizeof mine, true);
+  full(tcp, &peer, sizeof peer, false);
+  if (peer.size != size) die("the peer uses another --size");
+  RcPeer rp;
+  rp.qpn = peer.qpn;
+  rp.psn = peer.psn;
+  std::memcpy(rp.gid.b.data(), peer.gid, 16);
+  const Mtu mtu = std::min(ctx->port().max_mtu, Mtu::k1024);
+  if (const int rc = ctx->connect_rc(qp, rp, mine.psn, mtu)) die("connect_rc", rc);
+  std::printf("attach-example: QP %u connected to QP %u (peer buffer iova 0x%llx rkey 0x%x)\n",
+              qp->qp_num, peer.qpn, static_cast<unsigned long long>(peer.iova), peer.rkey);
+  std::fflush(stdout);
+
+  const auto sge = [&](std::size_t off, std::size_t len) {
+    return Sge{reinterpret_cast<std::uint64_t>(mem + off), static_cast<std::uint32_t>(len),
+               mr->lkey};
+  };
+  if (server) {
+    fill(mem + 2 * size, size, 3);  // what the client READs
+    Sge r1 = sge(0, size), r2 = sge(4 * size, 64);
+    RecvWr w1, w2;
+    w1.wr_id = 1;
+    w1.sg_list = &r1;
+    w1.num_sge = 1;
+    w1.next = &w2;
+    w2.wr_id = 2;
+    w2.sg_list = &r2;
+    w2.num_sge = 1;
+    if (const int rc = ctx->post_recv(qp, &w1, nullptr)) die("post_recv", rc);
+    say(tcp, "ready..");
+    Wc wc = complete(*ctx, cq, busy);
+    if (wc.wr_id != 1 || wc.byte_len != size) die("unexpected first receive");
+    if (const std::size_t at = mismatch(mem, size, 1); at != size)
+      die("SEND data differs at byte " + std::to_string(at));
+    wc = complete(*ctx, cq, busy);
+    if (wc.wr_id != 2 || std::memcmp(mem + 4 * size, "done", 4) != 0)
+      die("unexpected second receive");
+    if (const std::size_t at = mismatch(mem + size, size, 2); at != size)
+      die("WRITE data differs at byte " + std::to_string(at));
+    say(tcp, "checked");
+    std::printf("attach-example: OK: received SEND of %zu bytes and WRITE of %zu bytes, "
+                "served READ of %zu bytes, data verified\n",
+                size, size, size);
+    if (seconds != 0) {
+      expect(tcp, "finish.");  // the client's WRITE/READ loop runs until then
+      std::printf("attach-example: the client's loop finished\n");
+    }
+  } else {
+    expect(tcp, "ready..");
+    fill(mem, size, 1);
+    Sge s = sge(0, size);
+    SendWr wr;
+    wr.wr_id = 10;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = WrOpcode::kSend;
+    wr.send_flags = kSendSignaled;
+    if (const int rc = ctx->post_send(qp, &wr, nullptr)) die("post_send", rc);
+    complete(*ctx, cq, busy);
+    fill(mem + size, size, 2);
+    s = sge(size, size);
+    wr.wr_id = 11;
+    wr.opcode = WrOpcode::kWrite;
+    wr.rdma.remote_addr = peer.iova + size;
+    wr.rdma.rkey = peer.rkey;
+    if (const int rc = ctx->post_send(qp, &wr, nullptr)) die("post_send", rc);
+    complete(*ctx, cq, busy);
+    s = sge(3 * size, size);
+    wr.wr_id = 12;
+    wr.opcode = WrOpcode::kRead;
+    wr.rdma.remote_addr = peer.iova + 2 * size;
+    if (const int rc = ctx->post_send(qp, &wr, nullptr)) die("post_send", rc);
+    complete(*ctx, cq, busy);
+    if (const std::size_t at = mismatch(mem + 3 * size, size, 3); at != size)
+      die("READ data differs at byte " + std::to_string(at));
+    std::memcpy(mem + 4 * size, "done", 4);
+    s = sge(4 * size, 4);
+    wr.wr_id = 13;
+    wr.opcode = WrOpcode::kSend;
+    if (const int rc = ctx->post_send(qp, &wr, nullptr)) die("post_send", rc);
+    complete(*ctx, cq, busy);
+    expect(tcp, "checked");
+    std::printf("attach-example: OK: SEND of %zu bytes, WRITE of %zu bytes, READ of %zu bytes, "
+                "data verified\n",
+                size, size, size);
+    if (seconds != 0) {
+      // WRITE a fresh pattern, READ it back, compare; until the time is up.
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+      unsigned k = 100, rounds = 0;
+      while (std::chrono::steady_clock::now() < end) {
+        fill(mem + size, size, k);
+        s = sge(size, size);
+        wr.wr_id = 20;
+        wr.opcode = WrOpcode::kWrite;
+        wr.rdma.remote_addr = peer.iova + size;
+        if (const int rc = ctx->post_send(qp, &wr, nullptr)) die("post_send", rc);
+        complete(*ctx, cq, busy);
+        std::memset(mem + 3 * size, 0, size);
+        s = sge(3 * size, size);
+        wr.wr_id = 21;
+        wr.opcode = WrOpcode::kRead;
+        if (const int rc = ctx->post_send(qp, &wr, nullptr)) die("post_send", rc);
+        complete(*ctx, cq, busy);
+        if (const std::size_t at = mismatch(mem + 3 * size, size, k); at != size)
+          die("round " + std::to_string(rounds) + ": READ-back differs at byte " +
+              std::to_string(at));
+        ++k;
+        if (++rounds % 100 == 0) {
+          std::printf("attach-example: %u rounds\n", rounds);
+          std::fflush(stdout);
+        }
+      }
+      say(tcp, "finish.");
+      std::printf("attach-example: OK: %u WRITE + READ-back rounds of %zu bytes verified\n",
+                  rounds, size);
+    }
+  }
+  std::fflush(stdout);
+  ::close(tcp);
+  // Orderly teardown (roced would do the same if we just exited).
+  if (ctx->destroy_qp(qp) || ctx->destroy_cq(cq) || ctx->dereg_mr(mr) || ctx->free_buffer(buf) ||
+      ctx->dealloc_pd(pd))
+    die("teardown failed");
+  return 0;
+}
