@@ -675,13 +675,15 @@ bool AttachServer::handle(Client& c) {
                           static_cast<std::uint32_t>(g.b[14]) << 8 | g.b[15]};
         port::PollLoop* l0 = ports_[c.port].loops[0];
         std::optional<wire::MacAddr> mac;
-        for (int tries = 0; tries < 30 && !mac; ++tries) {
+        // An ARP request every 200 ms for up to 10 s (a link that just came up may take a
+        // while). The control thread waits meanwhile: other clients' requests queue behind.
+        for (int tries = 0; tries < 200 && !mac; ++tries) {
           mac = run_on(l0, stop_, loops_stopped_, [l0, ip, tries] {
             auto found = l0->neighbour().lookup(ip);
-            if (!found && tries % 5 == 0) l0->resolve(ip);
+            if (!found && tries % 4 == 0) l0->resolve(ip);
             return found;
           });
-          if (!mac) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          if (!mac) std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
         if (!mac) return bad(EHOSTUNREACH);
         attr.ah.dmac = *mac;

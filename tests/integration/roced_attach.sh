@@ -17,6 +17,11 @@ prom_a=127.0.0.1:$((20000 + $$ % 10000)) prom_b=127.0.0.1:$((30000 + $$ % 10000)
 tcp=$((40000 + $$ % 10000))
 pids=()
 cleanup() {
+  local rc=$?
+  if [[ $rc != 0 && ${#pids[@]} != 0 ]]; then  # what the appliances saw, for the failure
+    for e in "$prom_a" "$prom_b"; do echo "== counters $e"; "$ctl" -p "$e" counters || true; done
+    tail -n 20 "$work"/*.log
+  fi
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
@@ -47,12 +52,15 @@ YAML
   "$roced" --config "$work/$1.yaml" > "$work/$1.log" 2>&1 &
   pids+=($!)
 }
+up() {
+  for _ in $(seq 100); do grep -q " up on lcore" "$work/$1.log" && [[ -S $work/$1.sock ]] && break; sleep 0.1; done
+  grep -q "attach: $work/$1.sock" "$work/$1.log" || { cat "$work/$1.log"; echo "FAIL: roced $1"; exit 1; }
+}
+# The memif server (A) listens before its client (B) connects.
 appliance a server 02:00:5e:00:0a:01 192.0.2.61 "$prom_a" 0
+up a
 appliance b client 02:00:5e:00:0a:02 192.0.2.62 "$prom_b" 1
-for n in a b; do
-  for _ in $(seq 100); do grep -q " up on lcore" "$work/$n.log" && [[ -S $work/$n.sock ]] && break; sleep 0.1; done
-  grep -q "attach: $work/$n.sock" "$work/$n.log" || { cat "$work/$n.log"; echo "FAIL: roced $n"; exit 1; }
-done
+up b
 counter() {  # ENDPOINT NAME -> value on port p0
   "$ctl" -p "$1" --all counters | awk -v n="$2" '$1 == "p0" && $2 == n { print $3 }'
 }
