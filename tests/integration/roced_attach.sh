@@ -7,9 +7,11 @@
 #     client pair keeps running its own loop; roced A keeps running, the second pair finishes
 #     with its data verified, and A's QP, MR and attached-client counts (roce-ctl counters)
 #     return to their baseline.
-#   roced_attach.sh ROCED ROCE_CTL EXAMPLE EXAMPLE_C WORKDIR
+#  3. misuse (roce-attach-misuse): foreign handles, quotas, bad memory, malformed requests.
+#  4. roced stopping under an attached client: the client's calls fail with ENOTCONN.
+#   roced_attach.sh ROCED ROCE_CTL EXAMPLE EXAMPLE_C MISUSE WORKDIR
 set -euo pipefail
-roced=$(realpath "$1") ctl=$(realpath "$2") ex=$(realpath "$3") exc=$(realpath "$4") work=$5
+roced=$(realpath "$1") ctl=$(realpath "$2") ex=$(realpath "$3") exc=$(realpath "$4") misuse=$(realpath "$5") work=$6
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
 tag=attach$$
@@ -115,10 +117,19 @@ echo "A: attached clients during the kill $during, now $clients; lost $lost; qps
 [[ $clients == 0 && $lost -ge 1 ]] || { echo "FAIL: attach counts"; exit 1; }
 grep -q "client .* gone: 1 QPs, 1 MRs, 1 CQs released" "$work/a.log"
 
-# ---- roced stops cleanly ----------------------------------------------------------------------
+# ---- 3. misuse is refused, roced keeps serving ------------------------------------------------
+"$misuse" "$work/a.sock" 8 67108864 | tee "$work/misuse.log"
+grep -q "OK: misuse refused" "$work/misuse.log"
+
+# ---- 4. roced stops under an attached client --------------------------------------------------
+"$misuse" "$work/a.sock" --hold > "$work/hold.log" 2>&1 &
+hold=$!
+for _ in $(seq 50); do grep -q holding "$work/hold.log" && break; sleep 0.1; done
 kill -TERM "${pids[0]}" "${pids[1]}"
 wait "${pids[0]}" "${pids[1]}"
 pids=()
+wait "$hold" || { cat "$work/hold.log"; echo "FAIL: the holding client"; exit 1; }
+cat "$work/hold.log"
 grep -q "stopping (SIGTERM)" "$work/a.log"
 [[ ! -e $work/a.sock ]] || { echo "FAIL: the socket was left behind"; exit 1; }
 echo "roced_attach: OK"
