@@ -12,8 +12,14 @@
 ///
 ///   roce-attach-example --socket /run/roce/a.sock --listen 7471
 ///   roce-attach-example --socket /run/roce/b.sock --connect 127.0.0.1:7471
+///
+/// The same program without roced (the in-process backend, Context::open_local): each process
+/// runs its own engine and poll loop on one end of a net_memif link.
+///   roce-attach-example --local-memif /tmp/m.sock --listen 7471
+///   roce-attach-example --local-memif /tmp/m.sock --connect 127.0.0.1:7471
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,9 +27,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "client/include/roce/client.h"
+#ifdef ROCE_EXAMPLE_LOCAL
+#include "dataplane/engine/engine.h"
+#include "dataplane/port/dpdk_port.h"
+#endif
 
 using namespace roce::client;
 
@@ -42,9 +54,20 @@ struct Info {
   std::uint8_t gid[16];
 };
 
+// In-process, the dataplane runs only when we run it: waits on the TCP exchange keep polling
+// it (a peer's ARP request, the acknowledgements of its last messages).
+std::function<void()> g_progress;
+
 void full(int fd, void* p, std::size_t n, bool write) {
   auto* b = static_cast<std::uint8_t*>(p);
   while (n != 0) {
+    if (g_progress) {
+      pollfd pf{fd, static_cast<short>(write ? POLLOUT : POLLIN), 0};
+      if (::poll(&pf, 1, 0) == 0) {
+        g_progress();
+        continue;
+      }
+    }
     const ssize_t k = write ? ::write(fd, b, n) : ::read(fd, b, n);
     if (k <= 0) die("the peer's TCP connection closed");
     b += k;
@@ -125,10 +148,52 @@ Wc complete(Context& ctx, Cq* cq, bool busy) {
   return wc;
 }
 
+#ifdef ROCE_EXAMPLE_LOCAL
+// The in-process backend: an engine and poll loop of our own on one end of a memif link.
+struct LocalStack {
+  std::unique_ptr<roce::port::DpdkPort> dev;
+  std::unique_ptr<roce::engine::Engine> eng;
+  std::unique_ptr<roce::port::PollLoop> loop;
+};
+
+std::unique_ptr<Context> open_local(LocalStack& st, const std::string& memif, bool server) {
+  const unsigned me = server ? 1 : 2;
+  roce::port::eal_init({"--no-huge", "--no-shconf", "-m", "256", "--no-pci",
+                        "--file-prefix=attach-example-" + std::to_string(::getpid()),
+                        "--log-level=*:error", "-l", server ? "0" : "1",
+                        "--vdev=net_memif0,role=" + std::string(server ? "server" : "client") +
+                            ",id=0,socket-abstract=no,socket=" + memif});
+  PortInfo info;
+  info.name = "memif";
+  info.mac = roce::wire::MacAddr{{0x02, 0, 0x5e, 0, 0x0b, static_cast<std::uint8_t>(me)}};
+  info.ipv4 = roce::wire::Ipv4Addr{0xC0000200u | (80 + me)};  // 192.0.2.81 / .82
+  info.gid.b[10] = info.gid.b[11] = 0xFF;
+  for (int i = 0; i < 4; ++i)
+    info.gid.b[12 + i] = static_cast<std::uint8_t>(info.ipv4.v >> (24 - 8 * i));
+  roce::port::PortSpec ps;
+  ps.device = "net_memif0";
+  ps.mac = info.mac;
+  st.dev = std::make_unique<roce::port::DpdkPort>(ps);
+  roce::engine::EngineConfig ec;
+  ec.mac = info.mac;
+  ec.ipv4 = info.ipv4;
+  ec.max_mtu = Mtu::k1024;
+  st.eng = std::make_unique<roce::engine::Engine>(ec);
+  st.loop = std::make_unique<roce::port::PollLoop>(*st.dev, *st.eng);
+  LocalOptions o;
+  o.engine = st.eng.get();
+  o.progress = [&st] { st.loop->poll_once(); };
+  o.resolve = [&st](roce::wire::Ipv4Addr ip) { return roce::port::resolve_wait(*st.loop, ip, 10); };
+  o.port = info;
+  g_progress = o.progress;
+  return Context::open_local(std::move(o));
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string sock, connect_to, port_name;
+  std::string sock, connect_to, port_name, local_memif;
   unsigned listen_port = 0, seconds = 0;
   std::size_t size = 65536;
   bool busy = false;
@@ -139,6 +204,7 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--socket") sock = next();
+    else if (a == "--local-memif") local_memif = next();
     else if (a == "--port") port_name = next();
     else if (a == "--listen") listen_port = static_cast<unsigned>(std::stoul(next()));
     else if (a == "--connect") connect_to = next();
@@ -147,29 +213,44 @@ int main(int argc, char** argv) {
     else if (a == "--busy-poll") busy = true;
     else {
       std::printf(
-          "usage: roce-attach-example --socket PATH (--listen TCPPORT | --connect HOST:PORT)\n"
+          "usage: roce-attach-example (--socket PATH | --local-memif PATH)\n"
+          "         (--listen TCPPORT | --connect HOST:PORT)\n"
           "         [--port NAME] [--size BYTES] [--seconds S] [--busy-poll]\n");
       return a == "--help" ? 0 : 2;
     }
   }
-  if (sock.empty() || (listen_port == 0) == connect_to.empty() || size == 0 || size > (1u << 30))
-    die("need --socket and one of --listen / --connect (try --help)");
+  if (sock.empty() == local_memif.empty() || (listen_port == 0) == connect_to.empty() ||
+      size == 0 || size > (1u << 30))
+    die("need one of --socket / --local-memif and one of --listen / --connect (try --help)");
   const bool server = listen_port != 0;
 
-  // ---- resources on the attached roced ----
-  auto ctx = Context::attach(sock, port_name);
-  if (!ctx) die("cannot attach to roced at " + sock, errno);
-  std::printf("attach-example: attached to %s, port %s, lcore %u\n", sock.c_str(),
-              ctx->port().name.c_str(), ctx->port().lcore);
+  // ---- the context: attached to roced, or in-process ----
+  std::unique_ptr<Context> ctx;
+#ifdef ROCE_EXAMPLE_LOCAL
+  LocalStack local;
+#endif
+  if (!local_memif.empty()) {
+#ifdef ROCE_EXAMPLE_LOCAL
+    ctx = open_local(local, local_memif, server);
+    std::printf("attach-example: in-process engine on net_memif (%s)\n", local_memif.c_str());
+#else
+    die("built without DPDK: no in-process backend");
+#endif
+  } else {
+    ctx = Context::attach(sock, port_name);
+    if (!ctx) die("cannot attach to roced at " + sock, errno);
+    std::printf("attach-example: attached to %s, port %s, lcore %u\n", sock.c_str(),
+                ctx->port().name.c_str(), ctx->port().lcore);
+  }
   Pd* pd = ctx->alloc_pd();
   // [0, size): SEND/RECV; [size, 2 size): WRITE target; [2 size, 3 size): READ source;
   // [3 size, 4 size): where READs land; then 64 bytes for the "done" message.
   Buffer* buf = ctx->alloc_buffer(4 * size + 64);
   if (!pd || !buf) die("alloc", errno);
   auto* mem = static_cast<std::uint8_t*>(buf->addr);
-  using namespace roce::engine;
+  namespace eng = roce::engine;
   Mr* mr = ctx->reg_mr(pd, buf->addr, buf->length,
-                       kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead);
+                       eng::kAccessLocalWrite | eng::kAccessRemoteWrite | eng::kAccessRemoteRead);
   Cq* cq = ctx->create_cq(64);
   if (!mr || !cq) die("reg_mr / create_cq", errno);
   QpCap cap;
@@ -242,7 +323,7 @@ int main(int argc, char** argv) {
     wr.sg_list = &s;
     wr.num_sge = 1;
     wr.opcode = WrOpcode::kSend;
-    wr.send_flags = kSendSignaled;
+    wr.send_flags = eng::kSendSignaled;
     if (const int rc = ctx->post_send(qp, &wr, nullptr)) die("post_send", rc);
     complete(*ctx, cq, busy);
     fill(mem + size, size, 2);
@@ -309,5 +390,15 @@ int main(int argc, char** argv) {
   if (ctx->destroy_qp(qp) || ctx->destroy_cq(cq) || ctx->dereg_mr(mr) || ctx->free_buffer(buf) ||
       ctx->dealloc_pd(pd))
     die("teardown failed");
+  ctx.reset();
+#ifdef ROCE_EXAMPLE_LOCAL
+  if (local.loop) {
+    g_progress = nullptr;
+    local.loop.reset();
+    local.eng.reset();
+    local.dev.reset();
+    roce::port::eal_cleanup();
+  }
+#endif
   return 0;
 }
