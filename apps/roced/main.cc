@@ -254,6 +254,13 @@ int run(const ctl::ApplianceConfig& cfg) {
   for (std::size_t i = 0; i < ports.size(); ++i) counters[i].name = ports[i].cfg.name;
   collect(ports, counters, att.get());
   metrics.publish(counters);
+  if (att)
+    metrics.clients = [a = att.get()] {
+      std::vector<apps::ClientSample> out;
+      for (const attach::ClientInfo& c : a->clients())
+        out.push_back({c.id, c.pid, c.uid, c.port, c.lcore, c.qps, c.mrs, c.cqs, c.memory_bytes});
+      return out;
+    };
   std::unique_ptr<apps::MetricsServer> server;
   if (!cfg.counters.prometheus.empty())
     server = std::make_unique<apps::MetricsServer>(metrics, cfg.name, cfg.counters.prometheus);
@@ -330,6 +337,7 @@ int run(const ctl::ApplianceConfig& cfg) {
   if (att) att->stop();  // no new requests; the workers still run what was posted
   stop_workers = true;
   for (unsigned l = 1; l < nl; ++l) rte_eal_wait_lcore(cfg.lcores[l]);
+  server.reset();  // it lists the clients
   att.reset();  // every client's resources, released on this thread (no loop runs now)
   std::printf("roced: %s stopping (%s)\n", cfg.name.c_str(),
               g_signal == SIGINT ? "SIGINT" : "SIGTERM");

@@ -81,6 +81,22 @@ std::string Metrics::prometheus(const std::string& appliance) const {
       os << "roce_" << name << "{appliance=\"" << appliance << "\",port=\"" << c->port << "\"} "
          << c->value << '\n';
   }
+  if (clients) {
+    // One gauge per resource, a series per client.
+    const auto list = clients();
+    const std::pair<const char*, std::uint64_t ClientSample::*> kinds[] = {
+        {"qps", &ClientSample::qps},
+        {"mrs", &ClientSample::mrs},
+        {"cqs", &ClientSample::cqs},
+        {"memory_bytes", &ClientSample::memory_bytes}};
+    for (const auto& [kind, field] : kinds) {
+      os << "# TYPE roce_attach_client_" << kind << " gauge\n";
+      for (const auto& c : list)
+        os << "roce_attach_client_" << kind << "{appliance=\"" << appliance << "\",port=\""
+           << c.port << "\",client=\"" << c.id << "\",pid=\"" << c.pid << "\",uid=\"" << c.uid
+           << "\",lcore=\"" << c.lcore << "\"} " << c.*field << '\n';
+    }
+  }
   return os.str();
 }
 

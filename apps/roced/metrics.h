@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -36,6 +37,16 @@ struct PortCounters {
   std::uint64_t attach_bad_requests = 0;
 };
 
+/// One attached client (controlplane/attach), as roce-ctl clients lists it.
+struct ClientSample {
+  std::uint32_t id = 0;
+  std::int32_t pid = 0;
+  std::uint32_t uid = 0;
+  std::string port;
+  std::uint32_t lcore = 0;
+  std::uint64_t qps = 0, mrs = 0, cqs = 0, memory_bytes = 0;
+};
+
 struct CounterSample {
   std::string name;  ///< e.g. "rx_frames"
   std::string port;  ///< label
@@ -51,6 +62,9 @@ class Metrics {
   std::vector<CounterSample> snapshot() const;
   /// Prometheus text exposition format (version 0.0.4).
   std::string prometheus(const std::string& appliance) const;
+  /// The attached clients, asked for by the control side when it renders (set once, before
+  /// the server starts; thread-safe).
+  std::function<std::vector<ClientSample>()> clients;
 
  private:
   mutable std::mutex mu_;

@@ -120,6 +120,7 @@ struct Client {
   std::map<std::uint32_t, QpRec> qps;
   std::map<std::uint32_t, SrqRec> srqs;
   std::uint64_t memory = 0;
+  ClientInfo info;  ///< what clients() reports, refreshed after each request (under mu_)
 };
 
 namespace {
@@ -223,11 +224,8 @@ AttachCounts AttachServer::counts(std::size_t i) const {
 std::vector<ClientInfo> AttachServer::clients() const {
   std::lock_guard<std::mutex> g(mu_);
   std::vector<ClientInfo> out;
-  for (const auto& c : clients_) {
-    if (!c->hello) continue;
-    out.push_back({c->id, c->pid, c->uid, ports_[c->port].name, c->lcore, c->qps.size(),
-                   c->mrs.size(), c->cqs.size(), c->memory});
-  }
+  for (const auto& c : clients_)
+    if (c->info.id != 0) out.push_back(c->info);
   return out;
 }
 
@@ -249,7 +247,13 @@ void AttachServer::serve() {
         if (k->fd == fds[i].fd) c = k.get();
       if (c == nullptr) continue;
       try {
-        if (!handle(*c)) drop(*c, true);
+        if (!handle(*c)) {
+          drop(*c, true);
+        } else if (c->hello) {
+          std::lock_guard<std::mutex> g(mu_);
+          c->info = {c->id, c->pid, c->uid, ports_[c->port].name, c->lcore, c->qps.size(),
+                     c->mrs.size(), c->cqs.size(), c->memory};
+        }
       } catch (const Stopped&) {
         return;
       }

@@ -100,6 +100,10 @@ a1=$!
 for _ in $(seq 100); do grep -q "rounds$" "$work/a1.log" && break; sleep 0.05; done
 grep -q "rounds$" "$work/a1.log" || { cat "$work/a1.log" "$work/b1.log"; echo "FAIL: victim loop"; exit 1; }
 during=$(counter "$prom_a" attach_clients)
+"$ctl" -p "$prom_a" clients | tee "$work/clients.txt"
+[[ $(awk '$4 == "p0" && $6 == 1 && $7 == 1 && $8 == 1' "$work/clients.txt" | wc -l) == 2 ]] \
+  || { echo "FAIL: roce-ctl clients should list two clients with 1 QP, 1 MR, 1 CQ each"; exit 1; }
+grep -q "^[0-9]* *$a1 " "$work/clients.txt" || { echo "FAIL: the victim's pid is not listed"; exit 1; }
 kill -9 "$a1"
 wait "$a1" 2>/dev/null || true
 kill -9 "$b1" 2>/dev/null || true  # its peer is gone: it would wait out its timeouts
@@ -115,6 +119,7 @@ echo "A: attached clients during the kill $during, now $clients; lost $lost; qps
 "$ctl" -p "$prom_a" counters | grep -E "qps|mrs|attach" || true
 [[ $after_qps == "$baseline_qps" && $after_mrs == "$baseline_mrs" ]] || { echo "FAIL: resources left"; exit 1; }
 [[ $clients == 0 && $lost -ge 1 ]] || { echo "FAIL: attach counts"; exit 1; }
+[[ $("$ctl" -p "$prom_a" clients | wc -l) == 1 ]] || { echo "FAIL: clients still listed"; exit 1; }
 grep -q "client .* gone: 1 QPs, 1 MRs, 1 CQs released" "$work/a.log"
 
 # ---- 3. misuse is refused, roced keeps serving ------------------------------------------------
