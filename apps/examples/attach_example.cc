@@ -203,14 +203,22 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) die(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--socket") sock = next();
-    else if (a == "--local-memif") local_memif = next();
-    else if (a == "--port") port_name = next();
-    else if (a == "--listen") listen_port = static_cast<unsigned>(std::stoul(next()));
-    else if (a == "--connect") connect_to = next();
-    else if (a == "--size") size = std::stoul(next());
-    else if (a == "--seconds") seconds = static_cast<unsigned>(std::stoul(next()));
-    else if (a == "--busy-poll") busy = true;
+    if (a == "--socket")
+      sock = next();
+    else if (a == "--local-memif")
+      local_memif = next();
+    else if (a == "--port")
+      port_name = next();
+    else if (a == "--listen")
+      listen_port = static_cast<unsigned>(std::stoul(next()));
+    else if (a == "--connect")
+      connect_to = next();
+    else if (a == "--size")
+      size = std::stoul(next());
+    else if (a == "--seconds")
+      seconds = static_cast<unsigned>(std::stoul(next()));
+    else if (a == "--busy-poll")
+      busy = true;
     else {
       std::printf(
           "usage: roce-attach-example (--socket PATH | --local-memif PATH)\n"
@@ -261,10 +269,11 @@ int main(int argc, char** argv) {
   if (!qp) die("create_qp", errno);
 
   // ---- exchange and connect ----
-  const int tcp = server ? tcp_listen_accept(static_cast<std::uint16_t>(listen_port))
-                         : tcp_connect(connect_to);
-  Info mine{qp->qp_num, (qp->qp_num * 7919u) & 0xFFFFFF, mr->rkey,
-            static_cast<std::uint32_t>(size), mr->iova, {}};
+  const int tcp =
+      server ? tcp_listen_accept(static_cast<std::uint16_t>(listen_port)) : tcp_connect(connect_to);
+  Info mine{qp->qp_num, (qp->qp_num * 7919u) & 0xFFFFFF,
+            mr->rkey,   static_cast<std::uint32_t>(size),
+            mr->iova,   {}};
   std::memcpy(mine.gid, ctx->port().gid.b.data(), 16);
   Info peer{};
   full(tcp, &mine, sizeof mine, true);
@@ -307,9 +316,10 @@ int main(int argc, char** argv) {
     if (const std::size_t at = mismatch(mem + size, size, 2); at != size)
       die("WRITE data differs at byte " + std::to_string(at));
     say(tcp, "checked");
-    std::printf("attach-example: OK: received SEND of %zu bytes and WRITE of %zu bytes, "
-                "served READ of %zu bytes, data verified\n",
-                size, size, size);
+    std::printf(
+        "attach-example: OK: received SEND of %zu bytes and WRITE of %zu bytes, "
+        "served READ of %zu bytes, data verified\n",
+        size, size, size);
     if (seconds != 0) {
       expect(tcp, "finish.");  // the client's WRITE/READ loop runs until then
       std::printf("attach-example: the client's loop finished\n");
@@ -349,9 +359,10 @@ int main(int argc, char** argv) {
     if (const int rc = ctx->post_send(qp, &wr, nullptr)) die("post_send", rc);
     complete(*ctx, cq, busy);
     expect(tcp, "checked");
-    std::printf("attach-example: OK: SEND of %zu bytes, WRITE of %zu bytes, READ of %zu bytes, "
-                "data verified\n",
-                size, size, size);
+    std::printf(
+        "attach-example: OK: SEND of %zu bytes, WRITE of %zu bytes, READ of %zu bytes, "
+        "data verified\n",
+        size, size, size);
     if (seconds != 0) {
       // WRITE a fresh pattern, READ it back, compare; until the time is up.
       const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
@@ -380,8 +391,8 @@ int main(int argc, char** argv) {
         }
       }
       say(tcp, "finish.");
-      std::printf("attach-example: OK: %u WRITE + READ-back rounds of %zu bytes verified\n",
-                  rounds, size);
+      std::printf("attach-example: OK: %u WRITE + READ-back rounds of %zu bytes verified\n", rounds,
+                  size);
     }
   }
   std::fflush(stdout);

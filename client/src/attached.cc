@@ -80,7 +80,8 @@ void forget(std::vector<std::unique_ptr<T>>& v, const T* p) {
 std::uint64_t ms_now() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000 + static_cast<std::uint64_t>(ts.tv_nsec) / 1000000;
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000 +
+         static_cast<std::uint64_t>(ts.tv_nsec) / 1000000;
 }
 
 class Attached final : public Context {
@@ -333,8 +334,7 @@ class Attached final : public Context {
       e.send_flags = wr->send_flags;
       e.imm_data = wr->imm_data;
       e.invalidate_rkey = wr->invalidate_rkey;
-      const bool atomic =
-          wr->opcode == WrOpcode::kCmpSwap || wr->opcode == WrOpcode::kFetchAdd;
+      const bool atomic = wr->opcode == WrOpcode::kCmpSwap || wr->opcode == WrOpcode::kFetchAdd;
       e.remote_addr = atomic ? wr->atomic.remote_addr : wr->rdma.remote_addr;
       e.rkey = atomic ? wr->atomic.rkey : wr->rdma.rkey;
       e.compare_add = wr->atomic.compare_add;
@@ -388,7 +388,8 @@ class Attached final : public Context {
   }
   int wait_cq(Cq* cq, int timeout_ms) override {
     auto* c = static_cast<ACq*>(cq);
-    const std::uint64_t end = timeout_ms < 0 ? 0 : ms_now() + static_cast<std::uint64_t>(timeout_ms);
+    const std::uint64_t end =
+        timeout_ms < 0 ? 0 : ms_now() + static_cast<std::uint64_t>(timeout_ms);
     for (;;) {
       {
         std::lock_guard<std::mutex> g(c->mu);

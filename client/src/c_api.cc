@@ -1,12 +1,11 @@
 /// @file
 /// The C wrapper (roce/roce.h) over roce::client::Context.
-#include "client/include/roce/roce.h"
-
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
 #include "client/include/roce/client.h"
+#include "client/include/roce/roce.h"
 
 using namespace roce::client;
 

@@ -34,8 +34,7 @@ int Context::connect_rc(Qp* qp, const RcPeer& peer, std::uint32_t sq_psn, Mtu mt
   a.rnr_retry = 7;
   a.max_rd_atomic = 16;
   return modify_qp(qp, a,
-                   kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry |
-                       kQpMaxQpRdAtomic);
+                   kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic);
 }
 
 }  // namespace roce::client

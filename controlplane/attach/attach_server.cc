@@ -17,7 +17,9 @@
 #include <cstring>
 #include <future>
 #include <map>
+#include <optional>
 #include <stdexcept>
+#include <thread>
 
 #include "controlplane/attach/attach_lane.h"
 
@@ -160,7 +162,7 @@ AttachServer::AttachServer(const AttachConfig& cfg, std::vector<AttachPort> port
   listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) throw std::runtime_error("attach: socket: " + std::string(strerror(errno)));
   // A socket file left by a roced that died is replaced; anything else at the path is not.
-  struct stat st{};
+  struct stat st {};
   if (::lstat(cfg_.socket.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
       ::close(listen_fd_);
@@ -251,8 +253,9 @@ void AttachServer::serve() {
           drop(*c, true);
         } else if (c->hello) {
           std::lock_guard<std::mutex> g(mu_);
-          c->info = {c->id, c->pid, c->uid, ports_[c->port].name, c->lcore, c->qps.size(),
-                     c->mrs.size(), c->cqs.size(), c->memory};
+          c->info = {c->id,    c->pid,        c->uid,        ports_[c->port].name,
+                     c->lcore, c->qps.size(), c->mrs.size(), c->cqs.size(),
+                     c->memory};
         }
       } catch (const Stopped&) {
         return;
@@ -329,14 +332,435 @@ void AttachServer::drop(Client& c, bool lost) {
     pc.memory -= c.memory;
     --pc.clients;
     if (lost && held) ++pc.lost;
-    std::printf("roced: attach: client %u (pid %d) %s: %zu QPs, %zu MRs, %zu CQs released\n",
-                c.id, static_cast<int>(c.pid), lost ? "gone" : "detached", c.qps.size(),
-                c.mrs.size(), c.cqs.size());
+    std::printf("roced: attach: client %u (pid %d) %s: %zu QPs, %zu MRs, %zu CQs released\n", c.id,
+                static_cast<int>(c.pid), lost ? "gone" : "detached", c.qps.size(), c.mrs.size(),
+                c.cqs.size());
     std::fflush(stdout);
   }
   ::close(c.fd);
   std::lock_guard<std::mutex> g(mu_);
   std::erase_if(clients_, [&c](const auto& p) { return p.get() == &c; });
+}
+
+/// What a request's handler passes back besides the reply: descriptors to send with it, and
+/// those to close once sent.
+struct Out {
+  int send[2] = {-1, -1};
+  int nsend = 0;
+  int close_after[2] = {-1, -1};
+  int nclose = 0;
+};
+
+/// One handler per request; each returns 0 or an errno value (the reply's err).
+struct Ops {
+  AttachServer& s;
+  Client& c;
+  const Request& rq;
+  Reply& rep;
+  Out& out;
+  std::vector<int>& passed;  ///< descriptors that came with the request (closed after)
+
+  template <class F>
+  auto run(F fn) {
+    return run_on(c.loop, s.stop_, s.loops_stopped_, fn);
+  }
+  AttachServer::PortCounts& counts() { return s.counts_[c.port]; }
+  engine::Engine& eng() { return c.lane->engine(); }
+  const AttachQuotas& quota() const { return s.cfg_.quotas; }
+
+  int hello();
+  int alloc_pd();
+  int dealloc_pd();
+  int reg_region();
+  int dereg_region();
+  int reg_mr();
+  int dereg_mr();
+  int create_cq();
+  int destroy_cq();
+  int create_qp();
+  int destroy_qp();
+  int modify_qp();
+  int create_srq();
+  int destroy_srq();
+  /// The MAC of `gid`'s IPv4 address from the port's neighbour cache, by ARP if need be.
+  std::optional<wire::MacAddr> resolve(const wire::Ipv6Addr& gid);
+};
+
+int Ops::hello() {
+  if (c.hello) return EINVAL;
+  if (rq.hello.version != kVersion) return EPROTO;
+  const std::string want(rq.hello.port, strnlen(rq.hello.port, sizeof rq.hello.port));
+  std::size_t pi = s.ports_.size();
+  for (std::size_t i = 0; i < s.ports_.size(); ++i)
+    if (want.empty() || s.ports_[i].name == want) {
+      pi = i;
+      break;
+    }
+  if (pi == s.ports_.size()) return ENODEV;
+  const AttachPort& port = s.ports_[pi];
+  c.port = pi;
+  c.lcore = c.id % static_cast<std::uint32_t>(port.loops.size());
+  c.loop = port.loops[c.lcore];
+  c.lane = s.lanes_[pi][c.lcore].get();
+  c.hello = true;
+  ++counts().clients;
+  ++counts().total;
+  HelloRep& hr = rep.hello;
+  hr.client_id = c.id;
+  hr.lcore = c.lcore;
+  hr.mac = port.mac;
+  hr.ipv4 = port.ipv4;
+  hr.gid.b[10] = hr.gid.b[11] = 0xFF;
+  for (int i = 0; i < 4; ++i)
+    hr.gid.b[12 + i] = static_cast<std::uint8_t>(hr.ipv4.v >> (24 - 8 * i));
+  hr.max_mtu = eng().config().max_mtu;
+  std::snprintf(hr.port, sizeof hr.port, "%s", port.name.c_str());
+  hr.max_qps = quota().max_qps;
+  hr.max_mrs = quota().max_mrs;
+  hr.max_cqs = quota().max_cqs;
+  hr.max_memory = quota().max_memory;
+  std::printf("roced: attach: client %u (pid %d, uid %u) on port %s, lcore %u\n", c.id,
+              static_cast<int>(c.pid), static_cast<unsigned>(c.uid), port.name.c_str(), c.lcore);
+  std::fflush(stdout);
+  return 0;
+}
+
+int Ops::alloc_pd() {
+  if (c.pds.size() >= 64) return EDQUOT;
+  engine::Engine* e = &eng();
+  engine::Pd* pd = run([e] { return e->alloc_pd(); });
+  if (pd == nullptr) return ENOMEM;
+  rep.handle = c.next_handle++;
+  c.pds[rep.handle] = PdRec{pd, 0};
+  return 0;
+}
+
+int Ops::dealloc_pd() {
+  const auto it = c.pds.find(rq.handle);
+  if (it == c.pds.end()) return EINVAL;
+  if (it->second.refs != 0) return EBUSY;
+  engine::Engine* e = &eng();
+  if (const int rc = run([e, pd = it->second.pd] { return e->dealloc_pd(pd); })) return rc;
+  c.pds.erase(it);
+  return 0;
+}
+
+int Ops::reg_region() {
+  if (passed.size() != 1) return EBADF;
+  const std::uint64_t len = rq.region.length;
+  if (len == 0 || len > quota().max_memory) return EINVAL;
+  if (c.memory + len > quota().max_memory) return EDQUOT;
+  const int fd = passed[0];
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) < len)
+    return EINVAL;
+  // Only a memfd sealed against shrinking (or one we can seal) is mapped: truncated under
+  // roced's feet, its pages would fault (SIGBUS) in the poll loop.
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0) return EINVAL;  // not a memfd
+  if (!(seals & F_SEAL_SHRINK) && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) return EPERM;
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return ENOMEM;
+  rep.handle = c.next_handle++;
+  c.regions[rep.handle] = Region{p, len, rq.region.client_addr, 0};
+  c.memory += len;
+  counts().memory += len;
+  return 0;
+}
+
+int Ops::dereg_region() {
+  const auto it = c.regions.find(rq.handle);
+  if (it == c.regions.end()) return EINVAL;
+  if (it->second.mrs != 0) return EBUSY;
+  ::munmap(it->second.map, it->second.length);
+  c.memory -= it->second.length;
+  counts().memory -= it->second.length;
+  c.regions.erase(it);
+  return 0;
+}
+
+int Ops::reg_mr() {
+  const RegMrReq& r = rq.mr;
+  const auto pd = c.pds.find(r.pd);
+  const auto reg = c.regions.find(r.region);
+  if (pd == c.pds.end() || reg == c.regions.end()) return EINVAL;
+  const Region& g = reg->second;
+  if (r.length == 0 || r.offset > g.length || r.length > g.length - r.offset) return EINVAL;
+  constexpr std::uint32_t kKnown = engine::kAccessLocalWrite | engine::kAccessRemoteWrite |
+                                   engine::kAccessRemoteRead | engine::kAccessRemoteAtomic;
+  if (r.access & ~kKnown) return EINVAL;
+  if (c.mrs.size() >= quota().max_mrs) return EDQUOT;
+  void* host = static_cast<std::uint8_t*>(g.map) + r.offset;
+  Lane* lane = c.lane;
+  LaneClient* xl = c.xl.get();
+  engine::Pd* epd = pd->second.pd;
+  const RegMrReq req = r;
+  engine::Mr* mr = run([=] {
+    engine::Mr* x = reg_mr_iova(lane->engine(), epd, host, req.length, req.iova, req.access);
+    if (x != nullptr && !kEngineIova)
+      xl->mrs[x->key] = Xlate{req.iova, reinterpret_cast<std::uint64_t>(host), req.length};
+    return x;
+  });
+  if (mr == nullptr) return EINVAL;
+  rep.handle = c.next_handle++;
+  rep.key = mr->key;
+  rep.iova = kEngineIova ? r.iova : reinterpret_cast<std::uint64_t>(host);
+  c.mrs[rep.handle] = MrRec{mr, r.pd, r.region};
+  ++pd->second.refs;
+  ++reg->second.mrs;
+  ++counts().mrs;
+  return 0;
+}
+
+int Ops::dereg_mr() {
+  const auto it = c.mrs.find(rq.handle);
+  if (it == c.mrs.end()) return EINVAL;
+  engine::Engine* e = &eng();
+  LaneClient* xl = c.xl.get();
+  run([e, xl, mr = it->second.mr] {
+    xl->mrs.erase(mr->key);
+    return e->dereg_mr(mr);
+  });
+  --c.pds[it->second.pd].refs;
+  --c.regions[it->second.region].mrs;
+  c.mrs.erase(it);
+  --counts().mrs;
+  return 0;
+}
+
+int Ops::create_cq() {
+  const std::uint32_t depth = rq.cq.depth;
+  if (depth == 0 || depth > kMaxDepth) return EINVAL;
+  if (c.cqs.size() >= quota().max_cqs) return EDQUOT;
+  const std::uint32_t slots = ShmQueueLayout<CqEntry>::slots_for(depth);
+  const std::size_t bytes = ShmQueueLayout<CqEntry>::bytes(slots);
+  int memfd = -1;
+  void* p = make_shared("roce-cq", bytes, memfd);
+  if (p == nullptr) return ENOMEM;
+  const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  auto lc = std::make_unique<LaneCq>();
+  lc->ring = ShmProducer<CqEntry>(ShmQueueLayout<CqEntry>::init(p, slots), slots);
+  lc->event_fd = efd;
+  Lane* lane = c.lane;
+  LaneCq* l = lc.get();
+  engine::Cq* cq = efd < 0 ? nullptr : run([=] {
+    l->cq = lane->engine().create_cq(depth);
+    if (l->cq) lane->add(l);
+    return l->cq;
+  });
+  if (cq == nullptr) {
+    ::munmap(p, bytes);
+    ::close(memfd);
+    if (efd >= 0) ::close(efd);
+    return ENOMEM;
+  }
+  rep.handle = c.next_handle++;
+  rep.slots = slots;
+  rep.bytes = bytes;
+  c.cqs[rep.handle] = CqRec{std::move(lc), p, bytes, 0};
+  ++counts().cqs;
+  out = Out{{memfd, efd}, 2, {memfd, -1}, 1};  // the eventfd stays ours too (the lane signals it)
+  return 0;
+}
+
+int Ops::destroy_cq() {
+  const auto it = c.cqs.find(rq.handle);
+  if (it == c.cqs.end()) return EINVAL;
+  if (it->second.refs != 0) return EBUSY;
+  LaneCq* l = it->second.lane.get();
+  Lane* lane = c.lane;
+  const int rc = run([=] {
+    const int r = lane->engine().destroy_cq(l->cq);
+    if (r == 0) lane->remove(l);
+    return r;
+  });
+  if (rc != 0) return rc;
+  ::munmap(it->second.map, it->second.bytes);
+  ::close(l->event_fd);
+  c.cqs.erase(it);
+  --counts().cqs;
+  return 0;
+}
+
+int Ops::create_qp() {
+  const CreateQpReq& r = rq.qp;
+  const auto pd = c.pds.find(r.pd);
+  const auto scq = c.cqs.find(r.send_cq);
+  const auto rcq = c.cqs.find(r.recv_cq);
+  const auto srq = r.srq ? c.srqs.find(r.srq) : c.srqs.end();
+  if (pd == c.pds.end() || scq == c.cqs.end() || rcq == c.cqs.end() ||
+      (r.srq != 0 && srq == c.srqs.end()))
+    return EINVAL;
+  if (r.type != engine::QpType::kRc && r.type != engine::QpType::kUc &&
+      r.type != engine::QpType::kUd)
+    return EINVAL;
+  const engine::QpCap cap = r.cap;
+  if (cap.max_send_wr == 0 || cap.max_send_wr > kMaxDepth || cap.max_recv_wr > kMaxDepth ||
+      (r.srq == 0 && cap.max_recv_wr == 0) || cap.max_send_sge > kMaxSge ||
+      cap.max_recv_sge > kMaxSge)
+    return EINVAL;
+  if (c.qps.size() >= quota().max_qps) return EDQUOT;
+  const QpRings rings{cap.max_send_wr + 1, r.srq ? 2 : cap.max_recv_wr + 1};
+  const std::size_t bytes = rings.bytes();
+  int memfd = -1;
+  void* p = make_shared("roce-qp", bytes, memfd);
+  if (p == nullptr) return ENOMEM;
+  auto lq = std::make_unique<LaneQp>();
+  lq->sq =
+      ShmConsumer<SendEntry>(ShmQueueLayout<SendEntry>::init(p, rings.sq_slots), rings.sq_slots);
+  if (r.srq == 0)
+    lq->rq = ShmConsumer<RecvEntry>(
+        ShmQueueLayout<RecvEntry>::init(static_cast<std::uint8_t*>(p) + rings.rq_offset(),
+                                        rings.rq_slots),
+        rings.rq_slots);
+  lq->client = c.xl.get();
+  lq->send_cq = scq->second.lane.get();
+  lq->recv_cq = rcq->second.lane.get();
+  LaneSrq* ls = r.srq ? srq->second.lane.get() : nullptr;
+  Lane* lane = c.lane;
+  LaneQp* l = lq.get();
+  engine::Pd* epd = pd->second.pd;
+  const bool sig_all = r.sq_sig_all != 0;
+  const engine::QpType type = r.type;
+  engine::Qp* qp = run([=] {
+    l->qp = lane->engine().create_qp(epd, type, l->send_cq->cq, l->recv_cq->cq, cap,
+                                     ls ? ls->srq : nullptr, sig_all);
+    if (l->qp) {
+      lane->add(l);
+      if (ls && ls->error_cq == nullptr) ls->error_cq = l->recv_cq;
+    }
+    return l->qp;
+  });
+  if (qp == nullptr) {
+    ::munmap(p, bytes);
+    ::close(memfd);
+    return ENOMEM;
+  }
+  rep.handle = c.next_handle++;
+  rep.key = qp->qpn;
+  rep.slots = rings.sq_slots;
+  rep.slots2 = r.srq ? 0 : rings.rq_slots;
+  rep.bytes = bytes;
+  rep.offset2 = rings.rq_offset();
+  c.qps[rep.handle] = QpRec{std::move(lq), p, bytes, r.pd, r.send_cq, r.recv_cq, r.srq};
+  ++pd->second.refs;
+  ++scq->second.refs;
+  ++rcq->second.refs;
+  if (r.srq) ++srq->second.refs;
+  ++counts().qps;
+  out = Out{{memfd, -1}, 1, {memfd, -1}, 1};
+  return 0;
+}
+
+int Ops::destroy_qp() {
+  const auto it = c.qps.find(rq.handle);
+  if (it == c.qps.end()) return EINVAL;
+  LaneQp* l = it->second.lane.get();
+  Lane* lane = c.lane;
+  const int rc = run([=] {
+    lane->remove(l);
+    return lane->engine().destroy_qp(l->qp);
+  });
+  if (rc != 0) return rc;
+  ::munmap(it->second.map, it->second.bytes);
+  --c.pds[it->second.pd].refs;
+  --c.cqs[it->second.send_cq].refs;
+  --c.cqs[it->second.recv_cq].refs;
+  if (it->second.srq) --c.srqs[it->second.srq].refs;
+  c.qps.erase(it);
+  --counts().qps;
+  return 0;
+}
+
+std::optional<wire::MacAddr> Ops::resolve(const wire::Ipv6Addr& g) {
+  const wire::Ipv4Addr ip{static_cast<std::uint32_t>(g.b[12]) << 24 |
+                          static_cast<std::uint32_t>(g.b[13]) << 16 |
+                          static_cast<std::uint32_t>(g.b[14]) << 8 | g.b[15]};
+  // Loop 0 of the port answers ARP and keeps the neighbour cache. An ARP request every
+  // 200 ms for up to 10 s (a link that just came up may take a while); the control thread
+  // waits meanwhile: other clients' requests queue behind.
+  port::PollLoop* l0 = s.ports_[c.port].loops[0];
+  for (int tries = 0; tries < 200; ++tries) {
+    const auto mac = run_on(l0, s.stop_, s.loops_stopped_, [l0, ip, tries] {
+      auto found = l0->neighbour().lookup(ip);
+      if (!found && tries % 4 == 0) l0->resolve(ip);
+      return found;
+    });
+    if (mac) return mac;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return std::nullopt;
+}
+
+int Ops::modify_qp() {
+  const auto it = c.qps.find(rq.modify.qp);
+  if (it == c.qps.end()) return EINVAL;
+  engine::QpAttr attr = rq.modify.attr;
+  const std::uint32_t mask = rq.modify.mask;
+  if ((mask & engine::kQpAv) && attr.ah.dmac == wire::MacAddr{}) {
+    // The client names its peer by GID; the port's ARP finds the MAC.
+    const auto mac = resolve(attr.ah.dgid);
+    if (!mac) return EHOSTUNREACH;
+    attr.ah.dmac = *mac;
+  }
+  LaneQp* l = it->second.lane.get();
+  engine::Engine* e = &eng();
+  return run([=] { return e->modify_qp(l->qp, attr, mask); });
+}
+
+int Ops::create_srq() {
+  const CreateSrqReq& r = rq.srq;
+  const auto pd = c.pds.find(r.pd);
+  if (pd == c.pds.end()) return EINVAL;
+  if (r.max_wr == 0 || r.max_wr > kMaxDepth || r.max_sge == 0 || r.max_sge > kMaxSge) return EINVAL;
+  if (c.srqs.size() >= quota().max_srqs) return EDQUOT;
+  const std::uint32_t slots = ShmQueueLayout<RecvEntry>::slots_for(r.max_wr);
+  const std::size_t bytes = ShmQueueLayout<RecvEntry>::bytes(slots);
+  int memfd = -1;
+  void* p = make_shared("roce-srq", bytes, memfd);
+  if (p == nullptr) return ENOMEM;
+  auto ls = std::make_unique<LaneSrq>();
+  ls->rq = ShmConsumer<RecvEntry>(ShmQueueLayout<RecvEntry>::init(p, slots), slots);
+  ls->client = c.xl.get();
+  Lane* lane = c.lane;
+  LaneSrq* l = ls.get();
+  engine::Pd* epd = pd->second.pd;
+  const std::uint32_t max_wr = r.max_wr, max_sge = r.max_sge;
+  engine::Srq* srq = run([=] {
+    l->srq = lane->engine().create_srq(epd, max_wr, max_sge);
+    if (l->srq) lane->add(l);
+    return l->srq;
+  });
+  if (srq == nullptr) {
+    ::munmap(p, bytes);
+    ::close(memfd);
+    return ENOMEM;
+  }
+  rep.handle = c.next_handle++;
+  rep.slots = slots;
+  rep.bytes = bytes;
+  c.srqs[rep.handle] = SrqRec{std::move(ls), p, bytes, r.pd, 0};
+  ++pd->second.refs;
+  out = Out{{memfd, -1}, 1, {memfd, -1}, 1};
+  return 0;
+}
+
+int Ops::destroy_srq() {
+  const auto it = c.srqs.find(rq.handle);
+  if (it == c.srqs.end()) return EINVAL;
+  if (it->second.refs != 0) return EBUSY;
+  LaneSrq* l = it->second.lane.get();
+  Lane* lane = c.lane;
+  const int rc = run([=] {
+    const int r = lane->engine().destroy_srq(l->srq);
+    if (r == 0) lane->remove(l);
+    return r;
+  });
+  if (rc != 0) return rc;
+  ::munmap(it->second.map, it->second.bytes);
+  --c.pds[it->second.pd].refs;
+  c.srqs.erase(it);
+  return 0;
 }
 
 bool AttachServer::handle(Client& c) {
@@ -351,7 +775,8 @@ bool AttachServer::handle(Client& c) {
   const ssize_t n = ::recvmsg(c.fd, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
   if (n == 0) return false;
   if (n < 0) return errno == EAGAIN || errno == EINTR;
-  // Take every passed descriptor; only kRegRegion keeps one.
+  // Take every passed descriptor; they are closed when the request is done (a mapping keeps
+  // what it needs).
   std::vector<int> passed;
   for (cmsghdr* h = CMSG_FIRSTHDR(&m); h != nullptr; h = CMSG_NXTHDR(&m, h))
     if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
@@ -362,399 +787,82 @@ bool AttachServer::handle(Client& c) {
         passed.push_back(f);
       }
     }
-  struct Closer {
-    std::vector<int>& v;
-    ~Closer() {
-      for (int f : v) ::close(f);
-    }
-  } closer{passed};
-  PortCounts& pc = counts_[c.port];
   Reply rep;
   rep.seq = rq.seq;
-  const auto bad = [&](int err) {
-    ++pc.bad;
+  Out out;
+  PortCounts& pc = counts_[c.port];
+  int err = 0;
+  if (static_cast<std::size_t>(n) != sizeof rq || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+    err = EINVAL;
+  } else if (!c.hello && rq.op != Op::kHello) {
+    err = ENOTCONN;
+  } else {
+    ++pc.requests;
+    Ops ops{*this, c, rq, rep, out, passed};
+    try {
+      switch (rq.op) {
+        case Op::kHello:
+          err = ops.hello();
+          break;
+        case Op::kAllocPd:
+          err = ops.alloc_pd();
+          break;
+        case Op::kDeallocPd:
+          err = ops.dealloc_pd();
+          break;
+        case Op::kRegRegion:
+          err = ops.reg_region();
+          break;
+        case Op::kDeregRegion:
+          err = ops.dereg_region();
+          break;
+        case Op::kRegMr:
+          err = ops.reg_mr();
+          break;
+        case Op::kDeregMr:
+          err = ops.dereg_mr();
+          break;
+        case Op::kCreateCq:
+          err = ops.create_cq();
+          break;
+        case Op::kDestroyCq:
+          err = ops.destroy_cq();
+          break;
+        case Op::kCreateQp:
+          err = ops.create_qp();
+          break;
+        case Op::kDestroyQp:
+          err = ops.destroy_qp();
+          break;
+        case Op::kModifyQp:
+          err = ops.modify_qp();
+          break;
+        case Op::kCreateSrq:
+          err = ops.create_srq();
+          break;
+        case Op::kDestroySrq:
+          err = ops.destroy_srq();
+          break;
+        default:
+          err = EINVAL;
+          break;
+      }
+    } catch (...) {
+      for (int f : passed) ::close(f);
+      throw;
+    }
+  }
+  for (int f : passed) ::close(f);
+  if (err != 0) {
+    ++counts_[c.port].bad;  // (c.port may have been set by this very hello)
+    rep = Reply{};
+    rep.seq = rq.seq;
     rep.err = err;
     send_reply(c.fd, rep);
     return true;
-  };
-  if (static_cast<std::size_t>(n) != sizeof rq || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
-    return bad(EINVAL);
-  ++pc.requests;
-  if (!c.hello && rq.op != Op::kHello) return bad(ENOTCONN);
-  const auto run = [&](auto fn) { return run_on(c.loop, stop_, loops_stopped_, fn); };
-  const AttachQuotas& quota = cfg_.quotas;
-  engine::Engine* eng = c.lane ? &c.lane->engine() : nullptr;
-  const std::uint32_t h = rq.handle;
-
-  switch (rq.op) {
-    case Op::kHello: {
-      if (c.hello) return bad(EINVAL);
-      if (rq.hello.version != kVersion) return bad(EPROTO);
-      const std::string want(rq.hello.port, strnlen(rq.hello.port, sizeof rq.hello.port));
-      std::size_t pi = ports_.size();
-      for (std::size_t i = 0; i < ports_.size(); ++i)
-        if (want.empty() || ports_[i].name == want) {
-          pi = i;
-          break;
-        }
-      if (pi == ports_.size()) return bad(ENODEV);
-      c.port = pi;
-      c.lcore = c.id % static_cast<std::uint32_t>(ports_[pi].loops.size());
-      c.loop = ports_[pi].loops[c.lcore];
-      c.lane = lanes_[pi][c.lcore].get();
-      c.hello = true;
-      ++counts_[pi].clients;
-      ++counts_[pi].total;
-      HelloRep& hr = rep.hello;
-      hr.client_id = c.id;
-      hr.lcore = c.lcore;
-      hr.mac = ports_[pi].mac;
-      hr.ipv4 = ports_[pi].ipv4;
-      hr.gid.b[10] = hr.gid.b[11] = 0xFF;
-      for (int i = 0; i < 4; ++i)
-        hr.gid.b[12 + i] = static_cast<std::uint8_t>(hr.ipv4.v >> (24 - 8 * i));
-      hr.max_mtu = c.lane->engine().config().max_mtu;
-      std::snprintf(hr.port, sizeof hr.port, "%s", ports_[pi].name.c_str());
-      hr.max_qps = quota.max_qps;
-      hr.max_mrs = quota.max_mrs;
-      hr.max_cqs = quota.max_cqs;
-      hr.max_memory = quota.max_memory;
-      std::printf("roced: attach: client %u (pid %d, uid %u) on port %s, lcore %u\n", c.id,
-                  static_cast<int>(c.pid), static_cast<unsigned>(c.uid),
-                  ports_[pi].name.c_str(), c.lcore);
-      std::fflush(stdout);
-      break;
-    }
-    case Op::kAllocPd: {
-      if (c.pds.size() >= 64) return bad(EDQUOT);
-      engine::Pd* pd = run([eng] { return eng->alloc_pd(); });
-      if (pd == nullptr) return bad(ENOMEM);
-      rep.handle = c.next_handle++;
-      c.pds[rep.handle] = PdRec{pd, 0};
-      break;
-    }
-    case Op::kDeallocPd: {
-      const auto it = c.pds.find(h);
-      if (it == c.pds.end()) return bad(EINVAL);
-      if (it->second.refs != 0) return bad(EBUSY);
-      const int rc = run([eng, pd = it->second.pd] { return eng->dealloc_pd(pd); });
-      if (rc != 0) return bad(rc);
-      c.pds.erase(it);
-      break;
-    }
-    case Op::kRegRegion: {
-      if (passed.size() != 1) return bad(EBADF);
-      const std::uint64_t len = rq.region.length;
-      if (len == 0 || len > quota.max_memory) return bad(EINVAL);
-      if (c.memory + len > quota.max_memory) return bad(EDQUOT);
-      const int fd = passed[0];
-      struct stat st{};
-      if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-          static_cast<std::uint64_t>(st.st_size) < len)
-        return bad(EINVAL);
-      // Only a memfd sealed against shrinking (or one we can seal) is mapped: truncated under
-      // roced's feet, its pages would fault (SIGBUS) in the poll loop.
-      const int seals = ::fcntl(fd, F_GET_SEALS);
-      if (seals < 0) return bad(EINVAL);  // not a memfd
-      if (!(seals & F_SEAL_SHRINK) && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
-        return bad(EPERM);
-      void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (p == MAP_FAILED) return bad(ENOMEM);
-      rep.handle = c.next_handle++;
-      c.regions[rep.handle] = Region{p, len, rq.region.client_addr, 0};
-      c.memory += len;
-      pc.memory += len;
-      break;
-    }
-    case Op::kDeregRegion: {
-      const auto it = c.regions.find(h);
-      if (it == c.regions.end()) return bad(EINVAL);
-      if (it->second.mrs != 0) return bad(EBUSY);
-      ::munmap(it->second.map, it->second.length);
-      c.memory -= it->second.length;
-      pc.memory -= it->second.length;
-      c.regions.erase(it);
-      break;
-    }
-    case Op::kRegMr: {
-      const RegMrReq& r = rq.mr;
-      const auto pd = c.pds.find(r.pd);
-      const auto reg = c.regions.find(r.region);
-      if (pd == c.pds.end() || reg == c.regions.end()) return bad(EINVAL);
-      const Region& g = reg->second;
-      if (r.length == 0 || r.offset > g.length || r.length > g.length - r.offset)
-        return bad(EINVAL);
-      constexpr std::uint32_t kKnown = engine::kAccessLocalWrite | engine::kAccessRemoteWrite |
-                                       engine::kAccessRemoteRead | engine::kAccessRemoteAtomic;
-      if (r.access & ~kKnown) return bad(EINVAL);
-      if (c.mrs.size() >= quota.max_mrs) return bad(EDQUOT);
-      void* host = static_cast<std::uint8_t*>(g.map) + r.offset;
-      const std::uint64_t iova = r.iova;
-      Lane* lane = c.lane;
-      LaneClient* xl = c.xl.get();
-      engine::Mr* mr = run([=] {
-        engine::Mr* x = reg_mr_iova(lane->engine(), pd->second.pd, host, r.length, iova, r.access);
-        if (x != nullptr && !kEngineIova)
-          xl->mrs[x->key] = Xlate{iova, reinterpret_cast<std::uint64_t>(host), r.length};
-        return x;
-      });
-      if (mr == nullptr) return bad(EINVAL);
-      rep.handle = c.next_handle++;
-      rep.key = mr->key;
-      rep.iova = kEngineIova ? iova : reinterpret_cast<std::uint64_t>(host);
-      c.mrs[rep.handle] = MrRec{mr, r.pd, r.region};
-      ++pd->second.refs;
-      ++reg->second.mrs;
-      ++pc.mrs;
-      break;
-    }
-    case Op::kDeregMr: {
-      const auto it = c.mrs.find(h);
-      if (it == c.mrs.end()) return bad(EINVAL);
-      LaneClient* xl = c.xl.get();
-      run([eng, xl, mr = it->second.mr] {
-        xl->mrs.erase(mr->key);
-        return eng->dereg_mr(mr);
-      });
-      --c.pds[it->second.pd].refs;
-      --c.regions[it->second.region].mrs;
-      c.mrs.erase(it);
-      --pc.mrs;
-      break;
-    }
-    case Op::kCreateCq: {
-      const std::uint32_t depth = rq.cq.depth;
-      if (depth == 0 || depth > kMaxDepth) return bad(EINVAL);
-      if (c.cqs.size() >= quota.max_cqs) return bad(EDQUOT);
-      const std::uint32_t slots = ShmQueueLayout<CqEntry>::slots_for(depth);
-      const std::size_t bytes = ShmQueueLayout<CqEntry>::bytes(slots);
-      int memfd = -1;
-      void* p = make_shared("roce-cq", bytes, memfd);
-      if (p == nullptr) return bad(ENOMEM);
-      const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-      auto lc = std::make_unique<LaneCq>();
-      lc->ring = ShmProducer<CqEntry>(ShmQueueLayout<CqEntry>::init(p, slots), slots);
-      lc->event_fd = efd;
-      Lane* lane = c.lane;
-      LaneCq* l = lc.get();
-      engine::Cq* cq = run([=] {
-        l->cq = lane->engine().create_cq(depth);
-        if (l->cq) lane->add(l);
-        return l->cq;
-      });
-      if (cq == nullptr || efd < 0) {
-        ::munmap(p, bytes);
-        ::close(memfd);
-        if (efd >= 0) ::close(efd);
-        return bad(ENOMEM);
-      }
-      rep.handle = c.next_handle++;
-      rep.slots = slots;
-      rep.bytes = bytes;
-      c.cqs[rep.handle] = CqRec{std::move(lc), p, bytes, 0};
-      ++pc.cqs;
-      const int out[2] = {memfd, efd};
-      send_reply(c.fd, rep, out, 2);
-      ::close(memfd);
-      return true;
-    }
-    case Op::kDestroyCq: {
-      const auto it = c.cqs.find(h);
-      if (it == c.cqs.end()) return bad(EINVAL);
-      if (it->second.refs != 0) return bad(EBUSY);
-      LaneCq* l = it->second.lane.get();
-      Lane* lane = c.lane;
-      const int rc = run([=] {
-        const int r = lane->engine().destroy_cq(l->cq);
-        if (r == 0) lane->remove(l);
-        return r;
-      });
-      if (rc != 0) return bad(rc);
-      ::munmap(it->second.map, it->second.bytes);
-      ::close(l->event_fd);
-      c.cqs.erase(it);
-      --pc.cqs;
-      break;
-    }
-    case Op::kCreateQp: {
-      const CreateQpReq& r = rq.qp;
-      const auto pd = c.pds.find(r.pd);
-      const auto scq = c.cqs.find(r.send_cq);
-      const auto rcq = c.cqs.find(r.recv_cq);
-      const auto srq = r.srq ? c.srqs.find(r.srq) : c.srqs.end();
-      if (pd == c.pds.end() || scq == c.cqs.end() || rcq == c.cqs.end() ||
-          (r.srq != 0 && srq == c.srqs.end()))
-        return bad(EINVAL);
-      if (r.type != engine::QpType::kRc && r.type != engine::QpType::kUc &&
-          r.type != engine::QpType::kUd)
-        return bad(EINVAL);
-      const engine::QpCap cap = r.cap;
-      if (cap.max_send_wr == 0 || cap.max_send_wr > kMaxDepth || cap.max_recv_wr > kMaxDepth ||
-          (r.srq == 0 && cap.max_recv_wr == 0) || cap.max_send_sge > kMaxSge ||
-          cap.max_recv_sge > kMaxSge)
-        return bad(EINVAL);
-      if (c.qps.size() >= quota.max_qps) return bad(EDQUOT);
-      QpRings rings{cap.max_send_wr + 1, r.srq ? 2 : cap.max_recv_wr + 1};
-      const std::size_t bytes = rings.bytes();
-      int memfd = -1;
-      void* p = make_shared("roce-qp", bytes, memfd);
-      if (p == nullptr) return bad(ENOMEM);
-      auto lq = std::make_unique<LaneQp>();
-      lq->sq = ShmConsumer<SendEntry>(ShmQueueLayout<SendEntry>::init(p, rings.sq_slots),
-                                      rings.sq_slots);
-      if (r.srq == 0)
-        lq->rq = ShmConsumer<RecvEntry>(
-            ShmQueueLayout<RecvEntry>::init(static_cast<std::uint8_t*>(p) + rings.rq_offset(),
-                                            rings.rq_slots),
-            rings.rq_slots);
-      lq->client = c.xl.get();
-      lq->send_cq = scq->second.lane.get();
-      lq->recv_cq = rcq->second.lane.get();
-      LaneSrq* ls = r.srq ? srq->second.lane.get() : nullptr;
-      Lane* lane = c.lane;
-      LaneQp* l = lq.get();
-      engine::Pd* epd = pd->second.pd;
-      const bool sig_all = r.sq_sig_all != 0;
-      const engine::QpType type = r.type;
-      engine::Qp* qp = run([=] {
-        l->qp = lane->engine().create_qp(epd, type, l->send_cq->cq, l->recv_cq->cq, cap,
-                                         ls ? ls->srq : nullptr, sig_all);
-        if (l->qp) {
-          lane->add(l);
-          if (ls && ls->error_cq == nullptr) ls->error_cq = l->recv_cq;
-        }
-        return l->qp;
-      });
-      if (qp == nullptr) {
-        ::munmap(p, bytes);
-        ::close(memfd);
-        return bad(ENOMEM);
-      }
-      rep.handle = c.next_handle++;
-      rep.key = qp->qpn;
-      rep.slots = rings.sq_slots;
-      rep.slots2 = r.srq ? 0 : rings.rq_slots;
-      rep.bytes = bytes;
-      rep.offset2 = rings.rq_offset();
-      c.qps[rep.handle] = QpRec{std::move(lq), p, bytes, r.pd, r.send_cq, r.recv_cq, r.srq};
-      ++pd->second.refs;
-      ++scq->second.refs;
-      ++rcq->second.refs;
-      if (r.srq) ++srq->second.refs;
-      ++pc.qps;
-      send_reply(c.fd, rep, &memfd, 1);
-      ::close(memfd);
-      return true;
-    }
-    case Op::kDestroyQp: {
-      const auto it = c.qps.find(h);
-      if (it == c.qps.end()) return bad(EINVAL);
-      LaneQp* l = it->second.lane.get();
-      Lane* lane = c.lane;
-      const int rc = run([=] {
-        lane->remove(l);
-        return lane->engine().destroy_qp(l->qp);
-      });
-      if (rc != 0) return bad(rc);
-      ::munmap(it->second.map, it->second.bytes);
-      --c.pds[it->second.pd].refs;
-      --c.cqs[it->second.send_cq].refs;
-      --c.cqs[it->second.recv_cq].refs;
-      if (it->second.srq) --c.srqs[it->second.srq].refs;
-      c.qps.erase(it);
-      --pc.qps;
-      break;
-    }
-    case Op::kModifyQp: {
-      const auto it = c.qps.find(rq.modify.qp);
-      if (it == c.qps.end()) return bad(EINVAL);
-      engine::QpAttr attr = rq.modify.attr;
-      const std::uint32_t mask = rq.modify.mask;
-      if ((mask & engine::kQpAv) && attr.ah.dmac == wire::MacAddr{}) {
-        // The client names its peer by GID; the port's ARP finds the MAC (loop 0 answers
-        // and keeps the neighbour cache).
-        const wire::Ipv6Addr& g = attr.ah.dgid;
-        wire::Ipv4Addr ip{static_cast<std::uint32_t>(g.b[12]) << 24 |
-                          static_cast<std::uint32_t>(g.b[13]) << 16 |
-                          static_cast<std::uint32_t>(g.b[14]) << 8 | g.b[15]};
-        port::PollLoop* l0 = ports_[c.port].loops[0];
-        std::optional<wire::MacAddr> mac;
-        // An ARP request every 200 ms for up to 10 s (a link that just came up may take a
-        // while). The control thread waits meanwhile: other clients' requests queue behind.
-        for (int tries = 0; tries < 200 && !mac; ++tries) {
-          mac = run_on(l0, stop_, loops_stopped_, [l0, ip, tries] {
-            auto found = l0->neighbour().lookup(ip);
-            if (!found && tries % 4 == 0) l0->resolve(ip);
-            return found;
-          });
-          if (!mac) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        }
-        if (!mac) return bad(EHOSTUNREACH);
-        attr.ah.dmac = *mac;
-      }
-      LaneQp* l = it->second.lane.get();
-      const int rc = run([=] { return eng->modify_qp(l->qp, attr, mask); });
-      if (rc != 0) return bad(rc);
-      break;
-    }
-    case Op::kCreateSrq: {
-      const CreateSrqReq& r = rq.srq;
-      const auto pd = c.pds.find(r.pd);
-      if (pd == c.pds.end()) return bad(EINVAL);
-      if (r.max_wr == 0 || r.max_wr > kMaxDepth || r.max_sge == 0 || r.max_sge > kMaxSge)
-        return bad(EINVAL);
-      if (c.srqs.size() >= quota.max_srqs) return bad(EDQUOT);
-      const std::uint32_t slots = ShmQueueLayout<RecvEntry>::slots_for(r.max_wr);
-      const std::size_t bytes = ShmQueueLayout<RecvEntry>::bytes(slots);
-      int memfd = -1;
-      void* p = make_shared("roce-srq", bytes, memfd);
-      if (p == nullptr) return bad(ENOMEM);
-      auto ls = std::make_unique<LaneSrq>();
-      ls->rq = ShmConsumer<RecvEntry>(ShmQueueLayout<RecvEntry>::init(p, slots), slots);
-      ls->client = c.xl.get();
-      Lane* lane = c.lane;
-      LaneSrq* l = ls.get();
-      engine::Pd* epd = pd->second.pd;
-      engine::Srq* s = run([=] {
-        l->srq = lane->engine().create_srq(epd, r.max_wr, r.max_sge);
-        if (l->srq) lane->add(l);
-        return l->srq;
-      });
-      if (s == nullptr) {
-        ::munmap(p, bytes);
-        ::close(memfd);
-        return bad(ENOMEM);
-      }
-      rep.handle = c.next_handle++;
-      rep.slots = slots;
-      rep.bytes = bytes;
-      c.srqs[rep.handle] = SrqRec{std::move(ls), p, bytes, r.pd, 0};
-      ++pd->second.refs;
-      send_reply(c.fd, rep, &memfd, 1);
-      ::close(memfd);
-      return true;
-    }
-    case Op::kDestroySrq: {
-      const auto it = c.srqs.find(h);
-      if (it == c.srqs.end()) return bad(EINVAL);
-      if (it->second.refs != 0) return bad(EBUSY);
-      LaneSrq* l = it->second.lane.get();
-      Lane* lane = c.lane;
-      const int rc = run([=] {
-        const int r = lane->engine().destroy_srq(l->srq);
-        if (r == 0) lane->remove(l);
-        return r;
-      });
-      if (rc != 0) return bad(rc);
-      ::munmap(it->second.map, it->second.bytes);
-      --c.pds[it->second.pd].refs;
-      c.srqs.erase(it);
-      break;
-    }
-    default:
-      return bad(EINVAL);
   }
-  send_reply(c.fd, rep);
+  send_reply(c.fd, rep, out.send, out.nsend);
+  for (int i = 0; i < out.nclose; ++i) ::close(out.close_after[i]);
   return true;
 }
 

@@ -37,8 +37,8 @@ struct AttachQuotas {
 };
 
 struct AttachConfig {
-  std::string socket;          ///< path of the Unix socket
-  std::uint32_t mode = 0660;   ///< its file mode: who may attach
+  std::string socket;         ///< path of the Unix socket
+  std::uint32_t mode = 0660;  ///< its file mode: who may attach
   std::uint32_t max_clients = 64;
   AttachQuotas quotas;
 };
@@ -71,6 +71,7 @@ struct ClientInfo {
 
 class Lane;
 struct Client;
+struct Ops;
 
 class AttachServer {
  public:
@@ -112,6 +113,7 @@ class AttachServer {
   std::unique_ptr<PortCounts[]> counts_;
 
   friend struct Client;
+  friend struct Ops;
 };
 
 }  // namespace roce::attach

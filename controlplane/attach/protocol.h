@@ -23,16 +23,16 @@ enum class Op : std::uint32_t {
   kHello = 1,
   kAllocPd,
   kDeallocPd,
-  kRegRegion,    ///< a memfd of the client (fd passed), mapped by roced
+  kRegRegion,  ///< a memfd of the client (fd passed), mapped by roced
   kDeregRegion,
   kRegMr,
   kDeregMr,
-  kCreateCq,     ///< reply passes the completion ring's memfd and the CQ's eventfd
+  kCreateCq,  ///< reply passes the completion ring's memfd and the CQ's eventfd
   kDestroyCq,
-  kCreateQp,     ///< reply passes the memfd of the QP's send and receive rings
+  kCreateQp,  ///< reply passes the memfd of the QP's send and receive rings
   kDestroyQp,
   kModifyQp,
-  kCreateSrq,    ///< reply passes the memfd of the SRQ's receive ring
+  kCreateSrq,  ///< reply passes the memfd of the SRQ's receive ring
   kDestroySrq,
 };
 
@@ -108,12 +108,12 @@ struct Reply {
   std::uint32_t seq = 0;
   std::int32_t err = 0;  ///< 0 or an errno value (EINVAL, ENOMEM, EDQUOT, EBUSY, ...)
   std::uint32_t handle = 0;
-  std::uint32_t key = 0;     ///< MR: lkey == rkey; QP: its QPN
-  std::uint64_t iova = 0;    ///< MR: the address peers use for its first byte
-  std::uint32_t slots = 0;   ///< CQ ring; QP send ring; SRQ ring
-  std::uint32_t slots2 = 0;  ///< QP receive ring
-  std::uint64_t bytes = 0;   ///< size of the memfd passed
-  std::uint64_t offset2 = 0; ///< QP: where the receive ring starts in it
+  std::uint32_t key = 0;      ///< MR: lkey == rkey; QP: its QPN
+  std::uint64_t iova = 0;     ///< MR: the address peers use for its first byte
+  std::uint32_t slots = 0;    ///< CQ ring; QP send ring; SRQ ring
+  std::uint32_t slots2 = 0;   ///< QP receive ring
+  std::uint64_t bytes = 0;    ///< size of the memfd passed
+  std::uint64_t offset2 = 0;  ///< QP: where the receive ring starts in it
   union {
     HelloRep hello;
   };
@@ -138,7 +138,7 @@ struct SendEntry {
   std::uint64_t swap = 0;
   std::uint32_t remote_qpn = 0;  ///< UD
   std::uint32_t remote_qkey = 0;
-  engine::AddressVector ah;      ///< UD
+  engine::AddressVector ah;  ///< UD
   engine::Sge sge[kMaxSge];
 };
 

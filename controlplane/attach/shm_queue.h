@@ -38,8 +38,8 @@ struct ShmQueueHeader {
   std::uint32_t slots = 0;       ///< N: capacity N - 1 entries
   std::uint32_t entry_size = 0;  ///< sizeof the entry type, checked by both sides
   std::uint32_t reserved = 0;
-  alignas(64) std::atomic<std::uint32_t> head{0};  ///< next slot to read (consumer writes)
-  alignas(64) std::atomic<std::uint32_t> tail{0};  ///< next slot to write (producer writes)
+  alignas(64) std::atomic<std::uint32_t> head{0};   ///< next slot to read (consumer writes)
+  alignas(64) std::atomic<std::uint32_t> tail{0};   ///< next slot to write (producer writes)
   alignas(64) std::atomic<std::uint32_t> armed{0};  ///< consumer sleeps: producer must signal
   alignas(64) std::uint8_t entries[];               ///< slots * entry_size bytes
 };

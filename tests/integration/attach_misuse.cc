@@ -95,10 +95,10 @@ int main(int argc, char** argv) {
   Cq* cq = ctx->create_cq(16);
   std::vector<Qp*> qps;
   QpCap cap;
-  for (unsigned i = 0; i < max_qps; ++i) qps.push_back(ctx->create_qp(pd, QpType::kRc, cq, cq, cap));
+  for (unsigned i = 0; i < max_qps; ++i)
+    qps.push_back(ctx->create_qp(pd, QpType::kRc, cq, cq, cap));
   check(qps.back() != nullptr, std::to_string(max_qps) + " QPs (the quota)");
-  check(!ctx->create_qp(pd, QpType::kRc, cq, cq, cap) && errno == EDQUOT,
-        "one QP more: EDQUOT");
+  check(!ctx->create_qp(pd, QpType::kRc, cq, cq, cap) && errno == EDQUOT, "one QP more: EDQUOT");
   check(ctx->destroy_cq(cq) == EBUSY, "destroy_cq while QPs use it: EBUSY");
   check(ctx->dealloc_pd(pd) == EBUSY, "dealloc_pd while in use: EBUSY");
   QpCap big;

@@ -165,8 +165,7 @@ class Context {
   /// Convenience: RESET -> INIT -> RTR -> RTS of an RC QP towards `peer` (`sq_psn`: ours).
   int connect_rc(Qp* qp, const RcPeer& peer, std::uint32_t sq_psn, Mtu mtu,
                  std::uint32_t access = engine::kAccessLocalWrite | engine::kAccessRemoteWrite |
-                                        engine::kAccessRemoteRead |
-                                        engine::kAccessRemoteAtomic);
+                                        engine::kAccessRemoteRead | engine::kAccessRemoteAtomic);
 };
 
 }  // namespace roce::client
