@@ -8,7 +8,9 @@
 ///                                         READ size bytes of the server's buffer (checked)
 ///   checks the WRITE                  <-  SEND "done"
 /// With --seconds S the client then repeats WRITE + READ-back of fresh patterns for S seconds
-/// (the kill -9 test of tests/integration/roced_attach.sh).
+/// (the kill -9 test of tests/integration/roced_attach.sh); with --pingpong N the two sides
+/// then bounce an 8-byte SEND N times and the client prints the round trip (p50, mean); with
+/// --srq the server receives through a shared receive queue.
 ///
 ///   roce-attach-example --socket /run/roce/a.sock --listen 7471
 ///   roce-attach-example --socket /run/roce/b.sock --connect 127.0.0.1:7471
@@ -23,6 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "client/include/roce/client.h"
 #ifdef ROCE_EXAMPLE_LOCAL
@@ -196,7 +200,8 @@ int main(int argc, char** argv) {
   std::string sock, connect_to, port_name, local_memif;
   unsigned listen_port = 0, seconds = 0;
   std::size_t size = 65536;
-  bool busy = false;
+  bool busy = false, use_srq = false;
+  unsigned pingpong = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto next = [&]() -> std::string {
@@ -219,11 +224,16 @@ int main(int argc, char** argv) {
       seconds = static_cast<unsigned>(std::stoul(next()));
     else if (a == "--busy-poll")
       busy = true;
+    else if (a == "--srq")
+      use_srq = true;
+    else if (a == "--pingpong")
+      pingpong = static_cast<unsigned>(std::stoul(next()));
     else {
       std::printf(
           "usage: roce-attach-example (--socket PATH | --local-memif PATH)\n"
           "         (--listen TCPPORT | --connect HOST:PORT)\n"
-          "         [--port NAME] [--size BYTES] [--seconds S] [--busy-poll]\n");
+          "         [--port NAME] [--size BYTES] [--seconds S] [--pingpong N] [--srq]\n"
+          "         [--busy-poll]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -265,8 +275,13 @@ int main(int argc, char** argv) {
   cap.max_send_wr = 16;
   cap.max_recv_wr = 16;
   cap.max_send_sge = cap.max_recv_sge = 1;
-  Qp* qp = ctx->create_qp(pd, QpType::kRc, cq, cq, cap);
+  Srq* srq = nullptr;
+  if (use_srq && server && !(srq = ctx->create_srq(pd, 16, 1))) die("create_srq", errno);
+  Qp* qp = ctx->create_qp(pd, QpType::kRc, cq, cq, cap, srq);
   if (!qp) die("create_qp", errno);
+  const auto post_recv = [&](const RecvWr* w) {
+    return srq ? ctx->post_srq_recv(srq, w, nullptr) : ctx->post_recv(qp, w, nullptr);
+  };
 
   // ---- exchange and connect ----
   const int tcp =
@@ -304,7 +319,7 @@ int main(int argc, char** argv) {
     w2.wr_id = 2;
     w2.sg_list = &r2;
     w2.num_sge = 1;
-    if (const int rc = ctx->post_recv(qp, &w1, nullptr)) die("post_recv", rc);
+    if (const int rc = post_recv(&w1)) die("post_recv", rc);
     say(tcp, "ready..");
     Wc wc = complete(*ctx, cq, busy);
     if (wc.wr_id != 1 || wc.byte_len != size) die("unexpected first receive");
@@ -395,11 +410,66 @@ int main(int argc, char** argv) {
                   size);
     }
   }
+  if (pingpong != 0) {
+    // 8-byte SENDs back and forth; the client times each round trip.
+    Sge ts = sge(4 * size + 32, 8), rs = sge(4 * size + 48, 8);
+    RecvWr rw;
+    rw.wr_id = 100;
+    rw.sg_list = &rs;
+    rw.num_sge = 1;
+    SendWr sw;
+    sw.wr_id = 101;
+    sw.sg_list = &ts;
+    sw.num_sge = 1;
+    sw.opcode = WrOpcode::kSend;
+    sw.send_flags = eng::kSendSignaled;
+    if (const int rc = post_recv(&rw)) die("post_recv", rc);
+    say(tcp, "ppready");
+    expect(tcp, "ppready");
+    const auto next_recv = [&] {  // send completions pass by
+      while (complete(*ctx, cq, busy).opcode != WcOpcode::kRecv) {
+      }
+    };
+    const auto send = [&] {
+      if (const int rc = ctx->post_send(qp, &sw, nullptr)) die("post_send", rc);
+    };
+    std::vector<double> rtt_us;
+    for (unsigned i = 0; i < pingpong; ++i) {
+      std::memcpy(mem + 4 * size + 32, &i, sizeof i);
+      if (server) {
+        next_recv();
+        if (const int rc = post_recv(&rw)) die("post_recv", rc);
+        send();
+      } else {
+        const auto t0 = std::chrono::steady_clock::now();
+        send();
+        next_recv();
+        rtt_us.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count());
+        if (const int rc = post_recv(&rw)) die("post_recv", rc);
+      }
+    }
+    if (server) {
+      expect(tcp, "ppdone.");
+    } else {
+      say(tcp, "ppdone.");
+      std::vector<double> sorted = rtt_us;
+      std::sort(sorted.begin(), sorted.end());
+      double sum = 0;
+      for (double v : rtt_us) sum += v;
+      std::printf(
+          "attach-example: OK: %u ping-pongs of 8 bytes (%s), round trip p50 %.1f us, "
+          "mean %.1f us, p99 %.1f us\n",
+          pingpong, busy ? "busy polling" : "wait_cq", sorted[sorted.size() / 2],
+          sum / static_cast<double>(rtt_us.size()), sorted[sorted.size() * 99 / 100]);
+    }
+  }
   std::fflush(stdout);
   ::close(tcp);
   // Orderly teardown (roced would do the same if we just exited).
-  if (ctx->destroy_qp(qp) || ctx->destroy_cq(cq) || ctx->dereg_mr(mr) || ctx->free_buffer(buf) ||
-      ctx->dealloc_pd(pd))
+  if (ctx->destroy_qp(qp) || (srq && ctx->destroy_srq(srq)) || ctx->destroy_cq(cq) ||
+      ctx->dereg_mr(mr) || ctx->free_buffer(buf) || ctx->dealloc_pd(pd))
     die("teardown failed");
   ctx.reset();
 #ifdef ROCE_EXAMPLE_LOCAL

@@ -2,7 +2,8 @@
 # Client processes attached to roced (libroce, docs/client-api.md): two roced instances on a
 # net_memif link (no hugepages, no root), each with attached example clients.
 #  1. roce-attach-example (C++ API): a client of A and a client of B exchange RC SEND, WRITE
-#     and READ, every byte checked; then the C example (roce/roce.h) does WRITE + SEND.
+#     and READ, every byte checked (A's through an SRQ), and 200 8-byte ping-pongs; then the C
+#     example (roce/roce.h) does WRITE + SEND.
 #  2. kill -9: a client of A that loops WRITE + READ-back is killed mid-transfer while a second
 #     client pair keeps running its own loop; roced A keeps running, the second pair finishes
 #     with its data verified, and A's QP, MR and attached-client counts (roce-ctl counters)
@@ -70,13 +71,16 @@ baseline_qps=$(counter "$prom_a" qps) baseline_mrs=$(counter "$prom_a" mrs)
 echo "baseline on A: qps $baseline_qps mrs $baseline_mrs"
 
 # ---- 1. data verified, C++ and C --------------------------------------------------------------
-"$ex" --socket "$work/a.sock" --listen "$tcp" > "$work/ex-a.log" 2>&1 &
+# (the server receives through an SRQ; then 200 ping-pongs of 8 bytes)
+"$ex" --socket "$work/a.sock" --listen "$tcp" --srq --pingpong 200 > "$work/ex-a.log" 2>&1 &
 sa=$!
-"$ex" --socket "$work/b.sock" --connect "127.0.0.1:$tcp" > "$work/ex-b.log" 2>&1 || { cat "$work"/ex-*.log; exit 1; }
+"$ex" --socket "$work/b.sock" --connect "127.0.0.1:$tcp" --pingpong 200 > "$work/ex-b.log" 2>&1 \
+  || { cat "$work"/ex-*.log; exit 1; }
 wait "$sa" || { cat "$work"/ex-a.log; exit 1; }
 cat "$work/ex-a.log" "$work/ex-b.log"
 grep -q "OK: received SEND" "$work/ex-a.log"
 grep -q "OK: SEND of 65536 bytes, WRITE of 65536 bytes, READ of 65536 bytes" "$work/ex-b.log"
+grep -q "OK: 200 ping-pongs of 8 bytes" "$work/ex-b.log"
 
 "$exc" "$work/a.sock" listen $((tcp + 1)) > "$work/exc-a.log" 2>&1 &
 sa=$!
