@@ -139,11 +139,15 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
   if (r.has("limits")) {
     Reader l(r.get("limits"), origin, "limits");
     c.limits.max_qps = static_cast<std::uint32_t>(l.uint("max_qps", c.limits.max_qps, 1, 1u << 20));
-    c.limits.max_mrs = static_cast<std::uint32_t>(l.uint("max_mrs", c.limits.max_mrs, 1, 1u << 24));
+    c.limits.max_mrs = static_cast<std::uint32_t>(l.uint("max_mrs", c.limits.max_mrs, 1, 1u << 23));
     c.limits.cq_depth =
         static_cast<std::uint32_t>(l.uint("cq_depth", c.limits.cq_depth, 1, 1u << 22));
     c.limits.tx_slots =
         static_cast<std::uint32_t>(l.uint("tx_slots", c.limits.tx_slots, 64, 65536));
+    c.limits.neighbours =
+        static_cast<std::uint32_t>(l.uint("neighbours", c.limits.neighbours, 16, 1u << 20));
+    c.limits.cm_connections = static_cast<std::uint32_t>(
+        l.uint("cm_connections", c.limits.cm_connections, 1, 1u << 20));
   }
   if (r.has("transport")) {
     Reader t(r.get("transport"), origin, "transport");

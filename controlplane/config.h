@@ -55,6 +55,8 @@ struct ApplianceConfig {
     std::uint32_t max_mrs = 65536;
     std::uint32_t cq_depth = 4096;
     std::uint32_t tx_slots = 512;
+    std::uint32_t neighbours = 4096;      ///< entries of each neighbour cache (ARP, ND) per loop
+    std::uint32_t cm_connections = 4096;  ///< CM connections and SIDR exchanges per CM agent
   } limits;
   struct {
     std::uint32_t ack_req_every = 16;

@@ -21,6 +21,7 @@ cm::CmAgentConfig cm_agent_config(Env& env) {
   std::random_device rd;
   c.cm.hi_tid = rd();
   c.cm.seed = rd();
+  c.cm.max_connections = env.cm_connections;
   c.clock = [] { return port::now_ns(); };
   c.resolve_mac = [&env](const wire::Ipv6Addr& gid) -> std::optional<wire::MacAddr> {
     const auto ip = ctl::ipv4_from_gid(gid);

@@ -71,6 +71,8 @@ class Env {
     return true;
   }
   bool yield_when_idle = true;
+  /// CmConfig::max_connections of the rdma_cm tools' CM agents (roced: limits.cm_connections).
+  std::uint32_t cm_connections = 4096;
   static constexpr unsigned kYieldAfterIdlePolls = 32;
   /// The peer's MAC by ARP; fails the test after `seconds`.
   wire::MacAddr resolve(wire::Ipv4Addr peer, double seconds);

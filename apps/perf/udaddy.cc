@@ -34,8 +34,6 @@ struct Node {
   Qp* qp = nullptr;
   Cq* cq = nullptr;
   std::optional<cm::ConnId> id;  ///< the SIDR exchange (client: until its reply)
-  /// Server: the SIDR_REQ's sender and cma header, to answer a repeated request again.
-  std::optional<std::pair<wire::Ipv6Addr, cm::CmaHeader>> origin;
   std::vector<std::uint8_t> send_buf, recv_buf;
   Mr *send_mr = nullptr, *recv_mr = nullptr;
   AddressVector av;
@@ -155,12 +153,7 @@ class Udaddy {
     Node* n = node_of(e.id);
     switch (e.type) {
       case cm::CmEventType::kSidrRequest:
-        for (auto& m : nodes_)
-          if (e.cma && m->origin && m->origin->first == e.peer.gid && m->origin->second == *e.cma) {
-            // Our SIDR_REP was lost (the CM forgot the exchange once it answered): again.
-            agent_.cm().sidr_accept(e.id, wire::Qpn(m->qp->qpn), kUdpQkey);
-            return;
-          }
+        // (A repeated SIDR_REQ whose SIDR_REP was lost is answered by the CM itself.)
         pending_.push_back(e);
         break;
       case cm::CmEventType::kSidrReply:
@@ -173,7 +166,10 @@ class Udaddy {
         }
         break;
       case cm::CmEventType::kUnreachable:
-        fail("udaddy: event: UNREACHABLE (no SIDR_REP)");
+        // Server: a request we left unanswered too long is gone (the CM's half-open deadline).
+        std::erase_if(pending_, [&](const cm::CmEvent& p) { return p.id == e.id; });
+        if (n) fail("udaddy: event: UNREACHABLE (no SIDR_REP)");
+        break;
       default:
         break;
     }
@@ -246,7 +242,6 @@ void run_server(Env& env, Udaddy& t, const UdaddyOpts& o) {
     }
     Node& n = t.new_node();
     n.id = req.id;
-    n.origin.emplace(req.peer.gid, *req.cma);
     if (t.agent().cm().sidr_accept(req.id, wire::Qpn(n.qp->qpn), kUdpQkey) != cm::CmStatus::kOk)
       fail("failure accepting");
   }

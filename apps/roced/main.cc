@@ -191,6 +191,8 @@ int run(const ctl::ApplianceConfig& cfg) {
     ec.vlan_id = pc.vlan;
     ec.max_qps = cfg.limits.max_qps;
     ec.tx_slots = cfg.limits.tx_slots;
+    ec.max_mrs = cfg.limits.max_mrs;
+    ec.max_cq_depth = cfg.limits.cq_depth;
     ec.ack_req_every = cfg.transport.ack_req_every;
     ec.max_inflight_psns = cfg.transport.max_inflight_psns;
     ec.max_inflight_bytes = cfg.transport.max_inflight_bytes;
@@ -205,6 +207,7 @@ int run(const ctl::ApplianceConfig& cfg) {
     ps.mbufs = pc.mbufs;
     ps.zero_copy = pc.zero_copy;
     ps.vlan = pc.vlan;
+    ps.neighbours = cfg.limits.neighbours;
     ps.zero_copy_min = pc.zero_copy_min;
     ps.rx_desc = pc.rx_desc;
     ps.tx_desc = pc.tx_desc;
@@ -312,6 +315,7 @@ int run(const ctl::ApplianceConfig& cfg) {
         housekeeping(port::now_ns());
         if (g_signal != 0) throw Shutdown{};
       });
+      env.cm_connections = cfg.limits.cm_connections;
       std::printf("roced: service %s on port %s, TCP %u: a client connected\n",
                   svc.cfg.test.c_str(), svc.cfg.port.c_str(), svc.cfg.listen_port);
       std::fflush(stdout);

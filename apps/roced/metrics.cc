@@ -48,6 +48,20 @@ std::vector<CounterSample> Metrics::snapshot() const {
     out.push_back({"arp_requests_answered", p.name, p.neighbour.arp_requests_answered});
     out.push_back({"arp_replies_learned", p.name, p.neighbour.arp_replies_learned});
     out.push_back({"icmp_echo_answered", p.name, p.neighbour.icmp_echo_answered});
+    out.push_back({"nd_solicitations_answered", p.name, p.neighbour.nd_solicitations_answered});
+    out.push_back({"nd_advertisements_learned", p.name, p.neighbour.nd_advertisements_learned});
+    out.push_back({"arp_unsolicited", p.name, p.neighbour.arp_unsolicited});
+    out.push_back({"arp_not_for_us", p.name, p.neighbour.arp_not_for_us});
+    out.push_back({"arp_conflicts", p.name, p.neighbour.arp_conflicts});
+    out.push_back({"arp_malformed", p.name, p.neighbour.arp_malformed});
+    out.push_back({"nd_unsolicited", p.name, p.neighbour.nd_unsolicited});
+    out.push_back({"nd_not_for_us", p.name, p.neighbour.nd_not_for_us});
+    out.push_back({"nd_conflicts", p.name, p.neighbour.nd_conflicts});
+    out.push_back({"nd_malformed", p.name, p.neighbour.nd_malformed});
+    out.push_back({"neighbour_cache_full", p.name, p.neighbour.neighbour_cache_full});
+    out.push_back({"neighbour_evicted", p.name, p.neighbour.neighbour_evicted});
+    out.push_back({"arp_entries", p.name, p.neighbour.arp_entries});
+    out.push_back({"nd_entries", p.name, p.neighbour.nd_entries});
     out.push_back({"qps", p.name, p.qps});
     out.push_back({"mrs", p.name, p.mrs});
     if (p.attach_on) {

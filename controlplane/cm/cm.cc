@@ -1,6 +1,7 @@
 #include "controlplane/cm/cm.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace roce::cm {
 
@@ -72,6 +73,8 @@ std::string_view to_string(ConnState s) {
       return "sidr-req-sent";
     case ConnState::kSidrReqRcvd:
       return "sidr-req-rcvd";
+    case ConnState::kSidrRepSent:
+      return "sidr-rep-sent";
   }
   return "unknown";
 }
@@ -119,7 +122,29 @@ std::string_view to_string(CmStatus s) {
 }
 
 Cm::Cm(CmConfig cfg, CmCallbacks cb)
-    : cfg_(cfg), cb_(std::move(cb)), rng_(cfg.seed != 0 ? cfg.seed : 0x9E3779B9u) {}
+    : cfg_(cfg),
+      cb_(std::move(cb)),
+      hash_{Hash::mix(std::uint64_t{cfg.seed} << 32 | cfg.hi_tid) ^ cfg.ca_guid},
+      conns_(0, hash_),
+      by_remote_(0, hash_),
+      by_qp_(0, hash_),
+      sidr_(0, hash_),
+      rng_(cfg.seed != 0 ? cfg.seed : 0x9E3779B9u) {}
+
+std::uint64_t Cm::Hash::mix(std::uint64_t x) {  // splitmix64's finaliser
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+std::size_t Cm::Hash::operator()(const std::pair<std::uint32_t, MadAddr>& k) const {
+  std::uint64_t lo, hi;
+  std::memcpy(&lo, k.second.gid.b.data(), 8);
+  std::memcpy(&hi, k.second.gid.b.data() + 8, 8);
+  return mix(mix(mix(lo ^ seed) ^ hi) ^ (std::uint64_t{k.first} << 24 | k.second.qpn.raw()));
+}
 
 // ---- plumbing --------------------------------------------------------------------------------
 
@@ -163,11 +188,63 @@ const Cm::Conn* Cm::find(ConnId id) const {
 }
 
 Cm::Conn* Cm::find_remote(std::uint32_t remote_comm_id, std::uint64_t remote_ca_guid) {
-  for (auto& [_, c] : conns_)
-    if (!c.active && c.remote_comm_id == remote_comm_id && c.remote_ca_guid == remote_ca_guid &&
-        c.state != ConnState::kSidrReqRcvd)
-      return &c;
-  return nullptr;
+  const auto it = by_remote_.find({remote_comm_id, remote_ca_guid});
+  return it == by_remote_.end() ? nullptr : find(ConnId{it->second});
+}
+
+void Cm::schedule(Conn& c) {
+  std::optional<TimePoint> t = c.deadline;
+  if (c.expires && (!t || *c.expires < *t)) t = c.expires;
+  if (t == c.timer) return;
+  if (c.timer) timers_.erase({*c.timer, c.id.v});
+  c.timer = t;
+  if (t) timers_.insert({*t, c.id.v});
+}
+
+bool Cm::make_room() {
+  while (conns_.size() >= cfg_.max_connections && !sidr_answered_.empty()) {
+    Conn* old = find(ConnId{sidr_answered_.front()});
+    if (old != nullptr && old->state == ConnState::kSidrRepSent) {
+      ++stats_.sidr_forgotten;
+      erase(*old);  // pops it from sidr_answered_
+    } else {
+      sidr_answered_.pop_front();
+    }
+  }
+  if (conns_.size() < cfg_.max_connections) return true;
+  ++stats_.rejected_full;
+  return false;
+}
+
+Cm::Conn& Cm::store(Conn&& c) {
+  const std::uint32_t id = c.id.v;
+  Conn& s = conns_.emplace(id, std::move(c)).first->second;
+  if (!s.active && s.state == ConnState::kReqRcvd) {
+    by_remote_[{s.remote_comm_id, s.remote_ca_guid}] = id;
+    if (s.remote_ca_guid != 0) by_qp_.insert({{s.qp.remote_qpn.raw(), s.remote_ca_guid}, id});
+  }
+  if (s.state == ConnState::kSidrReqRcvd) sidr_[{s.remote_comm_id, s.peer}] = id;
+  s.expires = now() + cfg_.half_open_timeout;
+  schedule(s);
+  return s;
+}
+
+void Cm::erase(Conn& c) {
+  const std::uint32_t id = c.id.v;
+  if (c.timer) timers_.erase({*c.timer, id});
+  if (const auto it = by_remote_.find({c.remote_comm_id, c.remote_ca_guid});
+      it != by_remote_.end() && it->second == id)
+    by_remote_.erase(it);
+  for (auto [it, end] = by_qp_.equal_range({c.qp.remote_qpn.raw(), c.remote_ca_guid}); it != end;
+       ++it)
+    if (it->second == id) {
+      by_qp_.erase(it);
+      break;
+    }
+  if (const auto it = sidr_.find({c.remote_comm_id, c.peer}); it != sidr_.end() && it->second == id)
+    sidr_.erase(it);
+  if (!sidr_answered_.empty() && sidr_answered_.front() == id) sidr_answered_.pop_front();
+  conns_.erase(id);
 }
 
 MadBuf Cm::send(const MadAddr& to, std::uint64_t tid, const CmMsg& msg) {
@@ -197,18 +274,19 @@ void Cm::arm(Conn& c, const MadBuf& mad, Duration interval) {
   c.retx = mad;
   c.retries_left = c.max_cm_retries;
   c.interval = interval;
-  c.deadline = now() + interval;
+  set_deadline(c, now() + interval);
 }
 
 Duration Cm::timewait_of(const Conn& c) const {
   if (cfg_.timewait) return *cfg_.timewait;
   const std::uint8_t t = c.qp.timeout != 0 ? c.qp.timeout : cfg_.packet_life_time + 1;
-  return iba_time(t);
+  return std::min(iba_time(t), cfg_.half_open_timeout);
 }
 
 void Cm::enter_timewait(Conn& c) {
   c.state = ConnState::kTimewait;
-  c.deadline = now() + timewait_of(c);
+  c.expires.reset();
+  set_deadline(c, now() + timewait_of(c));
 }
 
 void Cm::send_rej(const MadAddr& to, std::uint64_t tid, std::uint32_t local, std::uint32_t remote,
@@ -228,7 +306,7 @@ std::optional<ConnId> Cm::connect(const ConnectParams& p) {
   Batch batch(*this);
   const std::size_t user_max = p.cma ? kReqUserPrivateSize : kReqPrivateSize;
   if (p.private_data.size() > user_max || mtu_bytes(p.path_mtu) == 0 || p.retry_count > 7 ||
-      p.rnr_retry_count > 7)
+      p.rnr_retry_count > 7 || !make_room())
     return std::nullopt;
   Conn c;
   c.id = new_id();
@@ -287,7 +365,7 @@ std::optional<ConnId> Cm::connect(const ConnectParams& p) {
 
   c.state = ConnState::kReqSent;
   const ConnId id = c.id;
-  Conn& stored = conns_.emplace(id.v, std::move(c)).first->second;
+  Conn& stored = store(std::move(c));
   arm(stored, send(stored.peer, stored.req_tid, req), stored.base_interval);
   return id;
 }
@@ -360,6 +438,7 @@ CmStatus Cm::notify_established(ConnId id) {
 
 void Cm::establish(Conn& c) {
   c.state = ConnState::kEstablished;
+  c.expires.reset();
   disarm(c);
   emit(event(CmEventType::kEstablished, c));
 }
@@ -380,6 +459,7 @@ CmStatus Cm::disconnect(ConnId id, std::span<const std::uint8_t> private_data) {
   dreq.remote_qpn = c->qp.remote_qpn;
   copy_private(private_data, dreq.private_data);
   c->state = ConnState::kDreqSent;
+  c->expires = now() + cfg_.half_open_timeout;
   arm(*c, send(c->peer, new_tid(), dreq), c->base_interval);
   return CmStatus::kOk;
 }
@@ -387,7 +467,7 @@ CmStatus Cm::disconnect(ConnId id, std::span<const std::uint8_t> private_data) {
 std::optional<ConnId> Cm::sidr_resolve(const SidrParams& p) {
   Batch batch(*this);
   const std::size_t at = p.cma ? kCmaHeaderSize : 0;
-  if (p.private_data.size() > kSidrReqPrivateSize - at) return std::nullopt;
+  if (p.private_data.size() > kSidrReqPrivateSize - at || !make_room()) return std::nullopt;
   Conn c;
   c.id = new_id();
   c.active = true;
@@ -405,7 +485,7 @@ std::optional<ConnId> Cm::sidr_resolve(const SidrParams& p) {
   copy_private(p.private_data, m.private_data, at);
   c.state = ConnState::kSidrReqSent;
   const ConnId id = c.id;
-  Conn& stored = conns_.emplace(id.v, std::move(c)).first->second;
+  Conn& stored = store(std::move(c));
   arm(stored, send(stored.peer, stored.req_tid, m), stored.base_interval);
   return id;
 }
@@ -424,8 +504,7 @@ CmStatus Cm::sidr_accept(ConnId id, Qpn qpn, std::uint32_t qkey,
   m.qkey = qkey;
   m.service_id = c->service_id;
   copy_private(private_data, m.private_data);
-  send(c->peer, c->req_tid, m);
-  erase(*c);
+  answered_sidr(*c, send(c->peer, c->req_tid, m));
   return CmStatus::kOk;
 }
 
@@ -439,9 +518,18 @@ CmStatus Cm::sidr_reject(ConnId id, SidrStatus status) {
   m.request_id = c->remote_comm_id;
   m.status = status;
   m.service_id = c->service_id;
-  send(c->peer, c->req_tid, m);
-  erase(*c);
+  answered_sidr(*c, send(c->peer, c->req_tid, m));
   return CmStatus::kOk;
+}
+
+void Cm::answered_sidr(Conn& c, const MadBuf& rep) {
+  // Kept, as Linux keeps a SIDR exchange it answered: a repeated SIDR_REQ (our SIDR_REP was
+  // lost) gets the same SIDR_REP from here, not a second request to the application.
+  c.state = ConnState::kSidrRepSent;
+  c.last_reply = rep;
+  c.expires.reset();
+  set_deadline(c, now() + (cfg_.sidr_keep ? *cfg_.sidr_keep : 2 * req_interval(cfg_)));
+  sidr_answered_.push_back(c.id.v);
 }
 
 ConnState Cm::state(ConnId id) const {
@@ -514,12 +602,9 @@ void Cm::on_req(const MadHeader& h, const ReqMsg& m, const MadAddr& from) {
     return;
   }
   // A REQ from a QP we still remember under another connection: a stale connection (cm.c).
-  for (auto& [_, c] : conns_) {
-    if (c.remote_ca_guid == m.local_ca_guid && c.qp.remote_qpn == m.local_qpn &&
-        c.remote_ca_guid != 0 && c.state != ConnState::kSidrReqRcvd) {
-      send_rej(from, h.tid, 0, m.local_comm_id, MsgKind::kReq, RejReason::kStaleConn);
-      return;
-    }
+  if (m.local_ca_guid != 0 && by_qp_.contains({m.local_qpn.raw(), m.local_ca_guid})) {
+    send_rej(from, h.tid, 0, m.local_comm_id, MsgKind::kReq, RejReason::kStaleConn);
+    return;
   }
   auto rej = [&](RejReason reason) {
     send_rej(from, h.tid, 0, m.local_comm_id, MsgKind::kReq, reason);
@@ -537,6 +622,7 @@ void Cm::on_req(const MadHeader& h, const ReqMsg& m, const MadAddr& from) {
         std::span<const std::uint8_t, kCmaHeaderSize>(m.private_data.data(), kCmaHeaderSize));
     if (!cma) return rej(RejReason::kConsumerDefined);  // what cma.c's refusal turns into
   }
+  if (!make_room()) return rej(RejReason::kNoResources);  // IBA 12.6.7.2: "no resources"
 
   Conn c;
   c.id = new_id();
@@ -567,7 +653,7 @@ void Cm::on_req(const MadHeader& h, const ReqMsg& m, const MadAddr& from) {
   q.hop_limit = m.primary.hop_limit;
   q.traffic_class = m.primary.traffic_class;
   q.flow_label = m.primary.flow_label;
-  Conn& stored = conns_.emplace(c.id.v, std::move(c)).first->second;
+  Conn& stored = store(std::move(c));
 
   CmEvent ev = event(CmEventType::kConnectRequest, stored);
   ev.cma = cma;
@@ -587,7 +673,7 @@ void Cm::on_mra(const MraMsg& m) {
   // further retransmission, as ib_modify_mad() does for Linux.
   c->state = for_req ? ConnState::kMraReqRcvd : ConnState::kMraRepRcvd;
   c->interval = iba_time(m.service_timeout) + iba_time(cfg_.packet_life_time + 1);
-  c->deadline = now() + c->interval;
+  set_deadline(*c, now() + c->interval);
 }
 
 void Cm::on_rej(const RejMsg& m) {
@@ -637,6 +723,7 @@ void Cm::on_rep(const RepMsg& m) {
   c->remote_ca_guid = m.local_ca_guid;
   QpAttrs& q = c->qp;
   q.remote_qpn = m.local_qpn;
+  if (c->remote_ca_guid != 0) by_qp_.insert({{q.remote_qpn.raw(), c->remote_ca_guid}, c->id.v});
   q.sq_psn = m.starting_psn;  // we send from the PSN the passive side expects
   q.max_dest_rd_atomic = m.initiator_depth;
   q.max_rd_atomic = m.responder_resources;
@@ -661,6 +748,8 @@ void Cm::on_rep(const RepMsg& m) {
   CmEvent ev = event(CmEventType::kEstablished, *c);
   ev.private_data = user_part(m.private_data);
   c->state = ConnState::kEstablished;
+  c->expires.reset();
+  schedule(*c);
   emit(std::move(ev));
   c->last_reply = send(c->peer, c->req_tid, rtu);
 }
@@ -730,11 +819,14 @@ void Cm::on_drep(const DrepMsg& m) {
 }
 
 void Cm::on_sidr_req(const MadHeader& h, const SidrReqMsg& m, const MadAddr& from) {
-  for (auto& [_, c] : conns_) {
-    if (c.state == ConnState::kSidrReqRcvd && c.remote_comm_id == m.request_id && c.peer == from) {
-      ++stats_.duplicates;  // still waiting for the application
-      return;
+  if (const auto it = sidr_.find({m.request_id, from}); it != sidr_.end()) {
+    ++stats_.duplicates;
+    Conn* c = find(ConnId{it->second});
+    if (c != nullptr && c->state == ConnState::kSidrRepSent) {  // our SIDR_REP was lost
+      outbox_.emplace_back(OutMad{c->last_reply, c->peer});
+      ++stats_.mads_tx;
     }
+    return;  // (kSidrReqRcvd: still waiting for the application)
   }
   auto refuse = [&](SidrStatus status) {
     SidrRepMsg rep;
@@ -750,6 +842,7 @@ void Cm::on_sidr_req(const MadHeader& h, const SidrReqMsg& m, const MadAddr& fro
         std::span<const std::uint8_t, kCmaHeaderSize>(m.private_data.data(), kCmaHeaderSize));
     if (!cma) return refuse(SidrStatus::kReject);
   }
+  if (!make_room()) return refuse(SidrStatus::kReject);
   Conn c;
   c.id = new_id();
   c.state = ConnState::kSidrReqRcvd;
@@ -757,7 +850,7 @@ void Cm::on_sidr_req(const MadHeader& h, const SidrReqMsg& m, const MadAddr& fro
   c.service_id = m.service_id;
   c.peer = from;
   c.req_tid = h.tid;
-  Conn& stored = conns_.emplace(c.id.v, std::move(c)).first->second;
+  Conn& stored = store(std::move(c));
   CmEvent ev = event(CmEventType::kSidrRequest, stored);
   ev.cma = cma;
   ev.private_data = user_part(m.private_data, cma ? kCmaHeaderSize : 0);
@@ -784,22 +877,48 @@ void Cm::on_sidr_rep(const SidrRepMsg& m) {
 // ---- timers ----------------------------------------------------------------------------------
 
 std::optional<TimePoint> Cm::next_deadline() const {
-  std::optional<TimePoint> best;
-  for (const auto& [_, c] : conns_)
-    if (c.deadline && (!best || *c.deadline < *best)) best = c.deadline;
-  return best;
+  if (timers_.empty()) return std::nullopt;
+  return timers_.begin()->first;
 }
 
 void Cm::on_timer(TimePoint now) {
   Batch batch(*this);
   last_now_ = now;
   timer_now_ = now;
-  std::vector<ConnId> due;
-  for (const auto& [_, c] : conns_)
-    if (c.deadline && *c.deadline <= now) due.push_back(c.id);
-  for (const ConnId id : due)
-    if (Conn* c = find(id); c != nullptr && c->deadline && *c->deadline <= now) expire(*c);
+  // Each step takes the earliest timer; what it re-arms lies after `now`.
+  while (!timers_.empty() && timers_.begin()->first <= now) {
+    Conn* c = find(ConnId{timers_.begin()->second});
+    if (c == nullptr) {  // cannot happen: erase() unfiles the timer
+      timers_.erase(timers_.begin());
+      continue;
+    }
+    if (c->expires && *c->expires <= now)
+      give_up(*c);
+    else
+      expire(*c);
+  }
   timer_now_.reset();
+}
+
+void Cm::give_up(Conn& c) {
+  ++stats_.half_open_expired;
+  c.expires.reset();
+  switch (c.state) {
+    case ConnState::kReqRcvd:
+    case ConnState::kMraReqSent:
+      // The application never answered: free the peer too.
+      send_rej(c.peer, c.req_tid, c.id.v, c.remote_comm_id, MsgKind::kReq, RejReason::kTimeout);
+      emit(event(CmEventType::kUnreachable, c));
+      erase(c);
+      return;
+    case ConnState::kSidrReqRcvd:
+      emit(event(CmEventType::kUnreachable, c));
+      erase(c);
+      return;
+    default:
+      c.retries_left = 0;  // the end a last retransmission would have reached
+      expire(c);           // (re-files or erases the connection)
+  }
 }
 
 void Cm::expire(Conn& c) {
@@ -811,10 +930,10 @@ void Cm::expire(Conn& c) {
     ++stats_.retransmits;
     ++stats_.mads_tx;
     outbox_.emplace_back(OutMad{c.retx, c.peer});
-    c.deadline = t + c.interval;
+    set_deadline(c, t + c.interval);
     return;
   }
-  c.deadline.reset();
+  disarm(c);
   switch (c.state) {
     case ConnState::kReqSent:
     case ConnState::kMraReqRcvd:
@@ -836,6 +955,9 @@ void Cm::expire(Conn& c) {
       break;
     case ConnState::kTimewait:
       emit(event(CmEventType::kTimewaitExit, c));
+      erase(c);
+      break;
+    case ConnState::kSidrRepSent:
       erase(c);
       break;
     default:

@@ -15,11 +15,13 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <map>
 #include <optional>
 #include <set>
 #include <span>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -55,8 +57,19 @@ struct CmConfig {
   std::uint8_t mra_service_timeout = 24;  ///< CMA_CM_MRA_SETTING: 4.096 us x 2^24 = 68.7 s
   std::uint8_t max_path_mtu = 5;          ///< REQs asking for a larger path MTU get REJ 26
   /// How long a closed connection is remembered; nullopt: 4.096 us x 2^(QP ACK timeout), as
-  /// Linux's cm_enter_timewait().
+  /// Linux's cm_enter_timewait(), at most `half_open_timeout` (the REQ sets the ACK timeout).
   std::optional<Duration> timewait;
+  /// Connections and SIDR exchanges held at once, in any state. Beyond it a REQ gets REJ 3 "no
+  /// resources", a SIDR_REQ a SIDR_REP "rejected", and connect()/sidr_resolve() fail
+  /// (CmStats::rejected_full); the oldest answered SIDR exchange is forgotten first.
+  std::uint32_t max_connections = 4096;
+  /// Deadline of every exchange that has not reached established: a REQ or SIDR_REQ sent and
+  /// not answered, a REQ received and not accepted, a REP sent without RTU, a DREQ without
+  /// DREP. The peer's REQ chooses timeouts of up to 2^31 x 4.096 us; this bounds them all.
+  Duration half_open_timeout = std::chrono::seconds(90);
+  /// How long an answered SIDR_REQ is remembered, so that a repeat (our SIDR_REP was lost) is
+  /// answered with the same SIDR_REP by the CM; nullopt: two REQ retransmission intervals.
+  std::optional<Duration> sidr_keep;
 };
 
 /// QP attributes that result from the exchange: what the owner applies to its RC/UC QP on the
@@ -141,6 +154,7 @@ enum class ConnState : std::uint8_t {
   kTimewait,
   kSidrReqSent,  ///< active SIDR
   kSidrReqRcvd,  ///< passive SIDR, waiting for sidr_accept/sidr_reject
+  kSidrRepSent,  ///< passive SIDR answered: a repeated SIDR_REQ gets the same SIDR_REP
 };
 std::string_view to_string(ConnState s);
 
@@ -148,7 +162,7 @@ enum class CmEventType : std::uint8_t {
   kConnectRequest,  ///< passive: a REQ for a listened service; answer with accept()/reject()
   kEstablished,     ///< both: the QP is in RTS and the peer knows it (REP / RTU / first data)
   kRejected,        ///< REJ received (reason, private data)
-  kUnreachable,     ///< retries exhausted (REQ, REP or SIDR_REQ)
+  kUnreachable,     ///< retries exhausted (REQ, REP or SIDR_REQ), or half_open_timeout passed
   kConnectError,    ///< active: applying the REP's attributes failed; REJ sent
   kDisconnected,    ///< DREQ received, or our DREQ answered or timed out; QP moved to error
   kTimewaitExit,    ///< the ID is forgotten
@@ -200,7 +214,10 @@ struct CmStats {
   std::uint64_t mads_rx_ignored = 0;  ///< decoded, but nothing to do (stale, unknown ID, ...)
   std::uint64_t mads_tx = 0;
   std::uint64_t retransmits = 0;
-  std::uint64_t duplicates = 0;  ///< duplicate REQ/REP/SIDR_REQ answered or dropped
+  std::uint64_t duplicates = 0;         ///< duplicate REQ/REP/SIDR_REQ answered or dropped
+  std::uint64_t rejected_full = 0;      ///< REQs, SIDR_REQs and API calls refused: max_connections
+  std::uint64_t half_open_expired = 0;  ///< exchanges given up at half_open_timeout
+  std::uint64_t sidr_forgotten = 0;     ///< answered SIDR exchanges dropped early to make room
 };
 
 /// IBA local ACK timeout from the CA's ACK delay and the path's packet life time (the rule of
@@ -270,10 +287,22 @@ class Cm {
     MadBuf retx{};
     unsigned retries_left = 0;
     std::uint8_t max_cm_retries = 15;
-    Duration base_interval{};  ///< per exchange: REQ from our timeouts, REP from the REQ's
-    Duration interval{};       ///< base_interval, or longer after an MRA
-    std::optional<TimePoint> deadline;
-    MadBuf last_reply{};  ///< REP, RTU or MRA to repeat when a duplicate arrives
+    Duration base_interval{};           ///< per exchange: REQ from our timeouts, REP from the REQ's
+    Duration interval{};                ///< base_interval, or longer after an MRA
+    std::optional<TimePoint> deadline;  ///< retransmission, timewait or SIDR keep
+    std::optional<TimePoint> expires;   ///< half_open_timeout, until established
+    std::optional<TimePoint> timer;     ///< min(deadline, expires) as filed in timers_
+    MadBuf last_reply{};  ///< REP, RTU, MRA or SIDR_REP to repeat when a duplicate arrives
+  };
+  /// Seeded hash of the indexes: the peer chooses comm IDs, QPNs and GIDs.
+  struct Hash {
+    std::uint64_t seed;
+    static std::uint64_t mix(std::uint64_t x);
+    std::size_t operator()(std::uint32_t k) const { return mix(k ^ seed); }
+    std::size_t operator()(const std::pair<std::uint32_t, std::uint64_t>& k) const {
+      return mix(mix(k.second ^ seed) ^ k.first);
+    }
+    std::size_t operator()(const std::pair<std::uint32_t, MadAddr>& k) const;
   };
 
   // Scope of one call into the Cm: queued MADs and events go out when the outermost ends.
@@ -308,9 +337,23 @@ class Cm {
   CmEvent event(CmEventType t, const Conn& c) const;
   bool modify(const Conn& c, QpTransition t);
   void arm(Conn& c, const MadBuf& mad, Duration interval);
-  void disarm(Conn& c) { c.deadline.reset(); }
+  void disarm(Conn& c) {
+    c.deadline.reset();
+    schedule(c);
+  }
+  void set_deadline(Conn& c, std::optional<TimePoint> t) {
+    c.deadline = t;
+    schedule(c);
+  }
+  /// Files the connection's next timer (min of deadline and expires) in timers_.
+  void schedule(Conn& c);
+  /// Room for one more connection (forgets the oldest answered SIDR exchange if it must).
+  bool make_room();
+  Conn& store(Conn&& c);
+  void give_up(Conn& c);
+  void answered_sidr(Conn& c, const MadBuf& rep);
   void enter_timewait(Conn& c);
-  void erase(Conn& c) { conns_.erase(c.id.v); }
+  void erase(Conn& c);
   Duration timewait_of(const Conn& c) const;
   void send_rej(const MadAddr& to, std::uint64_t tid, std::uint32_t local, std::uint32_t remote,
                 MsgKind kind, RejReason reason, std::span<const std::uint8_t> pd = {});
@@ -329,7 +372,16 @@ class Cm {
 
   CmConfig cfg_;
   CmCallbacks cb_;
-  std::map<std::uint32_t, Conn> conns_;  ///< by local comm ID
+  Hash hash_;
+  std::unordered_map<std::uint32_t, Conn, Hash> conns_;  ///< by local comm ID
+  /// Passive connections by the peer's (comm ID, CA GUID): duplicate REQs.
+  std::unordered_map<std::pair<std::uint32_t, std::uint64_t>, std::uint32_t, Hash> by_remote_;
+  /// Connections by the peer's (QPN, CA GUID): stale REQs.
+  std::unordered_multimap<std::pair<std::uint32_t, std::uint64_t>, std::uint32_t, Hash> by_qp_;
+  /// Passive SIDR exchanges by (request ID, sender).
+  std::unordered_map<std::pair<std::uint32_t, MadAddr>, std::uint32_t, Hash> sidr_;
+  std::deque<std::uint32_t> sidr_answered_;               ///< kSidrRepSent, oldest first
+  std::set<std::pair<TimePoint, std::uint32_t>> timers_;  ///< every armed connection
   std::set<std::uint64_t> listeners_;
   std::deque<std::variant<OutMad, CmEvent>> outbox_;
   unsigned depth_ = 0;

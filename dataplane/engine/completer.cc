@@ -119,56 +119,12 @@ void Engine::comp_on_response(Qp& qp, const wire::RxPkt& pkt) {
     stats_.inc(Counter::kRxDropUnexpected);
     return;
   }
-  const wire::OpcodeInfo& info = *pkt.info;
-  const std::uint32_t pmtu = qp.pmtu();
-
   if (pkt.opcode == wire::Opcode::kRcAcknowledge) {
-    const wire::Syndrome syn = pkt.aeth().syndrome();
-    switch (syn.type()) {
-      case wire::AckType::kAck:
-        stats_.inc(Counter::kAckRcvd);
-        comp_implied_ack(qp, p + 1);
-        break;
-      case wire::AckType::kRnrNak: {
-        stats_.inc(Counter::kRnrNakRcvd);
-        if (!comp_implied_ack(qp, p)) break;
-        if (qp.comp.rnr_left == 0) {
-          stats_.inc(Counter::kRnrRetryExceeded);
-          qp_to_error(qp, WcStatus::kRnrRetryExcErr);
-          break;
-        }
-        if (qp.attr.rnr_retry != 7) --qp.comp.rnr_left;
-        // IBA 9.7.5.2.8: wait at least the advertised RNR timer, then resend from p.
-        qp.comp.rnr_deadline = now_ + std::uint64_t{wire::kRnrTimerUs[syn.value()]} * 1000;
-        qp.comp.rnr_psn = p;
-        qp.comp.retrans_deadline = 0;
-        qp.comp.probe_deadline = 0;
-        qp.comp.probing = qp.comp.probe_sent = false;
-        track_timer(qp);
-        break;
-      }
-      case wire::AckType::kNak: {
-        if (!comp_implied_ack(qp, p)) break;
-        if (syn.nak_code() == wire::NakCode::kPsnSeqError) {
-          stats_.inc(Counter::kSeqErrNakRcvd);
-          order_retry(qp, p, true);
-          break;
-        }
-        stats_.inc(Counter::kErrNakRcvd);
-        WcStatus st = WcStatus::kRemOpErr;
-        if (syn.nak_code() == wire::NakCode::kInvalidRequest) st = WcStatus::kRemInvReqErr;
-        if (syn.nak_code() == wire::NakCode::kRemoteAccessError) st = WcStatus::kRemAccessErr;
-        qp_to_error(qp, st);
-        break;
-      }
-      case wire::AckType::kReserved:
-        stats_.inc(Counter::kRxDropUnexpected);
-        break;
-    }
+    comp_on_ack(qp, pkt);
     return;
   }
-
-  // READ response or atomic ACK: everything before it is implicitly acknowledged.
+  // READ response or atomic ACK: everything before it is implicitly acknowledged, and it
+  // belongs to the oldest WQE.
   if (!comp_implied_ack(qp, p)) return;
   if (qp.sq_head == qp.sq_tail) {
     stats_.inc(Counter::kRxDropUnexpected);
@@ -179,22 +135,85 @@ void Engine::comp_on_response(Qp& qp, const wire::RxPkt& pkt) {
     stats_.inc(Counter::kRxDropUnexpected);
     return;
   }
-  if (pkt.opcode == wire::Opcode::kRcAtomicAcknowledge) {
-    if (w.opcode != WrOpcode::kCmpSwap && w.opcode != WrOpcode::kFetchAdd) {
-      stats_.inc(Counter::kRxDropUnexpected);
-      return;
+  if (pkt.opcode == wire::Opcode::kRcAtomicAcknowledge)
+    comp_on_atomic_ack(qp, w, pkt);
+  else
+    comp_on_read_response(qp, w, pkt);
+}
+
+// ACK, RNR NAK or NAK (IBA 9.7.5.2.1-9.7.5.2.8).
+void Engine::comp_on_ack(Qp& qp, const wire::RxPkt& pkt) {
+  const Psn p = pkt.psn;
+  const wire::Syndrome syn = pkt.aeth().syndrome();
+  switch (syn.type()) {
+    case wire::AckType::kAck:
+      stats_.inc(Counter::kAckRcvd);
+      comp_implied_ack(qp, p + 1);
+      break;
+    case wire::AckType::kRnrNak: {
+      stats_.inc(Counter::kRnrNakRcvd);
+      if (!comp_implied_ack(qp, p)) break;
+      if (qp.comp.rnr_left == 0) {
+        stats_.inc(Counter::kRnrRetryExceeded);
+        qp_to_error(qp, WcStatus::kRnrRetryExcErr);
+        break;
+      }
+      if (qp.attr.rnr_retry != 7) --qp.comp.rnr_left;
+      // IBA 9.7.5.2.8: wait at least the advertised RNR timer, then resend from p.
+      qp.comp.rnr_deadline = now_ + std::uint64_t{wire::kRnrTimerUs[syn.value()]} * 1000;
+      qp.comp.rnr_psn = p;
+      qp.comp.retrans_deadline = 0;
+      qp.comp.probe_deadline = 0;
+      qp.comp.probing = qp.comp.probe_sent = false;
+      track_timer(qp);
+      break;
     }
-    stats_.inc(Counter::kAckRcvd);
-    const std::uint64_t orig = pkt.atomic_ack_eth().orig();
-    const Sge& sge = qp.sq_sges[(&w - qp.sq.data()) * qp.cap.max_send_sge];
-    std::memcpy(reinterpret_cast<void*>(sge.addr), &orig, 8);
-    comp_wqe_done(qp, w, WcStatus::kSuccess);
-    qp.comp.psn = p + 1;
-    comp_progress(qp);
-    comp_retire(qp);
+    case wire::AckType::kNak: {
+      if (!comp_implied_ack(qp, p)) break;
+      if (syn.nak_code() == wire::NakCode::kPsnSeqError) {
+        stats_.inc(Counter::kSeqErrNakRcvd);
+        order_retry(qp, p, true);
+        break;
+      }
+      stats_.inc(Counter::kErrNakRcvd);
+      WcStatus st = WcStatus::kRemOpErr;
+      if (syn.nak_code() == wire::NakCode::kInvalidRequest) st = WcStatus::kRemInvReqErr;
+      if (syn.nak_code() == wire::NakCode::kRemoteAccessError) st = WcStatus::kRemAccessErr;
+      qp_to_error(qp, st);
+      break;
+    }
+    case wire::AckType::kReserved:
+      stats_.inc(Counter::kRxDropUnexpected);
+      break;
+  }
+}
+
+// Atomic ACK (IBA 9.7.5.2.4): the original value goes to the WQE's buffer, through its key.
+void Engine::comp_on_atomic_ack(Qp& qp, SendWqe& w, const wire::RxPkt& pkt) {
+  if (w.opcode != WrOpcode::kCmpSwap && w.opcode != WrOpcode::kFetchAdd) {
+    stats_.inc(Counter::kRxDropUnexpected);
     return;
   }
-  // READ response (IBA 9.7.5.2.3): in order only; a gap means lost responses.
+  stats_.inc(Counter::kAckRcvd);
+  const std::uint64_t orig = pkt.atomic_ack_eth().orig();
+  const Sge& sge = qp.sq_sges[(&w - qp.sq.data()) * qp.cap.max_send_sge];
+  // The result buffer may have been deregistered since the request went out.
+  std::uint8_t* dst = mrs_.map(sge.lkey, qp.pd, sge.addr, 8, kAccessLocalWrite);
+  if (dst == nullptr) {
+    stats_.inc(Counter::kRxDropLocalAccess);
+    req_fail(qp, w, WcStatus::kLocProtErr);
+    return;
+  }
+  std::memcpy(dst, &orig, 8);
+  comp_wqe_done(qp, w, WcStatus::kSuccess);
+  qp.comp.psn = pkt.psn + 1;
+  comp_progress(qp);
+  comp_retire(qp);
+}
+
+// READ response (IBA 9.7.5.2.3): in order only; a gap means lost responses.
+void Engine::comp_on_read_response(Qp& qp, SendWqe& w, const wire::RxPkt& pkt) {
+  const Psn p = pkt.psn;
   if (w.opcode != WrOpcode::kRead) {
     stats_.inc(Counter::kRxDropUnexpected);
     return;
@@ -209,14 +228,16 @@ void Engine::comp_on_response(Qp& qp, const wire::RxPkt& pkt) {
   // retry a delayed Middle of the first attempt carries the same bytes as the replay's First.
   // A response that does not fit is dropped (a stale duplicate), not fatal.
   const std::uint64_t remaining = w.length - w.read_done;
-  const bool last = info.mask.has(OpMask::kEnd);
+  const bool last = pkt.info->mask.has(OpMask::kEnd);
+  const std::uint32_t pmtu = qp.pmtu();
   const bool len_ok =
       last ? pkt.payload_len == remaining : pkt.payload_len == pmtu && remaining > pmtu;
   if (!len_ok) {
     stats_.inc(Counter::kRxDropUnexpected);
     return;
   }
-  // Scatter into the WQE's SGEs at read_done.
+  // Scatter into the WQE's SGEs at read_done, through their keys: a buffer deregistered
+  // while the READ was outstanding ends it with a local protection error.
   const Sge* sge = qp.sq_sges.data() + (&w - qp.sq.data()) * qp.cap.max_send_sge;
   std::uint64_t off = w.read_done;
   std::size_t done = 0;
@@ -227,7 +248,13 @@ void Engine::comp_on_response(Qp& qp, const wire::RxPkt& pkt) {
       continue;
     }
     const std::size_t n = std::min<std::size_t>(sge[i].length - off, pkt.payload_len - done);
-    std::memcpy(reinterpret_cast<void*>(sge[i].addr + off), src + done, n);
+    std::uint8_t* dst = mrs_.map(sge[i].lkey, qp.pd, sge[i].addr + off, n, kAccessLocalWrite);
+    if (dst == nullptr) {
+      stats_.inc(Counter::kRxDropLocalAccess);
+      req_fail(qp, w, WcStatus::kLocProtErr);
+      return;
+    }
+    std::memcpy(dst, src + done, n);
     done += n;
     off = 0;
   }

@@ -1,7 +1,8 @@
 /// @file
 /// Completion queue: a fixed ring of work completions, written by the owning poll loop and
-/// read by poll_cq(). A full CQ drops the completion and sets `overflowed` (libibverbs reports
-/// this as the IBV_EVENT_CQ_ERR asynchronous event).
+/// read by poll_cq(). A completion that finds it full overruns it: the engine stops the CQ
+/// (nothing more is written), raises a CQ error event and moves its QPs to the error state
+/// (Engine::cq_overrun).
 #pragma once
 
 #include <algorithm>
@@ -24,13 +25,13 @@ class Cq {
   std::uint32_t size() const { return tail_ - head_; }
   bool overflowed() const { return overflowed_; }
 
-  void push(const Wc& wc) {
-    if (size() == depth()) {
-      overflowed_ = true;
-      return;
-    }
+  /// False when the CQ is full or stopped: the caller reports the overrun.
+  bool push(const Wc& wc) {
+    if (overflowed_ || size() == depth()) return false;
     ring_[tail_++ & mask_] = wc;
+    return true;
   }
+  void set_overflowed() { overflowed_ = true; }
   int poll(int max, Wc* out) {
     int n = 0;
     while (n < max && head_ != tail_) out[n++] = ring_[head_++ & mask_];

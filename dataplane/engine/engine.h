@@ -57,11 +57,15 @@ struct EngineConfig {
   /// it what a go-back-N throws away, stays short. A clean QP sends in large batches.
   std::uint32_t recovery_batch = 4;
   Mtu max_mtu = Mtu::k4096;  ///< UD payload limit and largest path MTU accepted
+  std::uint32_t max_mrs = 1u << 20;      ///< MRs at once (reg_mr/alloc_mr: ENOMEM beyond)
+  std::uint32_t max_cq_depth = 1u << 22;  ///< largest CQ (create_cq: EINVAL beyond)
+  std::uint32_t max_async_events = 1024;  ///< queued asynchronous events (oldest kept)
   std::uint64_t seed = 0;    ///< 0: keys from std::random_device
-  /// QPNs are handed out cyclically (the next free one after the last, as rxe does), starting
-  /// here (an index: QPN kFirstQpn + index); nullopt: a random start (from `seed`). A restarted
-  /// process then does not reuse its predecessor's QPNs, which a peer's CM may still hold in
-  /// timewait (REJ "stale connection"), and a destroyed QP's number is not reused at once.
+  /// nullopt (the default): every QP gets a random free QPN (from the kernel's CSPRNG, or from
+  /// `seed`), never one of the last max_qps/2 (at most 1024) destroyed while another is free:
+  /// a restarted process does not reuse its predecessor's QPNs, which a peer's CM may still
+  /// hold in timewait, and a peer cannot predict the next number. Set: QPNs are handed out
+  /// cyclically from this index (QPN kFirstQpn + index), as rxe does; for reproducible tests.
   std::optional<std::uint32_t> first_qp_index;
   /// The lcore that owns this engine (one engine per poll loop). Its QPNs carry it in their
   /// top bits (lcore_of_qpn), so that any lcore can steer a received frame to the owner by
@@ -99,6 +103,11 @@ class Engine {
   Pd* alloc_pd();
   int dealloc_pd(Pd* pd);
   Mr* reg_mr(Pd* pd, void* addr, std::uint64_t length, std::uint32_t access);
+  /// An MR whose I/O virtual address (what work requests, keys and peers name) is `iova`
+  /// while the engine reaches the memory at `host_addr` (ibv_reg_mr_iova): an attached client
+  /// registers its own addresses over memory the engine maps elsewhere.
+  Mr* reg_mr(Pd* pd, void* host_addr, std::uint64_t length, std::uint64_t iova,
+             std::uint32_t access);
   /// An MR for fast registration: no memory until a REG_MR work request registers it.
   Mr* alloc_mr(Pd* pd, std::uint64_t max_len);
   int dereg_mr(Mr* mr);
@@ -115,6 +124,14 @@ class Engine {
   int post_recv(Qp* qp, const RecvWr* wr, const RecvWr** bad_wr);
   int post_srq_recv(Srq* srq, const RecvWr* wr, const RecvWr** bad_wr);
   int poll_cq(Cq* cq, int max, Wc* out) { return cq->poll(max, out); }
+  /// The next asynchronous event (ibv_get_async_event without the wait); false when none.
+  /// Events: a CQ overrun (the CQ and every QP on it stop: an RNIC cannot take back data it
+  /// placed and acknowledged), a QP that went to the error state on its own (a fatal NAK, a
+  /// retry budget spent, a local error), an SRQ QP's last WQE reached.
+  bool get_async_event(AsyncEvent& ev);
+  /// Called for each asynchronous event as it happens (on the engine's thread), besides the
+  /// queue get_async_event() reads.
+  std::function<void(const AsyncEvent&)> on_async_event;
   Qp* find_qp(std::uint32_t qpn) const;
   std::size_t qp_count() const { return live_qps_; }
   std::size_t mr_count() const { return mrs_.size(); }
@@ -186,6 +203,11 @@ class Engine {
   bool req_local_op(Qp& qp, SendWqe& w);
   bool req_send_ud(Qp& qp, SendWqe& w);
   bool req_packet(Qp& qp, SendWqe& w);
+  bool req_start_wqe(Qp& qp, SendWqe& w);
+  std::size_t req_fields(Qp& qp, SendWqe& w, wire::PacketFields& f, bool& last,
+                         std::uint32_t& psn_span);
+  bool req_emit(Qp& qp, SendWqe& w, std::span<std::uint8_t> slot, const wire::PacketFields& f,
+                std::size_t payload);
   void req_fail(Qp& qp, SendWqe& w, WcStatus status);
   /// Prefetches the payload bytes [offset, offset + len) of `w` (a packet's worth, read by the
   /// next gather or ICRC: with many QPs each message's buffer is elsewhere in memory).
@@ -229,7 +251,22 @@ class Engine {
   void tx_finish_ext(const Qp& qp, TxPacket& p, std::span<const TxSeg> ext);
   void schedule_send(Qp& qp);
   // responder.cc
+  /// A responder step's outcome: go on to the next step, or the packet has been dealt with.
+  enum class Step : std::uint8_t { kContinue, kDone };
   void resp_on_request(Qp& qp, const wire::RxPkt& pkt);
+  Step resp_check_psn(Qp& qp, const wire::RxPkt& pkt);
+  Step resp_check_op_seq(Qp& qp, const wire::RxPkt& pkt);
+  Step resp_check_op_valid(Qp& qp, const wire::RxPkt& pkt);
+  Step resp_get_recv_wqe(Qp& qp, const wire::RxPkt& pkt);
+  Step resp_execute_send(Qp& qp, const wire::RxPkt& pkt);
+  Step resp_execute_write(Qp& qp, const wire::RxPkt& pkt);
+  void resp_execute_read(Qp& qp, const wire::RxPkt& pkt);
+  void resp_execute_atomic(Qp& qp, const wire::RxPkt& pkt);
+  void resp_acknowledge(Qp& qp, const wire::RxPkt& pkt);
+  int resp_claim_resource(Qp& qp, const wire::RxPkt& pkt);
+  Step resp_error(Qp& qp, const wire::RxPkt& pkt, wire::NakCode code);
+  Step resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st, wire::NakCode code);
+  void abandon_uc_message(Qp& qp);
   void resp_on_ud(Qp& qp, const wire::RxPkt& pkt);
   void resp_duplicate(Qp& qp, const wire::RxPkt& pkt);
   void resp_nak(Qp& qp, wire::Syndrome syn, wire::Psn psn, bool to_error);
@@ -246,6 +283,9 @@ class Engine {
   void resp_complete_recv(Qp& qp, const wire::RxPkt& pkt, std::uint32_t byte_len);
   // completer.cc
   void comp_on_response(Qp& qp, const wire::RxPkt& pkt);
+  void comp_on_ack(Qp& qp, const wire::RxPkt& pkt);
+  void comp_on_atomic_ack(Qp& qp, SendWqe& w, const wire::RxPkt& pkt);
+  void comp_on_read_response(Qp& qp, SendWqe& w, const wire::RxPkt& pkt);
   bool comp_implied_ack(Qp& qp, wire::Psn upto);
   void comp_wqe_done(Qp& qp, SendWqe& w, WcStatus status);
   void comp_retire(Qp& qp);
@@ -273,6 +313,9 @@ class Engine {
   wire::FrameSpec path_spec(const AddressVector& av) const;
   void reset_qp(Qp& qp);
   void post_cqe(Cq* cq, const Wc& wc);
+  void async_event(const AsyncEvent& ev);
+  /// A CQ overran: it stops, and every QP that completes into it goes to the error state.
+  void cq_overrun(Cq* cq);
   // frame output
   std::span<std::uint8_t> tx_slot(bool reserved_for_acks);
   void tx_commit(std::size_t len);
@@ -289,7 +332,11 @@ class Engine {
   std::uint32_t first_qpn_ = kFirstQpn;   ///< (lcore << kQpnLcoreShift) + kFirstQpn
   Qp* gsi_ = nullptr;
   std::size_t live_qps_ = 0;
-  std::uint32_t next_qp_index_ = 0;  ///< where the search for a free QPN starts
+  std::uint32_t next_qp_index_ = 0;  ///< first_qp_index: where the search for a free QPN starts
+  KeyRandom qpn_rng_{cfg_.seed ? cfg_.seed ^ 0x9E3779B97F4A7C15ull : 0};
+  std::vector<std::uint32_t> qp_freed_at_;  ///< per QPN index: qp_destroyed_ when it was freed
+  std::uint32_t qp_destroyed_ = 0;
+  std::uint32_t pick_qp_index();
   bool tx_ip_checksum_offload_ = false;
   std::uint32_t tx_zero_copy_min_ = 0;
   std::uint32_t timers_deferred_ = 0;
@@ -297,6 +344,9 @@ class Engine {
                                ///< that skipped due timers
   std::uint32_t next_pd_ = 1;
   std::uint16_t ip_id_ = 0;
+  std::vector<AsyncEvent> async_;  ///< ring of max_async_events
+  std::uint32_t async_head_ = 0, async_tail_ = 0;
+  bool in_overrun_ = false;
   // work lists (QPs that need attention in run())
   std::vector<Qp*> send_list_;
   std::vector<Qp*> ack_list_;

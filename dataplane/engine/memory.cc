@@ -5,24 +5,29 @@
 
 namespace roce::engine {
 
-MrTable::MrTable(std::uint64_t seed) : rng_(seed) {}
+MrTable::MrTable(std::uint64_t seed, std::uint32_t max_mrs)
+    : rng_(seed), max_mrs_(std::min<std::uint32_t>(max_mrs, 1u << 23)) {}
 
 std::uint32_t MrTable::new_index() {
   // Random, and while the table has room, on a cache slot of its own: with up to
   // cache_.size() MRs every lookup is then one load (1000 QPs with an MR each missed a
   // 256-slot cache most of the time, and each miss cost a hash lookup on both sides).
+  // max_mrs_ is at most half the 2^24 indices, so a free one turns up within a few draws.
   for (unsigned tries = 0;; ++tries) {
-    const auto idx = static_cast<std::uint32_t>(rng_() & 0xFF'FFFF);
+    const auto idx = static_cast<std::uint32_t>(rng_.next() & 0xFF'FFFF);
     if (idx == 0 || by_index_.contains(idx)) continue;
     if (cache_[idx % cache_.size()] == nullptr || tries >= 64) return idx;
   }
 }
 
-Mr* MrTable::create(Pd* pd, std::uint64_t addr, std::uint64_t length, std::uint32_t access) {
+Mr* MrTable::create(Pd* pd, std::uint64_t addr, std::uint64_t length, std::uint32_t access,
+                    std::uint64_t host) {
+  if (by_index_.size() >= max_mrs_) return nullptr;
   auto mr = std::make_unique<Mr>();
   mr->pd = pd;
-  mr->key = new_index() << 8 | static_cast<std::uint32_t>(rng_() & 0xFF);
+  mr->key = new_index() << 8 | static_cast<std::uint32_t>(rng_.next() & 0xFF);
   mr->addr = addr;
+  mr->host_delta = host - addr;
   mr->length = length;
   mr->access = access;
   Mr* raw = mr.get();
@@ -35,6 +40,7 @@ Mr* MrTable::create(Pd* pd, std::uint64_t addr, std::uint64_t length, std::uint3
 
 Mr* MrTable::create_fast_reg(Pd* pd, std::uint64_t max_len) {
   Mr* mr = create(pd, 0, 0, 0);
+  if (mr == nullptr) return nullptr;
   mr->state = MrState::kFree;
   mr->fast_reg = true;
   mr->max_len = max_len;

@@ -1,16 +1,21 @@
 /// @file
-/// Protection domains and memory regions. An MR covers [addr, addr + length) of host memory;
-/// its key (lkey == rkey) is 24 random bits naming the MR plus an 8-bit variant that
-/// fast-registration changes, so keys are neither sequential nor guessable.
+/// Protection domains and memory regions. An MR covers [addr, addr + length) of its I/O virtual
+/// address space (the addresses work requests and peers name: the registering process's own,
+/// as with an RNIC), which maps onto the engine's own memory at addr + host_delta. Its key
+/// (lkey == rkey) is 24 random bits naming the MR plus an 8-bit variant that fast-registration
+/// changes, drawn from the kernel's CSPRNG, so keys are neither sequential nor guessable.
+///
+/// Every access to registered memory, local or remote, goes through map(): a key that was
+/// deregistered or invalidated since a message started stops the next packet.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <unordered_map>
 #include <vector>
 
+#include "dataplane/engine/key_random.h"
 #include "dataplane/engine/verbs.h"
 
 namespace roce::engine {
@@ -28,7 +33,10 @@ enum class MrState : std::uint8_t {
 struct Mr {
   Pd* pd = nullptr;
   std::uint32_t key = 0;  ///< lkey == rkey
-  std::uint64_t addr = 0;
+  std::uint64_t addr = 0;  ///< I/O virtual address of the first byte (what keys are checked on)
+  /// Engine address minus I/O virtual address (mod 2^64): 0 when the registering code and the
+  /// engine share an address space, the offset of the engine's mapping for an attached client.
+  std::uint64_t host_delta = 0;
   std::uint64_t length = 0;
   std::uint32_t access = 0;
   MrState state = MrState::kValid;
@@ -43,8 +51,14 @@ enum class KeyCheck : std::uint8_t { kOk, kBadKey, kBadPd, kBadAccess, kOutOfBou
 /// dataplane only looks up (an unordered_map lookup does not allocate).
 class MrTable {
  public:
-  explicit MrTable(std::uint64_t seed);
-  Mr* create(Pd* pd, std::uint64_t addr, std::uint64_t length, std::uint32_t access);
+  /// `max_mrs`: the most MRs at once (create returns null beyond it).
+  MrTable(std::uint64_t seed, std::uint32_t max_mrs = 1u << 20);
+  /// `addr` is the I/O virtual address, `host` where the engine reaches its first byte.
+  Mr* create(Pd* pd, std::uint64_t addr, std::uint64_t length, std::uint32_t access,
+             std::uint64_t host);
+  Mr* create(Pd* pd, std::uint64_t addr, std::uint64_t length, std::uint32_t access) {
+    return create(pd, addr, length, access, addr);
+  }
   Mr* create_fast_reg(Pd* pd, std::uint64_t max_len);
   void destroy(Mr* mr);
   Mr* find(std::uint32_t key) const {
@@ -68,7 +82,17 @@ class MrTable {
     if (out) *out = mr;
     return KeyCheck::kOk;
   }
+  /// check(), then the engine's address of `addr`; null when the key does not grant it (`why`
+  /// says why). Every byte the engine reads from or writes to registered memory comes from here.
+  std::uint8_t* map(std::uint32_t key, const Pd* pd, std::uint64_t addr, std::uint64_t len,
+                    std::uint32_t access, KeyCheck* why = nullptr) const {
+    Mr* mr = nullptr;
+    const KeyCheck c = check(key, pd, addr, len, access, &mr);
+    if (why) *why = c;
+    return c == KeyCheck::kOk ? reinterpret_cast<std::uint8_t*>(addr + mr->host_delta) : nullptr;
+  }
   std::size_t size() const { return by_index_.size(); }
+  std::uint32_t max_mrs() const { return max_mrs_; }
 
  private:
   std::uint32_t new_index();
@@ -77,7 +101,8 @@ class MrTable {
     return cached != nullptr && cached->key >> 8 == index ? cached : lookup_slow(index);
   }
   Mr* lookup_slow(std::uint32_t index) const;
-  std::mt19937_64 rng_;
+  KeyRandom rng_;
+  std::uint32_t max_mrs_;
   std::unordered_map<std::uint32_t, Mr*> by_index_;  ///< key >> 8 -> MR
   /// Direct-mapped cache in front of by_index_ (every packet checks one or two keys; a hash
   /// lookup is a few times dearer than this): slot index % 4096, cleared when its MR goes.

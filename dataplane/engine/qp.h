@@ -123,7 +123,7 @@ struct RdAtomicRes {
   wire::Psn next_psn;
   std::uint64_t next_offset = 0;
   std::uint64_t start_offset = 0;  ///< where the current (re)play started: its First packet
-  Mr* mr = nullptr;
+  bool replay = false;  ///< answering a duplicate request (the requester counts it no more)
 };
 
 struct ReqState {
@@ -195,6 +195,7 @@ struct RespState {
   std::uint64_t recv_offset = 0;
   // WRITE in progress
   std::uint64_t write_va = 0;
+  std::uint32_t write_rkey = 0;  ///< checked again on every packet of the message
   std::uint64_t write_remaining = 0;
   std::uint64_t write_total = 0;
   // coalesced acknowledgement, sent at the end of a receive burst
@@ -216,6 +217,15 @@ struct RespState {
   std::uint32_t out_head = 0;
   std::uint32_t out_tail = 0;
   std::uint32_t reads_queued = 0;  ///< kRead items in `out`
+  /// New READs whose responses are still being sent: at most max_dest_rd_atomic (what the
+  /// requester may have outstanding). A replay for a duplicate is not counted: its READ may
+  /// have completed at the requester already (the responses were late, not lost), which may
+  /// then rightly send the next one; replays are bounded by the resource slots.
+  std::uint32_t reads_active() const {
+    std::uint32_t n = 0;
+    for (const RdAtomicRes& r : res) n += r.active && !r.replay;
+    return n;
+  }
   bool out_empty() const { return out_head == out_tail; }
 };
 

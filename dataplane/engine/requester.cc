@@ -60,7 +60,7 @@ void Engine::schedule_send(Qp& qp) {
 
 namespace {
 // Walks the payload bytes [offset, offset + len) of a WQE's scatter/gather list, piece by
-// piece: `f(address, bytes)` returns false to stop. Returns the bytes walked.
+// piece: `f(sge, address within it, bytes)` returns false to stop. Returns the bytes walked.
 template <class F>
 std::size_t walk_sges(const Sge* sge, std::uint32_t num_sge, std::uint64_t offset, std::size_t len,
                       F&& f) {
@@ -71,7 +71,7 @@ std::size_t walk_sges(const Sge* sge, std::uint32_t num_sge, std::uint64_t offse
       continue;
     }
     const std::size_t n = std::min<std::size_t>(sge[i].length - offset, len - done);
-    if (!f(reinterpret_cast<const std::uint8_t*>(sge[i].addr + offset), n)) break;
+    if (!f(sge[i], sge[i].addr + offset, n)) break;
     done += n;
     offset = 0;
   }
@@ -84,10 +84,12 @@ void Engine::prefetch_payload(const Qp& qp, const SendWqe& w, std::uint64_t offs
   if (w.is_inline || len == 0) return;
   const std::size_t idx = &w - qp.sq.data();
   walk_sges(qp.sq_sges.data() + idx * qp.cap.max_send_sge, w.num_sge, offset, len,
-            [](const std::uint8_t* p, std::size_t n) {
-              const auto first = reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{63};
-              const auto end = reinterpret_cast<std::uintptr_t>(p) + n;
-              for (std::uintptr_t a = first; a < end; a += 64)
+            [&](const Sge& sge, std::uint64_t addr, std::size_t n) {
+              // A prefetch never faults, but only the engine's own address is worth fetching.
+              const Mr* mr = mrs_.find(sge.lkey);
+              if (mr == nullptr) return false;
+              const std::uint64_t host = addr + mr->host_delta;
+              for (std::uint64_t a = host & ~std::uint64_t{63}; a < host + n; a += 64)
                 __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 2);
               return true;
             });
@@ -104,6 +106,9 @@ void Engine::prefetch_next_packet(const Qp& qp) const {
     prefetch_payload(qp, w, off, std::min<std::uint64_t>(qp.pmtu(), w.length - off));
 }
 
+// Every packet reads the WQE's buffers through their keys again: a region deregistered
+// while its message is being sent (or re-sent after a loss) ends the WQE with a local
+// protection error instead of being read after it was freed.
 std::size_t Engine::gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::uint8_t* dst,
                            std::size_t len, WcStatus& err) {
   const std::size_t idx = &w - qp.sq.data();
@@ -113,16 +118,30 @@ std::size_t Engine::gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::
   }
   const Sge* sge = qp.sq_sges.data() + idx * qp.cap.max_send_sge;
   if (w.num_sge == 1 && offset + len <= sge->length) {  // the common case: one piece
-    std::memcpy(dst, reinterpret_cast<const std::uint8_t*>(sge->addr + offset), len);
+    const std::uint8_t* src = mrs_.map(sge->lkey, qp.pd, sge->addr + offset, len, 0);
+    if (src == nullptr) {
+      err = WcStatus::kLocProtErr;
+      return 0;
+    }
+    std::memcpy(dst, src, len);
     return len;
   }
-  const std::size_t done =
-      walk_sges(sge, w.num_sge, offset, len, [&](const std::uint8_t* p, std::size_t n) {
-        std::memcpy(dst, p, n);
+  bool prot = false;
+  const std::size_t done = walk_sges(
+      sge, w.num_sge, offset, len, [&](const Sge& s, std::uint64_t addr, std::size_t n) {
+        const std::uint8_t* src = mrs_.map(s.lkey, qp.pd, addr, n, 0);
+        if (src == nullptr) {
+          prot = true;
+          return false;
+        }
+        std::memcpy(dst, src, n);
         dst += n;
         return true;
       });
-  if (done != len) err = WcStatus::kLocLenErr;
+  if (prot)
+    err = WcStatus::kLocProtErr;
+  else if (done != len)
+    err = WcStatus::kLocLenErr;
   return done;
 }
 
@@ -131,18 +150,23 @@ std::size_t Engine::gather_ext(Qp& qp, const SendWqe& w, std::uint64_t offset, s
   if (w.is_inline) return 0;
   const std::size_t idx = &w - qp.sq.data();
   std::size_t n = 0;
-  const std::size_t done = walk_sges(qp.sq_sges.data() + idx * qp.cap.max_send_sge, w.num_sge,
-                                     offset, len, [&](const std::uint8_t* p, std::size_t k) {
-                                       if (n == TxRing::kMaxExt) return false;
-                                       out[n++] = {p, static_cast<std::uint32_t>(k)};
-                                       return true;
-                                     });
-  // Too many pieces, or a list shorter than the WQE (gather() reports that error): copy.
+  const std::size_t done =
+      walk_sges(qp.sq_sges.data() + idx * qp.cap.max_send_sge, w.num_sge, offset, len,
+                [&](const Sge& s, std::uint64_t addr, std::size_t k) {
+                  if (n == TxRing::kMaxExt) return false;
+                  const std::uint8_t* p = mrs_.map(s.lkey, qp.pd, addr, k, 0);
+                  if (p == nullptr) return false;
+                  out[n++] = {p, static_cast<std::uint32_t>(k)};
+                  return true;
+                });
+  // Too many pieces, a key no longer valid, or a list shorter than the WQE: gather() copies
+  // or reports the error.
   return done == len ? n : 0;
 }
 
-// Checks the local keys of a WQE's scatter/gather list before its first packet (rxe does it
-// while copying); a READ or atomic writes into them, so they need local write.
+// Checks the local keys of a WQE's scatter/gather list before its first packet, so that a bad
+// list fails before anything is sent; every packet checks again (gather). A READ or atomic
+// writes into them, so they need local write.
 static bool sges_valid(const MrTable& mrs, const Qp& qp, const SendWqe& w) {
   if (w.is_inline) return true;
   const std::size_t idx = &w - qp.sq.data();
@@ -174,6 +198,7 @@ bool Engine::req_local_op(Qp& qp, SendWqe& w) {
       status = WcStatus::kLocQpOpErr;
     } else {
       mr->addr = w.remote_addr;
+      mr->host_delta = w.compare_add - w.remote_addr;  // post_send put the engine's address there
       mr->length = w.length;
       mr->access = w.reg_access;
       mr->key = (mr->key & ~0xFFu) | w.reg_variant;
@@ -227,6 +252,10 @@ bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
   } else {
     WcStatus err = WcStatus::kSuccess;
     gather(qp, w, 0, slot.data() + hdr, w.length, err);
+    if (err != WcStatus::kSuccess) {
+      req_fail(qp, w, err);
+      return false;
+    }
     tx_commit(wire::finish_frame(s, hdr, w.length, slot));
   }
   ++qp.req.next_psn;
@@ -236,32 +265,33 @@ bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
   return true;
 }
 
-bool Engine::req_packet(Qp& qp, SendWqe& w) {
+// A WQE's first packet: its keys are checked, and its PSN range fixed (rxe req_next_wqe).
+bool Engine::req_start_wqe(Qp& qp, SendWqe& w) {
+  if (!sges_valid(mrs_, qp, w)) {
+    req_fail(qp, w, WcStatus::kLocProtErr);
+    return false;
+  }
+  const std::uint32_t pmtu = qp.pmtu();
+  w.first_psn = qp.req.next_psn;
+  w.npkts =
+      w.length == 0 ? 1 : static_cast<std::uint32_t>((w.length + pmtu - 1) >> qp.pmtu_shift());
+  if (w.opcode == WrOpcode::kCmpSwap || w.opcode == WrOpcode::kFetchAdd) w.npkts = 1;
+  w.last_psn = w.first_psn + (w.npkts - 1);
+  w.sent = 0;
+  w.read_done = 0;
+  if (w.is_rd_atomic()) ++qp.req.rd_atomic_out;
+  w.state = WqeState::kSending;
+  return true;
+}
+
+// The fields of the WQE's next packet (rxe init_req_packet): opcode by position, PSN, RETH,
+// AckReq. Returns the payload bytes; `last` and `psn_span` (PSNs the packet takes) are set.
+std::size_t Engine::req_fields(Qp& qp, SendWqe& w, wire::PacketFields& f, bool& last,
+                               std::uint32_t& psn_span) {
   const bool uc = qp.type == QpType::kUc;
   const std::uint32_t pmtu = qp.pmtu();
-  if (w.state == WqeState::kPosted) {
-    if (!sges_valid(mrs_, qp, w)) {
-      req_fail(qp, w, WcStatus::kLocProtErr);
-      return false;
-    }
-    w.first_psn = qp.req.next_psn;
-    w.npkts =
-        w.length == 0 ? 1 : static_cast<std::uint32_t>((w.length + pmtu - 1) >> qp.pmtu_shift());
-    if (w.opcode == WrOpcode::kCmpSwap || w.opcode == WrOpcode::kFetchAdd) w.npkts = 1;
-    w.last_psn = w.first_psn + (w.npkts - 1);
-    w.sent = 0;
-    w.read_done = 0;
-    if (w.is_rd_atomic()) ++qp.req.rd_atomic_out;
-    w.state = WqeState::kSending;
-  }
-  auto slot = tx_slot(false);
-  if (slot.empty()) return false;
-
-  wire::PacketFields f;
-  f.ip_id = ip_id_++;
-  std::size_t payload = 0;
-  bool last = true;
-  std::uint32_t psn_span = 1;
+  last = true;
+  psn_span = 1;
   switch (w.opcode) {
     case WrOpcode::kRead: {
       // A READ request covers every response PSN; a retry asks for the part not yet received.
@@ -276,17 +306,18 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
       psn_span = w.npkts - static_cast<std::uint32_t>(w.read_done >> qp.pmtu_shift());
       w.read_resume = w.read_done;
       f.ack_req = true;
-      break;
+      return 0;
     }
     case WrOpcode::kCmpSwap:
     case WrOpcode::kFetchAdd:
       f.opcode = w.opcode == WrOpcode::kCmpSwap ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd;
       f.psn = w.first_psn;
       f.ack_req = true;
-      break;
+      return 0;
     default: {
       const bool first = w.sent == 0;
-      payload = static_cast<std::size_t>(std::min<std::uint64_t>(pmtu, w.length - w.sent));
+      const auto payload =
+          static_cast<std::size_t>(std::min<std::uint64_t>(pmtu, w.length - w.sent));
       last = w.sent + payload == w.length;
       f.opcode = pick_opcode(w, first, last, uc);
       f.psn = w.first_psn + static_cast<std::uint32_t>(w.sent >> qp.pmtu_shift());
@@ -301,14 +332,16 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
       // IBA 9.7.6.1.3: AckReq on the last packet, and often enough within long messages.
       f.ack_req =
           !uc && (last || qp.req.pkts_since_ack_req + 1 >= cfg_.ack_req_every || qp.comp.probing);
-      break;
+      return payload;
     }
   }
-  if (f.psn != qp.req.next_psn) {
-    // The rewind and the WQE disagree: a bug, not a wire event. Stop this QP loudly.
-    req_fail(qp, w, WcStatus::kGeneralErr);
-    return false;
-  }
+}
+
+// Writes the packet into `slot` and commits it: headers from the path template (or the
+// FrameSpec for atomics), the payload gathered through the keys, or zero-copy. False after
+// failing the WQE.
+bool Engine::req_emit(Qp& qp, SendWqe& w, std::span<std::uint8_t> slot,
+                      const wire::PacketFields& f, std::size_t payload) {
   if (w.opcode == WrOpcode::kCmpSwap || w.opcode == WrOpcode::kFetchAdd) {
     wire::FrameSpec s = qp.tx;  // the path template has no AtomicETH
     s.ip_id = f.ip_id;
@@ -318,28 +351,50 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
     s.atomic = {w.remote_addr, w.rkey, w.opcode == WrOpcode::kCmpSwap ? w.swap : w.compare_add,
                 w.compare_add};
     tx_commit(wire::build_frame(s, {}, slot));
-  } else {
-    TxPacket p = tx_begin(qp, slot, f, payload);
-    if (p.hdr == 0) {
-      req_fail(qp, w, WcStatus::kGeneralErr);
-      return false;
-    }
-    TxSeg ext[TxRing::kMaxExt];
-    const std::size_t n_ext =
-        payload && zero_copy_ok(qp, payload) ? gather_ext(qp, w, w.sent, payload, ext) : 0;
-    if (n_ext != 0) {
-      tx_finish_ext(qp, p, {ext, n_ext});
-    } else {
-      WcStatus err = WcStatus::kSuccess;
-      if (payload) gather(qp, w, w.sent, slot.data() + p.hdr, payload, err);
-      if (err != WcStatus::kSuccess) {
-        req_fail(qp, w, err);
-        return false;
-      }
-      tx_finish(qp, p, payload);
-    }
+    return true;
   }
+  TxPacket p = tx_begin(qp, slot, f, payload);
+  if (p.hdr == 0) {
+    req_fail(qp, w, WcStatus::kGeneralErr);
+    return false;
+  }
+  TxSeg ext[TxRing::kMaxExt];
+  const std::size_t n_ext =
+      payload && zero_copy_ok(qp, payload) ? gather_ext(qp, w, w.sent, payload, ext) : 0;
+  if (n_ext != 0) {
+    tx_finish_ext(qp, p, {ext, n_ext});
+    return true;
+  }
+  WcStatus err = WcStatus::kSuccess;
+  if (payload) gather(qp, w, w.sent, slot.data() + p.hdr, payload, err);
+  if (err != WcStatus::kSuccess) {
+    req_fail(qp, w, err);
+    return false;
+  }
+  tx_finish(qp, p, payload);
+  return true;
+}
 
+// One request packet of `w` (rxe rxe_requester): start the WQE, fill the fields, emit, then
+// move the PSN, the WQE and the timers on.
+bool Engine::req_packet(Qp& qp, SendWqe& w) {
+  if (w.state == WqeState::kPosted && !req_start_wqe(qp, w)) return false;
+  auto slot = tx_slot(false);
+  if (slot.empty()) return false;
+
+  wire::PacketFields f;
+  f.ip_id = ip_id_++;
+  bool last = true;
+  std::uint32_t psn_span = 1;
+  const std::size_t payload = req_fields(qp, w, f, last, psn_span);
+  if (f.psn != qp.req.next_psn) {
+    // The rewind and the WQE disagree: a bug, not a wire event. Stop this QP loudly.
+    req_fail(qp, w, WcStatus::kGeneralErr);
+    return false;
+  }
+  if (!req_emit(qp, w, slot, f, payload)) return false;
+
+  const bool uc = qp.type == QpType::kUc;
   qp.req.pkts_since_ack_req = f.ack_req ? 0 : qp.req.pkts_since_ack_req + 1;
   if (before(f.psn, qp.req.high_psn)) {
     stats_.inc(Counter::kRetransmittedPackets);

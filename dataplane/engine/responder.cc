@@ -66,7 +66,10 @@ void Engine::resp_emit(Qp& qp, Syndrome syn, Psn psn) {
     back.psn = psn;
     return;
   }
-  if (rs.out_tail - rs.out_head == rs.out.size()) return;  // full: the requester's timer recovers
+  if (rs.out_tail - rs.out_head == rs.out.size()) {
+    stats_.inc(Counter::kRespQueueFull);  // the requester's timer or probe recovers
+    return;
+  }
   rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kAck, 0, syn, psn};
 }
 
@@ -81,7 +84,10 @@ void Engine::resp_emit_atomic_ack(Qp& qp, std::uint32_t res_idx) {
     }
     return;
   }
-  if (rs.out_tail - rs.out_head == rs.out.size()) return;
+  if (rs.out_tail - rs.out_head == rs.out.size()) {
+    stats_.inc(Counter::kRespQueueFull);
+    return;
+  }
   // Duplicates of one atomic need one answer in the queue, not one each.
   for (std::uint32_t k = rs.out_head; k != rs.out_tail; ++k) {
     const auto& it = rs.out[k % rs.out.size()];
@@ -187,9 +193,9 @@ bool Engine::resp_scatter(Qp& qp, const RecvWqe& r, std::uint64_t offset, const 
       continue;
     }
     const std::size_t n = std::min<std::size_t>(sge.length - offset, len - done);
-    if (mrs_.check(sge.lkey, pd, sge.addr + offset, n, kAccessLocalWrite, nullptr) != KeyCheck::kOk)
-      return false;
-    std::memcpy(reinterpret_cast<void*>(sge.addr + offset), src + done, n);
+    std::uint8_t* dst = mrs_.map(sge.lkey, pd, sge.addr + offset, n, kAccessLocalWrite);
+    if (dst == nullptr) return false;
+    std::memcpy(dst, src + done, n);
     done += n;
     offset = 0;
   }
@@ -230,8 +236,10 @@ void Engine::resp_duplicate(Qp& qp, const wire::RxPkt& pkt) {
         continue;
       const std::uint64_t off = std::uint64_t(distance(p, r.first_psn)) * pmtu;
       const auto reth = pkt.reth();
-      if (reth.rkey() != r.rkey || reth.va() != r.va + off || reth.dma_len() != r.length - off)
-        return;  // not a retry of that READ: drop
+      if (reth.rkey() != r.rkey || reth.va() != r.va + off || reth.dma_len() != r.length - off) {
+        stats_.inc(Counter::kRxDropDupRead);  // not a retry of that READ
+        return;
+      }
       // The requester went back to p: whatever is queued for p and later will be asked for
       // again, so drop it (including this READ's own earlier replay); keep what comes before.
       RespState& rs = qp.resp;
@@ -245,15 +253,22 @@ void Engine::resp_duplicate(Qp& qp, const wire::RxPkt& pkt) {
         }
         --rs.out_tail;
       }
-      // The region may have been deregistered or invalidated since: check the key again
-      // (rxe rechecks the MR on replay too).
+      // The region may have been deregistered or invalidated since (rxe rechecks the MR on
+      // replay too). Most such duplicates are stale copies of a READ the requester has
+      // already completed (the application then freed the region): they are dropped, not
+      // NAKed, since a class C NAK would end a healthy connection. A requester that really
+      // still waits gets nothing and ends with its retry budget spent.
       if (r.length - off != 0 && mrs_.check(r.rkey, qp.pd, r.va + off, r.length - off,
                                             kAccessRemoteRead, nullptr) != KeyCheck::kOk) {
-        resp_nak(qp, Syndrome::nak(wire::NakCode::kRemoteAccessError), p, true);
+        stats_.inc(Counter::kRxDropDupRead);
         return;
       }
-      if (rs.out_tail - rs.out_head == rs.out.size()) return;  // no room: drop the duplicate
+      if (rs.out_tail - rs.out_head == rs.out.size()) {
+        stats_.inc(Counter::kRespQueueFull);  // no room: drop the duplicate, it is asked again
+        return;
+      }
       r.active = true;
+      r.replay = true;
       r.next_psn = p;
       r.next_offset = off;
       r.start_offset = off;  // a replay is a new response: First (or Only) again
@@ -263,6 +278,7 @@ void Engine::resp_duplicate(Qp& qp, const wire::RxPkt& pkt) {
       resp_schedule(qp);
       return;
     }
+    stats_.inc(Counter::kRxDropDupRead);  // older than every READ the responder keeps
     return;
   }
   if (pkt.info->mask.has(OpMask::kAtomic)) {
@@ -272,6 +288,7 @@ void Engine::resp_duplicate(Qp& qp, const wire::RxPkt& pkt) {
       resp_emit_atomic_ack(qp, i);
       return;
     }
+    stats_.inc(Counter::kRxDropDupRead);  // an atomic older than every resource kept
     return;
   }
   defer_ack(qp, qp.resp.epsn - 1, ack_list_);
@@ -283,214 +300,328 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
     stats_.inc(Counter::kRxDropQpState);
     return;
   }
-  RespState& rs = qp.resp;
-  const wire::OpcodeInfo& info = *pkt.info;
-  const Psn p = pkt.psn;
-  const bool uc = qp.type == QpType::kUc;
-  const std::uint32_t pmtu = qp.pmtu();
+  // The IBA responder's steps in order (rxe_resp.c names them the same way); each either
+  // lets the packet go on or has dealt with it (dropped, NAKed or answered).
+  if (resp_check_psn(qp, pkt) == Step::kDone) return;
+  if (resp_check_op_seq(qp, pkt) == Step::kDone) return;
+  if (resp_check_op_valid(qp, pkt) == Step::kDone) return;
+  if (resp_get_recv_wqe(qp, pkt) == Step::kDone) return;
+  const OpMask m = pkt.info->mask;
+  if (m.has(OpMask::kSend)) {
+    if (resp_execute_send(qp, pkt) == Step::kDone) return;
+  } else if (m.has(OpMask::kWrite)) {
+    if (resp_execute_write(qp, pkt) == Step::kDone) return;
+  } else if (m.has(OpMask::kRead)) {
+    resp_execute_read(qp, pkt);
+    return;
+  } else if (m.has(OpMask::kAtomic)) {
+    resp_execute_atomic(qp, pkt);
+    return;
+  }
+  resp_acknowledge(qp, pkt);
+}
 
-  // --- PSN (IBA 9.7.5.1.1) ---
+// PSN (IBA 9.7.5.1.1): the expected one goes on; an RC duplicate is answered from history, an
+// RC packet ahead draws one sequence NAK per gap; UC loses the message in progress on a gap.
+Engine::Step Engine::resp_check_psn(Qp& qp, const wire::RxPkt& pkt) {
+  RespState& rs = qp.resp;
+  const Psn p = pkt.psn;
   const std::int32_t d = distance(p, rs.epsn);
-  if (uc) {
-    // UC: a gap loses the message in progress; start over at the next First/Only.
+  if (qp.type == QpType::kUc) {
     if (d != 0) {
+      if (rs.in_msg != RespState::InMsg::kNone) abandon_uc_message(qp);
       rs.in_msg = RespState::InMsg::kNone;
       rs.recv_offset = 0;
       rs.epsn = p;
     }
-    if (rs.in_msg == RespState::InMsg::kNone && !info.mask.has(OpMask::kStart)) {
+    // Middle or Last of a message whose start was lost: wait for the next First/Only.
+    if (rs.in_msg == RespState::InMsg::kNone && !pkt.info->mask.has(OpMask::kStart)) {
+      stats_.inc(Counter::kRxDropUcResync);
       rs.epsn = p + 1;
-      return;
+      return Step::kDone;
     }
-  } else if (d > 0) {
-    // Ahead: one sequence-error NAK per gap, then silence until the gap is filled.
+    return Step::kContinue;
+  }
+  if (d > 0) {
     if (!rs.nak_sent) {
       rs.nak_sent = true;
       resp_nak(qp, Syndrome::nak(wire::NakCode::kPsnSeqError), rs.epsn, false);
+    } else {
+      stats_.inc(Counter::kRxDropAfterSeqNak);
     }
-    return;
-  } else if (d < 0) {
+    return Step::kDone;
+  }
+  if (d < 0) {
     resp_duplicate(qp, pkt);
-    return;
+    return Step::kDone;
   }
   rs.nak_sent = false;
+  return Step::kContinue;
+}
 
-  auto nak = [&](wire::NakCode code) {
-    if (uc) {
-      rs.in_msg = RespState::InMsg::kNone;
-      rs.epsn = p + 1;
-      return;
-    }
-    resp_nak(qp, Syndrome::nak(code), p, true);
-  };
-  // A responder-side error that also completes the held receive WQE in error.
-  auto fail_recv = [&](WcStatus st, wire::NakCode code) {
-    if (rs.have_recv) {
-      Wc wc;
-      wc.wr_id = rs.recv.wr_id;
-      wc.status = st;
-      wc.opcode = WcOpcode::kRecv;
-      wc.qp_num = qp.qpn;
-      rs.have_recv = false;
-      post_cqe(qp.recv_cq, wc);
-    }
-    nak(code);
-  };
+// A UC message in progress is lost (a gap, a missing receive WQE, a bad packet): the
+// receive WQE it had taken stays with the QP, from its start, for the next message (as rxe
+// keeps it).
+void Engine::abandon_uc_message(Qp& qp) { qp.resp.recv_offset = 0; }
 
-  // --- opcode sequence (IBA 9.7.5.1.3; rxe check_op_seq) ---
-  const bool is_send = info.mask.has(OpMask::kSend);
-  const bool is_write = info.mask.has(OpMask::kWrite);
-  switch (rs.in_msg) {
+// A request the responder refuses: RC answers with a class C NAK (the QP goes to the error
+// state and the application hears of it); UC drops the message and waits for the next one.
+Engine::Step Engine::resp_error(Qp& qp, const wire::RxPkt& pkt, wire::NakCode code) {
+  RespState& rs = qp.resp;
+  if (qp.type == QpType::kUc) {
+    stats_.inc(Counter::kRxDropUcError);
+    if (rs.in_msg != RespState::InMsg::kNone) abandon_uc_message(qp);
+    rs.in_msg = RespState::InMsg::kNone;
+    rs.epsn = pkt.psn + 1;
+    return Step::kDone;
+  }
+  resp_nak(qp, Syndrome::nak(code), pkt.psn, true);
+  async_event({code == wire::NakCode::kRemoteAccessError ? AsyncEventType::kQpAccessErr
+                                                         : AsyncEventType::kQpReqErr,
+               qp.qpn, nullptr});
+  return Step::kDone;
+}
+
+// The same, also completing the receive WQE the message had taken, in error.
+Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
+                                    wire::NakCode code) {
+  RespState& rs = qp.resp;
+  if (rs.have_recv && qp.type != QpType::kUc) {
+    Wc wc;
+    wc.wr_id = rs.recv.wr_id;
+    wc.status = st;
+    wc.opcode = WcOpcode::kRecv;
+    wc.qp_num = qp.qpn;
+    rs.have_recv = false;
+    post_cqe(qp.recv_cq, wc);
+  }
+  return resp_error(qp, pkt, code);
+}
+
+// Opcode sequence (IBA 9.7.5.1.3; rxe check_op_seq): a message in progress continues with
+// Middle/Last of its own kind; otherwise only a First or Only may come.
+Engine::Step Engine::resp_check_op_seq(Qp& qp, const wire::RxPkt& pkt) {
+  const OpMask m = pkt.info->mask;
+  bool ok = true;
+  switch (qp.resp.in_msg) {
     case RespState::InMsg::kSend:
-      if (!is_send || info.mask.has(OpMask::kStart)) return nak(wire::NakCode::kInvalidRequest);
+      ok = m.has(OpMask::kSend) && !m.has(OpMask::kStart);
       break;
     case RespState::InMsg::kWrite:
-      if (!is_write || info.mask.has(OpMask::kStart)) return nak(wire::NakCode::kInvalidRequest);
+      ok = m.has(OpMask::kWrite) && !m.has(OpMask::kStart);
       break;
     case RespState::InMsg::kNone:
-      if (!info.mask.has(OpMask::kStart)) return nak(wire::NakCode::kInvalidRequest);
+      ok = m.has(OpMask::kStart);
       break;
   }
-  // --- the QP must allow the operation (rxe check_op_valid) ---
+  return ok ? Step::kContinue : resp_error(qp, pkt, wire::NakCode::kInvalidRequest);
+}
+
+// The QP must allow the operation (rxe check_op_valid); FLUSH and ATOMIC WRITE are not
+// supported.
+Engine::Step Engine::resp_check_op_valid(Qp& qp, const wire::RxPkt& pkt) {
+  const OpMask m = pkt.info->mask;
   const std::uint32_t qacc = qp.attr.qp_access_flags;
-  if ((is_write && !(qacc & kAccessRemoteWrite)) ||
-      (info.mask.has(OpMask::kRead) && !(qacc & kAccessRemoteRead)) ||
-      (info.mask.has(OpMask::kAtomic) && !(qacc & kAccessRemoteAtomic)) ||
-      info.mask.any(OpMask::kFlush | OpMask::kAtomicWrite))
-    return nak(wire::NakCode::kInvalidRequest);
+  if ((m.has(OpMask::kWrite) && !(qacc & kAccessRemoteWrite)) ||
+      (m.has(OpMask::kRead) && !(qacc & kAccessRemoteRead)) ||
+      (m.has(OpMask::kAtomic) && !(qacc & kAccessRemoteAtomic)) ||
+      m.any(OpMask::kFlush | OpMask::kAtomicWrite))
+    return resp_error(qp, pkt, wire::NakCode::kInvalidRequest);
+  return Step::kContinue;
+}
 
-  // --- receive WQE for SENDs and WRITE with immediate (RNR NAK when there is none) ---
-  if (info.mask.has(OpMask::kRecvWqe) && !rs.have_recv) {
-    RecvQueue& q = qp.recv_queue();
-    if (q.head == q.tail) {
-      if (uc) {
-        rs.in_msg = RespState::InMsg::kNone;
-        rs.epsn = p + 1;
-        return;
-      }
-      resp_nak(qp, Syndrome::rnr_nak(qp.attr.min_rnr_timer), p, false);
-      return;
+// SENDs and WRITE with immediate consume a receive WQE; without one, RC answers RNR NAK and
+// UC drops the message.
+Engine::Step Engine::resp_get_recv_wqe(Qp& qp, const wire::RxPkt& pkt) {
+  RespState& rs = qp.resp;
+  if (!pkt.info->mask.has(OpMask::kRecvWqe) || rs.have_recv) return Step::kContinue;
+  RecvQueue& q = qp.recv_queue();
+  if (q.head == q.tail) {
+    if (qp.type == QpType::kUc) {
+      stats_.inc(Counter::kRxDropUcError);
+      rs.in_msg = RespState::InMsg::kNone;
+      rs.epsn = pkt.psn + 1;
+      return Step::kDone;
     }
-    take_recv(qp, q);
-    rs.recv_offset = 0;
+    resp_nak(qp, Syndrome::rnr_nak(qp.attr.min_rnr_timer), pkt.psn, false);
+    return Step::kDone;
   }
+  take_recv(qp, q);
+  rs.recv_offset = 0;
+  return Step::kContinue;
+}
 
+// SEND: First/Middle carry exactly the path MTU, Last 1..MTU, Only 0..MTU (IBA 9.7.5.1.4);
+// the payload goes to the receive WQE's buffers, whose keys are checked piece by piece.
+Engine::Step Engine::resp_execute_send(Qp& qp, const wire::RxPkt& pkt) {
+  RespState& rs = qp.resp;
+  const OpMask m = pkt.info->mask;
   const std::uint32_t len = pkt.payload_len;
-  const bool first = info.mask.has(OpMask::kStart);
-  const bool last = info.mask.has(OpMask::kEnd);
-  if (is_send) {
-    // First/Middle carry exactly the path MTU, Last 1..MTU, Only 0..MTU (IBA 9.7.5.1.4).
-    if ((!last && len != pmtu) || len > pmtu || (last && !first && len == 0))
-      return fail_recv(WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
-    if (rs.recv_offset + len > rs.recv.length)
-      return fail_recv(WcStatus::kLocLenErr, wire::NakCode::kInvalidRequest);
-    if (len && !resp_scatter(qp, rs.recv, rs.recv_offset, pkt.payload().data(), len))
-      return fail_recv(WcStatus::kLocProtErr, wire::NakCode::kRemoteOperationalError);
-    rs.recv_offset += len;
-    rs.in_msg = last ? RespState::InMsg::kNone : RespState::InMsg::kSend;
-    if (last) {
-      if (info.mask.has(OpMask::kInvalidate)) {
-        // IBA 10.6.5: SEND with invalidate frees the named MR of this QP's PD.
-        Mr* mr = mrs_.find(pkt.ieth().rkey());
-        if (mr == nullptr || mr->pd != qp.pd || !mr->fast_reg)
-          return fail_recv(WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
-        mr->state = MrState::kFree;
-      }
-      resp_complete_recv(qp, pkt, static_cast<std::uint32_t>(rs.recv_offset));
-      rs.msn = rs.msn + 1;
-    }
-  } else if (is_write) {
-    if (first) {
-      const auto reth = pkt.reth();
-      rs.write_va = reth.va();
-      rs.write_total = rs.write_remaining = reth.dma_len();
-      // IBA 9.7.5.1.5 / C9-88: a zero-length WRITE needs no valid R_Key.
-      if (rs.write_total != 0 && mrs_.check(reth.rkey(), qp.pd, rs.write_va, rs.write_total,
-                                            kAccessRemoteWrite, nullptr) != KeyCheck::kOk)
-        return fail_recv(WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
-    }
-    const bool len_ok = len <= pmtu && (last ? len == rs.write_remaining
-                                             : (len == pmtu && rs.write_remaining > pmtu));
-    if (!len_ok) return fail_recv(WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
-    if (len) std::memcpy(reinterpret_cast<void*>(rs.write_va), pkt.payload().data(), len);
-    rs.write_va += len;
-    rs.write_remaining -= len;
-    rs.in_msg = last ? RespState::InMsg::kNone : RespState::InMsg::kWrite;
-    if (last) {
-      if (info.mask.has(OpMask::kImm))
-        resp_complete_recv(qp, pkt, static_cast<std::uint32_t>(rs.write_total));
-      rs.msn = rs.msn + 1;
-    }
-  } else if (info.mask.has(OpMask::kRead)) {
+  const std::uint32_t pmtu = qp.pmtu();
+  const bool first = m.has(OpMask::kStart);
+  const bool last = m.has(OpMask::kEnd);
+  if ((!last && len != pmtu) || len > pmtu || (last && !first && len == 0))
+    return resp_fail_recv(qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
+  if (rs.recv_offset + len > rs.recv.length)
+    return resp_fail_recv(qp, pkt, WcStatus::kLocLenErr, wire::NakCode::kInvalidRequest);
+  if (len && !resp_scatter(qp, rs.recv, rs.recv_offset, pkt.payload().data(), len))
+    return resp_fail_recv(qp, pkt, WcStatus::kLocProtErr,
+                          wire::NakCode::kRemoteOperationalError);
+  rs.recv_offset += len;
+  rs.in_msg = last ? RespState::InMsg::kNone : RespState::InMsg::kSend;
+  if (!last) return Step::kContinue;
+  if (m.has(OpMask::kInvalidate)) {
+    // IBA 10.6.5: SEND with invalidate frees the named MR of this QP's PD.
+    Mr* mr = mrs_.find(pkt.ieth().rkey());
+    if (mr == nullptr || mr->pd != qp.pd || !mr->fast_reg)
+      return resp_fail_recv(qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
+    mr->state = MrState::kFree;
+  }
+  resp_complete_recv(qp, pkt, static_cast<std::uint32_t>(rs.recv_offset));
+  rs.msn = rs.msn + 1;
+  return Step::kContinue;
+}
+
+// RDMA WRITE: the First packet names the region; every packet, not only the first, is checked
+// against the key again, since the region may be deregistered or invalidated (locally, or by a
+// SEND with invalidate) between two packets of one message.
+Engine::Step Engine::resp_execute_write(Qp& qp, const wire::RxPkt& pkt) {
+  RespState& rs = qp.resp;
+  const OpMask m = pkt.info->mask;
+  const std::uint32_t len = pkt.payload_len;
+  const std::uint32_t pmtu = qp.pmtu();
+  const bool first = m.has(OpMask::kStart);
+  const bool last = m.has(OpMask::kEnd);
+  if (first) {
     const auto reth = pkt.reth();
-    const std::uint64_t rlen = reth.dma_len();
-    Mr* mr = nullptr;
-    if (rlen != 0 &&
-        mrs_.check(reth.rkey(), qp.pd, reth.va(), rlen, kAccessRemoteRead, &mr) != KeyCheck::kOk)
-      return nak(wire::NakCode::kRemoteAccessError);
-    // IBA 9.7.5.1.7: no READ/atomic resources at all means invalid request.
-    if (qp.attr.max_dest_rd_atomic == 0) return nak(wire::NakCode::kInvalidRequest);
-    const int slot = alloc_res(qp);
-    if (slot < 0 || rs.out_tail - rs.out_head == rs.out.size()) {
-      // Out of responder resources for the moment (a peer flooding us with duplicates, or
-      // exceeding max_dest_rd_atomic): drop without executing; the requester retries.
-      stats_.inc(Counter::kRxDropUnexpected);
-      return;
-    }
-    const std::uint32_t npkts =
-        rlen == 0 ? 1 : static_cast<std::uint32_t>((rlen + pmtu - 1) >> qp.pmtu_shift());
-    const auto idx = static_cast<std::uint32_t>(slot);
-    RdAtomicRes& r = rs.res[idx];
-    r = RdAtomicRes{};
-    r.kind = RdAtomicRes::Kind::kRead;
-    r.first_psn = p;
-    r.last_psn = p + (npkts - 1);
-    r.va = reth.va();
-    r.rkey = reth.rkey();
-    r.length = rlen;
-    r.active = true;
-    r.next_psn = p;
-    r.mr = mr;
-    rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kRead,
-                                             static_cast<std::uint8_t>(idx), Syndrome::ack(), p};
-    ++rs.reads_queued;
-    resp_schedule(qp);
+    rs.write_va = reth.va();
+    rs.write_rkey = reth.rkey();
+    rs.write_total = rs.write_remaining = reth.dma_len();
+    // IBA 9.7.5.1.5 / C9-88: a zero-length WRITE needs no valid R_Key.
+    if (rs.write_total != 0 && mrs_.check(rs.write_rkey, qp.pd, rs.write_va, rs.write_total,
+                                          kAccessRemoteWrite, nullptr) != KeyCheck::kOk)
+      return resp_fail_recv(qp, pkt, WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
+  }
+  const bool len_ok = len <= pmtu && (last ? len == rs.write_remaining
+                                           : (len == pmtu && rs.write_remaining > pmtu));
+  if (!len_ok)
+    return resp_fail_recv(qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
+  if (len) {
+    std::uint8_t* dst =
+        mrs_.map(rs.write_rkey, qp.pd, rs.write_va, len, kAccessRemoteWrite);
+    if (dst == nullptr)
+      return resp_fail_recv(qp, pkt, WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
+    std::memcpy(dst, pkt.payload().data(), len);
+  }
+  rs.write_va += len;
+  rs.write_remaining -= len;
+  rs.in_msg = last ? RespState::InMsg::kNone : RespState::InMsg::kWrite;
+  if (last) {
+    if (m.has(OpMask::kImm))
+      resp_complete_recv(qp, pkt, static_cast<std::uint32_t>(rs.write_total));
     rs.msn = rs.msn + 1;
-    rs.epsn = p + npkts;
-    return;
-  } else if (info.mask.has(OpMask::kAtomic)) {
-    const auto a = pkt.atomic_eth();
-    if (a.va() % 8 != 0) return nak(wire::NakCode::kInvalidRequest);
-    if (mrs_.check(a.rkey(), qp.pd, a.va(), 8, kAccessRemoteAtomic, nullptr) != KeyCheck::kOk)
-      return nak(wire::NakCode::kRemoteAccessError);
-    if (qp.attr.max_dest_rd_atomic == 0) return nak(wire::NakCode::kInvalidRequest);
-    const int slot = alloc_res(qp);
-    if (slot < 0 || rs.out_tail - rs.out_head == rs.out.size()) {
-      stats_.inc(Counter::kRxDropUnexpected);  // as for READ above: the requester retries
-      return;
-    }
-    auto* target = reinterpret_cast<std::uint64_t*>(a.va());
-    std::uint64_t orig;
-    if (pkt.opcode == Opcode::kRcCompareSwap) {
-      orig = a.compare();
-      __atomic_compare_exchange_n(target, &orig, a.swap_add(), false, __ATOMIC_SEQ_CST,
-                                  __ATOMIC_SEQ_CST);
-    } else {
-      orig = __atomic_fetch_add(target, a.swap_add(), __ATOMIC_SEQ_CST);
-    }
-    const auto idx = static_cast<std::uint32_t>(slot);
-    RdAtomicRes& r = rs.res[idx];
-    r = RdAtomicRes{};
-    r.kind = RdAtomicRes::Kind::kAtomic;
-    r.first_psn = r.last_psn = p;
-    r.atomic_orig = orig;
-    rs.msn = rs.msn + 1;
-    rs.epsn = p + 1;
-    resp_emit_atomic_ack(qp, idx);
+  }
+  return Step::kContinue;
+}
+
+// READ and atomic requests need a responder resource: at most max_dest_rd_atomic READs may
+// be streaming (what was negotiated; a requester beyond it breaks the protocol), and the
+// output queue needs a place. -1 after answering or dropping the request.
+int Engine::resp_claim_resource(Qp& qp, const wire::RxPkt& pkt) {
+  RespState& rs = qp.resp;
+  // IBA 9.7.5.1.7: no READ/atomic resources at all means invalid request.
+  if (qp.attr.max_dest_rd_atomic == 0 ||
+      rs.reads_active() >= qp.attr.max_dest_rd_atomic) {
+    resp_error(qp, pkt, wire::NakCode::kInvalidRequest);
+    return -1;
+  }
+  const int slot = alloc_res(qp);
+  if (slot < 0 || rs.out_tail - rs.out_head == rs.out.size()) {
+    // Every slot is still replaying or the output queue is full (a peer flooding duplicates):
+    // drop without executing; the requester retries.
+    stats_.inc(Counter::kRxDropRdAtomicBusy);
+    return -1;
+  }
+  return slot;
+}
+
+void Engine::resp_execute_read(Qp& qp, const wire::RxPkt& pkt) {
+  RespState& rs = qp.resp;
+  const auto reth = pkt.reth();
+  const std::uint64_t rlen = reth.dma_len();
+  // IBA: a message is at most 2^31 bytes; a longer READ would also wrap the PSN space.
+  if (rlen > (std::uint64_t{1} << 31)) {
+    resp_error(qp, pkt, wire::NakCode::kInvalidRequest);
     return;
   }
-  rs.epsn = p + 1;
-  if (pkt.ack_req && !uc) defer_ack(qp, p, ack_list_);
+  if (rlen != 0 &&
+      mrs_.check(reth.rkey(), qp.pd, reth.va(), rlen, kAccessRemoteRead, nullptr) != KeyCheck::kOk) {
+    resp_error(qp, pkt, wire::NakCode::kRemoteAccessError);
+    return;
+  }
+  const int slot = resp_claim_resource(qp, pkt);
+  if (slot < 0) return;
+  const std::uint32_t npkts =
+      rlen == 0 ? 1 : static_cast<std::uint32_t>((rlen + qp.pmtu() - 1) >> qp.pmtu_shift());
+  const auto idx = static_cast<std::uint32_t>(slot);
+  RdAtomicRes& r = rs.res[idx];
+  r = RdAtomicRes{};
+  r.kind = RdAtomicRes::Kind::kRead;
+  r.first_psn = pkt.psn;
+  r.last_psn = pkt.psn + (npkts - 1);
+  r.va = reth.va();
+  r.rkey = reth.rkey();
+  r.length = rlen;
+  r.active = true;
+  r.next_psn = pkt.psn;
+  rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kRead,
+                                           static_cast<std::uint8_t>(idx), Syndrome::ack(),
+                                           pkt.psn};
+  ++rs.reads_queued;
+  resp_schedule(qp);
+  rs.msn = rs.msn + 1;
+  rs.epsn = pkt.psn + npkts;
+}
+
+void Engine::resp_execute_atomic(Qp& qp, const wire::RxPkt& pkt) {
+  RespState& rs = qp.resp;
+  const auto a = pkt.atomic_eth();
+  if (a.va() % 8 != 0) {
+    resp_error(qp, pkt, wire::NakCode::kInvalidRequest);
+    return;
+  }
+  std::uint8_t* host = mrs_.map(a.rkey(), qp.pd, a.va(), 8, kAccessRemoteAtomic);
+  if (host == nullptr) {
+    resp_error(qp, pkt, wire::NakCode::kRemoteAccessError);
+    return;
+  }
+  const int slot = resp_claim_resource(qp, pkt);
+  if (slot < 0) return;
+  auto* target = reinterpret_cast<std::uint64_t*>(host);
+  std::uint64_t orig;
+  if (pkt.opcode == Opcode::kRcCompareSwap) {
+    orig = a.compare();
+    __atomic_compare_exchange_n(target, &orig, a.swap_add(), false, __ATOMIC_SEQ_CST,
+                                __ATOMIC_SEQ_CST);
+  } else {
+    orig = __atomic_fetch_add(target, a.swap_add(), __ATOMIC_SEQ_CST);
+  }
+  const auto idx = static_cast<std::uint32_t>(slot);
+  RdAtomicRes& r = rs.res[idx];
+  r = RdAtomicRes{};
+  r.kind = RdAtomicRes::Kind::kAtomic;
+  r.first_psn = r.last_psn = pkt.psn;
+  r.atomic_orig = orig;
+  rs.msn = rs.msn + 1;
+  rs.epsn = pkt.psn + 1;
+  resp_emit_atomic_ack(qp, idx);
+}
+
+// SEND and WRITE packets: the next PSN is expected, and an AckReq is answered (coalesced to
+// the end of the receive burst).
+void Engine::resp_acknowledge(Qp& qp, const wire::RxPkt& pkt) {
+  qp.resp.epsn = pkt.psn + 1;
+  if (pkt.ack_req && qp.type != QpType::kUc) defer_ack(qp, pkt.psn, ack_list_);
 }
 
 void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
@@ -522,8 +653,9 @@ void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
     const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(pmtu, remaining));
     // The application may deregister or invalidate the region between polls: never read
     // memory the key no longer grants.
-    if (len != 0 && mrs_.check(r.rkey, qp.pd, r.va + r.next_offset, len, kAccessRemoteRead,
-                               nullptr) != KeyCheck::kOk) {
+    const std::uint8_t* src =
+        len != 0 ? mrs_.map(r.rkey, qp.pd, r.va + r.next_offset, len, kAccessRemoteRead) : nullptr;
+    if (len != 0 && src == nullptr) {
       r.active = false;
       ++rs.out_head;
       --rs.reads_queued;
@@ -542,7 +674,6 @@ void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
     f.aeth_syndrome = ack_syndrome(qp, cfg_.advertise_credits);
     f.aeth_msn = rs.msn;
     TxPacket p = tx_begin(qp, slot, f, len);
-    const auto* src = reinterpret_cast<const std::uint8_t*>(r.va + r.next_offset);
     if (len && zero_copy_ok(qp, len)) {
       const TxSeg ext{src, static_cast<std::uint32_t>(len)};
       tx_finish_ext(qp, p, {&ext, 1});

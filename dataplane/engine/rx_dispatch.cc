@@ -47,7 +47,16 @@ std::string_view to_string(Counter c) {
                                                                  "rnr_retry_exceeded",
                                                                  "tx_ring_full",
                                                                  "tx_zero_copy_frames",
-                                                                 "cq_overflow"};
+                                                                 "cq_overflow",
+                                                                 "async_events",
+                                                                 "async_events_lost",
+                                                                 "rx_drop_uc_resync",
+                                                                 "rx_drop_uc_error",
+                                                                 "rx_drop_after_seq_nak",
+                                                                 "rx_drop_dup_read",
+                                                                 "rx_drop_rd_atomic_busy",
+                                                                 "resp_queue_full",
+                                                                 "rx_drop_local_access"};
   return k[static_cast<std::size_t>(c)];
 }
 

@@ -15,6 +15,22 @@ namespace roce::engine {
 
 using wire::Psn;
 
+std::string_view to_string(AsyncEventType t) {
+  switch (t) {
+    case AsyncEventType::kCqErr:
+      return "CQ error";
+    case AsyncEventType::kQpFatal:
+      return "QP fatal error";
+    case AsyncEventType::kQpReqErr:
+      return "QP request error";
+    case AsyncEventType::kQpAccessErr:
+      return "QP access error";
+    case AsyncEventType::kQpLastWqeReached:
+      return "QP last WQE reached";
+  }
+  return "unknown";
+}
+
 std::string_view to_string(QpState s) {
   static constexpr std::array<std::string_view, 7> k{"RESET", "INIT", "RTR", "RTS",
                                                      "SQD",   "SQE",  "ERR"};
@@ -56,12 +72,6 @@ std::string_view to_string(WcStatus s) {
 }
 
 namespace {
-
-std::uint64_t pick_seed(std::uint64_t seed) {
-  if (seed != 0) return seed;
-  std::random_device rd;
-  return (std::uint64_t{rd()} << 32) ^ rd();
-}
 
 // Linux's symmetric flow label of a QP pair and the UDP source port derived from it
 // (include/rdma/ib_verbs.h: rdma_calc_flow_label, rdma_flow_label_to_udp_sport).
@@ -138,7 +148,9 @@ bool valid_values(const QpAttr& a, std::uint32_t mask, Mtu max_mtu) {
 
 }  // namespace
 
-Engine::Engine(const EngineConfig& cfg) : cfg_(cfg), tx_(cfg.tx_slots), mrs_(pick_seed(cfg.seed)) {
+Engine::Engine(const EngineConfig& cfg)
+    : cfg_(cfg), tx_(cfg.tx_slots), mrs_(cfg.seed, cfg.max_mrs) {
+  async_.resize(std::bit_ceil(std::max<std::uint32_t>(cfg_.max_async_events, 1)));
   if (cfg_.lcore >= kMaxLcores)
     throw std::invalid_argument("engine lcore " + std::to_string(cfg_.lcore) + " is not below " +
                                 std::to_string(kMaxLcores));
@@ -146,12 +158,8 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg), tx_(cfg.tx_slots), mrs_(pic
   cfg_.max_qps = std::min<std::uint32_t>(cfg_.max_qps, (1u << kQpnLcoreShift) - kFirstQpn);
   first_qpn_ = (cfg_.lcore << kQpnLcoreShift) + kFirstQpn;
   qps_.resize(cfg_.max_qps);
-  if (cfg_.first_qp_index) {
-    next_qp_index_ = *cfg_.first_qp_index % cfg_.max_qps;
-  } else {
-    std::mt19937_64 rng(pick_seed(cfg.seed) ^ 0x9E3779B97F4A7C15ull);
-    next_qp_index_ = static_cast<std::uint32_t>(rng() % cfg_.max_qps);
-  }
+  if (cfg_.first_qp_index) next_qp_index_ = *cfg_.first_qp_index % cfg_.max_qps;
+  qp_freed_at_.assign(cfg_.max_qps, 0);
   send_list_.reserve(cfg.max_qps);
   ack_list_.reserve(cfg.max_qps);
   read_list_.reserve(cfg.max_qps);
@@ -172,10 +180,18 @@ int Engine::dealloc_pd(Pd* pd) {
 }
 
 Mr* Engine::reg_mr(Pd* pd, void* addr, std::uint64_t length, std::uint32_t access) {
+  return reg_mr(pd, addr, length, reinterpret_cast<std::uint64_t>(addr), access);
+}
+
+Mr* Engine::reg_mr(Pd* pd, void* host_addr, std::uint64_t length, std::uint64_t iova,
+                   std::uint32_t access) {
+  if (pd == nullptr) return nullptr;
   // IBA 10.6.3.1: remote write or atomic access requires local write.
   if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite))
     return nullptr;
-  return mrs_.create(pd, reinterpret_cast<std::uint64_t>(addr), length, access);
+  // The region may not wrap around the I/O address space.
+  if (length != 0 && iova + (length - 1) < iova) return nullptr;
+  return mrs_.create(pd, iova, length, access, reinterpret_cast<std::uint64_t>(host_addr));
 }
 
 Mr* Engine::alloc_mr(Pd* pd, std::uint64_t max_len) { return mrs_.create_fast_reg(pd, max_len); }
@@ -189,7 +205,7 @@ int Engine::dereg_mr(Mr* mr) {
 }
 
 Cq* Engine::create_cq(std::uint32_t depth) {
-  if (depth == 0) return nullptr;
+  if (depth == 0 || depth > cfg_.max_cq_depth) return nullptr;
   cqs_.push_back(std::make_unique<Cq>(depth));
   return cqs_.back().get();
 }
@@ -230,16 +246,10 @@ Qp* Engine::create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap
     if (*qpn != wire::Qpn::kGsi || type != QpType::kUd || gsi_ != nullptr) return nullptr;
     number = *qpn;
   } else {
-    for (std::uint32_t k = 0; k < cfg_.max_qps; ++k) {
-      const std::uint32_t i = (next_qp_index_ + k) % cfg_.max_qps;
-      if (!qps_[i]) {
-        slot = &qps_[i];
-        number = first_qpn_ + i;
-        next_qp_index_ = (i + 1) % cfg_.max_qps;
-        break;
-      }
-    }
-    if (slot == nullptr) return nullptr;
+    const std::uint32_t i = pick_qp_index();
+    if (i == cfg_.max_qps) return nullptr;
+    slot = &qps_[i];
+    number = first_qpn_ + i;
   }
   auto qp = std::make_unique<Qp>();
   qp->qpn = number;
@@ -274,6 +284,34 @@ Qp* Engine::create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap
   return raw;
 }
 
+// A free QPN: at random (a peer cannot predict the next one from the last), and not one
+// destroyed among the last quarantine destructions (its peer may still send to it, or hold it
+// in CM timewait); any free one when every free one is that recent. With first_qp_index set,
+// cyclic from there instead (reproducible numbers for tests). max_qps when none is free.
+std::uint32_t Engine::pick_qp_index() {
+  const std::uint32_t n = cfg_.max_qps;
+  if (cfg_.first_qp_index) {
+    for (std::uint32_t k = 0; k < n; ++k) {
+      const std::uint32_t i = (next_qp_index_ + k) % n;
+      if (!qps_[i]) {
+        next_qp_index_ = (i + 1) % n;
+        return i;
+      }
+    }
+    return n;
+  }
+  const std::uint32_t quarantine = std::min<std::uint32_t>(n / 2, 1024);
+  const auto start = static_cast<std::uint32_t>(qpn_rng_.next() % n);
+  std::uint32_t fallback = n;
+  for (std::uint32_t k = 0; k < n; ++k) {
+    const std::uint32_t i = (start + k) % n;
+    if (qps_[i]) continue;
+    if (qp_freed_at_[i] == 0 || qp_destroyed_ - qp_freed_at_[i] >= quarantine) return i;
+    if (fallback == n || qp_freed_at_[i] < qp_freed_at_[fallback]) fallback = i;
+  }
+  return fallback;
+}
+
 Qp* Engine::find_qp(std::uint32_t qpn) const {
   if (qpn == wire::Qpn::kGsi) return gsi_;
   const std::uint32_t i = qpn - first_qpn_;
@@ -290,9 +328,10 @@ int Engine::destroy_qp(Qp* qp) {
   --qp->pd->use_count;
   if (qp->srq) --qp->srq->use_count;
   if (qp == gsi_) gsi_ = nullptr;
-  for (auto& q : qps_) {
-    if (q.get() == qp) {
-      q.reset();
+  for (std::size_t i = 0; i < qps_.size(); ++i) {
+    if (qps_[i].get() == qp) {
+      if (i < qp_freed_at_.size()) qp_freed_at_[i] = ++qp_destroyed_;
+      qps_[i].reset();
       --live_qps_;
       return kOk;
     }
@@ -401,8 +440,47 @@ int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
 }
 
 void Engine::post_cqe(Cq* cq, const Wc& wc) {
-  if (cq->size() == cq->depth()) stats_.inc(Counter::kCqOverflow);
-  cq->push(wc);
+  if (cq->push(wc)) return;
+  stats_.inc(Counter::kCqOverflow);
+  if (!cq->overflowed()) {
+    cq->set_overflowed();
+    cq_overrun(cq);
+  }
+}
+
+// IBA 11.6.2 (CQ overrun): the CQ stops (nothing more is written to it: poll_cq returns what
+// it holds), the application hears of it through a CQ error event, and the QPs that complete
+// into it go to the error state, since their completions can no longer be reported. The
+// completion that did not fit is lost: its data was placed and acknowledged, as on an RNIC; it
+// is counted (cq_overflow), as is everything the stopped CQ refuses after it.
+void Engine::cq_overrun(Cq* cq) {
+  async_event({AsyncEventType::kCqErr, 0, cq});
+  if (in_overrun_) return;  // the flushes below complete into stopped CQs: counted, no recursion
+  in_overrun_ = true;
+  for (auto& q : qps_) {
+    if (!q || q->state == QpState::kErr || q->state == QpState::kReset) continue;
+    if (q->send_cq != cq && q->recv_cq != cq) continue;
+    qp_to_error(*q);
+    async_event({AsyncEventType::kQpFatal, q->qpn, nullptr});
+  }
+  in_overrun_ = false;
+}
+
+void Engine::async_event(const AsyncEvent& ev) {
+  stats_.inc(Counter::kAsyncEvents);
+  const auto mask = static_cast<std::uint32_t>(async_.size() - 1);
+  if (async_tail_ - async_head_ == async_.size()) {
+    ++async_head_;  // keep the newest; the oldest is counted lost
+    stats_.inc(Counter::kAsyncEventsLost);
+  }
+  async_[async_tail_++ & mask] = ev;
+  if (on_async_event) on_async_event(ev);
+}
+
+bool Engine::get_async_event(AsyncEvent& ev) {
+  if (async_head_ == async_tail_) return false;
+  ev = async_[async_head_++ & static_cast<std::uint32_t>(async_.size() - 1)];
+  return true;
 }
 
 namespace {
@@ -561,6 +639,7 @@ int Engine::post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr) {
       w.ud_qkey = wr->ud.remote_qkey;
     }
     if (wr->opcode == WrOpcode::kRegMr) {
+      w.compare_add = wr->reg.host ? wr->reg.host : wr->reg.addr;  // where the engine reaches it
       w.reg_key = wr->reg.mr_key;
       w.reg_variant = wr->reg.new_key_variant;
       w.reg_access = wr->reg.access;

@@ -93,6 +93,7 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
     throw std::runtime_error("VLAN " + std::to_string(*spec.vlan) + " of " + spec.device +
                              " is not between 1 and 4094");
   vlan_ = spec.vlan;
+  neighbours_ = spec.neighbours;
   const std::string pool_name = "roce_pool_" + std::to_string(port_);
   pool_ =
       rte_pktmbuf_pool_create(pool_name.c_str(), spec.mbufs, 256, 0,
@@ -382,22 +383,22 @@ bool DpdkPort::tx_vlan(rte_mbuf* m, PortStats& st) {
 
 bool DpdkPort::rx_vlan(rte_mbuf*& m, std::uint16_t q) {
   PortStats& st = q_[q].stats;
+  // The VID a frame must carry: the port's, or without one 0 (untagged or priority-tagged,
+  // IEEE 802.1Q: VID 0 carries only a priority). Whatever the NIC filters or not.
+  const std::uint16_t want = vlan_ ? *vlan_ : 0;
   if (m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED) {
     ++st.rx_vlan_stripped;
-    if ((vlan_ && (m->vlan_tci & 0x0FFF) != *vlan_) || !restore_tag(m)) {
+    if ((m->vlan_tci & 0x0FFF) != want || !restore_tag(m)) {
       ++st.rx_vlan_dropped;
       return false;
     }
     return true;
   }
-  if (!vlan_) return true;
   const auto* p = rte_pktmbuf_mtod(m, const std::uint8_t*);
-  if (m->data_len < 18 || p[12] != 0x81 || p[13] != 0x00 ||
-      ((p[14] << 8 | p[15]) & 0x0FFF) != *vlan_) {
-    ++st.rx_vlan_dropped;
-    return false;
-  }
-  return true;
+  const bool tagged = m->data_len >= 18 && p[12] == 0x81 && p[13] == 0x00;
+  if (tagged ? ((p[14] << 8 | p[15]) & 0x0FFF) == want : !vlan_) return true;
+  ++st.rx_vlan_dropped;
+  return false;
 }
 
 bool DpdkPort::restore_tag(rte_mbuf*& m) {
@@ -510,7 +511,7 @@ PollLoop::PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& fault
     : port_(port),
       eng_(eng),
       queue_(queue),
-      nb_(eng.config().mac, eng.config().ipv4, eng.config().ipv6),
+      nb_(eng.config().mac, eng.config().ipv4, eng.config().ipv6, port.neighbours()),
       reply_(9216 + 64),
       cmds_(make_ring("cmd", 1024)) {
   eng.set_tx_ip_checksum_offload(port.offloads().tx_ip_checksum);

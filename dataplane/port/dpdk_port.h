@@ -56,6 +56,8 @@ struct PortSpec {
   /// or without a tag are dropped and counted. The PMD's VLAN insert and strip offloads are used
   /// when offered; above the port every frame looks as on the wire, tag included.
   std::optional<std::uint16_t> vlan;
+  /// Entries of each neighbour cache (ARP, ND) of the poll loops on this port.
+  std::uint32_t neighbours = Neighbour::kDefaultCapacity;
 };
 
 /// The offloads a port uses (those the PMD offers, unless PortSpec::offloads is false).
@@ -112,6 +114,8 @@ class DpdkPort {
   bool rx_vlan(rte_mbuf*& m, std::uint16_t q);
   /// The port's VLAN (PortSpec::vlan).
   std::optional<std::uint16_t> vlan() const { return vlan_; }
+  /// PortSpec::neighbours.
+  std::uint32_t neighbours() const { return neighbours_; }
   static void free(rte_mbuf* m);
   /// Queues a copy of `frame` for transmit on queue `q`; sent by flush() (or when the burst
   /// is full). Each queue belongs to one lcore.
@@ -156,6 +160,7 @@ class DpdkPort {
   /// Writes the tag the PMD stripped back into the frame (rx_vlan).
   bool restore_tag(rte_mbuf*& m);
   std::optional<std::uint16_t> vlan_;
+  std::uint32_t neighbours_ = Neighbour::kDefaultCapacity;
   std::uint16_t port_ = 0;
   rte_mempool* pool_ = nullptr;
   rte_mempool* ext_pool_ = nullptr;  ///< mbufs without data room, for external buffers

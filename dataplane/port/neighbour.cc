@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 
 #include "dataplane/wire/eth.h"
 #include "dataplane/wire/ip.h"
@@ -50,23 +51,67 @@ std::optional<std::size_t> Neighbour::on_frame(std::span<const std::uint8_t> f,
   return std::nullopt;
 }
 
+static std::uint64_t random_seed() {
+  std::random_device rd;
+  return (std::uint64_t{rd()} << 32) ^ rd();
+}
+
+Neighbour::Neighbour(wire::MacAddr mac, wire::Ipv4Addr ip, std::optional<wire::Ipv6Addr> ip6,
+                     std::uint32_t capacity)
+    : mac_(mac),
+      ip_(ip),
+      ip6_(ip6),
+      cache_(capacity, random_seed()),
+      cache6_(capacity, random_seed()) {}
+
+const NeighbourStats& Neighbour::stats() const {
+  stats_.arp_entries = cache_.size();
+  stats_.nd_entries = cache6_.size();
+  stats_.neighbour_evicted = cache_.evicted() + cache6_.evicted();
+  return stats_;
+}
+
+void Neighbour::count(LearnResult r, std::uint64_t& conflicts) {
+  if (r == LearnResult::kConflict) ++conflicts;
+  if (r == LearnResult::kFull) ++stats_.neighbour_cache_full;
+}
+
 std::size_t Neighbour::on_arp(std::span<const std::uint8_t> f, std::size_t off,
                               std::span<std::uint8_t> out) {
-  if (f.size() < off + kArpLen) return 0;
-  const std::uint8_t* a = f.data() + off;
-  if (wire::load_be16(a) != 1 || wire::load_be16(a + 2) != wire::kEtherTypeIpv4 || a[4] != 6 ||
-      a[5] != 4)
+  if (f.size() < off + kArpLen) {
+    ++stats_.arp_malformed;
     return 0;
+  }
+  const std::uint8_t* a = f.data() + off;
+  const std::uint16_t op = wire::load_be16(a + 6);
+  if (wire::load_be16(a) != 1 || wire::load_be16(a + 2) != wire::kEtherTypeIpv4 || a[4] != 6 ||
+      a[5] != 4 || (op != kArpRequest && op != kArpReply)) {
+    ++stats_.arp_malformed;
+    return 0;
+  }
   wire::MacAddr sha;
   std::memcpy(sha.b.data(), a + 8, 6);
   const wire::Ipv4Addr spa{wire::load_be32(a + 14)};
   const wire::Ipv4Addr tpa{wire::load_be32(a + 24)};
-  const std::uint16_t op = wire::load_be16(a + 6);
-  if (spa.v != 0) {
-    if (op == kArpReply) ++stats_.arp_replies_learned;
-    cache_[spa.v] = sha;  // RFC 826: learn the sender
+  if (sha.b[0] & 1) {  // a group address cannot be a station's
+    ++stats_.arp_malformed;
+    return 0;
   }
-  if (op != kArpRequest || tpa != ip_) return 0;
+  // Learn like Linux with arp_accept=0, and never let an unsolicited frame move a known peer:
+  // a reply only while our request for its sender is pending; a request only when it asks for
+  // our address (a gratuitous ARP asks for the sender's own). 0.0.0.0 is an RFC 5227 probe.
+  if (op == kArpReply) {
+    if (tpa != ip_ || spa == ip_ || cache_.answer(spa, sha) == LearnResult::kUnsolicited)
+      ++stats_.arp_unsolicited;
+    else
+      ++stats_.arp_replies_learned;
+    return 0;
+  }
+  if (tpa != ip_) {
+    ++stats_.arp_not_for_us;
+    return 0;
+  }
+  if (spa.v != 0 && spa != ip_) count(cache_.learn(spa, sha), stats_.arp_conflicts);
   if (out.size() < off + kArpLen) return 0;
   // Reply with the same L2 framing (a VLAN tag is copied as it came).
   std::memcpy(out.data(), f.data(), off);
@@ -117,13 +162,8 @@ std::size_t Neighbour::make_arp_request(wire::Ipv4Addr target, std::span<std::ui
   e.set_ether_type(wire::kEtherTypeArp);
   write_arp(out.data() + 14, kArpRequest, mac_, ip_, wire::MacAddr{}, target);
   ++stats_.arp_requests_sent;
+  if (!cache_.expect(target)) ++stats_.neighbour_cache_full;  // sent, but its reply is refused
   return 60;
-}
-
-std::optional<wire::MacAddr> Neighbour::lookup(wire::Ipv4Addr ip) const {
-  const auto it = cache_.find(ip.v);
-  if (it == cache_.end()) return std::nullopt;
-  return it->second;
 }
 
 }  // namespace roce::port
@@ -132,16 +172,6 @@ namespace roce::port {
 
 namespace {
 constexpr std::uint8_t kNs = 135, kNa = 136, kEchoRequest6 = 128, kEchoReply6 = 129;
-
-void learn6(std::vector<std::pair<wire::Ipv6Addr, wire::MacAddr>>& cache, const wire::Ipv6Addr& ip,
-            const wire::MacAddr& mac) {
-  for (auto& [a, m] : cache)
-    if (a == ip) {
-      m = mac;
-      return;
-    }
-  if (cache.size() < 4096) cache.emplace_back(ip, mac);
-}
 
 // Writes an Ethernet + IPv6 header (hop limit 255, as ND requires) for an ICMPv6 body of
 // `len` bytes already placed at out + off + 40, then fills the ICMPv6 checksum.
@@ -171,25 +201,55 @@ std::size_t Neighbour::on_icmp6(std::span<const std::uint8_t> f, std::size_t off
                                 std::span<std::uint8_t> out) {
   wire::ConstIpv6View ip(f.data() + off);
   const std::size_t len = ip.payload_len();
-  if (ip.version() != 6 || len < 8 || f.size() < off + 40 + len) return 0;
+  if (ip.version() != 6 || len < 8 || f.size() < off + 40 + len) {
+    ++stats_.nd_malformed;
+    return 0;
+  }
   const std::uint8_t* icmp = f.data() + off + 40;
   // A bad checksum is dropped like the kernel does.
-  if (wire::ipv6_l4_checksum(f.data() + off, icmp, len, wire::kIpProtoIcmpv6) != 0) return 0;
+  if (wire::ipv6_l4_checksum(f.data() + off, icmp, len, wire::kIpProtoIcmpv6) != 0) {
+    ++stats_.nd_malformed;
+    return 0;
+  }
   const wire::MacAddr src_mac = wire::ConstEthView(f.data()).src();
-  if ((icmp[0] == kNs || icmp[0] == kNa) && len >= 24) {
+  if (icmp[0] == kNs || icmp[0] == kNa) {
+    // RFC 4861 7.1: hop limit 255 (it came from the link), code 0, room for the target, and
+    // no option of length 0; the link-layer address option of the frame's type is the MAC.
+    const std::uint8_t want_opt = icmp[0] == kNs ? 1 : 2;
+    wire::MacAddr mac = src_mac;
+    bool ok = ip.hop_limit() == 255 && icmp[1] == 0 && len >= 24;
+    for (std::size_t o = 24; ok && o < len;) {
+      if (o + 8 > len || icmp[o + 1] == 0 || o + icmp[o + 1] * 8u > len) {
+        ok = false;
+        break;
+      }
+      if (icmp[o] == want_opt) std::memcpy(mac.b.data(), icmp + o + 2, 6);
+      o += icmp[o + 1] * 8u;
+    }
+    if (!ok || (mac.b[0] & 1)) {
+      ++stats_.nd_malformed;
+      return 0;
+    }
     wire::Ipv6Addr target;
     std::memcpy(target.b.data(), icmp + 8, 16);
     if (icmp[0] == kNa) {
-      // Learn from the target link-layer address option (type 2), else from the frame.
-      wire::MacAddr mac = src_mac;
-      for (std::size_t o = 24; o + 8 <= len && icmp[o + 1] != 0; o += icmp[o + 1] * 8u)
-        if (icmp[o] == 2) std::memcpy(mac.b.data(), icmp + o + 2, 6);
-      learn6(cache6_, target, mac);
-      ++stats_.nd_advertisements_learned;
+      // Taken only as the answer to a solicitation of ours (Linux does not create entries from
+      // unsolicited advertisements either); then it may replace an older MAC.
+      if (cache6_.answer(target, mac) == LearnResult::kUnsolicited)
+        ++stats_.nd_unsolicited;
+      else
+        ++stats_.nd_advertisements_learned;
       return 0;
     }
-    if (ip.src() != wire::Ipv6Addr{}) learn6(cache6_, ip.src(), src_mac);
-    if (!ip6_ || target != *ip6_ || out.size() < off + 40 + 32) return 0;
+    if (!ip6_ || target != *ip6_) {
+      ++stats_.nd_not_for_us;
+      return 0;
+    }
+    // A solicitation for our address: learn the asker (not from DAD's unspecified source).
+    if (ip.src() != wire::Ipv6Addr{} && ip.src().b[0] != 0xff)
+      count(cache6_.learn(ip.src(), mac), stats_.nd_conflicts);
+    if (out.size() < off + 40 + 32) return 0;
+
     std::memcpy(out.data(), f.data(), off);  // keeps a VLAN tag as it came
     std::uint8_t* na = out.data() + off + 40;
     std::memset(na, 0, 32);
@@ -227,13 +287,8 @@ std::size_t Neighbour::make_neighbour_solicitation(const wire::Ipv6Addr& target,
   ns[24] = 1;  // source link-layer address option
   ns[25] = 1;
   std::memcpy(ns + 26, mac_.b.data(), 6);
+  if (!cache6_.expect(target)) ++stats_.neighbour_cache_full;  // sent, but its answer is refused
   return finish_icmp6(out, 14, mac_, mcast, *ip6_, group, 32);
-}
-
-std::optional<wire::MacAddr> Neighbour::lookup(const wire::Ipv6Addr& ip) const {
-  for (const auto& [a, m] : cache6_)
-    if (a == ip) return m;
-  return std::nullopt;
 }
 
 }  // namespace roce::port

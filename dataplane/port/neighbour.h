@@ -3,15 +3,18 @@
 /// fill the neighbour cache, ICMP echo (RFC 792), and for IPv6 neighbour solicitations and
 /// advertisements (RFC 4861) and ICMPv6 echo (RFC 4443). Pure functions over frames, no DPDK: the
 /// poll loop hands every non-RoCE frame here and transmits what comes back.
+///
+/// The caches are bounded and allocated at construction (neighbour_table.h): a peer on the
+/// segment may send any frames, but learns nothing into them except in answer to a request of
+/// ours or by asking for our own address (Linux's arp_accept=0), and never moves a known peer.
+/// Every frame refused is counted in NeighbourStats.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <unordered_map>
-#include <utility>
-#include <vector>
 
+#include "dataplane/port/neighbour_table.h"
 #include "dataplane/wire/bytes.h"
 
 namespace roce::port {
@@ -21,26 +24,46 @@ struct NeighbourStats {
   std::uint64_t icmp_echo_answered = 0, ignored = 0;
   std::uint64_t nd_solicitations_answered = 0, nd_advertisements_learned = 0;
   std::uint64_t icmp6_echo_answered = 0;
+  // Refused, each by reason (the frame is consumed; nothing is learned from it)
+  std::uint64_t arp_unsolicited = 0;       ///< a reply (or gratuitous ARP) we did not ask for
+  std::uint64_t arp_not_for_us = 0;        ///< a request for another address: not learned from
+  std::uint64_t arp_conflicts = 0;         ///< a request to us naming another MAC for a known peer
+  std::uint64_t arp_malformed = 0;         ///< short, not Ethernet/IPv4, unknown opcode, bad sender
+  std::uint64_t nd_unsolicited = 0;        ///< an advertisement we did not solicit
+  std::uint64_t nd_not_for_us = 0;         ///< a solicitation for another address
+  std::uint64_t nd_conflicts = 0;          ///< a solicitation naming another MAC for a known peer
+  std::uint64_t nd_malformed = 0;          ///< short, hop limit not 255, bad checksum, bad option
+  std::uint64_t neighbour_cache_full = 0;  ///< no room and nothing cold to evict (both caches)
+  std::uint64_t neighbour_evicted = 0;     ///< cold entries evicted for new ones (both caches)
+  std::uint64_t arp_entries = 0, nd_entries = 0;  ///< gauges: entries held now
 };
 
 class Neighbour {
  public:
-  Neighbour(wire::MacAddr mac, wire::Ipv4Addr ip, std::optional<wire::Ipv6Addr> ip6 = {})
-      : mac_(mac), ip_(ip), ip6_(ip6) {}
+  static constexpr std::uint32_t kDefaultCapacity = 4096;
+  /// `capacity`: entries of each cache (ARP and ND), allocated here.
+  Neighbour(wire::MacAddr mac, wire::Ipv4Addr ip, std::optional<wire::Ipv6Addr> ip6 = {},
+            std::uint32_t capacity = kDefaultCapacity);
 
   /// Handles one received frame if it is ARP or ICMP for us: returns the length of the answer
   /// written into `out` (0: consumed, no answer). Returns nullopt for every other frame (RoCE
   /// among them), which the caller hands to the engine.
   std::optional<std::size_t> on_frame(std::span<const std::uint8_t> frame,
                                       std::span<std::uint8_t> out);
-  /// Builds an ARP request for `target` into `out`; returns its length.
+  /// Builds an ARP request for `target` into `out`; returns its length. The reply is expected
+  /// from then on (the only ARP reply the cache takes).
   std::size_t make_arp_request(wire::Ipv4Addr target, std::span<std::uint8_t> out);
-  /// Builds a neighbour solicitation for `target` (to its solicited-node multicast group).
+  /// Builds a neighbour solicitation for `target` (to its solicited-node multicast group); the
+  /// advertisement is expected from then on.
   std::size_t make_neighbour_solicitation(const wire::Ipv6Addr& target,
                                           std::span<std::uint8_t> out);
-  std::optional<wire::MacAddr> lookup(wire::Ipv4Addr ip) const;
-  std::optional<wire::MacAddr> lookup(const wire::Ipv6Addr& ip) const;
-  const NeighbourStats& stats() const { return stats_; }
+  /// The MAC of a neighbour; the entry is in use from then on and never evicted.
+  std::optional<wire::MacAddr> lookup(wire::Ipv4Addr ip) { return cache_.lookup(ip); }
+  std::optional<wire::MacAddr> lookup(const wire::Ipv6Addr& ip) { return cache6_.lookup(ip); }
+  const NeighbourStats& stats() const;
+  std::size_t capacity() const { return cache_.capacity(); }
+  /// Bytes the two caches hold (all allocated by the constructor).
+  std::size_t footprint() const { return cache_.footprint() + cache6_.footprint(); }
 
  private:
   std::size_t on_arp(std::span<const std::uint8_t> frame, std::size_t off,
@@ -52,9 +75,10 @@ class Neighbour {
   wire::MacAddr mac_;
   wire::Ipv4Addr ip_;
   std::optional<wire::Ipv6Addr> ip6_;
-  std::unordered_map<std::uint32_t, wire::MacAddr> cache_;
-  std::vector<std::pair<wire::Ipv6Addr, wire::MacAddr>> cache6_;
-  NeighbourStats stats_;
+  void count(LearnResult r, std::uint64_t& conflicts);
+  NeighbourTable<wire::Ipv4Addr> cache_;
+  NeighbourTable<wire::Ipv6Addr> cache6_;
+  mutable NeighbourStats stats_;
 };
 
 }  // namespace roce::port

@@ -361,9 +361,12 @@ TEST(Regression, ReadReplayAfterDeregIsRefused) {
   std::fill(r.mem.begin(), r.mem.end(), 0x5A);  // memory reused for something private
   r.read(Resp::kE, 256, key);                   // duplicate of the first READ
   auto& o = r.flush();
-  ASSERT_EQ(o.size(), 1u) << "a NAK, not the region's new contents";
-  EXPECT_EQ(o[0].opcode, Opcode::kRcAcknowledge);
-  EXPECT_EQ(o[0].aeth().syndrome().raw(), 0x62) << "remote access error";
+  // Not the region's new contents. Nor a NAK: such a duplicate is most often a stale copy of a
+  // READ the requester completed before the application freed the region, and a class C NAK
+  // would end a healthy connection (the soak's re-registrations found it). Dropped, counted.
+  EXPECT_TRUE(o.empty()) << "nothing is sent for it";
+  EXPECT_EQ(r.eng.stats().get(Counter::kRxDropDupRead), 1u);
+  EXPECT_EQ(r.qp->state, QpState::kRtr);
 }
 
 // F6: a duplicate READ replay (from a requester timeout) still queued when the requester's next

@@ -1,7 +1,9 @@
 // Randomized soak: mixed WRITE, READ, SEND and atomic traffic on several QPs over a wire that
 // drops, duplicates, reorders and corrupts, checking every byte and every completion against a
-// model. Seeded and bounded in time:
-//   ROCE_SOAK_SECONDS (default 20), ROCE_SOAK_SEED (default 1), ROCE_SOAK_LOSS (default 0.01)
+// model, while both sides deregister and re-register the regions of finished rounds. Seeded
+// and bounded in time:
+//   ROCE_SOAK_SECONDS (default 20), ROCE_SOAK_SEED (default 1), ROCE_SOAK_LOSS (default 0.01),
+//   ROCE_SOAK_REREG (default 1)
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -47,6 +49,14 @@ struct Pending {
   std::vector<std::uint8_t> expect;
   std::uint64_t expect_orig = 0;
 };
+
+// A new registration of the same memory (new key), then the old one deregistered.
+void rereg_buffer(Engine& e, Pd* pd, Buffer& b) {
+  Mr* fresh = e.reg_mr(pd, b.bytes.data(), b.bytes.size(), b.mr->access);
+  ASSERT_NE(fresh, nullptr);
+  ASSERT_EQ(e.dereg_mr(b.mr), kOk);
+  b.mr = fresh;
+}
 
 TEST(Soak, MixedTrafficOverALossyWire) {
   const double seconds = env_or("ROCE_SOAK_SECONDS", 20);
@@ -112,7 +122,9 @@ TEST(Soak, MixedTrafficOverALossyWire) {
     p.fr = lb.a().alloc_mr(a.pd, p.fr_mem.size());
   }
 
-  std::uint64_t ops = 0, bytes = 0, rounds = 0;
+  // ROCE_SOAK_REREG=0 keeps every MR for the whole run.
+  const bool rereg = env_or("ROCE_SOAK_REREG", 1) != 0;
+  std::uint64_t ops = 0, bytes = 0, rounds = 0, reregs = 0;
   const auto t_end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (std::chrono::steady_clock::now() < t_end) {
     ++rounds;
@@ -312,13 +324,21 @@ TEST(Soak, MixedTrafficOverALossyWire) {
       std::memcpy(&counter, p.counter.bytes.data(), 8);
       ASSERT_EQ(counter, p.counter_model);
       ASSERT_EQ(p.a.qp->state, QpState::kRts);
+      // Re-register this pair's regions on both sides (new keys) while the other pairs'
+      // traffic is still under way; stale duplicates with the old keys must not hurt.
+      if (rereg && rng() % 2 == 0) {
+        for (Buffer* buf : {&p.src, &p.back, &p.results}) rereg_buffer(lb.a(), p.a.pd, *buf);
+        for (Buffer* buf : {&p.region, &p.inbox, &p.counter}) rereg_buffer(lb.b(), p.b.pd, *buf);
+        reregs += 6;
+      }
     }
   }
   const auto& sa = lb.a().stats();
   const auto& sb = lb.b().stats();
   std::printf(
       "soak: %llu rounds, %llu ops, %.1f MB; dropped %llu+%llu, duplicated %llu+%llu, "
-      "corrupted %llu+%llu; retries %llu, timeouts %llu, seq NAKs %llu, duplicates %llu\n",
+      "corrupted %llu+%llu; retries %llu, timeouts %llu, seq NAKs %llu, duplicates %llu; "
+      "MRs re-registered %llu\n",
       static_cast<unsigned long long>(rounds), static_cast<unsigned long long>(ops),
       static_cast<double>(bytes) / 1e6,
       static_cast<unsigned long long>(lb.injector(0).stats().dropped),
@@ -330,7 +350,11 @@ TEST(Soak, MixedTrafficOverALossyWire) {
       static_cast<unsigned long long>(sa.get(Counter::kRetries)),
       static_cast<unsigned long long>(sa.get(Counter::kRetransmitTimeouts)),
       static_cast<unsigned long long>(sb.get(Counter::kSeqErrNakSent)),
-      static_cast<unsigned long long>(sb.get(Counter::kDuplicateRequests)));
+      static_cast<unsigned long long>(sb.get(Counter::kDuplicateRequests)),
+      static_cast<unsigned long long>(reregs));
+  if (rereg) {
+    EXPECT_GT(reregs, 0u);
+  }
   EXPECT_GT(ops, 0u);
   if (loss > 0 && (on("drop") || on("reorder") || on("corrupt"))) {
     EXPECT_GT(sa.get(Counter::kRetries), 0u) << "the faults must have been felt";

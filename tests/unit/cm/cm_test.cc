@@ -840,7 +840,20 @@ TEST_F(CmTest, SidrResolvesQpnAndQkey) {
   EXPECT_EQ(ev.sidr_qpn, Qpn(0x33));
   EXPECT_EQ(ev.sidr_qkey, 0x01234567u);
   EXPECT_EQ(a_.cm.size(), 0u);
+  // B keeps the answered exchange (as Linux does): a repeated SIDR_REQ (our SIDR_REP was lost)
+  // gets the same SIDR_REP from the CM, and the application sees no second request.
+  EXPECT_EQ(b_.cm.size(), 1u);
+  EXPECT_EQ(b_.cm.state(sreq.id), ConnState::kSidrRepSent);
+  b_.cm.on_mad(req.bytes, a_.addr);
+  EXPECT_EQ(b_.count(CmEventType::kSidrRequest), 1u);
+  ASSERT_EQ(b_.out.size(), 1u);
+  const SidrRepMsg again = b_.pop().as<SidrRepMsg>();
+  EXPECT_EQ(again.request_id, ia.v);
+  EXPECT_EQ(again.qpn, Qpn(0x33));
+  // Forgotten after two REQ retransmission intervals.
+  advance(2 * kReqInterval);
   EXPECT_EQ(b_.cm.size(), 0u);
+  EXPECT_FALSE(b_.cm.next_deadline());
 }
 
 TEST_F(CmTest, SidrWithoutListenerAndTimeout) {

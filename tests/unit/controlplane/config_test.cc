@@ -22,7 +22,7 @@ ports:
     zero_copy: false
     zero_copy_min: 1024
     fault: {drop: 0.01, reorder: 0.1, reorder_window: 3, seed: 5}
-limits: {max_qps: 100}
+limits: {max_qps: 100, neighbours: 1024, cm_connections: 64}
 transport: {ack_req_every: 16}
 logging: {level: debug}
 counters: {prometheus: "127.0.0.1:9464", telemetry: false}
@@ -49,6 +49,8 @@ TEST(Config, ParsesEveryField) {
   EXPECT_EQ(p.fault.reorder_window, 3u);
   EXPECT_EQ(p.fault.seed, 5u);
   EXPECT_EQ(c.limits.max_qps, 100u);
+  EXPECT_EQ(c.limits.neighbours, 1024u);
+  EXPECT_EQ(c.limits.cm_connections, 64u);
   EXPECT_EQ(c.limits.cq_depth, 4096u) << "defaults stay where nothing was said";
   EXPECT_EQ(c.transport.ack_req_every, 16u);
   EXPECT_EQ(c.logging.level, "debug");

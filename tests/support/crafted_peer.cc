@@ -1,0 +1,96 @@
+#include "tests/support/crafted_peer.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/support/loopback.h"
+
+namespace roce::test {
+
+using namespace roce::engine;
+
+CraftedPeer::CraftedPeer(const CraftedOptions& o)
+    : eng(Loopback::default_config(1)), peer(Loopback::default_config(0)) {
+  pd = eng.alloc_pd();
+  cq = eng.create_cq(o.cq_depth);
+  qp = eng.create_qp(pd, o.type, cq, cq, QpCap{16, 16, 2, 2, 0});
+  QpAttr a;
+  a.qp_state = QpState::kInit;
+  a.qp_access_flags = o.access;
+  EXPECT_EQ(eng.modify_qp(qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags), kOk);
+  a.qp_state = QpState::kRtr;
+  a.path_mtu = o.mtu;
+  a.dest_qp_num = kPeerQpn;
+  a.rq_psn = kEpsn;
+  a.max_dest_rd_atomic = o.max_dest_rd_atomic;
+  a.min_rnr_timer = 12;
+  a.ah.dmac = peer.mac;
+  a.ah.dgid = wire::ipv4_mapped(peer.ipv4);
+  std::uint32_t mask = kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
+  if (o.type == QpType::kRc) mask |= kQpMaxDestRdAtomic | kQpMinRnrTimer;
+  EXPECT_EQ(eng.modify_qp(qp, a, mask), kOk);
+  mem.resize(o.mem_size);
+  mr = eng.reg_mr(pd, mem.data(), mem.size(),
+                  kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
+                      kAccessRemoteAtomic);
+}
+
+void CraftedPeer::inject(const Req& r) {
+  wire::FrameSpec s;
+  s.src_mac = peer.mac;
+  s.dst_mac = eng.config().mac;
+  s.src_ip4 = peer.ipv4;
+  s.dst_ip4 = eng.config().ipv4;
+  s.opcode = r.op;
+  s.dest_qp = wire::Qpn(qp->qpn);
+  s.psn = wire::Psn(r.psn);
+  s.ack_req = r.ack_req;
+  s.reth = {r.va, r.rkey, r.dma_len};
+  s.atomic = {r.va, r.rkey, r.op == wire::Opcode::kRcCompareSwap ? r.swap : r.compare_add,
+              r.compare_add};
+  s.ieth_rkey = r.ieth_rkey;
+  std::vector<std::uint8_t> payload(r.payload_len, static_cast<std::uint8_t>(r.psn));
+  std::vector<std::uint8_t> frame(wire::frame_len(s, r.payload_len));
+  ASSERT_EQ(wire::build_frame(s, payload, frame), frame.size());
+  eng.receive(frame, now);
+}
+
+void CraftedPeer::inject(wire::Opcode op, std::uint32_t psn, std::size_t payload_len,
+                         bool ack_req, std::uint64_t off, std::uint32_t dma_len) {
+  Req r;
+  r.op = op;
+  r.psn = psn;
+  r.payload_len = payload_len;
+  r.ack_req = ack_req;
+  r.va = mem_addr() + off;
+  r.rkey = mr ? mr->key : 0;
+  r.dma_len = dma_len;
+  inject(r);
+}
+
+std::vector<Answer> CraftedPeer::flush() {
+  now += 1000;
+  eng.run(now);
+  std::vector<Answer> out;
+  eng.drain_tx([&](std::span<const std::uint8_t> f) {
+    wire::RxPkt p;
+    ASSERT_EQ(wire::parse_frame(f, p), wire::Verdict::kOk);
+    EXPECT_EQ(p.dest_qp.raw(), kPeerQpn);
+    const bool aeth = p.info->has(wire::Ext::kAeth);
+    out.push_back({p.opcode, p.psn.raw(), aeth ? p.aeth().syndrome().raw() : std::uint8_t{0},
+                   aeth ? p.aeth().msn().raw() : 0, p.payload_len});
+  });
+  return out;
+}
+
+void CraftedPeer::post_recvs(int n, std::uint32_t len) {
+  for (int i = 0; i < n; ++i) {
+    Sge s{mem_addr(), len, mr->key};
+    RecvWr r;
+    r.wr_id = static_cast<std::uint64_t>(i);
+    r.sg_list = &s;
+    r.num_sge = 1;
+    ASSERT_EQ(eng.post_recv(qp, &r, nullptr), kOk);
+  }
+}
+
+}  // namespace roce::test
