@@ -300,8 +300,12 @@ int main(int argc, char** argv) {
   std::memcpy(rp.gid.b.data(), peer.gid, 16);
   const Mtu mtu = std::min(ctx->port().max_mtu, Mtu::k1024);
   if (const int rc = ctx->connect_rc(qp, rp, mine.psn, mtu)) die("connect_rc", rc);
-  std::printf("attach-example: QP %u connected to QP %u (peer buffer iova 0x%llx rkey 0x%x)\n",
-              qp->qp_num, peer.qpn, static_cast<unsigned long long>(peer.iova), peer.rkey);
+  std::printf(
+      "attach-example: QP %u connected to QP %u (peer buffer iova 0x%llx rkey 0x%x); "
+      "our MR's iova is %s\n",
+      qp->qp_num, peer.qpn, static_cast<unsigned long long>(peer.iova), peer.rkey,
+      mr->iova == reinterpret_cast<std::uint64_t>(buf->addr) ? "our own buffer address"
+                                                             : "another address");
   std::fflush(stdout);
 
   const auto sge = [&](std::size_t off, std::size_t len) {

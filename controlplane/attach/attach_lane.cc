@@ -60,29 +60,11 @@ std::size_t Lane::poll(std::uint64_t) {
   std::size_t moved = 0;
   for (LaneQp* q : qps_) {
     moved += drain_send(*q);
-    if (q->rq.valid()) moved += drain_recv(q->rq, q->client, q->qp, nullptr, q->recv_cq);
+    if (q->rq.valid()) moved += drain_recv(q->rq, q->qp, nullptr, q->recv_cq);
   }
-  for (LaneSrq* s : srqs_) moved += drain_recv(s->rq, s->client, nullptr, s->srq, s->error_cq);
+  for (LaneSrq* s : srqs_) moved += drain_recv(s->rq, nullptr, s->srq, s->error_cq);
   for (LaneCq* c : cqs_) moved += deliver(*c);
   return moved;
-}
-
-void Lane::translate(const LaneClient* client, const engine::Sge* in, std::uint32_t n,
-                     engine::Sge* out) const {
-  std::copy_n(in, n, out);
-  if constexpr (!kEngineIova) {
-    // Shim: the MR is registered at roced's address; a client address inside one of its own
-    // MRs becomes the same byte in roced's mapping. Anything else is left as it is and fails
-    // the engine's key check (a key of another client's MR fails the PD check).
-    for (std::uint32_t i = 0; i < n; ++i) {
-      const auto it = client->mrs.find(out[i].lkey);
-      if (it == client->mrs.end()) continue;
-      const Xlate& x = it->second;
-      if (out[i].addr >= x.client && out[i].length <= x.length &&
-          out[i].addr - x.client <= x.length - out[i].length)
-        out[i].addr = x.host + (out[i].addr - x.client);
-    }
-  }
 }
 
 void Lane::refuse(LaneCq* cq, std::uint64_t wr_id, engine::WcOpcode op, std::uint32_t qpn) {
@@ -111,11 +93,9 @@ std::size_t Lane::drain_send(LaneQp& q) {
       refuse(q.send_cq, s.wr_id, wc_opcode(s.opcode), q.qp->qpn);
       continue;
     }
-    engine::Sge sge[kMaxSge];
-    translate(q.client, s.sge, s.num_sge, sge);
     engine::SendWr wr;
     wr.wr_id = s.wr_id;
-    wr.sg_list = sge;
+    wr.sg_list = s.sge;  // a copy out of shared memory (peek_n)
     wr.num_sge = s.num_sge;
     wr.opcode = s.opcode;
     // Inline data is copied by the engine from the SGE address without a key check: a client
@@ -141,8 +121,8 @@ std::size_t Lane::drain_send(LaneQp& q) {
   return taken;
 }
 
-std::size_t Lane::drain_recv(ShmConsumer<RecvEntry>& ring, LaneClient* client, engine::Qp* qp,
-                             engine::Srq* srq, LaneCq* cq) {
+std::size_t Lane::drain_recv(ShmConsumer<RecvEntry>& ring, engine::Qp* qp, engine::Srq* srq,
+                             LaneCq* cq) {
   if (ring.broken()) return 0;
   RecvEntry e[kBatch];
   const std::size_t n = ring.peek_n(e, kBatch);
@@ -158,11 +138,9 @@ std::size_t Lane::drain_recv(ShmConsumer<RecvEntry>& ring, LaneClient* client, e
       refuse(cq, r.wr_id, engine::WcOpcode::kRecv, qpn);
       continue;
     }
-    engine::Sge sge[kMaxSge];
-    translate(client, r.sge, r.num_sge, sge);
     engine::RecvWr wr;
     wr.wr_id = r.wr_id;
-    wr.sg_list = sge;
+    wr.sg_list = r.sge;
     wr.num_sge = r.num_sge;
     const int rc = qp ? eng_.post_recv(qp, &wr, nullptr) : eng_.post_srq_recv(srq, &wr, nullptr);
     if (rc == engine::kErrNoMem) break;

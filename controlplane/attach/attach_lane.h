@@ -9,11 +9,12 @@
 /// What a client writes is not trusted: entries are copied out of shared memory before they
 /// are looked at, SGE counts are bounded, inline data and fast registration (which would make
 /// the engine touch addresses no MR covers) are refused, and a ring whose index goes out of
-/// range is "broken" and no longer read.
+/// range is "broken" and no longer read. Addresses in SGEs are the client's own: its MRs are
+/// registered with those as I/O virtual addresses (Engine::reg_mr with an iova), so they go to
+/// the engine as they are, and its key checks keep a client inside its own MRs.
 #pragma once
 
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
 #include "controlplane/attach/protocol.h"
@@ -21,35 +22,6 @@
 #include "dataplane/port/poller.h"
 
 namespace roce::attach {
-
-/// Whether the engine registers MRs with an I/O virtual address distinct from where it reads
-/// (Engine::reg_mr(pd, host_addr, length, iova, access)). Without it (the temporary shim),
-/// MRs are registered at roced's address, the IOVA a client is told is roced's, and the
-/// lane translates the client's SGE addresses.
-template <class E>
-concept EngineHasIova = requires(E& e, engine::Pd* pd, void* p) {
-  e.reg_mr(pd, p, std::uint64_t{}, std::uint64_t{}, std::uint32_t{});
-};
-inline constexpr bool kEngineIova = EngineHasIova<engine::Engine>;
-
-/// Registers `length` bytes at roced's `host` as the client's `iova` (shim: at `host`).
-template <class E = engine::Engine>
-engine::Mr* reg_mr_iova(E& eng, engine::Pd* pd, void* host, std::uint64_t length,
-                        std::uint64_t iova, std::uint32_t access) {
-  if constexpr (EngineHasIova<E>)
-    return eng.reg_mr(pd, host, length, iova, access);
-  else
-    return (void)iova, eng.reg_mr(pd, host, length, access);
-}
-
-/// Shim only: the client address range an MR's key covers and where roced maps it.
-struct Xlate {
-  std::uint64_t client = 0, host = 0, length = 0;
-};
-/// Per client, on its lane: key -> translation (empty with an IOVA engine).
-struct LaneClient {
-  std::unordered_map<std::uint32_t, Xlate> mrs;
-};
 
 struct LaneCq {
   engine::Cq* cq = nullptr;
@@ -63,7 +35,6 @@ struct LaneQp {
   engine::Qp* qp = nullptr;
   ShmConsumer<SendEntry> sq;
   ShmConsumer<RecvEntry> rq;  ///< not valid on an SRQ
-  LaneClient* client = nullptr;
   LaneCq* send_cq = nullptr;
   LaneCq* recv_cq = nullptr;
 };
@@ -71,7 +42,6 @@ struct LaneQp {
 struct LaneSrq {
   engine::Srq* srq = nullptr;
   ShmConsumer<RecvEntry> rq;
-  LaneClient* client = nullptr;
   LaneCq* error_cq = nullptr;  ///< where refused receive requests complete (set by the first QP)
 };
 
@@ -97,12 +67,9 @@ class Lane : public port::Poller {
 
  private:
   std::size_t drain_send(LaneQp& q);
-  std::size_t drain_recv(ShmConsumer<RecvEntry>& ring, LaneClient* client, engine::Qp* qp,
-                         engine::Srq* srq, LaneCq* cq);
+  std::size_t drain_recv(ShmConsumer<RecvEntry>& ring, engine::Qp* qp, engine::Srq* srq,
+                         LaneCq* cq);
   std::size_t deliver(LaneCq& c);
-  /// The engine's view of a client's SGEs (shim: translated to roced's addresses).
-  void translate(const LaneClient* client, const engine::Sge* in, std::uint32_t n,
-                 engine::Sge* out) const;
   void refuse(LaneCq* cq, std::uint64_t wr_id, engine::WcOpcode op, std::uint32_t qpn);
   engine::Engine& eng_;
   std::vector<LaneQp*> qps_;

@@ -113,7 +113,6 @@ struct Client {
   std::uint32_t lcore = 0;
   Lane* lane = nullptr;
   port::PollLoop* loop = nullptr;
-  std::unique_ptr<LaneClient> xl = std::make_unique<LaneClient>();
   std::uint32_t next_handle = 1;
   std::map<std::uint32_t, PdRec> pds;
   std::map<std::uint32_t, Region> regions;
@@ -308,7 +307,6 @@ void AttachServer::drop(Client& c, bool lost) {
           e.destroy_srq(s.lane->srq);
         }
         for (auto& [h, m] : c.mrs) e.dereg_mr(m.mr);
-        c.xl->mrs.clear();
         for (auto& [h, q] : c.cqs) {
           c.lane->remove(q.lane.get());
           e.destroy_cq(q.lane->cq);
@@ -492,19 +490,16 @@ int Ops::reg_mr() {
   if (c.mrs.size() >= quota().max_mrs) return EDQUOT;
   void* host = static_cast<std::uint8_t*>(g.map) + r.offset;
   Lane* lane = c.lane;
-  LaneClient* xl = c.xl.get();
   engine::Pd* epd = pd->second.pd;
   const RegMrReq req = r;
-  engine::Mr* mr = run([=] {
-    engine::Mr* x = reg_mr_iova(lane->engine(), epd, host, req.length, req.iova, req.access);
-    if (x != nullptr && !kEngineIova)
-      xl->mrs[x->key] = Xlate{req.iova, reinterpret_cast<std::uint64_t>(host), req.length};
-    return x;
-  });
+  // Registered at roced's mapping, addressed (by the client's SGEs and by peers) through the
+  // client's own address, the IOVA.
+  engine::Mr* mr =
+      run([=] { return lane->engine().reg_mr(epd, host, req.length, req.iova, req.access); });
   if (mr == nullptr) return EINVAL;
   rep.handle = c.next_handle++;
   rep.key = mr->key;
-  rep.iova = kEngineIova ? r.iova : reinterpret_cast<std::uint64_t>(host);
+  rep.iova = r.iova;
   c.mrs[rep.handle] = MrRec{mr, r.pd, r.region};
   ++pd->second.refs;
   ++reg->second.mrs;
@@ -516,11 +511,7 @@ int Ops::dereg_mr() {
   const auto it = c.mrs.find(rq.handle);
   if (it == c.mrs.end()) return EINVAL;
   engine::Engine* e = &eng();
-  LaneClient* xl = c.xl.get();
-  run([e, xl, mr = it->second.mr] {
-    xl->mrs.erase(mr->key);
-    return e->dereg_mr(mr);
-  });
+  run([e, mr = it->second.mr] { return e->dereg_mr(mr); });
   --c.pds[it->second.pd].refs;
   --c.regions[it->second.region].mrs;
   c.mrs.erase(it);
@@ -613,7 +604,6 @@ int Ops::create_qp() {
         ShmQueueLayout<RecvEntry>::init(static_cast<std::uint8_t*>(p) + rings.rq_offset(),
                                         rings.rq_slots),
         rings.rq_slots);
-  lq->client = c.xl.get();
   lq->send_cq = scq->second.lane.get();
   lq->recv_cq = rcq->second.lane.get();
   LaneSrq* ls = r.srq ? srq->second.lane.get() : nullptr;
@@ -721,7 +711,6 @@ int Ops::create_srq() {
   if (p == nullptr) return ENOMEM;
   auto ls = std::make_unique<LaneSrq>();
   ls->rq = ShmConsumer<RecvEntry>(ShmQueueLayout<RecvEntry>::init(p, slots), slots);
-  ls->client = c.xl.get();
   Lane* lane = c.lane;
   LaneSrq* l = ls.get();
   engine::Pd* epd = pd->second.pd;

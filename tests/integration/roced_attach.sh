@@ -81,6 +81,9 @@ cat "$work/ex-a.log" "$work/ex-b.log"
 grep -q "OK: received SEND" "$work/ex-a.log"
 grep -q "OK: SEND of 65536 bytes, WRITE of 65536 bytes, READ of 65536 bytes" "$work/ex-b.log"
 grep -q "OK: 200 ping-pongs of 8 bytes" "$work/ex-b.log"
+# The address a peer uses is the client's own (an I/O virtual address), not roced's mapping.
+grep -q "our MR's iova is our own buffer address" "$work/ex-a.log"
+grep -q "our MR's iova is our own buffer address" "$work/ex-b.log"
 
 "$exc" "$work/a.sock" listen $((tcp + 1)) > "$work/exc-a.log" 2>&1 &
 sa=$!
