@@ -25,6 +25,7 @@ namespace roce::client {
 namespace {
 
 using attach::CqEntry;
+using attach::EventEntry;
 using attach::kMaxSge;
 using attach::Op;
 using attach::RecvEntry;
@@ -89,6 +90,8 @@ class Attached final : public Context {
   explicit Attached(int fd) : fd_(fd) {}
   ~Attached() override {
     ::close(fd_);  // roced releases everything of ours when the socket closes
+    if (events_map_) ::munmap(events_map_, events_bytes_);
+    if (events_fd_ >= 0) ::close(events_fd_);
     for (auto& q : qps_) ::munmap(q->map, q->bytes);
     for (auto& s : srqs_) ::munmap(s->map, s->bytes);
     for (auto& c : cqs_) {
@@ -108,8 +111,16 @@ class Attached final : public Context {
     if (port.size() >= sizeof rq.hello.port) return EINVAL;
     std::memcpy(rq.hello.port, port.data(), port.size());
     Reply rep;
-    if (const int rc = call(rq, rep)) return rc;
+    int fds[2] = {-1, -1};
+    if (const int rc = call(rq, rep, nullptr, 0, fds, 2)) return rc;
     const attach::HelloRep& h = rep.hello;
+    events_fd_ = fds[1];
+    events_bytes_ = rep.bytes;
+    events_map_ = fds[0] >= 0 ? map_fd(fds[0], rep.bytes) : nullptr;
+    if (fds[0] >= 0) ::close(fds[0]);
+    attach::ShmQueueHeader* eh = ShmQueueLayout<EventEntry>::open(events_map_, events_bytes_);
+    if (eh == nullptr || events_fd_ < 0 || eh->slots != h.event_slots) return EPROTO;
+    events_ = ShmConsumer<EventEntry>(eh, h.event_slots);
     port_.name.assign(h.port, strnlen(h.port, sizeof h.port));
     port_.mac = h.mac;
     port_.ipv4 = h.ipv4;
@@ -388,12 +399,41 @@ class Attached final : public Context {
   }
   int wait_cq(Cq* cq, int timeout_ms) override {
     auto* c = static_cast<ACq*>(cq);
+    return wait_on(c->ring, c->mu, c->efd, timeout_ms);
+  }
+  int get_async_event(AsyncEvent& ev, int timeout_ms) override {
+    for (;;) {
+      EventEntry e;
+      bool got;
+      {
+        std::lock_guard<std::mutex> g(events_mu_);
+        got = events_.pop(e);
+      }
+      if (got) {
+        ev.type = e.type;
+        ev.qp_num = e.qp_num;
+        ev.cq = nullptr;
+        std::lock_guard<std::mutex> g(tables_);
+        for (auto& c : cqs_)
+          if (e.cq != 0 && c->h == e.cq) ev.cq = c.get();
+        return 0;
+      }
+      if (timeout_ms == 0) return dead_ ? ENOTCONN : ETIMEDOUT;
+      if (const int rc = wait_on(events_, events_mu_, events_fd_, timeout_ms)) return rc;
+    }
+  }
+
+ private:
+  /// Sleeps on `efd` until `ring` has an entry (0; at once if it has one), the timeout passes
+  /// (ETIMEDOUT) or roced goes away (ENOTCONN).
+  template <class T>
+  int wait_on(ShmConsumer<T>& ring, std::mutex& mu, int efd, int timeout_ms) {
     const std::uint64_t end =
         timeout_ms < 0 ? 0 : ms_now() + static_cast<std::uint64_t>(timeout_ms);
     for (;;) {
       {
-        std::lock_guard<std::mutex> g(c->mu);
-        if (!c->ring.arm()) return 0;  // something is there: no sleep
+        std::lock_guard<std::mutex> g(mu);
+        if (!ring.arm()) return 0;  // something is there: no sleep
       }
       if (dead_) return ENOTCONN;
       int wait = -1;
@@ -402,22 +442,20 @@ class Attached final : public Context {
         if (now >= end) return ETIMEDOUT;
         wait = static_cast<int>(end - now);
       }
-      pollfd p[2] = {{c->efd, POLLIN, 0}, {fd_, POLLIN, 0}};
+      pollfd p[2] = {{efd, POLLIN, 0}, {fd_, POLLIN, 0}};
       const int r = ::poll(p, 2, wait);
       if (r < 0 && errno != EINTR) return errno;
       if (r == 0) return ETIMEDOUT;
       if (p[0].revents & POLLIN) {
         std::uint64_t v;
-        [[maybe_unused]] const ssize_t k = ::read(c->efd, &v, sizeof v);
+        [[maybe_unused]] const ssize_t k = ::read(efd, &v, sizeof v);
       }
       if (p[1].revents != 0 && !check_alive()) {
-        std::lock_guard<std::mutex> g(c->mu);
-        return c->ring.empty() ? ENOTCONN : 0;
+        std::lock_guard<std::mutex> g(mu);
+        return ring.empty() ? ENOTCONN : 0;
       }
     }
   }
-
- private:
   template <class T>
   T* keep(std::vector<std::unique_ptr<T>>& v, std::unique_ptr<T> p) {
     std::lock_guard<std::mutex> g(tables_);
@@ -560,6 +598,11 @@ class Attached final : public Context {
   std::mutex tables_;  ///< the vectors below
   std::uint32_t seq_ = 0;
   std::atomic<bool> dead_{false};
+  ShmConsumer<EventEntry> events_;  ///< asynchronous events (hello)
+  std::mutex events_mu_;
+  int events_fd_ = -1;
+  void* events_map_ = nullptr;
+  std::size_t events_bytes_ = 0;
   std::vector<std::unique_ptr<APd>> pds_;
   std::vector<std::unique_ptr<ABuffer>> bufs_;
   std::vector<std::unique_ptr<AMr>> mrs_;

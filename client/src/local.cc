@@ -203,6 +203,27 @@ class Local final : public Context {
     if (c->size() == 0 && o_.progress) o_.progress();
     return e_.poll_cq(c, max, out);
   }
+  int get_async_event(AsyncEvent& ev, int timeout_ms) override {
+    timespec t0{};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    engine::AsyncEvent e;
+    for (unsigned i = 0; !e_.get_async_event(e); ++i) {
+      if (timeout_ms == 0) return ETIMEDOUT;
+      if (o_.progress) o_.progress();
+      if (timeout_ms > 0 && (i & 255) == 0) {
+        timespec t{};
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= timeout_ms)
+          return ETIMEDOUT;
+      }
+    }
+    ev.type = e.type;
+    ev.qp_num = e.qp_num;
+    ev.cq = nullptr;
+    for (auto& c : cqs_)
+      if (c->cq == e.cq) ev.cq = c.get();
+    return 0;
+  }
   int wait_cq(Cq* cq, int timeout_ms) override {
     engine::Cq* c = static_cast<LCq*>(cq)->cq;
     timespec t0{};

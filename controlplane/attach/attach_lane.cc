@@ -67,6 +67,35 @@ std::size_t Lane::poll(std::uint64_t) {
   return moved;
 }
 
+void Lane::on_async(const engine::AsyncEvent& ev) {
+  EventEntry e;
+  e.type = ev.type;
+  LaneEvents* to = nullptr;
+  if (ev.type == engine::AsyncEventType::kCqErr) {
+    for (LaneCq* c : cqs_)
+      if (c->cq == ev.cq) {
+        to = c->events;
+        e.cq = c->handle;
+      }
+  } else {
+    for (LaneQp* q : qps_)
+      if (q->qp->qpn == ev.qp_num) to = q->events;
+    e.qp_num = ev.qp_num;
+  }
+  if (next_async) next_async(ev);
+  if (to == nullptr) return;
+  ++stats_.events;
+  if (!to->ring.push(e)) {
+    ++to->dropped;
+    ++stats_.events_dropped;
+    return;
+  }
+  if (to->ring.should_wake()) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t w = ::write(to->event_fd, &one, sizeof one);
+  }
+}
+
 void Lane::refuse(LaneCq* cq, std::uint64_t wr_id, engine::WcOpcode op, std::uint32_t qpn) {
   ++stats_.refused_wrs;
   if (cq == nullptr) return;

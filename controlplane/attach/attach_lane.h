@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "controlplane/attach/protocol.h"
@@ -23,8 +24,17 @@
 
 namespace roce::attach {
 
+/// A client's asynchronous event ring (one per client, on its lane).
+struct LaneEvents {
+  ShmProducer<EventEntry> ring;
+  int event_fd = -1;
+  std::uint64_t dropped = 0;  ///< the client did not read its events in time
+};
+
 struct LaneCq {
   engine::Cq* cq = nullptr;
+  std::uint32_t handle = 0;  ///< the client's name for it
+  LaneEvents* events = nullptr;
   ShmProducer<CqEntry> ring;
   int event_fd = -1;
   /// Completions the lane made itself (a work request the engine refused) waiting for room.
@@ -33,6 +43,7 @@ struct LaneCq {
 
 struct LaneQp {
   engine::Qp* qp = nullptr;
+  LaneEvents* events = nullptr;
   ShmConsumer<SendEntry> sq;
   ShmConsumer<RecvEntry> rq;  ///< not valid on an SRQ
   LaneCq* send_cq = nullptr;
@@ -49,12 +60,18 @@ struct LaneStats {
   std::uint64_t send_wrs = 0, recv_wrs = 0, completions = 0, wakeups = 0;
   std::uint64_t refused_wrs = 0;  ///< completed with an error by the lane
   std::uint64_t broken_rings = 0;
+  std::uint64_t events = 0, events_dropped = 0;
 };
 
 class Lane : public port::Poller {
  public:
   explicit Lane(engine::Engine& e) : eng_(e) {}
   std::size_t poll(std::uint64_t now_ns) override;
+  /// The engine's asynchronous event (Engine::on_async_event, on this lcore): to the event
+  /// ring of the client that owns the QP or CQ; nothing when no client does.
+  void on_async(const engine::AsyncEvent& ev);
+  /// What Engine::on_async_event did before the lane took it (called after the lane).
+  std::function<void(const engine::AsyncEvent&)> next_async;
   engine::Engine& engine() { return eng_; }
   // ---- lcore only (posted commands) ----
   void add(LaneQp* q) { qps_.push_back(q); }

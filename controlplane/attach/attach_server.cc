@@ -121,6 +121,9 @@ struct Client {
   std::map<std::uint32_t, QpRec> qps;
   std::map<std::uint32_t, SrqRec> srqs;
   std::uint64_t memory = 0;
+  std::unique_ptr<LaneEvents> events;  ///< asynchronous events (hello)
+  void* events_map = nullptr;
+  std::size_t events_bytes = 0;
   ClientInfo info;  ///< what clients() reports, refreshed after each request (under mu_)
 };
 
@@ -180,7 +183,12 @@ AttachServer::AttachServer(const AttachConfig& cfg, std::vector<AttachPort> port
     auto& v = lanes_.emplace_back();
     for (port::PollLoop* l : p.loops) {
       v.push_back(std::make_unique<Lane>(l->engine()));
-      l->add_poller(v.back().get());
+      Lane* lane = v.back().get();
+      l->add_poller(lane);
+      // Asynchronous events go to the clients that own the QP or CQ (and on to whoever
+      // listened before).
+      lane->next_async = std::move(l->engine().on_async_event);
+      l->engine().on_async_event = [lane](const engine::AsyncEvent& ev) { lane->on_async(ev); };
     }
   }
   thread_ = std::thread([this] { serve(); });
@@ -202,8 +210,10 @@ AttachServer::~AttachServer() {
   stop_ = false;
   while (!clients_.empty()) drop(*clients_.back(), false);
   for (std::size_t p = 0; p < ports_.size(); ++p)
-    for (std::size_t l = 0; l < ports_[p].loops.size(); ++l)
+    for (std::size_t l = 0; l < ports_[p].loops.size(); ++l) {
       ports_[p].loops[l]->remove_poller(lanes_[p][l].get());
+      ports_[p].loops[l]->engine().on_async_event = std::move(lanes_[p][l]->next_async);
+    }
   ::close(wake_fd_);
 }
 
@@ -324,6 +334,8 @@ void AttachServer::drop(Client& c, bool lost) {
       ::close(q.lane->event_fd);
     }
     for (auto& [h, r] : c.regions) ::munmap(r.map, r.length);
+    if (c.events_map) ::munmap(c.events_map, c.events_bytes);
+    if (c.events) ::close(c.events->event_fd);
     pc.qps -= c.qps.size();
     pc.mrs -= c.mrs.size();
     pc.cqs -= c.cqs.size();
@@ -395,6 +407,28 @@ int Ops::hello() {
       break;
     }
   if (pi == s.ports_.size()) return ENODEV;
+  // The event ring: room for a fatal and one more event per QP, one per CQ and SRQ at once.
+  const AttachQuotas& q = quota();
+  const std::uint32_t slots =
+      ShmQueueLayout<EventEntry>::slots_for(2 * q.max_qps + q.max_cqs + q.max_srqs);
+  const std::size_t bytes = ShmQueueLayout<EventEntry>::bytes(slots);
+  int memfd = -1;
+  void* p = make_shared("roce-events", bytes, memfd);
+  if (p == nullptr) return ENOMEM;
+  const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (efd < 0) {
+    ::munmap(p, bytes);
+    ::close(memfd);
+    return ENOMEM;
+  }
+  c.events = std::make_unique<LaneEvents>();
+  c.events->ring = ShmProducer<EventEntry>(ShmQueueLayout<EventEntry>::init(p, slots), slots);
+  c.events->event_fd = efd;
+  c.events_map = p;
+  c.events_bytes = bytes;
+  rep.bytes = bytes;
+  rep.hello.event_slots = slots;
+  out = Out{{memfd, efd}, 2, {memfd, -1}, 1};
   const AttachPort& port = s.ports_[pi];
   c.port = pi;
   c.lcore = c.id % static_cast<std::uint32_t>(port.loops.size());
@@ -532,6 +566,8 @@ int Ops::create_cq() {
   auto lc = std::make_unique<LaneCq>();
   lc->ring = ShmProducer<CqEntry>(ShmQueueLayout<CqEntry>::init(p, slots), slots);
   lc->event_fd = efd;
+  lc->handle = c.next_handle++;
+  lc->events = c.events.get();
   Lane* lane = c.lane;
   LaneCq* l = lc.get();
   engine::Cq* cq = efd < 0 ? nullptr : run([=] {
@@ -545,7 +581,7 @@ int Ops::create_cq() {
     if (efd >= 0) ::close(efd);
     return ENOMEM;
   }
-  rep.handle = c.next_handle++;
+  rep.handle = lc->handle;
   rep.slots = slots;
   rep.bytes = bytes;
   c.cqs[rep.handle] = CqRec{std::move(lc), p, bytes, 0};
@@ -604,6 +640,7 @@ int Ops::create_qp() {
         ShmQueueLayout<RecvEntry>::init(static_cast<std::uint8_t*>(p) + rings.rq_offset(),
                                         rings.rq_slots),
         rings.rq_slots);
+  lq->events = c.events.get();
   lq->send_cq = scq->second.lane.get();
   lq->recv_cq = rcq->second.lane.get();
   LaneSrq* ls = r.srq ? srq->second.lane.get() : nullptr;

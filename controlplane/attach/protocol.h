@@ -16,11 +16,11 @@
 
 namespace roce::attach {
 
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;
 inline constexpr std::uint32_t kMaxSge = 4;  ///< SGEs per work request in a queue entry
 
 enum class Op : std::uint32_t {
-  kHello = 1,
+  kHello = 1,  ///< reply passes the client's event ring (memfd) and its eventfd
   kAllocPd,
   kDeallocPd,
   kRegRegion,  ///< a memfd of the client (fd passed), mapped by roced
@@ -53,6 +53,7 @@ struct HelloRep {
   char port[32] = {};
   std::uint32_t max_qps = 0, max_mrs = 0, max_cqs = 0;
   std::uint64_t max_memory = 0;
+  std::uint32_t event_slots = 0;  ///< the asynchronous event ring (Reply::bytes: its memfd)
 };
 struct RegRegionReq {
   std::uint64_t length = 0;
@@ -152,8 +153,16 @@ struct RecvEntry {
 /// A completion lcore -> client: the engine's work completion as it is.
 using CqEntry = engine::Wc;
 
+/// An asynchronous event lcore -> client (ibv_async_event): a QP's by its number, a CQ's by
+/// the client's handle.
+struct EventEntry {
+  engine::AsyncEventType type = engine::AsyncEventType::kQpFatal;
+  std::uint32_t qp_num = 0;
+  std::uint32_t cq = 0;
+};
+
 static_assert(std::is_trivially_copyable_v<SendEntry> && std::is_trivially_copyable_v<RecvEntry> &&
-              std::is_trivially_copyable_v<CqEntry>);
+              std::is_trivially_copyable_v<CqEntry> && std::is_trivially_copyable_v<EventEntry>);
 
 /// Bytes of the memfd holding a QP's send ring (first) and receive ring (at a 4 KiB boundary).
 struct QpRings {

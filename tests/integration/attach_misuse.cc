@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/include/roce/client.h"
@@ -106,6 +107,57 @@ int main(int argc, char** argv) {
   check(!ctx->create_qp(pd, QpType::kRc, cq, cq, big) && errno == EINVAL,
         "more SGEs than a queue entry holds: EINVAL");
   check(ctx->wait_cq(cq, 50) == ETIMEDOUT, "wait_cq on an empty CQ: ETIMEDOUT");
+  AsyncEvent ev;
+  check(ctx->get_async_event(ev, 0) == ETIMEDOUT, "no asynchronous event yet");
+
+  // A CQ too small for what it gets: three receives flushed into a CQ of depth 1 overrun it.
+  // The engine stops the CQ and moves its QPs to error; the client hears of both through its
+  // event ring (IBV_EVENT_CQ_ERR, IBV_EVENT_QP_FATAL).
+  {
+    for (int i = 0; i < 2; ++i) {  // room within the QP quota
+      ctx->destroy_qp(qps.back());
+      qps.pop_back();
+    }
+    Cq* tiny = ctx->create_cq(1);
+    Qp* q = ctx->create_qp(pd, QpType::kRc, tiny, tiny, cap);
+    QpAttr a;
+    a.qp_state = QpState::kInit;
+    a.qp_access_flags = roce::engine::kAccessLocalWrite;
+    int rc = q ? ctx->modify_qp(q, a,
+                                roce::engine::kQpState | roce::engine::kQpPkeyIndex |
+                                    roce::engine::kQpPort | roce::engine::kQpAccessFlags)
+               : -1;
+    // A second QP on the CQ, in INIT: the overrun moves it to error (QP_FATAL).
+    Qp* other = ctx->create_qp(pd, QpType::kRc, tiny, tiny, cap);
+    if (rc == 0)
+      rc = other ? ctx->modify_qp(other, a,
+                                  roce::engine::kQpState | roce::engine::kQpPkeyIndex |
+                                      roce::engine::kQpPort | roce::engine::kQpAccessFlags)
+                 : -1;
+    Sge sge{reinterpret_cast<std::uint64_t>(buf->addr), 64, mr->lkey};
+    RecvWr r[3];
+    for (int i = 0; i < 3; ++i) {
+      r[i].wr_id = static_cast<std::uint64_t>(i);
+      r[i].sg_list = &sge;
+      r[i].num_sge = 1;
+      r[i].next = i < 2 ? &r[i + 1] : nullptr;
+    }
+    if (rc == 0) rc = ctx->post_recv(q, r, nullptr);
+    // The lane hands the receives to the engine on its next pass; then the flush.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    a.qp_state = QpState::kErr;
+    if (rc == 0) rc = ctx->modify_qp(q, a, roce::engine::kQpState);
+    bool cq_err = false, qp_fatal = false;
+    while (rc == 0 && !(cq_err && qp_fatal) && ctx->get_async_event(ev, 2000) == 0) {
+      cq_err |= ev.type == roce::engine::AsyncEventType::kCqErr && ev.cq == tiny;
+      qp_fatal |= ev.type == roce::engine::AsyncEventType::kQpFatal && ev.qp_num == other->qp_num;
+    }
+    check(rc == 0 && cq_err && qp_fatal,
+          "a CQ overrun: CQ_ERR for the CQ, QP_FATAL for the other QP on it (event ring)");
+    if (q) ctx->destroy_qp(q);
+    if (other) ctx->destroy_qp(other);
+    ctx->destroy_cq(tiny);
+  }
 
   // Another client names only its own resources: the first one's handles mean nothing to it.
   auto other = Context::attach(path);

@@ -91,6 +91,14 @@ struct Qp {
   QpType type = QpType::kRc;
 };
 
+/// An asynchronous event (ibv_async_event): a QP that went to the error state (kQpFatal, e.g.
+/// its peer stopped answering), a remote access it refused, a CQ that overran (kCqErr).
+struct AsyncEvent {
+  engine::AsyncEventType type = engine::AsyncEventType::kQpFatal;
+  std::uint32_t qp_num = 0;  ///< QP events
+  Cq* cq = nullptr;          ///< kCqErr
+};
+
 /// What connect_rc() needs to know of the far end (exchanged out of band).
 struct RcPeer {
   std::uint32_t qpn = 0;
@@ -161,6 +169,9 @@ class Context {
   /// Blocks until `cq` has a completion (at once if it has one), `timeout_ms` passes
   /// (ETIMEDOUT; -1: no limit) or roced goes away (ENOTCONN). 0: poll_cq has something.
   virtual int wait_cq(Cq* cq, int timeout_ms) = 0;
+  /// The next asynchronous event: 0 with `ev` filled, ETIMEDOUT after `timeout_ms` (0: do not
+  /// wait; -1: no limit), ENOTCONN when roced is gone.
+  virtual int get_async_event(AsyncEvent& ev, int timeout_ms) = 0;
 
   /// Convenience: RESET -> INIT -> RTR -> RTS of an RC QP towards `peer` (`sq_psn`: ours).
   int connect_rc(Qp* qp, const RcPeer& peer, std::uint32_t sq_psn, Mtu mtu,
