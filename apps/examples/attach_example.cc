@@ -62,7 +62,8 @@ struct Info {
 // it (a peer's ARP request, the acknowledgements of its last messages).
 std::function<void()> g_progress;
 
-void full(int fd, void* p, std::size_t n, bool write) {
+/// False when the connection closed before `n` bytes (or on an error).
+bool try_full(int fd, void* p, std::size_t n, bool write) {
   auto* b = static_cast<std::uint8_t*>(p);
   while (n != 0) {
     if (g_progress) {
@@ -73,10 +74,14 @@ void full(int fd, void* p, std::size_t n, bool write) {
       }
     }
     const ssize_t k = write ? ::write(fd, b, n) : ::read(fd, b, n);
-    if (k <= 0) die("the peer's TCP connection closed");
+    if (k <= 0) return false;
     b += k;
     n -= static_cast<std::size_t>(k);
   }
+  return true;
+}
+void full(int fd, void* p, std::size_t n, bool write) {
+  if (!try_full(fd, p, n, write)) die("the peer's TCP connection closed");
 }
 void say(int fd, const char (&w)[8]) { full(fd, const_cast<char*>(w), 8, true); }
 void expect(int fd, const char (&w)[8]) {
@@ -339,9 +344,30 @@ int main(int argc, char** argv) {
         "attach-example: OK: received SEND of %zu bytes and WRITE of %zu bytes, "
         "served READ of %zu bytes, data verified\n",
         size, size, size);
-    if (seconds != 0) {
-      expect(tcp, "finish.");  // the client's WRITE/READ loop runs until then
+    char fin[8];
+    if (seconds != 0 && try_full(tcp, fin, 8, false)) {  // the client's loop runs until then
       std::printf("attach-example: the client's loop finished\n");
+    } else if (seconds != 0) {
+      // The client vanished mid-loop (the kill -9 test). Our QP learns it when it next sends:
+      // the peer's QP is gone, nothing answers, the retries run out.
+      std::printf("attach-example: the client is gone; sending to its QP\n");
+      std::fflush(stdout);
+      Sge s = sge(4 * size, 8);
+      SendWr wr;
+      wr.wr_id = 30;
+      wr.sg_list = &s;
+      wr.num_sge = 1;
+      wr.opcode = WrOpcode::kSend;
+      wr.send_flags = eng::kSendSignaled;
+      if (const int rc = ctx->post_send(qp, &wr, nullptr)) die("post_send", rc);
+      Wc last;
+      int n = 0;
+      for (int i = 0; i < 200 && (n = ctx->poll_cq(cq, 1, &last)) == 0; ++i) ctx->wait_cq(cq, 100);
+      if (n != 1 || last.status == WcStatus::kSuccess)
+        die("the SEND to a vanished peer did not fail within 20 s");
+      std::printf("attach-example: the peer's end is gone: SEND completed with %s\n",
+                  std::string(roce::engine::to_string(last.status)).c_str());
+      return 0;  // roced cleans up after us
     }
   } else {
     expect(tcp, "ready..");

@@ -30,7 +30,7 @@ int Context::connect_rc(Qp* qp, const RcPeer& peer, std::uint32_t sq_psn, Mtu mt
   a.qp_state = QpState::kRts;
   a.sq_psn = sq_psn;
   a.timeout = 14;
-  a.retry_cnt = 7;
+  a.retry_cnt = 6;  // the engine takes 7 as "retry for ever": a vanished peer must end a QP
   a.rnr_retry = 7;
   a.max_rd_atomic = 16;
   return modify_qp(qp, a,

@@ -6,8 +6,8 @@
 #     example (roce/roce.h) does WRITE + SEND.
 #  2. kill -9: a client of A that loops WRITE + READ-back is killed mid-transfer while a second
 #     client pair keeps running its own loop; roced A keeps running, the second pair finishes
-#     with its data verified, and A's QP, MR and attached-client counts (roce-ctl counters)
-#     return to their baseline.
+#     with its data verified, the victim's peer sees the connection end (its next SEND fails),
+#     and A's QP, MR and attached-client counts (roce-ctl counters) return to their baseline.
 #  3. misuse (roce-attach-misuse): foreign handles, quotas, bad memory, malformed requests.
 #  4. roced stopping under an attached client: the client's calls fail with ENOTCONN.
 #   roced_attach.sh ROCED ROCE_CTL EXAMPLE EXAMPLE_C MISUSE WORKDIR
@@ -113,8 +113,9 @@ during=$(counter "$prom_a" attach_clients)
 grep -q "^[0-9]* *$a1 " "$work/clients.txt" || { echo "FAIL: the victim's pid is not listed"; exit 1; }
 kill -9 "$a1"
 wait "$a1" 2>/dev/null || true
-kill -9 "$b1" 2>/dev/null || true  # its peer is gone: it would wait out its timeouts
-wait "$b1" 2>/dev/null || true
+# The victim's peer (a client of B) sees the connection end: its next SEND fails.
+wait "$b1" || { cat "$work/b1.log"; echo "FAIL: the victim's peer"; exit 1; }
+grep "the peer's end is gone: SEND completed with" "$work/b1.log"
 wait "$b2" || { cat "$work/b2.log" "$work/a2.log"; echo "FAIL: the survivor's loop"; exit 1; }
 wait "$a2" || { cat "$work/a2.log"; echo "FAIL: the survivor's server"; exit 1; }
 grep -E "OK: [0-9]+ WRITE \+ READ-back rounds" "$work/b2.log"
