@@ -150,14 +150,54 @@ void defer_ack(Qp& qp, Psn psn, std::vector<Qp*>& list) {
 }  // namespace
 
 // Takes the next receive WQE, copying its SGEs: the slot may be reposted while the message is
-// still arriving.
+// still arriving. An idle open multi-message buffer comes first (it was posted first); a
+// multi-message WQE from the ring becomes an open buffer (recv_queue.h), or, when all kMaxOpen
+// places are taken, receives one message only.
 void Engine::take_recv(Qp& qp, RecvQueue& q) {
   RespState& rs = qp.resp;
+  rs.recv_q = &q;
+  rs.have_recv = true;
+  rs.recv_base = 0;
+  rs.recv_open = -1;
+  if (const int k = q.idle_open(); k >= 0) {
+    RecvQueue::Open& o = q.open[static_cast<std::size_t>(k)];
+    o.busy = true;
+    rs.recv = o.wqe;
+    std::copy_n(q.open_sges.begin() + o.wqe.sge_base, o.wqe.num_sge, rs.recv_sges.begin());
+    rs.recv_base = o.used;
+    rs.recv_open = static_cast<std::int8_t>(k);
+    return;
+  }
   rs.recv = q.wqes[q.slot(q.head++)];
   for (std::uint32_t i = 0; i < rs.recv.num_sge; ++i)
     rs.recv_sges[i] = q.sges[rs.recv.sge_base + i];
-  rs.recv_q = &q;
-  rs.have_recv = true;
+  if (rs.recv.min_free == 0) return;
+  for (std::uint32_t k = 0; k < RecvQueue::kMaxOpen; ++k) {
+    RecvQueue::Open& o = q.open[k];
+    if (o.live) continue;
+    o = {rs.recv, 0, 0, true, true};
+    o.wqe.sge_base = k * q.max_sge;
+    std::copy_n(rs.recv_sges.begin(), rs.recv.num_sge, q.open_sges.begin() + o.wqe.sge_base);
+    rs.recv_open = static_cast<std::int8_t>(k);
+    return;
+  }
+}
+
+// The message in the held WQE is complete (`used`: bytes it took): a multi-message buffer
+// moves on and says whether it stays queued; any other WQE is done.
+bool Engine::release_recv(Qp& qp, std::uint64_t used, bool ok) {
+  RespState& rs = qp.resp;
+  rs.have_recv = false;
+  if (rs.recv_open < 0) return false;
+  RecvQueue::Open& o = rs.recv_q->open[static_cast<std::size_t>(rs.recv_open)];
+  rs.recv_open = -1;
+  o.busy = false;
+  o.used = rs.recv_base + used;
+  ++o.msgs;
+  const bool stays = ok && o.wqe.length - o.used >= o.wqe.min_free &&
+                     (o.wqe.max_msgs == 0 || o.msgs < o.wqe.max_msgs);
+  if (!stays) o = {};
+  return stays;
 }
 
 // A resource slot for a new READ or atomic: the next one in turn unless a queued READ still
@@ -219,7 +259,9 @@ void Engine::resp_complete_recv(Qp& qp, const wire::RxPkt& pkt, std::uint32_t by
     wc.invalidated_rkey = pkt.ieth().rkey();
     wc.wc_flags |= kWcWithInv;
   }
-  qp.resp.have_recv = false;
+  wc.offset = static_cast<std::uint32_t>(qp.resp.recv_base);
+  if (release_recv(qp, info.mask.has(OpMask::kWrite) ? 0 : byte_len, true))
+    wc.wc_flags |= kWcStillQueued;
   post_cqe(qp.recv_cq, wc);
 }
 
@@ -392,7 +434,8 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
     wc.status = st;
     wc.opcode = WcOpcode::kRecv;
     wc.qp_num = qp.qpn;
-    rs.have_recv = false;
+    wc.offset = static_cast<std::uint32_t>(rs.recv_base);
+    release_recv(qp, 0, false);
     post_cqe(qp.recv_cq, wc);
   }
   return resp_error(qp, pkt, code);
@@ -436,7 +479,7 @@ Engine::Step Engine::resp_get_recv_wqe(Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   if (!pkt.info->mask.has(OpMask::kRecvWqe) || rs.have_recv) return Step::kContinue;
   RecvQueue& q = qp.recv_queue();
-  if (q.head == q.tail) {
+  if (!q.has_wqe()) {
     if (qp.type == QpType::kUc) {
       stats_.inc(Counter::kRxDropUcError);
       rs.in_msg = RespState::InMsg::kNone;
@@ -462,9 +505,9 @@ Engine::Step Engine::resp_execute_send(Qp& qp, const wire::RxPkt& pkt) {
   const bool last = m.has(OpMask::kEnd);
   if ((!last && len != pmtu) || len > pmtu || (last && !first && len == 0))
     return resp_fail_recv(qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
-  if (rs.recv_offset + len > rs.recv.length)
+  if (rs.recv_base + rs.recv_offset + len > rs.recv.length)
     return resp_fail_recv(qp, pkt, WcStatus::kLocLenErr, wire::NakCode::kInvalidRequest);
-  if (len && !resp_scatter(qp, rs.recv, rs.recv_offset, pkt.payload().data(), len))
+  if (len && !resp_scatter(qp, rs.recv, rs.recv_base + rs.recv_offset, pkt.payload().data(), len))
     return resp_fail_recv(qp, pkt, WcStatus::kLocProtErr,
                           wire::NakCode::kRemoteOperationalError);
   rs.recv_offset += len;
@@ -703,7 +746,7 @@ void Engine::resp_on_ud(Qp& qp, const wire::RxPkt& pkt) {
     return;
   }
   RecvQueue& q = qp.recv_queue();
-  if (q.head == q.tail) {
+  if (!q.has_wqe()) {
     stats_.inc(Counter::kRxDropUnexpected);  // UD has no RNR: the datagram is lost
     return;
   }
@@ -722,10 +765,12 @@ void Engine::resp_on_ud(Qp& qp, const wire::RxPkt& pkt) {
   wc.src_qp = pkt.deth().src_qp().raw();
   wc.wc_flags = kWcGrh;
   const std::uint64_t need = 40 + std::uint64_t{pkt.payload_len};
-  if (need > rs.recv.length) {
+  const std::uint64_t base = rs.recv_base;
+  wc.offset = static_cast<std::uint32_t>(base);
+  if (base + need > rs.recv.length) {
     wc.status = WcStatus::kLocLenErr;
-  } else if (!resp_scatter(qp, rs.recv, 0, grh, 40) ||
-             !resp_scatter(qp, rs.recv, 40, pkt.payload().data(), pkt.payload_len)) {
+  } else if (!resp_scatter(qp, rs.recv, base, grh, 40) ||
+             !resp_scatter(qp, rs.recv, base + 40, pkt.payload().data(), pkt.payload_len)) {
     wc.status = WcStatus::kLocProtErr;
   } else {
     wc.byte_len = static_cast<std::uint32_t>(need);
@@ -734,7 +779,9 @@ void Engine::resp_on_ud(Qp& qp, const wire::RxPkt& pkt) {
       wc.wc_flags |= kWcWithImm;
     }
   }
-  rs.have_recv = false;
+  if (release_recv(qp, wc.status == WcStatus::kSuccess ? need : 0,
+                   wc.status == WcStatus::kSuccess))
+    wc.wc_flags |= kWcStillQueued;
   post_cqe(qp.recv_cq, wc);
 }
 
