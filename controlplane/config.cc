@@ -240,6 +240,31 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
       c.services.push_back(std::move(s));
     }
   }
+  if (r.has("attach")) {
+    Reader a(r.get("attach"), origin, "attach");
+    if (!a.has("socket")) a.fail(r.get("attach"), "attach.socket is required (a path)");
+    c.attach.socket = a.str("socket", "");
+    if (c.attach.socket.empty() || c.attach.socket.size() > 107)
+      a.fail(a.get("socket"), "attach.socket must be a path of 1 to 107 characters");
+    if (a.has("mode")) {
+      const YAML::Node n = a.get("mode");
+      const std::string m = n.as<std::string>();
+      if (m.empty() || m.size() > 4 || m.find_first_not_of("01234567") != std::string::npos)
+        a.fail(n, "attach.mode must be an octal file mode such as \"0660\"");
+      c.attach.mode = static_cast<std::uint32_t>(std::stoul(m, nullptr, 8));
+    }
+    c.attach.max_clients =
+        static_cast<std::uint32_t>(a.uint("max_clients", c.attach.max_clients, 1, 4096));
+    if (a.has("quotas")) {
+      Reader q(a.get("quotas"), origin, "attach.quotas");
+      c.attach.max_qps = static_cast<std::uint32_t>(q.uint("max_qps", c.attach.max_qps, 1, 1u << 20));
+      c.attach.max_mrs = static_cast<std::uint32_t>(q.uint("max_mrs", c.attach.max_mrs, 1, 1u << 24));
+      c.attach.max_cqs = static_cast<std::uint32_t>(q.uint("max_cqs", c.attach.max_cqs, 1, 1u << 20));
+      c.attach.max_srqs =
+          static_cast<std::uint32_t>(q.uint("max_srqs", c.attach.max_srqs, 1, 1u << 20));
+      c.attach.max_memory = q.uint("max_memory", c.attach.max_memory, 4096, 1ull << 40);
+    }
+  }
   r.finish();
   return c;
 }

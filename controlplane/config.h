@@ -80,6 +80,17 @@ struct ApplianceConfig {
     std::string listen = "127.0.0.1:18515";  ///< control/out-of-band TCP endpoint
   } control;
   std::vector<ServiceConfig> services;
+  /// Client processes attaching through a Unix socket and shared memory (docs/client-api.md).
+  struct {
+    std::string socket;         ///< path of the Unix socket; empty: no attachment
+    std::uint32_t mode = 0660;  ///< the socket's file mode: who may attach
+    std::uint32_t max_clients = 64;
+    std::uint32_t max_qps = 256;  ///< per client
+    std::uint32_t max_mrs = 1024;
+    std::uint32_t max_cqs = 256;
+    std::uint32_t max_srqs = 64;
+    std::uint64_t max_memory = 1ull << 30;  ///< bytes of shared memory per client
+  } attach;
 };
 
 /// A configuration error: "file:line:column: message".

@@ -26,6 +26,7 @@
 #include "apps/roced/metrics.h"
 #include "apps/roced/services.h"
 #include "controlplane/address.h"
+#include "controlplane/attach/attach_server.h"
 #include "controlplane/config.h"
 #include "controlplane/tcp.h"
 #include "dataplane/port/dpdk_port.h"
@@ -61,7 +62,7 @@ struct PortRuntime {
   // What the worker lcores last reported (they copy it on request: no shared counters).
   struct Snapshot {
     engine::Stats stats;
-    std::size_t qps = 0;
+    std::size_t qps = 0, mrs = 0;
     std::atomic<bool> asked{false};
   };
   std::vector<std::unique_ptr<Snapshot>> snaps;
@@ -77,23 +78,39 @@ void add(engine::Stats& a, const engine::Stats& b) {
 
 // Copies the raw counters of every port into `out` (sized and named once): plain copies, no
 // allocation, cheap enough for the poll loop.
-void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& out) {
+void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& out,
+             const attach::AttachServer* att) {
   for (std::size_t i = 0; i < ports.size(); ++i) {
     PortRuntime& p = ports[i];
     apps::PortCounters& c = out[i];
     c.engine = p.eng().stats();
     c.qps = p.eng().qp_count();
+    c.mrs = p.eng().mr_count();
     for (std::size_t l = 1; l < p.engines.size(); ++l) {
       PortRuntime::Snapshot& s = *p.snaps[l];
       add(c.engine, s.stats);
       c.qps += s.qps;
+      c.mrs += s.mrs;
       // Ask lcore l for a fresh copy, read next time (one request in flight at a time).
       if (!s.asked.exchange(true))
         p.loops[l]->post([&s, e = p.engines[l].get()] {
           s.stats = e->stats();
           s.qps = e->qp_count();
+          s.mrs = e->mr_count();
           s.asked.store(false, std::memory_order_release);
         });
+    }
+    if (att) {
+      const attach::AttachCounts a = att->counts(i);
+      c.attach_on = true;
+      c.attach_clients = a.clients;
+      c.attach_clients_total = a.clients_total;
+      c.attach_clients_lost = a.clients_lost;
+      c.attach_qps = a.qps;
+      c.attach_mrs = a.mrs;
+      c.attach_cqs = a.cqs;
+      c.attach_memory_bytes = a.memory_bytes;
+      c.attach_bad_requests = a.bad_requests;
     }
     c.port = p.dev->stats();
     c.neighbour = p.loop().neighbour().stats();
@@ -166,6 +183,26 @@ int run(const ctl::ApplianceConfig& cfg) {
     }
     if (nl > 1) port::connect_loops(loops);
   }
+  // Client attachment: its pollers join the loops before they run on their lcores.
+  std::unique_ptr<attach::AttachServer> att;
+  if (!cfg.attach.socket.empty()) {
+    attach::AttachConfig ac;
+    ac.socket = cfg.attach.socket;
+    ac.mode = cfg.attach.mode;
+    ac.max_clients = cfg.attach.max_clients;
+    ac.quotas.max_qps = cfg.attach.max_qps;
+    ac.quotas.max_mrs = cfg.attach.max_mrs;
+    ac.quotas.max_cqs = cfg.attach.max_cqs;
+    ac.quotas.max_srqs = cfg.attach.max_srqs;
+    ac.quotas.max_memory = cfg.attach.max_memory;
+    std::vector<attach::AttachPort> aps;
+    for (auto& p : ports) {
+      attach::AttachPort ap{p.cfg.name, p.cfg.mac, p.cfg.ipv4, {}};
+      for (auto& l : p.loops) ap.loops.push_back(l.get());
+      aps.push_back(std::move(ap));
+    }
+    att = std::make_unique<attach::AttachServer>(ac, std::move(aps));
+  }
   // Worker lcores: each runs its loop of every port.
   std::atomic<bool> stop_workers{false};
   for (unsigned l = 1; l < nl; ++l) {
@@ -177,8 +214,15 @@ int run(const ctl::ApplianceConfig& cfg) {
   apps::Metrics metrics;
   std::vector<apps::PortCounters> counters(ports.size());
   for (std::size_t i = 0; i < ports.size(); ++i) counters[i].name = ports[i].cfg.name;
-  collect(ports, counters);
+  collect(ports, counters, att.get());
   metrics.publish(counters);
+  if (att)
+    metrics.clients = [a = att.get()] {
+      std::vector<apps::ClientSample> out;
+      for (const attach::ClientInfo& c : a->clients())
+        out.push_back({c.id, c.pid, c.uid, c.port, c.lcore, c.qps, c.mrs, c.cqs, c.memory_bytes});
+      return out;
+    };
   std::unique_ptr<apps::MetricsServer> server;
   if (!cfg.counters.prometheus.empty())
     server = std::make_unique<apps::MetricsServer>(metrics, cfg.name, cfg.counters.prometheus);
@@ -198,6 +242,7 @@ int run(const ctl::ApplianceConfig& cfg) {
                 p.cfg.fault.any() ? " [fault injection on]" : "");
   if (server) std::printf("  counters: %s\n", server->endpoint().c_str());
   if (cfg.counters.telemetry) std::printf("  telemetry: /roce/counters (dpdk-telemetry.py)\n");
+  if (att) std::printf("  attach: %s (mode %04o)\n", att->socket_path().c_str(), cfg.attach.mode);
   std::fflush(stdout);
 
   appliance::ServiceHost services(cfg);
@@ -207,7 +252,7 @@ int run(const ctl::ApplianceConfig& cfg) {
   // Work besides the ports' poll loops: counters, signals.
   const auto housekeeping = [&](std::uint64_t now) {
     if (now >= next_publish) {
-      collect(ports, counters);
+      collect(ports, counters, att.get());
       metrics.publish(counters);
       next_publish = now + 100'000'000;
     }
@@ -246,12 +291,15 @@ int run(const ctl::ApplianceConfig& cfg) {
     next_accept = now + 1'000'000;  // look for a tool's client every millisecond
     services.poll(now, run_test);
   }
+  if (att) att->stop();  // no new requests; the workers still run what was posted
   for (const auto& svc : services.services())
     std::printf("  service %s (TCP %u): %u runs, %u failed, %u silent clients dropped\n",
                 svc.cfg.test.c_str(), svc.cfg.listen_port, svc.runs, svc.failures,
                 svc.dropped_silent);
   stop_workers = true;
   for (unsigned l = 1; l < nl; ++l) rte_eal_wait_lcore(cfg.lcores[l]);
+  server.reset();  // it lists the clients
+  att.reset();  // every client's resources, released on this thread (no loop runs now)
   std::printf("roced: %s stopping (%s)\n", cfg.name.c_str(),
               g_signal == SIGINT ? "SIGINT" : "SIGTERM");
   for (auto& p : ports) {

@@ -144,6 +144,28 @@ TEST(Config, ServicesListenOnTheManagementAddress) {
             std::string::npos);
 }
 
+TEST(Config, Attach) {
+  EXPECT_TRUE(parse_config(kGood, "good.yaml").attach.socket.empty()) << "off unless configured";
+  const auto c = parse_config(std::string(kGood) +
+                                  "attach:\n  socket: /run/roce/r.sock\n  mode: \"0600\"\n"
+                                  "  quotas: {max_qps: 8, max_memory: 65536}\n",
+                              "good.yaml");
+  EXPECT_EQ(c.attach.socket, "/run/roce/r.sock");
+  EXPECT_EQ(c.attach.mode, 0600u);
+  EXPECT_EQ(c.attach.max_qps, 8u);
+  EXPECT_EQ(c.attach.max_mrs, 1024u) << "defaults stay where nothing was said";
+  EXPECT_EQ(c.attach.max_memory, 65536u);
+  const std::string base = std::string(kGood) + "attach:\n";
+  EXPECT_NE(error_of(base + "  mode: \"0660\"\n").find("attach.socket is required"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "  socket: /s\n  mode: \"0680\"\n").find("octal file mode"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "  socket: /s\n  quotas: {max_qps: 0}\n").find("max_qps"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "  socket: /s\n  qoutas: {}\n").find("unknown key 'qoutas'"),
+            std::string::npos);
+}
+
 TEST(Config, MissingFileIsAClearError) {
   try {
     load_config("does-not-exist.yaml");
