@@ -31,14 +31,15 @@ Domain::~Domain() {
 wire::Ipv4Addr Domain::nid() const { return opts_.nid.value_or(ctx_.port().ipv4); }
 
 std::pair<std::string, std::uint16_t> Domain::oob_locate(const EndPoint& ep) const {
-  if (opts_.oob_locate) return opts_.oob_locate(ep);
-  EndPoint host = ep;
-  host.tmid = 0;
-  std::string ip = host.str();
-  ip.resize(ip.find('@'));
-  const std::uint32_t index = (ep.pid * (kMaxPortal + 1) + ep.portal) * (kMaxTmid + 1) +
-                              ep.tmid.value_or(0);
-  return {ip, static_cast<std::uint16_t>(kOobPortBase + index)};
+  std::string host = opts_.oob_host;
+  if (host.empty()) {
+    host = ep.str();
+    host.resize(host.find('@'));
+  }
+  const std::uint32_t index =
+      (ep.pid * (kMaxPortal + 1) + ep.portal) * (kMaxTmid + 1) + ep.tmid.value_or(0);
+  return {host, static_cast<std::uint16_t>(std::min<std::uint32_t>(opts_.oob_port_base + index,
+                                                                   65535))};
 }
 
 NetBuffer* Domain::alloc_buffer(std::uint32_t nseg, std::uint64_t seg_size) {

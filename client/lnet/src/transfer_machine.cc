@@ -129,17 +129,22 @@ std::shared_ptr<Tm::Conn> Tm::make_conn() {
     errno = e;
     return nullptr;
   }
+  return c;
+}
+
+// Receives can be posted once a QP is past RESET: after connect_rc.
+void Tm::post_ctl_recvs(Conn& c) {
+  client::Context& ctx = dom_.ctx();
   for (std::uint32_t i = 0; i < kCtlRecvSlots; ++i) {
     client::Sge sge{reinterpret_cast<std::uint64_t>(static_cast<std::uint8_t*>(ctl_buf_->addr) +
-                                                    (c->slot0 + i) * kCtlSlot),
+                                                    (c.slot0 + i) * kCtlSlot),
                     kCtlSlot, ctl_mr_->lkey};
     client::RecvWr wr;
-    wr.wr_id = tag(kTagCtlRecv, c->slot0 + i);
+    wr.wr_id = tag(kTagCtlRecv, c.slot0 + i);
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    ctx.post_recv(c->cqp, &wr, nullptr);
+    ctx.post_recv(c.cqp, &wr, nullptr);
   }
-  return c;
 }
 
 // Connection set-up ("lazily on first send"): the Tm that first has something for a peer
@@ -229,7 +234,9 @@ int Tm::connect_conn(Conn& c, const std::string& host, std::uint16_t port) {
   if ((rc = dom_.ctx().connect_rc(c.qp, p, h.psn, mtu))) return rc;
   p.qpn = r.cqpn;
   p.psn = r.cpsn;
-  return dom_.ctx().connect_rc(c.cqp, p, h.cpsn, mtu);
+  if ((rc = dom_.ctx().connect_rc(c.cqp, p, h.cpsn, mtu))) return rc;
+  post_ctl_recvs(c);
+  return 0;
 }
 
 void Tm::oob_loop() {
@@ -270,6 +277,7 @@ void Tm::oob_loop() {
         p.qpn = h.cqpn;
         p.psn = h.cpsn;
         if (rc == 0) rc = dom_.ctx().connect_rc(c->cqp, p, r.cpsn, mtu);
+        if (rc == 0) post_ctl_recvs(*c);
         r.status = rc;
         r.qpn = c->qp->qp_num;
         r.cqpn = c->cqp->qp_num;

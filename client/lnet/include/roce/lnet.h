@@ -144,9 +144,12 @@ struct NetBuffer {
 
 struct DomainOptions {
   std::uint32_t pid = 0;  ///< the roced instance number this process is attached to
-  /// Where the connection listener of `ep` is reached over TCP (host byte order IPv4 in the
-  /// result, port). Default: the NID's address itself and kOobPortBase + the address index.
-  std::function<std::pair<std::string, std::uint16_t>(const EndPoint&)> oob_locate;
+  /// The host address (dotted IPv4) where the connection listeners of every Tm are reached
+  /// over TCP; empty: the NID's own address. A roced port's address is not the kernel's, so
+  /// processes on one host use e.g. "127.0.0.1".
+  std::string oob_host;
+  /// The listener of address E is at port oob_port_base + ((E.pid*64 + E.portal)*64 + E.tmid).
+  std::uint16_t oob_port_base = kOobPortBase;
   /// The NID of this domain's Tms: default the Context's port address, net 0.
   std::optional<wire::Ipv4Addr> nid;
 };
@@ -306,6 +309,7 @@ class Tm {
   bool post_recv_locked(NetBuffer& nb);
   void conn_for(const EndPoint& ep, NetBuffer& first);
   std::shared_ptr<Conn> make_conn();
+  void post_ctl_recvs(Conn& c);
   int connect_conn(Conn& c, const std::string& host, std::uint16_t port);
   void send_pending_locked(Conn& c);
   void start_op_locked(NetBuffer& nb, Conn& c, std::vector<BufferEvent>& evs);
