@@ -572,6 +572,16 @@ void Tm::handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out) {
   if (bi == by_wr_.end()) return;
   NetBuffer& nb = *bi->second;
   const bool ok = wc.status == client::WcStatus::kSuccess;
+  if (!ok && c && nb.queue != QueueType::kMsgRecv && c->state == Conn::State::kUp) {
+    // The connection broke (the peer vanished, retries exhausted): forget it, so that the
+    // next operation towards that address connects afresh.
+    c->state = Conn::State::kFailed;
+    auto it = conns_.find(c->peer);
+    if (it != conns_.end() && it->second.get() == c) {
+      parked_.push_back(it->second);
+      conns_.erase(it);
+    }
+  }
   const int cancel = nb.flags & kBufCancelled ? -ECANCELED : nb.flags & kBufTimedOut ? -ETIMEDOUT : 0;
   switch (nb.queue) {
     case QueueType::kMsgRecv: {
@@ -659,19 +669,23 @@ int Tm::del(NetBuffer& nb) {
 
 // ---- event delivery -------------------------------------------------------------------------------
 
-void Tm::queue_events(std::vector<BufferEvent>& evs) {
+void Tm::queue_events(std::vector<BufferEvent>& evs, bool event_thread) {
   if (evs.empty()) return;
-  if (!sync_) {  // asynchronous: post here (the event thread, or the caller for failed adds)
+  if (!sync_ && event_thread) {  // asynchronous delivery: post here, on the (confined) thread
+    drain_pending();             // what other threads queued comes first
     for (const BufferEvent& e : evs) buffer_event_post(e);
     evs.clear();
     return;
   }
+  // Synchronous delivery, or an event that arose on an application thread (an add() whose
+  // connection failed): kept for deliver_all(), or for the event thread's next pass, so that
+  // callbacks never run on a thread the application did not choose.
   int fd = -1;
   {
     std::lock_guard<std::mutex> g(mu_);
     for (const BufferEvent& e : evs) pending_.push_back(e);
     npending_.store(pending_.size(), std::memory_order_release);
-    std::swap(fd, notify_fd_);  // one signal per notify() call
+    if (sync_) std::swap(fd, notify_fd_);  // one signal per notify() call
   }
   evs.clear();
   if (fd >= 0) {
@@ -722,9 +736,17 @@ void Tm::provision_from_pool() {
   if (state() == TmState::kStarted && pool_) reprovision_locked();
 }
 
-bool Tm::pending() const { return npending_.load(std::memory_order_acquire) != 0; }
+bool Tm::pending() const {
+  // Asynchronous delivery never signals pending events (as the seed's transports without
+  // synchronous delivery): the event thread delivers them.
+  return sync_ && npending_.load(std::memory_order_acquire) != 0;
+}
 
 void Tm::deliver_all() {
+  if (sync_) drain_pending();
+}
+
+void Tm::drain_pending() {
   for (;;) {
     BufferEvent ev;
     {
@@ -764,15 +786,23 @@ void Tm::event_loop() {
   client::Wc wc[32];
   while (!stopping_.load(std::memory_order_acquire)) {
     const int w = dom_.ctx().wait_cq(cq_, kPollMs);
-    if (w == ENOTCONN) {
+    if (w == ENOTCONN) {  // roced is gone: nothing will touch the buffers any more
+      std::vector<NetBuffer*> to_pool;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        take_pool_buffers_locked(to_pool);
+      }
       state_.store(TmState::kFailed, std::memory_order_release);
+      // [State]: pool buffers back in their pool before the state change is told.
+      for (NetBuffer* nb : to_pool) pool_->put(nb);
       if (state_cb_) state_cb_(TmState::kFailed);
       return;
     }
     const int n = dom_.ctx().poll_cq(cq_, 32, wc);
     for (int i = 0; i < n; ++i) handle_wc(wc[i], evs);
     check_deadlines(evs);
-    queue_events(evs);
+    queue_events(evs, true);
+    if (!sync_ && npending_.load(std::memory_order_acquire) != 0) drain_pending();
   }
 }
 
@@ -784,7 +814,7 @@ Tm::Tm(Domain& dom) : dom_(dom) {
 }
 
 Tm::~Tm() {
-  if (state() == TmState::kStarted) stop();
+  if (state() == TmState::kStarted || state() == TmState::kFailed) stop();
 }
 
 int Tm::confine(const std::vector<int>& cpus) {
@@ -907,22 +937,11 @@ int Tm::stop() {
     by_qpn_.clear();
     ctx.destroy_srq(srq_);
     srq_ = nullptr;
-    for (auto& q : queues_) {
-      while (!q.empty()) {
-        NetBuffer* nb = q.front();
-        if (nb->pool && nb->pool == pool_ && nb->queue == QueueType::kMsgRecv) {
-          q.pop_front();
-          for (const std::uint64_t w : nb->impl->wr_ids) by_wr_.erase(w);
-          nb->impl->wr_ids.clear();
-          nb->impl->posted = false;
-          to_pool.push_back(nb);
-        } else {
-          finish_locked(*nb, -ECANCELED, evs);
-        }
-      }
-    }
+    take_pool_buffers_locked(to_pool);
+    for (auto& q : queues_)
+      while (!q.empty()) finish_locked(*q.front(), -ECANCELED, evs);
     deficit_.store(0, std::memory_order_release);  // the invariant of a stopped Tm
-    for (auto& e : pending_) evs.insert(evs.begin(), e);
+    evs.insert(evs.begin(), pending_.begin(), pending_.end());  // older events first
     pending_.clear();
     npending_.store(0, std::memory_order_release);
   }
@@ -944,6 +963,23 @@ int Tm::stop() {
   listen_fd_ = wake_fd_ = -1;
   if (state_cb_) state_cb_(TmState::kStopped);
   return 0;
+}
+
+void Tm::take_pool_buffers_locked(std::vector<NetBuffer*>& to_pool) {
+  auto& q = queues_[static_cast<int>(QueueType::kMsgRecv)];
+  for (auto it = q.begin(); it != q.end();) {
+    NetBuffer* nb = *it;
+    if (!pool_ || nb->pool != pool_) {
+      ++it;
+      continue;
+    }
+    it = q.erase(it);
+    for (const std::uint64_t w : nb->impl->wr_ids) by_wr_.erase(w);
+    nb->impl->wr_ids.clear();
+    nb->impl->posted = false;
+    to_pool.push_back(nb);
+  }
+  deficit_.store(0, std::memory_order_release);  // the invariant of an inoperable Tm
 }
 
 std::size_t Tm::queue_length(QueueType q) const {

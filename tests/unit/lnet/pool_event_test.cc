@@ -347,6 +347,8 @@ TEST_F(LnetTm, QueuedBuffersTimeOutOrAreCancelledWithTheirEvents) {
   ASSERT_EQ(tm.add(*b, QueueType::kPassiveBulkRecv), 0);
   EXPECT_EQ(tm.queue_length(QueueType::kPassiveBulkRecv), 1u);
   ASSERT_EQ(tm.del(*b), 0);
+  // Delivered by the Tm's event thread (asynchronous mode), not on this thread.
+  ASSERT_TRUE(eventually([&] { return sb.load() != 1; }));
   EXPECT_EQ(sb.load(), -ECANCELED);
   EXPECT_FALSE(b->flags & kBufQueued);
   EXPECT_EQ(tm.queue_length(QueueType::kPassiveBulkRecv), 0u);

@@ -316,7 +316,9 @@ class Tm {
   void check_deadlines(std::vector<BufferEvent>& out);
   void finish_locked(NetBuffer& nb, int status, std::vector<BufferEvent>& out,
                      std::uint64_t length = 0);
-  void queue_events(std::vector<BufferEvent>& evs);
+  void queue_events(std::vector<BufferEvent>& evs, bool event_thread = false);
+  void drain_pending();
+  void take_pool_buffers_locked(std::vector<NetBuffer*>& to_pool);
   void send_ctl_locked(Conn& c, std::uint32_t bulk_id, std::uint64_t length, int status);
 
   Domain& dom_;
