@@ -23,6 +23,10 @@
 #include <string>
 
 #include "client/lnet/include/roce/lnet.h"
+#ifdef ROCE_EXAMPLE_LOCAL
+#include "dataplane/engine/engine.h"
+#include "dataplane/port/dpdk_port.h"
+#endif
 
 using namespace roce;
 using namespace roce::lnet;
@@ -89,7 +93,7 @@ struct Sender {
 };
 
 struct Args {
-  std::string socket, addr, peer, oob_host = "127.0.0.1";
+  std::string socket, local_memif, addr, peer, oob_host = "127.0.0.1";
   std::uint32_t pid = 0, pingpong = 100;
   std::uint16_t oob_base = kOobPortBase;
 };
@@ -101,6 +105,7 @@ int run_server(const Args& a, client::Context& ctx) {
   o.pid = a.pid;
   o.oob_host = a.oob_host;
   o.oob_port_base = a.oob_base;
+  o.serialize_context = !a.local_memif.empty();  // the in-process engine is single threaded
   Domain dom(ctx, o);
   BufferPool pool(dom, 8, 2, 8192);  // 16 KiB buffers of two segments
   if (pool.size() != 8) return fail("pool allocation");
@@ -223,6 +228,7 @@ int run_client(const Args& a, client::Context& ctx) {
   o.pid = a.pid;
   o.oob_host = a.oob_host;
   o.oob_port_base = a.oob_base;
+  o.serialize_context = !a.local_memif.empty();
   Domain dom(ctx, o);
   BufferPool pool(dom, 4, 1, 4096);
   Tm tm(dom);
@@ -328,6 +334,47 @@ int run_client(const Args& a, client::Context& ctx) {
   return pool.free_count() == pool.size() ? 0 : fail("pool buffers not returned on stop");
 }
 
+#ifdef ROCE_EXAMPLE_LOCAL
+// The in-process backend: an engine and poll loop of our own on one end of a memif link
+// (192.0.2.81 for the server, .82 for the client), as roce-attach-example --local-memif.
+struct LocalStack {
+  std::unique_ptr<port::DpdkPort> dev;
+  std::unique_ptr<engine::Engine> eng;
+  std::unique_ptr<port::PollLoop> loop;
+};
+
+std::unique_ptr<client::Context> open_local(LocalStack& st, const std::string& memif,
+                                            bool server) {
+  const unsigned me = server ? 1 : 2;
+  port::eal_init({"--no-huge", "--no-shconf", "-m", "256", "--no-pci",
+                  "--file-prefix=lnet-ping-" + std::to_string(::getpid()), "--log-level=*:error",
+                  "-l", server ? "0" : "1",
+                  "--vdev=net_memif0,role=" + std::string(server ? "server" : "client") +
+                      ",id=0,socket-abstract=no,socket=" + memif});
+  client::PortInfo info;
+  info.name = "memif";
+  info.mac = wire::MacAddr{{0x02, 0, 0x5e, 0, 0x0c, static_cast<std::uint8_t>(me)}};
+  info.ipv4 = wire::Ipv4Addr{0xC0000200u | (80 + me)};
+  info.gid = wire::ipv4_mapped(info.ipv4);
+  port::PortSpec ps;
+  ps.device = "net_memif0";
+  ps.mac = info.mac;
+  st.dev = std::make_unique<port::DpdkPort>(ps);
+  engine::EngineConfig ec;
+  ec.mac = info.mac;
+  ec.ipv4 = info.ipv4;
+  ec.max_mtu = client::Mtu::k1024;
+  st.eng = std::make_unique<engine::Engine>(ec);
+  st.loop = std::make_unique<port::PollLoop>(*st.dev, *st.eng);
+  client::LocalOptions o;
+  o.engine = st.eng.get();
+  o.progress = [&st] { st.loop->poll_once(); };
+  o.resolve = [&st](wire::Ipv4Addr ip) { return port::resolve_wait(*st.loop, ip, 10); };
+  o.port = info;
+  return client::Context::open_local(std::move(o));
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -335,6 +382,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--socket") a.socket = v;
+    else if (k == "--local-memif") a.local_memif = v;
     else if (k == "--addr") a.addr = v;
     else if (k == "--peer") a.peer = v;
     else if (k == "--pid") a.pid = static_cast<std::uint32_t>(std::stoul(v));
@@ -346,9 +394,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (a.socket.empty() || a.addr.empty()) {
+  if (a.socket.empty() == a.local_memif.empty() || a.addr.empty()) {
     std::fprintf(stderr,
-                 "usage: roce-lnet-ping --socket PATH --pid N --addr NID:PID:PORTAL:TMID "
+                 "usage: roce-lnet-ping (--socket PATH | --local-memif PATH) --pid N "
+                 "--addr NID:PID:PORTAL:TMID "
                  "[--peer ADDR] [--oob-host IP] [--oob-base PORT] [--pingpong N]\n");
     return 2;
   }
@@ -357,11 +406,31 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "FAIL: --addr %s: %s\n", a.addr.c_str(), err.c_str());
     return 2;
   }
-  auto ctx = client::Context::attach(a.socket);
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::unique_ptr<client::Context> ctx;
+#ifdef ROCE_EXAMPLE_LOCAL
+  LocalStack local;
+  if (!a.local_memif.empty()) ctx = open_local(local, a.local_memif, a.peer.empty());
+#else
+  if (!a.local_memif.empty()) {
+    std::fprintf(stderr, "FAIL: --local-memif: built without DPDK\n");
+    return 2;
+  }
+#endif
+  if (!a.socket.empty()) ctx = client::Context::attach(a.socket);
   if (!ctx) {
     std::fprintf(stderr, "FAIL: attach %s: %s\n", a.socket.c_str(), std::strerror(errno));
     return 1;
   }
-  setvbuf(stdout, nullptr, _IOLBF, 0);
-  return a.peer.empty() ? run_server(a, *ctx) : run_client(a, *ctx);
+  const int rc = a.peer.empty() ? run_server(a, *ctx) : run_client(a, *ctx);
+  ctx.reset();
+#ifdef ROCE_EXAMPLE_LOCAL
+  if (local.loop) {
+    local.loop.reset();
+    local.eng.reset();
+    local.dev.reset();
+    port::eal_cleanup();
+  }
+#endif
+  return rc;
 }

@@ -4,6 +4,7 @@
 #include <cerrno>
 
 #include "client/lnet/src/lnet_internal.h"
+#include "client/lnet/src/serialized_context.h"
 
 namespace roce::lnet {
 
@@ -13,7 +14,10 @@ std::uint64_t NetBuffer::capacity() const {
   return n;
 }
 
-Domain::Domain(client::Context& ctx, DomainOptions opts) : ctx_(ctx), opts_(std::move(opts)) {
+Domain::Domain(client::Context& ctx, DomainOptions opts)
+    : serialized_(opts.serialize_context ? std::make_unique<SerializedContext>(ctx) : nullptr),
+      ctx_(serialized_ ? *serialized_ : ctx),
+      opts_(std::move(opts)) {
   pd_ = ctx_.alloc_pd();
   prov_thread_ = std::thread([this] { provision_loop(); });
 }

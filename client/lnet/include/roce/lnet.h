@@ -94,6 +94,7 @@ enum BufFlags : std::uint32_t {
 struct NetBuffer;
 class Tm;
 class BufferPool;
+class SerializedContext;
 
 /// A buffer event (m0_net_buffer_event).
 struct BufferEvent {
@@ -152,6 +153,9 @@ struct DomainOptions {
   std::uint16_t oob_port_base = kOobPortBase;
   /// The NID of this domain's Tms: default the Context's port address, net 0.
   std::optional<wire::Ipv4Addr> nid;
+  /// Serialise every Context call on one mutex: needed with Context::open_local, whose engine
+  /// is single threaded (the Tms' threads and the application's then take turns).
+  bool serialize_context = false;
 };
 
 class Domain {
@@ -184,6 +188,7 @@ class Domain {
  private:
   friend class Tm;
   void provision_loop();
+  std::unique_ptr<SerializedContext> serialized_;
   client::Context& ctx_;
   DomainOptions opts_;
   client::Pd* pd_ = nullptr;
