@@ -259,11 +259,16 @@ void Tm::oob_loop() {
     } else if (get_str(h.dst) != ep_.str()) {
       r.status = EADDRNOTAVAIL;  // a stale address: another Tm took this port
     } else {
-      std::lock_guard<std::mutex> g(mu_);
-      std::shared_ptr<Conn> c = make_conn();
+      std::shared_ptr<Conn> c;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        c = make_conn();
+      }
       if (!c) {
         r.status = errno ? errno : ENOMEM;
       } else {
+        // No Tm lock across the QP transitions (an address resolution may take a while): the
+        // connection is not known to anyone until it is registered below.
         c->peer = *src;
         std::mt19937 rng(std::random_device{}());
         r.psn = rng() & 0xFFFFFF;
@@ -281,9 +286,13 @@ void Tm::oob_loop() {
         r.status = rc;
         r.qpn = c->qp->qp_num;
         r.cqpn = c->cqp->qp_num;
-        by_qpn_[c->qp->qp_num] = c.get();
-        by_qpn_[c->cqp->qp_num] = c.get();
-        if (rc == 0) {
+        if (rc != 0) {
+          dom_.ctx().destroy_qp(c->qp);
+          dom_.ctx().destroy_qp(c->cqp);
+        } else {
+          std::lock_guard<std::mutex> g(mu_);
+          by_qpn_[c->qp->qp_num] = c.get();
+          by_qpn_[c->cqp->qp_num] = c.get();
           c->state = Conn::State::kUp;
           ++stats_.connections;
           // Both ends may have connected at once: keep the first, the other stays known by
@@ -553,6 +562,7 @@ void Tm::handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out) {
     auto it = passive_.find(m.bulk_id);
     // The passive buffer's operation is over: the active side moved the data. A message
     // for a buffer no longer there (cancelled, timed out) finds nothing.
+    if (m.magic != CtlMsg::kMagic || it == passive_.end()) ++stats_.ctl_dropped;
     if (m.magic == CtlMsg::kMagic && it != passive_.end()) {
       NetBuffer& nb = *it->second;
       const int st = nb.flags & kBufCancelled ? -ECANCELED
@@ -837,6 +847,14 @@ int Tm::pool_attach(BufferPool& pool, BufferCallback cb, std::uint32_t min_lengt
   pool_ = &pool;
   pool_cb_ = std::move(cb);
   min_length_ = min_length;
+  return 0;
+}
+
+int Tm::pool_length_set(std::uint32_t min_length) {
+  if (!pool_ || min_length == 0) return EINVAL;
+  std::lock_guard<std::mutex> g(mu_);
+  min_length_ = min_length;
+  if (state() == TmState::kStarted) reprovision_locked();
   return 0;
 }
 

@@ -254,6 +254,10 @@ TEST_F(LnetTm, DeficitIsRecordedAndTheNotEmptyCallbackRefillsIt) {
   EXPECT_EQ(tm.recv_pool_deficit(), 1u);
   pool.put(held[1]);
   ASSERT_TRUE(eventually([&] { return tm.recv_pool_deficit() == 0; }));
+  // A longer minimum with an empty pool: the shortfall is the deficit again.
+  ASSERT_EQ(tm.pool_length_set(3), 0);
+  EXPECT_EQ(tm.recv_pool_deficit(), 1u);
+  EXPECT_EQ(tm.queue_length(QueueType::kMsgRecv), 2u);
   tm.stop();
   EXPECT_EQ(tm.recv_pool_deficit(), 0u);  // zero when not operable
   EXPECT_EQ(pool.free_count(), 2u);

@@ -245,6 +245,7 @@ struct TmStats {
   std::uint64_t msgs_sent = 0, msgs_received = 0, bytes_received = 0;
   std::uint64_t bulk_ops = 0, connections = 0, provisioned = 0;
   std::uint64_t dropped_cancelled = 0;  ///< messages that landed in a cancelled receive buffer
+  std::uint64_t ctl_dropped = 0;  ///< control messages for no passive buffer (gone, or bogus)
 };
 
 class Tm {
@@ -263,6 +264,9 @@ class Tm {
   /// m0_net_tm_pool_attach: provisions kMsgRecv from `pool` to `min_length` buffers (default
   /// 2) with `cb` as their callback. EINVAL once started.
   int pool_attach(BufferPool& pool, BufferCallback cb, std::uint32_t min_length = 2);
+  /// m0_net_tm_pool_length_set: the minimum receive queue length (provisions at once when
+  /// started; a lower value leaves extra buffers queued until they are used).
+  int pool_length_set(std::uint32_t min_length);
   void colour_set(std::uint64_t c) { colour_ = c; }
   std::uint64_t colour_get() const { return colour_; }
   /// State-change callback (m0_net_tm_event): called with the new state, after pool buffers
@@ -336,7 +340,7 @@ class Tm {
 
   BufferPool* pool_ = nullptr;
   BufferCallback pool_cb_;
-  std::uint32_t min_length_ = 2;
+  std::uint32_t min_length_ = 2;  ///< ntm_recv_queue_min_length
   std::atomic<std::uint32_t> deficit_{0};
 
   mutable std::mutex mu_;  ///< the Tm lock: queues, connections, pending events
