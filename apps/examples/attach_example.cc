@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/include/roce/client.h"
@@ -454,6 +455,10 @@ int main(int argc, char** argv) {
     sw.opcode = WrOpcode::kSend;
     sw.send_flags = eng::kSendSignaled;
     if (const int rc = post_recv(&rw)) die("post_recv", rc);
+    // Attached, roced hands the receive to its engine on its next poll-loop pass; a SEND that
+    // came first would draw an RNR NAK. (Seen once in a few dozen runs: after such an RNR NAK
+    // the SEND was never acknowledged and failed with retry exceeded; under investigation.)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
     say(tcp, "ppready");
     expect(tcp, "ppready");
     const auto next_recv = [&] {  // send completions pass by

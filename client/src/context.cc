@@ -29,8 +29,11 @@ int Context::connect_rc(Qp* qp, const RcPeer& peer, std::uint32_t sq_psn, Mtu mt
     return rc;
   a.qp_state = QpState::kRts;
   a.sq_psn = sq_psn;
-  a.timeout = 14;
-  a.retry_cnt = 6;  // the engine takes 7 as "retry for ever": a vanished peer must end a QP
+  // A vanished peer must end the QP (the engine takes retry_cnt 7 as "retry for ever"): 7
+  // tries of 0.54 s (4.096 us x 2^17), about 4 s; shorter timeouts failed QPs whose ACKs a
+  // heavily loaded host delayed by half a second.
+  a.timeout = 17;
+  a.retry_cnt = 6;
   a.rnr_retry = 7;
   a.max_rd_atomic = 16;
   return modify_qp(qp, a,

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <new>
 #include <type_traits>
 
 #include "controlplane/attach/shm_queue.h"
@@ -102,7 +104,11 @@ struct Request {
     ModifyQpReq modify;
     CreateSrqReq srq;
   };
-  Request() : hello() {}
+  /// Every byte zero (padding and the union's unused tail included), then a hello.
+  Request() {
+    std::memset(static_cast<void*>(this), 0, sizeof *this);
+    new (&hello) HelloReq();
+  }
 };
 
 struct Reply {
@@ -118,7 +124,10 @@ struct Reply {
   union {
     HelloRep hello;
   };
-  Reply() : hello() {}
+  Reply() {
+    std::memset(static_cast<void*>(this), 0, sizeof *this);
+    new (&hello) HelloRep();
+  }
 };
 static_assert(std::is_trivially_copyable_v<Request> && std::is_trivially_copyable_v<Reply>);
 
