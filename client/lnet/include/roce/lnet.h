@@ -305,7 +305,6 @@ class Tm {
   TmStats stats() const;
 
   struct Conn;
-  struct Raw;
 
  private:
   friend class Domain;
