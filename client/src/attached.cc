@@ -513,6 +513,8 @@ class Attached final : public Context {
       RecvEntry e;
       e.wr_id = wr->wr_id;
       e.num_sge = wr->num_sge;
+      e.min_free = wr->min_free;
+      e.max_msgs = wr->max_msgs;
       std::copy_n(wr->sg_list, wr->num_sge, e.sge);
       if (!ring.stage(e)) {
         rc = ring.broken() ? EIO : ENOMEM;

@@ -171,6 +171,8 @@ std::size_t Lane::drain_recv(ShmConsumer<RecvEntry>& ring, engine::Qp* qp, engin
     wr.wr_id = r.wr_id;
     wr.sg_list = r.sge;
     wr.num_sge = r.num_sge;
+    wr.min_free = r.min_free;  // the engine bounds-checks both against the buffer
+    wr.max_msgs = r.max_msgs;
     const int rc = qp ? eng_.post_recv(qp, &wr, nullptr) : eng_.post_srq_recv(srq, &wr, nullptr);
     if (rc == engine::kErrNoMem) break;
     if (rc != engine::kOk) refuse(cq, r.wr_id, engine::WcOpcode::kRecv, qpn);

@@ -18,7 +18,7 @@
 
 namespace roce::attach {
 
-inline constexpr std::uint32_t kVersion = 2;
+inline constexpr std::uint32_t kVersion = 3;  // 3: RecvEntry min_free/max_msgs
 inline constexpr std::uint32_t kMaxSge = 4;  ///< SGEs per work request in a queue entry
 
 enum class Op : std::uint32_t {
@@ -156,6 +156,8 @@ struct SendEntry {
 struct RecvEntry {
   std::uint64_t wr_id = 0;
   std::uint32_t num_sge = 0;
+  std::uint32_t min_free = 0;  ///< multi-message receive buffer (engine::RecvWr)
+  std::uint32_t max_msgs = 0;
   engine::Sge sge[kMaxSge];
 };
 
