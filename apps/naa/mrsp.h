@@ -54,6 +54,10 @@ constexpr std::uint64_t kMaxFpgaAddress = (1ull << 56) - 1;  ///< the 56-bit add
 /// The MRSP exchange buffer: header plus kMaxRegions advertisement+request entries. A message
 /// of more regions does not fit a receive of this size (the NAA then cannot read it at all).
 constexpr std::size_t kExchangeBufferSize = kHeaderSize + kMaxRegions * kAdvReqEntrySize;
+/// The largest message the 8-bit count allows (255 advertisement+request entries). The NAA's
+/// receives are this large, so that it can read a request of too many regions and answer it
+/// with error 0x03 instead of failing the receive (which would break the connection).
+constexpr std::size_t kMaxMessageSize = kHeaderSize + kMaxCount * kAdvReqEntrySize;
 
 /// One region of an advertisement+request (type 0x01).
 struct AdvReqEntry {
