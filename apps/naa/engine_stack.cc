@@ -316,7 +316,7 @@ bool EngineStack::post_recv(ConnId c, std::uint64_t wr_id, void* addr, std::uint
 bool EngineStack::post_send(ConnId c, const WorkRequest& w) {
   auto it = conns_.find(c);
   if (it == conns_.end() || !it->second.qp) return false;
-  Sge sge{reinterpret_cast<std::uint64_t>(w.local), w.length, w.lkey};
+  Sge sge{w.local, w.length, w.lkey};
   SendWr wr;
   wr.wr_id = w.wr_id;
   wr.opcode = w.op == Op::kSend ? WrOpcode::kSend

@@ -169,7 +169,7 @@ void NaaServer::send_mrsp(Host& h, std::size_t len) {
   WorkRequest wr;
   wr.wr_id = kTxId;
   wr.op = Op::kSend;
-  wr.local = h.tx.data();
+  wr.local = reinterpret_cast<std::uint64_t>(h.tx.data());
   wr.length = static_cast<std::uint32_t>(len);
   wr.lkey = h.tx_mr.lkey;
   if (!stack_.post_send(h.conn, wr)) drop_host(h.conn, "cannot post the MRSP answer");
@@ -204,38 +204,53 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
                                                  std::to_string(cfg_.max_regions));
     return;
   }
-  // Place the regions in this host's NAA memory.
+  // Place the regions in this host's NAA memory: first every requested address is checked,
+  // then the regions that may go anywhere are placed after the highest requested one.
   const std::uint64_t mem = cfg_.memory_per_host;
   std::uint64_t cursor = 0, extent = 0;
-  for (const auto& r : req.regions)
-    if (r.fpga_addr != 0) cursor = std::max(cursor, r.fpga_addr + r.size);
+  for (std::size_t i = 0; i < req.regions.size(); ++i) {
+    const AdvReqEntry& r = req.regions[i];
+    if (r.size == 0) {
+      answer_error(MrspError::kInvalidAddress, "region " + std::to_string(i) + " has size 0");
+      return;
+    }
+    if (r.size > kMaxRegionSize) {
+      answer_error(MrspError::kNotEnoughMemory,
+                   "region " + std::to_string(i) + " is larger than 1 GiB");
+      return;
+    }
+    if (r.fpga_addr == 0) continue;
+    if (r.fpga_addr >= mem) {
+      answer_error(MrspError::kInvalidAddress,
+                   "region " + std::to_string(i) + " at " + hex(r.fpga_addr) +
+                       " is beyond the NAA memory of " + hex(mem) + " bytes");
+      return;
+    }
+    if (r.fpga_addr + r.size > mem) {
+      answer_error(MrspError::kNotEnoughMemory,
+                   "region " + std::to_string(i) + " at " + hex(r.fpga_addr) + " of " +
+                       std::to_string(r.size) + " bytes exceeds the NAA memory of " + hex(mem) +
+                       " bytes");
+      return;
+    }
+    cursor = std::max(cursor, r.fpga_addr + r.size);
+  }
   std::vector<Region> regions;
   for (std::size_t i = 0; i < req.regions.size(); ++i) {
     const AdvReqEntry& r = req.regions[i];
     Region g;
     g.req = r;
-    if (r.size == 0) {
-      answer_error(MrspError::kInvalidAddress, "region " + std::to_string(i) + " has size 0");
-      return;
-    }
     if (r.fpga_addr != 0) {
-      if (r.fpga_addr >= mem) {
-        answer_error(MrspError::kInvalidAddress,
-                     "region " + std::to_string(i) + " at " + hex(r.fpga_addr) +
-                         " is beyond the NAA memory of " + hex(mem) + " bytes");
-        return;
-      }
       g.offset = r.fpga_addr;
     } else {
       g.offset = (cursor + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
       cursor = g.offset + r.size;
-    }
-    if (g.offset + r.size > mem || r.size > kMaxRegionSize) {
-      answer_error(MrspError::kNotEnoughMemory,
-                   "region " + std::to_string(i) + " at " + hex(g.offset) + " of " +
-                       std::to_string(r.size) + " bytes exceeds the NAA memory of " + hex(mem) +
-                       " bytes");
-      return;
+      if (g.offset + r.size > mem) {
+        answer_error(MrspError::kNotEnoughMemory,
+                     "the regions need more than the NAA memory of " + hex(mem) +
+                         " bytes (region " + std::to_string(i) + ")");
+        return;
+      }
     }
     extent = std::max(extent, g.offset + r.size);
     regions.push_back(g);
@@ -329,7 +344,7 @@ void NaaServer::on_call(Host& h, std::uint32_t fncode) {
     WorkRequest wr;
     wr.wr_id = kTxId;
     wr.op = Op::kWrite;
-    wr.local = h.arena.get() + g.offset;
+    wr.local = g.mr.iova;
     wr.length = g.req.size;
     wr.lkey = g.mr.lkey;
     wr.remote_addr = g.req.addr;
@@ -349,7 +364,7 @@ void NaaServer::on_call(Host& h, std::uint32_t fncode) {
   wr.remote_addr = g.req.addr;
   wr.rkey = g.req.rkey;
   if (status == 0) {
-    wr.local = h.arena.get() + g.offset;
+    wr.local = g.mr.iova;
     wr.length = g.req.size;
     wr.lkey = g.mr.lkey;
     stats_.bytes_out += g.req.size;

@@ -28,7 +28,9 @@ enum class Op : std::uint8_t { kSend, kWrite, kWriteImm };
 struct WorkRequest {
   std::uint64_t wr_id = 0;
   Op op = Op::kSend;
-  const void* local = nullptr;  ///< nullptr with length 0: a zero-length WRITE_WITH_IMM
+  /// The local buffer, as its MR addresses it (MrInfo::iova + offset: the pointer itself
+  /// unless the MR was registered with an iova); length 0: a zero-length WRITE_WITH_IMM.
+  std::uint64_t local = 0;
   std::uint32_t length = 0;
   std::uint32_t lkey = 0;
   std::uint64_t remote_addr = 0;
