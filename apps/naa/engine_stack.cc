@@ -125,8 +125,8 @@ EngineStack::EngineStack(const LinkConfig& l) {
         capture_->write(f, port::now_ns());
       };
     }
-    // The memif peer may come later: the link is up when it connects.
-    own_env_->until([&] { return own_dev_->link_up(); }, 30);
+    // A memif client waits for its link; a server's comes up when a client connects.
+    if (l.memif_role == "client") own_env_->until([&] { return own_dev_->link_up(); }, 30);
   }
   env_ = own_env_.get();
   init();
@@ -377,6 +377,18 @@ bool EngineStack::poll(std::vector<ConnEvent>& events, std::vector<Completion>& 
     pending_.clear();
   }
   return any || env_->eng.has_work();
+}
+
+std::string EngineStack::transport_report() const {
+  const auto& st = env_->eng.stats();
+  std::uint64_t txd = 0, rxd = 0;
+  if (env_->loop.faults()) txd = env_->loop.faults()->stats().dropped;
+  if (env_->loop.rx_faults()) rxd = env_->loop.rx_faults()->stats().dropped;
+  return "retransmitted " + std::to_string(st.get(Counter::kRetransmittedPackets)) +
+         ", timeouts " + std::to_string(st.get(Counter::kRetransmitTimeouts)) +
+         ", RNR NAKs sent " + std::to_string(st.get(Counter::kRnrNakSent)) + " received " +
+         std::to_string(st.get(Counter::kRnrNakRcvd)) + ", injected drops tx " +
+         std::to_string(txd) + " rx " + std::to_string(rxd) + "\n";
 }
 
 void EngineStack::idle(double seconds) {

@@ -56,6 +56,8 @@ class EngineStack : public Stack {
   void idle(double seconds) override;
 
   perf::Env& env() { return *env_; }
+  /// Retransmissions, RNR NAKs and injected drops, one line.
+  std::string transport_report() const;
   std::size_t connections() const { return conns_.size(); }
 
  private:

@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
       }
       // A DREP or ACK the last host may still wait for.
       stack.idle(0.2);
-      std::printf("%s", server.report().c_str());
+      std::printf("%s%s", server.report().c_str(), stack.transport_report().c_str());
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "roce-naa: %s\n", e.what());

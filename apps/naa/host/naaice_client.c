@@ -39,6 +39,7 @@ static uint32_t crc32_ref(const unsigned char *p, size_t n) {
 /* One host's call: its parameters, the expected result, its context. */
 struct job {
   int kernel;
+  int fncode; /* the function code called (the kernel's, unless an error is provoked) */
   unsigned nparams;
   char *params[40];
   unsigned sizes[40];
@@ -111,6 +112,7 @@ static int check(struct job *j, unsigned host, unsigned call) {
 static void setup_job(struct job *j, int kernel, unsigned size) {
   memset(j, 0, sizeof *j);
   j->kernel = kernel;
+  j->fncode = kernel;
   size = (size + 63) / 64 * 64;
   switch (kernel) {
     case K_INCREMENT:
@@ -161,7 +163,7 @@ static void free_job(struct job *j) {
 
 static int open_job(struct job *j, const char *ip, uint16_t port) {
   if (naaice_init_communication_context(&j->ctx, j->sizes, j->params, j->nparams,
-                                        (uint8_t)j->kernel, ip, port))
+                                        (uint8_t)j->fncode, ip, port))
     return -1;
   if (naaice_setup_connection(j->ctx) || naaice_register_mrs(j->ctx) ||
       naaice_set_metadata(j->ctx, (uintptr_t)j->params[j->ret]))
@@ -225,7 +227,7 @@ static int provoke(const char *ip, uint16_t port, const char *what, unsigned naa
   if (!strcmp(what, "too-many-regions")) {
     /* 33 parameters + the metadata region: 34 regions, the NAA handles 32. */
     memset(&j, 0, sizeof j);
-    j.kernel = K_INCREMENT;
+    j.kernel = j.fncode = K_INCREMENT;
     j.nparams = 33;
     for (unsigned i = 0; i < j.nparams; i++) {
       j.sizes[i] = 64;
@@ -238,14 +240,14 @@ static int provoke(const char *ip, uint16_t port, const char *what, unsigned naa
                                                  : NAAICE_MRSP_NOT_ENOUGH_MEMORY;
   } else if (!strcmp(what, "unknown-function")) {
     setup_job(&j, K_VECTOR_ADD, 256);
-    j.kernel = 0x77;
+    j.fncode = 0x77;
     want_status = 0x10;
   } else if (!strcmp(what, "bad-return-address")) {
     setup_job(&j, K_VECTOR_ADD, 256);
     want_status = 0x11;
   } else if (!strcmp(what, "bad-param-count")) {
     setup_job(&j, K_REDUCE_SUM, 256);
-    j.kernel = K_VECTOR_ADD; /* two parameters for a three-parameter kernel */
+    j.fncode = K_VECTOR_ADD; /* two parameters for a three-parameter kernel */
     want_status = 0x12;
   } else if (!strcmp(what, "bad-param-size")) {
     setup_job(&j, K_REDUCE_SUM, 256);

@@ -187,6 +187,8 @@ void t_destroy(void* p) {
 void at_exit() {
   if (!g_shared.stack) return;
   g_shared.stack->idle(0.05);
+  if (std::getenv("NAAICE_ROCE_STATS"))
+    std::fprintf(stderr, "naaice: %s", g_shared.stack->transport_report().c_str());
   g_shared.stack.reset();
   port::eal_cleanup();
 }
