@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   tshark python3-scapy
   iproute2 iputils-ping tcpdump
+  libibverbs-dev librdmacm-dev
 )
 
 missing=()
