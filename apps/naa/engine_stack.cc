@@ -143,8 +143,10 @@ void EngineStack::init() {
 }
 
 EngineStack::~EngineStack() {
+  const bool any = !conns_.empty();
   for (auto& [id, c] : conns_) release(c);
   conns_.clear();
+  if (any) idle(0.05);  // the DREQs of connections still up go out
   agent_.reset();
   if (cq_) env_->eng.destroy_cq(cq_);
   if (pd_) env_->eng.dealloc_pd(pd_);

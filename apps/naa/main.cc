@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
       "MiB of NAA memory (FPGA address space) per host")(
       "max-regions", po::value(&cfg.max_regions)->default_value(cfg.max_regions),
       "memory regions per host (at most 32)")(
+      "host-idle-timeout", po::value(&cfg.host_idle_timeout)->default_value(cfg.host_idle_timeout),
+      "seconds a host may be silent before it is dropped (0: never)")(
       "exit-after", po::value(&exit_after)->default_value(0),
       "exit once this many hosts have come and gone (0: run until SIGINT/SIGTERM)")(
       "timeout", po::value(&timeout)->default_value(0), "exit with status 1 after this many seconds")(
@@ -97,20 +99,9 @@ int main(int argc, char** argv) {
                   link.ip.c_str(), port, cfg.max_hosts,
                   static_cast<unsigned long long>(mem_mib), cfg.max_regions);
       std::fflush(stdout);
-      const std::uint64_t end =
-          timeout > 0 ? roce::port::now_ns() + static_cast<std::uint64_t>(timeout * 1e9) : 0;
-      unsigned idle = 0;
-      while (!g_stop) {
-        if (server.step())
-          idle = 0;
-        else if (++idle >= roce::perf::Env::kYieldAfterIdlePolls)
-          roce::perf::Env::yield();
-        if (exit_after && server.stats().hosts_done >= exit_after && server.hosts() == 0) break;
-        if (end && roce::port::now_ns() > end) {
-          std::fprintf(stderr, "roce-naa: timed out\n");
-          rc = 1;
-          break;
-        }
+      if (!server.run(g_stop, exit_after, timeout, [] { roce::perf::Env::yield(); })) {
+        std::fprintf(stderr, "roce-naa: timed out\n");
+        rc = 1;
       }
       // A DREP or ACK the last host may still wait for.
       stack.idle(0.2);

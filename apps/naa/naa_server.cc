@@ -2,6 +2,9 @@
 /// The NAA server (naa_server.h).
 #include "apps/naa/naa_server.h"
 
+#include <chrono>
+#include <sys/mman.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +20,12 @@ constexpr unsigned kRxSlots = 2;
 constexpr std::uint64_t kArenaAlign = 4096;  ///< where "anywhere" regions are placed
 constexpr std::uint64_t kTxId = 1ull << 40;  ///< wr_id of our sends and writes
 
+std::uint64_t mono_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
 std::string hex(std::uint64_t v) {
   char b[24];
   std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
@@ -24,6 +33,21 @@ std::string hex(std::uint64_t v) {
 }
 
 }  // namespace
+
+bool Arena::allocate(std::uint64_t size) {
+  reset();
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return false;
+  p_ = static_cast<std::uint8_t*>(p);
+  size_ = size;
+  return true;
+}
+
+void Arena::reset() {
+  if (p_) ::munmap(p_, size_);
+  p_ = nullptr;
+  size_ = 0;
+}
 
 NaaServer::NaaServer(Stack& stack, NaaConfig cfg, KernelRegistry kernels)
     : stack_(stack), cfg_(cfg), kernels_(std::move(kernels)) {
@@ -53,7 +77,23 @@ bool NaaServer::step() {
   const bool any = stack_.poll(events_, completions_);
   for (const auto& e : events_) on_event(e);
   for (const auto& c : completions_) on_completion(c);
+  expire_idle();
   return any;
+}
+
+void NaaServer::expire_idle() {
+  if (cfg_.host_idle_timeout <= 0 || hosts_.empty()) return;
+  const std::uint64_t now = mono_ns();
+  if (now - last_expiry_check_ns_ < 100'000'000) return;  // ten times a second
+  last_expiry_check_ns_ = now;
+  const auto limit = static_cast<std::uint64_t>(cfg_.host_idle_timeout * 1e9);
+  std::vector<ConnId> idle;
+  for (const auto& [c, h] : hosts_)
+    if (now - h->last_active_ns > limit) idle.push_back(c);
+  for (ConnId c : idle) {
+    ++stats_.hosts_expired;
+    drop_host(c, "silent for more than " + std::to_string(cfg_.host_idle_timeout) + " s");
+  }
 }
 
 bool NaaServer::post_rx(Host& h, unsigned slot) {
@@ -74,6 +114,7 @@ void NaaServer::on_event(const ConnEvent& e) {
       auto h = std::make_unique<Host>();
       h->conn = e.conn;
       h->peer = e.peer;
+      h->last_active_ns = mono_ns();
       h->rx.resize(kRxSlots * kMaxMessageSize);
       h->tx.resize(kMaxMessageSize);
       const auto rx = stack_.reg_mr(h->rx.data(), h->rx.size(), std::nullopt);
@@ -132,13 +173,13 @@ void NaaServer::free_regions(Host& h) {
   h.regions.clear();
   h.data.clear();
   h.arena.reset();
-  h.arena_size = 0;
 }
 
 void NaaServer::on_completion(const Completion& c) {
   const auto it = hosts_.find(c.conn);
   if (it == hosts_.end()) return;
   Host& h = *it->second;
+  h.last_active_ns = mono_ns();
   if (!c.ok) {
     ++stats_.transport_errors;
     drop_host(c.conn, "work completion failed (" + c.status + ")");
@@ -255,14 +296,10 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
     extent = std::max(extent, g.offset + r.size);
     regions.push_back(g);
   }
-  // calloc: the kernel only touches pages it is given, the rest is never committed.
-  h.arena = std::unique_ptr<std::uint8_t, void (*)(void*)>(
-      static_cast<std::uint8_t*>(std::calloc(1, extent)), std::free);
-  if (!h.arena) {
+  if (!h.arena.allocate(extent)) {
     answer_error(MrspError::kNotEnoughMemory, "cannot allocate " + std::to_string(extent) + " bytes");
     return;
   }
-  h.arena_size = extent;
   Advertise adv;
   for (std::size_t i = 0; i < regions.size(); ++i) {
     Region& g = regions[i];
@@ -372,10 +409,27 @@ void NaaServer::on_call(Host& h, std::uint32_t fncode) {
   if (!stack_.post_send(h.conn, wr)) drop_host(h.conn, "cannot post the completion");
 }
 
+bool NaaServer::run(const volatile std::sig_atomic_t& stop, std::uint64_t exit_after,
+                    double timeout, const std::function<void()>& on_idle) {
+  using clock = std::chrono::steady_clock;
+  const auto end = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                      std::chrono::duration<double>(timeout));
+  unsigned idle = 0;
+  while (!stop) {
+    if (step())
+      idle = 0;
+    else if (++idle >= 32 && on_idle)
+      on_idle();
+    if (exit_after && stats_.hosts_done >= exit_after && hosts_.empty()) return true;
+    if (timeout > 0 && clock::now() > end) return false;
+  }
+  return true;
+}
+
 std::string NaaServer::report() const {
   std::ostringstream o;
   o << "hosts accepted " << stats_.hosts_accepted << ", rejected " << stats_.hosts_rejected
-    << ", done " << stats_.hosts_done << "\n";
+    << ", done " << stats_.hosts_done << " (expired " << stats_.hosts_expired << ")\n";
   o << "MRSP ok " << stats_.mrsp_ok << ", malformed " << stats_.mrsp_malformed;
   for (const auto& [code, n] : stats_.mrsp_errors) o << ", error " << hex(code) << ": " << n;
   o << "\ncalls " << stats_.calls << ", failed " << stats_.calls_failed;

@@ -19,7 +19,9 @@
 ///   5. any number of calls, then the host's DREQ; the host's regions are freed.
 #pragma once
 
+#include <csignal>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,6 +38,9 @@ struct NaaConfig {
   std::uint32_t max_hosts = 16;                 ///< connections at once; more are rejected
   std::uint64_t memory_per_host = 64ull << 20;  ///< each host's NAA memory (FPGA address space)
   std::uint32_t max_regions = kMaxRegions;      ///< regions per host (<= 32)
+  /// A host silent this long (no message, no call, no completion) is dropped and its memory
+  /// freed: a host that vanished without a DREQ leaves nothing else to notice. 0: never.
+  double host_idle_timeout = 300;
   bool verbose = false;
 };
 
@@ -44,7 +49,25 @@ struct NaaStats {
   std::uint64_t mrsp_ok = 0, mrsp_malformed = 0, calls = 0, calls_failed = 0;
   std::map<std::uint8_t, std::uint64_t> mrsp_errors;  ///< by MRSP error code
   std::map<std::uint32_t, std::uint64_t> statuses;    ///< by completion status
-  std::uint64_t bytes_in = 0, bytes_out = 0, transport_errors = 0;
+  std::uint64_t bytes_in = 0, bytes_out = 0, transport_errors = 0, hosts_expired = 0;
+};
+
+/// A host's NAA memory: anonymous pages, page-aligned (an MR registered at an iova must share
+/// the page offset of its address), zero, committed only when touched.
+class Arena {
+ public:
+  Arena() = default;
+  ~Arena() { reset(); }
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  bool allocate(std::uint64_t size);  ///< false when the system refuses
+  void reset();
+  std::uint8_t* get() const { return p_; }
+  std::uint64_t size() const { return size_; }
+
+ private:
+  std::uint8_t* p_ = nullptr;
+  std::uint64_t size_ = 0;
 };
 
 class NaaServer {
@@ -62,6 +85,11 @@ class NaaServer {
   const NaaStats& stats() const { return stats_; }
   std::size_t hosts() const { return hosts_.size(); }
   const NaaConfig& config() const { return cfg_; }
+  /// Serves until `stop` is set, `exit_after` hosts (if not 0) have come and gone, or `timeout`
+  /// seconds (if not 0) pass (then false). `on_idle` runs after a few polls with nothing to do
+  /// (to yield the CPU).
+  bool run(const volatile std::sig_atomic_t& stop, std::uint64_t exit_after, double timeout,
+           const std::function<void()>& on_idle);
   /// One line per counter, for the log at exit.
   std::string report() const;
 
@@ -78,11 +106,11 @@ class NaaServer {
     bool established = false;
     std::vector<std::uint8_t> rx, tx;  ///< two receive slots; the send buffer
     MrInfo rx_mr, tx_mr;
-    std::unique_ptr<std::uint8_t, void (*)(void*)> arena{nullptr, nullptr};
-    std::uint64_t arena_size = 0;
+    Arena arena;
     std::vector<Region> regions;  ///< as advertised by the host
     std::vector<std::size_t> data;  ///< indexes of the non-internal regions, in order
     std::uint64_t calls = 0;
+    std::uint64_t last_active_ns = 0;
   };
 
   void on_event(const ConnEvent& e);
@@ -94,6 +122,8 @@ class NaaServer {
   void drop_host(ConnId c, const std::string& why);
   bool post_rx(Host& h, unsigned slot);
   void log(const Host& h, const std::string& msg) const;
+  void expire_idle();
+  std::uint64_t last_expiry_check_ns_ = 0;
 
   Stack& stack_;
   NaaConfig cfg_;

@@ -257,18 +257,19 @@ static int provoke(const char *ip, uint16_t port, const char *what, unsigned naa
     fprintf(stderr, "unknown error to provoke: %s\n", what);
     return 2;
   }
-  if (open_job(&j, ip, port)) return 1;
+  int result = 1;
+  if (open_job(&j, ip, port)) goto out;
   const uint64_t mem = (uint64_t)naa_mib << 20;
   uint64_t fa[3] = {0, 0, 0};
   if (want_mrsp == NAAICE_MRSP_INVALID_ADDRESS) fa[1] = mem + 4096;  /* beyond the memory */
   if (want_mrsp == NAAICE_MRSP_NOT_ENOUGH_MEMORY) fa[1] = mem - 1024; /* runs over its end */
-  if (fa[1] && naaice_set_fpga_addresses(j.ctx, fa)) return 1;
+  if (fa[1] && naaice_set_fpga_addresses(j.ctx, fa)) goto out;
   int rc = naaice_do_mrsp(j.ctx);
   if (want_mrsp) {
     if (rc == 0 || j.ctx->mrsp_error != want_mrsp) {
       fprintf(stderr, "FAIL %s: MRSP error 0x%02x, expected 0x%02x\n", what, j.ctx->mrsp_error,
               want_mrsp);
-      return 1;
+      goto out;
     }
     printf("PASS %s: the NAA answered MRSP error 0x%02x (%s)\n", what, j.ctx->mrsp_error,
            naaice_mrsp_error_string(j.ctx->mrsp_error));
@@ -278,17 +279,17 @@ static int provoke(const char *ip, uint16_t port, const char *what, unsigned naa
       naaice_set_fpga_addresses(j.ctx, fa);
       if (naaice_do_mrsp(j.ctx)) {
         fprintf(stderr, "FAIL %s: a valid MRSP after the error failed\n", what);
-        return 1;
+        goto out;
       }
       fill(&j);
       if (naaice_do_data_transfer(j.ctx) || check(&j, 0, 0)) {
         fprintf(stderr, "FAIL %s: the call after the retried MRSP failed\n", what);
-        return 1;
+        goto out;
       }
       printf("PASS %s: retried MRSP and call succeeded\n", what);
     }
   } else {
-    if (rc) return 1;
+    if (rc) goto out;
     fill(&j);
     if (want_status == 0x11) {
       /* A metadata region naming no region of ours (set_metadata refuses such an address). */
@@ -299,17 +300,20 @@ static int provoke(const char *ip, uint16_t port, const char *what, unsigned naa
     if (rc == 0 || j.ctx->rpc_status != want_status) {
       fprintf(stderr, "FAIL %s: status 0x%02x, expected 0x%02x\n", what, j.ctx->rpc_status,
               want_status);
-      return 1;
+      goto out;
     }
     printf("PASS %s: the NAA answered status 0x%02x (%s)\n", what, j.ctx->rpc_status,
            naaice_rpc_status_string(j.ctx->rpc_status));
   }
-  naaice_disconnect_and_cleanup(j.ctx);
+  result = 0;
+out:
+  /* Always disconnect: the NAA frees this host's memory at once. */
+  if (j.ctx) naaice_disconnect_and_cleanup(j.ctx);
   for (unsigned i = 0; i < j.nparams; i++) {
     free(j.params[i]);
     free(j.expect[i]);
   }
-  return 0;
+  return result;
 }
 
 int main(int argc, char **argv) {
