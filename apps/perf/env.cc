@@ -16,6 +16,7 @@
 
 #include "controlplane/address.h"
 #include "controlplane/tcp.h"
+#include "dataplane/port/pmd_frames.h"
 
 namespace roce::perf {
 
@@ -57,10 +58,12 @@ std::string link_vdev(const LinkOpts& o) {
     return "--vdev=net_tap0,iface=" + o.iface;
   }
   if (o.pmd == "af_packet") {
-    // af_packet copies each frame into a ring slot: jumbo frames need bigger slots.
-    std::string vdev = "--vdev=net_af_packet0,iface=" + o.iface + ",qpairs=1";
-    if (o.netdev_mtu > 1500) vdev += ",blocksz=16384,framesz=16384,framecnt=512";
-    return vdev;
+    // af_packet copies each frame into a ring slot: the port layer sizes them for the MTU.
+    try {
+      return port::vdev_arg("net_af_packet0", "iface=" + o.iface + ",qpairs=1", o.netdev_mtu);
+    } catch (const std::invalid_argument& e) {
+      fail(e.what());
+    }
   }
   fail("--pmd must be af_packet, af_xdp or tap, not '" + o.pmd + "'");
 }
@@ -75,9 +78,14 @@ port::PortSpec link_port_spec(const LinkOpts& o) {
   // The AF_XDP PMD registers the mbuf pool as UMEM, which counts against the locked-memory
   // limit (8 MiB here): 2048 mbufs of 2 KiB fit.
   ps.mbufs = o.pmd == "af_xdp" ? 2048 : 4096;
-  // net_af_packet wants an mbuf to hold a whole ring slot (16 KiB for jumbo frames).
-  if (o.netdev_mtu > 1500) ps.mbuf_data_room = 16384;
   return ps;
+}
+
+engine::Mtu link_path_mtu(unsigned netdev_mtu) {
+  engine::Mtu m = engine::Mtu::k256;
+  for (auto c : {engine::Mtu::k512, engine::Mtu::k1024, engine::Mtu::k2048, engine::Mtu::k4096})
+    if (engine::mtu_bytes(c) + 80 <= netdev_mtu) m = c;
+  return m;
 }
 
 namespace {
@@ -90,6 +98,7 @@ std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {
   ec.mac = *ctl::parse_mac(o.mac);  // checked by link_vdev
   ec.ipv4 = *ctl::parse_ipv4(o.ip);
   ec.advertise_credits = false;  // as rxe
+  ec.max_mtu = link_path_mtu(o.netdev_mtu);
   if (o.vlan != 0) ec.vlan_id = static_cast<std::uint16_t>(o.vlan);
   return std::make_unique<engine::Engine>(ec);
 }

@@ -38,6 +38,10 @@ struct LinkOpts {
 
 /// The EAL --vdev argument for `o`'s interface and PMD; fails (TestFailure) on a bad option.
 std::string link_vdev(const LinkOpts& o);
+/// The largest path MTU a link of `netdev_mtu` carries, as rxe reckons its active MTU (the
+/// netdev MTU less 80 bytes of headers): roce-perf's engine allows no more, and perftest's
+/// tools default to it.
+engine::Mtu link_path_mtu(unsigned netdev_mtu);
 /// The port of `o` (call link_vdev first: it checks the options).
 port::PortSpec link_port_spec(const LinkOpts& o);
 

@@ -28,6 +28,7 @@
 #include "controlplane/config.h"
 #include "controlplane/tcp.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/pmd_frames.h"
 
 namespace po = boost::program_options;
 using namespace roce;
@@ -157,8 +158,12 @@ int run(const ctl::ApplianceConfig& cfg) {
   eal.push_back(lcores);
   if (!cfg.counters.telemetry) eal.push_back("--no-telemetry");
   for (const auto& p : cfg.ports)
-    if (p.device.rfind("net_", 0) == 0)
-      eal.push_back("--vdev=" + p.device + (p.devargs.empty() ? "" : "," + p.devargs));
+    if (p.device.rfind("net_", 0) == 0) try {
+        // Ring slots and buffers sized for the port's MTU (net_af_packet, net_memif).
+        eal.push_back(port::vdev_arg(p.device, p.devargs, p.mtu));
+      } catch (const std::invalid_argument& e) {
+        throw std::runtime_error("port " + p.name + ": " + e.what());
+      }
   port::eal_init(eal);
 
   const unsigned nl = static_cast<unsigned>(cfg.lcores.size());

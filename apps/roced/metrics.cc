@@ -36,7 +36,11 @@ std::vector<CounterSample> Metrics::snapshot() const {
                      p.engine.verdicts[v]});
     out.push_back({"port_rx_frames", p.name, p.port.rx_frames});
     out.push_back({"port_tx_frames", p.name, p.port.tx_frames});
-    out.push_back({"port_tx_dropped", p.name, p.port.tx_dropped + p.port.tx_alloc_failed});
+    // Every frame lost on the way out: in the port (oversize ones included) or in the PMD.
+    out.push_back({"port_tx_dropped", p.name,
+                   p.port.tx_dropped + p.port.tx_alloc_failed + p.port.tx_pmd_dropped});
+    out.push_back({"port_tx_oversize", p.name, p.port.tx_oversize});
+    out.push_back({"port_tx_pmd_dropped", p.name, p.port.tx_pmd_dropped});
     out.push_back({"port_rx_ip_checksum_good", p.name, p.port.rx_ip_checksum_good});
     out.push_back({"port_rx_ip_checksum_bad", p.name, p.port.rx_ip_checksum_bad});
     out.push_back({"port_tx_ip_checksum_offloaded", p.name, p.port.tx_ip_checksum_offloaded});

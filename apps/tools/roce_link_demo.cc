@@ -27,6 +27,7 @@
 #include "apps/common/pattern.h"
 #include "apps/common/pcap_writer.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/pmd_frames.h"
 
 namespace po = boost::program_options;
 using namespace roce;
@@ -101,13 +102,18 @@ int run_side(int side, int fd, const Options& opt) {
                                "-l",
                                side ? "1" : "0"};
   std::string dev;
+  // (ring slots and buffers sized by the port layer for the port's MTU)
   if (opt.pmd == "memif") {
     dev = "net_memif0";
-    eal.push_back("--vdev=net_memif0,role=" + std::string(side ? "client" : "server") +
-                  ",id=0,socket-abstract=no,socket=" + opt.workdir + "/memif.sock");
+    eal.push_back(port::vdev_arg(dev,
+                                 "role=" + std::string(side ? "client" : "server") +
+                                     ",id=0,socket-abstract=no,socket=" + opt.workdir +
+                                     "/memif.sock",
+                                 port::PortSpec{}.mtu));
   } else {
     dev = "net_af_packet0";
-    eal.push_back("--vdev=net_af_packet0,iface=" + opt.iface[side] + ",qpairs=1");
+    eal.push_back(
+        port::vdev_arg(dev, "iface=" + opt.iface[side] + ",qpairs=1", port::PortSpec{}.mtu));
   }
   try {
     port::eal_init(eal);

@@ -274,6 +274,7 @@ class Engine {
   void resp_emit_atomic_ack(Qp& qp, std::uint32_t res_idx);
   void resp_schedule(Qp& qp);
   void take_recv(Qp& qp, RecvQueue& q);
+  bool release_recv(Qp& qp, std::uint64_t used, bool ok);
   int alloc_res(Qp& qp);
   void resp_ack_now(Qp& qp, wire::Psn psn);
   void resp_flush_acks();

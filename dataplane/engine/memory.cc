@@ -48,6 +48,7 @@ Mr* MrTable::create_fast_reg(Pd* pd, std::uint64_t max_len) {
 }
 
 void MrTable::destroy(Mr* mr) {
+  changed();
   by_index_.erase(mr->key >> 8);
   Mr*& cached = cache_[(mr->key >> 8) % cache_.size()];
   if (cached == mr) cached = nullptr;

@@ -92,6 +92,12 @@ class MrTable {
     return c == KeyCheck::kOk ? reinterpret_cast<std::uint8_t*>(addr + mr->host_delta) : nullptr;
   }
   std::size_t size() const { return by_index_.size(); }
+  /// Changes whenever an MR stops granting what it granted (destroyed, invalidated,
+  /// re-registered). Per-packet paths keep the engine address a check gave them with the
+  /// generation it was given at, and check again only when the generation moved: the check
+  /// on every packet costs a compare instead of a table lookup.
+  std::uint64_t gen() const { return gen_; }
+  void changed() { ++gen_; }
   std::uint32_t max_mrs() const { return max_mrs_; }
 
  private:
@@ -102,6 +108,7 @@ class MrTable {
   }
   Mr* lookup_slow(std::uint32_t index) const;
   KeyRandom rng_;
+  std::uint64_t gen_ = 1;
   std::uint32_t max_mrs_;
   std::unordered_map<std::uint32_t, Mr*> by_index_;  ///< key >> 8 -> MR
   /// Direct-mapped cache in front of by_index_ (every packet checks one or two keys; a hash

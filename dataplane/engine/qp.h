@@ -14,6 +14,7 @@
 
 #include "dataplane/engine/cq.h"
 #include "dataplane/engine/memory.h"
+#include "dataplane/engine/recv_queue.h"
 #include "dataplane/engine/verbs.h"
 #include "dataplane/wire/path_template.h"
 #include "dataplane/wire/roce_frame.h"
@@ -54,6 +55,10 @@ struct SendWqe {
   std::uint32_t reg_access = 0;
   // --- progress, owned by requester and completer ---
   WqeState state = WqeState::kPosted;
+  /// A one-SGE WQE: the engine address of its SGE is addr + map_delta while the MR table is at
+  /// generation map_gen (MrTable::gen); 0: look it up.
+  std::uint64_t map_gen = 0;
+  std::uint64_t map_delta = 0;
   wire::Psn first_psn;
   wire::Psn last_psn;
   std::uint32_t npkts = 0;
@@ -71,35 +76,6 @@ struct SendWqe {
   /// responses of 2^pmtu_shift bytes (Qp::pmtu_shift).
   wire::Psn read_resume_psn(unsigned pmtu_shift) const {
     return first_psn + static_cast<std::uint32_t>(read_done >> pmtu_shift);
-  }
-};
-
-struct RecvWqe {
-  std::uint64_t wr_id = 0;
-  std::uint32_t num_sge = 0;
-  std::uint32_t sge_base = 0;  ///< index of the first SGE in the owner's SGE pool
-  std::uint64_t length = 0;
-};
-
-/// A receive queue (the QP's own or an SRQ): WQEs and their SGEs, preallocated.
-struct RecvQueue {
-  std::vector<RecvWqe> wqes;  ///< a power of two of them, at least depth(): indexed by mask
-  std::vector<Sge> sges;      ///< max_sge per entry of `wqes`
-  std::uint32_t max_sge = 0;
-  std::uint32_t cap = 0;   ///< receive WQEs that may be outstanding (max_recv_wr)
-  std::uint32_t head = 0;  ///< next to consume
-  std::uint32_t tail = 0;  ///< next to post
-  std::uint32_t depth() const { return cap; }
-  std::uint32_t count() const { return tail - head; }
-  /// The entry of counter `i` (a mask: a division per access cost tens of cycles).
-  std::uint32_t slot(std::uint32_t i) const {
-    return i & static_cast<std::uint32_t>(wqes.size() - 1);
-  }
-  void size_for(std::uint32_t n, std::uint32_t sge) {
-    cap = n;
-    max_sge = sge;
-    wqes.resize(std::bit_ceil(std::max<std::uint32_t>(n, 1)));
-    sges.resize(wqes.size() * sge);
   }
 };
 
@@ -124,6 +100,8 @@ struct RdAtomicRes {
   std::uint64_t next_offset = 0;
   std::uint64_t start_offset = 0;  ///< where the current (re)play started: its First packet
   bool replay = false;  ///< answering a duplicate request (the requester counts it no more)
+  std::uint64_t map_gen = 0;  ///< MrTable::gen when the key was checked (map_delta holds)
+  std::uint64_t map_delta = 0;
 };
 
 struct ReqState {
@@ -192,10 +170,14 @@ struct RespState {
   RecvWqe recv;
   std::vector<Sge> recv_sges;
   RecvQueue* recv_q = nullptr;
-  std::uint64_t recv_offset = 0;
+  std::uint64_t recv_offset = 0;  ///< bytes of the current message so far
+  std::uint64_t recv_base = 0;    ///< where the message starts in the WQE's buffer
+  std::int8_t recv_open = -1;     ///< the WQE is open multi-message buffer recv_q->open[i]
   // WRITE in progress
   std::uint64_t write_va = 0;
   std::uint32_t write_rkey = 0;  ///< checked again on every packet of the message
+  std::uint64_t write_gen = 0;    ///< MrTable::gen of the last check; write_delta holds while
+  std::uint64_t write_delta = 0;  ///< it is current
   std::uint64_t write_remaining = 0;
   std::uint64_t write_total = 0;
   // coalesced acknowledgement, sent at the end of a receive burst

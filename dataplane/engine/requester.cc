@@ -83,6 +83,12 @@ void Engine::prefetch_payload(const Qp& qp, const SendWqe& w, std::uint64_t offs
                               std::size_t len) const {
   if (w.is_inline || len == 0) return;
   const std::size_t idx = &w - qp.sq.data();
+  if (w.num_sge == 1 && w.map_gen == mrs_.gen()) {
+    const std::uint64_t host = qp.sq_sges[idx * qp.cap.max_send_sge].addr + offset + w.map_delta;
+    for (std::uint64_t a = host & ~std::uint64_t{63}; a < host + len; a += 64)
+      __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 2);
+    return;
+  }
   walk_sges(qp.sq_sges.data() + idx * qp.cap.max_send_sge, w.num_sge, offset, len,
             [&](const Sge& sge, std::uint64_t addr, std::size_t n) {
               // A prefetch never faults, but only the engine's own address is worth fetching.
@@ -118,7 +124,10 @@ std::size_t Engine::gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::
   }
   const Sge* sge = qp.sq_sges.data() + idx * qp.cap.max_send_sge;
   if (w.num_sge == 1 && offset + len <= sge->length) {  // the common case: one piece
-    const std::uint8_t* src = mrs_.map(sge->lkey, qp.pd, sge->addr + offset, len, 0);
+    const std::uint8_t* src =
+        w.map_gen == mrs_.gen()
+            ? reinterpret_cast<const std::uint8_t*>(sge->addr + offset + w.map_delta)
+            : mrs_.map(sge->lkey, qp.pd, sge->addr + offset, len, 0);
     if (src == nullptr) {
       err = WcStatus::kLocProtErr;
       return 0;
@@ -149,6 +158,12 @@ std::size_t Engine::gather_ext(Qp& qp, const SendWqe& w, std::uint64_t offset, s
                                TxSeg* out) {
   if (w.is_inline) return 0;
   const std::size_t idx = &w - qp.sq.data();
+  const Sge* one = qp.sq_sges.data() + idx * qp.cap.max_send_sge;
+  if (w.num_sge == 1 && w.map_gen == mrs_.gen() && offset + len <= one->length) {
+    out[0] = {reinterpret_cast<const std::uint8_t*>(one->addr + offset + w.map_delta),
+              static_cast<std::uint32_t>(len)};
+    return 1;
+  }
   std::size_t n = 0;
   const std::size_t done =
       walk_sges(qp.sq_sges.data() + idx * qp.cap.max_send_sge, w.num_sge, offset, len,
@@ -189,8 +204,10 @@ bool Engine::req_local_op(Qp& qp, SendWqe& w) {
     Mr* mr = mrs_.find(w.inv_rkey);
     if (mr == nullptr || mr->pd != qp.pd)
       status = WcStatus::kLocQpOpErr;
-    else
+    else {
       mr->state = MrState::kFree;
+      mrs_.changed();
+    }
   } else {  // REG_MR: give a fast-reg MR its memory, access and new key variant
     Mr* mr = mrs_.find_any_variant(w.reg_key);
     if (mr == nullptr || !mr->fast_reg || mr->pd != qp.pd || mr->state != MrState::kFree ||
@@ -203,6 +220,7 @@ bool Engine::req_local_op(Qp& qp, SendWqe& w) {
       mr->access = w.reg_access;
       mr->key = (mr->key & ~0xFFu) | w.reg_variant;
       mr->state = MrState::kValid;
+      mrs_.changed();
     }
   }
   if (status != WcStatus::kSuccess) {
@@ -266,8 +284,21 @@ bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
 }
 
 // A WQE's first packet: its keys are checked, and its PSN range fixed (rxe req_next_wqe).
-bool Engine::req_start_wqe(Qp& qp, SendWqe& w) {
-  if (!sges_valid(mrs_, qp, w)) {
+[[gnu::always_inline]] inline bool Engine::req_start_wqe(Qp& qp, SendWqe& w) {
+  w.map_gen = 0;
+  const Sge& one = qp.sq_sges[static_cast<std::size_t>(&w - qp.sq.data()) * qp.cap.max_send_sge];
+  if (!w.is_inline && w.num_sge == 1 && one.length != 0) {
+    // The common case: one key, checked once here for the whole SGE, and its engine address
+    // kept for the packets (gather) while the MR table does not change.
+    Mr* mr = nullptr;
+    if (mrs_.check(one.lkey, qp.pd, one.addr, one.length,
+                   w.is_rd_atomic() ? std::uint32_t{kAccessLocalWrite} : 0u, &mr) != KeyCheck::kOk) {
+      req_fail(qp, w, WcStatus::kLocProtErr);
+      return false;
+    }
+    w.map_gen = mrs_.gen();
+    w.map_delta = mr->host_delta;
+  } else if (!sges_valid(mrs_, qp, w)) {
     req_fail(qp, w, WcStatus::kLocProtErr);
     return false;
   }
@@ -286,7 +317,7 @@ bool Engine::req_start_wqe(Qp& qp, SendWqe& w) {
 
 // The fields of the WQE's next packet (rxe init_req_packet): opcode by position, PSN, RETH,
 // AckReq. Returns the payload bytes; `last` and `psn_span` (PSNs the packet takes) are set.
-std::size_t Engine::req_fields(Qp& qp, SendWqe& w, wire::PacketFields& f, bool& last,
+[[gnu::always_inline]] inline std::size_t Engine::req_fields(Qp& qp, SendWqe& w, wire::PacketFields& f, bool& last,
                                std::uint32_t& psn_span) {
   const bool uc = qp.type == QpType::kUc;
   const std::uint32_t pmtu = qp.pmtu();
@@ -340,7 +371,7 @@ std::size_t Engine::req_fields(Qp& qp, SendWqe& w, wire::PacketFields& f, bool& 
 // Writes the packet into `slot` and commits it: headers from the path template (or the
 // FrameSpec for atomics), the payload gathered through the keys, or zero-copy. False after
 // failing the WQE.
-bool Engine::req_emit(Qp& qp, SendWqe& w, std::span<std::uint8_t> slot,
+[[gnu::always_inline]] inline bool Engine::req_emit(Qp& qp, SendWqe& w, std::span<std::uint8_t> slot,
                       const wire::PacketFields& f, std::size_t payload) {
   if (w.opcode == WrOpcode::kCmpSwap || w.opcode == WrOpcode::kFetchAdd) {
     wire::FrameSpec s = qp.tx;  // the path template has no AtomicETH

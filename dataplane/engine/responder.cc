@@ -150,14 +150,54 @@ void defer_ack(Qp& qp, Psn psn, std::vector<Qp*>& list) {
 }  // namespace
 
 // Takes the next receive WQE, copying its SGEs: the slot may be reposted while the message is
-// still arriving.
+// still arriving. An idle open multi-message buffer comes first (it was posted first); a
+// multi-message WQE from the ring becomes an open buffer (recv_queue.h), or, when all kMaxOpen
+// places are taken, receives one message only.
 void Engine::take_recv(Qp& qp, RecvQueue& q) {
   RespState& rs = qp.resp;
+  rs.recv_q = &q;
+  rs.have_recv = true;
+  rs.recv_base = 0;
+  rs.recv_open = -1;
+  if (const int k = q.idle_open(); k >= 0) {
+    RecvQueue::Open& o = q.open[static_cast<std::size_t>(k)];
+    o.busy = true;
+    rs.recv = o.wqe;
+    std::copy_n(q.open_sges.begin() + o.wqe.sge_base, o.wqe.num_sge, rs.recv_sges.begin());
+    rs.recv_base = o.used;
+    rs.recv_open = static_cast<std::int8_t>(k);
+    return;
+  }
   rs.recv = q.wqes[q.slot(q.head++)];
   for (std::uint32_t i = 0; i < rs.recv.num_sge; ++i)
     rs.recv_sges[i] = q.sges[rs.recv.sge_base + i];
-  rs.recv_q = &q;
-  rs.have_recv = true;
+  if (rs.recv.min_free == 0) return;
+  for (std::uint32_t k = 0; k < RecvQueue::kMaxOpen; ++k) {
+    RecvQueue::Open& o = q.open[k];
+    if (o.live) continue;
+    o = {rs.recv, 0, 0, true, true};
+    o.wqe.sge_base = k * q.max_sge;
+    std::copy_n(rs.recv_sges.begin(), rs.recv.num_sge, q.open_sges.begin() + o.wqe.sge_base);
+    rs.recv_open = static_cast<std::int8_t>(k);
+    return;
+  }
+}
+
+// The message in the held WQE is complete (`used`: bytes it took): a multi-message buffer
+// moves on and says whether it stays queued; any other WQE is done.
+bool Engine::release_recv(Qp& qp, std::uint64_t used, bool ok) {
+  RespState& rs = qp.resp;
+  rs.have_recv = false;
+  if (rs.recv_open < 0) return false;
+  RecvQueue::Open& o = rs.recv_q->open[static_cast<std::size_t>(rs.recv_open)];
+  rs.recv_open = -1;
+  o.busy = false;
+  o.used = rs.recv_base + used;
+  ++o.msgs;
+  const bool stays = ok && o.wqe.length - o.used >= o.wqe.min_free &&
+                     (o.wqe.max_msgs == 0 || o.msgs < o.wqe.max_msgs);
+  if (!stays) o = {};
+  return stays;
 }
 
 // A resource slot for a new READ or atomic: the next one in turn unless a queued READ still
@@ -219,7 +259,9 @@ void Engine::resp_complete_recv(Qp& qp, const wire::RxPkt& pkt, std::uint32_t by
     wc.invalidated_rkey = pkt.ieth().rkey();
     wc.wc_flags |= kWcWithInv;
   }
-  qp.resp.have_recv = false;
+  wc.offset = static_cast<std::uint32_t>(qp.resp.recv_base);
+  if (release_recv(qp, info.mask.has(OpMask::kWrite) ? 0 : byte_len, true))
+    wc.wc_flags |= kWcStillQueued;
   post_cqe(qp.recv_cq, wc);
 }
 
@@ -323,7 +365,7 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
 
 // PSN (IBA 9.7.5.1.1): the expected one goes on; an RC duplicate is answered from history, an
 // RC packet ahead draws one sequence NAK per gap; UC loses the message in progress on a gap.
-Engine::Step Engine::resp_check_psn(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_check_psn(Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   const Psn p = pkt.psn;
   const std::int32_t d = distance(p, rs.epsn);
@@ -392,7 +434,8 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
     wc.status = st;
     wc.opcode = WcOpcode::kRecv;
     wc.qp_num = qp.qpn;
-    rs.have_recv = false;
+    wc.offset = static_cast<std::uint32_t>(rs.recv_base);
+    release_recv(qp, 0, false);
     post_cqe(qp.recv_cq, wc);
   }
   return resp_error(qp, pkt, code);
@@ -400,7 +443,7 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
 
 // Opcode sequence (IBA 9.7.5.1.3; rxe check_op_seq): a message in progress continues with
 // Middle/Last of its own kind; otherwise only a First or Only may come.
-Engine::Step Engine::resp_check_op_seq(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_check_op_seq(Qp& qp, const wire::RxPkt& pkt) {
   const OpMask m = pkt.info->mask;
   bool ok = true;
   switch (qp.resp.in_msg) {
@@ -419,7 +462,7 @@ Engine::Step Engine::resp_check_op_seq(Qp& qp, const wire::RxPkt& pkt) {
 
 // The QP must allow the operation (rxe check_op_valid); FLUSH and ATOMIC WRITE are not
 // supported.
-Engine::Step Engine::resp_check_op_valid(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_check_op_valid(Qp& qp, const wire::RxPkt& pkt) {
   const OpMask m = pkt.info->mask;
   const std::uint32_t qacc = qp.attr.qp_access_flags;
   if ((m.has(OpMask::kWrite) && !(qacc & kAccessRemoteWrite)) ||
@@ -432,11 +475,11 @@ Engine::Step Engine::resp_check_op_valid(Qp& qp, const wire::RxPkt& pkt) {
 
 // SENDs and WRITE with immediate consume a receive WQE; without one, RC answers RNR NAK and
 // UC drops the message.
-Engine::Step Engine::resp_get_recv_wqe(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_get_recv_wqe(Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   if (!pkt.info->mask.has(OpMask::kRecvWqe) || rs.have_recv) return Step::kContinue;
   RecvQueue& q = qp.recv_queue();
-  if (q.head == q.tail) {
+  if (!q.has_wqe()) {
     if (qp.type == QpType::kUc) {
       stats_.inc(Counter::kRxDropUcError);
       rs.in_msg = RespState::InMsg::kNone;
@@ -453,7 +496,7 @@ Engine::Step Engine::resp_get_recv_wqe(Qp& qp, const wire::RxPkt& pkt) {
 
 // SEND: First/Middle carry exactly the path MTU, Last 1..MTU, Only 0..MTU (IBA 9.7.5.1.4);
 // the payload goes to the receive WQE's buffers, whose keys are checked piece by piece.
-Engine::Step Engine::resp_execute_send(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_execute_send(Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   const OpMask m = pkt.info->mask;
   const std::uint32_t len = pkt.payload_len;
@@ -462,9 +505,9 @@ Engine::Step Engine::resp_execute_send(Qp& qp, const wire::RxPkt& pkt) {
   const bool last = m.has(OpMask::kEnd);
   if ((!last && len != pmtu) || len > pmtu || (last && !first && len == 0))
     return resp_fail_recv(qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
-  if (rs.recv_offset + len > rs.recv.length)
+  if (rs.recv_base + rs.recv_offset + len > rs.recv.length)
     return resp_fail_recv(qp, pkt, WcStatus::kLocLenErr, wire::NakCode::kInvalidRequest);
-  if (len && !resp_scatter(qp, rs.recv, rs.recv_offset, pkt.payload().data(), len))
+  if (len && !resp_scatter(qp, rs.recv, rs.recv_base + rs.recv_offset, pkt.payload().data(), len))
     return resp_fail_recv(qp, pkt, WcStatus::kLocProtErr,
                           wire::NakCode::kRemoteOperationalError);
   rs.recv_offset += len;
@@ -476,6 +519,7 @@ Engine::Step Engine::resp_execute_send(Qp& qp, const wire::RxPkt& pkt) {
     if (mr == nullptr || mr->pd != qp.pd || !mr->fast_reg)
       return resp_fail_recv(qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
     mr->state = MrState::kFree;
+    mrs_.changed();
   }
   resp_complete_recv(qp, pkt, static_cast<std::uint32_t>(rs.recv_offset));
   rs.msn = rs.msn + 1;
@@ -485,7 +529,7 @@ Engine::Step Engine::resp_execute_send(Qp& qp, const wire::RxPkt& pkt) {
 // RDMA WRITE: the First packet names the region; every packet, not only the first, is checked
 // against the key again, since the region may be deregistered or invalidated (locally, or by a
 // SEND with invalidate) between two packets of one message.
-Engine::Step Engine::resp_execute_write(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_execute_write(Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   const OpMask m = pkt.info->mask;
   const std::uint32_t len = pkt.payload_len;
@@ -498,9 +542,16 @@ Engine::Step Engine::resp_execute_write(Qp& qp, const wire::RxPkt& pkt) {
     rs.write_rkey = reth.rkey();
     rs.write_total = rs.write_remaining = reth.dma_len();
     // IBA 9.7.5.1.5 / C9-88: a zero-length WRITE needs no valid R_Key.
-    if (rs.write_total != 0 && mrs_.check(rs.write_rkey, qp.pd, rs.write_va, rs.write_total,
-                                          kAccessRemoteWrite, nullptr) != KeyCheck::kOk)
-      return resp_fail_recv(qp, pkt, WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
+    rs.write_gen = 0;
+    if (rs.write_total != 0) {
+      Mr* mr = nullptr;
+      if (mrs_.check(rs.write_rkey, qp.pd, rs.write_va, rs.write_total, kAccessRemoteWrite,
+                     &mr) != KeyCheck::kOk)
+        return resp_fail_recv(qp, pkt, WcStatus::kRemAccessErr,
+                              wire::NakCode::kRemoteAccessError);
+      rs.write_gen = mrs_.gen();  // the whole message's range is checked: later packets only
+      rs.write_delta = mr->host_delta;  // need the table unchanged since
+    }
   }
   const bool len_ok = len <= pmtu && (last ? len == rs.write_remaining
                                            : (len == pmtu && rs.write_remaining > pmtu));
@@ -508,7 +559,9 @@ Engine::Step Engine::resp_execute_write(Qp& qp, const wire::RxPkt& pkt) {
     return resp_fail_recv(qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
   if (len) {
     std::uint8_t* dst =
-        mrs_.map(rs.write_rkey, qp.pd, rs.write_va, len, kAccessRemoteWrite);
+        rs.write_gen == mrs_.gen()
+            ? reinterpret_cast<std::uint8_t*>(rs.write_va + rs.write_delta)
+            : mrs_.map(rs.write_rkey, qp.pd, rs.write_va, len, kAccessRemoteWrite);
     if (dst == nullptr)
       return resp_fail_recv(qp, pkt, WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
     std::memcpy(dst, pkt.payload().data(), len);
@@ -554,8 +607,9 @@ void Engine::resp_execute_read(Qp& qp, const wire::RxPkt& pkt) {
     resp_error(qp, pkt, wire::NakCode::kInvalidRequest);
     return;
   }
+  Mr* mr = nullptr;
   if (rlen != 0 &&
-      mrs_.check(reth.rkey(), qp.pd, reth.va(), rlen, kAccessRemoteRead, nullptr) != KeyCheck::kOk) {
+      mrs_.check(reth.rkey(), qp.pd, reth.va(), rlen, kAccessRemoteRead, &mr) != KeyCheck::kOk) {
     resp_error(qp, pkt, wire::NakCode::kRemoteAccessError);
     return;
   }
@@ -574,6 +628,10 @@ void Engine::resp_execute_read(Qp& qp, const wire::RxPkt& pkt) {
   r.length = rlen;
   r.active = true;
   r.next_psn = pkt.psn;
+  if (mr != nullptr) {
+    r.map_gen = mrs_.gen();
+    r.map_delta = mr->host_delta;
+  }
   rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kRead,
                                            static_cast<std::uint8_t>(idx), Syndrome::ack(),
                                            pkt.psn};
@@ -619,7 +677,7 @@ void Engine::resp_execute_atomic(Qp& qp, const wire::RxPkt& pkt) {
 
 // SEND and WRITE packets: the next PSN is expected, and an AckReq is answered (coalesced to
 // the end of the receive burst).
-void Engine::resp_acknowledge(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline void Engine::resp_acknowledge(Qp& qp, const wire::RxPkt& pkt) {
   qp.resp.epsn = pkt.psn + 1;
   if (pkt.ack_req && qp.type != QpType::kUc) defer_ack(qp, pkt.psn, ack_list_);
 }
@@ -654,7 +712,11 @@ void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
     // The application may deregister or invalidate the region between polls: never read
     // memory the key no longer grants.
     const std::uint8_t* src =
-        len != 0 ? mrs_.map(r.rkey, qp.pd, r.va + r.next_offset, len, kAccessRemoteRead) : nullptr;
+        len == 0                   ? nullptr
+        : r.map_gen == mrs_.gen() ? reinterpret_cast<const std::uint8_t*>(r.va + r.next_offset +
+                                                                           r.map_delta)
+                                   : mrs_.map(r.rkey, qp.pd, r.va + r.next_offset, len,
+                                              kAccessRemoteRead);
     if (len != 0 && src == nullptr) {
       r.active = false;
       ++rs.out_head;
@@ -703,7 +765,7 @@ void Engine::resp_on_ud(Qp& qp, const wire::RxPkt& pkt) {
     return;
   }
   RecvQueue& q = qp.recv_queue();
-  if (q.head == q.tail) {
+  if (!q.has_wqe()) {
     stats_.inc(Counter::kRxDropUnexpected);  // UD has no RNR: the datagram is lost
     return;
   }
@@ -722,10 +784,12 @@ void Engine::resp_on_ud(Qp& qp, const wire::RxPkt& pkt) {
   wc.src_qp = pkt.deth().src_qp().raw();
   wc.wc_flags = kWcGrh;
   const std::uint64_t need = 40 + std::uint64_t{pkt.payload_len};
-  if (need > rs.recv.length) {
+  const std::uint64_t base = rs.recv_base;
+  wc.offset = static_cast<std::uint32_t>(base);
+  if (base + need > rs.recv.length) {
     wc.status = WcStatus::kLocLenErr;
-  } else if (!resp_scatter(qp, rs.recv, 0, grh, 40) ||
-             !resp_scatter(qp, rs.recv, 40, pkt.payload().data(), pkt.payload_len)) {
+  } else if (!resp_scatter(qp, rs.recv, base, grh, 40) ||
+             !resp_scatter(qp, rs.recv, base + 40, pkt.payload().data(), pkt.payload_len)) {
     wc.status = WcStatus::kLocProtErr;
   } else {
     wc.byte_len = static_cast<std::uint32_t>(need);
@@ -734,7 +798,9 @@ void Engine::resp_on_ud(Qp& qp, const wire::RxPkt& pkt) {
       wc.wc_flags |= kWcWithImm;
     }
   }
-  rs.have_recv = false;
+  if (release_recv(qp, wc.status == WcStatus::kSuccess ? need : 0,
+                   wc.status == WcStatus::kSuccess))
+    wc.wc_flags |= kWcStillQueued;
   post_cqe(qp.recv_cq, wc);
 }
 

@@ -56,7 +56,8 @@ std::string_view to_string(Counter c) {
                                                                  "rx_drop_dup_read",
                                                                  "rx_drop_rd_atomic_busy",
                                                                  "resp_queue_full",
-                                                                 "rx_drop_local_access"};
+                                                                 "rx_drop_local_access",
+                                                                 "rx_drop_vlan"};
   return k[static_cast<std::size_t>(c)];
 }
 
@@ -83,6 +84,14 @@ void Engine::receive(std::span<const std::uint8_t> frame, std::uint64_t now_ns,
     return;
   }
   ++stats_.verdicts[0];
+  // The port filters VLANs first; the engine checks again, so that no port (a PMD that does
+  // not filter, the test wire, an FPGA model) can hand it another VLAN's traffic.
+  // VID 0 (priority tag only) counts as untagged, as in Linux.
+  const std::uint16_t vid = pkt.has_vlan ? pkt.vlan_id & 0x0FFF : 0;
+  if (cfg_.vlan_id ? !pkt.has_vlan || vid != *cfg_.vlan_id : vid != 0) {
+    stats_.inc(Counter::kRxDropVlan);
+    return;
+  }
   const bool to_us = pkt.ip_version == wire::IpVersion::kV4
                          ? pkt.ipv4().dst() == cfg_.ipv4
                          : cfg_.ipv6 && pkt.ipv6().dst() == *cfg_.ipv6;

@@ -56,6 +56,7 @@ enum class Counter : std::uint8_t {
   kRxDropRdAtomicBusy, ///< READ/atomic requests with every responder resource in use
   kRespQueueFull,      ///< ACKs/NAKs not queued: the responder's output queue was full
   kRxDropLocalAccess,  ///< READ responses/atomic ACKs whose local buffer lost its key
+  kRxDropVlan,         ///< a frame of another VLAN (or tagged on an untagged port)
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);

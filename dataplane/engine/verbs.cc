@@ -320,6 +320,9 @@ Qp* Engine::find_qp(std::uint32_t qpn) const {
 }
 
 int Engine::destroy_qp(Qp* qp) {
+  // A multi-message buffer of an SRQ held by a message of this QP goes back to the others.
+  if (qp->resp.have_recv && qp->resp.recv_open >= 0)
+    qp->resp.recv_q->open[static_cast<std::size_t>(qp->resp.recv_open)].busy = false;
   auto unlist = [qp](std::vector<Qp*>& v) { std::erase(v, qp); };
   unlist(send_list_);
   unlist(ack_list_);
@@ -544,11 +547,18 @@ void Engine::flush_recvs(Qp& qp) {
     wc.qp_num = qp.qpn;
     post_cqe(qp.recv_cq, wc);
   };
-  if (qp.resp.have_recv) {
-    flush_one(qp.resp.recv.wr_id);
-    qp.resp.have_recv = false;
+  RespState& rs = qp.resp;
+  if (rs.have_recv) {
+    flush_one(rs.recv.wr_id);
+    rs.have_recv = false;
+    if (rs.recv_open >= 0) rs.recv_q->open[static_cast<std::size_t>(rs.recv_open)] = {};
+    rs.recv_open = -1;
   }
   if (qp.srq) return;  // an SRQ's WQEs belong to every QP attached to it
+  for (auto& o : qp.rq.open) {  // open multi-message buffers first: they were posted first
+    if (o.live) flush_one(o.wqe.wr_id);
+    o = {};
+  }
   while (qp.rq.head != qp.rq.tail) flush_one(qp.rq.wqes[qp.rq.slot(qp.rq.head++)].wr_id);
 }
 
@@ -682,16 +692,22 @@ int post_to_queue(RecvQueue& q, const RecvWr* wr, const RecvWr** bad_wr) {
       if (bad_wr) *bad_wr = wr;
       return kErrNoMem;
     }
+    std::uint64_t length = 0;
+    for (std::uint32_t i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
+    // A multi-message buffer: room for at least one message, offsets within 32 bits (Wc).
+    if (wr->min_free != 0 && (wr->min_free > length || length > UINT32_MAX)) {
+      if (bad_wr) *bad_wr = wr;
+      return kErrInval;
+    }
     const std::uint32_t idx = q.slot(q.tail);
     RecvWqe& r = q.wqes[idx];
     r.wr_id = wr->wr_id;
     r.num_sge = wr->num_sge;
     r.sge_base = idx * q.max_sge;
-    r.length = 0;
-    for (std::uint32_t i = 0; i < wr->num_sge; ++i) {
-      q.sges[r.sge_base + i] = wr->sg_list[i];
-      r.length += wr->sg_list[i].length;
-    }
+    r.length = length;
+    r.min_free = wr->min_free;
+    r.max_msgs = wr->max_msgs;
+    std::copy_n(wr->sg_list, wr->num_sge, q.sges.begin() + r.sge_base);
     ++q.tail;
   }
   return kOk;

@@ -95,6 +95,9 @@ enum WcFlags : std::uint32_t {
   kWcGrh = 1u << 0,
   kWcWithImm = 1u << 1,
   kWcWithInv = 1u << 3,
+  /// A message into a multi-message buffer that stays posted for more (LNet's QUEUED flag):
+  /// the application must not reuse the buffer until a completion without it.
+  kWcStillQueued = 1u << 16,
 };
 
 struct Sge {
@@ -152,6 +155,10 @@ struct RecvWr {
   const RecvWr* next = nullptr;
   const Sge* sg_list = nullptr;
   std::uint32_t num_sge = 0;
+  /// Non-zero: a multi-message buffer (recv_queue.h) that stays posted after a message while
+  /// at least this many bytes remain; 0: one message, as in verbs.
+  std::uint32_t min_free = 0;
+  std::uint32_t max_msgs = 0;  ///< multi-message: at most this many messages (0: no limit)
 };
 
 struct Wc {
@@ -164,6 +171,7 @@ struct Wc {
   std::uint32_t qp_num = 0;
   std::uint32_t src_qp = 0;
   std::uint32_t wc_flags = 0;
+  std::uint32_t offset = 0;  ///< receive: where in the WQE's buffer the message starts
 };
 
 struct QpCap {

@@ -2,20 +2,29 @@
 /// DPDK port layer. Received frames go to the engine straight from their mbufs. Frames to send
 /// are copied from the engine's transmit slots into mbufs, except for the payloads the engine
 /// leaves in registered memory (zero-copy transmit), which are attached as external buffers.
+// rte_intr_instance_alloc and its setters (eal_cleanup) are experimental in DPDK 22.11.
+#define ALLOW_EXPERIMENTAL_API
 #include "dataplane/port/dpdk_port.h"
 
 #include <rte_cycles.h>
+#include <rte_dev.h>
+#include <rte_devargs.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_interrupts.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_ring.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
+#include "dataplane/port/pmd_frames.h"
 #include "dataplane/port/steering.h"
 
 namespace roce::port {
@@ -73,8 +82,36 @@ void eal_init(const std::vector<std::string>& args) {
   start_tsc_clock();
 }
 
+namespace {
+std::atomic<bool> g_intr_parked{false};
+void park_intr_thread(void*) {
+  g_intr_parked.store(true, std::memory_order_release);
+  for (;;) ::pause();  // until the process ends
+}
+
+// The EAL's cleanup unmaps its heap, but its interrupt thread goes on and, at its next event,
+// walks handles that live there (DPDK 22.11 frees memif's listener handle and the alarm timer's
+// without unregistering them): SIGSEGV in that thread, seen at the end of memif runs. Before
+// the cleanup the thread is parked in a callback of ours that never returns; nothing of the
+// EAL is used after its cleanup, and the process ends with the thread parked.
+void park_intr_thread_for_good() {
+  const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  rte_intr_handle* h = rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE);
+  if (fd < 0 || h == nullptr || rte_intr_fd_set(h, fd) != 0 ||
+      rte_intr_type_set(h, RTE_INTR_HANDLE_EXT) != 0 ||
+      rte_intr_callback_register(h, park_intr_thread, nullptr) != 0)
+    return;  // (the handle and the descriptor stay: the process is about to end)
+  const std::uint64_t one = 1;
+  if (::write(fd, &one, sizeof one) != sizeof one) return;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (!g_intr_parked.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+}
+}  // namespace
+
 void eal_cleanup() {
   if (!g_eal_up) return;
+  park_intr_thread_for_good();
   rte_eal_cleanup();
   g_eal_up = false;
 }
@@ -84,11 +121,51 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
     throw std::runtime_error(
         "DPDK port '" + spec.device +
         "' not found (is it a PCI device bound to DPDK, or given with --vdev?)");
-  // One mbuf holds a whole frame: data room for the MTU plus L2 and some slack.
-  const std::uint32_t room = spec.mbuf_data_room
-                                 ? spec.mbuf_data_room + RTE_PKTMBUF_HEADROOM
-                                 : std::max<std::uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE,
-                                                           spec.mtu + 64 + RTE_PKTMBUF_HEADROOM);
+  rte_eth_dev_info info{};
+  const bool have_info = rte_eth_dev_info_get(port_, &info) == 0;
+  // A virtual PMD whose ring slots or buffers are smaller than the frames of the MTU would cut
+  // received frames short or drop sent ones without a word (net_af_packet), or chain them over
+  // several buffers, which DPDK 22.11's memif receive path crashes on: refuse it here.
+  std::uint32_t pmd_room = 0;
+  if (have_info && info.device != nullptr) {
+    const rte_devargs* da = rte_dev_devargs(info.device);
+    const std::string args = da != nullptr && da->args != nullptr ? da->args : "";
+    const std::string drv = info.driver_name ? info.driver_name : "";
+    std::optional<PmdFrames> f;
+    try {
+      f = pmd_frames(drv, args);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(spec.device + ": " + e.what());
+    }
+    if (f) {
+      std::uint32_t need = max_frame_len(spec.mtu);
+      std::string why = "MTU " + std::to_string(spec.mtu);
+      if (const auto iface = devarg(args, "iface"); iface && drv == "net_af_packet")
+        if (const auto k = kernel_mtu(*iface); k && max_frame_len(*k) > need) {
+          need = max_frame_len(*k);
+          why = "the MTU " + std::to_string(*k) + " of " + *iface;
+        }
+      if (f->max_frame < need)
+        throw std::runtime_error(
+            spec.device + " (" + drv + ", " + f->sizing + ") carries frames of up to " +
+            std::to_string(f->max_frame) + " bytes; " + why + " needs " + std::to_string(need) +
+            ": size it for the MTU (roce::port::vdev_arg does)");
+      pmd_room = f->mbuf_room;
+    }
+  }
+  max_frame_ = max_frame_len(spec.mtu);
+  // One mbuf holds a whole frame: data room for the MTU plus L2 and some slack (and what the
+  // PMD wants: net_af_packet a whole ring slot).
+  const std::uint32_t room =
+      spec.mbuf_data_room
+          ? std::max(spec.mbuf_data_room, pmd_room) + RTE_PKTMBUF_HEADROOM
+          : std::max<std::uint32_t>({RTE_MBUF_DEFAULT_BUF_SIZE,
+                                     std::uint32_t{spec.mtu} + 64 + RTE_PKTMBUF_HEADROOM,
+                                     pmd_room + RTE_PKTMBUF_HEADROOM});
+  if (room > UINT16_MAX)
+    throw std::runtime_error(spec.device + ": frames of MTU " + std::to_string(spec.mtu) +
+                             " need mbufs of " + std::to_string(room) + " bytes, more than DPDK's " +
+                             std::to_string(UINT16_MAX));
   if (spec.vlan && (*spec.vlan == 0 || *spec.vlan > 4094))
     throw std::runtime_error("VLAN " + std::to_string(*spec.vlan) + " of " + spec.device +
                              " is not between 1 and 4094");
@@ -104,8 +181,7 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
   conf.rxmode.mtu = spec.mtu;
   // Some virtual PMDs (net_af_packet) report a 1518-byte limit yet carry whatever the kernel
   // interface carries: configure what the PMD accepts; the interface MTU decides the rest.
-  rte_eth_dev_info info{};
-  if (rte_eth_dev_info_get(port_, &info) == 0) {
+  if (have_info) {
     std::uint32_t cap = info.max_mtu ? info.max_mtu : UINT16_MAX;
     const std::uint32_t l2 = RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN;
     if (info.max_rx_pktlen > l2) cap = std::min(cap, info.max_rx_pktlen - l2);
@@ -134,6 +210,12 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
     // net_ring, which hands the mbuf itself to its peer) would still read registered memory
     // after the engine let go of it.
     const std::string drv = info.driver_name ? info.driver_name : "";
+    memif_ = drv == "net_memif";
+    if (memif_) {
+      const rte_devargs* da = rte_dev_devargs(info.device);
+      memif_client_ = da != nullptr && da->args != nullptr &&
+                      devarg(da->args, "role").value_or("server") == "client";
+    }
     const bool copies_out =
         drv == "net_memif" || drv == "net_af_packet" || drv == "net_tap" || drv == "net_pcap";
     if (spec.zero_copy && offloads_.tx_multi_seg && copies_out)
@@ -168,6 +250,8 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
   if (rc < 0) fail("cannot start " + spec.device, rc);
   rte_eth_promiscuous_enable(port_);
   q_.resize(nq);
+  in_burst_ = std::make_unique<std::atomic<bool>[]>(nq);
+  mac_ = spec.mac;
   max_pending_ = std::clamp<std::size_t>(spec.mbufs / (4 * std::size_t{nq}), 64, kMaxPending);
   for (auto& q : q_) {
     q.pending.reserve(max_pending_);
@@ -208,6 +292,7 @@ bool DpdkPort::rx_ip_checksum_ok(const rte_mbuf* m, std::uint16_t q, bool& bad) 
 }
 
 DpdkPort::~DpdkPort() {
+  if (memif_) close_memif();  // dpdk_port_close.cc: the peer stops polling before we close
   for (std::uint16_t q = 0; q < q_.size(); ++q) {
     flush(q);
     for (rte_mbuf* m : q_[q].pending) rte_pktmbuf_free(m);
@@ -215,6 +300,7 @@ DpdkPort::~DpdkPort() {
   }
   rte_eth_dev_stop(port_);
   rte_eth_dev_close(port_);
+  if (memif_) memif_closed();
   rte_mempool_free(pool_);
   rte_mempool_free(ext_pool_);
 }
@@ -243,11 +329,17 @@ PortStats DpdkPort::stats() const {
     t.tx_vlan_inserted += q.stats.tx_vlan_inserted;
     t.rx_vlan_stripped += q.stats.rx_vlan_stripped;
     t.rx_vlan_dropped += q.stats.rx_vlan_dropped;
+    t.tx_oversize += q.stats.tx_oversize;
   }
+  // The PMD's own count of frames it took and did not send (read from any thread: the PMDs
+  // keep plain counters per queue, so another lcore's may lag a little).
+  rte_eth_stats es{};
+  if (rte_eth_stats_get(port_, &es) == 0) t.tx_pmd_dropped = es.oerrors;
   return t;
 }
 
 std::uint16_t DpdkPort::rx_burst(rte_mbuf** pkts, std::uint16_t max, std::uint16_t q) {
+  if (memif_) return memif_rx_burst(pkts, max, q);
   const std::uint16_t n = rte_eth_rx_burst(port_, q, pkts, max);
   q_[q].stats.rx_frames += n;
   return n;
@@ -421,6 +513,12 @@ void DpdkPort::enqueue(rte_mbuf* m, std::uint16_t q) {
   Queue& qu = q_[q];
   PortStats& st = qu.stats;
   std::vector<rte_mbuf*>& pending = qu.pending;
+  if (m->pkt_len > max_frame_) [[unlikely]] {
+    rte_pktmbuf_free(m);
+    ++st.tx_oversize;
+    ++st.tx_dropped;
+    return;
+  }
   if (vlan_ && !tx_vlan(m, st)) {
     rte_pktmbuf_free(m);
     ++st.tx_dropped;
@@ -481,6 +579,9 @@ void DpdkPort::make_pending_whole(std::uint16_t q) {
 void DpdkPort::flush(std::uint16_t q) {
   PortStats& st = q_[q].stats;
   std::vector<rte_mbuf*>& pending = q_[q].pending;
+  if (pending.empty()) return;
+  // (memif: not while the peer closes or after; the frames wait, or are dropped when too many)
+  if (memif_ && !enter_burst(q)) return;
   // What the TX ring does not take now stays queued, in order, for the next flush: a slow
   // peer (a memif consumer, a busy NIC) back-pressures instead of losing frames.
   std::size_t sent = 0;
@@ -491,6 +592,7 @@ void DpdkPort::flush(std::uint16_t q) {
     sent += n;
     if (n == 0) break;
   }
+  if (memif_) leave_burst(q);
   st.tx_frames += sent;
   pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(sent));
 }

@@ -71,6 +71,8 @@ struct Offloads {
 };
 
 struct PortStats {
+  /// tx_dropped: frames given to the port that never reached the PMD (no room while the link
+  /// does not drain, no mbufs for a copy, no room for a tag, longer than the port carries).
   std::uint64_t rx_frames = 0, rx_bytes = 0, tx_frames = 0, tx_bytes = 0, tx_dropped = 0;
   std::uint64_t rx_multiseg = 0, tx_alloc_failed = 0;
   std::uint64_t rx_ip_checksum_good = 0;  ///< verified by the PMD (RX offload)
@@ -83,6 +85,12 @@ struct PortStats {
   /// Frames of another VLAN, or untagged, on a VLAN port; and stripped frames whose tag could
   /// not be put back (no mbuf for the copy).
   std::uint64_t rx_vlan_dropped = 0;
+  /// Frames longer than the port's MTU allows (max_frame_len): dropped before the PMD, which
+  /// would lose them silently (also in tx_dropped).
+  std::uint64_t tx_oversize = 0;
+  /// Frames the PMD took but did not send (its oerrors: net_af_packet drops a frame longer than
+  /// its ring slot so, or when the kernel refuses the send).
+  std::uint64_t tx_pmd_dropped = 0;
 };
 
 class DpdkPort {
@@ -158,8 +166,38 @@ class DpdkPort {
   bool tx_vlan(rte_mbuf* m, PortStats& st);
   /// Writes the tag the PMD stripped back into the frame (rx_vlan).
   bool restore_tag(rte_mbuf*& m);
+  // --- dpdk_port_close.cc: the ordered close of a net_memif link ---
+  // memif takes a connection down on the EAL interrupt thread when the peer leaves, unmapping
+  // the shared rings a burst of ours may be reading (SIGSEGV). So a port closing sends its peer
+  // a CLOSING frame, the peer's port stops every burst on the link and answers STOPPED, and only
+  // then does the first close. Both ends are this port layer in all our programs; another peer
+  // does not answer, and the close goes ahead after a short wait, as before.
+  /// memif: marks queue `q` as in a burst; false (and not marked) when no burst may start.
+  bool enter_burst(std::uint16_t q);
+  void leave_burst(std::uint16_t q) { in_burst_[q].store(false, std::memory_order_release); }
+  /// rx_burst on memif: the bursts guarded, and CLOSING and STOPPED frames taken out.
+  std::uint16_t memif_rx_burst(rte_mbuf** pkts, std::uint16_t max, std::uint16_t q);
+  /// Handles a received CLOSING (stop every queue's bursts, answer STOPPED) or STOPPED.
+  void on_control(std::uint8_t type, std::uint16_t q);
+  bool send_control(std::uint8_t type, std::uint16_t q);
+  /// Before the port closes: CLOSING to the peer and its answer awaited (bounded).
+  void close_memif();
+  /// After: the interrupt thread's last events of the connection handled before we go on (an
+  /// EAL cleanup right after would unmap what it walks).
+  static void memif_closed();
+  bool memif_ = false;         ///< net_memif: its rings vanish when the peer leaves
+  bool memif_client_ = false;  ///< its role (in a close of both ends at once, the server yields)
+  bool closing_ = false;       ///< in close_memif
+  wire::MacAddr mac_;
+  std::unique_ptr<std::atomic<bool>[]> in_burst_;  ///< per queue: inside a memif burst
+  /// The peer asked us to stop (CLOSING): no burst until the link went down and came back up
+  /// (a new connection, new rings).
+  std::atomic<bool> peer_closing_{false};
+  std::atomic<bool> saw_link_down_{false};
+  std::atomic<bool> peer_stopped_{false};  ///< our CLOSING was answered
   std::optional<std::uint16_t> vlan_;
   std::uint32_t neighbours_ = Neighbour::kDefaultCapacity;
+  std::uint32_t max_frame_ = 0;  ///< longest frame the port sends (max_frame_len of the MTU)
   std::uint16_t port_ = 0;
   rte_mempool* pool_ = nullptr;
   rte_mempool* ext_pool_ = nullptr;  ///< mbufs without data room, for external buffers

@@ -25,6 +25,7 @@
 
 #include "apps/common/pattern.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/pmd_frames.h"
 
 namespace po = boost::program_options;
 using namespace roce;
@@ -63,8 +64,11 @@ class Side {
       port::eal_init({"--no-huge", "--no-shconf", "-m", "256", "--no-pci",
                       "--file-prefix=rocelcore" + std::to_string(getpid()), "--log-level=*:error",
                       "-l", l,
-                      "--vdev=net_memif0,role=" + std::string(side ? "client" : "server") +
-                          ",id=0,socket-abstract=no,socket=" + workdir + "/memif.sock"});
+                      port::vdev_arg("net_memif0",
+                                     "role=" + std::string(side ? "client" : "server") +
+                                         ",id=0,socket-abstract=no,socket=" + workdir +
+                                         "/memif.sock",
+                                     port::PortSpec{}.mtu)});
       port::PortSpec ps;
       ps.device = "net_memif0";
       ps.mac = mac(side);

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "tests/support/crafted_peer.h"
@@ -256,6 +257,36 @@ TEST(Hardening, KeysComeFromTheKernelGenerator) {
   KeyRandom s1(42), s2(42);
   EXPECT_FALSE(s1.cryptographic());
   EXPECT_EQ(s1.next(), s2.next()) << "a seed reproduces (tests only)";
+}
+
+TEST(Hardening, FramesOfAnotherVlanAreDroppedAndCounted) {
+  for (const std::optional<std::uint16_t> port_vlan : {std::optional<std::uint16_t>{100},
+                                                       std::optional<std::uint16_t>{}}) {
+    EngineConfig c = Loopback::default_config(1);
+    c.vlan_id = port_vlan;
+    Engine e(c);
+    const EngineConfig peer = Loopback::default_config(0);
+    auto frame = [&](std::optional<std::uint16_t> vlan) {
+      wire::FrameSpec s;
+      s.src_mac = peer.mac;
+      s.dst_mac = c.mac;
+      s.src_ip4 = peer.ipv4;
+      s.dst_ip4 = c.ipv4;
+      s.vlan_id = vlan;
+      s.opcode = Opcode::kRcSendOnly;
+      s.dest_qp = wire::Qpn(0x777777);
+      std::vector<std::uint8_t> f(wire::frame_len(s, 0));
+      wire::build_frame(s, {}, f);
+      return f;
+    };
+    e.receive(frame(200), 0);
+    EXPECT_EQ(e.stats().get(Counter::kRxDropVlan), 1u) << "VLAN 200";
+    e.receive(frame(port_vlan ? std::optional<std::uint16_t>{} : std::optional<std::uint16_t>{100}), 0);
+    EXPECT_EQ(e.stats().get(Counter::kRxDropVlan), 2u) << "untagged on a VLAN port, or tagged";
+    e.receive(frame(port_vlan), 0);
+    EXPECT_EQ(e.stats().get(Counter::kRxDropVlan), 2u) << "its own VLAN goes on";
+    EXPECT_EQ(e.stats().get(Counter::kRxDropUnknownQp), 1u);
+  }
 }
 
 }  // namespace

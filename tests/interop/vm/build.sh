@@ -9,7 +9,7 @@
 #   $CACHE/initramfs.cpio   busybox + modules + rdma userspace + /init
 #   $CACHE/kver             kernel version string
 #
-# Usage: tests/interop/vm/build.sh [--force]
+# Usage: tests/interop/vm/build.sh [--force]    (one build at a time per cache: $CACHE/build.lock)
 #   RXE_VM_CACHE=/var/tmp/rxe-vm   cache/output dir
 #   RXE_VM_KPKG=linux-image-6.1.0-56-amd64  pin the kernel package (default: what
 #                                  linux-image-amd64 depends on)
@@ -41,6 +41,14 @@ if [[ -z "${RXE_VM_NO_APT:-}" ]]; then
 fi
 
 mkdir -p "$CACHE/dl"
+# One build at a time per cache: another checkout building the same image waits here, then
+# finds it up to date (the check below runs under the lock). The lock file stays next to the
+# image; the kernel drops the lock when this script exits, however it exits.
+exec 9> "$CACHE/build.lock"
+if ! flock -n 9; then
+  log "another build of $CACHE is running: waiting for it"
+  flock 9
+fi
 
 # ---------------------------------------------------------------- kernel package
 KPKG="${RXE_VM_KPKG:-}"
@@ -88,7 +96,8 @@ if [[ ! -f "$KROOT/lib/modules/$KVER/modules.dep" || $FORCE == 1 ]]; then
   dpkg -x "$DEB" "$KROOT"
   depmod -b "$KROOT" "$KVER"
 fi
-cp -f "$KROOT/boot/vmlinuz-$KVER" "$CACHE/vmlinuz"
+cp -f "$KROOT/boot/vmlinuz-$KVER" "$CACHE/vmlinuz.tmp"   # renamed: a VM booting now sees
+mv "$CACHE/vmlinuz.tmp" "$CACHE/vmlinuz"                 # the old file or the new, whole
 # Uncompressed ELF vmlinux (Debian builds with CONFIG_PVH=y, so qemu boots it through the PVH
 # entry point). Under TCG this skips ~3 s of in-guest XZ decompression per boot.
 /usr/bin/python3 - "$CACHE/vmlinuz" "$CACHE/vmlinux.tmp" <<'PYEOF' && mv "$CACHE/vmlinux.tmp" "$CACHE/vmlinux" || { log "vmlinux extraction failed; VMs will boot the bzImage"; rm -f "$CACHE/vmlinux" "$CACHE/vmlinux.tmp"; }
