@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -138,7 +139,7 @@ void EngineStack::init() {
   agent_ = std::make_unique<cm::CmAgent>(env_->eng, perf::cm_agent_config(*env_),
                                          [this](const cm::CmEvent& e) { on_cm(e); });
   pd_ = env_->eng.alloc_pd();
-  cq_ = env_->eng.create_cq(8192);
+  cq_ = env_->eng.create_cq(std::min<std::uint32_t>(8192, env_->eng.config().max_cq_depth));
   if (!pd_ || !cq_) throw std::runtime_error("cannot create the PD and CQ");
 }
 
