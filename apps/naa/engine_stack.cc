@@ -61,8 +61,8 @@ bool parse_link_config(const std::string& text, LinkConfig& c, std::string& err)
     err = "pmd must be memif or af_packet";
     return false;
   }
-  if (c.pmd == "memif" && (c.memif_socket.empty() ||
-                           (c.memif_role != "server" && c.memif_role != "client"))) {
+  if (c.pmd == "memif" &&
+      (c.memif_socket.empty() || (c.memif_role != "server" && c.memif_role != "client"))) {
     err = "memif needs socket=PATH and role=server|client";
     return false;
   }
@@ -322,7 +322,7 @@ bool EngineStack::post_send(ConnId c, const WorkRequest& w) {
   Sge sge{w.local, w.length, w.lkey};
   SendWr wr;
   wr.wr_id = w.wr_id;
-  wr.opcode = w.op == Op::kSend ? WrOpcode::kSend
+  wr.opcode = w.op == Op::kSend    ? WrOpcode::kSend
               : w.op == Op::kWrite ? WrOpcode::kWrite
                                    : WrOpcode::kWriteImm;
   wr.sg_list = w.length ? &sge : nullptr;
@@ -387,9 +387,9 @@ std::string EngineStack::transport_report() const {
   std::uint64_t txd = 0, rxd = 0;
   if (env_->loop.faults()) txd = env_->loop.faults()->stats().dropped;
   if (env_->loop.rx_faults()) rxd = env_->loop.rx_faults()->stats().dropped;
-  return "retransmitted " + std::to_string(st.get(Counter::kRetransmittedPackets)) +
-         ", timeouts " + std::to_string(st.get(Counter::kRetransmitTimeouts)) +
-         ", RNR NAKs sent " + std::to_string(st.get(Counter::kRnrNakSent)) + " received " +
+  return "retransmitted " + std::to_string(st.get(Counter::kRetransmittedPackets)) + ", timeouts " +
+         std::to_string(st.get(Counter::kRetransmitTimeouts)) + ", RNR NAKs sent " +
+         std::to_string(st.get(Counter::kRnrNakSent)) + " received " +
          std::to_string(st.get(Counter::kRnrNakRcvd)) + ", injected drops tx " +
          std::to_string(txd) + " rx " + std::to_string(rxd) + "\n";
 }

@@ -16,8 +16,8 @@ namespace roce::naa {
 
 /// The DPDK link of a standalone process (roce-naa, the host library on the appliance's stack).
 struct LinkConfig {
-  std::string pmd = "memif";  ///< memif or af_packet
-  std::string memif_socket;   ///< memif: the control socket's path
+  std::string pmd = "memif";          ///< memif or af_packet
+  std::string memif_socket;           ///< memif: the control socket's path
   std::string memif_role = "server";  ///< memif: server (creates the socket) or client
   std::string iface;                  ///< af_packet: the kernel interface
   std::string ip = "192.0.2.1";

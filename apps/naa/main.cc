@@ -2,11 +2,10 @@
 /// roce-naa: the appliance as a NAAICE network-attached accelerator, standalone on a DPDK port
 /// of its own (net_memif or net_af_packet, no hugepages). Hosts connect with rdma_cm to
 /// --port (12345), set up memory regions with MRSP and call the kernels by function code.
+#include <boost/program_options.hpp>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
-
-#include <boost/program_options.hpp>
 
 #include "apps/naa/engine_stack.h"
 #include "apps/naa/naa_server.h"
@@ -33,8 +32,8 @@ int main(int argc, char** argv) {
   po::options_description d(
       "Usage: roce-naa [--pmd memif --memif-socket PATH | --pmd af_packet --iface IF] [options]\n\n"
       "A NAAICE network-attached accelerator on the appliance's RoCEv2 stack");
-  d.add_options()("help,h", "print this help")(
-      "pmd", po::value(&link.pmd)->default_value(link.pmd), "memif or af_packet")(
+  d.add_options()("help,h", "print this help")("pmd", po::value(&link.pmd)->default_value(link.pmd),
+                                               "memif or af_packet")(
       "memif-socket", po::value(&link.memif_socket), "memif: the control socket")(
       "memif-role", po::value(&link.memif_role)->default_value(link.memif_role),
       "memif: server or client")("iface", po::value(&link.iface), "af_packet: the interface")(
@@ -56,8 +55,9 @@ int main(int argc, char** argv) {
       "seconds a host may be silent before it is dropped (0: never)")(
       "exit-after", po::value(&exit_after)->default_value(0),
       "exit once this many hosts have come and gone (0: run until SIGINT/SIGTERM)")(
-      "timeout", po::value(&timeout)->default_value(0), "exit with status 1 after this many seconds")(
-      "list-kernels", "print the kernels and exit")("verbose,v", "log every MRSP and call");
+      "timeout", po::value(&timeout)->default_value(0),
+      "exit with status 1 after this many seconds")("list-kernels", "print the kernels and exit")(
+      "verbose,v", "log every MRSP and call");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, d), vm);
@@ -69,7 +69,8 @@ int main(int argc, char** argv) {
     if (port == 0 || port > 65535) throw po::error("--port must be 1..65535");
     if (cfg.max_regions == 0 || cfg.max_regions > kMaxRegions)
       throw po::error("--max-regions must be 1..32");
-    if (mem_mib == 0 || mem_mib > (1ull << 20)) throw po::error("--memory-per-host must be 1..2^20 MiB");
+    if (mem_mib == 0 || mem_mib > (1ull << 20))
+      throw po::error("--memory-per-host must be 1..2^20 MiB");
     if (cfg.max_hosts == 0) throw po::error("--max-hosts must be at least 1");
     std::string err;
     LinkConfig check = link;
@@ -95,9 +96,10 @@ int main(int argc, char** argv) {
     {
       NaaServer server(stack, cfg, std::move(kernels));
       server.start();
-      std::printf("roce-naa: %s listening on rdma_cm port %u (%u hosts, %llu MiB each, %u regions)\n",
-                  link.ip.c_str(), port, cfg.max_hosts,
-                  static_cast<unsigned long long>(mem_mib), cfg.max_regions);
+      std::printf(
+          "roce-naa: %s listening on rdma_cm port %u (%u hosts, %llu MiB each, %u regions)\n",
+          link.ip.c_str(), port, cfg.max_hosts, static_cast<unsigned long long>(mem_mib),
+          cfg.max_regions);
       std::fflush(stdout);
       if (!server.run(g_stop, exit_after, timeout, [] { roce::perf::Env::yield(); })) {
         std::fprintf(stderr, "roce-naa: timed out\n");

@@ -65,8 +65,8 @@ DecodeResult decode(std::span<const std::uint8_t> buf) {
     case MsgType::kAdvertise: {
       const auto t = static_cast<MsgType>(type);
       if (count == 0)
-        return failed(DecodeError::kZeroCount, "MRSP message of type " + std::to_string(type) +
-                                                   " announces no region");
+        return failed(DecodeError::kZeroCount,
+                      "MRSP message of type " + std::to_string(type) + " announces no region");
       const std::size_t need = encoded_size(t, count);
       if (buf.size() < need)
         return failed(DecodeError::kTruncatedEntries,

@@ -47,8 +47,8 @@ enum MrFlags : std::uint8_t { kMrFlagInternal = 0x01 };
 constexpr std::size_t kHeaderSize = 4;
 constexpr std::size_t kAdvReqEntrySize = 24;
 constexpr std::size_t kAdvEntrySize = 16;
-constexpr std::size_t kMaxCount = 255;    ///< what the 8-bit count can carry
-constexpr std::size_t kMaxRegions = 32;   ///< regions an NAA handles (the FPGA's limit)
+constexpr std::size_t kMaxCount = 255;                ///< what the 8-bit count can carry
+constexpr std::size_t kMaxRegions = 32;               ///< regions an NAA handles (the FPGA's limit)
 constexpr std::uint64_t kMaxRegionSize = 1ull << 30;  ///< 1 GiB: largest region and message
 constexpr std::uint64_t kMaxFpgaAddress = (1ull << 56) - 1;  ///< the 56-bit address field
 /// The MRSP exchange buffer: header plus kMaxRegions advertisement+request entries. A message
@@ -123,8 +123,8 @@ std::size_t encode(const ErrorMsg& m, std::vector<std::uint8_t>& out);
 /// The encoded size of a message of `n` regions of type `t` (header included).
 constexpr std::size_t encoded_size(MsgType t, std::size_t n) {
   return kHeaderSize + n * (t == MsgType::kAdvertiseRequest ? kAdvReqEntrySize
-                            : t == MsgType::kAdvertise     ? kAdvEntrySize
-                                                           : 0);
+                            : t == MsgType::kAdvertise      ? kAdvEntrySize
+                                                            : 0);
 }
 
 /// Completion status of a function call: the immediate of the NAA's final WRITE_WITH_IMM.
@@ -135,10 +135,10 @@ enum RpcStatus : std::uint32_t {
   // 0x03-0x0f reserved
   kRpcFirstAppError = 0x10,
   // Application errors of this NAA (0x10-0x7f):
-  kRpcUnknownFunction = 0x10,  ///< no kernel for the function code
-  kRpcBadReturnAddress = 0x11, ///< the metadata's return address names no host region
-  kRpcBadParamCount = 0x12,    ///< the kernel wants another number of parameters
-  kRpcBadParamSize = 0x13,     ///< a parameter's size does not fit the kernel
+  kRpcUnknownFunction = 0x10,   ///< no kernel for the function code
+  kRpcBadReturnAddress = 0x11,  ///< the metadata's return address names no host region
+  kRpcBadParamCount = 0x12,     ///< the kernel wants another number of parameters
+  kRpcBadParamSize = 0x13,      ///< a parameter's size does not fit the kernel
   kRpcLastAppError = 0x7f,
 };
 /// "success", "socket not available", "reserved (0x05)", "application error 0x12 (...)".

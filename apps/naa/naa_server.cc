@@ -2,9 +2,9 @@
 /// The NAA server (naa_server.h).
 #include "apps/naa/naa_server.h"
 
-#include <chrono>
 #include <sys/mman.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -287,9 +287,9 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
       g.offset = (cursor + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
       cursor = g.offset + r.size;
       if (g.offset + r.size > mem) {
-        answer_error(MrspError::kNotEnoughMemory,
-                     "the regions need more than the NAA memory of " + hex(mem) +
-                         " bytes (region " + std::to_string(i) + ")");
+        answer_error(MrspError::kNotEnoughMemory, "the regions need more than the NAA memory of " +
+                                                      hex(mem) + " bytes (region " +
+                                                      std::to_string(i) + ")");
         return;
       }
     }
@@ -297,7 +297,8 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
     regions.push_back(g);
   }
   if (!h.arena.allocate(extent)) {
-    answer_error(MrspError::kNotEnoughMemory, "cannot allocate " + std::to_string(extent) + " bytes");
+    answer_error(MrspError::kNotEnoughMemory,
+                 "cannot allocate " + std::to_string(extent) + " bytes");
     return;
   }
   Advertise adv;
@@ -308,8 +309,8 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
     if (!mr) {
       h.regions = std::move(regions);
       free_regions(h);
-      answer_error(MrspError::kNotEnoughMemory, "the stack refused to register region " +
-                                                    std::to_string(i));
+      answer_error(MrspError::kNotEnoughMemory,
+                   "the stack refused to register region " + std::to_string(i));
       return;
     }
     g.mr = *mr;
@@ -327,8 +328,8 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
   std::memcpy(h.tx.data(), out.data(), out.size());
   ++stats_.mrsp_ok;
   if (cfg_.verbose)
-    log(h, "MRSP: " + std::to_string(h.regions.size()) + " regions, " +
-               std::to_string(extent) + " bytes of NAA memory");
+    log(h, "MRSP: " + std::to_string(h.regions.size()) + " regions, " + std::to_string(extent) +
+               " bytes of NAA memory");
   send_mrsp(h, out.size());
 }
 
@@ -434,8 +435,8 @@ std::string NaaServer::report() const {
   for (const auto& [code, n] : stats_.mrsp_errors) o << ", error " << hex(code) << ": " << n;
   o << "\ncalls " << stats_.calls << ", failed " << stats_.calls_failed;
   for (const auto& [s, n] : stats_.statuses) o << ", status " << hex(s) << ": " << n;
-  o << "\nbytes in " << stats_.bytes_in << ", out " << stats_.bytes_out
-    << ", transport errors " << stats_.transport_errors << "\n";
+  o << "\nbytes in " << stats_.bytes_in << ", out " << stats_.bytes_out << ", transport errors "
+    << stats_.transport_errors << "\n";
   return o.str();
 }
 

@@ -107,7 +107,7 @@ class NaaServer {
     std::vector<std::uint8_t> rx, tx;  ///< two receive slots; the send buffer
     MrInfo rx_mr, tx_mr;
     Arena arena;
-    std::vector<Region> regions;  ///< as advertised by the host
+    std::vector<Region> regions;    ///< as advertised by the host
     std::vector<std::size_t> data;  ///< indexes of the non-internal regions, in order
     std::uint64_t calls = 0;
     std::uint64_t last_active_ns = 0;

@@ -16,11 +16,11 @@ namespace roce::naa {
 using ConnId = std::uint64_t;
 
 struct MrInfo {
-  void* addr = nullptr;       ///< where the memory is in this process
-  std::uint64_t iova = 0;     ///< the address peers use (== addr unless registered with an iova)
+  void* addr = nullptr;    ///< where the memory is in this process
+  std::uint64_t iova = 0;  ///< the address peers use (== addr unless registered with an iova)
   std::uint64_t length = 0;
   std::uint32_t lkey = 0, rkey = 0;
-  std::uint64_t handle = 0;   ///< the stack's own
+  std::uint64_t handle = 0;  ///< the stack's own
 };
 
 enum class Op : std::uint8_t { kSend, kWrite, kWriteImm };

@@ -19,20 +19,20 @@
 #define WR_RECV_MRSP 3
 #define WR_RECV_DATA 4
 
-static void put_be32(unsigned char *p, uint32_t v) {
+static void put_be32(unsigned char* p, uint32_t v) {
   p[0] = (unsigned char)(v >> 24);
   p[1] = (unsigned char)(v >> 16);
   p[2] = (unsigned char)(v >> 8);
   p[3] = (unsigned char)v;
 }
-static void put_be64(unsigned char *p, uint64_t v) {
+static void put_be64(unsigned char* p, uint64_t v) {
   put_be32(p, (uint32_t)(v >> 32));
   put_be32(p + 4, (uint32_t)v);
 }
-static uint32_t get_be32(const unsigned char *p) {
+static uint32_t get_be32(const unsigned char* p) {
   return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
-static uint64_t get_be64(const unsigned char *p) {
+static uint64_t get_be64(const unsigned char* p) {
   return ((uint64_t)get_be32(p) << 32) | get_be32(p + 4);
 }
 
@@ -42,7 +42,7 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-const char *naaice_mrsp_error_string(uint8_t code) {
+const char* naaice_mrsp_error_string(uint8_t code) {
   switch (code) {
     case NAAICE_MRSP_NOT_ENOUGH_MEMORY:
       return "not enough memory (address + size exceeds the memory boundary)";
@@ -55,7 +55,7 @@ const char *naaice_mrsp_error_string(uint8_t code) {
   }
 }
 
-const char *naaice_rpc_status_string(uint32_t s) {
+const char* naaice_rpc_status_string(uint32_t s) {
   if (s == 0) return "success";
   if (s == 0x01) return "socket not available";
   if (s == 0x02) return "kernel (NAA application) timeout";
@@ -68,10 +68,10 @@ const char *naaice_rpc_status_string(uint32_t s) {
   return "undefined status";
 }
 
-int naaice_init_communication_context(struct naaice_communication_context **comm_ctx,
-                                      unsigned int *param_sizes, char **params,
+int naaice_init_communication_context(struct naaice_communication_context** comm_ctx,
+                                      unsigned int* param_sizes, char** params,
                                       unsigned int params_amount, uint8_t fncode,
-                                      const char *remote_ip, uint16_t port) {
+                                      const char* remote_ip, uint16_t port) {
   if (!comm_ctx || !remote_ip || (params_amount && (!param_sizes || !params))) {
     fprintf(stderr, "naaice: invalid arguments\n");
     return -1;
@@ -88,7 +88,7 @@ int naaice_init_communication_context(struct naaice_communication_context **comm
       return -1;
     }
   }
-  struct naaice_communication_context *c = calloc(1, sizeof *c);
+  struct naaice_communication_context* c = calloc(1, sizeof *c);
   if (!c) return -1;
   c->state = INIT;
   c->no_local_mrs = (uint8_t)(params_amount + 1);
@@ -96,8 +96,8 @@ int naaice_init_communication_context(struct naaice_communication_context **comm
   c->mr_peer_data = calloc(c->no_local_mrs, sizeof *c->mr_peer_data);
   c->mr_local_message = calloc(1, sizeof *c->mr_local_message);
   c->fpga_addrs = calloc(c->no_local_mrs, sizeof *c->fpga_addrs);
-  struct naaice_rpc_metadata *meta = calloc(1, sizeof *meta);
-  char *msg = calloc(2, MSG_BUF);
+  struct naaice_rpc_metadata* meta = calloc(1, sizeof *meta);
+  char* msg = calloc(2, MSG_BUF);
   if (!c->mr_local_data || !c->mr_peer_data || !c->mr_local_message || !c->fpga_addrs || !meta ||
       !msg) {
     fprintf(stderr, "naaice: out of memory\n");
@@ -110,7 +110,7 @@ int naaice_init_communication_context(struct naaice_communication_context **comm
     free(c);
     return -1;
   }
-  c->mr_local_data[0].addr = (char *)meta;
+  c->mr_local_data[0].addr = (char*)meta;
   c->mr_local_data[0].size = sizeof *meta;
   for (unsigned int i = 0; i < params_amount; i++) {
     c->mr_local_data[i + 1].addr = params[i];
@@ -138,13 +138,13 @@ int naaice_init_communication_context(struct naaice_communication_context **comm
   return 0;
 }
 
-int naaice_setup_connection(struct naaice_communication_context *c) {
+int naaice_setup_connection(struct naaice_communication_context* c) {
   if (!c || c->state != READY) {
     fprintf(stderr, "naaice: setup_connection needs a fresh context\n");
     return -1;
   }
   /* Send queue: a WRITE per region plus the MRSP SEND; receives: MRSP answer and status. */
-  struct naaice_transport *t = c->transport;
+  struct naaice_transport* t = c->transport;
   if (t->connect(t->priv, c->remote_ip, c->port, (uint32_t)c->no_local_mrs + 8, 8, c->timeout)) {
     fprintf(stderr, "naaice: cannot connect to %s port %u: %s\n", c->remote_ip, c->port,
             t->error(t->priv));
@@ -155,8 +155,8 @@ int naaice_setup_connection(struct naaice_communication_context *c) {
   return 0;
 }
 
-int naaice_register_mrs(struct naaice_communication_context *c) {
-  struct naaice_transport *t = c->transport;
+int naaice_register_mrs(struct naaice_communication_context* c) {
+  struct naaice_transport* t = c->transport;
   for (int i = 0; i < c->no_local_mrs; i++) {
     struct naaice_mr_handle h;
     if (t->reg_mr(t->priv, c->mr_local_data[i].addr, c->mr_local_data[i].size, &h)) {
@@ -178,12 +178,12 @@ int naaice_register_mrs(struct naaice_communication_context *c) {
   return 0;
 }
 
-int naaice_set_metadata(struct naaice_communication_context *c, uintptr_t return_addr) {
+int naaice_set_metadata(struct naaice_communication_context* c, uintptr_t return_addr) {
   /* Region 0 (the metadata) is not a valid return region. */
   for (int i = 1; i < c->no_local_mrs; i++) {
     if ((uintptr_t)c->mr_local_data[i].addr == return_addr) {
       c->mr_return_idx = (uint8_t)i;
-      put_be64((unsigned char *)c->mr_local_data[0].addr, (uint64_t)return_addr);
+      put_be64((unsigned char*)c->mr_local_data[0].addr, (uint64_t)return_addr);
       return 0;
     }
   }
@@ -191,8 +191,8 @@ int naaice_set_metadata(struct naaice_communication_context *c, uintptr_t return
   return -1;
 }
 
-int naaice_set_internal_mrs(struct naaice_communication_context *c, unsigned int n,
-                            uintptr_t *addrs, size_t *sizes) {
+int naaice_set_internal_mrs(struct naaice_communication_context* c, unsigned int n,
+                            uintptr_t* addrs, size_t* sizes) {
   if (n + c->no_local_mrs > NAAICE_MAX_COUNT) {
     fprintf(stderr, "naaice: too many internal regions for one MRSP message\n");
     return -1;
@@ -215,7 +215,7 @@ int naaice_set_internal_mrs(struct naaice_communication_context *c, unsigned int
   return 0;
 }
 
-int naaice_set_fpga_addresses(struct naaice_communication_context *c, const uint64_t *addrs) {
+int naaice_set_fpga_addresses(struct naaice_communication_context* c, const uint64_t* addrs) {
   for (int i = 1; i < c->no_local_mrs; i++) {
     if (addrs[i - 1] >> 56) {
       fprintf(stderr, "naaice: FPGA address of parameter %d beyond 56 bits\n", i - 1);
@@ -226,9 +226,9 @@ int naaice_set_fpga_addresses(struct naaice_communication_context *c, const uint
   return 0;
 }
 
-int naaice_send_message(struct naaice_communication_context *c, enum message_id type,
+int naaice_send_message(struct naaice_communication_context* c, enum message_id type,
                         uint8_t errorcode) {
-  unsigned char *m = (unsigned char *)c->mr_local_message->addr;
+  unsigned char* m = (unsigned char*)c->mr_local_message->addr;
   size_t len = HDR_SIZE;
   memset(m, 0, HDR_SIZE);
   m[0] = (unsigned char)type;
@@ -252,17 +252,17 @@ int naaice_send_message(struct naaice_communication_context *c, enum message_id 
     fprintf(stderr, "naaice: a host sends no message of type %d\n", type);
     return -1;
   }
-  struct naaice_transport *t = c->transport;
-  if (t->post_send(t->priv, NAAICE_OP_SEND, WR_MRSP, m, (uint32_t)len, c->mr_local_message->lkey,
-                   0, 0, 0, 1)) {
+  struct naaice_transport* t = c->transport;
+  if (t->post_send(t->priv, NAAICE_OP_SEND, WR_MRSP, m, (uint32_t)len, c->mr_local_message->lkey, 0,
+                   0, 0, 1)) {
     fprintf(stderr, "naaice: posting the MRSP message failed: %s\n", t->error(t->priv));
     return -1;
   }
   return 0;
 }
 
-static int post_recv(struct naaice_communication_context *c, uint64_t id) {
-  struct naaice_transport *t = c->transport;
+static int post_recv(struct naaice_communication_context* c, uint64_t id) {
+  struct naaice_transport* t = c->transport;
   if (t->post_recv(t->priv, id, c->mr_local_message->addr + MSG_BUF, MSG_BUF,
                    c->mr_local_message->lkey)) {
     fprintf(stderr, "naaice: posting a receive failed: %s\n", t->error(t->priv));
@@ -272,16 +272,15 @@ static int post_recv(struct naaice_communication_context *c, uint64_t id) {
   return 0;
 }
 
-int naaice_post_recv_mrsp(struct naaice_communication_context *c) {
+int naaice_post_recv_mrsp(struct naaice_communication_context* c) {
   return post_recv(c, WR_RECV_MRSP);
 }
-int naaice_post_recv_data(struct naaice_communication_context *c) {
+int naaice_post_recv_data(struct naaice_communication_context* c) {
   return post_recv(c, WR_RECV_DATA);
 }
 
-int naaice_init_mrsp(struct naaice_communication_context *c) {
-  if (c->state != CONNECTED && c->state != ERROR && c->state != MRSP_DONE &&
-      c->state != FINISHED) {
+int naaice_init_mrsp(struct naaice_communication_context* c) {
+  if (c->state != CONNECTED && c->state != ERROR && c->state != MRSP_DONE && c->state != FINISHED) {
     fprintf(stderr, "naaice: init_mrsp needs a connection\n");
     return -1;
   }
@@ -297,8 +296,8 @@ int naaice_init_mrsp(struct naaice_communication_context *c) {
   return 0;
 }
 
-int naaice_write_data(struct naaice_communication_context *c, uint8_t fncode) {
-  struct naaice_transport *t = c->transport;
+int naaice_write_data(struct naaice_communication_context* c, uint8_t fncode) {
+  struct naaice_transport* t = c->transport;
   c->rdma_writes_done = 0;
   for (int i = 0; i < c->no_local_mrs; i++) {
     const int last = i == c->no_local_mrs - 1;
@@ -306,15 +305,14 @@ int naaice_write_data(struct naaice_communication_context *c, uint8_t fncode) {
                      c->mr_local_data[i].addr, (uint32_t)c->mr_local_data[i].size,
                      c->mr_local_data[i].lkey, c->mr_peer_data[i].addr, c->mr_peer_data[i].rkey,
                      fncode, last)) {
-      fprintf(stderr, "naaice: posting the write of region %d failed: %s\n", i,
-              t->error(t->priv));
+      fprintf(stderr, "naaice: posting the write of region %d failed: %s\n", i, t->error(t->priv));
       return -1;
     }
   }
   return 0;
 }
 
-int naaice_init_data_transfer(struct naaice_communication_context *c) {
+int naaice_init_data_transfer(struct naaice_communication_context* c) {
   if (c->state != MRSP_DONE && c->state != FINISHED) {
     fprintf(stderr, "naaice: init_data_transfer needs a finished MRSP\n");
     return -1;
@@ -334,8 +332,8 @@ int naaice_init_data_transfer(struct naaice_communication_context *c) {
   return 0;
 }
 
-static int handle_mrsp_answer(struct naaice_communication_context *c, const struct naaice_wc *wc) {
-  const unsigned char *m = (const unsigned char *)c->mr_local_message->addr + MSG_BUF;
+static int handle_mrsp_answer(struct naaice_communication_context* c, const struct naaice_wc* wc) {
+  const unsigned char* m = (const unsigned char*)c->mr_local_message->addr + MSG_BUF;
   if (wc->byte_len < HDR_SIZE) {
     fprintf(stderr, "naaice: MRSP answer of %u bytes\n", wc->byte_len);
     c->state = ERROR;
@@ -361,7 +359,7 @@ static int handle_mrsp_answer(struct naaice_communication_context *c, const stru
     return -1;
   }
   for (unsigned i = 0; i < count; i++) {
-    const unsigned char *e = m + HDR_SIZE + i * ADV_ENTRY;
+    const unsigned char* e = m + HDR_SIZE + i * ADV_ENTRY;
     c->mr_peer_data[i].addr = get_be64(e);
     c->mr_peer_data[i].rkey = get_be32(e + 8);
     c->mr_peer_data[i].size = get_be32(e + 12);
@@ -376,8 +374,8 @@ static int handle_mrsp_answer(struct naaice_communication_context *c, const stru
   return 0;
 }
 
-int naaice_poll_cq_nonblocking(struct naaice_communication_context *c) {
-  struct naaice_transport *t = c->transport;
+int naaice_poll_cq_nonblocking(struct naaice_communication_context* c) {
+  struct naaice_transport* t = c->transport;
   struct naaice_wc wc[8];
   const int n = t->poll(t->priv, wc, 8);
   if (n < 0) {
@@ -421,8 +419,8 @@ int naaice_poll_cq_nonblocking(struct naaice_communication_context *c) {
   return 0;
 }
 
-static int wait_state(struct naaice_communication_context *c, enum naaice_communication_state s,
-                      const char *what) {
+static int wait_state(struct naaice_communication_context* c, enum naaice_communication_state s,
+                      const char* what) {
   const double end = now_s() + c->timeout;
   while (c->state < s) {
     if (naaice_poll_cq_nonblocking(c)) return -1;
@@ -436,19 +434,19 @@ static int wait_state(struct naaice_communication_context *c, enum naaice_commun
   return c->state == ERROR ? -1 : 0;
 }
 
-int naaice_do_mrsp(struct naaice_communication_context *c) {
+int naaice_do_mrsp(struct naaice_communication_context* c) {
   if (naaice_init_mrsp(c)) return -1;
   return wait_state(c, MRSP_DONE, "the MRSP answer");
 }
 
-int naaice_do_data_transfer(struct naaice_communication_context *c) {
+int naaice_do_data_transfer(struct naaice_communication_context* c) {
   if (naaice_init_data_transfer(c)) return -1;
   return wait_state(c, FINISHED, "the result");
 }
 
-int naaice_disconnect_and_cleanup(struct naaice_communication_context *c) {
+int naaice_disconnect_and_cleanup(struct naaice_communication_context* c) {
   if (!c) return -1;
-  struct naaice_transport *t = c->transport;
+  struct naaice_transport* t = c->transport;
   if (c->state >= CONNECTED) t->disconnect(t->priv);
   for (int i = 0; i < c->no_local_mrs; i++) {
     if (c->mr_local_data[i].handle) {

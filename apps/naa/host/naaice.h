@@ -71,10 +71,10 @@ enum naaice_communication_state {
 };
 
 struct naaice_mr_local {
-  char *addr;
+  char* addr;
   size_t size;
   uint32_t lkey, rkey;
-  void *handle;
+  void* handle;
 };
 
 struct naaice_mr_peer {
@@ -96,22 +96,22 @@ struct naaice_rpc_metadata {
 struct naaice_transport;
 
 struct naaice_communication_context {
-  struct naaice_transport *transport;
+  struct naaice_transport* transport;
   enum naaice_communication_state state;
 
   /* Local regions: [0] the metadata region, [1..] the parameters. */
-  struct naaice_mr_local *mr_local_data;
+  struct naaice_mr_local* mr_local_data;
   uint8_t no_local_mrs;
   uint8_t mr_return_idx; /* set by naaice_set_metadata, in [1, no_local_mrs) */
 
   /* The NAA's regions, from its advertisement (same order as mr_local_data). */
-  struct naaice_mr_peer *mr_peer_data;
+  struct naaice_mr_peer* mr_peer_data;
   uint8_t no_peer_mrs;
 
   /* MRSP buffer: send half, then receive half. */
-  struct naaice_mr_local *mr_local_message;
+  struct naaice_mr_local* mr_local_message;
 
-  struct naaice_mr_internal *mr_internal;
+  struct naaice_mr_internal* mr_internal;
   uint8_t no_internal_mrs;
 
   uint8_t fncode; /* may be changed between calls */
@@ -120,43 +120,42 @@ struct naaice_communication_context {
   /* This implementation's additions. */
   char remote_ip[64];
   uint16_t port;
-  uint64_t *fpga_addrs; /* requested NAA address per local region (0: anywhere) */
+  uint64_t* fpga_addrs; /* requested NAA address per local region (0: anywhere) */
   uint8_t mrsp_error;   /* the NAA's MRSP error code, 0 if none */
   uint32_t rpc_status;  /* the NAA's status of the last call */
   double timeout;       /* seconds for connection, MRSP and each call (default 60) */
   int recv_posted;      /* receives waiting on the QP */
 };
 
-int naaice_init_communication_context(struct naaice_communication_context **comm_ctx,
-                                      unsigned int *param_sizes, char **params,
+int naaice_init_communication_context(struct naaice_communication_context** comm_ctx,
+                                      unsigned int* param_sizes, char** params,
                                       unsigned int params_amount, uint8_t fncode,
-                                      const char *remote_ip, uint16_t port);
-int naaice_setup_connection(struct naaice_communication_context *comm_ctx);
-int naaice_register_mrs(struct naaice_communication_context *comm_ctx);
-int naaice_set_metadata(struct naaice_communication_context *comm_ctx, uintptr_t return_addr);
-int naaice_set_internal_mrs(struct naaice_communication_context *comm_ctx,
-                            unsigned int n_internal_mrs, uintptr_t *addrs, size_t *sizes);
+                                      const char* remote_ip, uint16_t port);
+int naaice_setup_connection(struct naaice_communication_context* comm_ctx);
+int naaice_register_mrs(struct naaice_communication_context* comm_ctx);
+int naaice_set_metadata(struct naaice_communication_context* comm_ctx, uintptr_t return_addr);
+int naaice_set_internal_mrs(struct naaice_communication_context* comm_ctx,
+                            unsigned int n_internal_mrs, uintptr_t* addrs, size_t* sizes);
 /* Addition: the NAA (FPGA) address to request for each parameter (params_amount entries; 0
  * lets the NAA choose). Call before naaice_init_mrsp. */
-int naaice_set_fpga_addresses(struct naaice_communication_context *comm_ctx,
-                              const uint64_t *addrs);
-int naaice_init_mrsp(struct naaice_communication_context *comm_ctx);
-int naaice_init_data_transfer(struct naaice_communication_context *comm_ctx);
-int naaice_poll_cq_nonblocking(struct naaice_communication_context *comm_ctx);
-int naaice_do_mrsp(struct naaice_communication_context *comm_ctx);
-int naaice_do_data_transfer(struct naaice_communication_context *comm_ctx);
-int naaice_disconnect_and_cleanup(struct naaice_communication_context *comm_ctx);
+int naaice_set_fpga_addresses(struct naaice_communication_context* comm_ctx, const uint64_t* addrs);
+int naaice_init_mrsp(struct naaice_communication_context* comm_ctx);
+int naaice_init_data_transfer(struct naaice_communication_context* comm_ctx);
+int naaice_poll_cq_nonblocking(struct naaice_communication_context* comm_ctx);
+int naaice_do_mrsp(struct naaice_communication_context* comm_ctx);
+int naaice_do_data_transfer(struct naaice_communication_context* comm_ctx);
+int naaice_disconnect_and_cleanup(struct naaice_communication_context* comm_ctx);
 
 /* Lower-level steps, as in the NAAICE API. */
-int naaice_send_message(struct naaice_communication_context *comm_ctx,
-                        enum message_id message_type, uint8_t errorcode);
-int naaice_write_data(struct naaice_communication_context *comm_ctx, uint8_t fncode);
-int naaice_post_recv_mrsp(struct naaice_communication_context *comm_ctx);
-int naaice_post_recv_data(struct naaice_communication_context *comm_ctx);
+int naaice_send_message(struct naaice_communication_context* comm_ctx, enum message_id message_type,
+                        uint8_t errorcode);
+int naaice_write_data(struct naaice_communication_context* comm_ctx, uint8_t fncode);
+int naaice_post_recv_mrsp(struct naaice_communication_context* comm_ctx);
+int naaice_post_recv_data(struct naaice_communication_context* comm_ctx);
 
 /* Text of an MRSP error code / a completion status. */
-const char *naaice_mrsp_error_string(uint8_t code);
-const char *naaice_rpc_status_string(uint32_t status);
+const char* naaice_mrsp_error_string(uint8_t code);
+const char* naaice_rpc_status_string(uint32_t status);
 
 #ifdef __cplusplus
 }

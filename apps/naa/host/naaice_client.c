@@ -16,8 +16,8 @@
 #include "apps/naa/host/naaice.h"
 
 enum { K_INCREMENT = 1, K_VECTOR_ADD = 2, K_REDUCE_SUM = 3, K_CRC32 = 4, K_MATMUL = 5 };
-static const char *kernel_names[] = {"", "increment", "vector_add", "reduce_sum", "crc32",
-                                     "matmul"};
+static const char* kernel_names[] = {"",           "increment", "vector_add",
+                                     "reduce_sum", "crc32",     "matmul"};
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void) {
@@ -27,7 +27,7 @@ static uint32_t rnd(void) {
   return (uint32_t)(rng_state >> 16);
 }
 
-static uint32_t crc32_ref(const unsigned char *p, size_t n) {
+static uint32_t crc32_ref(const unsigned char* p, size_t n) {
   uint32_t c = 0xFFFFFFFFu;
   for (size_t i = 0; i < n; i++) {
     c ^= p[i];
@@ -41,17 +41,17 @@ struct job {
   int kernel;
   int fncode; /* the function code called (the kernel's, unless an error is provoked) */
   unsigned nparams;
-  char *params[40];
+  char* params[40];
   unsigned sizes[40];
-  unsigned ret; /* index of the return parameter */
-  unsigned char *expect[40]; /* expected content per parameter after the call (NULL: any) */
-  struct naaice_communication_context *ctx;
+  unsigned ret;              /* index of the return parameter */
+  unsigned char* expect[40]; /* expected content per parameter after the call (NULL: any) */
+  struct naaice_communication_context* ctx;
 };
 
-static void fill(struct job *j) {
+static void fill(struct job* j) {
   for (unsigned i = 0; i < j->nparams; i++)
     for (unsigned b = 0; b < j->sizes[i]; b++) j->params[i][b] = (char)rnd();
-  uint32_t *dims;
+  uint32_t* dims;
   switch (j->kernel) {
     case K_INCREMENT:
       for (unsigned i = 0; i < j->nparams; i++)
@@ -59,31 +59,31 @@ static void fill(struct job *j) {
           j->expect[i][b] = (unsigned char)(j->params[i][b] + 1);
       break;
     case K_VECTOR_ADD: {
-      const uint32_t *a = (uint32_t *)j->params[0], *b = (uint32_t *)j->params[1];
-      uint32_t *e = (uint32_t *)j->expect[2];
+      const uint32_t *a = (uint32_t*)j->params[0], *b = (uint32_t*)j->params[1];
+      uint32_t* e = (uint32_t*)j->expect[2];
       for (unsigned i = 0; i < j->sizes[0] / 4; i++) e[i] = a[i] + b[i];
       break;
     }
     case K_REDUCE_SUM: {
-      const uint32_t *a = (uint32_t *)j->params[0];
+      const uint32_t* a = (uint32_t*)j->params[0];
       uint64_t s = 0;
       for (unsigned i = 0; i < j->sizes[0] / 4; i++) s += a[i];
       memcpy(j->expect[1], &s, 8);
       break;
     }
     case K_CRC32: {
-      const uint32_t c = crc32_ref((unsigned char *)j->params[0], j->sizes[0]);
+      const uint32_t c = crc32_ref((unsigned char*)j->params[0], j->sizes[0]);
       memcpy(j->expect[1], &c, 4);
       break;
     }
     case K_MATMUL: {
-      dims = (uint32_t *)j->params[0];
+      dims = (uint32_t*)j->params[0];
       const uint32_t m = 16, n = 16, k = j->sizes[1] / 4 / 16;
       dims[0] = m;
       dims[1] = k;
       dims[2] = n;
-      const uint32_t *a = (uint32_t *)j->params[1], *b = (uint32_t *)j->params[2];
-      uint32_t *e = (uint32_t *)j->expect[3];
+      const uint32_t *a = (uint32_t*)j->params[1], *b = (uint32_t*)j->params[2];
+      uint32_t* e = (uint32_t*)j->expect[3];
       for (uint32_t r = 0; r < m; r++)
         for (uint32_t c = 0; c < n; c++) {
           uint32_t acc = 0;
@@ -95,12 +95,12 @@ static void fill(struct job *j) {
   }
 }
 
-static int check(struct job *j, unsigned host, unsigned call) {
+static int check(struct job* j, unsigned host, unsigned call) {
   for (unsigned i = 0; i < j->nparams; i++) {
     if (!j->expect[i]) continue;
     if (memcmp(j->expect[i], j->params[i], j->sizes[i]) != 0) {
       unsigned b = 0;
-      while (((unsigned char *)j->params[i])[b] == j->expect[i][b]) b++;
+      while (((unsigned char*)j->params[i])[b] == j->expect[i][b]) b++;
       fprintf(stderr, "FAIL %s host %u call %u: parameter %u differs at byte %u\n",
               kernel_names[j->kernel], host, call, i, b);
       return -1;
@@ -109,7 +109,7 @@ static int check(struct job *j, unsigned host, unsigned call) {
   return 0;
 }
 
-static void setup_job(struct job *j, int kernel, unsigned size) {
+static void setup_job(struct job* j, int kernel, unsigned size) {
   memset(j, 0, sizeof *j);
   j->kernel = kernel;
   j->fncode = kernel;
@@ -154,14 +154,14 @@ static void setup_job(struct job *j, int kernel, unsigned size) {
   }
 }
 
-static void free_job(struct job *j) {
+static void free_job(struct job* j) {
   for (unsigned i = 0; i < j->nparams; i++) {
     free(j->params[i]);
     free(j->expect[i]);
   }
 }
 
-static int open_job(struct job *j, const char *ip, uint16_t port) {
+static int open_job(struct job* j, const char* ip, uint16_t port) {
   if (naaice_init_communication_context(&j->ctx, j->sizes, j->params, j->nparams,
                                         (uint8_t)j->fncode, ip, port))
     return -1;
@@ -172,9 +172,9 @@ static int open_job(struct job *j, const char *ip, uint16_t port) {
 }
 
 /* Every kernel, `hosts` connections at once, `calls` calls each. */
-static int run_kernels(const char *ip, uint16_t port, int only, unsigned size, unsigned calls,
+static int run_kernels(const char* ip, uint16_t port, int only, unsigned size, unsigned calls,
                        unsigned hosts) {
-  struct job *jobs = calloc(hosts, sizeof *jobs);
+  struct job* jobs = calloc(hosts, sizeof *jobs);
   for (int k = K_INCREMENT; k <= K_MATMUL; k++) {
     if (only && k != only) continue;
     for (unsigned h = 0; h < hosts; h++) {
@@ -221,7 +221,7 @@ static int run_kernels(const char *ip, uint16_t port, int only, unsigned size, u
 }
 
 /* One error provoked; 0 when the NAA reports exactly it. */
-static int provoke(const char *ip, uint16_t port, const char *what, unsigned naa_mib) {
+static int provoke(const char* ip, uint16_t port, const char* what, unsigned naa_mib) {
   struct job j;
   unsigned want_mrsp = 0, want_status = 0;
   if (!strcmp(what, "too-many-regions")) {
@@ -261,7 +261,7 @@ static int provoke(const char *ip, uint16_t port, const char *what, unsigned naa
   if (open_job(&j, ip, port)) goto out;
   const uint64_t mem = (uint64_t)naa_mib << 20;
   uint64_t fa[3] = {0, 0, 0};
-  if (want_mrsp == NAAICE_MRSP_INVALID_ADDRESS) fa[1] = mem + 4096;  /* beyond the memory */
+  if (want_mrsp == NAAICE_MRSP_INVALID_ADDRESS) fa[1] = mem + 4096;   /* beyond the memory */
   if (want_mrsp == NAAICE_MRSP_NOT_ENOUGH_MEMORY) fa[1] = mem - 1024; /* runs over its end */
   if (fa[1] && naaice_set_fpga_addresses(j.ctx, fa)) goto out;
   int rc = naaice_do_mrsp(j.ctx);
@@ -293,7 +293,7 @@ static int provoke(const char *ip, uint16_t port, const char *what, unsigned naa
     fill(&j);
     if (want_status == 0x11) {
       /* A metadata region naming no region of ours (set_metadata refuses such an address). */
-      unsigned char *m = (unsigned char *)j.ctx->mr_local_data[0].addr;
+      unsigned char* m = (unsigned char*)j.ctx->mr_local_data[0].addr;
       m[7] ^= 0x40;
     }
     rc = naaice_do_data_transfer(j.ctx);
@@ -316,10 +316,10 @@ out:
   return result;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   unsigned port = NAAICE_DEFAULT_PORT, size = 4096, calls = 3, hosts = 1, mib = 64;
   int only = 0;
-  const char *error = NULL;
+  const char* error = NULL;
   int opt;
   while ((opt = getopt(argc, argv, "p:k:s:n:H:M:e:h")) != -1) {
     switch (opt) {

@@ -15,27 +15,27 @@
 #include "apps/naa/host/naaice_transport.h"
 
 struct ibv_transport {
-  struct rdma_event_channel *ch;
-  struct rdma_cm_id *id;
-  struct ibv_pd *pd;
-  struct ibv_cq *cq;
+  struct rdma_event_channel* ch;
+  struct rdma_cm_id* id;
+  struct ibv_pd* pd;
+  struct ibv_cq* cq;
   int connected, broken;
   char error[160];
 };
 
-static void set_error(struct ibv_transport *t, const char *what) {
+static void set_error(struct ibv_transport* t, const char* what) {
   snprintf(t->error, sizeof t->error, "%s", what);
 }
 
 /* The next CM event within `timeout_s`; its type in *type (the event acknowledged). */
-static int next_event(struct ibv_transport *t, double timeout_s, enum rdma_cm_event_type *type,
-                      int *status) {
+static int next_event(struct ibv_transport* t, double timeout_s, enum rdma_cm_event_type* type,
+                      int* status) {
   struct pollfd p = {t->ch->fd, POLLIN, 0};
   if (poll(&p, 1, (int)(timeout_s * 1000)) != 1) {
     set_error(t, "timed out waiting for a connection event");
     return -1;
   }
-  struct rdma_cm_event *ev;
+  struct rdma_cm_event* ev;
   if (rdma_get_cm_event(t->ch, &ev)) {
     set_error(t, "rdma_get_cm_event failed");
     return -1;
@@ -46,7 +46,7 @@ static int next_event(struct ibv_transport *t, double timeout_s, enum rdma_cm_ev
   return 0;
 }
 
-static int expect(struct ibv_transport *t, enum rdma_cm_event_type want, double timeout_s) {
+static int expect(struct ibv_transport* t, enum rdma_cm_event_type want, double timeout_s) {
   enum rdma_cm_event_type got;
   int status = 0;
   if (next_event(t, timeout_s, &got, &status)) return -1;
@@ -58,10 +58,10 @@ static int expect(struct ibv_transport *t, enum rdma_cm_event_type want, double 
   return 0;
 }
 
-static int t_connect(void *p, const char *ip, uint16_t port, uint32_t send_depth,
+static int t_connect(void* p, const char* ip, uint16_t port, uint32_t send_depth,
                      uint32_t recv_depth, double timeout_s) {
-  struct ibv_transport *t = p;
-  struct addrinfo *res;
+  struct ibv_transport* t = p;
+  struct addrinfo* res;
   char service[8];
   snprintf(service, sizeof service, "%u", port);
   struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
@@ -82,8 +82,8 @@ static int t_connect(void *p, const char *ip, uint16_t port, uint32_t send_depth
   }
   if (expect(t, RDMA_CM_EVENT_ROUTE_RESOLVED, timeout_s)) return -1;
   t->pd = ibv_alloc_pd(t->id->verbs);
-  t->cq = t->pd ? ibv_create_cq(t->id->verbs, (int)(send_depth + recv_depth + 8), NULL, NULL, 0)
-                : NULL;
+  t->cq =
+      t->pd ? ibv_create_cq(t->id->verbs, (int)(send_depth + recv_depth + 8), NULL, NULL, 0) : NULL;
   if (!t->pd || !t->cq) {
     set_error(t, "cannot create the PD and CQ");
     return -1;
@@ -115,9 +115,9 @@ static int t_connect(void *p, const char *ip, uint16_t port, uint32_t send_depth
   return 0;
 }
 
-static int t_reg_mr(void *p, void *addr, uint64_t length, struct naaice_mr_handle *out) {
-  struct ibv_transport *t = p;
-  struct ibv_mr *mr =
+static int t_reg_mr(void* p, void* addr, uint64_t length, struct naaice_mr_handle* out) {
+  struct ibv_transport* t = p;
+  struct ibv_mr* mr =
       ibv_reg_mr(t->pd, addr, length, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!mr) {
     set_error(t, "ibv_reg_mr failed");
@@ -131,13 +131,13 @@ static int t_reg_mr(void *p, void *addr, uint64_t length, struct naaice_mr_handl
   return 0;
 }
 
-static void t_dereg_mr(void *p, struct naaice_mr_handle *h) {
+static void t_dereg_mr(void* p, struct naaice_mr_handle* h) {
   (void)p;
   if (h->priv) ibv_dereg_mr(h->priv);
 }
 
-static int t_post_recv(void *p, uint64_t wr_id, void *addr, uint32_t length, uint32_t lkey) {
-  struct ibv_transport *t = p;
+static int t_post_recv(void* p, uint64_t wr_id, void* addr, uint32_t length, uint32_t lkey) {
+  struct ibv_transport* t = p;
   struct ibv_sge sge = {(uintptr_t)addr, length, lkey};
   struct ibv_recv_wr wr, *bad;
   memset(&wr, 0, sizeof wr);
@@ -151,10 +151,10 @@ static int t_post_recv(void *p, uint64_t wr_id, void *addr, uint32_t length, uin
   return 0;
 }
 
-static int t_post_send(void *p, enum naaice_op op, uint64_t wr_id, const void *local,
+static int t_post_send(void* p, enum naaice_op op, uint64_t wr_id, const void* local,
                        uint32_t length, uint32_t lkey, uint64_t remote_addr, uint32_t rkey,
                        uint32_t imm, int signaled) {
-  struct ibv_transport *t = p;
+  struct ibv_transport* t = p;
   struct ibv_sge sge = {(uintptr_t)local, length, lkey};
   struct ibv_send_wr wr, *bad;
   memset(&wr, 0, sizeof wr);
@@ -175,9 +175,9 @@ static int t_post_send(void *p, enum naaice_op op, uint64_t wr_id, const void *l
   return 0;
 }
 
-static int t_poll(void *p, struct naaice_wc *out, int max) {
-  struct ibv_transport *t = p;
-  struct rdma_cm_event *ev;
+static int t_poll(void* p, struct naaice_wc* out, int max) {
+  struct ibv_transport* t = p;
+  struct rdma_cm_event* ev;
   while (rdma_get_cm_event(t->ch, &ev) == 0) {
     if (ev->event == RDMA_CM_EVENT_DISCONNECTED) {
       t->broken = 1;
@@ -217,15 +217,15 @@ static int t_poll(void *p, struct naaice_wc *out, int max) {
   return n;
 }
 
-static void t_disconnect(void *p) {
-  struct ibv_transport *t = p;
+static void t_disconnect(void* p) {
+  struct ibv_transport* t = p;
   if (!t->connected) return;
   t->connected = 0;
   if (rdma_disconnect(t->id)) return;
   /* Wait a moment for the DREP (DISCONNECTED). */
   const time_t end = time(NULL) + 2;
   while (!t->broken && time(NULL) <= end) {
-    struct rdma_cm_event *ev;
+    struct rdma_cm_event* ev;
     struct pollfd pf = {t->ch->fd, POLLIN, 0};
     if (poll(&pf, 1, 200) != 1) continue;
     if (rdma_get_cm_event(t->ch, &ev)) continue;
@@ -234,8 +234,8 @@ static void t_disconnect(void *p) {
   }
 }
 
-static void t_destroy(void *p) {
-  struct ibv_transport *t = p;
+static void t_destroy(void* p) {
+  struct ibv_transport* t = p;
   if (t->id && t->id->qp) rdma_destroy_qp(t->id);
   if (t->cq) ibv_destroy_cq(t->cq);
   if (t->pd) ibv_dealloc_pd(t->pd);
@@ -244,11 +244,11 @@ static void t_destroy(void *p) {
   free(t);
 }
 
-static const char *t_error(void *p) { return ((struct ibv_transport *)p)->error; }
+static const char* t_error(void* p) { return ((struct ibv_transport*)p)->error; }
 
-struct naaice_transport *naaice_transport_open(void) {
-  struct ibv_transport *t = calloc(1, sizeof *t);
-  struct naaice_transport *n = calloc(1, sizeof *n);
+struct naaice_transport* naaice_transport_open(void) {
+  struct ibv_transport* t = calloc(1, sizeof *t);
+  struct naaice_transport* n = calloc(1, sizeof *n);
   if (!t || !n) {
     free(t);
     free(n);

@@ -91,7 +91,9 @@ TEST(Kernels, BadParameters) {
 TEST(Kernels, RegistryAdd) {
   auto reg = KernelRegistry::builtin();
   EXPECT_FALSE(reg.add(0, {"zero", "", [](std::span<Param>) { return KernelResult{}; }}));
-  EXPECT_TRUE(reg.add(0x42, {"fail", "", [](std::span<Param>) { return KernelResult{0x20, {0}}; }}));
+  EXPECT_TRUE(reg.add(0x42, {"fail", "", [](std::span<Param>) {
+                               return KernelResult{0x20, {0}};
+                             }}));
   std::vector<Param> none;
   const auto r = reg.run(0x42, none);
   EXPECT_EQ(r.status, 0x20u);

@@ -47,8 +47,8 @@ TEST(Mrsp, AdvertiseGoldenBytes) {
 }
 
 TEST(Mrsp, ErrorMessages) {
-  for (auto e : {MrspError::kNotEnoughMemory, MrspError::kInvalidAddress,
-                 MrspError::kTooManyRegions}) {
+  for (auto e :
+       {MrspError::kNotEnoughMemory, MrspError::kInvalidAddress, MrspError::kTooManyRegions}) {
     std::vector<std::uint8_t> b;
     ASSERT_EQ(encode(ErrorMsg{static_cast<std::uint8_t>(e)}, b), 4u);
     EXPECT_EQ(b, (std::vector<std::uint8_t>{0x00, static_cast<std::uint8_t>(e), 0, 0}));
