@@ -46,7 +46,9 @@ std::string_view to_string(DecodeError e) {
 namespace {
 
 DecodeResult failed(DecodeError e, std::string detail) {
-  DecodeResult r{e, std::move(detail)};
+  DecodeResult r;
+  r.v.emplace<1>(e);
+  r.detail = std::move(detail);
   return r;
 }
 
@@ -59,8 +61,11 @@ DecodeResult decode(std::span<const std::uint8_t> buf) {
   const std::uint8_t type = buf[0];
   const std::size_t count = buf[1];
   switch (static_cast<MsgType>(type)) {
-    case MsgType::kError:
-      return DecodeResult{Message{ErrorMsg{buf[1]}}, {}};
+    case MsgType::kError: {
+      DecodeResult r;
+      std::get<0>(r.v).emplace<ErrorMsg>(ErrorMsg{buf[1]});
+      return r;
+    }
     case MsgType::kAdvertiseRequest:
     case MsgType::kAdvertise: {
       const auto t = static_cast<MsgType>(type);
@@ -74,8 +79,11 @@ DecodeResult decode(std::span<const std::uint8_t> buf) {
                           std::to_string(count) + " regions (" + std::to_string(need) +
                           " bytes) but holds " + std::to_string(buf.size()) + " bytes");
       const std::uint8_t* p = buf.data() + kHeaderSize;
+      // Built in place: no variant is moved (GCC 12 reports such moves as maybe-uninitialized).
+      DecodeResult r;
+      Message& msg = std::get<0>(r.v);
       if (t == MsgType::kAdvertiseRequest) {
-        AdvertiseRequest m;
+        auto& m = msg.emplace<AdvertiseRequest>();
         m.regions.reserve(count);
         for (std::size_t i = 0; i < count; ++i, p += kAdvReqEntrySize) {
           const std::uint64_t info = load_be64(p);
@@ -83,13 +91,13 @@ DecodeResult decode(std::span<const std::uint8_t> buf) {
                                           info & kMaxFpgaAddress, load_be64(p + 8),
                                           load_be32(p + 16), load_be32(p + 20)});
         }
-        return DecodeResult{Message{std::move(m)}, {}};
+        return r;
       }
-      Advertise m;
+      auto& m = msg.emplace<Advertise>();
       m.regions.reserve(count);
       for (std::size_t i = 0; i < count; ++i, p += kAdvEntrySize)
         m.regions.push_back(AdvEntry{load_be64(p), load_be32(p + 8), load_be32(p + 12)});
-      return DecodeResult{Message{std::move(m)}, {}};
+      return r;
     }
     default:
       break;
