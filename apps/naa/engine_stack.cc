@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -48,6 +49,8 @@ bool parse_link_config(const std::string& text, LinkConfig& c, std::string& err)
         c.rx_drop = std::stod(v);
       else if (k == "seed")
         c.seed = std::stoull(v);
+      else if (k == "window")
+        c.window_bytes = std::stoull(v);
       else {
         err = "unknown key '" + k + "'";
         return false;
@@ -112,6 +115,11 @@ EngineStack::EngineStack(const LinkConfig& l) {
     ec.mac = *mac;
     ec.ipv4 = *ip;
     ec.advertise_credits = false;  // as rxe
+    if (l.window_bytes) {
+      ec.max_inflight_bytes = l.window_bytes;
+      ec.max_inflight_psns = static_cast<std::uint32_t>(
+          std::max<std::uint64_t>(ec.max_inflight_psns, l.window_bytes / 1024));
+    }
     own_eng_ = std::make_unique<Engine>(ec);
     port::PortSpec ps;
     ps.device = "net_memif0";
@@ -391,7 +399,18 @@ std::string EngineStack::transport_report() const {
          std::to_string(st.get(Counter::kRetransmitTimeouts)) + ", RNR NAKs sent " +
          std::to_string(st.get(Counter::kRnrNakSent)) + " received " +
          std::to_string(st.get(Counter::kRnrNakRcvd)) + ", injected drops tx " +
-         std::to_string(txd) + " rx " + std::to_string(rxd) + "\n";
+         std::to_string(txd) + " rx " + std::to_string(rxd) + "\n" + all_counters();
+}
+
+std::string EngineStack::all_counters() const {
+  if (!std::getenv("NAAICE_ALL_COUNTERS")) return {};
+  std::string out;
+  const auto& st = env_->eng.stats();
+  for (std::size_t i = 0; i < kCounterCount; ++i) {
+    const auto c = static_cast<Counter>(i);
+    if (st.get(c)) out += "  " + std::string(to_string(c)) + " " + std::to_string(st.get(c)) + "\n";
+  }
+  return out;
 }
 
 void EngineStack::idle(double seconds) {

@@ -25,10 +25,11 @@ struct LinkConfig {
   std::string pcap;  ///< capture every frame here
   double tx_drop = 0, rx_drop = 0;
   std::uint64_t seed = 1;
+  std::uint64_t window_bytes = 0;  ///< memif: the requester window per QP (0: the engine's)
 };
 
 /// Parses "key=value,key=value" (the host library's NAAICE_ROCE variable: pmd, socket, role,
-/// iface, ip, mac, pcap, tx_drop, rx_drop, seed) into `c`; false and `err` on a bad pair.
+/// iface, ip, mac, pcap, tx_drop, rx_drop, seed, window) into `c`; false and `err` on a bad pair.
 bool parse_link_config(const std::string& text, LinkConfig& c, std::string& err);
 
 class EngineStack : public Stack {
@@ -58,6 +59,8 @@ class EngineStack : public Stack {
   perf::Env& env() { return *env_; }
   /// Retransmissions, RNR NAKs and injected drops, one line.
   std::string transport_report() const;
+  /// Every non-zero engine counter, when NAAICE_ALL_COUNTERS is set.
+  std::string all_counters() const;
   std::size_t connections() const { return conns_.size(); }
 
  private:

@@ -79,6 +79,12 @@ KernelResult matmul(std::span<Param> ps) {
   return KernelResult{0, {3}};
 }
 
+/// p1: any bytes, written back as they are.
+KernelResult echo(std::span<Param> ps) {
+  if (ps.size() != 1) return status(kRpcBadParamCount);
+  return KernelResult{0, {0}};
+}
+
 std::array<std::uint32_t, 256> make_crc_table() {
   std::array<std::uint32_t, 256> t{};
   for (std::uint32_t i = 0; i < 256; ++i) {
@@ -107,6 +113,7 @@ KernelRegistry KernelRegistry::builtin() {
   r.add(kFnCrc32, {"crc32", "in: bytes, out: u32; out = CRC-32 (zlib) of in", crc});
   r.add(kFnMatMul,
         {"matmul", "dims: u32 m,k,n; A: u32[m*k], B: u32[k*n], C: u32[m*n]; C = A*B", matmul});
+  r.add(kFnEcho, {"echo", "p1: bytes, sent back unchanged (round-trip benchmarks)", echo});
   return r;
 }
 

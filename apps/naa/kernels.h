@@ -45,6 +45,7 @@ enum FnCode : std::uint8_t {
   kFnReduceSum = 3,  ///< out (u64) = sum of the u32 elements of in
   kFnCrc32 = 4,      ///< out (u32) = CRC-32 (IEEE 802.3, zlib's) of in
   kFnMatMul = 5,     ///< C (m x n) = A (m x k) * B (k x n), u32 elements, wrapping
+  kFnEcho = 6,       ///< p1 sent back unchanged: the transport's round trip (benchmarks)
 };
 
 class KernelRegistry {

@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
       "rx-drop", po::value(&link.rx_drop)->default_value(0),
       "drop this fraction of frames received")(
       "fault-seed", po::value(&link.seed)->default_value(1), "seed of the fault injection")(
+      "window-bytes", po::value(&link.window_bytes)->default_value(0),
+      "memif: requester window per QP in bytes (0: the engine's, 1 MiB)")(
       "port,p", po::value(&port)->default_value(port), "rdma_cm port to listen on")(
       "max-hosts", po::value(&cfg.max_hosts)->default_value(cfg.max_hosts),
       "hosts connected at once (more are rejected)")(
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
       "exit once this many hosts have come and gone (0: run until SIGINT/SIGTERM)")(
       "timeout", po::value(&timeout)->default_value(0),
       "exit with status 1 after this many seconds")("list-kernels", "print the kernels and exit")(
+      "busy-poll", "never yield the CPU when idle (benchmarks on a dedicated core)")(
       "verbose,v", "log every MRSP and call");
   po::variables_map vm;
   try {
@@ -101,7 +104,10 @@ int main(int argc, char** argv) {
           link.ip.c_str(), port, cfg.max_hosts, static_cast<unsigned long long>(mem_mib),
           cfg.max_regions);
       std::fflush(stdout);
-      if (!server.run(g_stop, exit_after, timeout, [] { roce::perf::Env::yield(); })) {
+      const bool busy = vm.count("busy-poll") != 0;
+      if (!server.run(g_stop, exit_after, timeout, [busy] {
+            if (!busy) roce::perf::Env::yield();
+          })) {
         std::fprintf(stderr, "roce-naa: timed out\n");
         rc = 1;
       }

@@ -3,7 +3,8 @@
 /// one EngineStack per process (one DPDK port), shared by every connection the process opens,
 /// configured by the environment variable NAAICE_ROCE ("pmd=memif,socket=PATH,role=client,
 /// ip=192.0.2.2,mac=02:00:00:00:00:02", see parse_link_config). Completions and events are
-/// sorted by connection, so that several contexts (several "hosts") can run at once.
+/// sorted by connection, so that several contexts (several "hosts") can run at once. Idle polls
+/// yield the CPU now and then (NAAICE_ROCE_BUSY=1: never, for benchmarks on dedicated cores).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -155,7 +156,8 @@ int t_poll(void* p, naaice_wc* out, int max) {
   }
   if (n == 0 && t->broken) return -1;
   // Share the CPU when nothing happens (two busy processes on few cores).
-  if (n == 0 && ++t->idle >= perf::Env::kYieldAfterIdlePolls) {
+  static const bool busy = std::getenv("NAAICE_ROCE_BUSY") != nullptr;
+  if (n == 0 && !busy && ++t->idle >= perf::Env::kYieldAfterIdlePolls) {
     t->idle = 0;
     perf::Env::yield();
   } else if (n) {

@@ -67,6 +67,18 @@ TEST(Kernels, VectorAddReduceMatmul) {
     }
 }
 
+TEST(Kernels, Echo) {
+  auto reg = KernelRegistry::builtin();
+  std::uint8_t buf[16] = {1, 2, 3};
+  std::vector<Param> one = {param(buf, 16)};
+  const auto r = reg.run(kFnEcho, one);
+  EXPECT_EQ(r.status, 0u);
+  EXPECT_EQ(r.outputs, (std::vector<std::size_t>{0}));
+  EXPECT_EQ(buf[2], 3);
+  std::vector<Param> two = {param(buf, 8), param(buf + 8, 8)};
+  EXPECT_EQ(reg.run(kFnEcho, two).status, kRpcBadParamCount);
+}
+
 TEST(Kernels, BadParameters) {
   auto reg = KernelRegistry::builtin();
   std::uint8_t buf[64] = {};
