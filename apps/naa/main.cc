@@ -59,7 +59,9 @@ int main(int argc, char** argv) {
       "exit once this many hosts have come and gone (0: run until SIGINT/SIGTERM)")(
       "timeout", po::value(&timeout)->default_value(0),
       "exit with status 1 after this many seconds")("list-kernels", "print the kernels and exit")(
-      "busy-poll", "never yield the CPU when idle (benchmarks on a dedicated core)")(
+      "late-receives-ms", po::value(&cfg.late_receives_ms)->default_value(0),
+      "test: post a new host's receives this many ms after the REP (its first SEND meets an "
+      "RNR NAK)")("busy-poll", "never yield the CPU when idle (benchmarks on a dedicated core)")(
       "verbose,v", "log every MRSP and call");
   po::variables_map vm;
   try {

@@ -77,8 +77,22 @@ bool NaaServer::step() {
   const bool any = stack_.poll(events_, completions_);
   for (const auto& e : events_) on_event(e);
   for (const auto& c : completions_) on_completion(c);
+  post_late_receives();
   expire_idle();
   return any;
+}
+
+void NaaServer::post_late_receives() {
+  if (cfg_.late_receives_ms <= 0) return;
+  const std::uint64_t now = mono_ns();
+  std::vector<ConnId> failed;
+  for (auto& [c, h] : hosts_) {
+    if (h->receives_due_ns == 0 || now < h->receives_due_ns) continue;
+    h->receives_due_ns = 0;
+    for (unsigned s = 0; s < kRxSlots; ++s)
+      if (!post_rx(*h, s)) failed.push_back(c);
+  }
+  for (ConnId c : failed) drop_host(c, "cannot post a receive");
 }
 
 void NaaServer::expire_idle() {
@@ -123,7 +137,9 @@ void NaaServer::on_event(const ConnEvent& e) {
       if (tx) h->tx_mr = *tx;
       // Receives first (the host may SEND as soon as it has our REP), then the REP.
       bool ok = rx && tx && stack_.prepare(e.conn, QpSizes{64, kRxSlots + 2});
-      for (unsigned s = 0; ok && s < kRxSlots; ++s) ok = post_rx(*h, s);
+      if (cfg_.late_receives_ms > 0)  // test mode: the host's first SEND meets an RNR NAK
+        h->receives_due_ns = mono_ns() + static_cast<std::uint64_t>(cfg_.late_receives_ms * 1e6);
+      for (unsigned s = 0; ok && h->receives_due_ns == 0 && s < kRxSlots; ++s) ok = post_rx(*h, s);
       if (!ok || !stack_.accept(e.conn)) {
         std::printf("naa: cannot accept %s (resources)\n", e.peer.c_str());
         ++stats_.hosts_rejected;

@@ -41,6 +41,9 @@ struct NaaConfig {
   /// A host silent this long (no message, no call, no completion) is dropped and its memory
   /// freed: a host that vanished without a DREQ leaves nothing else to notice. 0: never.
   double host_idle_timeout = 300;
+  /// Test mode: post a new host's receives this long after the REP instead of before it, so
+  /// that its first SEND meets an RNR NAK and is retried (as with an NAA that is slow to post).
+  double late_receives_ms = 0;
   bool verbose = false;
 };
 
@@ -111,6 +114,7 @@ class NaaServer {
     std::vector<std::size_t> data;  ///< indexes of the non-internal regions, in order
     std::uint64_t calls = 0;
     std::uint64_t last_active_ns = 0;
+    std::uint64_t receives_due_ns = 0;  ///< late_receives_ms: when to post them
   };
 
   void on_event(const ConnEvent& e);
@@ -123,6 +127,7 @@ class NaaServer {
   bool post_rx(Host& h, unsigned slot);
   void log(const Host& h, const std::string& msg) const;
   void expire_idle();
+  void post_late_receives();
   std::uint64_t last_expiry_check_ns_ = 0;
 
   Stack& stack_;

@@ -5,6 +5,8 @@
 #   naa_pair.sh ROCE_NAA NAAICE_CLIENT ROCE_PCAP MODE
 # MODE kernels: every kernel, 3 hosts at once, 3 calls each, results checked by the host.
 #      lossy:   the same with 1% of the frames lost on each side (2 hosts, 5 calls).
+#      rnr:     the NAA posts its receives 30 ms late: the host's MRSP SEND meets RNR NAKs and
+#               is retried until it lands (as toward an RNIC without a posted receive).
 #      errors:  every MRSP error code and every application error the NAA reports, provoked
 #               one connection each, and seen on the wire: the NAA's SENDs carry MRSP error
 #               messages 0x00 0x01/0x02/0x03, its WRITE_WITH_IMMs the statuses 0x10-0x13.
@@ -15,15 +17,16 @@ pid=
 cleanup() { [[ -n $pid ]] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 sock=$work/memif.sock
-naa_drop=0 host_drop=0
+naa_drop=0 host_drop=0 naa_extra=()
 case $mode in
   kernels) hosts=3 calls=3 conns=15 ;;
   lossy) hosts=2 calls=5 conns=10 naa_drop=0.01 host_drop=0.01 ;;
   errors) conns=7 ;;
+  rnr) hosts=1 calls=2 conns=1 naa_extra=(--late-receives-ms 30) ;;
   *) echo "FAIL: unknown mode $mode"; exit 1 ;;
 esac
 "$naa" --memif-socket "$sock" --ip 192.0.2.1 --mac 02:00:00:00:00:01 --exit-after "$conns" \
-  --timeout 150 --pcap "$work/naa.pcap" --tx-drop "$naa_drop" --fault-seed 11 \
+  --timeout 150 --pcap "$work/naa.pcap" --tx-drop "$naa_drop" --fault-seed 11 "${naa_extra[@]}" \
   > "$work/naa.log" 2>&1 &
 pid=$!
 for _ in $(seq 150); do grep -q "listening on rdma_cm port" "$work/naa.log" && break; sleep 0.1; done
@@ -34,6 +37,8 @@ if [[ $mode == errors ]]; then
            bad-return-address bad-param-count bad-param-size; do
     "$client" -e "$e" 192.0.2.1 || rc=$?
   done
+elif [[ $mode == rnr ]]; then
+  "$client" -k vector_add -s 8192 -n "$calls" -H "$hosts" 192.0.2.1 || rc=$?
 else
   "$client" -k all -s 8192 -n "$calls" -H "$hosts" 192.0.2.1 || rc=$?
 fi
@@ -59,5 +64,14 @@ if [[ $mode == errors ]]; then
   for want in 00000000 00000010 00000011 00000012 00000013; do
     [[ $imms == *$want* ]] || { echo "FAIL: no completion with immediate $want on the wire"; exit 1; }
   done
+fi
+if [[ $mode == rnr ]]; then
+  rnr=$(grep -o "RNR NAKs sent [0-9]*" "$work/naa.log" | grep -o "[0-9]*$")
+  [[ ${rnr:-0} -gt 0 ]] || { echo "FAIL: the NAA sent no RNR NAK"; exit 1; }
+  # On the wire: the NAA's RNR NAKs (ACK opcode 17, AETH syndrome 001xxxxx).
+  naks=$(tshark -r "$work/naa.pcap" -Y 'ip.src == 192.0.2.1 && infiniband.bth.opcode == 17 && infiniband.aeth.syndrome >= 0x20 && infiniband.aeth.syndrome < 0x40' \
+         2>/dev/null | grep -c . || true)
+  echo "RNR NAKs sent by the NAA: $rnr ($naks on the wire)"
+  [[ $naks -gt 0 ]] || { echo "FAIL: no RNR NAK on the wire"; exit 1; }
 fi
 echo "PASS naa_pair $mode"
