@@ -106,7 +106,9 @@ void NaaServer::expire_idle() {
     if (now - h->last_active_ns > limit) idle.push_back(c);
   for (ConnId c : idle) {
     ++stats_.hosts_expired;
-    drop_host(c, "silent for more than " + std::to_string(cfg_.host_idle_timeout) + " s");
+    char why[64];
+    std::snprintf(why, sizeof why, "silent for more than %g s", cfg_.host_idle_timeout);
+    drop_host(c, why);
   }
 }
 
