@@ -44,7 +44,7 @@ grep -v "^\[rxe-vm\]" "$out/vm.txt" | sed 's/^/  vm: /'
 cap=0 errs="" imms=""
 ts=(tshark --disable-heuristic rpcrdma_infiniband -o infiniband.identify_payload:FALSE)
 for f in "$out"/*.pcap; do
-  "$here/../integration/check_capture.sh" "$pcap" "$f" 10 > "$out/capture.txt" 2>&1 || {
+  "$here/../integration/check_capture.sh" "$pcap" "$f" 5 > "$out/capture.txt" 2>&1 || {
     cap=1; sed "s|^|  capture $(basename "$f"): |" "$out/capture.txt"; }
   errs+=$("${ts[@]}" -r "$f" -Y 'ip.src == 192.0.2.1 && infiniband.bth.opcode == 4' -T fields \
           -e data.data 2>/dev/null | grep '^00' | cut -c1-8 | tr '\n' ' ' || true)
