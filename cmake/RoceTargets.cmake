@@ -44,7 +44,7 @@ endfunction()
 function(roce_add_header_check)
   file(GLOB_RECURSE headers RELATIVE ${PROJECT_SOURCE_DIR}
        ${PROJECT_SOURCE_DIR}/dataplane/*.h ${PROJECT_SOURCE_DIR}/controlplane/*.h
-       ${PROJECT_SOURCE_DIR}/apps/*.h)
+       ${PROJECT_SOURCE_DIR}/apps/*.h ${PROJECT_SOURCE_DIR}/client/*.h)
   set(srcs)
   foreach(h ${headers})
     string(MAKE_C_IDENTIFIER ${h} id)
@@ -57,3 +57,4 @@ function(roce_add_header_check)
   target_compile_options(check_headers PRIVATE ${ROCE_WARNINGS})
   target_link_libraries(check_headers PRIVATE ISAL::isal Boost::program_options yaml-cpp)
 endfunction()
+include(RoceFuzz)

@@ -53,6 +53,7 @@ FaultPolicy parse_fault(const YAML::Node& node, const std::string& origin,
   f.seed = r.uint("seed", 1, 0, UINT64_MAX);
   if (f.reorder_rate > 0 && f.reorder_window == 0)
     r.fail(node, path + ": reorder needs reorder_window >= 1");
+  r.finish();
   return f;
 }
 
@@ -67,6 +68,7 @@ PortConfig parse_port(const YAML::Node& node, const std::string& origin, const s
   if (!r.has("mac")) r.fail(node, path + ": 'mac' is required");
   {
     const YAML::Node n = r.get("mac");
+    if (!n.IsScalar()) r.fail(n, path + ".mac must be a MAC address");
     const auto m = parse_mac(n.as<std::string>());
     if (!m) r.fail(n, path + ".mac: '" + n.as<std::string>() + "' is not a MAC address");
     p.mac = *m;
@@ -86,12 +88,11 @@ PortConfig parse_port(const YAML::Node& node, const std::string& origin, const s
   p.rx_desc = static_cast<std::uint16_t>(r.uint("rx_desc", 1024, 64, 16384));
   p.tx_desc = static_cast<std::uint16_t>(r.uint("tx_desc", 1024, 64, 16384));
   if (r.has("fault")) p.fault = parse_fault(r.get("fault"), origin, path + ".fault");
+  r.finish();
   return p;
 }
 
-}  // namespace
-
-ApplianceConfig parse_config(const std::string& text, const std::string& origin) {
+ApplianceConfig parse_document(const std::string& text, const std::string& origin) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -108,7 +109,10 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
     if (eal.has("args")) {
       const YAML::Node a = eal.get("args");
       if (!a.IsSequence()) eal.fail(a, "eal.args must be a list of strings");
-      for (const auto& x : a) c.eal_args.push_back(x.as<std::string>());
+      for (const auto& x : a) {
+        if (!x.IsScalar()) eal.fail(x, "eal.args must be a list of strings");
+        c.eal_args.push_back(x.Scalar());
+      }
     }
     if (eal.has("lcores")) {
       const YAML::Node l = eal.get("lcores");
@@ -180,6 +184,21 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
     Reader k(r.get("control"), origin, "control");
     c.control.listen = k.str("listen", c.control.listen);
   }
+  // The management address: where the hosted services listen unless told otherwise.
+  wire::Ipv4Addr mgmt{0x7F000001};
+  {
+    const std::string& l = c.control.listen;
+    const auto colon = l.rfind(':');
+    const auto ip = parse_ipv4(colon == std::string::npos ? l : l.substr(0, colon));
+    if (!ip) {
+      if (r.has("control")) {
+        Reader k(r.get("control"), origin, "control");
+        k.fail(k.get("listen"), "control.listen '" + l + "' is not IPV4:PORT");
+      }
+      throw ConfigError(origin + ": control.listen '" + l + "' is not IPV4:PORT");
+    }
+    mgmt = *ip;
+  }
   if (r.has("services")) {
     const YAML::Node sv = r.get("services");
     if (!sv.IsSequence()) r.fail(sv, "'services' must be a list");
@@ -202,6 +221,15 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
       if (!names.count(s.port))
         k.fail(k.get("port"), path + ".port '" + s.port + "' is not a port");
       s.listen_port = static_cast<std::uint16_t>(k.uint("listen_port", s.listen_port, 1, 65535));
+      s.listen_address = mgmt;
+      if (k.has("listen_address")) {
+        const std::string a = k.str("listen_address", "");
+        const auto ip = parse_ipv4(a);
+        if (!ip)
+          k.fail(k.get("listen_address"),
+                 path + ".listen_address '" + a + "' is not an IPv4 address (0.0.0.0: every one)");
+        s.listen_address = *ip;
+      }
       if (!tcp_ports.insert(s.listen_port).second)
         k.fail(sv[i], path + ".listen_port " + std::to_string(s.listen_port) + " is used twice");
       if (k.has("args")) {
@@ -212,7 +240,48 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
       c.services.push_back(std::move(s));
     }
   }
+  if (r.has("attach")) {
+    Reader a(r.get("attach"), origin, "attach");
+    if (!a.has("socket")) a.fail(r.get("attach"), "attach.socket is required (a path)");
+    c.attach.socket = a.str("socket", "");
+    if (c.attach.socket.empty() || c.attach.socket.size() > 107)
+      a.fail(a.get("socket"), "attach.socket must be a path of 1 to 107 characters");
+    if (a.has("mode")) {
+      const YAML::Node n = a.get("mode");
+      const std::string m = n.as<std::string>();
+      if (m.empty() || m.size() > 4 || m.find_first_not_of("01234567") != std::string::npos)
+        a.fail(n, "attach.mode must be an octal file mode such as \"0660\"");
+      c.attach.mode = static_cast<std::uint32_t>(std::stoul(m, nullptr, 8));
+    }
+    c.attach.max_clients =
+        static_cast<std::uint32_t>(a.uint("max_clients", c.attach.max_clients, 1, 4096));
+    if (a.has("quotas")) {
+      Reader q(a.get("quotas"), origin, "attach.quotas");
+      c.attach.max_qps = static_cast<std::uint32_t>(q.uint("max_qps", c.attach.max_qps, 1, 1u << 20));
+      c.attach.max_mrs = static_cast<std::uint32_t>(q.uint("max_mrs", c.attach.max_mrs, 1, 1u << 24));
+      c.attach.max_cqs = static_cast<std::uint32_t>(q.uint("max_cqs", c.attach.max_cqs, 1, 1u << 20));
+      c.attach.max_srqs =
+          static_cast<std::uint32_t>(q.uint("max_srqs", c.attach.max_srqs, 1, 1u << 20));
+      c.attach.max_memory = q.uint("max_memory", c.attach.max_memory, 4096, 1ull << 40);
+    }
+  }
+  r.finish();
   return c;
+}
+
+}  // namespace
+
+ApplianceConfig parse_config(const std::string& text, const std::string& origin) {
+  try {
+    return parse_document(text, origin);
+  } catch (const YAML::Exception& e) {
+    // What the checks above did not foresee (a mapping where yaml-cpp is asked for a string,
+    // a key that is not a scalar): an error with its place, never an uncaught exception.
+    std::string where = origin;
+    if (e.mark.line >= 0)
+      where += ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
+    throw ConfigError(where + ": " + (e.msg.empty() ? std::string("invalid YAML") : e.msg));
+  }
 }
 
 ApplianceConfig load_config(const std::string& path) {

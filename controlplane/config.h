@@ -41,7 +41,10 @@ struct PortConfig {
 struct ServiceConfig {
   std::string test;                   ///< write_bw, read_lat, rc_pingpong, ...
   std::string port;                   ///< name of the port under `ports`
-  std::uint16_t listen_port = 18515;  ///< TCP, on every kernel address
+  std::uint16_t listen_port = 18515;  ///< TCP
+  /// Where it listens: the management address (`control.listen`'s) unless given; 0.0.0.0
+  /// (every kernel address) only when asked for.
+  wire::Ipv4Addr listen_address{0x7F000001};
   std::vector<std::string> args;      ///< the test's options, as on roce-perf's command line
 };
 
@@ -77,6 +80,17 @@ struct ApplianceConfig {
     std::string listen = "127.0.0.1:18515";  ///< control/out-of-band TCP endpoint
   } control;
   std::vector<ServiceConfig> services;
+  /// Client processes attaching through a Unix socket and shared memory (docs/client-api.md).
+  struct {
+    std::string socket;         ///< path of the Unix socket; empty: no attachment
+    std::uint32_t mode = 0660;  ///< the socket's file mode: who may attach
+    std::uint32_t max_clients = 64;
+    std::uint32_t max_qps = 256;  ///< per client
+    std::uint32_t max_mrs = 1024;
+    std::uint32_t max_cqs = 256;
+    std::uint32_t max_srqs = 64;
+    std::uint64_t max_memory = 1ull << 30;  ///< bytes of shared memory per client
+  } attach;
 };
 
 /// A configuration error: "file:line:column: message".

@@ -9,6 +9,7 @@ PACKAGES=(
   libisal-dev libyaml-cpp-dev libboost-program-options-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   tshark python3-scapy
+  clang libclang-rt-14-dev llvm
   iproute2 iputils-ping tcpdump
   libibverbs-dev librdmacm-dev
 )

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <vector>
 
+#include "apps/perf/pingpong_proto.h"
 #include "apps/perf/tools.h"
 #include "controlplane/address.h"
 
@@ -22,7 +23,7 @@ namespace {
 
 // Q_Key of ibv_ud_pingpong (and of perftest's UD tests).
 constexpr std::uint32_t kPingpongQkey = 0x11111111;
-constexpr std::size_t kMsgLen = 52;
+constexpr std::size_t kMsgLen = pp::kMsgLen;
 // ibv_srq_pingpong always exchanges this many messages; those past -q are all zeros.
 constexpr unsigned kSrqMaxQp = 256;
 
@@ -31,25 +32,10 @@ Mtu mtu_enum(unsigned m) {
   fail("-m must be 256, 512, 1024, 2048 or 4096");
 }
 
-struct PeerMsg {
-  std::uint32_t qpn = 0, psn = 0;
-  wire::Ipv6Addr gid;
-};
-
-PeerMsg parse_msg(const char (&msg)[kMsgLen]) {
-  char m[kMsgLen + 1] = {};  // a peer may leave out the NUL: never scan past the message
-  std::memcpy(m, msg, kMsgLen);
-  unsigned lid = 0, qpn = 0, psn = 0;
-  char hex[33] = {};
-  if (std::sscanf(m, "%x:%x:%x:%32s", &lid, &qpn, &psn, hex) != 4 || std::strlen(hex) != 32)
-    fail("malformed peer message '" + printable(m, kMsgLen) + "'");
-  PeerMsg p{qpn, psn, {}};
-  for (int i = 0; i < 16; ++i) {
-    unsigned v;
-    std::sscanf(hex + 2 * i, "%2x", &v);
-    p.gid.b[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v);
-  }
-  return p;
+pp::Dest parse_msg(const char (&msg)[kMsgLen]) {
+  const auto d = pp::dest_of(std::span<const char, kMsgLen>(msg, kMsgLen));
+  if (!d) fail("malformed peer message '" + printable(msg, kMsgLen) + "'");
+  return *d;
 }
 
 }  // namespace
@@ -121,7 +107,7 @@ int run_pingpong(Env& env, Oob& oob, const Opts& o, Pingpong kind) {
   mine.resize(nmsg);
   for (unsigned i = nqp; i < nmsg; ++i)
     std::snprintf(mine[i].data(), kMsgLen, "%04x:%06x:%06x:%032x", 0, 0, 0, 0);
-  std::vector<PeerMsg> peer(nqp);
+  std::vector<pp::Dest> peer(nqp);
   if (client)
     for (auto& m : mine) oob.send(m.data(), kMsgLen);
   for (unsigned i = 0; i < nmsg; ++i) {

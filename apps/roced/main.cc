@@ -25,7 +25,9 @@
 #include "apps/naa/naa_service.h"
 #include "apps/perf/cli.h"
 #include "apps/roced/metrics.h"
+#include "apps/roced/services.h"
 #include "controlplane/address.h"
+#include "controlplane/attach/attach_server.h"
 #include "controlplane/config.h"
 #include "controlplane/tcp.h"
 #include "dataplane/port/dpdk_port.h"
@@ -35,15 +37,6 @@ namespace po = boost::program_options;
 using namespace roce;
 
 namespace {
-
-// A hosted test server: its parsed options and its listening socket.
-struct Service {
-  ctl::ServiceConfig cfg;
-  perf::Invocation inv;
-  std::size_t port_index = 0;
-  int listen_fd = -1;
-  unsigned runs = 0, failures = 0;
-};
 
 struct Shutdown {};  // thrown out of a running service when a signal arrives
 
@@ -70,7 +63,7 @@ struct PortRuntime {
   // What the worker lcores last reported (they copy it on request: no shared counters).
   struct Snapshot {
     engine::Stats stats;
-    std::size_t qps = 0;
+    std::size_t qps = 0, mrs = 0;
     std::atomic<bool> asked{false};
   };
   std::vector<std::unique_ptr<Snapshot>> snaps;
@@ -86,23 +79,39 @@ void add(engine::Stats& a, const engine::Stats& b) {
 
 // Copies the raw counters of every port into `out` (sized and named once): plain copies, no
 // allocation, cheap enough for the poll loop.
-void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& out) {
+void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& out,
+             const attach::AttachServer* att) {
   for (std::size_t i = 0; i < ports.size(); ++i) {
     PortRuntime& p = ports[i];
     apps::PortCounters& c = out[i];
     c.engine = p.eng().stats();
     c.qps = p.eng().qp_count();
+    c.mrs = p.eng().mr_count();
     for (std::size_t l = 1; l < p.engines.size(); ++l) {
       PortRuntime::Snapshot& s = *p.snaps[l];
       add(c.engine, s.stats);
       c.qps += s.qps;
+      c.mrs += s.mrs;
       // Ask lcore l for a fresh copy, read next time (one request in flight at a time).
       if (!s.asked.exchange(true))
         p.loops[l]->post([&s, e = p.engines[l].get()] {
           s.stats = e->stats();
           s.qps = e->qp_count();
+          s.mrs = e->mr_count();
           s.asked.store(false, std::memory_order_release);
         });
+    }
+    if (att) {
+      const attach::AttachCounts a = att->counts(i);
+      c.attach_on = true;
+      c.attach_clients = a.clients;
+      c.attach_clients_total = a.clients_total;
+      c.attach_clients_lost = a.clients_lost;
+      c.attach_qps = a.qps;
+      c.attach_mrs = a.mrs;
+      c.attach_cqs = a.cqs;
+      c.attach_memory_bytes = a.memory_bytes;
+      c.attach_bad_requests = a.bad_requests;
     }
     c.port = p.dev->stats();
     c.neighbour = p.loop().neighbour().stats();
@@ -111,45 +120,6 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       c.faults = f->stats();
     }
   }
-}
-
-// Parses each service's options (as roce-perf would) and listens on its TCP port.
-std::vector<Service> open_services(const ctl::ApplianceConfig& cfg) {
-  std::vector<Service> out;
-  for (std::size_t i = 0; i < cfg.services.size(); ++i) {
-    const ctl::ServiceConfig& sc = cfg.services[i];
-    if (sc.test == "naa") continue;  // not a perftest server: see open_naa_services
-    Service svc;
-    svc.cfg = sc;
-    std::vector<std::string> args{sc.test};
-    args.insert(args.end(), sc.args.begin(), sc.args.end());
-    int help = 0;
-    std::ostringstream ignored;
-    try {
-      auto inv = perf::parse_command_line(args, ignored, help);
-      if (!inv) throw perf::CliError("--help is not an option of a service");
-      svc.inv = *inv;
-    } catch (const perf::CliError& e) {
-      throw std::runtime_error("services[" + std::to_string(i) + "] (" + sc.test +
-                               "): " + e.what());
-    }
-    if (!svc.inv.opts.server.empty())
-      throw std::runtime_error("services[" + std::to_string(i) +
-                               "]: a service is a server; its args name no peer");
-    for (std::size_t p = 0; p < cfg.ports.size(); ++p)
-      if (cfg.ports[p].name == sc.port) svc.port_index = p;
-    try {
-      svc.listen_fd = ctl::tcp_listen(wire::Ipv4Addr{}, sc.listen_port, 4);
-    } catch (const std::runtime_error& e) {
-      throw std::runtime_error("service " + sc.test + ": " + e.what());
-    }
-    ::fcntl(svc.listen_fd, F_SETFL, O_NONBLOCK);
-    std::printf("  service %s: TCP %u (out-of-band exchange), RoCE on port %s\n", sc.test.c_str(),
-                sc.listen_port, sc.port.c_str());
-    out.push_back(std::move(svc));
-  }
-  std::fflush(stdout);
-  return out;
 }
 
 // The accelerator RPC services (`test: naa`, apps/naa/naa_service.h), on lcore 0 of their port.
@@ -231,6 +201,26 @@ int run(const ctl::ApplianceConfig& cfg) {
     }
     if (nl > 1) port::connect_loops(loops);
   }
+  // Client attachment: its pollers join the loops before they run on their lcores.
+  std::unique_ptr<attach::AttachServer> att;
+  if (!cfg.attach.socket.empty()) {
+    attach::AttachConfig ac;
+    ac.socket = cfg.attach.socket;
+    ac.mode = cfg.attach.mode;
+    ac.max_clients = cfg.attach.max_clients;
+    ac.quotas.max_qps = cfg.attach.max_qps;
+    ac.quotas.max_mrs = cfg.attach.max_mrs;
+    ac.quotas.max_cqs = cfg.attach.max_cqs;
+    ac.quotas.max_srqs = cfg.attach.max_srqs;
+    ac.quotas.max_memory = cfg.attach.max_memory;
+    std::vector<attach::AttachPort> aps;
+    for (auto& p : ports) {
+      attach::AttachPort ap{p.cfg.name, p.cfg.mac, p.cfg.ipv4, {}};
+      for (auto& l : p.loops) ap.loops.push_back(l.get());
+      aps.push_back(std::move(ap));
+    }
+    att = std::make_unique<attach::AttachServer>(ac, std::move(aps));
+  }
   // Worker lcores: each runs its loop of every port.
   std::atomic<bool> stop_workers{false};
   for (unsigned l = 1; l < nl; ++l) {
@@ -242,8 +232,15 @@ int run(const ctl::ApplianceConfig& cfg) {
   apps::Metrics metrics;
   std::vector<apps::PortCounters> counters(ports.size());
   for (std::size_t i = 0; i < ports.size(); ++i) counters[i].name = ports[i].cfg.name;
-  collect(ports, counters);
+  collect(ports, counters, att.get());
   metrics.publish(counters);
+  if (att)
+    metrics.clients = [a = att.get()] {
+      std::vector<apps::ClientSample> out;
+      for (const attach::ClientInfo& c : a->clients())
+        out.push_back({c.id, c.pid, c.uid, c.port, c.lcore, c.qps, c.mrs, c.cqs, c.memory_bytes});
+      return out;
+    };
   std::unique_ptr<apps::MetricsServer> server;
   if (!cfg.counters.prometheus.empty())
     server = std::make_unique<apps::MetricsServer>(metrics, cfg.name, cfg.counters.prometheus);
@@ -263,9 +260,10 @@ int run(const ctl::ApplianceConfig& cfg) {
                 p.cfg.fault.any() ? " [fault injection on]" : "");
   if (server) std::printf("  counters: %s\n", server->endpoint().c_str());
   if (cfg.counters.telemetry) std::printf("  telemetry: /roce/counters (dpdk-telemetry.py)\n");
+  if (att) std::printf("  attach: %s (mode %04o)\n", att->socket_path().c_str(), cfg.attach.mode);
   std::fflush(stdout);
 
-  std::vector<Service> services = open_services(cfg);
+  appliance::ServiceHost services(cfg);
   std::vector<std::unique_ptr<naa::NaaService>> naas = open_naa_services(cfg, ports);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -273,10 +271,37 @@ int run(const ctl::ApplianceConfig& cfg) {
   // Work besides the ports' poll loops: counters, signals.
   const auto housekeeping = [&](std::uint64_t now) {
     if (now >= next_publish) {
-      collect(ports, counters);
+      collect(ports, counters, att.get());
       metrics.publish(counters);
       next_publish = now + 100'000'000;
     }
+  };
+  // One test against a client that has spoken; the other ports and the counters keep going.
+  const auto run_test = [&](appliance::Service& svc, int fd) {
+    PortRuntime& home = ports[svc.port_index];
+    perf::Env env(home.eng(), home.loop(), home.cfg.ipv4, [&] {
+      for (std::size_t i = 0; i < ports.size(); ++i)
+        if (i != svc.port_index) ports[i].loop().poll_once();
+      housekeeping(port::now_ns());
+      for (auto& n : naas) n->step();
+      if (g_signal != 0) throw Shutdown{};
+    });
+    env.cm_connections = cfg.limits.cm_connections;
+    std::printf("roced: service %s on port %s, TCP %u: a client connected\n",
+                svc.cfg.test.c_str(), svc.cfg.port.c_str(), svc.cfg.listen_port);
+    std::fflush(stdout);
+    ++svc.runs;
+    try {
+      perf::Oob oob(env, fd, svc.inv.opts.timeout_s);
+      perf::run(svc.inv, env, oob);
+      std::printf("roced: service %s: done\n", svc.cfg.test.c_str());
+    } catch (const perf::TestFailure& e) {
+      ++svc.failures;
+      std::printf("roced: service %s failed: %s\n", svc.cfg.test.c_str(), e.what());
+    } catch (const Shutdown&) {
+      std::printf("roced: service %s abandoned\n", svc.cfg.test.c_str());
+    }
+    std::fflush(stdout);
   };
   while (g_signal == 0) {
     for (auto& p : ports) p.loop().poll_once();
@@ -285,45 +310,19 @@ int run(const ctl::ApplianceConfig& cfg) {
     housekeeping(now);
     if (services.empty() || now < next_accept) continue;
     next_accept = now + 1'000'000;  // look for a tool's client every millisecond
-    for (auto& svc : services) {
-      const int fd = ::accept4(svc.listen_fd, nullptr, nullptr, SOCK_NONBLOCK);
-      if (fd < 0) continue;
-      PortRuntime& home = ports[svc.port_index];
-      // The test runs to completion here; the other ports and the counters keep going.
-      perf::Env env(home.eng(), home.loop(), home.cfg.ipv4, [&] {
-        for (std::size_t i = 0; i < ports.size(); ++i)
-          if (i != svc.port_index) ports[i].loop().poll_once();
-        housekeeping(port::now_ns());
-        for (auto& n : naas) n->step();
-        if (g_signal != 0) throw Shutdown{};
-      });
-      env.cm_connections = cfg.limits.cm_connections;
-      std::printf("roced: service %s on port %s, TCP %u: a client connected\n",
-                  svc.cfg.test.c_str(), svc.cfg.port.c_str(), svc.cfg.listen_port);
-      std::fflush(stdout);
-      ++svc.runs;
-      try {
-        perf::Oob oob(env, fd, svc.inv.opts.timeout_s);
-        perf::run(svc.inv, env, oob);
-        std::printf("roced: service %s: done\n", svc.cfg.test.c_str());
-      } catch (const perf::TestFailure& e) {
-        ++svc.failures;
-        std::printf("roced: service %s failed: %s\n", svc.cfg.test.c_str(), e.what());
-      } catch (const Shutdown&) {
-        std::printf("roced: service %s abandoned\n", svc.cfg.test.c_str());
-      }
-      std::fflush(stdout);
-    }
+    services.poll(now, run_test);
   }
+  if (att) att->stop();  // no new requests; the workers still run what was posted
   for (auto& n : naas) std::printf("  service naa:\n%s", n->report().c_str());
   naas.clear();
-  for (auto& svc : services) {
-    ::close(svc.listen_fd);
-    std::printf("  service %s (TCP %u): %u runs, %u failed\n", svc.cfg.test.c_str(),
-                svc.cfg.listen_port, svc.runs, svc.failures);
-  }
+  for (const auto& svc : services.services())
+    std::printf("  service %s (TCP %u): %u runs, %u failed, %u silent clients dropped\n",
+                svc.cfg.test.c_str(), svc.cfg.listen_port, svc.runs, svc.failures,
+                svc.dropped_silent);
   stop_workers = true;
   for (unsigned l = 1; l < nl; ++l) rte_eal_wait_lcore(cfg.lcores[l]);
+  server.reset();  // it lists the clients
+  att.reset();  // every client's resources, released on this thread (no loop runs now)
   std::printf("roced: %s stopping (%s)\n", cfg.name.c_str(),
               g_signal == SIGINT ? "SIGINT" : "SIGTERM");
   for (auto& p : ports) {

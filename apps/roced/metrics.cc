@@ -67,6 +67,17 @@ std::vector<CounterSample> Metrics::snapshot() const {
     out.push_back({"arp_entries", p.name, p.neighbour.arp_entries});
     out.push_back({"nd_entries", p.name, p.neighbour.nd_entries});
     out.push_back({"qps", p.name, p.qps});
+    out.push_back({"mrs", p.name, p.mrs});
+    if (p.attach_on) {
+      out.push_back({"attach_clients", p.name, p.attach_clients});
+      out.push_back({"attach_clients_total", p.name, p.attach_clients_total});
+      out.push_back({"attach_clients_lost", p.name, p.attach_clients_lost});
+      out.push_back({"attach_qps", p.name, p.attach_qps});
+      out.push_back({"attach_mrs", p.name, p.attach_mrs});
+      out.push_back({"attach_cqs", p.name, p.attach_cqs});
+      out.push_back({"attach_memory_bytes", p.name, p.attach_memory_bytes});
+      out.push_back({"attach_bad_requests", p.name, p.attach_bad_requests});
+    }
     if (p.faults_on) {
       out.push_back({"fault_dropped", p.name, p.faults.dropped});
       out.push_back({"fault_duplicated", p.name, p.faults.duplicated});
@@ -87,6 +98,22 @@ std::string Metrics::prometheus(const std::string& appliance) const {
     for (const auto* c : list)
       os << "roce_" << name << "{appliance=\"" << appliance << "\",port=\"" << c->port << "\"} "
          << c->value << '\n';
+  }
+  if (clients) {
+    // One gauge per resource, a series per client.
+    const auto list = clients();
+    const std::pair<const char*, std::uint64_t ClientSample::*> kinds[] = {
+        {"qps", &ClientSample::qps},
+        {"mrs", &ClientSample::mrs},
+        {"cqs", &ClientSample::cqs},
+        {"memory_bytes", &ClientSample::memory_bytes}};
+    for (const auto& [kind, field] : kinds) {
+      os << "# TYPE roce_attach_client_" << kind << " gauge\n";
+      for (const auto& c : list)
+        os << "roce_attach_client_" << kind << "{appliance=\"" << appliance << "\",port=\""
+           << c.port << "\",client=\"" << c.id << "\",pid=\"" << c.pid << "\",uid=\"" << c.uid
+           << "\",lcore=\"" << c.lcore << "\"} " << c.*field << '\n';
+    }
   }
   return os.str();
 }

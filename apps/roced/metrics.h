@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -28,6 +29,22 @@ struct PortCounters {
   FaultStats faults;
   bool faults_on = false;
   std::uint64_t qps = 0;
+  std::uint64_t mrs = 0;
+  // attached client processes (controlplane/attach), when attach.socket is configured
+  bool attach_on = false;
+  std::uint64_t attach_clients = 0, attach_clients_total = 0, attach_clients_lost = 0;
+  std::uint64_t attach_qps = 0, attach_mrs = 0, attach_cqs = 0, attach_memory_bytes = 0;
+  std::uint64_t attach_bad_requests = 0;
+};
+
+/// One attached client (controlplane/attach), as roce-ctl clients lists it.
+struct ClientSample {
+  std::uint32_t id = 0;
+  std::int32_t pid = 0;
+  std::uint32_t uid = 0;
+  std::string port;
+  std::uint32_t lcore = 0;
+  std::uint64_t qps = 0, mrs = 0, cqs = 0, memory_bytes = 0;
 };
 
 struct CounterSample {
@@ -45,6 +62,9 @@ class Metrics {
   std::vector<CounterSample> snapshot() const;
   /// Prometheus text exposition format (version 0.0.4).
   std::string prometheus(const std::string& appliance) const;
+  /// The attached clients, asked for by the control side when it renders (set once, before
+  /// the server starts; thread-safe).
+  std::function<std::vector<ClientSample>()> clients;
 
  private:
   mutable std::mutex mu_;

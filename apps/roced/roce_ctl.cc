@@ -1,6 +1,7 @@
 /// @file
 /// roce-ctl: talks to a running roced. `roce-ctl counters` prints the appliance counters (read
-/// from its Prometheus endpoint) as a table.
+/// from its Prometheus endpoint) as a table; `roce-ctl clients` the attached client processes
+/// and what each holds (docs/client-api.md).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -48,15 +49,54 @@ std::string http_get(const std::string& endpoint) {
   return resp.substr(body + 4);
 }
 
+// The value of label `key` in `labels` (a="1",b="2"), or "?".
+std::string label(const std::string& labels, const std::string& key) {
+  const auto p = labels.find(key + "=\"");
+  if (p == std::string::npos) return "?";
+  const auto b = p + key.size() + 2;
+  return labels.substr(b, labels.find('"', b) - b);
+}
+
+// roce_attach_client_<kind>{...,client="3",...} value -> one row per client.
+int print_clients(const std::string& text) {
+  std::istringstream in(text);
+  struct Row {
+    std::string port, pid, uid, lcore;
+    std::map<std::string, std::string> v;
+  };
+  std::map<unsigned, Row> rows;
+  std::string line;
+  const std::string prefix = "roce_attach_client_";
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    const auto brace = line.find('{'), close = line.find('}');
+    if (brace == std::string::npos || close == std::string::npos) continue;
+    const std::string labels = line.substr(brace + 1, close - brace - 1);
+    Row& r = rows[static_cast<unsigned>(std::stoul(label(labels, "client")))];
+    r.port = label(labels, "port");
+    r.pid = label(labels, "pid");
+    r.uid = label(labels, "uid");
+    r.lcore = label(labels, "lcore");
+    r.v[line.substr(prefix.size(), brace - prefix.size())] = line.substr(close + 2);
+  }
+  std::printf("%-7s %-8s %-6s %-10s %-6s %6s %6s %6s %14s\n", "client", "pid", "uid", "port",
+              "lcore", "qps", "mrs", "cqs", "memory_bytes");
+  for (auto& [id, r] : rows)
+    std::printf("%-7u %-8s %-6s %-10s %-6s %6s %6s %6s %14s\n", id, r.pid.c_str(), r.uid.c_str(),
+                r.port.c_str(), r.lcore.c_str(), r.v["qps"].c_str(), r.v["mrs"].c_str(),
+                r.v["cqs"].c_str(), r.v["memory_bytes"].c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string endpoint = "127.0.0.1:9464", command;
   po::options_description desc(
-      "Usage: roce-ctl [--prometheus HOST:PORT] [--all] counters\n\nOptions");
+      "Usage: roce-ctl [--prometheus HOST:PORT] [--all] counters|clients\n\nOptions");
   desc.add_options()("help,h", "print this help")(
       "prometheus,p", po::value(&endpoint)->default_value(endpoint), "roced counters endpoint")(
-      "all,a", "also print counters that are zero")("command", po::value(&command), "counters");
+      "all,a", "also print counters that are zero")("command", po::value(&command), "counters or clients");
   po::positional_options_description pos;
   pos.add("command", 1);
   po::variables_map vm;
@@ -71,16 +111,18 @@ int main(int argc, char** argv) {
     std::cout << desc << '\n';
     return command.empty() && !vm.count("help") ? 2 : 0;
   }
-  if (command != "counters") {
-    std::cerr << "roce-ctl: unknown command '" << command << "' (known: counters)\n";
+  if (command != "counters" && command != "clients") {
+    std::cerr << "roce-ctl: unknown command '" << command << "' (known: counters, clients)\n";
     return 2;
   }
   try {
+    if (command == "clients") return print_clients(http_get(endpoint));
     std::istringstream in(http_get(endpoint));
     std::map<std::string, std::map<std::string, std::string>> table;  // port -> name -> value
     std::string line;
     while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#') continue;
+      if (line.empty() || line[0] == '#' || line.find("client=\"") != std::string::npos)
+        continue;  // per-client series: roce-ctl clients
       const auto brace = line.find('{'), close = line.find('}');
       if (brace == std::string::npos || close == std::string::npos) continue;
       const std::string name = line.substr(5, brace - 5);  // strip "roce_"

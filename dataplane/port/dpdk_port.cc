@@ -721,6 +721,7 @@ std::size_t PollLoop::poll_once() {
     delete fn;
   }
   std::size_t moved = 0;
+  for (Poller* p : pollers_) moved += p->poll(now);
   // Requests posted since the last iteration leave before the receive bursts: with a message
   // in flight at a time (a ping-pong) the receive ring's poll would otherwise sit on the path
   // of every request. What the bursts then acknowledge goes out at the end as before.

@@ -17,6 +17,7 @@
 #include "dataplane/engine/engine.h"
 #include "dataplane/fault_injector.h"
 #include "dataplane/port/neighbour.h"
+#include "dataplane/port/poller.h"
 
 struct rte_mempool;
 struct rte_mbuf;
@@ -251,6 +252,10 @@ class PollLoop {
   bool post(std::function<void()> fn);
   engine::Engine& engine() { return eng_; }
   std::uint16_t queue() const { return queue_; }
+  /// Runs `p` at the start of every iteration (port/poller.h) until remove_poller(). Call on
+  /// the loop's lcore (from a post()ed command) or before the loop runs.
+  void add_poller(Poller* p) { pollers_.push_back(p); }
+  void remove_poller(Poller* p) { std::erase(pollers_, p); }
 
   struct SteerStats {
     std::uint64_t steered_out = 0;  ///< received here, owned by another lcore
@@ -293,6 +298,7 @@ class PollLoop {
   std::vector<std::uint8_t> whole_;
   std::vector<std::uint8_t> tagged_;  ///< on_wire()
   rte_ring* cmds_ = nullptr;          ///< std::function<void()>* from other threads
+  std::vector<Poller*> pollers_;      ///< add_poller()
   // steering (connect_loops)
   unsigned self_ = 0, lcores_ = 1;
   std::vector<rte_ring*> rings_;  ///< one per lcore: mbufs for its loop

@@ -38,11 +38,13 @@ ports:
 counters:
   prometheus: 127.0.0.1:19465
   telemetry: false
+control:
+  listen: 192.0.2.11:18599  # the management link: the services listen there
 services:
   - test: write_bw
     port: p0
     listen_port: 18515
-    args: ["-n", "200", "--timeout", "30"]
+    args: ["-n", "200", "--timeout", "12"]
   - test: send_lat
     listen_port: 18516
     args: ["-n", "200", "-s", "64"]
@@ -56,6 +58,19 @@ client() {
     --timeout 30 192.0.2.11
 }
 client write_bw -n 200 | tail -3
+# The services listen on the management address only: not on the appliance's loopback.
+if ip netns exec "$a" /usr/bin/python3 -c 'import socket; socket.create_connection(("127.0.0.1", 18515), timeout=3)' 2>/dev/null; then
+  echo "FAIL: a service answers on 127.0.0.1, not only on the management address"; exit 1
+fi
+# A client that connects and says nothing must not hold the service up: it waits aside and
+# is dropped at its deadline (the service's --timeout, 12 s) while others are served.
+ip netns exec "$b" /usr/bin/python3 -c 'import socket, time; s = socket.create_connection(("192.0.2.11", 18515)); time.sleep(14)' &
+silent=$!
+sleep 0.5
+start=$(date +%s)
+client write_bw -n 200 | tail -2
+elapsed=$(( $(date +%s) - start ))
+[[ $elapsed -lt 10 ]] || { echo "FAIL: a silent client held the service up for ${elapsed} s"; exit 1; }
 # A client that speaks garbage, and one that vanishes mid-exchange: each must cost one failed
 # run, not the daemon (the next client is served as usual).
 ip netns exec "$b" /usr/bin/python3 - <<'PY'
@@ -75,6 +90,7 @@ s.close()                                              # gone after the version
 PY
 client write_bw -n 200 | tail -2
 client send_lat -n 200 -s 64 -p 18516 | tail -2
+wait "$silent" 2>/dev/null || true  # its deadline has passed: roced dropped it
 sleep 0.3
 ip netns exec "$a" "$ctl" -p 127.0.0.1:19465 --all counters > "$work/counters.txt"; grep -E "qps|retransmitted" "$work/counters.txt"
 grep -Eq "^p0 +qps +0$" "$work/counters.txt" || { echo "FAIL: QPs left behind"; exit 1; }
@@ -85,7 +101,8 @@ pid=
 cat "$work/roced.log"
 grep -q "service write_bw failed: malformed QP address from the peer" "$work/roced.log"
 grep -q "service write_bw failed: the peer closed the exchange connection" "$work/roced.log"
-grep -q "service write_bw (TCP 18515): 4 runs, 2 failed" "$work/roced.log"
+grep -q "service write_bw: a client sent nothing within 12 s, dropped" "$work/roced.log"
+grep -q "service write_bw (TCP 18515): 5 runs, 2 failed, 1 silent clients dropped" "$work/roced.log"
 grep -q "service send_lat (TCP 18516): 1 runs, 0 failed" "$work/roced.log"
 grep -q "stopping (SIGTERM)" "$work/roced.log"
 if [[ $lcores == 2 ]]; then grep -q "frames steered to another lcore" "$work/roced.log"; fi

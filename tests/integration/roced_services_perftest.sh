@@ -44,6 +44,8 @@ ports:
 counters:
   prometheus: 127.0.0.1:19475
   telemetry: false
+control:
+  listen: 192.0.2.11:18599  # the management link: the services listen there
 services:
   - test: write_bw
     listen_port: 18535

@@ -317,6 +317,7 @@ BenchConfig parse_bench_config(const std::string& text, const std::string& origi
   }
   parse_topology(r, c);
   parse_targets(r, root, c);
+  r.finish();
   return c;
 }
 

@@ -124,6 +124,46 @@ TEST(Config, Services) {
   EXPECT_EQ(c.services[0].listen_port, 18515);
   EXPECT_EQ(c.services[0].args, (std::vector<std::string>{"-n", "100"}));
   EXPECT_EQ(c.services[1].listen_port, 18600);
+  EXPECT_EQ(c.services[0].listen_address, wire::Ipv4Addr{0x7F000001})
+      << "the management address (control.listen's), not every address";
+}
+
+TEST(Config, ServicesListenOnTheManagementAddress) {
+  const auto c = parse_config(std::string(kGood) +
+                                  "control: {listen: '192.0.2.11:18500'}\n"
+                                  "services:\n  - {test: write_bw}\n"
+                                  "  - {test: read_bw, listen_port: 18600, listen_address: 0.0.0.0}\n",
+                              "good.yaml");
+  EXPECT_EQ(c.services[0].listen_address, wire::Ipv4Addr{0xC000020B});
+  EXPECT_EQ(c.services[1].listen_address, wire::Ipv4Addr{0});
+  EXPECT_NE(error_of(std::string(kGood) + "services:\n  - {test: write_bw, listen_address: x}\n")
+                .find("services[0].listen_address 'x' is not an IPv4 address"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kGood) + "control: {listen: 'nowhere'}\n")
+                .find("control.listen 'nowhere' is not IPV4:PORT"),
+            std::string::npos);
+}
+
+TEST(Config, Attach) {
+  EXPECT_TRUE(parse_config(kGood, "good.yaml").attach.socket.empty()) << "off unless configured";
+  const auto c = parse_config(std::string(kGood) +
+                                  "attach:\n  socket: /run/roce/r.sock\n  mode: \"0600\"\n"
+                                  "  quotas: {max_qps: 8, max_memory: 65536}\n",
+                              "good.yaml");
+  EXPECT_EQ(c.attach.socket, "/run/roce/r.sock");
+  EXPECT_EQ(c.attach.mode, 0600u);
+  EXPECT_EQ(c.attach.max_qps, 8u);
+  EXPECT_EQ(c.attach.max_mrs, 1024u) << "defaults stay where nothing was said";
+  EXPECT_EQ(c.attach.max_memory, 65536u);
+  const std::string base = std::string(kGood) + "attach:\n";
+  EXPECT_NE(error_of(base + "  mode: \"0660\"\n").find("attach.socket is required"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "  socket: /s\n  mode: \"0680\"\n").find("octal file mode"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "  socket: /s\n  quotas: {max_qps: 0}\n").find("max_qps"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "  socket: /s\n  qoutas: {}\n").find("unknown key 'qoutas'"),
+            std::string::npos);
 }
 
 TEST(Config, MissingFileIsAClearError) {

@@ -1,0 +1,182 @@
+/// @file
+/// libroce: the verbs-like API of the RoCE stack for application processes. One interface,
+/// two backends:
+///   - Context::attach(): the process attaches to a running roced through its Unix socket;
+///     resources are created by roced on its engine, work requests and completions travel
+///     through shared memory (docs/client-api.md);
+///   - Context::open_local(): the process drives an engine of its own (its own DPDK port and
+///     poll loop) and the calls go straight to it.
+/// Applications written against Context run unchanged on either.
+///
+/// The vocabulary is the engine's (dataplane/engine/verbs.h: SendWr, RecvWr, Wc, QpAttr, ...),
+/// itself shaped after libibverbs. Errors are rdma-core's: calls that create return null and
+/// set errno; the others return 0 or an errno value; poll_cq returns a count or -errno.
+/// Memory used in work requests must be registered (reg_mr) and come from alloc_buffer() or
+/// register_memfd(): shared memory that an attached roced maps too, so that its dataplane
+/// reads and writes it directly (zero copy). Addresses in SGEs are the process's own; the
+/// address a peer uses for an MR is Mr::iova (+ offset).
+///
+/// Threads: a Context may be used from several threads; posts to one QP and polls of one CQ
+/// are serialised per QP and CQ.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "dataplane/engine/verbs.h"
+
+namespace roce::engine {
+class Engine;
+}
+
+namespace roce::client {
+
+using engine::AddressVector;
+using engine::Mtu;
+using engine::QpAttr;
+using engine::QpCap;
+using engine::QpState;
+using engine::QpType;
+using engine::RecvWr;
+using engine::SendWr;
+using engine::Sge;
+using engine::Wc;
+using engine::WcOpcode;
+using engine::WcStatus;
+using engine::WrOpcode;
+
+/// The port the context sends on.
+struct PortInfo {
+  std::string name;
+  wire::MacAddr mac;
+  wire::Ipv4Addr ipv4;
+  wire::Ipv6Addr gid;  ///< ::ffff:ipv4, what a peer puts in its address vector
+  Mtu max_mtu = Mtu::k1024;
+  std::uint32_t lcore = 0;  ///< attached: the roced lcore that owns this context's QPs
+};
+
+/// Resources: created and destroyed by the Context, read-only for the application.
+struct Pd {
+  virtual ~Pd() = default;
+};
+struct Buffer {
+  virtual ~Buffer() = default;
+  void* addr = nullptr;
+  std::size_t length = 0;
+  int fd = -1;  ///< the memfd behind it
+};
+struct Mr {
+  virtual ~Mr() = default;
+  void* addr = nullptr;
+  std::uint64_t length = 0;
+  std::uint32_t lkey = 0, rkey = 0;
+  /// What a peer uses as remote_addr for the MR's first byte (with rkey). With an engine
+  /// that registers I/O virtual addresses this is `addr` itself.
+  std::uint64_t iova = 0;
+};
+struct Cq {
+  virtual ~Cq() = default;
+  std::uint32_t depth = 0;
+};
+struct Srq {
+  virtual ~Srq() = default;
+};
+struct Qp {
+  virtual ~Qp() = default;
+  std::uint32_t qp_num = 0;
+  QpType type = QpType::kRc;
+};
+
+/// An asynchronous event (ibv_async_event): a QP that went to the error state (kQpFatal, e.g.
+/// its peer stopped answering), a remote access it refused, a CQ that overran (kCqErr).
+struct AsyncEvent {
+  engine::AsyncEventType type = engine::AsyncEventType::kQpFatal;
+  std::uint32_t qp_num = 0;  ///< QP events
+  Cq* cq = nullptr;          ///< kCqErr
+};
+
+/// What connect_rc() needs to know of the far end (exchanged out of band).
+struct RcPeer {
+  std::uint32_t qpn = 0;
+  std::uint32_t psn = 0;  ///< the far end's send PSN: our expected receive PSN
+  wire::Ipv6Addr gid;
+  std::optional<wire::MacAddr> mac;  ///< nullopt: resolved by ARP on the port
+};
+
+/// How open_local() reaches the application's own engine.
+struct LocalOptions {
+  engine::Engine* engine = nullptr;
+  /// One poll of the application's loop (e.g. [&]{ loop.poll_once(); }): called by poll_cq and
+  /// wait_cq, which drive the dataplane in-process.
+  std::function<void()> progress;
+  /// The MAC of an IPv4 neighbour (e.g. port::resolve_wait); used by modify_qp when an
+  /// address vector carries no MAC.
+  std::function<std::optional<wire::MacAddr>(wire::Ipv4Addr)> resolve;
+  PortInfo port;
+};
+
+class Context {
+ public:
+  /// Attaches to the roced listening on `socket_path`; `port`: one of its ports by name, empty
+  /// for the first. Null with errno set (ENOENT, ECONNREFUSED: no roced; EACCES: the socket's
+  /// mode; EPROTO: another protocol version).
+  static std::unique_ptr<Context> attach(const std::string& socket_path,
+                                         const std::string& port = {});
+  /// The in-process backend on an engine the application drives itself.
+  static std::unique_ptr<Context> open_local(LocalOptions opts);
+  virtual ~Context() = default;
+
+  virtual const PortInfo& port() const = 0;
+  /// False once an attached roced is gone (every call then fails with ENOTCONN).
+  virtual bool connected() const = 0;
+
+  virtual Pd* alloc_pd() = 0;
+  virtual int dealloc_pd(Pd* pd) = 0;
+
+  /// `length` bytes of zero-filled shared memory (a sealed memfd, mapped here and by roced).
+  virtual Buffer* alloc_buffer(std::size_t length) = 0;
+  /// A memfd of the application's own, mapped at `addr` for `length` bytes (sealed against
+  /// shrinking here, so that roced's mapping stays valid). The fd stays the application's.
+  virtual Buffer* register_memfd(int fd, void* addr, std::size_t length) = 0;
+  /// EBUSY while MRs cover it.
+  virtual int free_buffer(Buffer* b) = 0;
+
+  /// [addr, addr + length) must lie in one Buffer.
+  virtual Mr* reg_mr(Pd* pd, void* addr, std::size_t length, std::uint32_t access) = 0;
+  virtual int dereg_mr(Mr* mr) = 0;
+
+  virtual Cq* create_cq(std::uint32_t depth) = 0;
+  virtual int destroy_cq(Cq* cq) = 0;
+  virtual Srq* create_srq(Pd* pd, std::uint32_t max_wr, std::uint32_t max_sge) = 0;
+  virtual int destroy_srq(Srq* srq) = 0;
+  virtual Qp* create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap& cap,
+                        Srq* srq = nullptr, bool sq_sig_all = false) = 0;
+  virtual int destroy_qp(Qp* qp) = 0;
+  /// An address vector without a MAC (all zero) is resolved by ARP on the port.
+  virtual int modify_qp(Qp* qp, const QpAttr& attr, std::uint32_t mask) = 0;
+
+  /// At most 4 SGEs per work request when attached; the inline flag is ignored (the SGEs
+  /// must be registered). ENOMEM: the send queue is full (`bad_wr` and the rest not posted).
+  virtual int post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr) = 0;
+  virtual int post_recv(Qp* qp, const RecvWr* wr, const RecvWr** bad_wr) = 0;
+  virtual int post_srq_recv(Srq* srq, const RecvWr* wr, const RecvWr** bad_wr) = 0;
+  /// Up to `max` completions, without blocking; -ENOTCONN once roced is gone.
+  virtual int poll_cq(Cq* cq, int max, Wc* out) = 0;
+  /// Blocks until `cq` has a completion (at once if it has one), `timeout_ms` passes
+  /// (ETIMEDOUT; -1: no limit) or roced goes away (ENOTCONN). 0: poll_cq has something.
+  virtual int wait_cq(Cq* cq, int timeout_ms) = 0;
+  /// The next asynchronous event: 0 with `ev` filled, ETIMEDOUT after `timeout_ms` (0: do not
+  /// wait; -1: no limit), ENOTCONN when roced is gone.
+  virtual int get_async_event(AsyncEvent& ev, int timeout_ms) = 0;
+
+  /// Convenience: RESET -> INIT -> RTR -> RTS of an RC QP towards `peer` (`sq_psn`: ours).
+  int connect_rc(Qp* qp, const RcPeer& peer, std::uint32_t sq_psn, Mtu mtu,
+                 std::uint32_t access = engine::kAccessLocalWrite | engine::kAccessRemoteWrite |
+                                        engine::kAccessRemoteRead | engine::kAccessRemoteAtomic);
+};
+
+}  // namespace roce::client

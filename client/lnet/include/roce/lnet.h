@@ -1,0 +1,370 @@
+/// @file
+/// roce::lnet: an LNet-style messaging API on top of libroce's Context (client.h), after the
+/// Motr LNet transport HLD (the seed of issue 17). Vocabulary and rules are the seed's:
+///   - a Domain (m0_net_domain) over one Context: registration, buffer pools, a provisioning
+///     thread;
+///   - transfer machines (Tm, m0_net_transfer_mc) named by end-point addresses
+///     "NID:PID:Portal:TMID" (EndPoint), with `*` as TMID allocating one from the top down;
+///   - network buffers (NetBuffer, m0_net_buffer) with a buffer vector of up to 4 segments in
+///     registered shared memory, added to one of the queues of a Tm (QueueType);
+///   - message send/receive (RC SEND into a shared receive queue), passive/active bulk (the
+///     passive side advertises a descriptor, the active side moves the data with RDMA READ or
+///     WRITE and tells the passive side on a control QP);
+///   - multi-message receive buffers (min_receive_size, max_receive_msgs, kBufQueued);
+///   - receive buffer pools (BufferPool) attached to Tms: automatic re-provisioning before the
+///     application's callback, coloured get, deficit and not-empty rules;
+///   - asynchronous event delivery on a thread confined to a CPU set, or synchronous
+///     (deliver_synchronously, pending, deliver_all, notify);
+///   - timeouts and cancellation (status -ETIMEDOUT / -ECANCELED).
+/// docs/client-api.md, "The messaging API", is the guide.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "client/include/roce/client.h"
+
+namespace roce::lnet {
+
+// ---- end-point addresses ------------------------------------------------------------------------
+
+/// Limits of the address components ([r.m0.net.xprt.lnet.end-point-address]). PID names the
+/// roced instance on a host, the portal an opening (LNet's 0..63), the TMID a transfer machine.
+inline constexpr std::uint32_t kMaxPid = 3;
+inline constexpr std::uint32_t kMaxPortal = 63;
+inline constexpr std::uint32_t kMaxTmid = 63;
+/// The TCP port of a Tm's connection listener is kOobPortBase + ((pid*64 + portal)*64 + tmid)
+/// unless DomainOptions::oob_port_base says otherwise: one port per address, so that binding
+/// it is what makes an address unique on a host (16384 .. 32767 by default).
+inline constexpr std::uint16_t kOobPortBase = 16384;
+
+/// "a.b.c.d@roce[N]:PID:Portal:TMID" -- the seed's 4-tuple "NID:PID:PortalNumber:TMID", with
+/// the NID the IPv4 address of the roced port (its RoCE address) and the network type "roce"
+/// (optionally numbered, like o2ib0). `tmid` nullopt: "*" (only for Tm::start).
+struct EndPoint {
+  wire::Ipv4Addr ip{};
+  std::uint32_t net = 0;  ///< the N of "@roceN" (0 when absent)
+  std::uint32_t pid = 0;
+  std::uint32_t portal = 0;
+  std::optional<std::uint32_t> tmid;
+
+  /// Parses `s`; on failure nullopt and `*error` (when given) says which part is wrong.
+  static std::optional<EndPoint> parse(std::string_view s, std::string* error = nullptr);
+  std::string str() const;  ///< the canonical form: "192.0.2.1@roce:0:31:5"
+  bool operator==(const EndPoint& o) const = default;
+  bool operator<(const EndPoint& o) const { return str() < o.str(); }
+};
+
+// ---- buffers and events -------------------------------------------------------------------------
+
+/// The queues of a transfer machine (m0_net_queue_type).
+enum class QueueType : std::uint8_t {
+  kMsgRecv,
+  kMsgSend,
+  kPassiveBulkRecv,
+  kPassiveBulkSend,
+  kActiveBulkRecv,
+  kActiveBulkSend,
+  kCount_,
+};
+const char* to_string(QueueType q);
+
+/// NetBuffer::flags.
+enum BufFlags : std::uint32_t {
+  kBufRegistered = 1u << 0,
+  kBufQueued = 1u << 1,     ///< on a queue of a Tm (M0_NET_BUF_QUEUED)
+  kBufInProgress = 1u << 2, ///< its operation is on the wire
+  kBufCancelled = 1u << 3,  ///< Tm::del was called; the event carries -ECANCELED
+  kBufTimedOut = 1u << 4,   ///< its deadline passed; the event carries -ETIMEDOUT
+};
+
+struct NetBuffer;
+class Tm;
+class BufferPool;
+class SerializedContext;
+
+/// A buffer event (m0_net_buffer_event).
+struct BufferEvent {
+  NetBuffer* buf = nullptr;
+  QueueType queue = QueueType::kMsgRecv;
+  int status = 0;             ///< 0, -ECANCELED, -ETIMEDOUT, -EIO (the transfer failed)
+  std::uint64_t offset = 0;   ///< kMsgRecv: where in the buffer vector the message starts
+  std::uint64_t length = 0;   ///< bytes received or moved
+  std::optional<EndPoint> ep; ///< kMsgRecv: the sender's end point
+  /// Transport: the buffer stays queued (a multi-message receive buffer with room left), so
+  /// buffer_event_post leaves kBufQueued set ([r.m0.net.xprt.lnet.multiple-messages-in-buffer]).
+  bool keep_queued = false;
+};
+using BufferCallback = std::function<void(const BufferEvent&)>;
+
+/// A segment of a buffer vector: registered shared memory.
+struct Segment {
+  void* addr = nullptr;
+  std::uint64_t length = 0;
+};
+
+/// A network buffer (m0_net_buffer). Fill `segs`, `cb` and, per queue, `ep`, `desc`,
+/// `min_receive_size` / `max_receive_msgs`, `length`, `deadline`; register with Domain, add to a
+/// Tm's queue. Fields below "transport" are the library's.
+struct NetBuffer {
+  std::vector<Segment> segs;  ///< the buffer vector: at most 4 segments
+  BufferCallback cb;
+  std::uint64_t length = 0;          ///< kMsgSend / kActiveBulkSend: bytes to send (0: all)
+  std::optional<EndPoint> ep;        ///< kMsgSend: the destination
+  std::vector<std::uint8_t> desc;    ///< passive: filled by Tm::add; active: copy the peer's
+  std::uint64_t min_receive_size = 0;  ///< kMsgRecv: 0 = one message (the whole buffer)
+  std::uint32_t max_receive_msgs = 1;  ///< kMsgRecv with min_receive_size: 0 = no limit
+  /// The operation's deadline: the buffer is dequeued with -ETIMEDOUT when it passes.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  void* app = nullptr;  ///< the application's
+
+  // transport
+  std::uint32_t flags = 0;
+  QueueType queue = QueueType::kMsgRecv;
+  Tm* tm = nullptr;            ///< the Tm it is (or was last) queued on (nb_tm)
+  BufferPool* pool = nullptr;  ///< the pool it belongs to (nb_pool)
+  std::uint64_t capacity() const;
+  struct Impl;
+  std::shared_ptr<Impl> impl;  ///< registration (MRs), bookkeeping
+};
+
+// ---- domain and pools ---------------------------------------------------------------------------
+
+struct DomainOptions {
+  std::uint32_t pid = 0;  ///< the roced instance number this process is attached to
+  /// The host address (dotted IPv4) where the connection listeners of every Tm are reached
+  /// over TCP; empty: the NID's own address. A roced port's address is not the kernel's, so
+  /// processes on one host use e.g. "127.0.0.1".
+  std::string oob_host;
+  /// The listener of address E is at port oob_port_base + ((E.pid*64 + E.portal)*64 + E.tmid).
+  std::uint16_t oob_port_base = kOobPortBase;
+  /// The NID of this domain's Tms: default the Context's port address, net 0.
+  std::optional<wire::Ipv4Addr> nid;
+  /// Serialise every Context call on one mutex: needed with Context::open_local, whose engine
+  /// is single threaded (the Tms' threads and the application's then take turns).
+  bool serialize_context = false;
+};
+
+class Domain {
+ public:
+  /// `ctx` must outlive the Domain.
+  Domain(client::Context& ctx, DomainOptions opts = {});
+  ~Domain();
+  Domain(const Domain&) = delete;
+  Domain& operator=(const Domain&) = delete;
+
+  /// A buffer with `nseg` segments of `seg_size` bytes each, in one alloc_buffer() region,
+  /// registered. Null with errno on failure. Freed with free_buffer().
+  NetBuffer* alloc_buffer(std::uint32_t nseg, std::uint64_t seg_size);
+  void free_buffer(NetBuffer* nb);
+  /// m0_net_buffer_register: every segment must lie in shared memory of the Context
+  /// (alloc_buffer / register_memfd). 0 or an errno value.
+  int register_buffer(NetBuffer& nb);
+  int deregister_buffer(NetBuffer& nb);  ///< EBUSY while queued
+
+  /// m0_net_domain_recv_pool_not_empty: the not-empty callback of receive pools. Minimal
+  /// work: wakes the provisioning thread for Tms with a deficit ([Concurrency Control]).
+  void recv_pool_not_empty(BufferPool& pool);
+
+  client::Context& ctx() { return ctx_; }
+  client::Pd* pd() { return pd_; }
+  const DomainOptions& options() const { return opts_; }
+  wire::Ipv4Addr nid() const;
+  std::pair<std::string, std::uint16_t> oob_locate(const EndPoint& ep) const;
+
+ private:
+  friend class Tm;
+  void provision_loop();
+  std::unique_ptr<SerializedContext> serialized_;
+  client::Context& ctx_;
+  DomainOptions opts_;
+  client::Pd* pd_ = nullptr;
+  std::mutex tms_mu_;
+  std::vector<Tm*> tms_;
+  std::mutex prov_mu_;
+  std::condition_variable prov_cv_;
+  bool prov_kick_ = false, prov_stop_ = false;
+  std::thread prov_thread_;
+};
+
+/// A pool of registered network buffers (m0_net_buffer_pool, [r.m0.net.network-buffer-pool]):
+/// non-blocking get/put, a coloured get, and a not-empty callback.
+class BufferPool {
+ public:
+  /// `count` buffers of `nseg` x `seg_size` bytes, allocated and registered in `dom`.
+  BufferPool(Domain& dom, std::uint32_t count, std::uint32_t nseg, std::uint64_t seg_size);
+  ~BufferPool();
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
+
+  /// The coloured get: the most recently used free buffer last used with `colour`, else one
+  /// that has no colour yet, else the least recently used one; null when empty.
+  NetBuffer* get(std::uint64_t colour);
+  /// Returns `nb`, coloured with the colour of the Tm it last served. Invokes the not-empty
+  /// callback (with the pool lock held, as the seed says) when the pool was empty.
+  void put(NetBuffer* nb);
+  std::uint32_t free_count() const;
+  std::uint32_t size() const { return static_cast<std::uint32_t>(all_.size()); }
+  /// Default: the domain's recv_pool_not_empty.
+  void set_not_empty(std::function<void(BufferPool&)> cb) { not_empty_ = std::move(cb); }
+  /// Sets min_receive_size / max_receive_msgs on every buffer (multi-message receive).
+  void set_receive_limits(std::uint64_t min_receive_size, std::uint32_t max_receive_msgs);
+  Domain& domain() { return dom_; }
+
+ private:
+  struct Entry {
+    NetBuffer* nb;
+    std::optional<std::uint64_t> colour;
+  };
+  Domain& dom_;
+  mutable std::mutex mu_;
+  std::vector<NetBuffer*> all_;
+  std::list<Entry> free_;  ///< most recently put first
+  std::function<void(BufferPool&)> not_empty_;
+};
+
+// ---- transfer machines --------------------------------------------------------------------------
+
+enum class TmState : std::uint8_t { kInitialized, kStarted, kStopped, kFailed };
+
+/// Counters of one Tm.
+struct TmStats {
+  std::uint64_t msgs_sent = 0, msgs_received = 0, bytes_received = 0;
+  std::uint64_t bulk_ops = 0, connections = 0, provisioned = 0;
+  std::uint64_t dropped_cancelled = 0;  ///< messages that landed in a cancelled receive buffer
+  std::uint64_t ctl_dropped = 0;  ///< control messages for no passive buffer (gone, or bogus)
+};
+
+class Tm {
+ public:
+  explicit Tm(Domain& dom);
+  ~Tm();  ///< stops it if started
+  Tm(const Tm&) = delete;
+  Tm& operator=(const Tm&) = delete;
+
+  // Before start().
+  /// m0_net_tm_confine: the Tm's event thread runs only on `cpus` (pthread_setaffinity_np).
+  int confine(const std::vector<int>& cpus);
+  /// m0_net_buffer_event_deliver_synchronously: no event thread delivers; the application calls
+  /// pending()/deliver_all(). EINVAL once started.
+  int deliver_synchronously();
+  /// m0_net_tm_pool_attach: provisions kMsgRecv from `pool` to `min_length` buffers (default
+  /// 2) with `cb` as their callback. EINVAL once started.
+  int pool_attach(BufferPool& pool, BufferCallback cb, std::uint32_t min_length = 2);
+  /// m0_net_tm_pool_length_set: the minimum receive queue length (provisions at once when
+  /// started; a lower value leaves extra buffers queued until they are used).
+  int pool_length_set(std::uint32_t min_length);
+  void colour_set(std::uint64_t c) { colour_ = c; }
+  std::uint64_t colour_get() const { return colour_; }
+  /// State-change callback (m0_net_tm_event): called with the new state, after pool buffers
+  /// went back to their pool on a stop.
+  void on_state(std::function<void(TmState)> cb) { state_cb_ = std::move(cb); }
+
+  /// m0_net_tm_start: `addr` may end in ":*" (a TMID from kMaxTmid down); the address taken is
+  /// ep(). 0 or EINVAL (bad address, wrong NID/PID), EADDRINUSE (taken on this host), errno.
+  int start(const std::string& addr);
+  /// Cancels what is queued (events with -ECANCELED), puts pool buffers back, stops.
+  int stop();
+  TmState state() const { return state_.load(std::memory_order_acquire); }
+  const EndPoint& ep() const { return ep_; }
+
+  /// m0_net_buffer_add: 0 or EINVAL (not registered, already queued, bad fields), ENOTCONN
+  /// (not started), EMSGSIZE. kPassiveBulk*: fills nb.desc; kActiveBulk*: nb.desc is the peer's.
+  int add(NetBuffer& nb, QueueType q);
+  /// m0_net_buffer_del: cancels; the buffer's event carries -ECANCELED. A kMsgRecv buffer
+  /// posted to the wire comes back with its next message (dropped) or when the Tm stops; an
+  /// operation on the wire completes first (its status then -ECANCELED).
+  int del(NetBuffer& nb);
+
+  // Synchronous delivery ([r.m0.net.synchronous-buffer-event-delivery]).
+  /// Events waiting for deliver_all(); no context switch (an atomic).
+  bool pending() const;
+  /// Posts every pending event on this thread; no lock is held across a post. Not an error
+  /// when there is none.
+  void deliver_all();
+  /// Non-blocking: the background thread writes 1 to eventfd `efd` when the next event is
+  /// pending (at once if one is), once per call.
+  void notify(int efd);
+
+  std::size_t queue_length(QueueType q) const;
+  /// The seed's ntm_recv_pool_deficit.
+  std::uint32_t recv_pool_deficit() const { return deficit_.load(std::memory_order_acquire); }
+  TmStats stats() const;
+
+  struct Conn;
+
+ private:
+  friend class Domain;
+  void event_loop();
+  void oob_loop();
+  void handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out);
+  void buffer_event_post(const BufferEvent& ev);
+  void reprovision_locked();
+  void provision_from_pool();
+  bool post_recv_locked(NetBuffer& nb);
+  void conn_for(const EndPoint& ep, NetBuffer& first);
+  std::shared_ptr<Conn> make_conn();
+  void post_ctl_recvs(Conn& c);
+  int connect_conn(Conn& c, const std::string& host, std::uint16_t port);
+  void send_pending_locked(Conn& c);
+  void start_op_locked(NetBuffer& nb, Conn& c, std::vector<BufferEvent>& evs);
+  void check_deadlines(std::vector<BufferEvent>& out);
+  void finish_locked(NetBuffer& nb, int status, std::vector<BufferEvent>& out,
+                     std::uint64_t length = 0);
+  void queue_events(std::vector<BufferEvent>& evs, bool event_thread = false);
+  void drain_pending();
+  void take_pool_buffers_locked(std::vector<NetBuffer*>& to_pool);
+  void send_ctl_locked(Conn& c, std::uint32_t bulk_id, std::uint64_t length, int status);
+
+  Domain& dom_;
+  std::atomic<TmState> state_{TmState::kInitialized};
+  EndPoint ep_;
+  std::uint64_t colour_;
+  bool sync_ = false;
+  std::vector<int> cpus_;
+  std::function<void(TmState)> state_cb_;
+
+  BufferPool* pool_ = nullptr;
+  BufferCallback pool_cb_;
+  std::uint32_t min_length_ = 2;  ///< ntm_recv_queue_min_length
+  std::atomic<std::uint32_t> deficit_{0};
+
+  mutable std::mutex mu_;  ///< the Tm lock: queues, connections, pending events
+  std::list<NetBuffer*> queues_[static_cast<int>(QueueType::kCount_)];
+  std::map<std::uint32_t, NetBuffer*> passive_;  ///< by bulk id
+  std::uint32_t next_bulk_id_ = 1;
+  std::uint64_t next_wr_ = 1;
+  std::map<std::uint64_t, NetBuffer*> by_wr_;  ///< buffers on the wire by wr_id
+  std::map<EndPoint, std::shared_ptr<Conn>> conns_;
+  std::map<std::uint32_t, Conn*> by_qpn_;
+  std::vector<std::shared_ptr<Conn>> parked_;  ///< second connections of a simultaneous pair
+  std::deque<BufferEvent> pending_;
+  std::atomic<std::size_t> npending_{0};
+  int notify_fd_ = -1;
+  TmStats stats_;
+
+  client::Cq* cq_ = nullptr;
+  client::Srq* srq_ = nullptr;
+  client::Buffer* ctl_buf_ = nullptr;  ///< control-message slots of every connection
+  client::Mr* ctl_mr_ = nullptr;
+  std::uint32_t ctl_next_ = 0;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread event_thread_, oob_thread_;
+};
+
+}  // namespace roce::lnet

@@ -1,0 +1,72 @@
+/// @file
+/// Receive buffer pools ([r.m0.net.network-buffer-pool]): a free list ordered by put time, most
+/// recent first, and the coloured get the seed asks for: "the most recently used buffer last
+/// associated with a specific transfer machine, or if none such are found, a buffer which has
+/// no previous transfer machine association, or if none such are found, the least recently
+/// used buffer from the pool". The not-empty callback runs with the pool lock held, on the
+/// stack of the put() that refilled an empty pool (the seed's serialization model).
+#include "client/lnet/include/roce/lnet.h"
+
+namespace roce::lnet {
+
+BufferPool::BufferPool(Domain& dom, std::uint32_t count, std::uint32_t nseg,
+                       std::uint64_t seg_size)
+    : dom_(dom), not_empty_([](BufferPool& p) { p.domain().recv_pool_not_empty(p); }) {
+  for (std::uint32_t i = 0; i < count; ++i) {
+    NetBuffer* nb = dom.alloc_buffer(nseg, seg_size);
+    if (!nb) break;  // size() tells the caller how many it got
+    nb->pool = this;
+    all_.push_back(nb);
+    free_.push_back(Entry{nb, std::nullopt});  // unaffiliated buffers at the tail
+  }
+}
+
+BufferPool::~BufferPool() {
+  for (NetBuffer* nb : all_) dom_.free_buffer(nb);
+}
+
+NetBuffer* BufferPool::get(std::uint64_t colour) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (free_.empty()) return nullptr;
+  auto pick = free_.end();
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->colour == colour) {  // most recently used first: the first match is it
+      pick = it;
+      break;
+    }
+    if (!it->colour && pick == free_.end()) pick = it;  // the first unaffiliated one
+  }
+  if (pick == free_.end()) pick = std::prev(free_.end());  // the least recently used
+  NetBuffer* nb = pick->nb;
+  free_.erase(pick);
+  return nb;
+}
+
+void BufferPool::put(NetBuffer* nb) {
+  if (!nb || nb->pool != this) return;
+  std::lock_guard<std::mutex> g(mu_);
+  for (const Entry& e : free_)
+    if (e.nb == nb) return;  // a double put is ignored, never a corrupt list
+  const bool was_empty = free_.empty();
+  std::optional<std::uint64_t> colour;
+  if (nb->tm) colour = nb->tm->colour_get();  // nb_tm: the Tm it last served
+  nb->flags &= ~(kBufQueued | kBufInProgress | kBufCancelled | kBufTimedOut);
+  free_.push_front(Entry{nb, colour});
+  if (was_empty && not_empty_) not_empty_(*this);
+}
+
+std::uint32_t BufferPool::free_count() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return static_cast<std::uint32_t>(free_.size());
+}
+
+void BufferPool::set_receive_limits(std::uint64_t min_receive_size,
+                                    std::uint32_t max_receive_msgs) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (NetBuffer* nb : all_) {
+    nb->min_receive_size = min_receive_size;
+    nb->max_receive_msgs = max_receive_msgs;
+  }
+}
+
+}  // namespace roce::lnet

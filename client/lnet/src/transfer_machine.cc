@@ -1,0 +1,1013 @@
+/// @file
+/// Transfer machines: their queues, connections (RC QPs set up lazily, QP numbers exchanged on
+/// TCP), message and bulk operations, and buffer event delivery after the Motr LNet transport
+/// HLD. One event thread per Tm polls its CQ (shared by every QP of the Tm), turns completions
+/// into buffer events and either posts them (asynchronous delivery) or keeps them for
+/// deliver_all() (synchronous delivery); one listener thread answers connection requests.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <random>
+
+#include "client/lnet/src/lnet_internal.h"
+
+namespace roce::lnet {
+namespace {
+
+constexpr std::uint64_t kTagShift = 62;
+constexpr std::uint64_t kTagBuf = 0, kTagCtlRecv = 1, kTagCtlSend = 2;
+constexpr std::uint32_t kCtlSlot = 32;        ///< bytes per control-message slot
+constexpr std::uint32_t kCtlRecvSlots = 16;   ///< per connection
+constexpr std::uint32_t kCtlSendSlots = 16;   ///< per connection
+constexpr std::uint32_t kCtlBytes = 64 * 1024;
+constexpr std::uint32_t kCqDepth = 2048;
+constexpr int kPollMs = 10;  ///< the event thread's wait: the granularity of deadlines
+constexpr int kOobTimeoutMs = 3000;
+
+std::uint64_t tag(std::uint64_t kind, std::uint64_t v) { return kind << kTagShift | v; }
+
+bool io_all(int fd, void* p, std::size_t n, bool wr) {
+  auto* b = static_cast<std::uint8_t*>(p);
+  while (n != 0) {
+    pollfd pf{fd, static_cast<short>(wr ? POLLOUT : POLLIN), 0};
+    if (poll(&pf, 1, kOobTimeoutMs) <= 0) return false;
+    const ssize_t k = wr ? send(fd, b, n, MSG_NOSIGNAL) : recv(fd, b, n, 0);
+    if (k <= 0) return false;
+    b += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+void put_str(char (&dst)[48], const std::string& s) {
+  std::memset(dst, 0, sizeof dst);
+  std::memcpy(dst, s.data(), std::min(s.size(), sizeof dst - 1));
+}
+std::string get_str(const char (&src)[48]) { return std::string(src, strnlen(src, sizeof src)); }
+
+}  // namespace
+
+// ---- descriptors ----------------------------------------------------------------------------------
+
+std::vector<std::uint8_t> BulkDesc::encode() const {
+  const std::string owner_s = owner.str();
+  std::vector<std::uint8_t> b(16 + owner_s.size() + segs.size() * sizeof(Seg));
+  std::uint8_t* p = b.data();
+  std::memcpy(p, &kMagic, 4);
+  p[4] = static_cast<std::uint8_t>(kind);
+  p[5] = static_cast<std::uint8_t>(segs.size());
+  p[6] = static_cast<std::uint8_t>(owner_s.size());
+  std::memcpy(p + 8, &bulk_id, 4);
+  std::memcpy(p + 16, owner_s.data(), owner_s.size());
+  std::memcpy(p + 16 + owner_s.size(), segs.data(), segs.size() * sizeof(Seg));
+  return b;
+}
+
+std::optional<BulkDesc> BulkDesc::decode(const std::vector<std::uint8_t>& b) {
+  if (b.size() < 16) return std::nullopt;
+  std::uint32_t magic = 0;
+  std::memcpy(&magic, b.data(), 4);
+  BulkDesc d;
+  const std::size_t nseg = b[5], olen = b[6];
+  if (magic != kMagic || nseg == 0 || nseg > 4 || b.size() != 16 + olen + nseg * sizeof(Seg))
+    return std::nullopt;
+  if (b[4] != static_cast<std::uint8_t>(QueueType::kPassiveBulkSend) &&
+      b[4] != static_cast<std::uint8_t>(QueueType::kPassiveBulkRecv))
+    return std::nullopt;
+  d.kind = static_cast<QueueType>(b[4]);
+  std::memcpy(&d.bulk_id, b.data() + 8, 4);
+  auto ep = EndPoint::parse(std::string_view(reinterpret_cast<const char*>(b.data() + 16), olen));
+  if (!ep || !ep->tmid) return std::nullopt;
+  d.owner = *ep;
+  d.segs.resize(nseg);
+  std::memcpy(d.segs.data(), b.data() + 16 + olen, nseg * sizeof(Seg));
+  return d;
+}
+
+// ---- connections ----------------------------------------------------------------------------------
+
+struct Tm::Conn {
+  EndPoint peer;
+  client::Qp* qp = nullptr;   ///< messages and RDMA (receives on the Tm's SRQ)
+  client::Qp* cqp = nullptr;  ///< control messages
+  std::uint32_t slot0 = 0;    ///< first control slot in the Tm's control buffer
+  std::uint32_t send_next = 0;
+  enum class State { kConnecting, kUp, kFailed } state = State::kConnecting;
+  std::vector<NetBuffer*> waiting;  ///< operations added while connecting
+};
+
+std::shared_ptr<Tm::Conn> Tm::make_conn() {
+  client::Context& ctx = dom_.ctx();
+  auto c = std::make_shared<Conn>();
+  if ((ctl_next_ + kCtlRecvSlots + kCtlSendSlots) * kCtlSlot > kCtlBytes) {
+    errno = ENOSPC;  // the control buffer's slots are spent: too many peers for one Tm
+    return nullptr;
+  }
+  c->slot0 = ctl_next_;
+  ctl_next_ += kCtlRecvSlots + kCtlSendSlots;
+  client::QpCap cap;
+  cap.max_send_wr = 256;
+  cap.max_recv_wr = 1;
+  c->qp = ctx.create_qp(dom_.pd(), client::QpType::kRc, cq_, cq_, cap, srq_);
+  client::QpCap ccap;
+  ccap.max_send_wr = kCtlSendSlots;
+  ccap.max_recv_wr = kCtlRecvSlots;
+  ccap.max_send_sge = ccap.max_recv_sge = 1;
+  c->cqp = c->qp ? ctx.create_qp(dom_.pd(), client::QpType::kRc, cq_, cq_, ccap) : nullptr;
+  if (!c->cqp) {
+    const int e = errno;
+    if (c->qp) ctx.destroy_qp(c->qp);
+    errno = e;
+    return nullptr;
+  }
+  return c;
+}
+
+// Receives can be posted once a QP is past RESET: after connect_rc.
+void Tm::post_ctl_recvs(Conn& c) {
+  client::Context& ctx = dom_.ctx();
+  for (std::uint32_t i = 0; i < kCtlRecvSlots; ++i) {
+    client::Sge sge{reinterpret_cast<std::uint64_t>(static_cast<std::uint8_t*>(ctl_buf_->addr) +
+                                                    (c.slot0 + i) * kCtlSlot),
+                    kCtlSlot, ctl_mr_->lkey};
+    client::RecvWr wr;
+    wr.wr_id = tag(kTagCtlRecv, c.slot0 + i);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ctx.post_recv(c.cqp, &wr, nullptr);
+  }
+}
+
+// Connection set-up ("lazily on first send"): the Tm that first has something for a peer
+// creates its two QPs, sends their numbers on TCP to the peer's listener, and the listener
+// answers with its own after moving its QPs to RTS; both ends then keep the connection.
+void Tm::conn_for(const EndPoint& ep, NetBuffer& first) {
+  std::shared_ptr<Conn> c;
+  std::vector<BufferEvent> evs;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = conns_.find(ep);
+    if (it != conns_.end()) {  // made meanwhile by another thread or by the peer
+      if (it->second->state == Conn::State::kConnecting)
+        it->second->waiting.push_back(&first);
+      else
+        start_op_locked(first, *it->second, evs);
+    } else {
+      c = make_conn();
+      if (!c) {
+        finish_locked(first, -(errno ? errno : ENOMEM), evs);
+      } else {
+        c->peer = ep;
+        c->waiting.push_back(&first);
+        conns_[ep] = c;
+        by_qpn_[c->qp->qp_num] = c.get();
+        by_qpn_[c->cqp->qp_num] = c.get();
+      }
+    }
+  }
+  if (c) {
+    const auto [host, port] = dom_.oob_locate(ep);
+    const int rc = connect_conn(*c, host, port);  // no lock held across the TCP exchange
+    std::lock_guard<std::mutex> g(mu_);
+    c->state = rc == 0 ? Conn::State::kUp : Conn::State::kFailed;
+    if (rc == 0) ++stats_.connections;
+    for (NetBuffer* nb : c->waiting) {
+      if (rc == 0 && !(nb->flags & (kBufCancelled | kBufTimedOut)))
+        start_op_locked(*nb, *c, evs);
+      else if (rc != 0)  // "no route": the peer's listener is not there or refused
+        finish_locked(*nb, -EHOSTUNREACH, evs);
+      else
+        finish_locked(*nb, nb->flags & kBufCancelled ? -ECANCELED : -ETIMEDOUT, evs);
+    }
+    c->waiting.clear();
+    if (rc != 0) {  // the next operation tries again
+      conns_.erase(ep);
+      parked_.push_back(c);
+    }
+  }
+  queue_events(evs);
+}
+
+int Tm::connect_conn(Conn& c, const std::string& host, std::uint16_t port) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  if (inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) return EINVAL;
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    const int e = errno;
+    close(fd);
+    return e == ECONNREFUSED ? EHOSTUNREACH : e;
+  }
+  std::mt19937 rng(std::random_device{}());
+  OobHello h;
+  put_str(h.src, ep_.str());
+  put_str(h.dst, c.peer.str());
+  h.qpn = c.qp->qp_num;
+  h.psn = rng() & 0xFFFFFF;
+  h.cqpn = c.cqp->qp_num;
+  h.cpsn = rng() & 0xFFFFFF;
+  std::memcpy(h.gid, dom_.ctx().port().gid.b.data(), 16);
+  OobHello r;
+  int rc = io_all(fd, &h, sizeof h, true) && io_all(fd, &r, sizeof r, false) ? 0 : EPROTO;
+  close(fd);
+  if (rc == 0 && (r.magic != OobHello::kMagic || r.version != OobHello::kVersion)) rc = EPROTO;
+  if (rc == 0 && r.status != 0) rc = r.status;
+  if (rc != 0) return rc;
+  client::RcPeer p;
+  std::memcpy(p.gid.b.data(), r.gid, 16);
+  const client::Mtu mtu = dom_.ctx().port().max_mtu;
+  p.qpn = r.qpn;
+  p.psn = r.psn;
+  if ((rc = dom_.ctx().connect_rc(c.qp, p, h.psn, mtu))) return rc;
+  p.qpn = r.cqpn;
+  p.psn = r.cpsn;
+  if ((rc = dom_.ctx().connect_rc(c.cqp, p, h.cpsn, mtu))) return rc;
+  post_ctl_recvs(c);
+  return 0;
+}
+
+void Tm::oob_loop() {
+  for (;;) {
+    pollfd pf[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    if (poll(pf, 2, -1) < 0 && errno != EINTR) return;
+    if (stopping_.load(std::memory_order_acquire) || (pf[1].revents & POLLIN)) return;
+    if (!(pf[0].revents & POLLIN)) continue;
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    OobHello h, r;
+    if (!io_all(fd, &h, sizeof h, false) || h.magic != OobHello::kMagic ||
+        h.version != OobHello::kVersion) {
+      close(fd);  // not one of ours: nothing to answer
+      continue;
+    }
+    const auto src = EndPoint::parse(get_str(h.src));
+    if (!src || !src->tmid) {
+      r.status = EINVAL;
+    } else if (get_str(h.dst) != ep_.str()) {
+      r.status = EADDRNOTAVAIL;  // a stale address: another Tm took this port
+    } else {
+      std::shared_ptr<Conn> c;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        c = make_conn();
+      }
+      if (!c) {
+        r.status = errno ? errno : ENOMEM;
+      } else {
+        // No Tm lock across the QP transitions (an address resolution may take a while): the
+        // connection is not known to anyone until it is registered below.
+        c->peer = *src;
+        std::mt19937 rng(std::random_device{}());
+        r.psn = rng() & 0xFFFFFF;
+        r.cpsn = rng() & 0xFFFFFF;
+        client::RcPeer p;
+        std::memcpy(p.gid.b.data(), h.gid, 16);
+        const client::Mtu mtu = dom_.ctx().port().max_mtu;
+        p.qpn = h.qpn;
+        p.psn = h.psn;
+        int rc = dom_.ctx().connect_rc(c->qp, p, r.psn, mtu);
+        p.qpn = h.cqpn;
+        p.psn = h.cpsn;
+        if (rc == 0) rc = dom_.ctx().connect_rc(c->cqp, p, r.cpsn, mtu);
+        if (rc == 0) post_ctl_recvs(*c);
+        r.status = rc;
+        r.qpn = c->qp->qp_num;
+        r.cqpn = c->cqp->qp_num;
+        if (rc != 0) {
+          dom_.ctx().destroy_qp(c->qp);
+          dom_.ctx().destroy_qp(c->cqp);
+        } else {
+          std::lock_guard<std::mutex> g(mu_);
+          by_qpn_[c->qp->qp_num] = c.get();
+          by_qpn_[c->cqp->qp_num] = c.get();
+          c->state = Conn::State::kUp;
+          ++stats_.connections;
+          // Both ends may have connected at once: keep the first, the other stays known by
+          // its QP numbers (its messages still arrive and are attributed to the peer).
+          if (!conns_.count(*src)) conns_[*src] = c;
+          else parked_.push_back(c);
+        }
+      }
+    }
+    put_str(r.src, ep_.str());
+    put_str(r.dst, get_str(h.src));
+    std::memcpy(r.gid, dom_.ctx().port().gid.b.data(), 16);
+    io_all(fd, &r, sizeof r, true);
+    close(fd);
+  }
+}
+
+// ---- operations -----------------------------------------------------------------------------------
+
+namespace {
+
+/// SGEs covering [off, off + len) of the buffer vector (at most 4).
+bool carve(const NetBuffer& nb, std::uint64_t off, std::uint64_t len, std::vector<client::Sge>& out) {
+  out.clear();
+  for (std::size_t i = 0; i < nb.segs.size() && len != 0; ++i) {
+    const Segment& s = nb.segs[i];
+    if (off >= s.length) {
+      off -= s.length;
+      continue;
+    }
+    const std::uint64_t k = std::min(len, s.length - off);
+    out.push_back(client::Sge{reinterpret_cast<std::uint64_t>(s.addr) + off,
+                              static_cast<std::uint32_t>(k), nb.impl->mrs[i]->lkey});
+    len -= k;
+    off = 0;
+  }
+  return len == 0 && out.size() <= 4;
+}
+
+}  // namespace
+
+void Tm::start_op_locked(NetBuffer& nb, Conn& c, std::vector<BufferEvent>& evs) {
+  client::Context& ctx = dom_.ctx();
+  std::vector<client::Sge> sges;
+  if (nb.queue == QueueType::kMsgSend) {
+    const std::uint64_t len = nb.length ? nb.length : nb.capacity();
+    carve(nb, 0, len, sges);
+    client::SendWr wr;
+    wr.wr_id = tag(kTagBuf, next_wr_++);
+    wr.opcode = client::WrOpcode::kSend;
+    wr.sg_list = sges.data();
+    wr.num_sge = static_cast<std::uint32_t>(sges.size());
+    wr.send_flags = engine::kSendSignaled;
+    nb.impl->wr_ids = {wr.wr_id};
+    nb.impl->bulk_len = len;
+    by_wr_[wr.wr_id] = &nb;
+    nb.flags |= kBufInProgress;
+    if (const int rc = ctx.post_send(c.qp, &wr, nullptr)) {
+      by_wr_.erase(wr.wr_id);
+      finish_locked(nb, -rc, evs);
+    }
+    ++stats_.msgs_sent;
+  } else {  // active bulk: one RDMA work request per segment of the passive buffer
+    const auto d = BulkDesc::decode(nb.desc);
+    const bool read = nb.queue == QueueType::kActiveBulkRecv;
+    std::uint64_t remote_total = 0;
+    for (const auto& s : d->segs) remote_total += s.length;
+    const std::uint64_t total =
+        read ? std::min(remote_total, nb.capacity()) : (nb.length ? nb.length : nb.capacity());
+    nb.impl->bulk_id = d->bulk_id;
+    nb.impl->bulk_len = total;
+    nb.impl->peer = d->owner;
+    nb.impl->ops_left = 0;
+    nb.impl->wr_ids.clear();
+    nb.flags |= kBufInProgress;
+    std::uint64_t off = 0;
+    for (const auto& s : d->segs) {
+      if (off == total) break;
+      const std::uint64_t k = std::min<std::uint64_t>(s.length, total - off);
+      if (!carve(nb, off, k, sges)) {
+        nb.impl->bulk_failed = true;
+        break;
+      }
+      client::SendWr wr;
+      wr.wr_id = tag(kTagBuf, next_wr_++);
+      wr.opcode = read ? client::WrOpcode::kRead : client::WrOpcode::kWrite;
+      wr.sg_list = sges.data();
+      wr.num_sge = static_cast<std::uint32_t>(sges.size());
+      wr.send_flags = engine::kSendSignaled;
+      wr.rdma.remote_addr = s.iova;
+      wr.rdma.rkey = s.rkey;
+      if (ctx.post_send(c.qp, &wr, nullptr) != 0) {
+        nb.impl->bulk_failed = true;
+        break;
+      }
+      by_wr_[wr.wr_id] = &nb;
+      nb.impl->wr_ids.push_back(wr.wr_id);
+      ++nb.impl->ops_left;
+      off += k;
+    }
+    ++stats_.bulk_ops;
+    if (nb.impl->ops_left == 0) finish_locked(nb, -EIO, evs);
+  }
+}
+
+int Tm::add(NetBuffer& nb, QueueType q) {
+  if (state() != TmState::kStarted) return ENOTCONN;
+  if (!(nb.flags & kBufRegistered) || (nb.flags & kBufQueued) || !nb.impl ||
+      q >= QueueType::kCount_)
+    return EINVAL;
+  if (nb.deadline && *nb.deadline <= std::chrono::steady_clock::now()) return ETIMEDOUT;
+  std::optional<EndPoint> target;
+  switch (q) {
+    case QueueType::kMsgRecv:
+      if (nb.min_receive_size > nb.capacity()) return EINVAL;
+      break;
+    case QueueType::kMsgSend:
+      if (!nb.ep || !nb.ep->tmid) return EINVAL;
+      if (nb.length > nb.capacity()) return EMSGSIZE;
+      target = nb.ep;
+      break;
+    case QueueType::kPassiveBulkRecv:
+    case QueueType::kPassiveBulkSend:
+      break;
+    case QueueType::kActiveBulkRecv:
+    case QueueType::kActiveBulkSend: {
+      const auto d = BulkDesc::decode(nb.desc);
+      // An active receive reads a passive send buffer; an active send writes a passive receive.
+      if (!d || d->kind != (q == QueueType::kActiveBulkRecv ? QueueType::kPassiveBulkSend
+                                                           : QueueType::kPassiveBulkRecv))
+        return EINVAL;
+      std::uint64_t remote = 0;
+      for (const auto& s : d->segs) remote += s.length;
+      if (q == QueueType::kActiveBulkSend && (nb.length ? nb.length : nb.capacity()) > remote)
+        return EMSGSIZE;
+      target = d->owner;
+      break;
+    }
+    case QueueType::kCount_:
+      return EINVAL;
+  }
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    nb.queue = q;
+    nb.tm = this;
+    nb.flags &= ~(kBufCancelled | kBufTimedOut | kBufInProgress);
+    nb.impl->bulk_failed = false;
+    if (q == QueueType::kMsgRecv) {
+      if (!post_recv_locked(nb)) return EIO;
+    } else if (q == QueueType::kPassiveBulkRecv || q == QueueType::kPassiveBulkSend) {
+      // The descriptor: a fresh MR per segment with remote access for this operation only
+      // (deregistered when it ends, so a late or cancelled peer finds no rkey).
+      BulkDesc d;
+      d.kind = q;
+      d.owner = ep_;
+      d.bulk_id = next_bulk_id_++;
+      const std::uint32_t access = engine::kAccessLocalWrite |
+                                   (q == QueueType::kPassiveBulkRecv ? engine::kAccessRemoteWrite
+                                                                     : engine::kAccessRemoteRead);
+      for (const Segment& s : nb.segs) {
+        client::Mr* mr = dom_.ctx().reg_mr(dom_.pd(), s.addr, s.length, access);
+        if (!mr) {
+          for (client::Mr* m : nb.impl->bulk_mrs) dom_.ctx().dereg_mr(m);
+          nb.impl->bulk_mrs.clear();
+          return errno ? errno : ENOMEM;
+        }
+        nb.impl->bulk_mrs.push_back(mr);
+        d.segs.push_back(
+            BulkDesc::Seg{mr->iova, mr->rkey, static_cast<std::uint32_t>(s.length)});
+      }
+      nb.impl->bulk_id = d.bulk_id;
+      nb.desc = d.encode();
+      passive_[d.bulk_id] = &nb;
+    }
+    nb.flags |= kBufQueued;
+    queues_[static_cast<int>(q)].push_back(&nb);
+  }
+  if (!target) return 0;
+  // Operations towards a peer go on its connection, set up now if this is the first.
+  std::vector<BufferEvent> evs;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = conns_.find(*target);
+    if (it != conns_.end()) {
+      if (it->second->state == Conn::State::kConnecting)
+        it->second->waiting.push_back(&nb);
+      else
+        start_op_locked(nb, *it->second, evs);
+      target.reset();
+    }
+  }
+  if (target) conn_for(*target, nb);
+  queue_events(evs);
+  return 0;
+}
+
+bool Tm::post_recv_locked(NetBuffer& nb) {
+  std::vector<client::Sge> sges;
+  carve(nb, 0, nb.capacity(), sges);
+  client::RecvWr wr;
+  wr.wr_id = tag(kTagBuf, next_wr_++);
+  wr.sg_list = sges.data();
+  wr.num_sge = static_cast<std::uint32_t>(sges.size());
+  // nb_min_receive_size: 0 means one message (the seed forbids 0 and has all other users set it
+  // to the buffer length, which is the same thing).
+  if (nb.min_receive_size != 0 && nb.min_receive_size < nb.capacity()) {
+    wr.min_free = static_cast<std::uint32_t>(nb.min_receive_size);
+    wr.max_msgs = nb.max_receive_msgs;
+  }
+  if (dom_.ctx().post_srq_recv(srq_, &wr, nullptr) != 0) return false;
+  by_wr_[wr.wr_id] = &nb;
+  nb.impl->wr_ids = {wr.wr_id};
+  nb.impl->posted = true;
+  return true;
+}
+
+void Tm::finish_locked(NetBuffer& nb, int status, std::vector<BufferEvent>& out,
+                       std::uint64_t length) {
+  auto& q = queues_[static_cast<int>(nb.queue)];
+  q.remove(&nb);
+  for (const std::uint64_t w : nb.impl->wr_ids) by_wr_.erase(w);
+  nb.impl->wr_ids.clear();
+  nb.impl->posted = false;
+  if (nb.queue == QueueType::kPassiveBulkRecv || nb.queue == QueueType::kPassiveBulkSend) {
+    passive_.erase(nb.impl->bulk_id);
+    for (client::Mr* m : nb.impl->bulk_mrs) dom_.ctx().dereg_mr(m);
+    nb.impl->bulk_mrs.clear();
+  }
+  nb.flags &= ~kBufInProgress;
+  BufferEvent ev;
+  ev.buf = &nb;
+  ev.queue = nb.queue;
+  ev.status = status;
+  ev.length = length;
+  out.push_back(ev);
+}
+
+void Tm::send_ctl_locked(Conn& c, std::uint32_t bulk_id, std::uint64_t length, int status) {
+  auto* slot = static_cast<std::uint8_t*>(ctl_buf_->addr) +
+               (c.slot0 + kCtlRecvSlots + c.send_next++ % kCtlSendSlots) * kCtlSlot;
+  CtlMsg m;
+  m.bulk_id = bulk_id;
+  m.length = length;
+  m.status = status;
+  std::memcpy(slot, &m, sizeof m);
+  client::Sge sge{reinterpret_cast<std::uint64_t>(slot), sizeof m, ctl_mr_->lkey};
+  client::SendWr wr;
+  wr.wr_id = tag(kTagCtlSend, 0);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = engine::kSendSignaled;
+  dom_.ctx().post_send(c.cqp, &wr, nullptr);
+}
+
+void Tm::handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out) {
+  std::lock_guard<std::mutex> g(mu_);
+  const std::uint64_t kind = wc.wr_id >> kTagShift;
+  auto ci = by_qpn_.find(wc.qp_num);
+  Conn* c = ci == by_qpn_.end() ? nullptr : ci->second;
+  if (kind == kTagCtlSend) return;
+  if (kind == kTagCtlRecv) {
+    if (wc.status != client::WcStatus::kSuccess || !c) return;
+    const std::uint64_t slot = wc.wr_id & ((1ull << kTagShift) - 1);
+    auto* p = static_cast<std::uint8_t*>(ctl_buf_->addr) + slot * kCtlSlot;
+    CtlMsg m;
+    std::memcpy(&m, p, sizeof m);
+    auto it = passive_.find(m.bulk_id);
+    // The passive buffer's operation is over: the active side moved the data. A message
+    // for a buffer no longer there (cancelled, timed out) finds nothing.
+    if (m.magic != CtlMsg::kMagic || it == passive_.end()) ++stats_.ctl_dropped;
+    if (m.magic == CtlMsg::kMagic && it != passive_.end()) {
+      NetBuffer& nb = *it->second;
+      const int st = nb.flags & kBufCancelled ? -ECANCELED
+                     : nb.flags & kBufTimedOut ? -ETIMEDOUT
+                                               : (m.status ? -EIO : 0);
+      finish_locked(nb, st, out, std::min<std::uint64_t>(m.length, nb.capacity()));
+    }
+    client::Sge sge{reinterpret_cast<std::uint64_t>(p), kCtlSlot, ctl_mr_->lkey};
+    client::RecvWr wr;
+    wr.wr_id = wc.wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    dom_.ctx().post_recv(c->cqp, &wr, nullptr);
+    return;
+  }
+  auto bi = by_wr_.find(wc.wr_id);
+  if (bi == by_wr_.end()) return;
+  NetBuffer& nb = *bi->second;
+  const bool ok = wc.status == client::WcStatus::kSuccess;
+  if (!ok && c && nb.queue != QueueType::kMsgRecv && c->state == Conn::State::kUp) {
+    // The connection broke (the peer vanished, retries exhausted): forget it, so that the
+    // next operation towards that address connects afresh.
+    c->state = Conn::State::kFailed;
+    auto it = conns_.find(c->peer);
+    if (it != conns_.end() && it->second.get() == c) {
+      parked_.push_back(it->second);
+      conns_.erase(it);
+    }
+  }
+  const int cancel = nb.flags & kBufCancelled ? -ECANCELED : nb.flags & kBufTimedOut ? -ETIMEDOUT : 0;
+  switch (nb.queue) {
+    case QueueType::kMsgRecv: {
+      const bool still = ok && (wc.wc_flags & engine::kWcStillQueued);
+      if (!ok) {
+        finish_locked(nb, cancel ? cancel : stopping_.load() ? -ECANCELED : -EIO, out);
+        return;
+      }
+      if (cancel) {  // a message into a buffer the application gave up: dropped
+        ++stats_.dropped_cancelled;
+        if (!still) finish_locked(nb, cancel, out);
+        return;
+      }
+      ++stats_.msgs_received;
+      stats_.bytes_received += wc.byte_len;
+      BufferEvent ev;
+      if (!still) {
+        finish_locked(nb, 0, out, wc.byte_len);
+      } else {
+        ev.buf = &nb;
+        ev.queue = nb.queue;
+        ev.length = wc.byte_len;
+        out.push_back(ev);
+      }
+      BufferEvent& e = out.back();
+      e.offset = wc.offset;
+      e.keep_queued = still;
+      if (c) e.ep = c->peer;
+      return;
+    }
+    case QueueType::kMsgSend:
+      finish_locked(nb, cancel ? cancel : ok ? 0 : -EIO, out, ok ? nb.impl->bulk_len : 0);
+      return;
+    case QueueType::kActiveBulkRecv:
+    case QueueType::kActiveBulkSend: {
+      by_wr_.erase(bi);
+      if (!ok) nb.impl->bulk_failed = true;
+      if (--nb.impl->ops_left != 0) return;
+      // Every RDMA work request is done: tell the passive side (control QP), then complete.
+      auto pc = conns_.find(*nb.impl->peer);
+      if (pc != conns_.end())
+        send_ctl_locked(*pc->second, nb.impl->bulk_id, nb.impl->bulk_len,
+                        nb.impl->bulk_failed ? EIO : 0);
+      finish_locked(nb, nb.impl->bulk_failed ? -EIO : cancel, out,
+                    nb.impl->bulk_failed ? 0 : nb.impl->bulk_len);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void Tm::check_deadlines(std::vector<BufferEvent>& out) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& q : queues_) {
+    for (auto it = q.begin(); it != q.end();) {
+      NetBuffer& nb = **it++;  // finish_locked removes nb from q
+      if (!nb.deadline || *nb.deadline > now || (nb.flags & (kBufTimedOut | kBufCancelled)))
+        continue;
+      nb.flags |= kBufTimedOut;
+      // On the wire (an RDMA or SEND in flight, a receive buffer in the SRQ): the status is
+      // applied when the engine gives the buffer back. Otherwise it ends now.
+      if (!(nb.flags & kBufInProgress) && !nb.impl->posted) finish_locked(nb, -ETIMEDOUT, out);
+    }
+  }
+}
+
+int Tm::del(NetBuffer& nb) {
+  std::vector<BufferEvent> evs;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (nb.tm != this || !(nb.flags & kBufQueued)) return EINVAL;
+    if (nb.flags & (kBufCancelled | kBufTimedOut)) return 0;
+    nb.flags |= kBufCancelled;
+    bool waiting = false;
+    for (auto& [ep, c] : conns_)
+      if (std::erase(c->waiting, &nb)) waiting = true;
+    if (waiting || (!(nb.flags & kBufInProgress) && !nb.impl->posted))
+      finish_locked(nb, -ECANCELED, evs);
+  }
+  queue_events(evs);
+  return 0;
+}
+
+// ---- event delivery -------------------------------------------------------------------------------
+
+void Tm::queue_events(std::vector<BufferEvent>& evs, bool event_thread) {
+  if (evs.empty()) return;
+  if (!sync_ && event_thread) {  // asynchronous delivery: post here, on the (confined) thread
+    drain_pending();             // what other threads queued comes first
+    for (const BufferEvent& e : evs) buffer_event_post(e);
+    evs.clear();
+    return;
+  }
+  // Synchronous delivery, or an event that arose on an application thread (an add() whose
+  // connection failed): kept for deliver_all(), or for the event thread's next pass, so that
+  // callbacks never run on a thread the application did not choose.
+  int fd = -1;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const BufferEvent& e : evs) pending_.push_back(e);
+    npending_.store(pending_.size(), std::memory_order_release);
+    if (sync_) std::swap(fd, notify_fd_);  // one signal per notify() call
+  }
+  evs.clear();
+  if (fd >= 0) {
+    const std::uint64_t one = 1;
+    (void)!write(fd, &one, sizeof one);
+  }
+}
+
+// m0_net_buffer_event_post: re-provision the receive queue from the pool first, then clear the
+// QUEUED flag (unless the transport says the buffer stays queued) and call the application.
+// No Tm lock is held across the callback.
+void Tm::buffer_event_post(const BufferEvent& ev) {
+  BufferCallback cb;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (ev.queue == QueueType::kMsgRecv && pool_ && state() == TmState::kStarted)
+      reprovision_locked();
+    if (!ev.keep_queued) ev.buf->flags &= ~kBufQueued;
+    cb = ev.buf->cb;
+  }
+  if (cb) cb(ev);
+}
+
+void Tm::reprovision_locked() {
+  auto& q = queues_[static_cast<int>(QueueType::kMsgRecv)];
+  while (q.size() < min_length_) {
+    NetBuffer* nb = pool_->get(colour_);  // the coloured get
+    if (!nb) break;
+    nb->cb = pool_cb_;
+    nb->queue = QueueType::kMsgRecv;
+    nb->tm = this;
+    nb->flags &= ~(kBufCancelled | kBufTimedOut | kBufInProgress);
+    nb->deadline.reset();
+    if (!post_recv_locked(*nb)) {
+      pool_->put(nb);
+      break;
+    }
+    nb->flags |= kBufQueued;
+    q.push_back(nb);
+    ++stats_.provisioned;
+  }
+  const std::uint32_t len = static_cast<std::uint32_t>(q.size());
+  deficit_.store(len < min_length_ ? min_length_ - len : 0, std::memory_order_release);
+}
+
+void Tm::provision_from_pool() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (state() == TmState::kStarted && pool_) reprovision_locked();
+}
+
+bool Tm::pending() const {
+  // Asynchronous delivery never signals pending events (as the seed's transports without
+  // synchronous delivery): the event thread delivers them.
+  return sync_ && npending_.load(std::memory_order_acquire) != 0;
+}
+
+void Tm::deliver_all() {
+  if (sync_) drain_pending();
+}
+
+void Tm::drain_pending() {
+  for (;;) {
+    BufferEvent ev;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (pending_.empty()) return;
+      ev = pending_.front();
+      pending_.pop_front();
+      npending_.store(pending_.size(), std::memory_order_release);
+    }
+    buffer_event_post(ev);  // the lock is not held across the post
+  }
+}
+
+void Tm::notify(int efd) {
+  bool now = false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!pending_.empty())
+      now = true;
+    else
+      notify_fd_ = efd;  // the event thread signals when it queues the next event
+  }
+  if (now) {
+    const std::uint64_t one = 1;
+    (void)!write(efd, &one, sizeof one);
+  }
+}
+
+void Tm::event_loop() {
+  if (!cpus_.empty()) {  // m0_net_tm_confine: callbacks only on these processors
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (const int c : cpus_) CPU_SET(c, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  }
+  std::vector<BufferEvent> evs;
+  client::Wc wc[32];
+  while (!stopping_.load(std::memory_order_acquire)) {
+    const int w = dom_.ctx().wait_cq(cq_, kPollMs);
+    if (w == ENOTCONN) {  // roced is gone: nothing will touch the buffers any more
+      std::vector<NetBuffer*> to_pool;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        take_pool_buffers_locked(to_pool);
+      }
+      state_.store(TmState::kFailed, std::memory_order_release);
+      // [State]: pool buffers back in their pool before the state change is told.
+      for (NetBuffer* nb : to_pool) pool_->put(nb);
+      if (state_cb_) state_cb_(TmState::kFailed);
+      return;
+    }
+    const int n = dom_.ctx().poll_cq(cq_, 32, wc);
+    for (int i = 0; i < n; ++i) handle_wc(wc[i], evs);
+    check_deadlines(evs);
+    queue_events(evs, true);
+    if (!sync_ && npending_.load(std::memory_order_acquire) != 0) drain_pending();
+  }
+}
+
+// ---- life cycle -----------------------------------------------------------------------------------
+
+Tm::Tm(Domain& dom) : dom_(dom) {
+  static std::atomic<std::uint64_t> next_colour{1};
+  colour_ = next_colour.fetch_add(1);
+}
+
+Tm::~Tm() {
+  if (state() == TmState::kStarted || state() == TmState::kFailed) stop();
+}
+
+int Tm::confine(const std::vector<int>& cpus) {
+  if (state() != TmState::kInitialized || cpus.empty()) return EINVAL;
+  for (const int c : cpus)
+    if (c < 0 || c >= CPU_SETSIZE) return EINVAL;
+  cpus_ = cpus;
+  return 0;
+}
+
+int Tm::deliver_synchronously() {
+  if (state() != TmState::kInitialized) return EINVAL;
+  sync_ = true;
+  return 0;
+}
+
+int Tm::pool_attach(BufferPool& pool, BufferCallback cb, std::uint32_t min_length) {
+  if (state() != TmState::kInitialized || pool_ || &pool.domain() != &dom_ || min_length == 0)
+    return EINVAL;
+  pool_ = &pool;
+  pool_cb_ = std::move(cb);
+  min_length_ = min_length;
+  return 0;
+}
+
+int Tm::pool_length_set(std::uint32_t min_length) {
+  if (!pool_ || min_length == 0) return EINVAL;
+  std::lock_guard<std::mutex> g(mu_);
+  min_length_ = min_length;
+  if (state() == TmState::kStarted) reprovision_locked();
+  return 0;
+}
+
+int Tm::start(const std::string& addr) {
+  if (state() != TmState::kInitialized) return EINVAL;
+  auto ep = EndPoint::parse(addr);
+  if (!ep || ep->ip != dom_.nid() || ep->pid != dom_.options().pid) return EINVAL;
+  // The listener's port is the address's reservation on this host; "*" takes the highest free
+  // TMID ([r.m0.net.xprt.lnet.dynamic-address-assignment]: "from higher numbers downward").
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  int rc = EADDRINUSE;
+  for (int t = static_cast<int>(ep->tmid.value_or(kMaxTmid)); t >= 0; --t) {
+    EndPoint cand = *ep;
+    cand.tmid = static_cast<std::uint32_t>(t);
+    const auto [host, port] = dom_.oob_locate(cand);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    if (inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) {
+      rc = EINVAL;
+      break;
+    }
+    if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
+      ep_ = cand;
+      rc = 0;
+      break;
+    }
+    rc = errno;
+    if (ep->tmid || rc != EADDRINUSE) break;  // a fixed TMID has no second choice
+  }
+  if (rc == 0 && listen(fd, 16) != 0) rc = errno;
+  if (rc != 0) {
+    close(fd);
+    return rc;
+  }
+  listen_fd_ = fd;
+  client::Context& ctx = dom_.ctx();
+  cq_ = ctx.create_cq(kCqDepth);
+  srq_ = cq_ ? ctx.create_srq(dom_.pd(), 256, 4) : nullptr;
+  ctl_buf_ = srq_ ? ctx.alloc_buffer(kCtlBytes) : nullptr;
+  ctl_mr_ = ctl_buf_ ? ctx.reg_mr(dom_.pd(), ctl_buf_->addr, kCtlBytes, engine::kAccessLocalWrite)
+                     : nullptr;
+  wake_fd_ = eventfd(0, EFD_CLOEXEC);
+  if (!ctl_mr_ || wake_fd_ < 0) {
+    rc = errno ? errno : ENOMEM;
+    if (ctl_buf_) ctx.free_buffer(ctl_buf_);
+    if (srq_) ctx.destroy_srq(srq_);
+    if (cq_) ctx.destroy_cq(cq_);
+    if (wake_fd_ >= 0) close(wake_fd_);
+    close(listen_fd_);
+    ctl_buf_ = nullptr, srq_ = nullptr, cq_ = nullptr, wake_fd_ = listen_fd_ = -1;
+    return rc;
+  }
+  state_.store(TmState::kStarted, std::memory_order_release);
+  if (pool_) {  // "an attempt is made to fill the M0_NET_QT_MSG_RECV queue" at start
+    std::lock_guard<std::mutex> g(mu_);
+    reprovision_locked();
+  }
+  {
+    std::lock_guard<std::mutex> g(dom_.tms_mu_);
+    dom_.tms_.push_back(this);
+  }
+  event_thread_ = std::thread([this] { event_loop(); });
+  oob_thread_ = std::thread([this] { oob_loop(); });
+  if (state_cb_) state_cb_(TmState::kStarted);
+  return 0;
+}
+
+int Tm::stop() {
+  if (state() != TmState::kStarted && state() != TmState::kFailed) return EINVAL;
+  {
+    std::lock_guard<std::mutex> g(dom_.tms_mu_);
+    std::erase(dom_.tms_, this);
+  }
+  stopping_.store(true, std::memory_order_release);
+  const std::uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof one);
+  event_thread_.join();
+  oob_thread_.join();
+  client::Context& ctx = dom_.ctx();
+  // Destroying the QPs and the SRQ first: from then on the engine touches no buffer.
+  std::vector<BufferEvent> evs;
+  std::vector<NetBuffer*> to_pool;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [ep, c] : conns_) parked_.push_back(c);
+    for (auto& c : parked_) {
+      if (c->qp) ctx.destroy_qp(c->qp);
+      if (c->cqp) ctx.destroy_qp(c->cqp);
+      c->qp = c->cqp = nullptr;
+      for (NetBuffer* nb : c->waiting) finish_locked(*nb, -ECANCELED, evs);
+      c->waiting.clear();
+    }
+    conns_.clear();
+    by_qpn_.clear();
+    ctx.destroy_srq(srq_);
+    srq_ = nullptr;
+    take_pool_buffers_locked(to_pool);
+    for (auto& q : queues_)
+      while (!q.empty()) finish_locked(*q.front(), -ECANCELED, evs);
+    deficit_.store(0, std::memory_order_release);  // the invariant of a stopped Tm
+    evs.insert(evs.begin(), pending_.begin(), pending_.end());  // older events first
+    pending_.clear();
+    npending_.store(0, std::memory_order_release);
+  }
+  // Pool buffers go back to their pool before the state change is told ([State]).
+  for (NetBuffer* nb : to_pool) pool_->put(nb);
+  state_.store(TmState::kStopped, std::memory_order_release);
+  for (const BufferEvent& e : evs) {  // on the stopping thread, in both delivery modes
+    if (!e.keep_queued) e.buf->flags &= ~kBufQueued;
+    if (e.buf->cb) e.buf->cb(e);
+  }
+  ctx.destroy_cq(cq_);
+  cq_ = nullptr;
+  ctx.dereg_mr(ctl_mr_);
+  ctx.free_buffer(ctl_buf_);
+  ctl_mr_ = nullptr;
+  ctl_buf_ = nullptr;
+  close(listen_fd_);
+  close(wake_fd_);
+  listen_fd_ = wake_fd_ = -1;
+  if (state_cb_) state_cb_(TmState::kStopped);
+  return 0;
+}
+
+void Tm::take_pool_buffers_locked(std::vector<NetBuffer*>& to_pool) {
+  auto& q = queues_[static_cast<int>(QueueType::kMsgRecv)];
+  for (auto it = q.begin(); it != q.end();) {
+    NetBuffer* nb = *it;
+    if (!pool_ || nb->pool != pool_) {
+      ++it;
+      continue;
+    }
+    it = q.erase(it);
+    for (const std::uint64_t w : nb->impl->wr_ids) by_wr_.erase(w);
+    nb->impl->wr_ids.clear();
+    nb->impl->posted = false;
+    to_pool.push_back(nb);
+  }
+  deficit_.store(0, std::memory_order_release);  // the invariant of an inoperable Tm
+}
+
+std::size_t Tm::queue_length(QueueType q) const {
+  std::lock_guard<std::mutex> g(mu_);
+  return q < QueueType::kCount_ ? queues_[static_cast<int>(q)].size() : 0;
+}
+
+TmStats Tm::stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return stats_;
+}
+
+}  // namespace roce::lnet

@@ -1,0 +1,645 @@
+/// @file
+/// The attached backend of libroce: control requests on roced's Unix socket
+/// (controlplane/attach/protocol.h), work requests and completions through the shared rings.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "client/include/roce/client.h"
+#include "client/src/shared_memory.h"
+#include "controlplane/attach/protocol.h"
+
+namespace roce::client {
+
+namespace {
+
+using attach::CqEntry;
+using attach::EventEntry;
+using attach::kMaxSge;
+using attach::Op;
+using attach::RecvEntry;
+using attach::Reply;
+using attach::Request;
+using attach::SendEntry;
+using attach::ShmConsumer;
+using attach::ShmProducer;
+using attach::ShmQueueLayout;
+
+struct APd : Pd {
+  std::uint32_t h = 0;
+};
+struct ABuffer : Buffer {
+  std::uint32_t region = 0;
+  bool own = false;  ///< alloc_buffer: ours to unmap and close
+  unsigned mrs = 0;
+};
+struct AMr : Mr {
+  std::uint32_t h = 0;
+  ABuffer* buf = nullptr;
+};
+struct ACq : Cq {
+  std::uint32_t h = 0;
+  void* map = nullptr;
+  std::size_t bytes = 0;
+  int efd = -1;
+  ShmConsumer<CqEntry> ring;
+  std::mutex mu;
+  unsigned empty_polls = 0;
+};
+struct ASrq : Srq {
+  std::uint32_t h = 0;
+  void* map = nullptr;
+  std::size_t bytes = 0;
+  ShmProducer<RecvEntry> rq;
+  std::mutex mu;
+};
+struct AQp : Qp {
+  std::uint32_t h = 0;
+  void* map = nullptr;
+  std::size_t bytes = 0;
+  ShmProducer<SendEntry> sq;
+  ShmProducer<RecvEntry> rq;
+  std::mutex smu, rmu;
+};
+
+template <class T>
+void forget(std::vector<std::unique_ptr<T>>& v, const T* p) {
+  std::erase_if(v, [p](const auto& u) { return u.get() == p; });
+}
+
+std::uint64_t ms_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000 +
+         static_cast<std::uint64_t>(ts.tv_nsec) / 1000000;
+}
+
+class Attached final : public Context {
+ public:
+  explicit Attached(int fd) : fd_(fd) {}
+  ~Attached() override {
+    ::close(fd_);  // roced releases everything of ours when the socket closes
+    if (events_map_) ::munmap(events_map_, events_bytes_);
+    if (events_fd_ >= 0) ::close(events_fd_);
+    for (auto& q : qps_) ::munmap(q->map, q->bytes);
+    for (auto& s : srqs_) ::munmap(s->map, s->bytes);
+    for (auto& c : cqs_) {
+      ::munmap(c->map, c->bytes);
+      ::close(c->efd);
+    }
+    for (auto& b : bufs_)
+      if (b->own) {
+        ::munmap(b->addr, b->length);
+        ::close(b->fd);
+      }
+  }
+
+  int hello(const std::string& port) {
+    Request rq;
+    rq.op = Op::kHello;
+    if (port.size() >= sizeof rq.hello.port) return EINVAL;
+    std::memcpy(rq.hello.port, port.data(), port.size());
+    Reply rep;
+    int fds[2] = {-1, -1};
+    if (const int rc = call(rq, rep, nullptr, 0, fds, 2)) return rc;
+    const attach::HelloRep& h = rep.hello;
+    events_fd_ = fds[1];
+    events_bytes_ = rep.bytes;
+    events_map_ = fds[0] >= 0 ? map_fd(fds[0], rep.bytes) : nullptr;
+    if (fds[0] >= 0) ::close(fds[0]);
+    attach::ShmQueueHeader* eh = ShmQueueLayout<EventEntry>::open(events_map_, events_bytes_);
+    if (eh == nullptr || events_fd_ < 0 || eh->slots != h.event_slots) return EPROTO;
+    events_ = ShmConsumer<EventEntry>(eh, h.event_slots);
+    port_.name.assign(h.port, strnlen(h.port, sizeof h.port));
+    port_.mac = h.mac;
+    port_.ipv4 = h.ipv4;
+    port_.gid = h.gid;
+    port_.max_mtu = h.max_mtu;
+    port_.lcore = h.lcore;
+    return 0;
+  }
+
+  const PortInfo& port() const override { return port_; }
+  bool connected() const override { return !dead_; }
+
+  Pd* alloc_pd() override {
+    Request rq;
+    rq.op = Op::kAllocPd;
+    Reply rep;
+    if (fail(call(rq, rep))) return nullptr;
+    auto p = std::make_unique<APd>();
+    p->h = rep.handle;
+    return keep(pds_, std::move(p));
+  }
+  int dealloc_pd(Pd* pd) override {
+    auto* p = static_cast<APd*>(pd);
+    if (const int rc = simple(Op::kDeallocPd, p->h)) return rc;
+    forget(pds_, p);
+    return 0;
+  }
+
+  Buffer* alloc_buffer(std::size_t length) override {
+    void* addr = nullptr;
+    const int fd = make_buffer(length, &addr);
+    if (fd < 0) return nullptr;
+    Buffer* b = add_region(fd, addr, length, true);
+    if (b == nullptr) {
+      const int e = errno;
+      ::munmap(addr, length);
+      ::close(fd);
+      errno = e;
+    }
+    return b;
+  }
+  Buffer* register_memfd(int fd, void* addr, std::size_t length) override {
+    if (fd < 0 || addr == nullptr || length == 0) return fail_null(EINVAL);
+    ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK);  // roced checks; this makes it pass when allowed
+    return add_region(fd, addr, length, false);
+  }
+  int free_buffer(Buffer* buffer) override {
+    auto* b = static_cast<ABuffer*>(buffer);
+    if (b->mrs != 0) return EBUSY;
+    if (const int rc = simple(Op::kDeregRegion, b->region)) return rc;
+    if (b->own) {
+      ::munmap(b->addr, b->length);
+      ::close(b->fd);
+    }
+    std::lock_guard<std::mutex> g(tables_);
+    forget(bufs_, b);
+    return 0;
+  }
+
+  Mr* reg_mr(Pd* pd, void* addr, std::size_t length, std::uint32_t access) override {
+    ABuffer* b = find_buffer(addr, length);
+    if (b == nullptr) return fail_null(EINVAL);
+    Request rq;
+    rq.op = Op::kRegMr;
+    rq.mr.pd = static_cast<APd*>(pd)->h;
+    rq.mr.region = b->region;
+    rq.mr.offset = static_cast<std::uint64_t>(static_cast<std::uint8_t*>(addr) -
+                                              static_cast<std::uint8_t*>(b->addr));
+    rq.mr.length = length;
+    rq.mr.iova = reinterpret_cast<std::uint64_t>(addr);
+    rq.mr.access = access;
+    Reply rep;
+    if (fail(call(rq, rep))) return nullptr;
+    auto m = std::make_unique<AMr>();
+    m->h = rep.handle;
+    m->buf = b;
+    m->addr = addr;
+    m->length = length;
+    m->lkey = m->rkey = rep.key;
+    m->iova = rep.iova;
+    ++b->mrs;
+    return keep(mrs_, std::move(m));
+  }
+  int dereg_mr(Mr* mr) override {
+    auto* m = static_cast<AMr*>(mr);
+    if (const int rc = simple(Op::kDeregMr, m->h)) return rc;
+    --m->buf->mrs;
+    forget(mrs_, m);
+    return 0;
+  }
+
+  Cq* create_cq(std::uint32_t depth) override {
+    Request rq;
+    rq.op = Op::kCreateCq;
+    rq.cq.depth = depth;
+    Reply rep;
+    int fds[2] = {-1, -1};
+    if (fail(call(rq, rep, nullptr, 0, fds, 2))) return nullptr;
+    auto c = std::make_unique<ACq>();
+    c->h = rep.handle;
+    c->depth = depth;
+    c->efd = fds[1];
+    c->bytes = rep.bytes;
+    c->map = fds[0] >= 0 ? map_fd(fds[0], rep.bytes) : nullptr;
+    if (fds[0] >= 0) ::close(fds[0]);
+    attach::ShmQueueHeader* h = ShmQueueLayout<CqEntry>::open(c->map, c->bytes);
+    if (h == nullptr || c->efd < 0 || h->slots != rep.slots) {
+      if (c->map) ::munmap(c->map, c->bytes);
+      if (c->efd >= 0) ::close(c->efd);
+      simple(Op::kDestroyCq, rep.handle);
+      return fail_null(EPROTO);
+    }
+    c->ring = ShmConsumer<CqEntry>(h, rep.slots);
+    return keep(cqs_, std::move(c));
+  }
+  int destroy_cq(Cq* cq) override {
+    auto* c = static_cast<ACq*>(cq);
+    if (const int rc = simple(Op::kDestroyCq, c->h)) return rc;
+    ::munmap(c->map, c->bytes);
+    ::close(c->efd);
+    forget(cqs_, c);
+    return 0;
+  }
+
+  Srq* create_srq(Pd* pd, std::uint32_t max_wr, std::uint32_t max_sge) override {
+    Request rq;
+    rq.op = Op::kCreateSrq;
+    rq.srq.pd = static_cast<APd*>(pd)->h;
+    rq.srq.max_wr = max_wr;
+    rq.srq.max_sge = max_sge;
+    Reply rep;
+    int fd = -1;
+    if (fail(call(rq, rep, nullptr, 0, &fd, 1))) return nullptr;
+    auto s = std::make_unique<ASrq>();
+    s->h = rep.handle;
+    s->bytes = rep.bytes;
+    s->map = fd >= 0 ? map_fd(fd, rep.bytes) : nullptr;
+    if (fd >= 0) ::close(fd);
+    attach::ShmQueueHeader* h = ShmQueueLayout<RecvEntry>::open(s->map, s->bytes);
+    if (h == nullptr || h->slots != rep.slots) {
+      if (s->map) ::munmap(s->map, s->bytes);
+      simple(Op::kDestroySrq, rep.handle);
+      return fail_null(EPROTO);
+    }
+    s->rq = ShmProducer<RecvEntry>(h, rep.slots);
+    return keep(srqs_, std::move(s));
+  }
+  int destroy_srq(Srq* srq) override {
+    auto* s = static_cast<ASrq*>(srq);
+    if (const int rc = simple(Op::kDestroySrq, s->h)) return rc;
+    ::munmap(s->map, s->bytes);
+    forget(srqs_, s);
+    return 0;
+  }
+
+  Qp* create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap& cap, Srq* srq,
+                bool sq_sig_all) override {
+    Request rq;
+    rq.op = Op::kCreateQp;
+    rq.qp.pd = static_cast<APd*>(pd)->h;
+    rq.qp.type = type;
+    rq.qp.send_cq = static_cast<ACq*>(send_cq)->h;
+    rq.qp.recv_cq = static_cast<ACq*>(recv_cq)->h;
+    rq.qp.srq = srq ? static_cast<ASrq*>(srq)->h : 0;
+    rq.qp.sq_sig_all = sq_sig_all;
+    rq.qp.cap = cap;
+    Reply rep;
+    int fd = -1;
+    if (fail(call(rq, rep, nullptr, 0, &fd, 1))) return nullptr;
+    auto q = std::make_unique<AQp>();
+    q->h = rep.handle;
+    q->qp_num = rep.key;
+    q->type = type;
+    q->bytes = rep.bytes;
+    q->map = fd >= 0 ? map_fd(fd, rep.bytes) : nullptr;
+    if (fd >= 0) ::close(fd);
+    attach::ShmQueueHeader* sh = ShmQueueLayout<SendEntry>::open(q->map, q->bytes);
+    attach::ShmQueueHeader* rh = nullptr;
+    if (q->map && rep.slots2 != 0 && rep.offset2 < rep.bytes)
+      rh = ShmQueueLayout<RecvEntry>::open(static_cast<std::uint8_t*>(q->map) + rep.offset2,
+                                           rep.bytes - rep.offset2);
+    if (sh == nullptr || sh->slots != rep.slots || (rep.slots2 != 0 && rh == nullptr)) {
+      if (q->map) ::munmap(q->map, q->bytes);
+      simple(Op::kDestroyQp, rep.handle);
+      return fail_null(EPROTO);
+    }
+    q->sq = ShmProducer<SendEntry>(sh, rep.slots);
+    if (rh) q->rq = ShmProducer<RecvEntry>(rh, rep.slots2);
+    return keep(qps_, std::move(q));
+  }
+  int destroy_qp(Qp* qp) override {
+    auto* q = static_cast<AQp*>(qp);
+    if (const int rc = simple(Op::kDestroyQp, q->h)) return rc;
+    ::munmap(q->map, q->bytes);
+    forget(qps_, q);
+    return 0;
+  }
+  int modify_qp(Qp* qp, const QpAttr& attr, std::uint32_t mask) override {
+    Request rq;
+    rq.op = Op::kModifyQp;
+    rq.modify.qp = static_cast<AQp*>(qp)->h;
+    rq.modify.attr = attr;
+    rq.modify.mask = mask;
+    Reply rep;
+    return call(rq, rep);
+  }
+
+  int post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr) override {
+    auto* q = static_cast<AQp*>(qp);
+    int rc = dead_ ? ENOTCONN : 0;
+    bool staged = false;
+    std::lock_guard<std::mutex> g(q->smu);
+    for (; rc == 0 && wr != nullptr; wr = wr->next) {
+      if (wr->num_sge > kMaxSge || (q->type == QpType::kUd && wr->ud.ah == nullptr)) {
+        rc = EINVAL;
+        break;
+      }
+      SendEntry e;
+      e.wr_id = wr->wr_id;
+      e.opcode = wr->opcode;
+      e.num_sge = static_cast<std::uint8_t>(wr->num_sge);
+      e.send_flags = wr->send_flags;
+      e.imm_data = wr->imm_data;
+      e.invalidate_rkey = wr->invalidate_rkey;
+      const bool atomic = wr->opcode == WrOpcode::kCmpSwap || wr->opcode == WrOpcode::kFetchAdd;
+      e.remote_addr = atomic ? wr->atomic.remote_addr : wr->rdma.remote_addr;
+      e.rkey = atomic ? wr->atomic.rkey : wr->rdma.rkey;
+      e.compare_add = wr->atomic.compare_add;
+      e.swap = wr->atomic.swap;
+      if (q->type == QpType::kUd) {
+        e.ah = *wr->ud.ah;
+        e.remote_qpn = wr->ud.remote_qpn;
+        e.remote_qkey = wr->ud.remote_qkey;
+      }
+      std::copy_n(wr->sg_list, wr->num_sge, e.sge);
+      if (!q->sq.stage(e)) {
+        rc = q->sq.broken() ? EIO : ENOMEM;
+        break;
+      }
+      staged = true;
+    }
+    if (staged) q->sq.publish();
+    if (rc != 0 && bad_wr) *bad_wr = wr;
+    return rc;
+  }
+  int post_recv(Qp* qp, const RecvWr* wr, const RecvWr** bad_wr) override {
+    auto* q = static_cast<AQp*>(qp);
+    if (!q->rq.valid()) {
+      if (bad_wr) *bad_wr = wr;
+      return EINVAL;  // the QP receives through an SRQ
+    }
+    std::lock_guard<std::mutex> g(q->rmu);
+    return post_recv_to(q->rq, wr, bad_wr);
+  }
+  int post_srq_recv(Srq* srq, const RecvWr* wr, const RecvWr** bad_wr) override {
+    auto* s = static_cast<ASrq*>(srq);
+    std::lock_guard<std::mutex> g(s->mu);
+    return post_recv_to(s->rq, wr, bad_wr);
+  }
+
+  int poll_cq(Cq* cq, int max, Wc* out) override {
+    auto* c = static_cast<ACq*>(cq);
+    if (max <= 0) return 0;
+    std::lock_guard<std::mutex> g(c->mu);
+    const std::size_t n = c->ring.pop_n(out, static_cast<std::size_t>(max));
+    if (n != 0) {
+      c->empty_polls = 0;
+      return static_cast<int>(n);
+    }
+    // A pure poller never blocks: look at the socket now and then to notice roced is gone.
+    if (++c->empty_polls >= 4096) {
+      c->empty_polls = 0;
+      check_alive();
+    }
+    return dead_ ? -ENOTCONN : 0;
+  }
+  int wait_cq(Cq* cq, int timeout_ms) override {
+    auto* c = static_cast<ACq*>(cq);
+    return wait_on(c->ring, c->mu, c->efd, timeout_ms);
+  }
+  int get_async_event(AsyncEvent& ev, int timeout_ms) override {
+    for (;;) {
+      EventEntry e;
+      bool got;
+      {
+        std::lock_guard<std::mutex> g(events_mu_);
+        got = events_.pop(e);
+      }
+      if (got) {
+        ev.type = e.type;
+        ev.qp_num = e.qp_num;
+        ev.cq = nullptr;
+        std::lock_guard<std::mutex> g(tables_);
+        for (auto& c : cqs_)
+          if (e.cq != 0 && c->h == e.cq) ev.cq = c.get();
+        return 0;
+      }
+      if (timeout_ms == 0) return dead_ ? ENOTCONN : ETIMEDOUT;
+      if (const int rc = wait_on(events_, events_mu_, events_fd_, timeout_ms)) return rc;
+    }
+  }
+
+ private:
+  /// Sleeps on `efd` until `ring` has an entry (0; at once if it has one), the timeout passes
+  /// (ETIMEDOUT) or roced goes away (ENOTCONN).
+  template <class T>
+  int wait_on(ShmConsumer<T>& ring, std::mutex& mu, int efd, int timeout_ms) {
+    const std::uint64_t end =
+        timeout_ms < 0 ? 0 : ms_now() + static_cast<std::uint64_t>(timeout_ms);
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> g(mu);
+        if (!ring.arm()) return 0;  // something is there: no sleep
+      }
+      if (dead_) return ENOTCONN;
+      int wait = -1;
+      if (timeout_ms >= 0) {
+        const std::uint64_t now = ms_now();
+        if (now >= end) return ETIMEDOUT;
+        wait = static_cast<int>(end - now);
+      }
+      pollfd p[2] = {{efd, POLLIN, 0}, {fd_, POLLIN, 0}};
+      const int r = ::poll(p, 2, wait);
+      if (r < 0 && errno != EINTR) return errno;
+      if (r == 0) return ETIMEDOUT;
+      if (p[0].revents & POLLIN) {
+        std::uint64_t v;
+        [[maybe_unused]] const ssize_t k = ::read(efd, &v, sizeof v);
+      }
+      if (p[1].revents != 0 && !check_alive()) {
+        std::lock_guard<std::mutex> g(mu);
+        return ring.empty() ? ENOTCONN : 0;
+      }
+    }
+  }
+  template <class T>
+  T* keep(std::vector<std::unique_ptr<T>>& v, std::unique_ptr<T> p) {
+    std::lock_guard<std::mutex> g(tables_);
+    v.push_back(std::move(p));
+    return v.back().get();
+  }
+  static bool fail(int rc) {
+    if (rc == 0) return false;
+    errno = rc;
+    return true;
+  }
+  static std::nullptr_t fail_null(int rc) {
+    errno = rc;
+    return nullptr;
+  }
+  int simple(Op op, std::uint32_t handle) {
+    Request rq;
+    rq.op = op;
+    rq.handle = handle;
+    Reply rep;
+    return call(rq, rep);
+  }
+  Buffer* add_region(int fd, void* addr, std::size_t length, bool own) {
+    Request rq;
+    rq.op = Op::kRegRegion;
+    rq.region.length = length;
+    rq.region.client_addr = reinterpret_cast<std::uint64_t>(addr);
+    Reply rep;
+    if (fail(call(rq, rep, &fd, 1))) return nullptr;
+    auto b = std::make_unique<ABuffer>();
+    b->addr = addr;
+    b->length = length;
+    b->fd = fd;
+    b->region = rep.handle;
+    b->own = own;
+    return keep(bufs_, std::move(b));
+  }
+  ABuffer* find_buffer(void* addr, std::size_t length) {
+    const auto a = reinterpret_cast<std::uintptr_t>(addr);
+    std::lock_guard<std::mutex> g(tables_);
+    for (auto& b : bufs_) {
+      const auto s = reinterpret_cast<std::uintptr_t>(b->addr);
+      if (a >= s && length <= b->length && a - s <= b->length - length) return b.get();
+    }
+    return nullptr;
+  }
+  int post_recv_to(ShmProducer<RecvEntry>& ring, const RecvWr* wr, const RecvWr** bad_wr) {
+    int rc = dead_ ? ENOTCONN : 0;
+    bool staged = false;
+    for (; rc == 0 && wr != nullptr; wr = wr->next) {
+      if (wr->num_sge > kMaxSge) {
+        rc = EINVAL;
+        break;
+      }
+      RecvEntry e;
+      e.wr_id = wr->wr_id;
+      e.num_sge = wr->num_sge;
+      e.min_free = wr->min_free;
+      e.max_msgs = wr->max_msgs;
+      std::copy_n(wr->sg_list, wr->num_sge, e.sge);
+      if (!ring.stage(e)) {
+        rc = ring.broken() ? EIO : ENOMEM;
+        break;
+      }
+      staged = true;
+    }
+    if (staged) ring.publish();
+    if (rc != 0 && bad_wr) *bad_wr = wr;
+    return rc;
+  }
+  /// False (and dead from then on) when roced closed the socket.
+  bool check_alive() {
+    if (dead_) return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) return true;
+    char b;
+    if ((p.revents & (POLLHUP | POLLERR)) ||
+        ((p.revents & POLLIN) && ::recv(fd_, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0))
+      dead_ = true;
+    return !dead_;
+  }
+  /// One request, its reply (with up to `nout` descriptors); 0 or an errno value.
+  int call(Request& rq, Reply& rep, const int* fds_in = nullptr, int nin = 0,
+           int* fds_out = nullptr, int nout = 0) {
+    if (dead_) return ENOTCONN;
+    std::lock_guard<std::mutex> g(mu_);
+    rq.seq = ++seq_;
+    iovec iov{&rq, sizeof rq};
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    alignas(cmsghdr) char ctl[CMSG_SPACE(4 * sizeof(int))] = {};
+    if (nin > 0) {
+      m.msg_control = ctl;
+      m.msg_controllen = CMSG_SPACE(static_cast<std::size_t>(nin) * sizeof(int));
+      cmsghdr* c = CMSG_FIRSTHDR(&m);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(static_cast<std::size_t>(nin) * sizeof(int));
+      std::memcpy(CMSG_DATA(c), fds_in, static_cast<std::size_t>(nin) * sizeof(int));
+    }
+    if (::sendmsg(fd_, &m, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof rq)) {
+      dead_ = true;
+      return errno == EPIPE || errno == ECONNRESET ? EPIPE : ENOTCONN;
+    }
+    for (;;) {
+      iovec riov{&rep, sizeof rep};
+      msghdr r{};
+      r.msg_iov = &riov;
+      r.msg_iovlen = 1;
+      r.msg_control = ctl;
+      r.msg_controllen = sizeof ctl;
+      const ssize_t n = ::recvmsg(fd_, &r, MSG_CMSG_CLOEXEC);
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+        dead_ = true;
+        return ENOTCONN;
+      }
+      if (n < 0 && errno == EAGAIN) return ETIMEDOUT;  // SO_RCVTIMEO
+      if (n < 0) continue;
+      int got = 0;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&r); c != nullptr; c = CMSG_NXTHDR(&r, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        const std::size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (std::size_t i = 0; i < k; ++i) {
+          int f;
+          std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof f);
+          if (got < nout && rep.seq == rq.seq)
+            fds_out[got++] = f;
+          else
+            ::close(f);
+        }
+      }
+      if (n != static_cast<ssize_t>(sizeof rep)) return EPROTO;
+      if (rep.seq != rq.seq) continue;  // the late reply of a request that timed out
+      return rep.err;
+    }
+  }
+
+  int fd_;
+  PortInfo port_;
+  std::mutex mu_;      ///< one request at a time
+  std::mutex tables_;  ///< the vectors below
+  std::uint32_t seq_ = 0;
+  std::atomic<bool> dead_{false};
+  ShmConsumer<EventEntry> events_;  ///< asynchronous events (hello)
+  std::mutex events_mu_;
+  int events_fd_ = -1;
+  void* events_map_ = nullptr;
+  std::size_t events_bytes_ = 0;
+  std::vector<std::unique_ptr<APd>> pds_;
+  std::vector<std::unique_ptr<ABuffer>> bufs_;
+  std::vector<std::unique_ptr<AMr>> mrs_;
+  std::vector<std::unique_ptr<ACq>> cqs_;
+  std::vector<std::unique_ptr<ASrq>> srqs_;
+  std::vector<std::unique_ptr<AQp>> qps_;
+};
+
+}  // namespace
+
+std::unique_ptr<Context> Context::attach(const std::string& socket_path, const std::string& port) {
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (socket_path.empty() || socket_path.size() >= sizeof sa.sun_path) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  std::memcpy(sa.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return nullptr;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+    return nullptr;
+  }
+  // A request waits at most this long for its reply (modify_qp may resolve an address).
+  timeval tv{30, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  auto ctx = std::make_unique<Attached>(fd);
+  if (const int rc = ctx->hello(port)) {
+    errno = rc;
+    return nullptr;
+  }
+  return ctx;
+}
+
+}  // namespace roce::client

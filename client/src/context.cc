@@ -1,0 +1,43 @@
+/// @file
+/// What every backend shares: connect_rc().
+#include "client/include/roce/client.h"
+
+namespace roce::client {
+
+int Context::connect_rc(Qp* qp, const RcPeer& peer, std::uint32_t sq_psn, Mtu mtu,
+                        std::uint32_t access) {
+  using namespace engine;
+  QpAttr a;
+  a.qp_state = QpState::kInit;
+  a.pkey_index = 0;
+  a.port_num = 1;
+  a.qp_access_flags = access;
+  if (const int rc = modify_qp(qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags))
+    return rc;
+  a.qp_state = QpState::kRtr;
+  a.path_mtu = mtu;
+  a.dest_qp_num = peer.qpn;
+  a.rq_psn = peer.psn;
+  a.max_dest_rd_atomic = 16;
+  a.min_rnr_timer = 12;
+  a.ah.dgid = peer.gid;
+  a.ah.dmac = peer.mac.value_or(wire::MacAddr{});
+  a.ah.hop_limit = 64;
+  if (const int rc = modify_qp(qp, a,
+                               kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
+                                   kQpMaxDestRdAtomic | kQpMinRnrTimer))
+    return rc;
+  a.qp_state = QpState::kRts;
+  a.sq_psn = sq_psn;
+  // A vanished peer must end the QP (the engine takes retry_cnt 7 as "retry for ever"): 7
+  // tries of 0.54 s (4.096 us x 2^17), about 4 s; shorter timeouts failed QPs whose ACKs a
+  // heavily loaded host delayed by half a second.
+  a.timeout = 17;
+  a.retry_cnt = 6;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 16;
+  return modify_qp(qp, a,
+                   kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic);
+}
+
+}  // namespace roce::client

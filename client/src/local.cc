@@ -1,0 +1,264 @@
+/// @file
+/// The in-process backend of libroce: every call goes straight to the application's own
+/// engine; poll_cq and wait_cq drive its poll loop through LocalOptions::progress. Single
+/// threaded, as the engine is.
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <vector>
+
+#include "client/include/roce/client.h"
+#include "client/src/shared_memory.h"
+#include "dataplane/engine/engine.h"
+
+namespace roce::client {
+
+namespace {
+
+struct LPd : Pd {
+  engine::Pd* pd = nullptr;
+};
+struct LBuffer : Buffer {
+  bool own = false;
+  unsigned mrs = 0;
+};
+struct LMr : Mr {
+  engine::Mr* mr = nullptr;
+  LBuffer* buf = nullptr;
+};
+struct LCq : Cq {
+  engine::Cq* cq = nullptr;
+};
+struct LSrq : Srq {
+  engine::Srq* srq = nullptr;
+};
+struct LQp : Qp {
+  engine::Qp* qp = nullptr;
+};
+
+template <class T>
+T* keep(std::vector<std::unique_ptr<T>>& v, std::unique_ptr<T> p) {
+  v.push_back(std::move(p));
+  return v.back().get();
+}
+template <class T>
+void forget(std::vector<std::unique_ptr<T>>& v, const T* p) {
+  std::erase_if(v, [p](const auto& u) { return u.get() == p; });
+}
+std::nullptr_t fail_null(int e) {
+  errno = e;
+  return nullptr;
+}
+
+class Local final : public Context {
+ public:
+  explicit Local(LocalOptions o) : o_(std::move(o)), e_(*o_.engine) {}
+  ~Local() override {
+    for (auto& q : qps_) e_.destroy_qp(q->qp);
+    for (auto& s : srqs_) e_.destroy_srq(s->srq);
+    for (auto& m : mrs_) e_.dereg_mr(m->mr);
+    for (auto& c : cqs_) e_.destroy_cq(c->cq);
+    for (auto& p : pds_) e_.dealloc_pd(p->pd);
+    for (auto& b : bufs_)
+      if (b->own) {
+        ::munmap(b->addr, b->length);
+        ::close(b->fd);
+      }
+  }
+  const PortInfo& port() const override { return o_.port; }
+  bool connected() const override { return true; }
+
+  Pd* alloc_pd() override {
+    auto p = std::make_unique<LPd>();
+    p->pd = e_.alloc_pd();
+    return p->pd ? keep(pds_, std::move(p)) : fail_null(ENOMEM);
+  }
+  int dealloc_pd(Pd* pd) override {
+    auto* p = static_cast<LPd*>(pd);
+    if (const int rc = e_.dealloc_pd(p->pd)) return rc;
+    forget(pds_, p);
+    return 0;
+  }
+  Buffer* alloc_buffer(std::size_t length) override {
+    void* addr = nullptr;
+    const int fd = make_buffer(length, &addr);
+    if (fd < 0) return nullptr;
+    auto b = std::make_unique<LBuffer>();
+    b->addr = addr;
+    b->length = length;
+    b->fd = fd;
+    b->own = true;
+    return keep(bufs_, std::move(b));
+  }
+  Buffer* register_memfd(int fd, void* addr, std::size_t length) override {
+    if (fd < 0 || addr == nullptr || length == 0) return fail_null(EINVAL);
+    auto b = std::make_unique<LBuffer>();
+    b->addr = addr;
+    b->length = length;
+    b->fd = fd;
+    return keep(bufs_, std::move(b));
+  }
+  int free_buffer(Buffer* buffer) override {
+    auto* b = static_cast<LBuffer*>(buffer);
+    if (b->mrs != 0) return EBUSY;
+    if (b->own) {
+      ::munmap(b->addr, b->length);
+      ::close(b->fd);
+    }
+    forget(bufs_, b);
+    return 0;
+  }
+  Mr* reg_mr(Pd* pd, void* addr, std::size_t length, std::uint32_t access) override {
+    LBuffer* buf = nullptr;
+    const auto a = reinterpret_cast<std::uintptr_t>(addr);
+    for (auto& b : bufs_) {
+      const auto s = reinterpret_cast<std::uintptr_t>(b->addr);
+      if (a >= s && length <= b->length && a - s <= b->length - length) buf = b.get();
+    }
+    if (buf == nullptr) return fail_null(EINVAL);
+    auto m = std::make_unique<LMr>();
+    m->mr = e_.reg_mr(static_cast<LPd*>(pd)->pd, addr, length, access);
+    if (m->mr == nullptr) return fail_null(EINVAL);
+    m->buf = buf;
+    m->addr = addr;
+    m->length = length;
+    m->lkey = m->rkey = m->mr->key;
+    m->iova = reinterpret_cast<std::uint64_t>(addr);
+    ++buf->mrs;
+    return keep(mrs_, std::move(m));
+  }
+  int dereg_mr(Mr* mr) override {
+    auto* m = static_cast<LMr*>(mr);
+    if (const int rc = e_.dereg_mr(m->mr)) return rc;
+    --m->buf->mrs;
+    forget(mrs_, m);
+    return 0;
+  }
+  Cq* create_cq(std::uint32_t depth) override {
+    auto c = std::make_unique<LCq>();
+    c->cq = e_.create_cq(depth);
+    c->depth = depth;
+    return c->cq ? keep(cqs_, std::move(c)) : fail_null(EINVAL);
+  }
+  int destroy_cq(Cq* cq) override {
+    auto* c = static_cast<LCq*>(cq);
+    if (const int rc = e_.destroy_cq(c->cq)) return rc;
+    forget(cqs_, c);
+    return 0;
+  }
+  Srq* create_srq(Pd* pd, std::uint32_t max_wr, std::uint32_t max_sge) override {
+    auto s = std::make_unique<LSrq>();
+    s->srq = e_.create_srq(static_cast<LPd*>(pd)->pd, max_wr, max_sge);
+    return s->srq ? keep(srqs_, std::move(s)) : fail_null(EINVAL);
+  }
+  int destroy_srq(Srq* srq) override {
+    auto* s = static_cast<LSrq*>(srq);
+    if (const int rc = e_.destroy_srq(s->srq)) return rc;
+    forget(srqs_, s);
+    return 0;
+  }
+  Qp* create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap& cap, Srq* srq,
+                bool sq_sig_all) override {
+    auto q = std::make_unique<LQp>();
+    q->qp = e_.create_qp(static_cast<LPd*>(pd)->pd, type, static_cast<LCq*>(send_cq)->cq,
+                         static_cast<LCq*>(recv_cq)->cq, cap,
+                         srq ? static_cast<LSrq*>(srq)->srq : nullptr, sq_sig_all);
+    if (q->qp == nullptr) return fail_null(EINVAL);
+    q->qp_num = q->qp->qpn;
+    q->type = type;
+    return keep(qps_, std::move(q));
+  }
+  int destroy_qp(Qp* qp) override {
+    auto* q = static_cast<LQp*>(qp);
+    if (const int rc = e_.destroy_qp(q->qp)) return rc;
+    forget(qps_, q);
+    return 0;
+  }
+  int modify_qp(Qp* qp, const QpAttr& attr, std::uint32_t mask) override {
+    QpAttr a = attr;
+    if ((mask & engine::kQpAv) && a.ah.dmac == wire::MacAddr{}) {
+      const auto& g = a.ah.dgid.b;
+      const wire::Ipv4Addr ip{static_cast<std::uint32_t>(g[12]) << 24 |
+                              static_cast<std::uint32_t>(g[13]) << 16 |
+                              static_cast<std::uint32_t>(g[14]) << 8 | g[15]};
+      const auto mac = o_.resolve ? o_.resolve(ip) : std::nullopt;
+      if (!mac) return EHOSTUNREACH;
+      a.ah.dmac = *mac;
+    }
+    return e_.modify_qp(static_cast<LQp*>(qp)->qp, a, mask);
+  }
+  int post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr) override {
+    return e_.post_send(static_cast<LQp*>(qp)->qp, wr, bad_wr);
+  }
+  int post_recv(Qp* qp, const RecvWr* wr, const RecvWr** bad_wr) override {
+    return e_.post_recv(static_cast<LQp*>(qp)->qp, wr, bad_wr);
+  }
+  int post_srq_recv(Srq* srq, const RecvWr* wr, const RecvWr** bad_wr) override {
+    return e_.post_srq_recv(static_cast<LSrq*>(srq)->srq, wr, bad_wr);
+  }
+  int poll_cq(Cq* cq, int max, Wc* out) override {
+    engine::Cq* c = static_cast<LCq*>(cq)->cq;
+    if (c->size() == 0 && o_.progress) o_.progress();
+    return e_.poll_cq(c, max, out);
+  }
+  int get_async_event(AsyncEvent& ev, int timeout_ms) override {
+    timespec t0{};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    engine::AsyncEvent e;
+    for (unsigned i = 0; !e_.get_async_event(e); ++i) {
+      if (timeout_ms == 0) return ETIMEDOUT;
+      if (o_.progress) o_.progress();
+      if (timeout_ms > 0 && (i & 255) == 0) {
+        timespec t{};
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= timeout_ms)
+          return ETIMEDOUT;
+      }
+    }
+    ev.type = e.type;
+    ev.qp_num = e.qp_num;
+    ev.cq = nullptr;
+    for (auto& c : cqs_)
+      if (c->cq == e.cq) ev.cq = c.get();
+    return 0;
+  }
+  int wait_cq(Cq* cq, int timeout_ms) override {
+    engine::Cq* c = static_cast<LCq*>(cq)->cq;
+    timespec t0{};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned i = 0; c->size() == 0; ++i) {
+      if (o_.progress) o_.progress();
+      if (timeout_ms >= 0 && (i & 255) == 0) {
+        timespec t{};
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= timeout_ms)
+          return ETIMEDOUT;
+      }
+    }
+    return 0;
+  }
+
+ private:
+  LocalOptions o_;
+  engine::Engine& e_;
+  std::vector<std::unique_ptr<LPd>> pds_;
+  std::vector<std::unique_ptr<LBuffer>> bufs_;
+  std::vector<std::unique_ptr<LMr>> mrs_;
+  std::vector<std::unique_ptr<LCq>> cqs_;
+  std::vector<std::unique_ptr<LSrq>> srqs_;
+  std::vector<std::unique_ptr<LQp>> qps_;
+};
+
+}  // namespace
+
+std::unique_ptr<Context> Context::open_local(LocalOptions opts) {
+  if (opts.engine == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return std::make_unique<Local>(std::move(opts));
+}
+
+}  // namespace roce::client

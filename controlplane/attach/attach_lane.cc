@@ -1,0 +1,216 @@
+/// @file
+/// Lane: attached clients' rings <-> the engine of one lcore (attach_lane.h).
+#include "controlplane/attach/attach_lane.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace roce::attach {
+
+namespace {
+
+constexpr std::size_t kBatch = 32;  ///< entries taken from one ring per iteration
+
+engine::WcOpcode wc_opcode(engine::WrOpcode op) {
+  using engine::WcOpcode;
+  using engine::WrOpcode;
+  switch (op) {
+    case WrOpcode::kWrite:
+    case WrOpcode::kWriteImm:
+      return WcOpcode::kRdmaWrite;
+    case WrOpcode::kRead:
+      return WcOpcode::kRdmaRead;
+    case WrOpcode::kCmpSwap:
+      return WcOpcode::kCompSwap;
+    case WrOpcode::kFetchAdd:
+      return WcOpcode::kFetchAdd;
+    case WrOpcode::kLocalInv:
+      return WcOpcode::kLocalInv;
+    case WrOpcode::kRegMr:
+      return WcOpcode::kRegMr;
+    default:
+      return WcOpcode::kSend;
+  }
+}
+
+bool allowed(engine::WrOpcode op) {
+  using engine::WrOpcode;
+  switch (op) {
+    case WrOpcode::kWrite:
+    case WrOpcode::kWriteImm:
+    case WrOpcode::kSend:
+    case WrOpcode::kSendImm:
+    case WrOpcode::kRead:
+    case WrOpcode::kCmpSwap:
+    case WrOpcode::kFetchAdd:
+    case WrOpcode::kLocalInv:
+    case WrOpcode::kSendInv:
+      return true;
+    default:  // kRegMr: would let a client describe memory no MR of its own covers
+      return false;
+  }
+}
+
+}  // namespace
+
+std::size_t Lane::poll(std::uint64_t) {
+  if (qps_.empty() && cqs_.empty()) [[likely]]
+    return 0;
+  std::size_t moved = 0;
+  for (LaneQp* q : qps_) {
+    moved += drain_send(*q);
+    if (q->rq.valid()) moved += drain_recv(q->rq, q->qp, nullptr, q->recv_cq);
+  }
+  for (LaneSrq* s : srqs_) moved += drain_recv(s->rq, nullptr, s->srq, s->error_cq);
+  for (LaneCq* c : cqs_) moved += deliver(*c);
+  return moved;
+}
+
+void Lane::on_async(const engine::AsyncEvent& ev) {
+  EventEntry e;
+  e.type = ev.type;
+  LaneEvents* to = nullptr;
+  if (ev.type == engine::AsyncEventType::kCqErr) {
+    for (LaneCq* c : cqs_)
+      if (c->cq == ev.cq) {
+        to = c->events;
+        e.cq = c->handle;
+      }
+  } else {
+    for (LaneQp* q : qps_)
+      if (q->qp->qpn == ev.qp_num) to = q->events;
+    e.qp_num = ev.qp_num;
+  }
+  if (next_async) next_async(ev);
+  if (to == nullptr) return;
+  ++stats_.events;
+  if (!to->ring.push(e)) {
+    ++to->dropped;
+    ++stats_.events_dropped;
+    return;
+  }
+  if (to->ring.should_wake()) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t w = ::write(to->event_fd, &one, sizeof one);
+  }
+}
+
+void Lane::refuse(LaneCq* cq, std::uint64_t wr_id, engine::WcOpcode op, std::uint32_t qpn) {
+  ++stats_.refused_wrs;
+  if (cq == nullptr) return;
+  engine::Wc wc;
+  wc.wr_id = wr_id;
+  wc.status = engine::WcStatus::kLocQpOpErr;
+  wc.opcode = op;
+  wc.qp_num = qpn;
+  cq->local.push_back(wc);
+}
+
+std::size_t Lane::drain_send(LaneQp& q) {
+  if (q.sq.broken()) return 0;
+  SendEntry e[kBatch];
+  const std::size_t n = q.sq.peek_n(e, kBatch);
+  if (q.sq.broken()) {
+    ++stats_.broken_rings;
+    return 0;
+  }
+  std::size_t taken = 0;
+  for (; taken < n; ++taken) {
+    const SendEntry& s = e[taken];
+    if (s.num_sge > kMaxSge || !allowed(s.opcode)) {
+      refuse(q.send_cq, s.wr_id, wc_opcode(s.opcode), q.qp->qpn);
+      continue;
+    }
+    engine::SendWr wr;
+    wr.wr_id = s.wr_id;
+    wr.sg_list = s.sge;  // a copy out of shared memory (peek_n)
+    wr.num_sge = s.num_sge;
+    wr.opcode = s.opcode;
+    // Inline data is copied by the engine from the SGE address without a key check: a client
+    // address means nothing here, so its SGEs go the registered way.
+    wr.send_flags = s.send_flags & ~std::uint32_t{engine::kSendInline};
+    wr.imm_data = s.imm_data;
+    wr.invalidate_rkey = s.invalidate_rkey;
+    wr.rdma.remote_addr = s.remote_addr;
+    wr.rdma.rkey = s.rkey;
+    wr.atomic.remote_addr = s.remote_addr;
+    wr.atomic.rkey = s.rkey;
+    wr.atomic.compare_add = s.compare_add;
+    wr.atomic.swap = s.swap;
+    wr.ud.ah = &s.ah;
+    wr.ud.remote_qpn = s.remote_qpn;
+    wr.ud.remote_qkey = s.remote_qkey;
+    const int rc = eng_.post_send(q.qp, &wr, nullptr);
+    if (rc == engine::kErrNoMem) break;  // the send queue is full: the rest waits in the ring
+    if (rc != engine::kOk) refuse(q.send_cq, s.wr_id, wc_opcode(s.opcode), q.qp->qpn);
+    ++stats_.send_wrs;
+  }
+  q.sq.consume(taken);
+  return taken;
+}
+
+std::size_t Lane::drain_recv(ShmConsumer<RecvEntry>& ring, engine::Qp* qp, engine::Srq* srq,
+                             LaneCq* cq) {
+  if (ring.broken()) return 0;
+  RecvEntry e[kBatch];
+  const std::size_t n = ring.peek_n(e, kBatch);
+  if (ring.broken()) {
+    ++stats_.broken_rings;
+    return 0;
+  }
+  std::size_t taken = 0;
+  const std::uint32_t qpn = qp ? qp->qpn : 0;
+  for (; taken < n; ++taken) {
+    const RecvEntry& r = e[taken];
+    if (r.num_sge > kMaxSge) {
+      refuse(cq, r.wr_id, engine::WcOpcode::kRecv, qpn);
+      continue;
+    }
+    engine::RecvWr wr;
+    wr.wr_id = r.wr_id;
+    wr.sg_list = r.sge;
+    wr.num_sge = r.num_sge;
+    wr.min_free = r.min_free;  // the engine bounds-checks both against the buffer
+    wr.max_msgs = r.max_msgs;
+    const int rc = qp ? eng_.post_recv(qp, &wr, nullptr) : eng_.post_srq_recv(srq, &wr, nullptr);
+    if (rc == engine::kErrNoMem) break;
+    if (rc != engine::kOk) refuse(cq, r.wr_id, engine::WcOpcode::kRecv, qpn);
+    ++stats_.recv_wrs;
+  }
+  ring.consume(taken);
+  return taken;
+}
+
+std::size_t Lane::deliver(LaneCq& c) {
+  if (c.ring.broken()) return 0;
+  std::size_t moved = 0;
+  std::uint32_t room = c.ring.room();
+  if (!c.local.empty() && room != 0) {
+    const std::size_t k = std::min<std::size_t>(room, c.local.size());
+    c.ring.push_n(c.local.data(), k);
+    c.local.erase(c.local.begin(), c.local.begin() + static_cast<std::ptrdiff_t>(k));
+    room -= static_cast<std::uint32_t>(k);
+    moved += k;
+  }
+  // Only what fits: the rest stays in the engine's CQ (the ring has depth + 1 slots, the CQ
+  // depth entries, so nothing is dropped here that the engine would have kept).
+  while (room != 0 && c.cq->size() != 0) {
+    engine::Wc wc[kBatch];
+    const int k = eng_.poll_cq(c.cq, static_cast<int>(std::min<std::uint32_t>(room, kBatch)), wc);
+    for (int i = 0; i < k; ++i) c.ring.stage(wc[i]);
+    room -= static_cast<std::uint32_t>(k);
+    moved += static_cast<std::size_t>(k);
+  }
+  if (moved == 0) return 0;
+  c.ring.publish();
+  stats_.completions += moved;
+  if (c.ring.should_wake()) {
+    ++stats_.wakeups;
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t w = ::write(c.event_fd, &one, sizeof one);
+  }
+  return moved;
+}
+
+}  // namespace roce::attach

@@ -1,0 +1,98 @@
+/// @file
+/// The data path of attached clients on one lcore: a port::Poller that, at the start of every
+/// poll-loop iteration, moves the work requests clients put in their QPs' shared send and
+/// receive rings into the engine (post_send / post_recv / post_srq_recv), and the completions
+/// of their CQs from the engine into the CQs' shared rings, signalling a CQ's eventfd only when
+/// its client waits (armed). Everything here runs on the lcore that owns the engine; the
+/// control thread (attach_server.cc) adds and removes entries with posted commands.
+///
+/// What a client writes is not trusted: entries are copied out of shared memory before they
+/// are looked at, SGE counts are bounded, inline data and fast registration (which would make
+/// the engine touch addresses no MR covers) are refused, and a ring whose index goes out of
+/// range is "broken" and no longer read. Addresses in SGEs are the client's own: its MRs are
+/// registered with those as I/O virtual addresses (Engine::reg_mr with an iova), so they go to
+/// the engine as they are, and its key checks keep a client inside its own MRs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "controlplane/attach/protocol.h"
+#include "dataplane/engine/engine.h"
+#include "dataplane/port/poller.h"
+
+namespace roce::attach {
+
+/// A client's asynchronous event ring (one per client, on its lane).
+struct LaneEvents {
+  ShmProducer<EventEntry> ring;
+  int event_fd = -1;
+  std::uint64_t dropped = 0;  ///< the client did not read its events in time
+};
+
+struct LaneCq {
+  engine::Cq* cq = nullptr;
+  std::uint32_t handle = 0;  ///< the client's name for it
+  LaneEvents* events = nullptr;
+  ShmProducer<CqEntry> ring;
+  int event_fd = -1;
+  /// Completions the lane made itself (a work request the engine refused) waiting for room.
+  std::vector<engine::Wc> local;
+};
+
+struct LaneQp {
+  engine::Qp* qp = nullptr;
+  LaneEvents* events = nullptr;
+  ShmConsumer<SendEntry> sq;
+  ShmConsumer<RecvEntry> rq;  ///< not valid on an SRQ
+  LaneCq* send_cq = nullptr;
+  LaneCq* recv_cq = nullptr;
+};
+
+struct LaneSrq {
+  engine::Srq* srq = nullptr;
+  ShmConsumer<RecvEntry> rq;
+  LaneCq* error_cq = nullptr;  ///< where refused receive requests complete (set by the first QP)
+};
+
+struct LaneStats {
+  std::uint64_t send_wrs = 0, recv_wrs = 0, completions = 0, wakeups = 0;
+  std::uint64_t refused_wrs = 0;  ///< completed with an error by the lane
+  std::uint64_t broken_rings = 0;
+  std::uint64_t events = 0, events_dropped = 0;
+};
+
+class Lane : public port::Poller {
+ public:
+  explicit Lane(engine::Engine& e) : eng_(e) {}
+  std::size_t poll(std::uint64_t now_ns) override;
+  /// The engine's asynchronous event (Engine::on_async_event, on this lcore): to the event
+  /// ring of the client that owns the QP or CQ; nothing when no client does.
+  void on_async(const engine::AsyncEvent& ev);
+  /// What Engine::on_async_event did before the lane took it (called after the lane).
+  std::function<void(const engine::AsyncEvent&)> next_async;
+  engine::Engine& engine() { return eng_; }
+  // ---- lcore only (posted commands) ----
+  void add(LaneQp* q) { qps_.push_back(q); }
+  void add(LaneCq* c) { cqs_.push_back(c); }
+  void add(LaneSrq* s) { srqs_.push_back(s); }
+  void remove(LaneQp* q) { std::erase(qps_, q); }
+  void remove(LaneCq* c) { std::erase(cqs_, c); }
+  void remove(LaneSrq* s) { std::erase(srqs_, s); }
+  const LaneStats& stats() const { return stats_; }
+
+ private:
+  std::size_t drain_send(LaneQp& q);
+  std::size_t drain_recv(ShmConsumer<RecvEntry>& ring, engine::Qp* qp, engine::Srq* srq,
+                         LaneCq* cq);
+  std::size_t deliver(LaneCq& c);
+  void refuse(LaneCq* cq, std::uint64_t wr_id, engine::WcOpcode op, std::uint32_t qpn);
+  engine::Engine& eng_;
+  std::vector<LaneQp*> qps_;
+  std::vector<LaneCq*> cqs_;
+  std::vector<LaneSrq*> srqs_;
+  LaneStats stats_;
+};
+
+}  // namespace roce::attach

@@ -1,0 +1,895 @@
+/// @file
+/// AttachServer: the control thread of the attachment (attach_server.h).
+#include "controlplane/attach/attach_server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <future>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+
+#include "controlplane/attach/attach_lane.h"
+
+namespace roce::attach {
+
+namespace {
+
+struct Stopped {};  // the server stops while a request waits for an lcore
+
+constexpr std::uint32_t kMaxDepth = 1u << 16;  ///< CQ depth, QP and SRQ work requests
+
+struct PdRec {
+  engine::Pd* pd = nullptr;
+  std::uint32_t refs = 0;  ///< MRs, QPs, SRQs on it
+};
+struct Region {
+  void* map = nullptr;
+  std::uint64_t length = 0;
+  std::uint64_t client_addr = 0;
+  std::uint32_t mrs = 0;
+};
+struct MrRec {
+  engine::Mr* mr = nullptr;
+  std::uint32_t pd = 0, region = 0;
+};
+struct CqRec {
+  std::unique_ptr<LaneCq> lane;
+  void* map = nullptr;
+  std::size_t bytes = 0;
+  std::uint32_t refs = 0;  ///< QPs
+};
+struct QpRec {
+  std::unique_ptr<LaneQp> lane;
+  void* map = nullptr;
+  std::size_t bytes = 0;
+  std::uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
+};
+struct SrqRec {
+  std::unique_ptr<LaneSrq> lane;
+  void* map = nullptr;
+  std::size_t bytes = 0;
+  std::uint32_t pd = 0, refs = 0;
+};
+
+// A sealed memfd of `bytes` mapped here; the fd stays open for passing.
+void* make_shared(const char* name, std::size_t bytes, int& fd) {
+  fd = ::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return nullptr;
+  void* p = MAP_FAILED;
+  // Sealed against resizing: a client that could shrink it would make roced's next access a
+  // SIGBUS.
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0 &&
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
+    p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    ::close(fd);
+    fd = -1;
+    return nullptr;
+  }
+  return p;
+}
+
+void send_reply(int fd, const Reply& r, const int* fds = nullptr, int nfds = 0) {
+  iovec iov{const_cast<Reply*>(&r), sizeof r};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  alignas(cmsghdr) char ctl[CMSG_SPACE(2 * sizeof(int))] = {};
+  if (nfds > 0) {
+    m.msg_control = ctl;
+    m.msg_controllen = CMSG_SPACE(static_cast<std::size_t>(nfds) * sizeof(int));
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(static_cast<std::size_t>(nfds) * sizeof(int));
+    std::memcpy(CMSG_DATA(c), fds, static_cast<std::size_t>(nfds) * sizeof(int));
+  }
+  // A client that stopped reading loses its reply; its next read sees the socket closed.
+  [[maybe_unused]] const ssize_t n = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+}  // namespace
+
+struct Client {
+  int fd = -1;
+  std::uint32_t id = 0;
+  pid_t pid = 0;
+  uid_t uid = 0;
+  bool hello = false;
+  std::size_t port = 0;
+  std::uint32_t lcore = 0;
+  Lane* lane = nullptr;
+  port::PollLoop* loop = nullptr;
+  std::uint32_t next_handle = 1;
+  std::map<std::uint32_t, PdRec> pds;
+  std::map<std::uint32_t, Region> regions;
+  std::map<std::uint32_t, MrRec> mrs;
+  std::map<std::uint32_t, CqRec> cqs;
+  std::map<std::uint32_t, QpRec> qps;
+  std::map<std::uint32_t, SrqRec> srqs;
+  std::uint64_t memory = 0;
+  std::unique_ptr<LaneEvents> events;  ///< asynchronous events (hello)
+  void* events_map = nullptr;
+  std::size_t events_bytes = 0;
+  ClientInfo info;  ///< what clients() reports, refreshed after each request (under mu_)
+};
+
+namespace {
+
+// Runs `fn` on the lcore of `loop` and returns its result (directly when the loops stopped).
+template <class F>
+auto run_on(port::PollLoop* loop, const std::atomic<bool>& stop,
+            const std::atomic<bool>& loops_stopped, F fn) -> decltype(fn()) {
+  using R = decltype(fn());
+  if (loops_stopped.load()) return fn();
+  auto done = std::make_shared<std::promise<R>>();
+  auto fut = done->get_future();
+  while (!loop->post([done, fn]() mutable { done->set_value(fn()); })) {
+    if (stop.load()) throw Stopped{};
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // When roced stops, the worker lcores still run for a moment: a command they take runs
+  // and is waited for. One that is not taken by then never runs (the main lcore, which is
+  // stopping us, polls no more; its ring is freed unrun), so nothing it names is touched
+  // after we give up on it.
+  int after_stop = 0;
+  while (fut.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready)
+    if (stop.load() && ++after_stop > 5) throw Stopped{};
+  return fut.get();
+}
+
+}  // namespace
+
+AttachServer::AttachServer(const AttachConfig& cfg, std::vector<AttachPort> ports)
+    : cfg_(cfg), ports_(std::move(ports)), counts_(new PortCounts[ports_.size()]) {
+  if (cfg_.socket.empty()) throw std::runtime_error("attach: no socket path");
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (cfg_.socket.size() >= sizeof sa.sun_path)
+    throw std::runtime_error("attach: socket path too long: " + cfg_.socket);
+  std::memcpy(sa.sun_path, cfg_.socket.c_str(), cfg_.socket.size() + 1);
+  listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listen_fd_ < 0) throw std::runtime_error("attach: socket: " + std::string(strerror(errno)));
+  // A socket file left by a roced that died is replaced; anything else at the path is not.
+  struct stat st {};
+  if (::lstat(cfg_.socket.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      ::close(listen_fd_);
+      throw std::runtime_error("attach: " + cfg_.socket + " exists and is not a socket");
+    }
+    ::unlink(cfg_.socket.c_str());
+  }
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::chmod(cfg_.socket.c_str(), cfg_.mode) != 0 || ::listen(listen_fd_, 16) != 0) {
+    const std::string why = strerror(errno);
+    ::close(listen_fd_);
+    throw std::runtime_error("attach: cannot listen on " + cfg_.socket + ": " + why);
+  }
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  for (const AttachPort& p : ports_) {
+    auto& v = lanes_.emplace_back();
+    for (port::PollLoop* l : p.loops) {
+      v.push_back(std::make_unique<Lane>(l->engine()));
+      Lane* lane = v.back().get();
+      l->add_poller(lane);
+      // Asynchronous events go to the clients that own the QP or CQ (and on to whoever
+      // listened before).
+      lane->next_async = std::move(l->engine().on_async_event);
+      l->engine().on_async_event = [lane](const engine::AsyncEvent& ev) { lane->on_async(ev); };
+    }
+  }
+  thread_ = std::thread([this] { serve(); });
+}
+
+void AttachServer::stop() {
+  if (stop_.exchange(true)) return;
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t w = ::write(wake_fd_, &one, sizeof one);
+  if (thread_.joinable()) thread_.join();
+  ::close(listen_fd_);
+  ::unlink(cfg_.socket.c_str());
+}
+
+AttachServer::~AttachServer() {
+  stop();
+  // The loops no longer run: what remains is torn down here, on this thread.
+  loops_stopped_ = true;
+  stop_ = false;
+  while (!clients_.empty()) drop(*clients_.back(), false);
+  for (std::size_t p = 0; p < ports_.size(); ++p)
+    for (std::size_t l = 0; l < ports_[p].loops.size(); ++l) {
+      ports_[p].loops[l]->remove_poller(lanes_[p][l].get());
+      ports_[p].loops[l]->engine().on_async_event = std::move(lanes_[p][l]->next_async);
+    }
+  ::close(wake_fd_);
+}
+
+AttachCounts AttachServer::counts(std::size_t i) const {
+  const PortCounts& c = counts_[i];
+  AttachCounts a;
+  a.clients = c.clients;
+  a.qps = c.qps;
+  a.mrs = c.mrs;
+  a.cqs = c.cqs;
+  a.memory_bytes = c.memory;
+  a.clients_total = c.total;
+  a.clients_lost = c.lost;
+  a.requests = c.requests;
+  a.bad_requests = c.bad;
+  return a;
+}
+
+std::vector<ClientInfo> AttachServer::clients() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<ClientInfo> out;
+  for (const auto& c : clients_)
+    if (c->info.id != 0) out.push_back(c->info);
+  return out;
+}
+
+void AttachServer::serve() {
+  std::vector<pollfd> fds;
+  while (!stop_) {
+    fds.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
+    for (const auto& c : clients_) fds.push_back({c->fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), 1000) < 0 && errno != EINTR) break;
+    if (stop_) break;
+    if (fds[1].revents & POLLIN) accept_client();
+    // Newest first, so that dropping one does not move the ones still to look at.
+    for (std::size_t i = fds.size(); i-- > 2;) {
+      if (fds[i].revents == 0) continue;
+      Client* c = nullptr;
+      for (auto& k : clients_)
+        if (k->fd == fds[i].fd) c = k.get();
+      if (c == nullptr) continue;
+      try {
+        if (!handle(*c)) {
+          drop(*c, true);
+        } else if (c->hello) {
+          std::lock_guard<std::mutex> g(mu_);
+          c->info = {c->id,    c->pid,        c->uid,        ports_[c->port].name,
+                     c->lcore, c->qps.size(), c->mrs.size(), c->cqs.size(),
+                     c->memory};
+        }
+      } catch (const Stopped&) {
+        return;
+      }
+    }
+  }
+}
+
+void AttachServer::accept_client() {
+  const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) return;
+  if (clients_.size() >= cfg_.max_clients) {
+    std::fprintf(stderr, "roced: attach: refused a client (max_clients %u reached)\n",
+                 cfg_.max_clients);
+    ::close(fd);
+    return;
+  }
+  auto c = std::make_unique<Client>();
+  c->fd = fd;
+  c->id = next_id_++;
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+    c->pid = cred.pid;
+    c->uid = cred.uid;
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  clients_.push_back(std::move(c));
+}
+
+void AttachServer::drop(Client& c, bool lost) {
+  PortCounts& pc = counts_[c.port];
+  const bool held = !c.qps.empty() || !c.mrs.empty() || !c.cqs.empty() || !c.regions.empty();
+  if (c.hello) {
+    // Order: no QP may send from or write into memory once its MR is gone, so every QP goes
+    // to the error state (flushing its work requests) and is destroyed first; the SRQs, the
+    // MRs, the CQs and the PDs follow, all in one command on the owning lcore.
+    try {
+      run_on(c.loop, stop_, loops_stopped_, [&c] {
+        engine::Engine& e = c.lane->engine();
+        engine::QpAttr err;
+        err.qp_state = engine::QpState::kErr;
+        for (auto& [h, q] : c.qps) {
+          c.lane->remove(q.lane.get());
+          e.modify_qp(q.lane->qp, err, engine::kQpState);
+          e.destroy_qp(q.lane->qp);
+        }
+        for (auto& [h, s] : c.srqs) {
+          c.lane->remove(s.lane.get());
+          e.destroy_srq(s.lane->srq);
+        }
+        for (auto& [h, m] : c.mrs) e.dereg_mr(m.mr);
+        for (auto& [h, q] : c.cqs) {
+          c.lane->remove(q.lane.get());
+          e.destroy_cq(q.lane->cq);
+        }
+        for (auto& [h, p] : c.pds) e.dealloc_pd(p.pd);
+        return 0;
+      });
+    } catch (const Stopped&) {
+      throw;  // the command never ran: ~AttachServer releases everything directly
+    }
+    for (auto& [h, q] : c.qps) ::munmap(q.map, q.bytes);
+    for (auto& [h, s] : c.srqs) ::munmap(s.map, s.bytes);
+    for (auto& [h, q] : c.cqs) {
+      ::munmap(q.map, q.bytes);
+      ::close(q.lane->event_fd);
+    }
+    for (auto& [h, r] : c.regions) ::munmap(r.map, r.length);
+    if (c.events_map) ::munmap(c.events_map, c.events_bytes);
+    if (c.events) ::close(c.events->event_fd);
+    pc.qps -= c.qps.size();
+    pc.mrs -= c.mrs.size();
+    pc.cqs -= c.cqs.size();
+    pc.memory -= c.memory;
+    --pc.clients;
+    if (lost && held) ++pc.lost;
+    std::printf("roced: attach: client %u (pid %d) %s: %zu QPs, %zu MRs, %zu CQs released\n", c.id,
+                static_cast<int>(c.pid), lost ? "gone" : "detached", c.qps.size(), c.mrs.size(),
+                c.cqs.size());
+    std::fflush(stdout);
+  }
+  ::close(c.fd);
+  std::lock_guard<std::mutex> g(mu_);
+  std::erase_if(clients_, [&c](const auto& p) { return p.get() == &c; });
+}
+
+/// What a request's handler passes back besides the reply: descriptors to send with it, and
+/// those to close once sent.
+struct Out {
+  int send[2] = {-1, -1};
+  int nsend = 0;
+  int close_after[2] = {-1, -1};
+  int nclose = 0;
+};
+
+/// One handler per request; each returns 0 or an errno value (the reply's err).
+struct Ops {
+  AttachServer& s;
+  Client& c;
+  const Request& rq;
+  Reply& rep;
+  Out& out;
+  std::vector<int>& passed;  ///< descriptors that came with the request (closed after)
+
+  template <class F>
+  auto run(F fn) {
+    return run_on(c.loop, s.stop_, s.loops_stopped_, fn);
+  }
+  AttachServer::PortCounts& counts() { return s.counts_[c.port]; }
+  engine::Engine& eng() { return c.lane->engine(); }
+  const AttachQuotas& quota() const { return s.cfg_.quotas; }
+
+  int hello();
+  int alloc_pd();
+  int dealloc_pd();
+  int reg_region();
+  int dereg_region();
+  int reg_mr();
+  int dereg_mr();
+  int create_cq();
+  int destroy_cq();
+  int create_qp();
+  int destroy_qp();
+  int modify_qp();
+  int create_srq();
+  int destroy_srq();
+  /// The MAC of `gid`'s IPv4 address from the port's neighbour cache, by ARP if need be.
+  std::optional<wire::MacAddr> resolve(const wire::Ipv6Addr& gid);
+};
+
+int Ops::hello() {
+  if (c.hello) return EINVAL;
+  if (rq.hello.version != kVersion) return EPROTO;
+  const std::string want(rq.hello.port, strnlen(rq.hello.port, sizeof rq.hello.port));
+  std::size_t pi = s.ports_.size();
+  for (std::size_t i = 0; i < s.ports_.size(); ++i)
+    if (want.empty() || s.ports_[i].name == want) {
+      pi = i;
+      break;
+    }
+  if (pi == s.ports_.size()) return ENODEV;
+  // The event ring: room for a fatal and one more event per QP, one per CQ and SRQ at once.
+  const AttachQuotas& q = quota();
+  const std::uint32_t slots =
+      ShmQueueLayout<EventEntry>::slots_for(2 * q.max_qps + q.max_cqs + q.max_srqs);
+  const std::size_t bytes = ShmQueueLayout<EventEntry>::bytes(slots);
+  int memfd = -1;
+  void* p = make_shared("roce-events", bytes, memfd);
+  if (p == nullptr) return ENOMEM;
+  const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (efd < 0) {
+    ::munmap(p, bytes);
+    ::close(memfd);
+    return ENOMEM;
+  }
+  c.events = std::make_unique<LaneEvents>();
+  c.events->ring = ShmProducer<EventEntry>(ShmQueueLayout<EventEntry>::init(p, slots), slots);
+  c.events->event_fd = efd;
+  c.events_map = p;
+  c.events_bytes = bytes;
+  rep.bytes = bytes;
+  rep.hello.event_slots = slots;
+  out = Out{{memfd, efd}, 2, {memfd, -1}, 1};
+  const AttachPort& port = s.ports_[pi];
+  c.port = pi;
+  c.lcore = c.id % static_cast<std::uint32_t>(port.loops.size());
+  c.loop = port.loops[c.lcore];
+  c.lane = s.lanes_[pi][c.lcore].get();
+  c.hello = true;
+  ++counts().clients;
+  ++counts().total;
+  HelloRep& hr = rep.hello;
+  hr.client_id = c.id;
+  hr.lcore = c.lcore;
+  hr.mac = port.mac;
+  hr.ipv4 = port.ipv4;
+  hr.gid.b[10] = hr.gid.b[11] = 0xFF;
+  for (int i = 0; i < 4; ++i)
+    hr.gid.b[12 + i] = static_cast<std::uint8_t>(hr.ipv4.v >> (24 - 8 * i));
+  hr.max_mtu = eng().config().max_mtu;
+  std::snprintf(hr.port, sizeof hr.port, "%s", port.name.c_str());
+  hr.max_qps = quota().max_qps;
+  hr.max_mrs = quota().max_mrs;
+  hr.max_cqs = quota().max_cqs;
+  hr.max_memory = quota().max_memory;
+  std::printf("roced: attach: client %u (pid %d, uid %u) on port %s, lcore %u\n", c.id,
+              static_cast<int>(c.pid), static_cast<unsigned>(c.uid), port.name.c_str(), c.lcore);
+  std::fflush(stdout);
+  return 0;
+}
+
+int Ops::alloc_pd() {
+  if (c.pds.size() >= 64) return EDQUOT;
+  engine::Engine* e = &eng();
+  engine::Pd* pd = run([e] { return e->alloc_pd(); });
+  if (pd == nullptr) return ENOMEM;
+  rep.handle = c.next_handle++;
+  c.pds[rep.handle] = PdRec{pd, 0};
+  return 0;
+}
+
+int Ops::dealloc_pd() {
+  const auto it = c.pds.find(rq.handle);
+  if (it == c.pds.end()) return EINVAL;
+  if (it->second.refs != 0) return EBUSY;
+  engine::Engine* e = &eng();
+  if (const int rc = run([e, pd = it->second.pd] { return e->dealloc_pd(pd); })) return rc;
+  c.pds.erase(it);
+  return 0;
+}
+
+int Ops::reg_region() {
+  if (passed.size() != 1) return EBADF;
+  const std::uint64_t len = rq.region.length;
+  if (len == 0 || len > quota().max_memory) return EINVAL;
+  if (c.memory + len > quota().max_memory) return EDQUOT;
+  const int fd = passed[0];
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) < len)
+    return EINVAL;
+  // Only a memfd sealed against shrinking (or one we can seal) is mapped: truncated under
+  // roced's feet, its pages would fault (SIGBUS) in the poll loop.
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0) return EINVAL;  // not a memfd
+  if (!(seals & F_SEAL_SHRINK) && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) return EPERM;
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return ENOMEM;
+  rep.handle = c.next_handle++;
+  c.regions[rep.handle] = Region{p, len, rq.region.client_addr, 0};
+  c.memory += len;
+  counts().memory += len;
+  return 0;
+}
+
+int Ops::dereg_region() {
+  const auto it = c.regions.find(rq.handle);
+  if (it == c.regions.end()) return EINVAL;
+  if (it->second.mrs != 0) return EBUSY;
+  ::munmap(it->second.map, it->second.length);
+  c.memory -= it->second.length;
+  counts().memory -= it->second.length;
+  c.regions.erase(it);
+  return 0;
+}
+
+int Ops::reg_mr() {
+  const RegMrReq& r = rq.mr;
+  const auto pd = c.pds.find(r.pd);
+  const auto reg = c.regions.find(r.region);
+  if (pd == c.pds.end() || reg == c.regions.end()) return EINVAL;
+  const Region& g = reg->second;
+  if (r.length == 0 || r.offset > g.length || r.length > g.length - r.offset) return EINVAL;
+  constexpr std::uint32_t kKnown = engine::kAccessLocalWrite | engine::kAccessRemoteWrite |
+                                   engine::kAccessRemoteRead | engine::kAccessRemoteAtomic;
+  if (r.access & ~kKnown) return EINVAL;
+  if (c.mrs.size() >= quota().max_mrs) return EDQUOT;
+  void* host = static_cast<std::uint8_t*>(g.map) + r.offset;
+  Lane* lane = c.lane;
+  engine::Pd* epd = pd->second.pd;
+  const RegMrReq req = r;
+  // Registered at roced's mapping, addressed (by the client's SGEs and by peers) through the
+  // client's own address, the IOVA.
+  engine::Mr* mr =
+      run([=] { return lane->engine().reg_mr(epd, host, req.length, req.iova, req.access); });
+  if (mr == nullptr) return EINVAL;
+  rep.handle = c.next_handle++;
+  rep.key = mr->key;
+  rep.iova = r.iova;
+  c.mrs[rep.handle] = MrRec{mr, r.pd, r.region};
+  ++pd->second.refs;
+  ++reg->second.mrs;
+  ++counts().mrs;
+  return 0;
+}
+
+int Ops::dereg_mr() {
+  const auto it = c.mrs.find(rq.handle);
+  if (it == c.mrs.end()) return EINVAL;
+  engine::Engine* e = &eng();
+  run([e, mr = it->second.mr] { return e->dereg_mr(mr); });
+  --c.pds[it->second.pd].refs;
+  --c.regions[it->second.region].mrs;
+  c.mrs.erase(it);
+  --counts().mrs;
+  return 0;
+}
+
+int Ops::create_cq() {
+  const std::uint32_t depth = rq.cq.depth;
+  if (depth == 0 || depth > kMaxDepth) return EINVAL;
+  if (c.cqs.size() >= quota().max_cqs) return EDQUOT;
+  const std::uint32_t slots = ShmQueueLayout<CqEntry>::slots_for(depth);
+  const std::size_t bytes = ShmQueueLayout<CqEntry>::bytes(slots);
+  int memfd = -1;
+  void* p = make_shared("roce-cq", bytes, memfd);
+  if (p == nullptr) return ENOMEM;
+  const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  auto lc = std::make_unique<LaneCq>();
+  lc->ring = ShmProducer<CqEntry>(ShmQueueLayout<CqEntry>::init(p, slots), slots);
+  lc->event_fd = efd;
+  lc->handle = c.next_handle++;
+  lc->events = c.events.get();
+  Lane* lane = c.lane;
+  LaneCq* l = lc.get();
+  engine::Cq* cq = efd < 0 ? nullptr : run([=] {
+    l->cq = lane->engine().create_cq(depth);
+    if (l->cq) lane->add(l);
+    return l->cq;
+  });
+  if (cq == nullptr) {
+    ::munmap(p, bytes);
+    ::close(memfd);
+    if (efd >= 0) ::close(efd);
+    return ENOMEM;
+  }
+  rep.handle = lc->handle;
+  rep.slots = slots;
+  rep.bytes = bytes;
+  c.cqs[rep.handle] = CqRec{std::move(lc), p, bytes, 0};
+  ++counts().cqs;
+  out = Out{{memfd, efd}, 2, {memfd, -1}, 1};  // the eventfd stays ours too (the lane signals it)
+  return 0;
+}
+
+int Ops::destroy_cq() {
+  const auto it = c.cqs.find(rq.handle);
+  if (it == c.cqs.end()) return EINVAL;
+  if (it->second.refs != 0) return EBUSY;
+  LaneCq* l = it->second.lane.get();
+  Lane* lane = c.lane;
+  const int rc = run([=] {
+    const int r = lane->engine().destroy_cq(l->cq);
+    if (r == 0) lane->remove(l);
+    return r;
+  });
+  if (rc != 0) return rc;
+  ::munmap(it->second.map, it->second.bytes);
+  ::close(l->event_fd);
+  c.cqs.erase(it);
+  --counts().cqs;
+  return 0;
+}
+
+int Ops::create_qp() {
+  const CreateQpReq& r = rq.qp;
+  const auto pd = c.pds.find(r.pd);
+  const auto scq = c.cqs.find(r.send_cq);
+  const auto rcq = c.cqs.find(r.recv_cq);
+  const auto srq = r.srq ? c.srqs.find(r.srq) : c.srqs.end();
+  if (pd == c.pds.end() || scq == c.cqs.end() || rcq == c.cqs.end() ||
+      (r.srq != 0 && srq == c.srqs.end()))
+    return EINVAL;
+  if (r.type != engine::QpType::kRc && r.type != engine::QpType::kUc &&
+      r.type != engine::QpType::kUd)
+    return EINVAL;
+  const engine::QpCap cap = r.cap;
+  if (cap.max_send_wr == 0 || cap.max_send_wr > kMaxDepth || cap.max_recv_wr > kMaxDepth ||
+      (r.srq == 0 && cap.max_recv_wr == 0) || cap.max_send_sge > kMaxSge ||
+      cap.max_recv_sge > kMaxSge)
+    return EINVAL;
+  if (c.qps.size() >= quota().max_qps) return EDQUOT;
+  const QpRings rings{cap.max_send_wr + 1, r.srq ? 2 : cap.max_recv_wr + 1};
+  const std::size_t bytes = rings.bytes();
+  int memfd = -1;
+  void* p = make_shared("roce-qp", bytes, memfd);
+  if (p == nullptr) return ENOMEM;
+  auto lq = std::make_unique<LaneQp>();
+  lq->sq =
+      ShmConsumer<SendEntry>(ShmQueueLayout<SendEntry>::init(p, rings.sq_slots), rings.sq_slots);
+  if (r.srq == 0)
+    lq->rq = ShmConsumer<RecvEntry>(
+        ShmQueueLayout<RecvEntry>::init(static_cast<std::uint8_t*>(p) + rings.rq_offset(),
+                                        rings.rq_slots),
+        rings.rq_slots);
+  lq->events = c.events.get();
+  lq->send_cq = scq->second.lane.get();
+  lq->recv_cq = rcq->second.lane.get();
+  LaneSrq* ls = r.srq ? srq->second.lane.get() : nullptr;
+  Lane* lane = c.lane;
+  LaneQp* l = lq.get();
+  engine::Pd* epd = pd->second.pd;
+  const bool sig_all = r.sq_sig_all != 0;
+  const engine::QpType type = r.type;
+  engine::Qp* qp = run([=] {
+    l->qp = lane->engine().create_qp(epd, type, l->send_cq->cq, l->recv_cq->cq, cap,
+                                     ls ? ls->srq : nullptr, sig_all);
+    if (l->qp) {
+      lane->add(l);
+      if (ls && ls->error_cq == nullptr) ls->error_cq = l->recv_cq;
+    }
+    return l->qp;
+  });
+  if (qp == nullptr) {
+    ::munmap(p, bytes);
+    ::close(memfd);
+    return ENOMEM;
+  }
+  rep.handle = c.next_handle++;
+  rep.key = qp->qpn;
+  rep.slots = rings.sq_slots;
+  rep.slots2 = r.srq ? 0 : rings.rq_slots;
+  rep.bytes = bytes;
+  rep.offset2 = rings.rq_offset();
+  c.qps[rep.handle] = QpRec{std::move(lq), p, bytes, r.pd, r.send_cq, r.recv_cq, r.srq};
+  ++pd->second.refs;
+  ++scq->second.refs;
+  ++rcq->second.refs;
+  if (r.srq) ++srq->second.refs;
+  ++counts().qps;
+  out = Out{{memfd, -1}, 1, {memfd, -1}, 1};
+  return 0;
+}
+
+int Ops::destroy_qp() {
+  const auto it = c.qps.find(rq.handle);
+  if (it == c.qps.end()) return EINVAL;
+  LaneQp* l = it->second.lane.get();
+  Lane* lane = c.lane;
+  const int rc = run([=] {
+    lane->remove(l);
+    return lane->engine().destroy_qp(l->qp);
+  });
+  if (rc != 0) return rc;
+  ::munmap(it->second.map, it->second.bytes);
+  --c.pds[it->second.pd].refs;
+  --c.cqs[it->second.send_cq].refs;
+  --c.cqs[it->second.recv_cq].refs;
+  if (it->second.srq) --c.srqs[it->second.srq].refs;
+  c.qps.erase(it);
+  --counts().qps;
+  return 0;
+}
+
+std::optional<wire::MacAddr> Ops::resolve(const wire::Ipv6Addr& g) {
+  const wire::Ipv4Addr ip{static_cast<std::uint32_t>(g.b[12]) << 24 |
+                          static_cast<std::uint32_t>(g.b[13]) << 16 |
+                          static_cast<std::uint32_t>(g.b[14]) << 8 | g.b[15]};
+  // Loop 0 of the port answers ARP and keeps the neighbour cache. An ARP request every
+  // 200 ms for up to 10 s (a link that just came up may take a while); the control thread
+  // waits meanwhile: other clients' requests queue behind.
+  port::PollLoop* l0 = s.ports_[c.port].loops[0];
+  for (int tries = 0; tries < 200; ++tries) {
+    const auto mac = run_on(l0, s.stop_, s.loops_stopped_, [l0, ip, tries] {
+      auto found = l0->neighbour().lookup(ip);
+      if (!found && tries % 4 == 0) l0->resolve(ip);
+      return found;
+    });
+    if (mac) return mac;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return std::nullopt;
+}
+
+int Ops::modify_qp() {
+  const auto it = c.qps.find(rq.modify.qp);
+  if (it == c.qps.end()) return EINVAL;
+  engine::QpAttr attr = rq.modify.attr;
+  const std::uint32_t mask = rq.modify.mask;
+  if ((mask & engine::kQpAv) && attr.ah.dmac == wire::MacAddr{}) {
+    // The client names its peer by GID; the port's ARP finds the MAC.
+    const auto mac = resolve(attr.ah.dgid);
+    if (!mac) return EHOSTUNREACH;
+    attr.ah.dmac = *mac;
+  }
+  LaneQp* l = it->second.lane.get();
+  engine::Engine* e = &eng();
+  return run([=] { return e->modify_qp(l->qp, attr, mask); });
+}
+
+int Ops::create_srq() {
+  const CreateSrqReq& r = rq.srq;
+  const auto pd = c.pds.find(r.pd);
+  if (pd == c.pds.end()) return EINVAL;
+  if (r.max_wr == 0 || r.max_wr > kMaxDepth || r.max_sge == 0 || r.max_sge > kMaxSge) return EINVAL;
+  if (c.srqs.size() >= quota().max_srqs) return EDQUOT;
+  const std::uint32_t slots = ShmQueueLayout<RecvEntry>::slots_for(r.max_wr);
+  const std::size_t bytes = ShmQueueLayout<RecvEntry>::bytes(slots);
+  int memfd = -1;
+  void* p = make_shared("roce-srq", bytes, memfd);
+  if (p == nullptr) return ENOMEM;
+  auto ls = std::make_unique<LaneSrq>();
+  ls->rq = ShmConsumer<RecvEntry>(ShmQueueLayout<RecvEntry>::init(p, slots), slots);
+  Lane* lane = c.lane;
+  LaneSrq* l = ls.get();
+  engine::Pd* epd = pd->second.pd;
+  const std::uint32_t max_wr = r.max_wr, max_sge = r.max_sge;
+  engine::Srq* srq = run([=] {
+    l->srq = lane->engine().create_srq(epd, max_wr, max_sge);
+    if (l->srq) lane->add(l);
+    return l->srq;
+  });
+  if (srq == nullptr) {
+    ::munmap(p, bytes);
+    ::close(memfd);
+    return ENOMEM;
+  }
+  rep.handle = c.next_handle++;
+  rep.slots = slots;
+  rep.bytes = bytes;
+  c.srqs[rep.handle] = SrqRec{std::move(ls), p, bytes, r.pd, 0};
+  ++pd->second.refs;
+  out = Out{{memfd, -1}, 1, {memfd, -1}, 1};
+  return 0;
+}
+
+int Ops::destroy_srq() {
+  const auto it = c.srqs.find(rq.handle);
+  if (it == c.srqs.end()) return EINVAL;
+  if (it->second.refs != 0) return EBUSY;
+  LaneSrq* l = it->second.lane.get();
+  Lane* lane = c.lane;
+  const int rc = run([=] {
+    const int r = lane->engine().destroy_srq(l->srq);
+    if (r == 0) lane->remove(l);
+    return r;
+  });
+  if (rc != 0) return rc;
+  ::munmap(it->second.map, it->second.bytes);
+  --c.pds[it->second.pd].refs;
+  c.srqs.erase(it);
+  return 0;
+}
+
+bool AttachServer::handle(Client& c) {
+  Request rq;
+  iovec iov{&rq, sizeof rq};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  alignas(cmsghdr) char ctl[CMSG_SPACE(4 * sizeof(int))];
+  m.msg_control = ctl;
+  m.msg_controllen = sizeof ctl;
+  const ssize_t n = ::recvmsg(c.fd, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  if (n == 0) return false;
+  if (n < 0) return errno == EAGAIN || errno == EINTR;
+  // Take every passed descriptor; they are closed when the request is done (a mapping keeps
+  // what it needs).
+  std::vector<int> passed;
+  for (cmsghdr* h = CMSG_FIRSTHDR(&m); h != nullptr; h = CMSG_NXTHDR(&m, h))
+    if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
+      const std::size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < k; ++i) {
+        int f;
+        std::memcpy(&f, CMSG_DATA(h) + i * sizeof(int), sizeof f);
+        passed.push_back(f);
+      }
+    }
+  Reply rep;
+  rep.seq = rq.seq;
+  Out out;
+  PortCounts& pc = counts_[c.port];
+  int err = 0;
+  if (static_cast<std::size_t>(n) != sizeof rq || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+    err = EINVAL;
+  } else if (!c.hello && rq.op != Op::kHello) {
+    err = ENOTCONN;
+  } else {
+    ++pc.requests;
+    Ops ops{*this, c, rq, rep, out, passed};
+    try {
+      switch (rq.op) {
+        case Op::kHello:
+          err = ops.hello();
+          break;
+        case Op::kAllocPd:
+          err = ops.alloc_pd();
+          break;
+        case Op::kDeallocPd:
+          err = ops.dealloc_pd();
+          break;
+        case Op::kRegRegion:
+          err = ops.reg_region();
+          break;
+        case Op::kDeregRegion:
+          err = ops.dereg_region();
+          break;
+        case Op::kRegMr:
+          err = ops.reg_mr();
+          break;
+        case Op::kDeregMr:
+          err = ops.dereg_mr();
+          break;
+        case Op::kCreateCq:
+          err = ops.create_cq();
+          break;
+        case Op::kDestroyCq:
+          err = ops.destroy_cq();
+          break;
+        case Op::kCreateQp:
+          err = ops.create_qp();
+          break;
+        case Op::kDestroyQp:
+          err = ops.destroy_qp();
+          break;
+        case Op::kModifyQp:
+          err = ops.modify_qp();
+          break;
+        case Op::kCreateSrq:
+          err = ops.create_srq();
+          break;
+        case Op::kDestroySrq:
+          err = ops.destroy_srq();
+          break;
+        default:
+          err = EINVAL;
+          break;
+      }
+    } catch (...) {
+      for (int f : passed) ::close(f);
+      throw;
+    }
+  }
+  for (int f : passed) ::close(f);
+  if (err != 0) {
+    ++counts_[c.port].bad;  // (c.port may have been set by this very hello)
+    rep = Reply{};
+    rep.seq = rq.seq;
+    rep.err = err;
+    send_reply(c.fd, rep);
+    return true;
+  }
+  send_reply(c.fd, rep, out.send, out.nsend);
+  for (int i = 0; i < out.nclose; ++i) ::close(out.close_after[i]);
+  return true;
+}
+
+}  // namespace roce::attach

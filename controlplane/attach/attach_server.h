@@ -1,0 +1,119 @@
+/// @file
+/// roced's side of the attachment: client processes connect to a Unix SOCK_SEQPACKET socket
+/// and create PDs, MRs, CQs, QPs and SRQs on roced's engines (protocol.h); their work requests
+/// and completions then travel through shared-memory queues (shm_queue.h) that a Poller on
+/// the owning lcore (attach_lane.h) moves into and out of the engine.
+///
+/// Threads: one control thread serves every socket. What touches an engine runs on the lcore
+/// that owns it, as a command posted to its poll loop with the reply awaited; nothing else
+/// crosses threads. Each client lives on one port and one lcore of it (its "home", chosen at
+/// hello, round robin over the port's lcores): its PD, MRs, CQs and QPs are that engine's.
+///
+/// Isolation: a client names resources only by handles of its own table (validated on every
+/// request; anything else is EINVAL), within its quotas (EDQUOT). The socket's file mode
+/// decides who may attach. A client whose socket closes (exit, kill -9) has its QPs moved to
+/// the error state and destroyed first, then its SRQs, MRs (no frame can touch them any more),
+/// CQs and PDs, and its memory unmapped; other clients are not involved.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dataplane/port/dpdk_port.h"
+
+namespace roce::attach {
+
+struct AttachQuotas {
+  std::uint32_t max_qps = 256;
+  std::uint32_t max_mrs = 1024;
+  std::uint32_t max_cqs = 256;
+  std::uint32_t max_srqs = 64;
+  std::uint64_t max_memory = 1ull << 30;  ///< bytes of shared memory a client may register
+};
+
+struct AttachConfig {
+  std::string socket;         ///< path of the Unix socket
+  std::uint32_t mode = 0660;  ///< its file mode: who may attach
+  std::uint32_t max_clients = 64;
+  AttachQuotas quotas;
+};
+
+/// A port clients may use: its addresses and its poll loops (loop i owns lcore i's engine).
+struct AttachPort {
+  std::string name;
+  wire::MacAddr mac;
+  wire::Ipv4Addr ipv4;
+  std::vector<port::PollLoop*> loops;
+};
+
+/// Counts of one port's attached clients and what they hold (read from any thread).
+struct AttachCounts {
+  std::uint64_t clients = 0, qps = 0, mrs = 0, cqs = 0, memory_bytes = 0;
+  std::uint64_t clients_total = 0;  ///< ever attached
+  std::uint64_t clients_lost = 0;   ///< socket closed with resources still held (cleaned up)
+  std::uint64_t requests = 0, bad_requests = 0;
+};
+
+/// One attached client as roce-ctl lists it.
+struct ClientInfo {
+  std::uint32_t id = 0;
+  std::int32_t pid = 0;
+  std::uint32_t uid = 0;
+  std::string port;
+  std::uint32_t lcore = 0;
+  std::uint64_t qps = 0, mrs = 0, cqs = 0, memory_bytes = 0;
+};
+
+class Lane;
+struct Client;
+struct Ops;
+
+class AttachServer {
+ public:
+  /// Binds the socket (replacing a stale one), registers a Poller with every loop. Construct
+  /// before the loops run on their lcores (add_poller is not thread-safe). Throws
+  /// std::runtime_error when the socket cannot be set up.
+  AttachServer(const AttachConfig& cfg, std::vector<AttachPort> ports);
+  /// stop(), then destroys every client's resources directly (the loops must not run any more).
+  ~AttachServer();
+  AttachServer(const AttachServer&) = delete;
+  AttachServer& operator=(const AttachServer&) = delete;
+  /// Stops the control thread and closes the socket; clients' calls then fail with ENOTCONN.
+  void stop();
+  AttachCounts counts(std::size_t port_index) const;
+  std::vector<ClientInfo> clients() const;
+  const std::string& socket_path() const { return cfg_.socket; }
+
+ private:
+  void serve();
+  void accept_client();
+  /// Reads and answers one request; false when the client is gone.
+  bool handle(Client& c);
+  void drop(Client& c, bool lost);
+  AttachConfig cfg_;
+  std::vector<AttachPort> ports_;
+  std::vector<std::vector<std::unique_ptr<Lane>>> lanes_;  ///< [port][lcore]
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;  ///< eventfd: stop()
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> loops_stopped_{false};
+  std::thread thread_;
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::uint32_t next_id_ = 1;
+  mutable std::mutex mu_;  ///< clients_ for clients(), counts
+  struct PortCounts {
+    std::atomic<std::uint64_t> clients{0}, qps{0}, mrs{0}, cqs{0}, memory{0}, total{0}, lost{0},
+        requests{0}, bad{0};
+  };
+  std::unique_ptr<PortCounts[]> counts_;
+
+  friend struct Client;
+  friend struct Ops;
+};
+
+}  // namespace roce::attach

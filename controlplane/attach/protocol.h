@@ -1,0 +1,189 @@
+/// @file
+/// The attachment protocol between a client process (client/, libroce) and roced
+/// (controlplane/attach/attach_server): control messages on a Unix SOCK_SEQPACKET socket (one
+/// fixed-size request, one fixed-size reply, file descriptors passed with SCM_RIGHTS) and the
+/// entries of the shared-memory queues (shm_queue.h) that carry the data path.
+///
+/// Both sides are built from this one header; kVersion changes whenever a layout does, and the
+/// hello exchange refuses a mismatch.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <type_traits>
+
+#include "controlplane/attach/shm_queue.h"
+#include "dataplane/engine/verbs.h"
+
+namespace roce::attach {
+
+inline constexpr std::uint32_t kVersion = 3;  // 3: RecvEntry min_free/max_msgs
+inline constexpr std::uint32_t kMaxSge = 4;  ///< SGEs per work request in a queue entry
+
+enum class Op : std::uint32_t {
+  kHello = 1,  ///< reply passes the client's event ring (memfd) and its eventfd
+  kAllocPd,
+  kDeallocPd,
+  kRegRegion,  ///< a memfd of the client (fd passed), mapped by roced
+  kDeregRegion,
+  kRegMr,
+  kDeregMr,
+  kCreateCq,  ///< reply passes the completion ring's memfd and the CQ's eventfd
+  kDestroyCq,
+  kCreateQp,  ///< reply passes the memfd of the QP's send and receive rings
+  kDestroyQp,
+  kModifyQp,
+  kCreateSrq,  ///< reply passes the memfd of the SRQ's receive ring
+  kDestroySrq,
+};
+
+// ---- control messages ----
+
+struct HelloReq {
+  std::uint32_t version = kVersion;
+  char port[32] = {};  ///< roced port name; empty: the first port
+};
+struct HelloRep {
+  std::uint32_t version = kVersion;
+  std::uint32_t client_id = 0;
+  std::uint32_t lcore = 0;  ///< the lcore that owns this client's QPs
+  wire::MacAddr mac;
+  wire::Ipv4Addr ipv4;
+  wire::Ipv6Addr gid;  ///< ::ffff:ipv4
+  engine::Mtu max_mtu = engine::Mtu::k1024;
+  char port[32] = {};
+  std::uint32_t max_qps = 0, max_mrs = 0, max_cqs = 0;
+  std::uint64_t max_memory = 0;
+  std::uint32_t event_slots = 0;  ///< the asynchronous event ring (Reply::bytes: its memfd)
+};
+struct RegRegionReq {
+  std::uint64_t length = 0;
+  std::uint64_t client_addr = 0;  ///< where the client mapped it (the default IOVA of its MRs)
+};
+struct RegMrReq {
+  std::uint32_t pd = 0;
+  std::uint32_t region = 0;
+  std::uint64_t offset = 0;  ///< into the region
+  std::uint64_t length = 0;
+  std::uint64_t iova = 0;  ///< the address peers (and the client's SGEs) use for byte 0
+  std::uint32_t access = 0;
+};
+struct CreateCqReq {
+  std::uint32_t depth = 0;
+};
+struct CreateQpReq {
+  std::uint32_t pd = 0;
+  engine::QpType type = engine::QpType::kRc;
+  std::uint32_t send_cq = 0, recv_cq = 0;
+  std::uint32_t srq = 0;  ///< 0: none
+  std::uint8_t sq_sig_all = 0;
+  engine::QpCap cap;
+};
+struct ModifyQpReq {
+  std::uint32_t qp = 0;
+  std::uint32_t mask = 0;
+  engine::QpAttr attr;
+};
+struct CreateSrqReq {
+  std::uint32_t pd = 0;
+  std::uint32_t max_wr = 0;
+  std::uint32_t max_sge = 0;
+};
+
+struct Request {
+  Op op = Op::kHello;
+  std::uint32_t seq = 0;
+  std::uint32_t handle = 0;  ///< the resource a destroy/dealloc/dereg names
+  union {
+    HelloReq hello;
+    RegRegionReq region;
+    RegMrReq mr;
+    CreateCqReq cq;
+    CreateQpReq qp;
+    ModifyQpReq modify;
+    CreateSrqReq srq;
+  };
+  /// Every byte zero (padding and the union's unused tail included), then a hello.
+  Request() {
+    std::memset(static_cast<void*>(this), 0, sizeof *this);
+    new (&hello) HelloReq();
+  }
+};
+
+struct Reply {
+  std::uint32_t seq = 0;
+  std::int32_t err = 0;  ///< 0 or an errno value (EINVAL, ENOMEM, EDQUOT, EBUSY, ...)
+  std::uint32_t handle = 0;
+  std::uint32_t key = 0;      ///< MR: lkey == rkey; QP: its QPN
+  std::uint64_t iova = 0;     ///< MR: the address peers use for its first byte
+  std::uint32_t slots = 0;    ///< CQ ring; QP send ring; SRQ ring
+  std::uint32_t slots2 = 0;   ///< QP receive ring
+  std::uint64_t bytes = 0;    ///< size of the memfd passed
+  std::uint64_t offset2 = 0;  ///< QP: where the receive ring starts in it
+  union {
+    HelloRep hello;
+  };
+  Reply() {
+    std::memset(static_cast<void*>(this), 0, sizeof *this);
+    new (&hello) HelloRep();
+  }
+};
+static_assert(std::is_trivially_copyable_v<Request> && std::is_trivially_copyable_v<Reply>);
+
+// ---- queue entries (shared memory) ----
+
+/// A send work request as it travels client -> lcore: engine::SendWr with its SGEs inline and
+/// no pointers. Addresses are the client's (IOVAs of its MRs).
+struct SendEntry {
+  std::uint64_t wr_id = 0;
+  engine::WrOpcode opcode = engine::WrOpcode::kSend;
+  std::uint8_t num_sge = 0;
+  std::uint32_t send_flags = 0;
+  std::uint32_t imm_data = 0;
+  std::uint32_t invalidate_rkey = 0;
+  std::uint64_t remote_addr = 0;  ///< RDMA and atomics
+  std::uint32_t rkey = 0;
+  std::uint64_t compare_add = 0;
+  std::uint64_t swap = 0;
+  std::uint32_t remote_qpn = 0;  ///< UD
+  std::uint32_t remote_qkey = 0;
+  engine::AddressVector ah;  ///< UD
+  engine::Sge sge[kMaxSge];
+};
+
+/// A receive work request client -> lcore.
+struct RecvEntry {
+  std::uint64_t wr_id = 0;
+  std::uint32_t num_sge = 0;
+  std::uint32_t min_free = 0;  ///< multi-message receive buffer (engine::RecvWr)
+  std::uint32_t max_msgs = 0;
+  engine::Sge sge[kMaxSge];
+};
+
+/// A completion lcore -> client: the engine's work completion as it is.
+using CqEntry = engine::Wc;
+
+/// An asynchronous event lcore -> client (ibv_async_event): a QP's by its number, a CQ's by
+/// the client's handle.
+struct EventEntry {
+  engine::AsyncEventType type = engine::AsyncEventType::kQpFatal;
+  std::uint32_t qp_num = 0;
+  std::uint32_t cq = 0;
+};
+
+static_assert(std::is_trivially_copyable_v<SendEntry> && std::is_trivially_copyable_v<RecvEntry> &&
+              std::is_trivially_copyable_v<CqEntry> && std::is_trivially_copyable_v<EventEntry>);
+
+/// Bytes of the memfd holding a QP's send ring (first) and receive ring (at a 4 KiB boundary).
+struct QpRings {
+  std::uint32_t sq_slots = 0, rq_slots = 0;
+  std::uint64_t rq_offset() const {
+    return (ShmQueueLayout<SendEntry>::bytes(sq_slots) + 4095) & ~std::uint64_t{4095};
+  }
+  std::uint64_t bytes() const {
+    return (rq_offset() + ShmQueueLayout<RecvEntry>::bytes(rq_slots) + 4095) & ~std::uint64_t{4095};
+  }
+};
+
+}  // namespace roce::attach

@@ -1,0 +1,481 @@
+/// @file
+/// roce-fuzz-seeds --out DIR --config-dir DIR: writes the seed corpus of every fuzz target
+/// (DIR/<target>/NNN) from the project's own builders and encoders, and the frames the seeds
+/// carry as pcaps (DIR/frames.pcap, DIR/engine.pcap, DIR/cm.pcap) for check_seeds.py, which
+/// has tshark confirm they decode as RoCEv2.
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "apps/common/pcap_writer.h"
+#include "apps/common/sample_frames.h"
+#include "apps/perf/perftest_proto.h"
+#include "apps/perf/pingpong_proto.h"
+#include "controlplane/cm/mad.h"
+#include "tests/fuzz/engine_harness.h"
+#include "tests/fuzz/fuzz_bytes.h"
+
+namespace fs = std::filesystem;
+using namespace roce;
+using fuzz::EngineOp;
+using fuzz::Writer;
+using wire::Opcode;
+
+namespace {
+
+class Corpus {
+ public:
+  Corpus(fs::path dir, std::string target) : dir_(std::move(dir) / std::move(target)) {
+    fs::create_directories(dir_);
+  }
+  void add(std::span<const std::uint8_t> bytes) {
+    char name[16];
+    std::snprintf(name, sizeof name, "seed-%03u", n_++);
+    std::ofstream(dir_ / name, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
+  }
+  void add(const Writer& w) { add(w.data()); }
+
+ private:
+  fs::path dir_;
+  unsigned n_ = 0;
+};
+
+// ---- frame_parser: one frame of every opcode, four encapsulations ------------------------------
+void frame_seeds(const fs::path& out) {
+  Corpus c(out, "frame_parser");
+  apps::PcapWriter pcap((out / "frames.pcap").string());
+  std::uint64_t t = 0;
+  for (int v = 0; v < 4; ++v) {
+    apps::SampleOptions o;
+    o.ip_version = (v & 1) ? wire::IpVersion::kV6 : wire::IpVersion::kV4;
+    if (v & 2) o.vlan_id = 100;
+    o.pmtu = 256;
+    for (const auto& f : apps::make_sample_frames(o)) {
+      Writer w;
+      w.u8(v == 0 ? 0x07 : 0x03).bytes(f.bytes);  // verify ICRC and IP checksum
+      c.add(w);
+      pcap.write(f.bytes, t += 1000);
+    }
+  }
+}
+
+// ---- engine_receive: records in the format of engine_harness.h ---------------------------------
+class EngineSeed {
+ public:
+  explicit EngineSeed(std::uint8_t setup) { w_.u8(setup); }
+  /// A request to our RC QP (to: 0 RC, 1 UC, 2 UD), at `step` from the next expected PSN.
+  EngineSeed& req(Opcode op, std::int8_t step, std::uint8_t key_sel, std::uint32_t va_off,
+                  std::uint32_t dma_len, std::uint16_t payload, bool ack_req = true,
+                  unsigned to = 0) {
+    start();
+    w_.u8(static_cast<unsigned>(EngineOp::kRequest)).u8(wire::raw(op));
+    w_.u8((ack_req ? 1 : 0) | (to << 6)).u8(static_cast<std::uint8_t>(step)).u8(key_sel);
+    if (key_sel & 0x80) w_.u32(0x0BAD0BAD);  // a raw key instead of an MR's
+    w_.u32(va_off).u32(dma_len).u16(payload);
+    const auto& info = wire::opcode_info(op);
+    if (info.has(wire::Ext::kAtomicEth)) w_.u64(5).u64(0);
+    if (info.has(wire::Ext::kImmDt)) w_.u32(0x12345678);
+    if (info.has(wire::Ext::kDeth) && ack_req) w_.u32(0x11111111);
+    ++frames_;
+    return *this;
+  }
+  /// An answer to our RC requester, at `step` from the last PSN it sent.
+  EngineSeed& resp(Opcode op, std::int8_t step, std::uint8_t syndrome, std::uint16_t msn,
+                   std::uint16_t payload) {
+    start();
+    w_.u8(static_cast<unsigned>(EngineOp::kResponse)).u8(wire::raw(op)).u8(0);
+    w_.u8(static_cast<std::uint8_t>(step)).u8(syndrome).u16(msn).u16(payload);
+    if (wire::opcode_info(op).has(wire::Ext::kAtomicAckEth)) w_.u64(42);
+    ++frames_;
+    return *this;
+  }
+  EngineSeed& raw(std::span<const std::uint8_t> frame, bool fix_icrc) {
+    start();
+    w_.u8(static_cast<unsigned>(EngineOp::kRaw))
+        .u8(fix_icrc ? 1 : 0)
+        .u16(frame.size())
+        .bytes(frame);
+    ++frames_;
+    return *this;
+  }
+  EngineSeed& time(std::uint32_t us) {
+    start();
+    w_.u8(static_cast<unsigned>(EngineOp::kTime)).u8(1).u32(us);
+    return *this;
+  }
+  EngineSeed& post(std::uint8_t what, std::uint16_t len, std::uint8_t flags) {
+    start();
+    w_.u8(static_cast<unsigned>(EngineOp::kPost)).u8(what).u16(len).u8(flags).u32(0x5EED);
+    return *this;
+  }
+  EngineSeed& dereg(std::uint8_t mr) {
+    start();
+    w_.u8(static_cast<unsigned>(EngineOp::kDereg)).u8(mr);
+    return *this;
+  }
+  EngineSeed& reg(std::uint8_t mr, std::uint8_t access) {
+    start();
+    w_.u8(static_cast<unsigned>(EngineOp::kReg)).u8(mr).u8(access);
+    return *this;
+  }
+  const Writer& writer() const { return w_; }
+  /// Frames the harness must build from this seed: one per request, response and raw record.
+  unsigned frames() const { return frames_; }
+  /// Bytes left after each record's start, as the harness reports them.
+  std::vector<std::size_t> record_starts() const {
+    std::vector<std::size_t> v;
+    for (std::size_t off : starts_) v.push_back(w_.data().size() - off);
+    return v;
+  }
+
+ private:
+  Writer w_;
+  void start() { starts_.push_back(w_.data().size()); }
+  unsigned frames_ = 0;
+  std::vector<std::size_t> starts_;
+};
+
+void engine_seeds(const fs::path& out) {
+  Corpus c(out, "engine_receive");
+  std::vector<EngineSeed> seeds;
+  constexpr std::uint8_t kMtu256 = 0, kMtu1024 = 2, kMtu4096 = 4;
+  // The responder: a three-packet WRITE, SENDs, a READ, atomics, and the NAK cases (no write
+  // access on MR 2, a bad key, beyond the MR, a PSN gap, a duplicate).
+  seeds.emplace_back(kMtu256)
+      .req(Opcode::kRcWriteFirst, 0, 0, 0, 600, 256, false)
+      .req(Opcode::kRcWriteMiddle, 0, 0, 0, 0, 256, false)
+      .req(Opcode::kRcWriteLast, 0, 0, 0, 0, 88)
+      .req(Opcode::kRcSendOnly, 0, 0, 0, 0, 100)
+      .req(Opcode::kRcSendFirst, 0, 0, 0, 0, 256, false)
+      .req(Opcode::kRcSendLastImm, 0, 0, 0, 0, 10)
+      .req(Opcode::kRcReadRequest, 0, 0, 64, 700, 0)
+      .req(Opcode::kRcFetchAdd, 0, 0, 8, 0, 0)
+      .req(Opcode::kRcCompareSwap, 0, 0, 16, 0, 0)
+      .req(Opcode::kRcWriteOnlyImm, 0, 1, 100, 40, 40)
+      .req(Opcode::kRcSendOnlyInv, 0, 0, 0, 0, 8);
+  seeds.emplace_back(kMtu1024)
+      .req(Opcode::kRcWriteOnly, 0, 2, 0, 16, 16)  // MR 2: no remote write
+      .req(Opcode::kRcWriteOnly, 0, 0, 0, 16, 16)
+      .req(Opcode::kRcWriteOnly, 0, 4, 0, 16, 16)     // a raw key
+      .req(Opcode::kRcWriteOnly, 0, 0, 4090, 16, 16)  // beyond the MR
+      .req(Opcode::kRcWriteOnly, 3, 0, 0, 8, 8)       // a gap
+      .req(Opcode::kRcWriteOnly, -3, 0, 0, 8, 8)      // back to the expected PSN
+      .req(Opcode::kRcReadRequest, -1, 0, 0, 64, 0)   // a duplicate READ
+      .req(Opcode::kRcFetchAdd, 0, 0, 3, 0, 0)        // misaligned
+      .req(Opcode::kRcReadRequest, 0, 3, 0, 64, 0);   // MR 3: no remote read
+  // The completer: ACKs, READ responses, atomic ACKs, NAKs and RNR NAKs for the work the
+  // harness sent, then timeouts.
+  seeds.emplace_back(kMtu1024)
+      .resp(Opcode::kRcAcknowledge, -6, 0x1F, 1, 0)
+      .resp(Opcode::kRcReadResponseFirst, -5, 0x1F, 1, 1024)
+      .resp(Opcode::kRcReadResponseMiddle, -4, 0, 0, 1024)
+      .resp(Opcode::kRcReadResponseLast, -3, 0x1F, 2, 8)
+      .resp(Opcode::kRcAtomicAcknowledge, -2, 0x1F, 3, 0)
+      .resp(Opcode::kRcAtomicAcknowledge, -1, 0x1F, 4, 0)
+      .resp(Opcode::kRcAcknowledge, 0, 0x1F, 6, 0);
+  seeds.emplace_back(kMtu4096)
+      .resp(Opcode::kRcAcknowledge, -3, 0x60, 0, 0)  // PSN sequence error NAK
+      .time(100)
+      .resp(Opcode::kRcAcknowledge, -2, 0x21, 0, 0)  // RNR NAK
+      .time(10000)
+      .resp(Opcode::kRcAcknowledge, 0, 0x62, 0, 0)  // remote access error
+      .time(100000)
+      .post(0x00, 100, 2)
+      .post(0x40, 64, 2)
+      .post(0xF0, 256, 0)
+      .time(1000000);
+  seeds.emplace_back(kMtu1024)
+      .req(Opcode::kUdSendOnly, 0, 0, 0, 0, 100, true, 2)
+      .req(Opcode::kUdSendOnlyImm, 0, 0, 0, 0, 1000, false, 2)
+      .req(Opcode::kUcSendOnly, 0, 0, 0, 0, 64, false, 1)
+      .req(Opcode::kUcWriteFirst, 0, 0, 0, 2048, 1024, false, 1)
+      .req(Opcode::kUcWriteLast, 0, 0, 0, 0, 1024, false, 1)
+      .post(0x83, 8, 130);
+  // Raw frames: sample frames addressed elsewhere, given a correct ICRC.
+  {
+    EngineSeed s(kMtu1024);
+    apps::SampleOptions o;
+    for (const auto& f : apps::make_sample_frames(o)) {
+      if (f.spec.opcode == Opcode::kRcWriteOnly || f.spec.opcode == Opcode::kRcAcknowledge ||
+          f.spec.opcode == Opcode::kUdSendOnly || f.spec.opcode == Opcode::kCnp)
+        s.raw(f.bytes, true);
+    }
+    seeds.push_back(s);
+  }
+  // The fast-registered MR 4: a WRITE into it, SEND with Invalidate of its key, a WRITE that
+  // must be refused, LOCAL_INV, then REG_MR (key variant 0x5A) and a WRITE with the new key.
+  seeds.emplace_back(kMtu1024)
+      .req(Opcode::kRcWriteOnly, 0, 4, 0, 64, 64)
+      .req(Opcode::kRcSendOnlyInv, 0, 4, 0, 0, 8)
+      .req(Opcode::kRcWriteOnly, 0, 4, 0, 64, 64)
+      .post(0x70, 0, 2)
+      .post(0x90, 0x5A, 0)
+      .req(Opcode::kRcWriteOnly, 0, 4, 128, 64, 64);
+  // A local invalidation between the packets of a WRITE (caught only with ROCE_FUZZ_DEREG=1).
+  seeds.emplace_back(kMtu256)
+      .req(Opcode::kRcWriteFirst, 0, 4, 0, 600, 256, false)
+      .post(0x70, 0, 2 | 64)  // on the UC QP, whose send queue is not waiting for ACKs
+      .req(Opcode::kRcWriteMiddle, 0, 4, 0, 0, 256, false)
+      .req(Opcode::kRcWriteLast, 0, 4, 0, 0, 88);
+  // Deregistration between the packets of a WRITE (only with ROCE_FUZZ_DEREG=1).
+  seeds.emplace_back(kMtu256)
+      .req(Opcode::kRcWriteFirst, 0, 0, 0, 600, 256, false)
+      .dereg(0)
+      .req(Opcode::kRcWriteMiddle, 0, 0, 0, 0, 256, false)
+      .req(Opcode::kRcWriteLast, 0, 0, 0, 0, 88)
+      .reg(0, 0xF);
+
+  apps::PcapWriter pcap((out / "engine.pcap").string());
+  std::uint64_t t = 0;
+  for (const auto& s : seeds) {
+    c.add(s.writer());
+    fuzz::Reader in(s.writer().data().data(), s.writer().data().size());
+    unsigned injected = 0;
+    fuzz::EngineHarness h(in.u8(), false, [&](std::span<const std::uint8_t> f, bool from_engine) {
+      pcap.write(f, t += 1000);
+      injected += from_engine ? 0 : 1;
+    });
+    h.run(in);
+    // A seed the harness reads differently from how it was written is caught here.
+    if (injected != s.frames() || h.record_starts() != s.record_starts()) {
+      std::cerr << "roce-fuzz-seeds: engine seed " << &s - seeds.data()
+                << " is not read as it was written (" << injected << " frames, " << h.records()
+                << " records)\n";
+      std::exit(1);
+    }
+  }
+}
+
+// ---- CM: every message, and exchanges for the state machine ------------------------------------
+constexpr std::uint64_t kGuidPeer = 0x02005EFFFE000202ull;
+
+cm::MadBuf mad(std::uint64_t tid, const cm::CmMsg& m) {
+  cm::MadHeader h;
+  h.tid = tid;
+  return cm::encode(h, m);
+}
+
+cm::ReqMsg make_req(std::uint16_t port) {
+  cm::ReqMsg r;
+  r.local_comm_id = 0x1A2B3C4D;
+  r.service_id = cm::service_id(cm::PortSpace::kTcp, port);
+  r.local_ca_guid = kGuidPeer;
+  r.local_qpn = wire::Qpn(0x11);
+  r.responder_resources = 4;
+  r.initiator_depth = 2;
+  r.remote_cm_response_timeout = 20;
+  r.starting_psn = wire::Psn(0xABCDEF);
+  r.local_cm_response_timeout = 19;
+  r.retry_count = 6;
+  r.path_mtu = 3;
+  r.rnr_retry_count = 5;
+  r.max_cm_retries = 15;
+  r.primary.local_gid = wire::ipv4_mapped(wire::Ipv4Addr{0xC0000210});
+  r.primary.remote_gid = wire::ipv4_mapped(wire::Ipv4Addr{0xC0000201});
+  r.primary.hop_limit = 64;
+  r.primary.local_ack_timeout = 18;
+  const auto cma =
+      cm::CmaHeader::ipv4(wire::Ipv4Addr{0xC0000210}, 0xD431, wire::Ipv4Addr{0xC0000201});
+  cm::encode_cma_header(
+      cma, std::span<std::uint8_t, cm::kCmaHeaderSize>(r.private_data.data(), cm::kCmaHeaderSize));
+  return r;
+}
+
+std::vector<cm::MadBuf> all_mads() {
+  std::vector<cm::MadBuf> v;
+  v.push_back(mad(1, make_req(7170)));
+  cm::RepMsg rep;
+  rep.local_comm_id = 0x5E6F7081;
+  rep.remote_comm_id = 0x1A2B3C4D;
+  rep.local_qpn = wire::Qpn(0x22);
+  rep.starting_psn = wire::Psn(0x123456);
+  rep.responder_resources = 2;
+  rep.initiator_depth = 4;
+  rep.target_ack_delay = 15;
+  rep.rnr_retry_count = 7;
+  rep.local_ca_guid = kGuidPeer;
+  v.push_back(mad(2, rep));
+  v.push_back(mad(3, cm::RtuMsg{0x1A2B3C4D, 0x5E6F7081, {}}));
+  cm::MraMsg mra;
+  mra.local_comm_id = 1;
+  mra.remote_comm_id = 2;
+  mra.service_timeout = 24;
+  v.push_back(mad(4, mra));
+  cm::RejMsg rej;
+  rej.local_comm_id = 3;
+  rej.remote_comm_id = 4;
+  rej.reason = cm::RejReason::kConsumerDefined;
+  rej.reject_info_length = 4;
+  v.push_back(mad(5, rej));
+  v.push_back(mad(6, cm::DreqMsg{0x1A2B3C4D, 0x5E6F7081, wire::Qpn(0x22), {}}));
+  v.push_back(mad(7, cm::DrepMsg{0x5E6F7081, 0x1A2B3C4D, {}}));
+  cm::SidrReqMsg sreq;
+  sreq.request_id = 9;
+  sreq.pkey = 0xFFFF;
+  sreq.service_id = cm::service_id(cm::PortSpace::kUdp, 7171);
+  const auto cma =
+      cm::CmaHeader::ipv4(wire::Ipv4Addr{0xC0000210}, 0xD431, wire::Ipv4Addr{0xC0000201});
+  cm::encode_cma_header(cma, std::span<std::uint8_t, cm::kCmaHeaderSize>(sreq.private_data.data(),
+                                                                         cm::kCmaHeaderSize));
+  v.push_back(mad(8, sreq));
+  cm::SidrRepMsg srep;
+  srep.request_id = 9;
+  srep.qpn = wire::Qpn(0x33);
+  srep.qkey = cm::kRdmaUdpQkey;
+  v.push_back(mad(9, srep));
+  return v;
+}
+
+void cm_seeds(const fs::path& out) {
+  const auto mads = all_mads();
+  {
+    Corpus c(out, "cm_mad");
+    apps::PcapWriter pcap((out / "cm.pcap").string());
+    std::uint64_t t = 0;
+    for (const auto& m : mads) {
+      c.add(m);
+      wire::FrameSpec s;
+      s.src_mac = {{0x02, 0, 0, 0, 0xF0, 0x02}};
+      s.dst_mac = {{0x02, 0, 0, 0, 0xF0, 0x01}};
+      s.src_ip4 = wire::Ipv4Addr{0xC0000210};
+      s.dst_ip4 = wire::Ipv4Addr{0xC0000201};
+      s.opcode = Opcode::kUdSendOnly;
+      s.dest_qp = wire::Qpn(wire::Qpn::kGsi);
+      s.deth = {wire::kGsiQkey, wire::Qpn(wire::Qpn::kGsi)};
+      std::vector<std::uint8_t> f(wire::frame_len(s, m.size()));
+      wire::build_frame(s, m, f);
+      pcap.write(f, t += 1000);
+    }
+  }
+  Corpus c(out, "cm_state");
+  const auto put_mad = [](Writer& w, const cm::MadBuf& m, std::uint8_t patch) {
+    w.u8(0).u8(0).u8(patch).u16(m.size()).bytes(m);
+  };
+  // Passive: REQ for a listened service, accept, RTU, DREQ; then time for timewait.
+  {
+    Writer w;
+    put_mad(w, mad(1, make_req(7170)), 0);
+    w.u8(4).u8(0);  // accept
+    put_mad(w, mads[2], 1);
+    put_mad(w, mads[5], 1);
+    w.u8(1).u32(2'000'000);
+    c.add(w);
+  }
+  // Passive: a duplicate REQ, a reject, a REQ for nobody.
+  {
+    Writer w;
+    put_mad(w, mad(1, make_req(7170)), 0);
+    put_mad(w, mad(1, make_req(7170)), 0);
+    w.u8(4).u8(1);
+    put_mad(w, mad(2, make_req(9999)), 0);
+    c.add(w);
+  }
+  // Active: connect, the peer's REP (matching our comm ID and TID), DREQ, timeouts.
+  {
+    Writer w;
+    w.u8(2).u8(0).u8(8);
+    put_mad(w, mads[1], 3);
+    put_mad(w, mads[5], 1);
+    w.u8(1).u32(100'000);
+    c.add(w);
+  }
+  // Active: connect, MRA, REJ; connect and never an answer (retries, then unreachable).
+  {
+    Writer w;
+    w.u8(2).u8(0).u8(0);
+    put_mad(w, mads[3], 3);
+    put_mad(w, mads[4], 3);
+    w.u8(2).u8(1).u8(0);
+    for (int i = 0; i < 20; ++i) w.u8(1).u32(5'000'000);
+    c.add(w);
+  }
+  // SIDR both ways.
+  {
+    Writer w;
+    put_mad(w, mads[7], 0);
+    w.u8(4).u8(0);
+    w.u8(2).u8(0x81).u8(4);
+    put_mad(w, mads[8], 2);
+    c.add(w);
+  }
+}
+
+// ---- perftest and pingpong -----------------------------------------------------------------
+void perf_seeds(const fs::path& out) {
+  Corpus c(out, "perftest_proto");
+  const auto add = [&](std::uint8_t sel, const auto& bytes) {
+    Writer w;
+    w.u8(sel).bytes(std::span<const std::uint8_t>(
+        reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
+    c.add(w);
+  };
+  add(0, perf::pt::version_msg("6.06"));
+  add(0, perf::pt::version_msg("6.29"));
+  add(1, perf::pt::encode(perf::pt::SysData{}));
+  add(2, perf::pt::mtu_msg(3));
+  perf::pt::Dest d{0,
+                   16,
+                   0x11,
+                   0x123456,
+                   0xABCD,
+                   0x7F0000001000ull,
+                   wire::ipv4_mapped(wire::Ipv4Addr{0xC0000201}),
+                   0};
+  add(3, perf::pt::dest_msg(d));
+  add(4, perf::pt::dest_bin(d));
+  perf::pt::Report r{65536, 5000, 11.5, 10.25, 0.02};
+  add(5, perf::pt::encode(r));
+  perf::pt::Params p;
+  p.size = 65536;
+  p.iters = 5000;
+  p.max_qp_rd_atom = 16;
+  std::vector<std::uint8_t> pb(perf::pt::kParamsLen);
+  perf::pt::encode(p, pb);
+  add(6, pb);
+
+  Corpus pc(out, "pingpong_msg");
+  const auto m = perf::pp::msg({0, 0x11, 0xABCDEF, wire::ipv4_mapped(wire::Ipv4Addr{0xC0000201})});
+  pc.add(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(m.data()), m.size()));
+}
+
+void config_seeds(const fs::path& out, const fs::path& config_dir) {
+  Corpus c(out, "config_yaml");
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(config_dir))
+    if (e.path().extension() == ".yaml") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    const std::string s{std::istreambuf_iterator<char>(in), {}};
+    c.add(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(s.data()), s.size()));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  fs::path out, config_dir;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--out") == 0) out = argv[i + 1];
+    if (std::strcmp(argv[i], "--config-dir") == 0) config_dir = argv[i + 1];
+  }
+  if (out.empty() || config_dir.empty()) {
+    std::cerr << "usage: roce-fuzz-seeds --out DIR --config-dir DIR\n";
+    return 2;
+  }
+  fs::remove_all(out);
+  fs::create_directories(out);
+  frame_seeds(out);
+  engine_seeds(out);
+  cm_seeds(out);
+  perf_seeds(out);
+  config_seeds(out, config_dir);
+  std::cout << "roce-fuzz-seeds: wrote " << out.string() << "\n";
+  return 0;
+}

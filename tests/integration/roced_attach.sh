@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Client processes attached to roced (libroce, docs/client-api.md): two roced instances on a
+# net_memif link (no hugepages, no root), each with attached example clients.
+#  1. roce-attach-example (C++ API): a client of A and a client of B exchange RC SEND, WRITE
+#     and READ, every byte checked (A's through an SRQ), and 200 8-byte ping-pongs; then the C
+#     example (roce/roce.h) does WRITE + SEND.
+#  2. kill -9: a client of A that loops WRITE + READ-back is killed mid-transfer while a second
+#     client pair keeps running its own loop; roced A keeps running, the second pair finishes
+#     with its data verified, the victim's peer sees the connection end (its next SEND fails),
+#     and A's QP, MR and attached-client counts (roce-ctl counters) return to their baseline.
+#  3. misuse (roce-attach-misuse): foreign handles, quotas, bad memory, malformed requests.
+#  4. roced stopping under an attached client: the client's calls fail with ENOTCONN.
+#   roced_attach.sh ROCED ROCE_CTL EXAMPLE EXAMPLE_C MISUSE WORKDIR
+set -euo pipefail
+roced=$(realpath "$1") ctl=$(realpath "$2") ex=$(realpath "$3") exc=$(realpath "$4") misuse=$(realpath "$5") work=$6
+rm -rf "$work" && mkdir -p "$work"
+work=$(realpath "$work")
+tag=attach$$
+prom_a=127.0.0.1:$((20000 + $$ % 10000)) prom_b=127.0.0.1:$((30000 + $$ % 10000))
+tcp=$((40000 + $$ % 10000))
+pids=()
+cleanup() {
+  local rc=$?
+  if [[ $rc != 0 && ${#pids[@]} != 0 ]]; then  # what the appliances saw, for the failure
+    for e in "$prom_a" "$prom_b"; do echo "== counters $e"; "$ctl" -p "$e" counters || true; done
+    tail -n 20 "$work"/*.log
+  fi
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+appliance() {  # NAME ROLE MAC IP PROMETHEUS LCORE
+  cat > "$work/$1.yaml" <<YAML
+name: $1
+eal:
+  args: [--no-huge, --no-shconf, -m, "256", --no-pci, --file-prefix=$tag$1, "--log-level=*:error"]
+  lcores: [$6]
+ports:
+  - name: p0
+    device: net_memif0
+    devargs: role=$2,id=0,socket-abstract=no,socket=$work/memif.sock
+    mac: $3
+    ipv4: $4/24
+counters:
+  prometheus: $5
+  telemetry: false
+attach:
+  socket: $work/$1.sock
+  mode: "0600"
+  quotas:
+    max_qps: 8
+    max_memory: 67108864
+YAML
+  "$roced" --config "$work/$1.yaml" > "$work/$1.log" 2>&1 &
+  pids+=($!)
+}
+up() {
+  for _ in $(seq 100); do grep -q " up on lcore" "$work/$1.log" && [[ -S $work/$1.sock ]] && break; sleep 0.1; done
+  grep -q "attach: $work/$1.sock" "$work/$1.log" || { cat "$work/$1.log"; echo "FAIL: roced $1"; exit 1; }
+}
+# The memif server (A) listens before its client (B) connects.
+appliance a server 02:00:5e:00:0a:01 192.0.2.61 "$prom_a" 0
+up a
+appliance b client 02:00:5e:00:0a:02 192.0.2.62 "$prom_b" 1
+up b
+counter() {  # ENDPOINT NAME -> value on port p0
+  "$ctl" -p "$1" --all counters | awk -v n="$2" '$1 == "p0" && $2 == n { print $3 }'
+}
+baseline_qps=$(counter "$prom_a" qps) baseline_mrs=$(counter "$prom_a" mrs)
+echo "baseline on A: qps $baseline_qps mrs $baseline_mrs"
+
+# ---- 1. data verified, C++ and C --------------------------------------------------------------
+# (the server receives through an SRQ; then 200 ping-pongs of 8 bytes)
+"$ex" --socket "$work/a.sock" --listen "$tcp" --srq --pingpong 200 > "$work/ex-a.log" 2>&1 &
+sa=$!
+"$ex" --socket "$work/b.sock" --connect "127.0.0.1:$tcp" --pingpong 200 > "$work/ex-b.log" 2>&1 \
+  || { cat "$work"/ex-*.log; exit 1; }
+wait "$sa" || { cat "$work"/ex-a.log; exit 1; }
+cat "$work/ex-a.log" "$work/ex-b.log"
+grep -q "OK: received SEND" "$work/ex-a.log"
+grep -q "OK: SEND of 65536 bytes, WRITE of 65536 bytes, READ of 65536 bytes" "$work/ex-b.log"
+grep -q "OK: 200 ping-pongs of 8 bytes" "$work/ex-b.log"
+# The address a peer uses is the client's own (an I/O virtual address), not roced's mapping.
+grep -q "our MR's iova is our own buffer address" "$work/ex-a.log"
+grep -q "our MR's iova is our own buffer address" "$work/ex-b.log"
+
+"$exc" "$work/a.sock" listen $((tcp + 1)) > "$work/exc-a.log" 2>&1 &
+sa=$!
+"$exc" "$work/b.sock" connect $((tcp + 1)) > "$work/exc-b.log" 2>&1 || { cat "$work"/exc-*.log; exit 1; }
+wait "$sa" || { cat "$work"/exc-a.log; exit 1; }
+cat "$work/exc-a.log" "$work/exc-b.log"
+grep -q "OK: WRITE and SEND of 8192 bytes verified" "$work/exc-a.log"
+
+# ---- 2. kill -9 mid-transfer ------------------------------------------------------------------
+# The survivor pair: A2 (server) <- B2 (client looping for 4 s).
+"$ex" --socket "$work/a.sock" --listen $((tcp + 2)) --seconds 4 > "$work/a2.log" 2>&1 &
+a2=$!
+"$ex" --socket "$work/b.sock" --connect "127.0.0.1:$((tcp + 2))" --seconds 4 > "$work/b2.log" 2>&1 &
+b2=$!
+# The victim pair: A1 loops WRITE + READ-back against B1 and is killed after a second of it.
+"$ex" --socket "$work/b.sock" --listen $((tcp + 3)) --seconds 30 --size 262144 > "$work/b1.log" 2>&1 &
+b1=$!
+"$ex" --socket "$work/a.sock" --connect "127.0.0.1:$((tcp + 3))" --seconds 30 --size 262144 \
+  > "$work/a1.log" 2>&1 &
+a1=$!
+for _ in $(seq 100); do grep -q "rounds$" "$work/a1.log" && break; sleep 0.05; done
+grep -q "rounds$" "$work/a1.log" || { cat "$work/a1.log" "$work/b1.log"; echo "FAIL: victim loop"; exit 1; }
+during=$(counter "$prom_a" attach_clients)
+"$ctl" -p "$prom_a" clients | tee "$work/clients.txt"
+[[ $(awk '$4 == "p0" && $6 == 1 && $7 == 1 && $8 == 1' "$work/clients.txt" | wc -l) == 2 ]] \
+  || { echo "FAIL: roce-ctl clients should list two clients with 1 QP, 1 MR, 1 CQ each"; exit 1; }
+grep -q "^[0-9]* *$a1 " "$work/clients.txt" || { echo "FAIL: the victim's pid is not listed"; exit 1; }
+kill -9 "$a1"
+wait "$a1" 2>/dev/null || true
+# The victim's peer (a client of B) sees the connection end: its next SEND fails.
+wait "$b1" || { cat "$work/b1.log"; echo "FAIL: the victim's peer"; exit 1; }
+grep "the peer's end is gone: SEND completed with" "$work/b1.log"
+wait "$b2" || { cat "$work/b2.log" "$work/a2.log"; echo "FAIL: the survivor's loop"; exit 1; }
+wait "$a2" || { cat "$work/a2.log"; echo "FAIL: the survivor's server"; exit 1; }
+grep -E "OK: [0-9]+ WRITE \+ READ-back rounds" "$work/b2.log"
+kill -0 "${pids[0]}" || { cat "$work/a.log"; echo "FAIL: roced A died"; exit 1; }
+sleep 0.4  # the counters are published every 100 ms
+after_qps=$(counter "$prom_a" qps) after_mrs=$(counter "$prom_a" mrs)
+clients=$(counter "$prom_a" attach_clients) lost=$(counter "$prom_a" attach_clients_lost)
+echo "A: attached clients during the kill $during, now $clients; lost $lost; qps $after_qps mrs $after_mrs"
+"$ctl" -p "$prom_a" counters | grep -E "qps|mrs|attach" || true
+[[ $after_qps == "$baseline_qps" && $after_mrs == "$baseline_mrs" ]] || { echo "FAIL: resources left"; exit 1; }
+[[ $clients == 0 && $lost -ge 1 ]] || { echo "FAIL: attach counts"; exit 1; }
+[[ $("$ctl" -p "$prom_a" clients | wc -l) == 1 ]] || { echo "FAIL: clients still listed"; exit 1; }
+grep -q "client .* gone: 1 QPs, 1 MRs, 1 CQs released" "$work/a.log"
+
+# ---- 3. misuse is refused, roced keeps serving ------------------------------------------------
+"$misuse" "$work/a.sock" 8 67108864 | tee "$work/misuse.log"
+grep -q "OK: misuse refused" "$work/misuse.log"
+
+# ---- 4. roced stops under an attached client --------------------------------------------------
+"$misuse" "$work/a.sock" --hold > "$work/hold.log" 2>&1 &
+hold=$!
+for _ in $(seq 50); do grep -q holding "$work/hold.log" && break; sleep 0.1; done
+kill -TERM "${pids[0]}" "${pids[1]}"
+wait "${pids[0]}" "${pids[1]}"
+pids=()
+wait "$hold" || { cat "$work/hold.log"; echo "FAIL: the holding client"; exit 1; }
+cat "$work/hold.log"
+grep -q "stopping (SIGTERM)" "$work/a.log"
+[[ ! -e $work/a.sock ]] || { echo "FAIL: the socket was left behind"; exit 1; }
+echo "roced_attach: OK"
