@@ -11,6 +11,7 @@ PACKAGES=(
   tshark python3-scapy
   clang libclang-rt-14-dev llvm
   iproute2 iputils-ping tcpdump
+  libibverbs-dev librdmacm-dev
 )
 
 missing=()

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/naa/naa_service.h"
 #include "apps/perf/cli.h"
 #include "apps/roced/metrics.h"
 #include "apps/roced/services.h"
@@ -119,6 +120,23 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       c.faults = f->stats();
     }
   }
+}
+
+// The accelerator RPC services (`test: naa`, apps/naa/naa_service.h), on lcore 0 of their port.
+std::vector<std::unique_ptr<naa::NaaService>> open_naa_services(const ctl::ApplianceConfig& cfg,
+                                                                std::vector<PortRuntime>& ports) {
+  std::vector<std::unique_ptr<naa::NaaService>> out;
+  for (const auto& sc : cfg.services) {
+    if (sc.test != "naa") continue;
+    for (auto& p : ports) {
+      if (p.cfg.name != sc.port) continue;
+      out.push_back(std::make_unique<naa::NaaService>(sc, p.eng(), p.loop(), p.cfg.ipv4,
+                                                      cfg.limits.cm_connections));
+      std::printf("  service naa: rdma_cm port %u on port %s\n", sc.listen_port, sc.port.c_str());
+    }
+  }
+  std::fflush(stdout);
+  return out;
 }
 
 int run(const ctl::ApplianceConfig& cfg) {
@@ -246,6 +264,7 @@ int run(const ctl::ApplianceConfig& cfg) {
   std::fflush(stdout);
 
   appliance::ServiceHost services(cfg);
+  std::vector<std::unique_ptr<naa::NaaService>> naas = open_naa_services(cfg, ports);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::uint64_t next_publish = 0, next_accept = 0;
@@ -264,6 +283,7 @@ int run(const ctl::ApplianceConfig& cfg) {
       for (std::size_t i = 0; i < ports.size(); ++i)
         if (i != svc.port_index) ports[i].loop().poll_once();
       housekeeping(port::now_ns());
+      for (auto& n : naas) n->step();
       if (g_signal != 0) throw Shutdown{};
     });
     env.cm_connections = cfg.limits.cm_connections;
@@ -285,6 +305,7 @@ int run(const ctl::ApplianceConfig& cfg) {
   };
   while (g_signal == 0) {
     for (auto& p : ports) p.loop().poll_once();
+    for (auto& n : naas) n->step();
     const std::uint64_t now = port::now_ns();
     housekeeping(now);
     if (services.empty() || now < next_accept) continue;
@@ -292,6 +313,8 @@ int run(const ctl::ApplianceConfig& cfg) {
     services.poll(now, run_test);
   }
   if (att) att->stop();  // no new requests; the workers still run what was posted
+  for (auto& n : naas) std::printf("  service naa:\n%s", n->report().c_str());
+  naas.clear();
   for (const auto& svc : services.services())
     std::printf("  service %s (TCP %u): %u runs, %u failed, %u silent clients dropped\n",
                 svc.cfg.test.c_str(), svc.cfg.listen_port, svc.runs, svc.failures,

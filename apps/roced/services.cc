@@ -18,6 +18,7 @@ namespace roce::appliance {
 ServiceHost::ServiceHost(const ctl::ApplianceConfig& cfg) {
   for (std::size_t i = 0; i < cfg.services.size(); ++i) {
     const ctl::ServiceConfig& sc = cfg.services[i];
+    if (sc.test == "naa") continue;  // not a perftest server: roced's open_naa_services
     Service svc;
     svc.cfg = sc;
     std::vector<std::string> args{sc.test};

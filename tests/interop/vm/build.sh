@@ -14,6 +14,9 @@
 #   RXE_VM_KPKG=linux-image-6.1.0-56-amd64  pin the kernel package (default: what
 #                                  linux-image-amd64 depends on)
 #   RXE_VM_NO_APT=1                do not apt-get install missing host packages
+#   RXE_VM_EXTRA_BINS="PATH ..."   also copy these binaries (built by the project on rdma-core,
+#                                  e.g. the NAAICE host example) to /usr/bin, with the shared
+#                                  libraries they need; the image keeps earlier extras
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -57,7 +60,21 @@ fi
 KVER="${KPKG#linux-image-}"
 log "kernel package $KPKG (kver $KVER)"
 
-if [[ $FORCE == 0 && -f "$CACHE/initramfs.cpio" && -f "$CACHE/vmlinuz" && -f "$CACHE/vmlinux" \
+# Extra binaries: those requested now plus those an earlier build put in (if they still exist).
+read -r -a EXTRA <<< "${RXE_VM_EXTRA_BINS:-}"
+extra_ok=1
+for b in "${EXTRA[@]}"; do
+  [[ -x "$b" ]] || { log "RXE_VM_EXTRA_BINS: $b is not an executable"; exit 1; }
+  if ! grep -qxF "$(readlink -f "$b")" "$CACHE/extra-bins" 2>/dev/null \
+     || [[ ! "$CACHE/initramfs.cpio" -nt "$b" ]]; then
+    extra_ok=0
+  fi
+done
+while read -r b; do
+  [[ -n "$b" && -x "$b" ]] && EXTRA+=("$b")
+done < <(cat "$CACHE/extra-bins" 2>/dev/null || true)
+
+if [[ $FORCE == 0 && $extra_ok == 1 && -f "$CACHE/initramfs.cpio" && -f "$CACHE/vmlinuz" && -f "$CACHE/vmlinux" \
       && "$(cat "$CACHE/kver" 2>/dev/null)" == "$KVER" \
       && "$CACHE/initramfs.cpio" -nt "$HERE/build.sh" \
       && "$CACHE/initramfs.cpio" -nt "$HERE/init" \
@@ -139,6 +156,15 @@ for pkg in ibverbs-utils perftest rdmacm-utils; do
   done < <(dpkg -L "$pkg")
 done
 BINS+=(/usr/bin/rdma /bin/ip /usr/bin/taskset)
+declare -A extra_seen=()
+EXTRA_REAL=()
+for b in "${EXTRA[@]}"; do
+  r="$(readlink -f "$b")"
+  [[ -n "${extra_seen[$r]:-}" ]] && continue
+  extra_seen[$r]=1
+  EXTRA_REAL+=("$r")
+  BINS+=("$r")
+done
 PROVIDER=/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
 [[ -f "$PROVIDER" ]] || PROVIDER="$(ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so | head -1)"
 
@@ -186,4 +212,5 @@ log "packing initramfs"
 mv "$CACHE/initramfs.cpio.tmp" "$CACHE/initramfs.cpio"
 rm -f "$CACHE/initramfs.cpio.gz"   # older builds
 echo "$KVER" > "$CACHE/kver"
+printf '%s\n' "${EXTRA_REAL[@]}" > "$CACHE/extra-bins"
 log "done: $CACHE/vmlinux ($(du -h "$CACHE/vmlinux" 2>/dev/null | cut -f1)) [bzImage $CACHE/vmlinuz], $CACHE/initramfs.cpio ($(du -h "$CACHE/initramfs.cpio" | cut -f1))"

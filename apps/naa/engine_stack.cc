@@ -1,0 +1,425 @@
+/// @file
+/// Stack on the appliance's engine (engine_stack.h).
+#include "apps/naa/engine_stack.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include "apps/perf/cm_tools.h"
+#include "controlplane/address.h"
+
+namespace roce::naa {
+
+using namespace roce::engine;
+
+bool parse_link_config(const std::string& text, LinkConfig& c, std::string& err) {
+  std::stringstream ss(text);
+  std::string kv;
+  while (std::getline(ss, kv, ',')) {
+    if (kv.empty()) continue;
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) {
+      err = "'" + kv + "' is not key=value";
+      return false;
+    }
+    const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    try {
+      if (k == "pmd")
+        c.pmd = v;
+      else if (k == "socket")
+        c.memif_socket = v;
+      else if (k == "role")
+        c.memif_role = v;
+      else if (k == "iface")
+        c.iface = v;
+      else if (k == "ip")
+        c.ip = v;
+      else if (k == "mac")
+        c.mac = v;
+      else if (k == "pcap")
+        c.pcap = v;
+      else if (k == "tx_drop")
+        c.tx_drop = std::stod(v);
+      else if (k == "rx_drop")
+        c.rx_drop = std::stod(v);
+      else if (k == "seed")
+        c.seed = std::stoull(v);
+      else if (k == "window")
+        c.window_bytes = std::stoull(v);
+      else {
+        err = "unknown key '" + k + "'";
+        return false;
+      }
+    } catch (const std::exception&) {
+      err = "bad number in '" + kv + "'";
+      return false;
+    }
+  }
+  if (c.pmd != "memif" && c.pmd != "af_packet") {
+    err = "pmd must be memif or af_packet";
+    return false;
+  }
+  if (c.pmd == "memif" &&
+      (c.memif_socket.empty() || (c.memif_role != "server" && c.memif_role != "client"))) {
+    err = "memif needs socket=PATH and role=server|client";
+    return false;
+  }
+  if (c.pmd == "af_packet" && c.iface.empty()) {
+    err = "af_packet needs iface=IF";
+    return false;
+  }
+  if (!ctl::parse_ipv4(c.ip) || !ctl::parse_mac(c.mac)) {
+    err = "ip and mac must be an IPv4 address and a MAC address";
+    return false;
+  }
+  if (c.tx_drop < 0 || c.tx_drop >= 1 || c.rx_drop < 0 || c.rx_drop >= 1) {
+    err = "tx_drop and rx_drop must be in [0, 1)";
+    return false;
+  }
+  return true;
+}
+
+EngineStack::EngineStack(const LinkConfig& l) {
+  FaultPolicy tx, rx;
+  if (l.tx_drop > 0) {
+    tx.drop_rate = l.tx_drop;
+    tx.seed = l.seed;
+  }
+  if (l.rx_drop > 0) {
+    rx.drop_rate = l.rx_drop;
+    rx.seed = l.seed + 1;
+  }
+  if (l.pmd == "af_packet") {
+    perf::LinkOpts o;
+    o.iface = l.iface;
+    o.ip = l.ip;
+    o.mac = l.mac;
+    o.pcap = l.pcap;
+    o.tx_faults = tx;
+    o.rx_faults = rx;
+    own_env_ = std::make_unique<perf::Env>(o);
+  } else {
+    const auto ip = ctl::parse_ipv4(l.ip);
+    const auto mac = ctl::parse_mac(l.mac);
+    if (!ip || !mac) throw std::runtime_error("bad IPv4 or MAC address");
+    port::eal_init({"--no-huge", "--no-shconf", "-m", "256", "--no-pci", "--log-level=*:error",
+                    "--file-prefix=rocenaa" + std::to_string(getpid()), "-l", "0",
+                    "--vdev=net_memif0,role=" + l.memif_role +
+                        ",id=0,socket-abstract=no,socket=" + l.memif_socket});
+    EngineConfig ec;
+    ec.mac = *mac;
+    ec.ipv4 = *ip;
+    ec.advertise_credits = false;  // as rxe
+    if (l.window_bytes) {
+      ec.max_inflight_bytes = l.window_bytes;
+      ec.max_inflight_psns = static_cast<std::uint32_t>(
+          std::max<std::uint64_t>(ec.max_inflight_psns, l.window_bytes / 1024));
+    }
+    own_eng_ = std::make_unique<Engine>(ec);
+    port::PortSpec ps;
+    ps.device = "net_memif0";
+    ps.mac = *mac;
+    ps.mbufs = 4096;
+    own_dev_ = std::make_unique<port::DpdkPort>(ps);
+    own_loop_ = std::make_unique<port::PollLoop>(*own_dev_, *own_eng_, tx, rx);
+    own_env_ = std::make_unique<perf::Env>(*own_eng_, *own_loop_, *ip, nullptr);
+    if (!l.pcap.empty()) {
+      capture_ = std::make_unique<apps::PcapWriter>(l.pcap);
+      own_loop_->tap = [this](std::span<const std::uint8_t> f, bool) {
+        capture_->write(f, port::now_ns());
+      };
+    }
+    // A memif client waits for its link; a server's comes up when a client connects.
+    if (l.memif_role == "client") own_env_->until([&] { return own_dev_->link_up(); }, 30);
+  }
+  env_ = own_env_.get();
+  init();
+}
+
+EngineStack::EngineStack(perf::Env& env) : env_(&env) { init(); }
+
+void EngineStack::init() {
+  agent_ = std::make_unique<cm::CmAgent>(env_->eng, perf::cm_agent_config(*env_),
+                                         [this](const cm::CmEvent& e) { on_cm(e); });
+  pd_ = env_->eng.alloc_pd();
+  cq_ = env_->eng.create_cq(std::min<std::uint32_t>(8192, env_->eng.config().max_cq_depth));
+  if (!pd_ || !cq_) throw std::runtime_error("cannot create the PD and CQ");
+}
+
+EngineStack::~EngineStack() {
+  const bool any = !conns_.empty();
+  for (auto& [id, c] : conns_) release(c);
+  conns_.clear();
+  if (any) idle(0.05);  // the DREQs of connections still up go out
+  agent_.reset();
+  if (cq_) env_->eng.destroy_cq(cq_);
+  if (pd_) env_->eng.dealloc_pd(pd_);
+  if (own_loop_) own_loop_->tap = nullptr;
+  own_env_.reset();
+  own_loop_.reset();
+  own_dev_.reset();
+  own_eng_.reset();
+}
+
+std::optional<MrInfo> EngineStack::reg_mr(void* addr, std::uint64_t length,
+                                          std::optional<std::uint64_t> iova) {
+  const std::uint32_t access = kAccessLocalWrite | kAccessRemoteWrite;
+  Mr* m = iova ? env_->eng.reg_mr(pd_, addr, length, *iova, access)
+               : env_->eng.reg_mr(pd_, addr, length, access);
+  if (!m) return std::nullopt;
+  MrInfo i;
+  i.addr = addr;
+  i.iova = m->addr;
+  i.length = length;
+  i.lkey = i.rkey = m->key;
+  i.handle = reinterpret_cast<std::uint64_t>(m);
+  return i;
+}
+
+void EngineStack::dereg_mr(const MrInfo& mr) {
+  if (mr.handle) env_->eng.dereg_mr(reinterpret_cast<Mr*>(mr.handle));
+}
+
+bool EngineStack::listen(std::uint16_t port) {
+  agent_->cm().listen(cm::service_id(cm::PortSpace::kTcp, port));
+  return true;
+}
+
+Qp* EngineStack::new_qp(const QpSizes& s) {
+  Qp* qp = env_->eng.create_qp(pd_, QpType::kRc, cq_, cq_, QpCap{s.send, s.recv, 1, 1, 0});
+  if (!qp) return nullptr;
+  QpAttr a;
+  a.qp_state = QpState::kInit;
+  a.qp_access_flags = kAccessLocalWrite | kAccessRemoteWrite;
+  if (env_->eng.modify_qp(qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) != kOk) {
+    env_->eng.destroy_qp(qp);
+    return nullptr;
+  }
+  return qp;
+}
+
+bool EngineStack::prepare(ConnId c, const QpSizes& s) {
+  auto it = conns_.find(c);
+  if (it == conns_.end() || it->second.qp || !it->second.peer) return false;
+  // The QP's path needs the peer's MAC before the REP.
+  if (!port::resolve_wait(env_->loop, *it->second.peer, 5)) return false;
+  it->second.qp = new_qp(s);
+  if (!it->second.qp) return false;
+  by_qpn_[it->second.qp->qpn] = c;
+  return true;
+}
+
+bool EngineStack::accept(ConnId c) {
+  auto it = conns_.find(c);
+  if (it == conns_.end() || !it->second.qp) return false;
+  cm::AcceptParams ap;
+  ap.starting_psn = wire::Psn(std::random_device{}());
+  ap.responder_resources = 0;
+  ap.initiator_depth = 0;
+  return agent_->accept(it->second.cm, it->second.qp, ap) == cm::CmStatus::kOk;
+}
+
+void EngineStack::reject(ConnId c) {
+  auto it = conns_.find(c);
+  if (it == conns_.end()) return;
+  agent_->cm().reject(it->second.cm);
+  release(it->second);
+  conns_.erase(it);
+}
+
+std::optional<ConnId> EngineStack::connect(const std::string& ipv4, std::uint16_t port,
+                                           const QpSizes& s) {
+  const auto ip = ctl::parse_ipv4(ipv4);
+  if (!ip) return std::nullopt;
+  if (!port::resolve_wait(env_->loop, *ip, 10)) return std::nullopt;
+  Qp* qp = new_qp(s);
+  if (!qp) return std::nullopt;
+  std::mt19937 rng(std::random_device{}());
+  cm::ConnectParams p;
+  p.peer.gid = ctl::gid_from_ipv4(*ip);
+  p.service_id = cm::service_id(cm::PortSpace::kTcp, port);
+  p.starting_psn = wire::Psn(rng());
+  p.responder_resources = 0;
+  p.initiator_depth = 0;
+  p.cma = cm::CmaHeader::ipv4(env_->ip, static_cast<std::uint16_t>(32768 + rng() % 28000), *ip);
+  const auto id = agent_->connect(qp, p);
+  if (!id) {
+    env_->eng.destroy_qp(qp);
+    return std::nullopt;
+  }
+  const ConnId c = next_++;
+  conns_[c] = Conn{*id, qp, false, ip};
+  by_cm_[id->v] = c;
+  by_qpn_[qp->qpn] = c;
+  return c;
+}
+
+void EngineStack::release(Conn& c) {
+  if (!c.qp) return;
+  by_qpn_.erase(c.qp->qpn);
+  agent_->release(c.qp);  // DREQ if still up
+  env_->eng.destroy_qp(c.qp);
+  c.qp = nullptr;
+}
+
+void EngineStack::disconnect(ConnId c) {
+  auto it = conns_.find(c);
+  if (it == conns_.end()) return;
+  release(it->second);
+  // The CM keeps the connection for its DREQ retransmissions and timewait.
+  by_cm_.erase(it->second.cm.v);
+  conns_.erase(it);
+}
+
+void EngineStack::on_cm(const cm::CmEvent& e) {
+  if (e.type == cm::CmEventType::kConnectRequest) {
+    const ConnId c = next_++;
+    Conn conn{e.id, nullptr, false, ctl::ipv4_from_gid(e.peer.gid)};
+    if (!conn.peer || !e.cma || e.cma->ip_version != 4) {
+      agent_->cm().reject(e.id, cm::RejReason::kInvalidServiceId);
+      return;
+    }
+    conns_[c] = conn;
+    by_cm_[e.id.v] = c;
+    pending_.push_back({ConnEvent::kConnectRequest, c, ctl::to_string(*conn.peer)});
+    return;
+  }
+  const auto it = by_cm_.find(e.id.v);
+  if (it == by_cm_.end()) return;
+  const ConnId c = it->second;
+  switch (e.type) {
+    case cm::CmEventType::kEstablished:
+      conns_[c].established = true;
+      pending_.push_back({ConnEvent::kEstablished, c, {}});
+      break;
+    case cm::CmEventType::kRejected:
+      pending_.push_back({ConnEvent::kRejected, c, {}});
+      break;
+    case cm::CmEventType::kUnreachable:
+    case cm::CmEventType::kConnectError:
+      pending_.push_back({ConnEvent::kUnreachable, c, {}});
+      break;
+    case cm::CmEventType::kDisconnected:
+      pending_.push_back({ConnEvent::kDisconnected, c, {}});
+      break;
+    default:
+      break;
+  }
+}
+
+bool EngineStack::post_recv(ConnId c, std::uint64_t wr_id, void* addr, std::uint32_t length,
+                            std::uint32_t lkey) {
+  auto it = conns_.find(c);
+  if (it == conns_.end() || !it->second.qp) return false;
+  Sge sge{reinterpret_cast<std::uint64_t>(addr), length, lkey};
+  RecvWr wr;
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  return env_->eng.post_recv(it->second.qp, &wr, nullptr) == kOk;
+}
+
+bool EngineStack::post_send(ConnId c, const WorkRequest& w) {
+  auto it = conns_.find(c);
+  if (it == conns_.end() || !it->second.qp) return false;
+  Sge sge{w.local, w.length, w.lkey};
+  SendWr wr;
+  wr.wr_id = w.wr_id;
+  wr.opcode = w.op == Op::kSend    ? WrOpcode::kSend
+              : w.op == Op::kWrite ? WrOpcode::kWrite
+                                   : WrOpcode::kWriteImm;
+  wr.sg_list = w.length ? &sge : nullptr;
+  wr.num_sge = w.length ? 1 : 0;
+  wr.send_flags = w.signaled ? std::uint32_t{kSendSignaled} : 0u;
+  wr.imm_data = w.imm;
+  wr.rdma.remote_addr = w.remote_addr;
+  wr.rdma.rkey = w.rkey;
+  return env_->eng.post_send(it->second.qp, &wr, nullptr) == kOk;
+}
+
+bool EngineStack::poll(std::vector<ConnEvent>& events, std::vector<Completion>& completions) {
+  bool any = env_->loop.poll_once() != 0;
+  agent_->poll(port::now_ns());
+  Wc wc[32];
+  int n;
+  while ((n = env_->eng.poll_cq(cq_, 32, wc)) > 0) {
+    any = true;
+    for (int k = 0; k < n; ++k) {
+      const auto q = by_qpn_.find(wc[k].qp_num);
+      if (q == by_qpn_.end()) continue;  // a QP already released (flushes)
+      Conn& conn = conns_[q->second];
+      Completion c;
+      c.conn = q->second;
+      c.wr_id = wc[k].wr_id;
+      c.ok = wc[k].status == WcStatus::kSuccess;
+      if (!c.ok) c.status = std::string(to_string(wc[k].status));
+      c.byte_len = wc[k].byte_len;
+      c.imm = wc[k].imm_data;
+      switch (wc[k].opcode) {
+        case WcOpcode::kRecv:
+          c.kind = Completion::kRecv;
+          break;
+        case WcOpcode::kRecvRdmaWithImm:
+          c.kind = Completion::kRecvImm;
+          break;
+        case WcOpcode::kRdmaWrite:
+          c.kind = Completion::kWrite;
+          break;
+        default:
+          c.kind = Completion::kSend;
+          break;
+      }
+      // The first data on a connection whose RTU is late: COMM_EST.
+      if (c.ok && (c.kind == Completion::kRecv || c.kind == Completion::kRecvImm) &&
+          !conn.established) {
+        agent_->cm().notify_established(conn.cm);
+      }
+      completions.push_back(c);
+    }
+  }
+  if (!pending_.empty()) {
+    any = true;
+    events.insert(events.end(), pending_.begin(), pending_.end());
+    pending_.clear();
+  }
+  return any || env_->eng.has_work();
+}
+
+std::string EngineStack::transport_report() const {
+  const auto& st = env_->eng.stats();
+  std::uint64_t txd = 0, rxd = 0;
+  if (env_->loop.faults()) txd = env_->loop.faults()->stats().dropped;
+  if (env_->loop.rx_faults()) rxd = env_->loop.rx_faults()->stats().dropped;
+  return "retransmitted " + std::to_string(st.get(Counter::kRetransmittedPackets)) + ", timeouts " +
+         std::to_string(st.get(Counter::kRetransmitTimeouts)) + ", RNR NAKs sent " +
+         std::to_string(st.get(Counter::kRnrNakSent)) + " received " +
+         std::to_string(st.get(Counter::kRnrNakRcvd)) + ", injected drops tx " +
+         std::to_string(txd) + " rx " + std::to_string(rxd) + "\n" + all_counters();
+}
+
+std::string EngineStack::all_counters() const {
+  if (!std::getenv("NAAICE_ALL_COUNTERS")) return {};
+  std::string out;
+  const auto& st = env_->eng.stats();
+  for (std::size_t i = 0; i < kCounterCount; ++i) {
+    const auto c = static_cast<Counter>(i);
+    if (st.get(c)) out += "  " + std::string(to_string(c)) + " " + std::to_string(st.get(c)) + "\n";
+  }
+  return out;
+}
+
+void EngineStack::idle(double seconds) {
+  env_->until(
+      [&] {
+        agent_->poll(port::now_ns());
+        return false;
+      },
+      seconds);
+}
+
+}  // namespace roce::naa

@@ -1,0 +1,94 @@
+/// @file
+/// The NAA's Stack (stack.h) on the appliance's own engine, in-process: a DPDK port of its own
+/// (net_memif or net_af_packet, no hugepages) or a poll loop lent by roced, the CM agent on
+/// QP1 for rdma_cm, one PD and one CQ shared by every connection's RC QP.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "apps/naa/stack.h"
+#include "apps/perf/env.h"
+#include "controlplane/cm/cm_agent.h"
+
+namespace roce::naa {
+
+/// The DPDK link of a standalone process (roce-naa, the host library on the appliance's stack).
+struct LinkConfig {
+  std::string pmd = "memif";          ///< memif or af_packet
+  std::string memif_socket;           ///< memif: the control socket's path
+  std::string memif_role = "server";  ///< memif: server (creates the socket) or client
+  std::string iface;                  ///< af_packet: the kernel interface
+  std::string ip = "192.0.2.1";
+  std::string mac = "02:00:00:00:00:01";
+  std::string pcap;  ///< capture every frame here
+  double tx_drop = 0, rx_drop = 0;
+  std::uint64_t seed = 1;
+  std::uint64_t window_bytes = 0;  ///< memif: the requester window per QP (0: the engine's)
+};
+
+/// Parses "key=value,key=value" (the host library's NAAICE_ROCE variable: pmd, socket, role,
+/// iface, ip, mac, pcap, tx_drop, rx_drop, seed, window) into `c`; false and `err` on a bad pair.
+bool parse_link_config(const std::string& text, LinkConfig& c, std::string& err);
+
+class EngineStack : public Stack {
+ public:
+  /// Own EAL, port, engine and poll loop (throws std::runtime_error on a bad link).
+  explicit EngineStack(const LinkConfig& link);
+  /// On a borrowed dataplane (roced's services).
+  explicit EngineStack(perf::Env& env);
+  ~EngineStack() override;
+
+  std::optional<MrInfo> reg_mr(void* addr, std::uint64_t length,
+                               std::optional<std::uint64_t> iova) override;
+  void dereg_mr(const MrInfo& mr) override;
+  bool listen(std::uint16_t port) override;
+  bool prepare(ConnId c, const QpSizes& s) override;
+  bool accept(ConnId c) override;
+  void reject(ConnId c) override;
+  std::optional<ConnId> connect(const std::string& ipv4, std::uint16_t port,
+                                const QpSizes& s) override;
+  void disconnect(ConnId c) override;
+  bool post_recv(ConnId c, std::uint64_t wr_id, void* addr, std::uint32_t length,
+                 std::uint32_t lkey) override;
+  bool post_send(ConnId c, const WorkRequest& wr) override;
+  bool poll(std::vector<ConnEvent>& events, std::vector<Completion>& completions) override;
+  void idle(double seconds) override;
+
+  perf::Env& env() { return *env_; }
+  /// Retransmissions, RNR NAKs and injected drops, one line.
+  std::string transport_report() const;
+  /// Every non-zero engine counter, when NAAICE_ALL_COUNTERS is set.
+  std::string all_counters() const;
+  std::size_t connections() const { return conns_.size(); }
+
+ private:
+  struct Conn {
+    cm::ConnId cm;
+    engine::Qp* qp = nullptr;
+    bool established = false;
+    std::optional<wire::Ipv4Addr> peer;
+  };
+  void init();
+  void on_cm(const cm::CmEvent& e);
+  engine::Qp* new_qp(const QpSizes& s);
+  void release(Conn& c);
+
+  std::unique_ptr<engine::Engine> own_eng_;
+  std::unique_ptr<port::DpdkPort> own_dev_;
+  std::unique_ptr<port::PollLoop> own_loop_;
+  std::unique_ptr<perf::Env> own_env_;
+  std::unique_ptr<apps::PcapWriter> capture_;
+  perf::Env* env_ = nullptr;
+  std::unique_ptr<cm::CmAgent> agent_;
+  engine::Pd* pd_ = nullptr;
+  engine::Cq* cq_ = nullptr;
+  std::map<ConnId, Conn> conns_;
+  std::map<std::uint32_t, ConnId> by_cm_;   ///< cm::ConnId.v -> ours
+  std::map<std::uint32_t, ConnId> by_qpn_;  ///< QPN -> ours
+  std::vector<ConnEvent> pending_;
+  ConnId next_ = 1;
+};
+
+}  // namespace roce::naa

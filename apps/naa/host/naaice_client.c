@@ -1,0 +1,368 @@
+/* @file
+ * naaice_client: offloads every kernel of the NAA (roce-naa) through the NAAICE host API and
+ * checks each result against a reference computed here; or provokes one MRSP error or
+ * application error and checks that the NAA reports exactly it. The same source runs on
+ * rdma-core (naaice_client_ibverbs) and on the appliance's stack (naaice_client_roce).
+ *
+ *   naaice_client [-p PORT] [-k all|increment|vector_add|reduce_sum|crc32|matmul] [-s BYTES]
+ *                 [-n CALLS] [-H HOSTS] [-M NAA_MIB] [-e ERROR] NAA_IP
+ *   ERROR: too-many-regions, invalid-address, not-enough-memory, unknown-function,
+ *          bad-return-address, bad-param-count, bad-param-size */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "apps/naa/host/naaice.h"
+
+enum { K_INCREMENT = 1, K_VECTOR_ADD = 2, K_REDUCE_SUM = 3, K_CRC32 = 4, K_MATMUL = 5 };
+static const char* kernel_names[] = {"",           "increment", "vector_add",
+                                     "reduce_sum", "crc32",     "matmul"};
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return (uint32_t)(rng_state >> 16);
+}
+
+static uint32_t crc32_ref(const unsigned char* p, size_t n) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; i++) {
+    c ^= p[i];
+    for (int b = 0; b < 8; b++) c = (c & 1) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+  }
+  return ~c;
+}
+
+/* One host's call: its parameters, the expected result, its context. */
+struct job {
+  int kernel;
+  int fncode; /* the function code called (the kernel's, unless an error is provoked) */
+  unsigned nparams;
+  char* params[40];
+  unsigned sizes[40];
+  unsigned ret;              /* index of the return parameter */
+  unsigned char* expect[40]; /* expected content per parameter after the call (NULL: any) */
+  struct naaice_communication_context* ctx;
+};
+
+static void fill(struct job* j) {
+  for (unsigned i = 0; i < j->nparams; i++)
+    for (unsigned b = 0; b < j->sizes[i]; b++) j->params[i][b] = (char)rnd();
+  uint32_t* dims;
+  switch (j->kernel) {
+    case K_INCREMENT:
+      for (unsigned i = 0; i < j->nparams; i++)
+        for (unsigned b = 0; b < j->sizes[i]; b++)
+          j->expect[i][b] = (unsigned char)(j->params[i][b] + 1);
+      break;
+    case K_VECTOR_ADD: {
+      const uint32_t *a = (uint32_t*)j->params[0], *b = (uint32_t*)j->params[1];
+      uint32_t* e = (uint32_t*)j->expect[2];
+      for (unsigned i = 0; i < j->sizes[0] / 4; i++) e[i] = a[i] + b[i];
+      break;
+    }
+    case K_REDUCE_SUM: {
+      const uint32_t* a = (uint32_t*)j->params[0];
+      uint64_t s = 0;
+      for (unsigned i = 0; i < j->sizes[0] / 4; i++) s += a[i];
+      memcpy(j->expect[1], &s, 8);
+      break;
+    }
+    case K_CRC32: {
+      const uint32_t c = crc32_ref((unsigned char*)j->params[0], j->sizes[0]);
+      memcpy(j->expect[1], &c, 4);
+      break;
+    }
+    case K_MATMUL: {
+      dims = (uint32_t*)j->params[0];
+      const uint32_t m = 16, n = 16, k = j->sizes[1] / 4 / 16;
+      dims[0] = m;
+      dims[1] = k;
+      dims[2] = n;
+      const uint32_t *a = (uint32_t*)j->params[1], *b = (uint32_t*)j->params[2];
+      uint32_t* e = (uint32_t*)j->expect[3];
+      for (uint32_t r = 0; r < m; r++)
+        for (uint32_t c = 0; c < n; c++) {
+          uint32_t acc = 0;
+          for (uint32_t x = 0; x < k; x++) acc += a[r * k + x] * b[x * n + c];
+          e[r * n + c] = acc;
+        }
+      break;
+    }
+  }
+}
+
+static int check(struct job* j, unsigned host, unsigned call) {
+  for (unsigned i = 0; i < j->nparams; i++) {
+    if (!j->expect[i]) continue;
+    if (memcmp(j->expect[i], j->params[i], j->sizes[i]) != 0) {
+      unsigned b = 0;
+      while (((unsigned char*)j->params[i])[b] == j->expect[i][b]) b++;
+      fprintf(stderr, "FAIL %s host %u call %u: parameter %u differs at byte %u\n",
+              kernel_names[j->kernel], host, call, i, b);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static void setup_job(struct job* j, int kernel, unsigned size) {
+  memset(j, 0, sizeof *j);
+  j->kernel = kernel;
+  j->fncode = kernel;
+  size = (size + 63) / 64 * 64;
+  switch (kernel) {
+    case K_INCREMENT:
+      j->nparams = 3;
+      j->sizes[0] = size;
+      j->sizes[1] = size / 2 + 1;
+      j->sizes[2] = 1;
+      j->ret = 0;
+      break;
+    case K_VECTOR_ADD:
+      j->nparams = 3;
+      j->sizes[0] = j->sizes[1] = j->sizes[2] = size;
+      j->ret = 2;
+      break;
+    case K_REDUCE_SUM:
+      j->nparams = 2;
+      j->sizes[0] = size;
+      j->sizes[1] = 8;
+      j->ret = 1;
+      break;
+    case K_CRC32:
+      j->nparams = 2;
+      j->sizes[0] = size + 3;
+      j->sizes[1] = 4;
+      j->ret = 1;
+      break;
+    case K_MATMUL:
+      j->nparams = 4;
+      j->sizes[0] = 12;
+      j->sizes[1] = j->sizes[2] = size; /* 16 x k and k x 16 */
+      j->sizes[3] = 16 * 16 * 4;
+      j->ret = 3;
+      break;
+  }
+  for (unsigned i = 0; i < j->nparams; i++) {
+    j->params[i] = calloc(1, j->sizes[i]);
+    const int out = kernel == K_INCREMENT || i == j->ret;
+    j->expect[i] = out ? calloc(1, j->sizes[i]) : NULL;
+  }
+}
+
+static void free_job(struct job* j) {
+  for (unsigned i = 0; i < j->nparams; i++) {
+    free(j->params[i]);
+    free(j->expect[i]);
+  }
+}
+
+static int open_job(struct job* j, const char* ip, uint16_t port) {
+  if (naaice_init_communication_context(&j->ctx, j->sizes, j->params, j->nparams,
+                                        (uint8_t)j->fncode, ip, port))
+    return -1;
+  if (naaice_setup_connection(j->ctx) || naaice_register_mrs(j->ctx) ||
+      naaice_set_metadata(j->ctx, (uintptr_t)j->params[j->ret]))
+    return -1;
+  return 0;
+}
+
+/* Every kernel, `hosts` connections at once, `calls` calls each. */
+static int run_kernels(const char* ip, uint16_t port, int only, unsigned size, unsigned calls,
+                       unsigned hosts) {
+  struct job* jobs = calloc(hosts, sizeof *jobs);
+  for (int k = K_INCREMENT; k <= K_MATMUL; k++) {
+    if (only && k != only) continue;
+    for (unsigned h = 0; h < hosts; h++) {
+      setup_job(&jobs[h], k, size);
+      if (open_job(&jobs[h], ip, port)) {
+        fprintf(stderr, "FAIL %s: host %u cannot connect\n", kernel_names[k], h);
+        return 1;
+      }
+    }
+    for (unsigned h = 0; h < hosts; h++)
+      if (naaice_init_mrsp(jobs[h].ctx)) return 1;
+    for (unsigned h = 0; h < hosts; h++)
+      while (jobs[h].ctx->state < MRSP_DONE)
+        if (naaice_poll_cq_nonblocking(jobs[h].ctx)) {
+          fprintf(stderr, "FAIL %s: host %u MRSP\n", kernel_names[k], h);
+          return 1;
+        }
+    for (unsigned c = 0; c < calls; c++) {
+      for (unsigned h = 0; h < hosts; h++) {
+        fill(&jobs[h]);
+        if (naaice_init_data_transfer(jobs[h].ctx)) return 1;
+      }
+      /* All hosts' calls are in flight at once; wait for each. */
+      for (unsigned h = 0; h < hosts; h++) {
+        while (jobs[h].ctx->state < FINISHED)
+          if (naaice_poll_cq_nonblocking(jobs[h].ctx)) {
+            fprintf(stderr, "FAIL %s host %u call %u: %s\n", kernel_names[k], h, c,
+                    naaice_rpc_status_string(jobs[h].ctx->rpc_status));
+            return 1;
+          }
+        if (check(&jobs[h], h, c)) return 1;
+      }
+    }
+    for (unsigned h = 0; h < hosts; h++) {
+      naaice_disconnect_and_cleanup(jobs[h].ctx);
+      free_job(&jobs[h]);
+    }
+    printf("PASS %s: %u hosts x %u calls, results match the reference\n", kernel_names[k], hosts,
+           calls);
+    fflush(stdout);
+  }
+  free(jobs);
+  return 0;
+}
+
+/* One error provoked; 0 when the NAA reports exactly it. */
+static int provoke(const char* ip, uint16_t port, const char* what, unsigned naa_mib) {
+  struct job j;
+  unsigned want_mrsp = 0, want_status = 0;
+  if (!strcmp(what, "too-many-regions")) {
+    /* 33 parameters + the metadata region: 34 regions, the NAA handles 32. */
+    memset(&j, 0, sizeof j);
+    j.kernel = j.fncode = K_INCREMENT;
+    j.nparams = 33;
+    for (unsigned i = 0; i < j.nparams; i++) {
+      j.sizes[i] = 64;
+      j.params[i] = calloc(1, 64);
+    }
+    want_mrsp = NAAICE_MRSP_TOO_MANY_REGIONS;
+  } else if (!strcmp(what, "invalid-address") || !strcmp(what, "not-enough-memory")) {
+    setup_job(&j, K_VECTOR_ADD, 4096);
+    want_mrsp = !strcmp(what, "invalid-address") ? NAAICE_MRSP_INVALID_ADDRESS
+                                                 : NAAICE_MRSP_NOT_ENOUGH_MEMORY;
+  } else if (!strcmp(what, "unknown-function")) {
+    setup_job(&j, K_VECTOR_ADD, 256);
+    j.fncode = 0x77;
+    want_status = 0x10;
+  } else if (!strcmp(what, "bad-return-address")) {
+    setup_job(&j, K_VECTOR_ADD, 256);
+    want_status = 0x11;
+  } else if (!strcmp(what, "bad-param-count")) {
+    setup_job(&j, K_REDUCE_SUM, 256);
+    j.fncode = K_VECTOR_ADD; /* two parameters for a three-parameter kernel */
+    want_status = 0x12;
+  } else if (!strcmp(what, "bad-param-size")) {
+    setup_job(&j, K_REDUCE_SUM, 256);
+    j.sizes[1] = 4; /* the sum needs 8 bytes */
+    want_status = 0x13;
+  } else {
+    fprintf(stderr, "unknown error to provoke: %s\n", what);
+    return 2;
+  }
+  int result = 1;
+  if (open_job(&j, ip, port)) goto out;
+  const uint64_t mem = (uint64_t)naa_mib << 20;
+  uint64_t fa[3] = {0, 0, 0};
+  if (want_mrsp == NAAICE_MRSP_INVALID_ADDRESS) fa[1] = mem + 4096;   /* beyond the memory */
+  if (want_mrsp == NAAICE_MRSP_NOT_ENOUGH_MEMORY) fa[1] = mem - 1024; /* runs over its end */
+  if (fa[1] && naaice_set_fpga_addresses(j.ctx, fa)) goto out;
+  int rc = naaice_do_mrsp(j.ctx);
+  if (want_mrsp) {
+    if (rc == 0 || j.ctx->mrsp_error != want_mrsp) {
+      fprintf(stderr, "FAIL %s: MRSP error 0x%02x, expected 0x%02x\n", what, j.ctx->mrsp_error,
+              want_mrsp);
+      goto out;
+    }
+    printf("PASS %s: the NAA answered MRSP error 0x%02x (%s)\n", what, j.ctx->mrsp_error,
+           naaice_mrsp_error_string(j.ctx->mrsp_error));
+    /* The connection survives an MRSP error: a valid request now succeeds. */
+    if (want_mrsp != NAAICE_MRSP_TOO_MANY_REGIONS) {
+      fa[1] = 0;
+      naaice_set_fpga_addresses(j.ctx, fa);
+      if (naaice_do_mrsp(j.ctx)) {
+        fprintf(stderr, "FAIL %s: a valid MRSP after the error failed\n", what);
+        goto out;
+      }
+      fill(&j);
+      if (naaice_do_data_transfer(j.ctx) || check(&j, 0, 0)) {
+        fprintf(stderr, "FAIL %s: the call after the retried MRSP failed\n", what);
+        goto out;
+      }
+      printf("PASS %s: retried MRSP and call succeeded\n", what);
+    }
+  } else {
+    if (rc) goto out;
+    fill(&j);
+    if (want_status == 0x11) {
+      /* A metadata region naming no region of ours (set_metadata refuses such an address). */
+      unsigned char* m = (unsigned char*)j.ctx->mr_local_data[0].addr;
+      m[7] ^= 0x40;
+    }
+    rc = naaice_do_data_transfer(j.ctx);
+    if (rc == 0 || j.ctx->rpc_status != want_status) {
+      fprintf(stderr, "FAIL %s: status 0x%02x, expected 0x%02x\n", what, j.ctx->rpc_status,
+              want_status);
+      goto out;
+    }
+    printf("PASS %s: the NAA answered status 0x%02x (%s)\n", what, j.ctx->rpc_status,
+           naaice_rpc_status_string(j.ctx->rpc_status));
+  }
+  result = 0;
+out:
+  /* Always disconnect: the NAA frees this host's memory at once. */
+  if (j.ctx) naaice_disconnect_and_cleanup(j.ctx);
+  for (unsigned i = 0; i < j.nparams; i++) {
+    free(j.params[i]);
+    free(j.expect[i]);
+  }
+  return result;
+}
+
+int main(int argc, char** argv) {
+  unsigned port = NAAICE_DEFAULT_PORT, size = 4096, calls = 3, hosts = 1, mib = 64;
+  int only = 0;
+  const char* error = NULL;
+  int opt;
+  while ((opt = getopt(argc, argv, "p:k:s:n:H:M:e:h")) != -1) {
+    switch (opt) {
+      case 'p':
+        port = (unsigned)atoi(optarg);
+        break;
+      case 'k':
+        only = 0;
+        for (int k = K_INCREMENT; k <= K_MATMUL; k++)
+          if (!strcmp(optarg, kernel_names[k])) only = k;
+        if (!only && strcmp(optarg, "all")) {
+          fprintf(stderr, "unknown kernel %s\n", optarg);
+          return 2;
+        }
+        break;
+      case 's':
+        size = (unsigned)atoi(optarg);
+        break;
+      case 'n':
+        calls = (unsigned)atoi(optarg);
+        break;
+      case 'H':
+        hosts = (unsigned)atoi(optarg);
+        break;
+      case 'M':
+        mib = (unsigned)atoi(optarg);
+        break;
+      case 'e':
+        error = optarg;
+        break;
+      default:
+        fprintf(stderr,
+                "usage: %s [-p PORT] [-k KERNEL|all] [-s BYTES] [-n CALLS] [-H HOSTS] "
+                "[-M NAA_MIB] [-e ERROR] NAA_IP\n",
+                argv[0]);
+        return opt == 'h' ? 0 : 2;
+    }
+  }
+  if (optind != argc - 1 || port == 0 || port > 65535 || size < 64 || size > (64u << 20) ||
+      hosts == 0 || hosts > 64 || mib == 0) {
+    fprintf(stderr, "%s: bad arguments (try -h)\n", argv[0]);
+    return 2;
+  }
+  if (error) return provoke(argv[optind], (uint16_t)port, error, mib);
+  return run_kernels(argv[optind], (uint16_t)port, only, size, calls, hosts);
+}

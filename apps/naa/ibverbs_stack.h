@@ -1,0 +1,58 @@
+/// @file
+/// The NAA's Stack (stack.h) on rdma-core: librdmacm for the connections, libibverbs for the
+/// rest. With it the same NaaServer runs where rdma-core runs (an RNIC, Linux rxe): the
+/// interop test drives such an NAA in the rxe VM with the appliance's host library.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "apps/naa/stack.h"
+
+struct rdma_event_channel;
+struct rdma_cm_id;
+struct ibv_pd;
+struct ibv_cq;
+
+namespace roce::naa {
+
+class IbverbsStack : public Stack {
+ public:
+  /// Throws std::runtime_error when librdmacm cannot start (no RDMA device).
+  IbverbsStack();
+  ~IbverbsStack() override;
+  IbverbsStack(const IbverbsStack&) = delete;
+  IbverbsStack& operator=(const IbverbsStack&) = delete;
+
+  std::optional<MrInfo> reg_mr(void* addr, std::uint64_t length,
+                               std::optional<std::uint64_t> iova) override;
+  void dereg_mr(const MrInfo& mr) override;
+  bool listen(std::uint16_t port) override;
+  bool prepare(ConnId c, const QpSizes& s) override;
+  bool accept(ConnId c) override;
+  void reject(ConnId c) override;
+  std::optional<ConnId> connect(const std::string& ipv4, std::uint16_t port,
+                                const QpSizes& s) override;
+  void disconnect(ConnId c) override;
+  bool post_recv(ConnId c, std::uint64_t wr_id, void* addr, std::uint32_t length,
+                 std::uint32_t lkey) override;
+  bool post_send(ConnId c, const WorkRequest& wr) override;
+  bool poll(std::vector<ConnEvent>& events, std::vector<Completion>& completions) override;
+  void idle(double seconds) override;
+
+ private:
+  bool ensure_device(rdma_cm_id* id);
+  void drain_events(std::vector<ConnEvent>* out);
+
+  rdma_event_channel* ch_ = nullptr;
+  rdma_cm_id* listen_id_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  std::map<ConnId, rdma_cm_id*> conns_;
+  std::map<rdma_cm_id*, ConnId> by_id_;
+  std::map<std::uint32_t, ConnId> by_qpn_;
+  std::vector<ConnEvent> pending_;
+  ConnId next_ = 1;
+};
+
+}  // namespace roce::naa

@@ -1,0 +1,126 @@
+/// @file
+/// roce-naa: the appliance as a NAAICE network-attached accelerator, standalone on a DPDK port
+/// of its own (net_memif or net_af_packet, no hugepages). Hosts connect with rdma_cm to
+/// --port (12345), set up memory regions with MRSP and call the kernels by function code.
+#include <boost/program_options.hpp>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include "apps/naa/engine_stack.h"
+#include "apps/naa/naa_server.h"
+#include "dataplane/port/dpdk_port.h"
+
+namespace po = boost::program_options;
+using namespace roce::naa;
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void on_signal(int) { g_stop = 1; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  LinkConfig link;
+  link.ip = "192.0.2.1";
+  link.mac = "02:00:00:00:00:01";
+  NaaConfig cfg;
+  unsigned port = cfg.port, exit_after = 0;
+  std::uint64_t mem_mib = cfg.memory_per_host >> 20;
+  double timeout = 0;
+  po::options_description d(
+      "Usage: roce-naa [--pmd memif --memif-socket PATH | --pmd af_packet --iface IF] [options]\n\n"
+      "A NAAICE network-attached accelerator on the appliance's RoCEv2 stack");
+  d.add_options()("help,h", "print this help")("pmd", po::value(&link.pmd)->default_value(link.pmd),
+                                               "memif or af_packet")(
+      "memif-socket", po::value(&link.memif_socket), "memif: the control socket")(
+      "memif-role", po::value(&link.memif_role)->default_value(link.memif_role),
+      "memif: server or client")("iface", po::value(&link.iface), "af_packet: the interface")(
+      "ip", po::value(&link.ip)->default_value(link.ip), "our RoCE IPv4 address")(
+      "mac", po::value(&link.mac)->default_value(link.mac), "our MAC address")(
+      "pcap", po::value(&link.pcap), "capture every frame to this file")(
+      "tx-drop", po::value(&link.tx_drop)->default_value(0), "drop this fraction of frames sent")(
+      "rx-drop", po::value(&link.rx_drop)->default_value(0),
+      "drop this fraction of frames received")(
+      "fault-seed", po::value(&link.seed)->default_value(1), "seed of the fault injection")(
+      "window-bytes", po::value(&link.window_bytes)->default_value(0),
+      "memif: requester window per QP in bytes (0: the engine's, 1 MiB)")(
+      "port,p", po::value(&port)->default_value(port), "rdma_cm port to listen on")(
+      "max-hosts", po::value(&cfg.max_hosts)->default_value(cfg.max_hosts),
+      "hosts connected at once (more are rejected)")(
+      "memory-per-host", po::value(&mem_mib)->default_value(mem_mib),
+      "MiB of NAA memory (FPGA address space) per host")(
+      "max-regions", po::value(&cfg.max_regions)->default_value(cfg.max_regions),
+      "memory regions per host (at most 32)")(
+      "host-idle-timeout", po::value(&cfg.host_idle_timeout)->default_value(cfg.host_idle_timeout),
+      "seconds a host may be silent before it is dropped (0: never)")(
+      "exit-after", po::value(&exit_after)->default_value(0),
+      "exit once this many hosts have come and gone (0: run until SIGINT/SIGTERM)")(
+      "timeout", po::value(&timeout)->default_value(0),
+      "exit with status 1 after this many seconds")("list-kernels", "print the kernels and exit")(
+      "late-receives-ms", po::value(&cfg.late_receives_ms)->default_value(0),
+      "test: post a new host's receives this many ms after the REP (its first SEND meets an "
+      "RNR NAK)")("busy-poll", "never yield the CPU when idle (benchmarks on a dedicated core)")(
+      "verbose,v", "log every MRSP and call");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, d), vm);
+    po::notify(vm);
+    if (vm.count("help")) {
+      std::cout << d << '\n';
+      return 0;
+    }
+    if (port == 0 || port > 65535) throw po::error("--port must be 1..65535");
+    if (cfg.max_regions == 0 || cfg.max_regions > kMaxRegions)
+      throw po::error("--max-regions must be 1..32");
+    if (mem_mib == 0 || mem_mib > (1ull << 20))
+      throw po::error("--memory-per-host must be 1..2^20 MiB");
+    if (cfg.max_hosts == 0) throw po::error("--max-hosts must be at least 1");
+    std::string err;
+    LinkConfig check = link;
+    if (!vm.count("list-kernels") && !parse_link_config("", check, err)) throw po::error(err);
+  } catch (const po::error& e) {
+    std::cerr << "roce-naa: " << e.what() << "\n(try roce-naa --help)\n";
+    return 2;
+  }
+  cfg.port = static_cast<std::uint16_t>(port);
+  cfg.memory_per_host = mem_mib << 20;
+  cfg.verbose = vm.count("verbose") != 0;
+  KernelRegistry kernels = KernelRegistry::builtin();
+  if (vm.count("list-kernels")) {
+    for (const auto& [code, k] : kernels.all())
+      std::printf("%3u  %-12s %s\n", code, k.name.c_str(), k.signature.c_str());
+    return 0;
+  }
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  int rc = 0;
+  try {
+    EngineStack stack(link);
+    {
+      NaaServer server(stack, cfg, std::move(kernels));
+      server.start();
+      std::printf(
+          "roce-naa: %s listening on rdma_cm port %u (%u hosts, %llu MiB each, %u regions)\n",
+          link.ip.c_str(), port, cfg.max_hosts, static_cast<unsigned long long>(mem_mib),
+          cfg.max_regions);
+      std::fflush(stdout);
+      const bool busy = vm.count("busy-poll") != 0;
+      if (!server.run(g_stop, exit_after, timeout, [busy] {
+            if (!busy) roce::perf::Env::yield();
+          })) {
+        std::fprintf(stderr, "roce-naa: timed out\n");
+        rc = 1;
+      }
+      // A DREP or ACK the last host may still wait for.
+      stack.idle(0.2);
+      std::printf("%s%s", server.report().c_str(), stack.transport_report().c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "roce-naa: %s\n", e.what());
+    return 1;
+  }
+  roce::port::eal_cleanup();
+  return rc;
+}

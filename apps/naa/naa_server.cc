@@ -1,0 +1,461 @@
+/// @file
+/// The NAA server (naa_server.h).
+#include "apps/naa/naa_server.h"
+
+#include <sys/mman.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "dataplane/wire/bytes.h"
+
+namespace roce::naa {
+
+namespace {
+
+constexpr unsigned kRxSlots = 2;
+constexpr std::uint64_t kArenaAlign = 4096;  ///< where "anywhere" regions are placed
+constexpr std::uint64_t kTxId = 1ull << 40;  ///< wr_id of our sends and writes
+
+std::uint64_t mono_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+std::string hex(std::uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+}  // namespace
+
+bool Arena::allocate(std::uint64_t size) {
+  reset();
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return false;
+  p_ = static_cast<std::uint8_t*>(p);
+  size_ = size;
+  return true;
+}
+
+void Arena::reset() {
+  if (p_) ::munmap(p_, size_);
+  p_ = nullptr;
+  size_ = 0;
+}
+
+NaaServer::NaaServer(Stack& stack, NaaConfig cfg, KernelRegistry kernels)
+    : stack_(stack), cfg_(cfg), kernels_(std::move(kernels)) {
+  if (cfg_.max_regions == 0 || cfg_.max_regions > kMaxRegions) cfg_.max_regions = kMaxRegions;
+}
+
+NaaServer::~NaaServer() {
+  for (auto& [c, h] : hosts_) {
+    free_regions(*h);
+    stack_.disconnect(c);
+    stack_.dereg_mr(h->rx_mr);
+    stack_.dereg_mr(h->tx_mr);
+  }
+}
+
+void NaaServer::start() { stack_.listen(cfg_.port); }
+
+void NaaServer::log(const Host& h, const std::string& msg) const {
+  std::printf("naa: host %s (conn %llu): %s\n", h.peer.c_str(),
+              static_cast<unsigned long long>(h.conn), msg.c_str());
+  std::fflush(stdout);
+}
+
+bool NaaServer::step() {
+  events_.clear();
+  completions_.clear();
+  const bool any = stack_.poll(events_, completions_);
+  for (const auto& e : events_) on_event(e);
+  for (const auto& c : completions_) on_completion(c);
+  post_late_receives();
+  expire_idle();
+  return any;
+}
+
+void NaaServer::post_late_receives() {
+  if (cfg_.late_receives_ms <= 0) return;
+  const std::uint64_t now = mono_ns();
+  std::vector<ConnId> failed;
+  for (auto& [c, h] : hosts_) {
+    if (h->receives_due_ns == 0 || now < h->receives_due_ns) continue;
+    h->receives_due_ns = 0;
+    for (unsigned s = 0; s < kRxSlots; ++s)
+      if (!post_rx(*h, s)) failed.push_back(c);
+  }
+  for (ConnId c : failed) drop_host(c, "cannot post a receive");
+}
+
+void NaaServer::expire_idle() {
+  if (cfg_.host_idle_timeout <= 0 || hosts_.empty()) return;
+  const std::uint64_t now = mono_ns();
+  if (now - last_expiry_check_ns_ < 100'000'000) return;  // ten times a second
+  last_expiry_check_ns_ = now;
+  const auto limit = static_cast<std::uint64_t>(cfg_.host_idle_timeout * 1e9);
+  std::vector<ConnId> idle;
+  for (const auto& [c, h] : hosts_)
+    if (now - h->last_active_ns > limit) idle.push_back(c);
+  for (ConnId c : idle) {
+    ++stats_.hosts_expired;
+    char why[64];
+    std::snprintf(why, sizeof why, "silent for more than %g s", cfg_.host_idle_timeout);
+    drop_host(c, why);
+  }
+}
+
+bool NaaServer::post_rx(Host& h, unsigned slot) {
+  return stack_.post_recv(h.conn, slot, h.rx.data() + slot * kMaxMessageSize,
+                          static_cast<std::uint32_t>(kMaxMessageSize), h.rx_mr.lkey);
+}
+
+void NaaServer::on_event(const ConnEvent& e) {
+  switch (e.kind) {
+    case ConnEvent::kConnectRequest: {
+      if (hosts_.size() >= cfg_.max_hosts) {
+        std::printf("naa: rejecting %s: %zu hosts connected (max_hosts)\n", e.peer.c_str(),
+                    hosts_.size());
+        ++stats_.hosts_rejected;
+        stack_.reject(e.conn);
+        return;
+      }
+      auto h = std::make_unique<Host>();
+      h->conn = e.conn;
+      h->peer = e.peer;
+      h->last_active_ns = mono_ns();
+      h->rx.resize(kRxSlots * kMaxMessageSize);
+      h->tx.resize(kMaxMessageSize);
+      const auto rx = stack_.reg_mr(h->rx.data(), h->rx.size(), std::nullopt);
+      const auto tx = stack_.reg_mr(h->tx.data(), h->tx.size(), std::nullopt);
+      if (rx) h->rx_mr = *rx;
+      if (tx) h->tx_mr = *tx;
+      // Receives first (the host may SEND as soon as it has our REP), then the REP.
+      bool ok = rx && tx && stack_.prepare(e.conn, QpSizes{64, kRxSlots + 2});
+      if (cfg_.late_receives_ms > 0)  // test mode: the host's first SEND meets an RNR NAK
+        h->receives_due_ns = mono_ns() + static_cast<std::uint64_t>(cfg_.late_receives_ms * 1e6);
+      for (unsigned s = 0; ok && h->receives_due_ns == 0 && s < kRxSlots; ++s) ok = post_rx(*h, s);
+      if (!ok || !stack_.accept(e.conn)) {
+        std::printf("naa: cannot accept %s (resources)\n", e.peer.c_str());
+        ++stats_.hosts_rejected;
+        if (rx) stack_.dereg_mr(*rx);
+        if (tx) stack_.dereg_mr(*tx);
+        stack_.reject(e.conn);
+        return;
+      }
+      ++stats_.hosts_accepted;
+      log(*h, "accepted");
+      hosts_[e.conn] = std::move(h);
+      return;
+    }
+    case ConnEvent::kEstablished: {
+      const auto it = hosts_.find(e.conn);
+      if (it != hosts_.end()) it->second->established = true;
+      return;
+    }
+    case ConnEvent::kDisconnected:
+      drop_host(e.conn, "disconnected");
+      return;
+    default:
+      drop_host(e.conn, "connection failed");
+      return;
+  }
+}
+
+void NaaServer::drop_host(ConnId c, const std::string& why) {
+  const auto it = hosts_.find(c);
+  if (it == hosts_.end()) {
+    stack_.disconnect(c);
+    return;
+  }
+  Host& h = *it->second;
+  log(h, why + " after " + std::to_string(h.calls) + " calls");
+  stack_.disconnect(c);  // the QP goes first: nothing lands in the memory any more
+  free_regions(h);
+  stack_.dereg_mr(h.rx_mr);
+  stack_.dereg_mr(h.tx_mr);
+  ++stats_.hosts_done;
+  hosts_.erase(it);
+}
+
+void NaaServer::free_regions(Host& h) {
+  for (auto& r : h.regions)
+    if (r.registered) stack_.dereg_mr(r.mr);
+  h.regions.clear();
+  h.data.clear();
+  h.arena.reset();
+}
+
+void NaaServer::on_completion(const Completion& c) {
+  const auto it = hosts_.find(c.conn);
+  if (it == hosts_.end()) return;
+  Host& h = *it->second;
+  h.last_active_ns = mono_ns();
+  if (!c.ok) {
+    ++stats_.transport_errors;
+    drop_host(c.conn, "work completion failed (" + c.status + ")");
+    return;
+  }
+  switch (c.kind) {
+    case Completion::kRecv: {
+      const unsigned slot = static_cast<unsigned>(c.wr_id);
+      if (slot >= kRxSlots) return;
+      on_mrsp(h, std::span<const std::uint8_t>(h.rx.data() + slot * kMaxMessageSize,
+                                               std::min<std::size_t>(c.byte_len, kMaxMessageSize)));
+      if (hosts_.count(c.conn) && !post_rx(h, slot)) drop_host(c.conn, "cannot repost a receive");
+      return;
+    }
+    case Completion::kRecvImm: {
+      const unsigned slot = static_cast<unsigned>(c.wr_id);
+      on_call(h, c.imm);
+      if (hosts_.count(c.conn) && slot < kRxSlots && !post_rx(h, slot))
+        drop_host(c.conn, "cannot repost a receive");
+      return;
+    }
+    default:
+      return;  // our SENDs and WRITEs
+  }
+}
+
+void NaaServer::send_mrsp(Host& h, std::size_t len) {
+  WorkRequest wr;
+  wr.wr_id = kTxId;
+  wr.op = Op::kSend;
+  wr.local = reinterpret_cast<std::uint64_t>(h.tx.data());
+  wr.length = static_cast<std::uint32_t>(len);
+  wr.lkey = h.tx_mr.lkey;
+  if (!stack_.post_send(h.conn, wr)) drop_host(h.conn, "cannot post the MRSP answer");
+}
+
+void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
+  const DecodeResult d = decode(msg);
+  std::vector<std::uint8_t> out;
+  auto answer_error = [&](MrspError e, const std::string& why) {
+    ++stats_.mrsp_errors[static_cast<std::uint8_t>(e)];
+    log(h, "MRSP error " + hex(static_cast<unsigned>(e)) + " (" + std::string(to_string(e)) +
+               "): " + why);
+    out.clear();
+    encode(ErrorMsg{static_cast<std::uint8_t>(e)}, out);
+    std::memcpy(h.tx.data(), out.data(), out.size());
+    send_mrsp(h, out.size());
+  };
+  if (!d.ok() || !std::holds_alternative<AdvertiseRequest>(d.message())) {
+    ++stats_.mrsp_malformed;
+    // NAAICE's error codes are about memory; a message that is not a request at all breaks
+    // the protocol: the host is disconnected.
+    drop_host(h.conn, "malformed MRSP message: " +
+                          (d.ok() ? std::string("not an advertisement+request") : d.detail));
+    return;
+  }
+  const auto& req = std::get<AdvertiseRequest>(d.message());
+  // A new request replaces what an earlier one set up.
+  free_regions(h);
+  if (req.regions.size() > cfg_.max_regions) {
+    answer_error(MrspError::kTooManyRegions, std::to_string(req.regions.size()) +
+                                                 " regions requested, at most " +
+                                                 std::to_string(cfg_.max_regions));
+    return;
+  }
+  // Place the regions in this host's NAA memory: first every requested address is checked,
+  // then the regions that may go anywhere are placed after the highest requested one.
+  const std::uint64_t mem = cfg_.memory_per_host;
+  std::uint64_t cursor = 0, extent = 0;
+  for (std::size_t i = 0; i < req.regions.size(); ++i) {
+    const AdvReqEntry& r = req.regions[i];
+    if (r.size == 0) {
+      answer_error(MrspError::kInvalidAddress, "region " + std::to_string(i) + " has size 0");
+      return;
+    }
+    if (r.size > kMaxRegionSize) {
+      answer_error(MrspError::kNotEnoughMemory,
+                   "region " + std::to_string(i) + " is larger than 1 GiB");
+      return;
+    }
+    if (r.fpga_addr == 0) continue;
+    if (r.fpga_addr >= mem) {
+      answer_error(MrspError::kInvalidAddress,
+                   "region " + std::to_string(i) + " at " + hex(r.fpga_addr) +
+                       " is beyond the NAA memory of " + hex(mem) + " bytes");
+      return;
+    }
+    if (r.fpga_addr + r.size > mem) {
+      answer_error(MrspError::kNotEnoughMemory,
+                   "region " + std::to_string(i) + " at " + hex(r.fpga_addr) + " of " +
+                       std::to_string(r.size) + " bytes exceeds the NAA memory of " + hex(mem) +
+                       " bytes");
+      return;
+    }
+    cursor = std::max(cursor, r.fpga_addr + r.size);
+  }
+  std::vector<Region> regions;
+  for (std::size_t i = 0; i < req.regions.size(); ++i) {
+    const AdvReqEntry& r = req.regions[i];
+    Region g;
+    g.req = r;
+    if (r.fpga_addr != 0) {
+      g.offset = r.fpga_addr;
+    } else {
+      g.offset = (cursor + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+      cursor = g.offset + r.size;
+      if (g.offset + r.size > mem) {
+        answer_error(MrspError::kNotEnoughMemory, "the regions need more than the NAA memory of " +
+                                                      hex(mem) + " bytes (region " +
+                                                      std::to_string(i) + ")");
+        return;
+      }
+    }
+    extent = std::max(extent, g.offset + r.size);
+    regions.push_back(g);
+  }
+  if (!h.arena.allocate(extent)) {
+    answer_error(MrspError::kNotEnoughMemory,
+                 "cannot allocate " + std::to_string(extent) + " bytes");
+    return;
+  }
+  Advertise adv;
+  for (std::size_t i = 0; i < regions.size(); ++i) {
+    Region& g = regions[i];
+    if (g.req.internal()) continue;
+    const auto mr = stack_.reg_mr(h.arena.get() + g.offset, g.req.size, g.offset);
+    if (!mr) {
+      h.regions = std::move(regions);
+      free_regions(h);
+      answer_error(MrspError::kNotEnoughMemory,
+                   "the stack refused to register region " + std::to_string(i));
+      return;
+    }
+    g.mr = *mr;
+    g.registered = true;
+    h.data.push_back(i);
+    adv.regions.push_back(AdvEntry{mr->iova, mr->rkey, g.req.size});
+  }
+  h.regions = std::move(regions);
+  if (adv.regions.empty()) {
+    free_regions(h);
+    answer_error(MrspError::kInvalidAddress, "no region to transfer (all internal)");
+    return;
+  }
+  encode(adv, out);
+  std::memcpy(h.tx.data(), out.data(), out.size());
+  ++stats_.mrsp_ok;
+  if (cfg_.verbose)
+    log(h, "MRSP: " + std::to_string(h.regions.size()) + " regions, " + std::to_string(extent) +
+               " bytes of NAA memory");
+  send_mrsp(h, out.size());
+}
+
+void NaaServer::on_call(Host& h, std::uint32_t fncode) {
+  ++h.calls;
+  ++stats_.calls;
+  if (h.data.empty()) {
+    drop_host(h.conn, "a function call before the MRSP");
+    return;
+  }
+  if (fncode == 0) {
+    // NAAICE: function code 0 is the host telling of an error on its side; nothing to run.
+    log(h, "function code 0 (a host-side error): nothing run");
+    return;
+  }
+  const Region& meta = h.regions[h.data[0]];
+  for (std::size_t i : h.data) stats_.bytes_in += h.regions[i].req.size;
+  std::uint32_t status = 0;
+  std::size_t ret = 0;  // index into h.data of the return region
+  if (meta.req.size >= 8) {
+    const std::uint64_t ra = wire::load_be64(h.arena.get() + meta.offset);
+    for (std::size_t k = 1; k < h.data.size(); ++k)
+      if (h.regions[h.data[k]].req.addr == ra) {
+        ret = k;
+        break;
+      }
+  }
+  std::vector<std::size_t> outputs;
+  if (ret == 0) {
+    status = kRpcBadReturnAddress;
+  } else {
+    std::vector<Param> params;
+    for (std::size_t k = 1; k < h.data.size(); ++k) {
+      const Region& g = h.regions[h.data[k]];
+      params.push_back(Param{h.arena.get() + g.offset, g.req.size});
+    }
+    KernelResult r = kernels_.run(fncode, params);
+    status = r.status;
+    for (std::size_t o : r.outputs)
+      if (o + 1 != ret) outputs.push_back(o + 1);
+  }
+  ++stats_.statuses[status];
+  if (status != 0) ++stats_.calls_failed;
+  if (cfg_.verbose || status != 0)
+    log(h, "call " + std::to_string(h.calls) + " function " + std::to_string(fncode) + ": " +
+               rpc_status_string(status));
+  // Results back: n-1 WRITEs, then the return region as WRITE_WITH_IMM(status).
+  for (std::size_t k : outputs) {
+    const Region& g = h.regions[h.data[k]];
+    WorkRequest wr;
+    wr.wr_id = kTxId;
+    wr.op = Op::kWrite;
+    wr.local = g.mr.iova;
+    wr.length = g.req.size;
+    wr.lkey = g.mr.lkey;
+    wr.remote_addr = g.req.addr;
+    wr.rkey = g.req.rkey;
+    wr.signaled = false;
+    if (!stack_.post_send(h.conn, wr)) {
+      drop_host(h.conn, "cannot post a result WRITE");
+      return;
+    }
+    stats_.bytes_out += g.req.size;
+  }
+  const Region& g = h.regions[h.data[ret]];  // ret 0: the metadata region's host address
+  WorkRequest wr;
+  wr.wr_id = kTxId;
+  wr.op = Op::kWriteImm;
+  wr.imm = status;
+  wr.remote_addr = g.req.addr;
+  wr.rkey = g.req.rkey;
+  if (status == 0) {
+    wr.local = g.mr.iova;
+    wr.length = g.req.size;
+    wr.lkey = g.mr.lkey;
+    stats_.bytes_out += g.req.size;
+  }
+  if (!stack_.post_send(h.conn, wr)) drop_host(h.conn, "cannot post the completion");
+}
+
+bool NaaServer::run(const volatile std::sig_atomic_t& stop, std::uint64_t exit_after,
+                    double timeout, const std::function<void()>& on_idle) {
+  using clock = std::chrono::steady_clock;
+  const auto end = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                      std::chrono::duration<double>(timeout));
+  unsigned idle = 0;
+  while (!stop) {
+    if (step())
+      idle = 0;
+    else if (++idle >= 32 && on_idle)
+      on_idle();
+    if (exit_after && stats_.hosts_done >= exit_after && hosts_.empty()) return true;
+    if (timeout > 0 && clock::now() > end) return false;
+  }
+  return true;
+}
+
+std::string NaaServer::report() const {
+  std::ostringstream o;
+  o << "hosts accepted " << stats_.hosts_accepted << ", rejected " << stats_.hosts_rejected
+    << ", done " << stats_.hosts_done << " (expired " << stats_.hosts_expired << ")\n";
+  o << "MRSP ok " << stats_.mrsp_ok << ", malformed " << stats_.mrsp_malformed;
+  for (const auto& [code, n] : stats_.mrsp_errors) o << ", error " << hex(code) << ": " << n;
+  o << "\ncalls " << stats_.calls << ", failed " << stats_.calls_failed;
+  for (const auto& [s, n] : stats_.statuses) o << ", status " << hex(s) << ": " << n;
+  o << "\nbytes in " << stats_.bytes_in << ", out " << stats_.bytes_out << ", transport errors "
+    << stats_.transport_errors << "\n";
+  return o.str();
+}
+
+}  // namespace roce::naa

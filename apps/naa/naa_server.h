@@ -1,0 +1,142 @@
+/// @file
+/// The network-attached accelerator (NAA) side of the NAAICE protocol, for many hosts at once,
+/// on any Stack (stack.h). Per host (one rdma_cm connection):
+///
+///   1. connect request -> QP created, two receives of kMaxMessageSize posted, REP (so the
+///      host's first SEND never finds the receive queue empty; if it did, RNR NAK and retry)
+///   2. MRSP: the host's advertisement+request (0x01) is checked against this host's NAA memory
+///      (an arena of `memory_per_host` bytes, addressed by the 56-bit "FPGA address"; address 0
+///      means "anywhere"): too many regions -> error 0x03, an address beyond the arena -> 0x02,
+///      address + size beyond it -> 0x01. Otherwise each region is registered at its FPGA
+///      address (iova) and the advertisement (0x02) lists address, rkey and size of every
+///      non-internal region, in the host's order. After an error the host may try again.
+///   3. data: the host's RDMA WRITEs land in the regions; its final WRITE_WITH_IMM carries the
+///      function code. Region 0 is the metadata region (big-endian u64 return address: one of
+///      the host's region addresses); regions 1..n-1 are the kernel's parameters.
+///   4. the kernel runs (kernels.h); the parameters it wrote go back to the host's regions as
+///      RDMA WRITEs, the return region last as a WRITE_WITH_IMM whose immediate is the status
+///      (0 success, 0x10-0x7f application errors); on an error a zero-length WRITE_WITH_IMM.
+///   5. any number of calls, then the host's DREQ; the host's regions are freed.
+#pragma once
+
+#include <csignal>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/naa/kernels.h"
+#include "apps/naa/mrsp.h"
+#include "apps/naa/stack.h"
+
+namespace roce::naa {
+
+struct NaaConfig {
+  std::uint16_t port = 12345;                   ///< rdma_cm TCP port (NAAICE's examples)
+  std::uint32_t max_hosts = 16;                 ///< connections at once; more are rejected
+  std::uint64_t memory_per_host = 64ull << 20;  ///< each host's NAA memory (FPGA address space)
+  std::uint32_t max_regions = kMaxRegions;      ///< regions per host (<= 32)
+  /// A host silent this long (no message, no call, no completion) is dropped and its memory
+  /// freed: a host that vanished without a DREQ leaves nothing else to notice. 0: never.
+  double host_idle_timeout = 300;
+  /// Test mode: post a new host's receives this long after the REP instead of before it, so
+  /// that its first SEND meets an RNR NAK and is retried (as with an NAA that is slow to post).
+  double late_receives_ms = 0;
+  bool verbose = false;
+};
+
+struct NaaStats {
+  std::uint64_t hosts_accepted = 0, hosts_rejected = 0, hosts_done = 0;
+  std::uint64_t mrsp_ok = 0, mrsp_malformed = 0, calls = 0, calls_failed = 0;
+  std::map<std::uint8_t, std::uint64_t> mrsp_errors;  ///< by MRSP error code
+  std::map<std::uint32_t, std::uint64_t> statuses;    ///< by completion status
+  std::uint64_t bytes_in = 0, bytes_out = 0, transport_errors = 0, hosts_expired = 0;
+};
+
+/// A host's NAA memory: anonymous pages, page-aligned (an MR registered at an iova must share
+/// the page offset of its address), zero, committed only when touched.
+class Arena {
+ public:
+  Arena() = default;
+  ~Arena() { reset(); }
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  bool allocate(std::uint64_t size);  ///< false when the system refuses
+  void reset();
+  std::uint8_t* get() const { return p_; }
+  std::uint64_t size() const { return size_; }
+
+ private:
+  std::uint8_t* p_ = nullptr;
+  std::uint64_t size_ = 0;
+};
+
+class NaaServer {
+ public:
+  NaaServer(Stack& stack, NaaConfig cfg, KernelRegistry kernels);
+  ~NaaServer();
+  NaaServer(const NaaServer&) = delete;
+  NaaServer& operator=(const NaaServer&) = delete;
+
+  /// Starts listening.
+  void start();
+  /// Polls the stack once and serves what happened; true if anything did.
+  bool step();
+
+  const NaaStats& stats() const { return stats_; }
+  std::size_t hosts() const { return hosts_.size(); }
+  const NaaConfig& config() const { return cfg_; }
+  /// Serves until `stop` is set, `exit_after` hosts (if not 0) have come and gone, or `timeout`
+  /// seconds (if not 0) pass (then false). `on_idle` runs after a few polls with nothing to do
+  /// (to yield the CPU).
+  bool run(const volatile std::sig_atomic_t& stop, std::uint64_t exit_after, double timeout,
+           const std::function<void()>& on_idle);
+  /// One line per counter, for the log at exit.
+  std::string report() const;
+
+ private:
+  struct Region {
+    AdvReqEntry req;
+    std::uint64_t offset = 0;  ///< in the arena (= FPGA address)
+    MrInfo mr;                 ///< non-internal regions only
+    bool registered = false;
+  };
+  struct Host {
+    ConnId conn = 0;
+    std::string peer;
+    bool established = false;
+    std::vector<std::uint8_t> rx, tx;  ///< two receive slots; the send buffer
+    MrInfo rx_mr, tx_mr;
+    Arena arena;
+    std::vector<Region> regions;    ///< as advertised by the host
+    std::vector<std::size_t> data;  ///< indexes of the non-internal regions, in order
+    std::uint64_t calls = 0;
+    std::uint64_t last_active_ns = 0;
+    std::uint64_t receives_due_ns = 0;  ///< late_receives_ms: when to post them
+  };
+
+  void on_event(const ConnEvent& e);
+  void on_completion(const Completion& c);
+  void on_mrsp(Host& h, std::span<const std::uint8_t> msg);
+  void on_call(Host& h, std::uint32_t fncode);
+  void send_mrsp(Host& h, std::size_t len);
+  void free_regions(Host& h);
+  void drop_host(ConnId c, const std::string& why);
+  bool post_rx(Host& h, unsigned slot);
+  void log(const Host& h, const std::string& msg) const;
+  void expire_idle();
+  void post_late_receives();
+  std::uint64_t last_expiry_check_ns_ = 0;
+
+  Stack& stack_;
+  NaaConfig cfg_;
+  KernelRegistry kernels_;
+  std::map<ConnId, std::unique_ptr<Host>> hosts_;
+  NaaStats stats_;
+  std::vector<ConnEvent> events_;
+  std::vector<Completion> completions_;
+};
+
+}  // namespace roce::naa

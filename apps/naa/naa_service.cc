@@ -1,0 +1,70 @@
+/// @file
+/// The NAA as a roced service (naa_service.h).
+#include "apps/naa/naa_service.h"
+
+#include <stdexcept>
+
+namespace roce::naa {
+
+namespace {
+
+double number(const std::string& opt, const std::string& v, double lo, double hi) {
+  std::size_t used = 0;
+  double d = 0;
+  try {
+    d = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || d < lo || d > hi)
+    throw std::runtime_error("service naa: " + opt + " must be a number in " +
+                             std::to_string(static_cast<long long>(lo)) + ".." +
+                             std::to_string(static_cast<long long>(hi)));
+  return d;
+}
+
+/// `env` with the daemon's CM connection bound (before the stack's CM agent is made).
+perf::Env& with_cm_limit(perf::Env& env, std::uint32_t cm_connections) {
+  env.cm_connections = cm_connections;
+  return env;
+}
+
+}  // namespace
+
+NaaConfig service_config(const ctl::ServiceConfig& sc) {
+  NaaConfig c;
+  c.port = sc.listen_port;
+  for (std::size_t i = 0; i < sc.args.size(); ++i) {
+    const std::string& a = sc.args[i];
+    if (a == "-v" || a == "--verbose") {
+      c.verbose = true;
+      continue;
+    }
+    if (i + 1 >= sc.args.size())
+      throw std::runtime_error("service naa: " + a + " needs a value (or is not an option)");
+    const std::string& v = sc.args[++i];
+    if (a == "--max-hosts")
+      c.max_hosts = static_cast<std::uint32_t>(number(a, v, 1, 4096));
+    else if (a == "--memory-per-host")
+      c.memory_per_host = static_cast<std::uint64_t>(number(a, v, 1, 1 << 20)) << 20;
+    else if (a == "--max-regions")
+      c.max_regions = static_cast<std::uint32_t>(number(a, v, 1, kMaxRegions));
+    else if (a == "--host-idle-timeout")
+      c.host_idle_timeout = number(a, v, 0, 1e9);
+    else
+      throw std::runtime_error("service naa: unknown option " + a +
+                               " (--max-hosts, --memory-per-host, --max-regions, "
+                               "--host-idle-timeout, -v)");
+  }
+  return c;
+}
+
+NaaService::NaaService(const ctl::ServiceConfig& sc, engine::Engine& eng, port::PollLoop& loop,
+                       wire::Ipv4Addr ip, std::uint32_t cm_connections)
+    : env_(eng, loop, ip, nullptr),
+      stack_(with_cm_limit(env_, cm_connections)),
+      server_(stack_, service_config(sc), KernelRegistry::builtin()) {
+  server_.start();
+}
+
+}  // namespace roce::naa

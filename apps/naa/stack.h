@@ -1,0 +1,103 @@
+/// @file
+/// What the NAA server and the host library need from an RDMA stack, and nothing more: memory
+/// registration, rdma_cm connections (listen, accept, connect, disconnect), SEND / RDMA WRITE /
+/// WRITE_WITH_IMM / RECV, and one poll that returns connection events and completions. The
+/// appliance implements it in-process on its engine (engine_stack.h); a process attached to a
+/// running roced will implement it on libroce, leaving the NAA code as it is.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace roce::naa {
+
+using ConnId = std::uint64_t;
+
+struct MrInfo {
+  void* addr = nullptr;    ///< where the memory is in this process
+  std::uint64_t iova = 0;  ///< the address peers use (== addr unless registered with an iova)
+  std::uint64_t length = 0;
+  std::uint32_t lkey = 0, rkey = 0;
+  std::uint64_t handle = 0;  ///< the stack's own
+};
+
+enum class Op : std::uint8_t { kSend, kWrite, kWriteImm };
+
+struct WorkRequest {
+  std::uint64_t wr_id = 0;
+  Op op = Op::kSend;
+  /// The local buffer, as its MR addresses it (MrInfo::iova + offset: the pointer itself
+  /// unless the MR was registered with an iova); length 0: a zero-length WRITE_WITH_IMM.
+  std::uint64_t local = 0;
+  std::uint32_t length = 0;
+  std::uint32_t lkey = 0;
+  std::uint64_t remote_addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint32_t imm = 0;  ///< as a number; big-endian on the wire
+  bool signaled = true;
+};
+
+struct ConnEvent {
+  enum Kind : std::uint8_t {
+    kConnectRequest,  ///< passive: answer with accept() or reject()
+    kEstablished,
+    kRejected,
+    kUnreachable,
+    kDisconnected,  ///< DREQ received or our DREQ done: the connection's QP is in error
+  } kind;
+  ConnId conn = 0;
+  std::string peer;  ///< kConnectRequest: the peer's address, for logs
+};
+
+struct Completion {
+  ConnId conn = 0;
+  std::uint64_t wr_id = 0;
+  bool ok = true;
+  std::string status;  ///< when !ok: the work completion status, for errors
+  enum Kind : std::uint8_t { kSend, kWrite, kRecv, kRecvImm } kind = kSend;
+  std::uint32_t byte_len = 0;
+  std::uint32_t imm = 0;
+};
+
+/// Queue sizes of a connection's QP.
+struct QpSizes {
+  std::uint32_t send = 64, recv = 16;
+};
+
+class Stack {
+ public:
+  virtual ~Stack() = default;
+
+  /// Registers `length` bytes at `addr` for local writes and remote writes; with `iova` set,
+  /// peers address it from there (ibv_reg_mr_iova). nullopt when the stack refuses.
+  virtual std::optional<MrInfo> reg_mr(void* addr, std::uint64_t length,
+                                       std::optional<std::uint64_t> iova) = 0;
+  virtual void dereg_mr(const MrInfo& mr) = 0;
+
+  /// Passive side: accept connect requests for rdma_cm TCP port `port`.
+  virtual bool listen(std::uint16_t port) = 0;
+  /// Passive side: creates the QP of a requested connection (receives may be posted on it
+  /// from now on), then accept() sends the REP.
+  virtual bool prepare(ConnId c, const QpSizes& s) = 0;
+  virtual bool accept(ConnId c) = 0;
+  virtual void reject(ConnId c) = 0;
+  /// Active side: resolves `ipv4` and connects to its `port` (the QP exists, and receives may
+  /// be posted, when this returns); kEstablished, kRejected or kUnreachable follows.
+  virtual std::optional<ConnId> connect(const std::string& ipv4, std::uint16_t port,
+                                        const QpSizes& s) = 0;
+  /// DREQ if still connected; the connection's QP is destroyed, later completions dropped.
+  virtual void disconnect(ConnId c) = 0;
+
+  virtual bool post_recv(ConnId c, std::uint64_t wr_id, void* addr, std::uint32_t length,
+                         std::uint32_t lkey) = 0;
+  virtual bool post_send(ConnId c, const WorkRequest& wr) = 0;
+
+  /// Runs the stack a little; appends what happened. Returns true when there was anything.
+  virtual bool poll(std::vector<ConnEvent>& events, std::vector<Completion>& completions) = 0;
+  /// Keeps the stack running for `seconds` (answering the peer) without reporting anything.
+  virtual void idle(double seconds) = 0;
+};
+
+}  // namespace roce::naa

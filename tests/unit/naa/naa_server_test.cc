@@ -1,0 +1,383 @@
+// The NAA server against a scripted Stack (no DPDK, no wire): the whole NAAICE exchange, and
+// what a misbehaving host gets (malformed MRSP, a call before the MRSP, too many regions, an
+// unknown function, too many hosts, silence): a named error or a disconnect, every region
+// deregistered afterwards, never a crash.
+#include "apps/naa/naa_server.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <thread>
+
+#include "dataplane/wire/bytes.h"
+
+namespace roce::naa {
+namespace {
+
+struct Sent {
+  ConnId conn;
+  WorkRequest wr;
+  std::vector<std::uint8_t> data;  ///< the payload as it was when posted
+};
+
+class FakeStack : public Stack {
+ public:
+  std::optional<MrInfo> reg_mr(void* addr, std::uint64_t length,
+                               std::optional<std::uint64_t> iova) override {
+    MrInfo m;
+    m.addr = addr;
+    m.iova = iova ? *iova : reinterpret_cast<std::uint64_t>(addr);
+    m.length = length;
+    m.lkey = m.rkey = next_key_++;
+    m.handle = m.lkey;
+    mrs_[m.lkey] = m;
+    return m;
+  }
+  void dereg_mr(const MrInfo& mr) override { mrs_.erase(mr.lkey); }
+  bool listen(std::uint16_t port) override {
+    listened = port;
+    return true;
+  }
+  bool prepare(ConnId, const QpSizes&) override { return true; }
+  bool accept(ConnId c) override {
+    accepted.push_back(c);
+    return true;
+  }
+  void reject(ConnId c) override { rejected.push_back(c); }
+  std::optional<ConnId> connect(const std::string&, std::uint16_t, const QpSizes&) override {
+    return std::nullopt;
+  }
+  void disconnect(ConnId c) override { disconnected.push_back(c); }
+  bool post_recv(ConnId c, std::uint64_t wr_id, void* addr, std::uint32_t length,
+                 std::uint32_t) override {
+    recvs[c].push_back({wr_id, static_cast<std::uint8_t*>(addr), length});
+    return true;
+  }
+  bool post_send(ConnId c, const WorkRequest& wr) override {
+    Sent s{c, wr, {}};
+    if (wr.length) {
+      const std::uint8_t* p = local(wr.lkey, wr.local);
+      s.data.assign(p, p + wr.length);
+    }
+    sent.push_back(std::move(s));
+    return true;
+  }
+  bool poll(std::vector<ConnEvent>& ev, std::vector<Completion>& wc) override {
+    const bool any = !events.empty() || !completions.empty();
+    ev.insert(ev.end(), events.begin(), events.end());
+    wc.insert(wc.end(), completions.begin(), completions.end());
+    events.clear();
+    completions.clear();
+    return any;
+  }
+  void idle(double) override {}
+
+  /// Where an MR's address `a` (in its iova space) is in memory.
+  std::uint8_t* local(std::uint32_t key, std::uint64_t a) {
+    const MrInfo& m = mrs_.at(key);
+    return static_cast<std::uint8_t*>(m.addr) + (a - m.iova);
+  }
+  /// An RDMA WRITE of the host into the NAA: rkey and bounds checked as an RNIC would.
+  bool remote_write(std::uint32_t rkey, std::uint64_t addr, const void* data, std::size_t n) {
+    const auto it = mrs_.find(rkey);
+    if (it == mrs_.end() || addr < it->second.iova ||
+        addr + n > it->second.iova + it->second.length)
+      return false;
+    std::memcpy(local(rkey, addr), data, n);
+    return true;
+  }
+  /// A SEND of the host: lands in the oldest receive of `c`.
+  void deliver_send(ConnId c, const std::vector<std::uint8_t>& msg) {
+    auto& q = recvs[c];
+    ASSERT_FALSE(q.empty());
+    const Recv r = q.front();
+    q.pop_front();
+    ASSERT_LE(msg.size(), r.length);
+    std::memcpy(r.addr, msg.data(), msg.size());
+    Completion wc;
+    wc.conn = c;
+    wc.wr_id = r.wr_id;
+    wc.kind = Completion::kRecv;
+    wc.byte_len = static_cast<std::uint32_t>(msg.size());
+    completions.push_back(wc);
+  }
+  /// The host's final WRITE_WITH_IMM (its data already written): consumes a receive.
+  void deliver_imm(ConnId c, std::uint32_t imm) {
+    auto& q = recvs[c];
+    ASSERT_FALSE(q.empty());
+    const Recv r = q.front();
+    q.pop_front();
+    Completion wc;
+    wc.conn = c;
+    wc.wr_id = r.wr_id;
+    wc.kind = Completion::kRecvImm;
+    wc.imm = imm;
+    completions.push_back(wc);
+  }
+  std::size_t live_mrs() const { return mrs_.size(); }
+
+  struct Recv {
+    std::uint64_t wr_id;
+    std::uint8_t* addr;
+    std::uint32_t length;
+  };
+  std::optional<std::uint16_t> listened;
+  std::vector<ConnId> accepted, rejected, disconnected;
+  std::map<ConnId, std::deque<Recv>> recvs;
+  std::vector<Sent> sent;
+  std::vector<ConnEvent> events;
+  std::vector<Completion> completions;
+
+ private:
+  std::map<std::uint32_t, MrInfo> mrs_;
+  std::uint32_t next_key_ = 100;
+};
+
+/// A host's regions as NAAICE lays them out: region 0 the metadata (return address), then the
+/// parameters; its addresses and keys are made up (the fake has no host side).
+AdvertiseRequest request(const std::vector<std::uint32_t>& sizes) {
+  AdvertiseRequest r;
+  r.regions.push_back({0, 0, 0x10000, 1, 8});
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    r.regions.push_back({0, 0, 0x100000 * (i + 1), static_cast<std::uint32_t>(2 + i), sizes[i]});
+  return r;
+}
+
+std::vector<std::uint8_t> bytes(const auto& msg) {
+  std::vector<std::uint8_t> b;
+  encode(msg, b);
+  return b;
+}
+
+class NaaServerTest : public ::testing::Test {
+ protected:
+  void SetUp() { make(NaaConfig{}); }
+  void make(NaaConfig cfg) {
+    server.reset();
+    server = std::make_unique<NaaServer>(stack, cfg, KernelRegistry::builtin());
+    server->start();
+  }
+  ConnId connect_host() {
+    const ConnId c = next_conn++;
+    stack.events.push_back({ConnEvent::kConnectRequest, c, "192.0.2.2"});
+    stack.events.push_back({ConnEvent::kEstablished, c, {}});
+    server->step();
+    return c;
+  }
+  /// The last message the NAA SENT to `c`, decoded.
+  Message last_mrsp(ConnId c) {
+    for (auto it = stack.sent.rbegin(); it != stack.sent.rend(); ++it)
+      if (it->conn == c && it->wr.op == Op::kSend) {
+        const auto d = decode(it->data);
+        EXPECT_TRUE(d.ok()) << d.detail;
+        return d.message();
+      }
+    ADD_FAILURE() << "no MRSP answer";
+    return ErrorMsg{};
+  }
+
+  FakeStack stack;
+  std::unique_ptr<NaaServer> server;
+  ConnId next_conn = 1;
+};
+
+TEST_F(NaaServerTest, WholeExchangeVectorAdd) {
+  EXPECT_EQ(stack.listened, 12345);
+  const ConnId c = connect_host();
+  ASSERT_EQ(stack.accepted.size(), 1u);
+  EXPECT_EQ(stack.recvs[c].size(), 2u);  // posted before the REP
+  const std::uint32_t n = 64;
+  stack.deliver_send(c, bytes(request({n * 4, n * 4, n * 4})));
+  server->step();
+  const auto adv = std::get<Advertise>(last_mrsp(c));
+  ASSERT_EQ(adv.regions.size(), 4u);
+  // The host writes the metadata (return address = its third parameter) and a, b.
+  std::uint8_t meta[8];
+  wire::store_be64(meta, 0x300000);
+  ASSERT_TRUE(stack.remote_write(adv.regions[0].rkey, adv.regions[0].addr, meta, 8));
+  std::vector<std::uint32_t> a(n), b(n);
+  for (std::uint32_t i = 0; i < n; ++i) a[i] = i * 7, b[i] = 1000 + i;
+  ASSERT_TRUE(stack.remote_write(adv.regions[1].rkey, adv.regions[1].addr, a.data(), n * 4));
+  ASSERT_TRUE(stack.remote_write(adv.regions[2].rkey, adv.regions[2].addr, b.data(), n * 4));
+  // Beyond a region: refused by the (fake) transport, as an RNIC would NAK it.
+  EXPECT_FALSE(stack.remote_write(adv.regions[1].rkey, adv.regions[1].addr + 1, a.data(), n * 4));
+  stack.deliver_imm(c, kFnVectorAdd);
+  const std::size_t before = stack.sent.size();
+  server->step();
+  ASSERT_EQ(stack.sent.size(), before + 1);
+  const Sent& r = stack.sent.back();
+  EXPECT_EQ(r.wr.op, Op::kWriteImm);
+  EXPECT_EQ(r.wr.imm, 0u);
+  EXPECT_EQ(r.wr.remote_addr, 0x300000u);
+  EXPECT_EQ(r.wr.rkey, 4u);
+  ASSERT_EQ(r.data.size(), n * 4);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::uint32_t v;
+    std::memcpy(&v, r.data.data() + i * 4, 4);
+    EXPECT_EQ(v, a[i] + b[i]);
+  }
+  EXPECT_EQ(server->stats().calls, 1u);
+  // DREQ: everything freed.
+  stack.events.push_back({ConnEvent::kDisconnected, c, {}});
+  server->step();
+  EXPECT_EQ(server->hosts(), 0u);
+  EXPECT_EQ(stack.live_mrs(), 0u);
+}
+
+TEST_F(NaaServerTest, IncrementWritesEveryParameterReturnLast) {
+  const ConnId c = connect_host();
+  stack.deliver_send(c, bytes(request({16, 32, 8})));
+  server->step();
+  const auto adv = std::get<Advertise>(last_mrsp(c));
+  std::uint8_t meta[8];
+  wire::store_be64(meta, 0x200000);  // the second parameter is the return region
+  stack.remote_write(adv.regions[0].rkey, adv.regions[0].addr, meta, 8);
+  stack.deliver_imm(c, kFnIncrement);
+  const std::size_t before = stack.sent.size();
+  server->step();
+  ASSERT_EQ(stack.sent.size(), before + 3);  // n-1 WRITEs, then the WRITE_WITH_IMM
+  EXPECT_EQ(stack.sent[before].wr.op, Op::kWrite);
+  EXPECT_EQ(stack.sent[before + 1].wr.op, Op::kWrite);
+  EXPECT_EQ(stack.sent[before + 2].wr.op, Op::kWriteImm);
+  EXPECT_EQ(stack.sent[before + 2].wr.remote_addr, 0x200000u);
+  EXPECT_EQ(stack.sent[before + 2].data, std::vector<std::uint8_t>(32, 1));
+}
+
+TEST_F(NaaServerTest, MrspErrors) {
+  NaaConfig cfg;
+  cfg.memory_per_host = 1 << 20;
+  make(cfg);
+  const ConnId c = connect_host();
+  // Too many regions: 40 fit the message (and our receive), the NAA handles 32.
+  AdvertiseRequest many;
+  many.regions.assign(40, AdvReqEntry{0, 0, 0x1000, 1, 64});
+  stack.deliver_send(c, bytes(many));
+  server->step();
+  EXPECT_EQ(std::get<ErrorMsg>(last_mrsp(c)).code, 0x03);
+  // An address beyond the memory, then one running over its end.
+  AdvertiseRequest r = request({4096});
+  r.regions[1].fpga_addr = 2 << 20;
+  stack.deliver_send(c, bytes(r));
+  server->step();
+  EXPECT_EQ(std::get<ErrorMsg>(last_mrsp(c)).code, 0x02);
+  r.regions[1].fpga_addr = (1 << 20) - 100;
+  stack.deliver_send(c, bytes(r));
+  server->step();
+  EXPECT_EQ(std::get<ErrorMsg>(last_mrsp(c)).code, 0x01);
+  // Too much memory for the regions placed anywhere.
+  stack.deliver_send(c, bytes(request({1 << 20})));
+  server->step();
+  EXPECT_EQ(std::get<ErrorMsg>(last_mrsp(c)).code, 0x01);
+  // A size of 0.
+  stack.deliver_send(c, bytes(request({0})));
+  server->step();
+  EXPECT_EQ(std::get<ErrorMsg>(last_mrsp(c)).code, 0x02);
+  // The host is still connected and may try again: this one fits.
+  EXPECT_EQ(server->hosts(), 1u);
+  stack.deliver_send(c, bytes(request({4096})));
+  server->step();
+  EXPECT_EQ(std::get<Advertise>(last_mrsp(c)).regions.size(), 2u);
+  EXPECT_EQ(server->stats().mrsp_errors.at(0x01), 2u);
+  EXPECT_EQ(server->stats().mrsp_errors.at(0x02), 2u);
+  EXPECT_EQ(server->stats().mrsp_errors.at(0x03), 1u);
+  // The regions of the failed attempts were not kept: metadata, parameter, receive, send.
+  EXPECT_EQ(stack.live_mrs(), 4u);
+}
+
+TEST_F(NaaServerTest, MalformedMrspDisconnects) {
+  const std::vector<std::vector<std::uint8_t>> bad = {
+      {0x01, 0x02},                 // truncated header
+      {0x01, 0x03, 0, 0, 1, 2, 3},  // count larger than the message
+      {0x07, 0x01, 0, 0},           // unknown type
+      {0x02, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},  // an advertisement
+  };
+  for (const auto& m : bad) {
+    const ConnId c = connect_host();
+    stack.deliver_send(c, m);
+    server->step();
+    EXPECT_EQ(server->hosts(), 0u);
+    EXPECT_EQ(stack.disconnected.back(), c);
+  }
+  EXPECT_EQ(server->stats().mrsp_malformed, bad.size());
+  EXPECT_EQ(stack.live_mrs(), 0u);
+}
+
+TEST_F(NaaServerTest, CallErrors) {
+  // A call before the MRSP: disconnected.
+  ConnId c = connect_host();
+  stack.deliver_imm(c, kFnVectorAdd);
+  server->step();
+  EXPECT_EQ(server->hosts(), 0u);
+  // Unknown function: zero-length WRITE_WITH_IMM(0x10) to the return region.
+  c = connect_host();
+  stack.deliver_send(c, bytes(request({64})));
+  server->step();
+  const auto adv = std::get<Advertise>(last_mrsp(c));
+  std::uint8_t meta[8];
+  wire::store_be64(meta, 0x100000);
+  stack.remote_write(adv.regions[0].rkey, adv.regions[0].addr, meta, 8);
+  stack.deliver_imm(c, 0x77);
+  server->step();
+  EXPECT_EQ(stack.sent.back().wr.op, Op::kWriteImm);
+  EXPECT_EQ(stack.sent.back().wr.imm, kRpcUnknownFunction);
+  EXPECT_EQ(stack.sent.back().wr.length, 0u);
+  // A return address that names no region: 0x11, to the metadata region's host address.
+  wire::store_be64(meta, 0xdead);
+  stack.remote_write(adv.regions[0].rkey, adv.regions[0].addr, meta, 8);
+  stack.deliver_imm(c, kFnIncrement);
+  server->step();
+  EXPECT_EQ(stack.sent.back().wr.imm, kRpcBadReturnAddress);
+  EXPECT_EQ(stack.sent.back().wr.remote_addr, 0x10000u);
+  // Function code 0 (an error on the host's side): nothing runs, nothing is sent.
+  const std::size_t before = stack.sent.size();
+  stack.deliver_imm(c, 0);
+  server->step();
+  EXPECT_EQ(stack.sent.size(), before);
+  EXPECT_EQ(server->hosts(), 1u);
+  // Receives are reposted after each message: the host can go on.
+  EXPECT_EQ(stack.recvs[c].size(), 2u);
+}
+
+TEST_F(NaaServerTest, MaxHostsAndFailedCompletions) {
+  NaaConfig cfg;
+  cfg.max_hosts = 2;
+  make(cfg);
+  const ConnId a = connect_host();
+  connect_host();
+  const ConnId c = connect_host();
+  EXPECT_EQ(server->hosts(), 2u);
+  EXPECT_EQ(stack.rejected, std::vector<ConnId>{c});
+  EXPECT_EQ(server->stats().hosts_rejected, 1u);
+  // A failed completion (the host vanished): dropped and freed.
+  Completion wc;
+  wc.conn = a;
+  wc.ok = false;
+  wc.status = "transport retry counter exceeded";
+  stack.completions.push_back(wc);
+  server->step();
+  EXPECT_EQ(server->hosts(), 1u);
+  EXPECT_EQ(server->stats().transport_errors, 1u);
+  // The freed slot takes a new host.
+  connect_host();
+  EXPECT_EQ(server->hosts(), 2u);
+}
+
+TEST_F(NaaServerTest, SilentHostExpires) {
+  NaaConfig cfg;
+  cfg.host_idle_timeout = 0.05;
+  make(cfg);
+  connect_host();
+  server->step();
+  EXPECT_EQ(server->hosts(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  server->step();
+  EXPECT_EQ(server->hosts(), 0u);
+  EXPECT_EQ(server->stats().hosts_expired, 1u);
+  EXPECT_EQ(stack.live_mrs(), 0u);
+}
+
+}  // namespace
+}  // namespace roce::naa
