@@ -13,6 +13,7 @@
 
 #include "apps/common/pcap_writer.h"
 #include "apps/common/sample_frames.h"
+#include "apps/naa/mrsp.h"
 #include "apps/perf/perftest_proto.h"
 #include "apps/perf/pingpong_proto.h"
 #include "controlplane/cm/mad.h"
@@ -444,6 +445,25 @@ void perf_seeds(const fs::path& out) {
   pc.add(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(m.data()), m.size()));
 }
 
+// ---- NAAICE MRSP -----------------------------------------------------------------------------
+void mrsp_seeds(const fs::path& out) {
+  Corpus c(out, "mrsp");
+  std::vector<std::uint8_t> b;
+  naa::AdvertiseRequest req;
+  req.regions.push_back({naa::kMrFlagInternal, 0, 0x7F0000001000ull, 0x1234, 4096});
+  req.regions.push_back({0, 0x100000, 0x7F0000002000ull, 0x5678, 65536});
+  naa::encode(req, b);
+  c.add(b);
+  b.clear();
+  naa::Advertise adv;
+  adv.regions.push_back({0x100000, 0x9ABC, 65536});
+  naa::encode(adv, b);
+  c.add(b);
+  b.clear();
+  naa::encode(naa::ErrorMsg{0x02}, b);
+  c.add(b);
+}
+
 void config_seeds(const fs::path& out, const fs::path& config_dir) {
   Corpus c(out, "config_yaml");
   std::vector<fs::path> files;
@@ -475,6 +495,7 @@ int main(int argc, char** argv) {
   engine_seeds(out);
   cm_seeds(out);
   perf_seeds(out);
+  mrsp_seeds(out);
   config_seeds(out, config_dir);
   std::cout << "roce-fuzz-seeds: wrote " << out.string() << "\n";
   return 0;
