@@ -12,28 +12,6 @@ namespace {
 
 constexpr std::size_t kBatch = 32;  ///< entries taken from one ring per iteration
 
-engine::WcOpcode wc_opcode(engine::WrOpcode op) {
-  using engine::WcOpcode;
-  using engine::WrOpcode;
-  switch (op) {
-    case WrOpcode::kWrite:
-    case WrOpcode::kWriteImm:
-      return WcOpcode::kRdmaWrite;
-    case WrOpcode::kRead:
-      return WcOpcode::kRdmaRead;
-    case WrOpcode::kCmpSwap:
-      return WcOpcode::kCompSwap;
-    case WrOpcode::kFetchAdd:
-      return WcOpcode::kFetchAdd;
-    case WrOpcode::kLocalInv:
-      return WcOpcode::kLocalInv;
-    case WrOpcode::kRegMr:
-      return WcOpcode::kRegMr;
-    default:
-      return WcOpcode::kSend;
-  }
-}
-
 bool allowed(engine::WrOpcode op) {
   using engine::WrOpcode;
   switch (op) {
@@ -119,7 +97,7 @@ std::size_t Lane::drain_send(LaneQp& q) {
   for (; taken < n; ++taken) {
     const SendEntry& s = e[taken];
     if (s.num_sge > kMaxSge || !allowed(s.opcode)) {
-      refuse(q.send_cq, s.wr_id, wc_opcode(s.opcode), q.qp->qpn);
+      refuse(q.send_cq, s.wr_id, engine::wc_opcode(s.opcode), q.qp->qpn);
       continue;
     }
     engine::SendWr wr;
@@ -143,7 +121,7 @@ std::size_t Lane::drain_send(LaneQp& q) {
     wr.ud.remote_qkey = s.remote_qkey;
     const int rc = eng_.post_send(q.qp, &wr, nullptr);
     if (rc == engine::kErrNoMem) break;  // the send queue is full: the rest waits in the ring
-    if (rc != engine::kOk) refuse(q.send_cq, s.wr_id, wc_opcode(s.opcode), q.qp->qpn);
+    if (rc != engine::kOk) refuse(q.send_cq, s.wr_id, engine::wc_opcode(s.opcode), q.qp->qpn);
     ++stats_.send_wrs;
   }
   q.sq.consume(taken);

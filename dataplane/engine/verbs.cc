@@ -486,8 +486,6 @@ bool Engine::get_async_event(AsyncEvent& ev) {
   return true;
 }
 
-namespace {
-
 WcOpcode wc_opcode(WrOpcode op) {
   switch (op) {
     case WrOpcode::kWrite:
@@ -507,6 +505,9 @@ WcOpcode wc_opcode(WrOpcode op) {
       return WcOpcode::kSend;
   }
 }
+
+namespace {
+
 
 bool opcode_allowed(QpType t, WrOpcode op) {
   switch (t) {

@@ -90,6 +90,8 @@ enum class WcOpcode : std::uint8_t {
   kRecv = 128,
   kRecvRdmaWithImm = 129,
 };
+/// The completion opcode of a work request's opcode (IBV_WC_* of IBV_WR_*).
+WcOpcode wc_opcode(WrOpcode op);
 
 enum WcFlags : std::uint32_t {
   kWcGrh = 1u << 0,
