@@ -82,6 +82,40 @@ std::vector<Answer> CraftedPeer::flush() {
   return out;
 }
 
+void CraftedPeer::to_rts() {
+  QpAttr a;
+  a.qp_state = QpState::kRts;
+  a.sq_psn = kSpsn;
+  a.timeout = 14;
+  a.retry_cnt = 3;
+  a.rnr_retry = 3;
+  a.max_rd_atomic = 4;
+  ASSERT_EQ(eng.modify_qp(qp, a,
+                          kQpState | kQpSqPsn |
+                              (qp->type == QpType::kRc ? kQpTimeout | kQpRetryCnt | kQpRnrRetry |
+                                                             kQpMaxQpRdAtomic
+                                                       : 0u)),
+            kOk);
+}
+
+void CraftedPeer::respond(wire::Opcode op, std::uint32_t psn, std::uint8_t syndrome,
+                          std::size_t payload_len, std::uint64_t orig) {
+  wire::FrameSpec s;
+  s.src_mac = peer.mac;
+  s.dst_mac = eng.config().mac;
+  s.src_ip4 = peer.ipv4;
+  s.dst_ip4 = eng.config().ipv4;
+  s.opcode = op;
+  s.dest_qp = wire::Qpn(qp->qpn);
+  s.psn = wire::Psn(psn);
+  s.aeth = {wire::Syndrome(syndrome), wire::Msn(0)};
+  s.atomic_orig = orig;
+  std::vector<std::uint8_t> payload(payload_len, 0xD5);
+  std::vector<std::uint8_t> frame(wire::frame_len(s, payload_len));
+  ASSERT_EQ(wire::build_frame(s, payload, frame), frame.size());
+  eng.receive(frame, now);
+}
+
 void CraftedPeer::post_recvs(int n, std::uint32_t len) {
   for (int i = 0; i < n; ++i) {
     Sge s{mem_addr(), len, mr->key};

@@ -57,6 +57,13 @@ class CraftedPeer {
   /// Runs the engine and returns everything it sent.
   std::vector<Answer> flush();
   void post_recvs(int n, std::uint32_t len = 2048);
+  /// Moves the QP on to RTS (sending from kSpsn), for requester and completer tests.
+  void to_rts();
+  /// A response as the peer would send it: ACK/NAK (AETH syndrome), READ response (payload of
+  /// `payload_len` bytes) or atomic ACK (`orig`).
+  void respond(wire::Opcode op, std::uint32_t psn, std::uint8_t syndrome,
+               std::size_t payload_len = 0, std::uint64_t orig = 0);
+  static constexpr std::uint32_t kSpsn = 5000;
 
   std::uint64_t mem_addr() const { return reinterpret_cast<std::uint64_t>(mem.data()); }
 
