@@ -180,6 +180,13 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
     c.counters.prometheus = k.str("prometheus", "");
     c.counters.telemetry = k.boolean("telemetry", true);
   }
+  if (r.has("poll")) {
+    Reader k(r.get("poll"), origin, "poll");
+    c.poll.idle_after_polls =
+        static_cast<std::uint32_t>(k.uint("idle_after_polls", c.poll.idle_after_polls, 0, 1u << 30));
+    c.poll.idle_sleep_us =
+        static_cast<std::uint32_t>(k.uint("idle_sleep_us", c.poll.idle_sleep_us, 1, 100000));
+  }
   if (r.has("control")) {
     Reader k(r.get("control"), origin, "control");
     c.control.listen = k.str("listen", c.control.listen);

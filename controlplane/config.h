@@ -72,6 +72,12 @@ struct ApplianceConfig {
   struct {
     std::string level = "info";  ///< error, warning, info, debug
   } logging;
+  /// Idle mode of the poll loops (dataplane/port/idle.h): after this many empty polls in a
+  /// row, sleep idle_sleep_us between polls; 0 (the default): busy polling.
+  struct {
+    std::uint32_t idle_after_polls = 0;
+    std::uint32_t idle_sleep_us = 50;
+  } poll;
   struct {
     std::string prometheus;  ///< "127.0.0.1:9464"; empty = off
     bool telemetry = true;   ///< DPDK telemetry socket

@@ -222,11 +222,12 @@ int run(const ctl::ApplianceConfig& cfg) {
     att = std::make_unique<attach::AttachServer>(ac, std::move(aps));
   }
   // Worker lcores: each runs its loop of every port.
+  const port::IdlePolicy idle_policy{cfg.poll.idle_after_polls, cfg.poll.idle_sleep_us};
   std::atomic<bool> stop_workers{false};
   for (unsigned l = 1; l < nl; ++l) {
     std::vector<port::PollLoop*> mine;
     for (auto& p : ports) mine.push_back(p.loops[l].get());
-    port::launch_loops(cfg.lcores[l], mine, stop_workers);
+    port::launch_loops(cfg.lcores[l], mine, stop_workers, idle_policy);
   }
 
   apps::Metrics metrics;
@@ -248,6 +249,9 @@ int run(const ctl::ApplianceConfig& cfg) {
 
   std::string workers;
   for (unsigned l = 1; l < nl; ++l) workers += (l > 1 ? ", " : "") + std::to_string(cfg.lcores[l]);
+  if (idle_policy.on())
+    std::printf("roced: idle mode: after %u empty polls, %u us sleeps between polls\n",
+                idle_policy.after_polls, idle_policy.sleep_us);
   std::printf("roced: %s up on lcore %u%s%s%s\n", cfg.name.c_str(), cfg.lcores.front(),
               nl > 1 ? " (workers: " : "", workers.c_str(),
               nl > 1 ? "; frames steered to the lcore of their QP)" : "");
@@ -303,9 +307,12 @@ int run(const ctl::ApplianceConfig& cfg) {
     }
     std::fflush(stdout);
   };
+  port::IdleBackoff idle(idle_policy);
   while (g_signal == 0) {
-    for (auto& p : ports) p.loop().poll_once();
+    std::size_t moved = 0;
+    for (auto& p : ports) moved += p.loop().poll_once();
     for (auto& n : naas) n->step();
+    idle.after_poll(moved);
     const std::uint64_t now = port::now_ns();
     housekeeping(now);
     if (services.empty() || now < next_accept) continue;

@@ -814,17 +814,23 @@ namespace {
 struct LaunchArgs {
   std::vector<PollLoop*> loops;
   const std::atomic<bool>* stop;
+  IdlePolicy idle;
 };
 int loop_main(void* arg) {
   std::unique_ptr<LaunchArgs> a(static_cast<LaunchArgs*>(arg));
-  while (!a->stop->load(std::memory_order_relaxed))
-    for (PollLoop* l : a->loops) l->poll_once();
+  IdleBackoff idle(a->idle);
+  while (!a->stop->load(std::memory_order_relaxed)) {
+    std::size_t moved = 0;
+    for (PollLoop* l : a->loops) moved += l->poll_once();
+    idle.after_poll(moved);
+  }
   return 0;
 }
 }  // namespace
 
-void launch_loops(unsigned lcore_id, std::vector<PollLoop*> loops, const std::atomic<bool>& stop) {
-  auto* a = new LaunchArgs{std::move(loops), &stop};
+void launch_loops(unsigned lcore_id, std::vector<PollLoop*> loops, const std::atomic<bool>& stop,
+                  IdlePolicy idle) {
+  auto* a = new LaunchArgs{std::move(loops), &stop, idle};
   const int rc = rte_eal_remote_launch(loop_main, a, lcore_id);
   if (rc != 0) {
     delete a;

@@ -16,6 +16,7 @@
 
 #include "dataplane/engine/engine.h"
 #include "dataplane/fault_injector.h"
+#include "dataplane/port/idle.h"
 #include "dataplane/port/neighbour.h"
 #include "dataplane/port/poller.h"
 
@@ -315,7 +316,9 @@ void connect_loops(std::span<PollLoop* const> loops);
 
 /// Runs `loops` (round robin) on DPDK lcore `lcore_id` (a worker of the EAL) until `stop`
 /// becomes true. rte_eal_wait_lcore(lcore_id) waits for it to return.
-void launch_loops(unsigned lcore_id, std::vector<PollLoop*> loops, const std::atomic<bool>& stop);
+/// `idle`: sleep between empty polls (idle.h); busy polling by default.
+void launch_loops(unsigned lcore_id, std::vector<PollLoop*> loops, const std::atomic<bool>& stop,
+                  IdlePolicy idle = {});
 inline void launch_loop(unsigned lcore_id, PollLoop& loop, const std::atomic<bool>& stop) {
   launch_loops(lcore_id, {&loop}, stop);
 }

@@ -2,7 +2,7 @@
 # namespace. `roced_ns_start NS WORK NAME METRICS_PORT [PORT_YAML_LINES]` creates namespace NS
 # with the pair veth-r (roced's, net_af_packet) and veth-k (the kernel's, up, no address),
 # writes WORK/roced.yaml (port p0: 192.0.2.1/24, MAC 02:00:5e:00:02:31, plus PORT_YAML_LINES,
-# each indented by four spaces), starts roced in the background (its pid in $roced_pid, its
+# each indented by four spaces, and $ROCED_NS_TOP's top-level lines), starts roced in the background (its pid in $roced_pid, its
 # output in WORK/roced.log) and waits until it is up. Needs $roced. On exit, roced is killed
 # (unless the caller cleared $roced_pid after stopping it), the namespace deleted, and
 # roced_ns_more_cleanup run if the caller defined it.
@@ -43,6 +43,7 @@ counters:
   prometheus: 127.0.0.1:$metrics
   telemetry: false
 YAML
+    [[ -n ${ROCED_NS_TOP:-} ]] && printf '%s\n' "$ROCED_NS_TOP"
   } > "$work/roced.yaml"
   ip netns exec "$ns" "$roced" --config "$work/roced.yaml" > "$work/roced.log" 2>&1 &
   roced_pid=$!
