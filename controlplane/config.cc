@@ -150,8 +150,8 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
         static_cast<std::uint32_t>(l.uint("tx_slots", c.limits.tx_slots, 64, 65536));
     c.limits.neighbours =
         static_cast<std::uint32_t>(l.uint("neighbours", c.limits.neighbours, 16, 1u << 20));
-    c.limits.cm_connections = static_cast<std::uint32_t>(
-        l.uint("cm_connections", c.limits.cm_connections, 1, 1u << 20));
+    c.limits.cm_connections =
+        static_cast<std::uint32_t>(l.uint("cm_connections", c.limits.cm_connections, 1, 1u << 20));
   }
   if (r.has("transport")) {
     Reader t(r.get("transport"), origin, "transport");
@@ -182,8 +182,8 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
   }
   if (r.has("poll")) {
     Reader k(r.get("poll"), origin, "poll");
-    c.poll.idle_after_polls =
-        static_cast<std::uint32_t>(k.uint("idle_after_polls", c.poll.idle_after_polls, 0, 1u << 30));
+    c.poll.idle_after_polls = static_cast<std::uint32_t>(
+        k.uint("idle_after_polls", c.poll.idle_after_polls, 0, 1u << 30));
     c.poll.idle_sleep_us =
         static_cast<std::uint32_t>(k.uint("idle_sleep_us", c.poll.idle_sleep_us, 1, 100000));
   }
@@ -215,7 +215,7 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
       Reader k(sv[i], origin, path);
       ServiceConfig s;
       static const std::set<std::string> kTests = {
-          "write_bw", "read_bw",    "send_bw",     "atomic_bw",   "write_lat",   "read_lat",
+          "write_bw", "read_bw",    "send_bw",     "atomic_bw",   "write_lat",    "read_lat",
           "send_lat", "atomic_lat", "rc_pingpong", "ud_pingpong", "srq_pingpong", "naa"};
       if (!k.has("test")) k.fail(sv[i], path + ".test is required");
       s.test = k.str("test", "");
@@ -264,9 +264,12 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
         static_cast<std::uint32_t>(a.uint("max_clients", c.attach.max_clients, 1, 4096));
     if (a.has("quotas")) {
       Reader q(a.get("quotas"), origin, "attach.quotas");
-      c.attach.max_qps = static_cast<std::uint32_t>(q.uint("max_qps", c.attach.max_qps, 1, 1u << 20));
-      c.attach.max_mrs = static_cast<std::uint32_t>(q.uint("max_mrs", c.attach.max_mrs, 1, 1u << 24));
-      c.attach.max_cqs = static_cast<std::uint32_t>(q.uint("max_cqs", c.attach.max_cqs, 1, 1u << 20));
+      c.attach.max_qps =
+          static_cast<std::uint32_t>(q.uint("max_qps", c.attach.max_qps, 1, 1u << 20));
+      c.attach.max_mrs =
+          static_cast<std::uint32_t>(q.uint("max_mrs", c.attach.max_mrs, 1, 1u << 24));
+      c.attach.max_cqs =
+          static_cast<std::uint32_t>(q.uint("max_cqs", c.attach.max_cqs, 1, 1u << 20));
       c.attach.max_srqs =
           static_cast<std::uint32_t>(q.uint("max_srqs", c.attach.max_srqs, 1, 1u << 20));
       c.attach.max_memory = q.uint("max_memory", c.attach.max_memory, 4096, 1ull << 40);

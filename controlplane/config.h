@@ -45,7 +45,7 @@ struct ServiceConfig {
   /// Where it listens: the management address (`control.listen`'s) unless given; 0.0.0.0
   /// (every kernel address) only when asked for.
   wire::Ipv4Addr listen_address{0x7F000001};
-  std::vector<std::string> args;      ///< the test's options, as on roce-perf's command line
+  std::vector<std::string> args;  ///< the test's options, as on roce-perf's command line
 };
 
 struct ApplianceConfig {

@@ -94,8 +94,8 @@ int main(int argc, char** argv) {
   roce_buffer* buf = roce_alloc_buffer(ctx, 2 * kSize, &addr);
   if (!pd || !buf) die("alloc", errno);
   unsigned char* mem = addr;
-  roce_mr* mr = roce_reg_mr(ctx, pd, addr, 2 * kSize,
-                            ROCE_ACCESS_LOCAL_WRITE | ROCE_ACCESS_REMOTE_WRITE);
+  roce_mr* mr =
+      roce_reg_mr(ctx, pd, addr, 2 * kSize, ROCE_ACCESS_LOCAL_WRITE | ROCE_ACCESS_REMOTE_WRITE);
   roce_cq* cq = roce_create_cq(ctx, 16);
   struct roce_qp_cap cap = {8, 8, 1, 1};
   roce_qp* qp = cq && mr ? roce_create_qp(ctx, pd, ROCE_QPT_RC, cq, cq, &cap) : NULL;
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     struct roce_recv_wr rwr = {1, NULL, &sge, 1};
     if ((rc = roce_post_recv(ctx, qp, &rwr, NULL))) die("roce_post_recv", rc);
     full(tcp, "r", 1, 1);
-    wait_one(ctx, cq, 1);  /* the SEND came after the WRITE: both are in place */
+    wait_one(ctx, cq, 1); /* the SEND came after the WRITE: both are in place */
     for (int i = 0; i < kSize; ++i)
       if (mem[i] != (unsigned char)(i * 3 + 1) || mem[kSize + i] != (unsigned char)(i * 5 + 2))
         die("data differs", 0);
@@ -131,8 +131,8 @@ int main(int argc, char** argv) {
     full(tcp, &ok, 1, 0);
     struct roce_sge wsge = {(uint64_t)(uintptr_t)(mem + kSize), kSize, roce_mr_lkey(mr)};
     struct roce_send_wr send = {2, NULL, &sge, 1, ROCE_WR_SEND, ROCE_SEND_SIGNALED, 0, 0, 0, 0, 0};
-    struct roce_send_wr write = {1, &send, &wsge, 1, ROCE_WR_RDMA_WRITE, 0, 0,
-                                 peer.iova + kSize, peer.rkey, 0, 0};
+    struct roce_send_wr write = {
+        1, &send, &wsge, 1, ROCE_WR_RDMA_WRITE, 0, 0, peer.iova + kSize, peer.rkey, 0, 0};
     if ((rc = roce_post_send(ctx, qp, &write, NULL))) die("roce_post_send", rc);
     wait_one(ctx, cq, 2);
     full(tcp, &ok, 1, 0);

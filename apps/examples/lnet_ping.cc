@@ -122,12 +122,13 @@ int run_server(const Args& a, client::Context& ctx) {
   bulk->cb = [&](const BufferEvent& ev) {
     const bool read = ev.queue == QueueType::kActiveBulkRecv;
     if (ev.status != 0 || ev.length != kBulk || (read && !check(*bulk, 7, kBulk))) {
-      std::printf("FAIL: active bulk %s status %d length %llu\n", read ? "recv" : "send",
-                  ev.status, static_cast<unsigned long long>(ev.length));
+      std::printf("FAIL: active bulk %s status %d length %llu\n", read ? "recv" : "send", ev.status,
+                  static_cast<unsigned long long>(ev.length));
       ++errors;
       return;
     }
-    std::printf("OK: active bulk %s of %llu bytes%s\n", read ? "receive (RDMA READ)" : "send (RDMA WRITE)",
+    std::printf("OK: active bulk %s of %llu bytes%s\n",
+                read ? "receive (RDMA READ)" : "send (RDMA WRITE)",
                 static_cast<unsigned long long>(ev.length), read ? ", data verified" : "");
   };
   auto on_msg = [&](const BufferEvent& ev) {
@@ -141,7 +142,10 @@ int run_server(const Args& a, client::Context& ctx) {
       std::uint64_t off = ev.offset, i = 0;
       for (const Segment& s : nb.segs) {
         for (std::uint64_t k = 0; k < s.length && i < ev.length; ++k)
-          if (off == 0) m[i++] = static_cast<std::uint8_t*>(s.addr)[k]; else --off;
+          if (off == 0)
+            m[i++] = static_cast<std::uint8_t*>(s.addr)[k];
+          else
+            --off;
       }
       const char type = static_cast<char>(m[0]);
       if (type == 'M') {
@@ -177,8 +181,8 @@ int run_server(const Args& a, client::Context& ctx) {
         bulk->desc.assign(m.begin() + 1, m.end());
         if (type == 'R') fill(*bulk, 13);
         bulk->length = 0;
-        const int rc = tm.add(*bulk, type == 'S' ? QueueType::kActiveBulkRecv
-                                                 : QueueType::kActiveBulkSend);
+        const int rc =
+            tm.add(*bulk, type == 'S' ? QueueType::kActiveBulkRecv : QueueType::kActiveBulkSend);
         if (rc) {
           std::printf("FAIL: active bulk add: %s\n", std::strerror(rc));
           ++errors;
@@ -208,11 +212,12 @@ int run_server(const Args& a, client::Context& ctx) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the last answers
   const TmStats st = tm.stats();
   tm.stop();
-  std::printf("server: %u pings answered, %llu messages received, %llu connections, %llu "
-              "buffers provisioned, pool %u/%u free\n",
-              pings, static_cast<unsigned long long>(st.msgs_received),
-              static_cast<unsigned long long>(st.connections),
-              static_cast<unsigned long long>(st.provisioned), pool.free_count(), pool.size());
+  std::printf(
+      "server: %u pings answered, %llu messages received, %llu connections, %llu "
+      "buffers provisioned, pool %u/%u free\n",
+      pings, static_cast<unsigned long long>(st.msgs_received),
+      static_cast<unsigned long long>(st.connections),
+      static_cast<unsigned long long>(st.provisioned), pool.free_count(), pool.size());
   dom.free_buffer(bulk);
   if (!finished) return fail("no end message");
   if (pool.free_count() != pool.size()) return fail("pool buffers not returned on stop");
@@ -321,8 +326,8 @@ int run_client(const Args& a, client::Context& ctx) {
     std::memcpy(&got, last.data(), std::min<std::size_t>(8, last.size()));
     if (got != v) return fail("pong payload");
   }
-  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
-                                                              t0).count();
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   if (a.pingpong)
     std::printf("OK: %u ping-pongs, %.1f us per round trip\n", a.pingpong, us / a.pingpong);
   tx.send(*peer, 'E', "", 0);
@@ -343,8 +348,7 @@ struct LocalStack {
   std::unique_ptr<port::PollLoop> loop;
 };
 
-std::unique_ptr<client::Context> open_local(LocalStack& st, const std::string& memif,
-                                            bool server) {
+std::unique_ptr<client::Context> open_local(LocalStack& st, const std::string& memif, bool server) {
   const unsigned me = server ? 1 : 2;
   port::eal_init({"--no-huge", "--no-shconf", "-m", "256", "--no-pci",
                   "--file-prefix=lnet-ping-" + std::to_string(::getpid()), "--log-level=*:error",
@@ -381,14 +385,22 @@ int main(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--socket") a.socket = v;
-    else if (k == "--local-memif") a.local_memif = v;
-    else if (k == "--addr") a.addr = v;
-    else if (k == "--peer") a.peer = v;
-    else if (k == "--pid") a.pid = static_cast<std::uint32_t>(std::stoul(v));
-    else if (k == "--oob-host") a.oob_host = v;
-    else if (k == "--oob-base") a.oob_base = static_cast<std::uint16_t>(std::stoul(v));
-    else if (k == "--pingpong") a.pingpong = static_cast<std::uint32_t>(std::stoul(v));
+    if (k == "--socket")
+      a.socket = v;
+    else if (k == "--local-memif")
+      a.local_memif = v;
+    else if (k == "--addr")
+      a.addr = v;
+    else if (k == "--peer")
+      a.peer = v;
+    else if (k == "--pid")
+      a.pid = static_cast<std::uint32_t>(std::stoul(v));
+    else if (k == "--oob-host")
+      a.oob_host = v;
+    else if (k == "--oob-base")
+      a.oob_base = static_cast<std::uint16_t>(std::stoul(v));
+    else if (k == "--pingpong")
+      a.pingpong = static_cast<std::uint32_t>(std::stoul(v));
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;

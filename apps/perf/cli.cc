@@ -81,8 +81,9 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
       "port,p", po::value(&o.port)->default_value(o.port), "TCP port of the exchange")(
       "size,s", po::value(&o.size), "message size")("iters,n", po::value(&o.iters),
                                                     "number of iterations")(
-      "mtu,m", po::value(&o.mtu), "path MTU (256..4096); perftest's tools: the largest the link carries, pingpong: 1024")("rx-depth,r", po::value(&o.rx_depth),
-                                                          "receive queue depth")(
+      "mtu,m", po::value(&o.mtu),
+      "path MTU (256..4096); perftest's tools: the largest the link carries, pingpong: 1024")(
+      "rx-depth,r", po::value(&o.rx_depth), "receive queue depth")(
       "ib-dev,d", po::value<std::string>(), "accepted for compatibility (ignored)")(
       "ib-port,i", po::value<int>(), "accepted for compatibility (ignored)")(
       "timeout", po::value(&o.timeout_s)->default_value(o.timeout_s),

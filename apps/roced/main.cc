@@ -291,8 +291,8 @@ int run(const ctl::ApplianceConfig& cfg) {
       if (g_signal != 0) throw Shutdown{};
     });
     env.cm_connections = cfg.limits.cm_connections;
-    std::printf("roced: service %s on port %s, TCP %u: a client connected\n",
-                svc.cfg.test.c_str(), svc.cfg.port.c_str(), svc.cfg.listen_port);
+    std::printf("roced: service %s on port %s, TCP %u: a client connected\n", svc.cfg.test.c_str(),
+                svc.cfg.port.c_str(), svc.cfg.listen_port);
     std::fflush(stdout);
     ++svc.runs;
     try {
@@ -329,7 +329,7 @@ int run(const ctl::ApplianceConfig& cfg) {
   stop_workers = true;
   for (unsigned l = 1; l < nl; ++l) rte_eal_wait_lcore(cfg.lcores[l]);
   server.reset();  // it lists the clients
-  att.reset();  // every client's resources, released on this thread (no loop runs now)
+  att.reset();     // every client's resources, released on this thread (no loop runs now)
   std::printf("roced: %s stopping (%s)\n", cfg.name.c_str(),
               g_signal == SIGINT ? "SIGINT" : "SIGTERM");
   for (auto& p : ports) {

@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
       "Usage: roce-ctl [--prometheus HOST:PORT] [--all] counters|clients\n\nOptions");
   desc.add_options()("help,h", "print this help")(
       "prometheus,p", po::value(&endpoint)->default_value(endpoint), "roced counters endpoint")(
-      "all,a", "also print counters that are zero")("command", po::value(&command), "counters or clients");
+      "all,a", "also print counters that are zero")("command", po::value(&command),
+                                                    "counters or clients");
   po::positional_options_description pos;
   pos.add("command", 1);
   po::variables_map vm;

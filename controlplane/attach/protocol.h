@@ -19,7 +19,7 @@
 namespace roce::attach {
 
 inline constexpr std::uint32_t kVersion = 3;  // 3: RecvEntry min_free/max_msgs
-inline constexpr std::uint32_t kMaxSge = 4;  ///< SGEs per work request in a queue entry
+inline constexpr std::uint32_t kMaxSge = 4;   ///< SGEs per work request in a queue entry
 
 enum class Op : std::uint32_t {
   kHello = 1,  ///< reply passes the client's event ring (memfd) and its eventfd

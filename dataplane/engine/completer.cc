@@ -212,7 +212,8 @@ void Engine::comp_on_atomic_ack(Qp& qp, SendWqe& w, const wire::RxPkt& pkt) {
 }
 
 // READ response (IBA 9.7.5.2.3): in order only; a gap means lost responses.
-[[gnu::always_inline]] inline void Engine::comp_on_read_response(Qp& qp, SendWqe& w, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline void Engine::comp_on_read_response(Qp& qp, SendWqe& w,
+                                                                 const wire::RxPkt& pkt) {
   const Psn p = pkt.psn;
   if (w.opcode != WrOpcode::kRead) {
     stats_.inc(Counter::kRxDropUnexpected);

@@ -56,11 +56,11 @@ struct EngineConfig {
   /// window on every few packets instead of after a batch of hundreds: the round trip, and with
   /// it what a go-back-N throws away, stays short. A clean QP sends in large batches.
   std::uint32_t recovery_batch = 4;
-  Mtu max_mtu = Mtu::k4096;  ///< UD payload limit and largest path MTU accepted
-  std::uint32_t max_mrs = 1u << 20;      ///< MRs at once (reg_mr/alloc_mr: ENOMEM beyond)
+  Mtu max_mtu = Mtu::k4096;               ///< UD payload limit and largest path MTU accepted
+  std::uint32_t max_mrs = 1u << 20;       ///< MRs at once (reg_mr/alloc_mr: ENOMEM beyond)
   std::uint32_t max_cq_depth = 1u << 22;  ///< largest CQ (create_cq: EINVAL beyond)
   std::uint32_t max_async_events = 1024;  ///< queued asynchronous events (oldest kept)
-  std::uint64_t seed = 0;    ///< 0: keys from std::random_device
+  std::uint64_t seed = 0;                 ///< 0: keys from std::random_device
   /// nullopt (the default): every QP gets a random free QPN (from the kernel's CSPRNG, or from
   /// `seed`), never one of the last max_qps/2 (at most 1024) destroyed while another is free:
   /// a restarted process does not reuse its predecessor's QPNs, which a peer's CM may still

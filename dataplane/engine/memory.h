@@ -32,7 +32,7 @@ enum class MrState : std::uint8_t {
 
 struct Mr {
   Pd* pd = nullptr;
-  std::uint32_t key = 0;  ///< lkey == rkey
+  std::uint32_t key = 0;   ///< lkey == rkey
   std::uint64_t addr = 0;  ///< I/O virtual address of the first byte (what keys are checked on)
   /// Engine address minus I/O virtual address (mod 2^64): 0 when the registering code and the
   /// engine share an address space, the offset of the engine's mapping for an attached client.

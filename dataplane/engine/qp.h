@@ -99,7 +99,7 @@ struct RdAtomicRes {
   wire::Psn next_psn;
   std::uint64_t next_offset = 0;
   std::uint64_t start_offset = 0;  ///< where the current (re)play started: its First packet
-  bool replay = false;  ///< answering a duplicate request (the requester counts it no more)
+  bool replay = false;        ///< answering a duplicate request (the requester counts it no more)
   std::uint64_t map_gen = 0;  ///< MrTable::gen when the key was checked (map_delta holds)
   std::uint64_t map_delta = 0;
 };
@@ -175,7 +175,7 @@ struct RespState {
   std::int8_t recv_open = -1;     ///< the WQE is open multi-message buffer recv_q->open[i]
   // WRITE in progress
   std::uint64_t write_va = 0;
-  std::uint32_t write_rkey = 0;  ///< checked again on every packet of the message
+  std::uint32_t write_rkey = 0;   ///< checked again on every packet of the message
   std::uint64_t write_gen = 0;    ///< MrTable::gen of the last check; write_delta holds while
   std::uint64_t write_delta = 0;  ///< it is current
   std::uint64_t write_remaining = 0;

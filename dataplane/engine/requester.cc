@@ -136,8 +136,8 @@ std::size_t Engine::gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::
     return len;
   }
   bool prot = false;
-  const std::size_t done = walk_sges(
-      sge, w.num_sge, offset, len, [&](const Sge& s, std::uint64_t addr, std::size_t n) {
+  const std::size_t done =
+      walk_sges(sge, w.num_sge, offset, len, [&](const Sge& s, std::uint64_t addr, std::size_t n) {
         const std::uint8_t* src = mrs_.map(s.lkey, qp.pd, addr, n, 0);
         if (src == nullptr) {
           prot = true;
@@ -292,7 +292,8 @@ bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
     // kept for the packets (gather) while the MR table does not change.
     Mr* mr = nullptr;
     if (mrs_.check(one.lkey, qp.pd, one.addr, one.length,
-                   w.is_rd_atomic() ? std::uint32_t{kAccessLocalWrite} : 0u, &mr) != KeyCheck::kOk) {
+                   w.is_rd_atomic() ? std::uint32_t{kAccessLocalWrite} : 0u,
+                   &mr) != KeyCheck::kOk) {
       req_fail(qp, w, WcStatus::kLocProtErr);
       return false;
     }
@@ -317,8 +318,9 @@ bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
 
 // The fields of the WQE's next packet (rxe init_req_packet): opcode by position, PSN, RETH,
 // AckReq. Returns the payload bytes; `last` and `psn_span` (PSNs the packet takes) are set.
-[[gnu::always_inline]] inline std::size_t Engine::req_fields(Qp& qp, SendWqe& w, wire::PacketFields& f, bool& last,
-                               std::uint32_t& psn_span) {
+[[gnu::always_inline]] inline std::size_t Engine::req_fields(Qp& qp, SendWqe& w,
+                                                             wire::PacketFields& f, bool& last,
+                                                             std::uint32_t& psn_span) {
   const bool uc = qp.type == QpType::kUc;
   const std::uint32_t pmtu = qp.pmtu();
   last = true;
@@ -371,8 +373,10 @@ bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
 // Writes the packet into `slot` and commits it: headers from the path template (or the
 // FrameSpec for atomics), the payload gathered through the keys, or zero-copy. False after
 // failing the WQE.
-[[gnu::always_inline]] inline bool Engine::req_emit(Qp& qp, SendWqe& w, std::span<std::uint8_t> slot,
-                      const wire::PacketFields& f, std::size_t payload) {
+[[gnu::always_inline]] inline bool Engine::req_emit(Qp& qp, SendWqe& w,
+                                                    std::span<std::uint8_t> slot,
+                                                    const wire::PacketFields& f,
+                                                    std::size_t payload) {
   if (w.opcode == WrOpcode::kCmpSwap || w.opcode == WrOpcode::kFetchAdd) {
     wire::FrameSpec s = qp.tx;  // the path template has no AtomicETH
     s.ip_id = f.ip_id;

@@ -443,7 +443,8 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
 
 // Opcode sequence (IBA 9.7.5.1.3; rxe check_op_seq): a message in progress continues with
 // Middle/Last of its own kind; otherwise only a First or Only may come.
-[[gnu::always_inline]] inline Engine::Step Engine::resp_check_op_seq(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_check_op_seq(Qp& qp,
+                                                                     const wire::RxPkt& pkt) {
   const OpMask m = pkt.info->mask;
   bool ok = true;
   switch (qp.resp.in_msg) {
@@ -462,7 +463,8 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
 
 // The QP must allow the operation (rxe check_op_valid); FLUSH and ATOMIC WRITE are not
 // supported.
-[[gnu::always_inline]] inline Engine::Step Engine::resp_check_op_valid(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_check_op_valid(Qp& qp,
+                                                                       const wire::RxPkt& pkt) {
   const OpMask m = pkt.info->mask;
   const std::uint32_t qacc = qp.attr.qp_access_flags;
   if ((m.has(OpMask::kWrite) && !(qacc & kAccessRemoteWrite)) ||
@@ -475,7 +477,8 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
 
 // SENDs and WRITE with immediate consume a receive WQE; without one, RC answers RNR NAK and
 // UC drops the message.
-[[gnu::always_inline]] inline Engine::Step Engine::resp_get_recv_wqe(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_get_recv_wqe(Qp& qp,
+                                                                     const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   if (!pkt.info->mask.has(OpMask::kRecvWqe) || rs.have_recv) return Step::kContinue;
   RecvQueue& q = qp.recv_queue();
@@ -496,7 +499,8 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
 
 // SEND: First/Middle carry exactly the path MTU, Last 1..MTU, Only 0..MTU (IBA 9.7.5.1.4);
 // the payload goes to the receive WQE's buffers, whose keys are checked piece by piece.
-[[gnu::always_inline]] inline Engine::Step Engine::resp_execute_send(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_execute_send(Qp& qp,
+                                                                     const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   const OpMask m = pkt.info->mask;
   const std::uint32_t len = pkt.payload_len;
@@ -508,8 +512,7 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
   if (rs.recv_base + rs.recv_offset + len > rs.recv.length)
     return resp_fail_recv(qp, pkt, WcStatus::kLocLenErr, wire::NakCode::kInvalidRequest);
   if (len && !resp_scatter(qp, rs.recv, rs.recv_base + rs.recv_offset, pkt.payload().data(), len))
-    return resp_fail_recv(qp, pkt, WcStatus::kLocProtErr,
-                          wire::NakCode::kRemoteOperationalError);
+    return resp_fail_recv(qp, pkt, WcStatus::kLocProtErr, wire::NakCode::kRemoteOperationalError);
   rs.recv_offset += len;
   rs.in_msg = last ? RespState::InMsg::kNone : RespState::InMsg::kSend;
   if (!last) return Step::kContinue;
@@ -529,7 +532,8 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
 // RDMA WRITE: the First packet names the region; every packet, not only the first, is checked
 // against the key again, since the region may be deregistered or invalidated (locally, or by a
 // SEND with invalidate) between two packets of one message.
-[[gnu::always_inline]] inline Engine::Step Engine::resp_execute_write(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Step Engine::resp_execute_write(Qp& qp,
+                                                                      const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   const OpMask m = pkt.info->mask;
   const std::uint32_t len = pkt.payload_len;
@@ -545,11 +549,10 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
     rs.write_gen = 0;
     if (rs.write_total != 0) {
       Mr* mr = nullptr;
-      if (mrs_.check(rs.write_rkey, qp.pd, rs.write_va, rs.write_total, kAccessRemoteWrite,
-                     &mr) != KeyCheck::kOk)
-        return resp_fail_recv(qp, pkt, WcStatus::kRemAccessErr,
-                              wire::NakCode::kRemoteAccessError);
-      rs.write_gen = mrs_.gen();  // the whole message's range is checked: later packets only
+      if (mrs_.check(rs.write_rkey, qp.pd, rs.write_va, rs.write_total, kAccessRemoteWrite, &mr) !=
+          KeyCheck::kOk)
+        return resp_fail_recv(qp, pkt, WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
+      rs.write_gen = mrs_.gen();        // the whole message's range is checked: later packets only
       rs.write_delta = mr->host_delta;  // need the table unchanged since
     }
   }
@@ -558,10 +561,9 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
   if (!len_ok)
     return resp_fail_recv(qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
   if (len) {
-    std::uint8_t* dst =
-        rs.write_gen == mrs_.gen()
-            ? reinterpret_cast<std::uint8_t*>(rs.write_va + rs.write_delta)
-            : mrs_.map(rs.write_rkey, qp.pd, rs.write_va, len, kAccessRemoteWrite);
+    std::uint8_t* dst = rs.write_gen == mrs_.gen()
+                            ? reinterpret_cast<std::uint8_t*>(rs.write_va + rs.write_delta)
+                            : mrs_.map(rs.write_rkey, qp.pd, rs.write_va, len, kAccessRemoteWrite);
     if (dst == nullptr)
       return resp_fail_recv(qp, pkt, WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
     std::memcpy(dst, pkt.payload().data(), len);
@@ -583,8 +585,7 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
 int Engine::resp_claim_resource(Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   // IBA 9.7.5.1.7: no READ/atomic resources at all means invalid request.
-  if (qp.attr.max_dest_rd_atomic == 0 ||
-      rs.reads_active() >= qp.attr.max_dest_rd_atomic) {
+  if (qp.attr.max_dest_rd_atomic == 0 || rs.reads_active() >= qp.attr.max_dest_rd_atomic) {
     resp_error(qp, pkt, wire::NakCode::kInvalidRequest);
     return -1;
   }
@@ -632,9 +633,8 @@ void Engine::resp_execute_read(Qp& qp, const wire::RxPkt& pkt) {
     r.map_gen = mrs_.gen();
     r.map_delta = mr->host_delta;
   }
-  rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kRead,
-                                           static_cast<std::uint8_t>(idx), Syndrome::ack(),
-                                           pkt.psn};
+  rs.out[rs.out_tail++ % rs.out.size()] = {
+      RespState::Item::Kind::kRead, static_cast<std::uint8_t>(idx), Syndrome::ack(), pkt.psn};
   ++rs.reads_queued;
   resp_schedule(qp);
   rs.msn = rs.msn + 1;
@@ -712,11 +712,10 @@ void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
     // The application may deregister or invalidate the region between polls: never read
     // memory the key no longer grants.
     const std::uint8_t* src =
-        len == 0                   ? nullptr
-        : r.map_gen == mrs_.gen() ? reinterpret_cast<const std::uint8_t*>(r.va + r.next_offset +
-                                                                           r.map_delta)
-                                   : mrs_.map(r.rkey, qp.pd, r.va + r.next_offset, len,
-                                              kAccessRemoteRead);
+        len == 0 ? nullptr
+        : r.map_gen == mrs_.gen()
+            ? reinterpret_cast<const std::uint8_t*>(r.va + r.next_offset + r.map_delta)
+            : mrs_.map(r.rkey, qp.pd, r.va + r.next_offset, len, kAccessRemoteRead);
     if (len != 0 && src == nullptr) {
       r.active = false;
       ++rs.out_head;
@@ -798,8 +797,7 @@ void Engine::resp_on_ud(Qp& qp, const wire::RxPkt& pkt) {
       wc.wc_flags |= kWcWithImm;
     }
   }
-  if (release_recv(qp, wc.status == WcStatus::kSuccess ? need : 0,
-                   wc.status == WcStatus::kSuccess))
+  if (release_recv(qp, wc.status == WcStatus::kSuccess ? need : 0, wc.status == WcStatus::kSuccess))
     wc.wc_flags |= kWcStillQueued;
   post_cqe(qp.recv_cq, wc);
 }

@@ -45,18 +45,18 @@ enum class Counter : std::uint8_t {
   kRetryExceeded,
   kRnrRetryExceeded,
   kTxRingFull,
-  kTxZeroCopyFrames,  ///< frames whose payload the port sends from registered memory
-  kCqOverflow,         ///< completions a full or stopped CQ could not take
-  kAsyncEvents,        ///< asynchronous events raised (CQ error, QP errors)
-  kAsyncEventsLost,    ///< events pushed out of a full event queue before being read
-  kRxDropUcResync,     ///< UC packets of a message whose start was lost (IBA 9.8.3.1)
-  kRxDropUcError,      ///< UC packets dropped by an error (no receive WQE, bad opcode/length)
-  kRxDropAfterSeqNak,  ///< RC packets still ahead of the expected PSN after its sequence NAK
-  kRxDropDupRead,      ///< duplicate READ requests that match no READ the responder holds
-  kRxDropRdAtomicBusy, ///< READ/atomic requests with every responder resource in use
-  kRespQueueFull,      ///< ACKs/NAKs not queued: the responder's output queue was full
-  kRxDropLocalAccess,  ///< READ responses/atomic ACKs whose local buffer lost its key
-  kRxDropVlan,         ///< a frame of another VLAN (or tagged on an untagged port)
+  kTxZeroCopyFrames,    ///< frames whose payload the port sends from registered memory
+  kCqOverflow,          ///< completions a full or stopped CQ could not take
+  kAsyncEvents,         ///< asynchronous events raised (CQ error, QP errors)
+  kAsyncEventsLost,     ///< events pushed out of a full event queue before being read
+  kRxDropUcResync,      ///< UC packets of a message whose start was lost (IBA 9.8.3.1)
+  kRxDropUcError,       ///< UC packets dropped by an error (no receive WQE, bad opcode/length)
+  kRxDropAfterSeqNak,   ///< RC packets still ahead of the expected PSN after its sequence NAK
+  kRxDropDupRead,       ///< duplicate READ requests that match no READ the responder holds
+  kRxDropRdAtomicBusy,  ///< READ/atomic requests with every responder resource in use
+  kRespQueueFull,       ///< ACKs/NAKs not queued: the responder's output queue was full
+  kRxDropLocalAccess,   ///< READ responses/atomic ACKs whose local buffer lost its key
+  kRxDropVlan,          ///< a frame of another VLAN (or tagged on an untagged port)
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);

@@ -508,7 +508,6 @@ WcOpcode wc_opcode(WrOpcode op) {
 
 namespace {
 
-
 bool opcode_allowed(QpType t, WrOpcode op) {
   switch (t) {
     case QpType::kRc:
@@ -555,7 +554,7 @@ void Engine::flush_recvs(Qp& qp) {
     if (rs.recv_open >= 0) rs.recv_q->open[static_cast<std::size_t>(rs.recv_open)] = {};
     rs.recv_open = -1;
   }
-  if (qp.srq) return;  // an SRQ's WQEs belong to every QP attached to it
+  if (qp.srq) return;           // an SRQ's WQEs belong to every QP attached to it
   for (auto& o : qp.rq.open) {  // open multi-message buffers first: they were posted first
     if (o.live) flush_one(o.wqe.wr_id);
     o = {};

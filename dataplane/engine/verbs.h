@@ -145,7 +145,7 @@ struct SendWr {
   struct {
     std::uint32_t mr_key = 0;          ///< a key of the MR to register (any variant of it)
     std::uint8_t new_key_variant = 0;  ///< low 8 bits of the key after registration
-    std::uint64_t addr = 0;  ///< I/O virtual address of the region
+    std::uint64_t addr = 0;            ///< I/O virtual address of the region
     std::uint64_t length = 0;
     std::uint32_t access = 0;
     std::uint64_t host = 0;  ///< where the engine reaches `addr`; 0: at `addr` itself
@@ -225,18 +225,18 @@ struct QpAttr {
 
 /// Asynchronous event types (IBV_EVENT_* values).
 enum class AsyncEventType : std::uint8_t {
-  kCqErr = 0,           ///< IBV_EVENT_CQ_ERR: the CQ overran and stopped
-  kQpFatal = 1,         ///< IBV_EVENT_QP_FATAL: the QP went to the error state
-  kQpReqErr = 2,        ///< IBV_EVENT_QP_REQ_ERR: the peer broke the protocol (NAK sent)
-  kQpAccessErr = 3,     ///< IBV_EVENT_QP_ACCESS_ERR: a remote access the keys did not grant
+  kCqErr = 0,              ///< IBV_EVENT_CQ_ERR: the CQ overran and stopped
+  kQpFatal = 1,            ///< IBV_EVENT_QP_FATAL: the QP went to the error state
+  kQpReqErr = 2,           ///< IBV_EVENT_QP_REQ_ERR: the peer broke the protocol (NAK sent)
+  kQpAccessErr = 3,        ///< IBV_EVENT_QP_ACCESS_ERR: a remote access the keys did not grant
   kQpLastWqeReached = 16,  ///< IBV_EVENT_QP_LAST_WQE_REACHED (SRQ)
 };
 std::string_view to_string(AsyncEventType t);
 
 struct AsyncEvent {
   AsyncEventType type = AsyncEventType::kQpFatal;
-  std::uint32_t qp_num = 0;    ///< the QP's number (QP events)
-  const void* cq = nullptr;    ///< the Cq (kCqErr)
+  std::uint32_t qp_num = 0;  ///< the QP's number (QP events)
+  const void* cq = nullptr;  ///< the Cq (kCqErr)
 };
 
 /// Errno-style results of the verbs calls (0 = success), as libibverbs returns them.

@@ -146,10 +146,10 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
           why = "the MTU " + std::to_string(*k) + " of " + *iface;
         }
       if (f->max_frame < need)
-        throw std::runtime_error(
-            spec.device + " (" + drv + ", " + f->sizing + ") carries frames of up to " +
-            std::to_string(f->max_frame) + " bytes; " + why + " needs " + std::to_string(need) +
-            ": size it for the MTU (roce::port::vdev_arg does)");
+        throw std::runtime_error(spec.device + " (" + drv + ", " + f->sizing +
+                                 ") carries frames of up to " + std::to_string(f->max_frame) +
+                                 " bytes; " + why + " needs " + std::to_string(need) +
+                                 ": size it for the MTU (roce::port::vdev_arg does)");
       pmd_room = f->mbuf_room;
     }
   }
@@ -164,8 +164,8 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
                                      pmd_room + RTE_PKTMBUF_HEADROOM});
   if (room > UINT16_MAX)
     throw std::runtime_error(spec.device + ": frames of MTU " + std::to_string(spec.mtu) +
-                             " need mbufs of " + std::to_string(room) + " bytes, more than DPDK's " +
-                             std::to_string(UINT16_MAX));
+                             " need mbufs of " + std::to_string(room) +
+                             " bytes, more than DPDK's " + std::to_string(UINT16_MAX));
   if (spec.vlan && (*spec.vlan == 0 || *spec.vlan > 4094))
     throw std::runtime_error("VLAN " + std::to_string(*spec.vlan) + " of " + spec.device +
                              " is not between 1 and 4094");

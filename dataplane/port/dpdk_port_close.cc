@@ -139,7 +139,8 @@ void DpdkPort::close_memif() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   } else if (peer_closing_.load()) {
     // The peer closes first (it asked, or we yielded): until its close took the link down.
-    while (link_up() && Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    while (link_up() && Clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (!link_up()) std::this_thread::sleep_for(kTeardownSettle);
   peer_closing_.store(true);  // no burst from here on (closing_ keeps it so)

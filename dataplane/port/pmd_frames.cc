@@ -119,8 +119,9 @@ std::string vdev_arg(const std::string& device, const std::string& devargs, std:
     }
   } else if (is_memif(device)) {
     const std::uint32_t frame = max_frame_len(mtu);
-    const std::uint32_t want = std::max(
-        kMemifDefaultBuffer, (frame + kMemifBufferAlign - 1) / kMemifBufferAlign * kMemifBufferAlign);
+    const std::uint32_t want =
+        std::max(kMemifDefaultBuffer,
+                 (frame + kMemifBufferAlign - 1) / kMemifBufferAlign * kMemifBufferAlign);
     if (want > kMemifMaxBuffer)
       throw std::invalid_argument(device + ": MTU " + std::to_string(mtu) +
                                   " needs memif buffers larger than the PMD's 65535 bytes");

@@ -36,8 +36,9 @@ std::optional<PmdFrames> pmd_frames(std::string_view driver, std::string_view de
 /// interface's own MTU when that is larger: it would deliver frames that long), net_memif's
 /// bsize. memif's buffers are those of the client end for both directions: both ends of a link
 /// need the same MTU (a server of a larger MTU than its client would chain its frames over the
-/// client's buffers; its received frames in several mbufs count as rx_multiseg). Other devices are passed as they are. Throws std::invalid_argument when DEVARGS sets a
-/// size too small for the MTU, or larger than the PMD takes.
+/// client's buffers; its received frames in several mbufs count as rx_multiseg). Other devices are
+/// passed as they are. Throws std::invalid_argument when DEVARGS sets a size too small for the MTU,
+/// or larger than the PMD takes.
 std::string vdev_arg(const std::string& device, const std::string& devargs, std::uint32_t mtu);
 
 /// The MTU of kernel interface `iface` (SIOCGIFMTU), or nullopt when there is none by that name.

@@ -2,6 +2,8 @@
 /// Fuzz target: the NAAICE memory region setup protocol decoder (apps/naa/mrsp.cc), what a
 /// host sends the NAA (and the NAA the host) before any function call. A message the decoder
 /// accepts must encode back to the same bytes (up to its last entry; padding is zero).
+#include "apps/naa/mrsp.h"
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -9,7 +11,6 @@
 #include <variant>
 #include <vector>
 
-#include "apps/naa/mrsp.h"
 #include "tests/fuzz/fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -61,14 +61,13 @@ class Side {
     std::string l = "0";
     for (unsigned i = 1; i < n_; ++i) l += "," + std::to_string(i);
     try {
-      port::eal_init({"--no-huge", "--no-shconf", "-m", "256", "--no-pci",
-                      "--file-prefix=rocelcore" + std::to_string(getpid()), "--log-level=*:error",
-                      "-l", l,
-                      port::vdev_arg("net_memif0",
-                                     "role=" + std::string(side ? "client" : "server") +
-                                         ",id=0,socket-abstract=no,socket=" + workdir +
-                                         "/memif.sock",
-                                     port::PortSpec{}.mtu)});
+      port::eal_init(
+          {"--no-huge", "--no-shconf", "-m", "256", "--no-pci",
+           "--file-prefix=rocelcore" + std::to_string(getpid()), "--log-level=*:error", "-l", l,
+           port::vdev_arg("net_memif0",
+                          "role=" + std::string(side ? "client" : "server") +
+                              ",id=0,socket-abstract=no,socket=" + workdir + "/memif.sock",
+                          port::PortSpec{}.mtu)});
       port::PortSpec ps;
       ps.device = "net_memif0";
       ps.mac = mac(side);

@@ -42,7 +42,8 @@ namespace {
 void on_crash(int sig) {
   void* frames[48];
   const int n = backtrace(frames, 48);
-  dprintf(2, "signal %d on %s:\n", sig, rte_thread_is_intr() ? "the EAL interrupt thread" : "a poll thread");
+  dprintf(2, "signal %d on %s:\n", sig,
+          rte_thread_is_intr() ? "the EAL interrupt thread" : "a poll thread");
   backtrace_symbols_fd(frames, n, 2);
   std::signal(sig, SIG_DFL);
   std::raise(sig);
@@ -84,8 +85,7 @@ int run_side(int side, const Link& l, unsigned round, std::uint64_t close_after_
       }
     std::vector<std::uint8_t> frame(256, 0xab);
     rte_mbuf* pkts[32];
-    const std::uint64_t end =
-        port::now_ns() + (resume ? 10'000'000'000ull : close_after_us * 1000);
+    const std::uint64_t end = port::now_ns() + (resume ? 10'000'000'000ull : close_after_us * 1000);
     bool went_down = false;
     std::uint64_t again = 0;  // frames received after the link came back
     while (port::now_ns() < end && !(resume && again >= 16)) {
@@ -99,8 +99,8 @@ int run_side(int side, const Link& l, unsigned round, std::uint64_t close_after_
     dev.reset();
     port::eal_cleanup();
     if (resume && again < 16) {
-      std::fprintf(stderr, "[%s %u] no traffic over the new connection (link %s)\n",
-                   role.c_str(), round, went_down ? "went down" : "never went down");
+      std::fprintf(stderr, "[%s %u] no traffic over the new connection (link %s)\n", role.c_str(),
+                   round, went_down ? "went down" : "never went down");
       return 1;
     }
   } catch (const std::exception& e) {

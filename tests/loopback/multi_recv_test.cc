@@ -25,8 +25,8 @@ void post_multi(Engine& e, Qp* qp, Srq* srq, const Buffer& b, std::uint64_t id,
   ASSERT_EQ(srq ? e.post_srq_recv(srq, &r, nullptr) : e.post_recv(qp, &r, nullptr), kOk);
 }
 
-void send(Engine& e, Qp* qp, const Buffer& src, std::uint64_t off,
-          std::uint32_t len, std::uint64_t id) {
+void send(Engine& e, Qp* qp, const Buffer& src, std::uint64_t off, std::uint32_t len,
+          std::uint64_t id) {
   Sge s = src.sge(off, len);
   SendWr w;
   w.wr_id = id;
@@ -107,8 +107,7 @@ TEST(MultiRecv, ASharedReceiveQueueServesTwoQpsFromOneBuffer) {
   Buffer src = make_buffer(lb.a(), a1.pd, 4096, 3);
   Buffer dst = make_buffer(lb.b(), b1.pd, 8192, 0);
   post_multi(lb.b(), nullptr, b1.srq, dst, 5, 512, 0);
-  for (int i = 0; i < 6; ++i)
-    send(lb.a(), i % 2 ? a2.qp : a1.qp, src, 100 * i, 600, i);
+  for (int i = 0; i < 6; ++i) send(lb.a(), i % 2 ? a2.qp : a1.qp, src, 100 * i, 600, i);
   const auto wcs = wait_wcs(lb, b1.rcq, 6);
   ASSERT_EQ(wcs.size(), 6u);
   std::vector<bool> seen(8192 / 600 + 1, false);

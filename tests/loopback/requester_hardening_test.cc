@@ -30,7 +30,9 @@ struct LocalBuf {
   std::unique_ptr<std::uint8_t[]> mem;
   std::size_t len = 0;
   Mr* mr = nullptr;
-  Sge sge() const { return {reinterpret_cast<std::uint64_t>(mem.get()), std::uint32_t(len), mr->key}; }
+  Sge sge() const {
+    return {reinterpret_cast<std::uint64_t>(mem.get()), std::uint32_t(len), mr->key};
+  }
 };
 LocalBuf local(Engine& e, Pd* pd, std::size_t len) {
   LocalBuf b;

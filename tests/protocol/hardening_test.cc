@@ -150,7 +150,7 @@ TEST(Hardening, EveryDropHasACounter) {
   CraftedPeer u(uc);
   u.inject(Opcode::kUcWriteMiddle, kE, 256, false);  // start lost: resync
   EXPECT_EQ(u.eng.stats().get(Counter::kRxDropUcResync), 1u);
-  u.inject(Opcode::kUcSendOnly, kE + 1, 8, false);   // no receive WQE
+  u.inject(Opcode::kUcSendOnly, kE + 1, 8, false);  // no receive WQE
   EXPECT_EQ(u.eng.stats().get(Counter::kRxDropUcError), 1u);
   EXPECT_TRUE(u.flush().empty()) << "UC never answers";
 }
@@ -260,8 +260,8 @@ TEST(Hardening, KeysComeFromTheKernelGenerator) {
 }
 
 TEST(Hardening, FramesOfAnotherVlanAreDroppedAndCounted) {
-  for (const std::optional<std::uint16_t> port_vlan : {std::optional<std::uint16_t>{100},
-                                                       std::optional<std::uint16_t>{}}) {
+  for (const std::optional<std::uint16_t> port_vlan :
+       {std::optional<std::uint16_t>{100}, std::optional<std::uint16_t>{}}) {
     EngineConfig c = Loopback::default_config(1);
     c.vlan_id = port_vlan;
     Engine e(c);
@@ -281,7 +281,8 @@ TEST(Hardening, FramesOfAnotherVlanAreDroppedAndCounted) {
     };
     e.receive(frame(200), 0);
     EXPECT_EQ(e.stats().get(Counter::kRxDropVlan), 1u) << "VLAN 200";
-    e.receive(frame(port_vlan ? std::optional<std::uint16_t>{} : std::optional<std::uint16_t>{100}), 0);
+    e.receive(frame(port_vlan ? std::optional<std::uint16_t>{} : std::optional<std::uint16_t>{100}),
+              0);
     EXPECT_EQ(e.stats().get(Counter::kRxDropVlan), 2u) << "untagged on a VLAN port, or tagged";
     e.receive(frame(port_vlan), 0);
     EXPECT_EQ(e.stats().get(Counter::kRxDropVlan), 2u) << "its own VLAN goes on";

@@ -30,8 +30,7 @@ CraftedPeer::CraftedPeer(const CraftedOptions& o)
   EXPECT_EQ(eng.modify_qp(qp, a, mask), kOk);
   mem.resize(o.mem_size);
   mr = eng.reg_mr(pd, mem.data(), mem.size(),
-                  kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
-                      kAccessRemoteAtomic);
+                  kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic);
 }
 
 void CraftedPeer::inject(const Req& r) {
@@ -54,8 +53,8 @@ void CraftedPeer::inject(const Req& r) {
   eng.receive(frame, now);
 }
 
-void CraftedPeer::inject(wire::Opcode op, std::uint32_t psn, std::size_t payload_len,
-                         bool ack_req, std::uint64_t off, std::uint32_t dma_len) {
+void CraftedPeer::inject(wire::Opcode op, std::uint32_t psn, std::size_t payload_len, bool ack_req,
+                         std::uint64_t off, std::uint32_t dma_len) {
   Req r;
   r.op = op;
   r.psn = psn;
@@ -92,9 +91,9 @@ void CraftedPeer::to_rts() {
   a.max_rd_atomic = 4;
   ASSERT_EQ(eng.modify_qp(qp, a,
                           kQpState | kQpSqPsn |
-                              (qp->type == QpType::kRc ? kQpTimeout | kQpRetryCnt | kQpRnrRetry |
-                                                             kQpMaxQpRdAtomic
-                                                       : 0u)),
+                              (qp->type == QpType::kRc
+                                   ? kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic
+                                   : 0u)),
             kOk);
 }
 

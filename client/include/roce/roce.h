@@ -57,8 +57,8 @@ struct roce_send_wr {
   struct roce_send_wr* next;
   struct roce_sge* sg_list;
   int num_sge;
-  int opcode;           /* ROCE_WR_* */
-  unsigned send_flags;  /* ROCE_SEND_* */
+  int opcode;          /* ROCE_WR_* */
+  unsigned send_flags; /* ROCE_SEND_* */
   uint32_t imm_data;
   uint64_t remote_addr; /* RDMA and atomics */
   uint32_t rkey;

@@ -93,8 +93,8 @@ std::optional<EndPoint> EndPoint::parse(std::string_view s, std::string* error) 
   if (part[3] == "*") return ep;  // [r.m0.net.xprt.lnet.dynamic-address-assignment]
   std::uint32_t tmid = 0;
   if (!number(part[3], kMaxTmid, tmid)) {
-    fail(error, "TMID '" + std::string(part[3]) + "' is not 0.." + std::to_string(kMaxTmid) +
-                    " or *");
+    fail(error,
+         "TMID '" + std::string(part[3]) + "' is not 0.." + std::to_string(kMaxTmid) + " or *");
     return std::nullopt;
   }
   ep.tmid = tmid;
@@ -112,13 +112,20 @@ std::string EndPoint::str() const {
 
 const char* to_string(QueueType q) {
   switch (q) {
-    case QueueType::kMsgRecv: return "msg-recv";
-    case QueueType::kMsgSend: return "msg-send";
-    case QueueType::kPassiveBulkRecv: return "passive-bulk-recv";
-    case QueueType::kPassiveBulkSend: return "passive-bulk-send";
-    case QueueType::kActiveBulkRecv: return "active-bulk-recv";
-    case QueueType::kActiveBulkSend: return "active-bulk-send";
-    case QueueType::kCount_: break;
+    case QueueType::kMsgRecv:
+      return "msg-recv";
+    case QueueType::kMsgSend:
+      return "msg-send";
+    case QueueType::kPassiveBulkRecv:
+      return "passive-bulk-recv";
+    case QueueType::kPassiveBulkSend:
+      return "passive-bulk-send";
+    case QueueType::kActiveBulkRecv:
+      return "active-bulk-recv";
+    case QueueType::kActiveBulkSend:
+      return "active-bulk-send";
+    case QueueType::kCount_:
+      break;
   }
   return "?";
 }

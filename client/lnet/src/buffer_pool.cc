@@ -9,8 +9,7 @@
 
 namespace roce::lnet {
 
-BufferPool::BufferPool(Domain& dom, std::uint32_t count, std::uint32_t nseg,
-                       std::uint64_t seg_size)
+BufferPool::BufferPool(Domain& dom, std::uint32_t count, std::uint32_t nseg, std::uint64_t seg_size)
     : dom_(dom), not_empty_([](BufferPool& p) { p.domain().recv_pool_not_empty(p); }) {
   for (std::uint32_t i = 0; i < count; ++i) {
     NetBuffer* nb = dom.alloc_buffer(nseg, seg_size);

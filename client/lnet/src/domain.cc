@@ -42,8 +42,8 @@ std::pair<std::string, std::uint16_t> Domain::oob_locate(const EndPoint& ep) con
   }
   const std::uint32_t index =
       (ep.pid * (kMaxPortal + 1) + ep.portal) * (kMaxTmid + 1) + ep.tmid.value_or(0);
-  return {host, static_cast<std::uint16_t>(std::min<std::uint32_t>(opts_.oob_port_base + index,
-                                                                   65535))};
+  return {host,
+          static_cast<std::uint16_t>(std::min<std::uint32_t>(opts_.oob_port_base + index, 65535))};
 }
 
 NetBuffer* Domain::alloc_buffer(std::uint32_t nseg, std::uint64_t seg_size) {

@@ -11,16 +11,16 @@ namespace roce::lnet {
 // --- domain.cc ---
 /// What the library keeps per network buffer.
 struct NetBuffer::Impl {
-  client::Buffer* owned = nullptr;     ///< Domain::alloc_buffer's memory
-  std::vector<client::Mr*> mrs;        ///< registration: one MR per segment (local write)
-  std::vector<client::Mr*> bulk_mrs;   ///< passive bulk: remote access, for this operation only
-  std::vector<std::uint64_t> wr_ids;   ///< work requests on the wire
-  std::uint32_t ops_left = 0;          ///< active bulk: RDMA work requests not yet complete
-  std::uint32_t bulk_id = 0;           ///< passive: its descriptor's id; active: the peer's
+  client::Buffer* owned = nullptr;    ///< Domain::alloc_buffer's memory
+  std::vector<client::Mr*> mrs;       ///< registration: one MR per segment (local write)
+  std::vector<client::Mr*> bulk_mrs;  ///< passive bulk: remote access, for this operation only
+  std::vector<std::uint64_t> wr_ids;  ///< work requests on the wire
+  std::uint32_t ops_left = 0;         ///< active bulk: RDMA work requests not yet complete
+  std::uint32_t bulk_id = 0;          ///< passive: its descriptor's id; active: the peer's
   std::uint64_t bulk_len = 0;
-  bool posted = false;                 ///< kMsgRecv: in the SRQ
+  bool posted = false;  ///< kMsgRecv: in the SRQ
   bool bulk_failed = false;
-  std::optional<EndPoint> peer;        ///< active bulk: the passive side
+  std::optional<EndPoint> peer;  ///< active bulk: the passive side
 };
 
 // --- transfer_machine.cc ---
@@ -47,8 +47,8 @@ struct OobHello {
   static constexpr std::uint32_t kVersion = 1;
   std::uint32_t magic = kMagic;
   std::uint32_t version = kVersion;
-  char src[48] = {};  ///< the connecting Tm's address
-  char dst[48] = {};  ///< the address it wants
+  char src[48] = {};                 ///< the connecting Tm's address
+  char dst[48] = {};                 ///< the address it wants
   std::uint32_t qpn = 0, psn = 0;    ///< message QP (on the Tm's SRQ)
   std::uint32_t cqpn = 0, cpsn = 0;  ///< control QP
   std::uint8_t gid[16] = {};

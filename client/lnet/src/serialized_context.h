@@ -18,6 +18,7 @@ class SerializedContext final : public client::Context {
     std::lock_guard<std::mutex> g(mu_);
     return f();
   }
+
  public:
   explicit SerializedContext(client::Context& inner) : in_(inner) {}
 
@@ -26,32 +27,46 @@ class SerializedContext final : public client::Context {
     std::lock_guard<std::mutex> g(mu_);
     return in_.connected();
   }
-  client::Pd* alloc_pd() override { return locked([&] { return in_.alloc_pd(); }); }
-  int dealloc_pd(client::Pd* pd) override { return locked([&] { return in_.dealloc_pd(pd); }); }
+  client::Pd* alloc_pd() override {
+    return locked([&] { return in_.alloc_pd(); });
+  }
+  int dealloc_pd(client::Pd* pd) override {
+    return locked([&] { return in_.dealloc_pd(pd); });
+  }
   client::Buffer* alloc_buffer(std::size_t n) override {
     return locked([&] { return in_.alloc_buffer(n); });
   }
   client::Buffer* register_memfd(int fd, void* addr, std::size_t n) override {
     return locked([&] { return in_.register_memfd(fd, addr, n); });
   }
-  int free_buffer(client::Buffer* b) override { return locked([&] { return in_.free_buffer(b); }); }
+  int free_buffer(client::Buffer* b) override {
+    return locked([&] { return in_.free_buffer(b); });
+  }
   client::Mr* reg_mr(client::Pd* pd, void* addr, std::size_t n, std::uint32_t access) override {
     return locked([&] { return in_.reg_mr(pd, addr, n, access); });
   }
-  int dereg_mr(client::Mr* mr) override { return locked([&] { return in_.dereg_mr(mr); }); }
+  int dereg_mr(client::Mr* mr) override {
+    return locked([&] { return in_.dereg_mr(mr); });
+  }
   client::Cq* create_cq(std::uint32_t depth) override {
     return locked([&] { return in_.create_cq(depth); });
   }
-  int destroy_cq(client::Cq* cq) override { return locked([&] { return in_.destroy_cq(cq); }); }
+  int destroy_cq(client::Cq* cq) override {
+    return locked([&] { return in_.destroy_cq(cq); });
+  }
   client::Srq* create_srq(client::Pd* pd, std::uint32_t wr, std::uint32_t sge) override {
     return locked([&] { return in_.create_srq(pd, wr, sge); });
   }
-  int destroy_srq(client::Srq* s) override { return locked([&] { return in_.destroy_srq(s); }); }
+  int destroy_srq(client::Srq* s) override {
+    return locked([&] { return in_.destroy_srq(s); });
+  }
   client::Qp* create_qp(client::Pd* pd, client::QpType t, client::Cq* scq, client::Cq* rcq,
                         const client::QpCap& cap, client::Srq* srq, bool sig_all) override {
     return locked([&] { return in_.create_qp(pd, t, scq, rcq, cap, srq, sig_all); });
   }
-  int destroy_qp(client::Qp* qp) override { return locked([&] { return in_.destroy_qp(qp); }); }
+  int destroy_qp(client::Qp* qp) override {
+    return locked([&] { return in_.destroy_qp(qp); });
+  }
   int modify_qp(client::Qp* qp, const client::QpAttr& a, std::uint32_t mask) override {
     return locked([&] { return in_.modify_qp(qp, a, mask); });
   }
@@ -61,8 +76,7 @@ class SerializedContext final : public client::Context {
   int post_recv(client::Qp* qp, const client::RecvWr* wr, const client::RecvWr** bad) override {
     return locked([&] { return in_.post_recv(qp, wr, bad); });
   }
-  int post_srq_recv(client::Srq* s, const client::RecvWr* wr,
-                    const client::RecvWr** bad) override {
+  int post_srq_recv(client::Srq* s, const client::RecvWr* wr, const client::RecvWr** bad) override {
     return locked([&] { return in_.post_srq_recv(s, wr, bad); });
   }
   int poll_cq(client::Cq* cq, int max, client::Wc* out) override {

@@ -25,9 +25,9 @@ namespace {
 
 constexpr std::uint64_t kTagShift = 62;
 constexpr std::uint64_t kTagBuf = 0, kTagCtlRecv = 1, kTagCtlSend = 2;
-constexpr std::uint32_t kCtlSlot = 32;        ///< bytes per control-message slot
-constexpr std::uint32_t kCtlRecvSlots = 16;   ///< per connection
-constexpr std::uint32_t kCtlSendSlots = 16;   ///< per connection
+constexpr std::uint32_t kCtlSlot = 32;       ///< bytes per control-message slot
+constexpr std::uint32_t kCtlRecvSlots = 16;  ///< per connection
+constexpr std::uint32_t kCtlSendSlots = 16;  ///< per connection
 constexpr std::uint32_t kCtlBytes = 64 * 1024;
 constexpr std::uint32_t kCqDepth = 2048;
 constexpr int kPollMs = 10;  ///< the event thread's wait: the granularity of deadlines
@@ -56,7 +56,8 @@ std::string get_str(const char (&src)[48]) { return std::string(src, strnlen(src
 
 }  // namespace
 
-// ---- descriptors ----------------------------------------------------------------------------------
+// ---- descriptors
+// ----------------------------------------------------------------------------------
 
 std::vector<std::uint8_t> BulkDesc::encode() const {
   const std::string owner_s = owner.str();
@@ -93,7 +94,8 @@ std::optional<BulkDesc> BulkDesc::decode(const std::vector<std::uint8_t>& b) {
   return d;
 }
 
-// ---- connections ----------------------------------------------------------------------------------
+// ---- connections
+// ----------------------------------------------------------------------------------
 
 struct Tm::Conn {
   EndPoint peer;
@@ -297,8 +299,10 @@ void Tm::oob_loop() {
           ++stats_.connections;
           // Both ends may have connected at once: keep the first, the other stays known by
           // its QP numbers (its messages still arrive and are attributed to the peer).
-          if (!conns_.count(*src)) conns_[*src] = c;
-          else parked_.push_back(c);
+          if (!conns_.count(*src))
+            conns_[*src] = c;
+          else
+            parked_.push_back(c);
         }
       }
     }
@@ -310,12 +314,14 @@ void Tm::oob_loop() {
   }
 }
 
-// ---- operations -----------------------------------------------------------------------------------
+// ---- operations
+// -----------------------------------------------------------------------------------
 
 namespace {
 
 /// SGEs covering [off, off + len) of the buffer vector (at most 4).
-bool carve(const NetBuffer& nb, std::uint64_t off, std::uint64_t len, std::vector<client::Sge>& out) {
+bool carve(const NetBuffer& nb, std::uint64_t off, std::uint64_t len,
+           std::vector<client::Sge>& out) {
   out.clear();
   for (std::size_t i = 0; i < nb.segs.size() && len != 0; ++i) {
     const Segment& s = nb.segs[i];
@@ -422,7 +428,7 @@ int Tm::add(NetBuffer& nb, QueueType q) {
       const auto d = BulkDesc::decode(nb.desc);
       // An active receive reads a passive send buffer; an active send writes a passive receive.
       if (!d || d->kind != (q == QueueType::kActiveBulkRecv ? QueueType::kPassiveBulkSend
-                                                           : QueueType::kPassiveBulkRecv))
+                                                            : QueueType::kPassiveBulkRecv))
         return EINVAL;
       std::uint64_t remote = 0;
       for (const auto& s : d->segs) remote += s.length;
@@ -460,8 +466,7 @@ int Tm::add(NetBuffer& nb, QueueType q) {
           return errno ? errno : ENOMEM;
         }
         nb.impl->bulk_mrs.push_back(mr);
-        d.segs.push_back(
-            BulkDesc::Seg{mr->iova, mr->rkey, static_cast<std::uint32_t>(s.length)});
+        d.segs.push_back(BulkDesc::Seg{mr->iova, mr->rkey, static_cast<std::uint32_t>(s.length)});
       }
       nb.impl->bulk_id = d.bulk_id;
       nb.desc = d.encode();
@@ -565,7 +570,7 @@ void Tm::handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out) {
     if (m.magic != CtlMsg::kMagic || it == passive_.end()) ++stats_.ctl_dropped;
     if (m.magic == CtlMsg::kMagic && it != passive_.end()) {
       NetBuffer& nb = *it->second;
-      const int st = nb.flags & kBufCancelled ? -ECANCELED
+      const int st = nb.flags & kBufCancelled  ? -ECANCELED
                      : nb.flags & kBufTimedOut ? -ETIMEDOUT
                                                : (m.status ? -EIO : 0);
       finish_locked(nb, st, out, std::min<std::uint64_t>(m.length, nb.capacity()));
@@ -592,7 +597,9 @@ void Tm::handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out) {
       conns_.erase(it);
     }
   }
-  const int cancel = nb.flags & kBufCancelled ? -ECANCELED : nb.flags & kBufTimedOut ? -ETIMEDOUT : 0;
+  const int cancel = nb.flags & kBufCancelled  ? -ECANCELED
+                     : nb.flags & kBufTimedOut ? -ETIMEDOUT
+                                               : 0;
   switch (nb.queue) {
     case QueueType::kMsgRecv: {
       const bool still = ok && (wc.wc_flags & engine::kWcStillQueued);
@@ -677,7 +684,8 @@ int Tm::del(NetBuffer& nb) {
   return 0;
 }
 
-// ---- event delivery -------------------------------------------------------------------------------
+// ---- event delivery
+// -------------------------------------------------------------------------------
 
 void Tm::queue_events(std::vector<BufferEvent>& evs, bool event_thread) {
   if (evs.empty()) return;
@@ -816,7 +824,8 @@ void Tm::event_loop() {
   }
 }
 
-// ---- life cycle -----------------------------------------------------------------------------------
+// ---- life cycle
+// -----------------------------------------------------------------------------------
 
 Tm::Tm(Domain& dom) : dom_(dom) {
   static std::atomic<std::uint64_t> next_colour{1};
@@ -958,7 +967,7 @@ int Tm::stop() {
     take_pool_buffers_locked(to_pool);
     for (auto& q : queues_)
       while (!q.empty()) finish_locked(*q.front(), -ECANCELED, evs);
-    deficit_.store(0, std::memory_order_release);  // the invariant of a stopped Tm
+    deficit_.store(0, std::memory_order_release);               // the invariant of a stopped Tm
     evs.insert(evs.begin(), pending_.begin(), pending_.end());  // older events first
     pending_.clear();
     npending_.store(0, std::memory_order_release);

@@ -129,11 +129,12 @@ TEST(Config, Services) {
 }
 
 TEST(Config, ServicesListenOnTheManagementAddress) {
-  const auto c = parse_config(std::string(kGood) +
-                                  "control: {listen: '192.0.2.11:18500'}\n"
-                                  "services:\n  - {test: write_bw}\n"
-                                  "  - {test: read_bw, listen_port: 18600, listen_address: 0.0.0.0}\n",
-                              "good.yaml");
+  const auto c =
+      parse_config(std::string(kGood) +
+                       "control: {listen: '192.0.2.11:18500'}\n"
+                       "services:\n  - {test: write_bw}\n"
+                       "  - {test: read_bw, listen_port: 18600, listen_address: 0.0.0.0}\n",
+                   "good.yaml");
   EXPECT_EQ(c.services[0].listen_address, wire::Ipv4Addr{0xC000020B});
   EXPECT_EQ(c.services[1].listen_address, wire::Ipv4Addr{0});
   EXPECT_NE(error_of(std::string(kGood) + "services:\n  - {test: write_bw, listen_address: x}\n")

@@ -49,7 +49,10 @@ class FakeContext : public client::Context {
   const client::PortInfo& port() const override { return port_; }
   bool connected() const override { return true; }
   client::Pd* alloc_pd() override { return new client::Pd; }
-  int dealloc_pd(client::Pd* pd) override { delete pd; return 0; }
+  int dealloc_pd(client::Pd* pd) override {
+    delete pd;
+    return 0;
+  }
   client::Buffer* alloc_buffer(std::size_t length) override {
     auto* b = new FBuf;
     b->mem.resize(length);
@@ -58,7 +61,10 @@ class FakeContext : public client::Context {
     return b;
   }
   client::Buffer* register_memfd(int, void*, std::size_t) override { return nullptr; }
-  int free_buffer(client::Buffer* b) override { delete b; return 0; }
+  int free_buffer(client::Buffer* b) override {
+    delete b;
+    return 0;
+  }
   client::Mr* reg_mr(client::Pd*, void* addr, std::size_t length, std::uint32_t) override {
     std::lock_guard<std::mutex> g(mu);
     auto mr = std::make_unique<client::Mr>();
@@ -70,16 +76,34 @@ class FakeContext : public client::Context {
     return mrs.back().get();
   }
   int dereg_mr(client::Mr*) override { return 0; }
-  client::Cq* create_cq(std::uint32_t depth) override { auto* c = new FCq; c->depth = depth; return c; }
-  int destroy_cq(client::Cq* c) override { delete c; return 0; }
-  client::Srq* create_srq(client::Pd*, std::uint32_t, std::uint32_t) override { return new client::Srq; }
-  int destroy_srq(client::Srq* s) override { delete s; return 0; }
-  client::Qp* create_qp(client::Pd*, client::QpType, client::Cq*, client::Cq*,
-                        const client::QpCap&, client::Srq*, bool) override { return nullptr; }
+  client::Cq* create_cq(std::uint32_t depth) override {
+    auto* c = new FCq;
+    c->depth = depth;
+    return c;
+  }
+  int destroy_cq(client::Cq* c) override {
+    delete c;
+    return 0;
+  }
+  client::Srq* create_srq(client::Pd*, std::uint32_t, std::uint32_t) override {
+    return new client::Srq;
+  }
+  int destroy_srq(client::Srq* s) override {
+    delete s;
+    return 0;
+  }
+  client::Qp* create_qp(client::Pd*, client::QpType, client::Cq*, client::Cq*, const client::QpCap&,
+                        client::Srq*, bool) override {
+    return nullptr;
+  }
   int destroy_qp(client::Qp*) override { return 0; }
   int modify_qp(client::Qp*, const client::QpAttr&, std::uint32_t) override { return EINVAL; }
-  int post_send(client::Qp*, const client::SendWr*, const client::SendWr**) override { return EINVAL; }
-  int post_recv(client::Qp*, const client::RecvWr*, const client::RecvWr**) override { return EINVAL; }
+  int post_send(client::Qp*, const client::SendWr*, const client::SendWr**) override {
+    return EINVAL;
+  }
+  int post_recv(client::Qp*, const client::RecvWr*, const client::RecvWr**) override {
+    return EINVAL;
+  }
   int post_srq_recv(client::Srq*, const client::RecvWr* wr, const client::RecvWr**) override {
     std::lock_guard<std::mutex> g(mu);
     for (; wr; wr = wr->next) recvs.push_back(wr->wr_id);
@@ -191,12 +215,14 @@ TEST_F(LnetTm, StartProvisionsToTheMinimumAndReprovisionsBeforeTheCallback) {
   std::atomic<int> events{0};
   std::size_t queue_in_cb = 0;
   bool queued_in_cb = true;
-  ASSERT_EQ(tm.pool_attach(pool, [&](const BufferEvent& ev) {
-    queue_in_cb = tm.queue_length(QueueType::kMsgRecv);
-    queued_in_cb = ev.buf->flags & kBufQueued;
-    pool.put(ev.buf);
-    ++events;
-  }), 0);  // default minimum length 2
+  ASSERT_EQ(tm.pool_attach(pool,
+                           [&](const BufferEvent& ev) {
+                             queue_in_cb = tm.queue_length(QueueType::kMsgRecv);
+                             queued_in_cb = ev.buf->flags & kBufQueued;
+                             pool.put(ev.buf);
+                             ++events;
+                           }),
+            0);  // default minimum length 2
   ASSERT_EQ(tm.start("192.0.2.1@roce:0:9:*"), 0);
   EXPECT_EQ(tm.ep().tmid, kMaxTmid);  // from the top down
   EXPECT_EQ(tm.queue_length(QueueType::kMsgRecv), 2u);
@@ -216,17 +242,23 @@ TEST_F(LnetTm, MultiMessageBufferStaysQueuedUntilTheLastMessage) {
   Tm tm(dom);
   std::vector<std::pair<std::uint64_t, bool>> seen;  // offset, QUEUED
   std::mutex m;
-  tm.pool_attach(pool, [&](const BufferEvent& ev) {
-    std::lock_guard<std::mutex> g(m);
-    seen.emplace_back(ev.offset, (ev.buf->flags & kBufQueued) != 0);
-    if (!(ev.buf->flags & kBufQueued)) pool.put(ev.buf);  // only once it is dequeued
-  }, 1);
+  tm.pool_attach(
+      pool,
+      [&](const BufferEvent& ev) {
+        std::lock_guard<std::mutex> g(m);
+        seen.emplace_back(ev.offset, (ev.buf->flags & kBufQueued) != 0);
+        if (!(ev.buf->flags & kBufQueued)) pool.put(ev.buf);  // only once it is dequeued
+      },
+      1);
   ASSERT_EQ(tm.start("192.0.2.1@roce:0:9:3"), 0);
   const std::uint64_t w = ctx.oldest_recv();
   ctx.deliver(w, 1000, 0, true);
   ctx.deliver(w, 1000, 1000, true);
   ctx.deliver(w, 1000, 2000, false);
-  ASSERT_TRUE(eventually([&] { std::lock_guard<std::mutex> g(m); return seen.size() == 3; }));
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard<std::mutex> g(m);
+    return seen.size() == 3;
+  }));
   EXPECT_EQ(seen[0], std::make_pair(std::uint64_t{0}, true));
   EXPECT_EQ(seen[1], std::make_pair(std::uint64_t{1000}, true));
   EXPECT_EQ(seen[2], std::make_pair(std::uint64_t{2000}, false));
@@ -246,10 +278,13 @@ TEST_F(LnetTm, DeficitIsRecordedAndTheNotEmptyCallbackRefillsIt) {
   ASSERT_EQ(tm.start("192.0.2.1@roce:0:9:4"), 0);
   ctx.deliver(ctx.oldest_recv(), 10, 0, false);
   ctx.deliver(ctx.oldest_recv(), 10, 0, false);
-  ASSERT_TRUE(eventually([&] { std::lock_guard<std::mutex> g(m); return held.size() == 2; }));
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard<std::mutex> g(m);
+    return held.size() == 2;
+  }));
   EXPECT_EQ(tm.queue_length(QueueType::kMsgRecv), 0u);
   EXPECT_EQ(tm.recv_pool_deficit(), 2u);  // the pool was empty
-  pool.put(held[0]);  // not-empty -> the domain's thread provisions
+  pool.put(held[0]);                      // not-empty -> the domain's thread provisions
   ASSERT_TRUE(eventually([&] { return tm.queue_length(QueueType::kMsgRecv) == 1; }));
   EXPECT_EQ(tm.recv_pool_deficit(), 1u);
   pool.put(held[1]);
@@ -266,9 +301,12 @@ TEST_F(LnetTm, DeficitIsRecordedAndTheNotEmptyCallbackRefillsIt) {
 TEST_F(LnetTm, PoolBuffersAreBackBeforeTheStateChangeIsTold) {
   BufferPool pool(dom, 3, 1, 4096);
   Tm tm(dom);
-  tm.pool_attach(pool, [](const BufferEvent&) {}, 3);
+  tm.pool_attach(
+      pool, [](const BufferEvent&) {}, 3);
   std::uint32_t free_at_stop = 99;
-  tm.on_state([&](TmState s) { if (s == TmState::kStopped) free_at_stop = pool.free_count(); });
+  tm.on_state([&](TmState s) {
+    if (s == TmState::kStopped) free_at_stop = pool.free_count();
+  });
   ASSERT_EQ(tm.start("192.0.2.1@roce:0:9:5"), 0);
   EXPECT_EQ(pool.free_count(), 0u);
   tm.stop();
@@ -377,13 +415,13 @@ TEST_F(LnetTm, QueuedBuffersTimeOutOrAreCancelledWithTheirEvents) {
 
 TEST_F(LnetTm, StartChecksTheAddress) {
   Tm t1(dom), t2(dom), t3(dom);
-  EXPECT_EQ(t1.start("192.0.2.9@roce:0:9:1"), EINVAL);   // not this domain's NID
-  EXPECT_EQ(t1.start("192.0.2.1@roce:1:9:1"), EINVAL);   // not this domain's PID
-  EXPECT_EQ(t1.start("192.0.2.1@roce:0:9"), EINVAL);     // malformed
+  EXPECT_EQ(t1.start("192.0.2.9@roce:0:9:1"), EINVAL);  // not this domain's NID
+  EXPECT_EQ(t1.start("192.0.2.1@roce:1:9:1"), EINVAL);  // not this domain's PID
+  EXPECT_EQ(t1.start("192.0.2.1@roce:0:9"), EINVAL);    // malformed
   ASSERT_EQ(t1.start("192.0.2.1@roce:0:10:*"), 0);
   ASSERT_EQ(t2.start("192.0.2.1@roce:0:10:*"), 0);
   EXPECT_EQ(*t1.ep().tmid, kMaxTmid);
-  EXPECT_EQ(*t2.ep().tmid, kMaxTmid - 1);  // the next one down
+  EXPECT_EQ(*t2.ep().tmid, kMaxTmid - 1);          // the next one down
   EXPECT_EQ(t3.start(t1.ep().str()), EADDRINUSE);  // in use on this host
 }
 

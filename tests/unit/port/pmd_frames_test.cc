@@ -63,15 +63,16 @@ TEST(PmdFrames, AfPacketArgumentsTooSmallAreRefused) {
                  "net_af_packet0: framesz=2048 carries frames of up to 1982 bytes; MTU 4096 needs "
                  "4114 (framesz=8192 or more)");
   }
-  EXPECT_THROW(vdev_arg("net_af_packet0", kNoIface + ",blocksz=4096", 9000),
-               std::invalid_argument);
+  EXPECT_THROW(vdev_arg("net_af_packet0", kNoIface + ",blocksz=4096", 9000), std::invalid_argument);
 }
 
 TEST(PmdFrames, MemifBuffersHoldAWholeFrame) {
   // A frame chained over several memif buffers takes the receive path that crashes in DPDK
   // 22.11: every MTU gets buffers that hold its longest frame.
-  EXPECT_EQ(vdev_arg("net_memif0", "role=server", 1500), "--vdev=net_memif0,role=server,bsize=2048");
-  EXPECT_EQ(vdev_arg("net_memif0", "role=client", 4096), "--vdev=net_memif0,role=client,bsize=4224");
+  EXPECT_EQ(vdev_arg("net_memif0", "role=server", 1500),
+            "--vdev=net_memif0,role=server,bsize=2048");
+  EXPECT_EQ(vdev_arg("net_memif0", "role=client", 4096),
+            "--vdev=net_memif0,role=client,bsize=4224");
   EXPECT_EQ(vdev_arg("net_memif0", "", 9000), "--vdev=net_memif0,bsize=9088");
   for (unsigned mtu : {576u, 1500u, 2048u, 4224u, 9000u, 9216u}) {
     const std::string v = vdev_arg("net_memif0", "id=0", mtu);

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <optional>
-
 #include <vector>
 
 #include "dataplane/engine/engine.h"

@@ -85,10 +85,10 @@ const char* to_string(QueueType q);
 /// NetBuffer::flags.
 enum BufFlags : std::uint32_t {
   kBufRegistered = 1u << 0,
-  kBufQueued = 1u << 1,     ///< on a queue of a Tm (M0_NET_BUF_QUEUED)
-  kBufInProgress = 1u << 2, ///< its operation is on the wire
-  kBufCancelled = 1u << 3,  ///< Tm::del was called; the event carries -ECANCELED
-  kBufTimedOut = 1u << 4,   ///< its deadline passed; the event carries -ETIMEDOUT
+  kBufQueued = 1u << 1,      ///< on a queue of a Tm (M0_NET_BUF_QUEUED)
+  kBufInProgress = 1u << 2,  ///< its operation is on the wire
+  kBufCancelled = 1u << 3,   ///< Tm::del was called; the event carries -ECANCELED
+  kBufTimedOut = 1u << 4,    ///< its deadline passed; the event carries -ETIMEDOUT
 };
 
 struct NetBuffer;
@@ -100,10 +100,10 @@ class SerializedContext;
 struct BufferEvent {
   NetBuffer* buf = nullptr;
   QueueType queue = QueueType::kMsgRecv;
-  int status = 0;             ///< 0, -ECANCELED, -ETIMEDOUT, -EIO (the transfer failed)
-  std::uint64_t offset = 0;   ///< kMsgRecv: where in the buffer vector the message starts
-  std::uint64_t length = 0;   ///< bytes received or moved
-  std::optional<EndPoint> ep; ///< kMsgRecv: the sender's end point
+  int status = 0;              ///< 0, -ECANCELED, -ETIMEDOUT, -EIO (the transfer failed)
+  std::uint64_t offset = 0;    ///< kMsgRecv: where in the buffer vector the message starts
+  std::uint64_t length = 0;    ///< bytes received or moved
+  std::optional<EndPoint> ep;  ///< kMsgRecv: the sender's end point
   /// Transport: the buffer stays queued (a multi-message receive buffer with room left), so
   /// buffer_event_post leaves kBufQueued set ([r.m0.net.xprt.lnet.multiple-messages-in-buffer]).
   bool keep_queued = false;
@@ -122,9 +122,9 @@ struct Segment {
 struct NetBuffer {
   std::vector<Segment> segs;  ///< the buffer vector: at most 4 segments
   BufferCallback cb;
-  std::uint64_t length = 0;          ///< kMsgSend / kActiveBulkSend: bytes to send (0: all)
-  std::optional<EndPoint> ep;        ///< kMsgSend: the destination
-  std::vector<std::uint8_t> desc;    ///< passive: filled by Tm::add; active: copy the peer's
+  std::uint64_t length = 0;            ///< kMsgSend / kActiveBulkSend: bytes to send (0: all)
+  std::optional<EndPoint> ep;          ///< kMsgSend: the destination
+  std::vector<std::uint8_t> desc;      ///< passive: filled by Tm::add; active: copy the peer's
   std::uint64_t min_receive_size = 0;  ///< kMsgRecv: 0 = one message (the whole buffer)
   std::uint32_t max_receive_msgs = 1;  ///< kMsgRecv with min_receive_size: 0 = no limit
   /// The operation's deadline: the buffer is dequeued with -ETIMEDOUT when it passes.
@@ -245,7 +245,7 @@ struct TmStats {
   std::uint64_t msgs_sent = 0, msgs_received = 0, bytes_received = 0;
   std::uint64_t bulk_ops = 0, connections = 0, provisioned = 0;
   std::uint64_t dropped_cancelled = 0;  ///< messages that landed in a cancelled receive buffer
-  std::uint64_t ctl_dropped = 0;  ///< control messages for no passive buffer (gone, or bogus)
+  std::uint64_t ctl_dropped = 0;        ///< control messages for no passive buffer (gone, or bogus)
 };
 
 class Tm {
