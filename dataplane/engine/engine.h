@@ -204,6 +204,9 @@ class Engine {
   bool req_send_ud(Qp& qp, SendWqe& w);
   bool req_packet(Qp& qp, SendWqe& w);
   bool req_start_wqe(Qp& qp, SendWqe& w);
+  bool req_check_sges(Qp& qp, SendWqe& w);
+  const std::uint8_t* one_sge_addr(const Qp& qp, const SendWqe& w, std::uint64_t offset,
+                                   std::size_t len) const;
   std::size_t req_fields(Qp& qp, SendWqe& w, wire::PacketFields& f, bool& last,
                          std::uint32_t& psn_span);
   bool req_emit(Qp& qp, SendWqe& w, std::span<std::uint8_t> slot, const wire::PacketFields& f,

@@ -44,6 +44,14 @@ struct Mr {
   std::uint64_t max_len = 0;  ///< fast-reg: the largest region it may describe
 };
 
+/// A range whose key was checked whole (a WRITE's message, a READ's, a one-SGE WQE's buffer),
+/// kept with the MR table's generation (MrTable::gen): while the table is unchanged every part
+/// of the range is granted still, and its engine address is the I/O address + `delta`.
+struct CheckedRange {
+  std::uint64_t gen = 0;  ///< 0: nothing checked
+  std::uint64_t delta = 0;
+};
+
 /// Result of checking an access through a key.
 enum class KeyCheck : std::uint8_t { kOk, kBadKey, kBadPd, kBadAccess, kOutOfBounds, kInvalid };
 
@@ -98,6 +106,15 @@ class MrTable {
   /// on every packet costs a compare instead of a table lookup.
   std::uint64_t gen() const { return gen_; }
   void changed() { ++gen_; }
+  /// Remembers that `mr` granted a whole range (after a successful check() of it).
+  CheckedRange remember(const Mr* mr) const { return {gen_, mr->host_delta}; }
+  /// map() of a part of a remembered range: a compare while the table is unchanged, the full
+  /// check otherwise.
+  std::uint8_t* map(const CheckedRange& c, std::uint32_t key, const Pd* pd, std::uint64_t addr,
+                    std::uint64_t len, std::uint32_t access) const {
+    if (c.gen == gen_) return reinterpret_cast<std::uint8_t*>(addr + c.delta);
+    return map(key, pd, addr, len, access);
+  }
   std::uint32_t max_mrs() const { return max_mrs_; }
 
  private:

@@ -55,10 +55,7 @@ struct SendWqe {
   std::uint32_t reg_access = 0;
   // --- progress, owned by requester and completer ---
   WqeState state = WqeState::kPosted;
-  /// A one-SGE WQE: the engine address of its SGE is addr + map_delta while the MR table is at
-  /// generation map_gen (MrTable::gen); 0: look it up.
-  std::uint64_t map_gen = 0;
-  std::uint64_t map_delta = 0;
+  CheckedRange sge_range;  ///< a one-SGE WQE: its SGE, checked at the WQE's first packet
   wire::Psn first_psn;
   wire::Psn last_psn;
   std::uint32_t npkts = 0;
@@ -99,9 +96,8 @@ struct RdAtomicRes {
   wire::Psn next_psn;
   std::uint64_t next_offset = 0;
   std::uint64_t start_offset = 0;  ///< where the current (re)play started: its First packet
-  bool replay = false;        ///< answering a duplicate request (the requester counts it no more)
-  std::uint64_t map_gen = 0;  ///< MrTable::gen when the key was checked (map_delta holds)
-  std::uint64_t map_delta = 0;
+  bool replay = false;  ///< answering a duplicate request (the requester counts it no more)
+  CheckedRange range;   ///< [va, va + length), checked when the READ arrived
 };
 
 struct ReqState {
@@ -175,9 +171,8 @@ struct RespState {
   std::int8_t recv_open = -1;     ///< the WQE is open multi-message buffer recv_q->open[i]
   // WRITE in progress
   std::uint64_t write_va = 0;
-  std::uint32_t write_rkey = 0;   ///< checked again on every packet of the message
-  std::uint64_t write_gen = 0;    ///< MrTable::gen of the last check; write_delta holds while
-  std::uint64_t write_delta = 0;  ///< it is current
+  std::uint32_t write_rkey = 0;  ///< checked again on every packet of the message
+  CheckedRange write_range;      ///< the whole message, checked at its First packet
   std::uint64_t write_remaining = 0;
   std::uint64_t write_total = 0;
   // coalesced acknowledgement, sent at the end of a receive burst

@@ -79,13 +79,25 @@ std::size_t walk_sges(const Sge* sge, std::uint32_t num_sge, std::uint64_t offse
 }
 }  // namespace
 
+// The engine address of [offset, offset + len) of a one-SGE WQE whose checked range still holds
+// (MrTable::gen unchanged); null otherwise (the caller walks the SGEs through their keys).
+[[gnu::always_inline]] inline const std::uint8_t* Engine::one_sge_addr(const Qp& qp,
+                                                                       const SendWqe& w,
+                                                                       std::uint64_t offset,
+                                                                       std::size_t len) const {
+  if (w.num_sge != 1 || w.sge_range.gen != mrs_.gen()) return nullptr;
+  const Sge& sge = qp.sq_sges[static_cast<std::size_t>(&w - qp.sq.data()) * qp.cap.max_send_sge];
+  if (offset + len > sge.length) return nullptr;
+  return reinterpret_cast<const std::uint8_t*>(sge.addr + offset + w.sge_range.delta);
+}
+
 void Engine::prefetch_payload(const Qp& qp, const SendWqe& w, std::uint64_t offset,
                               std::size_t len) const {
   if (w.is_inline || len == 0) return;
   const std::size_t idx = &w - qp.sq.data();
-  if (w.num_sge == 1 && w.map_gen == mrs_.gen()) {
-    const std::uint64_t host = qp.sq_sges[idx * qp.cap.max_send_sge].addr + offset + w.map_delta;
-    for (std::uint64_t a = host & ~std::uint64_t{63}; a < host + len; a += 64)
+  if (const std::uint8_t* p = one_sge_addr(qp, w, offset, len)) {
+    for (auto a = reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{63};
+         a < reinterpret_cast<std::uintptr_t>(p) + len; a += 64)
       __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 2);
     return;
   }
@@ -124,10 +136,7 @@ std::size_t Engine::gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::
   }
   const Sge* sge = qp.sq_sges.data() + idx * qp.cap.max_send_sge;
   if (w.num_sge == 1 && offset + len <= sge->length) {  // the common case: one piece
-    const std::uint8_t* src =
-        w.map_gen == mrs_.gen()
-            ? reinterpret_cast<const std::uint8_t*>(sge->addr + offset + w.map_delta)
-            : mrs_.map(sge->lkey, qp.pd, sge->addr + offset, len, 0);
+    const std::uint8_t* src = mrs_.map(w.sge_range, sge->lkey, qp.pd, sge->addr + offset, len, 0);
     if (src == nullptr) {
       err = WcStatus::kLocProtErr;
       return 0;
@@ -158,10 +167,8 @@ std::size_t Engine::gather_ext(Qp& qp, const SendWqe& w, std::uint64_t offset, s
                                TxSeg* out) {
   if (w.is_inline) return 0;
   const std::size_t idx = &w - qp.sq.data();
-  const Sge* one = qp.sq_sges.data() + idx * qp.cap.max_send_sge;
-  if (w.num_sge == 1 && w.map_gen == mrs_.gen() && offset + len <= one->length) {
-    out[0] = {reinterpret_cast<const std::uint8_t*>(one->addr + offset + w.map_delta),
-              static_cast<std::uint32_t>(len)};
+  if (const std::uint8_t* p = one_sge_addr(qp, w, offset, len)) {
+    out[0] = {p, static_cast<std::uint32_t>(len)};
     return 1;
   }
   std::size_t n = 0;
@@ -180,19 +187,26 @@ std::size_t Engine::gather_ext(Qp& qp, const SendWqe& w, std::uint64_t offset, s
 }
 
 // Checks the local keys of a WQE's scatter/gather list before its first packet, so that a bad
-// list fails before anything is sent; every packet checks again (gather). A READ or atomic
-// writes into them, so they need local write.
-static bool sges_valid(const MrTable& mrs, const Qp& qp, const SendWqe& w) {
+// list fails before anything is sent; every packet checks again (gather), through the range
+// a one-SGE WQE keeps. A READ or atomic writes into them, so they need local write.
+[[gnu::always_inline]] inline bool Engine::req_check_sges(Qp& qp, SendWqe& w) {
+  w.sge_range = {};
   if (w.is_inline) return true;
-  const std::size_t idx = &w - qp.sq.data();
-  const Sge* sge = qp.sq_sges.data() + idx * qp.cap.max_send_sge;
+  const Sge* sge =
+      qp.sq_sges.data() + static_cast<std::size_t>(&w - qp.sq.data()) * qp.cap.max_send_sge;
   const std::uint32_t access = w.is_rd_atomic() ? std::uint32_t{kAccessLocalWrite} : 0u;
-  if (w.num_sge == 1)  // the common case, without the loop
-    return sge->length == 0 ||
-           mrs.check(sge->lkey, qp.pd, sge->addr, sge->length, access, nullptr) == KeyCheck::kOk;
+  if (w.num_sge == 1) {  // the common case, without the loop
+    Mr* mr = nullptr;
+    if (sge->length == 0) return true;
+    if (mrs_.check(sge->lkey, qp.pd, sge->addr, sge->length, access, &mr) != KeyCheck::kOk)
+      return false;
+    w.sge_range = mrs_.remember(mr);
+    return true;
+  }
   for (std::uint32_t i = 0; i < w.num_sge; ++i) {
     if (sge[i].length == 0) continue;
-    if (mrs.check(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, access, nullptr) != KeyCheck::kOk)
+    Mr* mr = nullptr;
+    if (mrs_.check(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, access, &mr) != KeyCheck::kOk)
       return false;
   }
   return true;
@@ -245,7 +259,7 @@ void Engine::req_fail(Qp& qp, SendWqe& w, WcStatus status) {
 bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
   auto slot = tx_slot(false);
   if (slot.empty()) return false;
-  if (!sges_valid(mrs_, qp, w)) {
+  if (!req_check_sges(qp, w)) {
     req_fail(qp, w, WcStatus::kLocProtErr);
     return false;
   }
@@ -285,21 +299,7 @@ bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
 
 // A WQE's first packet: its keys are checked, and its PSN range fixed (rxe req_next_wqe).
 [[gnu::always_inline]] inline bool Engine::req_start_wqe(Qp& qp, SendWqe& w) {
-  w.map_gen = 0;
-  const Sge& one = qp.sq_sges[static_cast<std::size_t>(&w - qp.sq.data()) * qp.cap.max_send_sge];
-  if (!w.is_inline && w.num_sge == 1 && one.length != 0) {
-    // The common case: one key, checked once here for the whole SGE, and its engine address
-    // kept for the packets (gather) while the MR table does not change.
-    Mr* mr = nullptr;
-    if (mrs_.check(one.lkey, qp.pd, one.addr, one.length,
-                   w.is_rd_atomic() ? std::uint32_t{kAccessLocalWrite} : 0u,
-                   &mr) != KeyCheck::kOk) {
-      req_fail(qp, w, WcStatus::kLocProtErr);
-      return false;
-    }
-    w.map_gen = mrs_.gen();
-    w.map_delta = mr->host_delta;
-  } else if (!sges_valid(mrs_, qp, w)) {
+  if (!req_check_sges(qp, w)) {
     req_fail(qp, w, WcStatus::kLocProtErr);
     return false;
   }

@@ -546,14 +546,13 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
     rs.write_rkey = reth.rkey();
     rs.write_total = rs.write_remaining = reth.dma_len();
     // IBA 9.7.5.1.5 / C9-88: a zero-length WRITE needs no valid R_Key.
-    rs.write_gen = 0;
+    rs.write_range = {};
     if (rs.write_total != 0) {
       Mr* mr = nullptr;
       if (mrs_.check(rs.write_rkey, qp.pd, rs.write_va, rs.write_total, kAccessRemoteWrite, &mr) !=
           KeyCheck::kOk)
         return resp_fail_recv(qp, pkt, WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
-      rs.write_gen = mrs_.gen();        // the whole message's range is checked: later packets only
-      rs.write_delta = mr->host_delta;  // need the table unchanged since
+      rs.write_range = mrs_.remember(mr);  // later packets: a compare while it holds
     }
   }
   const bool len_ok = len <= pmtu && (last ? len == rs.write_remaining
@@ -561,9 +560,8 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
   if (!len_ok)
     return resp_fail_recv(qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
   if (len) {
-    std::uint8_t* dst = rs.write_gen == mrs_.gen()
-                            ? reinterpret_cast<std::uint8_t*>(rs.write_va + rs.write_delta)
-                            : mrs_.map(rs.write_rkey, qp.pd, rs.write_va, len, kAccessRemoteWrite);
+    std::uint8_t* dst =
+        mrs_.map(rs.write_range, rs.write_rkey, qp.pd, rs.write_va, len, kAccessRemoteWrite);
     if (dst == nullptr)
       return resp_fail_recv(qp, pkt, WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
     std::memcpy(dst, pkt.payload().data(), len);
@@ -629,10 +627,7 @@ void Engine::resp_execute_read(Qp& qp, const wire::RxPkt& pkt) {
   r.length = rlen;
   r.active = true;
   r.next_psn = pkt.psn;
-  if (mr != nullptr) {
-    r.map_gen = mrs_.gen();
-    r.map_delta = mr->host_delta;
-  }
+  if (mr != nullptr) r.range = mrs_.remember(mr);
   rs.out[rs.out_tail++ % rs.out.size()] = {
       RespState::Item::Kind::kRead, static_cast<std::uint8_t>(idx), Syndrome::ack(), pkt.psn};
   ++rs.reads_queued;
@@ -713,9 +708,7 @@ void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
     // memory the key no longer grants.
     const std::uint8_t* src =
         len == 0 ? nullptr
-        : r.map_gen == mrs_.gen()
-            ? reinterpret_cast<const std::uint8_t*>(r.va + r.next_offset + r.map_delta)
-            : mrs_.map(r.rkey, qp.pd, r.va + r.next_offset, len, kAccessRemoteRead);
+                 : mrs_.map(r.range, r.rkey, qp.pd, r.va + r.next_offset, len, kAccessRemoteRead);
     if (len != 0 && src == nullptr) {
       r.active = false;
       ++rs.out_head;
