@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "dataplane/engine/engine.h"
-#include "tests/support/loopback.h"
+#include "tests/support/crafted_peer.h"
 
 namespace roce::test {
 namespace {
@@ -16,96 +16,32 @@ using namespace roce::engine;
 using wire::Opcode;
 using wire::Psn;
 
-constexpr std::uint32_t kPeerQpn = 0x99;
-constexpr std::uint32_t kEpsn = 1000;
+constexpr std::uint32_t kPeerQpn = CraftedPeer::kPeerQpn;
+constexpr std::uint32_t kEpsn = CraftedPeer::kEpsn;
 
-struct Captured {
-  Opcode op;
-  std::uint32_t psn;
-  std::uint8_t syndrome;
-  std::uint32_t msn;
-};
+// The crafted peer (tests/support/crafted_peer.h) with the QP granting remote write and read.
+CraftedOptions responder_options() {
+  CraftedOptions o;
+  o.access = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
+  return o;
+}
 
 class ResponderTest : public ::testing::Test {
  protected:
-  ResponderTest() : eng_(Loopback::default_config(1)), peer_(Loopback::default_config(0)) {
-    pd_ = eng_.alloc_pd();
-    cq_ = eng_.create_cq(64);
-    qp_ = eng_.create_qp(pd_, QpType::kRc, cq_, cq_, QpCap{16, 16, 2, 2, 0});
-    QpAttr a;
-    a.qp_state = QpState::kInit;
-    a.qp_access_flags = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
-    eng_.modify_qp(qp_, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags);
-    a.qp_state = QpState::kRtr;
-    a.path_mtu = Mtu::k256;
-    a.dest_qp_num = kPeerQpn;
-    a.rq_psn = kEpsn;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 12;
-    a.ah.dmac = peer_.mac;
-    a.ah.dgid = wire::ipv4_mapped(peer_.ipv4);
-    EXPECT_EQ(eng_.modify_qp(qp_, a,
-                             kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
-                                 kQpMaxDestRdAtomic | kQpMinRnrTimer),
-              kOk);
-    mem_.resize(4096);
-    mr_ = eng_.reg_mr(pd_, mem_.data(), mem_.size(),
-                      kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead);
-  }
-
-  // A request as the peer would send it.
   void inject(Opcode op, std::uint32_t psn, std::size_t payload_len, bool ack_req,
               std::uint64_t va_off = 0, std::uint32_t dma_len = 0) {
-    wire::FrameSpec s;
-    s.src_mac = peer_.mac;
-    s.dst_mac = eng_.config().mac;
-    s.src_ip4 = peer_.ipv4;
-    s.dst_ip4 = eng_.config().ipv4;
-    s.opcode = op;
-    s.dest_qp = wire::Qpn(qp_->qpn);
-    s.psn = Psn(psn);
-    s.ack_req = ack_req;
-    s.reth = {reinterpret_cast<std::uint64_t>(mem_.data()) + va_off, mr_->key, dma_len};
-    std::vector<std::uint8_t> payload(payload_len, static_cast<std::uint8_t>(psn));
-    std::vector<std::uint8_t> frame(wire::frame_len(s, payload_len));
-    ASSERT_EQ(wire::build_frame(s, payload, frame), frame.size());
-    eng_.receive(frame, now_);
+    t_.inject(op, psn, payload_len, ack_req, va_off, dma_len);
   }
-  void raw_inject(std::vector<std::uint8_t> frame) { eng_.receive(frame, now_); }
+  void raw_inject(std::vector<std::uint8_t> frame) { eng_.receive(frame, t_.now); }
+  std::vector<Answer> flush() { return t_.flush(); }
+  void post_recvs(int n) { t_.post_recvs(n); }
 
-  std::vector<Captured> flush() {
-    now_ += 1000;
-    eng_.run(now_);
-    std::vector<Captured> out;
-    eng_.drain_tx([&](std::span<const std::uint8_t> f) {
-      wire::RxPkt p;
-      ASSERT_EQ(wire::parse_frame(f, p), wire::Verdict::kOk);
-      EXPECT_EQ(p.dest_qp.raw(), kPeerQpn);
-      out.push_back({p.opcode, p.psn.raw(),
-                     p.info->has(wire::Ext::kAeth) ? p.aeth().syndrome().raw() : std::uint8_t{0},
-                     p.info->has(wire::Ext::kAeth) ? p.aeth().msn().raw() : 0});
-    });
-    return out;
-  }
-  void post_recvs(int n) {
-    for (int i = 0; i < n; ++i) {
-      Sge s{reinterpret_cast<std::uint64_t>(mem_.data()), 2048, mr_->key};
-      RecvWr r;
-      r.wr_id = static_cast<std::uint64_t>(i);
-      r.sg_list = &s;
-      r.num_sge = 1;
-      ASSERT_EQ(eng_.post_recv(qp_, &r, nullptr), kOk);
-    }
-  }
-
-  Engine eng_;
-  EngineConfig peer_;
-  Pd* pd_;
-  Cq* cq_;
-  Qp* qp_;
-  Mr* mr_;
-  std::vector<std::uint8_t> mem_;
-  std::uint64_t now_ = 1'000'000;
+  CraftedPeer t_{responder_options()};
+  Engine& eng_ = t_.eng;
+  EngineConfig& peer_ = t_.peer;
+  Cq*& cq_ = t_.cq;
+  Qp*& qp_ = t_.qp;
+  std::vector<std::uint8_t>& mem_ = t_.mem;
 };
 
 TEST_F(ResponderTest, AckOnlyWhenRequestedAndCoalesced) {
