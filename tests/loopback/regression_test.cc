@@ -15,14 +15,7 @@ namespace {
 using namespace roce::engine;
 using wire::Opcode;
 using wire::Psn;
-using Frames = std::vector<std::vector<std::uint8_t>>;
 
-Frames drain(Engine& e, std::uint64_t t) {
-  e.run(t);
-  Frames out;
-  e.drain_tx([&](std::span<const std::uint8_t> f) { out.emplace_back(f.begin(), f.end()); });
-  return out;
-}
 wire::RxPkt parse(const std::vector<std::uint8_t>& f) {
   wire::RxPkt p;
   EXPECT_EQ(wire::parse_frame(f, p), wire::Verdict::kOk);

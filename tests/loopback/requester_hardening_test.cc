@@ -13,14 +13,7 @@
 namespace roce::test {
 namespace {
 using namespace roce::engine;
-using Frames = std::vector<std::vector<std::uint8_t>>;
 
-Frames drain(Engine& e, std::uint64_t t) {
-  e.run(t);
-  Frames out;
-  e.drain_tx([&](std::span<const std::uint8_t> f) { out.emplace_back(f.begin(), f.end()); });
-  return out;
-}
 void deliver(Engine& e, const Frames& f, std::uint64_t t) {
   for (const auto& x : f) e.receive(x, t);
 }

@@ -225,4 +225,11 @@ std::vector<Wc> wait_wcs(Loopback& lb, Cq* cq, std::size_t n, std::uint64_t limi
   return out;
 }
 
+Frames drain(engine::Engine& e, std::uint64_t t) {
+  e.run(t);
+  Frames out;
+  e.drain_tx([&](std::span<const std::uint8_t> f) { out.emplace_back(f.begin(), f.end()); });
+  return out;
+}
+
 }  // namespace roce::test

@@ -122,6 +122,11 @@ void fill_pattern(std::vector<std::uint8_t>& v, std::uint32_t seed);
 engine::SendWr make_wr(std::uint64_t id, const engine::Sge* s, const Buffer& dst,
                        std::uint64_t off = 0, engine::WrOpcode op = engine::WrOpcode::kWrite);
 
+/// Frames taken off the wire by hand (tests that deliver, drop or reorder them themselves).
+using Frames = std::vector<std::vector<std::uint8_t>>;
+/// Runs `e` at `t` and returns every frame it sends.
+Frames drain(engine::Engine& e, std::uint64_t t);
+
 /// Polls `cq` while stepping until `n` completions arrived (or the limit passed).
 std::vector<engine::Wc> wait_wcs(Loopback& lb, engine::Cq* cq, std::size_t n,
                                  std::uint64_t limit_ns = 5'000'000'000ull);
