@@ -29,6 +29,22 @@ log() { echo "[rxe-vm build] $*" >&2; }
 # ---------------------------------------------------------------- host packages
 HOST_PKGS=(qemu-system-x86 busybox-static cpio kmod rdma-core ibverbs-utils
            ibverbs-providers perftest rdmacm-utils iproute2)
+# Image fragments (image.d/*.sh, sourced in name order) add what one proof needs without
+# touching this file. A fragment may append to HOST_PKGS (host packages to install), MODS
+# (kernel modules loaded at boot, with their dependencies), EXTRA_IMAGE_BINS (host binaries
+# copied to /usr/bin with their libraries) and IMAGE_HOOKS (functions called with the image
+# root before packing, for config files, data and libraries loaded with dlopen).
+MODS=(crc32_generic crc32-pclmul virtio_pci virtio_net virtio_rng
+      rdma_rxe ib_umad rdma_ucm)
+EXTRA_IMAGE_BINS=()
+IMAGE_HOOKS=()
+FRAGMENTS=()
+for f in "$HERE"/image.d/*.sh; do
+  [[ -f "$f" ]] || continue
+  FRAGMENTS+=("$f")
+  # shellcheck disable=SC1090
+  source "$f"
+done
 if [[ -z "${RXE_VM_NO_APT:-}" ]]; then
   missing=()
   for p in "${HOST_PKGS[@]}"; do
@@ -78,7 +94,8 @@ if [[ $FORCE == 0 && $extra_ok == 1 && -f "$CACHE/initramfs.cpio" && -f "$CACHE/
       && "$(cat "$CACHE/kver" 2>/dev/null)" == "$KVER" \
       && "$CACHE/initramfs.cpio" -nt "$HERE/build.sh" \
       && "$CACHE/initramfs.cpio" -nt "$HERE/init" \
-      && "$CACHE/initramfs.cpio" -nt "$HERE/guest-lib.sh" ]]; then
+      && "$CACHE/initramfs.cpio" -nt "$HERE/guest-lib.sh" ]] \
+      && { fresh=1; for f in "${FRAGMENTS[@]}"; do [[ "$CACHE/initramfs.cpio" -nt "$f" ]] || fresh=0; done; ((fresh)); }; then
   log "up to date: $CACHE/vmlinuz $CACHE/initramfs.cpio (use --force to rebuild)"
   exit 0
 fi
@@ -127,8 +144,6 @@ done
 
 # kernel modules, in load order. crc32_generic must be present before rdma_rxe
 # (rxe allocates the "crc32" shash; there is no modprobe helper in the VM).
-MODS=(crc32_generic crc32-pclmul virtio_pci virtio_net virtio_rng
-      rdma_rxe ib_umad rdma_ucm)
 MODS_9P=(9pnet_virtio 9p)   # only loaded with rxe.9p=1
 declare -A seen=()
 for m in "${MODS[@]}" - "${MODS_9P[@]}"; do
@@ -155,7 +170,7 @@ for pkg in ibverbs-utils perftest rdmacm-utils; do
     BINS+=("$f")
   done < <(dpkg -L "$pkg")
 done
-BINS+=(/usr/bin/rdma /bin/ip /usr/bin/taskset)
+BINS+=(/usr/bin/rdma /bin/ip /usr/bin/taskset "${EXTRA_IMAGE_BINS[@]}")
 declare -A extra_seen=()
 EXTRA_REAL=()
 for b in "${EXTRA[@]}"; do
@@ -204,6 +219,8 @@ echo "$KVER" > "$ROOT/etc/rxe-vm/kver"
 cp "$HERE/init" "$ROOT/init"
 cp "$HERE/guest-lib.sh" "$ROOT/etc/rxe-vm/lib.sh"
 chmod 755 "$ROOT/init"
+
+for hook in "${IMAGE_HOOKS[@]}"; do "$hook" "$ROOT"; done
 
 # pack. Left uncompressed on purpose: under TCG gunzip of the initramfs costs ~1 s per boot.
 log "packing initramfs"
