@@ -108,7 +108,8 @@ namespace {
 std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {
   const std::string vdev = link_vdev(o);
   port::eal_init({"--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--log-level=*:error",
-                  "--file-prefix=roceperf" + std::to_string(getpid()), "-l", "0", vdev});
+                  "--file-prefix=roceperf" + std::to_string(getpid()), "-l", std::to_string(o.lcore),
+                  vdev});
   engine::EngineConfig ec;
   ec.mac = *ctl::parse_mac(o.mac);  // checked by link_vdev
   ec.ipv4 = *ctl::parse_ipv4(o.ip);
