@@ -10,9 +10,11 @@
 #     and A's QP, MR and attached-client counts (roce-ctl counters) return to their baseline.
 #  3. misuse (roce-attach-misuse): foreign handles, quotas, bad memory, malformed requests.
 #  4. roced stopping under an attached client: the client's calls fail with ENOTCONN.
-#   roced_attach.sh ROCED ROCE_CTL EXAMPLE EXAMPLE_C MISUSE WORKDIR
+# With LINK "veth" the two roced sit on the ends of a veth pair (net_af_packet) instead.
+#   roced_attach.sh ROCED ROCE_CTL EXAMPLE EXAMPLE_C MISUSE WORKDIR [memif|veth]
 set -euo pipefail
 roced=$(realpath "$1") ctl=$(realpath "$2") ex=$(realpath "$3") exc=$(realpath "$4") misuse=$(realpath "$5") work=$6
+link=${7:-memif}
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
 tag=attach$$
@@ -21,6 +23,7 @@ tcp=$((40000 + $$ % 10000))
 pids=()
 cleanup() {
   local rc=$?
+  [[ $link == veth ]] && ip link del "ra$$" 2>/dev/null
   if [[ $rc != 0 && ${#pids[@]} != 0 ]]; then  # what the appliances saw, for the failure
     for e in "$prom_a" "$prom_b"; do echo "== counters $e"; "$ctl" -p "$e" counters || true; done
     tail -n 20 "$work"/*.log
@@ -30,7 +33,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
+if [[ $link == veth ]]; then
+  if [[ $(id -u) -ne 0 ]]; then echo "skipped: needs root for a veth pair"; exit 77; fi
+  ip link add "ra$$" type veth peer name "rb$$" || { echo "skipped: cannot create a veth pair"; exit 77; }
+  for i in "ra$$" "rb$$"; do
+    sysctl -qw "net.ipv6.conf.$i.disable_ipv6=1" || true
+    ip link set "$i" up
+  done
+fi
 appliance() {  # NAME ROLE MAC IP PROMETHEUS LCORE
+  local device=net_memif0 devargs="role=$2,id=0,socket-abstract=no,socket=$work/memif.sock"
+  if [[ $link == veth ]]; then
+    device=net_af_packet0 devargs="iface=r$1$$,qpairs=1"
+  fi
   cat > "$work/$1.yaml" <<YAML
 name: $1
 eal:
@@ -38,8 +53,8 @@ eal:
   lcores: [$6]
 ports:
   - name: p0
-    device: net_memif0
-    devargs: role=$2,id=0,socket-abstract=no,socket=$work/memif.sock
+    device: $device
+    devargs: $devargs
     mac: $3
     ipv4: $4/24
 counters:
