@@ -138,14 +138,15 @@ class Project:
     def __init__(self, args):
         self.model = load(args.file)
         self.name = args.project or self.model.get("name", "compose")
-        self.image = args.image
-        self.rootfs = os.path.join(self.image, "rootfs")
         self.run = os.path.join(CACHE, "run", self.name)
         self.state_file = os.path.join(self.run, "state.json")
         self.state = {}
         if os.path.exists(self.state_file):
             with open(self.state_file) as fh:
                 self.state = json.load(fh)
+        # the image the project was started from, unless named
+        self.image = args.image or self.state.get("image") or os.path.join(CACHE, "image")
+        self.rootfs = os.path.join(self.image, "rootfs")
         cfg = os.path.join(self.image, "image.json")
         self.image_cfg = json.load(open(cfg)) if os.path.exists(cfg) else {}
         self.services = self.model["services"]
@@ -231,7 +232,7 @@ class Project:
         caps = self.caps(svc)
         bset = ",".join(["-all"] + [f"+{c}" for c in caps])
         args = ["/usr/bin/setpriv", f"--bounding-set={bset}", "--inh-caps=-all"]
-        if uid != 0:
+        if uid != 0 or gid != 0:
             args += [f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
         if any("no-new-privileges" in s for s in svc.get("security_opt", [])):
             args.append("--no-new-privs")
@@ -302,7 +303,7 @@ class Project:
         wrapper = (f"ip netns exec {nsname} unshare --mount --uts --ipc --pid --fork "
                    f"--propagation private --kill-child=SIGKILL /bin/sh {d}/start.sh "
                    f"> {d}/log 2>&1 < /dev/null; echo $? > {rc_file}")
-        p = subprocess.Popen(["setsid", "/bin/sh", "-c", wrapper], start_new_session=True)
+        p = subprocess.Popen(["/bin/sh", "-c", wrapper], start_new_session=True)
         pid1 = None
         for _ in range(100):
             pid1 = self.pid1(p.pid)
@@ -316,7 +317,7 @@ class Project:
                  f"{', '.join(f'{n} {a}' for n, a in addrs.items())}")
 
     def pid1(self, wrapper):
-        """The container's PID 1: the child of unshare, which is the child of ip netns exec."""
+        """The container's PID 1: the child of unshare (ip netns exec became unshare)."""
         def children(pid):
             try:
                 out = []
@@ -326,11 +327,10 @@ class Project:
                 return out
             except OSError:
                 return []
-        for c in children(wrapper):  # sh -> unshare -> pid 1
-            for u in children(c):
-                kids = children(u)
-                if kids:
-                    return kids[0]
+        for u in children(wrapper):  # sh -> unshare -> pid 1
+            kids = children(u)
+            if kids:
+                return kids[0]
         return None
 
     def volume(self, name, dst):
@@ -415,7 +415,7 @@ class Project:
         os.makedirs(self.run)
         if not os.path.isdir(os.path.join(self.rootfs, "usr")):
             die(f"no root filesystem in {self.rootfs} (containers/build-rootfs.sh)")
-        self.state = {"services": {}}
+        self.state = {"services": {}, "image": self.image}
         self.networks_up()
         for service in order(self.services):
             deps = self.services[service].get("depends_on", {})
@@ -500,8 +500,8 @@ def config(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-f", "--file", action="append")
-    ap.add_argument("--image", default=os.path.join(CACHE, "image"),
-                    help="build-rootfs.sh's output: rootfs/ and image.json")
+    ap.add_argument("--image", help="build-rootfs.sh's output: rootfs/ and image.json "
+                    "(default: $ROCE_DEPLOY_CACHE/image, or what the project was started from)")
     ap.add_argument("--project", help="the project's name (default: the file's name key)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     u = sub.add_parser("up")
