@@ -81,7 +81,7 @@ wait "$app" || { cat "$out/app-a.log"; exit 1; }
 grep -E "OK:" "$out/app-b.log" | sed 's/^attach-example: /           /'
 
 step "2. Benchmark: our RC WRITE, SEND, READ vs the link's own ceiling and kernel TCP"
-note "roce-perf --config config/bench/demo.yaml (about 15 s)"
+note "roce-perf --config config/bench/demo.yaml (about 10 s)"
 (cd "$out" && "$bin/roce-perf" --config "$repo/config/bench/demo.yaml" > bench.txt 2> bench.err) \
   || { cat "$out/bench.txt" "$out/bench.err"; exit 1; }
 /usr/bin/python3 scripts/demo_summary.py "$out/bench-demo.json"

@@ -20,6 +20,8 @@ for w in j["workloads"]:
     if w["mode"] != "bw":
         continue
     for r in w["results"]:
+        # the link baseline this row is compared with (measured right before it with
+        # baselines.adjacent, else the run's own)
         ratio = r["ratios"].get("bytes_vs_link")
         link = r["gbit_per_sec"] / ratio if ratio else float("nan")
         tcp = tcp_bw.get(r["bytes"], float("nan"))
