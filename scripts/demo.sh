@@ -101,15 +101,20 @@ NAAICE_ROCE="pmd=memif,socket=$out/naa.sock,role=client,ip=192.0.2.72,mac=02:00:
 sed 's/^/           /' "$out/naa.log" | tail -n 12
 
 step "4. Application demos (scripts/demo.d/)"
-# Each scripts/demo.d/*.sh is sourced here with: bin (build/bin), out (its own directory),
-# step/note (progress lines), appliance (start a roced: see above), pids (stopped at exit).
+# Each scripts/demo.d/*.sh is sourced here (scripts/demo.d/README.md): bin, repo, out (its own
+# directory), step/note (progress lines), appliance (a roced, stopped when the demo ends).
 shopt -s nullglob
 demos=(scripts/demo.d/*.sh)
 if ((${#demos[@]} == 0)); then note "none installed yet (NFS file copy and frame relay are coming)"; fi
 for d in "${demos[@]}"; do
   note "$(basename "$d" .sh)"
   # shellcheck disable=SC1090
-  (out=$out/$(basename "$d" .sh) && mkdir -p "$out" && . "$d")
+  (
+    pids=() out=$out/$(basename "$d" .sh)
+    trap cleanup EXIT  # the demo's own appliances
+    mkdir -p "$out"
+    . "$d"
+  )
 done
 
 step "5. Counters of the appliances (roce-ctl counters; Prometheus text on /metrics)"
