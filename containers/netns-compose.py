@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 
 import yaml
 
@@ -77,10 +78,8 @@ def load(files):
         # compose resolves relative paths against the first file's directory
         first_dir = first_dir or os.path.dirname(os.path.abspath(f))
         model = merge(model, doc)
-    for name, svc in model["services"].items():
-        svc.pop("<<", None)
-        for key in ("volumes",):
-            svc[key] = [v for v in svc.get(key, [])]
+    for svc in model["services"].values():
+        svc.setdefault("volumes", [])
     model["_dir"] = first_dir
     return model
 
@@ -195,7 +194,7 @@ class Project:
             if not addr:
                 addr = str(subnet.network_address + st["next"] + 100)
                 st["next"] += 1
-            host_if = f"v{abs(hash((self.name, service, net))) % 10**8}"[:15]
+            host_if = f"vd{zlib.crc32(f'{self.name}/{service}/{net}'.encode()):08x}"
             sh("ip", "link", "add", host_if, "netns", st["ns"], "type", "veth", "peer", "name",
                f"eth{idx}", "netns", nsname)
             sh("ip", "-n", st["ns"], "link", "set", host_if, "master", "br0", "up")

@@ -68,6 +68,7 @@ scrape() {  # ADDRESS -> the metrics text, fetched from the compose network
     "import urllib.request, sys; sys.stdout.write(urllib.request.urlopen('http://$1:9464/metrics', timeout=5).read().decode())"
 }
 metric() { awk -v n="roce_$2{" 'index($0, n) == 1 && /port="p0"/ { print $2; exit }' <<<"$1"; }
+# shellcheck disable=SC2034  # read through ${!side}
 a=$(scrape 198.18.23.11) b=$(scrape 198.18.23.12)
 for side in a b; do
   text=${!side}
