@@ -126,10 +126,14 @@ for e in "appliance-a $prom_a" "appliance-b $prom_b"; do
 done
 
 step "6. RoCEv2 frames of every opcode: our parser and tshark agree"
-"$bin/roce-pcap" --quiet --out "$out/roce-ipv4.pcap"
-"$bin/roce-pcap" --quiet --ipv6 --vlan 100 --out "$out/roce-ipv6-vlan.pcap"
-for f in "$out"/roce-*.pcap; do "$bin/roce-pcap" --check "$f" | tail -n 1 | sed 's/^/  /'; done
+"$bin/roce-pcap" --quiet --out "$out/roce-ipv4.pcap" > /dev/null
+"$bin/roce-pcap" --quiet --ipv6 --vlan 100 --out "$out/roce-ipv6-vlan.pcap" > /dev/null
+for f in "$out"/roce-*.pcap; do
+  v=$("$bin/roce-pcap" --check "$f") || { echo "$v"; echo "demo.sh: a bad frame in $f"; exit 1; }
+  note "$(basename "$f"): our parser's verdicts: $(awk 'NR > 1 { printf "%s %s ", $1, $2 }' <<<"$v")"
+done
 n=$(tshark -r "$out/roce-ipv6-vlan.pcap" --disable-heuristic rpcrdma_infiniband -Y infiniband 2>/dev/null | wc -l)
+[[ $n == 40 ]] || { echo "demo.sh: tshark decoded $n of 40 frames"; exit 1; }
 note "tshark decodes $n InfiniBand frames in $out/roce-ipv6-vlan.pcap (tshark -V -r ... for detail)"
 
 step "done in $((SECONDS - t0)) s; logs, captures and the plot are in $out/"
