@@ -88,7 +88,7 @@ if [[ $engine == buildah ]]; then
     touch "$cache/base.imported"
   fi
   say "buildah bud --isolation chroot -f containers/Containerfile (log: $cache/buildah.log)"
-  buildah bud --isolation chroot --format docker --layers \
+  buildah bud --isolation chroot --format docker --layers --force-rm \
     --build-arg BASE=localhost/roce-debian:bookworm \
     --build-arg CCACHE_DIR=/ccache --build-arg ROCE_JOBS="${ROCE_JOBS:-2}" \
     -v "$cache/ccache:/ccache" \
