@@ -10,7 +10,8 @@
 ///   roce-cm-example --socket /run/roce/b.sock --connect 192.0.2.61:7471 [--private TEXT]
 /// --echo: the server answers with the bytes it received (and the client checks them);
 /// --expect-reject: the client succeeds only when the server refuses (a --reject server, or
-/// a port nobody listens to).
+/// a port nobody listens to). --hold: once connected, both sides only wait for the other to
+/// end the connection (the test kills one of them).
 #include <arpa/inet.h>
 #include <unistd.h>
 
@@ -31,7 +32,7 @@ constexpr std::uint32_t kMsg = 16;
 struct Args {
   std::string socket, connect;
   std::uint16_t listen = 0;
-  bool reject = false, echo = false, expect_reject = false;
+  bool reject = false, echo = false, expect_reject = false, hold = false;
   unsigned count = 1;
   std::string priv;
 };
@@ -131,6 +132,18 @@ int post_send(Context& ctx, Res& r) {
   return ctx.post_send(r.qp, &wr, nullptr);
 }
 
+/// --hold: connected, waits (up to 60 s) for the peer to end the connection.
+int hold(Context& ctx) {
+  std::printf("holding the connection\n");
+  CmEvent ev;
+  const int rc = ctx.cm_get_event(ev, 60000);
+  if (rc != 0) return fail("no CM event", rc);
+  if (ev.type != CmEventType::kDisconnected || !ev.remote)
+    return fail(std::string("expected the peer's disconnect, got ") + name(ev.type));
+  std::printf("OK: the peer ended the connection\n");
+  return 0;
+}
+
 int run_server(Context& ctx, const Args& a) {
   if (const int rc = ctx.cm_listen(a.listen)) return fail("cm_listen", rc);
   std::printf("listening on rdma_cm port %u\n", a.listen);
@@ -161,6 +174,7 @@ int run_server(Context& ctx, const Args& a) {
     CmEvent est;
     if (!next_event(ctx, est) || est.type != CmEventType::kEstablished)
       return fail("not established");
+    if (a.hold) return hold(ctx);
     Wc wc;
     if (!complete(ctx, r.cq, wc)) return 1;
     if (wc.opcode != WcOpcode::kRecv || wc.byte_len != kMsg)
@@ -216,6 +230,7 @@ int run_client(Context& ctx, const Args& a) {
     ::usleep(100000);
   }
   if (a.expect_reject) return fail("connected, but a reject was expected");
+  if (a.hold) return hold(ctx);
   if ((rc = post_recv(ctx, r))) return fail("post_recv", rc);
   if ((rc = post_send(ctx, r))) return fail("post_send", rc);
   Wc wc;
@@ -254,6 +269,8 @@ int main(int argc, char** argv) {
       a.echo = true;
     else if (k == "--expect-reject")
       a.expect_reject = true;
+    else if (k == "--hold")
+      a.hold = true;
     else if (k == "--count")
       a.count = static_cast<unsigned>(std::stoul(next()));
     else if (k == "--private")

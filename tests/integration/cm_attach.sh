@@ -9,7 +9,8 @@
 #  4. a port nobody listens to: REJECTED, invalid service ID;
 #  5. the C API (roce/roce.h): the server's buffer address and rkey in its accept's private
 #     data, the client WRITEs and SENDs 8 KiB, the server checks both;
-#  6. roced A's QP count is back at its baseline.
+#  6. kill -9 of a connected server process: its client (of B) sees the connection end;
+#  7. roced A's QP count is back at its baseline.
 #   cm_attach.sh ROCED ROCE_CTL ROCE_CM_EXAMPLE ROCE_ATTACH_EXAMPLE_C WORKDIR
 set -euo pipefail
 roced=$(realpath "$1") ctl=$(realpath "$2") ex=$(realpath "$3") exc=$(realpath "$4") work=$5
@@ -105,7 +106,20 @@ wait $s || { cat "$work/c-server.log"; echo "FAIL: C server"; exit 1; }
 cat "$work/c-server.log" "$work/c-client.log"
 grep -q "OK: WRITE and SEND of 8192 bytes verified (connected by rdma_cm)" "$work/c-server.log"
 
-# 6. nothing left behind
+# 6. kill -9 of a connected process
+"$ex" --socket "$work/a.sock" --listen 7474 --hold > "$work/victim.log" 2>&1 &
+s=$!
+listening "$work/victim.log"
+"$ex" --socket "$work/b.sock" --connect 192.0.2.111:7474 --hold > "$work/survivor.log" 2>&1 &
+c=$!
+for _ in $(seq 100); do grep -q holding "$work/victim.log" && break; sleep 0.05; done
+grep -q holding "$work/victim.log" || { cat "$work/victim.log"; echo "FAIL: not connected"; exit 1; }
+kill -9 $s
+wait $s 2>/dev/null || true
+wait $c || { cat "$work/survivor.log"; echo "FAIL: the peer did not see the end"; exit 1; }
+grep -q "OK: the peer ended the connection" "$work/survivor.log"
+
+# 7. nothing left behind
 sleep 0.4
 [[ $(counter qps) == "$base_qps" ]] || { echo "FAIL: QPs left: $(counter qps), baseline $base_qps"; exit 1; }
 echo "cm_attach: OK"
