@@ -8,6 +8,8 @@
 #     client pair keeps running its own loop; roced A keeps running, the second pair finishes
 #     with its data verified, the victim's peer sees the connection end (its next SEND fails),
 #     and A's QP, MR and attached-client counts (roce-ctl counters) return to their baseline.
+#     A client flooding its send queue with WRITEs is throttled (post_send: ENOMEM) while
+#     another pair's ping-pong goes on.
 #  3. misuse (roce-attach-misuse): foreign handles, quotas, bad memory, malformed requests.
 #  4. roced stopping under an attached client: the client's calls fail with ENOTCONN.
 # With LINK "veth" the two roced sit on the ends of a veth pair (net_af_packet) instead.
@@ -144,6 +146,23 @@ echo "A: attached clients during the kill $during, now $clients; lost $lost; qps
 [[ $clients == 0 && $lost -ge 1 ]] || { echo "FAIL: attach counts"; exit 1; }
 [[ $("$ctl" -p "$prom_a" clients | wc -l) == 1 ]] || { echo "FAIL: clients still listed"; exit 1; }
 grep -q "client .* gone: 1 QPs, 1 MRs, 1 CQs released" "$work/a.log"
+
+# ---- 2b. a client flooding its send queue is throttled (ENOMEM), others keep going ---------
+"$ex" --socket "$work/b.sock" --listen $((tcp + 4)) --seconds 3 > "$work/flood-s.log" 2>&1 &
+fs=$!
+"$ex" --socket "$work/a.sock" --connect "127.0.0.1:$((tcp + 4))" --seconds 3 --flood \
+  > "$work/flood-c.log" 2>&1 &
+fc=$!
+"$ex" --socket "$work/a.sock" --listen $((tcp + 5)) --pingpong 200 > "$work/calm-s.log" 2>&1 &
+cs=$!
+"$ex" --socket "$work/b.sock" --connect "127.0.0.1:$((tcp + 5))" --pingpong 200 \
+  > "$work/calm-c.log" 2>&1 || { cat "$work"/calm-*.log; echo "FAIL: the calm pair beside a flood"; exit 1; }
+wait $cs && wait $fc && wait $fs || { cat "$work"/flood-*.log "$work"/calm-s.log; echo "FAIL: flood pair"; exit 1; }
+grep "OK: flood of" "$work/flood-c.log"
+grep "OK: 200 ping-pongs" "$work/calm-c.log"
+refused=$(sed -n 's/.*WRITEs, \([0-9]*\) posts refused.*/\1/p' "$work/flood-c.log")
+[[ ${refused:-0} -gt 0 ]] || { echo "FAIL: the flood was never throttled"; exit 1; }
+kill -0 "${pids[0]}" || { echo "FAIL: roced A died under the flood"; exit 1; }
 
 # ---- 3. misuse is refused, roced keeps serving ------------------------------------------------
 "$misuse" "$work/a.sock" 8 67108864 | tee "$work/misuse.log"
