@@ -18,38 +18,9 @@ rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
 tag=cma$$ prom=127.0.0.1:$((34000 + $$ % 10000))
 pids=()
-cleanup() {
-  local rc=$?
-  [[ $rc != 0 ]] && tail -n 20 "$work"/*.log
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
-appliance() {  # NAME ROLE MAC IP LCORE [PROMETHEUS [EXTRA YAML]]
-  cat > "$work/$1.yaml" <<YAML
-name: $1
-eal:
-  args: [--no-huge, --no-shconf, -m, "256", --no-pci, --file-prefix=$tag$1, "--log-level=*:error"]
-  lcores: [$5]
-ports:
-  - name: p0
-    device: net_memif0
-    devargs: role=$2,id=0,socket-abstract=no,socket=$work/memif.sock
-    mac: $3
-    ipv4: $4/24
-counters:
-  telemetry: false
-  prometheus: ${6:-127.0.0.1:0}
-attach:
-  socket: $work/$1.sock
-  mode: "0600"
-${7:-}
-YAML
-  "$roced" --config "$work/$1.yaml" > "$work/$1.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 100); do grep -q " up on lcore" "$work/$1.log" && [[ -S $work/$1.sock ]] && break; sleep 0.1; done
-  [[ -S $work/$1.sock ]] || { cat "$work/$1.log"; echo "FAIL: roced $1"; exit 1; }
-}
+# shellcheck source=tests/integration/lib_appliance.sh
+source "$(dirname "$0")/lib_appliance.sh"
+trap 'stop_all $?' EXIT
 appliance a server 02:00:5e:00:0f:01 192.0.2.111 0 "$prom" "services:
   - test: naa
     port: p0

@@ -13,34 +13,10 @@ rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
 tag=lvp$$ tcp=$((42000 + $$ % 10000)) prom=127.0.0.1:$((33000 + $$ % 10000))
 pids=()
-cleanup() {
-  local rc=$?
-  [[ $rc != 0 ]] && tail -n 20 "$work"/*.log
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
-cat > "$work/a.yaml" <<YAML
-name: a
-eal:
-  args: [--no-huge, --no-shconf, -m, "256", --no-pci, --file-prefix=${tag}a, "--log-level=*:error"]
-  lcores: [0]
-ports:
-  - name: p0
-    device: net_memif0
-    devargs: role=server,id=0,socket-abstract=no,socket=$work/memif.sock
-    mac: 02:00:5e:00:0e:01
-    ipv4: 192.0.2.97/24
-counters:
-  prometheus: $prom
-  telemetry: false
-attach:
-  socket: $work/a.sock
-  mode: "0600"
-YAML
-"$roced" --config "$work/a.yaml" > "$work/a.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [[ -S $work/a.sock ]] && break; sleep 0.1; done
+# shellcheck source=tests/integration/lib_appliance.sh
+source "$(dirname "$0")/lib_appliance.sh"
+trap 'stop_all $?' EXIT
+appliance a server 02:00:5e:00:0e:01 192.0.2.97 0 "$prom"
 counter() {  # NAME -> value on port p0
   "$ctl" -p "$prom" --all counters | awk -v n="$1" '$1 == "p0" && $2 == n { print $3 }'
 }

@@ -14,44 +14,11 @@ work=$(realpath "$work")
 tag=pattach$$
 tcp=$((40000 + $$ % 10000))
 pids=()
-cleanup() {
-  local rc=$?
-  [[ $rc != 0 ]] && tail -n 30 "$work"/*.log
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
-
-appliance() {  # NAME ROLE MAC IP LCORE
-  cat > "$work/$1.yaml" <<YAML
-name: $1
-eal:
-  args: [--no-huge, --no-shconf, -m, "256", --no-pci, --file-prefix=$tag$1, "--log-level=*:error"]
-  lcores: [$5]
-ports:
-  - name: p0
-    device: net_memif0
-    devargs: role=$2,id=0,socket-abstract=no,socket=$work/memif.sock
-    mac: $3
-    ipv4: $4/24
-counters:
-  telemetry: false
-attach:
-  socket: $work/$1.sock
-  mode: "0600"
-YAML
-  "$roced" --config "$work/$1.yaml" > "$work/$1.log" 2>&1 &
-  pids+=($!)
-  eval "pid_$1=$!"
-}
-up() {
-  for _ in $(seq 100); do grep -q " up on lcore" "$work/$1.log" && [[ -S $work/$1.sock ]] && break; sleep 0.1; done
-  grep -q "attach: $work/$1.sock" "$work/$1.log" || { cat "$work/$1.log"; echo "FAIL: roced $1"; exit 1; }
-}
+# shellcheck source=tests/integration/lib_appliance.sh
+source "$(dirname "$0")/lib_appliance.sh"
+trap 'stop_all $?' EXIT
 appliance a server 02:00:5e:00:0c:01 192.0.2.91 0
-up a
 appliance b client 02:00:5e:00:0c:02 192.0.2.92 1
-up b
 
 n=0
 pair() {  # NAME TEST ARGS...: server attached to B, client attached to A

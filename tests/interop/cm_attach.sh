@@ -19,26 +19,7 @@ for dir in vm-server us-server; do
   else
     boot "retry rdma_client -s 192.0.2.100 -p 7471"
   fi
-  cat > "$out/roced.yaml" <<YAML
-name: cmx
-eal:
-  args: [--no-huge, --no-shconf, -m, "256", --no-pci, --file-prefix=cmx$$, "--log-level=*:error"]
-  lcores: [0]
-ports:
-  - name: p0
-    device: net_af_packet0
-    devargs: iface=dp0,qpairs=1
-    mac: 02:00:5e:00:0f:11
-    ipv4: 192.0.2.100/24
-counters:
-  telemetry: false
-attach:
-  socket: $out/roced.sock
-  mode: "0600"
-YAML
-  ip netns exec "$ns" "$roced" --config "$out/roced.yaml" > "$out/roced.log" 2>&1 &
-  rp=$!
-  for _ in $(seq 100); do [[ -S $out/roced.sock ]] && break; sleep 0.1; done
+  roced_on_dp0 "$roced" roced
   if [[ $dir == vm-server ]]; then
     timeout 120 "$ex" --socket "$out/roced.sock" --connect 192.0.2.1:7471 > "$out/us.txt" 2>&1 \
       && ours=0 || ours=$?

@@ -20,26 +20,7 @@ trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$out"' EXIT
 fail=0
 for kind in "${kinds[@]}"; do
   boot "retry ibv_${kind}_pingpong -d rxe0 -g \$(rxe_gid_idx) -s 1000 -n $iters 192.0.2.254"
-  cat > "$out/roced.yaml" <<YAML
-name: lvp
-eal:
-  args: [--no-huge, --no-shconf, -m, "256", --no-pci, --file-prefix=lvp$$, "--log-level=*:error"]
-  lcores: [0]
-ports:
-  - name: p0
-    device: net_af_packet0
-    devargs: iface=dp0,qpairs=1
-    mac: 02:00:5e:00:0e:11
-    ipv4: 192.0.2.100/24
-counters:
-  telemetry: false
-attach:
-  socket: $out/roced.sock
-  mode: "0600"
-YAML
-  ip netns exec "$ns" "$roced" --config "$out/roced.yaml" > "$out/roced.log" 2>&1 &
-  rp=$!
-  for _ in $(seq 100); do [[ -S $out/roced.sock ]] && break; sleep 0.1; done
+  roced_on_dp0 "$roced" roced
   ip netns exec "$ns" timeout 150 "$sink" --socket "$out/roced.sock" --kind "$kind" --size 1000 \
     --iters "$iters" --per-buffer 8 > "$out/sink.txt" 2>&1 && ours=0 || ours=$?
   finish && theirs=0 || theirs=1
