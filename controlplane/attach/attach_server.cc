@@ -82,6 +82,29 @@ void* make_shared(const char* name, std::size_t bytes, int& fd) {
   return p;
 }
 
+/// The shared memory of a ring of `slots` T entries lcore -> client, and the eventfd that wakes
+/// its reader: false (nothing left open) when either cannot be made.
+template <class T>
+struct EventRing {
+  ShmProducer<T> ring;
+  void* map = nullptr;
+  std::size_t bytes = 0;
+  int memfd = -1, efd = -1;
+  bool make(const char* name, std::uint32_t slots) {
+    bytes = ShmQueueLayout<T>::bytes(slots);
+    map = make_shared(name, bytes, memfd);
+    if (map == nullptr) return false;
+    efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (efd < 0) {
+      ::munmap(map, bytes);
+      ::close(memfd);
+      return false;
+    }
+    ring = ShmProducer<T>(ShmQueueLayout<T>::init(map, slots), slots);
+    return true;
+  }
+};
+
 void send_reply(int fd, const Reply& r, const int* fds = nullptr, int nfds = 0) {
   iovec iov{const_cast<Reply*>(&r), sizeof r};
   msghdr m{};
@@ -444,24 +467,16 @@ int Ops::hello() {
   const AttachQuotas& q = quota();
   const std::uint32_t slots =
       ShmQueueLayout<EventEntry>::slots_for(2 * q.max_qps + q.max_cqs + q.max_srqs);
-  const std::size_t bytes = ShmQueueLayout<EventEntry>::bytes(slots);
-  int memfd = -1;
-  void* p = make_shared("roce-events", bytes, memfd);
-  if (p == nullptr) return ENOMEM;
-  const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (efd < 0) {
-    ::munmap(p, bytes);
-    ::close(memfd);
-    return ENOMEM;
-  }
+  EventRing<EventEntry> er;
+  if (!er.make("roce-events", slots)) return ENOMEM;
   c.events = std::make_unique<LaneEvents>();
-  c.events->ring = ShmProducer<EventEntry>(ShmQueueLayout<EventEntry>::init(p, slots), slots);
-  c.events->event_fd = efd;
-  c.events_map = p;
-  c.events_bytes = bytes;
-  rep.bytes = bytes;
+  c.events->ring = er.ring;
+  c.events->event_fd = er.efd;
+  c.events_map = er.map;
+  c.events_bytes = er.bytes;
+  rep.bytes = er.bytes;
   rep.hello.event_slots = slots;
-  out = Out{{memfd, efd}, 2, {memfd, -1}, 1};
+  out = Out{{er.memfd, er.efd}, 2, {er.memfd, -1}, 1};
   const AttachPort& port = s.ports_[pi];
   c.port = pi;
   c.lcore = c.id % static_cast<std::uint32_t>(port.loops.size());
@@ -826,20 +841,11 @@ int Ops::destroy_srq() {
 
 int Ops::cm_open() {
   if (c.cm) return 0;
-  const std::uint32_t slots = kCmEventSlots;
-  const std::size_t bytes = ShmQueueLayout<CmEventEntry>::bytes(slots);
-  int memfd = -1;
-  void* p = make_shared("roce-cm-events", bytes, memfd);
-  if (p == nullptr) return ENOMEM;
-  const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (efd < 0) {
-    ::munmap(p, bytes);
-    ::close(memfd);
-    return ENOMEM;
-  }
+  EventRing<CmEventEntry> er;
+  if (!er.make("roce-cm-events", kCmEventSlots)) return ENOMEM;
   auto lc = std::make_unique<LaneCm>();
-  lc->ring = ShmProducer<CmEventEntry>(ShmQueueLayout<CmEventEntry>::init(p, slots), slots);
-  lc->event_fd = efd;
+  lc->ring = er.ring;
+  lc->event_fd = er.efd;
   Lane* lane = c.lane;
   LaneCm* l = lc.get();
   const wire::Ipv4Addr ip = s.ports_[c.port].ipv4;
@@ -855,17 +861,17 @@ int Ops::cm_open() {
     return true;
   });
   if (!ok) {
-    ::munmap(p, bytes);
-    ::close(memfd);
-    ::close(efd);
+    ::munmap(er.map, er.bytes);
+    ::close(er.memfd);
+    ::close(er.efd);
     return EBUSY;
   }
   c.cm = std::move(lc);
-  c.cm_map = p;
-  c.cm_bytes = bytes;
-  rep.bytes = bytes;
-  rep.slots = slots;
-  out = Out{{memfd, efd}, 2, {memfd, -1}, 1};
+  c.cm_map = er.map;
+  c.cm_bytes = er.bytes;
+  rep.bytes = er.bytes;
+  rep.slots = kCmEventSlots;
+  out = Out{{er.memfd, er.efd}, 2, {er.memfd, -1}, 1};
   return 0;
 }
 

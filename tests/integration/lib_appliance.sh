@@ -6,7 +6,8 @@
 # appliance NAME ROLE MAC IP LCORE [PROMETHEUS [EXTRA_YAML]]: writes $work/NAME.yaml (memif ROLE
 # server|client on $work/memif.sock, attach socket $work/NAME.sock, Prometheus on PROMETHEUS or
 # an ephemeral port), starts roced, waits until its port is up and its socket exists; pid_NAME
-# is its pid. EXTRA_YAML is appended at the top level (e.g. "services: ...").
+# is its pid. EXTRA_YAML follows the attach block: indented it extends it ("  quotas: ..."),
+# unindented it adds top-level keys ("services: ...").
 appliance() {
   cat > "$work/$1.yaml" <<YAML
 name: $1
