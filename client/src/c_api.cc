@@ -224,7 +224,7 @@ int roce_cm_get_event(roce_context* ctx, roce_cm_event* ev, int timeout_ms) {
   ev->reason = e.reason;
   ev->remote = e.remote ? 1 : 0;
   ev->private_len = static_cast<uint32_t>(std::min<std::size_t>(e.private_data.size(), 196));
-  std::memcpy(ev->private_data, e.private_data.data(), ev->private_len);
+  if (ev->private_len != 0) std::memcpy(ev->private_data, e.private_data.data(), ev->private_len);
   return 0;
 }
 

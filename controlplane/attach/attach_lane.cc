@@ -36,7 +36,8 @@ std::size_t Lane::poll(std::uint64_t now_ns) {
   if (qps_.empty() && cqs_.empty() && cms_.empty()) [[likely]]
     return 0;
   std::size_t moved = 0;
-  if (!cms_.empty()) {
+  if (!cms_.empty() && now_ns - last_cm_poll_ >= kCmPollNs) {
+    last_cm_poll_ = now_ns;
     cms_.front()->session->poll(now_ns);  // the engine's one CM: MADs, timers
     for (LaneCm* c : cms_) moved += flush(*c);
   }

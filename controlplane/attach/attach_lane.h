@@ -120,6 +120,9 @@ class Lane : public port::Poller {
   std::vector<LaneSrq*> srqs_;
   std::vector<LaneCm*> cms_;
   std::map<std::uint32_t, wire::MacAddr> macs_;
+  /// The CM's MADs and timers want milliseconds, not every pass of the loop.
+  static constexpr std::uint64_t kCmPollNs = 20'000;
+  std::uint64_t last_cm_poll_ = 0;
   LaneStats stats_;
 };
 
