@@ -16,6 +16,9 @@ namespace roce::netfr {
 namespace {
 
 std::unique_ptr<EngineFabric> g_fabric;
+/// Every endpoint of the process: they share the fabric, and whoever polls hands each event
+/// and completion to the endpoint that owns its connection.
+std::vector<Endpoint*> g_endpoints;
 
 void at_exit() {
   if (!g_fabric) return;
@@ -56,8 +59,11 @@ std::string Stats::line() const {
   return o.str();
 }
 
+Endpoint::Endpoint(Fabric& f) : fab_(f) { g_endpoints.push_back(this); }
+
 Endpoint::~Endpoint() {
   close_channels();
+  std::erase(g_endpoints, this);
   for (auto& c : ch_) {
     if (c.rx_mr.handle) fab_.dereg_mr(c.rx_mr);
     if (c.tx_mr.handle) fab_.dereg_mr(c.tx_mr);
@@ -240,8 +246,23 @@ int Endpoint::pump() {
   std::vector<FabricEvent> ev;
   std::vector<FabricCompletion> wcs;
   const bool any = fab_.poll(ev, wcs);
-  for (auto& e : ev) on_event(e);
-  for (auto& w : wcs) on_completion(w);
+  auto owner = [](ConnId c) -> Endpoint* {
+    for (Endpoint* e : g_endpoints)
+      if (e->channel_of(c) >= 0) return e;
+    return nullptr;
+  };
+  for (auto& e : ev) {
+    Endpoint* o = owner(e.conn);
+    if (!o && e.kind == FabricEvent::kConnectRequest)
+      for (Endpoint* l : g_endpoints)
+        if (l->listens()) o = l;
+    if (o)
+      o->on_event(e);
+    else if (e.kind == FabricEvent::kConnectRequest)
+      fab_.reject(e.conn, {});
+  }
+  for (auto& w : wcs)
+    if (Endpoint* o = owner(w.conn)) o->on_completion(w);
   return any ? 1 : 0;
 }
 

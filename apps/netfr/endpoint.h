@@ -68,7 +68,7 @@ class Endpoint {
     std::vector<std::function<void(int)>> on_done;
   };
 
-  explicit Endpoint(Fabric& f) : fab_(f) {}
+  explicit Endpoint(Fabric& f);
   virtual ~Endpoint();
 
   Fabric& fabric() { return fab_; }
@@ -104,8 +104,14 @@ class Endpoint {
   virtual void on_event(const FabricEvent& e) = 0;
   virtual bool on_message(unsigned ch, std::uint32_t slot, const Decoded& d) = 0;
   virtual void on_channel_error(unsigned ch, const std::string& why) = 0;
+  /// Hosts take connect requests.
+  virtual bool listens() const { return false; }
+
+ public:
   /// The channel of a connection, or -1.
   int channel_of(ConnId c) const;
+
+ protected:
 
   Fabric& fab_;
   std::array<Channel, NETFR_CHANNEL_COUNT> ch_;

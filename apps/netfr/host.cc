@@ -213,6 +213,8 @@ class Host : public Endpoint {
     client_ip_.clear();
   }
 
+  bool listens() const override { return true; }
+
   void on_event(const FabricEvent& e) override {
     if (e.kind == FabricEvent::kConnectRequest) {
       on_request(e);
