@@ -39,6 +39,7 @@ bool parse_link(const std::string& text, LinkConfig& c, std::string& err) {
       else if (k == "rx_drop") c.rx_drop = std::stod(v);
       else if (k == "reorder") c.reorder = std::stod(v);
       else if (k == "seed") c.seed = std::stoull(v);
+      else if (k == "window") c.window_bytes = std::stoull(v);
       else {
         err = "unknown key '" + k + "'";
         return false;
@@ -104,6 +105,11 @@ EngineFabric::EngineFabric(const LinkConfig& l) {
     ec.mac = *mac;
     ec.ipv4 = *ip;
     ec.advertise_credits = false;
+    if (l.window_bytes) {
+      ec.max_inflight_bytes = l.window_bytes;
+      ec.max_inflight_psns = static_cast<std::uint32_t>(
+          std::max<std::uint64_t>(ec.max_inflight_psns, l.window_bytes / 1024));
+    }
     eng_ = std::make_unique<Engine>(ec);
     port::PortSpec ps;
     ps.device = "net_memif0";

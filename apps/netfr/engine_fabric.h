@@ -25,10 +25,11 @@ struct LinkConfig {
   double tx_drop = 0, rx_drop = 0;
   double reorder = 0;  ///< probability that a sent frame is held back behind 1..4 later ones
   std::uint64_t seed = 1;
+  std::uint64_t window_bytes = 0;  ///< memif: the requester window per QP (0: the engine's)
 };
 
 /// Parses "pmd=memif,socket=PATH,role=server,ip=A,mac=M[,tx_drop=P][,rx_drop=P][,reorder=P]
-/// [,seed=N][,pcap=FILE]" or "pmd=af_packet,iface=IF,...". False and `err` on a bad pair.
+/// [,seed=N][,pcap=FILE][,window=BYTES]" or "pmd=af_packet,iface=IF,...". False and `err` on a bad pair.
 bool parse_link(const std::string& text, LinkConfig& c, std::string& err);
 
 class EngineFabric : public Fabric {
