@@ -41,7 +41,7 @@ class Client : public Endpoint {
     encode(hello, ClientHello{});
     for (unsigned ch = 0; ch < NETFR_CHANNEL_COUNT; ++ch) {
       const auto c = fab_.connect(host, static_cast<std::uint16_t>(port_ + ch), kSendDepth, kSlots,
-                                  {hello, hello + sizeof hello});
+                                  wrap_cm_data(hello));
       if (!c) return -EHOSTUNREACH;
       if (!open_channel(ch, *c)) return -EIO;
       result_ = 0;
@@ -160,7 +160,7 @@ class Client : public Endpoint {
     const unsigned ch = static_cast<unsigned>(chi);
     switch (e.kind) {
       case FabricEvent::kEstablished: {
-        const Decoded d = decode(e.private_data);
+        const Decoded d = decode(unwrap_cm_data(e.private_data));
         if (d.error == DecodeError::kOk && d.type == MsgType::kServerHello &&
             std::get<ServerHello>(d.msg).status != HelloStatus::kOk) {
           result_ = -ECONNREFUSED;
@@ -173,7 +173,7 @@ class Client : public Endpoint {
         break;
       }
       case FabricEvent::kRejected: {
-        const Decoded d = decode(e.private_data);
+        const Decoded d = decode(unwrap_cm_data(e.private_data));
         const bool refused = d.error == DecodeError::kOk && d.type == MsgType::kServerHello &&
                              std::get<ServerHello>(d.msg).status == HelloStatus::kRejected;
         result_ = refused ? -ECONNREFUSED : -ECONNABORTED;

@@ -238,7 +238,7 @@ class Host : public Endpoint {
 
   void on_request(const FabricEvent& e) {
     std::uint8_t reply[kServerHelloSize];
-    const Decoded d = decode(e.private_data);
+    const Decoded d = decode(unwrap_cm_data(e.private_data));
     const bool hello_ok = d.error == DecodeError::kOk && d.type == MsgType::kClientHello;
     const int ch = e.port == port_ ? 0 : e.port == port_ + 1 ? 1 : -1;
     HelloStatus st = HelloStatus::kOk;
@@ -250,21 +250,21 @@ class Host : public Endpoint {
       st = HelloStatus::kRejected;
     if (st != HelloStatus::kOk) {
       encode(reply, ServerHello{st});
-      fab_.reject(e.conn, {reply, reply + sizeof reply});
+      fab_.reject(e.conn, wrap_cm_data(reply));
       ++stats_.rejected;
       return;
     }
     const unsigned c = static_cast<unsigned>(ch);
     if (!fab_.prepare(e.conn, kSendDepth, kSlots) || !open_channel(c, e.conn)) {
       encode(reply, ServerHello{HelloStatus::kError});
-      fab_.reject(e.conn, {reply, reply + sizeof reply});
+      fab_.reject(e.conn, wrap_cm_data(reply));
       ch_[c].conn = 0;
       ch_[c].open = false;
       return;
     }
     if (c == 0) client_ip_ = e.peer;
     encode(reply, ServerHello{HelloStatus::kOk});
-    if (!fab_.accept(e.conn, {reply, reply + sizeof reply})) reset_client("accept failed");
+    if (!fab_.accept(e.conn, wrap_cm_data(reply))) reset_client("accept failed");
   }
 
   bool on_message(unsigned ch, std::uint32_t slot, const Decoded& d) override {

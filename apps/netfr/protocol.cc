@@ -128,6 +128,22 @@ std::size_t encode(std::uint8_t* out, const Subscribe& m) {
   return kSubscribeSize;
 }
 
+std::vector<std::uint8_t> wrap_cm_data(std::span<const std::uint8_t> msg) {
+  std::vector<std::uint8_t> v(1 + msg.size());
+  v[0] = static_cast<std::uint8_t>(msg.size());
+  for (std::size_t i = 0; i < msg.size(); ++i) v[1 + i] = msg[i];
+  return v;
+}
+
+std::span<const std::uint8_t> unwrap_cm_data(std::span<const std::uint8_t> pd) {
+  if (pd.size() >= 1 + kHeaderSize && pd[0] >= kHeaderSize && pd[0] <= NETFR_CM_MESSAGE_MAX_SIZE &&
+      pd.size() >= 1u + pd[0] && std::memcmp(pd.data() + 1, NETFR_MAGIC, 8) == 0)
+    return pd.subspan(1, pd[0]);
+  if (pd.size() >= kHeaderSize && std::memcmp(pd.data(), NETFR_MAGIC, 8) == 0)
+    return pd.first(std::min<std::size_t>(pd.size(), NETFR_CM_MESSAGE_MAX_SIZE));
+  return {};
+}
+
 Decoded decode(std::span<const std::uint8_t> b) {
   Decoded d;
   auto fail = [&](DecodeError e) {

@@ -130,6 +130,13 @@ std::vector<std::uint8_t> encode_vec(const M& m) {
   return v;
 }
 
+/// The hellos in the rdma_cm private data as libfabric's verbs provider frames its CM data
+/// (the seed's implementation and the programs that connect to it use it): one byte of length,
+/// then the message. wrap_cm_data() makes that; unwrap_cm_data() accepts it, or a bare message
+/// (a peer on plain rdma_cm), and returns the message (empty when it is neither).
+std::vector<std::uint8_t> wrap_cm_data(std::span<const std::uint8_t> msg);
+std::span<const std::uint8_t> unwrap_cm_data(std::span<const std::uint8_t> pd);
+
 /// Serials on the 32-bit circle (they wrap): a before b.
 constexpr bool serial_before(std::uint32_t a, std::uint32_t b) {
   return static_cast<std::int32_t>(a - b) < 0;

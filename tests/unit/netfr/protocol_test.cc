@@ -169,6 +169,27 @@ TEST(NetfrProtocol, MalformedMessagesAreRefused) {
   EXPECT_EQ(decode(s).error, DecodeError::kBadField);
 }
 
+TEST(NetfrProtocol, CmDataAsLibfabricFramesIt) {
+  std::uint8_t h[16];
+  const std::size_t n = encode(h, ClientHello{});
+  auto w = wrap_cm_data({h, n});
+  ASSERT_EQ(w.size(), 11u);
+  EXPECT_EQ(w[0], 10);
+  w.resize(56, 0);  // the REQ's private data is padded
+  auto m = unwrap_cm_data(w);
+  ASSERT_EQ(m.size(), 10u);
+  EXPECT_EQ(decode(m).type, MsgType::kClientHello);
+  // A bare hello (plain rdma_cm peer), padded.
+  std::vector<std::uint8_t> bare(h, h + n);
+  bare.resize(40, 0);
+  EXPECT_EQ(decode(unwrap_cm_data(bare)).type, MsgType::kClientHello);
+  // Neither.
+  std::vector<std::uint8_t> junk(56, 0x42);
+  EXPECT_TRUE(unwrap_cm_data(junk).empty());
+  EXPECT_TRUE(unwrap_cm_data({}).empty());
+  EXPECT_EQ(decode(unwrap_cm_data(junk)).error, DecodeError::kTooShort);
+}
+
 TEST(NetfrProtocol, SerialsWrap) {
   EXPECT_TRUE(serial_before(0xFFFFFFFFu, 0));
   EXPECT_TRUE(serial_before(1, 2));
