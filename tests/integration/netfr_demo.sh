@@ -13,7 +13,7 @@ sock=$work/memif.sock link="window=16777216"
 NETFR_LINK="pmd=memif,socket=$sock,role=server,ip=192.0.2.1,mac=02:00:00:00:00:01,$link" \
   "$demo" host --fps "$fps" --seconds "$secs" --res "$res" > "$work/host.log" 2>&1 &
 pid=$!
-for _ in $(seq 150); do grep -q "waiting for a client" "$work/host.log" && break; sleep 0.1; done
+for _ in $(seq 150); do grep -qs "waiting for a client" "$work/host.log" && break; sleep 0.1; done
 rc=0
 NETFR_LINK="pmd=memif,socket=$sock,role=client,ip=192.0.2.2,mac=02:00:00:00:00:02,$link" \
   timeout 600 "$demo" client 192.0.2.1 --svg "$work/latency.svg" > "$work/client.log" 2>&1 || rc=$?

@@ -22,7 +22,7 @@ NETFR_LINK="pmd=memif,socket=$sock,role=server,ip=192.0.2.1,mac=02:00:00:00:00:0
   "$check" host "$run" --sessions "$sessions" --max-frame "$max" --ops "$ops" \
   > "$work/host.log" 2>&1 &
 pid=$!
-for _ in $(seq 150); do grep -q "listening" "$work/host.log" && break; sleep 0.1; done
+for _ in $(seq 150); do grep -qs "listening" "$work/host.log" && break; sleep 0.1; done
 rc=0
 for s in $(seq "$sessions"); do
   NETFR_LINK="pmd=memif,socket=$sock,role=client,ip=192.0.2.2,mac=02:00:00:00:00:02,seed=$((5 + s))$faults" \
