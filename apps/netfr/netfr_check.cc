@@ -431,13 +431,16 @@ int run_client(const Args& a) {
             if (s >= ev->payloadLength && (want == 0 || s < want)) want = s;
           CHECK(nfrMemorySize(ev->memRegion) == want, "frame of %u bytes in a %llu-byte buffer",
                 ev->payloadLength, U(nfrMemorySize(ev->memRegion)));
+        }
+        ++v.writes;
+        v.bytes += ev->payloadLength;
+        // The buffer back, then the answer (one QP: the host sees them in this order).
+        CHECK(nfrClientBufferAck(c, ev->memRegion) == 0, "buffer ack");
+        if (a.scenario != "order") {
           std::uint8_t ok[8] = {1};
           CHECK(nfrClientSendData(c, NETFR_CHANNEL_PRIMARY, ok, sizeof ok, ev->udata) == 0,
                 "answer");
         }
-        ++v.writes;
-        v.bytes += ev->payloadLength;
-        CHECK(nfrClientBufferAck(c, ev->memRegion) == 0, "buffer ack");
       } else {
         CHECK(check(ev->inlineData, ev->payloadLength, ev->udata), "datagram %llu corrupt",
               U(ev->udata));

@@ -366,14 +366,15 @@ static int run_client(const char* host) {
       bytes += size;
       post_recv(p.ch, p.slot);
       send_ack(p.ch, T_HOST_DATA_ACK);
-      /* The answer the host waits for, then the buffer back. */
+      /* The buffer back, then the answer the host waits for (in this order on one QP, so that
+         the host knows the buffer is free when it writes the next frame). */
+      advertise((int)idx);
       uint8_t a[40];
       header(a, T_CLIENT_DATA, 40);
       put32(a + 12, 8);
       put64(a + 24, ud);
       a[32] = 1;
       send_msg(0, a, 40, 0);
-      advertise((int)idx);
     }
   }
   printf("client: %" PRIu64 " messages in total order, %" PRIu64 " frames (%" PRIu64
