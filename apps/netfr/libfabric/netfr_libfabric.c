@@ -372,6 +372,8 @@ static int run_client(const char* host) {
       uint8_t a[40];
       header(a, T_CLIENT_DATA, 40);
       put32(a + 12, 8);
+      put32(a + 16, msg_serial++);
+      put32(a + 20, ch[0].tx_chs++);
       put64(a + 24, ud);
       a[32] = 1;
       send_msg(0, a, 40, 0);
