@@ -179,10 +179,10 @@ int Endpoint::send_ack(unsigned ch, bool host_data) {
 }
 
 bool Endpoint::post_write(unsigned ch, const void* local, std::uint32_t len, std::uint32_t lkey,
-                          std::uint64_t raddr, std::uint32_t rkey) {
+                          std::uint64_t raddr, std::uint32_t rkey, bool signaled) {
   Channel& c = ch_[ch];
   return c.up && fab_.post_send(c.conn, make_wr(ch, WrKind::kWrite, 0), true, local, len, lkey,
-                                raddr, rkey, false);
+                                raddr, rkey, signaled);
 }
 
 void Endpoint::flush_internal(unsigned ch) {

@@ -89,7 +89,7 @@ class Endpoint {
   int send_ack(unsigned ch, bool host_data);
   /// RDMA WRITE (unsignaled) on `ch`; the SEND after it tells its completion.
   bool post_write(unsigned ch, const void* local, std::uint32_t len, std::uint32_t lkey,
-                  std::uint64_t raddr, std::uint32_t rkey);
+                  std::uint64_t raddr, std::uint32_t rkey, bool signaled = false);
   void repost(unsigned ch, std::uint32_t slot);
   std::uint8_t* rx_slot(unsigned ch, std::uint32_t slot) {
     return ch_[ch].rx_mem.data() + std::size_t{slot} * NETFR_MESSAGE_MAX_SIZE;

@@ -2,6 +2,7 @@
 /// Fabric on the appliance's engine (engine_fabric.h).
 #include "apps/netfr/engine_fabric.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +41,7 @@ bool parse_link(const std::string& text, LinkConfig& c, std::string& err) {
       else if (k == "reorder") c.reorder = std::stod(v);
       else if (k == "seed") c.seed = std::stoull(v);
       else if (k == "window") c.window_bytes = std::stoull(v);
+      else if (k == "lcore") c.lcore = std::stoi(v);
       else {
         err = "unknown key '" + k + "'";
         return false;
@@ -97,8 +99,19 @@ EngineFabric::EngineFabric(const LinkConfig& l) {
     const auto ip = ctl::parse_ipv4(l.ip);
     const auto mac = ctl::parse_mac(l.mac);
     if (!ip || !mac) throw std::runtime_error("bad IPv4 or MAC address");
+    // The poll loop's thread may run on any CPU of the process (EAL pins its main lcore:
+    // two processes pinned to one CPU would take turns by scheduler ticks), unless lcore=N.
+    std::string cpus = l.lcore >= 0 ? std::to_string(l.lcore) : std::string();
+    if (l.lcore < 0) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      if (sched_getaffinity(0, sizeof set, &set) == 0)
+        for (int c = 0; c < CPU_SETSIZE; ++c)
+          if (CPU_ISSET(c, &set)) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
+      if (cpus.empty()) cpus = "0";
+    }
     port::eal_init({"--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--log-level=*:error",
-                    "--file-prefix=netfr" + std::to_string(getpid()), "-l", "0",
+                    "--file-prefix=netfr" + std::to_string(getpid()), "--lcores=0@(" + cpus + ")",
                     "--vdev=net_memif0,role=" + l.memif_role +
                         ",id=0,socket-abstract=no,socket=" + l.memif_socket});
     EngineConfig ec;

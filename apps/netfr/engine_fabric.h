@@ -26,10 +26,11 @@ struct LinkConfig {
   double reorder = 0;  ///< probability that a sent frame is held back behind 1..4 later ones
   std::uint64_t seed = 1;
   std::uint64_t window_bytes = 0;  ///< memif: the requester window per QP (0: the engine's)
+  int lcore = -1;  ///< memif: the CPU the poll loop runs on (-1: any of the process's)
 };
 
 /// Parses "pmd=memif,socket=PATH,role=server,ip=A,mac=M[,tx_drop=P][,rx_drop=P][,reorder=P]
-/// [,seed=N][,pcap=FILE][,window=BYTES]" or "pmd=af_packet,iface=IF,...". False and `err` on a bad pair.
+/// [,seed=N][,pcap=FILE][,window=BYTES][,lcore=CPU]" or "pmd=af_packet,iface=IF,...". False and `err` on a bad pair.
 bool parse_link(const std::string& text, LinkConfig& c, std::string& err);
 
 class EngineFabric : public Fabric {

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "apps/netfr/bench.h"
 #include "apps/netfr/endpoint.h"
 
 namespace roce::netfr {
@@ -175,6 +176,18 @@ class Host : public Endpoint {
     ++stats_.writes;
     stats_.write_bytes += len;
     return best;
+  }
+
+  /// Benchmarks only (bench.h): a bare RDMA WRITE into buffer `index`, no notification.
+  int raw_write(NFRMemory* mem, std::uint64_t len, std::uint32_t index) {
+    if (!mem || len == 0 || len > mem->size || index >= NETFR_MAX_MEM_REGIONS) return -EINVAL;
+    const RemoteBuffer& b = remote_[index];
+    if (!connected()) return -ENOTCONN;
+    if (!b.known || b.size < len || b.channel != mem->channel) return -EMSGSIZE;
+    return post_write(mem->channel, mem->ptr, static_cast<std::uint32_t>(len), mem->mr.lkey,
+                      b.addr, b.rkey, true)
+               ? 0
+               : -EIO;
   }
 
   std::string stats_line() const {
@@ -369,6 +382,9 @@ void nfrHostFree(PNFRHost* host) {
   if (!host || !*host) return;
   delete *host;
   *host = nullptr;
+}
+int nfr_bench_host_raw_write(PNFRHost host, PNFRMemory mem, uint64_t length, uint32_t index) {
+  return host ? host->h->raw_write(mem, length, index) : -EINVAL;
 }
 void* nfrMemoryPointer(PNFRMemory mem) { return mem ? mem->ptr : nullptr; }
 uint64_t nfrMemorySize(PNFRMemory mem) { return mem ? mem->size : 0; }

@@ -16,6 +16,9 @@
 ///            (-EAGAIN after CREDIT_COUNT - RESERVED messages, non-blocking); once it reads,
 ///            sending resumes, and every message arrives, in order.
 ///   refuse:  while the client is connected a second client (same process) is refused.
+///   bench:   latency of NetFR buffer writes (write + notification, until the client's event)
+///            against bare RDMA WRITEs of the same size (until the client sees the last bytes),
+///            4 KiB .. 4K RGBA, one at a time; the client prints a table.
 ///   restart: the host serves --sessions clients one after the other (run the client that
 ///            many times): each gets its frames.
 #include <errno.h>
@@ -31,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "apps/netfr/bench.h"
 #include "apps/netfr/include/netfr/netfr.h"
 
 namespace {
@@ -294,6 +298,121 @@ void host_credits(PNFRHost h) {
   std::printf("host: credits recovered, %llu datagrams sent\n", U(sent));
 }
 
+// ---- bench: NetFR buffer writes against bare RDMA WRITEs of the same size ----
+
+constexpr std::uint64_t kCtl = 0xC0DE000000000000ull;
+const std::vector<std::uint64_t> kBenchSizes{4 * KiB, 64 * KiB, 1 * MiB, 1920ull * 1080 * 4,
+                                             3840ull * 2160 * 4};
+int bench_iters(std::uint64_t len) {
+  return len <= 64 * KiB ? 400 : len <= MiB ? 150 : len <= 10 * MiB ? 40 : 20;
+}
+struct BenchCtl {
+  std::uint32_t index, raw, iters, pad;
+};
+
+std::uint64_t mono_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+void host_bench(PNFRHost h) {
+  static std::vector<std::uint8_t> src(kBenchSizes.back());
+  PNFRMemory mem = nfrHostAttachMemory(h, src.data(), src.size(), NETFR_CHANNEL_PRIMARY);
+  CHECK(mem, "attach");
+  std::vector<std::uint8_t> rb;
+  for (std::uint32_t i = 0; i < kBenchSizes.size(); ++i) {
+    const std::uint64_t len = kBenchSizes[i];
+    const int iters = bench_iters(len);
+    fill(src.data(), len, i);
+    for (std::uint32_t raw = 1; raw <= 1; raw -= 1) {  // raw (1), then NetFR (0)
+      BenchCtl ctl{i, raw, static_cast<std::uint32_t>(iters), 0};
+      CHECK(nfrHostSendData(h, NETFR_CHANNEL_PRIMARY, &ctl, sizeof ctl, kCtl) == 0, "ctl");
+      rb.resize(NETFR_MESSAGE_MAX_PAYLOAD_SIZE);
+      CHECK(host_read(h, NETFR_CHANNEL_PRIMARY, rb) == kCtl, "ready");
+      for (int k = 0; k < iters; ++k) {
+        const std::uint64_t t0 = mono_ns();
+        if (raw) {
+          const std::uint64_t mark[2] = {t0, static_cast<std::uint64_t>(k) + 1};
+          std::memcpy(src.data() + len - 16, mark, 16);
+          CHECK(nfr_bench_host_raw_write(h, mem, len, i) == 0, "raw write");
+        } else {
+          const int idx = nfrHostWriteBuffer(mem, 0, 0, len, t0, nullptr);
+          CHECK(idx == static_cast<int>(i), "write: %d", idx);
+        }
+        rb.resize(NETFR_MESSAGE_MAX_PAYLOAD_SIZE);
+        CHECK(host_read(h, NETFR_CHANNEL_PRIMARY, rb) == static_cast<std::uint64_t>(k), "answer");
+      }
+      if (raw == 0) break;
+    }
+    std::printf("host: bench %llu bytes done\n", U(len));
+  }
+  std::uint8_t end[8] = {};
+  CHECK(nfrHostSendData(h, NETFR_CHANNEL_SECONDARY, end, sizeof end, kEnd) == 0, "end");
+}
+
+void client_bench(PNFRClient c, std::vector<std::vector<std::uint8_t>>& store) {
+  auto* ev = new NFRClientEvent;
+  std::printf("| frame | bytes | bare RDMA WRITE p50 / p99 (us) | NetFR write + notification p50 / p99 (us) | NetFR / bare (p50) |\n");
+  std::printf("|---|---|---|---|---|\n");
+  double raw_p50 = 0, raw_p99 = 0;
+  auto pct = [](std::vector<double> v, double p) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[std::min(v.size() - 1, static_cast<std::size_t>(p / 100 * v.size()))];
+  };
+  for (;;) {
+    int r = nfrClientProcess(c, ev);
+    CHECK(r >= 0, "process: %d", r);
+    if (r == 0) continue;
+    if (ev->udata == kEnd) break;
+    CHECK(ev->type == NFR_CLIENT_EVENT_DATA && ev->udata == kCtl, "expected a bench control message");
+    BenchCtl ctl;
+    std::memcpy(&ctl, ev->inlineData, sizeof ctl);
+    CHECK(ctl.index < store.size(), "bench index");
+    const std::uint64_t len = kBenchSizes[ctl.index];
+    std::uint8_t ready[8] = {};
+    CHECK(nfrClientSendData(c, NETFR_CHANNEL_PRIMARY, ready, 8, kCtl) == 0, "ready");
+    std::vector<double> lat;
+    for (std::uint32_t k = 0; k < ctl.iters; ++k) {
+      double us = 0;
+      if (ctl.raw) {
+        const std::uint8_t* tail = store[ctl.index].data() + len - 16;
+        std::uint64_t mark[2];
+        const double end = now_s() + 30;
+        for (;;) {
+          std::memcpy(mark, tail, 16);
+          if (mark[1] == k + 1) break;
+          r = nfrClientProcess(c, ev);
+          CHECK(r == 0, "an event during a bare write: %d", r);
+          CHECK(now_s() < end, "bare write %u never landed", k);
+        }
+        us = static_cast<double>(mono_ns() - mark[0]) / 1e3;
+      } else {
+        const double end = now_s() + 30;
+        while ((r = nfrClientProcess(c, ev)) == 0) CHECK(now_s() < end, "no frame");
+        CHECK(r == 1 && ev->type == NFR_CLIENT_EVENT_MEM_WRITE, "expected a frame");
+        us = static_cast<double>(mono_ns() - ev->udata) / 1e3;
+        CHECK(nfrClientBufferAck(c, ev->memRegion) == 0, "buffer ack");
+      }
+      if (k >= 3) lat.push_back(us);  // warm-up
+      std::uint8_t ok[8] = {};
+      CHECK(nfrClientSendData(c, NETFR_CHANNEL_PRIMARY, ok, 8, k) == 0, "answer");
+    }
+    CHECK(check(store[ctl.index].data(), len - 16, ctl.index), "bench frame corrupt");
+    if (ctl.raw) {
+      raw_p50 = pct(lat, 50);
+      raw_p99 = pct(lat, 99);
+    } else {
+      const char* name = len == 1920ull * 1080 * 4 ? "1080p RGBA" : len == 3840ull * 2160 * 4 ? "4K RGBA" : "-";
+      std::printf("| %s | %llu | %.1f / %.1f | %.1f / %.1f | %.2f |\n", name, U(len), raw_p50, raw_p99,
+                  pct(lat, 50), pct(lat, 99), raw_p50 > 0 ? pct(lat, 50) / raw_p50 : 0);
+      std::fflush(stdout);
+    }
+  }
+  delete ev;
+}
+
 int run_host(const Args& a) {
   PNFRHost h = nullptr;
   const bool nb = a.scenario == "credits";
@@ -315,6 +434,8 @@ int run_host(const Args& a) {
       host_order(h, mem, a);
     else if (a.scenario == "credits")
       host_credits(h);
+    else if (a.scenario == "bench")
+      host_bench(h);
     wait_gone(h);
     std::printf("host: session %d done, client gone\n", s + 1);
     std::fflush(stdout);
@@ -344,6 +465,8 @@ int run_client(const Args& a) {
   std::vector<std::uint64_t> sizes;
   if (a.scenario == "order") {
     for (int i = 0; i < 8; ++i) sizes.push_back(256 * KiB);
+  } else if (a.scenario == "bench") {
+    sizes = kBenchSizes;
   } else if (a.scenario != "credits") {
     sizes = buffer_sizes(a.max_frame);
   }
@@ -359,7 +482,9 @@ int run_client(const Args& a) {
     CHECK(r2 == -ECONNREFUSED, "a second client got %d, not -ECONNREFUSED", r2);
     std::printf("client: a second client was refused (-ECONNREFUSED)\n");
   }
-  if (a.scenario == "credits") {
+  if (a.scenario == "bench") {
+    client_bench(c, store);
+  } else if (a.scenario == "credits") {
     std::uint8_t msg[512];
     std::uint64_t sent = 0;
     for (;;) {

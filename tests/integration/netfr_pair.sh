@@ -15,7 +15,7 @@ faults="" run=$scenario sessions=1 ops=1500
 case $scenario in
   lossy) run=order faults=",tx_drop=0.01,reorder=0.01" ops=600 max=${3:-32768} ;;
   restart) sessions=3 ;;
-  frames|order|credits|refuse) ;;
+  frames|order|credits|refuse|bench) ;;
   *) echo "FAIL: unknown scenario $scenario"; exit 1 ;;
 esac
 NETFR_LINK="pmd=memif,socket=$sock,role=server,ip=192.0.2.1,mac=02:00:00:00:00:01,seed=3$faults" \

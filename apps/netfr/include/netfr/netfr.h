@@ -55,7 +55,7 @@ struct NFRCallbackInfo {
 struct NFRInitOpts {
   /* The appliance link of this process: "pmd=memif,socket=PATH,role=server|client,ip=A,mac=M"
      or "pmd=af_packet,iface=IF,ip=A,mac=M", plus optional tx_drop=, rx_drop=, reorder=,
-     seed=, pcap=, window=. NULL: the environment variable NETFR_LINK. */
+     seed=, pcap=, window=, lcore=. NULL: the environment variable NETFR_LINK. */
   const char* link;
   /* Host: the address to listen on is the link's; client: the host's IPv4 address. */
   const char* peer;
