@@ -9,7 +9,7 @@
 /// draws latency over time (--svg). Both sides on one machine share the monotonic clock;
 /// across machines the latencies need synchronised clocks.
 ///   roce-netfr-demo host   [--res 1080p,4k] [--fps 60] [--seconds 5]
-///   roce-netfr-demo client HOST_IP [--svg FILE]
+///   roce-netfr-demo client HOST_IP [--svg FILE] [--order strict|relaxed]
 /// The link: NETFR_LINK (see netfr.h).
 #include <errno.h>
 #include <time.h>
@@ -192,7 +192,9 @@ int run_host(const std::vector<const Res*>& res, unsigned fps, double seconds) {
     std::printf("host: %s@%u: %llu frames, %llu cursor updates sent (%llu ticks missed)\n",
                 x->name, fps, U(frames), U(cursors), U(late));
   }
+  // On both channels: with relaxed order, the client is done when both arrived.
   std::uint8_t done[8] = {};
+  send_dg(NETFR_CHANNEL_SECONDARY, done, sizeof done, kDone);
   send_dg(NETFR_CHANNEL_PRIMARY, done, sizeof done, kDone);
   while (nfrHostProcess(h) != -ENOTCONN) {
   }
@@ -256,9 +258,10 @@ void write_svg(const std::string& path, const std::map<std::uint32_t, Series>& s
   std::fclose(f);
 }
 
-int run_client(const char* host, const std::string& svg) {
+int run_client(const char* host, const std::string& svg, bool relaxed) {
   PNFRClient c = nullptr;
   NFRInitOpts o = init_opts(host);
+  o.relaxedOrder = relaxed ? 1 : 0;
   int r = nfrClientInit(&o, &c);
   if (r) {
     std::fprintf(stderr, "nfrClientInit: %d\n", r);
@@ -276,7 +279,7 @@ int run_client(const char* host, const std::string& svg) {
   std::map<std::uint32_t, Series> series;
   auto* ev = new NFRClientEvent;
   std::uint32_t cur_res = 0;
-  std::uint64_t next_seq = 0, last_print = 0, dropped = 0, misplaced = 0;
+  std::uint64_t next_seq = 0, last_print = 0, dropped = 0, misplaced = 0, done = 0;
   for (;;) {
     r = nfrClientProcess(c, ev);
     if (r < 0) {
@@ -343,7 +346,7 @@ int run_client(const char* host, const std::string& svg) {
       s.expected_cursors = pe.cursors;
       s.fps = pe.fps;
     } else if (ev->udata == kDone) {
-      break;
+      if (++done == 2) break;
     }
   }
   std::printf("\n");
@@ -379,7 +382,7 @@ int run_client(const char* host, const std::string& svg) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s host [--res 1080p,4k] [--fps N] [--seconds S] | client HOST_IP [--svg FILE]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s host [--res 1080p,4k] [--fps N] [--seconds S] | client HOST_IP [--svg FILE] [--order strict|relaxed]\n", argv[0]);
     return 2;
   }
   const std::string role = argv[1];
@@ -387,6 +390,7 @@ int main(int argc, char** argv) {
   unsigned fps = 60;
   double seconds = 5;
   std::string svg, peer;
+  bool relaxed = false;
   int i = 2;
   if (role == "client") {
     if (argc < 3) return 2;
@@ -410,6 +414,7 @@ int main(int argc, char** argv) {
     } else if (k == "--fps") fps = static_cast<unsigned>(std::atoi(v.c_str()));
     else if (k == "--seconds") seconds = std::atof(v.c_str());
     else if (k == "--svg") svg = v;
+    else if (k == "--order") relaxed = v == "relaxed";
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -417,5 +422,5 @@ int main(int argc, char** argv) {
   }
   if (fps == 0 || fps > 1000 || seconds <= 0) return 2;
   if (res.empty()) res = {&kRes[0], &kRes[1]};
-  return role == "host" ? run_host(res, fps, seconds) : run_client(peer.c_str(), svg);
+  return role == "host" ? run_host(res, fps, seconds) : run_client(peer.c_str(), svg, relaxed);
 }

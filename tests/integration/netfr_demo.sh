@@ -2,9 +2,10 @@
 # roce-netfr-demo's host and client on a net_memif link: synthetic RGBA frames and a cursor
 # stream for a few seconds per resolution; the client checks every frame and cursor message and
 # must report 0 dropped; the latency plot must be written.
-#   netfr_demo.sh ROCE_NETFR_DEMO FPS SECONDS RESOLUTIONS [OUT_DIR]
+#   netfr_demo.sh ROCE_NETFR_DEMO FPS SECONDS RESOLUTIONS [OUT_DIR] [ORDER]
+# ORDER: strict (default) or relaxed (the client's NFRInitOpts.relaxedOrder).
 set -euo pipefail
-demo=$(realpath "$1") fps=$2 secs=$3 res=$4 out=${5:-}
+demo=$(realpath "$1") fps=$2 secs=$3 res=$4 out=${5:-} order=${6:-strict}
 work=$(mktemp -d /tmp/netfr-demo-XXXXXX)
 pid=
 cleanup() { [[ -n $pid ]] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
@@ -16,7 +17,7 @@ pid=$!
 for _ in $(seq 150); do grep -qs "waiting for a client" "$work/host.log" && break; sleep 0.1; done
 rc=0
 NETFR_LINK="pmd=memif,socket=$sock,role=client,ip=192.0.2.2,mac=02:00:00:00:00:02,$link" \
-  timeout 600 "$demo" client 192.0.2.1 --svg "$work/latency.svg" > "$work/client.log" 2>&1 || rc=$?
+  timeout 600 "$demo" client 192.0.2.1 --svg "$work/latency.svg" --order "$order" > "$work/client.log" 2>&1 || rc=$?
 wait "$pid" || rc=$?
 pid=
 sed 's/^/host: /' "$work/host.log"

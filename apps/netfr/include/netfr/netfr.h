@@ -65,6 +65,11 @@ struct NFRInitOpts {
   int nonBlocking;
   /* Seconds to wait when blocking (connect, credits). 0: 10. */
   double timeoutSec;
+  /* Client: 0 (default) delivers strictly in the host's serial order across both channels (a
+     message waits for every earlier one); non-zero delivers the lowest serial among the
+     messages that have arrived (the seed's scan): a cursor update never waits for a frame still
+     on the wire, and messages present together still come lowest serial first. */
+  int relaxedOrder;
 };
 
 /* ---- host ---- */
