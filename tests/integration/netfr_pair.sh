@@ -11,21 +11,22 @@ pid=
 cleanup() { [[ -n $pid ]] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 sock=$work/memif.sock
-faults="" run=$scenario sessions=1 ops=1500
+faults="" run=$scenario sessions=1 ops=1500 hpin="" cpin=""
 case $scenario in
   lossy) run=order faults=",tx_drop=0.01,reorder=0.01" ops=600 max=${3:-32768} ;;
   restart) sessions=3 ;;
-  frames|order|credits|refuse|bench) ;;
+  bench) hpin=",lcore=0" cpin=",lcore=1" ;;  # one CPU each: latency, not scheduling
+  frames|order|credits|refuse) ;;
   *) echo "FAIL: unknown scenario $scenario"; exit 1 ;;
 esac
-NETFR_LINK="pmd=memif,socket=$sock,role=server,ip=192.0.2.1,mac=02:00:00:00:00:01,seed=3$faults" \
+NETFR_LINK="pmd=memif,socket=$sock,role=server,ip=192.0.2.1,mac=02:00:00:00:00:01,seed=3$faults$hpin" \
   "$check" host "$run" --sessions "$sessions" --max-frame "$max" --ops "$ops" \
   > "$work/host.log" 2>&1 &
 pid=$!
 for _ in $(seq 150); do grep -qs "listening" "$work/host.log" && break; sleep 0.1; done
 rc=0
 for s in $(seq "$sessions"); do
-  NETFR_LINK="pmd=memif,socket=$sock,role=client,ip=192.0.2.2,mac=02:00:00:00:00:02,seed=$((5 + s))$faults" \
+  NETFR_LINK="pmd=memif,socket=$sock,role=client,ip=192.0.2.2,mac=02:00:00:00:00:02,seed=$((5 + s))$faults$cpin" \
     timeout 300 "$check" client "$run" 192.0.2.1 --max-frame "$max" --ops "$ops" \
     > "$work/client$s.log" 2>&1 || rc=$?
   sed "s/^/client$s: /" "$work/client$s.log"
