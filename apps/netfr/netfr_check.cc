@@ -609,6 +609,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (a.max_frame < 4096 || a.max_frame > NETFR_MAX_BUFFER_SIZE || a.ops < 1 || a.sessions < 1) {
+    std::fprintf(stderr, "--max-frame must be 4096 .. 256 MiB, --ops and --sessions >= 1\n");
+    return 2;
+  }
   (void)g_fail;
   return role == "host" ? run_host(a) : run_client(a);
 }
