@@ -13,6 +13,7 @@ PACKAGES=(
   iproute2 iputils-ping tcpdump
   libibverbs-dev librdmacm-dev
   debootstrap buildah yamllint nodejs
+  libfabric-dev
 )
 # Debian's npm; a nodejs from elsewhere (NodeSource) brings its own and conflicts with it.
 command -v npm >/dev/null || PACKAGES+=(npm)
