@@ -245,8 +245,12 @@ int main(int argc, char** argv) {
                 t.peer_private_seen() ? "seen" : "absent (1024 bytes)");
     NfsClient c(t);
     Tool tool{c, *root, io_kib * 1024u, depth};
-    if (auto f = c.fsinfo(*root))
+    if (auto f = c.fsinfo(*root)) {
       std::printf("fsinfo: rtmax %u wtmax %u dtpref %u\n", f->rtmax, f->wtmax, f->dtpref);
+      // READs and WRITEs no larger than the server takes (RFC 1813 FSINFO rtmax, wtmax).
+      const std::uint32_t most = std::min(f->rtmax, f->wtmax);
+      if (most >= 4096 && tool.io > most) tool.io = most;
+    }
     bool ok = true;
     for (std::size_t i = 0; i < cmd.size() && ok;) {
       const std::string& k = cmd[i];

@@ -24,7 +24,7 @@ drop=()
 # came back.
 boot "nfs_vm_server /srv/nfs > /dev/null && cd /srv/nfs && mkdir -p sub && echo hello > sub/h &&
       for s in ${sizes[*]}; do head -c \$s /dev/urandom > f\$s; echo SUM f\$s \$(sha256sum < f\$s | cut -c1-64); done &&
-      echo NFS-READY && i=0 && while [ ! -e DONE ] && [ \$i -lt 600 ]; do sleep 1; i=\$((i+1)); done &&
+      echo NFS-READY && i=0 && while [ ! -e DONE ] && [ \$i -lt 400 ]; do sleep 1; i=\$((i+1)); done &&
       for s in ${sizes[*]}; do echo BACK f\$s \$(sha256sum < back\$s | cut -c1-64); done &&
       ls -l /srv/nfs | head -30" 900
 for _ in $(seq 120); do grep -q NFS-READY "$out/vm.txt" && break; sleep 1; done
@@ -38,7 +38,7 @@ ip netns exec "$RXE_VM_NETNS" timeout 600 "$nfs" --iface dp0 --server 192.0.2.1 
   > "$out/nfs.txt" 2>&1 && ours=0 || ours=$?
 # Whatever happened on our side, let the VM stop waiting.
 [[ $ours == 0 ]] || ip netns exec "$RXE_VM_NETNS" timeout 60 "$nfs" --iface dp0 \
-  --server 192.0.2.1 put "$out/DONE" DONE > /dev/null 2>&1 || true
+  --server 192.0.2.1 put "$out/DONE" DONE 2>&1 | sed 's/^/  nfs (DONE): /' || true
 finish && theirs=0 || theirs=1
 grep -v "^\[rxe-vm\]" "$out/vm.txt" | sed 's/^/  vm: /'
 sed 's/^/  nfs: /' "$out/nfs.txt"
