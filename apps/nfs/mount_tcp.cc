@@ -135,3 +135,89 @@ std::optional<v3::Fh> mount_tcp(const std::string& server, std::uint16_t port,
 }
 
 }  // namespace roce::nfs
+
+namespace roce::nfs {
+
+RpcTcpServer::~RpcTcpServer() {
+  for (auto& c : clients_) ::close(c.fd);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool RpcTcpServer::listen(const std::string& ipv4, std::uint16_t port, std::string& err) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  if (inet_pton(AF_INET, ipv4.c_str(), &sa.sin_addr) != 1) {
+    err = "bad IPv4 address " + ipv4;
+    return false;
+  }
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  const int one = 1;
+  setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::listen(fd_, 16) != 0) {
+    err = "listen on " + ipv4 + ":" + std::to_string(port) + ": " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+bool RpcTcpServer::poll() {
+  if (fd_ < 0) return false;
+  bool any = false;
+  for (;;) {
+    const int c = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK);
+    if (c < 0) break;
+    clients_.push_back({c, {}, {}});
+    any = true;
+  }
+  for (std::size_t i = 0; i < clients_.size();) {
+    Client& c = clients_[i];
+    std::uint8_t buf[4096];
+    bool closed = false;
+    for (;;) {
+      const ssize_t n = ::read(c.fd, buf, sizeof buf);
+      if (n > 0) {
+        c.in.insert(c.in.end(), buf, buf + n);
+        any = true;
+        continue;
+      }
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) closed = true;
+      break;
+    }
+    // Whole fragments: a last one completes a record, which is one call.
+    while (!closed && c.in.size() >= 4) {
+      const std::uint32_t mark = (std::uint32_t{c.in[0]} << 24) | (std::uint32_t{c.in[1]} << 16) |
+                                 (std::uint32_t{c.in[2]} << 8) | c.in[3];
+      const std::uint32_t len = mark & 0x7fffffffu;
+      if (c.record.size() + len > 65536) {
+        closed = true;
+        break;
+      }
+      if (c.in.size() < 4 + std::size_t{len}) break;
+      c.record.insert(c.record.end(), c.in.begin() + 4, c.in.begin() + 4 + len);
+      c.in.erase(c.in.begin(), c.in.begin() + 4 + len);
+      if (!(mark & 0x80000000u)) continue;
+      std::vector<std::uint8_t> reply;
+      handler_(c.record, reply);
+      ++calls_;
+      c.record.clear();
+      if (reply.empty()) continue;
+      std::vector<std::uint8_t> rec;
+      XdrEncoder e(rec);
+      e.u32(0x80000000u | static_cast<std::uint32_t>(reply.size()));
+      rec.insert(rec.end(), reply.begin(), reply.end());
+      // Small replies to a client that reads them: a blocking write is not needed.
+      if (::write(c.fd, rec.data(), rec.size()) != static_cast<ssize_t>(rec.size())) closed = true;
+    }
+    if (closed) {
+      ::close(c.fd);
+      clients_.erase(clients_.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    ++i;
+  }
+  return any;
+}
+
+}  // namespace roce::nfs

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,5 +24,32 @@ std::optional<std::vector<std::uint8_t>> rpc_tcp_call(const std::string& server,
                                                       std::uint16_t port,
                                                       const std::vector<std::uint8_t>& call,
                                                       std::string& err);
+
+/// The server side: RPC over TCP for the MOUNT program (or any handler), non-blocking, polled
+/// from the appliance's loop. Each complete record is one call; its reply goes back as one
+/// record. Records larger than 64 KiB close the connection.
+class RpcTcpServer {
+ public:
+  using Handler = std::function<void(std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply)>;
+  explicit RpcTcpServer(Handler h) : handler_(std::move(h)) {}
+  ~RpcTcpServer();
+  RpcTcpServer(const RpcTcpServer&) = delete;
+  RpcTcpServer& operator=(const RpcTcpServer&) = delete;
+  /// Listens on `ipv4`:`port` (kernel TCP); false and `err` when it cannot.
+  bool listen(const std::string& ipv4, std::uint16_t port, std::string& err);
+  /// Accepts, reads and answers what is ready; never blocks. True when anything happened.
+  bool poll();
+  std::uint64_t calls() const { return calls_; }
+
+ private:
+  struct Client {
+    int fd;
+    std::vector<std::uint8_t> in, record;
+  };
+  Handler handler_;
+  int fd_ = -1;
+  std::vector<Client> clients_;
+  std::uint64_t calls_ = 0;
+};
 
 }  // namespace roce::nfs
