@@ -11,6 +11,7 @@
 #include <iostream>
 #include <random>
 
+#include "apps/nfs/link.h"
 #include "apps/nfs/mount_tcp.h"
 #include "apps/nfs/nfs_client.h"
 
@@ -176,7 +177,8 @@ struct Tool {
 }  // namespace
 
 int main(int argc, char** argv) {
-  perf::LinkOpts link;
+  NfsLink nl;
+  perf::LinkOpts& link = nl.opts;
   std::string server, exp = "/srv/nfs", mount_server;
   unsigned port = kNfsRdmaPort, mount_port = 20048, io_kib = 1024, depth = 8;
   double tx_drop = 0, rx_drop = 0;
@@ -184,7 +186,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> cmd;
   po::options_description o("roce-nfs options");
   o.add_options()("help,h", "this help")(
-      "iface", po::value(&link.iface)->required(), "kernel interface for the DPDK port")(
+      "iface", po::value(&link.iface), "kernel interface for the DPDK port (net_af_packet)")(
+      "memif", po::value(&nl.memif_socket), "net_memif on this control socket instead")(
+      "memif-role", po::value(&nl.memif_role)->default_value("client"), "memif: server or client")(
       "pmd", po::value(&link.pmd)->default_value("af_packet"), "af_packet or af_xdp")(
       "ip", po::value(&link.ip)->default_value("192.0.2.100"), "our RoCE IPv4 address")(
       "mac", po::value(&link.mac)->default_value("02:00:00:00:01:00"), "our MAC")(
@@ -234,7 +238,12 @@ int main(int argc, char** argv) {
       std::cerr << "roce-nfs: " << err << "\n";
       return 1;
     }
-    perf::Env env(link);
+    if (link.iface.empty() && nl.memif_socket.empty()) {
+      std::cerr << "roce-nfs: --iface or --memif is required\n";
+      return 2;
+    }
+    nfs::LinkHolder holder(nl);
+    perf::Env& env = holder.env();
     RpcRdmaClient t(env, topt);
     if (!t.connect(server, static_cast<std::uint16_t>(port))) {
       std::cerr << "roce-nfs: " << t.error() << "\n";

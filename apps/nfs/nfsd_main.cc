@@ -6,6 +6,7 @@
 #include <csignal>
 #include <iostream>
 
+#include "apps/nfs/link.h"
 #include "apps/nfs/nfs_service.h"
 
 namespace po = boost::program_options;
@@ -17,13 +18,16 @@ void on_signal(int) { g_stop = 1; }
 }  // namespace
 
 int main(int argc, char** argv) {
-  perf::LinkOpts link;
+  nfs::NfsLink nl;
+  perf::LinkOpts& link = nl.opts;
   nfs::NfsServiceConfig c;
   double timeout = 0, tx_drop = 0, rx_drop = 0;
   unsigned port = c.port, mount_port = c.mount_port;
   po::options_description o("roce-nfsd options");
   o.add_options()("help,h", "this help")(
-      "iface", po::value(&link.iface)->required(), "kernel interface for the DPDK port")(
+      "iface", po::value(&link.iface), "kernel interface for the DPDK port (net_af_packet)")(
+      "memif", po::value(&nl.memif_socket), "net_memif on this control socket instead")(
+      "memif-role", po::value(&nl.memif_role)->default_value("server"), "memif: server or client")(
       "ip", po::value(&link.ip)->default_value("192.0.2.100"), "our RoCE IPv4 address")(
       "mac", po::value(&link.mac)->default_value("02:00:00:00:01:00"), "our MAC")(
       "pcap", po::value(&link.pcap), "capture every frame here")(
@@ -57,7 +61,12 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   try {
-    perf::Env env(link);
+    if (link.iface.empty() && nl.memif_socket.empty()) {
+      std::cerr << "roce-nfsd: --iface or --memif is required\n";
+      return 2;
+    }
+    nfs::LinkHolder holder(nl);
+    perf::Env& env = holder.env();
     nfs::NfsService svc(env, c);
     std::cout << "roce-nfsd: serving " << c.root << " as " << c.export_path << " on " << link.ip
               << " rdma_cm port " << c.port << ", MOUNT on TCP " << c.mount_address << ":"
