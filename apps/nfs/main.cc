@@ -14,6 +14,7 @@
 #include "apps/nfs/link.h"
 #include "apps/nfs/mount_tcp.h"
 #include "apps/nfs/nfs_client.h"
+#include "apps/nfs/rpc_tcp.h"
 
 namespace po = boost::program_options;
 using namespace roce;
@@ -180,7 +181,7 @@ int main(int argc, char** argv) {
   NfsLink nl;
   perf::LinkOpts& link = nl.opts;
   std::string server, exp = "/srv/nfs", mount_server;
-  unsigned port = kNfsRdmaPort, mount_port = 20048, io_kib = 1024, depth = 8;
+  unsigned port = kNfsRdmaPort, mount_port = 20048, io_kib = 1024, depth = 8, tcp_port = 0;
   double tx_drop = 0, rx_drop = 0;
   TransportOptions topt;
   std::vector<std::string> cmd;
@@ -199,6 +200,8 @@ int main(int argc, char** argv) {
       "mount-server", po::value(&mount_server),
       "where MOUNT runs over TCP (default: --server)")(
       "mount-port", po::value(&mount_port)->default_value(20048), "mountd's TCP port")(
+      "tcp-port", po::value(&tcp_port)->default_value(0),
+      "NFS over kernel TCP on this port instead of RDMA (the baseline)")(
       "credits", po::value(&topt.credits)->default_value(32), "credits requested")(
       "inline", po::value(&topt.inline_size)->default_value(4096), "inline threshold (bytes)")(
       "io", po::value(&io_kib)->default_value(1024), "READ/WRITE size (KiB)")(
@@ -238,21 +241,33 @@ int main(int argc, char** argv) {
       std::cerr << "roce-nfs: " << err << "\n";
       return 1;
     }
-    if (link.iface.empty() && nl.memif_socket.empty()) {
-      std::cerr << "roce-nfs: --iface or --memif is required\n";
-      return 2;
+    std::unique_ptr<LinkHolder> holder;
+    std::unique_ptr<RpcRdmaClient> rdma;
+    RpcTcpClient tcp;
+    RpcTransport* tr = &tcp;
+    if (tcp_port) {  // the baseline: NFS over kernel TCP
+      if (!tcp.connect(server, static_cast<std::uint16_t>(tcp_port))) {
+        std::cerr << "roce-nfs: " << tcp.error() << "\n";
+        return 1;
+      }
+      std::printf("connected to %s:%u over TCP\n", server.c_str(), tcp_port);
+    } else {
+      if (link.iface.empty() && nl.memif_socket.empty()) {
+        std::cerr << "roce-nfs: --iface, --memif or --tcp-port is required\n";
+        return 2;
+      }
+      holder = std::make_unique<LinkHolder>(nl);
+      rdma = std::make_unique<RpcRdmaClient>(holder->env(), topt);
+      if (!rdma->connect(server, static_cast<std::uint16_t>(port))) {
+        std::cerr << "roce-nfs: " << rdma->error() << "\n";
+        return 1;
+      }
+      std::printf("connected to %s:%u: inline send %u receive %u, RFC 8797 private data %s\n",
+                  server.c_str(), port, rdma->send_inline(), rdma->recv_inline(),
+                  rdma->peer_private_seen() ? "seen" : "absent (1024 bytes)");
+      tr = rdma.get();
     }
-    nfs::LinkHolder holder(nl);
-    perf::Env& env = holder.env();
-    RpcRdmaClient t(env, topt);
-    if (!t.connect(server, static_cast<std::uint16_t>(port))) {
-      std::cerr << "roce-nfs: " << t.error() << "\n";
-      return 1;
-    }
-    std::printf("connected to %s:%u: inline send %u receive %u, RFC 8797 private data %s\n",
-                server.c_str(), port, t.send_inline(), t.recv_inline(),
-                t.peer_private_seen() ? "seen" : "absent (1024 bytes)");
-    NfsClient c(t);
+    NfsClient c(*tr);
     Tool tool{c, *root, io_kib * 1024u, depth};
     if (auto f = c.fsinfo(*root)) {
       std::printf("fsinfo: rtmax %u wtmax %u dtpref %u\n", f->rtmax, f->wtmax, f->dtpref);
@@ -286,14 +301,16 @@ int main(int argc, char** argv) {
         ok = false;
       }
     }
-    const auto& s = t.stats();
-    std::cout << "transport: " << s.calls << " calls, " << s.read_chunks << " read chunks, "
+    if (rdma) {
+      const auto& s = rdma->stats();
+      std::cout << "transport: " << s.calls << " calls, " << s.read_chunks << " read chunks, "
               << s.write_chunks << " write chunks, " << s.reply_chunks << " reply chunks, "
               << s.registrations << " registrations, invalidations " << s.remote_invalidations
               << " remote " << s.local_invalidations << " local, credits granted " << s.granted
               << ", max outstanding " << s.max_outstanding << ", waits for credit "
               << s.credit_waits << std::endl;
-    t.close();
+      rdma->close();
+    }
     return ok ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "roce-nfs: " << e.what() << "\n";

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -190,7 +191,7 @@ bool RpcTcpServer::poll() {
       const std::uint32_t mark = (std::uint32_t{c.in[0]} << 24) | (std::uint32_t{c.in[1]} << 16) |
                                  (std::uint32_t{c.in[2]} << 8) | c.in[3];
       const std::uint32_t len = mark & 0x7fffffffu;
-      if (c.record.size() + len > 65536) {
+      if (c.record.size() + len > max_record) {
         closed = true;
         break;
       }
@@ -207,8 +208,19 @@ bool RpcTcpServer::poll() {
       XdrEncoder e(rec);
       e.u32(0x80000000u | static_cast<std::uint32_t>(reply.size()));
       rec.insert(rec.end(), reply.begin(), reply.end());
-      // Small replies to a client that reads them: a blocking write is not needed.
-      if (::write(c.fd, rec.data(), rec.size()) != static_cast<ssize_t>(rec.size())) closed = true;
+      // The reply goes out whole (a client that stops reading for 10 s is dropped).
+      std::size_t off = 0;
+      while (off < rec.size()) {
+        const ssize_t n = ::write(c.fd, rec.data() + off, rec.size() - off);
+        if (n > 0) {
+          off += static_cast<std::size_t>(n);
+          continue;
+        }
+        pollfd pf{c.fd, POLLOUT, 0};
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && ::poll(&pf, 1, 10000) > 0) continue;
+        closed = true;
+        break;
+      }
     }
     if (closed) {
       ::close(c.fd);

@@ -27,7 +27,7 @@ std::optional<std::vector<std::uint8_t>> rpc_tcp_call(const std::string& server,
 
 /// The server side: RPC over TCP for the MOUNT program (or any handler), non-blocking, polled
 /// from the appliance's loop. Each complete record is one call; its reply goes back as one
-/// record. Records larger than 64 KiB close the connection.
+/// record. A record larger than max_record closes the connection.
 class RpcTcpServer {
  public:
   using Handler = std::function<void(std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply)>;
@@ -40,6 +40,7 @@ class RpcTcpServer {
   /// Accepts, reads and answers what is ready; never blocks. True when anything happened.
   bool poll();
   std::uint64_t calls() const { return calls_; }
+  std::size_t max_record = 65536;
 
  private:
   struct Client {

@@ -344,7 +344,6 @@ bool NfsClient::read_file(const Fh& fh, std::uint64_t size, std::vector<std::uin
       next += n;
     }
     if (!t_.poll() && busy) perf::Env::yield();
-    if (!t_.connected() && busy) t_.drain(1);
   }
   t_.drain(5);
   return !bad && done == size;

@@ -19,7 +19,7 @@ namespace roce::nfs {
 
 class NfsClient {
  public:
-  explicit NfsClient(RpcRdmaClient& t) : t_(t) {}
+  explicit NfsClient(RpcTransport& t) : t_(t) {}
 
   /// The last error ("NFS3ERR_NOENT", "RDMA_ERROR ERR_CHUNK", ...).
   const std::string& error() const { return err_; }
@@ -65,7 +65,7 @@ class NfsClient {
                      v3::StableHow how);
   std::optional<std::uint32_t> write_done(const RpcResult& r);
 
-  RpcRdmaClient& t_;
+  RpcTransport& t_;
   std::uint32_t xid_ = 0x10000000u;
   std::string err_;
 };

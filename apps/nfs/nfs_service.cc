@@ -30,6 +30,7 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
     else if (a == "--mount-port") c.mount_port = static_cast<std::uint16_t>(num(1, 65535));
     else if (a == "--credits") c.transport.credits = num(1, 128);
     else if (a == "--inline") c.transport.inline_size = num(1024, 65536);
+    else if (a == "--tcp-port") c.tcp_port = static_cast<std::uint16_t>(num(1, 65535));
     else
       throw std::runtime_error("service nfs: unknown option " + a +
                                " (--root, --export, --mount-address, --mount-port, --credits, "
@@ -51,12 +52,28 @@ NfsService::NfsService(perf::Env& env, const NfsServiceConfig& c)
   std::string err;
   if (!mount_.listen(c.mount_address, c.mount_port, err)) throw std::runtime_error(err);
   rdma_.listen(c.port);
+  if (c.tcp_port) {
+    tcp_ = std::make_unique<RpcTcpServer>(
+        [this](std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply) {
+          RpcReply r;
+          nfs_.handle(call, r);
+          reply = std::move(r.msg);
+          if (r.has_payload) {  // no chunks over TCP: READ's data follows inline
+            const std::size_t n = r.payload.size();
+            reply.insert(reply.end(), r.payload.begin(), r.payload.end());
+            reply.insert(reply.end(), xdr_pad(n), 0);
+          }
+        });
+    tcp_->max_record = c.transport.max_io + 4096;
+    if (!tcp_->listen(c.mount_address, c.tcp_port, err)) throw std::runtime_error(err);
+  }
 }
 
 bool NfsService::step() {
   const bool a = rdma_.poll();
   const bool b = mount_.poll();
-  return a || b;
+  const bool t = tcp_ && tcp_->poll();
+  return a || b || t;
 }
 
 std::string NfsService::report() const {

@@ -22,6 +22,7 @@ struct NfsServiceConfig {
   std::string mount_address = "0.0.0.0";
   std::uint16_t mount_port = 20048;
   ServerOptions transport;
+  std::uint16_t tcp_port = 0;  ///< non-zero: NFS over kernel TCP too (the benchmarks' baseline)
 };
 
 /// Parses a service's args (--root DIR, --export PATH, --mount-address IP, --mount-port N,
@@ -41,6 +42,7 @@ class NfsService {
   NfsServer nfs_;
   RpcRdmaServer rdma_;
   RpcTcpServer mount_;
+  std::unique_ptr<RpcTcpServer> tcp_;
 };
 
 }  // namespace roce::nfs

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   perf::LinkOpts& link = nl.opts;
   nfs::NfsServiceConfig c;
   double timeout = 0, tx_drop = 0, rx_drop = 0;
-  unsigned port = c.port, mount_port = c.mount_port;
+  unsigned port = c.port, mount_port = c.mount_port, tcp_port = 0;
   po::options_description o("roce-nfsd options");
   o.add_options()("help,h", "this help")(
       "iface", po::value(&link.iface), "kernel interface for the DPDK port (net_af_packet)")(
@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
       "mount-address", po::value(&c.mount_address)->default_value("0.0.0.0"),
       "kernel TCP address for MOUNT")(
       "mount-port", po::value(&mount_port)->default_value(c.mount_port), "MOUNT TCP port")(
+      "tcp-port", po::value(&tcp_port)->default_value(0),
+      "also serve NFS over kernel TCP here (0: no)")(
       "credits", po::value(&c.transport.credits)->default_value(32), "credits granted")(
       "inline", po::value(&c.transport.inline_size)->default_value(4096), "inline size")(
       "timeout", po::value(&timeout)->default_value(0), "exit after this many seconds (0: never)")(
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
   }
   c.port = static_cast<std::uint16_t>(port);
   c.mount_port = static_cast<std::uint16_t>(mount_port);
+  c.tcp_port = static_cast<std::uint16_t>(tcp_port);
   if (tx_drop > 0) link.tx_faults.drop_rate = tx_drop, link.tx_faults.seed = 21;
   if (rx_drop > 0) link.rx_faults.drop_rate = rx_drop, link.rx_faults.seed = 22;
   std::signal(SIGINT, on_signal);

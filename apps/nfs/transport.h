@@ -68,28 +68,40 @@ struct TransportStats {
   std::uint32_t granted = 0, max_outstanding = 0;
 };
 
-class RpcRdmaClient {
+/// What the NFS client needs from a transport: RPC-over-RDMA, or ONC RPC over TCP (the
+/// benchmarks' baseline, rpc_tcp.h).
+class RpcTransport {
  public:
   using Done = std::function<void(RpcResult&&)>;
+  virtual ~RpcTransport() = default;
+  virtual void submit(RpcCall c, Done done) = 0;
+  virtual bool poll() = 0;
+  virtual RpcResult call(RpcCall c) = 0;
+  virtual bool drain(double seconds) = 0;
+  virtual bool connected() const = 0;
+};
+
+class RpcRdmaClient : public RpcTransport {
+ public:
 
   RpcRdmaClient(perf::Env& env, TransportOptions o);
-  ~RpcRdmaClient();
+  ~RpcRdmaClient() override;
   RpcRdmaClient(const RpcRdmaClient&) = delete;
   RpcRdmaClient& operator=(const RpcRdmaClient&) = delete;
 
   /// Connects to `ipv4`:`port`; false and error() when it cannot.
   bool connect(const std::string& ipv4, std::uint16_t port = kNfsRdmaPort);
   void close();
-  bool connected() const { return qp_ != nullptr && up_; }
+  bool connected() const override { return qp_ != nullptr && up_; }
 
   /// Queues a call (sent when a credit is free); `done` runs from poll().
-  void submit(RpcCall c, Done done);
+  void submit(RpcCall c, Done done) override;
   /// Runs the stack once; true when anything happened.
-  bool poll();
+  bool poll() override;
   /// submit() and poll until its reply.
-  RpcResult call(RpcCall c);
+  RpcResult call(RpcCall c) override;
   /// Polls until no call is outstanding or queued (or the timeout); false on timeout.
-  bool drain(double seconds);
+  bool drain(double seconds) override;
 
   /// The inline sizes in force after the handshake, and the peer's flag.
   std::uint32_t send_inline() const { return send_inline_; }
