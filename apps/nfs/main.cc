@@ -4,7 +4,8 @@
 /// Commands (run in order on one connection):
 ///   ls PATH | stat PATH | cat PATH | get PATH LOCAL | put LOCAL PATH | rm PATH
 ///   bench PATH BYTES   (writes BYTES to PATH, reads them back, compares; prints MB/s)
-///   smallbench PATH N  (N x (create + 4 KiB write + read + remove); prints the latency)
+///   smallbench DIR N   (N x (create + 4 KiB write + read + remove); prints the latency)
+///   latency PATH N     (N GETATTRs, 4 KiB READs and 4 KiB WRITEs; prints each one's latency)
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <fstream>
@@ -154,6 +155,29 @@ struct Tool {
     return true;
   }
 
+  /// Per-call latency of GETATTR (inline), 4 KiB READ (write chunk) and 4 KiB WRITE (read chunk).
+  bool latency(const std::string& path, unsigned n) {
+    std::vector<std::uint8_t> data(4096, 0x11), back(4096);
+    if (!put_bytes(path, data, nullptr)) return false;
+    const auto l = c.walk(root, path);
+    if (!l) return fail("latency " + path);
+    double t0 = now_s();
+    for (unsigned i = 0; i < n; ++i)
+      if (!c.getattr(l->fh)) return fail("getattr");
+    const double ga = (now_s() - t0) / n;
+    t0 = now_s();
+    for (unsigned i = 0; i < n; ++i)
+      if (!c.read(l->fh, 0, back.data(), 4096)) return fail("read");
+    const double rd = (now_s() - t0) / n;
+    t0 = now_s();
+    for (unsigned i = 0; i < n; ++i)
+      if (!c.write(l->fh, 0, data, v3::kUnstable)) return fail("write");
+    const double wr = (now_s() - t0) / n;
+    std::printf("latency: GETATTR %.1f us, READ 4 KiB %.1f us, WRITE 4 KiB %.1f us (%u each)\n",
+                ga * 1e6, rd * 1e6, wr * 1e6, n);
+    return true;
+  }
+
   bool smallbench(const std::string& dirpath, unsigned n) {
     const auto d = c.walk(root, dirpath);
     if (!d) return fail("smallbench " + dirpath);
@@ -292,11 +316,13 @@ int main(int argc, char** argv) {
       else if (k == "put" && need(2)) ok = tool.put(cmd[i + 1], cmd[i + 2]), i += 3;
       else if (k == "rm" && need(1)) ok = tool.rm(cmd[i + 1]), i += 2;
       else if (k == "bench" && need(2)) ok = tool.bench(cmd[i + 1], std::stoull(cmd[i + 2])), i += 3;
+      else if (k == "latency" && need(2))
+        ok = tool.latency(cmd[i + 1], static_cast<unsigned>(std::stoul(cmd[i + 2]))), i += 3;
       else if (k == "smallbench" && need(2))
         ok = tool.smallbench(cmd[i + 1], static_cast<unsigned>(std::stoul(cmd[i + 2]))), i += 3;
       else {
         if (k != "ls" && k != "stat" && k != "cat" && k != "get" && k != "put" && k != "rm" &&
-            k != "bench" && k != "smallbench")
+            k != "bench" && k != "smallbench" && k != "latency")
           std::cerr << "roce-nfs: unknown command " << k << "\n";
         ok = false;
       }

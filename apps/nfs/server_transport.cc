@@ -34,7 +34,15 @@ struct RpcRdmaServer::Conn {
   Mr* data_mr = nullptr;
   Mr* reply_mr = nullptr;
   std::deque<std::vector<std::uint8_t>> ready;  ///< received messages, in order
-  enum State { kIdle, kReading, kSending } state = kIdle;
+  enum State { kIdle, kReading } state = kIdle;
+  /// Replies in flight (a SEND completes when the client ACKs it): a ring of send buffers, so
+  /// that the next call need not wait for the ACK. data_mem and reply_mem are the source of a
+  /// reply's RDMA WRITEs, which a retransmission reads again: a call that needs them waits
+  /// until the reply that used them has completed.
+  std::vector<bool> slot_busy;
+  std::uint32_t next_slot = 0;
+  bool data_busy = false;
+  std::uint32_t data_slot = 0;
   // the call being served
   rdma::Header hdr;
   std::vector<std::uint8_t> inline_part;
@@ -93,7 +101,8 @@ void RpcRdmaServer::on_cm(const cm::CmEvent& e) {
     }
     const std::uint32_t nrecv = opt_.credits + kRecvExtra;
     c->recv_mem.resize(std::size_t{nrecv} * opt_.inline_size);
-    c->send_mem.resize(opt_.inline_size);
+    c->send_mem.resize(std::size_t{opt_.credits} * opt_.inline_size);
+    c->slot_busy.assign(opt_.credits, false);
     c->data_mem.resize(opt_.max_io + 8192);
     c->reply_mem.resize(opt_.max_reply);
     c->recv_mr = env_.eng.reg_mr(pd_, c->recv_mem.data(), c->recv_mem.size(), kAccessLocalWrite);
@@ -151,6 +160,22 @@ void RpcRdmaServer::on_cm(const cm::CmEvent& e) {
   }
 }
 
+namespace {
+/// A free send buffer of `c` (the ring never fills: there are as many as credits).
+template <class C>
+std::uint32_t take_slot(C& c) {
+  for (std::size_t k = 0; k < c.slot_busy.size(); ++k) {
+    const std::uint32_t s = (c.next_slot + static_cast<std::uint32_t>(k)) % static_cast<std::uint32_t>(c.slot_busy.size());
+    if (!c.slot_busy[s]) {
+      c.slot_busy[s] = true;
+      c.next_slot = s + 1;
+      return s;
+    }
+  }
+  return 0;
+}
+}  // namespace
+
 void RpcRdmaServer::send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code) {
   rdma::Header h;
   h.xid = xid;
@@ -160,21 +185,33 @@ void RpcRdmaServer::send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code)
   (code == rdma::ErrorCode::kVers ? st_.err_vers : st_.err_chunk)++;
   std::vector<std::uint8_t> b;
   rdma::encode(h, b);
-  std::memcpy(c.send_mem.data(), b.data(), b.size());
-  Sge sge{reinterpret_cast<std::uint64_t>(c.send_mem.data()), static_cast<std::uint32_t>(b.size()),
+  const std::uint32_t slot = take_slot(c);
+  std::uint8_t* buf = c.send_mem.data() + std::size_t{slot} * opt_.inline_size;
+  std::memcpy(buf, b.data(), b.size());
+  Sge sge{reinterpret_cast<std::uint64_t>(buf), static_cast<std::uint32_t>(b.size()),
           c.send_mr->key};
   SendWr wr;
-  wr.wr_id = wr_id(c.id, kWrSend, 0);
+  wr.wr_id = wr_id(c.id, kWrSend, slot);
   wr.opcode = WrOpcode::kSend;
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.send_flags = kSendSignaled;
-  c.state = Conn::kSending;
+  c.state = Conn::kIdle;
   env_.eng.post_send(c.qp, &wr, nullptr);
 }
 
 void RpcRdmaServer::next(Conn& c) {
   while (c.state == Conn::kIdle && !c.ready.empty()) {
+    // A free send buffer for the reply (one per credit: the client never has more calls out).
+    if (std::find(c.slot_busy.begin(), c.slot_busy.end(), false) == c.slot_busy.end()) return;
+    if (c.data_busy) {
+      // A call with chunks needs data_mem/reply_mem: wait for the reply that still uses them.
+      rdma::Header peek;
+      std::size_t hl = 0;
+      if (rdma::decode(c.ready.front(), peek, hl) == rdma::DecodeError::kOk &&
+          (!peek.reads.empty() || !peek.writes.empty() || peek.reply))
+        return;
+    }
     std::vector<std::uint8_t> m = std::move(c.ready.front());
     c.ready.pop_front();
     std::size_t hl = 0;
@@ -332,12 +369,18 @@ void RpcRdmaServer::assemble_and_run(Conn& c) {
   }
   if (!inv_rkey && !c.hdr.reads.empty()) inv_rkey = c.hdr.reads.front().seg.handle;
   if (!inv_rkey && c.hdr.reply) inv_rkey = c.hdr.reply->segments.empty() ? 0 : c.hdr.reply->segments.front().handle;
-  std::memcpy(c.send_mem.data(), hb.data(), hb.size());
-  std::memcpy(c.send_mem.data() + hb.size(), msg.data(), msg.size());
-  Sge sge{reinterpret_cast<std::uint64_t>(c.send_mem.data()),
+  const std::uint32_t slot = take_slot(c);
+  if (!c.hdr.reads.empty() || !c.hdr.writes.empty() || c.hdr.reply) {
+    c.data_busy = true;
+    c.data_slot = slot;
+  }
+  std::uint8_t* buf = c.send_mem.data() + std::size_t{slot} * opt_.inline_size;
+  std::memcpy(buf, hb.data(), hb.size());
+  std::memcpy(buf + hb.size(), msg.data(), msg.size());
+  Sge sge{reinterpret_cast<std::uint64_t>(buf),
           static_cast<std::uint32_t>(hb.size() + msg.size()), c.send_mr->key};
   SendWr wr;
-  wr.wr_id = wr_id(c.id, kWrSend, 0);
+  wr.wr_id = wr_id(c.id, kWrSend, slot);
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.send_flags = kSendSignaled;
@@ -348,7 +391,7 @@ void RpcRdmaServer::assemble_and_run(Conn& c) {
   } else {
     wr.opcode = WrOpcode::kSend;
   }
-  c.state = Conn::kSending;
+  c.state = Conn::kIdle;
   env_.eng.post_send(c.qp, &wr, nullptr);
 }
 
@@ -386,7 +429,8 @@ void RpcRdmaServer::on_wc(const Wc& w) {
       assemble_and_run(c);
     }
   } else if (kind == kWrSend) {
-    if (c.state == Conn::kSending) c.state = Conn::kIdle;
+    if (idx < c.slot_busy.size()) c.slot_busy[idx] = false;
+    if (c.data_busy && idx == c.data_slot) c.data_busy = false;
   }
   next(c);
 }
