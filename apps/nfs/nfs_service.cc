@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "controlplane/address.h"
+
 namespace roce::nfs {
 
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c) {
@@ -92,6 +94,18 @@ std::string NfsService::report() const {
   s += "procedures:";
   for (const auto& [p, k] : n.by_proc) s += " " + std::to_string(p) + ":" + std::to_string(k);
   return s + "\n";
+}
+
+HostedNfsService::HostedNfsService(const ctl::ServiceConfig& sc, engine::Engine& eng,
+                                   port::PollLoop& loop, wire::Ipv4Addr ip,
+                                   std::uint32_t cm_connections)
+    : env_(eng, loop, ip, nullptr) {
+  env_.cm_connections = cm_connections;
+  NfsServiceConfig c;
+  c.port = sc.listen_port;
+  c.mount_address = ctl::to_string(sc.listen_address);
+  parse_service_args(sc.args, c);
+  svc_ = std::make_unique<NfsService>(env_, c);
 }
 
 }  // namespace roce::nfs

@@ -12,6 +12,7 @@
 #include "apps/nfs/nfs_server.h"
 #include "apps/nfs/server_transport.h"
 #include "apps/nfs/transport.h"
+#include "controlplane/config.h"
 
 namespace roce::nfs {
 
@@ -43,6 +44,22 @@ class NfsService {
   RpcRdmaServer rdma_;
   RpcTcpServer mount_;
   std::unique_ptr<RpcTcpServer> tcp_;
+};
+
+/// roced's `test: nfs` service (docs/configuration.md): the service on a port the daemon owns
+/// (its engine and poll loop, lcore 0), stepped from roced's main loop. `listen_port` is the
+/// rdma_cm port (20049 for mount.nfs), `args` are parse_service_args()'s; MOUNT listens on
+/// `listen_address` unless --mount-address says otherwise.
+class HostedNfsService {
+ public:
+  HostedNfsService(const ctl::ServiceConfig& sc, engine::Engine& eng, port::PollLoop& loop,
+                   wire::Ipv4Addr ip, std::uint32_t cm_connections);
+  void step() { svc_->step(); }
+  std::string report() const { return svc_->report(); }
+
+ private:
+  perf::Env env_;
+  std::unique_ptr<NfsService> svc_;
 };
 
 }  // namespace roce::nfs
