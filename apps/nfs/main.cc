@@ -207,6 +207,7 @@ int main(int argc, char** argv) {
   std::string server, exp = "/srv/nfs", mount_server;
   unsigned port = kNfsRdmaPort, mount_port = 20048, io_kib = 1024, depth = 8, tcp_port = 0;
   double tx_drop = 0, rx_drop = 0;
+  bool spin = false;
   TransportOptions topt;
   std::vector<std::string> cmd;
   po::options_description o("roce-nfs options");
@@ -232,6 +233,7 @@ int main(int argc, char** argv) {
       "depth", po::value(&depth)->default_value(8), "READs/WRITEs in flight")(
       "tx-drop", po::value(&tx_drop)->default_value(0), "drop this fraction of sent frames")(
       "rx-drop", po::value(&rx_drop)->default_value(0), "drop this fraction of received frames")(
+      "spin", po::bool_switch(&spin), "never yield the CPU when idle (a core of its own)")(
       "cmd", po::value(&cmd), "commands");
   po::positional_options_description pos;
   pos.add("cmd", -1);
@@ -281,6 +283,7 @@ int main(int argc, char** argv) {
         return 2;
       }
       holder = std::make_unique<LinkHolder>(nl);
+      holder->env().yield_when_idle = !spin;
       rdma = std::make_unique<RpcRdmaClient>(holder->env(), topt);
       if (!rdma->connect(server, static_cast<std::uint16_t>(port))) {
         std::cerr << "roce-nfs: " << rdma->error() << "\n";

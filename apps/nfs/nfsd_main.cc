@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   perf::LinkOpts& link = nl.opts;
   nfs::NfsServiceConfig c;
   double timeout = 0, tx_drop = 0, rx_drop = 0;
+  bool spin = false;
   unsigned port = c.port, mount_port = c.mount_port, tcp_port = 0;
   po::options_description o("roce-nfsd options");
   o.add_options()("help,h", "this help")(
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
       "also serve NFS over kernel TCP here (0: no)")(
       "credits", po::value(&c.transport.credits)->default_value(32), "credits granted")(
       "inline", po::value(&c.transport.inline_size)->default_value(4096), "inline size")(
+      "spin", po::bool_switch(&spin), "never yield the CPU when idle (a core of its own)")(
       "timeout", po::value(&timeout)->default_value(0), "exit after this many seconds (0: never)")(
       "tx-drop", po::value(&tx_drop)->default_value(0), "drop this fraction of sent frames")(
       "rx-drop", po::value(&rx_drop)->default_value(0), "drop this fraction of received frames");
@@ -80,7 +82,7 @@ int main(int argc, char** argv) {
     while (!g_stop && port::now_ns() < end) {
       if (svc.step())
         idle = 0;
-      else if (++idle > 64)
+      else if (!spin && ++idle > 64)
         perf::Env::yield();
     }
     std::cout << svc.report() << std::flush;

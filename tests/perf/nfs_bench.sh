@@ -2,7 +2,8 @@
 # NFSv3 between two appliances on net_memif (roce-nfs -> roce-nfsd over RPC-over-RDMA), against
 # the same NFS operations over kernel TCP on loopback (roce-nfs --tcp-port -> roce-nfsd's TCP
 # listener): sequential write and read throughput of one file and small-file latency (create,
-# 4 KiB FILE_SYNC write, read, remove). The export lives in /dev/shm. Label perf.
+# 4 KiB FILE_SYNC write, read, remove) and the latency of GETATTR, 4 KiB READ and 4 KiB WRITE.
+# The export lives in /dev/shm. Label perf.
 #   nfs_bench.sh ROCE_NFS ROCE_NFSD [BYTES] [FILES]
 set -euo pipefail
 client=$(realpath "$1") server=$(realpath "$2") bytes=${3:-67108864} files=${4:-200}
@@ -26,11 +27,12 @@ for depth in 1 8; do
     --export / --depth $depth bench tcp.$depth "$bytes" > "$dir/tcp.$depth.txt" 2>&1 || ok=0
   grep -E "^bench|roce-nfs:" "$dir/tcp.$depth.txt" | sed 's/^/  tcp:  /'
 done
-"$client" "${common[@]}" "${rdma[@]}" smallbench / "$files" > "$dir/rdma.small.txt" 2>&1 || ok=0
-grep -E "^smallbench|roce-nfs:" "$dir/rdma.small.txt" | sed 's/^/  rdma: /'
+"$client" "${common[@]}" "${rdma[@]}" smallbench / "$files" latency lat "$files" \
+  > "$dir/rdma.small.txt" 2>&1 || ok=0
+grep -E "^smallbench|^latency|roce-nfs:" "$dir/rdma.small.txt" | sed 's/^/  rdma: /'
 "$client" --server 127.0.0.1 --tcp-port 20149 --mount-server 127.0.0.1 --mount-port 20148 \
-  --export / smallbench / "$files" > "$dir/tcp.small.txt" 2>&1 || ok=0
-grep -E "^smallbench|roce-nfs:" "$dir/tcp.small.txt" | sed 's/^/  tcp:  /'
+  --export / smallbench / "$files" latency lat "$files" > "$dir/tcp.small.txt" 2>&1 || ok=0
+grep -E "^smallbench|^latency|roce-nfs:" "$dir/tcp.small.txt" | sed 's/^/  tcp:  /'
 kill -INT "$spid" 2>/dev/null || true
 wait "$spid" || true
 spid=
