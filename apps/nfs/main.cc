@@ -6,6 +6,7 @@
 ///   bench PATH BYTES   (writes BYTES to PATH, reads them back, compares; prints MB/s)
 ///   smallbench DIR N   (N x (create + 4 KiB write + read + remove); prints the latency)
 ///   latency PATH N     (N GETATTRs, 4 KiB READs and 4 KiB WRITEs; prints each one's latency)
+///   errprobe           (version 2 and RDMA_MSGP headers: RDMA_ERROR ERR_VERS and ERR_CHUNK)
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "apps/nfs/mount_tcp.h"
 #include "apps/nfs/nfs_client.h"
 #include "apps/nfs/rpc_tcp.h"
+#include "apps/nfs/rpcrdma.h"
 
 namespace po = boost::program_options;
 using namespace roce;
@@ -178,6 +180,36 @@ struct Tool {
     return true;
   }
 
+  /// Provokes RDMA_ERROR: a transport header of version 2 (ERR_VERS expected) and one with the
+  /// retired RDMA_MSGP (ERR_CHUNK expected); then checks that the connection still serves.
+  bool errprobe(RpcTransport& t) {
+    bool ok = true;
+    const auto probe = [&](std::uint32_t vers, std::uint32_t proc, rdma::ErrorCode want,
+                           const char* what) {
+      RpcCall call;
+      XdrEncoder e(call.msg);
+      rpc::CallHeader h;
+      h.xid = 0x7e570000u + vers * 16 + proc;
+      h.prog = v3::kNfsProgram;
+      h.vers = v3::kNfsVersion;
+      h.proc = v3::kNull;
+      rpc::encode(e, h);
+      XdrEncoder th(call.transport_header);
+      for (std::uint32_t v : {h.xid, vers, 1u, proc}) th.u32(v);
+      if (proc == 2) th.u32(0), th.u32(0);  // RDMA_MSGP: align, threshold
+      for (int k = 0; k < 3; ++k) th.u32(0);  // empty chunk lists
+      const RpcResult r = t.call(std::move(call));
+      const bool good = r.rdma_error == want;
+      std::printf("errprobe %s: %s\n", what, r.ok ? "a reply" : r.error.c_str());
+      ok = ok && good;
+    };
+    probe(2, 0, rdma::ErrorCode::kVers, "version 2");
+    probe(1, 2, rdma::ErrorCode::kChunk, "RDMA_MSGP");
+    if (!c.null()) return fail("NULL after the probes");
+    std::printf("errprobe: %s; NULL still answered\n", ok ? "as RFC 8166 says" : "NOT as expected");
+    return ok;
+  }
+
   bool smallbench(const std::string& dirpath, unsigned n) {
     const auto d = c.walk(root, dirpath);
     if (!d) return fail("smallbench " + dirpath);
@@ -207,7 +239,7 @@ int main(int argc, char** argv) {
   std::string server, exp = "/srv/nfs", mount_server;
   unsigned port = kNfsRdmaPort, mount_port = 20048, io_kib = 1024, depth = 8, tcp_port = 0;
   double tx_drop = 0, rx_drop = 0;
-  bool spin = false;
+  bool spin = false, no_inv = false;
   TransportOptions topt;
   std::vector<std::string> cmd;
   po::options_description o("roce-nfs options");
@@ -234,6 +266,8 @@ int main(int argc, char** argv) {
       "tx-drop", po::value(&tx_drop)->default_value(0), "drop this fraction of sent frames")(
       "rx-drop", po::value(&rx_drop)->default_value(0), "drop this fraction of received frames")(
       "spin", po::bool_switch(&spin), "never yield the CPU when idle (a core of its own)")(
+      "no-remote-invalidate", po::bool_switch(&no_inv),
+      "do not offer SEND with invalidate (every chunk invalidated with LOCAL_INV)")(
       "cmd", po::value(&cmd), "commands");
   po::positional_options_description pos;
   pos.add("cmd", -1);
@@ -260,6 +294,7 @@ int main(int argc, char** argv) {
     link.rx_faults.seed = 12;
   }
   topt.max_chunk = std::max(io_kib * 1024u, 64u * 1024);
+  topt.remote_invalidate = !no_inv;
   try {
     std::string err;
     const auto root = mount_tcp(mount_server, static_cast<std::uint16_t>(mount_port), exp, err);
@@ -319,13 +354,14 @@ int main(int argc, char** argv) {
       else if (k == "put" && need(2)) ok = tool.put(cmd[i + 1], cmd[i + 2]), i += 3;
       else if (k == "rm" && need(1)) ok = tool.rm(cmd[i + 1]), i += 2;
       else if (k == "bench" && need(2)) ok = tool.bench(cmd[i + 1], std::stoull(cmd[i + 2])), i += 3;
+      else if (k == "errprobe") ok = tool.errprobe(*tr), i += 1;
       else if (k == "latency" && need(2))
         ok = tool.latency(cmd[i + 1], static_cast<unsigned>(std::stoul(cmd[i + 2]))), i += 3;
       else if (k == "smallbench" && need(2))
         ok = tool.smallbench(cmd[i + 1], static_cast<unsigned>(std::stoul(cmd[i + 2]))), i += 3;
       else {
         if (k != "ls" && k != "stat" && k != "cat" && k != "get" && k != "put" && k != "rm" &&
-            k != "bench" && k != "smallbench" && k != "latency")
+            k != "bench" && k != "smallbench" && k != "latency" && k != "errprobe")
           std::cerr << "roce-nfs: unknown command " << k << "\n";
         ok = false;
       }

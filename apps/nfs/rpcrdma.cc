@@ -109,7 +109,10 @@ DecodeError decode(std::span<const std::uint8_t> msg, Header& h, std::size_t& he
   h.credits = d.u32();
   const std::uint32_t proc = d.u32();
   if (!d.ok()) return DecodeError::kShort;
-  if (h.vers != kVersion) return DecodeError::kBadVersion;
+  // An RDMA_ERROR is read whatever its version: an ERR_VERS may carry the version it refuses
+  // (Linux's svcrdma echoes the call's).
+  if (h.vers != kVersion && proc != static_cast<std::uint32_t>(Proc::kError))
+    return DecodeError::kBadVersion;
   if (proc > static_cast<std::uint32_t>(Proc::kError)) return DecodeError::kUnknownProc;
   h.proc = static_cast<Proc>(proc);
   if (h.proc == Proc::kMsgp || h.proc == Proc::kDone) return DecodeError::kRetiredProc;

@@ -85,7 +85,8 @@ std::string_view to_string(DecodeError e);
 std::size_t encode(const Header& h, std::vector<std::uint8_t>& out);
 /// Decodes the header at the start of `msg` into `h`; on kOk `header_len` is where the RPC
 /// message (RDMA_MSG) starts. On kBadVersion `h.xid` and `h.vers` are set (for ERR_VERS); on
-/// other errors after the fixed part, `h.xid` is set.
+/// other errors after the fixed part, `h.xid` is set. An RDMA_ERROR decodes whatever its version
+/// field says (a peer's ERR_VERS may echo the refused version).
 DecodeError decode(std::span<const std::uint8_t> msg, Header& h, std::size_t& header_len);
 
 /// RFC 8797 section 5: the 8 bytes an RPC-over-RDMA v1 peer puts in the rdma_cm private data.

@@ -274,7 +274,10 @@ bool RpcRdmaClient::start(std::uint32_t xid, Pending& p) {
     ++st_.reply_chunks;
   }
   std::vector<std::uint8_t> hdr;
-  rdma::encode(h, hdr);
+  if (c.transport_header.empty())
+    rdma::encode(h, hdr);
+  else
+    hdr = c.transport_header;
   if (hdr.size() + c.msg.size() > send_inline_) {
     err_ = "call of " + std::to_string(hdr.size() + c.msg.size()) +
            " bytes exceeds the inline threshold " + std::to_string(send_inline_);
@@ -331,6 +334,7 @@ void RpcRdmaClient::on_recv(const Wc& wc) {
   RpcResult& r = p.result;
   if (h.proc == rdma::Proc::kError) {
     r.error = h.error == rdma::ErrorCode::kVers ? "RDMA_ERROR ERR_VERS" : "RDMA_ERROR ERR_CHUNK";
+    r.rdma_error = h.error;
   } else if (h.proc == rdma::Proc::kNomsg) {
     if (!h.reply || p.reply_buf.empty()) {
       r.error = "RDMA_NOMSG without a reply chunk";

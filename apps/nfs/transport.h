@@ -51,11 +51,15 @@ struct RpcCall {
   std::span<std::uint8_t> write_target;
   /// The largest reply expected: past the inline threshold, a reply chunk is offered.
   std::uint32_t reply_max = 0;
+  /// Sent as it is instead of the transport header the transport builds (no chunks then): how
+  /// `roce-nfs errprobe` provokes RDMA_ERROR (another version, a retired procedure).
+  std::vector<std::uint8_t> transport_header;
 };
 
 struct RpcResult {
   bool ok = false;
   std::string error;
+  std::optional<rdma::ErrorCode> rdma_error;  ///< the server answered RDMA_ERROR
   std::vector<std::uint8_t> reply;  ///< the RPC reply (from the SEND or the reply chunk)
   std::uint64_t written = 0;        ///< bytes the server put in the write chunk
 };

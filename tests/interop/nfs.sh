@@ -4,7 +4,9 @@
 # tmpfs over RDMA port 20049: MOUNT over TCP, ls, stat, files of 0 B .. 64 MiB read (checksums
 # compared with the VM's) and written back (checksummed inside the VM), rm. The capture must show
 # RPC-over-RDMA with READs' data in write chunks and WRITEs' data in read chunks (tshark's
-# rpcrdma dissector). With "lossy", 1% of frames are dropped each way.
+# rpcrdma dissector). A second connection offers no SEND with invalidate (LOCAL_INV for every
+# chunk) and provokes RDMA_ERROR ERR_VERS and ERR_CHUNK. With "lossy", 1% of frames are dropped
+# each way.
 #   nfs.sh ROCE_NFS [lossy]   (root; exits 77 when VMs cannot run here)
 # Env: RXE_VM_NETNS (default rxevm-nfs) names the VM's network namespace.
 set -euo pipefail
@@ -26,6 +28,7 @@ boot "nfs_vm_server /srv/nfs > /dev/null && cd /srv/nfs && mkdir -p sub && echo 
       for s in ${sizes[*]}; do head -c \$s /dev/urandom > f\$s; echo SUM f\$s \$(sha256sum < f\$s | cut -c1-64); done &&
       echo NFS-READY && i=0 && while [ ! -e DONE ] && [ \$i -lt 400 ]; do sleep 1; i=\$((i+1)); done &&
       for s in ${sizes[*]}; do echo BACK f\$s \$(sha256sum < back\$s | cut -c1-64); done &&
+      echo INV \$(sha256sum < f1048583 | cut -c1-64) \$(sha256sum < inv | cut -c1-64) &&
       ls -l /srv/nfs | head -30" 900
 for _ in $(seq 120); do grep -q NFS-READY "$out/vm.txt" && break; sleep 1; done
 args=()
@@ -34,14 +37,23 @@ for s in "${sizes[@]}"; do args+=(put "$out/f$s" "back$s"); done
 : > "$out/DONE"
 ip netns exec "$RXE_VM_NETNS" timeout 600 "$nfs" --iface dp0 --server 192.0.2.1 \
   --mount-server 192.0.2.1 --pcap "$out/nfs.pcap" "${drop[@]}" \
-  ls / ls sub stat sub/h cat sub/h "${args[@]}" rm f1 put "$out/DONE" DONE \
-  > "$out/nfs.txt" 2>&1 && ours=0 || ours=$?
+  ls / ls sub stat sub/h cat sub/h "${args[@]}" rm f1 > "$out/nfs.txt" 2>&1 && ours=0 || ours=$?
+# A second connection that does not offer SEND with invalidate (every chunk gets a LOCAL_INV),
+# and provokes RDMA_ERROR: a header of version 2 (ERR_VERS) and RDMA_MSGP (ERR_CHUNK).
+ip netns exec "$RXE_VM_NETNS" timeout 300 "$nfs" --iface dp0 --server 192.0.2.1 \
+  --pcap "$out/nfs2.pcap" --no-remote-invalidate "${drop[@]}" errprobe \
+  get f1048583 "$out/inv" put "$out/inv" inv put "$out/DONE" DONE \
+  > "$out/nfs2.txt" 2>&1 && ours2=0 || ours2=$?
 # Whatever happened on our side, let the VM stop waiting.
-[[ $ours == 0 ]] || ip netns exec "$RXE_VM_NETNS" timeout 60 "$nfs" --iface dp0 \
+[[ $ours2 == 0 ]] || ip netns exec "$RXE_VM_NETNS" timeout 60 "$nfs" --iface dp0 \
   --server 192.0.2.1 put "$out/DONE" DONE 2>&1 | sed 's/^/  nfs (DONE): /' || true
 finish && theirs=0 || theirs=1
 grep -v "^\[rxe-vm\]" "$out/vm.txt" | sed 's/^/  vm: /'
 sed 's/^/  nfs: /' "$out/nfs.txt"
+sed 's/^/  nfs2: /' "$out/nfs2.txt"
+inv=$(awk '$1 == "INV" && $2 == $3 {print "same"}' "$out/vm.txt" | tr -d '\r')
+local_inv=$(grep -o "[0-9]* local" "$out/nfs2.txt" | cut -d' ' -f1 || true)
+probe=$(grep -c "errprobe: as RFC 8166 says" "$out/nfs2.txt" || true)
 sums=0
 for s in "${sizes[@]}"; do
   want=$(awk -v f="f$s" '$1 == "SUM" && $2 == f {print $3}' "$out/vm.txt" | tr -d '\r')
@@ -54,10 +66,11 @@ ts=(tshark -r "$out/nfs.pcap" --enable-heuristic rpcrdma_infiniband)
 rdma=$("${ts[@]}" -Y rpcordma 2>/dev/null | wc -l || true)
 wchunks=$("${ts[@]}" -Y 'rpcordma.writes_count > 0 && ip.src == 192.0.2.100' -T fields -e rpcordma.xid 2>/dev/null | wc -l || true)
 rchunks=$("${ts[@]}" -Y 'rpcordma.reads_count > 0 && ip.src == 192.0.2.100' -T fields -e rpcordma.xid 2>/dev/null | wc -l || true)
-echo "checksums equal: $sums/${#sizes[@]}; rpcrdma frames $rdma, calls with write chunks $wchunks, with read chunks $rchunks"
-if [[ $ours == 0 && $theirs == 0 && $sums == "${#sizes[@]}" && $wchunks -gt 0 && $rchunks -gt 0 ]]; then
+echo "checksums equal: $sums/${#sizes[@]}; rpcrdma frames $rdma, calls with write chunks $wchunks, with read chunks $rchunks; without remote invalidation: file $inv, ${local_inv:-0} LOCAL_INVs; RDMA_ERROR probes answered: $probe"
+if [[ $ours == 0 && $ours2 == 0 && $theirs == 0 && $sums == "${#sizes[@]}" && $wchunks -gt 0 &&
+      $rchunks -gt 0 && $inv == same && ${local_inv:-0} -gt 0 && $probe == 1 ]]; then
   echo "PASS nfs interop ($mode): roce-nfs -> Linux nfsd over RDMA"
 else
-  echo "FAIL nfs interop ($mode): nfs=$ours vm=$theirs sums=$sums rpcrdma=$rdma writes=$wchunks reads=$rchunks"
+  echo "FAIL nfs interop ($mode): nfs=$ours/$ours2 vm=$theirs sums=$sums rpcrdma=$rdma writes=$wchunks reads=$rchunks inv=$inv local=$local_inv probe=$probe"
   exit 1
 fi

@@ -143,6 +143,11 @@ TEST(RpcRdma, ErrorsRoundTrip) {
   std::size_t len;
   ASSERT_EQ(rdma::decode(b, back, len), rdma::DecodeError::kOk);
   EXPECT_EQ(back, h);
+  // An ERR_VERS that echoes the refused version (as Linux's svcrdma does) is still an error.
+  Bytes echo = b;
+  echo[7] = 2;
+  ASSERT_EQ(rdma::decode(echo, back, len), rdma::DecodeError::kOk);
+  EXPECT_EQ(back.error, rdma::ErrorCode::kVers);
   h.error = rdma::ErrorCode::kChunk;
   b.clear();
   rdma::encode(h, b);
