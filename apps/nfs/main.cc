@@ -266,6 +266,8 @@ int main(int argc, char** argv) {
       "tx-drop", po::value(&tx_drop)->default_value(0), "drop this fraction of sent frames")(
       "rx-drop", po::value(&rx_drop)->default_value(0), "drop this fraction of received frames")(
       "spin", po::bool_switch(&spin), "never yield the CPU when idle (a core of its own)")(
+      "break-after", po::value(&topt.break_after_calls)->default_value(0),
+      "test: tear the connection down once after this many calls (it is made again)")(
       "no-remote-invalidate", po::bool_switch(&no_inv),
       "do not offer SEND with invalidate (every chunk invalidated with LOCAL_INV)")(
       "cmd", po::value(&cmd), "commands");
@@ -373,7 +375,8 @@ int main(int argc, char** argv) {
               << s.registrations << " registrations, invalidations " << s.remote_invalidations
               << " remote " << s.local_invalidations << " local, credits granted " << s.granted
               << ", max outstanding " << s.max_outstanding << ", waits for credit "
-              << s.credit_waits << std::endl;
+              << s.credit_waits << ", reconnects " << s.reconnects << " (calls sent again "
+                << s.resent << ", MRs recovered " << s.mrs_recovered << ")" << std::endl;
       rdma->close();
     }
     return ok ? 0 : 1;

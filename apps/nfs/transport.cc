@@ -57,18 +57,82 @@ RpcRdmaClient::~RpcRdmaClient() {
   if (pd_) env_.eng.dealloc_pd(pd_);
 }
 
-void RpcRdmaClient::close() {
+void RpcRdmaClient::drop_qp() {
   if (!qp_) return;
-  fail_all("transport closed");
-  agent_->release(qp_);
+  agent_->release(qp_);  // DREQ if still up
   // Let the DREQ go out before the QP goes.
   env_.until([&] { agent_->poll(port::now_ns()); return false; }, 0.05);
   env_.eng.destroy_qp(qp_);
   qp_ = nullptr;
   up_ = false;
+  // Its completions (flushes) must not reach the next QP, which may get the same QPN.
+  Wc wc[32];
+  while (env_.eng.poll_cq(cq_, 32, wc) > 0) {
+  }
+}
+
+void RpcRdmaClient::close() {
+  if (!qp_) return;
+  fail_all("transport closed");
+  drop_qp();
+}
+
+void RpcRdmaClient::broken(const std::string& why) {
+  if (reconnecting_) return;
+  if (st_.reconnects >= opt_.max_reconnects || peer_ip_.empty()) {
+    err_ = why;
+    up_ = false;
+    fail_all(why);
+    return;
+  }
+  reconnecting_ = true;
+  ++st_.reconnects;
+  drop_qp();
+  // Registrations do not survive the QP: an MR still valid (its call's invalidation never
+  // completed) is replaced, as xprtrdma recovers its MRs after a reconnect.
+  for (auto& slot : frmrs_)
+    for (auto& f : slot)
+      if (f.valid) {
+        env_.eng.dereg_mr(f.mr);
+        f.mr = env_.eng.alloc_mr(pd_, opt_.max_chunk + 4096);
+        if (f.mr) f.rkey = f.mr->key;
+        f.valid = false;
+        ++st_.mrs_recovered;
+      }
+  // Calls already answered are done; the others go out again, in XID order, first.
+  std::vector<std::pair<RpcCall, Done>> again;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    Pending& p = it->second;
+    free_slots_.push_back(p.slot);
+    if (p.replied) {
+      Done d = std::move(p.done);
+      RpcResult r = std::move(p.result);
+      it = pending_.erase(it);
+      d(std::move(r));
+      continue;
+    }
+    again.emplace_back(std::move(p.call), std::move(p.done));
+    it = pending_.erase(it);
+  }
+  for (auto it = again.rbegin(); it != again.rend(); ++it) {
+    queue_.emplace_front(std::move(it->first), std::move(it->second));
+    ++st_.resent;
+  }
+  in_flight_ = 0;
+  granted_ = 1;  // a new connection starts with one credit
+  const bool ok = connect(peer_ip_, peer_port_);
+  reconnecting_ = false;
+  if (!ok) {
+    fail_all("reconnect failed: " + err_);
+    return;
+  }
+  pump_queue();
 }
 
 bool RpcRdmaClient::connect(const std::string& ipv4, std::uint16_t port) {
+  peer_ip_ = ipv4;
+  peer_port_ = port;
+  err_.clear();
   const auto ip = ctl::parse_ipv4(ipv4);
   if (!ip) {
     err_ = "bad IPv4 address " + ipv4;
@@ -113,7 +177,7 @@ bool RpcRdmaClient::connect(const std::string& ipv4, std::uint16_t port) {
     err_ = "rdma_cm connect failed";
     return false;
   }
-  env_.until([&] { return up_ || failed_ || (poll(), false); }, opt_.connect_timeout);
+  env_.until([&] { return up_ || failed_ || (poll_stack(), false); }, opt_.connect_timeout);
   if (!up_) {
     if (err_.empty()) err_ = "no connection to " + ipv4 + ":" + std::to_string(port);
     return false;
@@ -145,7 +209,7 @@ void RpcRdmaClient::on_cm(const cm::CmEvent& e) {
     case cm::CmEventType::kDisconnected:
       up_ = false;
       failed_ = true;
-      fail_all("disconnected by the server");
+      broken("disconnected by the server");
       break;
     default:
       break;
@@ -399,21 +463,25 @@ void RpcRdmaClient::fail_all(const std::string& why) {
   }
 }
 
-bool RpcRdmaClient::poll() {
-  bool any = env_.loop.poll_once() != 0;
+bool RpcRdmaClient::poll_stack() {
+  const bool any = env_.loop.poll_once() != 0;
   agent_->poll(port::now_ns());
+  return any;
+}
+
+bool RpcRdmaClient::poll() {
+  bool any = poll_stack();
   Wc wc[32];
   int n;
   while ((n = env_.eng.poll_cq(cq_, 32, wc)) > 0) {
     any = true;
     for (int k = 0; k < n; ++k) {
       const Wc& w = wc[k];
+      if (!qp_ || w.qp_num != qp_->qpn) continue;  // a QP dropped by a reconnect (flushes)
       if (w.status != WcStatus::kSuccess) {
         if (w.status == WcStatus::kWrFlushErr && !up_) continue;
-        err_ = "work completion " + std::string(to_string(w.status));
-        up_ = false;
-        fail_all(err_);
-        continue;
+        broken("work completion " + std::string(to_string(w.status)));
+        break;  // the rest of this batch belongs to the QP just dropped
       }
       // The first data before the RTU is the connection's COMM_EST.
       if (w.opcode == WcOpcode::kRecv && cm_id_) agent_->cm().notify_established(*cm_id_);
@@ -439,11 +507,13 @@ bool RpcRdmaClient::poll() {
   const auto now = port::now_ns();
   for (auto& [xid, p] : pending_)
     if (!p.replied && p.deadline && now > p.deadline) {
-      err_ = "call timed out";
-      up_ = false;
-      fail_all(err_);
+      broken("call timed out");
       break;
     }
+  if (opt_.break_after_calls && !broke_once_ && st_.calls >= opt_.break_after_calls) {
+    broke_once_ = true;
+    broken("injected connection loss");
+  }
   pump_queue();
   return any || env_.eng.has_work();
 }

@@ -38,6 +38,13 @@ struct TransportOptions {
   bool remote_invalidate = true;       ///< offer the server SEND with invalidate
   double connect_timeout = 10;
   double call_timeout = 30;
+  /// A broken connection (an error completion, the server's DREQ, a call without a reply) is
+  /// made again this many times; the calls without a reply are sent again (same XIDs) with
+  /// fresh registrations.
+  unsigned max_reconnects = 3;
+  /// Fault injection for tests: tear the connection down once, right after this many calls
+  /// were sent (0: never), as if it had broken.
+  std::uint64_t break_after_calls = 0;
 };
 
 /// One RPC call as the transport carries it.
@@ -68,7 +75,7 @@ struct RpcResult {
 struct TransportStats {
   std::uint64_t calls = 0, replies = 0, read_chunks = 0, write_chunks = 0, reply_chunks = 0;
   std::uint64_t remote_invalidations = 0, local_invalidations = 0, registrations = 0;
-  std::uint64_t credit_waits = 0, bad_replies = 0;
+  std::uint64_t credit_waits = 0, bad_replies = 0, reconnects = 0, resent = 0, mrs_recovered = 0;
   std::uint32_t granted = 0, max_outstanding = 0;
 };
 
@@ -143,6 +150,10 @@ class RpcRdmaClient : public RpcTransport {
   void fail_all(const std::string& why);
   void post_recv(std::uint32_t i);
   void pump_queue();
+  /// The connection broke: reconnect and resend, or fail every call when out of attempts.
+  void broken(const std::string& why);
+  bool poll_stack();  ///< the port and the CM only
+  void drop_qp();
 
   perf::Env& env_;
   TransportOptions opt_;
@@ -162,6 +173,9 @@ class RpcRdmaClient : public RpcTransport {
   std::deque<std::pair<RpcCall, Done>> queue_;
   std::uint32_t granted_ = 1;
   std::uint32_t in_flight_ = 0;  ///< calls sent whose reply has not arrived
+  std::string peer_ip_;
+  std::uint16_t peer_port_ = 0;
+  bool reconnecting_ = false, broke_once_ = false;
   TransportStats st_;
   std::string err_;
 };

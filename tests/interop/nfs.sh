@@ -39,9 +39,10 @@ ip netns exec "$RXE_VM_NETNS" timeout 600 "$nfs" --iface dp0 --server 192.0.2.1 
   --mount-server 192.0.2.1 --pcap "$out/nfs.pcap" "${drop[@]}" \
   ls / ls sub stat sub/h cat sub/h "${args[@]}" rm f1 > "$out/nfs.txt" 2>&1 && ours=0 || ours=$?
 # A second connection that does not offer SEND with invalidate (every chunk gets a LOCAL_INV),
-# and provokes RDMA_ERROR: a header of version 2 (ERR_VERS) and RDMA_MSGP (ERR_CHUNK).
+# provokes RDMA_ERROR (a header of version 2: ERR_VERS; RDMA_MSGP: ERR_CHUNK), and is torn down
+# once with calls in flight: it is made again and those calls are sent again, registered anew.
 ip netns exec "$RXE_VM_NETNS" timeout 300 "$nfs" --iface dp0 --server 192.0.2.1 \
-  --pcap "$out/nfs2.pcap" --no-remote-invalidate "${drop[@]}" errprobe \
+  --pcap "$out/nfs2.pcap" --no-remote-invalidate --break-after 12 "${drop[@]}" errprobe \
   get f1048583 "$out/inv" put "$out/inv" inv put "$out/DONE" DONE \
   > "$out/nfs2.txt" 2>&1 && ours2=0 || ours2=$?
 # Whatever happened on our side, let the VM stop waiting.
@@ -54,6 +55,7 @@ sed 's/^/  nfs2: /' "$out/nfs2.txt"
 inv=$(awk '$1 == "INV" && $2 == $3 {print "same"}' "$out/vm.txt" | tr -d '\r')
 local_inv=$(grep -o "[0-9]* local" "$out/nfs2.txt" | cut -d' ' -f1 || true)
 probe=$(grep -c "errprobe: as RFC 8166 says" "$out/nfs2.txt" || true)
+again=$(grep -o "reconnects [0-9]*" "$out/nfs2.txt" | cut -d' ' -f2 || true)
 sums=0
 for s in "${sizes[@]}"; do
   want=$(awk -v f="f$s" '$1 == "SUM" && $2 == f {print $3}' "$out/vm.txt" | tr -d '\r')
@@ -66,11 +68,11 @@ ts=(tshark -r "$out/nfs.pcap" --enable-heuristic rpcrdma_infiniband)
 rdma=$("${ts[@]}" -Y rpcordma 2>/dev/null | wc -l || true)
 wchunks=$("${ts[@]}" -Y 'rpcordma.writes_count > 0 && ip.src == 192.0.2.100' -T fields -e rpcordma.xid 2>/dev/null | wc -l || true)
 rchunks=$("${ts[@]}" -Y 'rpcordma.reads_count > 0 && ip.src == 192.0.2.100' -T fields -e rpcordma.xid 2>/dev/null | wc -l || true)
-echo "checksums equal: $sums/${#sizes[@]}; rpcrdma frames $rdma, calls with write chunks $wchunks, with read chunks $rchunks; without remote invalidation: file $inv, ${local_inv:-0} LOCAL_INVs; RDMA_ERROR probes answered: $probe"
+echo "checksums equal: $sums/${#sizes[@]}; rpcrdma frames $rdma, calls with write chunks $wchunks, with read chunks $rchunks; without remote invalidation: file $inv, ${local_inv:-0} LOCAL_INVs; RDMA_ERROR probes answered: $probe; reconnects ${again:-0}"
 if [[ $ours == 0 && $ours2 == 0 && $theirs == 0 && $sums == "${#sizes[@]}" && $wchunks -gt 0 &&
-      $rchunks -gt 0 && $inv == same && ${local_inv:-0} -gt 0 && $probe == 1 ]]; then
+      $rchunks -gt 0 && $inv == same && ${local_inv:-0} -gt 0 && $probe == 1 && ${again:-0} == 1 ]]; then
   echo "PASS nfs interop ($mode): roce-nfs -> Linux nfsd over RDMA"
 else
-  echo "FAIL nfs interop ($mode): nfs=$ours/$ours2 vm=$theirs sums=$sums rpcrdma=$rdma writes=$wchunks reads=$rchunks inv=$inv local=$local_inv probe=$probe"
+  echo "FAIL nfs interop ($mode): nfs=$ours/$ours2 vm=$theirs sums=$sums rpcrdma=$rdma writes=$wchunks reads=$rchunks inv=$inv local=$local_inv probe=$probe reconnects=$again"
   exit 1
 fi
