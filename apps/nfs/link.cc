@@ -22,8 +22,8 @@ LinkHolder::LinkHolder(const NfsLink& l) {
     throw std::runtime_error("memif role must be server or client");
   port::eal_init({"--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--log-level=*:error",
                   "--file-prefix=rocenfs" + std::to_string(getpid()), "-l", "0",
-                  "--vdev=net_memif0,role=" + l.memif_role + ",id=0,socket-abstract=no,socket=" +
-                      l.memif_socket});
+                  "--vdev=net_memif0,role=" + l.memif_role +
+                      ",id=0,socket-abstract=no,socket=" + l.memif_socket});
   engine::EngineConfig ec;
   ec.mac = *mac;
   ec.ipv4 = *ip;

@@ -12,8 +12,8 @@
 namespace roce::nfs {
 
 struct NfsLink {
-  perf::LinkOpts opts;             ///< iface (af_packet), ip, mac, pcap, faults
-  std::string memif_socket;        ///< set: net_memif on this control socket instead
+  perf::LinkOpts opts;       ///< iface (af_packet), ip, mac, pcap, faults
+  std::string memif_socket;  ///< set: net_memif on this control socket instead
   std::string memif_role = "server";
 };
 

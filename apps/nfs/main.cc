@@ -26,8 +26,7 @@ using namespace roce::nfs;
 namespace {
 
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 std::string split_dir(const std::string& path, std::string& name) {
@@ -72,11 +71,10 @@ struct Tool {
   bool stat(const std::string& path) {
     const auto l = c.walk(root, path);
     if (!l) return fail("stat " + path);
-    std::printf("%s: type %u mode %04o size %llu fileid %llu mtime %u.%09u\n", path.c_str(),
-                l->attr->type, l->attr->mode & 07777,
-                static_cast<unsigned long long>(l->attr->size),
-                static_cast<unsigned long long>(l->attr->fileid), l->attr->mtime.sec,
-                l->attr->mtime.nsec);
+    std::printf(
+        "%s: type %u mode %04o size %llu fileid %llu mtime %u.%09u\n", path.c_str(), l->attr->type,
+        l->attr->mode & 07777, static_cast<unsigned long long>(l->attr->size),
+        static_cast<unsigned long long>(l->attr->fileid), l->attr->mtime.sec, l->attr->mtime.nsec);
     return true;
   }
 
@@ -196,7 +194,7 @@ struct Tool {
       rpc::encode(e, h);
       XdrEncoder th(call.transport_header);
       for (std::uint32_t v : {h.xid, vers, 1u, proc}) th.u32(v);
-      if (proc == 2) th.u32(0), th.u32(0);  // RDMA_MSGP: align, threshold
+      if (proc == 2) th.u32(0), th.u32(0);    // RDMA_MSGP: align, threshold
       for (int k = 0; k < 3; ++k) th.u32(0);  // empty chunk lists
       const RpcResult r = t.call(std::move(call));
       const bool good = r.rdma_error == want;
@@ -243,8 +241,8 @@ int main(int argc, char** argv) {
   TransportOptions topt;
   std::vector<std::string> cmd;
   po::options_description o("roce-nfs options");
-  o.add_options()("help,h", "this help")(
-      "iface", po::value(&link.iface), "kernel interface for the DPDK port (net_af_packet)")(
+  o.add_options()("help,h", "this help")("iface", po::value(&link.iface),
+                                         "kernel interface for the DPDK port (net_af_packet)")(
       "memif", po::value(&nl.memif_socket), "net_memif on this control socket instead")(
       "memif-role", po::value(&nl.memif_role)->default_value("client"), "memif: server or client")(
       "pmd", po::value(&link.pmd)->default_value("af_packet"), "af_packet or af_xdp")(
@@ -254,8 +252,7 @@ int main(int argc, char** argv) {
       "server", po::value(&server)->required(), "the NFS server's IPv4 address")(
       "port", po::value(&port)->default_value(kNfsRdmaPort), "NFS/RDMA port")(
       "export", po::value(&exp)->default_value("/srv/nfs"), "the export to mount")(
-      "mount-server", po::value(&mount_server),
-      "where MOUNT runs over TCP (default: --server)")(
+      "mount-server", po::value(&mount_server), "where MOUNT runs over TCP (default: --server)")(
       "mount-port", po::value(&mount_port)->default_value(20048), "mountd's TCP port")(
       "tcp-port", po::value(&tcp_port)->default_value(0),
       "NFS over kernel TCP on this port instead of RDMA (the baseline)")(
@@ -277,8 +274,9 @@ int main(int argc, char** argv) {
   try {
     po::store(po::command_line_parser(argc, argv).options(o).positional(pos).run(), vm);
     if (vm.count("help")) {
-      std::cout << o << "\ncommands: ls PATH | stat PATH | cat PATH | get PATH LOCAL | put LOCAL "
-                        "PATH | rm PATH | bench PATH BYTES | smallbench DIR N\n";
+      std::cout << o
+                << "\ncommands: ls PATH | stat PATH | cat PATH | get PATH LOCAL | put LOCAL "
+                   "PATH | rm PATH | bench PATH BYTES | smallbench DIR N\n";
       return 0;
     }
     po::notify(vm);
@@ -349,14 +347,22 @@ int main(int argc, char** argv) {
         }
         return true;
       };
-      if (k == "ls" && need(1)) ok = tool.ls(cmd[i + 1]), i += 2;
-      else if (k == "stat" && need(1)) ok = tool.stat(cmd[i + 1]), i += 2;
-      else if (k == "cat" && need(1)) ok = tool.get(cmd[i + 1], "", true), i += 2;
-      else if (k == "get" && need(2)) ok = tool.get(cmd[i + 1], cmd[i + 2], false), i += 3;
-      else if (k == "put" && need(2)) ok = tool.put(cmd[i + 1], cmd[i + 2]), i += 3;
-      else if (k == "rm" && need(1)) ok = tool.rm(cmd[i + 1]), i += 2;
-      else if (k == "bench" && need(2)) ok = tool.bench(cmd[i + 1], std::stoull(cmd[i + 2])), i += 3;
-      else if (k == "errprobe") ok = tool.errprobe(*tr), i += 1;
+      if (k == "ls" && need(1))
+        ok = tool.ls(cmd[i + 1]), i += 2;
+      else if (k == "stat" && need(1))
+        ok = tool.stat(cmd[i + 1]), i += 2;
+      else if (k == "cat" && need(1))
+        ok = tool.get(cmd[i + 1], "", true), i += 2;
+      else if (k == "get" && need(2))
+        ok = tool.get(cmd[i + 1], cmd[i + 2], false), i += 3;
+      else if (k == "put" && need(2))
+        ok = tool.put(cmd[i + 1], cmd[i + 2]), i += 3;
+      else if (k == "rm" && need(1))
+        ok = tool.rm(cmd[i + 1]), i += 2;
+      else if (k == "bench" && need(2))
+        ok = tool.bench(cmd[i + 1], std::stoull(cmd[i + 2])), i += 3;
+      else if (k == "errprobe")
+        ok = tool.errprobe(*tr), i += 1;
       else if (k == "latency" && need(2))
         ok = tool.latency(cmd[i + 1], static_cast<unsigned>(std::stoul(cmd[i + 2]))), i += 3;
       else if (k == "smallbench" && need(2))
@@ -371,11 +377,11 @@ int main(int argc, char** argv) {
     if (rdma) {
       const auto& s = rdma->stats();
       std::cout << "transport: " << s.calls << " calls, " << s.read_chunks << " read chunks, "
-              << s.write_chunks << " write chunks, " << s.reply_chunks << " reply chunks, "
-              << s.registrations << " registrations, invalidations " << s.remote_invalidations
-              << " remote " << s.local_invalidations << " local, credits granted " << s.granted
-              << ", max outstanding " << s.max_outstanding << ", waits for credit "
-              << s.credit_waits << ", reconnects " << s.reconnects << " (calls sent again "
+                << s.write_chunks << " write chunks, " << s.reply_chunks << " reply chunks, "
+                << s.registrations << " registrations, invalidations " << s.remote_invalidations
+                << " remote " << s.local_invalidations << " local, credits granted " << s.granted
+                << ", max outstanding " << s.max_outstanding << ", waits for credit "
+                << s.credit_waits << ", reconnects " << s.reconnects << " (calls sent again "
                 << s.resent << ", MRs recovered " << s.mrs_recovered << ")" << std::endl;
       rdma->close();
     }

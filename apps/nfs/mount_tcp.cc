@@ -36,8 +36,7 @@ bool read_all(int fd, std::uint8_t* p, std::size_t n) {
 }
 }  // namespace
 
-std::optional<std::vector<std::uint8_t>> rpc_tcp_call(const std::string& server,
-                                                      std::uint16_t port,
+std::optional<std::vector<std::uint8_t>> rpc_tcp_call(const std::string& server, std::uint16_t port,
                                                       const std::vector<std::uint8_t>& call,
                                                       std::string& err) {
   sockaddr_in sa{};
@@ -217,7 +216,8 @@ bool RpcTcpServer::poll() {
           continue;
         }
         pollfd pf{c.fd, POLLOUT, 0};
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && ::poll(&pf, 1, 10000) > 0) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && ::poll(&pf, 1, 10000) > 0)
+          continue;
         closed = true;
         break;
       }

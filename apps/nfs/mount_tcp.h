@@ -5,8 +5,8 @@
 
 #include <cstdint>
 #include <functional>
-#include <span>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,8 +20,7 @@ std::optional<v3::Fh> mount_tcp(const std::string& server, std::uint16_t port,
 
 /// One RPC call over a fresh TCP connection: sends `call` as one record, returns the reply's
 /// record (fragments joined), or nullopt and `err`.
-std::optional<std::vector<std::uint8_t>> rpc_tcp_call(const std::string& server,
-                                                      std::uint16_t port,
+std::optional<std::vector<std::uint8_t>> rpc_tcp_call(const std::string& server, std::uint16_t port,
                                                       const std::vector<std::uint8_t>& call,
                                                       std::string& err);
 
@@ -30,7 +29,8 @@ std::optional<std::vector<std::uint8_t>> rpc_tcp_call(const std::string& server,
 /// record. A record larger than max_record closes the connection.
 class RpcTcpServer {
  public:
-  using Handler = std::function<void(std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply)>;
+  using Handler =
+      std::function<void(std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply)>;
   explicit RpcTcpServer(Handler h) : handler_(std::move(h)) {}
   ~RpcTcpServer();
   RpcTcpServer(const RpcTcpServer&) = delete;

@@ -6,28 +6,50 @@ namespace roce::nfs::v3 {
 
 const char* to_string(Status s) {
   switch (s) {
-    case kOk: return "NFS3_OK";
-    case kErrPerm: return "NFS3ERR_PERM";
-    case kErrNoent: return "NFS3ERR_NOENT";
-    case kErrIo: return "NFS3ERR_IO";
-    case kErrAcces: return "NFS3ERR_ACCES";
-    case kErrExist: return "NFS3ERR_EXIST";
-    case kErrNotdir: return "NFS3ERR_NOTDIR";
-    case kErrIsdir: return "NFS3ERR_ISDIR";
-    case kErrInval: return "NFS3ERR_INVAL";
-    case kErrFbig: return "NFS3ERR_FBIG";
-    case kErrNospc: return "NFS3ERR_NOSPC";
-    case kErrRofs: return "NFS3ERR_ROFS";
-    case kErrNametoolong: return "NFS3ERR_NAMETOOLONG";
-    case kErrNotempty: return "NFS3ERR_NOTEMPTY";
-    case kErrStale: return "NFS3ERR_STALE";
-    case kErrBadhandle: return "NFS3ERR_BADHANDLE";
-    case kErrBadCookie: return "NFS3ERR_BAD_COOKIE";
-    case kErrNotsupp: return "NFS3ERR_NOTSUPP";
-    case kErrToosmall: return "NFS3ERR_TOOSMALL";
-    case kErrServerfault: return "NFS3ERR_SERVERFAULT";
-    case kErrJukebox: return "NFS3ERR_JUKEBOX";
-    default: return "NFS3ERR_?";
+    case kOk:
+      return "NFS3_OK";
+    case kErrPerm:
+      return "NFS3ERR_PERM";
+    case kErrNoent:
+      return "NFS3ERR_NOENT";
+    case kErrIo:
+      return "NFS3ERR_IO";
+    case kErrAcces:
+      return "NFS3ERR_ACCES";
+    case kErrExist:
+      return "NFS3ERR_EXIST";
+    case kErrNotdir:
+      return "NFS3ERR_NOTDIR";
+    case kErrIsdir:
+      return "NFS3ERR_ISDIR";
+    case kErrInval:
+      return "NFS3ERR_INVAL";
+    case kErrFbig:
+      return "NFS3ERR_FBIG";
+    case kErrNospc:
+      return "NFS3ERR_NOSPC";
+    case kErrRofs:
+      return "NFS3ERR_ROFS";
+    case kErrNametoolong:
+      return "NFS3ERR_NAMETOOLONG";
+    case kErrNotempty:
+      return "NFS3ERR_NOTEMPTY";
+    case kErrStale:
+      return "NFS3ERR_STALE";
+    case kErrBadhandle:
+      return "NFS3ERR_BADHANDLE";
+    case kErrBadCookie:
+      return "NFS3ERR_BAD_COOKIE";
+    case kErrNotsupp:
+      return "NFS3ERR_NOTSUPP";
+    case kErrToosmall:
+      return "NFS3ERR_TOOSMALL";
+    case kErrServerfault:
+      return "NFS3ERR_SERVERFAULT";
+    case kErrJukebox:
+      return "NFS3ERR_JUKEBOX";
+    default:
+      return "NFS3ERR_?";
   }
 }
 
@@ -109,8 +131,10 @@ Sattr decode_sattr(XdrDecoder& d) {
   if (d.boolean()) s.size = d.u64();
   for (bool* now : {&s.atime_now, &s.mtime_now}) {
     const std::uint32_t how = d.u32();
-    if (how == 2) get_time(d);  // SET_TO_CLIENT_TIME: taken as the server's time
-    else if (how > 2) d.fail();
+    if (how == 2)
+      get_time(d);  // SET_TO_CLIENT_TIME: taken as the server's time
+    else if (how > 2)
+      d.fail();
     *now = how != 0;
   }
   return s;

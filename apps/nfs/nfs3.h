@@ -16,29 +16,78 @@ namespace roce::nfs::v3 {
 
 constexpr std::uint32_t kNfsProgram = 100003, kNfsVersion = 3;
 constexpr std::uint32_t kMountProgram = 100005, kMountVersion = 3;
-constexpr std::size_t kFhSize = 64;       ///< NFS3_FHSIZE
+constexpr std::size_t kFhSize = 64;  ///< NFS3_FHSIZE
 constexpr std::size_t kMaxName = 255;
-constexpr std::size_t kMaxPath = 1024;    ///< MNTPATHLEN
+constexpr std::size_t kMaxPath = 1024;  ///< MNTPATHLEN
 
 enum Proc : std::uint32_t {
-  kNull = 0, kGetattr = 1, kSetattr = 2, kLookup = 3, kAccess = 4, kReadlink = 5, kRead = 6,
-  kWrite = 7, kCreate = 8, kMkdir = 9, kSymlink = 10, kMknod = 11, kRemove = 12, kRmdir = 13,
-  kRename = 14, kLink = 15, kReaddir = 16, kReaddirplus = 17, kFsstat = 18, kFsinfo = 19,
-  kPathconf = 20, kCommit = 21,
+  kNull = 0,
+  kGetattr = 1,
+  kSetattr = 2,
+  kLookup = 3,
+  kAccess = 4,
+  kReadlink = 5,
+  kRead = 6,
+  kWrite = 7,
+  kCreate = 8,
+  kMkdir = 9,
+  kSymlink = 10,
+  kMknod = 11,
+  kRemove = 12,
+  kRmdir = 13,
+  kRename = 14,
+  kLink = 15,
+  kReaddir = 16,
+  kReaddirplus = 17,
+  kFsstat = 18,
+  kFsinfo = 19,
+  kPathconf = 20,
+  kCommit = 21,
 };
 enum MountProc : std::uint32_t { kMountNull = 0, kMnt = 1, kUmnt = 3, kExport = 5 };
 
 enum Status : std::uint32_t {
-  kOk = 0, kErrPerm = 1, kErrNoent = 2, kErrIo = 5, kErrNxio = 6, kErrAcces = 13,
-  kErrExist = 17, kErrXdev = 18, kErrNodev = 19, kErrNotdir = 20, kErrIsdir = 21,
-  kErrInval = 22, kErrFbig = 27, kErrNospc = 28, kErrRofs = 30, kErrMlink = 31,
-  kErrNametoolong = 63, kErrNotempty = 66, kErrDquot = 69, kErrStale = 70, kErrRemote = 71,
-  kErrBadhandle = 10001, kErrNotSync = 10002, kErrBadCookie = 10003, kErrNotsupp = 10004,
-  kErrToosmall = 10005, kErrServerfault = 10006, kErrBadtype = 10007, kErrJukebox = 10008,
+  kOk = 0,
+  kErrPerm = 1,
+  kErrNoent = 2,
+  kErrIo = 5,
+  kErrNxio = 6,
+  kErrAcces = 13,
+  kErrExist = 17,
+  kErrXdev = 18,
+  kErrNodev = 19,
+  kErrNotdir = 20,
+  kErrIsdir = 21,
+  kErrInval = 22,
+  kErrFbig = 27,
+  kErrNospc = 28,
+  kErrRofs = 30,
+  kErrMlink = 31,
+  kErrNametoolong = 63,
+  kErrNotempty = 66,
+  kErrDquot = 69,
+  kErrStale = 70,
+  kErrRemote = 71,
+  kErrBadhandle = 10001,
+  kErrNotSync = 10002,
+  kErrBadCookie = 10003,
+  kErrNotsupp = 10004,
+  kErrToosmall = 10005,
+  kErrServerfault = 10006,
+  kErrBadtype = 10007,
+  kErrJukebox = 10008,
 };
 const char* to_string(Status s);
 
-enum FileType : std::uint32_t { kReg = 1, kDir = 2, kBlk = 3, kChr = 4, kLnk = 5, kSock = 6, kFifo = 7 };
+enum FileType : std::uint32_t {
+  kReg = 1,
+  kDir = 2,
+  kBlk = 3,
+  kChr = 4,
+  kLnk = 5,
+  kSock = 6,
+  kFifo = 7
+};
 enum StableHow : std::uint32_t { kUnstable = 0, kDataSync = 1, kFileSync = 2 };
 enum CreateMode : std::uint32_t { kUnchecked = 0, kGuarded = 1, kExclusive = 2 };
 
@@ -77,7 +126,8 @@ Sattr decode_sattr(XdrDecoder& d);
 void encode_post_op(XdrEncoder& e, const std::optional<Fattr>& a);
 std::optional<Fattr> decode_post_op(XdrDecoder& d);
 /// wcc_data: pre_op_attr (size, mtime, ctime) and post_op_attr; the client skips the former.
-void encode_wcc(XdrEncoder& e, const std::optional<Fattr>& before, const std::optional<Fattr>& after);
+void encode_wcc(XdrEncoder& e, const std::optional<Fattr>& before,
+                const std::optional<Fattr>& after);
 std::optional<Fattr> decode_wcc(XdrDecoder& d);
 
 // ---- results the client reads (status first; the rest only on kOk unless noted) ----

@@ -54,7 +54,9 @@ std::optional<RpcResult> NfsClient::invoke(RpcCall c) {
   return r;
 }
 
-#define NFS_CALL(proc) RpcCall c = begin(++xid_, proc, auth); XdrEncoder e(c.msg)
+#define NFS_CALL(proc)                   \
+  RpcCall c = begin(++xid_, proc, auth); \
+  XdrEncoder e(c.msg)
 
 bool NfsClient::null() {
   NFS_CALL(kNull);
@@ -277,8 +279,8 @@ std::optional<std::uint32_t> NfsClient::read_done(const RpcResult& r, std::uint8
   return rr.count;
 }
 
-std::optional<std::uint32_t> NfsClient::read(const Fh& fh, std::uint64_t offset,
-                                             std::uint8_t* out, std::uint32_t len, bool* eof) {
+std::optional<std::uint32_t> NfsClient::read(const Fh& fh, std::uint64_t offset, std::uint8_t* out,
+                                             std::uint32_t len, bool* eof) {
   const auto r = invoke(read_call(fh, offset, out, len));
   if (!r) return std::nullopt;
   return read_done(*r, out, len, eof);

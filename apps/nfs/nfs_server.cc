@@ -5,8 +5,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,31 +25,47 @@ constexpr std::uint8_t kFhMagic[4] = {'R', 'N', 'F', '3'};
 
 Status from_errno(int e) {
   switch (e) {
-    case EPERM: return kErrPerm;
-    case ENOENT: return kErrNoent;
-    case EACCES: return kErrAcces;
-    case EEXIST: return kErrExist;
-    case EXDEV: return kErrXdev;
-    case ENOTDIR: return kErrNotdir;
-    case EISDIR: return kErrIsdir;
-    case EINVAL: return kErrInval;
-    case EFBIG: return kErrFbig;
-    case ENOSPC: return kErrNospc;
-    case EROFS: return kErrRofs;
-    case EMLINK: return kErrMlink;
-    case ENAMETOOLONG: return kErrNametoolong;
-    case ENOTEMPTY: return kErrNotempty;
-    case EDQUOT: return kErrDquot;
-    default: return kErrIo;
+    case EPERM:
+      return kErrPerm;
+    case ENOENT:
+      return kErrNoent;
+    case EACCES:
+      return kErrAcces;
+    case EEXIST:
+      return kErrExist;
+    case EXDEV:
+      return kErrXdev;
+    case ENOTDIR:
+      return kErrNotdir;
+    case EISDIR:
+      return kErrIsdir;
+    case EINVAL:
+      return kErrInval;
+    case EFBIG:
+      return kErrFbig;
+    case ENOSPC:
+      return kErrNospc;
+    case EROFS:
+      return kErrRofs;
+    case EMLINK:
+      return kErrMlink;
+    case ENAMETOOLONG:
+      return kErrNametoolong;
+    case ENOTEMPTY:
+      return kErrNotempty;
+    case EDQUOT:
+      return kErrDquot;
+    default:
+      return kErrIo;
   }
 }
 
 Fattr to_fattr(const struct stat& s) {
   Fattr a;
-  a.type = S_ISDIR(s.st_mode)   ? kDir
-           : S_ISLNK(s.st_mode) ? kLnk
-           : S_ISBLK(s.st_mode) ? kBlk
-           : S_ISCHR(s.st_mode) ? kChr
+  a.type = S_ISDIR(s.st_mode)    ? kDir
+           : S_ISLNK(s.st_mode)  ? kLnk
+           : S_ISBLK(s.st_mode)  ? kBlk
+           : S_ISCHR(s.st_mode)  ? kChr
            : S_ISSOCK(s.st_mode) ? kSock
            : S_ISFIFO(s.st_mode) ? kFifo
                                  : kReg;
@@ -63,9 +79,12 @@ Fattr to_fattr(const struct stat& s) {
   a.rdev2 = minor(s.st_rdev);
   a.fsid = s.st_dev;
   a.fileid = s.st_ino;
-  a.atime = {static_cast<std::uint32_t>(s.st_atim.tv_sec), static_cast<std::uint32_t>(s.st_atim.tv_nsec)};
-  a.mtime = {static_cast<std::uint32_t>(s.st_mtim.tv_sec), static_cast<std::uint32_t>(s.st_mtim.tv_nsec)};
-  a.ctime = {static_cast<std::uint32_t>(s.st_ctim.tv_sec), static_cast<std::uint32_t>(s.st_ctim.tv_nsec)};
+  a.atime = {static_cast<std::uint32_t>(s.st_atim.tv_sec),
+             static_cast<std::uint32_t>(s.st_atim.tv_nsec)};
+  a.mtime = {static_cast<std::uint32_t>(s.st_mtim.tv_sec),
+             static_cast<std::uint32_t>(s.st_mtim.tv_nsec)};
+  a.ctime = {static_cast<std::uint32_t>(s.st_ctim.tv_sec),
+             static_cast<std::uint32_t>(s.st_ctim.tv_nsec)};
   return a;
 }
 
@@ -75,6 +94,12 @@ std::optional<Fattr> attr_of(const std::string& p) {
   return to_fattr(s);
 }
 
+/// A directory itself, not a symbolic link to one (which could lead out of the export).
+bool is_dir(const std::string& p) {
+  struct stat s;
+  return ::lstat(p.c_str(), &s) == 0 && S_ISDIR(s.st_mode);
+}
+
 bool bad_name(const std::string& n) {
   return n.empty() || n == "." || n == ".." || n.find('/') != std::string::npos ||
          n.find('\0') != std::string::npos;
@@ -82,10 +107,14 @@ bool bad_name(const std::string& n) {
 
 /// Applies a sattr3 to `p`; 0 or an errno.
 int set_attrs(const std::string& p, const Sattr& s) {
+  struct stat st;
+  // Never through a symbolic link (chmod and truncate follow them): it may point out of the
+  // export.
+  if (::lstat(p.c_str(), &st) != 0) return errno;
+  if (S_ISLNK(st.st_mode)) return EINVAL;
   if (s.mode && ::chmod(p.c_str(), *s.mode & 07777) != 0) return errno;
-  if ((s.uid || s.gid) &&
-      ::lchown(p.c_str(), s.uid ? *s.uid : static_cast<uid_t>(-1),
-               s.gid ? *s.gid : static_cast<gid_t>(-1)) != 0)
+  if ((s.uid || s.gid) && ::lchown(p.c_str(), s.uid ? *s.uid : static_cast<uid_t>(-1),
+                                   s.gid ? *s.gid : static_cast<gid_t>(-1)) != 0)
     return errno;
   if (s.size && ::truncate(p.c_str(), static_cast<off_t>(*s.size)) != 0) return errno;
   if (s.atime_now || s.mtime_now) {
@@ -113,7 +142,8 @@ NfsServer::NfsServer(std::string root, std::string export_path)
   root_ino_ = s.st_ino;
   paths_[root_ino_] = root_;
   const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
-  for (int i = 0; i < 8; ++i) write_verf_[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(t >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    write_verf_[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(t >> (8 * i));
 }
 
 Fh NfsServer::remember(const std::string& path, std::uint64_t ino) {
@@ -237,11 +267,16 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       const std::string name = d.string(kMaxName);
       if (!d.ok()) return;
       if (!path_of(dir, p)) return fail(kErrStale), encode_post_op(e, std::nullopt);
+      if (!is_dir(p)) return fail(kErrNotdir), encode_post_op(e, std::nullopt);
       std::string target;
-      if (name == ".") target = p;
-      else if (name == "..") target = p == root_ ? p : p.substr(0, p.find_last_of('/'));
-      else if (bad_name(name)) return fail(kErrInval), encode_post_op(e, attr_of(p));
-      else target = p + "/" + name;
+      if (name == ".")
+        target = p;
+      else if (name == "..")
+        target = p == root_ ? p : p.substr(0, p.find_last_of('/'));
+      else if (bad_name(name))
+        return fail(kErrInval), encode_post_op(e, attr_of(p));
+      else
+        target = p + "/" + name;
       const auto a = attr_of(target);
       if (!a) return fail(from_errno(errno)), encode_post_op(e, attr_of(p));
       e.u32(kOk);
@@ -267,7 +302,7 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       if (!d.ok()) return;
       if (!path_of(fh, p)) return fail(kErrStale), encode_post_op(e, std::nullopt);
       count = std::min(count, max_io);
-      const int fd = ::open(p.c_str(), O_RDONLY);
+      const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW);
       if (fd < 0) return fail(from_errno(errno)), encode_post_op(e, std::nullopt);
       out.payload.resize(count);
       const ssize_t n = ::pread(fd, out.payload.data(), count, static_cast<off_t>(off));
@@ -300,7 +335,7 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       const auto before = attr_of(p);
       if (count > data.size() || how > kFileSync)
         return fail(kErrInval), encode_wcc(e, before, before);
-      const int fd = ::open(p.c_str(), O_WRONLY);
+      const int fd = ::open(p.c_str(), O_WRONLY | O_NOFOLLOW);
       if (fd < 0) return fail(from_errno(errno)), encode_wcc(e, before, before);
       const ssize_t n = ::pwrite(fd, data.data(), count, static_cast<off_t>(off));
       const int err = errno;
@@ -323,14 +358,18 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       std::uint32_t mode = kUnchecked;
       if (proc == kCreate) {
         mode = d.u32();
-        if (mode == kExclusive) d.fixed(8);
-        else if (mode <= kGuarded) s = decode_sattr(d);
-        else d.fail();
+        if (mode == kExclusive)
+          d.fixed(8);
+        else if (mode <= kGuarded)
+          s = decode_sattr(d);
+        else
+          d.fail();
       } else {
         s = decode_sattr(d);
       }
       if (!d.ok()) return;
       if (!path_of(dir, p)) return fail(kErrStale), encode_wcc(e, std::nullopt, std::nullopt);
+      if (!is_dir(p)) return fail(kErrNotdir), encode_wcc(e, std::nullopt, std::nullopt);
       const auto before = attr_of(p);
       if (bad_name(name)) return fail(kErrInval), encode_wcc(e, before, before);
       const std::string target = p + "/" + name;
@@ -339,10 +378,12 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       if (proc == kMkdir) {
         if (::mkdir(target.c_str(), m) != 0) err = errno;
       } else {
-        const int flags = O_WRONLY | O_CREAT | (mode == kUnchecked ? 0 : O_EXCL);
+        const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | (mode == kUnchecked ? 0 : O_EXCL);
         const int fd = ::open(target.c_str(), flags, m);
-        if (fd < 0) err = errno;
-        else ::close(fd);
+        if (fd < 0)
+          err = errno;
+        else
+          ::close(fd);
         // EXCLUSIVE retried with the same verifier finds its own file: fine for one client.
         if (err == EEXIST && mode == kExclusive) err = 0;
       }
@@ -365,6 +406,7 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       const std::string name = d.string(kMaxName);
       if (!d.ok()) return;
       if (!path_of(dir, p)) return fail(kErrStale), encode_wcc(e, std::nullopt, std::nullopt);
+      if (!is_dir(p)) return fail(kErrNotdir), encode_wcc(e, std::nullopt, std::nullopt);
       const auto before = attr_of(p);
       if (bad_name(name)) return fail(kErrInval), encode_wcc(e, before, before);
       const std::string target = p + "/" + name;
@@ -383,6 +425,7 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       if (proc == kReaddirplus) maxcount = d.u32();  // dircount, then maxcount
       if (!d.ok()) return;
       if (!path_of(dir, p)) return fail(kErrStale), encode_post_op(e, std::nullopt);
+      if (!is_dir(p)) return fail(kErrNotdir), encode_post_op(e, std::nullopt);
       DIR* dp = ::opendir(p.c_str());
       if (!dp) return fail(from_errno(errno)), encode_post_op(e, std::nullopt);
       std::vector<std::string> names;
@@ -399,8 +442,9 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       bool any = false;
       for (; i < names.size(); ++i) {
         const std::string path = names[i] == "." ? p
-                                 : names[i] == ".." ? (p == root_ ? p : p.substr(0, p.find_last_of('/')))
-                                                    : p + "/" + names[i];
+                                 : names[i] == ".."
+                                     ? (p == root_ ? p : p.substr(0, p.find_last_of('/')))
+                                     : p + "/" + names[i];
         const auto a = attr_of(path);
         if (!a) continue;
         std::vector<std::uint8_t> ent;
@@ -411,7 +455,8 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
         x.u64(i + 1);
         if (proc == kReaddirplus) {
           encode_post_op(x, a);
-          encode_fh_opt(x, names[i] == ".." ? std::nullopt : std::optional<Fh>(remember(path, a->fileid)));
+          encode_fh_opt(
+              x, names[i] == ".." ? std::nullopt : std::optional<Fh>(remember(path, a->fileid)));
         }
         if (out.msg.size() - start + ent.size() + 8 + 120 > limit) break;
         out.msg.insert(out.msg.end(), ent.begin(), ent.end());
@@ -430,7 +475,8 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       if (!d.ok()) return;
       struct statvfs v;
       if (!path_of(fh, p)) return fail(kErrStale), encode_post_op(e, std::nullopt);
-      if (::statvfs(p.c_str(), &v) != 0) return fail(from_errno(errno)), encode_post_op(e, attr_of(p));
+      if (::statvfs(p.c_str(), &v) != 0)
+        return fail(from_errno(errno)), encode_post_op(e, attr_of(p));
       e.u32(kOk);
       encode_post_op(e, attr_of(p));
       e.u64(std::uint64_t{v.f_blocks} * v.f_frsize);
@@ -451,7 +497,7 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       for (std::uint32_t v : {max_io, max_io, 4096u, max_io, max_io, 4096u, 32768u}) e.u32(v);
       e.u64(~0ull >> 1);
       e.u32(0);
-      e.u32(1);  // time_delta 1 ns
+      e.u32(1);     // time_delta 1 ns
       e.u32(0x1b);  // FSF3_LINK | FSF3_SYMLINK | FSF3_HOMOGENEOUS | FSF3_CANSETTIME
       return;
     }
@@ -461,8 +507,8 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       if (!path_of(fh, p)) return fail(kErrStale), encode_post_op(e, std::nullopt);
       e.u32(kOk);
       encode_post_op(e, attr_of(p));
-      e.u32(32000);  // linkmax
-      e.u32(255);    // name_max
+      e.u32(32000);      // linkmax
+      e.u32(255);        // name_max
       e.boolean(true);   // no_trunc
       e.boolean(true);   // chown_restricted
       e.boolean(false);  // case_insensitive
@@ -476,7 +522,7 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       if (!d.ok()) return;
       if (!path_of(fh, p)) return fail(kErrStale), encode_wcc(e, std::nullopt, std::nullopt);
       const auto before = attr_of(p);
-      const int fd = ::open(p.c_str(), O_RDONLY);
+      const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW);
       if (fd >= 0) {
         ::fsync(fd);
         ::close(fd);
@@ -490,10 +536,14 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       // READLINK, SYMLINK, MKNOD, RENAME, LINK: not served. Every result begins with the
       // status and (for these) an attribute or wcc block that may be empty.
       fail(kErrNotsupp);
-      if (proc == kReadlink) encode_post_op(e, std::nullopt);
-      else if (proc == kLink) encode_post_op(e, std::nullopt), encode_wcc(e, std::nullopt, std::nullopt);
-      else if (proc == kRename) encode_wcc(e, std::nullopt, std::nullopt), encode_wcc(e, std::nullopt, std::nullopt);
-      else encode_wcc(e, std::nullopt, std::nullopt);
+      if (proc == kReadlink)
+        encode_post_op(e, std::nullopt);
+      else if (proc == kLink)
+        encode_post_op(e, std::nullopt), encode_wcc(e, std::nullopt, std::nullopt);
+      else if (proc == kRename)
+        encode_wcc(e, std::nullopt, std::nullopt), encode_wcc(e, std::nullopt, std::nullopt);
+      else
+        encode_wcc(e, std::nullopt, std::nullopt);
       // The arguments are not decoded: consume them so that d stays ok().
       d.fixed(d.remaining() & ~std::size_t{3});
       return;

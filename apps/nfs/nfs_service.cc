@@ -26,13 +26,20 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
                                  std::to_string(lo) + ".." + std::to_string(hi));
       return static_cast<std::uint32_t>(n);
     };
-    if (a == "--root") c.root = v;
-    else if (a == "--export") c.export_path = v;
-    else if (a == "--mount-address") c.mount_address = v;
-    else if (a == "--mount-port") c.mount_port = static_cast<std::uint16_t>(num(1, 65535));
-    else if (a == "--credits") c.transport.credits = num(1, 128);
-    else if (a == "--inline") c.transport.inline_size = num(1024, 65536);
-    else if (a == "--tcp-port") c.tcp_port = static_cast<std::uint16_t>(num(1, 65535));
+    if (a == "--root")
+      c.root = v;
+    else if (a == "--export")
+      c.export_path = v;
+    else if (a == "--mount-address")
+      c.mount_address = v;
+    else if (a == "--mount-port")
+      c.mount_port = static_cast<std::uint16_t>(num(1, 65535));
+    else if (a == "--credits")
+      c.transport.credits = num(1, 128);
+    else if (a == "--inline")
+      c.transport.inline_size = num(1024, 65536);
+    else if (a == "--tcp-port")
+      c.tcp_port = static_cast<std::uint16_t>(num(1, 65535));
     else
       throw std::runtime_error("service nfs: unknown option " + a +
                                " (--root, --export, --mount-address, --mount-port, --credits, "

@@ -17,8 +17,8 @@
 namespace roce::nfs {
 
 struct NfsServiceConfig {
-  std::string root;                   ///< the host directory served
-  std::string export_path = "/";      ///< what MNT asks for
+  std::string root;               ///< the host directory served
+  std::string export_path = "/";  ///< what MNT asks for
   std::uint16_t port = kNfsRdmaPort;
   std::string mount_address = "0.0.0.0";
   std::uint16_t mount_port = 20048;

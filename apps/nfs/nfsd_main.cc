@@ -25,8 +25,8 @@ int main(int argc, char** argv) {
   bool spin = false;
   unsigned port = c.port, mount_port = c.mount_port, tcp_port = 0;
   po::options_description o("roce-nfsd options");
-  o.add_options()("help,h", "this help")(
-      "iface", po::value(&link.iface), "kernel interface for the DPDK port (net_af_packet)")(
+  o.add_options()("help,h", "this help")("iface", po::value(&link.iface),
+                                         "kernel interface for the DPDK port (net_af_packet)")(
       "memif", po::value(&nl.memif_socket), "net_memif on this control socket instead")(
       "memif-role", po::value(&nl.memif_role)->default_value("server"), "memif: server or client")(
       "ip", po::value(&link.ip)->default_value("192.0.2.100"), "our RoCE IPv4 address")(

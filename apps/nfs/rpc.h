@@ -25,8 +25,14 @@ enum AcceptStat : std::uint32_t {
   kSystemErr = 5,
 };
 enum RejectStat : std::uint32_t { kRpcMismatch = 0, kAuthError = 1 };
-enum AuthStat : std::uint32_t { kAuthOk = 0, kAuthBadCred = 1, kAuthRejectedCred = 2,
-                                kAuthBadVerf = 3, kAuthRejectedVerf = 4, kAuthTooWeak = 5 };
+enum AuthStat : std::uint32_t {
+  kAuthOk = 0,
+  kAuthBadCred = 1,
+  kAuthRejectedCred = 2,
+  kAuthBadVerf = 3,
+  kAuthRejectedVerf = 4,
+  kAuthTooWeak = 5
+};
 
 constexpr std::size_t kMaxAuthBody = 400;  ///< RFC 5531: opaque body<400>
 constexpr std::size_t kMaxMachineName = 255;
@@ -62,11 +68,11 @@ struct CallHeader {
 struct ReplyHeader {
   std::uint32_t xid = 0;
   ReplyStat stat = kMsgAccepted;
-  OpaqueAuth verf;                      ///< accepted
-  AcceptStat accept = kSuccess;         ///< accepted
-  std::uint32_t low = 0, high = 0;      ///< kProgMismatch / kRpcMismatch
-  RejectStat reject = kRpcMismatch;     ///< denied
-  AuthStat auth = kAuthOk;              ///< denied with kAuthError
+  OpaqueAuth verf;                   ///< accepted
+  AcceptStat accept = kSuccess;      ///< accepted
+  std::uint32_t low = 0, high = 0;   ///< kProgMismatch / kRpcMismatch
+  RejectStat reject = kRpcMismatch;  ///< denied
+  AuthStat auth = kAuthOk;           ///< denied with kAuthError
   friend bool operator==(const ReplyHeader&, const ReplyHeader&) = default;
 };
 

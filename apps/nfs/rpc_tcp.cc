@@ -63,11 +63,12 @@ void RpcTcpClient::submit(RpcCall c, Done done) {
   }
   std::vector<std::uint8_t> rec;
   XdrEncoder e(rec);
-  const std::size_t body = c.msg.size() + c.read_data.size() +
-                           (c.read_data.empty() ? 0 : xdr_pad(c.read_data.size()));
+  const std::size_t body =
+      c.msg.size() + c.read_data.size() + (c.read_data.empty() ? 0 : xdr_pad(c.read_data.size()));
   e.u32(0x80000000u | static_cast<std::uint32_t>(body));
   // The read chunk's payload goes back where it belongs in the XDR stream.
-  const auto pos = static_cast<std::ptrdiff_t>(c.read_data.empty() ? c.msg.size() : c.read_position);
+  const auto pos =
+      static_cast<std::ptrdiff_t>(c.read_data.empty() ? c.msg.size() : c.read_position);
   rec.insert(rec.end(), c.msg.begin(), c.msg.begin() + pos);
   if (!c.read_data.empty()) {
     rec.insert(rec.end(), c.read_data.begin(), c.read_data.end());

@@ -14,14 +14,22 @@ std::uint64_t WriteChunk::length() const {
 
 std::string_view to_string(DecodeError e) {
   switch (e) {
-    case DecodeError::kOk: return "ok";
-    case DecodeError::kShort: return "header runs past the message";
-    case DecodeError::kBadVersion: return "not RPC-over-RDMA version 1";
-    case DecodeError::kRetiredProc: return "RDMA_MSGP or RDMA_DONE (retired)";
-    case DecodeError::kUnknownProc: return "unknown procedure";
-    case DecodeError::kBadList: return "bad list discriminator";
-    case DecodeError::kTooManyChunks: return "too many chunks or segments";
-    case DecodeError::kBadError: return "unknown RDMA_ERROR code";
+    case DecodeError::kOk:
+      return "ok";
+    case DecodeError::kShort:
+      return "header runs past the message";
+    case DecodeError::kBadVersion:
+      return "not RPC-over-RDMA version 1";
+    case DecodeError::kRetiredProc:
+      return "RDMA_MSGP or RDMA_DONE (retired)";
+    case DecodeError::kUnknownProc:
+      return "unknown procedure";
+    case DecodeError::kBadList:
+      return "bad list discriminator";
+    case DecodeError::kTooManyChunks:
+      return "too many chunks or segments";
+    case DecodeError::kBadError:
+      return "unknown RDMA_ERROR code";
   }
   return "?";
 }

@@ -71,13 +71,13 @@ constexpr std::size_t kMaxSegmentsPerChunk = 64;
 
 enum class DecodeError : std::uint8_t {
   kOk,
-  kShort,           ///< the header runs past the message
-  kBadVersion,      ///< not version 1: answer ERR_VERS
-  kRetiredProc,     ///< RDMA_MSGP or RDMA_DONE (RFC 8166 4.5): answer ERR_CHUNK
+  kShort,        ///< the header runs past the message
+  kBadVersion,   ///< not version 1: answer ERR_VERS
+  kRetiredProc,  ///< RDMA_MSGP or RDMA_DONE (RFC 8166 4.5): answer ERR_CHUNK
   kUnknownProc,
-  kBadList,         ///< a list discriminator other than 0 or 1
-  kTooManyChunks,   ///< past the limits above: answer ERR_CHUNK
-  kBadError,        ///< RDMA_ERROR with an unknown code
+  kBadList,        ///< a list discriminator other than 0 or 1
+  kTooManyChunks,  ///< past the limits above: answer ERR_CHUNK
+  kBadError,       ///< RDMA_ERROR with an unknown code
 };
 std::string_view to_string(DecodeError e);
 
@@ -94,7 +94,7 @@ struct ConnectPrivate {
   static constexpr std::uint32_t kMagic = 0xf6ab0e18;
   static constexpr std::size_t kSize = 8;
   std::uint8_t version = 1;
-  bool remote_invalidate = false;  ///< flags bit 0: send SEND with invalidate to me
+  bool remote_invalidate = false;               ///< flags bit 0: send SEND with invalidate to me
   std::uint32_t send_size = kDefaultInline;     ///< the largest message I send (inline)
   std::uint32_t receive_size = kDefaultInline;  ///< the largest message I can receive
   friend bool operator==(const ConnectPrivate&, const ConnectPrivate&) = default;

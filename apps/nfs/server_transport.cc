@@ -120,8 +120,9 @@ void RpcRdmaServer::on_cm(const cm::CmEvent& e) {
       return;
     }
     for (std::uint32_t i = 0; i < nrecv; ++i) {
-      Sge sge{reinterpret_cast<std::uint64_t>(c->recv_mem.data() + std::size_t{i} * opt_.inline_size),
-              opt_.inline_size, c->recv_mr->key};
+      Sge sge{
+          reinterpret_cast<std::uint64_t>(c->recv_mem.data() + std::size_t{i} * opt_.inline_size),
+          opt_.inline_size, c->recv_mr->key};
       RecvWr wr;
       wr.wr_id = wr_id(c->id, kWrRecv, i);
       wr.sg_list = &sge;
@@ -152,8 +153,7 @@ void RpcRdmaServer::on_cm(const cm::CmEvent& e) {
   if (ci == conns_.end()) return;
   if (e.type == cm::CmEventType::kEstablished) {
     ci->second->up = true;
-  } else if (e.type == cm::CmEventType::kDisconnected ||
-             e.type == cm::CmEventType::kUnreachable) {
+  } else if (e.type == cm::CmEventType::kDisconnected || e.type == cm::CmEventType::kUnreachable) {
     release(*ci->second);
     conns_.erase(ci);
     by_cm_.erase(it);
@@ -165,7 +165,8 @@ namespace {
 template <class C>
 std::uint32_t take_slot(C& c) {
   for (std::size_t k = 0; k < c.slot_busy.size(); ++k) {
-    const std::uint32_t s = (c.next_slot + static_cast<std::uint32_t>(k)) % static_cast<std::uint32_t>(c.slot_busy.size());
+    const std::uint32_t s = (c.next_slot + static_cast<std::uint32_t>(k)) %
+                            static_cast<std::uint32_t>(c.slot_busy.size());
     if (!c.slot_busy[s]) {
       c.slot_busy[s] = true;
       c.next_slot = s + 1;
@@ -216,7 +217,8 @@ void RpcRdmaServer::next(Conn& c) {
     c.ready.pop_front();
     std::size_t hl = 0;
     const auto err = rdma::decode(m, c.hdr, hl);
-    if (err == rdma::DecodeError::kBadVersion) return send_error(c, c.hdr.xid, rdma::ErrorCode::kVers);
+    if (err == rdma::DecodeError::kBadVersion)
+      return send_error(c, c.hdr.xid, rdma::ErrorCode::kVers);
     if (err != rdma::DecodeError::kOk || c.hdr.proc == rdma::Proc::kError) {
       if (m.size() < 4) continue;  // not even an XID: dropped (counted by the caller's stats)
       return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
@@ -243,7 +245,8 @@ void RpcRdmaServer::next(Conn& c) {
     std::uint32_t at = 0, k = 0;
     for (const auto& r : c.hdr.reads) {
       if (r.seg.length == 0) continue;
-      Sge sge{reinterpret_cast<std::uint64_t>(c.data_mem.data() + at), r.seg.length, c.data_mr->key};
+      Sge sge{reinterpret_cast<std::uint64_t>(c.data_mem.data() + at), r.seg.length,
+              c.data_mr->key};
       SendWr wr;
       wr.wr_id = wr_id(c.id, kWrRead, k++);
       wr.opcode = WrOpcode::kRead;
@@ -368,7 +371,8 @@ void RpcRdmaServer::assemble_and_run(Conn& c) {
     ++st_.reply_chunks;
   }
   if (!inv_rkey && !c.hdr.reads.empty()) inv_rkey = c.hdr.reads.front().seg.handle;
-  if (!inv_rkey && c.hdr.reply) inv_rkey = c.hdr.reply->segments.empty() ? 0 : c.hdr.reply->segments.front().handle;
+  if (!inv_rkey && c.hdr.reply)
+    inv_rkey = c.hdr.reply->segments.empty() ? 0 : c.hdr.reply->segments.front().handle;
   const std::uint32_t slot = take_slot(c);
   if (!c.hdr.reads.empty() || !c.hdr.writes.empty() || c.hdr.reply) {
     c.data_busy = true;
@@ -377,8 +381,8 @@ void RpcRdmaServer::assemble_and_run(Conn& c) {
   std::uint8_t* buf = c.send_mem.data() + std::size_t{slot} * opt_.inline_size;
   std::memcpy(buf, hb.data(), hb.size());
   std::memcpy(buf + hb.size(), msg.data(), msg.size());
-  Sge sge{reinterpret_cast<std::uint64_t>(buf),
-          static_cast<std::uint32_t>(hb.size() + msg.size()), c.send_mr->key};
+  Sge sge{reinterpret_cast<std::uint64_t>(buf), static_cast<std::uint32_t>(hb.size() + msg.size()),
+          c.send_mr->key};
   SendWr wr;
   wr.wr_id = wr_id(c.id, kWrSend, slot);
   wr.sg_list = &sge;

@@ -32,8 +32,8 @@ struct ServerOptions {
 };
 
 struct ServerStats {
-  std::uint64_t connections = 0, calls = 0, reads = 0, read_bytes = 0, writes = 0,
-                write_bytes = 0, reply_chunks = 0, send_inv = 0, err_vers = 0, err_chunk = 0;
+  std::uint64_t connections = 0, calls = 0, reads = 0, read_bytes = 0, writes = 0, write_bytes = 0,
+                reply_chunks = 0, send_inv = 0, err_vers = 0, err_chunk = 0;
 };
 
 class RpcRdmaServer {

@@ -61,7 +61,12 @@ void RpcRdmaClient::drop_qp() {
   if (!qp_) return;
   agent_->release(qp_);  // DREQ if still up
   // Let the DREQ go out before the QP goes.
-  env_.until([&] { agent_->poll(port::now_ns()); return false; }, 0.05);
+  env_.until(
+      [&] {
+        agent_->poll(port::now_ns());
+        return false;
+      },
+      0.05);
   env_.eng.destroy_qp(qp_);
   qp_ = nullptr;
   up_ = false;
@@ -309,8 +314,8 @@ bool RpcRdmaClient::start(std::uint32_t xid, Pending& p) {
   h.proc = rdma::Proc::kMsg;
   RpcCall& c = p.call;
   if (!c.read_data.empty()) {
-    const auto k = reg(p.slot, 0, const_cast<std::uint8_t*>(c.read_data.data()),
-                       c.read_data.size(), kAccessRemoteRead);
+    const auto k = reg(p.slot, 0, const_cast<std::uint8_t*>(c.read_data.data()), c.read_data.size(),
+                       kAccessRemoteRead);
     if (!k) return false;
     p.rkeys.push_back(*k);
     h.reads.push_back({c.read_position,
@@ -319,8 +324,7 @@ bool RpcRdmaClient::start(std::uint32_t xid, Pending& p) {
     ++st_.read_chunks;
   }
   if (!c.write_target.empty()) {
-    const auto k =
-        reg(p.slot, 1, c.write_target.data(), c.write_target.size(), kAccessRemoteWrite);
+    const auto k = reg(p.slot, 1, c.write_target.data(), c.write_target.size(), kAccessRemoteWrite);
     if (!k) return false;
     p.rkeys.push_back(*k);
     h.writes.push_back({{{*k, static_cast<std::uint32_t>(c.write_target.size()),
@@ -350,8 +354,8 @@ bool RpcRdmaClient::start(std::uint32_t xid, Pending& p) {
   std::uint8_t* buf = send_mem_.data() + std::size_t{p.slot} * opt_.inline_size;
   std::memcpy(buf, hdr.data(), hdr.size());
   std::memcpy(buf + hdr.size(), c.msg.data(), c.msg.size());
-  Sge sge{reinterpret_cast<std::uint64_t>(buf), static_cast<std::uint32_t>(hdr.size() + c.msg.size()),
-          send_mr_->key};
+  Sge sge{reinterpret_cast<std::uint64_t>(buf),
+          static_cast<std::uint32_t>(hdr.size() + c.msg.size()), send_mr_->key};
   SendWr wr;
   wr.wr_id = kWrSend | p.slot;
   wr.opcode = WrOpcode::kSend;

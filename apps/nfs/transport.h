@@ -67,8 +67,8 @@ struct RpcResult {
   bool ok = false;
   std::string error;
   std::optional<rdma::ErrorCode> rdma_error;  ///< the server answered RDMA_ERROR
-  std::vector<std::uint8_t> reply;  ///< the RPC reply (from the SEND or the reply chunk)
-  std::uint64_t written = 0;        ///< bytes the server put in the write chunk
+  std::vector<std::uint8_t> reply;            ///< the RPC reply (from the SEND or the reply chunk)
+  std::uint64_t written = 0;                  ///< bytes the server put in the write chunk
 };
 
 /// Counters of a transport, for reports and tests.
@@ -94,7 +94,6 @@ class RpcTransport {
 
 class RpcRdmaClient : public RpcTransport {
  public:
-
   RpcRdmaClient(perf::Env& env, TransportOptions o);
   ~RpcRdmaClient() override;
   RpcRdmaClient(const RpcRdmaClient&) = delete;
@@ -133,7 +132,7 @@ class RpcRdmaClient : public RpcTransport {
     std::uint32_t xid = 0;
     Done done;
     RpcCall call;
-    std::uint32_t slot = 0;            ///< send buffer and MR slot
+    std::uint32_t slot = 0;               ///< send buffer and MR slot
     std::vector<std::uint8_t> reply_buf;  ///< reply chunk memory
     std::vector<std::uint32_t> rkeys;     ///< registered for this call
     std::uint32_t inv_outstanding = 0;

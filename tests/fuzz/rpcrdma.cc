@@ -3,6 +3,8 @@
 /// the RPC call header that follows it, and the NFSv3 argument and result decoders the client
 /// and server run on it. A header the decoder accepts must encode back to the bytes it came
 /// from (the header's XDR has one encoding); nothing may read past the input.
+#include "apps/nfs/rpcrdma.h"
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -11,7 +13,6 @@
 
 #include "apps/nfs/nfs3.h"
 #include "apps/nfs/rpc.h"
-#include "apps/nfs/rpcrdma.h"
 #include "tests/fuzz/fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -34,14 +35,38 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (rpc::decode(r, reply)) (void)rpc::to_string(reply);
   }
   // The NFS result decoders on the raw bytes.
-  { XdrDecoder d(in); v3::decode_readdirplus(d); }
-  { XdrDecoder d(in); v3::decode_lookup(d); }
-  { XdrDecoder d(in); v3::decode_read_head(d); }
-  { XdrDecoder d(in); v3::decode_write(d); }
-  { XdrDecoder d(in); v3::decode_create(d); }
-  { XdrDecoder d(in); v3::decode_fsinfo(d); }
-  { XdrDecoder d(in); v3::decode_mount(d); }
-  { XdrDecoder d(in); v3::decode_sattr(d); }
+  {
+    XdrDecoder d(in);
+    v3::decode_readdirplus(d);
+  }
+  {
+    XdrDecoder d(in);
+    v3::decode_lookup(d);
+  }
+  {
+    XdrDecoder d(in);
+    v3::decode_read_head(d);
+  }
+  {
+    XdrDecoder d(in);
+    v3::decode_write(d);
+  }
+  {
+    XdrDecoder d(in);
+    v3::decode_create(d);
+  }
+  {
+    XdrDecoder d(in);
+    v3::decode_fsinfo(d);
+  }
+  {
+    XdrDecoder d(in);
+    v3::decode_mount(d);
+  }
+  {
+    XdrDecoder d(in);
+    v3::decode_sattr(d);
+  }
   (void)rdma::decode_private(in);
   return 0;
 }

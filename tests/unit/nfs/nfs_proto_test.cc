@@ -54,11 +54,14 @@ TEST(Rpc, CallHeaderGoldenBytesWithAuthSys) {
   Bytes b;
   XdrEncoder e(b);
   rpc::encode(e, h);
+  // One line per XDR item.
+  // clang-format off
   const Bytes want{0x01, 0x02, 0x03, 0x04, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0x01, 0x86, 0xa3,
                    0, 0, 0, 3, 0, 0, 0, 1,
                    0, 0, 0, 1, 0, 0, 0, 24,  // AUTH_SYS, 24 bytes
                    0, 0, 0, 7, 0, 0, 0, 2, 'a', 'b', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                    0, 0, 0, 0, 0, 0, 0, 0};  // AUTH_NONE verifier
+  // clang-format on
   EXPECT_EQ(b, want);
   XdrDecoder d(b);
   rpc::CallHeader back;
@@ -68,8 +71,8 @@ TEST(Rpc, CallHeaderGoldenBytesWithAuthSys) {
 }
 
 TEST(Rpc, RepliesRoundTripAndNameTheirErrors) {
-  for (rpc::ReplyHeader h : {rpc::ReplyHeader{}, rpc::ReplyHeader{9, rpc::kMsgAccepted, {},
-                                                                  rpc::kProgMismatch, 2, 3}}) {
+  for (rpc::ReplyHeader h :
+       {rpc::ReplyHeader{}, rpc::ReplyHeader{9, rpc::kMsgAccepted, {}, rpc::kProgMismatch, 2, 3}}) {
     Bytes b;
     XdrEncoder e(b);
     rpc::encode(e, h);
@@ -108,6 +111,8 @@ TEST(RpcRdma, MsgWithEveryChunkGoldenBytes) {
   Bytes b;
   const std::size_t n = rdma::encode(h, b);
   EXPECT_EQ(n, b.size());
+  // One line per XDR item.
+  // clang-format off
   const Bytes want{
       0xaa, 0xbb, 0xcc, 0xdd, 0, 0, 0, 1, 0, 0, 0, 32, 0, 0, 0, 0,  // xid vers credits MSG
       0, 0, 0, 1, 0, 0, 0, 148, 0, 0, 0, 0x11, 0, 0, 0x10, 0, 0, 0, 0, 1, 0, 0, 0, 2,  // read
@@ -115,6 +120,7 @@ TEST(RpcRdma, MsgWithEveryChunkGoldenBytes) {
       0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0x22, 0, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 3,     // write
       0, 0, 0, 0,                                                                      // end
       0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0x33, 0, 0, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 4};    // reply
+  // clang-format on
   EXPECT_EQ(b, want);
   b.push_back(0x99);  // the RPC message follows
   rdma::Header back;

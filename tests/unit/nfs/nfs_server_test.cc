@@ -1,14 +1,15 @@
 // The NFSv3 and MOUNT server over a temporary directory, driven with encoded calls: MNT, LOOKUP,
 // CREATE, WRITE, READ (the data apart from the reply, as the RPC-over-RDMA transport needs it),
 // READDIRPLUS, REMOVE, MKDIR/RMDIR; and the refusals: stale handles, names with '/', other
-// programs and versions, truncated arguments (GARBAGE_ARGS), not an RPC call (no reply).
+// programs and versions, truncated arguments (GARBAGE_ARGS), not an RPC call (no reply), and
+// symbolic links that lead out of the export.
+#include "apps/nfs/nfs_server.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include "apps/nfs/nfs_server.h"
 
 namespace roce::nfs {
 namespace {
@@ -41,8 +42,10 @@ class NfsServerTest : public ::testing::Test {
     rpc::encode(e, h);
     args(e);
     RpcReply r;
-    if (prog == kMountProgram) srv_->handle_mount(b, r);
-    else srv_->handle(b, r);
+    if (prog == kMountProgram)
+      srv_->handle_mount(b, r);
+    else
+      srv_->handle(b, r);
     return r;
   }
   /// The reply's results (after an accepted SUCCESS header).
@@ -60,21 +63,29 @@ class NfsServerTest : public ::testing::Test {
 };
 
 TEST_F(NfsServerTest, MountLookupReadWriteCreateRemove) {
-  auto m = call(kMnt, [](XdrEncoder& e) { e.string("/export"); }, kMountProgram, kMountVersion);
+  auto m = call(
+      kMnt, [](XdrEncoder& e) { e.string("/export"); }, kMountProgram, kMountVersion);
   XdrDecoder md = results(m);
   const MountRes mr = decode_mount(md);
   ASSERT_EQ(mr.status, 0u);
   ASSERT_EQ(mr.flavors, std::vector<std::uint32_t>{rpc::kAuthSys});
   const Fh root = mr.fh;
 
-  auto l = call(kLookup, [&](XdrEncoder& e) { encode(e, root); e.string("hello"); });
+  auto l = call(kLookup, [&](XdrEncoder& e) {
+    encode(e, root);
+    e.string("hello");
+  });
   XdrDecoder ld = results(l);
   const LookupRes lr = decode_lookup(ld);
   ASSERT_TRUE(ld.ok());
   ASSERT_EQ(lr.status, kOk);
   EXPECT_EQ(lr.attr->size, 11u);
 
-  auto rd = call(kRead, [&](XdrEncoder& e) { encode(e, lr.fh); e.u64(6); e.u32(100); });
+  auto rd = call(kRead, [&](XdrEncoder& e) {
+    encode(e, lr.fh);
+    e.u64(6);
+    e.u32(100);
+  });
   XdrDecoder rdd = results(rd);
   const ReadRes rr = decode_read_head(rdd);
   ASSERT_TRUE(rdd.ok());
@@ -122,7 +133,11 @@ TEST_F(NfsServerTest, MountLookupReadWriteCreateRemove) {
   XdrDecoder ad = results(again);
   EXPECT_EQ(decode_create(ad).status, kErrExist);
 
-  auto mk = call(kMkdir, [&](XdrEncoder& e) { encode(e, root); e.string("d"); encode(e, Sattr{}); });
+  auto mk = call(kMkdir, [&](XdrEncoder& e) {
+    encode(e, root);
+    e.string("d");
+    encode(e, Sattr{});
+  });
   XdrDecoder mkd = results(mk);
   EXPECT_EQ(decode_create(mkd).status, kOk);
   auto ls = call(kReaddirplus, [&](XdrEncoder& e) {
@@ -141,7 +156,10 @@ TEST_F(NfsServerTest, MountLookupReadWriteCreateRemove) {
   for (const auto& x : dir.entries) names.push_back(x.name);
   EXPECT_EQ(names, (std::vector<std::string>{".", "..", "d", "hello", "new"}));
 
-  auto rm = call(kRemove, [&](XdrEncoder& e) { encode(e, root); e.string("new"); });
+  auto rm = call(kRemove, [&](XdrEncoder& e) {
+    encode(e, root);
+    e.string("new");
+  });
   XdrDecoder rmd = results(rm);
   EXPECT_EQ(rmd.u32(), kOk);
   EXPECT_FALSE(std::filesystem::exists(dir_ / "new"));
@@ -149,7 +167,10 @@ TEST_F(NfsServerTest, MountLookupReadWriteCreateRemove) {
   auto st = call(kGetattr, [&](XdrEncoder& e) { encode(e, *c.fh); });
   XdrDecoder std_ = results(st);
   EXPECT_EQ(std_.u32(), kErrStale);
-  auto rmdir = call(kRmdir, [&](XdrEncoder& e) { encode(e, root); e.string("d"); });
+  auto rmdir = call(kRmdir, [&](XdrEncoder& e) {
+    encode(e, root);
+    e.string("d");
+  });
   XdrDecoder rmdd = results(rmdir);
   EXPECT_EQ(rmdd.u32(), kOk);
 }
@@ -157,7 +178,10 @@ TEST_F(NfsServerTest, MountLookupReadWriteCreateRemove) {
 TEST_F(NfsServerTest, RefusesWhatItShould) {
   const Fh root = srv_->root_fh();
   // A name with '/' would leave the directory.
-  auto l = call(kLookup, [&](XdrEncoder& e) { encode(e, root); e.string("../etc"); });
+  auto l = call(kLookup, [&](XdrEncoder& e) {
+    encode(e, root);
+    e.string("../etc");
+  });
   XdrDecoder ld = results(l);
   EXPECT_EQ(ld.u32(), kErrInval);
   // A handle the server never gave.
@@ -165,16 +189,22 @@ TEST_F(NfsServerTest, RefusesWhatItShould) {
   XdrDecoder gd = results(g);
   EXPECT_EQ(gd.u32(), kErrStale);
   rpc::ReplyHeader h;
-  call(kNull, [](XdrEncoder&) {}, 100227, 3);  // NFSACL
-  auto acl = call(kNull, [](XdrEncoder&) {}, 100227, 3);
+  call(
+      kNull, [](XdrEncoder&) {}, 100227, 3);  // NFSACL
+  auto acl = call(
+      kNull, [](XdrEncoder&) {}, 100227, 3);
   results(acl, &h);
   EXPECT_EQ(h.accept, rpc::kProgUnavail);
-  auto v4 = call(kNull, [](XdrEncoder&) {}, kNfsProgram, 4);
+  auto v4 = call(
+      kNull, [](XdrEncoder&) {}, kNfsProgram, 4);
   results(v4, &h);
   EXPECT_EQ(h.accept, rpc::kProgMismatch);
   EXPECT_EQ(h.low, 3u);
   // Truncated arguments: GARBAGE_ARGS.
-  auto bad = call(kRead, [&](XdrEncoder& e) { encode(e, root); e.u32(0); });
+  auto bad = call(kRead, [&](XdrEncoder& e) {
+    encode(e, root);
+    e.u32(0);
+  });
   results(bad, &h);
   EXPECT_EQ(h.accept, rpc::kGarbageArgs);
   // Not a call at all: nothing to answer.
@@ -182,8 +212,33 @@ TEST_F(NfsServerTest, RefusesWhatItShould) {
   const Bytes junk{1, 2, 3};
   srv_->handle(junk, r);
   EXPECT_TRUE(r.msg.empty());
+  // A symbolic link out of the export is neither a directory to look into nor a file to read.
+  std::filesystem::create_symlink("/etc", dir_ / "out");
+  auto ln = call(kLookup, [&](XdrEncoder& e) {
+    encode(e, root);
+    e.string("out");
+  });
+  XdrDecoder lnd = results(ln);
+  const LookupRes link = decode_lookup(lnd);
+  ASSERT_EQ(link.status, kOk);
+  EXPECT_EQ(link.attr->type, kLnk);
+  auto through = call(kLookup, [&](XdrEncoder& e) {
+    encode(e, link.fh);
+    e.string("passwd");
+  });
+  XdrDecoder td = results(through);
+  EXPECT_EQ(td.u32(), kErrNotdir);
+  auto rdl = call(kRead, [&](XdrEncoder& e) {
+    encode(e, link.fh);
+    e.u64(0);
+    e.u32(100);
+  });
+  XdrDecoder rdld = results(rdl);
+  EXPECT_NE(rdld.u32(), kOk);
+  EXPECT_FALSE(rdl.has_payload);
   // MNT of another path.
-  auto m = call(kMnt, [](XdrEncoder& e) { e.string("/other"); }, kMountProgram, kMountVersion);
+  auto m = call(
+      kMnt, [](XdrEncoder& e) { e.string("/other"); }, kMountProgram, kMountVersion);
   XdrDecoder md = results(m);
   EXPECT_NE(decode_mount(md).status, 0u);
   EXPECT_GE(srv_->stats().garbage, 2u);
