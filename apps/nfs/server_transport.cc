@@ -7,6 +7,7 @@
 #include <random>
 
 #include "apps/perf/cm_tools.h"
+#include "controlplane/cm/cm_hub.h"
 #include "controlplane/address.h"
 
 namespace roce::nfs {
@@ -53,8 +54,9 @@ RpcRdmaServer::RpcRdmaServer(perf::Env& env, ServerOptions o, Handler h)
     : env_(env), opt_(o), handler_(std::move(h)) {
   opt_.credits = std::clamp<std::uint32_t>(opt_.credits, 1, 128);
   opt_.inline_size = std::clamp<std::uint32_t>(opt_.inline_size, 1024, 64 * 1024);
-  agent_ = std::make_unique<cm::CmAgent>(env_.eng, perf::cm_agent_config(env_),
-                                         [this](const cm::CmEvent& e) { on_cm(e); });
+  // The engine's one CM (QP1), shared with roced's other services and attached clients.
+  hub_ = cm::CmHub::get(env_.eng, perf::cm_agent_config(env_));
+  owner_ = hub_->add_owner([this](const cm::CmEvent& e) { on_cm(e); });
   pd_ = env_.eng.alloc_pd();
   cq_ = env_.eng.create_cq(std::min<std::uint32_t>(8192, env_.eng.config().max_cq_depth));
   if (!pd_ || !cq_) throw std::runtime_error("cannot create the PD and CQ");
@@ -63,19 +65,21 @@ RpcRdmaServer::RpcRdmaServer(perf::Env& env, ServerOptions o, Handler h)
 RpcRdmaServer::~RpcRdmaServer() {
   for (auto& [id, c] : conns_) release(*c);
   conns_.clear();
-  agent_.reset();
+  hub_->remove_owner(owner_);
+  hub_.reset();
   if (cq_) env_.eng.destroy_cq(cq_);
   if (pd_) env_.eng.dealloc_pd(pd_);
 }
 
 void RpcRdmaServer::listen(std::uint16_t port) {
-  agent_->cm().listen(cm::service_id(cm::PortSpace::kTcp, port));
+  if (!hub_->listen(owner_, cm::service_id(cm::PortSpace::kTcp, port)))
+    throw std::runtime_error("rdma_cm port " + std::to_string(port) + " is taken on this port");
 }
 
 void RpcRdmaServer::release(Conn& c) {
   if (c.qp) {
     by_qpn_.erase(c.qp->qpn);
-    agent_->release(c.qp);
+    hub_->agent().release(c.qp);
     env_.eng.destroy_qp(c.qp);
     c.qp = nullptr;
   }
@@ -88,7 +92,7 @@ void RpcRdmaServer::on_cm(const cm::CmEvent& e) {
   if (e.type == cm::CmEventType::kConnectRequest) {
     const auto peer = ctl::ipv4_from_gid(e.peer.gid);
     if (!peer || !port::resolve_wait(env_.loop, *peer, 5)) {
-      agent_->cm().reject(e.id, cm::RejReason::kConsumerDefined);
+      hub_->agent().cm().reject(e.id, cm::RejReason::kConsumerDefined);
       return;
     }
     auto c = std::make_unique<Conn>();
@@ -115,7 +119,7 @@ void RpcRdmaServer::on_cm(const cm::CmEvent& e) {
     a.qp_access_flags = kAccessLocalWrite;
     if (!c->recv_mr || !c->send_mr || !c->data_mr || !c->reply_mr || !c->qp ||
         env_.eng.modify_qp(c->qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) != kOk) {
-      agent_->cm().reject(e.id, cm::RejReason::kConsumerDefined);
+      hub_->agent().cm().reject(e.id, cm::RejReason::kConsumerDefined);
       release(*c);
       return;
     }
@@ -137,7 +141,7 @@ void RpcRdmaServer::on_cm(const cm::CmEvent& e) {
     mine.send_size = opt_.inline_size;
     mine.receive_size = opt_.inline_size;
     ap.private_data = rdma::encode(mine);
-    if (agent_->accept(e.id, c->qp, ap) != cm::CmStatus::kOk) {
+    if (hub_->agent().accept(e.id, c->qp, ap) != cm::CmStatus::kOk) {
       release(*c);
       return;
     }
@@ -407,7 +411,7 @@ void RpcRdmaServer::on_wc(const Wc& w) {
   Conn& c = *ci->second;
   if (w.status != WcStatus::kSuccess) {
     // The connection is broken: the client reconnects (and re-registers).
-    if (c.qp) agent_->cm().disconnect(c.cm);
+    if (c.qp) hub_->agent().cm().disconnect(c.cm);
     c.state = Conn::kIdle;
     c.ready.clear();
     return;
@@ -416,7 +420,7 @@ void RpcRdmaServer::on_wc(const Wc& w) {
   const std::uint32_t idx = static_cast<std::uint32_t>(w.wr_id & 0xffffff);
   if (kind == kWrRecv) {
     if (!c.up) {
-      agent_->cm().notify_established(c.cm);
+      hub_->agent().cm().notify_established(c.cm);
       c.up = true;
     }
     const std::uint8_t* m = c.recv_mem.data() + std::size_t{idx} * opt_.inline_size;
@@ -441,7 +445,7 @@ void RpcRdmaServer::on_wc(const Wc& w) {
 
 bool RpcRdmaServer::poll() {
   bool any = env_.loop.poll_once() != 0;
-  agent_->poll(port::now_ns());
+  hub_->poll(port::now_ns());
   Wc wc[32];
   int n;
   while ((n = env_.eng.poll_cq(cq_, 32, wc)) > 0) {

@@ -20,7 +20,7 @@
 #include "apps/nfs/nfs_server.h"
 #include "apps/nfs/rpcrdma.h"
 #include "apps/perf/env.h"
-#include "controlplane/cm/cm_agent.h"
+#include "controlplane/cm/cm_hub.h"
 
 namespace roce::nfs {
 
@@ -45,6 +45,7 @@ class RpcRdmaServer {
   RpcRdmaServer(const RpcRdmaServer&) = delete;
   RpcRdmaServer& operator=(const RpcRdmaServer&) = delete;
 
+  /// Throws std::runtime_error when another owner of the engine's CM listens to `port`.
   void listen(std::uint16_t port);
   /// Runs the stack once; true when anything happened.
   bool poll();
@@ -63,7 +64,8 @@ class RpcRdmaServer {
   perf::Env& env_;
   ServerOptions opt_;
   Handler handler_;
-  std::unique_ptr<cm::CmAgent> agent_;
+  std::shared_ptr<cm::CmHub> hub_;
+  cm::CmHub::Owner owner_ = 0;
   engine::Pd* pd_ = nullptr;
   engine::Cq* cq_ = nullptr;
   std::map<std::uint32_t, std::unique_ptr<Conn>> conns_;  ///< by our number

@@ -8,6 +8,7 @@
 
 #include "apps/nfs/rpc.h"
 #include "apps/perf/cm_tools.h"
+#include "controlplane/cm/cm_hub.h"
 #include "controlplane/address.h"
 
 namespace roce::nfs {
@@ -24,8 +25,9 @@ constexpr std::uint32_t kRecvExtra = 4;  ///< receives beyond the credits (a lat
 RpcRdmaClient::RpcRdmaClient(perf::Env& env, TransportOptions o) : env_(env), opt_(o) {
   opt_.credits = std::clamp<std::uint32_t>(opt_.credits, 1, 128);
   opt_.inline_size = std::clamp<std::uint32_t>(opt_.inline_size, 1024, 64 * 1024);
-  agent_ = std::make_unique<cm::CmAgent>(env_.eng, perf::cm_agent_config(env_),
-                                         [this](const cm::CmEvent& e) { on_cm(e); });
+  // The engine's one CM (QP1), shared with roced's other services and attached clients.
+  hub_ = cm::CmHub::get(env_.eng, perf::cm_agent_config(env_));
+  owner_ = hub_->add_owner([this](const cm::CmEvent& e) { on_cm(e); });
   pd_ = env_.eng.alloc_pd();
   cq_ = env_.eng.create_cq(std::min<std::uint32_t>(4096, env_.eng.config().max_cq_depth));
   if (!pd_ || !cq_) throw std::runtime_error("cannot create the PD and CQ");
@@ -52,18 +54,19 @@ RpcRdmaClient::~RpcRdmaClient() {
       if (f.mr) env_.eng.dereg_mr(f.mr);
   if (send_mr_) env_.eng.dereg_mr(send_mr_);
   if (recv_mr_) env_.eng.dereg_mr(recv_mr_);
-  agent_.reset();
+  hub_->remove_owner(owner_);
+  hub_.reset();
   if (cq_) env_.eng.destroy_cq(cq_);
   if (pd_) env_.eng.dealloc_pd(pd_);
 }
 
 void RpcRdmaClient::drop_qp() {
   if (!qp_) return;
-  agent_->release(qp_);  // DREQ if still up
+  hub_->agent().release(qp_);  // DREQ if still up
   // Let the DREQ go out before the QP goes.
   env_.until(
       [&] {
-        agent_->poll(port::now_ns());
+        hub_->poll(port::now_ns());
         return false;
       },
       0.05);
@@ -78,6 +81,7 @@ void RpcRdmaClient::drop_qp() {
 
 void RpcRdmaClient::close() {
   if (!qp_) return;
+  peer_ip_.clear();  // the DREP's disconnect event must not make the connection again
   fail_all("transport closed");
   drop_qp();
 }
@@ -177,7 +181,7 @@ bool RpcRdmaClient::connect(const std::string& ipv4, std::uint16_t port) {
   mine.receive_size = opt_.inline_size;
   p.private_data = rdma::encode(mine);
   failed_ = false;
-  cm_id_ = agent_->connect(qp_, p);
+  cm_id_ = hub_->connect(owner_, qp_, p);
   if (!cm_id_) {
     err_ = "rdma_cm connect failed";
     return false;
@@ -469,7 +473,7 @@ void RpcRdmaClient::fail_all(const std::string& why) {
 
 bool RpcRdmaClient::poll_stack() {
   const bool any = env_.loop.poll_once() != 0;
-  agent_->poll(port::now_ns());
+  hub_->poll(port::now_ns());
   return any;
 }
 
@@ -488,7 +492,7 @@ bool RpcRdmaClient::poll() {
         break;  // the rest of this batch belongs to the QP just dropped
       }
       // The first data before the RTU is the connection's COMM_EST.
-      if (w.opcode == WcOpcode::kRecv && cm_id_) agent_->cm().notify_established(*cm_id_);
+      if (w.opcode == WcOpcode::kRecv && cm_id_) hub_->agent().cm().notify_established(*cm_id_);
       switch (w.wr_id & kKindMask) {
         case kWrRecv:
           on_recv(w);

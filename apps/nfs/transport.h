@@ -24,7 +24,7 @@
 
 #include "apps/nfs/rpcrdma.h"
 #include "apps/perf/env.h"
-#include "controlplane/cm/cm_agent.h"
+#include "controlplane/cm/cm_hub.h"
 
 namespace roce::nfs {
 
@@ -156,7 +156,8 @@ class RpcRdmaClient : public RpcTransport {
 
   perf::Env& env_;
   TransportOptions opt_;
-  std::unique_ptr<cm::CmAgent> agent_;
+  std::shared_ptr<cm::CmHub> hub_;
+  cm::CmHub::Owner owner_ = 0;
   engine::Pd* pd_ = nullptr;
   engine::Cq* cq_ = nullptr;
   engine::Qp* qp_ = nullptr;
