@@ -244,5 +244,80 @@ TEST_F(NfsServerTest, RefusesWhatItShould) {
   EXPECT_GE(srv_->stats().garbage, 2u);
 }
 
+TEST_F(NfsServerTest, AttributesDirectoryListingAndFilesystemInfo) {
+  const Fh root = srv_->root_fh();
+  auto l = call(kLookup, [&](XdrEncoder& e) {
+    encode(e, root);
+    e.string("hello");
+  });
+  XdrDecoder ld = results(l);
+  const Fh fh = decode_lookup(ld).fh;
+  // SETATTR: mode and size.
+  auto sa = call(kSetattr, [&](XdrEncoder& e) {
+    encode(e, fh);
+    encode(e, Sattr{0640, {}, {}, std::uint64_t{5}, false, true});
+    e.boolean(false);  // no guard
+  });
+  XdrDecoder sad = results(sa);
+  ASSERT_EQ(sad.u32(), kOk);
+  const auto after = decode_wcc(sad);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->mode, 0640u);
+  EXPECT_EQ(after->size, 5u);
+  EXPECT_EQ(std::filesystem::file_size(dir_ / "hello"), 5u);
+  // ACCESS grants what is asked (read, lookup, modify, extend, delete, execute).
+  auto ac = call(kAccess, [&](XdrEncoder& e) {
+    encode(e, fh);
+    e.u32(0x3f);
+  });
+  XdrDecoder acd = results(ac);
+  ASSERT_EQ(acd.u32(), kOk);
+  decode_post_op(acd);
+  EXPECT_EQ(acd.u32(), 0x3fu);
+  // READDIR (names and cookies only), one entry at a time from a cookie.
+  auto rd = call(kReaddir, [&](XdrEncoder& e) {
+    encode(e, root);
+    e.u64(2);  // after "." and ".."
+    e.fixed(Verf{});
+    e.u32(4096);
+  });
+  XdrDecoder rdd = results(rd);
+  ASSERT_EQ(rdd.u32(), kOk);
+  decode_post_op(rdd);
+  rdd.fixed(8);
+  ASSERT_TRUE(rdd.boolean());
+  rdd.u64();
+  EXPECT_EQ(rdd.string(255), "hello");
+  EXPECT_EQ(rdd.u64(), 3u);
+  EXPECT_FALSE(rdd.boolean());
+  EXPECT_TRUE(rdd.boolean());  // eof
+  EXPECT_TRUE(rdd.ok());
+  // FSINFO advertises max_io; FSSTAT and PATHCONF answer.
+  auto fi = call(kFsinfo, [&](XdrEncoder& e) { encode(e, root); });
+  XdrDecoder fid = results(fi);
+  const FsinfoRes info = decode_fsinfo(fid);
+  ASSERT_EQ(info.status, kOk);
+  EXPECT_EQ(info.rtmax, srv_->max_io);
+  EXPECT_EQ(info.wtmax, srv_->max_io);
+  auto fs = call(kFsstat, [&](XdrEncoder& e) { encode(e, root); });
+  XdrDecoder fsd = results(fs);
+  EXPECT_EQ(fsd.u32(), kOk);
+  auto pc = call(kPathconf, [&](XdrEncoder& e) { encode(e, root); });
+  XdrDecoder pcd = results(pc);
+  ASSERT_EQ(pcd.u32(), kOk);
+  decode_post_op(pcd);
+  pcd.u32();
+  EXPECT_EQ(pcd.u32(), 255u);  // name_max
+  // A procedure the server does not serve: NOTSUPP, not a broken reply.
+  auto rn = call(kRename, [&](XdrEncoder& e) {
+    encode(e, root);
+    e.string("hello");
+    encode(e, root);
+    e.string("bye");
+  });
+  XdrDecoder rnd = results(rn);
+  EXPECT_EQ(rnd.u32(), kErrNotsupp);
+}
+
 }  // namespace
 }  // namespace roce::nfs
