@@ -11,7 +11,7 @@ source "$(dirname "$0")/lib.sh"
 interop_preflight
 out=$(mktemp -d)
 ns=${RXE_VM_NETNS:-rxevm}
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$out"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
 fail=0
 for dir in vm-server us-server; do
   if [[ $dir == vm-server ]]; then

@@ -16,7 +16,7 @@ interop_preflight
 iters=${ITERS:-200}
 out=$(mktemp -d)
 ns=${RXE_VM_NETNS:-rxevm}
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$out"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
 fail=0
 for kind in "${kinds[@]}"; do
   boot "retry ibv_${kind}_pingpong -d rxe0 -g \$(rxe_gid_idx) -s 1000 -n $iters 192.0.2.254"
