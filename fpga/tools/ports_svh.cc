@@ -1,0 +1,68 @@
+/// @file
+/// Writes the boundary of fpga/iface/ports.h as SystemVerilog: a localparam per field width
+/// and per port width, and a packed struct per descriptor, LSB first as pack() lays them out.
+/// The RTL includes the result, so the widths it uses are the ones the model uses.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "fpga/iface/ports.h"
+
+namespace {
+
+using roce::fpga::Field;
+
+std::string upper(std::string_view s) {
+  std::string u(s);
+  for (char& c : u) c = static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+  return u;
+}
+
+template <std::size_t N>
+void emit(std::ostream& o, std::string_view type, const std::array<Field, N>& fields) {
+  const std::string t = upper(type);
+  for (const Field& f : fields)
+    o << "localparam int " << t << "_" << upper(f.name) << "_W = " << f.bits << ";\n";
+  o << "localparam int " << t << "_W = " << roce::fpga::total_bits(fields) << ";\n";
+  // SystemVerilog packed structs list the MSB first: reverse, so field 0 sits at bit 0.
+  o << "typedef struct packed {\n";
+  for (std::size_t i = N; i-- > 0;)
+    o << "  logic [" << fields[i].bits - 1 << ":0] " << fields[i].name << ";\n";
+  o << "} " << type << "_t;\n\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: fpga_ports_svh OUT.svh\n";
+    return 2;
+  }
+  std::ofstream o(argv[1]);
+  o << "// Generated from fpga/iface/ports.h by fpga_ports_svh; do not edit.\n"
+    << "`ifndef ROCE_FPGA_PORTS_SVH\n`define ROCE_FPGA_PORTS_SVH\n\n"
+    << "localparam int FLIT_BYTES = " << roce::fpga::kFlitBytes << ";\n\n";
+  emit(o, "flit", roce::fpga::Flit::kFields);
+  emit(o, "work_request", roce::fpga::WorkRequest::kFields);
+  emit(o, "completion", roce::fpga::Completion::kFields);
+  emit(o, "rx_meta", roce::fpga::RxMeta::kFields);
+  emit(o, "tx_meta", roce::fpga::TxMeta::kFields);
+  emit(o, "qp_state", roce::fpga::QpState::kFields);
+  emit(o, "rx_qp_req", roce::fpga::RxQpReq::kFields);
+  emit(o, "tx_qp_req", roce::fpga::TxQpReq::kFields);
+  emit(o, "mr_req", roce::fpga::MrReq::kFields);
+  emit(o, "mr_rsp", roce::fpga::MrRsp::kFields);
+  emit(o, "host_mr_write", roce::fpga::HostMrWrite::kFields);
+  for (const auto& p : roce::fpga::kPorts)
+    o << "localparam int PORT_" << upper(p.name) << "_W = " << p.bits << ";\n";
+  o << "localparam int DEV_COUNTERS = " << roce::fpga::kDevCounters << ";\n";
+  for (std::size_t i = 0; i < roce::fpga::kDevCounters; ++i) {
+    std::string n = upper(roce::fpga::kDevCounterNames[i]);
+    for (char& c : n)
+      if (c == ' ') c = '_';
+    o << "localparam int CNT_" << n << " = " << i << ";\n";
+  }
+  o << "\n`endif\n";
+  return o ? 0 : 1;
+}
