@@ -12,6 +12,7 @@ PACKAGES=(
   clang libclang-rt-14-dev llvm
   iproute2 iputils-ping tcpdump
   libibverbs-dev librdmacm-dev
+  verilator yosys
 )
 
 missing=()

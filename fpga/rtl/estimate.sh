@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Optional resource estimate of the RTL with yosys (Debian's package): synthesises a unit for
+# Xilinx UltraScale+ (the family of Coyote's U55C/U250 cards) and prints yosys's cell counts
+# (LUTs, flip-flops, carry chains). No timing: yosys has no Xilinx timing model.
+#   fpga/rtl/estimate.sh [BUILD_DIR] [MODULE]      (defaults: build, icrc_unit)
+# BUILD_DIR must hold fpga/ports.svh (built by the fpga_ports target).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+build="${1:-build}"
+module="${2:-icrc_unit}"
+if ! command -v yosys >/dev/null; then
+  echo "estimate: yosys is not installed (scripts/install-deps.sh installs it); skipped"
+  exit 0
+fi
+if [[ ! -f "$build/fpga/ports.svh" ]]; then
+  echo "estimate: $build/fpga/ports.svh missing; build the fpga_ports target first" >&2
+  exit 1
+fi
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+yosys -q -l "$log" -p "read_verilog -sv -I $build/fpga $here/$module.sv; synth_xilinx -family xcup -top $module -flatten; stat" >/dev/null
+echo "estimate: $module on Xilinx UltraScale+ (yosys $(yosys -V | awk '{print $2}'))"
+sed -n '/Number of cells/,/^$/p' "$log" | tail -n +1
