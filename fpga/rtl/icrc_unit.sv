@@ -35,26 +35,27 @@ module icrc_unit (
 );
   localparam logic [31:0] ICRC_START = 32'hDEBB20E3;  // after 8 x 0xFF from all ones
 
+  // (Results are assigned to the function's name, not returned: yosys 0.23 reads no `return`.)
   function automatic logic [31:0] crc_byte(input logic [31:0] c, input logic [7:0] b);
     logic [31:0] x;
     x = c ^ {24'h0, b};
     for (int k = 0; k < 8; k++) x = (x >> 1) ^ (32'hEDB88320 & {32{x[0]}});
-    return x;
+    crc_byte = x;
   endfunction
 
   // The byte the CRC sees at offset r from the IP header.
   function automatic logic [7:0] masked(input logic [7:0] b, input logic [15:0] r, input logic v6);
+    masked = b;
     if (!v6) begin
-      if (r == 1 || r == 8 || r == 10 || r == 11 || r == 26 || r == 27 || r == 32) return 8'hFF;
-      return b;
+      if (r == 1 || r == 8 || r == 10 || r == 11 || r == 26 || r == 27 || r == 32) masked = 8'hFF;
+    end else begin
+      if (r == 0) masked = b | 8'h0F;
+      if (r == 1 || r == 2 || r == 3 || r == 7 || r == 46 || r == 47 || r == 52) masked = 8'hFF;
     end
-    if (r == 0) return b | 8'h0F;
-    if (r == 1 || r == 2 || r == 3 || r == 7 || r == 46 || r == 47 || r == 52) return 8'hFF;
-    return b;
   endfunction
 
-  function automatic logic [7:0] byte_at(input logic [FLIT_DATA_W-1:0] d, input int i);
-    return d[8*i+:8];
+  function automatic logic [7:0] byte_at(input logic [FLIT_DATA_W-1:0] d, input logic [15:0] i);
+    byte_at = d[8*i+:8];
   endfunction
 
   // frame state
@@ -75,11 +76,11 @@ module icrc_unit (
     end_d = 16'd0;
     iplen = 16'd0;
     if ((type0 == 16'h8100 ? type1 : type0) == 16'h0800) begin
-      iplen = {byte_at(s_data, int'(l3_d) + 2), byte_at(s_data, int'(l3_d) + 3)};
+      iplen = {byte_at(s_data, l3_d + 2), byte_at(s_data, l3_d + 3)};
       valid_d = iplen >= 16'd44;
       end_d = l3_d + iplen - 16'd4;
     end else if ((type0 == 16'h8100 ? type1 : type0) == 16'h86DD) begin
-      iplen = {byte_at(s_data, int'(l3_d) + 4), byte_at(s_data, int'(l3_d) + 5)};
+      iplen = {byte_at(s_data, l3_d + 4), byte_at(s_data, l3_d + 5)};
       v6_d = 1'b1;
       valid_d = iplen >= 16'd24;
       end_d = l3_d + 16'd36 + iplen;
@@ -106,9 +107,9 @@ module icrc_unit (
       if (s_keep[i]) begin
         nbytes = nbytes + 16'd1;
         if (vld && p >= l3 && p < endp) begin
-          crc_n = crc_byte(crc_n, masked(byte_at(s_data, i), p - l3, v6));
+          crc_n = crc_byte(crc_n, masked(s_data[8*i+:8], p - l3, v6));
         end else if (vld && p >= endp && p < endp + 16'd4) begin
-          rx_n = rx_n | ({24'h0, byte_at(s_data, i)} << (8 * (p - endp)));
+          rx_n = rx_n | ({24'h0, s_data[8*i+:8]} << (8 * (p - endp)));
           if (insert) data_n[8*i+:8] = 8'(~crc_n >> (8 * (p - endp)));
         end
       end
