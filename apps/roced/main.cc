@@ -67,6 +67,7 @@ struct PortRuntime {
   struct Snapshot {
     engine::Stats stats;
     std::size_t qps = 0, mrs = 0;
+    std::array<std::uint64_t, fpga::kDevCounters> dev{};
     std::atomic<bool> asked{false};
   };
   std::vector<std::unique_ptr<Snapshot>> snaps;
@@ -97,8 +98,10 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       c.mrs += s.mrs;
       // Ask lcore l for a fresh copy, read next time (one request in flight at a time).
       if (!s.asked.exchange(true))
-        p.loops[l]->post([&s, e = p.engines[l].get()] {
+        p.loops[l]->post([&s, e = p.engines[l].get(),
+                          d = p.devices.empty() ? nullptr : p.devices[l].get()] {
           s.stats = e->stats();
+          if (d) s.dev = d->counters();
           s.qps = e->qp_count();
           s.mrs = e->mr_count();
           s.asked.store(false, std::memory_order_release);
@@ -115,6 +118,12 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       c.attach_cqs = a.cqs;
       c.attach_memory_bytes = a.memory_bytes;
       c.attach_bad_requests = a.bad_requests;
+    }
+    if (!p.devices.empty()) {
+      c.fpga_on = true;
+      c.fpga = p.devices[0]->counters();
+      for (std::size_t l = 1; l < p.devices.size(); ++l)
+        for (std::size_t k = 0; k < c.fpga.size(); ++k) c.fpga[k] += p.snaps[l]->dev[k];
     }
     c.port = p.dev->stats();
     c.neighbour = p.loop().neighbour().stats();
