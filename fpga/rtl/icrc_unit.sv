@@ -89,6 +89,7 @@ module icrc_unit (
 
   // one flit
   logic [15:0] pos, l3, endp, p, nbytes;
+  logic [1:0]  k;
   logic        v6, vld;
   logic [31:0] crc_n, rx_n;
   logic [FLIT_DATA_W-1:0] data_n;
@@ -102,6 +103,7 @@ module icrc_unit (
     rx_n = first_q ? 32'd0 : rx_q;
     data_n = s_data;
     nbytes = 16'd0;
+    k = 2'd0;
     for (int i = 0; i < FLIT_BYTES; i++) begin
       p = pos + 16'(i);
       if (s_keep[i]) begin
@@ -109,8 +111,10 @@ module icrc_unit (
         if (vld && p >= l3 && p < endp) begin
           crc_n = crc_byte(crc_n, masked(s_data[8*i+:8], p - l3, v6));
         end else if (vld && p >= endp && p < endp + 16'd4) begin
-          rx_n = rx_n | ({24'h0, s_data[8*i+:8]} << (8 * (p - endp)));
-          if (insert) data_n[8*i+:8] = 8'(~crc_n >> (8 * (p - endp)));
+          // Byte k of the ICRC (little-endian): a 4-way select, not a barrel shifter.
+          k = 2'(p - endp);
+          rx_n[8*k+:8] = s_data[8*i+:8];
+          if (insert) data_n[8*i+:8] = ~crc_n[8*k+:8];
         end
       end
     end
