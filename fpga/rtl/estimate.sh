@@ -29,4 +29,4 @@ else
 fi
 yosys -q -l "$log" -p "read_verilog -sv -I $build/fpga $here/$module.sv; $flow; stat" >/dev/null
 echo "estimate: $module, $what (yosys $(yosys -V | awk '{print $2}'))"
-sed -n '/Number of cells/,/^$/p' "$log" | tail -n +1
+awk '/Number of cells/ { f = 1 } f && /^$/ { exit } f' "$log"
