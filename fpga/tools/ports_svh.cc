@@ -7,6 +7,8 @@
 #include <iostream>
 #include <string>
 
+#include "dataplane/wire/opcode_table.h"
+#include "dataplane/wire/roce_frame.h"
 #include "fpga/iface/ports.h"
 
 namespace {
@@ -32,6 +34,29 @@ void emit(std::ostream& o, std::string_view type, const std::array<Field, N>& fi
   o << "} " << type << "_t;\n\n";
 }
 
+/// A ROM of one byte per opcode, as a packed vector indexed [8 * opcode +: 8].
+template <class F>
+void emit_rom(std::ostream& o, const char* name, F&& byte_of) {
+  o << "localparam logic [2047:0] " << name << " = {";
+  for (int op = 255; op >= 0; --op)
+    o << "8'd" << static_cast<unsigned>(byte_of(roce::wire::opcode_info(static_cast<std::uint8_t>(op))))
+      << (op ? (op % 16 == 0 ? ",\n    " : ", ") : "");
+  o << "};\n";
+}
+
+/// The opcode table (dataplane/wire/opcode_table.h) as ROMs for the RTL parser.
+void emit_opcode_roms(std::ostream& o) {
+  using roce::wire::Ext;
+  using roce::wire::OpcodeInfo;
+  emit_rom(o, "OP_VALID", [](const OpcodeInfo& i) { return i.valid() ? 1 : 0; });
+  emit_rom(o, "OP_HDR_LEN", [](const OpcodeInfo& i) { return i.hdr_len; });
+  emit_rom(o, "OP_PAYLOAD",
+           [](const OpcodeInfo& i) { return i.mask.has(roce::wire::OpMask::kPayload) ? 1 : 0; });
+  emit_rom(o, "OP_FIXED_PAYLOAD", [](const OpcodeInfo& i) { return i.fixed_payload; });
+  emit_rom(o, "OP_RETH_OFF", [](const OpcodeInfo& i) { return i.offset(Ext::kReth); });
+  emit_rom(o, "OP_AETH_OFF", [](const OpcodeInfo& i) { return i.offset(Ext::kAeth); });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -54,6 +79,13 @@ int main(int argc, char** argv) {
   emit(o, "mr_req", roce::fpga::MrReq::kFields);
   emit(o, "mr_rsp", roce::fpga::MrRsp::kFields);
   emit(o, "host_mr_write", roce::fpga::HostMrWrite::kFields);
+  emit_opcode_roms(o);
+  o << "\n";
+  // wire::Verdict: the parser's verdicts, the same numbers as the software's.
+  for (std::size_t v = 0; v < roce::wire::kVerdictCount; ++v)
+    o << "localparam logic [4:0] V_" << upper(roce::wire::to_string(static_cast<roce::wire::Verdict>(v)))
+      << " = 5'd" << v << ";\n";
+  o << "\n";
   for (const auto& p : roce::fpga::kPorts)
     o << "localparam int PORT_" << upper(p.name) << "_W = " << p.bits << ";\n";
   o << "localparam int DEV_COUNTERS = " << roce::fpga::kDevCounters << ";\n";
