@@ -25,7 +25,6 @@
 #include "apps/naa/naa_service.h"
 #include "apps/perf/cli.h"
 #include "apps/roced/metrics.h"
-#include "fpga/model/device.h"
 #include "apps/roced/services.h"
 #include "controlplane/address.h"
 #include "controlplane/attach/attach_server.h"
@@ -33,6 +32,7 @@
 #include "controlplane/tcp.h"
 #include "dataplane/port/dpdk_port.h"
 #include "dataplane/port/pmd_frames.h"
+#include "fpga/model/device.h"
 
 namespace po = boost::program_options;
 using namespace roce;
@@ -98,14 +98,14 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       c.mrs += s.mrs;
       // Ask lcore l for a fresh copy, read next time (one request in flight at a time).
       if (!s.asked.exchange(true))
-        p.loops[l]->post([&s, e = p.engines[l].get(),
-                          d = p.devices.empty() ? nullptr : p.devices[l].get()] {
-          s.stats = e->stats();
-          if (d) s.dev = d->counters();
-          s.qps = e->qp_count();
-          s.mrs = e->mr_count();
-          s.asked.store(false, std::memory_order_release);
-        });
+        p.loops[l]->post(
+            [&s, e = p.engines[l].get(), d = p.devices.empty() ? nullptr : p.devices[l].get()] {
+              s.stats = e->stats();
+              if (d) s.dev = d->counters();
+              s.qps = e->qp_count();
+              s.mrs = e->mr_count();
+              s.asked.store(false, std::memory_order_release);
+            });
     }
     if (att) {
       const attach::AttachCounts a = att->counts(i);
@@ -209,9 +209,9 @@ int run(const ctl::ApplianceConfig& cfg) {
       rt.loops.push_back(std::make_unique<port::PollLoop>(
           *rt.dev, *rt.engines[l], pc.fault, FaultPolicy{}, static_cast<std::uint16_t>(l)));
       if (pc.offload.mode != "none") {
-        rt.devices.push_back(std::make_unique<fpga::DeviceModel>(fpga::device_config(
-            *fpga::parse_offload_mode(pc.offload.mode), pc.offload.clock_mhz,
-            pc.offload.bytes_per_cycle, pc.offload.line_gbps)));
+        rt.devices.push_back(std::make_unique<fpga::DeviceModel>(
+            fpga::device_config(*fpga::parse_offload_mode(pc.offload.mode), pc.offload.clock_mhz,
+                                pc.offload.bytes_per_cycle, pc.offload.line_gbps)));
         rt.loops[l]->set_offload(rt.devices.back().get());
       }
       rt.snaps.push_back(std::make_unique<PortRuntime::Snapshot>());

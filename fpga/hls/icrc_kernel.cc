@@ -68,7 +68,9 @@ bool IcrcUnit::step(Flit& f, bool insert, IcrcResult& out) {
   pos_ = static_cast<std::uint16_t>(pos_ + kFlitBytes);
   if (!f.last) return false;
   // A frame that ended before its ICRC (shorter than its IP length says) is not valid.
-  out.roce_len_ok = valid_ && pos_ - kFlitBytes + static_cast<unsigned>(__builtin_popcountll(f.keep)) >= end_ + 4u;
+  out.roce_len_ok =
+      valid_ &&
+      pos_ - kFlitBytes + static_cast<unsigned>(__builtin_popcountll(f.keep)) >= end_ + 4u;
   out.computed = ~crc_;
   out.received = rx_icrc_;
   first_ = true;

@@ -46,11 +46,11 @@ class IcrcUnit {
 
  private:
   void start(const Flit& f);
-  std::uint16_t pos_ = 0;    ///< frame offset of the flit's byte 0
-  std::uint16_t l3_ = 0;     ///< where the IP header starts
-  std::uint16_t end_ = 0;    ///< where the ICRC starts
+  std::uint16_t pos_ = 0;  ///< frame offset of the flit's byte 0
+  std::uint16_t l3_ = 0;   ///< where the IP header starts
+  std::uint16_t end_ = 0;  ///< where the ICRC starts
   bool ipv6_ = false;
-  bool valid_ = false;       ///< the first flit described an IP frame with room for an ICRC
+  bool valid_ = false;  ///< the first flit described an IP frame with room for an ICRC
   bool first_ = true;
   std::uint32_t crc_ = kIcrcStart;
   std::uint32_t rx_icrc_ = 0;

@@ -103,8 +103,7 @@ RxMeta HeaderParser::decide(const IcrcResult& icrc) const {
   const std::uint32_t payload_len = with_pad - pad;
   const bool has_payload = info.mask.has(wire::OpMask::kPayload);
   if (!has_payload && pad != 0) return fail(Verdict::kBadPadCount);
-  if (has_payload ? info.fixed_payload != 0 && payload_len != info.fixed_payload
-                  : payload_len != 0)
+  if (has_payload ? info.fixed_payload != 0 && payload_len != info.fixed_payload : payload_len != 0)
     return fail(Verdict::kBadPayloadLength);
 
   m.opcode = p[off];

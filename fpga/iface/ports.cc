@@ -38,11 +38,12 @@ T narrow(U v) {
 }  // namespace
 
 Bits pack(const RxMeta& m) {
-  return pack_values(RxMeta::kFields,
-                     {m.verdict, m.opcode, m.dest_qp, m.psn, m.ack_req, m.pad, m.ipv6, m.has_vlan,
-                      m.vlan_id, m.ecn, m.l3_off, m.bth_off, m.payload_off, m.payload_len,
-                      m.frame_len, m.reth_va, m.reth_rkey, m.reth_len, m.aeth_syndrome,
-                      m.aeth_msn, m.icrc});
+  return pack_values(
+      RxMeta::kFields,
+      {m.verdict,       m.opcode,      m.dest_qp,   m.psn,     m.ack_req,   m.pad,
+       m.ipv6,          m.has_vlan,    m.vlan_id,   m.ecn,     m.l3_off,    m.bth_off,
+       m.payload_off,   m.payload_len, m.frame_len, m.reth_va, m.reth_rkey, m.reth_len,
+       m.aeth_syndrome, m.aeth_msn,    m.icrc});
 }
 
 RxMeta unpack_rx_meta(const Bits& b) {
@@ -95,8 +96,7 @@ WorkRequest unpack_work_request(const Bits& b) {
 }
 
 Bits pack(const Completion& c) {
-  return pack_values(Completion::kFields,
-                     {c.wr_id, c.qpn, c.status, c.opcode, c.byte_len, c.imm});
+  return pack_values(Completion::kFields, {c.wr_id, c.qpn, c.status, c.opcode, c.byte_len, c.imm});
 }
 
 Completion unpack_completion(const Bits& b) {

@@ -94,12 +94,8 @@ struct Completion {
   std::uint8_t opcode = 0;  ///< the verbs WC opcode
   std::uint32_t byte_len = 0;
   std::uint32_t imm = 0;
-  static constexpr std::array<Field, 6> kFields{{{"wr_id", 64},
-                                                 {"qpn", 24},
-                                                 {"status", 8},
-                                                 {"opcode", 8},
-                                                 {"byte_len", 32},
-                                                 {"imm", 32}}};
+  static constexpr std::array<Field, 6> kFields{
+      {{"wr_id", 64}, {"qpn", 24}, {"status", 8}, {"opcode", 8}, {"byte_len", 32}, {"imm", 32}}};
 };
 
 // ---- metadata streams: dev2host_rx_meta, host2dev_tx_meta ------------------------------------
@@ -129,27 +125,13 @@ struct RxMeta {
   std::uint8_t aeth_syndrome = 0;
   std::uint32_t aeth_msn = 0;
   std::uint32_t icrc = 0;  ///< as received
-  static constexpr std::array<Field, 21> kFields{{{"verdict", 5},
-                                                  {"opcode", 8},
-                                                  {"dest_qp", 24},
-                                                  {"psn", 24},
-                                                  {"ack_req", 1},
-                                                  {"pad", 2},
-                                                  {"ipv6", 1},
-                                                  {"has_vlan", 1},
-                                                  {"vlan_id", 12},
-                                                  {"ecn", 2},
-                                                  {"l3_off", 8},
-                                                  {"bth_off", 8},
-                                                  {"payload_off", 16},
-                                                  {"payload_len", 16},
-                                                  {"frame_len", 16},
-                                                  {"reth_va", 64},
-                                                  {"reth_rkey", 32},
-                                                  {"reth_len", 32},
-                                                  {"aeth_syndrome", 8},
-                                                  {"aeth_msn", 24},
-                                                  {"icrc", 32}}};
+  static constexpr std::array<Field, 21> kFields{
+      {{"verdict", 5},      {"opcode", 8},       {"dest_qp", 24},      {"psn", 24},
+       {"ack_req", 1},      {"pad", 2},          {"ipv6", 1},          {"has_vlan", 1},
+       {"vlan_id", 12},     {"ecn", 2},          {"l3_off", 8},        {"bth_off", 8},
+       {"payload_off", 16}, {"payload_len", 16}, {"frame_len", 16},    {"reth_va", 64},
+       {"reth_rkey", 32},   {"reth_len", 32},    {"aeth_syndrome", 8}, {"aeth_msn", 24},
+       {"icrc", 32}}};
 };
 
 /// What the device does to one frame on its way out.
@@ -164,9 +146,9 @@ struct TxMeta {
 /// One entry of the QP state table (register-like, TAS style): what the receive and transmit
 /// sides need per packet.
 struct QpState {
-  std::uint8_t state = 0;  ///< the verbs QP state
-  std::uint32_t epsn = 0;  ///< responder: next expected PSN
-  std::uint32_t msn = 0;   ///< responder: message sequence number
+  std::uint8_t state = 0;            ///< the verbs QP state
+  std::uint32_t epsn = 0;            ///< responder: next expected PSN
+  std::uint32_t msn = 0;             ///< responder: message sequence number
   std::uint32_t next_psn = 0;        ///< requester: PSN of the next new packet
   std::uint32_t oldest_unacked = 0;  ///< completer
   std::uint32_t remote_qpn = 0;
@@ -258,32 +240,32 @@ struct HostMrWrite {
 /// Device counters, 64 bits each, readable by the host. The first names are Coyote's network
 /// statistics (cyt_attr_nstats) so that numbers compare with the seed's; the rest are ours.
 enum class DevCounter : std::uint8_t {
-  kRxPkgs,         ///< "RX pkgs": every frame received
-  kTxPkgs,         ///< "TX pkgs"
-  kArpRxPkgs,      ///< "ARP RX pkgs"
-  kArpTxPkgs,      ///< "ARP TX pkgs"
-  kIcmpRxPkgs,     ///< "ICMP RX pkgs"
-  kIcmpTxPkgs,     ///< "ICMP TX pkgs"
-  kRoceRxPkgs,     ///< "ROCE RX pkgs": UDP to the RoCEv2 port
-  kRoceTxPkgs,     ///< "ROCE TX pkgs"
-  kIbvRxPkgs,      ///< "IBV RX pkgs": RoCE frames that passed every check
-  kIbvTxPkgs,      ///< "IBV TX pkgs"
-  kPsnDropCnt,     ///< "PSN drop cnt" (datapath mode)
-  kRetransCnt,     ///< "Retrans cnt" (datapath mode)
-  kRxIcrcDrop,     ///< frames dropped for a bad ICRC
-  kRxParseDrop,    ///< frames dropped by the header parser (any other verdict)
-  kTxIcrcGen,      ///< ICRCs the device wrote
-  kTxIcrcDiffer,   ///< of those, how many differed from what the host had written
-  kWqIn,           ///< work requests taken from host2dev_wq
-  kCqOut,          ///< completions written to dev2host_cq
+  kRxPkgs,        ///< "RX pkgs": every frame received
+  kTxPkgs,        ///< "TX pkgs"
+  kArpRxPkgs,     ///< "ARP RX pkgs"
+  kArpTxPkgs,     ///< "ARP TX pkgs"
+  kIcmpRxPkgs,    ///< "ICMP RX pkgs"
+  kIcmpTxPkgs,    ///< "ICMP TX pkgs"
+  kRoceRxPkgs,    ///< "ROCE RX pkgs": UDP to the RoCEv2 port
+  kRoceTxPkgs,    ///< "ROCE TX pkgs"
+  kIbvRxPkgs,     ///< "IBV RX pkgs": RoCE frames that passed every check
+  kIbvTxPkgs,     ///< "IBV TX pkgs"
+  kPsnDropCnt,    ///< "PSN drop cnt" (datapath mode)
+  kRetransCnt,    ///< "Retrans cnt" (datapath mode)
+  kRxIcrcDrop,    ///< frames dropped for a bad ICRC
+  kRxParseDrop,   ///< frames dropped by the header parser (any other verdict)
+  kTxIcrcGen,     ///< ICRCs the device wrote
+  kTxIcrcDiffer,  ///< of those, how many differed from what the host had written
+  kWqIn,          ///< work requests taken from host2dev_wq
+  kCqOut,         ///< completions written to dev2host_cq
   kCount_
 };
 inline constexpr std::size_t kDevCounters = static_cast<std::size_t>(DevCounter::kCount_);
 inline constexpr std::array<std::string_view, kDevCounters> kDevCounterNames{
-    "RX pkgs",       "TX pkgs",       "ARP RX pkgs",   "ARP TX pkgs",    "ICMP RX pkgs",
-    "ICMP TX pkgs",  "ROCE RX pkgs",  "ROCE TX pkgs",  "IBV RX pkgs",    "IBV TX pkgs",
-    "PSN drop cnt",  "Retrans cnt",   "ICRC drop cnt", "Parse drop cnt", "ICRC gen cnt",
-    "ICRC differ cnt", "WQ in",       "CQ out"};
+    "RX pkgs",         "TX pkgs",      "ARP RX pkgs",   "ARP TX pkgs",    "ICMP RX pkgs",
+    "ICMP TX pkgs",    "ROCE RX pkgs", "ROCE TX pkgs",  "IBV RX pkgs",    "IBV TX pkgs",
+    "PSN drop cnt",    "Retrans cnt",  "ICRC drop cnt", "Parse drop cnt", "ICRC gen cnt",
+    "ICRC differ cnt", "WQ in",        "CQ out"};
 
 // ---- the port list ------------------------------------------------------------------------------
 
@@ -334,8 +316,7 @@ struct Bits {
   }
   std::uint64_t get(unsigned at, unsigned n) const {
     std::uint64_t v = 0;
-    for (unsigned i = 0; i < n; ++i)
-      v |= ((w[(at + i) / 64] >> ((at + i) % 64)) & 1) << i;
+    for (unsigned i = 0; i < n; ++i) v |= ((w[(at + i) / 64] >> ((at + i) % 64)) & 1) << i;
     return v;
   }
 };

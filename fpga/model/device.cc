@@ -19,9 +19,12 @@ std::optional<OffloadMode> parse_offload_mode(std::string_view s) {
 
 std::string_view to_string(OffloadMode m) {
   switch (m) {
-    case OffloadMode::kNone: return "none";
-    case OffloadMode::kIcrc: return "icrc";
-    case OffloadMode::kParse: return "parse";
+    case OffloadMode::kNone:
+      return "none";
+    case OffloadMode::kIcrc:
+      return "icrc";
+    case OffloadMode::kParse:
+      return "parse";
   }
   return "?";
 }

@@ -39,13 +39,13 @@ struct StageTiming {
 
 struct DeviceConfig {
   OffloadMode mode = OffloadMode::kIcrc;
-  double clock_mhz = 250;          ///< U55C user clock for the network stack
-  unsigned bytes_per_cycle = 64;   ///< 512-bit datapath
-  double line_gbps = 100;          ///< the card's link
-  unsigned mac_latency_cycles = 40;     ///< CMAC + FIFO, each direction
-  unsigned icrc_latency_cycles = 2;     ///< rtl/icrc_unit: one register stage + output
-  unsigned parse_latency_cycles = 4;    ///< header window (2 flits) + decide + meta
-  unsigned host_dma_latency_ns = 900;   ///< PCIe DMA, host memory to the card (an assumption)
+  double clock_mhz = 250;              ///< U55C user clock for the network stack
+  unsigned bytes_per_cycle = 64;       ///< 512-bit datapath
+  double line_gbps = 100;              ///< the card's link
+  unsigned mac_latency_cycles = 40;    ///< CMAC + FIFO, each direction
+  unsigned icrc_latency_cycles = 2;    ///< rtl/icrc_unit: one register stage + output
+  unsigned parse_latency_cycles = 4;   ///< header window (2 flits) + decide + meta
+  unsigned host_dma_latency_ns = 900;  ///< PCIe DMA, host memory to the card (an assumption)
 };
 
 /// Timing of the frames a model has seen: what the stages were busy with, in clocks.
@@ -58,8 +58,8 @@ struct DeviceTiming {
 
 /// What the model predicts for a transfer on a card of its configuration.
 struct Prediction {
-  double gbps = 0;        ///< payload throughput of back-to-back messages
-  double latency_us = 0;  ///< one message, host to remote host memory (half a ping-pong)
+  double gbps = 0;           ///< payload throughput of back-to-back messages
+  double latency_us = 0;     ///< one message, host to remote host memory (half a ping-pong)
   double pipeline_gbps = 0;  ///< what the datapath alone could carry (clock x width)
 };
 

@@ -39,7 +39,8 @@ template <class F>
 void emit_rom(std::ostream& o, const char* name, F&& byte_of) {
   o << "localparam logic [2047:0] " << name << " = {";
   for (int op = 255; op >= 0; --op)
-    o << "8'd" << static_cast<unsigned>(byte_of(roce::wire::opcode_info(static_cast<std::uint8_t>(op))))
+    o << "8'd"
+      << static_cast<unsigned>(byte_of(roce::wire::opcode_info(static_cast<std::uint8_t>(op))))
       << (op ? (op % 16 == 0 ? ",\n    " : ", ") : "");
   o << "};\n";
 }
@@ -83,8 +84,9 @@ int main(int argc, char** argv) {
   o << "\n";
   // wire::Verdict: the parser's verdicts, the same numbers as the software's.
   for (std::size_t v = 0; v < roce::wire::kVerdictCount; ++v)
-    o << "localparam logic [4:0] V_" << upper(roce::wire::to_string(static_cast<roce::wire::Verdict>(v)))
-      << " = 5'd" << v << ";\n";
+    o << "localparam logic [4:0] V_"
+      << upper(roce::wire::to_string(static_cast<roce::wire::Verdict>(v))) << " = 5'd" << v
+      << ";\n";
   o << "\n";
   for (const auto& p : roce::fpga::kPorts)
     o << "localparam int PORT_" << upper(p.name) << "_W = " << p.bits << ";\n";

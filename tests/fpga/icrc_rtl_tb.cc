@@ -28,7 +28,8 @@ struct Result {
 
 class Rtl {
  public:
-  Rtl() : ctx_(std::make_unique<VerilatedContext>()), dut_(std::make_unique<Vicrc_unit>(ctx_.get())) {
+  Rtl()
+      : ctx_(std::make_unique<VerilatedContext>()), dut_(std::make_unique<Vicrc_unit>(ctx_.get())) {
     dut_->rst_n = 0;
     dut_->s_valid = 0;
     dut_->m_ready = 1;

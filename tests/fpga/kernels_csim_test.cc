@@ -103,7 +103,8 @@ void expect_same(std::span<const std::uint8_t> frame, const char* what) {
 std::vector<apps::SampleFrame> all_samples() {
   std::vector<apps::SampleFrame> all;
   for (const auto ip : {wire::IpVersion::kV4, wire::IpVersion::kV6})
-    for (const std::optional<std::uint16_t> vlan : {std::optional<std::uint16_t>{}, std::optional<std::uint16_t>{100}})
+    for (const std::optional<std::uint16_t> vlan :
+         {std::optional<std::uint16_t>{}, std::optional<std::uint16_t>{100}})
       for (const std::uint32_t pmtu : {256u, 1024u, 4096u}) {
         apps::SampleOptions o;
         o.ip_version = ip;
@@ -115,7 +116,7 @@ std::vector<apps::SampleFrame> all_samples() {
 }
 
 TEST(FpgaPorts, PackedDescriptorsRoundTrip) {
-  WorkRequest wr{0x1122334455667788, 0xABCDEF, WqOpcode::kRead, 5, 0xFFFF000012345678,
+  WorkRequest wr{0x1122334455667788, 0xABCDEF, WqOpcode::kRead, 5,        0xFFFF000012345678,
                  0xCAFEBABE,         0x1000,   0xDEADBEEF,      1u << 20, 7};
   const WorkRequest w2 = unpack_work_request(pack(wr));
   EXPECT_EQ(w2.wr_id, wr.wr_id);
@@ -171,16 +172,16 @@ TEST(FpgaParserKernel, EverySampleFrameAsSoftware) {
 
 TEST(FpgaParserKernel, EveryLengthAsSoftware) {
   for (const auto& v : test::sweep_variants())
-    test::for_each_length(v, [&](std::span<const std::uint8_t> f, std::size_t) {
-      expect_same(f, v.name.data());
-    });
+    test::for_each_length(
+        v, [&](std::span<const std::uint8_t> f, std::size_t) { expect_same(f, v.name.data()); });
 }
 
 TEST(FpgaParserKernel, EveryHeaderByteCorruptedAndEveryTruncationAsSoftware) {
   std::size_t cases = 0;
   for (const auto& s : all_samples()) {
     std::vector<std::uint8_t> f = s.bytes;
-    const std::size_t l3 = s.spec.ip_version == wire::IpVersion::kV4 ? (s.spec.vlan_id ? 18 : 14) : 0;
+    const std::size_t l3 =
+        s.spec.ip_version == wire::IpVersion::kV4 ? (s.spec.vlan_id ? 18 : 14) : 0;
     const std::size_t hdr = std::min<std::size_t>(f.size(), 112);
     for (std::size_t i = 0; i < hdr; ++i)
       for (const std::uint8_t x : {0x01, 0x10, 0x20, 0x80, 0xFF}) {

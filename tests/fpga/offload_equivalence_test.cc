@@ -62,12 +62,11 @@ Outcome run(OffloadMode mode, Mtu mtu, std::size_t corrupt_nth = 0) {
     WrOpcode op;
     std::uint32_t len;
   };
-  const Op ops[] = {{WrOpcode::kWrite, 1},       {WrOpcode::kWrite, 1000},
-                    {WrOpcode::kWrite, 4096},    {WrOpcode::kWrite, 65536},
-                    {WrOpcode::kRead, 4096},     {WrOpcode::kRead, 100000},
-                    {WrOpcode::kSend, 300},      {WrOpcode::kWriteImm, 5000},
-                    {WrOpcode::kSendImm, 4096},  {WrOpcode::kFetchAdd, 8},
-                    {WrOpcode::kCmpSwap, 8},     {WrOpcode::kWrite, 0}};
+  const Op ops[] = {
+      {WrOpcode::kWrite, 1},     {WrOpcode::kWrite, 1000},    {WrOpcode::kWrite, 4096},
+      {WrOpcode::kWrite, 65536}, {WrOpcode::kRead, 4096},     {WrOpcode::kRead, 100000},
+      {WrOpcode::kSend, 300},    {WrOpcode::kWriteImm, 5000}, {WrOpcode::kSendImm, 4096},
+      {WrOpcode::kFetchAdd, 8},  {WrOpcode::kCmpSwap, 8},     {WrOpcode::kWrite, 0}};
   std::uint64_t off = 0;
   std::vector<Sge> sges(std::size(ops));
   std::vector<SendWr> wrs(std::size(ops));
@@ -124,7 +123,8 @@ Outcome run(OffloadMode mode, Mtu mtu, std::size_t corrupt_nth = 0) {
   out.mem_a = ma;
   out.mem_b = mb;
   if (dev[1]) out.dev_b = dev[1]->counters();
-  out.engine_b_bad_icrc = lb.b().stats().verdicts[static_cast<std::size_t>(wire::Verdict::kBadIcrc)];
+  out.engine_b_bad_icrc =
+      lb.b().stats().verdicts[static_cast<std::size_t>(wire::Verdict::kBadIcrc)];
   return out;
 }
 

@@ -20,7 +20,9 @@ namespace {
 
 class Rtl {
  public:
-  Rtl() : ctx_(std::make_unique<VerilatedContext>()), dut_(std::make_unique<Vheader_parser>(ctx_.get())) {
+  Rtl()
+      : ctx_(std::make_unique<VerilatedContext>()),
+        dut_(std::make_unique<Vheader_parser>(ctx_.get())) {
     dut_->rst_n = 0;
     dut_->s_valid = 0;
     dut_->verify_icrc = 1;
