@@ -194,5 +194,26 @@ TEST(DeviceModel, ReportsCoyoteStatisticsAndPredicts100G) {
   EXPECT_LT(slow.predict(1 << 20, 4096, false).gbps, 25.6);
 }
 
+TEST(DeviceModel, CountsClocksAndLatencyPerStage) {
+  DeviceModel d(device_config(OffloadMode::kParse, 250, 64, 100));
+  ASSERT_EQ(d.rx_stages().size(), 2u);  // CMAC, parser + ICRC check
+  ASSERT_EQ(d.tx_stages().size(), 2u);  // ICRC insert, CMAC
+  std::vector<std::uint8_t> arp(60, 0);
+  arp[12] = 0x08;
+  arp[13] = 0x06;
+  EXPECT_TRUE(d.rx(arp));                   // not RoCE: passed on, counted as ARP
+  EXPECT_EQ(d.tx(arp).data(), arp.data());  // passed through untouched
+  std::vector<std::uint8_t> big(129, 0);    // 3 flits
+  EXPECT_TRUE(d.rx(big));
+  EXPECT_EQ(d.counter(DevCounter::kRxPkgs), 2u);
+  EXPECT_EQ(d.counter(DevCounter::kArpRxPkgs), 1u);
+  EXPECT_EQ(d.counter(DevCounter::kArpTxPkgs), 1u);
+  EXPECT_EQ(d.counter(DevCounter::kRoceRxPkgs), 0u);
+  EXPECT_EQ(d.timing().rx_frames, 2u);
+  EXPECT_EQ(d.timing().rx_busy_cycles, 1u + 3u);
+  EXPECT_EQ(d.timing().rx_latency_cycles_max, 40u + 4u + 3u);
+  EXPECT_EQ(d.timing().tx_latency_cycles_max, 2u + 40u + 1u);
+}
+
 }  // namespace
 }  // namespace roce::fpga
