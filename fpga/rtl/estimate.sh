@@ -4,19 +4,13 @@
 # ROCE_FPGA_XILINX=1 maps to Xilinx UltraScale+ LUTs (the family of Coyote's U55C/U250) instead:
 # much slower (over 15 minutes for the 64-byte-per-clock CRC on one core). No timing: yosys has
 # no Xilinx timing model.
-#   fpga/rtl/estimate.sh [BUILD_DIR] [MODULE]      (defaults: build, icrc_unit; or header_parser)
-# BUILD_DIR must hold fpga/ports.svh (built by the fpga_ports target).
+#   fpga/rtl/estimate.sh [MODULE]      (default: icrc_unit; or header_parser)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-build="${1:-build}"
-module="${2:-icrc_unit}"
+module="${1:-icrc_unit}"
 if ! command -v yosys >/dev/null; then
   echo "estimate: yosys is not installed (scripts/install-deps.sh installs it); skipped"
   exit 0
-fi
-if [[ ! -f "$build/fpga/ports.svh" ]]; then
-  echo "estimate: $build/fpga/ports.svh missing; build the fpga_ports target first" >&2
-  exit 1
 fi
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
@@ -27,6 +21,6 @@ else
   flow="synth -top $module -flatten -noabc"
   what="generic cells, no ABC"
 fi
-yosys -q -l "$log" -p "read_verilog -sv -I $build/fpga $here/*.sv; $flow; stat" >/dev/null
+yosys -q -l "$log" -p "read_verilog -sv -I $here $here/*.sv; $flow; stat" >/dev/null
 echo "estimate: $module, $what (yosys $(yosys -V | awk '{print $2}'))"
 awk '/Number of cells/ { f = 1 } f && /^$/ { exit } f' "$log"
