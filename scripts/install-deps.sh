@@ -12,8 +12,21 @@ PACKAGES=(
   clang libclang-rt-14-dev llvm
   iproute2 iputils-ping tcpdump
   libibverbs-dev librdmacm-dev
+  debootstrap buildah yamllint nodejs
+  libfabric-dev
   verilator yosys
 )
+# Debian's npm; a nodejs from elsewhere (NodeSource) brings its own and conflicts with it.
+command -v npm >/dev/null || PACKAGES+=(npm)
+# The Kubernetes schema validator of tests/deploy (npm, outside the repository).
+NPM_DIR=${ROCE_NPM_DIR:-/var/tmp/roce-deploy/npm}
+NPM_PACKAGES=(kubernetes-models@4.5.1 js-yaml@4.1.0)
+npm_deps() {
+  [[ -d $NPM_DIR/node_modules/kubernetes-models && -d $NPM_DIR/node_modules/js-yaml ]] && return 0
+  echo "install-deps: npm install ${NPM_PACKAGES[*]} into $NPM_DIR"
+  mkdir -p "$NPM_DIR"
+  npm install --prefix "$NPM_DIR" --no-audit --no-fund --silent "${NPM_PACKAGES[@]}" >/dev/null
+}
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -24,6 +37,7 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
+  npm_deps
   exit 0
 fi
 
@@ -38,4 +52,5 @@ echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-
 echo "install-deps: installing ${missing[*]}"
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+npm_deps
 echo "install-deps: done"

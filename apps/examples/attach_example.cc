@@ -10,7 +10,9 @@
 /// With --seconds S the client then repeats WRITE + READ-back of fresh patterns for S seconds
 /// (the kill -9 test of tests/integration/roced_attach.sh); with --pingpong N the two sides
 /// then bounce an 8-byte SEND N times and the client prints the round trip (p50, mean); with
-/// --srq the server receives through a shared receive queue.
+/// --srq the server receives through a shared receive queue. With --flood the client's
+/// --seconds loop instead posts 8-byte WRITEs as fast as it can, one signalled in 8: its send
+/// queue fills and post_send says ENOMEM (the client is throttled, roced is not).
 ///
 ///   roce-attach-example --socket /run/roce/a.sock --listen 7471
 ///   roce-attach-example --socket /run/roce/b.sock --connect 127.0.0.1:7471
@@ -206,7 +208,7 @@ int main(int argc, char** argv) {
   std::string sock, connect_to, port_name, local_memif;
   unsigned listen_port = 0, seconds = 0;
   std::size_t size = 65536;
-  bool busy = false, use_srq = false;
+  bool busy = false, use_srq = false, flood = false;
   unsigned pingpong = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -232,6 +234,8 @@ int main(int argc, char** argv) {
       busy = true;
     else if (a == "--srq")
       use_srq = true;
+    else if (a == "--flood")
+      flood = true;
     else if (a == "--pingpong")
       pingpong = static_cast<unsigned>(std::stoul(next()));
     else {
@@ -239,7 +243,7 @@ int main(int argc, char** argv) {
           "usage: roce-attach-example (--socket PATH | --local-memif PATH)\n"
           "         (--listen TCPPORT | --connect HOST:PORT)\n"
           "         [--port NAME] [--size BYTES] [--seconds S] [--pingpong N] [--srq]\n"
-          "         [--busy-poll]\n");
+          "         [--busy-poll] [--flood]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -409,7 +413,49 @@ int main(int argc, char** argv) {
         "attach-example: OK: SEND of %zu bytes, WRITE of %zu bytes, READ of %zu bytes, "
         "data verified\n",
         size, size, size);
-    if (seconds != 0) {
+    if (seconds != 0 && flood) {
+      // As many 8-byte WRITEs as the send queue takes, one signalled in 8.
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+      std::uint64_t posted = 0, refused = 0, done = 0;
+      Sge fs = sge(size, 8);
+      SendWr fw;
+      fw.sg_list = &fs;
+      fw.num_sge = 1;
+      fw.opcode = WrOpcode::kWrite;
+      fw.rdma.remote_addr = peer.iova + size;
+      fw.rdma.rkey = peer.rkey;
+      while (std::chrono::steady_clock::now() < end) {
+        fw.wr_id = posted;
+        fw.send_flags = (posted + 1) % 8 == 0 ? std::uint32_t{eng::kSendSignaled} : 0u;
+        const int rc = ctx->post_send(qp, &fw, nullptr);
+        if (rc == ENOMEM) {
+          ++refused;
+        } else if (rc != 0) {
+          die("post_send", rc);
+        } else {
+          ++posted;
+        }
+        Wc fwc[16];
+        const int n = ctx->poll_cq(cq, 16, fwc);
+        if (n < 0) die("poll_cq", -n);
+        for (int i = 0; i < n; ++i) {
+          if (fwc[i].status != WcStatus::kSuccess) die("a flooded WRITE failed");
+          done = fwc[i].wr_id + 1;
+        }
+      }
+      // The last signalled one covers everything before it.
+      if (posted % 8 != 0) {
+        fw.wr_id = posted++;
+        fw.send_flags = eng::kSendSignaled;
+        while (ctx->post_send(qp, &fw, nullptr) == ENOMEM) ctx->wait_cq(cq, 10);
+      }
+      while (done < posted) done = complete(*ctx, cq, busy).wr_id + 1;
+      say(tcp, "finish.");
+      std::printf(
+          "attach-example: OK: flood of %llu 8-byte WRITEs, %llu posts refused with ENOMEM "
+          "(send queue full)\n",
+          static_cast<unsigned long long>(posted), static_cast<unsigned long long>(refused));
+    } else if (seconds != 0) {
       // WRITE a fresh pattern, READ it back, compare; until the time is up.
       const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
       unsigned k = 100, rounds = 0;

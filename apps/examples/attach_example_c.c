@@ -3,7 +3,11 @@
  * client WRITEs a pattern into the server's buffer, then SENDs a pattern; the server checks
  * both and answers over TCP.
  *   roce-attach-example-c SOCKET listen TCPPORT
- *   roce-attach-example-c SOCKET connect TCPPORT        (to 127.0.0.1) */
+ *   roce-attach-example-c SOCKET connect TCPPORT        (to 127.0.0.1)
+ * With rdma_cm instead of TCP (roce_cm_*): the server's buffer address and rkey travel in the
+ * private data of its accept, and the server's checks end the exchange.
+ *   roce-attach-example-c SOCKET cm-listen CMPORT
+ *   roce-attach-example-c SOCKET cm-connect CMPORT SERVER_IPV4 */
 #define _DEFAULT_SOURCE /* usleep */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -79,12 +83,28 @@ static void wait_one(roce_context* ctx, roce_cq* cq, uint64_t wr_id) {
   die("no completion within 20 s", 0);
 }
 
+static void cm_expect(roce_context* ctx, int type, struct roce_cm_event* ev) {
+  int rc = roce_cm_get_event(ctx, ev, 20000);
+  if (rc) die("roce_cm_get_event", rc);
+  if (ev->type != type) {
+    fprintf(stderr, "attach-example-c: CM event %d (reason %u), expected %d\n", ev->type,
+            ev->reason, type);
+    exit(1);
+  }
+}
+
 int main(int argc, char** argv) {
-  if (argc != 4 || (strcmp(argv[2], "listen") && strcmp(argv[2], "connect"))) {
-    fprintf(stderr, "usage: %s SOCKET listen|connect TCPPORT\n", argv[0]);
+  const int cm = argc >= 3 && strncmp(argv[2], "cm-", 3) == 0;
+  if ((!cm && (argc != 4 || (strcmp(argv[2], "listen") && strcmp(argv[2], "connect")))) ||
+      (cm && !((argc == 4 && !strcmp(argv[2], "cm-listen")) ||
+               (argc == 5 && !strcmp(argv[2], "cm-connect"))))) {
+    fprintf(stderr,
+            "usage: %s SOCKET listen|connect TCPPORT\n"
+            "       %s SOCKET cm-listen CMPORT | cm-connect CMPORT SERVER_IPV4\n",
+            argv[0], argv[0]);
     return 2;
   }
-  const int server = strcmp(argv[2], "listen") == 0;
+  const int server = strcmp(argv[2], "listen") == 0 || strcmp(argv[2], "cm-listen") == 0;
   roce_context* ctx = roce_attach(argv[1], NULL);
   if (!ctx) die("roce_attach", errno);
   struct roce_port_info port;
@@ -101,45 +121,84 @@ int main(int argc, char** argv) {
   roce_qp* qp = cq && mr ? roce_create_qp(ctx, pd, ROCE_QPT_RC, cq, cq, &cap) : NULL;
   if (!qp) die("reg_mr / create_cq / create_qp", errno);
 
-  int tcp = tcp_open(server, (unsigned short)atoi(argv[3]));
   struct info mine = {roce_qp_num(qp), 4242, roce_mr_rkey(mr), 0, roce_mr_iova(mr), {0}}, peer;
   memcpy(mine.gid, port.gid, 16);
-  full(tcp, &mine, sizeof mine, 1);
-  full(tcp, &peer, sizeof peer, 0);
-  struct roce_rc_peer rp = {peer.qpn, peer.psn, {0}};
-  memcpy(rp.gid, peer.gid, 16);
-  int rc = roce_connect_rc(ctx, qp, &rp, mine.psn, ROCE_MTU_1024);
-  if (rc) die("roce_connect_rc", rc);
-
   struct roce_sge sge = {(uint64_t)(uintptr_t)mem, kSize, roce_mr_lkey(mr)};
+  struct roce_recv_wr rwr = {1, NULL, &sge, 1};
+  struct roce_cm_event ev;
+  uint32_t id = 0;
+  int rc = 0, tcp = -1;
+  if (cm) {
+    const unsigned short cmport = (unsigned short)atoi(argv[3]);
+    if (server) {
+      if ((rc = roce_cm_listen(ctx, cmport))) die("roce_cm_listen", rc);
+      printf("attach-example-c: listening on rdma_cm port %u\n", cmport);
+      fflush(stdout);
+      cm_expect(ctx, ROCE_CM_CONNECT_REQUEST, &ev);
+      struct roce_cm_param p = {1, 1, 7, &mine, sizeof mine}; /* our buffer, for the WRITE */
+      if ((rc = roce_cm_accept(ctx, ev.id, qp, &p))) die("roce_cm_accept", rc);
+      id = ev.id;
+      if ((rc = roce_post_recv(ctx, qp, &rwr, NULL))) die("roce_post_recv", rc);
+      cm_expect(ctx, ROCE_CM_ESTABLISHED, &ev);
+    } else {
+      struct in_addr ia;
+      if (!inet_aton(argv[4], &ia)) die("bad server address", 0);
+      if ((rc = roce_cm_connect(ctx, qp, ntohl(ia.s_addr), cmport, NULL, &id)))
+        die("roce_cm_connect", rc);
+      cm_expect(ctx, ROCE_CM_ESTABLISHED, &ev);
+      if (ev.private_len < sizeof peer) die("no buffer address in the accept", 0);
+      memcpy(&peer, ev.private_data, sizeof peer);
+    }
+  } else {
+    tcp = tcp_open(server, (unsigned short)atoi(argv[3]));
+    full(tcp, &mine, sizeof mine, 1);
+    full(tcp, &peer, sizeof peer, 0);
+    struct roce_rc_peer rp = {peer.qpn, peer.psn, {0}};
+    memcpy(rp.gid, peer.gid, 16);
+    rc = roce_connect_rc(ctx, qp, &rp, mine.psn, ROCE_MTU_1024);
+    if (rc) die("roce_connect_rc", rc);
+  }
+
   char ok = 0;
   if (server) {
-    struct roce_recv_wr rwr = {1, NULL, &sge, 1};
-    if ((rc = roce_post_recv(ctx, qp, &rwr, NULL))) die("roce_post_recv", rc);
-    full(tcp, "r", 1, 1);
+    if (!cm) {
+      if ((rc = roce_post_recv(ctx, qp, &rwr, NULL))) die("roce_post_recv", rc);
+      full(tcp, "r", 1, 1);
+    }
     wait_one(ctx, cq, 1); /* the SEND came after the WRITE: both are in place */
     for (int i = 0; i < kSize; ++i)
       if (mem[i] != (unsigned char)(i * 3 + 1) || mem[kSize + i] != (unsigned char)(i * 5 + 2))
         die("data differs", 0);
-    full(tcp, "k", 1, 1);
-    printf("attach-example-c: OK: WRITE and SEND of %d bytes verified\n", kSize);
+    if (cm) {
+      cm_expect(ctx, ROCE_CM_DISCONNECTED, &ev); /* the client ends it */
+    } else {
+      full(tcp, "k", 1, 1);
+    }
+    printf("attach-example-c: OK: WRITE and SEND of %d bytes verified%s\n", kSize,
+           cm ? " (connected by rdma_cm)" : "");
   } else {
     for (int i = 0; i < kSize; ++i) {
       mem[i] = (unsigned char)(i * 3 + 1);
       mem[kSize + i] = (unsigned char)(i * 5 + 2);
     }
-    full(tcp, &ok, 1, 0);
+    if (!cm) full(tcp, &ok, 1, 0);
     struct roce_sge wsge = {(uint64_t)(uintptr_t)(mem + kSize), kSize, roce_mr_lkey(mr)};
     struct roce_send_wr send = {2, NULL, &sge, 1, ROCE_WR_SEND, ROCE_SEND_SIGNALED, 0, 0, 0, 0, 0};
     struct roce_send_wr write = {
         1, &send, &wsge, 1, ROCE_WR_RDMA_WRITE, 0, 0, peer.iova + kSize, peer.rkey, 0, 0};
     if ((rc = roce_post_send(ctx, qp, &write, NULL))) die("roce_post_send", rc);
     wait_one(ctx, cq, 2);
-    full(tcp, &ok, 1, 0);
-    if (ok != 'k') die("the server did not confirm", 0);
-    printf("attach-example-c: OK: WRITE and SEND of %d bytes sent and confirmed\n", kSize);
+    if (cm) {
+      if ((rc = roce_cm_disconnect(ctx, id))) die("roce_cm_disconnect", rc);
+      cm_expect(ctx, ROCE_CM_DISCONNECTED, &ev);
+      printf("attach-example-c: OK: WRITE and SEND of %d bytes sent, disconnected\n", kSize);
+    } else {
+      full(tcp, &ok, 1, 0);
+      if (ok != 'k') die("the server did not confirm", 0);
+      printf("attach-example-c: OK: WRITE and SEND of %d bytes sent and confirmed\n", kSize);
+    }
   }
-  close(tcp);
+  if (tcp >= 0) close(tcp);
   roce_destroy_qp(ctx, qp);
   roce_destroy_cq(ctx, cq);
   roce_dereg_mr(ctx, mr);

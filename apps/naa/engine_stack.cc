@@ -144,8 +144,9 @@ EngineStack::EngineStack(const LinkConfig& l) {
 EngineStack::EngineStack(perf::Env& env) : env_(&env) { init(); }
 
 void EngineStack::init() {
-  agent_ = std::make_unique<cm::CmAgent>(env_->eng, perf::cm_agent_config(*env_),
-                                         [this](const cm::CmEvent& e) { on_cm(e); });
+  // The engine's one CM (QP1), shared with roced's attached clients when hosted there.
+  hub_ = cm::CmHub::get(env_->eng, perf::cm_agent_config(*env_));
+  owner_ = hub_->add_owner([this](const cm::CmEvent& e) { on_cm(e); });
   pd_ = env_->eng.alloc_pd();
   cq_ = env_->eng.create_cq(std::min<std::uint32_t>(8192, env_->eng.config().max_cq_depth));
   if (!pd_ || !cq_) throw std::runtime_error("cannot create the PD and CQ");
@@ -156,7 +157,8 @@ EngineStack::~EngineStack() {
   for (auto& [id, c] : conns_) release(c);
   conns_.clear();
   if (any) idle(0.05);  // the DREQs of connections still up go out
-  agent_.reset();
+  hub_->remove_owner(owner_);
+  hub_.reset();
   if (cq_) env_->eng.destroy_cq(cq_);
   if (pd_) env_->eng.dealloc_pd(pd_);
   if (own_loop_) own_loop_->tap = nullptr;
@@ -186,8 +188,7 @@ void EngineStack::dereg_mr(const MrInfo& mr) {
 }
 
 bool EngineStack::listen(std::uint16_t port) {
-  agent_->cm().listen(cm::service_id(cm::PortSpace::kTcp, port));
-  return true;
+  return hub_->listen(owner_, cm::service_id(cm::PortSpace::kTcp, port));
 }
 
 Qp* EngineStack::new_qp(const QpSizes& s) {
@@ -221,13 +222,13 @@ bool EngineStack::accept(ConnId c) {
   ap.starting_psn = wire::Psn(std::random_device{}());
   ap.responder_resources = 0;
   ap.initiator_depth = 0;
-  return agent_->accept(it->second.cm, it->second.qp, ap) == cm::CmStatus::kOk;
+  return hub_->agent().accept(it->second.cm, it->second.qp, ap) == cm::CmStatus::kOk;
 }
 
 void EngineStack::reject(ConnId c) {
   auto it = conns_.find(c);
   if (it == conns_.end()) return;
-  agent_->cm().reject(it->second.cm);
+  hub_->agent().cm().reject(it->second.cm);
   release(it->second);
   conns_.erase(it);
 }
@@ -247,7 +248,7 @@ std::optional<ConnId> EngineStack::connect(const std::string& ipv4, std::uint16_
   p.responder_resources = 0;
   p.initiator_depth = 0;
   p.cma = cm::CmaHeader::ipv4(env_->ip, static_cast<std::uint16_t>(32768 + rng() % 28000), *ip);
-  const auto id = agent_->connect(qp, p);
+  const auto id = hub_->connect(owner_, qp, p);
   if (!id) {
     env_->eng.destroy_qp(qp);
     return std::nullopt;
@@ -262,7 +263,7 @@ std::optional<ConnId> EngineStack::connect(const std::string& ipv4, std::uint16_
 void EngineStack::release(Conn& c) {
   if (!c.qp) return;
   by_qpn_.erase(c.qp->qpn);
-  agent_->release(c.qp);  // DREQ if still up
+  hub_->agent().release(c.qp);  // DREQ if still up
   env_->eng.destroy_qp(c.qp);
   c.qp = nullptr;
 }
@@ -281,7 +282,7 @@ void EngineStack::on_cm(const cm::CmEvent& e) {
     const ConnId c = next_++;
     Conn conn{e.id, nullptr, false, ctl::ipv4_from_gid(e.peer.gid)};
     if (!conn.peer || !e.cma || e.cma->ip_version != 4) {
-      agent_->cm().reject(e.id, cm::RejReason::kInvalidServiceId);
+      hub_->agent().cm().reject(e.id, cm::RejReason::kInvalidServiceId);
       return;
     }
     conns_[c] = conn;
@@ -344,7 +345,7 @@ bool EngineStack::post_send(ConnId c, const WorkRequest& w) {
 
 bool EngineStack::poll(std::vector<ConnEvent>& events, std::vector<Completion>& completions) {
   bool any = env_->loop.poll_once() != 0;
-  agent_->poll(port::now_ns());
+  hub_->poll(port::now_ns());
   Wc wc[32];
   int n;
   while ((n = env_->eng.poll_cq(cq_, 32, wc)) > 0) {
@@ -377,7 +378,7 @@ bool EngineStack::poll(std::vector<ConnEvent>& events, std::vector<Completion>& 
       // The first data on a connection whose RTU is late: COMM_EST.
       if (c.ok && (c.kind == Completion::kRecv || c.kind == Completion::kRecvImm) &&
           !conn.established) {
-        agent_->cm().notify_established(conn.cm);
+        hub_->agent().cm().notify_established(conn.cm);
       }
       completions.push_back(c);
     }
@@ -416,7 +417,7 @@ std::string EngineStack::all_counters() const {
 void EngineStack::idle(double seconds) {
   env_->until(
       [&] {
-        agent_->poll(port::now_ns());
+        hub_->poll(port::now_ns());
         return false;
       },
       seconds);

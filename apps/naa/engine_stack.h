@@ -10,7 +10,7 @@
 
 #include "apps/naa/stack.h"
 #include "apps/perf/env.h"
-#include "controlplane/cm/cm_agent.h"
+#include "controlplane/cm/cm_hub.h"
 
 namespace roce::naa {
 
@@ -81,7 +81,8 @@ class EngineStack : public Stack {
   std::unique_ptr<perf::Env> own_env_;
   std::unique_ptr<apps::PcapWriter> capture_;
   perf::Env* env_ = nullptr;
-  std::unique_ptr<cm::CmAgent> agent_;
+  std::shared_ptr<cm::CmHub> hub_;
+  cm::CmHub::Owner owner_ = 0;
   engine::Pd* pd_ = nullptr;
   engine::Cq* cq_ = nullptr;
   std::map<ConnId, Conn> conns_;

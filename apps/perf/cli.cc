@@ -71,7 +71,15 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
   common.add_options()("help,h", "print this help")("iface", po::value(&o.link.iface),
                                                     "kernel interface for the RoCE traffic")(
       "pmd", po::value(&o.link.pmd)->default_value(o.link.pmd),
-      "DPDK driver on that interface: af_packet, af_xdp or tap (creates it)")(
+      "DPDK driver on that interface: af_packet, af_xdp, tap (creates it), memif or "
+      "memif-server (--iface is then the memif socket's path)")(
+      "attach", po::value(&o.attach),
+      "run attached to the roced listening on this Unix socket (its attach.socket): "
+      "the test's QPs live in roced's dataplane, --iface and the link options do not apply")(
+      "attach-port", po::value(&o.attach_port), "with --attach: roced's port by name "
+      "(default: its first)")(
+      "events,e", po::bool_switch(&o.events),
+      "with --attach: sleep on the CQ's event (eventfd) instead of polling it")(
       "ip", po::value(&o.link.ip)->default_value(o.link.ip),
       "our RoCE IPv4 address (GID ::ffff:IP)")(
       "mac", po::value(&o.link.mac)->default_value(o.link.mac), "our MAC address")(
@@ -79,6 +87,8 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
       "IP MTU of the link (9000 for path MTU 4096)")("vlan", vlan_value(&o.link.vlan),
                                                      "802.1Q VLAN of our port (1-4094)")(
       "port,p", po::value(&o.port)->default_value(o.port), "TCP port of the exchange")(
+      "lcore", po::value(&o.link.lcore)->default_value(o.link.lcore),
+      "CPU of our poll loop (in-process)")(
       "size,s", po::value(&o.size), "message size")("iters,n", po::value(&o.iters),
                                                     "number of iterations")(
       "mtu,m", po::value(&o.mtu),
@@ -133,7 +143,9 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
     }
   }
   po::options_description visible(
-      "Usage: roce-perf TEST --iface IF [options] [SERVER]\n       roce-perf --config BENCH.yaml   "
+      "Usage: roce-perf TEST --iface IF [options] [SERVER]\n"
+      "       roce-perf TEST --attach SOCKET [options] [SERVER]   (perftest's tests, on roced)\n"
+      "       roce-perf --config BENCH.yaml   "
       "(a whole benchmark: docs/benchmarks.md)\n\nTESTs: " +
       test_list() + "\n");
   visible.add(common);
@@ -190,6 +202,17 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
       throw po::error("--tx-drop and --rx-drop must be in [0, 1)");
     if (tx_drop > 0) o.link.tx_faults = drop_policy(tx_drop, seed);
     if (rx_drop > 0) o.link.rx_faults = drop_policy(rx_drop, seed + 1);
+    if (!o.attach.empty()) {
+      if (t.pingpong) throw po::error(cmd + " is not available with --attach (perftest's tools are)");
+      if (o.rdma_cm)
+        throw po::error("-R is not available with --attach (the connection manager does not go "
+                        "through the attach socket yet)");
+      if (!o.link.iface.empty() || !o.link.pcap.empty() || tx_drop > 0 || rx_drop > 0)
+        throw po::error("--iface, --pcap and fault injection belong to an in-process port, not "
+                        "to --attach (roced's port has its own)");
+    } else if (o.events) {
+      throw po::error("-e needs --attach (in-process, the test polls its own dataplane)");
+    }
     if (t.pingpong) {
       if (t.pp == Pingpong::kUd && o.size_given && o.size > o.mtu)
         throw po::error("ud_pingpong: -s must not exceed -m");
@@ -203,6 +226,7 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
 }
 
 int run(const Invocation& inv) {
+  if (!inv.opts.attach.empty()) return run_perftest_attached(inv.opts, inv.verb, inv.mode);
   return inv.pingpong ? run_pingpong(inv.opts, inv.pp) : run_perftest(inv.opts, inv.verb, inv.mode);
 }
 

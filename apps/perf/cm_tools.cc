@@ -13,24 +13,12 @@ namespace roce::perf {
 namespace po = boost::program_options;
 
 cm::CmAgentConfig cm_agent_config(Env& env) {
-  cm::CmAgentConfig c;
-  const wire::MacAddr m = env.eng.config().mac;
-  const std::uint8_t g[8] = {
-      static_cast<std::uint8_t>(m.b[0] ^ 2), m.b[1], m.b[2], 0xFF, 0xFE, m.b[3], m.b[4], m.b[5]};
-  c.cm.ca_guid = wire::load_be64(g);
-  std::random_device rd;
-  c.cm.hi_tid = rd();
-  c.cm.seed = rd();
-  c.cm.max_connections = env.cm_connections;
-  c.clock = [] { return port::now_ns(); };
-  c.resolve_mac = [&env](const wire::Ipv6Addr& gid) -> std::optional<wire::MacAddr> {
-    const auto ip = ctl::ipv4_from_gid(gid);
-    if (!ip) return std::nullopt;
-    auto mac = env.loop.neighbour().lookup(*ip);
-    if (!mac) env.loop.resolve(*ip);
-    return mac;
-  };
-  return c;
+  return cm::agent_config(env.eng.config().mac, env.cm_connections, [] { return port::now_ns(); },
+                          [&env](wire::Ipv4Addr ip) {
+                            auto mac = env.loop.neighbour().lookup(ip);
+                            if (!mac) env.loop.resolve(ip);
+                            return mac;
+                          });
 }
 
 po::typed_value<std::string>* vlan_value(unsigned* v) {

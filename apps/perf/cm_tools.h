@@ -9,7 +9,7 @@
 #include <string>
 
 #include "apps/perf/env.h"
-#include "controlplane/cm/cm_agent.h"
+#include "controlplane/cm/cm_hub.h"
 
 namespace roce::perf {
 

@@ -57,6 +57,18 @@ std::string link_vdev(const LinkOpts& o) {
     // offers the IPv4 checksum offloads, which the port then uses.
     return "--vdev=net_tap0,iface=" + o.iface;
   }
+  if (o.pmd == "memif" || o.pmd == "memif-server") {
+    // One end of a net_memif link (another process, e.g. roced, has the other): --iface is
+    // the socket's path. Buffers sized for the MTU; both ends need the same.
+    try {
+      return port::vdev_arg("net_memif0",
+                            "role=" + std::string(o.pmd == "memif" ? "client" : "server") +
+                                ",id=0,socket-abstract=no,socket=" + o.iface,
+                            o.netdev_mtu);
+    } catch (const std::invalid_argument& e) {
+      fail(e.what());
+    }
+  }
   if (o.pmd == "af_packet") {
     // af_packet copies each frame into a ring slot: the port layer sizes them for the MTU.
     try {
@@ -65,12 +77,15 @@ std::string link_vdev(const LinkOpts& o) {
       fail(e.what());
     }
   }
-  fail("--pmd must be af_packet, af_xdp or tap, not '" + o.pmd + "'");
+  fail("--pmd must be af_packet, af_xdp, tap, memif or memif-server, not '" + o.pmd + "'");
 }
 
 port::PortSpec link_port_spec(const LinkOpts& o) {
   port::PortSpec ps;
-  ps.device = o.pmd == "af_xdp" ? "net_af_xdp0" : o.pmd == "tap" ? "net_tap0" : "net_af_packet0";
+  ps.device = o.pmd == "af_xdp"                        ? "net_af_xdp0"
+              : o.pmd == "tap"                         ? "net_tap0"
+              : o.pmd.rfind("memif", 0) == 0 ? "net_memif0"
+                                                       : "net_af_packet0";
   ps.mac = *ctl::parse_mac(o.mac);
   ps.set_mac = o.pmd != "tap";
   ps.mtu = static_cast<std::uint16_t>(o.netdev_mtu);
@@ -93,7 +108,8 @@ namespace {
 std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {
   const std::string vdev = link_vdev(o);
   port::eal_init({"--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--log-level=*:error",
-                  "--file-prefix=roceperf" + std::to_string(getpid()), "-l", "0", vdev});
+                  "--file-prefix=roceperf" + std::to_string(getpid()), "-l", std::to_string(o.lcore),
+                  vdev});
   engine::EngineConfig ec;
   ec.mac = *ctl::parse_mac(o.mac);  // checked by link_vdev
   ec.ipv4 = *ctl::parse_ipv4(o.ip);
@@ -150,7 +166,7 @@ Resources::~Resources() {
     if (p) eng.dealloc_pd(p);
 }
 
-void Env::yield() { sched_yield(); }
+void Poller::yield() { sched_yield(); }
 
 wire::MacAddr Env::resolve(wire::Ipv4Addr peer, double seconds) {
   const auto mac = port::resolve_wait(loop, peer, seconds);
@@ -158,7 +174,7 @@ wire::MacAddr Env::resolve(wire::Ipv4Addr peer, double seconds) {
   return *mac;
 }
 
-Oob::Oob(Env& env, std::string server, unsigned port, double timeout_s)
+Oob::Oob(Poller& env, std::string server, unsigned port, double timeout_s)
     : env_(env), server_(std::move(server)), port_(port), timeout_s_(timeout_s) {
   if (client()) return;
   try {
@@ -169,7 +185,7 @@ Oob::Oob(Env& env, std::string server, unsigned port, double timeout_s)
   fcntl(listen_fd_, F_SETFL, O_NONBLOCK);
 }
 
-Oob::Oob(Env& env, int connected_fd, double timeout_s)
+Oob::Oob(Poller& env, int connected_fd, double timeout_s)
     : env_(env), port_(0), timeout_s_(timeout_s), fd_(connected_fd) {
   ctl::tcp_nodelay(fd_);
   fcntl(fd_, F_SETFL, O_NONBLOCK);
@@ -217,7 +233,7 @@ void Oob::open() {
 }
 
 namespace {
-void xfer(Env& env, int fd, void* buf, std::size_t n, bool write, double to) {
+void xfer(Poller& env, int fd, void* buf, std::size_t n, bool write, double to) {
   std::size_t done = 0;
   const bool ok = env.until(
       [&] {

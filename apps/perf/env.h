@@ -33,6 +33,7 @@ struct LinkOpts {
   unsigned netdev_mtu = 1500;  ///< largest IP packet on the link (9000 for path MTU 4096)
   std::string pcap;            ///< capture every frame sent and received here
   unsigned vlan = 0;           ///< 802.1Q VLAN of the port (1-4094); 0: untagged
+  unsigned lcore = 0;          ///< the CPU the poll loop runs on (EAL -l)
   FaultPolicy tx_faults, rx_faults;
 };
 
@@ -45,42 +46,62 @@ engine::Mtu link_path_mtu(unsigned netdev_mtu);
 /// The port of `o` (call link_vdev first: it checks the options).
 port::PortSpec link_port_spec(const LinkOpts& o);
 
-/// The dataplane of a test: a poll loop and its engine. roce-perf owns one (EAL, port, engine,
-/// loop, from LinkOpts); roced lends the loop of a configured port to the services it hosts.
-class Env {
+/// What keeps a test's dataplane going while the test waits (for completions, for the peer
+/// on the exchange socket). In-process (Env) that is polling the loop; attached to roced
+/// (AttachedEnv) roced polls, and waiting only leaves the CPU to it now and then.
+class Poller {
  public:
-  explicit Env(const LinkOpts& o);
-  /// Borrows a running engine and loop; `between_polls` runs after every poll (roced: its other
-  /// ports and counters) and may throw to abandon the test.
-  Env(engine::Engine& e, port::PollLoop& l, wire::Ipv4Addr ip, std::function<void()> between_polls);
-  ~Env();
-  Env(const Env&) = delete;
-  Env& operator=(const Env&) = delete;
-
+  virtual ~Poller() = default;
   /// Polls until `done()` or `seconds`; false on timeout.
   /// When idle for a while, it yields the CPU: on a host with fewer cores than busy pollers,
-  /// the kernel's softirq work (af_packet, veth, taps) would otherwise wait for a tick.
+  /// the kernel's softirq work (af_packet, veth, taps) or roced would otherwise wait for a tick.
   template <class F>
   bool until(F&& done, double seconds) {
     const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(seconds * 1e9);
     unsigned idle = 0;
     while (!done()) {
       if (port::now_ns() > end) return false;
-      if (loop.poll_once() != 0 || eng.has_work())
+      if (step())
         idle = 0;
       else if (++idle >= kYieldAfterIdlePolls && yield_when_idle)
-        yield();
-      if (between_polls_) between_polls_();
+        rest();
     }
     return true;
   }
   bool yield_when_idle = true;
+  static constexpr unsigned kYieldAfterIdlePolls = 32;
+  static void yield();
+
+ protected:
+  /// One poll of the dataplane; true when it found work.
+  virtual bool step() = 0;
+  /// What an idle wait does between polls: yield the CPU.
+  virtual void rest() { yield(); }
+};
+
+/// The dataplane of a test: a poll loop and its engine. roce-perf owns one (EAL, port, engine,
+/// loop, from LinkOpts); roced lends the loop of a configured port to the services it hosts.
+class Env : public Poller {
+ public:
+  explicit Env(const LinkOpts& o);
+  /// Borrows a running engine and loop; `between_polls` runs after every poll (roced: its other
+  /// ports and counters) and may throw to abandon the test.
+  Env(engine::Engine& e, port::PollLoop& l, wire::Ipv4Addr ip, std::function<void()> between_polls);
+  ~Env() override;
+  Env(const Env&) = delete;
+  Env& operator=(const Env&) = delete;
+
   /// CmConfig::max_connections of the rdma_cm tools' CM agents (roced: limits.cm_connections).
   std::uint32_t cm_connections = 4096;
-  static constexpr unsigned kYieldAfterIdlePolls = 32;
   /// The peer's MAC by ARP; fails the test after `seconds`.
   wire::MacAddr resolve(wire::Ipv4Addr peer, double seconds);
-  static void yield();
+
+ protected:
+  bool step() override {
+    const bool work = loop.poll_once() != 0 || eng.has_work();
+    if (between_polls_) between_polls_();
+    return work;
+  }
 
  private:
   std::unique_ptr<engine::Engine> own_eng_;
@@ -147,9 +168,9 @@ class Exchange {
 class Oob : public Exchange {
  public:
   /// Server: listens on `port` now (so that a peer may connect early); accept() waits.
-  Oob(Env& env, std::string server, unsigned port, double timeout_s);
+  Oob(Poller& env, std::string server, unsigned port, double timeout_s);
   /// Server side of a connection accepted elsewhere (roced's services).
-  Oob(Env& env, int connected_fd, double timeout_s);
+  Oob(Poller& env, int connected_fd, double timeout_s);
   ~Oob() override;
   Oob(const Oob&) = delete;
   Oob& operator=(const Oob&) = delete;
@@ -163,7 +184,7 @@ class Oob : public Exchange {
   void drain_until_closed(double seconds) override;
 
  private:
-  Env& env_;
+  Poller& env_;
   std::string server_;
   unsigned port_;
   double timeout_s_;

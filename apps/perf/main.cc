@@ -10,6 +10,11 @@
 /// -R (perftest's rdma_cm mode, perftest_cm.h) there is no TCP: SERVER is the server's RoCE
 /// IPv4 address, and the exchange and the tested QPs are rdma_cm connections.
 ///
+///   roce-perf TEST --attach SOCKET [-e] [options] [SERVER]
+///
+/// runs perftest's tests in a process attached to a running roced (libroce): the QPs, CQs and
+/// buffers live in roced's dataplane, the exchange is the same TCP one (apps/perf/attached_env.h).
+///
 ///   roce-perf --config BENCH.yaml
 ///
 /// runs a whole benchmark from a file instead (apps/perf/bench/, docs/benchmarks.md), and

@@ -24,9 +24,11 @@
 #include <sstream>
 #include <vector>
 
+#include "apps/perf/attached_env.h"
 #include "apps/perf/perftest_cm.h"
 #include "apps/perf/perftest_proto.h"
 #include "apps/perf/tools.h"
+#include "client/include/roce/client.h"
 #include "controlplane/address.h"
 
 namespace roce::perf {
@@ -54,10 +56,13 @@ const char* verb_name(Verb v) {
 
 Mtu mtu_of_enum(int e) { return static_cast<Mtu>(e); }
 
+namespace rc = roce::client;
+
 struct QpCtx {
-  Qp* qp = nullptr;
-  std::vector<std::uint8_t> buf;  ///< what the peer writes to / reads from, and our source
-  Mr* mr = nullptr;
+  rc::Qp* qp = nullptr;
+  rc::Buffer* mem = nullptr;  ///< what the peer writes to / reads from, and our source
+  std::uint8_t* buf = nullptr;
+  rc::Mr* mr = nullptr;
   pt::Dest mine, peer;
   std::uint64_t posted = 0, completed = 0;
   std::uint64_t recv_posted = 0;  ///< receives posted for the current message size
@@ -94,19 +99,27 @@ LatStats lat_stats(std::vector<double> d) {
 const char* kLine =
     "---------------------------------------------------------------------------------------";
 
+/// What a test runs on: libroce's Context, on an in-process engine (roce-perf's own port, or
+/// the loop roced lends to a hosted service) or attached to roced (--attach).
+struct Stack {
+  Poller& poller;
+  rc::Context& ctx;
+  wire::Ipv6Addr gid;
+  Env* env = nullptr;  ///< in-process: ARP, rdma_cm (-R) and the engine's counters
+};
+
 class Perftest {
  public:
-  Perftest(Env& env, Exchange& oob, const Opts& o, Verb verb, Mode mode)
+  Perftest(Stack st, Exchange& oob, const Opts& o, Verb verb, Mode mode)
       : o_(o),
         verb_(verb),
         mode_(mode),
-        env_(env),
-        eng_(env.eng),
+        st_(st),
+        ctx_(st.ctx),
         oob_(oob),
-        cm_(dynamic_cast<CmExchange*>(&oob)),
-        res_(env.eng) {}
+        cm_(dynamic_cast<CmExchange*>(&oob)) {}
   ~Perftest() {
-    if (cm_) cm_->release_qps();  // before res_ destroys the QPs the CM has bound
+    if (cm_) cm_->release_qps();  // before the Context destroys the QPs the CM has bound
   }
   Perftest(const Perftest&) = delete;
   Perftest& operator=(const Perftest&) = delete;
@@ -142,17 +155,21 @@ class Perftest {
   void post(QpCtx& c, std::uint32_t size, bool signaled);
   void post_recvs(QpCtx& c, std::uint32_t size, unsigned n);
   void check(const Wc& wc);
+  /// -e (attached): sleeps until `cq` has a completion, at most a millisecond.
+  void wait_events(rc::Cq* cq) {
+    if (o_.events && !st_.env) ctx_.wait_cq(cq, 1);
+  }
 
   Opts o_;
   Verb verb_;
   Mode mode_;
-  Env& env_;
-  Engine& eng_;
+  Stack st_;
+  rc::Context& ctx_;
   Exchange& oob_;
   CmExchange* cm_;  ///< -R: the exchange is perftest's rdma_cm communication connection
-  Pd* pd_ = nullptr;
-  Cq* scq_ = nullptr;
-  Cq* rcq_ = nullptr;
+  rc::Pd* pd_ = nullptr;
+  rc::Cq* scq_ = nullptr;
+  rc::Cq* rcq_ = nullptr;
   std::vector<QpCtx> qps_;
   pt::SysData sys_;
   int mtu_enum_ = 3;
@@ -161,7 +178,6 @@ class Perftest {
   std::string peer_version_;
   std::ostringstream json_rows_;
   std::uint64_t received_bytes_ = 0;
-  Resources res_;  ///< last: QPs and MRs go before the buffers they point into
 };
 
 void Perftest::apply_defaults() {
@@ -185,7 +201,7 @@ void Perftest::apply_defaults() {
   if (o_.cq_mod > o_.tx_depth) o_.cq_mod = o_.tx_depth;
   // perftest takes the device's active MTU unless -m says otherwise: here, the largest path
   // MTU the port carries (roced: from the port's MTU; roce-perf: from --netdev-mtu).
-  const std::uint32_t port_mtu = mtu_bytes(eng_.config().max_mtu);
+  const std::uint32_t port_mtu = mtu_bytes(ctx_.port().max_mtu);
   if (!o_.mtu_given) o_.mtu = port_mtu;
   if (pt::mtu_enum_of_bytes(o_.mtu) == 0) fail("-m must be 256, 512, 1024, 2048 or 4096");
   if (o_.mtu > port_mtu)
@@ -201,30 +217,29 @@ void Perftest::apply_defaults() {
 }
 
 void Perftest::create_resources() {
-  pd_ = eng_.alloc_pd();
+  pd_ = ctx_.alloc_pd();
   const unsigned nqp = o_.num_qp;
-  scq_ = eng_.create_cq(o_.tx_depth * nqp + 16);
-  rcq_ = eng_.create_cq(o_.rx_depth * nqp + 16);
-  res_.pds.push_back(pd_);
-  res_.cqs = {scq_, rcq_};
+  scq_ = ctx_.create_cq(o_.tx_depth * nqp + 16);
+  rcq_ = ctx_.create_cq(o_.rx_depth * nqp + 16);
+  if (!pd_ || !scq_ || !rcq_)
+    fail(std::string("cannot create a PD or CQ: ") + std::strerror(errno));
   std::mt19937 rng(static_cast<unsigned>(port::now_ns()));
   qps_.resize(nqp);
   for (unsigned i = 0; i < nqp; ++i) {
     QpCtx& c = qps_[i];
-    c.qp = eng_.create_qp(pd_, QpType::kRc, scq_, rcq_,
+    c.qp = ctx_.create_qp(pd_, QpType::kRc, scq_, rcq_,
                           QpCap{o_.tx_depth + 1, o_.rx_depth + 1, 1, 1, o_.inline_size});
-    res_.qps.push_back(c.qp);
-    if (!c.qp) fail("cannot create a QP");
+    if (!c.qp) fail(std::string("cannot create a QP: ") + std::strerror(errno));
     QpAttr a;
     a.qp_state = QpState::kInit;
     a.qp_access_flags = remote_access();
-    if (eng_.modify_qp(c.qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) != kOk)
+    if (ctx_.modify_qp(c.qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) != kOk)
       fail("failed to modify QP to INIT");
     c.mine.lid = 0;
     c.mine.out_reads = o_.out_reads;
-    c.mine.qpn = c.qp->qpn;
+    c.mine.qpn = c.qp->qp_num;
     c.mine.psn = static_cast<std::uint32_t>(rng()) & 0xFFFFFF;
-    c.mine.gid = env_.gid;
+    c.mine.gid = st_.gid;
   }
 }
 
@@ -241,16 +256,18 @@ void Perftest::create_buffers() {
   half_ = buff;
   std::mt19937 rng(static_cast<unsigned>(port::now_ns()));
   for (auto& c : qps_) {
-    c.buf.assign(buf_size_, 0);
+    // Shared memory (zero-filled): an attached roced reads and writes it directly.
+    c.mem = ctx_.alloc_buffer(buf_size_);
+    if (!c.mem) fail(std::string("cannot allocate a QP's buffer: ") + std::strerror(errno));
+    c.buf = static_cast<std::uint8_t*>(c.mem->addr);
     // perftest fills its buffers with random bytes (zeros for write_lat, which polls them).
     if (!(verb_ == Verb::kWrite && mode_ == Mode::kLat))
-      for (auto& b : c.buf) b = static_cast<std::uint8_t>(rng());
+      for (std::uint32_t i = 0; i < buf_size_; ++i) c.buf[i] = static_cast<std::uint8_t>(rng());
     // The least access the test needs (perftest: write_bw remote write only, send none).
-    c.mr = eng_.reg_mr(pd_, c.buf.data(), c.buf.size(), kAccessLocalWrite | remote_access());
-    res_.mrs.push_back(c.mr);
-    if (!c.mr) fail("cannot register a QP's buffer");
-    c.mine.rkey = c.mr->key;
-    c.mine.vaddr = reinterpret_cast<std::uint64_t>(c.buf.data()) + half_;
+    c.mr = ctx_.reg_mr(pd_, c.buf, buf_size_, kAccessLocalWrite | remote_access());
+    if (!c.mr) fail(std::string("cannot register a QP's buffer: ") + std::strerror(errno));
+    c.mine.rkey = c.mr->rkey;
+    c.mine.vaddr = c.mr->iova + half_;
   }
 }
 
@@ -366,12 +383,12 @@ void Perftest::connect_qps_rdma_cm() {
   CmQpParams p;
   if (verb_ == Verb::kRead || verb_ == Verb::kAtomic)
     p.responder_resources = p.initiator_depth = static_cast<std::uint8_t>(o_.out_reads);
-  std::vector<Qp*> qps;
-  for (auto& c : qps_) qps.push_back(c.qp);
+  std::vector<Qp*> qps;  // the engine's QPs behind the Context's (-R runs in-process)
+  for (auto& c : qps_) qps.push_back(st_.env->eng.find_qp(c.qp->qp_num));
   cm_->connect_qps(qps, p);
   std::array<std::uint8_t, pt::kDestBinLen> t{};
   oob_.exchange(pt::dest_bin(pt::Dest{}).data(), t.data(), pt::kDestBinLen);
-  mtu_enum_ = static_cast<int>(qps_[0].qp->attr.path_mtu);
+  mtu_enum_ = static_cast<int>(qps[0]->attr.path_mtu);
 }
 
 void Perftest::connect_qps() {
@@ -379,7 +396,8 @@ void Perftest::connect_qps() {
   if (!rip)
     fail("the peer's GID " + ctl::to_string(qps_[0].peer.gid) +
          " is not IPv4-mapped (use its RoCEv2 IPv4 GID index, -x)");
-  const wire::MacAddr mac = env_.resolve(*rip, 10);
+  // In-process we resolve the peer here; attached, roced does (an address vector without MAC).
+  const wire::MacAddr mac = st_.env ? st_.env->resolve(*rip, 10) : wire::MacAddr{};
   for (auto& c : qps_) {
     QpAttr a;
     a.qp_state = QpState::kRtr;
@@ -391,7 +409,7 @@ void Perftest::connect_qps() {
     a.ah.dgid = c.peer.gid;
     a.ah.dmac = mac;
     a.ah.hop_limit = 0xFF;
-    if (eng_.modify_qp(c.qp, a,
+    if (ctx_.modify_qp(c.qp, a,
                        kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
                            kQpMinRnrTimer) != kOk)
       fail("failed to modify QP to RTR");
@@ -402,7 +420,7 @@ void Perftest::connect_qps() {
     a.rnr_retry = 7;
     a.max_rd_atomic =
         static_cast<std::uint8_t>(std::min(std::max(c.peer.out_reads, 1u), kOurMaxRdAtomic));
-    if (eng_.modify_qp(
+    if (ctx_.modify_qp(
             c.qp, a,
             kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic) != kOk)
       fail("failed to modify QP to RTS");
@@ -486,7 +504,7 @@ void Perftest::post(QpCtx& c, std::uint32_t size, bool signaled) {
   const std::uint64_t step = size > cl ? (size + cl - 1) / cl * cl : cl;
   const bool walk = mode_ == Mode::kBw && size <= sys_.cycle_buffer / 2;
   const std::uint64_t off = walk ? (c.posted % (sys_.cycle_buffer / step)) * step : 0;
-  Sge sge{reinterpret_cast<std::uint64_t>(c.buf.data()) + off, size, c.mr->key};
+  Sge sge{reinterpret_cast<std::uint64_t>(c.buf) + off, size, c.mr->lkey};
   SendWr wr;
   wr.wr_id = c.posted;
   wr.sg_list = &sge;
@@ -514,7 +532,8 @@ void Perftest::post(QpCtx& c, std::uint32_t size, bool signaled) {
       wr.atomic.swap = 1;
       break;
   }
-  if (eng_.post_send(c.qp, &wr, nullptr) != kOk) fail("post_send failed");
+  if (const int rc = ctx_.post_send(c.qp, &wr, nullptr); rc != kOk)
+    fail(std::string("post_send failed: ") + std::strerror(rc));
   ++c.posted;
 }
 
@@ -529,7 +548,7 @@ pt::Report Perftest::bw_client(std::uint32_t size) {
   // after the first full window (earlier ones measure one round trip, not a rate).
   double peak = 0;
   bool stop = false;
-  const bool ok = env_.until(
+  const bool ok = st_.poller.until(
       [&] {
         const std::uint64_t now = port::now_ns();
         if (timed && now >= end) stop = true;
@@ -540,11 +559,13 @@ pt::Report Perftest::bw_client(std::uint32_t size) {
           }
         }
         Wc wc[32];
-        const int n = eng_.poll_cq(scq_, 32, wc);
+        const int n = ctx_.poll_cq(scq_, 32, wc);
+        if (n < 0) fail(std::string("poll_cq: ") + std::strerror(-n));
+        if (n == 0) wait_events(scq_);
         for (int k = 0; k < n; ++k) {
           check(wc[k]);
           for (auto& c : qps_) {
-            if (c.qp->qpn != wc[k].qp_num) continue;
+            if (c.qp->qp_num != wc[k].qp_num) continue;
             const std::uint64_t upto = wc[k].wr_id + 1;
             done_total += upto - c.completed;
             c.completed = upto;
@@ -567,12 +588,13 @@ pt::Report Perftest::bw_client(std::uint32_t size) {
 void Perftest::post_recvs(QpCtx& c, std::uint32_t size, unsigned n) {
   c.recv_posted += n;
   // Into the second half, the receive side, as perftest (our SENDs leave from the first).
-  Sge sge{reinterpret_cast<std::uint64_t>(c.buf.data()) + half_, size, c.mr->key};
+  Sge sge{reinterpret_cast<std::uint64_t>(c.buf) + half_, size, c.mr->lkey};
   RecvWr wr;
   wr.sg_list = &sge;
   wr.num_sge = 1;
   for (unsigned i = 0; i < n; ++i)
-    if (eng_.post_recv(c.qp, &wr, nullptr) != kOk) fail("post_recv failed");
+    if (const int rc = ctx_.post_recv(c.qp, &wr, nullptr); rc != kOk)
+      fail(std::string("post_recv failed: ") + std::strerror(rc));
 }
 
 void Perftest::bw_server_send(std::uint32_t size) {
@@ -581,16 +603,18 @@ void Perftest::bw_server_send(std::uint32_t size) {
   std::uint64_t got = 0, t0 = 0;
   const auto drain = [&] {
     Wc wc[32];
-    const int n = eng_.poll_cq(rcq_, 32, wc);
+    const int n = ctx_.poll_cq(rcq_, 32, wc);
+    if (n < 0) fail(std::string("poll_cq: ") + std::strerror(-n));
+    if (n == 0) wait_events(rcq_);
     for (int k = 0; k < n; ++k) {
       check(wc[k]);  // a SEND of another length than -s is fine (perftest does not look)
       if (got++ == 0) t0 = port::now_ns();
       for (auto& c : qps_)  // exactly -n receives per QP and size, as perftest posts
-        if (c.qp->qpn == wc[k].qp_num && c.recv_posted < o_.iters) post_recvs(c, size, 1);
+        if (c.qp->qp_num == wc[k].qp_num && c.recv_posted < o_.iters) post_recvs(c, size, 1);
     }
   };
   const double limit = (o_.duration ? o_.duration : 0) + o_.timeout_s;
-  if (!env_.until(
+  if (!st_.poller.until(
           [&] {
             drain();
             return oob_.readable();
@@ -665,14 +689,14 @@ void Perftest::lat_pingpong(std::uint32_t size) {
   QpCtx& c = qps_[0];
   const bool write = verb_ == Verb::kWrite;
   const std::uint64_t iters = o_.iters;
-  volatile std::uint8_t* poll_byte = c.buf.data() + half_ + size - 1;
-  std::uint8_t* src = c.buf.data();
+  volatile std::uint8_t* poll_byte = c.buf + half_ + size - 1;
+  std::uint8_t* src = c.buf;
   std::uint64_t scnt = 0, rcnt = 0;
   bool in_flight = false;
   bool waiting = write ? client() : !client();
   std::vector<std::uint64_t> stamps;
   stamps.reserve(iters);
-  const bool ok = env_.until(
+  const bool ok = st_.poller.until(
       [&] {
         if (waiting) {
           if (rcnt == iters) {
@@ -681,17 +705,19 @@ void Perftest::lat_pingpong(std::uint32_t size) {
             if (*poll_byte == static_cast<std::uint8_t>(rcnt + 1)) ++rcnt, waiting = false;
           } else {
             Wc wc;
-            if (eng_.poll_cq(rcq_, 1, &wc) == 1) {
+            if (ctx_.poll_cq(rcq_, 1, &wc) == 1) {
               check(wc);  // of any length, as perftest
               ++rcnt;
               if (c.recv_posted < iters) post_recvs(c, size, 1);
               waiting = false;
+            } else {
+              wait_events(rcq_);
             }
           }
         }
         if (!waiting && !in_flight && scnt < iters) {
           src[size - 1] = static_cast<std::uint8_t>(scnt + 1);
-          Sge sge{reinterpret_cast<std::uint64_t>(src), size, c.mr->key};
+          Sge sge{reinterpret_cast<std::uint64_t>(src), size, c.mr->lkey};
           SendWr wr;
           wr.wr_id = scnt;
           wr.sg_list = &sge;
@@ -701,12 +727,13 @@ void Perftest::lat_pingpong(std::uint32_t size) {
           wr.opcode = write ? WrOpcode::kWrite : WrOpcode::kSend;
           wr.rdma = {c.peer.vaddr, c.peer.rkey};
           stamps.push_back(port::now_ns());
-          if (eng_.post_send(c.qp, &wr, nullptr) != kOk) fail("post_send failed");
+          if (const int rc = ctx_.post_send(c.qp, &wr, nullptr); rc != kOk)
+            fail(std::string("post_send failed: ") + std::strerror(rc));
           ++scnt;
           in_flight = true;
         }
         Wc wc;
-        if (in_flight && eng_.poll_cq(scq_, 1, &wc) == 1) {
+        if (in_flight && ctx_.poll_cq(scq_, 1, &wc) == 1) {
           check(wc);
           in_flight = false;
           waiting = true;
@@ -726,14 +753,16 @@ void Perftest::lat_client(std::uint32_t size) {
   c.posted = c.completed = 0;
   std::vector<std::uint64_t> stamps;
   stamps.reserve(o_.iters);
-  const bool ok = env_.until(
+  const bool ok = st_.poller.until(
       [&] {
         if (c.posted == c.completed && c.posted < o_.iters) {
           stamps.push_back(port::now_ns());
           post(c, size, true);
         }
         Wc wc[4];
-        const int n = eng_.poll_cq(scq_, 4, wc);
+        const int n = ctx_.poll_cq(scq_, 4, wc);
+        if (n < 0) fail(std::string("poll_cq: ") + std::strerror(-n));
+        if (n == 0) wait_events(scq_);
         for (int k = 0; k < n; ++k) check(wc[k]), ++c.completed;
         return c.completed == o_.iters;
       },
@@ -856,22 +885,42 @@ void Perftest::write_json() {
     << "\",\"role\":\"" << (client() ? "client" : "server") << "\",\"peer_version\":\""
     << peer_version_ << "\",\"mtu\":" << pt::mtu_bytes_of_enum(mtu_enum_)
     << ",\"qps\":" << o_.num_qp << ",\"rdma_cm\":" << (cm_ ? "true" : "false")
-    << ",\"retransmitted\":" << eng_.stats().get(Counter::kRetransmittedPackets)
-    << ",\"retransmit_timeouts\":" << eng_.stats().get(Counter::kRetransmitTimeouts)
-    << ",\"retransmit_probes\":" << eng_.stats().get(Counter::kRetransmitProbes)
-    << ",\"seq_err_naks_sent\":" << eng_.stats().get(Counter::kSeqErrNakSent)
-    << ",\"seq_err_naks_received\":" << eng_.stats().get(Counter::kSeqErrNakRcvd)
-    << ",\"duplicate_requests\":" << eng_.stats().get(Counter::kDuplicateRequests)
-    << ",\"tx_dropped_injected\":" << (env_.loop.faults() ? env_.loop.faults()->stats().dropped : 0)
-    << ",\"rx_dropped_injected\":"
-    << (env_.loop.rx_faults() ? env_.loop.rx_faults()->stats().dropped : 0) << ",\"results\":["
+    << ",\"attached\":" << (st_.env ? "false" : "true");
+  if (st_.env) {  // the engine's counters (attached: roced's, from roce-ctl counters)
+    const Engine& e = st_.env->eng;
+    const port::PollLoop& l = st_.env->loop;
+    j << ",\"retransmitted\":" << e.stats().get(Counter::kRetransmittedPackets)
+      << ",\"retransmit_timeouts\":" << e.stats().get(Counter::kRetransmitTimeouts)
+      << ",\"retransmit_probes\":" << e.stats().get(Counter::kRetransmitProbes)
+      << ",\"seq_err_naks_sent\":" << e.stats().get(Counter::kSeqErrNakSent)
+      << ",\"seq_err_naks_received\":" << e.stats().get(Counter::kSeqErrNakRcvd)
+      << ",\"duplicate_requests\":" << e.stats().get(Counter::kDuplicateRequests)
+      << ",\"tx_dropped_injected\":" << (l.faults() ? l.faults()->stats().dropped : 0)
+      << ",\"rx_dropped_injected\":" << (l.rx_faults() ? l.rx_faults()->stats().dropped : 0);
+  }
+  j << ",\"results\":["
     << json_rows_.str() << "]}\n";
 }
 
 }  // namespace
 
 int run_perftest(Env& env, Exchange& oob, const Opts& o, Verb verb, Mode mode) {
-  Perftest t(env, oob, o, verb, mode);
+  // libroce's in-process backend on the test's engine; the test polls the loop itself.
+  rc::LocalOptions lo;
+  lo.engine = &env.eng;
+  lo.port.max_mtu = env.eng.config().max_mtu;
+  lo.port.ipv4 = env.ip;
+  lo.port.gid = env.gid;
+  const auto ctx = rc::Context::open_local(std::move(lo));
+  Perftest t(Stack{env, *ctx, env.gid, &env}, oob, o, verb, mode);
+  return t.run();
+}
+
+int run_perftest_attached(const Opts& o, Verb verb, Mode mode) {
+  if (o.rdma_cm) fail("-R (rdma_cm) is not available attached: the connection manager does not go through the socket yet");
+  AttachedEnv env(o.attach, o.attach_port, o.events);
+  Oob oob(env, o.server, o.port, o.timeout_s);
+  Perftest t(Stack{env, env.ctx(), env.ctx().port().gid, nullptr}, oob, o, verb, mode);
   return t.run();
 }
 

@@ -24,8 +24,7 @@ namespace {
 // Q_Key of ibv_ud_pingpong (and of perftest's UD tests).
 constexpr std::uint32_t kPingpongQkey = 0x11111111;
 constexpr std::size_t kMsgLen = pp::kMsgLen;
-// ibv_srq_pingpong always exchanges this many messages; those past -q are all zeros.
-constexpr unsigned kSrqMaxQp = 256;
+using pp::kSrqMaxQp;
 
 Mtu mtu_enum(unsigned m) {
   if (const auto e = mtu_of_bytes(m)) return *e;

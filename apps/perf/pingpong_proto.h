@@ -15,6 +15,8 @@
 namespace roce::perf::pp {
 
 constexpr std::size_t kMsgLen = 52;
+/// ibv_srq_pingpong always exchanges this many messages; those past its -q are all zeros.
+constexpr unsigned kSrqMaxQp = 256;
 
 struct Dest {
   std::uint32_t lid = 0, qpn = 0, psn = 0;

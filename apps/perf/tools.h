@@ -33,6 +33,9 @@ struct Opts {
   bool cmp_and_swap = false;     ///< -A CMP_AND_SWAP (default FETCH_AND_ADD)
   std::string version = "6.06";  ///< what we announce in the version exchange
   bool rdma_cm = false;          ///< -R: exchange and QP connections through rdma_cm
+  std::string attach;            ///< --attach SOCKET: run on roced's dataplane through libroce
+  std::string attach_port;       ///< --attach-port NAME (empty: roced's first port)
+  bool events = false;           ///< -e: sleep on CQ events (attached)
 };
 
 /// ibv_rc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong.
@@ -44,6 +47,8 @@ int run_pingpong(Env& env, Oob& oob, const Opts& o, Pingpong kind);
 /// ib_{write,read,send,atomic}_{bw,lat}.
 int run_perftest(const Opts& o, Verb verb, Mode mode);
 int run_perftest(Env& env, Exchange& oob, const Opts& o, Verb verb, Mode mode);
+/// The same attached to roced (o.attach), on libroce; the exchange on TCP.
+int run_perftest_attached(const Opts& o, Verb verb, Mode mode);
 
 // ---- rdma_cm tools (apps/perf/rping.cc): their own flags, connected by the CM, no TCP ----
 /// librdmacm's rping, both roles; argv[1] is "rping".

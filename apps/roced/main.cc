@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "apps/naa/naa_service.h"
+#include "apps/nfs/nfs_service.h"
 #include "apps/perf/cli.h"
 #include "apps/roced/metrics.h"
 #include "apps/roced/services.h"
@@ -145,6 +146,23 @@ std::vector<std::unique_ptr<naa::NaaService>> open_naa_services(const ctl::Appli
       out.push_back(std::make_unique<naa::NaaService>(sc, p.eng(), p.loop(), p.cfg.ipv4,
                                                       cfg.limits.cm_connections));
       std::printf("  service naa: rdma_cm port %u on port %s\n", sc.listen_port, sc.port.c_str());
+    }
+  }
+  std::fflush(stdout);
+  return out;
+}
+
+// The NFSv3 services (`test: nfs`, apps/nfs/nfs_service.h), on lcore 0 of their port.
+std::vector<std::unique_ptr<nfs::HostedNfsService>> open_nfs_services(
+    const ctl::ApplianceConfig& cfg, std::vector<PortRuntime>& ports) {
+  std::vector<std::unique_ptr<nfs::HostedNfsService>> out;
+  for (const auto& sc : cfg.services) {
+    if (sc.test != "nfs") continue;
+    for (auto& p : ports) {
+      if (p.cfg.name != sc.port) continue;
+      out.push_back(std::make_unique<nfs::HostedNfsService>(sc, p.eng(), p.loop(), p.cfg.ipv4,
+                                                            cfg.limits.cm_connections));
+      std::printf("  service nfs: rdma_cm port %u on port %s\n", sc.listen_port, sc.port.c_str());
     }
   }
   std::fflush(stdout);
@@ -292,6 +310,7 @@ int run(const ctl::ApplianceConfig& cfg) {
 
   appliance::ServiceHost services(cfg);
   std::vector<std::unique_ptr<naa::NaaService>> naas = open_naa_services(cfg, ports);
+  std::vector<std::unique_ptr<nfs::HostedNfsService>> nfss = open_nfs_services(cfg, ports);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::uint64_t next_publish = 0, next_accept = 0;
@@ -311,6 +330,7 @@ int run(const ctl::ApplianceConfig& cfg) {
         if (i != svc.port_index) ports[i].loop().poll_once();
       housekeeping(port::now_ns());
       for (auto& n : naas) n->step();
+      for (auto& n : nfss) n->step();
       if (g_signal != 0) throw Shutdown{};
     });
     env.cm_connections = cfg.limits.cm_connections;
@@ -335,6 +355,7 @@ int run(const ctl::ApplianceConfig& cfg) {
     std::size_t moved = 0;
     for (auto& p : ports) moved += p.loop().poll_once();
     for (auto& n : naas) n->step();
+    for (auto& n : nfss) n->step();
     idle.after_poll(moved);
     const std::uint64_t now = port::now_ns();
     housekeeping(now);
@@ -345,6 +366,8 @@ int run(const ctl::ApplianceConfig& cfg) {
   if (att) att->stop();  // no new requests; the workers still run what was posted
   for (auto& n : naas) std::printf("  service naa:\n%s", n->report().c_str());
   naas.clear();
+  for (auto& n : nfss) std::printf("  service nfs:\n%s", n->report().c_str());
+  nfss.clear();
   for (const auto& svc : services.services())
     std::printf("  service %s (TCP %u): %u runs, %u failed, %u silent clients dropped\n",
                 svc.cfg.test.c_str(), svc.cfg.listen_port, svc.runs, svc.failures,

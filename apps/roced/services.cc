@@ -19,6 +19,7 @@ ServiceHost::ServiceHost(const ctl::ApplianceConfig& cfg) {
   for (std::size_t i = 0; i < cfg.services.size(); ++i) {
     const ctl::ServiceConfig& sc = cfg.services[i];
     if (sc.test == "naa") continue;  // not a perftest server: roced's open_naa_services
+    if (sc.test == "nfs") continue;  // nor is the NFS server: roced's open_nfs_services
     Service svc;
     svc.cfg = sc;
     std::vector<std::string> args{sc.test};

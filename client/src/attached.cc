@@ -24,6 +24,7 @@ namespace roce::client {
 
 namespace {
 
+using attach::CmEventEntry;
 using attach::CqEntry;
 using attach::EventEntry;
 using attach::kMaxSge;
@@ -91,6 +92,8 @@ class Attached final : public Context {
   ~Attached() override {
     ::close(fd_);  // roced releases everything of ours when the socket closes
     if (events_map_) ::munmap(events_map_, events_bytes_);
+    if (cm_map_) ::munmap(cm_map_, cm_bytes_);
+    if (cm_fd_ >= 0) ::close(cm_fd_);
     if (events_fd_ >= 0) ::close(events_fd_);
     for (auto& q : qps_) ::munmap(q->map, q->bytes);
     for (auto& s : srqs_) ::munmap(s->map, s->bytes);
@@ -423,7 +426,117 @@ class Attached final : public Context {
     }
   }
 
+  // ---- rdma_cm: requests on the socket, events through the CM event ring (kCmOpen) ----
+  int cm_listen(std::uint16_t port) override {
+    Request rq;
+    rq.op = Op::kCmListen;
+    rq.cm.port = port;
+    return cm_call(rq);
+  }
+  int cm_connect(Qp* qp, wire::Ipv4Addr dst, std::uint16_t port, const CmConnParam& p,
+                 std::uint32_t& id) override {
+    Request rq;
+    rq.op = Op::kCmConnect;
+    rq.cm.qp = static_cast<AQp*>(qp)->h;
+    rq.cm.dst = dst;
+    rq.cm.port = port;
+    if (!cm_param(rq, p)) return EINVAL;
+    Reply rep;
+    if (const int rc = cm_call(rq, &rep)) return rc;
+    id = rep.handle;
+    return 0;
+  }
+  int cm_accept(std::uint32_t id, Qp* qp, const CmConnParam& p) override {
+    Request rq;
+    rq.op = Op::kCmAccept;
+    rq.cm.id = id;
+    rq.cm.qp = static_cast<AQp*>(qp)->h;
+    if (!cm_param(rq, p)) return EINVAL;
+    return cm_call(rq);
+  }
+  int cm_reject(std::uint32_t id, std::span<const std::uint8_t> private_data) override {
+    Request rq;
+    rq.op = Op::kCmReject;
+    rq.cm.id = id;
+    CmConnParam p;
+    p.private_data.assign(private_data.begin(), private_data.end());
+    if (!cm_param(rq, p)) return EINVAL;
+    return cm_call(rq);
+  }
+  int cm_disconnect(std::uint32_t id) override {
+    Request rq;
+    rq.op = Op::kCmDisconnect;
+    rq.cm.id = id;
+    return cm_call(rq);
+  }
+  int cm_get_event(CmEvent& ev, int timeout_ms) override {
+    if (const int rc = cm_open()) return rc;
+    for (;;) {
+      CmEventEntry e;
+      bool got;
+      {
+        std::lock_guard<std::mutex> g(cm_mu_);
+        got = cm_ring_.pop(e);
+      }
+      if (got) {
+        ev.type = static_cast<CmEventType>(e.type);
+        ev.id = e.id;
+        ev.qp_num = e.qp_num;
+        ev.peer = e.peer;
+        ev.port = e.port;
+        ev.responder_resources = e.responder_resources;
+        ev.initiator_depth = e.initiator_depth;
+        ev.reason = e.reason;
+        ev.remote = e.remote != 0;
+        ev.private_data.assign(e.private_data,
+                               e.private_data + std::min<std::size_t>(e.private_len,
+                                                                      attach::kCmPrivateMax));
+        return 0;
+      }
+      if (timeout_ms == 0) return dead_ ? ENOTCONN : ETIMEDOUT;
+      if (const int rc = wait_on(cm_ring_, cm_mu_, cm_fd_, timeout_ms)) return rc;
+    }
+  }
+
  private:
+  /// The CM event ring, asked for at the first CM call (rdma_create_event_channel).
+  int cm_open() {
+    std::lock_guard<std::mutex> g(cm_open_mu_);
+    if (cm_map_) return 0;
+    Request rq;
+    rq.op = Op::kCmOpen;
+    Reply rep;
+    int fds[2] = {-1, -1};
+    if (const int rc = call(rq, rep, nullptr, 0, fds, 2)) return rc;
+    void* map = fds[0] >= 0 ? map_fd(fds[0], rep.bytes) : nullptr;
+    if (fds[0] >= 0) ::close(fds[0]);
+    attach::ShmQueueHeader* h = ShmQueueLayout<CmEventEntry>::open(map, rep.bytes);
+    if (h == nullptr || fds[1] < 0 || h->slots != rep.slots) {
+      if (map) ::munmap(map, rep.bytes);
+      if (fds[1] >= 0) ::close(fds[1]);
+      return EPROTO;
+    }
+    cm_ring_ = ShmConsumer<CmEventEntry>(h, rep.slots);
+    cm_fd_ = fds[1];
+    cm_bytes_ = rep.bytes;
+    cm_map_ = map;
+    return 0;
+  }
+  int cm_call(Request& rq, Reply* out = nullptr) {
+    if (const int rc = cm_open()) return rc;
+    Reply rep;
+    return call(rq, out ? *out : rep);
+  }
+  static bool cm_param(Request& rq, const CmConnParam& p) {
+    if (p.private_data.size() > attach::kCmPrivateMax) return false;
+    rq.cm.responder_resources = p.responder_resources;
+    rq.cm.initiator_depth = p.initiator_depth;
+    rq.cm.rnr_retry = p.rnr_retry;
+    rq.cm.private_len = static_cast<std::uint8_t>(p.private_data.size());
+    std::copy(p.private_data.begin(), p.private_data.end(), rq.cm.private_data);
+    return true;
+  }
+
   /// Sleeps on `efd` until `ring` has an entry (0; at once if it has one), the timeout passes
   /// (ETIMEDOUT) or roced goes away (ENOTCONN).
   template <class T>
@@ -605,6 +718,11 @@ class Attached final : public Context {
   int events_fd_ = -1;
   void* events_map_ = nullptr;
   std::size_t events_bytes_ = 0;
+  ShmConsumer<CmEventEntry> cm_ring_;  ///< rdma_cm events (cm_open)
+  std::mutex cm_mu_, cm_open_mu_;
+  int cm_fd_ = -1;
+  void* cm_map_ = nullptr;
+  std::size_t cm_bytes_ = 0;
   std::vector<std::unique_ptr<APd>> pds_;
   std::vector<std::unique_ptr<ABuffer>> bufs_;
   std::vector<std::unique_ptr<AMr>> mrs_;

@@ -1,5 +1,6 @@
 /// @file
 /// The C wrapper (roce/roce.h) over roce::client::Context.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -173,6 +174,58 @@ int roce_poll_cq(roce_context* ctx, roce_cq* cq, int max, roce_wc* o) {
 
 int roce_wait_cq(roce_context* ctx, roce_cq* cq, int timeout_ms) {
   return ctx->ctx->wait_cq(in<Cq>(cq), timeout_ms);
+}
+
+static CmConnParam cm_param(const roce_cm_param* p) {
+  CmConnParam c;
+  if (p == nullptr) return c;
+  c.responder_resources = p->responder_resources;
+  c.initiator_depth = p->initiator_depth;
+  c.rnr_retry = p->rnr_retry;
+  if (p->private_data != nullptr)
+    c.private_data.assign(static_cast<const std::uint8_t*>(p->private_data),
+                          static_cast<const std::uint8_t*>(p->private_data) + p->private_len);
+  return c;
+}
+
+int roce_cm_listen(roce_context* ctx, uint16_t port) { return ctx->ctx->cm_listen(port); }
+
+int roce_cm_connect(roce_context* ctx, roce_qp* qp, uint32_t dst, uint16_t port,
+                    const roce_cm_param* p, uint32_t* id) {
+  if (p && p->private_len > 196) return EINVAL;
+  std::uint32_t i = 0;
+  const int rc = ctx->ctx->cm_connect(in<Qp>(qp), roce::wire::Ipv4Addr{dst}, port, cm_param(p), i);
+  if (rc == 0 && id) *id = i;
+  return rc;
+}
+
+int roce_cm_accept(roce_context* ctx, uint32_t id, roce_qp* qp, const roce_cm_param* p) {
+  if (p && p->private_len > 196) return EINVAL;
+  return ctx->ctx->cm_accept(id, in<Qp>(qp), cm_param(p));
+}
+
+int roce_cm_reject(roce_context* ctx, uint32_t id, const void* data, uint32_t len) {
+  if (len > 196 || (len && !data)) return EINVAL;
+  return ctx->ctx->cm_reject(id, {static_cast<const std::uint8_t*>(data), len});
+}
+
+int roce_cm_disconnect(roce_context* ctx, uint32_t id) { return ctx->ctx->cm_disconnect(id); }
+
+int roce_cm_get_event(roce_context* ctx, roce_cm_event* ev, int timeout_ms) {
+  CmEvent e;
+  const int rc = ctx->ctx->cm_get_event(e, timeout_ms);
+  if (rc != 0) return rc;
+  *ev = roce_cm_event{};
+  ev->type = static_cast<int>(e.type);
+  ev->id = e.id;
+  ev->qp_num = e.qp_num;
+  ev->peer_ipv4 = e.peer.v;
+  ev->port = e.port;
+  ev->reason = e.reason;
+  ev->remote = e.remote ? 1 : 0;
+  ev->private_len = static_cast<uint32_t>(std::min<std::size_t>(e.private_data.size(), 196));
+  if (ev->private_len != 0) std::memcpy(ev->private_data, e.private_data.data(), ev->private_len);
+  return 0;
 }
 
 }  // extern "C"

@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <deque>
 #include <vector>
 
 #include "client/include/roce/client.h"
 #include "client/src/shared_memory.h"
+#include "controlplane/cm/cm_session.h"
 #include "dataplane/engine/engine.h"
 
 namespace roce::client {
@@ -56,6 +58,7 @@ class Local final : public Context {
  public:
   explicit Local(LocalOptions o) : o_(std::move(o)), e_(*o_.engine) {}
   ~Local() override {
+    cm_.reset();  // DREQs for connections still up; the QPs below are then the CM's no more
     for (auto& q : qps_) e_.destroy_qp(q->qp);
     for (auto& s : srqs_) e_.destroy_srq(s->srq);
     for (auto& m : mrs_) e_.dereg_mr(m->mr);
@@ -172,6 +175,7 @@ class Local final : public Context {
   }
   int destroy_qp(Qp* qp) override {
     auto* q = static_cast<LQp*>(qp);
+    if (cm_) cm_->release(q->qp);
     if (const int rc = e_.destroy_qp(q->qp)) return rc;
     forget(qps_, q);
     return 0;
@@ -200,7 +204,7 @@ class Local final : public Context {
   }
   int poll_cq(Cq* cq, int max, Wc* out) override {
     engine::Cq* c = static_cast<LCq*>(cq)->cq;
-    if (c->size() == 0 && o_.progress) o_.progress();
+    if (c->size() == 0) progress();
     return e_.poll_cq(c, max, out);
   }
   int get_async_event(AsyncEvent& ev, int timeout_ms) override {
@@ -209,7 +213,7 @@ class Local final : public Context {
     engine::AsyncEvent e;
     for (unsigned i = 0; !e_.get_async_event(e); ++i) {
       if (timeout_ms == 0) return ETIMEDOUT;
-      if (o_.progress) o_.progress();
+      progress();
       if (timeout_ms > 0 && (i & 255) == 0) {
         timespec t{};
         clock_gettime(CLOCK_MONOTONIC, &t);
@@ -229,7 +233,7 @@ class Local final : public Context {
     timespec t0{};
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (unsigned i = 0; c->size() == 0; ++i) {
-      if (o_.progress) o_.progress();
+      progress();
       if (timeout_ms >= 0 && (i & 255) == 0) {
         timespec t{};
         clock_gettime(CLOCK_MONOTONIC, &t);
@@ -240,7 +244,83 @@ class Local final : public Context {
     return 0;
   }
 
+  // ---- rdma_cm on the engine's CM hub (controlplane/cm/cm_session.h) ----
+  int cm_listen(std::uint16_t port) override {
+    if (const int rc = cm_open()) return rc;
+    return cm_->listen(port);
+  }
+  int cm_connect(Qp* qp, wire::Ipv4Addr dst, std::uint16_t port, const CmConnParam& p,
+                 std::uint32_t& id) override {
+    if (const int rc = cm_open()) return rc;
+    if (!o_.resolve || !o_.resolve(dst)) return EHOSTUNREACH;  // the CM needs the peer's MAC
+    return cm_->connect(static_cast<LQp*>(qp)->qp, dst, port, param(p), id);
+  }
+  int cm_accept(std::uint32_t id, Qp* qp, const CmConnParam& p) override {
+    if (const int rc = cm_open()) return rc;
+    return cm_->accept(id, static_cast<LQp*>(qp)->qp, param(p));
+  }
+  int cm_reject(std::uint32_t id, std::span<const std::uint8_t> private_data) override {
+    if (const int rc = cm_open()) return rc;
+    return cm_->reject(id, private_data);
+  }
+  int cm_disconnect(std::uint32_t id) override {
+    if (const int rc = cm_open()) return rc;
+    return cm_->disconnect(id);
+  }
+  int cm_get_event(CmEvent& ev, int timeout_ms) override {
+    if (const int rc = cm_open()) return rc;
+    const std::uint64_t t0 = now_ns();
+    for (unsigned i = 0; cm_events_.empty(); ++i) {
+      if (timeout_ms == 0) return ETIMEDOUT;
+      progress();
+      if (timeout_ms > 0 && (i & 255) == 0 &&
+          now_ns() - t0 >= std::uint64_t(timeout_ms) * 1000000)
+        return ETIMEDOUT;
+    }
+    const cm::SessionEvent& s = cm_events_.front();
+    ev.type = static_cast<CmEventType>(s.type);
+    ev.id = s.id;
+    ev.qp_num = s.qp_num;
+    ev.peer = s.peer;
+    ev.port = s.port;
+    ev.responder_resources = s.responder_resources;
+    ev.initiator_depth = s.initiator_depth;
+    ev.reason = s.reason;
+    ev.remote = s.remote;
+    ev.private_data = s.private_data;
+    cm_events_.pop_front();
+    return 0;
+  }
+
  private:
+  static std::uint64_t now_ns() {
+    timespec t{};
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return std::uint64_t(t.tv_sec) * 1000000000 + std::uint64_t(t.tv_nsec);
+  }
+  void progress() {
+    if (o_.progress) o_.progress();
+    if (cm_) cm_->poll(now_ns());
+  }
+  static cm::SessionParam param(const CmConnParam& p) {
+    return {p.responder_resources, p.initiator_depth, p.rnr_retry, p.private_data};
+  }
+  int cm_open() {
+    if (cm_) return 0;
+    try {
+      auto hub = cm::CmHub::get(
+          e_, cm::agent_config(o_.port.mac, 4096, &Local::now_ns, [this](wire::Ipv4Addr ip) {
+            return o_.resolve ? o_.resolve(ip) : std::nullopt;
+          }));
+      cm_ = std::make_unique<cm::CmSession>(
+          std::move(hub), o_.port.ipv4, static_cast<std::uint8_t>(o_.port.max_mtu),
+          [this](cm::SessionEvent ev) { cm_events_.push_back(std::move(ev)); });
+    } catch (const std::exception&) {
+      return EBUSY;  // the engine's QP1 is taken
+    }
+    return 0;
+  }
+
   LocalOptions o_;
   engine::Engine& e_;
   std::vector<std::unique_ptr<LPd>> pds_;
@@ -249,6 +329,8 @@ class Local final : public Context {
   std::vector<std::unique_ptr<LCq>> cqs_;
   std::vector<std::unique_ptr<LSrq>> srqs_;
   std::vector<std::unique_ptr<LQp>> qps_;
+  std::unique_ptr<cm::CmSession> cm_;
+  std::deque<cm::SessionEvent> cm_events_;
 };
 
 }  // namespace

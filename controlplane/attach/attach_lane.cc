@@ -32,10 +32,15 @@ bool allowed(engine::WrOpcode op) {
 
 }  // namespace
 
-std::size_t Lane::poll(std::uint64_t) {
-  if (qps_.empty() && cqs_.empty()) [[likely]]
+std::size_t Lane::poll(std::uint64_t now_ns) {
+  if (qps_.empty() && cqs_.empty() && cms_.empty()) [[likely]]
     return 0;
   std::size_t moved = 0;
+  if (!cms_.empty() && now_ns - last_cm_poll_ >= kCmPollNs) {
+    last_cm_poll_ = now_ns;
+    cms_.front()->session->poll(now_ns);  // the engine's one CM: MADs, timers
+    for (LaneCm* c : cms_) moved += flush(*c);
+  }
   for (LaneQp* q : qps_) {
     moved += drain_send(*q);
     if (q->rq.valid()) moved += drain_recv(q->rq, q->qp, nullptr, q->recv_cq);
@@ -189,6 +194,54 @@ std::size_t Lane::deliver(LaneCq& c) {
     [[maybe_unused]] const ssize_t w = ::write(c.event_fd, &one, sizeof one);
   }
   return moved;
+}
+
+}  // namespace roce::attach
+
+namespace roce::attach {
+
+std::shared_ptr<cm::CmHub> Lane::cm_hub() {
+  cm::CmAgentConfig cfg = cm_config ? cm_config() : cm::CmAgentConfig{};
+  auto fallback = cfg.resolve_mac;
+  cfg.resolve_mac = [this, fallback](const wire::Ipv6Addr& gid) -> std::optional<wire::MacAddr> {
+    auto it = macs_.find(wire::load_be32(gid.b.data() + 12));
+    if (it != macs_.end()) return it->second;
+    return fallback ? fallback(gid) : std::nullopt;
+  };
+  return cm::CmHub::get(eng_, cfg);
+}
+
+void Lane::push(LaneCm& c, const cm::SessionEvent& ev) {
+  CmEventEntry e;
+  e.type = static_cast<std::uint8_t>(ev.type);
+  e.remote = ev.remote ? 1 : 0;
+  e.responder_resources = ev.responder_resources;
+  e.initiator_depth = ev.initiator_depth;
+  e.id = ev.id;
+  e.qp_num = ev.qp_num;
+  e.reason = ev.reason;
+  e.peer = ev.peer;
+  e.port = ev.port;
+  e.private_len = static_cast<std::uint16_t>(std::min(ev.private_data.size(), kCmPrivateMax));
+  std::copy_n(ev.private_data.begin(), e.private_len, e.private_data);
+  c.backlog.push_back(e);
+  flush(c);
+}
+
+std::size_t Lane::flush(LaneCm& c) {
+  if (c.backlog.empty() || c.ring.broken()) return 0;
+  std::size_t n = 0;
+  while (!c.backlog.empty() && c.ring.stage(c.backlog.front())) {
+    c.backlog.pop_front();
+    ++n;
+  }
+  if (n == 0) return 0;
+  c.ring.publish();
+  if (c.ring.should_wake()) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t w = ::write(c.event_fd, &one, sizeof one);
+  }
+  return n;
 }
 
 }  // namespace roce::attach

@@ -15,10 +15,15 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "controlplane/attach/protocol.h"
+#include "controlplane/cm/cm_session.h"
 #include "dataplane/engine/engine.h"
 #include "dataplane/port/poller.h"
 
@@ -56,6 +61,15 @@ struct LaneSrq {
   LaneCq* error_cq = nullptr;  ///< where refused receive requests complete (set by the first QP)
 };
 
+/// A client's rdma_cm (kCmOpen): its session on the engine's CM hub and its event ring.
+/// Events the ring has no room for wait in `backlog` (never dropped).
+struct LaneCm {
+  std::unique_ptr<cm::CmSession> session;
+  ShmProducer<CmEventEntry> ring;
+  int event_fd = -1;
+  std::deque<CmEventEntry> backlog;
+};
+
 struct LaneStats {
   std::uint64_t send_wrs = 0, recv_wrs = 0, completions = 0, wakeups = 0;
   std::uint64_t refused_wrs = 0;  ///< completed with an error by the lane
@@ -80,6 +94,17 @@ class Lane : public port::Poller {
   void remove(LaneQp* q) { std::erase(qps_, q); }
   void remove(LaneCq* c) { std::erase(cqs_, c); }
   void remove(LaneSrq* s) { std::erase(srqs_, s); }
+  void add(LaneCm* c) { cms_.push_back(c); }
+  void remove(LaneCm* c) { std::erase(cms_, c); }
+  /// The engine's CM hub for clients' sessions (created at the first, with QP1).
+  std::shared_ptr<cm::CmHub> cm_hub();
+  /// A neighbour's MAC the control thread resolved (ARP on the port's first loop), for the
+  /// CM's QP transitions on this lcore.
+  void learn(wire::Ipv4Addr ip, wire::MacAddr mac) { macs_[ip.v] = mac; }
+  /// An event of `c`'s session into its ring (or its backlog).
+  void push(LaneCm& c, const cm::SessionEvent& ev);
+  /// The CM agent's configuration for this engine: set by the attach server.
+  std::function<cm::CmAgentConfig()> cm_config;
   const LaneStats& stats() const { return stats_; }
 
  private:
@@ -87,11 +112,17 @@ class Lane : public port::Poller {
   std::size_t drain_recv(ShmConsumer<RecvEntry>& ring, engine::Qp* qp, engine::Srq* srq,
                          LaneCq* cq);
   std::size_t deliver(LaneCq& c);
+  std::size_t flush(LaneCm& c);
   void refuse(LaneCq* cq, std::uint64_t wr_id, engine::WcOpcode op, std::uint32_t qpn);
   engine::Engine& eng_;
   std::vector<LaneQp*> qps_;
   std::vector<LaneCq*> cqs_;
   std::vector<LaneSrq*> srqs_;
+  std::vector<LaneCm*> cms_;
+  std::map<std::uint32_t, wire::MacAddr> macs_;
+  /// The CM's MADs and timers want milliseconds, not every pass of the loop.
+  static constexpr std::uint64_t kCmPollNs = 20'000;
+  std::uint64_t last_cm_poll_ = 0;
   LaneStats stats_;
 };
 

@@ -82,6 +82,29 @@ void* make_shared(const char* name, std::size_t bytes, int& fd) {
   return p;
 }
 
+/// The shared memory of a ring of `slots` T entries lcore -> client, and the eventfd that wakes
+/// its reader: false (nothing left open) when either cannot be made.
+template <class T>
+struct EventRing {
+  ShmProducer<T> ring;
+  void* map = nullptr;
+  std::size_t bytes = 0;
+  int memfd = -1, efd = -1;
+  bool make(const char* name, std::uint32_t slots) {
+    bytes = ShmQueueLayout<T>::bytes(slots);
+    map = make_shared(name, bytes, memfd);
+    if (map == nullptr) return false;
+    efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (efd < 0) {
+      ::munmap(map, bytes);
+      ::close(memfd);
+      return false;
+    }
+    ring = ShmProducer<T>(ShmQueueLayout<T>::init(map, slots), slots);
+    return true;
+  }
+};
+
 void send_reply(int fd, const Reply& r, const int* fds = nullptr, int nfds = 0) {
   iovec iov{const_cast<Reply*>(&r), sizeof r};
   msghdr m{};
@@ -122,6 +145,9 @@ struct Client {
   std::map<std::uint32_t, SrqRec> srqs;
   std::uint64_t memory = 0;
   std::unique_ptr<LaneEvents> events;  ///< asynchronous events (hello)
+  std::unique_ptr<LaneCm> cm;          ///< rdma_cm (kCmOpen)
+  void* cm_map = nullptr;
+  std::size_t cm_bytes = 0;
   void* events_map = nullptr;
   std::size_t events_bytes = 0;
   ClientInfo info;  ///< what clients() reports, refreshed after each request (under mu_)
@@ -187,6 +213,14 @@ AttachServer::AttachServer(const AttachConfig& cfg, std::vector<AttachPort> port
       l->add_poller(lane);
       // Asynchronous events go to the clients that own the QP or CQ (and on to whoever
       // listened before).
+      lane->cm_config = [l, n = cfg_.cm_connections] {
+        return cm::agent_config(l->engine().config().mac, n, [] { return port::now_ns(); },
+                                [l](wire::Ipv4Addr ip) {
+                                  auto mac = l->neighbour().lookup(ip);
+                                  if (!mac) l->resolve(ip);
+                                  return mac;
+                                });
+      };
       lane->next_async = std::move(l->engine().on_async_event);
       l->engine().on_async_event = [lane](const engine::AsyncEvent& ev) { lane->on_async(ev); };
     }
@@ -305,6 +339,10 @@ void AttachServer::drop(Client& c, bool lost) {
     try {
       run_on(c.loop, stop_, loops_stopped_, [&c] {
         engine::Engine& e = c.lane->engine();
+        if (c.cm) {  // DREQs for connections still up, QPs out of the CM's hands
+          c.lane->remove(c.cm.get());
+          c.cm->session.reset();
+        }
         engine::QpAttr err;
         err.qp_state = engine::QpState::kErr;
         for (auto& [h, q] : c.qps) {
@@ -335,6 +373,8 @@ void AttachServer::drop(Client& c, bool lost) {
     }
     for (auto& [h, r] : c.regions) ::munmap(r.map, r.length);
     if (c.events_map) ::munmap(c.events_map, c.events_bytes);
+    if (c.cm_map) ::munmap(c.cm_map, c.cm_bytes);
+    if (c.cm) ::close(c.cm->event_fd);
     if (c.events) ::close(c.events->event_fd);
     pc.qps -= c.qps.size();
     pc.mrs -= c.mrs.size();
@@ -392,6 +432,22 @@ struct Ops {
   int modify_qp();
   int create_srq();
   int destroy_srq();
+  int cm_open();
+  int cm_listen();
+  int cm_connect();
+  int cm_accept();
+  int cm_reject();
+  int cm_disconnect();
+  /// The CM request's parameters (private data bounded).
+  static cm::SessionParam cm_param(const CmReq& r) {
+    cm::SessionParam p;
+    p.responder_resources = r.responder_resources;
+    p.initiator_depth = r.initiator_depth;
+    p.rnr_retry = r.rnr_retry;
+    p.private_data.assign(r.private_data,
+                          r.private_data + std::min<std::size_t>(r.private_len, kCmPrivateMax));
+    return p;
+  }
   /// The MAC of `gid`'s IPv4 address from the port's neighbour cache, by ARP if need be.
   std::optional<wire::MacAddr> resolve(const wire::Ipv6Addr& gid);
 };
@@ -411,24 +467,16 @@ int Ops::hello() {
   const AttachQuotas& q = quota();
   const std::uint32_t slots =
       ShmQueueLayout<EventEntry>::slots_for(2 * q.max_qps + q.max_cqs + q.max_srqs);
-  const std::size_t bytes = ShmQueueLayout<EventEntry>::bytes(slots);
-  int memfd = -1;
-  void* p = make_shared("roce-events", bytes, memfd);
-  if (p == nullptr) return ENOMEM;
-  const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (efd < 0) {
-    ::munmap(p, bytes);
-    ::close(memfd);
-    return ENOMEM;
-  }
+  EventRing<EventEntry> er;
+  if (!er.make("roce-events", slots)) return ENOMEM;
   c.events = std::make_unique<LaneEvents>();
-  c.events->ring = ShmProducer<EventEntry>(ShmQueueLayout<EventEntry>::init(p, slots), slots);
-  c.events->event_fd = efd;
-  c.events_map = p;
-  c.events_bytes = bytes;
-  rep.bytes = bytes;
+  c.events->ring = er.ring;
+  c.events->event_fd = er.efd;
+  c.events_map = er.map;
+  c.events_bytes = er.bytes;
+  rep.bytes = er.bytes;
   rep.hello.event_slots = slots;
-  out = Out{{memfd, efd}, 2, {memfd, -1}, 1};
+  out = Out{{er.memfd, er.efd}, 2, {er.memfd, -1}, 1};
   const AttachPort& port = s.ports_[pi];
   c.port = pi;
   c.lcore = c.id % static_cast<std::uint32_t>(port.loops.size());
@@ -684,7 +732,9 @@ int Ops::destroy_qp() {
   if (it == c.qps.end()) return EINVAL;
   LaneQp* l = it->second.lane.get();
   Lane* lane = c.lane;
+  LaneCm* lcm = c.cm.get();
   const int rc = run([=] {
+    if (lcm) lcm->session->release(l->qp);  // a connection on it: DREQ, the CM lets go
     lane->remove(l);
     return lane->engine().destroy_qp(l->qp);
   });
@@ -789,6 +839,106 @@ int Ops::destroy_srq() {
   return 0;
 }
 
+int Ops::cm_open() {
+  if (c.cm) return 0;
+  EventRing<CmEventEntry> er;
+  if (!er.make("roce-cm-events", kCmEventSlots)) return ENOMEM;
+  auto lc = std::make_unique<LaneCm>();
+  lc->ring = er.ring;
+  lc->event_fd = er.efd;
+  Lane* lane = c.lane;
+  LaneCm* l = lc.get();
+  const wire::Ipv4Addr ip = s.ports_[c.port].ipv4;
+  const auto mtu = static_cast<std::uint8_t>(eng().config().max_mtu);
+  const bool ok = run([=] {
+    try {
+      l->session = std::make_unique<cm::CmSession>(
+          lane->cm_hub(), ip, mtu, [lane, l](cm::SessionEvent ev) { lane->push(*l, ev); });
+    } catch (const std::exception&) {
+      return false;  // QP1 could not be created
+    }
+    lane->add(l);
+    return true;
+  });
+  if (!ok) {
+    ::munmap(er.map, er.bytes);
+    ::close(er.memfd);
+    ::close(er.efd);
+    return EBUSY;
+  }
+  c.cm = std::move(lc);
+  c.cm_map = er.map;
+  c.cm_bytes = er.bytes;
+  rep.bytes = er.bytes;
+  rep.slots = kCmEventSlots;
+  out = Out{{er.memfd, er.efd}, 2, {er.memfd, -1}, 1};
+  return 0;
+}
+
+int Ops::cm_listen() {
+  if (!c.cm) return EINVAL;
+  LaneCm* l = c.cm.get();
+  const std::uint16_t port = rq.cm.port;
+  return run([=] { return l->session->listen(port); });
+}
+
+int Ops::cm_connect() {
+  if (!c.cm) return EINVAL;
+  const auto it = c.qps.find(rq.cm.qp);
+  if (it == c.qps.end()) return EINVAL;
+  // The CM moves the QP to RTR with the peer's MAC: find it now (ARP), off the lcore.
+  const wire::Ipv4Addr dst = rq.cm.dst;
+  const auto mac = resolve(wire::ipv4_mapped(dst));
+  if (!mac) return EHOSTUNREACH;
+  LaneCm* l = c.cm.get();
+  Lane* lane = c.lane;
+  engine::Qp* qp = it->second.lane->qp;
+  const std::uint16_t port = rq.cm.port;
+  const cm::SessionParam p = cm_param(rq.cm);
+  std::uint32_t id = 0;
+  const int rc = run([=, &id] {
+    lane->learn(dst, *mac);
+    return l->session->connect(qp, dst, port, p, id);
+  });
+  rep.handle = id;
+  return rc;
+}
+
+int Ops::cm_accept() {
+  if (!c.cm) return EINVAL;
+  const auto it = c.qps.find(rq.cm.qp);
+  if (it == c.qps.end()) return EINVAL;
+  LaneCm* l = c.cm.get();
+  Lane* lane = c.lane;
+  engine::Qp* qp = it->second.lane->qp;
+  const std::uint32_t id = rq.cm.id;
+  const cm::SessionParam p = cm_param(rq.cm);
+  // The requester's MAC, for the QP's RTR (its REQ came from it: the cache has it, or ARP).
+  const auto peer = run([=] { return l->session->peer_of(id); });
+  if (!peer) return ENOENT;
+  const auto mac = resolve(wire::ipv4_mapped(*peer));
+  if (!mac) return EHOSTUNREACH;
+  return run([=] {
+    lane->learn(*peer, *mac);
+    return l->session->accept(id, qp, p);
+  });
+}
+
+int Ops::cm_reject() {
+  if (!c.cm) return EINVAL;
+  LaneCm* l = c.cm.get();
+  const std::uint32_t id = rq.cm.id;
+  const cm::SessionParam p = cm_param(rq.cm);
+  return run([=] { return l->session->reject(id, p.private_data); });
+}
+
+int Ops::cm_disconnect() {
+  if (!c.cm) return EINVAL;
+  LaneCm* l = c.cm.get();
+  const std::uint32_t id = rq.cm.id;
+  return run([=] { return l->session->disconnect(id); });
+}
+
 bool AttachServer::handle(Client& c) {
   Request rq;
   iovec iov{&rq, sizeof rq};
@@ -868,6 +1018,24 @@ bool AttachServer::handle(Client& c) {
           break;
         case Op::kDestroySrq:
           err = ops.destroy_srq();
+          break;
+        case Op::kCmOpen:
+          err = ops.cm_open();
+          break;
+        case Op::kCmListen:
+          err = ops.cm_listen();
+          break;
+        case Op::kCmConnect:
+          err = ops.cm_connect();
+          break;
+        case Op::kCmAccept:
+          err = ops.cm_accept();
+          break;
+        case Op::kCmReject:
+          err = ops.cm_reject();
+          break;
+        case Op::kCmDisconnect:
+          err = ops.cm_disconnect();
           break;
         default:
           err = EINVAL;

@@ -40,6 +40,7 @@ struct AttachConfig {
   std::string socket;         ///< path of the Unix socket
   std::uint32_t mode = 0660;  ///< its file mode: who may attach
   std::uint32_t max_clients = 64;
+  std::uint32_t cm_connections = 4096;  ///< the CM agent's max_connections, if attach makes it
   AttachQuotas quotas;
 };
 

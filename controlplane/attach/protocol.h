@@ -18,7 +18,7 @@
 
 namespace roce::attach {
 
-inline constexpr std::uint32_t kVersion = 3;  // 3: RecvEntry min_free/max_msgs
+inline constexpr std::uint32_t kVersion = 4;  // 3: RecvEntry min_free/max_msgs; 4: rdma_cm
 inline constexpr std::uint32_t kMaxSge = 4;   ///< SGEs per work request in a queue entry
 
 enum class Op : std::uint32_t {
@@ -36,6 +36,13 @@ enum class Op : std::uint32_t {
   kModifyQp,
   kCreateSrq,  ///< reply passes the memfd of the SRQ's receive ring
   kDestroySrq,
+  // rdma_cm (port space TCP, IPv4) on the CM of the client's engine (cm_hub.h):
+  kCmOpen,        ///< reply passes the CM event ring's memfd and its eventfd
+  kCmListen,      ///< CmReq::port; EADDRINUSE: another client or a hosted service has it
+  kCmConnect,     ///< CmReq qp, dst, port, parameters; reply: handle = the connection's id
+  kCmAccept,      ///< CmReq id, qp, parameters
+  kCmReject,      ///< CmReq id, private data
+  kCmDisconnect,  ///< CmReq id
 };
 
 // ---- control messages ----
@@ -91,6 +98,19 @@ struct CreateSrqReq {
   std::uint32_t max_sge = 0;
 };
 
+/// Bytes of private data a CM message carries for the application (REP's 196 is the most).
+inline constexpr std::size_t kCmPrivateMax = 196;
+
+struct CmReq {
+  std::uint32_t qp = 0;  ///< connect, accept: the QP's handle
+  std::uint32_t id = 0;  ///< accept, reject, disconnect: the connection's id
+  wire::Ipv4Addr dst;    ///< connect
+  std::uint16_t port = 0;
+  std::uint8_t responder_resources = 1, initiator_depth = 1, rnr_retry = 7;
+  std::uint8_t private_len = 0;
+  std::uint8_t private_data[kCmPrivateMax] = {};
+};
+
 struct Request {
   Op op = Op::kHello;
   std::uint32_t seq = 0;
@@ -103,6 +123,7 @@ struct Request {
     CreateQpReq qp;
     ModifyQpReq modify;
     CreateSrqReq srq;
+    CmReq cm;
   };
   /// Every byte zero (padding and the union's unused tail included), then a hello.
   Request() {
@@ -172,8 +193,25 @@ struct EventEntry {
   std::uint32_t cq = 0;
 };
 
+/// A CM event lcore -> client (rdma_cm_event). `type` is client::CmEventType's value.
+struct CmEventEntry {
+  std::uint8_t type = 0;
+  std::uint8_t remote = 0;  ///< disconnected: the peer ended it
+  std::uint8_t responder_resources = 0, initiator_depth = 0;  ///< connect request: the offer
+  std::uint32_t id = 0;
+  std::uint32_t qp_num = 0;  ///< established: our QP
+  std::uint32_t reason = 0;  ///< rejected: the REJ reason
+  wire::Ipv4Addr peer;
+  std::uint16_t port = 0;  ///< connect request: the listened port
+  std::uint16_t private_len = 0;
+  std::uint8_t private_data[kCmPrivateMax] = {};
+};
+/// Entries of a client's CM event ring: events wait on the lane when it is full (never lost).
+inline constexpr std::uint32_t kCmEventSlots = 64;
+
 static_assert(std::is_trivially_copyable_v<SendEntry> && std::is_trivially_copyable_v<RecvEntry> &&
-              std::is_trivially_copyable_v<CqEntry> && std::is_trivially_copyable_v<EventEntry>);
+              std::is_trivially_copyable_v<CqEntry> && std::is_trivially_copyable_v<EventEntry> &&
+              std::is_trivially_copyable_v<CmEventEntry>);
 
 /// Bytes of the memfd holding a QP's send ring (first) and receive ring (at a 4 KiB boundary).
 struct QpRings {

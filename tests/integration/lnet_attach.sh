@@ -13,45 +13,15 @@ work=$(realpath "$work")
 tag=lnet$$
 oob=$((20000 + ($$ % 20) * 2000))  # the Tms' TCP listeners: oob + ((pid*64+portal)*64+tmid)
 pids=()
-cleanup() {
-  local rc=$?
-  [[ $rc != 0 ]] && tail -n 20 "$work"/*.log
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
-appliance() {  # NAME ROLE MAC IP LCORE
-  cat > "$work/$1.yaml" <<YAML
-name: $1
-eal:
-  args: [--no-huge, --no-shconf, -m, "256", --no-pci, --file-prefix=$tag$1, "--log-level=*:error"]
-  lcores: [$5]
-ports:
-  - name: p0
-    device: net_memif0
-    devargs: role=$2,id=0,socket-abstract=no,socket=$work/memif.sock
-    mac: $3
-    ipv4: $4/24
-counters:
-  telemetry: false
-attach:
-  socket: $work/$1.sock
-  mode: "0600"
-  quotas:
+# shellcheck source=tests/integration/lib_appliance.sh
+source "$(dirname "$0")/lib_appliance.sh"
+trap 'stop_all $?' EXIT
+# quotas of 16 QPs and 64 MiB per client
+quotas="  quotas:
     max_qps: 16
-    max_memory: 67108864
-YAML
-  "$roced" --config "$work/$1.yaml" > "$work/$1.log" 2>&1 &
-  pids+=($!)
-}
-up() {
-  for _ in $(seq 100); do grep -q " up on lcore" "$work/$1.log" && [[ -S $work/$1.sock ]] && break; sleep 0.1; done
-  grep -q "attach: $work/$1.sock" "$work/$1.log" || { cat "$work/$1.log"; echo "FAIL: roced $1"; exit 1; }
-}
-appliance a server 02:00:5e:00:0b:01 192.0.2.71 0
-up a
-appliance b client 02:00:5e:00:0b:02 192.0.2.72 1
-up b
+    max_memory: 67108864"
+appliance a server 02:00:5e:00:0b:01 192.0.2.71 0 "" "$quotas"
+appliance b client 02:00:5e:00:0b:02 192.0.2.72 1 "" "$quotas"
 
 "$ping" --socket "$work/a.sock" --pid 0 --addr "192.0.2.71@roce:0:5:1" --oob-host 127.0.0.1 \
   --oob-base "$oob" > "$work/server.log" 2>&1 &

@@ -8,11 +8,15 @@
 #     client pair keeps running its own loop; roced A keeps running, the second pair finishes
 #     with its data verified, the victim's peer sees the connection end (its next SEND fails),
 #     and A's QP, MR and attached-client counts (roce-ctl counters) return to their baseline.
+#     A client flooding its send queue with WRITEs is throttled (post_send: ENOMEM) while
+#     another pair's ping-pong goes on.
 #  3. misuse (roce-attach-misuse): foreign handles, quotas, bad memory, malformed requests.
 #  4. roced stopping under an attached client: the client's calls fail with ENOTCONN.
-#   roced_attach.sh ROCED ROCE_CTL EXAMPLE EXAMPLE_C MISUSE WORKDIR
+# With LINK "veth" the two roced sit on the ends of a veth pair (net_af_packet) instead.
+#   roced_attach.sh ROCED ROCE_CTL EXAMPLE EXAMPLE_C MISUSE WORKDIR [memif|veth]
 set -euo pipefail
 roced=$(realpath "$1") ctl=$(realpath "$2") ex=$(realpath "$3") exc=$(realpath "$4") misuse=$(realpath "$5") work=$6
+link=${7:-memif}
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
 tag=attach$$
@@ -21,6 +25,7 @@ tcp=$((40000 + $$ % 10000))
 pids=()
 cleanup() {
   local rc=$?
+  [[ $link == veth ]] && ip link del "ra$$" 2>/dev/null
   if [[ $rc != 0 && ${#pids[@]} != 0 ]]; then  # what the appliances saw, for the failure
     for e in "$prom_a" "$prom_b"; do echo "== counters $e"; "$ctl" -p "$e" counters || true; done
     tail -n 20 "$work"/*.log
@@ -30,7 +35,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
+if [[ $link == veth ]]; then
+  if [[ $(id -u) -ne 0 ]]; then echo "skipped: needs root for a veth pair"; exit 77; fi
+  ip link add "ra$$" type veth peer name "rb$$" || { echo "skipped: cannot create a veth pair"; exit 77; }
+  for i in "ra$$" "rb$$"; do
+    sysctl -qw "net.ipv6.conf.$i.disable_ipv6=1" || true
+    ip link set "$i" up
+  done
+fi
 appliance() {  # NAME ROLE MAC IP PROMETHEUS LCORE
+  local device=net_memif0 devargs="role=$2,id=0,socket-abstract=no,socket=$work/memif.sock"
+  if [[ $link == veth ]]; then
+    device=net_af_packet0 devargs="iface=r$1$$,qpairs=1"
+  fi
   cat > "$work/$1.yaml" <<YAML
 name: $1
 eal:
@@ -38,8 +55,8 @@ eal:
   lcores: [$6]
 ports:
   - name: p0
-    device: net_memif0
-    devargs: role=$2,id=0,socket-abstract=no,socket=$work/memif.sock
+    device: $device
+    devargs: $devargs
     mac: $3
     ipv4: $4/24
 counters:
@@ -129,6 +146,23 @@ echo "A: attached clients during the kill $during, now $clients; lost $lost; qps
 [[ $clients == 0 && $lost -ge 1 ]] || { echo "FAIL: attach counts"; exit 1; }
 [[ $("$ctl" -p "$prom_a" clients | wc -l) == 1 ]] || { echo "FAIL: clients still listed"; exit 1; }
 grep -q "client .* gone: 1 QPs, 1 MRs, 1 CQs released" "$work/a.log"
+
+# ---- 2b. a client flooding its send queue is throttled (ENOMEM), others keep going ---------
+"$ex" --socket "$work/b.sock" --listen $((tcp + 4)) --seconds 3 > "$work/flood-s.log" 2>&1 &
+fs=$!
+"$ex" --socket "$work/a.sock" --connect "127.0.0.1:$((tcp + 4))" --seconds 3 --flood \
+  > "$work/flood-c.log" 2>&1 &
+fc=$!
+"$ex" --socket "$work/a.sock" --listen $((tcp + 5)) --pingpong 200 > "$work/calm-s.log" 2>&1 &
+cs=$!
+"$ex" --socket "$work/b.sock" --connect "127.0.0.1:$((tcp + 5))" --pingpong 200 \
+  > "$work/calm-c.log" 2>&1 || { cat "$work"/calm-*.log; echo "FAIL: the calm pair beside a flood"; exit 1; }
+wait $cs && wait $fc && wait $fs || { cat "$work"/flood-*.log "$work"/calm-s.log; echo "FAIL: flood pair"; exit 1; }
+grep "OK: flood of" "$work/flood-c.log"
+grep "OK: 200 ping-pongs" "$work/calm-c.log"
+refused=$(sed -n 's/.*WRITEs, \([0-9]*\) posts refused.*/\1/p' "$work/flood-c.log")
+[[ ${refused:-0} -gt 0 ]] || { echo "FAIL: the flood was never throttled"; exit 1; }
+kill -0 "${pids[0]}" || { echo "FAIL: roced A died under the flood"; exit 1; }
 
 # ---- 3. misuse is refused, roced keeps serving ------------------------------------------------
 "$misuse" "$work/a.sock" 8 67108864 | tee "$work/misuse.log"

@@ -24,3 +24,29 @@ finish() {  # wait for the VM to end; return its command's status
   wait "$vmpid" || true
   grep -q "cmd-end rc=0" "$out/vm.txt"
 }
+
+# roced_on_dp0 ROCED NAME: roced with its port on the VM bridge's veth end (net_af_packet on dp0,
+# 192.0.2.100) and an attach socket $out/NAME.sock, started in the VM's network namespace;
+# `rp` is its pid. Waits for the socket.
+roced_on_dp0() {
+  cat > "$out/$2.yaml" <<YAML
+name: $2
+eal:
+  args: [--no-huge, --no-shconf, -m, "256", --no-pci, --file-prefix=$2$$, "--log-level=*:error"]
+  lcores: [0]
+ports:
+  - name: p0
+    device: net_af_packet0
+    devargs: iface=dp0,qpairs=1
+    mac: 02:00:5e:00:0f:11
+    ipv4: 192.0.2.100/24
+counters:
+  telemetry: false
+attach:
+  socket: $out/$2.sock
+  mode: "0600"
+YAML
+  ip netns exec "${RXE_VM_NETNS:-rxevm}" "$1" --config "$out/$2.yaml" > "$out/$2.log" 2>&1 &
+  rp=$!
+  for _ in $(seq 100); do [[ -S $out/$2.sock ]] && break; sleep 0.1; done
+}

@@ -25,7 +25,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "dataplane/engine/verbs.h"
 
@@ -97,6 +99,35 @@ struct AsyncEvent {
   engine::AsyncEventType type = engine::AsyncEventType::kQpFatal;
   std::uint32_t qp_num = 0;  ///< QP events
   Cq* cq = nullptr;          ///< kCqErr
+};
+
+/// rdma_cm events (struct rdma_cm_event), for connections made with cm_connect/cm_listen.
+enum class CmEventType : std::uint8_t {
+  kConnectRequest = 1,  ///< a peer connects to a listened port: cm_accept() or cm_reject()
+  kEstablished,         ///< the QP is in RTS and the peer knows it
+  kRejected,            ///< the peer refused (`reason`, `private_data`)
+  kUnreachable,         ///< no answer (retries exhausted)
+  kConnectError,        ///< the peer's reply could not be applied to the QP
+  kDisconnected,        ///< the connection ended (`remote`: the peer ended it); QP in error
+};
+struct CmEvent {
+  CmEventType type = CmEventType::kConnectRequest;
+  std::uint32_t id = 0;      ///< the connection
+  std::uint32_t qp_num = 0;  ///< kEstablished: our QP
+  wire::Ipv4Addr peer;
+  std::uint16_t port = 0;  ///< kConnectRequest: the listened port
+  std::uint8_t responder_resources = 0, initiator_depth = 0;  ///< kConnectRequest: the offer
+  std::uint32_t reason = 0;                                    ///< kRejected: IBA REJ reason
+  bool remote = false;
+  std::vector<std::uint8_t> private_data;
+};
+/// struct rdma_conn_param's part that matters here.
+struct CmConnParam {
+  std::uint8_t responder_resources = 1;  ///< READs/atomics we take at once
+  std::uint8_t initiator_depth = 1;      ///< READs/atomics we issue at once
+  std::uint8_t rnr_retry = 7;
+  /// connect: <= 56 bytes (after rdma_cm's header); accept: <= 196; reject: <= 148.
+  std::vector<std::uint8_t> private_data;
 };
 
 /// What connect_rc() needs to know of the far end (exchanged out of band).
@@ -172,6 +203,23 @@ class Context {
   /// The next asynchronous event: 0 with `ev` filled, ETIMEDOUT after `timeout_ms` (0: do not
   /// wait; -1: no limit), ENOTCONN when roced is gone.
   virtual int get_async_event(AsyncEvent& ev, int timeout_ms) = 0;
+
+  // ---- rdma_cm (port space TCP, IPv4, RC QPs), on the CM of roced's port (shared with its
+  // ---- hosted services) or of the in-process engine. The CM moves the QP through its states.
+  /// rdma_listen on `port`. EADDRINUSE: someone else listens there.
+  virtual int cm_listen(std::uint16_t port) = 0;
+  /// rdma_connect: a REQ for `qp` (in RESET or INIT) to `dst`:`port`; `id` names the
+  /// connection in its events. EHOSTUNREACH: no ARP answer from `dst`.
+  virtual int cm_connect(Qp* qp, wire::Ipv4Addr dst, std::uint16_t port, const CmConnParam& p,
+                         std::uint32_t& id) = 0;
+  /// rdma_accept of a kConnectRequest with `qp` (RESET or INIT).
+  virtual int cm_accept(std::uint32_t id, Qp* qp, const CmConnParam& p) = 0;
+  virtual int cm_reject(std::uint32_t id, std::span<const std::uint8_t> private_data = {}) = 0;
+  /// rdma_disconnect: DREQ; the QP goes to the error state.
+  virtual int cm_disconnect(std::uint32_t id) = 0;
+  /// rdma_get_cm_event: 0 with `ev` filled, ETIMEDOUT after `timeout_ms` (0: do not wait;
+  /// -1: no limit), ENOTCONN when roced is gone.
+  virtual int cm_get_event(CmEvent& ev, int timeout_ms) = 0;
 
   /// Convenience: RESET -> INIT -> RTR -> RTS of an RC QP towards `peer` (`sq_psn`: ours).
   int connect_rc(Qp* qp, const RcPeer& peer, std::uint32_t sq_psn, Mtu mtu,

@@ -130,6 +130,44 @@ int roce_poll_cq(roce_context* ctx, roce_cq* cq, int max, struct roce_wc* out);
 /* 0: a completion is there; ETIMEDOUT; ENOTCONN when roced is gone. timeout_ms -1: forever */
 int roce_wait_cq(roce_context* ctx, roce_cq* cq, int timeout_ms);
 
+/* rdma_cm (port space TCP, IPv4, RC QPs) on the CM of roced's port: no out-of-band exchange.
+ * The CM moves the QPs through their states. Event types as rdma_cm_event's meaning: */
+enum {
+  ROCE_CM_CONNECT_REQUEST = 1, /* accept (roce_cm_accept) or refuse (roce_cm_reject) */
+  ROCE_CM_ESTABLISHED,
+  ROCE_CM_REJECTED, /* reason: the IBA REJ reason (8: nobody listens, 28: the application) */
+  ROCE_CM_UNREACHABLE,
+  ROCE_CM_CONNECT_ERROR,
+  ROCE_CM_DISCONNECTED
+};
+struct roce_cm_event {
+  int type;             /* ROCE_CM_* */
+  uint32_t id;          /* the connection */
+  uint32_t qp_num;      /* ESTABLISHED: our QP */
+  uint32_t peer_ipv4;   /* host byte order */
+  uint16_t port;        /* CONNECT_REQUEST: the listened port */
+  uint32_t reason;      /* REJECTED */
+  int remote;           /* DISCONNECTED: the peer ended it */
+  uint8_t private_data[196];
+  uint32_t private_len;
+};
+/* struct rdma_conn_param's part that matters; private data: connect <= 56, accept <= 196. */
+struct roce_cm_param {
+  uint8_t responder_resources, initiator_depth, rnr_retry;
+  const void* private_data;
+  uint32_t private_len;
+};
+int roce_cm_listen(roce_context* ctx, uint16_t port); /* EADDRINUSE: taken */
+int roce_cm_connect(roce_context* ctx, roce_qp* qp, uint32_t dst_ipv4 /* host order */,
+                    uint16_t port, const struct roce_cm_param* param /* NULL: defaults */,
+                    uint32_t* id);
+int roce_cm_accept(roce_context* ctx, uint32_t id, roce_qp* qp,
+                   const struct roce_cm_param* param /* NULL: defaults */);
+int roce_cm_reject(roce_context* ctx, uint32_t id, const void* private_data, uint32_t len);
+int roce_cm_disconnect(roce_context* ctx, uint32_t id);
+/* 0 with *ev filled; ETIMEDOUT; ENOTCONN when roced is gone. timeout_ms -1: forever */
+int roce_cm_get_event(roce_context* ctx, struct roce_cm_event* ev, int timeout_ms);
+
 #ifdef __cplusplus
 }
 #endif

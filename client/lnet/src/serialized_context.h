@@ -84,6 +84,23 @@ class SerializedContext final : public client::Context {
   }
   int wait_cq(client::Cq* cq, int timeout_ms) override;
   int get_async_event(client::AsyncEvent& ev, int timeout_ms) override;
+  int cm_listen(std::uint16_t port) override {
+    return locked([&] { return in_.cm_listen(port); });
+  }
+  int cm_connect(client::Qp* qp, wire::Ipv4Addr dst, std::uint16_t port,
+                 const client::CmConnParam& p, std::uint32_t& id) override {
+    return locked([&] { return in_.cm_connect(qp, dst, port, p, id); });
+  }
+  int cm_accept(std::uint32_t id, client::Qp* qp, const client::CmConnParam& p) override {
+    return locked([&] { return in_.cm_accept(id, qp, p); });
+  }
+  int cm_reject(std::uint32_t id, std::span<const std::uint8_t> pd) override {
+    return locked([&] { return in_.cm_reject(id, pd); });
+  }
+  int cm_disconnect(std::uint32_t id) override {
+    return locked([&] { return in_.cm_disconnect(id); });
+  }
+  int cm_get_event(client::CmEvent& ev, int timeout_ms) override;
 
  private:
   client::Context& in_;

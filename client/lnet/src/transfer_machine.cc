@@ -105,6 +105,8 @@ struct Tm::Conn {
   std::uint32_t send_next = 0;
   enum class State { kConnecting, kUp, kFailed } state = State::kConnecting;
   std::vector<NetBuffer*> waiting;  ///< operations added while connecting
+  bool foreign = false;             ///< a plain verbs peer (foreign_open): no control QP
+  std::uint32_t psn = 0;            ///< foreign: our first PSN
 };
 
 std::shared_ptr<Tm::Conn> Tm::make_conn() {
@@ -132,6 +134,54 @@ std::shared_ptr<Tm::Conn> Tm::make_conn() {
     return nullptr;
   }
   return c;
+}
+
+int Tm::foreign_open(const EndPoint& peer, std::uint32_t& qpn, std::uint32_t& psn) {
+  if (state() != TmState::kStarted) return ENOTCONN;
+  client::Context& ctx = dom_.ctx();
+  std::lock_guard<std::mutex> g(mu_);
+  if (conns_.count(peer)) return EEXIST;
+  auto c = std::make_shared<Conn>();
+  client::QpCap cap;
+  cap.max_send_wr = 256;
+  cap.max_recv_wr = 1;
+  c->qp = ctx.create_qp(dom_.pd(), client::QpType::kRc, cq_, cq_, cap, srq_);
+  if (!c->qp) return errno ? errno : ENOMEM;
+  c->peer = peer;
+  c->foreign = true;
+  c->psn = std::mt19937(std::random_device{}())() & 0xFFFFFF;
+  conns_[peer] = c;
+  by_qpn_[c->qp->qp_num] = c.get();
+  qpn = c->qp->qp_num;
+  psn = c->psn;
+  return 0;
+}
+
+int Tm::foreign_connect(const EndPoint& peer, const client::RcPeer& far, client::Mtu mtu) {
+  std::shared_ptr<Conn> c;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = conns_.find(peer);
+    if (it == conns_.end() || !it->second->foreign) return ENOENT;
+    c = it->second;
+  }
+  // No Tm lock across the QP transitions (an address resolution may take a while).
+  const int rc = dom_.ctx().connect_rc(c->qp, far, c->psn, mtu);
+  std::vector<BufferEvent> evs;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    c->state = rc == 0 ? Conn::State::kUp : Conn::State::kFailed;
+    if (rc == 0) ++stats_.connections;
+    for (NetBuffer* nb : c->waiting) {
+      if (rc == 0)
+        start_op_locked(*nb, *c, evs);
+      else
+        finish_locked(*nb, -EHOSTUNREACH, evs);
+    }
+    c->waiting.clear();
+  }
+  queue_events(evs);
+  return rc;
 }
 
 // Receives can be posted once a QP is past RESET: after connect_rc.
@@ -536,6 +586,7 @@ void Tm::finish_locked(NetBuffer& nb, int status, std::vector<BufferEvent>& out,
 }
 
 void Tm::send_ctl_locked(Conn& c, std::uint32_t bulk_id, std::uint64_t length, int status) {
+  if (c.cqp == nullptr) return;  // a foreign peer: no bulk transfers
   auto* slot = static_cast<std::uint8_t*>(ctl_buf_->addr) +
                (c.slot0 + kCtlRecvSlots + c.send_next++ % kCtlSendSlots) * kCtlSlot;
   CtlMsg m;

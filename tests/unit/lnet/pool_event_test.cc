@@ -127,6 +127,17 @@ class FakeContext : public client::Context {
     return ETIMEDOUT;
   }
   int get_async_event(client::AsyncEvent&, int) override { return ETIMEDOUT; }
+  int cm_listen(std::uint16_t) override { return EOPNOTSUPP; }
+  int cm_connect(client::Qp*, wire::Ipv4Addr, std::uint16_t, const client::CmConnParam&,
+                 std::uint32_t&) override {
+    return EOPNOTSUPP;
+  }
+  int cm_accept(std::uint32_t, client::Qp*, const client::CmConnParam&) override {
+    return EOPNOTSUPP;
+  }
+  int cm_reject(std::uint32_t, std::span<const std::uint8_t>) override { return EOPNOTSUPP; }
+  int cm_disconnect(std::uint32_t) override { return EOPNOTSUPP; }
+  int cm_get_event(client::CmEvent&, int) override { return ETIMEDOUT; }
 };
 
 template <class F>

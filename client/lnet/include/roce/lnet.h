@@ -281,6 +281,17 @@ class Tm {
   TmState state() const { return state_.load(std::memory_order_acquire); }
   const EndPoint& ep() const { return ep_; }
 
+  /// A connection with a plain verbs peer instead of another Tm: an rdma-core program such as
+  /// ibv_rc_pingpong or ib_send_bw, which exchanges its QP number its own way. The connection
+  /// is an RC QP on this Tm's receive queue, named `peer` in the Tm's events: the peer's SENDs
+  /// land in the message receive buffers (multi-message buffers included) with `peer` as their
+  /// source, and kMsgSend buffers for `peer` leave on it as plain SENDs. (Bulk transfers need a
+  /// Tm at the far end.) foreign_open creates the QP and gives its number and first PSN, for
+  /// the peer; foreign_connect moves it to RTS towards the peer's QP. 0, ENOTCONN (not
+  /// started), EEXIST (`peer` has a connection), or the errno of the QP calls.
+  int foreign_open(const EndPoint& peer, std::uint32_t& qpn, std::uint32_t& psn);
+  int foreign_connect(const EndPoint& peer, const client::RcPeer& far, client::Mtu mtu);
+
   /// m0_net_buffer_add: 0 or EINVAL (not registered, already queued, bad fields), ENOTCONN
   /// (not started), EMSGSIZE. kPassiveBulk*: fills nb.desc; kActiveBulk*: nb.desc is the peer's.
   int add(NetBuffer& nb, QueueType q);

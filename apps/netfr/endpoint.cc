@@ -1,0 +1,284 @@
+/// @file
+/// Channels, slots and credits shared by the host and the client (endpoint.h).
+#include "apps/netfr/endpoint.h"
+
+#include <sched.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "apps/netfr/engine_fabric.h"
+#include "dataplane/port/dpdk_port.h"
+
+namespace roce::netfr {
+namespace {
+
+std::unique_ptr<EngineFabric> g_fabric;
+/// Every endpoint of the process: they share the fabric, and whoever polls hands each event
+/// and completion to the endpoint that owns its connection.
+std::vector<Endpoint*> g_endpoints;
+
+void at_exit() {
+  if (!g_fabric) return;
+  g_fabric->idle(0.05);
+  if (std::getenv("NETFR_STATS")) std::fprintf(stderr, "netfr: %s\n", g_fabric->report().c_str());
+  g_fabric.reset();
+  port::eal_cleanup();
+}
+
+}  // namespace
+
+Fabric* process_fabric(const char* link, std::string& err) {
+  if (g_fabric) return g_fabric.get();
+  const char* text = link ? link : std::getenv("NETFR_LINK");
+  if (!text) {
+    err = "no link: set NFRInitOpts.link or NETFR_LINK";
+    return nullptr;
+  }
+  LinkConfig lc;
+  if (!parse_link(text, lc, err)) return nullptr;
+  try {
+    g_fabric = std::make_unique<EngineFabric>(lc);
+    std::atexit(at_exit);
+  } catch (const std::exception& e) {
+    err = std::string("cannot start the stack: ") + e.what();
+    return nullptr;
+  }
+  return g_fabric.get();
+}
+
+std::string Stats::line() const {
+  std::ostringstream o;
+  o << "sent " << sent << " received " << received << " acks_sent " << acks_sent
+    << " acks_received " << acks_received << " writes " << writes << " write_bytes "
+    << write_bytes << " credit_waits " << credit_waits << " internal_queued " << internal_queued
+    << " protocol_errors " << protocol_errors << " bad_messages " << bad_messages
+    << " connects " << connects << " disconnects " << disconnects << " rejected " << rejected;
+  return o.str();
+}
+
+Endpoint::Endpoint(Fabric& f) : fab_(f) { g_endpoints.push_back(this); }
+
+Endpoint::~Endpoint() {
+  close_channels();
+  std::erase(g_endpoints, this);
+  for (auto& c : ch_) {
+    if (c.rx_mr.handle) fab_.dereg_mr(c.rx_mr);
+    if (c.tx_mr.handle) fab_.dereg_mr(c.tx_mr);
+  }
+}
+
+int Endpoint::channel_of(ConnId c) const {
+  for (unsigned i = 0; i < NETFR_CHANNEL_COUNT; ++i)
+    if (ch_[i].conn == c && c != 0) return static_cast<int>(i);
+  return -1;
+}
+
+bool Endpoint::open_channel(unsigned i, ConnId conn) {
+  Channel& c = ch_[i];
+  if (!c.rx_mr.handle) {
+    c.rx_mem.assign(std::size_t{kSlots} * NETFR_MESSAGE_MAX_SIZE, 0);
+    c.tx_mem.assign(std::size_t{kSlots} * NETFR_MESSAGE_MAX_SIZE, 0);
+    auto r = fab_.reg_mr(c.rx_mem.data(), c.rx_mem.size());
+    auto t = fab_.reg_mr(c.tx_mem.data(), c.tx_mem.size());
+    if (!r || !t) return false;
+    c.rx_mr = *r;
+    c.tx_mr = *t;
+  }
+  c.conn = conn;
+  c.credits = NETFR_CREDIT_COUNT;
+  c.tx_channel_serial = c.rx_channel_serial = 0;
+  c.free_tx.clear();
+  for (std::uint32_t s = kSlots; s-- > 0;) c.free_tx.push_back(s);
+  c.on_done.assign(kSlots, {});
+  c.internal.clear();
+  for (std::uint32_t s = 0; s < kSlots; ++s)
+    if (!fab_.post_recv(conn, make_wr(i, WrKind::kRecv, s), rx_slot(i, s),
+                        NETFR_MESSAGE_MAX_SIZE, c.rx_mr.lkey))
+      return false;
+  c.open = true;
+  c.up = false;
+  return true;
+}
+
+void Endpoint::close_channels() {
+  for (unsigned i = 0; i < NETFR_CHANNEL_COUNT; ++i) {
+    Channel& c = ch_[i];
+    if (c.conn) fab_.disconnect(c.conn);
+    c.conn = 0;
+    c.open = c.up = false;
+    c.internal.clear();
+    auto pending = std::move(c.on_done);
+    c.on_done.clear();
+    for (auto& f : pending)
+      if (f) f(-ECONNRESET);
+  }
+}
+
+void Endpoint::repost(unsigned ch, std::uint32_t slot) {
+  Channel& c = ch_[ch];
+  if (!c.open) return;
+  fab_.post_recv(c.conn, make_wr(ch, WrKind::kRecv, slot), rx_slot(ch, slot),
+                 NETFR_MESSAGE_MAX_SIZE, c.rx_mr.lkey);
+}
+
+int Endpoint::send_message(unsigned ch, const std::uint8_t* msg, std::size_t len, bool user,
+                           std::function<void(int)> on_done) {
+  Channel& c = ch_[ch];
+  if (!c.up) return -ENOTCONN;
+  const bool ack = len >= kHeaderSize && (msg[9] == static_cast<std::uint8_t>(MsgType::kHostDataAck) ||
+                                          msg[9] == static_cast<std::uint8_t>(MsgType::kClientDataAck));
+  if (!ack) {
+    if (user) {
+      while (c.credits <= NETFR_RESERVED_CREDIT_COUNT || c.free_tx.empty()) {
+        if (nonblocking_) return -EAGAIN;
+        ++stats_.credit_waits;
+        if (!wait_until([&] {
+              return !c.up || (c.credits > NETFR_RESERVED_CREDIT_COUNT && !c.free_tx.empty());
+            }))
+          return -ETIMEDOUT;
+        if (!c.up) return -ENOTCONN;
+      }
+    } else if (c.credits <= 0 || c.free_tx.empty() || !c.internal.empty()) {
+      c.internal.emplace_back(msg, msg + len);
+      ++stats_.internal_queued;
+      return 0;
+    }
+    --c.credits;
+  } else if (c.free_tx.empty()) {
+    // Acks are bounded by the peer's credits, the slots by twice that: cannot happen unless
+    // the peer ignores its credits.
+    ++stats_.protocol_errors;
+    return -ENOBUFS;
+  }
+  const std::uint32_t slot = c.free_tx.back();
+  c.free_tx.pop_back();
+  std::uint8_t* p = c.tx_mem.data() + std::size_t{slot} * NETFR_MESSAGE_MAX_SIZE;
+  std::memcpy(p, msg, len);
+  c.on_done[slot] = std::move(on_done);
+  if (!fab_.post_send(c.conn, make_wr(ch, WrKind::kSend, slot), false, p,
+                      static_cast<std::uint32_t>(len), c.tx_mr.lkey, 0, 0, true)) {
+    c.free_tx.push_back(slot);
+    if (!ack) ++c.credits;
+    c.on_done[slot] = nullptr;
+    return -EIO;
+  }
+  if (ack)
+    ++stats_.acks_sent;
+  else
+    ++stats_.sent;
+  return 0;
+}
+
+int Endpoint::send_ack(unsigned ch, bool host_data) {
+  std::uint8_t b[kAckSize];
+  encode(b, Ack{host_data});
+  return send_message(ch, b, sizeof b, false);
+}
+
+bool Endpoint::post_write(unsigned ch, const void* local, std::uint32_t len, std::uint32_t lkey,
+                          std::uint64_t raddr, std::uint32_t rkey, bool signaled) {
+  Channel& c = ch_[ch];
+  return c.up && fab_.post_send(c.conn, make_wr(ch, WrKind::kWrite, 0), true, local, len, lkey,
+                                raddr, rkey, signaled);
+}
+
+void Endpoint::flush_internal(unsigned ch) {
+  Channel& c = ch_[ch];
+  while (!c.internal.empty() && c.credits > 0 && !c.free_tx.empty() && c.up) {
+    std::vector<std::uint8_t> m = std::move(c.internal.front());
+    c.internal.pop_front();
+    --c.credits;
+    const std::uint32_t slot = c.free_tx.back();
+    c.free_tx.pop_back();
+    std::uint8_t* p = c.tx_mem.data() + std::size_t{slot} * NETFR_MESSAGE_MAX_SIZE;
+    std::memcpy(p, m.data(), m.size());
+    fab_.post_send(c.conn, make_wr(ch, WrKind::kSend, slot), false, p,
+                   static_cast<std::uint32_t>(m.size()), c.tx_mr.lkey, 0, 0, true);
+    ++stats_.sent;
+  }
+}
+
+void Endpoint::on_completion(const FabricCompletion& wc) {
+  const int chi = channel_of(wc.conn);
+  if (chi < 0) return;
+  const unsigned ch = static_cast<unsigned>(chi);
+  Channel& c = ch_[ch];
+  const auto kind = static_cast<WrKind>((wc.wr_id >> 32) & 0xFF);
+  const auto slot = static_cast<std::uint32_t>(wc.wr_id & 0xFFFFFFFF);
+  if (kind == WrKind::kSend && slot < kSlots) {
+    c.free_tx.push_back(slot);
+    auto f = std::move(c.on_done[slot]);
+    c.on_done[slot] = nullptr;
+    if (f) f(wc.ok ? 0 : -EIO);
+  }
+  if (!wc.ok) {
+    on_channel_error(ch, "work completion error: " + wc.status);
+    return;
+  }
+  if (kind != WrKind::kRecv || slot >= kSlots) {
+    flush_internal(ch);
+    return;
+  }
+  const Decoded d = decode({rx_slot(ch, slot), wc.byte_len});
+  if (d.error != DecodeError::kOk) {
+    ++stats_.bad_messages;
+    on_channel_error(ch, "bad message: " + std::string(to_string(d.error)));
+    return;
+  }
+  if (d.type == MsgType::kHostDataAck || d.type == MsgType::kClientDataAck) {
+    ++stats_.acks_received;
+    if (c.credits < NETFR_CREDIT_COUNT)
+      ++c.credits;
+    else
+      ++stats_.protocol_errors;  // more acks than messages
+    repost(ch, slot);
+    flush_internal(ch);
+    return;
+  }
+  ++stats_.received;
+  if (!on_message(ch, slot, d)) repost(ch, slot);
+}
+
+int Endpoint::pump() {
+  std::vector<FabricEvent> ev;
+  std::vector<FabricCompletion> wcs;
+  const bool any = fab_.poll(ev, wcs);
+  auto owner = [](ConnId c) -> Endpoint* {
+    for (Endpoint* e : g_endpoints)
+      if (e->channel_of(c) >= 0) return e;
+    return nullptr;
+  };
+  for (auto& e : ev) {
+    Endpoint* o = owner(e.conn);
+    if (!o && e.kind == FabricEvent::kConnectRequest)
+      for (Endpoint* l : g_endpoints)
+        if (l->listens()) o = l;
+    if (o)
+      o->on_event(e);
+    else if (e.kind == FabricEvent::kConnectRequest)
+      fab_.reject(e.conn, {});
+  }
+  for (auto& w : wcs)
+    if (Endpoint* o = owner(w.conn)) o->on_completion(w);
+  return any ? 1 : 0;
+}
+
+bool Endpoint::wait_until(const std::function<bool()>& done) {
+  const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(timeout_s_ * 1e9);
+  unsigned idle = 0;
+  while (!done()) {
+    if (port::now_ns() > end) return false;
+    if (pump())
+      idle = 0;
+    else if (++idle >= 64) {
+      idle = 0;
+      sched_yield();
+    }
+  }
+  return true;
+}
+
+}  // namespace roce::netfr

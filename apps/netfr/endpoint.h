@@ -1,0 +1,127 @@
+/// @file
+/// What the NetFR host and client share: the process's fabric, and per connection two channels
+/// (primary, secondary), each an RC QP with NETFR_TOTAL_CONTEXT_COUNT receive slots and as
+/// many send slots of NETFR_MESSAGE_MAX_SIZE bytes in one registration each (the seed's context
+/// array), the credits (each message but an acknowledgement takes one; its acknowledgement
+/// gives it back; user messages leave NETFR_RESERVED_CREDIT_COUNT for internal ones, and
+/// internal messages wait in a queue, never dropped, when even the reserve is gone).
+#pragma once
+
+#include <array>
+#include <cerrno>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/netfr/fabric.h"
+#include "apps/netfr/protocol.h"
+
+struct NFRMemory {
+  void* ptr = nullptr;
+  std::uint64_t size = 0;
+  roce::netfr::MrInfo mr;
+  std::uint8_t channel = 0;
+  std::uint32_t index = 0;  ///< client: the index it is advertised under
+  bool host = true;
+  void* owner = nullptr;  ///< the NFRHost or NFRClient
+  bool has_data = false;  ///< client: written, not acknowledged yet
+};
+
+namespace roce::netfr {
+
+/// The process's fabric (one DPDK port; the EAL starts once per process): made from `link`
+/// (NULL: $NETFR_LINK) on first use, kept until exit. nullptr and `err` when it cannot start.
+Fabric* process_fabric(const char* link, std::string& err);
+
+inline constexpr std::uint32_t kSlots = NETFR_TOTAL_CONTEXT_COUNT;
+inline constexpr std::uint32_t kSendDepth = 2 * kSlots + 8;
+
+/// wr_id: channel (bits 40..47), kind (32..39), slot or cookie (0..31).
+enum class WrKind : std::uint8_t { kRecv = 1, kSend = 2, kWrite = 3 };
+constexpr std::uint64_t make_wr(unsigned ch, WrKind k, std::uint32_t v) {
+  return (std::uint64_t{ch} << 40) | (std::uint64_t{static_cast<std::uint8_t>(k)} << 32) | v;
+}
+
+struct Stats {
+  std::uint64_t sent = 0, received = 0, acks_sent = 0, acks_received = 0, writes = 0,
+                write_bytes = 0, credit_waits = 0, internal_queued = 0, protocol_errors = 0,
+                bad_messages = 0, connects = 0, disconnects = 0, rejected = 0;
+  std::string line() const;
+};
+
+class Endpoint {
+ public:
+  struct Channel {
+    ConnId conn = 0;
+    bool open = false;  ///< QP exists and receives are posted
+    bool up = false;    ///< established
+    int credits = NETFR_CREDIT_COUNT;
+    std::uint32_t tx_channel_serial = 0;
+    std::uint32_t rx_channel_serial = 0;  ///< next expected from the peer
+    std::vector<std::uint8_t> rx_mem, tx_mem;
+    MrInfo rx_mr{}, tx_mr{};
+    std::vector<std::uint32_t> free_tx;
+    std::deque<std::vector<std::uint8_t>> internal;  ///< waiting for a credit
+    /// Send slots whose completion calls back (cookie -> callback).
+    std::vector<std::function<void(int)>> on_done;
+  };
+
+  explicit Endpoint(Fabric& f);
+  virtual ~Endpoint();
+
+  Fabric& fabric() { return fab_; }
+  Channel& channel(unsigned i) { return ch_[i]; }
+  const Stats& stats() const { return stats_; }
+  bool blocking() const { return !nonblocking_; }
+
+ protected:
+  /// Registers the channel's slots (once) and posts every receive on `conn`.
+  bool open_channel(unsigned ch, ConnId conn);
+  /// Forgets both channels' connections (disconnects what is up), calls pending callbacks
+  /// with -ECONNRESET, resets credits and serials.
+  void close_channels();
+  /// Sends `msg` (encoded) on `ch`. user: needs credits above the reserve (-EAGAIN), internal:
+  /// queued when none; acks take none. on_done: called when the SEND completed (or failed).
+  int send_message(unsigned ch, const std::uint8_t* msg, std::size_t len, bool user,
+                   std::function<void(int)> on_done = {});
+  int send_ack(unsigned ch, bool host_data);
+  /// RDMA WRITE (unsignaled) on `ch`; the SEND after it tells its completion.
+  bool post_write(unsigned ch, const void* local, std::uint32_t len, std::uint32_t lkey,
+                  std::uint64_t raddr, std::uint32_t rkey, bool signaled = false);
+  void repost(unsigned ch, std::uint32_t slot);
+  std::uint8_t* rx_slot(unsigned ch, std::uint32_t slot) {
+    return ch_[ch].rx_mem.data() + std::size_t{slot} * NETFR_MESSAGE_MAX_SIZE;
+  }
+  /// One round: polls the fabric, hands events and received messages to the role.
+  int pump();
+  /// Polls until `done()` (true) or the timeout (false).
+  bool wait_until(const std::function<bool()>& done);
+
+  /// The role's handlers. on_message: return true to keep the receive slot (the role reposts it
+  /// later), false to repost it now.
+  virtual void on_event(const FabricEvent& e) = 0;
+  virtual bool on_message(unsigned ch, std::uint32_t slot, const Decoded& d) = 0;
+  virtual void on_channel_error(unsigned ch, const std::string& why) = 0;
+  /// Hosts take connect requests.
+  virtual bool listens() const { return false; }
+
+ public:
+  /// The channel of a connection, or -1.
+  int channel_of(ConnId c) const;
+
+ protected:
+
+  Fabric& fab_;
+  std::array<Channel, NETFR_CHANNEL_COUNT> ch_;
+  Stats stats_;
+  bool nonblocking_ = false;
+  double timeout_s_ = 10;
+
+ private:
+  void flush_internal(unsigned ch);
+  void on_completion(const FabricCompletion& c);
+};
+
+}  // namespace roce::netfr

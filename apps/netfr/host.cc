@@ -1,0 +1,70 @@
+/// @file
+/// The C API of the NetFR host (netfr.h) over Host (host.h).
+#include "apps/netfr/host.h"
+
+#include <cstdio>
+
+using roce::netfr::Host;
+struct NFRHost {
+  std::unique_ptr<Host> h;
+  std::string stats;
+};
+
+extern "C" {
+
+int nfrHostInit(const NFRInitOpts* opts, PNFRHost* result) {
+  if (!opts || !result) return -EINVAL;
+  std::string err;
+  roce::netfr::Fabric* f = roce::netfr::process_fabric(opts->link, err);
+  if (!f) {
+    std::fprintf(stderr, "netfr: %s\n", err.c_str());
+    return -EIO;
+  }
+  auto* h = new NFRHost;
+  h->h = std::make_unique<Host>(*f, *opts);
+  if (!h->h->start()) {
+    delete h;
+    return -EIO;
+  }
+  *result = h;
+  return 0;
+}
+
+int nfrHostProcess(PNFRHost host) { return host ? host->h->process() : -EINVAL; }
+int nfrHostClientsConnected(PNFRHost host, int index) {
+  return host ? host->h->clients(index) : -EINVAL;
+}
+int nfrHostSendData(PNFRHost host, int channelID, const void* data, uint32_t length,
+                    uint64_t udata) {
+  return host ? host->h->send_data(channelID, data, length, udata) : -EINVAL;
+}
+int nfrHostReadData(PNFRHost host, int channelID, void* data, uint32_t* maxLength,
+                    uint64_t* udata) {
+  return host ? host->h->read_data(channelID, data, maxLength, udata) : -EINVAL;
+}
+PNFRMemory nfrHostAttachMemory(PNFRHost host, void* buffer, uint64_t size, uint8_t index) {
+  return host ? host->h->attach(buffer, size, index) : nullptr;
+}
+int nfrHostWriteBuffer(PNFRMemory localMem, uint64_t localOffset, uint64_t remoteOffset,
+                       uint64_t length, uint64_t udata, const NFRCallbackInfo* cbInfo) {
+  if (!localMem || !localMem->host || !localMem->owner) return -EINVAL;
+  return static_cast<Host*>(localMem->owner)
+      ->write_buffer(localMem, localOffset, remoteOffset, length, udata, cbInfo);
+}
+const char* nfrHostStats(PNFRHost host) {
+  if (!host) return "";
+  host->stats = host->h->stats_line();
+  return host->stats.c_str();
+}
+void nfrHostFree(PNFRHost* host) {
+  if (!host || !*host) return;
+  delete *host;
+  *host = nullptr;
+}
+int nfr_bench_host_raw_write(PNFRHost host, PNFRMemory mem, uint64_t length, uint32_t index) {
+  return host ? host->h->raw_write(mem, length, index) : -EINVAL;
+}
+void* nfrMemoryPointer(PNFRMemory mem) { return mem ? mem->ptr : nullptr; }
+uint64_t nfrMemorySize(PNFRMemory mem) { return mem ? mem->size : 0; }
+
+}  // extern "C"

@@ -1,0 +1,328 @@
+/// @file
+/// The NetFR host (netfr.h): listens on two rdma_cm ports (primary, secondary), serves one
+/// client at a time (a second one is refused with a ServerHello "rejected" in the REJ), writes
+/// frames into the smallest free buffer the client advertised that fits, and exchanges
+/// datagrams both ways.
+#pragma once
+
+#include <cstring>
+#include <deque>
+#include <map>
+#include <string>
+
+#include "apps/netfr/bench.h"
+#include "apps/netfr/endpoint.h"
+
+namespace roce::netfr {
+
+struct RemoteBuffer {
+  bool known = false, busy = false;
+  unsigned channel = 0;
+  std::uint64_t addr = 0, size = 0;
+  std::uint32_t rkey = 0, page_size = 0;
+};
+
+struct Held {
+  std::uint32_t slot;
+  std::uint32_t length;
+  std::uint64_t udata;
+};
+
+
+class Host : public Endpoint {
+ public:
+  Host(Fabric& f, const NFRInitOpts& o) : Endpoint(f) {
+    port_ = o.port ? o.port : 5010;
+    nonblocking_ = o.nonBlocking != 0;
+    if (o.timeoutSec > 0) timeout_s_ = o.timeoutSec;
+  }
+  ~Host() override {
+    close_channels();
+    for (auto& m : mems_) fab_.dereg_mr(m->mr);
+  }
+
+  bool start() { return fab_.listen(port_) && fab_.listen(static_cast<std::uint16_t>(port_ + 1)); }
+
+  int process() {
+    pump();
+    return connected() ? 0 : -ENOTCONN;
+  }
+  bool connected() const { return ch_[0].up && ch_[1].up; }
+  int clients(int index) const {
+    if (index < 0 || index >= NETFR_CHANNEL_COUNT) return -EINVAL;
+    return ch_[static_cast<unsigned>(index)].up ? 1 : 0;
+  }
+
+  int send_data(int channel, const void* data, std::uint32_t len, std::uint64_t udata) {
+    if (channel < 0 || channel >= NETFR_CHANNEL_COUNT || (!data && len)) return -EINVAL;
+    if (len == 0 || len > NETFR_MESSAGE_MAX_PAYLOAD_SIZE) return -EMSGSIZE;
+    const unsigned ch = static_cast<unsigned>(channel);
+    if (!connected()) return -ENOTCONN;
+    int r = wait_credit(ch);
+    if (r) return r;
+    Data m;
+    m.from_host = true;
+    m.msg_serial = msg_serial_;
+    m.channel_serial = ch_[ch].tx_channel_serial;
+    m.udata = udata;
+    m.payload = {static_cast<const std::uint8_t*>(data), len};
+    std::uint8_t buf[NETFR_MESSAGE_MAX_SIZE];
+    const std::size_t n = encode(buf, m);
+    r = send_message(ch, buf, n, true);
+    if (r == 0) {
+      ++msg_serial_;
+      ++ch_[ch].tx_channel_serial;
+    }
+    return r;
+  }
+
+  int read_data(int channel, void* data, std::uint32_t* max_len, std::uint64_t* udata) {
+    if (channel < 0 || channel >= NETFR_CHANNEL_COUNT || !max_len) return -EINVAL;
+    const unsigned ch = static_cast<unsigned>(channel);
+    pump();
+    auto& q = held_[ch];
+    if (q.empty()) return connected() ? -EAGAIN : -ENOTCONN;
+    const Held h = q.front();
+    if (*max_len < h.length || !data) {
+      *max_len = h.length;
+      return -ENOBUFS;
+    }
+    *max_len = h.length;
+    std::memcpy(data, rx_slot(ch, h.slot) + kDataHeaderSize, h.length);
+    if (udata) *udata = h.udata;
+    q.pop_front();
+    repost(ch, h.slot);
+    send_ack(ch, false);
+    return 0;
+  }
+
+  NFRMemory* attach(void* buf, std::uint64_t size, std::uint8_t index) {
+    if (!buf || size == 0 || size > NETFR_MAX_BUFFER_SIZE || index >= NETFR_CHANNEL_COUNT ||
+        mems_.size() >= NETFR_MAX_MEM_REGIONS)
+      return nullptr;
+    auto mr = fab_.reg_mr(buf, size);
+    if (!mr) return nullptr;
+    auto m = std::make_unique<NFRMemory>();
+    m->ptr = buf;
+    m->size = size;
+    m->mr = *mr;
+    m->channel = index;
+    m->host = true;
+    m->owner = this;
+    mems_.push_back(std::move(m));
+    if (connected()) send_host_buffer_state();
+    return mems_.back().get();
+  }
+
+  int write_buffer(NFRMemory* mem, std::uint64_t loff, std::uint64_t roff, std::uint64_t len,
+                   std::uint64_t udata, const NFRCallbackInfo* cb) {
+    if (!mem || len == 0 || loff + len > mem->size || loff + len < loff) return -EINVAL;
+    if (roff + len > NETFR_MAX_BUFFER_SIZE) return -EMSGSIZE;
+    const unsigned ch = mem->channel;
+    if (!connected()) return -ENOTCONN;
+    int r = wait_credit(ch);
+    if (r) return r;
+    // The smallest free buffer on this channel that holds roff + len.
+    int best = -1;
+    bool any_fits = false;
+    for (;;) {
+      for (unsigned i = 0; i < NETFR_MAX_MEM_REGIONS; ++i) {
+        const RemoteBuffer& b = remote_[i];
+        if (!b.known || b.channel != ch || b.size < roff + len) continue;
+        any_fits = true;
+        if (!b.busy && (best < 0 || b.size < remote_[static_cast<unsigned>(best)].size))
+          best = static_cast<int>(i);
+      }
+      if (best >= 0) break;
+      if (!any_fits) {
+        ++too_large_;
+        return -EMSGSIZE;
+      }
+      if (nonblocking_) return -ENOBUFS;
+      // Blocking: wait for the client to give a buffer back.
+      if (!wait_until([&] {
+            if (!connected()) return true;
+            for (const auto& b : remote_)
+              if (b.known && b.channel == ch && !b.busy && b.size >= roff + len) return true;
+            return false;
+          }))
+        return -ENOBUFS;
+      if (!connected()) return -ENOTCONN;
+      any_fits = false;
+    }
+    RemoteBuffer& b = remote_[static_cast<unsigned>(best)];
+    const auto* src = static_cast<const std::uint8_t*>(mem->ptr) + loff;
+    if (!post_write(ch, src, static_cast<std::uint32_t>(len), mem->mr.lkey, b.addr + roff, b.rkey))
+      return -EIO;
+    BufferUpdate u;
+    u.buffer_index = static_cast<std::uint32_t>(best);
+    u.payload_size = static_cast<std::uint32_t>(len);
+    u.payload_offset = static_cast<std::uint32_t>(roff);
+    u.write_serial = msg_serial_;
+    u.channel_serial = ch_[ch].tx_channel_serial;
+    u.udata = udata;
+    std::uint8_t buf[kBufferUpdateSize];
+    encode(buf, u);
+    std::function<void(int)> done;
+    if (cb && cb->callback) {
+      NFRCallbackInfo copy = *cb;
+      done = [copy](int st) { copy.callback(&copy, st); };
+    }
+    r = send_message(ch, buf, sizeof buf, true, std::move(done));
+    if (r) return r;
+    b.busy = true;
+    ++msg_serial_;
+    ++ch_[ch].tx_channel_serial;
+    ++stats_.writes;
+    stats_.write_bytes += len;
+    return best;
+  }
+
+  /// Benchmarks only (bench.h): a bare RDMA WRITE into buffer `index`, no notification.
+  int raw_write(NFRMemory* mem, std::uint64_t len, std::uint32_t index) {
+    if (!mem || len == 0 || len > mem->size || index >= NETFR_MAX_MEM_REGIONS) return -EINVAL;
+    const RemoteBuffer& b = remote_[index];
+    if (!connected()) return -ENOTCONN;
+    if (!b.known || b.size < len || b.channel != mem->channel) return -EMSGSIZE;
+    return post_write(mem->channel, mem->ptr, static_cast<std::uint32_t>(len), mem->mr.lkey,
+                      b.addr, b.rkey, true)
+               ? 0
+               : -EIO;
+  }
+
+  std::string stats_line() const {
+    return stats_.line() + " too_large " + std::to_string(too_large_) + " " + fab_.report();
+  }
+
+ private:
+  int wait_credit(unsigned ch) {
+    Channel& c = ch_[ch];
+    auto ready = [&] { return c.credits > NETFR_RESERVED_CREDIT_COUNT && !c.free_tx.empty(); };
+    if (ready()) return 0;
+    if (nonblocking_) return -EAGAIN;
+    ++stats_.credit_waits;
+    if (!wait_until([&] { return !connected() || ready(); }))
+      return -ETIMEDOUT;
+    return connected() ? 0 : -ENOTCONN;
+  }
+
+  void send_host_buffer_state() {
+    HostBufferState s;
+    for (auto& m : mems_) s.sizes.push_back(m->size);
+    std::uint8_t buf[kHostBufferStateSize];
+    encode(buf, s);
+    send_message(0, buf, sizeof buf, false);
+  }
+
+  void reset_client(const char* why) {
+    if (ch_[0].conn || ch_[1].conn) {
+      ++stats_.disconnects;
+      if (std::getenv("NETFR_DEBUG")) std::fprintf(stderr, "netfr host: client gone: %s\n", why);
+    }
+    close_channels();
+    for (auto& b : remote_) b = RemoteBuffer{};
+    for (auto& q : held_) q.clear();
+    msg_serial_ = 0;
+    client_ip_.clear();
+  }
+
+  bool listens() const override { return true; }
+
+  void on_event(const FabricEvent& e) override {
+    if (e.kind == FabricEvent::kConnectRequest) {
+      on_request(e);
+      return;
+    }
+    const int ch = channel_of(e.conn);
+    if (ch < 0) return;
+    switch (e.kind) {
+      case FabricEvent::kEstablished:
+        ch_[static_cast<unsigned>(ch)].up = true;
+        if (connected()) {
+          ++stats_.connects;
+          send_host_buffer_state();
+        }
+        break;
+      default:
+        reset_client("disconnected");
+        break;
+    }
+  }
+
+  void on_request(const FabricEvent& e) {
+    std::uint8_t reply[kServerHelloSize];
+    const Decoded d = decode(unwrap_cm_data(e.private_data));
+    const bool hello_ok = d.error == DecodeError::kOk && d.type == MsgType::kClientHello;
+    const int ch = e.port == port_ ? 0 : e.port == port_ + 1 ? 1 : -1;
+    HelloStatus st = HelloStatus::kOk;
+    if (!hello_ok || ch < 0)
+      st = HelloStatus::kError;
+    else if (ch == 0 && (ch_[0].conn || ch_[1].conn))
+      st = HelloStatus::kRejected;  // one client at a time
+    else if (ch == 1 && (!ch_[0].conn || ch_[1].conn || e.peer != client_ip_))
+      st = HelloStatus::kRejected;
+    if (st != HelloStatus::kOk) {
+      encode(reply, ServerHello{st});
+      fab_.reject(e.conn, wrap_cm_data(reply));
+      ++stats_.rejected;
+      return;
+    }
+    const unsigned c = static_cast<unsigned>(ch);
+    if (!fab_.prepare(e.conn, kSendDepth, kSlots) || !open_channel(c, e.conn)) {
+      encode(reply, ServerHello{HelloStatus::kError});
+      fab_.reject(e.conn, wrap_cm_data(reply));
+      ch_[c].conn = 0;
+      ch_[c].open = false;
+      return;
+    }
+    if (c == 0) client_ip_ = e.peer;
+    encode(reply, ServerHello{HelloStatus::kOk});
+    if (!fab_.accept(e.conn, wrap_cm_data(reply))) reset_client("accept failed");
+  }
+
+  bool on_message(unsigned ch, std::uint32_t slot, const Decoded& d) override {
+    switch (d.type) {
+      case MsgType::kClientData: {
+        const auto& m = std::get<Data>(d.msg);
+        if (m.channel_serial != ch_[ch].rx_channel_serial) ++stats_.protocol_errors;
+        ch_[ch].rx_channel_serial = m.channel_serial + 1;
+        held_[ch].push_back(Held{slot, static_cast<std::uint32_t>(m.payload.size()), m.udata});
+        return true;  // acknowledged when read
+      }
+      case MsgType::kClientBufferState: {
+        const auto& m = std::get<ClientBufferState>(d.msg);
+        RemoteBuffer& b = remote_[m.index];
+        b.known = true;
+        b.busy = false;
+        b.channel = ch;
+        b.addr = m.addr;
+        b.size = m.size;
+        b.rkey = static_cast<std::uint32_t>(m.rkey);
+        b.page_size = m.page_size;
+        send_ack(ch, false);
+        return false;
+      }
+      case MsgType::kClientSubscribe:
+      case MsgType::kClientUnsubscribe:
+        send_ack(ch, false);  // one queue per channel here: nothing to subscribe to
+        return false;
+      default:
+        ++stats_.protocol_errors;
+        on_channel_error(ch, "client sent " + std::string(to_string(d.type)));
+        return false;
+    }
+  }
+
+  void on_channel_error(unsigned, const std::string& why) override { reset_client(why.c_str()); }
+
+  std::uint16_t port_;
+  std::vector<std::unique_ptr<NFRMemory>> mems_;
+  std::array<RemoteBuffer, NETFR_MAX_MEM_REGIONS> remote_{};
+  std::array<std::deque<Held>, NETFR_CHANNEL_COUNT> held_;
+  std::uint32_t msg_serial_ = 0;
+  std::string client_ip_;
+  std::uint64_t too_large_ = 0;
+};
+
+}  // namespace roce::netfr
+

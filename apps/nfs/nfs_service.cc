@@ -1,0 +1,118 @@
+/// @file
+/// The NFSv3 service (nfs_service.h).
+#include "apps/nfs/nfs_service.h"
+
+#include <stdexcept>
+
+#include "controlplane/address.h"
+
+namespace roce::nfs {
+
+void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (i + 1 >= args.size()) throw std::runtime_error("service nfs: " + a + " needs a value");
+    const std::string& v = args[++i];
+    const auto num = [&](unsigned long lo, unsigned long hi) {
+      std::size_t used = 0;
+      unsigned long n = 0;
+      try {
+        n = std::stoul(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != v.size() || n < lo || n > hi)
+        throw std::runtime_error("service nfs: " + a + " must be a number in " +
+                                 std::to_string(lo) + ".." + std::to_string(hi));
+      return static_cast<std::uint32_t>(n);
+    };
+    if (a == "--root")
+      c.root = v;
+    else if (a == "--export")
+      c.export_path = v;
+    else if (a == "--mount-address")
+      c.mount_address = v;
+    else if (a == "--mount-port")
+      c.mount_port = static_cast<std::uint16_t>(num(1, 65535));
+    else if (a == "--credits")
+      c.transport.credits = num(1, 128);
+    else if (a == "--inline")
+      c.transport.inline_size = num(1024, 65536);
+    else if (a == "--tcp-port")
+      c.tcp_port = static_cast<std::uint16_t>(num(1, 65535));
+    else
+      throw std::runtime_error("service nfs: unknown option " + a +
+                               " (--root, --export, --mount-address, --mount-port, --credits, "
+                               "--inline)");
+  }
+  if (c.root.empty()) throw std::runtime_error("service nfs: --root DIR is required");
+}
+
+NfsService::NfsService(perf::Env& env, const NfsServiceConfig& c)
+    : nfs_(c.root, c.export_path),
+      rdma_(env, c.transport,
+            [this](std::span<const std::uint8_t> call, RpcReply& r) { nfs_.handle(call, r); }),
+      mount_([this](std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply) {
+        RpcReply r;
+        nfs_.handle_mount(call, r);
+        reply = std::move(r.msg);
+      }) {
+  nfs_.max_io = c.transport.max_io;
+  std::string err;
+  if (!mount_.listen(c.mount_address, c.mount_port, err)) throw std::runtime_error(err);
+  rdma_.listen(c.port);
+  if (c.tcp_port) {
+    tcp_ = std::make_unique<RpcTcpServer>(
+        [this](std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply) {
+          RpcReply r;
+          nfs_.handle(call, r);
+          reply = std::move(r.msg);
+          if (r.has_payload) {  // no chunks over TCP: READ's data follows inline
+            const std::size_t n = r.payload.size();
+            reply.insert(reply.end(), r.payload.begin(), r.payload.end());
+            reply.insert(reply.end(), xdr_pad(n), 0);
+          }
+        });
+    tcp_->max_record = c.transport.max_io + 4096;
+    if (!tcp_->listen(c.mount_address, c.tcp_port, err)) throw std::runtime_error(err);
+  }
+}
+
+bool NfsService::step() {
+  const bool a = rdma_.poll();
+  const bool b = mount_.poll();
+  const bool t = tcp_ && tcp_->poll();
+  return a || b || t;
+}
+
+std::string NfsService::report() const {
+  const auto& t = rdma_.stats();
+  const auto& n = nfs_.stats();
+  std::string s = "nfs: " + std::to_string(n.calls) + " calls (" + std::to_string(n.errors) +
+                  " errors, " + std::to_string(n.garbage) + " garbage), " +
+                  std::to_string(n.bytes_read) + " bytes read, " + std::to_string(n.bytes_written) +
+                  " written; MOUNT calls " + std::to_string(mount_.calls()) + "\n";
+  s += "rpcrdma: " + std::to_string(t.connections) + " connections, " + std::to_string(t.calls) +
+       " calls, " + std::to_string(t.reads) + " RDMA READs (" + std::to_string(t.read_bytes) +
+       " bytes), " + std::to_string(t.writes) + " RDMA WRITEs (" + std::to_string(t.write_bytes) +
+       " bytes), " + std::to_string(t.reply_chunks) + " reply chunks, " +
+       std::to_string(t.send_inv) + " SEND with invalidate, ERR_VERS " +
+       std::to_string(t.err_vers) + ", ERR_CHUNK " + std::to_string(t.err_chunk) + "\n";
+  s += "procedures:";
+  for (const auto& [p, k] : n.by_proc) s += " " + std::to_string(p) + ":" + std::to_string(k);
+  return s + "\n";
+}
+
+HostedNfsService::HostedNfsService(const ctl::ServiceConfig& sc, engine::Engine& eng,
+                                   port::PollLoop& loop, wire::Ipv4Addr ip,
+                                   std::uint32_t cm_connections)
+    : env_(eng, loop, ip, nullptr) {
+  env_.cm_connections = cm_connections;
+  NfsServiceConfig c;
+  c.port = sc.listen_port;
+  c.mount_address = ctl::to_string(sc.listen_address);
+  parse_service_args(sc.args, c);
+  svc_ = std::make_unique<NfsService>(env_, c);
+}
+
+}  // namespace roce::nfs

@@ -1,0 +1,65 @@
+/// @file
+/// The NFSv3 service of the appliance: the NFS server over a host directory (nfs_server.h)
+/// behind the RPC-over-RDMA responder (server_transport.h) on rdma_cm port `port` (20049), and
+/// MOUNT over kernel TCP on `mount_address`:`mount_port` (mountd does not run over RDMA). Run by
+/// roce-nfsd on a port of its own and by roced as a configured service (`test: nfs`).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "apps/nfs/mount_tcp.h"
+#include "apps/nfs/nfs_server.h"
+#include "apps/nfs/server_transport.h"
+#include "apps/nfs/transport.h"
+#include "controlplane/config.h"
+
+namespace roce::nfs {
+
+struct NfsServiceConfig {
+  std::string root;               ///< the host directory served
+  std::string export_path = "/";  ///< what MNT asks for
+  std::uint16_t port = kNfsRdmaPort;
+  std::string mount_address = "0.0.0.0";
+  std::uint16_t mount_port = 20048;
+  ServerOptions transport;
+  std::uint16_t tcp_port = 0;  ///< non-zero: NFS over kernel TCP too (the benchmarks' baseline)
+};
+
+/// Parses a service's args (--root DIR, --export PATH, --mount-address IP, --mount-port N,
+/// --credits N, --inline BYTES) into `c`; throws std::runtime_error on a bad one.
+void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c);
+
+class NfsService {
+ public:
+  /// Throws std::runtime_error when the root is not a directory or MOUNT cannot listen.
+  NfsService(perf::Env& env, const NfsServiceConfig& c);
+  /// Serves what arrived (one poll of the port's loop included); true when anything happened.
+  bool step();
+  std::string report() const;
+  const NfsServer& server() const { return nfs_; }
+
+ private:
+  NfsServer nfs_;
+  RpcRdmaServer rdma_;
+  RpcTcpServer mount_;
+  std::unique_ptr<RpcTcpServer> tcp_;
+};
+
+/// roced's `test: nfs` service (docs/configuration.md): the service on a port the daemon owns
+/// (its engine and poll loop, lcore 0), stepped from roced's main loop. `listen_port` is the
+/// rdma_cm port (20049 for mount.nfs), `args` are parse_service_args()'s; MOUNT listens on
+/// `listen_address` unless --mount-address says otherwise.
+class HostedNfsService {
+ public:
+  HostedNfsService(const ctl::ServiceConfig& sc, engine::Engine& eng, port::PollLoop& loop,
+                   wire::Ipv4Addr ip, std::uint32_t cm_connections);
+  void step() { svc_->step(); }
+  std::string report() const { return svc_->report(); }
+
+ private:
+  perf::Env env_;
+  std::unique_ptr<NfsService> svc_;
+};
+
+}  // namespace roce::nfs

@@ -1,0 +1,94 @@
+/// @file
+/// roce-nfsd: the appliance's NFSv3 server over RPC-over-RDMA on a DPDK port of its own
+/// (net_af_packet), serving a host directory; MOUNT over kernel TCP. docs/nfs.md.
+///   roce-nfsd --iface dp0 --root DIR [--mount-address 192.0.2.254] [--timeout S]
+#include <boost/program_options.hpp>
+#include <csignal>
+#include <iostream>
+
+#include "apps/nfs/link.h"
+#include "apps/nfs/nfs_service.h"
+
+namespace po = boost::program_options;
+using namespace roce;
+
+namespace {
+volatile std::sig_atomic_t g_stop = 0;
+void on_signal(int) { g_stop = 1; }
+}  // namespace
+
+int main(int argc, char** argv) {
+  nfs::NfsLink nl;
+  perf::LinkOpts& link = nl.opts;
+  nfs::NfsServiceConfig c;
+  double timeout = 0, tx_drop = 0, rx_drop = 0;
+  bool spin = false;
+  unsigned port = c.port, mount_port = c.mount_port, tcp_port = 0;
+  po::options_description o("roce-nfsd options");
+  o.add_options()("help,h", "this help")("iface", po::value(&link.iface),
+                                         "kernel interface for the DPDK port (net_af_packet)")(
+      "memif", po::value(&nl.memif_socket), "net_memif on this control socket instead")(
+      "memif-role", po::value(&nl.memif_role)->default_value("server"), "memif: server or client")(
+      "ip", po::value(&link.ip)->default_value("192.0.2.100"), "our RoCE IPv4 address")(
+      "mac", po::value(&link.mac)->default_value("02:00:00:00:01:00"), "our MAC")(
+      "pcap", po::value(&link.pcap), "capture every frame here")(
+      "root", po::value(&c.root)->required(), "the host directory to serve")(
+      "export", po::value(&c.export_path)->default_value("/"), "the export's MOUNT path")(
+      "port", po::value(&port)->default_value(c.port), "NFS/RDMA rdma_cm port")(
+      "mount-address", po::value(&c.mount_address)->default_value("0.0.0.0"),
+      "kernel TCP address for MOUNT")(
+      "mount-port", po::value(&mount_port)->default_value(c.mount_port), "MOUNT TCP port")(
+      "tcp-port", po::value(&tcp_port)->default_value(0),
+      "also serve NFS over kernel TCP here (0: no)")(
+      "credits", po::value(&c.transport.credits)->default_value(32), "credits granted")(
+      "inline", po::value(&c.transport.inline_size)->default_value(4096), "inline size")(
+      "spin", po::bool_switch(&spin), "never yield the CPU when idle (a core of its own)")(
+      "timeout", po::value(&timeout)->default_value(0), "exit after this many seconds (0: never)")(
+      "tx-drop", po::value(&tx_drop)->default_value(0), "drop this fraction of sent frames")(
+      "rx-drop", po::value(&rx_drop)->default_value(0), "drop this fraction of received frames");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, o), vm);
+    if (vm.count("help")) {
+      std::cout << o;
+      return 0;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::cerr << "roce-nfsd: " << e.what() << "\n";
+    return 2;
+  }
+  c.port = static_cast<std::uint16_t>(port);
+  c.mount_port = static_cast<std::uint16_t>(mount_port);
+  c.tcp_port = static_cast<std::uint16_t>(tcp_port);
+  if (tx_drop > 0) link.tx_faults.drop_rate = tx_drop, link.tx_faults.seed = 21;
+  if (rx_drop > 0) link.rx_faults.drop_rate = rx_drop, link.rx_faults.seed = 22;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  try {
+    if (link.iface.empty() && nl.memif_socket.empty()) {
+      std::cerr << "roce-nfsd: --iface or --memif is required\n";
+      return 2;
+    }
+    nfs::LinkHolder holder(nl);
+    perf::Env& env = holder.env();
+    nfs::NfsService svc(env, c);
+    std::cout << "roce-nfsd: serving " << c.root << " as " << c.export_path << " on " << link.ip
+              << " rdma_cm port " << c.port << ", MOUNT on TCP " << c.mount_address << ":"
+              << c.mount_port << std::endl;
+    const std::uint64_t end =
+        timeout > 0 ? port::now_ns() + static_cast<std::uint64_t>(timeout * 1e9) : ~0ull;
+    unsigned idle = 0;
+    while (!g_stop && port::now_ns() < end) {
+      if (svc.step())
+        idle = 0;
+      else if (!spin && ++idle > 64)
+        perf::Env::yield();
+    }
+    std::cout << svc.report() << std::flush;
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "roce-nfsd: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,458 @@
+/// @file
+/// RPC-over-RDMA v1 responder (server_transport.h).
+#include "apps/nfs/server_transport.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "apps/perf/cm_tools.h"
+#include "controlplane/cm/cm_hub.h"
+#include "controlplane/address.h"
+
+namespace roce::nfs {
+
+using namespace roce::engine;
+
+namespace {
+constexpr std::uint64_t kWrRecv = 1, kWrSend = 2, kWrRead = 3, kWrWrite = 4;
+std::uint64_t wr_id(std::uint32_t conn, std::uint64_t kind, std::uint32_t idx) {
+  return (std::uint64_t{conn} << 32) | (kind << 24) | idx;
+}
+constexpr std::uint32_t kRecvExtra = 4;
+}  // namespace
+
+struct RpcRdmaServer::Conn {
+  std::uint32_t id = 0;
+  cm::ConnId cm;
+  Qp* qp = nullptr;
+  bool up = false;
+  bool remote_inv = false;
+  std::uint32_t peer_recv = rdma::kDefaultInline;  ///< what the client can receive inline
+  std::vector<std::uint8_t> recv_mem, send_mem, data_mem, reply_mem;
+  Mr* recv_mr = nullptr;
+  Mr* send_mr = nullptr;
+  Mr* data_mr = nullptr;
+  Mr* reply_mr = nullptr;
+  std::deque<std::vector<std::uint8_t>> ready;  ///< received messages, in order
+  enum State { kIdle, kReading } state = kIdle;
+  /// Replies in flight (a SEND completes when the client ACKs it): a ring of send buffers, so
+  /// that the next call need not wait for the ACK. data_mem and reply_mem are the source of a
+  /// reply's RDMA WRITEs, which a retransmission reads again: a call that needs them waits
+  /// until the reply that used them has completed.
+  std::vector<bool> slot_busy;
+  std::uint32_t next_slot = 0;
+  bool data_busy = false;
+  std::uint32_t data_slot = 0;
+  // the call being served
+  rdma::Header hdr;
+  std::vector<std::uint8_t> inline_part;
+  std::uint32_t read_total = 0, reads_left = 0, read_position = 0;
+};
+
+RpcRdmaServer::RpcRdmaServer(perf::Env& env, ServerOptions o, Handler h)
+    : env_(env), opt_(o), handler_(std::move(h)) {
+  opt_.credits = std::clamp<std::uint32_t>(opt_.credits, 1, 128);
+  opt_.inline_size = std::clamp<std::uint32_t>(opt_.inline_size, 1024, 64 * 1024);
+  // The engine's one CM (QP1), shared with roced's other services and attached clients.
+  hub_ = cm::CmHub::get(env_.eng, perf::cm_agent_config(env_));
+  owner_ = hub_->add_owner([this](const cm::CmEvent& e) { on_cm(e); });
+  pd_ = env_.eng.alloc_pd();
+  cq_ = env_.eng.create_cq(std::min<std::uint32_t>(8192, env_.eng.config().max_cq_depth));
+  if (!pd_ || !cq_) throw std::runtime_error("cannot create the PD and CQ");
+}
+
+RpcRdmaServer::~RpcRdmaServer() {
+  for (auto& [id, c] : conns_) release(*c);
+  conns_.clear();
+  hub_->remove_owner(owner_);
+  hub_.reset();
+  if (cq_) env_.eng.destroy_cq(cq_);
+  if (pd_) env_.eng.dealloc_pd(pd_);
+}
+
+void RpcRdmaServer::listen(std::uint16_t port) {
+  if (!hub_->listen(owner_, cm::service_id(cm::PortSpace::kTcp, port)))
+    throw std::runtime_error("rdma_cm port " + std::to_string(port) + " is taken on this port");
+}
+
+void RpcRdmaServer::release(Conn& c) {
+  if (c.qp) {
+    by_qpn_.erase(c.qp->qpn);
+    hub_->agent().release(c.qp);
+    env_.eng.destroy_qp(c.qp);
+    c.qp = nullptr;
+  }
+  for (Mr* m : {c.recv_mr, c.send_mr, c.data_mr, c.reply_mr})
+    if (m) env_.eng.dereg_mr(m);
+  c.recv_mr = c.send_mr = c.data_mr = c.reply_mr = nullptr;
+}
+
+void RpcRdmaServer::on_cm(const cm::CmEvent& e) {
+  if (e.type == cm::CmEventType::kConnectRequest) {
+    const auto peer = ctl::ipv4_from_gid(e.peer.gid);
+    if (!peer || !port::resolve_wait(env_.loop, *peer, 5)) {
+      hub_->agent().cm().reject(e.id, cm::RejReason::kConsumerDefined);
+      return;
+    }
+    auto c = std::make_unique<Conn>();
+    c->id = next_id_++;
+    c->cm = e.id;
+    // RFC 8797: the client's sizes and whether it takes SEND with invalidate; 1024 without.
+    if (const auto pd = rdma::decode_private(e.private_data)) {
+      c->remote_inv = pd->remote_invalidate;
+      c->peer_recv = pd->receive_size;
+    }
+    const std::uint32_t nrecv = opt_.credits + kRecvExtra;
+    c->recv_mem.resize(std::size_t{nrecv} * opt_.inline_size);
+    c->send_mem.resize(std::size_t{opt_.credits} * opt_.inline_size);
+    c->slot_busy.assign(opt_.credits, false);
+    c->data_mem.resize(opt_.max_io + 8192);
+    c->reply_mem.resize(opt_.max_reply);
+    c->recv_mr = env_.eng.reg_mr(pd_, c->recv_mem.data(), c->recv_mem.size(), kAccessLocalWrite);
+    c->send_mr = env_.eng.reg_mr(pd_, c->send_mem.data(), c->send_mem.size(), kAccessLocalWrite);
+    c->data_mr = env_.eng.reg_mr(pd_, c->data_mem.data(), c->data_mem.size(), kAccessLocalWrite);
+    c->reply_mr = env_.eng.reg_mr(pd_, c->reply_mem.data(), c->reply_mem.size(), kAccessLocalWrite);
+    c->qp = env_.eng.create_qp(pd_, QpType::kRc, cq_, cq_, QpCap{256, nrecv, 2, 1, 0});
+    QpAttr a;
+    a.qp_state = QpState::kInit;
+    a.qp_access_flags = kAccessLocalWrite;
+    if (!c->recv_mr || !c->send_mr || !c->data_mr || !c->reply_mr || !c->qp ||
+        env_.eng.modify_qp(c->qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) != kOk) {
+      hub_->agent().cm().reject(e.id, cm::RejReason::kConsumerDefined);
+      release(*c);
+      return;
+    }
+    for (std::uint32_t i = 0; i < nrecv; ++i) {
+      Sge sge{
+          reinterpret_cast<std::uint64_t>(c->recv_mem.data() + std::size_t{i} * opt_.inline_size),
+          opt_.inline_size, c->recv_mr->key};
+      RecvWr wr;
+      wr.wr_id = wr_id(c->id, kWrRecv, i);
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      env_.eng.post_recv(c->qp, &wr, nullptr);
+    }
+    cm::AcceptParams ap;
+    ap.starting_psn = wire::Psn(std::random_device{}());
+    ap.responder_resources = 16;
+    ap.initiator_depth = 16;  // we READ the client's read chunks
+    rdma::ConnectPrivate mine;
+    mine.send_size = opt_.inline_size;
+    mine.receive_size = opt_.inline_size;
+    ap.private_data = rdma::encode(mine);
+    if (hub_->agent().accept(e.id, c->qp, ap) != cm::CmStatus::kOk) {
+      release(*c);
+      return;
+    }
+    by_cm_[e.id.v] = c->id;
+    by_qpn_[c->qp->qpn] = c->id;
+    ++st_.connections;
+    conns_[c->id] = std::move(c);
+    return;
+  }
+  const auto it = by_cm_.find(e.id.v);
+  if (it == by_cm_.end()) return;
+  auto ci = conns_.find(it->second);
+  if (ci == conns_.end()) return;
+  if (e.type == cm::CmEventType::kEstablished) {
+    ci->second->up = true;
+  } else if (e.type == cm::CmEventType::kDisconnected || e.type == cm::CmEventType::kUnreachable) {
+    release(*ci->second);
+    conns_.erase(ci);
+    by_cm_.erase(it);
+  }
+}
+
+namespace {
+/// A free send buffer of `c` (the ring never fills: there are as many as credits).
+template <class C>
+std::uint32_t take_slot(C& c) {
+  for (std::size_t k = 0; k < c.slot_busy.size(); ++k) {
+    const std::uint32_t s = (c.next_slot + static_cast<std::uint32_t>(k)) %
+                            static_cast<std::uint32_t>(c.slot_busy.size());
+    if (!c.slot_busy[s]) {
+      c.slot_busy[s] = true;
+      c.next_slot = s + 1;
+      return s;
+    }
+  }
+  return 0;
+}
+}  // namespace
+
+void RpcRdmaServer::send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code) {
+  rdma::Header h;
+  h.xid = xid;
+  h.credits = opt_.credits;
+  h.proc = rdma::Proc::kError;
+  h.error = code;
+  (code == rdma::ErrorCode::kVers ? st_.err_vers : st_.err_chunk)++;
+  std::vector<std::uint8_t> b;
+  rdma::encode(h, b);
+  const std::uint32_t slot = take_slot(c);
+  std::uint8_t* buf = c.send_mem.data() + std::size_t{slot} * opt_.inline_size;
+  std::memcpy(buf, b.data(), b.size());
+  Sge sge{reinterpret_cast<std::uint64_t>(buf), static_cast<std::uint32_t>(b.size()),
+          c.send_mr->key};
+  SendWr wr;
+  wr.wr_id = wr_id(c.id, kWrSend, slot);
+  wr.opcode = WrOpcode::kSend;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = kSendSignaled;
+  c.state = Conn::kIdle;
+  env_.eng.post_send(c.qp, &wr, nullptr);
+}
+
+void RpcRdmaServer::next(Conn& c) {
+  while (c.state == Conn::kIdle && !c.ready.empty()) {
+    // A free send buffer for the reply (one per credit: the client never has more calls out).
+    if (std::find(c.slot_busy.begin(), c.slot_busy.end(), false) == c.slot_busy.end()) return;
+    if (c.data_busy) {
+      // A call with chunks needs data_mem/reply_mem: wait for the reply that still uses them.
+      rdma::Header peek;
+      std::size_t hl = 0;
+      if (rdma::decode(c.ready.front(), peek, hl) == rdma::DecodeError::kOk &&
+          (!peek.reads.empty() || !peek.writes.empty() || peek.reply))
+        return;
+    }
+    std::vector<std::uint8_t> m = std::move(c.ready.front());
+    c.ready.pop_front();
+    std::size_t hl = 0;
+    const auto err = rdma::decode(m, c.hdr, hl);
+    if (err == rdma::DecodeError::kBadVersion)
+      return send_error(c, c.hdr.xid, rdma::ErrorCode::kVers);
+    if (err != rdma::DecodeError::kOk || c.hdr.proc == rdma::Proc::kError) {
+      if (m.size() < 4) continue;  // not even an XID: dropped (counted by the caller's stats)
+      return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+    }
+    ++st_.calls;
+    c.inline_part.assign(m.begin() + static_cast<std::ptrdiff_t>(hl), m.end());
+    c.read_total = 0;
+    c.reads_left = 0;
+    if (c.hdr.reads.empty()) {
+      if (c.hdr.proc != rdma::Proc::kMsg) return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+      assemble_and_run(c);
+      continue;
+    }
+    // One read chunk (every segment at one position), pulled into data_mem in order.
+    c.read_position = c.hdr.reads.front().position;
+    std::uint64_t total = 0;
+    for (const auto& r : c.hdr.reads) {
+      if (r.position != c.read_position) return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+      total += r.seg.length;
+    }
+    if (total > c.data_mem.size() || c.read_position > c.inline_part.size() ||
+        (c.read_position == 0) != (c.hdr.proc == rdma::Proc::kNomsg))
+      return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+    std::uint32_t at = 0, k = 0;
+    for (const auto& r : c.hdr.reads) {
+      if (r.seg.length == 0) continue;
+      Sge sge{reinterpret_cast<std::uint64_t>(c.data_mem.data() + at), r.seg.length,
+              c.data_mr->key};
+      SendWr wr;
+      wr.wr_id = wr_id(c.id, kWrRead, k++);
+      wr.opcode = WrOpcode::kRead;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.send_flags = kSendSignaled;
+      wr.rdma.remote_addr = r.seg.offset;
+      wr.rdma.rkey = r.seg.handle;
+      if (env_.eng.post_send(c.qp, &wr, nullptr) != kOk)
+        return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+      ++c.reads_left;
+      ++st_.reads;
+      at += r.seg.length;
+    }
+    c.read_total = at;
+    st_.read_bytes += at;
+    if (c.reads_left == 0) {
+      assemble_and_run(c);
+      continue;
+    }
+    c.state = Conn::kReading;
+  }
+}
+
+void RpcRdmaServer::assemble_and_run(Conn& c) {
+  // The call: inline up to the position, the chunk's data and its XDR pad, the rest inline.
+  std::vector<std::uint8_t> call;
+  if (c.read_total || !c.hdr.reads.empty()) {
+    const auto pos = static_cast<std::ptrdiff_t>(c.read_position);
+    call.assign(c.inline_part.begin(), c.inline_part.begin() + pos);
+    call.insert(call.end(), c.data_mem.begin(), c.data_mem.begin() + c.read_total);
+    if (c.read_position) call.insert(call.end(), xdr_pad(c.read_total), 0);
+    call.insert(call.end(), c.inline_part.begin() + pos, c.inline_part.end());
+  } else {
+    call = std::move(c.inline_part);
+  }
+  RpcReply reply;
+  handler_(call, reply);
+  if (reply.msg.empty()) {  // nothing to answer (no XID): the credit comes back anyway
+    c.state = Conn::kIdle;
+    return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+  }
+  rdma::Header h;
+  h.xid = c.hdr.xid;
+  h.credits = opt_.credits;
+  h.proc = rdma::Proc::kMsg;
+  std::uint32_t inv_rkey = 0;
+  // The write list is echoed with what was written (RFC 8166 3.4.6): the payload goes to the
+  // first write chunk; other chunks come back empty.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> writes;  // (data offset, segment index)
+  for (std::size_t w = 0; w < c.hdr.writes.size(); ++w) {
+    rdma::WriteChunk echo = c.hdr.writes[w];
+    std::uint64_t left = (w == 0 && reply.has_payload) ? reply.payload.size() : 0;
+    if (w == 0 && reply.has_payload) {
+      if (left > echo.length() || left > c.data_mem.size()) {
+        return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+      }
+      std::memcpy(c.data_mem.data(), reply.payload.data(), reply.payload.size());
+    }
+    std::uint64_t at = 0;
+    for (auto& s : echo.segments) {
+      const std::uint32_t n = static_cast<std::uint32_t>(std::min<std::uint64_t>(left, s.length));
+      if (n) {
+        Sge sge{reinterpret_cast<std::uint64_t>(c.data_mem.data() + at), n, c.data_mr->key};
+        SendWr wr;
+        wr.wr_id = wr_id(c.id, kWrWrite, 0);
+        wr.opcode = WrOpcode::kWrite;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.rdma.remote_addr = s.offset;
+        wr.rdma.rkey = s.handle;
+        env_.eng.post_send(c.qp, &wr, nullptr);
+        ++st_.writes;
+        st_.write_bytes += n;
+        if (!inv_rkey) inv_rkey = s.handle;
+      }
+      s.length = n;
+      left -= n;
+      at += n;
+    }
+    h.writes.push_back(std::move(echo));
+  }
+  std::vector<std::uint8_t> msg = std::move(reply.msg);
+  if (reply.has_payload && c.hdr.writes.empty()) {  // no write chunk: the data goes inline
+    const std::size_t n = reply.payload.size();
+    msg.insert(msg.end(), reply.payload.begin(), reply.payload.end());
+    msg.insert(msg.end(), xdr_pad(n), 0);
+  }
+  std::vector<std::uint8_t> hb;
+  rdma::encode(h, hb);
+  if (hb.size() + msg.size() > std::min(c.peer_recv, opt_.inline_size)) {
+    // Too large to send inline: the whole reply goes through the reply chunk (RDMA_NOMSG).
+    if (!c.hdr.reply || msg.size() > c.hdr.reply->length() || msg.size() > c.reply_mem.size())
+      return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+    std::memcpy(c.reply_mem.data(), msg.data(), msg.size());
+    rdma::WriteChunk echo = *c.hdr.reply;
+    std::uint64_t left = msg.size(), at = 0;
+    for (auto& s : echo.segments) {
+      const std::uint32_t n = static_cast<std::uint32_t>(std::min<std::uint64_t>(left, s.length));
+      if (n) {
+        Sge sge{reinterpret_cast<std::uint64_t>(c.reply_mem.data() + at), n, c.reply_mr->key};
+        SendWr wr;
+        wr.wr_id = wr_id(c.id, kWrWrite, 1);
+        wr.opcode = WrOpcode::kWrite;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.rdma.remote_addr = s.offset;
+        wr.rdma.rkey = s.handle;
+        env_.eng.post_send(c.qp, &wr, nullptr);
+        ++st_.writes;
+        if (!inv_rkey) inv_rkey = s.handle;
+      }
+      s.length = n;
+      left -= n;
+      at += n;
+    }
+    h.proc = rdma::Proc::kNomsg;
+    h.reply = std::move(echo);
+    msg.clear();
+    hb.clear();
+    rdma::encode(h, hb);
+    ++st_.reply_chunks;
+  }
+  if (!inv_rkey && !c.hdr.reads.empty()) inv_rkey = c.hdr.reads.front().seg.handle;
+  if (!inv_rkey && c.hdr.reply)
+    inv_rkey = c.hdr.reply->segments.empty() ? 0 : c.hdr.reply->segments.front().handle;
+  const std::uint32_t slot = take_slot(c);
+  if (!c.hdr.reads.empty() || !c.hdr.writes.empty() || c.hdr.reply) {
+    c.data_busy = true;
+    c.data_slot = slot;
+  }
+  std::uint8_t* buf = c.send_mem.data() + std::size_t{slot} * opt_.inline_size;
+  std::memcpy(buf, hb.data(), hb.size());
+  std::memcpy(buf + hb.size(), msg.data(), msg.size());
+  Sge sge{reinterpret_cast<std::uint64_t>(buf), static_cast<std::uint32_t>(hb.size() + msg.size()),
+          c.send_mr->key};
+  SendWr wr;
+  wr.wr_id = wr_id(c.id, kWrSend, slot);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = kSendSignaled;
+  if (c.remote_inv && inv_rkey) {
+    wr.opcode = WrOpcode::kSendInv;  // the client invalidates nothing itself (RFC 8166 3.4.2)
+    wr.invalidate_rkey = inv_rkey;
+    ++st_.send_inv;
+  } else {
+    wr.opcode = WrOpcode::kSend;
+  }
+  c.state = Conn::kIdle;
+  env_.eng.post_send(c.qp, &wr, nullptr);
+}
+
+void RpcRdmaServer::on_wc(const Wc& w) {
+  const auto q = by_qpn_.find(w.qp_num);
+  if (q == by_qpn_.end()) return;
+  auto ci = conns_.find(q->second);
+  if (ci == conns_.end()) return;
+  Conn& c = *ci->second;
+  if (w.status != WcStatus::kSuccess) {
+    // The connection is broken: the client reconnects (and re-registers).
+    if (c.qp) hub_->agent().cm().disconnect(c.cm);
+    c.state = Conn::kIdle;
+    c.ready.clear();
+    return;
+  }
+  const std::uint64_t kind = (w.wr_id >> 24) & 0xff;
+  const std::uint32_t idx = static_cast<std::uint32_t>(w.wr_id & 0xffffff);
+  if (kind == kWrRecv) {
+    if (!c.up) {
+      hub_->agent().cm().notify_established(c.cm);
+      c.up = true;
+    }
+    const std::uint8_t* m = c.recv_mem.data() + std::size_t{idx} * opt_.inline_size;
+    c.ready.emplace_back(m, m + w.byte_len);
+    Sge sge{reinterpret_cast<std::uint64_t>(m), opt_.inline_size, c.recv_mr->key};
+    RecvWr wr;
+    wr.wr_id = w.wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    env_.eng.post_recv(c.qp, &wr, nullptr);
+  } else if (kind == kWrRead) {
+    if (c.state == Conn::kReading && --c.reads_left == 0) {
+      c.state = Conn::kIdle;
+      assemble_and_run(c);
+    }
+  } else if (kind == kWrSend) {
+    if (idx < c.slot_busy.size()) c.slot_busy[idx] = false;
+    if (c.data_busy && idx == c.data_slot) c.data_busy = false;
+  }
+  next(c);
+}
+
+bool RpcRdmaServer::poll() {
+  bool any = env_.loop.poll_once() != 0;
+  hub_->poll(port::now_ns());
+  Wc wc[32];
+  int n;
+  while ((n = env_.eng.poll_cq(cq_, 32, wc)) > 0) {
+    any = true;
+    for (int k = 0; k < n; ++k) on_wc(wc[k]);
+  }
+  return any || env_.eng.has_work();
+}
+
+}  // namespace roce::nfs

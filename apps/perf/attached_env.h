@@ -1,0 +1,33 @@
+/// @file
+/// roce-perf attached to a running roced (--attach SOCKET): the tests' QPs, CQs and buffers
+/// live in roced's engine, reached through libroce (client/include/roce/client.h). roced polls
+/// the dataplane; waiting here only hands the CPU to it now and then.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "apps/perf/env.h"
+#include "client/include/roce/client.h"
+
+namespace roce::perf {
+
+class AttachedEnv : public Poller {
+ public:
+  /// Attaches to the roced listening on `socket` (its port `port_name`, empty: the first);
+  /// fails the test with the reason when it cannot.
+  /// `sleep_when_idle` (-e): idle waits sleep (50 us) instead of yielding, so that a waiting
+  /// test leaves the CPU to roced.
+  AttachedEnv(const std::string& socket, const std::string& port_name, bool sleep_when_idle);
+  client::Context& ctx() { return *ctx_; }
+
+ protected:
+  bool step() override;
+  void rest() override;
+
+ private:
+  std::unique_ptr<client::Context> ctx_;
+  bool sleep_;
+};
+
+}  // namespace roce::perf

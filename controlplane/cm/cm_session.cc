@@ -1,0 +1,171 @@
+/// @file
+/// CmSession: rdma_cm's port space TCP on a CM hub (cm_session.h).
+#include "controlplane/cm/cm_session.h"
+
+#include <cerrno>
+#include <random>
+
+namespace roce::cm {
+
+namespace {
+constexpr std::size_t kReqPrivate = kReqUserPrivateSize;  // after the cma header
+constexpr std::size_t kRepPrivate = 196;
+constexpr std::size_t kRejPrivate = 148;
+
+std::uint32_t random24() {
+  static thread_local std::mt19937 rng(std::random_device{}());
+  return rng() & 0xFFFFFF;
+}
+}  // namespace
+
+CmSession::CmSession(std::shared_ptr<CmHub> hub, wire::Ipv4Addr local, std::uint8_t path_mtu,
+                     EventFn fn)
+    : hub_(std::move(hub)), local_(local), path_mtu_(path_mtu), fn_(std::move(fn)) {
+  owner_ = hub_->add_owner([this](const CmEvent& e) { on_event(e); });
+}
+
+CmSession::~CmSession() {
+  for (auto& [id, c] : ids_) {
+    engine::Qp* qp = hub_->agent().qp_of(c);
+    if (qp) hub_->agent().release(qp);
+  }
+  hub_->remove_owner(owner_);
+}
+
+int CmSession::listen(std::uint16_t port) {
+  if (port == 0) return EINVAL;
+  if (!hub_->listen(owner_, service_id(PortSpace::kTcp, port))) return EADDRINUSE;
+  ports_.push_back(port);
+  return 0;
+}
+
+int CmSession::connect(engine::Qp* qp, wire::Ipv4Addr dst, std::uint16_t port,
+                       const SessionParam& p, std::uint32_t& id) {
+  if (qp == nullptr || port == 0 || p.private_data.size() > kReqPrivate) return EINVAL;
+  ConnectParams c;
+  c.peer.gid = wire::ipv4_mapped(dst);
+  c.service_id = service_id(PortSpace::kTcp, port);
+  c.starting_psn = wire::Psn(random24());
+  c.responder_resources = p.responder_resources;
+  c.initiator_depth = p.initiator_depth;
+  c.rnr_retry_count = p.rnr_retry;
+  c.path_mtu = path_mtu_;
+  c.cma = CmaHeader::ipv4(local_, static_cast<std::uint16_t>(32768 + random24() % 28000), dst);
+  c.private_data = p.private_data;
+  const auto cid = hub_->connect(owner_, qp, std::move(c));
+  if (!cid) return ENOMEM;  // the CM is full (max_connections) or the QP cannot be bound
+  id = next_id_++;
+  ids_[id] = *cid;
+  by_cm_[*cid] = id;
+  peers_[id] = dst;
+  return 0;
+}
+
+int CmSession::accept(std::uint32_t id, engine::Qp* qp, const SessionParam& p) {
+  auto it = ids_.find(id);
+  if (it == ids_.end()) return ENOENT;
+  if (qp == nullptr || p.private_data.size() > kRepPrivate) return EINVAL;
+  AcceptParams a;
+  a.starting_psn = wire::Psn(random24());
+  a.responder_resources = p.responder_resources;
+  a.initiator_depth = p.initiator_depth;
+  a.rnr_retry_count = p.rnr_retry;
+  a.private_data = p.private_data;
+  switch (hub_->agent().accept(it->second, qp, std::move(a))) {
+    case CmStatus::kOk:
+      return 0;
+    case CmStatus::kNoSuchConn:
+      return ENOENT;
+    case CmStatus::kQpTransitionFailed:
+      return EHOSTUNREACH;  // no MAC for the peer, or the QP in a wrong state
+    default:
+      return EINVAL;
+  }
+}
+
+int CmSession::reject(std::uint32_t id, std::span<const std::uint8_t> private_data) {
+  auto it = ids_.find(id);
+  if (it == ids_.end()) return ENOENT;
+  if (private_data.size() > kRejPrivate) return EINVAL;
+  return hub_->agent().cm().reject(it->second, RejReason::kConsumerDefined, private_data) ==
+                 CmStatus::kOk
+             ? 0
+             : EINVAL;
+}
+
+int CmSession::disconnect(std::uint32_t id) {
+  auto it = ids_.find(id);
+  if (it == ids_.end()) return ENOENT;
+  return hub_->agent().cm().disconnect(it->second) == CmStatus::kOk ? 0 : EINVAL;
+}
+
+void CmSession::release(engine::Qp* qp) { hub_->agent().release(qp); }
+
+std::optional<wire::Ipv4Addr> CmSession::peer_of(std::uint32_t id) const {
+  auto it = peers_.find(id);
+  if (it == peers_.end()) return std::nullopt;
+  return it->second;
+}
+
+void CmSession::on_event(const CmEvent& e) {
+  SessionEvent s;
+  if (e.type == CmEventType::kConnectRequest) {
+    // rdma_cm's IPv4 port space only: its header names both addresses.
+    if (!e.cma || e.cma->ip_version != 4) {
+      hub_->agent().cm().reject(e.id, RejReason::kInvalidServiceId);
+      return;
+    }
+    s.id = next_id_++;
+    ids_[s.id] = e.id;
+    by_cm_[e.id] = s.id;
+    s.type = SessionEventType::kConnectRequest;
+    s.peer = e.cma->src_ipv4();
+    peers_[s.id] = s.peer;
+    s.port = port_of(e.service_id);
+    s.responder_resources = e.qp.max_rd_atomic;       // the peer's Responder Resources
+    s.initiator_depth = e.qp.max_dest_rd_atomic;      // the peer's Initiator Depth
+    s.private_data = e.private_data;
+    fn_(std::move(s));
+    return;
+  }
+  auto it = by_cm_.find(e.id);
+  if (it == by_cm_.end()) return;
+  s.id = it->second;
+  s.peer = wire::Ipv4Addr{wire::load_be32(e.peer.gid.b.data() + 12)};
+  s.private_data = e.private_data;
+  switch (e.type) {
+    case CmEventType::kEstablished:
+      s.type = SessionEventType::kEstablished;
+      s.qp_num = e.qp.local_qpn.raw();
+      break;
+    case CmEventType::kRejected:
+      s.type = SessionEventType::kRejected;
+      s.reason = static_cast<std::uint32_t>(e.reason);
+      break;
+    case CmEventType::kUnreachable:
+      s.type = SessionEventType::kUnreachable;
+      break;
+    case CmEventType::kConnectError:
+      s.type = SessionEventType::kConnectError;
+      break;
+    case CmEventType::kDisconnected:
+      s.type = SessionEventType::kDisconnected;
+      s.remote = e.remote;
+      break;
+    case CmEventType::kTimewaitExit:
+      ids_.erase(it->second);
+      peers_.erase(it->second);
+      by_cm_.erase(it);
+      return;
+    default:
+      return;
+  }
+  if (s.type == SessionEventType::kRejected || s.type == SessionEventType::kUnreachable) {
+    ids_.erase(s.id);  // the connection is over: nothing more will come for it
+    peers_.erase(s.id);
+    by_cm_.erase(it);
+  }
+  fn_(std::move(s));
+}
+
+}  // namespace roce::cm

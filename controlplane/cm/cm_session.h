@@ -1,0 +1,88 @@
+/// @file
+/// One user's rdma_cm on an engine's CM hub, in rdma_cm's terms: the port space TCP over
+/// IPv4 (service IDs, the cma header with both addresses), small connection ids, the QPs
+/// bound to connections (released before they are destroyed), and events carrying the peer's
+/// address, its offer and the private data. Used by the attached clients' lanes (roced) and by
+/// libroce's in-process backend, on the thread that owns the engine.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "controlplane/cm/cm_hub.h"
+
+namespace roce::cm {
+
+/// The values of client::CmEventType.
+enum class SessionEventType : std::uint8_t {
+  kConnectRequest = 1,
+  kEstablished,
+  kRejected,
+  kUnreachable,
+  kConnectError,
+  kDisconnected,
+};
+
+struct SessionEvent {
+  SessionEventType type = SessionEventType::kConnectRequest;
+  std::uint32_t id = 0;
+  std::uint32_t qp_num = 0;
+  wire::Ipv4Addr peer;
+  std::uint16_t port = 0;
+  std::uint8_t responder_resources = 0, initiator_depth = 0;
+  std::uint32_t reason = 0;
+  bool remote = false;
+  std::vector<std::uint8_t> private_data;
+};
+
+struct SessionParam {
+  std::uint8_t responder_resources = 1, initiator_depth = 1, rnr_retry = 7;
+  std::vector<std::uint8_t> private_data;
+};
+
+class CmSession {
+ public:
+  using EventFn = std::function<void(SessionEvent)>;
+  /// `local`: the engine's IPv4 address (the cma header's source); `path_mtu`: the IBA enum
+  /// our REQs offer (the port's largest).
+  CmSession(std::shared_ptr<CmHub> hub, wire::Ipv4Addr local, std::uint8_t path_mtu, EventFn fn);
+  /// Disconnects what is still up (DREQ), leaves the hub.
+  ~CmSession();
+  CmSession(const CmSession&) = delete;
+  CmSession& operator=(const CmSession&) = delete;
+
+  /// 0 or an errno value (EADDRINUSE, EINVAL, ENOENT for an unknown id, ENOMEM, EBUSY).
+  int listen(std::uint16_t port);
+  int connect(engine::Qp* qp, wire::Ipv4Addr dst, std::uint16_t port, const SessionParam& p,
+              std::uint32_t& id);
+  int accept(std::uint32_t id, engine::Qp* qp, const SessionParam& p);
+  int reject(std::uint32_t id, std::span<const std::uint8_t> private_data);
+  int disconnect(std::uint32_t id);
+  /// Before `qp` is destroyed: a connection on it still up is disconnected, and the CM no
+  /// longer touches it.
+  void release(engine::Qp* qp);
+  /// The peer of connection `id` (a connect request's requester), if known.
+  std::optional<wire::Ipv4Addr> peer_of(std::uint32_t id) const;
+  void poll(std::uint64_t now_ns) { hub_->poll(now_ns); }
+  CmHub& hub() { return *hub_; }
+
+ private:
+  void on_event(const CmEvent& e);
+  std::shared_ptr<CmHub> hub_;
+  CmHub::Owner owner_;
+  wire::Ipv4Addr local_;
+  std::uint8_t path_mtu_;
+  EventFn fn_;
+  std::uint32_t next_id_ = 1;
+  std::map<std::uint32_t, ConnId> ids_;
+  std::map<ConnId, std::uint32_t> by_cm_;
+  std::map<std::uint32_t, wire::Ipv4Addr> peers_;
+  std::vector<std::uint16_t> ports_;
+};
+
+}  // namespace roce::cm

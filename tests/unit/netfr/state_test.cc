@@ -1,0 +1,228 @@
+// NetFR's host and client state machines (apps/netfr/host.h, client.h) against each other on an
+// in-memory fabric: hellos and refusal, buffer choice, credits, total order when one channel is
+// held back, the seed's relaxed order, and what a broken peer gets.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "apps/netfr/client.h"
+#include "apps/netfr/host.h"
+#include "tests/unit/netfr/fake_fabric.h"
+
+namespace roce::netfr {
+namespace {
+
+struct Pair : ::testing::Test {
+  test::FakeFabric fab;
+  std::unique_ptr<Host> host;
+  std::unique_ptr<Client> client;
+  NFRClientEvent ev{};
+
+  NFRInitOpts opts(bool nonblocking = true, bool relaxed = false) {
+    NFRInitOpts o{};
+    o.peer = "192.0.2.1";
+    o.port = 5010;
+    o.nonBlocking = nonblocking;
+    o.timeoutSec = 1;
+    o.relaxedOrder = relaxed;
+    return o;
+  }
+  void connect(bool relaxed = false) {
+    host = std::make_unique<Host>(fab, opts());
+    ASSERT_TRUE(host->start());
+    client = std::make_unique<Client>(fab, opts(true, relaxed));
+    ASSERT_EQ(client->connect("192.0.2.1"), 0);
+    for (int i = 0; i < 10; ++i) host->process();
+    ASSERT_TRUE(host->connected());
+  }
+  /// Runs both sides until the client has an event (true) or nothing moves.
+  bool next_event() {
+    for (int i = 0; i < 100; ++i) {
+      host->process();
+      const int r = client->process(&ev);
+      if (r == 1) return true;
+      if (r < 0) return false;
+    }
+    return false;
+  }
+  void settle() {
+    for (int i = 0; i < 20; ++i) {
+      host->process();
+      client->process(&ev);
+    }
+  }
+};
+
+TEST_F(Pair, ConnectsBothChannelsWithHellos) {
+  connect();
+  EXPECT_EQ(host->clients(0), 1);
+  EXPECT_EQ(host->clients(1), 1);
+  settle();
+  ASSERT_NE(client->host_sizes(), nullptr);  // the HostBufferState arrived
+  EXPECT_EQ(client->host_sizes()[0], 0u);    // no memory attached yet
+}
+
+TEST_F(Pair, SecondClientIsRefusedFirstGoesOn) {
+  connect();
+  Client second(fab, opts());
+  EXPECT_EQ(second.connect("192.0.2.1"), -ECONNREFUSED);
+  EXPECT_TRUE(host->connected());
+  const std::uint8_t msg[4] = {1, 2, 3, 4};
+  EXPECT_EQ(host->send_data(1, msg, 4, 9), 0);
+  ASSERT_TRUE(next_event());
+  EXPECT_EQ(ev.udata, 9u);
+  EXPECT_EQ(host->stats().rejected, 1u);
+}
+
+TEST_F(Pair, SmallestFittingBufferAndTooLarge) {
+  connect();
+  std::vector<std::uint8_t> a(64 << 10), b(4096), c(1 << 20), src(1 << 20);
+  for (auto* v : {&a, &b, &c}) ASSERT_NE(client->attach(v->data(), v->size(), 0), nullptr);
+  settle();
+  NFRMemory* m = host->attach(src.data(), src.size(), 0);
+  ASSERT_NE(m, nullptr);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 7);
+  EXPECT_EQ(host->write_buffer(m, 0, 0, 4096, 1, nullptr), 1);      // 4 KiB buffer (index 1)
+  EXPECT_EQ(host->write_buffer(m, 0, 0, 4096, 2, nullptr), 0);      // 4 KiB busy: 64 KiB
+  EXPECT_EQ(host->write_buffer(m, 0, 0, 5000, 3, nullptr), 2);      // only the 1 MiB is free
+  EXPECT_EQ(host->write_buffer(m, 0, 0, 100, 4, nullptr), -ENOBUFS);  // all busy, non-blocking
+  EXPECT_EQ(host->write_buffer(m, 0, 0, (1 << 20) + 1, 5, nullptr), -EINVAL);  // past the source
+  std::vector<std::uint8_t> big((1 << 20) + 8);
+  NFRMemory* bm = host->attach(big.data(), big.size(), 0);
+  EXPECT_EQ(host->write_buffer(bm, 0, 0, big.size(), 6, nullptr), -EMSGSIZE);
+  EXPECT_EQ(host->write_buffer(m, 0, (1 << 20) - 10, 20, 7, nullptr), -EMSGSIZE);  // offset
+  for (std::uint64_t want : {1u, 2u, 3u}) {
+    ASSERT_TRUE(next_event());
+    EXPECT_EQ(ev.type, NFR_CLIENT_EVENT_MEM_WRITE);
+    EXPECT_EQ(ev.udata, want);
+    EXPECT_EQ(std::memcmp(static_cast<std::uint8_t*>(ev.memRegion->ptr) + ev.payloadOffset,
+                          src.data(), ev.payloadLength), 0);
+    EXPECT_EQ(client->buffer_ack(ev.memRegion), 0);
+  }
+  EXPECT_FALSE(next_event());  // nothing of the refused writes
+  EXPECT_EQ(fab.bad_writes, 0u);
+  EXPECT_EQ(host->write_buffer(m, 0, 0, 100, 8, nullptr), 1);  // given back: the smallest again
+}
+
+TEST_F(Pair, CreditsRunOutAndComeBack) {
+  connect();
+  settle();
+  const std::uint8_t msg[16] = {};
+  int sent = 0;
+  while (host->send_data(0, msg, sizeof msg, static_cast<std::uint64_t>(sent)) == 0) ++sent;
+  EXPECT_EQ(sent, NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT);
+  EXPECT_EQ(host->send_data(0, msg, sizeof msg, 0), -EAGAIN);
+  EXPECT_EQ(host->send_data(1, msg, sizeof msg, static_cast<std::uint64_t>(sent)), 0);  // other channel
+  for (int i = 0; i <= sent; ++i) {
+    ASSERT_TRUE(next_event()) << i;
+    EXPECT_EQ(ev.udata, static_cast<std::uint64_t>(i));
+  }
+  settle();
+  EXPECT_EQ(host->send_data(0, msg, sizeof msg, 0), 0);
+  // Client -> host: the host does not read.
+  int csent = 0;
+  while (client->send_data(1, msg, sizeof msg, static_cast<std::uint64_t>(csent)) == 0) {
+    ++csent;
+    host->process();
+  }
+  EXPECT_EQ(csent, NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT);
+  std::uint8_t buf[64];
+  std::uint32_t len = 4;
+  std::uint64_t ud = 0;
+  EXPECT_EQ(host->read_data(1, buf, &len, &ud), -ENOBUFS);  // too small: kept
+  EXPECT_EQ(len, 16u);
+  for (int i = 0; i < csent; ++i) {
+    len = sizeof buf;
+    ASSERT_EQ(host->read_data(1, buf, &len, &ud), 0);
+    EXPECT_EQ(ud, static_cast<std::uint64_t>(i));
+  }
+  len = sizeof buf;
+  EXPECT_EQ(host->read_data(1, buf, &len, &ud), -EAGAIN);
+  settle();
+  EXPECT_EQ(client->send_data(1, msg, sizeof msg, 0), 0);
+}
+
+TEST_F(Pair, StrictOrderWaitsForTheHeldChannel) {
+  connect();
+  std::vector<std::uint8_t> cb(1 << 16), src(1 << 16, 0x5A);
+  client->attach(cb.data(), cb.size(), 0);
+  settle();
+  NFRMemory* m = host->attach(src.data(), src.size(), 0);
+  fab.hold(5010, true);  // the primary (frames) lags
+  ASSERT_EQ(host->write_buffer(m, 0, 0, 1000, 0, nullptr), 0);
+  const std::uint8_t cur[8] = {};
+  ASSERT_EQ(host->send_data(1, cur, 8, 1), 0);  // a cursor after the frame
+  EXPECT_FALSE(next_event());                   // it arrived, but waits for the frame
+  fab.hold(5010, false);
+  ASSERT_TRUE(next_event());
+  EXPECT_EQ(ev.type, NFR_CLIENT_EVENT_MEM_WRITE);
+  EXPECT_EQ(ev.serial, 0u);
+  ASSERT_TRUE(next_event());
+  EXPECT_EQ(ev.udata, 1u);
+  EXPECT_EQ(ev.serial, 1u);
+}
+
+TEST_F(Pair, RelaxedOrderDeliversWhatHasArrived) {
+  connect(true);
+  std::vector<std::uint8_t> cb(1 << 16), src(1 << 16, 0x5A);
+  client->attach(cb.data(), cb.size(), 0);
+  settle();
+  NFRMemory* m = host->attach(src.data(), src.size(), 0);
+  fab.hold(5010, true);
+  ASSERT_EQ(host->write_buffer(m, 0, 0, 1000, 0, nullptr), 0);
+  const std::uint8_t cur[8] = {};
+  ASSERT_EQ(host->send_data(1, cur, 8, 1), 0);
+  ASSERT_TRUE(next_event());  // the cursor does not wait
+  EXPECT_EQ(ev.udata, 1u);
+  EXPECT_EQ(ev.serial, 1u);
+  fab.hold(5010, false);
+  ASSERT_TRUE(next_event());
+  EXPECT_EQ(ev.type, NFR_CLIENT_EVENT_MEM_WRITE);
+  EXPECT_EQ(ev.serial, 0u);
+}
+
+TEST_F(Pair, BadMessagesCloseTheConnectionAndAreCounted) {
+  connect();
+  settle();
+  fab.inject_from_host(5011, std::vector<std::uint8_t>(20, 0x42));  // no magic
+  for (int i = 0; i < 10; ++i) client->process(&ev);
+  EXPECT_EQ(client->stats().bad_messages, 1u);
+  EXPECT_EQ(client->process(&ev), -ENOTCONN);
+  for (int i = 0; i < 10; ++i) host->process();
+  EXPECT_FALSE(host->connected());  // the host saw the disconnect and waits for the next one
+  EXPECT_EQ(host->stats().disconnects, 1u);
+  client = std::make_unique<Client>(fab, opts());
+  ASSERT_EQ(client->connect("192.0.2.1"), 0);  // reconnect
+  for (int i = 0; i < 10; ++i) host->process();
+  EXPECT_TRUE(host->connected());
+}
+
+TEST_F(Pair, SerialGapFromTheHostIsAProtocolError) {
+  connect();
+  settle();
+  std::uint8_t buf[64];
+  std::uint8_t payload[4] = {};
+  const auto n = encode(buf, Data{true, 0, 5, 0, {payload, 4}});  // channel serial 5, not 0
+  fab.inject_from_host(5010, {buf, buf + n});
+  for (int i = 0; i < 10; ++i) client->process(&ev);
+  EXPECT_EQ(client->stats().protocol_errors, 1u);
+  EXPECT_EQ(client->process(&ev), -ENOTCONN);
+}
+
+TEST_F(Pair, BufferUpdateOutsideAdvertisedBufferIsRefused) {
+  connect();
+  std::vector<std::uint8_t> cb(4096);
+  client->attach(cb.data(), cb.size(), 0);
+  settle();
+  std::uint8_t buf[64];
+  const auto n = encode(buf, BufferUpdate{0, 4000, 200, 0, 0, 0});  // 200 + 4000 > 4096
+  fab.inject_from_host(5010, {buf, buf + n});
+  for (int i = 0; i < 10; ++i) client->process(&ev);
+  EXPECT_EQ(client->stats().protocol_errors, 1u);
+  EXPECT_EQ(client->process(&ev), -ENOTCONN);
+}
+
+}  // namespace
+}  // namespace roce::netfr
