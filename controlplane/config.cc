@@ -57,6 +57,31 @@ FaultPolicy parse_fault(const YAML::Node& node, const std::string& origin,
   return f;
 }
 
+void parse_offload(Reader& port, PortConfig& p, const std::string& origin,
+                   const std::string& path) {
+  const YAML::Node n = port.get("offload");
+  const auto check_mode = [&](const YAML::Node& at, const std::string& m) {
+    if (m == "datapath")
+      port.fail(at, path +
+                        ": 'datapath' (the whole RC datapath on the card) is not built yet; "
+                        "modes: none, icrc, parse (docs/fpga.md)");
+    if (m != "none" && m != "icrc" && m != "parse")
+      port.fail(at, path + ": '" + m + "' is not an offload mode (none, icrc, parse)");
+  };
+  if (n.IsScalar()) {
+    p.offload.mode = n.as<std::string>();
+    check_mode(n, p.offload.mode);
+    return;
+  }
+  Reader r(n, origin, path);
+  p.offload.mode = r.str("mode", "icrc");
+  if (r.has("mode")) check_mode(r.get("mode"), p.offload.mode);
+  p.offload.clock_mhz = static_cast<std::uint32_t>(r.uint("clock_mhz", 250, 1, 2000));
+  p.offload.bytes_per_cycle = static_cast<std::uint32_t>(r.uint("bytes_per_cycle", 64, 1, 256));
+  p.offload.line_gbps = static_cast<std::uint32_t>(r.uint("line_gbps", 100, 1, 1600));
+  r.finish();
+}
+
 PortConfig parse_port(const YAML::Node& node, const std::string& origin, const std::string& path) {
   Reader r(node, origin, path);
   PortConfig p;
@@ -88,6 +113,7 @@ PortConfig parse_port(const YAML::Node& node, const std::string& origin, const s
   p.rx_desc = static_cast<std::uint16_t>(r.uint("rx_desc", 1024, 64, 16384));
   p.tx_desc = static_cast<std::uint16_t>(r.uint("tx_desc", 1024, 64, 16384));
   if (r.has("fault")) p.fault = parse_fault(r.get("fault"), origin, path + ".fault");
+  if (r.has("offload")) parse_offload(r, p, origin, path + ".offload");
   r.finish();
   return p;
 }

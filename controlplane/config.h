@@ -33,6 +33,14 @@ struct PortConfig {
   std::uint16_t rx_desc = 1024;
   std::uint16_t tx_desc = 1024;
   FaultPolicy fault;
+  /// The FPGA offload of this port's frames (fpga/model stands in for the card; docs/fpga.md):
+  /// `offload: icrc` or `offload: {mode: parse, clock_mhz: 250, bytes_per_cycle: 64}`.
+  struct {
+    std::string mode = "none";  ///< none, icrc, parse
+    std::uint32_t clock_mhz = 250;
+    std::uint32_t bytes_per_cycle = 64;
+    std::uint32_t line_gbps = 100;
+  } offload;
 };
 
 /// A test server the appliance hosts (roce-perf's tests: perftest's ib_* and ibv_*_pingpong

@@ -14,6 +14,7 @@ PACKAGES=(
   libibverbs-dev librdmacm-dev
   debootstrap buildah yamllint nodejs
   libfabric-dev
+  verilator yosys
 )
 # Debian's npm; a nodejs from elsewhere (NodeSource) brings its own and conflicts with it.
 command -v npm >/dev/null || PACKAGES+=(npm)

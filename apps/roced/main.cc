@@ -33,6 +33,7 @@
 #include "controlplane/tcp.h"
 #include "dataplane/port/dpdk_port.h"
 #include "dataplane/port/pmd_frames.h"
+#include "fpga/model/device.h"
 
 namespace po = boost::program_options;
 using namespace roce;
@@ -61,10 +62,13 @@ struct PortRuntime {
   std::unique_ptr<port::DpdkPort> dev;
   std::vector<std::unique_ptr<engine::Engine>> engines;
   std::vector<std::unique_ptr<port::PollLoop>> loops;
+  /// The FPGA offload's device model of each loop (`offload:`; fpga/model), when configured.
+  std::vector<std::unique_ptr<fpga::DeviceModel>> devices;
   // What the worker lcores last reported (they copy it on request: no shared counters).
   struct Snapshot {
     engine::Stats stats;
     std::size_t qps = 0, mrs = 0;
+    std::array<std::uint64_t, fpga::kDevCounters> dev{};
     std::atomic<bool> asked{false};
   };
   std::vector<std::unique_ptr<Snapshot>> snaps;
@@ -95,12 +99,14 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       c.mrs += s.mrs;
       // Ask lcore l for a fresh copy, read next time (one request in flight at a time).
       if (!s.asked.exchange(true))
-        p.loops[l]->post([&s, e = p.engines[l].get()] {
-          s.stats = e->stats();
-          s.qps = e->qp_count();
-          s.mrs = e->mr_count();
-          s.asked.store(false, std::memory_order_release);
-        });
+        p.loops[l]->post(
+            [&s, e = p.engines[l].get(), d = p.devices.empty() ? nullptr : p.devices[l].get()] {
+              s.stats = e->stats();
+              if (d) s.dev = d->counters();
+              s.qps = e->qp_count();
+              s.mrs = e->mr_count();
+              s.asked.store(false, std::memory_order_release);
+            });
     }
     if (att) {
       const attach::AttachCounts a = att->counts(i);
@@ -113,6 +119,12 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       c.attach_cqs = a.cqs;
       c.attach_memory_bytes = a.memory_bytes;
       c.attach_bad_requests = a.bad_requests;
+    }
+    if (!p.devices.empty()) {
+      c.fpga_on = true;
+      c.fpga = p.devices[0]->counters();
+      for (std::size_t l = 1; l < p.devices.size(); ++l)
+        for (std::size_t k = 0; k < c.fpga.size(); ++k) c.fpga[k] += p.snaps[l]->dev[k];
     }
     c.port = p.dev->stats();
     c.neighbour = p.loop().neighbour().stats();
@@ -214,6 +226,12 @@ int run(const ctl::ApplianceConfig& cfg) {
       rt.engines.push_back(std::make_unique<engine::Engine>(ec));
       rt.loops.push_back(std::make_unique<port::PollLoop>(
           *rt.dev, *rt.engines[l], pc.fault, FaultPolicy{}, static_cast<std::uint16_t>(l)));
+      if (pc.offload.mode != "none") {
+        rt.devices.push_back(std::make_unique<fpga::DeviceModel>(
+            fpga::device_config(*fpga::parse_offload_mode(pc.offload.mode), pc.offload.clock_mhz,
+                                pc.offload.bytes_per_cycle, pc.offload.line_gbps)));
+        rt.loops[l]->set_offload(rt.devices.back().get());
+      }
       rt.snaps.push_back(std::make_unique<PortRuntime::Snapshot>());
       loops.push_back(rt.loops[l].get());
     }
@@ -280,6 +298,11 @@ int run(const ctl::ApplianceConfig& cfg) {
                 engine::mtu_bytes(p.eng().config().max_mtu),
                 p.cfg.vlan ? (" vlan " + std::to_string(*p.cfg.vlan)).c_str() : "",
                 p.cfg.fault.any() ? " [fault injection on]" : "");
+  for (auto& p : ports)
+    if (!p.devices.empty())
+      std::printf("  port %s: FPGA offload '%s' on a device model (%u MHz x %u B/clock, %u G)\n",
+                  p.cfg.name.c_str(), p.cfg.offload.mode.c_str(), p.cfg.offload.clock_mhz,
+                  p.cfg.offload.bytes_per_cycle, p.cfg.offload.line_gbps);
   if (server) std::printf("  counters: %s\n", server->endpoint().c_str());
   if (cfg.counters.telemetry) std::printf("  telemetry: /roce/counters (dpdk-telemetry.py)\n");
   if (att) std::printf("  attach: %s (mode %04o)\n", att->socket_path().c_str(), cfg.attach.mode);
@@ -368,6 +391,13 @@ int run(const ctl::ApplianceConfig& cfg) {
                 static_cast<unsigned long long>(p.dev->stats().tx_frames),
                 static_cast<unsigned long long>(p.loop().neighbour().stats().arp_requests_answered),
                 static_cast<unsigned long long>(p.loop().neighbour().stats().icmp_echo_answered));
+  for (auto& p : ports) {
+    if (p.devices.empty()) continue;
+    std::array<std::uint64_t, fpga::kDevCounters> sum{};
+    for (auto& d : p.devices)
+      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += d->counters()[i];
+    std::printf("%s", fpga::format_nstats(sum, p.cfg.name).c_str());
+  }
   std::fflush(stdout);
   server.reset();
   ports.clear();

@@ -34,6 +34,13 @@ std::vector<CounterSample> Metrics::snapshot() const {
     for (std::size_t v = 1; v < wire::kVerdictCount; ++v)
       out.push_back({"rx_verdict_" + std::string(to_string(static_cast<wire::Verdict>(v))), p.name,
                      p.engine.verdicts[v]});
+    if (p.fpga_on)
+      for (std::size_t i = 0; i < fpga::kDevCounters; ++i) {
+        std::string n = "fpga_";
+        for (const char ch : fpga::kDevCounterNames[i])
+          n += ch == ' ' ? '_' : static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+        out.push_back({n, p.name, p.fpga[i]});
+      }
     out.push_back({"port_rx_frames", p.name, p.port.rx_frames});
     out.push_back({"port_tx_frames", p.name, p.port.tx_frames});
     // Every frame lost on the way out: in the port (oversize ones included) or in the PMD.

@@ -5,6 +5,7 @@
 /// command /roce/counters.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -17,6 +18,7 @@
 #include "dataplane/engine/stats.h"
 #include "dataplane/fault_injector.h"
 #include "dataplane/port/dpdk_port.h"
+#include "fpga/iface/ports.h"
 
 namespace roce::apps {
 
@@ -28,6 +30,10 @@ struct PortCounters {
   port::NeighbourStats neighbour;
   FaultStats faults;
   bool faults_on = false;
+  /// The FPGA offload's device counters (port `offload:`), summed over the port's loops;
+  /// exported as fpga_<Coyote's nstats name>.
+  bool fpga_on = false;
+  std::array<std::uint64_t, fpga::kDevCounters> fpga{};
   std::uint64_t qps = 0;
   std::uint64_t mrs = 0;
   // attached client processes (controlplane/attach), when attach.socket is configured

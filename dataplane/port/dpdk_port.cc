@@ -649,6 +649,7 @@ bool PollLoop::post(std::function<void()> fn) {
 }
 
 void PollLoop::deliver(std::span<const std::uint8_t> f, std::uint64_t now, bool ip_ok) {
+  if (offload_ && !offload_->rx(f)) return;  // the device dropped it (and counted why)
   // RoCE is IPv4/IPv6 + UDP; ARP and ICMP go to the neighbour responder.
   if (const auto n = nb_.on_frame(f, reply_)) {
     if (*n) send({reply_.data(), *n});
@@ -672,7 +673,8 @@ void PollLoop::arrive(rte_mbuf* m, std::span<const std::uint8_t> f, std::uint64_
 std::size_t PollLoop::transmit() {
   // No more than the port takes: the rest waits in the engine's ring, not lost in the port.
   const std::size_t room = port_.tx_room(queue_);
-  if (link_ && !link_->policy().drop_only())  // these faults act on whole frames
+  // These faults act on whole frames, and an offload device sends frames of its own.
+  if (offload_ || (link_ && !link_->policy().drop_only()))
     return eng_.drain_tx([&](std::span<const std::uint8_t> f) { send(f); }, room);
   return eng_.drain_tx_frames(
       [&](const engine::TxFrame& f) {
@@ -699,6 +701,7 @@ std::span<const std::uint8_t> PollLoop::whole(const engine::TxFrame& f) {
 }
 
 void PollLoop::send(std::span<const std::uint8_t> frame) {
+  if (offload_) frame = offload_->tx(frame);
   if (tap) tap(on_wire(frame), true);
   if (!link_) {
     port_.tx(frame, queue_);

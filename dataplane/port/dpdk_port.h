@@ -16,6 +16,7 @@
 
 #include "dataplane/engine/engine.h"
 #include "dataplane/fault_injector.h"
+#include "dataplane/port/frame_offload.h"
 #include "dataplane/port/idle.h"
 #include "dataplane/port/neighbour.h"
 #include "dataplane/port/poller.h"
@@ -256,6 +257,9 @@ class PollLoop {
   /// Runs `p` at the start of every iteration (port/poller.h) until remove_poller(). Call on
   /// the loop's lcore (from a post()ed command) or before the loop runs.
   void add_poller(Poller* p) { pollers_.push_back(p); }
+  /// Puts an offload device (frame_offload.h) between this loop and its port: every frame
+  /// received and sent passes it. Call before the loop runs; null removes it.
+  void set_offload(FrameOffload* o) { offload_ = o; }
   void remove_poller(Poller* p) { std::erase(pollers_, p); }
 
   struct SteerStats {
@@ -300,6 +304,7 @@ class PollLoop {
   std::vector<std::uint8_t> tagged_;  ///< on_wire()
   rte_ring* cmds_ = nullptr;          ///< std::function<void()>* from other threads
   std::vector<Poller*> pollers_;      ///< add_poller()
+  FrameOffload* offload_ = nullptr;   ///< set_offload()
   // steering (connect_loops)
   unsigned self_ = 0, lcores_ = 1;
   std::vector<rte_ring*> rings_;  ///< one per lcore: mbufs for its loop
