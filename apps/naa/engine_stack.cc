@@ -108,7 +108,7 @@ EngineStack::EngineStack(const LinkConfig& l) {
     const auto mac = ctl::parse_mac(l.mac);
     if (!ip || !mac) throw std::runtime_error("bad IPv4 or MAC address");
     port::eal_init({"--no-huge", "--no-shconf", "-m", "256", "--no-pci", "--log-level=*:error",
-                    "--file-prefix=rocenaa" + std::to_string(getpid()), "-l", "0",
+                    "--file-prefix=rocenaa" + std::to_string(getpid()), port::main_lcore_arg(-1),
                     "--vdev=net_memif0,role=" + l.memif_role +
                         ",id=0,socket-abstract=no,socket=" + l.memif_socket});
     EngineConfig ec;

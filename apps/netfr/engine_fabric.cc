@@ -99,19 +99,9 @@ EngineFabric::EngineFabric(const LinkConfig& l) {
     const auto ip = ctl::parse_ipv4(l.ip);
     const auto mac = ctl::parse_mac(l.mac);
     if (!ip || !mac) throw std::runtime_error("bad IPv4 or MAC address");
-    // The poll loop's thread may run on any CPU of the process (EAL pins its main lcore:
-    // two processes pinned to one CPU would take turns by scheduler ticks), unless lcore=N.
-    std::string cpus = l.lcore >= 0 ? std::to_string(l.lcore) : std::string();
-    if (l.lcore < 0) {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      if (sched_getaffinity(0, sizeof set, &set) == 0)
-        for (int c = 0; c < CPU_SETSIZE; ++c)
-          if (CPU_ISSET(c, &set)) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
-      if (cpus.empty()) cpus = "0";
-    }
+    // The poll loop's thread may run on any CPU of the process unless lcore=N.
     port::eal_init({"--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--log-level=*:error",
-                    "--file-prefix=netfr" + std::to_string(getpid()), "--lcores=0@(" + cpus + ")",
+                    "--file-prefix=netfr" + std::to_string(getpid()), port::main_lcore_arg(l.lcore),
                     "--vdev=net_memif0,role=" + l.memif_role +
                         ",id=0,socket-abstract=no,socket=" + l.memif_socket});
     EngineConfig ec;

@@ -21,7 +21,7 @@ LinkHolder::LinkHolder(const NfsLink& l) {
   if (l.memif_role != "server" && l.memif_role != "client")
     throw std::runtime_error("memif role must be server or client");
   port::eal_init({"--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--log-level=*:error",
-                  "--file-prefix=rocenfs" + std::to_string(getpid()), "-l", "0",
+                  "--file-prefix=rocenfs" + std::to_string(getpid()), port::main_lcore_arg(-1),
                   "--vdev=net_memif0,role=" + l.memif_role +
                       ",id=0,socket-abstract=no,socket=" + l.memif_socket});
   engine::EngineConfig ec;

@@ -88,7 +88,7 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
                                                      "802.1Q VLAN of our port (1-4094)")(
       "port,p", po::value(&o.port)->default_value(o.port), "TCP port of the exchange")(
       "lcore", po::value(&o.link.lcore)->default_value(o.link.lcore),
-      "CPU of our poll loop (in-process)")(
+      "CPU our poll loop is pinned to (in-process); -1: any CPU of the process")(
       "size,s", po::value(&o.size), "message size")("iters,n", po::value(&o.iters),
                                                     "number of iterations")(
       "mtu,m", po::value(&o.mtu),

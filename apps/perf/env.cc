@@ -108,7 +108,7 @@ namespace {
 std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {
   const std::string vdev = link_vdev(o);
   port::eal_init({"--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--log-level=*:error",
-                  "--file-prefix=roceperf" + std::to_string(getpid()), "-l", std::to_string(o.lcore),
+                  "--file-prefix=roceperf" + std::to_string(getpid()), port::main_lcore_arg(o.lcore),
                   vdev});
   engine::EngineConfig ec;
   ec.mac = *ctl::parse_mac(o.mac);  // checked by link_vdev

@@ -33,7 +33,7 @@ struct LinkOpts {
   unsigned netdev_mtu = 1500;  ///< largest IP packet on the link (9000 for path MTU 4096)
   std::string pcap;            ///< capture every frame sent and received here
   unsigned vlan = 0;           ///< 802.1Q VLAN of the port (1-4094); 0: untagged
-  unsigned lcore = 0;          ///< the CPU the poll loop runs on (EAL -l)
+  int lcore = -1;              ///< the CPU the poll loop runs on; -1: any of the process's
   FaultPolicy tx_faults, rx_faults;
 };
 

@@ -6,6 +6,8 @@
 #define ALLOW_EXPERIMENTAL_API
 #include "dataplane/port/dpdk_port.h"
 
+#include <sched.h>
+
 #include <rte_cycles.h>
 #include <rte_dev.h>
 #include <rte_devargs.h>
@@ -67,6 +69,17 @@ std::uint64_t now_ns() {
   const std::uint64_t d = rte_get_tsc_cycles() - g_tsc.tsc0;
   return g_tsc.ns0 +
          static_cast<std::uint64_t>((static_cast<unsigned __int128>(d) * g_tsc.mult) >> 32);
+}
+
+std::string main_lcore_arg(int cpu) {
+  if (cpu >= 0) return "-l" + std::to_string(cpu);
+  std::string cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
+  return "--lcores=0@(" + (cpus.empty() ? std::string("0") : cpus) + ")";
 }
 
 void eal_init(const std::vector<std::string>& args) {

@@ -32,6 +32,10 @@ namespace roce::port {
 /// Throws std::runtime_error with DPDK's reason on failure.
 void eal_init(const std::vector<std::string>& args);
 void eal_cleanup();
+/// The EAL argument that places a single-lcore tool's poll loop: "-l CPU" pins it to `cpu`;
+/// a negative `cpu` lets it run on any CPU the process may use ("--lcores=0@(...)"). Two tools
+/// on one host that both pin CPU 0 take turns at the scheduler's pace (milliseconds).
+std::string main_lcore_arg(int cpu);
 
 struct PortSpec {
   std::string device;  ///< ethdev name (a vdev given to the EAL, or a PCI address)
