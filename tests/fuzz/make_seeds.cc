@@ -14,6 +14,9 @@
 #include "apps/common/pcap_writer.h"
 #include "apps/common/sample_frames.h"
 #include "apps/naa/mrsp.h"
+#include "apps/nfs/nfs3.h"
+#include "apps/nfs/rpc.h"
+#include "apps/nfs/rpcrdma.h"
 #include "apps/perf/perftest_proto.h"
 #include "apps/perf/pingpong_proto.h"
 #include "controlplane/cm/mad.h"
@@ -464,6 +467,56 @@ void mrsp_seeds(const fs::path& out) {
   c.add(b);
 }
 
+// ---- RPC-over-RDMA (apps/nfs) ----------------------------------------------------------------
+void rpcrdma_seeds(const fs::path& out) {
+  using namespace roce::nfs;
+  Corpus c(out, "rpcrdma");
+  // RDMA_MSG: a GETATTR call inline, with AUTH_NONE.
+  rdma::Header h;
+  h.xid = 0x01020304;
+  h.credits = 32;
+  std::vector<std::uint8_t> b;
+  rdma::encode(h, b);
+  XdrEncoder e(b);
+  rpc::CallHeader call;
+  call.xid = h.xid;
+  call.prog = v3::kNfsProgram;
+  call.vers = v3::kNfsVersion;
+  call.proc = 1;  // GETATTR
+  rpc::encode(e, call);
+  e.opaque(std::vector<std::uint8_t>(32, 0x11));  // the file handle
+  c.add(b);
+  // A READ's reply into a write chunk of two segments, and a reply chunk.
+  rdma::Header w = h;
+  w.writes.push_back({{{0x1234, 65536, 0x7F0000001000ull}, {0x1235, 65536, 0x7F0000011000ull}}});
+  w.reply = rdma::WriteChunk{{{0x2222, 4096, 0x7F0000100000ull}}};
+  b.clear();
+  rdma::encode(w, b);
+  c.add(b);
+  // A WRITE's data in the read list (position 100), RDMA_NOMSG with a position-zero chunk.
+  rdma::Header r = h;
+  r.reads.push_back({100, {0x3333, 131072, 0x7F0000200000ull}});
+  b.clear();
+  rdma::encode(r, b);
+  c.add(b);
+  r.proc = rdma::Proc::kNomsg;
+  r.reads = {{0, {0x4444, 8192, 0x7F0000300000ull}}};
+  b.clear();
+  rdma::encode(r, b);
+  c.add(b);
+  // RDMA_ERROR: ERR_VERS and ERR_CHUNK.
+  rdma::Header er = h;
+  er.proc = rdma::Proc::kError;
+  er.error = rdma::ErrorCode::kVers;
+  b.clear();
+  rdma::encode(er, b);
+  c.add(b);
+  er.error = rdma::ErrorCode::kChunk;
+  b.clear();
+  rdma::encode(er, b);
+  c.add(b);
+}
+
 void config_seeds(const fs::path& out, const fs::path& config_dir) {
   Corpus c(out, "config_yaml");
   std::vector<fs::path> files;
@@ -496,6 +549,7 @@ int main(int argc, char** argv) {
   cm_seeds(out);
   perf_seeds(out);
   mrsp_seeds(out);
+  rpcrdma_seeds(out);
   config_seeds(out, config_dir);
   std::cout << "roce-fuzz-seeds: wrote " << out.string() << "\n";
   return 0;
