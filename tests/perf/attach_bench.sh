@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Attached vs in-process, the same test on the same wire (docs/benchmarks.md, "Attached
-# clients"): perftest's write_bw (8-byte WRITE message rate) and send_lat (8-byte SEND
-# ping-pong, t_typical = p50) run by roce-perf
-#   - attached: a client process of roced B (--attach; -e: sleeping on its CQ's eventfd, or
-#     busy polling), roced B's poll loop on CPU 1;
-#   - in-process: roce-perf's own engine and poll loop on CPU 1 (--pmd memif), in place of B;
-# against the same passive side: a client of roced A (CPU 0) sleeping on events. The two
-# appliances share a net_memif link. Runs alternate (A B A B), RUNS times; the report is the
-# median and the spread of each, and the ratios of the medians.
+# clients"): perftest's write_bw (8-byte WRITE message rate, 1024 in flight, one completion in
+# 64) and send_lat (8-byte SEND ping-pong, t_typical = p50) run by roce-perf
+#   - attached: a client process of roced B (--attach), polling its CQ or (-e) sleeping on the
+#     CQ's eventfd; roced B's poll loop on CPU 1;
+#   - in-process: roce-perf's own engine and poll loop on CPU 1 (--pmd memif) in place of B;
+# against the same far end: the perftest servers roced A hosts in its own poll loop (CPU 0).
+# The two appliances share a net_memif link. The backends alternate, RUNS times; the report is
+# the median and the spread of each, and the ratios of the medians.
 #   attach_bench.sh ROCED ROCE_PERF WORKDIR [RUNS]
 # Prints a table and the path of a JSON file.
 set -euo pipefail
@@ -16,35 +16,43 @@ rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
 tag=abench$$
 tcp=$((41000 + $$ % 10000))
-rate_iters=${RATE_ITERS:-200000} lat_iters=${LAT_ITERS:-3000}
+rate_iters=${RATE_ITERS:-1000000} lat_iters=${LAT_ITERS:-5000}
+rate_flags=(-s 8 -t 1024 -Q 64)
 pids=()
 # shellcheck source=tests/integration/lib_appliance.sh
 source "$(dirname "$0")/../integration/lib_appliance.sh"
 trap 'stop_all $?' EXIT
-appliance a server 02:00:5e:00:0d:01 192.0.2.95 0
+appliance a server 02:00:5e:00:0d:01 192.0.2.95 0 "" "services:
+  - test: write_bw
+    port: p0
+    listen_port: $tcp
+    args: [\"-s\", \"8\", \"-t\", \"1024\", \"-Q\", \"64\", \"-n\", \"$rate_iters\", \"--timeout\", \"120\"]
+  - test: send_lat
+    port: p0
+    listen_port: $((tcp + 1))
+    args: [\"-s\", \"8\", \"-n\", \"$lat_iters\", \"--timeout\", \"120\"]"
+grep -q "service send_lat: TCP $((tcp + 1))" "$work/a.log" || { cat "$work/a.log"; echo "FAIL: no hosted servers"; exit 1; }
 
 n=0
-measure() {  # BACKEND(attached|attached-e|inproc) TEST SIZE ITERS -> JSON path
-  local backend=$1 test=$2 size=$3 iters=$4
+out=""
+measure() {  # BACKEND(attached|attached-e|inproc) TEST ITERS: the JSON in $out
+  local backend=$1 test=$2 iters=$3 port=$tcp args=("${rate_flags[@]}")
+  [[ $test == send_lat ]] && port=$((tcp + 1)) args=(-s 8)
   n=$((n + 1))
-  local port=$((tcp + n)) out="$work/$n-$backend-$test"
-  "$perf" "$test" --attach "$work/a.sock" -e -p "$port" -s "$size" -n "$iters" \
-    > "$out-server.log" 2>&1 &
-  local s=$!
+  out="$work/$n-$backend-$test"
   case $backend in
     inproc)
       "$perf" "$test" --pmd memif --iface "$work/memif.sock" --ip 192.0.2.96 \
-        --mac 02:00:5e:00:0d:02 --lcore 1 -p "$port" -s "$size" -n "$iters" --json "$out.json" \
-        127.0.0.1 > "$out.log" 2>&1 ;;
+        --mac 02:00:5e:00:0d:02 --lcore 1 -p "$port" "${args[@]}" -n "$iters" \
+        --json "$out.json" 127.0.0.1 > "$out.log" 2>&1 ;;
     attached)
-      "$perf" "$test" --attach "$work/b.sock" -p "$port" -s "$size" -n "$iters" \
+      "$perf" "$test" --attach "$work/b.sock" -p "$port" "${args[@]}" -n "$iters" \
         --json "$out.json" 127.0.0.1 > "$out.log" 2>&1 ;;
     attached-e)
-      "$perf" "$test" --attach "$work/b.sock" -e -p "$port" -s "$size" -n "$iters" \
+      "$perf" "$test" --attach "$work/b.sock" -e -p "$port" "${args[@]}" -n "$iters" \
         --json "$out.json" 127.0.0.1 > "$out.log" 2>&1 ;;
-  esac || { cat "$out-server.log" "$out.log"; echo "FAIL: $backend $test"; exit 1; }
-  wait "$s" || { cat "$out-server.log"; echo "FAIL: server of $backend $test"; exit 1; }
-  echo "$out.json"
+  esac || { cat "$out.log"; echo "FAIL: $backend $test"; exit 1; }
+  out="$out.json"
 }
 
 results="$work/runs.txt"
@@ -53,13 +61,13 @@ for r in $(seq "$runs"); do
   echo "run $r/$runs: attached" >&2
   appliance b client 02:00:5e:00:0d:02 192.0.2.96 1
   for b in attached attached-e; do
-    echo "$b write_bw $(measure $b write_bw 8 "$rate_iters")" >> "$results"
-    echo "$b send_lat $(measure $b send_lat 8 "$lat_iters")" >> "$results"
+    measure $b write_bw "$rate_iters" && echo "$b write_bw $out" >> "$results"
+    measure $b send_lat "$lat_iters" && echo "$b send_lat $out" >> "$results"
   done
   kill "$pid_b"; wait "$pid_b" 2>/dev/null || true
   echo "run $r/$runs: in-process" >&2
-  echo "inproc write_bw $(measure inproc write_bw 8 "$rate_iters")" >> "$results"
-  echo "inproc send_lat $(measure inproc send_lat 8 "$lat_iters")" >> "$results"
+  measure inproc write_bw "$rate_iters" && echo "inproc write_bw $out" >> "$results"
+  measure inproc send_lat "$lat_iters" && echo "inproc send_lat $out" >> "$results"
 done
 
 /usr/bin/python3 - "$results" "$work/attach_bench.json" <<'PY'
