@@ -105,7 +105,7 @@ step "4. Application demos (scripts/demo.d/)"
 # directory), step/note (progress lines), appliance (a roced, stopped when the demo ends).
 shopt -s nullglob
 demos=(scripts/demo.d/*.sh)
-if ((${#demos[@]} == 0)); then note "none installed yet (NFS file copy and frame relay are coming)"; fi
+if ((${#demos[@]} == 0)); then note "none installed"; fi
 for d in "${demos[@]}"; do
   note "$(basename "$d" .sh)"
   # shellcheck disable=SC1090
