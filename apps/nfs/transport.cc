@@ -86,6 +86,10 @@ void RpcRdmaClient::close() {
   drop_qp();
 }
 
+namespace {
+constexpr int kConnectAttempts = 4;  ///< a reconnect: tries, 0.5, 1 and 2 s apart
+}  // namespace
+
 void RpcRdmaClient::broken(const std::string& why) {
   if (reconnecting_) return;
   if (st_.reconnects >= opt_.max_reconnects || peer_ip_.empty()) {
@@ -129,7 +133,15 @@ void RpcRdmaClient::broken(const std::string& why) {
   }
   in_flight_ = 0;
   granted_ = 1;  // a new connection starts with one credit
-  const bool ok = connect(peer_ip_, peer_port_);
+  // The server may still hold the old connection for a moment (its DREQ, its QP's flush):
+  // try again after a pause, as xprtrdma backs off between reconnects.
+  bool ok = connect(peer_ip_, peer_port_);
+  for (int attempt = 1; !ok && attempt < kConnectAttempts; ++attempt) {
+    drop_qp();
+    const double pause = 0.25 * (1 << attempt);
+    env_.until([] { return false; }, pause);
+    ok = connect(peer_ip_, peer_port_);
+  }
   reconnecting_ = false;
   if (!ok) {
     fail_all("reconnect failed: " + err_);
