@@ -30,6 +30,7 @@ struct Outcome {
   std::vector<std::uint8_t> mem_a, mem_b;
   std::array<std::uint64_t, kDevCounters> card{};
   std::uint64_t b_seq_naks = 0;
+  std::uint64_t a_bad_icrc = 0;  ///< software A: frames its parser dropped for the ICRC
 };
 
 constexpr std::size_t kBuf = 1 << 18;
@@ -49,8 +50,10 @@ const Op kOps[] = {{WqOpcode::kWrite, 1},     {WqOpcode::kWrite, 1000},
                    {WqOpcode::kWrite, 20000}, {WqOpcode::kRead, 3000}};
 
 /// `card`: A's QP on the datapath card; `drop_a2b` / `drop_b2a`: the nth frame in that
-/// direction is lost on the wire (0: none).
-Outcome run(bool card, std::size_t drop_a2b = 0, std::size_t drop_b2a = 0) {
+/// direction is lost on the wire (0: none); `corrupt_b2a`: a payload bit of that frame from B
+/// flips on the wire.
+Outcome run(bool card, std::size_t drop_a2b = 0, std::size_t drop_b2a = 0,
+            std::size_t corrupt_b2a = 0) {
   const EngineConfig ca = test::Loopback::default_config(0);
   Engine eb(test::Loopback::default_config(1));
   std::vector<std::uint8_t> ma(kBuf), mb(kBuf);
@@ -209,6 +212,7 @@ Outcome run(bool card, std::size_t drop_a2b = 0, std::size_t drop_b2a = 0) {
       moved = true;
       out.frames.push_back(f);
       if (++b2a == drop_b2a) continue;
+      if (b2a == corrupt_b2a) f[f.size() - 9] ^= 0x04;
       if (card)
         EXPECT_TRUE(dev->net2dev_rx(f, t));
       else
@@ -238,6 +242,7 @@ Outcome run(bool card, std::size_t drop_a2b = 0, std::size_t drop_b2a = 0) {
   out.mem_a = ma;
   out.mem_b = mb;
   if (dev) out.card = dev->counters();
+  if (ea) out.a_bad_icrc = ea->stats().verdicts[static_cast<std::size_t>(wire::Verdict::kBadIcrc)];
   out.b_seq_naks = eb.stats().get(Counter::kSeqErrNakSent);
   return out;
 }
@@ -328,6 +333,21 @@ TEST(DatapathEquivalence, ALostWriteEachWay) {
   EXPECT_GT(cnt(hw, DevCounter::kPsnDropCnt), 2u);
   EXPECT_GT(cnt(hw, DevCounter::kRetransCnt), 0u);
   std::printf("%s", format_nstats(hw.card, "datapath card (A), two frames lost").c_str());
+}
+
+TEST(DatapathEquivalence, ACorruptFrameIsDroppedAndCountedByTheCard) {
+  // The 20th frame from B arrives with a flipped payload bit: the card drops it for its ICRC
+  // (counted as `ICRC drop cnt`) as the software engine does, and recovers the same way.
+  const Outcome clean = run(false);
+  const Outcome sw = run(false, 0, 0, 20);
+  const Outcome hw = run(true, 0, 0, 20);
+  EXPECT_EQ(sw.a_bad_icrc, 1u);
+  EXPECT_EQ(cnt(hw, DevCounter::kRxIcrcDrop), 1u);
+  EXPECT_EQ(cnt(hw, DevCounter::kIbvRxPkgs) + 1, cnt(hw, DevCounter::kRoceRxPkgs));
+  expect_all_done(hw);
+  expect_identical(sw, hw);
+  EXPECT_EQ(hw.mem_a, clean.mem_a);
+  EXPECT_EQ(hw.mem_b, clean.mem_b);
 }
 
 TEST(DatapathCard, RefusesWhatNoMrEntryAllowsAndWhatItDoesNotRun) {
