@@ -207,8 +207,8 @@ struct QpPath {
   std::uint32_t pd = 0;
   std::array<std::uint8_t, 16> dgid{};  ///< the peer's GID (::ffff:a.b.c.d for IPv4)
   std::array<std::uint8_t, 6> dmac{};
-  std::uint8_t path_mtu = 3;       ///< IBA enum: 1 = 256 ... 5 = 4096
-  std::uint8_t timeout = 14;       ///< local ACK timeout, 4.096 us x 2^timeout
+  std::uint8_t path_mtu = 3;  ///< IBA enum: 1 = 256 ... 5 = 4096
+  std::uint8_t timeout = 14;  ///< local ACK timeout, 4.096 us x 2^timeout
   std::uint8_t retry_cnt = 7;
   std::uint8_t rnr_retry = 7;
   std::uint8_t min_rnr_timer = 12;

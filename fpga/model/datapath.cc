@@ -109,8 +109,8 @@ WrRsp DatapathCard::host2qp_wr(const HostQpWrite& w) {
     std::memcpy(a.ah.dmac.b.data(), s.path.dmac.data(), 6);
     std::memcpy(a.ah.dgid.b.data(), s.path.dgid.data(), 16);
     if (eng_->modify_qp(s.qp, a,
-                        kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
-                            kQpMaxDestRdAtomic | kQpMinRnrTimer) != kOk)
+                        kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
+                            kQpMinRnrTimer) != kOk)
       return {3, w.qpn};
     a.qp_state = engine::QpState::kRts;
     a.sq_psn = w.entry.next_psn & kMask24;
@@ -118,9 +118,9 @@ WrRsp DatapathCard::host2qp_wr(const HostQpWrite& w) {
     a.retry_cnt = s.path.retry_cnt;
     a.rnr_retry = s.path.rnr_retry;
     a.max_rd_atomic = s.path.max_rd_atomic;
-    if (eng_->modify_qp(s.qp, a,
-                        kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry |
-                            kQpMaxQpRdAtomic) != kOk)
+    if (eng_->modify_qp(
+            s.qp, a,
+            kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic) != kOk)
       return {3, w.qpn};
   } else if (target == engine::QpState::kErr) {
     a.qp_state = engine::QpState::kErr;
@@ -142,8 +142,7 @@ WrRsp DatapathCard::host2mr_wr(const HostMrWrite& w) {
   }
   if (w.len == 0 || w.paddr == 0) return {3, 0};
   // The engine reaches the region at its DMA address; work requests and peers name vaddr.
-  Mr* mr = eng_->reg_mr(pd(w.pd), reinterpret_cast<void*>(w.paddr), w.len, w.vaddr,
-                        w.access & 0xF);
+  Mr* mr = eng_->reg_mr(pd(w.pd), reinterpret_cast<void*>(w.paddr), w.len, w.vaddr, w.access & 0xF);
   if (mr == nullptr) return {2, 0};
   MrEntry& e = mrs_[mr->key];
   e.w = w;
@@ -182,7 +181,7 @@ void DatapathCard::complete(const WorkRequest& wr, std::uint8_t status) {
   c.qpn = wr.qpn;
   c.status = status;
   c.opcode = static_cast<std::uint8_t>(wr.opcode == WqOpcode::kRead ? WcOpcode::kRdmaRead
-                                                                     : WcOpcode::kRdmaWrite);
+                                                                    : WcOpcode::kRdmaWrite);
   cq_ring_.push_back(pack(c));
   ++cnt_[static_cast<std::size_t>(DevCounter::kCqOut)];
 }
@@ -272,8 +271,7 @@ const std::array<std::uint64_t, kDevCounters>& DatapathCard::counters() {
   cnt_[static_cast<std::size_t>(DevCounter::kPsnDropCnt)] =
       st.get(Counter::kSeqErrNakSent) + st.get(Counter::kRxDropAfterSeqNak) +
       st.get(Counter::kDuplicateRequests) + st.get(Counter::kRxDropUnexpected);
-  cnt_[static_cast<std::size_t>(DevCounter::kRetransCnt)] =
-      st.get(Counter::kRetransmittedPackets);
+  cnt_[static_cast<std::size_t>(DevCounter::kRetransCnt)] = st.get(Counter::kRetransmittedPackets);
   cnt_[static_cast<std::size_t>(DevCounter::kRxIcrcDrop)] =
       st.verdicts[static_cast<std::size_t>(wire::Verdict::kBadIcrc)];
   return cnt_;

@@ -40,9 +40,9 @@ inline constexpr std::uint8_t kWcStatusLocProtErr = 4;
 class DatapathCard {
  public:
   struct Config {
-    engine::EngineConfig net;         ///< the card's MAC, IP and (tests) seeds
-    std::size_t wq_depth = 1024;      ///< host2dev_wq entries
-    std::size_t cq_depth = 4096;      ///< dev2host_cq entries
+    engine::EngineConfig net;     ///< the card's MAC, IP and (tests) seeds
+    std::size_t wq_depth = 1024;  ///< host2dev_wq entries
+    std::size_t cq_depth = 4096;  ///< dev2host_cq entries
   };
   explicit DatapathCard(const Config& cfg);
   ~DatapathCard();

@@ -43,11 +43,10 @@ struct Op {
   WqOpcode op;
   std::uint32_t len;
 };
-const Op kOps[] = {{WqOpcode::kWrite, 1},     {WqOpcode::kWrite, 1000},
-                   {WqOpcode::kWrite, 4096},  {WqOpcode::kWrite, 65536},
-                   {WqOpcode::kRead, 4096},   {WqOpcode::kRead, 100000},
-                   {WqOpcode::kWrite, 0},     {WqOpcode::kRead, 1},
-                   {WqOpcode::kWrite, 20000}, {WqOpcode::kRead, 3000}};
+const Op kOps[] = {{WqOpcode::kWrite, 1},     {WqOpcode::kWrite, 1000}, {WqOpcode::kWrite, 4096},
+                   {WqOpcode::kWrite, 65536}, {WqOpcode::kRead, 4096},  {WqOpcode::kRead, 100000},
+                   {WqOpcode::kWrite, 0},     {WqOpcode::kRead, 1},     {WqOpcode::kWrite, 20000},
+                   {WqOpcode::kRead, 3000}};
 
 /// `card`: A's QP on the datapath card; `drop_a2b` / `drop_b2a`: the nth frame in that
 /// direction is lost on the wire (0: none); `corrupt_b2a`: a payload bit of that frame from B
@@ -131,10 +130,10 @@ Outcome run(bool card, std::size_t drop_a2b = 0, std::size_t drop_b2a = 0,
     a.retry_cnt = 7;
     a.rnr_retry = 7;
     a.max_rd_atomic = 16;
-    EXPECT_EQ(e.modify_qp(qp, a,
-                          kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry |
-                              kQpMaxQpRdAtomic),
-              kOk);
+    EXPECT_EQ(
+        e.modify_qp(
+            qp, a, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
+        kOk);
   };
   if (card)
     EXPECT_TRUE(drv->connect(qpn_a, qpb->qpn, kPsnA, kPsnB));
@@ -378,11 +377,11 @@ TEST(DatapathCard, RefusesWhatNoMrEntryAllowsAndWhatItDoesNotRun) {
     d.len = len;
     return d;
   };
-  EXPECT_TRUE(drv.post(wr(1, WqOpcode::kRead, ro, base, 64)));            // READ into read-only
-  EXPECT_TRUE(drv.post(wr(2, WqOpcode::kWrite, ro, base + 4000, 200)));   // past its end
-  EXPECT_TRUE(drv.post(wr(3, WqOpcode::kWrite, other_pd, base, 64)));     // another PD's MR
-  EXPECT_TRUE(drv.post(wr(4, WqOpcode::kWrite, 0x1234, base, 64)));       // no such key
-  EXPECT_TRUE(drv.post(wr(5, WqOpcode::kSend, ro, base, 64)));            // the software's
+  EXPECT_TRUE(drv.post(wr(1, WqOpcode::kRead, ro, base, 64)));           // READ into read-only
+  EXPECT_TRUE(drv.post(wr(2, WqOpcode::kWrite, ro, base + 4000, 200)));  // past its end
+  EXPECT_TRUE(drv.post(wr(3, WqOpcode::kWrite, other_pd, base, 64)));    // another PD's MR
+  EXPECT_TRUE(drv.post(wr(4, WqOpcode::kWrite, 0x1234, base, 64)));      // no such key
+  EXPECT_TRUE(drv.post(wr(5, WqOpcode::kSend, ro, base, 64)));           // the software's
   dev.run(1000, [](std::span<const std::uint8_t>) { ADD_FAILURE() << "nothing may be sent"; });
   const auto c = drv.poll();
   ASSERT_EQ(c.size(), 5u);
