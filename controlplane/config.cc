@@ -63,8 +63,9 @@ void parse_offload(Reader& port, PortConfig& p, const std::string& origin,
   const auto check_mode = [&](const YAML::Node& at, const std::string& m) {
     if (m == "datapath")
       port.fail(at, path +
-                        ": 'datapath' (the whole RC datapath on the card) is not built yet; "
-                        "modes: none, icrc, parse (docs/fpga.md)");
+                        ": 'datapath' (the whole RC datapath on the card) is not wired into roced "
+                        "yet (its card model is proven alone, docs/fpga.md); modes: none, icrc, "
+                        "parse");
     if (m != "none" && m != "icrc" && m != "parse")
       port.fail(at, path + ": '" + m + "' is not an offload mode (none, icrc, parse)");
   };

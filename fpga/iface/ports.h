@@ -18,6 +18,8 @@
 ///   rx2qp_req / qp2rx_rsp          QP state table, read-modify-write by the receive side
 ///   tx2qp_req / qp2tx_rsp          QP state table, read-modify-write by the transmit side
 ///   host2qp_wr                     QP state table, written by the host (modify QP)
+///   host2qp_path                   QP path table, written by the host (create QP, address, MTU)
+///   dev2host_wr_rsp                the device's answer to a table write (QPN or key it assigned)
 ///   dev2mr_req / mr2dev_rsp        MR/TLB table: key + range check and translation
 ///   host2mr_wr                     MR/TLB table, written by the host (reg/dereg MR)
 ///   counters                       64-bit counters, read by the host (Coyote's nstats names)
@@ -197,6 +199,42 @@ struct HostQpWrite {
   static constexpr unsigned kBits = 24 + 1 + total_bits(QpState::kFields);
 };
 
+/// host2qp_path: what the datapath needs of a QP besides its PSN state (Coyote's QP context:
+/// remote address, MTU, timers). `qpn` 0 creates a QP: the device assigns its number and
+/// answers on dev2host_wr_rsp, as an RNIC's firmware does.
+struct QpPath {
+  std::uint32_t qpn = 0;
+  std::uint32_t pd = 0;
+  std::array<std::uint8_t, 16> dgid{};  ///< the peer's GID (::ffff:a.b.c.d for IPv4)
+  std::array<std::uint8_t, 6> dmac{};
+  std::uint8_t path_mtu = 3;  ///< IBA enum: 1 = 256 ... 5 = 4096
+  std::uint8_t timeout = 14;  ///< local ACK timeout, 4.096 us x 2^timeout
+  std::uint8_t retry_cnt = 7;
+  std::uint8_t rnr_retry = 7;
+  std::uint8_t min_rnr_timer = 12;
+  std::uint8_t max_rd_atomic = 1;  ///< READs outstanding, both directions
+  std::uint8_t access = 0;         ///< verbs remote access bits the QP grants
+  static constexpr std::array<Field, 11> kFields{{{"qpn", 24},
+                                                  {"pd", 24},
+                                                  {"dgid", 128},
+                                                  {"dmac", 48},
+                                                  {"path_mtu", 3},
+                                                  {"timeout", 5},
+                                                  {"retry_cnt", 3},
+                                                  {"rnr_retry", 3},
+                                                  {"min_rnr_timer", 5},
+                                                  {"max_rd_atomic", 5},
+                                                  {"access", 4}}};
+};
+
+/// dev2host_wr_rsp: the answer to host2qp_path and host2mr_wr: the QPN or key the device
+/// assigned (or the one named), or why not.
+struct WrRsp {
+  std::uint8_t status = 0;  ///< 0 ok, 1 no such entry, 2 table full, 3 invalid
+  std::uint32_t id = 0;     ///< QPN (24 bits) or MR key
+  static constexpr std::array<Field, 2> kFields{{{"status", 3}, {"id", 32}}};
+};
+
 // ---- MR/TLB table ------------------------------------------------------------------------------
 
 /// dev2mr_req: may the device touch [vaddr, vaddr + len) under `key` with `access`?
@@ -217,7 +255,8 @@ struct MrRsp {
   static constexpr std::array<Field, 2> kFields{{{"status", 3}, {"paddr", 64}}};
 };
 
-/// host2mr_wr: register (valid) or deregister an MR.
+/// host2mr_wr: register (valid; the device assigns the key and answers on dev2host_wr_rsp) or
+/// deregister (the key names the MR).
 struct HostMrWrite {
   std::uint32_t key = 0;
   bool valid = false;
@@ -279,7 +318,7 @@ struct PortDesc {
   unsigned bits;     ///< width of one beat / descriptor / request
 };
 
-inline constexpr std::array<PortDesc, 17> kPorts{{
+inline constexpr std::array<PortDesc, 19> kPorts{{
     {"host2dev_wq", PortKind::kRing, true, total_bits(WorkRequest::kFields)},
     {"dev2host_cq", PortKind::kRing, false, total_bits(Completion::kFields)},
     {"net2dev_rx", PortKind::kStream, true, total_bits(Flit::kFields)},
@@ -293,6 +332,8 @@ inline constexpr std::array<PortDesc, 17> kPorts{{
     {"tx2qp_req", PortKind::kTableReq, true, total_bits(TxQpReq::kFields)},
     {"qp2tx_rsp", PortKind::kTableRsp, false, QpRsp::kBits},
     {"host2qp_wr", PortKind::kTableWrite, true, HostQpWrite::kBits},
+    {"host2qp_path", PortKind::kTableWrite, true, total_bits(QpPath::kFields)},
+    {"dev2host_wr_rsp", PortKind::kTableRsp, false, total_bits(WrRsp::kFields)},
     {"dev2mr_req", PortKind::kTableReq, true, total_bits(MrReq::kFields)},
     {"mr2dev_rsp", PortKind::kTableRsp, false, total_bits(MrRsp::kFields)},
     {"host2mr_wr", PortKind::kTableWrite, true, total_bits(HostMrWrite::kFields)},

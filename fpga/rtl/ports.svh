@@ -193,6 +193,40 @@ typedef struct packed {
   logic [31:0] key;
 } host_mr_write_t;
 
+localparam int QP_PATH_QPN_W = 24;
+localparam int QP_PATH_PD_W = 24;
+localparam int QP_PATH_DGID_W = 128;
+localparam int QP_PATH_DMAC_W = 48;
+localparam int QP_PATH_PATH_MTU_W = 3;
+localparam int QP_PATH_TIMEOUT_W = 5;
+localparam int QP_PATH_RETRY_CNT_W = 3;
+localparam int QP_PATH_RNR_RETRY_W = 3;
+localparam int QP_PATH_MIN_RNR_TIMER_W = 5;
+localparam int QP_PATH_MAX_RD_ATOMIC_W = 5;
+localparam int QP_PATH_ACCESS_W = 4;
+localparam int QP_PATH_W = 252;
+typedef struct packed {
+  logic [3:0] access;
+  logic [4:0] max_rd_atomic;
+  logic [4:0] min_rnr_timer;
+  logic [2:0] rnr_retry;
+  logic [2:0] retry_cnt;
+  logic [4:0] timeout;
+  logic [2:0] path_mtu;
+  logic [47:0] dmac;
+  logic [127:0] dgid;
+  logic [23:0] pd;
+  logic [23:0] qpn;
+} qp_path_t;
+
+localparam int WR_RSP_STATUS_W = 3;
+localparam int WR_RSP_ID_W = 32;
+localparam int WR_RSP_W = 35;
+typedef struct packed {
+  logic [31:0] id;
+  logic [2:0] status;
+} wr_rsp_t;
+
 localparam logic [2047:0] OP_VALID = {8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0,
     8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0,
     8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0, 8'd0,
@@ -321,6 +355,8 @@ localparam int PORT_QP2RX_RSP_W = 127;
 localparam int PORT_TX2QP_REQ_W = 49;
 localparam int PORT_QP2TX_RSP_W = 127;
 localparam int PORT_HOST2QP_WR_W = 151;
+localparam int PORT_HOST2QP_PATH_W = 252;
+localparam int PORT_DEV2HOST_WR_RSP_W = 35;
 localparam int PORT_DEV2MR_REQ_W = 156;
 localparam int PORT_MR2DEV_RSP_W = 67;
 localparam int PORT_HOST2MR_WR_W = 253;

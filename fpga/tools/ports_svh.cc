@@ -83,6 +83,8 @@ int main(int argc, char** argv) {
   emit(o, "mr_req", roce::fpga::MrReq::kFields);
   emit(o, "mr_rsp", roce::fpga::MrRsp::kFields);
   emit(o, "host_mr_write", roce::fpga::HostMrWrite::kFields);
+  emit(o, "qp_path", roce::fpga::QpPath::kFields);
+  emit(o, "wr_rsp", roce::fpga::WrRsp::kFields);
   emit_opcode_roms(o);
   o << "\n";
   // wire::Verdict: the parser's verdicts, the same numbers as the software's.

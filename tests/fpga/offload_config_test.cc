@@ -1,6 +1,6 @@
 // The per-port `offload:` key (controlplane/config): a mode as a scalar or a map with the
-// device model's clock and width; unknown modes, keys and the not-yet-built datapath mode are
-// errors that name the line.
+// device model's clock and width; unknown modes, keys and the datapath mode (not wired into
+// roced yet) are errors that name the line.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -45,7 +45,7 @@ TEST(OffloadConfig, Errors) {
     }
   };
   fails("crc", "'crc' is not an offload mode");
-  fails("datapath", "not built yet");
+  fails("datapath", "not wired into roced yet");
   fails("{mode: icrc, clock: 250}", "clock");
   fails("{mode: icrc, bytes_per_cycle: 0}", "bytes_per_cycle");
 }
