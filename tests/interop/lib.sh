@@ -25,9 +25,10 @@ finish() {  # wait for the VM to end; return its command's status
   grep -q "cmd-end rc=0" "$out/vm.txt"
 }
 
-# roced_on_dp0 ROCED NAME: roced with its port on the VM bridge's veth end (net_af_packet on dp0,
-# 192.0.2.100) and an attach socket $out/NAME.sock, started in the VM's network namespace;
-# `rp` is its pid. Waits for the socket.
+# roced_on_dp0 ROCED NAME [PORT_YAML]: roced with its port on the VM bridge's veth end
+# (net_af_packet on dp0, 192.0.2.100) and an attach socket $out/NAME.sock, started in the VM's
+# network namespace; `rp` is its pid. Waits for the socket. PORT_YAML: more keys of the port
+# (indented by four), e.g. "    offload: parse".
 roced_on_dp0() {
   cat > "$out/$2.yaml" <<YAML
 name: $2
@@ -40,6 +41,7 @@ ports:
     devargs: iface=dp0,qpairs=1
     mac: 02:00:5e:00:0f:11
     ipv4: 192.0.2.100/24
+${3:-}
 counters:
   telemetry: false
 attach:
