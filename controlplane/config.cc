@@ -242,9 +242,9 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
       Reader k(sv[i], origin, path);
       ServiceConfig s;
       static const std::set<std::string> kTests = {
-          "write_bw", "read_bw",    "send_bw",     "atomic_bw",   "write_lat",    "read_lat",
-          "send_lat", "atomic_lat", "rc_pingpong", "ud_pingpong", "srq_pingpong", "naa",
-          "nfs"};
+          "write_bw",     "read_bw",  "send_bw",    "atomic_bw",   "write_lat",
+          "read_lat",     "send_lat", "atomic_lat", "rc_pingpong", "ud_pingpong",
+          "srq_pingpong", "naa",      "nfs"};
       if (!k.has("test")) k.fail(sv[i], path + ".test is required");
       s.test = k.str("test", "");
       if (!kTests.count(s.test))

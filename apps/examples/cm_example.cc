@@ -159,8 +159,8 @@ int run_server(Context& ctx, const Args& a) {
                 reinterpret_cast<const char*>(ev.private_data.data()));
     if (a.reject) {
       const char why[] = "go away";
-      if (const int rc = ctx.cm_reject(
-              ev.id, {reinterpret_cast<const std::uint8_t*>(why), sizeof why}))
+      if (const int rc =
+              ctx.cm_reject(ev.id, {reinterpret_cast<const std::uint8_t*>(why), sizeof why}))
         return fail("cm_reject", rc);
       std::printf("OK: rejected\n");
       continue;

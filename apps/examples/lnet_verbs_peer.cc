@@ -42,9 +42,9 @@ struct Args {
   bool qps_given = false;
 };
 
-using perf::pp::kSrqMaxQp;  ///< srq_pingpong's table of QP addresses
+using perf::pp::kSrqMaxQp;                    ///< srq_pingpong's table of QP addresses
 constexpr std::uint32_t kSrqDefaultQps = 16;  ///< its -q
-constexpr std::uint32_t kMaxQps = 64;          ///< foreign connections of one Tm, here
+constexpr std::uint32_t kMaxQps = 64;         ///< foreign connections of one Tm, here
 
 int fail(const std::string& what) {
   std::fprintf(stderr, "FAIL: %s\n", what.c_str());
@@ -134,8 +134,8 @@ int run(const Args& a, client::Context& ctx) {
       bool good = ev.length == a.size && ev.ep.has_value();
       for (std::uint64_t i = 0; good && i < ev.length; ++i) good = p[i] == fill;
       if (!good) {
-        std::printf("FAIL: message %u: %llu bytes at offset %llu, contents %s\n",
-                    received.load(), static_cast<unsigned long long>(ev.length),
+        std::printf("FAIL: message %u: %llu bytes at offset %llu, contents %s\n", received.load(),
+                    static_cast<unsigned long long>(ev.length),
                     static_cast<unsigned long long>(ev.offset), good ? "ok" : "wrong");
         ++errors;
       }
@@ -231,11 +231,12 @@ int run(const Args& a, client::Context& ctx) {
     total_bufs += n;
     if (count > 1) full += n;
   }
-  std::printf("%u messages (%llu bytes) from %u QPs in %u receive buffers, %u replies (%u after "
-              "the peer finished, failed), Tm counters: %llu messages, %llu bytes\n",
-              received.load(), static_cast<unsigned long long>(bytes.load()), a.qps, total_bufs,
-              sent.load(), late.load(), static_cast<unsigned long long>(st.msgs_received),
-              static_cast<unsigned long long>(st.bytes_received));
+  std::printf(
+      "%u messages (%llu bytes) from %u QPs in %u receive buffers, %u replies (%u after "
+      "the peer finished, failed), Tm counters: %llu messages, %llu bytes\n",
+      received.load(), static_cast<unsigned long long>(bytes.load()), a.qps, total_bufs,
+      sent.load(), late.load(), static_cast<unsigned long long>(st.msgs_received),
+      static_cast<unsigned long long>(st.bytes_received));
   if (errors) return fail(std::to_string(errors.load()) + " errors");
   if (received < a.iters) return fail("fewer messages than -n");
   if (bytes != std::uint64_t{received} * a.size || st.bytes_received != bytes)
@@ -275,9 +276,9 @@ int main(int argc, char** argv) {
     }
   }
   if (a.kind == "srq" && !a.qps_given) a.qps = kSrqDefaultQps;
-  if (a.socket.empty() || (a.kind != "rc" && a.kind != "srq") || a.qps == 0 ||
-      a.qps > kMaxQps || (a.kind == "rc" && a.qps != 1) || a.size == 0 ||
-      a.size > (1u << 20) || a.per_buffer == 0 || a.buffers < 2) {
+  if (a.socket.empty() || (a.kind != "rc" && a.kind != "srq") || a.qps == 0 || a.qps > kMaxQps ||
+      (a.kind == "rc" && a.qps != 1) || a.size == 0 || a.size > (1u << 20) || a.per_buffer == 0 ||
+      a.buffers < 2) {
     std::fprintf(stderr,
                  "usage: roce-lnet-verbs-peer --socket PATH [--kind rc|srq] [--qps N (srq, <= 64)] "
                  "[--size BYTES] [--iters N] [--per-buffer N] [--buffers N >= 2] [--tcp-port P]\n");

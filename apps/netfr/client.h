@@ -21,7 +21,6 @@ struct Pending {
   std::uint32_t length, offset, buffer;
 };
 
-
 class Client : public Endpoint {
  public:
   Client(Fabric& f, const NFRInitOpts& o) : Endpoint(f) {
@@ -207,8 +206,10 @@ class Client : public Endpoint {
       case MsgType::kHostData: {
         const auto& m = std::get<Data>(d.msg);
         if (!check_serials(ch, m.msg_serial, m.channel_serial)) return false;
-        pending_[m.msg_serial] = Pending{ch, slot, false, m.channel_serial, m.udata,
-                                         static_cast<std::uint32_t>(m.payload.size()), 0, 0};
+        pending_[m.msg_serial] = Pending{ch,      slot,
+                                         false,   m.channel_serial,
+                                         m.udata, static_cast<std::uint32_t>(m.payload.size()),
+                                         0,       0};
         return true;
       }
       case MsgType::kBufferUpdate: {
@@ -222,8 +223,14 @@ class Client : public Endpoint {
         }
         if (!check_serials(ch, m.write_serial, m.channel_serial)) return false;
         mems_[m.buffer_index]->has_data = true;
-        pending_[m.write_serial] = Pending{ch, slot, true, m.channel_serial, m.udata,
-                                           m.payload_size, m.payload_offset, m.buffer_index};
+        pending_[m.write_serial] = Pending{ch,
+                                           slot,
+                                           true,
+                                           m.channel_serial,
+                                           m.udata,
+                                           m.payload_size,
+                                           m.payload_offset,
+                                           m.buffer_index};
         return true;
       }
       case MsgType::kHostBufferState: {
@@ -243,8 +250,7 @@ class Client : public Endpoint {
 
   bool check_serials(unsigned ch, std::uint32_t serial, std::uint32_t ch_serial) {
     if (ch_serial != ch_[ch].rx_channel_serial ||
-        (!relaxed_ && serial_before(serial, next_serial_)) ||
-        pending_.count(serial)) {
+        (!relaxed_ && serial_before(serial, next_serial_)) || pending_.count(serial)) {
       ++stats_.protocol_errors;
       on_channel_error(ch, "serial out of order");
       return false;
@@ -269,4 +275,3 @@ class Client : public Endpoint {
 };
 
 }  // namespace roce::netfr
-

@@ -90,7 +90,8 @@ const std::uint8_t* row_src(const std::vector<std::uint8_t>& base, std::uint32_t
 void render(std::uint8_t* f, const Res& r, std::uint32_t shift,
             const std::vector<std::uint8_t>& base) {
   const std::size_t stride = std::size_t{r.w} * 4;
-  for (std::uint32_t y = 0; y < r.h; ++y) std::memcpy(f + y * stride, row_src(base, r.w, shift, y), stride);
+  for (std::uint32_t y = 0; y < r.h; ++y)
+    std::memcpy(f + y * stride, row_src(base, r.w, shift, y), stride);
 }
 bool verify(const std::uint8_t* f, const Res& r, std::uint32_t shift,
             const std::vector<std::uint8_t>& base) {
@@ -123,7 +124,8 @@ int run_host(const std::vector<const Res*>& res, unsigned fps, double seconds) {
   }
   constexpr int kRing = 3;
   std::size_t max_bytes = 0;
-  for (const Res* x : res) max_bytes = std::max<std::size_t>(max_bytes, std::size_t{x->w} * x->h * 4);
+  for (const Res* x : res)
+    max_bytes = std::max<std::size_t>(max_bytes, std::size_t{x->w} * x->h * 4);
   std::vector<std::vector<std::uint8_t>> src(kRing, std::vector<std::uint8_t>(max_bytes));
   PNFRMemory mem[kRing];
   int busy[kRing] = {};
@@ -151,8 +153,12 @@ int run_host(const std::vector<const Res*>& res, unsigned fps, double seconds) {
         const std::uint64_t tick = t0 + n * period + static_cast<std::uint64_t>(half) * period / 2;
         while (now_ns() < tick) nfrHostProcess(h);
         if (now_ns() > tick + period) ++late;
-        Cursor c{cursors++, now_ns(), static_cast<std::int32_t>((n * 7 + half * 3) % x->w),
-                 static_cast<std::int32_t>((n * 5) % x->h), static_cast<std::uint32_t>(x - kRes), 0};
+        Cursor c{cursors++,
+                 now_ns(),
+                 static_cast<std::int32_t>((n * 7 + half * 3) % x->w),
+                 static_cast<std::int32_t>((n * 5) % x->h),
+                 static_cast<std::uint32_t>(x - kRes),
+                 0};
         if (send_dg(NETFR_CHANNEL_SECONDARY, &c, sizeof c, kCursor) != 0) return 1;
         if (half == 1) continue;
         const int k = static_cast<int>(n % kRing);
@@ -189,8 +195,8 @@ int run_host(const std::vector<const Res*>& res, unsigned fps, double seconds) {
     }
     PhaseEnd pe{static_cast<std::uint32_t>(x - kRes), fps, frames, cursors, seconds};
     send_dg(NETFR_CHANNEL_PRIMARY, &pe, sizeof pe, kPhaseEnd);
-    std::printf("host: %s@%u: %llu frames, %llu cursor updates sent (%llu ticks missed)\n",
-                x->name, fps, U(frames), U(cursors), U(late));
+    std::printf("host: %s@%u: %llu frames, %llu cursor updates sent (%llu ticks missed)\n", x->name,
+                fps, U(frames), U(cursors), U(late));
   }
   // On both channels: with relaxed order, the client is done when both arrived.
   std::uint8_t done[8] = {};
@@ -231,23 +237,32 @@ void write_svg(const std::string& path, const std::map<std::uint32_t, Series>& s
       lmax = std::max(lmax, x.lat_us[i]);
     }
   lmax *= 1.1;
-  std::fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%g' height='%g' "
-                  "font-family='sans-serif' font-size='12'>\n", W + L + 20, H + B + 30);
-  std::fprintf(f, "<rect x='%g' y='10' width='%g' height='%g' fill='none' stroke='black'/>\n", L, W, H);
+  std::fprintf(f,
+               "<svg xmlns='http://www.w3.org/2000/svg' width='%g' height='%g' "
+               "font-family='sans-serif' font-size='12'>\n",
+               W + L + 20, H + B + 30);
+  std::fprintf(f, "<rect x='%g' y='10' width='%g' height='%g' fill='none' stroke='black'/>\n", L, W,
+               H);
   for (int i = 0; i <= 4; ++i) {
     const double y = 10 + H - H * i / 4;
-    std::fprintf(f, "<text x='%g' y='%g' text-anchor='end'>%.0f</text>\n", L - 4, y + 4, lmax * i / 4);
-    std::fprintf(f, "<text x='%g' y='%g' text-anchor='middle'>%.1f</text>\n", L + W * i / 4,
-                 H + 26, tmax * i / 4);
+    std::fprintf(f, "<text x='%g' y='%g' text-anchor='end'>%.0f</text>\n", L - 4, y + 4,
+                 lmax * i / 4);
+    std::fprintf(f, "<text x='%g' y='%g' text-anchor='middle'>%.1f</text>\n", L + W * i / 4, H + 26,
+                 tmax * i / 4);
   }
-  std::fprintf(f, "<text x='%g' y='%g' text-anchor='middle'>seconds since the first frame of the phase</text>\n",
+  std::fprintf(f,
+               "<text x='%g' y='%g' text-anchor='middle'>seconds since the first frame of the "
+               "phase</text>\n",
                L + W / 2, H + B + 10);
-  std::fprintf(f, "<text x='14' y='%g' transform='rotate(-90 14 %g)' text-anchor='middle'>frame latency (us)</text>\n",
+  std::fprintf(f,
+               "<text x='14' y='%g' transform='rotate(-90 14 %g)' text-anchor='middle'>frame "
+               "latency (us)</text>\n",
                10 + H / 2, 10 + H / 2);
   const char* colours[] = {"#1f77b4", "#d62728"};
   int line = 0;
   for (auto& [r, x] : s) {
-    std::fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='1' points='", colours[line % 2]);
+    std::fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='1' points='",
+                 colours[line % 2]);
     for (std::size_t i = 0; i < x.lat_us.size(); ++i)
       std::fprintf(f, "%.1f,%.1f ", L + W * x.at_s[i] / tmax, 10 + H - H * x.lat_us[i] / lmax);
     std::fprintf(f, "'/>\n<text x='%g' y='%d' fill='%s'>%s@%u</text>\n", L + 10, 28 + 16 * line,
@@ -301,7 +316,8 @@ int run_client(const char* host, const std::string& svg, bool relaxed) {
       continue;
     }
     if (ev->type == NFR_CLIENT_EVENT_MEM_WRITE) {
-      const auto* f = static_cast<const std::uint8_t*>(nfrMemoryPointer(ev->memRegion)) + ev->payloadOffset;
+      const auto* f =
+          static_cast<const std::uint8_t*>(nfrMemoryPointer(ev->memRegion)) + ev->payloadOffset;
       FrameHeader hd;
       std::memcpy(&hd, f, sizeof hd);
       if (hd.magic != kMagic || hd.res >= 2) {
@@ -354,19 +370,22 @@ int run_client(const char* host, const std::string& svg, bool relaxed) {
   for (auto& [ri, s] : series) {
     const double el = s.frames > 1 ? (s.last_ns - s.first_ns) / 1e9 : 0;
     const std::uint64_t lost = s.expected - std::min(s.expected, s.frames);
-    std::printf("%s@%u: frames delivered %llu of %llu, dropped %llu, corrupt %llu, %.1f fps, "
-                "%.0f MB/s, verify %.2f ms/frame\n",
-                kRes[ri].name, s.fps, U(s.frames), U(s.expected), U(lost), U(s.bad),
-                el > 0 ? (s.frames - 1) / el : 0, el > 0 ? s.bytes / el / 1e6 : 0,
-                s.frames ? s.verify_ms / s.frames : 0);
+    std::printf(
+        "%s@%u: frames delivered %llu of %llu, dropped %llu, corrupt %llu, %.1f fps, "
+        "%.0f MB/s, verify %.2f ms/frame\n",
+        kRes[ri].name, s.fps, U(s.frames), U(s.expected), U(lost), U(s.bad),
+        el > 0 ? (s.frames - 1) / el : 0, el > 0 ? s.bytes / el / 1e6 : 0,
+        s.frames ? s.verify_ms / s.frames : 0);
     std::printf("%s@%u: frame latency us: p50 %.0f p99 %.0f p99.9 %.0f max %.0f\n", kRes[ri].name,
-                s.fps, pct(s.lat_us, 50), pct(s.lat_us, 99), pct(s.lat_us, 99.9), pct(s.lat_us, 100));
+                s.fps, pct(s.lat_us, 50), pct(s.lat_us, 99), pct(s.lat_us, 99.9),
+                pct(s.lat_us, 100));
     std::printf("%s@%u: cursor updates %llu of %llu, latency us: p50 %.0f p99 %.0f max %.0f\n",
                 kRes[ri].name, s.fps, U(s.cursors), U(s.expected_cursors), pct(s.cursor_us, 50),
                 pct(s.cursor_us, 99), pct(s.cursor_us, 100));
     if (lost || s.bad || s.cursors != s.expected_cursors) rc = 1;
   }
-  std::printf("dropped %llu, frames in a larger buffer than needed %llu\n", U(dropped), U(misplaced));
+  std::printf("dropped %llu, frames in a larger buffer than needed %llu\n", U(dropped),
+              U(misplaced));
   if (dropped) rc = 1;
   if (!svg.empty()) {
     write_svg(svg, series);
@@ -382,7 +401,10 @@ int run_client(const char* host, const std::string& svg, bool relaxed) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s host [--res 1080p,4k] [--fps N] [--seconds S] | client HOST_IP [--svg FILE] [--order strict|relaxed]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s host [--res 1080p,4k] [--fps N] [--seconds S] | client HOST_IP [--svg "
+                 "FILE] [--order strict|relaxed]\n",
+                 argv[0]);
     return 2;
   }
   const std::string role = argv[1];
@@ -411,10 +433,14 @@ int main(int argc, char** argv) {
         res.push_back(x);
         p = q + 1;
       }
-    } else if (k == "--fps") fps = static_cast<unsigned>(std::atoi(v.c_str()));
-    else if (k == "--seconds") seconds = std::atof(v.c_str());
-    else if (k == "--svg") svg = v;
-    else if (k == "--order") relaxed = v == "relaxed";
+    } else if (k == "--fps")
+      fps = static_cast<unsigned>(std::atoi(v.c_str()));
+    else if (k == "--seconds")
+      seconds = std::atof(v.c_str());
+    else if (k == "--svg")
+      svg = v;
+    else if (k == "--order")
+      relaxed = v == "relaxed";
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;

@@ -52,10 +52,10 @@ Fabric* process_fabric(const char* link, std::string& err) {
 std::string Stats::line() const {
   std::ostringstream o;
   o << "sent " << sent << " received " << received << " acks_sent " << acks_sent
-    << " acks_received " << acks_received << " writes " << writes << " write_bytes "
-    << write_bytes << " credit_waits " << credit_waits << " internal_queued " << internal_queued
-    << " protocol_errors " << protocol_errors << " bad_messages " << bad_messages
-    << " connects " << connects << " disconnects " << disconnects << " rejected " << rejected;
+    << " acks_received " << acks_received << " writes " << writes << " write_bytes " << write_bytes
+    << " credit_waits " << credit_waits << " internal_queued " << internal_queued
+    << " protocol_errors " << protocol_errors << " bad_messages " << bad_messages << " connects "
+    << connects << " disconnects " << disconnects << " rejected " << rejected;
   return o.str();
 }
 
@@ -95,8 +95,8 @@ bool Endpoint::open_channel(unsigned i, ConnId conn) {
   c.on_done.assign(kSlots, {});
   c.internal.clear();
   for (std::uint32_t s = 0; s < kSlots; ++s)
-    if (!fab_.post_recv(conn, make_wr(i, WrKind::kRecv, s), rx_slot(i, s),
-                        NETFR_MESSAGE_MAX_SIZE, c.rx_mr.lkey))
+    if (!fab_.post_recv(conn, make_wr(i, WrKind::kRecv, s), rx_slot(i, s), NETFR_MESSAGE_MAX_SIZE,
+                        c.rx_mr.lkey))
       return false;
   c.open = true;
   c.up = false;
@@ -128,8 +128,9 @@ int Endpoint::send_message(unsigned ch, const std::uint8_t* msg, std::size_t len
                            std::function<void(int)> on_done) {
   Channel& c = ch_[ch];
   if (!c.up) return -ENOTCONN;
-  const bool ack = len >= kHeaderSize && (msg[9] == static_cast<std::uint8_t>(MsgType::kHostDataAck) ||
-                                          msg[9] == static_cast<std::uint8_t>(MsgType::kClientDataAck));
+  const bool ack =
+      len >= kHeaderSize && (msg[9] == static_cast<std::uint8_t>(MsgType::kHostDataAck) ||
+                             msg[9] == static_cast<std::uint8_t>(MsgType::kClientDataAck));
   if (!ack) {
     if (user) {
       while (c.credits <= NETFR_RESERVED_CREDIT_COUNT || c.free_tx.empty()) {

@@ -112,7 +112,6 @@ class Endpoint {
   int channel_of(ConnId c) const;
 
  protected:
-
   Fabric& fab_;
   std::array<Channel, NETFR_CHANNEL_COUNT> ch_;
   Stats stats_;

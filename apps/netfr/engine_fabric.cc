@@ -29,19 +29,32 @@ bool parse_link(const std::string& text, LinkConfig& c, std::string& err) {
     }
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
     try {
-      if (k == "pmd") c.pmd = v;
-      else if (k == "socket") c.memif_socket = v;
-      else if (k == "role") c.memif_role = v;
-      else if (k == "iface") c.iface = v;
-      else if (k == "ip") c.ip = v;
-      else if (k == "mac") c.mac = v;
-      else if (k == "pcap") c.pcap = v;
-      else if (k == "tx_drop") c.tx_drop = std::stod(v);
-      else if (k == "rx_drop") c.rx_drop = std::stod(v);
-      else if (k == "reorder") c.reorder = std::stod(v);
-      else if (k == "seed") c.seed = std::stoull(v);
-      else if (k == "window") c.window_bytes = std::stoull(v);
-      else if (k == "lcore") c.lcore = std::stoi(v);
+      if (k == "pmd")
+        c.pmd = v;
+      else if (k == "socket")
+        c.memif_socket = v;
+      else if (k == "role")
+        c.memif_role = v;
+      else if (k == "iface")
+        c.iface = v;
+      else if (k == "ip")
+        c.ip = v;
+      else if (k == "mac")
+        c.mac = v;
+      else if (k == "pcap")
+        c.pcap = v;
+      else if (k == "tx_drop")
+        c.tx_drop = std::stod(v);
+      else if (k == "rx_drop")
+        c.rx_drop = std::stod(v);
+      else if (k == "reorder")
+        c.reorder = std::stod(v);
+      else if (k == "seed")
+        c.seed = std::stoull(v);
+      else if (k == "window")
+        c.window_bytes = std::stoull(v);
+      else if (k == "lcore")
+        c.lcore = std::stoi(v);
       else {
         err = "unknown key '" + k + "'";
         return false;
@@ -269,8 +282,9 @@ void EngineFabric::on_cm(const cm::CmEvent& e) {
     const ConnId c = next_++;
     conns_[c] = conn;
     by_cm_[e.id.v] = c;
-    FabricEvent fe{FabricEvent::kConnectRequest, c, static_cast<std::uint16_t>(e.service_id & 0xFFFF),
-                   ctl::to_string(*conn.peer), e.private_data};
+    FabricEvent fe{FabricEvent::kConnectRequest, c,
+                   static_cast<std::uint16_t>(e.service_id & 0xFFFF), ctl::to_string(*conn.peer),
+                   e.private_data};
     pending_.push_back(std::move(fe));
     return;
   }
@@ -347,7 +361,7 @@ bool EngineFabric::poll(std::vector<FabricEvent>& events, std::vector<FabricComp
       c.byte_len = wc[k].byte_len;
       c.kind = wc[k].opcode == WcOpcode::kRecv        ? FabricCompletion::kRecv
                : wc[k].opcode == WcOpcode::kRdmaWrite ? FabricCompletion::kWrite
-                                                       : FabricCompletion::kSend;
+                                                      : FabricCompletion::kSend;
       if (c.ok && c.kind == FabricCompletion::kRecv && !conn.established)
         agent_->cm().notify_established(conn.cm);  // COMM_EST: data before the RTU
       wcs.push_back(std::move(c));
@@ -375,8 +389,8 @@ std::string EngineFabric::report() const {
   std::uint64_t txd = 0, rxd = 0;
   if (env_->loop.faults()) txd = env_->loop.faults()->stats().dropped;
   if (env_->loop.rx_faults()) rxd = env_->loop.rx_faults()->stats().dropped;
-  return "retransmitted " + std::to_string(st.get(Counter::kRetransmittedPackets)) +
-         " timeouts " + std::to_string(st.get(Counter::kRetransmitTimeouts)) + " rnr_naks " +
+  return "retransmitted " + std::to_string(st.get(Counter::kRetransmittedPackets)) + " timeouts " +
+         std::to_string(st.get(Counter::kRetransmitTimeouts)) + " rnr_naks " +
          std::to_string(st.get(Counter::kRnrNakRcvd)) + " injected_drops_tx " +
          std::to_string(txd) + " rx " + std::to_string(rxd);
 }

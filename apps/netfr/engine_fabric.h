@@ -30,7 +30,8 @@ struct LinkConfig {
 };
 
 /// Parses "pmd=memif,socket=PATH,role=server,ip=A,mac=M[,tx_drop=P][,rx_drop=P][,reorder=P]
-/// [,seed=N][,pcap=FILE][,window=BYTES][,lcore=CPU]" or "pmd=af_packet,iface=IF,...". False and `err` on a bad pair.
+/// [,seed=N][,pcap=FILE][,window=BYTES][,lcore=CPU]" or "pmd=af_packet,iface=IF,...". False and
+/// `err` on a bad pair.
 bool parse_link(const std::string& text, LinkConfig& c, std::string& err);
 
 class EngineFabric : public Fabric {
@@ -51,9 +52,9 @@ class EngineFabric : public Fabric {
   void disconnect(ConnId c) override;
   bool post_recv(ConnId c, std::uint64_t wr_id, void* addr, std::uint32_t length,
                  std::uint32_t lkey) override;
-  bool post_send(ConnId c, std::uint64_t wr_id, bool write, const void* local,
-                 std::uint32_t length, std::uint32_t lkey, std::uint64_t remote_addr,
-                 std::uint32_t rkey, bool signaled) override;
+  bool post_send(ConnId c, std::uint64_t wr_id, bool write, const void* local, std::uint32_t length,
+                 std::uint32_t lkey, std::uint64_t remote_addr, std::uint32_t rkey,
+                 bool signaled) override;
   bool poll(std::vector<FabricEvent>& events, std::vector<FabricCompletion>& wcs) override;
   void idle(double seconds) override;
   std::string report() const override;

@@ -28,7 +28,6 @@ struct Held {
   std::uint64_t udata;
 };
 
-
 class Host : public Endpoint {
  public:
   Host(Fabric& f, const NFRInitOpts& o) : Endpoint(f) {
@@ -184,8 +183,8 @@ class Host : public Endpoint {
     const RemoteBuffer& b = remote_[index];
     if (!connected()) return -ENOTCONN;
     if (!b.known || b.size < len || b.channel != mem->channel) return -EMSGSIZE;
-    return post_write(mem->channel, mem->ptr, static_cast<std::uint32_t>(len), mem->mr.lkey,
-                      b.addr, b.rkey, true)
+    return post_write(mem->channel, mem->ptr, static_cast<std::uint32_t>(len), mem->mr.lkey, b.addr,
+                      b.rkey, true)
                ? 0
                : -EIO;
   }
@@ -201,8 +200,7 @@ class Host : public Endpoint {
     if (ready()) return 0;
     if (nonblocking_) return -EAGAIN;
     ++stats_.credit_waits;
-    if (!wait_until([&] { return !connected() || ready(); }))
-      return -ETIMEDOUT;
+    if (!wait_until([&] { return !connected() || ready(); })) return -ETIMEDOUT;
     return connected() ? 0 : -ENOTCONN;
   }
 
@@ -325,4 +323,3 @@ class Host : public Endpoint {
 };
 
 }  // namespace roce::netfr
-

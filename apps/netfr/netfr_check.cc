@@ -41,20 +41,19 @@ namespace {
 
 int g_fail = 0;
 unsigned long long U(std::uint64_t v) { return v; }
-#define CHECK(cond, ...)                                         \
-  do {                                                           \
-    if (!(cond)) {                                               \
+#define CHECK(cond, ...)                                          \
+  do {                                                            \
+    if (!(cond)) {                                                \
       std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::printf(__VA_ARGS__);                                  \
-      std::printf("\n");                                         \
-      std::fflush(stdout);                                       \
-      std::exit(1);                                              \
-    }                                                            \
+      std::printf(__VA_ARGS__);                                   \
+      std::printf("\n");                                          \
+      std::fflush(stdout);                                        \
+      std::exit(1);                                               \
+    }                                                             \
   } while (0)
 
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 /// The bytes of message `seq`: 64-bit words of a simple mix, so that any misplaced, stale or
@@ -172,8 +171,7 @@ void host_frames(PNFRHost h, PNFRMemory mem, const Args& a) {
     ++seq;
     rb.resize(NETFR_MESSAGE_MAX_PAYLOAD_SIZE);
     const std::uint64_t ack = host_read(h, NETFR_CHANNEL_PRIMARY, rb);
-    CHECK(ack == seq - 2, "client answered %llu for frame %llu", U(ack),
-          U(seq - 2));
+    CHECK(ack == seq - 2, "client answered %llu for frame %llu", U(ack), U(seq - 2));
     std::printf("host: frame %llu bytes -> buffer %d ok\n", U(len), idx);
   }
   // Larger than every buffer: refused, nothing written.
@@ -247,8 +245,7 @@ void host_order(PNFRHost h, PNFRMemory, const Args& a) {
     }
   }
   CHECK(nfrHostSendData(h, NETFR_CHANNEL_SECONDARY, msg, 8, kEnd) == 0, "end");
-  std::printf("host: issued %llu frame writes and %llu datagrams\n", U(writes),
-              U(datagrams));
+  std::printf("host: issued %llu frame writes and %llu datagrams\n", U(writes), U(datagrams));
 }
 
 void host_credits(PNFRHost h) {
@@ -262,8 +259,7 @@ void host_credits(PNFRHost h) {
     rb.resize(NETFR_MESSAGE_MAX_PAYLOAD_SIZE);
     const std::uint64_t ud = host_read(h, NETFR_CHANNEL_PRIMARY, rb);
     if (ud == kEnd) break;
-    CHECK(ud == n, "client datagram %llu, expected %llu", U(ud),
-          U(n));
+    CHECK(ud == n, "client datagram %llu, expected %llu", U(ud), U(n));
     CHECK(check(rb.data(), rb.size(), ud), "client datagram %llu corrupt", U(ud));
     ++n;
   }
@@ -279,8 +275,7 @@ void host_credits(PNFRHost h) {
     ++sent;
   }
   CHECK(r == -EAGAIN, "send: %d", r);
-  CHECK(sent == NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT, "ran out after %llu",
-        U(sent));
+  CHECK(sent == NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT, "ran out after %llu", U(sent));
   std::printf("host: out of credits after %llu datagrams (-EAGAIN)\n", U(sent));
   const double end = now_s() + 30;
   while (sent < 300) {
@@ -311,10 +306,9 @@ struct BenchCtl {
 };
 
 std::uint64_t mono_ns() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(
-          std::chrono::steady_clock::now().time_since_epoch())
-          .count());
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
 }
 
 void host_bench(PNFRHost h) {
@@ -354,19 +348,23 @@ void host_bench(PNFRHost h) {
 
 void client_bench(PNFRClient c, std::vector<std::vector<std::uint8_t>>& store) {
   auto* ev = new NFRClientEvent;
-  std::printf("| frame | bytes | bare RDMA WRITE p50 / p99 (us) | NetFR write + notification p50 / p99 (us) | NetFR / bare (p50) |\n");
+  std::printf(
+      "| frame | bytes | bare RDMA WRITE p50 / p99 (us) | NetFR write + notification p50 / p99 "
+      "(us) | NetFR / bare (p50) |\n");
   std::printf("|---|---|---|---|---|\n");
   double raw_p50 = 0, raw_p99 = 0;
   auto pct = [](std::vector<double> v, double p) {
     std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[std::min(v.size() - 1, static_cast<std::size_t>(p / 100 * v.size()))];
+    return v.empty() ? 0.0
+                     : v[std::min(v.size() - 1, static_cast<std::size_t>(p / 100 * v.size()))];
   };
   for (;;) {
     int r = nfrClientProcess(c, ev);
     CHECK(r >= 0, "process: %d", r);
     if (r == 0) continue;
     if (ev->udata == kEnd) break;
-    CHECK(ev->type == NFR_CLIENT_EVENT_DATA && ev->udata == kCtl, "expected a bench control message");
+    CHECK(ev->type == NFR_CLIENT_EVENT_DATA && ev->udata == kCtl,
+          "expected a bench control message");
     BenchCtl ctl;
     std::memcpy(&ctl, ev->inlineData, sizeof ctl);
     CHECK(ctl.index < store.size(), "bench index");
@@ -404,9 +402,11 @@ void client_bench(PNFRClient c, std::vector<std::vector<std::uint8_t>>& store) {
       raw_p50 = pct(lat, 50);
       raw_p99 = pct(lat, 99);
     } else {
-      const char* name = len == 1920ull * 1080 * 4 ? "1080p RGBA" : len == 3840ull * 2160 * 4 ? "4K RGBA" : "-";
-      std::printf("| %s | %llu | %.1f / %.1f | %.1f / %.1f | %.2f |\n", name, U(len), raw_p50, raw_p99,
-                  pct(lat, 50), pct(lat, 99), raw_p50 > 0 ? pct(lat, 50) / raw_p50 : 0);
+      const char* name = len == 1920ull * 1080 * 4   ? "1080p RGBA"
+                         : len == 3840ull * 2160 * 4 ? "4K RGBA"
+                                                     : "-";
+      std::printf("| %s | %llu | %.1f / %.1f | %.1f / %.1f | %.2f |\n", name, U(len), raw_p50,
+                  raw_p99, pct(lat, 50), pct(lat, 99), raw_p50 > 0 ? pct(lat, 50) / raw_p50 : 0);
       std::fflush(stdout);
     }
   }
@@ -494,10 +494,8 @@ int run_client(const Args& a) {
       ++sent;
     }
     CHECK(r == -EAGAIN, "send: %d", r);
-    CHECK(sent == NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT, "ran out after %llu",
-          U(sent));
-    std::printf("client: out of credits after %llu datagrams (-EAGAIN)\n",
-                U(sent));
+    CHECK(sent == NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT, "ran out after %llu", U(sent));
+    std::printf("client: out of credits after %llu datagrams (-EAGAIN)\n", U(sent));
     NFRClientEvent* ev = new NFRClientEvent;
     const double end = now_s() + 30;
     while (sent < 200) {
@@ -522,8 +520,7 @@ int run_client(const Args& a) {
       CHECK(r >= 0, "process: %d", r);
       if (r == 0) continue;
       if (ev->udata == kEnd) break;
-      CHECK(ev->udata == n && check(ev->inlineData, ev->payloadLength, n), "datagram %llu",
-            U(n));
+      CHECK(ev->udata == n && check(ev->inlineData, ev->payloadLength, n), "datagram %llu", U(n));
       ++n;
     }
     std::printf("client: %llu host datagrams in order\n", U(n));
@@ -572,8 +569,7 @@ int run_client(const Args& a) {
       }
     }
     std::printf("client: %llu messages in total order, %llu frames (%llu bytes) byte-exact\n",
-                U(v.events), U(v.writes),
-                U(v.bytes));
+                U(v.events), U(v.writes), U(v.bytes));
     delete ev;
   }
   std::printf("client stats: %s\n", nfrClientStats(c));
@@ -586,8 +582,10 @@ int run_client(const Args& a) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s host|client SCENARIO [HOST_IP] [--sessions N] "
-                         "[--max-frame BYTES] [--ops N]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s host|client SCENARIO [HOST_IP] [--sessions N] "
+                 "[--max-frame BYTES] [--ops N]\n",
+                 argv[0]);
     return 2;
   }
   Args a;
@@ -601,9 +599,12 @@ int main(int argc, char** argv) {
   }
   for (; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
-    if (k == "--sessions") a.sessions = std::atoi(argv[i + 1]);
-    else if (k == "--max-frame") a.max_frame = std::strtoull(argv[i + 1], nullptr, 0);
-    else if (k == "--ops") a.ops = std::atoi(argv[i + 1]);
+    if (k == "--sessions")
+      a.sessions = std::atoi(argv[i + 1]);
+    else if (k == "--max-frame")
+      a.max_frame = std::strtoull(argv[i + 1], nullptr, 0);
+    else if (k == "--ops")
+      a.ops = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;

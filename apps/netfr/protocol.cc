@@ -37,31 +37,50 @@ void header(std::uint8_t* out, MsgType t, std::size_t size) {
 
 std::string_view to_string(MsgType t) {
   switch (t) {
-    case MsgType::kClientHello: return "ClientHello";
-    case MsgType::kServerHello: return "ServerHello";
-    case MsgType::kHostBufferState: return "HostBufferState";
-    case MsgType::kBufferUpdate: return "BufferUpdate";
-    case MsgType::kClientBufferState: return "ClientBufferState";
-    case MsgType::kClientData: return "ClientData";
-    case MsgType::kClientDataAck: return "ClientDataAck";
-    case MsgType::kHostData: return "HostData";
-    case MsgType::kHostDataAck: return "HostDataAck";
-    case MsgType::kClientSubscribe: return "ClientSubscribe";
-    case MsgType::kClientUnsubscribe: return "ClientUnsubscribe";
+    case MsgType::kClientHello:
+      return "ClientHello";
+    case MsgType::kServerHello:
+      return "ServerHello";
+    case MsgType::kHostBufferState:
+      return "HostBufferState";
+    case MsgType::kBufferUpdate:
+      return "BufferUpdate";
+    case MsgType::kClientBufferState:
+      return "ClientBufferState";
+    case MsgType::kClientData:
+      return "ClientData";
+    case MsgType::kClientDataAck:
+      return "ClientDataAck";
+    case MsgType::kHostData:
+      return "HostData";
+    case MsgType::kHostDataAck:
+      return "HostDataAck";
+    case MsgType::kClientSubscribe:
+      return "ClientSubscribe";
+    case MsgType::kClientUnsubscribe:
+      return "ClientUnsubscribe";
   }
   return "?";
 }
 
 std::string_view to_string(DecodeError e) {
   switch (e) {
-    case DecodeError::kOk: return "ok";
-    case DecodeError::kTooShort: return "too short";
-    case DecodeError::kTooLong: return "too long";
-    case DecodeError::kBadMagic: return "bad magic";
-    case DecodeError::kBadVersion: return "bad version";
-    case DecodeError::kBadType: return "bad type";
-    case DecodeError::kBadLength: return "bad length";
-    case DecodeError::kBadField: return "bad field";
+    case DecodeError::kOk:
+      return "ok";
+    case DecodeError::kTooShort:
+      return "too short";
+    case DecodeError::kTooLong:
+      return "too long";
+    case DecodeError::kBadMagic:
+      return "bad magic";
+    case DecodeError::kBadVersion:
+      return "bad version";
+    case DecodeError::kBadType:
+      return "bad type";
+    case DecodeError::kBadLength:
+      return "bad length";
+    case DecodeError::kBadField:
+      return "bad field";
   }
   return "?";
 }

@@ -93,13 +93,13 @@ using Message = std::variant<ClientHello, ServerHello, BufferUpdate, ClientBuffe
 
 enum class DecodeError : std::uint8_t {
   kOk,
-  kTooShort,      ///< shorter than the header or than its type's fields
-  kTooLong,       ///< longer than its type allows (or than NETFR_MESSAGE_MAX_SIZE)
+  kTooShort,  ///< shorter than the header or than its type's fields
+  kTooLong,   ///< longer than its type allows (or than NETFR_MESSAGE_MAX_SIZE)
   kBadMagic,
   kBadVersion,
   kBadType,
-  kBadLength,     ///< a data message whose length field disagrees with its size, or is 0
-  kBadField,      ///< a field out of range (hello status, buffer index, region sizes)
+  kBadLength,  ///< a data message whose length field disagrees with its size, or is 0
+  kBadField,   ///< a field out of range (hello status, buffer index, region sizes)
 };
 std::string_view to_string(DecodeError e);
 

@@ -7,8 +7,8 @@
 #include <random>
 
 #include "apps/perf/cm_tools.h"
-#include "controlplane/cm/cm_hub.h"
 #include "controlplane/address.h"
+#include "controlplane/cm/cm_hub.h"
 
 namespace roce::nfs {
 

@@ -8,8 +8,8 @@
 
 #include "apps/nfs/rpc.h"
 #include "apps/perf/cm_tools.h"
-#include "controlplane/cm/cm_hub.h"
 #include "controlplane/address.h"
+#include "controlplane/cm/cm_hub.h"
 
 namespace roce::nfs {
 

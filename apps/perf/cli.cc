@@ -76,7 +76,8 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
       "attach", po::value(&o.attach),
       "run attached to the roced listening on this Unix socket (its attach.socket): "
       "the test's QPs live in roced's dataplane, --iface and the link options do not apply")(
-      "attach-port", po::value(&o.attach_port), "with --attach: roced's port by name "
+      "attach-port", po::value(&o.attach_port),
+      "with --attach: roced's port by name "
       "(default: its first)")(
       "events,e", po::bool_switch(&o.events),
       "with --attach: sleep on the CQ's event (eventfd) instead of polling it")(
@@ -203,13 +204,16 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
     if (tx_drop > 0) o.link.tx_faults = drop_policy(tx_drop, seed);
     if (rx_drop > 0) o.link.rx_faults = drop_policy(rx_drop, seed + 1);
     if (!o.attach.empty()) {
-      if (t.pingpong) throw po::error(cmd + " is not available with --attach (perftest's tools are)");
+      if (t.pingpong)
+        throw po::error(cmd + " is not available with --attach (perftest's tools are)");
       if (o.rdma_cm)
-        throw po::error("-R is not available with --attach (the connection manager does not go "
-                        "through the attach socket yet)");
+        throw po::error(
+            "-R is not available with --attach (the connection manager does not go "
+            "through the attach socket yet)");
       if (!o.link.iface.empty() || !o.link.pcap.empty() || tx_drop > 0 || rx_drop > 0)
-        throw po::error("--iface, --pcap and fault injection belong to an in-process port, not "
-                        "to --attach (roced's port has its own)");
+        throw po::error(
+            "--iface, --pcap and fault injection belong to an in-process port, not "
+            "to --attach (roced's port has its own)");
     } else if (o.events) {
       throw po::error("-e needs --attach (in-process, the test polls its own dataplane)");
     }

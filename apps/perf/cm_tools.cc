@@ -13,12 +13,13 @@ namespace roce::perf {
 namespace po = boost::program_options;
 
 cm::CmAgentConfig cm_agent_config(Env& env) {
-  return cm::agent_config(env.eng.config().mac, env.cm_connections, [] { return port::now_ns(); },
-                          [&env](wire::Ipv4Addr ip) {
-                            auto mac = env.loop.neighbour().lookup(ip);
-                            if (!mac) env.loop.resolve(ip);
-                            return mac;
-                          });
+  return cm::agent_config(
+      env.eng.config().mac, env.cm_connections, [] { return port::now_ns(); },
+      [&env](wire::Ipv4Addr ip) {
+        auto mac = env.loop.neighbour().lookup(ip);
+        if (!mac) env.loop.resolve(ip);
+        return mac;
+      });
 }
 
 po::typed_value<std::string>* vlan_value(unsigned* v) {

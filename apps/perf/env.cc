@@ -82,10 +82,10 @@ std::string link_vdev(const LinkOpts& o) {
 
 port::PortSpec link_port_spec(const LinkOpts& o) {
   port::PortSpec ps;
-  ps.device = o.pmd == "af_xdp"                        ? "net_af_xdp0"
-              : o.pmd == "tap"                         ? "net_tap0"
+  ps.device = o.pmd == "af_xdp"              ? "net_af_xdp0"
+              : o.pmd == "tap"               ? "net_tap0"
               : o.pmd.rfind("memif", 0) == 0 ? "net_memif0"
-                                                       : "net_af_packet0";
+                                             : "net_af_packet0";
   ps.mac = *ctl::parse_mac(o.mac);
   ps.set_mac = o.pmd != "tap";
   ps.mtu = static_cast<std::uint16_t>(o.netdev_mtu);
@@ -108,8 +108,8 @@ namespace {
 std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {
   const std::string vdev = link_vdev(o);
   port::eal_init({"--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--log-level=*:error",
-                  "--file-prefix=roceperf" + std::to_string(getpid()), port::main_lcore_arg(o.lcore),
-                  vdev});
+                  "--file-prefix=roceperf" + std::to_string(getpid()),
+                  port::main_lcore_arg(o.lcore), vdev});
   engine::EngineConfig ec;
   ec.mac = *ctl::parse_mac(o.mac);  // checked by link_vdev
   ec.ipv4 = *ctl::parse_ipv4(o.ip);

@@ -898,8 +898,7 @@ void Perftest::write_json() {
       << ",\"tx_dropped_injected\":" << (l.faults() ? l.faults()->stats().dropped : 0)
       << ",\"rx_dropped_injected\":" << (l.rx_faults() ? l.rx_faults()->stats().dropped : 0);
   }
-  j << ",\"results\":["
-    << json_rows_.str() << "]}\n";
+  j << ",\"results\":[" << json_rows_.str() << "]}\n";
 }
 
 }  // namespace
@@ -917,7 +916,10 @@ int run_perftest(Env& env, Exchange& oob, const Opts& o, Verb verb, Mode mode) {
 }
 
 int run_perftest_attached(const Opts& o, Verb verb, Mode mode) {
-  if (o.rdma_cm) fail("-R (rdma_cm) is not available attached: the connection manager does not go through the socket yet");
+  if (o.rdma_cm)
+    fail(
+        "-R (rdma_cm) is not available attached: the connection manager does not go through the "
+        "socket yet");
   AttachedEnv env(o.attach, o.attach_port, o.events);
   Oob oob(env, o.server, o.port, o.timeout_s);
   Perftest t(Stack{env, env.ctx(), env.ctx().port().gid, nullptr}, oob, o, verb, mode);

@@ -488,9 +488,9 @@ class Attached final : public Context {
         ev.initiator_depth = e.initiator_depth;
         ev.reason = e.reason;
         ev.remote = e.remote != 0;
-        ev.private_data.assign(e.private_data,
-                               e.private_data + std::min<std::size_t>(e.private_len,
-                                                                      attach::kCmPrivateMax));
+        ev.private_data.assign(
+            e.private_data,
+            e.private_data + std::min<std::size_t>(e.private_len, attach::kCmPrivateMax));
         return 0;
       }
       if (timeout_ms == 0) return dead_ ? ENOTCONN : ETIMEDOUT;

@@ -273,8 +273,7 @@ class Local final : public Context {
     for (unsigned i = 0; cm_events_.empty(); ++i) {
       if (timeout_ms == 0) return ETIMEDOUT;
       progress();
-      if (timeout_ms > 0 && (i & 255) == 0 &&
-          now_ns() - t0 >= std::uint64_t(timeout_ms) * 1000000)
+      if (timeout_ms > 0 && (i & 255) == 0 && now_ns() - t0 >= std::uint64_t(timeout_ms) * 1000000)
         return ETIMEDOUT;
     }
     const cm::SessionEvent& s = cm_events_.front();

@@ -214,12 +214,13 @@ AttachServer::AttachServer(const AttachConfig& cfg, std::vector<AttachPort> port
       // Asynchronous events go to the clients that own the QP or CQ (and on to whoever
       // listened before).
       lane->cm_config = [l, n = cfg_.cm_connections] {
-        return cm::agent_config(l->engine().config().mac, n, [] { return port::now_ns(); },
-                                [l](wire::Ipv4Addr ip) {
-                                  auto mac = l->neighbour().lookup(ip);
-                                  if (!mac) l->resolve(ip);
-                                  return mac;
-                                });
+        return cm::agent_config(
+            l->engine().config().mac, n, [] { return port::now_ns(); },
+            [l](wire::Ipv4Addr ip) {
+              auto mac = l->neighbour().lookup(ip);
+              if (!mac) l->resolve(ip);
+              return mac;
+            });
       };
       lane->next_async = std::move(l->engine().on_async_event);
       l->engine().on_async_event = [lane](const engine::AsyncEvent& ev) { lane->on_async(ev); };

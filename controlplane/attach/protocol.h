@@ -196,7 +196,7 @@ struct EventEntry {
 /// A CM event lcore -> client (rdma_cm_event). `type` is client::CmEventType's value.
 struct CmEventEntry {
   std::uint8_t type = 0;
-  std::uint8_t remote = 0;  ///< disconnected: the peer ended it
+  std::uint8_t remote = 0;                                    ///< disconnected: the peer ended it
   std::uint8_t responder_resources = 0, initiator_depth = 0;  ///< connect request: the offer
   std::uint32_t id = 0;
   std::uint32_t qp_num = 0;  ///< established: our QP

@@ -2,8 +2,8 @@
 /// CmHub: one CM agent per engine, events routed to their owners (cm_hub.h).
 #include "controlplane/cm/cm_hub.h"
 
-#include <mutex>
 #include <algorithm>
+#include <mutex>
 #include <random>
 
 namespace roce::cm {

@@ -122,8 +122,8 @@ void CmSession::on_event(const CmEvent& e) {
     s.peer = e.cma->src_ipv4();
     peers_[s.id] = s.peer;
     s.port = port_of(e.service_id);
-    s.responder_resources = e.qp.max_rd_atomic;       // the peer's Responder Resources
-    s.initiator_depth = e.qp.max_dest_rd_atomic;      // the peer's Initiator Depth
+    s.responder_resources = e.qp.max_rd_atomic;   // the peer's Responder Resources
+    s.initiator_depth = e.qp.max_dest_rd_atomic;  // the peer's Initiator Depth
     s.private_data = e.private_data;
     fn_(std::move(s));
     return;

@@ -6,8 +6,6 @@
 #define ALLOW_EXPERIMENTAL_API
 #include "dataplane/port/dpdk_port.h"
 
-#include <sched.h>
-
 #include <rte_cycles.h>
 #include <rte_dev.h>
 #include <rte_devargs.h>
@@ -18,6 +16,7 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_ring.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 

@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
   std::ofstream o(argv[1]);
   o << "// Generated from fpga/iface/ports.h (and dataplane/wire's opcode table and verdicts) by\n"
     << "// fpga_ports_svh; do not edit. fpga/rtl/ports.svh is checked in (Verilator reads it when\n"
-    << "// CMake configures); the test fpga_ports_svh_current fails when it differs from a fresh one:\n"
+    << "// CMake configures); the test fpga_ports_svh_current fails when it differs from a fresh "
+       "one:\n"
     << "// build/bin/fpga_ports_svh fpga/rtl/ports.svh\n"
     << "`ifndef ROCE_FPGA_PORTS_SVH\n`define ROCE_FPGA_PORTS_SVH\n\n"
     << "localparam int FLIT_BYTES = " << roce::fpga::kFlitBytes << ";\n\n";

@@ -117,7 +117,7 @@ struct CmEvent {
   wire::Ipv4Addr peer;
   std::uint16_t port = 0;  ///< kConnectRequest: the listened port
   std::uint8_t responder_resources = 0, initiator_depth = 0;  ///< kConnectRequest: the offer
-  std::uint32_t reason = 0;                                    ///< kRejected: IBA REJ reason
+  std::uint32_t reason = 0;                                   ///< kRejected: IBA REJ reason
   bool remote = false;
   std::vector<std::uint8_t> private_data;
 };

@@ -141,13 +141,13 @@ enum {
   ROCE_CM_DISCONNECTED
 };
 struct roce_cm_event {
-  int type;             /* ROCE_CM_* */
-  uint32_t id;          /* the connection */
-  uint32_t qp_num;      /* ESTABLISHED: our QP */
-  uint32_t peer_ipv4;   /* host byte order */
-  uint16_t port;        /* CONNECT_REQUEST: the listened port */
-  uint32_t reason;      /* REJECTED */
-  int remote;           /* DISCONNECTED: the peer ended it */
+  int type;           /* ROCE_CM_* */
+  uint32_t id;        /* the connection */
+  uint32_t qp_num;    /* ESTABLISHED: our QP */
+  uint32_t peer_ipv4; /* host byte order */
+  uint16_t port;      /* CONNECT_REQUEST: the listened port */
+  uint32_t reason;    /* REJECTED */
+  int remote;         /* DISCONNECTED: the peer ended it */
   uint8_t private_data[196];
   uint32_t private_len;
 };

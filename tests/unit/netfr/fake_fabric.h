@@ -77,7 +77,8 @@ class FakeFabric : public Fabric {
     auto it = conns_.find(c);
     if (it == conns_.end()) return;
     const ConnId p = it->second.peer;
-    if (conns_.count(p) && conns_[p].up) events_.push_back({FabricEvent::kDisconnected, p, 0, {}, {}});
+    if (conns_.count(p) && conns_[p].up)
+      events_.push_back({FabricEvent::kDisconnected, p, 0, {}, {}});
     conns_.erase(it);
   }
   bool post_recv(ConnId c, std::uint64_t wr_id, void* addr, std::uint32_t length,
@@ -110,7 +111,8 @@ class FakeFabric : public Fabric {
         if (m.write) {
           auto mr = mrs_.find(m.rkey);
           const auto base = mr == mrs_.end() ? 0 : reinterpret_cast<std::uint64_t>(mr->second.addr);
-          if (mr == mrs_.end() || m.raddr < base || m.raddr + m.bytes.size() > base + mr->second.length) {
+          if (mr == mrs_.end() || m.raddr < base ||
+              m.raddr + m.bytes.size() > base + mr->second.length) {
             wcs.push_back({id, m.wr_id, false, "remote access error", FabricCompletion::kWrite, 0});
             ++bad_writes;
           } else {
@@ -123,7 +125,11 @@ class FakeFabric : public Fabric {
           pit->second.recvs.pop_front();
           std::memcpy(r.addr, m.bytes.data(), std::min<std::size_t>(r.len, m.bytes.size()));
           wcs.push_back({id, m.wr_id, true, {}, FabricCompletion::kSend, 0});
-          wcs.push_back({c.peer, r.wr_id, true, {}, FabricCompletion::kRecv,
+          wcs.push_back({c.peer,
+                         r.wr_id,
+                         true,
+                         {},
+                         FabricCompletion::kRecv,
                          static_cast<std::uint32_t>(m.bytes.size())});
         }
         c.in_flight.pop_front();

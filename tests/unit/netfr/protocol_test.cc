@@ -41,13 +41,13 @@ TEST(NetfrProtocol, BufferUpdateLayout) {
   EXPECT_EQ(std::vector<std::uint8_t>(v.begin(), v.begin() + 10), header_bytes(4));
   EXPECT_EQ(v[10], 0);
   EXPECT_EQ(v[11], 0);
-  EXPECT_EQ(v[12], 3);                      // bufferIndex at 12
-  EXPECT_EQ(v[16], 0x04);                   // payloadSize at 16, little-endian
+  EXPECT_EQ(v[12], 3);     // bufferIndex at 12
+  EXPECT_EQ(v[16], 0x04);  // payloadSize at 16, little-endian
   EXPECT_EQ(v[19], 0x01);
-  EXPECT_EQ(v[20], 0x10);                   // payloadOffset at 20
-  EXPECT_EQ(v[24], 0xDD);                   // writeSerial at 24
-  EXPECT_EQ(v[28], 7);                      // channelSerial at 28
-  EXPECT_EQ(v[32], 0x88);                   // udata at 32
+  EXPECT_EQ(v[20], 0x10);  // payloadOffset at 20
+  EXPECT_EQ(v[24], 0xDD);  // writeSerial at 24
+  EXPECT_EQ(v[28], 7);     // channelSerial at 28
+  EXPECT_EQ(v[32], 0x88);  // udata at 32
   EXPECT_EQ(v[39], 0x11);
   const Decoded d = decode(v);
   ASSERT_EQ(d.error, DecodeError::kOk);
@@ -62,8 +62,8 @@ TEST(NetfrProtocol, ClientBufferStateLayout) {
   ClientBufferState s{5, 4096, 0x7F0000001000ull, 1 << 20, 0x1234};
   const auto v = encode_vec(s);
   ASSERT_EQ(v.size(), 48u);
-  EXPECT_EQ(v[9], 5);    // type ClientBufferState
-  EXPECT_EQ(v[12], 5);   // index at 12
+  EXPECT_EQ(v[9], 5);      // type ClientBufferState
+  EXPECT_EQ(v[12], 5);     // index at 12
   EXPECT_EQ(v[17], 0x10);  // pageSize 4096 at 16
   EXPECT_EQ(v[25], 0x10);  // addr at 24
   EXPECT_EQ(v[34], 0x10);  // size at 32
@@ -79,12 +79,12 @@ TEST(NetfrProtocol, DataLayoutAndRoundTrip) {
   Data m{true, 9, 4, 0xCAFE, payload};
   const auto v = encode_vec(m);
   ASSERT_EQ(v.size(), 132u);
-  EXPECT_EQ(v[9], 8);    // HostData
-  EXPECT_EQ(v[12], 100);  // length at 12
-  EXPECT_EQ(v[16], 9);    // msgSerial at 16
-  EXPECT_EQ(v[20], 4);    // channelSerial at 20
+  EXPECT_EQ(v[9], 8);      // HostData
+  EXPECT_EQ(v[12], 100);   // length at 12
+  EXPECT_EQ(v[16], 9);     // msgSerial at 16
+  EXPECT_EQ(v[20], 4);     // channelSerial at 20
   EXPECT_EQ(v[24], 0xFE);  // udata at 24
-  EXPECT_EQ(v[32], 0);    // payload at 32
+  EXPECT_EQ(v[32], 0);     // payload at 32
   EXPECT_EQ(v[131], 99);
   const Decoded d = decode(v);
   ASSERT_EQ(d.error, DecodeError::kOk);

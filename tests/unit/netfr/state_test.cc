@@ -84,9 +84,9 @@ TEST_F(Pair, SmallestFittingBufferAndTooLarge) {
   NFRMemory* m = host->attach(src.data(), src.size(), 0);
   ASSERT_NE(m, nullptr);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 7);
-  EXPECT_EQ(host->write_buffer(m, 0, 0, 4096, 1, nullptr), 1);      // 4 KiB buffer (index 1)
-  EXPECT_EQ(host->write_buffer(m, 0, 0, 4096, 2, nullptr), 0);      // 4 KiB busy: 64 KiB
-  EXPECT_EQ(host->write_buffer(m, 0, 0, 5000, 3, nullptr), 2);      // only the 1 MiB is free
+  EXPECT_EQ(host->write_buffer(m, 0, 0, 4096, 1, nullptr), 1);        // 4 KiB buffer (index 1)
+  EXPECT_EQ(host->write_buffer(m, 0, 0, 4096, 2, nullptr), 0);        // 4 KiB busy: 64 KiB
+  EXPECT_EQ(host->write_buffer(m, 0, 0, 5000, 3, nullptr), 2);        // only the 1 MiB is free
   EXPECT_EQ(host->write_buffer(m, 0, 0, 100, 4, nullptr), -ENOBUFS);  // all busy, non-blocking
   EXPECT_EQ(host->write_buffer(m, 0, 0, (1 << 20) + 1, 5, nullptr), -EINVAL);  // past the source
   std::vector<std::uint8_t> big((1 << 20) + 8);
@@ -98,7 +98,8 @@ TEST_F(Pair, SmallestFittingBufferAndTooLarge) {
     EXPECT_EQ(ev.type, NFR_CLIENT_EVENT_MEM_WRITE);
     EXPECT_EQ(ev.udata, want);
     EXPECT_EQ(std::memcmp(static_cast<std::uint8_t*>(ev.memRegion->ptr) + ev.payloadOffset,
-                          src.data(), ev.payloadLength), 0);
+                          src.data(), ev.payloadLength),
+              0);
     EXPECT_EQ(client->buffer_ack(ev.memRegion), 0);
   }
   EXPECT_FALSE(next_event());  // nothing of the refused writes
@@ -114,7 +115,8 @@ TEST_F(Pair, CreditsRunOutAndComeBack) {
   while (host->send_data(0, msg, sizeof msg, static_cast<std::uint64_t>(sent)) == 0) ++sent;
   EXPECT_EQ(sent, NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT);
   EXPECT_EQ(host->send_data(0, msg, sizeof msg, 0), -EAGAIN);
-  EXPECT_EQ(host->send_data(1, msg, sizeof msg, static_cast<std::uint64_t>(sent)), 0);  // other channel
+  EXPECT_EQ(host->send_data(1, msg, sizeof msg, static_cast<std::uint64_t>(sent)),
+            0);  // other channel
   for (int i = 0; i <= sent; ++i) {
     ASSERT_TRUE(next_event()) << i;
     EXPECT_EQ(ev.udata, static_cast<std::uint64_t>(i));

@@ -86,8 +86,7 @@ int nfrHostSendData(PNFRHost host, int channelID, const void* data, uint32_t len
                     uint64_t udata);
 /* Copies the oldest datagram of the client on channelID out: *maxLength in: the buffer's size,
    out: the message's; -ENOBUFS (message kept) when it does not fit, -EAGAIN when none. */
-int nfrHostReadData(PNFRHost host, int channelID, void* data, uint32_t* maxLength,
-                    uint64_t* udata);
+int nfrHostReadData(PNFRHost host, int channelID, void* data, uint32_t* maxLength, uint64_t* udata);
 /* Registers [buffer, buffer + size) as a source of buffer writes on channel `index`. */
 PNFRMemory nfrHostAttachMemory(PNFRHost host, void* buffer, uint64_t size, uint8_t index);
 /* Writes length bytes at localOffset of localMem to the smallest buffer the client advertised
@@ -128,8 +127,7 @@ int nfrClientInit(const struct NFRInitOpts* opts, PNFRClient* result);
    0 when none, negative on failure (-ENOTCONN: the host went away). */
 int nfrClientProcess(PNFRClient client, struct NFRClientEvent* evt);
 /* Registers [buffer, buffer + size) and advertises it to the host on channel `index`. */
-PNFRMemory nfrClientAttachMemory(PNFRClient client, void* buffer, uint64_t size,
-                                 uint8_t index);
+PNFRMemory nfrClientAttachMemory(PNFRClient client, void* buffer, uint64_t size, uint8_t index);
 /* The application is done with the data of a MEM_WRITE event: the host may write the buffer
    again. */
 int nfrClientBufferAck(PNFRClient client, PNFRMemory mem);
