@@ -90,58 +90,23 @@ bool parse_link(const std::string& text, LinkConfig& c, std::string& err) {
 }
 
 EngineFabric::EngineFabric(const LinkConfig& l) {
-  FaultPolicy tx, rx;
-  tx.seed = l.seed;
-  rx.seed = l.seed + 1;
-  tx.drop_rate = l.tx_drop;
-  rx.drop_rate = l.rx_drop;
+  perf::LinkOpts o;
+  o.pmd = l.pmd == "af_packet" ? "af_packet" : l.memif_role == "server" ? "memif-server" : "memif";
+  o.iface = l.pmd == "af_packet" ? l.iface : l.memif_socket;
+  o.ip = l.ip;
+  o.mac = l.mac;
+  o.pcap = l.pcap;
+  o.lcore = l.lcore;  // -1: the poll loop may run on any CPU of the process
+  o.window_bytes = l.window_bytes;
+  o.tx_faults.seed = l.seed;
+  o.rx_faults.seed = l.seed + 1;
+  o.tx_faults.drop_rate = l.tx_drop;
+  o.rx_faults.drop_rate = l.rx_drop;
   if (l.reorder > 0) {
-    tx.reorder_rate = l.reorder;
-    tx.reorder_window = 4;
+    o.tx_faults.reorder_rate = l.reorder;
+    o.tx_faults.reorder_window = 4;
   }
-  if (l.pmd == "af_packet") {
-    perf::LinkOpts o;
-    o.iface = l.iface;
-    o.ip = l.ip;
-    o.mac = l.mac;
-    o.pcap = l.pcap;
-    o.tx_faults = tx;
-    o.rx_faults = rx;
-    env_ = std::make_unique<perf::Env>(o);
-  } else {
-    const auto ip = ctl::parse_ipv4(l.ip);
-    const auto mac = ctl::parse_mac(l.mac);
-    if (!ip || !mac) throw std::runtime_error("bad IPv4 or MAC address");
-    // The poll loop's thread may run on any CPU of the process unless lcore=N.
-    port::eal_init({"--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--log-level=*:error",
-                    "--file-prefix=netfr" + std::to_string(getpid()), port::main_lcore_arg(l.lcore),
-                    "--vdev=net_memif0,role=" + l.memif_role +
-                        ",id=0,socket-abstract=no,socket=" + l.memif_socket});
-    EngineConfig ec;
-    ec.mac = *mac;
-    ec.ipv4 = *ip;
-    ec.advertise_credits = false;
-    if (l.window_bytes) {
-      ec.max_inflight_bytes = l.window_bytes;
-      ec.max_inflight_psns = static_cast<std::uint32_t>(
-          std::max<std::uint64_t>(ec.max_inflight_psns, l.window_bytes / 1024));
-    }
-    eng_ = std::make_unique<Engine>(ec);
-    port::PortSpec ps;
-    ps.device = "net_memif0";
-    ps.mac = *mac;
-    ps.mbufs = 8192;
-    dev_ = std::make_unique<port::DpdkPort>(ps);
-    loop_ = std::make_unique<port::PollLoop>(*dev_, *eng_, tx, rx);
-    env_ = std::make_unique<perf::Env>(*eng_, *loop_, *ip, nullptr);
-    if (!l.pcap.empty()) {
-      capture_ = std::make_unique<apps::PcapWriter>(l.pcap);
-      loop_->tap = [this](std::span<const std::uint8_t> f, bool) {
-        capture_->write(f, port::now_ns());
-      };
-    }
-    if (l.memif_role == "client") env_->until([&] { return dev_->link_up(); }, 30);
-  }
+  env_ = std::make_unique<perf::Env>(o);
   agent_ = std::make_unique<cm::CmAgent>(env_->eng, perf::cm_agent_config(*env_),
                                          [this](const cm::CmEvent& e) { on_cm(e); });
   pd_ = env_->eng.alloc_pd();
@@ -157,11 +122,7 @@ EngineFabric::~EngineFabric() {
   agent_.reset();
   if (cq_) env_->eng.destroy_cq(cq_);
   if (pd_) env_->eng.dealloc_pd(pd_);
-  if (loop_) loop_->tap = nullptr;
   env_.reset();
-  loop_.reset();
-  dev_.reset();
-  eng_.reset();
 }
 
 std::optional<MrInfo> EngineFabric::reg_mr(void* addr, std::uint64_t length) {

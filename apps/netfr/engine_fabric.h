@@ -70,11 +70,7 @@ class EngineFabric : public Fabric {
   engine::Qp* new_qp(std::uint32_t send_depth, std::uint32_t recv_depth);
   void release(Conn& c);
 
-  std::unique_ptr<engine::Engine> eng_;
-  std::unique_ptr<port::DpdkPort> dev_;
-  std::unique_ptr<port::PollLoop> loop_;
   std::unique_ptr<perf::Env> env_;
-  std::unique_ptr<apps::PcapWriter> capture_;
   std::unique_ptr<cm::CmAgent> agent_;
   engine::Pd* pd_ = nullptr;
   engine::Cq* cq_ = nullptr;

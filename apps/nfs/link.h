@@ -17,17 +17,13 @@ struct NfsLink {
   std::string memif_role = "server";
 };
 
-/// Owns whatever the Env stands on (EAL, port, engine, loop for memif).
+/// The Env of the link (perf::Env owns its EAL, port, engine and loop).
 class LinkHolder {
  public:
   explicit LinkHolder(const NfsLink& l);
-  ~LinkHolder();
   perf::Env& env() { return *env_; }
 
  private:
-  std::unique_ptr<engine::Engine> eng_;
-  std::unique_ptr<port::DpdkPort> dev_;
-  std::unique_ptr<port::PollLoop> loop_;
   std::unique_ptr<perf::Env> env_;
 };
 

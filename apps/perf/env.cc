@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -92,7 +93,7 @@ port::PortSpec link_port_spec(const LinkOpts& o) {
   if (o.vlan != 0) ps.vlan = static_cast<std::uint16_t>(o.vlan);
   // The AF_XDP PMD registers the mbuf pool as UMEM, which counts against the locked-memory
   // limit (8 MiB here): 2048 mbufs of 2 KiB fit.
-  ps.mbufs = o.pmd == "af_xdp" ? 2048 : 4096;
+  ps.mbufs = o.pmd == "af_xdp" ? 2048 : o.pmd.rfind("memif", 0) == 0 ? 8192 : 4096;
   return ps;
 }
 
@@ -115,6 +116,11 @@ std::unique_ptr<engine::Engine> make_engine(const LinkOpts& o) {
   ec.ipv4 = *ctl::parse_ipv4(o.ip);
   ec.advertise_credits = false;  // as rxe
   ec.max_mtu = link_path_mtu(o.netdev_mtu);
+  if (o.window_bytes) {
+    ec.max_inflight_bytes = o.window_bytes;
+    ec.max_inflight_psns = static_cast<std::uint32_t>(
+        std::max<std::uint64_t>(ec.max_inflight_psns, o.window_bytes / 1024));
+  }
   if (o.vlan != 0) ec.vlan_id = static_cast<std::uint16_t>(o.vlan);
   return std::make_unique<engine::Engine>(ec);
 }
@@ -140,7 +146,8 @@ Env::Env(const LinkOpts& o)
   if (own_dev_->offloads().to_string() != "none")
     std::fprintf(stderr, "roce-perf: %s offloads: %s\n", o.iface.c_str(),
                  own_dev_->offloads().to_string().c_str());
-  until([&] { return own_dev_->link_up(); }, 10);
+  // A memif server's link comes up when its client connects, which may be much later.
+  if (o.pmd != "memif-server") until([&] { return own_dev_->link_up(); }, o.pmd == "memif" ? 30 : 10);
 }
 
 Env::Env(engine::Engine& e, port::PollLoop& l, wire::Ipv4Addr a, std::function<void()> between)

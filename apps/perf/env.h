@@ -34,6 +34,7 @@ struct LinkOpts {
   std::string pcap;            ///< capture every frame sent and received here
   unsigned vlan = 0;           ///< 802.1Q VLAN of the port (1-4094); 0: untagged
   int lcore = -1;              ///< the CPU the poll loop runs on; -1: any of the process's
+  std::uint64_t window_bytes = 0;  ///< the engine's requester window per QP (0: its default)
   FaultPolicy tx_faults, rx_faults;
 };
 
