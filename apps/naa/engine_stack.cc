@@ -153,10 +153,16 @@ void EngineStack::init() {
 }
 
 EngineStack::~EngineStack() {
-  const bool any = !conns_.empty();
-  for (auto& [id, c] : conns_) release(c);
+  for (auto& [id, c] : conns_) release(c);  // DREQs for those still up
   conns_.clear();
-  if (any) idle(0.05);  // the DREQs of connections still up go out
+  // A process of its own: its DREQs are answered (or given up) before the port goes away. Hosted
+  // in roced, the engine and its CM live on.
+  if (own_env_) {
+    hub_->agent().drain([&] {
+      env_->loop.poll_once();
+      hub_->poll(port::now_ns());
+    });
+  }
   hub_->remove_owner(owner_);
   hub_.reset();
   if (cq_) env_->eng.destroy_cq(cq_);

@@ -115,10 +115,13 @@ EngineFabric::EngineFabric(const LinkConfig& l) {
 }
 
 EngineFabric::~EngineFabric() {
-  const bool any = !conns_.empty();
-  for (auto& [id, c] : conns_) release(c);
+  for (auto& [id, c] : conns_) release(c);  // DREQs for those still up
   conns_.clear();
-  if (any) idle(0.05);  // the DREQs go out
+  // Their DREPs, and those of connections disconnected before, come back before the port goes.
+  agent_->drain([&] {
+    env_->loop.poll_once();
+    agent_->poll(port::now_ns());
+  });
   agent_.reset();
   if (cq_) env_->eng.destroy_cq(cq_);
   if (pd_) env_->eng.dealloc_pd(pd_);

@@ -49,6 +49,10 @@ RpcRdmaClient::RpcRdmaClient(perf::Env& env, TransportOptions o) : env_(env), op
 
 RpcRdmaClient::~RpcRdmaClient() {
   close();
+  hub_->agent().drain([&] {
+    env_.loop.poll_once();
+    hub_->poll(port::now_ns());
+  });
   for (auto& s : frmrs_)
     for (auto& f : s)
       if (f.mr) env_.eng.dereg_mr(f.mr);

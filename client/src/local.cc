@@ -58,7 +58,17 @@ class Local final : public Context {
  public:
   explicit Local(LocalOptions o) : o_(std::move(o)), e_(*o_.engine) {}
   ~Local() override {
-    cm_.reset();  // DREQs for connections still up; the QPs below are then the CM's no more
+    if (cm_) {
+      // DREQs for connections still up (the QPs below are then the CM's no more), and the
+      // answers to every DREQ sent, before the engine may go.
+      cm::CmHub& hub = cm_->hub();
+      const auto keep = cm_->share_hub();
+      cm_.reset();
+      hub.agent().drain([&] {
+        if (o_.progress) o_.progress();
+        hub.poll(now_ns());
+      });
+    }
     for (auto& q : qps_) e_.destroy_qp(q->qp);
     for (auto& s : srqs_) e_.destroy_srq(s->srq);
     for (auto& m : mrs_) e_.dereg_mr(m->mr);

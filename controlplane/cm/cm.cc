@@ -464,6 +464,25 @@ CmStatus Cm::disconnect(ConnId id, std::span<const std::uint8_t> private_data) {
   return CmStatus::kOk;
 }
 
+std::size_t Cm::disconnecting() const {
+  return static_cast<std::size_t>(std::count_if(conns_.begin(), conns_.end(), [](const auto& kv) {
+    return kv.second.state == ConnState::kDreqSent;
+  }));
+}
+
+std::size_t Cm::resend_dreqs() {
+  Batch batch(*this);
+  std::size_t n = 0;
+  for (auto& [id, c] : conns_) {
+    if (c.state != ConnState::kDreqSent) continue;
+    ++stats_.retransmits;
+    ++stats_.mads_tx;
+    outbox_.emplace_back(OutMad{c.retx, c.peer});
+    ++n;
+  }
+  return n;
+}
+
 std::optional<ConnId> Cm::sidr_resolve(const SidrParams& p) {
   Batch batch(*this);
   const std::size_t at = p.cma ? kCmaHeaderSize : 0;

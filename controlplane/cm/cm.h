@@ -269,6 +269,11 @@ class Cm {
   ConnState state(ConnId id) const;
   std::optional<QpAttrs> qp_attrs(ConnId id) const;
   std::size_t size() const { return conns_.size(); }
+  /// Connections whose DREQ is not answered yet.
+  std::size_t disconnecting() const;
+  /// Sends every unanswered DREQ again now (counted as retransmissions), for a process about to
+  /// exit: its timers go with it, where a kernel CM would keep retransmitting. Returns how many.
+  std::size_t resend_dreqs();
   const CmStats& stats() const { return stats_; }
 
  private:

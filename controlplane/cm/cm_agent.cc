@@ -262,4 +262,21 @@ std::optional<std::uint64_t> CmAgent::next_deadline_ns() const {
   return static_cast<std::uint64_t>(t->count());
 }
 
+bool CmAgent::drain(const std::function<void()>& pump, std::chrono::milliseconds budget,
+                  std::chrono::milliseconds every) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto next = start + every;
+  while (cm_->disconnecting() > 0) {
+    const auto t = Clock::now();
+    if (t - start >= budget) return false;
+    if (t >= next) {
+      cm_->resend_dreqs();
+      next = t + every;
+    }
+    pump();
+  }
+  return true;
+}
+
 }  // namespace roce::cm

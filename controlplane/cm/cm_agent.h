@@ -6,6 +6,7 @@
 /// the engine.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -72,6 +73,15 @@ class CmAgent {
   void poll(std::uint64_t now_ns);
   /// The CM's next deadline in ns, if any.
   std::optional<std::uint64_t> next_deadline_ns() const;
+
+  /// For a process about to exit, whose CM timers go with it: waits for the DREPs of the
+  /// connections it disconnected, sending unanswered DREQs again every `every` (a lost DREQ
+  /// would otherwise leave the peer's connection up, as nothing else tells it), for at most
+  /// `budget`. `pump` runs the port once (frames in and out) and this agent's poll(). True when every DREQ
+  /// was answered.
+  bool drain(const std::function<void()>& pump,
+             std::chrono::milliseconds budget = std::chrono::milliseconds(1000),
+             std::chrono::milliseconds every = std::chrono::milliseconds(100));
 
   struct Stats {
     std::uint64_t mads_rx = 0, mads_tx = 0, rx_dropped = 0, tx_dropped = 0, qp_errors = 0;

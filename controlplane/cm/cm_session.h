@@ -70,6 +70,7 @@ class CmSession {
   std::optional<wire::Ipv4Addr> peer_of(std::uint32_t id) const;
   void poll(std::uint64_t now_ns) { hub_->poll(now_ns); }
   CmHub& hub() { return *hub_; }
+  std::shared_ptr<CmHub> share_hub() const { return hub_; }
 
  private:
   void on_event(const CmEvent& e);

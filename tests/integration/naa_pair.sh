@@ -10,11 +10,13 @@
 #      errors:  every MRSP error code and every application error the NAA reports, provoked
 #               one connection each, and seen on the wire: the NAA's SENDs carry MRSP error
 #               messages 0x00 0x01/0x02/0x03, its WRITE_WITH_IMMs the statuses 0x10-0x13.
+# NAA_TIMEOUT (s, default 60) bounds the NAA's wait for its connections; NAA_KEEP=1 keeps the
+# work directory (logs, capture).
 set -euo pipefail
 naa=$(realpath "$1") client=$(realpath "$2") pcap=$(realpath "$3") mode=$4
 work=$(mktemp -d /tmp/naa-pair-XXXXXX)
 pid=
-cleanup() { [[ -n $pid ]] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
+cleanup() { [[ -n $pid ]] && kill "$pid" 2>/dev/null; [[ -n ${NAA_KEEP:-} ]] || rm -rf "$work"; }
 trap cleanup EXIT
 sock=$work/memif.sock
 naa_drop=0 host_drop=0 naa_extra=()
@@ -26,7 +28,7 @@ case $mode in
   *) echo "FAIL: unknown mode $mode"; exit 1 ;;
 esac
 "$naa" --memif-socket "$sock" --ip 192.0.2.1 --mac 02:00:00:00:00:01 --exit-after "$conns" \
-  --timeout 150 --pcap "$work/naa.pcap" --tx-drop "$naa_drop" --fault-seed 11 "${naa_extra[@]}" \
+  --timeout "${NAA_TIMEOUT:-60}" --pcap "$work/naa.pcap" --tx-drop "$naa_drop" --fault-seed 11 "${naa_extra[@]}" \
   > "$work/naa.log" 2>&1 &
 pid=$!
 for _ in $(seq 150); do grep -q "listening on rdma_cm port" "$work/naa.log" && break; sleep 0.1; done

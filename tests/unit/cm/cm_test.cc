@@ -499,6 +499,26 @@ TEST_F(CmTest, LostDreqIsRetransmitted) {
   EXPECT_EQ(b_.cm.state(ib), ConnState::kTimewait);
 }
 
+TEST_F(CmTest, ExitResendsUnansweredDreqsAtOnce) {
+  // A process about to exit cannot wait the DREQ timer out: it sends unanswered DREQs again now.
+  auto [ia, ib] = establish();
+  EXPECT_EQ(a_.cm.disconnecting(), 0u);
+  EXPECT_EQ(a_.cm.resend_dreqs(), 0u);
+  ASSERT_EQ(a_.cm.disconnect(ia), CmStatus::kOk);
+  EXPECT_EQ(a_.cm.disconnecting(), 1u);
+  const Sent dreq = a_.pop();  // lost
+  const auto retx = a_.cm.stats().retransmits;
+  ASSERT_EQ(a_.cm.resend_dreqs(), 1u);
+  EXPECT_EQ(a_.cm.stats().retransmits, retx + 1);
+  ASSERT_EQ(a_.out.size(), 1u);
+  EXPECT_EQ(a_.out.front().bytes, dreq.bytes);
+  EXPECT_EQ(deliver(a_, b_), AttrId::kDreq);
+  EXPECT_EQ(deliver(b_, a_), AttrId::kDrep);
+  EXPECT_EQ(a_.cm.disconnecting(), 0u);
+  EXPECT_EQ(b_.count(CmEventType::kDisconnected), 1u);
+  EXPECT_EQ(a_.cm.resend_dreqs(), 0u);  // answered: nothing left to send
+}
+
 TEST_F(CmTest, LostDrepIsAnsweredFromTimewait) {
   auto [ia, ib] = establish();
   a_.cm.disconnect(ia);
