@@ -61,13 +61,8 @@ void parse_offload(Reader& port, PortConfig& p, const std::string& origin,
                    const std::string& path) {
   const YAML::Node n = port.get("offload");
   const auto check_mode = [&](const YAML::Node& at, const std::string& m) {
-    if (m == "datapath")
-      port.fail(at, path +
-                        ": 'datapath' (the whole RC datapath on the card) is not wired into roced "
-                        "yet (its card model is proven alone, docs/fpga.md); modes: none, icrc, "
-                        "parse");
-    if (m != "none" && m != "icrc" && m != "parse")
-      port.fail(at, path + ": '" + m + "' is not an offload mode (none, icrc, parse)");
+    if (m != "none" && m != "icrc" && m != "parse" && m != "datapath")
+      port.fail(at, path + ": '" + m + "' is not an offload mode (none, icrc, parse, datapath)");
   };
   if (n.IsScalar()) {
     p.offload.mode = n.as<std::string>();
@@ -165,6 +160,11 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
   for (std::size_t i = 0; i < ports.size(); ++i) {
     PortConfig p = parse_port(ports[i], origin, "ports[" + std::to_string(i) + "]");
     if (!names.insert(p.name).second) r.fail(ports[i], "port name '" + p.name + "' is used twice");
+    // The card sits on the port's one queue: frames for its QPs are not steered between lcores.
+    if (p.offload.mode == "datapath" && c.lcores.size() > 1)
+      r.fail(ports[i], "ports[" + std::to_string(i) +
+                           "].offload: 'datapath' needs one lcore (eal.lcores has " +
+                           std::to_string(c.lcores.size()) + ")");
     c.ports.push_back(std::move(p));
   }
   if (r.has("limits")) {

@@ -16,6 +16,10 @@
 #include "dataplane/fault_injector.h"
 #include "dataplane/port/dpdk_port.h"
 
+namespace roce::client {
+class Context;
+}
+
 namespace roce::perf {
 
 /// A test that cannot go on: roce-perf prints it and exits with status 1; roced logs it and
@@ -94,6 +98,10 @@ class Env : public Poller {
 
   /// CmConfig::max_connections of the rdma_cm tools' CM agents (roced: limits.cm_connections).
   std::uint32_t cm_connections = 4096;
+  /// roced's port in the `datapath` offload mode: a Context whose RC QPs live on the card
+  /// (fpga/host/card_context.h). perftest's WRITE and READ tests run there; the others, and
+  /// -R (the CM modifies the engine's QPs), stay on the engine.
+  std::function<std::unique_ptr<client::Context>()> open_card;
   /// The peer's MAC by ARP; fails the test after `seconds`.
   wire::MacAddr resolve(wire::Ipv4Addr peer, double seconds);
 

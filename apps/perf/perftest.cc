@@ -910,7 +910,14 @@ int run_perftest(Env& env, Exchange& oob, const Opts& o, Verb verb, Mode mode) {
   lo.port.max_mtu = env.eng.config().max_mtu;
   lo.port.ipv4 = env.ip;
   lo.port.gid = env.gid;
-  const auto ctx = rc::Context::open_local(std::move(lo));
+  std::unique_ptr<rc::Context> ctx;
+  if (env.open_card && !o.rdma_cm && (verb == Verb::kWrite || verb == Verb::kRead)) {
+    ctx = env.open_card();
+    if (!ctx) fail(std::string("cannot open the datapath card: ") + std::strerror(errno));
+    std::printf(" QPs on the FPGA datapath card (offload: datapath)\n");
+  } else {
+    ctx = rc::Context::open_local(std::move(lo));
+  }
   Perftest t(Stack{env, *ctx, env.gid, &env}, oob, o, verb, mode);
   return t.run();
 }

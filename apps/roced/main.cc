@@ -33,6 +33,8 @@
 #include "controlplane/tcp.h"
 #include "dataplane/port/dpdk_port.h"
 #include "dataplane/port/pmd_frames.h"
+#include "fpga/host/card_context.h"
+#include "fpga/model/datapath_offload.h"
 #include "fpga/model/device.h"
 
 namespace po = boost::program_options;
@@ -64,6 +66,12 @@ struct PortRuntime {
   std::vector<std::unique_ptr<port::PollLoop>> loops;
   /// The FPGA offload's device model of each loop (`offload:`; fpga/model), when configured.
   std::vector<std::unique_ptr<fpga::DeviceModel>> devices;
+  /// `offload: datapath`: the card behind devices[0] (the stream stages), on the one lcore.
+  std::unique_ptr<fpga::DatapathOffload> card;
+  /// The device's counters: the card's, or the stream stages' of lcore 0.
+  std::array<std::uint64_t, fpga::kDevCounters> device_counters() {
+    return card ? card->counters() : devices[0]->counters();
+  }
   // What the worker lcores last reported (they copy it on request: no shared counters).
   struct Snapshot {
     engine::Stats stats;
@@ -122,7 +130,7 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
     }
     if (!p.devices.empty()) {
       c.fpga_on = true;
-      c.fpga = p.devices[0]->counters();
+      c.fpga = p.device_counters();
       for (std::size_t l = 1; l < p.devices.size(); ++l)
         for (std::size_t k = 0; k < c.fpga.size(); ++k) c.fpga[k] += p.snaps[l]->dev[k];
     }
@@ -226,7 +234,17 @@ int run(const ctl::ApplianceConfig& cfg) {
       rt.engines.push_back(std::make_unique<engine::Engine>(ec));
       rt.loops.push_back(std::make_unique<port::PollLoop>(
           *rt.dev, *rt.engines[l], pc.fault, FaultPolicy{}, static_cast<std::uint16_t>(l)));
-      if (pc.offload.mode != "none") {
+      if (pc.offload.mode == "datapath") {
+        // The card's stream stages as in `parse` mode, its transport behind them (one lcore:
+        // the configuration says so).
+        rt.devices.push_back(std::make_unique<fpga::DeviceModel>(
+            fpga::device_config(fpga::OffloadMode::kParse, pc.offload.clock_mhz,
+                                pc.offload.bytes_per_cycle, pc.offload.line_gbps)));
+        fpga::DatapathCard::Config cc;
+        cc.net = ec;
+        rt.card = std::make_unique<fpga::DatapathOffload>(*rt.devices.back(), cc);
+        rt.loops[l]->set_offload(rt.card.get());
+      } else if (pc.offload.mode != "none") {
         rt.devices.push_back(std::make_unique<fpga::DeviceModel>(
             fpga::device_config(*fpga::parse_offload_mode(pc.offload.mode), pc.offload.clock_mhz,
                                 pc.offload.bytes_per_cycle, pc.offload.line_gbps)));
@@ -300,9 +318,10 @@ int run(const ctl::ApplianceConfig& cfg) {
                 p.cfg.fault.any() ? " [fault injection on]" : "");
   for (auto& p : ports)
     if (!p.devices.empty())
-      std::printf("  port %s: FPGA offload '%s' on a device model (%u MHz x %u B/clock, %u G)\n",
+      std::printf("  port %s: FPGA offload '%s' on a device model (%u MHz x %u B/clock, %u G)%s\n",
                   p.cfg.name.c_str(), p.cfg.offload.mode.c_str(), p.cfg.offload.clock_mhz,
-                  p.cfg.offload.bytes_per_cycle, p.cfg.offload.line_gbps);
+                  p.cfg.offload.bytes_per_cycle, p.cfg.offload.line_gbps,
+                  p.card ? "; hosted WRITE/READ tests' QPs on the card" : "");
   if (server) std::printf("  counters: %s\n", server->endpoint().c_str());
   if (cfg.counters.telemetry) std::printf("  telemetry: /roce/counters (dpdk-telemetry.py)\n");
   if (att) std::printf("  attach: %s (mode %04o)\n", att->socket_path().c_str(), cfg.attach.mode);
@@ -334,6 +353,17 @@ int run(const ctl::ApplianceConfig& cfg) {
       if (g_signal != 0) throw Shutdown{};
     });
     env.cm_connections = cfg.limits.cm_connections;
+    if (home.card)
+      env.open_card = [&home, &env] {
+        fpga::CardContextOptions co;
+        co.driver = &home.card->driver();
+        co.port.name = home.cfg.name;
+        co.port.mac = home.cfg.mac;
+        co.port.ipv4 = env.ip;
+        co.port.gid = env.gid;
+        co.port.max_mtu = home.eng().config().max_mtu;
+        return fpga::open_card_context(std::move(co));
+      };
     std::printf("roced: service %s on port %s, TCP %u: a client connected\n", svc.cfg.test.c_str(),
                 svc.cfg.port.c_str(), svc.cfg.listen_port);
     std::fflush(stdout);
@@ -393,9 +423,9 @@ int run(const ctl::ApplianceConfig& cfg) {
                 static_cast<unsigned long long>(p.loop().neighbour().stats().icmp_echo_answered));
   for (auto& p : ports) {
     if (p.devices.empty()) continue;
-    std::array<std::uint64_t, fpga::kDevCounters> sum{};
-    for (auto& d : p.devices)
-      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += d->counters()[i];
+    std::array<std::uint64_t, fpga::kDevCounters> sum = p.device_counters();
+    for (std::size_t l = 1; l < p.devices.size(); ++l)
+      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += p.devices[l]->counters()[i];
     std::printf("%s", fpga::format_nstats(sum, p.cfg.name).c_str());
   }
   std::fflush(stdout);

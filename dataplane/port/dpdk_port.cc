@@ -714,6 +714,10 @@ std::span<const std::uint8_t> PollLoop::whole(const engine::TxFrame& f) {
 
 void PollLoop::send(std::span<const std::uint8_t> frame) {
   if (offload_) frame = offload_->tx(frame);
+  wire_tx(frame);
+}
+
+void PollLoop::wire_tx(std::span<const std::uint8_t> frame) {
   if (tap) tap(on_wire(frame), true);
   if (!link_) {
     port_.tx(frame, queue_);
@@ -737,6 +741,7 @@ std::size_t PollLoop::poll_once() {
   }
   std::size_t moved = 0;
   for (Poller* p : pollers_) moved += p->poll(now);
+  if (offload_) moved += offload_->emit(now, [this](std::span<const std::uint8_t> f) { wire_tx(f); });
   // Requests posted since the last iteration leave before the receive bursts: with a message
   // in flight at a time (a ping-pong) the receive ring's poll would otherwise sit on the path
   // of every request. What the bursts then acknowledge goes out at the end as before.
@@ -792,6 +797,9 @@ std::size_t PollLoop::poll_once() {
       DpdkPort::free(m);
     }
   }
+  // The device's answers to what it just took (ACKs, READ responses) leave in this iteration,
+  // as the engine's do below.
+  if (offload_) moved += offload_->emit(now, [this](std::span<const std::uint8_t> f) { wire_tx(f); });
   if (!link_ && !rx_link_ && eng_.idle_at(now) && !port_.has_pending(queue_)) {
     // Nothing to send and nothing due (what came in, if anything, asked for no answer): the
     // engine and the port have nothing more to do. Returning now shortens both an idle

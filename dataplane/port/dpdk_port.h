@@ -287,6 +287,8 @@ class PollLoop {
   static constexpr std::uint16_t kRxBurst = 32;
   static constexpr unsigned kRxBursts = 4;  ///< bursts per iteration while the queue is full
   void send(std::span<const std::uint8_t> frame);
+  /// A frame as it goes on the wire (after the offload device): capture, faults, the port.
+  void wire_tx(std::span<const std::uint8_t> frame);
   /// Hands the engine's queued frames to the port (through the fault injector and the
   /// capture tap when there are); returns how many.
   std::size_t transmit();

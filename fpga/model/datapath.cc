@@ -319,6 +319,20 @@ bool DatapathDriver::connect(std::uint32_t qpn, std::uint32_t remote_qpn, std::u
   return card_.host2qp_wr(w).status == 0;
 }
 
+bool DatapathDriver::set_path(std::uint32_t qpn, const QpPath& path) {
+  QpPath p = path;
+  p.qpn = qpn;
+  return qpn != 0 && card_.host2qp_path(p).status == 0;
+}
+
+bool DatapathDriver::error(std::uint32_t qpn) {
+  HostQpWrite w;
+  w.qpn = qpn;
+  w.valid = true;
+  w.entry.state = static_cast<std::uint8_t>(engine::QpState::kErr);
+  return card_.host2qp_wr(w).status == 0;
+}
+
 bool DatapathDriver::destroy_qp(std::uint32_t qpn) {
   HostQpWrite w;
   w.qpn = qpn;

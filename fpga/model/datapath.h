@@ -119,9 +119,13 @@ class DatapathDriver {
   bool dereg_mr(std::uint32_t key);
   /// Creates an RC QP on the card with its path; returns the QPN the card assigned (0: refused).
   std::uint32_t create_qp(const QpPath& path);
+  /// Rewrites a QP's path entry (only while it is in RESET: the peer's address, MTU, timers).
+  bool set_path(std::uint32_t qpn, const QpPath& path);
   /// RESET -> RTS in one host2qp_wr: the peer's QPN, our first PSN, the peer's.
   bool connect(std::uint32_t qpn, std::uint32_t remote_qpn, std::uint32_t sq_psn,
                std::uint32_t rq_psn);
+  /// Moves the QP to the error state (its work requests complete flushed).
+  bool error(std::uint32_t qpn);
   bool destroy_qp(std::uint32_t qpn);
   bool post(const WorkRequest& wr) { return card_.host2dev_wq(pack(wr)); }
   /// Completions written since the last call.

@@ -1,6 +1,6 @@
 // The per-port `offload:` key (controlplane/config): a mode as a scalar or a map with the
-// device model's clock and width; unknown modes, keys and the datapath mode (not wired into
-// roced yet) are errors that name the line.
+// device model's clock and width; unknown modes and keys are errors that name the line, and so
+// is the datapath mode on more than one lcore.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -32,6 +32,19 @@ TEST(OffloadConfig, ScalarAndMap) {
   EXPECT_EQ(c.ports[0].offload.line_gbps, 100u);
   // Every mode the configuration accepts is one the device model runs.
   for (const char* m : {"none", "icrc", "parse"}) EXPECT_TRUE(parse_offload_mode(m)) << m;
+  // datapath: the card behind the parse mode's stream stages.
+  EXPECT_EQ(ctl::parse_config(yaml("datapath"), "t.yaml").ports[0].offload.mode, "datapath");
+}
+
+TEST(OffloadConfig, DatapathNeedsOneLcore) {
+  try {
+    ctl::parse_config("eal:\n  lcores: [0, 1]\n" + yaml("datapath"), "t.yaml");
+    ADD_FAILURE() << "datapath on two lcores accepted";
+  } catch (const ctl::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("'datapath' needs one lcore"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(ctl::parse_config("eal:\n  lcores: [1]\n" + yaml("datapath"), "t.yaml"));
 }
 
 TEST(OffloadConfig, Errors) {
@@ -45,7 +58,6 @@ TEST(OffloadConfig, Errors) {
     }
   };
   fails("crc", "'crc' is not an offload mode");
-  fails("datapath", "not wired into roced yet");
   fails("{mode: icrc, clock: 250}", "clock");
   fails("{mode: icrc, bytes_per_cycle: 0}", "bytes_per_cycle");
 }

@@ -28,7 +28,8 @@ finish() {  # wait for the VM to end; return its command's status
 # roced_on_dp0 ROCED NAME [PORT_YAML]: roced with its port on the VM bridge's veth end
 # (net_af_packet on dp0, 192.0.2.100) and an attach socket $out/NAME.sock, started in the VM's
 # network namespace; `rp` is its pid. Waits for the socket. PORT_YAML: more keys of the port
-# (indented by four), e.g. "    offload: parse".
+# (indented by four), e.g. "    offload: parse". TOP_YAML (4th): top-level keys, e.g. services
+# (which listen on br0's 192.0.2.254, where the VM reaches the namespace's kernel).
 roced_on_dp0() {
   cat > "$out/$2.yaml" <<YAML
 name: $2
@@ -47,6 +48,7 @@ counters:
 attach:
   socket: $out/$2.sock
   mode: "0600"
+${4:-}
 YAML
   ip netns exec "${RXE_VM_NETNS:-rxevm}" "$1" --config "$out/$2.yaml" > "$out/$2.log" 2>&1 &
   rp=$!
