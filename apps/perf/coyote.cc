@@ -34,15 +34,15 @@ std::optional<Invocation> parse_coyote_command_line(const std::vector<std::strin
       "Usage: roce-perf coyote [-t SERVER] [-o 1|0] [-x MIN] [-X MAX] [-r RUNS] "
       "(--iface IF | --attach SOCKET) [options]\n"
       "Coyote's RDMA benchmark (its example 8): without -t we are the server");
-  d.add_options()("help,h", "print this help")(
-      "tcpaddr,t", po::value(&o.server), "the server's TCP address (we are the client)")(
+  d.add_options()("help,h", "print this help")("tcpaddr,t", po::value(&o.server),
+                                               "the server's TCP address (we are the client)")(
       "ip_address,i", po::value(&o.server), "the same (Coyote's newer spelling)")(
       "operation,o", po::value(&op)->default_value(0), "WRITE (1) or READ (0)")(
       "min_size,x", po::value(&o.coyote_min)->default_value(o.coyote_min), "smallest transfer")(
       "max_size,X", po::value(&o.coyote_max)->default_value(o.coyote_max), "largest transfer")(
       "reps_thr,r", po::value(&o.coyote_runs)->default_value(o.coyote_runs),
-      "runs of each test (give both sides the same)")(
-      "runs", po::value(&o.coyote_runs), "the same (Coyote's newer spelling)")(
+      "runs of each test (give both sides the same)")("runs", po::value(&o.coyote_runs),
+                                                      "the same (Coyote's newer spelling)")(
       "batch", po::value(&o.coyote_batch)->default_value(o.coyote_batch),
       "operations per throughput run (Coyote's N_THROUGHPUT_REPS)")(
       "port,p", po::value(&o.port)->default_value(o.port), "TCP port of the exchange")(
@@ -108,7 +108,9 @@ struct Stack {
   Env* env = nullptr;  ///< in-process: ARP and the engine's QPs (to count arriving WRITEs)
 };
 
-void header(const char* msg) { std::cout << "\n-- " << msg << '\n' << std::string(47, '-') << '\n'; }
+void header(const char* msg) {
+  std::cout << "\n-- " << msg << '\n' << std::string(47, '-') << '\n';
+}
 
 class Coyote {
  public:
@@ -214,9 +216,9 @@ void Coyote::connect() {
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.max_rd_atomic = 16;
-  if (ctx_.modify_qp(qp_, a,
-                     kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry |
-                         kQpMaxQpRdAtomic) != kOk)
+  if (ctx_.modify_qp(
+          qp_, a,
+          kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic) != kOk)
     fail("failed to modify the QP to RTS");
 }
 

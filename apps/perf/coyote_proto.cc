@@ -71,8 +71,7 @@ bool decode(const std::array<std::uint8_t, kQueueLen>& b, std::uint32_t need, Qu
     e << "PSN 0x" << std::hex << q.psn << " is over 24 bits";
   else if (q.ip_addr == 0 || q.ip_addr == 0xFFFFFFFF)
     e << "no IPv4 address (0x" << std::hex << q.ip_addr << ")";
-  else if (b[60] != 0 ||
-           q.gid.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+  else if (b[60] != 0 || q.gid.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
     e << "the GID is not 32 hex digits and a NUL";
   else if (q.gid != make_queue(q.ip_addr, 0, 0, 0, 0, 0).gid)
     e << "the GID " << q.gid << " does not repeat the IPv4 address " << hex8(q.ip_addr);

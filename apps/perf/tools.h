@@ -37,11 +37,11 @@ struct Opts {
   std::string attach_port;       ///< --attach-port NAME (empty: roced's first port)
   bool events = false;           ///< -e: sleep on CQ events (attached)
   // Coyote's benchmark (coyote.cc): its flags
-  bool coyote_write = false;              ///< -o 1: WRITE, -o 0: READ
-  unsigned coyote_min = 64;               ///< -x
-  unsigned coyote_max = 1024 * 1024;      ///< -X
-  unsigned coyote_runs = 10;              ///< -r
-  unsigned coyote_batch = 64;             ///< --batch: operations per throughput run
+  bool coyote_write = false;          ///< -o 1: WRITE, -o 0: READ
+  unsigned coyote_min = 64;           ///< -x
+  unsigned coyote_max = 1024 * 1024;  ///< -X
+  unsigned coyote_runs = 10;          ///< -r
+  unsigned coyote_batch = 64;         ///< --batch: operations per throughput run
 };
 
 /// ibv_rc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong.

@@ -12,8 +12,8 @@ namespace {
 
 TEST(CoyoteProto, QueueLayoutAsCoyoteWritesIt) {
   // 10.1.212.173 is 0x0A01D4AD, Coyote's own example of an address and its number.
-  const Queue q = make_queue(0x0A01D4AD, 0x000401, 0x123456, 0xCAFEBABE, 0x00007F0012345000ull,
-                             0x100000);
+  const Queue q =
+      make_queue(0x0A01D4AD, 0x000401, 0x123456, 0xCAFEBABE, 0x00007F0012345000ull, 0x100000);
   const auto b = encode(q);
   ASSERT_EQ(b.size(), 64u);
   const std::uint8_t head[28] = {0xAD, 0xD4, 0x01, 0x0A, 0x01, 0x04, 0x00, 0x00, 0x56, 0x34,
