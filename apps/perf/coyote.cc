@@ -29,7 +29,7 @@ std::optional<Invocation> parse_coyote_command_line(const std::vector<std::strin
                                                     std::ostream& out, int& help_status) {
   Opts o;
   o.port = coyote::kDefaultPort;
-  unsigned op = 0;
+  std::string op = "0";
   po::options_description d(
       "Usage: roce-perf coyote [-t SERVER] [-o 1|0] [-x MIN] [-X MAX] [-r RUNS] "
       "(--iface IF | --attach SOCKET) [options]\n"
@@ -37,7 +37,7 @@ std::optional<Invocation> parse_coyote_command_line(const std::vector<std::strin
   d.add_options()("help,h", "print this help")("tcpaddr,t", po::value(&o.server),
                                                "the server's TCP address (we are the client)")(
       "ip_address,i", po::value(&o.server), "the same (Coyote's newer spelling)")(
-      "operation,o", po::value(&op)->default_value(0), "WRITE (1) or READ (0)")(
+      "operation,o", po::value(&op)->default_value("0"), "WRITE (1) or READ (0)")(
       "min_size,x", po::value(&o.coyote_min)->default_value(o.coyote_min), "smallest transfer")(
       "max_size,X", po::value(&o.coyote_max)->default_value(o.coyote_max), "largest transfer")(
       "reps_thr,r", po::value(&o.coyote_runs)->default_value(o.coyote_runs),
@@ -74,10 +74,12 @@ std::optional<Invocation> parse_coyote_command_line(const std::vector<std::strin
       help_status = 0;
       return std::nullopt;
     }
-    if (op > 1) throw po::error("-o must be 1 (WRITE) or 0 (READ)");
-    o.coyote_write = op == 1;
-    if (o.coyote_min < 4 || o.coyote_min % 4 != 0)
-      throw po::error("-x must be a multiple of 4 of at least 4 (the pattern is 32-bit words)");
+    // Coyote reads -o as a boost bool: 1/0, true/false, yes/no, on/off
+    if (op == "1" || op == "true" || op == "yes" || op == "on")
+      o.coyote_write = true;
+    else if (op != "0" && op != "false" && op != "no" && op != "off")
+      throw po::error("-o must be 1 (WRITE) or 0 (READ)");
+    if (o.coyote_min == 0) throw po::error("-x must be at least 1");
     if (o.coyote_max < o.coyote_min || o.coyote_max > (1u << 28))
       throw po::error("-X must be between -x and 268435456");
     if (o.coyote_runs == 0) throw po::error("-r must be at least 1");
