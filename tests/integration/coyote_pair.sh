@@ -96,6 +96,7 @@ case $case in
     junk "$pw"
     for _ in $(seq 50); do grep -q "is not what Coyote sends" "$work/a.log" && break; sleep 0.1; done
     grep "is not what Coyote sends" "$work/a.log" || { cat "$work/a.log"; echo "FAIL: junk not reported"; exit 1; }
+    # shellcheck disable=SC2154  # pid_a: set by appliance()
     kill -0 "$pid_a" || { echo "FAIL: roced died on junk"; exit 1; }
     "$perf" coyote "${cli[@]}" -p "$pw" -o 1 "${sizes[@]}" -t 127.0.0.1 > "$work/hw.log" 2>&1 ||
       { cat "$work/a.log" "$work/hw.log"; echo "FAIL: WRITE against roced"; exit 1; }
