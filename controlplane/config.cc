@@ -244,14 +244,14 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
       static const std::set<std::string> kTests = {
           "write_bw",     "read_bw",  "send_bw",    "atomic_bw",   "write_lat",
           "read_lat",     "send_lat", "atomic_lat", "rc_pingpong", "ud_pingpong",
-          "srq_pingpong", "naa",      "nfs"};
+          "srq_pingpong", "naa",      "nfs",        "coyote"};
       if (!k.has("test")) k.fail(sv[i], path + ".test is required");
       s.test = k.str("test", "");
       if (!kTests.count(s.test))
         k.fail(k.get("test"), path + ".test '" + s.test +
                                   "' is not a test (write_bw, read_bw, send_bw, atomic_bw, "
                                   "write_lat, read_lat, send_lat, atomic_lat, rc_pingpong, "
-                                  "ud_pingpong, srq_pingpong, naa, nfs)");
+                                  "ud_pingpong, srq_pingpong, naa, nfs, coyote)");
       s.port = k.str("port", c.ports.front().name);
       if (!names.count(s.port))
         k.fail(k.get("port"), path + ".port '" + s.port + "' is not a port");

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "apps/perf/cm_tools.h"
+#include "apps/perf/coyote.h"
 #include "apps/perf/perftest_proto.h"
 #include "controlplane/address.h"
 
@@ -55,12 +56,13 @@ roce::FaultPolicy drop_policy(double rate, std::uint64_t seed) {
 
 }  // namespace
 
-bool is_test_name(const std::string& name) { return tests().count(name) > 0; }
+bool is_test_name(const std::string& name) { return name == "coyote" || tests().count(name) > 0; }
 
 std::optional<Invocation> parse_command_line(const std::vector<std::string>& args,
                                              std::ostream& out, int& help_status) {
   Opts o;
   const std::string cmd = args.empty() ? "" : args[0];
+  if (cmd == "coyote") return parse_coyote_command_line(args, out, help_status);
   const auto it = tests().find(cmd);
   const bool known = it != tests().end();
   const Test t = known ? it->second : Test{};
@@ -147,7 +149,8 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
       "Usage: roce-perf TEST --iface IF [options] [SERVER]\n"
       "       roce-perf TEST --attach SOCKET [options] [SERVER]   (perftest's tests, on roced)\n"
       "       roce-perf --config BENCH.yaml   "
-      "(a whole benchmark: docs/benchmarks.md)\n\nTESTs: " +
+      "(a whole benchmark: docs/benchmarks.md)\n       roce-perf coyote [-t SERVER] ...   "
+      "(Coyote's RDMA benchmark: roce-perf coyote --help)\n\nTESTs: " +
       test_list() + "\n");
   visible.add(common);
   if (!known || t.pingpong) visible.add(pp);
@@ -230,11 +233,13 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
 }
 
 int run(const Invocation& inv) {
+  if (inv.coyote) return run_coyote(inv.opts);
   if (!inv.opts.attach.empty()) return run_perftest_attached(inv.opts, inv.verb, inv.mode);
   return inv.pingpong ? run_pingpong(inv.opts, inv.pp) : run_perftest(inv.opts, inv.verb, inv.mode);
 }
 
 int run(const Invocation& inv, Env& env, Oob& oob) {
+  if (inv.coyote) return run_coyote(env, oob, inv.opts);
   if (inv.opts.rdma_cm) fail("-R (rdma_cm) is not available for hosted services");
   return inv.pingpong ? run_pingpong(env, oob, inv.opts, inv.pp)
                       : run_perftest(env, oob, inv.opts, inv.verb, inv.mode);

@@ -24,6 +24,7 @@ struct Invocation {
   Verb verb = Verb::kWrite;
   Mode mode = Mode::kBw;
   Opts opts;
+  bool coyote = false;  ///< Coyote's benchmark (coyote.cc), with its own flags
 };
 
 /// `args[0]` is the test (write_bw, rc_pingpong, ...), then its options and the optional server.

@@ -36,6 +36,12 @@ struct Opts {
   std::string attach;            ///< --attach SOCKET: run on roced's dataplane through libroce
   std::string attach_port;       ///< --attach-port NAME (empty: roced's first port)
   bool events = false;           ///< -e: sleep on CQ events (attached)
+  // Coyote's benchmark (coyote.cc): its flags
+  bool coyote_write = false;          ///< -o 1: WRITE, -o 0: READ
+  unsigned coyote_min = 64;           ///< -x
+  unsigned coyote_max = 1024 * 1024;  ///< -X
+  unsigned coyote_runs = 10;          ///< -r
+  unsigned coyote_batch = 64;         ///< --batch: operations per throughput run
 };
 
 /// ibv_rc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong.
@@ -49,6 +55,11 @@ int run_perftest(const Opts& o, Verb verb, Mode mode);
 int run_perftest(Env& env, Exchange& oob, const Opts& o, Verb verb, Mode mode);
 /// The same attached to roced (o.attach), on libroce; the exchange on TCP.
 int run_perftest_attached(const Opts& o, Verb verb, Mode mode);
+
+/// Coyote's RDMA benchmark (its examples/08_perf_rdma), both roles (apps/perf/coyote.cc).
+int run_coyote(const Opts& o);
+int run_coyote(Env& env, Exchange& oob, const Opts& o);
+int run_coyote_attached(const Opts& o);
 
 // ---- rdma_cm tools (apps/perf/rping.cc): their own flags, connected by the CM, no TCP ----
 /// librdmacm's rping, both roles; argv[1] is "rping".
