@@ -381,7 +381,16 @@ int run_coyote(Env& env, Exchange& oob, const Opts& o) {
   lo.port.max_mtu = env.eng.config().max_mtu;
   lo.port.ipv4 = env.ip;
   lo.port.gid = env.gid;
-  const auto ctx = rc::Context::open_local(std::move(lo));
+  // roced's `datapath` port: READ runs on the card (the server only answers). WRITE stays on
+  // the engine: arrivals are counted from the engine QP's messages, which the card has not.
+  std::unique_ptr<rc::Context> ctx;
+  if (env.open_card && !o.coyote_write) {
+    ctx = env.open_card();
+    if (!ctx) fail(std::string("cannot open the datapath card: ") + std::strerror(errno));
+    std::cout << "QPs on the FPGA datapath card (offload: datapath)" << std::endl;
+  } else {
+    ctx = rc::Context::open_local(std::move(lo));
+  }
   Coyote t(Stack{env, *ctx, &env}, oob, o);
   return t.run();
 }

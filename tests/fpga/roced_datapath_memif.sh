@@ -2,9 +2,10 @@
 # roced with `offload: datapath` (docs/fpga.md): the card model's transport runs the RC QPs of
 # roced's hosted perftest WRITE and READ servers, the host reaching it only through the card's
 # ports (fpga/host/card_context.h). Two roced on a net_memif link (no hugepages, no root): A on
-# the card, hosting write_bw, read_bw, write_lat, read_lat and send_bw; B plain, with roce-perf
-# attached to it as the client of each. Checked:
+# the card, hosting write_bw, read_bw, write_lat, read_lat, send_bw and Coyote's READ benchmark;
+# B plain, with roce-perf attached to it as the client of each. Checked:
 #  - A ran the WRITE/READ servers' QPs on the card and send_bw on its engine (it says which);
+#    Coyote's READ benchmark printed its row for each size;
 #  - every table row is there; A's card took the clients' frames (fpga_ibv_rx_pkgs), answered
 #    (fpga_roce_tx_pkgs) and ran the write_lat server's WRITEs (fpga_wq_in = fpga_cq_out > 0);
 #  - A's engine had none of it: its RoCE receive counts grew by send_bw's frames only (and by
@@ -60,6 +61,9 @@ for t in write_bw read_bw write_lat read_lat send_bw; do
   n=$((${n:-0} + 1))
   services+=$'\n'"  - test: $t"$'\n'"    listen_port: $((tcp + n))"$'\n'"    args: [\"--timeout\", \"20\"]"
 done
+# Coyote's benchmark, READ: the server only answers, from the card.
+services+=$'\n'"  - test: coyote"$'\n'"    listen_port: $((tcp + 6))"
+services+=$'\n'"    args: [-o, '0', -x, '64', -X, '16384', -r, '5', --timeout, '20']"
 start a server 02:00:5e:00:0d:01 192.0.2.81 "$prom_a" 0 "    offload: datapath" "$services"
 grep -q "FPGA offload 'datapath' on a device model.*on the card" "$work/a.log" \
   || { cat "$work/a.log"; echo "FAIL: A did not report the datapath card"; exit 1; }
@@ -87,6 +91,11 @@ run write_bw 1 -s 65536 -n 400
 run read_bw 2 -s 65536 -n 400
 run write_lat 3
 run read_lat 4
+"$perf" coyote --attach "$work/b.sock" -p $((tcp + 6)) -o 0 -x 64 -X 16384 -r 5 --timeout 20 \
+  -t 127.0.0.1 > "$work/coyote.log" 2>&1 || { cat "$work/coyote.log"; echo "FAIL: coyote client"; exit 1; }
+rows=$(grep -c "^Size: .*Average throughput: .*Average latency:" "$work/coyote.log" || true)
+echo "coyote READ: $rows rows; $(grep "^Size: *16384" "$work/coyote.log")"
+[[ $rows == 9 ]] || { cat "$work/coyote.log"; echo "FAIL: coyote READ printed $rows of 9 rows"; exit 1; }
 sleep 0.3
 rx_card=$(counter "$prom_a" rx_frames) unk=$(counter "$prom_a" rx_drop_unknown_qp)
 run send_bw 5 -s 4096 -n 500
@@ -95,8 +104,8 @@ rx_send=$(counter "$prom_a" rx_frames)
 for t in write_bw read_bw write_lat read_lat; do
   check 'grep -q "roced: service $t: done" "$work/a.log"' "A's $t service did not finish"
 done
-check '[[ $(grep -c "QPs on the FPGA datapath card" "$work/a.log") == 4 ]]' \
-  "A did not put the 4 WRITE/READ servers' QPs on the card"
+check '[[ $(grep -c "QPs on the FPGA datapath card" "$work/a.log") == 5 ]]' \
+  "A did not put the 5 WRITE/READ servers' QPs on the card (perftest's four, Coyote's READ)"
 check 'grep -q "roced: service send_bw: done" "$work/a.log"' "A's send_bw (engine) did not finish"
 ibv_rx=$(counter "$prom_a" fpga_ibv_rx_pkgs) roce_tx=$(counter "$prom_a" fpga_roce_tx_pkgs)
 wq=$(counter "$prom_a" fpga_wq_in) cq=$(counter "$prom_a" fpga_cq_out)
