@@ -2,16 +2,14 @@
 /// The in-process backend of libroce: every call goes straight to the application's own
 /// engine; poll_cq and wait_cq drive its poll loop through LocalOptions::progress. Single
 /// threaded, as the engine is.
-#include <sys/mman.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <deque>
 #include <vector>
 
+#include "client/include/roce/buffers.h"
 #include "client/include/roce/client.h"
-#include "client/src/shared_memory.h"
 #include "controlplane/cm/cm_session.h"
 #include "dataplane/engine/engine.h"
 
@@ -22,13 +20,9 @@ namespace {
 struct LPd : Pd {
   engine::Pd* pd = nullptr;
 };
-struct LBuffer : Buffer {
-  bool own = false;
-  unsigned mrs = 0;
-};
 struct LMr : Mr {
   engine::Mr* mr = nullptr;
-  LBuffer* buf = nullptr;
+  OwnedBuffer* buf = nullptr;
 };
 struct LCq : Cq {
   engine::Cq* cq = nullptr;
@@ -74,11 +68,6 @@ class Local final : public Context {
     for (auto& m : mrs_) e_.dereg_mr(m->mr);
     for (auto& c : cqs_) e_.destroy_cq(c->cq);
     for (auto& p : pds_) e_.dealloc_pd(p->pd);
-    for (auto& b : bufs_)
-      if (b->own) {
-        ::munmap(b->addr, b->length);
-        ::close(b->fd);
-      }
   }
   const PortInfo& port() const override { return o_.port; }
   bool connected() const override { return true; }
@@ -94,42 +83,13 @@ class Local final : public Context {
     forget(pds_, p);
     return 0;
   }
-  Buffer* alloc_buffer(std::size_t length) override {
-    void* addr = nullptr;
-    const int fd = make_buffer(length, &addr);
-    if (fd < 0) return nullptr;
-    auto b = std::make_unique<LBuffer>();
-    b->addr = addr;
-    b->length = length;
-    b->fd = fd;
-    b->own = true;
-    return keep(bufs_, std::move(b));
-  }
+  Buffer* alloc_buffer(std::size_t length) override { return bufs_.alloc(length); }
   Buffer* register_memfd(int fd, void* addr, std::size_t length) override {
-    if (fd < 0 || addr == nullptr || length == 0) return fail_null(EINVAL);
-    auto b = std::make_unique<LBuffer>();
-    b->addr = addr;
-    b->length = length;
-    b->fd = fd;
-    return keep(bufs_, std::move(b));
+    return bufs_.adopt(fd, addr, length);
   }
-  int free_buffer(Buffer* buffer) override {
-    auto* b = static_cast<LBuffer*>(buffer);
-    if (b->mrs != 0) return EBUSY;
-    if (b->own) {
-      ::munmap(b->addr, b->length);
-      ::close(b->fd);
-    }
-    forget(bufs_, b);
-    return 0;
-  }
+  int free_buffer(Buffer* buffer) override { return bufs_.release(buffer); }
   Mr* reg_mr(Pd* pd, void* addr, std::size_t length, std::uint32_t access) override {
-    LBuffer* buf = nullptr;
-    const auto a = reinterpret_cast<std::uintptr_t>(addr);
-    for (auto& b : bufs_) {
-      const auto s = reinterpret_cast<std::uintptr_t>(b->addr);
-      if (a >= s && length <= b->length && a - s <= b->length - length) buf = b.get();
-    }
+    OwnedBuffer* buf = bufs_.holding(addr, length);
     if (buf == nullptr) return fail_null(EINVAL);
     auto m = std::make_unique<LMr>();
     m->mr = e_.reg_mr(static_cast<LPd*>(pd)->pd, addr, length, access);
@@ -333,7 +293,7 @@ class Local final : public Context {
   LocalOptions o_;
   engine::Engine& e_;
   std::vector<std::unique_ptr<LPd>> pds_;
-  std::vector<std::unique_ptr<LBuffer>> bufs_;
+  BufferSet bufs_;  ///< before the MRs: destroyed after them
   std::vector<std::unique_ptr<LMr>> mrs_;
   std::vector<std::unique_ptr<LCq>> cqs_;
   std::vector<std::unique_ptr<LSrq>> srqs_;

@@ -1,15 +1,15 @@
 // libroce's Context on the datapath card (card_context.h).
 #include "fpga/host/card_context.h"
 
-#include <sys/mman.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <deque>
 #include <map>
 #include <vector>
+
+#include "client/include/roce/buffers.h"
 
 namespace roce::fpga {
 
@@ -21,12 +21,8 @@ namespace eng = roce::engine;
 struct CPd : Pd {
   std::uint32_t n = 0;
 };
-struct CBuffer : Buffer {
-  bool own = false;
-  unsigned mrs = 0;
-};
 struct CMr : Mr {
-  CBuffer* buf = nullptr;
+  OwnedBuffer* buf = nullptr;
 };
 struct CCq : Cq {
   std::deque<Wc> q;
@@ -63,11 +59,6 @@ class CardContext final : public Context {
   ~CardContext() override {
     for (auto& q : qps_) d_.destroy_qp(q->qp_num);
     for (auto& m : mrs_) d_.dereg_mr(m->lkey);
-    for (auto& b : bufs_)
-      if (b->own) {
-        ::munmap(b->addr, b->length);
-        ::close(b->fd);
-      }
   }
 
   const PortInfo& port() const override { return o_.port; }
@@ -82,51 +73,13 @@ class CardContext final : public Context {
     forget(pds_, static_cast<CPd*>(pd));
     return 0;
   }
-  Buffer* alloc_buffer(std::size_t length) override {
-    if (length == 0) return fail_null(EINVAL);
-    const int fd = ::memfd_create("roce-card", MFD_CLOEXEC);
-    if (fd < 0) return nullptr;
-    if (::ftruncate(fd, static_cast<off_t>(length)) != 0) {
-      ::close(fd);
-      return fail_null(ENOMEM);
-    }
-    void* a = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (a == MAP_FAILED) {
-      ::close(fd);
-      return fail_null(ENOMEM);
-    }
-    auto b = std::make_unique<CBuffer>();
-    b->addr = a;
-    b->length = length;
-    b->fd = fd;
-    b->own = true;
-    return keep(bufs_, std::move(b));
-  }
+  Buffer* alloc_buffer(std::size_t length) override { return bufs_.alloc(length); }
   Buffer* register_memfd(int fd, void* addr, std::size_t length) override {
-    if (fd < 0 || addr == nullptr || length == 0) return fail_null(EINVAL);
-    auto b = std::make_unique<CBuffer>();
-    b->addr = addr;
-    b->length = length;
-    b->fd = fd;
-    return keep(bufs_, std::move(b));
+    return bufs_.adopt(fd, addr, length);
   }
-  int free_buffer(Buffer* buffer) override {
-    auto* b = static_cast<CBuffer*>(buffer);
-    if (b->mrs != 0) return EBUSY;
-    if (b->own) {
-      ::munmap(b->addr, b->length);
-      ::close(b->fd);
-    }
-    forget(bufs_, b);
-    return 0;
-  }
+  int free_buffer(Buffer* buffer) override { return bufs_.release(buffer); }
   Mr* reg_mr(Pd* pd, void* addr, std::size_t length, std::uint32_t access) override {
-    CBuffer* buf = nullptr;
-    const auto a = reinterpret_cast<std::uintptr_t>(addr);
-    for (auto& b : bufs_) {
-      const auto s = reinterpret_cast<std::uintptr_t>(b->addr);
-      if (a >= s && length <= b->length && a - s <= b->length - length) buf = b.get();
-    }
+    OwnedBuffer* buf = bufs_.holding(addr, length);
     if (buf == nullptr || pd == nullptr) return fail_null(EINVAL);
     if (access & ~std::uint32_t{0xF}) return fail_null(EINVAL);
     // host2mr_wr: the card's MR/TLB entry; the model's DMA address is the host's own.
@@ -353,7 +306,7 @@ class CardContext final : public Context {
   DatapathDriver& d_;
   std::uint32_t next_pd_ = 1;
   std::vector<std::unique_ptr<CPd>> pds_;
-  std::vector<std::unique_ptr<CBuffer>> bufs_;
+  BufferSet bufs_;
   std::vector<std::unique_ptr<CMr>> mrs_;
   std::vector<std::unique_ptr<CCq>> cqs_;
   std::vector<std::unique_ptr<CQp>> qps_;

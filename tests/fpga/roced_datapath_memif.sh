@@ -21,41 +21,10 @@ tag=fpgadp$$
 prom_a=127.0.0.1:$((22000 + $$ % 9000)) prom_b=127.0.0.1:$((32000 + $$ % 9000))
 tcp=$((42000 + $$ % 9000))
 pids=()
-cleanup() {
-  local rc=$?
-  if [[ $rc != 0 && ${#pids[@]} != 0 ]]; then
-    "$ctl" -p "$prom_a" --all counters 2>/dev/null | grep -E "fpga|rx_|tx_" || true
-    tail -n 30 "$work"/*.log
-  fi
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
+# shellcheck source=tests/integration/lib_appliance.sh
+source "$(dirname "$0")/../integration/lib_appliance.sh"
+trap 'rc=$?; [[ $rc != 0 ]] && "$ctl" -p "$prom_a" --all counters 2>/dev/null | grep -E "fpga|rx_"; stop_all $rc' EXIT
 
-start() {  # NAME ROLE MAC IP PROMETHEUS LCORE PORT_EXTRA TOP_EXTRA
-  cat > "$work/$1.yaml" <<YAML
-name: $1
-eal:
-  args: [--no-huge, --no-shconf, -m, "256", --no-pci, --file-prefix=$tag$1, "--log-level=*:error"]
-  lcores: [$6]
-ports:
-  - name: p0
-    device: net_memif0
-    devargs: role=$2,id=0,socket-abstract=no,socket=$work/$sock
-    mac: $3
-    ipv4: $4/24
-$7
-counters:
-  prometheus: $5
-  telemetry: false
-$8
-YAML
-  "$roced" --config "$work/$1.yaml" > "$work/$1.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 100); do grep -q " up on lcore" "$work/$1.log" && break; sleep 0.1; done
-  grep -q " up on lcore" "$work/$1.log" || { cat "$work/$1.log"; echo "FAIL: roced $1"; exit 1; }
-}
-sock=memif.sock
 services="services:"
 for t in write_bw read_bw write_lat read_lat send_bw; do
   n=$((${n:-0} + 1))
@@ -64,12 +33,10 @@ done
 # Coyote's benchmark, READ: the server only answers, from the card.
 services+=$'\n'"  - test: coyote"$'\n'"    listen_port: $((tcp + 6))"
 services+=$'\n'"    args: [-o, '0', -x, '64', -X, '16384', -r, '5', --timeout, '20']"
-start a server 02:00:5e:00:0d:01 192.0.2.81 "$prom_a" 0 "    offload: datapath" "$services"
+port_yaml="    offload: datapath" appliance a server 02:00:5e:00:0d:01 192.0.2.81 0 "$prom_a" "$services"
 grep -q "FPGA offload 'datapath' on a device model.*on the card" "$work/a.log" \
   || { cat "$work/a.log"; echo "FAIL: A did not report the datapath card"; exit 1; }
-start b client 02:00:5e:00:0d:02 192.0.2.82 "$prom_b" 1 "" \
-  "attach:"$'\n'"  socket: $work/b.sock"$'\n'"  mode: \"0600\""
-for _ in $(seq 50); do [[ -S $work/b.sock ]] && break; sleep 0.1; done
+appliance b client 02:00:5e:00:0d:02 192.0.2.82 1 "$prom_b"
 
 counter() {  # ENDPOINT NAME -> value on port p0
   "$ctl" -p "$1" --all counters | awk -v n="$2" '$1 == "p0" && $2 == n { print $3 }'
@@ -126,13 +93,11 @@ check '[[ $rx_send -gt $((rx_card + 500)) ]]' "A's engine did not run send_bw ($
 for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
 wait 2>/dev/null || true
 pids=()
-sock=memif-lossy.sock tag=${tag}l
-start a server 02:00:5e:00:0d:01 192.0.2.81 "$prom_a" 0 \
-  "    offload: datapath"$'\n'"    fault: {drop: 0.02, seed: 9}" "$services"
-rm -f "$work/b.sock"
-start b client 02:00:5e:00:0d:02 192.0.2.82 "$prom_b" 1 "" \
-  "attach:"$'\n'"  socket: $work/b.sock"$'\n'"  mode: \"0600\""
-for _ in $(seq 50); do [[ -S $work/b.sock ]] && break; sleep 0.1; done
+memif_sock=memif-lossy.sock tag=${tag}l
+rm -f "$work/a.sock" "$work/b.sock"
+port_yaml="    offload: datapath"$'\n'"    fault: {drop: 0.02, seed: 9}" \
+  appliance a server 02:00:5e:00:0d:01 192.0.2.81 0 "$prom_a" "$services"
+appliance b client 02:00:5e:00:0d:02 192.0.2.82 1 "$prom_b"
 run write_bw 1 -s 65536 -n 400
 run read_bw 2 -s 65536 -n 400
 run write_lat 3  # the card as the requester: its lost WRITEs are its to send again

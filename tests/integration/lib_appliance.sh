@@ -7,7 +7,9 @@
 # server|client on $work/memif.sock, attach socket $work/NAME.sock, Prometheus on PROMETHEUS or
 # an ephemeral port), starts roced, waits until its port is up and its socket exists; pid_NAME
 # is its pid. EXTRA_YAML follows the attach block: indented it extends it ("  quotas: ..."),
-# unindented it adds top-level keys ("services: ...").
+# unindented it adds top-level keys ("services: ..."). Optional variables: port_yaml (more keys
+# of the port, indented by four: "    offload: datapath") and memif_sock (the link's socket file
+# in $work, default memif.sock).
 appliance() {
   cat > "$work/$1.yaml" <<YAML
 name: $1
@@ -17,9 +19,10 @@ eal:
 ports:
   - name: p0
     device: net_memif0
-    devargs: role=$2,id=0,socket-abstract=no,socket=$work/memif.sock
+    devargs: role=$2,id=0,socket-abstract=no,socket=$work/${memif_sock:-memif.sock}
     mac: $3
     ipv4: $4/24
+${port_yaml:-}
 counters:
   telemetry: false
   prometheus: ${6:-127.0.0.1:0}
