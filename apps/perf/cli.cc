@@ -103,6 +103,9 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
       "seconds before a stalled exchange or test gives up")(
       "json", po::value(&o.json), "write the results as JSON to this file")(
       "pcap", po::value(&o.link.pcap), "capture every frame sent and received to this pcap file")(
+      "offload", po::value(&o.link.offload),
+      "the FPGA offload's device model on the port: icrc or parse (docs/fpga.md; default: "
+      "$ROCE_OFFLOAD, else none)")(
       "tx-drop", po::value(&tx_drop), "drop this fraction of our transmitted frames")(
       "rx-drop", po::value(&rx_drop), "drop this fraction of our received frames")(
       "fault-seed", po::value(&seed)->default_value(seed), "seed of the fault injection");
@@ -213,9 +216,10 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
         throw po::error(
             "-R is not available with --attach (the connection manager does not go "
             "through the attach socket yet)");
-      if (!o.link.iface.empty() || !o.link.pcap.empty() || tx_drop > 0 || rx_drop > 0)
+      if (!o.link.iface.empty() || !o.link.pcap.empty() || !o.link.offload.empty() || tx_drop > 0 ||
+          rx_drop > 0)
         throw po::error(
-            "--iface, --pcap and fault injection belong to an in-process port, not "
+            "--iface, --pcap, --offload and fault injection belong to an in-process port, not "
             "to --attach (roced's port has its own)");
     } else if (o.events) {
       throw po::error("-e needs --attach (in-process, the test polls its own dataplane)");

@@ -11,11 +11,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
 #include "controlplane/address.h"
+#include "fpga/model/device.h"
 #include "controlplane/tcp.h"
 #include "dataplane/port/pmd_frames.h"
 
@@ -143,6 +145,16 @@ Env::Env(const LinkOpts& o)
     capture = std::make_unique<apps::PcapWriter>(o.pcap);
     loop.tap = [this](std::span<const std::uint8_t> f, bool) { capture->write(f, port::now_ns()); };
   }
+  std::string off = o.offload;
+  if (off.empty())
+    if (const char* e = std::getenv("ROCE_OFFLOAD")) off = e;
+  if (!off.empty() && off != "none") {
+    const auto mode = fpga::parse_offload_mode(off);
+    if (!mode)
+      fail("offload '" + off + "' is not a mode of roce-perf's port (icrc, parse; datapath is roced's)");
+    offload_ = std::make_unique<fpga::DeviceModel>(fpga::DeviceConfig{.mode = *mode});
+    loop.set_offload(offload_.get());
+  }
   if (own_dev_->offloads().to_string() != "none")
     std::fprintf(stderr, "roce-perf: %s offloads: %s\n", o.iface.c_str(),
                  own_dev_->offloads().to_string().c_str());
@@ -156,6 +168,19 @@ Env::Env(engine::Engine& e, port::PollLoop& l, wire::Ipv4Addr a, std::function<v
 Env::~Env() {
   if (own_loop_) loop.tap = nullptr;
   own_loop_.reset();
+  if (offload_) {
+    const auto c = [&](fpga::DevCounter d) {
+      return static_cast<unsigned long long>(offload_->counter(d));
+    };
+    std::fprintf(stderr,
+                 "roce-perf: offload %s: %llu RoCE frames in, %llu out, %llu ICRCs written (%llu "
+                 "differing), %llu dropped for the ICRC, %llu by the parser\n",
+                 std::string(fpga::to_string(offload_->config().mode)).c_str(),
+                 c(fpga::DevCounter::kRoceRxPkgs), c(fpga::DevCounter::kRoceTxPkgs),
+                 c(fpga::DevCounter::kTxIcrcGen), c(fpga::DevCounter::kTxIcrcDiffer),
+                 c(fpga::DevCounter::kRxIcrcDrop), c(fpga::DevCounter::kRxParseDrop));
+  }
+  offload_.reset();
   own_dev_.reset();
   own_eng_.reset();
 }

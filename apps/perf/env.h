@@ -19,6 +19,9 @@
 namespace roce::client {
 class Context;
 }
+namespace roce::fpga {
+class DeviceModel;
+}
 
 namespace roce::perf {
 
@@ -40,6 +43,9 @@ struct LinkOpts {
   int lcore = -1;              ///< the CPU the poll loop runs on; -1: any of the process's
   std::uint64_t window_bytes = 0;  ///< the engine's requester window per QP (0: its default)
   FaultPolicy tx_faults, rx_faults;
+  /// The FPGA offload's device model on the port (fpga/model: icrc or parse); empty: the
+  /// environment's ROCE_OFFLOAD, else none.
+  std::string offload;
 };
 
 /// The EAL --vdev argument for `o`'s interface and PMD; fails (TestFailure) on a bad option.
@@ -116,6 +122,7 @@ class Env : public Poller {
   std::unique_ptr<engine::Engine> own_eng_;
   std::unique_ptr<port::DpdkPort> own_dev_;
   std::unique_ptr<port::PollLoop> own_loop_;
+  std::unique_ptr<fpga::DeviceModel> offload_;  ///< LinkOpts::offload
   std::function<void()> between_polls_;
 
  public:

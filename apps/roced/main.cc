@@ -14,6 +14,7 @@
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -477,6 +478,21 @@ int main(int argc, char** argv) {
       cfg.logging.level = level;
     }
     if (!prometheus.empty()) cfg.counters.prometheus = prometheus == "off" ? "" : prometheus;
+    // ROCE_OFFLOAD: the offload mode of ports that set none (a test suite run with the offload
+    // on, docs/fpga.md).
+    if (const char* env = std::getenv("ROCE_OFFLOAD"); env != nullptr && *env != '\0') {
+      const std::string m = env;
+      if (m != "none" && m != "datapath" && !fpga::parse_offload_mode(m))
+        throw ctl::ConfigError("ROCE_OFFLOAD='" + m + "' is not an offload mode (none, icrc, parse, datapath)");
+      for (auto& pc : cfg.ports) {
+        if (pc.offload.mode != "none") continue;
+        if (m == "datapath" && cfg.lcores.size() > 1)
+          throw ctl::ConfigError("ROCE_OFFLOAD=datapath: port " + pc.name +
+                                 " runs on " + std::to_string(cfg.lcores.size()) +
+                                 " lcores; the card needs one");
+        pc.offload.mode = m;
+      }
+    }
     if (vm.count("no-telemetry")) cfg.counters.telemetry = false;
     if (!cfg.counters.prometheus.empty()) apps::split_host_port(cfg.counters.prometheus);
     if (vm.count("check")) {
