@@ -2,7 +2,8 @@
 # Coyote's RDMA benchmark (the seed's example 8: WRITE and READ, throughput and latency, sizes
 # doubling from min to max, repetitions) run with roce-perf against roced, once on the software
 # path and once with the FPGA offload's device model on roced's port, next to what the model
-# predicts for a 100G card (fpga-predict). roced runs in one network namespace on a veth pair
+# predicts for a 100G card (fpga-predict; for datapath, the prediction of its parse stages: the
+# card transport's timing is not modelled). roced runs in one network namespace on a veth pair
 # (net_af_packet, MTU 9000, path MTU 4096), roce-perf in the other; the services are roced's
 # hosted perftest servers. Each roce-perf run starts its own EAL and port: about 10 s per size
 # and test here, so the whole range takes a while (label perf). Exits 77 (skipped) without root or network namespaces.
@@ -47,11 +48,13 @@ services:
   - {test: write_bw, listen_port: 18635, args: ["-s", "$max", "--timeout", "30"]}
   - {test: read_bw, listen_port: 18636, args: ["-s", "$max", "--timeout", "30"]}
 YAML
-  # A latency server per size: a ping-pong's two sides use one size.
+  # A latency server per size: a ping-pong's two sides use one size and one iteration count
+  # (perftest exchanges neither: a server expecting more iterations than its client sends waits
+  # out its timeout, and roced's next service with it).
   local s i=0
   for ((s = min; s <= max; s *= 2, i++)); do
-    echo "  - {test: write_lat, listen_port: $((18700 + 2 * i)), args: [\"-s\", \"$s\", \"--timeout\", \"30\"]}"
-    echo "  - {test: read_lat, listen_port: $((18701 + 2 * i)), args: [\"-s\", \"$s\", \"--timeout\", \"30\"]}"
+    echo "  - {test: write_lat, listen_port: $((18700 + 2 * i)), args: [\"-s\", \"$s\", \"-n\", \"$reps\", \"--timeout\", \"30\"]}"
+    echo "  - {test: read_lat, listen_port: $((18701 + 2 * i)), args: [\"-s\", \"$s\", \"-n\", \"$reps\", \"--timeout\", \"30\"]}"
   done >> "$work/roced.yaml"
   last=$((18701 + 2 * (i - 1)))
   ip netns exec "$a" "$roced" --config "$work/roced.yaml" > "$work/roced-$1.log" 2>&1 &
@@ -96,8 +99,8 @@ run_all hw
 stop_roced
 sed -n '/ -- NET STATS/,$p' "$work/roced-$mode.log"
 
-"$predict" --op write --mode "$mode" -x "$min" -X "$max" > "$work/pred-write.txt"
-"$predict" --op read --mode "$mode" -x "$min" -X "$max" > "$work/pred-read.txt"
+"$predict" --op write --mode "${mode/datapath/parse}" -x "$min" -X "$max" > "$work/pred-write.txt"
+"$predict" --op read --mode "${mode/datapath/parse}" -x "$min" -X "$max" > "$work/pred-read.txt"
 pred() {  # OP SIZE COLUMN(4: MB/s, 5: latency)
   awk -v s="$2" -v c="$3" '$1 !~ /^#/ && $2 == s { print $c }' "$work/pred-$1.txt"
 }
