@@ -104,8 +104,8 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
       "json", po::value(&o.json), "write the results as JSON to this file")(
       "pcap", po::value(&o.link.pcap), "capture every frame sent and received to this pcap file")(
       "offload", po::value(&o.link.offload),
-      "the FPGA offload's device model on the port: icrc or parse (docs/fpga.md; default: "
-      "$ROCE_OFFLOAD, else none)")(
+      "the FPGA offload's device model on the port: icrc, parse, or datapath (the WRITE and READ "
+      "tests' QPs on the card; docs/fpga.md); default: $ROCE_OFFLOAD, else none")(
       "tx-drop", po::value(&tx_drop), "drop this fraction of our transmitted frames")(
       "rx-drop", po::value(&rx_drop), "drop this fraction of our received frames")(
       "fault-seed", po::value(&seed)->default_value(seed), "seed of the fault injection");

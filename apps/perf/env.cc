@@ -17,6 +17,8 @@
 #include <cstring>
 
 #include "controlplane/address.h"
+#include "fpga/host/card_context.h"
+#include "fpga/model/datapath_offload.h"
 #include "fpga/model/device.h"
 #include "controlplane/tcp.h"
 #include "dataplane/port/pmd_frames.h"
@@ -149,11 +151,28 @@ Env::Env(const LinkOpts& o)
   if (off.empty())
     if (const char* e = std::getenv("ROCE_OFFLOAD")) off = e;
   if (!off.empty() && off != "none") {
-    const auto mode = fpga::parse_offload_mode(off);
-    if (!mode)
-      fail("offload '" + off + "' is not a mode of roce-perf's port (icrc, parse; datapath is roced's)");
+    const bool datapath = off == "datapath";
+    const auto mode = datapath ? std::optional(fpga::OffloadMode::kParse) : fpga::parse_offload_mode(off);
+    if (!mode) fail("offload '" + off + "' is not a mode (icrc, parse, datapath)");
     offload_ = std::make_unique<fpga::DeviceModel>(fpga::DeviceConfig{.mode = *mode});
-    loop.set_offload(offload_.get());
+    if (datapath) {
+      // The card behind the parse stages; the WRITE and READ tests open a Context on it.
+      fpga::DatapathCard::Config cc;
+      cc.net = eng.config();
+      card_ = std::make_unique<fpga::DatapathOffload>(*offload_, cc);
+      loop.set_offload(card_.get());
+      open_card = [this, o] {
+        fpga::CardContextOptions co;
+        co.driver = &card_->driver();
+        co.port.mac = *ctl::parse_mac(o.mac);
+        co.port.ipv4 = ip;
+        co.port.gid = gid;
+        co.port.max_mtu = eng.config().max_mtu;
+        return fpga::open_card_context(std::move(co));
+      };
+    } else {
+      loop.set_offload(offload_.get());
+    }
   }
   if (own_dev_->offloads().to_string() != "none")
     std::fprintf(stderr, "roce-perf: %s offloads: %s\n", o.iface.c_str(),
@@ -169,17 +188,21 @@ Env::~Env() {
   if (own_loop_) loop.tap = nullptr;
   own_loop_.reset();
   if (offload_) {
+    const auto all = card_ ? card_->counters() : offload_->counters();
     const auto c = [&](fpga::DevCounter d) {
-      return static_cast<unsigned long long>(offload_->counter(d));
+      return static_cast<unsigned long long>(all[static_cast<std::size_t>(d)]);
     };
     std::fprintf(stderr,
                  "roce-perf: offload %s: %llu RoCE frames in, %llu out, %llu ICRCs written (%llu "
-                 "differing), %llu dropped for the ICRC, %llu by the parser\n",
-                 std::string(fpga::to_string(offload_->config().mode)).c_str(),
+                 "differing), %llu dropped for the ICRC, %llu by the parser; %llu work requests "
+                 "on the card, %llu sent again\n",
+                 card_ ? "datapath" : std::string(fpga::to_string(offload_->config().mode)).c_str(),
                  c(fpga::DevCounter::kRoceRxPkgs), c(fpga::DevCounter::kRoceTxPkgs),
                  c(fpga::DevCounter::kTxIcrcGen), c(fpga::DevCounter::kTxIcrcDiffer),
-                 c(fpga::DevCounter::kRxIcrcDrop), c(fpga::DevCounter::kRxParseDrop));
+                 c(fpga::DevCounter::kRxIcrcDrop), c(fpga::DevCounter::kRxParseDrop),
+                 c(fpga::DevCounter::kWqIn), c(fpga::DevCounter::kRetransCnt));
   }
+  card_.reset();
   offload_.reset();
   own_dev_.reset();
   own_eng_.reset();

@@ -21,6 +21,7 @@ class Context;
 }
 namespace roce::fpga {
 class DeviceModel;
+class DatapathOffload;
 }
 
 namespace roce::perf {
@@ -43,8 +44,8 @@ struct LinkOpts {
   int lcore = -1;              ///< the CPU the poll loop runs on; -1: any of the process's
   std::uint64_t window_bytes = 0;  ///< the engine's requester window per QP (0: its default)
   FaultPolicy tx_faults, rx_faults;
-  /// The FPGA offload's device model on the port (fpga/model: icrc or parse); empty: the
-  /// environment's ROCE_OFFLOAD, else none.
+  /// The FPGA offload's device model on the port (fpga/model: icrc, parse, or datapath: the
+  /// card runs the WRITE and READ tests' QPs); empty: the environment's ROCE_OFFLOAD, else none.
   std::string offload;
 };
 
@@ -122,7 +123,8 @@ class Env : public Poller {
   std::unique_ptr<engine::Engine> own_eng_;
   std::unique_ptr<port::DpdkPort> own_dev_;
   std::unique_ptr<port::PollLoop> own_loop_;
-  std::unique_ptr<fpga::DeviceModel> offload_;  ///< LinkOpts::offload
+  std::unique_ptr<fpga::DeviceModel> offload_;  ///< LinkOpts::offload (datapath: its stages)
+  std::unique_ptr<fpga::DatapathOffload> card_;  ///< LinkOpts::offload datapath
   std::function<void()> between_polls_;
 
  public:

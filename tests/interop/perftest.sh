@@ -43,6 +43,8 @@ for dir in vm-server us-server; do
   theirs=1; grep -q "cmd-end rc=0" "$out/vm.txt" && theirs=0
   "$here/../integration/check_capture.sh" "$pcap" "$out/us.pcap" 1 > "$out/capture.txt" 2>&1 \
     && cap=0 || cap=1
+  # With ROCE_OFFLOAD set (docs/fpga.md), what the device carried.
+  grep -h -E "^roce-perf: offload|QPs on the FPGA datapath card" "$out/us.txt" | sed 's/^ *//' || true
   # the result row: a line that starts with the message size
   row=$(grep -m1 -E '^ [0-9]+ +[0-9]+ ' "$out/us.txt" | tr -s ' \t' ' ' || true)
   vmrow=$(grep -v '^\[rxe-vm\]' "$out/vm.txt" | grep -m1 -E '^ [0-9]+ +[0-9]+ ' | tr -s ' \t' ' ' || true)
