@@ -34,19 +34,6 @@ struct LQp : Qp {
   engine::Qp* qp = nullptr;
 };
 
-template <class T>
-T* keep(std::vector<std::unique_ptr<T>>& v, std::unique_ptr<T> p) {
-  v.push_back(std::move(p));
-  return v.back().get();
-}
-template <class T>
-void forget(std::vector<std::unique_ptr<T>>& v, const T* p) {
-  std::erase_if(v, [p](const auto& u) { return u.get() == p; });
-}
-std::nullptr_t fail_null(int e) {
-  errno = e;
-  return nullptr;
-}
 
 class Local final : public Context {
  public:

@@ -34,19 +34,6 @@ struct CQp : Qp {
   std::uint32_t remote_qpn = 0, rq_psn = 0;
 };
 
-template <class T>
-T* keep(std::vector<std::unique_ptr<T>>& v, std::unique_ptr<T> p) {
-  v.push_back(std::move(p));
-  return v.back().get();
-}
-template <class T>
-void forget(std::vector<std::unique_ptr<T>>& v, const T* p) {
-  std::erase_if(v, [p](const auto& u) { return u.get() == p; });
-}
-std::nullptr_t fail_null(int e) {
-  errno = e;
-  return nullptr;
-}
 std::uint64_t now_ms() {
   timespec t{};
   clock_gettime(CLOCK_MONOTONIC, &t);

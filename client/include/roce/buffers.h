@@ -1,10 +1,12 @@
 /// @file
-/// The buffer bookkeeping of a Context backend that runs in the application's own process
-/// (the in-process engine, the datapath card's Context in fpga/host): buffers it allocated
-/// (sealed memfds, mapped here) or adopted (the caller's memfd region), how many MRs use each,
-/// and which one holds an address range. Single-threaded, as those backends are.
+/// What Context backends that run in the application's own process (the in-process engine,
+/// the datapath card's Context in fpga/host) share: the buffer bookkeeping (buffers allocated
+/// as sealed memfds mapped here, or adopted from the caller's memfd region; how many MRs use
+/// each; which one holds an address range) and the lists their objects live in.
+/// Single-threaded, as those backends are.
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
 #include <memory>
 #include <vector>
@@ -17,6 +19,22 @@ struct OwnedBuffer : Buffer {
   bool own = false;   ///< allocated here: unmapped and closed when released
   unsigned mrs = 0;   ///< MRs registered on it (release() refuses while any)
 };
+
+/// A backend's objects: kept in a list that owns them, forgotten when destroyed.
+template <class T>
+T* keep(std::vector<std::unique_ptr<T>>& v, std::unique_ptr<T> p) {
+  v.push_back(std::move(p));
+  return v.back().get();
+}
+template <class T>
+void forget(std::vector<std::unique_ptr<T>>& v, const T* p) {
+  std::erase_if(v, [p](const auto& u) { return u.get() == p; });
+}
+/// rdma-core's way for calls that create: null, with errno `e`.
+inline std::nullptr_t fail_null(int e) {
+  errno = e;
+  return nullptr;
+}
 
 class BufferSet {
  public:
