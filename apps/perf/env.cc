@@ -11,17 +11,17 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "controlplane/address.h"
+#include "controlplane/tcp.h"
+#include "dataplane/port/pmd_frames.h"
 #include "fpga/host/card_context.h"
 #include "fpga/model/datapath_offload.h"
 #include "fpga/model/device.h"
-#include "controlplane/tcp.h"
-#include "dataplane/port/pmd_frames.h"
 
 namespace roce::perf {
 
@@ -152,7 +152,8 @@ Env::Env(const LinkOpts& o)
     if (const char* e = std::getenv("ROCE_OFFLOAD")) off = e;
   if (!off.empty() && off != "none") {
     const bool datapath = off == "datapath";
-    const auto mode = datapath ? std::optional(fpga::OffloadMode::kParse) : fpga::parse_offload_mode(off);
+    const auto mode =
+        datapath ? std::optional(fpga::OffloadMode::kParse) : fpga::parse_offload_mode(off);
     if (!mode) fail("offload '" + off + "' is not a mode (icrc, parse, datapath)");
     offload_ = std::make_unique<fpga::DeviceModel>(fpga::DeviceConfig{.mode = *mode});
     if (datapath) {
@@ -178,7 +179,8 @@ Env::Env(const LinkOpts& o)
     std::fprintf(stderr, "roce-perf: %s offloads: %s\n", o.iface.c_str(),
                  own_dev_->offloads().to_string().c_str());
   // A memif server's link comes up when its client connects, which may be much later.
-  if (o.pmd != "memif-server") until([&] { return own_dev_->link_up(); }, o.pmd == "memif" ? 30 : 10);
+  if (o.pmd != "memif-server")
+    until([&] { return own_dev_->link_up(); }, o.pmd == "memif" ? 30 : 10);
 }
 
 Env::Env(engine::Engine& e, port::PollLoop& l, wire::Ipv4Addr a, std::function<void()> between)

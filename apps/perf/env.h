@@ -22,7 +22,7 @@ class Context;
 namespace roce::fpga {
 class DeviceModel;
 class DatapathOffload;
-}
+}  // namespace roce::fpga
 
 namespace roce::perf {
 
@@ -38,10 +38,10 @@ struct LinkOpts {
   std::string pmd = "af_packet";  ///< af_packet (net_af_packet) or af_xdp (net_af_xdp)
   std::string ip = "192.0.2.100";
   std::string mac = "02:00:00:00:00:64";
-  unsigned netdev_mtu = 1500;  ///< largest IP packet on the link (9000 for path MTU 4096)
-  std::string pcap;            ///< capture every frame sent and received here
-  unsigned vlan = 0;           ///< 802.1Q VLAN of the port (1-4094); 0: untagged
-  int lcore = -1;              ///< the CPU the poll loop runs on; -1: any of the process's
+  unsigned netdev_mtu = 1500;      ///< largest IP packet on the link (9000 for path MTU 4096)
+  std::string pcap;                ///< capture every frame sent and received here
+  unsigned vlan = 0;               ///< 802.1Q VLAN of the port (1-4094); 0: untagged
+  int lcore = -1;                  ///< the CPU the poll loop runs on; -1: any of the process's
   std::uint64_t window_bytes = 0;  ///< the engine's requester window per QP (0: its default)
   FaultPolicy tx_faults, rx_faults;
   /// The FPGA offload's device model on the port (fpga/model: icrc, parse, or datapath: the
@@ -123,7 +123,7 @@ class Env : public Poller {
   std::unique_ptr<engine::Engine> own_eng_;
   std::unique_ptr<port::DpdkPort> own_dev_;
   std::unique_ptr<port::PollLoop> own_loop_;
-  std::unique_ptr<fpga::DeviceModel> offload_;  ///< LinkOpts::offload (datapath: its stages)
+  std::unique_ptr<fpga::DeviceModel> offload_;   ///< LinkOpts::offload (datapath: its stages)
   std::unique_ptr<fpga::DatapathOffload> card_;  ///< LinkOpts::offload datapath
   std::function<void()> between_polls_;
 

@@ -14,8 +14,8 @@
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -483,13 +483,13 @@ int main(int argc, char** argv) {
     if (const char* env = std::getenv("ROCE_OFFLOAD"); env != nullptr && *env != '\0') {
       const std::string m = env;
       if (m != "none" && m != "datapath" && !fpga::parse_offload_mode(m))
-        throw ctl::ConfigError("ROCE_OFFLOAD='" + m + "' is not an offload mode (none, icrc, parse, datapath)");
+        throw ctl::ConfigError("ROCE_OFFLOAD='" + m +
+                               "' is not an offload mode (none, icrc, parse, datapath)");
       for (auto& pc : cfg.ports) {
         if (pc.offload.mode != "none") continue;
         if (m == "datapath" && cfg.lcores.size() > 1)
-          throw ctl::ConfigError("ROCE_OFFLOAD=datapath: port " + pc.name +
-                                 " runs on " + std::to_string(cfg.lcores.size()) +
-                                 " lcores; the card needs one");
+          throw ctl::ConfigError("ROCE_OFFLOAD=datapath: port " + pc.name + " runs on " +
+                                 std::to_string(cfg.lcores.size()) + " lcores; the card needs one");
         pc.offload.mode = m;
       }
     }

@@ -34,7 +34,6 @@ struct LQp : Qp {
   engine::Qp* qp = nullptr;
 };
 
-
 class Local final : public Context {
  public:
   explicit Local(LocalOptions o) : o_(std::move(o)), e_(*o_.engine) {}

@@ -263,7 +263,7 @@ std::optional<std::uint64_t> CmAgent::next_deadline_ns() const {
 }
 
 bool CmAgent::drain(const std::function<void()>& pump, std::chrono::milliseconds budget,
-                  std::chrono::milliseconds every) {
+                    std::chrono::milliseconds every) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto next = start + every;

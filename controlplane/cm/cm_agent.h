@@ -77,8 +77,8 @@ class CmAgent {
   /// For a process about to exit, whose CM timers go with it: waits for the DREPs of the
   /// connections it disconnected, sending unanswered DREQs again every `every` (a lost DREQ
   /// would otherwise leave the peer's connection up, as nothing else tells it), for at most
-  /// `budget`. `pump` runs the port once (frames in and out) and this agent's poll(). True when every DREQ
-  /// was answered.
+  /// `budget`. `pump` runs the port once (frames in and out) and this agent's poll(). True when
+  /// every DREQ was answered.
   bool drain(const std::function<void()>& pump,
              std::chrono::milliseconds budget = std::chrono::milliseconds(1000),
              std::chrono::milliseconds every = std::chrono::milliseconds(100));

@@ -741,7 +741,8 @@ std::size_t PollLoop::poll_once() {
   }
   std::size_t moved = 0;
   for (Poller* p : pollers_) moved += p->poll(now);
-  if (offload_) moved += offload_->emit(now, [this](std::span<const std::uint8_t> f) { wire_tx(f); });
+  if (offload_)
+    moved += offload_->emit(now, [this](std::span<const std::uint8_t> f) { wire_tx(f); });
   // Requests posted since the last iteration leave before the receive bursts: with a message
   // in flight at a time (a ping-pong) the receive ring's poll would otherwise sit on the path
   // of every request. What the bursts then acknowledge goes out at the end as before.
@@ -799,7 +800,8 @@ std::size_t PollLoop::poll_once() {
   }
   // The device's answers to what it just took (ACKs, READ responses) leave in this iteration,
   // as the engine's do below.
-  if (offload_) moved += offload_->emit(now, [this](std::span<const std::uint8_t> f) { wire_tx(f); });
+  if (offload_)
+    moved += offload_->emit(now, [this](std::span<const std::uint8_t> f) { wire_tx(f); });
   if (!link_ && !rx_link_ && eng_.idle_at(now) && !port_.has_pending(queue_)) {
     // Nothing to send and nothing due (what came in, if anything, asked for no answer): the
     // engine and the port have nothing more to do. Returning now shortens both an idle

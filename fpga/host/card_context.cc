@@ -37,7 +37,8 @@ struct CQp : Qp {
 std::uint64_t now_ms() {
   timespec t{};
   clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<std::uint64_t>(t.tv_sec) * 1000 + static_cast<std::uint64_t>(t.tv_nsec) / 1000000;
+  return static_cast<std::uint64_t>(t.tv_sec) * 1000 +
+         static_cast<std::uint64_t>(t.tv_nsec) / 1000000;
 }
 
 class CardContext final : public Context {
@@ -70,8 +71,8 @@ class CardContext final : public Context {
     if (buf == nullptr || pd == nullptr) return fail_null(EINVAL);
     if (access & ~std::uint32_t{0xF}) return fail_null(EINVAL);
     // host2mr_wr: the card's MR/TLB entry; the model's DMA address is the host's own.
-    const std::uint32_t key = d_.reg_mr(static_cast<CPd*>(pd)->n, addr, length,
-                                        static_cast<std::uint8_t>(access));
+    const std::uint32_t key =
+        d_.reg_mr(static_cast<CPd*>(pd)->n, addr, length, static_cast<std::uint8_t>(access));
     if (key == 0) return fail_null(ENOMEM);
     auto m = std::make_unique<CMr>();
     m->buf = buf;
@@ -133,7 +134,8 @@ class CardContext final : public Context {
     if (!(mask & eng::kQpState)) return EINVAL;
     switch (a.qp_state) {
       case client::QpState::kInit:
-        if (q->state != client::QpState::kReset && q->state != client::QpState::kInit) return EINVAL;
+        if (q->state != client::QpState::kReset && q->state != client::QpState::kInit)
+          return EINVAL;
         if (mask & eng::kQpAccessFlags)
           q->path.access = static_cast<std::uint8_t>(a.qp_access_flags & 0xE);
         break;

@@ -14,7 +14,7 @@ DatapathOffload::DatapathOffload(DeviceModel& stream, DatapathCard::Config card)
     : stream_(stream), card_(on_card(std::move(card))) {}
 
 bool DatapathOffload::rx(std::span<const std::uint8_t> frame) {
-  if (!stream_.rx(frame)) return false;  // the ICRC unit or the parser dropped it
+  if (!stream_.rx(frame)) return false;             // the ICRC unit or the parser dropped it
   if (!card_.net2dev_rx(frame, now_)) return true;  // not a QP of the card: the host's
   ++to_card_;
   return false;
@@ -43,9 +43,9 @@ std::array<std::uint64_t, kDevCounters> DatapathOffload::counters() {
     c[static_cast<std::size_t>(d)] += k[static_cast<std::size_t>(d)];
   };
   // Received frames went through the stream stages first and are counted there already.
-  for (DevCounter d : {DevCounter::kTxPkgs, DevCounter::kRoceTxPkgs, DevCounter::kIbvTxPkgs,
-                       DevCounter::kPsnDropCnt, DevCounter::kRetransCnt, DevCounter::kWqIn,
-                       DevCounter::kCqOut})
+  for (DevCounter d :
+       {DevCounter::kTxPkgs, DevCounter::kRoceTxPkgs, DevCounter::kIbvTxPkgs,
+        DevCounter::kPsnDropCnt, DevCounter::kRetransCnt, DevCounter::kWqIn, DevCounter::kCqOut})
     add(d);
   // The card's transport writes the ICRC of every frame it sends.
   c[static_cast<std::size_t>(DevCounter::kTxIcrcGen)] +=

@@ -16,8 +16,8 @@
 namespace roce::client {
 
 struct OwnedBuffer : Buffer {
-  bool own = false;   ///< allocated here: unmapped and closed when released
-  unsigned mrs = 0;   ///< MRs registered on it (release() refuses while any)
+  bool own = false;  ///< allocated here: unmapped and closed when released
+  unsigned mrs = 0;  ///< MRs registered on it (release() refuses while any)
 };
 
 /// A backend's objects: kept in a list that owns them, forgotten when destroyed.
