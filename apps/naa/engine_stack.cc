@@ -17,126 +17,8 @@ namespace roce::naa {
 
 using namespace roce::engine;
 
-bool parse_link_config(const std::string& text, LinkConfig& c, std::string& err) {
-  std::stringstream ss(text);
-  std::string kv;
-  while (std::getline(ss, kv, ',')) {
-    if (kv.empty()) continue;
-    const auto eq = kv.find('=');
-    if (eq == std::string::npos) {
-      err = "'" + kv + "' is not key=value";
-      return false;
-    }
-    const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
-    try {
-      if (k == "pmd")
-        c.pmd = v;
-      else if (k == "socket")
-        c.memif_socket = v;
-      else if (k == "role")
-        c.memif_role = v;
-      else if (k == "iface")
-        c.iface = v;
-      else if (k == "ip")
-        c.ip = v;
-      else if (k == "mac")
-        c.mac = v;
-      else if (k == "pcap")
-        c.pcap = v;
-      else if (k == "tx_drop")
-        c.tx_drop = std::stod(v);
-      else if (k == "rx_drop")
-        c.rx_drop = std::stod(v);
-      else if (k == "seed")
-        c.seed = std::stoull(v);
-      else if (k == "window")
-        c.window_bytes = std::stoull(v);
-      else {
-        err = "unknown key '" + k + "'";
-        return false;
-      }
-    } catch (const std::exception&) {
-      err = "bad number in '" + kv + "'";
-      return false;
-    }
-  }
-  if (c.pmd != "memif" && c.pmd != "af_packet") {
-    err = "pmd must be memif or af_packet";
-    return false;
-  }
-  if (c.pmd == "memif" &&
-      (c.memif_socket.empty() || (c.memif_role != "server" && c.memif_role != "client"))) {
-    err = "memif needs socket=PATH and role=server|client";
-    return false;
-  }
-  if (c.pmd == "af_packet" && c.iface.empty()) {
-    err = "af_packet needs iface=IF";
-    return false;
-  }
-  if (!ctl::parse_ipv4(c.ip) || !ctl::parse_mac(c.mac)) {
-    err = "ip and mac must be an IPv4 address and a MAC address";
-    return false;
-  }
-  if (c.tx_drop < 0 || c.tx_drop >= 1 || c.rx_drop < 0 || c.rx_drop >= 1) {
-    err = "tx_drop and rx_drop must be in [0, 1)";
-    return false;
-  }
-  return true;
-}
-
 EngineStack::EngineStack(const LinkConfig& l) {
-  FaultPolicy tx, rx;
-  if (l.tx_drop > 0) {
-    tx.drop_rate = l.tx_drop;
-    tx.seed = l.seed;
-  }
-  if (l.rx_drop > 0) {
-    rx.drop_rate = l.rx_drop;
-    rx.seed = l.seed + 1;
-  }
-  if (l.pmd == "af_packet") {
-    perf::LinkOpts o;
-    o.iface = l.iface;
-    o.ip = l.ip;
-    o.mac = l.mac;
-    o.pcap = l.pcap;
-    o.tx_faults = tx;
-    o.rx_faults = rx;
-    own_env_ = std::make_unique<perf::Env>(o);
-  } else {
-    const auto ip = ctl::parse_ipv4(l.ip);
-    const auto mac = ctl::parse_mac(l.mac);
-    if (!ip || !mac) throw std::runtime_error("bad IPv4 or MAC address");
-    port::eal_init({"--no-huge", "--no-shconf", "-m", "256", "--no-pci", "--log-level=*:error",
-                    "--file-prefix=rocenaa" + std::to_string(getpid()), port::main_lcore_arg(-1),
-                    "--vdev=net_memif0,role=" + l.memif_role +
-                        ",id=0,socket-abstract=no,socket=" + l.memif_socket});
-    EngineConfig ec;
-    ec.mac = *mac;
-    ec.ipv4 = *ip;
-    ec.advertise_credits = false;  // as rxe
-    if (l.window_bytes) {
-      ec.max_inflight_bytes = l.window_bytes;
-      ec.max_inflight_psns = static_cast<std::uint32_t>(
-          std::max<std::uint64_t>(ec.max_inflight_psns, l.window_bytes / 1024));
-    }
-    own_eng_ = std::make_unique<Engine>(ec);
-    port::PortSpec ps;
-    ps.device = "net_memif0";
-    ps.mac = *mac;
-    ps.mbufs = 4096;
-    own_dev_ = std::make_unique<port::DpdkPort>(ps);
-    own_loop_ = std::make_unique<port::PollLoop>(*own_dev_, *own_eng_, tx, rx);
-    own_env_ = std::make_unique<perf::Env>(*own_eng_, *own_loop_, *ip, nullptr);
-    if (!l.pcap.empty()) {
-      capture_ = std::make_unique<apps::PcapWriter>(l.pcap);
-      own_loop_->tap = [this](std::span<const std::uint8_t> f, bool) {
-        capture_->write(f, port::now_ns());
-      };
-    }
-    // A memif client waits for its link; a server's comes up when a client connects.
-    if (l.memif_role == "client") own_env_->until([&] { return own_dev_->link_up(); }, 30);
-  }
+  own_env_ = std::make_unique<perf::Env>(perf::link_opts(l));
   env_ = own_env_.get();
   init();
 }
@@ -167,11 +49,7 @@ EngineStack::~EngineStack() {
   hub_.reset();
   if (cq_) env_->eng.destroy_cq(cq_);
   if (pd_) env_->eng.dealloc_pd(pd_);
-  if (own_loop_) own_loop_->tap = nullptr;
   own_env_.reset();
-  own_loop_.reset();
-  own_dev_.reset();
-  own_eng_.reset();
 }
 
 std::optional<MrInfo> EngineStack::reg_mr(void* addr, std::uint64_t length,

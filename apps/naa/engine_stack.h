@@ -10,27 +10,14 @@
 
 #include "apps/naa/stack.h"
 #include "apps/perf/env.h"
+#include "apps/perf/link_text.h"
 #include "controlplane/cm/cm_hub.h"
 
 namespace roce::naa {
 
 /// The DPDK link of a standalone process (roce-naa, the host library on the appliance's stack).
-struct LinkConfig {
-  std::string pmd = "memif";          ///< memif or af_packet
-  std::string memif_socket;           ///< memif: the control socket's path
-  std::string memif_role = "server";  ///< memif: server (creates the socket) or client
-  std::string iface;                  ///< af_packet: the kernel interface
-  std::string ip = "192.0.2.1";
-  std::string mac = "02:00:00:00:00:01";
-  std::string pcap;  ///< capture every frame here
-  double tx_drop = 0, rx_drop = 0;
-  std::uint64_t seed = 1;
-  std::uint64_t window_bytes = 0;  ///< memif: the requester window per QP (0: the engine's)
-};
-
-/// Parses "key=value,key=value" (the host library's NAAICE_ROCE variable: pmd, socket, role,
-/// iface, ip, mac, pcap, tx_drop, rx_drop, seed, window) into `c`; false and `err` on a bad pair.
-bool parse_link_config(const std::string& text, LinkConfig& c, std::string& err);
+/// The link of a stack with its own port: NAAICE_ROCE's "key=value,..." (apps/perf/link_text.h).
+using LinkConfig = perf::LinkText;
 
 class EngineStack : public Stack {
  public:
@@ -75,11 +62,7 @@ class EngineStack : public Stack {
   engine::Qp* new_qp(const QpSizes& s);
   void release(Conn& c);
 
-  std::unique_ptr<engine::Engine> own_eng_;
-  std::unique_ptr<port::DpdkPort> own_dev_;
-  std::unique_ptr<port::PollLoop> own_loop_;
   std::unique_ptr<perf::Env> own_env_;
-  std::unique_ptr<apps::PcapWriter> capture_;
   perf::Env* env_ = nullptr;
   std::shared_ptr<cm::CmHub> hub_;
   cm::CmHub::Owner owner_ = 0;

@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
     if (cfg.max_hosts == 0) throw po::error("--max-hosts must be at least 1");
     std::string err;
     LinkConfig check = link;
-    if (!vm.count("list-kernels") && !parse_link_config("", check, err)) throw po::error(err);
+    if (!vm.count("list-kernels") && !roce::perf::parse_link_text("", check, err))
+      throw po::error(err);
   } catch (const po::error& e) {
     std::cerr << "roce-naa: " << e.what() << "\n(try roce-naa --help)\n";
     return 2;

@@ -38,7 +38,7 @@ Fabric* process_fabric(const char* link, std::string& err) {
     return nullptr;
   }
   LinkConfig lc;
-  if (!parse_link(text, lc, err)) return nullptr;
+  if (!perf::parse_link_text(text, lc, err)) return nullptr;
   try {
     g_fabric = std::make_unique<EngineFabric>(lc);
     std::atexit(at_exit);

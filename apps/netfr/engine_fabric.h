@@ -10,29 +10,13 @@
 
 #include "apps/netfr/fabric.h"
 #include "apps/perf/env.h"
+#include "apps/perf/link_text.h"
 #include "controlplane/cm/cm_agent.h"
 
 namespace roce::netfr {
 
-struct LinkConfig {
-  std::string pmd = "memif";  ///< memif or af_packet
-  std::string memif_socket;
-  std::string memif_role = "server";
-  std::string iface;  ///< af_packet
-  std::string ip = "192.0.2.1";
-  std::string mac = "02:00:00:00:00:01";
-  std::string pcap;
-  double tx_drop = 0, rx_drop = 0;
-  double reorder = 0;  ///< probability that a sent frame is held back behind 1..4 later ones
-  std::uint64_t seed = 1;
-  std::uint64_t window_bytes = 0;  ///< memif: the requester window per QP (0: the engine's)
-  int lcore = -1;  ///< memif: the CPU the poll loop runs on (-1: any of the process's)
-};
-
-/// Parses "pmd=memif,socket=PATH,role=server,ip=A,mac=M[,tx_drop=P][,rx_drop=P][,reorder=P]
-/// [,seed=N][,pcap=FILE][,window=BYTES][,lcore=CPU]" or "pmd=af_packet,iface=IF,...". False and
-/// `err` on a bad pair.
-bool parse_link(const std::string& text, LinkConfig& c, std::string& err);
+/// The link of an endpoint: "key=value,..." (apps/perf/link_text.h).
+using LinkConfig = perf::LinkText;
 
 class EngineFabric : public Fabric {
  public:

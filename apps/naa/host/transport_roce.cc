@@ -2,7 +2,7 @@
 /// The host library's transport on the appliance's own stack, in-process (naaice_transport.h):
 /// one EngineStack per process (one DPDK port), shared by every connection the process opens,
 /// configured by the environment variable NAAICE_ROCE ("pmd=memif,socket=PATH,role=client,
-/// ip=192.0.2.2,mac=02:00:00:00:00:02", see parse_link_config). Completions and events are
+/// ip=192.0.2.2,mac=02:00:00:00:00:02", see perf::parse_link_text). Completions and events are
 /// sorted by connection, so that several contexts (several "hosts") can run at once. Idle polls
 /// yield the CPU now and then (NAAICE_ROCE_BUSY=1: never, for benchmarks on dedicated cores).
 #include <cstdio>
@@ -209,7 +209,7 @@ extern "C" naaice_transport* naaice_transport_open(void) {
     link.ip = "192.0.2.2";
     link.mac = "02:00:00:00:00:02";
     std::string err;
-    if (!env || !parse_link_config(env, link, err)) {
+    if (!env || !roce::perf::parse_link_text(env, link, err)) {
       std::fprintf(stderr,
                    "naaice: set NAAICE_ROCE to the appliance stack's link, e.g. "
                    "pmd=memif,socket=/tmp/naa.sock,role=client,ip=192.0.2.2,"
