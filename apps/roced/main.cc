@@ -27,6 +27,7 @@
 #include "apps/nfs/nfs_service.h"
 #include "apps/perf/cli.h"
 #include "apps/roced/metrics.h"
+#include "apps/roced/metrics_http.h"
 #include "apps/roced/services.h"
 #include "controlplane/address.h"
 #include "controlplane/attach/attach_server.h"
@@ -439,6 +440,9 @@ int run(const ctl::ApplianceConfig& cfg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A peer that resets a management connection (metrics, MOUNT, out-of-band TCP) while roced
+  // writes to it must cost an EPIPE, not the process (docs/security.md).
+  std::signal(SIGPIPE, SIG_IGN);
   po::options_description desc(
       "Usage: roced --config FILE [options]\n\nThe RoCEv2 appliance daemon.\n\nOptions");
   std::string config, name, level, prometheus;
@@ -447,8 +451,9 @@ int main(int argc, char** argv) {
       "check", "validate the configuration, print it in short and exit")(
       "name", po::value(&name), "override the appliance name")(
       "log-level", po::value(&level), "override logging.level (error, warning, info, debug)")(
-      "prometheus", po::value(&prometheus), "override counters.prometheus (host:port, or 'off')")(
-      "no-telemetry", "do not register with DPDK telemetry");
+      "prometheus", po::value(&prometheus),
+      "override counters.prometheus (host:port, a port alone for the management address, or "
+      "'off')")("no-telemetry", "do not register with DPDK telemetry");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -494,7 +499,12 @@ int main(int argc, char** argv) {
       }
     }
     if (vm.count("no-telemetry")) cfg.counters.telemetry = false;
-    if (!cfg.counters.prometheus.empty()) apps::split_host_port(cfg.counters.prometheus);
+    if (!cfg.counters.prometheus.empty()) {
+      // A port alone listens on the management address (control.listen's).
+      cfg.counters.prometheus = apps::resolve_listen(
+          cfg.counters.prometheus, apps::split_host_port(cfg.control.listen).first);
+      apps::split_host_port(cfg.counters.prometheus);
+    }
     if (vm.count("check")) {
       std::printf("%s: OK: appliance %s, %zu port(s), lcores", config.c_str(), cfg.name.c_str(),
                   cfg.ports.size());

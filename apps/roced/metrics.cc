@@ -136,69 +136,6 @@ std::pair<std::string, std::uint16_t> split_host_port(const std::string& s) {
   return {s.substr(0, colon), static_cast<std::uint16_t>(std::stoul(port))};
 }
 
-MetricsServer::MetricsServer(const Metrics& m, std::string appliance, const std::string& listen)
-    : m_(m), appliance_(std::move(appliance)) {
-  const auto [host, port] = split_host_port(listen);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  if (inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1)
-    throw std::invalid_argument("prometheus: '" + host + "' is not an IPv4 address");
-  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd_, 16) != 0) {
-    const std::string err = std::strerror(errno);
-    ::close(fd_);
-    throw std::runtime_error("prometheus: cannot listen on " + listen + ": " + err);
-  }
-  endpoint_ = "http://" + listen + "/metrics";
-  thread_ = std::thread([this] { serve(); });
-}
-
-MetricsServer::~MetricsServer() {
-  stop_ = true;
-  if (thread_.joinable()) thread_.join();
-  ::close(fd_);
-}
-
-void MetricsServer::serve() {
-  while (!stop_) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) continue;
-    char req[2048];
-    pollfd pc{c, POLLIN, 0};
-    ssize_t n = ::poll(&pc, 1, 1000) > 0 ? ::read(c, req, sizeof req - 1) : -1;
-    std::string status = "200 OK", body;
-    if (n <= 0) {
-      ::close(c);
-      continue;
-    }
-    req[n] = 0;
-    if (std::strncmp(req, "GET /metrics", 12) == 0 || std::strncmp(req, "GET / ", 6) == 0) {
-      body = m_.prometheus(appliance_);
-    } else {
-      status = "404 Not Found";
-      body = "try /metrics\n";
-    }
-    std::ostringstream os;
-    os << "HTTP/1.0 " << status
-       << "\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: " << body.size()
-       << "\r\nConnection: close\r\n\r\n"
-       << body;
-    const std::string out = os.str();
-    std::size_t off = 0;
-    while (off < out.size()) {
-      const ssize_t w = ::write(c, out.data() + off, out.size() - off);
-      if (w <= 0) break;
-      off += static_cast<std::size_t>(w);
-    }
-    ::close(c);
-  }
-}
-
 namespace {
 const Metrics* g_metrics = nullptr;
 

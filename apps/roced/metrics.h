@@ -77,23 +77,6 @@ class Metrics {
   std::vector<PortCounters> ports_;
 };
 
-/// A minimal HTTP/1.0 server for GET /metrics on `host:port`, in its own thread.
-class MetricsServer {
- public:
-  MetricsServer(const Metrics& m, std::string appliance, const std::string& listen);
-  ~MetricsServer();
-  std::string endpoint() const { return endpoint_; }
-
- private:
-  void serve();
-  const Metrics& m_;
-  std::string appliance_;
-  std::string endpoint_;
-  int fd_ = -1;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
 /// Registers /roce/counters with DPDK telemetry (call after EAL init).
 void register_telemetry(const Metrics* m);
 

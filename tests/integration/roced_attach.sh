@@ -81,6 +81,9 @@ appliance a server 02:00:5e:00:0a:01 192.0.2.61 "$prom_a" 0
 up a
 appliance b client 02:00:5e:00:0a:02 192.0.2.62 "$prom_b" 1
 up b
+# roced ignores SIGPIPE (bit 13 of SigIgn): a management peer's reset costs an EPIPE, not roced.
+sigign=$(awk '/^SigIgn/ { print $2 }' /proc/"${pids[0]}"/status)
+(( (16#$sigign >> 12) & 1 )) || { echo "FAIL: roced does not ignore SIGPIPE (SigIgn $sigign)"; exit 1; }
 counter() {  # ENDPOINT NAME -> value on port p0
   "$ctl" -p "$1" --all counters | awk -v n="$2" '$1 == "p0" && $2 == n { print $3 }'
 }
