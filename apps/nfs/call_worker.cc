@@ -9,22 +9,23 @@ namespace roce::nfs {
 CallWorker::CallWorker(std::size_t capacity)
     : capacity_(std::max<std::size_t>(capacity, 1)), thread_([this] { run(); }) {}
 
-CallWorker::~CallWorker() {
+void CallWorker::stop() {
   {
     std::lock_guard g(mu_);
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 bool CallWorker::submit(std::function<void()> work, std::function<void()> done) {
   if (in_flight_ >= capacity_) return false;
-  ++in_flight_;
   {
     std::lock_guard g(mu_);
+    if (stop_) return false;
     loop2worker_jobs_.push_back({std::move(work), std::move(done)});
   }
+  ++in_flight_;
   cv_.notify_one();
   return true;
 }

@@ -27,7 +27,10 @@ class CallWorker {
   static constexpr std::size_t kDefaultCapacity = 64;
   explicit CallWorker(std::size_t capacity = kDefaultCapacity);
   /// Finishes the job running, drops those queued (their `done` never runs), joins.
-  ~CallWorker();
+  ~CallWorker() { stop(); }
+  /// The same, now: for an owner whose handlers go before the worker would. submit() fails from
+  /// then on.
+  void stop();
   CallWorker(const CallWorker&) = delete;
   CallWorker& operator=(const CallWorker&) = delete;
 

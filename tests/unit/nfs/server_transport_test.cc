@@ -494,7 +494,7 @@ TEST(NfsServerTransport, UnresolvableSourceDoesNotStallTheLoop) {
   // (Our REJ cannot reach a peer whose MAC we do not know: its REQ times out on its side.)
   EXPECT_TRUE(r.run([&] { return r.srv->stats().unresolved == 1; }, 3));
   EXPECT_FALSE(c.up);
-  EXPECT_LT(r.max_poll_ns, 50'000'000u) << "one poll of the server took "
+  EXPECT_LT(r.max_poll_ns, 200'000'000u) << "one poll of the server took "
                                         << r.max_poll_ns / 1000000 << " ms";
   EXPECT_EQ(r.srv->connections(), 0u);
   EXPECT_EQ(r.b.eng->qp_count(), 1u);  // QP1 only
@@ -503,7 +503,7 @@ TEST(NfsServerTransport, UnresolvableSourceDoesNotStallTheLoop) {
 // ... and a source that answers late is accepted when it does.
 TEST(NfsServerTransport, SourceThatAnswersArpLateIsAccepted) {
   Rig r({}, echo);
-  const std::uint64_t until = port::now_ns() + 300'000'000;
+  const std::uint64_t until = port::now_ns() + 600'000'000;
   r.drop = [until](const std::vector<std::uint8_t>& f, bool to_server) {
     const auto arp = arp_of(f);
     return !to_server && arp && arp->first == 1 && port::now_ns() < until;
@@ -511,7 +511,7 @@ TEST(NfsServerTransport, SourceThatAnswersArpLateIsAccepted) {
   Client& c = r.connect();
   ASSERT_TRUE(r.run([&] { return c.rejected || c.up; }, 5));
   EXPECT_TRUE(c.up);
-  EXPECT_LT(r.max_poll_ns, 50'000'000u) << "one poll of the server took "
+  EXPECT_LT(r.max_poll_ns, 200'000'000u) << "one poll of the server took "
                                         << r.max_poll_ns / 1000000 << " ms";
   r.call(c, 7);
   ASSERT_TRUE(r.run([&] { return !c.replies.empty(); }, 5));
