@@ -568,8 +568,10 @@ void RpcRdmaServer::on_wc(const Wc& w) {
       c.up = true;
     }
     if (c.in_flight >= opt_.credits) {
-      // Beyond the credits granted (svcrdma would find no receive posted and the client's
-      // HCA would retry until it gave up): dropped, counted, its buffer posted again.
+      // Beyond the credits granted: dropped, counted, its buffer posted again. (Linux svcrdma
+      // keeps its sc_max_requests receives posted, refilled on every completion, and queues
+      // whatever arrives for its threads without looking at the credits: a client beyond them
+      // grows that queue. Here nothing queues beyond the credits.)
       ++st_.over_credit;
       post_recv(c, idx);
     } else {
