@@ -53,8 +53,8 @@ class CallWorker {
   std::size_t in_flight_ = 0;  ///< poll loop only
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Job> loop2worker_jobs_;  ///< under mu_
-  std::deque<Job> worker2loop_done_;  ///< under mu_
+  std::deque<Job> loop2worker_jobs_;   ///< under mu_
+  std::deque<Job> worker2loop_done_;   ///< under mu_
   std::atomic<bool> any_done_{false};  ///< worker2loop_done_ is not empty (drain without locking)
   bool stop_ = false;                  ///< under mu_
   std::thread thread_;

@@ -193,8 +193,7 @@ void RpcTcpServer::run_handler(Job& j) { handler_(j.call, j.reply); }
 
 void RpcTcpServer::submit(std::uint64_t id, Client& c) {
   auto job = c.job;
-  if (worker_->submit([this, job] { run_handler(*job); },
-                      [this, id, job] { finish(id, job); }))
+  if (worker_->submit([this, job] { run_handler(*job); }, [this, id, job] { finish(id, job); }))
     return;
   if (std::find(waiting_.begin(), waiting_.end(), id) == waiting_.end()) waiting_.push_back(id);
 }
@@ -292,8 +291,8 @@ bool RpcTcpServer::poll() {
   for (;;) {
     sockaddr_in sa{};
     socklen_t sl = sizeof sa;
-    const int c = ::accept4(fd_, reinterpret_cast<sockaddr*>(&sa), &sl,
-                            SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int c =
+        ::accept4(fd_, reinterpret_cast<sockaddr*>(&sa), &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (c < 0) break;  // EAGAIN, or EMFILE and the like: tried again at the next poll
     any = true;
     if (clients_.size() >= max_clients) {

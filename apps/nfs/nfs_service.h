@@ -29,8 +29,8 @@ struct NfsServiceConfig {
   /// the management address; roce-nfsd: its interface's address). 0.0.0.0 only on purpose.
   std::string mount_address = "127.0.0.1";
   std::uint16_t mount_port = 20048;
-  std::size_t mount_clients = 16;           ///< MOUNT connections at once
-  std::uint32_t mount_timeout_ms = 30000;   ///< a MOUNT connection without progress is closed
+  std::size_t mount_clients = 16;          ///< MOUNT connections at once
+  std::uint32_t mount_timeout_ms = 30000;  ///< a MOUNT connection without progress is closed
   ServerOptions transport;
   std::uint16_t tcp_port = 0;  ///< non-zero: NFS over kernel TCP too (the benchmarks' baseline)
 };

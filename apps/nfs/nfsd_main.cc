@@ -43,9 +43,11 @@ int main(int argc, char** argv) {
       "MOUNT connections at once")(
       "mount-timeout", po::value(&c.mount_timeout_ms)->default_value(c.mount_timeout_ms),
       "ms without progress after which a MOUNT connection is closed")(
-      "max-connections", po::value(&c.transport.max_connections)->default_value(c.transport.max_connections),
+      "max-connections",
+      po::value(&c.transport.max_connections)->default_value(c.transport.max_connections),
       "RDMA connections at once (beyond: REJ no resources)")(
-      "max-half-open", po::value(&c.transport.max_half_open)->default_value(c.transport.max_half_open),
+      "max-half-open",
+      po::value(&c.transport.max_half_open)->default_value(c.transport.max_half_open),
       "RDMA connections not yet established")(
       "mount-port", po::value(&mount_port)->default_value(c.mount_port), "MOUNT TCP port")(
       "tcp-port", po::value(&tcp_port)->default_value(0),

@@ -295,9 +295,8 @@ void RpcRdmaServer::answered(Conn& c) {
 }
 
 void RpcRdmaServer::post_recv(Conn& c, std::uint32_t slot) {
-  Sge sge{
-      reinterpret_cast<std::uint64_t>(c.recv_mem.data() + std::size_t{slot} * opt_.inline_size),
-      opt_.inline_size, c.recv_mr->key};
+  Sge sge{reinterpret_cast<std::uint64_t>(c.recv_mem.data() + std::size_t{slot} * opt_.inline_size),
+          opt_.inline_size, c.recv_mr->key};
   RecvWr wr;
   wr.wr_id = wr_id(c.id, kWrRecv, slot);
   wr.sg_list = &sge;
@@ -310,8 +309,8 @@ void RpcRdmaServer::next(Conn& c) {
     // A free send buffer for the reply (one per credit: the client never has more calls out).
     if (std::find(c.slot_busy.begin(), c.slot_busy.end(), false) == c.slot_busy.end()) return;
     const auto [slot, len] = c.ready.front();
-    const std::span<const std::uint8_t> m(
-        c.recv_mem.data() + std::size_t{slot} * opt_.inline_size, len);
+    const std::span<const std::uint8_t> m(c.recv_mem.data() + std::size_t{slot} * opt_.inline_size,
+                                          len);
     if (c.data_busy) {
       // A call with chunks needs data_mem/reply_mem: wait for the reply that still uses them.
       rdma::Header peek;
@@ -323,7 +322,8 @@ void RpcRdmaServer::next(Conn& c) {
     c.ready.pop_front();
     std::size_t hl = 0;
     const auto err = rdma::decode(m, c.hdr, hl);
-    if (err == rdma::DecodeError::kOk) c.inline_part.assign(m.begin() + static_cast<std::ptrdiff_t>(hl), m.end());
+    if (err == rdma::DecodeError::kOk)
+      c.inline_part.assign(m.begin() + static_cast<std::ptrdiff_t>(hl), m.end());
     const std::size_t mlen = m.size();
     post_recv(c, slot);  // the message is read: its buffer takes the next one
     if (err == rdma::DecodeError::kBadVersion)

@@ -50,10 +50,10 @@ struct ServerOptions {
 struct ServerStats {
   std::uint64_t connections = 0, calls = 0, reads = 0, read_bytes = 0, writes = 0, write_bytes = 0,
                 reply_chunks = 0, send_inv = 0, err_vers = 0, err_chunk = 0;
-  std::uint64_t over_credit = 0;   ///< messages beyond the credits granted: dropped
-  std::uint64_t rejected_full = 0; ///< REQs refused: max_connections or max_half_open
-  std::uint64_t unresolved = 0;    ///< REQs refused: no ARP answer from the source in time
-  std::uint64_t closed = 0;        ///< connections released (DREQ, REJ, timeouts, errors)
+  std::uint64_t over_credit = 0;    ///< messages beyond the credits granted: dropped
+  std::uint64_t rejected_full = 0;  ///< REQs refused: max_connections or max_half_open
+  std::uint64_t unresolved = 0;     ///< REQs refused: no ARP answer from the source in time
+  std::uint64_t closed = 0;         ///< connections released (DREQ, REJ, timeouts, errors)
 };
 
 class RpcRdmaServer {

@@ -132,7 +132,8 @@ TEST(RpcTcpServer, ClientThatDoesNotReadBlocksNothing) {
     calls.insert(calls.end(), r.begin(), r.end());
   }
   std::size_t off = 0;
-  std::uint64_t longest = poll_until(s, [&] { return s.clients() == 1; }, 2);
+  std::uint64_t longest = poll_until(
+      s, [&] { return s.clients() == 1; }, 2);
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(2000);
   while (std::chrono::steady_clock::now() < end && s.clients() > 0) {
     if (off < calls.size()) {
@@ -158,7 +159,8 @@ TEST(RpcTcpServer, CapsConnections) {
   const std::uint16_t port = listen_on(s);
   std::vector<int> fds;
   for (int k = 0; k < 6; ++k) fds.push_back(connect_to(port));
-  poll_until(s, [] { return false; }, 0.2);
+  poll_until(
+      s, [] { return false; }, 0.2);
   EXPECT_EQ(s.clients(), 4u);
   int refused = 0;
   for (const int fd : fds) refused += closed_by_peer(fd);
@@ -193,8 +195,10 @@ TEST(RpcTcpServer, SilentConnectionIsClosedAtItsDeadline) {
   const int fd = connect_to(port);
   const std::uint8_t half[2] = {0x80, 0};
   ASSERT_EQ(::send(fd, half, 2, 0), 2);
-  poll_until(s, [&] { return s.clients() == 1; }, 1);
-  poll_until(s, [&] { return s.clients() == 0; }, 2);
+  poll_until(
+      s, [&] { return s.clients() == 1; }, 1);
+  poll_until(
+      s, [&] { return s.clients() == 0; }, 2);
   EXPECT_EQ(s.clients(), 0u);
   EXPECT_TRUE(closed_by_peer(fd));
   ::close(fd);

@@ -11,6 +11,8 @@
 // - Credits: messages beyond the credits granted are dropped and counted, nothing queues.
 // - A handler that blocks (fsync on a slow disk): the loop keeps answering ARP within 1 ms and
 //   accepting connections; the calls are answered when it returns.
+#include "apps/nfs/server_transport.h"
+
 #include <gtest/gtest.h>
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
@@ -29,7 +31,6 @@
 #include <vector>
 
 #include "apps/nfs/rpcrdma.h"
-#include "apps/nfs/server_transport.h"
 #include "apps/perf/env.h"
 #include "controlplane/address.h"
 #include "controlplane/cm/cm_agent.h"
@@ -109,8 +110,8 @@ std::optional<std::pair<std::uint16_t, wire::Ipv4Addr>> arp_of(const std::vector
 
 // The CM attribute of a MAD to QP1 (untagged IPv4, UDP 4791, UD SEND only), if it is one.
 std::optional<cm::AttrId> mad_of(const std::vector<std::uint8_t>& f) {
-  if (f.size() < 62 + 24 || wire::load_be16(f.data() + 12) != wire::kEtherTypeIpv4 ||
-      f[23] != 17 || wire::load_be16(f.data() + 36) != 4791 || f[42] != 0x64 ||
+  if (f.size() < 62 + 24 || wire::load_be16(f.data() + 12) != wire::kEtherTypeIpv4 || f[23] != 17 ||
+      wire::load_be16(f.data() + 36) != 4791 || f[42] != 0x64 ||
       wire::load_be32(f.data() + 46) != 1)
     return std::nullopt;
   return static_cast<cm::AttrId>(wire::load_be16(f.data() + 62 + 16));
@@ -364,15 +365,22 @@ class Rig {
     Client* c = by_id(e.id);
     if (!c) return;
     switch (e.type) {
-      case cm::CmEventType::kEstablished: c->up = true; break;
+      case cm::CmEventType::kEstablished:
+        c->up = true;
+        break;
       case cm::CmEventType::kRejected:
         c->rejected = true;
         c->reason = e.reason;
         break;
-      case cm::CmEventType::kConnectError: c->failed = true; break;
+      case cm::CmEventType::kConnectError:
+        c->failed = true;
+        break;
       case cm::CmEventType::kDisconnected:
-      case cm::CmEventType::kUnreachable: c->down = true; break;
-      default: break;
+      case cm::CmEventType::kUnreachable:
+        c->down = true;
+        break;
+      default:
+        break;
     }
   }
   void post_recv(Client& c, std::uint32_t slot) {
@@ -398,7 +406,9 @@ class Rig {
 };
 
 // Echoes the call's body as the reply.
-void echo(std::span<const std::uint8_t> call, RpcReply& r) { r.msg.assign(call.begin(), call.end()); }
+void echo(std::span<const std::uint8_t> call, RpcReply& r) {
+  r.msg.assign(call.begin(), call.end());
+}
 
 // A handler that waits at a gate (at most `limit`) and says when it is in.
 struct Gate {
@@ -444,6 +454,27 @@ TEST(NfsServerTransport, RejAfterRepReleasesTheConnection) {
   EXPECT_EQ(r.b.eng->qp_count(), qps);
   EXPECT_EQ(r.b.eng->mr_count(), mrs);
   EXPECT_EQ(r.srv->stats().closed, 1u);
+}
+
+// The client's DREQ, with a call of its at the handler: released at once, the late reply
+// dropped.
+TEST(NfsServerTransport, DreqReleasesTheConnectionDuringACall) {
+  Gate gate;
+  gate.limit = std::chrono::milliseconds(300);
+  Rig r({}, gate.handler());
+  const std::size_t qps = r.b.eng->qp_count(), mrs = r.b.eng->mr_count();
+  Client& c = r.connect();
+  ASSERT_TRUE(r.run([&] { return c.up; }, 5));
+  r.call(c, 3);
+  ASSERT_TRUE(r.run([&] { return gate.entered.load() == 1; }, 5));
+  ASSERT_EQ(r.cm_a->cm().disconnect(c.id), cm::CmStatus::kOk);
+  EXPECT_TRUE(r.run([&] { return r.srv->connections() == 0; }, 2));
+  r.run([&] { return gate.returned_ns.load() != 0; }, 2);
+  r.run([] { return false; }, 0.1);  // the handler's reply comes back to nobody
+  EXPECT_EQ(r.b.eng->qp_count(), qps);
+  EXPECT_EQ(r.b.eng->mr_count(), mrs);
+  EXPECT_EQ(r.srv->stats().closed, 1u);
+  EXPECT_TRUE(c.replies.empty());
 }
 
 // Item 3: beyond max_half_open connections not yet established, and beyond max_connections in
@@ -494,8 +525,8 @@ TEST(NfsServerTransport, UnresolvableSourceDoesNotStallTheLoop) {
   // (Our REJ cannot reach a peer whose MAC we do not know: its REQ times out on its side.)
   EXPECT_TRUE(r.run([&] { return r.srv->stats().unresolved == 1; }, 3));
   EXPECT_FALSE(c.up);
-  EXPECT_LT(r.max_poll_ns, 200'000'000u) << "one poll of the server took "
-                                        << r.max_poll_ns / 1000000 << " ms";
+  EXPECT_LT(r.max_poll_ns, 200'000'000u)
+      << "one poll of the server took " << r.max_poll_ns / 1000000 << " ms";
   EXPECT_EQ(r.srv->connections(), 0u);
   EXPECT_EQ(r.b.eng->qp_count(), 1u);  // QP1 only
 }
@@ -511,8 +542,8 @@ TEST(NfsServerTransport, SourceThatAnswersArpLateIsAccepted) {
   Client& c = r.connect();
   ASSERT_TRUE(r.run([&] { return c.rejected || c.up; }, 5));
   EXPECT_TRUE(c.up);
-  EXPECT_LT(r.max_poll_ns, 200'000'000u) << "one poll of the server took "
-                                        << r.max_poll_ns / 1000000 << " ms";
+  EXPECT_LT(r.max_poll_ns, 200'000'000u)
+      << "one poll of the server took " << r.max_poll_ns / 1000000 << " ms";
   r.call(c, 7);
   ASSERT_TRUE(r.run([&] { return !c.replies.empty(); }, 5));
 }
