@@ -142,7 +142,7 @@ namespace roce::nfs {
 
 struct RpcTcpServer::Job {
   std::vector<std::uint8_t> call, reply;
-  std::uint32_t peer = 0;  ///< the client's IPv4 address, host order
+  wire::Ipv4Addr peer;  ///< the client's IPv4 address
 };
 
 RpcTcpServer::RpcTcpServer(Handler h, CallWorker* worker)
@@ -302,7 +302,7 @@ bool RpcTcpServer::poll() {
     }
     Client cl;
     cl.fd = c;
-    cl.peer = ntohl(sa.sin_addr.s_addr);
+    cl.peer = wire::Ipv4Addr{ntohl(sa.sin_addr.s_addr)};
     cl.deadline_ns = now + std::uint64_t{idle_timeout_ms} * 1'000'000;
     clients_.emplace(next_id_++, std::move(cl));
   }

@@ -16,6 +16,7 @@
 
 #include "apps/nfs/call_worker.h"
 #include "apps/nfs/nfs3.h"
+#include "dataplane/wire/bytes.h"
 
 namespace roce::nfs {
 
@@ -69,7 +70,7 @@ class RpcTcpServer {
   struct Job;
   struct Client {
     int fd = -1;
-    std::uint32_t peer = 0;  ///< IPv4, host order: for the handler's authorization
+    wire::Ipv4Addr peer;  ///< the client's address: for the handler's authorization
     std::vector<std::uint8_t> in, record, out;
     std::size_t out_off = 0;
     bool busy = false;  ///< a call at the worker (queued, running, or waiting for room)
