@@ -9,9 +9,11 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "apps/nfs/rpc.h"
+#include "dataplane/port/dpdk_port.h"
 
 namespace roce::nfs {
 
@@ -138,8 +140,22 @@ std::optional<v3::Fh> mount_tcp(const std::string& server, std::uint16_t port,
 
 namespace roce::nfs {
 
+struct RpcTcpServer::Job {
+  std::vector<std::uint8_t> call, reply;
+  wire::Ipv4Addr peer;  ///< the client's IPv4 address
+};
+
+RpcTcpServer::RpcTcpServer(Handler h, CallWorker* worker)
+    : handler_(std::move(h)), worker_(worker) {
+  if (!worker_) {
+    own_worker_ = std::make_unique<CallWorker>();
+    worker_ = own_worker_.get();
+  }
+}
+
 RpcTcpServer::~RpcTcpServer() {
-  for (auto& c : clients_) ::close(c.fd);
+  own_worker_.reset();  // the handler it may be running is ours
+  for (auto& [id, c] : clients_) ::close(c.fd);
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -151,12 +167,112 @@ bool RpcTcpServer::listen(const std::string& ipv4, std::uint16_t port, std::stri
     err = "bad IPv4 address " + ipv4;
     return false;
   }
-  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   const int one = 1;
-  setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (fd_ >= 0) setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
       ::listen(fd_, 16) != 0) {
     err = "listen on " + ipv4 + ":" + std::to_string(port) + ": " + std::strerror(errno);
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    return false;
+  }
+  return true;
+}
+
+void RpcTcpServer::close(std::uint64_t id) {
+  const auto it = clients_.find(id);
+  if (it == clients_.end()) return;
+  ::close(it->second.fd);
+  clients_.erase(it);  // a call at the worker finds no client when it returns
+  std::erase(waiting_, id);
+}
+
+// The one place the handler is called (on the worker thread). j.peer is the client's address.
+void RpcTcpServer::run_handler(Job& j) { handler_(j.call, j.reply); }
+
+void RpcTcpServer::submit(std::uint64_t id, Client& c) {
+  auto job = c.job;
+  if (worker_->submit([this, job] { run_handler(*job); }, [this, id, job] { finish(id, job); }))
+    return;
+  if (std::find(waiting_.begin(), waiting_.end(), id) == waiting_.end()) waiting_.push_back(id);
+}
+
+void RpcTcpServer::finish(std::uint64_t id, const std::shared_ptr<Job>& j) {
+  const auto it = clients_.find(id);
+  if (it == clients_.end() || it->second.job != j) return;
+  Client& c = it->second;
+  c.job.reset();
+  c.busy = false;
+  ++calls_;
+  c.deadline_ns = port::now_ns() + std::uint64_t{idle_timeout_ms} * 1'000'000;
+  if (j->reply.empty()) return;  // nothing to answer
+  XdrEncoder e(c.out);
+  e.u32(0x80000000u | static_cast<std::uint32_t>(j->reply.size()));
+  c.out.insert(c.out.end(), j->reply.begin(), j->reply.end());
+  c.out_off = 0;
+}
+
+// Reads, writes and parses for one client; false when it is to be closed.
+bool RpcTcpServer::serve(std::uint64_t id, Client& c, std::uint64_t now) {
+  bool progress = false;
+  // The reply first: nothing more is read before it is out.
+  while (c.out_off < c.out.size()) {
+    const ssize_t n = ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off,
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      c.out_off += static_cast<std::size_t>(n);
+      progress = true;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    return false;
+  }
+  if (c.out_off == c.out.size() && !c.out.empty()) {
+    c.out.clear();
+    c.out_off = 0;
+  }
+  // Then the next call, if the connection is free: at most one record (and its marker) held.
+  while (!c.busy && c.out.empty()) {
+    // Whole fragments: a last one completes a record, which is one call.
+    if (c.in.size() >= 4) {
+      const std::uint32_t mark = (std::uint32_t{c.in[0]} << 24) | (std::uint32_t{c.in[1]} << 16) |
+                                 (std::uint32_t{c.in[2]} << 8) | c.in[3];
+      const std::uint32_t len = mark & 0x7fffffffu;
+      if (c.record.size() + len > max_record) {
+        ++st_.oversized;
+        return false;
+      }
+      if (c.in.size() >= 4 + std::size_t{len}) {
+        c.record.insert(c.record.end(), c.in.begin() + 4, c.in.begin() + 4 + len);
+        c.in.erase(c.in.begin(), c.in.begin() + 4 + len);
+        progress = true;
+        if (!(mark & 0x80000000u)) continue;
+        c.job = std::make_shared<Job>();
+        c.job->call = std::move(c.record);
+        c.job->peer = c.peer;
+        c.record.clear();
+        c.busy = true;
+        submit(id, c);
+        break;
+      }
+    }
+    const std::size_t room = max_record + 8 > c.in.size() ? max_record + 8 - c.in.size() : 0;
+    if (room == 0) return false;
+    std::uint8_t buf[4096];
+    const ssize_t n = ::recv(c.fd, buf, std::min(room, sizeof buf), MSG_DONTWAIT);
+    if (n > 0) {
+      c.in.insert(c.in.end(), buf, buf + n);
+      progress = true;
+      continue;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return false;
+    break;
+  }
+  if (progress) c.deadline_ns = now + std::uint64_t{idle_timeout_ms} * 1'000'000;
+  // A call at the worker is our delay, not the client's: the deadline waits for it.
+  if (!c.busy && now >= c.deadline_ns) {
+    ++st_.timed_out;
     return false;
   }
   return true;
@@ -164,70 +280,39 @@ bool RpcTcpServer::listen(const std::string& ipv4, std::uint16_t port, std::stri
 
 bool RpcTcpServer::poll() {
   if (fd_ < 0) return false;
-  bool any = false;
-  for (;;) {
-    const int c = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK);
-    if (c < 0) break;
-    clients_.push_back({c, {}, {}});
-    any = true;
+  bool any = worker_->drain() != 0;
+  while (!waiting_.empty() && worker_->in_flight() < worker_->capacity()) {
+    const std::uint64_t id = waiting_.front();
+    waiting_.pop_front();
+    const auto it = clients_.find(id);
+    if (it != clients_.end() && it->second.job) submit(id, it->second);
   }
-  for (std::size_t i = 0; i < clients_.size();) {
-    Client& c = clients_[i];
-    std::uint8_t buf[4096];
-    bool closed = false;
-    for (;;) {
-      const ssize_t n = ::read(c.fd, buf, sizeof buf);
-      if (n > 0) {
-        c.in.insert(c.in.end(), buf, buf + n);
-        any = true;
-        continue;
-      }
-      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) closed = true;
-      break;
-    }
-    // Whole fragments: a last one completes a record, which is one call.
-    while (!closed && c.in.size() >= 4) {
-      const std::uint32_t mark = (std::uint32_t{c.in[0]} << 24) | (std::uint32_t{c.in[1]} << 16) |
-                                 (std::uint32_t{c.in[2]} << 8) | c.in[3];
-      const std::uint32_t len = mark & 0x7fffffffu;
-      if (c.record.size() + len > max_record) {
-        closed = true;
-        break;
-      }
-      if (c.in.size() < 4 + std::size_t{len}) break;
-      c.record.insert(c.record.end(), c.in.begin() + 4, c.in.begin() + 4 + len);
-      c.in.erase(c.in.begin(), c.in.begin() + 4 + len);
-      if (!(mark & 0x80000000u)) continue;
-      std::vector<std::uint8_t> reply;
-      handler_(c.record, reply);
-      ++calls_;
-      c.record.clear();
-      if (reply.empty()) continue;
-      std::vector<std::uint8_t> rec;
-      XdrEncoder e(rec);
-      e.u32(0x80000000u | static_cast<std::uint32_t>(reply.size()));
-      rec.insert(rec.end(), reply.begin(), reply.end());
-      // The reply goes out whole (a client that stops reading for 10 s is dropped).
-      std::size_t off = 0;
-      while (off < rec.size()) {
-        const ssize_t n = ::write(c.fd, rec.data() + off, rec.size() - off);
-        if (n > 0) {
-          off += static_cast<std::size_t>(n);
-          continue;
-        }
-        pollfd pf{c.fd, POLLOUT, 0};
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && ::poll(&pf, 1, 10000) > 0)
-          continue;
-        closed = true;
-        break;
-      }
-    }
-    if (closed) {
-      ::close(c.fd);
-      clients_.erase(clients_.begin() + static_cast<std::ptrdiff_t>(i));
+  const std::uint64_t now = port::now_ns();
+  for (;;) {
+    sockaddr_in sa{};
+    socklen_t sl = sizeof sa;
+    const int c =
+        ::accept4(fd_, reinterpret_cast<sockaddr*>(&sa), &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c < 0) break;  // EAGAIN, or EMFILE and the like: tried again at the next poll
+    any = true;
+    if (clients_.size() >= max_clients) {
+      ++st_.refused;
+      ::close(c);
       continue;
     }
-    ++i;
+    Client cl;
+    cl.fd = c;
+    cl.peer = wire::Ipv4Addr{ntohl(sa.sin_addr.s_addr)};
+    cl.deadline_ns = now + std::uint64_t{idle_timeout_ms} * 1'000'000;
+    clients_.emplace(next_id_++, std::move(cl));
+  }
+  for (auto it = clients_.begin(); it != clients_.end();) {
+    const std::uint64_t id = it->first;
+    ++it;  // serve() may not erase, close() below may
+    if (!serve(id, clients_.at(id), now)) {
+      close(id);
+      any = true;
+    }
   }
   return any;
 }

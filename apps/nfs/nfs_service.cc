@@ -2,11 +2,30 @@
 /// The NFSv3 service (nfs_service.h).
 #include "apps/nfs/nfs_service.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
 #include <stdexcept>
 
 #include "controlplane/address.h"
 
 namespace roce::nfs {
+
+std::string default_mount_address(const std::string& iface) {
+  std::string out = "127.0.0.1";
+  ifaddrs* all = nullptr;
+  if (iface.empty() || ::getifaddrs(&all) != 0) return out;
+  for (const ifaddrs* i = all; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || iface != i->ifa_name) continue;
+    char b[INET_ADDRSTRLEN];
+    const auto* sin = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+    if (inet_ntop(AF_INET, &sin->sin_addr, b, sizeof b)) out = b;
+    break;
+  }
+  ::freeifaddrs(all);
+  return out;
+}
 
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c) {
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -50,14 +69,26 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
 
 NfsService::NfsService(perf::Env& env, const NfsServiceConfig& c)
     : nfs_(c.root, c.export_path),
-      rdma_(env, c.transport,
-            [this](std::span<const std::uint8_t> call, RpcReply& r) { nfs_.handle(call, r); }),
-      mount_([this](std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply) {
-        RpcReply r;
-        nfs_.handle_mount(call, r);
-        reply = std::move(r.msg);
-      }) {
+      rdma_(
+          env, c.transport,
+          [this](std::span<const std::uint8_t> call, RpcReply& r) {
+            std::lock_guard g(nfs_mu_);
+            nfs_.handle(call, r);
+          },
+          &worker_),
+      mount_(
+          [this](std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply) {
+            RpcReply r;
+            {
+              std::lock_guard g(nfs_mu_);
+              nfs_.handle_mount(call, r);
+            }
+            reply = std::move(r.msg);
+          },
+          &worker_) {
   nfs_.max_io = c.transport.max_io;
+  mount_.max_clients = c.mount_clients;
+  mount_.idle_timeout_ms = c.mount_timeout_ms;
   std::string err;
   if (!mount_.listen(c.mount_address, c.mount_port, err)) throw std::runtime_error(err);
   rdma_.listen(c.port);
@@ -65,18 +96,24 @@ NfsService::NfsService(perf::Env& env, const NfsServiceConfig& c)
     tcp_ = std::make_unique<RpcTcpServer>(
         [this](std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply) {
           RpcReply r;
-          nfs_.handle(call, r);
+          {
+            std::lock_guard g(nfs_mu_);
+            nfs_.handle(call, r);
+          }
           reply = std::move(r.msg);
           if (r.has_payload) {  // no chunks over TCP: READ's data follows inline
             const std::size_t n = r.payload.size();
             reply.insert(reply.end(), r.payload.begin(), r.payload.end());
             reply.insert(reply.end(), xdr_pad(n), 0);
           }
-        });
+        },
+        &worker_);
     tcp_->max_record = c.transport.max_io + 4096;
     if (!tcp_->listen(c.mount_address, c.tcp_port, err)) throw std::runtime_error(err);
   }
 }
+
+NfsService::~NfsService() { worker_.stop(); }
 
 bool NfsService::step() {
   const bool a = rdma_.poll();
@@ -87,7 +124,9 @@ bool NfsService::step() {
 
 std::string NfsService::report() const {
   const auto& t = rdma_.stats();
-  const auto& n = nfs_.stats();
+  std::unique_lock g(nfs_mu_);
+  const NfsServerStats n = nfs_.stats();
+  g.unlock();
   std::string s = "nfs: " + std::to_string(n.calls) + " calls (" + std::to_string(n.errors) +
                   " errors, " + std::to_string(n.garbage) + " garbage), " +
                   std::to_string(n.bytes_read) + " bytes read, " + std::to_string(n.bytes_written) +
@@ -97,7 +136,14 @@ std::string NfsService::report() const {
        " bytes), " + std::to_string(t.writes) + " RDMA WRITEs (" + std::to_string(t.write_bytes) +
        " bytes), " + std::to_string(t.reply_chunks) + " reply chunks, " +
        std::to_string(t.send_inv) + " SEND with invalidate, ERR_VERS " +
-       std::to_string(t.err_vers) + ", ERR_CHUNK " + std::to_string(t.err_chunk) + "\n";
+       std::to_string(t.err_vers) + ", ERR_CHUNK " + std::to_string(t.err_chunk) +
+       "; beyond credits " + std::to_string(t.over_credit) + ", refused " +
+       std::to_string(t.rejected_full) + " (full), " + std::to_string(t.unresolved) +
+       " (no ARP answer), " + std::to_string(t.closed) + " closed\n";
+  const auto& m = mount_.stats();
+  s += "mount: " + std::to_string(mount_.clients()) + " connections, refused " +
+       std::to_string(m.refused) + ", timed out " + std::to_string(m.timed_out) + ", oversized " +
+       std::to_string(m.oversized) + "\n";
   s += "procedures:";
   for (const auto& [p, k] : n.by_proc) s += " " + std::to_string(p) + ":" + std::to_string(k);
   return s + "\n";

@@ -3,9 +3,14 @@
 /// behind the RPC-over-RDMA responder (server_transport.h) on rdma_cm port `port` (20049), and
 /// MOUNT over kernel TCP on `mount_address`:`mount_port` (mountd does not run over RDMA). Run by
 /// roce-nfsd on a port of its own and by roced as a configured service (`test: nfs`).
+///
+/// Threads: step() runs on the poll loop's thread (an lcore); the NFS server's handlers (NFS and
+/// MOUNT calls alike: fsync, directory walks) run on one worker thread of the service
+/// (call_worker.h), so that the loop answers ARP, the CM and other connections meanwhile.
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "apps/nfs/mount_tcp.h"
@@ -20,11 +25,20 @@ struct NfsServiceConfig {
   std::string root;               ///< the host directory served
   std::string export_path = "/";  ///< what MNT asks for
   std::uint16_t port = kNfsRdmaPort;
-  std::string mount_address = "0.0.0.0";
+  /// Kernel TCP address of MOUNT: loopback unless told (roced: the service's listen_address,
+  /// the management address; roce-nfsd: its interface's address). 0.0.0.0 only on purpose.
+  std::string mount_address = "127.0.0.1";
   std::uint16_t mount_port = 20048;
+  std::size_t mount_clients = 16;          ///< MOUNT connections at once
+  std::uint32_t mount_timeout_ms = 30000;  ///< a MOUNT connection without progress is closed
   ServerOptions transport;
   std::uint16_t tcp_port = 0;  ///< non-zero: NFS over kernel TCP too (the benchmarks' baseline)
 };
+
+/// The kernel address MOUNT binds to by default for a tool on kernel interface `iface`: that
+/// interface's first IPv4 address, else 127.0.0.1 (never every address: a MOUNT listener on
+/// 0.0.0.0 answers on every network of the host, the management one included).
+std::string default_mount_address(const std::string& iface);
 
 /// Parses a service's args (--root DIR, --export PATH, --mount-address IP, --mount-port N,
 /// --credits N, --inline BYTES) into `c`; throws std::runtime_error on a bad one.
@@ -34,13 +48,16 @@ class NfsService {
  public:
   /// Throws std::runtime_error when the root is not a directory or MOUNT cannot listen.
   NfsService(perf::Env& env, const NfsServiceConfig& c);
+  /// Stops the worker first (a call it runs finishes): the servers' handlers go after it.
+  ~NfsService();
   /// Serves what arrived (one poll of the port's loop included); true when anything happened.
   bool step();
   std::string report() const;
-  const NfsServer& server() const { return nfs_; }
 
  private:
   NfsServer nfs_;
+  mutable std::mutex nfs_mu_;  ///< the worker's calls into nfs_, and report()
+  CallWorker worker_;          ///< runs every handler; stopped first by the destructor
   RpcRdmaServer rdma_;
   RpcTcpServer mount_;
   std::unique_ptr<RpcTcpServer> tcp_;

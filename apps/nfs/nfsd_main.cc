@@ -2,6 +2,8 @@
 /// roce-nfsd: the appliance's NFSv3 server over RPC-over-RDMA on a DPDK port of its own
 /// (net_af_packet), serving a host directory; MOUNT over kernel TCP. docs/nfs.md.
 ///   roce-nfsd --iface dp0 --root DIR [--mount-address 192.0.2.254] [--timeout S]
+/// MOUNT listens on --mount-address, by default the kernel address of --iface (127.0.0.1 when it
+/// has none, or with --memif); never on every address unless told 0.0.0.0.
 #include <boost/program_options.hpp>
 #include <csignal>
 #include <iostream>
@@ -35,8 +37,18 @@ int main(int argc, char** argv) {
       "root", po::value(&c.root)->required(), "the host directory to serve")(
       "export", po::value(&c.export_path)->default_value("/"), "the export's MOUNT path")(
       "port", po::value(&port)->default_value(c.port), "NFS/RDMA rdma_cm port")(
-      "mount-address", po::value(&c.mount_address)->default_value("0.0.0.0"),
-      "kernel TCP address for MOUNT")(
+      "mount-address", po::value(&c.mount_address),
+      "kernel TCP address for MOUNT (default: the address of --iface, else 127.0.0.1)")(
+      "mount-clients", po::value(&c.mount_clients)->default_value(c.mount_clients),
+      "MOUNT connections at once")(
+      "mount-timeout", po::value(&c.mount_timeout_ms)->default_value(c.mount_timeout_ms),
+      "ms without progress after which a MOUNT connection is closed")(
+      "max-connections",
+      po::value(&c.transport.max_connections)->default_value(c.transport.max_connections),
+      "RDMA connections at once (beyond: REJ no resources)")(
+      "max-half-open",
+      po::value(&c.transport.max_half_open)->default_value(c.transport.max_half_open),
+      "RDMA connections not yet established")(
       "mount-port", po::value(&mount_port)->default_value(c.mount_port), "MOUNT TCP port")(
       "tcp-port", po::value(&tcp_port)->default_value(0),
       "also serve NFS over kernel TCP here (0: no)")(
@@ -58,6 +70,7 @@ int main(int argc, char** argv) {
     std::cerr << "roce-nfsd: " << e.what() << "\n";
     return 2;
   }
+  if (!vm.count("mount-address")) c.mount_address = nfs::default_mount_address(link.iface);
   c.port = static_cast<std::uint16_t>(port);
   c.mount_port = static_cast<std::uint16_t>(mount_port);
   c.tcp_port = static_cast<std::uint16_t>(tcp_port);

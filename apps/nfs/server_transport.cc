@@ -19,14 +19,25 @@ constexpr std::uint64_t kWrRecv = 1, kWrSend = 2, kWrRead = 3, kWrWrite = 4;
 std::uint64_t wr_id(std::uint32_t conn, std::uint64_t kind, std::uint32_t idx) {
   return (std::uint64_t{conn} << 32) | (kind << 24) | idx;
 }
+/// Receives posted beyond the credits: where a message beyond them lands (to be counted).
 constexpr std::uint32_t kRecvExtra = 4;
+/// ARP requests for a REQ's source, while it does not answer.
+constexpr std::uint64_t kArpEveryNs = 200'000'000;
 }  // namespace
+
+struct RpcRdmaServer::Job {
+  std::vector<std::uint8_t> call;
+  RpcReply reply;
+  wire::Ipv4Addr peer;  ///< the connection's source, for the handler's authorization
+};
 
 struct RpcRdmaServer::Conn {
   std::uint32_t id = 0;
   cm::ConnId cm;
+  wire::Ipv4Addr peer;  ///< the client's IPv4 address (the REQ's source GID)
   Qp* qp = nullptr;
   bool up = false;
+  bool closing = false;  ///< an error completion came: disconnected, waiting for the CM's event
   bool remote_inv = false;
   std::uint32_t peer_recv = rdma::kDefaultInline;  ///< what the client can receive inline
   std::vector<std::uint8_t> recv_mem, send_mem, data_mem, reply_mem;
@@ -34,8 +45,17 @@ struct RpcRdmaServer::Conn {
   Mr* send_mr = nullptr;
   Mr* data_mr = nullptr;
   Mr* reply_mr = nullptr;
-  std::deque<std::vector<std::uint8_t>> ready;  ///< received messages, in order
-  enum State { kIdle, kReading } state = kIdle;
+  /// Received messages not served yet, in order: (receive slot, length). They stay in their
+  /// receive buffers, which are posted again once the message is read.
+  std::deque<std::pair<std::uint32_t, std::uint32_t>> ready;
+  /// Calls received and not answered yet: at most the credits granted (RFC 8166 3.3.1). The
+  /// client sends a call only after the reply that freed its credit, which we count as answered
+  /// when we post it: a message that finds in_flight at the credits is beyond them.
+  std::uint32_t in_flight = 0;
+  /// kReading: RDMA READs of a read chunk outstanding; kQueued: the call waits for room at the
+  /// worker; kRunning: the handler has it.
+  enum State { kIdle, kReading, kQueued, kRunning } state = kIdle;
+  std::shared_ptr<Job> job;  ///< kQueued, kRunning
   /// Replies in flight (a SEND completes when the client ACKs it): a ring of send buffers, so
   /// that the next call need not wait for the ACK. data_mem and reply_mem are the source of a
   /// reply's RDMA WRITEs, which a retransmission reads again: a call that needs them waits
@@ -50,10 +70,16 @@ struct RpcRdmaServer::Conn {
   std::uint32_t read_total = 0, reads_left = 0, read_position = 0;
 };
 
-RpcRdmaServer::RpcRdmaServer(perf::Env& env, ServerOptions o, Handler h)
-    : env_(env), opt_(o), handler_(std::move(h)) {
+RpcRdmaServer::RpcRdmaServer(perf::Env& env, ServerOptions o, Handler h, CallWorker* worker)
+    : env_(env), opt_(o), handler_(std::move(h)), worker_(worker) {
   opt_.credits = std::clamp<std::uint32_t>(opt_.credits, 1, 128);
   opt_.inline_size = std::clamp<std::uint32_t>(opt_.inline_size, 1024, 64 * 1024);
+  opt_.max_connections = std::max<std::uint32_t>(opt_.max_connections, 1);
+  opt_.max_half_open = std::clamp<std::uint32_t>(opt_.max_half_open, 1, opt_.max_connections);
+  if (!worker_) {
+    own_worker_ = std::make_unique<CallWorker>();
+    worker_ = own_worker_.get();
+  }
   // The engine's one CM (QP1), shared with roced's other services and attached clients.
   hub_ = cm::CmHub::get(env_.eng, perf::cm_agent_config(env_));
   owner_ = hub_->add_owner([this](const cm::CmEvent& e) { on_cm(e); });
@@ -63,6 +89,8 @@ RpcRdmaServer::RpcRdmaServer(perf::Env& env, ServerOptions o, Handler h)
 }
 
 RpcRdmaServer::~RpcRdmaServer() {
+  own_worker_.reset();  // the handler it may be running uses this server's handler_
+  for (const Pending& p : pending_) hub_->agent().cm().reject(p.id, cm::RejReason::kNoResources);
   for (auto& [id, c] : conns_) release(*c);
   conns_.clear();
   hub_->remove_owner(owner_);
@@ -88,79 +116,135 @@ void RpcRdmaServer::release(Conn& c) {
   c.recv_mr = c.send_mr = c.data_mr = c.reply_mr = nullptr;
 }
 
-void RpcRdmaServer::on_cm(const cm::CmEvent& e) {
-  if (e.type == cm::CmEventType::kConnectRequest) {
-    const auto peer = ctl::ipv4_from_gid(e.peer.gid);
-    if (!peer || !port::resolve_wait(env_.loop, *peer, 5)) {
-      hub_->agent().cm().reject(e.id, cm::RejReason::kConsumerDefined);
-      return;
-    }
-    auto c = std::make_unique<Conn>();
-    c->id = next_id_++;
-    c->cm = e.id;
-    // RFC 8797: the client's sizes and whether it takes SEND with invalidate; 1024 without.
-    if (const auto pd = rdma::decode_private(e.private_data)) {
-      c->remote_inv = pd->remote_invalidate;
-      c->peer_recv = pd->receive_size;
-    }
-    const std::uint32_t nrecv = opt_.credits + kRecvExtra;
-    c->recv_mem.resize(std::size_t{nrecv} * opt_.inline_size);
-    c->send_mem.resize(std::size_t{opt_.credits} * opt_.inline_size);
-    c->slot_busy.assign(opt_.credits, false);
-    c->data_mem.resize(opt_.max_io + 8192);
-    c->reply_mem.resize(opt_.max_reply);
-    c->recv_mr = env_.eng.reg_mr(pd_, c->recv_mem.data(), c->recv_mem.size(), kAccessLocalWrite);
-    c->send_mr = env_.eng.reg_mr(pd_, c->send_mem.data(), c->send_mem.size(), kAccessLocalWrite);
-    c->data_mr = env_.eng.reg_mr(pd_, c->data_mem.data(), c->data_mem.size(), kAccessLocalWrite);
-    c->reply_mr = env_.eng.reg_mr(pd_, c->reply_mem.data(), c->reply_mem.size(), kAccessLocalWrite);
-    c->qp = env_.eng.create_qp(pd_, QpType::kRc, cq_, cq_, QpCap{256, nrecv, 2, 1, 0});
-    QpAttr a;
-    a.qp_state = QpState::kInit;
-    a.qp_access_flags = kAccessLocalWrite;
-    if (!c->recv_mr || !c->send_mr || !c->data_mr || !c->reply_mr || !c->qp ||
-        env_.eng.modify_qp(c->qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) != kOk) {
-      hub_->agent().cm().reject(e.id, cm::RejReason::kConsumerDefined);
-      release(*c);
-      return;
-    }
-    for (std::uint32_t i = 0; i < nrecv; ++i) {
-      Sge sge{
-          reinterpret_cast<std::uint64_t>(c->recv_mem.data() + std::size_t{i} * opt_.inline_size),
-          opt_.inline_size, c->recv_mr->key};
-      RecvWr wr;
-      wr.wr_id = wr_id(c->id, kWrRecv, i);
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
-      env_.eng.post_recv(c->qp, &wr, nullptr);
-    }
-    cm::AcceptParams ap;
-    ap.starting_psn = wire::Psn(std::random_device{}());
-    ap.responder_resources = 16;
-    ap.initiator_depth = 16;  // we READ the client's read chunks
-    rdma::ConnectPrivate mine;
-    mine.send_size = opt_.inline_size;
-    mine.receive_size = opt_.inline_size;
-    ap.private_data = rdma::encode(mine);
-    if (hub_->agent().accept(e.id, c->qp, ap) != cm::CmStatus::kOk) {
-      release(*c);
-      return;
-    }
-    by_cm_[e.id.v] = c->id;
-    by_qpn_[c->qp->qpn] = c->id;
-    ++st_.connections;
-    conns_[c->id] = std::move(c);
+void RpcRdmaServer::close(std::uint32_t conn) {
+  const auto ci = conns_.find(conn);
+  if (ci == conns_.end()) return;
+  Conn& c = *ci->second;
+  release(c);
+  by_cm_.erase(c.cm.v);
+  std::erase(waiting_, conn);
+  conns_.erase(ci);  // a call at the worker finds no connection when it returns
+  ++st_.closed;
+}
+
+std::size_t RpcRdmaServer::half_open() const {
+  std::size_t n = pending_.size();
+  for (const auto& [id, c] : conns_) n += !c->up;
+  return n;
+}
+
+void RpcRdmaServer::on_connect_request(const cm::CmEvent& e) {
+  const auto peer = ctl::ipv4_from_gid(e.peer.gid);
+  if (!peer) {
+    hub_->agent().cm().reject(e.id, cm::RejReason::kConsumerDefined);
     return;
   }
+  if (conns_.size() + pending_.size() >= opt_.max_connections ||
+      half_open() >= opt_.max_half_open) {
+    ++st_.rejected_full;
+    hub_->agent().cm().reject(e.id, cm::RejReason::kNoResources);
+    return;
+  }
+  if (env_.loop.neighbour().lookup(*peer)) return accept(e.id, *peer, e.private_data);
+  // The QP's path needs the peer's MAC: ask, and go on serving; resolve_pending() accepts the
+  // REQ when the answer is in the cache (the CM answers a repeated REQ meanwhile).
+  const std::uint64_t now = port::now_ns();
+  env_.loop.resolve(*peer);
+  pending_.push_back({e.id, *peer, e.private_data,
+                      now + std::uint64_t{opt_.resolve_timeout_ms} * 1'000'000, now + kArpEveryNs});
+}
+
+void RpcRdmaServer::resolve_pending() {
+  if (pending_.empty()) return;
+  const std::uint64_t now = port::now_ns();
+  for (std::size_t i = 0; i < pending_.size();) {
+    Pending& p = pending_[i];
+    if (env_.loop.neighbour().lookup(p.peer)) {
+      const Pending q = std::move(p);
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+      accept(q.id, q.peer, q.private_data);
+      continue;
+    }
+    if (now >= p.deadline_ns) {
+      ++st_.unresolved;
+      hub_->agent().cm().reject(p.id, cm::RejReason::kConsumerDefined);
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    if (now >= p.next_arp_ns) {
+      env_.loop.resolve(p.peer);
+      p.next_arp_ns = now + kArpEveryNs;
+    }
+    ++i;
+  }
+}
+
+void RpcRdmaServer::accept(cm::ConnId id, wire::Ipv4Addr peer,
+                           std::span<const std::uint8_t> private_data) {
+  auto c = std::make_unique<Conn>();
+  c->id = next_id_++;
+  c->cm = id;
+  c->peer = peer;
+  // RFC 8797: the client's sizes and whether it takes SEND with invalidate; 1024 without.
+  if (const auto pd = rdma::decode_private(private_data)) {
+    c->remote_inv = pd->remote_invalidate;
+    c->peer_recv = pd->receive_size;
+  }
+  const std::uint32_t nrecv = opt_.credits + kRecvExtra;
+  c->recv_mem.resize(std::size_t{nrecv} * opt_.inline_size);
+  c->send_mem.resize(std::size_t{opt_.credits} * opt_.inline_size);
+  c->slot_busy.assign(opt_.credits, false);
+  c->data_mem.resize(opt_.max_io + 8192);
+  c->reply_mem.resize(opt_.max_reply);
+  c->recv_mr = env_.eng.reg_mr(pd_, c->recv_mem.data(), c->recv_mem.size(), kAccessLocalWrite);
+  c->send_mr = env_.eng.reg_mr(pd_, c->send_mem.data(), c->send_mem.size(), kAccessLocalWrite);
+  c->data_mr = env_.eng.reg_mr(pd_, c->data_mem.data(), c->data_mem.size(), kAccessLocalWrite);
+  c->reply_mr = env_.eng.reg_mr(pd_, c->reply_mem.data(), c->reply_mem.size(), kAccessLocalWrite);
+  c->qp = env_.eng.create_qp(pd_, QpType::kRc, cq_, cq_, QpCap{256, nrecv, 2, 1, 0});
+  QpAttr a;
+  a.qp_state = QpState::kInit;
+  a.qp_access_flags = kAccessLocalWrite;
+  if (!c->recv_mr || !c->send_mr || !c->data_mr || !c->reply_mr || !c->qp ||
+      env_.eng.modify_qp(c->qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) != kOk) {
+    hub_->agent().cm().reject(id, cm::RejReason::kNoResources);
+    release(*c);
+    return;
+  }
+  for (std::uint32_t i = 0; i < nrecv; ++i) post_recv(*c, i);
+  cm::AcceptParams ap;
+  ap.starting_psn = wire::Psn(std::random_device{}());
+  ap.responder_resources = 16;
+  ap.initiator_depth = 16;  // we READ the client's read chunks
+  rdma::ConnectPrivate mine;
+  mine.send_size = opt_.inline_size;
+  mine.receive_size = opt_.inline_size;
+  ap.private_data = rdma::encode(mine);
+  if (hub_->agent().accept(id, c->qp, ap) != cm::CmStatus::kOk) {
+    release(*c);
+    return;
+  }
+  by_cm_[id.v] = c->id;
+  by_qpn_[c->qp->qpn] = c->id;
+  ++st_.connections;
+  conns_[c->id] = std::move(c);
+}
+
+void RpcRdmaServer::on_cm(const cm::CmEvent& e) {
+  using T = cm::CmEventType;
+  if (e.type == T::kConnectRequest) return on_connect_request(e);
+  const bool terminal = e.type == T::kDisconnected || e.type == T::kUnreachable ||
+                        e.type == T::kRejected || e.type == T::kConnectError ||
+                        e.type == T::kTimewaitExit;
+  if (terminal)  // a REQ given up while its source was being resolved
+    std::erase_if(pending_, [&](const Pending& p) { return p.id == e.id; });
   const auto it = by_cm_.find(e.id.v);
   if (it == by_cm_.end()) return;
-  auto ci = conns_.find(it->second);
-  if (ci == conns_.end()) return;
-  if (e.type == cm::CmEventType::kEstablished) {
-    ci->second->up = true;
-  } else if (e.type == cm::CmEventType::kDisconnected || e.type == cm::CmEventType::kUnreachable) {
-    release(*ci->second);
-    conns_.erase(ci);
-    by_cm_.erase(it);
+  if (e.type == T::kEstablished) {
+    if (auto ci = conns_.find(it->second); ci != conns_.end()) ci->second->up = true;
+  } else if (terminal) {
+    // DREQ, REJ after our REP, REP or DREQ retries exhausted, half-open timeout: nothing more
+    // will come on this connection.
+    close(it->second);
   }
 }
 
@@ -202,39 +286,62 @@ void RpcRdmaServer::send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code)
   wr.num_sge = 1;
   wr.send_flags = kSendSignaled;
   c.state = Conn::kIdle;
+  answered(c);
   env_.eng.post_send(c.qp, &wr, nullptr);
+}
+
+void RpcRdmaServer::answered(Conn& c) {
+  if (c.in_flight) --c.in_flight;
+}
+
+void RpcRdmaServer::post_recv(Conn& c, std::uint32_t slot) {
+  Sge sge{reinterpret_cast<std::uint64_t>(c.recv_mem.data() + std::size_t{slot} * opt_.inline_size),
+          opt_.inline_size, c.recv_mr->key};
+  RecvWr wr;
+  wr.wr_id = wr_id(c.id, kWrRecv, slot);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  env_.eng.post_recv(c.qp, &wr, nullptr);
 }
 
 void RpcRdmaServer::next(Conn& c) {
   while (c.state == Conn::kIdle && !c.ready.empty()) {
     // A free send buffer for the reply (one per credit: the client never has more calls out).
     if (std::find(c.slot_busy.begin(), c.slot_busy.end(), false) == c.slot_busy.end()) return;
+    const auto [slot, len] = c.ready.front();
+    const std::span<const std::uint8_t> m(c.recv_mem.data() + std::size_t{slot} * opt_.inline_size,
+                                          len);
     if (c.data_busy) {
       // A call with chunks needs data_mem/reply_mem: wait for the reply that still uses them.
       rdma::Header peek;
       std::size_t hl = 0;
-      if (rdma::decode(c.ready.front(), peek, hl) == rdma::DecodeError::kOk &&
+      if (rdma::decode(m, peek, hl) == rdma::DecodeError::kOk &&
           (!peek.reads.empty() || !peek.writes.empty() || peek.reply))
         return;
     }
-    std::vector<std::uint8_t> m = std::move(c.ready.front());
     c.ready.pop_front();
     std::size_t hl = 0;
     const auto err = rdma::decode(m, c.hdr, hl);
+    if (err == rdma::DecodeError::kOk)
+      c.inline_part.assign(m.begin() + static_cast<std::ptrdiff_t>(hl), m.end());
+    const std::size_t mlen = m.size();
+    post_recv(c, slot);  // the message is read: its buffer takes the next one
     if (err == rdma::DecodeError::kBadVersion)
       return send_error(c, c.hdr.xid, rdma::ErrorCode::kVers);
     if (err != rdma::DecodeError::kOk || c.hdr.proc == rdma::Proc::kError) {
-      if (m.size() < 4) continue;  // not even an XID: dropped (counted by the caller's stats)
+      if (mlen < 4) {  // not even an XID: nothing to answer
+        answered(c);
+        continue;
+      }
       return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
     }
     ++st_.calls;
-    c.inline_part.assign(m.begin() + static_cast<std::ptrdiff_t>(hl), m.end());
     c.read_total = 0;
     c.reads_left = 0;
     if (c.hdr.reads.empty()) {
       if (c.hdr.proc != rdma::Proc::kMsg) return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
       assemble_and_run(c);
-      continue;
+      return;
     }
     // One read chunk (every segment at one position), pulled into data_mem in order.
     c.read_position = c.hdr.reads.front().position;
@@ -269,7 +376,7 @@ void RpcRdmaServer::next(Conn& c) {
     st_.read_bytes += at;
     if (c.reads_left == 0) {
       assemble_and_run(c);
-      continue;
+      return;
     }
     c.state = Conn::kReading;
   }
@@ -287,8 +394,41 @@ void RpcRdmaServer::assemble_and_run(Conn& c) {
   } else {
     call = std::move(c.inline_part);
   }
-  RpcReply reply;
-  handler_(call, reply);
+  c.job = std::make_shared<Job>();
+  c.job->call = std::move(call);
+  c.job->peer = c.peer;
+  c.state = Conn::kQueued;
+  submit(c);
+}
+
+void RpcRdmaServer::submit(Conn& c) {
+  auto job = c.job;
+  if (!worker_->submit([this, job] { run_handler(*job); },
+                       [this, id = c.id, job] { finish(id, job); })) {
+    // The worker is full: the call waits here (and the client, out of credits, waits too).
+    if (std::find(waiting_.begin(), waiting_.end(), c.id) == waiting_.end())
+      waiting_.push_back(c.id);
+    return;
+  }
+  c.state = Conn::kRunning;
+}
+
+// The one place the handler is called (on the worker thread). j.peer is the client's address.
+void RpcRdmaServer::run_handler(Job& j) { handler_(j.call, j.reply); }
+
+void RpcRdmaServer::finish(std::uint32_t conn, const std::shared_ptr<Job>& j) {
+  const auto ci = conns_.find(conn);
+  if (ci == conns_.end()) return;  // closed while the handler ran
+  Conn& c = *ci->second;
+  if (c.job != j || c.state != Conn::kRunning) return;
+  c.job.reset();
+  c.state = Conn::kIdle;
+  if (c.closing) return;
+  send_reply(c, j->reply);
+  next(c);
+}
+
+void RpcRdmaServer::send_reply(Conn& c, RpcReply& reply) {
   if (reply.msg.empty()) {  // nothing to answer (no XID): the credit comes back anyway
     c.state = Conn::kIdle;
     return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
@@ -400,6 +540,7 @@ void RpcRdmaServer::assemble_and_run(Conn& c) {
     wr.opcode = WrOpcode::kSend;
   }
   c.state = Conn::kIdle;
+  answered(c);
   env_.eng.post_send(c.qp, &wr, nullptr);
 }
 
@@ -410,12 +551,15 @@ void RpcRdmaServer::on_wc(const Wc& w) {
   if (ci == conns_.end()) return;
   Conn& c = *ci->second;
   if (w.status != WcStatus::kSuccess) {
-    // The connection is broken: the client reconnects (and re-registers).
-    if (c.qp) hub_->agent().cm().disconnect(c.cm);
-    c.state = Conn::kIdle;
+    // The connection is broken: the client reconnects (and re-registers). The CM's event for
+    // the DREQ releases it; without a connection to disconnect, release it now.
+    if (c.closing) return;
+    c.closing = true;
     c.ready.clear();
+    if (hub_->agent().cm().disconnect(c.cm) != cm::CmStatus::kOk) close(c.id);
     return;
   }
+  if (c.closing) return;
   const std::uint64_t kind = (w.wr_id >> 24) & 0xff;
   const std::uint32_t idx = static_cast<std::uint32_t>(w.wr_id & 0xffffff);
   if (kind == kWrRecv) {
@@ -423,14 +567,17 @@ void RpcRdmaServer::on_wc(const Wc& w) {
       hub_->agent().cm().notify_established(c.cm);
       c.up = true;
     }
-    const std::uint8_t* m = c.recv_mem.data() + std::size_t{idx} * opt_.inline_size;
-    c.ready.emplace_back(m, m + w.byte_len);
-    Sge sge{reinterpret_cast<std::uint64_t>(m), opt_.inline_size, c.recv_mr->key};
-    RecvWr wr;
-    wr.wr_id = w.wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    env_.eng.post_recv(c.qp, &wr, nullptr);
+    if (c.in_flight >= opt_.credits) {
+      // Beyond the credits granted: dropped, counted, its buffer posted again. (Linux svcrdma
+      // keeps its sc_max_requests receives posted, refilled on every completion, and queues
+      // whatever arrives for its threads without looking at the credits: a client beyond them
+      // grows that queue. Here nothing queues beyond the credits.)
+      ++st_.over_credit;
+      post_recv(c, idx);
+    } else {
+      ++c.in_flight;
+      c.ready.emplace_back(idx, w.byte_len);
+    }
   } else if (kind == kWrRead) {
     if (c.state == Conn::kReading && --c.reads_left == 0) {
       c.state = Conn::kIdle;
@@ -446,6 +593,21 @@ void RpcRdmaServer::on_wc(const Wc& w) {
 bool RpcRdmaServer::poll() {
   bool any = env_.loop.poll_once() != 0;
   hub_->poll(port::now_ns());
+  resolve_pending();
+  // Replies of the worker (finish() answers and serves the connection's next call), then calls
+  // that waited for room at the worker.
+  if (worker_->drain()) any = true;
+  while (!waiting_.empty()) {
+    const auto ci = conns_.find(waiting_.front());
+    if (ci == conns_.end() || ci->second->state != Conn::kQueued) {
+      waiting_.pop_front();
+      continue;
+    }
+    if (worker_->in_flight() >= worker_->capacity()) break;
+    waiting_.pop_front();
+    submit(*ci->second);
+    any = true;
+  }
   Wc wc[32];
   int n;
   while ((n = env_.eng.poll_cq(cq_, 32, wc)) > 0) {

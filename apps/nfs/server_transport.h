@@ -1,11 +1,19 @@
 /// @file
 /// The responder side of RPC-over-RDMA v1 (RFC 8166) on the appliance's engine: accepts rdma_cm
 /// connections (RFC 8797 private data both ways), receives calls, pulls read chunks with RDMA
-/// READ and assembles the call, runs the handler, pushes a reduced payload into the client's
-/// write chunk (or a reply larger than the client's inline size into its reply chunk) with RDMA
-/// WRITE, then sends the reply, with SEND with invalidate when the client allowed it. Each
-/// connection serves one call at a time, in order; the credits granted equal the receives posted.
-/// Malformed transport headers are answered with RDMA_ERROR (ERR_VERS or ERR_CHUNK) and counted.
+/// READ and assembles the call, has the handler run it on a worker thread (call_worker.h), pushes
+/// a reduced payload into the client's write chunk (or a reply larger than the client's inline
+/// size into its reply chunk) with RDMA WRITE, then sends the reply, with SEND with invalidate
+/// when the client allowed it. Each connection serves one call at a time, in order.
+///
+/// What a peer can hold (docs/nfs.md "Limits and binding"): the credits granted are what a
+/// connection may have in flight; a message beyond them is dropped and counted (over_credit),
+/// and received messages wait in their receive buffers, so a connection's memory is fixed when it
+/// is accepted. Connections and half-open ones are capped (REJ 3 "no resources" beyond); every
+/// terminal CM event (DREQ, REJ, timeouts) and every error completion releases a connection. The
+/// source of a REQ is resolved with ARP without blocking the loop; no answer in
+/// resolve_timeout_ms and the REQ is rejected. Malformed transport headers are answered with
+/// RDMA_ERROR (ERR_VERS or ERR_CHUNK) and counted.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/nfs/call_worker.h"
 #include "apps/nfs/nfs_server.h"
 #include "apps/nfs/rpcrdma.h"
 #include "apps/perf/env.h"
@@ -29,18 +38,32 @@ struct ServerOptions {
   std::uint32_t inline_size = 4096;
   std::uint32_t max_io = 1u << 20;        ///< the largest read chunk or write chunk payload
   std::uint32_t max_reply = 256u * 1024;  ///< the largest reply sent through a reply chunk
+  /// Connections at once, half-open ones included (each holds a QP, four MRs and about
+  /// credits x inline x 2 + max_io + max_reply bytes): a REQ beyond gets REJ 3 "no resources".
+  std::uint32_t max_connections = 64;
+  /// Connections accepted or being accepted (ARP for the source) and not established yet.
+  std::uint32_t max_half_open = 16;
+  /// How long the source of a REQ may take to answer ARP before the REQ is rejected.
+  std::uint32_t resolve_timeout_ms = 3000;
 };
 
 struct ServerStats {
   std::uint64_t connections = 0, calls = 0, reads = 0, read_bytes = 0, writes = 0, write_bytes = 0,
                 reply_chunks = 0, send_inv = 0, err_vers = 0, err_chunk = 0;
+  std::uint64_t over_credit = 0;    ///< messages beyond the credits granted: dropped
+  std::uint64_t rejected_full = 0;  ///< REQs refused: max_connections or max_half_open
+  std::uint64_t unresolved = 0;     ///< REQs refused: no ARP answer from the source in time
+  std::uint64_t closed = 0;         ///< connections released (DREQ, REJ, timeouts, errors)
 };
 
 class RpcRdmaServer {
  public:
+  /// Runs on the worker thread: it may block (fsync) without stopping the poll loop.
   using Handler = std::function<void(std::span<const std::uint8_t> call, RpcReply& reply)>;
 
-  RpcRdmaServer(perf::Env& env, ServerOptions o, Handler h);
+  /// `worker` runs the handler (the NFS service shares one with MOUNT; it must outlive the
+  /// server's polls); null: a worker of the server's own.
+  RpcRdmaServer(perf::Env& env, ServerOptions o, Handler h, CallWorker* worker = nullptr);
   ~RpcRdmaServer();
   RpcRdmaServer(const RpcRdmaServer&) = delete;
   RpcRdmaServer& operator=(const RpcRdmaServer&) = delete;
@@ -54,12 +77,31 @@ class RpcRdmaServer {
 
  private:
   struct Conn;
+  struct Job;
+  /// A REQ whose source is being resolved with ARP.
+  struct Pending {
+    cm::ConnId id;
+    wire::Ipv4Addr peer;
+    std::vector<std::uint8_t> private_data;
+    std::uint64_t deadline_ns = 0, next_arp_ns = 0;
+  };
   void on_cm(const cm::CmEvent& e);
+  void on_connect_request(const cm::CmEvent& e);
+  void accept(cm::ConnId id, wire::Ipv4Addr peer, std::span<const std::uint8_t> private_data);
+  void resolve_pending();
+  std::size_t half_open() const;
   void on_wc(const engine::Wc& wc);
   void next(Conn& c);
+  void post_recv(Conn& c, std::uint32_t slot);
   void assemble_and_run(Conn& c);
+  void submit(Conn& c);
+  void run_handler(Job& j);
+  void finish(std::uint32_t conn, const std::shared_ptr<Job>& j);
+  void send_reply(Conn& c, RpcReply& reply);
   void send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code);
+  void answered(Conn& c);
   void release(Conn& c);
+  void close(std::uint32_t conn);
 
   perf::Env& env_;
   ServerOptions opt_;
@@ -71,7 +113,11 @@ class RpcRdmaServer {
   std::map<std::uint32_t, std::unique_ptr<Conn>> conns_;  ///< by our number
   std::map<std::uint32_t, std::uint32_t> by_cm_, by_qpn_;
   std::uint32_t next_id_ = 1;
+  std::vector<Pending> pending_;
+  std::deque<std::uint32_t> waiting_;  ///< connections whose call waits for room at the worker
   ServerStats st_;
+  CallWorker* worker_ = nullptr;
+  std::unique_ptr<CallWorker> own_worker_;  ///< last: joined first, while the rest still exists
 };
 
 }  // namespace roce::nfs

@@ -1,0 +1,69 @@
+/// @file
+/// The NFS service's handler thread (call_worker.h).
+#include "apps/nfs/call_worker.h"
+
+#include <algorithm>
+
+namespace roce::nfs {
+
+CallWorker::CallWorker(std::size_t capacity)
+    : capacity_(std::max<std::size_t>(capacity, 1)), thread_([this] { run(); }) {}
+
+void CallWorker::stop() {
+  {
+    std::lock_guard g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool CallWorker::submit(std::function<void()> work, std::function<void()> done) {
+  if (in_flight_ >= capacity_) return false;
+  {
+    std::lock_guard g(mu_);
+    if (stop_) return false;
+    loop2worker_jobs_.push_back({std::move(work), std::move(done)});
+  }
+  ++in_flight_;
+  cv_.notify_one();
+  return true;
+}
+
+std::size_t CallWorker::drain() {
+  // acquire: pairs with the worker's release store after it queued a finished job.
+  if (!any_done_.load(std::memory_order_acquire)) return 0;
+  std::deque<Job> done;
+  {
+    std::lock_guard g(mu_);
+    done.swap(worker2loop_done_);
+    any_done_.store(false, std::memory_order_relaxed);
+  }
+  for (Job& j : done) {
+    --in_flight_;
+    if (j.done) j.done();
+  }
+  return done.size();
+}
+
+void CallWorker::run() {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [this] { return stop_ || !loop2worker_jobs_.empty(); });
+    if (stop_) return;
+    Job j = std::move(loop2worker_jobs_.front());
+    loop2worker_jobs_.pop_front();
+    lk.unlock();  // the work runs unlocked: the poll loop submits and drains meanwhile
+    try {
+      if (j.work) j.work();
+    } catch (...) {
+      // The job's result stays empty: its done() answers with an error. The loop goes on.
+    }
+    j.work = nullptr;
+    lk.lock();
+    worker2loop_done_.push_back(std::move(j));
+    any_done_.store(true, std::memory_order_release);
+  }
+}
+
+}  // namespace roce::nfs

@@ -1,0 +1,63 @@
+/// @file
+/// The thread that runs the NFS service's handlers away from the poll loop. A handler may block
+/// on the file system (fsync, fdatasync, a slow disk) for as long as the kernel likes; the poll
+/// loop it would otherwise run on also answers ARP, runs the CM and serves every other
+/// connection. Calls of the RDMA responder and of the MOUNT listener go to ONE worker (the NFS
+/// server is not thread-safe), through a bounded queue; each job's completion runs back on the
+/// poll loop when it calls drain().
+///
+/// Threads: submit() and drain() belong to the poll loop's thread; `work` runs on the worker.
+/// Beyond `capacity` jobs (queued, running, or finished and not yet drained) submit() refuses:
+/// the caller keeps the call in its connection and tries again (RPC-over-RDMA: the client's
+/// credits stop it; TCP: the socket's buffers do), so nothing grows without bound.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace roce::nfs {
+
+class CallWorker {
+ public:
+  static constexpr std::size_t kDefaultCapacity = 64;
+  explicit CallWorker(std::size_t capacity = kDefaultCapacity);
+  /// Finishes the job running, drops those queued (their `done` never runs), joins.
+  ~CallWorker() { stop(); }
+  /// The same, now: for an owner whose handlers go before the worker would. submit() fails from
+  /// then on.
+  void stop();
+  CallWorker(const CallWorker&) = delete;
+  CallWorker& operator=(const CallWorker&) = delete;
+
+  /// Runs `work` on the worker thread, then `done` on the caller's thread at a later drain().
+  /// False (nothing queued) when `capacity` jobs are in flight.
+  bool submit(std::function<void()> work, std::function<void()> done);
+  /// Runs the `done` of every finished job, in order; returns how many.
+  std::size_t drain();
+  /// Jobs submitted and not drained yet.
+  std::size_t in_flight() const { return in_flight_; }
+  std::size_t capacity() const { return capacity_; }
+
+ private:
+  struct Job {
+    std::function<void()> work, done;
+  };
+  void run();
+
+  const std::size_t capacity_;
+  std::size_t in_flight_ = 0;  ///< poll loop only
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> loop2worker_jobs_;   ///< under mu_
+  std::deque<Job> worker2loop_done_;   ///< under mu_
+  std::atomic<bool> any_done_{false};  ///< worker2loop_done_ is not empty (drain without locking)
+  bool stop_ = false;                  ///< under mu_
+  std::thread thread_;
+};
+
+}  // namespace roce::nfs
