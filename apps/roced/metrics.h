@@ -41,6 +41,7 @@ struct PortCounters {
   std::uint64_t attach_clients = 0, attach_clients_total = 0, attach_clients_lost = 0;
   std::uint64_t attach_qps = 0, attach_mrs = 0, attach_cqs = 0, attach_memory_bytes = 0;
   std::uint64_t attach_bad_requests = 0;
+  std::uint64_t attach_alloc_failures = 0;  ///< requests answered ENOMEM (roced went on)
 };
 
 /// One attached client (controlplane/attach), as roce-ctl clients lists it.
