@@ -680,7 +680,7 @@ int Ops::dereg_mr() {
 
 int Ops::create_cq() {
   const std::uint32_t depth = rq.cq.depth;
-  if (depth == 0 || depth > quota().max_cqe) return EINVAL;
+  if (depth == 0 || depth > quota().max_cqe || depth > eng().config().max_cq_depth) return EINVAL;
   if (c.cqs.size() >= quota().max_cqs) return EDQUOT;
   const std::uint32_t slots = ShmQueueLayout<CqEntry>::slots_for(depth);
   const std::size_t bytes = ShmQueueLayout<CqEntry>::bytes(slots);
