@@ -309,8 +309,8 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
           static_cast<std::uint32_t>(q.uint("max_srq_wr", c.attach.max_srq_wr, 1, 1u << 16));
       c.attach.max_cqe =
           static_cast<std::uint32_t>(q.uint("max_cqe", c.attach.max_cqe, 1, 1u << 16));
-      c.attach.max_inline_data = static_cast<std::uint32_t>(
-          q.uint("max_inline_data", c.attach.max_inline_data, 0, 4096));
+      c.attach.max_inline_data =
+          static_cast<std::uint32_t>(q.uint("max_inline_data", c.attach.max_inline_data, 0, 4096));
     }
   }
   r.finish();

@@ -49,6 +49,8 @@ struct LaneCq {
   std::vector<engine::Wc> local;
 };
 
+struct LaneSrq;
+
 struct LaneQp {
   engine::Qp* qp = nullptr;
   LaneEvents* events = nullptr;
@@ -56,7 +58,7 @@ struct LaneQp {
   ShmConsumer<RecvEntry> rq;  ///< not valid on an SRQ
   LaneCq* send_cq = nullptr;
   LaneCq* recv_cq = nullptr;
-  struct LaneSrq* srq = nullptr;  ///< the SRQ it receives from, if any
+  LaneSrq* srq = nullptr;  ///< the SRQ it receives from, if any
 };
 
 struct LaneSrq {

@@ -41,8 +41,8 @@ struct AttachQuotas {
   std::uint32_t max_regions = 128;  ///< memfds registered at once (one mapping each)
   std::uint32_t max_qp_wr = 16384;  ///< max_send_wr, max_recv_wr of a QP
   std::uint32_t max_srq_wr = 16384;
-  std::uint32_t max_cqe = 65536;          ///< CQ depth
-  std::uint32_t max_inline_data = 256;    ///< a QP's max_inline_data
+  std::uint32_t max_cqe = 65536;        ///< CQ depth
+  std::uint32_t max_inline_data = 256;  ///< a QP's max_inline_data
 };
 
 struct AttachConfig {
@@ -64,7 +64,7 @@ struct AttachPort {
 /// Counts of one port's attached clients and what they hold (read from any thread).
 struct AttachCounts {
   std::uint64_t clients = 0, qps = 0, mrs = 0, cqs = 0;
-  std::uint64_t memory_bytes = 0;  ///< charged to the clients (AttachQuotas::max_memory)
+  std::uint64_t memory_bytes = 0;   ///< charged to the clients (AttachQuotas::max_memory)
   std::uint64_t clients_total = 0;  ///< ever attached
   std::uint64_t clients_lost = 0;   ///< socket closed with resources still held (cleaned up)
   std::uint64_t requests = 0, bad_requests = 0;

@@ -43,8 +43,8 @@ using engine::QpType;
 
 constexpr wire::MacAddr kMacUs{{0x02, 0x00, 0x00, 0x00, 0xF1, 0x01}};
 constexpr wire::MacAddr kMacPeer{{0x02, 0x00, 0x00, 0x00, 0xF1, 0x02}};
-constexpr wire::Ipv4Addr kIpUs{0xC0000201};    // 192.0.2.1
-constexpr wire::Ipv4Addr kIpPeer{0xC0000202};  // 192.0.2.2
+constexpr wire::Ipv4Addr kIpUs{0xC0000201};      // 192.0.2.1
+constexpr wire::Ipv4Addr kIpPeer{0xC0000202};    // 192.0.2.2
 constexpr std::uint64_t kIova = 0x7f0000100000;  ///< where the client has its buffer
 constexpr std::size_t kBuf = 16384;
 constexpr std::uint32_t kDepth[3] = {8, 16, 4};  ///< CQ 0: sends, 1: receives, 2: the SRQ's QP
@@ -100,8 +100,8 @@ void bring_up(engine::Engine& e, engine::Qp* qp, QpType type, std::uint32_t peer
   a.max_rd_atomic = 4;
   mask = engine::kQpState | engine::kQpSqPsn;
   if (type != QpType::kUd)
-    mask |= engine::kQpTimeout | engine::kQpRetryCnt | engine::kQpRnrRetry |
-            engine::kQpMaxQpRdAtomic;
+    mask |=
+        engine::kQpTimeout | engine::kQpRetryCnt | engine::kQpRnrRetry | engine::kQpMaxQpRdAtomic;
   if (e.modify_qp(qp, a, mask) != engine::kOk) std::abort();
 }
 

@@ -99,7 +99,8 @@ class Roced {
     AttachConfig cfg;
     cfg.socket = "/tmp/roce-attach-guard-" + std::to_string(getpid()) + "-" + name + ".sock";
     cfg.quotas = q;
-    server_ = std::make_unique<AttachServer>(cfg, std::vector<AttachPort>{{"p0", kMac, kIp, {loop_.get()}}});
+    server_ = std::make_unique<AttachServer>(
+        cfg, std::vector<AttachPort>{{"p0", kMac, kIp, {loop_.get()}}});
     thread_ = std::thread([this] {
       t_lcore = true;
       while (!stop_.load()) {
@@ -194,7 +195,8 @@ class Raw {
     EXPECT_EQ(call(rq, rep), 0);
     return rep.handle;
   }
-  int cq(std::uint32_t depth, std::uint32_t& h, std::vector<int>* keep = nullptr, Reply* out = nullptr) {
+  int cq(std::uint32_t depth, std::uint32_t& h, std::vector<int>* keep = nullptr,
+         Reply* out = nullptr) {
     Request rq;
     rq.op = Op::kCreateCq;
     rq.cq.depth = depth;
