@@ -717,6 +717,9 @@ int Ops::create_cq() {
       });
     } catch (const std::exception&) {  // thrown on the lcore (run_on): nothing was kept
       ++counts().alloc_failures;
+    } catch (...) {  // Stopped: no half-made record for ~AttachServer to find
+      c.cqs.erase(h);
+      throw;
     }
   }
   if (cq == nullptr) {
@@ -832,6 +835,9 @@ int Ops::create_qp() {
     });
   } catch (const std::exception&) {  // thrown on the lcore (run_on): nothing was kept
     ++counts().alloc_failures;
+  } catch (...) {  // Stopped: no half-made record for ~AttachServer to find
+    c.qps.erase(h);
+    throw;
   }
   if (qp == nullptr) {
     c.qps.erase(h);
@@ -960,6 +966,9 @@ int Ops::create_srq() {
     });
   } catch (const std::exception&) {  // thrown on the lcore (run_on): nothing was kept
     ++counts().alloc_failures;
+  } catch (...) {  // Stopped: no half-made record for ~AttachServer to find
+    c.srqs.erase(h);
+    throw;
   }
   if (srq == nullptr) {
     c.srqs.erase(h);
