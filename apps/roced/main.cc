@@ -129,6 +129,8 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       c.attach_memory_bytes = a.memory_bytes;
       c.attach_bad_requests = a.bad_requests;
       c.attach_alloc_failures = a.alloc_failures;
+      c.attach_refused_wrs = a.refused_wrs;
+      c.attach_broken_rings = a.broken_rings;
     }
     if (!p.devices.empty()) {
       c.fpga_on = true;

@@ -14,6 +14,7 @@
 /// the engine as they are, and its key checks keep a client inside its own MRs.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -81,8 +82,10 @@ struct LaneCm {
 
 struct LaneStats {
   std::uint64_t send_wrs = 0, recv_wrs = 0, completions = 0, wakeups = 0;
-  std::uint64_t refused_wrs = 0;  ///< completed with an error by the lane (or dropped: no CQ)
-  std::uint64_t broken_rings = 0;
+  // Rare (a client's mistakes), read by any thread (AttachServer::counts):
+  std::atomic<std::uint64_t> refused_wrs{0};  ///< completed with an error by the lane (or
+                                              ///< dropped: an SRQ no QP uses)
+  std::atomic<std::uint64_t> broken_rings{0};
   std::uint64_t events = 0, events_dropped = 0;
 };
 

@@ -319,6 +319,10 @@ AttachCounts AttachServer::counts(std::size_t i) const {
   a.requests = c.requests;
   a.bad_requests = c.bad;
   a.alloc_failures = c.alloc_failures;
+  for (const auto& lane : lanes_[i]) {
+    a.refused_wrs += lane->stats().refused_wrs.load(std::memory_order_relaxed);
+    a.broken_rings += lane->stats().broken_rings.load(std::memory_order_relaxed);
+  }
   return a;
 }
 

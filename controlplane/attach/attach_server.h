@@ -71,6 +71,9 @@ struct AttachCounts {
   /// Requests answered ENOMEM because an allocation failed (on the control thread or in a
   /// command on an lcore); roced goes on.
   std::uint64_t alloc_failures = 0;
+  /// Work requests the lanes refused (completed with an error, or dropped with no CQ to
+  /// complete on), and rings they stopped reading (an index out of range).
+  std::uint64_t refused_wrs = 0, broken_rings = 0;
 };
 
 /// One attached client as roce-ctl lists it.
