@@ -301,6 +301,16 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
       c.attach.max_srqs =
           static_cast<std::uint32_t>(q.uint("max_srqs", c.attach.max_srqs, 1, 1u << 20));
       c.attach.max_memory = q.uint("max_memory", c.attach.max_memory, 4096, 1ull << 40);
+      c.attach.max_regions =
+          static_cast<std::uint32_t>(q.uint("max_regions", c.attach.max_regions, 1, 1u << 16));
+      c.attach.max_qp_wr =
+          static_cast<std::uint32_t>(q.uint("max_qp_wr", c.attach.max_qp_wr, 1, 1u << 16));
+      c.attach.max_srq_wr =
+          static_cast<std::uint32_t>(q.uint("max_srq_wr", c.attach.max_srq_wr, 1, 1u << 16));
+      c.attach.max_cqe =
+          static_cast<std::uint32_t>(q.uint("max_cqe", c.attach.max_cqe, 1, 1u << 16));
+      c.attach.max_inline_data =
+          static_cast<std::uint32_t>(q.uint("max_inline_data", c.attach.max_inline_data, 0, 4096));
     }
   }
   r.finish();

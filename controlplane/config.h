@@ -103,7 +103,14 @@ struct ApplianceConfig {
     std::uint32_t max_mrs = 1024;
     std::uint32_t max_cqs = 256;
     std::uint32_t max_srqs = 64;
-    std::uint64_t max_memory = 1ull << 30;  ///< bytes of shared memory per client
+    /// Bytes roced holds per client: its regions and the rings and queues of its resources.
+    std::uint64_t max_memory = 1ull << 30;
+    std::uint32_t max_regions = 128;  ///< memfds registered at once, per client
+    // What a client may ask (as ibv_device_attr's fields; EINVAL beyond):
+    std::uint32_t max_qp_wr = 16384;
+    std::uint32_t max_srq_wr = 16384;
+    std::uint32_t max_cqe = 65536;
+    std::uint32_t max_inline_data = 256;
   } attach;
 };
 

@@ -129,6 +129,9 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       c.attach_cqs = a.cqs;
       c.attach_memory_bytes = a.memory_bytes;
       c.attach_bad_requests = a.bad_requests;
+      c.attach_alloc_failures = a.alloc_failures;
+      c.attach_refused_wrs = a.refused_wrs;
+      c.attach_broken_rings = a.broken_rings;
     }
     if (!p.devices.empty()) {
       c.fpga_on = true;
@@ -269,6 +272,11 @@ int run(const ctl::ApplianceConfig& cfg) {
     ac.quotas.max_cqs = cfg.attach.max_cqs;
     ac.quotas.max_srqs = cfg.attach.max_srqs;
     ac.quotas.max_memory = cfg.attach.max_memory;
+    ac.quotas.max_regions = cfg.attach.max_regions;
+    ac.quotas.max_qp_wr = cfg.attach.max_qp_wr;
+    ac.quotas.max_srq_wr = cfg.attach.max_srq_wr;
+    ac.quotas.max_cqe = cfg.attach.max_cqe;
+    ac.quotas.max_inline_data = cfg.attach.max_inline_data;
     std::vector<attach::AttachPort> aps;
     for (auto& p : ports) {
       attach::AttachPort ap{p.cfg.name, p.cfg.mac, p.cfg.ipv4, {}};

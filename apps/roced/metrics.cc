@@ -84,6 +84,9 @@ std::vector<CounterSample> Metrics::snapshot() const {
       out.push_back({"attach_cqs", p.name, p.attach_cqs});
       out.push_back({"attach_memory_bytes", p.name, p.attach_memory_bytes});
       out.push_back({"attach_bad_requests", p.name, p.attach_bad_requests});
+      out.push_back({"attach_alloc_failures", p.name, p.attach_alloc_failures});
+      out.push_back({"attach_refused_wrs", p.name, p.attach_refused_wrs});
+      out.push_back({"attach_broken_rings", p.name, p.attach_broken_rings});
     }
     if (p.faults_on) {
       out.push_back({"fault_dropped", p.name, p.faults.dropped});

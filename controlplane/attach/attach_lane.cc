@@ -33,7 +33,7 @@ bool allowed(engine::WrOpcode op) {
 }  // namespace
 
 std::size_t Lane::poll(std::uint64_t now_ns) {
-  if (qps_.empty() && cqs_.empty() && cms_.empty()) [[likely]]
+  if (qps_.empty() && cqs_.empty() && srqs_.empty() && cms_.empty()) [[likely]]
     return 0;
   std::size_t moved = 0;
   if (!cms_.empty() && now_ns - last_cm_poll_ >= kCmPollNs) {
@@ -79,9 +79,27 @@ void Lane::on_async(const engine::AsyncEvent& ev) {
   }
 }
 
+void Lane::remove(LaneQp* q) {
+  std::erase(qps_, q);
+  LaneSrq* s = q->srq;
+  if (s == nullptr || s->error_cq != q->recv_cq) return;
+  s->error_cq = nullptr;
+  for (LaneQp* o : qps_)
+    if (o->srq == s) {
+      s->error_cq = o->recv_cq;
+      break;
+    }
+}
+
+void Lane::remove(LaneCq* c) {
+  std::erase(cqs_, c);
+  for (LaneSrq* s : srqs_)
+    if (s->error_cq == c) s->error_cq = nullptr;
+}
+
 void Lane::refuse(LaneCq* cq, std::uint64_t wr_id, engine::WcOpcode op, std::uint32_t qpn) {
   ++stats_.refused_wrs;
-  if (cq == nullptr) return;
+  if (cq == nullptr) return;  // an SRQ no QP uses any more: counted, nowhere to complete
   engine::Wc wc;
   wc.wr_id = wr_id;
   wc.status = engine::WcStatus::kLocQpOpErr;
@@ -100,6 +118,7 @@ std::size_t Lane::drain_send(LaneQp& q) {
   }
   std::size_t taken = 0;
   for (; taken < n; ++taken) {
+    if (full(q.send_cq)) break;  // the client does not poll: the rest waits in the ring
     const SendEntry& s = e[taken];
     if (s.num_sge > kMaxSge || !allowed(s.opcode)) {
       refuse(q.send_cq, s.wr_id, engine::wc_opcode(s.opcode), q.qp->qpn);
@@ -145,6 +164,7 @@ std::size_t Lane::drain_recv(ShmConsumer<RecvEntry>& ring, engine::Qp* qp, engin
   std::size_t taken = 0;
   const std::uint32_t qpn = qp ? qp->qpn : 0;
   for (; taken < n; ++taken) {
+    if (full(cq)) break;
     const RecvEntry& r = e[taken];
     if (r.num_sge > kMaxSge) {
       refuse(cq, r.wr_id, engine::WcOpcode::kRecv, qpn);

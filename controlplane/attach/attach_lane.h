@@ -14,6 +14,7 @@
 /// the engine as they are, and its key checks keep a client inside its own MRs.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -42,9 +43,14 @@ struct LaneCq {
   LaneEvents* events = nullptr;
   ShmProducer<CqEntry> ring;
   int event_fd = -1;
-  /// Completions the lane made itself (a work request the engine refused) waiting for room.
+  std::uint32_t depth = 0;  ///< the client's CQ depth
+  /// Completions the lane made itself (a work request the engine refused) waiting for room:
+  /// at most `depth` (reserved at creation), then the lane stops taking work requests whose
+  /// completions go here until the client polls (back-pressure, as a full CQ).
   std::vector<engine::Wc> local;
 };
+
+struct LaneSrq;
 
 struct LaneQp {
   engine::Qp* qp = nullptr;
@@ -53,12 +59,16 @@ struct LaneQp {
   ShmConsumer<RecvEntry> rq;  ///< not valid on an SRQ
   LaneCq* send_cq = nullptr;
   LaneCq* recv_cq = nullptr;
+  LaneSrq* srq = nullptr;  ///< the SRQ it receives from, if any
 };
 
 struct LaneSrq {
   engine::Srq* srq = nullptr;
   ShmConsumer<RecvEntry> rq;
-  LaneCq* error_cq = nullptr;  ///< where refused receive requests complete (set by the first QP)
+  /// Where refused receive requests complete: the receive CQ of a QP that uses the SRQ (set by
+  /// the first, moved to another when that one goes, null while none does). A CQ only QPs
+  /// hold may be destroyed once they are gone, as in rdma-core, so the SRQ never holds one.
+  LaneCq* error_cq = nullptr;
 };
 
 /// A client's rdma_cm (kCmOpen): its session on the engine's CM hub and its event ring.
@@ -72,8 +82,10 @@ struct LaneCm {
 
 struct LaneStats {
   std::uint64_t send_wrs = 0, recv_wrs = 0, completions = 0, wakeups = 0;
-  std::uint64_t refused_wrs = 0;  ///< completed with an error by the lane
-  std::uint64_t broken_rings = 0;
+  // Rare (a client's mistakes), read by any thread (AttachServer::counts):
+  std::atomic<std::uint64_t> refused_wrs{0};  ///< completed with an error by the lane (or
+                                              ///< dropped: an SRQ no QP uses)
+  std::atomic<std::uint64_t> broken_rings{0};
   std::uint64_t events = 0, events_dropped = 0;
 };
 
@@ -91,8 +103,10 @@ class Lane : public port::Poller {
   void add(LaneQp* q) { qps_.push_back(q); }
   void add(LaneCq* c) { cqs_.push_back(c); }
   void add(LaneSrq* s) { srqs_.push_back(s); }
-  void remove(LaneQp* q) { std::erase(qps_, q); }
-  void remove(LaneCq* c) { std::erase(cqs_, c); }
+  /// Also moves the error CQ of q's SRQ to another QP's receive CQ when it was q's.
+  void remove(LaneQp* q);
+  /// Also clears the error CQ of any SRQ that names `c`.
+  void remove(LaneCq* c);
   void remove(LaneSrq* s) { std::erase(srqs_, s); }
   void add(LaneCm* c) { cms_.push_back(c); }
   void remove(LaneCm* c) { std::erase(cms_, c); }
@@ -114,6 +128,8 @@ class Lane : public port::Poller {
   std::size_t deliver(LaneCq& c);
   std::size_t flush(LaneCm& c);
   void refuse(LaneCq* cq, std::uint64_t wr_id, engine::WcOpcode op, std::uint32_t qpn);
+  /// No room for another refused completion on `cq` (null: none is made, nothing is full).
+  static bool full(const LaneCq* cq) { return cq != nullptr && cq->local.size() >= cq->depth; }
   engine::Engine& eng_;
   std::vector<LaneQp*> qps_;
   std::vector<LaneCq*> cqs_;

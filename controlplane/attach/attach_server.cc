@@ -11,6 +11,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -29,7 +31,35 @@ namespace {
 
 struct Stopped {};  // the server stops while a request waits for an lcore
 
-constexpr std::uint32_t kMaxDepth = 1u << 16;  ///< CQ depth, QP and SRQ work requests
+// ---- what a client costs roced (charged to AttachQuotas::max_memory) ----
+constexpr std::uint64_t kPage = 4096;
+std::uint64_t page_round(std::uint64_t b) { return (b + kPage - 1) / kPage * kPage; }
+std::uint64_t pow2(std::uint32_t n) { return std::bit_ceil(std::max<std::uint32_t>(n, 1)); }
+// What the engine allocates (Engine::create_cq, create_srq, create_qp in
+// dataplane/engine/verbs.cc, RecvQueue::size_for): rings of a power of two entries.
+std::uint64_t engine_rq_bytes(std::uint32_t wr, std::uint32_t sge) {
+  return pow2(wr) * (sizeof(engine::RecvWqe) + sge * sizeof(engine::Sge)) +
+         std::uint64_t{engine::RecvQueue::kMaxOpen} * sge * sizeof(engine::Sge);
+}
+std::uint64_t cq_cost(std::uint32_t depth, std::size_t ring_bytes) {
+  return page_round(ring_bytes) + sizeof(LaneCq) + sizeof(engine::Cq) +
+         (pow2(depth) + depth) * sizeof(engine::Wc);  // the engine's ring, the lane's `local`
+}
+std::uint64_t srq_cost(std::uint32_t max_wr, std::uint32_t max_sge, std::size_t ring_bytes) {
+  return page_round(ring_bytes) + sizeof(LaneSrq) + sizeof(engine::Srq) +
+         engine_rq_bytes(max_wr, max_sge);
+}
+std::uint64_t qp_cost(engine::QpType type, const engine::QpCap& cap, bool srq,
+                      std::size_t ring_bytes) {
+  const std::uint64_t sq = pow2(cap.max_send_wr);
+  std::uint64_t b = page_round(ring_bytes) + sizeof(LaneQp) + sizeof(engine::Qp) +
+                    sq * (sizeof(engine::SendWqe) + cap.max_send_sge * sizeof(engine::Sge) +
+                          cap.max_inline_data) +
+                    16 * sizeof(engine::RdAtomicRes) + kMaxSge * sizeof(engine::Sge);
+  if (type == engine::QpType::kUd) b += sq * sizeof(engine::AddressVector);
+  if (!srq) b += engine_rq_bytes(cap.max_recv_wr, std::max<std::uint32_t>(cap.max_recv_sge, 1));
+  return b;
+}
 
 struct PdRec {
   engine::Pd* pd = nullptr;
@@ -50,18 +80,21 @@ struct CqRec {
   void* map = nullptr;
   std::size_t bytes = 0;
   std::uint32_t refs = 0;  ///< QPs
+  std::uint64_t charge = 0;
 };
 struct QpRec {
   std::unique_ptr<LaneQp> lane;
   void* map = nullptr;
   std::size_t bytes = 0;
   std::uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
+  std::uint64_t charge = 0;
 };
 struct SrqRec {
   std::unique_ptr<LaneSrq> lane;
   void* map = nullptr;
   std::size_t bytes = 0;
   std::uint32_t pd = 0, refs = 0;
+  std::uint64_t charge = 0;
 };
 
 // A sealed memfd of `bytes` mapped here; the fd stays open for passing.
@@ -143,7 +176,7 @@ struct Client {
   std::map<std::uint32_t, CqRec> cqs;
   std::map<std::uint32_t, QpRec> qps;
   std::map<std::uint32_t, SrqRec> srqs;
-  std::uint64_t memory = 0;
+  std::uint64_t memory = 0;  ///< charged: regions, rings, engine queues (AttachQuotas::max_memory)
   std::unique_ptr<LaneEvents> events;  ///< asynchronous events (hello)
   std::unique_ptr<LaneCm> cm;          ///< rdma_cm (kCmOpen)
   void* cm_map = nullptr;
@@ -155,6 +188,18 @@ struct Client {
 
 namespace {
 
+// Lane::add on the lcore; when it cannot (an allocation), `undo` releases what the engine made
+// for it and the exception goes on to run_on's boundary.
+template <class T, class U>
+void add_or_undo(Lane& lane, T* l, U undo) {
+  try {
+    lane.add(l);
+  } catch (...) {
+    undo();
+    throw;
+  }
+}
+
 // Runs `fn` on the lcore of `loop` and returns its result (directly when the loops stopped).
 template <class F>
 auto run_on(port::PollLoop* loop, const std::atomic<bool>& stop,
@@ -163,7 +208,16 @@ auto run_on(port::PollLoop* loop, const std::atomic<bool>& stop,
   if (loops_stopped.load()) return fn();
   auto done = std::make_shared<std::promise<R>>();
   auto fut = done->get_future();
-  while (!loop->post([done, fn]() mutable { done->set_value(fn()); })) {
+  // Nothing thrown on the lcore may leave the command (it would end roced): it travels to the
+  // waiting control thread instead, which answers the client ENOMEM (handle()).
+  const auto cmd = [done, fn]() mutable {
+    try {
+      done->set_value(fn());
+    } catch (...) {
+      done->set_exception(std::current_exception());
+    }
+  };
+  while (!loop->post(cmd)) {
     if (stop.load()) throw Stopped{};
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -264,6 +318,11 @@ AttachCounts AttachServer::counts(std::size_t i) const {
   a.clients_lost = c.lost;
   a.requests = c.requests;
   a.bad_requests = c.bad;
+  a.alloc_failures = c.alloc_failures;
+  for (const auto& lane : lanes_[i]) {
+    a.refused_wrs += lane->stats().refused_wrs.load(std::memory_order_relaxed);
+    a.broken_rings += lane->stats().broken_rings.load(std::memory_order_relaxed);
+  }
   return a;
 }
 
@@ -416,6 +475,17 @@ struct Ops {
     return run_on(c.loop, s.stop_, s.loops_stopped_, fn);
   }
   AttachServer::PortCounts& counts() { return s.counts_[c.port]; }
+  /// Takes `bytes` from the client's memory quota: EDQUOT when they do not fit.
+  int charge(std::uint64_t bytes) {
+    if (bytes > quota().max_memory || c.memory > quota().max_memory - bytes) return EDQUOT;
+    c.memory += bytes;
+    counts().memory += bytes;
+    return 0;
+  }
+  void uncharge(std::uint64_t bytes) {
+    c.memory -= bytes;
+    counts().memory -= bytes;
+  }
   engine::Engine& eng() { return c.lane->engine(); }
   const AttachQuotas& quota() const { return s.cfg_.quotas; }
 
@@ -486,6 +556,8 @@ int Ops::hello() {
   c.hello = true;
   ++counts().clients;
   ++counts().total;
+  c.memory += page_round(er.bytes) + sizeof(LaneEvents);  // always granted
+  counts().memory += page_round(er.bytes) + sizeof(LaneEvents);
   HelloRep& hr = rep.hello;
   hr.client_id = c.id;
   hr.lcore = c.lcore;
@@ -530,22 +602,31 @@ int Ops::reg_region() {
   if (passed.size() != 1) return EBADF;
   const std::uint64_t len = rq.region.length;
   if (len == 0 || len > quota().max_memory) return EINVAL;
-  if (c.memory + len > quota().max_memory) return EDQUOT;
+  // Each region is a mapping of roced's (vm.max_map_count is per process): counted, and
+  // charged whole pages.
+  if (c.regions.size() >= quota().max_regions) return EDQUOT;
+  const std::uint64_t cost = page_round(len);
+  if (c.memory + cost > quota().max_memory) return EDQUOT;
   const int fd = passed[0];
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) < len)
-    return EINVAL;
   // Only a memfd sealed against shrinking (or one we can seal) is mapped: truncated under
-  // roced's feet, its pages would fault (SIGBUS) in the poll loop.
+  // roced's feet, its pages would fault (SIGBUS) in the poll loop. Sealed first, measured
+  // after: another thread of the client may be shrinking it right now.
   const int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0) return EINVAL;  // not a memfd
   if (!(seals & F_SEAL_SHRINK) && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) return EPERM;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) < len)
+    return EINVAL;
+  const std::uint32_t h = c.next_handle++;
+  Region& r = c.regions[h];  // before the mapping: nothing may throw once it is made
   void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return ENOMEM;
-  rep.handle = c.next_handle++;
-  c.regions[rep.handle] = Region{p, len, rq.region.client_addr, 0};
-  c.memory += len;
-  counts().memory += len;
+  if (p == MAP_FAILED) {
+    c.regions.erase(h);
+    return ENOMEM;
+  }
+  r = Region{p, len, rq.region.client_addr, 0};
+  rep.handle = h;
+  charge(cost);
   return 0;
 }
 
@@ -554,8 +635,7 @@ int Ops::dereg_region() {
   if (it == c.regions.end()) return EINVAL;
   if (it->second.mrs != 0) return EBUSY;
   ::munmap(it->second.map, it->second.length);
-  c.memory -= it->second.length;
-  counts().memory -= it->second.length;
+  uncharge(page_round(it->second.length));
   c.regions.erase(it);
   return 0;
 }
@@ -604,36 +684,60 @@ int Ops::dereg_mr() {
 
 int Ops::create_cq() {
   const std::uint32_t depth = rq.cq.depth;
-  if (depth == 0 || depth > kMaxDepth) return EINVAL;
+  if (depth == 0 || depth > quota().max_cqe || depth > eng().config().max_cq_depth) return EINVAL;
   if (c.cqs.size() >= quota().max_cqs) return EDQUOT;
   const std::uint32_t slots = ShmQueueLayout<CqEntry>::slots_for(depth);
   const std::size_t bytes = ShmQueueLayout<CqEntry>::bytes(slots);
-  int memfd = -1;
+  const std::uint64_t cost = cq_cost(depth, bytes);
+  if (const int rc = charge(cost)) return rc;
+  int memfd = -1, efd = -1;
   void* p = make_shared("roce-cq", bytes, memfd);
-  if (p == nullptr) return ENOMEM;
-  const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  auto lc = std::make_unique<LaneCq>();
-  lc->ring = ShmProducer<CqEntry>(ShmQueueLayout<CqEntry>::init(p, slots), slots);
-  lc->event_fd = efd;
-  lc->handle = c.next_handle++;
-  lc->events = c.events.get();
-  Lane* lane = c.lane;
-  LaneCq* l = lc.get();
-  engine::Cq* cq = efd < 0 ? nullptr : run([=] {
-    l->cq = lane->engine().create_cq(depth);
-    if (l->cq) lane->add(l);
-    return l->cq;
-  });
+  if (p != nullptr) efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  std::unique_ptr<LaneCq> lc;
+  std::uint32_t h = 0;
+  engine::Cq* cq = nullptr;
+  if (efd >= 0) {
+    try {
+      lc = std::make_unique<LaneCq>();
+      lc->local.reserve(depth);  // the lcore never allocates for it
+      h = lc->handle = c.next_handle++;
+      c.cqs[h];  // the record's node before the lane has the CQ: nothing throws after
+    } catch (...) {
+      lc.reset();
+    }
+  }
+  if (lc) {
+    lc->ring = ShmProducer<CqEntry>(ShmQueueLayout<CqEntry>::init(p, slots), slots);
+    lc->event_fd = efd;
+    lc->events = c.events.get();
+    lc->depth = depth;
+    Lane* lane = c.lane;
+    LaneCq* l = lc.get();
+    try {
+      cq = run([=] {
+        l->cq = lane->engine().create_cq(depth);
+        if (l->cq) add_or_undo(*lane, l, [&] { lane->engine().destroy_cq(l->cq); });
+        return l->cq;
+      });
+    } catch (const std::exception&) {  // thrown on the lcore (run_on): nothing was kept
+      ++counts().alloc_failures;
+    } catch (...) {  // Stopped: no half-made record for ~AttachServer to find
+      c.cqs.erase(h);
+      throw;
+    }
+  }
   if (cq == nullptr) {
-    ::munmap(p, bytes);
-    ::close(memfd);
+    if (h != 0) c.cqs.erase(h);
+    if (p) ::munmap(p, bytes);
+    if (memfd >= 0) ::close(memfd);
     if (efd >= 0) ::close(efd);
+    uncharge(cost);
     return ENOMEM;
   }
-  rep.handle = lc->handle;
+  rep.handle = h;
   rep.slots = slots;
   rep.bytes = bytes;
-  c.cqs[rep.handle] = CqRec{std::move(lc), p, bytes, 0};
+  c.cqs[h] = CqRec{std::move(lc), p, bytes, 0, cost};
   ++counts().cqs;
   out = Out{{memfd, efd}, 2, {memfd, -1}, 1};  // the eventfd stays ours too (the lane signals it)
   return 0;
@@ -653,6 +757,7 @@ int Ops::destroy_cq() {
   if (rc != 0) return rc;
   ::munmap(it->second.map, it->second.bytes);
   ::close(l->event_fd);
+  uncharge(it->second.charge);
   c.cqs.erase(it);
   --counts().cqs;
   return 0;
@@ -670,18 +775,40 @@ int Ops::create_qp() {
   if (r.type != engine::QpType::kRc && r.type != engine::QpType::kUc &&
       r.type != engine::QpType::kUd)
     return EINVAL;
-  const engine::QpCap cap = r.cap;
-  if (cap.max_send_wr == 0 || cap.max_send_wr > kMaxDepth || cap.max_recv_wr > kMaxDepth ||
-      (r.srq == 0 && cap.max_recv_wr == 0) || cap.max_send_sge > kMaxSge ||
-      cap.max_recv_sge > kMaxSge)
+  engine::QpCap cap = r.cap;
+  if (cap.max_send_wr == 0 || cap.max_send_wr > quota().max_qp_wr ||
+      cap.max_recv_wr > quota().max_qp_wr || (r.srq == 0 && cap.max_recv_wr == 0) ||
+      cap.max_send_sge > kMaxSge || cap.max_recv_sge > kMaxSge ||
+      cap.max_inline_data > quota().max_inline_data)
     return EINVAL;
   if (c.qps.size() >= quota().max_qps) return EDQUOT;
+  // The lane sends inline requests through their SGEs (attach_lane.cc): the engine keeps no
+  // inline buffer for an attached QP.
+  cap.max_inline_data = 0;
   const QpRings rings{cap.max_send_wr + 1, r.srq ? 2 : cap.max_recv_wr + 1};
   const std::size_t bytes = rings.bytes();
+  const std::uint64_t cost = qp_cost(r.type, cap, r.srq != 0, bytes);
+  if (const int rc = charge(cost)) return rc;
   int memfd = -1;
   void* p = make_shared("roce-qp", bytes, memfd);
-  if (p == nullptr) return ENOMEM;
-  auto lq = std::make_unique<LaneQp>();
+  std::unique_ptr<LaneQp> lq;
+  std::uint32_t h = 0;
+  if (p != nullptr) {
+    try {
+      lq = std::make_unique<LaneQp>();
+      h = c.next_handle++;
+      c.qps[h];  // the record's node before the lane has the QP: nothing throws after
+    } catch (...) {
+      lq.reset();
+    }
+  }
+  if (!lq) {
+    if (h != 0) c.qps.erase(h);
+    if (p) ::munmap(p, bytes);
+    if (memfd >= 0) ::close(memfd);
+    uncharge(cost);
+    return ENOMEM;
+  }
   lq->sq =
       ShmConsumer<SendEntry>(ShmQueueLayout<SendEntry>::init(p, rings.sq_slots), rings.sq_slots);
   if (r.srq == 0)
@@ -693,32 +820,43 @@ int Ops::create_qp() {
   lq->send_cq = scq->second.lane.get();
   lq->recv_cq = rcq->second.lane.get();
   LaneSrq* ls = r.srq ? srq->second.lane.get() : nullptr;
+  lq->srq = ls;
   Lane* lane = c.lane;
   LaneQp* l = lq.get();
   engine::Pd* epd = pd->second.pd;
   const bool sig_all = r.sq_sig_all != 0;
   const engine::QpType type = r.type;
-  engine::Qp* qp = run([=] {
-    l->qp = lane->engine().create_qp(epd, type, l->send_cq->cq, l->recv_cq->cq, cap,
-                                     ls ? ls->srq : nullptr, sig_all);
-    if (l->qp) {
-      lane->add(l);
-      if (ls && ls->error_cq == nullptr) ls->error_cq = l->recv_cq;
-    }
-    return l->qp;
-  });
+  engine::Qp* qp = nullptr;
+  try {
+    qp = run([=] {
+      l->qp = lane->engine().create_qp(epd, type, l->send_cq->cq, l->recv_cq->cq, cap,
+                                       ls ? ls->srq : nullptr, sig_all);
+      if (l->qp) {
+        add_or_undo(*lane, l, [&] { lane->engine().destroy_qp(l->qp); });
+        if (ls && ls->error_cq == nullptr) ls->error_cq = l->recv_cq;
+      }
+      return l->qp;
+    });
+  } catch (const std::exception&) {  // thrown on the lcore (run_on): nothing was kept
+    ++counts().alloc_failures;
+  } catch (...) {  // Stopped: no half-made record for ~AttachServer to find
+    c.qps.erase(h);
+    throw;
+  }
   if (qp == nullptr) {
+    c.qps.erase(h);
     ::munmap(p, bytes);
     ::close(memfd);
+    uncharge(cost);
     return ENOMEM;
   }
-  rep.handle = c.next_handle++;
+  rep.handle = h;
   rep.key = qp->qpn;
   rep.slots = rings.sq_slots;
   rep.slots2 = r.srq ? 0 : rings.rq_slots;
   rep.bytes = bytes;
   rep.offset2 = rings.rq_offset();
-  c.qps[rep.handle] = QpRec{std::move(lq), p, bytes, r.pd, r.send_cq, r.recv_cq, r.srq};
+  c.qps[rep.handle] = QpRec{std::move(lq), p, bytes, r.pd, r.send_cq, r.recv_cq, r.srq, cost};
   ++pd->second.refs;
   ++scq->second.refs;
   ++rcq->second.refs;
@@ -741,6 +879,7 @@ int Ops::destroy_qp() {
   });
   if (rc != 0) return rc;
   ::munmap(it->second.map, it->second.bytes);
+  uncharge(it->second.charge);
   --c.pds[it->second.pd].refs;
   --c.cqs[it->second.send_cq].refs;
   --c.cqs[it->second.recv_cq].refs;
@@ -790,33 +929,62 @@ int Ops::create_srq() {
   const CreateSrqReq& r = rq.srq;
   const auto pd = c.pds.find(r.pd);
   if (pd == c.pds.end()) return EINVAL;
-  if (r.max_wr == 0 || r.max_wr > kMaxDepth || r.max_sge == 0 || r.max_sge > kMaxSge) return EINVAL;
+  if (r.max_wr == 0 || r.max_wr > quota().max_srq_wr || r.max_sge == 0 || r.max_sge > kMaxSge)
+    return EINVAL;
   if (c.srqs.size() >= quota().max_srqs) return EDQUOT;
   const std::uint32_t slots = ShmQueueLayout<RecvEntry>::slots_for(r.max_wr);
   const std::size_t bytes = ShmQueueLayout<RecvEntry>::bytes(slots);
+  const std::uint64_t cost = srq_cost(r.max_wr, r.max_sge, bytes);
+  if (const int rc = charge(cost)) return rc;
   int memfd = -1;
   void* p = make_shared("roce-srq", bytes, memfd);
-  if (p == nullptr) return ENOMEM;
-  auto ls = std::make_unique<LaneSrq>();
+  std::unique_ptr<LaneSrq> ls;
+  std::uint32_t h = 0;
+  if (p != nullptr) {
+    try {
+      ls = std::make_unique<LaneSrq>();
+      h = c.next_handle++;
+      c.srqs[h];  // the record's node before the lane has the SRQ: nothing throws after
+    } catch (...) {
+      ls.reset();
+    }
+  }
+  if (!ls) {
+    if (h != 0) c.srqs.erase(h);
+    if (p) ::munmap(p, bytes);
+    if (memfd >= 0) ::close(memfd);
+    uncharge(cost);
+    return ENOMEM;
+  }
   ls->rq = ShmConsumer<RecvEntry>(ShmQueueLayout<RecvEntry>::init(p, slots), slots);
   Lane* lane = c.lane;
   LaneSrq* l = ls.get();
   engine::Pd* epd = pd->second.pd;
   const std::uint32_t max_wr = r.max_wr, max_sge = r.max_sge;
-  engine::Srq* srq = run([=] {
-    l->srq = lane->engine().create_srq(epd, max_wr, max_sge);
-    if (l->srq) lane->add(l);
-    return l->srq;
-  });
+  engine::Srq* srq = nullptr;
+  try {
+    srq = run([=] {
+      l->srq = lane->engine().create_srq(epd, max_wr, max_sge);
+      if (l->srq) add_or_undo(*lane, l, [&] { lane->engine().destroy_srq(l->srq); });
+      return l->srq;
+    });
+  } catch (const std::exception&) {  // thrown on the lcore (run_on): nothing was kept
+    ++counts().alloc_failures;
+  } catch (...) {  // Stopped: no half-made record for ~AttachServer to find
+    c.srqs.erase(h);
+    throw;
+  }
   if (srq == nullptr) {
+    c.srqs.erase(h);
     ::munmap(p, bytes);
     ::close(memfd);
+    uncharge(cost);
     return ENOMEM;
   }
-  rep.handle = c.next_handle++;
+  rep.handle = h;
   rep.slots = slots;
   rep.bytes = bytes;
-  c.srqs[rep.handle] = SrqRec{std::move(ls), p, bytes, r.pd, 0};
+  c.srqs[rep.handle] = SrqRec{std::move(ls), p, bytes, r.pd, 0, cost};
   ++pd->second.refs;
   out = Out{{memfd, -1}, 1, {memfd, -1}, 1};
   return 0;
@@ -835,6 +1003,7 @@ int Ops::destroy_srq() {
   });
   if (rc != 0) return rc;
   ::munmap(it->second.map, it->second.bytes);
+  uncharge(it->second.charge);
   --c.pds[it->second.pd].refs;
   c.srqs.erase(it);
   return 0;
@@ -870,6 +1039,8 @@ int Ops::cm_open() {
   c.cm = std::move(lc);
   c.cm_map = er.map;
   c.cm_bytes = er.bytes;
+  c.memory += page_round(er.bytes) + sizeof(LaneCm);  // always granted, once
+  counts().memory += page_round(er.bytes) + sizeof(LaneCm);
   rep.bytes = er.bytes;
   rep.slots = kCmEventSlots;
   out = Out{{er.memfd, er.efd}, 2, {er.memfd, -1}, 1};
@@ -1042,9 +1213,16 @@ bool AttachServer::handle(Client& c) {
           err = EINVAL;
           break;
       }
-    } catch (...) {
+    } catch (const Stopped&) {
       for (int f : passed) ::close(f);
       throw;
+    } catch (const std::exception& e) {
+      // An allocation failed, here or in a command on the lcore (run_on passes it on): this
+      // request fails, the client and roced go on.
+      std::fprintf(stderr, "roced: attach: client %u: request %u failed: %s\n", c.id,
+                   static_cast<unsigned>(rq.op), e.what());
+      ++pc.alloc_failures;
+      err = ENOMEM;
     }
   }
   for (int f : passed) ::close(f);

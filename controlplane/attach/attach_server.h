@@ -28,12 +28,21 @@
 
 namespace roce::attach {
 
+/// What one client may hold and ask for (docs/client-api.md "Limits"): EDQUOT beyond a count
+/// or the memory, EINVAL beyond a size.
 struct AttachQuotas {
   std::uint32_t max_qps = 256;
   std::uint32_t max_mrs = 1024;
   std::uint32_t max_cqs = 256;
   std::uint32_t max_srqs = 64;
-  std::uint64_t max_memory = 1ull << 30;  ///< bytes of shared memory a client may register
+  /// Bytes roced holds for the client: its regions (each mapping rounded up to pages) and every
+  /// ring, queue and array roced and the engine allocate for its QPs, CQs, SRQs and events.
+  std::uint64_t max_memory = 1ull << 30;
+  std::uint32_t max_regions = 128;  ///< memfds registered at once (one mapping each)
+  std::uint32_t max_qp_wr = 16384;  ///< max_send_wr, max_recv_wr of a QP
+  std::uint32_t max_srq_wr = 16384;
+  std::uint32_t max_cqe = 65536;        ///< CQ depth
+  std::uint32_t max_inline_data = 256;  ///< a QP's max_inline_data
 };
 
 struct AttachConfig {
@@ -54,10 +63,17 @@ struct AttachPort {
 
 /// Counts of one port's attached clients and what they hold (read from any thread).
 struct AttachCounts {
-  std::uint64_t clients = 0, qps = 0, mrs = 0, cqs = 0, memory_bytes = 0;
+  std::uint64_t clients = 0, qps = 0, mrs = 0, cqs = 0;
+  std::uint64_t memory_bytes = 0;   ///< charged to the clients (AttachQuotas::max_memory)
   std::uint64_t clients_total = 0;  ///< ever attached
   std::uint64_t clients_lost = 0;   ///< socket closed with resources still held (cleaned up)
   std::uint64_t requests = 0, bad_requests = 0;
+  /// Requests answered ENOMEM because an allocation failed (on the control thread or in a
+  /// command on an lcore); roced goes on.
+  std::uint64_t alloc_failures = 0;
+  /// Work requests the lanes refused (completed with an error, or dropped with no CQ to
+  /// complete on), and rings they stopped reading (an index out of range).
+  std::uint64_t refused_wrs = 0, broken_rings = 0;
 };
 
 /// One attached client as roce-ctl lists it.
@@ -67,7 +83,8 @@ struct ClientInfo {
   std::uint32_t uid = 0;
   std::string port;
   std::uint32_t lcore = 0;
-  std::uint64_t qps = 0, mrs = 0, cqs = 0, memory_bytes = 0;
+  std::uint64_t qps = 0, mrs = 0, cqs = 0;
+  std::uint64_t memory_bytes = 0;  ///< what roced holds for it, charged to max_memory
 };
 
 class Lane;
@@ -109,7 +126,7 @@ class AttachServer {
   mutable std::mutex mu_;  ///< clients_ for clients(), counts
   struct PortCounts {
     std::atomic<std::uint64_t> clients{0}, qps{0}, mrs{0}, cqs{0}, memory{0}, total{0}, lost{0},
-        requests{0}, bad{0};
+        requests{0}, bad{0}, alloc_failures{0};
   };
   std::unique_ptr<PortCounts[]> counts_;
 

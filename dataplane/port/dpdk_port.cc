@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
@@ -736,7 +737,14 @@ std::size_t PollLoop::poll_once() {
   const unsigned nc = rte_ring_dequeue_burst(cmds_, cmd, 8, nullptr);
   for (unsigned i = 0; i < nc; ++i) {
     auto* fn = static_cast<std::function<void()>*>(cmd[i]);
-    (*fn)();
+    // A command that throws (an allocation that failed) must not end the lcore: its poster
+    // hears of it through its own means (attach's run_on passes the exception on itself).
+    try {
+      (*fn)();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "roced: lcore %u: a command failed: %s\n", eng_.config().lcore,
+                   e.what());
+    }
     delete fn;
   }
   std::size_t moved = 0;

@@ -19,6 +19,7 @@
 #include "apps/nfs/rpcrdma.h"
 #include "apps/perf/perftest_proto.h"
 #include "apps/perf/pingpong_proto.h"
+#include "controlplane/attach/protocol.h"
 #include "controlplane/cm/mad.h"
 #include "tests/fuzz/engine_harness.h"
 #include "tests/fuzz/fuzz_bytes.h"
@@ -530,6 +531,96 @@ void config_seeds(const fs::path& out, const fs::path& config_dir) {
   }
 }
 
+// ---- attach_ring: a client's ring entries, in the record format of attach_ring.cc -------------
+namespace attach_ring {
+Writer& send(Writer& w, unsigned qp, engine::WrOpcode op, std::uint8_t num_sge, std::uint8_t fix,
+             std::uint64_t wr_id = 1) {
+  attach::SendEntry e;
+  e.wr_id = wr_id;
+  e.opcode = op;
+  e.num_sge = num_sge;
+  e.send_flags = engine::kSendSignaled;
+  e.remote_addr = 0x7f0000100000;
+  e.rkey = 0x5EED;
+  for (unsigned i = 0; i < attach::kMaxSge; ++i) e.sge[i] = {64u * i, 64, 0};
+  w.u8(0).u8(qp).bytes({reinterpret_cast<const std::uint8_t*>(&e), sizeof e});
+  return w.u8(fix);
+}
+Writer& recv(Writer& w, unsigned target, std::uint32_t num_sge, std::uint8_t fix,
+             std::uint64_t wr_id = 2) {
+  attach::RecvEntry e;
+  e.wr_id = wr_id;
+  e.num_sge = num_sge;
+  for (unsigned i = 0; i < attach::kMaxSge; ++i) e.sge[i] = {1024u * i, 1024, 0};
+  w.u8(1).u8(target).bytes({reinterpret_cast<const std::uint8_t*>(&e), sizeof e});
+  return w.u8(fix);
+}
+Writer& run(Writer& w, unsigned passes, std::uint16_t us) { return w.u8(2).u8(passes).u16(us); }
+Writer& reap(Writer& w, unsigned cq, unsigned n) { return w.u8(3).u8(cq).u8(n); }
+}  // namespace attach_ring
+
+void attach_ring_seeds(const fs::path& out) {
+  namespace ar = attach_ring;
+  using engine::WrOpcode;
+  Corpus c(out, "attach_ring");
+  {  // the work requests a client posts, into its MR: SEND, WRITE, READ, atomics, receives
+    Writer w;
+    ar::recv(w, 0, 2, 1);
+    ar::recv(w, 2, 1, 1);
+    ar::send(w, 0, WrOpcode::kSend, 1, 1);
+    ar::send(w, 0, WrOpcode::kWrite, 2, 1);
+    ar::send(w, 0, WrOpcode::kRead, 1, 1);
+    ar::send(w, 0, WrOpcode::kFetchAdd, 1, 1);
+    ar::send(w, 1, WrOpcode::kSend, 1, 3);  // UD
+    ar::send(w, 2, WrOpcode::kSendImm, 1, 1);
+    ar::run(w, 4, 100);
+    ar::reap(w, 0, 16);
+    ar::reap(w, 1, 16);
+    c.add(w);
+  }
+  {  // refused work requests of a client that never polls (issue 27), then it polls
+    Writer w;
+    for (unsigned i = 0; i < 30; ++i) ar::send(w, 0, WrOpcode::kRegMr, 1, 1, i);
+    ar::run(w, 8, 10);
+    ar::reap(w, 0, 255);
+    ar::run(w, 8, 10);
+    c.add(w);
+  }
+  {  // the SRQ's QP and CQ destroyed, then a receive it must refuse (issue 27's UAF)
+    Writer w;
+    ar::recv(w, 2, attach::kMaxSge + 1, 0);
+    w.u8(5);  // churn: gone
+    ar::recv(w, 2, attach::kMaxSge + 1, 0, 3);
+    ar::run(w, 2, 10);
+    w.u8(5);  // churn: back
+    ar::recv(w, 2, attach::kMaxSge + 1, 0, 4);
+    ar::run(w, 2, 10);
+    ar::reap(w, 2, 8);
+    c.add(w);
+  }
+  {  // indices scribbled over, SGE counts and opcodes out of range
+    Writer w;
+    ar::send(w, 0, static_cast<WrOpcode>(200), 1, 1);
+    ar::send(w, 0, WrOpcode::kSend, 250, 0);
+    ar::recv(w, 0, 0xFFFFFFFF, 0);
+    w.u8(4).u8(0).u32(1000);  // a send ring's tail past its end
+    w.u8(4).u8(4).u32(5);     // a CQ ring's head
+    w.u8(6).u8(1);            // armed
+    ar::run(w, 4, 10);
+    c.add(w);
+  }
+  {  // no peer answers: retries, then the QP errors and its queues flush into small CQs
+    Writer w;
+    for (unsigned i = 0; i < 12; ++i) ar::send(w, 0, WrOpcode::kWrite, 1, 1, i);
+    for (unsigned i = 0; i < 8; ++i) ar::recv(w, 0, 1, 1, 100 + i);
+    ar::run(w, 8, 60000);
+    ar::run(w, 8, 60000);
+    ar::reap(w, 0, 4);
+    ar::run(w, 8, 60000);
+    c.add(w);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -551,6 +642,7 @@ int main(int argc, char** argv) {
   mrsp_seeds(out);
   rpcrdma_seeds(out);
   config_seeds(out, config_dir);
+  attach_ring_seeds(out);
   std::cout << "roce-fuzz-seeds: wrote " << out.string() << "\n";
   return 0;
 }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 
 namespace roce::ctl {
@@ -165,6 +166,31 @@ TEST(Config, Attach) {
             std::string::npos);
   EXPECT_NE(error_of(base + "  socket: /s\n  qoutas: {}\n").find("unknown key 'qoutas'"),
             std::string::npos);
+}
+
+TEST(Config, AttachLimits) {
+  const auto d = parse_config(std::string(kGood) + "attach:\n  socket: /s\n", "good.yaml");
+  EXPECT_EQ(d.attach.max_regions, 128u);
+  EXPECT_EQ(d.attach.max_qp_wr, 16384u);
+  EXPECT_EQ(d.attach.max_srq_wr, 16384u);
+  EXPECT_EQ(d.attach.max_cqe, 65536u);
+  EXPECT_EQ(d.attach.max_inline_data, 256u);
+  const auto c = parse_config(std::string(kGood) +
+                                  "attach:\n  socket: /s\n  quotas: {max_regions: 16, "
+                                  "max_qp_wr: 1024, max_srq_wr: 512, max_cqe: 2048, "
+                                  "max_inline_data: 0}\n",
+                              "good.yaml");
+  EXPECT_EQ(c.attach.max_regions, 16u);
+  EXPECT_EQ(c.attach.max_qp_wr, 1024u);
+  EXPECT_EQ(c.attach.max_srq_wr, 512u);
+  EXPECT_EQ(c.attach.max_cqe, 2048u);
+  EXPECT_EQ(c.attach.max_inline_data, 0u);
+  const std::string base = std::string(kGood) + "attach:\n  socket: /s\n  quotas: ";
+  for (const char* bad : {"{max_regions: 0}", "{max_qp_wr: 65537}", "{max_srq_wr: 0}",
+                          "{max_cqe: 100000}", "{max_inline_data: 4097}"})
+    EXPECT_NE(error_of(base + bad + "\n").find(std::string(bad).substr(1, std::strchr(bad, ':') - bad - 1)),
+              std::string::npos)
+        << bad;
 }
 
 TEST(Config, MissingFileIsAClearError) {

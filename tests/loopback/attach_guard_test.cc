@@ -1,0 +1,526 @@
+// What an attached client may do to roced's memory, checked against a real AttachServer in this
+// process: its lane on the poll loop of a net_ring port (no hugepages, no peer), the client
+// speaking the attach protocol on the raw socket so that it can send what libroce never would.
+//
+// - an SRQ whose error CQ was destroyed: refused receives must not touch the freed CQ;
+// - a memfd shrunk by another thread while roced registers it: roced seals before it measures;
+// - queue sizes beyond the documented limits (EINVAL) and allocations beyond the client's
+//   memory quota (EDQUOT), every roced-side byte charged;
+// - refused work requests while the client never polls: the lane stops at a full CQ;
+// - regions beyond their count (EDQUOT), and an allocation failure inside a command on the
+//   lcore: the client gets ENOMEM, roced keeps serving.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_ring.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "controlplane/attach/attach_server.h"
+#include "controlplane/attach/protocol.h"
+#include "dataplane/port/dpdk_port.h"
+
+// ---- allocation failure on demand --------------------------------------------------------------
+// While `g_fail_over` is non-zero, an operator new of at least that many bytes on the lcore's
+// thread throws std::bad_alloc: what a failed allocation in a posted command looks like.
+namespace {
+std::atomic<std::size_t> g_fail_over{0};
+thread_local bool t_lcore = false;
+void* alloc_or_throw(std::size_t n) {
+  if (t_lcore && g_fail_over.load(std::memory_order_relaxed) != 0 &&
+      n >= g_fail_over.load(std::memory_order_relaxed))
+    throw std::bad_alloc();
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+}  // namespace
+void* operator new(std::size_t n) { return alloc_or_throw(n); }
+void* operator new[](std::size_t n) { return alloc_or_throw(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace roce::attach {
+namespace {
+
+const wire::MacAddr kMac{{0x02, 0, 0x5e, 0, 0x08, 1}};
+const wire::Ipv4Addr kIp{0xC0000281};  // 192.0.2.129
+
+class Eal : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    port::eal_init({"--no-huge", "--no-shconf", "-m", "256", "--no-pci",
+                    "--file-prefix=attachguard" + std::to_string(getpid()), "--log-level=*:error",
+                    "-l", "0"});
+  }
+};
+const auto* const kEal = ::testing::AddGlobalTestEnvironment(new Eal);
+
+// roced's side: one net_ring port, its poll loop on a thread of its own, the attach server.
+class Roced {
+ public:
+  explicit Roced(const AttachQuotas& q = {}) {
+    static int n = 0;
+    const std::string name = "ag" + std::to_string(n++);
+    rx_ = rte_ring_create((name + "_rx").c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    tx_ = rte_ring_create((name + "_tx").c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    if (!rx_ || !tx_) throw std::runtime_error("rings");
+    const int id = rte_eth_from_rings(name.c_str(), &rx_, 1, &tx_, 1, 0);
+    char dev[RTE_ETH_NAME_MAX_LEN];
+    if (id < 0 || rte_eth_dev_get_name_by_port(static_cast<std::uint16_t>(id), dev) != 0)
+      throw std::runtime_error("net_ring port");
+    engine::EngineConfig ec;
+    ec.mac = kMac;
+    ec.ipv4 = kIp;
+    ec.max_qps = 64;
+    eng_ = std::make_unique<engine::Engine>(ec);
+    port::PortSpec ps;
+    ps.device = dev;
+    ps.mac = kMac;
+    ps.mbufs = 1024;
+    port_ = std::make_unique<port::DpdkPort>(ps);
+    loop_ = std::make_unique<port::PollLoop>(*port_, *eng_);
+    AttachConfig cfg;
+    cfg.socket = "/tmp/roce-attach-guard-" + std::to_string(getpid()) + "-" + name + ".sock";
+    cfg.quotas = q;
+    server_ = std::make_unique<AttachServer>(
+        cfg, std::vector<AttachPort>{{"p0", kMac, kIp, {loop_.get()}}});
+    thread_ = std::thread([this] {
+      t_lcore = true;
+      while (!stop_.load()) {
+        loop_->poll_once();
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    });
+  }
+  ~Roced() {
+    server_->stop();
+    stop_ = true;
+    thread_.join();
+    server_.reset();
+  }
+  const std::string& socket() const { return server_->socket_path(); }
+  AttachServer& server() { return *server_; }
+  /// True while the poll loop thread still runs (a command that threw would have ended it).
+  bool alive() const { return !stop_.load(); }
+
+ private:
+  rte_ring* rx_ = nullptr;
+  rte_ring* tx_ = nullptr;
+  std::unique_ptr<engine::Engine> eng_;
+  std::unique_ptr<port::DpdkPort> port_;
+  std::unique_ptr<port::PollLoop> loop_;
+  std::unique_ptr<AttachServer> server_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// A client on the raw socket: requests as the protocol allows them, not as libroce builds them.
+class Raw {
+ public:
+  explicit Raw(const std::string& path) {
+    fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+      throw std::runtime_error("connect " + path);
+    timeval tv{10, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    Request rq;
+    rq.op = Op::kHello;
+    Reply rep;
+    if (call(rq, rep) != 0) throw std::runtime_error("hello");
+  }
+  ~Raw() { ::close(fd_); }
+  /// Sends `rq` (with `fd_in` passed when >= 0) and returns the reply's errno; the descriptors
+  /// that came with it are closed unless `keep` wants them.
+  int call(Request& rq, Reply& rep, int fd_in = -1, std::vector<int>* keep = nullptr) {
+    rq.seq = ++seq_;
+    iovec iov{&rq, sizeof rq};
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    alignas(cmsghdr) char ctl[CMSG_SPACE(2 * sizeof(int))] = {};
+    if (fd_in >= 0) {
+      m.msg_control = ctl;
+      m.msg_controllen = CMSG_SPACE(sizeof(int));
+      cmsghdr* c = CMSG_FIRSTHDR(&m);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &fd_in, sizeof(int));
+    }
+    if (::sendmsg(fd_, &m, 0) != sizeof rq) return -1;
+    iov = {&rep, sizeof rep};
+    msghdr r{};
+    r.msg_iov = &iov;
+    r.msg_iovlen = 1;
+    r.msg_control = ctl;
+    r.msg_controllen = sizeof ctl;
+    if (::recvmsg(fd_, &r, MSG_CMSG_CLOEXEC) != sizeof rep) return -1;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&r); c != nullptr; c = CMSG_NXTHDR(&r, c)) {
+      const std::size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < k; ++i) {
+        int f;
+        std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof f);
+        if (keep)
+          keep->push_back(f);
+        else
+          ::close(f);
+      }
+    }
+    return rep.err;
+  }
+  std::uint32_t pd() {
+    Request rq;
+    rq.op = Op::kAllocPd;
+    Reply rep;
+    EXPECT_EQ(call(rq, rep), 0);
+    return rep.handle;
+  }
+  int cq(std::uint32_t depth, std::uint32_t& h, std::vector<int>* keep = nullptr,
+         Reply* out = nullptr) {
+    Request rq;
+    rq.op = Op::kCreateCq;
+    rq.cq.depth = depth;
+    Reply rep;
+    const int rc = call(rq, rep, -1, keep);
+    h = rep.handle;
+    if (out) *out = rep;
+    return rc;
+  }
+  int srq(std::uint32_t pd, std::uint32_t max_wr, std::uint32_t& h, Reply& rep,
+          std::vector<int>* keep) {
+    Request rq;
+    rq.op = Op::kCreateSrq;
+    rq.srq.pd = pd;
+    rq.srq.max_wr = max_wr;
+    rq.srq.max_sge = 1;
+    const int rc = call(rq, rep, -1, keep);
+    h = rep.handle;
+    return rc;
+  }
+  int qp(std::uint32_t pd, std::uint32_t scq, std::uint32_t rcq, std::uint32_t srq,
+         const engine::QpCap& cap, std::uint32_t& h, Reply* out = nullptr,
+         std::vector<int>* keep = nullptr) {
+    Request rq;
+    rq.op = Op::kCreateQp;
+    rq.qp.pd = pd;
+    rq.qp.type = engine::QpType::kRc;
+    rq.qp.send_cq = scq;
+    rq.qp.recv_cq = rcq;
+    rq.qp.srq = srq;
+    rq.qp.cap = cap;
+    Reply rep;
+    const int rc = call(rq, rep, -1, keep);
+    h = rep.handle;
+    if (out) *out = rep;
+    return rc;
+  }
+  int destroy(Op op, std::uint32_t h) {
+    Request rq;
+    rq.op = op;
+    rq.handle = h;
+    Reply rep;
+    return call(rq, rep);
+  }
+  int region(int memfd, std::uint64_t len, std::uint32_t* h = nullptr) {
+    Request rq;
+    rq.op = Op::kRegRegion;
+    rq.region.length = len;
+    rq.region.client_addr = 0x10000;
+    Reply rep;
+    const int rc = call(rq, rep, memfd);
+    if (h) *h = rep.handle;
+    return rc;
+  }
+
+ private:
+  int fd_ = -1;
+  std::uint32_t seq_ = 0;
+};
+
+engine::QpCap small_cap(std::uint32_t recv_wr = 4) {
+  engine::QpCap c;
+  c.max_send_wr = 4;
+  c.max_recv_wr = recv_wr;
+  c.max_send_sge = 1;
+  c.max_recv_sge = 1;
+  c.max_inline_data = 0;
+  return c;
+}
+
+// Maps a ring roced passed (memfd, bytes) and opens the queue in it.
+template <class T>
+struct Mapped {
+  void* map = nullptr;
+  std::size_t bytes = 0;
+  ShmQueueHeader* h = nullptr;
+  Mapped(int fd, std::size_t n, std::size_t offset = 0) : bytes(n) {
+    map = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) throw std::runtime_error("mmap");
+    h = ShmQueueLayout<T>::open(static_cast<std::uint8_t*>(map) + offset, n - offset);
+    if (h == nullptr) throw std::runtime_error("not a queue");
+  }
+  ~Mapped() { ::munmap(map, bytes); }
+};
+
+// Waits until the lane took everything published on a ring (its head reached the tail).
+bool consumed(ShmQueueHeader* h, int ms = 2000) {
+  for (int i = 0; i < ms; ++i) {
+    if (h->head.load() == h->tail.load()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+void close_all(std::vector<int>& fds) {
+  for (int f : fds) ::close(f);
+  fds.clear();
+}
+
+// Item 1: an SRQ's error CQ is the receive CQ of a live QP on it, never a destroyed CQ.
+TEST(AttachGuard, SrqErrorCqDoesNotOutliveItsCq) {
+  Roced roced;
+  Raw c(roced.socket());
+  const std::uint32_t pd = c.pd();
+  std::uint32_t a = 0, s = 0, q = 0;
+  ASSERT_EQ(c.cq(16, a), 0);
+  std::vector<int> fds;
+  Reply srep;
+  ASSERT_EQ(c.srq(pd, 16, s, srep, &fds), 0);
+  ASSERT_EQ(fds.size(), 1u);
+  Mapped<RecvEntry> ring(fds[0], srep.bytes);
+  close_all(fds);
+  ShmProducer<RecvEntry> rq(ring.h, srep.slots);
+  ASSERT_EQ(c.qp(pd, a, a, s, small_cap(0), q), 0);
+  ASSERT_EQ(c.destroy(Op::kDestroyQp, q), 0);
+  // No QP uses A any more: it may go, as rdma-core lets a CQ go that no QP names.
+  ASSERT_EQ(c.destroy(Op::kDestroyCq, a), 0);
+  RecvEntry bad;
+  bad.wr_id = 7;
+  bad.num_sge = kMaxSge + 1;  // refused by the lane: a completion for... no CQ any more
+  ASSERT_TRUE(rq.push(bad));
+  EXPECT_TRUE(consumed(ring.h));
+  // A new QP on the SRQ brings a CQ for its refused receives again.
+  std::uint32_t b = 0, q2 = 0;
+  Reply crep;
+  ASSERT_EQ(c.cq(16, b, &fds, &crep), 0);
+  ASSERT_EQ(fds.size(), 2u);
+  Mapped<CqEntry> cqring(fds[0], crep.bytes);
+  close_all(fds);
+  ShmConsumer<CqEntry> cqc(cqring.h, crep.slots);
+  ASSERT_EQ(c.qp(pd, b, b, s, small_cap(0), q2), 0);
+  bad.wr_id = 8;
+  ASSERT_TRUE(rq.push(bad));
+  EXPECT_TRUE(consumed(ring.h));
+  CqEntry wc;
+  for (int i = 0; i < 2000 && !cqc.pop(wc); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(wc.wr_id, 8u);
+  EXPECT_EQ(wc.status, engine::WcStatus::kLocQpOpErr);
+  EXPECT_EQ(roced.server().counts(0).refused_wrs, 2u) << "wr 7 dropped, wr 8 completed: both counted";
+  EXPECT_TRUE(roced.alive());
+}
+
+// Item 2: a memfd another thread of the client shrinks while roced registers it. roced must seal
+// it before it measures it: a region that registers is never smaller than asked, ever after.
+TEST(AttachGuard, RegionIsSealedBeforeItIsMeasured) {
+  Roced roced;
+  Raw c(roced.socket());
+  constexpr std::uint64_t kLen = 1 << 16;
+  std::atomic<int> cur{-1};
+  std::atomic<bool> stop{false};
+  std::thread shrinker([&] {
+    while (!stop.load()) {
+      const int fd = cur.load();
+      if (fd < 0) continue;
+      // Shrink, and leave it so once roced sealed it: a client that wants roced to map more
+      // than there is.
+      if (::ftruncate(fd, 0) != 0) continue;
+      if (::fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) continue;
+      [[maybe_unused]] const int r = ::ftruncate(fd, static_cast<off_t>(kLen));
+    }
+  });
+  int registered = 0, short_ones = 0;
+  for (int i = 0; i < 3000 && short_ones == 0; ++i) {
+    const int fd = ::memfd_create("guard", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, kLen), 0);
+    cur = fd;
+    std::uint32_t h = 0;
+    const int rc = c.region(fd, kLen, &h);
+    cur = -1;
+    if (rc == 0) {
+      ++registered;
+      struct stat st {};
+      ASSERT_EQ(::fstat(fd, &st), 0);
+      // Sealed by now: it cannot shrink any more, so this is what roced's mapping has behind it.
+      if (static_cast<std::uint64_t>(st.st_size) < kLen) ++short_ones;
+      EXPECT_TRUE(::fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK);
+      EXPECT_EQ(c.destroy(Op::kDeregRegion, h), 0);
+    } else {
+      EXPECT_EQ(rc, EINVAL);  // seen shrunk: refused
+    }
+    ::close(fd);
+  }
+  stop = true;
+  shrinker.join();
+  std::printf("%d regions registered\n", registered);
+  EXPECT_EQ(short_ones, 0) << "roced mapped a memfd smaller than the region (SIGBUS ahead)";
+  // A memfd that cannot be sealed is refused.
+  const int unsealable = ::memfd_create("guard", MFD_CLOEXEC);
+  ASSERT_EQ(::ftruncate(unsealable, kLen), 0);
+  EXPECT_EQ(c.region(unsealable, kLen), EPERM);
+  ::close(unsealable);
+}
+
+// Item 3: what a client may ask is bounded (EINVAL), and what roced allocates for it is
+// charged to its memory quota (EDQUOT beyond) and shown in the counts.
+TEST(AttachGuard, QueueSizesAreBoundedAndCharged) {
+  AttachQuotas quotas;
+  quotas.max_memory = 64 << 20;
+  Roced roced(quotas);
+  Raw c(roced.socket());
+  const std::uint32_t pd = c.pd();
+  std::uint32_t cq = 0, q = 0;
+  const std::uint64_t before = roced.server().counts(0).memory_bytes;
+  ASSERT_EQ(c.cq(4096, cq), 0);
+  const std::uint64_t with_cq = roced.server().counts(0).memory_bytes;
+  // the CQ's ring (shared) and the engine's array of completions, at least
+  EXPECT_GE(with_cq - before, 2 * 4096 * sizeof(engine::Wc));
+  engine::QpCap big = small_cap();
+  big.max_send_wr = 1u << 16;
+  big.max_inline_data = 4096;  // 256 MiB of inline buffers, as the engine would allocate them
+  EXPECT_EQ(c.qp(pd, cq, cq, 0, big, q), EINVAL);
+  big = small_cap();
+  big.max_inline_data = 1u << 20;
+  EXPECT_EQ(c.qp(pd, cq, cq, 0, big, q), EINVAL);
+  big = small_cap();
+  big.max_recv_wr = 1u << 20;
+  EXPECT_EQ(c.qp(pd, cq, cq, 0, big, q), EINVAL);
+  EXPECT_EQ(c.cq(1u << 20, q), EINVAL);
+  // Within the limits, QPs are charged until the quota says no.
+  engine::QpCap deep = small_cap();
+  deep.max_send_wr = deep.max_recv_wr = 16384;
+  int made = 0, rc = 0;
+  std::uint64_t last = roced.server().counts(0).memory_bytes;
+  while (made < 40 && (rc = c.qp(pd, cq, cq, 0, deep, q)) == 0) {
+    const std::uint64_t now = roced.server().counts(0).memory_bytes;
+    EXPECT_GE(now - last, 16384u * (sizeof(SendEntry) + sizeof(RecvEntry)));
+    last = now;
+    ++made;
+  }
+  std::printf("%d QPs of 16384 + 16384 work requests, %llu bytes charged\n", made,
+              static_cast<unsigned long long>(last));
+  EXPECT_TRUE(rc == EDQUOT || rc == ENOMEM) << rc;
+  EXPECT_LE(last, quotas.max_memory);
+}
+
+// Item 4: refused work requests of a client that never polls: the lane stops taking from the
+// ring once the CQ cannot hold their completions, and goes on when the client polls.
+TEST(AttachGuard, RefusedCompletionsWaitForRoomInTheCq) {
+  Roced roced;
+  Raw c(roced.socket());
+  const std::uint32_t pd = c.pd();
+  constexpr std::uint32_t kDepth = 4, kPosted = 60;
+  std::uint32_t cq = 0, q = 0;
+  std::vector<int> fds;
+  Reply crep, qrep;
+  ASSERT_EQ(c.cq(kDepth, cq, &fds, &crep), 0);
+  Mapped<CqEntry> cqmap(fds[0], crep.bytes);
+  close_all(fds);
+  ShmConsumer<CqEntry> cqc(cqmap.h, crep.slots);
+  engine::QpCap cap = small_cap();
+  cap.max_send_wr = 64;
+  ASSERT_EQ(c.qp(pd, cq, cq, 0, cap, q, &qrep, &fds), 0);
+  Mapped<SendEntry> sqmap(fds[0], qrep.bytes);
+  close_all(fds);
+  ShmProducer<SendEntry> sq(sqmap.h, qrep.slots);
+  for (std::uint32_t i = 0; i < kPosted; ++i) {
+    SendEntry e;
+    e.wr_id = i;
+    e.opcode = engine::WrOpcode::kRegMr;  // the lane refuses it
+    ASSERT_TRUE(sq.push(e));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::uint32_t taken = sqmap.h->head.load();
+  std::printf("taken from the ring while the CQ is not polled: %u of %u\n", taken, kPosted);
+  EXPECT_LE(taken, 2 * kDepth) << "refused completions pile up beyond the CQ";
+  // Polling makes room: every refusal arrives, in order.
+  std::uint32_t next = 0;
+  CqEntry wc;
+  for (int i = 0; i < 5000 && next < kPosted; ++i) {
+    if (!cqc.pop(wc)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    EXPECT_EQ(wc.wr_id, next);
+    EXPECT_EQ(wc.status, engine::WcStatus::kLocQpOpErr);
+    ++next;
+  }
+  EXPECT_EQ(next, kPosted);
+  EXPECT_EQ(roced.server().counts(0).refused_wrs, kPosted);
+}
+
+// Item 5: regions are bounded in number (each one is a mapping of roced's), and an allocation
+// that fails inside a command on the lcore is the client's ENOMEM, not the end of roced.
+TEST(AttachGuard, RegionsAreCounted) {
+  Roced roced;
+  Raw c(roced.socket());
+  int made = 0, rc = 0;
+  std::vector<int> fds;
+  while (made < 3000) {
+    const int fd = ::memfd_create("guard", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, 1), 0);
+    fds.push_back(fd);
+    if ((rc = c.region(fd, 1)) != 0) break;
+    ++made;
+  }
+  std::printf("%d one-byte regions registered, then %s\n", made, std::strerror(rc));
+  EXPECT_EQ(rc, EDQUOT);
+  EXPECT_LT(made, 3000);
+  close_all(fds);
+  // Charged a page each at least.
+  EXPECT_GE(roced.server().counts(0).memory_bytes, static_cast<std::uint64_t>(made) * 4096);
+}
+
+TEST(AttachGuard, AllocationFailureOnTheLcoreIsTheClientsEnomem) {
+  Roced roced;
+  Raw c(roced.socket());
+  const std::uint32_t pd = c.pd();
+  std::uint32_t cq = 0, q = 0;
+  ASSERT_EQ(c.cq(64, cq), 0);
+  engine::QpCap deep = small_cap();
+  deep.max_send_wr = 16384;
+  g_fail_over = 256 << 10;  // the engine's send queue of this QP is bigger than that
+  const int rc = c.qp(pd, cq, cq, 0, deep, q);
+  g_fail_over = 0;
+  EXPECT_EQ(rc, ENOMEM);
+  EXPECT_TRUE(roced.alive());
+  // Still serving, this client and others.
+  EXPECT_EQ(c.qp(pd, cq, cq, 0, small_cap(), q), 0);
+  Raw other(roced.socket());
+  EXPECT_NE(other.pd(), 0u);
+}
+
+}  // namespace
+}  // namespace roce::attach
