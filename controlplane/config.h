@@ -99,11 +99,18 @@ struct ApplianceConfig {
     std::string socket;         ///< path of the Unix socket; empty: no attachment
     std::uint32_t mode = 0660;  ///< the socket's file mode: who may attach
     std::uint32_t max_clients = 64;
+    std::uint32_t max_clients_per_uid = 16;
+    std::uint32_t hello_timeout_ms = 5000;
+    std::uint32_t resolve_timeout_ms = 10000;
+    std::uint32_t cm_backlog = 256;
+    std::vector<std::uint32_t> privileged_uids = {0};
+    std::uint32_t test_handle_limit = 0xFFFFFFFFu;  ///< a test hook (the handle counter's wrap)
     std::uint32_t max_qps = 256;  ///< per client
     std::uint32_t max_mrs = 1024;
     std::uint32_t max_cqs = 256;
     std::uint32_t max_srqs = 64;
     std::uint64_t max_memory = 1ull << 30;  ///< bytes of shared memory per client
+    std::uint32_t max_fds = 64;             ///< roced's descriptors per client (eventfds)
   } attach;
 };
 

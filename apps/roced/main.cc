@@ -263,11 +263,18 @@ int run(const ctl::ApplianceConfig& cfg) {
     ac.socket = cfg.attach.socket;
     ac.mode = cfg.attach.mode;
     ac.max_clients = cfg.attach.max_clients;
+    ac.max_clients_per_uid = cfg.attach.max_clients_per_uid;
+    ac.hello_timeout_ms = cfg.attach.hello_timeout_ms;
+    ac.resolve_timeout_ms = cfg.attach.resolve_timeout_ms;
+    ac.cm_backlog = cfg.attach.cm_backlog;
+    ac.privileged_uids = cfg.attach.privileged_uids;
+    ac.handle_limit = cfg.attach.test_handle_limit;
     ac.quotas.max_qps = cfg.attach.max_qps;
     ac.quotas.max_mrs = cfg.attach.max_mrs;
     ac.quotas.max_cqs = cfg.attach.max_cqs;
     ac.quotas.max_srqs = cfg.attach.max_srqs;
     ac.quotas.max_memory = cfg.attach.max_memory;
+    ac.quotas.max_fds = cfg.attach.max_fds;
     std::vector<attach::AttachPort> aps;
     for (auto& p : ports) {
       attach::AttachPort ap{p.cfg.name, p.cfg.mac, p.cfg.ipv4, {}};

@@ -416,6 +416,12 @@ struct Ops {
     return run_on(c.loop, s.stop_, s.loops_stopped_, fn);
   }
   AttachServer::PortCounts& counts() { return s.counts_[c.port]; }
+  /// A name for a new resource of the client.
+  std::uint32_t new_handle() {
+    const std::uint32_t h = c.next_handle;
+    c.next_handle = h == s.cfg_.handle_limit ? 0 : h + 1;
+    return h;
+  }
   engine::Engine& eng() { return c.lane->engine(); }
   const AttachQuotas& quota() const { return s.cfg_.quotas; }
 
@@ -511,7 +517,7 @@ int Ops::alloc_pd() {
   engine::Engine* e = &eng();
   engine::Pd* pd = run([e] { return e->alloc_pd(); });
   if (pd == nullptr) return ENOMEM;
-  rep.handle = c.next_handle++;
+  rep.handle = new_handle();
   c.pds[rep.handle] = PdRec{pd, 0};
   return 0;
 }
@@ -542,7 +548,7 @@ int Ops::reg_region() {
   if (!(seals & F_SEAL_SHRINK) && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) return EPERM;
   void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return ENOMEM;
-  rep.handle = c.next_handle++;
+  rep.handle = new_handle();
   c.regions[rep.handle] = Region{p, len, rq.region.client_addr, 0};
   c.memory += len;
   counts().memory += len;
@@ -580,7 +586,7 @@ int Ops::reg_mr() {
   engine::Mr* mr =
       run([=] { return lane->engine().reg_mr(epd, host, req.length, req.iova, req.access); });
   if (mr == nullptr) return EINVAL;
-  rep.handle = c.next_handle++;
+  rep.handle = new_handle();
   rep.key = mr->key;
   rep.iova = r.iova;
   c.mrs[rep.handle] = MrRec{mr, r.pd, r.region};
@@ -615,7 +621,7 @@ int Ops::create_cq() {
   auto lc = std::make_unique<LaneCq>();
   lc->ring = ShmProducer<CqEntry>(ShmQueueLayout<CqEntry>::init(p, slots), slots);
   lc->event_fd = efd;
-  lc->handle = c.next_handle++;
+  lc->handle = new_handle();
   lc->events = c.events.get();
   Lane* lane = c.lane;
   LaneCq* l = lc.get();
@@ -712,7 +718,7 @@ int Ops::create_qp() {
     ::close(memfd);
     return ENOMEM;
   }
-  rep.handle = c.next_handle++;
+  rep.handle = new_handle();
   rep.key = qp->qpn;
   rep.slots = rings.sq_slots;
   rep.slots2 = r.srq ? 0 : rings.rq_slots;
@@ -813,7 +819,7 @@ int Ops::create_srq() {
     ::close(memfd);
     return ENOMEM;
   }
-  rep.handle = c.next_handle++;
+  rep.handle = new_handle();
   rep.slots = slots;
   rep.bytes = bytes;
   c.srqs[rep.handle] = SrqRec{std::move(ls), p, bytes, r.pd, 0};

@@ -34,13 +34,26 @@ struct AttachQuotas {
   std::uint32_t max_cqs = 256;
   std::uint32_t max_srqs = 64;
   std::uint64_t max_memory = 1ull << 30;  ///< bytes of shared memory a client may register
+  /// Descriptors roced holds for a client besides its socket: the event ring's eventfd, the
+  /// CM's, one eventfd per CQ (CQs beyond: EDQUOT).
+  std::uint32_t max_fds = 64;
 };
 
 struct AttachConfig {
   std::string socket;         ///< path of the Unix socket
   std::uint32_t mode = 0660;  ///< its file mode: who may attach
   std::uint32_t max_clients = 64;
+  std::uint32_t max_clients_per_uid = 16;  ///< connections of one uid (SO_PEERCRED) at once
+  std::uint32_t hello_timeout_ms = 5000;   ///< a connection silent this long is closed
+  std::uint32_t resolve_timeout_ms = 10000;  ///< ARP for an address a request names
+  /// CM events a client leaves unread beyond its ring before its connect requests are refused
+  /// (REJ, no resources), as a full listen backlog refuses them.
+  std::uint32_t cm_backlog = 256;
+  /// uids whose clients may set privileged Q_Keys (the high bit set), as CAP_NET_RAW may.
+  std::vector<std::uint32_t> privileged_uids = {0};
   std::uint32_t cm_connections = 4096;  ///< the CM agent's max_connections, if attach makes it
+  /// Test hook: the largest handle before the counter wraps (tests reach the wrap quickly).
+  std::uint32_t handle_limit = 0xFFFFFFFFu;
   AttachQuotas quotas;
 };
 

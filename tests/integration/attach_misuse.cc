@@ -5,9 +5,20 @@
 //   roce-attach-misuse SOCKET MAX_QPS MAX_MEMORY      the checks above
 //   roce-attach-misuse SOCKET --hold                  attach, wait on a CQ until roced goes
 //                                                     away: ENOTCONN, not a hang
+//   roce-attach-misuse SOCKET --ctl KEY=VALUE...      the control thread and its fds (issue 27):
+//     pid= roced's pid, b= the peer roced's socket, ip= roced's IPv4 address, port= a free TCP
+//     port for rdma_cm, and the limits roced runs with: max_fds, per_uid, hello_ms,
+//     resolve_ms, handle_limit, cm_backlog
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <map>
 
 #include <cerrno>
 #include <chrono>
@@ -47,9 +58,376 @@ int raw(const std::string& path, const void* msg, std::size_t len) {
   return n == sizeof rep ? rep.err : -1;
 }
 
+// ---- the control thread and its descriptors (issue 27): one scenario per defect ----------
+
+using roce::attach::Op;
+using roce::attach::Reply;
+using roce::attach::Request;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A connection speaking the protocol by hand: what a client library would not send.
+struct Raw {
+  int fd = -1;
+  explicit Raw(const std::string& path, int timeout_ms = 5000) {
+    fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+      ::close(fd);
+      fd = -1;
+      return;
+    }
+    timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~Raw() {
+    if (fd >= 0) ::close(fd);
+  }
+  // The next message from roced (descriptors passed with it are closed): its size, 0 when the
+  // socket closed, -1 when nothing came in time.
+  ssize_t receive(Reply& rep) {
+    iovec iov{&rep, sizeof rep};
+    alignas(cmsghdr) char ctl[CMSG_SPACE(4 * sizeof(int))];
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof ctl;
+    const ssize_t n = ::recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+    for (cmsghdr* h = CMSG_FIRSTHDR(&m); n > 0 && h != nullptr; h = CMSG_NXTHDR(&m, h))
+      for (std::size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
+        int f;
+        std::memcpy(&f, CMSG_DATA(h) + i * sizeof(int), sizeof f);
+        ::close(f);
+      }
+    return n;
+  }
+  // The reply's errno, or -1 when no reply came.
+  int call(Request& rq, Reply& rep) {
+    rq.seq = ++seq;
+    if (::send(fd, &rq, sizeof rq, MSG_NOSIGNAL) != sizeof rq) return -1;
+    return receive(rep) == sizeof rep ? rep.err : -1;
+  }
+  std::uint32_t seq = 0;
+};
+
+// A client resolving an address nobody answers waits for its ARP; meanwhile every other
+// client is served: a second client's requests, a new client's hello, the cleanup of a third
+// client killed with kill -9 (its CM port becomes free again).
+void ctl_resolve(const std::string& path, unsigned resolve_ms, std::uint16_t port3) {
+  int ready[2];
+  if (::pipe(ready) != 0) return check(false, "pipe");
+  const pid_t third = ::fork();
+  if (third == 0) {
+    auto c3 = Context::attach(path);
+    const char b = c3 && c3->cm_listen(port3) == 0 ? 'y' : 'n';
+    [[maybe_unused]] const ssize_t w = ::write(ready[1], &b, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char b = 'n';
+  [[maybe_unused]] const ssize_t r = ::read(ready[0], &b, 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  check(b == 'y', "client 3 listens on its CM port");
+  auto c1 = Context::attach(path);
+  auto c2 = Context::attach(path);
+  if (!c1 || !c2) return check(false, "clients 1 and 2 attach");
+  Pd* pd = c1->alloc_pd();
+  Cq* cq = c1->create_cq(4);
+  QpCap cap;
+  Qp* qp = pd && cq ? c1->create_qp(pd, QpType::kRc, cq, cq, cap) : nullptr;
+  QpAttr a;
+  a.qp_state = QpState::kInit;
+  int rc = qp ? c1->modify_qp(qp, a,
+                              roce::engine::kQpState | roce::engine::kQpPkeyIndex |
+                                  roce::engine::kQpPort | roce::engine::kQpAccessFlags)
+              : -1;
+  check(rc == 0, "client 1: an RC QP in INIT");
+  // RTR towards 192.0.2.222 (a TEST-NET-1 address nobody on the link has): ARP, no answer.
+  a.qp_state = QpState::kRtr;
+  a.ah.dgid = roce::wire::ipv4_mapped(roce::wire::Ipv4Addr{0xC00002DEu});
+  a.dest_qp_num = 0x11;
+  std::atomic<bool> done{false};
+  int rtr = -1;
+  double rtr_s = 0;
+  std::thread t([&] {
+    const auto t0 = Clock::now();
+    rtr = c1->modify_qp(qp, a,
+                        roce::engine::kQpState | roce::engine::kQpAv | roce::engine::kQpPathMtu |
+                            roce::engine::kQpDestQpn | roce::engine::kQpRqPsn |
+                            roce::engine::kQpMaxDestRdAtomic | roce::engine::kQpMinRnrTimer);
+    rtr_s = since(t0);
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const bool waiting = !done;
+  const auto t0 = Clock::now();
+  ::kill(third, SIGKILL);
+  ::waitpid(third, nullptr, 0);
+  Pd* pd2 = c2->alloc_pd();
+  const double pd_s = since(t0);
+  auto c4 = Context::attach(path);
+  const double hello_s = since(t0);
+  int listen = -1;
+  while (since(t0) < 5 && (listen = c2->cm_listen(port3)) == EADDRINUSE)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double cleanup_s = since(t0);
+  const bool still = !done;
+  std::printf(
+      "      client 1 resolving: client 2's alloc_pd after %.3f s, client 4's hello after %.3f s, "
+      "client 3's port free after %.3f s\n",
+      pd_s, hello_s, cleanup_s);
+  check(waiting && still && pd2 && c4 && listen == 0 && cleanup_s < 2.0,
+        "while client 1 waits for ARP, the others are served (requests, hello, cleanup of a "
+        "killed client) within 2 s");
+  t.join();
+  check(rtr == EHOSTUNREACH && rtr_s >= resolve_ms / 1000.0 * 0.5,
+        "client 1's unanswered address: EHOSTUNREACH after its timeout (" +
+            std::to_string(rtr_s) + " s)");
+  // A second resolve on the same client still works the same way (nothing left pending).
+  check(c1->alloc_pd() != nullptr, "client 1 served again afterwards");
+}
+
+// Every CQ has an eventfd in roced: a client's descriptors there are counted (max_fds: its
+// event ring's eventfd, its CM's, one per CQ), beyond which EDQUOT.
+void ctl_fd_budget(const std::string& path, unsigned max_fds) {
+  auto c = Context::attach(path);
+  if (!c) return check(false, "attach");
+  std::vector<Cq*> cqs;
+  int err = 0;
+  for (unsigned i = 0; i < max_fds + 8; ++i) {
+    Cq* q = c->create_cq(4);
+    if (q == nullptr) {
+      err = errno;
+      break;
+    }
+    cqs.push_back(q);
+  }
+  check(cqs.size() == max_fds - 1 && err == EDQUOT,
+        std::to_string(cqs.size()) + " CQs, then EDQUOT (max_fds " + std::to_string(max_fds) +
+            ", one is the event ring's)");
+  if (!cqs.empty()) {
+    c->destroy_cq(cqs.back());
+    cqs.pop_back();
+    Cq* q = c->create_cq(4);
+    check(q != nullptr, "a CQ destroyed gives its descriptor back");
+  }
+}
+
+// Connections per uid (SO_PEERCRED) are capped: the one beyond hears EDQUOT.
+void ctl_per_uid(const std::string& path, unsigned per_uid) {
+  std::vector<std::unique_ptr<Context>> held;
+  const auto t0 = Clock::now();
+  // Clients of the scenarios before may still be being cleaned up: wait for their slots.
+  while (held.size() < per_uid && since(t0) < 3) {
+    auto c = Context::attach(path);
+    if (c)
+      held.push_back(std::move(c));
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto extra = Context::attach(path);
+  const int e = errno;
+  check(held.size() == per_uid && !extra && e == EDQUOT,
+        std::to_string(held.size()) + " clients of one uid, the next one refused: EDQUOT (" +
+            std::strerror(e) + ")");
+  held.pop_back();
+  std::unique_ptr<Context> again;
+  for (int i = 0; i < 100 && !again; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    again = Context::attach(path);
+  }
+  check(again != nullptr, "a slot freed: the uid attaches again");
+}
+
+// A connection that never says hello is closed after hello_ms (ETIMEDOUT), not held forever.
+void ctl_hello_deadline(const std::string& path, unsigned hello_ms) {
+  Raw r(path, static_cast<int>(hello_ms) + 3000);
+  Reply rep;
+  const auto t0 = Clock::now();
+  const ssize_t n = r.receive(rep);
+  const double s = since(t0);
+  const ssize_t end = n == sizeof rep ? r.receive(rep) : -1;
+  check(n == sizeof rep && rep.err == ETIMEDOUT && end == 0,
+        "a silent connection: ETIMEDOUT and closed after " + std::to_string(s) + " s");
+}
+
+int count_fds(pid_t pid) {
+  DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (const dirent* e = ::readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  ::closedir(d);
+  return n;
+}
+
+// roced out of descriptors (its RLIMIT_NOFILE lowered to what it has open): a connection is
+// refused with EMFILE, not left in the backlog with the control thread spinning on accept.
+void ctl_emfile(const std::string& path, pid_t pid) {
+  rlimit old{};
+  if (::prlimit(pid, RLIMIT_NOFILE, nullptr, &old) != 0) return check(false, "prlimit");
+  const int open = count_fds(pid);
+  rlimit low{static_cast<rlim_t>(open), old.rlim_max};
+  if (::prlimit(pid, RLIMIT_NOFILE, &low, nullptr) != 0) return check(false, "prlimit");
+  int errs[3] = {-1, -1, -1};
+  for (int& e : errs) {
+    Raw r(path, 3000);
+    Request rq;
+    Reply rep;
+    e = r.call(rq, rep);
+  }
+  ::prlimit(pid, RLIMIT_NOFILE, &old, nullptr);
+  check(errs[0] == EMFILE && errs[1] == EMFILE && errs[2] == EMFILE,
+        "roced without a free descriptor: connections refused with EMFILE (" +
+            std::to_string(errs[0]) + " " + std::to_string(errs[1]) + " " +
+            std::to_string(errs[2]) + ")");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto c = Context::attach(path);
+  check(c != nullptr, "descriptors back: attach works");
+}
+
+// Handles are never 0 and never one still in use, when the counter wraps (handle_limit, a
+// test hook, makes it wrap early).
+void ctl_handle_wrap(const std::string& path, std::uint32_t limit) {
+  Raw r(path);
+  Request rq;
+  Reply rep;
+  rq.op = Op::kHello;
+  if (r.call(rq, rep) != 0) return check(false, "raw hello");
+  rq = Request{};
+  rq.op = Op::kAllocPd;
+  const std::uint32_t pd = r.call(rq, rep) == 0 ? rep.handle : 0;
+  rq = Request{};
+  rq.op = Op::kCreateCq;
+  rq.cq.depth = 4;
+  const std::uint32_t keep = r.call(rq, rep) == 0 ? rep.handle : 0;
+  bool ok = pd != 0 && keep != 0;
+  std::map<std::uint32_t, int> bad;
+  for (std::uint32_t i = 0; ok && i < 3 * limit; ++i) {
+    rq = Request{};
+    rq.op = Op::kCreateCq;
+    rq.cq.depth = 4;
+    if (r.call(rq, rep) != 0) {
+      ok = false;
+      break;
+    }
+    const std::uint32_t h = rep.handle;
+    if (h == 0 || h == pd || h == keep) ++bad[h];
+    rq = Request{};
+    rq.op = Op::kDestroyCq;
+    rq.handle = h;
+    if (r.call(rq, rep) != 0 && h != keep) ok = false;
+  }
+  std::string what;
+  for (auto [h, n] : bad) what += " " + std::to_string(h) + " x" + std::to_string(n);
+  rq = Request{};
+  rq.op = Op::kDestroyCq;
+  rq.handle = keep;
+  ok = ok && bad.empty() && r.call(rq, rep) == 0;
+  check(ok, "handles wrapping (limit " + std::to_string(limit) +
+                "): never 0, never a live one; the first CQ still ours" +
+                (what.empty() ? "" : " (reused:" + what + ")"));
+}
+
+// Privileged Q_Keys (the high bit set, IBA 10.2.4) need privilege, as CAP_NET_RAW in the
+// kernel: EPERM for a client whose uid is not in privileged_uids.
+void ctl_qkey(const std::string& path) {
+  auto c = Context::attach(path);
+  if (!c) return check(false, "attach");
+  Pd* pd = c->alloc_pd();
+  Cq* cq = c->create_cq(4);
+  QpCap cap;
+  Qp* qp = pd && cq ? c->create_qp(pd, QpType::kUd, cq, cq, cap) : nullptr;
+  QpAttr a;
+  a.qp_state = QpState::kInit;
+  a.qkey = 0x80010000u;
+  const std::uint32_t mask = roce::engine::kQpState | roce::engine::kQpPkeyIndex |
+                             roce::engine::kQpPort | roce::engine::kQpQkey;
+  const int priv = qp ? c->modify_qp(qp, a, mask) : -1;
+  a.qkey = 0x11;
+  const int plain = qp ? c->modify_qp(qp, a, mask) : -1;
+  check(priv == EPERM && plain == 0,
+        std::string("a privileged Q_Key: ") + std::strerror(priv) + "; an ordinary one: " +
+            std::strerror(plain));
+}
+
+// A client that listens and never reads its CM events: beyond its ring and cm_backlog
+// events, connect requests are refused (REJ, no resources) as a full listen backlog is.
+void ctl_cm_backlog(const std::string& path, const std::string& peer_path, roce::wire::Ipv4Addr ip,
+                    std::uint16_t port, unsigned backlog) {
+  auto lis = Context::attach(path);
+  auto con = Context::attach(peer_path);
+  if (!lis || !con || lis->cm_listen(port) != 0) return check(false, "listener and connector");
+  Pd* pd = con->alloc_pd();
+  Cq* cq = con->create_cq(64);
+  std::vector<Qp*> qps;
+  QpCap cap;
+  bool refused = false;
+  unsigned attempts = 0;
+  const unsigned most = roce::attach::kCmEventSlots + backlog + 64;
+  const auto t0 = Clock::now();
+  for (; attempts < most && !refused && since(t0) < 20; ++attempts) {
+    if (qps.size() == 4) {  // within the peer's QP quota
+      con->destroy_qp(qps.front());
+      qps.erase(qps.begin());
+    }
+    Qp* qp = con->create_qp(pd, QpType::kRc, cq, cq, cap);
+    if (qp == nullptr) break;
+    qps.push_back(qp);
+    std::uint32_t id = 0;
+    if (con->cm_connect(qp, ip, port, CmConnParam{}, id) != 0) break;
+    CmEvent ev;
+    for (int w = 0; w < 20 && !refused && con->cm_get_event(ev, 1) == 0;)
+      refused = ev.type == CmEventType::kRejected && ev.reason == 3;  // IBA: no resources
+  }
+  CmEvent ev;
+  while (!refused && con->cm_get_event(ev, 2000) == 0)
+    refused = ev.type == CmEventType::kRejected && ev.reason == 3;
+  check(refused && attempts > roce::attach::kCmEventSlots,
+        "a listener that never reads: connect request " + std::to_string(attempts) +
+            " refused (REJ no resources)");
+}
+
+// Every scenario above; roced still serves afterwards.
+int ctl_main(const std::string& path, int argc, char** argv) {
+  std::map<std::string, std::string> o;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto eq = a.find('=');
+    if (eq != std::string::npos) o[a.substr(0, eq)] = a.substr(eq + 1);
+  }
+  auto num = [&](const char* k) { return static_cast<unsigned>(std::stoul(o.at(k))); };
+  const auto port = static_cast<std::uint16_t>(num("port"));
+  unsigned a, b, c, d;
+  std::sscanf(o.at("ip").c_str(), "%u.%u.%u.%u", &a, &b, &c, &d);
+  const roce::wire::Ipv4Addr ip{a << 24 | b << 16 | c << 8 | d};
+  const std::string only = o.count("only") ? o["only"] : "";
+  auto run = [&](const char* name) { return only.empty() || only == name; };
+  if (run("resolve")) ctl_resolve(path, num("resolve_ms"), static_cast<std::uint16_t>(port + 1));
+  if (run("fds")) ctl_fd_budget(path, num("max_fds"));
+  if (run("uid")) ctl_per_uid(path, num("per_uid"));
+  if (run("hello")) ctl_hello_deadline(path, num("hello_ms"));
+  if (run("emfile")) ctl_emfile(path, static_cast<pid_t>(num("pid")));
+  if (run("handles")) ctl_handle_wrap(path, num("handle_limit"));
+  if (run("qkey")) ctl_qkey(path);
+  if (run("cm")) ctl_cm_backlog(path, o.at("b"), ip, port, num("cm_backlog"));
+  auto ctx = Context::attach(path);
+  check(ctx && ctx->alloc_pd() != nullptr, "roced still serves");
+  std::printf("%s\n", failures ? "FAIL" : "OK: control misuse refused");
+  return failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 3 && std::string(argv[2]) == "--ctl") return ctl_main(argv[1], argc - 3, argv + 3);
   if (argc == 3 && std::string(argv[2]) == "--hold") {
     auto ctx = Context::attach(argv[1]);
     if (!ctx) return std::perror("attach"), 1;
