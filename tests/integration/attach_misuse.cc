@@ -258,28 +258,35 @@ void ctl_hello_deadline(const std::string& path, unsigned hello_ms) {
         "a silent connection: ETIMEDOUT and closed after " + std::to_string(s) + " s");
 }
 
-int count_fds(pid_t pid) {
+// The lowest descriptor number `pid` has free: the next one it opens.
+int lowest_free_fd(pid_t pid) {
   DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
   if (d == nullptr) return -1;
-  int n = 0;
-  while (const dirent* e = ::readdir(d))
-    if (e->d_name[0] != '.') ++n;
+  std::vector<bool> used;
+  while (const dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const auto n = static_cast<std::size_t>(std::atoi(e->d_name));
+    if (n >= used.size()) used.resize(n + 1);
+    used[n] = true;
+  }
   ::closedir(d);
-  return n;
+  std::size_t i = 0;
+  while (i < used.size() && used[i]) ++i;
+  return static_cast<int>(i);
 }
 
-// roced out of descriptors (its RLIMIT_NOFILE lowered to what it has open): a connection is
+// roced out of descriptors (its RLIMIT_NOFILE lowered to its lowest free one): a connection is
 // refused with EMFILE, not left in the backlog with the control thread spinning on accept.
 void ctl_emfile(const std::string& path, pid_t pid) {
   rlimit old{};
   if (::prlimit(pid, RLIMIT_NOFILE, nullptr, &old) != 0) return check(false, "prlimit");
-  const int open = count_fds(pid);
-  rlimit low{static_cast<rlim_t>(open), old.rlim_max};
+  rlimit low{static_cast<rlim_t>(lowest_free_fd(pid)), old.rlim_max};
   if (::prlimit(pid, RLIMIT_NOFILE, &low, nullptr) != 0) return check(false, "prlimit");
   int errs[3] = {-1, -1, -1};
   for (int& e : errs) {
     Raw r(path, 3000);
     Request rq;
+    rq.op = Op::kHello;  // (Request() zeroes every byte, the op too)
     Reply rep;
     e = r.call(rq, rep);
   }
