@@ -71,6 +71,11 @@ struct AttachCounts {
   std::uint64_t clients_total = 0;  ///< ever attached
   std::uint64_t clients_lost = 0;   ///< socket closed with resources still held (cleaned up)
   std::uint64_t requests = 0, bad_requests = 0;
+  /// Connections turned away (max_clients, max_clients_per_uid, no descriptor left), closed
+  /// for not saying hello in time, and accept() failures for want of descriptors: the
+  /// server's, reported with the first port.
+  std::uint64_t refused = 0, silent = 0, out_of_fds = 0;
+  std::uint64_t cm_refused = 0;  ///< connect requests refused: their client's events unread
 };
 
 /// One attached client as roce-ctl lists it.
@@ -85,6 +90,7 @@ struct ClientInfo {
 
 class Lane;
 struct Client;
+struct Request;
 struct Ops;
 
 class AttachServer {
@@ -108,12 +114,20 @@ class AttachServer {
   void accept_client();
   /// Reads and answers one request; false when the client is gone.
   bool handle(Client& c);
+  /// Answers `rq` (`whole`: it came in one piece), unless it waits for ARP (Client::pending).
+  void execute(Client& c, const Request& rq, bool whole, std::vector<int>& passed);
+  /// Hello deadlines, deferred requests whose ARP answered or timed out.
+  void tick();
+  int next_timeout_ms() const;
   void drop(Client& c, bool lost);
   AttachConfig cfg_;
   std::vector<AttachPort> ports_;
   std::vector<std::vector<std::unique_ptr<Lane>>> lanes_;  ///< [port][lcore]
   int listen_fd_ = -1;
   int wake_fd_ = -1;  ///< eventfd: stop()
+  int reserve_fd_ = -1;  ///< closed to make room for refusing a connection at EMFILE
+  std::uint64_t accept_after_ns_ = 0;
+  std::atomic<std::uint64_t> refused_{0}, silent_{0}, out_of_fds_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> loops_stopped_{false};
   std::thread thread_;
