@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "controlplane/attach/attach_lane.h"
+#include "controlplane/attach/request_check.h"
 
 namespace roce::attach {
 
@@ -53,8 +54,6 @@ struct Pending {
   unsigned tries = 0;
   bool expired = false;  ///< no answer by the deadline: resolve() fails (EHOSTUNREACH)
 };
-
-constexpr std::uint32_t kMaxDepth = 1u << 16;  ///< CQ depth, QP and SRQ work requests
 
 struct PdRec {
   engine::Pd* pd = nullptr;
@@ -161,7 +160,7 @@ struct Client {
   std::uint32_t lcore = 0;
   Lane* lane = nullptr;
   port::PollLoop* loop = nullptr;
-  std::uint32_t next_handle = 1;
+  HandleCounter handles;
   std::uint64_t since_ns = 0;  ///< accepted (mono_ns): the hello deadline
   std::uint32_t fds = 0;       ///< descriptors roced holds for it (quotas.max_fds)
   bool privileged = false;     ///< its uid is in privileged_uids (privileged Q_Keys)
@@ -490,6 +489,7 @@ void AttachServer::accept_client() {
   c->pid = cred.pid;
   c->uid = cred.uid;
   c->since_ns = mono_ns();
+  c->handles = HandleCounter(cfg_.handle_limit);
   const auto& pu = cfg_.privileged_uids;
   c->privileged = std::find(pu.begin(), pu.end(), cred.uid) != pu.end();
   std::lock_guard<std::mutex> g(mu_);
@@ -584,14 +584,10 @@ struct Ops {
   AttachServer::PortCounts& counts() { return s.counts_[c.port]; }
   /// A name for a new resource of the client.
   std::uint32_t new_handle() {
-    // Never 0 (no resource) and, once the counter wrapped, never one still in use: among
-    // (live + 1) candidates one is free, and the live handles are bounded by the quotas.
-    for (std::uint64_t n = 0; n < s.cfg_.handle_limit; ++n) {
-      const std::uint32_t h = c.next_handle;
-      c.next_handle = h >= s.cfg_.handle_limit ? 1 : h + 1;
-      if (h != 0 && !c.live(h)) return h;
-    }
-    throw NoHandle{};
+    // Never 0, never one still in use once the counter wrapped (request_check.h).
+    const std::uint32_t h = c.handles.next([this](std::uint32_t k) { return c.live(k); });
+    if (h == 0) throw NoHandle{};
+    return h;
   }
   engine::Engine& eng() { return c.lane->engine(); }
   const AttachQuotas& quota() const { return s.cfg_.quotas; }
@@ -954,8 +950,6 @@ int Ops::modify_qp() {
   if (it == c.qps.end()) return EINVAL;
   engine::QpAttr attr = rq.modify.attr;
   const std::uint32_t mask = rq.modify.mask;
-  // A Q_Key with the high bit set is privileged (IBA 10.2.4): the kernel wants CAP_NET_RAW.
-  if ((mask & engine::kQpQkey) && (attr.qkey & 0x8000'0000u) && !c.privileged) return EPERM;
   if ((mask & engine::kQpAv) && attr.ah.dmac == wire::MacAddr{}) {
     // The client names its peer by GID; the port's ARP finds the MAC.
     const auto mac = resolve(attr.ah.dgid);
@@ -1159,13 +1153,11 @@ void AttachServer::execute(Client& c, const Request& rq, bool whole, std::vector
   rep.seq = rq.seq;
   Out out;
   PortCounts& pc = counts_[c.port];
-  int err = 0;
-  if (!whole) {
-    err = EINVAL;
-  } else if (!c.hello && rq.op != Op::kHello) {
-    err = ENOTCONN;
-  } else {
-    if (!c.pending) ++pc.requests;  // (not again when a deferred one runs again)
+  if (whole && (c.hello || rq.op == Op::kHello) && !c.pending) ++pc.requests;  // (once)
+  // Fields first (request_check.cc: privileged Q_Keys, sizes, ...), then the handler.
+  int err = check_request(rq, whole, c.hello, passed.size(),
+                          RequestLimits{cfg_.quotas.max_memory, c.privileged});
+  if (err == 0) {
     Ops ops{*this, c, rq, rep, out, passed};
     try {
       switch (rq.op) {
