@@ -288,6 +288,7 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
         a.fail(n, "attach.mode must be an octal file mode such as \"0660\"");
       c.attach.mode = static_cast<std::uint32_t>(std::stoul(m, nullptr, 8));
     }
+    c.attach.group = a.str("group", "");
     c.attach.max_clients =
         static_cast<std::uint32_t>(a.uint("max_clients", c.attach.max_clients, 1, 4096));
     c.attach.max_clients_per_uid = static_cast<std::uint32_t>(

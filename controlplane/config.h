@@ -98,6 +98,7 @@ struct ApplianceConfig {
   struct {
     std::string socket;         ///< path of the Unix socket; empty: no attachment
     std::uint32_t mode = 0660;  ///< the socket's file mode: who may attach
+    std::string group;          ///< the socket's group (a name); empty: roced's
     std::uint32_t max_clients = 64;
     std::uint32_t max_clients_per_uid = 16;
     std::uint32_t hello_timeout_ms = 5000;

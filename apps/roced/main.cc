@@ -128,6 +128,10 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       c.attach_cqs = a.cqs;
       c.attach_memory_bytes = a.memory_bytes;
       c.attach_bad_requests = a.bad_requests;
+      c.attach_refused = a.refused;
+      c.attach_silent = a.silent;
+      c.attach_out_of_fds = a.out_of_fds;
+      c.attach_cm_refused = a.cm_refused;
     }
     if (!p.devices.empty()) {
       c.fpga_on = true;
@@ -262,6 +266,7 @@ int run(const ctl::ApplianceConfig& cfg) {
     attach::AttachConfig ac;
     ac.socket = cfg.attach.socket;
     ac.mode = cfg.attach.mode;
+    ac.group = cfg.attach.group;
     ac.max_clients = cfg.attach.max_clients;
     ac.max_clients_per_uid = cfg.attach.max_clients_per_uid;
     ac.hello_timeout_ms = cfg.attach.hello_timeout_ms;

@@ -84,6 +84,10 @@ std::vector<CounterSample> Metrics::snapshot() const {
       out.push_back({"attach_cqs", p.name, p.attach_cqs});
       out.push_back({"attach_memory_bytes", p.name, p.attach_memory_bytes});
       out.push_back({"attach_bad_requests", p.name, p.attach_bad_requests});
+      out.push_back({"attach_refused", p.name, p.attach_refused});
+      out.push_back({"attach_silent_closed", p.name, p.attach_silent});
+      out.push_back({"attach_out_of_fds", p.name, p.attach_out_of_fds});
+      out.push_back({"attach_cm_refused", p.name, p.attach_cm_refused});
     }
     if (p.faults_on) {
       out.push_back({"fault_dropped", p.name, p.faults.dropped});

@@ -41,6 +41,8 @@ struct PortCounters {
   std::uint64_t attach_clients = 0, attach_clients_total = 0, attach_clients_lost = 0;
   std::uint64_t attach_qps = 0, attach_mrs = 0, attach_cqs = 0, attach_memory_bytes = 0;
   std::uint64_t attach_bad_requests = 0;
+  std::uint64_t attach_refused = 0, attach_silent = 0, attach_out_of_fds = 0;
+  std::uint64_t attach_cm_refused = 0;
 };
 
 /// One attached client (controlplane/attach), as roce-ctl clients lists it.

@@ -3,6 +3,7 @@
 #include "controlplane/attach/attach_server.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -231,7 +232,18 @@ AttachServer::AttachServer(const AttachConfig& cfg, std::vector<AttachPort> port
     }
     ::unlink(cfg_.socket.c_str());
   }
+  gid_t gid = static_cast<gid_t>(-1);  // unchanged
+  if (!cfg_.group.empty()) {
+    const group* g = ::getgrnam(cfg_.group.c_str());
+    if (g == nullptr) {
+      ::close(listen_fd_);
+      throw std::runtime_error("attach: no group '" + cfg_.group + "'");
+    }
+    gid = g->gr_gid;
+  }
+  // Group and mode before listen(): nobody connects in between.
   if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::chown(cfg_.socket.c_str(), static_cast<uid_t>(-1), gid) != 0 ||
       ::chmod(cfg_.socket.c_str(), cfg_.mode) != 0 || ::listen(listen_fd_, 16) != 0) {
     const std::string why = strerror(errno);
     ::close(listen_fd_);

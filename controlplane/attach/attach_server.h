@@ -42,6 +42,7 @@ struct AttachQuotas {
 struct AttachConfig {
   std::string socket;         ///< path of the Unix socket
   std::uint32_t mode = 0660;  ///< its file mode: who may attach
+  std::string group;          ///< its group (a name); empty: roced's
   std::uint32_t max_clients = 64;
   std::uint32_t max_clients_per_uid = 16;  ///< connections of one uid (SO_PEERCRED) at once
   std::uint32_t hello_timeout_ms = 5000;   ///< a connection silent this long is closed

@@ -67,7 +67,8 @@ counters:
   telemetry: false
 attach:
   socket: $work/$1.sock
-  mode: "0600"
+  mode: "0660"
+  group: $(id -gn)
   max_clients_per_uid: 6
   hello_timeout_ms: 1000
   resolve_timeout_ms: 2000
@@ -184,6 +185,13 @@ grep -q "OK: misuse refused" "$work/misuse.log"
   | tee "$work/misuse-ctl.log"
 grep -q "OK: control misuse refused" "$work/misuse-ctl.log"
 kill -0 "${pids[0]}" || { echo "FAIL: roced A died"; exit 1; }
+[[ $(stat -c %G:%a "$work/a.sock") == "$(id -gn):660" ]] || { echo "FAIL: the socket's group or mode"; exit 1; }
+sleep 0.4  # (counters every 100 ms)
+for n in attach_refused attach_silent_closed attach_out_of_fds attach_cm_refused; do
+  v=$(counter "$prom_a" $n)
+  echo "A: $n $v"
+  [[ ${v:-0} -ge 1 ]] || { echo "FAIL: $n not counted"; exit 1; }
+done
 
 # ---- 4. roced stops under an attached client --------------------------------------------------
 "$misuse" "$work/a.sock" --hold > "$work/hold.log" 2>&1 &

@@ -179,7 +179,8 @@ TEST(Config, AttachControlLimits) {
   const auto c = parse_config(base +
                                   "  max_clients_per_uid: 2\n  hello_timeout_ms: 1000\n"
                                   "  resolve_timeout_ms: 500\n  cm_backlog: 0\n"
-                                  "  privileged_uids: [0, 1000]\n  quotas: {max_fds: 8}\n",
+                                  "  privileged_uids: [0, 1000]\n  quotas: {max_fds: 8}\n"
+                                  "  group: rdma\n",
                               "good.yaml");
   EXPECT_EQ(c.attach.max_clients_per_uid, 2u);
   EXPECT_EQ(c.attach.hello_timeout_ms, 1000u);
@@ -187,6 +188,7 @@ TEST(Config, AttachControlLimits) {
   EXPECT_EQ(c.attach.cm_backlog, 0u);
   EXPECT_EQ(c.attach.privileged_uids, (std::vector<std::uint32_t>{0, 1000}));
   EXPECT_EQ(c.attach.max_fds, 8u);
+  EXPECT_EQ(c.attach.group, "rdma");
   EXPECT_TRUE(parse_config(base + "  privileged_uids: []\n", "g.yaml").attach.privileged_uids.empty());
   EXPECT_NE(error_of(base + "  privileged_uids: 0\n").find("list of uids"), std::string::npos);
   EXPECT_NE(error_of(base + "  privileged_uids: [-1]\n").find("privileged_uids"),
