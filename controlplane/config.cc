@@ -296,7 +296,7 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
     c.attach.hello_timeout_ms = static_cast<std::uint32_t>(
         a.uint("hello_timeout_ms", c.attach.hello_timeout_ms, 100, 600000));
     c.attach.resolve_timeout_ms = static_cast<std::uint32_t>(
-        a.uint("resolve_timeout_ms", c.attach.resolve_timeout_ms, 100, 60000));
+        a.uint("resolve_timeout_ms", c.attach.resolve_timeout_ms, 100, 25000));
     c.attach.cm_backlog =
         static_cast<std::uint32_t>(a.uint("cm_backlog", c.attach.cm_backlog, 0, 1u << 16));
     if (a.has("privileged_uids")) {
