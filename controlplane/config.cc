@@ -304,8 +304,8 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
       if (!n.IsSequence()) a.fail(n, "attach.privileged_uids must be a list of uids");
       c.attach.privileged_uids.clear();
       for (const auto& u : n)
-        c.attach.privileged_uids.push_back(static_cast<std::uint32_t>(
-            a.uint_of(u, "attach.privileged_uids[]", 0, 0xFFFFFFFEu)));
+        c.attach.privileged_uids.push_back(
+            static_cast<std::uint32_t>(a.uint_of(u, "attach.privileged_uids[]", 0, 0xFFFFFFFEu)));
     }
     c.attach.test_handle_limit = static_cast<std::uint32_t>(
         a.uint("test_handle_limit", c.attach.test_handle_limit, 16, 0xFFFFFFFFu));
@@ -320,7 +320,8 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
       c.attach.max_srqs =
           static_cast<std::uint32_t>(q.uint("max_srqs", c.attach.max_srqs, 1, 1u << 20));
       c.attach.max_memory = q.uint("max_memory", c.attach.max_memory, 4096, 1ull << 40);
-      c.attach.max_fds = static_cast<std::uint32_t>(q.uint("max_fds", c.attach.max_fds, 2, 1u << 20));
+      c.attach.max_fds =
+          static_cast<std::uint32_t>(q.uint("max_fds", c.attach.max_fds, 2, 1u << 20));
     }
   }
   r.finish();

@@ -13,11 +13,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <algorithm>
 #include <future>
 #include <map>
 #include <optional>
@@ -257,14 +257,12 @@ AttachServer::AttachServer(const AttachConfig& cfg, std::vector<AttachPort> port
   if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
     nofile.rlim_cur = nofile.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &nofile);
-    const std::uint64_t need =
-        std::uint64_t{cfg_.max_clients} * (cfg_.quotas.max_fds + 1) + 256;
+    const std::uint64_t need = std::uint64_t{cfg_.max_clients} * (cfg_.quotas.max_fds + 1) + 256;
     if (nofile.rlim_cur != RLIM_INFINITY && need > nofile.rlim_cur)
       std::fprintf(stderr,
                    "roced: attach: %u clients x %u descriptors may need %llu, RLIMIT_NOFILE "
                    "is %llu: lower attach.max_clients or attach.quotas.max_fds\n",
-                   cfg_.max_clients, cfg_.quotas.max_fds + 1,
-                   static_cast<unsigned long long>(need),
+                   cfg_.max_clients, cfg_.quotas.max_fds + 1, static_cast<unsigned long long>(need),
                    static_cast<unsigned long long>(nofile.rlim_cur));
   }
   reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -433,9 +431,8 @@ void AttachServer::tick() {
     execute(c, rq, true, none);
     if (c.hello) {
       std::lock_guard<std::mutex> g(mu_);
-      c.info = {c.id,    c.pid,        c.uid,        ports_[c.port].name,
-                c.lcore, c.qps.size(), c.mrs.size(), c.cqs.size(),
-                c.memory};
+      c.info = {c.id,         c.pid,        c.uid,   ports_[c.port].name, c.lcore, c.qps.size(),
+                c.mrs.size(), c.cqs.size(), c.memory};
     }
   }
 }

@@ -44,8 +44,8 @@ struct AttachConfig {
   std::uint32_t mode = 0660;  ///< its file mode: who may attach
   std::string group;          ///< its group (a name); empty: roced's
   std::uint32_t max_clients = 64;
-  std::uint32_t max_clients_per_uid = 16;  ///< connections of one uid (SO_PEERCRED) at once
-  std::uint32_t hello_timeout_ms = 5000;   ///< a connection silent this long is closed
+  std::uint32_t max_clients_per_uid = 16;    ///< connections of one uid (SO_PEERCRED) at once
+  std::uint32_t hello_timeout_ms = 5000;     ///< a connection silent this long is closed
   std::uint32_t resolve_timeout_ms = 10000;  ///< ARP for an address a request names
   /// CM events a client leaves unread beyond its ring before its connect requests are refused
   /// (REJ, no resources), as a full listen backlog refuses them.

@@ -43,9 +43,9 @@ struct OpKind {
   Kind kind;
 };
 constexpr OpKind kOpKinds[] = {
-    {Op::kAllocPd, Op::kDeallocPd, Kind::kPd},     {Op::kRegRegion, Op::kDeregRegion, Kind::kRegion},
-    {Op::kRegMr, Op::kDeregMr, Kind::kMr},         {Op::kCreateCq, Op::kDestroyCq, Kind::kCq},
-    {Op::kCreateQp, Op::kDestroyQp, Kind::kQp},    {Op::kCreateSrq, Op::kDestroySrq, Kind::kSrq},
+    {Op::kAllocPd, Op::kDeallocPd, Kind::kPd},  {Op::kRegRegion, Op::kDeregRegion, Kind::kRegion},
+    {Op::kRegMr, Op::kDeregMr, Kind::kMr},      {Op::kCreateCq, Op::kDestroyCq, Kind::kCq},
+    {Op::kCreateQp, Op::kDestroyQp, Kind::kQp}, {Op::kCreateSrq, Op::kDestroySrq, Kind::kSrq},
 };
 const OpKind* creates(Op op) {
   for (const OpKind& o : kOpKinds)

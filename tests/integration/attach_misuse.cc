@@ -18,13 +18,12 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <map>
-
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -190,8 +189,8 @@ void ctl_resolve(const std::string& path, unsigned resolve_ms, std::uint16_t por
         "killed client) within 2 s");
   t.join();
   check(rtr == EHOSTUNREACH && rtr_s >= resolve_ms / 1000.0 * 0.5,
-        "client 1's unanswered address: EHOSTUNREACH after its timeout (" +
-            std::to_string(rtr_s) + " s)");
+        "client 1's unanswered address: EHOSTUNREACH after its timeout (" + std::to_string(rtr_s) +
+            " s)");
   // A second resolve on the same client still works the same way (nothing left pending).
   check(c1->alloc_pd() != nullptr, "client 1 served again afterwards");
 }
@@ -372,9 +371,8 @@ void ctl_qkey(const std::string& path) {
   const int priv = qp ? c->modify_qp(qp, a, mask) : -1;
   a.qkey = 0x11;
   const int plain = qp ? c->modify_qp(qp, a, mask) : -1;
-  check(priv == EPERM && plain == 0,
-        std::string("a privileged Q_Key: ") + std::strerror(priv) + "; an ordinary one: " +
-            std::strerror(plain));
+  check(priv == EPERM && plain == 0, std::string("a privileged Q_Key: ") + std::strerror(priv) +
+                                         "; an ordinary one: " + std::strerror(plain));
 }
 
 // A client that listens and never reads its CM events: beyond its ring and cm_backlog

@@ -189,7 +189,8 @@ TEST(Config, AttachControlLimits) {
   EXPECT_EQ(c.attach.privileged_uids, (std::vector<std::uint32_t>{0, 1000}));
   EXPECT_EQ(c.attach.max_fds, 8u);
   EXPECT_EQ(c.attach.group, "rdma");
-  EXPECT_TRUE(parse_config(base + "  privileged_uids: []\n", "g.yaml").attach.privileged_uids.empty());
+  EXPECT_TRUE(
+      parse_config(base + "  privileged_uids: []\n", "g.yaml").attach.privileged_uids.empty());
   EXPECT_NE(error_of(base + "  privileged_uids: 0\n").find("list of uids"), std::string::npos);
   EXPECT_NE(error_of(base + "  privileged_uids: [-1]\n").find("privileged_uids"),
             std::string::npos);
