@@ -6,12 +6,14 @@
 ///
 /// Threads: one control thread serves every socket. What touches an engine runs on the lcore
 /// that owns it, as a command posted to its poll loop with the reply awaited; nothing else
-/// crosses threads. Each client lives on one port and one lcore of it (its "home", chosen at
+/// crosses threads. The thread never waits on the network: a request that needs an ARP
+/// answer is deferred (its client's next requests wait behind it) and run again by tick(). Each client lives on one port and one lcore of it (its "home", chosen at
 /// hello, round robin over the port's lcores): its PD, MRs, CQs and QPs are that engine's.
 ///
 /// Isolation: a client names resources only by handles of its own table (validated on every
-/// request; anything else is EINVAL), within its quotas (EDQUOT). The socket's file mode
-/// decides who may attach. A client whose socket closes (exit, kill -9) has its QPs moved to
+/// request; anything else is EINVAL), within its quotas (EDQUOT). The socket's file mode and
+/// group decide who may attach; max_clients, max_clients_per_uid and the hello deadline bound
+/// the connections, quotas.max_fds the descriptors roced holds for each. A client whose socket closes (exit, kill -9) has its QPs moved to
 /// the error state and destroyed first, then its SRQs, MRs (no frame can touch them any more),
 /// CQs and PDs, and its memory unmapped; other clients are not involved.
 #pragma once
