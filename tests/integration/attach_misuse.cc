@@ -195,6 +195,50 @@ void ctl_resolve(const std::string& path, unsigned resolve_ms, std::uint16_t por
   check(c1->alloc_pd() != nullptr, "client 1 served again afterwards");
 }
 
+// A client killed while its own request waits for ARP is cleaned up at once, not when the
+// wait ends (its CM port is free again well within resolve_ms).
+void ctl_resolve_killed(const std::string& path, unsigned resolve_ms, std::uint16_t port5) {
+  int ready[2];
+  if (::pipe(ready) != 0) return check(false, "pipe");
+  const pid_t fifth = ::fork();
+  if (fifth == 0) {
+    auto c5 = Context::attach(path);
+    Pd* pd = c5 ? c5->alloc_pd() : nullptr;
+    Cq* cq = pd ? c5->create_cq(4) : nullptr;
+    QpCap cap;
+    Qp* qp = cq ? c5->create_qp(pd, QpType::kRc, cq, cq, cap) : nullptr;
+    QpAttr a;
+    a.qp_state = QpState::kInit;
+    const bool ok = qp && c5->cm_listen(port5) == 0 &&
+                    c5->modify_qp(qp, a,
+                                  roce::engine::kQpState | roce::engine::kQpPkeyIndex |
+                                      roce::engine::kQpPort | roce::engine::kQpAccessFlags) == 0;
+    const char b = ok ? 'y' : 'n';
+    [[maybe_unused]] const ssize_t w = ::write(ready[1], &b, 1);
+    a.qp_state = QpState::kRtr;
+    a.ah.dgid = roce::wire::ipv4_mapped(roce::wire::Ipv4Addr{0xC00002DDu});  // nobody's
+    c5->modify_qp(qp, a, roce::engine::kQpState | roce::engine::kQpAv | roce::engine::kQpDestQpn);
+    ::pause();
+    ::_exit(0);
+  }
+  char b = 'n';
+  [[maybe_unused]] const ssize_t r = ::read(ready[0], &b, 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  auto c2 = Context::attach(path);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its RTR waits for ARP
+  const auto t0 = Clock::now();
+  ::kill(fifth, SIGKILL);
+  ::waitpid(fifth, nullptr, 0);
+  int listen = -1;
+  while (c2 && since(t0) < 5 && (listen = c2->cm_listen(port5)) == EADDRINUSE)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const double s = since(t0);
+  check(b == 'y' && listen == 0 && s < resolve_ms / 1000.0 / 2,
+        "a client killed while its request waits for ARP: cleaned up after " +
+            std::to_string(s) + " s (its wait: " + std::to_string(resolve_ms / 1000.0) + " s)");
+}
+
 // Every CQ has an eventfd in roced: a client's descriptors there are counted (max_fds: its
 // event ring's eventfd, its CM's, one per CQ), beyond which EDQUOT.
 void ctl_fd_budget(const std::string& path, unsigned max_fds) {
@@ -428,6 +472,7 @@ int ctl_main(const std::string& path, int argc, char** argv) {
   const std::string only = o.count("only") ? o["only"] : "";
   auto run = [&](const char* name) { return only.empty() || only == name; };
   if (run("resolve")) ctl_resolve(path, num("resolve_ms"), static_cast<std::uint16_t>(port + 1));
+  if (run("resolve")) ctl_resolve_killed(path, num("resolve_ms"), static_cast<std::uint16_t>(port + 2));
   if (run("fds")) ctl_fd_budget(path, num("max_fds"));
   if (run("uid")) ctl_per_uid(path, num("per_uid"));
   if (run("hello")) ctl_hello_deadline(path, num("hello_ms"));
