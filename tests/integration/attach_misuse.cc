@@ -235,8 +235,8 @@ void ctl_resolve_killed(const std::string& path, unsigned resolve_ms, std::uint1
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const double s = since(t0);
   check(b == 'y' && listen == 0 && s < resolve_ms / 1000.0 / 2,
-        "a client killed while its request waits for ARP: cleaned up after " +
-            std::to_string(s) + " s (its wait: " + std::to_string(resolve_ms / 1000.0) + " s)");
+        "a client killed while its request waits for ARP: cleaned up after " + std::to_string(s) +
+            " s (its wait: " + std::to_string(resolve_ms / 1000.0) + " s)");
 }
 
 // Every CQ has an eventfd in roced: a client's descriptors there are counted (max_fds: its
@@ -472,7 +472,8 @@ int ctl_main(const std::string& path, int argc, char** argv) {
   const std::string only = o.count("only") ? o["only"] : "";
   auto run = [&](const char* name) { return only.empty() || only == name; };
   if (run("resolve")) ctl_resolve(path, num("resolve_ms"), static_cast<std::uint16_t>(port + 1));
-  if (run("resolve")) ctl_resolve_killed(path, num("resolve_ms"), static_cast<std::uint16_t>(port + 2));
+  if (run("resolve"))
+    ctl_resolve_killed(path, num("resolve_ms"), static_cast<std::uint16_t>(port + 2));
   if (run("fds")) ctl_fd_budget(path, num("max_fds"));
   if (run("uid")) ctl_per_uid(path, num("per_uid"));
   if (run("hello")) ctl_hello_deadline(path, num("hello_ms"));
