@@ -9,7 +9,10 @@
 //     pid= roced's pid, b= the peer roced's socket, ip= roced's IPv4 address, port= a free TCP
 //     port for rdma_cm, and the limits roced runs with: max_fds, per_uid, hello_ms,
 //     resolve_ms, handle_limit, cm_backlog
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -237,6 +240,75 @@ void ctl_resolve_killed(const std::string& path, unsigned resolve_ms, std::uint1
   check(b == 'y' && listen == 0 && s < resolve_ms / 1000.0 / 2,
         "a client killed while its request waits for ARP: cleaned up after " + std::to_string(s) +
             " s (its wait: " + std::to_string(resolve_ms / 1000.0) + " s)");
+}
+
+// A descriptor a client passes along with a request is closed by roced, and closing some
+// descriptors blocks: a TCP socket with SO_LINGER and unsent data waits up to its linger
+// time (a FUSE file waits for its daemon's FLUSH answer, forever if need be). The client
+// passes one and drops its own copy; meanwhile another client is served at once.
+void ctl_blocking_close(const std::string& path) {
+  // A TCP connection whose peer never reads, its send queue full, lingering 5 s on close.
+  const int lis = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t sl = sizeof sa;
+  ::bind(lis, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+  ::listen(lis, 1);
+  ::getsockname(lis, reinterpret_cast<sockaddr*>(&sa), &sl);
+  const int tcp = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  const int small = 4096;
+  ::setsockopt(tcp, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  ::connect(tcp, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+  pollfd pw{tcp, POLLOUT, 0};
+  ::poll(&pw, 1, 1000);
+  const int peer = ::accept4(lis, nullptr, nullptr, SOCK_CLOEXEC);
+  ::setsockopt(peer, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  static char junk[65536];
+  std::size_t queued = 0;
+  for (int i = 0; i < 10000; ++i) {
+    const ssize_t n = ::send(tcp, junk, sizeof junk, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n <= 0) break;
+    queued += static_cast<std::size_t>(n);
+  }
+  const linger lg{1, 5};
+  ::setsockopt(tcp, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  auto other = Context::attach(path);
+  Raw r(path);
+  Request rq;
+  Reply rep;
+  rq.op = Op::kHello;
+  if (!other || r.call(rq, rep) != 0) return check(false, "clients attach");
+  // alloc_pd with the socket passed along (SCM_RIGHTS); the reply is not awaited here.
+  rq = Request{};
+  rq.op = Op::kAllocPd;
+  rq.seq = 99;
+  iovec iov{&rq, sizeof rq};
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = ctl;
+  m.msg_controllen = sizeof ctl;
+  cmsghdr* h = CMSG_FIRSTHDR(&m);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(h), &tcp, sizeof tcp);
+  const bool sent = ::sendmsg(r.fd, &m, MSG_NOSIGNAL) == sizeof rq;
+  ::close(tcp);  // roced's copy is the last one now
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t0 = Clock::now();
+  Pd* pd = other->alloc_pd();
+  const double s = since(t0);
+  const bool replied = r.receive(rep) == sizeof rep && rep.seq == 99;
+  std::printf(
+      "      %zu bytes queued on the passed socket; the other client's alloc_pd after %.3f s\n",
+      queued, s);
+  check(sent && queued > 0 && pd != nullptr && s < 1.0 && replied,
+        "a passed descriptor whose close blocks (SO_LINGER): the others are served meanwhile");
+  ::close(peer);
+  ::close(lis);
 }
 
 // Every CQ has an eventfd in roced: a client's descriptors there are counted (max_fds: its
@@ -474,6 +546,7 @@ int ctl_main(const std::string& path, int argc, char** argv) {
   if (run("resolve")) ctl_resolve(path, num("resolve_ms"), static_cast<std::uint16_t>(port + 1));
   if (run("resolve"))
     ctl_resolve_killed(path, num("resolve_ms"), static_cast<std::uint16_t>(port + 2));
+  if (run("close")) ctl_blocking_close(path);
   if (run("fds")) ctl_fd_budget(path, num("max_fds"));
   if (run("uid")) ctl_per_uid(path, num("per_uid"));
   if (run("hello")) ctl_hello_deadline(path, num("hello_ms"));
