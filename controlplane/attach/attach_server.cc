@@ -16,8 +16,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <map>
 #include <optional>
@@ -48,6 +50,10 @@ constexpr std::uint64_t kResolveStepNs = 50 * kMs;  ///< neighbour cache looked 
 struct Deferred {
   wire::Ipv4Addr ip;
 };
+/// Descriptors of one client waiting for the Closer beyond which it is disconnected (it
+/// cannot send more then; those it sent still close in their time).
+constexpr int kMaxClosing = 8;
+
 struct Pending {
   Request rq;
   wire::Ipv4Addr ip;
@@ -151,6 +157,63 @@ void send_reply(int fd, const Reply& r, const int* fds = nullptr, int nfds = 0) 
 
 }  // namespace
 
+/// Closes descriptors clients passed that are not memfds, off the control thread: closing
+/// may block (a TCP socket lingering with unsent data; a FUSE file waits for its daemon's
+/// FLUSH answer, as long as the daemon likes). A memfd's close never blocks and is done in
+/// place. Each entry counts against its client (`pending`) until closed.
+class Closer {
+ public:
+  Closer() : st_(std::make_shared<State>()) {
+    std::thread([st = st_] { run(*st); }).detach();
+  }
+  ~Closer() {
+    {
+      std::lock_guard<std::mutex> g(st_->mu);
+      st_->stop = true;
+    }
+    st_->cv.notify_one();
+    // The thread closes what is still queued and ends; one stuck in a close that never
+    // returns (a FUSE daemon that never answers) is left (its state is shared with it).
+  }
+  Closer(const Closer&) = delete;
+  Closer& operator=(const Closer&) = delete;
+  void close(int fd, std::shared_ptr<std::atomic<int>> pending) {
+    ++*pending;
+    {
+      std::lock_guard<std::mutex> g(st_->mu);
+      st_->q.push_back({fd, std::move(pending)});
+    }
+    st_->cv.notify_one();
+  }
+
+ private:
+  struct Entry {
+    int fd = -1;
+    std::shared_ptr<std::atomic<int>> pending;
+  };
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Entry> q;
+    bool stop = false;
+  };
+  static void run(State& st) {
+    for (;;) {
+      Entry e;
+      {
+        std::unique_lock<std::mutex> g(st.mu);
+        st.cv.wait(g, [&st] { return st.stop || !st.q.empty(); });
+        if (st.q.empty()) return;
+        e = std::move(st.q.front());
+        st.q.pop_front();
+      }
+      ::close(e.fd);
+      --*e.pending;
+    }
+  }
+  std::shared_ptr<State> st_;
+};
+
 struct Client {
   int fd = -1;
   std::uint32_t id = 0;
@@ -165,6 +228,8 @@ struct Client {
   std::uint64_t since_ns = 0;  ///< accepted (mono_ns): the hello deadline
   std::uint32_t fds = 0;       ///< descriptors roced holds for it (quotas.max_fds)
   bool privileged = false;     ///< its uid is in privileged_uids (privileged Q_Keys)
+  /// Descriptors it passed that the Closer has yet to close.
+  std::shared_ptr<std::atomic<int>> closing = std::make_shared<std::atomic<int>>(0);
   std::optional<Pending> pending;
   /// Whether `h` names one of its resources.
   bool live(std::uint32_t h) const {
@@ -287,6 +352,7 @@ AttachServer::AttachServer(const AttachConfig& cfg, std::vector<AttachPort> port
       l->engine().on_async_event = [lane](const engine::AsyncEvent& ev) { lane->on_async(ev); };
     }
   }
+  closer_ = std::make_unique<Closer>();
   thread_ = std::thread([this] { serve(); });
 }
 
@@ -1154,7 +1220,16 @@ bool AttachServer::handle(Client& c) {
   execute(c, rq,
           static_cast<std::size_t>(n) == sizeof rq && !(m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)),
           passed);
-  return true;
+  return *c.closing <= kMaxClosing;  // beyond: descriptors that do not close, disconnected
+}
+
+void AttachServer::release(Client& c, std::vector<int>& passed) {
+  for (int f : passed)
+    if (::fcntl(f, F_GET_SEALS) >= 0)
+      ::close(f);  // shmem (a memfd): never blocks
+    else
+      closer_->close(f, c.closing);
+  passed.clear();
 }
 
 void AttachServer::execute(Client& c, const Request& rq, bool whole, std::vector<int>& passed) {
@@ -1235,7 +1310,7 @@ void AttachServer::execute(Client& c, const Request& rq, bool whole, std::vector
           break;
       }
     } catch (const Deferred& d) {
-      for (int f : passed) ::close(f);
+      release(c, passed);
       const std::uint64_t now = mono_ns();
       if (!c.pending)
         c.pending = Pending{rq, d.ip, now + cfg_.resolve_timeout_ms * kMs, now + kResolveStepNs};
@@ -1245,12 +1320,12 @@ void AttachServer::execute(Client& c, const Request& rq, bool whole, std::vector
     } catch (const NoHandle&) {
       err = ENOMEM;
     } catch (...) {
-      for (int f : passed) ::close(f);
+      release(c, passed);
       throw;
     }
   }
   c.pending.reset();
-  for (int f : passed) ::close(f);
+  release(c, passed);
   if (err != 0) {
     ++counts_[c.port].bad;  // (c.port may have been set by this very hello)
     rep = Reply{};

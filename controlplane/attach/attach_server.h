@@ -94,6 +94,7 @@ struct ClientInfo {
 class Lane;
 struct Client;
 struct Request;
+class Closer;
 struct Ops;
 
 class AttachServer {
@@ -122,6 +123,8 @@ class AttachServer {
   /// Hello deadlines, deferred requests whose ARP answered or timed out.
   void tick();
   int next_timeout_ms() const;
+  /// Closes the descriptors a request brought (those whose close may block: on closer_).
+  void release(Client& c, std::vector<int>& passed);
   void drop(Client& c, bool lost);
   AttachConfig cfg_;
   std::vector<AttachPort> ports_;
@@ -131,6 +134,7 @@ class AttachServer {
   int reserve_fd_ = -1;  ///< closed to make room for refusing a connection at EMFILE
   std::uint64_t accept_after_ns_ = 0;
   std::atomic<std::uint64_t> refused_{0}, silent_{0}, out_of_fds_{0};
+  std::unique_ptr<Closer> closer_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> loops_stopped_{false};
   std::thread thread_;
