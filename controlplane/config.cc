@@ -288,8 +288,27 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
         a.fail(n, "attach.mode must be an octal file mode such as \"0660\"");
       c.attach.mode = static_cast<std::uint32_t>(std::stoul(m, nullptr, 8));
     }
+    c.attach.group = a.str("group", "");
     c.attach.max_clients =
         static_cast<std::uint32_t>(a.uint("max_clients", c.attach.max_clients, 1, 4096));
+    c.attach.max_clients_per_uid = static_cast<std::uint32_t>(
+        a.uint("max_clients_per_uid", c.attach.max_clients_per_uid, 1, 4096));
+    c.attach.hello_timeout_ms = static_cast<std::uint32_t>(
+        a.uint("hello_timeout_ms", c.attach.hello_timeout_ms, 100, 600000));
+    c.attach.resolve_timeout_ms = static_cast<std::uint32_t>(
+        a.uint("resolve_timeout_ms", c.attach.resolve_timeout_ms, 100, 25000));
+    c.attach.cm_backlog =
+        static_cast<std::uint32_t>(a.uint("cm_backlog", c.attach.cm_backlog, 0, 1u << 16));
+    if (a.has("privileged_uids")) {
+      const YAML::Node n = a.get("privileged_uids");
+      if (!n.IsSequence()) a.fail(n, "attach.privileged_uids must be a list of uids");
+      c.attach.privileged_uids.clear();
+      for (const auto& u : n)
+        c.attach.privileged_uids.push_back(
+            static_cast<std::uint32_t>(a.uint_of(u, "attach.privileged_uids[]", 0, 0xFFFFFFFEu)));
+    }
+    c.attach.test_handle_limit = static_cast<std::uint32_t>(
+        a.uint("test_handle_limit", c.attach.test_handle_limit, 16, 0xFFFFFFFFu));
     if (a.has("quotas")) {
       Reader q(a.get("quotas"), origin, "attach.quotas");
       c.attach.max_qps =
@@ -311,6 +330,8 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
           static_cast<std::uint32_t>(q.uint("max_cqe", c.attach.max_cqe, 1, 1u << 16));
       c.attach.max_inline_data =
           static_cast<std::uint32_t>(q.uint("max_inline_data", c.attach.max_inline_data, 0, 4096));
+      c.attach.max_fds =
+          static_cast<std::uint32_t>(q.uint("max_fds", c.attach.max_fds, 2, 1u << 20));
     }
   }
   r.finish();

@@ -98,7 +98,14 @@ struct ApplianceConfig {
   struct {
     std::string socket;         ///< path of the Unix socket; empty: no attachment
     std::uint32_t mode = 0660;  ///< the socket's file mode: who may attach
+    std::string group;          ///< the socket's group (a name); empty: roced's
     std::uint32_t max_clients = 64;
+    std::uint32_t max_clients_per_uid = 16;
+    std::uint32_t hello_timeout_ms = 5000;
+    std::uint32_t resolve_timeout_ms = 10000;
+    std::uint32_t cm_backlog = 256;
+    std::vector<std::uint32_t> privileged_uids = {0};
+    std::uint32_t test_handle_limit = 0xFFFFFFFFu;  ///< a test hook (the handle counter's wrap)
     std::uint32_t max_qps = 256;  ///< per client
     std::uint32_t max_mrs = 1024;
     std::uint32_t max_cqs = 256;
@@ -111,6 +118,7 @@ struct ApplianceConfig {
     std::uint32_t max_srq_wr = 16384;
     std::uint32_t max_cqe = 65536;
     std::uint32_t max_inline_data = 256;
+    std::uint32_t max_fds = 64;             ///< roced's descriptors per client (eventfds)
   } attach;
 };
 

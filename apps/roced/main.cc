@@ -132,6 +132,10 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       c.attach_alloc_failures = a.alloc_failures;
       c.attach_refused_wrs = a.refused_wrs;
       c.attach_broken_rings = a.broken_rings;
+      c.attach_refused = a.refused;
+      c.attach_silent = a.silent;
+      c.attach_out_of_fds = a.out_of_fds;
+      c.attach_cm_refused = a.cm_refused;
     }
     if (!p.devices.empty()) {
       c.fpga_on = true;
@@ -266,7 +270,14 @@ int run(const ctl::ApplianceConfig& cfg) {
     attach::AttachConfig ac;
     ac.socket = cfg.attach.socket;
     ac.mode = cfg.attach.mode;
+    ac.group = cfg.attach.group;
     ac.max_clients = cfg.attach.max_clients;
+    ac.max_clients_per_uid = cfg.attach.max_clients_per_uid;
+    ac.hello_timeout_ms = cfg.attach.hello_timeout_ms;
+    ac.resolve_timeout_ms = cfg.attach.resolve_timeout_ms;
+    ac.cm_backlog = cfg.attach.cm_backlog;
+    ac.privileged_uids = cfg.attach.privileged_uids;
+    ac.handle_limit = cfg.attach.test_handle_limit;
     ac.quotas.max_qps = cfg.attach.max_qps;
     ac.quotas.max_mrs = cfg.attach.max_mrs;
     ac.quotas.max_cqs = cfg.attach.max_cqs;
@@ -277,6 +288,7 @@ int run(const ctl::ApplianceConfig& cfg) {
     ac.quotas.max_srq_wr = cfg.attach.max_srq_wr;
     ac.quotas.max_cqe = cfg.attach.max_cqe;
     ac.quotas.max_inline_data = cfg.attach.max_inline_data;
+    ac.quotas.max_fds = cfg.attach.max_fds;
     std::vector<attach::AttachPort> aps;
     for (auto& p : ports) {
       attach::AttachPort ap{p.cfg.name, p.cfg.mac, p.cfg.ipv4, {}};

@@ -87,6 +87,10 @@ std::vector<CounterSample> Metrics::snapshot() const {
       out.push_back({"attach_alloc_failures", p.name, p.attach_alloc_failures});
       out.push_back({"attach_refused_wrs", p.name, p.attach_refused_wrs});
       out.push_back({"attach_broken_rings", p.name, p.attach_broken_rings});
+      out.push_back({"attach_refused", p.name, p.attach_refused});
+      out.push_back({"attach_silent_closed", p.name, p.attach_silent});
+      out.push_back({"attach_out_of_fds", p.name, p.attach_out_of_fds});
+      out.push_back({"attach_cm_refused", p.name, p.attach_cm_refused});
     }
     if (p.faults_on) {
       out.push_back({"fault_dropped", p.name, p.faults.dropped});

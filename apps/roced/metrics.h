@@ -43,6 +43,8 @@ struct PortCounters {
   std::uint64_t attach_bad_requests = 0;
   std::uint64_t attach_alloc_failures = 0;  ///< requests answered ENOMEM (roced went on)
   std::uint64_t attach_refused_wrs = 0, attach_broken_rings = 0;
+  std::uint64_t attach_refused = 0, attach_silent = 0, attach_out_of_fds = 0;
+  std::uint64_t attach_cm_refused = 0;
 };
 
 /// One attached client (controlplane/attach), as roce-ctl clients lists it.

@@ -655,7 +655,8 @@ class Attached final : public Context {
            int* fds_out = nullptr, int nout = 0) {
     if (dead_) return ENOTCONN;
     std::lock_guard<std::mutex> g(mu_);
-    rq.seq = ++seq_;
+    if (++seq_ == 0) ++seq_;  // 0 is roced's: a connection refused
+    rq.seq = seq_;
     iovec iov{&rq, sizeof rq};
     msghdr m{};
     m.msg_iov = &iov;
@@ -671,8 +672,14 @@ class Attached final : public Context {
       std::memcpy(CMSG_DATA(c), fds_in, static_cast<std::size_t>(nin) * sizeof(int));
     }
     if (::sendmsg(fd_, &m, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof rq)) {
+      const int e = errno;
       dead_ = true;
-      return errno == EPIPE || errno == ECONNRESET ? EPIPE : ENOTCONN;
+      // roced may have refused the connection (and closed it) before this request went.
+      Reply r0;
+      if (::recv(fd_, &r0, sizeof r0, MSG_DONTWAIT) == static_cast<ssize_t>(sizeof r0) &&
+          r0.seq == 0 && r0.err != 0)
+        return r0.err;
+      return e == EPIPE || e == ECONNRESET ? EPIPE : ENOTCONN;
     }
     for (;;) {
       iovec riov{&rep, sizeof rep};
@@ -682,6 +689,10 @@ class Attached final : public Context {
       r.msg_control = ctl;
       r.msg_controllen = sizeof ctl;
       const ssize_t n = ::recvmsg(fd_, &r, MSG_CMSG_CLOEXEC);
+      if (n < 0 && errno == ECONNRESET && !dead_) {
+        dead_ = true;  // roced's refusal may still be queued behind the reset: read again
+        continue;
+      }
       if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
         dead_ = true;
         return ENOTCONN;
@@ -702,6 +713,10 @@ class Attached final : public Context {
         }
       }
       if (n != static_cast<ssize_t>(sizeof rep)) return EPROTO;
+      if (rep.seq == 0 && rep.err != 0) {  // roced refused the connection and closed it
+        dead_ = true;
+        return rep.err;
+      }
       if (rep.seq != rq.seq) continue;  // the late reply of a request that timed out
       return rep.err;
     }

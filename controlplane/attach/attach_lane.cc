@@ -39,7 +39,10 @@ std::size_t Lane::poll(std::uint64_t now_ns) {
   if (!cms_.empty() && now_ns - last_cm_poll_ >= kCmPollNs) {
     last_cm_poll_ = now_ns;
     cms_.front()->session->poll(now_ns);  // the engine's one CM: MADs, timers
-    for (LaneCm* c : cms_) moved += flush(*c);
+    for (LaneCm* c : cms_) {
+      refuse_requests(*c);
+      moved += flush(*c);
+    }
   }
   for (LaneQp* q : qps_) {
     moved += drain_send(*q);
@@ -244,8 +247,20 @@ void Lane::push(LaneCm& c, const cm::SessionEvent& ev) {
   e.port = ev.port;
   e.private_len = static_cast<std::uint16_t>(std::min(ev.private_data.size(), kCmPrivateMax));
   std::copy_n(ev.private_data.begin(), e.private_len, e.private_data);
+  if (ev.type == cm::SessionEventType::kConnectRequest && c.backlog.size() >= c.backlog_limit) {
+    // The client does not read its events: refuse the request (after the CM's call that
+    // made it returns) rather than queue it without bound.
+    c.refusing.push_back(ev.id);
+    cm_refused_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   c.backlog.push_back(e);
   flush(c);
+}
+
+void Lane::refuse_requests(LaneCm& c) {
+  for (const std::uint32_t id : c.refusing) c.session->refuse(id);
+  c.refusing.clear();
 }
 
 std::size_t Lane::flush(LaneCm& c) {

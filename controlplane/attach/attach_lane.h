@@ -72,12 +72,17 @@ struct LaneSrq {
 };
 
 /// A client's rdma_cm (kCmOpen): its session on the engine's CM hub and its event ring.
-/// Events the ring has no room for wait in `backlog` (never dropped).
+/// Events the ring has no room for wait in `backlog` (never dropped). A connect request that
+/// finds `backlog_limit` events waiting there is refused instead (REJ, no resources), as a
+/// full listen backlog refuses one: the backlog then only grows by events of connections the
+/// client already has (a few each, and those are bounded by the CM's max_connections).
 struct LaneCm {
   std::unique_ptr<cm::CmSession> session;
   ShmProducer<CmEventEntry> ring;
   int event_fd = -1;
   std::deque<CmEventEntry> backlog;
+  std::size_t backlog_limit = 256;
+  std::vector<std::uint32_t> refusing;  ///< connect requests to refuse (outside the CM's call)
 };
 
 struct LaneStats {
@@ -120,6 +125,9 @@ class Lane : public port::Poller {
   /// The CM agent's configuration for this engine: set by the attach server.
   std::function<cm::CmAgentConfig()> cm_config;
   const LaneStats& stats() const { return stats_; }
+  /// Connect requests refused because their client left too many CM events unread (read
+  /// from any thread).
+  std::uint64_t cm_refused() const { return cm_refused_.load(std::memory_order_relaxed); }
 
  private:
   std::size_t drain_send(LaneQp& q);
@@ -127,6 +135,7 @@ class Lane : public port::Poller {
                          LaneCq* cq);
   std::size_t deliver(LaneCq& c);
   std::size_t flush(LaneCm& c);
+  void refuse_requests(LaneCm& c);
   void refuse(LaneCq* cq, std::uint64_t wr_id, engine::WcOpcode op, std::uint32_t qpn);
   /// No room for another refused completion on `cq` (null: none is made, nothing is full).
   static bool full(const LaneCq* cq) { return cq != nullptr && cq->local.size() >= cq->depth; }
@@ -140,6 +149,7 @@ class Lane : public port::Poller {
   static constexpr std::uint64_t kCmPollNs = 20'000;
   std::uint64_t last_cm_poll_ = 0;
   LaneStats stats_;
+  std::atomic<std::uint64_t> cm_refused_{0};
 };
 
 }  // namespace roce::attach

@@ -3,9 +3,11 @@
 #include "controlplane/attach/attach_server.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -15,8 +17,10 @@
 #include <bit>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <map>
 #include <optional>
@@ -24,12 +28,14 @@
 #include <thread>
 
 #include "controlplane/attach/attach_lane.h"
+#include "controlplane/attach/request_check.h"
 
 namespace roce::attach {
 
 namespace {
 
 struct Stopped {};  // the server stops while a request waits for an lcore
+struct NoHandle {};  // every handle is in use (only with a tiny test handle_limit)
 
 // ---- what a client costs roced (charged to AttachQuotas::max_memory) ----
 constexpr std::uint64_t kPage = 4096;
@@ -60,6 +66,31 @@ std::uint64_t qp_cost(engine::QpType type, const engine::QpCap& cap, bool srq,
   if (!srq) b += engine_rq_bytes(cap.max_recv_wr, std::max<std::uint32_t>(cap.max_recv_sge, 1));
   return b;
 }
+std::uint64_t mono_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+constexpr std::uint64_t kMs = 1'000'000;
+constexpr std::uint64_t kResolveStepNs = 50 * kMs;  ///< neighbour cache looked at; ARP x4
+
+/// A request waiting for ARP (Ops::resolve throws Deferred): the control thread goes on
+/// serving everyone else and runs the request again once the MAC is known or the time is up.
+/// The client's own next requests wait behind it (its socket is not read meanwhile).
+struct Deferred {
+  wire::Ipv4Addr ip;
+};
+/// Descriptors of one client waiting for the Closer beyond which it is disconnected (it
+/// cannot send more then; those it sent still close in their time).
+constexpr int kMaxClosing = 8;
+
+struct Pending {
+  Request rq;
+  wire::Ipv4Addr ip;
+  std::uint64_t deadline_ns = 0, next_ns = 0;
+  unsigned tries = 0;
+  bool expired = false;  ///< no answer by the deadline: resolve() fails (EHOSTUNREACH)
+};
 
 struct PdRec {
   engine::Pd* pd = nullptr;
@@ -159,6 +190,63 @@ void send_reply(int fd, const Reply& r, const int* fds = nullptr, int nfds = 0) 
 
 }  // namespace
 
+/// Closes descriptors clients passed that are not memfds, off the control thread: closing
+/// may block (a TCP socket lingering with unsent data; a FUSE file waits for its daemon's
+/// FLUSH answer, as long as the daemon likes). A memfd's close never blocks and is done in
+/// place. Each entry counts against its client (`pending`) until closed.
+class Closer {
+ public:
+  Closer() : st_(std::make_shared<State>()) {
+    std::thread([st = st_] { run(*st); }).detach();
+  }
+  ~Closer() {
+    {
+      std::lock_guard<std::mutex> g(st_->mu);
+      st_->stop = true;
+    }
+    st_->cv.notify_one();
+    // The thread closes what is still queued and ends; one stuck in a close that never
+    // returns (a FUSE daemon that never answers) is left (its state is shared with it).
+  }
+  Closer(const Closer&) = delete;
+  Closer& operator=(const Closer&) = delete;
+  void close(int fd, std::shared_ptr<std::atomic<int>> pending) {
+    ++*pending;
+    {
+      std::lock_guard<std::mutex> g(st_->mu);
+      st_->q.push_back({fd, std::move(pending)});
+    }
+    st_->cv.notify_one();
+  }
+
+ private:
+  struct Entry {
+    int fd = -1;
+    std::shared_ptr<std::atomic<int>> pending;
+  };
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Entry> q;
+    bool stop = false;
+  };
+  static void run(State& st) {
+    for (;;) {
+      Entry e;
+      {
+        std::unique_lock<std::mutex> g(st.mu);
+        st.cv.wait(g, [&st] { return st.stop || !st.q.empty(); });
+        if (st.q.empty()) return;
+        e = std::move(st.q.front());
+        st.q.pop_front();
+      }
+      ::close(e.fd);
+      --*e.pending;
+    }
+  }
+  std::shared_ptr<State> st_;
+};
+
 struct Client {
   int fd = -1;
   std::uint32_t id = 0;
@@ -169,7 +257,18 @@ struct Client {
   std::uint32_t lcore = 0;
   Lane* lane = nullptr;
   port::PollLoop* loop = nullptr;
-  std::uint32_t next_handle = 1;
+  HandleCounter handles;
+  std::uint64_t since_ns = 0;  ///< accepted (mono_ns): the hello deadline
+  std::uint32_t fds = 0;       ///< descriptors roced holds for it (quotas.max_fds)
+  bool privileged = false;     ///< its uid is in privileged_uids (privileged Q_Keys)
+  /// Descriptors it passed that the Closer has yet to close.
+  std::shared_ptr<std::atomic<int>> closing = std::make_shared<std::atomic<int>>(0);
+  std::optional<Pending> pending;
+  /// Whether `h` names one of its resources.
+  bool live(std::uint32_t h) const {
+    return pds.count(h) || regions.count(h) || mrs.count(h) || cqs.count(h) || qps.count(h) ||
+           srqs.count(h);
+  }
   std::map<std::uint32_t, PdRec> pds;
   std::map<std::uint32_t, Region> regions;
   std::map<std::uint32_t, MrRec> mrs;
@@ -252,13 +351,40 @@ AttachServer::AttachServer(const AttachConfig& cfg, std::vector<AttachPort> port
     }
     ::unlink(cfg_.socket.c_str());
   }
+  gid_t gid = static_cast<gid_t>(-1);  // unchanged
+  if (!cfg_.group.empty()) {
+    const group* g = ::getgrnam(cfg_.group.c_str());
+    if (g == nullptr) {
+      ::close(listen_fd_);
+      throw std::runtime_error("attach: no group '" + cfg_.group + "'");
+    }
+    gid = g->gr_gid;
+  }
+  // Group and mode before listen(): nobody connects in between.
   if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::chown(cfg_.socket.c_str(), static_cast<uid_t>(-1), gid) != 0 ||
       ::chmod(cfg_.socket.c_str(), cfg_.mode) != 0 || ::listen(listen_fd_, 16) != 0) {
     const std::string why = strerror(errno);
     ::close(listen_fd_);
     throw std::runtime_error("attach: cannot listen on " + cfg_.socket + ": " + why);
   }
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  // Descriptors: every client costs its socket and up to quotas.max_fds eventfds. Take the
+  // hard limit, say when the configuration could need more, and keep one in reserve for
+  // refusing a connection when they run out (accept_client).
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+    const std::uint64_t need = std::uint64_t{cfg_.max_clients} * (cfg_.quotas.max_fds + 1) + 256;
+    if (nofile.rlim_cur != RLIM_INFINITY && need > nofile.rlim_cur)
+      std::fprintf(stderr,
+                   "roced: attach: %u clients x %u descriptors may need %llu, RLIMIT_NOFILE "
+                   "is %llu: lower attach.max_clients or attach.quotas.max_fds\n",
+                   cfg_.max_clients, cfg_.quotas.max_fds + 1, static_cast<unsigned long long>(need),
+                   static_cast<unsigned long long>(nofile.rlim_cur));
+  }
+  reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   for (const AttachPort& p : ports_) {
     auto& v = lanes_.emplace_back();
     for (port::PollLoop* l : p.loops) {
@@ -280,6 +406,7 @@ AttachServer::AttachServer(const AttachConfig& cfg, std::vector<AttachPort> port
       l->engine().on_async_event = [lane](const engine::AsyncEvent& ev) { lane->on_async(ev); };
     }
   }
+  closer_ = std::make_unique<Closer>();
   thread_ = std::thread([this] { serve(); });
 }
 
@@ -304,6 +431,7 @@ AttachServer::~AttachServer() {
       ports_[p].loops[l]->engine().on_async_event = std::move(lanes_[p][l]->next_async);
     }
   ::close(wake_fd_);
+  if (reserve_fd_ >= 0) ::close(reserve_fd_);
 }
 
 AttachCounts AttachServer::counts(std::size_t i) const {
@@ -323,6 +451,12 @@ AttachCounts AttachServer::counts(std::size_t i) const {
     a.refused_wrs += lane->stats().refused_wrs.load(std::memory_order_relaxed);
     a.broken_rings += lane->stats().broken_rings.load(std::memory_order_relaxed);
   }
+  if (i == 0) {  // the server's, not a port's: reported with the first port
+    a.refused = refused_;
+    a.silent = silent_;
+    a.out_of_fds = out_of_fds_;
+  }
+  for (const auto& lane : lanes_[i]) a.cm_refused += lane->cm_refused();
   return a;
 }
 
@@ -339,9 +473,12 @@ void AttachServer::serve() {
   while (!stop_) {
     fds.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
-    fds.push_back({listen_fd_, POLLIN, 0});
-    for (const auto& c : clients_) fds.push_back({c->fd, POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), 1000) < 0 && errno != EINTR) break;
+    // Out of descriptors and nothing in reserve: the backlog waits a moment (no spinning).
+    fds.push_back({listen_fd_, static_cast<short>(mono_ns() < accept_after_ns_ ? 0 : POLLIN), 0});
+    // A client whose request waits for ARP is not read (its hangup still shows).
+    for (const auto& c : clients_)
+      fds.push_back({c->fd, static_cast<short>(c->pending ? 0 : POLLIN), 0});
+    if (::poll(fds.data(), fds.size(), next_timeout_ms()) < 0 && errno != EINTR) break;
     if (stop_) break;
     if (fds[1].revents & POLLIN) accept_client();
     // Newest first, so that dropping one does not move the ones still to look at.
@@ -352,7 +489,8 @@ void AttachServer::serve() {
         if (k->fd == fds[i].fd) c = k.get();
       if (c == nullptr) continue;
       try {
-        if (!handle(*c)) {
+        const bool gone = c->pending && (fds[i].revents & (POLLHUP | POLLERR | POLLNVAL));
+        if (gone || !handle(*c)) {
           drop(*c, true);
         } else if (c->hello) {
           std::lock_guard<std::mutex> g(mu_);
@@ -364,27 +502,130 @@ void AttachServer::serve() {
         return;
       }
     }
+    try {
+      tick();
+    } catch (const Stopped&) {
+      return;
+    }
   }
 }
 
+int AttachServer::next_timeout_ms() const {
+  const std::uint64_t now = mono_ns();
+  std::uint64_t next = now + 1000 * kMs;
+  if (accept_after_ns_ > now) next = std::min(next, accept_after_ns_);
+  for (const auto& c : clients_) {
+    if (!c->hello) next = std::min(next, c->since_ns + cfg_.hello_timeout_ms * kMs);
+    if (c->pending) next = std::min(next, c->pending->next_ns);
+  }
+  return next <= now ? 0 : static_cast<int>((next - now + kMs - 1) / kMs);
+}
+
+void AttachServer::tick() {
+  const std::uint64_t now = mono_ns();
+  for (std::size_t i = clients_.size(); i-- > 0;) {
+    Client& c = *clients_[i];
+    if (!c.hello && now - c.since_ns >= cfg_.hello_timeout_ms * kMs) {
+      // A connection that never says hello holds a max_clients slot: closed, counted.
+      ++silent_;
+      Reply rep;
+      rep.err = ETIMEDOUT;
+      send_reply(c.fd, rep);
+      drop(c, false);
+      continue;
+    }
+    if (!c.pending || now < c.pending->next_ns) continue;
+    // A step of a resolve: the neighbour cache of the port's loop 0 (which answers ARP),
+    // an ARP request every 200 ms. Then the request runs again, with the MAC or without.
+    Pending& p = *c.pending;
+    port::PollLoop* l0 = ports_[c.port].loops[0];
+    const wire::Ipv4Addr ip = p.ip;
+    const bool ask = ++p.tries % 4 == 0;
+    const bool known = run_on(l0, stop_, loops_stopped_, [l0, ip, ask] {
+      if (l0->neighbour().lookup(ip)) return true;
+      if (ask) l0->resolve(ip);
+      return false;
+    });
+    if (!known && now < p.deadline_ns) {
+      p.next_ns = now + kResolveStepNs;
+      continue;
+    }
+    p.expired = !known;
+    const Request rq = p.rq;
+    std::vector<int> none;
+    execute(c, rq, true, none);
+    if (c.hello) {
+      std::lock_guard<std::mutex> g(mu_);
+      c.info = {c.id,         c.pid,        c.uid,   ports_[c.port].name, c.lcore, c.qps.size(),
+                c.mrs.size(), c.cqs.size(), c.memory};
+    }
+  }
+}
+
+namespace {
+
+// A connection turned away: one reply of sequence number 0 with the reason, then closed.
+// What the client sent already (its hello) is read first: a Unix socket closed with unread
+// data resets its peer, whose next read then fails before it sees the reply.
+void refuse_connection(int fd, int err) {
+  Reply rep;
+  rep.err = err;
+  send_reply(fd, rep);
+  Request rq;
+  for (int i = 0; i < 4 && ::recv(fd, &rq, sizeof rq, MSG_DONTWAIT) > 0; ++i) {
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
 void AttachServer::accept_client() {
   const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-  if (fd < 0) return;
-  if (clients_.size() >= cfg_.max_clients) {
-    std::fprintf(stderr, "roced: attach: refused a client (max_clients %u reached)\n",
-                 cfg_.max_clients);
+  if (fd < 0) {
+    if (errno != EMFILE && errno != ENFILE) return;
+    // Out of descriptors: the connection would stay in the backlog and poll() report it at
+    // once, again and again. The reserve descriptor makes room to take it and refuse it.
+    const int why = errno;
+    ++out_of_fds_;
+    if (reserve_fd_ >= 0) {
+      ::close(reserve_fd_);
+      const int taken = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (taken >= 0) {
+        ++refused_;
+        refuse_connection(taken, why);
+      }
+      reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    if (reserve_fd_ < 0) accept_after_ns_ = mono_ns() + 100 * kMs;  // none in reserve: wait
+    return;
+  }
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
     ::close(fd);
+    return;
+  }
+  const auto same_uid = static_cast<std::uint32_t>(std::count_if(
+      clients_.begin(), clients_.end(), [&](const auto& k) { return k->uid == cred.uid; }));
+  if (clients_.size() >= cfg_.max_clients || same_uid >= cfg_.max_clients_per_uid) {
+    const bool all = clients_.size() >= cfg_.max_clients;
+    std::fprintf(stderr, "roced: attach: refused a client of uid %u (pid %d): %s %u reached\n",
+                 static_cast<unsigned>(cred.uid), static_cast<int>(cred.pid),
+                 all ? "max_clients" : "max_clients_per_uid",
+                 all ? cfg_.max_clients : cfg_.max_clients_per_uid);
+    ++refused_;
+    refuse_connection(fd, all ? EUSERS : EDQUOT);
     return;
   }
   auto c = std::make_unique<Client>();
   c->fd = fd;
   c->id = next_id_++;
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-    c->pid = cred.pid;
-    c->uid = cred.uid;
-  }
+  c->pid = cred.pid;
+  c->uid = cred.uid;
+  c->since_ns = mono_ns();
+  c->handles = HandleCounter(cfg_.handle_limit);
+  const auto& pu = cfg_.privileged_uids;
+  c->privileged = std::find(pu.begin(), pu.end(), cred.uid) != pu.end();
   std::lock_guard<std::mutex> g(mu_);
   clients_.push_back(std::move(c));
 }
@@ -486,6 +727,13 @@ struct Ops {
     c.memory -= bytes;
     counts().memory -= bytes;
   }
+  /// A name for a new resource of the client.
+  std::uint32_t new_handle() {
+    // Never 0, never one still in use once the counter wrapped (request_check.h).
+    const std::uint32_t h = c.handles.next([this](std::uint32_t k) { return c.live(k); });
+    if (h == 0) throw NoHandle{};
+    return h;
+  }
   engine::Engine& eng() { return c.lane->engine(); }
   const AttachQuotas& quota() const { return s.cfg_.quotas; }
 
@@ -545,6 +793,7 @@ int Ops::hello() {
   c.events->event_fd = er.efd;
   c.events_map = er.map;
   c.events_bytes = er.bytes;
+  c.fds = 1;  // the event ring's eventfd
   rep.bytes = er.bytes;
   rep.hello.event_slots = slots;
   out = Out{{er.memfd, er.efd}, 2, {er.memfd, -1}, 1};
@@ -583,7 +832,7 @@ int Ops::alloc_pd() {
   engine::Engine* e = &eng();
   engine::Pd* pd = run([e] { return e->alloc_pd(); });
   if (pd == nullptr) return ENOMEM;
-  rep.handle = c.next_handle++;
+  rep.handle = new_handle();
   c.pds[rep.handle] = PdRec{pd, 0};
   return 0;
 }
@@ -617,7 +866,7 @@ int Ops::reg_region() {
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) < len)
     return EINVAL;
-  const std::uint32_t h = c.next_handle++;
+  const std::uint32_t h = new_handle();
   Region& r = c.regions[h];  // before the mapping: nothing may throw once it is made
   void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
@@ -660,7 +909,7 @@ int Ops::reg_mr() {
   engine::Mr* mr =
       run([=] { return lane->engine().reg_mr(epd, host, req.length, req.iova, req.access); });
   if (mr == nullptr) return EINVAL;
-  rep.handle = c.next_handle++;
+  rep.handle = new_handle();
   rep.key = mr->key;
   rep.iova = r.iova;
   c.mrs[rep.handle] = MrRec{mr, r.pd, r.region};
@@ -685,7 +934,7 @@ int Ops::dereg_mr() {
 int Ops::create_cq() {
   const std::uint32_t depth = rq.cq.depth;
   if (depth == 0 || depth > quota().max_cqe || depth > eng().config().max_cq_depth) return EINVAL;
-  if (c.cqs.size() >= quota().max_cqs) return EDQUOT;
+  if (c.cqs.size() >= quota().max_cqs || c.fds >= quota().max_fds) return EDQUOT;
   const std::uint32_t slots = ShmQueueLayout<CqEntry>::slots_for(depth);
   const std::size_t bytes = ShmQueueLayout<CqEntry>::bytes(slots);
   const std::uint64_t cost = cq_cost(depth, bytes);
@@ -700,7 +949,7 @@ int Ops::create_cq() {
     try {
       lc = std::make_unique<LaneCq>();
       lc->local.reserve(depth);  // the lcore never allocates for it
-      h = lc->handle = c.next_handle++;
+      h = lc->handle = new_handle();
       c.cqs[h];  // the record's node before the lane has the CQ: nothing throws after
     } catch (...) {
       lc.reset();
@@ -738,6 +987,7 @@ int Ops::create_cq() {
   rep.slots = slots;
   rep.bytes = bytes;
   c.cqs[h] = CqRec{std::move(lc), p, bytes, 0, cost};
+  ++c.fds;
   ++counts().cqs;
   out = Out{{memfd, efd}, 2, {memfd, -1}, 1};  // the eventfd stays ours too (the lane signals it)
   return 0;
@@ -759,6 +1009,7 @@ int Ops::destroy_cq() {
   ::close(l->event_fd);
   uncharge(it->second.charge);
   c.cqs.erase(it);
+  --c.fds;
   --counts().cqs;
   return 0;
 }
@@ -796,7 +1047,7 @@ int Ops::create_qp() {
   if (p != nullptr) {
     try {
       lq = std::make_unique<LaneQp>();
-      h = c.next_handle++;
+      h = new_handle();
       c.qps[h];  // the record's node before the lane has the QP: nothing throws after
     } catch (...) {
       lq.reset();
@@ -893,20 +1144,19 @@ std::optional<wire::MacAddr> Ops::resolve(const wire::Ipv6Addr& g) {
   const wire::Ipv4Addr ip{static_cast<std::uint32_t>(g.b[12]) << 24 |
                           static_cast<std::uint32_t>(g.b[13]) << 16 |
                           static_cast<std::uint32_t>(g.b[14]) << 8 | g.b[15]};
-  // Loop 0 of the port answers ARP and keeps the neighbour cache. An ARP request every
-  // 200 ms for up to 10 s (a link that just came up may take a while); the control thread
-  // waits meanwhile: other clients' requests queue behind.
+  // Loop 0 of the port answers ARP and keeps the neighbour cache. A MAC it does not know yet
+  // takes a while (up to resolve_timeout_ms): the request is deferred (Pending) and the
+  // control thread serves the others meanwhile; AttachServer::tick() runs it again.
   port::PollLoop* l0 = s.ports_[c.port].loops[0];
-  for (int tries = 0; tries < 200; ++tries) {
-    const auto mac = run_on(l0, s.stop_, s.loops_stopped_, [l0, ip, tries] {
-      auto found = l0->neighbour().lookup(ip);
-      if (!found && tries % 4 == 0) l0->resolve(ip);
-      return found;
-    });
-    if (mac) return mac;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return std::nullopt;
+  const bool first = !c.pending;
+  const auto mac = run_on(l0, s.stop_, s.loops_stopped_, [l0, ip, first] {
+    auto found = l0->neighbour().lookup(ip);
+    if (!found && first) l0->resolve(ip);
+    return found;
+  });
+  if (mac) return mac;
+  if (c.pending && c.pending->expired) return std::nullopt;
+  throw Deferred{ip};
 }
 
 int Ops::modify_qp() {
@@ -943,7 +1193,7 @@ int Ops::create_srq() {
   if (p != nullptr) {
     try {
       ls = std::make_unique<LaneSrq>();
-      h = c.next_handle++;
+      h = new_handle();
       c.srqs[h];  // the record's node before the lane has the SRQ: nothing throws after
     } catch (...) {
       ls.reset();
@@ -1011,11 +1261,13 @@ int Ops::destroy_srq() {
 
 int Ops::cm_open() {
   if (c.cm) return 0;
+  if (c.fds >= quota().max_fds) return EDQUOT;
   EventRing<CmEventEntry> er;
   if (!er.make("roce-cm-events", kCmEventSlots)) return ENOMEM;
   auto lc = std::make_unique<LaneCm>();
   lc->ring = er.ring;
   lc->event_fd = er.efd;
+  lc->backlog_limit = s.cfg_.cm_backlog;
   Lane* lane = c.lane;
   LaneCm* l = lc.get();
   const wire::Ipv4Addr ip = s.ports_[c.port].ipv4;
@@ -1037,6 +1289,7 @@ int Ops::cm_open() {
     return EBUSY;
   }
   c.cm = std::move(lc);
+  ++c.fds;
   c.cm_map = er.map;
   c.cm_bytes = er.bytes;
   c.memory += page_round(er.bytes) + sizeof(LaneCm);  // always granted, once
@@ -1135,17 +1388,31 @@ bool AttachServer::handle(Client& c) {
         passed.push_back(f);
       }
     }
+  execute(c, rq,
+          static_cast<std::size_t>(n) == sizeof rq && !(m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)),
+          passed);
+  return *c.closing <= kMaxClosing;  // beyond: descriptors that do not close, disconnected
+}
+
+void AttachServer::release(Client& c, std::vector<int>& passed) {
+  for (int f : passed)
+    if (::fcntl(f, F_GET_SEALS) >= 0)
+      ::close(f);  // shmem (a memfd): never blocks
+    else
+      closer_->close(f, c.closing);
+  passed.clear();
+}
+
+void AttachServer::execute(Client& c, const Request& rq, bool whole, std::vector<int>& passed) {
   Reply rep;
   rep.seq = rq.seq;
   Out out;
   PortCounts& pc = counts_[c.port];
-  int err = 0;
-  if (static_cast<std::size_t>(n) != sizeof rq || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
-    err = EINVAL;
-  } else if (!c.hello && rq.op != Op::kHello) {
-    err = ENOTCONN;
-  } else {
-    ++pc.requests;
+  if (whole && (c.hello || rq.op == Op::kHello) && !c.pending) ++pc.requests;  // (once)
+  // Fields first (request_check.cc: privileged Q_Keys, sizes, ...), then the handler.
+  int err = check_request(rq, whole, c.hello, passed.size(),
+                          RequestLimits{cfg_.quotas.max_memory, c.privileged});
+  if (err == 0) {
     Ops ops{*this, c, rq, rep, out, passed};
     try {
       switch (rq.op) {
@@ -1213,8 +1480,18 @@ bool AttachServer::handle(Client& c) {
           err = EINVAL;
           break;
       }
+    } catch (const Deferred& d) {
+      release(c, passed);
+      const std::uint64_t now = mono_ns();
+      if (!c.pending)
+        c.pending = Pending{rq, d.ip, now + cfg_.resolve_timeout_ms * kMs, now + kResolveStepNs};
+      else
+        c.pending->next_ns = now + kResolveStepNs;
+      return;  // the reply waits for ARP
+    } catch (const NoHandle&) {
+      err = ENOMEM;
     } catch (const Stopped&) {
-      for (int f : passed) ::close(f);
+      release(c, passed);
       throw;
     } catch (const std::exception& e) {
       // An allocation failed, here or in a command on the lcore (run_on passes it on): this
@@ -1225,18 +1502,18 @@ bool AttachServer::handle(Client& c) {
       err = ENOMEM;
     }
   }
-  for (int f : passed) ::close(f);
+  c.pending.reset();
+  release(c, passed);
   if (err != 0) {
     ++counts_[c.port].bad;  // (c.port may have been set by this very hello)
     rep = Reply{};
     rep.seq = rq.seq;
     rep.err = err;
     send_reply(c.fd, rep);
-    return true;
+    return;
   }
   send_reply(c.fd, rep, out.send, out.nsend);
   for (int i = 0; i < out.nclose; ++i) ::close(out.close_after[i]);
-  return true;
 }
 
 }  // namespace roce::attach

@@ -6,12 +6,14 @@
 ///
 /// Threads: one control thread serves every socket. What touches an engine runs on the lcore
 /// that owns it, as a command posted to its poll loop with the reply awaited; nothing else
-/// crosses threads. Each client lives on one port and one lcore of it (its "home", chosen at
+/// crosses threads. The thread never waits on the network: a request that needs an ARP
+/// answer is deferred (its client's next requests wait behind it) and run again by tick(). Each client lives on one port and one lcore of it (its "home", chosen at
 /// hello, round robin over the port's lcores): its PD, MRs, CQs and QPs are that engine's.
 ///
 /// Isolation: a client names resources only by handles of its own table (validated on every
-/// request; anything else is EINVAL), within its quotas (EDQUOT). The socket's file mode
-/// decides who may attach. A client whose socket closes (exit, kill -9) has its QPs moved to
+/// request; anything else is EINVAL), within its quotas (EDQUOT). The socket's file mode and
+/// group decide who may attach; max_clients, max_clients_per_uid and the hello deadline bound
+/// the connections, quotas.max_fds the descriptors roced holds for each. A client whose socket closes (exit, kill -9) has its QPs moved to
 /// the error state and destroyed first, then its SRQs, MRs (no frame can touch them any more),
 /// CQs and PDs, and its memory unmapped; other clients are not involved.
 #pragma once
@@ -43,13 +45,27 @@ struct AttachQuotas {
   std::uint32_t max_srq_wr = 16384;
   std::uint32_t max_cqe = 65536;        ///< CQ depth
   std::uint32_t max_inline_data = 256;  ///< a QP's max_inline_data
+  /// Descriptors roced holds for a client besides its socket: the event ring's eventfd, the
+  /// CM's, one eventfd per CQ (CQs beyond: EDQUOT).
+  std::uint32_t max_fds = 64;
 };
 
 struct AttachConfig {
   std::string socket;         ///< path of the Unix socket
   std::uint32_t mode = 0660;  ///< its file mode: who may attach
+  std::string group;          ///< its group (a name); empty: roced's
   std::uint32_t max_clients = 64;
+  std::uint32_t max_clients_per_uid = 16;    ///< connections of one uid (SO_PEERCRED) at once
+  std::uint32_t hello_timeout_ms = 5000;     ///< a connection silent this long is closed
+  std::uint32_t resolve_timeout_ms = 10000;  ///< ARP for an address a request names
+  /// CM events a client leaves unread beyond its ring before its connect requests are refused
+  /// (REJ, no resources), as a full listen backlog refuses them.
+  std::uint32_t cm_backlog = 256;
+  /// uids whose clients may set privileged Q_Keys (the high bit set), as CAP_NET_RAW may.
+  std::vector<std::uint32_t> privileged_uids = {0};
   std::uint32_t cm_connections = 4096;  ///< the CM agent's max_connections, if attach makes it
+  /// Test hook: the largest handle before the counter wraps (tests reach the wrap quickly).
+  std::uint32_t handle_limit = 0xFFFFFFFFu;
   AttachQuotas quotas;
 };
 
@@ -74,6 +90,11 @@ struct AttachCounts {
   /// Work requests the lanes refused (completed with an error, or dropped with no CQ to
   /// complete on), and rings they stopped reading (an index out of range).
   std::uint64_t refused_wrs = 0, broken_rings = 0;
+  /// Connections turned away (max_clients, max_clients_per_uid, no descriptor left), closed
+  /// for not saying hello in time, and accept() failures for want of descriptors: the
+  /// server's, reported with the first port.
+  std::uint64_t refused = 0, silent = 0, out_of_fds = 0;
+  std::uint64_t cm_refused = 0;  ///< connect requests refused: their client's events unread
 };
 
 /// One attached client as roce-ctl lists it.
@@ -89,6 +110,8 @@ struct ClientInfo {
 
 class Lane;
 struct Client;
+struct Request;
+class Closer;
 struct Ops;
 
 class AttachServer {
@@ -112,12 +135,23 @@ class AttachServer {
   void accept_client();
   /// Reads and answers one request; false when the client is gone.
   bool handle(Client& c);
+  /// Answers `rq` (`whole`: it came in one piece), unless it waits for ARP (Client::pending).
+  void execute(Client& c, const Request& rq, bool whole, std::vector<int>& passed);
+  /// Hello deadlines, deferred requests whose ARP answered or timed out.
+  void tick();
+  int next_timeout_ms() const;
+  /// Closes the descriptors a request brought (those whose close may block: on closer_).
+  void release(Client& c, std::vector<int>& passed);
   void drop(Client& c, bool lost);
   AttachConfig cfg_;
   std::vector<AttachPort> ports_;
   std::vector<std::vector<std::unique_ptr<Lane>>> lanes_;  ///< [port][lcore]
   int listen_fd_ = -1;
   int wake_fd_ = -1;  ///< eventfd: stop()
+  int reserve_fd_ = -1;  ///< closed to make room for refusing a connection at EMFILE
+  std::uint64_t accept_after_ns_ = 0;
+  std::atomic<std::uint64_t> refused_{0}, silent_{0}, out_of_fds_{0};
+  std::unique_ptr<Closer> closer_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> loops_stopped_{false};
   std::thread thread_;

@@ -133,6 +133,9 @@ struct Request {
 };
 
 struct Reply {
+  /// The request's; 0 (never a request's) when roced turns the connection away before or
+  /// instead of an answer (max_clients, max_clients_per_uid, out of descriptors, no hello in
+  /// time): `err` says why, and the socket closes.
   std::uint32_t seq = 0;
   std::int32_t err = 0;  ///< 0 or an errno value (EINVAL, ENOMEM, EDQUOT, EBUSY, ...)
   std::uint32_t handle = 0;

@@ -54,7 +54,7 @@ int CmSession::connect(engine::Qp* qp, wire::Ipv4Addr dst, std::uint16_t port,
   c.private_data = p.private_data;
   const auto cid = hub_->connect(owner_, qp, std::move(c));
   if (!cid) return ENOMEM;  // the CM is full (max_connections) or the QP cannot be bound
-  id = next_id_++;
+  id = new_id();
   ids_[id] = *cid;
   by_cm_[*cid] = id;
   peers_[id] = dst;
@@ -87,10 +87,36 @@ int CmSession::reject(std::uint32_t id, std::span<const std::uint8_t> private_da
   auto it = ids_.find(id);
   if (it == ids_.end()) return ENOENT;
   if (private_data.size() > kRejPrivate) return EINVAL;
-  return hub_->agent().cm().reject(it->second, RejReason::kConsumerDefined, private_data) ==
-                 CmStatus::kOk
-             ? 0
-             : EINVAL;
+  if (hub_->agent().cm().reject(it->second, RejReason::kConsumerDefined, private_data) !=
+      CmStatus::kOk)
+    return EINVAL;
+  forget(id);  // the CM forgot it too (no event follows a REJ we send)
+  return 0;
+}
+
+int CmSession::refuse(std::uint32_t id) {
+  auto it = ids_.find(id);
+  if (it == ids_.end()) return ENOENT;
+  if (hub_->agent().cm().reject(it->second, RejReason::kNoResources) != CmStatus::kOk)
+    return EINVAL;
+  forget(id);
+  return 0;
+}
+
+void CmSession::forget(std::uint32_t id) {
+  auto it = ids_.find(id);
+  if (it == ids_.end()) return;
+  by_cm_.erase(it->second);
+  peers_.erase(id);
+  ids_.erase(it);
+}
+
+std::uint32_t CmSession::new_id() {
+  // At most ids_.size() + 1 tries: the ids in use are far fewer than 2^32.
+  for (;;) {
+    const std::uint32_t id = next_id_++;
+    if (id != 0 && !ids_.count(id)) return id;
+  }
 }
 
 int CmSession::disconnect(std::uint32_t id) {
@@ -115,7 +141,7 @@ void CmSession::on_event(const CmEvent& e) {
       hub_->agent().cm().reject(e.id, RejReason::kInvalidServiceId);
       return;
     }
-    s.id = next_id_++;
+    s.id = new_id();
     ids_[s.id] = e.id;
     by_cm_[e.id] = s.id;
     s.type = SessionEventType::kConnectRequest;

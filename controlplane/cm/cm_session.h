@@ -62,6 +62,9 @@ class CmSession {
               std::uint32_t& id);
   int accept(std::uint32_t id, engine::Qp* qp, const SessionParam& p);
   int reject(std::uint32_t id, std::span<const std::uint8_t> private_data);
+  /// A connect request refused by roced, not the application: REJ "no resources" (IBA
+  /// 12.6.7.2, as a full listen backlog). Not from inside the session's event callback.
+  int refuse(std::uint32_t id);
   int disconnect(std::uint32_t id);
   /// Before `qp` is destroyed: a connection on it still up is disconnected, and the CM no
   /// longer touches it.
@@ -74,6 +77,9 @@ class CmSession {
 
  private:
   void on_event(const CmEvent& e);
+  /// An id for a new connection: never 0, never one in use (the counter wraps).
+  std::uint32_t new_id();
+  void forget(std::uint32_t id);
   std::shared_ptr<CmHub> hub_;
   CmHub::Owner owner_;
   wire::Ipv4Addr local_;

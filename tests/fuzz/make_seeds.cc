@@ -621,6 +621,85 @@ void attach_ring_seeds(const fs::path& out) {
   }
 }
 
+// ---- attach_control: request sequences as libroce sends them --------------------------------
+void attach_seeds(const fs::path& out) {
+  using attach::Op;
+  using attach::Request;
+  Corpus c(out, "attach_control");
+  constexpr std::size_t kBody = offsetof(Request, hello);
+  auto record = [](Writer& w, const Request& rq, std::uint8_t flags = 0) {
+    w.u8(static_cast<std::uint8_t>(rq.op)).u8(flags).u32(rq.handle).u8(sizeof rq - kBody);
+    w.bytes({reinterpret_cast<const std::uint8_t*>(&rq) + kBody, sizeof rq - kBody});
+  };
+  auto op = [](Op o, std::uint32_t handle = 0) {
+    Request rq;
+    rq.op = o;
+    rq.handle = handle;
+    return rq;
+  };
+  for (std::uint8_t privileged : {0, 1}) {
+    Writer w;
+    w.u8(8).u8(privileged);  // handles wrap after 16
+    Request hello = op(Op::kHello);
+    hello.hello = attach::HelloReq{};
+    record(w, hello);
+    record(w, op(Op::kAllocPd));  // handle 1
+    Request region = op(Op::kRegRegion);
+    region.region.length = 65536;
+    region.region.client_addr = 0x7F0000000000ull;
+    record(w, region, 1 << 1);  // its memfd; handle 2
+    Request mr = op(Op::kRegMr);
+    mr.mr.pd = 1;
+    mr.mr.region = 2;
+    mr.mr.length = 4096;
+    mr.mr.access = engine::kAccessLocalWrite | engine::kAccessRemoteWrite;
+    record(w, mr);
+    Request cq = op(Op::kCreateCq);
+    cq.cq.depth = 64;
+    for (int i = 0; i < 20; ++i) {  // past the wrap
+      record(w, cq);
+      record(w, op(Op::kDestroyCq, static_cast<std::uint32_t>(4 + i % 12)));
+    }
+    record(w, cq);
+    Request qp = op(Op::kCreateQp);
+    qp.qp.pd = 1;
+    qp.qp.send_cq = qp.qp.recv_cq = 4;
+    qp.qp.type = engine::QpType::kUd;
+    record(w, qp);
+    Request modify = op(Op::kModifyQp);
+    modify.modify.qp = 5;
+    modify.modify.mask = engine::kQpState | engine::kQpQkey;
+    modify.modify.attr.qp_state = engine::QpState::kInit;
+    modify.modify.attr.qkey = 0x80010000u;  // privileged
+    record(w, modify);
+    Request srq = op(Op::kCreateSrq);
+    srq.srq.pd = 1;
+    srq.srq.max_wr = 128;
+    srq.srq.max_sge = 2;
+    record(w, srq);
+    record(w, op(Op::kCmOpen));
+    Request cm = op(Op::kCmConnect);
+    cm.cm.qp = 5;
+    cm.cm.dst = wire::Ipv4Addr{0xC0000202u};
+    cm.cm.port = 7471;
+    cm.cm.private_len = 56;
+    record(w, cm);
+    cm.op = Op::kCmListen;
+    record(w, cm);
+    cm.op = Op::kCmReject;
+    cm.cm.private_len = 200;  // too long
+    record(w, cm);
+    record(w, op(Op::kDestroyQp, 5));
+    record(w, op(Op::kAllocPd), 1);  // truncated
+    c.add(w);
+  }
+  Writer early;  // requests before hello, an unknown op
+  early.u8(0).u8(0);
+  record(early, op(Op::kAllocPd));
+  record(early, op(static_cast<Op>(99)));
+  c.add(early);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -643,6 +722,7 @@ int main(int argc, char** argv) {
   rpcrdma_seeds(out);
   config_seeds(out, config_dir);
   attach_ring_seeds(out);
+  attach_seeds(out);
   std::cout << "roce-fuzz-seeds: wrote " << out.string() << "\n";
   return 0;
 }

@@ -2,14 +2,25 @@
 // (tests/integration/roced_attach.sh): wrong socket or port, memory outside its buffers,
 // another client's handles, resources beyond its quotas, a CQ destroyed while in use,
 // malformed requests on the raw socket. Every one must get its errno and leave roced serving.
-//   roce-attach-misuse SOCKET MAX_QPS MAX_MEMORY      the checks above
+//   roce-attach-misuse SOCKET MAX_QPS MAX_MEMORY [MAX_REGIONS]   the checks above
 //   roce-attach-misuse SOCKET --hold                  attach, wait on a CQ until roced goes
 //                                                     away: ENOTCONN, not a hang
 #include <fcntl.h>
 #include <sys/mman.h>
+//   roce-attach-misuse SOCKET --ctl KEY=VALUE...      the control thread and its fds (issue 27):
+//     pid= roced's pid, b= the peer roced's socket, ip= roced's IPv4 address, port= a free TCP
+//     port for rdma_cm, and the limits roced runs with: max_fds, per_uid, hello_ms,
+//     resolve_ms, handle_limit, cm_backlog
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -236,23 +248,524 @@ void refusals_wait_for_the_cq(const std::string& path) {
 }
 
 // Buffers are counted (each is a mapping of roced's): EDQUOT at max_regions (128 by default).
-void regions_are_counted(const std::string& path) {
+void regions_are_counted(const std::string& path, std::size_t max_regions) {
   auto ctx = Context::attach(path);
   if (!ctx) return check(false, "regions: attach");
   std::vector<Buffer*> bufs;
   Buffer* b = nullptr;
   while (bufs.size() < 1000 && (b = ctx->alloc_buffer(1)) != nullptr) bufs.push_back(b);
   const int e = errno;
-  check(!b && e == EDQUOT && bufs.size() == 128,
+  check(!b && e == EDQUOT && bufs.size() == max_regions,
         std::to_string(bufs.size()) + " one-byte buffers, then EDQUOT (max_regions)");
   for (Buffer* x : bufs) ctx->free_buffer(x);
   b = ctx->alloc_buffer(1);
   check(b != nullptr, "a buffer again after freeing them");
 }
 
+// ---- the control thread and its descriptors (issue 27): one scenario per defect ----------
+
+using roce::attach::Op;
+using roce::attach::Reply;
+using roce::attach::Request;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A connection speaking the protocol by hand: what a client library would not send.
+struct Raw {
+  int fd = -1;
+  explicit Raw(const std::string& path, int timeout_ms = 5000) {
+    fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+      ::close(fd);
+      fd = -1;
+      return;
+    }
+    timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~Raw() {
+    if (fd >= 0) ::close(fd);
+  }
+  // The next message from roced (descriptors passed with it are closed): its size, 0 when the
+  // socket closed, -1 when nothing came in time.
+  ssize_t receive(Reply& rep) {
+    iovec iov{&rep, sizeof rep};
+    alignas(cmsghdr) char ctl[CMSG_SPACE(4 * sizeof(int))];
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof ctl;
+    ssize_t n = ::recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == ECONNRESET) n = ::recvmsg(fd, &m, MSG_CMSG_CLOEXEC);  // (libroce too)
+    for (cmsghdr* h = CMSG_FIRSTHDR(&m); n > 0 && h != nullptr; h = CMSG_NXTHDR(&m, h))
+      for (std::size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
+        int f;
+        std::memcpy(&f, CMSG_DATA(h) + i * sizeof(int), sizeof f);
+        ::close(f);
+      }
+    return n;
+  }
+  // The reply's errno, or -1 when no reply came.
+  int call(Request& rq, Reply& rep) {
+    rq.seq = ++seq;
+    // (A connection roced refused may be closed before the request goes: its reply waits.)
+    [[maybe_unused]] const ssize_t w = ::send(fd, &rq, sizeof rq, MSG_NOSIGNAL);
+    return receive(rep) == sizeof rep ? rep.err : -1;
+  }
+  std::uint32_t seq = 0;
+};
+
+// A client resolving an address nobody answers waits for its ARP; meanwhile every other
+// client is served: a second client's requests, a new client's hello, the cleanup of a third
+// client killed with kill -9 (its CM port becomes free again).
+void ctl_resolve(const std::string& path, unsigned resolve_ms, std::uint16_t port3) {
+  int ready[2];
+  if (::pipe(ready) != 0) return check(false, "pipe");
+  const pid_t third = ::fork();
+  if (third == 0) {
+    auto c3 = Context::attach(path);
+    const char b = c3 && c3->cm_listen(port3) == 0 ? 'y' : 'n';
+    [[maybe_unused]] const ssize_t w = ::write(ready[1], &b, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char b = 'n';
+  [[maybe_unused]] const ssize_t r = ::read(ready[0], &b, 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  check(b == 'y', "client 3 listens on its CM port");
+  auto c1 = Context::attach(path);
+  auto c2 = Context::attach(path);
+  if (!c1 || !c2) return check(false, "clients 1 and 2 attach");
+  Pd* pd = c1->alloc_pd();
+  Cq* cq = c1->create_cq(4);
+  QpCap cap;
+  Qp* qp = pd && cq ? c1->create_qp(pd, QpType::kRc, cq, cq, cap) : nullptr;
+  QpAttr a;
+  a.qp_state = QpState::kInit;
+  int rc = qp ? c1->modify_qp(qp, a,
+                              roce::engine::kQpState | roce::engine::kQpPkeyIndex |
+                                  roce::engine::kQpPort | roce::engine::kQpAccessFlags)
+              : -1;
+  check(rc == 0, "client 1: an RC QP in INIT");
+  // RTR towards 192.0.2.222 (a TEST-NET-1 address nobody on the link has): ARP, no answer.
+  a.qp_state = QpState::kRtr;
+  a.ah.dgid = roce::wire::ipv4_mapped(roce::wire::Ipv4Addr{0xC00002DEu});
+  a.dest_qp_num = 0x11;
+  std::atomic<bool> done{false};
+  int rtr = -1;
+  double rtr_s = 0;
+  std::thread t([&] {
+    const auto t0 = Clock::now();
+    rtr = c1->modify_qp(qp, a,
+                        roce::engine::kQpState | roce::engine::kQpAv | roce::engine::kQpPathMtu |
+                            roce::engine::kQpDestQpn | roce::engine::kQpRqPsn |
+                            roce::engine::kQpMaxDestRdAtomic | roce::engine::kQpMinRnrTimer);
+    rtr_s = since(t0);
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const bool waiting = !done;
+  const auto t0 = Clock::now();
+  ::kill(third, SIGKILL);
+  ::waitpid(third, nullptr, 0);
+  Pd* pd2 = c2->alloc_pd();
+  const double pd_s = since(t0);
+  auto c4 = Context::attach(path);
+  const double hello_s = since(t0);
+  int listen = -1;
+  while (since(t0) < 5 && (listen = c2->cm_listen(port3)) == EADDRINUSE)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double cleanup_s = since(t0);
+  const bool still = !done;
+  std::printf(
+      "      client 1 resolving: client 2's alloc_pd after %.3f s, client 4's hello after %.3f s, "
+      "client 3's port free after %.3f s\n",
+      pd_s, hello_s, cleanup_s);
+  check(waiting && still && pd2 && c4 && listen == 0 && cleanup_s < 2.0,
+        "while client 1 waits for ARP, the others are served (requests, hello, cleanup of a "
+        "killed client) within 2 s");
+  t.join();
+  check(rtr == EHOSTUNREACH && rtr_s >= resolve_ms / 1000.0 * 0.5,
+        "client 1's unanswered address: EHOSTUNREACH after its timeout (" + std::to_string(rtr_s) +
+            " s)");
+  // A second resolve on the same client still works the same way (nothing left pending).
+  check(c1->alloc_pd() != nullptr, "client 1 served again afterwards");
+}
+
+// A client killed while its own request waits for ARP is cleaned up at once, not when the
+// wait ends (its CM port is free again well within resolve_ms).
+void ctl_resolve_killed(const std::string& path, unsigned resolve_ms, std::uint16_t port5) {
+  int ready[2];
+  if (::pipe(ready) != 0) return check(false, "pipe");
+  const pid_t fifth = ::fork();
+  if (fifth == 0) {
+    auto c5 = Context::attach(path);
+    Pd* pd = c5 ? c5->alloc_pd() : nullptr;
+    Cq* cq = pd ? c5->create_cq(4) : nullptr;
+    QpCap cap;
+    Qp* qp = cq ? c5->create_qp(pd, QpType::kRc, cq, cq, cap) : nullptr;
+    QpAttr a;
+    a.qp_state = QpState::kInit;
+    const bool ok = qp && c5->cm_listen(port5) == 0 &&
+                    c5->modify_qp(qp, a,
+                                  roce::engine::kQpState | roce::engine::kQpPkeyIndex |
+                                      roce::engine::kQpPort | roce::engine::kQpAccessFlags) == 0;
+    const char b = ok ? 'y' : 'n';
+    [[maybe_unused]] const ssize_t w = ::write(ready[1], &b, 1);
+    a.qp_state = QpState::kRtr;
+    a.ah.dgid = roce::wire::ipv4_mapped(roce::wire::Ipv4Addr{0xC00002DDu});  // nobody's
+    c5->modify_qp(qp, a, roce::engine::kQpState | roce::engine::kQpAv | roce::engine::kQpDestQpn);
+    ::pause();
+    ::_exit(0);
+  }
+  char b = 'n';
+  [[maybe_unused]] const ssize_t r = ::read(ready[0], &b, 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  auto c2 = Context::attach(path);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its RTR waits for ARP
+  const auto t0 = Clock::now();
+  ::kill(fifth, SIGKILL);
+  ::waitpid(fifth, nullptr, 0);
+  int listen = -1;
+  while (c2 && since(t0) < 5 && (listen = c2->cm_listen(port5)) == EADDRINUSE)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const double s = since(t0);
+  check(b == 'y' && listen == 0 && s < resolve_ms / 1000.0 / 2,
+        "a client killed while its request waits for ARP: cleaned up after " + std::to_string(s) +
+            " s (its wait: " + std::to_string(resolve_ms / 1000.0) + " s)");
+}
+
+// A descriptor a client passes along with a request is closed by roced, and closing some
+// descriptors blocks: a TCP socket with SO_LINGER and unsent data waits up to its linger
+// time (a FUSE file waits for its daemon's FLUSH answer, forever if need be). The client
+// passes one and drops its own copy; meanwhile another client is served at once.
+void ctl_blocking_close(const std::string& path) {
+  // A TCP connection whose peer never reads, its send queue full, lingering 5 s on close.
+  const int lis = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t sl = sizeof sa;
+  ::bind(lis, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+  ::listen(lis, 1);
+  ::getsockname(lis, reinterpret_cast<sockaddr*>(&sa), &sl);
+  const int tcp = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  const int small = 4096;
+  ::setsockopt(tcp, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  ::connect(tcp, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+  pollfd pw{tcp, POLLOUT, 0};
+  ::poll(&pw, 1, 1000);
+  const int peer = ::accept4(lis, nullptr, nullptr, SOCK_CLOEXEC);
+  ::setsockopt(peer, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  static char junk[65536];
+  std::size_t queued = 0;
+  for (int i = 0; i < 10000; ++i) {
+    const ssize_t n = ::send(tcp, junk, sizeof junk, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n <= 0) break;
+    queued += static_cast<std::size_t>(n);
+  }
+  const linger lg{1, 5};
+  ::setsockopt(tcp, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  auto other = Context::attach(path);
+  Raw r(path);
+  Request rq;
+  Reply rep;
+  rq.op = Op::kHello;
+  if (!other || r.call(rq, rep) != 0) return check(false, "clients attach");
+  // alloc_pd with the socket passed along (SCM_RIGHTS); the reply is not awaited here.
+  rq = Request{};
+  rq.op = Op::kAllocPd;
+  rq.seq = 99;
+  iovec iov{&rq, sizeof rq};
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = ctl;
+  m.msg_controllen = sizeof ctl;
+  cmsghdr* h = CMSG_FIRSTHDR(&m);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(h), &tcp, sizeof tcp);
+  const bool sent = ::sendmsg(r.fd, &m, MSG_NOSIGNAL) == sizeof rq;
+  ::close(tcp);  // roced's copy is the last one now
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t0 = Clock::now();
+  Pd* pd = other->alloc_pd();
+  const double s = since(t0);
+  const bool replied = r.receive(rep) == sizeof rep && rep.seq == 99;
+  std::printf(
+      "      %zu bytes queued on the passed socket; the other client's alloc_pd after %.3f s\n",
+      queued, s);
+  check(sent && queued > 0 && pd != nullptr && s < 1.0 && replied,
+        "a passed descriptor whose close blocks (SO_LINGER): the others are served meanwhile");
+  ::close(peer);
+  ::close(lis);
+}
+
+// Every CQ has an eventfd in roced: a client's descriptors there are counted (max_fds: its
+// event ring's eventfd, its CM's, one per CQ), beyond which EDQUOT.
+void ctl_fd_budget(const std::string& path, unsigned max_fds) {
+  auto c = Context::attach(path);
+  if (!c) return check(false, "attach");
+  std::vector<Cq*> cqs;
+  int err = 0;
+  for (unsigned i = 0; i < max_fds + 8; ++i) {
+    Cq* q = c->create_cq(4);
+    if (q == nullptr) {
+      err = errno;
+      break;
+    }
+    cqs.push_back(q);
+  }
+  check(cqs.size() == max_fds - 1 && err == EDQUOT,
+        std::to_string(cqs.size()) + " CQs, then EDQUOT (max_fds " + std::to_string(max_fds) +
+            ", one is the event ring's)");
+  if (!cqs.empty()) {
+    c->destroy_cq(cqs.back());
+    cqs.pop_back();
+    Cq* q = c->create_cq(4);
+    check(q != nullptr, "a CQ destroyed gives its descriptor back");
+  }
+}
+
+// Connections per uid (SO_PEERCRED) are capped: the one beyond hears EDQUOT.
+void ctl_per_uid(const std::string& path, unsigned per_uid) {
+  std::vector<std::unique_ptr<Context>> held;
+  const auto t0 = Clock::now();
+  // Clients of the scenarios before may still be being cleaned up: wait for their slots.
+  while (held.size() < per_uid && since(t0) < 3) {
+    auto c = Context::attach(path);
+    if (c)
+      held.push_back(std::move(c));
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto extra = Context::attach(path);
+  const int e = errno;
+  check(held.size() == per_uid && !extra && e == EDQUOT,
+        std::to_string(held.size()) + " clients of one uid, the next one refused: EDQUOT (" +
+            std::strerror(e) + ")");
+  held.pop_back();
+  std::unique_ptr<Context> again;
+  for (int i = 0; i < 100 && !again; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    again = Context::attach(path);
+  }
+  check(again != nullptr, "a slot freed: the uid attaches again");
+}
+
+// A connection that never says hello is closed after hello_ms (ETIMEDOUT), not held forever.
+void ctl_hello_deadline(const std::string& path, unsigned hello_ms) {
+  Reply rep;
+  ssize_t n = -1, end = -1;
+  double s = 0;
+  // (Turned away at once while roced still cleans up the clients of the scenarios before:
+  // max_clients_per_uid. Again.)
+  for (int i = 0; i < 40; ++i) {
+    Raw r(path, static_cast<int>(hello_ms) + 3000);
+    const auto t0 = Clock::now();
+    n = r.receive(rep);
+    s = since(t0);
+    end = n == sizeof rep ? r.receive(rep) : -1;
+    if (!(n == sizeof rep && rep.err == EDQUOT)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  check(n == sizeof rep && rep.err == ETIMEDOUT && end == 0,
+        "a silent connection: ETIMEDOUT and closed after " + std::to_string(s) + " s");
+}
+
+// The lowest descriptor number `pid` has free: the next one it opens.
+int lowest_free_fd(pid_t pid) {
+  DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
+  if (d == nullptr) return -1;
+  std::vector<bool> used;
+  while (const dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const auto n = static_cast<std::size_t>(std::atoi(e->d_name));
+    if (n >= used.size()) used.resize(n + 1);
+    used[n] = true;
+  }
+  ::closedir(d);
+  std::size_t i = 0;
+  while (i < used.size() && used[i]) ++i;
+  return static_cast<int>(i);
+}
+
+// roced out of descriptors (its RLIMIT_NOFILE lowered to its lowest free one): a connection is
+// refused with EMFILE, not left in the backlog with the control thread spinning on accept.
+void ctl_emfile(const std::string& path, pid_t pid) {
+  rlimit old{};
+  if (::prlimit(pid, RLIMIT_NOFILE, nullptr, &old) != 0) return check(false, "prlimit");
+  // The clients of the scenarios before are gone (their descriptors closed) by then.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  rlimit low{static_cast<rlim_t>(lowest_free_fd(pid)), old.rlim_max};
+  if (::prlimit(pid, RLIMIT_NOFILE, &low, nullptr) != 0) return check(false, "prlimit");
+  int errs[3] = {-1, -1, -1};
+  for (int& e : errs) {
+    Raw r(path, 3000);
+    Request rq;
+    rq.op = Op::kHello;  // (Request() zeroes every byte, the op too)
+    Reply rep;
+    e = r.call(rq, rep);
+  }
+  ::prlimit(pid, RLIMIT_NOFILE, &old, nullptr);
+  check(errs[0] == EMFILE && errs[1] == EMFILE && errs[2] == EMFILE,
+        "roced without a free descriptor: connections refused with EMFILE (" +
+            std::to_string(errs[0]) + " " + std::to_string(errs[1]) + " " +
+            std::to_string(errs[2]) + ")");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto c = Context::attach(path);
+  check(c != nullptr, "descriptors back: attach works");
+}
+
+// Handles are never 0 and never one still in use, when the counter wraps (handle_limit, a
+// test hook, makes it wrap early).
+void ctl_handle_wrap(const std::string& path, std::uint32_t limit) {
+  Raw r(path);
+  Request rq;
+  Reply rep;
+  rq.op = Op::kHello;
+  if (r.call(rq, rep) != 0) return check(false, "raw hello");
+  rq = Request{};
+  rq.op = Op::kAllocPd;
+  const std::uint32_t pd = r.call(rq, rep) == 0 ? rep.handle : 0;
+  rq = Request{};
+  rq.op = Op::kCreateCq;
+  rq.cq.depth = 4;
+  const std::uint32_t keep = r.call(rq, rep) == 0 ? rep.handle : 0;
+  bool ok = pd != 0 && keep != 0;
+  std::map<std::uint32_t, int> bad;
+  for (std::uint32_t i = 0; ok && i < 3 * limit; ++i) {
+    rq = Request{};
+    rq.op = Op::kCreateCq;
+    rq.cq.depth = 4;
+    if (r.call(rq, rep) != 0) {
+      ok = false;
+      break;
+    }
+    const std::uint32_t h = rep.handle;
+    if (h == 0 || h == pd || h == keep) ++bad[h];
+    rq = Request{};
+    rq.op = Op::kDestroyCq;
+    rq.handle = h;
+    if (r.call(rq, rep) != 0 && h != keep) ok = false;
+  }
+  std::string what;
+  for (auto [h, n] : bad) what += " " + std::to_string(h) + " x" + std::to_string(n);
+  rq = Request{};
+  rq.op = Op::kDestroyCq;
+  rq.handle = keep;
+  ok = ok && bad.empty() && r.call(rq, rep) == 0;
+  check(ok, "handles wrapping (limit " + std::to_string(limit) +
+                "): never 0, never a live one; the first CQ still ours" +
+                (what.empty() ? "" : " (reused:" + what + ")"));
+}
+
+// Privileged Q_Keys (the high bit set, IBA 10.2.4) need privilege, as CAP_NET_RAW in the
+// kernel: EPERM for a client whose uid is not in privileged_uids.
+void ctl_qkey(const std::string& path) {
+  auto c = Context::attach(path);
+  if (!c) return check(false, "attach");
+  Pd* pd = c->alloc_pd();
+  Cq* cq = c->create_cq(4);
+  QpCap cap;
+  Qp* qp = pd && cq ? c->create_qp(pd, QpType::kUd, cq, cq, cap) : nullptr;
+  QpAttr a;
+  a.qp_state = QpState::kInit;
+  a.qkey = 0x80010000u;
+  const std::uint32_t mask = roce::engine::kQpState | roce::engine::kQpPkeyIndex |
+                             roce::engine::kQpPort | roce::engine::kQpQkey;
+  const int priv = qp ? c->modify_qp(qp, a, mask) : -1;
+  a.qkey = 0x11;
+  const int plain = qp ? c->modify_qp(qp, a, mask) : -1;
+  check(priv == EPERM && plain == 0, std::string("a privileged Q_Key: ") + std::strerror(priv) +
+                                         "; an ordinary one: " + std::strerror(plain));
+}
+
+// A client that listens and never reads its CM events: beyond its ring and cm_backlog
+// events, connect requests are refused (REJ, no resources) as a full listen backlog is.
+void ctl_cm_backlog(const std::string& path, const std::string& peer_path, roce::wire::Ipv4Addr ip,
+                    std::uint16_t port, unsigned backlog) {
+  auto lis = Context::attach(path);
+  auto con = Context::attach(peer_path);
+  if (!lis || !con || lis->cm_listen(port) != 0) return check(false, "listener and connector");
+  Pd* pd = con->alloc_pd();
+  Cq* cq = con->create_cq(64);
+  std::vector<Qp*> qps;
+  QpCap cap;
+  bool refused = false;
+  unsigned attempts = 0;
+  const unsigned most = roce::attach::kCmEventSlots + backlog + 64;
+  const auto t0 = Clock::now();
+  for (; attempts < most && !refused && since(t0) < 20; ++attempts) {
+    if (qps.size() == 4) {  // within the peer's QP quota
+      con->destroy_qp(qps.front());
+      qps.erase(qps.begin());
+    }
+    Qp* qp = con->create_qp(pd, QpType::kRc, cq, cq, cap);
+    if (qp == nullptr) break;
+    qps.push_back(qp);
+    std::uint32_t id = 0;
+    if (con->cm_connect(qp, ip, port, CmConnParam{}, id) != 0) break;
+    CmEvent ev;
+    for (int w = 0; w < 20 && !refused && con->cm_get_event(ev, 1) == 0;)
+      refused = ev.type == CmEventType::kRejected && ev.reason == 3;  // IBA: no resources
+  }
+  CmEvent ev;
+  while (!refused && con->cm_get_event(ev, 2000) == 0)
+    refused = ev.type == CmEventType::kRejected && ev.reason == 3;
+  check(refused && attempts > roce::attach::kCmEventSlots,
+        "a listener that never reads: connect request " + std::to_string(attempts) +
+            " refused (REJ no resources)");
+}
+
+// Every scenario above; roced still serves afterwards.
+int ctl_main(const std::string& path, int argc, char** argv) {
+  std::map<std::string, std::string> o;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto eq = a.find('=');
+    if (eq != std::string::npos) o[a.substr(0, eq)] = a.substr(eq + 1);
+  }
+  auto num = [&](const char* k) { return static_cast<unsigned>(std::stoul(o.at(k))); };
+  const auto port = static_cast<std::uint16_t>(num("port"));
+  unsigned a, b, c, d;
+  std::sscanf(o.at("ip").c_str(), "%u.%u.%u.%u", &a, &b, &c, &d);
+  const roce::wire::Ipv4Addr ip{a << 24 | b << 16 | c << 8 | d};
+  const std::string only = o.count("only") ? o["only"] : "";
+  auto run = [&](const char* name) { return only.empty() || only == name; };
+  if (run("resolve")) ctl_resolve(path, num("resolve_ms"), static_cast<std::uint16_t>(port + 1));
+  if (run("resolve"))
+    ctl_resolve_killed(path, num("resolve_ms"), static_cast<std::uint16_t>(port + 2));
+  if (run("close")) ctl_blocking_close(path);
+  if (run("fds")) ctl_fd_budget(path, num("max_fds"));
+  if (run("uid")) ctl_per_uid(path, num("per_uid"));
+  if (run("hello")) ctl_hello_deadline(path, num("hello_ms"));
+  if (run("emfile")) ctl_emfile(path, static_cast<pid_t>(num("pid")));
+  if (run("handles")) ctl_handle_wrap(path, num("handle_limit"));
+  if (run("qkey")) ctl_qkey(path);
+  if (run("cm")) ctl_cm_backlog(path, o.at("b"), ip, port, num("cm_backlog"));
+  auto ctx = Context::attach(path);
+  check(ctx && ctx->alloc_pd() != nullptr, "roced still serves");
+  std::printf("%s\n", failures ? "FAIL" : "OK: control misuse refused");
+  return failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 3 && std::string(argv[2]) == "--ctl") return ctl_main(argv[1], argc - 3, argv + 3);
   if (argc == 3 && std::string(argv[2]) == "--hold") {
     auto ctx = Context::attach(argv[1]);
     if (!ctx) return std::perror("attach"), 1;
@@ -272,13 +785,15 @@ int main(int argc, char** argv) {
     std::printf("%s\n", ok ? "OK: roced gone: ENOTCONN" : "FAIL");
     return ok ? 0 : 1;
   }
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: roce-attach-misuse SOCKET MAX_QPS MAX_MEMORY | SOCKET --hold\n");
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr,
+                 "usage: roce-attach-misuse SOCKET MAX_QPS MAX_MEMORY [MAX_REGIONS] | SOCKET --hold\n");
     return 2;
   }
   const std::string path = argv[1];
   const unsigned max_qps = static_cast<unsigned>(std::stoul(argv[2]));
   const std::size_t max_memory = std::stoull(argv[3]);
+  const std::size_t max_regions = argc == 5 ? std::stoull(argv[4]) : 128;
 
   check(!Context::attach(path + ".nothing") && errno == ENOENT, "no roced at the path: ENOENT");
   check(!Context::attach(path, "no-such-port") && errno == ENODEV, "unknown port: ENODEV");
@@ -385,7 +900,7 @@ int main(int argc, char** argv) {
   shrinking_memfd(path);
   limits_and_memory(path, max_memory);
   refusals_wait_for_the_cq(path);
-  regions_are_counted(path);
+  regions_are_counted(path, max_regions);
   std::printf("%s\n", failures ? "FAIL" : "OK: misuse refused");
   return failures ? 1 : 0;
 }

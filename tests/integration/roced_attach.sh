@@ -10,7 +10,10 @@
 #     and A's QP, MR and attached-client counts (roce-ctl counters) return to their baseline.
 #     A client flooding its send queue with WRITEs is throttled (post_send: ENOMEM) while
 #     another pair's ping-pong goes on.
-#  3. misuse (roce-attach-misuse): foreign handles, quotas, bad memory, malformed requests.
+#  3. misuse (roce-attach-misuse): foreign handles, quotas, bad memory, malformed requests;
+#     3b. the control thread: a client waiting for ARP blocks nobody, descriptors and
+#     connections are bounded (per client, per uid, silent ones, EMFILE), handles never
+#     reused while live, CM events of a client that never reads bounded, privileged Q_Keys.
 #  4. roced stopping under an attached client: the client's calls fail with ENOTCONN.
 # With LINK "veth" the two roced sit on the ends of a veth pair (net_af_packet) instead.
 #   roced_attach.sh ROCED ROCE_CTL EXAMPLE EXAMPLE_C MISUSE WORKDIR [memif|veth]
@@ -64,10 +67,19 @@ counters:
   telemetry: false
 attach:
   socket: $work/$1.sock
-  mode: "0600"
+  mode: "0660"
+  group: $(id -gn)
+  max_clients_per_uid: 6
+  hello_timeout_ms: 1000
+  resolve_timeout_ms: 2000
+  cm_backlog: 8
+  privileged_uids: []
+  test_handle_limit: 64
   quotas:
     max_qps: 8
     max_memory: 67108864
+    max_fds: 16
+    max_regions: 32
 YAML
   "$roced" --config "$work/$1.yaml" > "$work/$1.log" 2>&1 &
   pids+=($!)
@@ -168,8 +180,22 @@ refused=$(sed -n 's/.*WRITEs, \([0-9]*\) posts refused.*/\1/p' "$work/flood-c.lo
 kill -0 "${pids[0]}" || { echo "FAIL: roced A died under the flood"; exit 1; }
 
 # ---- 3. misuse is refused, roced keeps serving ------------------------------------------------
-"$misuse" "$work/a.sock" 8 67108864 | tee "$work/misuse.log"
+"$misuse" "$work/a.sock" 8 67108864 32 | tee "$work/misuse.log"
 grep -q "OK: misuse refused" "$work/misuse.log"
+
+# ---- 3b. the control thread and its descriptors: no client blocks or exhausts the others ----
+"$misuse" "$work/a.sock" --ctl pid="${pids[0]}" b="$work/b.sock" ip=192.0.2.61 port=$((tcp + 10)) \
+  max_fds=16 per_uid=6 hello_ms=1000 resolve_ms=2000 handle_limit=64 cm_backlog=8 \
+  | tee "$work/misuse-ctl.log"
+grep -q "OK: control misuse refused" "$work/misuse-ctl.log"
+kill -0 "${pids[0]}" || { echo "FAIL: roced A died"; exit 1; }
+[[ $(stat -c %G:%a "$work/a.sock") == "$(id -gn):660" ]] || { echo "FAIL: the socket's group or mode"; exit 1; }
+sleep 0.4  # (counters every 100 ms)
+for n in attach_refused attach_silent_closed attach_out_of_fds attach_cm_refused; do
+  v=$(counter "$prom_a" $n)
+  echo "A: $n $v"
+  [[ ${v:-0} -ge 1 ]] || { echo "FAIL: $n not counted"; exit 1; }
+done
 
 # ---- 4. roced stops under an attached client --------------------------------------------------
 "$misuse" "$work/a.sock" --hold > "$work/hold.log" 2>&1 &

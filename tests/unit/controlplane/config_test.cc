@@ -193,6 +193,38 @@ TEST(Config, AttachLimits) {
         << bad;
 }
 
+TEST(Config, AttachControlLimits) {
+  const std::string base = std::string(kGood) + "attach:\n  socket: /s\n";
+  const auto d = parse_config(base, "good.yaml");
+  EXPECT_EQ(d.attach.max_clients_per_uid, 16u);
+  EXPECT_EQ(d.attach.hello_timeout_ms, 5000u);
+  EXPECT_EQ(d.attach.resolve_timeout_ms, 10000u);
+  EXPECT_EQ(d.attach.cm_backlog, 256u);
+  EXPECT_EQ(d.attach.privileged_uids, std::vector<std::uint32_t>{0});
+  EXPECT_EQ(d.attach.max_fds, 64u);
+  const auto c = parse_config(base +
+                                  "  max_clients_per_uid: 2\n  hello_timeout_ms: 1000\n"
+                                  "  resolve_timeout_ms: 500\n  cm_backlog: 0\n"
+                                  "  privileged_uids: [0, 1000]\n  quotas: {max_fds: 8}\n"
+                                  "  group: rdma\n",
+                              "good.yaml");
+  EXPECT_EQ(c.attach.max_clients_per_uid, 2u);
+  EXPECT_EQ(c.attach.hello_timeout_ms, 1000u);
+  EXPECT_EQ(c.attach.resolve_timeout_ms, 500u);
+  EXPECT_EQ(c.attach.cm_backlog, 0u);
+  EXPECT_EQ(c.attach.privileged_uids, (std::vector<std::uint32_t>{0, 1000}));
+  EXPECT_EQ(c.attach.max_fds, 8u);
+  EXPECT_EQ(c.attach.group, "rdma");
+  EXPECT_TRUE(
+      parse_config(base + "  privileged_uids: []\n", "g.yaml").attach.privileged_uids.empty());
+  EXPECT_NE(error_of(base + "  privileged_uids: 0\n").find("list of uids"), std::string::npos);
+  EXPECT_NE(error_of(base + "  privileged_uids: [-1]\n").find("privileged_uids"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "  max_clients_per_uid: 0\n").find("max_clients_per_uid"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "  quotas: {max_fds: 1}\n").find("max_fds"), std::string::npos);
+}
+
 TEST(Config, MissingFileIsAClearError) {
   try {
     load_config("does-not-exist.yaml");

@@ -1,0 +1,100 @@
+// The attach server's checks of a control request before any lookup, and its handle counter
+// (controlplane/attach/request_check.h): the order of the errnos, privileged Q_Keys, and
+// handles that are never 0 nor one still in use when the counter wraps.
+#include "controlplane/attach/request_check.h"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <set>
+
+namespace roce::attach {
+namespace {
+
+Request op(Op o) {
+  Request rq;
+  rq.op = o;
+  return rq;
+}
+
+TEST(RequestCheck, OrderOfErrors) {
+  RequestLimits lim;
+  EXPECT_EQ(check_request(op(Op::kAllocPd), false, true, 0, lim), EINVAL) << "truncated";
+  EXPECT_EQ(check_request(op(Op::kAllocPd), true, false, 0, lim), ENOTCONN) << "before hello";
+  Request hello = op(Op::kHello);
+  hello.hello = HelloReq{};
+  EXPECT_EQ(check_request(hello, true, false, 0, lim), 0);
+  EXPECT_EQ(check_request(hello, true, true, 0, lim), EINVAL) << "a second hello";
+  hello.hello.version = kVersion + 1;
+  EXPECT_EQ(check_request(hello, true, false, 0, lim), EPROTO);
+  EXPECT_EQ(check_request(op(static_cast<Op>(0)), true, true, 0, lim), EINVAL);
+  EXPECT_EQ(check_request(op(static_cast<Op>(999)), true, true, 0, lim), EINVAL);
+  Request region = op(Op::kRegRegion);
+  region.region.length = 4096;
+  EXPECT_EQ(check_request(region, true, true, 0, lim), EBADF) << "no memfd";
+  EXPECT_EQ(check_request(region, true, true, 2, lim), EBADF);
+  EXPECT_EQ(check_request(region, true, true, 1, lim), 0);
+  region.region.length = lim.max_memory + 1;
+  EXPECT_EQ(check_request(region, true, true, 1, lim), EINVAL);
+}
+
+TEST(RequestCheck, FieldRanges) {
+  RequestLimits lim;
+  Request cq = op(Op::kCreateCq);
+  cq.cq.depth = kMaxDepth + 1;
+  EXPECT_EQ(check_request(cq, true, true, 0, lim), EINVAL);
+  Request qp = op(Op::kCreateQp);
+  qp.qp.cap.max_send_sge = kMaxSge + 1;
+  EXPECT_EQ(check_request(qp, true, true, 0, lim), EINVAL);
+  qp.qp.cap = engine::QpCap{};
+  qp.qp.type = engine::QpType::kRc;  // (the zeroed request has no valid type)
+  EXPECT_EQ(check_request(qp, true, true, 0, lim), 0);
+  qp.qp.type = static_cast<engine::QpType>(77);
+  EXPECT_EQ(check_request(qp, true, true, 0, lim), EINVAL);
+  Request cm = op(Op::kCmReject);
+  cm.cm.private_len = kCmPrivateMax + 1;
+  EXPECT_EQ(check_request(cm, true, true, 0, lim), EINVAL);
+  Request listen = op(Op::kCmListen);
+  EXPECT_EQ(check_request(listen, true, true, 0, lim), EINVAL) << "port 0";
+}
+
+TEST(RequestCheck, PrivilegedQkeyNeedsPrivilege) {
+  Request m = op(Op::kModifyQp);
+  m.modify.mask = engine::kQpState | engine::kQpQkey;
+  m.modify.attr.qkey = 0x80010000u;
+  RequestLimits user, root;
+  root.privileged = true;
+  EXPECT_EQ(check_request(m, true, true, 0, user), EPERM);
+  EXPECT_EQ(check_request(m, true, true, 0, root), 0);
+  m.modify.mask = engine::kQpState;  // the Q_Key is not being set
+  EXPECT_EQ(check_request(m, true, true, 0, user), 0);
+  m.modify.mask |= engine::kQpQkey;
+  m.modify.attr.qkey = 0x7FFFFFFFu;
+  EXPECT_EQ(check_request(m, true, true, 0, user), 0);
+}
+
+TEST(HandleCounter, WrapsPastLiveHandlesNeverZero) {
+  HandleCounter h(8);
+  std::set<std::uint32_t> live;
+  auto is_live = [&](std::uint32_t x) { return live.count(x) != 0; };
+  for (std::uint32_t want = 1; want <= 3; ++want) EXPECT_EQ(h.next(is_live), want);
+  live = {1, 2};
+  // 4..8, then wrapped: 3 (1 and 2 are live, 0 is never), 4, ...
+  for (std::uint32_t want = 4; want <= 8; ++want) EXPECT_EQ(h.next(is_live), want);
+  EXPECT_EQ(h.next(is_live), 3u);
+  EXPECT_EQ(h.next(is_live), 4u);
+  live = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_EQ(h.next(is_live), 0u) << "every handle in use";
+  live.erase(6);
+  EXPECT_EQ(h.next(is_live), 6u);
+}
+
+TEST(HandleCounter, FullRangeWrapsToOne) {
+  HandleCounter h;  // 2^32 - 1
+  std::uint32_t last = 0;
+  for (int i = 0; i < 3; ++i) last = h.next([](std::uint32_t) { return false; });
+  EXPECT_EQ(last, 3u);
+}
+
+}  // namespace
+}  // namespace roce::attach
