@@ -166,9 +166,11 @@ bool RpcTcpServer::poll() {
   if (fd_ < 0) return false;
   bool any = false;
   for (;;) {
-    const int c = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK);
+    sockaddr_in sa{};
+    socklen_t sl = sizeof sa;
+    const int c = ::accept4(fd_, reinterpret_cast<sockaddr*>(&sa), &sl, SOCK_NONBLOCK);
     if (c < 0) break;
-    clients_.push_back({c, {}, {}});
+    clients_.push_back({c, CallContext{wire::Ipv4Addr{ntohl(sa.sin_addr.s_addr)}}, {}, {}});
     any = true;
   }
   for (std::size_t i = 0; i < clients_.size();) {
@@ -199,7 +201,7 @@ bool RpcTcpServer::poll() {
       c.in.erase(c.in.begin(), c.in.begin() + 4 + len);
       if (!(mark & 0x80000000u)) continue;
       std::vector<std::uint8_t> reply;
-      handler_(c.record, reply);
+      handler_(c.ctx, c.record, reply);
       ++calls_;
       c.record.clear();
       if (reply.empty()) continue;

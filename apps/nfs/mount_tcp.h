@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "apps/nfs/nfs3.h"
+#include "apps/nfs/nfs_server.h"
 
 namespace roce::nfs {
 
@@ -29,8 +30,8 @@ std::optional<std::vector<std::uint8_t>> rpc_tcp_call(const std::string& server,
 /// record. A record larger than max_record closes the connection.
 class RpcTcpServer {
  public:
-  using Handler =
-      std::function<void(std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply)>;
+  using Handler = std::function<void(const CallContext& ctx, std::span<const std::uint8_t> call,
+                                     std::vector<std::uint8_t>& reply)>;
   explicit RpcTcpServer(Handler h) : handler_(std::move(h)) {}
   ~RpcTcpServer();
   RpcTcpServer(const RpcTcpServer&) = delete;
@@ -45,6 +46,7 @@ class RpcTcpServer {
  private:
   struct Client {
     int fd;
+    CallContext ctx;  ///< the peer's address
     std::vector<std::uint8_t> in, record;
   };
   Handler handler_;

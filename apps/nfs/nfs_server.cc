@@ -2,6 +2,7 @@
 /// NFSv3 and MOUNT over a host directory (nfs_server.h).
 #include "apps/nfs/nfs_server.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -134,8 +135,101 @@ void encode_fh_opt(XdrEncoder& e, const std::optional<Fh>& fh) {
 
 }  // namespace
 
-NfsServer::NfsServer(std::string root, std::string export_path)
-    : root_(std::move(root)), export_(std::move(export_path)) {
+bool ExportOptions::allows(wire::Ipv4Addr a) const {
+  return std::any_of(clients.begin(), clients.end(),
+                     [&](const ClientNet& c) { return (a.v & c.mask) == c.addr; });
+}
+
+bool parse_export_options(std::string_view s, ExportOptions& o, std::string& err) {
+  while (!s.empty()) {
+    const std::size_t comma = s.find(',');
+    const std::string_view opt = s.substr(0, comma);
+    s = comma == std::string_view::npos ? std::string_view{} : s.substr(comma + 1);
+    const std::size_t eq = opt.find('=');
+    const std::string_view key = opt.substr(0, eq);
+    const std::string_view val = eq == std::string_view::npos ? "" : opt.substr(eq + 1);
+    const auto id = [&](std::uint32_t& out) {
+      std::uint64_t n = 0;
+      if (val.empty() || val.size() > 10) return false;
+      for (char c : val) {
+        if (c < '0' || c > '9') return false;
+        n = n * 10 + static_cast<std::uint64_t>(c - '0');
+      }
+      if (n >= 0xffffffffu) return false;  // (uid_t)-1 is no id
+      out = static_cast<std::uint32_t>(n);
+      return true;
+    };
+    if (eq != std::string_view::npos && key != "anonuid" && key != "anongid") {
+      err = "export option " + std::string(key) + " takes no value";
+      return false;
+    }
+    if (key == "ro")
+      o.rw = false;
+    else if (key == "rw")
+      o.rw = true;
+    else if (key == "root_squash")
+      o.root_squash = true;
+    else if (key == "no_root_squash")
+      o.root_squash = false;
+    else if (key == "all_squash")
+      o.all_squash = true;
+    else if (key == "no_all_squash")
+      o.all_squash = false;
+    else if (key == "anonuid" || key == "anongid") {
+      if (!id(key == "anonuid" ? o.anonuid : o.anongid)) {
+        err = "export option " + std::string(key) + " needs a number in 0..4294967294, not '" +
+              std::string(val) + "'";
+        return false;
+      }
+    } else if (key == "sync" || key == "no_subtree_check" || key == "insecure" ||
+               key == "sec=sys") {
+      // What knfsd exports commonly carry and this server does anyway.
+    } else {
+      err = "unknown export option '" + std::string(opt) +
+            "' (ro, rw, root_squash, no_root_squash, all_squash, no_all_squash, anonuid=N, "
+            "anongid=N)";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool parse_clients(std::string_view s, ExportOptions& o, std::string& err) {
+  std::vector<ClientNet> out;
+  while (true) {
+    const std::size_t comma = s.find(',');
+    const std::string_view c = s.substr(0, comma);
+    if (c == "*") {
+      out.push_back({0, 0, "*"});
+    } else {
+      const std::size_t slash = c.find('/');
+      const std::string addr(c.substr(0, slash));
+      in_addr a{};
+      int len = 32;
+      bool ok = ::inet_pton(AF_INET, addr.c_str(), &a) == 1;
+      if (ok && slash != std::string_view::npos) {
+        const std::string_view p = c.substr(slash + 1);
+        ok = !p.empty() && p.size() <= 2 &&
+             std::all_of(p.begin(), p.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+        if (ok) len = std::stoi(std::string(p));
+        ok = ok && len <= 32;
+      }
+      if (!ok) {
+        err = "bad client '" + std::string(c) + "': an IPv4 address, address/prefix or *";
+        return false;
+      }
+      const std::uint32_t mask = len == 0 ? 0 : ~0u << (32 - len);
+      out.push_back({ntohl(a.s_addr) & mask, mask, std::string(c)});
+    }
+    if (comma == std::string_view::npos) break;
+    s = s.substr(comma + 1);
+  }
+  o.clients = std::move(out);
+  return true;
+}
+
+NfsServer::NfsServer(std::string root, std::string export_path, ExportOptions opts)
+    : root_(std::move(root)), export_(std::move(export_path)), opts_(std::move(opts)) {
   struct stat s;
   if (::stat(root_.c_str(), &s) != 0 || !S_ISDIR(s.st_mode))
     throw std::runtime_error("NFS export root " + root_ + " is not a directory");
@@ -169,7 +263,9 @@ bool NfsServer::path_of(const Fh& fh, std::string& path) const {
   return true;
 }
 
-void NfsServer::handle(std::span<const std::uint8_t> call, RpcReply& out) {
+NfsServer::~NfsServer() = default;
+
+void NfsServer::handle(const CallContext&, std::span<const std::uint8_t> call, RpcReply& out) {
   out = RpcReply{};
   XdrDecoder d(call);
   rpc::CallHeader h;
@@ -551,7 +647,8 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
   }
 }
 
-void NfsServer::handle_mount(std::span<const std::uint8_t> call, RpcReply& out) {
+void NfsServer::handle_mount(const CallContext&, std::span<const std::uint8_t> call,
+                             RpcReply& out) {
   out = RpcReply{};
   XdrDecoder d(call);
   rpc::CallHeader h;

@@ -30,6 +30,13 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       c.root = v;
     else if (a == "--export")
       c.export_path = v;
+    else if (a == "--export-options" || a == "--clients") {
+      std::string err;
+      if (!(a == "--clients" ? parse_clients(v, c.exports, err)
+                             : parse_export_options(v, c.exports, err)))
+        throw std::runtime_error("service nfs: " + a + ": " + err);
+    } else if (a == "--max-handles")
+      c.max_handles = num(16, 1u << 24);
     else if (a == "--mount-address")
       c.mount_address = v;
     else if (a == "--mount-port")
@@ -42,30 +49,35 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       c.tcp_port = static_cast<std::uint16_t>(num(1, 65535));
     else
       throw std::runtime_error("service nfs: unknown option " + a +
-                               " (--root, --export, --mount-address, --mount-port, --credits, "
-                               "--inline)");
+                               " (--root, --export, --export-options, --clients, --max-handles, "
+                               "--mount-address, --mount-port, --credits, --inline, --tcp-port)");
   }
   if (c.root.empty()) throw std::runtime_error("service nfs: --root DIR is required");
 }
 
 NfsService::NfsService(perf::Env& env, const NfsServiceConfig& c)
-    : nfs_(c.root, c.export_path),
+    : nfs_(c.root, c.export_path, c.exports),
       rdma_(env, c.transport,
-            [this](std::span<const std::uint8_t> call, RpcReply& r) { nfs_.handle(call, r); }),
-      mount_([this](std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply) {
+            [this](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& r) {
+              nfs_.handle(ctx, call, r);
+            }),
+      mount_([this](const CallContext& ctx, std::span<const std::uint8_t> call,
+                    std::vector<std::uint8_t>& reply) {
         RpcReply r;
-        nfs_.handle_mount(call, r);
+        nfs_.handle_mount(ctx, call, r);
         reply = std::move(r.msg);
       }) {
   nfs_.max_io = c.transport.max_io;
+  nfs_.max_handles = c.max_handles;
   std::string err;
   if (!mount_.listen(c.mount_address, c.mount_port, err)) throw std::runtime_error(err);
   rdma_.listen(c.port);
   if (c.tcp_port) {
     tcp_ = std::make_unique<RpcTcpServer>(
-        [this](std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply) {
+        [this](const CallContext& ctx, std::span<const std::uint8_t> call,
+               std::vector<std::uint8_t>& reply) {
           RpcReply r;
-          nfs_.handle(call, r);
+          nfs_.handle(ctx, call, r);
           reply = std::move(r.msg);
           if (r.has_payload) {  // no chunks over TCP: READ's data follows inline
             const std::size_t n = r.payload.size();

@@ -19,6 +19,8 @@ namespace roce::nfs {
 struct NfsServiceConfig {
   std::string root;               ///< the host directory served
   std::string export_path = "/";  ///< what MNT asks for
+  ExportOptions exports;          ///< --export-options, --clients (exports(5))
+  std::uint32_t max_handles = 65536;
   std::uint16_t port = kNfsRdmaPort;
   std::string mount_address = "0.0.0.0";
   std::uint16_t mount_port = 20048;
@@ -26,8 +28,9 @@ struct NfsServiceConfig {
   std::uint16_t tcp_port = 0;  ///< non-zero: NFS over kernel TCP too (the benchmarks' baseline)
 };
 
-/// Parses a service's args (--root DIR, --export PATH, --mount-address IP, --mount-port N,
-/// --credits N, --inline BYTES) into `c`; throws std::runtime_error on a bad one.
+/// Parses a service's args (--root DIR, --export PATH, --export-options OPTS, --clients LIST,
+/// --max-handles N, --mount-address IP, --mount-port N, --credits N, --inline BYTES,
+/// --tcp-port N) into `c`; throws std::runtime_error on a bad one.
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c);
 
 class NfsService {

@@ -29,6 +29,7 @@ struct RpcRdmaServer::Conn {
   bool up = false;
   bool remote_inv = false;
   std::uint32_t peer_recv = rdma::kDefaultInline;  ///< what the client can receive inline
+  wire::Ipv4Addr peer;                             ///< the client's address (export access)
   std::vector<std::uint8_t> recv_mem, send_mem, data_mem, reply_mem;
   Mr* recv_mr = nullptr;
   Mr* send_mr = nullptr;
@@ -98,6 +99,7 @@ void RpcRdmaServer::on_cm(const cm::CmEvent& e) {
     auto c = std::make_unique<Conn>();
     c->id = next_id_++;
     c->cm = e.id;
+    c->peer = *peer;
     // RFC 8797: the client's sizes and whether it takes SEND with invalidate; 1024 without.
     if (const auto pd = rdma::decode_private(e.private_data)) {
       c->remote_inv = pd->remote_invalidate;
@@ -288,7 +290,7 @@ void RpcRdmaServer::assemble_and_run(Conn& c) {
     call = std::move(c.inline_part);
   }
   RpcReply reply;
-  handler_(call, reply);
+  handler_(CallContext{c.peer}, call, reply);
   if (reply.msg.empty()) {  // nothing to answer (no XID): the credit comes back anyway
     c.state = Conn::kIdle;
     return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);

@@ -38,7 +38,8 @@ struct ServerStats {
 
 class RpcRdmaServer {
  public:
-  using Handler = std::function<void(std::span<const std::uint8_t> call, RpcReply& reply)>;
+  using Handler = std::function<void(const CallContext& ctx, std::span<const std::uint8_t> call,
+                                     RpcReply& reply)>;
 
   RpcRdmaServer(perf::Env& env, ServerOptions o, Handler h);
   ~RpcRdmaServer();

@@ -23,7 +23,11 @@ class NfsServerTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() / ("nfs_server_test." + std::to_string(getpid()));
     std::filesystem::create_directories(dir_);
     std::ofstream(dir_ / "hello") << "hello world";
-    srv_ = std::make_unique<NfsServer>(dir_.string(), "/export");
+    // The tests of the procedures run as root on a read-write export that keeps root as root.
+    ExportOptions o;
+    o.rw = true;
+    o.root_squash = false;
+    srv_ = std::make_unique<NfsServer>(dir_.string(), "/export", o);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -43,9 +47,9 @@ class NfsServerTest : public ::testing::Test {
     args(e);
     RpcReply r;
     if (prog == kMountProgram)
-      srv_->handle_mount(b, r);
+      srv_->handle_mount(ctx_, b, r);
     else
-      srv_->handle(b, r);
+      srv_->handle(ctx_, b, r);
     return r;
   }
   /// The reply's results (after an accepted SUCCESS header).
@@ -60,6 +64,7 @@ class NfsServerTest : public ::testing::Test {
   std::filesystem::path dir_;
   std::unique_ptr<NfsServer> srv_;
   std::uint32_t xid_ = 0;
+  CallContext ctx_{wire::Ipv4Addr{0xC0000202}};  // 192.0.2.2
 };
 
 TEST_F(NfsServerTest, MountLookupReadWriteCreateRemove) {
@@ -210,7 +215,7 @@ TEST_F(NfsServerTest, RefusesWhatItShould) {
   // Not a call at all: nothing to answer.
   RpcReply r;
   const Bytes junk{1, 2, 3};
-  srv_->handle(junk, r);
+  srv_->handle(ctx_, junk, r);
   EXPECT_TRUE(r.msg.empty());
   // A symbolic link out of the export is neither a directory to look into nor a file to read.
   std::filesystem::create_symlink("/etc", dir_ / "out");
