@@ -324,5 +324,143 @@ TEST_F(NfsServerTest, AttributesDirectoryListingAndFilesystemInfo) {
   EXPECT_EQ(rnd.u32(), kErrNotsupp);
 }
 
+TEST_F(NfsServerTest, SymlinkSwappedInMidPathLeadsNowhere) {
+  // a/b/f in the export; the client holds handles of b and f. Then a local user moves a out of
+  // the export and leaves a symbolic link to it in its place: the same inodes are now reached
+  // through a link that leads out. No operation on the old handles may touch them there.
+  std::filesystem::create_directories(dir_ / "a" / "b");
+  std::ofstream(dir_ / "a" / "b" / "f") << "inside";
+  const Fh root = srv_->root_fh();
+  auto look = [&](const Fh& d, const std::string& n) {
+    auto r = call(kLookup, [&](XdrEncoder& e) {
+      encode(e, d);
+      e.string(n);
+    });
+    XdrDecoder x = results(r);
+    const LookupRes l = decode_lookup(x);
+    EXPECT_EQ(l.status, kOk) << n;
+    return l.fh;
+  };
+  const Fh b = look(look(root, "a"), "b");
+  const Fh f = look(b, "f");
+  const auto out = dir_.parent_path() / ("nfs_server_test.out." + std::to_string(getpid()));
+  std::filesystem::create_directories(out);
+  std::filesystem::rename(dir_ / "a", out / "a");
+  std::filesystem::create_directory_symlink(out / "a", dir_ / "a");
+  const auto outf = out / "a" / "b" / "f";
+  const auto mode_before = std::filesystem::status(outf).permissions();
+
+  auto cr = call(kCreate, [&](XdrEncoder& e) {
+    encode(e, b);
+    e.string("x");
+    e.u32(kUnchecked);
+    encode(e, Sattr{});
+  });
+  XdrDecoder crd = results(cr);
+  EXPECT_NE(decode_create(crd).status, kOk);
+  auto mk = call(kMkdir, [&](XdrEncoder& e) {
+    encode(e, b);
+    e.string("d");
+    encode(e, Sattr{});
+  });
+  XdrDecoder mkd = results(mk);
+  EXPECT_NE(mkd.u32(), kOk);
+  const Bytes data{'o', 'u', 't'};
+  auto wr = call(kWrite, [&](XdrEncoder& e) {
+    encode(e, f);
+    e.u64(0);
+    e.u32(3);
+    e.u32(kFileSync);
+    e.opaque(data);
+  });
+  XdrDecoder wrd = results(wr);
+  EXPECT_NE(decode_write(wrd).status, kOk);
+  auto sa = call(kSetattr, [&](XdrEncoder& e) {
+    encode(e, f);
+    encode(e, Sattr{0777, {}, {}, std::uint64_t{1}, false, true});
+    e.boolean(false);
+  });
+  XdrDecoder sad = results(sa);
+  EXPECT_NE(sad.u32(), kOk);
+  auto rd = call(kRead, [&](XdrEncoder& e) {
+    encode(e, f);
+    e.u64(0);
+    e.u32(100);
+  });
+  XdrDecoder rdd = results(rd);
+  EXPECT_NE(rdd.u32(), kOk);
+  EXPECT_FALSE(rd.has_payload);
+  auto ls = call(kReaddirplus, [&](XdrEncoder& e) {
+    encode(e, b);
+    e.u64(0);
+    e.fixed(Verf{});
+    e.u32(4096);
+    e.u32(65536);
+  });
+  XdrDecoder lsd = results(ls);
+  EXPECT_NE(lsd.u32(), kOk);
+  auto cm = call(kCommit, [&](XdrEncoder& e) {
+    encode(e, f);
+    e.u64(0);
+    e.u32(0);
+  });
+  XdrDecoder cmd = results(cm);
+  EXPECT_NE(cmd.u32(), kOk);
+  auto rm = call(kRemove, [&](XdrEncoder& e) {
+    encode(e, b);
+    e.string("f");
+  });
+  XdrDecoder rmd = results(rm);
+  EXPECT_NE(rmd.u32(), kOk);
+
+  EXPECT_FALSE(std::filesystem::exists(out / "a" / "b" / "x"));
+  EXPECT_FALSE(std::filesystem::exists(out / "a" / "b" / "d"));
+  ASSERT_TRUE(std::filesystem::exists(outf));
+  std::string got;
+  std::ifstream(outf) >> got;
+  EXPECT_EQ(got, "inside");
+  EXPECT_EQ(std::filesystem::status(outf).permissions(), mode_before);
+  std::filesystem::remove_all(out);
+}
+
+TEST_F(NfsServerTest, FileHandleTableIsBounded) {
+  srv_->max_handles = 100;
+  const Fh root = srv_->root_fh();
+  for (int i = 0; i < 300; ++i) std::ofstream(dir_ / ("f" + std::to_string(i))) << i;
+  std::vector<Fh> fhs;
+  for (int i = 0; i < 300; ++i) {
+    auto r = call(kLookup, [&](XdrEncoder& e) {
+      encode(e, root);
+      e.string("f" + std::to_string(i));
+    });
+    XdrDecoder d = results(r);
+    const LookupRes l = decode_lookup(d);
+    ASSERT_EQ(l.status, kOk);
+    fhs.push_back(l.fh);
+  }
+  EXPECT_LE(srv_->handles(), 100u);
+  auto getattr = [&](const Fh& fh) {
+    auto r = call(kGetattr, [&](XdrEncoder& e) { encode(e, fh); });
+    XdrDecoder d = results(r);
+    return d.u32();
+  };
+  EXPECT_EQ(getattr(fhs.front()), kErrStale);  // forgotten: stale, as an evicted knfsd fh
+  EXPECT_EQ(getattr(fhs.back()), kOk);
+  EXPECT_EQ(getattr(root), kOk);  // the root is never forgotten
+  // READDIRPLUS hands out handles too; long names count against the bytes bound.
+  srv_->max_handles = 1u << 20;
+  srv_->max_handle_bytes = 4096;
+  auto ls = call(kReaddirplus, [&](XdrEncoder& e) {
+    encode(e, root);
+    e.u64(0);
+    e.fixed(Verf{});
+    e.u32(65536);
+    e.u32(1u << 20);
+  });
+  XdrDecoder lsd = results(ls);
+  ASSERT_EQ(decode_readdirplus(lsd).status, kOk);
+  EXPECT_LE(srv_->handles(), 4096u / 2);
+}
+
 }  // namespace
 }  // namespace roce::nfs
