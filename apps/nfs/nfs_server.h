@@ -2,7 +2,16 @@
 /// An NFSv3 server (RFC 1813) and MOUNT v3 over a directory of the host: RPC calls in, RPC
 /// replies out, no transport. READ's data is returned apart from the reply (the reduced data
 /// item of RFC 8166/8267), so that the transport can put it in the client's write chunk or
-/// inline. File handles name inodes; the server remembers the path of every inode it handed out.
+/// inline. File handles name inodes; the server remembers the path under the root of the inodes
+/// it handed out (a bounded LRU), and resolves it beneath the root with openat2
+/// (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV) for every call, acting on the
+/// descriptors it gets.
+///
+/// Authorization is exports(5)'s: a client address list, ro or rw, root_squash or all_squash to
+/// anonuid/anongid. Each call runs with the caller's uid, gid and groups as the calling thread's
+/// file system identity (setfsuid, setfsgid, setgroups: per thread), so that the kernel makes
+/// every permission decision as for a local user; the previous identity is back when handle()
+/// returns. Not thread-safe: one thread calls it at a time.
 ///
 /// Procedures: NULL, GETATTR, SETATTR, LOOKUP, ACCESS, READ, WRITE, CREATE, MKDIR, REMOVE,
 /// RMDIR, READDIR, READDIRPLUS, FSSTAT, FSINFO, PATHCONF, COMMIT; the others answer
@@ -61,6 +70,7 @@ struct RpcReply {
 
 struct NfsServerStats {
   std::uint64_t calls = 0, errors = 0, garbage = 0, bytes_read = 0, bytes_written = 0;
+  std::uint64_t denied = 0;  ///< AUTH_ERROR (a bad credential, a client not listed), MNT3ERR_ACCES
   std::map<std::uint32_t, std::uint64_t> by_proc;
 };
 
@@ -88,14 +98,38 @@ class NfsServer {
   std::size_t handles() const { return paths_.size(); }
 
  private:
-  bool path_of(const v3::Fh& fh, std::string& path) const;
-  v3::Fh remember(const std::string& path, std::uint64_t ino);
+  struct Obj;
+  class Identity;
+  struct Cred {
+    std::uint32_t uid = 0, gid = 0;
+    std::vector<std::uint32_t> groups;
+  };
+  /// The identity a credential maps to under the export's squash options; false when the
+  /// credential is malformed.
+  bool credential(const rpc::OpaqueAuth& a, Cred& c) const;
+  /// The path under the root a handle names (most recently used from now on).
+  bool rel_of(const v3::Fh& fh, std::uint64_t& ino, std::string& rel);
+  /// Opens what `fh` names beneath the root (O_PATH); kOk, kErrStale or kErrAcces.
+  v3::Status find(const v3::Fh& fh, Obj& o);
+  /// Opens `o` again for I/O with `flags` (the same inode or kErrStale); the owner of a file may
+  /// read and write it whatever its mode says, as knfsd allows (NFSD_MAY_OWNER_OVERRIDE).
+  v3::Status reopen(const Obj& o, int flags, bool owner_override, int& fd);
+  v3::Fh remember(const std::string& rel, std::uint64_t ino);
   void dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcReply& out);
 
   std::string root_, export_;
   ExportOptions opts_;
-  std::uint64_t root_ino_ = 0;
-  std::map<std::uint64_t, std::string> paths_;  ///< inode -> path under root_
+  int root_fd_ = -1;  ///< O_PATH; every path is resolved beneath it
+  std::uint64_t root_ino_ = 0, root_dev_ = 0;
+  struct Remembered {
+    std::string rel;
+    std::list<std::uint64_t>::iterator lru;
+  };
+  std::unordered_map<std::uint64_t, Remembered> paths_;  ///< inode -> path under the root
+  std::list<std::uint64_t> lru_;                         ///< most recently used first
+  std::size_t path_bytes_ = 0;
+  Cred cred_;               ///< the caller of the call being served
+  Identity* id_ = nullptr;  ///< its identity, while handle() serves it
   v3::Verf write_verf_{};
   NfsServerStats st_;
 };

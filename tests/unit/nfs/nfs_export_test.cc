@@ -139,7 +139,7 @@ class NfsExportTest : public ::testing::Test {
   Fh root_;
   std::uint32_t xid_ = 0;
   CallContext ctx_{kClient};
-  rpc::OpaqueAuth cred_ = as(0, 0);
+  rpc::OpaqueAuth cred_ = as(::geteuid(), ::getegid());
 };
 
 constexpr std::uint32_t kRead = 1, kLookupBit = 2, kModify = 4, kExtend = 8, kDelete = 0x10,
@@ -243,6 +243,7 @@ TEST_F(NfsExportTest, ReadOnlyUnlessRw) {
 TEST_F(NfsExportTest, RootIsSquashedToTheAnonymousIds) {
   if (!root()) GTEST_SKIP() << "needs root (setfsuid)";
   serve("rw");  // root_squash by default
+  cred_ = as(0, 0);
   const CreateRes c = create("byroot", 04755);
   ASSERT_EQ(c.status, kOk);
   EXPECT_EQ(host_stat("byroot").st_uid, 65534u);
