@@ -101,7 +101,8 @@ std::string NfsService::report() const {
   const auto& t = rdma_.stats();
   const auto& n = nfs_.stats();
   std::string s = "nfs: " + std::to_string(n.calls) + " calls (" + std::to_string(n.errors) +
-                  " errors, " + std::to_string(n.garbage) + " garbage), " +
+                  " errors, " + std::to_string(n.garbage) + " garbage, " +
+                  std::to_string(n.denied) + " denied), " +
                   std::to_string(n.bytes_read) + " bytes read, " + std::to_string(n.bytes_written) +
                   " written; MOUNT calls " + std::to_string(mount_.calls()) + "\n";
   s += "rpcrdma: " + std::to_string(t.connections) + " connections, " + std::to_string(t.calls) +
