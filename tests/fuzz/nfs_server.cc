@@ -8,8 +8,9 @@
 /// export (root, f, d, d/g, l, p), so that calls reach the procedures.
 ///
 /// Checked after every call: a non-empty reply is an RPC reply with the call's XID; the thread's
-/// file system ids are the process's again; the handle table is within its bound; nothing
-/// outside the export changed (the link's target directory and its sentinel file).
+/// file system ids are the process's again; no descriptor left open; the handle table is within
+/// its bound; nothing outside the export changed (the link's target directory and its sentinel
+/// file).
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -85,6 +86,12 @@ bool outside_unchanged() {
 
 constexpr std::uint8_t kMagic[4] = {'R', 'N', 'F', '3'};
 
+std::size_t open_fds() {
+  std::size_t n = 0;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) (void)e, ++n;
+  return n;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -136,6 +143,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::memcpy(call.data() + i, fh.data.data(), 12);
     i += 11;
   }
+  const std::size_t fds = open_fds();
   RpcReply r;
   if (flags & 16)
     srv.handle_mount(ctx, call, r);
@@ -152,6 +160,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       ::syscall(SYS_setfsgid, -1) != static_cast<long>(::getegid()))
     std::abort();
   if (srv.handles() > srv.max_handles) std::abort();
+  if (open_fds() != fds) std::abort();  // every descriptor of the call closed
   if (!outside_unchanged()) std::abort();
   return 0;
 }

@@ -295,6 +295,13 @@ TEST_F(NfsExportTest, TheCallerIsWhoTheKernelChecks) {
   EXPECT_EQ(setattr(*c.fh, Sattr{{}, std::uint32_t{1001}, {}, {}, false, false}), kErrPerm);
   EXPECT_EQ(setattr(*c.fh, Sattr{{}, std::uint32_t{0}, {}, {}, false, false}), kErrPerm);
   EXPECT_EQ(host_stat("mine").st_uid, 1000u);
+  // The owner may give the file to a group of its own; the kernel drops the setuid bit then.
+  EXPECT_EQ(setattr(*c.fh, Sattr{04755, {}, {}, {}, false, false}), kOk);
+  cred_ = as(1000, 1000, {20});
+  EXPECT_EQ(setattr(*c.fh, Sattr{{}, {}, std::uint32_t{20}, {}, false, false}), kOk);
+  EXPECT_EQ(host_stat("mine").st_gid, 20u);
+  EXPECT_EQ(host_stat("mine").st_mode & 07777, 0755u);
+  EXPECT_EQ(setattr(*c.fh, Sattr{{}, {}, std::uint32_t{30}, {}, false, false}), kErrPerm);
   // Supplementary groups count: root:500 0660 is readable with 500 among the groups only.
   ASSERT_EQ(::chown((dir_ / "hello").c_str(), 0, 500), 0);
   ASSERT_EQ(::chmod((dir_ / "hello").c_str(), 0660), 0);
