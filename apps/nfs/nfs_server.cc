@@ -284,11 +284,12 @@ class NfsServer::Identity {
     restore();
     uid_ = static_cast<std::uint32_t>(::syscall(SYS_setfsuid, -1));
     gid_ = static_cast<std::uint32_t>(::syscall(SYS_setfsgid, -1));
-    if (uid == uid_ && gid == gid_ && uid != 0) return true;  // already (an unprivileged roced)
+    if (uid == uid_ && gid == gid_) return true;  // already (an unprivileged roced, root)
     const long n = ::syscall(SYS_getgroups, 0, nullptr);
     groups_.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
     if (n > 0 && ::syscall(SYS_getgroups, n, groups_.data()) != n) return false;
-    if (::syscall(SYS_setgroups, groups.size(), groups.data()) != 0) return false;
+    groups_set_ = groups != groups_;  // each change of credentials costs the kernel a few us
+    if (groups_set_ && ::syscall(SYS_setgroups, groups.size(), groups.data()) != 0) return false;
     switched_ = true;
     ::syscall(SYS_setfsgid, gid);
     ::syscall(SYS_setfsuid, uid);
@@ -304,11 +305,11 @@ class NfsServer::Identity {
     switched_ = false;
     ::syscall(SYS_setfsuid, uid_);
     ::syscall(SYS_setfsgid, gid_);
-    ::syscall(SYS_setgroups, groups_.size(), groups_.data());
+    if (groups_set_) ::syscall(SYS_setgroups, groups_.size(), groups_.data());
   }
 
  private:
-  bool switched_ = false;
+  bool switched_ = false, groups_set_ = false;
   std::uint32_t uid_ = 0, gid_ = 0;
   std::vector<std::uint32_t> groups_;
 };
