@@ -41,6 +41,8 @@ Status from_errno(int e) {
       return kErrXdev;
     case ENOTDIR:
       return kErrNotdir;
+    case ENXIO:
+      return kErrNxio;
     case EISDIR:
       return kErrIsdir;
     case EINVAL:
@@ -137,6 +139,13 @@ int open_beneath(int root, const std::string& rel, int flags) {
     const long fd = ::syscall(SYS_openat2, root, p, &how, sizeof how);
     if (fd >= 0 || errno != EAGAIN || i == 3) return static_cast<int>(fd);
   }
+}
+
+/// A handle's path that no longer opens: gone, or a component is now a symbolic link, not a
+/// directory or another file system, is stale; the rest (EACCES, EISDIR, ENXIO...) say why.
+Status path_error(int err) {
+  return err == ENOENT || err == ELOOP || err == EXDEV || err == ENOTDIR ? kErrStale
+                                                                          : from_errno(err);
 }
 
 std::string proc_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
@@ -389,9 +398,7 @@ Status NfsServer::find(const Fh& fh, Obj& o) {
   if (!rel_of(fh, ino, o.rel)) return kErrStale;
   const int fd = o.rel.empty() ? ::fcntl(root_fd_, F_DUPFD_CLOEXEC, 0)
                                : open_beneath(root_fd_, o.rel, O_PATH);
-  // Gone, or a component is now a symbolic link or another file system: not what the handle
-  // named.
-  if (fd < 0) return errno == EACCES ? kErrAcces : kErrStale;
+  if (fd < 0) return path_error(errno);
   o.fd.reset(fd);
   if (::fstat(fd, &o.st) != 0 || o.st.st_ino != ino || o.st.st_dev != root_dev_) return kErrStale;
   return kOk;
@@ -413,7 +420,7 @@ Status NfsServer::reopen(const Obj& o, int flags, bool owner_override, int& fd) 
     }
     errno = err;
   }
-  if (fd < 0) return errno == EACCES ? kErrAcces : errno == EISDIR ? kErrIsdir : kErrStale;
+  if (fd < 0) return path_error(errno);
   struct stat s;
   if (::fstat(fd, &s) != 0 || s.st_ino != o.st.st_ino || s.st_dev != o.st.st_dev) {
     ::close(fd);
@@ -545,13 +552,12 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       // Never through a symbolic link: it may point out of the export.
       if (S_ISLNK(o.st.st_mode)) return fail(kErrInval), encode_wcc(e, before, before);
       // Each change as the caller: the kernel says who may chmod, chown and truncate.
-      int err = 0;
-      if (s.mode && (err = chmod_fd(o.fd.get(), *s.mode & 07777)) != 0) {
-      } else if ((s.uid || s.gid) &&
-                 ::fchownat(o.fd.get(), "", s.uid ? *s.uid : static_cast<uid_t>(-1),
-                            s.gid ? *s.gid : static_cast<gid_t>(-1), AT_EMPTY_PATH) != 0) {
+      int err = s.mode ? chmod_fd(o.fd.get(), *s.mode & 07777) : 0;
+      if (!err && (s.uid || s.gid) &&
+          ::fchownat(o.fd.get(), "", s.uid ? *s.uid : static_cast<uid_t>(-1),
+                     s.gid ? *s.gid : static_cast<gid_t>(-1), AT_EMPTY_PATH) != 0)
         err = errno;
-      } else if (s.size) {
+      if (!err && s.size) {
         int fd = -1;
         if (const Status st = reopen(o, O_WRONLY, true, fd))
           return fail(st), encode_wcc(e, before, attr_of(o.fd.get()));

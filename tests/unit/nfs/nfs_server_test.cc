@@ -353,6 +353,16 @@ TEST_F(NfsServerTest, SymlinkSwappedInMidPathLeadsNowhere) {
   const auto outf = out / "a" / "b" / "f";
   const auto mode_before = std::filesystem::status(outf).permissions();
 
+  // Not even attributes or names from out there.
+  auto ga = call(kGetattr, [&](XdrEncoder& e) { encode(e, f); });
+  XdrDecoder gad = results(ga);
+  EXPECT_EQ(gad.u32(), kErrStale);
+  auto lk = call(kLookup, [&](XdrEncoder& e) {
+    encode(e, b);
+    e.string("f");
+  });
+  XdrDecoder lkd = results(lk);
+  EXPECT_EQ(lkd.u32(), kErrStale);
   auto cr = call(kCreate, [&](XdrEncoder& e) {
     encode(e, b);
     e.string("x");
