@@ -4,11 +4,11 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
-#include <linux/openat2.h>
-#include <sys/syscall.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -99,8 +99,8 @@ bool bad_name(const std::string& n) {
          n.find('\0') != std::string::npos;
 }
 
-constexpr std::size_t kMaxRel = 4095;         ///< PATH_MAX less its NUL
-constexpr std::size_t kEntryOverhead = 64;    ///< what a remembered handle costs besides its path
+constexpr std::size_t kMaxRel = 4095;       ///< PATH_MAX less its NUL
+constexpr std::size_t kEntryOverhead = 64;  ///< what a remembered handle costs besides its path
 #ifndef SYS_fchmodat2
 #define SYS_fchmodat2 452  // Linux 6.6; glibc 2.36 does not name it
 #endif
@@ -145,7 +145,7 @@ int open_beneath(int root, const std::string& rel, int flags) {
 /// directory or another file system, is stale; the rest (EACCES, EISDIR, ENXIO...) say why.
 Status path_error(int err) {
   return err == ENOENT || err == ELOOP || err == EXDEV || err == ENOTDIR ? kErrStale
-                                                                          : from_errno(err);
+                                                                         : from_errno(err);
 }
 
 std::string proc_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
@@ -280,7 +280,6 @@ bool parse_clients(std::string_view s, ExportOptions& o, std::string& err) {
   return true;
 }
 
-
 /// The calling thread's file system identity: switched to a caller's for one call, then back.
 /// setfsuid, setfsgid and the raw setgroups are per thread on Linux (glibc's setgroups would
 /// change every thread of roced). A file system uid other than 0 drops CAP_DAC_OVERRIDE,
@@ -322,7 +321,6 @@ class NfsServer::Identity {
   std::uint32_t uid_ = 0, gid_ = 0;
   std::vector<std::uint32_t> groups_;
 };
-
 
 /// What a handle names, opened O_PATH beneath the root, and its path and attributes.
 struct NfsServer::Obj {
@@ -366,8 +364,7 @@ Fh NfsServer::remember(const std::string& rel, std::uint64_t ino) {
   }
   path_bytes_ += rel.size();
   // Forget the least recently used beyond either bound: their handles are stale from now on.
-  while (lru_.size() > 1 &&
-         (lru_.size() > max_handles || path_bytes_ > max_handle_bytes)) {
+  while (lru_.size() > 1 && (lru_.size() > max_handles || path_bytes_ > max_handle_bytes)) {
     const auto old = paths_.find(lru_.back());
     path_bytes_ -= old->second.rel.size() + kEntryOverhead;
     paths_.erase(old);
@@ -396,8 +393,8 @@ bool NfsServer::rel_of(const Fh& fh, std::uint64_t& ino, std::string& rel) {
 Status NfsServer::find(const Fh& fh, Obj& o) {
   std::uint64_t ino = 0;
   if (!rel_of(fh, ino, o.rel)) return kErrStale;
-  const int fd = o.rel.empty() ? ::fcntl(root_fd_, F_DUPFD_CLOEXEC, 0)
-                               : open_beneath(root_fd_, o.rel, O_PATH);
+  const int fd =
+      o.rel.empty() ? ::fcntl(root_fd_, F_DUPFD_CLOEXEC, 0) : open_beneath(root_fd_, o.rel, O_PATH);
   if (fd < 0) return path_error(errno);
   o.fd.reset(fd);
   if (::fstat(fd, &o.st) != 0 || o.st.st_ino != ino || o.st.st_dev != root_dev_) return kErrStale;
@@ -446,8 +443,7 @@ bool NfsServer::credential(const rpc::OpaqueAuth& a, Cred& c) const {
   return true;
 }
 
-void NfsServer::handle(const CallContext& ctx, std::span<const std::uint8_t> call,
-                       RpcReply& out) {
+void NfsServer::handle(const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& out) {
   out = RpcReply{};
   XdrDecoder d(call);
   rpc::CallHeader h;
@@ -742,9 +738,8 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
         // EXCLUSIVE retried with the same verifier finds its own file: fine for one client.
         if (err == EEXIST && mode == kExclusive) err = 0;
         if (!err && f.get() >= 0) {
-          if ((s.uid || s.gid) &&
-              ::fchown(f.get(), s.uid ? *s.uid : static_cast<uid_t>(-1),
-                       s.gid ? *s.gid : static_cast<gid_t>(-1)) != 0)
+          if ((s.uid || s.gid) && ::fchown(f.get(), s.uid ? *s.uid : static_cast<uid_t>(-1),
+                                           s.gid ? *s.gid : static_cast<gid_t>(-1)) != 0)
             err = errno;
           else if (s.size && ::ftruncate(f.get(), static_cast<off_t>(*s.size)) != 0)
             err = errno;

@@ -73,18 +73,18 @@ NfsService::NfsService(perf::Env& env, const NfsServiceConfig& c)
   if (!mount_.listen(c.mount_address, c.mount_port, err)) throw std::runtime_error(err);
   rdma_.listen(c.port);
   if (c.tcp_port) {
-    tcp_ = std::make_unique<RpcTcpServer>(
-        [this](const CallContext& ctx, std::span<const std::uint8_t> call,
-               std::vector<std::uint8_t>& reply) {
-          RpcReply r;
-          nfs_.handle(ctx, call, r);
-          reply = std::move(r.msg);
-          if (r.has_payload) {  // no chunks over TCP: READ's data follows inline
-            const std::size_t n = r.payload.size();
-            reply.insert(reply.end(), r.payload.begin(), r.payload.end());
-            reply.insert(reply.end(), xdr_pad(n), 0);
-          }
-        });
+    tcp_ = std::make_unique<RpcTcpServer>([this](const CallContext& ctx,
+                                                 std::span<const std::uint8_t> call,
+                                                 std::vector<std::uint8_t>& reply) {
+      RpcReply r;
+      nfs_.handle(ctx, call, r);
+      reply = std::move(r.msg);
+      if (r.has_payload) {  // no chunks over TCP: READ's data follows inline
+        const std::size_t n = r.payload.size();
+        reply.insert(reply.end(), r.payload.begin(), r.payload.end());
+        reply.insert(reply.end(), xdr_pad(n), 0);
+      }
+    });
     tcp_->max_record = c.transport.max_io + 4096;
     if (!tcp_->listen(c.mount_address, c.tcp_port, err)) throw std::runtime_error(err);
   }
@@ -102,9 +102,9 @@ std::string NfsService::report() const {
   const auto& n = nfs_.stats();
   std::string s = "nfs: " + std::to_string(n.calls) + " calls (" + std::to_string(n.errors) +
                   " errors, " + std::to_string(n.garbage) + " garbage, " +
-                  std::to_string(n.denied) + " denied), " +
-                  std::to_string(n.bytes_read) + " bytes read, " + std::to_string(n.bytes_written) +
-                  " written; MOUNT calls " + std::to_string(mount_.calls()) + "\n";
+                  std::to_string(n.denied) + " denied), " + std::to_string(n.bytes_read) +
+                  " bytes read, " + std::to_string(n.bytes_written) + " written; MOUNT calls " +
+                  std::to_string(mount_.calls()) + "\n";
   s += "rpcrdma: " + std::to_string(t.connections) + " connections, " + std::to_string(t.calls) +
        " calls, " + std::to_string(t.reads) + " RDMA READs (" + std::to_string(t.read_bytes) +
        " bytes), " + std::to_string(t.writes) + " RDMA WRITEs (" + std::to_string(t.write_bytes) +

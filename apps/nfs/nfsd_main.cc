@@ -37,9 +37,9 @@ int main(int argc, char** argv) {
       "export", po::value(&c.export_path)->default_value("/"), "the export's MOUNT path")(
       "export-options", po::value(&export_options),
       "exports(5) options: ro (default) or rw, root_squash (default), no_root_squash, "
-      "all_squash, anonuid=N, anongid=N")(
-      "clients", po::value(&clients), "who may mount: IPv4 addresses and address/prefix, "
-      "comma-separated (default *: everyone)")(
+      "all_squash, anonuid=N, anongid=N")("clients", po::value(&clients),
+                                          "who may mount: IPv4 addresses and address/prefix, "
+                                          "comma-separated (default *: everyone)")(
       "max-handles", po::value(&c.max_handles)->default_value(c.max_handles),
       "file handles remembered (least recently used forgotten: stale)")(
       "port", po::value(&port)->default_value(c.port), "NFS/RDMA rdma_cm port")(

@@ -517,13 +517,16 @@ void rpcrdma_seeds(const fs::path& out) {
   c.add(b);
 }
 
-// ---- nfs_server: a call of every procedure (tests/fuzz/nfs_server.cc) ----------------------------
+// ---- nfs_server: a call of every procedure (tests/fuzz/nfs_server.cc)
+// ----------------------------
 void nfs_server_seeds(const fs::path& out) {
   using namespace roce::nfs;
   Corpus c(out, "nfs_server");
   // "RNF3" and an index: the harness puts the handle of the export's n-th object there (root, f,
   // d, d/g, l, p).
-  const auto fh = [](std::uint8_t k) { return v3::Fh{{'R', 'N', 'F', '3', 0, 0, 0, 0, 0, 0, 0, k}}; };
+  const auto fh = [](std::uint8_t k) {
+    return v3::Fh{{'R', 'N', 'F', '3', 0, 0, 0, 0, 0, 0, 0, k}};
+  };
   std::uint32_t xid = 1;
   // flags: 1 rw, 2 root_squash, 4 all_squash, 8 a peer outside the list, 16 MOUNT.
   const auto add = [&](std::uint8_t flags, std::uint32_t proc, auto&& args,
@@ -550,11 +553,14 @@ void nfs_server_seeds(const fs::path& out) {
   };
   add(3, v3::kNull, none);
   add(3, v3::kGetattr, one(1));
-  add(1, v3::kSetattr, [&](XdrEncoder& e) {
-    v3::encode(e, fh(1));
-    v3::encode(e, v3::Sattr{04777, 0u, 0u, std::uint64_t{3}, true, true});
-    e.boolean(false);
-  }, rpc::auth_sys({1, "seed", 0, 0, {}}));
+  add(
+      1, v3::kSetattr,
+      [&](XdrEncoder& e) {
+        v3::encode(e, fh(1));
+        v3::encode(e, v3::Sattr{04777, 0u, 0u, std::uint64_t{3}, true, true});
+        e.boolean(false);
+      },
+      rpc::auth_sys({1, "seed", 0, 0, {}}));
   add(3, v3::kLookup, named(0, "d"));
   add(3, v3::kLookup, named(2, ".."));
   add(3, v3::kLookup, named(4, "sentinel"));
@@ -572,13 +578,16 @@ void nfs_server_seeds(const fs::path& out) {
     e.u64(0);
     e.u32(4096);
   });
-  add(1, v3::kWrite, [&](XdrEncoder& e) {
-    v3::encode(e, fh(1));
-    e.u64(2);
-    e.u32(5);
-    e.u32(v3::kFileSync);
-    e.opaque(std::vector<std::uint8_t>{'w', 'r', 'i', 't', 'e'});
-  }, rpc::auth_sys({1, "seed", 0, 0, {}}));
+  add(
+      1, v3::kWrite,
+      [&](XdrEncoder& e) {
+        v3::encode(e, fh(1));
+        e.u64(2);
+        e.u32(5);
+        e.u32(v3::kFileSync);
+        e.opaque(std::vector<std::uint8_t>{'w', 'r', 'i', 't', 'e'});
+      },
+      rpc::auth_sys({1, "seed", 0, 0, {}}));
   add(3, v3::kCreate, [&](XdrEncoder& e) {
     v3::encode(e, fh(0));
     e.string("new");
@@ -620,7 +629,7 @@ void nfs_server_seeds(const fs::path& out) {
     v3::encode(e, fh(2));
     e.string("f2");
   });
-  add(3 | 8, v3::kGetattr, one(0));            // a client not listed
+  add(3 | 8, v3::kGetattr, one(0));                 // a client not listed
   add(3, v3::kGetattr, one(0), rpc::OpaqueAuth{});  // AUTH_NONE
   add(16 | 3, v3::kMnt, [](XdrEncoder& e) { e.string("/"); });
   add(16 | 8, v3::kMnt, [](XdrEncoder& e) { e.string("/"); });

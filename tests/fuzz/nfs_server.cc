@@ -11,6 +11,8 @@
 /// file system ids are the process's again; no descriptor left open; the handle table is within
 /// its bound; nothing outside the export changed (the link's target directory and its sentinel
 /// file).
+#include "apps/nfs/nfs_server.h"
+
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -24,7 +26,6 @@
 #include <vector>
 
 #include "apps/nfs/nfs3.h"
-#include "apps/nfs/nfs_server.h"
 #include "apps/nfs/rpc.h"
 #include "tests/fuzz/fuzz_target.h"
 

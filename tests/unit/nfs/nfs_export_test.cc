@@ -159,8 +159,8 @@ TEST_F(NfsExportTest, OptionsAndClientsParseAsExports5) {
   ASSERT_TRUE(parse_export_options("ro,all_squash,sync,no_subtree_check", o, err));
   EXPECT_FALSE(o.rw);
   EXPECT_TRUE(o.all_squash);
-  for (const char* bad : {"rx", "anonuid=", "anonuid=-1", "anonuid=4294967295", "rw=1",
-                          "anongid=12a", "rw,,ro"}) {
+  for (const char* bad :
+       {"rx", "anonuid=", "anonuid=-1", "anonuid=4294967295", "rw=1", "anongid=12a", "rw,,ro"}) {
     ExportOptions x;
     EXPECT_FALSE(parse_export_options(bad, x, err)) << bad;
     EXPECT_FALSE(err.empty());
@@ -170,7 +170,8 @@ TEST_F(NfsExportTest, OptionsAndClientsParseAsExports5) {
   EXPECT_TRUE(o.allows(wire::Ipv4Addr{0xC6120005}));   // 198.18.0.5
   EXPECT_FALSE(o.allows(wire::Ipv4Addr{0xC6120006}));  // 198.18.0.6
   EXPECT_FALSE(o.allows(wire::Ipv4Addr{0xC0000302}));  // 192.0.3.2
-  for (const char* bad : {"", "192.0.2.0/33", "192.0.2", "host.example", "192.0.2.1/", "1.2.3.4,"}) {
+  for (const char* bad :
+       {"", "192.0.2.0/33", "192.0.2", "host.example", "192.0.2.1/", "1.2.3.4,"}) {
     ExportOptions x;
     EXPECT_FALSE(parse_clients(bad, x, err)) << bad;
     EXPECT_TRUE(x.allows(wire::Ipv4Addr{0x01020304})) << "a bad list changes nothing";
@@ -182,7 +183,8 @@ TEST_F(NfsExportTest, OptionsAndClientsParseAsExports5) {
 TEST_F(NfsExportTest, ClientsOutsideTheListAreRefused) {
   serve("rw,no_root_squash", "192.0.2.0/24");
   ctx_.peer = wire::Ipv4Addr{0xC6120009};  // 198.18.0.9
-  auto m = call(kMnt, [](XdrEncoder& e) { e.string("/"); }, kMountProgram);
+  auto m = call(
+      kMnt, [](XdrEncoder& e) { e.string("/"); }, kMountProgram);
   XdrDecoder md = results(m);
   EXPECT_EQ(decode_mount(md).status, 13u);  // MNT3ERR_ACCES, as mountd answers
   // NFS calls (with a handle learnt elsewhere): AUTH_ERROR, AUTH_BADCRED, as knfsd answers a
@@ -205,7 +207,8 @@ TEST_F(NfsExportTest, ClientsOutsideTheListAreRefused) {
   EXPECT_EQ(h.stat, rpc::kMsgAccepted);
   // A client in the list mounts.
   ctx_.peer = wire::Ipv4Addr{0xC0000263};
-  auto ok = call(kMnt, [](XdrEncoder& e) { e.string("/"); }, kMountProgram);
+  auto ok = call(
+      kMnt, [](XdrEncoder& e) { e.string("/"); }, kMountProgram);
   XdrDecoder okd = results(ok);
   EXPECT_EQ(decode_mount(okd).status, 0u);
   auto g2 = call(kGetattr, [&](XdrEncoder& e) { encode(e, root_); });
