@@ -336,5 +336,37 @@ TEST_F(NfsExportTest, MalformedCredentialsAreRefused) {
   EXPECT_EQ(h.auth, rpc::kAuthBadCred);
 }
 
+TEST_F(NfsExportTest, ACallAsLinuxEncodesIt) {
+  if (!root()) GTEST_SKIP() << "needs root (setfsuid)";
+  serve("rw");
+  // CREATE "k" as net/sunrpc/auth_unix.c and fs/nfs/nfs3xdr.c lay it out, written out word by
+  // word: AUTH_UNIX with stamp 0, the node name, fsuid 1000, fsgid 1000 and two groups; an
+  // AUTH_NULL verifier; the directory's handle, the name, UNCHECKED, a sattr3 with the mode only.
+  Bytes b;
+  const auto w = [&](std::initializer_list<std::uint32_t> words) {
+    for (std::uint32_t v : words)
+      for (int i = 3; i >= 0; --i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  };
+  w({0x5eed0001, 0, 2, 100003, 3, 8});       // xid, CALL, RPC 2, NFS 3, CREATE
+  w({1, 36, 0, 5, 0x72786576, 0x6d000000});  // AUTH_UNIX, 36 bytes: stamp, "rxevm"
+  w({1000, 1000, 2, 1000, 27});              // uid, gid, groups
+  w({0, 0});                                 // AUTH_NULL verifier
+  w({12});                                   // the directory's handle
+  b.insert(b.end(), root_.data.begin(), root_.data.end());
+  w({1, 0x6b000000, 0});        // "k", UNCHECKED
+  w({1, 0640, 0, 0, 0, 0, 0});  // mode 0640; uid, gid, size, atime, mtime unset
+  RpcReply r;
+  srv_->handle(ctx_, b, r);
+  rpc::ReplyHeader h;
+  XdrDecoder d = results(r, &h);
+  ASSERT_EQ(h.stat, rpc::kMsgAccepted);
+  ASSERT_EQ(h.accept, rpc::kSuccess);
+  ASSERT_EQ(decode_create(d).status, kOk);
+  EXPECT_EQ(host_stat("k").st_uid, 1000u);
+  EXPECT_EQ(host_stat("k").st_gid, 1000u);
+  EXPECT_EQ(host_stat("k").st_mode & 07777, 0640u);
+  EXPECT_EQ(::syscall(SYS_setfsuid, -1), 0);
+}
+
 }  // namespace
 }  // namespace roce::nfs
