@@ -965,7 +965,7 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
         return;
       }
       if (!opts_.allows(ctx.peer)) {
-        ++st_.denied;
+        mount_denied_.fetch_add(1, std::memory_order_relaxed);
         e.u32(13);  // MNT3ERR_ACCES, as mountd answers a host the export does not list
         return;
       }

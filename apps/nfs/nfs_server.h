@@ -18,6 +18,7 @@
 /// NFS3ERR_NOTSUPP. Other programs get PROG_UNAVAIL, other versions PROG_MISMATCH.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -70,7 +71,7 @@ struct RpcReply {
 
 struct NfsServerStats {
   std::uint64_t calls = 0, errors = 0, garbage = 0, bytes_read = 0, bytes_written = 0;
-  std::uint64_t denied = 0;  ///< AUTH_ERROR (a bad credential, a client not listed), MNT3ERR_ACCES
+  std::uint64_t denied = 0;  ///< AUTH_ERROR: a bad credential, a client not listed
   std::map<std::uint32_t, std::uint64_t> by_proc;
 };
 
@@ -84,11 +85,13 @@ class NfsServer {
 
   /// One call of the NFS program (100003 v3); any other program is refused as RPC says.
   void handle(const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& out);
-  /// One call of the MOUNT program (100005 v3).
+  /// One call of the MOUNT program (100005 v3). Reads only what the constructor set (and counts
+  /// its refusals atomically): it may run on another thread than handle().
   void handle_mount(const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& out);
 
   v3::Fh root_fh() const;
   const NfsServerStats& stats() const { return st_; }
+  std::uint64_t mount_denied() const { return mount_denied_.load(std::memory_order_relaxed); }
   const ExportOptions& options() const { return opts_; }
   std::uint32_t max_io = 1u << 20;  ///< FSINFO rtmax and wtmax
   /// The file handles remembered (an inode and its path under the root); the least recently
@@ -132,6 +135,7 @@ class NfsServer {
   Identity* id_ = nullptr;  ///< its identity, while handle() serves it
   v3::Verf write_verf_{};
   NfsServerStats st_;
+  std::atomic<std::uint64_t> mount_denied_{0};  ///< MNT3ERR_ACCES answers
 };
 
 }  // namespace roce::nfs

@@ -102,9 +102,9 @@ std::string NfsService::report() const {
   const auto& n = nfs_.stats();
   std::string s = "nfs: " + std::to_string(n.calls) + " calls (" + std::to_string(n.errors) +
                   " errors, " + std::to_string(n.garbage) + " garbage, " +
-                  std::to_string(n.denied) + " denied), " + std::to_string(n.bytes_read) +
-                  " bytes read, " + std::to_string(n.bytes_written) + " written; MOUNT calls " +
-                  std::to_string(mount_.calls()) + "\n";
+                  std::to_string(n.denied + nfs_.mount_denied()) + " denied), " +
+                  std::to_string(n.bytes_read) + " bytes read, " + std::to_string(n.bytes_written) +
+                  " written; MOUNT calls " + std::to_string(mount_.calls()) + "\n";
   s += "rpcrdma: " + std::to_string(t.connections) + " connections, " + std::to_string(t.calls) +
        " calls, " + std::to_string(t.reads) + " RDMA READs (" + std::to_string(t.read_bytes) +
        " bytes), " + std::to_string(t.writes) + " RDMA WRITEs (" + std::to_string(t.write_bytes) +

@@ -202,6 +202,8 @@ TEST_F(NfsExportTest, ClientsOutsideTheListAreRefused) {
   results(w, &h);
   EXPECT_EQ(h.stat, rpc::kMsgDenied);
   EXPECT_TRUE(std::filesystem::exists(dir_ / "hello"));
+  EXPECT_EQ(srv_->mount_denied(), 1u);
+  EXPECT_EQ(srv_->stats().denied, 2u);
   auto n = call(kNull, [](XdrEncoder&) {});
   results(n, &h);
   EXPECT_EQ(h.stat, rpc::kMsgAccepted);
