@@ -11,7 +11,7 @@
 /// anonuid/anongid. Each call runs with the caller's uid, gid and groups as the calling thread's
 /// file system identity (setfsuid, setfsgid, setgroups: per thread), so that the kernel makes
 /// every permission decision as for a local user; the previous identity is back when handle()
-/// returns. Not thread-safe: one thread calls it at a time.
+/// returns. handle() is not thread-safe: one thread calls it at a time.
 ///
 /// Procedures: NULL, GETATTR, SETATTR, LOOKUP, ACCESS, READ, WRITE, CREATE, MKDIR, REMOVE,
 /// RMDIR, READDIR, READDIRPLUS, FSSTAT, FSINFO, PATHCONF, COMMIT; the others answer
