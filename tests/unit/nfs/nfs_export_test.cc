@@ -142,8 +142,9 @@ class NfsExportTest : public ::testing::Test {
   rpc::OpaqueAuth cred_ = as(::geteuid(), ::getegid());
 };
 
-constexpr std::uint32_t kRead = 1, kLookupBit = 2, kModify = 4, kExtend = 8, kDelete = 0x10,
-                        kExecute = 0x20;
+// ACCESS3 bits.
+constexpr std::uint32_t kAcRead = 1, kAcLookup = 2, kAcModify = 4, kAcExtend = 8, kAcDelete = 0x10,
+                        kAcExecute = 0x20;
 
 TEST_F(NfsExportTest, OptionsAndClientsParseAsExports5) {
   ExportOptions o;
@@ -241,8 +242,8 @@ TEST_F(NfsExportTest, ReadOnlyUnlessRw) {
   EXPECT_EQ(host_stat("hello").st_size, 11);
   EXPECT_FALSE(std::filesystem::exists(dir_ / "new"));
   // ACCESS grants reading, never changing.
-  EXPECT_EQ(access(hello, 0x3f) & (kModify | kExtend | kDelete), 0u);
-  EXPECT_EQ(access(hello, 0x3f) & kRead, kRead);
+  EXPECT_EQ(access(hello, 0x3f) & (kAcModify | kAcExtend | kAcDelete), 0u);
+  EXPECT_EQ(access(hello, 0x3f) & kAcRead, kAcRead);
 }
 
 TEST_F(NfsExportTest, RootIsSquashedToTheAnonymousIds) {
@@ -284,9 +285,9 @@ TEST_F(NfsExportTest, TheCallerIsWhoTheKernelChecks) {
   EXPECT_EQ(setattr(hello, Sattr{0666, {}, {}, {}, false, false}), kErrPerm);
   EXPECT_EQ(setattr(hello, Sattr{{}, {}, {}, std::uint64_t{0}, false, false}), kErrAcces);
   EXPECT_EQ(host_stat("hello").st_size, 11);
-  EXPECT_EQ(access(hello, kRead | kModify | kExtend | kExecute), kRead);
-  EXPECT_EQ(access(root_, kRead | kLookupBit | kModify | kExtend | kDelete),
-            kRead | kLookupBit | kModify | kExtend | kDelete);  // the root is 0777
+  EXPECT_EQ(access(hello, kAcRead | kAcModify | kAcExtend | kAcExecute), kAcRead);
+  EXPECT_EQ(access(root_, kAcRead | kAcLookup | kAcModify | kAcExtend | kAcDelete),
+            kAcRead | kAcLookup | kAcModify | kAcExtend | kAcDelete);  // the root is 0777
   // The user's own file: created as the user; a setuid bit the user sets goes on the first
   // write (the kernel clears it for a writer without CAP_FSETID); giving it away is refused.
   const CreateRes c = create("mine", 0755);
@@ -310,9 +311,9 @@ TEST_F(NfsExportTest, TheCallerIsWhoTheKernelChecks) {
   // Supplementary groups count: root:500 0660 is readable with 500 among the groups only.
   ASSERT_EQ(::chown((dir_ / "hello").c_str(), 0, 500), 0);
   ASSERT_EQ(::chmod((dir_ / "hello").c_str(), 0660), 0);
-  EXPECT_EQ(access(hello, kRead), 0u);
+  EXPECT_EQ(access(hello, kAcRead), 0u);
   cred_ = as(1000, 1000, {20, 500});
-  EXPECT_EQ(access(hello, kRead | kModify), kRead | kModify);
+  EXPECT_EQ(access(hello, kAcRead | kAcModify), kAcRead | kAcModify);
   EXPECT_EQ(write(hello, "HELLO"), kOk);
   // A user may not remove another's file from a sticky directory.
   ASSERT_EQ(::chmod(dir_.c_str(), 01777), 0);
@@ -324,6 +325,35 @@ TEST_F(NfsExportTest, TheCallerIsWhoTheKernelChecks) {
   XdrDecoder rmd = results(rm);
   EXPECT_EQ(rmd.u32(), kErrPerm);
   EXPECT_TRUE(std::filesystem::exists(dir_ / "mine"));
+}
+
+TEST_F(NfsExportTest, TheOwnerMayReadAndWriteItsFileWhateverItsMode) {
+  if (!root()) GTEST_SKIP() << "needs root (setfsuid)";
+  serve("rw");
+  cred_ = as(1000, 1000);
+  // A client's open(O_CREAT | O_WRONLY, 0444) then writes through its descriptor: knfsd lets
+  // the owner (NFSD_MAY_OWNER_OVERRIDE). The write is still the caller's: setuid goes.
+  const CreateRes c = create("ro-mine", 04444);
+  ASSERT_EQ(c.status, kOk);
+  EXPECT_EQ(host_stat("ro-mine").st_mode & 07777, 04444u);
+  EXPECT_EQ(write(*c.fh, "data"), kOk);
+  EXPECT_EQ(host_stat("ro-mine").st_size, 4);
+  EXPECT_EQ(host_stat("ro-mine").st_mode & 07777, 0444u);
+  EXPECT_EQ(setattr(*c.fh, Sattr{{}, {}, {}, std::uint64_t{1}, false, false}), kOk);
+  EXPECT_EQ(host_stat("ro-mine").st_size, 1);
+  // ACCESS still says what the mode says; and another user gets nothing of it.
+  EXPECT_EQ(access(*c.fh, kAcRead | kAcModify), kAcRead);
+  ASSERT_EQ(::chmod((dir_ / "ro-mine").c_str(), 0), 0);
+  cred_ = as(1001, 1001);
+  EXPECT_EQ(write(*c.fh, "x"), kErrAcces);
+  auto rd = call(v3::kRead, [&](XdrEncoder& e) {
+    encode(e, *c.fh);
+    e.u64(0);
+    e.u32(10);
+  });
+  XdrDecoder rdd = results(rd);
+  EXPECT_EQ(rdd.u32(), kErrAcces);
+  EXPECT_FALSE(rd.has_payload);
 }
 
 TEST_F(NfsExportTest, MalformedCredentialsAreRefused) {
