@@ -93,6 +93,9 @@ class NfsServer {
   const NfsServerStats& stats() const { return st_; }
   std::uint64_t mount_denied() const { return mount_denied_.load(std::memory_order_relaxed); }
   const ExportOptions& options() const { return opts_; }
+  /// False when the process may not take other ids (no CAP_SETUID/CAP_SETGID): a call whose
+  /// identity is not the process's own then gets SYSTEM_ERR.
+  bool acts_as_callers() const { return acts_as_callers_; }
   std::uint32_t max_io = 1u << 20;  ///< FSINFO rtmax and wtmax
   /// The file handles remembered (an inode and its path under the root); the least recently
   /// used is forgotten beyond either bound, and its handle is stale from then on.
@@ -133,6 +136,7 @@ class NfsServer {
   std::size_t path_bytes_ = 0;
   Cred cred_;               ///< the caller of the call being served
   Identity* id_ = nullptr;  ///< its identity, while handle() serves it
+  bool acts_as_callers_ = false;
   v3::Verf write_verf_{};
   NfsServerStats st_;
   std::atomic<std::uint64_t> mount_denied_{0};  ///< MNT3ERR_ACCES answers

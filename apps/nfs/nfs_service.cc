@@ -2,6 +2,9 @@
 /// The NFSv3 service (nfs_service.h).
 #include "apps/nfs/nfs_service.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <stdexcept>
 
 #include "controlplane/address.h"
@@ -67,6 +70,13 @@ NfsService::NfsService(perf::Env& env, const NfsServiceConfig& c)
         nfs_.handle_mount(ctx, call, r);
         reply = std::move(r.msg);
       }) {
+  if (!nfs_.acts_as_callers() && !(c.exports.all_squash && c.exports.anonuid == ::geteuid() &&
+                                   c.exports.anongid == ::getegid()))
+    std::fprintf(stderr,
+                 "service nfs: not root (no CAP_SETUID/CAP_SETGID): calls as other ids than %u:%u "
+                 "get SYSTEM_ERR; export with all_squash,anonuid=%u,anongid=%u to serve them as "
+                 "this user (docs/nfs.md)\n",
+                 ::geteuid(), ::getegid(), ::geteuid(), ::getegid());
   nfs_.max_io = c.transport.max_io;
   nfs_.max_handles = c.max_handles;
   std::string err;

@@ -247,8 +247,23 @@ TEST_F(NfsExportTest, ReadOnlyUnlessRw) {
 }
 
 TEST_F(NfsExportTest, RootIsSquashedToTheAnonymousIds) {
-  if (!root()) GTEST_SKIP() << "needs root (setfsuid)";
   serve("rw");  // root_squash by default
+  EXPECT_EQ(srv_->acts_as_callers(), root());
+  if (!root()) {
+    // Unprivileged: a call as somebody else is refused, not served as the process's user.
+    cred_ = as(0, 0);
+    rpc::ReplyHeader h;
+    auto c = call(kCreate, [&](XdrEncoder& e) {
+      encode(e, root_);
+      e.string("byroot");
+      e.u32(kGuarded);
+      encode(e, Sattr{});
+    });
+    results(c, &h);
+    EXPECT_EQ(h.accept, rpc::kSystemErr);
+    EXPECT_FALSE(std::filesystem::exists(dir_ / "byroot"));
+    GTEST_SKIP() << "needs root (setfsuid)";
+  }
   cred_ = as(0, 0);
   const CreateRes c = create("byroot", 04755);
   ASSERT_EQ(c.status, kOk);
