@@ -348,6 +348,10 @@ TEST_F(NfsServerTest, SymlinkSwappedInMidPathLeadsNowhere) {
   const Fh f = look(b, "f");
   const auto out = dir_.parent_path() / ("nfs_server_test.out." + std::to_string(getpid()));
   std::filesystem::create_directories(out);
+  struct RemoveAtEnd {
+    std::filesystem::path p;
+    ~RemoveAtEnd() { std::filesystem::remove_all(p); }
+  } remove_out{out};
   std::filesystem::rename(dir_ / "a", out / "a");
   std::filesystem::create_directory_symlink(out / "a", dir_ / "a");
   const auto outf = out / "a" / "b" / "f";
@@ -433,7 +437,6 @@ TEST_F(NfsServerTest, SymlinkSwappedInMidPathLeadsNowhere) {
   std::ifstream(outf) >> got;
   EXPECT_EQ(got, "inside");
   EXPECT_EQ(std::filesystem::status(outf).permissions(), mode_before);
-  std::filesystem::remove_all(out);
 }
 
 TEST_F(NfsServerTest, FileHandleTableIsBounded) {
