@@ -189,7 +189,7 @@ void RpcTcpServer::close(std::uint64_t id) {
 }
 
 // The one place the handler is called (on the worker thread). j.peer is the client's address.
-void RpcTcpServer::run_handler(Job& j) { handler_(j.call, j.reply); }
+void RpcTcpServer::run_handler(Job& j) { handler_(CallContext{j.peer}, j.call, j.reply); }
 
 void RpcTcpServer::submit(std::uint64_t id, Client& c) {
   auto job = c.job;

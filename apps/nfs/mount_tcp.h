@@ -16,6 +16,7 @@
 
 #include "apps/nfs/call_worker.h"
 #include "apps/nfs/nfs3.h"
+#include "apps/nfs/nfs_server.h"
 #include "dataplane/wire/bytes.h"
 
 namespace roce::nfs {
@@ -42,8 +43,8 @@ std::optional<std::vector<std::uint8_t>> rpc_tcp_call(const std::string& server,
 class RpcTcpServer {
  public:
   /// Runs on the worker thread.
-  using Handler =
-      std::function<void(std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply)>;
+  using Handler = std::function<void(const CallContext& ctx, std::span<const std::uint8_t> call,
+                                     std::vector<std::uint8_t>& reply)>;
   /// `worker`: shared with the other servers of the service (it must outlive this server's
   /// polls); null: a worker of its own.
   explicit RpcTcpServer(Handler h, CallWorker* worker = nullptr);

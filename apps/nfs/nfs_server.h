@@ -2,23 +2,66 @@
 /// An NFSv3 server (RFC 1813) and MOUNT v3 over a directory of the host: RPC calls in, RPC
 /// replies out, no transport. READ's data is returned apart from the reply (the reduced data
 /// item of RFC 8166/8267), so that the transport can put it in the client's write chunk or
-/// inline. File handles name inodes; the server remembers the path of every inode it handed out.
+/// inline. File handles name inodes; the server remembers the path under the root of the inodes
+/// it handed out (a bounded LRU), and resolves it beneath the root with openat2
+/// (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV) for every call, acting on the
+/// descriptors it gets.
+///
+/// Authorization is exports(5)'s: a client address list, ro or rw, root_squash or all_squash to
+/// anonuid/anongid. Each call runs with the caller's uid, gid and groups as the calling thread's
+/// file system identity (setfsuid, setfsgid, setgroups: per thread), so that the kernel makes
+/// every permission decision as for a local user; the previous identity is back when handle()
+/// returns. handle() is not thread-safe: one thread calls it at a time.
 ///
 /// Procedures: NULL, GETATTR, SETATTR, LOOKUP, ACCESS, READ, WRITE, CREATE, MKDIR, REMOVE,
 /// RMDIR, READDIR, READDIRPLUS, FSSTAT, FSINFO, PATHCONF, COMMIT; the others answer
 /// NFS3ERR_NOTSUPP. Other programs get PROG_UNAVAIL, other versions PROG_MISMATCH.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "apps/nfs/nfs3.h"
 #include "apps/nfs/rpc.h"
+#include "dataplane/wire/bytes.h"
 
 namespace roce::nfs {
+
+/// What the transport knows about a call: who sent it.
+struct CallContext {
+  wire::Ipv4Addr peer;
+};
+
+/// One entry of an export's client list: an address and a prefix (0.0.0.0/0 is everyone).
+struct ClientNet {
+  std::uint32_t addr = 0, mask = 0;
+  std::string text;  ///< as written, for MOUNT's EXPORT list
+};
+
+/// An export's options, as exports(5) names them. The defaults are knfsd's: read-only, root
+/// squashed to the anonymous uid and gid 65534, every client.
+struct ExportOptions {
+  bool rw = false;
+  bool root_squash = true;
+  bool all_squash = false;
+  std::uint32_t anonuid = 65534, anongid = 65534;
+  std::vector<ClientNet> clients{ClientNet{0, 0, "*"}};
+  bool allows(wire::Ipv4Addr a) const;
+};
+
+/// Applies an exports(5)-like option string ("rw,root_squash,anonuid=1000") to `o`; false and
+/// `err` on an unknown option or a bad value.
+bool parse_export_options(std::string_view s, ExportOptions& o, std::string& err);
+/// Parses a client list ("192.0.2.0/24,198.18.0.5", "*" for everyone) into `o.clients`; false
+/// and `err` on a bad address or prefix.
+bool parse_clients(std::string_view s, ExportOptions& o, std::string& err);
 
 struct RpcReply {
   std::vector<std::uint8_t> msg;      ///< the RPC reply without the payload
@@ -28,33 +71,75 @@ struct RpcReply {
 
 struct NfsServerStats {
   std::uint64_t calls = 0, errors = 0, garbage = 0, bytes_read = 0, bytes_written = 0;
+  std::uint64_t denied = 0;  ///< AUTH_ERROR: a bad credential, a client not listed
   std::map<std::uint32_t, std::uint64_t> by_proc;
 };
 
 class NfsServer {
  public:
   /// Serves the directory `root` (which must exist) as export `export_path`.
-  NfsServer(std::string root, std::string export_path = "/");
+  NfsServer(std::string root, std::string export_path = "/", ExportOptions opts = {});
+  ~NfsServer();
+  NfsServer(const NfsServer&) = delete;
+  NfsServer& operator=(const NfsServer&) = delete;
 
   /// One call of the NFS program (100003 v3); any other program is refused as RPC says.
-  void handle(std::span<const std::uint8_t> call, RpcReply& out);
-  /// One call of the MOUNT program (100005 v3).
-  void handle_mount(std::span<const std::uint8_t> call, RpcReply& out);
+  void handle(const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& out);
+  /// One call of the MOUNT program (100005 v3). Reads only what the constructor set (and counts
+  /// its refusals atomically): it may run on another thread than handle().
+  void handle_mount(const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& out);
 
   v3::Fh root_fh() const;
   const NfsServerStats& stats() const { return st_; }
+  std::uint64_t mount_denied() const { return mount_denied_.load(std::memory_order_relaxed); }
+  const ExportOptions& options() const { return opts_; }
+  /// False when the process may not take other ids (no CAP_SETUID/CAP_SETGID): a call whose
+  /// identity is not the process's own then gets SYSTEM_ERR.
+  bool acts_as_callers() const { return acts_as_callers_; }
   std::uint32_t max_io = 1u << 20;  ///< FSINFO rtmax and wtmax
+  /// The file handles remembered (an inode and its path under the root); the least recently
+  /// used is forgotten beyond either bound, and its handle is stale from then on.
+  std::size_t max_handles = 65536;
+  std::size_t max_handle_bytes = 16u << 20;  ///< the paths' bytes
+  std::size_t handles() const { return paths_.size(); }
 
  private:
-  bool path_of(const v3::Fh& fh, std::string& path) const;
-  v3::Fh remember(const std::string& path, std::uint64_t ino);
+  struct Obj;
+  class Identity;
+  struct Cred {
+    std::uint32_t uid = 0, gid = 0;
+    std::vector<std::uint32_t> groups;
+  };
+  /// The identity a credential maps to under the export's squash options; false when the
+  /// credential is malformed.
+  bool credential(const rpc::OpaqueAuth& a, Cred& c) const;
+  /// The path under the root a handle names (most recently used from now on).
+  bool rel_of(const v3::Fh& fh, std::uint64_t& ino, std::string& rel);
+  /// Opens what `fh` names beneath the root (O_PATH); kOk, kErrStale or kErrAcces.
+  v3::Status find(const v3::Fh& fh, Obj& o);
+  /// Opens `o` again for I/O with `flags` (the same inode or kErrStale); the owner of a file may
+  /// read and write it whatever its mode says, as knfsd allows (NFSD_MAY_OWNER_OVERRIDE).
+  v3::Status reopen(const Obj& o, int flags, bool owner_override, int& fd);
+  v3::Fh remember(const std::string& rel, std::uint64_t ino);
   void dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcReply& out);
 
   std::string root_, export_;
-  std::uint64_t root_ino_ = 0;
-  std::map<std::uint64_t, std::string> paths_;  ///< inode -> path under root_
+  ExportOptions opts_;
+  int root_fd_ = -1;  ///< O_PATH; every path is resolved beneath it
+  std::uint64_t root_ino_ = 0, root_dev_ = 0;
+  struct Remembered {
+    std::string rel;
+    std::list<std::uint64_t>::iterator lru;
+  };
+  std::unordered_map<std::uint64_t, Remembered> paths_;  ///< inode -> path under the root
+  std::list<std::uint64_t> lru_;                         ///< most recently used first
+  std::size_t path_bytes_ = 0;
+  Cred cred_;               ///< the caller of the call being served
+  Identity* id_ = nullptr;  ///< its identity, while handle() serves it
+  bool acts_as_callers_ = false;
   v3::Verf write_verf_{};
   NfsServerStats st_;
+  std::atomic<std::uint64_t> mount_denied_{0};  ///< MNT3ERR_ACCES answers
 };
 
 }  // namespace roce::nfs

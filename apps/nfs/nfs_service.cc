@@ -5,7 +5,9 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <stdexcept>
 
 #include "controlplane/address.h"
@@ -49,6 +51,13 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       c.root = v;
     else if (a == "--export")
       c.export_path = v;
+    else if (a == "--export-options" || a == "--clients") {
+      std::string err;
+      if (!(a == "--clients" ? parse_clients(v, c.exports, err)
+                             : parse_export_options(v, c.exports, err)))
+        throw std::runtime_error("service nfs: " + a + ": " + err);
+    } else if (a == "--max-handles")
+      c.max_handles = num(16, 1u << 24);
     else if (a == "--mount-address")
       c.mount_address = v;
     else if (a == "--mount-port")
@@ -61,32 +70,41 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       c.tcp_port = static_cast<std::uint16_t>(num(1, 65535));
     else
       throw std::runtime_error("service nfs: unknown option " + a +
-                               " (--root, --export, --mount-address, --mount-port, --credits, "
-                               "--inline)");
+                               " (--root, --export, --export-options, --clients, --max-handles, "
+                               "--mount-address, --mount-port, --credits, --inline, --tcp-port)");
   }
   if (c.root.empty()) throw std::runtime_error("service nfs: --root DIR is required");
 }
 
 NfsService::NfsService(perf::Env& env, const NfsServiceConfig& c)
-    : nfs_(c.root, c.export_path),
+    : nfs_(c.root, c.export_path, c.exports),
       rdma_(
           env, c.transport,
-          [this](std::span<const std::uint8_t> call, RpcReply& r) {
+          [this](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& r) {
             std::lock_guard g(nfs_mu_);
-            nfs_.handle(call, r);
+            nfs_.handle(ctx, call, r);
           },
           &worker_),
       mount_(
-          [this](std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply) {
+          [this](const CallContext& ctx, std::span<const std::uint8_t> call,
+                 std::vector<std::uint8_t>& reply) {
             RpcReply r;
             {
               std::lock_guard g(nfs_mu_);
-              nfs_.handle_mount(call, r);
+              nfs_.handle_mount(ctx, call, r);
             }
             reply = std::move(r.msg);
           },
           &worker_) {
+  if (!nfs_.acts_as_callers() && !(c.exports.all_squash && c.exports.anonuid == ::geteuid() &&
+                                   c.exports.anongid == ::getegid()))
+    std::fprintf(stderr,
+                 "service nfs: not root (no CAP_SETUID/CAP_SETGID): calls as other ids than %u:%u "
+                 "get SYSTEM_ERR; export with all_squash,anonuid=%u,anongid=%u to serve them as "
+                 "this user (docs/nfs.md)\n",
+                 ::geteuid(), ::getegid(), ::geteuid(), ::getegid());
   nfs_.max_io = c.transport.max_io;
+  nfs_.max_handles = c.max_handles;
   mount_.max_clients = c.mount_clients;
   mount_.idle_timeout_ms = c.mount_timeout_ms;
   std::string err;
@@ -94,11 +112,12 @@ NfsService::NfsService(perf::Env& env, const NfsServiceConfig& c)
   rdma_.listen(c.port);
   if (c.tcp_port) {
     tcp_ = std::make_unique<RpcTcpServer>(
-        [this](std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply) {
+        [this](const CallContext& ctx, std::span<const std::uint8_t> call,
+               std::vector<std::uint8_t>& reply) {
           RpcReply r;
           {
             std::lock_guard g(nfs_mu_);
-            nfs_.handle(call, r);
+            nfs_.handle(ctx, call, r);
           }
           reply = std::move(r.msg);
           if (r.has_payload) {  // no chunks over TCP: READ's data follows inline
@@ -128,7 +147,8 @@ std::string NfsService::report() const {
   const NfsServerStats n = nfs_.stats();
   g.unlock();
   std::string s = "nfs: " + std::to_string(n.calls) + " calls (" + std::to_string(n.errors) +
-                  " errors, " + std::to_string(n.garbage) + " garbage), " +
+                  " errors, " + std::to_string(n.garbage) + " garbage, " +
+                  std::to_string(n.denied + nfs_.mount_denied()) + " denied), " +
                   std::to_string(n.bytes_read) + " bytes read, " + std::to_string(n.bytes_written) +
                   " written; MOUNT calls " + std::to_string(mount_.calls()) + "\n";
   s += "rpcrdma: " + std::to_string(t.connections) + " connections, " + std::to_string(t.calls) +

@@ -24,6 +24,8 @@ namespace roce::nfs {
 struct NfsServiceConfig {
   std::string root;               ///< the host directory served
   std::string export_path = "/";  ///< what MNT asks for
+  ExportOptions exports;          ///< --export-options, --clients (exports(5))
+  std::uint32_t max_handles = 65536;
   std::uint16_t port = kNfsRdmaPort;
   /// Kernel TCP address of MOUNT: loopback unless told (roced: the service's listen_address,
   /// the management address; roce-nfsd: its interface's address). 0.0.0.0 only on purpose.
@@ -40,8 +42,9 @@ struct NfsServiceConfig {
 /// 0.0.0.0 answers on every network of the host, the management one included).
 std::string default_mount_address(const std::string& iface);
 
-/// Parses a service's args (--root DIR, --export PATH, --mount-address IP, --mount-port N,
-/// --credits N, --inline BYTES) into `c`; throws std::runtime_error on a bad one.
+/// Parses a service's args (--root DIR, --export PATH, --export-options OPTS, --clients LIST,
+/// --max-handles N, --mount-address IP, --mount-port N, --credits N, --inline BYTES,
+/// --tcp-port N) into `c`; throws std::runtime_error on a bad one.
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c);
 
 class NfsService {

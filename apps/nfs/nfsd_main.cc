@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   double timeout = 0, tx_drop = 0, rx_drop = 0;
   bool spin = false;
   unsigned port = c.port, mount_port = c.mount_port, tcp_port = 0;
+  std::string export_options, clients;
   po::options_description o("roce-nfsd options");
   o.add_options()("help,h", "this help")("iface", po::value(&link.iface),
                                          "kernel interface for the DPDK port (net_af_packet)")(
@@ -36,6 +37,13 @@ int main(int argc, char** argv) {
       "pcap", po::value(&link.pcap), "capture every frame here")(
       "root", po::value(&c.root)->required(), "the host directory to serve")(
       "export", po::value(&c.export_path)->default_value("/"), "the export's MOUNT path")(
+      "export-options", po::value(&export_options),
+      "exports(5) options: ro (default) or rw, root_squash (default), no_root_squash, "
+      "all_squash, anonuid=N, anongid=N")("clients", po::value(&clients),
+                                          "who may mount: IPv4 addresses and address/prefix, "
+                                          "comma-separated (default *: everyone)")(
+      "max-handles", po::value(&c.max_handles)->default_value(c.max_handles),
+      "file handles remembered (least recently used forgotten: stale)")(
       "port", po::value(&port)->default_value(c.port), "NFS/RDMA rdma_cm port")(
       "mount-address", po::value(&c.mount_address),
       "kernel TCP address for MOUNT (default: the address of --iface, else 127.0.0.1)")(
@@ -71,6 +79,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!vm.count("mount-address")) c.mount_address = nfs::default_mount_address(link.iface);
+  std::string err;
+  if ((!export_options.empty() && !nfs::parse_export_options(export_options, c.exports, err)) ||
+      (vm.count("clients") && !nfs::parse_clients(clients, c.exports, err))) {
+    std::cerr << "roce-nfsd: " << err << "\n";
+    return 2;
+  }
   c.port = static_cast<std::uint16_t>(port);
   c.mount_port = static_cast<std::uint16_t>(mount_port);
   c.tcp_port = static_cast<std::uint16_t>(tcp_port);

@@ -414,7 +414,7 @@ void RpcRdmaServer::submit(Conn& c) {
 }
 
 // The one place the handler is called (on the worker thread). j.peer is the client's address.
-void RpcRdmaServer::run_handler(Job& j) { handler_(j.call, j.reply); }
+void RpcRdmaServer::run_handler(Job& j) { handler_(CallContext{j.peer}, j.call, j.reply); }
 
 void RpcRdmaServer::finish(std::uint32_t conn, const std::shared_ptr<Job>& j) {
   const auto ci = conns_.find(conn);

@@ -59,7 +59,8 @@ struct ServerStats {
 class RpcRdmaServer {
  public:
   /// Runs on the worker thread: it may block (fsync) without stopping the poll loop.
-  using Handler = std::function<void(std::span<const std::uint8_t> call, RpcReply& reply)>;
+  using Handler = std::function<void(const CallContext& ctx, std::span<const std::uint8_t> call,
+                                     RpcReply& reply)>;
 
   /// `worker` runs the handler (the NFS service shares one with MOUNT; it must outlive the
   /// server's polls); null: a worker of the server's own.

@@ -518,6 +518,125 @@ void rpcrdma_seeds(const fs::path& out) {
   c.add(b);
 }
 
+// ---- nfs_server: a call of every procedure (tests/fuzz/nfs_server.cc)
+// ----------------------------
+void nfs_server_seeds(const fs::path& out) {
+  using namespace roce::nfs;
+  Corpus c(out, "nfs_server");
+  // "RNF3" and an index: the harness puts the handle of the export's n-th object there (root, f,
+  // d, d/g, l, p).
+  const auto fh = [](std::uint8_t k) {
+    return v3::Fh{{'R', 'N', 'F', '3', 0, 0, 0, 0, 0, 0, 0, k}};
+  };
+  std::uint32_t xid = 1;
+  // flags: 1 rw, 2 root_squash, 4 all_squash, 8 a peer outside the list, 16 MOUNT.
+  const auto add = [&](std::uint8_t flags, std::uint32_t proc, auto&& args,
+                       rpc::OpaqueAuth cred = rpc::auth_sys({1, "seed", 1000, 1000, {100}})) {
+    std::vector<std::uint8_t> b{flags};
+    XdrEncoder e(b);
+    rpc::CallHeader h;
+    h.xid = xid++;
+    h.prog = (flags & 16) ? v3::kMountProgram : v3::kNfsProgram;
+    h.vers = (flags & 16) ? v3::kMountVersion : v3::kNfsVersion;
+    h.proc = proc;
+    h.cred = std::move(cred);
+    rpc::encode(e, h);
+    args(e);
+    c.add(b);
+  };
+  const auto none = [](XdrEncoder&) {};
+  const auto one = [&](std::uint8_t k) { return [&, k](XdrEncoder& e) { v3::encode(e, fh(k)); }; };
+  const auto named = [&](std::uint8_t k, const char* n) {
+    return [&, k, n](XdrEncoder& e) {
+      v3::encode(e, fh(k));
+      e.string(n);
+    };
+  };
+  add(3, v3::kNull, none);
+  add(3, v3::kGetattr, one(1));
+  add(
+      1, v3::kSetattr,
+      [&](XdrEncoder& e) {
+        v3::encode(e, fh(1));
+        v3::encode(e, v3::Sattr{04777, 0u, 0u, std::uint64_t{3}, true, true});
+        e.boolean(false);
+      },
+      rpc::auth_sys({1, "seed", 0, 0, {}}));
+  add(3, v3::kLookup, named(0, "d"));
+  add(3, v3::kLookup, named(2, ".."));
+  add(3, v3::kLookup, named(4, "sentinel"));
+  add(3, v3::kAccess, [&](XdrEncoder& e) {
+    v3::encode(e, fh(0));
+    e.u32(0x3f);
+  });
+  add(3, v3::kRead, [&](XdrEncoder& e) {
+    v3::encode(e, fh(1));
+    e.u64(0);
+    e.u32(4096);
+  });
+  add(3, v3::kRead, [&](XdrEncoder& e) {  // the FIFO
+    v3::encode(e, fh(5));
+    e.u64(0);
+    e.u32(4096);
+  });
+  add(
+      1, v3::kWrite,
+      [&](XdrEncoder& e) {
+        v3::encode(e, fh(1));
+        e.u64(2);
+        e.u32(5);
+        e.u32(v3::kFileSync);
+        e.opaque(std::vector<std::uint8_t>{'w', 'r', 'i', 't', 'e'});
+      },
+      rpc::auth_sys({1, "seed", 0, 0, {}}));
+  add(3, v3::kCreate, [&](XdrEncoder& e) {
+    v3::encode(e, fh(0));
+    e.string("new");
+    e.u32(v3::kGuarded);
+    v3::encode(e, v3::Sattr{06755, {}, {}, {}, false, false});
+  });
+  add(3, v3::kCreate, [&](XdrEncoder& e) {  // through the link
+    v3::encode(e, fh(4));
+    e.string("escape");
+    e.u32(v3::kUnchecked);
+    v3::encode(e, v3::Sattr{});
+  });
+  add(3, v3::kMkdir, [&](XdrEncoder& e) {
+    v3::encode(e, fh(2));
+    e.string("sub");
+    v3::encode(e, v3::Sattr{0700, {}, {}, {}, false, false});
+  });
+  add(1, v3::kRemove, named(2, "g"), rpc::auth_sys({1, "seed", 0, 0, {}}));
+  add(3, v3::kRmdir, named(0, "d"));
+  for (std::uint32_t proc : {v3::kReaddir, v3::kReaddirplus})
+    add(3, proc, [&, proc](XdrEncoder& e) {
+      v3::encode(e, fh(0));
+      e.u64(0);
+      e.fixed(v3::Verf{});
+      e.u32(4096);
+      if (proc == v3::kReaddirplus) e.u32(65536);
+    });
+  add(3, v3::kFsstat, one(0));
+  add(3, v3::kFsinfo, one(0));
+  add(3, v3::kPathconf, one(3));
+  add(3, v3::kCommit, [&](XdrEncoder& e) {
+    v3::encode(e, fh(1));
+    e.u64(0);
+    e.u32(0);
+  });
+  add(3, v3::kRename, [&](XdrEncoder& e) {
+    v3::encode(e, fh(0));
+    e.string("f");
+    v3::encode(e, fh(2));
+    e.string("f2");
+  });
+  add(3 | 8, v3::kGetattr, one(0));                 // a client not listed
+  add(3, v3::kGetattr, one(0), rpc::OpaqueAuth{});  // AUTH_NONE
+  add(16 | 3, v3::kMnt, [](XdrEncoder& e) { e.string("/"); });
+  add(16 | 8, v3::kMnt, [](XdrEncoder& e) { e.string("/"); });
+  add(16, v3::kExport, none);
+}
+
 void config_seeds(const fs::path& out, const fs::path& config_dir) {
   Corpus c(out, "config_yaml");
   std::vector<fs::path> files;
@@ -720,6 +839,7 @@ int main(int argc, char** argv) {
   perf_seeds(out);
   mrsp_seeds(out);
   rpcrdma_seeds(out);
+  nfs_server_seeds(out);
   config_seeds(out, config_dir);
   attach_ring_seeds(out);
   attach_seeds(out);

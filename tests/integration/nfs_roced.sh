@@ -3,7 +3,10 @@
 # port, serving a temporary directory; roce-nfs on the other end of the link (RPC-over-RDMA,
 # MOUNT over TCP on the management address): put, ls, get with the bytes compared, rm; the
 # connection torn down once after 8 calls (--break-after) and made again. SIGTERM
-# must stop the daemon with the service's counters in its log. No root needed.
+# must stop the daemon with the service's counters in its log. The export lists its clients
+# (192.0.2.2 over RDMA, 127.0.0.1 for MOUNT): MNT from 127.0.0.2 gets MNT3ERR_ACCES, and a
+# client at 192.0.2.3 gets AUTH_ERROR for its NFS calls. No root needed: every caller is squashed
+# to the user running the test (all_squash,anonuid,anongid).
 #   nfs_roced.sh ROCED ROCE_NFS
 set -euo pipefail
 roced=$(realpath "$1") client=$(realpath "$2")
@@ -29,7 +32,9 @@ services:
   - test: nfs
     port: p0
     listen_port: 20049
-    args: ["--root", "$work/export", "--mount-port", "$mport"]
+    args: ["--root", "$work/export", "--mount-port", "$mport",
+           "--export-options", "rw,all_squash,anonuid=$(id -u),anongid=$(id -g)",
+           "--clients", "192.0.2.2,127.0.0.1"]
 YAML
 "$roced" --config "$work/roced.yaml" > "$work/roced.log" 2>&1 &
 pid=$!
@@ -41,15 +46,41 @@ rc=0
   --mount-server 127.0.0.1 --mount-port "$mport" --export / \
   --break-after 8 put "$work/blob" blob ls / get blob "$work/blob.back" rm blob ls / \
   > "$work/client.txt" 2>&1 || rc=$?
+# MNT over TCP from an address the export does not list (127.0.0.2 is loopback too).
+mnt=$(/usr/bin/python3 - "$mport" <<'PY'
+import socket, struct, sys
+s = socket.socket()
+s.bind(("127.0.0.2", 0))
+s.connect(("127.0.0.1", int(sys.argv[1])))
+path = b"/"
+call = struct.pack(">IIIIII", 7, 0, 2, 100005, 3, 1) + struct.pack(">IIII", 0, 0, 0, 0)
+call += struct.pack(">I", len(path)) + path + b"\0" * (-len(path) % 4)
+s.sendall(struct.pack(">I", 0x80000000 | len(call)) + call)
+rec = b""
+while len(rec) < 4 or len(rec) < 4 + (struct.unpack(">I", rec[:4])[0] & 0x7fffffff):
+    rec += s.recv(4096)
+# xid, REPLY, MSG_ACCEPTED, verifier (flavor, length 0), SUCCESS, then mountstat3
+print(struct.unpack(">I", rec[4 + 24:4 + 28])[0])
+PY
+) || mnt=error
+# NFS over RDMA from a RoCE address the export does not list.
+"$client" --memif "$work/memif.sock" --ip 192.0.2.3 --mac 02:00:00:00:00:03 --server 192.0.2.1 \
+  --mount-server 127.0.0.1 --mount-port "$mport" --export / ls / > "$work/stranger.txt" 2>&1 &&
+  stranger=0 || stranger=$?
 kill -TERM "$pid"
 wait "$pid" || rc=$?
 pid=
 sed 's/^/client: /' "$work/client.txt"
+sed 's/^/stranger: /' "$work/stranger.txt"
 sed 's/^/roced: /' "$work/roced.log"
 [[ $rc == 0 ]] || { echo "FAIL: exit status $rc"; exit 1; }
 cmp "$work/blob" "$work/blob.back" || { echo "FAIL: the file read back differs"; exit 1; }
 [[ -z $(ls "$work/export") ]] || { echo "FAIL: the export is not empty after rm"; exit 1; }
 # --break-after: the client tore its connection down once and made it again.
 grep -q "reconnects 1 " "$work/client.txt" || { echo "FAIL: the client did not reconnect"; exit 1; }
-grep -q "rpcrdma: 2 connections" "$work/roced.log" || { echo "FAIL: no counters in the log"; exit 1; }
+grep -q "rpcrdma: 3 connections" "$work/roced.log" || { echo "FAIL: no counters in the log"; exit 1; }
+grep -Eq "nfs: .*, [1-9][0-9]* denied\)" "$work/roced.log" || { echo "FAIL: no refusals counted"; exit 1; }
+[[ $mnt == 13 ]] || { echo "FAIL: MNT from 127.0.0.2 answered $mnt, not MNT3ERR_ACCES (13)"; exit 1; }
+[[ $stranger != 0 ]] && grep -q "AUTH_ERROR" "$work/stranger.txt" ||
+  { echo "FAIL: the client at 192.0.2.3 was not refused with AUTH_ERROR"; exit 1; }
 echo "PASS nfs_roced"

@@ -23,7 +23,11 @@ class NfsServerTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() / ("nfs_server_test." + std::to_string(getpid()));
     std::filesystem::create_directories(dir_);
     std::ofstream(dir_ / "hello") << "hello world";
-    srv_ = std::make_unique<NfsServer>(dir_.string(), "/export");
+    // The tests of the procedures run as root on a read-write export that keeps root as root.
+    ExportOptions o;
+    o.rw = true;
+    o.root_squash = false;
+    srv_ = std::make_unique<NfsServer>(dir_.string(), "/export", o);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -38,14 +42,16 @@ class NfsServerTest : public ::testing::Test {
     h.prog = prog;
     h.vers = vers;
     h.proc = proc;
-    h.cred = rpc::auth_sys({1, "t", 0, 0, {}});
+    // The test's own ids: root when run as root (as roced), else what an unprivileged server
+    // may be.
+    h.cred = rpc::auth_sys({1, "t", ::geteuid(), ::getegid(), {}});
     rpc::encode(e, h);
     args(e);
     RpcReply r;
     if (prog == kMountProgram)
-      srv_->handle_mount(b, r);
+      srv_->handle_mount(ctx_, b, r);
     else
-      srv_->handle(b, r);
+      srv_->handle(ctx_, b, r);
     return r;
   }
   /// The reply's results (after an accepted SUCCESS header).
@@ -60,6 +66,7 @@ class NfsServerTest : public ::testing::Test {
   std::filesystem::path dir_;
   std::unique_ptr<NfsServer> srv_;
   std::uint32_t xid_ = 0;
+  CallContext ctx_{wire::Ipv4Addr{0xC0000202}};  // 192.0.2.2
 };
 
 TEST_F(NfsServerTest, MountLookupReadWriteCreateRemove) {
@@ -210,7 +217,7 @@ TEST_F(NfsServerTest, RefusesWhatItShould) {
   // Not a call at all: nothing to answer.
   RpcReply r;
   const Bytes junk{1, 2, 3};
-  srv_->handle(junk, r);
+  srv_->handle(ctx_, junk, r);
   EXPECT_TRUE(r.msg.empty());
   // A symbolic link out of the export is neither a directory to look into nor a file to read.
   std::filesystem::create_symlink("/etc", dir_ / "out");
@@ -265,7 +272,8 @@ TEST_F(NfsServerTest, AttributesDirectoryListingAndFilesystemInfo) {
   EXPECT_EQ(after->mode, 0640u);
   EXPECT_EQ(after->size, 5u);
   EXPECT_EQ(std::filesystem::file_size(dir_ / "hello"), 5u);
-  // ACCESS grants what is asked (read, lookup, modify, extend, delete, execute).
+  // ACCESS answers what root may do to a 0640 file: read, modify, extend; not execute (no x
+  // bit), and lookup and delete are for directories.
   auto ac = call(kAccess, [&](XdrEncoder& e) {
     encode(e, fh);
     e.u32(0x3f);
@@ -273,7 +281,7 @@ TEST_F(NfsServerTest, AttributesDirectoryListingAndFilesystemInfo) {
   XdrDecoder acd = results(ac);
   ASSERT_EQ(acd.u32(), kOk);
   decode_post_op(acd);
-  EXPECT_EQ(acd.u32(), 0x3fu);
+  EXPECT_EQ(acd.u32(), 0x0du);
   // READDIR (names and cookies only), one entry at a time from a cookie.
   auto rd = call(kReaddir, [&](XdrEncoder& e) {
     encode(e, root);
@@ -317,6 +325,157 @@ TEST_F(NfsServerTest, AttributesDirectoryListingAndFilesystemInfo) {
   });
   XdrDecoder rnd = results(rn);
   EXPECT_EQ(rnd.u32(), kErrNotsupp);
+}
+
+TEST_F(NfsServerTest, SymlinkSwappedInMidPathLeadsNowhere) {
+  // a/b/f in the export; the client holds handles of b and f. Then a local user moves a out of
+  // the export and leaves a symbolic link to it in its place: the same inodes are now reached
+  // through a link that leads out. No operation on the old handles may touch them there.
+  std::filesystem::create_directories(dir_ / "a" / "b");
+  std::ofstream(dir_ / "a" / "b" / "f") << "inside";
+  const Fh root = srv_->root_fh();
+  auto look = [&](const Fh& d, const std::string& n) {
+    auto r = call(kLookup, [&](XdrEncoder& e) {
+      encode(e, d);
+      e.string(n);
+    });
+    XdrDecoder x = results(r);
+    const LookupRes l = decode_lookup(x);
+    EXPECT_EQ(l.status, kOk) << n;
+    return l.fh;
+  };
+  const Fh b = look(look(root, "a"), "b");
+  const Fh f = look(b, "f");
+  const auto out = dir_.parent_path() / ("nfs_server_test.out." + std::to_string(getpid()));
+  std::filesystem::create_directories(out);
+  struct RemoveAtEnd {
+    std::filesystem::path p;
+    ~RemoveAtEnd() { std::filesystem::remove_all(p); }
+  } remove_out{out};
+  std::filesystem::rename(dir_ / "a", out / "a");
+  std::filesystem::create_directory_symlink(out / "a", dir_ / "a");
+  const auto outf = out / "a" / "b" / "f";
+  const auto mode_before = std::filesystem::status(outf).permissions();
+
+  // Not even attributes or names from out there.
+  auto ga = call(kGetattr, [&](XdrEncoder& e) { encode(e, f); });
+  XdrDecoder gad = results(ga);
+  EXPECT_EQ(gad.u32(), kErrStale);
+  auto lk = call(kLookup, [&](XdrEncoder& e) {
+    encode(e, b);
+    e.string("f");
+  });
+  XdrDecoder lkd = results(lk);
+  EXPECT_EQ(lkd.u32(), kErrStale);
+  auto cr = call(kCreate, [&](XdrEncoder& e) {
+    encode(e, b);
+    e.string("x");
+    e.u32(kUnchecked);
+    encode(e, Sattr{});
+  });
+  XdrDecoder crd = results(cr);
+  EXPECT_NE(decode_create(crd).status, kOk);
+  auto mk = call(kMkdir, [&](XdrEncoder& e) {
+    encode(e, b);
+    e.string("d");
+    encode(e, Sattr{});
+  });
+  XdrDecoder mkd = results(mk);
+  EXPECT_NE(mkd.u32(), kOk);
+  const Bytes data{'o', 'u', 't'};
+  auto wr = call(kWrite, [&](XdrEncoder& e) {
+    encode(e, f);
+    e.u64(0);
+    e.u32(3);
+    e.u32(kFileSync);
+    e.opaque(data);
+  });
+  XdrDecoder wrd = results(wr);
+  EXPECT_NE(decode_write(wrd).status, kOk);
+  auto sa = call(kSetattr, [&](XdrEncoder& e) {
+    encode(e, f);
+    encode(e, Sattr{0777, {}, {}, std::uint64_t{1}, false, true});
+    e.boolean(false);
+  });
+  XdrDecoder sad = results(sa);
+  EXPECT_NE(sad.u32(), kOk);
+  auto rd = call(kRead, [&](XdrEncoder& e) {
+    encode(e, f);
+    e.u64(0);
+    e.u32(100);
+  });
+  XdrDecoder rdd = results(rd);
+  EXPECT_NE(rdd.u32(), kOk);
+  EXPECT_FALSE(rd.has_payload);
+  auto ls = call(kReaddirplus, [&](XdrEncoder& e) {
+    encode(e, b);
+    e.u64(0);
+    e.fixed(Verf{});
+    e.u32(4096);
+    e.u32(65536);
+  });
+  XdrDecoder lsd = results(ls);
+  EXPECT_NE(lsd.u32(), kOk);
+  auto cm = call(kCommit, [&](XdrEncoder& e) {
+    encode(e, f);
+    e.u64(0);
+    e.u32(0);
+  });
+  XdrDecoder cmd = results(cm);
+  EXPECT_NE(cmd.u32(), kOk);
+  auto rm = call(kRemove, [&](XdrEncoder& e) {
+    encode(e, b);
+    e.string("f");
+  });
+  XdrDecoder rmd = results(rm);
+  EXPECT_NE(rmd.u32(), kOk);
+
+  EXPECT_FALSE(std::filesystem::exists(out / "a" / "b" / "x"));
+  EXPECT_FALSE(std::filesystem::exists(out / "a" / "b" / "d"));
+  ASSERT_TRUE(std::filesystem::exists(outf));
+  std::string got;
+  std::ifstream(outf) >> got;
+  EXPECT_EQ(got, "inside");
+  EXPECT_EQ(std::filesystem::status(outf).permissions(), mode_before);
+}
+
+TEST_F(NfsServerTest, FileHandleTableIsBounded) {
+  srv_->max_handles = 100;
+  const Fh root = srv_->root_fh();
+  for (int i = 0; i < 300; ++i) std::ofstream(dir_ / ("f" + std::to_string(i))) << i;
+  std::vector<Fh> fhs;
+  for (int i = 0; i < 300; ++i) {
+    auto r = call(kLookup, [&](XdrEncoder& e) {
+      encode(e, root);
+      e.string("f" + std::to_string(i));
+    });
+    XdrDecoder d = results(r);
+    const LookupRes l = decode_lookup(d);
+    ASSERT_EQ(l.status, kOk);
+    fhs.push_back(l.fh);
+  }
+  EXPECT_LE(srv_->handles(), 100u);
+  auto getattr = [&](const Fh& fh) {
+    auto r = call(kGetattr, [&](XdrEncoder& e) { encode(e, fh); });
+    XdrDecoder d = results(r);
+    return d.u32();
+  };
+  EXPECT_EQ(getattr(fhs.front()), kErrStale);  // forgotten: stale, as an evicted knfsd fh
+  EXPECT_EQ(getattr(fhs.back()), kOk);
+  EXPECT_EQ(getattr(root), kOk);  // the root is never forgotten
+  // READDIRPLUS hands out handles too; long names count against the bytes bound.
+  srv_->max_handles = 1u << 20;
+  srv_->max_handle_bytes = 4096;
+  auto ls = call(kReaddirplus, [&](XdrEncoder& e) {
+    encode(e, root);
+    e.u64(0);
+    e.fixed(Verf{});
+    e.u32(65536);
+    e.u32(1u << 20);
+  });
+  XdrDecoder lsd = results(ls);
+  ASSERT_EQ(decode_readdirplus(lsd).status, kOk);
+  EXPECT_LE(srv_->handles(), 4096u / 64);
 }
 
 }  // namespace

@@ -85,7 +85,8 @@ bool closed_by_peer(int fd) {
   }
 }
 
-void echo(std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply) {
+void echo(const CallContext&, std::span<const std::uint8_t> call,
+          std::vector<std::uint8_t>& reply) {
   reply.assign(call.begin(), call.end());
 }
 
@@ -93,10 +94,11 @@ void echo(std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply) 
 // bounds on one poll are functional: blocked, a poll takes the handler's second, or the 10 s a
 // reply once waited for a client that did not read.)
 TEST(RpcTcpServer, SlowHandlerDoesNotBlockThePoll) {
-  RpcTcpServer s([](std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-    echo(call, reply);
-  });
+  RpcTcpServer s(
+      [](const CallContext&, std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+        echo({}, call, reply);
+      });
   const std::uint16_t port = listen_on(s);
   const int fd = connect_to(port);
   const auto rec = record(0x11);
@@ -119,10 +121,11 @@ TEST(RpcTcpServer, SlowHandlerDoesNotBlockThePoll) {
 // A client that sends calls and never reads the replies: they wait in the connection (one at a
 // time), no poll blocks, and the connection is closed at its deadline.
 TEST(RpcTcpServer, ClientThatDoesNotReadBlocksNothing) {
-  RpcTcpServer s([](std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply) {
-    reply.assign(60000, 0xAB);
-    std::copy_n(call.begin(), 4, reply.begin());
-  });
+  RpcTcpServer s(
+      [](const CallContext&, std::span<const std::uint8_t> call, std::vector<std::uint8_t>& reply) {
+        reply.assign(60000, 0xAB);
+        std::copy_n(call.begin(), 4, reply.begin());
+      });
   s.idle_timeout_ms = 500;
   const std::uint16_t port = listen_on(s);
   const int fd = connect_to(port, 4096);

@@ -409,7 +409,7 @@ class Rig {
 };
 
 // Echoes the call's body as the reply.
-void echo(std::span<const std::uint8_t> call, RpcReply& r) {
+void echo(const CallContext&, std::span<const std::uint8_t> call, RpcReply& r) {
   r.msg.assign(call.begin(), call.end());
 }
 
@@ -420,12 +420,12 @@ struct Gate {
   std::atomic<std::uint64_t> returned_ns{0};  // when the first call returned
   std::chrono::milliseconds limit{1000};
   RpcRdmaServer::Handler handler() {
-    return [this](std::span<const std::uint8_t> call, RpcReply& r) {
+    return [this](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& r) {
       entered.fetch_add(1);
       const auto end = std::chrono::steady_clock::now() + limit;
       while (!open.load() && std::chrono::steady_clock::now() < end)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      echo(call, r);
+      echo(ctx, call, r);
       std::uint64_t zero = 0;
       returned_ns.compare_exchange_strong(zero, port::now_ns());
     };
