@@ -68,10 +68,20 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       c.transport.inline_size = num(1024, 65536);
     else if (a == "--tcp-port")
       c.tcp_port = static_cast<std::uint16_t>(num(1, 65535));
+    else if (a == "--max-connections")
+      c.transport.max_connections = num(1, 4096);
+    else if (a == "--max-half-open")
+      c.transport.max_half_open = num(1, 4096);
+    else if (a == "--mount-clients")
+      c.mount_clients = num(1, 1024);
+    else if (a == "--mount-timeout")
+      c.mount_timeout_ms = num(100, 3'600'000);
     else
       throw std::runtime_error("service nfs: unknown option " + a +
                                " (--root, --export, --export-options, --clients, --max-handles, "
-                               "--mount-address, --mount-port, --credits, --inline, --tcp-port)");
+                               "--mount-address, --mount-port, --credits, --inline, --tcp-port, "
+                               "--max-connections, --max-half-open, --mount-clients, "
+                               "--mount-timeout)");
   }
   if (c.root.empty()) throw std::runtime_error("service nfs: --root DIR is required");
 }

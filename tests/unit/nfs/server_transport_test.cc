@@ -11,6 +11,7 @@
 // - Credits: messages beyond the credits granted are dropped and counted, nothing queues.
 // - A handler that blocks (fsync on a slow disk): the loop keeps answering ARP within 1 ms and
 //   accepting connections; the calls are answered when it returns.
+#include "apps/nfs/nfs_service.h"
 #include "apps/nfs/server_transport.h"
 
 #include <gtest/gtest.h>
@@ -654,3 +655,19 @@ TEST(NfsServerTransport, BlockedHandlerLeavesTheLoopRunning) {
 
 }  // namespace
 }  // namespace roce::nfs
+
+namespace {
+// roced's `test: nfs` args reach every limit of the service (docs/configuration.md).
+TEST(NfsServiceArgs, TheTransportAndMountLimitsAreSettable) {
+  roce::nfs::NfsServiceConfig c;
+  roce::nfs::parse_service_args({"--root", "/tmp", "--max-connections", "8", "--max-half-open",
+                                 "2", "--mount-clients", "4", "--mount-timeout", "1000"},
+                                c);
+  EXPECT_EQ(c.transport.max_connections, 8u);
+  EXPECT_EQ(c.transport.max_half_open, 2u);
+  EXPECT_EQ(c.mount_clients, 4u);
+  EXPECT_EQ(c.mount_timeout_ms, 1000u);
+  EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", "--max-connections", "0"}, c),
+               std::runtime_error);
+}
+}  // namespace
