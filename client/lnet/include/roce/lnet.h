@@ -30,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -123,7 +124,10 @@ struct NetBuffer {
   std::vector<Segment> segs;  ///< the buffer vector: at most 4 segments
   BufferCallback cb;
   std::uint64_t length = 0;            ///< kMsgSend / kActiveBulkSend: bytes to send (0: all)
-  std::optional<EndPoint> ep;          ///< kMsgSend: the destination
+  /// kMsgSend: the destination. kPassiveBulk*: the one peer whose control message may complete
+  /// the buffer (a message from any other connection is refused and counted); unset: whoever
+  /// holds the descriptor.
+  std::optional<EndPoint> ep;
   std::vector<std::uint8_t> desc;      ///< passive: filled by Tm::add; active: copy the peer's
   std::uint64_t min_receive_size = 0;  ///< kMsgRecv: 0 = one message (the whole buffer)
   std::uint32_t max_receive_msgs = 1;  ///< kMsgRecv with min_receive_size: 0 = no limit
@@ -245,7 +249,14 @@ struct TmStats {
   std::uint64_t msgs_sent = 0, msgs_received = 0, bytes_received = 0;
   std::uint64_t bulk_ops = 0, connections = 0, provisioned = 0;
   std::uint64_t dropped_cancelled = 0;  ///< messages that landed in a cancelled receive buffer
-  std::uint64_t ctl_dropped = 0;        ///< control messages for no passive buffer (gone, or bogus)
+  std::uint64_t ctl_dropped = 0;  ///< control messages for no passive buffer (gone, or forged)
+  /// Control messages refused: the token of a buffer bound to another peer (NetBuffer::ep), or
+  /// a length beyond the buffer. The buffer stays queued.
+  std::uint64_t ctl_refused = 0;
+  /// Connection hellos refused or dropped: malformed, for another address, a GID not the
+  /// NID's, a peer with kMaxConnsPerPeer connections, over the half-open bound or its
+  /// deadline, no slots or QPs.
+  std::uint64_t hellos_refused = 0;
 };
 
 class Tm {
@@ -338,7 +349,9 @@ class Tm {
   void queue_events(std::vector<BufferEvent>& evs, bool event_thread = false);
   void drain_pending();
   void take_pool_buffers_locked(std::vector<NetBuffer*>& to_pool);
-  void send_ctl_locked(Conn& c, std::uint32_t bulk_id, std::uint64_t length, int status);
+  void send_ctl_locked(Conn& c, std::uint64_t token, std::uint64_t length, int status);
+  void unmake_conn_locked(Conn& c);
+  void serve_hello(int fd, std::span<const std::uint8_t> bytes);
 
   Domain& dom_;
   std::atomic<TmState> state_{TmState::kInitialized};
@@ -355,8 +368,7 @@ class Tm {
 
   mutable std::mutex mu_;  ///< the Tm lock: queues, connections, pending events
   std::list<NetBuffer*> queues_[static_cast<int>(QueueType::kCount_)];
-  std::map<std::uint32_t, NetBuffer*> passive_;  ///< by bulk id
-  std::uint32_t next_bulk_id_ = 1;
+  std::map<std::uint64_t, NetBuffer*> passive_;  ///< by descriptor token
   std::uint64_t next_wr_ = 1;
   std::map<std::uint64_t, NetBuffer*> by_wr_;  ///< buffers on the wire by wr_id
   std::map<EndPoint, std::shared_ptr<Conn>> conns_;
@@ -371,7 +383,7 @@ class Tm {
   client::Srq* srq_ = nullptr;
   client::Buffer* ctl_buf_ = nullptr;  ///< control-message slots of every connection
   client::Mr* ctl_mr_ = nullptr;
-  std::uint32_t ctl_next_ = 0;
+  std::uint64_t ctl_blocks_ = 0;  ///< control-slot blocks in use, one bit per connection
   int listen_fd_ = -1;
   int wake_fd_ = -1;
   std::atomic<bool> stopping_{false};

@@ -1,0 +1,250 @@
+// What a hostile peer of a Tm can do through its two doors, the TCP listener (hellos) and a
+// connection's control QP (bulk control messages), on the fake Context: a refused or stalled
+// hello spends no QP and no control slot and holds the listener for no one else; a forged or
+// misdirected bulk token completes nobody's buffer.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "client/lnet/include/roce/lnet.h"
+#include "client/lnet/src/lnet_internal.h"
+#include "tests/unit/lnet/fake_context.h"
+
+namespace roce::lnet {
+namespace {
+
+using namespace std::chrono_literals;
+
+template <class F>
+bool eventually(F f, int ms = 2000) {
+  for (int i = 0; i < ms / 2; ++i) {
+    if (f()) return true;
+    std::this_thread::sleep_for(2ms);
+  }
+  return f();
+}
+
+int tcp_connect(std::uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/// Reads `n` bytes within `ms`; false on EOF, error or timeout.
+bool read_within(int fd, void* p, std::size_t n, int ms) {
+  auto* b = static_cast<std::uint8_t*>(p);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (n) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          end - std::chrono::steady_clock::now())
+                          .count();
+    pollfd pf{fd, POLLIN, 0};
+    if (left <= 0 || poll(&pf, 1, static_cast<int>(left)) <= 0) return false;
+    const ssize_t k = recv(fd, b, n, 0);
+    if (k <= 0) return false;
+    b += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+/// True when the listener closes `fd` within `ms` (EOF or reset).
+bool closed_within(int fd, int ms) {
+  pollfd pf{fd, POLLIN, 0};
+  if (poll(&pf, 1, ms) <= 0) return false;
+  char c;
+  return recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
+void set_str(char (&dst)[48], const std::string& s) {
+  std::memset(dst, 0, sizeof dst);
+  std::memcpy(dst, s.data(), std::min(s.size(), sizeof dst - 1));
+}
+
+class LnetHostile : public ::testing::Test {
+ protected:
+  FakeContext ctx;
+  DomainOptions opts() {
+    DomainOptions o;
+    o.oob_host = "127.0.0.1";
+    o.oob_port_base = static_cast<std::uint16_t>(20000 + (getpid() + 7) % 20 * 2000);
+    return o;
+  }
+  Domain dom{ctx, opts()};
+  Tm tm{dom};
+
+  void SetUp() override { ASSERT_EQ(tm.start("192.0.2.1@roce:0:1:*"), 0); }
+  std::uint16_t port() { return dom.oob_locate(tm.ep()).second; }
+
+  /// A well-formed hello of the Tm at 192.0.2.2@roce:0:1:`tmid` (its QPs 0x500 + 2*tmid).
+  OobHello good_hello(std::uint32_t tmid) {
+    OobHello h;
+    set_str(h.src, "192.0.2.2@roce:0:1:" + std::to_string(tmid));
+    set_str(h.dst, tm.ep().str());
+    h.qpn = 0x500 + 2 * tmid;
+    h.cqpn = h.qpn + 1;
+    h.psn = 1;
+    h.cpsn = 2;
+    const wire::Ipv6Addr g = wire::ipv4_mapped(wire::Ipv4Addr{0xC0000202});
+    std::memcpy(h.gid, g.b.data(), 16);
+    return h;
+  }
+  /// Sends `h`; the listener's reply, or nullopt when it closes or says nothing within `ms`.
+  std::optional<OobHello> say(const OobHello& h, int ms = 2000) {
+    const int fd = tcp_connect(port());
+    if (fd < 0) return std::nullopt;
+    EXPECT_EQ(send(fd, &h, sizeof h, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof h));
+    OobHello r;
+    const bool ok = read_within(fd, &r, sizeof r, ms);
+    close(fd);
+    return ok ? std::optional<OobHello>(r) : std::nullopt;
+  }
+};
+
+// ---- hellos -----------------------------------------------------------------------------------
+
+TEST_F(LnetHostile, RefusedHellosSpendNoQpAndNoControlSlot) {
+  // A GID that is not the claimed NID's: refused before anything is allocated.
+  for (std::uint32_t i = 0; i < 70; ++i) {
+    OobHello h = good_hello(i % 60);
+    h.gid[15] ^= 0x55;
+    const auto r = say(h);
+    ASSERT_TRUE(r.has_value()) << "hello " << i;
+    ASSERT_EQ(r->status, EINVAL) << "hello " << i;
+  }
+  EXPECT_EQ(ctx.qps(), 0);
+  // Hellos that pass the check but whose QPs cannot be connected: QPs and slots go back.
+  ctx.fail_modify = true;
+  for (std::uint32_t i = 0; i < 70; ++i) {
+    const auto r = say(good_hello(i % 60));
+    ASSERT_TRUE(r.has_value()) << "hello " << i;
+    ASSERT_NE(r->status, 0) << "hello " << i;
+  }
+  ctx.fail_modify = false;
+  EXPECT_EQ(ctx.qps(), 0);
+  // Junk and a wrong address: closed, or answered EADDRNOTAVAIL.
+  const int fd = tcp_connect(port());
+  ASSERT_GE(fd, 0);
+  std::vector<std::uint8_t> junk(sizeof(OobHello), 0xA5);
+  send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+  EXPECT_TRUE(closed_within(fd, 3000));
+  close(fd);
+  OobHello wrong = good_hello(1);
+  set_str(wrong.dst, "192.0.2.1@roce:0:1:7");
+  ASSERT_TRUE(say(wrong).has_value());
+  // A good one still gets its connection: the 140 failures above took no slot for good.
+  const auto ok = say(good_hello(1));
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->status, 0);
+  EXPECT_EQ(ctx.qps(), 2);
+  EXPECT_EQ(tm.stats().connections, 1u);
+  EXPECT_EQ(tm.stats().hellos_refused, 142u);
+}
+
+TEST_F(LnetHostile, AThirdConnectionFromOnePeerIsRefused) {
+  ASSERT_EQ(say(good_hello(3))->status, 0);
+  ASSERT_EQ(say(good_hello(3))->status, 0);  // a simultaneous connect's second
+  EXPECT_EQ(say(good_hello(3))->status, EBUSY);
+  EXPECT_EQ(ctx.qps(), 4);
+}
+
+TEST_F(LnetHostile, StalledHellosDoNotHoldTheListener) {
+  // Twelve peers that connect and send a few bytes of a hello, then nothing.
+  std::vector<int> stalled;
+  for (int i = 0; i < 12; ++i) {
+    const int fd = tcp_connect(port());
+    ASSERT_GE(fd, 0);
+    send(fd, "LNET", 4, MSG_NOSIGNAL);
+    stalled.push_back(fd);
+  }
+  // A real peer is answered at once, not after the stalled ones' timeouts.
+  const auto r = say(good_hello(4), 1500);
+  ASSERT_TRUE(r.has_value()) << "the listener served stalled hellos first";
+  EXPECT_EQ(r->status, 0);
+  // Every stalled one is closed: evicted by a newer hello or at its deadline.
+  for (const int fd : stalled) {
+    EXPECT_TRUE(closed_within(fd, 4000));
+    close(fd);
+  }
+  EXPECT_TRUE(eventually([&] { return tm.stats().hellos_refused == 12; }));
+  EXPECT_EQ(ctx.qps(), 2);
+}
+
+// ---- bulk tokens ------------------------------------------------------------------------------
+
+std::vector<std::uint8_t> ctl(std::uint64_t token, std::uint64_t length, std::int32_t status = 0) {
+  CtlMsg m;
+  m.token = token;
+  m.length = length;
+  m.status = status;
+  std::vector<std::uint8_t> b(CtlMsg::kSize);
+  m.encode(b.data());
+  return b;
+}
+
+TEST_F(LnetHostile, ForgedOrMisdirectedBulkTokensCompleteNoBuffer) {
+  // Peer A (tmid 5) will do the active side; peer M (tmid 6) is connected too.
+  const auto a = say(good_hello(5)), m = say(good_hello(6));
+  ASSERT_TRUE(a && m);
+  ASSERT_EQ(a->status, 0);
+  ASSERT_EQ(m->status, 0);
+  NetBuffer* nb = dom.alloc_buffer(1, 4096);
+  ASSERT_NE(nb, nullptr);
+  std::vector<BufferEvent> evs;
+  std::mutex mu;
+  nb->cb = [&](const BufferEvent& e) {
+    std::lock_guard<std::mutex> g(mu);
+    evs.push_back(e);
+  };
+  nb->ep = EndPoint::parse("192.0.2.2@roce:0:1:5");
+  ASSERT_EQ(tm.add(*nb, QueueType::kPassiveBulkRecv), 0);
+  const auto d = BulkDesc::decode(nb->desc);
+  ASSERT_TRUE(d.has_value());
+  auto events = [&] {
+    std::lock_guard<std::mutex> g(mu);
+    return evs.size();
+  };
+  auto settle = [&] { std::this_thread::sleep_for(60ms); };
+
+  // M guesses: the first sequential id, and its neighbours.
+  for (std::uint64_t guess = 0; guess < 4; ++guess)
+    ASSERT_TRUE(ctx.arrive(m->cqpn, ctl(guess, 4096)));
+  ASSERT_TRUE(eventually([&] { return tm.stats().ctl_dropped == 4; }));
+  settle();
+  EXPECT_EQ(events(), 0u) << "a guessed id completed another peer's buffer";
+  // M learned the real token: refused on M's connection.
+  ASSERT_TRUE(ctx.arrive(m->cqpn, ctl(d->token, 100)));
+  ASSERT_TRUE(eventually([&] { return tm.stats().ctl_refused == 1; }));
+  // A claims more than the buffer holds: refused.
+  ASSERT_TRUE(ctx.arrive(a->cqpn, ctl(d->token, 4097)));
+  ASSERT_TRUE(eventually([&] { return tm.stats().ctl_refused == 2; }));
+  settle();
+  EXPECT_EQ(events(), 0u);
+  EXPECT_EQ(tm.queue_length(QueueType::kPassiveBulkRecv), 1u);
+  // A's real completion still ends A's transfer.
+  ASSERT_TRUE(ctx.arrive(a->cqpn, ctl(d->token, 100)));
+  ASSERT_TRUE(eventually([&] { return events() == 1; }));
+  EXPECT_EQ(evs[0].status, 0);
+  EXPECT_EQ(evs[0].length, 100u);
+  EXPECT_EQ(tm.queue_length(QueueType::kPassiveBulkRecv), 0u);
+  // Tokens are not a sequence.
+  ASSERT_EQ(tm.add(*nb, QueueType::kPassiveBulkRecv), 0);
+  const auto d2 = BulkDesc::decode(nb->desc);
+  ASSERT_TRUE(d2.has_value());
+  EXPECT_GT(d2->token > d->token ? d2->token - d->token : d->token - d2->token, 1u << 20);
+  tm.stop();
+  dom.free_buffer(nb);
+}
+
+}  // namespace
+}  // namespace roce::lnet
