@@ -49,14 +49,30 @@ EngineStack::~EngineStack() {
   hub_.reset();
   if (cq_) env_->eng.destroy_cq(cq_);
   if (pd_) env_->eng.dealloc_pd(pd_);
+  for (Pd* pd : retired_) env_->eng.dealloc_pd(pd);  // MRs the server never gave back: busy
   own_env_.reset();
 }
 
-std::optional<MrInfo> EngineStack::reg_mr(void* addr, std::uint64_t length,
+Pd* EngineStack::pd_of(Conn& c) {
+  if (!c.pd) c.pd = env_->eng.alloc_pd();
+  return c.pd;
+}
+
+void EngineStack::retire_pd(Pd* pd) {
+  if (pd && env_->eng.dealloc_pd(pd) != kOk) retired_.push_back(pd);  // MRs left: later
+}
+
+std::optional<MrInfo> EngineStack::reg_mr(ConnId c, void* addr, std::uint64_t length,
                                           std::optional<std::uint64_t> iova) {
+  Pd* pd = pd_;
+  if (c != 0) {
+    const auto it = conns_.find(c);
+    pd = it == conns_.end() ? nullptr : pd_of(it->second);
+  }
+  if (!pd) return std::nullopt;
   const std::uint32_t access = kAccessLocalWrite | kAccessRemoteWrite;
-  Mr* m = iova ? env_->eng.reg_mr(pd_, addr, length, *iova, access)
-               : env_->eng.reg_mr(pd_, addr, length, access);
+  Mr* m = iova ? env_->eng.reg_mr(pd, addr, length, *iova, access)
+               : env_->eng.reg_mr(pd, addr, length, access);
   if (!m) return std::nullopt;
   MrInfo i;
   i.addr = addr;
@@ -68,15 +84,21 @@ std::optional<MrInfo> EngineStack::reg_mr(void* addr, std::uint64_t length,
 }
 
 void EngineStack::dereg_mr(const MrInfo& mr) {
-  if (mr.handle) env_->eng.dereg_mr(reinterpret_cast<Mr*>(mr.handle));
+  if (!mr.handle) return;
+  Mr* m = reinterpret_cast<Mr*>(mr.handle);
+  Pd* pd = m->pd;
+  env_->eng.dereg_mr(m);
+  const auto it = std::find(retired_.begin(), retired_.end(), pd);
+  if (it != retired_.end() && env_->eng.dealloc_pd(pd) == kOk) retired_.erase(it);
 }
 
 bool EngineStack::listen(std::uint16_t port) {
   return hub_->listen(owner_, cm::service_id(cm::PortSpace::kTcp, port));
 }
 
-Qp* EngineStack::new_qp(const QpSizes& s) {
-  Qp* qp = env_->eng.create_qp(pd_, QpType::kRc, cq_, cq_, QpCap{s.send, s.recv, 1, 1, 0});
+Qp* EngineStack::new_qp(Pd* pd, const QpSizes& s) {
+  if (!pd) return nullptr;
+  Qp* qp = env_->eng.create_qp(pd, QpType::kRc, cq_, cq_, QpCap{s.send, s.recv, 1, 1, 0});
   if (!qp) return nullptr;
   QpAttr a;
   a.qp_state = QpState::kInit;
@@ -93,7 +115,7 @@ bool EngineStack::prepare(ConnId c, const QpSizes& s) {
   if (it == conns_.end() || it->second.qp || !it->second.peer) return false;
   // The QP's path needs the peer's MAC before the REP.
   if (!port::resolve_wait(env_->loop, *it->second.peer, 5)) return false;
-  it->second.qp = new_qp(s);
+  it->second.qp = new_qp(pd_of(it->second), s);
   if (!it->second.qp) return false;
   by_qpn_[it->second.qp->qpn] = c;
   return true;
@@ -122,7 +144,10 @@ std::optional<ConnId> EngineStack::connect(const std::string& ipv4, std::uint16_
   const auto ip = ctl::parse_ipv4(ipv4);
   if (!ip) return std::nullopt;
   if (!port::resolve_wait(env_->loop, *ip, 10)) return std::nullopt;
-  Qp* qp = new_qp(s);
+  // The active side (the host library): its QP in the common PD, with the MRs that
+  // reg_mr(0, ...) made before it connected.
+  Pd* pd = pd_;
+  Qp* qp = new_qp(pd, s);
   if (!qp) return std::nullopt;
   std::mt19937 rng(std::random_device{}());
   cm::ConnectParams p;
@@ -138,18 +163,21 @@ std::optional<ConnId> EngineStack::connect(const std::string& ipv4, std::uint16_
     return std::nullopt;
   }
   const ConnId c = next_++;
-  conns_[c] = Conn{*id, qp, false, ip};
+  conns_[c] = Conn{*id, qp, false, ip, pd};
   by_cm_[id->v] = c;
   by_qpn_[qp->qpn] = c;
   return c;
 }
 
 void EngineStack::release(Conn& c) {
-  if (!c.qp) return;
-  by_qpn_.erase(c.qp->qpn);
-  hub_->agent().release(c.qp);  // DREQ if still up
-  env_->eng.destroy_qp(c.qp);
-  c.qp = nullptr;
+  if (c.qp) {
+    by_qpn_.erase(c.qp->qpn);
+    hub_->agent().release(c.qp);  // DREQ if still up
+    env_->eng.destroy_qp(c.qp);
+    c.qp = nullptr;
+  }
+  if (c.pd != pd_) retire_pd(c.pd);
+  c.pd = nullptr;
 }
 
 void EngineStack::disconnect(ConnId c) {
