@@ -52,7 +52,7 @@ struct NaaConfig {
   /// Calls queued or running at once, over every host; one more is answered with status 0x01
   /// ("socket not available": the NAA cannot take it now) without running.
   std::uint32_t kernel_queue = 8;
-  /// Test hook: every kernel takes at least this long (a long matmul without the CPU).
+  /// Test hook: every kernel takes at least this long, busy on its CPU (a long matmul).
   double kernel_delay_ms = 0;
   bool verbose = false;
 };
