@@ -124,8 +124,8 @@ class NaaServer {
     bool established = false;
     std::vector<std::uint8_t> rx, tx;  ///< two receive slots; the send buffer
     MrInfo rx_mr, tx_mr;
-    std::shared_ptr<Arena> arena;  ///< shared with a kernel that runs on it
-    bool running = false;          ///< a call of this host is on the kernel threads
+    std::shared_ptr<Arena> arena;   ///< shared with a kernel that runs on it
+    bool running = false;           ///< a call of this host is on the kernel threads
     std::vector<Region> regions;    ///< as advertised by the host
     std::vector<std::size_t> data;  ///< indexes of the non-internal regions, in order
     std::uint64_t calls = 0;

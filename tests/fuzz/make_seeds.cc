@@ -14,12 +14,12 @@
 #include "apps/common/pcap_writer.h"
 #include "apps/common/sample_frames.h"
 #include "apps/naa/mrsp.h"
-#include "client/lnet/src/lnet_internal.h"
 #include "apps/nfs/nfs3.h"
 #include "apps/nfs/rpc.h"
 #include "apps/nfs/rpcrdma.h"
 #include "apps/perf/perftest_proto.h"
 #include "apps/perf/pingpong_proto.h"
+#include "client/lnet/src/lnet_internal.h"
 #include "controlplane/cm/mad.h"
 #include "tests/fuzz/engine_harness.h"
 #include "tests/fuzz/fuzz_bytes.h"
@@ -475,7 +475,7 @@ void lnet_control_seeds(const fs::path& out) {
     return std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(&v), sizeof v);
   };
   lnet::OobHello h;
-  auto put = [](char (&d)[48], const std::string& s) { std::memcpy(d, s.data(), s.size()); };
+  auto put = [](char(&d)[48], const std::string& s) { std::memcpy(d, s.data(), s.size()); };
   put(h.src, "192.0.2.2@roce:0:31:6");
   put(h.dst, "192.0.2.1@roce:0:31:5");
   h.qpn = 0x1234;

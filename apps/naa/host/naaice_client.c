@@ -10,8 +10,9 @@
  *          bad-return-address, bad-param-count, bad-param-size;
  *          foreign-rkey: host B writes host A's NAA region with A's rkey over B's connection (the
  *            NAA must refuse it with a remote access error, and A's data stay A's);
- *          slow-kernel: while host A's call runs (roce-naa --kernel-delay-ms 3000 --kernel-queue 1),
- *            host B connects, gets its advertisement and is answered "busy" (0x01) at once */
+ *          slow-kernel: while host A's call runs (roce-naa --kernel-delay-ms 3000
+ *            --kernel-queue 1), host B connects, gets its advertisement and is answered
+ *            "busy" (0x01) at once */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -456,9 +457,10 @@ static int slow_kernel(const char* ip, uint16_t port) {
             b.ctx->rpc_status);
     goto out;
   }
-  printf("PASS slow-kernel: host B connected and advertised %.1f ms into A's call, its call "
-         "answered 0x01 (%s) at %.1f ms\n",
-         tb * 1e3, naaice_rpc_status_string(b.ctx->rpc_status), tc * 1e3);
+  printf(
+      "PASS slow-kernel: host B connected and advertised %.1f ms into A's call, its call "
+      "answered 0x01 (%s) at %.1f ms\n",
+      tb * 1e3, naaice_rpc_status_string(b.ctx->rpc_status), tc * 1e3);
   while (a.ctx->state < FINISHED)
     if (naaice_poll_cq_nonblocking(a.ctx)) goto out;
   if (check(&a, 0, 0)) goto out;

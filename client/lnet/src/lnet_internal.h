@@ -20,11 +20,11 @@ struct NetBuffer::Impl {
   std::vector<client::Mr*> bulk_mrs;  ///< passive bulk: remote access, for this operation only
   std::vector<std::uint64_t> wr_ids;  ///< work requests on the wire
   std::uint32_t ops_left = 0;         ///< active bulk: RDMA work requests not yet complete
-  std::uint64_t bulk_token = 0;  ///< passive: its descriptor's token; active: the peer's
+  std::uint64_t bulk_token = 0;       ///< passive: its descriptor's token; active: the peer's
   std::uint64_t bulk_len = 0;
   bool posted = false;  ///< kMsgRecv: in the SRQ
   bool bulk_failed = false;
-  std::optional<EndPoint> peer;  ///< active bulk: the passive side
+  std::optional<EndPoint> peer;     ///< active bulk: the passive side
   std::optional<EndPoint> allowed;  ///< passive bulk: the one peer that may complete it
 };
 
@@ -92,10 +92,10 @@ struct PassiveEntry {
 };
 
 enum class CtlVerdict : std::uint8_t {
-  kComplete,  ///< the buffer's operation is over
-  kUnknown,   ///< no such token (forged, or the buffer is gone): dropped, ctl_dropped
-  kWrongPeer, ///< the token of a buffer bound to another peer: refused, ctl_refused
-  kTooLong,   ///< more bytes than the buffer holds: refused, ctl_refused
+  kComplete,   ///< the buffer's operation is over
+  kUnknown,    ///< no such token (forged, or the buffer is gone): dropped, ctl_dropped
+  kWrongPeer,  ///< the token of a buffer bound to another peer: refused, ctl_refused
+  kTooLong,    ///< more bytes than the buffer holds: refused, ctl_refused
 };
 /// The passive side's judgement of control message `m` that arrived on a connection with
 /// `from`; `entry` is the buffer its token names (null: none).

@@ -31,7 +31,7 @@ constexpr std::uint32_t kCtlSlot = 32;       ///< bytes per control-message slot
 constexpr std::uint32_t kCtlRecvSlots = 16;  ///< per connection
 constexpr std::uint32_t kCtlSendSlots = 16;  ///< per connection
 constexpr std::uint32_t kCtlBytes = 64 * 1024;
-constexpr std::uint32_t kCtlBlock = kCtlRecvSlots + kCtlSendSlots;  ///< slots of a connection
+constexpr std::uint32_t kCtlBlock = kCtlRecvSlots + kCtlSendSlots;        ///< slots of a connection
 constexpr std::uint32_t kCtlBlocks = kCtlBytes / (kCtlBlock * kCtlSlot);  ///< connections per Tm
 static_assert(kCtlBlocks == 64, "one bit of Tm::ctl_blocks_ per connection");
 static_assert(CtlMsg::kSize <= kCtlSlot);

@@ -123,7 +123,7 @@ struct Segment {
 struct NetBuffer {
   std::vector<Segment> segs;  ///< the buffer vector: at most 4 segments
   BufferCallback cb;
-  std::uint64_t length = 0;            ///< kMsgSend / kActiveBulkSend: bytes to send (0: all)
+  std::uint64_t length = 0;  ///< kMsgSend / kActiveBulkSend: bytes to send (0: all)
   /// kMsgSend: the destination. kPassiveBulk*: the one peer whose control message may complete
   /// the buffer (a message from any other connection is refused and counted); unset: whoever
   /// holds the descriptor.
