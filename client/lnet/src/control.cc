@@ -63,6 +63,73 @@ std::optional<BulkDesc> BulkDesc::decode(std::span<const std::uint8_t> b) {
   return d;
 }
 
+// ---- the hello's MAC ----------------------------------------------------------------------------
+
+namespace {
+
+std::uint64_t rotl(std::uint64_t x, int b) { return x << b | x >> (64 - b); }
+std::uint64_t le64(const std::uint8_t* p) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
+  return v;
+}
+
+}  // namespace
+
+std::uint64_t siphash24(const OobKey& key, std::span<const std::uint8_t> msg) {
+  const std::uint64_t k0 = le64(key.data()), k1 = le64(key.data() + 8);
+  std::uint64_t v0 = 0x736f6d6570736575ull ^ k0, v1 = 0x646f72616e646f6dull ^ k1,
+                v2 = 0x6c7967656e657261ull ^ k0, v3 = 0x7465646279746573ull ^ k1;
+  auto round = [&] {
+    v0 += v1, v1 = rotl(v1, 13), v1 ^= v0, v0 = rotl(v0, 32);
+    v2 += v3, v3 = rotl(v3, 16), v3 ^= v2;
+    v0 += v3, v3 = rotl(v3, 21), v3 ^= v0;
+    v2 += v1, v1 = rotl(v1, 17), v1 ^= v2, v2 = rotl(v2, 32);
+  };
+  const std::size_t n = msg.size(), full = n / 8 * 8;
+  for (std::size_t i = 0; i < full; i += 8) {
+    const std::uint64_t m = le64(msg.data() + i);
+    v3 ^= m;
+    round();
+    round();
+    v0 ^= m;
+  }
+  std::uint8_t last[8] = {};
+  if (n > full) std::memcpy(last, msg.data() + full, n - full);
+  const std::uint64_t b = static_cast<std::uint64_t>(n) << 56 | le64(last);
+  v3 ^= b;
+  round();
+  round();
+  v0 ^= b;
+  v2 ^= 0xff;
+  for (int i = 0; i < 4; ++i) round();
+  return v0 ^ v1 ^ v2 ^ v3;
+}
+
+std::uint64_t hello_tag(const OobKey& key, const OobNonce& nonce, const OobHello& h) {
+  std::array<std::uint8_t, sizeof(OobNonce) + sizeof(OobHello)> m{};
+  OobHello c = h;
+  std::memset(c.tag, 0, sizeof c.tag);
+  std::memcpy(m.data(), nonce.data(), nonce.size());
+  std::memcpy(m.data() + nonce.size(), &c, sizeof c);
+  return siphash24(key, m);
+}
+
+void sign_hello(OobHello& h, const OobNonce& nonce, const std::optional<OobKey>& key) {
+  const std::uint64_t t = key ? hello_tag(*key, nonce, h) : 0;
+  std::memcpy(h.tag, &t, sizeof h.tag);
+}
+
+bool hello_tag_ok(const OobHello& h, const OobNonce& nonce, const std::optional<OobKey>& key) {
+  if (!key) return true;
+  const std::uint64_t want = hello_tag(*key, nonce, h);
+  std::uint8_t w[8];
+  std::memcpy(w, &want, 8);
+  std::uint8_t diff = 0;  // no early exit: the time taken says nothing of the tag
+  for (int i = 0; i < 8; ++i) diff |= static_cast<std::uint8_t>(w[i] ^ h.tag[i]);
+  return diff == 0;
+}
+
 // ---- the hello ---------------------------------------------------------------------------------
 
 std::optional<OobHello> OobHello::decode(std::span<const std::uint8_t> b) {

@@ -3,6 +3,7 @@
 /// lnet_control fuzz target include this).
 #pragma once
 
+#include <array>
 #include <cstring>
 #include <optional>
 #include <span>
@@ -47,7 +48,8 @@ struct BulkDesc {
   static std::optional<BulkDesc> decode(std::span<const std::uint8_t> b);
 };
 
-/// The connection exchange on TCP (fixed size, both directions, the struct's bytes).
+/// The connection exchange on TCP: the listener sends a 16-byte nonce as soon as it accepts, the
+/// connecting Tm its hello, the listener its reply (fixed size, both the struct's bytes).
 struct OobHello {
   static constexpr std::uint32_t kMagic = 0x4C4E4554;  // "LNET"
   /// 2: 64-bit bulk tokens in descriptors and control messages.
@@ -60,11 +62,25 @@ struct OobHello {
   std::uint32_t cqpn = 0, cpsn = 0;  ///< control QP
   std::uint8_t gid[16] = {};
   std::int32_t status = 0;  ///< reply: 0 or an errno value
+  /// SipHash-2-4 of the listener's nonce and this hello (tag zero) under the domains' shared
+  /// DomainOptions::oob_key; zero without a key.
+  std::uint8_t tag[8] = {};
 
   /// Exactly sizeof(OobHello) bytes with our magic and version, else nullopt (not one of ours:
   /// no answer).
   static std::optional<OobHello> decode(std::span<const std::uint8_t> b);
 };
+
+using OobNonce = std::array<std::uint8_t, 16>;
+using OobKey = std::array<std::uint8_t, 16>;
+/// SipHash-2-4 (Aumasson, Bernstein 2012) of `msg` under `key`: the hello's MAC.
+std::uint64_t siphash24(const OobKey& key, std::span<const std::uint8_t> msg);
+/// The tag of `h` (its own tag ignored) after `nonce`, under `key`.
+std::uint64_t hello_tag(const OobKey& key, const OobNonce& nonce, const OobHello& h);
+/// Sets h.tag (zero without a key).
+void sign_hello(OobHello& h, const OobNonce& nonce, const std::optional<OobKey>& key);
+/// True without a key, or when h.tag is the tag of `h` after `nonce` under `key`.
+bool hello_tag_ok(const OobHello& h, const OobNonce& nonce, const std::optional<OobKey>& key);
 
 /// The listener's check of a connecting Tm's hello, before it spends anything on it: 0 with
 /// `src` set, or the errno value its reply carries (EINVAL: a bad source address, QP number or

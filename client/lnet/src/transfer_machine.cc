@@ -249,6 +249,12 @@ int Tm::connect_conn(Conn& c, const std::string& host, std::uint16_t port) {
     close(fd);
     return e == ECONNREFUSED ? EHOSTUNREACH : e;
   }
+  // The listener speaks first: the nonce our hello's tag covers.
+  OobNonce nonce;
+  if (!io_all(fd, nonce.data(), nonce.size(), false)) {
+    close(fd);
+    return EPROTO;
+  }
   std::mt19937 rng(std::random_device{}());
   OobHello h;
   put_str(h.src, ep_.str());
@@ -258,10 +264,13 @@ int Tm::connect_conn(Conn& c, const std::string& host, std::uint16_t port) {
   h.cqpn = c.cqp->qp_num;
   h.cpsn = rng() & 0xFFFFFF;
   std::memcpy(h.gid, dom_.ctx().port().gid.b.data(), 16);
+  sign_hello(h, nonce, dom_.options().oob_key);
   OobHello r;
   int rc = io_all(fd, &h, sizeof h, true) && io_all(fd, &r, sizeof r, false) ? 0 : EPROTO;
   close(fd);
   if (rc == 0 && (r.magic != OobHello::kMagic || r.version != OobHello::kVersion)) rc = EPROTO;
+  // A listener without our key (or an impostor) cannot sign its reply.
+  if (rc == 0 && r.status != EACCES && !hello_tag_ok(r, nonce, dom_.options().oob_key)) rc = EACCES;
   if (rc == 0 && r.status != 0) rc = r.status;
   if (rc != 0) return rc;
   client::RcPeer p;
@@ -285,6 +294,7 @@ void Tm::oob_loop() {
     std::chrono::steady_clock::time_point deadline;
     std::size_t got = 0;
     std::array<std::uint8_t, sizeof(OobHello)> buf{};
+    OobNonce nonce{};
   };
   std::deque<HalfOpen> half;  // oldest first
   auto refuse = [&](HalfOpen& h) {
@@ -326,7 +336,7 @@ void Tm::oob_loop() {
       }
       if (!done && !bad && t >= h.deadline) bad = true;
       if (done) {
-        serve_hello(h.fd, h.buf);
+        serve_hello(h.fd, h.buf, h.nonce);
         close(h.fd);
       } else if (bad) {
         refuse(h);
@@ -349,12 +359,22 @@ void Tm::oob_loop() {
       refuse(half.front());
       half.pop_front();
     }
-    half.push_back(HalfOpen{fd, t + std::chrono::milliseconds(kHelloDeadlineMs)});
+    HalfOpen ho{fd, t + std::chrono::milliseconds(kHelloDeadlineMs)};
+    const std::uint64_t n0 = random_token(), n1 = random_token();
+    std::memcpy(ho.nonce.data(), &n0, 8);
+    std::memcpy(ho.nonce.data() + 8, &n1, 8);
+    // 16 bytes into a fresh socket's empty buffer: never blocks.
+    if (send(fd, ho.nonce.data(), ho.nonce.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(ho.nonce.size())) {
+      refuse(ho);
+      continue;
+    }
+    half.push_back(ho);
   }
   for (HalfOpen& h : half) close(h.fd);
 }
 
-void Tm::serve_hello(int fd, std::span<const std::uint8_t> bytes) {
+void Tm::serve_hello(int fd, std::span<const std::uint8_t> bytes, const OobNonce& nonce) {
   const auto h = OobHello::decode(bytes);
   if (!h) {  // not one of ours: nothing to answer
     std::lock_guard<std::mutex> g(mu_);
@@ -363,7 +383,10 @@ void Tm::serve_hello(int fd, std::span<const std::uint8_t> bytes) {
   }
   OobHello r;
   EndPoint src;
-  r.status = check_hello(*h, ep_, !dom_.options().nid, src);
+  const auto& key = dom_.options().oob_key;
+  // Without the domains' shared key nothing else is looked at.
+  r.status =
+      !hello_tag_ok(*h, nonce, key) ? EACCES : check_hello(*h, ep_, !dom_.options().nid, src);
   std::shared_ptr<Conn> c;
   if (r.status == 0) {
     std::lock_guard<std::mutex> g(mu_);
@@ -422,6 +445,7 @@ void Tm::serve_hello(int fd, std::span<const std::uint8_t> bytes) {
   put_str(r.src, ep_.str());
   put_str(r.dst, r.status == 0 ? src.str() : std::string());
   std::memcpy(r.gid, dom_.ctx().port().gid.b.data(), 16);
+  sign_hello(r, nonce, key);
   io_all(fd, &r, sizeof r, true);
 }
 

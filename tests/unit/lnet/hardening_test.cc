@@ -58,12 +58,19 @@ bool read_within(int fd, void* p, std::size_t n, int ms) {
   return true;
 }
 
-/// True when the listener closes `fd` within `ms` (EOF or reset).
+/// True when the listener closes `fd` within `ms` (EOF or reset); what it sends before (its
+/// nonce) is read and dropped.
 bool closed_within(int fd, int ms) {
-  pollfd pf{fd, POLLIN, 0};
-  if (poll(&pf, 1, ms) <= 0) return false;
-  char c;
-  return recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          end - std::chrono::steady_clock::now())
+                          .count();
+    pollfd pf{fd, POLLIN, 0};
+    if (left <= 0 || poll(&pf, 1, static_cast<int>(left)) <= 0) return false;
+    char c[64];
+    if (recv(fd, c, sizeof c, MSG_DONTWAIT) <= 0) return true;
+  }
 }
 
 void set_str(char (&dst)[48], const std::string& s) {
@@ -99,10 +106,19 @@ class LnetHostile : public ::testing::Test {
     std::memcpy(h.gid, g.b.data(), 16);
     return h;
   }
-  /// Sends `h`; the listener's reply, or nullopt when it closes or says nothing within `ms`.
-  std::optional<OobHello> say(const OobHello& h, int ms = 2000) {
+  /// Sends `h` (signed with `key` after the listener's nonce, when given); the listener's
+  /// reply, or nullopt when it closes or says nothing within `ms`. `nonce_out`: the nonce.
+  std::optional<OobHello> say(OobHello h, int ms = 2000, std::optional<OobKey> key = {},
+                              OobNonce* nonce_out = nullptr) {
     const int fd = tcp_connect(port());
     if (fd < 0) return std::nullopt;
+    OobNonce nonce;
+    if (!read_within(fd, nonce.data(), nonce.size(), ms)) {
+      close(fd);
+      return std::nullopt;
+    }
+    if (nonce_out) *nonce_out = nonce;
+    if (key) sign_hello(h, nonce, key);
     EXPECT_EQ(send(fd, &h, sizeof h, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof h));
     OobHello r;
     const bool ok = read_within(fd, &r, sizeof r, ms);
@@ -178,6 +194,109 @@ TEST_F(LnetHostile, StalledHellosDoNotHoldTheListener) {
   }
   EXPECT_TRUE(eventually([&] { return tm.stats().hellos_refused == 12; }));
   EXPECT_EQ(ctx.qps(), 2);
+}
+
+// ---- keyed hellos ------------------------------------------------------------------------------
+
+TEST(LnetSipHash, ReferenceVector) {
+  // The reference implementation's first vector: key 00..0f, empty message.
+  OobKey k;
+  for (int i = 0; i < 16; ++i) k[i] = static_cast<std::uint8_t>(i);
+  EXPECT_EQ(siphash24(k, {}), 0x726fdb47dd0e0e31ull);
+  std::uint8_t m[15];
+  for (int i = 0; i < 15; ++i) m[i] = static_cast<std::uint8_t>(i);
+  EXPECT_EQ(siphash24(k, m), 0xa129ca6149be45e5ull);  // vector 15: 8 bytes and a 7-byte tail
+}
+
+class LnetKeyed : public LnetHostile {
+ protected:
+  static OobKey key(std::uint8_t seed) {
+    OobKey k;
+    for (int i = 0; i < 16; ++i) k[i] = static_cast<std::uint8_t>(seed + 31 * i);
+    return k;
+  }
+  DomainOptions keyed(std::uint8_t seed, int port_shift) {
+    DomainOptions o = opts();
+    o.oob_port_base = static_cast<std::uint16_t>(o.oob_port_base + port_shift);
+    o.oob_key = key(seed);
+    return o;
+  }
+};
+
+TEST_F(LnetKeyed, WithAKeyOnlyATaggedHelloOverTheListenersNonceConnects) {
+  FakeContext kctx;
+  Domain kdom(kctx, keyed(1, 1000));
+  Tm ktm(kdom);
+  ASSERT_EQ(ktm.start("192.0.2.1@roce:0:1:*"), 0);
+  const std::uint16_t kport = kdom.oob_locate(ktm.ep()).second;
+  auto say_to = [&](OobHello h, std::optional<OobKey> k, OobNonce* n = nullptr,
+                    const OobNonce* replay = nullptr) -> std::optional<OobHello> {
+    const int fd = tcp_connect(kport);
+    OobNonce nonce;
+    if (fd < 0 || !read_within(fd, nonce.data(), nonce.size(), 2000)) return std::nullopt;
+    if (n) *n = nonce;
+    if (k) sign_hello(h, replay ? *replay : nonce, k);
+    send(fd, &h, sizeof h, MSG_NOSIGNAL);
+    OobHello r;
+    const bool ok = read_within(fd, &r, sizeof r, 2000);
+    close(fd);
+    return ok ? std::optional<OobHello>(r) : std::nullopt;
+  };
+  OobHello h = good_hello(5);
+  set_str(h.dst, ktm.ep().str());
+  EXPECT_EQ(say_to(h, std::nullopt)->status, EACCES);  // no tag
+  EXPECT_EQ(say_to(h, key(2))->status, EACCES);        // another key
+  OobNonce old;
+  const auto ok = say_to(h, key(1), &old);
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->status, 0);
+  EXPECT_TRUE(hello_tag_ok(*ok, old, key(1)));  // the reply is signed too
+  EXPECT_EQ(kctx.qps(), 2);
+  // A hello signed over an old nonce (a replay) is refused.
+  OobHello h6 = good_hello(6);
+  set_str(h6.dst, ktm.ep().str());
+  EXPECT_EQ(say_to(h6, key(1), nullptr, &old)->status, EACCES);
+  EXPECT_EQ(kctx.qps(), 2);
+  EXPECT_EQ(ktm.stats().hellos_refused, 3u);
+}
+
+TEST_F(LnetKeyed, TmsWithTheSameKeyConnectOthersDoNot) {
+  // Two Tms on one fake Context: a message from one to the other sets up a connection.
+  FakeContext kctx;
+  kctx.port_.gid = wire::ipv4_mapped(kctx.port_.ipv4);
+  Domain d1(kctx, keyed(1, 1000)), d2(kctx, keyed(1, 1000)), d3(kctx, keyed(9, 1000));
+  Tm t1(d1), t2(d2), t3(d3);
+  ASSERT_EQ(t1.start("192.0.2.1@roce:0:2:10"), 0);
+  ASSERT_EQ(t2.start("192.0.2.1@roce:0:2:11"), 0);
+  ASSERT_EQ(t3.start("192.0.2.1@roce:0:2:12"), 0);
+  std::vector<int> st;
+  std::mutex mu;
+  auto send_to = [&](Domain& d, Tm& t, const std::string& to) {
+    NetBuffer* nb = d.alloc_buffer(1, 64);
+    nb->ep = EndPoint::parse(to);
+    nb->cb = [&](const BufferEvent& e) {
+      std::lock_guard<std::mutex> g(mu);
+      st.push_back(e.status);
+    };
+    EXPECT_EQ(t.add(*nb, QueueType::kMsgSend), 0);
+    return nb;
+  };
+  NetBuffer* a = send_to(d1, t1, "192.0.2.1@roce:0:2:11");  // same key: connected
+  EXPECT_TRUE(eventually([&] { return t1.stats().connections == 1; }));
+  EXPECT_EQ(t2.stats().connections, 1u);
+  NetBuffer* b = send_to(d3, t3, "192.0.2.1@roce:0:2:11");  // another key: refused
+  EXPECT_TRUE(eventually([&] {
+    std::lock_guard<std::mutex> g(mu);
+    return st.size() == 1;
+  }));
+  EXPECT_EQ(st[0], -EHOSTUNREACH);
+  EXPECT_EQ(t3.stats().connections, 0u);
+  EXPECT_EQ(t2.stats().hellos_refused, 1u);
+  t1.stop();
+  t2.stop();
+  t3.stop();
+  d1.free_buffer(a);
+  d3.free_buffer(b);
 }
 
 // ---- bulk tokens ------------------------------------------------------------------------------

@@ -19,6 +19,7 @@
 /// docs/client-api.md, "The messaging API", is the guide.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -157,6 +158,11 @@ struct DomainOptions {
   std::uint16_t oob_port_base = kOobPortBase;
   /// The NID of this domain's Tms: default the Context's port address, net 0.
   std::optional<wire::Ipv4Addr> nid;
+  /// A key shared by every domain that may connect to this one: hellos and their replies then
+  /// carry a SipHash-2-4 tag over a nonce the listener chose, and a hello without the right tag
+  /// is refused (EACCES) before anything is spent on it; a listener's reply without it fails
+  /// the connection. nullopt: hellos are not authenticated.
+  std::optional<std::array<std::uint8_t, 16>> oob_key;
   /// Serialise every Context call on one mutex: needed with Context::open_local, whose engine
   /// is single threaded (the Tms' threads and the application's then take turns).
   bool serialize_context = false;
@@ -351,7 +357,8 @@ class Tm {
   void take_pool_buffers_locked(std::vector<NetBuffer*>& to_pool);
   void send_ctl_locked(Conn& c, std::uint64_t token, std::uint64_t length, int status);
   void unmake_conn_locked(Conn& c);
-  void serve_hello(int fd, std::span<const std::uint8_t> bytes);
+  void serve_hello(int fd, std::span<const std::uint8_t> bytes,
+                   const std::array<std::uint8_t, 16>& nonce);
 
   Domain& dom_;
   std::atomic<TmState> state_{TmState::kInitialized};
