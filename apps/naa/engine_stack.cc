@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <sstream>
@@ -113,8 +114,9 @@ Qp* EngineStack::new_qp(Pd* pd, const QpSizes& s) {
 bool EngineStack::prepare(ConnId c, const QpSizes& s) {
   auto it = conns_.find(c);
   if (it == conns_.end() || it->second.qp || !it->second.peer) return false;
-  // The QP's path needs the peer's MAC before the REP.
-  if (!port::resolve_wait(env_->loop, *it->second.peer, 5)) return false;
+  // The QP's path needs the peer's MAC before the REP: known by now (poll_resolving), unless
+  // the cache forgot it meanwhile.
+  if (!env_->loop.neighbour().lookup(*it->second.peer)) return false;
   it->second.qp = new_qp(pd_of(it->second), s);
   if (!it->second.qp) return false;
   by_qpn_[it->second.qp->qpn] = c;
@@ -199,12 +201,37 @@ void EngineStack::on_cm(const cm::CmEvent& e) {
     }
     conns_[c] = conn;
     by_cm_[e.id.v] = c;
-    pending_.push_back({ConnEvent::kConnectRequest, c, ctl::to_string(*conn.peer)});
+    if (env_->loop.neighbour().lookup(*conn.peer)) {
+      pending_.push_back({ConnEvent::kConnectRequest, c, ctl::to_string(*conn.peer)});
+      return;
+    }
+    // An address we have no MAC for: ask ARP and go on polling; the request is told to the
+    // server when the answer is there (poll_resolving). No wait here: a REQ from an address
+    // that never answers must not hold up the other hosts.
+    if (resolving_.size() >= kMaxResolving) {
+      ++unresolved_;
+      refuse(c, cm::RejReason::kNoResources);
+      return;
+    }
+    env_->loop.resolve(*conn.peer);
+    const std::uint64_t now = port::now_ns();
+    resolving_.push_back({c, *conn.peer, now + static_cast<std::uint64_t>(kResolveSeconds * 1e9),
+                          now + 200'000'000});
     return;
   }
   const auto it = by_cm_.find(e.id.v);
   if (it == by_cm_.end()) return;
   const ConnId c = it->second;
+  if (std::any_of(resolving_.begin(), resolving_.end(),
+                  [c](const Resolving& r) { return r.conn == c; })) {
+    // Not told to the server yet: a CM failure meanwhile just ends it.
+    if (e.type != cm::CmEventType::kEstablished) {
+      std::erase_if(resolving_, [c](const Resolving& r) { return r.conn == c; });
+      by_cm_.erase(e.id.v);
+      conns_.erase(c);
+    }
+    return;
+  }
   switch (e.type) {
     case cm::CmEventType::kEstablished:
       conns_[c].established = true;
@@ -255,9 +282,46 @@ bool EngineStack::post_send(ConnId c, const WorkRequest& w) {
   return env_->eng.post_send(it->second.qp, &wr, nullptr) == kOk;
 }
 
+void EngineStack::refuse(ConnId c, cm::RejReason why) {
+  auto it = conns_.find(c);
+  if (it == conns_.end()) return;
+  hub_->agent().cm().reject(it->second.cm, why);
+  by_cm_.erase(it->second.cm.v);
+  release(it->second);
+  conns_.erase(it);
+}
+
+void EngineStack::poll_resolving() {
+  if (resolving_.empty()) return;
+  const std::uint64_t now = port::now_ns();
+  for (auto r = resolving_.begin(); r != resolving_.end();) {
+    if (!conns_.count(r->conn)) {
+      r = resolving_.erase(r);
+    } else if (env_->loop.neighbour().lookup(r->ip)) {
+      pending_.push_back({ConnEvent::kConnectRequest, r->conn, ctl::to_string(r->ip)});
+      r = resolving_.erase(r);
+    } else if (now > r->deadline_ns) {
+      ++unresolved_;
+      std::printf("naa: connect request from %s dropped: no ARP answer in %g s\n",
+                  ctl::to_string(r->ip).c_str(), kResolveSeconds);
+      std::fflush(stdout);
+      const ConnId c = r->conn;
+      r = resolving_.erase(r);
+      refuse(c, cm::RejReason::kTimeout);
+    } else {
+      if (now > r->next_arp_ns) {
+        env_->loop.resolve(r->ip);
+        r->next_arp_ns = now + 200'000'000;
+      }
+      ++r;
+    }
+  }
+}
+
 bool EngineStack::poll(std::vector<ConnEvent>& events, std::vector<Completion>& completions) {
   bool any = env_->loop.poll_once() != 0;
   hub_->poll(port::now_ns());
+  poll_resolving();
   Wc wc[32];
   int n;
   while ((n = env_->eng.poll_cq(cq_, 32, wc)) > 0) {

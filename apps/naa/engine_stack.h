@@ -50,6 +50,14 @@ class EngineStack : public Stack {
   /// Every non-zero engine counter, when NAAICE_ALL_COUNTERS is set.
   std::string all_counters() const;
   std::size_t connections() const { return conns_.size(); }
+  /// Connect requests given up: the requester's address did not answer ARP (or too many
+  /// waited at once).
+  std::uint64_t unresolved() const { return unresolved_; }
+
+  /// Connect requests from an address not in the neighbour cache wait this long for its ARP
+  /// answer, at most kMaxResolving at once, without holding up the poll.
+  static constexpr double kResolveSeconds = 5;
+  static constexpr std::size_t kMaxResolving = 64;
 
  private:
   struct Conn {
@@ -64,6 +72,9 @@ class EngineStack : public Stack {
   engine::Qp* new_qp(engine::Pd* pd, const QpSizes& s);
   engine::Pd* pd_of(Conn& c);
   void release(Conn& c);
+  /// Forgets connection `c`: its CM id goes with a REJ of `why`.
+  void refuse(ConnId c, cm::RejReason why);
+  void poll_resolving();
   /// Frees the PD of a connection that is gone once its last MR is deregistered.
   void retire_pd(engine::Pd* pd);
 
@@ -78,6 +89,13 @@ class EngineStack : public Stack {
   std::map<std::uint32_t, ConnId> by_cm_;   ///< cm::ConnId.v -> ours
   std::map<std::uint32_t, ConnId> by_qpn_;  ///< QPN -> ours
   std::vector<ConnEvent> pending_;
+  struct Resolving {
+    ConnId conn;
+    wire::Ipv4Addr ip;
+    std::uint64_t deadline_ns, next_arp_ns;
+  };
+  std::vector<Resolving> resolving_;  ///< connect requests waiting for their ARP answer
+  std::uint64_t unresolved_ = 0;
   ConnId next_ = 1;
 };
 

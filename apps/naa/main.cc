@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
                   po::value(&cfg.kernel_threads)->default_value(cfg.kernel_threads),
                   "threads that run the kernels, off the poll loop (1..64)")(
       "kernel-queue", po::value(&cfg.kernel_queue)->default_value(cfg.kernel_queue),
-      "calls queued or running at once; one more is answered with status 0x01 (1..4096)")(
+      "calls queued or running at once, over all hosts; one more is answered with status 0x01 "
+      "(0: --max-hosts, so that no host is turned away; at most 4096)")(
       "kernel-delay-ms", po::value(&cfg.kernel_delay_ms)->default_value(0),
       "test: every kernel takes at least this many ms (a long kernel without the CPU)")(
       "busy-poll", "never yield the CPU when idle (benchmarks on a dedicated core)")(
@@ -86,8 +87,7 @@ int main(int argc, char** argv) {
     if (cfg.max_hosts == 0) throw po::error("--max-hosts must be at least 1");
     if (cfg.kernel_threads == 0 || cfg.kernel_threads > 64)
       throw po::error("--kernel-threads must be 1..64");
-    if (cfg.kernel_queue == 0 || cfg.kernel_queue > 4096)
-      throw po::error("--kernel-queue must be 1..4096");
+    if (cfg.kernel_queue > 4096) throw po::error("--kernel-queue must be 0..4096");
     if (cfg.kernel_delay_ms < 0 || cfg.kernel_delay_ms > 600000)
       throw po::error("--kernel-delay-ms must be 0..600000");
     std::string err;

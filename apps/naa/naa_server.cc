@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -152,7 +153,7 @@ struct NaaServer::KernelPool {
 NaaServer::NaaServer(Stack& stack, NaaConfig cfg, KernelRegistry kernels)
     : stack_(stack), cfg_(cfg), kernels_(std::move(kernels)) {
   if (cfg_.max_regions == 0 || cfg_.max_regions > kMaxRegions) cfg_.max_regions = kMaxRegions;
-  if (cfg_.kernel_queue == 0) cfg_.kernel_queue = 1;
+  if (cfg_.kernel_queue == 0) cfg_.kernel_queue = std::max<std::uint32_t>(cfg_.max_hosts, 1);
   if (cfg_.kernel_threads)
     pool_ = std::make_unique<KernelPool>(kernels_, cfg_.kernel_threads, cfg_.kernel_queue,
                                          cfg_.kernel_delay_ms);
@@ -531,7 +532,11 @@ void NaaServer::on_call(Host& h, std::uint32_t fncode) {
     const Region& g = h.regions[h.data[k]];
     job->params.push_back(Param{h.arena->get() + g.offset, g.req.size});
   }
-  if (!pool_) {  // on the poll loop
+  std::uint64_t bytes = 0;
+  for (const Param& p : job->params) bytes += p.size;
+  const Kernel* k = kernels_.find(fncode);
+  const bool quick = k && k->linear && bytes <= cfg_.inline_bytes && cfg_.kernel_delay_ms <= 0;
+  if (!pool_ || quick) {  // on the poll loop
     const KernelResult r = kernels_.run(fncode, job->params);
     std::vector<std::size_t> outputs;
     for (std::size_t o : r.outputs)

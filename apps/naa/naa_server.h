@@ -50,9 +50,14 @@ struct NaaConfig {
   /// Threads that run the kernels; 0: on the poll loop, as the call arrives (tests).
   std::uint32_t kernel_threads = 1;
   /// Calls queued or running at once, over every host; one more is answered with status 0x01
-  /// ("socket not available": the NAA cannot take it now) without running.
-  std::uint32_t kernel_queue = 8;
-  /// Test hook: every kernel takes at least this long, busy on its CPU (a long matmul).
+  /// ("socket not available": the NAA cannot take it now) without running. 0: max_hosts (a
+  /// host has at most one call in flight, so then no host is turned away).
+  std::uint32_t kernel_queue = 0;
+  /// A linear kernel (Kernel::linear) with at most this many bytes of parameters runs on the
+  /// poll loop, as the copy it resembles would (64 KiB: microseconds); 0: none.
+  std::uint64_t inline_bytes = 64 * 1024;
+  /// Test hook: every kernel takes at least this long, busy on its CPU (a long matmul); no
+  /// kernel runs on the poll loop then.
   double kernel_delay_ms = 0;
   bool verbose = false;
 };

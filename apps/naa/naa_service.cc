@@ -54,7 +54,7 @@ NaaConfig service_config(const ctl::ServiceConfig& sc) {
     else if (a == "--kernel-threads")
       c.kernel_threads = static_cast<std::uint32_t>(number(a, v, 1, 64));
     else if (a == "--kernel-queue")
-      c.kernel_queue = static_cast<std::uint32_t>(number(a, v, 1, 4096));
+      c.kernel_queue = static_cast<std::uint32_t>(number(a, v, 0, 4096));
     else
       throw std::runtime_error("service naa: unknown option " + a +
                                " (--max-hosts, --memory-per-host, --max-regions, "

@@ -506,6 +506,36 @@ TEST_F(NaaKernelThreads, AHostGoneOrRemappedDuringItsCallLeavesTheKernelItsMemor
   EXPECT_EQ(stack.sent.size(), sent);  // and nothing goes to a host that is gone
 }
 
+TEST_F(NaaKernelThreads, OnlySmallLinearKernelsRunOnThePollLoop) {
+  // Kernel 101 records the thread it ran on; linear, as echo and vector_add are.
+  std::thread::id ran_on;
+  KernelRegistry k = KernelRegistry::builtin();
+  k.add(101, Kernel{"where", "p1", [&](std::span<Param>) {
+                      ran_on = std::this_thread::get_id();
+                      return KernelResult{0, {0}};
+                    },
+                    true});
+  NaaConfig cfg;
+  cfg.inline_bytes = 4096;
+  make(cfg, std::move(k));
+  auto call = [&](std::uint32_t size) {
+    const ConnId c = connect_host();
+    stack.deliver_send(c, bytes(request({size})));
+    server->step();
+    const auto adv = std::get<Advertise>(last_mrsp(c));
+    std::uint8_t meta[8];
+    wire::store_be64(meta, 0x100000);
+    stack.remote_write(adv.regions[0].rkey, adv.regions[0].addr, meta, 8);
+    stack.deliver_imm(c, 101);
+    step();
+    EXPECT_EQ(answers(c).size(), 1u);
+  };
+  call(4096);  // a copy's worth of work: on the loop, no handoff
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  call(4097);  // more: on a kernel thread
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+}
+
 TEST_F(NaaServerTest, EachHostsMemoryIsInItsOwnProtectionDomain) {
   const ConnId a = connect_host(), b = connect_host();
   stack.deliver_send(a, bytes(request({64})));
