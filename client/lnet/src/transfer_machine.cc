@@ -81,12 +81,15 @@ struct Tm::Conn {
   std::vector<NetBuffer*> waiting;  ///< operations added while connecting
   bool foreign = false;             ///< a plain verbs peer (foreign_open): no control QP
   std::uint32_t psn = 0;            ///< foreign: our first PSN
+  bool used = false;                ///< a completion on its QPs, or an operation started on it
+  std::chrono::steady_clock::time_point since;  ///< made, or failed
 };
 
 std::shared_ptr<Tm::Conn> Tm::make_conn() {
   client::Context& ctx = dom_.ctx();
   auto c = std::make_shared<Conn>();
-  if (~ctl_blocks_ == 0) {
+  c->since = std::chrono::steady_clock::now();
+  if (~ctl_blocks_ == 0 && !reclaim_one_locked()) {
     errno = ENOSPC;  // the control buffer's slots are spent: too many peers for one Tm
     return nullptr;
   }
@@ -109,6 +112,31 @@ std::shared_ptr<Tm::Conn> Tm::make_conn() {
   }
   ctl_blocks_ |= std::uint64_t{1} << c->block;
   return c;
+}
+
+// A Tm full of connections: the one that carried nothing (a hello that was never followed by
+// anything: a bogus peer, or one that died at once) or failed longest ago, if that is longer
+// than DomainOptions::conn_reclaim_after, goes. A real peer connects to send: its connection
+// is used at once.
+bool Tm::reclaim_one_locked() {
+  const auto now = std::chrono::steady_clock::now();
+  std::shared_ptr<Conn> best;
+  auto consider = [&](const std::shared_ptr<Conn>& k) {
+    if (k->foreign || k->block < 0 || !k->waiting.empty()) return;
+    const bool idle = k->state == Conn::State::kUp && !k->used;
+    if (!idle && k->state != Conn::State::kFailed) return;
+    if (now - k->since < dom_.options().conn_reclaim_after) return;
+    if (!best || k->since < best->since) best = k;
+  };
+  for (const auto& [ep, k] : conns_) consider(k);
+  for (const auto& k : parked_) consider(k);
+  if (!best) return false;
+  auto it = conns_.find(best->peer);
+  if (it != conns_.end() && it->second == best) conns_.erase(it);
+  std::erase(parked_, best);
+  unmake_conn_locked(*best);
+  ++stats_.conns_reclaimed;
+  return true;
 }
 
 // A connection that never carried an operation (its set-up failed): its QPs and slots go back.
@@ -477,6 +505,7 @@ bool carve(const NetBuffer& nb, std::uint64_t off, std::uint64_t len,
 
 void Tm::start_op_locked(NetBuffer& nb, Conn& c, std::vector<BufferEvent>& evs) {
   client::Context& ctx = dom_.ctx();
+  c.used = true;
   std::vector<client::Sge> sges;
   if (nb.queue == QueueType::kMsgSend) {
     const std::uint64_t len = nb.length ? nb.length : nb.capacity();
@@ -695,6 +724,7 @@ void Tm::handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out) {
   const std::uint64_t kind = wc.wr_id >> kTagShift;
   auto ci = by_qpn_.find(wc.qp_num);
   Conn* c = ci == by_qpn_.end() ? nullptr : ci->second;
+  if (c) c->used = true;
   if (kind == kTagCtlSend) return;
   if (kind == kTagCtlRecv) {
     if (wc.status != client::WcStatus::kSuccess || !c) return;
@@ -736,6 +766,7 @@ void Tm::handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out) {
     // The connection broke (the peer vanished, retries exhausted): forget it, so that the
     // next operation towards that address connects afresh.
     c->state = Conn::State::kFailed;
+    c->since = std::chrono::steady_clock::now();
     auto it = conns_.find(c->peer);
     if (it != conns_.end() && it->second.get() == c) {
       parked_.push_back(it->second);

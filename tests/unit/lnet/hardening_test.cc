@@ -78,6 +78,16 @@ void set_str(char (&dst)[48], const std::string& s) {
   std::memcpy(dst, s.data(), std::min(s.size(), sizeof dst - 1));
 }
 
+std::vector<std::uint8_t> ctl(std::uint64_t token, std::uint64_t length, std::int32_t status = 0) {
+  CtlMsg m;
+  m.token = token;
+  m.length = length;
+  m.status = status;
+  std::vector<std::uint8_t> b(CtlMsg::kSize);
+  m.encode(b.data());
+  return b;
+}
+
 class LnetHostile : public ::testing::Test {
  protected:
   FakeContext ctx;
@@ -196,6 +206,51 @@ TEST_F(LnetHostile, StalledHellosDoNotHoldTheListener) {
   EXPECT_EQ(ctx.qps(), 2);
 }
 
+TEST_F(LnetHostile, ConnectionsThatCarriedNothingMakeRoomWhenTheTmIsFull) {
+  FakeContext fctx;
+  DomainOptions o = opts();
+  o.oob_port_base = static_cast<std::uint16_t>(o.oob_port_base + 1500);
+  o.conn_reclaim_after = std::chrono::milliseconds(200);
+  Domain fdom(fctx, o);
+  Tm ftm(fdom);
+  ASSERT_EQ(ftm.start("192.0.2.1@roce:0:3:*"), 0);
+  const std::uint16_t fport = fdom.oob_locate(ftm.ep()).second;
+  auto hello_from = [&](std::uint32_t host, std::uint32_t tmid) {
+    OobHello h = good_hello(tmid);
+    set_str(h.src, "192.0.2." + std::to_string(host) + "@roce:0:1:" + std::to_string(tmid));
+    set_str(h.dst, ftm.ep().str());
+    const wire::Ipv6Addr g = wire::ipv4_mapped(wire::Ipv4Addr{0xC0000200 + host});
+    std::memcpy(h.gid, g.b.data(), 16);
+    const int fd = tcp_connect(fport);
+    OobNonce nonce;
+    EXPECT_TRUE(read_within(fd, nonce.data(), nonce.size(), 2000));
+    send(fd, &h, sizeof h, MSG_NOSIGNAL);
+    OobHello r;
+    const bool ok = read_within(fd, &r, sizeof r, 2000);
+    close(fd);
+    return ok ? r : OobHello{};
+  };
+  // Well-formed hellos claiming 64 addresses take every connection of the Tm...
+  std::uint32_t cqpn0 = 0;
+  for (std::uint32_t t = 0; t < 64; ++t) {
+    const OobHello r = hello_from(2, t);
+    ASSERT_EQ(r.status, 0) << t;
+    if (t == 0) cqpn0 = r.cqpn;
+  }
+  EXPECT_EQ(hello_from(2, 0).status, ENOSPC);  // young ones are not taken back
+  // ...one of them carries something (a real peer's would at once)...
+  ASSERT_TRUE(fctx.arrive(cqpn0, ctl(12345, 1)));
+  ASSERT_TRUE(eventually([&] { return ftm.stats().ctl_dropped == 1; }));
+  std::this_thread::sleep_for(300ms);
+  // ...so after conn_reclaim_after, 63 new peers get the others' places, not its.
+  for (std::uint32_t t = 0; t < 63; ++t) ASSERT_EQ(hello_from(3, t).status, 0) << t;
+  EXPECT_EQ(hello_from(3, 63).status, ENOSPC);
+  EXPECT_EQ(ftm.stats().conns_reclaimed, 63u);
+  EXPECT_EQ(fctx.qps(), 128);
+  ftm.stop();
+  EXPECT_EQ(fctx.qps(), 0);
+}
+
 // ---- keyed hellos ------------------------------------------------------------------------------
 
 TEST(LnetSipHash, ReferenceVector) {
@@ -300,16 +355,6 @@ TEST_F(LnetKeyed, TmsWithTheSameKeyConnectOthersDoNot) {
 }
 
 // ---- bulk tokens ------------------------------------------------------------------------------
-
-std::vector<std::uint8_t> ctl(std::uint64_t token, std::uint64_t length, std::int32_t status = 0) {
-  CtlMsg m;
-  m.token = token;
-  m.length = length;
-  m.status = status;
-  std::vector<std::uint8_t> b(CtlMsg::kSize);
-  m.encode(b.data());
-  return b;
-}
 
 TEST_F(LnetHostile, ForgedOrMisdirectedBulkTokensCompleteNoBuffer) {
   // Peer A (tmid 5) will do the active side; peer M (tmid 6) is connected too.

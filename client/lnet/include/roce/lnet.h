@@ -163,6 +163,9 @@ struct DomainOptions {
   /// is refused (EACCES) before anything is spent on it; a listener's reply without it fails
   /// the connection. nullopt: hellos are not authenticated.
   std::optional<std::array<std::uint8_t, 16>> oob_key;
+  /// When a Tm has all its 64 connections and needs another, it closes the one that has carried
+  /// nothing since its hello (or failed) the longest, if longer than this.
+  std::chrono::milliseconds conn_reclaim_after{10000};
   /// Serialise every Context call on one mutex: needed with Context::open_local, whose engine
   /// is single threaded (the Tms' threads and the application's then take turns).
   bool serialize_context = false;
@@ -263,6 +266,9 @@ struct TmStats {
   /// NID's, a peer with kMaxConnsPerPeer connections, over the half-open bound or its
   /// deadline, no slots or QPs.
   std::uint64_t hellos_refused = 0;
+  /// Connections closed to make room (all 64 taken): unused since their hello, or failed, for
+  /// longer than DomainOptions::conn_reclaim_after.
+  std::uint64_t conns_reclaimed = 0;
 };
 
 class Tm {
@@ -357,6 +363,7 @@ class Tm {
   void take_pool_buffers_locked(std::vector<NetBuffer*>& to_pool);
   void send_ctl_locked(Conn& c, std::uint64_t token, std::uint64_t length, int status);
   void unmake_conn_locked(Conn& c);
+  bool reclaim_one_locked();
   void serve_hello(int fd, std::span<const std::uint8_t> bytes,
                    const std::array<std::uint8_t, 16>& nonce);
 
