@@ -43,16 +43,22 @@ constexpr int kHelloDeadlineMs = 2000;  ///< a whole hello, from accept to its l
 constexpr std::size_t kMaxConnsPerPeer = 2;
 constexpr std::uint32_t kCqDepth = 2048;
 constexpr int kPollMs = 10;  ///< the event thread's wait: the granularity of deadlines
-constexpr int kOobTimeoutMs = 3000;
+using Clock = std::chrono::steady_clock;
 
 std::uint64_t tag(std::uint64_t kind, std::uint64_t v) { return kind << kTagShift | v; }
 
-bool io_all(int fd, void* p, std::size_t n, bool wr) {
+/// Moves `n` bytes by `deadline` (a whole exchange, not each read: a peer that trickles one
+/// byte at a time gets no more time than one that sends nothing).
+bool io_all(int fd, void* p, std::size_t n, bool wr, Clock::time_point deadline) {
   auto* b = static_cast<std::uint8_t*>(p);
   while (n != 0) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     pollfd pf{fd, static_cast<short>(wr ? POLLOUT : POLLIN), 0};
-    if (poll(&pf, 1, kOobTimeoutMs) <= 0) return false;
-    const ssize_t k = wr ? send(fd, b, n, MSG_NOSIGNAL) : recv(fd, b, n, 0);
+    if (left <= 0 || poll(&pf, 1, static_cast<int>(left)) <= 0) return false;
+    const ssize_t k =
+        wr ? send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, b, n, MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EINTR)) continue;
     if (k <= 0) return false;
     b += k;
     n -= static_cast<std::size_t>(k);
@@ -268,18 +274,33 @@ int Tm::connect_conn(Conn& c, const std::string& host, std::uint16_t port) {
   sa.sin_family = AF_INET;
   sa.sin_port = htons(port);
   if (inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) return EINVAL;
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // The whole exchange, TCP connect included, within oob_timeout: add() (or the callback
+  // that called it) waits no longer for a peer host that drops SYNs or a listener that stalls.
+  const auto deadline = Clock::now() + dom_.options().oob_timeout;
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return errno;
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    const int e = errno;
-    close(fd);
-    return e == ECONNREFUSED ? EHOSTUNREACH : e;
+    int e = errno;
+    if (e == EINPROGRESS) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      pollfd pf{fd, POLLOUT, 0};
+      socklen_t len = sizeof e;
+      if (poll(&pf, 1, static_cast<int>(std::max<long>(left, 0))) <= 0)
+        e = ETIMEDOUT;
+      else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) != 0)
+        e = errno;
+    }
+    if (e != 0) {
+      close(fd);
+      return e == ECONNREFUSED ? EHOSTUNREACH : e;
+    }
   }
   // The listener speaks first: the nonce our hello's tag covers.
   OobNonce nonce;
-  if (!io_all(fd, nonce.data(), nonce.size(), false)) {
+  if (!io_all(fd, nonce.data(), nonce.size(), false, deadline)) {
     close(fd);
     return EPROTO;
   }
@@ -294,7 +315,9 @@ int Tm::connect_conn(Conn& c, const std::string& host, std::uint16_t port) {
   std::memcpy(h.gid, dom_.ctx().port().gid.b.data(), 16);
   sign_hello(h, nonce, dom_.options().oob_key);
   OobHello r;
-  int rc = io_all(fd, &h, sizeof h, true) && io_all(fd, &r, sizeof r, false) ? 0 : EPROTO;
+  int rc = io_all(fd, &h, sizeof h, true, deadline) && io_all(fd, &r, sizeof r, false, deadline)
+               ? 0
+               : ETIMEDOUT;
   close(fd);
   if (rc == 0 && (r.magic != OobHello::kMagic || r.version != OobHello::kVersion)) rc = EPROTO;
   // A listener without our key (or an impostor) cannot sign its reply.
@@ -474,7 +497,7 @@ void Tm::serve_hello(int fd, std::span<const std::uint8_t> bytes, const OobNonce
   put_str(r.dst, r.status == 0 ? src.str() : std::string());
   std::memcpy(r.gid, dom_.ctx().port().gid.b.data(), 16);
   sign_hello(r, nonce, key);
-  io_all(fd, &r, sizeof r, true);
+  io_all(fd, &r, sizeof r, true, Clock::now() + std::chrono::seconds(1));
 }
 
 // ---- operations

@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+
 #include "client/lnet/include/roce/lnet.h"
 #include "client/lnet/src/lnet_internal.h"
 #include "tests/unit/lnet/fake_context.h"
@@ -249,6 +251,54 @@ TEST_F(LnetHostile, ConnectionsThatCarriedNothingMakeRoomWhenTheTmIsFull) {
   EXPECT_EQ(fctx.qps(), 128);
   ftm.stop();
   EXPECT_EQ(fctx.qps(), 0);
+}
+
+TEST_F(LnetHostile, AStalledPeerListenerDoesNotHoldUpAdd) {
+  FakeContext fctx;
+  DomainOptions o = opts();
+  o.oob_port_base = static_cast<std::uint16_t>(o.oob_port_base + 1200);
+  o.oob_timeout = std::chrono::milliseconds(500);
+  Domain fdom(fctx, o);
+  Tm ftm(fdom);
+  ASSERT_EQ(ftm.start("192.0.2.1@roce:0:4:1"), 0);
+  // The "peer" at :4:50 is a listener that accepts and then trickles a byte every 100 ms.
+  const auto peer = EndPoint::parse("192.0.2.1@roce:0:4:50");
+  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(fdom.oob_locate(*peer).second);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(listen(lfd, 4), 0);
+  std::atomic<bool> stop{false};
+  std::thread trickler([&] {
+    pollfd pf{lfd, POLLIN, 0};
+    if (poll(&pf, 1, 5000) <= 0) return;
+    const int fd = accept(lfd, nullptr, nullptr);
+    for (int i = 0; i < 600 && !stop; ++i) {  // at most a minute
+      if (send(fd, "x", 1, MSG_NOSIGNAL) != 1) break;
+      std::this_thread::sleep_for(100ms);
+    }
+    close(fd);
+  });
+  NetBuffer* nb = fdom.alloc_buffer(1, 64);
+  std::atomic<int> status{1};
+  nb->ep = peer;
+  nb->cb = [&](const BufferEvent& e) { status = e.status; };
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(ftm.add(*nb, QueueType::kMsgSend), 0);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  stop = true;
+  trickler.join();
+  close(lfd);
+  // Bounded by oob_timeout (500 ms), not by the peer (16 + 148 bytes at 100 ms each: 16 s).
+  EXPECT_LT(took, std::chrono::seconds(3));
+  EXPECT_TRUE(eventually([&] { return status.load() == -EHOSTUNREACH; }));
+  EXPECT_EQ(fctx.qps(), 0);  // the failed set-up gave its QPs back
+  ftm.stop();
+  fdom.free_buffer(nb);
 }
 
 // ---- keyed hellos ------------------------------------------------------------------------------

@@ -166,6 +166,10 @@ struct DomainOptions {
   /// When a Tm has all its 64 connections and needs another, it closes the one that has carried
   /// nothing since its hello (or failed) the longest, if longer than this.
   std::chrono::milliseconds conn_reclaim_after{10000};
+  /// A connection set-up's whole TCP exchange (connect, nonce, hello, reply): add() waits no
+  /// longer for a peer that does not answer or trickles; its operations then end with
+  /// -EHOSTUNREACH.
+  std::chrono::milliseconds oob_timeout{5000};
   /// Serialise every Context call on one mutex: needed with Context::open_local, whose engine
   /// is single threaded (the Tms' threads and the application's then take turns).
   bool serialize_context = false;
