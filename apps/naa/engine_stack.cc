@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <sstream>
@@ -49,14 +50,30 @@ EngineStack::~EngineStack() {
   hub_.reset();
   if (cq_) env_->eng.destroy_cq(cq_);
   if (pd_) env_->eng.dealloc_pd(pd_);
+  for (Pd* pd : retired_) env_->eng.dealloc_pd(pd);  // MRs the server never gave back: busy
   own_env_.reset();
 }
 
-std::optional<MrInfo> EngineStack::reg_mr(void* addr, std::uint64_t length,
+Pd* EngineStack::pd_of(Conn& c) {
+  if (!c.pd) c.pd = env_->eng.alloc_pd();
+  return c.pd;
+}
+
+void EngineStack::retire_pd(Pd* pd) {
+  if (pd && env_->eng.dealloc_pd(pd) != kOk) retired_.push_back(pd);  // MRs left: later
+}
+
+std::optional<MrInfo> EngineStack::reg_mr(ConnId c, void* addr, std::uint64_t length,
                                           std::optional<std::uint64_t> iova) {
+  Pd* pd = pd_;
+  if (c != 0) {
+    const auto it = conns_.find(c);
+    pd = it == conns_.end() ? nullptr : pd_of(it->second);
+  }
+  if (!pd) return std::nullopt;
   const std::uint32_t access = kAccessLocalWrite | kAccessRemoteWrite;
-  Mr* m = iova ? env_->eng.reg_mr(pd_, addr, length, *iova, access)
-               : env_->eng.reg_mr(pd_, addr, length, access);
+  Mr* m = iova ? env_->eng.reg_mr(pd, addr, length, *iova, access)
+               : env_->eng.reg_mr(pd, addr, length, access);
   if (!m) return std::nullopt;
   MrInfo i;
   i.addr = addr;
@@ -68,15 +85,21 @@ std::optional<MrInfo> EngineStack::reg_mr(void* addr, std::uint64_t length,
 }
 
 void EngineStack::dereg_mr(const MrInfo& mr) {
-  if (mr.handle) env_->eng.dereg_mr(reinterpret_cast<Mr*>(mr.handle));
+  if (!mr.handle) return;
+  Mr* m = reinterpret_cast<Mr*>(mr.handle);
+  Pd* pd = m->pd;
+  env_->eng.dereg_mr(m);
+  const auto it = std::find(retired_.begin(), retired_.end(), pd);
+  if (it != retired_.end() && env_->eng.dealloc_pd(pd) == kOk) retired_.erase(it);
 }
 
 bool EngineStack::listen(std::uint16_t port) {
   return hub_->listen(owner_, cm::service_id(cm::PortSpace::kTcp, port));
 }
 
-Qp* EngineStack::new_qp(const QpSizes& s) {
-  Qp* qp = env_->eng.create_qp(pd_, QpType::kRc, cq_, cq_, QpCap{s.send, s.recv, 1, 1, 0});
+Qp* EngineStack::new_qp(Pd* pd, const QpSizes& s) {
+  if (!pd) return nullptr;
+  Qp* qp = env_->eng.create_qp(pd, QpType::kRc, cq_, cq_, QpCap{s.send, s.recv, 1, 1, 0});
   if (!qp) return nullptr;
   QpAttr a;
   a.qp_state = QpState::kInit;
@@ -91,9 +114,10 @@ Qp* EngineStack::new_qp(const QpSizes& s) {
 bool EngineStack::prepare(ConnId c, const QpSizes& s) {
   auto it = conns_.find(c);
   if (it == conns_.end() || it->second.qp || !it->second.peer) return false;
-  // The QP's path needs the peer's MAC before the REP.
-  if (!port::resolve_wait(env_->loop, *it->second.peer, 5)) return false;
-  it->second.qp = new_qp(s);
+  // The QP's path needs the peer's MAC before the REP: known by now (poll_resolving), unless
+  // the cache forgot it meanwhile.
+  if (!env_->loop.neighbour().lookup(*it->second.peer)) return false;
+  it->second.qp = new_qp(pd_of(it->second), s);
   if (!it->second.qp) return false;
   by_qpn_[it->second.qp->qpn] = c;
   return true;
@@ -122,7 +146,10 @@ std::optional<ConnId> EngineStack::connect(const std::string& ipv4, std::uint16_
   const auto ip = ctl::parse_ipv4(ipv4);
   if (!ip) return std::nullopt;
   if (!port::resolve_wait(env_->loop, *ip, 10)) return std::nullopt;
-  Qp* qp = new_qp(s);
+  // The active side (the host library): its QP in the common PD, with the MRs that
+  // reg_mr(0, ...) made before it connected.
+  Pd* pd = pd_;
+  Qp* qp = new_qp(pd, s);
   if (!qp) return std::nullopt;
   std::mt19937 rng(std::random_device{}());
   cm::ConnectParams p;
@@ -138,18 +165,21 @@ std::optional<ConnId> EngineStack::connect(const std::string& ipv4, std::uint16_
     return std::nullopt;
   }
   const ConnId c = next_++;
-  conns_[c] = Conn{*id, qp, false, ip};
+  conns_[c] = Conn{*id, qp, false, ip, pd};
   by_cm_[id->v] = c;
   by_qpn_[qp->qpn] = c;
   return c;
 }
 
 void EngineStack::release(Conn& c) {
-  if (!c.qp) return;
-  by_qpn_.erase(c.qp->qpn);
-  hub_->agent().release(c.qp);  // DREQ if still up
-  env_->eng.destroy_qp(c.qp);
-  c.qp = nullptr;
+  if (c.qp) {
+    by_qpn_.erase(c.qp->qpn);
+    hub_->agent().release(c.qp);  // DREQ if still up
+    env_->eng.destroy_qp(c.qp);
+    c.qp = nullptr;
+  }
+  if (c.pd != pd_) retire_pd(c.pd);
+  c.pd = nullptr;
 }
 
 void EngineStack::disconnect(ConnId c) {
@@ -171,12 +201,37 @@ void EngineStack::on_cm(const cm::CmEvent& e) {
     }
     conns_[c] = conn;
     by_cm_[e.id.v] = c;
-    pending_.push_back({ConnEvent::kConnectRequest, c, ctl::to_string(*conn.peer)});
+    if (env_->loop.neighbour().lookup(*conn.peer)) {
+      pending_.push_back({ConnEvent::kConnectRequest, c, ctl::to_string(*conn.peer)});
+      return;
+    }
+    // An address we have no MAC for: ask ARP and go on polling; the request is told to the
+    // server when the answer is there (poll_resolving). No wait here: a REQ from an address
+    // that never answers must not hold up the other hosts.
+    if (resolving_.size() >= kMaxResolving) {
+      ++unresolved_;
+      refuse(c, cm::RejReason::kNoResources);
+      return;
+    }
+    env_->loop.resolve(*conn.peer);
+    const std::uint64_t now = port::now_ns();
+    resolving_.push_back({c, *conn.peer, now + static_cast<std::uint64_t>(kResolveSeconds * 1e9),
+                          now + 200'000'000});
     return;
   }
   const auto it = by_cm_.find(e.id.v);
   if (it == by_cm_.end()) return;
   const ConnId c = it->second;
+  if (std::any_of(resolving_.begin(), resolving_.end(),
+                  [c](const Resolving& r) { return r.conn == c; })) {
+    // Not told to the server yet: a CM failure meanwhile just ends it.
+    if (e.type != cm::CmEventType::kEstablished) {
+      std::erase_if(resolving_, [c](const Resolving& r) { return r.conn == c; });
+      by_cm_.erase(e.id.v);
+      conns_.erase(c);
+    }
+    return;
+  }
   switch (e.type) {
     case cm::CmEventType::kEstablished:
       conns_[c].established = true;
@@ -227,9 +282,46 @@ bool EngineStack::post_send(ConnId c, const WorkRequest& w) {
   return env_->eng.post_send(it->second.qp, &wr, nullptr) == kOk;
 }
 
+void EngineStack::refuse(ConnId c, cm::RejReason why) {
+  auto it = conns_.find(c);
+  if (it == conns_.end()) return;
+  hub_->agent().cm().reject(it->second.cm, why);
+  by_cm_.erase(it->second.cm.v);
+  release(it->second);
+  conns_.erase(it);
+}
+
+void EngineStack::poll_resolving() {
+  if (resolving_.empty()) return;
+  const std::uint64_t now = port::now_ns();
+  for (auto r = resolving_.begin(); r != resolving_.end();) {
+    if (!conns_.count(r->conn)) {
+      r = resolving_.erase(r);
+    } else if (env_->loop.neighbour().lookup(r->ip)) {
+      pending_.push_back({ConnEvent::kConnectRequest, r->conn, ctl::to_string(r->ip)});
+      r = resolving_.erase(r);
+    } else if (now > r->deadline_ns) {
+      ++unresolved_;
+      std::printf("naa: connect request from %s dropped: no ARP answer in %g s\n",
+                  ctl::to_string(r->ip).c_str(), kResolveSeconds);
+      std::fflush(stdout);
+      const ConnId c = r->conn;
+      r = resolving_.erase(r);
+      refuse(c, cm::RejReason::kTimeout);
+    } else {
+      if (now > r->next_arp_ns) {
+        env_->loop.resolve(r->ip);
+        r->next_arp_ns = now + 200'000'000;
+      }
+      ++r;
+    }
+  }
+}
+
 bool EngineStack::poll(std::vector<ConnEvent>& events, std::vector<Completion>& completions) {
   bool any = env_->loop.poll_once() != 0;
   hub_->poll(port::now_ns());
+  poll_resolving();
   Wc wc[32];
   int n;
   while ((n = env_->eng.poll_cq(cq_, 32, wc)) > 0) {

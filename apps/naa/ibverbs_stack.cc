@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <rdma/rdma_cma.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -25,6 +26,7 @@ IbverbsStack::~IbverbsStack() {
   while (!conns_.empty()) disconnect(conns_.begin()->first);
   if (listen_id_) rdma_destroy_id(listen_id_);
   if (cq_) ibv_destroy_cq(cq_);
+  for (ibv_pd* pd : retired_) ibv_dealloc_pd(pd);
   if (pd_) ibv_dealloc_pd(pd_);
   if (ch_) rdma_destroy_event_channel(ch_);
 }
@@ -37,12 +39,24 @@ bool IbverbsStack::ensure_device(rdma_cm_id* id) {
   return pd_ && cq_;
 }
 
-std::optional<MrInfo> IbverbsStack::reg_mr(void* addr, std::uint64_t length,
+ibv_pd* IbverbsStack::pd_for(ConnId c) {
+  if (c == 0 || active_.count(c)) return pd_;  // the common PD (a stack with one connection)
+  const auto p = pds_.find(c);
+  if (p != pds_.end()) return p->second;
+  const auto it = conns_.find(c);
+  if (it == conns_.end() || !ensure_device(it->second)) return nullptr;
+  ibv_pd* pd = ibv_alloc_pd(it->second->verbs);
+  if (pd) pds_[c] = pd;
+  return pd;
+}
+
+std::optional<MrInfo> IbverbsStack::reg_mr(ConnId c, void* addr, std::uint64_t length,
                                            std::optional<std::uint64_t> iova) {
-  if (!pd_) return std::nullopt;
+  ibv_pd* pd = pd_for(c);
+  if (!pd) return std::nullopt;
   const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-  ibv_mr* mr = iova ? ibv_reg_mr_iova(pd_, addr, length, *iova, access)
-                    : ibv_reg_mr(pd_, addr, length, access);
+  ibv_mr* mr = iova ? ibv_reg_mr_iova(pd, addr, length, *iova, access)
+                    : ibv_reg_mr(pd, addr, length, access);
   if (!mr) return std::nullopt;
   MrInfo i;
   i.addr = addr;
@@ -55,7 +69,13 @@ std::optional<MrInfo> IbverbsStack::reg_mr(void* addr, std::uint64_t length,
 }
 
 void IbverbsStack::dereg_mr(const MrInfo& mr) {
-  if (mr.handle) ibv_dereg_mr(reinterpret_cast<ibv_mr*>(mr.handle));
+  if (!mr.handle) return;
+  ibv_mr* m = reinterpret_cast<ibv_mr*>(mr.handle);
+  ibv_pd* pd = m->pd;
+  ibv_dereg_mr(m);
+  // The last MR of a connection that is gone: its PD goes too.
+  const auto it = std::find(retired_.begin(), retired_.end(), pd);
+  if (it != retired_.end() && ibv_dealloc_pd(pd) == 0) retired_.erase(it);
 }
 
 bool IbverbsStack::listen(std::uint16_t port) {
@@ -79,7 +99,8 @@ bool IbverbsStack::prepare(ConnId c, const QpSizes& s) {
   qa.cap.max_recv_wr = s.recv;
   qa.cap.max_send_sge = 1;
   qa.cap.max_recv_sge = 1;
-  if (rdma_create_qp(it->second, pd_, &qa)) return false;
+  ibv_pd* pd = pd_for(c);
+  if (!pd || rdma_create_qp(it->second, pd, &qa)) return false;
   by_qpn_[it->second->qp->qp_num] = c;
   return true;
 }
@@ -132,6 +153,7 @@ std::optional<ConnId> IbverbsStack::connect(const std::string& ipv4, std::uint16
   const ConnId c = next_++;
   conns_[c] = id;
   by_id_[id] = c;
+  active_.insert(c);
   rdma_conn_param cp{};
   cp.retry_count = 7;
   cp.rnr_retry_count = 7;
@@ -153,7 +175,13 @@ void IbverbsStack::disconnect(ConnId c) {
   }
   by_id_.erase(id);
   conns_.erase(it);
+  active_.erase(c);
   rdma_destroy_id(id);
+  const auto p = pds_.find(c);
+  if (p != pds_.end()) {
+    if (ibv_dealloc_pd(p->second) != 0) retired_.push_back(p->second);  // MRs left: later
+    pds_.erase(p);
+  }
 }
 
 bool IbverbsStack::post_recv(ConnId c, std::uint64_t wr_id, void* addr, std::uint32_t length,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "apps/naa/stack.h"
@@ -24,7 +25,7 @@ class IbverbsStack : public Stack {
   IbverbsStack(const IbverbsStack&) = delete;
   IbverbsStack& operator=(const IbverbsStack&) = delete;
 
-  std::optional<MrInfo> reg_mr(void* addr, std::uint64_t length,
+  std::optional<MrInfo> reg_mr(ConnId c, void* addr, std::uint64_t length,
                                std::optional<std::uint64_t> iova) override;
   void dereg_mr(const MrInfo& mr) override;
   bool listen(std::uint16_t port) override;
@@ -42,11 +43,15 @@ class IbverbsStack : public Stack {
 
  private:
   bool ensure_device(rdma_cm_id* id);
+  ibv_pd* pd_for(ConnId c);
   void drain_events(std::vector<ConnEvent>* out);
 
   rdma_event_channel* ch_ = nullptr;
   rdma_cm_id* listen_id_ = nullptr;
-  ibv_pd* pd_ = nullptr;
+  ibv_pd* pd_ = nullptr;  ///< the common PD: reg_mr(0, ...) and the active side's connections
+  std::map<ConnId, ibv_pd*> pds_;  ///< a passive connection's own PD (its QP and its MRs)
+  std::vector<ibv_pd*> retired_;   ///< PDs of connections gone, MRs still registered
+  std::set<ConnId> active_;        ///< connections this side made (connect)
   ibv_cq* cq_ = nullptr;
   std::map<ConnId, rdma_cm_id*> conns_;
   std::map<rdma_cm_id*, ConnId> by_id_;

@@ -107,13 +107,13 @@ std::uint32_t crc32_ieee(const std::uint8_t* p, std::size_t n, std::uint32_t crc
 KernelRegistry KernelRegistry::builtin() {
   KernelRegistry r;
   r.add(kFnIncrement,
-        {"increment", "p1..pn: bytes, each + 1 in place; all written back", increment});
-  r.add(kFnVectorAdd, {"vector_add", "a, b, c: u32[n]; c = a + b", vector_add});
-  r.add(kFnReduceSum, {"reduce_sum", "in: u32[n], out: u64; out = sum(in)", reduce_sum});
-  r.add(kFnCrc32, {"crc32", "in: bytes, out: u32; out = CRC-32 (zlib) of in", crc});
+        {"increment", "p1..pn: bytes, each + 1 in place; all written back", increment, true});
+  r.add(kFnVectorAdd, {"vector_add", "a, b, c: u32[n]; c = a + b", vector_add, true});
+  r.add(kFnReduceSum, {"reduce_sum", "in: u32[n], out: u64; out = sum(in)", reduce_sum, true});
+  r.add(kFnCrc32, {"crc32", "in: bytes, out: u32; out = CRC-32 (zlib) of in", crc, true});
   r.add(kFnMatMul,
         {"matmul", "dims: u32 m,k,n; A: u32[m*k], B: u32[k*n], C: u32[m*n]; C = A*B", matmul});
-  r.add(kFnEcho, {"echo", "p1: bytes, sent back unchanged (round-trip benchmarks)", echo});
+  r.add(kFnEcho, {"echo", "p1: bytes, sent back unchanged (round-trip benchmarks)", echo, true});
   return r;
 }
 

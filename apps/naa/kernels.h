@@ -35,6 +35,10 @@ struct Kernel {
   std::string name;
   std::string signature;  ///< the parameters it expects, for --list and the docs
   KernelFn fn;
+  /// Its time is proportional to its parameters' bytes, no more than a copy of them: with at
+  /// most NaaConfig::inline_bytes of parameters it runs on the poll loop (a handoff to a
+  /// kernel thread would cost more than the kernel). Others always run on the kernel threads.
+  bool linear = false;
 };
 
 /// Function codes of the built-in kernels (1..255: the host API carries a u8 code; 0 means a

@@ -61,7 +61,15 @@ int main(int argc, char** argv) {
       "exit with status 1 after this many seconds")("list-kernels", "print the kernels and exit")(
       "late-receives-ms", po::value(&cfg.late_receives_ms)->default_value(0),
       "test: post a new host's receives this many ms after the REP (its first SEND meets an "
-      "RNR NAK)")("busy-poll", "never yield the CPU when idle (benchmarks on a dedicated core)")(
+      "RNR NAK)")("kernel-threads",
+                  po::value(&cfg.kernel_threads)->default_value(cfg.kernel_threads),
+                  "threads that run the kernels, off the poll loop (1..64)")(
+      "kernel-queue", po::value(&cfg.kernel_queue)->default_value(cfg.kernel_queue),
+      "calls queued or running at once, over all hosts; one more is answered with status 0x01 "
+      "(0: --max-hosts, so that no host is turned away; at most 4096)")(
+      "kernel-delay-ms", po::value(&cfg.kernel_delay_ms)->default_value(0),
+      "test: every kernel takes at least this many ms (a long kernel without the CPU)")(
+      "busy-poll", "never yield the CPU when idle (benchmarks on a dedicated core)")(
       "verbose,v", "log every MRSP and call");
   po::variables_map vm;
   try {
@@ -77,6 +85,11 @@ int main(int argc, char** argv) {
     if (mem_mib == 0 || mem_mib > (1ull << 20))
       throw po::error("--memory-per-host must be 1..2^20 MiB");
     if (cfg.max_hosts == 0) throw po::error("--max-hosts must be at least 1");
+    if (cfg.kernel_threads == 0 || cfg.kernel_threads > 64)
+      throw po::error("--kernel-threads must be 1..64");
+    if (cfg.kernel_queue > 4096) throw po::error("--kernel-queue must be 0..4096");
+    if (cfg.kernel_delay_ms < 0 || cfg.kernel_delay_ms > 600000)
+      throw po::error("--kernel-delay-ms must be 0..600000");
     std::string err;
     LinkConfig check = link;
     if (!vm.count("list-kernels") && !roce::perf::parse_link_text("", check, err))

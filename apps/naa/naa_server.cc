@@ -2,13 +2,21 @@
 /// The NAA server (naa_server.h).
 #include "apps/naa/naa_server.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "dataplane/wire/bytes.h"
 
@@ -49,12 +57,136 @@ void Arena::reset() {
   size_ = 0;
 }
 
+// ---- the kernel threads ------------------------------------------------------------------------
+
+/// One call on its way through the kernel threads. The arena is shared, so that a host dropped
+/// meanwhile (DREQ, an error, a new MRSP) leaves the memory to the kernel until it is done.
+struct KernelJob {
+  ConnId conn = 0;
+  std::uint32_t fncode = 0;
+  std::size_t ret = 0;
+  std::shared_ptr<Arena> arena;
+  std::vector<Param> params;
+  KernelResult result;
+};
+
+/// Worker threads with one bounded queue (in), and the finished calls (out) that the poll loop
+/// collects in step(): the only state the two sides share, under one mutex.
+struct NaaServer::KernelPool {
+  KernelPool(const KernelRegistry& k, unsigned threads, std::size_t max, double delay_ms)
+      : kernels(k), cap(max), delay(std::chrono::duration<double, std::milli>(delay_ms)) {
+    // Made on the poll loop's thread: when that is pinned to one CPU (an lcore of roced), the
+    // kernels go to the other CPUs, so that a long one does not take the loop's CPU from it.
+    cpu_set_t mine, others;
+    CPU_ZERO(&others);
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    bool move = false;
+    if (sched_getaffinity(0, sizeof mine, &mine) == 0 && CPU_COUNT(&mine) == 1)
+      for (long c = 0; c < online && c < CPU_SETSIZE; ++c)
+        if (!CPU_ISSET(c, &mine)) {
+          CPU_SET(c, &others);
+          move = true;
+        }
+    for (unsigned i = 0; i < threads; ++i) {
+      workers.emplace_back([this] { work(); });
+      if (move) pthread_setaffinity_np(workers.back().native_handle(), sizeof others, &others);
+    }
+  }
+  ~KernelPool() {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    for (auto& t : workers) t.join();
+  }
+  /// False when `cap` calls are queued or running.
+  bool submit(std::unique_ptr<KernelJob>& j) {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      if (in_flight >= cap) return false;
+      ++in_flight;
+      in.push_back(std::move(j));
+    }
+    cv.notify_one();
+    return true;
+  }
+  void take_done(std::vector<std::unique_ptr<KernelJob>>& to) {
+    std::lock_guard<std::mutex> g(mu);
+    in_flight -= out.size();
+    for (auto& j : out) to.push_back(std::move(j));
+    out.clear();
+  }
+  std::size_t busy() const {
+    std::lock_guard<std::mutex> g(mu);
+    return in_flight;
+  }
+  void work() {
+    std::unique_lock<std::mutex> lk(mu);
+    for (;;) {
+      cv.wait(lk, [&] { return stop || !in.empty(); });
+      if (stop) return;
+      std::unique_ptr<KernelJob> j = std::move(in.front());
+      in.pop_front();
+      lk.unlock();
+      const auto t0 = std::chrono::steady_clock::now();
+      j->result = kernels.run(j->fncode, j->params);
+      // The test hook: a long kernel, busy on its CPU as a real one would be.
+      while (delay.count() > 0 && std::chrono::steady_clock::now() < t0 + delay) {
+      }
+      lk.lock();
+      out.push_back(std::move(j));
+    }
+  }
+
+  const KernelRegistry& kernels;
+  const std::size_t cap;
+  const std::chrono::duration<double, std::milli> delay;
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::unique_ptr<KernelJob>> in, out;
+  std::size_t in_flight = 0;  ///< queued, running, or done and not yet collected
+  bool stop = false;
+  std::vector<std::thread> workers;
+};
+
 NaaServer::NaaServer(Stack& stack, NaaConfig cfg, KernelRegistry kernels)
     : stack_(stack), cfg_(cfg), kernels_(std::move(kernels)) {
   if (cfg_.max_regions == 0 || cfg_.max_regions > kMaxRegions) cfg_.max_regions = kMaxRegions;
+  if (cfg_.kernel_queue == 0) cfg_.kernel_queue = std::max<std::uint32_t>(cfg_.max_hosts, 1);
+  if (cfg_.kernel_threads)
+    pool_ = std::make_unique<KernelPool>(kernels_, cfg_.kernel_threads, cfg_.kernel_queue,
+                                         cfg_.kernel_delay_ms);
+}
+
+std::size_t NaaServer::kernels_in_flight() const { return pool_ ? pool_->busy() : 0; }
+
+void NaaServer::drain_kernels() {
+  while (kernels_in_flight() != 0) {
+    collect_kernels();
+    if (kernels_in_flight() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void NaaServer::collect_kernels() {
+  if (!pool_) return;
+  std::vector<std::unique_ptr<KernelJob>> done;
+  pool_->take_done(done);
+  for (auto& j : done) {
+    const auto it = hosts_.find(j->conn);
+    if (it == hosts_.end()) continue;  // the host went meanwhile: its results with it
+    Host& h = *it->second;
+    h.running = false;
+    h.last_active_ns = mono_ns();
+    std::vector<std::size_t> outputs;
+    for (std::size_t o : j->result.outputs)
+      if (o + 1 != j->ret) outputs.push_back(o + 1);
+    finish_call(h, j->fncode, j->result.status, outputs, j->ret);
+  }
 }
 
 NaaServer::~NaaServer() {
+  pool_.reset();  // running kernels finish first
   for (auto& [c, h] : hosts_) {
     free_regions(*h);
     stack_.disconnect(c);
@@ -77,6 +209,7 @@ bool NaaServer::step() {
   const bool any = stack_.poll(events_, completions_);
   for (const auto& e : events_) on_event(e);
   for (const auto& c : completions_) on_completion(c);
+  collect_kernels();
   post_late_receives();
   expire_idle();
   return any;
@@ -103,7 +236,7 @@ void NaaServer::expire_idle() {
   const auto limit = static_cast<std::uint64_t>(cfg_.host_idle_timeout * 1e9);
   std::vector<ConnId> idle;
   for (const auto& [c, h] : hosts_)
-    if (now - h->last_active_ns > limit) idle.push_back(c);
+    if (!h->running && now - h->last_active_ns > limit) idle.push_back(c);
   for (ConnId c : idle) {
     ++stats_.hosts_expired;
     char why[64];
@@ -133,8 +266,9 @@ void NaaServer::on_event(const ConnEvent& e) {
       h->last_active_ns = mono_ns();
       h->rx.resize(kRxSlots * kMaxMessageSize);
       h->tx.resize(kMaxMessageSize);
-      const auto rx = stack_.reg_mr(h->rx.data(), h->rx.size(), std::nullopt);
-      const auto tx = stack_.reg_mr(h->tx.data(), h->tx.size(), std::nullopt);
+      // In this host's own protection domain: no other host's rkey reaches its memory.
+      const auto rx = stack_.reg_mr(e.conn, h->rx.data(), h->rx.size(), std::nullopt);
+      const auto tx = stack_.reg_mr(e.conn, h->tx.data(), h->tx.size(), std::nullopt);
       if (rx) h->rx_mr = *rx;
       if (tx) h->tx_mr = *tx;
       // Receives first (the host may SEND as soon as it has our REP), then the REP.
@@ -190,7 +324,7 @@ void NaaServer::free_regions(Host& h) {
     if (r.registered) stack_.dereg_mr(r.mr);
   h.regions.clear();
   h.data.clear();
-  h.arena.reset();
+  h.arena.reset();  // a kernel still running on it keeps it until it is done
 }
 
 void NaaServer::on_completion(const Completion& c) {
@@ -255,6 +389,11 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
     return;
   }
   const auto& req = std::get<AdvertiseRequest>(d.message());
+  if (h.running) {  // the regions are the running kernel's: the host broke the protocol
+    ++stats_.mrsp_malformed;
+    drop_host(h.conn, "an MRSP message during a call");
+    return;
+  }
   // A new request replaces what an earlier one set up.
   free_regions(h);
   if (req.regions.size() > cfg_.max_regions) {
@@ -314,7 +453,8 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
     extent = std::max(extent, g.offset + r.size);
     regions.push_back(g);
   }
-  if (!h.arena.allocate(extent)) {
+  h.arena = std::make_shared<Arena>();
+  if (!h.arena->allocate(extent)) {
     answer_error(MrspError::kNotEnoughMemory,
                  "cannot allocate " + std::to_string(extent) + " bytes");
     return;
@@ -323,7 +463,7 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
   for (std::size_t i = 0; i < regions.size(); ++i) {
     Region& g = regions[i];
     if (g.req.internal()) continue;
-    const auto mr = stack_.reg_mr(h.arena.get() + g.offset, g.req.size, g.offset);
+    const auto mr = stack_.reg_mr(h.conn, h.arena->get() + g.offset, g.req.size, g.offset);
     if (!mr) {
       h.regions = std::move(regions);
       free_regions(h);
@@ -364,38 +504,63 @@ void NaaServer::on_call(Host& h, std::uint32_t fncode) {
     return;
   }
   const Region& meta = h.regions[h.data[0]];
-  for (std::size_t i : h.data) stats_.bytes_in += h.regions[i].req.size;
-  std::uint32_t status = 0;
   std::size_t ret = 0;  // index into h.data of the return region
   if (meta.req.size >= 8) {
-    const std::uint64_t ra = wire::load_be64(h.arena.get() + meta.offset);
+    const std::uint64_t ra = wire::load_be64(h.arena->get() + meta.offset);
     for (std::size_t k = 1; k < h.data.size(); ++k)
       if (h.regions[h.data[k]].req.addr == ra) {
         ret = k;
         break;
       }
   }
-  std::vector<std::size_t> outputs;
+  for (std::size_t i : h.data) stats_.bytes_in += h.regions[i].req.size;
   if (ret == 0) {
-    status = kRpcBadReturnAddress;
-  } else {
-    std::vector<Param> params;
-    for (std::size_t k = 1; k < h.data.size(); ++k) {
-      const Region& g = h.regions[h.data[k]];
-      params.push_back(Param{h.arena.get() + g.offset, g.req.size});
-    }
-    KernelResult r = kernels_.run(fncode, params);
-    status = r.status;
+    finish_call(h, fncode, kRpcBadReturnAddress, {}, 0);
+    return;
+  }
+  if (h.running) {  // NAAICE hosts wait for the answer; this one did not
+    ++stats_.calls_busy;
+    finish_call(h, fncode, kRpcSocketNotAvailable, {}, ret);
+    return;
+  }
+  auto job = std::make_unique<KernelJob>();
+  job->conn = h.conn;
+  job->fncode = fncode;
+  job->ret = ret;
+  job->arena = h.arena;
+  for (std::size_t k = 1; k < h.data.size(); ++k) {
+    const Region& g = h.regions[h.data[k]];
+    job->params.push_back(Param{h.arena->get() + g.offset, g.req.size});
+  }
+  std::uint64_t bytes = 0;
+  for (const Param& p : job->params) bytes += p.size;
+  const Kernel* k = kernels_.find(fncode);
+  const bool quick = k && k->linear && bytes <= cfg_.inline_bytes && cfg_.kernel_delay_ms <= 0;
+  if (!pool_ || quick) {  // on the poll loop
+    const KernelResult r = kernels_.run(fncode, job->params);
+    std::vector<std::size_t> outputs;
     for (std::size_t o : r.outputs)
       if (o + 1 != ret) outputs.push_back(o + 1);
+    finish_call(h, fncode, r.status, outputs, ret);
+    return;
   }
+  if (!pool_->submit(job)) {
+    ++stats_.calls_busy;
+    finish_call(h, fncode, kRpcSocketNotAvailable, {}, ret);
+    return;
+  }
+  h.running = true;
+}
+
+void NaaServer::finish_call(Host& h, std::uint32_t fncode, std::uint32_t status,
+                            const std::vector<std::size_t>& outputs, std::size_t ret) {
   ++stats_.statuses[status];
   if (status != 0) ++stats_.calls_failed;
   if (cfg_.verbose || status != 0)
     log(h, "call " + std::to_string(h.calls) + " function " + std::to_string(fncode) + ": " +
                rpc_status_string(status));
   // Results back: n-1 WRITEs, then the return region as WRITE_WITH_IMM(status).
-  for (std::size_t k : outputs) {
+  for (std::size_t k : status == 0 ? outputs : std::vector<std::size_t>{}) {
     const Region& g = h.regions[h.data[k]];
     WorkRequest wr;
     wr.wr_id = kTxId;
@@ -451,7 +616,8 @@ std::string NaaServer::report() const {
     << ", done " << stats_.hosts_done << " (expired " << stats_.hosts_expired << ")\n";
   o << "MRSP ok " << stats_.mrsp_ok << ", malformed " << stats_.mrsp_malformed;
   for (const auto& [code, n] : stats_.mrsp_errors) o << ", error " << hex(code) << ": " << n;
-  o << "\ncalls " << stats_.calls << ", failed " << stats_.calls_failed;
+  o << "\ncalls " << stats_.calls << ", failed " << stats_.calls_failed << ", busy "
+    << stats_.calls_busy;
   for (const auto& [s, n] : stats_.statuses) o << ", status " << hex(s) << ": " << n;
   o << "\nbytes in " << stats_.bytes_in << ", out " << stats_.bytes_out << ", transport errors "
     << stats_.transport_errors << "\n";

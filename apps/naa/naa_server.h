@@ -13,9 +13,12 @@
 ///   3. data: the host's RDMA WRITEs land in the regions; its final WRITE_WITH_IMM carries the
 ///      function code. Region 0 is the metadata region (big-endian u64 return address: one of
 ///      the host's region addresses); regions 1..n-1 are the kernel's parameters.
-///   4. the kernel runs (kernels.h); the parameters it wrote go back to the host's regions as
-///      RDMA WRITEs, the return region last as a WRITE_WITH_IMM whose immediate is the status
-///      (0 success, 0x10-0x7f application errors); on an error a zero-length WRITE_WITH_IMM.
+///   4. the kernel runs (kernels.h) on a worker thread, off the poll loop (which keeps serving
+///      ARP, the CM and the other hosts); when it is done, the loop sends the parameters it
+///      wrote back to the host's regions as RDMA WRITEs, the return region last as a
+///      WRITE_WITH_IMM whose immediate is the status (0 success, 0x10-0x7f application errors);
+///      on an error a zero-length WRITE_WITH_IMM. A call finding the kernel queue full, or made
+///      while the host's previous call still runs, is answered at once with status 0x01.
 ///   5. any number of calls, then the host's DREQ; the host's regions are freed.
 #pragma once
 
@@ -44,12 +47,25 @@ struct NaaConfig {
   /// Test mode: post a new host's receives this long after the REP instead of before it, so
   /// that its first SEND meets an RNR NAK and is retried (as with an NAA that is slow to post).
   double late_receives_ms = 0;
+  /// Threads that run the kernels; 0: on the poll loop, as the call arrives (tests).
+  std::uint32_t kernel_threads = 1;
+  /// Calls queued or running at once, over every host; one more is answered with status 0x01
+  /// ("socket not available": the NAA cannot take it now) without running. 0: max_hosts (a
+  /// host has at most one call in flight, so then no host is turned away).
+  std::uint32_t kernel_queue = 0;
+  /// A linear kernel (Kernel::linear) with at most this many bytes of parameters runs on the
+  /// poll loop, as the copy it resembles would (64 KiB: microseconds); 0: none.
+  std::uint64_t inline_bytes = 64 * 1024;
+  /// Test hook: every kernel takes at least this long, busy on its CPU (a long matmul); no
+  /// kernel runs on the poll loop then.
+  double kernel_delay_ms = 0;
   bool verbose = false;
 };
 
 struct NaaStats {
   std::uint64_t hosts_accepted = 0, hosts_rejected = 0, hosts_done = 0;
   std::uint64_t mrsp_ok = 0, mrsp_malformed = 0, calls = 0, calls_failed = 0;
+  std::uint64_t calls_busy = 0;  ///< answered 0x01: kernel queue full, or a call already running
   std::map<std::uint8_t, std::uint64_t> mrsp_errors;  ///< by MRSP error code
   std::map<std::uint32_t, std::uint64_t> statuses;    ///< by completion status
   std::uint64_t bytes_in = 0, bytes_out = 0, transport_errors = 0, hosts_expired = 0;
@@ -88,6 +104,10 @@ class NaaServer {
   const NaaStats& stats() const { return stats_; }
   std::size_t hosts() const { return hosts_.size(); }
   const NaaConfig& config() const { return cfg_; }
+  /// Calls queued or running on the kernel threads.
+  std::size_t kernels_in_flight() const;
+  /// Waits until no kernel is queued or running, then serves their results (tests).
+  void drain_kernels();
   /// Serves until `stop` is set, `exit_after` hosts (if not 0) have come and gone, or `timeout`
   /// seconds (if not 0) pass (then false). `on_idle` runs after a few polls with nothing to do
   /// (to yield the CPU).
@@ -109,7 +129,8 @@ class NaaServer {
     bool established = false;
     std::vector<std::uint8_t> rx, tx;  ///< two receive slots; the send buffer
     MrInfo rx_mr, tx_mr;
-    Arena arena;
+    std::shared_ptr<Arena> arena;   ///< shared with a kernel that runs on it
+    bool running = false;           ///< a call of this host is on the kernel threads
     std::vector<Region> regions;    ///< as advertised by the host
     std::vector<std::size_t> data;  ///< indexes of the non-internal regions, in order
     std::uint64_t calls = 0;
@@ -121,6 +142,11 @@ class NaaServer {
   void on_completion(const Completion& c);
   void on_mrsp(Host& h, std::span<const std::uint8_t> msg);
   void on_call(Host& h, std::uint32_t fncode);
+  /// Sends a call's results: the WRITEs of `outputs` (indexes into Host::data), then the
+  /// WRITE_WITH_IMM of `status` to the return region `ret` (0: the metadata region).
+  void finish_call(Host& h, std::uint32_t fncode, std::uint32_t status,
+                   const std::vector<std::size_t>& outputs, std::size_t ret);
+  void collect_kernels();
   void send_mrsp(Host& h, std::size_t len);
   void free_regions(Host& h);
   void drop_host(ConnId c, const std::string& why);
@@ -137,6 +163,8 @@ class NaaServer {
   NaaStats stats_;
   std::vector<ConnEvent> events_;
   std::vector<Completion> completions_;
+  struct KernelPool;
+  std::unique_ptr<KernelPool> pool_;
 };
 
 }  // namespace roce::naa

@@ -51,10 +51,14 @@ NaaConfig service_config(const ctl::ServiceConfig& sc) {
       c.max_regions = static_cast<std::uint32_t>(number(a, v, 1, kMaxRegions));
     else if (a == "--host-idle-timeout")
       c.host_idle_timeout = number(a, v, 0, 1e9);
+    else if (a == "--kernel-threads")
+      c.kernel_threads = static_cast<std::uint32_t>(number(a, v, 1, 64));
+    else if (a == "--kernel-queue")
+      c.kernel_queue = static_cast<std::uint32_t>(number(a, v, 0, 4096));
     else
       throw std::runtime_error("service naa: unknown option " + a +
                                " (--max-hosts, --memory-per-host, --max-regions, "
-                               "--host-idle-timeout, -v)");
+                               "--host-idle-timeout, --kernel-threads, --kernel-queue, -v)");
   }
   return c;
 }

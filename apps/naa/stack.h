@@ -72,7 +72,10 @@ class Stack {
 
   /// Registers `length` bytes at `addr` for local writes and remote writes; with `iova` set,
   /// peers address it from there (ibv_reg_mr_iova). nullopt when the stack refuses.
-  virtual std::optional<MrInfo> reg_mr(void* addr, std::uint64_t length,
+  /// The MR is in connection `c`'s own protection domain, which its QP shares and no other
+  /// connection's does: its rkey is refused (remote access error) on every other connection.
+  /// `c` = 0: the stack's common PD, for a stack with one connection (the host library).
+  virtual std::optional<MrInfo> reg_mr(ConnId c, void* addr, std::uint64_t length,
                                        std::optional<std::uint64_t> iova) = 0;
   virtual void dereg_mr(const MrInfo& mr) = 0;
 

@@ -20,6 +20,7 @@
 #include "apps/perf/perftest_proto.h"
 #include "apps/perf/pingpong_proto.h"
 #include "controlplane/attach/protocol.h"
+#include "client/lnet/src/lnet_internal.h"
 #include "controlplane/cm/mad.h"
 #include "tests/fuzz/engine_harness.h"
 #include "tests/fuzz/fuzz_bytes.h"
@@ -468,6 +469,38 @@ void mrsp_seeds(const fs::path& out) {
   c.add(b);
 }
 
+// ---- LNet control messages (client/lnet) ----------------------------------------------------
+void lnet_control_seeds(const fs::path& out) {
+  Corpus c(out, "lnet_control");
+  auto bytes = [](const auto& v) {
+    return std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(&v), sizeof v);
+  };
+  lnet::OobHello h;
+  auto put = [](char(&d)[48], const std::string& s) { std::memcpy(d, s.data(), s.size()); };
+  put(h.src, "192.0.2.2@roce:0:31:6");
+  put(h.dst, "192.0.2.1@roce:0:31:5");
+  h.qpn = 0x1234;
+  h.cqpn = 0x1235;
+  h.psn = 0x10;
+  h.cpsn = 0x20;
+  const wire::Ipv6Addr g = wire::ipv4_mapped(wire::Ipv4Addr{0xC0000202});
+  std::memcpy(h.gid, g.b.data(), 16);
+  c.add(bytes(h));
+  lnet::CtlMsg m;
+  m.token = 0x0123456789ABCDEFull;
+  m.length = 4096;
+  std::uint8_t mb[lnet::CtlMsg::kSize];
+  m.encode(mb);
+  c.add(mb);
+  lnet::BulkDesc d;
+  d.kind = lnet::QueueType::kPassiveBulkRecv;
+  d.token = m.token;
+  d.owner = *lnet::EndPoint::parse("192.0.2.1@roce:0:31:5");
+  d.segs.push_back({0x7F0000001000ull, 0x42, 4096});
+  d.segs.push_back({0x7F0000003000ull, 0x43, 8192});
+  c.add(d.encode());
+}
+
 // ---- RPC-over-RDMA (apps/nfs) ----------------------------------------------------------------
 void rpcrdma_seeds(const fs::path& out) {
   using namespace roce::nfs;
@@ -838,6 +871,7 @@ int main(int argc, char** argv) {
   cm_seeds(out);
   perf_seeds(out);
   mrsp_seeds(out);
+  lnet_control_seeds(out);
   rpcrdma_seeds(out);
   nfs_server_seeds(out);
   config_seeds(out, config_dir);

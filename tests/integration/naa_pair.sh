@@ -10,6 +10,11 @@
 #      errors:  every MRSP error code and every application error the NAA reports, provoked
 #               one connection each, and seen on the wire: the NAA's SENDs carry MRSP error
 #               messages 0x00 0x01/0x02/0x03, its WRITE_WITH_IMMs the statuses 0x10-0x13.
+#      foreign: host B's RDMA WRITE with host A's rkey, on B's connection: the NAA answers a
+#               remote access error NAK (on the wire) and A's NAA memory is unchanged.
+#      slow:    every kernel takes 3 s (--kernel-delay-ms) and one call is queued at most:
+#               while host A's call runs, host B connects and gets its advertisement (within
+#               1.5 s), and its call is answered 0x01 at once; A's result is still correct.
 # NAA_TIMEOUT (s, default 60) bounds the NAA's wait for its connections; NAA_KEEP=1 keeps the
 # work directory (logs, capture).
 set -euo pipefail
@@ -25,6 +30,8 @@ case $mode in
   lossy) hosts=2 calls=5 conns=10 naa_drop=0.01 host_drop=0.01 ;;
   errors) conns=7 ;;
   rnr) hosts=1 calls=2 conns=1 naa_extra=(--late-receives-ms 30) ;;
+  foreign) conns=2 ;;
+  slow) conns=2 naa_extra=(--kernel-delay-ms 3000 --kernel-queue 1) ;;
   *) echo "FAIL: unknown mode $mode"; exit 1 ;;
 esac
 "$naa" --memif-socket "$sock" --ip 192.0.2.1 --mac 02:00:00:00:00:01 --exit-after "$conns" \
@@ -39,6 +46,10 @@ if [[ $mode == errors ]]; then
            bad-return-address bad-param-count bad-param-size; do
     "$client" -e "$e" 192.0.2.1 || rc=$?
   done
+elif [[ $mode == foreign ]]; then
+  "$client" -e foreign-rkey 192.0.2.1 || rc=$?
+elif [[ $mode == slow ]]; then
+  "$client" -e slow-kernel 192.0.2.1 || rc=$?
 elif [[ $mode == rnr ]]; then
   "$client" -k vector_add -s 8192 -n "$calls" -H "$hosts" 192.0.2.1 || rc=$?
 else
@@ -75,5 +86,15 @@ if [[ $mode == rnr ]]; then
          2>/dev/null | grep -c . || true)
   echo "RNR NAKs sent by the NAA: $rnr ($naks on the wire)"
   [[ $naks -gt 0 ]] || { echo "FAIL: no RNR NAK on the wire"; exit 1; }
+fi
+if [[ $mode == foreign ]]; then
+  # The NAA's NAK: ACK opcode 17, AETH syndrome 0x62 (NAK, remote access error).
+  naks=$(tshark -r "$work/naa.pcap" -Y 'ip.src == 192.0.2.1 && infiniband.bth.opcode == 17 && infiniband.aeth.syndrome == 0x62' \
+         2>/dev/null | grep -c . || true)
+  echo "remote access error NAKs sent by the NAA: $naks"
+  [[ $naks -gt 0 ]] || { echo "FAIL: no remote access error NAK on the wire"; exit 1; }
+fi
+if [[ $mode == slow ]]; then
+  grep -q "calls .*busy 1" "$work/naa.log" || { echo "FAIL: the NAA counted no busy call"; exit 1; }
 fi
 echo "PASS naa_pair $mode"

@@ -7,13 +7,20 @@
  *   naaice_client [-p PORT] [-k all|increment|vector_add|reduce_sum|crc32|matmul] [-s BYTES]
  *                 [-n CALLS] [-H HOSTS] [-M NAA_MIB] [-e ERROR] NAA_IP
  *   ERROR: too-many-regions, invalid-address, not-enough-memory, unknown-function,
- *          bad-return-address, bad-param-count, bad-param-size */
+ *          bad-return-address, bad-param-count, bad-param-size;
+ *          foreign-rkey: host B writes host A's NAA region with A's rkey over B's connection (the
+ *            NAA must refuse it with a remote access error, and A's data stay A's);
+ *          slow-kernel: while host A's call runs (roce-naa --kernel-delay-ms 3000
+ *            --kernel-queue 1), host B connects, gets its advertisement and is answered
+ *            "busy" (0x01) at once */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "apps/naa/host/naaice.h"
+#include "apps/naa/host/naaice_transport.h"
 
 enum { K_INCREMENT = 1, K_VECTOR_ADD = 2, K_REDUCE_SUM = 3, K_CRC32 = 4, K_MATMUL = 5 };
 static const char* kernel_names[] = {"",           "increment", "vector_add",
@@ -316,6 +323,158 @@ out:
   return result;
 }
 
+/* A call without new data: only the final zero-length WRITE_WITH_IMM(fncode), so that the NAA
+ * computes on what its copies of the regions hold now. 0 and the result in the return
+ * parameter, or -1. */
+static int call_on_naa_data(struct job* j) {
+  struct naaice_communication_context* c = j->ctx;
+  struct naaice_transport* t = c->transport;
+  const unsigned last = c->no_local_mrs - 1;
+  if (c->recv_posted == 0 && naaice_post_recv_data(c)) return -1;
+  c->rpc_status = 0;
+  c->state = CALCULATING;
+  if (t->post_send(t->priv, NAAICE_OP_WRITE_IMM, 2, NULL, 0, 0, c->mr_peer_data[last].addr,
+                   c->mr_peer_data[last].rkey, (uint32_t)j->fncode, 1))
+    return -1;
+  while (c->state < FINISHED)
+    if (naaice_poll_cq_nonblocking(c)) return -1;
+  return c->state == FINISHED && c->rpc_status == 0 ? 0 : -1;
+}
+
+/* The work completion of `wr_id` on `j`'s connection: 1 success, 0 failure (its status in
+ * `status`), -1 none within `seconds`. */
+static int wait_wc(struct job* j, uint64_t wr_id, double seconds, char* status, size_t n) {
+  struct naaice_transport* t = j->ctx->transport;
+  for (long spins = 0; spins < (long)(seconds * 200000); spins++) {
+    struct naaice_wc wc;
+    const int k = t->poll(t->priv, &wc, 1);
+    if (k < 0) {
+      snprintf(status, n, "connection broken: %s", t->error(t->priv));
+      return 0;
+    }
+    if (k == 1 && wc.wr_id == wr_id) {
+      snprintf(status, n, "%s", wc.ok ? "success" : wc.status);
+      return wc.ok ? 1 : 0;
+    }
+  }
+  return -1;
+}
+
+/* Host B aims an RDMA WRITE at host A's NAA region with A's rkey, over B's own connection. */
+static int foreign_rkey(const char* ip, uint16_t port) {
+  struct job a, b;
+  setup_job(&a, K_VECTOR_ADD, 4096);
+  setup_job(&b, K_VECTOR_ADD, 4096);
+  int result = 1;
+  if (open_job(&a, ip, port) || open_job(&b, ip, port) || naaice_do_mrsp(a.ctx) ||
+      naaice_do_mrsp(b.ctx)) {
+    fprintf(stderr, "FAIL foreign-rkey: cannot set up hosts A and B\n");
+    goto out;
+  }
+  /* A's call: the NAA holds A's parameters. */
+  fill(&a);
+  if (naaice_do_data_transfer(a.ctx) || check(&a, 0, 0)) {
+    fprintf(stderr, "FAIL foreign-rkey: host A's first call\n");
+    goto out;
+  }
+  printf("host A: region 1 at NAA address 0x%llx, rkey 0x%x; host B's own rkey 0x%x\n",
+         (unsigned long long)a.ctx->mr_peer_data[1].addr, a.ctx->mr_peer_data[1].rkey,
+         b.ctx->mr_peer_data[1].rkey);
+  memset(b.params[0], 0xEE, b.sizes[0]);
+  struct naaice_transport* t = b.ctx->transport;
+  if (t->post_send(t->priv, NAAICE_OP_WRITE, 77, b.params[0], b.sizes[0],
+                   b.ctx->mr_local_data[1].lkey, a.ctx->mr_peer_data[1].addr,
+                   a.ctx->mr_peer_data[1].rkey, 0, 1)) {
+    fprintf(stderr, "FAIL foreign-rkey: cannot post B's write\n");
+    goto out;
+  }
+  char st[96];
+  const int w = wait_wc(&b, 77, 10, st, sizeof st);
+  if (w != 0) {
+    fprintf(stderr, "FAIL foreign-rkey: host B's WRITE with host A's rkey: %s\n",
+            w > 0 ? "completed: B wrote A's memory" : "no completion");
+    goto out;
+  }
+  printf("PASS foreign-rkey: host B's WRITE with host A's rkey failed (%s)\n", st);
+  /* A's region at the NAA still holds A's data: a call on the NAA's copies (no new data)
+   * gives A's sum, not 0xEEEEEEEE + b. */
+  if (call_on_naa_data(&a) || check(&a, 0, 1)) {
+    fprintf(stderr, "FAIL foreign-rkey: host A's data at the NAA changed, or its call failed\n");
+    goto out;
+  }
+  printf("PASS foreign-rkey: host A's NAA memory unchanged, its next call correct\n");
+  result = 0;
+out:
+  if (a.ctx) naaice_disconnect_and_cleanup(a.ctx);
+  if (b.ctx) naaice_disconnect_and_cleanup(b.ctx);
+  free_job(&a);
+  free_job(&b);
+  return result;
+}
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* While host A's call runs on the NAA (a slow kernel), host B is served: connection, MRSP,
+ * and its call is answered 0x01 at once (the kernel queue of one is A's). */
+static int slow_kernel(const char* ip, uint16_t port) {
+  struct job a, b;
+  setup_job(&a, K_VECTOR_ADD, 4096);
+  setup_job(&b, K_VECTOR_ADD, 4096);
+  int result = 1;
+  if (open_job(&a, ip, port) || naaice_do_mrsp(a.ctx)) {
+    fprintf(stderr, "FAIL slow-kernel: cannot set up host A\n");
+    goto out;
+  }
+  fill(&a);
+  const double t0 = mono_s();
+  if (naaice_init_data_transfer(a.ctx)) goto out;
+  /* A's data are on the way; its answer comes when the kernel is done. */
+  while (a.ctx->state < DATA_RECEIVING && mono_s() - t0 < 5)
+    if (naaice_poll_cq_nonblocking(a.ctx)) goto out;
+  printf("host A: call started\n");
+  fflush(stdout);
+  if (open_job(&b, ip, port) || naaice_do_mrsp(b.ctx)) {
+    fprintf(stderr, "FAIL slow-kernel: host B not served while A's kernel ran\n");
+    goto out;
+  }
+  const double tb = mono_s() - t0;
+  /* A's kernel takes 3 s (--kernel-delay-ms 3000): B within half of it was served while it
+   * ran; an NAA that runs kernels on its poll loop serves B only when A's call is over. */
+  if (tb >= 1.5) {
+    fprintf(stderr, "FAIL slow-kernel: host B was served only %.1f ms into A's 3 s call\n",
+            tb * 1e3);
+    goto out;
+  }
+  fill(&b);
+  const int rc = naaice_do_data_transfer(b.ctx);
+  const double tc = mono_s() - t0;
+  if (rc == 0 || b.ctx->rpc_status != 0x01) {
+    fprintf(stderr, "FAIL slow-kernel: host B's call got status 0x%02x, not 0x01 (busy)\n",
+            b.ctx->rpc_status);
+    goto out;
+  }
+  printf(
+      "PASS slow-kernel: host B connected and advertised %.1f ms into A's call, its call "
+      "answered 0x01 (%s) at %.1f ms\n",
+      tb * 1e3, naaice_rpc_status_string(b.ctx->rpc_status), tc * 1e3);
+  while (a.ctx->state < FINISHED)
+    if (naaice_poll_cq_nonblocking(a.ctx)) goto out;
+  if (check(&a, 0, 0)) goto out;
+  printf("PASS slow-kernel: host A's call done after %.0f ms, result correct\n",
+         (mono_s() - t0) * 1e3);
+  result = 0;
+out:
+  if (a.ctx) naaice_disconnect_and_cleanup(a.ctx);
+  if (b.ctx) naaice_disconnect_and_cleanup(b.ctx);
+  free_job(&a);
+  free_job(&b);
+  return result;
+}
+
 int main(int argc, char** argv) {
   unsigned port = NAAICE_DEFAULT_PORT, size = 4096, calls = 3, hosts = 1, mib = 64;
   int only = 0;
@@ -363,6 +522,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "%s: bad arguments (try -h)\n", argv[0]);
     return 2;
   }
+  if (error && !strcmp(error, "foreign-rkey")) return foreign_rkey(argv[optind], (uint16_t)port);
+  if (error && !strcmp(error, "slow-kernel")) return slow_kernel(argv[optind], (uint16_t)port);
   if (error) return provoke(argv[optind], (uint16_t)port, error, mib);
   return run_kernels(argv[optind], (uint16_t)port, only, size, calls, hosts);
 }

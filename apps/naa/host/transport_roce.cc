@@ -76,7 +76,7 @@ int t_connect(void* p, const char* ip, std::uint16_t port, std::uint32_t send_de
 }
 
 int t_reg_mr(void* p, void* addr, std::uint64_t length, naaice_mr_handle* out) {
-  const auto m = g_shared.stack->reg_mr(addr, length, std::nullopt);
+  const auto m = g_shared.stack->reg_mr(0, addr, length, std::nullopt);  // the common PD
   if (!m) {
     self(p)->error = "the engine refused the registration";
     return -1;

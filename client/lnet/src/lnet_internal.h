@@ -1,8 +1,13 @@
 /// @file
-/// Internals shared by the files of roce_lnet (nothing outside client/lnet includes this).
+/// Internals shared by the files of roce_lnet (outside client/lnet only its tests and the
+/// lnet_control fuzz target include this).
 #pragma once
 
+#include <array>
 #include <cstring>
+#include <optional>
+#include <span>
+#include <vector>
 
 #include "client/lnet/include/roce/lnet.h"
 
@@ -16,15 +21,17 @@ struct NetBuffer::Impl {
   std::vector<client::Mr*> bulk_mrs;  ///< passive bulk: remote access, for this operation only
   std::vector<std::uint64_t> wr_ids;  ///< work requests on the wire
   std::uint32_t ops_left = 0;         ///< active bulk: RDMA work requests not yet complete
-  std::uint32_t bulk_id = 0;          ///< passive: its descriptor's id; active: the peer's
+  std::uint64_t bulk_token = 0;       ///< passive: its descriptor's token; active: the peer's
   std::uint64_t bulk_len = 0;
   bool posted = false;  ///< kMsgRecv: in the SRQ
   bool bulk_failed = false;
-  std::optional<EndPoint> peer;  ///< active bulk: the passive side
+  std::optional<EndPoint> peer;     ///< active bulk: the passive side
+  std::optional<EndPoint> allowed;  ///< passive bulk: the one peer that may complete it
 };
 
-// --- transfer_machine.cc ---
-/// The opaque buffer descriptor of a passive bulk buffer.
+// --- control.cc: what peers send each other, as pure codecs (the fuzz target's subject) ---
+/// The opaque buffer descriptor of a passive bulk buffer. Its token is 64 random bits
+/// (getrandom): the capability to complete the buffer, never guessed from another's.
 struct BulkDesc {
   static constexpr std::uint32_t kMagic = 0x4C4E4244;  // "LNBD"
   struct Seg {
@@ -33,18 +40,20 @@ struct BulkDesc {
     std::uint32_t length;
   };
   QueueType kind = QueueType::kPassiveBulkSend;
-  std::uint32_t bulk_id = 0;
+  std::uint64_t token = 0;
   EndPoint owner;
   std::vector<Seg> segs;
 
   std::vector<std::uint8_t> encode() const;
-  static std::optional<BulkDesc> decode(const std::vector<std::uint8_t>& b);
+  static std::optional<BulkDesc> decode(std::span<const std::uint8_t> b);
 };
 
-/// The connection exchange on TCP (fixed size, both directions).
+/// The connection exchange on TCP: the listener sends a 16-byte nonce as soon as it accepts, the
+/// connecting Tm its hello, the listener its reply (fixed size, both the struct's bytes).
 struct OobHello {
   static constexpr std::uint32_t kMagic = 0x4C4E4554;  // "LNET"
-  static constexpr std::uint32_t kVersion = 1;
+  /// 2: 64-bit bulk tokens in descriptors and control messages.
+  static constexpr std::uint32_t kVersion = 2;
   std::uint32_t magic = kMagic;
   std::uint32_t version = kVersion;
   char src[48] = {};                 ///< the connecting Tm's address
@@ -53,15 +62,62 @@ struct OobHello {
   std::uint32_t cqpn = 0, cpsn = 0;  ///< control QP
   std::uint8_t gid[16] = {};
   std::int32_t status = 0;  ///< reply: 0 or an errno value
+  /// SipHash-2-4 of the listener's nonce and this hello (tag zero) under the domains' shared
+  /// DomainOptions::oob_key; zero without a key.
+  std::uint8_t tag[8] = {};
+
+  /// Exactly sizeof(OobHello) bytes with our magic and version, else nullopt (not one of ours:
+  /// no answer).
+  static std::optional<OobHello> decode(std::span<const std::uint8_t> b);
 };
 
-/// A control message (control QP): "the active side has moved `length` bytes of bulk `id`".
+using OobNonce = std::array<std::uint8_t, 16>;
+using OobKey = std::array<std::uint8_t, 16>;
+/// SipHash-2-4 (Aumasson, Bernstein 2012) of `msg` under `key`: the hello's MAC.
+std::uint64_t siphash24(const OobKey& key, std::span<const std::uint8_t> msg);
+/// The tag of `h` (its own tag ignored) after `nonce`, under `key`.
+std::uint64_t hello_tag(const OobKey& key, const OobNonce& nonce, const OobHello& h);
+/// Sets h.tag (zero without a key).
+void sign_hello(OobHello& h, const OobNonce& nonce, const std::optional<OobKey>& key);
+/// True without a key, or when h.tag is the tag of `h` after `nonce` under `key`.
+bool hello_tag_ok(const OobHello& h, const OobNonce& nonce, const std::optional<OobKey>& key);
+
+/// The listener's check of a connecting Tm's hello, before it spends anything on it: 0 with
+/// `src` set, or the errno value its reply carries (EINVAL: a bad source address, QP number or
+/// PSN, a GID that is not its NID's when `check_gid`; EADDRNOTAVAIL: `dst` is not `me`).
+int check_hello(const OobHello& h, const EndPoint& me, bool check_gid, EndPoint& src);
+
+/// A control message (control QP): "the active side has moved `length` bytes of bulk `token`".
 struct CtlMsg {
-  static constexpr std::uint32_t kMagic = 0x4C4E4344;  // "LNCD"
-  std::uint32_t magic = kMagic;
-  std::uint32_t bulk_id = 0;
-  std::uint64_t length = 0;
+  static constexpr std::uint32_t kMagic = 0x4C4E4332;  // "LNC2"
+  static constexpr std::size_t kSize = 24;
   std::int32_t status = 0;
+  std::uint64_t token = 0;
+  std::uint64_t length = 0;
+
+  void encode(std::uint8_t* p) const;  ///< kSize bytes
+  /// Exactly kSize bytes (the received length) with the magic, else nullopt.
+  static std::optional<CtlMsg> decode(std::span<const std::uint8_t> b);
 };
+
+/// What a passive buffer accepts a control message from.
+struct PassiveEntry {
+  NetBuffer* nb = nullptr;
+  std::optional<EndPoint> peer;  ///< NetBuffer::ep at add(): the one peer that may complete it
+  std::uint64_t capacity = 0;
+};
+
+enum class CtlVerdict : std::uint8_t {
+  kComplete,   ///< the buffer's operation is over
+  kUnknown,    ///< no such token (forged, or the buffer is gone): dropped, ctl_dropped
+  kWrongPeer,  ///< the token of a buffer bound to another peer: refused, ctl_refused
+  kTooLong,    ///< more bytes than the buffer holds: refused, ctl_refused
+};
+/// The passive side's judgement of control message `m` that arrived on a connection with
+/// `from`; `entry` is the buffer its token names (null: none).
+CtlVerdict judge_ctl(const CtlMsg& m, const PassiveEntry* entry, const EndPoint& from);
+
+/// 64 bits from the kernel's CSPRNG (getrandom), never 0.
+std::uint64_t random_token();
 
 }  // namespace roce::lnet

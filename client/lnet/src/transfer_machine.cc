@@ -15,6 +15,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
+#include <bit>
 #include <cerrno>
 #include <random>
 
@@ -29,18 +31,34 @@ constexpr std::uint32_t kCtlSlot = 32;       ///< bytes per control-message slot
 constexpr std::uint32_t kCtlRecvSlots = 16;  ///< per connection
 constexpr std::uint32_t kCtlSendSlots = 16;  ///< per connection
 constexpr std::uint32_t kCtlBytes = 64 * 1024;
+constexpr std::uint32_t kCtlBlock = kCtlRecvSlots + kCtlSendSlots;        ///< slots of a connection
+constexpr std::uint32_t kCtlBlocks = kCtlBytes / (kCtlBlock * kCtlSlot);  ///< connections per Tm
+static_assert(kCtlBlocks == 64, "one bit of Tm::ctl_blocks_ per connection");
+static_assert(CtlMsg::kSize <= kCtlSlot);
+/// Hellos being read at once; one more evicts the oldest (a complete hello arrives in one
+/// segment right after the connect, so only a stalled peer stays half-open).
+constexpr std::size_t kMaxHalfOpen = 8;
+constexpr int kHelloDeadlineMs = 2000;  ///< a whole hello, from accept to its last byte
+/// Connections with one peer: the first, and the second of a simultaneous connect.
+constexpr std::size_t kMaxConnsPerPeer = 2;
 constexpr std::uint32_t kCqDepth = 2048;
 constexpr int kPollMs = 10;  ///< the event thread's wait: the granularity of deadlines
-constexpr int kOobTimeoutMs = 3000;
+using Clock = std::chrono::steady_clock;
 
 std::uint64_t tag(std::uint64_t kind, std::uint64_t v) { return kind << kTagShift | v; }
 
-bool io_all(int fd, void* p, std::size_t n, bool wr) {
+/// Moves `n` bytes by `deadline` (a whole exchange, not each read: a peer that trickles one
+/// byte at a time gets no more time than one that sends nothing).
+bool io_all(int fd, void* p, std::size_t n, bool wr, Clock::time_point deadline) {
   auto* b = static_cast<std::uint8_t*>(p);
   while (n != 0) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     pollfd pf{fd, static_cast<short>(wr ? POLLOUT : POLLIN), 0};
-    if (poll(&pf, 1, kOobTimeoutMs) <= 0) return false;
-    const ssize_t k = wr ? send(fd, b, n, MSG_NOSIGNAL) : recv(fd, b, n, 0);
+    if (left <= 0 || poll(&pf, 1, static_cast<int>(left)) <= 0) return false;
+    const ssize_t k =
+        wr ? send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, b, n, MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EINTR)) continue;
     if (k <= 0) return false;
     b += k;
     n -= static_cast<std::size_t>(k);
@@ -52,47 +70,8 @@ void put_str(char (&dst)[48], const std::string& s) {
   std::memset(dst, 0, sizeof dst);
   std::memcpy(dst, s.data(), std::min(s.size(), sizeof dst - 1));
 }
-std::string get_str(const char (&src)[48]) { return std::string(src, strnlen(src, sizeof src)); }
 
 }  // namespace
-
-// ---- descriptors
-// ----------------------------------------------------------------------------------
-
-std::vector<std::uint8_t> BulkDesc::encode() const {
-  const std::string owner_s = owner.str();
-  std::vector<std::uint8_t> b(16 + owner_s.size() + segs.size() * sizeof(Seg));
-  std::uint8_t* p = b.data();
-  std::memcpy(p, &kMagic, 4);
-  p[4] = static_cast<std::uint8_t>(kind);
-  p[5] = static_cast<std::uint8_t>(segs.size());
-  p[6] = static_cast<std::uint8_t>(owner_s.size());
-  std::memcpy(p + 8, &bulk_id, 4);
-  std::memcpy(p + 16, owner_s.data(), owner_s.size());
-  std::memcpy(p + 16 + owner_s.size(), segs.data(), segs.size() * sizeof(Seg));
-  return b;
-}
-
-std::optional<BulkDesc> BulkDesc::decode(const std::vector<std::uint8_t>& b) {
-  if (b.size() < 16) return std::nullopt;
-  std::uint32_t magic = 0;
-  std::memcpy(&magic, b.data(), 4);
-  BulkDesc d;
-  const std::size_t nseg = b[5], olen = b[6];
-  if (magic != kMagic || nseg == 0 || nseg > 4 || b.size() != 16 + olen + nseg * sizeof(Seg))
-    return std::nullopt;
-  if (b[4] != static_cast<std::uint8_t>(QueueType::kPassiveBulkSend) &&
-      b[4] != static_cast<std::uint8_t>(QueueType::kPassiveBulkRecv))
-    return std::nullopt;
-  d.kind = static_cast<QueueType>(b[4]);
-  std::memcpy(&d.bulk_id, b.data() + 8, 4);
-  auto ep = EndPoint::parse(std::string_view(reinterpret_cast<const char*>(b.data() + 16), olen));
-  if (!ep || !ep->tmid) return std::nullopt;
-  d.owner = *ep;
-  d.segs.resize(nseg);
-  std::memcpy(d.segs.data(), b.data() + 16 + olen, nseg * sizeof(Seg));
-  return d;
-}
 
 // ---- connections
 // ----------------------------------------------------------------------------------
@@ -102,22 +81,26 @@ struct Tm::Conn {
   client::Qp* qp = nullptr;   ///< messages and RDMA (receives on the Tm's SRQ)
   client::Qp* cqp = nullptr;  ///< control messages
   std::uint32_t slot0 = 0;    ///< first control slot in the Tm's control buffer
+  int block = -1;             ///< its block of slots (Tm::ctl_blocks_), -1: none
   std::uint32_t send_next = 0;
   enum class State { kConnecting, kUp, kFailed } state = State::kConnecting;
   std::vector<NetBuffer*> waiting;  ///< operations added while connecting
   bool foreign = false;             ///< a plain verbs peer (foreign_open): no control QP
   std::uint32_t psn = 0;            ///< foreign: our first PSN
+  bool used = false;                ///< a completion on its QPs, or an operation started on it
+  std::chrono::steady_clock::time_point since;  ///< made, or failed
 };
 
 std::shared_ptr<Tm::Conn> Tm::make_conn() {
   client::Context& ctx = dom_.ctx();
   auto c = std::make_shared<Conn>();
-  if ((ctl_next_ + kCtlRecvSlots + kCtlSendSlots) * kCtlSlot > kCtlBytes) {
+  c->since = std::chrono::steady_clock::now();
+  if (~ctl_blocks_ == 0 && !reclaim_one_locked()) {
     errno = ENOSPC;  // the control buffer's slots are spent: too many peers for one Tm
     return nullptr;
   }
-  c->slot0 = ctl_next_;
-  ctl_next_ += kCtlRecvSlots + kCtlSendSlots;
+  c->block = std::countr_one(ctl_blocks_);
+  c->slot0 = static_cast<std::uint32_t>(c->block) * kCtlBlock;
   client::QpCap cap;
   cap.max_send_wr = 256;
   cap.max_recv_wr = 1;
@@ -130,10 +113,47 @@ std::shared_ptr<Tm::Conn> Tm::make_conn() {
   if (!c->cqp) {
     const int e = errno;
     if (c->qp) ctx.destroy_qp(c->qp);
-    errno = e;
+    errno = e ? e : ENOMEM;
     return nullptr;
   }
+  ctl_blocks_ |= std::uint64_t{1} << c->block;
   return c;
+}
+
+// A Tm full of connections: the one that carried nothing (a hello that was never followed by
+// anything: a bogus peer, or one that died at once) or failed longest ago, if that is longer
+// than DomainOptions::conn_reclaim_after, goes. A real peer connects to send: its connection
+// is used at once.
+bool Tm::reclaim_one_locked() {
+  const auto now = std::chrono::steady_clock::now();
+  std::shared_ptr<Conn> best;
+  auto consider = [&](const std::shared_ptr<Conn>& k) {
+    if (k->foreign || k->block < 0 || !k->waiting.empty()) return;
+    const bool idle = k->state == Conn::State::kUp && !k->used;
+    if (!idle && k->state != Conn::State::kFailed) return;
+    if (now - k->since < dom_.options().conn_reclaim_after) return;
+    if (!best || k->since < best->since) best = k;
+  };
+  for (const auto& [ep, k] : conns_) consider(k);
+  for (const auto& k : parked_) consider(k);
+  if (!best) return false;
+  auto it = conns_.find(best->peer);
+  if (it != conns_.end() && it->second == best) conns_.erase(it);
+  std::erase(parked_, best);
+  unmake_conn_locked(*best);
+  ++stats_.conns_reclaimed;
+  return true;
+}
+
+// A connection that never carried an operation (its set-up failed): its QPs and slots go back.
+void Tm::unmake_conn_locked(Conn& c) {
+  if (c.qp) by_qpn_.erase(c.qp->qp_num);
+  if (c.cqp) by_qpn_.erase(c.cqp->qp_num);
+  if (c.qp) dom_.ctx().destroy_qp(c.qp);
+  if (c.cqp) dom_.ctx().destroy_qp(c.cqp);
+  c.qp = c.cqp = nullptr;
+  if (c.block >= 0) ctl_blocks_ &= ~(std::uint64_t{1} << c.block);
+  c.block = -1;
 }
 
 int Tm::foreign_open(const EndPoint& peer, std::uint32_t& qpn, std::uint32_t& psn) {
@@ -241,9 +261,9 @@ void Tm::conn_for(const EndPoint& ep, NetBuffer& first) {
         finish_locked(*nb, nb->flags & kBufCancelled ? -ECANCELED : -ETIMEDOUT, evs);
     }
     c->waiting.clear();
-    if (rc != 0) {  // the next operation tries again
+    if (rc != 0) {  // the next operation tries again, on new QPs
       conns_.erase(ep);
-      parked_.push_back(c);
+      unmake_conn_locked(*c);
     }
   }
   queue_events(evs);
@@ -254,14 +274,35 @@ int Tm::connect_conn(Conn& c, const std::string& host, std::uint16_t port) {
   sa.sin_family = AF_INET;
   sa.sin_port = htons(port);
   if (inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) return EINVAL;
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // The whole exchange, TCP connect included, within oob_timeout: add() (or the callback
+  // that called it) waits no longer for a peer host that drops SYNs or a listener that stalls.
+  const auto deadline = Clock::now() + dom_.options().oob_timeout;
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return errno;
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    const int e = errno;
+    int e = errno;
+    if (e == EINPROGRESS) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      pollfd pf{fd, POLLOUT, 0};
+      socklen_t len = sizeof e;
+      if (poll(&pf, 1, static_cast<int>(std::max<long>(left, 0))) <= 0)
+        e = ETIMEDOUT;
+      else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) != 0)
+        e = errno;
+    }
+    if (e != 0) {
+      close(fd);
+      return e == ECONNREFUSED ? EHOSTUNREACH : e;
+    }
+  }
+  // The listener speaks first: the nonce our hello's tag covers.
+  OobNonce nonce;
+  if (!io_all(fd, nonce.data(), nonce.size(), false, deadline)) {
     close(fd);
-    return e == ECONNREFUSED ? EHOSTUNREACH : e;
+    return EPROTO;
   }
   std::mt19937 rng(std::random_device{}());
   OobHello h;
@@ -272,10 +313,15 @@ int Tm::connect_conn(Conn& c, const std::string& host, std::uint16_t port) {
   h.cqpn = c.cqp->qp_num;
   h.cpsn = rng() & 0xFFFFFF;
   std::memcpy(h.gid, dom_.ctx().port().gid.b.data(), 16);
+  sign_hello(h, nonce, dom_.options().oob_key);
   OobHello r;
-  int rc = io_all(fd, &h, sizeof h, true) && io_all(fd, &r, sizeof r, false) ? 0 : EPROTO;
+  int rc = io_all(fd, &h, sizeof h, true, deadline) && io_all(fd, &r, sizeof r, false, deadline)
+               ? 0
+               : ETIMEDOUT;
   close(fd);
   if (rc == 0 && (r.magic != OobHello::kMagic || r.version != OobHello::kVersion)) rc = EPROTO;
+  // A listener without our key (or an impostor) cannot sign its reply.
+  if (rc == 0 && r.status != EACCES && !hello_tag_ok(r, nonce, dom_.options().oob_key)) rc = EACCES;
   if (rc == 0 && r.status != 0) rc = r.status;
   if (rc != 0) return rc;
   client::RcPeer p;
@@ -291,77 +337,167 @@ int Tm::connect_conn(Conn& c, const std::string& host, std::uint16_t port) {
   return 0;
 }
 
+// The listener: reads up to kMaxHalfOpen hellos at once without blocking, each within
+// kHelloDeadlineMs, and spends QPs and slots only on a hello that check_hello() accepts.
 void Tm::oob_loop() {
+  struct HalfOpen {
+    int fd;
+    std::chrono::steady_clock::time_point deadline;
+    std::size_t got = 0;
+    std::array<std::uint8_t, sizeof(OobHello)> buf{};
+    OobNonce nonce{};
+  };
+  std::deque<HalfOpen> half;  // oldest first
+  auto refuse = [&](HalfOpen& h) {
+    close(h.fd);
+    std::lock_guard<std::mutex> g(mu_);
+    ++stats_.hellos_refused;
+  };
+  std::chrono::steady_clock::time_point accept_pause{};
+  std::vector<pollfd> pf;
   for (;;) {
-    pollfd pf[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    if (poll(pf, 2, -1) < 0 && errno != EINTR) return;
-    if (stopping_.load(std::memory_order_acquire) || (pf[1].revents & POLLIN)) return;
-    if (!(pf[0].revents & POLLIN)) continue;
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    OobHello h, r;
-    if (!io_all(fd, &h, sizeof h, false) || h.magic != OobHello::kMagic ||
-        h.version != OobHello::kVersion) {
-      close(fd);  // not one of ours: nothing to answer
-      continue;
+    const auto now = std::chrono::steady_clock::now();
+    pf.clear();
+    pf.push_back({wake_fd_, POLLIN, 0});
+    pf.push_back({now >= accept_pause ? listen_fd_ : -1, POLLIN, 0});
+    int timeout = now >= accept_pause ? -1 : 100;
+    for (const HalfOpen& h : half) {
+      pf.push_back({h.fd, POLLIN, 0});
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(h.deadline - now).count() + 1;
+      timeout = timeout < 0 ? static_cast<int>(std::max<long>(left, 0))
+                            : std::min(timeout, static_cast<int>(std::max<long>(left, 0)));
     }
-    const auto src = EndPoint::parse(get_str(h.src));
-    if (!src || !src->tmid) {
-      r.status = EINVAL;
-    } else if (get_str(h.dst) != ep_.str()) {
-      r.status = EADDRNOTAVAIL;  // a stale address: another Tm took this port
-    } else {
-      std::shared_ptr<Conn> c;
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        c = make_conn();
-      }
-      if (!c) {
-        r.status = errno ? errno : ENOMEM;
-      } else {
-        // No Tm lock across the QP transitions (an address resolution may take a while): the
-        // connection is not known to anyone until it is registered below.
-        c->peer = *src;
-        std::mt19937 rng(std::random_device{}());
-        r.psn = rng() & 0xFFFFFF;
-        r.cpsn = rng() & 0xFFFFFF;
-        client::RcPeer p;
-        std::memcpy(p.gid.b.data(), h.gid, 16);
-        const client::Mtu mtu = dom_.ctx().port().max_mtu;
-        p.qpn = h.qpn;
-        p.psn = h.psn;
-        int rc = dom_.ctx().connect_rc(c->qp, p, r.psn, mtu);
-        p.qpn = h.cqpn;
-        p.psn = h.cpsn;
-        if (rc == 0) rc = dom_.ctx().connect_rc(c->cqp, p, r.cpsn, mtu);
-        if (rc == 0) post_ctl_recvs(*c);
-        r.status = rc;
-        r.qpn = c->qp->qp_num;
-        r.cqpn = c->cqp->qp_num;
-        if (rc != 0) {
-          dom_.ctx().destroy_qp(c->qp);
-          dom_.ctx().destroy_qp(c->cqp);
-        } else {
-          std::lock_guard<std::mutex> g(mu_);
-          by_qpn_[c->qp->qp_num] = c.get();
-          by_qpn_[c->cqp->qp_num] = c.get();
-          c->state = Conn::State::kUp;
-          ++stats_.connections;
-          // Both ends may have connected at once: keep the first, the other stays known by
-          // its QP numbers (its messages still arrive and are attributed to the peer).
-          if (!conns_.count(*src))
-            conns_[*src] = c;
-          else
-            parked_.push_back(c);
+    if (poll(pf.data(), pf.size(), timeout) < 0 && errno != EINTR) break;
+    if (stopping_.load(std::memory_order_acquire) || (pf[0].revents & POLLIN)) break;
+    // Hellos in progress: read what is there; a complete one is served, a dead or late one
+    // closed.
+    const auto t = std::chrono::steady_clock::now();
+    for (std::size_t i = 0, k = 2; i < half.size(); ++k) {
+      HalfOpen& h = half[i];
+      bool done = false, bad = false;
+      if (pf[k].revents) {
+        const ssize_t n = recv(h.fd, h.buf.data() + h.got, h.buf.size() - h.got, MSG_DONTWAIT);
+        if (n > 0) {
+          h.got += static_cast<std::size_t>(n);
+          done = h.got == h.buf.size();
+        } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+          bad = true;
         }
       }
+      if (!done && !bad && t >= h.deadline) bad = true;
+      if (done) {
+        serve_hello(h.fd, h.buf, h.nonce);
+        close(h.fd);
+      } else if (bad) {
+        refuse(h);
+      } else {
+        ++i;
+        continue;
+      }
+      half.erase(half.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    put_str(r.src, ep_.str());
-    put_str(r.dst, get_str(h.src));
-    std::memcpy(r.gid, dom_.ctx().port().gid.b.data(), 16);
-    io_all(fd, &r, sizeof r, true);
-    close(fd);
+    if (!(pf[1].revents & POLLIN)) continue;
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      // Out of fds (EMFILE, ENFILE): the pending connection stays readable, so stop
+      // listening for a moment instead of spinning on it.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        accept_pause = t + std::chrono::milliseconds(100);
+      continue;
+    }
+    if (half.size() >= kMaxHalfOpen) {  // the oldest half-open hello makes room
+      refuse(half.front());
+      half.pop_front();
+    }
+    HalfOpen ho{fd, t + std::chrono::milliseconds(kHelloDeadlineMs)};
+    const std::uint64_t n0 = random_token(), n1 = random_token();
+    std::memcpy(ho.nonce.data(), &n0, 8);
+    std::memcpy(ho.nonce.data() + 8, &n1, 8);
+    // 16 bytes into a fresh socket's empty buffer: never blocks.
+    if (send(fd, ho.nonce.data(), ho.nonce.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(ho.nonce.size())) {
+      refuse(ho);
+      continue;
+    }
+    half.push_back(ho);
   }
+  for (HalfOpen& h : half) close(h.fd);
+}
+
+void Tm::serve_hello(int fd, std::span<const std::uint8_t> bytes, const OobNonce& nonce) {
+  const auto h = OobHello::decode(bytes);
+  if (!h) {  // not one of ours: nothing to answer
+    std::lock_guard<std::mutex> g(mu_);
+    ++stats_.hellos_refused;
+    return;
+  }
+  OobHello r;
+  EndPoint src;
+  const auto& key = dom_.options().oob_key;
+  // Without the domains' shared key nothing else is looked at.
+  r.status =
+      !hello_tag_ok(*h, nonce, key) ? EACCES : check_hello(*h, ep_, !dom_.options().nid, src);
+  std::shared_ptr<Conn> c;
+  if (r.status == 0) {
+    std::lock_guard<std::mutex> g(mu_);
+    std::size_t with_peer = 0;
+    for (const auto& [ep, k] : conns_)
+      if (ep == src && k->state != Conn::State::kFailed) ++with_peer;
+    for (const auto& k : parked_)
+      if (k->peer == src && k->qp && k->state == Conn::State::kUp) ++with_peer;
+    if (with_peer >= kMaxConnsPerPeer) {
+      r.status = EBUSY;
+    } else {
+      c = make_conn();
+      if (!c) r.status = errno ? errno : ENOMEM;
+    }
+  }
+  if (c) {
+    // No Tm lock across the QP transitions (an address resolution may take a while): the
+    // connection is not known to anyone until it is registered below.
+    c->peer = src;
+    std::mt19937 rng(std::random_device{}());
+    r.psn = rng() & 0xFFFFFF;
+    r.cpsn = rng() & 0xFFFFFF;
+    client::RcPeer p;
+    std::memcpy(p.gid.b.data(), h->gid, 16);
+    const client::Mtu mtu = dom_.ctx().port().max_mtu;
+    p.qpn = h->qpn;
+    p.psn = h->psn;
+    int rc = dom_.ctx().connect_rc(c->qp, p, r.psn, mtu);
+    p.qpn = h->cqpn;
+    p.psn = h->cpsn;
+    if (rc == 0) rc = dom_.ctx().connect_rc(c->cqp, p, r.cpsn, mtu);
+    if (rc == 0) post_ctl_recvs(*c);
+    r.status = rc;
+    r.qpn = c->qp->qp_num;
+    r.cqpn = c->cqp->qp_num;
+    std::lock_guard<std::mutex> g(mu_);
+    if (rc != 0) {
+      unmake_conn_locked(*c);
+    } else {
+      by_qpn_[c->qp->qp_num] = c.get();
+      by_qpn_[c->cqp->qp_num] = c.get();
+      c->state = Conn::State::kUp;
+      ++stats_.connections;
+      // Both ends may have connected at once: keep the first, the other stays known by
+      // its QP numbers (its messages still arrive and are attributed to the peer).
+      if (!conns_.count(src))
+        conns_[src] = c;
+      else
+        parked_.push_back(c);
+    }
+  }
+  if (r.status != 0) {
+    std::lock_guard<std::mutex> g(mu_);
+    ++stats_.hellos_refused;
+  }
+  put_str(r.src, ep_.str());
+  put_str(r.dst, r.status == 0 ? src.str() : std::string());
+  std::memcpy(r.gid, dom_.ctx().port().gid.b.data(), 16);
+  sign_hello(r, nonce, key);
+  io_all(fd, &r, sizeof r, true, Clock::now() + std::chrono::seconds(1));
 }
 
 // ---- operations
@@ -392,6 +528,7 @@ bool carve(const NetBuffer& nb, std::uint64_t off, std::uint64_t len,
 
 void Tm::start_op_locked(NetBuffer& nb, Conn& c, std::vector<BufferEvent>& evs) {
   client::Context& ctx = dom_.ctx();
+  c.used = true;
   std::vector<client::Sge> sges;
   if (nb.queue == QueueType::kMsgSend) {
     const std::uint64_t len = nb.length ? nb.length : nb.capacity();
@@ -418,7 +555,7 @@ void Tm::start_op_locked(NetBuffer& nb, Conn& c, std::vector<BufferEvent>& evs) 
     for (const auto& s : d->segs) remote_total += s.length;
     const std::uint64_t total =
         read ? std::min(remote_total, nb.capacity()) : (nb.length ? nb.length : nb.capacity());
-    nb.impl->bulk_id = d->bulk_id;
+    nb.impl->bulk_token = d->token;
     nb.impl->bulk_len = total;
     nb.impl->peer = d->owner;
     nb.impl->ops_left = 0;
@@ -504,7 +641,8 @@ int Tm::add(NetBuffer& nb, QueueType q) {
       BulkDesc d;
       d.kind = q;
       d.owner = ep_;
-      d.bulk_id = next_bulk_id_++;
+      do d.token = random_token();
+      while (passive_.count(d.token));
       const std::uint32_t access = engine::kAccessLocalWrite |
                                    (q == QueueType::kPassiveBulkRecv ? engine::kAccessRemoteWrite
                                                                      : engine::kAccessRemoteRead);
@@ -518,9 +656,10 @@ int Tm::add(NetBuffer& nb, QueueType q) {
         nb.impl->bulk_mrs.push_back(mr);
         d.segs.push_back(BulkDesc::Seg{mr->iova, mr->rkey, static_cast<std::uint32_t>(s.length)});
       }
-      nb.impl->bulk_id = d.bulk_id;
+      nb.impl->bulk_token = d.token;
+      nb.impl->allowed = nb.ep;
       nb.desc = d.encode();
-      passive_[d.bulk_id] = &nb;
+      passive_[d.token] = &nb;
     }
     nb.flags |= kBufQueued;
     queues_[static_cast<int>(q)].push_back(&nb);
@@ -572,7 +711,7 @@ void Tm::finish_locked(NetBuffer& nb, int status, std::vector<BufferEvent>& out,
   nb.impl->wr_ids.clear();
   nb.impl->posted = false;
   if (nb.queue == QueueType::kPassiveBulkRecv || nb.queue == QueueType::kPassiveBulkSend) {
-    passive_.erase(nb.impl->bulk_id);
+    passive_.erase(nb.impl->bulk_token);
     for (client::Mr* m : nb.impl->bulk_mrs) dom_.ctx().dereg_mr(m);
     nb.impl->bulk_mrs.clear();
   }
@@ -585,16 +724,16 @@ void Tm::finish_locked(NetBuffer& nb, int status, std::vector<BufferEvent>& out,
   out.push_back(ev);
 }
 
-void Tm::send_ctl_locked(Conn& c, std::uint32_t bulk_id, std::uint64_t length, int status) {
+void Tm::send_ctl_locked(Conn& c, std::uint64_t token, std::uint64_t length, int status) {
   if (c.cqp == nullptr) return;  // a foreign peer: no bulk transfers
   auto* slot = static_cast<std::uint8_t*>(ctl_buf_->addr) +
                (c.slot0 + kCtlRecvSlots + c.send_next++ % kCtlSendSlots) * kCtlSlot;
   CtlMsg m;
-  m.bulk_id = bulk_id;
+  m.token = token;
   m.length = length;
   m.status = status;
-  std::memcpy(slot, &m, sizeof m);
-  client::Sge sge{reinterpret_cast<std::uint64_t>(slot), sizeof m, ctl_mr_->lkey};
+  m.encode(slot);
+  client::Sge sge{reinterpret_cast<std::uint64_t>(slot), CtlMsg::kSize, ctl_mr_->lkey};
   client::SendWr wr;
   wr.wr_id = tag(kTagCtlSend, 0);
   wr.sg_list = &sge;
@@ -608,23 +747,31 @@ void Tm::handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out) {
   const std::uint64_t kind = wc.wr_id >> kTagShift;
   auto ci = by_qpn_.find(wc.qp_num);
   Conn* c = ci == by_qpn_.end() ? nullptr : ci->second;
+  if (c) c->used = true;
   if (kind == kTagCtlSend) return;
   if (kind == kTagCtlRecv) {
     if (wc.status != client::WcStatus::kSuccess || !c) return;
     const std::uint64_t slot = wc.wr_id & ((1ull << kTagShift) - 1);
     auto* p = static_cast<std::uint8_t*>(ctl_buf_->addr) + slot * kCtlSlot;
-    CtlMsg m;
-    std::memcpy(&m, p, sizeof m);
-    auto it = passive_.find(m.bulk_id);
     // The passive buffer's operation is over: the active side moved the data. A message
-    // for a buffer no longer there (cancelled, timed out) finds nothing.
-    if (m.magic != CtlMsg::kMagic || it == passive_.end()) ++stats_.ctl_dropped;
-    if (m.magic == CtlMsg::kMagic && it != passive_.end()) {
+    // for a buffer no longer there (cancelled, timed out) or a token never handed out finds
+    // nothing; a token of a buffer bound to another peer, or a length beyond the buffer, is
+    // refused. Either way the buffer of another transfer is left alone.
+    const auto m = CtlMsg::decode({p, std::min<std::size_t>(wc.byte_len, kCtlSlot)});
+    auto it = m ? passive_.find(m->token) : passive_.end();
+    PassiveEntry pe;
+    if (it != passive_.end())
+      pe = PassiveEntry{it->second, it->second->impl->allowed, it->second->capacity()};
+    const CtlVerdict v =
+        m ? judge_ctl(*m, it != passive_.end() ? &pe : nullptr, c->peer) : CtlVerdict::kUnknown;
+    if (v == CtlVerdict::kUnknown) ++stats_.ctl_dropped;
+    if (v == CtlVerdict::kWrongPeer || v == CtlVerdict::kTooLong) ++stats_.ctl_refused;
+    if (v == CtlVerdict::kComplete) {
       NetBuffer& nb = *it->second;
       const int st = nb.flags & kBufCancelled  ? -ECANCELED
                      : nb.flags & kBufTimedOut ? -ETIMEDOUT
-                                               : (m.status ? -EIO : 0);
-      finish_locked(nb, st, out, std::min<std::uint64_t>(m.length, nb.capacity()));
+                                               : (m->status ? -EIO : 0);
+      finish_locked(nb, st, out, m->length);
     }
     client::Sge sge{reinterpret_cast<std::uint64_t>(p), kCtlSlot, ctl_mr_->lkey};
     client::RecvWr wr;
@@ -642,6 +789,7 @@ void Tm::handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out) {
     // The connection broke (the peer vanished, retries exhausted): forget it, so that the
     // next operation towards that address connects afresh.
     c->state = Conn::State::kFailed;
+    c->since = std::chrono::steady_clock::now();
     auto it = conns_.find(c->peer);
     if (it != conns_.end() && it->second.get() == c) {
       parked_.push_back(it->second);
@@ -691,7 +839,7 @@ void Tm::handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out) {
       // Every RDMA work request is done: tell the passive side (control QP), then complete.
       auto pc = conns_.find(*nb.impl->peer);
       if (pc != conns_.end())
-        send_ctl_locked(*pc->second, nb.impl->bulk_id, nb.impl->bulk_len,
+        send_ctl_locked(*pc->second, nb.impl->bulk_token, nb.impl->bulk_len,
                         nb.impl->bulk_failed ? EIO : 0);
       finish_locked(nb, nb.impl->bulk_failed ? -EIO : cancel, out,
                     nb.impl->bulk_failed ? 0 : nb.impl->bulk_len);
@@ -1012,7 +1160,9 @@ int Tm::stop() {
       c->waiting.clear();
     }
     conns_.clear();
+    parked_.clear();
     by_qpn_.clear();
+    ctl_blocks_ = 0;
     ctx.destroy_srq(srq_);
     srq_ = nullptr;
     take_pool_buffers_locked(to_pool);

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -25,7 +26,8 @@ struct Sent {
 
 class FakeStack : public Stack {
  public:
-  std::optional<MrInfo> reg_mr(void* addr, std::uint64_t length,
+  /// One protection domain per connection, as the engine's and rdma-core's stacks do.
+  std::optional<MrInfo> reg_mr(ConnId c, void* addr, std::uint64_t length,
                                std::optional<std::uint64_t> iova) override {
     MrInfo m;
     m.addr = addr;
@@ -34,6 +36,7 @@ class FakeStack : public Stack {
     m.lkey = m.rkey = next_key_++;
     m.handle = m.lkey;
     mrs_[m.lkey] = m;
+    pd_of_[m.lkey] = c;
     return m;
   }
   void dereg_mr(const MrInfo& mr) override { mrs_.erase(mr.lkey); }
@@ -80,10 +83,15 @@ class FakeStack : public Stack {
     const MrInfo& m = mrs_.at(key);
     return static_cast<std::uint8_t*>(m.addr) + (a - m.iova);
   }
-  /// An RDMA WRITE of the host into the NAA: rkey and bounds checked as an RNIC would.
+  /// An RDMA WRITE of the host into the NAA: rkey, PD and bounds checked as an RNIC would.
   bool remote_write(std::uint32_t rkey, std::uint64_t addr, const void* data, std::size_t n) {
+    return mrs_.count(rkey) && remote_write(pd_of_.at(rkey), rkey, addr, data, n);
+  }
+  /// The same arriving on connection `c`'s QP.
+  bool remote_write(ConnId c, std::uint32_t rkey, std::uint64_t addr, const void* data,
+                    std::size_t n) {
     const auto it = mrs_.find(rkey);
-    if (it == mrs_.end() || addr < it->second.iova ||
+    if (it == mrs_.end() || pd_of_.at(rkey) != c || addr < it->second.iova ||
         addr + n > it->second.iova + it->second.length)
       return false;
     std::memcpy(local(rkey, addr), data, n);
@@ -133,6 +141,7 @@ class FakeStack : public Stack {
 
  private:
   std::map<std::uint32_t, MrInfo> mrs_;
+  std::map<std::uint32_t, ConnId> pd_of_;  ///< rkey -> the connection of its PD
   std::uint32_t next_key_ = 100;
 };
 
@@ -155,10 +164,15 @@ std::vector<std::uint8_t> bytes(const auto& msg) {
 class NaaServerTest : public ::testing::Test {
  protected:
   void SetUp() { make(NaaConfig{}); }
-  void make(NaaConfig cfg) {
+  void make(NaaConfig cfg, KernelRegistry k = KernelRegistry::builtin()) {
     server.reset();
-    server = std::make_unique<NaaServer>(stack, cfg, KernelRegistry::builtin());
+    server = std::make_unique<NaaServer>(stack, cfg, std::move(k));
     server->start();
+  }
+  /// One step, and the results of the calls it started (they run on the kernel threads).
+  void step() {
+    server->step();
+    server->drain_kernels();
   }
   ConnId connect_host() {
     const ConnId c = next_conn++;
@@ -191,7 +205,7 @@ TEST_F(NaaServerTest, WholeExchangeVectorAdd) {
   EXPECT_EQ(stack.recvs[c].size(), 2u);  // posted before the REP
   const std::uint32_t n = 64;
   stack.deliver_send(c, bytes(request({n * 4, n * 4, n * 4})));
-  server->step();
+  step();
   const auto adv = std::get<Advertise>(last_mrsp(c));
   ASSERT_EQ(adv.regions.size(), 4u);
   // The host writes the metadata (return address = its third parameter) and a, b.
@@ -206,7 +220,7 @@ TEST_F(NaaServerTest, WholeExchangeVectorAdd) {
   EXPECT_FALSE(stack.remote_write(adv.regions[1].rkey, adv.regions[1].addr + 1, a.data(), n * 4));
   stack.deliver_imm(c, kFnVectorAdd);
   const std::size_t before = stack.sent.size();
-  server->step();
+  step();
   ASSERT_EQ(stack.sent.size(), before + 1);
   const Sent& r = stack.sent.back();
   EXPECT_EQ(r.wr.op, Op::kWriteImm);
@@ -222,7 +236,7 @@ TEST_F(NaaServerTest, WholeExchangeVectorAdd) {
   EXPECT_EQ(server->stats().calls, 1u);
   // DREQ: everything freed.
   stack.events.push_back({ConnEvent::kDisconnected, c, {}});
-  server->step();
+  step();
   EXPECT_EQ(server->hosts(), 0u);
   EXPECT_EQ(stack.live_mrs(), 0u);
 }
@@ -230,14 +244,14 @@ TEST_F(NaaServerTest, WholeExchangeVectorAdd) {
 TEST_F(NaaServerTest, IncrementWritesEveryParameterReturnLast) {
   const ConnId c = connect_host();
   stack.deliver_send(c, bytes(request({16, 32, 8})));
-  server->step();
+  step();
   const auto adv = std::get<Advertise>(last_mrsp(c));
   std::uint8_t meta[8];
   wire::store_be64(meta, 0x200000);  // the second parameter is the return region
   stack.remote_write(adv.regions[0].rkey, adv.regions[0].addr, meta, 8);
   stack.deliver_imm(c, kFnIncrement);
   const std::size_t before = stack.sent.size();
-  server->step();
+  step();
   ASSERT_EQ(stack.sent.size(), before + 3);  // n-1 WRITEs, then the WRITE_WITH_IMM
   EXPECT_EQ(stack.sent[before].wr.op, Op::kWrite);
   EXPECT_EQ(stack.sent[before + 1].wr.op, Op::kWrite);
@@ -255,30 +269,30 @@ TEST_F(NaaServerTest, MrspErrors) {
   AdvertiseRequest many;
   many.regions.assign(40, AdvReqEntry{0, 0, 0x1000, 1, 64});
   stack.deliver_send(c, bytes(many));
-  server->step();
+  step();
   EXPECT_EQ(std::get<ErrorMsg>(last_mrsp(c)).code, 0x03);
   // An address beyond the memory, then one running over its end.
   AdvertiseRequest r = request({4096});
   r.regions[1].fpga_addr = 2 << 20;
   stack.deliver_send(c, bytes(r));
-  server->step();
+  step();
   EXPECT_EQ(std::get<ErrorMsg>(last_mrsp(c)).code, 0x02);
   r.regions[1].fpga_addr = (1 << 20) - 100;
   stack.deliver_send(c, bytes(r));
-  server->step();
+  step();
   EXPECT_EQ(std::get<ErrorMsg>(last_mrsp(c)).code, 0x01);
   // Too much memory for the regions placed anywhere.
   stack.deliver_send(c, bytes(request({1 << 20})));
-  server->step();
+  step();
   EXPECT_EQ(std::get<ErrorMsg>(last_mrsp(c)).code, 0x01);
   // A size of 0.
   stack.deliver_send(c, bytes(request({0})));
-  server->step();
+  step();
   EXPECT_EQ(std::get<ErrorMsg>(last_mrsp(c)).code, 0x02);
   // The host is still connected and may try again: this one fits.
   EXPECT_EQ(server->hosts(), 1u);
   stack.deliver_send(c, bytes(request({4096})));
-  server->step();
+  step();
   EXPECT_EQ(std::get<Advertise>(last_mrsp(c)).regions.size(), 2u);
   EXPECT_EQ(server->stats().mrsp_errors.at(0x01), 2u);
   EXPECT_EQ(server->stats().mrsp_errors.at(0x02), 2u);
@@ -297,7 +311,7 @@ TEST_F(NaaServerTest, MalformedMrspDisconnects) {
   for (const auto& m : bad) {
     const ConnId c = connect_host();
     stack.deliver_send(c, m);
-    server->step();
+    step();
     EXPECT_EQ(server->hosts(), 0u);
     EXPECT_EQ(stack.disconnected.back(), c);
   }
@@ -309,18 +323,18 @@ TEST_F(NaaServerTest, CallErrors) {
   // A call before the MRSP: disconnected.
   ConnId c = connect_host();
   stack.deliver_imm(c, kFnVectorAdd);
-  server->step();
+  step();
   EXPECT_EQ(server->hosts(), 0u);
   // Unknown function: zero-length WRITE_WITH_IMM(0x10) to the return region.
   c = connect_host();
   stack.deliver_send(c, bytes(request({64})));
-  server->step();
+  step();
   const auto adv = std::get<Advertise>(last_mrsp(c));
   std::uint8_t meta[8];
   wire::store_be64(meta, 0x100000);
   stack.remote_write(adv.regions[0].rkey, adv.regions[0].addr, meta, 8);
   stack.deliver_imm(c, 0x77);
-  server->step();
+  step();
   EXPECT_EQ(stack.sent.back().wr.op, Op::kWriteImm);
   EXPECT_EQ(stack.sent.back().wr.imm, kRpcUnknownFunction);
   EXPECT_EQ(stack.sent.back().wr.length, 0u);
@@ -328,13 +342,13 @@ TEST_F(NaaServerTest, CallErrors) {
   wire::store_be64(meta, 0xdead);
   stack.remote_write(adv.regions[0].rkey, adv.regions[0].addr, meta, 8);
   stack.deliver_imm(c, kFnIncrement);
-  server->step();
+  step();
   EXPECT_EQ(stack.sent.back().wr.imm, kRpcBadReturnAddress);
   EXPECT_EQ(stack.sent.back().wr.remote_addr, 0x10000u);
   // Function code 0 (an error on the host's side): nothing runs, nothing is sent.
   const std::size_t before = stack.sent.size();
   stack.deliver_imm(c, 0);
-  server->step();
+  step();
   EXPECT_EQ(stack.sent.size(), before);
   EXPECT_EQ(server->hosts(), 1u);
   // Receives are reposted after each message: the host can go on.
@@ -357,7 +371,7 @@ TEST_F(NaaServerTest, MaxHostsAndFailedCompletions) {
   wc.ok = false;
   wc.status = "transport retry counter exceeded";
   stack.completions.push_back(wc);
-  server->step();
+  step();
   EXPECT_EQ(server->hosts(), 1u);
   EXPECT_EQ(server->stats().transport_errors, 1u);
   // The freed slot takes a new host.
@@ -370,13 +384,169 @@ TEST_F(NaaServerTest, SilentHostExpires) {
   cfg.host_idle_timeout = 0.05;
   make(cfg);
   connect_host();
-  server->step();
+  step();
   EXPECT_EQ(server->hosts(), 1u);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  server->step();
+  step();
   EXPECT_EQ(server->hosts(), 0u);
   EXPECT_EQ(server->stats().hosts_expired, 1u);
   EXPECT_EQ(stack.live_mrs(), 0u);
+}
+
+// ---- kernels off the poll loop, one protection domain per host ---------------------------------
+
+/// A kernel (code 100) that runs until the test opens its gate, or 5 s pass (so that a server
+/// that runs it on the poll loop ends the test with a failure instead of hanging).
+struct Gate {
+  std::atomic<bool> open{false};
+  std::atomic<int> entered{0};
+  KernelRegistry registry() {
+    KernelRegistry k = KernelRegistry::builtin();
+    k.add(100, Kernel{"gate", "p1 (any)", [this](std::span<Param> p) {
+                        ++entered;
+                        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+                        while (!open && std::chrono::steady_clock::now() < end)
+                          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                        p[0].data[0] ^= 0xFF;
+                        return KernelResult{0, {0}};
+                      }});
+    return k;
+  }
+};
+
+class NaaKernelThreads : public NaaServerTest {
+ protected:
+  /// A host with one 64-byte parameter, its return region; its call to the gate is running.
+  ConnId calling_host() {
+    const ConnId c = connect_host();
+    stack.deliver_send(c, bytes(request({64})));
+    server->step();
+    const auto adv = std::get<Advertise>(last_mrsp(c));
+    std::uint8_t meta[8];
+    wire::store_be64(meta, 0x100000);
+    EXPECT_TRUE(stack.remote_write(adv.regions[0].rkey, adv.regions[0].addr, meta, 8));
+    stack.deliver_imm(c, 100);
+    server->step();
+    return c;
+  }
+  /// The WRITE_WITH_IMMs the NAA posted to `c` so far (the calls' answers).
+  std::vector<Sent> answers(ConnId c) {
+    std::vector<Sent> v;
+    for (const Sent& x : stack.sent)
+      if (x.conn == c && x.wr.op == Op::kWriteImm) v.push_back(x);
+    return v;
+  }
+  Gate gate;
+};
+
+TEST_F(NaaKernelThreads, TheLoopServesOtherHostsWhileAKernelRuns) {
+  make(NaaConfig{}, gate.registry());
+  const ConnId a = calling_host();
+  // A's kernel is running; the loop goes on: host B connects and gets its advertisement.
+  const ConnId b = connect_host();
+  stack.deliver_send(b, bytes(request({256})));
+  server->step();
+  EXPECT_TRUE(std::holds_alternative<Advertise>(last_mrsp(b)));
+  EXPECT_TRUE(answers(a).empty()) << "A's call was answered before B was served: the kernel "
+                                     "ran on the poll loop";
+  EXPECT_EQ(server->kernels_in_flight(), 1u);
+  gate.open = true;
+  server->drain_kernels();
+  const auto ans = answers(a);
+  ASSERT_EQ(ans.size(), 1u);
+  EXPECT_EQ(ans[0].wr.imm, 0u);
+  ASSERT_EQ(ans[0].data.size(), 64u);
+  EXPECT_EQ(ans[0].data[0], 0xFF);
+}
+
+TEST_F(NaaKernelThreads, AFullQueueOrASecondCallIsAnsweredBusy) {
+  NaaConfig cfg;
+  cfg.kernel_queue = 1;
+  make(cfg, gate.registry());
+  const ConnId a = calling_host();
+  const ConnId b = calling_host();  // the queue holds A's call: B is answered 0x01 at once
+  auto ab = answers(b);
+  ASSERT_EQ(ab.size(), 1u);
+  EXPECT_EQ(ab[0].wr.imm, kRpcSocketNotAvailable);
+  EXPECT_EQ(ab[0].wr.length, 0u);
+  // A calls again before its answer: 0x01 as well, its first call goes on.
+  stack.deliver_imm(a, 100);
+  server->step();
+  auto aa = answers(a);
+  ASSERT_EQ(aa.size(), 1u);
+  EXPECT_EQ(aa[0].wr.imm, kRpcSocketNotAvailable);
+  gate.open = true;
+  server->drain_kernels();
+  aa = answers(a);
+  ASSERT_EQ(aa.size(), 2u);
+  EXPECT_EQ(aa[1].wr.imm, 0u);
+  EXPECT_EQ(server->stats().calls_busy, 2u);
+  // B's next call runs.
+  stack.deliver_imm(b, 100);
+  step();
+  ab = answers(b);
+  ASSERT_EQ(ab.size(), 2u);
+  EXPECT_EQ(ab[1].wr.imm, 0u);
+}
+
+TEST_F(NaaKernelThreads, AHostGoneOrRemappedDuringItsCallLeavesTheKernelItsMemory) {
+  make(NaaConfig{}, gate.registry());
+  const ConnId a = calling_host();
+  const ConnId b = calling_host();
+  stack.events.push_back({ConnEvent::kDisconnected, a, {}});
+  server->step();
+  stack.deliver_send(b, bytes(request({64})));  // an MRSP during its call: dropped
+  server->step();
+  EXPECT_EQ(server->hosts(), 0u);
+  EXPECT_EQ(stack.live_mrs(), 0u);
+  const std::size_t sent = stack.sent.size();
+  gate.open = true;
+  server->drain_kernels();  // the kernels write into memory the hosts no longer have
+  server->step();
+  EXPECT_EQ(stack.sent.size(), sent);  // and nothing goes to a host that is gone
+}
+
+TEST_F(NaaKernelThreads, OnlySmallLinearKernelsRunOnThePollLoop) {
+  // Kernel 101 records the thread it ran on; linear, as echo and vector_add are.
+  std::thread::id ran_on;
+  KernelRegistry k = KernelRegistry::builtin();
+  k.add(101, Kernel{"where", "p1", [&](std::span<Param>) {
+                      ran_on = std::this_thread::get_id();
+                      return KernelResult{0, {0}};
+                    },
+                    true});
+  NaaConfig cfg;
+  cfg.inline_bytes = 4096;
+  make(cfg, std::move(k));
+  auto call = [&](std::uint32_t size) {
+    const ConnId c = connect_host();
+    stack.deliver_send(c, bytes(request({size})));
+    server->step();
+    const auto adv = std::get<Advertise>(last_mrsp(c));
+    std::uint8_t meta[8];
+    wire::store_be64(meta, 0x100000);
+    stack.remote_write(adv.regions[0].rkey, adv.regions[0].addr, meta, 8);
+    stack.deliver_imm(c, 101);
+    step();
+    EXPECT_EQ(answers(c).size(), 1u);
+  };
+  call(4096);  // a copy's worth of work: on the loop, no handoff
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  call(4097);  // more: on a kernel thread
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+}
+
+TEST_F(NaaServerTest, EachHostsMemoryIsInItsOwnProtectionDomain) {
+  const ConnId a = connect_host(), b = connect_host();
+  stack.deliver_send(a, bytes(request({64})));
+  server->step();
+  const auto adv_a = std::get<Advertise>(last_mrsp(a));
+  stack.deliver_send(b, bytes(request({64})));
+  server->step();
+  const std::uint8_t junk[64] = {0xEE};
+  // B's WRITE with A's rkey, on B's connection: refused (remote access error).
+  EXPECT_FALSE(stack.remote_write(b, adv_a.regions[1].rkey, adv_a.regions[1].addr, junk, 64));
+  EXPECT_TRUE(stack.remote_write(a, adv_a.regions[1].rkey, adv_a.regions[1].addr, junk, 64));
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 /// docs/client-api.md, "The messaging API", is the guide.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -30,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -122,8 +124,11 @@ struct Segment {
 struct NetBuffer {
   std::vector<Segment> segs;  ///< the buffer vector: at most 4 segments
   BufferCallback cb;
-  std::uint64_t length = 0;            ///< kMsgSend / kActiveBulkSend: bytes to send (0: all)
-  std::optional<EndPoint> ep;          ///< kMsgSend: the destination
+  std::uint64_t length = 0;  ///< kMsgSend / kActiveBulkSend: bytes to send (0: all)
+  /// kMsgSend: the destination. kPassiveBulk*: the one peer whose control message may complete
+  /// the buffer (a message from any other connection is refused and counted); unset: whoever
+  /// holds the descriptor.
+  std::optional<EndPoint> ep;
   std::vector<std::uint8_t> desc;      ///< passive: filled by Tm::add; active: copy the peer's
   std::uint64_t min_receive_size = 0;  ///< kMsgRecv: 0 = one message (the whole buffer)
   std::uint32_t max_receive_msgs = 1;  ///< kMsgRecv with min_receive_size: 0 = no limit
@@ -153,6 +158,18 @@ struct DomainOptions {
   std::uint16_t oob_port_base = kOobPortBase;
   /// The NID of this domain's Tms: default the Context's port address, net 0.
   std::optional<wire::Ipv4Addr> nid;
+  /// A key shared by every domain that may connect to this one: hellos and their replies then
+  /// carry a SipHash-2-4 tag over a nonce the listener chose, and a hello without the right tag
+  /// is refused (EACCES) before anything is spent on it; a listener's reply without it fails
+  /// the connection. nullopt: hellos are not authenticated.
+  std::optional<std::array<std::uint8_t, 16>> oob_key;
+  /// When a Tm has all its 64 connections and needs another, it closes the one that has carried
+  /// nothing since its hello (or failed) the longest, if longer than this.
+  std::chrono::milliseconds conn_reclaim_after{10000};
+  /// A connection set-up's whole TCP exchange (connect, nonce, hello, reply): add() waits no
+  /// longer for a peer that does not answer or trickles; its operations then end with
+  /// -EHOSTUNREACH.
+  std::chrono::milliseconds oob_timeout{5000};
   /// Serialise every Context call on one mutex: needed with Context::open_local, whose engine
   /// is single threaded (the Tms' threads and the application's then take turns).
   bool serialize_context = false;
@@ -245,7 +262,17 @@ struct TmStats {
   std::uint64_t msgs_sent = 0, msgs_received = 0, bytes_received = 0;
   std::uint64_t bulk_ops = 0, connections = 0, provisioned = 0;
   std::uint64_t dropped_cancelled = 0;  ///< messages that landed in a cancelled receive buffer
-  std::uint64_t ctl_dropped = 0;        ///< control messages for no passive buffer (gone, or bogus)
+  std::uint64_t ctl_dropped = 0;  ///< control messages for no passive buffer (gone, or forged)
+  /// Control messages refused: the token of a buffer bound to another peer (NetBuffer::ep), or
+  /// a length beyond the buffer. The buffer stays queued.
+  std::uint64_t ctl_refused = 0;
+  /// Connection hellos refused or dropped: malformed, for another address, a GID not the
+  /// NID's, a peer with kMaxConnsPerPeer connections, over the half-open bound or its
+  /// deadline, no slots or QPs.
+  std::uint64_t hellos_refused = 0;
+  /// Connections closed to make room (all 64 taken): unused since their hello, or failed, for
+  /// longer than DomainOptions::conn_reclaim_after.
+  std::uint64_t conns_reclaimed = 0;
 };
 
 class Tm {
@@ -338,7 +365,11 @@ class Tm {
   void queue_events(std::vector<BufferEvent>& evs, bool event_thread = false);
   void drain_pending();
   void take_pool_buffers_locked(std::vector<NetBuffer*>& to_pool);
-  void send_ctl_locked(Conn& c, std::uint32_t bulk_id, std::uint64_t length, int status);
+  void send_ctl_locked(Conn& c, std::uint64_t token, std::uint64_t length, int status);
+  void unmake_conn_locked(Conn& c);
+  bool reclaim_one_locked();
+  void serve_hello(int fd, std::span<const std::uint8_t> bytes,
+                   const std::array<std::uint8_t, 16>& nonce);
 
   Domain& dom_;
   std::atomic<TmState> state_{TmState::kInitialized};
@@ -355,8 +386,7 @@ class Tm {
 
   mutable std::mutex mu_;  ///< the Tm lock: queues, connections, pending events
   std::list<NetBuffer*> queues_[static_cast<int>(QueueType::kCount_)];
-  std::map<std::uint32_t, NetBuffer*> passive_;  ///< by bulk id
-  std::uint32_t next_bulk_id_ = 1;
+  std::map<std::uint64_t, NetBuffer*> passive_;  ///< by descriptor token
   std::uint64_t next_wr_ = 1;
   std::map<std::uint64_t, NetBuffer*> by_wr_;  ///< buffers on the wire by wr_id
   std::map<EndPoint, std::shared_ptr<Conn>> conns_;
@@ -371,7 +401,7 @@ class Tm {
   client::Srq* srq_ = nullptr;
   client::Buffer* ctl_buf_ = nullptr;  ///< control-message slots of every connection
   client::Mr* ctl_mr_ = nullptr;
-  std::uint32_t ctl_next_ = 0;
+  std::uint64_t ctl_blocks_ = 0;  ///< control-slot blocks in use, one bit per connection
   int listen_fd_ = -1;
   int wake_fd_ = -1;
   std::atomic<bool> stopping_{false};

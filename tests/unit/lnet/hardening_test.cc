@@ -1,0 +1,464 @@
+// What a hostile peer of a Tm can do through its two doors, the TCP listener (hellos) and a
+// connection's control QP (bulk control messages), on the fake Context: a refused or stalled
+// hello spends no QP and no control slot and holds the listener for no one else; a forged or
+// misdirected bulk token completes nobody's buffer.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "client/lnet/include/roce/lnet.h"
+#include "client/lnet/src/lnet_internal.h"
+#include "tests/unit/lnet/fake_context.h"
+
+namespace roce::lnet {
+namespace {
+
+using namespace std::chrono_literals;
+
+template <class F>
+bool eventually(F f, int ms = 2000) {
+  for (int i = 0; i < ms / 2; ++i) {
+    if (f()) return true;
+    std::this_thread::sleep_for(2ms);
+  }
+  return f();
+}
+
+int tcp_connect(std::uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/// Reads `n` bytes within `ms`; false on EOF, error or timeout.
+bool read_within(int fd, void* p, std::size_t n, int ms) {
+  auto* b = static_cast<std::uint8_t*>(p);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (n) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          end - std::chrono::steady_clock::now())
+                          .count();
+    pollfd pf{fd, POLLIN, 0};
+    if (left <= 0 || poll(&pf, 1, static_cast<int>(left)) <= 0) return false;
+    const ssize_t k = recv(fd, b, n, 0);
+    if (k <= 0) return false;
+    b += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+/// True when the listener closes `fd` within `ms` (EOF or reset); what it sends before (its
+/// nonce) is read and dropped.
+bool closed_within(int fd, int ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          end - std::chrono::steady_clock::now())
+                          .count();
+    pollfd pf{fd, POLLIN, 0};
+    if (left <= 0 || poll(&pf, 1, static_cast<int>(left)) <= 0) return false;
+    char c[64];
+    if (recv(fd, c, sizeof c, MSG_DONTWAIT) <= 0) return true;
+  }
+}
+
+void set_str(char (&dst)[48], const std::string& s) {
+  std::memset(dst, 0, sizeof dst);
+  std::memcpy(dst, s.data(), std::min(s.size(), sizeof dst - 1));
+}
+
+std::vector<std::uint8_t> ctl(std::uint64_t token, std::uint64_t length, std::int32_t status = 0) {
+  CtlMsg m;
+  m.token = token;
+  m.length = length;
+  m.status = status;
+  std::vector<std::uint8_t> b(CtlMsg::kSize);
+  m.encode(b.data());
+  return b;
+}
+
+class LnetHostile : public ::testing::Test {
+ protected:
+  FakeContext ctx;
+  DomainOptions opts() {
+    DomainOptions o;
+    o.oob_host = "127.0.0.1";
+    o.oob_port_base = static_cast<std::uint16_t>(20000 + (getpid() + 7) % 20 * 2000);
+    return o;
+  }
+  Domain dom{ctx, opts()};
+  Tm tm{dom};
+
+  void SetUp() override { ASSERT_EQ(tm.start("192.0.2.1@roce:0:1:*"), 0); }
+  std::uint16_t port() { return dom.oob_locate(tm.ep()).second; }
+
+  /// A well-formed hello of the Tm at 192.0.2.2@roce:0:1:`tmid` (its QPs 0x500 + 2*tmid).
+  OobHello good_hello(std::uint32_t tmid) {
+    OobHello h;
+    set_str(h.src, "192.0.2.2@roce:0:1:" + std::to_string(tmid));
+    set_str(h.dst, tm.ep().str());
+    h.qpn = 0x500 + 2 * tmid;
+    h.cqpn = h.qpn + 1;
+    h.psn = 1;
+    h.cpsn = 2;
+    const wire::Ipv6Addr g = wire::ipv4_mapped(wire::Ipv4Addr{0xC0000202});
+    std::memcpy(h.gid, g.b.data(), 16);
+    return h;
+  }
+  /// Sends `h` (signed with `key` after the listener's nonce, when given); the listener's
+  /// reply, or nullopt when it closes or says nothing within `ms`. `nonce_out`: the nonce.
+  std::optional<OobHello> say(OobHello h, int ms = 2000, std::optional<OobKey> key = {},
+                              OobNonce* nonce_out = nullptr) {
+    const int fd = tcp_connect(port());
+    if (fd < 0) return std::nullopt;
+    OobNonce nonce;
+    if (!read_within(fd, nonce.data(), nonce.size(), ms)) {
+      close(fd);
+      return std::nullopt;
+    }
+    if (nonce_out) *nonce_out = nonce;
+    if (key) sign_hello(h, nonce, key);
+    EXPECT_EQ(send(fd, &h, sizeof h, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof h));
+    OobHello r;
+    const bool ok = read_within(fd, &r, sizeof r, ms);
+    close(fd);
+    return ok ? std::optional<OobHello>(r) : std::nullopt;
+  }
+};
+
+// ---- hellos -----------------------------------------------------------------------------------
+
+TEST_F(LnetHostile, RefusedHellosSpendNoQpAndNoControlSlot) {
+  // A GID that is not the claimed NID's: refused before anything is allocated.
+  for (std::uint32_t i = 0; i < 70; ++i) {
+    OobHello h = good_hello(i % 60);
+    h.gid[15] ^= 0x55;
+    const auto r = say(h);
+    ASSERT_TRUE(r.has_value()) << "hello " << i;
+    ASSERT_EQ(r->status, EINVAL) << "hello " << i;
+  }
+  EXPECT_EQ(ctx.qps(), 0);
+  // Hellos that pass the check but whose QPs cannot be connected: QPs and slots go back.
+  ctx.fail_modify = true;
+  for (std::uint32_t i = 0; i < 70; ++i) {
+    const auto r = say(good_hello(i % 60));
+    ASSERT_TRUE(r.has_value()) << "hello " << i;
+    ASSERT_NE(r->status, 0) << "hello " << i;
+  }
+  ctx.fail_modify = false;
+  EXPECT_EQ(ctx.qps(), 0);
+  // Junk and a wrong address: closed, or answered EADDRNOTAVAIL.
+  const int fd = tcp_connect(port());
+  ASSERT_GE(fd, 0);
+  std::vector<std::uint8_t> junk(sizeof(OobHello), 0xA5);
+  send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+  EXPECT_TRUE(closed_within(fd, 3000));
+  close(fd);
+  OobHello wrong = good_hello(1);
+  set_str(wrong.dst, "192.0.2.1@roce:0:1:7");
+  ASSERT_TRUE(say(wrong).has_value());
+  // A good one still gets its connection: the 140 failures above took no slot for good.
+  const auto ok = say(good_hello(1));
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->status, 0);
+  EXPECT_EQ(ctx.qps(), 2);
+  EXPECT_EQ(tm.stats().connections, 1u);
+  EXPECT_EQ(tm.stats().hellos_refused, 142u);
+}
+
+TEST_F(LnetHostile, AThirdConnectionFromOnePeerIsRefused) {
+  ASSERT_EQ(say(good_hello(3))->status, 0);
+  ASSERT_EQ(say(good_hello(3))->status, 0);  // a simultaneous connect's second
+  EXPECT_EQ(say(good_hello(3))->status, EBUSY);
+  EXPECT_EQ(ctx.qps(), 4);
+}
+
+TEST_F(LnetHostile, StalledHellosDoNotHoldTheListener) {
+  // Twelve peers that connect and send a few bytes of a hello, then nothing.
+  std::vector<int> stalled;
+  for (int i = 0; i < 12; ++i) {
+    const int fd = tcp_connect(port());
+    ASSERT_GE(fd, 0);
+    send(fd, "LNET", 4, MSG_NOSIGNAL);
+    stalled.push_back(fd);
+  }
+  // A real peer is answered at once, not after the stalled ones' timeouts.
+  const auto r = say(good_hello(4), 1500);
+  ASSERT_TRUE(r.has_value()) << "the listener served stalled hellos first";
+  EXPECT_EQ(r->status, 0);
+  // Every stalled one is closed: evicted by a newer hello or at its deadline.
+  for (const int fd : stalled) {
+    EXPECT_TRUE(closed_within(fd, 4000));
+    close(fd);
+  }
+  EXPECT_TRUE(eventually([&] { return tm.stats().hellos_refused == 12; }));
+  EXPECT_EQ(ctx.qps(), 2);
+}
+
+TEST_F(LnetHostile, ConnectionsThatCarriedNothingMakeRoomWhenTheTmIsFull) {
+  FakeContext fctx;
+  DomainOptions o = opts();
+  o.oob_port_base = static_cast<std::uint16_t>(o.oob_port_base + 1500);
+  o.conn_reclaim_after = std::chrono::milliseconds(200);
+  Domain fdom(fctx, o);
+  Tm ftm(fdom);
+  ASSERT_EQ(ftm.start("192.0.2.1@roce:0:3:*"), 0);
+  const std::uint16_t fport = fdom.oob_locate(ftm.ep()).second;
+  auto hello_from = [&](std::uint32_t host, std::uint32_t tmid) {
+    OobHello h = good_hello(tmid);
+    set_str(h.src, "192.0.2." + std::to_string(host) + "@roce:0:1:" + std::to_string(tmid));
+    set_str(h.dst, ftm.ep().str());
+    const wire::Ipv6Addr g = wire::ipv4_mapped(wire::Ipv4Addr{0xC0000200 + host});
+    std::memcpy(h.gid, g.b.data(), 16);
+    const int fd = tcp_connect(fport);
+    OobNonce nonce;
+    EXPECT_TRUE(read_within(fd, nonce.data(), nonce.size(), 2000));
+    send(fd, &h, sizeof h, MSG_NOSIGNAL);
+    OobHello r;
+    const bool ok = read_within(fd, &r, sizeof r, 2000);
+    close(fd);
+    return ok ? r : OobHello{};
+  };
+  // Well-formed hellos claiming 64 addresses take every connection of the Tm...
+  std::uint32_t cqpn0 = 0;
+  for (std::uint32_t t = 0; t < 64; ++t) {
+    const OobHello r = hello_from(2, t);
+    ASSERT_EQ(r.status, 0) << t;
+    if (t == 0) cqpn0 = r.cqpn;
+  }
+  EXPECT_EQ(hello_from(2, 0).status, ENOSPC);  // young ones are not taken back
+  // ...one of them carries something (a real peer's would at once)...
+  ASSERT_TRUE(fctx.arrive(cqpn0, ctl(12345, 1)));
+  ASSERT_TRUE(eventually([&] { return ftm.stats().ctl_dropped == 1; }));
+  std::this_thread::sleep_for(300ms);
+  // ...so after conn_reclaim_after, 63 new peers get the others' places, not its.
+  for (std::uint32_t t = 0; t < 63; ++t) ASSERT_EQ(hello_from(3, t).status, 0) << t;
+  EXPECT_EQ(hello_from(3, 63).status, ENOSPC);
+  EXPECT_EQ(ftm.stats().conns_reclaimed, 63u);
+  EXPECT_EQ(fctx.qps(), 128);
+  ftm.stop();
+  EXPECT_EQ(fctx.qps(), 0);
+}
+
+TEST_F(LnetHostile, AStalledPeerListenerDoesNotHoldUpAdd) {
+  FakeContext fctx;
+  DomainOptions o = opts();
+  o.oob_port_base = static_cast<std::uint16_t>(o.oob_port_base + 1200);
+  o.oob_timeout = std::chrono::milliseconds(500);
+  Domain fdom(fctx, o);
+  Tm ftm(fdom);
+  ASSERT_EQ(ftm.start("192.0.2.1@roce:0:4:1"), 0);
+  // The "peer" at :4:50 is a listener that accepts and then trickles a byte every 100 ms.
+  const auto peer = EndPoint::parse("192.0.2.1@roce:0:4:50");
+  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(fdom.oob_locate(*peer).second);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(listen(lfd, 4), 0);
+  std::atomic<bool> stop{false};
+  std::thread trickler([&] {
+    pollfd pf{lfd, POLLIN, 0};
+    if (poll(&pf, 1, 5000) <= 0) return;
+    const int fd = accept(lfd, nullptr, nullptr);
+    for (int i = 0; i < 600 && !stop; ++i) {  // at most a minute
+      if (send(fd, "x", 1, MSG_NOSIGNAL) != 1) break;
+      std::this_thread::sleep_for(100ms);
+    }
+    close(fd);
+  });
+  NetBuffer* nb = fdom.alloc_buffer(1, 64);
+  std::atomic<int> status{1};
+  nb->ep = peer;
+  nb->cb = [&](const BufferEvent& e) { status = e.status; };
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(ftm.add(*nb, QueueType::kMsgSend), 0);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  stop = true;
+  trickler.join();
+  close(lfd);
+  // Bounded by oob_timeout (500 ms), not by the peer (16 + 148 bytes at 100 ms each: 16 s).
+  EXPECT_LT(took, std::chrono::seconds(3));
+  EXPECT_TRUE(eventually([&] { return status.load() == -EHOSTUNREACH; }));
+  EXPECT_EQ(fctx.qps(), 0);  // the failed set-up gave its QPs back
+  ftm.stop();
+  fdom.free_buffer(nb);
+}
+
+// ---- keyed hellos ------------------------------------------------------------------------------
+
+TEST(LnetSipHash, ReferenceVector) {
+  // The reference implementation's first vector: key 00..0f, empty message.
+  OobKey k;
+  for (int i = 0; i < 16; ++i) k[i] = static_cast<std::uint8_t>(i);
+  EXPECT_EQ(siphash24(k, {}), 0x726fdb47dd0e0e31ull);
+  std::uint8_t m[15];
+  for (int i = 0; i < 15; ++i) m[i] = static_cast<std::uint8_t>(i);
+  EXPECT_EQ(siphash24(k, m), 0xa129ca6149be45e5ull);  // vector 15: 8 bytes and a 7-byte tail
+}
+
+class LnetKeyed : public LnetHostile {
+ protected:
+  static OobKey key(std::uint8_t seed) {
+    OobKey k;
+    for (int i = 0; i < 16; ++i) k[i] = static_cast<std::uint8_t>(seed + 31 * i);
+    return k;
+  }
+  DomainOptions keyed(std::uint8_t seed, int port_shift) {
+    DomainOptions o = opts();
+    o.oob_port_base = static_cast<std::uint16_t>(o.oob_port_base + port_shift);
+    o.oob_key = key(seed);
+    return o;
+  }
+};
+
+TEST_F(LnetKeyed, WithAKeyOnlyATaggedHelloOverTheListenersNonceConnects) {
+  FakeContext kctx;
+  Domain kdom(kctx, keyed(1, 1000));
+  Tm ktm(kdom);
+  ASSERT_EQ(ktm.start("192.0.2.1@roce:0:1:*"), 0);
+  const std::uint16_t kport = kdom.oob_locate(ktm.ep()).second;
+  auto say_to = [&](OobHello h, std::optional<OobKey> k, OobNonce* n = nullptr,
+                    const OobNonce* replay = nullptr) -> std::optional<OobHello> {
+    const int fd = tcp_connect(kport);
+    OobNonce nonce;
+    if (fd < 0 || !read_within(fd, nonce.data(), nonce.size(), 2000)) return std::nullopt;
+    if (n) *n = nonce;
+    if (k) sign_hello(h, replay ? *replay : nonce, k);
+    send(fd, &h, sizeof h, MSG_NOSIGNAL);
+    OobHello r;
+    const bool ok = read_within(fd, &r, sizeof r, 2000);
+    close(fd);
+    return ok ? std::optional<OobHello>(r) : std::nullopt;
+  };
+  OobHello h = good_hello(5);
+  set_str(h.dst, ktm.ep().str());
+  EXPECT_EQ(say_to(h, std::nullopt)->status, EACCES);  // no tag
+  EXPECT_EQ(say_to(h, key(2))->status, EACCES);        // another key
+  OobNonce old;
+  const auto ok = say_to(h, key(1), &old);
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->status, 0);
+  EXPECT_TRUE(hello_tag_ok(*ok, old, key(1)));  // the reply is signed too
+  EXPECT_EQ(kctx.qps(), 2);
+  // A hello signed over an old nonce (a replay) is refused.
+  OobHello h6 = good_hello(6);
+  set_str(h6.dst, ktm.ep().str());
+  EXPECT_EQ(say_to(h6, key(1), nullptr, &old)->status, EACCES);
+  EXPECT_EQ(kctx.qps(), 2);
+  EXPECT_EQ(ktm.stats().hellos_refused, 3u);
+}
+
+TEST_F(LnetKeyed, TmsWithTheSameKeyConnectOthersDoNot) {
+  // Two Tms on one fake Context: a message from one to the other sets up a connection.
+  FakeContext kctx;
+  kctx.port_.gid = wire::ipv4_mapped(kctx.port_.ipv4);
+  Domain d1(kctx, keyed(1, 1000)), d2(kctx, keyed(1, 1000)), d3(kctx, keyed(9, 1000));
+  Tm t1(d1), t2(d2), t3(d3);
+  ASSERT_EQ(t1.start("192.0.2.1@roce:0:2:10"), 0);
+  ASSERT_EQ(t2.start("192.0.2.1@roce:0:2:11"), 0);
+  ASSERT_EQ(t3.start("192.0.2.1@roce:0:2:12"), 0);
+  std::vector<int> st;
+  std::mutex mu;
+  auto send_to = [&](Domain& d, Tm& t, const std::string& to) {
+    NetBuffer* nb = d.alloc_buffer(1, 64);
+    nb->ep = EndPoint::parse(to);
+    nb->cb = [&](const BufferEvent& e) {
+      std::lock_guard<std::mutex> g(mu);
+      st.push_back(e.status);
+    };
+    EXPECT_EQ(t.add(*nb, QueueType::kMsgSend), 0);
+    return nb;
+  };
+  NetBuffer* a = send_to(d1, t1, "192.0.2.1@roce:0:2:11");  // same key: connected
+  EXPECT_TRUE(eventually([&] { return t1.stats().connections == 1; }));
+  EXPECT_EQ(t2.stats().connections, 1u);
+  NetBuffer* b = send_to(d3, t3, "192.0.2.1@roce:0:2:11");  // another key: refused
+  EXPECT_TRUE(eventually([&] {
+    std::lock_guard<std::mutex> g(mu);
+    return st.size() == 1;
+  }));
+  EXPECT_EQ(st[0], -EHOSTUNREACH);
+  EXPECT_EQ(t3.stats().connections, 0u);
+  EXPECT_EQ(t2.stats().hellos_refused, 1u);
+  t1.stop();
+  t2.stop();
+  t3.stop();
+  d1.free_buffer(a);
+  d3.free_buffer(b);
+}
+
+// ---- bulk tokens ------------------------------------------------------------------------------
+
+TEST_F(LnetHostile, ForgedOrMisdirectedBulkTokensCompleteNoBuffer) {
+  // Peer A (tmid 5) will do the active side; peer M (tmid 6) is connected too.
+  const auto a = say(good_hello(5)), m = say(good_hello(6));
+  ASSERT_TRUE(a && m);
+  ASSERT_EQ(a->status, 0);
+  ASSERT_EQ(m->status, 0);
+  NetBuffer* nb = dom.alloc_buffer(1, 4096);
+  ASSERT_NE(nb, nullptr);
+  std::vector<BufferEvent> evs;
+  std::mutex mu;
+  nb->cb = [&](const BufferEvent& e) {
+    std::lock_guard<std::mutex> g(mu);
+    evs.push_back(e);
+  };
+  nb->ep = EndPoint::parse("192.0.2.2@roce:0:1:5");
+  ASSERT_EQ(tm.add(*nb, QueueType::kPassiveBulkRecv), 0);
+  const auto d = BulkDesc::decode(nb->desc);
+  ASSERT_TRUE(d.has_value());
+  auto events = [&] {
+    std::lock_guard<std::mutex> g(mu);
+    return evs.size();
+  };
+  auto settle = [&] { std::this_thread::sleep_for(60ms); };
+
+  // M guesses: the first sequential id, and its neighbours.
+  for (std::uint64_t guess = 0; guess < 4; ++guess)
+    ASSERT_TRUE(ctx.arrive(m->cqpn, ctl(guess, 4096)));
+  ASSERT_TRUE(eventually([&] { return tm.stats().ctl_dropped == 4; }));
+  settle();
+  EXPECT_EQ(events(), 0u) << "a guessed id completed another peer's buffer";
+  // M learned the real token: refused on M's connection.
+  ASSERT_TRUE(ctx.arrive(m->cqpn, ctl(d->token, 100)));
+  ASSERT_TRUE(eventually([&] { return tm.stats().ctl_refused == 1; }));
+  // A claims more than the buffer holds: refused.
+  ASSERT_TRUE(ctx.arrive(a->cqpn, ctl(d->token, 4097)));
+  ASSERT_TRUE(eventually([&] { return tm.stats().ctl_refused == 2; }));
+  settle();
+  EXPECT_EQ(events(), 0u);
+  EXPECT_EQ(tm.queue_length(QueueType::kPassiveBulkRecv), 1u);
+  // A's real completion still ends A's transfer.
+  ASSERT_TRUE(ctx.arrive(a->cqpn, ctl(d->token, 100)));
+  ASSERT_TRUE(eventually([&] { return events() == 1; }));
+  EXPECT_EQ(evs[0].status, 0);
+  EXPECT_EQ(evs[0].length, 100u);
+  EXPECT_EQ(tm.queue_length(QueueType::kPassiveBulkRecv), 0u);
+  // Tokens are not a sequence.
+  ASSERT_EQ(tm.add(*nb, QueueType::kPassiveBulkRecv), 0);
+  const auto d2 = BulkDesc::decode(nb->desc);
+  ASSERT_TRUE(d2.has_value());
+  EXPECT_GT(d2->token > d->token ? d2->token - d->token : d->token - d2->token, 1u << 20);
+  tm.stop();
+  dom.free_buffer(nb);
+}
+
+}  // namespace
+}  // namespace roce::lnet
