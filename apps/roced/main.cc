@@ -5,6 +5,7 @@
 /// shuts down cleanly on SIGINT or SIGTERM.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <rte_launch.h>
 #include <sys/socket.h>
@@ -526,6 +527,10 @@ int main(int argc, char** argv) {
       apps::split_host_port(cfg.counters.prometheus);
     }
     if (vm.count("check")) {
+      // What the daemon would refuse at start, refused here too.
+      appliance::check_services(cfg);
+      if (!cfg.attach.group.empty() && ::getgrnam(cfg.attach.group.c_str()) == nullptr)
+        throw ctl::ConfigError("attach.group: no group '" + cfg.attach.group + "'");
       std::printf("%s: OK: appliance %s, %zu port(s), lcores", config.c_str(), cfg.name.c_str(),
                   cfg.ports.size());
       for (unsigned l : cfg.lcores) std::printf(" %u", l);

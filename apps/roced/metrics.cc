@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -107,8 +108,12 @@ std::string Metrics::prometheus(const std::string& appliance) const {
   std::map<std::string, std::vector<const CounterSample*>> by_name;
   for (const auto& c : s) by_name[c.name].push_back(&c);
   std::ostringstream os;
+  // Levels, not counts: Prometheus must not take rate() of them.
+  static const std::set<std::string> kGauges = {
+      "qps",        "mrs",        "arp_entries", "nd_entries",         "attach_clients",
+      "attach_qps", "attach_mrs", "attach_cqs",  "attach_memory_bytes"};
   for (const auto& [name, list] : by_name) {
-    os << "# TYPE roce_" << name << " counter\n";
+    os << "# TYPE roce_" << name << (kGauges.count(name) ? " gauge\n" : " counter\n");
     for (const auto* c : list)
       os << "roce_" << name << "{appliance=\"" << appliance << "\",port=\"" << c->port << "\"} "
          << c->value << '\n';

@@ -90,7 +90,9 @@ std::string MetricsServer::answer(const std::string& request) {
   if (request.rfind("GET /metrics", 0) == 0 || request.rfind("GET / ", 0) == 0) {
     body = m_.prometheus(appliance_);
     const auto line = [&](const char* name, const std::atomic<std::uint64_t>& v) {
-      body += "roce_metrics_http_";
+      body += "# TYPE roce_metrics_http_";
+      body += name;
+      body += " counter\nroce_metrics_http_";
       body += name;
       body += "{appliance=\"" + appliance_ + "\"} " + std::to_string(v.load()) + "\n";
     };

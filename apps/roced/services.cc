@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,10 +11,55 @@
 #include <stdexcept>
 #include <string>
 
+#include "apps/naa/naa_service.h"
+#include "apps/nfs/nfs_service.h"
 #include "controlplane/address.h"
 #include "controlplane/tcp.h"
 
 namespace roce::appliance {
+
+perf::Invocation parse_test_service(std::size_t i, const ctl::ServiceConfig& sc) {
+  std::vector<std::string> args{sc.test};
+  args.insert(args.end(), sc.args.begin(), sc.args.end());
+  int help = 0;
+  std::ostringstream ignored;
+  perf::Invocation out;
+  try {
+    auto inv = perf::parse_command_line(args, ignored, help);
+    if (!inv) throw perf::CliError("--help is not an option of a service");
+    out = *inv;
+  } catch (const perf::CliError& e) {
+    throw std::runtime_error("services[" + std::to_string(i) + "] (" + sc.test + "): " + e.what());
+  }
+  if (!out.opts.server.empty())
+    throw std::runtime_error("services[" + std::to_string(i) +
+                             "]: a service is a server; its args name no peer");
+  return out;
+}
+
+void check_services(const ctl::ApplianceConfig& cfg) {
+  for (std::size_t i = 0; i < cfg.services.size(); ++i) {
+    const ctl::ServiceConfig& sc = cfg.services[i];
+    const std::string where = "services[" + std::to_string(i) + "] (" + sc.test + "): ";
+    try {
+      if (sc.test == "naa") {
+        naa::service_config(sc);
+      } else if (sc.test == "nfs") {
+        nfs::NfsServiceConfig c;
+        nfs::parse_service_args(sc.args, c);
+        struct stat st {};
+        if (::stat(c.root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+          throw std::runtime_error("--root " + c.root + " is not a directory");
+      } else {
+        parse_test_service(i, sc);
+        continue;
+      }
+    } catch (const std::runtime_error& e) {
+      const std::string m = e.what();
+      throw std::runtime_error(m.rfind("services[", 0) == 0 ? m : where + m);
+    }
+  }
+}
 
 ServiceHost::ServiceHost(const ctl::ApplianceConfig& cfg) {
   for (std::size_t i = 0; i < cfg.services.size(); ++i) {
@@ -22,21 +68,7 @@ ServiceHost::ServiceHost(const ctl::ApplianceConfig& cfg) {
     if (sc.test == "nfs") continue;  // nor is the NFS server: roced's open_nfs_services
     Service svc;
     svc.cfg = sc;
-    std::vector<std::string> args{sc.test};
-    args.insert(args.end(), sc.args.begin(), sc.args.end());
-    int help = 0;
-    std::ostringstream ignored;
-    try {
-      auto inv = perf::parse_command_line(args, ignored, help);
-      if (!inv) throw perf::CliError("--help is not an option of a service");
-      svc.inv = *inv;
-    } catch (const perf::CliError& e) {
-      throw std::runtime_error("services[" + std::to_string(i) + "] (" + sc.test +
-                               "): " + e.what());
-    }
-    if (!svc.inv.opts.server.empty())
-      throw std::runtime_error("services[" + std::to_string(i) +
-                               "]: a service is a server; its args name no peer");
+    svc.inv = parse_test_service(i, sc);
     for (std::size_t p = 0; p < cfg.ports.size(); ++p)
       if (cfg.ports[p].name == sc.port) svc.port_index = p;
     try {

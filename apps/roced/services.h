@@ -31,6 +31,14 @@ struct Service {
   unsigned runs = 0, failures = 0, dropped_silent = 0, refused_busy = 0;
 };
 
+/// A perftest/pingpong/Coyote service's options, parsed as roce-perf parses them; throws
+/// std::runtime_error naming services[i].
+perf::Invocation parse_test_service(std::size_t i, const ctl::ServiceConfig& sc);
+/// Every service's args as the service will take them at start (roced --check): perftest's,
+/// the NAA's, the NFS server's (its root a directory); throws std::runtime_error naming the
+/// service.
+void check_services(const ctl::ApplianceConfig& cfg);
+
 class ServiceHost {
  public:
   static constexpr std::size_t kMaxWaiting = 8;

@@ -146,6 +146,10 @@ TEST(MetricsHttp, AFloodOfConnectionsIsBounded) {
   EXPECT_NE(a.find("200 OK"), std::string::npos);
   EXPECT_GE(srv.stats().evicted.load(), 90u);
   EXPECT_NE(a.find("roce_metrics_http_evicted_total"), std::string::npos);
+  // Every family typed: the server's own counters, levels as gauges.
+  EXPECT_NE(a.find("# TYPE roce_metrics_http_evicted_total counter\n"), std::string::npos);
+  EXPECT_NE(a.find("# TYPE roce_qps gauge\n"), std::string::npos);
+  EXPECT_NE(a.find("# TYPE roce_port_rx_frames counter\n"), std::string::npos);
   for (int fd : flood) ::close(fd);
 }
 
