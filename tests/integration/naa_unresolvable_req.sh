@@ -11,33 +11,9 @@ naa=$(realpath "$1") client=$(realpath "$2")
 spoof=$(dirname "$(realpath "$0")")/cm_req_spoof.py
 if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null; then echo "skipped: needs root"; exit 77; fi
 /usr/bin/python3 -c "import scapy.contrib.roce" 2>/dev/null || { echo "skipped: no scapy"; exit 77; }
-ns=naa-unres-$$
-work=$(mktemp -d /tmp/naa-unres-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  ip netns del "$ns-h1" 2>/dev/null || true
-  ip netns del "$ns" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-ip netns add "$ns" || { echo "skipped: cannot create a network namespace"; exit 77; }
-X=(ip netns exec "$ns")
-"${X[@]}" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 || true
-"${X[@]}" ip link add br0 type bridge
-"${X[@]}" ip addr add 192.0.2.9/24 dev br0
-"${X[@]}" ip link set br0 up
-"${X[@]}" ip link add v0 type veth peer name v0b
-ip netns add "$ns-h1"
-ip netns exec "$ns-h1" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 || true
-"${X[@]}" ip link add v1 type veth peer name v1b
-"${X[@]}" ip link set v1 netns "$ns-h1"
-ip netns exec "$ns-h1" ip link set v1 up
-for i in 0 1; do
-  "${X[@]}" ip link set "v${i}b" master br0
-  "${X[@]}" ip link set "v${i}b" up
-done
-"${X[@]}" ip link set v0 up
+# shellcheck source=naa_ns.sh
+source "$(dirname "$(realpath "$0")")/naa_ns.sh"
+naa_ns_setup naa-unres
 "${X[@]}" "$naa" --pmd af_packet --iface v0 --ip 192.0.2.1 --mac 02:00:00:00:00:01 \
   --timeout 60 > "$work/naa.log" 2>&1 &
 naapid=$!
