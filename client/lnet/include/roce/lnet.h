@@ -167,9 +167,11 @@ struct DomainOptions {
   /// When a Tm has all its 64 connections and needs another, it closes the one that has carried
   /// nothing since its hello (or failed) the longest, if longer than this.
   std::chrono::milliseconds conn_reclaim_after{10000};
-  /// A connection set-up's whole TCP exchange (connect, nonce, hello, reply): add() waits no
+  /// A connection set-up's whole TCP exchange (connect, greeting, hello, reply): add() waits no
   /// longer for a peer that does not answer or trickles; its operations then end with
-  /// -EHOSTUNREACH.
+  /// -ETIMEDOUT. (A set-up that fails otherwise ends them with its reason: -EHOSTUNREACH no
+  /// listener, -EPROTO another version, -EACCES key mismatch, -EBUSY, -EAGAIN, -EADDRNOTAVAIL
+  /// as the peer's listener answered, or the QP calls' errno.)
   std::chrono::milliseconds oob_timeout{5000};
   /// Serialise every Context call on one mutex: needed with Context::open_local, whose engine
   /// is single threaded (the Tms' threads and the application's then take turns).
@@ -336,7 +338,8 @@ class Tm {
   int foreign_connect(const EndPoint& peer, const client::RcPeer& far, client::Mtu mtu);
 
   /// m0_net_buffer_add: 0 or EINVAL (not registered, already queued, bad fields), ENOTCONN
-  /// (not started), EMSGSIZE. kPassiveBulk*: fills nb.desc; kActiveBulk*: nb.desc is the peer's.
+  /// (not started), EMSGSIZE. A connection that cannot be set up ends the operation with the
+  /// reason (DomainOptions::oob_timeout says which). kPassiveBulk*: fills nb.desc; kActiveBulk*: nb.desc is the peer's.
   int add(NetBuffer& nb, QueueType q);
   /// m0_net_buffer_del: cancels; the buffer's event carries -ECANCELED. A kMsgRecv buffer
   /// posted to the wire comes back with its next message (dropped) or when the Tm stops; an
