@@ -339,7 +339,8 @@ class Tm {
 
   /// m0_net_buffer_add: 0 or EINVAL (not registered, already queued, bad fields), ENOTCONN
   /// (not started), EMSGSIZE. A connection that cannot be set up ends the operation with the
-  /// reason (DomainOptions::oob_timeout says which). kPassiveBulk*: fills nb.desc; kActiveBulk*: nb.desc is the peer's.
+  /// reason (DomainOptions::oob_timeout says which). kPassiveBulk*: fills nb.desc; kActiveBulk*:
+  /// nb.desc is the peer's.
   int add(NetBuffer& nb, QueueType q);
   /// m0_net_buffer_del: cancels; the buffer's event carries -ECANCELED. A kMsgRecv buffer
   /// posted to the wire comes back with its next message (dropped) or when the Tm stops; an
