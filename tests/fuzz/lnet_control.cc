@@ -1,9 +1,12 @@
 /// @file
 /// Fuzz target: what one Tm of the messaging API takes from another (client/lnet/src/control.cc)
-/// -- the TCP hello, its SipHash tag and the listener's check of it, a control message and the
-/// passive side's verdict on it, a bulk descriptor. The input is tried as each of them. What
+/// -- the listener's greeting, the TCP hello, its SipHash tag and the listener's check of it, a
+/// control message and the passive side's verdict on it, a bulk descriptor. The input is tried
+/// as each of them. What
 /// decodes must encode back (control messages to the same bytes, descriptors to an equal
 /// descriptor).
+#include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +22,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static const OobKey key{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
   static const OobNonce nonce{0xA5};
   (void)siphash24(key, in);
+  // The listener's greeting (and a hello's first 8 bytes): ours, or EPROTO, never anything
+  // else; what we encode is ours.
+  if (const int rc = OobGreeting::check_head(in); rc != 0 && rc != EPROTO) std::abort();
+  if (OobGreeting::check_head(in) == 0) {
+    std::uint32_t magic;
+    std::memcpy(&magic, data, 4);
+    if (magic != OobHello::kMagic) std::abort();
+  }
+  OobNonce n{};
+  std::memcpy(n.data(), data, std::min(size, n.size()));
+  if (OobGreeting::check_head(OobGreeting::encode(n)) != 0) std::abort();
   if (const auto h = OobHello::decode(in)) {
     for (const bool gid : {false, true}) {
       EndPoint src;

@@ -499,6 +499,8 @@ void lnet_control_seeds(const fs::path& out) {
   d.segs.push_back({0x7F0000001000ull, 0x42, 4096});
   d.segs.push_back({0x7F0000003000ull, 0x43, 8192});
   c.add(d.encode());
+  const auto greeting = lnet::OobGreeting::encode(lnet::OobNonce{0x5A, 0xA5});
+  c.add(greeting);
 }
 
 // ---- RPC-over-RDMA (apps/nfs) ----------------------------------------------------------------

@@ -152,6 +152,23 @@ bool qpn_ok(std::uint32_t q) { return q != 0 && q != 1 && q <= 0xFFFFFF; }
 
 }  // namespace
 
+std::array<std::uint8_t, OobGreeting::kSize> OobGreeting::encode(const OobNonce& nonce) {
+  std::array<std::uint8_t, kSize> b{};
+  const std::uint32_t magic = OobHello::kMagic, version = OobHello::kVersion;
+  std::memcpy(b.data(), &magic, 4);
+  std::memcpy(b.data() + 4, &version, 4);
+  std::memcpy(b.data() + kHead, nonce.data(), nonce.size());
+  return b;
+}
+
+int OobGreeting::check_head(std::span<const std::uint8_t> head) {
+  if (head.size() < kHead) return EPROTO;
+  std::uint32_t magic = 0, version = 0;
+  std::memcpy(&magic, head.data(), 4);
+  std::memcpy(&version, head.data() + 4, 4);
+  return magic == OobHello::kMagic && version == OobHello::kVersion ? 0 : EPROTO;
+}
+
 int check_hello(const OobHello& h, const EndPoint& me, bool check_gid, EndPoint& src) {
   const auto s = fixed_str(h.src), d = fixed_str(h.dst);
   if (!s || !d) return EINVAL;

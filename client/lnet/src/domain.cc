@@ -97,7 +97,9 @@ int Domain::register_buffer(NetBuffer& nb) {
 int Domain::deregister_buffer(NetBuffer& nb) {
   if (!(nb.flags & kBufRegistered)) return EINVAL;
   if (nb.flags & kBufQueued) return EBUSY;
-  for (client::Mr* m : nb.impl->mrs) ctx_.dereg_mr(m);
+  if (!nb.impl->shared_mr)  // a pool's region MR goes with the pool
+    for (client::Mr* m : nb.impl->mrs) ctx_.dereg_mr(m);
+  nb.impl->shared_mr = false;
   nb.impl->mrs.clear();
   nb.flags &= ~kBufRegistered;
   return 0;

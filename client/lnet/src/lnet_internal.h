@@ -25,6 +25,8 @@ struct NetBuffer::Impl {
   std::uint64_t bulk_len = 0;
   bool posted = false;  ///< kMsgRecv: in the SRQ
   bool bulk_failed = false;
+  /// `mrs` are its BufferPool's MR over a region shared by many buffers: not deregistered alone.
+  bool shared_mr = false;
   std::optional<EndPoint> peer;     ///< active bulk: the passive side
   std::optional<EndPoint> allowed;  ///< passive bulk: the one peer that may complete it
 };
@@ -48,12 +50,15 @@ struct BulkDesc {
   static std::optional<BulkDesc> decode(std::span<const std::uint8_t> b);
 };
 
-/// The connection exchange on TCP: the listener sends a 16-byte nonce as soon as it accepts, the
-/// connecting Tm its hello, the listener its reply (fixed size, both the struct's bytes).
+/// The connection exchange on TCP: the listener sends its greeting (OobGreeting: magic, version,
+/// a 16-byte nonce) as soon as it accepts, the connecting Tm its hello, the listener its reply
+/// (fixed size, both the struct's bytes). Either end that sees another version in the first 8
+/// bytes of what the other sent closes at once (EPROTO): versions do not interoperate.
 struct OobHello {
   static constexpr std::uint32_t kMagic = 0x4C4E4554;  // "LNET"
-  /// 2: 64-bit bulk tokens in descriptors and control messages.
-  static constexpr std::uint32_t kVersion = 2;
+  /// 2: 64-bit bulk tokens in descriptors and control messages, the listener's nonce first.
+  /// 3: the listener's greeting starts with magic and version.
+  static constexpr std::uint32_t kVersion = 3;
   std::uint32_t magic = kMagic;
   std::uint32_t version = kVersion;
   char src[48] = {};                 ///< the connecting Tm's address
@@ -72,6 +77,17 @@ struct OobHello {
 };
 
 using OobNonce = std::array<std::uint8_t, 16>;
+
+/// The listener's first bytes: OobHello's magic and version (host order, as the hello's), then
+/// the nonce the hello's tag covers.
+struct OobGreeting {
+  static constexpr std::size_t kHead = 8;
+  static constexpr std::size_t kSize = kHead + 16;
+  static std::array<std::uint8_t, kSize> encode(const OobNonce& nonce);
+  /// 0 when `head` (kHead bytes) is ours: magic and version; EPROTO otherwise. Also the
+  /// listener's check of the first kHead bytes of a hello (the same two fields).
+  static int check_head(std::span<const std::uint8_t> head);
+};
 using OobKey = std::array<std::uint8_t, 16>;
 /// SipHash-2-4 (Aumasson, Bernstein 2012) of `msg` under `key`: the hello's MAC.
 std::uint64_t siphash24(const OobKey& key, std::span<const std::uint8_t> msg);

@@ -19,6 +19,7 @@
 #include <bit>
 #include <cerrno>
 #include <random>
+#include <system_error>
 
 #include "client/lnet/src/lnet_internal.h"
 
@@ -41,6 +42,11 @@ constexpr std::size_t kMaxHalfOpen = 8;
 constexpr int kHelloDeadlineMs = 2000;  ///< a whole hello, from accept to its last byte
 /// Connections with one peer: the first, and the second of a simultaneous connect.
 constexpr std::size_t kMaxConnsPerPeer = 2;
+/// QP set-ups in flight (on their own threads: moving a QP to RTR waits for roced to resolve the
+/// peer's address, up to its resolve_timeout_ms when nobody answers ARP), in all and per /24 of
+/// the NIDs the hellos claim. One more is answered EAGAIN at once.
+constexpr std::size_t kMaxSetups = 16;
+constexpr std::size_t kMaxSetupsPerSubnet = 4;
 constexpr std::uint32_t kCqDepth = 2048;
 constexpr int kPollMs = 10;  ///< the event thread's wait: the granularity of deadlines
 using Clock = std::chrono::steady_clock;
@@ -48,18 +54,30 @@ using Clock = std::chrono::steady_clock;
 std::uint64_t tag(std::uint64_t kind, std::uint64_t v) { return kind << kTagShift | v; }
 
 /// Moves `n` bytes by `deadline` (a whole exchange, not each read: a peer that trickles one
-/// byte at a time gets no more time than one that sends nothing).
-bool io_all(int fd, void* p, std::size_t n, bool wr, Clock::time_point deadline) {
+/// byte at a time gets no more time than one that sends nothing). False with `*why` (when
+/// given) ETIMEDOUT at the deadline, EPROTO when the peer closed or reset.
+bool io_all(int fd, void* p, std::size_t n, bool wr, Clock::time_point deadline,
+            int* why = nullptr) {
   auto* b = static_cast<std::uint8_t*>(p);
+  int dummy;
+  int& e = why ? *why : dummy;
   while (n != 0) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     pollfd pf{fd, static_cast<short>(wr ? POLLOUT : POLLIN), 0};
-    if (left <= 0 || poll(&pf, 1, static_cast<int>(left)) <= 0) return false;
+    const int pr = left <= 0 ? 0 : poll(&pf, 1, static_cast<int>(left));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) {
+      e = ETIMEDOUT;
+      return false;
+    }
     const ssize_t k =
         wr ? send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, b, n, MSG_DONTWAIT);
     if (k < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (k <= 0) return false;
+    if (k <= 0) {
+      e = EPROTO;
+      return false;
+    }
     b += k;
     n -= static_cast<std::size_t>(k);
   }
@@ -196,7 +214,7 @@ int Tm::foreign_connect(const EndPoint& peer, const client::RcPeer& far, client:
       if (rc == 0)
         start_op_locked(*nb, *c, evs);
       else
-        finish_locked(*nb, -EHOSTUNREACH, evs);
+        finish_locked(*nb, -rc, evs);
     }
     c->waiting.clear();
   }
@@ -255,8 +273,8 @@ void Tm::conn_for(const EndPoint& ep, NetBuffer& first) {
     for (NetBuffer* nb : c->waiting) {
       if (rc == 0 && !(nb->flags & (kBufCancelled | kBufTimedOut)))
         start_op_locked(*nb, *c, evs);
-      else if (rc != 0)  // "no route": the peer's listener is not there or refused
-        finish_locked(*nb, -EHOSTUNREACH, evs);
+      else if (rc != 0)  // why the set-up failed (connect_conn's errno values)
+        finish_locked(*nb, -rc, evs);
       else
         finish_locked(*nb, nb->flags & kBufCancelled ? -ECANCELED : -ETIMEDOUT, evs);
     }
@@ -298,11 +316,22 @@ int Tm::connect_conn(Conn& c, const std::string& host, std::uint16_t port) {
       return e == ECONNREFUSED ? EHOSTUNREACH : e;
     }
   }
-  // The listener speaks first: the nonce our hello's tag covers.
-  OobNonce nonce;
-  if (!io_all(fd, nonce.data(), nonce.size(), false, deadline)) {
+  // The listener speaks first: magic and version (another version: EPROTO at once, not a
+  // timeout), then the nonce our hello's tag covers. Closed early: EPROTO; silent: ETIMEDOUT.
+  int why = 0;
+  std::array<std::uint8_t, OobGreeting::kSize> greeting;
+  if (!io_all(fd, greeting.data(), OobGreeting::kHead, false, deadline, &why)) {
+    close(fd);
+    return why;
+  }
+  if (OobGreeting::check_head(greeting)) {
     close(fd);
     return EPROTO;
+  }
+  OobNonce nonce;
+  if (!io_all(fd, nonce.data(), nonce.size(), false, deadline, &why)) {
+    close(fd);
+    return why;
   }
   std::mt19937 rng(std::random_device{}());
   OobHello h;
@@ -315,9 +344,10 @@ int Tm::connect_conn(Conn& c, const std::string& host, std::uint16_t port) {
   std::memcpy(h.gid, dom_.ctx().port().gid.b.data(), 16);
   sign_hello(h, nonce, dom_.options().oob_key);
   OobHello r;
-  int rc = io_all(fd, &h, sizeof h, true, deadline) && io_all(fd, &r, sizeof r, false, deadline)
+  int rc = io_all(fd, &h, sizeof h, true, deadline, &why) &&
+                   io_all(fd, &r, sizeof r, false, deadline, &why)
                ? 0
-               : ETIMEDOUT;
+               : why;
   close(fd);
   if (rc == 0 && (r.magic != OobHello::kMagic || r.version != OobHello::kVersion)) rc = EPROTO;
   // A listener without our key (or an impostor) cannot sign its reply.
@@ -348,10 +378,11 @@ void Tm::oob_loop() {
     OobNonce nonce{};
   };
   std::deque<HalfOpen> half;  // oldest first
-  auto refuse = [&](HalfOpen& h) {
+  auto refuse = [&](HalfOpen& h, bool other_version = false) {
     close(h.fd);
     std::lock_guard<std::mutex> g(mu_);
     ++stats_.hellos_refused;
+    if (other_version) ++stats_.hellos_version;
   };
   std::chrono::steady_clock::time_point accept_pause{};
   std::vector<pollfd> pf;
@@ -375,28 +406,38 @@ void Tm::oob_loop() {
     const auto t = std::chrono::steady_clock::now();
     for (std::size_t i = 0, k = 2; i < half.size(); ++k) {
       HalfOpen& h = half[i];
-      bool done = false, bad = false;
+      bool done = false, bad = false, other_version = false;
       if (pf[k].revents) {
         const ssize_t n = recv(h.fd, h.buf.data() + h.got, h.buf.size() - h.got, MSG_DONTWAIT);
         if (n > 0) {
+          const bool had_head = h.got >= OobGreeting::kHead;
           h.got += static_cast<std::size_t>(n);
           done = h.got == h.buf.size();
+          // Magic and version come first: another version's hello (or junk) is closed as soon
+          // as they are in, not at the hello's deadline (an older peer may send a shorter one).
+          if (!had_head && h.got >= OobGreeting::kHead && OobGreeting::check_head(h.buf)) {
+            std::uint32_t magic;
+            std::memcpy(&magic, h.buf.data(), 4);
+            other_version = magic == OobHello::kMagic;
+            done = false;
+            bad = true;
+          }
         } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
           bad = true;
         }
       }
       if (!done && !bad && t >= h.deadline) bad = true;
       if (done) {
-        serve_hello(h.fd, h.buf, h.nonce);
-        close(h.fd);
+        if (!serve_hello(h.fd, h.buf, h.nonce)) close(h.fd);  // else a set-up thread's
       } else if (bad) {
-        refuse(h);
+        refuse(h, other_version);
       } else {
         ++i;
         continue;
       }
       half.erase(half.begin() + static_cast<std::ptrdiff_t>(i));
     }
+    reap_setups(false);
     if (!(pf[1].revents & POLLIN)) continue;
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
@@ -414,23 +455,39 @@ void Tm::oob_loop() {
     const std::uint64_t n0 = random_token(), n1 = random_token();
     std::memcpy(ho.nonce.data(), &n0, 8);
     std::memcpy(ho.nonce.data() + 8, &n1, 8);
-    // 16 bytes into a fresh socket's empty buffer: never blocks.
-    if (send(fd, ho.nonce.data(), ho.nonce.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
-        static_cast<ssize_t>(ho.nonce.size())) {
+    // 24 bytes into a fresh socket's empty buffer: never blocks.
+    const auto greeting = OobGreeting::encode(ho.nonce);
+    if (send(fd, greeting.data(), greeting.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(greeting.size())) {
       refuse(ho);
       continue;
     }
     half.push_back(ho);
   }
   for (HalfOpen& h : half) close(h.fd);
+  reap_setups(true);  // before stop() destroys the QPs they work on
 }
 
-void Tm::serve_hello(int fd, std::span<const std::uint8_t> bytes, const OobNonce& nonce) {
+void Tm::reap_setups(bool all) {
+  for (auto it = setup_threads_.begin(); it != setup_threads_.end();) {
+    if (all || it->second->load(std::memory_order_acquire)) {
+      it->first.join();
+      it = setup_threads_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// The checks, on the listener's thread: nothing is spent on a hello they refuse. The QP
+// transitions of an accepted one run on a thread of their own (finish_setup), so that an
+// address nobody answers ARP for holds up no one else's hello. True: `fd` is that thread's.
+bool Tm::serve_hello(int fd, std::span<const std::uint8_t> bytes, const OobNonce& nonce) {
   const auto h = OobHello::decode(bytes);
   if (!h) {  // not one of ours: nothing to answer
     std::lock_guard<std::mutex> g(mu_);
     ++stats_.hellos_refused;
-    return;
+    return false;
   }
   OobHello r;
   EndPoint src;
@@ -441,41 +498,89 @@ void Tm::serve_hello(int fd, std::span<const std::uint8_t> bytes, const OobNonce
   std::shared_ptr<Conn> c;
   if (r.status == 0) {
     std::lock_guard<std::mutex> g(mu_);
-    std::size_t with_peer = 0;
+    std::size_t with_peer = 0, in_subnet = 0;
     for (const auto& [ep, k] : conns_)
       if (ep == src && k->state != Conn::State::kFailed) ++with_peer;
     for (const auto& k : parked_)
       if (k->peer == src && k->qp && k->state == Conn::State::kUp) ++with_peer;
+    for (const EndPoint& e : setups_) {
+      if (e == src) ++with_peer;
+      if ((e.ip.v >> 8) == (src.ip.v >> 8)) ++in_subnet;
+    }
     if (with_peer >= kMaxConnsPerPeer) {
       r.status = EBUSY;
+    } else if (setups_.size() >= kMaxSetups || in_subnet >= kMaxSetupsPerSubnet) {
+      r.status = EAGAIN;  // set-ups waiting for addresses: try again later
     } else {
       c = make_conn();
-      if (!c) r.status = errno ? errno : ENOMEM;
+      if (!c)
+        r.status = errno ? errno : ENOMEM;
+      else
+        setups_.push_back(src);
     }
   }
   if (c) {
-    // No Tm lock across the QP transitions (an address resolution may take a while): the
-    // connection is not known to anyone until it is registered below.
     c->peer = src;
-    std::mt19937 rng(std::random_device{}());
-    r.psn = rng() & 0xFFFFFF;
-    r.cpsn = rng() & 0xFFFFFF;
-    client::RcPeer p;
-    std::memcpy(p.gid.b.data(), h->gid, 16);
-    const client::Mtu mtu = dom_.ctx().port().max_mtu;
-    p.qpn = h->qpn;
-    p.psn = h->psn;
-    int rc = dom_.ctx().connect_rc(c->qp, p, r.psn, mtu);
-    p.qpn = h->cqpn;
-    p.psn = h->cpsn;
-    if (rc == 0) rc = dom_.ctx().connect_rc(c->cqp, p, r.cpsn, mtu);
-    if (rc == 0) post_ctl_recvs(*c);
-    r.status = rc;
-    r.qpn = c->qp->qp_num;
-    r.cqpn = c->cqp->qp_num;
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    try {
+      std::thread t([this, fd, h = *h, c, nonce, src, done] {
+        finish_setup(fd, h, c, nonce, src);
+        close(fd);
+        done->store(true, std::memory_order_release);
+      });
+      setup_threads_.emplace_back(std::move(t), std::move(done));
+      return true;
+    } catch (const std::system_error&) {  // no thread: as if over the bound
+      std::lock_guard<std::mutex> g(mu_);
+      unmake_conn_locked(*c);
+      setups_.erase(std::find(setups_.begin(), setups_.end(), src));
+      r.status = EAGAIN;
+    }
+  }
+  {
     std::lock_guard<std::mutex> g(mu_);
+    ++stats_.hellos_refused;
+  }
+  send_reply(fd, r, src, nonce);
+  return false;
+}
+
+void Tm::send_reply(int fd, OobHello& r, const EndPoint& src, const OobNonce& nonce) {
+  put_str(r.src, ep_.str());
+  put_str(r.dst, r.status == 0 ? src.str() : std::string());
+  std::memcpy(r.gid, dom_.ctx().port().gid.b.data(), 16);
+  sign_hello(r, nonce, dom_.options().oob_key);
+  io_all(fd, &r, sizeof r, true, Clock::now() + std::chrono::seconds(1));
+}
+
+// A set-up thread: the QP transitions towards the hello's QPs (an address resolution may take
+// a while; no Tm lock is held across them: the connection is not known to anyone until it is
+// registered below), then the reply.
+void Tm::finish_setup(int fd, const OobHello& h, std::shared_ptr<Conn> c, const OobNonce& nonce,
+                      const EndPoint& src) {
+  OobHello r;
+  std::mt19937 rng(std::random_device{}());
+  r.psn = rng() & 0xFFFFFF;
+  r.cpsn = rng() & 0xFFFFFF;
+  client::RcPeer p;
+  std::memcpy(p.gid.b.data(), h.gid, 16);
+  const client::Mtu mtu = dom_.ctx().port().max_mtu;
+  p.qpn = h.qpn;
+  p.psn = h.psn;
+  int rc = dom_.ctx().connect_rc(c->qp, p, r.psn, mtu);
+  p.qpn = h.cqpn;
+  p.psn = h.cpsn;
+  if (rc == 0) rc = dom_.ctx().connect_rc(c->cqp, p, r.cpsn, mtu);
+  if (rc == 0) post_ctl_recvs(*c);
+  r.status = rc;
+  r.qpn = c->qp->qp_num;
+  r.cqpn = c->cqp->qp_num;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    setups_.erase(std::find(setups_.begin(), setups_.end(), src));
     if (rc != 0) {
       unmake_conn_locked(*c);
+      ++stats_.hellos_refused;
     } else {
       by_qpn_[c->qp->qp_num] = c.get();
       by_qpn_[c->cqp->qp_num] = c.get();
@@ -489,15 +594,7 @@ void Tm::serve_hello(int fd, std::span<const std::uint8_t> bytes, const OobNonce
         parked_.push_back(c);
     }
   }
-  if (r.status != 0) {
-    std::lock_guard<std::mutex> g(mu_);
-    ++stats_.hellos_refused;
-  }
-  put_str(r.src, ep_.str());
-  put_str(r.dst, r.status == 0 ? src.str() : std::string());
-  std::memcpy(r.gid, dom_.ctx().port().gid.b.data(), 16);
-  sign_hello(r, nonce, key);
-  io_all(fd, &r, sizeof r, true, Clock::now() + std::chrono::seconds(1));
+  send_reply(fd, r, src, nonce);
 }
 
 // ---- operations

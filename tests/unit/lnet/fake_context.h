@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -40,6 +41,13 @@ class FakeContext : public client::Context {
   std::uint32_t next_qpn = 0x100;
   int live_qps = 0;
   std::atomic<bool> fail_modify{false};
+  /// An ARP that never answers: a modify_qp towards a GID ::ffff:a.b.c.d with a.b.c.d in
+  /// [slow_from, slow_to) waits `slow_ms`, then fails EHOSTUNREACH (roced's resolve_timeout_ms).
+  std::atomic<std::uint32_t> slow_from{0}, slow_to{0};
+  std::atomic<int> slow_ms{0};
+  /// alloc_buffer fails EDQUOT when `max_buffers` (>= 0) are live: roced's max_regions.
+  int max_buffers = -1;
+  int live_buffers = 0;
 
   FakeContext() { port_.ipv4.v = 0xC0000201; }  // 192.0.2.1
   void deliver(std::uint64_t wr_id, std::uint32_t len, std::uint32_t offset, bool still) {
@@ -66,6 +74,14 @@ class FakeContext : public client::Context {
     return 0;
   }
   client::Buffer* alloc_buffer(std::size_t length) override {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      if (max_buffers >= 0 && live_buffers >= max_buffers) {
+        errno = EDQUOT;
+        return nullptr;
+      }
+      ++live_buffers;
+    }
     auto* b = new FBuf;
     b->mem.resize(length);
     b->addr = b->mem.data();
@@ -74,6 +90,10 @@ class FakeContext : public client::Context {
   }
   client::Buffer* register_memfd(int, void*, std::size_t) override { return nullptr; }
   int free_buffer(client::Buffer* b) override {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      --live_buffers;
+    }
     delete b;
     return 0;
   }
@@ -120,8 +140,22 @@ class FakeContext : public client::Context {
     delete q;
     return 0;
   }
-  int modify_qp(client::Qp*, const client::QpAttr&, std::uint32_t) override {
-    return fail_modify.load() ? EINVAL : 0;
+  int modify_qp(client::Qp*, const client::QpAttr& a, std::uint32_t) override {
+    if (fail_modify.load()) return EINVAL;
+    const wire::Ipv6Addr zero{};
+    if (a.ah.dgid != zero) {
+      std::uint32_t ip = 0;
+      for (int i = 12; i < 16; ++i) ip = ip << 8 | a.ah.dgid.b[i];
+      if (ip >= slow_from.load() && ip < slow_to.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms.load()));
+        return EHOSTUNREACH;
+      }
+    }
+    return 0;
+  }
+  int buffers() {
+    std::lock_guard<std::mutex> g(mu);
+    return live_buffers;
   }
   int post_send(client::Qp* q, const client::SendWr* wr, const client::SendWr**) override {
     std::lock_guard<std::mutex> g(mu);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <set>
 
 #include "client/lnet/include/roce/lnet.h"
 #include "client/lnet/src/lnet_internal.h"
@@ -75,6 +76,13 @@ bool closed_within(int fd, int ms) {
   }
 }
 
+/// The listener's greeting: magic and version (checked), then the nonce.
+bool read_greeting(int fd, OobNonce& nonce, int ms) {
+  std::uint8_t head[OobGreeting::kHead];
+  return read_within(fd, head, sizeof head, ms) && OobGreeting::check_head(head) == 0 &&
+         read_within(fd, nonce.data(), nonce.size(), ms);
+}
+
 void set_str(char (&dst)[48], const std::string& s) {
   std::memset(dst, 0, sizeof dst);
   std::memcpy(dst, s.data(), std::min(s.size(), sizeof dst - 1));
@@ -125,7 +133,7 @@ class LnetHostile : public ::testing::Test {
     const int fd = tcp_connect(port());
     if (fd < 0) return std::nullopt;
     OobNonce nonce;
-    if (!read_within(fd, nonce.data(), nonce.size(), ms)) {
+    if (!read_greeting(fd, nonce, ms)) {
       close(fd);
       return std::nullopt;
     }
@@ -225,7 +233,7 @@ TEST_F(LnetHostile, ConnectionsThatCarriedNothingMakeRoomWhenTheTmIsFull) {
     std::memcpy(h.gid, g.b.data(), 16);
     const int fd = tcp_connect(fport);
     OobNonce nonce;
-    EXPECT_TRUE(read_within(fd, nonce.data(), nonce.size(), 2000));
+    EXPECT_TRUE(read_greeting(fd, nonce, 2000));
     send(fd, &h, sizeof h, MSG_NOSIGNAL);
     OobHello r;
     const bool ok = read_within(fd, &r, sizeof r, 2000);
@@ -295,7 +303,7 @@ TEST_F(LnetHostile, AStalledPeerListenerDoesNotHoldUpAdd) {
   close(lfd);
   // Bounded by oob_timeout (500 ms), not by the peer (16 + 148 bytes at 100 ms each: 16 s).
   EXPECT_LT(took, std::chrono::seconds(3));
-  EXPECT_TRUE(eventually([&] { return status.load() == -EHOSTUNREACH; }));
+  EXPECT_TRUE(eventually([&] { return status.load() == -ETIMEDOUT; }));
   EXPECT_EQ(fctx.qps(), 0);  // the failed set-up gave its QPs back
   ftm.stop();
   fdom.free_buffer(nb);
@@ -338,7 +346,7 @@ TEST_F(LnetKeyed, WithAKeyOnlyATaggedHelloOverTheListenersNonceConnects) {
                     const OobNonce* replay = nullptr) -> std::optional<OobHello> {
     const int fd = tcp_connect(kport);
     OobNonce nonce;
-    if (fd < 0 || !read_within(fd, nonce.data(), nonce.size(), 2000)) return std::nullopt;
+    if (fd < 0 || !read_greeting(fd, nonce, 2000)) return std::nullopt;
     if (n) *n = nonce;
     if (k) sign_hello(h, replay ? *replay : nonce, k);
     send(fd, &h, sizeof h, MSG_NOSIGNAL);
@@ -394,7 +402,7 @@ TEST_F(LnetKeyed, TmsWithTheSameKeyConnectOthersDoNot) {
     std::lock_guard<std::mutex> g(mu);
     return st.size() == 1;
   }));
-  EXPECT_EQ(st[0], -EHOSTUNREACH);
+  EXPECT_EQ(st[0], -EACCES);  // the reason, not just "no route"
   EXPECT_EQ(t3.stats().connections, 0u);
   EXPECT_EQ(t2.stats().hellos_refused, 1u);
   t1.stop();
@@ -458,6 +466,196 @@ TEST_F(LnetHostile, ForgedOrMisdirectedBulkTokensCompleteNoBuffer) {
   EXPECT_GT(d2->token > d->token ? d2->token - d->token : d->token - d2->token, 1u << 20);
   tm.stop();
   dom.free_buffer(nb);
+}
+
+// ---- the review's second round -----------------------------------------------------------------
+
+/// A hello of the Tm at `ip`@roce:0:1:`tmid` with its NID's GID, for `to`.
+OobHello hello_as(std::uint32_t ip, std::uint32_t tmid, const EndPoint& to) {
+  OobHello h;
+  const std::string nid = std::to_string(ip >> 24) + "." + std::to_string(ip >> 16 & 255) + "." +
+                          std::to_string(ip >> 8 & 255) + "." + std::to_string(ip & 255);
+  set_str(h.src, nid + "@roce:0:1:" + std::to_string(tmid));
+  set_str(h.dst, to.str());
+  h.qpn = 0x500 + 2 * tmid;
+  h.cqpn = h.qpn + 1;
+  h.psn = 1;
+  h.cpsn = 2;
+  const wire::Ipv6Addr g = wire::ipv4_mapped(wire::Ipv4Addr{ip});
+  std::memcpy(h.gid, g.b.data(), 16);
+  return h;
+}
+
+/// Connects, reads the listener's greeting and sends `h`; the socket (the reply is still to
+/// come), or -1.
+int hello_no_wait(std::uint16_t port, const OobHello& h) {
+  const int fd = tcp_connect(port);
+  std::uint8_t greeting[8 + 16];
+  if (fd < 0 || !read_within(fd, greeting, sizeof greeting, 2000)) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  send(fd, &h, sizeof h, MSG_NOSIGNAL);
+  return fd;
+}
+
+TEST_F(LnetHostile, AnUnresolvableHelloDoesNotHoldUpARealPeer) {
+  // A hello claiming 192.0.2.77, where nobody answers ARP: its set-up waits 3 s for the
+  // address (roced's resolve_timeout_ms is 10 s), but not on the listener's thread.
+  ctx.slow_from = 0xC000024D;
+  ctx.slow_to = 0xC000024E;
+  ctx.slow_ms = 3000;
+  const int slow = hello_no_wait(port(), hello_as(0xC000024D, 9, tm.ep()));
+  ASSERT_GE(slow, 0);
+  std::this_thread::sleep_for(100ms);  // the listener has it now
+  const int fd = hello_no_wait(port(), good_hello(4));
+  ASSERT_GE(fd, 0) << "the listener did not greet a real peer while a set-up resolved";
+  OobHello r;
+  ASSERT_TRUE(read_within(fd, &r, sizeof r, 1000)) << "a real peer waited for an ARP timeout";
+  close(fd);
+  EXPECT_EQ(r.status, 0);
+  // The slow one fails in the end, and gives its QPs back.
+  ASSERT_TRUE(read_within(slow, &r, sizeof r, 5000));
+  close(slow);
+  EXPECT_EQ(r.status, EHOSTUNREACH);
+  EXPECT_TRUE(eventually([&] { return ctx.qps() == 2; }));
+}
+
+TEST_F(LnetHostile, SetUpsInFlightAreBoundedPerClaimedSubnet) {
+  ctx.slow_from = 0xC0000240;  // 192.0.2.64 .. 127: nobody there
+  ctx.slow_to = 0xC0000280;
+  ctx.slow_ms = 2000;
+  std::vector<int> slow;
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    slow.push_back(hello_no_wait(port(), hello_as(0xC0000240 + i, 10 + i, tm.ep())));
+    ASSERT_GE(slow.back(), 0);
+  }
+  std::this_thread::sleep_for(100ms);
+  // A fifth set-up for 192.0.2.0/24 is refused at once (EAGAIN: try again later)...
+  OobHello r;
+  const int fifth = hello_no_wait(port(), hello_as(0xC0000250, 20, tm.ep()));
+  ASSERT_GE(fifth, 0);
+  ASSERT_TRUE(read_within(fifth, &r, sizeof r, 1000));
+  close(fifth);
+  EXPECT_EQ(r.status, EAGAIN);
+  // ...while a peer in another subnet is served.
+  const int other = hello_no_wait(port(), hello_as(0xC6120002, 21, tm.ep()));  // 198.18.0.2
+  ASSERT_GE(other, 0);
+  ASSERT_TRUE(read_within(other, &r, sizeof r, 1000));
+  close(other);
+  EXPECT_EQ(r.status, 0);
+  for (const int fd : slow) {
+    ASSERT_TRUE(read_within(fd, &r, sizeof r, 5000));
+    EXPECT_EQ(r.status, EHOSTUNREACH);
+    close(fd);
+  }
+  EXPECT_TRUE(eventually([&] { return ctx.qps() == 2; }));
+}
+
+TEST(LnetPool, APoolIsCarvedFromFewRegionsAndAShortOneIsReported) {
+  // roced allows max_regions (128) memfd regions per client: a pool of 256 buffers must not
+  // need one each.
+  FakeContext c;
+  c.max_buffers = 128;
+  {
+    Domain d(c);
+    BufferPool p(d, 256, 2, 4096);
+    EXPECT_EQ(p.size(), 256u);
+    EXPECT_EQ(p.error(), 0);
+    EXPECT_LE(c.buffers(), 4);
+    // Every buffer is registered, its segments are its own.
+    std::vector<NetBuffer*> got;
+    while (NetBuffer* nb = p.get(0)) got.push_back(nb);
+    ASSERT_EQ(got.size(), 256u);
+    std::set<void*> addrs;
+    for (NetBuffer* nb : got) {
+      EXPECT_TRUE(nb->flags & kBufRegistered);
+      ASSERT_EQ(nb->segs.size(), 2u);
+      EXPECT_EQ(nb->capacity(), 8192u);
+      for (const Segment& s : nb->segs) addrs.insert(s.addr);
+      std::memset(nb->segs[1].addr, 0xA5, 4096);  // ASan: inside the region
+    }
+    EXPECT_EQ(addrs.size(), 512u);
+    for (NetBuffer* nb : got) p.put(nb);
+  }
+  EXPECT_EQ(c.buffers(), 0);
+  // No region at all: an empty pool that says why.
+  FakeContext none;
+  none.max_buffers = 0;
+  Domain d(none);
+  BufferPool p(d, 8, 1, 64);
+  EXPECT_EQ(p.size(), 0u);
+  EXPECT_EQ(p.error(), EDQUOT);
+}
+
+TEST_F(LnetHostile, TheListenerGreetsWithMagicAndVersion) {
+  const int fd = tcp_connect(port());
+  ASSERT_GE(fd, 0);
+  std::uint32_t head[2] = {};
+  ASSERT_TRUE(read_within(fd, head, sizeof head, 2000));
+  close(fd);
+  EXPECT_EQ(head[0], OobHello::kMagic);
+  EXPECT_EQ(head[1], OobHello::kVersion);
+}
+
+TEST_F(LnetHostile, AnOlderVersionsHelloIsClosedAtOnce) {
+  // A peer of an older version sends its hello without waiting for (or reading) a greeting.
+  const int fd = tcp_connect(port());
+  ASSERT_GE(fd, 0);
+  const std::uint32_t head[2] = {OobHello::kMagic, OobHello::kVersion - 1};
+  send(fd, head, sizeof head, MSG_NOSIGNAL);
+  EXPECT_TRUE(closed_within(fd, 1000)) << "held until the hello deadline (2 s)";
+  close(fd);
+  EXPECT_TRUE(eventually([&] { return tm.stats().hellos_version == 1; }));
+  EXPECT_EQ(tm.stats().hellos_refused, 1u);
+}
+
+TEST_F(LnetHostile, AnOlderListenerFailsAddAtOnceWithEproto) {
+  FakeContext fctx;
+  DomainOptions o = opts();
+  o.oob_port_base = static_cast<std::uint16_t>(o.oob_port_base + 1300);
+  o.oob_timeout = std::chrono::milliseconds(3000);
+  Domain fdom(fctx, o);
+  Tm ftm(fdom);
+  ASSERT_EQ(ftm.start("192.0.2.1@roce:0:4:1"), 0);
+  // The "peer" at :4:51 speaks the previous exchange: a bare 16-byte nonce, then it waits.
+  const auto peer = EndPoint::parse("192.0.2.1@roce:0:4:51");
+  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(fdom.oob_locate(*peer).second);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(listen(lfd, 4), 0);
+  std::thread old([&] {
+    pollfd pf{lfd, POLLIN, 0};
+    if (poll(&pf, 1, 5000) <= 0) return;
+    const int fd = accept(lfd, nullptr, nullptr);
+    const std::uint64_t nonce[2] = {random_token(), random_token()};
+    send(fd, nonce, sizeof nonce, MSG_NOSIGNAL);
+    char buf[256];
+    pollfd rf{fd, POLLIN, 0};
+    while (poll(&rf, 1, 4000) > 0 && recv(fd, buf, sizeof buf, 0) > 0) {
+    }
+    close(fd);
+  });
+  NetBuffer* nb = fdom.alloc_buffer(1, 64);
+  std::atomic<int> status{1};
+  nb->ep = peer;
+  nb->cb = [&](const BufferEvent& e) { status = e.status; };
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(ftm.add(*nb, QueueType::kMsgSend), 0);
+  EXPECT_TRUE(eventually([&] { return status.load() != 1; }, 5000));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  old.join();
+  close(lfd);
+  EXPECT_EQ(status.load(), -EPROTO);
+  EXPECT_LT(took, std::chrono::milliseconds(1500)) << "not at once: after oob_timeout";
+  EXPECT_EQ(fctx.qps(), 0);
+  ftm.stop();
+  fdom.free_buffer(nb);
 }
 
 }  // namespace

@@ -95,6 +95,7 @@ enum BufFlags : std::uint32_t {
 
 struct NetBuffer;
 class Tm;
+struct OobHello;
 class BufferPool;
 class SerializedContext;
 
@@ -166,9 +167,11 @@ struct DomainOptions {
   /// When a Tm has all its 64 connections and needs another, it closes the one that has carried
   /// nothing since its hello (or failed) the longest, if longer than this.
   std::chrono::milliseconds conn_reclaim_after{10000};
-  /// A connection set-up's whole TCP exchange (connect, nonce, hello, reply): add() waits no
+  /// A connection set-up's whole TCP exchange (connect, greeting, hello, reply): add() waits no
   /// longer for a peer that does not answer or trickles; its operations then end with
-  /// -EHOSTUNREACH.
+  /// -ETIMEDOUT. (A set-up that fails otherwise ends them with its reason: -EHOSTUNREACH no
+  /// listener, -EPROTO another version, -EACCES key mismatch, -EBUSY, -EAGAIN, -EADDRNOTAVAIL
+  /// as the peer's listener answered, or the QP calls' errno.)
   std::chrono::milliseconds oob_timeout{5000};
   /// Serialise every Context call on one mutex: needed with Context::open_local, whose engine
   /// is single threaded (the Tms' threads and the application's then take turns).
@@ -221,7 +224,10 @@ class Domain {
 /// non-blocking get/put, a coloured get, and a not-empty callback.
 class BufferPool {
  public:
-  /// `count` buffers of `nseg` x `seg_size` bytes, allocated and registered in `dom`.
+  /// `count` buffers of `nseg` x `seg_size` bytes, registered in `dom`: carved out of as few
+  /// regions as fit (one alloc_buffer and one MR per 64 MiB), not one region per buffer, so a
+  /// pool costs roced's max_regions (128 per client) one region per 64 MiB. When a region
+  /// cannot be had the pool is short: size() < count and error() says why.
   BufferPool(Domain& dom, std::uint32_t count, std::uint32_t nseg, std::uint64_t seg_size);
   ~BufferPool();
   BufferPool(const BufferPool&) = delete;
@@ -235,6 +241,9 @@ class BufferPool {
   void put(NetBuffer* nb);
   std::uint32_t free_count() const;
   std::uint32_t size() const { return static_cast<std::uint32_t>(all_.size()); }
+  /// 0 when the pool has all `count` buffers; else the errno value that cut it short (EDQUOT:
+  /// roced's max_regions or max_mrs; ENOMEM; EINVAL: a bad nseg or seg_size).
+  int error() const { return error_; }
   /// Default: the domain's recv_pool_not_empty.
   void set_not_empty(std::function<void(BufferPool&)> cb) { not_empty_ = std::move(cb); }
   /// Sets min_receive_size / max_receive_msgs on every buffer (multi-message receive).
@@ -251,6 +260,12 @@ class BufferPool {
   std::vector<NetBuffer*> all_;
   std::list<Entry> free_;  ///< most recently put first
   std::function<void(BufferPool&)> not_empty_;
+  struct Region {
+    client::Buffer* buf;
+    client::Mr* mr;
+  };
+  std::vector<Region> regions_;  ///< the memory of every buffer, one MR each
+  int error_ = 0;
 };
 
 // ---- transfer machines --------------------------------------------------------------------------
@@ -273,6 +288,9 @@ struct TmStats {
   /// Connections closed to make room (all 64 taken): unused since their hello, or failed, for
   /// longer than DomainOptions::conn_reclaim_after.
   std::uint64_t conns_reclaimed = 0;
+  /// Connection exchanges of another protocol version (counted in hellos_refused too): a peer
+  /// of another version, closed at once.
+  std::uint64_t hellos_version = 0;
 };
 
 class Tm {
@@ -320,7 +338,9 @@ class Tm {
   int foreign_connect(const EndPoint& peer, const client::RcPeer& far, client::Mtu mtu);
 
   /// m0_net_buffer_add: 0 or EINVAL (not registered, already queued, bad fields), ENOTCONN
-  /// (not started), EMSGSIZE. kPassiveBulk*: fills nb.desc; kActiveBulk*: nb.desc is the peer's.
+  /// (not started), EMSGSIZE. A connection that cannot be set up ends the operation with the
+  /// reason (DomainOptions::oob_timeout says which). kPassiveBulk*: fills nb.desc; kActiveBulk*:
+  /// nb.desc is the peer's.
   int add(NetBuffer& nb, QueueType q);
   /// m0_net_buffer_del: cancels; the buffer's event carries -ECANCELED. A kMsgRecv buffer
   /// posted to the wire comes back with its next message (dropped) or when the Tm stops; an
@@ -368,8 +388,13 @@ class Tm {
   void send_ctl_locked(Conn& c, std::uint64_t token, std::uint64_t length, int status);
   void unmake_conn_locked(Conn& c);
   bool reclaim_one_locked();
-  void serve_hello(int fd, std::span<const std::uint8_t> bytes,
+  bool serve_hello(int fd, std::span<const std::uint8_t> bytes,
                    const std::array<std::uint8_t, 16>& nonce);
+  void finish_setup(int fd, const OobHello& h, std::shared_ptr<Conn> c,
+                    const std::array<std::uint8_t, 16>& nonce, const EndPoint& src);
+  void send_reply(int fd, OobHello& r, const EndPoint& src,
+                  const std::array<std::uint8_t, 16>& nonce);
+  void reap_setups(bool all);
 
   Domain& dom_;
   std::atomic<TmState> state_{TmState::kInitialized};
@@ -392,6 +417,9 @@ class Tm {
   std::map<EndPoint, std::shared_ptr<Conn>> conns_;
   std::map<std::uint32_t, Conn*> by_qpn_;
   std::vector<std::shared_ptr<Conn>> parked_;  ///< second connections of a simultaneous pair
+  std::vector<EndPoint> setups_;  ///< the sources of hellos whose QP set-up is in flight
+  /// Set-up threads (the listener's): joined once done, all before the listener ends.
+  std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> setup_threads_;
   std::deque<BufferEvent> pending_;
   std::atomic<std::size_t> npending_{0};
   int notify_fd_ = -1;
