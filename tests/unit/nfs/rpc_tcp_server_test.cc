@@ -207,6 +207,39 @@ TEST(RpcTcpServer, SilentConnectionIsClosedAtItsDeadline) {
   ::close(fd);
 }
 
+// review-attack PoC: a connection that trickles one byte of a record per (deadline - e) never
+// reaches its deadline, and max_clients of them keep every other client out for good.
+TEST(RpcTcpServer, TricklingConnectionsHoldEverySlot) {
+  RpcTcpServer s(echo);
+  s.idle_timeout_ms = 300;
+  s.max_clients = 2;
+  const std::uint16_t port = listen_on(s);
+  std::vector<int> slow = {connect_to(port), connect_to(port)};
+  poll_until(
+      s, [&] { return s.clients() == 2; }, 1);
+  const auto rec = record(9, 400);  // a whole call, sent one byte every 200 ms
+  std::size_t off = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(3000);
+  auto next = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() < end) {
+    if (std::chrono::steady_clock::now() >= next) {
+      for (const int fd : slow) ::send(fd, rec.data() + off, 1, MSG_NOSIGNAL);
+      ++off;
+      next += std::chrono::milliseconds(200);
+    }
+    s.poll();
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  // 3 s = 10 deadlines later: both still held, and a real client is turned away.
+  EXPECT_EQ(s.clients(), 2u);
+  const int fd = connect_to(port);
+  poll_until(
+      s, [] { return false; }, 0.2);
+  EXPECT_FALSE(closed_by_peer(fd)) << "a newcomer is refused: the tricklers hold every slot";
+  for (const int f : slow) ::close(f);
+  ::close(fd);
+}
+
 // MOUNT does not listen on every address unless told: the service's default is loopback, and
 // roce-nfsd's is the address of its interface (loopback when it has none).
 TEST(MountBinding, DefaultsToALocalAddress) {
