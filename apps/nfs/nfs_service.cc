@@ -72,24 +72,40 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       c.transport.max_connections = num(1, 4096);
     else if (a == "--max-half-open")
       c.transport.max_half_open = num(1, 4096);
+    else if (a == "--max-per-peer")
+      c.transport.max_per_peer = num(1, 4096);
+    else if (a == "--reap-idle")
+      c.transport.reap_idle_ms = num(0, 86'400'000);
     else if (a == "--mount-clients")
       c.mount_clients = num(1, 1024);
+    else if (a == "--mount-per-peer")
+      c.mount_per_peer = num(1, 1024);
     else if (a == "--mount-timeout")
       c.mount_timeout_ms = num(100, 3'600'000);
     else
       throw std::runtime_error("service nfs: unknown option " + a +
                                " (--root, --export, --export-options, --clients, --max-handles, "
                                "--mount-address, --mount-port, --credits, --inline, --tcp-port, "
-                               "--max-connections, --max-half-open, --mount-clients, "
-                               "--mount-timeout)");
+                               "--max-connections, --max-half-open, --max-per-peer, --reap-idle, "
+                               "--mount-clients, --mount-per-peer, --mount-timeout)");
   }
   if (c.root.empty()) throw std::runtime_error("service nfs: --root DIR is required");
 }
 
+namespace {
+// The transport's options with the export's client list as its door: an unlisted source is
+// refused at its REQ.
+ServerOptions with_door(const NfsServiceConfig& c) {
+  ServerOptions o = c.transport;
+  if (!o.allows) o.allows = [e = c.exports](wire::Ipv4Addr a) { return e.allows(a); };
+  return o;
+}
+}  // namespace
+
 NfsService::NfsService(perf::Env& env, const NfsServiceConfig& c)
     : nfs_(c.root, c.export_path, c.exports),
       rdma_(
-          env, c.transport,
+          env, with_door(c),
           [this](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& r) {
             std::lock_guard g(nfs_mu_);
             nfs_.handle(ctx, call, r);
@@ -116,6 +132,7 @@ NfsService::NfsService(perf::Env& env, const NfsServiceConfig& c)
   nfs_.max_io = c.transport.max_io;
   nfs_.max_handles = c.max_handles;
   mount_.max_clients = c.mount_clients;
+  mount_.max_per_peer = c.mount_per_peer;
   mount_.idle_timeout_ms = c.mount_timeout_ms;
   std::string err;
   if (!mount_.listen(c.mount_address, c.mount_port, err)) throw std::runtime_error(err);

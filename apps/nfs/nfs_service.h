@@ -32,7 +32,10 @@ struct NfsServiceConfig {
   std::string mount_address = "127.0.0.1";
   std::uint16_t mount_port = 20048;
   std::size_t mount_clients = 16;          ///< MOUNT connections at once
-  std::uint32_t mount_timeout_ms = 30000;  ///< a MOUNT connection without progress is closed
+  std::size_t mount_per_peer = 8;          ///< MOUNT connections of one address
+  /// A MOUNT connection that does not deliver a whole call (or take its reply) in this long is
+  /// closed.
+  std::uint32_t mount_timeout_ms = 30000;
   ServerOptions transport;
   std::uint16_t tcp_port = 0;  ///< non-zero: NFS over kernel TCP too (the benchmarks' baseline)
 };

@@ -530,6 +530,73 @@ TEST(NfsServerTransport, CapsConnectionsAndHalfOpenOnes) {
   EXPECT_EQ(r.srv->stats().rejected_full, 2u);
 }
 
+// A source the export does not list is refused at its REQ (REJ 28, consumer defined): it holds
+// no connection, so that unlisted hosts cannot fill the table against listed ones.
+TEST(NfsServerTransport, RejectsASourceTheExportDoesNotList) {
+  ServerOptions o;
+  o.allows = [](wire::Ipv4Addr a) { return a != kIpA; };
+  Rig r(o, echo);
+  // The server learns the client's MAC first (its ARP request), so that the REJ can reach it.
+  r.inject(arp_frame(1, wire::MacAddr{{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}, kMacA, kIpA, kIpB));
+  r.run([&] { return r.env.loop.neighbour().lookup(kIpA).has_value(); }, 1);
+  Client& c = r.connect();
+  ASSERT_TRUE(r.run([&] { return c.up || c.rejected; }, 5));
+  EXPECT_TRUE(c.rejected) << "a source outside the export's list was accepted";
+  EXPECT_EQ(c.reason, cm::RejReason::kConsumerDefined);
+  EXPECT_EQ(r.srv->connections(), 0u);
+  EXPECT_EQ(r.srv->stats().denied, 1u);
+}
+
+// One source holds max_per_peer connections: its next REQ closes its connection idle the
+// longest (a client that rebooted left it behind) rather than waiting forever for a slot.
+TEST(NfsServerTransport, OneSourceHoldsMaxPerPeerAndItsOldestIdleIsReaped) {
+  ServerOptions o;
+  o.max_per_peer = 2;
+  Rig r(o, echo);
+  Client& c1 = r.connect();
+  ASSERT_TRUE(r.run([&] { return c1.up; }, 5));
+  r.call(c1, 1);
+  ASSERT_TRUE(r.run([&] { return !c1.replies.empty(); }, 5));
+  Client& c2 = r.connect();
+  ASSERT_TRUE(r.run([&] { return c2.up; }, 5));
+  r.call(c2, 2);
+  ASSERT_TRUE(r.run([&] { return !c2.replies.empty(); }, 5));
+  Client& c3 = r.connect();
+  ASSERT_TRUE(r.run([&] { return (c3.up || c3.rejected) && c1.down; }, 5));
+  EXPECT_TRUE(c3.up);
+  EXPECT_TRUE(c1.down) << "the oldest idle connection of the source was not closed";
+  EXPECT_FALSE(c2.down);
+  EXPECT_EQ(r.srv->connections(), 2u);
+  EXPECT_EQ(r.srv->stats().reaped, 1u);
+  r.call(c3, 3);
+  EXPECT_TRUE(r.run([&] { return !c3.replies.empty(); }, 5));
+}
+
+// A full table refuses a REQ while every connection was active within reap_idle_ms, and closes
+// the one idle the longest once it has been idle that long: established connections do not
+// hold their slots forever.
+TEST(NfsServerTransport, AFullTableReapsAConnectionIdleBeyondTheLimit) {
+  ServerOptions o;
+  o.max_connections = 2;
+  o.reap_idle_ms = 400;
+  Rig r(o, echo);
+  Client& c1 = r.connect();
+  Client& c2 = r.connect();
+  ASSERT_TRUE(r.run([&] { return c1.up && c2.up; }, 5));
+  r.call(c1, 1);
+  r.call(c2, 2);
+  ASSERT_TRUE(r.run([&] { return !c1.replies.empty() && !c2.replies.empty(); }, 5));
+  Client& c3 = r.connect();
+  ASSERT_TRUE(r.run([&] { return c3.up || c3.rejected; }, 5));
+  EXPECT_TRUE(c3.rejected) << "an active connection was closed for a newcomer";
+  r.run([] { return false; }, 0.5);
+  Client& c4 = r.connect();
+  ASSERT_TRUE(r.run([&] { return c4.up || c4.rejected; }, 5));
+  EXPECT_TRUE(c4.up) << "connections idle beyond reap_idle_ms kept the table full";
+  EXPECT_EQ(r.srv->stats().reaped, 1u);
+  EXPECT_EQ(r.srv->connections(), 2u);
+}
+
 // Item 4: the source of a REQ that does not answer ARP: the loop goes on (no poll takes long),
 // and the REQ is rejected once resolve_timeout_ms has passed.
 TEST(NfsServerTransport, UnresolvableSourceDoesNotStallTheLoop) {
@@ -661,8 +728,13 @@ namespace {
 TEST(NfsServiceArgs, TheTransportAndMountLimitsAreSettable) {
   roce::nfs::NfsServiceConfig c;
   roce::nfs::parse_service_args({"--root", "/tmp", "--max-connections", "8", "--max-half-open",
-                                 "2", "--mount-clients", "4", "--mount-timeout", "1000"},
+                                 "2", "--mount-clients", "4", "--mount-timeout", "1000",
+                                 "--max-per-peer", "3", "--reap-idle", "60000",
+                                 "--mount-per-peer", "2"},
                                 c);
+  EXPECT_EQ(c.transport.max_per_peer, 3u);
+  EXPECT_EQ(c.transport.reap_idle_ms, 60000u);
+  EXPECT_EQ(c.mount_per_peer, 2u);
   EXPECT_EQ(c.transport.max_connections, 8u);
   EXPECT_EQ(c.transport.max_half_open, 2u);
   EXPECT_EQ(c.mount_clients, 4u);
