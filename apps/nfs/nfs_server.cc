@@ -287,16 +287,20 @@ bool parse_clients(std::string_view s, ExportOptions& o, std::string& err) {
 class NfsServer::Identity {
  public:
   ~Identity() { restore(); }
-  /// False (and nothing changed) when the kernel refuses: no CAP_SETUID/CAP_SETGID.
+  /// False (and nothing changed) when the kernel refuses: no CAP_SETUID/CAP_SETGID. The groups
+  /// count as much as the ids: a caller with the thread's uid and gid but other groups is
+  /// switched too (else it would borrow the server's groups).
   bool become(std::uint32_t uid, std::uint32_t gid, const std::vector<std::uint32_t>& groups) {
     restore();
     uid_ = static_cast<std::uint32_t>(::syscall(SYS_setfsuid, -1));
     gid_ = static_cast<std::uint32_t>(::syscall(SYS_setfsgid, -1));
-    if (uid == uid_ && gid == gid_) return true;  // already (an unprivileged roced, root)
     const long n = ::syscall(SYS_getgroups, 0, nullptr);
     groups_.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
     if (n > 0 && ::syscall(SYS_getgroups, n, groups_.data()) != n) return false;
-    groups_set_ = groups != groups_;  // each change of credentials costs the kernel a few us
+    // Already (an unprivileged roced, root): the same ids and the same groups, a list holding
+    // the gid itself being the same as one without it.
+    if (uid == uid_ && gid == gid_ && same_groups(groups, groups_, gid)) return true;
+    groups_set_ = !same_groups(groups, groups_, ~0u);  // each change costs the kernel a few us
     if (groups_set_ && ::syscall(SYS_setgroups, groups.size(), groups.data()) != 0) return false;
     switched_ = true;
     ::syscall(SYS_setfsgid, gid);
@@ -307,6 +311,16 @@ class NfsServer::Identity {
       return false;
     }
     return true;
+  }
+  /// Whether `a` and `b` are the same set of groups, `but` left out of both.
+  static bool same_groups(std::vector<std::uint32_t> a, std::vector<std::uint32_t> b,
+                          std::uint32_t but) {
+    for (auto* v : {&a, &b}) {
+      std::erase(*v, but);
+      std::sort(v->begin(), v->end());
+      v->erase(std::unique(v->begin(), v->end()), v->end());
+    }
+    return a == b;
   }
   void restore() {
     if (!switched_) return;

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "apps/nfs/nfs_server.h"
 
@@ -381,6 +382,39 @@ TEST_F(NfsExportTest, MalformedCredentialsAreRefused) {
   EXPECT_EQ(h.stat, rpc::kMsgDenied);
   EXPECT_EQ(h.reject, rpc::kAuthError);
   EXPECT_EQ(h.auth, rpc::kAuthBadCred);
+}
+
+// A caller whose uid and gid are the server's own gets its own groups, not the server's: an
+// unprivileged server (a thread of uid 1000 here, in group 500 besides its own) with
+// all_squash,anonuid=1000,anongid=1000 used to skip setgroups, so that every caller read what
+// group 500 may. The squashed caller has no supplementary groups (as knfsd's); a server that
+// cannot drop its groups answers SYSTEM_ERR rather than lend them.
+TEST_F(NfsExportTest, ACallerAsTheServersIdsDoesNotGetItsGroups) {
+  if (!root()) GTEST_SKIP() << "needs root (to make a thread of another user)";
+  ASSERT_EQ(::chown(dir_.c_str(), 0, 500), 0);
+  ASSERT_EQ(::chmod(dir_.c_str(), 0770), 0);  // group 500 only
+  rpc::ReplyHeader h;
+  std::uint32_t bits = 0;
+  std::thread([&] {
+    // Per thread (raw syscalls, not glibc's process-wide wrappers): groups {500}, then 1000:1000.
+    const std::uint32_t groups[] = {500};
+    ASSERT_EQ(::syscall(SYS_setgroups, 1, groups), 0);
+    ASSERT_EQ(::syscall(SYS_setresgid, 1000, 1000, 1000), 0);
+    ASSERT_EQ(::syscall(SYS_setresuid, 1000, 1000, 1000), 0);
+    serve("all_squash,anonuid=1000,anongid=1000");
+    ASSERT_FALSE(srv_->acts_as_callers());
+    auto r = call(kAccess, [&](XdrEncoder& e) {
+      encode(e, root_);
+      e.u32(kAcRead | kAcLookup);
+    });
+    XdrDecoder d = results(r, &h);
+    if (h.accept == rpc::kSuccess && d.u32() == kOk) {
+      decode_post_op(d);
+      bits = d.u32();
+    }
+  }).join();
+  EXPECT_EQ(bits & (kAcRead | kAcLookup), 0u) << "the caller read the root with the server's group";
+  EXPECT_EQ(h.accept, rpc::kSystemErr);
 }
 
 TEST_F(NfsExportTest, ACallAsLinuxEncodesIt) {
