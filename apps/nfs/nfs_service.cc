@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <stdexcept>
+#include <vector>
 
 #include "controlplane/address.h"
 
@@ -92,6 +93,28 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
   if (c.root.empty()) throw std::runtime_error("service nfs: --root DIR is required");
 }
 
+void check_unprivileged(const ExportOptions& e) {
+  const unsigned uid = ::geteuid(), gid = ::getegid();
+  if (!(e.all_squash && e.anonuid == uid && e.anongid == gid))
+    throw std::runtime_error(
+        "service nfs: not root (no CAP_SETUID/CAP_SETGID), so it cannot act as its callers: "
+        "export with all_squash,anonuid=" +
+        std::to_string(uid) + ",anongid=" + std::to_string(gid) +
+        " to serve every caller as this user, or run as root (docs/nfs.md)");
+  const int n = ::getgroups(0, nullptr);
+  std::vector<gid_t> g(n > 0 ? static_cast<std::size_t>(n) : 0);
+  if (n > 0 && ::getgroups(n, g.data()) != n) g.clear();
+  std::string extra;
+  for (const gid_t x : g)
+    if (x != gid) extra += (extra.empty() ? "" : ",") + std::to_string(x);
+  if (!extra.empty())
+    throw std::runtime_error("service nfs: not root and a member of groups " + extra +
+                             ", which it cannot drop: every caller would have them too. Run it "
+                             "as a user without supplementary groups (systemd: User= with no "
+                             "SupplementaryGroups=, and not in /etc/group's lists), or as root "
+                             "(docs/nfs.md)");
+}
+
 namespace {
 // The transport's options with the export's client list as its door: an unlisted source is
 // refused at its REQ.
@@ -122,13 +145,7 @@ NfsService::NfsService(perf::Env& env, const NfsServiceConfig& c)
             reply = std::move(r.msg);
           },
           &worker_) {
-  if (!nfs_.acts_as_callers() && !(c.exports.all_squash && c.exports.anonuid == ::geteuid() &&
-                                   c.exports.anongid == ::getegid()))
-    std::fprintf(stderr,
-                 "service nfs: not root (no CAP_SETUID/CAP_SETGID): calls as other ids than %u:%u "
-                 "get SYSTEM_ERR; export with all_squash,anonuid=%u,anongid=%u to serve them as "
-                 "this user (docs/nfs.md)\n",
-                 ::geteuid(), ::getegid(), ::geteuid(), ::getegid());
+  if (!nfs_.acts_as_callers()) check_unprivileged(c.exports);
   nfs_.max_io = c.transport.max_io;
   nfs_.max_handles = c.max_handles;
   mount_.max_clients = c.mount_clients;

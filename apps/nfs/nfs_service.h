@@ -50,6 +50,13 @@ std::string default_mount_address(const std::string& iface);
 /// --tcp-port N) into `c`; throws std::runtime_error on a bad one.
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c);
 
+/// For a process without CAP_SETUID/CAP_SETGID (it can act only as itself): throws
+/// std::runtime_error, saying what to do, unless the export squashes every caller to the
+/// process's own uid and gid (all_squash,anonuid,anongid) and the process has no supplementary
+/// groups (which it could not drop, so that every caller would have them). Anything else would
+/// fail call by call (SYSTEM_ERR).
+void check_unprivileged(const ExportOptions& e);
+
 class NfsService {
  public:
   /// Throws std::runtime_error when the root is not a directory or MOUNT cannot listen.

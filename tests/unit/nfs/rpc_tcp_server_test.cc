@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -323,6 +324,48 @@ TEST(MountBinding, DefaultsToALocalAddress) {
   EXPECT_EQ(default_mount_address("lo"), "127.0.0.1");
   EXPECT_EQ(default_mount_address(""), "127.0.0.1");
   EXPECT_EQ(default_mount_address("no-such-interface0"), "127.0.0.1");
+}
+
+// An unprivileged service that would have to act as others, or lend its supplementary groups,
+// refuses to start, saying why (a thread of uid 1000 here; raw syscalls are per thread).
+TEST(NfsServiceUnprivileged, RefusesWhatItCannotServe) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (to make a thread of another user)";
+  ExportOptions self, rw;
+  std::string err;
+  ASSERT_TRUE(parse_export_options("rw,all_squash,anonuid=1000,anongid=1000", self, err));
+  ASSERT_TRUE(parse_export_options("rw", rw, err));
+  std::string with_group, without_group, other_ids;
+  std::thread([&] {
+    const std::uint32_t groups[] = {1000, 500};
+    ASSERT_EQ(::syscall(SYS_setgroups, 2, groups), 0);
+    ASSERT_EQ(::syscall(SYS_setresgid, 1000, 1000, 1000), 0);
+    ASSERT_EQ(::syscall(SYS_setresuid, 1000, 1000, 1000), 0);
+    try {
+      check_unprivileged(self);
+    } catch (const std::runtime_error& e) {
+      with_group = e.what();
+    }
+    try {
+      check_unprivileged(rw);
+    } catch (const std::runtime_error& e) {
+      other_ids = e.what();
+    }
+  }).join();
+  std::thread([&] {
+    const std::uint32_t groups[] = {1000};  // its own gid only: nothing to lend
+    ASSERT_EQ(::syscall(SYS_setgroups, 1, groups), 0);
+    ASSERT_EQ(::syscall(SYS_setresgid, 1000, 1000, 1000), 0);
+    ASSERT_EQ(::syscall(SYS_setresuid, 1000, 1000, 1000), 0);
+    try {
+      check_unprivileged(self);
+    } catch (const std::runtime_error& e) {
+      without_group = e.what();
+    }
+  }).join();
+  EXPECT_NE(with_group.find("groups 500"), std::string::npos) << with_group;
+  EXPECT_NE(other_ids.find("all_squash,anonuid=1000,anongid=1000"), std::string::npos)
+      << other_ids;
+  EXPECT_EQ(without_group, "");
 }
 
 }  // namespace
