@@ -54,9 +54,11 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       c.export_path = v;
     else if (a == "--export-options" || a == "--clients") {
       std::string err;
+      std::vector<std::string> warnings;
       if (!(a == "--clients" ? parse_clients(v, c.exports, err)
-                             : parse_export_options(v, c.exports, err)))
+                             : parse_export_options(v, c.exports, err, &warnings)))
         throw std::runtime_error("service nfs: " + a + ": " + err);
+      for (const auto& w : warnings) std::fprintf(stderr, "service nfs: %s\n", w.c_str());
     } else if (a == "--max-handles")
       c.max_handles = num(16, 1u << 24);
     else if (a == "--mount-address")

@@ -7,6 +7,8 @@
 #include <boost/program_options.hpp>
 #include <csignal>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "apps/nfs/link.h"
 #include "apps/nfs/nfs_service.h"
@@ -80,11 +82,14 @@ int main(int argc, char** argv) {
   }
   if (!vm.count("mount-address")) c.mount_address = nfs::default_mount_address(link.iface);
   std::string err;
-  if ((!export_options.empty() && !nfs::parse_export_options(export_options, c.exports, err)) ||
+  std::vector<std::string> warnings;
+  if ((!export_options.empty() &&
+       !nfs::parse_export_options(export_options, c.exports, err, &warnings)) ||
       (vm.count("clients") && !nfs::parse_clients(clients, c.exports, err))) {
     std::cerr << "roce-nfsd: " << err << "\n";
     return 2;
   }
+  for (const auto& w : warnings) std::cerr << "roce-nfsd: " << w << "\n";
   c.port = static_cast<std::uint16_t>(port);
   c.mount_port = static_cast<std::uint16_t>(mount_port);
   c.tcp_port = static_cast<std::uint16_t>(tcp_port);

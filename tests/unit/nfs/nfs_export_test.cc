@@ -182,6 +182,41 @@ TEST_F(NfsExportTest, OptionsAndClientsParseAsExports5) {
   EXPECT_TRUE(o.allows(wire::Ipv4Addr{0x01020304}));
 }
 
+// exports(5)'s other common options do not stop the service (secure is exports(5)'s default);
+// a client list may say addr/netmask as exports(5) does.
+TEST_F(NfsExportTest, CommonExports5OptionsAndNetmasksAreAccepted) {
+  std::string err;
+  for (const char* ok :
+       {"secure", "insecure", "async", "sync", "wdelay", "no_wdelay", "subtree_check",
+        "no_subtree_check", "hide", "nohide", "crossmnt", "fsid=0", "fsid=7", "fsid=root",
+        "sec=sys", "rw,secure,async,no_subtree_check,fsid=1,sec=sys"}) {
+    ExportOptions x;
+    EXPECT_TRUE(parse_export_options(ok, x, err)) << ok << ": " << err;
+  }
+  ExportOptions x;
+  std::vector<std::string> warnings;
+  EXPECT_TRUE(parse_export_options("rw,async,no_subtree_check,crossmnt,sync", x, err, &warnings));
+  EXPECT_TRUE(x.rw);
+  // One line for each option that asks for what is not done here, none for the others.
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_NE(warnings[0].find("async"), std::string::npos);
+  EXPECT_NE(warnings[1].find("crossmnt"), std::string::npos);
+  for (const char* bad : {"sec=krb5", "fsid=", "secure=1", "nosuch"}) {
+    ExportOptions y;
+    EXPECT_FALSE(parse_export_options(bad, y, err)) << bad;
+  }
+  EXPECT_NE(err.find("crossmnt"), std::string::npos) << "the error lists what is accepted: " << err;
+  ExportOptions o;
+  ASSERT_TRUE(parse_clients("192.0.2.0/255.255.255.0,198.18.0.0/255.254.0.0", o, err)) << err;
+  EXPECT_TRUE(o.allows(wire::Ipv4Addr{0xC0000263}));   // 192.0.2.99
+  EXPECT_FALSE(o.allows(wire::Ipv4Addr{0xC0000302}));  // 192.0.3.2
+  EXPECT_TRUE(o.allows(wire::Ipv4Addr{0xC6130001}));   // 198.19.0.1
+  for (const char* bad : {"192.0.2.0/255.0.255.0", "192.0.2.0/0.0.0.255", "192.0.2.0/255.255.255"}) {
+    ExportOptions y;
+    EXPECT_FALSE(parse_clients(bad, y, err)) << bad;
+  }
+}
+
 TEST_F(NfsExportTest, ClientsOutsideTheListAreRefused) {
   serve("rw,no_root_squash", "192.0.2.0/24");
   ctx_.peer = wire::Ipv4Addr{0xC6120009};  // 198.18.0.9
