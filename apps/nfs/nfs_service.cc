@@ -204,15 +204,55 @@ std::string NfsService::report() const {
        std::to_string(t.send_inv) + " SEND with invalidate, ERR_VERS " +
        std::to_string(t.err_vers) + ", ERR_CHUNK " + std::to_string(t.err_chunk) +
        "; beyond credits " + std::to_string(t.over_credit) + ", refused " +
-       std::to_string(t.rejected_full) + " (full), " + std::to_string(t.unresolved) +
-       " (no ARP answer), " + std::to_string(t.closed) + " closed\n";
+       std::to_string(t.rejected_full) + " (full), " + std::to_string(t.denied) +
+       " (not listed), " + std::to_string(t.unresolved) + " (no ARP answer), " +
+       std::to_string(t.reaped) + " idle reaped, " + std::to_string(t.closed) + " closed\n";
   const auto& m = mount_.stats();
   s += "mount: " + std::to_string(mount_.clients()) + " connections, refused " +
-       std::to_string(m.refused) + ", timed out " + std::to_string(m.timed_out) + ", oversized " +
+       std::to_string(m.refused) + " (full), " + std::to_string(m.refused_peer) +
+       " (per address), evicted " + std::to_string(m.evicted) + ", timed out " +
+       std::to_string(m.timed_out) + ", oversized " +
        std::to_string(m.oversized) + "\n";
   s += "procedures:";
   for (const auto& [p, k] : n.by_proc) s += " " + std::to_string(p) + ":" + std::to_string(k);
   return s + "\n";
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
+  const auto& t = rdma_.stats();
+  const auto& m = mount_.stats();
+  std::unique_lock g(nfs_mu_);
+  const NfsServerStats n = nfs_.stats();
+  const std::uint64_t handles = nfs_.handles();
+  g.unlock();
+  return {
+      {"nfs_calls", n.calls},
+      {"nfs_errors", n.errors},
+      {"nfs_garbage", n.garbage},
+      {"nfs_denied", n.denied},  // AUTH_ERROR: bad credential, client not listed
+      {"nfs_bytes_read", n.bytes_read},
+      {"nfs_bytes_written", n.bytes_written},
+      {"nfs_handles_now", handles},
+      {"rpcrdma_connections_now", rdma_.connections()},
+      {"rpcrdma_connections", t.connections},
+      {"rpcrdma_calls", t.calls},
+      {"rpcrdma_over_credit", t.over_credit},
+      {"rpcrdma_rejected_full", t.rejected_full},
+      {"rpcrdma_denied", t.denied},
+      {"rpcrdma_unresolved", t.unresolved},
+      {"rpcrdma_reaped", t.reaped},
+      {"rpcrdma_closed", t.closed},
+      {"rpcrdma_err_vers", t.err_vers},
+      {"rpcrdma_err_chunk", t.err_chunk},
+      {"mount_calls", mount_.calls()},
+      {"mount_denied", nfs_.mount_denied()},  // MNT3ERR_ACCES
+      {"mount_connections_now", mount_.clients()},
+      {"mount_refused", m.refused},
+      {"mount_refused_peer", m.refused_peer},
+      {"mount_evicted", m.evicted},
+      {"mount_timed_out", m.timed_out},
+      {"mount_oversized", m.oversized},
+  };
 }
 
 HostedNfsService::HostedNfsService(const ctl::ServiceConfig& sc, engine::Engine& eng,

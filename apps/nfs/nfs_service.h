@@ -12,6 +12,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "apps/nfs/mount_tcp.h"
 #include "apps/nfs/nfs_server.h"
@@ -66,6 +68,9 @@ class NfsService {
   /// Serves what arrived (one poll of the port's loop included); true when anything happened.
   bool step();
   std::string report() const;
+  /// Counters for an operator to scrape (roced's metrics): flat (name, value) pairs, names in
+  /// snake_case without a prefix, cumulative unless the name says otherwise (`_now`).
+  std::vector<std::pair<std::string, std::uint64_t>> stats() const;
 
  private:
   NfsServer nfs_;
@@ -86,6 +91,7 @@ class HostedNfsService {
                    wire::Ipv4Addr ip, std::uint32_t cm_connections);
   void step() { svc_->step(); }
   std::string report() const { return svc_->report(); }
+  std::vector<std::pair<std::string, std::uint64_t>> stats() const { return svc_->stats(); }
 
  private:
   perf::Env env_;

@@ -281,7 +281,7 @@ class Rig {
     return false;
   }
 
-  Client& connect() {
+  Client& connect(std::uint16_t port = kPort) {
     auto c = std::make_unique<Client>();
     c->buf.assign(std::size_t{2} * Client::kSlots * Client::kSlot, 0);
     c->mr = a.eng->reg_mr(pd, c->buf.data(), c->buf.size(), kAccessLocalWrite);
@@ -294,7 +294,7 @@ class Rig {
     for (std::uint32_t i = 0; i < Client::kSlots; ++i) post_recv(*c, i);
     cm::ConnectParams p;
     p.peer.gid = ctl::gid_from_ipv4(kIpB);
-    p.service_id = cm::service_id(cm::PortSpace::kTcp, kPort);
+    p.service_id = cm::service_id(cm::PortSpace::kTcp, port);
     p.starting_psn = wire::Psn(0x1000 + 77 * static_cast<std::uint32_t>(clients.size()));
     p.responder_resources = 16;
     p.initiator_depth = 16;
@@ -595,6 +595,35 @@ TEST(NfsServerTransport, AFullTableReapsAConnectionIdleBeyondTheLimit) {
   EXPECT_TRUE(c4.up) << "connections idle beyond reap_idle_ms kept the table full";
   EXPECT_EQ(r.srv->stats().reaped, 1u);
   EXPECT_EQ(r.srv->connections(), 2u);
+}
+
+// The service gives its transport the export's client list (an unlisted source is refused at
+// its REQ), and its counters are there to scrape by name.
+TEST(NfsService, TheExportsListIsTheTransportsDoorAndTheCountersAreScrapable) {
+  Rig r({}, echo);
+  NfsServiceConfig c;
+  parse_service_args({"--root", "/tmp", "--clients", "198.18.0.0/255.254.0.0", "--mount-port",
+                      std::to_string(30000 + getpid() % 20000)},
+                     c);
+  c.port = kPort + 1;
+  NfsService svc(r.env, c);
+  r.inject(arp_frame(1, wire::MacAddr{{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}, kMacA, kIpA, kIpB));
+  Client& cl = r.connect(kPort + 1);
+  ASSERT_TRUE(r.run(
+      [&] {
+        svc.step();
+        return cl.up || cl.rejected;
+      },
+      5));
+  EXPECT_TRUE(cl.rejected);
+  std::map<std::string, std::uint64_t> st;
+  for (const auto& [k, v] : svc.stats()) st[k] = v;
+  EXPECT_EQ(st.at("rpcrdma_denied"), 1u);
+  EXPECT_EQ(st.at("rpcrdma_connections_now"), 0u);
+  for (const char* k : {"nfs_denied", "mount_denied", "rpcrdma_over_credit",
+                        "rpcrdma_rejected_full", "rpcrdma_reaped", "mount_refused",
+                        "mount_refused_peer", "mount_evicted", "mount_timed_out"})
+    EXPECT_EQ(st.count(k), 1u) << k;
 }
 
 // Item 4: the source of a REQ that does not answer ARP: the loop goes on (no poll takes long),
