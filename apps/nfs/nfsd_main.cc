@@ -41,9 +41,10 @@ int main(int argc, char** argv) {
       "export", po::value(&c.export_path)->default_value("/"), "the export's MOUNT path")(
       "export-options", po::value(&export_options),
       "exports(5) options: ro (default) or rw, root_squash (default), no_root_squash, "
-      "all_squash, anonuid=N, anongid=N")("clients", po::value(&clients),
-                                          "who may mount: IPv4 addresses and address/prefix, "
-                                          "comma-separated (default *: everyone)")(
+      "all_squash, anonuid=N, anongid=N (docs/nfs.md: others accepted)")(
+      "clients", po::value(&clients),
+      "who may mount: IPv4 addresses, address/prefix and address/netmask, comma-separated "
+      "(default *: everyone)")(
       "max-handles", po::value(&c.max_handles)->default_value(c.max_handles),
       "file handles remembered (least recently used forgotten: stale)")(
       "port", po::value(&port)->default_value(c.port), "NFS/RDMA rdma_cm port")(
@@ -51,8 +52,15 @@ int main(int argc, char** argv) {
       "kernel TCP address for MOUNT (default: the address of --iface, else 127.0.0.1)")(
       "mount-clients", po::value(&c.mount_clients)->default_value(c.mount_clients),
       "MOUNT connections at once")(
+      "mount-per-peer", po::value(&c.mount_per_peer)->default_value(c.mount_per_peer),
+      "MOUNT connections of one address")(
       "mount-timeout", po::value(&c.mount_timeout_ms)->default_value(c.mount_timeout_ms),
-      "ms without progress after which a MOUNT connection is closed")(
+      "ms a MOUNT connection has for each whole call (and to take its reply)")(
+      "max-per-peer",
+      po::value(&c.transport.max_per_peer)->default_value(c.transport.max_per_peer),
+      "RDMA connections of one address (beyond: its oldest idle one is closed)")(
+      "reap-idle", po::value(&c.transport.reap_idle_ms)->default_value(c.transport.reap_idle_ms),
+      "ms idle after which an RDMA connection is closed for a REQ when the table is full")(
       "max-connections",
       po::value(&c.transport.max_connections)->default_value(c.transport.max_connections),
       "RDMA connections at once (beyond: REJ no resources)")(
