@@ -247,16 +247,19 @@ bool parse_export_options(std::string_view s, ExportOptions& o, std::string& err
         return false;
       }
     } else if (key == "secure") {
-      warn("export option secure: source ports are not checked (RDMA connections have none); "
-           "--clients is the only address check");
+      warn(
+          "export option secure: source ports are not checked (RDMA connections have none); "
+          "--clients is the only address check");
     } else if (key == "async") {
-      warn("export option async: writes are still made stable as the client asks (FILE_SYNC, "
-           "DATA_SYNC, COMMIT); async's early answer is not offered");
+      warn(
+          "export option async: writes are still made stable as the client asks (FILE_SYNC, "
+          "DATA_SYNC, COMMIT); async's early answer is not offered");
     } else if (key == "wdelay") {
       warn("export option wdelay: writes are not delayed to be gathered; each is done as it comes");
     } else if (key == "subtree_check") {
-      warn("export option subtree_check: handles name inodes; every call is resolved beneath the "
-           "export's root anyway");
+      warn(
+          "export option subtree_check: handles name inodes; every call is resolved beneath the "
+          "export's root anyway");
     } else if (key == "nohide" || key == "crossmnt") {
       warn("export option " + std::string(key) +
            ": file systems mounted inside the export are not served (NFS3ERR_ACCES)");

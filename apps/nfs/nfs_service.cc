@@ -211,8 +211,7 @@ std::string NfsService::report() const {
   s += "mount: " + std::to_string(mount_.clients()) + " connections, refused " +
        std::to_string(m.refused) + " (full), " + std::to_string(m.refused_peer) +
        " (per address), evicted " + std::to_string(m.evicted) + ", timed out " +
-       std::to_string(m.timed_out) + ", oversized " +
-       std::to_string(m.oversized) + "\n";
+       std::to_string(m.timed_out) + ", oversized " + std::to_string(m.oversized) + "\n";
   s += "procedures:";
   for (const auto& [p, k] : n.by_proc) s += " " + std::to_string(p) + ":" + std::to_string(k);
   return s + "\n";

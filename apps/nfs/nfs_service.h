@@ -33,8 +33,8 @@ struct NfsServiceConfig {
   /// the management address; roce-nfsd: its interface's address). 0.0.0.0 only on purpose.
   std::string mount_address = "127.0.0.1";
   std::uint16_t mount_port = 20048;
-  std::size_t mount_clients = 16;          ///< MOUNT connections at once
-  std::size_t mount_per_peer = 8;          ///< MOUNT connections of one address
+  std::size_t mount_clients = 16;  ///< MOUNT connections at once
+  std::size_t mount_per_peer = 8;  ///< MOUNT connections of one address
   /// A MOUNT connection that does not deliver a whole call (or take its reply) in this long is
   /// closed.
   std::uint32_t mount_timeout_ms = 30000;

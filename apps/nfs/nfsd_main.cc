@@ -44,20 +44,19 @@ int main(int argc, char** argv) {
       "all_squash, anonuid=N, anongid=N (docs/nfs.md: others accepted)")(
       "clients", po::value(&clients),
       "who may mount: IPv4 addresses, address/prefix and address/netmask, comma-separated "
-      "(default *: everyone)")(
-      "max-handles", po::value(&c.max_handles)->default_value(c.max_handles),
-      "file handles remembered (least recently used forgotten: stale)")(
+      "(default *: everyone)")("max-handles",
+                               po::value(&c.max_handles)->default_value(c.max_handles),
+                               "file handles remembered (least recently used forgotten: stale)")(
       "port", po::value(&port)->default_value(c.port), "NFS/RDMA rdma_cm port")(
       "mount-address", po::value(&c.mount_address),
       "kernel TCP address for MOUNT (default: the address of --iface, else 127.0.0.1)")(
       "mount-clients", po::value(&c.mount_clients)->default_value(c.mount_clients),
-      "MOUNT connections at once")(
-      "mount-per-peer", po::value(&c.mount_per_peer)->default_value(c.mount_per_peer),
-      "MOUNT connections of one address")(
+      "MOUNT connections at once")("mount-per-peer",
+                                   po::value(&c.mount_per_peer)->default_value(c.mount_per_peer),
+                                   "MOUNT connections of one address")(
       "mount-timeout", po::value(&c.mount_timeout_ms)->default_value(c.mount_timeout_ms),
       "ms a MOUNT connection has for each whole call (and to take its reply)")(
-      "max-per-peer",
-      po::value(&c.transport.max_per_peer)->default_value(c.transport.max_per_peer),
+      "max-per-peer", po::value(&c.transport.max_per_peer)->default_value(c.transport.max_per_peer),
       "RDMA connections of one address (beyond: its oldest idle one is closed)")(
       "reap-idle", po::value(&c.transport.reap_idle_ms)->default_value(c.transport.reap_idle_ms),
       "ms idle after which an RDMA connection is closed for a REQ when the table is full")(

@@ -211,7 +211,8 @@ TEST_F(NfsExportTest, CommonExports5OptionsAndNetmasksAreAccepted) {
   EXPECT_TRUE(o.allows(wire::Ipv4Addr{0xC0000263}));   // 192.0.2.99
   EXPECT_FALSE(o.allows(wire::Ipv4Addr{0xC0000302}));  // 192.0.3.2
   EXPECT_TRUE(o.allows(wire::Ipv4Addr{0xC6130001}));   // 198.19.0.1
-  for (const char* bad : {"192.0.2.0/255.0.255.0", "192.0.2.0/0.0.0.255", "192.0.2.0/255.255.255"}) {
+  for (const char* bad :
+       {"192.0.2.0/255.0.255.0", "192.0.2.0/0.0.0.255", "192.0.2.0/255.255.255"}) {
     ExportOptions y;
     EXPECT_FALSE(parse_clients(bad, y, err)) << bad;
   }

@@ -280,7 +280,7 @@ TEST(RpcTcpServer, AFullTableEvictsTheLongestIdle) {
   ASSERT_EQ(::send(c, rec.data(), rec.size(), 0), static_cast<ssize_t>(rec.size()));
   poll_until(
       s, [] { return false; }, 0.1);  // c's call waits behind b's
-  const int d = connect_to(port);  // b and c have calls under way: d is the one closed
+  const int d = connect_to(port);     // b and c have calls under way: d is the one closed
   poll_until(
       s, [&] { return s.stats().refused == 1; }, 1);
   EXPECT_EQ(s.stats().refused, 1u);
@@ -363,8 +363,7 @@ TEST(NfsServiceUnprivileged, RefusesWhatItCannotServe) {
     }
   }).join();
   EXPECT_NE(with_group.find("groups 500"), std::string::npos) << with_group;
-  EXPECT_NE(other_ids.find("all_squash,anonuid=1000,anongid=1000"), std::string::npos)
-      << other_ids;
+  EXPECT_NE(other_ids.find("all_squash,anonuid=1000,anongid=1000"), std::string::npos) << other_ids;
   EXPECT_EQ(without_group, "");
 }
 

@@ -11,7 +11,6 @@
 // - Credits: messages beyond the credits granted are dropped and counted, nothing queues.
 // - A handler that blocks (fsync on a slow disk): the loop keeps answering ARP within 1 ms and
 //   accepting connections; the calls are answered when it returns.
-#include "apps/nfs/nfs_service.h"
 #include "apps/nfs/server_transport.h"
 
 #include <gtest/gtest.h>
@@ -31,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "apps/nfs/nfs_service.h"
 #include "apps/nfs/rpcrdma.h"
 #include "apps/perf/env.h"
 #include "controlplane/address.h"
@@ -756,11 +756,11 @@ namespace {
 // roced's `test: nfs` args reach every limit of the service (docs/configuration.md).
 TEST(NfsServiceArgs, TheTransportAndMountLimitsAreSettable) {
   roce::nfs::NfsServiceConfig c;
-  roce::nfs::parse_service_args({"--root", "/tmp", "--max-connections", "8", "--max-half-open",
-                                 "2", "--mount-clients", "4", "--mount-timeout", "1000",
-                                 "--max-per-peer", "3", "--reap-idle", "60000",
-                                 "--mount-per-peer", "2"},
-                                c);
+  roce::nfs::parse_service_args(
+      {"--root", "/tmp", "--max-connections", "8", "--max-half-open", "2", "--mount-clients", "4",
+       "--mount-timeout", "1000", "--max-per-peer", "3", "--reap-idle", "60000", "--mount-per-peer",
+       "2"},
+      c);
   EXPECT_EQ(c.transport.max_per_peer, 3u);
   EXPECT_EQ(c.transport.reap_idle_ms, 60000u);
   EXPECT_EQ(c.mount_per_peer, 2u);
