@@ -205,24 +205,27 @@ void RpcTcpServer::finish(std::uint64_t id, const std::shared_ptr<Job>& j) {
   c.job.reset();
   c.busy = false;
   ++calls_;
-  c.deadline_ns = port::now_ns() + std::uint64_t{idle_timeout_ms} * 1'000'000;
-  if (j->reply.empty()) return;  // nothing to answer
+  restart_clock(c, port::now_ns());  // the reply's time to be taken, or the next record's
+  if (j->reply.empty()) return;      // nothing to answer
   XdrEncoder e(c.out);
   e.u32(0x80000000u | static_cast<std::uint32_t>(j->reply.size()));
   c.out.insert(c.out.end(), j->reply.begin(), j->reply.end());
   c.out_off = 0;
 }
 
+void RpcTcpServer::restart_clock(Client& c, std::uint64_t now) const {
+  c.since_ns = now;
+  c.deadline_ns = now + std::uint64_t{idle_timeout_ms} * 1'000'000;
+}
+
 // Reads, writes and parses for one client; false when it is to be closed.
 bool RpcTcpServer::serve(std::uint64_t id, Client& c, std::uint64_t now) {
-  bool progress = false;
   // The reply first: nothing more is read before it is out.
   while (c.out_off < c.out.size()) {
     const ssize_t n = ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off,
                              MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) {
       c.out_off += static_cast<std::size_t>(n);
-      progress = true;
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
@@ -231,6 +234,7 @@ bool RpcTcpServer::serve(std::uint64_t id, Client& c, std::uint64_t now) {
   if (c.out_off == c.out.size() && !c.out.empty()) {
     c.out.clear();
     c.out_off = 0;
+    restart_clock(c, now);  // idle again: the next record has its own deadline
   }
   // Then the next call, if the connection is free: at most one record (and its marker) held.
   while (!c.busy && c.out.empty()) {
@@ -246,7 +250,6 @@ bool RpcTcpServer::serve(std::uint64_t id, Client& c, std::uint64_t now) {
       if (c.in.size() >= 4 + std::size_t{len}) {
         c.record.insert(c.record.end(), c.in.begin() + 4, c.in.begin() + 4 + len);
         c.in.erase(c.in.begin(), c.in.begin() + 4 + len);
-        progress = true;
         if (!(mark & 0x80000000u)) continue;
         c.job = std::make_shared<Job>();
         c.job->call = std::move(c.record);
@@ -263,19 +266,52 @@ bool RpcTcpServer::serve(std::uint64_t id, Client& c, std::uint64_t now) {
     const ssize_t n = ::recv(c.fd, buf, std::min(room, sizeof buf), MSG_DONTWAIT);
     if (n > 0) {
       c.in.insert(c.in.end(), buf, buf + n);
-      progress = true;
       continue;
     }
     if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return false;
     break;
   }
-  if (progress) c.deadline_ns = now + std::uint64_t{idle_timeout_ms} * 1'000'000;
+  // Progress does not move the deadline: a byte now and then does not hold the connection.
   // A call at the worker is our delay, not the client's: the deadline waits for it.
   if (!c.busy && now >= c.deadline_ns) {
     ++st_.timed_out;
     return false;
   }
   return true;
+}
+
+// A connection just accepted: within its address's share, and evicting the connection idle the
+// longest when the table is full (a record trickled in, or silence, cannot hold a slot against a
+// newcomer); closed at once when neither leaves room.
+void RpcTcpServer::admit(int fd, wire::Ipv4Addr peer, std::uint64_t now) {
+  std::size_t same = 0;
+  std::uint64_t victim = 0, oldest = UINT64_MAX;
+  for (const auto& [id, c] : clients_) {
+    same += c.peer == peer;
+    if (!c.busy && c.out.empty() && c.since_ns < oldest) {
+      oldest = c.since_ns;
+      victim = id;
+    }
+  }
+  if (same >= max_per_peer) {
+    ++st_.refused_peer;
+    ::close(fd);
+    return;
+  }
+  if (clients_.size() >= max_clients) {
+    if (!victim) {
+      ++st_.refused;
+      ::close(fd);
+      return;
+    }
+    ++st_.evicted;
+    close(victim);
+  }
+  Client cl;
+  cl.fd = fd;
+  cl.peer = peer;
+  restart_clock(cl, now);
+  clients_.emplace(next_id_++, std::move(cl));
 }
 
 bool RpcTcpServer::poll() {
@@ -295,16 +331,7 @@ bool RpcTcpServer::poll() {
         ::accept4(fd_, reinterpret_cast<sockaddr*>(&sa), &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (c < 0) break;  // EAGAIN, or EMFILE and the like: tried again at the next poll
     any = true;
-    if (clients_.size() >= max_clients) {
-      ++st_.refused;
-      ::close(c);
-      continue;
-    }
-    Client cl;
-    cl.fd = c;
-    cl.peer = wire::Ipv4Addr{ntohl(sa.sin_addr.s_addr)};
-    cl.deadline_ns = now + std::uint64_t{idle_timeout_ms} * 1'000'000;
-    clients_.emplace(next_id_++, std::move(cl));
+    admit(c, wire::Ipv4Addr{ntohl(sa.sin_addr.s_addr)}, now);
   }
   for (auto it = clients_.begin(); it != clients_.end();) {
     const std::uint64_t id = it->first;

@@ -192,7 +192,11 @@ bool ExportOptions::allows(wire::Ipv4Addr a) const {
                      [&](const ClientNet& c) { return (a.v & c.mask) == c.addr; });
 }
 
-bool parse_export_options(std::string_view s, ExportOptions& o, std::string& err) {
+bool parse_export_options(std::string_view s, ExportOptions& o, std::string& err,
+                          std::vector<std::string>* warnings) {
+  const auto warn = [&](std::string w) {
+    if (warnings) warnings->push_back(std::move(w));
+  };
   while (!s.empty()) {
     const std::size_t comma = s.find(',');
     const std::string_view opt = s.substr(0, comma);
@@ -211,7 +215,8 @@ bool parse_export_options(std::string_view s, ExportOptions& o, std::string& err
       out = static_cast<std::uint32_t>(n);
       return true;
     };
-    if (eq != std::string_view::npos && key != "anonuid" && key != "anongid") {
+    if (eq != std::string_view::npos && key != "anonuid" && key != "anongid" && key != "fsid" &&
+        key != "sec") {
       err = "export option " + std::string(key) + " takes no value";
       return false;
     }
@@ -234,12 +239,43 @@ bool parse_export_options(std::string_view s, ExportOptions& o, std::string& err
         return false;
       }
     } else if (key == "sync" || key == "no_subtree_check" || key == "insecure" ||
-               key == "sec=sys") {
-      // What knfsd exports commonly carry and this server does anyway.
+               key == "no_wdelay" || key == "hide") {
+      // What this server does anyway (docs/nfs.md "Export options").
+    } else if (key == "sec") {
+      if (val != "sys") {
+        err = "export option sec=" + std::string(val) + ": only sec=sys (AUTH_SYS) is served";
+        return false;
+      }
+    } else if (key == "secure") {
+      warn(
+          "export option secure: source ports are not checked (RDMA connections have none); "
+          "--clients is the only address check");
+    } else if (key == "async") {
+      warn(
+          "export option async: writes are still made stable as the client asks (FILE_SYNC, "
+          "DATA_SYNC, COMMIT); async's early answer is not offered");
+    } else if (key == "wdelay") {
+      warn("export option wdelay: writes are not delayed to be gathered; each is done as it comes");
+    } else if (key == "subtree_check") {
+      warn(
+          "export option subtree_check: handles name inodes; every call is resolved beneath the "
+          "export's root anyway");
+    } else if (key == "nohide" || key == "crossmnt") {
+      warn("export option " + std::string(key) +
+           ": file systems mounted inside the export are not served (NFS3ERR_ACCES)");
+    } else if (key == "fsid") {
+      if (val.empty()) {
+        err = "export option fsid needs a value";
+        return false;
+      }
+      warn("export option fsid=" + std::string(val) +
+           ": ignored; file handles carry the inode number of the export's one file system");
     } else {
       err = "unknown export option '" + std::string(opt) +
             "' (ro, rw, root_squash, no_root_squash, all_squash, no_all_squash, anonuid=N, "
-            "anongid=N)";
+            "anongid=N; accepted with no effect here: sync, async, secure, insecure, wdelay, "
+            "no_wdelay, subtree_check, no_subtree_check, hide, nohide, crossmnt, fsid=N, "
+            "sec=sys; docs/nfs.md)";
       return false;
     }
   }
@@ -259,18 +295,30 @@ bool parse_clients(std::string_view s, ExportOptions& o, std::string& err) {
       in_addr a{};
       int len = 32;
       bool ok = ::inet_pton(AF_INET, addr.c_str(), &a) == 1;
+      std::uint32_t netmask = 0;
+      bool dotted = false;
       if (ok && slash != std::string_view::npos) {
         const std::string_view p = c.substr(slash + 1);
-        ok = !p.empty() && p.size() <= 2 &&
-             std::all_of(p.begin(), p.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-        if (ok) len = std::stoi(std::string(p));
-        ok = ok && len <= 32;
+        if (p.find('.') != std::string_view::npos) {
+          // addr/255.255.255.0, as exports(5) also writes it: a contiguous mask.
+          in_addr m{};
+          dotted = true;
+          ok = ::inet_pton(AF_INET, std::string(p).c_str(), &m) == 1;
+          netmask = ntohl(m.s_addr);
+          ok = ok && (netmask & (~netmask >> 1)) == 0;  // ones then zeros
+        } else {
+          ok = !p.empty() && p.size() <= 2 &&
+               std::all_of(p.begin(), p.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+          if (ok) len = std::stoi(std::string(p));
+          ok = ok && len <= 32;
+        }
       }
       if (!ok) {
-        err = "bad client '" + std::string(c) + "': an IPv4 address, address/prefix or *";
+        err = "bad client '" + std::string(c) +
+              "': an IPv4 address, address/prefix, address/netmask or *";
         return false;
       }
-      const std::uint32_t mask = len == 0 ? 0 : ~0u << (32 - len);
+      const std::uint32_t mask = dotted ? netmask : len == 0 ? 0 : ~0u << (32 - len);
       out.push_back({ntohl(a.s_addr) & mask, mask, std::string(c)});
     }
     if (comma == std::string_view::npos) break;
@@ -287,16 +335,20 @@ bool parse_clients(std::string_view s, ExportOptions& o, std::string& err) {
 class NfsServer::Identity {
  public:
   ~Identity() { restore(); }
-  /// False (and nothing changed) when the kernel refuses: no CAP_SETUID/CAP_SETGID.
+  /// False (and nothing changed) when the kernel refuses: no CAP_SETUID/CAP_SETGID. The groups
+  /// count as much as the ids: a caller with the thread's uid and gid but other groups is
+  /// switched too (else it would borrow the server's groups).
   bool become(std::uint32_t uid, std::uint32_t gid, const std::vector<std::uint32_t>& groups) {
     restore();
     uid_ = static_cast<std::uint32_t>(::syscall(SYS_setfsuid, -1));
     gid_ = static_cast<std::uint32_t>(::syscall(SYS_setfsgid, -1));
-    if (uid == uid_ && gid == gid_) return true;  // already (an unprivileged roced, root)
     const long n = ::syscall(SYS_getgroups, 0, nullptr);
     groups_.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
     if (n > 0 && ::syscall(SYS_getgroups, n, groups_.data()) != n) return false;
-    groups_set_ = groups != groups_;  // each change of credentials costs the kernel a few us
+    // Already (an unprivileged roced, root): the same ids and the same groups, a list holding
+    // the gid itself being the same as one without it.
+    if (uid == uid_ && gid == gid_ && same_groups(groups, groups_, gid)) return true;
+    groups_set_ = !same_groups(groups, groups_, ~0u);  // each change costs the kernel a few us
     if (groups_set_ && ::syscall(SYS_setgroups, groups.size(), groups.data()) != 0) return false;
     switched_ = true;
     ::syscall(SYS_setfsgid, gid);
@@ -307,6 +359,16 @@ class NfsServer::Identity {
       return false;
     }
     return true;
+  }
+  /// Whether `a` and `b` are the same set of groups, `but` left out of both.
+  static bool same_groups(std::vector<std::uint32_t> a, std::vector<std::uint32_t> b,
+                          std::uint32_t but) {
+    for (auto* v : {&a, &b}) {
+      std::erase(*v, but);
+      std::sort(v->begin(), v->end());
+      v->erase(std::unique(v->begin(), v->end()), v->end());
+    }
+    return a == b;
   }
   void restore() {
     if (!switched_) return;

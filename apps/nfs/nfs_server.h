@@ -57,10 +57,13 @@ struct ExportOptions {
 };
 
 /// Applies an exports(5)-like option string ("rw,root_squash,anonuid=1000") to `o`; false and
-/// `err` on an unknown option or a bad value.
-bool parse_export_options(std::string_view s, ExportOptions& o, std::string& err);
-/// Parses a client list ("192.0.2.0/24,198.18.0.5", "*" for everyone) into `o.clients`; false
-/// and `err` on a bad address or prefix.
+/// `err` on an unknown option or a bad value. exports(5)'s other common options are accepted
+/// (docs/nfs.md "Export options"): those that ask for what this server does not do (secure,
+/// async, wdelay, subtree_check, nohide, crossmnt, fsid=) add a line to `warnings` saying so.
+bool parse_export_options(std::string_view s, ExportOptions& o, std::string& err,
+                          std::vector<std::string>* warnings = nullptr);
+/// Parses a client list ("192.0.2.0/24,192.0.2.0/255.255.255.0,198.18.0.5", "*" for everyone)
+/// into `o.clients`; false and `err` on a bad address, prefix or netmask.
 bool parse_clients(std::string_view s, ExportOptions& o, std::string& err);
 
 struct RpcReply {

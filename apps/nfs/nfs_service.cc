@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <stdexcept>
+#include <vector>
 
 #include "controlplane/address.h"
 
@@ -53,9 +54,11 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       c.export_path = v;
     else if (a == "--export-options" || a == "--clients") {
       std::string err;
+      std::vector<std::string> warnings;
       if (!(a == "--clients" ? parse_clients(v, c.exports, err)
-                             : parse_export_options(v, c.exports, err)))
+                             : parse_export_options(v, c.exports, err, &warnings)))
         throw std::runtime_error("service nfs: " + a + ": " + err);
+      for (const auto& w : warnings) std::fprintf(stderr, "service nfs: %s\n", w.c_str());
     } else if (a == "--max-handles")
       c.max_handles = num(16, 1u << 24);
     else if (a == "--mount-address")
@@ -72,24 +75,62 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       c.transport.max_connections = num(1, 4096);
     else if (a == "--max-half-open")
       c.transport.max_half_open = num(1, 4096);
+    else if (a == "--max-per-peer")
+      c.transport.max_per_peer = num(1, 4096);
+    else if (a == "--reap-idle")
+      c.transport.reap_idle_ms = num(0, 86'400'000);
     else if (a == "--mount-clients")
       c.mount_clients = num(1, 1024);
+    else if (a == "--mount-per-peer")
+      c.mount_per_peer = num(1, 1024);
     else if (a == "--mount-timeout")
       c.mount_timeout_ms = num(100, 3'600'000);
     else
       throw std::runtime_error("service nfs: unknown option " + a +
                                " (--root, --export, --export-options, --clients, --max-handles, "
                                "--mount-address, --mount-port, --credits, --inline, --tcp-port, "
-                               "--max-connections, --max-half-open, --mount-clients, "
-                               "--mount-timeout)");
+                               "--max-connections, --max-half-open, --max-per-peer, --reap-idle, "
+                               "--mount-clients, --mount-per-peer, --mount-timeout)");
   }
   if (c.root.empty()) throw std::runtime_error("service nfs: --root DIR is required");
 }
 
+void check_unprivileged(const ExportOptions& e) {
+  const unsigned uid = ::geteuid(), gid = ::getegid();
+  if (!(e.all_squash && e.anonuid == uid && e.anongid == gid))
+    throw std::runtime_error(
+        "service nfs: not root (no CAP_SETUID/CAP_SETGID), so it cannot act as its callers: "
+        "export with all_squash,anonuid=" +
+        std::to_string(uid) + ",anongid=" + std::to_string(gid) +
+        " to serve every caller as this user, or run as root (docs/nfs.md)");
+  const int n = ::getgroups(0, nullptr);
+  std::vector<gid_t> g(n > 0 ? static_cast<std::size_t>(n) : 0);
+  if (n > 0 && ::getgroups(n, g.data()) != n) g.clear();
+  std::string extra;
+  for (const gid_t x : g)
+    if (x != gid) extra += (extra.empty() ? "" : ",") + std::to_string(x);
+  if (!extra.empty())
+    throw std::runtime_error("service nfs: not root and a member of groups " + extra +
+                             ", which it cannot drop: every caller would have them too. Run it "
+                             "as a user without supplementary groups (systemd: User= with no "
+                             "SupplementaryGroups=, and not in /etc/group's lists), or as root "
+                             "(docs/nfs.md)");
+}
+
+namespace {
+// The transport's options with the export's client list as its door: an unlisted source is
+// refused at its REQ.
+ServerOptions with_door(const NfsServiceConfig& c) {
+  ServerOptions o = c.transport;
+  if (!o.allows) o.allows = [e = c.exports](wire::Ipv4Addr a) { return e.allows(a); };
+  return o;
+}
+}  // namespace
+
 NfsService::NfsService(perf::Env& env, const NfsServiceConfig& c)
     : nfs_(c.root, c.export_path, c.exports),
       rdma_(
-          env, c.transport,
+          env, with_door(c),
           [this](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& r) {
             std::lock_guard g(nfs_mu_);
             nfs_.handle(ctx, call, r);
@@ -106,16 +147,11 @@ NfsService::NfsService(perf::Env& env, const NfsServiceConfig& c)
             reply = std::move(r.msg);
           },
           &worker_) {
-  if (!nfs_.acts_as_callers() && !(c.exports.all_squash && c.exports.anonuid == ::geteuid() &&
-                                   c.exports.anongid == ::getegid()))
-    std::fprintf(stderr,
-                 "service nfs: not root (no CAP_SETUID/CAP_SETGID): calls as other ids than %u:%u "
-                 "get SYSTEM_ERR; export with all_squash,anonuid=%u,anongid=%u to serve them as "
-                 "this user (docs/nfs.md)\n",
-                 ::geteuid(), ::getegid(), ::geteuid(), ::getegid());
+  if (!nfs_.acts_as_callers()) check_unprivileged(c.exports);
   nfs_.max_io = c.transport.max_io;
   nfs_.max_handles = c.max_handles;
   mount_.max_clients = c.mount_clients;
+  mount_.max_per_peer = c.mount_per_peer;
   mount_.idle_timeout_ms = c.mount_timeout_ms;
   std::string err;
   if (!mount_.listen(c.mount_address, c.mount_port, err)) throw std::runtime_error(err);
@@ -168,15 +204,54 @@ std::string NfsService::report() const {
        std::to_string(t.send_inv) + " SEND with invalidate, ERR_VERS " +
        std::to_string(t.err_vers) + ", ERR_CHUNK " + std::to_string(t.err_chunk) +
        "; beyond credits " + std::to_string(t.over_credit) + ", refused " +
-       std::to_string(t.rejected_full) + " (full), " + std::to_string(t.unresolved) +
-       " (no ARP answer), " + std::to_string(t.closed) + " closed\n";
+       std::to_string(t.rejected_full) + " (full), " + std::to_string(t.denied) +
+       " (not listed), " + std::to_string(t.unresolved) + " (no ARP answer), " +
+       std::to_string(t.reaped) + " idle reaped, " + std::to_string(t.closed) + " closed\n";
   const auto& m = mount_.stats();
   s += "mount: " + std::to_string(mount_.clients()) + " connections, refused " +
-       std::to_string(m.refused) + ", timed out " + std::to_string(m.timed_out) + ", oversized " +
-       std::to_string(m.oversized) + "\n";
+       std::to_string(m.refused) + " (full), " + std::to_string(m.refused_peer) +
+       " (per address), evicted " + std::to_string(m.evicted) + ", timed out " +
+       std::to_string(m.timed_out) + ", oversized " + std::to_string(m.oversized) + "\n";
   s += "procedures:";
   for (const auto& [p, k] : n.by_proc) s += " " + std::to_string(p) + ":" + std::to_string(k);
   return s + "\n";
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
+  const auto& t = rdma_.stats();
+  const auto& m = mount_.stats();
+  std::unique_lock g(nfs_mu_);
+  const NfsServerStats n = nfs_.stats();
+  const std::uint64_t handles = nfs_.handles();
+  g.unlock();
+  return {
+      {"nfs_calls", n.calls},
+      {"nfs_errors", n.errors},
+      {"nfs_garbage", n.garbage},
+      {"nfs_denied", n.denied},  // AUTH_ERROR: bad credential, client not listed
+      {"nfs_bytes_read", n.bytes_read},
+      {"nfs_bytes_written", n.bytes_written},
+      {"nfs_handles_now", handles},
+      {"rpcrdma_connections_now", rdma_.connections()},
+      {"rpcrdma_connections", t.connections},
+      {"rpcrdma_calls", t.calls},
+      {"rpcrdma_over_credit", t.over_credit},
+      {"rpcrdma_rejected_full", t.rejected_full},
+      {"rpcrdma_denied", t.denied},
+      {"rpcrdma_unresolved", t.unresolved},
+      {"rpcrdma_reaped", t.reaped},
+      {"rpcrdma_closed", t.closed},
+      {"rpcrdma_err_vers", t.err_vers},
+      {"rpcrdma_err_chunk", t.err_chunk},
+      {"mount_calls", mount_.calls()},
+      {"mount_denied", nfs_.mount_denied()},  // MNT3ERR_ACCES
+      {"mount_connections_now", mount_.clients()},
+      {"mount_refused", m.refused},
+      {"mount_refused_peer", m.refused_peer},
+      {"mount_evicted", m.evicted},
+      {"mount_timed_out", m.timed_out},
+      {"mount_oversized", m.oversized},
+  };
 }
 
 HostedNfsService::HostedNfsService(const ctl::ServiceConfig& sc, engine::Engine& eng,

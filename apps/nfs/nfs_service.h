@@ -12,6 +12,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "apps/nfs/mount_tcp.h"
 #include "apps/nfs/nfs_server.h"
@@ -31,8 +33,11 @@ struct NfsServiceConfig {
   /// the management address; roce-nfsd: its interface's address). 0.0.0.0 only on purpose.
   std::string mount_address = "127.0.0.1";
   std::uint16_t mount_port = 20048;
-  std::size_t mount_clients = 16;          ///< MOUNT connections at once
-  std::uint32_t mount_timeout_ms = 30000;  ///< a MOUNT connection without progress is closed
+  std::size_t mount_clients = 16;  ///< MOUNT connections at once
+  std::size_t mount_per_peer = 8;  ///< MOUNT connections of one address
+  /// A MOUNT connection that does not deliver a whole call (or take its reply) in this long is
+  /// closed.
+  std::uint32_t mount_timeout_ms = 30000;
   ServerOptions transport;
   std::uint16_t tcp_port = 0;  ///< non-zero: NFS over kernel TCP too (the benchmarks' baseline)
 };
@@ -47,6 +52,13 @@ std::string default_mount_address(const std::string& iface);
 /// --tcp-port N) into `c`; throws std::runtime_error on a bad one.
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c);
 
+/// For a process without CAP_SETUID/CAP_SETGID (it can act only as itself): throws
+/// std::runtime_error, saying what to do, unless the export squashes every caller to the
+/// process's own uid and gid (all_squash,anonuid,anongid) and the process has no supplementary
+/// groups (which it could not drop, so that every caller would have them). Anything else would
+/// fail call by call (SYSTEM_ERR).
+void check_unprivileged(const ExportOptions& e);
+
 class NfsService {
  public:
   /// Throws std::runtime_error when the root is not a directory or MOUNT cannot listen.
@@ -56,6 +68,9 @@ class NfsService {
   /// Serves what arrived (one poll of the port's loop included); true when anything happened.
   bool step();
   std::string report() const;
+  /// Counters for an operator to scrape (roced's metrics): flat (name, value) pairs, names in
+  /// snake_case without a prefix, cumulative unless the name says otherwise (`_now`).
+  std::vector<std::pair<std::string, std::uint64_t>> stats() const;
 
  private:
   NfsServer nfs_;
@@ -76,6 +91,7 @@ class HostedNfsService {
                    wire::Ipv4Addr ip, std::uint32_t cm_connections);
   void step() { svc_->step(); }
   std::string report() const { return svc_->report(); }
+  std::vector<std::pair<std::string, std::uint64_t>> stats() const { return svc_->stats(); }
 
  private:
   perf::Env env_;

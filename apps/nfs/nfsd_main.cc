@@ -7,6 +7,8 @@
 #include <boost/program_options.hpp>
 #include <csignal>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "apps/nfs/link.h"
 #include "apps/nfs/nfs_service.h"
@@ -39,18 +41,25 @@ int main(int argc, char** argv) {
       "export", po::value(&c.export_path)->default_value("/"), "the export's MOUNT path")(
       "export-options", po::value(&export_options),
       "exports(5) options: ro (default) or rw, root_squash (default), no_root_squash, "
-      "all_squash, anonuid=N, anongid=N")("clients", po::value(&clients),
-                                          "who may mount: IPv4 addresses and address/prefix, "
-                                          "comma-separated (default *: everyone)")(
-      "max-handles", po::value(&c.max_handles)->default_value(c.max_handles),
-      "file handles remembered (least recently used forgotten: stale)")(
+      "all_squash, anonuid=N, anongid=N (docs/nfs.md: others accepted)")(
+      "clients", po::value(&clients),
+      "who may mount: IPv4 addresses, address/prefix and address/netmask, comma-separated "
+      "(default *: everyone)")("max-handles",
+                               po::value(&c.max_handles)->default_value(c.max_handles),
+                               "file handles remembered (least recently used forgotten: stale)")(
       "port", po::value(&port)->default_value(c.port), "NFS/RDMA rdma_cm port")(
       "mount-address", po::value(&c.mount_address),
       "kernel TCP address for MOUNT (default: the address of --iface, else 127.0.0.1)")(
       "mount-clients", po::value(&c.mount_clients)->default_value(c.mount_clients),
-      "MOUNT connections at once")(
+      "MOUNT connections at once")("mount-per-peer",
+                                   po::value(&c.mount_per_peer)->default_value(c.mount_per_peer),
+                                   "MOUNT connections of one address")(
       "mount-timeout", po::value(&c.mount_timeout_ms)->default_value(c.mount_timeout_ms),
-      "ms without progress after which a MOUNT connection is closed")(
+      "ms a MOUNT connection has for each whole call (and to take its reply)")(
+      "max-per-peer", po::value(&c.transport.max_per_peer)->default_value(c.transport.max_per_peer),
+      "RDMA connections of one address (beyond: its oldest idle one is closed)")(
+      "reap-idle", po::value(&c.transport.reap_idle_ms)->default_value(c.transport.reap_idle_ms),
+      "ms idle after which an RDMA connection is closed for a REQ when the table is full")(
       "max-connections",
       po::value(&c.transport.max_connections)->default_value(c.transport.max_connections),
       "RDMA connections at once (beyond: REJ no resources)")(
@@ -80,11 +89,14 @@ int main(int argc, char** argv) {
   }
   if (!vm.count("mount-address")) c.mount_address = nfs::default_mount_address(link.iface);
   std::string err;
-  if ((!export_options.empty() && !nfs::parse_export_options(export_options, c.exports, err)) ||
+  std::vector<std::string> warnings;
+  if ((!export_options.empty() &&
+       !nfs::parse_export_options(export_options, c.exports, err, &warnings)) ||
       (vm.count("clients") && !nfs::parse_clients(clients, c.exports, err))) {
     std::cerr << "roce-nfsd: " << err << "\n";
     return 2;
   }
+  for (const auto& w : warnings) std::cerr << "roce-nfsd: " << w << "\n";
   c.port = static_cast<std::uint16_t>(port);
   c.mount_port = static_cast<std::uint16_t>(mount_port);
   c.tcp_port = static_cast<std::uint16_t>(tcp_port);

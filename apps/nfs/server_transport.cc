@@ -52,6 +52,7 @@ struct RpcRdmaServer::Conn {
   /// client sends a call only after the reply that freed its credit, which we count as answered
   /// when we post it: a message that finds in_flight at the credits is beyond them.
   std::uint32_t in_flight = 0;
+  std::uint64_t active_ns = 0;  ///< the last message received or reply sent (or the accept)
   /// kReading: RDMA READs of a read chunk outstanding; kQueued: the call waits for room at the
   /// worker; kRunning: the handler has it.
   enum State { kIdle, kReading, kQueued, kRunning } state = kIdle;
@@ -139,8 +140,13 @@ void RpcRdmaServer::on_connect_request(const cm::CmEvent& e) {
     hub_->agent().cm().reject(e.id, cm::RejReason::kConsumerDefined);
     return;
   }
-  if (conns_.size() + pending_.size() >= opt_.max_connections ||
-      half_open() >= opt_.max_half_open) {
+  if (opt_.allows && !opt_.allows(*peer)) {
+    // Not in the export's client list: refused before it holds a QP, buffers or a slot.
+    ++st_.denied;
+    hub_->agent().cm().reject(e.id, cm::RejReason::kConsumerDefined);
+    return;
+  }
+  if (half_open() >= opt_.max_half_open || !make_room(*peer)) {
     ++st_.rejected_full;
     hub_->agent().cm().reject(e.id, cm::RejReason::kNoResources);
     return;
@@ -152,6 +158,37 @@ void RpcRdmaServer::on_connect_request(const cm::CmEvent& e) {
   env_.loop.resolve(*peer);
   pending_.push_back({e.id, *peer, e.private_data,
                       now + std::uint64_t{opt_.resolve_timeout_ms} * 1'000'000, now + kArpEveryNs});
+}
+
+bool RpcRdmaServer::make_room(wire::Ipv4Addr peer) {
+  std::size_t same = 0;
+  for (const Pending& p : pending_) same += p.peer == peer;
+  Conn* own = nullptr;  // the peer's connection idle the longest
+  Conn* any = nullptr;  // anyone's
+  for (const auto& [id, c] : conns_) {
+    const bool idle = c->in_flight == 0 && c->state == Conn::kIdle && c->ready.empty() &&
+                      !c->closing && !c->data_busy;
+    if (c->peer == peer) {
+      ++same;
+      if (idle && (!own || c->active_ns < own->active_ns)) own = c.get();
+    }
+    if (idle && (!any || c->active_ns < any->active_ns)) any = c.get();
+  }
+  const bool full = conns_.size() + pending_.size() >= opt_.max_connections;
+  Conn* victim = nullptr;
+  if (same >= opt_.max_per_peer)
+    victim = own;
+  else if (full && any &&
+           port::now_ns() - any->active_ns >= std::uint64_t{opt_.reap_idle_ms} * 1'000'000)
+    victim = any;
+  else if (!full)
+    return true;
+  if (!victim) return false;
+  // DREQ to the client (which reconnects when it needs to), and the slot is free now.
+  ++st_.reaped;
+  hub_->agent().cm().disconnect(victim->cm);
+  close(victim->id);
+  return conns_.size() + pending_.size() < opt_.max_connections;
 }
 
 void RpcRdmaServer::resolve_pending() {
@@ -225,6 +262,7 @@ void RpcRdmaServer::accept(cm::ConnId id, wire::Ipv4Addr peer,
   }
   by_cm_[id.v] = c->id;
   by_qpn_[c->qp->qpn] = c->id;
+  c->active_ns = port::now_ns();
   ++st_.connections;
   conns_[c->id] = std::move(c);
 }
@@ -577,6 +615,7 @@ void RpcRdmaServer::on_wc(const Wc& w) {
     } else {
       ++c.in_flight;
       c.ready.emplace_back(idx, w.byte_len);
+      c.active_ns = port::now_ns();
     }
   } else if (kind == kWrRead) {
     if (c.state == Conn::kReading && --c.reads_left == 0) {
@@ -584,6 +623,7 @@ void RpcRdmaServer::on_wc(const Wc& w) {
       assemble_and_run(c);
     }
   } else if (kind == kWrSend) {
+    c.active_ns = port::now_ns();
     if (idx < c.slot_busy.size()) c.slot_busy[idx] = false;
     if (c.data_busy && idx == c.data_slot) c.data_busy = false;
   }

@@ -45,13 +45,26 @@ struct ServerOptions {
   std::uint32_t max_half_open = 16;
   /// How long the source of a REQ may take to answer ARP before the REQ is rejected.
   std::uint32_t resolve_timeout_ms = 3000;
+  /// Whether a source may connect at all (the export's client list): a REQ from one it refuses
+  /// gets REJ 28 "consumer defined" before it holds anything. Unset: every source.
+  std::function<bool(wire::Ipv4Addr)> allows;
+  /// Connections of one source address. A REQ beyond closes that source's connection idle the
+  /// longest (no call in flight: a client that rebooted left it behind), or gets REJ 3 when
+  /// every one has a call in flight.
+  std::uint32_t max_per_peer = 8;
+  /// With max_connections reached, a REQ closes the connection idle the longest if it has been
+  /// idle (no call in flight, nothing received) this long, as knfsd closes idle transports after
+  /// 6 minutes; else it gets REJ 3.
+  std::uint32_t reap_idle_ms = 360'000;
 };
 
 struct ServerStats {
   std::uint64_t connections = 0, calls = 0, reads = 0, read_bytes = 0, writes = 0, write_bytes = 0,
                 reply_chunks = 0, send_inv = 0, err_vers = 0, err_chunk = 0;
   std::uint64_t over_credit = 0;    ///< messages beyond the credits granted: dropped
-  std::uint64_t rejected_full = 0;  ///< REQs refused: max_connections or max_half_open
+  std::uint64_t rejected_full = 0;  ///< REQs refused: max_connections, max_half_open, max_per_peer
+  std::uint64_t denied = 0;         ///< REQs refused: a source the export does not list
+  std::uint64_t reaped = 0;         ///< idle connections closed to make room for a REQ
   std::uint64_t unresolved = 0;     ///< REQs refused: no ARP answer from the source in time
   std::uint64_t closed = 0;         ///< connections released (DREQ, REJ, timeouts, errors)
 };
@@ -91,6 +104,10 @@ class RpcRdmaServer {
   void accept(cm::ConnId id, wire::Ipv4Addr peer, std::span<const std::uint8_t> private_data);
   void resolve_pending();
   std::size_t half_open() const;
+  /// Makes room for a REQ from `peer`: closes the connection idle the longest (of `peer` when it
+  /// is at max_per_peer, of anyone idle beyond reap_idle_ms when the table is full); false when
+  /// there is none to close and the REQ is to be refused.
+  bool make_room(wire::Ipv4Addr peer);
   void on_wc(const engine::Wc& wc);
   void next(Conn& c);
   void post_recv(Conn& c, std::uint32_t slot);

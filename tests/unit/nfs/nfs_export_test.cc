@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "apps/nfs/nfs_server.h"
 
@@ -179,6 +180,42 @@ TEST_F(NfsExportTest, OptionsAndClientsParseAsExports5) {
   }
   ASSERT_TRUE(parse_clients("*", o, err));
   EXPECT_TRUE(o.allows(wire::Ipv4Addr{0x01020304}));
+}
+
+// exports(5)'s other common options do not stop the service (secure is exports(5)'s default);
+// a client list may say addr/netmask as exports(5) does.
+TEST_F(NfsExportTest, CommonExports5OptionsAndNetmasksAreAccepted) {
+  std::string err;
+  for (const char* ok :
+       {"secure", "insecure", "async", "sync", "wdelay", "no_wdelay", "subtree_check",
+        "no_subtree_check", "hide", "nohide", "crossmnt", "fsid=0", "fsid=7", "fsid=root",
+        "sec=sys", "rw,secure,async,no_subtree_check,fsid=1,sec=sys"}) {
+    ExportOptions x;
+    EXPECT_TRUE(parse_export_options(ok, x, err)) << ok << ": " << err;
+  }
+  ExportOptions x;
+  std::vector<std::string> warnings;
+  EXPECT_TRUE(parse_export_options("rw,async,no_subtree_check,crossmnt,sync", x, err, &warnings));
+  EXPECT_TRUE(x.rw);
+  // One line for each option that asks for what is not done here, none for the others.
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_NE(warnings[0].find("async"), std::string::npos);
+  EXPECT_NE(warnings[1].find("crossmnt"), std::string::npos);
+  for (const char* bad : {"sec=krb5", "fsid=", "secure=1", "nosuch"}) {
+    ExportOptions y;
+    EXPECT_FALSE(parse_export_options(bad, y, err)) << bad;
+  }
+  EXPECT_NE(err.find("crossmnt"), std::string::npos) << "the error lists what is accepted: " << err;
+  ExportOptions o;
+  ASSERT_TRUE(parse_clients("192.0.2.0/255.255.255.0,198.18.0.0/255.254.0.0", o, err)) << err;
+  EXPECT_TRUE(o.allows(wire::Ipv4Addr{0xC0000263}));   // 192.0.2.99
+  EXPECT_FALSE(o.allows(wire::Ipv4Addr{0xC0000302}));  // 192.0.3.2
+  EXPECT_TRUE(o.allows(wire::Ipv4Addr{0xC6130001}));   // 198.19.0.1
+  for (const char* bad :
+       {"192.0.2.0/255.0.255.0", "192.0.2.0/0.0.0.255", "192.0.2.0/255.255.255"}) {
+    ExportOptions y;
+    EXPECT_FALSE(parse_clients(bad, y, err)) << bad;
+  }
 }
 
 TEST_F(NfsExportTest, ClientsOutsideTheListAreRefused) {
@@ -381,6 +418,39 @@ TEST_F(NfsExportTest, MalformedCredentialsAreRefused) {
   EXPECT_EQ(h.stat, rpc::kMsgDenied);
   EXPECT_EQ(h.reject, rpc::kAuthError);
   EXPECT_EQ(h.auth, rpc::kAuthBadCred);
+}
+
+// A caller whose uid and gid are the server's own gets its own groups, not the server's: an
+// unprivileged server (a thread of uid 1000 here, in group 500 besides its own) with
+// all_squash,anonuid=1000,anongid=1000 used to skip setgroups, so that every caller read what
+// group 500 may. The squashed caller has no supplementary groups (as knfsd's); a server that
+// cannot drop its groups answers SYSTEM_ERR rather than lend them.
+TEST_F(NfsExportTest, ACallerAsTheServersIdsDoesNotGetItsGroups) {
+  if (!root()) GTEST_SKIP() << "needs root (to make a thread of another user)";
+  ASSERT_EQ(::chown(dir_.c_str(), 0, 500), 0);
+  ASSERT_EQ(::chmod(dir_.c_str(), 0770), 0);  // group 500 only
+  rpc::ReplyHeader h;
+  std::uint32_t bits = 0;
+  std::thread([&] {
+    // Per thread (raw syscalls, not glibc's process-wide wrappers): groups {500}, then 1000:1000.
+    const std::uint32_t groups[] = {500};
+    ASSERT_EQ(::syscall(SYS_setgroups, 1, groups), 0);
+    ASSERT_EQ(::syscall(SYS_setresgid, 1000, 1000, 1000), 0);
+    ASSERT_EQ(::syscall(SYS_setresuid, 1000, 1000, 1000), 0);
+    serve("all_squash,anonuid=1000,anongid=1000");
+    ASSERT_FALSE(srv_->acts_as_callers());
+    auto r = call(kAccess, [&](XdrEncoder& e) {
+      encode(e, root_);
+      e.u32(kAcRead | kAcLookup);
+    });
+    XdrDecoder d = results(r, &h);
+    if (h.accept == rpc::kSuccess && d.u32() == kOk) {
+      decode_post_op(d);
+      bits = d.u32();
+    }
+  }).join();
+  EXPECT_EQ(bits & (kAcRead | kAcLookup), 0u) << "the caller read the root with the server's group";
+  EXPECT_EQ(h.accept, rpc::kSystemErr);
 }
 
 TEST_F(NfsExportTest, ACallAsLinuxEncodesIt) {

@@ -7,9 +7,11 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -155,7 +157,7 @@ TEST(RpcTcpServer, ClientThatDoesNotReadBlocksNothing) {
   ::close(fd);
 }
 
-// Beyond max_clients, a connection is closed at once.
+// Beyond max_clients, the connection idle the longest makes room (none has a call under way).
 TEST(RpcTcpServer, CapsConnections) {
   RpcTcpServer s(echo);
   s.max_clients = 4;
@@ -207,6 +209,114 @@ TEST(RpcTcpServer, SilentConnectionIsClosedAtItsDeadline) {
   ::close(fd);
 }
 
+// review-attack PoC: a connection that trickles one byte of a record per (deadline - e) used to
+// never reach its deadline (progress moved it), and max_clients of them kept every other client
+// out for good. The deadline is absolute now: each record must be whole within idle_timeout_ms.
+TEST(RpcTcpServer, TricklingConnectionsHoldEverySlot) {
+  RpcTcpServer s(echo);
+  s.idle_timeout_ms = 300;
+  s.max_clients = 2;
+  const std::uint16_t port = listen_on(s);
+  std::vector<int> slow = {connect_to(port), connect_to(port)};
+  poll_until(
+      s, [&] { return s.clients() == 2; }, 1);
+  const auto rec = record(9, 400);  // a whole call, sent one byte every 200 ms
+  std::size_t off = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(3000);
+  auto next = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() < end) {
+    if (std::chrono::steady_clock::now() >= next) {
+      for (const int fd : slow) ::send(fd, rec.data() + off, 1, MSG_NOSIGNAL);
+      ++off;
+      next += std::chrono::milliseconds(200);
+    }
+    s.poll();
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  // 3 s = 10 deadlines later: both closed at their first deadline, and a real client is served.
+  EXPECT_EQ(s.stats().timed_out, 2u);
+  EXPECT_TRUE(closed_by_peer(slow[0]));
+  EXPECT_TRUE(closed_by_peer(slow[1]));
+  const int fd = connect_to(port);
+  poll_until(
+      s, [] { return false; }, 0.2);
+  EXPECT_FALSE(closed_by_peer(fd)) << "a newcomer is refused: the tricklers hold every slot";
+  for (const int f : slow) ::close(f);
+  ::close(fd);
+}
+
+// A full table (deadlines far away) does not refuse a newcomer while a connection sits idle with
+// part of a record: the one idle the longest is evicted; connections with a call under way are
+// not, and when every one has, the newcomer is closed.
+TEST(RpcTcpServer, AFullTableEvictsTheLongestIdle) {
+  std::atomic<bool> release{false};
+  RpcTcpServer s(
+      [&](const CallContext&, std::span<const std::uint8_t> call, std::vector<std::uint8_t>& r) {
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        echo({}, call, r);
+      });
+  s.max_clients = 2;
+  const std::uint16_t port = listen_on(s);
+  const int a = connect_to(port);
+  poll_until(
+      s, [&] { return s.clients() == 1; }, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const int b = connect_to(port);
+  poll_until(
+      s, [&] { return s.clients() == 2; }, 1);
+  const std::uint8_t half[3] = {0x80, 0, 0};
+  ASSERT_EQ(::send(a, half, 3, 0), 3);  // a: the older, with part of a record
+  const auto rec = record(5);
+  ASSERT_EQ(::send(b, rec.data(), rec.size(), 0), static_cast<ssize_t>(rec.size()));
+  poll_until(
+      s, [] { return false; }, 0.1);  // b's call is at the (blocked) worker
+  const int c = connect_to(port);
+  poll_until(
+      s, [&] { return s.stats().evicted == 1; }, 1);
+  EXPECT_EQ(s.stats().evicted, 1u);
+  EXPECT_EQ(s.stats().refused, 0u);
+  EXPECT_TRUE(closed_by_peer(a));
+  EXPECT_FALSE(closed_by_peer(b));
+  ASSERT_EQ(::send(c, rec.data(), rec.size(), 0), static_cast<ssize_t>(rec.size()));
+  poll_until(
+      s, [] { return false; }, 0.1);  // c's call waits behind b's
+  const int d = connect_to(port);     // b and c have calls under way: d is the one closed
+  poll_until(
+      s, [&] { return s.stats().refused == 1; }, 1);
+  EXPECT_EQ(s.stats().refused, 1u);
+  EXPECT_TRUE(closed_by_peer(d));
+  release = true;
+  std::vector<std::uint8_t> got;
+  poll_until(
+      s,
+      [&] {
+        std::uint8_t buf[256];
+        const ssize_t n = ::recv(c, buf, sizeof buf, MSG_DONTWAIT);
+        if (n > 0) got.insert(got.end(), buf, buf + n);
+        return got.size() >= rec.size();
+      },
+      2);
+  EXPECT_EQ(got, rec);
+  for (const int f : {a, b, c, d}) ::close(f);
+}
+
+// One address may hold max_per_peer connections; beyond, its newcomer is closed (and evicts
+// nobody else's).
+TEST(RpcTcpServer, CapsConnectionsPerPeer) {
+  RpcTcpServer s(echo);
+  s.max_per_peer = 2;
+  const std::uint16_t port = listen_on(s);
+  std::vector<int> fds;
+  for (int k = 0; k < 3; ++k) fds.push_back(connect_to(port));
+  poll_until(
+      s, [&] { return s.stats().refused_peer == 1; }, 1);
+  EXPECT_EQ(s.clients(), 2u);
+  EXPECT_EQ(s.stats().refused_peer, 1u);
+  EXPECT_EQ(s.stats().evicted, 0u);
+  EXPECT_TRUE(closed_by_peer(fds[2]));
+  for (const int f : fds) ::close(f);
+}
+
 // MOUNT does not listen on every address unless told: the service's default is loopback, and
 // roce-nfsd's is the address of its interface (loopback when it has none).
 TEST(MountBinding, DefaultsToALocalAddress) {
@@ -214,6 +324,47 @@ TEST(MountBinding, DefaultsToALocalAddress) {
   EXPECT_EQ(default_mount_address("lo"), "127.0.0.1");
   EXPECT_EQ(default_mount_address(""), "127.0.0.1");
   EXPECT_EQ(default_mount_address("no-such-interface0"), "127.0.0.1");
+}
+
+// An unprivileged service that would have to act as others, or lend its supplementary groups,
+// refuses to start, saying why (a thread of uid 1000 here; raw syscalls are per thread).
+TEST(NfsServiceUnprivileged, RefusesWhatItCannotServe) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (to make a thread of another user)";
+  ExportOptions self, rw;
+  std::string err;
+  ASSERT_TRUE(parse_export_options("rw,all_squash,anonuid=1000,anongid=1000", self, err));
+  ASSERT_TRUE(parse_export_options("rw", rw, err));
+  std::string with_group, without_group, other_ids;
+  std::thread([&] {
+    const std::uint32_t groups[] = {1000, 500};
+    ASSERT_EQ(::syscall(SYS_setgroups, 2, groups), 0);
+    ASSERT_EQ(::syscall(SYS_setresgid, 1000, 1000, 1000), 0);
+    ASSERT_EQ(::syscall(SYS_setresuid, 1000, 1000, 1000), 0);
+    try {
+      check_unprivileged(self);
+    } catch (const std::runtime_error& e) {
+      with_group = e.what();
+    }
+    try {
+      check_unprivileged(rw);
+    } catch (const std::runtime_error& e) {
+      other_ids = e.what();
+    }
+  }).join();
+  std::thread([&] {
+    const std::uint32_t groups[] = {1000};  // its own gid only: nothing to lend
+    ASSERT_EQ(::syscall(SYS_setgroups, 1, groups), 0);
+    ASSERT_EQ(::syscall(SYS_setresgid, 1000, 1000, 1000), 0);
+    ASSERT_EQ(::syscall(SYS_setresuid, 1000, 1000, 1000), 0);
+    try {
+      check_unprivileged(self);
+    } catch (const std::runtime_error& e) {
+      without_group = e.what();
+    }
+  }).join();
+  EXPECT_NE(with_group.find("groups 500"), std::string::npos) << with_group;
+  EXPECT_NE(other_ids.find("all_squash,anonuid=1000,anongid=1000"), std::string::npos) << other_ids;
+  EXPECT_EQ(without_group, "");
 }
 
 }  // namespace

@@ -11,7 +11,6 @@
 // - Credits: messages beyond the credits granted are dropped and counted, nothing queues.
 // - A handler that blocks (fsync on a slow disk): the loop keeps answering ARP within 1 ms and
 //   accepting connections; the calls are answered when it returns.
-#include "apps/nfs/nfs_service.h"
 #include "apps/nfs/server_transport.h"
 
 #include <gtest/gtest.h>
@@ -31,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "apps/nfs/nfs_service.h"
 #include "apps/nfs/rpcrdma.h"
 #include "apps/perf/env.h"
 #include "controlplane/address.h"
@@ -281,7 +281,7 @@ class Rig {
     return false;
   }
 
-  Client& connect() {
+  Client& connect(std::uint16_t port = kPort) {
     auto c = std::make_unique<Client>();
     c->buf.assign(std::size_t{2} * Client::kSlots * Client::kSlot, 0);
     c->mr = a.eng->reg_mr(pd, c->buf.data(), c->buf.size(), kAccessLocalWrite);
@@ -294,7 +294,7 @@ class Rig {
     for (std::uint32_t i = 0; i < Client::kSlots; ++i) post_recv(*c, i);
     cm::ConnectParams p;
     p.peer.gid = ctl::gid_from_ipv4(kIpB);
-    p.service_id = cm::service_id(cm::PortSpace::kTcp, kPort);
+    p.service_id = cm::service_id(cm::PortSpace::kTcp, port);
     p.starting_psn = wire::Psn(0x1000 + 77 * static_cast<std::uint32_t>(clients.size()));
     p.responder_resources = 16;
     p.initiator_depth = 16;
@@ -530,6 +530,102 @@ TEST(NfsServerTransport, CapsConnectionsAndHalfOpenOnes) {
   EXPECT_EQ(r.srv->stats().rejected_full, 2u);
 }
 
+// A source the export does not list is refused at its REQ (REJ 28, consumer defined): it holds
+// no connection, so that unlisted hosts cannot fill the table against listed ones.
+TEST(NfsServerTransport, RejectsASourceTheExportDoesNotList) {
+  ServerOptions o;
+  o.allows = [](wire::Ipv4Addr a) { return a != kIpA; };
+  Rig r(o, echo);
+  // The server learns the client's MAC first (its ARP request), so that the REJ can reach it.
+  r.inject(arp_frame(1, wire::MacAddr{{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}, kMacA, kIpA, kIpB));
+  r.run([&] { return r.env.loop.neighbour().lookup(kIpA).has_value(); }, 1);
+  Client& c = r.connect();
+  ASSERT_TRUE(r.run([&] { return c.up || c.rejected; }, 5));
+  EXPECT_TRUE(c.rejected) << "a source outside the export's list was accepted";
+  EXPECT_EQ(c.reason, cm::RejReason::kConsumerDefined);
+  EXPECT_EQ(r.srv->connections(), 0u);
+  EXPECT_EQ(r.srv->stats().denied, 1u);
+}
+
+// One source holds max_per_peer connections: its next REQ closes its connection idle the
+// longest (a client that rebooted left it behind) rather than waiting forever for a slot.
+TEST(NfsServerTransport, OneSourceHoldsMaxPerPeerAndItsOldestIdleIsReaped) {
+  ServerOptions o;
+  o.max_per_peer = 2;
+  Rig r(o, echo);
+  Client& c1 = r.connect();
+  ASSERT_TRUE(r.run([&] { return c1.up; }, 5));
+  r.call(c1, 1);
+  ASSERT_TRUE(r.run([&] { return !c1.replies.empty(); }, 5));
+  Client& c2 = r.connect();
+  ASSERT_TRUE(r.run([&] { return c2.up; }, 5));
+  r.call(c2, 2);
+  ASSERT_TRUE(r.run([&] { return !c2.replies.empty(); }, 5));
+  Client& c3 = r.connect();
+  ASSERT_TRUE(r.run([&] { return (c3.up || c3.rejected) && c1.down; }, 5));
+  EXPECT_TRUE(c3.up);
+  EXPECT_TRUE(c1.down) << "the oldest idle connection of the source was not closed";
+  EXPECT_FALSE(c2.down);
+  EXPECT_EQ(r.srv->connections(), 2u);
+  EXPECT_EQ(r.srv->stats().reaped, 1u);
+  r.call(c3, 3);
+  EXPECT_TRUE(r.run([&] { return !c3.replies.empty(); }, 5));
+}
+
+// A full table refuses a REQ while every connection was active within reap_idle_ms, and closes
+// the one idle the longest once it has been idle that long: established connections do not
+// hold their slots forever.
+TEST(NfsServerTransport, AFullTableReapsAConnectionIdleBeyondTheLimit) {
+  ServerOptions o;
+  o.max_connections = 2;
+  o.reap_idle_ms = 400;
+  Rig r(o, echo);
+  Client& c1 = r.connect();
+  Client& c2 = r.connect();
+  ASSERT_TRUE(r.run([&] { return c1.up && c2.up; }, 5));
+  r.call(c1, 1);
+  r.call(c2, 2);
+  ASSERT_TRUE(r.run([&] { return !c1.replies.empty() && !c2.replies.empty(); }, 5));
+  Client& c3 = r.connect();
+  ASSERT_TRUE(r.run([&] { return c3.up || c3.rejected; }, 5));
+  EXPECT_TRUE(c3.rejected) << "an active connection was closed for a newcomer";
+  r.run([] { return false; }, 0.5);
+  Client& c4 = r.connect();
+  ASSERT_TRUE(r.run([&] { return c4.up || c4.rejected; }, 5));
+  EXPECT_TRUE(c4.up) << "connections idle beyond reap_idle_ms kept the table full";
+  EXPECT_EQ(r.srv->stats().reaped, 1u);
+  EXPECT_EQ(r.srv->connections(), 2u);
+}
+
+// The service gives its transport the export's client list (an unlisted source is refused at
+// its REQ), and its counters are there to scrape by name.
+TEST(NfsService, TheExportsListIsTheTransportsDoorAndTheCountersAreScrapable) {
+  Rig r({}, echo);
+  NfsServiceConfig c;
+  parse_service_args({"--root", "/tmp", "--clients", "198.18.0.0/255.254.0.0", "--mount-port",
+                      std::to_string(30000 + getpid() % 20000)},
+                     c);
+  c.port = kPort + 1;
+  NfsService svc(r.env, c);
+  r.inject(arp_frame(1, wire::MacAddr{{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}, kMacA, kIpA, kIpB));
+  Client& cl = r.connect(kPort + 1);
+  ASSERT_TRUE(r.run(
+      [&] {
+        svc.step();
+        return cl.up || cl.rejected;
+      },
+      5));
+  EXPECT_TRUE(cl.rejected);
+  std::map<std::string, std::uint64_t> st;
+  for (const auto& [k, v] : svc.stats()) st[k] = v;
+  EXPECT_EQ(st.at("rpcrdma_denied"), 1u);
+  EXPECT_EQ(st.at("rpcrdma_connections_now"), 0u);
+  for (const char* k : {"nfs_denied", "mount_denied", "rpcrdma_over_credit",
+                        "rpcrdma_rejected_full", "rpcrdma_reaped", "mount_refused",
+                        "mount_refused_peer", "mount_evicted", "mount_timed_out"})
+    EXPECT_EQ(st.count(k), 1u) << k;
+}
+
 // Item 4: the source of a REQ that does not answer ARP: the loop goes on (no poll takes long),
 // and the REQ is rejected once resolve_timeout_ms has passed.
 TEST(NfsServerTransport, UnresolvableSourceDoesNotStallTheLoop) {
@@ -660,9 +756,14 @@ namespace {
 // roced's `test: nfs` args reach every limit of the service (docs/configuration.md).
 TEST(NfsServiceArgs, TheTransportAndMountLimitsAreSettable) {
   roce::nfs::NfsServiceConfig c;
-  roce::nfs::parse_service_args({"--root", "/tmp", "--max-connections", "8", "--max-half-open",
-                                 "2", "--mount-clients", "4", "--mount-timeout", "1000"},
-                                c);
+  roce::nfs::parse_service_args(
+      {"--root", "/tmp", "--max-connections", "8", "--max-half-open", "2", "--mount-clients", "4",
+       "--mount-timeout", "1000", "--max-per-peer", "3", "--reap-idle", "60000", "--mount-per-peer",
+       "2"},
+      c);
+  EXPECT_EQ(c.transport.max_per_peer, 3u);
+  EXPECT_EQ(c.transport.reap_idle_ms, 60000u);
+  EXPECT_EQ(c.mount_per_peer, 2u);
   EXPECT_EQ(c.transport.max_connections, 8u);
   EXPECT_EQ(c.transport.max_half_open, 2u);
   EXPECT_EQ(c.mount_clients, 4u);
