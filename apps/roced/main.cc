@@ -353,6 +353,11 @@ int run(const ctl::ApplianceConfig& cfg) {
   appliance::ServiceHost services(cfg);
   std::vector<std::unique_ptr<naa::NaaService>> naas = open_naa_services(cfg, ports);
   std::vector<std::unique_ptr<nfs::HostedNfsService>> nfss = open_nfs_services(cfg, ports);
+  // The port of each NFS service (open_nfs_services' order), for its counters.
+  std::vector<std::size_t> nfs_port;
+  for (const auto& sc : cfg.services)
+    for (std::size_t i = 0; sc.test == "nfs" && i < ports.size(); ++i)
+      if (ports[i].cfg.name == sc.port) nfs_port.push_back(i);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::uint64_t next_publish = 0, next_accept = 0;
@@ -360,6 +365,9 @@ int run(const ctl::ApplianceConfig& cfg) {
   const auto housekeeping = [&](std::uint64_t now) {
     if (now >= next_publish) {
       collect(ports, counters, att.get());
+      for (auto& c : counters) c.services.clear();
+      for (std::size_t k = 0; k < nfss.size(); ++k)
+        for (auto& kv : nfss[k]->stats()) counters[nfs_port[k]].services.push_back(std::move(kv));
       metrics.publish(counters);
       next_publish = now + 100'000'000;
     }

@@ -93,6 +93,7 @@ std::vector<CounterSample> Metrics::snapshot() const {
       out.push_back({"attach_out_of_fds", p.name, p.attach_out_of_fds});
       out.push_back({"attach_cm_refused", p.name, p.attach_cm_refused});
     }
+    for (const auto& [name, value] : p.services) out.push_back({name, p.name, value});
     if (p.faults_on) {
       out.push_back({"fault_dropped", p.name, p.faults.dropped});
       out.push_back({"fault_duplicated", p.name, p.faults.duplicated});
@@ -113,7 +114,9 @@ std::string Metrics::prometheus(const std::string& appliance) const {
       "qps",        "mrs",        "arp_entries", "nd_entries",         "attach_clients",
       "attach_qps", "attach_mrs", "attach_cqs",  "attach_memory_bytes"};
   for (const auto& [name, list] : by_name) {
-    os << "# TYPE roce_" << name << (kGauges.count(name) ? " gauge\n" : " counter\n");
+    const bool gauge = kGauges.count(name) != 0 ||
+                       (name.size() > 4 && name.compare(name.size() - 4, 4, "_now") == 0);
+    os << "# TYPE roce_" << name << (gauge ? " gauge\n" : " counter\n");
     for (const auto* c : list)
       os << "roce_" << name << "{appliance=\"" << appliance << "\",port=\"" << c->port << "\"} "
          << c->value << '\n';

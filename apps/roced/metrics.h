@@ -30,6 +30,9 @@ struct PortCounters {
   port::NeighbourStats neighbour;
   FaultStats faults;
   bool faults_on = false;
+  /// Counters of the services hosted on the port (`test: nfs`), as they name them; a name
+  /// ending in `_now` is a level (a gauge), the others count.
+  std::vector<std::pair<std::string, std::uint64_t>> services;
   /// The FPGA offload's device counters (port `offload:`), summed over the port's loops;
   /// exported as fpga_<Coyote's nstats name>.
   bool fpga_on = false;

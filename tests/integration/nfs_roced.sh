@@ -32,6 +32,7 @@ ports:
     ipv4: 192.0.2.1/24
 counters:
   telemetry: false
+  prometheus: 127.0.0.1:0
 services:
   - test: nfs
     port: p0
@@ -71,6 +72,15 @@ PY
 "$client" --memif "$work/memif.sock" --ip 192.0.2.3 --mac 02:00:00:00:00:03 --server 192.0.2.1 \
   --mount-server 127.0.0.1 --mount-port "$mport" --export / ls / > "$work/stranger.txt" 2>&1 &&
   stranger=0 || stranger=$?
+# The service's counters, as Prometheus scrapes them (the stranger's refusal among them).
+sleep 0.3  # published every 100 ms
+url=$(sed -n 's/^  counters: \(http:[^ ]*\)$/\1/p' "$work/roced.log")
+/usr/bin/python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+  "$url" > "$work/metrics.txt" || { echo "FAIL: no metrics at '$url'"; exit 1; }
+grep -q '^roce_rpcrdma_denied{appliance="nfs-test",port="p0"} 1$' "$work/metrics.txt" &&
+  grep -q '^# TYPE roce_rpcrdma_connections_now gauge$' "$work/metrics.txt" &&
+  grep -q '^roce_nfs_calls{' "$work/metrics.txt" ||
+  { grep -E 'nfs|rpcrdma|mount' "$work/metrics.txt"; echo "FAIL: the NFS service's counters are not scraped"; exit 1; }
 kill -TERM "$pid"
 wait "$pid" || rc=$?
 pid=
