@@ -83,6 +83,12 @@ struct Deferred {
 /// Descriptors of one client waiting for the Closer beyond which it is disconnected (it
 /// cannot send more then; those it sent still close in their time).
 constexpr int kMaxClosing = 8;
+/// SCM_MAX_FD (include/net/scm.h): the most descriptors one message can carry. Every request
+/// is received with room for them all: what does not fit the kernel closes itself, inside
+/// recvmsg, on the control thread.
+constexpr std::size_t kScmMaxFd = 253;
+/// Fd-less messages read from a closing socket before it is handed to the Closer instead.
+constexpr int kDrainMessages = 64;
 
 struct Pending {
   Request rq;
@@ -193,7 +199,10 @@ void send_reply(int fd, const Reply& r, const int* fds = nullptr, int nfds = 0) 
 /// Closes descriptors clients passed that are not memfds, off the control thread: closing
 /// may block (a TCP socket lingering with unsent data; a FUSE file waits for its daemon's
 /// FLUSH answer, as long as the daemon likes). A memfd's close never blocks and is done in
-/// place. Each entry counts against its client (`pending`) until closed.
+/// place. A client's socket with messages still queued goes here too: closing it purges the
+/// queue, and the last reference of a descriptor in it would be dropped on the closing
+/// thread. Each entry counts against its connection and its uid, and in total, until closed
+/// (AttachConfig::closing_per_uid, closing_total).
 class Closer {
  public:
   Closer() : st_(std::make_shared<State>()) {
@@ -210,24 +219,30 @@ class Closer {
   }
   Closer(const Closer&) = delete;
   Closer& operator=(const Closer&) = delete;
-  void close(int fd, std::shared_ptr<std::atomic<int>> pending) {
-    ++*pending;
+  /// Queues `fd`, counted against `conn` (may be null) and `uid` until closed.
+  void close(int fd, std::shared_ptr<std::atomic<int>> conn, std::shared_ptr<std::atomic<int>> uid) {
+    if (conn) ++*conn;
+    ++*uid;
+    ++st_->total;
     {
       std::lock_guard<std::mutex> g(st_->mu);
-      st_->q.push_back({fd, std::move(pending)});
+      st_->q.push_back({fd, std::move(conn), std::move(uid)});
     }
     st_->cv.notify_one();
   }
+  /// Descriptors queued and not yet closed, of everyone.
+  int pending() const { return st_->total.load(); }
 
  private:
   struct Entry {
     int fd = -1;
-    std::shared_ptr<std::atomic<int>> pending;
+    std::shared_ptr<std::atomic<int>> conn, uid;
   };
   struct State {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<Entry> q;
+    std::atomic<int> total{0};
     bool stop = false;
   };
   static void run(State& st) {
@@ -241,7 +256,9 @@ class Closer {
         st.q.pop_front();
       }
       ::close(e.fd);
-      --*e.pending;
+      if (e.conn) --*e.conn;
+      --*e.uid;
+      --st.total;
     }
   }
   std::shared_ptr<State> st_;
@@ -261,8 +278,10 @@ struct Client {
   std::uint64_t since_ns = 0;  ///< accepted (mono_ns): the hello deadline
   std::uint32_t fds = 0;       ///< descriptors roced holds for it (quotas.max_fds)
   bool privileged = false;     ///< its uid is in privileged_uids (privileged Q_Keys)
-  /// Descriptors it passed that the Closer has yet to close.
+  /// Descriptors it passed that the Closer has yet to close; those of its uid.
   std::shared_ptr<std::atomic<int>> closing = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::atomic<int>> uid_closing;
+  std::uint64_t to_closer = 0;  ///< descriptors of its requests handed to the Closer, ever
   std::optional<Pending> pending;
   /// Whether `h` names one of its resources.
   bool live(std::uint32_t h) const {
@@ -434,6 +453,10 @@ AttachServer::~AttachServer() {
   if (reserve_fd_ >= 0) ::close(reserve_fd_);
 }
 
+bool AttachServer::closing_full() const {
+  return closer_->pending() >= static_cast<int>(cfg_.closing_total);
+}
+
 AttachCounts AttachServer::counts(std::size_t i) const {
   const PortCounts& c = counts_[i];
   AttachCounts a;
@@ -473,8 +496,10 @@ void AttachServer::serve() {
   while (!stop_) {
     fds.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
-    // Out of descriptors and nothing in reserve: the backlog waits a moment (no spinning).
-    fds.push_back({listen_fd_, static_cast<short>(mono_ns() < accept_after_ns_ ? 0 : POLLIN), 0});
+    // Out of descriptors and nothing in reserve, or closing_total descriptors waiting for the
+    // Closer: the backlog waits (looked at again every 100 ms, no spinning).
+    const bool wait = mono_ns() < accept_after_ns_ || closing_full();
+    fds.push_back({listen_fd_, static_cast<short>(wait ? 0 : POLLIN), 0});
     // A client whose request waits for ARP is not read (its hangup still shows).
     for (const auto& c : clients_)
       fds.push_back({c->fd, static_cast<short>(c->pending ? 0 : POLLIN), 0});
@@ -514,6 +539,7 @@ int AttachServer::next_timeout_ms() const {
   const std::uint64_t now = mono_ns();
   std::uint64_t next = now + 1000 * kMs;
   if (accept_after_ns_ > now) next = std::min(next, accept_after_ns_);
+  if (closing_full()) next = std::min(next, now + 100 * kMs);
   for (const auto& c : clients_) {
     if (!c->hello) next = std::min(next, c->since_ns + cfg_.hello_timeout_ms * kMs);
     if (c->pending) next = std::min(next, c->pending->next_ns);
@@ -562,22 +588,57 @@ void AttachServer::tick() {
   }
 }
 
-namespace {
+std::shared_ptr<std::atomic<int>> AttachServer::uid_closing(std::uint32_t uid) {
+  // Counters nobody holds any more (no client, nothing queued) are forgotten.
+  std::erase_if(uid_closing_,
+                [](const auto& kv) { return kv.second.use_count() == 1 && kv.second->load() == 0; });
+  auto& p = uid_closing_[uid];
+  if (!p) p = std::make_shared<std::atomic<int>>(0);
+  return p;
+}
 
-// A connection turned away: one reply of sequence number 0 with the reason, then closed.
-// What the client sent already (its hello) is read first: a Unix socket closed with unread
-// data resets its peer, whose next read then fails before it sees the reply.
-void refuse_connection(int fd, int err) {
+void AttachServer::close_socket(int fd, const std::shared_ptr<std::atomic<int>>& uid) {
+  // Closing a socket purges the messages still queued on it, and with them the last reference
+  // of any descriptor they carry, on this thread (a lingering TCP socket would block it).
+  // Shut down first, the peer can queue nothing more (its sends fail, EPIPE). What is queued
+  // is then looked at: with SO_PASSCRED every message comes with credentials, so a receive
+  // without any control message is the end of the queue (an empty message is not). Messages
+  // without descriptors are read (a socket closed with unread data resets its peer, which
+  // then might not see the reply sent just before); one with descriptors (MSG_CTRUNC: there is
+  // no room for them, the peek takes no reference) sends the socket to the Closer.
+  ::shutdown(fd, SHUT_RDWR);
+  const int on = 1;
+  if (::setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof on) == 0) {
+    for (int i = 0; i < kDrainMessages; ++i) {
+      char b;
+      iovec iov{&b, 1};
+      alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(ucred))];
+      msghdr m{};
+      m.msg_iov = &iov;
+      m.msg_iovlen = 1;
+      m.msg_control = ctl;
+      m.msg_controllen = sizeof ctl;
+      if (::recvmsg(fd, &m, MSG_PEEK | MSG_DONTWAIT) < 0) break;
+      if (m.msg_controllen == 0) {  // nothing queued
+        ::close(fd);
+        return;
+      }
+      if (m.msg_flags & MSG_CTRUNC) break;  // descriptors in it
+      [[maybe_unused]] const ssize_t n = ::recv(fd, &b, 1, MSG_DONTWAIT);
+    }
+  }
+  closer_->close(fd, nullptr, uid);
+}
+
+// A connection turned away: one reply of sequence number 0 with the reason, then closed
+// (close_socket: what it sent is read or goes to the Closer with it).
+void AttachServer::refuse_connection(int fd, int err, const std::shared_ptr<std::atomic<int>>& uid) {
+  ++refused_;
   Reply rep;
   rep.err = err;
   send_reply(fd, rep);
-  Request rq;
-  for (int i = 0; i < 4 && ::recv(fd, &rq, sizeof rq, MSG_DONTWAIT) > 0; ++i) {
-  }
-  ::close(fd);
+  close_socket(fd, uid);
 }
-
-}  // namespace
 
 void AttachServer::accept_client() {
   const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
@@ -591,8 +652,10 @@ void AttachServer::accept_client() {
       ::close(reserve_fd_);
       const int taken = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (taken >= 0) {
-        ++refused_;
-        refuse_connection(taken, why);
+        ucred cred{};
+        socklen_t len = sizeof cred;
+        ::getsockopt(taken, SOL_SOCKET, SO_PEERCRED, &cred, &len);
+        refuse_connection(taken, why, uid_closing(cred.uid));
       }
       reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     }
@@ -602,19 +665,24 @@ void AttachServer::accept_client() {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-    ::close(fd);
+    close_socket(fd, uid_closing(static_cast<std::uint32_t>(-1)));
     return;
   }
+  auto uid_closing_now = uid_closing(cred.uid);
   const auto same_uid = static_cast<std::uint32_t>(std::count_if(
       clients_.begin(), clients_.end(), [&](const auto& k) { return k->uid == cred.uid; }));
-  if (clients_.size() >= cfg_.max_clients || same_uid >= cfg_.max_clients_per_uid) {
+  const std::uint32_t per_uid =
+      cfg_.max_clients_per_uid != 0 ? cfg_.max_clients_per_uid : cfg_.max_clients;
+  // A uid whose passed descriptors still wait for the Closer beyond closing_per_uid (their
+  // close blocks): no more connections (and so no more descriptors) until they are closed.
+  const bool closing = uid_closing_now->load() >= static_cast<int>(cfg_.closing_per_uid);
+  if (clients_.size() >= cfg_.max_clients || same_uid >= per_uid || closing) {
     const bool all = clients_.size() >= cfg_.max_clients;
+    const char* what = all ? "max_clients" : closing ? "closing_per_uid" : "max_clients_per_uid";
     std::fprintf(stderr, "roced: attach: refused a client of uid %u (pid %d): %s %u reached\n",
-                 static_cast<unsigned>(cred.uid), static_cast<int>(cred.pid),
-                 all ? "max_clients" : "max_clients_per_uid",
-                 all ? cfg_.max_clients : cfg_.max_clients_per_uid);
-    ++refused_;
-    refuse_connection(fd, all ? EUSERS : EDQUOT);
+                 static_cast<unsigned>(cred.uid), static_cast<int>(cred.pid), what,
+                 all ? cfg_.max_clients : closing ? cfg_.closing_per_uid : per_uid);
+    refuse_connection(fd, all ? EUSERS : closing ? EAGAIN : EDQUOT, uid_closing_now);
     return;
   }
   auto c = std::make_unique<Client>();
@@ -623,6 +691,7 @@ void AttachServer::accept_client() {
   c->pid = cred.pid;
   c->uid = cred.uid;
   c->since_ns = mono_ns();
+  c->uid_closing = std::move(uid_closing_now);
   c->handles = HandleCounter(cfg_.handle_limit);
   const auto& pu = cfg_.privileged_uids;
   c->privileged = std::find(pu.begin(), pu.end(), cred.uid) != pu.end();
@@ -688,7 +757,7 @@ void AttachServer::drop(Client& c, bool lost) {
                 c.cqs.size());
     std::fflush(stdout);
   }
-  ::close(c.fd);
+  close_socket(c.fd, c.uid_closing);
   std::lock_guard<std::mutex> g(mu_);
   std::erase_if(clients_, [&c](const auto& p) { return p.get() == &c; });
 }
@@ -1370,7 +1439,7 @@ bool AttachServer::handle(Client& c) {
   msghdr m{};
   m.msg_iov = &iov;
   m.msg_iovlen = 1;
-  alignas(cmsghdr) char ctl[CMSG_SPACE(4 * sizeof(int))];
+  alignas(cmsghdr) char ctl[CMSG_SPACE(kScmMaxFd * sizeof(int))];
   m.msg_control = ctl;
   m.msg_controllen = sizeof ctl;
   const ssize_t n = ::recvmsg(c.fd, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
@@ -1388,18 +1457,28 @@ bool AttachServer::handle(Client& c) {
         passed.push_back(f);
       }
     }
-  execute(c, rq,
-          static_cast<std::size_t>(n) == sizeof rq && !(m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)),
+  // MSG_CTRUNC (cannot be for descriptors, there is room for SCM_MAX_FD): a protocol error,
+  // answered and disconnected.
+  const bool ctrunc = (m.msg_flags & MSG_CTRUNC) != 0;
+  const std::uint64_t sent_before = c.to_closer;
+  execute(c, rq, static_cast<std::size_t>(n) == sizeof rq && !(m.msg_flags & MSG_TRUNC) && !ctrunc,
           passed);
-  return *c.closing <= kMaxClosing;  // beyond: descriptors that do not close, disconnected
+  if (ctrunc || *c.closing > kMaxClosing) return false;  // beyond: descriptors that do not close
+  // This request brought descriptors for the Closer while its uid's, or everyone's, are over
+  // their bound: disconnected (its uid cannot connect again until they are closed).
+  return c.to_closer == sent_before ||
+         (c.uid_closing->load() < static_cast<int>(cfg_.closing_per_uid) &&
+          closer_->pending() < static_cast<int>(cfg_.closing_total));
 }
 
 void AttachServer::release(Client& c, std::vector<int>& passed) {
   for (int f : passed)
     if (::fcntl(f, F_GET_SEALS) >= 0)
       ::close(f);  // shmem (a memfd): never blocks
-    else
-      closer_->close(f, c.closing);
+    else {
+      closer_->close(f, c.closing, c.uid_closing);
+      ++c.to_closer;
+    }
   passed.clear();
 }
 
