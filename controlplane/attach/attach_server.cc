@@ -898,11 +898,24 @@ int Ops::hello() {
 
 int Ops::alloc_pd() {
   if (c.pds.size() >= 64) return EDQUOT;
+  // The handle and the record first: nothing may throw once the engine made the PD (it would
+  // be nobody's, drop() would miss it).
+  const std::uint32_t h = new_handle();
+  PdRec& rec = c.pds[h];
   engine::Engine* e = &eng();
-  engine::Pd* pd = run([e] { return e->alloc_pd(); });
-  if (pd == nullptr) return ENOMEM;
-  rep.handle = new_handle();
-  c.pds[rep.handle] = PdRec{pd, 0};
+  engine::Pd* pd = nullptr;
+  try {
+    pd = run([e] { return e->alloc_pd(); });
+  } catch (...) {
+    c.pds.erase(h);
+    throw;
+  }
+  if (pd == nullptr) {
+    c.pds.erase(h);
+    return ENOMEM;
+  }
+  rec.pd = pd;
+  rep.handle = h;
   return 0;
 }
 
@@ -973,15 +986,27 @@ int Ops::reg_mr() {
   Lane* lane = c.lane;
   engine::Pd* epd = pd->second.pd;
   const RegMrReq req = r;
+  // The handle and the record first: an MR the engine made must never be untracked (its rkey
+  // would outlive the region's mapping after drop()).
+  const std::uint32_t h = new_handle();
+  MrRec& rec = c.mrs[h];
   // Registered at roced's mapping, addressed (by the client's SGEs and by peers) through the
   // client's own address, the IOVA.
-  engine::Mr* mr =
-      run([=] { return lane->engine().reg_mr(epd, host, req.length, req.iova, req.access); });
-  if (mr == nullptr) return EINVAL;
-  rep.handle = new_handle();
+  engine::Mr* mr = nullptr;
+  try {
+    mr = run([=] { return lane->engine().reg_mr(epd, host, req.length, req.iova, req.access); });
+  } catch (...) {
+    c.mrs.erase(h);
+    throw;
+  }
+  if (mr == nullptr) {
+    c.mrs.erase(h);
+    return EINVAL;
+  }
+  rec = MrRec{mr, r.pd, r.region};
+  rep.handle = h;
   rep.key = mr->key;
   rep.iova = r.iova;
-  c.mrs[rep.handle] = MrRec{mr, r.pd, r.region};
   ++pd->second.refs;
   ++reg->second.mrs;
   ++counts().mrs;

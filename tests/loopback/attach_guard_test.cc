@@ -75,7 +75,7 @@ const auto* const kEal = ::testing::AddGlobalTestEnvironment(new Eal);
 // roced's side: one net_ring port, its poll loop on a thread of its own, the attach server.
 class Roced {
  public:
-  explicit Roced(const AttachQuotas& q = {}) {
+  explicit Roced(const AttachQuotas& q = {}, std::uint32_t handle_limit = 0xFFFFFFFFu) {
     static int n = 0;
     const std::string name = "ag" + std::to_string(n++);
     rx_ = rte_ring_create((name + "_rx").c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
@@ -99,6 +99,7 @@ class Roced {
     AttachConfig cfg;
     cfg.socket = "/tmp/roce-attach-guard-" + std::to_string(getpid()) + "-" + name + ".sock";
     cfg.quotas = q;
+    cfg.handle_limit = handle_limit;
     server_ = std::make_unique<AttachServer>(
         cfg, std::vector<AttachPort>{{"p0", kMac, kIp, {loop_.get()}}});
     thread_ = std::thread([this] {
@@ -117,6 +118,7 @@ class Roced {
   }
   const std::string& socket() const { return server_->socket_path(); }
   AttachServer& server() { return *server_; }
+  engine::Engine& engine() { return *eng_; }
   /// True while the poll loop thread still runs (a command that threw would have ended it).
   bool alive() const { return !stop_.load(); }
 
@@ -520,6 +522,38 @@ TEST(AttachGuard, AllocationFailureOnTheLcoreIsTheClientsEnomem) {
   EXPECT_EQ(c.qp(pd, cq, cq, 0, small_cap(), q), 0);
   Raw other(roced.socket());
   EXPECT_NE(other.pd(), 0u);
+}
+
+// An MR (or PD) the engine made for a request that then found no handle for it (every one in
+// use) is not left behind untracked: drop() would miss it, and the MR's rkey would outlive the
+// region's mapping.
+TEST(AttachGuard, NothingOutlivesAFailedHandle) {
+  Roced roced({}, 2);  // two handles: a PD and a region
+  {
+    Raw c(roced.socket());
+    const std::uint32_t pd = c.pd();
+    const int fd = ::memfd_create("guard", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ASSERT_EQ(::ftruncate(fd, 4096), 0);
+    std::uint32_t region = 0;
+    ASSERT_EQ(c.region(fd, 4096, &region), 0);
+    ::close(fd);
+    Request rq;
+    rq.op = Op::kRegMr;
+    rq.mr.pd = pd;
+    rq.mr.region = region;
+    rq.mr.length = 4096;
+    rq.mr.iova = 0x10000;
+    rq.mr.access = engine::kAccessLocalWrite | engine::kAccessRemoteWrite;
+    Reply rep;
+    EXPECT_EQ(c.call(rq, rep), ENOMEM) << "no handle left";
+    rq = Request{};
+    rq.op = Op::kAllocPd;
+    EXPECT_EQ(c.call(rq, rep), ENOMEM) << "no handle left";
+  }
+  for (int i = 0; i < 2000 && roced.server().counts(0).clients != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(roced.server().counts(0).clients, 0u);
+  EXPECT_EQ(roced.engine().mr_count(), 0u) << "an MR without a handle survived its client";
 }
 
 }  // namespace
