@@ -45,7 +45,7 @@ struct AttachQuotas {
   std::uint32_t max_qp_wr = 16384;  ///< max_send_wr, max_recv_wr of a QP
   std::uint32_t max_srq_wr = 16384;
   std::uint32_t max_cqe = 65536;        ///< CQ depth
-  std::uint32_t max_inline_data = 256;  ///< a QP's max_inline_data
+  std::uint32_t max_inline_data = 512;  ///< a QP's max_inline_data (rxe's)
   /// Descriptors roced holds for a client besides its socket: the event ring's eventfd, the
   /// CM's, one eventfd per CQ (CQs beyond: EDQUOT).
   std::uint32_t max_fds = 64;
@@ -58,7 +58,7 @@ struct AttachConfig {
   std::uint32_t max_clients = 64;
   /// Connections of one uid (SO_PEERCRED) at once; 0: no cap but max_clients (a cap for shared
   /// login nodes: an MPI job's ranks are all one uid).
-  std::uint32_t max_clients_per_uid = 16;
+  std::uint32_t max_clients_per_uid = 0;
   std::uint32_t hello_timeout_ms = 5000;     ///< a connection silent this long is closed
   std::uint32_t resolve_timeout_ms = 10000;  ///< ARP for an address a request names
   /// CM events a client leaves unread beyond its ring before its connect requests are refused

@@ -556,5 +556,47 @@ TEST(AttachGuard, NothingOutlivesAFailedHandle) {
   EXPECT_EQ(roced.engine().mr_count(), 0u) << "an MR without a handle survived its client";
 }
 
+// The defaults as a user meets them: an MPI job's ranks (one uid, more than 16 of them) all
+// attach (max_clients_per_uid is off unless configured).
+TEST(AttachGuard, DefaultsFitAnMpiJob) {
+  Roced roced;
+  std::vector<std::unique_ptr<Raw>> ranks;
+  for (int i = 0; i < 20; ++i)
+    ASSERT_NO_THROW(ranks.push_back(std::make_unique<Raw>(roced.socket()))) << "rank " << i;
+}
+
+// A QP may ask rxe's max_inline_data (512); one without send SGEs is EINVAL (a bad argument,
+// not ENOMEM).
+TEST(AttachGuard, QpCapsAsRxe) {
+  Roced roced;
+  Raw c(roced.socket());
+  const std::uint32_t pd = c.pd();
+  std::uint32_t cq = 0, q = 0;
+  ASSERT_EQ(c.cq(16, cq), 0);
+  engine::QpCap cap = small_cap();
+  cap.max_inline_data = 512;
+  EXPECT_EQ(c.qp(pd, cq, cq, 0, cap, q), 0) << "max_inline_data 512";
+  cap.max_inline_data = 0;
+  cap.max_send_sge = 0;
+  EXPECT_EQ(c.qp(pd, cq, cq, 0, cap, q), EINVAL) << "max_send_sge 0";
+}
+
+// A CQ nobody waits on costs roced no descriptor: max_cqs CQs fit whatever max_fds says; the
+// eventfd is made when the client first waits on the CQ (counted then against max_fds).
+TEST(AttachGuard, CqsBeyondMaxFdsWhenNotWaitedOn) {
+  AttachQuotas q;
+  q.max_cqs = 100;
+  q.max_fds = 8;
+  Roced roced(q);
+  Raw c(roced.socket());
+  std::vector<std::uint32_t> cqs;
+  int rc = 0;
+  for (int i = 0; i < 100 && rc == 0; ++i) {
+    std::uint32_t h = 0;
+    if ((rc = c.cq(4, h)) == 0) cqs.push_back(h);
+  }
+  EXPECT_EQ(cqs.size(), 100u) << "then " << std::strerror(rc);
+}
+
 }  // namespace
 }  // namespace roce::attach
