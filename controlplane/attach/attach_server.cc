@@ -739,7 +739,7 @@ void AttachServer::drop(Client& c, bool lost) {
     for (auto& [h, s] : c.srqs) ::munmap(s.map, s.bytes);
     for (auto& [h, q] : c.cqs) {
       ::munmap(q.map, q.bytes);
-      ::close(q.lane->event_fd);
+      if (q.lane->event_fd >= 0) ::close(q.lane->event_fd);
     }
     for (auto& [h, r] : c.regions) ::munmap(r.map, r.length);
     if (c.events_map) ::munmap(c.events_map, c.events_bytes);
@@ -815,6 +815,7 @@ struct Ops {
   int dereg_mr();
   int create_cq();
   int destroy_cq();
+  int cq_notify();
   int create_qp();
   int destroy_qp();
   int modify_qp();
@@ -1028,18 +1029,18 @@ int Ops::dereg_mr() {
 int Ops::create_cq() {
   const std::uint32_t depth = rq.cq.depth;
   if (depth == 0 || depth > quota().max_cqe || depth > eng().config().max_cq_depth) return EINVAL;
-  if (c.cqs.size() >= quota().max_cqs || c.fds >= quota().max_fds) return EDQUOT;
+  if (c.cqs.size() >= quota().max_cqs) return EDQUOT;
   const std::uint32_t slots = ShmQueueLayout<CqEntry>::slots_for(depth);
   const std::size_t bytes = ShmQueueLayout<CqEntry>::bytes(slots);
   const std::uint64_t cost = cq_cost(depth, bytes);
   if (const int rc = charge(cost)) return rc;
-  int memfd = -1, efd = -1;
+  // No eventfd yet: it is made when the client first waits on the CQ (cq_notify).
+  int memfd = -1;
   void* p = make_shared("roce-cq", bytes, memfd);
-  if (p != nullptr) efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   std::unique_ptr<LaneCq> lc;
   std::uint32_t h = 0;
   engine::Cq* cq = nullptr;
-  if (efd >= 0) {
+  if (p != nullptr) {
     try {
       lc = std::make_unique<LaneCq>();
       lc->local.reserve(depth);  // the lcore never allocates for it
@@ -1051,7 +1052,6 @@ int Ops::create_cq() {
   }
   if (lc) {
     lc->ring = ShmProducer<CqEntry>(ShmQueueLayout<CqEntry>::init(p, slots), slots);
-    lc->event_fd = efd;
     lc->events = c.events.get();
     lc->depth = depth;
     Lane* lane = c.lane;
@@ -1073,7 +1073,6 @@ int Ops::create_cq() {
     if (h != 0) c.cqs.erase(h);
     if (p) ::munmap(p, bytes);
     if (memfd >= 0) ::close(memfd);
-    if (efd >= 0) ::close(efd);
     uncharge(cost);
     return ENOMEM;
   }
@@ -1081,9 +1080,31 @@ int Ops::create_cq() {
   rep.slots = slots;
   rep.bytes = bytes;
   c.cqs[h] = CqRec{std::move(lc), p, bytes, 0, cost};
-  ++c.fds;
   ++counts().cqs;
-  out = Out{{memfd, efd}, 2, {memfd, -1}, 1};  // the eventfd stays ours too (the lane signals it)
+  out = Out{{memfd, -1}, 1, {memfd, -1}, 1};
+  return 0;
+}
+
+int Ops::cq_notify() {
+  const auto it = c.cqs.find(rq.handle);
+  if (it == c.cqs.end()) return EINVAL;
+  LaneCq* l = it->second.lane.get();
+  if (l->event_fd < 0) {
+    if (c.fds >= quota().max_fds) return EDQUOT;
+    const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (efd < 0) return errno == EMFILE || errno == ENFILE ? EMFILE : ENOMEM;
+    try {
+      run([l, efd] {  // the lane reads it on its lcore
+        l->event_fd = efd;
+        return 0;
+      });
+    } catch (...) {
+      if (l->event_fd != efd) ::close(efd);  // (Stopped: it never ran)
+      throw;
+    }
+    ++c.fds;
+  }
+  out = Out{{l->event_fd, -1}, 1, {-1, -1}, 0};  // it stays ours too (the lane signals it)
   return 0;
 }
 
@@ -1100,10 +1121,12 @@ int Ops::destroy_cq() {
   });
   if (rc != 0) return rc;
   ::munmap(it->second.map, it->second.bytes);
-  ::close(l->event_fd);
+  if (l->event_fd >= 0) {
+    ::close(l->event_fd);
+    --c.fds;
+  }
   uncharge(it->second.charge);
   c.cqs.erase(it);
-  --c.fds;
   --counts().cqs;
   return 0;
 }
@@ -1579,6 +1602,9 @@ void AttachServer::execute(Client& c, const Request& rq, bool whole, std::vector
           break;
         case Op::kCmDisconnect:
           err = ops.cm_disconnect();
+          break;
+        case Op::kCqNotify:
+          err = ops.cq_notify();
           break;
         default:
           err = EINVAL;

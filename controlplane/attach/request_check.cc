@@ -46,6 +46,7 @@ int check_request(const Request& rq, bool whole, bool hello, std::size_t nfds,
     case Op::kDestroyQp:
     case Op::kDestroySrq:
     case Op::kCmOpen:
+    case Op::kCqNotify:
       return 0;
     case Op::kRegRegion:
       if (nfds != 1) return EBADF;

@@ -725,29 +725,29 @@ void ctl_closer_leak(const std::string& path, pid_t pid, unsigned rounds) {
         "descriptors waiting for a stuck Closer are bounded (at most 320 more), then closed");
 }
 
-// Every CQ has an eventfd in roced: a client's descriptors there are counted (max_fds: its
-// event ring's eventfd, its CM's, one per CQ), beyond which EDQUOT.
+// A CQ waited on has an eventfd in roced: a client's descriptors there are counted (max_fds:
+// its event ring's eventfd, its CM's, one per CQ waited on), beyond which wait_cq is EDQUOT.
+// A CQ only polled costs none: more CQs than max_fds are fine.
 void ctl_fd_budget(const std::string& path, unsigned max_fds) {
   auto c = Context::attach(path);
   if (!c) return check(false, "attach");
   std::vector<Cq*> cqs;
+  for (unsigned i = 0; i < max_fds + 8; ++i)
+    if (Cq* q = c->create_cq(4)) cqs.push_back(q);
+  check(cqs.size() == max_fds + 8,
+        std::to_string(cqs.size()) + " CQs not waited on (max_fds " + std::to_string(max_fds) + ")");
+  unsigned waited = 0;
   int err = 0;
-  for (unsigned i = 0; i < max_fds + 8; ++i) {
-    Cq* q = c->create_cq(4);
-    if (q == nullptr) {
-      err = errno;
-      break;
-    }
-    cqs.push_back(q);
+  for (Cq* q : cqs) {
+    if ((err = c->wait_cq(q, 0)) != ETIMEDOUT) break;
+    ++waited;
   }
-  check(cqs.size() == max_fds - 1 && err == EDQUOT,
-        std::to_string(cqs.size()) + " CQs, then EDQUOT (max_fds " + std::to_string(max_fds) +
-            ", one is the event ring's)");
-  if (!cqs.empty()) {
-    c->destroy_cq(cqs.back());
-    cqs.pop_back();
-    Cq* q = c->create_cq(4);
-    check(q != nullptr, "a CQ destroyed gives its descriptor back");
+  check(waited == max_fds - 1 && err == EDQUOT,
+        std::to_string(waited) + " CQs waited on, then " + std::strerror(err) + " (max_fds " +
+            std::to_string(max_fds) + ", one is the event ring's)");
+  if (waited > 0) {
+    c->destroy_cq(cqs.front());
+    check(c->wait_cq(cqs[waited], 0) == ETIMEDOUT, "a CQ destroyed gives its descriptor back");
   }
 }
 

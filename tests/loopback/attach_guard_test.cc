@@ -325,7 +325,7 @@ TEST(AttachGuard, SrqErrorCqDoesNotOutliveItsCq) {
   std::uint32_t b = 0, q2 = 0;
   Reply crep;
   ASSERT_EQ(c.cq(16, b, &fds, &crep), 0);
-  ASSERT_EQ(fds.size(), 2u);
+  ASSERT_EQ(fds.size(), 1u);  // the ring's memfd (its eventfd comes with Op::kCqNotify)
   Mapped<CqEntry> cqring(fds[0], crep.bytes);
   close_all(fds);
   ShmConsumer<CqEntry> cqc(cqring.h, crep.slots);
@@ -596,6 +596,19 @@ TEST(AttachGuard, CqsBeyondMaxFdsWhenNotWaitedOn) {
     if ((rc = c.cq(4, h)) == 0) cqs.push_back(h);
   }
   EXPECT_EQ(cqs.size(), 100u) << "then " << std::strerror(rc);
+  // Waiting on one asks for its eventfd: max_fds counts them (the event ring's is one).
+  auto notify = [&c](std::uint32_t h) {
+    Request rq;
+    rq.op = Op::kCqNotify;
+    rq.handle = h;
+    Reply rep;
+    return c.call(rq, rep);
+  };
+  for (unsigned i = 0; i + 1 < q.max_fds; ++i) EXPECT_EQ(notify(cqs[i]), 0) << i;
+  EXPECT_EQ(notify(cqs[0]), 0) << "the same CQ again: the same eventfd, not another";
+  EXPECT_EQ(notify(cqs[q.max_fds]), EDQUOT);
+  EXPECT_EQ(c.destroy(Op::kDestroyCq, cqs[0]), 0);
+  EXPECT_EQ(notify(cqs[q.max_fds]), 0) << "a destroyed CQ gives its descriptor back";
 }
 
 }  // namespace
