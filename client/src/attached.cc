@@ -131,10 +131,23 @@ class Attached final : public Context {
     port_.gid = h.gid;
     port_.max_mtu = h.max_mtu;
     port_.lcore = h.lcore;
+    dev_.max_qp = h.max_qps;
+    dev_.max_qp_wr = h.max_qp_wr;
+    dev_.max_sge = h.max_sge;
+    dev_.max_cq = h.max_cqs;
+    dev_.max_cqe = h.max_cqe;
+    dev_.max_mr = h.max_mrs;
+    dev_.max_pd = h.max_pds;
+    dev_.max_srq = h.max_srqs;
+    dev_.max_srq_wr = h.max_srq_wr;
+    dev_.max_srq_sge = h.max_sge;
+    dev_.max_inline_data = h.max_inline_data;
+    dev_.max_mr_size = h.max_memory;
     return 0;
   }
 
   const PortInfo& port() const override { return port_; }
+  DeviceAttr query_device() const override { return dev_; }
   bool connected() const override { return !dead_; }
 
   Pd* alloc_pd() override {
@@ -740,6 +753,7 @@ class Attached final : public Context {
 
   int fd_;
   PortInfo port_;
+  DeviceAttr dev_;  ///< the limits roced sent at hello
   std::mutex mu_;      ///< one request at a time
   std::mutex tables_;  ///< the vectors below
   std::uint32_t seq_ = 0;

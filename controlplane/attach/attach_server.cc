@@ -83,6 +83,8 @@ struct Deferred {
 /// Descriptors of one client waiting for the Closer beyond which it is disconnected (it
 /// cannot send more then; those it sent still close in their time).
 constexpr int kMaxClosing = 8;
+/// PDs one client holds at once (EDQUOT beyond).
+constexpr std::uint32_t kMaxPds = 64;
 /// SCM_MAX_FD (include/net/scm.h): the most descriptors one message can carry. Every request
 /// is received with room for them all: what does not fit the kernel closes itself, inside
 /// recvmsg, on the control thread.
@@ -891,6 +893,13 @@ int Ops::hello() {
   hr.max_mrs = quota().max_mrs;
   hr.max_cqs = quota().max_cqs;
   hr.max_memory = quota().max_memory;
+  hr.max_pds = kMaxPds;
+  hr.max_srqs = quota().max_srqs;
+  hr.max_qp_wr = quota().max_qp_wr;
+  hr.max_srq_wr = quota().max_srq_wr;
+  hr.max_sge = kMaxSge;
+  hr.max_cqe = std::min(quota().max_cqe, eng().config().max_cq_depth);
+  hr.max_inline_data = quota().max_inline_data;
   std::printf("roced: attach: client %u (pid %d, uid %u) on port %s, lcore %u\n", c.id,
               static_cast<int>(c.pid), static_cast<unsigned>(c.uid), port.name.c_str(), c.lcore);
   std::fflush(stdout);
@@ -898,7 +907,7 @@ int Ops::hello() {
 }
 
 int Ops::alloc_pd() {
-  if (c.pds.size() >= 64) return EDQUOT;
+  if (c.pds.size() >= kMaxPds) return EDQUOT;
   // The handle and the record first: nothing may throw once the engine made the PD (it would
   // be nobody's, drop() would miss it).
   const std::uint32_t h = new_handle();

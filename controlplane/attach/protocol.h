@@ -68,6 +68,11 @@ struct HelloRep {
   std::uint32_t max_qps = 0, max_mrs = 0, max_cqs = 0;
   std::uint64_t max_memory = 0;
   std::uint32_t event_slots = 0;  ///< the asynchronous event ring (Reply::bytes: its memfd)
+  // The rest of the client's limits (Context::query_device, ibv_device_attr's names):
+  std::uint32_t max_pds = 0, max_srqs = 0;
+  std::uint32_t max_qp_wr = 0, max_srq_wr = 0, max_sge = 0;
+  std::uint32_t max_cqe = 0;  ///< the quota's and the engine's CQ depth, the lower
+  std::uint32_t max_inline_data = 0;
 };
 struct RegRegionReq {
   std::uint64_t length = 0;

@@ -1015,6 +1015,23 @@ int main(int argc, char** argv) {
   check(!Context::attach(path, "no-such-port") && errno == ENODEV, "unknown port: ENODEV");
   auto ctx = Context::attach(path);
   if (!ctx) return std::perror("attach"), 1;
+  {  // The limits roced told at hello are the ones it enforces (ibv_query_device).
+    const roce::client::DeviceAttr d = ctx->query_device();
+    std::printf("      query_device: max_qp %u max_qp_wr %u max_sge %u max_cq %u max_cqe %u max_mr %u "
+                "max_pd %u max_srq %u max_srq_wr %u max_inline_data %u max_mr_size %llu\n",
+                d.max_qp, d.max_qp_wr, d.max_sge, d.max_cq, d.max_cqe, d.max_mr, d.max_pd,
+                d.max_srq, d.max_srq_wr, d.max_inline_data,
+                static_cast<unsigned long long>(d.max_mr_size));
+    Cq* deepest = d.max_cqe ? ctx->create_cq(d.max_cqe) : nullptr;
+    Cq* deeper = d.max_cqe ? ctx->create_cq(d.max_cqe + 1) : nullptr;
+    const int e = errno;
+    check(d.max_qp == max_qps && d.max_mr_size == max_memory && d.max_sge == 4 &&
+              d.max_srq_sge == 4 && d.max_pd == 64 && d.max_inline_data == 512 &&
+              d.max_qp_wr == 16384 && d.max_srq_wr == 16384 && d.max_cq == 256 &&
+              d.max_mr == 1024 && d.max_srq == 64 && deepest && !deeper && e == EINVAL,
+          "query_device: the quotas, and a CQ of max_cqe fits, one deeper is EINVAL");
+    if (deepest) ctx->destroy_cq(deepest);
+  }
   Pd* pd = ctx->alloc_pd();
   Buffer* buf = ctx->alloc_buffer(1 << 20);
   check(pd && buf, "alloc_pd, alloc_buffer");
