@@ -397,7 +397,8 @@ AttachServer::AttachServer(const AttachConfig& cfg, std::vector<AttachPort> port
   if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
     nofile.rlim_cur = nofile.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &nofile);
-    const std::uint64_t need = std::uint64_t{cfg_.max_clients} * (cfg_.quotas.max_fds + 1) + 256;
+    const std::uint64_t need = std::uint64_t{cfg_.max_clients} * (cfg_.quotas.max_fds + 1) +
+                               cfg_.closing_total + 256;
     if (nofile.rlim_cur != RLIM_INFINITY && need > nofile.rlim_cur)
       std::fprintf(stderr,
                    "roced: attach: %u clients x %u descriptors may need %llu, RLIMIT_NOFILE "
