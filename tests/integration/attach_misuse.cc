@@ -1044,6 +1044,8 @@ int main(int argc, char** argv) {
   check(!ctx->reg_mr(pd, static_cast<char*>(buf->addr) + 4096, 1 << 20, 1) && errno == EINVAL,
         "reg_mr past the end of a buffer: EINVAL");
   check(!ctx->alloc_buffer(max_memory) && errno == EDQUOT, "memory beyond the quota: EDQUOT");
+  check(!ctx->alloc_buffer(max_memory + 4096) && errno == EINVAL,
+        "one buffer larger than max_memory (never grantable): EINVAL, as documented");
   Mr* mr = ctx->reg_mr(pd, buf->addr, 1 << 20, roce::engine::kAccessLocalWrite);
   check(mr != nullptr, "reg_mr inside the buffer");
   check(ctx->free_buffer(buf) == EBUSY, "free_buffer under an MR: EBUSY");
