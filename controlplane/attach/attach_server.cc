@@ -621,7 +621,12 @@ void AttachServer::close_socket(int fd, const std::shared_ptr<std::atomic<int>>&
       m.msg_iovlen = 1;
       m.msg_control = ctl;
       m.msg_controllen = sizeof ctl;
-      if (::recvmsg(fd, &m, MSG_PEEK | MSG_DONTWAIT) < 0) break;
+      if (::recvmsg(fd, &m, MSG_PEEK | MSG_DONTWAIT) < 0) {
+        // ECONNRESET: the peer closed with our replies unread (a client killed), reported
+        // once; the queue is looked at again.
+        if (errno == ECONNRESET || errno == EINTR) continue;
+        break;
+      }
       if (m.msg_controllen == 0) {  // nothing queued
         ::close(fd);
         return;

@@ -691,6 +691,71 @@ void ctl_refuse_linger(const std::string& path, unsigned per_uid) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // (their slots free again)
 }
 
+// Clients that go away with a reply of roced's unread while a request of theirs waits for ARP
+// (so roced notices the hangup without reading: its first look at the socket then reports
+// ECONNRESET) are cleaned up as usual while the Closer is stuck: their sockets hold no
+// descriptors, so they are closed in place and never count against their uid (more of them
+// than closing_per_uid, 64).
+void ctl_reset_unread(const std::string& path) {
+  Lingering forever(1000);
+  auto holder = block_closer(path, forever);
+  int gone = 0;
+  for (int i = 0; i < 80; ++i) {
+    Raw r(path);
+    Request rq;
+    Reply rep;
+    rq.op = Op::kHello;
+    if (r.call(rq, rep) != 0) break;
+    rq = Request{};
+    rq.op = Op::kAllocPd;
+    const std::uint32_t pd = r.call(rq, rep) == 0 ? rep.handle : 0;
+    rq = Request{};
+    rq.op = Op::kCreateCq;
+    rq.cq.depth = 4;
+    const std::uint32_t cq = r.call(rq, rep) == 0 ? rep.handle : 0;
+    rq = Request{};
+    rq.op = Op::kCreateQp;
+    rq.qp.pd = pd;
+    rq.qp.type = roce::engine::QpType::kRc;
+    rq.qp.send_cq = rq.qp.recv_cq = cq;
+    rq.qp.cap = roce::engine::QpCap{};
+    rq.qp.cap.max_inline_data = 0;
+    const std::uint32_t qp = r.call(rq, rep) == 0 ? rep.handle : 0;
+    rq = Request{};
+    rq.op = Op::kModifyQp;
+    rq.modify.qp = qp;
+    rq.modify.attr = roce::engine::QpAttr{};
+    rq.modify.attr.qp_state = QpState::kInit;
+    rq.modify.mask = roce::engine::kQpState | roce::engine::kQpPkeyIndex | roce::engine::kQpPort |
+                     roce::engine::kQpAccessFlags;
+    if (qp == 0 || r.call(rq, rep) != 0) break;
+    rq = Request{};  // its reply stays unread
+    rq.op = Op::kAllocPd;
+    rq.seq = 100;
+    [[maybe_unused]] ssize_t w = ::send(r.fd, &rq, sizeof rq, MSG_NOSIGNAL);
+    rq = Request{};  // waits for ARP: roced does not read the socket meanwhile
+    rq.op = Op::kModifyQp;
+    rq.seq = 101;
+    rq.modify.qp = qp;
+    rq.modify.attr = roce::engine::QpAttr{};
+    rq.modify.attr.qp_state = QpState::kRtr;
+    rq.modify.attr.ah.dgid = roce::wire::ipv4_mapped(roce::wire::Ipv4Addr{0xC00002DDu});
+    rq.modify.mask = roce::engine::kQpState | roce::engine::kQpAv | roce::engine::kQpDestQpn;
+    w = ::send(r.fd, &rq, sizeof rq, MSG_NOSIGNAL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ++gone;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto c = Context::attach(path);
+  const int e = errno;
+  std::printf("      %d clients gone with a reply unread; attach: %s\n", gone,
+              c ? "ok" : std::strerror(e));
+  forever.release();
+  check(gone == 80 && c != nullptr,
+        "clients gone with replies unread cost the Closer nothing (attach still works)");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+}
+
 // Reconnecting while the Closer is stuck must not grow roced's descriptors without bound.
 void ctl_closer_leak(const std::string& path, pid_t pid, unsigned rounds) {
   Lingering forever(1000);
@@ -967,6 +1032,7 @@ int ctl_main(const std::string& path, int argc, char** argv) {
   if (run("close_ctrunc")) ctl_blocking_close(path, true);
   if (run("purge")) ctl_purge(path);
   if (run("refuse")) ctl_refuse_linger(path, num("per_uid"));
+  if (run("reset_unread")) ctl_reset_unread(path);
   if (run("closer_leak")) ctl_closer_leak(path, static_cast<pid_t>(num("pid")), 300);
   if (run("fds")) ctl_fd_budget(path, num("max_fds"));
   if (run("uid")) ctl_per_uid(path, num("per_uid"));
