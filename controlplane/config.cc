@@ -292,7 +292,7 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
     c.attach.max_clients =
         static_cast<std::uint32_t>(a.uint("max_clients", c.attach.max_clients, 1, 4096));
     c.attach.max_clients_per_uid = static_cast<std::uint32_t>(
-        a.uint("max_clients_per_uid", c.attach.max_clients_per_uid, 1, 4096));
+        a.uint("max_clients_per_uid", c.attach.max_clients_per_uid, 0, 4096));
     c.attach.hello_timeout_ms = static_cast<std::uint32_t>(
         a.uint("hello_timeout_ms", c.attach.hello_timeout_ms, 100, 600000));
     c.attach.resolve_timeout_ms = static_cast<std::uint32_t>(

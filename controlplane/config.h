@@ -100,7 +100,7 @@ struct ApplianceConfig {
     std::uint32_t mode = 0660;  ///< the socket's file mode: who may attach
     std::string group;          ///< the socket's group (a name); empty: roced's
     std::uint32_t max_clients = 64;
-    std::uint32_t max_clients_per_uid = 16;
+    std::uint32_t max_clients_per_uid = 0;  ///< 0: no cap but max_clients
     std::uint32_t hello_timeout_ms = 5000;
     std::uint32_t resolve_timeout_ms = 10000;
     std::uint32_t cm_backlog = 256;
@@ -117,7 +117,7 @@ struct ApplianceConfig {
     std::uint32_t max_qp_wr = 16384;
     std::uint32_t max_srq_wr = 16384;
     std::uint32_t max_cqe = 65536;
-    std::uint32_t max_inline_data = 256;
+    std::uint32_t max_inline_data = 512;  ///< as rxe
     std::uint32_t max_fds = 64;             ///< roced's descriptors per client (eventfds)
   } attach;
 };

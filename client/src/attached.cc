@@ -53,7 +53,8 @@ struct ACq : Cq {
   std::uint32_t h = 0;
   void* map = nullptr;
   std::size_t bytes = 0;
-  int efd = -1;
+  std::atomic<int> efd{-1};  ///< asked for on the first wait_cq (Op::kCqNotify)
+  std::mutex notify_mu;
   ShmConsumer<CqEntry> ring;
   std::mutex mu;
   unsigned empty_polls = 0;
@@ -99,7 +100,7 @@ class Attached final : public Context {
     for (auto& s : srqs_) ::munmap(s->map, s->bytes);
     for (auto& c : cqs_) {
       ::munmap(c->map, c->bytes);
-      ::close(c->efd);
+      if (c->efd >= 0) ::close(c->efd);
     }
     for (auto& b : bufs_)
       if (b->own) {
@@ -130,10 +131,23 @@ class Attached final : public Context {
     port_.gid = h.gid;
     port_.max_mtu = h.max_mtu;
     port_.lcore = h.lcore;
+    dev_.max_qp = h.max_qps;
+    dev_.max_qp_wr = h.max_qp_wr;
+    dev_.max_sge = h.max_sge;
+    dev_.max_cq = h.max_cqs;
+    dev_.max_cqe = h.max_cqe;
+    dev_.max_mr = h.max_mrs;
+    dev_.max_pd = h.max_pds;
+    dev_.max_srq = h.max_srqs;
+    dev_.max_srq_wr = h.max_srq_wr;
+    dev_.max_srq_sge = h.max_sge;
+    dev_.max_inline_data = h.max_inline_data;
+    dev_.max_mr_size = h.max_memory;
     return 0;
   }
 
   const PortInfo& port() const override { return port_; }
+  DeviceAttr query_device() const override { return dev_; }
   bool connected() const override { return !dead_; }
 
   Pd* alloc_pd() override {
@@ -220,19 +234,17 @@ class Attached final : public Context {
     rq.op = Op::kCreateCq;
     rq.cq.depth = depth;
     Reply rep;
-    int fds[2] = {-1, -1};
-    if (fail(call(rq, rep, nullptr, 0, fds, 2))) return nullptr;
+    int fd = -1;
+    if (fail(call(rq, rep, nullptr, 0, &fd, 1))) return nullptr;
     auto c = std::make_unique<ACq>();
     c->h = rep.handle;
     c->depth = depth;
-    c->efd = fds[1];
     c->bytes = rep.bytes;
-    c->map = fds[0] >= 0 ? map_fd(fds[0], rep.bytes) : nullptr;
-    if (fds[0] >= 0) ::close(fds[0]);
+    c->map = fd >= 0 ? map_fd(fd, rep.bytes) : nullptr;
+    if (fd >= 0) ::close(fd);
     attach::ShmQueueHeader* h = ShmQueueLayout<CqEntry>::open(c->map, c->bytes);
-    if (h == nullptr || c->efd < 0 || h->slots != rep.slots) {
+    if (h == nullptr || h->slots != rep.slots) {
       if (c->map) ::munmap(c->map, c->bytes);
-      if (c->efd >= 0) ::close(c->efd);
       simple(Op::kDestroyCq, rep.handle);
       return fail_null(EPROTO);
     }
@@ -243,7 +255,7 @@ class Attached final : public Context {
     auto* c = static_cast<ACq*>(cq);
     if (const int rc = simple(Op::kDestroyCq, c->h)) return rc;
     ::munmap(c->map, c->bytes);
-    ::close(c->efd);
+    if (c->efd >= 0) ::close(c->efd);
     forget(cqs_, c);
     return 0;
   }
@@ -402,7 +414,24 @@ class Attached final : public Context {
   }
   int wait_cq(Cq* cq, int timeout_ms) override {
     auto* c = static_cast<ACq*>(cq);
-    return wait_on(c->ring, c->mu, c->efd, timeout_ms);
+    // The CQ's eventfd is asked for when it is first waited on (as ibv_req_notify_cq needs a
+    // completion channel): a CQ only polled costs roced no descriptor.
+    int efd = c->efd.load();
+    if (efd < 0) {
+      std::lock_guard<std::mutex> g(c->notify_mu);
+      efd = c->efd.load();
+      if (efd < 0) {
+        Request rq;
+        rq.op = Op::kCqNotify;
+        rq.handle = c->h;
+        Reply rep;
+        int fd = -1;
+        if (const int rc = call(rq, rep, nullptr, 0, &fd, 1)) return rc;  // EDQUOT: max_fds
+        if (fd < 0) return EPROTO;
+        c->efd = efd = fd;
+      }
+    }
+    return wait_on(c->ring, c->mu, efd, timeout_ms);
   }
   int get_async_event(AsyncEvent& ev, int timeout_ms) override {
     for (;;) {
@@ -724,6 +753,7 @@ class Attached final : public Context {
 
   int fd_;
   PortInfo port_;
+  DeviceAttr dev_;  ///< the limits roced sent at hello
   std::mutex mu_;      ///< one request at a time
   std::mutex tables_;  ///< the vectors below
   std::uint32_t seq_ = 0;

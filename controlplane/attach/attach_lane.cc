@@ -211,7 +211,7 @@ std::size_t Lane::deliver(LaneCq& c) {
   if (moved == 0) return 0;
   c.ring.publish();
   stats_.completions += moved;
-  if (c.ring.should_wake()) {
+  if (c.ring.should_wake() && c.event_fd >= 0) {  // (no eventfd: nobody waits on it yet)
     ++stats_.wakeups;
     const std::uint64_t one = 1;
     [[maybe_unused]] const ssize_t w = ::write(c.event_fd, &one, sizeof one);

@@ -83,6 +83,14 @@ struct Deferred {
 /// Descriptors of one client waiting for the Closer beyond which it is disconnected (it
 /// cannot send more then; those it sent still close in their time).
 constexpr int kMaxClosing = 8;
+/// PDs one client holds at once (EDQUOT beyond).
+constexpr std::uint32_t kMaxPds = 64;
+/// SCM_MAX_FD (include/net/scm.h): the most descriptors one message can carry. Every request
+/// is received with room for them all: what does not fit the kernel closes itself, inside
+/// recvmsg, on the control thread.
+constexpr std::size_t kScmMaxFd = 253;
+/// Fd-less messages read from a closing socket before it is handed to the Closer instead.
+constexpr int kDrainMessages = 64;
 
 struct Pending {
   Request rq;
@@ -193,7 +201,10 @@ void send_reply(int fd, const Reply& r, const int* fds = nullptr, int nfds = 0) 
 /// Closes descriptors clients passed that are not memfds, off the control thread: closing
 /// may block (a TCP socket lingering with unsent data; a FUSE file waits for its daemon's
 /// FLUSH answer, as long as the daemon likes). A memfd's close never blocks and is done in
-/// place. Each entry counts against its client (`pending`) until closed.
+/// place. A client's socket with messages still queued goes here too: closing it purges the
+/// queue, and the last reference of a descriptor in it would be dropped on the closing
+/// thread. Each entry counts against its connection and its uid, and in total, until closed
+/// (AttachConfig::closing_per_uid, closing_total).
 class Closer {
  public:
   Closer() : st_(std::make_shared<State>()) {
@@ -210,24 +221,30 @@ class Closer {
   }
   Closer(const Closer&) = delete;
   Closer& operator=(const Closer&) = delete;
-  void close(int fd, std::shared_ptr<std::atomic<int>> pending) {
-    ++*pending;
+  /// Queues `fd`, counted against `conn` (may be null) and `uid` until closed.
+  void close(int fd, std::shared_ptr<std::atomic<int>> conn, std::shared_ptr<std::atomic<int>> uid) {
+    if (conn) ++*conn;
+    ++*uid;
+    ++st_->total;
     {
       std::lock_guard<std::mutex> g(st_->mu);
-      st_->q.push_back({fd, std::move(pending)});
+      st_->q.push_back({fd, std::move(conn), std::move(uid)});
     }
     st_->cv.notify_one();
   }
+  /// Descriptors queued and not yet closed, of everyone.
+  int pending() const { return st_->total.load(); }
 
  private:
   struct Entry {
     int fd = -1;
-    std::shared_ptr<std::atomic<int>> pending;
+    std::shared_ptr<std::atomic<int>> conn, uid;
   };
   struct State {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<Entry> q;
+    std::atomic<int> total{0};
     bool stop = false;
   };
   static void run(State& st) {
@@ -241,7 +258,9 @@ class Closer {
         st.q.pop_front();
       }
       ::close(e.fd);
-      --*e.pending;
+      if (e.conn) --*e.conn;
+      --*e.uid;
+      --st.total;
     }
   }
   std::shared_ptr<State> st_;
@@ -261,8 +280,10 @@ struct Client {
   std::uint64_t since_ns = 0;  ///< accepted (mono_ns): the hello deadline
   std::uint32_t fds = 0;       ///< descriptors roced holds for it (quotas.max_fds)
   bool privileged = false;     ///< its uid is in privileged_uids (privileged Q_Keys)
-  /// Descriptors it passed that the Closer has yet to close.
+  /// Descriptors it passed that the Closer has yet to close; those of its uid.
   std::shared_ptr<std::atomic<int>> closing = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::atomic<int>> uid_closing;
+  std::uint64_t to_closer = 0;  ///< descriptors of its requests handed to the Closer, ever
   std::optional<Pending> pending;
   /// Whether `h` names one of its resources.
   bool live(std::uint32_t h) const {
@@ -376,7 +397,8 @@ AttachServer::AttachServer(const AttachConfig& cfg, std::vector<AttachPort> port
   if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
     nofile.rlim_cur = nofile.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &nofile);
-    const std::uint64_t need = std::uint64_t{cfg_.max_clients} * (cfg_.quotas.max_fds + 1) + 256;
+    const std::uint64_t need = std::uint64_t{cfg_.max_clients} * (cfg_.quotas.max_fds + 1) +
+                               cfg_.closing_total + 256;
     if (nofile.rlim_cur != RLIM_INFINITY && need > nofile.rlim_cur)
       std::fprintf(stderr,
                    "roced: attach: %u clients x %u descriptors may need %llu, RLIMIT_NOFILE "
@@ -434,6 +456,10 @@ AttachServer::~AttachServer() {
   if (reserve_fd_ >= 0) ::close(reserve_fd_);
 }
 
+bool AttachServer::closing_full() const {
+  return closer_->pending() >= static_cast<int>(cfg_.closing_total);
+}
+
 AttachCounts AttachServer::counts(std::size_t i) const {
   const PortCounts& c = counts_[i];
   AttachCounts a;
@@ -473,8 +499,10 @@ void AttachServer::serve() {
   while (!stop_) {
     fds.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
-    // Out of descriptors and nothing in reserve: the backlog waits a moment (no spinning).
-    fds.push_back({listen_fd_, static_cast<short>(mono_ns() < accept_after_ns_ ? 0 : POLLIN), 0});
+    // Out of descriptors and nothing in reserve, or closing_total descriptors waiting for the
+    // Closer: the backlog waits (looked at again every 100 ms, no spinning).
+    const bool wait = mono_ns() < accept_after_ns_ || closing_full();
+    fds.push_back({listen_fd_, static_cast<short>(wait ? 0 : POLLIN), 0});
     // A client whose request waits for ARP is not read (its hangup still shows).
     for (const auto& c : clients_)
       fds.push_back({c->fd, static_cast<short>(c->pending ? 0 : POLLIN), 0});
@@ -514,6 +542,7 @@ int AttachServer::next_timeout_ms() const {
   const std::uint64_t now = mono_ns();
   std::uint64_t next = now + 1000 * kMs;
   if (accept_after_ns_ > now) next = std::min(next, accept_after_ns_);
+  if (closing_full()) next = std::min(next, now + 100 * kMs);
   for (const auto& c : clients_) {
     if (!c->hello) next = std::min(next, c->since_ns + cfg_.hello_timeout_ms * kMs);
     if (c->pending) next = std::min(next, c->pending->next_ns);
@@ -562,22 +591,62 @@ void AttachServer::tick() {
   }
 }
 
-namespace {
+std::shared_ptr<std::atomic<int>> AttachServer::uid_closing(std::uint32_t uid) {
+  // Counters nobody holds any more (no client, nothing queued) are forgotten.
+  std::erase_if(uid_closing_,
+                [](const auto& kv) { return kv.second.use_count() == 1 && kv.second->load() == 0; });
+  auto& p = uid_closing_[uid];
+  if (!p) p = std::make_shared<std::atomic<int>>(0);
+  return p;
+}
 
-// A connection turned away: one reply of sequence number 0 with the reason, then closed.
-// What the client sent already (its hello) is read first: a Unix socket closed with unread
-// data resets its peer, whose next read then fails before it sees the reply.
-void refuse_connection(int fd, int err) {
+void AttachServer::close_socket(int fd, const std::shared_ptr<std::atomic<int>>& uid) {
+  // Closing a socket purges the messages still queued on it, and with them the last reference
+  // of any descriptor they carry, on this thread (a lingering TCP socket would block it).
+  // Shut down first, the peer can queue nothing more (its sends fail, EPIPE). What is queued
+  // is then looked at: with SO_PASSCRED every message comes with credentials, so a receive
+  // without any control message is the end of the queue (an empty message is not). Messages
+  // without descriptors are read (a socket closed with unread data resets its peer, which
+  // then might not see the reply sent just before); one with descriptors (MSG_CTRUNC: there is
+  // no room for them, the peek takes no reference) sends the socket to the Closer.
+  ::shutdown(fd, SHUT_RDWR);
+  const int on = 1;
+  if (::setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof on) == 0) {
+    for (int i = 0; i < kDrainMessages; ++i) {
+      char b;
+      iovec iov{&b, 1};
+      alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(ucred))];
+      msghdr m{};
+      m.msg_iov = &iov;
+      m.msg_iovlen = 1;
+      m.msg_control = ctl;
+      m.msg_controllen = sizeof ctl;
+      if (::recvmsg(fd, &m, MSG_PEEK | MSG_DONTWAIT) < 0) {
+        // ECONNRESET: the peer closed with our replies unread (a client killed), reported
+        // once; the queue is looked at again.
+        if (errno == ECONNRESET || errno == EINTR) continue;
+        break;
+      }
+      if (m.msg_controllen == 0) {  // nothing queued
+        ::close(fd);
+        return;
+      }
+      if (m.msg_flags & MSG_CTRUNC) break;  // descriptors in it
+      [[maybe_unused]] const ssize_t n = ::recv(fd, &b, 1, MSG_DONTWAIT);
+    }
+  }
+  closer_->close(fd, nullptr, uid);
+}
+
+// A connection turned away: one reply of sequence number 0 with the reason, then closed
+// (close_socket: what it sent is read or goes to the Closer with it).
+void AttachServer::refuse_connection(int fd, int err, const std::shared_ptr<std::atomic<int>>& uid) {
+  ++refused_;
   Reply rep;
   rep.err = err;
   send_reply(fd, rep);
-  Request rq;
-  for (int i = 0; i < 4 && ::recv(fd, &rq, sizeof rq, MSG_DONTWAIT) > 0; ++i) {
-  }
-  ::close(fd);
+  close_socket(fd, uid);
 }
-
-}  // namespace
 
 void AttachServer::accept_client() {
   const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
@@ -591,8 +660,10 @@ void AttachServer::accept_client() {
       ::close(reserve_fd_);
       const int taken = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (taken >= 0) {
-        ++refused_;
-        refuse_connection(taken, why);
+        ucred cred{};
+        socklen_t len = sizeof cred;
+        ::getsockopt(taken, SOL_SOCKET, SO_PEERCRED, &cred, &len);
+        refuse_connection(taken, why, uid_closing(cred.uid));
       }
       reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     }
@@ -602,19 +673,24 @@ void AttachServer::accept_client() {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-    ::close(fd);
+    close_socket(fd, uid_closing(static_cast<std::uint32_t>(-1)));
     return;
   }
+  auto uid_closing_now = uid_closing(cred.uid);
   const auto same_uid = static_cast<std::uint32_t>(std::count_if(
       clients_.begin(), clients_.end(), [&](const auto& k) { return k->uid == cred.uid; }));
-  if (clients_.size() >= cfg_.max_clients || same_uid >= cfg_.max_clients_per_uid) {
+  const std::uint32_t per_uid =
+      cfg_.max_clients_per_uid != 0 ? cfg_.max_clients_per_uid : cfg_.max_clients;
+  // A uid whose passed descriptors still wait for the Closer beyond closing_per_uid (their
+  // close blocks): no more connections (and so no more descriptors) until they are closed.
+  const bool closing = uid_closing_now->load() >= static_cast<int>(cfg_.closing_per_uid);
+  if (clients_.size() >= cfg_.max_clients || same_uid >= per_uid || closing) {
     const bool all = clients_.size() >= cfg_.max_clients;
+    const char* what = all ? "max_clients" : closing ? "closing_per_uid" : "max_clients_per_uid";
     std::fprintf(stderr, "roced: attach: refused a client of uid %u (pid %d): %s %u reached\n",
-                 static_cast<unsigned>(cred.uid), static_cast<int>(cred.pid),
-                 all ? "max_clients" : "max_clients_per_uid",
-                 all ? cfg_.max_clients : cfg_.max_clients_per_uid);
-    ++refused_;
-    refuse_connection(fd, all ? EUSERS : EDQUOT);
+                 static_cast<unsigned>(cred.uid), static_cast<int>(cred.pid), what,
+                 all ? cfg_.max_clients : closing ? cfg_.closing_per_uid : per_uid);
+    refuse_connection(fd, all ? EUSERS : closing ? EAGAIN : EDQUOT, uid_closing_now);
     return;
   }
   auto c = std::make_unique<Client>();
@@ -623,6 +699,7 @@ void AttachServer::accept_client() {
   c->pid = cred.pid;
   c->uid = cred.uid;
   c->since_ns = mono_ns();
+  c->uid_closing = std::move(uid_closing_now);
   c->handles = HandleCounter(cfg_.handle_limit);
   const auto& pu = cfg_.privileged_uids;
   c->privileged = std::find(pu.begin(), pu.end(), cred.uid) != pu.end();
@@ -670,7 +747,7 @@ void AttachServer::drop(Client& c, bool lost) {
     for (auto& [h, s] : c.srqs) ::munmap(s.map, s.bytes);
     for (auto& [h, q] : c.cqs) {
       ::munmap(q.map, q.bytes);
-      ::close(q.lane->event_fd);
+      if (q.lane->event_fd >= 0) ::close(q.lane->event_fd);
     }
     for (auto& [h, r] : c.regions) ::munmap(r.map, r.length);
     if (c.events_map) ::munmap(c.events_map, c.events_bytes);
@@ -688,7 +765,7 @@ void AttachServer::drop(Client& c, bool lost) {
                 c.cqs.size());
     std::fflush(stdout);
   }
-  ::close(c.fd);
+  close_socket(c.fd, c.uid_closing);
   std::lock_guard<std::mutex> g(mu_);
   std::erase_if(clients_, [&c](const auto& p) { return p.get() == &c; });
 }
@@ -746,6 +823,7 @@ struct Ops {
   int dereg_mr();
   int create_cq();
   int destroy_cq();
+  int cq_notify();
   int create_qp();
   int destroy_qp();
   int modify_qp();
@@ -821,6 +899,13 @@ int Ops::hello() {
   hr.max_mrs = quota().max_mrs;
   hr.max_cqs = quota().max_cqs;
   hr.max_memory = quota().max_memory;
+  hr.max_pds = kMaxPds;
+  hr.max_srqs = quota().max_srqs;
+  hr.max_qp_wr = quota().max_qp_wr;
+  hr.max_srq_wr = quota().max_srq_wr;
+  hr.max_sge = kMaxSge;
+  hr.max_cqe = std::min(quota().max_cqe, eng().config().max_cq_depth);
+  hr.max_inline_data = quota().max_inline_data;
   std::printf("roced: attach: client %u (pid %d, uid %u) on port %s, lcore %u\n", c.id,
               static_cast<int>(c.pid), static_cast<unsigned>(c.uid), port.name.c_str(), c.lcore);
   std::fflush(stdout);
@@ -828,12 +913,25 @@ int Ops::hello() {
 }
 
 int Ops::alloc_pd() {
-  if (c.pds.size() >= 64) return EDQUOT;
+  if (c.pds.size() >= kMaxPds) return EDQUOT;
+  // The handle and the record first: nothing may throw once the engine made the PD (it would
+  // be nobody's, drop() would miss it).
+  const std::uint32_t h = new_handle();
+  PdRec& rec = c.pds[h];
   engine::Engine* e = &eng();
-  engine::Pd* pd = run([e] { return e->alloc_pd(); });
-  if (pd == nullptr) return ENOMEM;
-  rep.handle = new_handle();
-  c.pds[rep.handle] = PdRec{pd, 0};
+  engine::Pd* pd = nullptr;
+  try {
+    pd = run([e] { return e->alloc_pd(); });
+  } catch (...) {
+    c.pds.erase(h);
+    throw;
+  }
+  if (pd == nullptr) {
+    c.pds.erase(h);
+    return ENOMEM;
+  }
+  rec.pd = pd;
+  rep.handle = h;
   return 0;
 }
 
@@ -904,15 +1002,27 @@ int Ops::reg_mr() {
   Lane* lane = c.lane;
   engine::Pd* epd = pd->second.pd;
   const RegMrReq req = r;
+  // The handle and the record first: an MR the engine made must never be untracked (its rkey
+  // would outlive the region's mapping after drop()).
+  const std::uint32_t h = new_handle();
+  MrRec& rec = c.mrs[h];
   // Registered at roced's mapping, addressed (by the client's SGEs and by peers) through the
   // client's own address, the IOVA.
-  engine::Mr* mr =
-      run([=] { return lane->engine().reg_mr(epd, host, req.length, req.iova, req.access); });
-  if (mr == nullptr) return EINVAL;
-  rep.handle = new_handle();
+  engine::Mr* mr = nullptr;
+  try {
+    mr = run([=] { return lane->engine().reg_mr(epd, host, req.length, req.iova, req.access); });
+  } catch (...) {
+    c.mrs.erase(h);
+    throw;
+  }
+  if (mr == nullptr) {
+    c.mrs.erase(h);
+    return EINVAL;
+  }
+  rec = MrRec{mr, r.pd, r.region};
+  rep.handle = h;
   rep.key = mr->key;
   rep.iova = r.iova;
-  c.mrs[rep.handle] = MrRec{mr, r.pd, r.region};
   ++pd->second.refs;
   ++reg->second.mrs;
   ++counts().mrs;
@@ -934,18 +1044,18 @@ int Ops::dereg_mr() {
 int Ops::create_cq() {
   const std::uint32_t depth = rq.cq.depth;
   if (depth == 0 || depth > quota().max_cqe || depth > eng().config().max_cq_depth) return EINVAL;
-  if (c.cqs.size() >= quota().max_cqs || c.fds >= quota().max_fds) return EDQUOT;
+  if (c.cqs.size() >= quota().max_cqs) return EDQUOT;
   const std::uint32_t slots = ShmQueueLayout<CqEntry>::slots_for(depth);
   const std::size_t bytes = ShmQueueLayout<CqEntry>::bytes(slots);
   const std::uint64_t cost = cq_cost(depth, bytes);
   if (const int rc = charge(cost)) return rc;
-  int memfd = -1, efd = -1;
+  // No eventfd yet: it is made when the client first waits on the CQ (cq_notify).
+  int memfd = -1;
   void* p = make_shared("roce-cq", bytes, memfd);
-  if (p != nullptr) efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   std::unique_ptr<LaneCq> lc;
   std::uint32_t h = 0;
   engine::Cq* cq = nullptr;
-  if (efd >= 0) {
+  if (p != nullptr) {
     try {
       lc = std::make_unique<LaneCq>();
       lc->local.reserve(depth);  // the lcore never allocates for it
@@ -957,7 +1067,6 @@ int Ops::create_cq() {
   }
   if (lc) {
     lc->ring = ShmProducer<CqEntry>(ShmQueueLayout<CqEntry>::init(p, slots), slots);
-    lc->event_fd = efd;
     lc->events = c.events.get();
     lc->depth = depth;
     Lane* lane = c.lane;
@@ -979,7 +1088,6 @@ int Ops::create_cq() {
     if (h != 0) c.cqs.erase(h);
     if (p) ::munmap(p, bytes);
     if (memfd >= 0) ::close(memfd);
-    if (efd >= 0) ::close(efd);
     uncharge(cost);
     return ENOMEM;
   }
@@ -987,9 +1095,31 @@ int Ops::create_cq() {
   rep.slots = slots;
   rep.bytes = bytes;
   c.cqs[h] = CqRec{std::move(lc), p, bytes, 0, cost};
-  ++c.fds;
   ++counts().cqs;
-  out = Out{{memfd, efd}, 2, {memfd, -1}, 1};  // the eventfd stays ours too (the lane signals it)
+  out = Out{{memfd, -1}, 1, {memfd, -1}, 1};
+  return 0;
+}
+
+int Ops::cq_notify() {
+  const auto it = c.cqs.find(rq.handle);
+  if (it == c.cqs.end()) return EINVAL;
+  LaneCq* l = it->second.lane.get();
+  if (l->event_fd < 0) {
+    if (c.fds >= quota().max_fds) return EDQUOT;
+    const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (efd < 0) return errno == EMFILE || errno == ENFILE ? EMFILE : ENOMEM;
+    try {
+      run([l, efd] {  // the lane reads it on its lcore
+        l->event_fd = efd;
+        return 0;
+      });
+    } catch (...) {
+      if (l->event_fd != efd) ::close(efd);  // (Stopped: it never ran)
+      throw;
+    }
+    ++c.fds;
+  }
+  out = Out{{l->event_fd, -1}, 1, {-1, -1}, 0};  // it stays ours too (the lane signals it)
   return 0;
 }
 
@@ -1006,10 +1136,12 @@ int Ops::destroy_cq() {
   });
   if (rc != 0) return rc;
   ::munmap(it->second.map, it->second.bytes);
-  ::close(l->event_fd);
+  if (l->event_fd >= 0) {
+    ::close(l->event_fd);
+    --c.fds;
+  }
   uncharge(it->second.charge);
   c.cqs.erase(it);
-  --c.fds;
   --counts().cqs;
   return 0;
 }
@@ -1370,7 +1502,7 @@ bool AttachServer::handle(Client& c) {
   msghdr m{};
   m.msg_iov = &iov;
   m.msg_iovlen = 1;
-  alignas(cmsghdr) char ctl[CMSG_SPACE(4 * sizeof(int))];
+  alignas(cmsghdr) char ctl[CMSG_SPACE(kScmMaxFd * sizeof(int))];
   m.msg_control = ctl;
   m.msg_controllen = sizeof ctl;
   const ssize_t n = ::recvmsg(c.fd, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
@@ -1388,18 +1520,28 @@ bool AttachServer::handle(Client& c) {
         passed.push_back(f);
       }
     }
-  execute(c, rq,
-          static_cast<std::size_t>(n) == sizeof rq && !(m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)),
+  // MSG_CTRUNC (cannot be for descriptors, there is room for SCM_MAX_FD): a protocol error,
+  // answered and disconnected.
+  const bool ctrunc = (m.msg_flags & MSG_CTRUNC) != 0;
+  const std::uint64_t sent_before = c.to_closer;
+  execute(c, rq, static_cast<std::size_t>(n) == sizeof rq && !(m.msg_flags & MSG_TRUNC) && !ctrunc,
           passed);
-  return *c.closing <= kMaxClosing;  // beyond: descriptors that do not close, disconnected
+  if (ctrunc || *c.closing > kMaxClosing) return false;  // beyond: descriptors that do not close
+  // This request brought descriptors for the Closer while its uid's, or everyone's, are over
+  // their bound: disconnected (its uid cannot connect again until they are closed).
+  return c.to_closer == sent_before ||
+         (c.uid_closing->load() < static_cast<int>(cfg_.closing_per_uid) &&
+          closer_->pending() < static_cast<int>(cfg_.closing_total));
 }
 
 void AttachServer::release(Client& c, std::vector<int>& passed) {
   for (int f : passed)
     if (::fcntl(f, F_GET_SEALS) >= 0)
       ::close(f);  // shmem (a memfd): never blocks
-    else
-      closer_->close(f, c.closing);
+    else {
+      closer_->close(f, c.closing, c.uid_closing);
+      ++c.to_closer;
+    }
   passed.clear();
 }
 
@@ -1475,6 +1617,9 @@ void AttachServer::execute(Client& c, const Request& rq, bool whole, std::vector
           break;
         case Op::kCmDisconnect:
           err = ops.cm_disconnect();
+          break;
+        case Op::kCqNotify:
+          err = ops.cq_notify();
           break;
         default:
           err = EINVAL;

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,7 +45,7 @@ struct AttachQuotas {
   std::uint32_t max_qp_wr = 16384;  ///< max_send_wr, max_recv_wr of a QP
   std::uint32_t max_srq_wr = 16384;
   std::uint32_t max_cqe = 65536;        ///< CQ depth
-  std::uint32_t max_inline_data = 256;  ///< a QP's max_inline_data
+  std::uint32_t max_inline_data = 512;  ///< a QP's max_inline_data (rxe's)
   /// Descriptors roced holds for a client besides its socket: the event ring's eventfd, the
   /// CM's, one eventfd per CQ (CQs beyond: EDQUOT).
   std::uint32_t max_fds = 64;
@@ -55,7 +56,9 @@ struct AttachConfig {
   std::uint32_t mode = 0660;  ///< its file mode: who may attach
   std::string group;          ///< its group (a name); empty: roced's
   std::uint32_t max_clients = 64;
-  std::uint32_t max_clients_per_uid = 16;    ///< connections of one uid (SO_PEERCRED) at once
+  /// Connections of one uid (SO_PEERCRED) at once; 0: no cap but max_clients (a cap for shared
+  /// login nodes: an MPI job's ranks are all one uid).
+  std::uint32_t max_clients_per_uid = 0;
   std::uint32_t hello_timeout_ms = 5000;     ///< a connection silent this long is closed
   std::uint32_t resolve_timeout_ms = 10000;  ///< ARP for an address a request names
   /// CM events a client leaves unread beyond its ring before its connect requests are refused
@@ -66,6 +69,12 @@ struct AttachConfig {
   std::uint32_t cm_connections = 4096;  ///< the CM agent's max_connections, if attach makes it
   /// Test hook: the largest handle before the counter wraps (tests reach the wrap quickly).
   std::uint32_t handle_limit = 0xFFFFFFFFu;
+  /// Descriptors clients passed (not memfds) and sockets with descriptors still queued that
+  /// wait for the Closer (their close may block): beyond closing_per_uid of one uid its
+  /// connections are refused (EAGAIN) and a client of it passing more is disconnected; beyond
+  /// closing_total of everyone no connection is accepted (they wait in the backlog).
+  std::uint32_t closing_per_uid = 64;
+  std::uint32_t closing_total = 256;
   AttachQuotas quotas;
 };
 
@@ -143,6 +152,12 @@ class AttachServer {
   /// Closes the descriptors a request brought (those whose close may block: on closer_).
   void release(Client& c, std::vector<int>& passed);
   void drop(Client& c, bool lost);
+  /// Closes a client's socket, on the Closer when messages with descriptors are still queued.
+  void close_socket(int fd, const std::shared_ptr<std::atomic<int>>& uid);
+  void refuse_connection(int fd, int err, const std::shared_ptr<std::atomic<int>>& uid);
+  /// The Closer's count of `uid` (made on first use).
+  std::shared_ptr<std::atomic<int>> uid_closing(std::uint32_t uid);
+  bool closing_full() const;
   AttachConfig cfg_;
   std::vector<AttachPort> ports_;
   std::vector<std::vector<std::unique_ptr<Lane>>> lanes_;  ///< [port][lcore]
@@ -152,6 +167,7 @@ class AttachServer {
   std::uint64_t accept_after_ns_ = 0;
   std::atomic<std::uint64_t> refused_{0}, silent_{0}, out_of_fds_{0};
   std::unique_ptr<Closer> closer_;
+  std::map<std::uint32_t, std::shared_ptr<std::atomic<int>>> uid_closing_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> loops_stopped_{false};
   std::thread thread_;

@@ -18,7 +18,9 @@
 
 namespace roce::attach {
 
-inline constexpr std::uint32_t kVersion = 4;  // 3: RecvEntry min_free/max_msgs; 4: rdma_cm
+// 3: RecvEntry min_free/max_msgs; 4: rdma_cm; 5: a CQ's eventfd on demand (kCqNotify), the
+// device's limits in the hello reply
+inline constexpr std::uint32_t kVersion = 5;
 inline constexpr std::uint32_t kMaxSge = 4;   ///< SGEs per work request in a queue entry
 
 enum class Op : std::uint32_t {
@@ -29,7 +31,7 @@ enum class Op : std::uint32_t {
   kDeregRegion,
   kRegMr,
   kDeregMr,
-  kCreateCq,  ///< reply passes the completion ring's memfd and the CQ's eventfd
+  kCreateCq,  ///< reply passes the completion ring's memfd
   kDestroyCq,
   kCreateQp,  ///< reply passes the memfd of the QP's send and receive rings
   kDestroyQp,
@@ -43,6 +45,9 @@ enum class Op : std::uint32_t {
   kCmAccept,      ///< CmReq id, qp, parameters
   kCmReject,      ///< CmReq id, private data
   kCmDisconnect,  ///< CmReq id
+  /// handle = a CQ: reply passes its eventfd, made on the first request (a CQ nobody waits on
+  /// costs roced no descriptor; one waited on counts against quotas.max_fds)
+  kCqNotify,
 };
 
 // ---- control messages ----
@@ -63,6 +68,11 @@ struct HelloRep {
   std::uint32_t max_qps = 0, max_mrs = 0, max_cqs = 0;
   std::uint64_t max_memory = 0;
   std::uint32_t event_slots = 0;  ///< the asynchronous event ring (Reply::bytes: its memfd)
+  // The rest of the client's limits (Context::query_device, ibv_device_attr's names):
+  std::uint32_t max_pds = 0, max_srqs = 0;
+  std::uint32_t max_qp_wr = 0, max_srq_wr = 0, max_sge = 0;
+  std::uint32_t max_cqe = 0;  ///< the quota's and the engine's CQ depth, the lower
+  std::uint32_t max_inline_data = 0;
 };
 struct RegRegionReq {
   std::uint64_t length = 0;

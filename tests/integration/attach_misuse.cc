@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -448,7 +449,7 @@ void ctl_resolve_killed(const std::string& path, unsigned resolve_ms, std::uint1
 // descriptors blocks: a TCP socket with SO_LINGER and unsent data waits up to its linger
 // time (a FUSE file waits for its daemon's FLUSH answer, forever if need be). The client
 // passes one and drops its own copy; meanwhile another client is served at once.
-void ctl_blocking_close(const std::string& path) {
+void ctl_blocking_close(const std::string& path, bool truncated = false) {
   // A TCP connection whose peer never reads, its send queue full, lingering 5 s on close.
   const int lis = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in sa{};
@@ -486,24 +487,33 @@ void ctl_blocking_close(const std::string& path) {
   rq.op = Op::kAllocPd;
   rq.seq = 99;
   iovec iov{&rq, sizeof rq};
-  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+  // truncated: four harmless descriptors first, the lingering socket fifth. roced's recvmsg
+  // has room for four (MSG_CTRUNC); the kernel drops the fifth, the last reference, and its
+  // close (the linger) runs as task work of the thread that called recvmsg: the control thread.
+  int fds[5];
+  const int nfd = truncated ? 5 : 1;
+  for (int i = 0; i < nfd - 1; ++i) fds[i] = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  fds[nfd - 1] = tcp;
+  alignas(cmsghdr) char ctl[CMSG_SPACE(5 * sizeof(int))] = {};
   msghdr m{};
   m.msg_iov = &iov;
   m.msg_iovlen = 1;
   m.msg_control = ctl;
-  m.msg_controllen = sizeof ctl;
+  m.msg_controllen = CMSG_SPACE(static_cast<std::size_t>(nfd) * sizeof(int));
   cmsghdr* h = CMSG_FIRSTHDR(&m);
   h->cmsg_level = SOL_SOCKET;
   h->cmsg_type = SCM_RIGHTS;
-  h->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(h), &tcp, sizeof tcp);
+  h->cmsg_len = CMSG_LEN(static_cast<std::size_t>(nfd) * sizeof(int));
+  std::memcpy(CMSG_DATA(h), fds, static_cast<std::size_t>(nfd) * sizeof(int));
   const bool sent = ::sendmsg(r.fd, &m, MSG_NOSIGNAL) == sizeof rq;
   ::close(tcp);  // roced's copy is the last one now
+  for (int i = 0; i < nfd - 1; ++i) ::close(fds[i]);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const auto t0 = Clock::now();
   Pd* pd = other->alloc_pd();
   const double s = since(t0);
   const bool replied = r.receive(rep) == sizeof rep && rep.seq == 99;
+  if (truncated) std::printf("      (five descriptors passed, the lingering one fifth)\n");
   std::printf(
       "      %zu bytes queued on the passed socket; the other client's alloc_pd after %.3f s\n",
       queued, s);
@@ -513,29 +523,299 @@ void ctl_blocking_close(const std::string& path) {
   ::close(lis);
 }
 
-// Every CQ has an eventfd in roced: a client's descriptors there are counted (max_fds: its
-// event ring's eventfd, its CM's, one per CQ), beyond which EDQUOT.
+// A TCP connection whose peer never reads, its send queue full: closing it lingers `secs`
+// (or until release() closes the peer, which resets it).
+struct Lingering {
+  int tcp = -1, peer = -1, lis = -1;
+  explicit Lingering(int secs) {
+    lis = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof sa;
+    ::bind(lis, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+    ::listen(lis, 1);
+    ::getsockname(lis, reinterpret_cast<sockaddr*>(&sa), &sl);
+    tcp = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    const int small = 4096;
+    ::setsockopt(tcp, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+    ::connect(tcp, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+    pollfd pw{tcp, POLLOUT, 0};
+    ::poll(&pw, 1, 1000);
+    peer = ::accept4(lis, nullptr, nullptr, SOCK_CLOEXEC);
+    ::setsockopt(peer, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    static char junk[65536];
+    for (int i = 0; i < 10000 && ::send(tcp, junk, sizeof junk, MSG_DONTWAIT | MSG_NOSIGNAL) > 0;)
+      ++i;
+    const linger lg{1, secs};
+    ::setsockopt(tcp, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  }
+  /// Our copy of the lingering end goes (the one passed to roced is the last then).
+  void drop_ours() {
+    ::close(tcp);
+    tcp = -1;
+  }
+  void release() {
+    if (peer >= 0) ::close(peer);
+    if (lis >= 0) ::close(lis);
+    peer = lis = -1;
+  }
+  ~Lingering() {
+    if (tcp >= 0) ::close(tcp);
+    release();
+  }
+};
+
+// Sends `rq` on `sock` with `n` descriptors passed (SCM_RIGHTS); true when it went.
+bool send_with(int sock, const Request& rq, const int* fds, int n) {
+  iovec iov{const_cast<Request*>(&rq), sizeof rq};
+  std::vector<char> ctl(CMSG_SPACE(static_cast<std::size_t>(n) * sizeof(int)), 0);
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = ctl.data();
+  m.msg_controllen = ctl.size();
+  cmsghdr* h = CMSG_FIRSTHDR(&m);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(static_cast<std::size_t>(n) * sizeof(int));
+  std::memcpy(CMSG_DATA(h), fds, static_cast<std::size_t>(n) * sizeof(int));
+  return ::sendmsg(sock, &m, MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(sizeof rq);
+}
+
+// A connection that never waits (non-blocking connect: EAGAIN when roced's backlog is full).
+int connect_now(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int open_fds(pid_t pid) {
+  int n = 0;
+  if (DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/fd").c_str())) {
+    while (::readdir(d) != nullptr) ++n;
+    ::closedir(d);
+  }
+  return n - 2;
+}
+
+// Blocks roced's Closer with a socket lingering "forever" (until `release`), passed by a
+// connection kept open (returned).
+std::unique_ptr<Raw> block_closer(const std::string& path, Lingering& forever) {
+  auto s = std::make_unique<Raw>(path);
+  Request rq;
+  rq.op = Op::kAllocPd;  // before hello: refused, its descriptor goes to the Closer
+  send_with(s->fd, rq, &forever.tcp, 1);
+  forever.drop_ours();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  return s;
+}
+
+// A client disconnected (over its descriptors to close) while a message with a lingering
+// socket is still queued on its connection: closing the connection purges the queue, the last
+// reference of the socket goes there. Meanwhile a new connection is answered at once.
+void ctl_purge(const std::string& path) {
+  Lingering forever(1000), five(5);
+  auto holder = block_closer(path, forever);
+  const int c = connect_now(path);
+  int nul[4];
+  for (int& f : nul) f = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  Request rq;
+  rq.op = Op::kAllocPd;
+  bool sent = c >= 0;
+  for (int k = 0; k < 3; ++k) sent = sent && send_with(c, rq, nul, 4);
+  // (roced may have disconnected it already: then its send fails, EPIPE, nothing is queued)
+  const bool queued = sent && send_with(c, rq, &five.tcp, 1);
+  sent = sent && (queued || errno == EPIPE);
+  five.drop_ours();
+  for (int f : nul) ::close(f);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto t0 = Clock::now();
+  Raw d(path, 20000);
+  Reply rep;
+  rq = Request{};
+  rq.op = Op::kHello;
+  const int rc = d.call(rq, rep);
+  const double s = since(t0);
+  std::printf("      the lingering socket %s; a new connection answered (%s) after %.3f s\n",
+              queued ? "queued" : "refused (EPIPE)", std::strerror(rc < 0 ? 0 : rc), s);
+  forever.release();
+  if (c >= 0) ::close(c);
+  check(sent && rc >= 0 && s < 1.0,
+        "a connection dropped with a lingering socket still queued: the others are served");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+}
+
+// A connection refused (max_clients_per_uid) that had already sent a lingering socket: the
+// refusal must not close it on the control thread.
+void ctl_refuse_linger(const std::string& path, unsigned per_uid) {
+  std::vector<std::unique_ptr<Context>> held;
+  const auto t0 = Clock::now();
+  while (held.size() < per_uid && since(t0) < 3) {
+    if (auto c = Context::attach(path))
+      held.push_back(std::move(c));
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (held.size() != per_uid) return check(false, "refuse: the uid's clients attach");
+  Lingering five(5);
+  const int c = connect_now(path);
+  Request rq;
+  rq.op = Op::kHello;
+  rq.hello.version = roce::attach::kVersion;
+  int nul[4];
+  for (int& f : nul) f = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  // Five descriptors in the hello (the fifth the lingering one), then another with it alone.
+  int five_fds[5] = {nul[0], nul[1], nul[2], nul[3], five.tcp};
+  // (roced may have refused it already: then the sends fail, EPIPE, nothing is queued)
+  const bool queued = c >= 0 && send_with(c, rq, five_fds, 5) && send_with(c, rq, &five.tcp, 1);
+  const bool sent = queued || (c >= 0 && errno == EPIPE);
+  five.drop_ours();
+  for (int f : nul) ::close(f);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t1 = Clock::now();
+  Pd* pd = held[0]->alloc_pd();
+  const double s = since(t1);
+  std::printf("      the lingering socket %s; a held client's alloc_pd after %.3f s\n",
+              queued ? "queued" : "refused (EPIPE)", s);
+  if (c >= 0) ::close(c);
+  check(sent && pd != nullptr && s < 1.0,
+        "a refused connection that passed a lingering socket: the others are served meanwhile");
+  held.clear();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // (their slots free again)
+}
+
+// Clients that go away with a reply of roced's unread while a request of theirs waits for ARP
+// (so roced notices the hangup without reading: its first look at the socket then reports
+// ECONNRESET) are cleaned up as usual while the Closer is stuck: their sockets hold no
+// descriptors, so they are closed in place and never count against their uid (more of them
+// than closing_per_uid, 64).
+void ctl_reset_unread(const std::string& path) {
+  Lingering forever(1000);
+  auto holder = block_closer(path, forever);
+  int gone = 0;
+  for (int i = 0; i < 80; ++i) {
+    Raw r(path);
+    Request rq;
+    Reply rep;
+    rq.op = Op::kHello;
+    if (r.call(rq, rep) != 0) break;
+    rq = Request{};
+    rq.op = Op::kAllocPd;
+    const std::uint32_t pd = r.call(rq, rep) == 0 ? rep.handle : 0;
+    rq = Request{};
+    rq.op = Op::kCreateCq;
+    rq.cq.depth = 4;
+    const std::uint32_t cq = r.call(rq, rep) == 0 ? rep.handle : 0;
+    rq = Request{};
+    rq.op = Op::kCreateQp;
+    rq.qp.pd = pd;
+    rq.qp.type = roce::engine::QpType::kRc;
+    rq.qp.send_cq = rq.qp.recv_cq = cq;
+    rq.qp.cap = roce::engine::QpCap{};
+    rq.qp.cap.max_inline_data = 0;
+    const std::uint32_t qp = r.call(rq, rep) == 0 ? rep.handle : 0;
+    rq = Request{};
+    rq.op = Op::kModifyQp;
+    rq.modify.qp = qp;
+    rq.modify.attr = roce::engine::QpAttr{};
+    rq.modify.attr.qp_state = QpState::kInit;
+    rq.modify.mask = roce::engine::kQpState | roce::engine::kQpPkeyIndex | roce::engine::kQpPort |
+                     roce::engine::kQpAccessFlags;
+    if (qp == 0 || r.call(rq, rep) != 0) break;
+    rq = Request{};  // its reply stays unread
+    rq.op = Op::kAllocPd;
+    rq.seq = 100;
+    [[maybe_unused]] ssize_t w = ::send(r.fd, &rq, sizeof rq, MSG_NOSIGNAL);
+    rq = Request{};  // waits for ARP: roced does not read the socket meanwhile
+    rq.op = Op::kModifyQp;
+    rq.seq = 101;
+    rq.modify.qp = qp;
+    rq.modify.attr = roce::engine::QpAttr{};
+    rq.modify.attr.qp_state = QpState::kRtr;
+    rq.modify.attr.ah.dgid = roce::wire::ipv4_mapped(roce::wire::Ipv4Addr{0xC00002DDu});
+    rq.modify.mask = roce::engine::kQpState | roce::engine::kQpAv | roce::engine::kQpDestQpn;
+    w = ::send(r.fd, &rq, sizeof rq, MSG_NOSIGNAL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ++gone;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto c = Context::attach(path);
+  const int e = errno;
+  std::printf("      %d clients gone with a reply unread; attach: %s\n", gone,
+              c ? "ok" : std::strerror(e));
+  forever.release();
+  check(gone == 80 && c != nullptr,
+        "clients gone with replies unread cost the Closer nothing (attach still works)");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+}
+
+// Reconnecting while the Closer is stuck must not grow roced's descriptors without bound.
+void ctl_closer_leak(const std::string& path, pid_t pid, unsigned rounds) {
+  Lingering forever(1000);
+  auto holder = block_closer(path, forever);
+  const int before = open_fds(pid);
+  int nul[4];
+  for (int& f : nul) f = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  unsigned conns = 0;
+  Request rq;
+  rq.op = Op::kAllocPd;
+  for (unsigned r = 0; r < rounds; ++r) {
+    const int c = connect_now(path);
+    if (c < 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
+    ++conns;
+    for (int k = 0; k < 3; ++k) send_with(c, rq, nul, 4);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ::close(c);
+  }
+  for (int f : nul) ::close(f);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const int after = open_fds(pid);
+  forever.release();  // the Closer goes on
+  int settled = after;
+  for (int i = 0; i < 40 && settled > before + 8; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    settled = open_fds(pid);
+  }
+  std::printf("      %u connections of 12 descriptors each: roced's descriptors %d -> %d, %d once "
+              "the Closer goes on\n",
+              conns, before, after, settled);
+  check(after - before <= 320 && settled <= before + 8,
+        "descriptors waiting for a stuck Closer are bounded (at most 320 more), then closed");
+}
+
+// A CQ waited on has an eventfd in roced: a client's descriptors there are counted (max_fds:
+// its event ring's eventfd, its CM's, one per CQ waited on), beyond which wait_cq is EDQUOT.
+// A CQ only polled costs none: more CQs than max_fds are fine.
 void ctl_fd_budget(const std::string& path, unsigned max_fds) {
   auto c = Context::attach(path);
   if (!c) return check(false, "attach");
   std::vector<Cq*> cqs;
+  for (unsigned i = 0; i < max_fds + 8; ++i)
+    if (Cq* q = c->create_cq(4)) cqs.push_back(q);
+  check(cqs.size() == max_fds + 8,
+        std::to_string(cqs.size()) + " CQs not waited on (max_fds " + std::to_string(max_fds) + ")");
+  unsigned waited = 0;
   int err = 0;
-  for (unsigned i = 0; i < max_fds + 8; ++i) {
-    Cq* q = c->create_cq(4);
-    if (q == nullptr) {
-      err = errno;
-      break;
-    }
-    cqs.push_back(q);
+  for (Cq* q : cqs) {
+    if ((err = c->wait_cq(q, 0)) != ETIMEDOUT) break;
+    ++waited;
   }
-  check(cqs.size() == max_fds - 1 && err == EDQUOT,
-        std::to_string(cqs.size()) + " CQs, then EDQUOT (max_fds " + std::to_string(max_fds) +
-            ", one is the event ring's)");
-  if (!cqs.empty()) {
-    c->destroy_cq(cqs.back());
-    cqs.pop_back();
-    Cq* q = c->create_cq(4);
-    check(q != nullptr, "a CQ destroyed gives its descriptor back");
+  check(waited == max_fds - 1 && err == EDQUOT,
+        std::to_string(waited) + " CQs waited on, then " + std::strerror(err) + " (max_fds " +
+            std::to_string(max_fds) + ", one is the event ring's)");
+  if (waited > 0) {
+    c->destroy_cq(cqs.front());
+    check(c->wait_cq(cqs[waited], 0) == ETIMEDOUT, "a CQ destroyed gives its descriptor back");
   }
 }
 
@@ -749,6 +1029,11 @@ int ctl_main(const std::string& path, int argc, char** argv) {
   if (run("resolve"))
     ctl_resolve_killed(path, num("resolve_ms"), static_cast<std::uint16_t>(port + 2));
   if (run("close")) ctl_blocking_close(path);
+  if (run("close_ctrunc")) ctl_blocking_close(path, true);
+  if (run("purge")) ctl_purge(path);
+  if (run("refuse")) ctl_refuse_linger(path, num("per_uid"));
+  if (run("reset_unread")) ctl_reset_unread(path);
+  if (run("closer_leak")) ctl_closer_leak(path, static_cast<pid_t>(num("pid")), 300);
   if (run("fds")) ctl_fd_budget(path, num("max_fds"));
   if (run("uid")) ctl_per_uid(path, num("per_uid"));
   if (run("hello")) ctl_hello_deadline(path, num("hello_ms"));
@@ -799,6 +1084,23 @@ int main(int argc, char** argv) {
   check(!Context::attach(path, "no-such-port") && errno == ENODEV, "unknown port: ENODEV");
   auto ctx = Context::attach(path);
   if (!ctx) return std::perror("attach"), 1;
+  {  // The limits roced told at hello are the ones it enforces (ibv_query_device).
+    const roce::client::DeviceAttr d = ctx->query_device();
+    std::printf("      query_device: max_qp %u max_qp_wr %u max_sge %u max_cq %u max_cqe %u max_mr %u "
+                "max_pd %u max_srq %u max_srq_wr %u max_inline_data %u max_mr_size %llu\n",
+                d.max_qp, d.max_qp_wr, d.max_sge, d.max_cq, d.max_cqe, d.max_mr, d.max_pd,
+                d.max_srq, d.max_srq_wr, d.max_inline_data,
+                static_cast<unsigned long long>(d.max_mr_size));
+    Cq* deepest = d.max_cqe ? ctx->create_cq(d.max_cqe) : nullptr;
+    Cq* deeper = d.max_cqe ? ctx->create_cq(d.max_cqe + 1) : nullptr;
+    const int e = errno;
+    check(d.max_qp == max_qps && d.max_mr_size == max_memory && d.max_sge == 4 &&
+              d.max_srq_sge == 4 && d.max_pd == 64 && d.max_inline_data == 512 &&
+              d.max_qp_wr == 16384 && d.max_srq_wr == 16384 && d.max_cq == 256 &&
+              d.max_mr == 1024 && d.max_srq == 64 && deepest && !deeper && e == EINVAL,
+          "query_device: the quotas, and a CQ of max_cqe fits, one deeper is EINVAL");
+    if (deepest) ctx->destroy_cq(deepest);
+  }
   Pd* pd = ctx->alloc_pd();
   Buffer* buf = ctx->alloc_buffer(1 << 20);
   check(pd && buf, "alloc_pd, alloc_buffer");
@@ -808,6 +1110,8 @@ int main(int argc, char** argv) {
   check(!ctx->reg_mr(pd, static_cast<char*>(buf->addr) + 4096, 1 << 20, 1) && errno == EINVAL,
         "reg_mr past the end of a buffer: EINVAL");
   check(!ctx->alloc_buffer(max_memory) && errno == EDQUOT, "memory beyond the quota: EDQUOT");
+  check(!ctx->alloc_buffer(max_memory + 4096) && errno == EINVAL,
+        "one buffer larger than max_memory (never grantable): EINVAL, as documented");
   Mr* mr = ctx->reg_mr(pd, buf->addr, 1 << 20, roce::engine::kAccessLocalWrite);
   check(mr != nullptr, "reg_mr inside the buffer");
   check(ctx->free_buffer(buf) == EBUSY, "free_buffer under an MR: EBUSY");

@@ -75,7 +75,7 @@ const auto* const kEal = ::testing::AddGlobalTestEnvironment(new Eal);
 // roced's side: one net_ring port, its poll loop on a thread of its own, the attach server.
 class Roced {
  public:
-  explicit Roced(const AttachQuotas& q = {}) {
+  explicit Roced(const AttachQuotas& q = {}, std::uint32_t handle_limit = 0xFFFFFFFFu) {
     static int n = 0;
     const std::string name = "ag" + std::to_string(n++);
     rx_ = rte_ring_create((name + "_rx").c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
@@ -99,6 +99,7 @@ class Roced {
     AttachConfig cfg;
     cfg.socket = "/tmp/roce-attach-guard-" + std::to_string(getpid()) + "-" + name + ".sock";
     cfg.quotas = q;
+    cfg.handle_limit = handle_limit;
     server_ = std::make_unique<AttachServer>(
         cfg, std::vector<AttachPort>{{"p0", kMac, kIp, {loop_.get()}}});
     thread_ = std::thread([this] {
@@ -117,6 +118,7 @@ class Roced {
   }
   const std::string& socket() const { return server_->socket_path(); }
   AttachServer& server() { return *server_; }
+  engine::Engine& engine() { return *eng_; }
   /// True while the poll loop thread still runs (a command that threw would have ended it).
   bool alive() const { return !stop_.load(); }
 
@@ -323,7 +325,7 @@ TEST(AttachGuard, SrqErrorCqDoesNotOutliveItsCq) {
   std::uint32_t b = 0, q2 = 0;
   Reply crep;
   ASSERT_EQ(c.cq(16, b, &fds, &crep), 0);
-  ASSERT_EQ(fds.size(), 2u);
+  ASSERT_EQ(fds.size(), 1u);  // the ring's memfd (its eventfd comes with Op::kCqNotify)
   Mapped<CqEntry> cqring(fds[0], crep.bytes);
   close_all(fds);
   ShmConsumer<CqEntry> cqc(cqring.h, crep.slots);
@@ -520,6 +522,93 @@ TEST(AttachGuard, AllocationFailureOnTheLcoreIsTheClientsEnomem) {
   EXPECT_EQ(c.qp(pd, cq, cq, 0, small_cap(), q), 0);
   Raw other(roced.socket());
   EXPECT_NE(other.pd(), 0u);
+}
+
+// An MR (or PD) the engine made for a request that then found no handle for it (every one in
+// use) is not left behind untracked: drop() would miss it, and the MR's rkey would outlive the
+// region's mapping.
+TEST(AttachGuard, NothingOutlivesAFailedHandle) {
+  Roced roced({}, 2);  // two handles: a PD and a region
+  {
+    Raw c(roced.socket());
+    const std::uint32_t pd = c.pd();
+    const int fd = ::memfd_create("guard", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ASSERT_EQ(::ftruncate(fd, 4096), 0);
+    std::uint32_t region = 0;
+    ASSERT_EQ(c.region(fd, 4096, &region), 0);
+    ::close(fd);
+    Request rq;
+    rq.op = Op::kRegMr;
+    rq.mr.pd = pd;
+    rq.mr.region = region;
+    rq.mr.length = 4096;
+    rq.mr.iova = 0x10000;
+    rq.mr.access = engine::kAccessLocalWrite | engine::kAccessRemoteWrite;
+    Reply rep;
+    EXPECT_EQ(c.call(rq, rep), ENOMEM) << "no handle left";
+    rq = Request{};
+    rq.op = Op::kAllocPd;
+    EXPECT_EQ(c.call(rq, rep), ENOMEM) << "no handle left";
+  }
+  for (int i = 0; i < 2000 && roced.server().counts(0).clients != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(roced.server().counts(0).clients, 0u);
+  EXPECT_EQ(roced.engine().mr_count(), 0u) << "an MR without a handle survived its client";
+}
+
+// The defaults as a user meets them: an MPI job's ranks (one uid, more than 16 of them) all
+// attach (max_clients_per_uid is off unless configured).
+TEST(AttachGuard, DefaultsFitAnMpiJob) {
+  Roced roced;
+  std::vector<std::unique_ptr<Raw>> ranks;
+  for (int i = 0; i < 20; ++i)
+    ASSERT_NO_THROW(ranks.push_back(std::make_unique<Raw>(roced.socket()))) << "rank " << i;
+}
+
+// A QP may ask rxe's max_inline_data (512); one without send SGEs is EINVAL (a bad argument,
+// not ENOMEM).
+TEST(AttachGuard, QpCapsAsRxe) {
+  Roced roced;
+  Raw c(roced.socket());
+  const std::uint32_t pd = c.pd();
+  std::uint32_t cq = 0, q = 0;
+  ASSERT_EQ(c.cq(16, cq), 0);
+  engine::QpCap cap = small_cap();
+  cap.max_inline_data = 512;
+  EXPECT_EQ(c.qp(pd, cq, cq, 0, cap, q), 0) << "max_inline_data 512";
+  cap.max_inline_data = 0;
+  cap.max_send_sge = 0;
+  EXPECT_EQ(c.qp(pd, cq, cq, 0, cap, q), EINVAL) << "max_send_sge 0";
+}
+
+// A CQ nobody waits on costs roced no descriptor: max_cqs CQs fit whatever max_fds says; the
+// eventfd is made when the client first waits on the CQ (counted then against max_fds).
+TEST(AttachGuard, CqsBeyondMaxFdsWhenNotWaitedOn) {
+  AttachQuotas q;
+  q.max_cqs = 100;
+  q.max_fds = 8;
+  Roced roced(q);
+  Raw c(roced.socket());
+  std::vector<std::uint32_t> cqs;
+  int rc = 0;
+  for (int i = 0; i < 100 && rc == 0; ++i) {
+    std::uint32_t h = 0;
+    if ((rc = c.cq(4, h)) == 0) cqs.push_back(h);
+  }
+  EXPECT_EQ(cqs.size(), 100u) << "then " << std::strerror(rc);
+  // Waiting on one asks for its eventfd: max_fds counts them (the event ring's is one).
+  auto notify = [&c](std::uint32_t h) {
+    Request rq;
+    rq.op = Op::kCqNotify;
+    rq.handle = h;
+    Reply rep;
+    return c.call(rq, rep);
+  };
+  for (unsigned i = 0; i + 1 < q.max_fds; ++i) EXPECT_EQ(notify(cqs[i]), 0) << i;
+  EXPECT_EQ(notify(cqs[0]), 0) << "the same CQ again: the same eventfd, not another";
+  EXPECT_EQ(notify(cqs[q.max_fds]), EDQUOT);
+  EXPECT_EQ(c.destroy(Op::kDestroyCq, cqs[0]), 0);
+  EXPECT_EQ(notify(cqs[q.max_fds]), 0) << "a destroyed CQ gives its descriptor back";
 }
 
 }  // namespace

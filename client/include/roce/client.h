@@ -61,6 +61,24 @@ struct PortInfo {
   std::uint32_t lcore = 0;  ///< attached: the roced lcore that owns this context's QPs
 };
 
+/// What a client may create and ask for, as ibv_device_attr's fields of the same names
+/// (Context::query_device; docs/client-api.md "Limits"). Counts beyond are EDQUOT, sizes
+/// beyond EINVAL.
+struct DeviceAttr {
+  std::uint32_t max_qp = 0;     ///< QPs at once
+  std::uint32_t max_qp_wr = 0;  ///< a QP's max_send_wr, max_recv_wr
+  std::uint32_t max_sge = 0;    ///< a QP's max_send_sge, max_recv_sge (and per work request)
+  std::uint32_t max_cq = 0;     ///< CQs at once
+  std::uint32_t max_cqe = 0;    ///< a CQ's depth (the quota and roced's limits.cq_depth)
+  std::uint32_t max_mr = 0;     ///< MRs at once
+  std::uint32_t max_pd = 0;     ///< PDs at once
+  std::uint32_t max_srq = 0;    ///< SRQs at once
+  std::uint32_t max_srq_wr = 0;
+  std::uint32_t max_srq_sge = 0;
+  std::uint32_t max_inline_data = 0;  ///< a QP's max_inline_data
+  std::uint64_t max_mr_size = 0;      ///< memory roced holds for the client (max_memory)
+};
+
 /// Resources: created and destroyed by the Context, read-only for the application.
 struct Pd {
   virtual ~Pd() = default;
@@ -162,6 +180,9 @@ class Context {
   virtual ~Context() = default;
 
   virtual const PortInfo& port() const = 0;
+  /// The limits of this client (ibv_query_device): attached, those roced told it at hello.
+  /// The in-process backend has none of its own (all zero: the engine's sizes apply).
+  virtual DeviceAttr query_device() const { return {}; }
   /// False once an attached roced is gone (every call then fails with ENOTCONN).
   virtual bool connected() const = 0;
 

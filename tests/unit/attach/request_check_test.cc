@@ -51,6 +51,9 @@ TEST(RequestCheck, FieldRanges) {
   EXPECT_EQ(check_request(qp, true, true, 0, lim), 0);
   qp.qp.type = static_cast<engine::QpType>(77);
   EXPECT_EQ(check_request(qp, true, true, 0, lim), EINVAL);
+  qp.qp.type = engine::QpType::kRc;
+  qp.qp.cap.max_send_sge = 0;  // (the engine cannot make it: not ENOMEM, a bad argument)
+  EXPECT_EQ(check_request(qp, true, true, 0, lim), EINVAL);
   Request cm = op(Op::kCmReject);
   cm.cm.private_len = kCmPrivateMax + 1;
   EXPECT_EQ(check_request(cm, true, true, 0, lim), EINVAL);

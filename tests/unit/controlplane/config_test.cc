@@ -174,7 +174,7 @@ TEST(Config, AttachLimits) {
   EXPECT_EQ(d.attach.max_qp_wr, 16384u);
   EXPECT_EQ(d.attach.max_srq_wr, 16384u);
   EXPECT_EQ(d.attach.max_cqe, 65536u);
-  EXPECT_EQ(d.attach.max_inline_data, 256u);
+  EXPECT_EQ(d.attach.max_inline_data, 512u) << "as rxe";
   const auto c = parse_config(std::string(kGood) +
                                   "attach:\n  socket: /s\n  quotas: {max_regions: 16, "
                                   "max_qp_wr: 1024, max_srq_wr: 512, max_cqe: 2048, "
@@ -196,7 +196,9 @@ TEST(Config, AttachLimits) {
 TEST(Config, AttachControlLimits) {
   const std::string base = std::string(kGood) + "attach:\n  socket: /s\n";
   const auto d = parse_config(base, "good.yaml");
-  EXPECT_EQ(d.attach.max_clients_per_uid, 16u);
+  EXPECT_EQ(d.attach.max_clients_per_uid, 0u) << "off: an MPI job's ranks are one uid";
+  EXPECT_EQ(parse_config(base + "  max_clients_per_uid: 0\n", "good.yaml").attach.max_clients_per_uid,
+            0u);
   EXPECT_EQ(d.attach.hello_timeout_ms, 5000u);
   EXPECT_EQ(d.attach.resolve_timeout_ms, 10000u);
   EXPECT_EQ(d.attach.cm_backlog, 256u);
@@ -220,7 +222,7 @@ TEST(Config, AttachControlLimits) {
   EXPECT_NE(error_of(base + "  privileged_uids: 0\n").find("list of uids"), std::string::npos);
   EXPECT_NE(error_of(base + "  privileged_uids: [-1]\n").find("privileged_uids"),
             std::string::npos);
-  EXPECT_NE(error_of(base + "  max_clients_per_uid: 0\n").find("max_clients_per_uid"),
+  EXPECT_NE(error_of(base + "  max_clients_per_uid: 4097\n").find("max_clients_per_uid"),
             std::string::npos);
   EXPECT_NE(error_of(base + "  quotas: {max_fds: 1}\n").find("max_fds"), std::string::npos);
 }
