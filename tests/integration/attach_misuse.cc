@@ -1050,6 +1050,7 @@ int ctl_main(const std::string& path, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // through tee: each check as it happens
   if (argc >= 3 && std::string(argv[2]) == "--ctl") return ctl_main(argv[1], argc - 3, argv + 3);
   if (argc == 3 && std::string(argv[2]) == "--hold") {
     auto ctx = Context::attach(argv[1]);

@@ -180,6 +180,18 @@ refused=$(sed -n 's/.*WRITEs, \([0-9]*\) posts refused.*/\1/p' "$work/flood-c.lo
 kill -0 "${pids[0]}" || { echo "FAIL: roced A died under the flood"; exit 1; }
 
 # ---- 3. misuse is refused, roced keeps serving ------------------------------------------------
+# A well-behaved pair's rate and roced A's resident memory before the hostile clients.
+rate_pair() {  # PORT LOG -> WRITE + READ-back rounds of 64 KiB in 2 s
+  "$ex" --socket "$work/a.sock" --listen "$1" --seconds 2 > "$work/$2-s.log" 2>&1 &
+  local s=$!
+  "$ex" --socket "$work/b.sock" --connect "127.0.0.1:$1" --seconds 2 > "$work/$2-c.log" 2>&1 \
+    || { cat "$work/$2-c.log"; echo "FAIL: the well-behaved pair ($2)"; exit 1; }
+  wait "$s" || { cat "$work/$2-s.log"; echo "FAIL: the well-behaved pair's server ($2)"; exit 1; }
+  sed -n 's/.*OK: \([0-9]*\) WRITE + READ-back rounds.*/\1/p' "$work/$2-c.log"
+}
+rss_kib() { awk '/^VmRSS/ { print $2 }' /proc/"$1"/status; }
+rate_before=$(rate_pair $((tcp + 6)) calm-before)
+rss_before=$(rss_kib "${pids[0]}")
 "$misuse" "$work/a.sock" 8 67108864 32 | tee "$work/misuse.log"
 grep -q "OK: misuse refused" "$work/misuse.log"
 
@@ -196,6 +208,16 @@ for n in attach_refused attach_silent_closed attach_out_of_fds attach_cm_refused
   echo "A: $n $v"
   [[ ${v:-0} -ge 1 ]] || { echo "FAIL: $n not counted"; exit 1; }
 done
+
+# ---- 3c. after every hostile client: a well-behaved pair at its rate, roced A's RSS bounded -----
+rate_after=$(rate_pair $((tcp + 7)) calm-after)
+rss_after=$(rss_kib "${pids[0]}")
+echo "well-behaved pair: $rate_before rounds in 2 s before the misuse, $rate_after after;" \
+  "roced A's RSS $rss_before KiB before, $rss_after KiB after"
+# The same pair, the same 2 s: at least half the rate (the machine's noise is well within that).
+((rate_after * 2 >= rate_before)) || { echo "FAIL: the pair's rate after the misuse"; exit 1; }
+# docs/security.md: the hostile clients' scenarios leave at most 32 MiB of roced's RSS behind.
+((rss_after - rss_before < 32768)) || { echo "FAIL: roced A's RSS grew by more than 32 MiB"; exit 1; }
 
 # ---- 4. roced stops under an attached client --------------------------------------------------
 "$misuse" "$work/a.sock" --hold > "$work/hold.log" 2>&1 &
