@@ -220,10 +220,13 @@ std::string NfsService::report() const {
 std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
   const auto& t = rdma_.stats();
   const auto& m = mount_.stats();
-  std::unique_lock g(nfs_mu_);
-  const NfsServerStats n = nfs_.stats();
-  const std::uint64_t handles = nfs_.handles();
-  g.unlock();
+  // Never wait on the loop for a call at the worker (an fsync, a large READDIR): last values.
+  if (std::unique_lock g(nfs_mu_, std::try_to_lock); g.owns_lock()) {
+    seen_ = nfs_.stats();
+    seen_handles_ = nfs_.handles();
+  }
+  const NfsServerStats& n = seen_;
+  const std::uint64_t handles = seen_handles_;
   return {
       {"nfs_calls", n.calls},
       {"nfs_errors", n.errors},

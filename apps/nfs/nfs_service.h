@@ -75,7 +75,11 @@ class NfsService {
  private:
   NfsServer nfs_;
   mutable std::mutex nfs_mu_;  ///< the worker's calls into nfs_, and report()
-  CallWorker worker_;          ///< runs every handler; stopped first by the destructor
+  /// The server's counters as stats() last read them: stats() runs on the poll loop and only
+  /// tries the lock (a call may hold it through an fsync), reusing these when it is taken.
+  mutable NfsServerStats seen_;
+  mutable std::uint64_t seen_handles_ = 0;
+  CallWorker worker_;  ///< runs every handler; stopped first by the destructor
   RpcRdmaServer rdma_;
   RpcTcpServer mount_;
   std::unique_ptr<RpcTcpServer> tcp_;

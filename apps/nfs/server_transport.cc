@@ -146,7 +146,7 @@ void RpcRdmaServer::on_connect_request(const cm::CmEvent& e) {
     hub_->agent().cm().reject(e.id, cm::RejReason::kConsumerDefined);
     return;
   }
-  if (half_open() >= opt_.max_half_open || !make_room(*peer)) {
+  if (const Room r = room(*peer, 0); half_open() >= opt_.max_half_open || (!r.fits && !r.victim)) {
     ++st_.rejected_full;
     hub_->agent().cm().reject(e.id, cm::RejReason::kNoResources);
     return;
@@ -160,35 +160,48 @@ void RpcRdmaServer::on_connect_request(const cm::CmEvent& e) {
                       now + std::uint64_t{opt_.resolve_timeout_ms} * 1'000'000, now + kArpEveryNs});
 }
 
-bool RpcRdmaServer::make_room(wire::Ipv4Addr peer) {
-  std::size_t same = 0;
-  for (const Pending& p : pending_) same += p.peer == peer;
-  Conn* own = nullptr;  // the peer's connection idle the longest
-  Conn* any = nullptr;  // anyone's
+RpcRdmaServer::Room RpcRdmaServer::room(wire::Ipv4Addr peer, std::uint32_t self) {
+  // Only established connections count: a REQ proves nothing (its source address may be
+  // forged), so nobody is closed for one before its RTU (then newcomer_established()).
+  std::size_t same = 0, up = 0;
+  Room r;
   for (const auto& [id, c] : conns_) {
+    if (id == self || !c->up) continue;
+    ++up;
     const bool idle = c->in_flight == 0 && c->state == Conn::kIdle && c->ready.empty() &&
                       !c->closing && !c->data_busy;
     if (c->peer == peer) {
       ++same;
-      if (idle && (!own || c->active_ns < own->active_ns)) own = c.get();
+      if (idle && (!r.own || c->active_ns < r.own->active_ns)) r.own = c.get();
     }
-    if (idle && (!any || c->active_ns < any->active_ns)) any = c.get();
+    if (idle && (!r.any || c->active_ns < r.any->active_ns)) r.any = c.get();
   }
-  const bool full = conns_.size() + pending_.size() >= opt_.max_connections;
-  Conn* victim = nullptr;
-  if (same >= opt_.max_per_peer)
-    victim = own;
-  else if (full && any &&
-           port::now_ns() - any->active_ns >= std::uint64_t{opt_.reap_idle_ms} * 1'000'000)
-    victim = any;
-  else if (!full)
-    return true;
-  if (!victim) return false;
-  // DREQ to the client (which reconnects when it needs to), and the slot is free now.
-  ++st_.reaped;
-  hub_->agent().cm().disconnect(victim->cm);
-  close(victim->id);
-  return conns_.size() + pending_.size() < opt_.max_connections;
+  const bool full = up >= opt_.max_connections;
+  if (same >= opt_.max_per_peer) {
+    r.fits = false;
+    r.victim = r.own;
+  } else if (full) {
+    r.fits = false;
+    if (r.any && port::now_ns() - r.any->active_ns >= std::uint64_t{opt_.reap_idle_ms} * 1'000'000)
+      r.victim = r.any;
+  }
+  return r;
+}
+
+void RpcRdmaServer::newcomer_established(Conn& c) {
+  const Room r = room(c.peer, c.id);
+  if (r.fits) return;
+  if (r.victim) {
+    // DREQ to the client idle the longest (which reconnects when it needs to).
+    ++st_.reaped;
+    hub_->agent().cm().disconnect(r.victim->cm);
+    close(r.victim->id);
+    return;
+  }
+  // Every candidate has a call under way: the newcomer goes.
+  ++st_.rejected_full;
+  hub_->agent().cm().disconnect(c.cm);
+  close(c.id);
 }
 
 void RpcRdmaServer::resolve_pending() {
@@ -278,7 +291,10 @@ void RpcRdmaServer::on_cm(const cm::CmEvent& e) {
   const auto it = by_cm_.find(e.id.v);
   if (it == by_cm_.end()) return;
   if (e.type == T::kEstablished) {
-    if (auto ci = conns_.find(it->second); ci != conns_.end()) ci->second->up = true;
+    if (auto ci = conns_.find(it->second); ci != conns_.end() && !ci->second->up) {
+      ci->second->up = true;
+      newcomer_established(*ci->second);  // room made now, if it must be
+    }
   } else if (terminal) {
     // DREQ, REJ after our REP, REP or DREQ retries exhausted, half-open timeout: nothing more
     // will come on this connection.

@@ -107,7 +107,18 @@ class RpcRdmaServer {
   /// Makes room for a REQ from `peer`: closes the connection idle the longest (of `peer` when it
   /// is at max_per_peer, of anyone idle beyond reap_idle_ms when the table is full); false when
   /// there is none to close and the REQ is to be refused.
-  bool make_room(wire::Ipv4Addr peer);
+  /// Whether a connection of `peer` fits beside the established ones (`self` not counted),
+  /// and if not, which idle one would give way: its own oldest beyond max_per_peer, anyone's
+  /// idle beyond reap_idle_ms when the table is full.
+  struct Room {
+    bool fits = true;
+    Conn* own = nullptr;
+    Conn* any = nullptr;
+    Conn* victim = nullptr;
+  };
+  Room room(wire::Ipv4Addr peer, std::uint32_t self);
+  /// At a connection's RTU: makes its room (closes the victim), or closes it when none.
+  void newcomer_established(Conn& c);
   void on_wc(const engine::Wc& wc);
   void next(Conn& c);
   void post_recv(Conn& c, std::uint32_t slot);

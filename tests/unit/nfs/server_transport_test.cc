@@ -593,8 +593,33 @@ TEST(NfsServerTransport, AFullTableReapsAConnectionIdleBeyondTheLimit) {
   Client& c4 = r.connect();
   ASSERT_TRUE(r.run([&] { return c4.up || c4.rejected; }, 5));
   EXPECT_TRUE(c4.up) << "connections idle beyond reap_idle_ms kept the table full";
+  // The room is made at the newcomer's RTU (a REQ proves nothing of its source).
+  r.run([&] { return r.srv->stats().reaped == 1; }, 5);
   EXPECT_EQ(r.srv->stats().reaped, 1u);
   EXPECT_EQ(r.srv->connections(), 2u);
+}
+
+// A REQ proves nothing of its source (the address may be forged): nobody is closed to make room
+// for a connection before its RTU. A source at its max_per_peer sends a REQ and never the RTU:
+// its idle connection stays up.
+TEST(NfsServerTransport, AReqAloneClosesNobody) {
+  ServerOptions o;
+  o.max_per_peer = 1;
+  Rig r(o, echo);
+  auto lose_rtu = std::make_shared<bool>(false);
+  r.drop = [lose_rtu](const std::vector<std::uint8_t>& f, bool to_server) {
+    return *lose_rtu && to_server && mad_of(f) == cm::AttrId::kRtu;
+  };
+  Client& c1 = r.connect();
+  ASSERT_TRUE(r.run([&] { return c1.up; }, 5));
+  r.call(c1, 1);
+  ASSERT_TRUE(r.run([&] { return !c1.replies.empty(); }, 5));
+  *lose_rtu = true;  // the next connection's RTU is lost: a forged REQ's never comes
+  Client& c2 = r.connect();
+  r.run([] { return false; }, 0.5);
+  EXPECT_FALSE(c1.down) << "an idle connection was closed for a REQ that never completed";
+  EXPECT_EQ(r.srv->stats().reaped, 0u);
+  (void)c2;
 }
 
 // The service gives its transport the export's client list (an unlisted source is refused at
