@@ -106,7 +106,7 @@ struct ApplianceConfig {
     std::uint32_t cm_backlog = 256;
     std::vector<std::uint32_t> privileged_uids = {0};
     std::uint32_t test_handle_limit = 0xFFFFFFFFu;  ///< a test hook (the handle counter's wrap)
-    std::uint32_t max_qps = 256;  ///< per client
+    std::uint32_t max_qps = 256;                    ///< per client
     std::uint32_t max_mrs = 1024;
     std::uint32_t max_cqs = 256;
     std::uint32_t max_srqs = 64;
@@ -118,7 +118,7 @@ struct ApplianceConfig {
     std::uint32_t max_srq_wr = 16384;
     std::uint32_t max_cqe = 65536;
     std::uint32_t max_inline_data = 512;  ///< as rxe
-    std::uint32_t max_fds = 64;             ///< roced's descriptors per client (eventfds)
+    std::uint32_t max_fds = 64;           ///< roced's descriptors per client (eventfds)
   } attach;
 };
 

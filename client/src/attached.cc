@@ -753,7 +753,7 @@ class Attached final : public Context {
 
   int fd_;
   PortInfo port_;
-  DeviceAttr dev_;  ///< the limits roced sent at hello
+  DeviceAttr dev_;     ///< the limits roced sent at hello
   std::mutex mu_;      ///< one request at a time
   std::mutex tables_;  ///< the vectors below
   std::uint32_t seq_ = 0;

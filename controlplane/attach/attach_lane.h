@@ -42,7 +42,7 @@ struct LaneCq {
   std::uint32_t handle = 0;  ///< the client's name for it
   LaneEvents* events = nullptr;
   ShmProducer<CqEntry> ring;
-  int event_fd = -1;  ///< made when the client first waits on the CQ (Op::kCqNotify)
+  int event_fd = -1;        ///< made when the client first waits on the CQ (Op::kCqNotify)
   std::uint32_t depth = 0;  ///< the client's CQ depth
   /// Completions the lane made itself (a work request the engine refused) waiting for room:
   /// at most `depth` (reserved at creation), then the lane stops taking work requests whose

@@ -34,7 +34,7 @@ namespace roce::attach {
 
 namespace {
 
-struct Stopped {};  // the server stops while a request waits for an lcore
+struct Stopped {};   // the server stops while a request waits for an lcore
 struct NoHandle {};  // every handle is in use (only with a tiny test handle_limit)
 
 // ---- what a client costs roced (charged to AttachQuotas::max_memory) ----
@@ -222,7 +222,8 @@ class Closer {
   Closer(const Closer&) = delete;
   Closer& operator=(const Closer&) = delete;
   /// Queues `fd`, counted against `conn` (may be null) and `uid` until closed.
-  void close(int fd, std::shared_ptr<std::atomic<int>> conn, std::shared_ptr<std::atomic<int>> uid) {
+  void close(int fd, std::shared_ptr<std::atomic<int>> conn,
+             std::shared_ptr<std::atomic<int>> uid) {
     if (conn) ++*conn;
     ++*uid;
     ++st_->total;
@@ -397,8 +398,8 @@ AttachServer::AttachServer(const AttachConfig& cfg, std::vector<AttachPort> port
   if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
     nofile.rlim_cur = nofile.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &nofile);
-    const std::uint64_t need = std::uint64_t{cfg_.max_clients} * (cfg_.quotas.max_fds + 1) +
-                               cfg_.closing_total + 256;
+    const std::uint64_t need =
+        std::uint64_t{cfg_.max_clients} * (cfg_.quotas.max_fds + 1) + cfg_.closing_total + 256;
     if (nofile.rlim_cur != RLIM_INFINITY && need > nofile.rlim_cur)
       std::fprintf(stderr,
                    "roced: attach: %u clients x %u descriptors may need %llu, RLIMIT_NOFILE "
@@ -593,8 +594,9 @@ void AttachServer::tick() {
 
 std::shared_ptr<std::atomic<int>> AttachServer::uid_closing(std::uint32_t uid) {
   // Counters nobody holds any more (no client, nothing queued) are forgotten.
-  std::erase_if(uid_closing_,
-                [](const auto& kv) { return kv.second.use_count() == 1 && kv.second->load() == 0; });
+  std::erase_if(uid_closing_, [](const auto& kv) {
+    return kv.second.use_count() == 1 && kv.second->load() == 0;
+  });
   auto& p = uid_closing_[uid];
   if (!p) p = std::make_shared<std::atomic<int>>(0);
   return p;
@@ -640,7 +642,8 @@ void AttachServer::close_socket(int fd, const std::shared_ptr<std::atomic<int>>&
 
 // A connection turned away: one reply of sequence number 0 with the reason, then closed
 // (close_socket: what it sent is read or goes to the Closer with it).
-void AttachServer::refuse_connection(int fd, int err, const std::shared_ptr<std::atomic<int>>& uid) {
+void AttachServer::refuse_connection(int fd, int err,
+                                     const std::shared_ptr<std::atomic<int>>& uid) {
   ++refused_;
   Reply rep;
   rep.err = err;
@@ -689,7 +692,9 @@ void AttachServer::accept_client() {
     const char* what = all ? "max_clients" : closing ? "closing_per_uid" : "max_clients_per_uid";
     std::fprintf(stderr, "roced: attach: refused a client of uid %u (pid %d): %s %u reached\n",
                  static_cast<unsigned>(cred.uid), static_cast<int>(cred.pid), what,
-                 all ? cfg_.max_clients : closing ? cfg_.closing_per_uid : per_uid);
+                 all       ? cfg_.max_clients
+                 : closing ? cfg_.closing_per_uid
+                           : per_uid);
     refuse_connection(fd, all ? EUSERS : closing ? EAGAIN : EDQUOT, uid_closing_now);
     return;
   }

@@ -7,15 +7,17 @@
 /// Threads: one control thread serves every socket. What touches an engine runs on the lcore
 /// that owns it, as a command posted to its poll loop with the reply awaited; nothing else
 /// crosses threads. The thread never waits on the network: a request that needs an ARP
-/// answer is deferred (its client's next requests wait behind it) and run again by tick(). Each client lives on one port and one lcore of it (its "home", chosen at
-/// hello, round robin over the port's lcores): its PD, MRs, CQs and QPs are that engine's.
+/// answer is deferred (its client's next requests wait behind it) and run again by tick(). Each
+/// client lives on one port and one lcore of it (its "home", chosen at hello, round robin over the
+/// port's lcores): its PD, MRs, CQs and QPs are that engine's.
 ///
 /// Isolation: a client names resources only by handles of its own table (validated on every
 /// request; anything else is EINVAL), within its quotas (EDQUOT). The socket's file mode and
 /// group decide who may attach; max_clients, max_clients_per_uid and the hello deadline bound
-/// the connections, quotas.max_fds the descriptors roced holds for each. A client whose socket closes (exit, kill -9) has its QPs moved to
-/// the error state and destroyed first, then its SRQs, MRs (no frame can touch them any more),
-/// CQs and PDs, and its memory unmapped; other clients are not involved.
+/// the connections, quotas.max_fds the descriptors roced holds for each. A client whose socket
+/// closes (exit, kill -9) has its QPs moved to the error state and destroyed first, then its SRQs,
+/// MRs (no frame can touch them any more), CQs and PDs, and its memory unmapped; other clients are
+/// not involved.
 #pragma once
 
 #include <atomic>
@@ -162,7 +164,7 @@ class AttachServer {
   std::vector<AttachPort> ports_;
   std::vector<std::vector<std::unique_ptr<Lane>>> lanes_;  ///< [port][lcore]
   int listen_fd_ = -1;
-  int wake_fd_ = -1;  ///< eventfd: stop()
+  int wake_fd_ = -1;     ///< eventfd: stop()
   int reserve_fd_ = -1;  ///< closed to make room for refusing a connection at EMFILE
   std::uint64_t accept_after_ns_ = 0;
   std::atomic<std::uint64_t> refused_{0}, silent_{0}, out_of_fds_{0};

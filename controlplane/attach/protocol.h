@@ -21,7 +21,7 @@ namespace roce::attach {
 // 3: RecvEntry min_free/max_msgs; 4: rdma_cm; 5: a CQ's eventfd on demand (kCqNotify), the
 // device's limits in the hello reply
 inline constexpr std::uint32_t kVersion = 5;
-inline constexpr std::uint32_t kMaxSge = 4;   ///< SGEs per work request in a queue entry
+inline constexpr std::uint32_t kMaxSge = 4;  ///< SGEs per work request in a queue entry
 
 enum class Op : std::uint32_t {
   kHello = 1,  ///< reply passes the client's event ring (memfd) and its eventfd

@@ -14,8 +14,7 @@ int check_qp(const CreateQpReq& r) {
     return EINVAL;
   const engine::QpCap& cap = r.cap;
   if (cap.max_send_wr == 0 || cap.max_send_wr > kMaxDepth || cap.max_recv_wr > kMaxDepth ||
-      (r.srq == 0 && cap.max_recv_wr == 0) || cap.max_send_sge == 0 ||
-      cap.max_send_sge > kMaxSge ||
+      (r.srq == 0 && cap.max_recv_wr == 0) || cap.max_send_sge == 0 || cap.max_send_sge > kMaxSge ||
       cap.max_recv_sge > kMaxSge)
     return EINVAL;
   return 0;

@@ -788,9 +788,10 @@ void ctl_closer_leak(const std::string& path, pid_t pid, unsigned rounds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     settled = open_fds(pid);
   }
-  std::printf("      %u connections of 12 descriptors each: roced's descriptors %d -> %d, %d once "
-              "the Closer goes on\n",
-              conns, before, after, settled);
+  std::printf(
+      "      %u connections of 12 descriptors each: roced's descriptors %d -> %d, %d once "
+      "the Closer goes on\n",
+      conns, before, after, settled);
   check(after - before <= 320 && settled <= before + 8,
         "descriptors waiting for a stuck Closer are bounded (at most 320 more), then closed");
 }
@@ -804,8 +805,8 @@ void ctl_fd_budget(const std::string& path, unsigned max_fds) {
   std::vector<Cq*> cqs;
   for (unsigned i = 0; i < max_fds + 8; ++i)
     if (Cq* q = c->create_cq(4)) cqs.push_back(q);
-  check(cqs.size() == max_fds + 8,
-        std::to_string(cqs.size()) + " CQs not waited on (max_fds " + std::to_string(max_fds) + ")");
+  check(cqs.size() == max_fds + 8, std::to_string(cqs.size()) + " CQs not waited on (max_fds " +
+                                       std::to_string(max_fds) + ")");
   unsigned waited = 0;
   int err = 0;
   for (Cq* q : cqs) {
@@ -1074,8 +1075,9 @@ int main(int argc, char** argv) {
     return ok ? 0 : 1;
   }
   if (argc != 4 && argc != 5) {
-    std::fprintf(stderr,
-                 "usage: roce-attach-misuse SOCKET MAX_QPS MAX_MEMORY [MAX_REGIONS] | SOCKET --hold\n");
+    std::fprintf(
+        stderr,
+        "usage: roce-attach-misuse SOCKET MAX_QPS MAX_MEMORY [MAX_REGIONS] | SOCKET --hold\n");
     return 2;
   }
   const std::string path = argv[1];
@@ -1089,11 +1091,11 @@ int main(int argc, char** argv) {
   if (!ctx) return std::perror("attach"), 1;
   {  // The limits roced told at hello are the ones it enforces (ibv_query_device).
     const roce::client::DeviceAttr d = ctx->query_device();
-    std::printf("      query_device: max_qp %u max_qp_wr %u max_sge %u max_cq %u max_cqe %u max_mr %u "
-                "max_pd %u max_srq %u max_srq_wr %u max_inline_data %u max_mr_size %llu\n",
-                d.max_qp, d.max_qp_wr, d.max_sge, d.max_cq, d.max_cqe, d.max_mr, d.max_pd,
-                d.max_srq, d.max_srq_wr, d.max_inline_data,
-                static_cast<unsigned long long>(d.max_mr_size));
+    std::printf(
+        "      query_device: max_qp %u max_qp_wr %u max_sge %u max_cq %u max_cqe %u max_mr %u "
+        "max_pd %u max_srq %u max_srq_wr %u max_inline_data %u max_mr_size %llu\n",
+        d.max_qp, d.max_qp_wr, d.max_sge, d.max_cq, d.max_cqe, d.max_mr, d.max_pd, d.max_srq,
+        d.max_srq_wr, d.max_inline_data, static_cast<unsigned long long>(d.max_mr_size));
     Cq* deepest = d.max_cqe ? ctx->create_cq(d.max_cqe) : nullptr;
     Cq* deeper = d.max_cqe ? ctx->create_cq(d.max_cqe + 1) : nullptr;
     const int e = errno;

@@ -338,7 +338,8 @@ TEST(AttachGuard, SrqErrorCqDoesNotOutliveItsCq) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(wc.wr_id, 8u);
   EXPECT_EQ(wc.status, engine::WcStatus::kLocQpOpErr);
-  EXPECT_EQ(roced.server().counts(0).refused_wrs, 2u) << "wr 7 dropped, wr 8 completed: both counted";
+  EXPECT_EQ(roced.server().counts(0).refused_wrs, 2u)
+      << "wr 7 dropped, wr 8 completed: both counted";
   EXPECT_TRUE(roced.alive());
 }
 

@@ -188,7 +188,8 @@ TEST(Config, AttachLimits) {
   const std::string base = std::string(kGood) + "attach:\n  socket: /s\n  quotas: ";
   for (const char* bad : {"{max_regions: 0}", "{max_qp_wr: 65537}", "{max_srq_wr: 0}",
                           "{max_cqe: 100000}", "{max_inline_data: 4097}"})
-    EXPECT_NE(error_of(base + bad + "\n").find(std::string(bad).substr(1, std::strchr(bad, ':') - bad - 1)),
+    EXPECT_NE(error_of(base + bad + "\n")
+                  .find(std::string(bad).substr(1, std::strchr(bad, ':') - bad - 1)),
               std::string::npos)
         << bad;
 }
@@ -197,8 +198,9 @@ TEST(Config, AttachControlLimits) {
   const std::string base = std::string(kGood) + "attach:\n  socket: /s\n";
   const auto d = parse_config(base, "good.yaml");
   EXPECT_EQ(d.attach.max_clients_per_uid, 0u) << "off: an MPI job's ranks are one uid";
-  EXPECT_EQ(parse_config(base + "  max_clients_per_uid: 0\n", "good.yaml").attach.max_clients_per_uid,
-            0u);
+  EXPECT_EQ(
+      parse_config(base + "  max_clients_per_uid: 0\n", "good.yaml").attach.max_clients_per_uid,
+      0u);
   EXPECT_EQ(d.attach.hello_timeout_ms, 5000u);
   EXPECT_EQ(d.attach.resolve_timeout_ms, 10000u);
   EXPECT_EQ(d.attach.cm_backlog, 256u);

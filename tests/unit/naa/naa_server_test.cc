@@ -510,7 +510,8 @@ TEST_F(NaaKernelThreads, OnlySmallLinearKernelsRunOnThePollLoop) {
   // Kernel 101 records the thread it ran on; linear, as echo and vector_add are.
   std::thread::id ran_on;
   KernelRegistry k = KernelRegistry::builtin();
-  k.add(101, Kernel{"where", "p1", [&](std::span<Param>) {
+  k.add(101, Kernel{"where", "p1",
+                    [&](std::span<Param>) {
                       ran_on = std::this_thread::get_id();
                       return KernelResult{0, {0}};
                     },
