@@ -527,7 +527,16 @@ void ctl_blocking_close(const std::string& path, bool truncated = false) {
 // (or until release() closes the peer, which resets it).
 struct Lingering {
   int tcp = -1, peer = -1, lis = -1;
-  explicit Lingering(int secs) {
+  int secs_ = 0;
+  std::shared_ptr<std::atomic<bool>> ours_closed;  ///< drop_ours()'s close has returned
+  explicit Lingering(int secs) { init(secs); }
+  /// A new lingering connection in place of this one (whose linger release() ends).
+  void reset() {
+    release();
+    init(secs_);
+  }
+  void init(int secs) {
+    secs_ = secs;
     lis = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in sa{};
     sa.sin_family = AF_INET;
@@ -554,7 +563,11 @@ struct Lingering {
   /// closed its copy first, ours is the last and its close lingers: on a thread of its own, so
   /// that the test goes on (release() ends the linger).
   void drop_ours() {
-    std::thread([fd = tcp] { ::close(fd); }).detach();
+    ours_closed = std::make_shared<std::atomic<bool>>(false);
+    std::thread([fd = tcp, done = ours_closed] {
+      ::close(fd);
+      *done = true;
+    }).detach();
     tcp = -1;
   }
   void release() {
@@ -610,13 +623,20 @@ int open_fds(pid_t pid) {
 // Blocks roced's Closer with a socket lingering "forever" (until `release`), passed by a
 // connection kept open (returned).
 std::unique_ptr<Raw> block_closer(const std::string& path, Lingering& forever) {
-  auto s = std::make_unique<Raw>(path);
-  Request rq;
-  rq.op = Op::kAllocPd;  // before hello: refused, its descriptor goes to the Closer
-  send_with(s->fd, rq, &forever.tcp, 1);
-  forever.drop_ours();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  return s;
+  // Whoever closes the socket last lingers: roced's Closer only if our copy went first. When
+  // roced was quicker (our close blocks), the attempt is made again with a new socket.
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    auto s = std::make_unique<Raw>(path);
+    Request rq;
+    rq.op = Op::kAllocPd;  // before hello: refused, its descriptor goes to the Closer
+    send_with(s->fd, rq, &forever.tcp, 1);
+    forever.drop_ours();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (forever.ours_closed->load()) return s;  // roced's copy is the last: its Closer lingers
+    forever.reset();                            // ours lingered: ended, and again
+  }
+  check(false, "the Closer could not be blocked in 20 attempts");
+  return nullptr;
 }
 
 // A client disconnected (over its descriptors to close) while a message with a lingering
