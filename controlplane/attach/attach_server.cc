@@ -66,11 +66,6 @@ std::uint64_t qp_cost(engine::QpType type, const engine::QpCap& cap, bool srq,
   if (!srq) b += engine_rq_bytes(cap.max_recv_wr, std::max<std::uint32_t>(cap.max_recv_sge, 1));
   return b;
 }
-std::uint64_t mono_ns() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
-}
 constexpr std::uint64_t kMs = 1'000'000;
 constexpr std::uint64_t kResolveStepNs = 50 * kMs;  ///< neighbour cache looked at; ARP x4
 
@@ -278,7 +273,7 @@ struct Client {
   Lane* lane = nullptr;
   port::PollLoop* loop = nullptr;
   HandleCounter handles;
-  std::uint64_t since_ns = 0;  ///< accepted (mono_ns): the hello deadline
+  std::uint64_t since_ns = 0;  ///< accepted (port::now_ns): the hello deadline
   std::uint32_t fds = 0;       ///< descriptors roced holds for it (quotas.max_fds)
   bool privileged = false;     ///< its uid is in privileged_uids (privileged Q_Keys)
   /// Descriptors it passed that the Closer has yet to close; those of its uid.
@@ -502,7 +497,7 @@ void AttachServer::serve() {
     fds.push_back({wake_fd_, POLLIN, 0});
     // Out of descriptors and nothing in reserve, or closing_total descriptors waiting for the
     // Closer: the backlog waits (looked at again every 100 ms, no spinning).
-    const bool wait = mono_ns() < accept_after_ns_ || closing_full();
+    const bool wait = port::now_ns() < accept_after_ns_ || closing_full();
     fds.push_back({listen_fd_, static_cast<short>(wait ? 0 : POLLIN), 0});
     // A client whose request waits for ARP is not read (its hangup still shows).
     for (const auto& c : clients_)
@@ -540,7 +535,7 @@ void AttachServer::serve() {
 }
 
 int AttachServer::next_timeout_ms() const {
-  const std::uint64_t now = mono_ns();
+  const std::uint64_t now = port::now_ns();
   std::uint64_t next = now + 1000 * kMs;
   if (accept_after_ns_ > now) next = std::min(next, accept_after_ns_);
   if (closing_full()) next = std::min(next, now + 100 * kMs);
@@ -552,7 +547,7 @@ int AttachServer::next_timeout_ms() const {
 }
 
 void AttachServer::tick() {
-  const std::uint64_t now = mono_ns();
+  const std::uint64_t now = port::now_ns();
   for (std::size_t i = clients_.size(); i-- > 0;) {
     Client& c = *clients_[i];
     if (!c.hello && now - c.since_ns >= cfg_.hello_timeout_ms * kMs) {
@@ -670,7 +665,7 @@ void AttachServer::accept_client() {
       }
       reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     }
-    if (reserve_fd_ < 0) accept_after_ns_ = mono_ns() + 100 * kMs;  // none in reserve: wait
+    if (reserve_fd_ < 0) accept_after_ns_ = port::now_ns() + 100 * kMs;  // none in reserve: wait
     return;
   }
   ucred cred{};
@@ -703,7 +698,7 @@ void AttachServer::accept_client() {
   c->id = next_id_++;
   c->pid = cred.pid;
   c->uid = cred.uid;
-  c->since_ns = mono_ns();
+  c->since_ns = port::now_ns();
   c->uid_closing = std::move(uid_closing_now);
   c->handles = HandleCounter(cfg_.handle_limit);
   const auto& pu = cfg_.privileged_uids;
@@ -1632,7 +1627,7 @@ void AttachServer::execute(Client& c, const Request& rq, bool whole, std::vector
       }
     } catch (const Deferred& d) {
       release(c, passed);
-      const std::uint64_t now = mono_ns();
+      const std::uint64_t now = port::now_ns();
       if (!c.pending)
         c.pending = Pending{rq, d.ip, now + cfg_.resolve_timeout_ms * kMs, now + kResolveStepNs};
       else
