@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
@@ -20,7 +21,11 @@ namespace {
 
 constexpr std::size_t kMaxRequest = 2048;
 
-std::uint64_t now_ms() { return port::now_ns() / 1'000'000; }
+std::uint64_t now_ms() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
 
 struct Conn {
   int fd = -1;
