@@ -38,7 +38,7 @@ function(roce_add_fuzzer name)
   endif()
   target_compile_options(${bin} PRIVATE ${ROCE_WARNINGS})
   target_link_libraries(${bin} PRIVATE ${ARG_DEPS})
-  target_include_directories(${bin} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_include_directories(${bin} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
   set_target_properties(${bin} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests/fuzz)
   add_dependencies(roce_fuzz ${bin})
 

@@ -17,13 +17,14 @@
 ///   roce-attach-example --socket /run/roce/a.sock --listen 7471
 ///   roce-attach-example --socket /run/roce/b.sock --connect 127.0.0.1:7471
 ///
-/// The same program without roced (the in-process backend, Context::open_local): each process
+/// The same program without roced (the in-process backend, client::open_local): each process
 /// runs its own engine and poll loop on one end of a net_memif link.
 ///   roce-attach-example --local-memif /tmp/m.sock --listen 7471
 ///   roce-attach-example --local-memif /tmp/m.sock --connect 127.0.0.1:7471
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <roce/client.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -38,7 +39,7 @@
 #include <thread>
 #include <vector>
 
-#include "client/include/roce/client.h"
+#include "client/local/local_context.h"
 #ifdef ROCE_EXAMPLE_LOCAL
 #include "dataplane/engine/engine.h"
 #include "dataplane/port/dpdk_port.h"
@@ -156,7 +157,7 @@ Wc complete(Context& ctx, Cq* cq, bool busy) {
   }
   if (wc.status != WcStatus::kSuccess)
     die("work request " + std::to_string(wc.wr_id) + " completed with " +
-        std::string(roce::engine::to_string(wc.status)));
+        std::string(roce::verbs::to_string(wc.status)));
   return wc;
 }
 
@@ -177,8 +178,8 @@ std::unique_ptr<Context> open_local(LocalStack& st, const std::string& memif, bo
                             ",id=0,socket-abstract=no,socket=" + memif});
   PortInfo info;
   info.name = "memif";
-  info.mac = roce::wire::MacAddr{{0x02, 0, 0x5e, 0, 0x0b, static_cast<std::uint8_t>(me)}};
-  info.ipv4 = roce::wire::Ipv4Addr{0xC0000200u | (80 + me)};  // 192.0.2.81 / .82
+  info.mac = roce::MacAddr{{0x02, 0, 0x5e, 0, 0x0b, static_cast<std::uint8_t>(me)}};
+  info.ipv4 = roce::Ipv4Addr{0xC0000200u | (80 + me)};  // 192.0.2.81 / .82
   info.gid.b[10] = info.gid.b[11] = 0xFF;
   for (int i = 0; i < 4; ++i)
     info.gid.b[12 + i] = static_cast<std::uint8_t>(info.ipv4.v >> (24 - 8 * i));
@@ -195,10 +196,10 @@ std::unique_ptr<Context> open_local(LocalStack& st, const std::string& memif, bo
   LocalOptions o;
   o.engine = st.eng.get();
   o.progress = [&st] { st.loop->poll_once(); };
-  o.resolve = [&st](roce::wire::Ipv4Addr ip) { return roce::port::resolve_wait(*st.loop, ip, 10); };
+  o.resolve = [&st](roce::Ipv4Addr ip) { return roce::port::resolve_wait(*st.loop, ip, 10); };
   o.port = info;
   g_progress = o.progress;
-  return Context::open_local(std::move(o));
+  return open_local(std::move(o));
 }
 #endif
 
@@ -371,7 +372,7 @@ int main(int argc, char** argv) {
       if (n != 1 || last.status == WcStatus::kSuccess)
         die("the SEND to a vanished peer did not fail within 20 s");
       std::printf("attach-example: the peer's end is gone: SEND completed with %s\n",
-                  std::string(roce::engine::to_string(last.status)).c_str());
+                  std::string(roce::verbs::to_string(last.status)).c_str());
       return 0;  // roced cleans up after us
     }
   } else {

@@ -13,14 +13,13 @@
 /// a port nobody listens to). --hold: once connected, both sides only wait for the other to
 /// end the connection (the test kills one of them).
 #include <arpa/inet.h>
+#include <roce/client.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
-
-#include "client/include/roce/client.h"
 
 using namespace roce;
 using namespace roce::client;
@@ -84,7 +83,7 @@ bool complete(Context& ctx, Cq* cq, Wc& wc) {
     ctx.wait_cq(cq, 100);
   }
   if (wc.status != WcStatus::kSuccess)
-    return fail(std::string("completion with ") + std::string(engine::to_string(wc.status))) == 0;
+    return fail(std::string("completion with ") + std::string(verbs::to_string(wc.status))) == 0;
   return true;
 }
 
@@ -103,7 +102,7 @@ bool make(Context& ctx, Res& r) {
   r.cq = r.cq ? r.cq : ctx.create_cq(16);
   r.buf = r.buf ? r.buf : ctx.alloc_buffer(2 * kMsg);
   if (!r.mr && r.pd && r.buf)
-    r.mr = ctx.reg_mr(r.pd, r.buf->addr, 2 * kMsg, engine::kAccessLocalWrite);
+    r.mr = ctx.reg_mr(r.pd, r.buf->addr, 2 * kMsg, verbs::kAccessLocalWrite);
   if (!r.pd || !r.cq || !r.buf || !r.mr) return false;
   QpCap cap;
   cap.max_send_wr = cap.max_recv_wr = 1;
@@ -128,7 +127,7 @@ int post_send(Context& ctx, Res& r) {
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.opcode = WrOpcode::kSend;
-  wr.send_flags = engine::kSendSignaled;
+  wr.send_flags = verbs::kSendSignaled;
   return ctx.post_send(r.qp, &wr, nullptr);
 }
 
@@ -201,7 +200,7 @@ int run_client(Context& ctx, const Args& a) {
   in_addr ia{};
   if (colon == std::string::npos || ::inet_aton(a.connect.substr(0, colon).c_str(), &ia) == 0)
     return fail("--connect takes IPV4:PORT");
-  const wire::Ipv4Addr dst{ntohl(ia.s_addr)};
+  const Ipv4Addr dst{ntohl(ia.s_addr)};
   const auto port = static_cast<std::uint16_t>(std::stoul(a.connect.substr(colon + 1)));
   Res r;
   if (!make(ctx, r)) return fail("resources", errno);

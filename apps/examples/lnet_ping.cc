@@ -13,6 +13,7 @@
 ///   roce-lnet-ping --socket B.sock --pid 1 --addr 192.0.2.62@roce:1:5:*
 ///                  --peer 192.0.2.61@roce:0:5:1 --oob-host 127.0.0.1 [--pingpong N]
 #include <poll.h>
+#include <roce/lnet.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -21,9 +22,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
-
-#include "client/lnet/include/roce/lnet.h"
 #ifdef ROCE_EXAMPLE_LOCAL
+#include "client/local/local_context.h"
 #include "dataplane/engine/engine.h"
 #include "dataplane/port/dpdk_port.h"
 #endif
@@ -375,7 +375,7 @@ std::unique_ptr<client::Context> open_local(LocalStack& st, const std::string& m
   o.progress = [&st] { st.loop->poll_once(); };
   o.resolve = [&st](wire::Ipv4Addr ip) { return port::resolve_wait(*st.loop, ip, 10); };
   o.port = info;
-  return client::Context::open_local(std::move(o));
+  return client::open_local(std::move(o));
 }
 #endif
 

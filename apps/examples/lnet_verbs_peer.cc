@@ -14,6 +14,7 @@
 /// then, on the peer: ibv_rc_pingpong -s 4096 -n 1000 -g GID_INDEX HOST
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <roce/lnet.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -28,7 +29,6 @@
 #include <vector>
 
 #include "apps/perf/pingpong_proto.h"
-#include "client/lnet/include/roce/lnet.h"
 
 using namespace roce;
 using namespace roce::lnet;

@@ -4,11 +4,12 @@
 /// the dataplane; waiting here only hands the CPU to it now and then.
 #pragma once
 
+#include <roce/client.h>
+
 #include <memory>
 #include <string>
 
 #include "apps/perf/env.h"
-#include "client/include/roce/client.h"
 
 namespace roce::perf {
 

@@ -6,6 +6,8 @@
 /// advances when a WRITE message has been placed.
 #include "apps/perf/coyote.h"
 
+#include <roce/client.h>
+
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <cstring>
@@ -15,7 +17,7 @@
 #include "apps/perf/attached_env.h"
 #include "apps/perf/coyote_proto.h"
 #include "apps/perf/tools.h"
-#include "client/include/roce/client.h"
+#include "client/local/local_context.h"
 #include "controlplane/address.h"
 #include "dataplane/engine/engine.h"
 
@@ -389,7 +391,7 @@ int run_coyote(Env& env, Exchange& oob, const Opts& o) {
     if (!ctx) fail(std::string("cannot open the datapath card: ") + std::strerror(errno));
     std::cout << "QPs on the FPGA datapath card (offload: datapath)" << std::endl;
   } else {
-    ctx = rc::Context::open_local(std::move(lo));
+    ctx = rc::open_local(std::move(lo));
   }
   Coyote t(Stack{env, *ctx, &env}, oob, o);
   return t.run();

@@ -15,6 +15,8 @@
 ///    carries the iteration number, and each side writes after it saw the peer's write. The
 ///    client starts. send lat: the same ping-pong with SENDs. read/atomic lat: the client issues
 ///    one operation at a time; the server is passive.
+#include <roce/client.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -28,7 +30,7 @@
 #include "apps/perf/perftest_cm.h"
 #include "apps/perf/perftest_proto.h"
 #include "apps/perf/tools.h"
-#include "client/include/roce/client.h"
+#include "client/local/local_context.h"
 #include "controlplane/address.h"
 
 namespace roce::perf {
@@ -916,7 +918,7 @@ int run_perftest(Env& env, Exchange& oob, const Opts& o, Verb verb, Mode mode) {
     if (!ctx) fail(std::string("cannot open the datapath card: ") + std::strerror(errno));
     std::printf(" QPs on the FPGA datapath card (offload: datapath)\n");
   } else {
-    ctx = rc::Context::open_local(std::move(lo));
+    ctx = rc::open_local(std::move(lo));
   }
   Perftest t(Stack{env, *ctx, env.gid, &env}, oob, o, verb, mode);
   return t.run();

@@ -3,6 +3,7 @@
 /// (controlplane/attach/protocol.h), work requests and completions through the shared rings.
 #include <fcntl.h>
 #include <poll.h>
+#include <roce/client.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -16,7 +17,6 @@
 #include <mutex>
 #include <vector>
 
-#include "client/include/roce/client.h"
 #include "client/src/shared_memory.h"
 #include "controlplane/attach/protocol.h"
 
@@ -462,7 +462,7 @@ class Attached final : public Context {
     rq.cm.port = port;
     return cm_call(rq);
   }
-  int cm_connect(Qp* qp, wire::Ipv4Addr dst, std::uint16_t port, const CmConnParam& p,
+  int cm_connect(Qp* qp, Ipv4Addr dst, std::uint16_t port, const CmConnParam& p,
                  std::uint32_t& id) override {
     Request rq;
     rq.op = Op::kCmConnect;

@@ -1,7 +1,6 @@
 /// @file
 /// BufferSet (buffers.h).
-#include "client/include/roce/buffers.h"
-
+#include <roce/buffers.h>
 #include <sys/mman.h>
 #include <unistd.h>
 

@@ -1,12 +1,12 @@
 /// @file
 /// The C wrapper (roce/roce.h) over roce::client::Context.
+#include <roce/client.h>
+#include <roce/roce.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
-
-#include "client/include/roce/client.h"
-#include "client/include/roce/roce.h"
 
 using namespace roce::client;
 
@@ -194,7 +194,7 @@ int roce_cm_connect(roce_context* ctx, roce_qp* qp, uint32_t dst, uint16_t port,
                     const roce_cm_param* p, uint32_t* id) {
   if (p && p->private_len > 196) return EINVAL;
   std::uint32_t i = 0;
-  const int rc = ctx->ctx->cm_connect(in<Qp>(qp), roce::wire::Ipv4Addr{dst}, port, cm_param(p), i);
+  const int rc = ctx->ctx->cm_connect(in<Qp>(qp), roce::Ipv4Addr{dst}, port, cm_param(p), i);
   if (rc == 0 && id) *id = i;
   return rc;
 }

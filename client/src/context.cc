@@ -1,12 +1,12 @@
 /// @file
 /// What every backend shares: connect_rc().
-#include "client/include/roce/client.h"
+#include <roce/client.h>
 
 namespace roce::client {
 
 int Context::connect_rc(Qp* qp, const RcPeer& peer, std::uint32_t sq_psn, Mtu mtu,
                         std::uint32_t access) {
-  using namespace engine;
+  using namespace verbs;
   QpAttr a;
   a.qp_state = QpState::kInit;
   a.pkey_index = 0;
@@ -21,7 +21,7 @@ int Context::connect_rc(Qp* qp, const RcPeer& peer, std::uint32_t sq_psn, Mtu mt
   a.max_dest_rd_atomic = 16;
   a.min_rnr_timer = 12;
   a.ah.dgid = peer.gid;
-  a.ah.dmac = peer.mac.value_or(wire::MacAddr{});
+  a.ah.dmac = peer.mac.value_or(MacAddr{});
   a.ah.hop_limit = 64;
   if (const int rc = modify_qp(qp, a,
                                kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |

@@ -8,13 +8,14 @@
 /// hello exchange refuses a mismatch.
 #pragma once
 
+#include <roce/verbs.h>
+
 #include <cstdint>
 #include <cstring>
 #include <new>
 #include <type_traits>
 
 #include "controlplane/attach/shm_queue.h"
-#include "dataplane/engine/verbs.h"
 
 namespace roce::attach {
 
@@ -60,10 +61,10 @@ struct HelloRep {
   std::uint32_t version = kVersion;
   std::uint32_t client_id = 0;
   std::uint32_t lcore = 0;  ///< the lcore that owns this client's QPs
-  wire::MacAddr mac;
-  wire::Ipv4Addr ipv4;
-  wire::Ipv6Addr gid;  ///< ::ffff:ipv4
-  engine::Mtu max_mtu = engine::Mtu::k1024;
+  MacAddr mac;
+  Ipv4Addr ipv4;
+  Ipv6Addr gid;  ///< ::ffff:ipv4
+  verbs::Mtu max_mtu = verbs::Mtu::k1024;
   char port[32] = {};
   std::uint32_t max_qps = 0, max_mrs = 0, max_cqs = 0;
   std::uint64_t max_memory = 0;
@@ -91,16 +92,16 @@ struct CreateCqReq {
 };
 struct CreateQpReq {
   std::uint32_t pd = 0;
-  engine::QpType type = engine::QpType::kRc;
+  verbs::QpType type = verbs::QpType::kRc;
   std::uint32_t send_cq = 0, recv_cq = 0;
   std::uint32_t srq = 0;  ///< 0: none
   std::uint8_t sq_sig_all = 0;
-  engine::QpCap cap;
+  verbs::QpCap cap;
 };
 struct ModifyQpReq {
   std::uint32_t qp = 0;
   std::uint32_t mask = 0;
-  engine::QpAttr attr;
+  verbs::QpAttr attr;
 };
 struct CreateSrqReq {
   std::uint32_t pd = 0;
@@ -114,7 +115,7 @@ inline constexpr std::size_t kCmPrivateMax = 196;
 struct CmReq {
   std::uint32_t qp = 0;  ///< connect, accept: the QP's handle
   std::uint32_t id = 0;  ///< accept, reject, disconnect: the connection's id
-  wire::Ipv4Addr dst;    ///< connect
+  Ipv4Addr dst;          ///< connect
   std::uint16_t port = 0;
   std::uint8_t responder_resources = 1, initiator_depth = 1, rnr_retry = 7;
   std::uint8_t private_len = 0;
@@ -167,11 +168,11 @@ static_assert(std::is_trivially_copyable_v<Request> && std::is_trivially_copyabl
 
 // ---- queue entries (shared memory) ----
 
-/// A send work request as it travels client -> lcore: engine::SendWr with its SGEs inline and
+/// A send work request as it travels client -> lcore: verbs::SendWr with its SGEs inline and
 /// no pointers. Addresses are the client's (IOVAs of its MRs).
 struct SendEntry {
   std::uint64_t wr_id = 0;
-  engine::WrOpcode opcode = engine::WrOpcode::kSend;
+  verbs::WrOpcode opcode = verbs::WrOpcode::kSend;
   std::uint8_t num_sge = 0;
   std::uint32_t send_flags = 0;
   std::uint32_t imm_data = 0;
@@ -182,26 +183,26 @@ struct SendEntry {
   std::uint64_t swap = 0;
   std::uint32_t remote_qpn = 0;  ///< UD
   std::uint32_t remote_qkey = 0;
-  engine::AddressVector ah;  ///< UD
-  engine::Sge sge[kMaxSge];
+  verbs::AddressVector ah;  ///< UD
+  verbs::Sge sge[kMaxSge];
 };
 
 /// A receive work request client -> lcore.
 struct RecvEntry {
   std::uint64_t wr_id = 0;
   std::uint32_t num_sge = 0;
-  std::uint32_t min_free = 0;  ///< multi-message receive buffer (engine::RecvWr)
+  std::uint32_t min_free = 0;  ///< multi-message receive buffer (verbs::RecvWr)
   std::uint32_t max_msgs = 0;
-  engine::Sge sge[kMaxSge];
+  verbs::Sge sge[kMaxSge];
 };
 
 /// A completion lcore -> client: the engine's work completion as it is.
-using CqEntry = engine::Wc;
+using CqEntry = verbs::Wc;
 
 /// An asynchronous event lcore -> client (ibv_async_event): a QP's by its number, a CQ's by
 /// the client's handle.
 struct EventEntry {
-  engine::AsyncEventType type = engine::AsyncEventType::kQpFatal;
+  verbs::AsyncEventType type = verbs::AsyncEventType::kQpFatal;
   std::uint32_t qp_num = 0;
   std::uint32_t cq = 0;
 };
@@ -214,7 +215,7 @@ struct CmEventEntry {
   std::uint32_t id = 0;
   std::uint32_t qp_num = 0;  ///< established: our QP
   std::uint32_t reason = 0;  ///< rejected: the REJ reason
-  wire::Ipv4Addr peer;
+  Ipv4Addr peer;
   std::uint16_t port = 0;  ///< connect request: the listened port
   std::uint16_t private_len = 0;
   std::uint8_t private_data[kCmPrivateMax] = {};

@@ -9,10 +9,9 @@ namespace roce::attach {
 namespace {
 
 int check_qp(const CreateQpReq& r) {
-  if (r.type != engine::QpType::kRc && r.type != engine::QpType::kUc &&
-      r.type != engine::QpType::kUd)
+  if (r.type != verbs::QpType::kRc && r.type != verbs::QpType::kUc && r.type != verbs::QpType::kUd)
     return EINVAL;
-  const engine::QpCap& cap = r.cap;
+  const verbs::QpCap& cap = r.cap;
   if (cap.max_send_wr == 0 || cap.max_send_wr > kMaxDepth || cap.max_recv_wr > kMaxDepth ||
       (r.srq == 0 && cap.max_recv_wr == 0) || cap.max_send_sge == 0 || cap.max_send_sge > kMaxSge ||
       cap.max_recv_sge > kMaxSge)
@@ -32,8 +31,8 @@ int check_request(const Request& rq, bool whole, bool hello, std::size_t nfds,
                   const RequestLimits& lim) {
   if (!whole) return EINVAL;
   if (!hello && rq.op != Op::kHello) return ENOTCONN;
-  constexpr std::uint32_t kKnownAccess = engine::kAccessLocalWrite | engine::kAccessRemoteWrite |
-                                         engine::kAccessRemoteRead | engine::kAccessRemoteAtomic;
+  constexpr std::uint32_t kKnownAccess = verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite |
+                                         verbs::kAccessRemoteRead | verbs::kAccessRemoteAtomic;
   switch (rq.op) {
     case Op::kHello:
       return hello ? EINVAL : rq.hello.version != kVersion ? EPROTO : 0;
@@ -57,7 +56,7 @@ int check_request(const Request& rq, bool whole, bool hello, std::size_t nfds,
     case Op::kCreateQp:
       return check_qp(rq.qp);
     case Op::kModifyQp:
-      if ((rq.modify.mask & engine::kQpQkey) && (rq.modify.attr.qkey & kPrivilegedQkey) &&
+      if ((rq.modify.mask & verbs::kQpQkey) && (rq.modify.attr.qkey & kPrivilegedQkey) &&
           !lim.privileged)
         return EPERM;
       return 0;

@@ -3,6 +3,8 @@
 /// these; nothing on the wire is read through a bitfield or a cast struct.
 #pragma once
 
+#include <roce/addr.h>
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -56,36 +58,11 @@ inline void store_le32(std::uint8_t* p, std::uint32_t v) {
   p[3] = static_cast<std::uint8_t>(v >> 24);
 }
 
-/// 48-bit Ethernet address, stored in wire order.
-struct MacAddr {
-  std::array<std::uint8_t, 6> b{};
-  friend bool operator==(const MacAddr&, const MacAddr&) = default;
-};
-
-/// IPv4 address as a host-order integer (192.0.2.1 == 0xC0000201).
-struct Ipv4Addr {
-  std::uint32_t v = 0;
-  friend bool operator==(const Ipv4Addr&, const Ipv4Addr&) = default;
-};
-
-/// IPv6 address (and RoCE GID), stored in wire order.
-struct Ipv6Addr {
-  std::array<std::uint8_t, 16> b{};
-  friend bool operator==(const Ipv6Addr&, const Ipv6Addr&) = default;
-};
-
-/// The IPv4-mapped address ::ffff:a.b.c.d (RoCEv2's GID of an IPv4 address).
-inline Ipv6Addr ipv4_mapped(Ipv4Addr a) {
-  Ipv6Addr g;
-  g.b[10] = g.b[11] = 0xFF;
-  store_be32(g.b.data() + 12, a.v);
-  return g;
-}
-/// The IPv4 address inside an IPv4-mapped address, if it is one.
-inline std::optional<Ipv4Addr> ipv4_of_mapped(const Ipv6Addr& g) {
-  static constexpr std::uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-  if (std::memcmp(g.b.data(), kPrefix, sizeof kPrefix) != 0) return std::nullopt;
-  return Ipv4Addr{load_be32(g.b.data() + 12)};
-}
+// The address types are the public API's (include/roce/addr.h); the wire layer names them too.
+using roce::ipv4_mapped;
+using roce::ipv4_of_mapped;
+using roce::Ipv4Addr;
+using roce::Ipv6Addr;
+using roce::MacAddr;
 
 }  // namespace roce::wire

@@ -9,7 +9,7 @@
 #include <map>
 #include <vector>
 
-#include "client/include/roce/buffers.h"
+#include <roce/buffers.h>
 
 namespace roce::fpga {
 

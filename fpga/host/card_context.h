@@ -13,7 +13,7 @@
 #include <memory>
 #include <optional>
 
-#include "client/include/roce/client.h"
+#include <roce/client.h>
 #include "fpga/model/datapath.h"
 
 namespace roce::fpga {

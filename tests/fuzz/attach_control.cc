@@ -95,7 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       continue;
     }
     check(err != EBADF || rq.op == Op::kRegRegion);
-    if (rq.op == Op::kModifyQp && (rq.modify.mask & roce::engine::kQpQkey) &&
+    if (rq.op == Op::kModifyQp && (rq.modify.mask & roce::verbs::kQpQkey) &&
         (rq.modify.attr.qkey & kPrivilegedQkey))
       check(err == (lim.privileged ? 0 : EPERM));
     if (err != 0) continue;

@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <roce/client.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -35,7 +36,6 @@
 #include <thread>
 #include <vector>
 
-#include "client/include/roce/client.h"
 #include "controlplane/attach/protocol.h"
 
 using namespace roce::client;
@@ -224,8 +224,8 @@ void refusals_wait_for_the_cq(const std::string& path) {
   cap.max_send_wr = 16;
   Qp* q = ctx->create_qp(pd, QpType::kRc, cq, cq, cap);
   SendWr wr;
-  wr.opcode = roce::engine::WrOpcode::kRegMr;  // refused by roced
-  wr.send_flags = roce::engine::kSendSignaled;
+  wr.opcode = roce::verbs::WrOpcode::kRegMr;  // refused by roced
+  wr.send_flags = roce::verbs::kSendSignaled;
   int posted = 0, rc = 0;
   for (; q && posted < 200; ++posted) {
     wr.wr_id = static_cast<std::uint64_t>(posted);
@@ -241,7 +241,7 @@ void refusals_wait_for_the_cq(const std::string& path) {
     const int n = ctx->poll_cq(cq, 8, wc);
     for (int k = 0; k < n; ++k, ++got)
       if (wc[k].wr_id != static_cast<std::uint64_t>(got) ||
-          wc[k].status != roce::engine::WcStatus::kLocQpOpErr)
+          wc[k].status != roce::verbs::WcStatus::kLocQpOpErr)
         ++bad;
     if (n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -352,13 +352,13 @@ void ctl_resolve(const std::string& path, unsigned resolve_ms, std::uint16_t por
   QpAttr a;
   a.qp_state = QpState::kInit;
   int rc = qp ? c1->modify_qp(qp, a,
-                              roce::engine::kQpState | roce::engine::kQpPkeyIndex |
-                                  roce::engine::kQpPort | roce::engine::kQpAccessFlags)
+                              roce::verbs::kQpState | roce::verbs::kQpPkeyIndex |
+                                  roce::verbs::kQpPort | roce::verbs::kQpAccessFlags)
               : -1;
   check(rc == 0, "client 1: an RC QP in INIT");
   // RTR towards 192.0.2.222 (a TEST-NET-1 address nobody on the link has): ARP, no answer.
   a.qp_state = QpState::kRtr;
-  a.ah.dgid = roce::wire::ipv4_mapped(roce::wire::Ipv4Addr{0xC00002DEu});
+  a.ah.dgid = roce::ipv4_mapped(roce::Ipv4Addr{0xC00002DEu});
   a.dest_qp_num = 0x11;
   std::atomic<bool> done{false};
   int rtr = -1;
@@ -366,9 +366,9 @@ void ctl_resolve(const std::string& path, unsigned resolve_ms, std::uint16_t por
   std::thread t([&] {
     const auto t0 = Clock::now();
     rtr = c1->modify_qp(qp, a,
-                        roce::engine::kQpState | roce::engine::kQpAv | roce::engine::kQpPathMtu |
-                            roce::engine::kQpDestQpn | roce::engine::kQpRqPsn |
-                            roce::engine::kQpMaxDestRdAtomic | roce::engine::kQpMinRnrTimer);
+                        roce::verbs::kQpState | roce::verbs::kQpAv | roce::verbs::kQpPathMtu |
+                            roce::verbs::kQpDestQpn | roce::verbs::kQpRqPsn |
+                            roce::verbs::kQpMaxDestRdAtomic | roce::verbs::kQpMinRnrTimer);
     rtr_s = since(t0);
     done = true;
   });
@@ -417,13 +417,13 @@ void ctl_resolve_killed(const std::string& path, unsigned resolve_ms, std::uint1
     a.qp_state = QpState::kInit;
     const bool ok = qp && c5->cm_listen(port5) == 0 &&
                     c5->modify_qp(qp, a,
-                                  roce::engine::kQpState | roce::engine::kQpPkeyIndex |
-                                      roce::engine::kQpPort | roce::engine::kQpAccessFlags) == 0;
+                                  roce::verbs::kQpState | roce::verbs::kQpPkeyIndex |
+                                      roce::verbs::kQpPort | roce::verbs::kQpAccessFlags) == 0;
     const char b = ok ? 'y' : 'n';
     [[maybe_unused]] const ssize_t w = ::write(ready[1], &b, 1);
     a.qp_state = QpState::kRtr;
-    a.ah.dgid = roce::wire::ipv4_mapped(roce::wire::Ipv4Addr{0xC00002DDu});  // nobody's
-    c5->modify_qp(qp, a, roce::engine::kQpState | roce::engine::kQpAv | roce::engine::kQpDestQpn);
+    a.ah.dgid = roce::ipv4_mapped(roce::Ipv4Addr{0xC00002DDu});  // nobody's
+    c5->modify_qp(qp, a, roce::verbs::kQpState | roce::verbs::kQpAv | roce::verbs::kQpDestQpn);
     ::pause();
     ::_exit(0);
   }
@@ -740,18 +740,18 @@ void ctl_reset_unread(const std::string& path) {
     rq = Request{};
     rq.op = Op::kCreateQp;
     rq.qp.pd = pd;
-    rq.qp.type = roce::engine::QpType::kRc;
+    rq.qp.type = roce::verbs::QpType::kRc;
     rq.qp.send_cq = rq.qp.recv_cq = cq;
-    rq.qp.cap = roce::engine::QpCap{};
+    rq.qp.cap = roce::verbs::QpCap{};
     rq.qp.cap.max_inline_data = 0;
     const std::uint32_t qp = r.call(rq, rep) == 0 ? rep.handle : 0;
     rq = Request{};
     rq.op = Op::kModifyQp;
     rq.modify.qp = qp;
-    rq.modify.attr = roce::engine::QpAttr{};
+    rq.modify.attr = roce::verbs::QpAttr{};
     rq.modify.attr.qp_state = QpState::kInit;
-    rq.modify.mask = roce::engine::kQpState | roce::engine::kQpPkeyIndex | roce::engine::kQpPort |
-                     roce::engine::kQpAccessFlags;
+    rq.modify.mask = roce::verbs::kQpState | roce::verbs::kQpPkeyIndex | roce::verbs::kQpPort |
+                     roce::verbs::kQpAccessFlags;
     if (qp == 0 || r.call(rq, rep) != 0) break;
     rq = Request{};  // its reply stays unread
     rq.op = Op::kAllocPd;
@@ -761,10 +761,10 @@ void ctl_reset_unread(const std::string& path) {
     rq.op = Op::kModifyQp;
     rq.seq = 101;
     rq.modify.qp = qp;
-    rq.modify.attr = roce::engine::QpAttr{};
+    rq.modify.attr = roce::verbs::QpAttr{};
     rq.modify.attr.qp_state = QpState::kRtr;
-    rq.modify.attr.ah.dgid = roce::wire::ipv4_mapped(roce::wire::Ipv4Addr{0xC00002DDu});
-    rq.modify.mask = roce::engine::kQpState | roce::engine::kQpAv | roce::engine::kQpDestQpn;
+    rq.modify.attr.ah.dgid = roce::ipv4_mapped(roce::Ipv4Addr{0xC00002DDu});
+    rq.modify.mask = roce::verbs::kQpState | roce::verbs::kQpAv | roce::verbs::kQpDestQpn;
     w = ::send(r.fd, &rq, sizeof rq, MSG_NOSIGNAL);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     ++gone;
@@ -989,8 +989,8 @@ void ctl_qkey(const std::string& path) {
   QpAttr a;
   a.qp_state = QpState::kInit;
   a.qkey = 0x80010000u;
-  const std::uint32_t mask = roce::engine::kQpState | roce::engine::kQpPkeyIndex |
-                             roce::engine::kQpPort | roce::engine::kQpQkey;
+  const std::uint32_t mask = roce::verbs::kQpState | roce::verbs::kQpPkeyIndex |
+                             roce::verbs::kQpPort | roce::verbs::kQpQkey;
   const int priv = qp ? c->modify_qp(qp, a, mask) : -1;
   a.qkey = 0x11;
   const int plain = qp ? c->modify_qp(qp, a, mask) : -1;
@@ -1000,7 +1000,7 @@ void ctl_qkey(const std::string& path) {
 
 // A client that listens and never reads its CM events: beyond its ring and cm_backlog
 // events, connect requests are refused (REJ, no resources) as a full listen backlog is.
-void ctl_cm_backlog(const std::string& path, const std::string& peer_path, roce::wire::Ipv4Addr ip,
+void ctl_cm_backlog(const std::string& path, const std::string& peer_path, roce::Ipv4Addr ip,
                     std::uint16_t port, unsigned backlog) {
   auto lis = Context::attach(path);
   auto con = Context::attach(peer_path);
@@ -1047,7 +1047,7 @@ int ctl_main(const std::string& path, int argc, char** argv) {
   const auto port = static_cast<std::uint16_t>(num("port"));
   unsigned a, b, c, d;
   std::sscanf(o.at("ip").c_str(), "%u.%u.%u.%u", &a, &b, &c, &d);
-  const roce::wire::Ipv4Addr ip{a << 24 | b << 16 | c << 8 | d};
+  const roce::Ipv4Addr ip{a << 24 | b << 16 | c << 8 | d};
   const std::string only = o.count("only") ? o["only"] : "";
   auto run = [&](const char* name) { return only.empty() || only == name; };
   if (run("resolve")) ctl_resolve(path, num("resolve_ms"), static_cast<std::uint16_t>(port + 1));
@@ -1139,7 +1139,7 @@ int main(int argc, char** argv) {
   check(!ctx->alloc_buffer(max_memory) && errno == EDQUOT, "memory beyond the quota: EDQUOT");
   check(!ctx->alloc_buffer(max_memory + 4096) && errno == EINVAL,
         "one buffer larger than max_memory (never grantable): EINVAL, as documented");
-  Mr* mr = ctx->reg_mr(pd, buf->addr, 1 << 20, roce::engine::kAccessLocalWrite);
+  Mr* mr = ctx->reg_mr(pd, buf->addr, 1 << 20, roce::verbs::kAccessLocalWrite);
   check(mr != nullptr, "reg_mr inside the buffer");
   check(ctx->free_buffer(buf) == EBUSY, "free_buffer under an MR: EBUSY");
   Cq* cq = ctx->create_cq(16);
@@ -1171,17 +1171,17 @@ int main(int argc, char** argv) {
     Qp* q = ctx->create_qp(pd, QpType::kRc, tiny, tiny, cap);
     QpAttr a;
     a.qp_state = QpState::kInit;
-    a.qp_access_flags = roce::engine::kAccessLocalWrite;
+    a.qp_access_flags = roce::verbs::kAccessLocalWrite;
     int rc = q ? ctx->modify_qp(q, a,
-                                roce::engine::kQpState | roce::engine::kQpPkeyIndex |
-                                    roce::engine::kQpPort | roce::engine::kQpAccessFlags)
+                                roce::verbs::kQpState | roce::verbs::kQpPkeyIndex |
+                                    roce::verbs::kQpPort | roce::verbs::kQpAccessFlags)
                : -1;
     // A second QP on the CQ, in INIT: the overrun moves it to error (QP_FATAL).
     Qp* other = ctx->create_qp(pd, QpType::kRc, tiny, tiny, cap);
     if (rc == 0)
       rc = other ? ctx->modify_qp(other, a,
-                                  roce::engine::kQpState | roce::engine::kQpPkeyIndex |
-                                      roce::engine::kQpPort | roce::engine::kQpAccessFlags)
+                                  roce::verbs::kQpState | roce::verbs::kQpPkeyIndex |
+                                      roce::verbs::kQpPort | roce::verbs::kQpAccessFlags)
                  : -1;
     Sge sge{reinterpret_cast<std::uint64_t>(buf->addr), 64, mr->lkey};
     RecvWr r[3];
@@ -1195,11 +1195,11 @@ int main(int argc, char** argv) {
     // The lane hands the receives to the engine on its next pass; then the flush.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     a.qp_state = QpState::kErr;
-    if (rc == 0) rc = ctx->modify_qp(q, a, roce::engine::kQpState);
+    if (rc == 0) rc = ctx->modify_qp(q, a, roce::verbs::kQpState);
     bool cq_err = false, qp_fatal = false;
     while (rc == 0 && !(cq_err && qp_fatal) && ctx->get_async_event(ev, 2000) == 0) {
-      cq_err |= ev.type == roce::engine::AsyncEventType::kCqErr && ev.cq == tiny;
-      qp_fatal |= ev.type == roce::engine::AsyncEventType::kQpFatal && ev.qp_num == other->qp_num;
+      cq_err |= ev.type == roce::verbs::AsyncEventType::kCqErr && ev.cq == tiny;
+      qp_fatal |= ev.type == roce::verbs::AsyncEventType::kQpFatal && ev.qp_num == other->qp_num;
     }
     check(rc == 0 && cq_err && qp_fatal,
           "a CQ overrun: CQ_ERR for the CQ, QP_FATAL for the other QP on it (event ring)");

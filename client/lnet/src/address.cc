@@ -2,7 +2,7 @@
 /// End-point addresses "NID:PID:Portal:TMID" ([r.m0.net.xprt.lnet.end-point-address]): parsing,
 /// validation and the canonical form.
 
-#include "client/lnet/include/roce/lnet.h"
+#include <roce/lnet.h>
 
 namespace roce::lnet {
 namespace {
@@ -25,7 +25,7 @@ bool number(std::string_view s, std::uint32_t max, std::uint32_t& out) {
   return true;
 }
 
-bool parse_ipv4(std::string_view s, wire::Ipv4Addr& out) {
+bool parse_ipv4(std::string_view s, Ipv4Addr& out) {
   std::uint32_t v = 0;
   for (int i = 0; i < 4; ++i) {
     const std::size_t dot = s.find('.');

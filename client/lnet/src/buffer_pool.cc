@@ -5,10 +5,11 @@
 /// no previous transfer machine association, or if none such are found, the least recently
 /// used buffer from the pool". The not-empty callback runs with the pool lock held, on the
 /// stack of the put() that refilled an empty pool (the seed's serialization model).
+#include <roce/lnet.h>
+
 #include <algorithm>
 #include <cerrno>
 
-#include "client/lnet/include/roce/lnet.h"
 #include "client/lnet/src/lnet_internal.h"
 
 namespace roce::lnet {
@@ -33,8 +34,7 @@ BufferPool::BufferPool(Domain& dom, std::uint32_t count, std::uint32_t nseg, std
     const std::uint64_t n = std::min<std::uint64_t>(per_region, count - all_.size());
     errno = 0;
     client::Buffer* b = ctx.alloc_buffer(n * per);
-    client::Mr* mr =
-        b ? ctx.reg_mr(dom.pd(), b->addr, n * per, engine::kAccessLocalWrite) : nullptr;
+    client::Mr* mr = b ? ctx.reg_mr(dom.pd(), b->addr, n * per, verbs::kAccessLocalWrite) : nullptr;
     if (!mr) {  // a short pool: size() < count, error() says why
       error_ = errno ? errno : ENOMEM;
       if (b) ctx.free_buffer(b);

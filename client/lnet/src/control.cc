@@ -181,7 +181,7 @@ int check_hello(const OobHello& h, const EndPoint& me, bool check_gid, EndPoint&
   // The connection's QPs go to this GID: it must be the RoCE address of the NID the peer
   // claims, so that a process claiming another's address talks to that address, not itself.
   if (check_gid) {
-    const wire::Ipv6Addr want = wire::ipv4_mapped(ep->ip);
+    const Ipv6Addr want = ipv4_mapped(ep->ip);
     if (std::memcmp(want.b.data(), h.gid, 16) != 0) return EINVAL;
   }
   src = *ep;

@@ -32,7 +32,7 @@ Domain::~Domain() {
   if (pd_) ctx_.dealloc_pd(pd_);
 }
 
-wire::Ipv4Addr Domain::nid() const { return opts_.nid.value_or(ctx_.port().ipv4); }
+Ipv4Addr Domain::nid() const { return opts_.nid.value_or(ctx_.port().ipv4); }
 
 std::pair<std::string, std::uint16_t> Domain::oob_locate(const EndPoint& ep) const {
   std::string host = opts_.oob_host;
@@ -81,7 +81,7 @@ int Domain::register_buffer(NetBuffer& nb) {
   for (const Segment& s : nb.segs) {
     client::Mr* mr = s.length == 0 || s.length > UINT32_MAX
                          ? nullptr
-                         : ctx_.reg_mr(pd_, s.addr, s.length, engine::kAccessLocalWrite);
+                         : ctx_.reg_mr(pd_, s.addr, s.length, verbs::kAccessLocalWrite);
     if (!mr) {
       const int rc = errno ? errno : EINVAL;
       for (client::Mr* m : nb.impl->mrs) ctx_.dereg_mr(m);

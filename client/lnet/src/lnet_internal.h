@@ -3,13 +3,13 @@
 /// lnet_control fuzz target include this).
 #pragma once
 
+#include <roce/lnet.h>
+
 #include <array>
 #include <cstring>
 #include <optional>
 #include <span>
 #include <vector>
-
-#include "client/lnet/include/roce/lnet.h"
 
 namespace roce::lnet {
 

@@ -1,13 +1,13 @@
 /// @file
 /// A Context that serialises every call on one mutex, for backends that are single threaded
-/// (Context::open_local: the engine and its poll loop belong to one thread) when roce_lnet's
+/// (client::open_local: the engine and its poll loop belong to one thread) when roce_lnet's
 /// threads (event, listener, provisioning, application) share them. wait_cq never holds the
 /// mutex for longer than one turn of the poll loop, so posts from other threads get in.
 #pragma once
 
-#include <mutex>
+#include <roce/client.h>
 
-#include "client/include/roce/client.h"
+#include <mutex>
 
 namespace roce::lnet {
 
@@ -87,8 +87,8 @@ class SerializedContext final : public client::Context {
   int cm_listen(std::uint16_t port) override {
     return locked([&] { return in_.cm_listen(port); });
   }
-  int cm_connect(client::Qp* qp, wire::Ipv4Addr dst, std::uint16_t port,
-                 const client::CmConnParam& p, std::uint32_t& id) override {
+  int cm_connect(client::Qp* qp, Ipv4Addr dst, std::uint16_t port, const client::CmConnParam& p,
+                 std::uint32_t& id) override {
     return locked([&] { return in_.cm_connect(qp, dst, port, p, id); });
   }
   int cm_accept(std::uint32_t id, client::Qp* qp, const client::CmConnParam& p) override {

@@ -635,7 +635,7 @@ void Tm::start_op_locked(NetBuffer& nb, Conn& c, std::vector<BufferEvent>& evs) 
     wr.opcode = client::WrOpcode::kSend;
     wr.sg_list = sges.data();
     wr.num_sge = static_cast<std::uint32_t>(sges.size());
-    wr.send_flags = engine::kSendSignaled;
+    wr.send_flags = verbs::kSendSignaled;
     nb.impl->wr_ids = {wr.wr_id};
     nb.impl->bulk_len = len;
     by_wr_[wr.wr_id] = &nb;
@@ -671,7 +671,7 @@ void Tm::start_op_locked(NetBuffer& nb, Conn& c, std::vector<BufferEvent>& evs) 
       wr.opcode = read ? client::WrOpcode::kRead : client::WrOpcode::kWrite;
       wr.sg_list = sges.data();
       wr.num_sge = static_cast<std::uint32_t>(sges.size());
-      wr.send_flags = engine::kSendSignaled;
+      wr.send_flags = verbs::kSendSignaled;
       wr.rdma.remote_addr = s.iova;
       wr.rdma.rkey = s.rkey;
       if (ctx.post_send(c.qp, &wr, nullptr) != 0) {
@@ -740,9 +740,9 @@ int Tm::add(NetBuffer& nb, QueueType q) {
       d.owner = ep_;
       do d.token = random_token();
       while (passive_.count(d.token));
-      const std::uint32_t access = engine::kAccessLocalWrite |
-                                   (q == QueueType::kPassiveBulkRecv ? engine::kAccessRemoteWrite
-                                                                     : engine::kAccessRemoteRead);
+      const std::uint32_t access =
+          verbs::kAccessLocalWrite |
+          (q == QueueType::kPassiveBulkRecv ? verbs::kAccessRemoteWrite : verbs::kAccessRemoteRead);
       for (const Segment& s : nb.segs) {
         client::Mr* mr = dom_.ctx().reg_mr(dom_.pd(), s.addr, s.length, access);
         if (!mr) {
@@ -835,7 +835,7 @@ void Tm::send_ctl_locked(Conn& c, std::uint64_t token, std::uint64_t length, int
   wr.wr_id = tag(kTagCtlSend, 0);
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.send_flags = engine::kSendSignaled;
+  wr.send_flags = verbs::kSendSignaled;
   dom_.ctx().post_send(c.cqp, &wr, nullptr);
 }
 
@@ -898,7 +898,7 @@ void Tm::handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out) {
                                                : 0;
   switch (nb.queue) {
     case QueueType::kMsgRecv: {
-      const bool still = ok && (wc.wc_flags & engine::kWcStillQueued);
+      const bool still = ok && (wc.wc_flags & verbs::kWcStillQueued);
       if (!ok) {
         finish_locked(nb, cancel ? cancel : stopping_.load() ? -ECANCELED : -EIO, out);
         return;
@@ -1203,7 +1203,7 @@ int Tm::start(const std::string& addr) {
   cq_ = ctx.create_cq(kCqDepth);
   srq_ = cq_ ? ctx.create_srq(dom_.pd(), 256, 4) : nullptr;
   ctl_buf_ = srq_ ? ctx.alloc_buffer(kCtlBytes) : nullptr;
-  ctl_mr_ = ctl_buf_ ? ctx.reg_mr(dom_.pd(), ctl_buf_->addr, kCtlBytes, engine::kAccessLocalWrite)
+  ctl_mr_ = ctl_buf_ ? ctx.reg_mr(dom_.pd(), ctl_buf_->addr, kCtlBytes, verbs::kAccessLocalWrite)
                      : nullptr;
   wake_fd_ = eventfd(0, EFD_CLOEXEC);
   if (!ctl_mr_ || wake_fd_ < 0) {

@@ -46,12 +46,12 @@ TEST(RequestCheck, FieldRanges) {
   Request qp = op(Op::kCreateQp);
   qp.qp.cap.max_send_sge = kMaxSge + 1;
   EXPECT_EQ(check_request(qp, true, true, 0, lim), EINVAL);
-  qp.qp.cap = engine::QpCap{};
-  qp.qp.type = engine::QpType::kRc;  // (the zeroed request has no valid type)
+  qp.qp.cap = verbs::QpCap{};
+  qp.qp.type = verbs::QpType::kRc;  // (the zeroed request has no valid type)
   EXPECT_EQ(check_request(qp, true, true, 0, lim), 0);
-  qp.qp.type = static_cast<engine::QpType>(77);
+  qp.qp.type = static_cast<verbs::QpType>(77);
   EXPECT_EQ(check_request(qp, true, true, 0, lim), EINVAL);
-  qp.qp.type = engine::QpType::kRc;
+  qp.qp.type = verbs::QpType::kRc;
   qp.qp.cap.max_send_sge = 0;  // (the engine cannot make it: not ENOMEM, a bad argument)
   EXPECT_EQ(check_request(qp, true, true, 0, lim), EINVAL);
   Request cm = op(Op::kCmReject);
@@ -63,15 +63,15 @@ TEST(RequestCheck, FieldRanges) {
 
 TEST(RequestCheck, PrivilegedQkeyNeedsPrivilege) {
   Request m = op(Op::kModifyQp);
-  m.modify.mask = engine::kQpState | engine::kQpQkey;
+  m.modify.mask = verbs::kQpState | verbs::kQpQkey;
   m.modify.attr.qkey = 0x80010000u;
   RequestLimits user, root;
   root.privileged = true;
   EXPECT_EQ(check_request(m, true, true, 0, user), EPERM);
   EXPECT_EQ(check_request(m, true, true, 0, root), 0);
-  m.modify.mask = engine::kQpState;  // the Q_Key is not being set
+  m.modify.mask = verbs::kQpState;  // the Q_Key is not being set
   EXPECT_EQ(check_request(m, true, true, 0, user), 0);
-  m.modify.mask |= engine::kQpQkey;
+  m.modify.mask |= verbs::kQpQkey;
   m.modify.attr.qkey = 0x7FFFFFFFu;
   EXPECT_EQ(check_request(m, true, true, 0, user), 0);
 }

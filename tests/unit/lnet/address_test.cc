@@ -1,7 +1,6 @@
 // End-point addresses "NID:PID:Portal:TMID" ([r.m0.net.xprt.lnet.end-point-address]).
 #include <gtest/gtest.h>
-
-#include "client/lnet/include/roce/lnet.h"
+#include <roce/lnet.h>
 
 namespace roce::lnet {
 

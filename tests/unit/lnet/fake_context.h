@@ -3,6 +3,8 @@
 /// numbers, a CQ the test feeds (a completion for a posted receive is a message arriving).
 #pragma once
 
+#include <roce/client.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -14,8 +16,6 @@
 #include <span>
 #include <thread>
 #include <vector>
-
-#include "client/include/roce/client.h"
 
 namespace roce::lnet {
 
@@ -57,7 +57,7 @@ class FakeContext : public client::Context {
     wc.opcode = client::WcOpcode::kRecv;
     wc.byte_len = len;
     wc.offset = offset;
-    wc.wc_flags = still ? std::uint32_t{engine::kWcStillQueued} : 0u;
+    wc.wc_flags = still ? std::uint32_t{verbs::kWcStillQueued} : 0u;
     cq.push_back(wc);
     if (!still) std::erase(recvs, wr_id);
   }
@@ -142,7 +142,7 @@ class FakeContext : public client::Context {
   }
   int modify_qp(client::Qp*, const client::QpAttr& a, std::uint32_t) override {
     if (fail_modify.load()) return EINVAL;
-    const wire::Ipv6Addr zero{};
+    const Ipv6Addr zero{};
     if (a.ah.dgid != zero) {
       std::uint32_t ip = 0;
       for (int i = 12; i < 16; ++i) ip = ip << 8 | a.ah.dgid.b[i];
@@ -213,7 +213,7 @@ class FakeContext : public client::Context {
   }
   int get_async_event(client::AsyncEvent&, int) override { return ETIMEDOUT; }
   int cm_listen(std::uint16_t) override { return EOPNOTSUPP; }
-  int cm_connect(client::Qp*, wire::Ipv4Addr, std::uint16_t, const client::CmConnParam&,
+  int cm_connect(client::Qp*, Ipv4Addr, std::uint16_t, const client::CmConnParam&,
                  std::uint32_t&) override {
     return EOPNOTSUPP;
   }

@@ -6,13 +6,13 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <roce/lnet.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <set>
 
-#include "client/lnet/include/roce/lnet.h"
 #include "client/lnet/src/lnet_internal.h"
 #include "tests/unit/lnet/fake_context.h"
 
@@ -122,7 +122,7 @@ class LnetHostile : public ::testing::Test {
     h.cqpn = h.qpn + 1;
     h.psn = 1;
     h.cpsn = 2;
-    const wire::Ipv6Addr g = wire::ipv4_mapped(wire::Ipv4Addr{0xC0000202});
+    const Ipv6Addr g = ipv4_mapped(Ipv4Addr{0xC0000202});
     std::memcpy(h.gid, g.b.data(), 16);
     return h;
   }
@@ -229,7 +229,7 @@ TEST_F(LnetHostile, ConnectionsThatCarriedNothingMakeRoomWhenTheTmIsFull) {
     OobHello h = good_hello(tmid);
     set_str(h.src, "192.0.2." + std::to_string(host) + "@roce:0:1:" + std::to_string(tmid));
     set_str(h.dst, ftm.ep().str());
-    const wire::Ipv6Addr g = wire::ipv4_mapped(wire::Ipv4Addr{0xC0000200 + host});
+    const Ipv6Addr g = ipv4_mapped(Ipv4Addr{0xC0000200 + host});
     std::memcpy(h.gid, g.b.data(), 16);
     const int fd = tcp_connect(fport);
     OobNonce nonce;
@@ -376,7 +376,7 @@ TEST_F(LnetKeyed, WithAKeyOnlyATaggedHelloOverTheListenersNonceConnects) {
 TEST_F(LnetKeyed, TmsWithTheSameKeyConnectOthersDoNot) {
   // Two Tms on one fake Context: a message from one to the other sets up a connection.
   FakeContext kctx;
-  kctx.port_.gid = wire::ipv4_mapped(kctx.port_.ipv4);
+  kctx.port_.gid = ipv4_mapped(kctx.port_.ipv4);
   Domain d1(kctx, keyed(1, 1000)), d2(kctx, keyed(1, 1000)), d3(kctx, keyed(9, 1000));
   Tm t1(d1), t2(d2), t3(d3);
   ASSERT_EQ(t1.start("192.0.2.1@roce:0:2:10"), 0);
@@ -481,7 +481,7 @@ OobHello hello_as(std::uint32_t ip, std::uint32_t tmid, const EndPoint& to) {
   h.cqpn = h.qpn + 1;
   h.psn = 1;
   h.cpsn = 2;
-  const wire::Ipv6Addr g = wire::ipv4_mapped(wire::Ipv4Addr{ip});
+  const Ipv6Addr g = ipv4_mapped(Ipv4Addr{ip});
   std::memcpy(h.gid, g.b.data(), 16);
   return h;
 }

@@ -2,6 +2,7 @@
 // CQ the test fills (no network): a completion for a posted receive is a message arriving.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <roce/lnet.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -9,7 +10,6 @@
 #include <deque>
 #include <thread>
 
-#include "client/lnet/include/roce/lnet.h"
 #include "tests/unit/lnet/fake_context.h"
 
 namespace roce::lnet {

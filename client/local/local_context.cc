@@ -2,14 +2,15 @@
 /// The in-process backend of libroce: every call goes straight to the application's own
 /// engine; poll_cq and wait_cq drive its poll loop through LocalOptions::progress. Single
 /// threaded, as the engine is.
+#include "client/local/local_context.h"
+
+#include <roce/buffers.h>
 #include <time.h>
 
 #include <cerrno>
 #include <deque>
 #include <vector>
 
-#include "client/include/roce/buffers.h"
-#include "client/include/roce/client.h"
 #include "controlplane/cm/cm_session.h"
 #include "dataplane/engine/engine.h"
 
@@ -138,11 +139,11 @@ class Local final : public Context {
   }
   int modify_qp(Qp* qp, const QpAttr& attr, std::uint32_t mask) override {
     QpAttr a = attr;
-    if ((mask & engine::kQpAv) && a.ah.dmac == wire::MacAddr{}) {
+    if ((mask & verbs::kQpAv) && a.ah.dmac == MacAddr{}) {
       const auto& g = a.ah.dgid.b;
-      const wire::Ipv4Addr ip{static_cast<std::uint32_t>(g[12]) << 24 |
-                              static_cast<std::uint32_t>(g[13]) << 16 |
-                              static_cast<std::uint32_t>(g[14]) << 8 | g[15]};
+      const Ipv4Addr ip{static_cast<std::uint32_t>(g[12]) << 24 |
+                        static_cast<std::uint32_t>(g[13]) << 16 |
+                        static_cast<std::uint32_t>(g[14]) << 8 | g[15]};
       const auto mac = o_.resolve ? o_.resolve(ip) : std::nullopt;
       if (!mac) return EHOSTUNREACH;
       a.ah.dmac = *mac;
@@ -205,7 +206,7 @@ class Local final : public Context {
     if (const int rc = cm_open()) return rc;
     return cm_->listen(port);
   }
-  int cm_connect(Qp* qp, wire::Ipv4Addr dst, std::uint16_t port, const CmConnParam& p,
+  int cm_connect(Qp* qp, Ipv4Addr dst, std::uint16_t port, const CmConnParam& p,
                  std::uint32_t& id) override {
     if (const int rc = cm_open()) return rc;
     if (!o_.resolve || !o_.resolve(dst)) return EHOSTUNREACH;  // the CM needs the peer's MAC
@@ -226,6 +227,7 @@ class Local final : public Context {
   int cm_get_event(CmEvent& ev, int timeout_ms) override {
     if (const int rc = cm_open()) return rc;
     const std::uint64_t t0 = now_ns();
+    if (cm_events_.empty()) progress();  // once even without waiting, as poll_cq does
     for (unsigned i = 0; cm_events_.empty(); ++i) {
       if (timeout_ms == 0) return ETIMEDOUT;
       progress();
@@ -264,7 +266,7 @@ class Local final : public Context {
     if (cm_) return 0;
     try {
       auto hub = cm::CmHub::get(
-          e_, cm::agent_config(o_.port.mac, 4096, &Local::now_ns, [this](wire::Ipv4Addr ip) {
+          e_, cm::agent_config(o_.port.mac, 4096, &Local::now_ns, [this](Ipv4Addr ip) {
             return o_.resolve ? o_.resolve(ip) : std::nullopt;
           }));
       cm_ = std::make_unique<cm::CmSession>(
@@ -290,7 +292,7 @@ class Local final : public Context {
 
 }  // namespace
 
-std::unique_ptr<Context> Context::open_local(LocalOptions opts) {
+std::unique_ptr<Context> open_local(LocalOptions opts) {
   if (opts.engine == nullptr) {
     errno = EINVAL;
     return nullptr;

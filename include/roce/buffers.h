@@ -6,12 +6,12 @@
 /// Single-threaded, as those backends are.
 #pragma once
 
+#include <roce/client.h>
+
 #include <cerrno>
 #include <cstddef>
 #include <memory>
 #include <vector>
-
-#include "client/include/roce/client.h"
 
 namespace roce::client {
 

@@ -19,6 +19,8 @@
 /// docs/client-api.md, "The messaging API", is the guide.
 #pragma once
 
+#include <roce/client.h>
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -36,8 +38,6 @@
 #include <string_view>
 #include <thread>
 #include <vector>
-
-#include "client/include/roce/client.h"
 
 namespace roce::lnet {
 
@@ -57,7 +57,7 @@ inline constexpr std::uint16_t kOobPortBase = 16384;
 /// the NID the IPv4 address of the roced port (its RoCE address) and the network type "roce"
 /// (optionally numbered, like o2ib0). `tmid` nullopt: "*" (only for Tm::start).
 struct EndPoint {
-  wire::Ipv4Addr ip{};
+  Ipv4Addr ip{};
   std::uint32_t net = 0;  ///< the N of "@roceN" (0 when absent)
   std::uint32_t pid = 0;
   std::uint32_t portal = 0;
@@ -158,7 +158,7 @@ struct DomainOptions {
   /// The listener of address E is at port oob_port_base + ((E.pid*64 + E.portal)*64 + E.tmid).
   std::uint16_t oob_port_base = kOobPortBase;
   /// The NID of this domain's Tms: default the Context's port address, net 0.
-  std::optional<wire::Ipv4Addr> nid;
+  std::optional<Ipv4Addr> nid;
   /// A key shared by every domain that may connect to this one: hellos and their replies then
   /// carry a SipHash-2-4 tag over a nonce the listener chose, and a hello without the right tag
   /// is refused (EACCES) before anything is spent on it; a listener's reply without it fails
@@ -173,7 +173,7 @@ struct DomainOptions {
   /// listener, -EPROTO another version, -EACCES key mismatch, -EBUSY, -EAGAIN, -EADDRNOTAVAIL
   /// as the peer's listener answered, or the QP calls' errno.)
   std::chrono::milliseconds oob_timeout{5000};
-  /// Serialise every Context call on one mutex: needed with Context::open_local, whose engine
+  /// Serialise every Context call on one mutex: needed with client::open_local, whose engine
   /// is single threaded (the Tms' threads and the application's then take turns).
   bool serialize_context = false;
 };
@@ -202,7 +202,7 @@ class Domain {
   client::Context& ctx() { return ctx_; }
   client::Pd* pd() { return pd_; }
   const DomainOptions& options() const { return opts_; }
-  wire::Ipv4Addr nid() const;
+  Ipv4Addr nid() const;
   std::pair<std::string, std::uint16_t> oob_locate(const EndPoint& ep) const;
 
  private:

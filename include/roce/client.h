@@ -4,13 +4,14 @@
 ///   - Context::attach(): the process attaches to a running roced through its Unix socket;
 ///     resources are created by roced on its engine, work requests and completions travel
 ///     through shared memory (docs/client-api.md);
-///   - Context::open_local(): the process drives an engine of its own (its own DPDK port and
-///     poll loop) and the calls go straight to it.
+///   - client::open_local() (client/local/local_context.h, not part of this API): the process
+///     drives an engine of its own (its own DPDK port and poll loop) and the calls go straight
+///     to it.
 /// Applications written against Context run unchanged on either.
 ///
-/// The vocabulary is the engine's (dataplane/engine/verbs.h: SendWr, RecvWr, Wc, QpAttr, ...),
-/// itself shaped after libibverbs. Errors are rdma-core's: calls that create return null and
-/// set errno; the others return 0 or an errno value; poll_cq returns a count or -errno.
+/// The vocabulary is <roce/verbs.h> (SendWr, RecvWr, Wc, QpAttr, ...), shaped after
+/// libibverbs; the engine speaks the same types. Errors are rdma-core's: calls that create return
+/// null and set errno; the others return 0 or an errno value; poll_cq returns a count or -errno.
 /// Memory used in work requests must be registered (reg_mr) and come from alloc_buffer() or
 /// register_memfd(): shared memory that an attached roced maps too, so that its dataplane
 /// reads and writes it directly (zero copy). Addresses in SGEs are the process's own; the
@@ -19,6 +20,9 @@
 /// Threads: a Context may be used from several threads; posts to one QP and polls of one CQ
 /// are serialised per QP and CQ.
 #pragma once
+
+#include <roce/addr.h>
+#include <roce/verbs.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -29,34 +33,28 @@
 #include <string>
 #include <vector>
 
-#include "dataplane/engine/verbs.h"
-
-namespace roce::engine {
-class Engine;
-}
-
 namespace roce::client {
 
-using engine::AddressVector;
-using engine::Mtu;
-using engine::QpAttr;
-using engine::QpCap;
-using engine::QpState;
-using engine::QpType;
-using engine::RecvWr;
-using engine::SendWr;
-using engine::Sge;
-using engine::Wc;
-using engine::WcOpcode;
-using engine::WcStatus;
-using engine::WrOpcode;
+using verbs::AddressVector;
+using verbs::Mtu;
+using verbs::QpAttr;
+using verbs::QpCap;
+using verbs::QpState;
+using verbs::QpType;
+using verbs::RecvWr;
+using verbs::SendWr;
+using verbs::Sge;
+using verbs::Wc;
+using verbs::WcOpcode;
+using verbs::WcStatus;
+using verbs::WrOpcode;
 
 /// The port the context sends on.
 struct PortInfo {
   std::string name;
-  wire::MacAddr mac;
-  wire::Ipv4Addr ipv4;
-  wire::Ipv6Addr gid;  ///< ::ffff:ipv4, what a peer puts in its address vector
+  MacAddr mac;
+  Ipv4Addr ipv4;
+  Ipv6Addr gid;  ///< ::ffff:ipv4, what a peer puts in its address vector
   Mtu max_mtu = Mtu::k1024;
   std::uint32_t lcore = 0;  ///< attached: the roced lcore that owns this context's QPs
 };
@@ -114,7 +112,7 @@ struct Qp {
 /// An asynchronous event (ibv_async_event): a QP that went to the error state (kQpFatal, e.g.
 /// its peer stopped answering), a remote access it refused, a CQ that overran (kCqErr).
 struct AsyncEvent {
-  engine::AsyncEventType type = engine::AsyncEventType::kQpFatal;
+  verbs::AsyncEventType type = verbs::AsyncEventType::kQpFatal;
   std::uint32_t qp_num = 0;  ///< QP events
   Cq* cq = nullptr;          ///< kCqErr
 };
@@ -132,7 +130,7 @@ struct CmEvent {
   CmEventType type = CmEventType::kConnectRequest;
   std::uint32_t id = 0;      ///< the connection
   std::uint32_t qp_num = 0;  ///< kEstablished: our QP
-  wire::Ipv4Addr peer;
+  Ipv4Addr peer;
   std::uint16_t port = 0;  ///< kConnectRequest: the listened port
   std::uint8_t responder_resources = 0, initiator_depth = 0;  ///< kConnectRequest: the offer
   std::uint32_t reason = 0;                                   ///< kRejected: IBA REJ reason
@@ -152,20 +150,8 @@ struct CmConnParam {
 struct RcPeer {
   std::uint32_t qpn = 0;
   std::uint32_t psn = 0;  ///< the far end's send PSN: our expected receive PSN
-  wire::Ipv6Addr gid;
-  std::optional<wire::MacAddr> mac;  ///< nullopt: resolved by ARP on the port
-};
-
-/// How open_local() reaches the application's own engine.
-struct LocalOptions {
-  engine::Engine* engine = nullptr;
-  /// One poll of the application's loop (e.g. [&]{ loop.poll_once(); }): called by poll_cq and
-  /// wait_cq, which drive the dataplane in-process.
-  std::function<void()> progress;
-  /// The MAC of an IPv4 neighbour (e.g. port::resolve_wait); used by modify_qp when an
-  /// address vector carries no MAC.
-  std::function<std::optional<wire::MacAddr>(wire::Ipv4Addr)> resolve;
-  PortInfo port;
+  Ipv6Addr gid;
+  std::optional<MacAddr> mac;  ///< nullopt: resolved by ARP on the port
 };
 
 class Context {
@@ -175,8 +161,6 @@ class Context {
   /// mode; EPROTO: another protocol version).
   static std::unique_ptr<Context> attach(const std::string& socket_path,
                                          const std::string& port = {});
-  /// The in-process backend on an engine the application drives itself.
-  static std::unique_ptr<Context> open_local(LocalOptions opts);
   virtual ~Context() = default;
 
   virtual const PortInfo& port() const = 0;
@@ -231,7 +215,7 @@ class Context {
   virtual int cm_listen(std::uint16_t port) = 0;
   /// rdma_connect: a REQ for `qp` (in RESET or INIT) to `dst`:`port`; `id` names the
   /// connection in its events. EHOSTUNREACH: no ARP answer from `dst`.
-  virtual int cm_connect(Qp* qp, wire::Ipv4Addr dst, std::uint16_t port, const CmConnParam& p,
+  virtual int cm_connect(Qp* qp, Ipv4Addr dst, std::uint16_t port, const CmConnParam& p,
                          std::uint32_t& id) = 0;
   /// rdma_accept of a kConnectRequest with `qp` (RESET or INIT).
   virtual int cm_accept(std::uint32_t id, Qp* qp, const CmConnParam& p) = 0;
@@ -244,8 +228,8 @@ class Context {
 
   /// Convenience: RESET -> INIT -> RTR -> RTS of an RC QP towards `peer` (`sq_psn`: ours).
   int connect_rc(Qp* qp, const RcPeer& peer, std::uint32_t sq_psn, Mtu mtu,
-                 std::uint32_t access = engine::kAccessLocalWrite | engine::kAccessRemoteWrite |
-                                        engine::kAccessRemoteRead | engine::kAccessRemoteAtomic);
+                 std::uint32_t access = verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite |
+                                        verbs::kAccessRemoteRead | verbs::kAccessRemoteAtomic);
 };
 
 }  // namespace roce::client

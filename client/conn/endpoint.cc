@@ -1,0 +1,282 @@
+/// @file
+/// The connection layer (include/roce/conn.h) on a libroce Context.
+#include <roce/conn.h>
+
+#include <cerrno>
+#include <chrono>
+
+namespace roce::conn {
+
+namespace {
+constexpr int kWcBatch = 32;
+constexpr int kCmEventsPerPoll = 64;
+}  // namespace
+
+Endpoint::Endpoint(client::Context& ctx, Options o) : ctx_(ctx), o_(o) {
+  pd_ = ctx_.alloc_pd();
+  wcs_.resize(kWcBatch);
+}
+
+Endpoint::~Endpoint() {
+  // The exit-time drain: a DREQ for every connection that is up, then the CM's answers.
+  bool waiting = false;
+  for (auto& [id, c] : conns_) {
+    if (c->up && !c->closing) {
+      c->closing = ctx_.cm_disconnect(c->cm_id) == 0;
+      waiting |= c->closing;
+    } else if (c->requested && !c->up && !c->closing) {
+      ctx_.cm_reject(c->cm_id);
+    }
+  }
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(o_.drain_ms);
+  while (waiting && std::chrono::steady_clock::now() < end) {
+    client::CmEvent ev;
+    const int rc = ctx_.cm_get_event(ev, 10);
+    if (rc == ENOTCONN) break;
+    if (rc == 0) {
+      if (Conn* c = by_cm(ev.id); c && ev.type == client::CmEventType::kDisconnected) destroy(*c);
+    }
+    waiting = false;
+    for (auto& [id, c] : conns_) waiting |= c->closing && c->qp != nullptr;
+  }
+  for (auto& [id, c] : conns_) destroy(*c);
+  conns_.clear();
+  if (pd_ != nullptr) ctx_.dealloc_pd(pd_);
+}
+
+Endpoint::Conn* Endpoint::find(ConnId c) {
+  auto it = conns_.find(c);
+  return it == conns_.end() ? nullptr : it->second.get();
+}
+
+Endpoint::Conn* Endpoint::by_cm(std::uint32_t cm_id) {
+  auto it = by_cm_.find(cm_id);
+  return it == by_cm_.end() ? nullptr : find(it->second);
+}
+
+client::Pd* Endpoint::pd(ConnId c) {
+  const Conn* k = find(c);
+  return k != nullptr && k->pd != nullptr ? k->pd : pd_;
+}
+
+client::CmConnParam Endpoint::param(std::span<const std::uint8_t> private_data) const {
+  client::CmConnParam p;
+  p.responder_resources = o_.responder_resources;
+  p.initiator_depth = o_.initiator_depth;
+  p.rnr_retry = o_.rnr_retry;
+  p.private_data.assign(private_data.begin(), private_data.end());
+  return p;
+}
+
+int Endpoint::make_qp(Conn& c, const QpSizes& s) {
+  if (c.qp != nullptr) return EBUSY;
+  if (pd_ == nullptr) return errno != 0 ? errno : ENOMEM;
+  if (o_.pd_per_connection && c.pd == nullptr) {
+    c.pd = ctx_.alloc_pd();
+    if (c.pd == nullptr) return errno != 0 ? errno : ENOMEM;
+  }
+  c.cq = ctx_.create_cq(s.send + s.recv);
+  if (c.cq == nullptr) return errno != 0 ? errno : ENOMEM;
+  client::QpCap cap;
+  cap.max_send_wr = s.send;
+  cap.max_recv_wr = s.recv;
+  cap.max_send_sge = s.send_sge;
+  cap.max_recv_sge = s.recv_sge;
+  c.qp = ctx_.create_qp(c.pd != nullptr ? c.pd : pd_, client::QpType::kRc, c.cq, c.cq, cap);
+  if (c.qp == nullptr) {
+    const int err = errno != 0 ? errno : ENOMEM;
+    ctx_.destroy_cq(c.cq);
+    c.cq = nullptr;
+    return err;
+  }
+  // INIT, as rdma_create_qp leaves it: receives may be posted before the connection is up.
+  client::QpAttr a;
+  a.qp_state = client::QpState::kInit;
+  a.pkey_index = 0;
+  a.port_num = 1;
+  a.qp_access_flags = verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite |
+                      verbs::kAccessRemoteRead | verbs::kAccessRemoteAtomic;
+  if (const int rc = ctx_.modify_qp(
+          c.qp, a, verbs::kQpState | verbs::kQpPkeyIndex | verbs::kQpPort | verbs::kQpAccessFlags))
+    return rc;
+  return 0;
+}
+
+void Endpoint::destroy(Conn& c) {
+  if (c.qp != nullptr) ctx_.destroy_qp(c.qp);
+  c.qp = nullptr;
+  if (c.cq != nullptr) ctx_.destroy_cq(c.cq);
+  c.cq = nullptr;
+  if (c.pd != nullptr) ctx_.dealloc_pd(c.pd);
+  c.pd = nullptr;
+  c.closing = false;
+  c.up = false;
+}
+
+void Endpoint::forget(ConnId id) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  destroy(*it->second);
+  if (auto b = by_cm_.find(it->second->cm_id); b != by_cm_.end() && b->second == id)
+    by_cm_.erase(b);
+  conns_.erase(it);
+}
+
+int Endpoint::listen(std::uint16_t port) { return ctx_.cm_listen(port); }
+
+int Endpoint::prepare(ConnId id, const QpSizes& s) {
+  Conn* c = find(id);
+  if (c == nullptr || !c->requested || c->up) return ENOENT;
+  return make_qp(*c, s);
+}
+
+int Endpoint::accept(ConnId id, std::span<const std::uint8_t> private_data) {
+  Conn* c = find(id);
+  if (c == nullptr || !c->requested || c->up) return ENOENT;
+  if (c->qp == nullptr)
+    if (const int rc = make_qp(*c, QpSizes{})) return rc;
+  return ctx_.cm_accept(c->cm_id, c->qp, param(private_data));
+}
+
+int Endpoint::reject(ConnId id, std::span<const std::uint8_t> private_data) {
+  Conn* c = find(id);
+  if (c == nullptr || !c->requested || c->up) return ENOENT;
+  const int rc = ctx_.cm_reject(c->cm_id, private_data);
+  forget(id);
+  return rc;
+}
+
+ConnId Endpoint::connect(Ipv4Addr dst, std::uint16_t port, const QpSizes& s,
+                         std::span<const std::uint8_t> private_data) {
+  if (conns_.size() >= o_.max_connections) {
+    errno = EDQUOT;
+    return 0;
+  }
+  auto c = std::make_unique<Conn>();
+  c->id = next_++;
+  c->active = true;
+  if (const int rc = make_qp(*c, s)) {
+    destroy(*c);
+    errno = rc;
+    return 0;
+  }
+  if (const int rc = ctx_.cm_connect(c->qp, dst, port, param(private_data), c->cm_id)) {
+    destroy(*c);
+    errno = rc;
+    return 0;
+  }
+  const ConnId id = c->id;
+  by_cm_[c->cm_id] = id;
+  conns_.emplace(id, std::move(c));
+  return id;
+}
+
+int Endpoint::disconnect(ConnId id) {
+  Conn* c = find(id);
+  if (c == nullptr) return ENOENT;
+  if (c->requested && !c->up) return reject(id);
+  if (c->up && !c->closing && ctx_.cm_disconnect(c->cm_id) == 0) {
+    c->closing = true;  // destroyed at kDisconnected (or by the destructor's drain)
+    return 0;
+  }
+  if (c->closing) return 0;
+  forget(id);
+  return 0;
+}
+
+client::Qp* Endpoint::qp(ConnId id) {
+  Conn* c = find(id);
+  return c != nullptr && !c->closing ? c->qp : nullptr;
+}
+
+int Endpoint::post_send(ConnId id, const client::SendWr& wr) {
+  Conn* c = find(id);
+  if (c == nullptr || c->qp == nullptr || c->closing) return ENOTCONN;
+  const client::SendWr* bad = nullptr;
+  return ctx_.post_send(c->qp, &wr, &bad);
+}
+
+int Endpoint::post_recv(ConnId id, const client::RecvWr& wr) {
+  Conn* c = find(id);
+  if (c == nullptr || c->qp == nullptr || c->closing) return ENOTCONN;
+  const client::RecvWr* bad = nullptr;
+  return ctx_.post_recv(c->qp, &wr, &bad);
+}
+
+void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events) {
+  Event out;
+  out.peer = ev.peer;
+  out.port = ev.port;
+  out.reason = ev.reason;
+  out.remote = ev.remote;
+  if (ev.type == client::CmEventType::kConnectRequest) {
+    if (conns_.size() >= o_.max_connections) {
+      ctx_.cm_reject(ev.id);
+      return;
+    }
+    auto c = std::make_unique<Conn>();
+    c->id = next_++;
+    c->cm_id = ev.id;
+    c->requested = true;
+    out.kind = Event::kConnectRequest;
+    out.conn = c->id;
+    out.private_data = std::move(ev.private_data);
+    by_cm_[ev.id] = c->id;
+    conns_.emplace(c->id, std::move(c));
+    events.push_back(std::move(out));
+    return;
+  }
+  Conn* c = by_cm(ev.id);
+  if (c == nullptr) return;  // a connection the application already let go
+  out.conn = c->id;
+  switch (ev.type) {
+    case client::CmEventType::kEstablished:
+      c->up = true;
+      out.kind = Event::kEstablished;
+      out.private_data = std::move(ev.private_data);
+      if (c->closing) return;
+      events.push_back(std::move(out));
+      return;
+    case client::CmEventType::kRejected:
+    case client::CmEventType::kUnreachable:
+    case client::CmEventType::kConnectError:
+      out.kind = ev.type == client::CmEventType::kRejected      ? Event::kRejected
+                 : ev.type == client::CmEventType::kUnreachable ? Event::kUnreachable
+                                                                : Event::kConnectError;
+      out.private_data = std::move(ev.private_data);
+      break;
+    case client::CmEventType::kDisconnected:
+      out.kind = Event::kDisconnected;
+      break;
+    default:
+      return;
+  }
+  const bool reported = !c->closing;  // disconnect() promised no event
+  drain_cq(*c, nullptr);
+  forget(c->id);
+  if (reported) events.push_back(std::move(out));
+}
+
+void Endpoint::drain_cq(Conn& c, std::vector<Completion>* out) {
+  if (c.cq == nullptr) return;
+  for (;;) {
+    const int n = ctx_.poll_cq(c.cq, kWcBatch, wcs_.data());
+    if (n <= 0) return;
+    if (out != nullptr && !c.closing)
+      for (int i = 0; i < n; ++i) out->push_back(Completion{c.id, wcs_[i]});
+    if (n < kWcBatch) return;
+  }
+}
+
+bool Endpoint::poll(std::vector<Event>& events, std::vector<Completion>& completions) {
+  const std::size_t e0 = events.size(), c0 = completions.size();
+  for (int i = 0; i < kCmEventsPerPoll; ++i) {
+    client::CmEvent ev;
+    if (ctx_.cm_get_event(ev, 0) != 0) break;
+    on_cm(ev, events);
+  }
+  for (auto& [id, c] : conns_) drain_cq(*c, &completions);
+  return events.size() != e0 || completions.size() != c0;
+}
+
+}  // namespace roce::conn

@@ -1,0 +1,35 @@
+/// @file
+/// libroce's in-process backend: a client::Context on an engine the process drives itself (its
+/// own DPDK port and poll loop, runtime/), or on the engine of a roced port that hosts the
+/// application. Not part of the public API (include/roce/): it names the engine, and only
+/// programs that link the dataplane use it.
+#pragma once
+
+#include <roce/client.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+
+namespace roce::engine {
+class Engine;
+}
+
+namespace roce::client {
+
+/// How open_local() reaches the application's own engine.
+struct LocalOptions {
+  engine::Engine* engine = nullptr;
+  /// One poll of the application's loop (e.g. [&]{ loop.poll_once(); }): called by poll_cq and
+  /// wait_cq, which drive the dataplane in-process.
+  std::function<void()> progress;
+  /// The MAC of an IPv4 neighbour (e.g. port::resolve_wait); used by modify_qp when an
+  /// address vector carries no MAC.
+  std::function<std::optional<MacAddr>(Ipv4Addr)> resolve;
+  PortInfo port;
+};
+
+/// A Context whose calls go straight to `opts.engine`.
+std::unique_ptr<Context> open_local(LocalOptions opts);
+
+}  // namespace roce::client

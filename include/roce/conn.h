@@ -1,0 +1,146 @@
+/// @file
+/// The connection layer every application uses: rdma_cm connections on a libroce Context, each
+/// with its RC QP and its CQ, events and completions named by connection. The NAA, NetFR, the
+/// NFS transports and the rdma_cm tools stand on it, and so run unchanged in-process, attached
+/// to a roced or hosted in one (the Context decides which).
+///
+/// It does what every rdma_cm program writes again: a listener's connect requests answered
+/// with a QP of the application's sizes (prepare, then accept or reject, both with private
+/// data), active connects, the QP's CQ polled with the CM in one call, a connection's resources
+/// destroyed only once the CM is done with it, and the exit-time drain (every connection's DREQ
+/// sent and its answer awaited, so the peer sees a clean close rather than a timeout).
+///
+/// Errors follow rdma-core: calls return 0 or an errno value; connect() returns 0 with errno.
+/// One thread uses an Endpoint (as a connection's rdma_cm_id is used by one thread).
+#pragma once
+
+#include <roce/addr.h>
+#include <roce/client.h>
+#include <roce/verbs.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace roce::conn {
+
+/// Names a connection for the Endpoint's life (never reused; 0 is none).
+using ConnId = std::uint64_t;
+
+/// A connection's QP and CQ sizes.
+struct QpSizes {
+  std::uint32_t send = 64, recv = 16;
+  std::uint32_t send_sge = 1, recv_sge = 1;
+};
+
+struct Event {
+  enum Kind : std::uint8_t {
+    kConnectRequest,  ///< on a listened port: prepare() then accept(), or reject()
+    kEstablished,     ///< the QP is in RTS and the peer knows it
+    kRejected,        ///< active: the peer refused (`reason`, `private_data`); QP gone
+    kUnreachable,     ///< active: no answer, or no ARP answer; QP gone
+    kConnectError,    ///< the peer's reply could not be applied; QP gone
+    kDisconnected,    ///< ended (`remote`: by the peer); QP gone, later completions dropped
+  } kind = kConnectRequest;
+  ConnId conn = 0;
+  Ipv4Addr peer;
+  std::uint16_t port = 0;    ///< kConnectRequest: the listened port asked for
+  std::uint32_t reason = 0;  ///< kRejected: the IBA REJ reason (28: consumer)
+  bool remote = false;
+  std::vector<std::uint8_t> private_data;  ///< kConnectRequest, kEstablished, kRejected
+};
+
+struct Completion {
+  ConnId conn = 0;
+  client::Wc wc;
+  bool ok() const { return wc.status == verbs::WcStatus::kSuccess; }
+};
+
+struct Options {
+  /// Each connection gets a PD of its own (an rkey is then refused on every other connection,
+  /// as the NAA requires); otherwise all share the Endpoint's PD.
+  bool pd_per_connection = false;
+  /// Connections at once, requests not yet answered included: requests beyond are rejected
+  /// (REJ, consumer reason), connect() beyond fails with EDQUOT.
+  std::size_t max_connections = 1024;
+  /// rdma_conn_param of every connect and accept (private data aside).
+  std::uint8_t responder_resources = 1, initiator_depth = 1, rnr_retry = 7;
+  /// The exit-time drain: how long the destructor waits for the peers' answers to its DREQs.
+  int drain_ms = 1000;
+};
+
+class Endpoint {
+ public:
+  /// The Context must outlive the Endpoint.
+  explicit Endpoint(client::Context& ctx, Options o = {});
+  /// Disconnects every connection and drains (Options::drain_ms), then destroys what it made.
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  client::Context& context() { return ctx_; }
+  /// The PD of connection `c` (its own with pd_per_connection), or the Endpoint's common PD for
+  /// c = 0 or an unknown connection; register the connection's memory there.
+  client::Pd* pd(ConnId c = 0);
+
+  /// rdma_listen on `port` (EADDRINUSE: taken).
+  int listen(std::uint16_t port);
+  /// Passive: creates the QP of a connect request (receives may be posted from now on).
+  int prepare(ConnId c, const QpSizes& s);
+  /// Passive: the REP (with `private_data`, <= 196 bytes); kEstablished follows. A request
+  /// not yet prepared is prepared with default sizes.
+  int accept(ConnId c, std::span<const std::uint8_t> private_data = {});
+  /// Passive: the REJ (consumer reason, `private_data` <= 148 bytes); the connection is gone.
+  int reject(ConnId c, std::span<const std::uint8_t> private_data = {});
+  /// Active: creates the QP (receives may be posted when this returns) and sends the REQ
+  /// (`private_data` <= 56 bytes) to `dst`:`port`; kEstablished, kRejected, kUnreachable or
+  /// kConnectError follows. 0 with errno set when it cannot start (EHOSTUNREACH: no ARP answer).
+  ConnId connect(Ipv4Addr dst, std::uint16_t port, const QpSizes& s,
+                 std::span<const std::uint8_t> private_data = {});
+  /// rdma_disconnect: the DREQ if connected; the connection's later completions are dropped
+  /// and its QP and CQ destroyed once the CM is done with it. No event follows for it.
+  int disconnect(ConnId c);
+
+  /// The connection's QP (null once it is gone): for modify/query, rarely needed.
+  client::Qp* qp(ConnId c);
+  /// Posts a chain of work requests on connection `c`'s QP (ENOTCONN: no such connection).
+  int post_send(ConnId c, const client::SendWr& wr);
+  int post_recv(ConnId c, const client::RecvWr& wr);
+
+  /// Runs the CM and polls every connection's CQ once; appends what happened. True if anything
+  /// did. In-process, each poll also drives the dataplane (the Context's progress).
+  bool poll(std::vector<Event>& events, std::vector<Completion>& completions);
+  /// Connections now (requests not yet answered included).
+  std::size_t connections() const { return conns_.size(); }
+
+ private:
+  struct Conn {
+    ConnId id = 0;
+    std::uint32_t cm_id = 0;
+    bool active = false, requested = false, up = false, closing = false;
+    client::Pd* pd = nullptr;
+    client::Cq* cq = nullptr;
+    client::Qp* qp = nullptr;
+  };
+  Conn* find(ConnId c);
+  Conn* by_cm(std::uint32_t cm_id);
+  int make_qp(Conn& c, const QpSizes& s);
+  void destroy(Conn& c);
+  void forget(ConnId c);
+  client::CmConnParam param(std::span<const std::uint8_t> private_data) const;
+  void on_cm(client::CmEvent& ev, std::vector<Event>& events);
+  void drain_cq(Conn& c, std::vector<Completion>* out);
+
+  client::Context& ctx_;
+  Options o_;
+  client::Pd* pd_ = nullptr;
+  ConnId next_ = 1;
+  std::map<ConnId, std::unique_ptr<Conn>> conns_;
+  std::map<std::uint32_t, ConnId> by_cm_;
+  std::vector<client::Wc> wcs_;
+};
+
+}  // namespace roce::conn

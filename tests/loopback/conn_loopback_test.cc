@@ -1,0 +1,226 @@
+// The connection layer (include/roce/conn.h) on two in-process Contexts over the in-memory
+// wire: connect with private data both ways, completions named by connection, reject with a
+// reason, the connection cap, a disconnect that promises no event, and the exit-time drain.
+#include <gtest/gtest.h>
+#include <roce/conn.h>
+
+#include <cstring>
+#include <string>
+
+#include "client/local/local_context.h"
+#include "dataplane/engine/engine.h"
+#include "tests/support/loopback.h"
+
+namespace roce::test {
+namespace {
+
+using conn::ConnId;
+using conn::Event;
+
+std::vector<std::uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string text(const std::vector<std::uint8_t>& v) {
+  // rdma_cm pads private data with zeros up to the message's field size.
+  std::string s(v.begin(), v.end());
+  return s.substr(0, s.find('\0'));
+}
+
+struct Side {
+  std::unique_ptr<client::Context> ctx;
+  std::unique_ptr<conn::Endpoint> ep;
+  std::vector<Event> events;
+  std::vector<conn::Completion> wcs;
+};
+
+class Rig {
+ public:
+  explicit Rig(conn::Options oa = {}, conn::Options ob = {}) {
+    // Both sides' CMs run only while a side polls: a side's drain at the end would wait for
+    // a peer nobody polls, so it waits briefly.
+    oa.drain_ms = ob.drain_ms = 20;
+    for (int i = 0; i < 2; ++i) {
+      client::LocalOptions o;
+      o.engine = &lb.side(i);
+      o.progress = [this] { lb.run_until([] { return false; }, 2000); };
+      engine::Engine& peer = lb.side(1 - i);
+      o.resolve = [&peer](Ipv4Addr ip) -> std::optional<MacAddr> {
+        if (ip == peer.config().ipv4) return peer.config().mac;
+        return std::nullopt;
+      };
+      o.port.mac = lb.side(i).config().mac;
+      o.port.ipv4 = lb.side(i).config().ipv4;
+      o.port.gid = ipv4_mapped(o.port.ipv4);
+      o.port.max_mtu = verbs::Mtu::k1024;
+      s[i].ctx = client::open_local(std::move(o));
+      s[i].ep = std::make_unique<conn::Endpoint>(*s[i].ctx, i == 0 ? oa : ob);
+    }
+  }
+  /// Polls both sides until `done` (or 20000 rounds).
+  bool run(const std::function<bool()>& done) {
+    for (int i = 0; i < 20000; ++i) {
+      for (auto& x : s)
+        if (x.ep) x.ep->poll(x.events, x.wcs);
+      if (done()) return true;
+    }
+    return false;
+  }
+  /// The first event of `kind` on side i, removed from its list.
+  std::optional<Event> take(int i, Event::Kind kind) {
+    for (auto it = s[i].events.begin(); it != s[i].events.end(); ++it)
+      if (it->kind == kind) {
+        Event e = *it;
+        s[i].events.erase(it);
+        return e;
+      }
+    return std::nullopt;
+  }
+  bool has(int i, Event::Kind kind) const {
+    for (const Event& e : s[i].events)
+      if (e.kind == kind) return true;
+    return false;
+  }
+  Ipv4Addr ip(int i) { return lb.side(i).config().ipv4; }
+
+  Loopback lb;
+  Side s[2];
+};
+
+constexpr std::uint16_t kPort = 7471;
+
+TEST(ConnEndpoint, ConnectsWithPrivateDataAndNamesCompletionsByConnection) {
+  Rig r;
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  const ConnId a = r.s[0].ep->connect(r.ip(1), kPort, {}, bytes("hello"));
+  ASSERT_NE(a, 0u) << std::strerror(errno);
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kConnectRequest); }));
+  const Event req = *r.take(1, Event::kConnectRequest);
+  EXPECT_EQ(text(req.private_data), "hello");
+  EXPECT_EQ(req.port, kPort);
+  EXPECT_EQ(req.peer, r.ip(0));
+
+  // The server's receive buffer, posted before accept.
+  client::Buffer* rb = r.s[1].ctx->alloc_buffer(4096);
+  ASSERT_NE(rb, nullptr);
+  ASSERT_EQ(r.s[1].ep->prepare(req.conn, {}), 0);
+  client::Mr* rmr =
+      r.s[1].ctx->reg_mr(r.s[1].ep->pd(req.conn), rb->addr, 4096, verbs::kAccessLocalWrite);
+  ASSERT_NE(rmr, nullptr);
+  client::Sge rsge{reinterpret_cast<std::uint64_t>(rb->addr), 4096, rmr->lkey};
+  client::RecvWr rwr;
+  rwr.wr_id = 77;
+  rwr.sg_list = &rsge;
+  rwr.num_sge = 1;
+  ASSERT_EQ(r.s[1].ep->post_recv(req.conn, rwr), 0);
+  ASSERT_EQ(r.s[1].ep->accept(req.conn, bytes("welcome")), 0);
+
+  ASSERT_TRUE(
+      r.run([&] { return r.has(0, Event::kEstablished) && r.has(1, Event::kEstablished); }));
+  EXPECT_EQ(text(r.take(0, Event::kEstablished)->private_data), "welcome");
+
+  client::Buffer* sb = r.s[0].ctx->alloc_buffer(4096);
+  ASSERT_NE(sb, nullptr);
+  std::memcpy(sb->addr, "payload", 8);
+  client::Mr* smr = r.s[0].ctx->reg_mr(r.s[0].ep->pd(a), sb->addr, 4096, 0);
+  ASSERT_NE(smr, nullptr);
+  client::Sge ssge{reinterpret_cast<std::uint64_t>(sb->addr), 8, smr->lkey};
+  client::SendWr swr;
+  swr.wr_id = 5;
+  swr.sg_list = &ssge;
+  swr.num_sge = 1;
+  swr.opcode = verbs::WrOpcode::kSend;
+  swr.send_flags = verbs::kSendSignaled;
+  ASSERT_EQ(r.s[0].ep->post_send(a, swr), 0);
+  ASSERT_TRUE(r.run([&] { return !r.s[0].wcs.empty() && !r.s[1].wcs.empty(); }));
+  EXPECT_EQ(r.s[0].wcs[0].conn, a);
+  EXPECT_TRUE(r.s[0].wcs[0].ok());
+  EXPECT_EQ(r.s[0].wcs[0].wc.wr_id, 5u);
+  EXPECT_EQ(r.s[1].wcs[0].conn, req.conn);
+  EXPECT_EQ(r.s[1].wcs[0].wc.wr_id, 77u);
+  EXPECT_EQ(r.s[1].wcs[0].wc.byte_len, 8u);
+  EXPECT_STREQ(static_cast<const char*>(rb->addr), "payload");
+
+  // Our disconnect promises no event here; the peer hears it.
+  ASSERT_EQ(r.s[0].ep->disconnect(a), 0);
+  EXPECT_EQ(r.s[0].ep->post_send(a, swr), ENOTCONN);
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kDisconnected); }));
+  EXPECT_TRUE(r.take(1, Event::kDisconnected)->remote);
+  ASSERT_TRUE(r.run([&] { return r.s[0].ep->connections() == 0; }));
+  EXPECT_FALSE(r.has(0, Event::kDisconnected));
+  EXPECT_EQ(r.s[1].ep->connections(), 0u);
+  r.s[1].ctx->dereg_mr(rmr);
+  r.s[0].ctx->dereg_mr(smr);
+}
+
+TEST(ConnEndpoint, RejectCarriesPrivateDataAndTheConsumerReason) {
+  Rig r;
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  const ConnId a = r.s[0].ep->connect(r.ip(1), kPort, {}, bytes("let me in"));
+  ASSERT_NE(a, 0u);
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kConnectRequest); }));
+  const Event req = *r.take(1, Event::kConnectRequest);
+  ASSERT_EQ(r.s[1].ep->reject(req.conn, bytes("go away")), 0);
+  ASSERT_TRUE(r.run([&] { return r.has(0, Event::kRejected); }));
+  const Event rej = *r.take(0, Event::kRejected);
+  EXPECT_EQ(rej.conn, a);
+  EXPECT_EQ(rej.reason, 28u);
+  EXPECT_EQ(text(rej.private_data), "go away");
+  EXPECT_EQ(r.s[0].ep->connections(), 0u);
+  EXPECT_EQ(r.s[1].ep->connections(), 0u);
+}
+
+TEST(ConnEndpoint, RequestsBeyondTheCapAreRejected) {
+  conn::Options one;
+  one.max_connections = 1;
+  Rig r({}, one);
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  const ConnId a1 = r.s[0].ep->connect(r.ip(1), kPort, {});
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kConnectRequest); }));
+  const ConnId a2 = r.s[0].ep->connect(r.ip(1), kPort, {});
+  ASSERT_NE(a2, 0u);
+  ASSERT_TRUE(r.run([&] { return r.has(0, Event::kRejected); }));
+  EXPECT_EQ(r.take(0, Event::kRejected)->conn, a2);
+  EXPECT_EQ(r.s[1].ep->connections(), 1u);
+  const Event req = *r.take(1, Event::kConnectRequest);
+  ASSERT_EQ(r.s[1].ep->accept(req.conn), 0);
+  ASSERT_TRUE(r.run([&] { return r.has(0, Event::kEstablished); }));
+  EXPECT_EQ(r.take(0, Event::kEstablished)->conn, a1);
+
+  // The active side's own cap: connect() beyond fails at once.
+  conn::Options cap;
+  cap.max_connections = 0;
+  conn::Endpoint none(*r.s[0].ctx, cap);
+  EXPECT_EQ(none.connect(r.ip(1), kPort, {}), 0u);
+  EXPECT_EQ(errno, EDQUOT);
+}
+
+TEST(ConnEndpoint, DestroyingTheEndpointDisconnectsItsConnections) {
+  Rig r;
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  ASSERT_NE(r.s[0].ep->connect(r.ip(1), kPort, {}), 0u);
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kConnectRequest); }));
+  ASSERT_EQ(r.s[1].ep->accept(r.take(1, Event::kConnectRequest)->conn), 0);
+  ASSERT_TRUE(
+      r.run([&] { return r.has(0, Event::kEstablished) && r.has(1, Event::kEstablished); }));
+  r.s[0].ep.reset();  // the drain: DREQ sent and answered before the QP goes
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kDisconnected); }));
+  EXPECT_TRUE(r.take(1, Event::kDisconnected)->remote);
+  r.s[0].ep = std::make_unique<conn::Endpoint>(*r.s[0].ctx);
+}
+
+TEST(ConnEndpoint, PdPerConnectionKeepsRkeysApart) {
+  conn::Options own;
+  own.pd_per_connection = true;
+  Rig r({}, own);
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  ConnId srv[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_NE(r.s[0].ep->connect(r.ip(1), kPort, {}), 0u);
+    ASSERT_TRUE(r.run([&] { return r.has(1, Event::kConnectRequest); }));
+    srv[k] = r.take(1, Event::kConnectRequest)->conn;
+    ASSERT_EQ(r.s[1].ep->accept(srv[k]), 0);
+  }
+  EXPECT_NE(r.s[1].ep->pd(srv[0]), r.s[1].ep->pd(srv[1]));
+  EXPECT_NE(r.s[1].ep->pd(srv[0]), r.s[1].ep->pd(0));
+}
+
+}  // namespace
+}  // namespace roce::test
