@@ -18,7 +18,6 @@ constexpr unsigned kRecvSlots = 4;       // perftest keeps one posted; more neve
 constexpr std::size_t kSlotSize = 64;    // room above perftest's 56 bytes to see a bad length
 constexpr double kRetryDelay = 0.1;      // perftest's client waits 100 ms between attempts
 constexpr double kDisconnectWait = 3.0;  // seconds to wait for the DREPs at the end
-constexpr std::uint16_t kFirstSrcPort = 32768;
 
 }  // namespace
 
@@ -175,8 +174,7 @@ cm::ConnId CmExchange::connect_one(Qp* qp, const CmQpParams& p, const std::strin
     cp.retry_count = 7;
     cp.rnr_retry_count = 7;
     cp.path_mtu = static_cast<std::uint8_t>(path_mtu_);
-    cp.cma = cm::CmaHeader::ipv4(env_.ip, static_cast<std::uint16_t>(kFirstSrcPort + rng() % 28000),
-                                 peer_ip_);
+    cp.cma = cm::CmaHeader::ipv4(env_.ip, cm::ephemeral_port(), peer_ip_);
     const std::optional<cm::ConnId> id = agent_.connect(qp, cp);
     if (!id) fail("cannot send the connect request for " + what);
     if (!env_.until(

@@ -399,7 +399,7 @@ unsigned run_client(Env& env, Session& s, const RpingOpts& o) {
     p.peer.gid = ctl::gid_from_ipv4(*ip);
     p.service_id = cm::service_id(cm::PortSpace::kTcp, static_cast<std::uint16_t>(o.port));
     p.starting_psn = wire::Psn(rng());
-    p.cma = cm::CmaHeader::ipv4(env.ip, static_cast<std::uint16_t>(32768 + rng() % 28000), *ip);
+    p.cma = cm::CmaHeader::ipv4(env.ip, cm::ephemeral_port(), *ip);
     s.conn = s.agent().connect(s.new_qp(), p);
     if (!s.conn) fail("cannot send the connect request");
     s.wait([&] { return s.established || s.rejected || s.unreachable; }, "the connection");

@@ -250,7 +250,7 @@ void run_client(Env& env, Cmatose& t, const CmatoseOpts& o) {
       p.service_id = cm::service_id(cm::PortSpace::kTcp, static_cast<std::uint16_t>(o.port));
       p.starting_psn = wire::Psn(rng());
       p.retry_count = 5;  // cmatose's conn_param
-      p.cma = cm::CmaHeader::ipv4(env.ip, static_cast<std::uint16_t>(32768 + rng() % 28000), *ip);
+      p.cma = cm::CmaHeader::ipv4(env.ip, cm::ephemeral_port(), *ip);
       t.rejected_.reset();
       n.id = t.agent().connect(n.qp, p);
       if (!n.id) fail("failure connecting");

@@ -266,7 +266,6 @@ void run_client(Env& env, Udaddy& t, const UdaddyOpts& o) {
   if (!ip) fail("-s must be the server's IPv4 address");
   const wire::MacAddr mac = env.resolve(*ip, 10);
   std::printf("udaddy: connecting\n");
-  std::mt19937 rng(std::random_device{}());
   const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(o.lf.timeout_s * 1e9);
   for (unsigned i = 0; i < o.connections; ++i) {
     Node& n = t.new_node();
@@ -274,7 +273,7 @@ void run_client(Env& env, Udaddy& t, const UdaddyOpts& o) {
       cm::SidrParams p;
       p.peer.gid = ctl::gid_from_ipv4(*ip);
       p.service_id = cm::service_id(cm::PortSpace::kUdp, static_cast<std::uint16_t>(o.port));
-      p.cma = cm::CmaHeader::ipv4(env.ip, static_cast<std::uint16_t>(32768 + rng() % 28000), *ip);
+      p.cma = cm::CmaHeader::ipv4(env.ip, cm::ephemeral_port(), *ip);
       n.sidr_status.reset();
       n.id = t.agent().cm().sidr_resolve(p);
       if (!n.id) fail("failure resolving");

@@ -50,7 +50,7 @@ int CmSession::connect(engine::Qp* qp, wire::Ipv4Addr dst, std::uint16_t port,
   c.initiator_depth = p.initiator_depth;
   c.rnr_retry_count = p.rnr_retry;
   c.path_mtu = path_mtu_;
-  c.cma = CmaHeader::ipv4(local_, static_cast<std::uint16_t>(32768 + random24() % 28000), dst);
+  c.cma = CmaHeader::ipv4(local_, ephemeral_port(), dst);
   c.private_data = p.private_data;
   const auto cid = hub_->connect(owner_, qp, std::move(c));
   if (!cid) return ENOMEM;  // the CM is full (max_connections) or the QP cannot be bound

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 
 namespace roce::cm {
 
@@ -472,6 +473,11 @@ DecodedMad decode(std::span<const std::uint8_t> mad) {
       break;
   }
   return r;
+}
+
+std::uint16_t ephemeral_port() {
+  static thread_local std::mt19937 rng(std::random_device{}());
+  return static_cast<std::uint16_t>(32768 + rng() % (60999 - 32768 + 1));
 }
 
 CmaHeader CmaHeader::ipv4(Ipv4Addr src, std::uint16_t sport, Ipv4Addr dst) {

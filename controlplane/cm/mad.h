@@ -329,12 +329,18 @@ struct CmaHeader {
   Ipv6Addr src_ip;              ///< the 16 bytes as on the wire
   Ipv6Addr dst_ip;
 
+  /// With sport = ephemeral_port() for an active side that has none of its own.
   static CmaHeader ipv4(Ipv4Addr src, std::uint16_t sport, Ipv4Addr dst);
   static CmaHeader ipv6(const Ipv6Addr& src, std::uint16_t sport, const Ipv6Addr& dst);
   Ipv4Addr src_ipv4() const { return Ipv4Addr{wire::load_be32(src_ip.b.data() + 12)}; }
   Ipv4Addr dst_ipv4() const { return Ipv4Addr{wire::load_be32(dst_ip.b.data() + 12)}; }
   friend bool operator==(const CmaHeader&, const CmaHeader&) = default;
 };
+
+/// The active side's port in the cma header: an ephemeral port, as Linux picks one for
+/// rdma_cm's TCP port space (32768-60999, ip_local_port_range's default). The one place that
+/// chooses it.
+std::uint16_t ephemeral_port();
 
 void encode_cma_header(const CmaHeader& h, std::span<std::uint8_t, kCmaHeaderSize> out);
 /// nullopt when the version is not 0 or the IP version is neither 4 nor 6.
