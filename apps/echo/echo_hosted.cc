@@ -152,8 +152,10 @@ class EchoService final : public runtime::HostedService {
 
   void on_completion(const conn::Completion& c) {
     const std::uint64_t b = c.wc.wr_id;
-    if (!c.ok()) {  // the connection failed; kDisconnected follows
-      ++errors_;
+    if (!c.ok()) {
+      // Flushed: the peer disconnected and its QP went to the error state before the CM
+      // event reached us (kDisconnected follows). Anything else is an error of the connection.
+      if (c.wc.status != verbs::WcStatus::kWrFlushErr) ++errors_;
       return;
     }
     if (c.wc.opcode == client::WcOpcode::kRecv) {
