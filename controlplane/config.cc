@@ -140,8 +140,7 @@ ServiceConfig parse_service(const YAML::Node& node, const std::string& origin, s
                            (known.empty() ? "this program hosts none" : known) + ")");
   s.port = k.str("port", first_port);
   if (!ports.count(s.port)) k.fail(k.get("port"), path + ".port '" + s.port + "' is not a port");
-  s.listen_port =
-      static_cast<std::uint16_t>(k.uint("listen_port", kind->default_port, 1, 65535));
+  s.listen_port = static_cast<std::uint16_t>(k.uint("listen_port", kind->default_port, 1, 65535));
   s.listen_address = mgmt;
   if (k.has("listen_address")) {
     const std::string a = k.str("listen_address", "");
@@ -181,9 +180,9 @@ ServiceConfig parse_service(const YAML::Node& node, const std::string& origin, s
     k.get(name);  // asked for: finish() lets it be
     ServiceOption o;
     const YAML::Mark m = kv.second.Mark();
-    o.where = origin + (m.line >= 0 ? ":" + std::to_string(m.line + 1) + ":" +
-                                          std::to_string(m.column + 1)
-                                    : std::string()) +
+    o.where = origin +
+              (m.line >= 0 ? ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1)
+                           : std::string()) +
               ": " + path + "." + name;
     if (kv.second.IsScalar()) {
       o.values.push_back(kv.second.Scalar());
@@ -327,8 +326,8 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
     if (!sv.IsSequence()) r.fail(sv, "'services' must be a list");
     std::set<std::uint16_t> tcp_ports;
     for (std::size_t i = 0; i < sv.size(); ++i)
-      c.services.push_back(parse_service(sv[i], origin, i, kinds, names, mgmt, tcp_ports,
-                                         c.ports.front().name));
+      c.services.push_back(
+          parse_service(sv[i], origin, i, kinds, names, mgmt, tcp_ports, c.ports.front().name));
   }
   if (r.has("attach")) {
     Reader a(r.get("attach"), origin, "attach");

@@ -62,7 +62,7 @@ struct ServiceConfig {
   /// Where its TCP listeners listen: the management address (`control.listen`'s) unless
   /// given; 0.0.0.0 (every kernel address) only when asked for.
   wire::Ipv4Addr listen_address{0x7F000001};
-  std::vector<std::string> args;  ///< the kind's command-line style options
+  std::vector<std::string> args;                 ///< the kind's command-line style options
   std::map<std::string, ServiceOption> options;  ///< the kind's own keys, as written
 
   // The kind's own keys, typed; a bad value throws ConfigError naming file, line and key.
@@ -78,7 +78,7 @@ struct ServiceConfig {
 /// (runtime/service.h) hands the reader these; the reader links no service.
 struct ServiceKindKeys {
   std::string name;
-  std::vector<std::string> keys;      ///< its own keys under services[i]
+  std::vector<std::string> keys;       ///< its own keys under services[i]
   std::uint16_t default_port = 18515;  ///< listen_port when unset
 };
 using ServiceKinds = std::vector<ServiceKindKeys>;

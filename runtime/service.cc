@@ -61,7 +61,9 @@ ServiceRegistry& ServiceRegistry::instance() {
 void ServiceRegistry::add(ServiceKind k) {
   if (k.name.empty() || !k.make || find(k.name) != nullptr) {
     std::fprintf(stderr, "service registry: kind '%s' %s\n", k.name.c_str(),
-                 k.name.empty() ? "has no name" : !k.make ? "has no make()" : "is registered twice");
+                 k.name.empty() ? "has no name"
+                 : !k.make      ? "has no make()"
+                                : "is registered twice");
     std::abort();
   }
   kinds_.push_back(std::make_unique<ServiceKind>(std::move(k)));

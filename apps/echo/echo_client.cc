@@ -41,13 +41,14 @@ int main(int argc, char** argv) {
   std::string socket, server;
   unsigned port = 7471, count = 8, size = 256;
   double timeout_s = 10;
-  po::options_description desc("Usage: roce-echo-client --attach SOCKET [options] SERVER\n\nOptions");
+  po::options_description desc(
+      "Usage: roce-echo-client --attach SOCKET [options] SERVER\n\nOptions");
   desc.add_options()("help,h", "print this help")("attach", po::value(&socket),
-                                                   "the roced to attach to (its attach.socket)")(
+                                                  "the roced to attach to (its attach.socket)")(
       "port,p", po::value(&port), "the echo service's rdma_cm port (7471)")(
-      "count,n", po::value(&count), "messages (8)")("size,s", po::value(&size),
-                                                    "bytes per message (256)")(
-      "timeout", po::value(&timeout_s), "seconds for the whole exchange (10)");
+      "count,n", po::value(&count), "messages (8)")(
+      "size,s", po::value(&size), "bytes per message (256)")("timeout", po::value(&timeout_s),
+                                                             "seconds for the whole exchange (10)");
   po::options_description hidden;
   hidden.add_options()("server", po::value(&server));
   po::options_description all;
@@ -74,8 +75,8 @@ int main(int argc, char** argv) {
   conn::Endpoint ep(*ctx);
   // Two halves of one region: what we send, where the echo lands.
   client::Buffer* buf = ctx->alloc_buffer(2 * std::size_t{size});
-  client::Mr* mr = buf ? ctx->reg_mr(ep.pd(), buf->addr, buf->length, verbs::kAccessLocalWrite)
-                       : nullptr;
+  client::Mr* mr =
+      buf ? ctx->reg_mr(ep.pd(), buf->addr, buf->length, verbs::kAccessLocalWrite) : nullptr;
   if (mr == nullptr) return fail(std::string("no registered memory: ") + std::strerror(errno));
   auto* out = static_cast<std::uint8_t*>(buf->addr);
   std::uint8_t* in = out + size;
@@ -145,7 +146,8 @@ int main(int argc, char** argv) {
       return fail("message " + std::to_string(i) + ": the echo differs from what was sent");
     if (i + 1 < count && post_recv(c) != 0) return fail("post_recv failed");
   }
-  std::printf("roce-echo-client: %u messages of %u bytes echoed, every byte checked\n", count, size);
+  std::printf("roce-echo-client: %u messages of %u bytes echoed, every byte checked\n", count,
+              size);
   ep.disconnect(c);
   return 0;
 }

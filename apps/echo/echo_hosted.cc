@@ -55,8 +55,9 @@ class EchoService final : public runtime::HostedService {
     mr_ = ctx_->reg_mr(ep_->pd(), buf_->addr, bytes, verbs::kAccessLocalWrite);
     if (mr_ == nullptr) throw std::runtime_error("cannot register the buffers");
     slots_.assign(max_connections_, 0);
-    std::printf("  service echo: rdma_cm port %u on port %s, %zu connections of %zu-byte messages\n",
-                env_.config.listen_port, env_.port_name.c_str(), max_connections_, message_size_);
+    std::printf(
+        "  service echo: rdma_cm port %u on port %s, %zu connections of %zu-byte messages\n",
+        env_.config.listen_port, env_.port_name.c_str(), max_connections_, message_size_);
     std::fflush(stdout);
   }
 
@@ -81,8 +82,8 @@ class EchoService final : public runtime::HostedService {
   void counters(std::vector<runtime::ServiceCounter>& out) const override {
     out.push_back({"echo_connections_now", "echo connections open", open_, true});
     out.push_back({"echo_connections", "echo connections accepted", accepted_, false});
-    out.push_back({"echo_rejected", "echo connection requests refused (max_connections)",
-                   rejected_, false});
+    out.push_back(
+        {"echo_rejected", "echo connection requests refused (max_connections)", rejected_, false});
     out.push_back({"echo_messages", "messages echoed", messages_, false});
     out.push_back({"echo_bytes", "bytes echoed", bytes_, false});
   }

@@ -121,7 +121,8 @@ class TestService final : public runtime::HostedService {
 
   std::string report() const override {
     char line[160];
-    std::snprintf(line, sizeof line, "  service %s (TCP %u): %u runs, %u failed, %u silent clients dropped\n",
+    std::snprintf(line, sizeof line,
+                  "  service %s (TCP %u): %u runs, %u failed, %u silent clients dropped\n",
                   sc_.kind.c_str(), sc_.listen_port, runs_, failures_, dropped_silent_);
     return line;
   }

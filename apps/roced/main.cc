@@ -362,8 +362,9 @@ int run(const ctl::ApplianceConfig& cfg) {
       }
       for (const Hosted& h : hosted)
         if (running[h.port] + failed[h.port] != 0) {
-          counters[h.port].services.push_back(
-              {"services_running_now", "hosted services running on the port", running[h.port], true});
+          counters[h.port].services.push_back({"services_running_now",
+                                               "hosted services running on the port",
+                                               running[h.port], true});
           counters[h.port].services.push_back(
               {"services_failed_now", "hosted services stopped by an error", failed[h.port], true});
           running[h.port] = failed[h.port] = 0;  // once per port
@@ -373,8 +374,8 @@ int run(const ctl::ApplianceConfig& cfg) {
     }
   };
   const runtime::ServiceRegistry& registry = runtime::ServiceRegistry::instance();
-  const wire::Ipv4Addr mgmt =
-      ctl::parse_ipv4(apps::split_host_port(cfg.control.listen).first).value_or(wire::Ipv4Addr{0x7F000001});
+  const wire::Ipv4Addr mgmt = ctl::parse_ipv4(apps::split_host_port(cfg.control.listen).first)
+                                  .value_or(wire::Ipv4Addr{0x7F000001});
   for (std::size_t i = 0; i < cfg.services.size(); ++i) {
     const ctl::ServiceConfig& sc = cfg.services[i];
     Hosted& h = hosted.emplace_back();

@@ -126,7 +126,8 @@ std::string Metrics::prometheus(const std::string& appliance) const {
   for (const auto& [name, list] : by_name) {
     const bool gauge = kGauges.count(name) != 0 || list.front()->gauge ||
                        (name.size() > 4 && name.compare(name.size() - 4, 4, "_now") == 0);
-    if (!list.front()->help.empty()) os << "# HELP roce_" << name << ' ' << list.front()->help << '\n';
+    if (!list.front()->help.empty())
+      os << "# HELP roce_" << name << ' ' << list.front()->help << '\n';
     os << "# TYPE roce_" << name << (gauge ? " gauge\n" : " counter\n");
     for (const auto* c : list)
       os << "roce_" << name << "{appliance=\"" << appliance << "\",port=\"" << c->port << "\"} "

@@ -1,11 +1,11 @@
 /// The registry of hosted service kinds (runtime/service.h): what roced and the configuration
 /// reader learn from it, --check through each kind's check(), and the programming errors it
 /// refuses.
-#include "runtime/service.h"
-
 #include <gtest/gtest.h>
 
 #include <stdexcept>
+
+#include "runtime/service.h"
 
 namespace roce::runtime {
 namespace {
@@ -76,8 +76,8 @@ TEST(ServiceRegistry, CheckNamesTheService) {
   const std::string base =
       "ports:\n  - {name: p0, device: x, mac: 02:00:00:00:00:01, ipv4: 192.0.2.1}\nservices:\n"
       "  - {kind: test_a}\n";
-  EXPECT_NO_THROW(r.check(ctl::parse_config(base + "  - {kind: test_b, depth: 3}\n", "t.yaml",
-                                            r.catalog())));
+  EXPECT_NO_THROW(
+      r.check(ctl::parse_config(base + "  - {kind: test_b, depth: 3}\n", "t.yaml", r.catalog())));
   try {
     r.check(ctl::parse_config(base + "  - {kind: test_b, args: [-x]}\n", "t.yaml", r.catalog()));
     ADD_FAILURE() << "no error";
