@@ -1,8 +1,10 @@
 /// @file
 /// roced: the appliance daemon. Reads the YAML configuration, starts the DPDK EAL (no
 /// hugepages needed), brings up every port with its engine and poll loop, answers ARP and
-/// ping, publishes counters (Prometheus text endpoint and DPDK telemetry /roce/counters), and
-/// shuts down cleanly on SIGINT or SIGTERM.
+/// ping, hosts the configured services (`services:`; their kinds come from the applications
+/// through the registry of runtime/service.h, never by name here), publishes counters
+/// (Prometheus text endpoint and DPDK telemetry /roce/counters), and shuts down cleanly on
+/// SIGINT or SIGTERM.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
