@@ -72,8 +72,8 @@ grep -E "echo|services" "$work/counters.txt" || true
 [[ -n $ok ]] || { echo "FAIL: echo_messages is not 124"; exit 1; }
 grep -Eq "^p0 +echo_connections +4$" "$work/counters.txt" || { echo "FAIL: echo_connections"; exit 1; }
 grep -Eq "^p0 +services_running_now +1$" "$work/counters.txt" || { echo "FAIL: services_running_now"; exit 1; }
-curl -s "http://$prom/metrics" > "$work/metrics.txt" 2>/dev/null || true
-if [[ -s $work/metrics.txt ]]; then
+if command -v curl > /dev/null; then  # the exposition itself: the service's HELP and TYPE lines
+  curl -s "http://$prom/metrics" > "$work/metrics.txt" || { echo "FAIL: no /metrics"; exit 1; }
   grep -q "^# HELP roce_echo_messages messages echoed$" "$work/metrics.txt" &&
     grep -q "^# TYPE roce_echo_connections_now gauge$" "$work/metrics.txt" ||
     { grep echo "$work/metrics.txt"; echo "FAIL: no HELP/TYPE lines for the echo counters"; exit 1; }
