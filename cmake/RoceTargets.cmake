@@ -40,11 +40,30 @@ function(roce_add_test name)
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
 endfunction()
 
+# roce_hosted_service(NAME SOURCES ... DEPS ...): an application's registration of the kinds of
+# service roced hosts (runtime/service.h, a RegisterService object). Built as an OBJECT library:
+# nothing refers to a registration object, so from a static library the linker would drop it;
+# an OBJECT library's objects are linked whole into what links it. roced links every target made
+# here (apps/CMakeLists.txt, ROCE_HOSTED_SERVICES), so a new application edits nothing of roced.
+function(roce_hosted_service name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} OBJECT ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
+  target_compile_features(${name} PUBLIC cxx_std_20)
+  target_compile_options(${name} PRIVATE ${ROCE_WARNINGS})
+  target_link_libraries(${name} PUBLIC roce_runtime_service ${ARG_DEPS})
+  if(ROCE_TESTING)
+    target_compile_definitions(${name} PUBLIC ROCE_TESTING=1)
+  endif()
+  set_property(GLOBAL APPEND PROPERTY ROCE_HOSTED_SERVICES ${name})
+endfunction()
+
 # Every public header compiles on its own (Seastar's CheckHeaders idea).
 function(roce_add_header_check)
   file(GLOB_RECURSE headers RELATIVE ${PROJECT_SOURCE_DIR}
        ${PROJECT_SOURCE_DIR}/dataplane/*.h ${PROJECT_SOURCE_DIR}/controlplane/*.h
        ${PROJECT_SOURCE_DIR}/apps/*.h ${PROJECT_SOURCE_DIR}/client/*.h
+       ${PROJECT_SOURCE_DIR}/runtime/*.h
        ${PROJECT_SOURCE_DIR}/include/*.h)
   set(srcs)
   foreach(h ${headers})

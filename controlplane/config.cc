@@ -114,7 +114,95 @@ PortConfig parse_port(const YAML::Node& node, const std::string& origin, const s
   return p;
 }
 
-ApplianceConfig parse_document(const std::string& text, const std::string& origin) {
+// services[i]: what every kind has (kind, port, listen_port, listen_address, args), then the
+// kind's own keys, each checked against the list its kind declared (the service registry's).
+ServiceConfig parse_service(const YAML::Node& node, const std::string& origin, std::size_t i,
+                            const ServiceKinds& kinds, const std::set<std::string>& ports,
+                            wire::Ipv4Addr mgmt, std::set<std::uint16_t>& listen_ports,
+                            const std::string& first_port) {
+  const std::string path = "services[" + std::to_string(i) + "]";
+  Reader k(node, origin, path);
+  ServiceConfig s;
+  // `kind:`; `test:` is its first spelling (perftest's tests were the first services).
+  const bool has_kind = k.has("kind"), has_test = k.has("test");
+  if (has_kind && has_test) k.fail(node, path + ": kind and test name the same thing; give one");
+  if (!has_kind && !has_test) k.fail(node, path + ".kind is required");
+  const std::string key = has_kind ? "kind" : "test";
+  s.kind = k.str(key, "");
+  std::string known;
+  const ServiceKindKeys* kind = nullptr;
+  for (const auto& x : kinds) {
+    known += (known.empty() ? "" : ", ") + x.name;
+    if (x.name == s.kind) kind = &x;
+  }
+  if (kind == nullptr)
+    k.fail(k.get(key), path + "." + key + " '" + s.kind + "' is not a kind of service (" +
+                           (known.empty() ? "this program hosts none" : known) + ")");
+  s.port = k.str("port", first_port);
+  if (!ports.count(s.port)) k.fail(k.get("port"), path + ".port '" + s.port + "' is not a port");
+  s.listen_port = static_cast<std::uint16_t>(k.uint("listen_port", kind->default_port, 1, 65535));
+  s.listen_address = mgmt;
+  if (k.has("listen_address")) {
+    const std::string a = k.str("listen_address", "");
+    const auto ip = parse_ipv4(a);
+    if (!ip)
+      k.fail(k.get("listen_address"),
+             path + ".listen_address '" + a + "' is not an IPv4 address (0.0.0.0: every one)");
+    s.listen_address = *ip;
+  }
+  if (!listen_ports.insert(s.listen_port).second)
+    k.fail(node, path + ".listen_port " + std::to_string(s.listen_port) + " is used twice");
+  if (k.has("args")) {
+    const YAML::Node a = k.get("args");
+    if (!a.IsSequence()) k.fail(a, path + ".args must be a list of strings");
+    for (const auto& x : a) {
+      if (!x.IsScalar()) k.fail(x, path + ".args must be a list of strings");
+      s.args.push_back(x.Scalar());
+    }
+  }
+  // The kind's own keys: a scalar or a list of scalars each; any other key is a typo.
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) k.fail(kv.first, "a key in " + path + " is not a string");
+    const std::string name = kv.first.Scalar();
+    if (name == "kind" || name == "test" || name == "port" || name == "listen_port" ||
+        name == "listen_address" || name == "args")
+      continue;
+    bool own = false;
+    std::string keys;
+    for (const auto& x : kind->keys) {
+      keys += (keys.empty() ? "" : ", ") + x;
+      own = own || x == name;
+    }
+    if (!own)
+      k.fail(kv.first, "unknown key '" + name + "' in " + path + " (" + s.kind + " takes " +
+                           (keys.empty() ? std::string("no keys of its own") : keys) +
+                           "; every service: kind, port, listen_port, listen_address, args)");
+    k.get(name);  // asked for: finish() lets it be
+    ServiceOption o;
+    const YAML::Mark m = kv.second.Mark();
+    o.where = origin +
+              (m.line >= 0 ? ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1)
+                           : std::string()) +
+              ": " + path + "." + name;
+    if (kv.second.IsScalar()) {
+      o.values.push_back(kv.second.Scalar());
+    } else if (kv.second.IsSequence()) {
+      o.list = true;
+      for (const auto& x : kv.second) {
+        if (!x.IsScalar()) k.fail(x, path + "." + name + " must be a scalar or a list of scalars");
+        o.values.push_back(x.Scalar());
+      }
+    } else {
+      k.fail(kv.second, path + "." + name + " must be a scalar or a list of scalars");
+    }
+    s.options.emplace(name, std::move(o));
+  }
+  k.finish();
+  return s;
+}
+
+ApplianceConfig parse_document(const std::string& text, const std::string& origin,
+                               const ServiceKinds& kinds) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -237,43 +325,9 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
     const YAML::Node sv = r.get("services");
     if (!sv.IsSequence()) r.fail(sv, "'services' must be a list");
     std::set<std::uint16_t> tcp_ports;
-    for (std::size_t i = 0; i < sv.size(); ++i) {
-      const std::string path = "services[" + std::to_string(i) + "]";
-      Reader k(sv[i], origin, path);
-      ServiceConfig s;
-      static const std::set<std::string> kTests = {
-          "write_bw",     "read_bw",  "send_bw",    "atomic_bw",   "write_lat",
-          "read_lat",     "send_lat", "atomic_lat", "rc_pingpong", "ud_pingpong",
-          "srq_pingpong", "naa",      "nfs",        "coyote"};
-      if (!k.has("test")) k.fail(sv[i], path + ".test is required");
-      s.test = k.str("test", "");
-      if (!kTests.count(s.test))
-        k.fail(k.get("test"), path + ".test '" + s.test +
-                                  "' is not a test (write_bw, read_bw, send_bw, atomic_bw, "
-                                  "write_lat, read_lat, send_lat, atomic_lat, rc_pingpong, "
-                                  "ud_pingpong, srq_pingpong, naa, nfs, coyote)");
-      s.port = k.str("port", c.ports.front().name);
-      if (!names.count(s.port))
-        k.fail(k.get("port"), path + ".port '" + s.port + "' is not a port");
-      s.listen_port = static_cast<std::uint16_t>(k.uint("listen_port", s.listen_port, 1, 65535));
-      s.listen_address = mgmt;
-      if (k.has("listen_address")) {
-        const std::string a = k.str("listen_address", "");
-        const auto ip = parse_ipv4(a);
-        if (!ip)
-          k.fail(k.get("listen_address"),
-                 path + ".listen_address '" + a + "' is not an IPv4 address (0.0.0.0: every one)");
-        s.listen_address = *ip;
-      }
-      if (!tcp_ports.insert(s.listen_port).second)
-        k.fail(sv[i], path + ".listen_port " + std::to_string(s.listen_port) + " is used twice");
-      if (k.has("args")) {
-        const YAML::Node a = k.get("args");
-        if (!a.IsSequence()) k.fail(a, path + ".args must be a list of strings");
-        for (const auto& x : a) s.args.push_back(x.as<std::string>());
-      }
-      c.services.push_back(std::move(s));
-    }
+    for (std::size_t i = 0; i < sv.size(); ++i)
+      c.services.push_back(
+          parse_service(sv[i], origin, i, kinds, names, mgmt, tcp_ports, c.ports.front().name));
   }
   if (r.has("attach")) {
     Reader a(r.get("attach"), origin, "attach");
@@ -340,9 +394,10 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
 
 }  // namespace
 
-ApplianceConfig parse_config(const std::string& text, const std::string& origin) {
+ApplianceConfig parse_config(const std::string& text, const std::string& origin,
+                             const ServiceKinds& kinds) {
   try {
-    return parse_document(text, origin);
+    return parse_document(text, origin, kinds);
   } catch (const YAML::Exception& e) {
     // What the checks above did not foresee (a mapping where yaml-cpp is asked for a string,
     // a key that is not a scalar): an error with its place, never an uncaught exception.
@@ -353,12 +408,63 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin)
   }
 }
 
-ApplianceConfig load_config(const std::string& path) {
+ApplianceConfig load_config(const std::string& path, const ServiceKinds& kinds) {
   std::ifstream f(path);
   if (!f) throw ConfigError(path + ": cannot open the configuration file");
   std::stringstream ss;
   ss << f.rdbuf();
-  return parse_config(ss.str(), path);
+  return parse_config(ss.str(), path, kinds);
+}
+
+// ---- a service's own keys, typed -------------------------------------------------------------
+
+namespace {
+const ServiceOption* scalar_option(const ServiceConfig& s, const std::string& key) {
+  const auto it = s.options.find(key);
+  if (it == s.options.end()) return nullptr;
+  if (it->second.list) throw ConfigError(it->second.where + " must be a single value, not a list");
+  return &it->second;
+}
+}  // namespace
+
+std::string ServiceConfig::option(const std::string& key, const std::string& def) const {
+  const ServiceOption* o = scalar_option(*this, key);
+  return o ? o->values.front() : def;
+}
+
+std::uint64_t ServiceConfig::option_uint(const std::string& key, std::uint64_t def,
+                                         std::uint64_t lo, std::uint64_t hi) const {
+  const ServiceOption* o = scalar_option(*this, key);
+  if (!o) return def;
+  const std::string& v = o->values.front();
+  std::uint64_t n = 0;
+  std::size_t used = 0;
+  try {
+    if (v.empty() || v[0] == '-') throw std::invalid_argument(v);
+    n = std::stoull(v, &used, 0);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v.size())
+    throw ConfigError(o->where + " must be an unsigned integer, not '" + v + "'");
+  if (n < lo || n > hi)
+    throw ConfigError(o->where + " = " + v + " is out of range [" + std::to_string(lo) + ", " +
+                      std::to_string(hi) + "]");
+  return n;
+}
+
+bool ServiceConfig::option_bool(const std::string& key, bool def) const {
+  const ServiceOption* o = scalar_option(*this, key);
+  if (!o) return def;
+  const std::string& v = o->values.front();
+  if (v == "true" || v == "yes" || v == "on") return true;
+  if (v == "false" || v == "no" || v == "off") return false;
+  throw ConfigError(o->where + " must be true or false, not '" + v + "'");
+}
+
+std::vector<std::string> ServiceConfig::option_list(const std::string& key) const {
+  const auto it = options.find(key);
+  return it == options.end() ? std::vector<std::string>{} : it->second.values;
 }
 
 }  // namespace roce::ctl

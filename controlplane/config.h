@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -43,18 +44,44 @@ struct PortConfig {
   } offload;
 };
 
-/// A test server the appliance hosts (roce-perf's tests: perftest's ib_* and ibv_*_pingpong
-/// peers): it accepts the tool's out-of-band TCP connection on `listen_port` and runs the RoCE
-/// traffic on the dataplane port `port`.
-struct ServiceConfig {
-  std::string test;                   ///< write_bw, read_lat, rc_pingpong, ...
-  std::string port;                   ///< name of the port under `ports`
-  std::uint16_t listen_port = 18515;  ///< TCP
-  /// Where it listens: the management address (`control.listen`'s) unless given; 0.0.0.0
-  /// (every kernel address) only when asked for.
-  wire::Ipv4Addr listen_address{0x7F000001};
-  std::vector<std::string> args;  ///< the test's options, as on roce-perf's command line
+/// One of a hosted service's own keys (`services[i].<key>`, declared by its kind in the service
+/// registry, runtime/service.h): the value as written, a scalar or a list of scalars, and where.
+struct ServiceOption {
+  std::vector<std::string> values;  ///< a scalar: one value; a list: its items
+  bool list = false;
+  std::string where;  ///< "file:line:column: services[i].key", for the kind's errors
 };
+
+/// A service the appliance hosts (`services[]`; docs/new-application.md): its kind (one the
+/// service registry knows: perftest's and pingpong's tests, coyote, naa, nfs, echo, ...), the
+/// port whose engine and loop it runs on, where it listens, its args and its kind's own keys.
+struct ServiceConfig {
+  std::string kind;                   ///< `kind:` (or `test:`, its first spelling)
+  std::string port;                   ///< name of the port under `ports`
+  std::uint16_t listen_port = 18515;  ///< TCP or rdma_cm, as the kind says; its default if unset
+  /// Where its TCP listeners listen: the management address (`control.listen`'s) unless
+  /// given; 0.0.0.0 (every kernel address) only when asked for.
+  wire::Ipv4Addr listen_address{0x7F000001};
+  std::vector<std::string> args;                 ///< the kind's command-line style options
+  std::map<std::string, ServiceOption> options;  ///< the kind's own keys, as written
+
+  // The kind's own keys, typed; a bad value throws ConfigError naming file, line and key.
+  bool has(const std::string& key) const { return options.count(key) != 0; }
+  std::string option(const std::string& key, const std::string& def) const;
+  std::uint64_t option_uint(const std::string& key, std::uint64_t def, std::uint64_t lo,
+                            std::uint64_t hi) const;
+  bool option_bool(const std::string& key, bool def) const;
+  std::vector<std::string> option_list(const std::string& key) const;
+};
+
+/// What the configuration reader knows of a kind of hosted service. The service registry
+/// (runtime/service.h) hands the reader these; the reader links no service.
+struct ServiceKindKeys {
+  std::string name;
+  std::vector<std::string> keys;       ///< its own keys under services[i]
+  std::uint16_t default_port = 18515;  ///< listen_port when unset
+};
+using ServiceKinds = std::vector<ServiceKindKeys>;
 
 struct ApplianceConfig {
   std::string name = "roce";
@@ -128,9 +155,11 @@ class ConfigError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Parses and validates a YAML document. `origin` names it in error messages.
-ApplianceConfig parse_config(const std::string& yaml_text, const std::string& origin);
+/// Parses and validates a YAML document. `origin` names it in error messages. `kinds`: the
+/// kinds of service `services[]` may name, with their own keys (none: no service allowed).
+ApplianceConfig parse_config(const std::string& yaml_text, const std::string& origin,
+                             const ServiceKinds& kinds = {});
 /// Reads and parses a file.
-ApplianceConfig load_config(const std::string& path);
+ApplianceConfig load_config(const std::string& path, const ServiceKinds& kinds = {});
 
 }  // namespace roce::ctl

@@ -1,8 +1,10 @@
 /// @file
 /// roced: the appliance daemon. Reads the YAML configuration, starts the DPDK EAL (no
 /// hugepages needed), brings up every port with its engine and poll loop, answers ARP and
-/// ping, publishes counters (Prometheus text endpoint and DPDK telemetry /roce/counters), and
-/// shuts down cleanly on SIGINT or SIGTERM.
+/// ping, hosts the configured services (`services:`; their kinds come from the applications
+/// through the registry of runtime/service.h, never by name here), publishes counters
+/// (Prometheus text endpoint and DPDK telemetry /roce/counters), and shuts down cleanly on
+/// SIGINT or SIGTERM.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -24,12 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/naa/naa_service.h"
-#include "apps/nfs/nfs_service.h"
-#include "apps/perf/cli.h"
 #include "apps/roced/metrics.h"
 #include "apps/roced/metrics_http.h"
-#include "apps/roced/services.h"
 #include "controlplane/address.h"
 #include "controlplane/attach/attach_server.h"
 #include "controlplane/config.h"
@@ -39,13 +37,12 @@
 #include "fpga/host/card_context.h"
 #include "fpga/model/datapath_offload.h"
 #include "fpga/model/device.h"
+#include "runtime/service.h"
 
 namespace po = boost::program_options;
 using namespace roce;
 
 namespace {
-
-struct Shutdown {};  // thrown out of a running service when a signal arrives
 
 volatile std::sig_atomic_t g_signal = 0;
 void on_signal(int sig) { g_signal = sig; }
@@ -153,39 +150,13 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
   }
 }
 
-// The accelerator RPC services (`test: naa`, apps/naa/naa_service.h), on lcore 0 of their port.
-std::vector<std::unique_ptr<naa::NaaService>> open_naa_services(const ctl::ApplianceConfig& cfg,
-                                                                std::vector<PortRuntime>& ports) {
-  std::vector<std::unique_ptr<naa::NaaService>> out;
-  for (const auto& sc : cfg.services) {
-    if (sc.test != "naa") continue;
-    for (auto& p : ports) {
-      if (p.cfg.name != sc.port) continue;
-      out.push_back(std::make_unique<naa::NaaService>(sc, p.eng(), p.loop(), p.cfg.ipv4,
-                                                      cfg.limits.cm_connections));
-      std::printf("  service naa: rdma_cm port %u on port %s\n", sc.listen_port, sc.port.c_str());
-    }
-  }
-  std::fflush(stdout);
-  return out;
-}
-
-// The NFSv3 services (`test: nfs`, apps/nfs/nfs_service.h), on lcore 0 of their port.
-std::vector<std::unique_ptr<nfs::HostedNfsService>> open_nfs_services(
-    const ctl::ApplianceConfig& cfg, std::vector<PortRuntime>& ports) {
-  std::vector<std::unique_ptr<nfs::HostedNfsService>> out;
-  for (const auto& sc : cfg.services) {
-    if (sc.test != "nfs") continue;
-    for (auto& p : ports) {
-      if (p.cfg.name != sc.port) continue;
-      out.push_back(std::make_unique<nfs::HostedNfsService>(sc, p.eng(), p.loop(), p.cfg.ipv4,
-                                                            cfg.limits.cm_connections));
-      std::printf("  service nfs: rdma_cm port %u on port %s\n", sc.listen_port, sc.port.c_str());
-    }
-  }
-  std::fflush(stdout);
-  return out;
-}
+// A hosted service (runtime/service.h) and what roced lends it.
+struct Hosted {
+  const runtime::ServiceKind* kind = nullptr;
+  std::size_t port = 0;  ///< index in the ports
+  std::unique_ptr<runtime::ServiceEnv> env;
+  std::unique_ptr<runtime::HostedService> svc;
+};
 
 int run(const ctl::ApplianceConfig& cfg) {
   std::vector<std::string> eal = cfg.eal_args;
@@ -350,89 +321,133 @@ int run(const ctl::ApplianceConfig& cfg) {
   if (att) std::printf("  attach: %s (mode %04o)\n", att->socket_path().c_str(), cfg.attach.mode);
   std::fflush(stdout);
 
-  appliance::ServiceHost services(cfg);
-  std::vector<std::unique_ptr<naa::NaaService>> naas = open_naa_services(cfg, ports);
-  std::vector<std::unique_ptr<nfs::HostedNfsService>> nfss = open_nfs_services(cfg, ports);
-  // The port of each NFS service (open_nfs_services' order), for its counters.
-  std::vector<std::size_t> nfs_port;
-  for (const auto& sc : cfg.services)
-    for (std::size_t i = 0; sc.test == "nfs" && i < ports.size(); ++i)
-      if (ports[i].cfg.name == sc.port) nfs_port.push_back(i);
+  // The hosted services, in the configuration's order: made by their kind (the registry), on
+  // loop 0 of their port, polled from this loop.
+  std::vector<Hosted> hosted;
+  hosted.reserve(cfg.services.size());
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  std::uint64_t next_publish = 0, next_accept = 0;
+  std::uint64_t next_publish = 0;
+  // Every running service once; from a blocking service's background, the non-blocking ones.
+  const auto poll_services = [&](bool from_background) {
+    std::size_t work = 0;
+    for (Hosted& h : hosted) {
+      if (h.svc->state() != runtime::ServiceState::kRunning) continue;
+      if (from_background && h.kind->blocking) continue;
+      try {
+        work += h.svc->poll() ? 1 : 0;
+      } catch (const std::exception& e) {
+        h.svc->set_state(runtime::ServiceState::kFailed, e.what());
+        std::printf("roced: %s failed: %s\n", h.env->name().c_str(), e.what());
+        std::fflush(stdout);
+      }
+    }
+    return work;
+  };
+  std::vector<runtime::ServiceCounter> service_counters;
   // Work besides the ports' poll loops: counters, signals.
   const auto housekeeping = [&](std::uint64_t now) {
     if (now >= next_publish) {
       collect(ports, counters, att.get());
       for (auto& c : counters) c.services.clear();
-      for (std::size_t k = 0; k < nfss.size(); ++k)
-        for (auto& kv : nfss[k]->stats()) counters[nfs_port[k]].services.push_back(std::move(kv));
+      std::vector<std::uint64_t> running(ports.size()), failed(ports.size());
+      for (const Hosted& h : hosted) {
+        const runtime::ServiceState st = h.svc->state();
+        running[h.port] += st == runtime::ServiceState::kRunning;
+        failed[h.port] += st == runtime::ServiceState::kFailed;
+        if (st != runtime::ServiceState::kRunning) continue;
+        service_counters.clear();
+        h.svc->counters(service_counters);
+        for (auto& sc : service_counters)
+          counters[h.port].services.push_back(
+              {std::move(sc.name), std::move(sc.help), sc.value, sc.gauge});
+      }
+      for (const Hosted& h : hosted)
+        if (running[h.port] + failed[h.port] != 0) {
+          counters[h.port].services.push_back({"services_running_now",
+                                               "hosted services running on the port",
+                                               running[h.port], true});
+          counters[h.port].services.push_back(
+              {"services_failed_now", "hosted services stopped by an error", failed[h.port], true});
+          running[h.port] = failed[h.port] = 0;  // once per port
+        }
       metrics.publish(counters);
       next_publish = now + 100'000'000;
     }
   };
-  // One test against a client that has spoken; the other ports and the counters keep going.
-  const auto run_test = [&](appliance::Service& svc, int fd) {
-    PortRuntime& home = ports[svc.port_index];
-    perf::Env env(home.eng(), home.loop(), home.cfg.ipv4, [&] {
-      for (std::size_t i = 0; i < ports.size(); ++i)
-        if (i != svc.port_index) ports[i].loop().poll_once();
-      housekeeping(port::now_ns());
-      for (auto& n : naas) n->step();
-      for (auto& n : nfss) n->step();
-      if (g_signal != 0) throw Shutdown{};
+  const runtime::ServiceRegistry& registry = runtime::ServiceRegistry::instance();
+  const wire::Ipv4Addr mgmt = ctl::parse_ipv4(apps::split_host_port(cfg.control.listen).first)
+                                  .value_or(wire::Ipv4Addr{0x7F000001});
+  for (std::size_t i = 0; i < cfg.services.size(); ++i) {
+    const ctl::ServiceConfig& sc = cfg.services[i];
+    Hosted& h = hosted.emplace_back();
+    h.kind = registry.find(sc.kind);  // the reader checked the name against the registry
+    for (std::size_t p = 0; p < ports.size(); ++p)
+      if (ports[p].cfg.name == sc.port) h.port = p;
+    PortRuntime& home = ports[h.port];
+    h.env = std::make_unique<runtime::ServiceEnv>(runtime::ServiceEnv{
+        .config = sc,
+        .index = i,
+        .port_name = home.cfg.name,
+        .engine = home.eng(),
+        .loop = home.loop(),
+        .mac = home.cfg.mac,
+        .ipv4 = home.cfg.ipv4,
+        .management = mgmt,
+        .cm_connections = cfg.limits.cm_connections,
+        // The rest of the appliance while a blocking service runs an exchange on its port.
+        .background =
+            [&, self = h.port] {
+              for (std::size_t k = 0; k < ports.size(); ++k)
+                if (k != self) ports[k].loop().poll_once();
+              housekeeping(port::now_ns());
+              poll_services(true);
+              if (g_signal != 0) throw runtime::HostShutdown{};
+            },
+        .open_card = nullptr,
     });
-    env.cm_connections = cfg.limits.cm_connections;
     if (home.card)
-      env.open_card = [&home, &env] {
+      h.env->open_card = [&home] {
         fpga::CardContextOptions co;
         co.driver = &home.card->driver();
         co.port.name = home.cfg.name;
         co.port.mac = home.cfg.mac;
-        co.port.ipv4 = env.ip;
-        co.port.gid = env.gid;
+        co.port.ipv4 = home.cfg.ipv4;
+        co.port.gid = wire::ipv4_mapped(home.cfg.ipv4);
         co.port.max_mtu = home.eng().config().max_mtu;
         return fpga::open_card_context(std::move(co));
       };
-    std::printf("roced: service %s on port %s, TCP %u: a client connected\n", svc.cfg.test.c_str(),
-                svc.cfg.port.c_str(), svc.cfg.listen_port);
-    std::fflush(stdout);
-    ++svc.runs;
     try {
-      perf::Oob oob(env, fd, svc.inv.opts.timeout_s);
-      perf::run(svc.inv, env, oob);
-      std::printf("roced: service %s: done\n", svc.cfg.test.c_str());
-    } catch (const perf::TestFailure& e) {
-      ++svc.failures;
-      std::printf("roced: service %s failed: %s\n", svc.cfg.test.c_str(), e.what());
-    } catch (const Shutdown&) {
-      std::printf("roced: service %s abandoned\n", svc.cfg.test.c_str());
+      if (h.kind->check) h.kind->check(sc);
+      h.svc = h.kind->make(*h.env);
+      h.svc->start();
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(runtime::service_error(i, sc.kind, e.what()));
     }
-    std::fflush(stdout);
-  };
+    h.svc->set_state(runtime::ServiceState::kRunning);
+  }
+  std::fflush(stdout);
   port::IdleBackoff idle(idle_policy);
   while (g_signal == 0) {
     std::size_t moved = 0;
     for (auto& p : ports) moved += p.loop().poll_once();
-    for (auto& n : naas) n->step();
-    for (auto& n : nfss) n->step();
+    try {
+      moved += poll_services(false);
+    } catch (const runtime::HostShutdown&) {
+      break;  // a blocking service let it through: the signal ends the loop anyway
+    }
     idle.after_poll(moved);
-    const std::uint64_t now = port::now_ns();
-    housekeeping(now);
-    if (services.empty() || now < next_accept) continue;
-    next_accept = now + 1'000'000;  // look for a tool's client every millisecond
-    services.poll(now, run_test);
+    housekeeping(port::now_ns());
   }
   if (att) att->stop();  // no new requests; the workers still run what was posted
-  for (auto& n : naas) std::printf("  service naa:\n%s", n->report().c_str());
-  naas.clear();
-  for (auto& n : nfss) std::printf("  service nfs:\n%s", n->report().c_str());
-  nfss.clear();
-  for (const auto& svc : services.services())
-    std::printf("  service %s (TCP %u): %u runs, %u failed, %u silent clients dropped\n",
-                svc.cfg.test.c_str(), svc.cfg.listen_port, svc.runs, svc.failures,
-                svc.dropped_silent);
+  for (Hosted& h : hosted) {
+    h.svc->stop();
+    if (h.svc->state() == runtime::ServiceState::kFailed)
+      std::printf("  %s failed: %s\n", h.env->name().c_str(), h.svc->state_reason().c_str());
+    h.svc->set_state(runtime::ServiceState::kStopped);
+    std::printf("%s", h.svc->report().c_str());
+  }
+  hosted.clear();
   stop_workers = true;
   for (unsigned l = 1; l < nl; ++l) rte_eal_wait_lcore(cfg.lcores[l]);
   server.reset();  // it lists the clients
@@ -480,6 +495,7 @@ int main(int argc, char** argv) {
       "check", "validate the configuration, print it in short and exit")(
       "name", po::value(&name), "override the appliance name")(
       "log-level", po::value(&level), "override logging.level (error, warning, info, debug)")(
+      "services", "list the kinds of service this roced can host, with their keys, and exit")(
       "prometheus", po::value(&prometheus),
       "override counters.prometheus (host:port, a port alone for the management address, or "
       "'off')")("no-telemetry", "do not register with DPDK telemetry");
@@ -499,12 +515,17 @@ int main(int argc, char** argv) {
     std::cout << "roced 0.1.0\n";
     return 0;
   }
+  if (vm.count("services")) {
+    std::cout << runtime::ServiceRegistry::instance().describe();
+    return 0;
+  }
   if (config.empty()) {
     std::cerr << "roced: --config FILE is required\n(try --help)\n";
     return 2;
   }
   try {
-    ctl::ApplianceConfig cfg = ctl::load_config(config);
+    ctl::ApplianceConfig cfg =
+        ctl::load_config(config, runtime::ServiceRegistry::instance().catalog());
     if (!name.empty()) cfg.name = name;
     if (!level.empty()) {
       if (level != "error" && level != "warning" && level != "info" && level != "debug")
@@ -536,7 +557,7 @@ int main(int argc, char** argv) {
     }
     if (vm.count("check")) {
       // What the daemon would refuse at start, refused here too.
-      appliance::check_services(cfg);
+      runtime::ServiceRegistry::instance().check(cfg);
       if (!cfg.attach.group.empty() && ::getgrnam(cfg.attach.group.c_str()) == nullptr)
         throw ctl::ConfigError("attach.group: no group '" + cfg.attach.group + "'");
       std::printf("%s: OK: appliance %s, %zu port(s), lcores", config.c_str(), cfg.name.c_str(),

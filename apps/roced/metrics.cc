@@ -93,7 +93,17 @@ std::vector<CounterSample> Metrics::snapshot() const {
       out.push_back({"attach_out_of_fds", p.name, p.attach_out_of_fds});
       out.push_back({"attach_cm_refused", p.name, p.attach_cm_refused});
     }
-    for (const auto& [name, value] : p.services) out.push_back({name, p.name, value});
+    const std::size_t first_service = out.size();
+    for (const auto& sv : p.services) {
+      // Two services of a port with the same counter: one series, their sum.
+      bool merged = false;
+      for (std::size_t k = first_service; k < out.size() && !merged; ++k)
+        if (out[k].name == sv.name) {
+          out[k].value += sv.value;
+          merged = true;
+        }
+      if (!merged) out.push_back({sv.name, p.name, sv.value, sv.help, sv.gauge});
+    }
     if (p.faults_on) {
       out.push_back({"fault_dropped", p.name, p.faults.dropped});
       out.push_back({"fault_duplicated", p.name, p.faults.duplicated});
@@ -114,8 +124,10 @@ std::string Metrics::prometheus(const std::string& appliance) const {
       "qps",        "mrs",        "arp_entries", "nd_entries",         "attach_clients",
       "attach_qps", "attach_mrs", "attach_cqs",  "attach_memory_bytes"};
   for (const auto& [name, list] : by_name) {
-    const bool gauge = kGauges.count(name) != 0 ||
+    const bool gauge = kGauges.count(name) != 0 || list.front()->gauge ||
                        (name.size() > 4 && name.compare(name.size() - 4, 4, "_now") == 0);
+    if (!list.front()->help.empty())
+      os << "# HELP roce_" << name << ' ' << list.front()->help << '\n';
     os << "# TYPE roce_" << name << (gauge ? " gauge\n" : " counter\n");
     for (const auto* c : list)
       os << "roce_" << name << "{appliance=\"" << appliance << "\",port=\"" << c->port << "\"} "

@@ -30,9 +30,14 @@ struct PortCounters {
   port::NeighbourStats neighbour;
   FaultStats faults;
   bool faults_on = false;
-  /// Counters of the services hosted on the port (`test: nfs`), as they name them; a name
-  /// ending in `_now` is a level (a gauge), the others count.
-  std::vector<std::pair<std::string, std::uint64_t>> services;
+  /// Counters of the services hosted on the port (runtime/service.h), as they name them; two
+  /// services reporting the same name on one port add up.
+  struct Service {
+    std::string name, help;
+    std::uint64_t value = 0;
+    bool gauge = false;  ///< a level; a name ending in `_now` is one too
+  };
+  std::vector<Service> services;
   /// The FPGA offload's device counters (port `offload:`), summed over the port's loops;
   /// exported as fpga_<Coyote's nstats name>.
   bool fpga_on = false;
@@ -61,9 +66,13 @@ struct ClientSample {
 };
 
 struct CounterSample {
+  CounterSample(std::string n, std::string p, std::uint64_t v, std::string h = {}, bool g = false)
+      : name(std::move(n)), port(std::move(p)), value(v), help(std::move(h)), gauge(g) {}
   std::string name;  ///< e.g. "rx_frames"
   std::string port;  ///< label
   std::uint64_t value = 0;
+  std::string help;    ///< # HELP line (hosted services' counters; empty: none)
+  bool gauge = false;  ///< besides the names Metrics knows as levels and `_now`
 };
 
 class Metrics {

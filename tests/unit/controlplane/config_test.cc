@@ -58,9 +58,17 @@ TEST(Config, ParsesEveryField) {
   EXPECT_FALSE(c.counters.telemetry);
 }
 
+// The kinds of service these tests may name, as the service registry (runtime/service.h) would
+// hand them to the reader: a few of roce-perf's tests, and one with keys of its own.
+const ServiceKinds kKinds = {{"write_bw", {}, 18515},
+                             {"read_bw", {}, 18515},
+                             {"rc_pingpong", {}, 18515},
+                             {"send_lat", {}, 18515},
+                             {"echo", {"max_connections", "message_size"}, 7471}};
+
 std::string error_of(const std::string& yaml) {
   try {
-    parse_config(yaml, "bad.yaml");
+    parse_config(yaml, "bad.yaml", kKinds);
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -100,13 +108,22 @@ TEST(Config, ErrorsNameFileLineAndKey) {
       {"- just\n- a list\n", "the configuration must be a YAML mapping"},
       {base + "eal: {lcores: [zero]}\n", "eal.lcores: 'zero' is not a core number"},
       {base + "services:\n  - test: write_bandwidth\n",
-       "bad.yaml:7:11: services[0].test 'write_bandwidth' is not a test"},
+       "bad.yaml:7:11: services[0].test 'write_bandwidth' is not a kind of service (write_bw, "
+       "read_bw, rc_pingpong, send_lat, echo)"},
       {base + "services:\n  - test: write_bw\n    port: p9\n",
        "bad.yaml:8:11: services[0].port 'p9' is not a port"},
       {base + "services:\n  - {test: write_bw}\n  - {test: read_bw}\n",
        "services[1].listen_port 18515 is used twice"},
       {base + "services:\n  - {test: write_bw, args: -n}\n", "services[0].args must be a list"},
-      {base + "services:\n  - {port: p0}\n", "services[0].test is required"},
+      {base + "services:\n  - {port: p0}\n", "services[0].kind is required"},
+      {base + "services:\n  - {kind: echo, test: echo}\n", "kind and test name the same thing"},
+      {base + "services:\n  - {kind: echo, mesage_size: 64}\n",
+       "bad.yaml:7:18: unknown key 'mesage_size' in services[0] (echo takes max_connections, "
+       "message_size; every service: kind, port, listen_port, listen_address, args)"},
+      {base + "services:\n  - {kind: write_bw, message_size: 64}\n",
+       "unknown key 'message_size' in services[0] (write_bw takes no keys of its own"},
+      {base + "services:\n  - {kind: echo, message_size: {a: 1}}\n",
+       "services[0].message_size must be a scalar or a list of scalars"},
   };
   for (const auto& c : cases) {
     const std::string e = error_of(c.yaml);
@@ -118,9 +135,9 @@ TEST(Config, Services) {
   const auto c = parse_config(std::string(kGood) +
                                   "services:\n  - {test: write_bw, args: [-n, '100']}\n"
                                   "  - {test: rc_pingpong, port: p0, listen_port: 18600}\n",
-                              "good.yaml");
+                              "good.yaml", kKinds);
   ASSERT_EQ(c.services.size(), 2u);
-  EXPECT_EQ(c.services[0].test, "write_bw");
+  EXPECT_EQ(c.services[0].kind, "write_bw");
   EXPECT_EQ(c.services[0].port, "p0");
   EXPECT_EQ(c.services[0].listen_port, 18515);
   EXPECT_EQ(c.services[0].args, (std::vector<std::string>{"-n", "100"}));
@@ -129,13 +146,45 @@ TEST(Config, Services) {
       << "the management address (control.listen's), not every address";
 }
 
+TEST(Config, ServiceKindsOwnKeys) {
+  const auto c = parse_config(std::string(kGood) +
+                                  "services:\n  - kind: echo\n    message_size: 256\n"
+                                  "  - {kind: echo, listen_port: 7472, max_connections: [1, 2]}\n",
+                              "good.yaml", kKinds);
+  ASSERT_EQ(c.services.size(), 2u);
+  EXPECT_EQ(c.services[0].kind, "echo");
+  EXPECT_EQ(c.services[0].listen_port, 7471) << "the kind's default port";
+  EXPECT_EQ(c.services[0].option_uint("message_size", 4096, 64, 65536), 256u);
+  EXPECT_EQ(c.services[0].option_uint("max_connections", 16, 1, 1024), 16u) << "unset: default";
+  try {
+    c.services[0].option_uint("message_size", 4096, 1024, 65536);
+    ADD_FAILURE() << "no range error";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "good.yaml:22:19: services[0].message_size = 256 is out of range [1024, 65536]");
+  }
+  EXPECT_EQ(c.services[1].option_list("max_connections"), (std::vector<std::string>{"1", "2"}));
+  EXPECT_THROW(c.services[1].option_uint("max_connections", 16, 1, 1024), ConfigError)
+      << "a list where one value is wanted";
+  EXPECT_NE(error_of(std::string(kGood) + "services:\n  - {kind: echo}\n  - {kind: echo}\n")
+                .find("services[1].listen_port 7471 is used twice"),
+            std::string::npos);
+  // A reader given no kinds hosts none.
+  try {
+    parse_config(std::string(kGood) + "services:\n  - {kind: echo}\n", "t.yaml");
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("this program hosts none"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Config, ServicesListenOnTheManagementAddress) {
   const auto c =
       parse_config(std::string(kGood) +
                        "control: {listen: '192.0.2.11:18500'}\n"
                        "services:\n  - {test: write_bw}\n"
                        "  - {test: read_bw, listen_port: 18600, listen_address: 0.0.0.0}\n",
-                   "good.yaml");
+                   "good.yaml", kKinds);
   EXPECT_EQ(c.services[0].listen_address, wire::Ipv4Addr{0xC000020B});
   EXPECT_EQ(c.services[1].listen_address, wire::Ipv4Addr{0});
   EXPECT_NE(error_of(std::string(kGood) + "services:\n  - {test: write_bw, listen_address: x}\n")
@@ -243,7 +292,7 @@ TEST(Config, ShippedExamplesParse) {
   for (const auto& f : std::filesystem::directory_iterator(ROCE_CONFIG_DIR)) {
     if (f.path().extension() != ".yaml") continue;
     SCOPED_TRACE(f.path().string());
-    EXPECT_NO_THROW(load_config(f.path().string()));
+    EXPECT_NO_THROW(load_config(f.path().string(), kKinds));
     ++n;
   }
   EXPECT_GE(n, 3);

@@ -1,0 +1,75 @@
+/// @file
+/// The NFSv3 server as a kind of service roced hosts (`services: - kind: nfs`;
+/// runtime/service.h): the registration and a thin adaptor over HostedNfsService
+/// (nfs_service.h). `listen_port` is the rdma_cm port (20049 for mount.nfs); `args` are
+/// parse_service_args()'s; MOUNT listens on `listen_address` unless --mount-address says
+/// otherwise.
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+
+#include "apps/nfs/nfs_service.h"
+#include "runtime/service.h"
+
+namespace roce::nfs {
+
+namespace {
+
+class HostedNfs final : public runtime::HostedService {
+ public:
+  explicit HostedNfs(runtime::ServiceEnv& env) : env_(env) {}
+  void start() override {
+    svc_ = std::make_unique<HostedNfsService>(env_.config, env_.engine, env_.loop, env_.ipv4,
+                                              env_.cm_connections);
+    std::printf("  service nfs: rdma_cm port %u on port %s\n", env_.config.listen_port,
+                env_.config.port.c_str());
+    std::fflush(stdout);
+  }
+  bool poll() override {
+    svc_->step();
+    return false;
+  }
+  void stop() override {
+    if (svc_) report_ = "  service nfs:\n" + svc_->report();
+    svc_.reset();  // its worker first, then the servers (NfsService's destructor)
+  }
+  void counters(std::vector<runtime::ServiceCounter>& out) const override {
+    if (!svc_) return;
+    for (auto& [name, value] : svc_->stats()) {
+      const bool level = name.size() > 4 && name.compare(name.size() - 4, 4, "_now") == 0;
+      out.push_back({name, {}, value, level});
+    }
+  }
+  std::string report() const override { return report_; }
+
+ private:
+  runtime::ServiceEnv& env_;
+  std::unique_ptr<HostedNfsService> svc_;
+  std::string report_;
+};
+
+const runtime::RegisterService kNfs{{
+    .name = "nfs",
+    .description = "the NFSv3 server over RPC-over-RDMA, MOUNT over TCP (docs/nfs.md; args: "
+                   "--root DIR, --export-options, --clients, ...)",
+    .keys = {},
+    .default_port = kNfsRdmaPort,  // 20049, where mount.nfs looks
+    .blocking = false,
+    .check =
+        [](const ctl::ServiceConfig& sc) {
+          NfsServiceConfig c;
+          parse_service_args(sc.args, c);
+          struct stat st {};
+          if (::stat(c.root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+            throw std::runtime_error("--root " + c.root + " is not a directory");
+        },
+    .make = [](runtime::ServiceEnv& env) -> std::unique_ptr<runtime::HostedService> {
+      return std::make_unique<HostedNfs>(env);
+    },
+}};
+
+}  // namespace
+
+}  // namespace roce::nfs
