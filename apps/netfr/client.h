@@ -75,25 +75,17 @@ class Client : public Endpoint {
     return connected() ? 0 : -ENOTCONN;
   }
 
+  /// Advertises a buffer on channel `index`: `buf` (the host writes a bounce buffer, copied to
+  /// `buf` when the event is delivered), or, with `buf` null, memory of the stack's (zero copy;
+  /// nfrMemoryPointer).
   NFRMemory* attach(void* buf, std::uint64_t size, std::uint8_t index) {
-    if (!buf || size == 0 || size > NETFR_MAX_BUFFER_SIZE || index >= NETFR_CHANNEL_COUNT)
-      return nullptr;
-    unsigned slot = 0;
-    while (slot < NETFR_MAX_MEM_REGIONS && mems_[slot]) ++slot;
-    if (slot == NETFR_MAX_MEM_REGIONS) return nullptr;
-    auto mr = fab_.reg_mr(buf, size);
-    if (!mr) return nullptr;
-    auto m = std::make_unique<NFRMemory>();
-    m->ptr = buf;
-    m->size = size;
-    m->mr = *mr;
-    m->channel = index;
-    m->index = slot;
-    m->host = false;
-    m->owner = this;
-    mems_[slot] = std::move(m);
-    advertise(*mems_[slot]);
-    return mems_[slot].get();
+    if (!valid(size, index)) return nullptr;
+    return keep(new_memory(buf, size, index));
+  }
+  /// The application's memfd `fd` mapped at `addr`, registered in place (zero copy).
+  NFRMemory* attach_memfd(int fd, void* addr, std::uint64_t size, std::uint8_t index) {
+    if (!addr || fd < 0 || !valid(size, index)) return nullptr;
+    return keep(new_memfd(fd, addr, size, index));
   }
 
   int buffer_ack(NFRMemory* m) {
@@ -128,11 +120,28 @@ class Client : public Endpoint {
   std::string stats_line() const { return stats_.line() + " " + fab_.report(); }
 
  private:
+  bool valid(std::uint64_t size, std::uint8_t index) const {
+    if (size == 0 || size > NETFR_MAX_BUFFER_SIZE || index >= NETFR_CHANNEL_COUNT) return false;
+    for (const auto& m : mems_)
+      if (!m) return true;
+    return false;
+  }
+  NFRMemory* keep(std::unique_ptr<NFRMemory> m) {
+    if (!m) return nullptr;
+    unsigned slot = 0;
+    while (slot < NETFR_MAX_MEM_REGIONS && mems_[slot]) ++slot;
+    m->index = slot;
+    m->host = false;
+    mems_[slot] = std::move(m);
+    advertise(*mems_[slot]);
+    return mems_[slot].get();
+  }
+
   int advertise(const NFRMemory& m) {
     ClientBufferState s;
     s.index = m.index;
     s.page_size = 4096;
-    s.addr = reinterpret_cast<std::uint64_t>(m.ptr);
+    s.addr = m.mr.iova;
     s.size = m.size;
     s.rkey = m.mr.rkey;
     std::uint8_t buf[kClientBufferStateSize];
@@ -149,7 +158,11 @@ class Client : public Endpoint {
     evt->payloadLength = p.length;
     if (p.write) {
       evt->type = NFR_CLIENT_EVENT_MEM_WRITE;
-      evt->memRegion = mems_[p.buffer].get();
+      NFRMemory* m = mems_[p.buffer].get();
+      evt->memRegion = m;
+      if (m->bounced())
+        std::memcpy(static_cast<std::uint8_t*>(m->ptr) + p.offset,
+                    static_cast<const std::uint8_t*>(m->mr.addr) + p.offset, p.length);
       evt->payloadOffset = p.offset;
     } else {
       evt->type = NFR_CLIENT_EVENT_DATA;

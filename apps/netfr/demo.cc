@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "apps/netfr/include/netfr/netfr.h"
+#include "apps/netfr/local_stack.h"
 
 namespace {
 
@@ -400,6 +401,7 @@ int run_client(const char* host, const std::string& svg, bool relaxed) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  roce::netfr::use_local_stack();  // NETFR_LINK: in-process links as well as attach=SOCKET
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s host [--res 1080p,4k] [--fps N] [--seconds S] | client HOST_IP [--svg "

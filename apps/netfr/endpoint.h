@@ -19,9 +19,10 @@
 #include "apps/netfr/protocol.h"
 
 struct NFRMemory {
-  void* ptr = nullptr;
+  void* ptr = nullptr;  ///< what the application sees (nfrMemoryPointer)
   std::uint64_t size = 0;
-  roce::netfr::MrInfo mr;
+  roce::netfr::MrInfo mr;  ///< what the fabric reads and writes: at `ptr`, or a bounce buffer
+  bool bounced() const { return mr.addr != ptr; }
   std::uint8_t channel = 0;
   std::uint32_t index = 0;  ///< client: the index it is advertised under
   bool host = true;
@@ -31,7 +32,16 @@ struct NFRMemory {
 
 namespace roce::netfr {
 
-/// The process's fabric (one DPDK port; the EAL starts once per process): made from `link`
+/// Opens the fabric of a link text: "attach=SOCKET[,port=NAME]" attaches to the roced
+/// listening on SOCKET (libroce only: no DPDK in this process); anything else is an in-process
+/// link ("pmd=memif,...", netfr.h), opened by the in-process opener when the program installed
+/// one (local_stack.h: use_local_stack()). nullptr and `err` when it cannot.
+std::unique_ptr<Fabric> open_fabric(const std::string& link, std::string& err);
+/// Installed by a program that links the in-process stack (local_stack.h).
+using LocalOpener = std::unique_ptr<Fabric> (*)(const std::string& link, std::string& err);
+void set_local_opener(LocalOpener f);
+
+/// The process's fabric for the C API (one per process: the EAL starts once): made from `link`
 /// (NULL: $NETFR_LINK) on first use, kept until exit. nullptr and `err` when it cannot start.
 Fabric* process_fabric(const char* link, std::string& err);
 
@@ -60,8 +70,7 @@ class Endpoint {
     int credits = NETFR_CREDIT_COUNT;
     std::uint32_t tx_channel_serial = 0;
     std::uint32_t rx_channel_serial = 0;  ///< next expected from the peer
-    std::vector<std::uint8_t> rx_mem, tx_mem;
-    MrInfo rx_mr{}, tx_mr{};
+    MrInfo rx_mr{}, tx_mr{};  ///< the slots, in the fabric's memory
     std::vector<std::uint32_t> free_tx;
     std::deque<std::vector<std::uint8_t>> internal;  ///< waiting for a credit
     /// Send slots whose completion calls back (cookie -> callback).
@@ -92,12 +101,21 @@ class Endpoint {
                   std::uint64_t raddr, std::uint32_t rkey, bool signaled = false);
   void repost(unsigned ch, std::uint32_t slot);
   std::uint8_t* rx_slot(unsigned ch, std::uint32_t slot) {
-    return ch_[ch].rx_mem.data() + std::size_t{slot} * NETFR_MESSAGE_MAX_SIZE;
+    return static_cast<std::uint8_t*>(ch_[ch].rx_mr.addr) + std::size_t{slot} * NETFR_MESSAGE_MAX_SIZE;
+  }
+  std::uint8_t* tx_slot(unsigned ch, std::uint32_t slot) {
+    return static_cast<std::uint8_t*>(ch_[ch].tx_mr.addr) + std::size_t{slot} * NETFR_MESSAGE_MAX_SIZE;
   }
   /// One round: polls the fabric, hands events and received messages to the role.
   int pump();
   /// Polls until `done()` (true) or the timeout (false).
   bool wait_until(const std::function<bool()>& done);
+  /// Memory for a region of the application's (NFRMemory): the fabric's own when `user` is
+  /// null (zero copy), else a bounce buffer the size of `user`'s, copied at each use
+  /// (nfr*AttachMemory: memory the stack did not allocate cannot be registered attached).
+  std::unique_ptr<NFRMemory> new_memory(void* user, std::uint64_t size, std::uint8_t channel);
+  /// The application's memfd region, registered in place.
+  std::unique_ptr<NFRMemory> new_memfd(int fd, void* addr, std::uint64_t size, std::uint8_t channel);
 
   /// The role's handlers. on_message: return true to keep the receive slot (the role reposts it
   /// later), false to repost it now.

@@ -95,22 +95,16 @@ class Host : public Endpoint {
     return 0;
   }
 
+  /// A source of buffer writes on channel `index`: `buf` (copied through a bounce buffer at
+  /// each write), or, with `buf` null, memory of the stack's (zero copy; nfrMemoryPointer).
   NFRMemory* attach(void* buf, std::uint64_t size, std::uint8_t index) {
-    if (!buf || size == 0 || size > NETFR_MAX_BUFFER_SIZE || index >= NETFR_CHANNEL_COUNT ||
-        mems_.size() >= NETFR_MAX_MEM_REGIONS)
-      return nullptr;
-    auto mr = fab_.reg_mr(buf, size);
-    if (!mr) return nullptr;
-    auto m = std::make_unique<NFRMemory>();
-    m->ptr = buf;
-    m->size = size;
-    m->mr = *mr;
-    m->channel = index;
-    m->host = true;
-    m->owner = this;
-    mems_.push_back(std::move(m));
-    if (connected()) send_host_buffer_state();
-    return mems_.back().get();
+    if (!valid(size, index)) return nullptr;
+    return keep(new_memory(buf, size, index));
+  }
+  /// The application's memfd `fd` mapped at `addr`, registered in place (zero copy).
+  NFRMemory* attach_memfd(int fd, void* addr, std::uint64_t size, std::uint8_t index) {
+    if (!addr || fd < 0 || !valid(size, index)) return nullptr;
+    return keep(new_memfd(fd, addr, size, index));
   }
 
   int write_buffer(NFRMemory* mem, std::uint64_t loff, std::uint64_t roff, std::uint64_t len,
@@ -150,7 +144,8 @@ class Host : public Endpoint {
       any_fits = false;
     }
     RemoteBuffer& b = remote_[static_cast<unsigned>(best)];
-    const auto* src = static_cast<const std::uint8_t*>(mem->ptr) + loff;
+    auto* src = static_cast<std::uint8_t*>(mem->mr.addr) + loff;
+    if (mem->bounced()) std::memcpy(src, static_cast<const std::uint8_t*>(mem->ptr) + loff, len);
     if (!post_write(ch, src, static_cast<std::uint32_t>(len), mem->mr.lkey, b.addr + roff, b.rkey))
       return -EIO;
     BufferUpdate u;
@@ -183,7 +178,8 @@ class Host : public Endpoint {
     const RemoteBuffer& b = remote_[index];
     if (!connected()) return -ENOTCONN;
     if (!b.known || b.size < len || b.channel != mem->channel) return -EMSGSIZE;
-    return post_write(mem->channel, mem->ptr, static_cast<std::uint32_t>(len), mem->mr.lkey, b.addr,
+    if (mem->bounced()) std::memcpy(mem->mr.addr, mem->ptr, len);
+    return post_write(mem->channel, mem->mr.addr, static_cast<std::uint32_t>(len), mem->mr.lkey, b.addr,
                       b.rkey, true)
                ? 0
                : -EIO;
@@ -194,6 +190,18 @@ class Host : public Endpoint {
   }
 
  private:
+  bool valid(std::uint64_t size, std::uint8_t index) const {
+    return size != 0 && size <= NETFR_MAX_BUFFER_SIZE && index < NETFR_CHANNEL_COUNT &&
+           mems_.size() < NETFR_MAX_MEM_REGIONS;
+  }
+  NFRMemory* keep(std::unique_ptr<NFRMemory> m) {
+    if (!m) return nullptr;
+    m->host = true;
+    mems_.push_back(std::move(m));
+    if (connected()) send_host_buffer_state();
+    return mems_.back().get();
+  }
+
   int wait_credit(unsigned ch) {
     Channel& c = ch_[ch];
     auto ready = [&] { return c.credits > NETFR_RESERVED_CREDIT_COUNT && !c.free_tx.empty(); };
@@ -235,6 +243,7 @@ class Host : public Endpoint {
     if (ch < 0) return;
     switch (e.kind) {
       case FabricEvent::kEstablished:
+        if (ch_[static_cast<unsigned>(ch)].up) break;  // already, by its first message
         ch_[static_cast<unsigned>(ch)].up = true;
         if (connected()) {
           ++stats_.connects;
