@@ -75,19 +75,6 @@ class Client : public Endpoint {
     return connected() ? 0 : -ENOTCONN;
   }
 
-  /// Advertises a buffer on channel `index`: `buf` (the host writes a bounce buffer, copied to
-  /// `buf` when the event is delivered), or, with `buf` null, memory of the stack's (zero copy;
-  /// nfrMemoryPointer).
-  NFRMemory* attach(void* buf, std::uint64_t size, std::uint8_t index) {
-    if (!valid(size, index)) return nullptr;
-    return keep(new_memory(buf, size, index));
-  }
-  /// The application's memfd `fd` mapped at `addr`, registered in place (zero copy).
-  NFRMemory* attach_memfd(int fd, void* addr, std::uint64_t size, std::uint8_t index) {
-    if (!addr || fd < 0 || !valid(size, index)) return nullptr;
-    return keep(new_memfd(fd, addr, size, index));
-  }
-
   int buffer_ack(NFRMemory* m) {
     if (!m || m->host || m->owner != this) return -EINVAL;
     m->has_data = false;
@@ -120,13 +107,13 @@ class Client : public Endpoint {
   std::string stats_line() const { return stats_.line() + " " + fab_.report(); }
 
  private:
-  bool valid(std::uint64_t size, std::uint8_t index) const {
+  bool memory_fits(std::uint64_t size, std::uint8_t index) const override {
     if (size == 0 || size > NETFR_MAX_BUFFER_SIZE || index >= NETFR_CHANNEL_COUNT) return false;
     for (const auto& m : mems_)
       if (!m) return true;
     return false;
   }
-  NFRMemory* keep(std::unique_ptr<NFRMemory> m) {
+  NFRMemory* keep_memory(std::unique_ptr<NFRMemory> m) override {
     if (!m) return nullptr;
     unsigned slot = 0;
     while (slot < NETFR_MAX_MEM_REGIONS && mems_[slot]) ++slot;

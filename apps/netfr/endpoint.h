@@ -81,6 +81,19 @@ class Endpoint {
   virtual ~Endpoint();
 
   Fabric& fabric() { return fab_; }
+
+  /// A region of the application's on channel `index` (host: a source of buffer writes;
+  /// client: advertised to the host): `buf`, copied through a bounce buffer of the stack's at
+  /// each use (memory the stack did not allocate cannot be registered when attached), or, with
+  /// `buf` null, memory of the stack's (zero copy; NFRMemory::ptr).
+  NFRMemory* attach(void* buf, std::uint64_t size, std::uint8_t index) {
+    return memory_fits(size, index) ? keep_memory(new_memory(buf, size, index)) : nullptr;
+  }
+  /// The application's memfd `fd` mapped at `addr`, registered in place (zero copy).
+  NFRMemory* attach_memfd(int fd, void* addr, std::uint64_t size, std::uint8_t index) {
+    if (!addr || fd < 0 || !memory_fits(size, index)) return nullptr;
+    return keep_memory(new_memfd(fd, addr, size, index));
+  }
   Channel& channel(unsigned i) { return ch_[i]; }
   const Stats& stats() const { return stats_; }
   bool blocking() const { return !nonblocking_; }
@@ -110,12 +123,9 @@ class Endpoint {
   int pump();
   /// Polls until `done()` (true) or the timeout (false).
   bool wait_until(const std::function<bool()>& done);
-  /// Memory for a region of the application's (NFRMemory): the fabric's own when `user` is
-  /// null (zero copy), else a bounce buffer the size of `user`'s, copied at each use
-  /// (nfr*AttachMemory: memory the stack did not allocate cannot be registered attached).
-  std::unique_ptr<NFRMemory> new_memory(void* user, std::uint64_t size, std::uint8_t channel);
-  /// The application's memfd region, registered in place.
-  std::unique_ptr<NFRMemory> new_memfd(int fd, void* addr, std::uint64_t size, std::uint8_t channel);
+  /// The role's memory limits, and where it keeps (and announces) a new region.
+  virtual bool memory_fits(std::uint64_t size, std::uint8_t index) const = 0;
+  virtual NFRMemory* keep_memory(std::unique_ptr<NFRMemory> m) = 0;
 
   /// The role's handlers. on_message: return true to keep the receive slot (the role reposts it
   /// later), false to repost it now.
@@ -137,6 +147,8 @@ class Endpoint {
   double timeout_s_ = 10;
 
  private:
+  std::unique_ptr<NFRMemory> new_memory(void* user, std::uint64_t size, std::uint8_t channel);
+  std::unique_ptr<NFRMemory> new_memfd(int fd, void* addr, std::uint64_t size, std::uint8_t channel);
   void flush_internal(unsigned ch);
   void on_completion(const FabricCompletion& c);
 };

@@ -95,18 +95,6 @@ class Host : public Endpoint {
     return 0;
   }
 
-  /// A source of buffer writes on channel `index`: `buf` (copied through a bounce buffer at
-  /// each write), or, with `buf` null, memory of the stack's (zero copy; nfrMemoryPointer).
-  NFRMemory* attach(void* buf, std::uint64_t size, std::uint8_t index) {
-    if (!valid(size, index)) return nullptr;
-    return keep(new_memory(buf, size, index));
-  }
-  /// The application's memfd `fd` mapped at `addr`, registered in place (zero copy).
-  NFRMemory* attach_memfd(int fd, void* addr, std::uint64_t size, std::uint8_t index) {
-    if (!addr || fd < 0 || !valid(size, index)) return nullptr;
-    return keep(new_memfd(fd, addr, size, index));
-  }
-
   int write_buffer(NFRMemory* mem, std::uint64_t loff, std::uint64_t roff, std::uint64_t len,
                    std::uint64_t udata, const NFRCallbackInfo* cb) {
     if (!mem || len == 0 || loff + len > mem->size || loff + len < loff) return -EINVAL;
@@ -190,11 +178,11 @@ class Host : public Endpoint {
   }
 
  private:
-  bool valid(std::uint64_t size, std::uint8_t index) const {
+  bool memory_fits(std::uint64_t size, std::uint8_t index) const override {
     return size != 0 && size <= NETFR_MAX_BUFFER_SIZE && index < NETFR_CHANNEL_COUNT &&
            mems_.size() < NETFR_MAX_MEM_REGIONS;
   }
-  NFRMemory* keep(std::unique_ptr<NFRMemory> m) {
+  NFRMemory* keep_memory(std::unique_ptr<NFRMemory> m) override {
     if (!m) return nullptr;
     m->host = true;
     mems_.push_back(std::move(m));
