@@ -149,6 +149,8 @@ bool HostService::poll() {
   return true;
 }
 
+bool HostService::connected() const { return host_->connected(); }
+
 std::string HostService::report() const {
   return "netfr source: sessions " + std::to_string(sessions_) + " frames " +
          std::to_string(frames_total_) + " busy " + std::to_string(busy_) + " errors " +

@@ -48,6 +48,10 @@ class HostService {
   /// Clients that got every frame (HostServiceOptions::frames) and the end datagram.
   std::uint64_t sessions() const { return sessions_; }
   std::uint64_t frames_sent() const { return frames_total_; }
+  /// Writes and datagrams that failed (not those only deferred: no credit, no free buffer).
+  std::uint64_t errors() const { return errors_; }
+  /// A client is connected now (both channels).
+  bool connected() const;
   /// The counters in one line (roced's log, the program's last words).
   std::string report() const;
 

@@ -7,8 +7,9 @@
 # MODE attached: the source a client of roced A, the consumer of roced B (two roced on a
 #                 memif link);
 #      inproc:   the source in-process on a memif link of its own to roced B;
-#      hosted:   roced A hosts the source (`services: - test: netfr`), the consumer attached
-#                 to roced B; exits 77 (skipped) while roced does not know the service.
+#      hosted:   roced A hosts the source (`services: - kind: netfr`, its keys width, height,
+#                 frames), the consumer attached to roced B; exits 77 (skipped) while roced
+#                 does not know the kind.
 set -euo pipefail
 roced=$(realpath "$1") source=$(realpath "$2") lg=$(realpath "$3") mode=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
@@ -38,9 +39,12 @@ case $mode in
     spid=$! host_ip=192.0.2.133 ;;
   hosted)
     services="services:
-  - test: netfr
+  - kind: netfr
     port: p0
-    args: [--frames, '$frames', --width, '$width', --height, '$height']"
+    listen_port: 5010
+    width: $width
+    height: $height
+    frames: $frames"
     # roced A's configuration, checked first: a roced without the NetFR service skips.
     cat > "$work/check.yaml" <<YAML
 name: check
