@@ -6,8 +6,13 @@
 /// back (nfrClientBufferAck), cursor datagrams on the secondary channel. It checks that the
 /// events come in strictly increasing connection serials, the frames in sequence with every
 /// byte right, each cursor after the frame it names, and the end datagram's count.
+/// With --memfd the buffers are memfds of the program's own, mapped and registered in place
+/// (nfrClientAttachMemfd), as Looking Glass's shared frame memory would be.
 ///   roce-netfr-lg --attach SOCKET [--attach-port NAME] HOST_IP [--port N] [--width N]
-///                 [--height N] [--buffers N] [--timeout S]
+///                 [--height N] [--buffers N] [--memfd] [--timeout S]
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -36,10 +41,15 @@ int main(int argc, char** argv) {
   std::string attach, attach_port, host;
   unsigned port = 5010, width = 320, height = 180, buffers = 2;
   double timeout = 60;
+  bool memfd = false;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (k.rfind("--", 0) != 0) {
       host = k;
+      continue;
+    }
+    if (k == "--memfd") {
+      memfd = true;
       continue;
     }
     if (i + 1 >= argc) return fail("an option needs a value");
@@ -66,7 +76,7 @@ int main(int argc, char** argv) {
   if (attach.empty() || host.empty() || buffers == 0 || width == 0 || height == 0) {
     std::fprintf(stderr,
                  "usage: %s --attach SOCKET [--attach-port NAME] HOST_IP [--port N] [--width N] "
-                 "[--height N] [--buffers N] [--timeout S]\n",
+                 "[--height N] [--buffers N] [--memfd] [--timeout S]\n",
                  argv[0]);
     return 2;
   }
@@ -80,8 +90,18 @@ int main(int argc, char** argv) {
   if (const int r = nfrClientInit(&o, &c); r != 0) return fail("nfrClientInit", U(-r));
   std::printf("netfr-lg: connected to %s:%u through %s\n", host.c_str(), port, attach.c_str());
   const std::uint64_t bytes = fr::frame_bytes(width, height);
-  for (unsigned i = 0; i < buffers; ++i)
-    if (!nfrClientAllocMemory(c, bytes, NETFR_CHANNEL_PRIMARY)) return fail("nfrClientAllocMemory");
+  for (unsigned i = 0; i < buffers; ++i) {
+    if (!memfd) {
+      if (!nfrClientAllocMemory(c, bytes, NETFR_CHANNEL_PRIMARY)) return fail("nfrClientAllocMemory");
+      continue;
+    }
+    const int fd = memfd_create("netfr-lg-frame", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) return fail("memfd", U(errno));
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return fail("mmap", U(errno));
+    PNFRMemory m = nfrClientAttachMemfd(c, fd, p, bytes, NETFR_CHANNEL_PRIMARY);
+    if (!m || nfrMemoryPointer(m) != p) return fail("nfrClientAttachMemfd");
+  }
 
   auto* ev = new NFRClientEvent;
   std::uint64_t frames = 0, cursors = 0, next_serial = 0;
@@ -128,9 +148,10 @@ int main(int argc, char** argv) {
     }
   }
   if (cursors != frames) return fail("cursors, frames", cursors, frames);
-  std::printf("netfr-lg: %llu frames of %ux%u (%llu bytes) checked, %llu cursors, serials 0..%llu "
-              "in order\n",
-              U(frames), width, height, U(bytes), U(cursors), U(next_serial - 1));
+  std::printf("netfr-lg: %llu frames of %ux%u (%llu bytes) checked in %s, %llu cursors, serials "
+              "0..%llu in order\n",
+              U(frames), width, height, U(bytes), memfd ? "memfds of its own" : "the stack's memory",
+              U(cursors), U(next_serial - 1));
   std::printf("netfr-lg: %s\n", nfrClientStats(c));
   delete ev;
   nfrClientFree(&c);

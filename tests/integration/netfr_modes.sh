@@ -6,7 +6,8 @@
 #   netfr_modes.sh ROCED ROCE_NETFR_SOURCE ROCE_NETFR_LG MODE WORKDIR
 # MODE attached: the source a client of roced A, the consumer of roced B (two roced on a
 #                 memif link);
-#      inproc:   the source in-process on a memif link of its own to roced B;
+#      inproc:   the source in-process on a memif link of its own to roced B; the consumer's
+#                 buffers memfds of its own (Looking Glass's shared memory), registered in place;
 #      hosted:   roced A hosts the source (`services: - kind: netfr`, its keys width, height,
 #                 frames), the consumer attached to roced B; exits 77 (skipped) while roced
 #                 does not know the kind.
@@ -26,6 +27,7 @@ if ldd "$lg" | grep -q 'librte_'; then echo "FAIL: roce-netfr-lg links DPDK"; ex
 if nm -C "$lg" | grep -q 'roce::engine::Engine::'; then echo "FAIL: roce-netfr-lg holds the engine"; exit 1; fi
 
 src_args=(--frames "$frames" --width "$width" --height "$height" --sessions 1)
+lg_args=()
 case $mode in
   attached)
     appliance a server 02:00:5e:00:1a:01 192.0.2.131 0
@@ -36,7 +38,7 @@ case $mode in
     memif_sock=link2.sock appliance b server 02:00:5e:00:1a:02 192.0.2.132 1
     "$source" --link "pmd=memif,socket=$work/link2.sock,role=client,ip=192.0.2.133,mac=02:00:5e:00:1a:03,lcore=0" \
       "${src_args[@]}" > "$work/source.log" 2>&1 &
-    spid=$! host_ip=192.0.2.133 ;;
+    spid=$! host_ip=192.0.2.133 lg_args=(--memfd) ;;
   hosted)
     services="services:
   - kind: netfr
@@ -69,7 +71,7 @@ if [[ -n $spid ]]; then
   grep -q "listening" "$work/source.log" || { cat "$work/source.log"; echo "FAIL: the source did not start"; exit 1; }
 fi
 rc=0
-timeout 120 "$lg" --attach "$work/b.sock" "$host_ip" --width "$width" --height "$height" \
+timeout 120 "$lg" --attach "$work/b.sock" "$host_ip" --width "$width" --height "$height" "${lg_args[@]}" \
   > "$work/lg.log" 2>&1 || rc=$?
 sed 's/^/lg: /' "$work/lg.log"
 if [[ -n $spid ]]; then
