@@ -70,7 +70,7 @@ class Endpoint {
     int credits = NETFR_CREDIT_COUNT;
     std::uint32_t tx_channel_serial = 0;
     std::uint32_t rx_channel_serial = 0;  ///< next expected from the peer
-    MrInfo rx_mr{}, tx_mr{};  ///< the slots, in the fabric's memory
+    MrInfo rx_mr{}, tx_mr{};              ///< the slots, in the fabric's memory
     std::vector<std::uint32_t> free_tx;
     std::deque<std::vector<std::uint8_t>> internal;  ///< waiting for a credit
     /// Send slots whose completion calls back (cookie -> callback).
@@ -114,10 +114,12 @@ class Endpoint {
                   std::uint64_t raddr, std::uint32_t rkey, bool signaled = false);
   void repost(unsigned ch, std::uint32_t slot);
   std::uint8_t* rx_slot(unsigned ch, std::uint32_t slot) {
-    return static_cast<std::uint8_t*>(ch_[ch].rx_mr.addr) + std::size_t{slot} * NETFR_MESSAGE_MAX_SIZE;
+    return static_cast<std::uint8_t*>(ch_[ch].rx_mr.addr) +
+           std::size_t{slot} * NETFR_MESSAGE_MAX_SIZE;
   }
   std::uint8_t* tx_slot(unsigned ch, std::uint32_t slot) {
-    return static_cast<std::uint8_t*>(ch_[ch].tx_mr.addr) + std::size_t{slot} * NETFR_MESSAGE_MAX_SIZE;
+    return static_cast<std::uint8_t*>(ch_[ch].tx_mr.addr) +
+           std::size_t{slot} * NETFR_MESSAGE_MAX_SIZE;
   }
   /// One round: polls the fabric, hands events and received messages to the role.
   int pump();
@@ -148,7 +150,8 @@ class Endpoint {
 
  private:
   std::unique_ptr<NFRMemory> new_memory(void* user, std::uint64_t size, std::uint8_t channel);
-  std::unique_ptr<NFRMemory> new_memfd(int fd, void* addr, std::uint64_t size, std::uint8_t channel);
+  std::unique_ptr<NFRMemory> new_memfd(int fd, void* addr, std::uint64_t size,
+                                       std::uint8_t channel);
   void flush_internal(unsigned ch);
   void on_completion(const FabricCompletion& c);
 };

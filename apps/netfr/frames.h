@@ -24,7 +24,7 @@ struct FrameHeader {
   std::uint32_t magic = kFrameMagic, version = 1;
   std::uint64_t seq = 0;
   std::uint32_t width = 0, height = 0, stride = 0, format = 0;  ///< format 0: RGBA
-  std::uint64_t payload = 0;                                   ///< bytes after the header
+  std::uint64_t payload = 0;                                    ///< bytes after the header
   std::uint8_t pad[24] = {};
 };
 static_assert(sizeof(FrameHeader) == 64);

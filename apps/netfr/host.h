@@ -167,8 +167,8 @@ class Host : public Endpoint {
     if (!connected()) return -ENOTCONN;
     if (!b.known || b.size < len || b.channel != mem->channel) return -EMSGSIZE;
     if (mem->bounced()) std::memcpy(mem->mr.addr, mem->ptr, len);
-    return post_write(mem->channel, mem->mr.addr, static_cast<std::uint32_t>(len), mem->mr.lkey, b.addr,
-                      b.rkey, true)
+    return post_write(mem->channel, mem->mr.addr, static_cast<std::uint32_t>(len), mem->mr.lkey,
+                      b.addr, b.rkey, true)
                ? 0
                : -EIO;
   }

@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
   const std::uint64_t bytes = fr::frame_bytes(width, height);
   for (unsigned i = 0; i < buffers; ++i) {
     if (!memfd) {
-      if (!nfrClientAllocMemory(c, bytes, NETFR_CHANNEL_PRIMARY)) return fail("nfrClientAllocMemory");
+      if (!nfrClientAllocMemory(c, bytes, NETFR_CHANNEL_PRIMARY))
+        return fail("nfrClientAllocMemory");
       continue;
     }
     const int fd = memfd_create("netfr-lg-frame", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -109,16 +110,19 @@ int main(int argc, char** argv) {
   bool end = false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
   while (!end) {
-    if (std::chrono::steady_clock::now() > deadline) return fail("timeout: frames, cursors", frames, cursors);
+    if (std::chrono::steady_clock::now() > deadline)
+      return fail("timeout: frames, cursors", frames, cursors);
     const int r = nfrClientProcess(c, ev);
     if (r < 0) return fail("the host went away: frames, cursors", frames, cursors);
     if (r == 0) continue;
-    if (ev->serial != next_serial) return fail("serial out of order: got, expected", ev->serial, next_serial);
+    if (ev->serial != next_serial)
+      return fail("serial out of order: got, expected", ev->serial, next_serial);
     ++next_serial;
     if (ev->type == NFR_CLIENT_EVENT_MEM_WRITE) {
-      if (ev->channelIndex != NETFR_CHANNEL_PRIMARY) return fail("a frame on the secondary channel");
-      const auto* p = static_cast<const std::uint8_t*>(nfrMemoryPointer(ev->memRegion)) +
-                      ev->payloadOffset;
+      if (ev->channelIndex != NETFR_CHANNEL_PRIMARY)
+        return fail("a frame on the secondary channel");
+      const auto* p =
+          static_cast<const std::uint8_t*>(nfrMemoryPointer(ev->memRegion)) + ev->payloadOffset;
       const char* why = "";
       if (!fr::verify(p, ev->payloadLength, frames, &why)) {
         std::printf("netfr-lg: frame %llu: %s\n", U(frames), why);
@@ -141,17 +145,19 @@ int main(int argc, char** argv) {
       fr::End e;
       if (ev->payloadLength != sizeof e) return fail("end: length", ev->payloadLength);
       std::memcpy(&e, ev->inlineData, sizeof e);
-      if (e.magic != fr::kEndMagic || e.frames != frames) return fail("end: count, seen", e.frames, frames);
+      if (e.magic != fr::kEndMagic || e.frames != frames)
+        return fail("end: count, seen", e.frames, frames);
       end = true;
     } else {
       return fail("unexpected event: type, udata", ev->type, ev->udata);
     }
   }
   if (cursors != frames) return fail("cursors, frames", cursors, frames);
-  std::printf("netfr-lg: %llu frames of %ux%u (%llu bytes) checked in %s, %llu cursors, serials "
-              "0..%llu in order\n",
-              U(frames), width, height, U(bytes), memfd ? "memfds of its own" : "the stack's memory",
-              U(cursors), U(next_serial - 1));
+  std::printf(
+      "netfr-lg: %llu frames of %ux%u (%llu bytes) checked in %s, %llu cursors, serials "
+      "0..%llu in order\n",
+      U(frames), width, height, U(bytes), memfd ? "memfds of its own" : "the stack's memory",
+      U(cursors), U(next_serial - 1));
   std::printf("netfr-lg: %s\n", nfrClientStats(c));
   delete ev;
   nfrClientFree(&c);

@@ -61,8 +61,8 @@ int main(int argc, char** argv) {
     }
     {
       roce::netfr::HostService svc(*lc.ctx, o);
-      std::printf("netfr-source: listening on rdma_cm ports %u and %u (%s)\n", o.port,
-                  o.port + 1, attach.empty() ? "in-process" : "attached");
+      std::printf("netfr-source: listening on rdma_cm ports %u and %u (%s)\n", o.port, o.port + 1,
+                  attach.empty() ? "in-process" : "attached");
       std::fflush(stdout);
       unsigned idle = 0;
       while (sessions == 0 || svc.sessions() < sessions) {

@@ -124,8 +124,8 @@ TEST_F(Pair, StackMemoryInPlaceOtherMemoryThroughABounceBuffer) {
   ASSERT_NE(src, nullptr);
   auto* s = static_cast<std::uint8_t*>(src->ptr);
   for (int i = 0; i < 16384; ++i) s[i] = static_cast<std::uint8_t>(i * 13 + 1);
-  EXPECT_EQ(host->write_buffer(src, 0, 0, 8000, 1, nullptr), 0);      // fits the 8 KiB one
-  EXPECT_EQ(host->write_buffer(src, 100, 16, 9000, 2, nullptr), 1);   // only the 64 KiB one
+  EXPECT_EQ(host->write_buffer(src, 0, 0, 8000, 1, nullptr), 0);     // fits the 8 KiB one
+  EXPECT_EQ(host->write_buffer(src, 100, 16, 9000, 2, nullptr), 1);  // only the 64 KiB one
   ASSERT_TRUE(next_event());
   EXPECT_EQ(ev.memRegion, own);
   EXPECT_EQ(std::memcmp(own->ptr, s, 8000), 0);
