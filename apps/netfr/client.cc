@@ -35,7 +35,14 @@ int nfrClientProcess(PNFRClient client, NFRClientEvent* evt) {
   return client ? client->c->process(evt) : -EINVAL;
 }
 PNFRMemory nfrClientAttachMemory(PNFRClient client, void* buffer, uint64_t size, uint8_t index) {
-  return client ? client->c->attach(buffer, size, index) : nullptr;
+  return client && buffer ? client->c->attach(buffer, size, index) : nullptr;
+}
+PNFRMemory nfrClientAllocMemory(PNFRClient client, uint64_t size, uint8_t index) {
+  return client ? client->c->attach(nullptr, size, index) : nullptr;
+}
+PNFRMemory nfrClientAttachMemfd(PNFRClient client, int fd, void* buffer, uint64_t size,
+                                uint8_t index) {
+  return client ? client->c->attach_memfd(fd, buffer, size, index) : nullptr;
 }
 int nfrClientBufferAck(PNFRClient client, PNFRMemory mem) {
   return client ? client->c->buffer_ack(mem) : -EINVAL;

@@ -75,27 +75,6 @@ class Client : public Endpoint {
     return connected() ? 0 : -ENOTCONN;
   }
 
-  NFRMemory* attach(void* buf, std::uint64_t size, std::uint8_t index) {
-    if (!buf || size == 0 || size > NETFR_MAX_BUFFER_SIZE || index >= NETFR_CHANNEL_COUNT)
-      return nullptr;
-    unsigned slot = 0;
-    while (slot < NETFR_MAX_MEM_REGIONS && mems_[slot]) ++slot;
-    if (slot == NETFR_MAX_MEM_REGIONS) return nullptr;
-    auto mr = fab_.reg_mr(buf, size);
-    if (!mr) return nullptr;
-    auto m = std::make_unique<NFRMemory>();
-    m->ptr = buf;
-    m->size = size;
-    m->mr = *mr;
-    m->channel = index;
-    m->index = slot;
-    m->host = false;
-    m->owner = this;
-    mems_[slot] = std::move(m);
-    advertise(*mems_[slot]);
-    return mems_[slot].get();
-  }
-
   int buffer_ack(NFRMemory* m) {
     if (!m || m->host || m->owner != this) return -EINVAL;
     m->has_data = false;
@@ -128,11 +107,28 @@ class Client : public Endpoint {
   std::string stats_line() const { return stats_.line() + " " + fab_.report(); }
 
  private:
+  bool memory_fits(std::uint64_t size, std::uint8_t index) const override {
+    if (size == 0 || size > NETFR_MAX_BUFFER_SIZE || index >= NETFR_CHANNEL_COUNT) return false;
+    for (const auto& m : mems_)
+      if (!m) return true;
+    return false;
+  }
+  NFRMemory* keep_memory(std::unique_ptr<NFRMemory> m) override {
+    if (!m) return nullptr;
+    unsigned slot = 0;
+    while (slot < NETFR_MAX_MEM_REGIONS && mems_[slot]) ++slot;
+    m->index = slot;
+    m->host = false;
+    mems_[slot] = std::move(m);
+    advertise(*mems_[slot]);
+    return mems_[slot].get();
+  }
+
   int advertise(const NFRMemory& m) {
     ClientBufferState s;
     s.index = m.index;
     s.page_size = 4096;
-    s.addr = reinterpret_cast<std::uint64_t>(m.ptr);
+    s.addr = m.mr.iova;
     s.size = m.size;
     s.rkey = m.mr.rkey;
     std::uint8_t buf[kClientBufferStateSize];
@@ -149,7 +145,11 @@ class Client : public Endpoint {
     evt->payloadLength = p.length;
     if (p.write) {
       evt->type = NFR_CLIENT_EVENT_MEM_WRITE;
-      evt->memRegion = mems_[p.buffer].get();
+      NFRMemory* m = mems_[p.buffer].get();
+      evt->memRegion = m;
+      if (m->bounced())
+        std::memcpy(static_cast<std::uint8_t*>(m->ptr) + p.offset,
+                    static_cast<const std::uint8_t*>(m->mr.addr) + p.offset, p.length);
       evt->payloadOffset = p.offset;
     } else {
       evt->type = NFR_CLIENT_EVENT_DATA;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "apps/netfr/include/netfr/netfr.h"
+#include "apps/netfr/local_stack.h"
 
 namespace {
 
@@ -126,10 +127,14 @@ int run_host(const std::vector<const Res*>& res, unsigned fps, double seconds) {
   std::size_t max_bytes = 0;
   for (const Res* x : res)
     max_bytes = std::max<std::size_t>(max_bytes, std::size_t{x->w} * x->h * 4);
-  std::vector<std::vector<std::uint8_t>> src(kRing, std::vector<std::uint8_t>(max_bytes));
+  // Frames are rendered in the stack's memory (zero copy; shared with roced when attached).
   PNFRMemory mem[kRing];
   int busy[kRing] = {};
-  for (int k = 0; k < kRing; ++k) mem[k] = nfrHostAttachMemory(h, src[k].data(), max_bytes, 0);
+  for (int k = 0; k < kRing; ++k)
+    if (!(mem[k] = nfrHostAllocMemory(h, max_bytes, 0))) {
+      std::fprintf(stderr, "host: nfrHostAllocMemory failed\n");
+      return 1;
+    }
   std::printf("host: waiting for a client\n");
   std::fflush(stdout);
   while (nfrHostProcess(h) == -ENOTCONN) {
@@ -167,7 +172,7 @@ int run_host(const std::vector<const Res*>& res, unsigned fps, double seconds) {
           std::fprintf(stderr, "host: a write failed\n");
           return 1;
         }
-        std::uint8_t* f = src[static_cast<std::size_t>(k)].data();
+        auto* f = static_cast<std::uint8_t*>(nfrMemoryPointer(mem[k]));
         const std::uint32_t shift = static_cast<std::uint32_t>(n * 4);
         render(f, *x, shift, base);
         FrameHeader hd{};
@@ -184,8 +189,11 @@ int run_host(const std::vector<const Res*>& res, unsigned fps, double seconds) {
         cb.uData[0] = &busy[k];
         busy[k] = 1;
         int idx;
+        // Until the client's buffers are advertised no buffer fits (-EMSGSIZE): the first
+        // frame waits for them a little while.
+        const std::uint64_t advertised_by = now_ns() + 5000000000ull;
         while ((idx = nfrHostWriteBuffer(mem[k], 0, 0, bytes, n, &cb)) == -ENOBUFS ||
-               idx == -EAGAIN)
+               idx == -EAGAIN || (idx == -EMSGSIZE && n == 0 && now_ns() < advertised_by))
           nfrHostProcess(h);
         if (idx < 0) {
           std::fprintf(stderr, "host: nfrHostWriteBuffer: %d\n", idx);
@@ -282,13 +290,11 @@ int run_client(const char* host, const std::string& svg, bool relaxed) {
     std::fprintf(stderr, "nfrClientInit: %d\n", r);
     return 1;
   }
-  // Three buffers for each resolution: each frame lands in the smallest that fits.
-  std::vector<std::vector<std::uint8_t>> bufs;
+  // Three buffers for each resolution, the stack's memory (zero copy): each frame lands in
+  // the smallest that fits.
   for (const Res& x : kRes)
-    for (int k = 0; k < 3; ++k) {
-      bufs.emplace_back(std::size_t{x.w} * x.h * 4);
-      if (!nfrClientAttachMemory(c, bufs.back().data(), bufs.back().size(), 0)) return 1;
-    }
+    for (int k = 0; k < 3; ++k)
+      if (!nfrClientAllocMemory(c, std::size_t{x.w} * x.h * 4, 0)) return 1;
   std::vector<std::vector<std::uint8_t>> bases;
   for (const Res& x : kRes) bases.push_back(base_row(x.w));
   std::map<std::uint32_t, Series> series;
@@ -400,6 +406,7 @@ int run_client(const char* host, const std::string& svg, bool relaxed) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  roce::netfr::use_local_stack();  // NETFR_LINK: in-process links as well as attach=SOCKET
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s host [--res 1080p,4k] [--fps N] [--seconds S] | client HOST_IP [--svg "

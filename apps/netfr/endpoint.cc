@@ -2,22 +2,24 @@
 /// Channels, slots and credits shared by the host and the client (endpoint.h).
 #include "apps/netfr/endpoint.h"
 
+#include <roce/client.h>
 #include <sched.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 
-#include "apps/netfr/engine_fabric.h"
-#include "dataplane/port/dpdk_port.h"
+#include "apps/netfr/context_fabric.h"
 
 namespace roce::netfr {
 namespace {
 
-std::unique_ptr<EngineFabric> g_fabric;
-/// Every endpoint of the process: they share the fabric, and whoever polls hands each event
-/// and completion to the endpoint that owns its connection.
+LocalOpener g_local = nullptr;
+std::unique_ptr<Fabric> g_fabric;
+/// Every endpoint of the process: those on one fabric share it, and whoever polls it hands
+/// each event and completion to the endpoint that owns its connection.
 std::vector<Endpoint*> g_endpoints;
 
 void at_exit() {
@@ -25,10 +27,44 @@ void at_exit() {
   g_fabric->idle(0.05);
   if (std::getenv("NETFR_STATS")) std::fprintf(stderr, "netfr: %s\n", g_fabric->report().c_str());
   g_fabric.reset();
-  port::eal_cleanup();
+}
+
+std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
 }
 
 }  // namespace
+
+void set_local_opener(LocalOpener f) { g_local = f; }
+
+std::unique_ptr<Fabric> open_fabric(const std::string& link, std::string& err) {
+  if (link.rfind("attach=", 0) == 0) {
+    std::string sock = link.substr(7), port;
+    if (const auto comma = sock.find(','); comma != std::string::npos) {
+      const std::string rest = sock.substr(comma + 1);
+      sock.resize(comma);
+      if (rest.rfind("port=", 0) != 0) {
+        err = "attach link: only port=NAME may follow the socket: " + rest;
+        return nullptr;
+      }
+      port = rest.substr(5);
+    }
+    auto ctx = client::Context::attach(sock, port);
+    if (!ctx) {
+      err = "cannot attach to roced at " + sock + ": " + std::strerror(errno);
+      return nullptr;
+    }
+    return std::make_unique<ContextFabric>(std::move(ctx), nullptr);
+  }
+  if (!g_local) {
+    err = "link '" + link +
+          "': this program has no in-process stack; attach to a roced (attach=SOCKET)";
+    return nullptr;
+  }
+  return g_local(link, err);
+}
 
 Fabric* process_fabric(const char* link, std::string& err) {
   if (g_fabric) return g_fabric.get();
@@ -37,15 +73,14 @@ Fabric* process_fabric(const char* link, std::string& err) {
     err = "no link: set NFRInitOpts.link or NETFR_LINK";
     return nullptr;
   }
-  LinkConfig lc;
-  if (!perf::parse_link_text(text, lc, err)) return nullptr;
   try {
-    g_fabric = std::make_unique<EngineFabric>(lc);
-    std::atexit(at_exit);
+    g_fabric = open_fabric(text, err);
   } catch (const std::exception& e) {
     err = std::string("cannot start the stack: ") + e.what();
     return nullptr;
   }
+  if (!g_fabric) return nullptr;
+  std::atexit(at_exit);
   return g_fabric.get();
 }
 
@@ -70,6 +105,32 @@ Endpoint::~Endpoint() {
   }
 }
 
+std::unique_ptr<NFRMemory> Endpoint::new_memory(void* user, std::uint64_t size,
+                                                std::uint8_t channel) {
+  auto mr = fab_.alloc_mr(size);
+  if (!mr) return nullptr;
+  auto m = std::make_unique<NFRMemory>();
+  m->ptr = user ? user : mr->addr;
+  m->size = size;
+  m->mr = *mr;
+  m->channel = channel;
+  m->owner = this;
+  return m;
+}
+
+std::unique_ptr<NFRMemory> Endpoint::new_memfd(int fd, void* addr, std::uint64_t size,
+                                               std::uint8_t channel) {
+  auto mr = fab_.reg_memfd(fd, addr, size);
+  if (!mr) return nullptr;
+  auto m = std::make_unique<NFRMemory>();
+  m->ptr = addr;
+  m->size = size;
+  m->mr = *mr;
+  m->channel = channel;
+  m->owner = this;
+  return m;
+}
+
 int Endpoint::channel_of(ConnId c) const {
   for (unsigned i = 0; i < NETFR_CHANNEL_COUNT; ++i)
     if (ch_[i].conn == c && c != 0) return static_cast<int>(i);
@@ -79,12 +140,13 @@ int Endpoint::channel_of(ConnId c) const {
 bool Endpoint::open_channel(unsigned i, ConnId conn) {
   Channel& c = ch_[i];
   if (!c.rx_mr.handle) {
-    c.rx_mem.assign(std::size_t{kSlots} * NETFR_MESSAGE_MAX_SIZE, 0);
-    c.tx_mem.assign(std::size_t{kSlots} * NETFR_MESSAGE_MAX_SIZE, 0);
-    auto r = fab_.reg_mr(c.rx_mem.data(), c.rx_mem.size());
-    auto t = fab_.reg_mr(c.tx_mem.data(), c.tx_mem.size());
-    if (!r || !t) return false;
+    auto r = fab_.alloc_mr(std::uint64_t{kSlots} * NETFR_MESSAGE_MAX_SIZE);
+    if (!r) return false;
     c.rx_mr = *r;
+  }
+  if (!c.tx_mr.handle) {
+    auto t = fab_.alloc_mr(std::uint64_t{kSlots} * NETFR_MESSAGE_MAX_SIZE);
+    if (!t) return false;
     c.tx_mr = *t;
   }
   c.conn = conn;
@@ -156,7 +218,7 @@ int Endpoint::send_message(unsigned ch, const std::uint8_t* msg, std::size_t len
   }
   const std::uint32_t slot = c.free_tx.back();
   c.free_tx.pop_back();
-  std::uint8_t* p = c.tx_mem.data() + std::size_t{slot} * NETFR_MESSAGE_MAX_SIZE;
+  std::uint8_t* p = tx_slot(ch, slot);
   std::memcpy(p, msg, len);
   c.on_done[slot] = std::move(on_done);
   if (!fab_.post_send(c.conn, make_wr(ch, WrKind::kSend, slot), false, p,
@@ -194,7 +256,7 @@ void Endpoint::flush_internal(unsigned ch) {
     --c.credits;
     const std::uint32_t slot = c.free_tx.back();
     c.free_tx.pop_back();
-    std::uint8_t* p = c.tx_mem.data() + std::size_t{slot} * NETFR_MESSAGE_MAX_SIZE;
+    std::uint8_t* p = tx_slot(ch, slot);
     std::memcpy(p, m.data(), m.size());
     fab_.post_send(c.conn, make_wr(ch, WrKind::kSend, slot), false, p,
                    static_cast<std::uint32_t>(m.size()), c.tx_mr.lkey, 0, 0, true);
@@ -223,6 +285,14 @@ void Endpoint::on_completion(const FabricCompletion& wc) {
     flush_internal(ch);
     return;
   }
+  if (!c.up && listens()) {
+    // COMM_EST: the peer's data came before our established event (its RTU still on the
+    // way, or the CM's event not polled yet): the peer is up, so are we.
+    FabricEvent up;
+    up.kind = FabricEvent::kEstablished;
+    up.conn = wc.conn;
+    on_event(up);
+  }
   const Decoded d = decode({rx_slot(ch, slot), wc.byte_len});
   if (d.error != DecodeError::kOk) {
     ++stats_.bad_messages;
@@ -247,16 +317,16 @@ int Endpoint::pump() {
   std::vector<FabricEvent> ev;
   std::vector<FabricCompletion> wcs;
   const bool any = fab_.poll(ev, wcs);
-  auto owner = [](ConnId c) -> Endpoint* {
+  auto owner = [this](ConnId c) -> Endpoint* {
     for (Endpoint* e : g_endpoints)
-      if (e->channel_of(c) >= 0) return e;
+      if (&e->fab_ == &fab_ && e->channel_of(c) >= 0) return e;
     return nullptr;
   };
   for (auto& e : ev) {
     Endpoint* o = owner(e.conn);
     if (!o && e.kind == FabricEvent::kConnectRequest)
       for (Endpoint* l : g_endpoints)
-        if (l->listens()) o = l;
+        if (&l->fab_ == &fab_ && l->listens()) o = l;
     if (o)
       o->on_event(e);
     else if (e.kind == FabricEvent::kConnectRequest)
@@ -268,10 +338,10 @@ int Endpoint::pump() {
 }
 
 bool Endpoint::wait_until(const std::function<bool()>& done) {
-  const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(timeout_s_ * 1e9);
+  const std::uint64_t end = now_ns() + static_cast<std::uint64_t>(timeout_s_ * 1e9);
   unsigned idle = 0;
   while (!done()) {
-    if (port::now_ns() > end) return false;
+    if (now_ns() > end) return false;
     if (pump())
       idle = 0;
     else if (++idle >= 64) {

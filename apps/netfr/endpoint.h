@@ -19,9 +19,10 @@
 #include "apps/netfr/protocol.h"
 
 struct NFRMemory {
-  void* ptr = nullptr;
+  void* ptr = nullptr;  ///< what the application sees (nfrMemoryPointer)
   std::uint64_t size = 0;
-  roce::netfr::MrInfo mr;
+  roce::netfr::MrInfo mr;  ///< what the fabric reads and writes: at `ptr`, or a bounce buffer
+  bool bounced() const { return mr.addr != ptr; }
   std::uint8_t channel = 0;
   std::uint32_t index = 0;  ///< client: the index it is advertised under
   bool host = true;
@@ -31,7 +32,16 @@ struct NFRMemory {
 
 namespace roce::netfr {
 
-/// The process's fabric (one DPDK port; the EAL starts once per process): made from `link`
+/// Opens the fabric of a link text: "attach=SOCKET[,port=NAME]" attaches to the roced
+/// listening on SOCKET (libroce only: no DPDK in this process); anything else is an in-process
+/// link ("pmd=memif,...", netfr.h), opened by the in-process opener when the program installed
+/// one (local_stack.h: use_local_stack()). nullptr and `err` when it cannot.
+std::unique_ptr<Fabric> open_fabric(const std::string& link, std::string& err);
+/// Installed by a program that links the in-process stack (local_stack.h).
+using LocalOpener = std::unique_ptr<Fabric> (*)(const std::string& link, std::string& err);
+void set_local_opener(LocalOpener f);
+
+/// The process's fabric for the C API (one per process: the EAL starts once): made from `link`
 /// (NULL: $NETFR_LINK) on first use, kept until exit. nullptr and `err` when it cannot start.
 Fabric* process_fabric(const char* link, std::string& err);
 
@@ -60,8 +70,7 @@ class Endpoint {
     int credits = NETFR_CREDIT_COUNT;
     std::uint32_t tx_channel_serial = 0;
     std::uint32_t rx_channel_serial = 0;  ///< next expected from the peer
-    std::vector<std::uint8_t> rx_mem, tx_mem;
-    MrInfo rx_mr{}, tx_mr{};
+    MrInfo rx_mr{}, tx_mr{};              ///< the slots, in the fabric's memory
     std::vector<std::uint32_t> free_tx;
     std::deque<std::vector<std::uint8_t>> internal;  ///< waiting for a credit
     /// Send slots whose completion calls back (cookie -> callback).
@@ -72,6 +81,19 @@ class Endpoint {
   virtual ~Endpoint();
 
   Fabric& fabric() { return fab_; }
+
+  /// A region of the application's on channel `index` (host: a source of buffer writes;
+  /// client: advertised to the host): `buf`, copied through a bounce buffer of the stack's at
+  /// each use (memory the stack did not allocate cannot be registered when attached), or, with
+  /// `buf` null, memory of the stack's (zero copy; NFRMemory::ptr).
+  NFRMemory* attach(void* buf, std::uint64_t size, std::uint8_t index) {
+    return memory_fits(size, index) ? keep_memory(new_memory(buf, size, index)) : nullptr;
+  }
+  /// The application's memfd `fd` mapped at `addr`, registered in place (zero copy).
+  NFRMemory* attach_memfd(int fd, void* addr, std::uint64_t size, std::uint8_t index) {
+    if (!addr || fd < 0 || !memory_fits(size, index)) return nullptr;
+    return keep_memory(new_memfd(fd, addr, size, index));
+  }
   Channel& channel(unsigned i) { return ch_[i]; }
   const Stats& stats() const { return stats_; }
   bool blocking() const { return !nonblocking_; }
@@ -92,12 +114,20 @@ class Endpoint {
                   std::uint64_t raddr, std::uint32_t rkey, bool signaled = false);
   void repost(unsigned ch, std::uint32_t slot);
   std::uint8_t* rx_slot(unsigned ch, std::uint32_t slot) {
-    return ch_[ch].rx_mem.data() + std::size_t{slot} * NETFR_MESSAGE_MAX_SIZE;
+    return static_cast<std::uint8_t*>(ch_[ch].rx_mr.addr) +
+           std::size_t{slot} * NETFR_MESSAGE_MAX_SIZE;
+  }
+  std::uint8_t* tx_slot(unsigned ch, std::uint32_t slot) {
+    return static_cast<std::uint8_t*>(ch_[ch].tx_mr.addr) +
+           std::size_t{slot} * NETFR_MESSAGE_MAX_SIZE;
   }
   /// One round: polls the fabric, hands events and received messages to the role.
   int pump();
   /// Polls until `done()` (true) or the timeout (false).
   bool wait_until(const std::function<bool()>& done);
+  /// The role's memory limits, and where it keeps (and announces) a new region.
+  virtual bool memory_fits(std::uint64_t size, std::uint8_t index) const = 0;
+  virtual NFRMemory* keep_memory(std::unique_ptr<NFRMemory> m) = 0;
 
   /// The role's handlers. on_message: return true to keep the receive slot (the role reposts it
   /// later), false to repost it now.
@@ -119,6 +149,9 @@ class Endpoint {
   double timeout_s_ = 10;
 
  private:
+  std::unique_ptr<NFRMemory> new_memory(void* user, std::uint64_t size, std::uint8_t channel);
+  std::unique_ptr<NFRMemory> new_memfd(int fd, void* addr, std::uint64_t size,
+                                       std::uint8_t channel);
   void flush_internal(unsigned ch);
   void on_completion(const FabricCompletion& c);
 };

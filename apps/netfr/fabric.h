@@ -1,8 +1,9 @@
 /// @file
-/// What NetFR needs from an RDMA stack: memory registration, rdma_cm connections whose
+/// What NetFR needs from an RDMA stack: registered memory, rdma_cm connections whose
 /// requests, replies and rejections carry private data (the hellos), and per-connection RC QPs
-/// with SEND, RDMA WRITE and RECV. The appliance implements it in-process on its engine
-/// (engine_fabric.h); the host and client state machines (host.cc, client.cc) only see this.
+/// with SEND, RDMA WRITE and RECV. The appliance implements it on a libroce Context and the
+/// connection layer (context_fabric.h), so NetFR runs in-process, attached to a roced or
+/// hosted in one alike; the host and client state machines (host.h, client.h) only see this.
 #pragma once
 
 #include <cstdint>
@@ -14,11 +15,13 @@ namespace roce::netfr {
 
 using ConnId = std::uint64_t;
 
+/// Registered memory: `addr` in this process; a peer writes it at `iova` (+ offset) with `rkey`.
 struct MrInfo {
   void* addr = nullptr;
   std::uint64_t length = 0;
   std::uint32_t lkey = 0, rkey = 0;
-  std::uint64_t handle = 0;
+  std::uint64_t iova = 0;
+  std::uint64_t handle = 0;  ///< the fabric's; 0: none
 };
 
 struct FabricEvent {
@@ -47,7 +50,13 @@ struct FabricCompletion {
 class Fabric {
  public:
   virtual ~Fabric() = default;
-  virtual std::optional<MrInfo> reg_mr(void* addr, std::uint64_t length) = 0;
+  /// `length` zero-filled bytes of the stack's memory (shared with roced when attached),
+  /// registered for local and remote writes.
+  virtual std::optional<MrInfo> alloc_mr(std::uint64_t length) = 0;
+  /// The application's memfd `fd`, mapped at `addr` for `length` bytes, registered likewise
+  /// (zero copy: e.g. Looking Glass's shared frame memory).
+  virtual std::optional<MrInfo> reg_memfd(int fd, void* addr, std::uint64_t length) = 0;
+  /// Deregisters, and frees what alloc_mr allocated.
   virtual void dereg_mr(const MrInfo& mr) = 0;
   virtual bool listen(std::uint16_t port) = 0;
   /// Passive: creates the QP (receives may be posted), then accept() sends the REP.

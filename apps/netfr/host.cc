@@ -43,7 +43,13 @@ int nfrHostReadData(PNFRHost host, int channelID, void* data, uint32_t* maxLengt
   return host ? host->h->read_data(channelID, data, maxLength, udata) : -EINVAL;
 }
 PNFRMemory nfrHostAttachMemory(PNFRHost host, void* buffer, uint64_t size, uint8_t index) {
-  return host ? host->h->attach(buffer, size, index) : nullptr;
+  return host && buffer ? host->h->attach(buffer, size, index) : nullptr;
+}
+PNFRMemory nfrHostAllocMemory(PNFRHost host, uint64_t size, uint8_t index) {
+  return host ? host->h->attach(nullptr, size, index) : nullptr;
+}
+PNFRMemory nfrHostAttachMemfd(PNFRHost host, int fd, void* buffer, uint64_t size, uint8_t index) {
+  return host ? host->h->attach_memfd(fd, buffer, size, index) : nullptr;
 }
 int nfrHostWriteBuffer(PNFRMemory localMem, uint64_t localOffset, uint64_t remoteOffset,
                        uint64_t length, uint64_t udata, const NFRCallbackInfo* cbInfo) {

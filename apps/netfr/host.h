@@ -95,24 +95,6 @@ class Host : public Endpoint {
     return 0;
   }
 
-  NFRMemory* attach(void* buf, std::uint64_t size, std::uint8_t index) {
-    if (!buf || size == 0 || size > NETFR_MAX_BUFFER_SIZE || index >= NETFR_CHANNEL_COUNT ||
-        mems_.size() >= NETFR_MAX_MEM_REGIONS)
-      return nullptr;
-    auto mr = fab_.reg_mr(buf, size);
-    if (!mr) return nullptr;
-    auto m = std::make_unique<NFRMemory>();
-    m->ptr = buf;
-    m->size = size;
-    m->mr = *mr;
-    m->channel = index;
-    m->host = true;
-    m->owner = this;
-    mems_.push_back(std::move(m));
-    if (connected()) send_host_buffer_state();
-    return mems_.back().get();
-  }
-
   int write_buffer(NFRMemory* mem, std::uint64_t loff, std::uint64_t roff, std::uint64_t len,
                    std::uint64_t udata, const NFRCallbackInfo* cb) {
     if (!mem || len == 0 || loff + len > mem->size || loff + len < loff) return -EINVAL;
@@ -150,7 +132,8 @@ class Host : public Endpoint {
       any_fits = false;
     }
     RemoteBuffer& b = remote_[static_cast<unsigned>(best)];
-    const auto* src = static_cast<const std::uint8_t*>(mem->ptr) + loff;
+    auto* src = static_cast<std::uint8_t*>(mem->mr.addr) + loff;
+    if (mem->bounced()) std::memcpy(src, static_cast<const std::uint8_t*>(mem->ptr) + loff, len);
     if (!post_write(ch, src, static_cast<std::uint32_t>(len), mem->mr.lkey, b.addr + roff, b.rkey))
       return -EIO;
     BufferUpdate u;
@@ -183,8 +166,9 @@ class Host : public Endpoint {
     const RemoteBuffer& b = remote_[index];
     if (!connected()) return -ENOTCONN;
     if (!b.known || b.size < len || b.channel != mem->channel) return -EMSGSIZE;
-    return post_write(mem->channel, mem->ptr, static_cast<std::uint32_t>(len), mem->mr.lkey, b.addr,
-                      b.rkey, true)
+    if (mem->bounced()) std::memcpy(mem->mr.addr, mem->ptr, len);
+    return post_write(mem->channel, mem->mr.addr, static_cast<std::uint32_t>(len), mem->mr.lkey,
+                      b.addr, b.rkey, true)
                ? 0
                : -EIO;
   }
@@ -194,6 +178,18 @@ class Host : public Endpoint {
   }
 
  private:
+  bool memory_fits(std::uint64_t size, std::uint8_t index) const override {
+    return size != 0 && size <= NETFR_MAX_BUFFER_SIZE && index < NETFR_CHANNEL_COUNT &&
+           mems_.size() < NETFR_MAX_MEM_REGIONS;
+  }
+  NFRMemory* keep_memory(std::unique_ptr<NFRMemory> m) override {
+    if (!m) return nullptr;
+    m->host = true;
+    mems_.push_back(std::move(m));
+    if (connected()) send_host_buffer_state();
+    return mems_.back().get();
+  }
+
   int wait_credit(unsigned ch) {
     Channel& c = ch_[ch];
     auto ready = [&] { return c.credits > NETFR_RESERVED_CREDIT_COUNT && !c.free_tx.empty(); };
@@ -235,6 +231,7 @@ class Host : public Endpoint {
     if (ch < 0) return;
     switch (e.kind) {
       case FabricEvent::kEstablished:
+        if (ch_[static_cast<unsigned>(ch)].up) break;  // already, by its first message
         ch_[static_cast<unsigned>(ch)].up = true;
         if (connected()) {
           ++stats_.connects;

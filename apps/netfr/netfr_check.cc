@@ -30,12 +30,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "apps/netfr/bench.h"
 #include "apps/netfr/include/netfr/netfr.h"
+#include "apps/netfr/local_stack.h"
 
 namespace {
 
@@ -346,7 +348,7 @@ void host_bench(PNFRHost h) {
   CHECK(nfrHostSendData(h, NETFR_CHANNEL_SECONDARY, end, sizeof end, kEnd) == 0, "end");
 }
 
-void client_bench(PNFRClient c, std::vector<std::vector<std::uint8_t>>& store) {
+void client_bench(PNFRClient c, std::vector<std::span<std::uint8_t>>& store) {
   auto* ev = new NFRClientEvent;
   std::printf(
       "| frame | bytes | bare RDMA WRITE p50 / p99 (us) | NetFR write + notification p50 / p99 "
@@ -461,7 +463,7 @@ int run_client(const Args& a) {
   int r = nfrClientInit(&o, &c);
   CHECK(r == 0, "nfrClientInit: %d", r);
   std::printf("client: connected\n");
-  std::vector<std::vector<std::uint8_t>> store;
+  std::vector<std::span<std::uint8_t>> store;  // the stack's memory (zero copy)
   std::vector<std::uint64_t> sizes;
   if (a.scenario == "order") {
     for (int i = 0; i < 8; ++i) sizes.push_back(256 * KiB);
@@ -473,8 +475,10 @@ int run_client(const Args& a) {
   // Attach the largest first: indices follow the attach order, and the host checks that it
   // chose by size, not by index... except for the frames scenario, which names them by size.
   for (std::uint64_t s : sizes) {
-    store.emplace_back(s, 0xEE);
-    CHECK(nfrClientAttachMemory(c, store.back().data(), s, NETFR_CHANNEL_PRIMARY), "attach");
+    PNFRMemory m = nfrClientAllocMemory(c, s, NETFR_CHANNEL_PRIMARY);
+    CHECK(m, "attach");
+    store.emplace_back(static_cast<std::uint8_t*>(nfrMemoryPointer(m)), s);
+    std::memset(store.back().data(), 0xEE, s);
   }
   if (a.scenario == "refuse") {
     PNFRClient second = nullptr;
@@ -581,6 +585,7 @@ int run_client(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  roce::netfr::use_local_stack();  // NETFR_LINK: in-process links as well as attach=SOCKET
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: %s host|client SCENARIO [HOST_IP] [--sessions N] "

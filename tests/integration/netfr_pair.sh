@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # NetFR's host and client (roce-netfr-check, the library on the appliance's stack) as two
 # processes on a net_memif link (no hugepages, no root).
-#   netfr_pair.sh ROCE_NETFR_CHECK SCENARIO [MAX_FRAME] [LINK]
+#   netfr_pair.sh ROCE_NETFR_CHECK SCENARIO [MAX_FRAME] [LINK [ROCED]]
 # LINK memif (default) or veth: net_af_packet on a veth pair between two network namespaces
-# (root and iproute2; exits 77, "skipped", without them).
+# (root and iproute2; exits 77, "skipped", without them); or roced: each side a client of its
+# own roced (ROCED; the two on a memif link), NETFR_LINK=attach=SOCKET (no faults injected).
 # SCENARIO frames | order | credits | refuse | restart (roce-netfr-check's usage), and
 #   lossy: order with 1% of the frames lost and 1% reordered on each side.
 set -euo pipefail
 check=$(realpath "$1") scenario=$2 max=${3:-default} link=${4:-memif}
 work=$(mktemp -d /tmp/netfr-pair-XXXXXX)
-pid= na= nb=
+pid= na= nb= pids=()
 cleanup() {
   [[ -n $pid ]] && kill "$pid" 2>/dev/null
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   [[ -n $na ]] && { ip netns del "$na" 2>/dev/null || true; ip netns del "$nb" 2>/dev/null || true; }
   if [[ -n ${NETFR_PAIR_KEEP:-} ]]; then echo "kept $work"; else rm -rf "$work"; fi
 }
@@ -35,6 +37,15 @@ if [[ $link == veth ]]; then
   hlink="pmd=af_packet,iface=veth-a" clink="pmd=af_packet,iface=veth-b"
   hexec=(ip netns exec "$na") cexec=(ip netns exec "$nb")
 fi
+hostaddr=",ip=192.0.2.1,mac=02:00:00:00:00:01" clientaddr=",ip=192.0.2.2,mac=02:00:00:00:00:02"
+if [[ $link == roced ]]; then
+  roced=$(realpath "$5") tag=nfp$$
+  # shellcheck source=tests/integration/lib_appliance.sh
+  source "$(dirname "$0")/lib_appliance.sh"
+  appliance a server 02:00:00:00:00:01 192.0.2.1 0
+  appliance b client 02:00:00:00:00:02 192.0.2.2 1
+  hlink="attach=$work/a.sock" clink="attach=$work/b.sock" hostaddr="" clientaddr=""
+fi
 faults="" run=$scenario sessions=1 ops=1500 hpin="" cpin=""
 case $scenario in
   lossy) run=order faults=",tx_drop=0.01,reorder=0.01" ops=600
@@ -45,14 +56,22 @@ case $scenario in
   *) echo "FAIL: unknown scenario $scenario"; exit 1 ;;
 esac
 [[ $max == default ]] && max=4194304
-NETFR_LINK="$hlink,ip=192.0.2.1,mac=02:00:00:00:00:01,seed=3$faults$hpin" \
+if [[ $link == roced ]]; then
+  [[ -z $faults ]] || { echo "FAIL: no fault injection through roced"; exit 1; }
+  hpin="" cpin="" hseed="" seeded=""
+else
+  hseed=",seed=3" seeded=1
+fi
+NETFR_LINK="$hlink$hostaddr$hseed$faults$hpin" \
   "${hexec[@]}" ${NETFR_PAIR_HOST_WRAP:-} "$check" host "$run" --sessions "$sessions" --max-frame "$max" --ops "$ops" \
   > "$work/host.log" 2>&1 &
 pid=$!
 for _ in $(seq 150); do grep -qs "listening" "$work/host.log" && break; sleep 0.1; done
 rc=0
 for s in $(seq "$sessions"); do
-  NETFR_LINK="$clink,ip=192.0.2.2,mac=02:00:00:00:00:02,seed=$((5 + s))$faults$cpin" \
+  cseed=""
+  [[ -n $seeded ]] && cseed=",seed=$((5 + s))"
+  NETFR_LINK="$clink$clientaddr$cseed$faults$cpin" \
     "${cexec[@]}" timeout 300 "$check" client "$run" 192.0.2.1 --max-frame "$max" --ops "$ops" \
     > "$work/client$s.log" 2>&1 || rc=$?
   sed "s/^/client$s: /" "$work/client$s.log"

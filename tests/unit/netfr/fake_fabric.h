@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,12 +39,20 @@ class FakeFabric : public Fabric {
     std::deque<Msg> in_flight;  ///< sent, not delivered yet
   };
 
-  std::optional<MrInfo> reg_mr(void* addr, std::uint64_t length) override {
-    MrInfo m{addr, length, next_key_, next_key_, next_key_};
-    mrs_[next_key_++] = m;
-    return m;
+  std::optional<MrInfo> alloc_mr(std::uint64_t length) override {
+    auto mem = std::make_unique<std::uint8_t[]>(length);
+    std::memset(mem.get(), 0, length);
+    void* addr = mem.get();
+    memory_[next_key_] = std::move(mem);
+    return reg(addr, length);
   }
-  void dereg_mr(const MrInfo& mr) override { mrs_.erase(mr.rkey); }
+  std::optional<MrInfo> reg_memfd(int, void* addr, std::uint64_t length) override {
+    return reg(addr, length);
+  }
+  void dereg_mr(const MrInfo& mr) override {
+    mrs_.erase(mr.rkey);
+    memory_.erase(mr.rkey);
+  }
   bool listen(std::uint16_t port) override {
     ports_.push_back(port);
     return true;
@@ -159,6 +168,12 @@ class FakeFabric : public Fabric {
   std::uint64_t posted = 0, bad_writes = 0;
 
  private:
+  std::optional<MrInfo> reg(void* addr, std::uint64_t length) {
+    MrInfo m{addr, length, next_key_, next_key_, reinterpret_cast<std::uint64_t>(addr), next_key_};
+    mrs_[next_key_++] = m;
+    return m;
+  }
+  std::map<std::uint32_t, std::unique_ptr<std::uint8_t[]>> memory_;  ///< alloc_mr's, by key
   std::map<ConnId, Conn> conns_;
   std::map<std::uint32_t, MrInfo> mrs_;
   std::vector<std::uint16_t> ports_;

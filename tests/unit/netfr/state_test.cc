@@ -107,6 +107,37 @@ TEST_F(Pair, SmallestFittingBufferAndTooLarge) {
   EXPECT_EQ(host->write_buffer(m, 0, 0, 100, 8, nullptr), 1);  // given back: the smallest again
 }
 
+TEST_F(Pair, StackMemoryInPlaceOtherMemoryThroughABounceBuffer) {
+  connect();
+  // The client's: the stack's own (the host writes where the application reads), and a
+  // vector of the application's (the host writes a bounce buffer, copied at delivery).
+  NFRMemory* own = client->attach(nullptr, 8192, 0);
+  std::vector<std::uint8_t> app(64 << 10, 0xEE);
+  NFRMemory* copied = client->attach(app.data(), app.size(), 0);
+  ASSERT_NE(own, nullptr);
+  ASSERT_NE(copied, nullptr);
+  EXPECT_FALSE(own->bounced());
+  EXPECT_TRUE(copied->bounced());
+  EXPECT_EQ(copied->ptr, app.data());
+  settle();
+  NFRMemory* src = host->attach(nullptr, 16384, 0);
+  ASSERT_NE(src, nullptr);
+  auto* s = static_cast<std::uint8_t*>(src->ptr);
+  for (int i = 0; i < 16384; ++i) s[i] = static_cast<std::uint8_t>(i * 13 + 1);
+  EXPECT_EQ(host->write_buffer(src, 0, 0, 8000, 1, nullptr), 0);     // fits the 8 KiB one
+  EXPECT_EQ(host->write_buffer(src, 100, 16, 9000, 2, nullptr), 1);  // only the 64 KiB one
+  ASSERT_TRUE(next_event());
+  EXPECT_EQ(ev.memRegion, own);
+  EXPECT_EQ(std::memcmp(own->ptr, s, 8000), 0);
+  ASSERT_TRUE(next_event());
+  EXPECT_EQ(ev.memRegion, copied);
+  EXPECT_EQ(ev.payloadOffset, 16u);
+  EXPECT_EQ(std::memcmp(app.data() + 16, s + 100, 9000), 0);
+  EXPECT_EQ(app[15], 0xEE);  // only what was written is copied
+  EXPECT_EQ(app[16 + 9000], 0xEE);
+  EXPECT_EQ(fab.bad_writes, 0u);
+}
+
 TEST_F(Pair, CreditsRunOutAndComeBack) {
   connect();
   settle();

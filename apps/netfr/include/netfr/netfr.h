@@ -53,9 +53,12 @@ struct NFRCallbackInfo {
 };
 
 struct NFRInitOpts {
-  /* The appliance link of this process: "pmd=memif,socket=PATH,role=server|client,ip=A,mac=M"
-     or "pmd=af_packet,iface=IF,ip=A,mac=M", plus optional tx_drop=, rx_drop=, reorder=,
-     seed=, pcap=, window=, lcore=. NULL: the environment variable NETFR_LINK. */
+  /* The stack of this process. "attach=SOCKET[,port=NAME]": a client of the roced listening on
+     SOCKET (its port NAME, default its first; libroce only, no DPDK in this process). Or a
+     link of its own, in-process (programs that link the in-process stack):
+     "pmd=memif,socket=PATH,role=server|client,ip=A,mac=M" or "pmd=af_packet,iface=IF,ip=A,
+     mac=M", plus optional tx_drop=, rx_drop=, reorder=, seed=, pcap=, window=, lcore=.
+     NULL: the environment variable NETFR_LINK. */
   const char* link;
   /* Host: the address to listen on is the link's; client: the host's IPv4 address. */
   const char* peer;
@@ -87,7 +90,13 @@ int nfrHostSendData(PNFRHost host, int channelID, const void* data, uint32_t len
 /* Copies the oldest datagram of the client on channelID out: *maxLength in: the buffer's size,
    out: the message's; -ENOBUFS (message kept) when it does not fit, -EAGAIN when none. */
 int nfrHostReadData(PNFRHost host, int channelID, void* data, uint32_t* maxLength, uint64_t* udata);
-/* Registers [buffer, buffer + size) as a source of buffer writes on channel `index`. */
+/* Sources of buffer writes on channel `index`. Work requests use memory of the stack's
+   (shared with roced when attached): nfrHostAllocMemory allocates it (zero copy; write the
+   frame at nfrMemoryPointer), nfrHostAttachMemfd registers the application's memfd `fd` mapped
+   at `buffer` in place (zero copy), nfrHostAttachMemory takes any memory and copies what each
+   write sends into a buffer of the stack's first. */
+PNFRMemory nfrHostAllocMemory(PNFRHost host, uint64_t size, uint8_t index);
+PNFRMemory nfrHostAttachMemfd(PNFRHost host, int fd, void* buffer, uint64_t size, uint8_t index);
 PNFRMemory nfrHostAttachMemory(PNFRHost host, void* buffer, uint64_t size, uint8_t index);
 /* Writes length bytes at localOffset of localMem to the smallest buffer the client advertised
    on the memory's channel that holds remoteOffset + length, then notifies the client (buffer
@@ -126,7 +135,14 @@ int nfrClientInit(const struct NFRInitOpts* opts, PNFRClient* result);
 /* Background work; fills *evt and returns 1 when the next message in serial order is there,
    0 when none, negative on failure (-ENOTCONN: the host went away). */
 int nfrClientProcess(PNFRClient client, struct NFRClientEvent* evt);
-/* Registers [buffer, buffer + size) and advertises it to the host on channel `index`. */
+/* Advertises a buffer to the host on channel `index`: nfrClientAllocMemory allocates it from
+   the stack (zero copy; the frames land at nfrMemoryPointer), nfrClientAttachMemfd registers
+   the application's memfd `fd` mapped at `buffer` in place (zero copy), nfrClientAttachMemory
+   takes any memory: the host writes a buffer of the stack's, copied to `buffer` before the
+   MEM_WRITE event is returned. */
+PNFRMemory nfrClientAllocMemory(PNFRClient client, uint64_t size, uint8_t index);
+PNFRMemory nfrClientAttachMemfd(PNFRClient client, int fd, void* buffer, uint64_t size,
+                                uint8_t index);
 PNFRMemory nfrClientAttachMemory(PNFRClient client, void* buffer, uint64_t size, uint8_t index);
 /* The application is done with the data of a MEM_WRITE event: the host may write the buffer
    again. */
