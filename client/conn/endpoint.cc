@@ -135,7 +135,9 @@ int Endpoint::accept(ConnId id, std::span<const std::uint8_t> private_data) {
   if (c == nullptr || !c->requested || c->up) return ENOENT;
   if (c->qp == nullptr)
     if (const int rc = make_qp(*c, QpSizes{})) return rc;
-  return ctx_.cm_accept(c->cm_id, c->qp, param(private_data));
+  const int rc = ctx_.cm_accept(c->cm_id, c->qp, param(private_data));
+  c->accepted = rc == 0;
+  return rc;
 }
 
 int Endpoint::reject(ConnId id, std::span<const std::uint8_t> private_data) {
@@ -231,6 +233,7 @@ void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events) {
   out.conn = c->id;
   switch (ev.type) {
     case client::CmEventType::kEstablished:
+      if (c->up) return;  // already reported at its first completion (data before the RTU)
       c->up = true;
       out.kind = Event::kEstablished;
       out.private_data = std::move(ev.private_data);
@@ -252,18 +255,29 @@ void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events) {
       return;
   }
   const bool reported = !c->closing;  // disconnect() promised no event
-  drain_cq(*c, nullptr);
+  drain_cq(*c, nullptr, nullptr);
   forget(c->id);
   if (reported) events.push_back(std::move(out));
 }
 
-void Endpoint::drain_cq(Conn& c, std::vector<Completion>* out) {
+void Endpoint::drain_cq(Conn& c, std::vector<Event>* events, std::vector<Completion>* out) {
   if (c.cq == nullptr) return;
   for (;;) {
     const int n = ctx_.poll_cq(c.cq, kWcBatch, wcs_.data());
     if (n <= 0) return;
-    if (out != nullptr && !c.closing)
+    if (out != nullptr && !c.closing) {
+      // Data before the RTU (IBA's communication established, which rdma_cm reports as
+      // RDMA_CM_EVENT_ESTABLISHED): the peer is in RTS, so the connection is up now; the CM's
+      // own event, when the RTU comes, is not reported again.
+      if (c.accepted && !c.up && events != nullptr && wcs_[0].status == verbs::WcStatus::kSuccess) {
+        c.up = true;
+        Event e;
+        e.kind = Event::kEstablished;
+        e.conn = c.id;
+        events->push_back(std::move(e));
+      }
       for (int i = 0; i < n; ++i) out->push_back(Completion{c.id, wcs_[i]});
+    }
     if (n < kWcBatch) return;
   }
 }
@@ -275,7 +289,7 @@ bool Endpoint::poll(std::vector<Event>& events, std::vector<Completion>& complet
     if (ctx_.cm_get_event(ev, 0) != 0) break;
     on_cm(ev, events);
   }
-  for (auto& [id, c] : conns_) drain_cq(*c, &completions);
+  for (auto& [id, c] : conns_) drain_cq(*c, &events, &completions);
   return events.size() != e0 || completions.size() != c0;
 }
 

@@ -39,11 +39,14 @@ struct QpSizes {
 struct Event {
   enum Kind : std::uint8_t {
     kConnectRequest,  ///< on a listened port: prepare() then accept(), or reject()
-    kEstablished,     ///< the QP is in RTS and the peer knows it
+    kEstablished,     ///< the QP is in RTS and the peer knows it (passive side: the RTU, or
+                      ///< the first completion if the peer's data came first, as COMM_EST)
     kRejected,        ///< active: the peer refused (`reason`, `private_data`); QP gone
     kUnreachable,     ///< active: no answer, or no ARP answer; QP gone
     kConnectError,    ///< the peer's reply could not be applied; QP gone
-    kDisconnected,    ///< ended (`remote`: by the peer); QP gone, later completions dropped
+    kDisconnected,    ///< ended (`remote`: by the peer); QP gone, later completions dropped.
+                      ///< Flushed work (kWrFlushErr) may complete before it: the QP is in
+                      ///< the error state from the DREQ on
   } kind = kConnectRequest;
   ConnId conn = 0;
   Ipv4Addr peer;
@@ -77,6 +80,8 @@ class Endpoint {
   /// The Context must outlive the Endpoint.
   explicit Endpoint(client::Context& ctx, Options o = {});
   /// Disconnects every connection and drains (Options::drain_ms), then destroys what it made.
+  /// MRs registered on its PDs are the application's: deregister them first (a PD that still
+  /// has MRs stays until the Context goes).
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -120,7 +125,7 @@ class Endpoint {
   struct Conn {
     ConnId id = 0;
     std::uint32_t cm_id = 0;
-    bool active = false, requested = false, up = false, closing = false;
+    bool active = false, requested = false, accepted = false, up = false, closing = false;
     client::Pd* pd = nullptr;
     client::Cq* cq = nullptr;
     client::Qp* qp = nullptr;
@@ -132,7 +137,7 @@ class Endpoint {
   void forget(ConnId c);
   client::CmConnParam param(std::span<const std::uint8_t> private_data) const;
   void on_cm(client::CmEvent& ev, std::vector<Event>& events);
-  void drain_cq(Conn& c, std::vector<Completion>* out);
+  void drain_cq(Conn& c, std::vector<Event>* events, std::vector<Completion>* out);
 
   client::Context& ctx_;
   Options o_;

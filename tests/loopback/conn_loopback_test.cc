@@ -33,7 +33,8 @@ struct Side {
 
 class Rig {
  public:
-  explicit Rig(conn::Options oa = {}, conn::Options ob = {}) {
+  explicit Rig(conn::Options oa = {}, conn::Options ob = {}, const LoopbackOptions& lo = {})
+      : lb(lo) {
     // Both sides' CMs run only while a side polls: a side's drain at the end would wait for
     // a peer nobody polls, so it waits briefly.
     oa.drain_ms = ob.drain_ms = 20;
@@ -220,6 +221,45 @@ TEST(ConnEndpoint, PdPerConnectionKeepsRkeysApart) {
   }
   EXPECT_NE(r.s[1].ep->pd(srv[0]), r.s[1].ep->pd(srv[1]));
   EXPECT_NE(r.s[1].ep->pd(srv[0]), r.s[1].ep->pd(0));
+}
+
+TEST(ConnEndpoint, DataBeforeTheRtuEstablishesThePassiveSideOnce) {
+  LoopbackOptions lo;
+  lo.a2b.drop_nth = 2;  // A's frames: the REQ, then the RTU (lost), then the SEND
+  Rig r({}, {}, lo);
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  const ConnId a = r.s[0].ep->connect(r.ip(1), kPort, {});
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kConnectRequest); }));
+  const ConnId b = r.take(1, Event::kConnectRequest)->conn;
+  client::Buffer* rb = r.s[1].ctx->alloc_buffer(4096);
+  client::Mr* rmr = r.s[1].ctx->reg_mr(r.s[1].ep->pd(b), rb->addr, 4096, verbs::kAccessLocalWrite);
+  client::Sge rsge{reinterpret_cast<std::uint64_t>(rb->addr), 4096, rmr->lkey};
+  client::RecvWr rwr;
+  rwr.sg_list = &rsge;
+  rwr.num_sge = 1;
+  ASSERT_EQ(r.s[1].ep->prepare(b, {}), 0);
+  ASSERT_EQ(r.s[1].ep->post_recv(b, rwr), 0);
+  ASSERT_EQ(r.s[1].ep->accept(b), 0);
+  ASSERT_TRUE(r.run([&] { return r.has(0, Event::kEstablished); }));
+
+  client::Buffer* sb = r.s[0].ctx->alloc_buffer(64);
+  client::Mr* smr = r.s[0].ctx->reg_mr(r.s[0].ep->pd(a), sb->addr, 64, 0);
+  client::Sge ssge{reinterpret_cast<std::uint64_t>(sb->addr), 16, smr->lkey};
+  client::SendWr swr;
+  swr.sg_list = &ssge;
+  swr.num_sge = 1;
+  swr.opcode = verbs::WrOpcode::kSend;
+  ASSERT_EQ(r.s[0].ep->post_send(a, swr), 0);
+  ASSERT_TRUE(r.run([&] { return !r.s[1].wcs.empty(); }));
+  // Established came with the data, not after it, and only once.
+  ASSERT_TRUE(r.has(1, Event::kEstablished));
+  EXPECT_EQ(r.s[1].events.front().kind, Event::kEstablished);
+  r.take(1, Event::kEstablished);
+  r.run([] { return false; });
+  EXPECT_FALSE(r.has(1, Event::kEstablished));
+  EXPECT_EQ(r.s[1].wcs[0].conn, b);
+  r.s[1].ctx->dereg_mr(rmr);
+  r.s[0].ctx->dereg_mr(smr);
 }
 
 }  // namespace
