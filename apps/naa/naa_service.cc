@@ -2,7 +2,12 @@
 /// The NAA as a roced service (naa_service.h).
 #include "apps/naa/naa_service.h"
 
+#include <algorithm>
 #include <stdexcept>
+
+#include "apps/naa/local_port.h"
+#include "dataplane/engine/engine.h"
+#include "dataplane/port/dpdk_port.h"
 
 namespace roce::naa {
 
@@ -23,10 +28,19 @@ double number(const std::string& opt, const std::string& v, double lo, double hi
   return d;
 }
 
-/// `env` with the daemon's CM connection bound (before the stack's CM agent is made).
-perf::Env& with_cm_limit(perf::Env& env, std::uint32_t cm_connections) {
-  env.cm_connections = cm_connections;
-  return env;
+/// libroce's in-process backend on the port's engine.
+std::unique_ptr<client::Context> open_on(engine::Engine& eng, port::PollLoop& loop,
+                                         wire::Ipv4Addr ip, std::uint32_t cm_connections) {
+  LocalPort p = open_local_port(eng, loop, ip, cm_connections);
+  if (!p.ctx) throw std::runtime_error("service naa: cannot open the port's engine");
+  return std::move(p.ctx);
+}
+
+ConnStackOptions options(port::PollLoop& loop, const ctl::ServiceConfig& sc) {
+  ConnStackOptions o;
+  o.neighbour = [r = neighbour_lookup(loop)](Ipv4Addr a) { return r(a).has_value(); };
+  o.max_connections = std::max<std::size_t>(service_config(sc).max_hosts + 64, 1024);
+  return o;
 }
 
 }  // namespace
@@ -65,10 +79,16 @@ NaaConfig service_config(const ctl::ServiceConfig& sc) {
 
 NaaService::NaaService(const ctl::ServiceConfig& sc, engine::Engine& eng, port::PollLoop& loop,
                        wire::Ipv4Addr ip, std::uint32_t cm_connections)
-    : env_(eng, loop, ip, nullptr),
-      stack_(with_cm_limit(env_, cm_connections)),
+    : eng_(eng),
+      loop_(loop),
+      ctx_(open_on(eng, loop, ip, cm_connections)),
+      stack_(*ctx_, options(loop, sc)),
       server_(stack_, service_config(sc), KernelRegistry::builtin()) {
   server_.start();
+}
+
+std::string NaaService::report() const {
+  return server_.report() + transport_report(eng_, loop_);
 }
 
 }  // namespace roce::naa
