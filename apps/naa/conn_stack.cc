@@ -250,7 +250,19 @@ void ConnStack::poll_resolving() {
 bool ConnStack::pump() {
   ev_.clear();
   wc_.clear();
-  const bool any = ep_.poll(ev_, wc_);
+  bool any = ep_.poll(ev_, wc_);
+  // A peer's DREQ moves the QP to the error state while the endpoint drains the CQs: the
+  // flushed receives come before the connection's end is told. One more poll brings the
+  // kDisconnected along, so that the server drops the host rather than count a transport
+  // error.
+  const auto ended = [&](ConnId c) {
+    return std::any_of(ev_.begin(), ev_.end(), [c](const conn::Event& e) {
+      return e.conn == c && e.kind == conn::Event::kDisconnected;
+    });
+  };
+  if (std::any_of(wc_.begin(), wc_.end(),
+                  [&](const conn::Completion& w) { return !w.ok() && !ended(w.conn); }))
+    any |= ep_.poll(ev_, wc_);
   for (const auto& e : ev_) on_event(e);
   for (const auto& w : wc_) done_.push_back(to_completion(w.conn, w.wc));
   poll_resolving();
