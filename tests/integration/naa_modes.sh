@@ -6,13 +6,15 @@
 #   hosted:        the NAA as roced A's service (services: - test: naa); host in-process
 #   host-attached: roce-naa in-process; the host library attached to roced B
 #                  (naaice_client --attach), the NAAICE host without a DPDK port of its own
-#   both-attached: roce-naa attached to roced A, the host attached to roced B
+#   both-attached: roce-naa attached to roced A, the host attached to roced B with the
+#                  attach-only host library (naaice_client_attached: no DPDK, no engine)
 # Each runs every kernel with 2 hosts at once (the client checks every result against its
 # own computation), then provokes an MRSP error and an application error, and checks the
 # NAA's counters.
-#   naa_modes.sh ROCED ROCE_NAA NAAICE_CLIENT_ROCE MODE
+#   naa_modes.sh ROCED ROCE_NAA NAAICE_CLIENT_ROCE NAAICE_CLIENT_ATTACHED MODE
 set -euo pipefail
-roced=$(realpath "$1") naa=$(realpath "$2") client=$(realpath "$3") mode=$4
+roced=$(realpath "$1") naa=$(realpath "$2") client=$(realpath "$3") client_att=$(realpath "$4")
+mode=$5
 work=$(mktemp -d /tmp/naa-modes-XXXXXX)
 tag=naam$$
 pids=()
@@ -55,6 +57,7 @@ host=("$client")
 case $mode in
   host-attached | both-attached)
     appliance b client 02:00:00:00:00:02 $host_ip 1
+    [[ $mode == both-attached ]] && host=("$client_att")
     host+=(--attach "$work/b.sock")
     unset NAAICE_ROCE
     ;;

@@ -11,6 +11,8 @@
 /// can run at once. Idle polls give the CPU away now and then (NAAICE_ROCE_BUSY=1: never, for
 /// benchmarks on dedicated cores).
 ///
+/// Built with NAAICE_ATTACHED_ONLY (libnaaice_attached), only the first: no DPDK, no engine.
+///
 /// The NAAICE API registers the application's own buffers; libroce registers only its memory
 /// (shared with roced when attached). Each region is therefore shadowed: a piece of the
 /// Context's memory registered at the application's address as its IOVA (reg_mr_iova), so
@@ -34,7 +36,9 @@
 
 #include "apps/naa/conn_stack.h"
 #include "apps/naa/host/naaice_transport.h"
+#ifndef NAAICE_ATTACHED_ONLY
 #include "apps/naa/standalone.h"
+#endif
 
 namespace roce::naa {
 namespace {
@@ -43,7 +47,9 @@ constexpr unsigned kYieldAfterIdlePolls = 32;
 constexpr std::uint64_t kPage = 4096;
 
 struct Shared {
+#ifndef NAAICE_ATTACHED_ONLY
   std::unique_ptr<Standalone> local;
+#endif
   std::unique_ptr<client::Context> attached;
   std::unique_ptr<ConnStack> stack;
   unsigned users = 0;
@@ -247,10 +253,10 @@ int t_poll(void* p, naaice_wc* out, int max) {
   static const bool busy = std::getenv("NAAICE_ROCE_BUSY") != nullptr;
   if (n == 0 && !busy && ++t->idle >= kYieldAfterIdlePolls) {
     t->idle = 0;
-    if (g_shared.local)
-      sched_yield();
-    else
+    if (g_shared.attached)
       ::usleep(20);
+    else
+      sched_yield();
   } else if (n) {
     t->idle = 0;
   }
@@ -285,12 +291,14 @@ void t_destroy(void* p) {
 void at_exit() {
   if (!g_shared.stack) return;
   g_shared.stack->idle(0.05);
-  if (std::getenv("NAAICE_ROCE_STATS") && g_shared.local)
-    std::fprintf(stderr, "naaice: %s", g_shared.local->transport_report().c_str());
   g_shared.stack.reset();
   g_shared.attached.reset();
+#ifndef NAAICE_ATTACHED_ONLY
+  if (std::getenv("NAAICE_ROCE_STATS") && g_shared.local)
+    std::fprintf(stderr, "naaice: %s", g_shared.local->transport_report().c_str());
   g_shared.local.reset();
   Standalone::cleanup();
+#endif
 }
 
 const char* t_error(void* p) { return self(p)->error.c_str(); }
@@ -310,6 +318,12 @@ bool open_shared() {
     g_shared.stack = std::make_unique<ConnStack>(*g_shared.attached, so);
     return true;
   }
+#ifdef NAAICE_ATTACHED_ONLY
+  std::fprintf(stderr,
+               "naaice: set NAAICE_ROCE_ATTACH to the socket of a running roced (this build "
+               "attaches only)\n");
+  return false;
+#else
   const char* env = std::getenv("NAAICE_ROCE");
   LinkConfig link;
   link.memif_role = "client";
@@ -334,6 +348,7 @@ bool open_shared() {
   so.neighbour = lo.neighbour;
   g_shared.stack = std::make_unique<ConnStack>(g_shared.local->context(), so);
   return true;
+#endif
 }
 
 }  // namespace
