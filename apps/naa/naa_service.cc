@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "apps/naa/local_port.h"
 #include "dataplane/engine/engine.h"
 #include "dataplane/port/dpdk_port.h"
 
@@ -28,19 +27,13 @@ double number(const std::string& opt, const std::string& v, double lo, double hi
   return d;
 }
 
-/// libroce's in-process backend on the port's engine.
-std::unique_ptr<client::Context> open_on(engine::Engine& eng, port::PollLoop& loop,
-                                         wire::Ipv4Addr ip, std::uint32_t cm_connections) {
+/// libroce's in-process backend on the port's engine, and the stack's options with it.
+LocalPort open_on(engine::Engine& eng, port::PollLoop& loop, wire::Ipv4Addr ip,
+                  std::uint32_t cm_connections, const ctl::ServiceConfig& sc) {
   LocalPort p = open_local_port(eng, loop, ip, cm_connections);
   if (!p.ctx) throw std::runtime_error("service naa: cannot open the port's engine");
-  return std::move(p.ctx);
-}
-
-ConnStackOptions options(port::PollLoop& loop, const ctl::ServiceConfig& sc) {
-  ConnStackOptions o;
-  o.neighbour = [r = neighbour_lookup(loop)](Ipv4Addr a) { return r(a).has_value(); };
-  o.max_connections = std::max<std::size_t>(service_config(sc).max_hosts + 64, 1024);
-  return o;
+  p.stack.max_connections = std::max<std::size_t>(service_config(sc).max_hosts + 64, 1024);
+  return p;
 }
 
 }  // namespace
@@ -81,8 +74,8 @@ NaaService::NaaService(const ctl::ServiceConfig& sc, engine::Engine& eng, port::
                        wire::Ipv4Addr ip, std::uint32_t cm_connections)
     : eng_(eng),
       loop_(loop),
-      ctx_(open_on(eng, loop, ip, cm_connections)),
-      stack_(*ctx_, options(loop, sc)),
+      local_(open_on(eng, loop, ip, cm_connections, sc)),
+      stack_(*local_.ctx, local_.stack),
       server_(stack_, service_config(sc), KernelRegistry::builtin()) {
   server_.start();
 }

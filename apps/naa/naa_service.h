@@ -2,28 +2,19 @@
 /// roced hosting the NAA as a configured service (`services: - test: naa`): the NAA server on
 /// libroce's in-process backend over a port's engine and poll loop (lcore 0), the same
 /// ConnStack as roce-naa's in-process and attached modes, stepped from roced's main loop. It
-/// serves every
-/// host that connects to its rdma_cm port (`listen_port`) for as long as the daemon runs; its
-/// `args` are roce-naa's server options (--max-hosts, --memory-per-host, --max-regions,
-/// --host-idle-timeout, -v). The service owns the port's rdma_cm (QP1): perftest services with
+/// serves every host that connects to its rdma_cm port (`listen_port`) for as long as the
+/// daemon runs; its `args` are roce-naa's server options (--max-hosts, --memory-per-host,
+/// --max-regions, --host-idle-timeout, -v). The service owns the port's rdma_cm (QP1): perftest services with
 /// -R cannot share that port.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include <roce/client.h>
-
 #include "apps/naa/conn_stack.h"
+#include "apps/naa/local_port.h"
 #include "apps/naa/naa_server.h"
 #include "controlplane/config.h"
-
-namespace roce::engine {
-class Engine;
-}
-namespace roce::port {
-class PollLoop;
-}
 
 namespace roce::naa {
 
@@ -43,7 +34,7 @@ class NaaService {
  private:
   engine::Engine& eng_;
   port::PollLoop& loop_;
-  std::unique_ptr<client::Context> ctx_;  ///< open_local on the port's engine
+  LocalPort local_;  ///< open_local on the port's engine
   ConnStack stack_;
   NaaServer server_;
 };
