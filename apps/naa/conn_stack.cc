@@ -94,9 +94,8 @@ std::optional<MrInfo> ConnStack::reg_mr(ConnId c, void* addr, std::uint64_t leng
                                         std::optional<std::uint64_t> iova) {
   client::Pd* pd = ep_.pd(c);
   if (pd == nullptr) return std::nullopt;
-  client::Mr* m =
-      ctx_.reg_mr_iova(pd, addr, length, iova.value_or(reinterpret_cast<std::uint64_t>(addr)),
-                       kAccess);
+  client::Mr* m = ctx_.reg_mr_iova(pd, addr, length,
+                                   iova.value_or(reinterpret_cast<std::uint64_t>(addr)), kAccess);
   if (m == nullptr) return std::nullopt;
   MrInfo i;
   i.addr = addr;

@@ -61,8 +61,7 @@ std::string transport_report(const engine::Engine& eng, const port::PollLoop& lo
   if (!std::getenv("NAAICE_ALL_COUNTERS")) return out;
   for (std::size_t i = 0; i < engine::kCounterCount; ++i) {
     const auto c = static_cast<Counter>(i);
-    if (st.get(c))
-      out += "  " + std::string(to_string(c)) + " " + std::to_string(st.get(c)) + "\n";
+    if (st.get(c)) out += "  " + std::string(to_string(c)) + " " + std::to_string(st.get(c)) + "\n";
   }
   return out;
 }

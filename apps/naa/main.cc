@@ -44,8 +44,8 @@ int main(int argc, char** argv) {
   d.add_options()("help,h", "print this help")(
       "attach", po::value(&attach),
       "attach to the roced listening on this socket and serve on its port (no DPDK port here)")(
-      "attach-port", po::value(&attach_port), "with --attach: roced's port by name (its first)")("pmd", po::value(&link.pmd)->default_value(link.pmd),
-                                               "memif or af_packet")(
+      "attach-port", po::value(&attach_port), "with --attach: roced's port by name (its first)")(
+      "pmd", po::value(&link.pmd)->default_value(link.pmd), "memif or af_packet")(
       "memif-socket", po::value(&link.memif_socket), "memif: the control socket")(
       "memif-role", po::value(&link.memif_role)->default_value(link.memif_role),
       "memif: server or client")("iface", po::value(&link.iface), "af_packet: the interface")(
@@ -171,8 +171,7 @@ int main(int argc, char** argv) {
       }
       // A DREP or ACK the last host may still wait for.
       stack.idle(0.2);
-      std::printf("%s%s", server.report().c_str(),
-                  local ? local->transport_report().c_str() : "");
+      std::printf("%s%s", server.report().c_str(), local ? local->transport_report().c_str() : "");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "roce-naa: %s\n", e.what());

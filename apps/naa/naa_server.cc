@@ -276,9 +276,9 @@ void NaaServer::on_event(const ConnEvent& e) {
         h->tx = m->addr + kRxSlots * kMaxMessageSize;
       }
       // In this host's own protection domain: no other host's rkey reaches its memory.
-      const auto rx = h->msg.addr ? stack_.reg_mr(e.conn, h->rx, kRxSlots * kMaxMessageSize,
-                                                  std::nullopt)
-                                  : std::nullopt;
+      const auto rx = h->msg.addr
+                          ? stack_.reg_mr(e.conn, h->rx, kRxSlots * kMaxMessageSize, std::nullopt)
+                          : std::nullopt;
       const auto tx =
           rx ? stack_.reg_mr(e.conn, h->tx, kMaxMessageSize, std::nullopt) : std::nullopt;
       if (rx) h->rx_mr = *rx;

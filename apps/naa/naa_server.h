@@ -128,7 +128,7 @@ class NaaServer {
     ConnId conn = 0;
     std::string peer;
     bool established = false;
-    Memory msg;                ///< the receive slots, then the send buffer
+    Memory msg;                  ///< the receive slots, then the send buffer
     std::uint8_t* rx = nullptr;  ///< kRxSlots receive slots
     std::uint8_t* tx = nullptr;  ///< the send buffer
     MrInfo rx_mr, tx_mr;

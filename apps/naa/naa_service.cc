@@ -80,8 +80,6 @@ NaaService::NaaService(const ctl::ServiceConfig& sc, engine::Engine& eng, port::
   server_.start();
 }
 
-std::string NaaService::report() const {
-  return server_.report() + transport_report(eng_, loop_);
-}
+std::string NaaService::report() const { return server_.report() + transport_report(eng_, loop_); }
 
 }  // namespace roce::naa

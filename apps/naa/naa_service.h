@@ -4,8 +4,8 @@
 /// ConnStack as roce-naa's in-process and attached modes, stepped from roced's main loop. It
 /// serves every host that connects to its rdma_cm port (`listen_port`) for as long as the
 /// daemon runs; its `args` are roce-naa's server options (--max-hosts, --memory-per-host,
-/// --max-regions, --host-idle-timeout, -v). The service owns the port's rdma_cm (QP1): perftest services with
-/// -R cannot share that port.
+/// --max-regions, --host-idle-timeout, -v). The service owns the port's rdma_cm (QP1): perftest
+/// services with -R cannot share that port.
 #pragma once
 
 #include <memory>

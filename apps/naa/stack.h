@@ -83,9 +83,9 @@ class Stack {
   virtual std::optional<Memory> alloc(std::uint64_t length) = 0;
   virtual void free(const Memory& m) = 0;
 
-  /// Registers `length` bytes at `addr` (in memory from alloc()) for local writes and remote writes; with `iova` set,
-  /// peers address it from there (ibv_reg_mr_iova). nullopt when the stack refuses.
-  /// The MR is in connection `c`'s own protection domain, which its QP shares and no other
+  /// Registers `length` bytes at `addr` (in memory from alloc()) for local writes and remote
+  /// writes; with `iova` set, peers address it from there (ibv_reg_mr_iova). nullopt when the stack
+  /// refuses. The MR is in connection `c`'s own protection domain, which its QP shares and no other
   /// connection's does: its rkey is refused (remote access error) on every other connection.
   /// `c` = 0: the stack's common PD, for a stack with one connection (the host library).
   virtual std::optional<MrInfo> reg_mr(ConnId c, void* addr, std::uint64_t length,

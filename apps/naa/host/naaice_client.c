@@ -484,8 +484,8 @@ int main(int argc, char** argv) {
   const char* error = NULL;
   int opt;
   static const struct option longs[] = {{"attach", required_argument, NULL, 'A'},
-                                         {"attach-port", required_argument, NULL, 'P'},
-                                         {NULL, 0, NULL, 0}};
+                                        {"attach-port", required_argument, NULL, 'P'},
+                                        {NULL, 0, NULL, 0}};
   while ((opt = getopt_long(argc, argv, "p:k:s:n:H:M:e:h", longs, NULL)) != -1) {
     switch (opt) {
       case 'A': /* the appliance's transport: attached to this roced (no DPDK port here) */

@@ -109,7 +109,8 @@ class NaaLoopback : public ::testing::Test {
 TEST_F(NaaLoopback, RegionsAtTheirNaaAddressesCallAndPdPerConnection) {
   const std::size_t mrs0 = lb.side(1).mr_count();
   const ConnId c = connect();
-  const naa::Memory meta = *host->alloc(4096), param = *host->alloc(4096), msg = *host->alloc(16384);
+  const naa::Memory meta = *host->alloc(4096), param = *host->alloc(4096),
+                    msg = *host->alloc(16384);
   const naa::MrInfo meta_mr = reg(meta), param_mr = reg(param), msg_mr = reg(msg);
   std::uint8_t* rx = msg.addr + 8192;
   ASSERT_TRUE(host->post_recv(c, 1, rx, 8192, msg_mr.lkey));
@@ -140,7 +141,8 @@ TEST_F(NaaLoopback, RegionsAtTheirNaaAddressesCallAndPdPerConnection) {
   // The call: the parameter and the metadata (return address: the parameter), then the
   // WRITE_WITH_IMM of the function code.
   for (int i = 0; i < 64; ++i) param.addr[i] = static_cast<std::uint8_t>(i);
-  for (int k = 0; k < 8; ++k) meta.addr[k] = static_cast<std::uint8_t>(param_mr.iova >> (56 - 8 * k));
+  for (int k = 0; k < 8; ++k)
+    meta.addr[k] = static_cast<std::uint8_t>(param_mr.iova >> (56 - 8 * k));
   ASSERT_TRUE(host->post_recv(c, 3, rx, 8192, msg_mr.lkey));
   const auto write = [&](std::uint64_t id, naa::Op op, const naa::MrInfo& mr, std::uint32_t len,
                          const naa::AdvEntry& to, std::uint32_t imm) {
