@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -48,6 +49,17 @@ ibv_pd* IbverbsStack::pd_for(ConnId c) {
   ibv_pd* pd = ibv_alloc_pd(it->second->verbs);
   if (pd) pds_[c] = pd;
   return pd;
+}
+
+std::optional<Memory> IbverbsStack::alloc(std::uint64_t length) {
+  // Anonymous pages: any memory registers with rdma-core.
+  void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return std::nullopt;
+  return Memory{static_cast<std::uint8_t*>(p), length, 0};
+}
+
+void IbverbsStack::free(const Memory& m) {
+  if (m.addr) ::munmap(m.addr, m.length);
 }
 
 std::optional<MrInfo> IbverbsStack::reg_mr(ConnId c, void* addr, std::uint64_t length,

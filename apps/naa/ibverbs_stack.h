@@ -25,6 +25,8 @@ class IbverbsStack : public Stack {
   IbverbsStack(const IbverbsStack&) = delete;
   IbverbsStack& operator=(const IbverbsStack&) = delete;
 
+  std::optional<Memory> alloc(std::uint64_t length) override;
+  void free(const Memory& m) override;
   std::optional<MrInfo> reg_mr(ConnId c, void* addr, std::uint64_t length,
                                std::optional<std::uint64_t> iova) override;
   void dereg_mr(const MrInfo& mr) override;

@@ -1,15 +1,22 @@
 /// @file
 /// roce-naa: the appliance as a NAAICE network-attached accelerator, standalone on a DPDK port
-/// of its own (net_memif or net_af_packet, no hugepages). Hosts connect with rdma_cm to
-/// --port (12345), set up memory regions with MRSP and call the kernels by function code.
+/// of its own (net_memif or net_af_packet, no hugepages), or attached to a running roced
+/// (--attach SOCKET: roced's port, no DPDK here). Hosts connect with rdma_cm to --port
+/// (12345), set up memory regions with MRSP and call the kernels by function code.
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
-#include "apps/naa/engine_stack.h"
+#include "apps/naa/conn_stack.h"
 #include "apps/naa/naa_server.h"
-#include "dataplane/port/dpdk_port.h"
+#include "apps/naa/standalone.h"
 
 namespace po = boost::program_options;
 using namespace roce::naa;
@@ -29,11 +36,16 @@ int main(int argc, char** argv) {
   unsigned port = cfg.port, exit_after = 0;
   std::uint64_t mem_mib = cfg.memory_per_host >> 20;
   double timeout = 0;
+  std::string attach, attach_port;
   po::options_description d(
-      "Usage: roce-naa [--pmd memif --memif-socket PATH | --pmd af_packet --iface IF] [options]\n\n"
+      "Usage: roce-naa [--pmd memif --memif-socket PATH | --pmd af_packet --iface IF |\n"
+      "                 --attach SOCKET] [options]\n\n"
       "A NAAICE network-attached accelerator on the appliance's RoCEv2 stack");
-  d.add_options()("help,h", "print this help")("pmd", po::value(&link.pmd)->default_value(link.pmd),
-                                               "memif or af_packet")(
+  d.add_options()("help,h", "print this help")(
+      "attach", po::value(&attach),
+      "attach to the roced listening on this socket and serve on its port (no DPDK port here)")(
+      "attach-port", po::value(&attach_port), "with --attach: roced's port by name (its first)")(
+      "pmd", po::value(&link.pmd)->default_value(link.pmd), "memif or af_packet")(
       "memif-socket", po::value(&link.memif_socket), "memif: the control socket")(
       "memif-role", po::value(&link.memif_role)->default_value(link.memif_role),
       "memif: server or client")("iface", po::value(&link.iface), "af_packet: the interface")(
@@ -92,7 +104,7 @@ int main(int argc, char** argv) {
       throw po::error("--kernel-delay-ms must be 0..600000");
     std::string err;
     LinkConfig check = link;
-    if (!vm.count("list-kernels") && !roce::perf::parse_link_text("", check, err))
+    if (!vm.count("list-kernels") && attach.empty() && !parse_link("", check, err))
       throw po::error(err);
   } catch (const po::error& e) {
     std::cerr << "roce-naa: " << e.what() << "\n(try roce-naa --help)\n";
@@ -111,30 +123,60 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, on_signal);
   int rc = 0;
   try {
-    EngineStack stack(link);
+    // In-process (a port of our own) or attached to roced: the same stack on either Context.
+    std::unique_ptr<Standalone> local;
+    std::unique_ptr<roce::client::Context> attached;
+    roce::client::Context* ctx = nullptr;
+    ConnStackOptions so;
+    std::string ip = link.ip;
+    if (!attach.empty()) {
+      attached = roce::client::Context::attach(attach, attach_port);
+      if (!attached) {
+        std::fprintf(stderr, "roce-naa: cannot attach to %s: %s\n", attach.c_str(),
+                     std::strerror(errno));
+        return 1;
+      }
+      ctx = attached.get();
+      const std::uint32_t be = htonl(ctx->port().ipv4.v);
+      char b[INET_ADDRSTRLEN] = {};
+      inet_ntop(AF_INET, &be, b, sizeof b);
+      ip = b;
+    } else {
+      local = std::make_unique<Standalone>(link);
+      ctx = &local->context();
+      so = local->stack_options();
+    }
+    so.max_connections = std::max<std::size_t>(cfg.max_hosts + 64, 1024);
     {
+      ConnStack stack(*ctx, so);
       NaaServer server(stack, cfg, std::move(kernels));
       server.start();
       std::printf(
-          "roce-naa: %s listening on rdma_cm port %u (%u hosts, %llu MiB each, %u regions)\n",
-          link.ip.c_str(), port, cfg.max_hosts, static_cast<unsigned long long>(mem_mib),
-          cfg.max_regions);
+          "roce-naa: %s listening on rdma_cm port %u (%u hosts, %llu MiB each, %u regions)%s\n",
+          ip.c_str(), port, cfg.max_hosts, static_cast<unsigned long long>(mem_mib),
+          cfg.max_regions, attached ? (" attached to " + attach).c_str() : "");
       std::fflush(stdout);
       const bool busy = vm.count("busy-poll") != 0;
-      if (!server.run(g_stop, exit_after, timeout, [busy] {
-            if (!busy) roce::perf::Env::yield();
+      const bool in_process = local != nullptr;
+      if (!server.run(g_stop, exit_after, timeout, [busy, in_process] {
+            // Attached, roced drives the port: a short sleep leaves it the CPU.
+            if (busy) return;
+            if (in_process)
+              Standalone::yield();
+            else
+              ::usleep(50);
           })) {
         std::fprintf(stderr, "roce-naa: timed out\n");
         rc = 1;
       }
       // A DREP or ACK the last host may still wait for.
       stack.idle(0.2);
-      std::printf("%s%s", server.report().c_str(), stack.transport_report().c_str());
+      std::printf("%s%s", server.report().c_str(), local ? local->transport_report().c_str() : "");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "roce-naa: %s\n", e.what());
     return 1;
   }
-  roce::port::eal_cleanup();
+  Standalone::cleanup();
   return rc;
 }

@@ -4,7 +4,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,17 +43,15 @@ std::string hex(std::uint64_t v) {
 
 bool Arena::allocate(std::uint64_t size) {
   reset();
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return false;
-  p_ = static_cast<std::uint8_t*>(p);
-  size_ = size;
+  const auto m = stack_.alloc(size);
+  if (!m) return false;
+  m_ = *m;
   return true;
 }
 
 void Arena::reset() {
-  if (p_) ::munmap(p_, size_);
-  p_ = nullptr;
-  size_ = 0;
+  if (m_.addr) stack_.free(m_);
+  m_ = Memory{};
 }
 
 // ---- the kernel threads ------------------------------------------------------------------------
@@ -188,11 +185,19 @@ void NaaServer::collect_kernels() {
 NaaServer::~NaaServer() {
   pool_.reset();  // running kernels finish first
   for (auto& [c, h] : hosts_) {
-    free_regions(*h);
     stack_.disconnect(c);
-    stack_.dereg_mr(h->rx_mr);
-    stack_.dereg_mr(h->tx_mr);
+    free_regions(*h);
+    free_messages(*h);
   }
+}
+
+void NaaServer::free_messages(Host& h) {
+  if (h.rx_mr.handle) stack_.dereg_mr(h.rx_mr);
+  if (h.tx_mr.handle) stack_.dereg_mr(h.tx_mr);
+  h.rx_mr = h.tx_mr = MrInfo{};
+  if (h.msg.addr) stack_.free(h.msg);
+  h.msg = Memory{};
+  h.rx = h.tx = nullptr;
 }
 
 void NaaServer::start() { stack_.listen(cfg_.port); }
@@ -246,7 +251,7 @@ void NaaServer::expire_idle() {
 }
 
 bool NaaServer::post_rx(Host& h, unsigned slot) {
-  return stack_.post_recv(h.conn, slot, h.rx.data() + slot * kMaxMessageSize,
+  return stack_.post_recv(h.conn, slot, h.rx + slot * kMaxMessageSize,
                           static_cast<std::uint32_t>(kMaxMessageSize), h.rx_mr.lkey);
 }
 
@@ -264,11 +269,18 @@ void NaaServer::on_event(const ConnEvent& e) {
       h->conn = e.conn;
       h->peer = e.peer;
       h->last_active_ns = mono_ns();
-      h->rx.resize(kRxSlots * kMaxMessageSize);
-      h->tx.resize(kMaxMessageSize);
+      // One piece of memory (shared with roced when attached): receive slots, send buffer.
+      if (const auto m = stack_.alloc((kRxSlots + 1) * kMaxMessageSize)) {
+        h->msg = *m;
+        h->rx = m->addr;
+        h->tx = m->addr + kRxSlots * kMaxMessageSize;
+      }
       // In this host's own protection domain: no other host's rkey reaches its memory.
-      const auto rx = stack_.reg_mr(e.conn, h->rx.data(), h->rx.size(), std::nullopt);
-      const auto tx = stack_.reg_mr(e.conn, h->tx.data(), h->tx.size(), std::nullopt);
+      const auto rx = h->msg.addr
+                          ? stack_.reg_mr(e.conn, h->rx, kRxSlots * kMaxMessageSize, std::nullopt)
+                          : std::nullopt;
+      const auto tx =
+          rx ? stack_.reg_mr(e.conn, h->tx, kMaxMessageSize, std::nullopt) : std::nullopt;
       if (rx) h->rx_mr = *rx;
       if (tx) h->tx_mr = *tx;
       // Receives first (the host may SEND as soon as it has our REP), then the REP.
@@ -279,8 +291,7 @@ void NaaServer::on_event(const ConnEvent& e) {
       if (!ok || !stack_.accept(e.conn)) {
         std::printf("naa: cannot accept %s (resources)\n", e.peer.c_str());
         ++stats_.hosts_rejected;
-        if (rx) stack_.dereg_mr(*rx);
-        if (tx) stack_.dereg_mr(*tx);
+        free_messages(*h);
         stack_.reject(e.conn);
         return;
       }
@@ -313,8 +324,7 @@ void NaaServer::drop_host(ConnId c, const std::string& why) {
   log(h, why + " after " + std::to_string(h.calls) + " calls");
   stack_.disconnect(c);  // the QP goes first: nothing lands in the memory any more
   free_regions(h);
-  stack_.dereg_mr(h.rx_mr);
-  stack_.dereg_mr(h.tx_mr);
+  free_messages(h);
   ++stats_.hosts_done;
   hosts_.erase(it);
 }
@@ -341,7 +351,7 @@ void NaaServer::on_completion(const Completion& c) {
     case Completion::kRecv: {
       const unsigned slot = static_cast<unsigned>(c.wr_id);
       if (slot >= kRxSlots) return;
-      on_mrsp(h, std::span<const std::uint8_t>(h.rx.data() + slot * kMaxMessageSize,
+      on_mrsp(h, std::span<const std::uint8_t>(h.rx + slot * kMaxMessageSize,
                                                std::min<std::size_t>(c.byte_len, kMaxMessageSize)));
       if (hosts_.count(c.conn) && !post_rx(h, slot)) drop_host(c.conn, "cannot repost a receive");
       return;
@@ -362,7 +372,7 @@ void NaaServer::send_mrsp(Host& h, std::size_t len) {
   WorkRequest wr;
   wr.wr_id = kTxId;
   wr.op = Op::kSend;
-  wr.local = reinterpret_cast<std::uint64_t>(h.tx.data());
+  wr.local = reinterpret_cast<std::uint64_t>(h.tx);
   wr.length = static_cast<std::uint32_t>(len);
   wr.lkey = h.tx_mr.lkey;
   if (!stack_.post_send(h.conn, wr)) drop_host(h.conn, "cannot post the MRSP answer");
@@ -377,7 +387,7 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
                "): " + why);
     out.clear();
     encode(ErrorMsg{static_cast<std::uint8_t>(e)}, out);
-    std::memcpy(h.tx.data(), out.data(), out.size());
+    std::memcpy(h.tx, out.data(), out.size());
     send_mrsp(h, out.size());
   };
   if (!d.ok() || !std::holds_alternative<AdvertiseRequest>(d.message())) {
@@ -453,7 +463,7 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
     extent = std::max(extent, g.offset + r.size);
     regions.push_back(g);
   }
-  h.arena = std::make_shared<Arena>();
+  h.arena = std::make_shared<Arena>(stack_);
   if (!h.arena->allocate(extent)) {
     answer_error(MrspError::kNotEnoughMemory,
                  "cannot allocate " + std::to_string(extent) + " bytes");
@@ -483,7 +493,7 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
     return;
   }
   encode(adv, out);
-  std::memcpy(h.tx.data(), out.data(), out.size());
+  std::memcpy(h.tx, out.data(), out.size());
   ++stats_.mrsp_ok;
   if (cfg_.verbose)
     log(h, "MRSP: " + std::to_string(h.regions.size()) + " regions, " + std::to_string(extent) +

@@ -71,22 +71,23 @@ struct NaaStats {
   std::uint64_t bytes_in = 0, bytes_out = 0, transport_errors = 0, hosts_expired = 0;
 };
 
-/// A host's NAA memory: anonymous pages, page-aligned (an MR registered at an iova must share
-/// the page offset of its address), zero, committed only when touched.
+/// A host's NAA memory, from the stack (Stack::alloc: shared memory when attached to a roced):
+/// page-aligned (an MR registered at an iova must share the page offset of its address), zero,
+/// committed only when touched. The stack must outlive it.
 class Arena {
  public:
-  Arena() = default;
+  explicit Arena(Stack& stack) : stack_(stack) {}
   ~Arena() { reset(); }
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
-  bool allocate(std::uint64_t size);  ///< false when the system refuses
+  bool allocate(std::uint64_t size);  ///< false when the stack refuses
   void reset();
-  std::uint8_t* get() const { return p_; }
-  std::uint64_t size() const { return size_; }
+  std::uint8_t* get() const { return m_.addr; }
+  std::uint64_t size() const { return m_.length; }
 
  private:
-  std::uint8_t* p_ = nullptr;
-  std::uint64_t size_ = 0;
+  Stack& stack_;
+  Memory m_;
 };
 
 class NaaServer {
@@ -127,7 +128,9 @@ class NaaServer {
     ConnId conn = 0;
     std::string peer;
     bool established = false;
-    std::vector<std::uint8_t> rx, tx;  ///< two receive slots; the send buffer
+    Memory msg;                  ///< the receive slots, then the send buffer
+    std::uint8_t* rx = nullptr;  ///< kRxSlots receive slots
+    std::uint8_t* tx = nullptr;  ///< the send buffer
     MrInfo rx_mr, tx_mr;
     std::shared_ptr<Arena> arena;   ///< shared with a kernel that runs on it
     bool running = false;           ///< a call of this host is on the kernel threads
@@ -149,6 +152,8 @@ class NaaServer {
   void collect_kernels();
   void send_mrsp(Host& h, std::size_t len);
   void free_regions(Host& h);
+  /// The host's message buffers and their MRs.
+  void free_messages(Host& h);
   void drop_host(ConnId c, const std::string& why);
   bool post_rx(Host& h, unsigned slot);
   void log(const Host& h, const std::string& msg) const;

@@ -2,7 +2,11 @@
 /// The NAA as a roced service (naa_service.h).
 #include "apps/naa/naa_service.h"
 
+#include <algorithm>
 #include <stdexcept>
+
+#include "dataplane/engine/engine.h"
+#include "dataplane/port/dpdk_port.h"
 
 namespace roce::naa {
 
@@ -23,10 +27,13 @@ double number(const std::string& opt, const std::string& v, double lo, double hi
   return d;
 }
 
-/// `env` with the daemon's CM connection bound (before the stack's CM agent is made).
-perf::Env& with_cm_limit(perf::Env& env, std::uint32_t cm_connections) {
-  env.cm_connections = cm_connections;
-  return env;
+/// libroce's in-process backend on the port's engine, and the stack's options with it.
+LocalPort open_on(engine::Engine& eng, port::PollLoop& loop, wire::Ipv4Addr ip,
+                  std::uint32_t cm_connections, const ctl::ServiceConfig& sc) {
+  LocalPort p = open_local_port(eng, loop, ip, cm_connections);
+  if (!p.ctx) throw std::runtime_error("service naa: cannot open the port's engine");
+  p.stack.max_connections = std::max<std::size_t>(service_config(sc).max_hosts + 64, 1024);
+  return p;
 }
 
 }  // namespace
@@ -65,10 +72,14 @@ NaaConfig service_config(const ctl::ServiceConfig& sc) {
 
 NaaService::NaaService(const ctl::ServiceConfig& sc, engine::Engine& eng, port::PollLoop& loop,
                        wire::Ipv4Addr ip, std::uint32_t cm_connections)
-    : env_(eng, loop, ip, nullptr),
-      stack_(with_cm_limit(env_, cm_connections)),
+    : eng_(eng),
+      loop_(loop),
+      local_(open_on(eng, loop, ip, cm_connections, sc)),
+      stack_(*local_.ctx, local_.stack),
       server_(stack_, service_config(sc), KernelRegistry::builtin()) {
   server_.start();
 }
+
+std::string NaaService::report() const { return server_.report() + transport_report(eng_, loop_); }
 
 }  // namespace roce::naa

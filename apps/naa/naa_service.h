@@ -1,16 +1,18 @@
 /// @file
 /// roced hosting the NAA as a configured service (`services: - test: naa`): the NAA server on
-/// a port's engine and poll loop (lcore 0), stepped from roced's main loop. It serves every
-/// host that connects to its rdma_cm port (`listen_port`) for as long as the daemon runs; its
-/// `args` are roce-naa's server options (--max-hosts, --memory-per-host, --max-regions,
-/// --host-idle-timeout, -v). The service owns the port's rdma_cm (QP1): perftest services with
-/// -R cannot share that port.
+/// libroce's in-process backend over a port's engine and poll loop (lcore 0), the same
+/// ConnStack as roce-naa's in-process and attached modes, stepped from roced's main loop. It
+/// serves every host that connects to its rdma_cm port (`listen_port`) for as long as the
+/// daemon runs; its `args` are roce-naa's server options (--max-hosts, --memory-per-host,
+/// --max-regions, --host-idle-timeout, -v). The service owns the port's rdma_cm (QP1): perftest
+/// services with -R cannot share that port.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "apps/naa/engine_stack.h"
+#include "apps/naa/conn_stack.h"
+#include "apps/naa/local_port.h"
 #include "apps/naa/naa_server.h"
 #include "controlplane/config.h"
 
@@ -26,12 +28,14 @@ class NaaService {
   /// Serves what arrived (one poll of the port's loop included).
   void step() { server_.step(); }
   /// The counters, one line each, for roced's log at exit.
-  std::string report() const { return server_.report() + stack_.transport_report(); }
+  std::string report() const;
   const NaaServer& server() const { return server_; }
 
  private:
-  perf::Env env_;
-  EngineStack stack_;
+  engine::Engine& eng_;
+  port::PollLoop& loop_;
+  LocalPort local_;  ///< open_local on the port's engine
+  ConnStack stack_;
   NaaServer server_;
 };
 

@@ -1,9 +1,10 @@
 /// @file
 /// What the NAA server and the host library need from an RDMA stack, and nothing more: memory
-/// registration, rdma_cm connections (listen, accept, connect, disconnect), SEND / RDMA WRITE /
-/// WRITE_WITH_IMM / RECV, and one poll that returns connection events and completions. The
-/// appliance implements it in-process on its engine (engine_stack.h); a process attached to a
-/// running roced will implement it on libroce, leaving the NAA code as it is.
+/// to register, memory registration, rdma_cm connections (listen, accept, connect, disconnect),
+/// SEND / RDMA WRITE / WRITE_WITH_IMM / RECV, and one poll that returns connection events and
+/// completions. Two implementations: conn_stack.h on libroce and its connection layer (the
+/// appliance's stack in-process, attached to a roced or hosted in one) and ibverbs_stack.h on
+/// rdma-core.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,13 @@ struct MrInfo {
   std::uint64_t iova = 0;  ///< the address peers use (== addr unless registered with an iova)
   std::uint64_t length = 0;
   std::uint32_t lkey = 0, rkey = 0;
+  std::uint64_t handle = 0;  ///< the stack's own
+};
+
+/// Memory reg_mr takes: page-aligned, zero when allocated.
+struct Memory {
+  std::uint8_t* addr = nullptr;
+  std::uint64_t length = 0;
   std::uint64_t handle = 0;  ///< the stack's own
 };
 
@@ -70,9 +78,14 @@ class Stack {
  public:
   virtual ~Stack() = default;
 
-  /// Registers `length` bytes at `addr` for local writes and remote writes; with `iova` set,
-  /// peers address it from there (ibv_reg_mr_iova). nullopt when the stack refuses.
-  /// The MR is in connection `c`'s own protection domain, which its QP shares and no other
+  /// `length` bytes of memory that reg_mr takes (libroce: shared memory that an attached
+  /// roced maps too); nullopt when refused.
+  virtual std::optional<Memory> alloc(std::uint64_t length) = 0;
+  virtual void free(const Memory& m) = 0;
+
+  /// Registers `length` bytes at `addr` (in memory from alloc()) for local writes and remote
+  /// writes; with `iova` set, peers address it from there (ibv_reg_mr_iova). nullopt when the stack
+  /// refuses. The MR is in connection `c`'s own protection domain, which its QP shares and no other
   /// connection's does: its rkey is refused (remote access error) on every other connection.
   /// `c` = 0: the stack's common PD, for a stack with one connection (the host library).
   virtual std::optional<MrInfo> reg_mr(ConnId c, void* addr, std::uint64_t length,

@@ -41,6 +41,7 @@ Endpoint::~Endpoint() {
   }
   for (auto& [id, c] : conns_) destroy(*c);
   conns_.clear();
+  for (client::Pd* p : retired_) ctx_.dealloc_pd(p);  // EBUSY: the application's MRs remain
   if (pd_ != nullptr) ctx_.dealloc_pd(pd_);
 }
 
@@ -55,8 +56,16 @@ Endpoint::Conn* Endpoint::by_cm(std::uint32_t cm_id) {
 }
 
 client::Pd* Endpoint::pd(ConnId c) {
-  const Conn* k = find(c);
-  return k != nullptr && k->pd != nullptr ? k->pd : pd_;
+  Conn* k = find(c);
+  if (k == nullptr) return pd_;
+  if (o_.pd_per_connection && k->pd == nullptr) k->pd = ctx_.alloc_pd();
+  return k->pd != nullptr ? k->pd : pd_;
+}
+
+int Endpoint::dereg_mr(client::Mr* mr) {
+  if (const int rc = ctx_.dereg_mr(mr)) return rc;
+  std::erase_if(retired_, [this](client::Pd* p) { return ctx_.dealloc_pd(p) == 0; });
+  return 0;
 }
 
 client::CmConnParam Endpoint::param(std::span<const std::uint8_t> private_data) const {
@@ -107,7 +116,7 @@ void Endpoint::destroy(Conn& c) {
   c.qp = nullptr;
   if (c.cq != nullptr) ctx_.destroy_cq(c.cq);
   c.cq = nullptr;
-  if (c.pd != nullptr) ctx_.dealloc_pd(c.pd);
+  if (c.pd != nullptr && ctx_.dealloc_pd(c.pd) != 0) retired_.push_back(c.pd);  // MRs in it
   c.pd = nullptr;
   c.closing = false;
   c.up = false;

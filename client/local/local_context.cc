@@ -76,16 +76,22 @@ class Local final : public Context {
   }
   int free_buffer(Buffer* buffer) override { return bufs_.release(buffer); }
   Mr* reg_mr(Pd* pd, void* addr, std::size_t length, std::uint32_t access) override {
+    return reg_mr_iova(pd, addr, length, reinterpret_cast<std::uint64_t>(addr), access);
+  }
+  Mr* reg_mr_iova(Pd* pd, void* addr, std::size_t length, std::uint64_t iova,
+                  std::uint32_t access) override {
     OwnedBuffer* buf = bufs_.holding(addr, length);
     if (buf == nullptr) return fail_null(EINVAL);
     auto m = std::make_unique<LMr>();
-    m->mr = e_.reg_mr(static_cast<LPd*>(pd)->pd, addr, length, access);
+    m->mr = iova == reinterpret_cast<std::uint64_t>(addr)
+                ? e_.reg_mr(static_cast<LPd*>(pd)->pd, addr, length, access)
+                : e_.reg_mr(static_cast<LPd*>(pd)->pd, addr, length, iova, access);
     if (m->mr == nullptr) return fail_null(EINVAL);
     m->buf = buf;
     m->addr = addr;
     m->length = length;
     m->lkey = m->rkey = m->mr->key;
-    m->iova = reinterpret_cast<std::uint64_t>(addr);
+    m->iova = iova;
     ++buf->mrs;
     return keep(mrs_, std::move(m));
   }
@@ -266,7 +272,7 @@ class Local final : public Context {
     if (cm_) return 0;
     try {
       auto hub = cm::CmHub::get(
-          e_, cm::agent_config(o_.port.mac, 4096, &Local::now_ns, [this](Ipv4Addr ip) {
+          e_, cm::agent_config(o_.port.mac, o_.cm_connections, &Local::now_ns, [this](Ipv4Addr ip) {
             return o_.resolve ? o_.resolve(ip) : std::nullopt;
           }));
       cm_ = std::make_unique<cm::CmSession>(

@@ -27,6 +27,9 @@ struct LocalOptions {
   /// address vector carries no MAC.
   std::function<std::optional<MacAddr>(Ipv4Addr)> resolve;
   PortInfo port;
+  /// rdma_cm connections the engine's CM agent takes at once, when this Context is the first
+  /// on the engine to use the CM (roced: limits.cm_connections).
+  std::uint32_t cm_connections = 4096;
 };
 
 /// A Context whose calls go straight to `opts.engine`.

@@ -198,6 +198,12 @@ class Attached final : public Context {
   }
 
   Mr* reg_mr(Pd* pd, void* addr, std::size_t length, std::uint32_t access) override {
+    return reg_mr_iova(pd, addr, length, reinterpret_cast<std::uint64_t>(addr), access);
+  }
+  // The request has always carried the IOVA (the client's own address by default): no
+  // change of the protocol.
+  Mr* reg_mr_iova(Pd* pd, void* addr, std::size_t length, std::uint64_t iova,
+                  std::uint32_t access) override {
     ABuffer* b = find_buffer(addr, length);
     if (b == nullptr) return fail_null(EINVAL);
     Request rq;
@@ -207,7 +213,7 @@ class Attached final : public Context {
     rq.mr.offset = static_cast<std::uint64_t>(static_cast<std::uint8_t*>(addr) -
                                               static_cast<std::uint8_t*>(b->addr));
     rq.mr.length = length;
-    rq.mr.iova = reinterpret_cast<std::uint64_t>(addr);
+    rq.mr.iova = iova;
     rq.mr.access = access;
     Reply rep;
     if (fail(call(rq, rep))) return nullptr;

@@ -1,8 +1,17 @@
 /// @file
-/// What every backend shares: connect_rc().
+/// What every backend shares: connect_rc(), and reg_mr_iova() for a backend without it.
 #include <roce/client.h>
 
+#include <cerrno>
+
 namespace roce::client {
+
+Mr* Context::reg_mr_iova(Pd* pd, void* addr, std::size_t length, std::uint64_t iova,
+                         std::uint32_t access) {
+  if (iova == reinterpret_cast<std::uint64_t>(addr)) return reg_mr(pd, addr, length, access);
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 
 int Context::connect_rc(Qp* qp, const RcPeer& peer, std::uint32_t sq_psn, Mtu mtu,
                         std::uint32_t access) {

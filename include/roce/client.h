@@ -183,6 +183,12 @@ class Context {
 
   /// [addr, addr + length) must lie in one Buffer.
   virtual Mr* reg_mr(Pd* pd, void* addr, std::size_t length, std::uint32_t access) = 0;
+  /// ibv_reg_mr_iova: the MR's first byte is `iova` for peers and for this process's own SGEs
+  /// (both address the MR from `iova` on), while the memory is [addr, addr + length), which
+  /// must lie in one Buffer. `iova` and `addr` must have the same offset in their page. A
+  /// backend without it: EOPNOTSUPP unless `iova` is `addr` itself.
+  virtual Mr* reg_mr_iova(Pd* pd, void* addr, std::size_t length, std::uint64_t iova,
+                          std::uint32_t access);
   virtual int dereg_mr(Mr* mr) = 0;
 
   virtual Cq* create_cq(std::uint32_t depth) = 0;

@@ -87,9 +87,14 @@ class Endpoint {
   Endpoint& operator=(const Endpoint&) = delete;
 
   client::Context& context() { return ctx_; }
-  /// The PD of connection `c` (its own with pd_per_connection), or the Endpoint's common PD for
-  /// c = 0 or an unknown connection; register the connection's memory there.
+  /// The PD of connection `c` (its own with pd_per_connection, made on first use, so that a
+  /// connect request's memory may be registered before prepare()), or the Endpoint's common PD
+  /// for c = 0 or an unknown connection; register the connection's memory there.
   client::Pd* pd(ConnId c = 0);
+  /// Deregisters `mr` (Context::dereg_mr). With pd_per_connection, a connection's PD outlives
+  /// the connection while MRs are registered in it; deregistering them here frees it with the
+  /// last one (ibv_dealloc_pd's EBUSY otherwise keeps it until the Endpoint goes).
+  int dereg_mr(client::Mr* mr);
 
   /// rdma_listen on `port` (EADDRINUSE: taken).
   int listen(std::uint16_t port);
@@ -142,6 +147,7 @@ class Endpoint {
   client::Context& ctx_;
   Options o_;
   client::Pd* pd_ = nullptr;
+  std::vector<client::Pd*> retired_;  ///< PDs of connections gone, MRs still registered
   ConnId next_ = 1;
   std::map<ConnId, std::unique_ptr<Conn>> conns_;
   std::map<std::uint32_t, ConnId> by_cm_;

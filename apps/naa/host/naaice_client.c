@@ -5,7 +5,10 @@
  * rdma-core (naaice_client_ibverbs) and on the appliance's stack (naaice_client_roce).
  *
  *   naaice_client [-p PORT] [-k all|increment|vector_add|reduce_sum|crc32|matmul] [-s BYTES]
- *                 [-n CALLS] [-H HOSTS] [-M NAA_MIB] [-e ERROR] NAA_IP
+ *                 [-n CALLS] [-H HOSTS] [-M NAA_MIB] [-e ERROR]
+ *                 [--attach SOCKET [--attach-port NAME]] NAA_IP
+ *   --attach: naaice_client_roce attached to a running roced (its port; no DPDK here) instead
+ *             of a port of its own (NAAICE_ROCE)
  *   ERROR: too-many-regions, invalid-address, not-enough-memory, unknown-function,
  *          bad-return-address, bad-param-count, bad-param-size;
  *          foreign-rkey: host B writes host A's NAA region with A's rkey over B's connection (the
@@ -480,8 +483,17 @@ int main(int argc, char** argv) {
   int only = 0;
   const char* error = NULL;
   int opt;
-  while ((opt = getopt(argc, argv, "p:k:s:n:H:M:e:h")) != -1) {
+  static const struct option longs[] = {{"attach", required_argument, NULL, 'A'},
+                                        {"attach-port", required_argument, NULL, 'P'},
+                                        {NULL, 0, NULL, 0}};
+  while ((opt = getopt_long(argc, argv, "p:k:s:n:H:M:e:h", longs, NULL)) != -1) {
     switch (opt) {
+      case 'A': /* the appliance's transport: attached to this roced (no DPDK port here) */
+        setenv("NAAICE_ROCE_ATTACH", optarg, 1);
+        break;
+      case 'P':
+        setenv("NAAICE_ROCE_ATTACH_PORT", optarg, 1);
+        break;
       case 'p':
         port = (unsigned)atoi(optarg);
         break;
@@ -512,7 +524,7 @@ int main(int argc, char** argv) {
       default:
         fprintf(stderr,
                 "usage: %s [-p PORT] [-k KERNEL|all] [-s BYTES] [-n CALLS] [-H HOSTS] "
-                "[-M NAA_MIB] [-e ERROR] NAA_IP\n",
+                "[-M NAA_MIB] [-e ERROR] [--attach SOCKET [--attach-port NAME]] NAA_IP\n",
                 argv[0]);
         return opt == 'h' ? 0 : 2;
     }

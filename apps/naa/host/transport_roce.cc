@@ -1,27 +1,57 @@
 /// @file
-/// The host library's transport on the appliance's own stack, in-process (naaice_transport.h):
-/// one EngineStack per process (one DPDK port), shared by every connection the process opens,
-/// configured by the environment variable NAAICE_ROCE ("pmd=memif,socket=PATH,role=client,
-/// ip=192.0.2.2,mac=02:00:00:00:00:02", see perf::parse_link_text). Completions and events are
-/// sorted by connection, so that several contexts (several "hosts") can run at once. Idle polls
-/// yield the CPU now and then (NAAICE_ROCE_BUSY=1: never, for benchmarks on dedicated cores).
+/// The host library's transport on the appliance's stack through libroce (naaice_transport.h):
+/// one Context and one ConnStack (conn_stack.h) per process, shared by every connection the
+/// process opens. The Context is
+///   - attached to a running roced when NAAICE_ROCE_ATTACH names its socket (and
+///     NAAICE_ROCE_ATTACH_PORT one of its ports; naaice_client --attach sets them), or
+///   - in-process on a DPDK port of the process's own, configured by NAAICE_ROCE
+///     ("pmd=memif,socket=PATH,role=client,ip=192.0.2.2,mac=02:00:00:00:00:02", see
+///     perf::parse_link_text).
+/// Completions and events are sorted by connection, so that several contexts (several "hosts")
+/// can run at once. Idle polls give the CPU away now and then (NAAICE_ROCE_BUSY=1: never, for
+/// benchmarks on dedicated cores).
+///
+/// Built with NAAICE_ATTACHED_ONLY (libnaaice_attached), only the first: no DPDK, no engine.
+///
+/// The NAAICE API registers the application's own buffers; libroce registers only its memory
+/// (shared with roced when attached). Each region is therefore shadowed: a piece of the
+/// Context's memory registered at the application's address as its IOVA (reg_mr_iova), so
+/// that the addresses and keys the NAA sees are the application's. What the host sends is
+/// copied in when it is posted; what arrives is copied out when its receive completes (a
+/// call's result: every region of the connection, when the NAA's WRITE_WITH_IMM arrives).
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
-#include "apps/naa/engine_stack.h"
+#include "apps/naa/conn_stack.h"
 #include "apps/naa/host/naaice_transport.h"
-#include "dataplane/port/dpdk_port.h"
+#ifndef NAAICE_ATTACHED_ONLY
+#include "apps/naa/standalone.h"
+#endif
 
 namespace roce::naa {
 namespace {
 
+constexpr unsigned kYieldAfterIdlePolls = 32;
+constexpr std::uint64_t kPage = 4096;
+
 struct Shared {
-  std::unique_ptr<EngineStack> stack;
+#ifndef NAAICE_ATTACHED_ONLY
+  std::unique_ptr<Standalone> local;
+#endif
+  std::unique_ptr<client::Context> attached;
+  std::unique_ptr<ConnStack> stack;
   unsigned users = 0;
   std::map<ConnId, std::deque<Completion>> wcs;
   std::map<ConnId, std::deque<ConnEvent>> events;
@@ -36,11 +66,41 @@ struct Shared {
 };
 Shared g_shared;
 
+/// A region of the application's, and the registered memory that stands for it.
+struct Shadow {
+  std::uint8_t* app = nullptr;
+  std::uint64_t length = 0;
+  Memory mem;
+  std::uint8_t* copy = nullptr;  ///< in mem, at app's page offset
+  MrInfo mr;
+  bool covers(const void* p, std::uint64_t n) const {
+    const auto* b = static_cast<const std::uint8_t*>(p);
+    return b >= app && b + n <= app + length;
+  }
+};
+
 struct RoceTransport {
   std::optional<ConnId> conn;
   bool broken = false;
   std::string error = "no error";
   unsigned idle = 0;
+  std::map<Shadow*, std::unique_ptr<Shadow>> shadows;
+  struct Posted {
+    std::uint8_t* addr;
+    std::uint32_t length;
+  };
+  std::deque<Posted> recvs;  ///< posted receives, in the order they complete
+
+  Shadow* shadow_of(const void* p, std::uint64_t n) {
+    for (auto& [k, s] : shadows)
+      if (s->covers(p, n)) return s.get();
+    return nullptr;
+  }
+  void copy_out(const void* p, std::uint64_t n) {
+    if (Shadow* s = shadow_of(p, n))
+      std::memcpy(const_cast<void*>(p), s->copy + (static_cast<const std::uint8_t*>(p) - s->app),
+                  n);
+  }
 };
 
 RoceTransport* self(void* p) { return static_cast<RoceTransport*>(p); }
@@ -54,7 +114,8 @@ int t_connect(void* p, const char* ip, std::uint16_t port, std::uint32_t send_de
     return -1;
   }
   t->conn = c;
-  const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(timeout_s * 1e9);
+  const auto end = std::chrono::steady_clock::now() +
+                   std::chrono::microseconds(static_cast<std::int64_t>(timeout_s * 1e6));
   for (;;) {
     g_shared.pump();
     auto& q = g_shared.events[*c];
@@ -68,7 +129,7 @@ int t_connect(void* p, const char* ip, std::uint16_t port, std::uint32_t send_de
       t->conn.reset();
       return -1;
     }
-    if (port::now_ns() > end) {
+    if (std::chrono::steady_clock::now() > end) {
       t->error = "timed out";
       return -1;
     }
@@ -76,23 +137,43 @@ int t_connect(void* p, const char* ip, std::uint16_t port, std::uint32_t send_de
 }
 
 int t_reg_mr(void* p, void* addr, std::uint64_t length, naaice_mr_handle* out) {
-  const auto m = g_shared.stack->reg_mr(0, addr, length, std::nullopt);  // the common PD
-  if (!m) {
-    self(p)->error = "the engine refused the registration";
+  RoceTransport* t = self(p);
+  auto s = std::make_unique<Shadow>();
+  s->app = static_cast<std::uint8_t*>(addr);
+  s->length = length;
+  const std::uint64_t off = reinterpret_cast<std::uint64_t>(addr) % kPage;
+  const auto mem = g_shared.stack->alloc(off + length);
+  if (!mem) {
+    t->error = std::string("no memory from the stack: ") + std::strerror(errno);
     return -1;
   }
+  s->mem = *mem;
+  s->copy = mem->addr + off;
+  std::memcpy(s->copy, addr, length);
+  // The common PD (the host's connections share it), addressed as the application's buffer.
+  const auto m = g_shared.stack->reg_mr(0, s->copy, length, reinterpret_cast<std::uint64_t>(addr));
+  if (!m) {
+    g_shared.stack->free(s->mem);
+    t->error = std::string("the stack refused the registration: ") + std::strerror(errno);
+    return -1;
+  }
+  s->mr = *m;
   out->addr = addr;
   out->length = length;
   out->lkey = m->lkey;
   out->rkey = m->rkey;
-  out->priv = reinterpret_cast<void*>(m->handle);
+  out->priv = s.get();
+  t->shadows[s.get()] = std::move(s);
   return 0;
 }
 
-void t_dereg_mr(void*, naaice_mr_handle* h) {
-  MrInfo m;
-  m.handle = reinterpret_cast<std::uint64_t>(h->priv);
-  g_shared.stack->dereg_mr(m);
+void t_dereg_mr(void* p, naaice_mr_handle* h) {
+  RoceTransport* t = self(p);
+  const auto it = t->shadows.find(static_cast<Shadow*>(h->priv));
+  if (it == t->shadows.end()) return;
+  g_shared.stack->dereg_mr(it->second->mr);
+  g_shared.stack->free(it->second->mem);
+  t->shadows.erase(it);
 }
 
 int t_post_recv(void* p, std::uint64_t wr_id, void* addr, std::uint32_t len, std::uint32_t lkey) {
@@ -101,6 +182,7 @@ int t_post_recv(void* p, std::uint64_t wr_id, void* addr, std::uint32_t len, std
     t->error = "post_recv failed";
     return -1;
   }
+  t->recvs.push_back({static_cast<std::uint8_t*>(addr), len});
   return 0;
 }
 
@@ -108,10 +190,13 @@ int t_post_send(void* p, naaice_op op, std::uint64_t wr_id, const void* local, s
                 std::uint32_t lkey, std::uint64_t raddr, std::uint32_t rkey, std::uint32_t imm,
                 int signaled) {
   RoceTransport* t = self(p);
+  if (len != 0)
+    if (Shadow* s = t->shadow_of(local, len))
+      std::memcpy(s->copy + (static_cast<const std::uint8_t*>(local) - s->app), local, len);
   WorkRequest wr;
   wr.wr_id = wr_id;
   wr.op = op == NAAICE_OP_SEND ? Op::kSend : op == NAAICE_OP_WRITE ? Op::kWrite : Op::kWriteImm;
-  wr.local = reinterpret_cast<std::uint64_t>(local);
+  wr.local = reinterpret_cast<std::uint64_t>(local);  // the MR's IOVA: the application's address
   wr.length = len;
   wr.lkey = lkey;
   wr.remote_addr = raddr;
@@ -141,6 +226,14 @@ int t_poll(void* p, naaice_wc* out, int max) {
   int n = 0;
   while (n < max && !q.empty()) {
     const Completion& c = q.front();
+    if ((c.kind == Completion::kRecv || c.kind == Completion::kRecvImm) && !t->recvs.empty()) {
+      const RoceTransport::Posted r = t->recvs.front();
+      t->recvs.pop_front();
+      if (c.ok && c.kind == Completion::kRecv)
+        t->copy_out(r.addr, std::min<std::uint64_t>(c.byte_len, r.length));
+    }
+    if (c.ok && c.kind == Completion::kRecvImm)  // a call's results: in every region
+      for (auto& [k, s] : t->shadows) std::memcpy(s->app, s->copy, s->length);
     naaice_wc& w = out[n++];
     std::memset(&w, 0, sizeof w);
     w.wr_id = c.wr_id;
@@ -155,11 +248,15 @@ int t_poll(void* p, naaice_wc* out, int max) {
     q.pop_front();
   }
   if (n == 0 && t->broken) return -1;
-  // Share the CPU when nothing happens (two busy processes on few cores).
+  // Share the CPU when nothing happens (two busy processes on few cores; attached, roced
+  // drives the port).
   static const bool busy = std::getenv("NAAICE_ROCE_BUSY") != nullptr;
-  if (n == 0 && !busy && ++t->idle >= perf::Env::kYieldAfterIdlePolls) {
+  if (n == 0 && !busy && ++t->idle >= kYieldAfterIdlePolls) {
     t->idle = 0;
-    perf::Env::yield();
+    if (g_shared.attached)
+      ::usleep(20);
+    else
+      sched_yield();
   } else if (n) {
     t->idle = 0;
   }
@@ -176,11 +273,16 @@ void t_disconnect(void* p) {
   g_shared.wcs.erase(*t->conn);
   g_shared.events.erase(*t->conn);
   t->conn.reset();
+  t->recvs.clear();
 }
 
 void t_destroy(void* p) {
   RoceTransport* t = self(p);
   if (t->conn) t_disconnect(p);
+  for (auto& [k, s] : t->shadows) {
+    g_shared.stack->dereg_mr(s->mr);
+    g_shared.stack->free(s->mem);
+  }
   delete t;
   --g_shared.users;
 }
@@ -189,13 +291,65 @@ void t_destroy(void* p) {
 void at_exit() {
   if (!g_shared.stack) return;
   g_shared.stack->idle(0.05);
-  if (std::getenv("NAAICE_ROCE_STATS"))
-    std::fprintf(stderr, "naaice: %s", g_shared.stack->transport_report().c_str());
   g_shared.stack.reset();
-  port::eal_cleanup();
+  g_shared.attached.reset();
+#ifndef NAAICE_ATTACHED_ONLY
+  if (std::getenv("NAAICE_ROCE_STATS") && g_shared.local)
+    std::fprintf(stderr, "naaice: %s", g_shared.local->transport_report().c_str());
+  g_shared.local.reset();
+  Standalone::cleanup();
+#endif
 }
 
 const char* t_error(void* p) { return self(p)->error.c_str(); }
+
+/// The process's Context and stack, attached or in-process (the file's comment).
+bool open_shared() {
+  ConnStackOptions so;
+  so.pd_per_connection = false;  // one host: its regions serve each of its connections
+  if (const char* sock = std::getenv("NAAICE_ROCE_ATTACH"); sock && *sock) {
+    const char* port = std::getenv("NAAICE_ROCE_ATTACH_PORT");
+    g_shared.attached = client::Context::attach(sock, port ? port : "");
+    if (!g_shared.attached) {
+      std::fprintf(stderr, "naaice: cannot attach to roced at %s: %s\n", sock,
+                   std::strerror(errno));
+      return false;
+    }
+    g_shared.stack = std::make_unique<ConnStack>(*g_shared.attached, so);
+    return true;
+  }
+#ifdef NAAICE_ATTACHED_ONLY
+  std::fprintf(stderr,
+               "naaice: set NAAICE_ROCE_ATTACH to the socket of a running roced (this build "
+               "attaches only)\n");
+  return false;
+#else
+  const char* env = std::getenv("NAAICE_ROCE");
+  LinkConfig link;
+  link.memif_role = "client";
+  link.ip = "192.0.2.2";
+  link.mac = "02:00:00:00:00:02";
+  std::string err;
+  if (!env || !parse_link(env, link, err)) {
+    std::fprintf(stderr,
+                 "naaice: set NAAICE_ROCE to the appliance stack's link, e.g. "
+                 "pmd=memif,socket=/tmp/naa.sock,role=client,ip=192.0.2.2,"
+                 "mac=02:00:00:00:00:02 (%s), or NAAICE_ROCE_ATTACH to a roced's socket\n",
+                 env ? err.c_str() : "NAAICE_ROCE is not set");
+    return false;
+  }
+  try {
+    g_shared.local = std::make_unique<Standalone>(link);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "naaice: cannot start the appliance stack: %s\n", e.what());
+    return false;
+  }
+  const ConnStackOptions& lo = g_shared.local->stack_options();
+  so.neighbour = lo.neighbour;
+  g_shared.stack = std::make_unique<ConnStack>(g_shared.local->context(), so);
+  return true;
+#endif
+}
 
 }  // namespace
 }  // namespace roce::naa
@@ -203,27 +357,8 @@ const char* t_error(void* p) { return self(p)->error.c_str(); }
 extern "C" naaice_transport* naaice_transport_open(void) {
   using namespace roce::naa;
   if (!g_shared.stack) {
-    const char* env = std::getenv("NAAICE_ROCE");
-    LinkConfig link;
-    link.memif_role = "client";
-    link.ip = "192.0.2.2";
-    link.mac = "02:00:00:00:00:02";
-    std::string err;
-    if (!env || !roce::perf::parse_link_text(env, link, err)) {
-      std::fprintf(stderr,
-                   "naaice: set NAAICE_ROCE to the appliance stack's link, e.g. "
-                   "pmd=memif,socket=/tmp/naa.sock,role=client,ip=192.0.2.2,"
-                   "mac=02:00:00:00:00:02 (%s)\n",
-                   env ? err.c_str() : "NAAICE_ROCE is not set");
-      return nullptr;
-    }
-    try {
-      g_shared.stack = std::make_unique<EngineStack>(link);
-      std::atexit(at_exit);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "naaice: cannot start the appliance stack: %s\n", e.what());
-      return nullptr;
-    }
+    if (!open_shared()) return nullptr;
+    std::atexit(at_exit);
   }
   ++g_shared.users;
   auto* t = static_cast<naaice_transport*>(std::calloc(1, sizeof(naaice_transport)));

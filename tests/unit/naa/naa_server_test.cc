@@ -26,6 +26,18 @@ struct Sent {
 
 class FakeStack : public Stack {
  public:
+  std::optional<Memory> alloc(std::uint64_t length) override {
+    void* p = std::aligned_alloc(4096, (length + 4095) / 4096 * 4096);
+    if (p == nullptr) return std::nullopt;
+    std::memset(p, 0, length);
+    ++allocated;
+    return Memory{static_cast<std::uint8_t*>(p), length, 0};
+  }
+  void free(const Memory& m) override {
+    if (m.addr == nullptr) return;
+    --allocated;
+    std::free(m.addr);
+  }
   /// One protection domain per connection, as the engine's and rdma-core's stacks do.
   std::optional<MrInfo> reg_mr(ConnId c, void* addr, std::uint64_t length,
                                std::optional<std::uint64_t> iova) override {
@@ -126,6 +138,7 @@ class FakeStack : public Stack {
     completions.push_back(wc);
   }
   std::size_t live_mrs() const { return mrs_.size(); }
+  int allocated = 0;  ///< Memory from alloc() not yet freed
 
   struct Recv {
     std::uint64_t wr_id;
@@ -239,6 +252,7 @@ TEST_F(NaaServerTest, WholeExchangeVectorAdd) {
   step();
   EXPECT_EQ(server->hosts(), 0u);
   EXPECT_EQ(stack.live_mrs(), 0u);
+  EXPECT_EQ(stack.allocated, 0);  // the messages' memory and the host's NAA memory
 }
 
 TEST_F(NaaServerTest, IncrementWritesEveryParameterReturnLast) {
@@ -317,6 +331,7 @@ TEST_F(NaaServerTest, MalformedMrspDisconnects) {
   }
   EXPECT_EQ(server->stats().mrsp_malformed, bad.size());
   EXPECT_EQ(stack.live_mrs(), 0u);
+  EXPECT_EQ(stack.allocated, 0);
 }
 
 TEST_F(NaaServerTest, CallErrors) {
