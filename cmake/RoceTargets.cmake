@@ -45,7 +45,7 @@ function(roce_add_header_check)
   file(GLOB_RECURSE headers RELATIVE ${PROJECT_SOURCE_DIR}
        ${PROJECT_SOURCE_DIR}/dataplane/*.h ${PROJECT_SOURCE_DIR}/controlplane/*.h
        ${PROJECT_SOURCE_DIR}/apps/*.h ${PROJECT_SOURCE_DIR}/client/*.h
-       ${PROJECT_SOURCE_DIR}/include/*.h)
+       ${PROJECT_SOURCE_DIR}/include/*.h ${PROJECT_SOURCE_DIR}/runtime/*.h)
   set(srcs)
   foreach(h ${headers})
     string(MAKE_C_IDENTIFIER ${h} id)

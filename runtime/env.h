@@ -1,8 +1,9 @@
 /// @file
-/// What every roce-perf test stands on: one DPDK port (net_af_packet on a kernel interface)
-/// with an Engine and a poll loop, an optional capture, fault injection on either direction,
-/// and the out-of-band TCP connection of rdma-core's and perftest's tools. The RoCE traffic
-/// runs on the DPDK port; the exchange runs on a kernel socket, as on a management interface.
+/// The in-process host of one application: the EAL, one DPDK port (runtime/port.h) with an
+/// engine and a poll loop on it, an optional capture, fault injection either way, and what
+/// keeps that dataplane going while the application waits (Poller). roce-perf, the NAA, NetFR
+/// and NFS programs, the link demo and the examples open one from a LinkOptions; roced lends
+/// the engine and loop of a configured port to the services it hosts.
 #pragma once
 
 #include <cstdint>
@@ -13,18 +14,15 @@
 #include <vector>
 
 #include "apps/common/pcap_writer.h"
-#include "dataplane/fault_injector.h"
+#include "client/local/local_context.h"
 #include "dataplane/port/dpdk_port.h"
+#include "runtime/link.h"
 
-namespace roce::client {
-class Context;
+namespace roce::runtime {
+class Port;
 }
-namespace roce::fpga {
-class DeviceModel;
-class DatapathOffload;
-}  // namespace roce::fpga
 
-namespace roce::perf {
+namespace roce::runtime {
 
 /// A test that cannot go on: roce-perf prints it and exits with status 1; roced logs it and
 /// serves the next client.
@@ -32,31 +30,6 @@ struct TestFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 [[noreturn]] void fail(const std::string& msg);  ///< throws TestFailure
-
-struct LinkOpts {
-  std::string iface;              ///< kernel interface the DPDK port attaches to
-  std::string pmd = "af_packet";  ///< af_packet (net_af_packet) or af_xdp (net_af_xdp)
-  std::string ip = "192.0.2.100";
-  std::string mac = "02:00:00:00:00:64";
-  unsigned netdev_mtu = 1500;      ///< largest IP packet on the link (9000 for path MTU 4096)
-  std::string pcap;                ///< capture every frame sent and received here
-  unsigned vlan = 0;               ///< 802.1Q VLAN of the port (1-4094); 0: untagged
-  int lcore = -1;                  ///< the CPU the poll loop runs on; -1: any of the process's
-  std::uint64_t window_bytes = 0;  ///< the engine's requester window per QP (0: its default)
-  FaultPolicy tx_faults, rx_faults;
-  /// The FPGA offload's device model on the port (fpga/model: icrc, parse, or datapath: the
-  /// card runs the WRITE and READ tests' QPs); empty: the environment's ROCE_OFFLOAD, else none.
-  std::string offload;
-};
-
-/// The EAL --vdev argument for `o`'s interface and PMD; fails (TestFailure) on a bad option.
-std::string link_vdev(const LinkOpts& o);
-/// The largest path MTU a link of `netdev_mtu` carries, as rxe reckons its active MTU (the
-/// netdev MTU less 80 bytes of headers): roce-perf's engine allows no more, and perftest's
-/// tools default to it.
-engine::Mtu link_path_mtu(unsigned netdev_mtu);
-/// The port of `o` (call link_vdev first: it checks the options).
-port::PortSpec link_port_spec(const LinkOpts& o);
 
 /// What keeps a test's dataplane going while the test waits (for completions, for the peer
 /// on the exchange socket). In-process (Env) that is polling the loop; attached to roced
@@ -91,11 +64,15 @@ class Poller {
   virtual void rest() { yield(); }
 };
 
-/// The dataplane of a test: a poll loop and its engine. roce-perf owns one (EAL, port, engine,
-/// loop, from LinkOpts); roced lends the loop of a configured port to the services it hosts.
+/// The dataplane of a test or an application: a poll loop and its engine. A program owns one
+/// (EAL, port, engine, loop, from LinkOptions; the EAL stays up: port::eal_cleanup at exit);
+/// roced lends the loop of a configured port to the services it hosts.
 class Env : public Poller {
  public:
-  explicit Env(const LinkOpts& o);
+  /// Opens the link: the EAL (once per process), the port, its engine and loop, the offload
+  /// (`o.offload`, else ROCE_OFFLOAD); waits for the link unless it is a memif server's (that
+  /// one comes up when its client connects). Fails (TestFailure) on a bad option.
+  explicit Env(const LinkOptions& o);
   /// Borrows a running engine and loop; `between_polls` runs after every poll (roced: its other
   /// ports and counters) and may throw to abandon the test.
   Env(engine::Engine& e, port::PollLoop& l, wire::Ipv4Addr ip, std::function<void()> between_polls);
@@ -111,6 +88,11 @@ class Env : public Poller {
   std::function<std::unique_ptr<client::Context>()> open_card;
   /// The peer's MAC by ARP; fails the test after `seconds`.
   wire::MacAddr resolve(wire::Ipv4Addr peer, double seconds);
+  /// libroce's in-process backend on this engine (client::open_local): progress polls the
+  /// loop, resolve waits up to 10 s for ARP, the port is named `name`.
+  client::LocalOptions local_options(const std::string& name = {});
+  /// The port this Env owns; null when it borrows roced's.
+  Port* port() { return own_port_.get(); }
 
  protected:
   bool step() override {
@@ -120,11 +102,7 @@ class Env : public Poller {
   }
 
  private:
-  std::unique_ptr<engine::Engine> own_eng_;
-  std::unique_ptr<port::DpdkPort> own_dev_;
-  std::unique_ptr<port::PollLoop> own_loop_;
-  std::unique_ptr<fpga::DeviceModel> offload_;   ///< LinkOpts::offload (datapath: its stages)
-  std::unique_ptr<fpga::DatapathOffload> card_;  ///< LinkOpts::offload datapath
+  std::unique_ptr<Port> own_port_;
   std::function<void()> between_polls_;
 
  public:
@@ -150,68 +128,4 @@ struct Resources {
   std::vector<engine::Pd*> pds;
 };
 
-/// How perftest's two processes talk outside the tested QPs: perftest's messages (versions,
-/// QP addresses, hand-shakes, reports) each way. The client writes first in every exchange.
-/// Implemented by the TCP connection (Oob) and by perftest's rdma_cm communication connection
-/// (-R, perftest_cm.h).
-class Exchange {
- public:
-  virtual ~Exchange() = default;
-  virtual bool client() const = 0;
-  /// Client: connects (retrying while nobody listens, until the timeout); server: accepts.
-  virtual void open() = 0;
-  virtual void send(const void* buf, std::size_t n) = 0;
-  /// Exactly `n` bytes.
-  virtual void recv(void* buf, std::size_t n) = 0;
-  /// perftest's symmetric step: the client writes then reads, the server reads then writes.
-  void exchange(const void* mine, void* theirs, std::size_t n) {
-    if (client()) {
-      send(mine, n);
-      recv(theirs, n);
-    } else {
-      recv(theirs, n);
-      send(mine, n);
-    }
-  }
-  /// True when the peer has sent something not read yet (or is gone). Polls the dataplane.
-  virtual bool readable() = 0;
-  /// Reads and discards until the peer closes, for at most `seconds`.
-  virtual void drain_until_closed(double seconds) = 0;
-  virtual void close() = 0;
-};
-
-/// The out-of-band TCP connection. The side given a server name connects (client); the other
-/// listens for one connection (server). Every transfer keeps the dataplane polling, so that
-/// ARP and RoCE traffic are answered while the exchange waits.
-class Oob : public Exchange {
- public:
-  /// Server: listens on `port` now (so that a peer may connect early); accept() waits.
-  Oob(Poller& env, std::string server, unsigned port, double timeout_s);
-  /// Server side of a connection accepted elsewhere (roced's services).
-  Oob(Poller& env, int connected_fd, double timeout_s);
-  ~Oob() override;
-  Oob(const Oob&) = delete;
-  Oob& operator=(const Oob&) = delete;
-
-  bool client() const override { return !server_.empty(); }
-  void open() override;
-  void send(const void* buf, std::size_t n) override;
-  void recv(void* buf, std::size_t n) override;
-  void close() override;
-  bool readable() override;
-  void drain_until_closed(double seconds) override;
-
- private:
-  Poller& env_;
-  std::string server_;
-  unsigned port_;
-  double timeout_s_;
-  int listen_fd_ = -1, fd_ = -1;
-};
-
-std::string hex_gid(const wire::Ipv6Addr& g);  ///< 32 hex digits, bytes in order
-/// A peer's message for an error text: up to `n` bytes or the first NUL, non-printable bytes
-/// shown as '.'.
-std::string printable(const char* p, std::size_t n);
-
-}  // namespace roce::perf
+}  // namespace roce::runtime

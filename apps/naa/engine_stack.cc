@@ -11,24 +11,24 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "apps/perf/cm_tools.h"
 #include "controlplane/address.h"
+#include "runtime/cm_agent.h"
 
 namespace roce::naa {
 
 using namespace roce::engine;
 
-EngineStack::EngineStack(const LinkConfig& l) {
-  own_env_ = std::make_unique<perf::Env>(perf::link_opts(l));
+EngineStack::EngineStack(const runtime::LinkOptions& l) {
+  own_env_ = std::make_unique<runtime::Env>(l);
   env_ = own_env_.get();
   init();
 }
 
-EngineStack::EngineStack(perf::Env& env) : env_(&env) { init(); }
+EngineStack::EngineStack(runtime::Env& env) : env_(&env) { init(); }
 
 void EngineStack::init() {
   // The engine's one CM (QP1), shared with roced's attached clients when hosted there.
-  hub_ = cm::CmHub::get(env_->eng, perf::cm_agent_config(*env_));
+  hub_ = cm::CmHub::get(env_->eng, runtime::cm_agent_config(*env_));
   owner_ = hub_->add_owner([this](const cm::CmEvent& e) { on_cm(e); });
   pd_ = env_->eng.alloc_pd();
   cq_ = env_->eng.create_cq(std::min<std::uint32_t>(8192, env_->eng.config().max_cq_depth));

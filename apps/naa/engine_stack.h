@@ -10,22 +10,19 @@
 #include <string>
 
 #include "apps/naa/stack.h"
-#include "apps/perf/env.h"
-#include "apps/perf/link_text.h"
 #include "controlplane/cm/cm_hub.h"
+#include "runtime/env.h"
+#include "runtime/link.h"
 
 namespace roce::naa {
 
-/// The DPDK link of a standalone process (roce-naa, the host library on the appliance's stack).
-/// The link of a stack with its own port: NAAICE_ROCE's "key=value,..." (apps/perf/link_text.h).
-using LinkConfig = perf::LinkText;
-
 class EngineStack : public Stack {
  public:
-  /// Own EAL, port, engine and poll loop (throws std::runtime_error on a bad link).
-  explicit EngineStack(const LinkConfig& link);
+  /// Own EAL, port, engine and poll loop (throws std::runtime_error on a bad link): a standalone
+  /// process (roce-naa, the host library on the appliance's stack).
+  explicit EngineStack(const runtime::LinkOptions& link);
   /// On a borrowed dataplane (roced's services).
-  explicit EngineStack(perf::Env& env);
+  explicit EngineStack(runtime::Env& env);
   ~EngineStack() override;
 
   std::optional<MrInfo> reg_mr(ConnId c, void* addr, std::uint64_t length,
@@ -44,7 +41,7 @@ class EngineStack : public Stack {
   bool poll(std::vector<ConnEvent>& events, std::vector<Completion>& completions) override;
   void idle(double seconds) override;
 
-  perf::Env& env() { return *env_; }
+  runtime::Env& env() { return *env_; }
   /// Retransmissions, RNR NAKs and injected drops, one line.
   std::string transport_report() const;
   /// Every non-zero engine counter, when NAAICE_ALL_COUNTERS is set.
@@ -78,8 +75,8 @@ class EngineStack : public Stack {
   /// Frees the PD of a connection that is gone once its last MR is deregistered.
   void retire_pd(engine::Pd* pd);
 
-  std::unique_ptr<perf::Env> own_env_;
-  perf::Env* env_ = nullptr;
+  std::unique_ptr<runtime::Env> own_env_;
+  runtime::Env* env_ = nullptr;
   std::shared_ptr<cm::CmHub> hub_;
   cm::CmHub::Owner owner_ = 0;
   engine::Pd* pd_ = nullptr;  ///< reg_mr(0, ...): a stack with one connection (the host side)

@@ -22,9 +22,10 @@ void on_signal(int) { g_stop = 1; }
 }  // namespace
 
 int main(int argc, char** argv) {
-  LinkConfig link;
-  link.ip = "192.0.2.1";
-  link.mac = "02:00:00:00:00:01";
+  roce::runtime::LinkOptions link = roce::runtime::LinkOptions::text_defaults();
+  std::string pmd = "memif", memif_socket, memif_role = "server", iface;
+  double tx_drop = 0, rx_drop = 0;
+  std::uint64_t seed = 1;
   NaaConfig cfg;
   unsigned port = cfg.port, exit_after = 0;
   std::uint64_t mem_mib = cfg.memory_per_host >> 20;
@@ -32,18 +33,18 @@ int main(int argc, char** argv) {
   po::options_description d(
       "Usage: roce-naa [--pmd memif --memif-socket PATH | --pmd af_packet --iface IF] [options]\n\n"
       "A NAAICE network-attached accelerator on the appliance's RoCEv2 stack");
-  d.add_options()("help,h", "print this help")("pmd", po::value(&link.pmd)->default_value(link.pmd),
+  d.add_options()("help,h", "print this help")("pmd", po::value(&pmd)->default_value(pmd),
                                                "memif or af_packet")(
-      "memif-socket", po::value(&link.memif_socket), "memif: the control socket")(
-      "memif-role", po::value(&link.memif_role)->default_value(link.memif_role),
-      "memif: server or client")("iface", po::value(&link.iface), "af_packet: the interface")(
+      "memif-socket", po::value(&memif_socket), "memif: the control socket")(
+      "memif-role", po::value(&memif_role)->default_value(memif_role),
+      "memif: server or client")("iface", po::value(&iface), "af_packet: the interface")(
       "ip", po::value(&link.ip)->default_value(link.ip), "our RoCE IPv4 address")(
       "mac", po::value(&link.mac)->default_value(link.mac), "our MAC address")(
       "pcap", po::value(&link.pcap), "capture every frame to this file")(
-      "tx-drop", po::value(&link.tx_drop)->default_value(0), "drop this fraction of frames sent")(
-      "rx-drop", po::value(&link.rx_drop)->default_value(0),
+      "tx-drop", po::value(&tx_drop)->default_value(0), "drop this fraction of frames sent")(
+      "rx-drop", po::value(&rx_drop)->default_value(0),
       "drop this fraction of frames received")(
-      "fault-seed", po::value(&link.seed)->default_value(1), "seed of the fault injection")(
+      "fault-seed", po::value(&seed)->default_value(1), "seed of the fault injection")(
       "window-bytes", po::value(&link.window_bytes)->default_value(0),
       "memif: requester window per QP in bytes (0: the engine's, 1 MiB)")(
       "port,p", po::value(&port)->default_value(port), "rdma_cm port to listen on")(
@@ -90,9 +91,17 @@ int main(int argc, char** argv) {
     if (cfg.kernel_queue > 4096) throw po::error("--kernel-queue must be 0..4096");
     if (cfg.kernel_delay_ms < 0 || cfg.kernel_delay_ms > 600000)
       throw po::error("--kernel-delay-ms must be 0..600000");
+    if (pmd == "memif") {
+      if (!link.set_memif(memif_socket, memif_role))
+        throw po::error("memif needs socket=PATH and role=server|client");
+    } else {
+      link.pmd = pmd;
+      link.iface = iface;
+    }
+    link.set_drops(tx_drop, rx_drop, seed);
     std::string err;
-    LinkConfig check = link;
-    if (!vm.count("list-kernels") && !roce::perf::parse_link_text("", check, err))
+    roce::runtime::LinkOptions check = link;
+    if (!vm.count("list-kernels") && !roce::runtime::parse_link_text("", check, err))
       throw po::error(err);
   } catch (const po::error& e) {
     std::cerr << "roce-naa: " << e.what() << "\n(try roce-naa --help)\n";
@@ -122,7 +131,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       const bool busy = vm.count("busy-poll") != 0;
       if (!server.run(g_stop, exit_after, timeout, [busy] {
-            if (!busy) roce::perf::Env::yield();
+            if (!busy) roce::runtime::Env::yield();
           })) {
         std::fprintf(stderr, "roce-naa: timed out\n");
         rc = 1;

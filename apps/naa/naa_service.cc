@@ -24,7 +24,7 @@ double number(const std::string& opt, const std::string& v, double lo, double hi
 }
 
 /// `env` with the daemon's CM connection bound (before the stack's CM agent is made).
-perf::Env& with_cm_limit(perf::Env& env, std::uint32_t cm_connections) {
+runtime::Env& with_cm_limit(runtime::Env& env, std::uint32_t cm_connections) {
   env.cm_connections = cm_connections;
   return env;
 }

@@ -30,7 +30,7 @@ class NaaService {
   const NaaServer& server() const { return server_; }
 
  private:
-  perf::Env env_;
+  runtime::Env env_;
   EngineStack stack_;
   NaaServer server_;
 };

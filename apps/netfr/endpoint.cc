@@ -37,8 +37,8 @@ Fabric* process_fabric(const char* link, std::string& err) {
     err = "no link: set NFRInitOpts.link or NETFR_LINK";
     return nullptr;
   }
-  LinkConfig lc;
-  if (!perf::parse_link_text(text, lc, err)) return nullptr;
+  runtime::LinkOptions lc = runtime::LinkOptions::text_defaults();
+  if (!runtime::parse_link_text(text, lc, err)) return nullptr;
   try {
     g_fabric = std::make_unique<EngineFabric>(lc);
     std::atexit(at_exit);

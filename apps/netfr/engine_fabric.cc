@@ -10,16 +10,16 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "apps/perf/cm_tools.h"
 #include "controlplane/address.h"
+#include "runtime/cm_agent.h"
 
 namespace roce::netfr {
 
 using namespace roce::engine;
 
-EngineFabric::EngineFabric(const LinkConfig& l) {
-  env_ = std::make_unique<perf::Env>(perf::link_opts(l));
-  agent_ = std::make_unique<cm::CmAgent>(env_->eng, perf::cm_agent_config(*env_),
+EngineFabric::EngineFabric(const runtime::LinkOptions& l) {
+  env_ = std::make_unique<runtime::Env>(l);
+  agent_ = std::make_unique<cm::CmAgent>(env_->eng, runtime::cm_agent_config(*env_),
                                          [this](const cm::CmEvent& e) { on_cm(e); });
   pd_ = env_->eng.alloc_pd();
   cq_ = env_->eng.create_cq(std::min<std::uint32_t>(8192, env_->eng.config().max_cq_depth));

@@ -9,19 +9,16 @@
 #include <string>
 
 #include "apps/netfr/fabric.h"
-#include "apps/perf/env.h"
-#include "apps/perf/link_text.h"
 #include "controlplane/cm/cm_agent.h"
+#include "runtime/env.h"
+#include "runtime/link.h"
 
 namespace roce::netfr {
-
-/// The link of an endpoint: "key=value,..." (apps/perf/link_text.h).
-using LinkConfig = perf::LinkText;
 
 class EngineFabric : public Fabric {
  public:
   /// Throws std::runtime_error on a bad link.
-  explicit EngineFabric(const LinkConfig& link);
+  explicit EngineFabric(const runtime::LinkOptions& link);
   ~EngineFabric() override;
 
   std::optional<MrInfo> reg_mr(void* addr, std::uint64_t length) override;
@@ -54,7 +51,7 @@ class EngineFabric : public Fabric {
   engine::Qp* new_qp(std::uint32_t send_depth, std::uint32_t recv_depth);
   void release(Conn& c);
 
-  std::unique_ptr<perf::Env> env_;
+  std::unique_ptr<runtime::Env> env_;
   std::unique_ptr<cm::CmAgent> agent_;
   engine::Pd* pd_ = nullptr;
   engine::Cq* cq_ = nullptr;

@@ -2,7 +2,7 @@
 /// The host library's transport on the appliance's own stack, in-process (naaice_transport.h):
 /// one EngineStack per process (one DPDK port), shared by every connection the process opens,
 /// configured by the environment variable NAAICE_ROCE ("pmd=memif,socket=PATH,role=client,
-/// ip=192.0.2.2,mac=02:00:00:00:00:02", see perf::parse_link_text). Completions and events are
+/// ip=192.0.2.2,mac=02:00:00:00:00:02", see runtime::parse_link_text). Completions and events are
 /// sorted by connection, so that several contexts (several "hosts") can run at once. Idle polls
 /// yield the CPU now and then (NAAICE_ROCE_BUSY=1: never, for benchmarks on dedicated cores).
 #include <cstdio>
@@ -157,9 +157,9 @@ int t_poll(void* p, naaice_wc* out, int max) {
   if (n == 0 && t->broken) return -1;
   // Share the CPU when nothing happens (two busy processes on few cores).
   static const bool busy = std::getenv("NAAICE_ROCE_BUSY") != nullptr;
-  if (n == 0 && !busy && ++t->idle >= perf::Env::kYieldAfterIdlePolls) {
+  if (n == 0 && !busy && ++t->idle >= runtime::Env::kYieldAfterIdlePolls) {
     t->idle = 0;
-    perf::Env::yield();
+    runtime::Env::yield();
   } else if (n) {
     t->idle = 0;
   }
@@ -204,12 +204,12 @@ extern "C" naaice_transport* naaice_transport_open(void) {
   using namespace roce::naa;
   if (!g_shared.stack) {
     const char* env = std::getenv("NAAICE_ROCE");
-    LinkConfig link;
-    link.memif_role = "client";
+    roce::runtime::LinkOptions link = roce::runtime::LinkOptions::text_defaults();
+    link.pmd = "memif";  // the client end
     link.ip = "192.0.2.2";
     link.mac = "02:00:00:00:00:02";
     std::string err;
-    if (!env || !roce::perf::parse_link_text(env, link, err)) {
+    if (!env || !roce::runtime::parse_link_text(env, link, err)) {
       std::fprintf(stderr,
                    "naaice: set NAAICE_ROCE to the appliance stack's link, e.g. "
                    "pmd=memif,socket=/tmp/naa.sock,role=client,ip=192.0.2.2,"
