@@ -47,12 +47,11 @@ Port::Port(const PortOptions& o) : offload_(o.offload) {
   for (unsigned l = 0; l < o.lcores; ++l) {
     ec.lcore = l;
     engines_.push_back(std::make_unique<engine::Engine>(ec));
-    loops_.push_back(std::make_unique<port::PollLoop>(*dev_, *engines_[l], o.tx_faults,
-                                                      o.rx_faults, static_cast<std::uint16_t>(l)));
+    loops_.push_back(std::make_unique<port::PollLoop>(*dev_, *engines_[l], o.tx_faults, o.rx_faults,
+                                                      static_cast<std::uint16_t>(l)));
     if (mode) {
-      devices_.push_back(std::make_unique<fpga::DeviceModel>(
-          fpga::device_config(*mode, offload_.clock_mhz, offload_.bytes_per_cycle,
-                              offload_.line_gbps)));
+      devices_.push_back(std::make_unique<fpga::DeviceModel>(fpga::device_config(
+          *mode, offload_.clock_mhz, offload_.bytes_per_cycle, offload_.line_gbps)));
       if (datapath) {
         // The card behind the parse stages; its RC QPs are opened with open_card().
         fpga::DatapathCard::Config cc;

@@ -40,8 +40,8 @@ bool is_offload_mode(const std::string& mode);
 std::optional<std::string> env_offload();
 
 struct PortOptions {
-  port::PortSpec spec;            ///< spec.queues is set to `lcores`
-  engine::EngineConfig engine;    ///< engine.lcore is set per loop
+  port::PortSpec spec;               ///< spec.queues is set to `lcores`
+  engine::EngineConfig engine;       ///< engine.lcore is set per loop
   FaultPolicy tx_faults, rx_faults;  ///< every loop's
   unsigned lcores = 1;
   Offload offload;

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <random>
 
-#include "runtime/cm_agent.h"
 #include "controlplane/address.h"
 #include "controlplane/cm/cm_hub.h"
+#include "runtime/cm_agent.h"
 
 namespace roce::nfs {
 

@@ -28,8 +28,8 @@
 #include "apps/nfs/call_worker.h"
 #include "apps/nfs/nfs_server.h"
 #include "apps/nfs/rpcrdma.h"
-#include "runtime/env.h"
 #include "controlplane/cm/cm_hub.h"
+#include "runtime/env.h"
 
 namespace roce::nfs {
 

@@ -7,9 +7,9 @@
 #include <random>
 
 #include "apps/nfs/rpc.h"
-#include "runtime/cm_agent.h"
 #include "controlplane/address.h"
 #include "controlplane/cm/cm_hub.h"
+#include "runtime/cm_agent.h"
 
 namespace roce::nfs {
 

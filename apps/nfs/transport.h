@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "apps/nfs/rpcrdma.h"
-#include "runtime/env.h"
 #include "controlplane/cm/cm_hub.h"
+#include "runtime/env.h"
 
 namespace roce::nfs {
 

@@ -32,11 +32,11 @@
 
 #include "apps/nfs/nfs_service.h"
 #include "apps/nfs/rpcrdma.h"
-#include "runtime/env.h"
 #include "controlplane/address.h"
 #include "controlplane/cm/cm_agent.h"
 #include "dataplane/port/dpdk_port.h"
 #include "dataplane/wire/eth.h"
+#include "runtime/env.h"
 
 namespace roce::nfs {
 namespace {

@@ -140,9 +140,9 @@ TEST(LinkFlags, ParsedIntoTheLink) {
   LinkFlags f;
   po::options_description d;
   f.add_to(d);
-  const char* argv[] = {"x",         "--iface", "eth1", "--pmd",     "af_xdp", "--vlan",
-                        "12",        "--lcore", "3",    "--tx-drop", "0.25",   "--fault-seed",
-                        "40",        "--offload", "icrc"};
+  const char* argv[] = {"x",      "--iface",      "eth1",    "--pmd",     "af_xdp",
+                        "--vlan", "12",           "--lcore", "3",         "--tx-drop",
+                        "0.25",   "--fault-seed", "40",      "--offload", "icrc"};
   po::variables_map vm;
   po::store(po::parse_command_line(static_cast<int>(std::size(argv)), argv, d), vm);
   po::notify(vm);
