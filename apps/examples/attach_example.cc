@@ -41,8 +41,7 @@
 
 #include "client/local/local_context.h"
 #ifdef ROCE_EXAMPLE_LOCAL
-#include "dataplane/engine/engine.h"
-#include "dataplane/port/dpdk_port.h"
+#include "runtime/env.h"
 #endif
 
 using namespace roce::client;
@@ -162,42 +161,18 @@ Wc complete(Context& ctx, Cq* cq, bool busy) {
 }
 
 #ifdef ROCE_EXAMPLE_LOCAL
-// The in-process backend: an engine and poll loop of our own on one end of a memif link.
-struct LocalStack {
-  std::unique_ptr<roce::port::DpdkPort> dev;
-  std::unique_ptr<roce::engine::Engine> eng;
-  std::unique_ptr<roce::port::PollLoop> loop;
-};
-
-std::unique_ptr<Context> open_local(LocalStack& st, const std::string& memif, bool server) {
+// The in-process backend: an engine and poll loop of our own (runtime::Env) on one end of a
+// memif link, 192.0.2.81 for the server, .82 for the client.
+std::unique_ptr<Context> open_local(std::unique_ptr<roce::runtime::Env>& env,
+                                    const std::string& memif, bool server) {
   const unsigned me = server ? 1 : 2;
-  roce::port::eal_init({"--no-huge", "--no-shconf", "-m", "256", "--no-pci",
-                        "--file-prefix=attach-example-" + std::to_string(::getpid()),
-                        "--log-level=*:error", "-l", server ? "0" : "1",
-                        "--vdev=net_memif0,role=" + std::string(server ? "server" : "client") +
-                            ",id=0,socket-abstract=no,socket=" + memif});
-  PortInfo info;
-  info.name = "memif";
-  info.mac = roce::MacAddr{{0x02, 0, 0x5e, 0, 0x0b, static_cast<std::uint8_t>(me)}};
-  info.ipv4 = roce::Ipv4Addr{0xC0000200u | (80 + me)};  // 192.0.2.81 / .82
-  info.gid.b[10] = info.gid.b[11] = 0xFF;
-  for (int i = 0; i < 4; ++i)
-    info.gid.b[12 + i] = static_cast<std::uint8_t>(info.ipv4.v >> (24 - 8 * i));
-  roce::port::PortSpec ps;
-  ps.device = "net_memif0";
-  ps.mac = info.mac;
-  st.dev = std::make_unique<roce::port::DpdkPort>(ps);
-  roce::engine::EngineConfig ec;
-  ec.mac = info.mac;
-  ec.ipv4 = info.ipv4;
-  ec.max_mtu = Mtu::k1024;
-  st.eng = std::make_unique<roce::engine::Engine>(ec);
-  st.loop = std::make_unique<roce::port::PollLoop>(*st.dev, *st.eng);
-  LocalOptions o;
-  o.engine = st.eng.get();
-  o.progress = [&st] { st.loop->poll_once(); };
-  o.resolve = [&st](roce::Ipv4Addr ip) { return roce::port::resolve_wait(*st.loop, ip, 10); };
-  o.port = info;
+  roce::runtime::LinkOptions link;
+  link.set_memif(memif, server ? "server" : "client");
+  link.mac = "02:00:5e:00:0b:0" + std::to_string(me);
+  link.ip = "192.0.2.8" + std::to_string(me);
+  link.lcore = server ? 0 : 1;
+  env = std::make_unique<roce::runtime::Env>(link);
+  LocalOptions o = env->local_options("memif");
   g_progress = o.progress;
   return open_local(std::move(o));
 }
@@ -256,7 +231,7 @@ int main(int argc, char** argv) {
   // ---- the context: attached to roced, or in-process ----
   std::unique_ptr<Context> ctx;
 #ifdef ROCE_EXAMPLE_LOCAL
-  LocalStack local;
+  std::unique_ptr<roce::runtime::Env> local;
 #endif
   if (!local_memif.empty()) {
 #ifdef ROCE_EXAMPLE_LOCAL
@@ -555,11 +530,9 @@ int main(int argc, char** argv) {
     die("teardown failed");
   ctx.reset();
 #ifdef ROCE_EXAMPLE_LOCAL
-  if (local.loop) {
+  if (local) {
     g_progress = nullptr;
-    local.loop.reset();
-    local.eng.reset();
-    local.dev.reset();
+    local.reset();
     roce::port::eal_cleanup();
   }
 #endif

@@ -24,8 +24,7 @@
 #include <string>
 #ifdef ROCE_EXAMPLE_LOCAL
 #include "client/local/local_context.h"
-#include "dataplane/engine/engine.h"
-#include "dataplane/port/dpdk_port.h"
+#include "runtime/env.h"
 #endif
 
 using namespace roce;
@@ -340,42 +339,19 @@ int run_client(const Args& a, client::Context& ctx) {
 }
 
 #ifdef ROCE_EXAMPLE_LOCAL
-// The in-process backend: an engine and poll loop of our own on one end of a memif link
-// (192.0.2.81 for the server, .82 for the client), as roce-attach-example --local-memif.
-struct LocalStack {
-  std::unique_ptr<port::DpdkPort> dev;
-  std::unique_ptr<engine::Engine> eng;
-  std::unique_ptr<port::PollLoop> loop;
-};
-
-std::unique_ptr<client::Context> open_local(LocalStack& st, const std::string& memif, bool server) {
+// The in-process backend: an engine and poll loop of our own (runtime::Env) on one end of a
+// memif link (192.0.2.81 for the server, .82 for the client), as roce-attach-example
+// --local-memif.
+std::unique_ptr<client::Context> open_local(std::unique_ptr<runtime::Env>& env,
+                                            const std::string& memif, bool server) {
   const unsigned me = server ? 1 : 2;
-  port::eal_init({"--no-huge", "--no-shconf", "-m", "256", "--no-pci",
-                  "--file-prefix=lnet-ping-" + std::to_string(::getpid()), "--log-level=*:error",
-                  "-l", server ? "0" : "1",
-                  "--vdev=net_memif0,role=" + std::string(server ? "server" : "client") +
-                      ",id=0,socket-abstract=no,socket=" + memif});
-  client::PortInfo info;
-  info.name = "memif";
-  info.mac = wire::MacAddr{{0x02, 0, 0x5e, 0, 0x0c, static_cast<std::uint8_t>(me)}};
-  info.ipv4 = wire::Ipv4Addr{0xC0000200u | (80 + me)};
-  info.gid = wire::ipv4_mapped(info.ipv4);
-  port::PortSpec ps;
-  ps.device = "net_memif0";
-  ps.mac = info.mac;
-  st.dev = std::make_unique<port::DpdkPort>(ps);
-  engine::EngineConfig ec;
-  ec.mac = info.mac;
-  ec.ipv4 = info.ipv4;
-  ec.max_mtu = client::Mtu::k1024;
-  st.eng = std::make_unique<engine::Engine>(ec);
-  st.loop = std::make_unique<port::PollLoop>(*st.dev, *st.eng);
-  client::LocalOptions o;
-  o.engine = st.eng.get();
-  o.progress = [&st] { st.loop->poll_once(); };
-  o.resolve = [&st](wire::Ipv4Addr ip) { return port::resolve_wait(*st.loop, ip, 10); };
-  o.port = info;
-  return client::open_local(std::move(o));
+  runtime::LinkOptions link;
+  link.set_memif(memif, server ? "server" : "client");
+  link.mac = "02:00:5e:00:0c:0" + std::to_string(me);
+  link.ip = "192.0.2.8" + std::to_string(me);
+  link.lcore = server ? 0 : 1;
+  env = std::make_unique<runtime::Env>(link);
+  return client::open_local(env->local_options("memif"));
 }
 #endif
 
@@ -421,7 +397,7 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   std::unique_ptr<client::Context> ctx;
 #ifdef ROCE_EXAMPLE_LOCAL
-  LocalStack local;
+  std::unique_ptr<runtime::Env> local;
   if (!a.local_memif.empty()) ctx = open_local(local, a.local_memif, a.peer.empty());
 #else
   if (!a.local_memif.empty()) {
@@ -437,10 +413,8 @@ int main(int argc, char** argv) {
   const int rc = a.peer.empty() ? run_server(a, *ctx) : run_client(a, *ctx);
   ctx.reset();
 #ifdef ROCE_EXAMPLE_LOCAL
-  if (local.loop) {
-    local.loop.reset();
-    local.eng.reset();
-    local.dev.reset();
+  if (local) {
+    local.reset();
     port::eal_cleanup();
   }
 #endif

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "apps/perf/pingpong_proto.h"
+#include "controlplane/tcp.h"
 
 using namespace roce;
 using namespace roce::lnet;
@@ -49,17 +50,6 @@ constexpr std::uint32_t kMaxQps = 64;         ///< foreign connections of one Tm
 int fail(const std::string& what) {
   std::fprintf(stderr, "FAIL: %s\n", what.c_str());
   return 1;
-}
-
-bool io_all(int fd, void* p, std::size_t n, bool write) {
-  auto* b = static_cast<char*>(p);
-  while (n) {
-    const ssize_t k = write ? ::write(fd, b, n) : ::read(fd, b, n);
-    if (k <= 0) return false;
-    b += k;
-    n -= static_cast<std::size_t>(k);
-  }
-  return true;
 }
 
 int run(const Args& a, client::Context& ctx) {
@@ -177,7 +167,7 @@ int run(const Args& a, client::Context& ctx) {
   std::vector<perf::pp::Dest> peer(nmsg);
   for (std::uint32_t i = 0; i < nmsg; ++i) {
     std::array<char, perf::pp::kMsgLen> m{};
-    if (!io_all(fd, m.data(), m.size(), false)) return fail("the peer closed the exchange");
+    if (!ctl::read_all(fd, m.data(), m.size())) return fail("the peer closed the exchange");
     if (i >= a.qps) continue;
     const auto d = perf::pp::dest_of(m);
     if (!d) return fail("malformed QP address from the peer");
@@ -211,9 +201,9 @@ int run(const Args& a, client::Context& ctx) {
     mine[i] = perf::pp::msg(d);
   }
   for (auto& m : mine)
-    if (!io_all(fd, m.data(), m.size(), true)) return fail("the peer closed the exchange");
+    if (!ctl::write_all(fd, m.data(), m.size())) return fail("the peer closed the exchange");
   char done[5];
-  if (!io_all(fd, done, sizeof done, false)) return fail("no 'done' from the peer");
+  if (!ctl::read_all(fd, done, sizeof done)) return fail("no 'done' from the peer");
 
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while ((received < a.iters || sent < received) && std::chrono::steady_clock::now() < end &&

@@ -29,9 +29,10 @@ void on_signal(int) { g_stop = 1; }
 }  // namespace
 
 int main(int argc, char** argv) {
-  LinkConfig link;
-  link.ip = "192.0.2.1";
-  link.mac = "02:00:00:00:00:01";
+  roce::runtime::LinkOptions link = roce::runtime::LinkOptions::text_defaults();
+  std::string pmd = "memif", memif_socket, memif_role = "server", iface;
+  double tx_drop = 0, rx_drop = 0;
+  std::uint64_t seed = 1;
   NaaConfig cfg;
   unsigned port = cfg.port, exit_after = 0;
   std::uint64_t mem_mib = cfg.memory_per_host >> 20;
@@ -45,17 +46,16 @@ int main(int argc, char** argv) {
       "attach", po::value(&attach),
       "attach to the roced listening on this socket and serve on its port (no DPDK port here)")(
       "attach-port", po::value(&attach_port), "with --attach: roced's port by name (its first)")(
-      "pmd", po::value(&link.pmd)->default_value(link.pmd), "memif or af_packet")(
-      "memif-socket", po::value(&link.memif_socket), "memif: the control socket")(
-      "memif-role", po::value(&link.memif_role)->default_value(link.memif_role),
-      "memif: server or client")("iface", po::value(&link.iface), "af_packet: the interface")(
+      "pmd", po::value(&pmd)->default_value(pmd), "memif or af_packet")(
+      "memif-socket", po::value(&memif_socket), "memif: the control socket")(
+      "memif-role", po::value(&memif_role)->default_value(memif_role), "memif: server or client")(
+      "iface", po::value(&iface), "af_packet: the interface")(
       "ip", po::value(&link.ip)->default_value(link.ip), "our RoCE IPv4 address")(
       "mac", po::value(&link.mac)->default_value(link.mac), "our MAC address")(
       "pcap", po::value(&link.pcap), "capture every frame to this file")(
-      "tx-drop", po::value(&link.tx_drop)->default_value(0), "drop this fraction of frames sent")(
-      "rx-drop", po::value(&link.rx_drop)->default_value(0),
-      "drop this fraction of frames received")(
-      "fault-seed", po::value(&link.seed)->default_value(1), "seed of the fault injection")(
+      "tx-drop", po::value(&tx_drop)->default_value(0), "drop this fraction of frames sent")(
+      "rx-drop", po::value(&rx_drop)->default_value(0), "drop this fraction of frames received")(
+      "fault-seed", po::value(&seed)->default_value(1), "seed of the fault injection")(
       "window-bytes", po::value(&link.window_bytes)->default_value(0),
       "memif: requester window per QP in bytes (0: the engine's, 1 MiB)")(
       "port,p", po::value(&port)->default_value(port), "rdma_cm port to listen on")(
@@ -102,9 +102,20 @@ int main(int argc, char** argv) {
     if (cfg.kernel_queue > 4096) throw po::error("--kernel-queue must be 0..4096");
     if (cfg.kernel_delay_ms < 0 || cfg.kernel_delay_ms > 600000)
       throw po::error("--kernel-delay-ms must be 0..600000");
+    if (!attach.empty()) {
+      // attached: roced's port, no link of our own
+    } else if (pmd == "memif") {
+      if (!link.set_memif(memif_socket, memif_role))
+        throw po::error("memif needs socket=PATH and role=server|client");
+    } else {
+      link.pmd = pmd;
+      link.iface = iface;
+    }
+    link.set_drops(tx_drop, rx_drop, seed);
     std::string err;
-    LinkConfig check = link;
-    if (!vm.count("list-kernels") && attach.empty() && !parse_link("", check, err))
+    roce::runtime::LinkOptions check = link;
+    if (!vm.count("list-kernels") && attach.empty() &&
+        !roce::runtime::parse_link_text("", check, err))
       throw po::error(err);
   } catch (const po::error& e) {
     std::cerr << "roce-naa: " << e.what() << "\n(try roce-naa --help)\n";

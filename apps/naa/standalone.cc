@@ -5,21 +5,17 @@
 #include <sched.h>
 
 #include "apps/naa/local_port.h"
-#include "apps/perf/env.h"
 #include "dataplane/port/dpdk_port.h"
+#include "runtime/env.h"
 
 namespace roce::naa {
 
 struct Standalone::Env {
-  explicit Env(const LinkConfig& l) : env(perf::link_opts(l)) {}
-  perf::Env env;
+  explicit Env(const runtime::LinkOptions& l) : env(l) {}
+  runtime::Env env;
 };
 
-bool parse_link(const std::string& text, LinkConfig& l, std::string& err) {
-  return perf::parse_link_text(text, l, err);
-}
-
-Standalone::Standalone(const LinkConfig& link) : env_(std::make_unique<Env>(link)) {
+Standalone::Standalone(const runtime::LinkOptions& link) : env_(std::make_unique<Env>(link)) {
   LocalPort p = open_local_port(env_->env.eng, env_->env.loop, env_->env.ip, 4096);
   if (!p.ctx) throw std::runtime_error("cannot open the engine's context");
   ctx_ = std::move(p.ctx);

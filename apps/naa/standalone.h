@@ -1,7 +1,6 @@
 /// @file
 /// The NAA's processes on a DPDK port of their own (roce-naa, the host library in-process):
-/// EAL, port, engine and poll loop, and libroce's in-process backend on them. The one place in
-/// apps/naa that stands on apps/perf's Env (which is moving to the shared runtime).
+/// EAL, port, engine and poll loop (runtime/env.h), and libroce's in-process backend on them.
 #pragma once
 
 #include <roce/client.h>
@@ -10,20 +9,14 @@
 #include <string>
 
 #include "apps/naa/conn_stack.h"
-#include "apps/perf/link_text.h"
+#include "runtime/link.h"
 
 namespace roce::naa {
-
-/// The link of a process with its own port: roce-naa's flags, NAAICE_ROCE's "key=value,..."
-/// (apps/perf/link_text.h).
-using LinkConfig = perf::LinkText;
-/// Parses NAAICE_ROCE-style text into `l`; false and `err` when it is not a link.
-bool parse_link(const std::string& text, LinkConfig& l, std::string& err);
 
 class Standalone {
  public:
   /// Own EAL, port, engine and poll loop (throws std::runtime_error on a bad link).
-  explicit Standalone(const LinkConfig& link);
+  explicit Standalone(const runtime::LinkOptions& link);
   /// The Context first, then the port; the EAL stays (it cannot start twice in a process).
   ~Standalone();
   Standalone(const Standalone&) = delete;

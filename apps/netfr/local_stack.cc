@@ -6,19 +6,19 @@
 
 #include "apps/netfr/context_fabric.h"
 #include "apps/netfr/endpoint.h"
-#include "apps/perf/env.h"
-#include "apps/perf/link_text.h"
 #include "client/local/local_context.h"
+#include "runtime/env.h"
+#include "runtime/link.h"
 
 namespace roce::netfr {
 
 LocalContext open_local_context(const std::string& link, std::string& err) {
   LocalContext out;
-  perf::LinkText lt;
-  if (!perf::parse_link_text(link, lt, err)) return out;
-  std::shared_ptr<perf::Env> env;
+  runtime::LinkOptions lt = runtime::LinkOptions::text_defaults();
+  if (!runtime::parse_link_text(link, lt, err)) return out;
+  std::shared_ptr<runtime::Env> env;
   try {
-    env = std::shared_ptr<perf::Env>(new perf::Env(perf::link_opts(lt)), [](perf::Env* e) {
+    env = std::shared_ptr<runtime::Env>(new runtime::Env(lt), [](runtime::Env* e) {
       delete e;
       port::eal_cleanup();
     });
@@ -26,7 +26,7 @@ LocalContext open_local_context(const std::string& link, std::string& err) {
     err = std::string("cannot start the stack: ") + e.what();
     return out;
   }
-  perf::Env* e = env.get();
+  runtime::Env* e = env.get();
   client::LocalOptions o;
   o.engine = &e->eng;
   o.progress = [e] { e->loop.poll_once(); };

@@ -13,7 +13,6 @@
 #include <iostream>
 #include <random>
 
-#include "apps/nfs/link.h"
 #include "apps/nfs/mount_tcp.h"
 #include "apps/nfs/nfs_client.h"
 #include "apps/nfs/rpc_tcp.h"
@@ -232,8 +231,8 @@ struct Tool {
 }  // namespace
 
 int main(int argc, char** argv) {
-  NfsLink nl;
-  perf::LinkOpts& link = nl.opts;
+  runtime::LinkOptions link;
+  std::string memif_socket, memif_role;
   std::string server, exp = "/srv/nfs", mount_server;
   unsigned port = kNfsRdmaPort, mount_port = 20048, io_kib = 1024, depth = 8, tcp_port = 0;
   double tx_drop = 0, rx_drop = 0;
@@ -243,8 +242,8 @@ int main(int argc, char** argv) {
   po::options_description o("roce-nfs options");
   o.add_options()("help,h", "this help")("iface", po::value(&link.iface),
                                          "kernel interface for the DPDK port (net_af_packet)")(
-      "memif", po::value(&nl.memif_socket), "net_memif on this control socket instead")(
-      "memif-role", po::value(&nl.memif_role)->default_value("client"), "memif: server or client")(
+      "memif", po::value(&memif_socket), "net_memif on this control socket instead")(
+      "memif-role", po::value(&memif_role)->default_value("client"), "memif: server or client")(
       "pmd", po::value(&link.pmd)->default_value("af_packet"), "af_packet or af_xdp")(
       "ip", po::value(&link.ip)->default_value("192.0.2.100"), "our RoCE IPv4 address")(
       "mac", po::value(&link.mac)->default_value("02:00:00:00:01:00"), "our MAC")(
@@ -302,7 +301,7 @@ int main(int argc, char** argv) {
       std::cerr << "roce-nfs: " << err << "\n";
       return 1;
     }
-    std::unique_ptr<LinkHolder> holder;
+    std::unique_ptr<runtime::Env> env;
     std::unique_ptr<RpcRdmaClient> rdma;
     RpcTcpClient tcp;
     RpcTransport* tr = &tcp;
@@ -313,13 +312,15 @@ int main(int argc, char** argv) {
       }
       std::printf("connected to %s:%u over TCP\n", server.c_str(), tcp_port);
     } else {
-      if (link.iface.empty() && nl.memif_socket.empty()) {
+      if (link.iface.empty() && memif_socket.empty()) {
         std::cerr << "roce-nfs: --iface, --memif or --tcp-port is required\n";
         return 2;
       }
-      holder = std::make_unique<LinkHolder>(nl);
-      holder->env().yield_when_idle = !spin;
-      rdma = std::make_unique<RpcRdmaClient>(holder->env(), topt);
+      if (!memif_socket.empty() && !link.set_memif(memif_socket, memif_role))
+        throw std::runtime_error("memif role must be server or client");
+      env = std::make_unique<runtime::Env>(link);
+      env->yield_when_idle = !spin;
+      rdma = std::make_unique<RpcRdmaClient>(*env, topt);
       if (!rdma->connect(server, static_cast<std::uint16_t>(port))) {
         std::cerr << "roce-nfs: " << rdma->error() << "\n";
         return 1;

@@ -13,30 +13,10 @@
 #include <cstring>
 
 #include "apps/nfs/rpc.h"
+#include "controlplane/tcp.h"
 #include "dataplane/port/dpdk_port.h"
 
 namespace roce::nfs {
-
-namespace {
-bool write_all(int fd, const std::uint8_t* p, std::size_t n) {
-  while (n) {
-    const ssize_t k = ::write(fd, p, n);
-    if (k <= 0) return false;
-    p += k;
-    n -= static_cast<std::size_t>(k);
-  }
-  return true;
-}
-bool read_all(int fd, std::uint8_t* p, std::size_t n) {
-  while (n) {
-    const ssize_t k = ::read(fd, p, n);
-    if (k <= 0) return false;
-    p += k;
-    n -= static_cast<std::size_t>(k);
-  }
-  return true;
-}
-}  // namespace
 
 std::optional<std::vector<std::uint8_t>> rpc_tcp_call(const std::string& server, std::uint16_t port,
                                                       const std::vector<std::uint8_t>& call,
@@ -64,13 +44,13 @@ std::optional<std::vector<std::uint8_t>> rpc_tcp_call(const std::string& server,
     XdrEncoder e(rec);
     e.u32(0x80000000u | static_cast<std::uint32_t>(call.size()));  // the last fragment
     rec.insert(rec.end(), call.begin(), call.end());
-    if (!write_all(fd, rec.data(), rec.size())) {
+    if (!ctl::write_all(fd, rec.data(), rec.size())) {
       err = "write to " + server + " failed";
     } else {
       std::vector<std::uint8_t> reply;
       for (;;) {
         std::uint8_t m[4];
-        if (!read_all(fd, m, 4)) {
+        if (!ctl::read_all(fd, m, 4)) {
           err = "short reply from " + server;
           break;
         }
@@ -83,7 +63,7 @@ std::optional<std::vector<std::uint8_t>> rpc_tcp_call(const std::string& server,
         }
         const std::size_t at = reply.size();
         reply.resize(at + len);
-        if (!read_all(fd, reply.data() + at, len)) {
+        if (!ctl::read_all(fd, reply.data() + at, len)) {
           err = "short reply from " + server;
           break;
         }

@@ -345,7 +345,7 @@ bool NfsClient::read_file(const Fh& fh, std::uint64_t size, std::vector<std::uin
       });
       next += n;
     }
-    if (!t_.poll() && busy) perf::Env::yield();
+    if (!t_.poll() && busy) runtime::Env::yield();
   }
   t_.drain(5);
   return !bad && done == size;
@@ -371,7 +371,7 @@ bool NfsClient::write_file(const Fh& fh, std::span<const std::uint8_t> data, std
       });
       next += n;
     }
-    if (!t_.poll() && busy) perf::Env::yield();
+    if (!t_.poll() && busy) runtime::Env::yield();
   }
   t_.drain(5);
   return !bad && commit(fh);

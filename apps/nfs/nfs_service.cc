@@ -127,7 +127,7 @@ ServerOptions with_door(const NfsServiceConfig& c) {
 }
 }  // namespace
 
-NfsService::NfsService(perf::Env& env, const NfsServiceConfig& c)
+NfsService::NfsService(runtime::Env& env, const NfsServiceConfig& c)
     : nfs_(c.root, c.export_path, c.exports),
       rdma_(
           env, with_door(c),

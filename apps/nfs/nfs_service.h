@@ -62,7 +62,7 @@ void check_unprivileged(const ExportOptions& e);
 class NfsService {
  public:
   /// Throws std::runtime_error when the root is not a directory or MOUNT cannot listen.
-  NfsService(perf::Env& env, const NfsServiceConfig& c);
+  NfsService(runtime::Env& env, const NfsServiceConfig& c);
   /// Stops the worker first (a call it runs finishes): the servers' handlers go after it.
   ~NfsService();
   /// Serves what arrived (one poll of the port's loop included); true when anything happened.
@@ -98,7 +98,7 @@ class HostedNfsService {
   std::vector<std::pair<std::string, std::uint64_t>> stats() const { return svc_->stats(); }
 
  private:
-  perf::Env env_;
+  runtime::Env env_;
   std::unique_ptr<NfsService> svc_;
 };
 

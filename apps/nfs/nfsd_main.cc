@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "apps/nfs/link.h"
 #include "apps/nfs/nfs_service.h"
 
 namespace po = boost::program_options;
@@ -22,8 +21,8 @@ void on_signal(int) { g_stop = 1; }
 }  // namespace
 
 int main(int argc, char** argv) {
-  nfs::NfsLink nl;
-  perf::LinkOpts& link = nl.opts;
+  runtime::LinkOptions link;
+  std::string memif_socket, memif_role;
   nfs::NfsServiceConfig c;
   double timeout = 0, tx_drop = 0, rx_drop = 0;
   bool spin = false;
@@ -32,8 +31,8 @@ int main(int argc, char** argv) {
   po::options_description o("roce-nfsd options");
   o.add_options()("help,h", "this help")("iface", po::value(&link.iface),
                                          "kernel interface for the DPDK port (net_af_packet)")(
-      "memif", po::value(&nl.memif_socket), "net_memif on this control socket instead")(
-      "memif-role", po::value(&nl.memif_role)->default_value("server"), "memif: server or client")(
+      "memif", po::value(&memif_socket), "net_memif on this control socket instead")(
+      "memif-role", po::value(&memif_role)->default_value("server"), "memif: server or client")(
       "ip", po::value(&link.ip)->default_value("192.0.2.100"), "our RoCE IPv4 address")(
       "mac", po::value(&link.mac)->default_value("02:00:00:00:01:00"), "our MAC")(
       "pcap", po::value(&link.pcap), "capture every frame here")(
@@ -105,12 +104,13 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   try {
-    if (link.iface.empty() && nl.memif_socket.empty()) {
+    if (link.iface.empty() && memif_socket.empty()) {
       std::cerr << "roce-nfsd: --iface or --memif is required\n";
       return 2;
     }
-    nfs::LinkHolder holder(nl);
-    perf::Env& env = holder.env();
+    if (!memif_socket.empty() && !link.set_memif(memif_socket, memif_role))
+      throw std::runtime_error("memif role must be server or client");
+    runtime::Env env(link);
     nfs::NfsService svc(env, c);
     std::cout << "roce-nfsd: serving " << c.root << " as " << c.export_path << " on " << link.ip
               << " rdma_cm port " << c.port << ", MOUNT on TCP " << c.mount_address << ":"
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
       if (svc.step())
         idle = 0;
       else if (!spin && ++idle > 64)
-        perf::Env::yield();
+        runtime::Env::yield();
     }
     std::cout << svc.report() << std::flush;
     return 0;

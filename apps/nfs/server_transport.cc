@@ -6,9 +6,9 @@
 #include <cstring>
 #include <random>
 
-#include "apps/perf/cm_tools.h"
 #include "controlplane/address.h"
 #include "controlplane/cm/cm_hub.h"
+#include "runtime/cm_agent.h"
 
 namespace roce::nfs {
 
@@ -71,7 +71,7 @@ struct RpcRdmaServer::Conn {
   std::uint32_t read_total = 0, reads_left = 0, read_position = 0;
 };
 
-RpcRdmaServer::RpcRdmaServer(perf::Env& env, ServerOptions o, Handler h, CallWorker* worker)
+RpcRdmaServer::RpcRdmaServer(runtime::Env& env, ServerOptions o, Handler h, CallWorker* worker)
     : env_(env), opt_(o), handler_(std::move(h)), worker_(worker) {
   opt_.credits = std::clamp<std::uint32_t>(opt_.credits, 1, 128);
   opt_.inline_size = std::clamp<std::uint32_t>(opt_.inline_size, 1024, 64 * 1024);
@@ -82,7 +82,7 @@ RpcRdmaServer::RpcRdmaServer(perf::Env& env, ServerOptions o, Handler h, CallWor
     worker_ = own_worker_.get();
   }
   // The engine's one CM (QP1), shared with roced's other services and attached clients.
-  hub_ = cm::CmHub::get(env_.eng, perf::cm_agent_config(env_));
+  hub_ = cm::CmHub::get(env_.eng, runtime::cm_agent_config(env_));
   owner_ = hub_->add_owner([this](const cm::CmEvent& e) { on_cm(e); });
   pd_ = env_.eng.alloc_pd();
   cq_ = env_.eng.create_cq(std::min<std::uint32_t>(8192, env_.eng.config().max_cq_depth));

@@ -28,8 +28,8 @@
 #include "apps/nfs/call_worker.h"
 #include "apps/nfs/nfs_server.h"
 #include "apps/nfs/rpcrdma.h"
-#include "apps/perf/env.h"
 #include "controlplane/cm/cm_hub.h"
+#include "runtime/env.h"
 
 namespace roce::nfs {
 
@@ -77,7 +77,7 @@ class RpcRdmaServer {
 
   /// `worker` runs the handler (the NFS service shares one with MOUNT; it must outlive the
   /// server's polls); null: a worker of the server's own.
-  RpcRdmaServer(perf::Env& env, ServerOptions o, Handler h, CallWorker* worker = nullptr);
+  RpcRdmaServer(runtime::Env& env, ServerOptions o, Handler h, CallWorker* worker = nullptr);
   ~RpcRdmaServer();
   RpcRdmaServer(const RpcRdmaServer&) = delete;
   RpcRdmaServer& operator=(const RpcRdmaServer&) = delete;
@@ -132,7 +132,7 @@ class RpcRdmaServer {
   void release(Conn& c);
   void close(std::uint32_t conn);
 
-  perf::Env& env_;
+  runtime::Env& env_;
   ServerOptions opt_;
   Handler handler_;
   std::shared_ptr<cm::CmHub> hub_;

@@ -7,9 +7,9 @@
 #include <random>
 
 #include "apps/nfs/rpc.h"
-#include "apps/perf/cm_tools.h"
 #include "controlplane/address.h"
 #include "controlplane/cm/cm_hub.h"
+#include "runtime/cm_agent.h"
 
 namespace roce::nfs {
 
@@ -22,11 +22,11 @@ constexpr std::uint64_t kKindMask = 0xffull << 56;
 constexpr std::uint32_t kRecvExtra = 4;  ///< receives beyond the credits (a late or extra reply)
 }  // namespace
 
-RpcRdmaClient::RpcRdmaClient(perf::Env& env, TransportOptions o) : env_(env), opt_(o) {
+RpcRdmaClient::RpcRdmaClient(runtime::Env& env, TransportOptions o) : env_(env), opt_(o) {
   opt_.credits = std::clamp<std::uint32_t>(opt_.credits, 1, 128);
   opt_.inline_size = std::clamp<std::uint32_t>(opt_.inline_size, 1024, 64 * 1024);
   // The engine's one CM (QP1), shared with roced's other services and attached clients.
-  hub_ = cm::CmHub::get(env_.eng, perf::cm_agent_config(env_));
+  hub_ = cm::CmHub::get(env_.eng, runtime::cm_agent_config(env_));
   owner_ = hub_->add_owner([this](const cm::CmEvent& e) { on_cm(e); });
   pd_ = env_.eng.alloc_pd();
   cq_ = env_.eng.create_cq(std::min<std::uint32_t>(4096, env_.eng.config().max_cq_depth));

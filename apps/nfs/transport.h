@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "apps/nfs/rpcrdma.h"
-#include "apps/perf/env.h"
 #include "controlplane/cm/cm_hub.h"
+#include "runtime/env.h"
 
 namespace roce::nfs {
 
@@ -94,7 +94,7 @@ class RpcTransport {
 
 class RpcRdmaClient : public RpcTransport {
  public:
-  RpcRdmaClient(perf::Env& env, TransportOptions o);
+  RpcRdmaClient(runtime::Env& env, TransportOptions o);
   ~RpcRdmaClient() override;
   RpcRdmaClient(const RpcRdmaClient&) = delete;
   RpcRdmaClient& operator=(const RpcRdmaClient&) = delete;
@@ -120,7 +120,7 @@ class RpcRdmaClient : public RpcTransport {
   const TransportStats& stats() const { return st_; }
   const std::string& error() const { return err_; }
   std::size_t outstanding() const { return pending_.size(); }
-  perf::Env& env() { return env_; }
+  runtime::Env& env() { return env_; }
 
  private:
   struct Frmr {
@@ -154,7 +154,7 @@ class RpcRdmaClient : public RpcTransport {
   bool poll_stack();  ///< the port and the CM only
   void drop_qp();
 
-  perf::Env& env_;
+  runtime::Env& env_;
   TransportOptions opt_;
   std::shared_ptr<cm::CmHub> hub_;
   cm::CmHub::Owner owner_ = 0;

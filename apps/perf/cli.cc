@@ -3,6 +3,7 @@
 #include "apps/perf/cli.h"
 
 #include <boost/program_options.hpp>
+#include <cstdio>
 #include <iostream>
 #include <map>
 
@@ -14,6 +15,7 @@
 namespace roce::perf {
 
 namespace po = boost::program_options;
+using namespace roce::runtime;
 
 namespace {
 
@@ -47,13 +49,6 @@ std::string test_list() {
   return s;
 }
 
-roce::FaultPolicy drop_policy(double rate, std::uint64_t seed) {
-  roce::FaultPolicy p;
-  p.drop_rate = rate;
-  p.seed = seed;
-  return p;
-}
-
 }  // namespace
 
 bool is_test_name(const std::string& name) { return name == "coyote" || tests().count(name) > 0; }
@@ -68,13 +63,8 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
   const Test t = known ? it->second : Test{};
 
   po::options_description common("Common options");
-  double tx_drop = 0, rx_drop = 0;
-  std::uint64_t seed = 1;
-  common.add_options()("help,h", "print this help")("iface", po::value(&o.link.iface),
-                                                    "kernel interface for the RoCE traffic")(
-      "pmd", po::value(&o.link.pmd)->default_value(o.link.pmd),
-      "DPDK driver on that interface: af_packet, af_xdp, tap (creates it), memif or "
-      "memif-server (--iface is then the memif socket's path)")(
+  runtime::LinkFlags lf;  // the in-process port's flags, into o.link once parsed
+  common.add_options()("help,h", "print this help")(
       "attach", po::value(&o.attach),
       "run attached to the roced listening on this Unix socket (its attach.socket): "
       "the test's QPs live in roced's dataplane, --iface and the link options do not apply")(
@@ -83,15 +73,7 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
       "(default: its first)")(
       "events,e", po::bool_switch(&o.events),
       "with --attach: sleep on the CQ's event (eventfd) instead of polling it")(
-      "ip", po::value(&o.link.ip)->default_value(o.link.ip),
-      "our RoCE IPv4 address (GID ::ffff:IP)")(
-      "mac", po::value(&o.link.mac)->default_value(o.link.mac), "our MAC address")(
-      "netdev-mtu", po::value(&o.link.netdev_mtu)->default_value(o.link.netdev_mtu),
-      "IP MTU of the link (9000 for path MTU 4096)")("vlan", vlan_value(&o.link.vlan),
-                                                     "802.1Q VLAN of our port (1-4094)")(
       "port,p", po::value(&o.port)->default_value(o.port), "TCP port of the exchange")(
-      "lcore", po::value(&o.link.lcore)->default_value(o.link.lcore),
-      "CPU our poll loop is pinned to (in-process); -1: any CPU of the process")(
       "size,s", po::value(&o.size), "message size")("iters,n", po::value(&o.iters),
                                                     "number of iterations")(
       "mtu,m", po::value(&o.mtu),
@@ -101,14 +83,8 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
       "ib-port,i", po::value<int>(), "accepted for compatibility (ignored)")(
       "timeout", po::value(&o.timeout_s)->default_value(o.timeout_s),
       "seconds before a stalled exchange or test gives up")(
-      "json", po::value(&o.json), "write the results as JSON to this file")(
-      "pcap", po::value(&o.link.pcap), "capture every frame sent and received to this pcap file")(
-      "offload", po::value(&o.link.offload),
-      "the FPGA offload's device model on the port: icrc, parse, or datapath (the WRITE and READ "
-      "tests' QPs on the card; docs/fpga.md); default: $ROCE_OFFLOAD, else none")(
-      "tx-drop", po::value(&tx_drop), "drop this fraction of our transmitted frames")(
-      "rx-drop", po::value(&rx_drop), "drop this fraction of our received frames")(
-      "fault-seed", po::value(&seed)->default_value(seed), "seed of the fault injection");
+      "json", po::value(&o.json), "write the results as JSON to this file");
+  lf.add_to(common);
   po::options_description pp("ibv_*_pingpong options");
   pp.add_options()("gid-idx,g", po::value<int>(), "accepted for compatibility (GID is ::ffff:IP)")(
       "num_qp,q", po::value(&o.num_qp)->default_value(o.num_qp), "srq_pingpong: number of QPs");
@@ -205,10 +181,8 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
       throw po::error("-a is not available for atomic tests (they move 8 bytes)");
     if (!t.pingpong && t.verb == Verb::kAtomic && o.size_given && o.size != 8)
       throw po::error("atomic tests move 8 bytes (-s 8)");
-    if (tx_drop < 0 || tx_drop >= 1 || rx_drop < 0 || rx_drop >= 1)
-      throw po::error("--tx-drop and --rx-drop must be in [0, 1)");
-    if (tx_drop > 0) o.link.tx_faults = drop_policy(tx_drop, seed);
-    if (rx_drop > 0) o.link.rx_faults = drop_policy(rx_drop, seed + 1);
+    lf.finish();
+    o.link = lf.link;
     if (!o.attach.empty()) {
       if (t.pingpong)
         throw po::error(cmd + " is not available with --attach (perftest's tools are)");
@@ -216,8 +190,7 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
         throw po::error(
             "-R is not available with --attach (the connection manager does not go "
             "through the attach socket yet)");
-      if (!o.link.iface.empty() || !o.link.pcap.empty() || !o.link.offload.empty() || tx_drop > 0 ||
-          rx_drop > 0)
+      if (!o.link.iface.empty() || !o.link.pcap.empty() || !o.link.offload.empty() || lf.faults())
         throw po::error(
             "--iface, --pcap, --offload and fault injection belong to an in-process port, not "
             "to --attach (roced's port has its own)");
@@ -247,6 +220,23 @@ int run(const Invocation& inv, Env& env, Oob& oob) {
   if (inv.opts.rdma_cm) fail("-R (rdma_cm) is not available for hosted services");
   return inv.pingpong ? run_pingpong(env, oob, inv.opts, inv.pp)
                       : run_perftest(env, oob, inv.opts, inv.verb, inv.mode);
+}
+
+std::string hex_gid(const wire::Ipv6Addr& g) {
+  std::string s;
+  char h[3];
+  for (auto b : g.b) {
+    std::snprintf(h, sizeof h, "%02x", b);
+    s += h;
+  }
+  return s;
+}
+
+std::string printable(const char* p, std::size_t n) {
+  std::string s;
+  for (std::size_t i = 0; i < n && p[i] != '\0'; ++i)
+    s += (p[i] >= 0x20 && p[i] < 0x7f) ? p[i] : '.';
+  return s;
 }
 
 }  // namespace roce::perf

@@ -37,6 +37,6 @@ bool is_test_name(const std::string& name);
 /// Runs a parsed test on its own dataplane (roce-perf), or on a lent one with an accepted
 /// exchange connection (roced).
 int run(const Invocation& inv);
-int run(const Invocation& inv, Env& env, Oob& oob);
+int run(const Invocation& inv, runtime::Env& env, runtime::Oob& oob);
 
 }  // namespace roce::perf

@@ -11,32 +11,7 @@
 namespace roce::perf {
 
 namespace po = boost::program_options;
-
-cm::CmAgentConfig cm_agent_config(Env& env) {
-  return cm::agent_config(
-      env.eng.config().mac, env.cm_connections, [] { return port::now_ns(); },
-      [&env](wire::Ipv4Addr ip) {
-        auto mac = env.loop.neighbour().lookup(ip);
-        if (!mac) env.loop.resolve(ip);
-        return mac;
-      });
-}
-
-po::typed_value<std::string>* vlan_value(unsigned* v) {
-  return po::value<std::string>()->value_name("ID")->notifier([v](const std::string& s) {
-    unsigned id = 0;
-    for (const char c : s) {
-      if (c < '0' || c > '9' || id > 4094) {
-        id = 0;
-        break;
-      }
-      id = id * 10 + static_cast<unsigned>(c - '0');
-    }
-    if (id == 0 || id > 4094)
-      throw po::error("--vlan " + s + ": the VLAN ID must be a number between 1 and 4094");
-    *v = id;
-  });
-}
+using namespace roce::runtime;
 
 bool parse_args(int argc, char** argv, const po::options_description& d, po::variables_map& vm) {
   po::store(po::command_line_parser(argc - 1, argv + 1).options(d).run(), vm);
@@ -46,34 +21,11 @@ bool parse_args(int argc, char** argv, const po::options_description& d, po::var
   return false;
 }
 
-void LinkFlags::add_to(po::options_description& d) {
-  d.add_options()("iface", po::value(&link.iface), "kernel interface for the RoCE traffic")(
-      "pmd", po::value(&link.pmd)->default_value(link.pmd),
-      "DPDK driver on that interface: af_packet, af_xdp or tap (creates it)")(
-      "ip", po::value(&link.ip)->default_value(link.ip), "our RoCE IPv4 address (GID ::ffff:IP)")(
-      "mac", po::value(&link.mac)->default_value(link.mac), "our MAC address")(
-      "netdev-mtu", po::value(&link.netdev_mtu)->default_value(link.netdev_mtu),
-      "IP MTU of the link")("vlan", vlan_value(&link.vlan), "802.1Q VLAN of our port (1-4094)")(
-      "timeout", po::value(&timeout_s)->default_value(timeout_s),
-      "seconds before a stalled step gives up")("json", po::value(&json),
-                                                "write the results as JSON to this file")(
-      "pcap", po::value(&link.pcap), "capture every frame sent and received to this pcap file")(
-      "tx-drop", po::value(&tx_drop), "drop this fraction of our transmitted frames")(
-      "rx-drop", po::value(&rx_drop), "drop this fraction of our received frames")(
-      "fault-seed", po::value(&seed)->default_value(seed), "seed of the fault injection");
-}
-
-void LinkFlags::finish() {
-  if (tx_drop < 0 || tx_drop >= 1 || rx_drop < 0 || rx_drop >= 1)
-    throw po::error("--tx-drop and --rx-drop must be in [0, 1)");
-  if (tx_drop > 0) {
-    link.tx_faults.drop_rate = tx_drop;
-    link.tx_faults.seed = seed;
-  }
-  if (rx_drop > 0) {
-    link.rx_faults.drop_rate = rx_drop;
-    link.rx_faults.seed = seed + 1;
-  }
+void ToolFlags::add_to(po::options_description& d) {
+  runtime::LinkFlags::add_to(d);
+  d.add_options()("timeout", po::value(&timeout_s)->default_value(timeout_s),
+                  "seconds before a stalled step gives up")(
+      "json", po::value(&json), "write the results as JSON to this file");
 }
 
 int cmatose_main(int argc, char** argv, const CmatoseTool& tool) {
@@ -103,7 +55,7 @@ int cmatose_main(int argc, char** argv, const CmatoseTool& tool) {
   }
   try {
     {
-      Env env(o.lf.link);
+      runtime::Env env(o.lf.link);
       const CmatoseResult r = tool.run(env, o);
       const double secs = r.seconds;
       std::printf("test complete\n");

@@ -1,48 +1,34 @@
 /// @file
-/// What roce-perf's rdma_cm tools (rping, ucmatose, udaddy) share: the CM agent's configuration
-/// on an Env, the link options of their command lines, and the whole main of the cmatose family
-/// (ucmatose, udaddy).
+/// What roce-perf's rdma_cm tools (rping, ucmatose, udaddy) share: the options of their command
+/// lines, and the whole main of the cmatose family (ucmatose, udaddy).
 #pragma once
 
 #include <boost/program_options.hpp>
 #include <functional>
 #include <string>
 
-#include "apps/perf/env.h"
-#include "controlplane/cm/cm_hub.h"
+#include "runtime/cm_agent.h"
+#include "runtime/env.h"
+#include "runtime/link.h"
 
 namespace roce::perf {
-
-/// A CM agent for `env`: the CA GUID is the EUI-64 of our MAC, TIDs and communication IDs are
-/// seeded at random (a peer remembers old ones in timewait), and peer MACs come from the
-/// port's ARP cache (a miss sends an ARP request; the CM's retransmission finds the answer).
-cm::CmAgentConfig cm_agent_config(Env& env);
-
-/// The value of --vlan (into `v`): a VLAN ID between 1 and 4094, else a program_options::error.
-boost::program_options::typed_value<std::string>* vlan_value(unsigned* v);
 
 /// Parses argv[1..] by `d` into `vm` (throws program_options::error); with --help prints `d`
 /// and returns false: the tool then exits 0.
 bool parse_args(int argc, char** argv, const boost::program_options::options_description& d,
                 boost::program_options::variables_map& vm);
 
-/// The options every tool shares (--iface, --ip, --mac, --netdev-mtu, --vlan, --timeout, --json,
-/// --pcap, --tx-drop, --rx-drop, --fault-seed), written to `link`, `timeout_s` and `json`.
-struct LinkFlags {
-  LinkOpts link;
+/// The options every tool shares: the link's (runtime::LinkFlags), --timeout and --json.
+struct ToolFlags : runtime::LinkFlags {
   double timeout_s = 60;
   std::string json;
-  double tx_drop = 0, rx_drop = 0;
-  std::uint64_t seed = 1;
 
   void add_to(boost::program_options::options_description& d);
-  /// Checks the values and sets up the fault policies; throws program_options::error.
-  void finish();
 };
 
 /// The flags of librdmacm's cmatose family (ucmatose, udaddy).
 struct CmatoseOpts {
-  LinkFlags lf;
+  ToolFlags lf;
   std::string server;  ///< -s: the server's address (we are the client); empty: we serve
   std::string bind;    ///< -b
   unsigned port = 7471, connections = 1, count = 10, size = 100;
@@ -66,7 +52,7 @@ struct CmatoseTool {
   const char* max_size_why;  ///< the error when -S is larger
   /// Runs the test on `env` (server or client by `o.server`), times it, and keeps polling a
   /// moment longer while its CM agent still exists (a peer's repeated MAD is answered).
-  std::function<CmatoseResult(Env& env, const CmatoseOpts& o)> run;
+  std::function<CmatoseResult(runtime::Env& env, const CmatoseOpts& o)> run;
 };
 
 /// The whole main of a cmatose-family tool: its command line, the test, its report.

@@ -14,7 +14,7 @@
 #include <iostream>
 #include <random>
 
-#include "apps/perf/attached_env.h"
+#include "runtime/attached.h"
 #include "apps/perf/coyote_proto.h"
 #include "apps/perf/tools.h"
 #include "client/local/local_context.h"
@@ -26,6 +26,7 @@ namespace roce::perf {
 namespace po = boost::program_options;
 namespace rc = roce::client;
 using namespace roce::engine;
+using namespace roce::runtime;
 
 std::optional<Invocation> parse_coyote_command_line(const std::vector<std::string>& args,
                                                     std::ostream& out, int& help_status) {
@@ -48,19 +49,12 @@ std::optional<Invocation> parse_coyote_command_line(const std::vector<std::strin
       "batch", po::value(&o.coyote_batch)->default_value(o.coyote_batch),
       "operations per throughput run (Coyote's N_THROUGHPUT_REPS)")(
       "port,p", po::value(&o.port)->default_value(o.port), "TCP port of the exchange")(
-      "iface", po::value(&o.link.iface), "kernel interface (or memif socket) of the RoCE port")(
-      "pmd", po::value(&o.link.pmd)->default_value(o.link.pmd),
-      "af_packet, af_xdp, tap, memif or memif-server")(
       "attach", po::value(&o.attach), "run attached to the roced on this Unix socket (READ only)")(
       "attach-port", po::value(&o.attach_port), "with --attach: roced's port by name")(
-      "ip", po::value(&o.link.ip)->default_value(o.link.ip), "our RoCE IPv4 address")(
-      "mac", po::value(&o.link.mac)->default_value(o.link.mac), "our MAC address")(
-      "netdev-mtu", po::value(&o.link.netdev_mtu)->default_value(o.link.netdev_mtu),
-      "IP MTU of the link (9000 for path MTU 4096)")(
-      "lcore", po::value(&o.link.lcore)->default_value(o.link.lcore), "CPU of our poll loop")(
-      "pcap", po::value(&o.link.pcap), "capture every frame to this pcap file")(
       "timeout", po::value(&o.timeout_s)->default_value(o.timeout_s),
       "seconds before a stalled exchange or run gives up");
+  runtime::LinkFlags lf;  // the in-process port's flags, into o.link once parsed
+  lf.add_to(d);
   po::options_description hidden;
   hidden.add_options()("command", po::value<std::string>());
   po::options_description all;
@@ -92,6 +86,8 @@ std::optional<Invocation> parse_coyote_command_line(const std::vector<std::strin
           "-o 1 (WRITE) is not available with --attach: counting the WRITEs that arrive needs "
           "the engine's responder state, which libroce does not expose (run in-process or as "
           "a roced service)");
+    lf.finish();
+    o.link = lf.link;
     if (!o.attach.empty() && !o.link.iface.empty())
       throw po::error("--iface belongs to an in-process port, not to --attach");
   } catch (const po::error& e) {
@@ -378,11 +374,8 @@ int Coyote::run() {
 }  // namespace
 
 int run_coyote(Env& env, Exchange& oob, const Opts& o) {
-  rc::LocalOptions lo;
-  lo.engine = &env.eng;
-  lo.port.max_mtu = env.eng.config().max_mtu;
-  lo.port.ipv4 = env.ip;
-  lo.port.gid = env.gid;
+  rc::LocalOptions lo = env.local_options();
+  lo.progress = nullptr;  // the test polls the loop itself
   // roced's `datapath` port: READ runs on the card (the server only answers). WRITE stays on
   // the engine: arrivals are counted from the engine QP's messages, which the card has not.
   std::unique_ptr<rc::Context> ctx;

@@ -19,9 +19,10 @@
 #include <string>
 
 #include "apps/perf/cli.h"
-#include "apps/perf/env.h"
 #include "controlplane/address.h"
 #include "controlplane/tcp.h"
+#include "runtime/env.h"
+#include "runtime/oob.h"
 #include "runtime/service.h"
 
 namespace roce::perf {
@@ -132,7 +133,7 @@ class TestService final : public runtime::HostedService {
   // One test against a client that has spoken (owns `fd`); the other ports and the counters
   // keep going through env.background.
   void run(int fd) {
-    Env env(env_.engine, env_.loop, env_.ipv4, env_.background);
+    runtime::Env env(env_.engine, env_.loop, env_.ipv4, env_.background);
     env.cm_connections = env_.cm_connections;
     if (env_.open_card) env.open_card = env_.open_card;
     std::printf("roced: service %s on port %s, TCP %u: a client connected\n", sc_.kind.c_str(),
@@ -140,10 +141,10 @@ class TestService final : public runtime::HostedService {
     std::fflush(stdout);
     ++runs_;
     try {
-      Oob oob(env, fd, inv_.opts.timeout_s);
+      runtime::Oob oob(env, fd, inv_.opts.timeout_s);
       perf::run(inv_, env, oob);
       std::printf("roced: service %s: done\n", sc_.kind.c_str());
-    } catch (const TestFailure& e) {
+    } catch (const runtime::TestFailure& e) {
       ++failures_;
       std::printf("roced: service %s failed: %s\n", sc_.kind.c_str(), e.what());
     } catch (const runtime::HostShutdown&) {

@@ -26,7 +26,7 @@
 #include <sstream>
 #include <vector>
 
-#include "apps/perf/attached_env.h"
+#include "runtime/attached.h"
 #include "apps/perf/perftest_cm.h"
 #include "apps/perf/perftest_proto.h"
 #include "apps/perf/tools.h"
@@ -36,6 +36,7 @@
 namespace roce::perf {
 
 using namespace roce::engine;
+using namespace roce::runtime;
 
 namespace {
 
@@ -907,11 +908,8 @@ void Perftest::write_json() {
 
 int run_perftest(Env& env, Exchange& oob, const Opts& o, Verb verb, Mode mode) {
   // libroce's in-process backend on the test's engine; the test polls the loop itself.
-  rc::LocalOptions lo;
-  lo.engine = &env.eng;
-  lo.port.max_mtu = env.eng.config().max_mtu;
-  lo.port.ipv4 = env.ip;
-  lo.port.gid = env.gid;
+  rc::LocalOptions lo = env.local_options();
+  lo.progress = nullptr;  // the test polls the loop itself
   std::unique_ptr<rc::Context> ctx;
   if (env.open_card && !o.rdma_cm && (verb == Verb::kWrite || verb == Verb::kRead)) {
     ctx = env.open_card();

@@ -11,6 +11,7 @@
 namespace roce::perf {
 
 using namespace roce::engine;
+using namespace roce::runtime;
 
 namespace {
 

@@ -24,8 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/perf/env.h"
 #include "controlplane/cm/cm_agent.h"
+#include "runtime/env.h"
+#include "runtime/oob.h"
 
 namespace roce::perf {
 
@@ -36,7 +37,7 @@ struct CmQpParams {
 };
 
 /// The communication connection of perftest -R and the connections of the tested QPs.
-class CmExchange : public Exchange {
+class CmExchange : public runtime::Exchange {
  public:
   /// The largest message: perftest's receive buffer holds one struct pingpong_dest.
   static constexpr std::size_t kMaxMessage = 56;
@@ -44,7 +45,7 @@ class CmExchange : public Exchange {
   /// Server (`server` empty): listens on `port` at once. Client: connects to `server`'s RoCE
   /// IPv4 address in open(). `path_mtu`: the IB enum of the link's MTU (rdma_cm takes the path
   /// MTU from the netdev, not from -m).
-  CmExchange(Env& env, std::string server, unsigned port, double timeout_s, int path_mtu);
+  CmExchange(runtime::Env& env, std::string server, unsigned port, double timeout_s, int path_mtu);
   ~CmExchange() override;
   CmExchange(const CmExchange&) = delete;
   CmExchange& operator=(const CmExchange&) = delete;
@@ -75,7 +76,7 @@ class CmExchange : public Exchange {
   cm::CmEvent next_request(const std::string& what);
   cm::ConnId connect_one(engine::Qp* qp, const CmQpParams& p, const std::string& what);
 
-  Env& env_;
+  runtime::Env& env_;
   std::string server_;
   unsigned port_;
   double timeout_s_;

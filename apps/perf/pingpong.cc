@@ -18,6 +18,7 @@
 namespace roce::perf {
 
 using namespace roce::engine;
+using namespace roce::runtime;
 
 namespace {
 

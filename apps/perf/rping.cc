@@ -39,6 +39,7 @@
 namespace roce::perf {
 
 using namespace roce::engine;
+using namespace roce::runtime;
 namespace cm = roce::cm;
 namespace po = boost::program_options;
 
@@ -51,7 +52,7 @@ constexpr unsigned kRecvSlots = 4;         // rping keeps one posted; more never
 constexpr std::size_t kRecvSlotSize = 64;  // larger than 16, to report a bogus length
 
 struct RpingOpts {
-  LinkFlags lf;
+  ToolFlags lf;
   bool server = false;
   std::string addr;  ///< server: bind address (empty: any); client: the server's RoCE IP
   unsigned port = 7174;

@@ -5,7 +5,8 @@
 
 #include <string>
 
-#include "apps/perf/env.h"
+#include "runtime/env.h"
+#include "runtime/oob.h"
 
 namespace roce::perf {
 
@@ -13,7 +14,7 @@ enum class Verb { kWrite, kRead, kSend, kAtomic };
 enum class Mode { kBw, kLat };
 
 struct Opts {
-  LinkOpts link;
+  runtime::LinkOptions link;
   std::string server;  ///< empty: we are the server
   std::string json;
   unsigned port = 18515;
@@ -48,18 +49,23 @@ struct Opts {
 enum class Pingpong { kRc, kUd, kSrq };
 int run_pingpong(const Opts& o, Pingpong kind);
 /// The same on an existing dataplane and exchange connection (roced's services).
-int run_pingpong(Env& env, Oob& oob, const Opts& o, Pingpong kind);
+int run_pingpong(runtime::Env& env, runtime::Oob& oob, const Opts& o, Pingpong kind);
 
 /// ib_{write,read,send,atomic}_{bw,lat}.
 int run_perftest(const Opts& o, Verb verb, Mode mode);
-int run_perftest(Env& env, Exchange& oob, const Opts& o, Verb verb, Mode mode);
+int run_perftest(runtime::Env& env, runtime::Exchange& oob, const Opts& o, Verb verb, Mode mode);
 /// The same attached to roced (o.attach), on libroce; the exchange on TCP.
 int run_perftest_attached(const Opts& o, Verb verb, Mode mode);
 
 /// Coyote's RDMA benchmark (its examples/08_perf_rdma), both roles (apps/perf/coyote.cc).
 int run_coyote(const Opts& o);
-int run_coyote(Env& env, Exchange& oob, const Opts& o);
+int run_coyote(runtime::Env& env, runtime::Exchange& oob, const Opts& o);
 int run_coyote_attached(const Opts& o);
+
+std::string hex_gid(const wire::Ipv6Addr& g);  ///< 32 hex digits, bytes in order
+/// A peer's message for an error text: up to `n` bytes or the first NUL, non-printable bytes
+/// shown as '.'.
+std::string printable(const char* p, std::size_t n);
 
 // ---- rdma_cm tools (apps/perf/rping.cc): their own flags, connected by the CM, no TCP ----
 /// librdmacm's rping, both roles; argv[1] is "rping".

@@ -20,6 +20,7 @@
 namespace roce::perf {
 
 using namespace roce::engine;
+using namespace roce::runtime;
 namespace po = boost::program_options;
 
 namespace {

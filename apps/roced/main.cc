@@ -34,9 +34,11 @@
 #include "controlplane/tcp.h"
 #include "dataplane/port/dpdk_port.h"
 #include "dataplane/port/pmd_frames.h"
-#include "fpga/host/card_context.h"
-#include "fpga/model/datapath_offload.h"
 #include "fpga/model/device.h"
+#include "runtime/env.h"
+#include "runtime/link.h"
+#include "runtime/oob.h"
+#include "runtime/port.h"
 #include "runtime/service.h"
 
 namespace po = boost::program_options;
@@ -47,31 +49,12 @@ namespace {
 volatile std::sig_atomic_t g_signal = 0;
 void on_signal(int sig) { g_signal = sig; }
 
-// The RoCE path MTU a link MTU allows: the largest of 256..4096 not above MTU - 96 (rdma_cm's
-// iboe_get_mtu: GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4).
-engine::Mtu path_mtu_for(std::uint16_t mtu) {
-  const int room = mtu - 96;
-  engine::Mtu m = engine::Mtu::k256;
-  for (auto c : {engine::Mtu::k512, engine::Mtu::k1024, engine::Mtu::k2048, engine::Mtu::k4096})
-    if (static_cast<int>(engine::mtu_bytes(c)) <= room) m = c;
-  return m;
-}
-
-// A port: one RX/TX queue, engine and poll loop per lcore. Loop 0 runs on the main lcore
-// (with the neighbour responder, the hosted services and the counters); the others on workers.
+// A configured port (runtime::Port: one RX/TX queue, engine and poll loop per lcore). Loop 0
+// runs on the main lcore (with the neighbour responder, the hosted services and the
+// counters); the others on workers.
 struct PortRuntime {
   ctl::PortConfig cfg;
-  std::unique_ptr<port::DpdkPort> dev;
-  std::vector<std::unique_ptr<engine::Engine>> engines;
-  std::vector<std::unique_ptr<port::PollLoop>> loops;
-  /// The FPGA offload's device model of each loop (`offload:`; fpga/model), when configured.
-  std::vector<std::unique_ptr<fpga::DeviceModel>> devices;
-  /// `offload: datapath`: the card behind devices[0] (the stream stages), on the one lcore.
-  std::unique_ptr<fpga::DatapathOffload> card;
-  /// The device's counters: the card's, or the stream stages' of lcore 0.
-  std::array<std::uint64_t, fpga::kDevCounters> device_counters() {
-    return card ? card->counters() : devices[0]->counters();
-  }
+  std::unique_ptr<runtime::Port> rt;
   // What the worker lcores last reported (they copy it on request: no shared counters).
   struct Snapshot {
     engine::Stats stats;
@@ -80,9 +63,46 @@ struct PortRuntime {
     std::atomic<bool> asked{false};
   };
   std::vector<std::unique_ptr<Snapshot>> snaps;
-  engine::Engine& eng() { return *engines[0]; }
-  port::PollLoop& loop() { return *loops[0]; }
+  engine::Engine& eng() { return rt->eng(); }
+  port::PollLoop& loop() { return rt->loop(); }
 };
+
+// The runtime port of `pc`: roced's limits and transport settings on every lcore's engine.
+runtime::PortOptions port_options(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc) {
+  runtime::PortOptions o;
+  engine::EngineConfig& ec = o.engine;
+  ec.mac = pc.mac;
+  ec.ipv4 = pc.ipv4;
+  ec.ipv6 = pc.ipv6;
+  ec.vlan_id = pc.vlan;
+  ec.max_qps = cfg.limits.max_qps;
+  ec.tx_slots = cfg.limits.tx_slots;
+  ec.max_mrs = cfg.limits.max_mrs;
+  ec.max_cq_depth = cfg.limits.cq_depth;
+  ec.ack_req_every = cfg.transport.ack_req_every;
+  ec.max_inflight_psns = cfg.transport.max_inflight_psns;
+  ec.max_inflight_bytes = cfg.transport.max_inflight_bytes;
+  ec.probe_min_ns = std::uint64_t{cfg.transport.probe_min_us} * 1000;
+  ec.loss_window = cfg.transport.loss_window;
+  ec.recovery_batch = cfg.transport.recovery_batch;
+  ec.max_mtu = runtime::link_path_mtu(pc.mtu, runtime::kIboeHeaderRoom);
+  port::PortSpec& ps = o.spec;
+  ps.device = pc.device;
+  ps.mac = pc.mac;
+  ps.mtu = pc.mtu;
+  ps.mbufs = pc.mbufs;
+  ps.zero_copy = pc.zero_copy;
+  ps.vlan = pc.vlan;
+  ps.neighbours = cfg.limits.neighbours;
+  ps.zero_copy_min = pc.zero_copy_min;
+  ps.rx_desc = pc.rx_desc;
+  ps.tx_desc = pc.tx_desc;
+  o.lcores = static_cast<unsigned>(cfg.lcores.size());
+  o.tx_faults = pc.fault;
+  o.offload = {pc.offload.mode, pc.offload.clock_mhz, pc.offload.bytes_per_cycle,
+               pc.offload.line_gbps};
+  return o;
+}
 
 // Adds every counter of `b` to `a`.
 void add(engine::Stats& a, const engine::Stats& b) {
@@ -100,21 +120,20 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
     c.engine = p.eng().stats();
     c.qps = p.eng().qp_count();
     c.mrs = p.eng().mr_count();
-    for (std::size_t l = 1; l < p.engines.size(); ++l) {
+    for (unsigned l = 1; l < p.rt->lcores(); ++l) {
       PortRuntime::Snapshot& s = *p.snaps[l];
       add(c.engine, s.stats);
       c.qps += s.qps;
       c.mrs += s.mrs;
       // Ask lcore l for a fresh copy, read next time (one request in flight at a time).
       if (!s.asked.exchange(true))
-        p.loops[l]->post(
-            [&s, e = p.engines[l].get(), d = p.devices.empty() ? nullptr : p.devices[l].get()] {
-              s.stats = e->stats();
-              if (d) s.dev = d->counters();
-              s.qps = e->qp_count();
-              s.mrs = e->mr_count();
-              s.asked.store(false, std::memory_order_release);
-            });
+        p.rt->loop(l).post([&s, e = &p.rt->eng(l), d = p.rt->device(l)] {
+          s.stats = e->stats();
+          if (d) s.dev = d->counters();
+          s.qps = e->qp_count();
+          s.mrs = e->mr_count();
+          s.asked.store(false, std::memory_order_release);
+        });
     }
     if (att) {
       const attach::AttachCounts a = att->counts(i);
@@ -135,13 +154,13 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       c.attach_out_of_fds = a.out_of_fds;
       c.attach_cm_refused = a.cm_refused;
     }
-    if (!p.devices.empty()) {
+    if (p.rt->offload().on()) {
       c.fpga_on = true;
-      c.fpga = p.device_counters();
-      for (std::size_t l = 1; l < p.devices.size(); ++l)
+      c.fpga = p.rt->device_counters();
+      for (unsigned l = 1; l < p.rt->lcores(); ++l)
         for (std::size_t k = 0; k < c.fpga.size(); ++k) c.fpga[k] += p.snaps[l]->dev[k];
     }
-    c.port = p.dev->stats();
+    c.port = p.rt->dev().stats();
     c.neighbour = p.loop().neighbour().stats();
     if (const FaultyLink* f = p.loop().faults()) {
       c.faults_on = true;
@@ -178,63 +197,10 @@ int run(const ctl::ApplianceConfig& cfg) {
   std::vector<PortRuntime> ports;
   ports.reserve(cfg.ports.size());
   for (const auto& pc : cfg.ports) {
-    PortRuntime& rt = ports.emplace_back();
-    rt.cfg = pc;
-    engine::EngineConfig ec;
-    ec.mac = pc.mac;
-    ec.ipv4 = pc.ipv4;
-    ec.ipv6 = pc.ipv6;
-    ec.vlan_id = pc.vlan;
-    ec.max_qps = cfg.limits.max_qps;
-    ec.tx_slots = cfg.limits.tx_slots;
-    ec.max_mrs = cfg.limits.max_mrs;
-    ec.max_cq_depth = cfg.limits.cq_depth;
-    ec.ack_req_every = cfg.transport.ack_req_every;
-    ec.max_inflight_psns = cfg.transport.max_inflight_psns;
-    ec.max_inflight_bytes = cfg.transport.max_inflight_bytes;
-    ec.probe_min_ns = std::uint64_t{cfg.transport.probe_min_us} * 1000;
-    ec.loss_window = cfg.transport.loss_window;
-    ec.recovery_batch = cfg.transport.recovery_batch;
-    ec.max_mtu = path_mtu_for(pc.mtu);
-    port::PortSpec ps;
-    ps.device = pc.device;
-    ps.mac = pc.mac;
-    ps.mtu = pc.mtu;
-    ps.mbufs = pc.mbufs;
-    ps.zero_copy = pc.zero_copy;
-    ps.vlan = pc.vlan;
-    ps.neighbours = cfg.limits.neighbours;
-    ps.zero_copy_min = pc.zero_copy_min;
-    ps.rx_desc = pc.rx_desc;
-    ps.tx_desc = pc.tx_desc;
-    ps.queues = static_cast<std::uint16_t>(nl);
-    rt.dev = std::make_unique<port::DpdkPort>(ps);
-    std::vector<port::PollLoop*> loops;
-    for (unsigned l = 0; l < nl; ++l) {
-      ec.lcore = l;
-      rt.engines.push_back(std::make_unique<engine::Engine>(ec));
-      rt.loops.push_back(std::make_unique<port::PollLoop>(
-          *rt.dev, *rt.engines[l], pc.fault, FaultPolicy{}, static_cast<std::uint16_t>(l)));
-      if (pc.offload.mode == "datapath") {
-        // The card's stream stages as in `parse` mode, its transport behind them (one lcore:
-        // the configuration says so).
-        rt.devices.push_back(std::make_unique<fpga::DeviceModel>(
-            fpga::device_config(fpga::OffloadMode::kParse, pc.offload.clock_mhz,
-                                pc.offload.bytes_per_cycle, pc.offload.line_gbps)));
-        fpga::DatapathCard::Config cc;
-        cc.net = ec;
-        rt.card = std::make_unique<fpga::DatapathOffload>(*rt.devices.back(), cc);
-        rt.loops[l]->set_offload(rt.card.get());
-      } else if (pc.offload.mode != "none") {
-        rt.devices.push_back(std::make_unique<fpga::DeviceModel>(
-            fpga::device_config(*fpga::parse_offload_mode(pc.offload.mode), pc.offload.clock_mhz,
-                                pc.offload.bytes_per_cycle, pc.offload.line_gbps)));
-        rt.loops[l]->set_offload(rt.devices.back().get());
-      }
-      rt.snaps.push_back(std::make_unique<PortRuntime::Snapshot>());
-      loops.push_back(rt.loops[l].get());
-    }
-    if (nl > 1) port::connect_loops(loops);
+    PortRuntime& p = ports.emplace_back();
+    p.cfg = pc;
+    p.rt = std::make_unique<runtime::Port>(port_options(cfg, pc));
+    for (unsigned l = 0; l < nl; ++l) p.snaps.push_back(std::make_unique<PortRuntime::Snapshot>());
   }
   // Client attachment: its pollers join the loops before they run on their lcores.
   std::unique_ptr<attach::AttachServer> att;
@@ -264,7 +230,7 @@ int run(const ctl::ApplianceConfig& cfg) {
     std::vector<attach::AttachPort> aps;
     for (auto& p : ports) {
       attach::AttachPort ap{p.cfg.name, p.cfg.mac, p.cfg.ipv4, {}};
-      for (auto& l : p.loops) ap.loops.push_back(l.get());
+      for (unsigned l = 0; l < nl; ++l) ap.loops.push_back(&p.rt->loop(l));
       aps.push_back(std::move(ap));
     }
     att = std::make_unique<attach::AttachServer>(ac, std::move(aps));
@@ -274,7 +240,7 @@ int run(const ctl::ApplianceConfig& cfg) {
   std::atomic<bool> stop_workers{false};
   for (unsigned l = 1; l < nl; ++l) {
     std::vector<port::PollLoop*> mine;
-    for (auto& p : ports) mine.push_back(p.loops[l].get());
+    for (auto& p : ports) mine.push_back(&p.rt->loop(l));
     port::launch_loops(cfg.lcores[l], mine, stop_workers, idle_policy);
   }
 
@@ -311,11 +277,11 @@ int run(const ctl::ApplianceConfig& cfg) {
                 p.cfg.vlan ? (" vlan " + std::to_string(*p.cfg.vlan)).c_str() : "",
                 p.cfg.fault.any() ? " [fault injection on]" : "");
   for (auto& p : ports)
-    if (!p.devices.empty())
+    if (p.rt->offload().on())
       std::printf("  port %s: FPGA offload '%s' on a device model (%u MHz x %u B/clock, %u G)%s\n",
                   p.cfg.name.c_str(), p.cfg.offload.mode.c_str(), p.cfg.offload.clock_mhz,
                   p.cfg.offload.bytes_per_cycle, p.cfg.offload.line_gbps,
-                  p.card ? "; hosted WRITE/READ tests' QPs on the card" : "");
+                  p.rt->card() ? "; hosted WRITE/READ tests' QPs on the card" : "");
   if (server) std::printf("  counters: %s\n", server->endpoint().c_str());
   if (cfg.counters.telemetry) std::printf("  telemetry: /roce/counters (dpdk-telemetry.py)\n");
   if (att) std::printf("  attach: %s (mode %04o)\n", att->socket_path().c_str(), cfg.attach.mode);
@@ -406,17 +372,7 @@ int run(const ctl::ApplianceConfig& cfg) {
             },
         .open_card = nullptr,
     });
-    if (home.card)
-      h.env->open_card = [&home] {
-        fpga::CardContextOptions co;
-        co.driver = &home.card->driver();
-        co.port.name = home.cfg.name;
-        co.port.mac = home.cfg.mac;
-        co.port.ipv4 = home.cfg.ipv4;
-        co.port.gid = wire::ipv4_mapped(home.cfg.ipv4);
-        co.port.max_mtu = home.eng().config().max_mtu;
-        return fpga::open_card_context(std::move(co));
-      };
+    if (home.rt->card()) h.env->open_card = [&home] { return home.rt->open_card(home.cfg.name); };
     try {
       if (h.kind->check) h.kind->check(sc);
       h.svc = h.kind->make(*h.env);
@@ -456,22 +412,22 @@ int run(const ctl::ApplianceConfig& cfg) {
               g_signal == SIGINT ? "SIGINT" : "SIGTERM");
   for (auto& p : ports) {
     std::uint64_t steered = 0;
-    for (auto& l : p.loops) steered += l->steer_stats().steered_out;
+    for (unsigned l = 0; l < nl; ++l) steered += p.rt->loop(l).steer_stats().steered_out;
     if (nl > 1)
       std::printf("  port %s: %llu frames steered to another lcore\n", p.cfg.name.c_str(),
                   static_cast<unsigned long long>(steered));
   }
   for (auto& p : ports)
     std::printf("  port %s: rx %llu tx %llu frames, %llu ARP answered, %llu pings answered\n",
-                p.cfg.name.c_str(), static_cast<unsigned long long>(p.dev->stats().rx_frames),
-                static_cast<unsigned long long>(p.dev->stats().tx_frames),
+                p.cfg.name.c_str(), static_cast<unsigned long long>(p.rt->dev().stats().rx_frames),
+                static_cast<unsigned long long>(p.rt->dev().stats().tx_frames),
                 static_cast<unsigned long long>(p.loop().neighbour().stats().arp_requests_answered),
                 static_cast<unsigned long long>(p.loop().neighbour().stats().icmp_echo_answered));
   for (auto& p : ports) {
-    if (p.devices.empty()) continue;
-    std::array<std::uint64_t, fpga::kDevCounters> sum = p.device_counters();
-    for (std::size_t l = 1; l < p.devices.size(); ++l)
-      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += p.devices[l]->counters()[i];
+    if (!p.rt->offload().on()) continue;
+    std::array<std::uint64_t, fpga::kDevCounters> sum = p.rt->device_counters();
+    for (unsigned l = 1; l < p.rt->lcores(); ++l)
+      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += p.rt->device(l)->counters()[i];
     std::printf("%s", fpga::format_nstats(sum, p.cfg.name).c_str());
   }
   std::fflush(stdout);
@@ -535,11 +491,14 @@ int main(int argc, char** argv) {
     if (!prometheus.empty()) cfg.counters.prometheus = prometheus == "off" ? "" : prometheus;
     // ROCE_OFFLOAD: the offload mode of ports that set none (a test suite run with the offload
     // on, docs/fpga.md).
-    if (const char* env = std::getenv("ROCE_OFFLOAD"); env != nullptr && *env != '\0') {
-      const std::string m = env;
-      if (m != "none" && m != "datapath" && !fpga::parse_offload_mode(m))
-        throw ctl::ConfigError("ROCE_OFFLOAD='" + m +
-                               "' is not an offload mode (none, icrc, parse, datapath)");
+    std::optional<std::string> env_offload;
+    try {
+      env_offload = runtime::env_offload();
+    } catch (const std::invalid_argument& e) {
+      throw ctl::ConfigError(e.what());
+    }
+    if (env_offload) {
+      const std::string& m = *env_offload;
       for (auto& pc : cfg.ports) {
         if (pc.offload.mode != "none") continue;
         if (m == "datapath" && cfg.lcores.size() > 1)

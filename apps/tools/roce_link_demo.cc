@@ -25,9 +25,12 @@
 #include <vector>
 
 #include "apps/common/pattern.h"
-#include "apps/common/pcap_writer.h"
 #include "dataplane/port/dpdk_port.h"
 #include "dataplane/port/pmd_frames.h"
+#include "runtime/env.h"
+#include "runtime/link.h"
+#include "runtime/oob.h"
+#include "runtime/port.h"
 
 namespace po = boost::program_options;
 using namespace roce;
@@ -56,21 +59,6 @@ std::size_t g_buf = 1 << 20;
   _exit(1);
 }
 
-// Reads exactly `n` bytes from a non-blocking fd while keeping the poll loop running.
-void exchange_read(int side, port::PollLoop& loop, int fd, void* buf, std::size_t n) {
-  std::size_t got = 0;
-  if (!port::poll_until(
-          loop,
-          [&] {
-            const ssize_t r = ::read(fd, static_cast<char*>(buf) + got, n - got);
-            if (r > 0) got += static_cast<std::size_t>(r);
-            if (r == 0) die(side, "peer closed the exchange socket");
-            return got == n;
-          },
-          60))
-    die(side, "timed out waiting for the peer");
-}
-
 /// Runs `f` when it goes out of scope.
 template <class F>
 struct AtExit {
@@ -92,45 +80,18 @@ int run_side(int side, int fd, const Options& opt) {
     ::close(ns);
   }
   const char who = side ? 'B' : 'A';
-  std::vector<std::string> eal{"--no-huge",
-                               "--no-shconf",
-                               "-m",
-                               "128",
-                               "--no-pci",
-                               "--file-prefix=rocelink" + std::to_string(getpid()),
-                               "--log-level=*:error",
-                               "-l",
-                               side ? "1" : "0"};
-  std::string dev;
-  // (ring slots and buffers sized by the port layer for the port's MTU)
-  if (opt.pmd == "memif") {
-    dev = "net_memif0";
-    eal.push_back(port::vdev_arg(dev,
-                                 "role=" + std::string(side ? "client" : "server") +
-                                     ",id=0,socket-abstract=no,socket=" + opt.workdir +
-                                     "/memif.sock",
-                                 port::PortSpec{}.mtu));
-  } else {
-    dev = "net_af_packet0";
-    eal.push_back(
-        port::vdev_arg(dev, "iface=" + opt.iface[side] + ",qpairs=1", port::PortSpec{}.mtu));
-  }
-  try {
-    port::eal_init(eal);
-  } catch (const std::exception& e) {
-    die(side, e.what());
-  }
-  EngineConfig ec;
-  ec.mac = wire::MacAddr{{0x02, 0x00, 0x5e, 0x00, 0x02, static_cast<std::uint8_t>(1 + side)}};
-  ec.ipv4 = wire::Ipv4Addr{0xC0000201u + static_cast<std::uint32_t>(side)};  // 192.0.2.1 / .2
-  Engine eng(ec);
-  port::PortSpec ps;
-  ps.device = dev;
-  ps.mac = ec.mac;
-  ps.mbufs = 4096;
-  FaultPolicy fp;
-  fp.drop_rate = opt.loss;
-  fp.seed = 100 + static_cast<std::uint64_t>(side);
+  // The link: A serves the memif socket (or takes its af_packet interface), B connects.
+  runtime::LinkOptions link;
+  if (opt.pmd == "memif")
+    link.set_memif(opt.workdir + "/memif.sock", side ? "client" : "server");
+  else
+    link.iface = opt.iface[side];
+  link.ip = side ? "192.0.2.2" : "192.0.2.1";
+  link.mac = side ? "02:00:5e:00:02:02" : "02:00:5e:00:02:01";
+  link.lcore = side;
+  link.tx_faults.drop_rate = opt.loss;
+  link.tx_faults.seed = 100 + static_cast<std::uint64_t>(side);
+  if (side == 0) link.pcap = opt.workdir + "/a.pcap";
   // memif tears a connection down on its interrupt thread when the peer goes: a side still
   // polling its rings then can read memory that is being unmapped (B once died of SIGSEGV in
   // its last poll as A closed). So neither side polls at the end, B (the client) closes
@@ -140,28 +101,25 @@ int run_side(int side, int fd, const Options& opt) {
     const char c = 'C';
     if (side == 1 && ::write(fd, &c, 1) != 1) std::fprintf(stderr, "[B] exchange write failed\n");
   }};
-  std::unique_ptr<port::DpdkPort> port;
-  try {
-    port = std::make_unique<port::DpdkPort>(ps);
-  } catch (const std::exception& e) {
-    die(side, e.what());
-  }
-  port::PollLoop loop(*port, eng, fp);
+  runtime::Env env(link);
   const AtExit wait_peer{[&] {
     if (side != 0) return;
     pollfd p{fd, POLLIN, 0};  // with a bound: B may have failed already
     char c = 0;
     if (::poll(&p, 1, 5000) == 1) (void)::read(fd, &c, 1);
   }};
-  std::unique_ptr<apps::PcapWriter> pcap;
-  if (side == 0) {
-    pcap = std::make_unique<apps::PcapWriter>(opt.workdir + "/a.pcap");
-    loop.tap = [&](std::span<const std::uint8_t> f, bool) { pcap->write(f, port::now_ns()); };
-  }
-  if (!port::poll_until(
-          loop, [&] { return port->link_up(); }, 20))
-    die(side, "link did not come up");
-  std::fprintf(stderr, "[%c] %s up, %s\n", who, dev.c_str(), side ? "192.0.2.2" : "192.0.2.1");
+  Engine& eng = env.eng;
+  port::PollLoop& loop = env.loop;
+  port::DpdkPort* port = &env.port()->dev();
+  if (!env.until([&] { return port->link_up(); }, 20)) die(side, "link did not come up");
+  std::fprintf(stderr, "[%c] %s up, %s\n", who, runtime::link_port_spec(link).device.c_str(),
+               link.ip.c_str());
+  const auto exchange_read = [&](void* buf, std::size_t n) {
+    runtime::transfer(env, fd, buf, n, false, 60);
+  };
+  const auto exchange_write = [&](const void* buf, std::size_t n) {
+    runtime::transfer(env, fd, const_cast<void*>(buf), n, true, 60);
+  };
 
   // ARP: find the peer's MAC the way a host does.
   const wire::Ipv4Addr peer_ip{0xC0000201u + static_cast<std::uint32_t>(1 - side)};
@@ -184,9 +142,9 @@ int run_side(int side, int fd, const Options& opt) {
             cmr->key,
             reinterpret_cast<std::uint64_t>(buf.data()),
             reinterpret_cast<std::uint64_t>(&counter)};
-  if (::write(fd, &mine, sizeof mine) != sizeof mine) die(side, "exchange write failed");
+  exchange_write(&mine, sizeof mine);
   Info peer{};
-  exchange_read(side, loop, fd, &peer, sizeof peer);
+  exchange_read(&peer, sizeof peer);
 
   QpAttr a;
   a.qp_state = QpState::kInit;
@@ -226,7 +184,7 @@ int run_side(int side, int fd, const Options& opt) {
     r.num_sge = 1;
     eng.post_recv(qp, &r, nullptr);
     const char ready = 'R';
-    if (::write(fd, &ready, 1) != 1) die(side, "exchange write failed");
+    exchange_write(&ready, 1);
     Wc wc{};
     if (!port::poll_until(
             loop, [&] { return eng.poll_cq(cq, 1, &wc) == 1; }, 60))
@@ -236,7 +194,7 @@ int run_side(int side, int fd, const Options& opt) {
     if (std::memcmp(buf.data() + g_buf - kSend, pattern.data(), kSend) != 0)
       die(side, "SEND data differs");
     char verdict = 0;
-    exchange_read(side, loop, fd, &verdict, 1);
+    exchange_read(&verdict, 1);
     if (verdict != 'D') die(side, "A reported failure");
     if (std::memcmp(buf.data(), pattern.data(), g_write) != 0) die(side, "WRITE data differs");
     // 10 fetch-adds of 7 (1000 -> 1070), then a compare-and-swap 1070 -> 5000.
@@ -259,7 +217,7 @@ int run_side(int side, int fd, const Options& opt) {
 
   // A: wait for B's receive, then WRITE, SEND, READ back, atomics.
   char ready = 0;
-  exchange_read(side, loop, fd, &ready, 1);
+  exchange_read(&ready, 1);
   std::memcpy(buf.data(), pattern.data(), g_write);
   std::vector<Sge> sg;
   std::vector<SendWr> wrs(14);
@@ -320,7 +278,7 @@ int run_side(int side, int fd, const Options& opt) {
                     std::to_string(results[static_cast<std::size_t>(i)]));
   if (results[10] != 1070) die(side, "compare-and-swap returned " + std::to_string(results[10]));
   const char verdict = 'D';
-  if (::write(fd, &verdict, 1) != 1) die(side, "exchange write failed");
+  exchange_write(&verdict, 1);
   port::poll_until(
       loop, [] { return false; }, 0.3);
   const auto& st = eng.stats();
@@ -406,7 +364,13 @@ int main(int argc, char** argv) {
       ::close(sv[1 - side]);
       fcntl(sv[side], F_SETFL, O_NONBLOCK);
       alarm(120);
-      _exit(run_side(side, sv[side], opt));
+      int rc = 1;
+      try {
+        rc = run_side(side, sv[side], opt);
+      } catch (const std::exception& e) {
+        die(side, e.what());
+      }
+      _exit(rc);
     }
     if (side == 0 && opt.pmd == "memif") {
       // The memif client needs the server's socket: wait for it (a cold start of the EAL,

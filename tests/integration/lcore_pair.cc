@@ -26,6 +26,7 @@
 #include "apps/common/pattern.h"
 #include "dataplane/port/dpdk_port.h"
 #include "dataplane/port/pmd_frames.h"
+#include "runtime/port.h"
 
 namespace po = boost::program_options;
 using namespace roce;
@@ -68,29 +69,20 @@ class Side {
                           "role=" + std::string(side ? "client" : "server") +
                               ",id=0,socket-abstract=no,socket=" + workdir + "/memif.sock",
                           port::PortSpec{}.mtu)});
-      port::PortSpec ps;
-      ps.device = "net_memif0";
-      ps.mac = mac(side);
-      ps.mbufs = 8192;
-      ps.queues = static_cast<std::uint16_t>(n_);
-      port_ = std::make_unique<port::DpdkPort>(ps);
-      for (unsigned i = 0; i < n_; ++i) {
-        EngineConfig ec;
-        ec.mac = mac(side);
-        ec.ipv4 = ip(side);
-        ec.lcore = i;
-        ec.max_qps = 64;
-        engines_.push_back(std::make_unique<Engine>(ec));
-        loops_.push_back(std::make_unique<port::PollLoop>(
-            *port_, *engines_[i], FaultPolicy{}, FaultPolicy{}, static_cast<std::uint16_t>(i)));
-      }
+      // One queue pair, engine and poll loop per lcore, joined by steering rings.
+      runtime::PortOptions po;
+      po.spec.device = "net_memif0";
+      po.spec.mac = mac(side);
+      po.spec.mbufs = 8192;
+      po.engine.mac = mac(side);
+      po.engine.ipv4 = ip(side);
+      po.engine.max_qps = 64;
+      po.lcores = n_;
+      port_ = std::make_unique<runtime::Port>(po);
     } catch (const std::exception& e) {
       die(side, e.what());
     }
-    std::vector<port::PollLoop*> raw;
-    for (auto& p : loops_) raw.push_back(p.get());
-    port::connect_loops(raw);
-    for (unsigned i = 1; i < n_; ++i) port::launch_loop(i, *loops_[i], stop_);
+    for (unsigned i = 1; i < n_; ++i) port::launch_loop(i, port_->loop(i), stop_);
     owned_.resize(n_);
   }
   ~Side() {
@@ -104,19 +96,19 @@ class Side {
   static wire::Ipv4Addr ip(int side) {
     return wire::Ipv4Addr{0xC0000201u + static_cast<std::uint32_t>(side)};
   }
-  port::PollLoop& loop0() { return *loops_[0]; }
-  port::DpdkPort& port() { return *port_; }
+  port::PollLoop& loop0() { return port_->loop(0); }
+  port::DpdkPort& port() { return port_->dev(); }
 
   // Runs `fn(engine, owned)` on lcore i and waits for it, keeping lcore 0's loop running.
   template <class F>
   void on(unsigned i, F&& fn) {
     if (i == 0) {
-      fn(*engines_[0], owned_[0]);
+      fn(port_->eng(0), owned_[0]);
       return;
     }
     std::atomic<bool> done{false};
-    if (!loops_[i]->post([&] {
-          fn(*engines_[i], owned_[i]);
+    if (!port_->loop(i).post([&] {
+          fn(port_->eng(i), owned_[i]);
           done.store(true, std::memory_order_release);
         }))
       die(side_, "command ring full");
@@ -237,7 +229,7 @@ class Side {
 
   port::PollLoop::SteerStats steering(unsigned i) {
     port::PollLoop::SteerStats s;
-    on(i, [&](Engine&, Owned&) { s = loops_[i]->steer_stats(); });
+    on(i, [&](Engine&, Owned&) { s = port_->loop(i).steer_stats(); });
     return s;
   }
   unsigned lcores() const { return n_; }
@@ -246,9 +238,7 @@ class Side {
   int side_;
   unsigned n_;
   std::size_t size_;
-  std::unique_ptr<port::DpdkPort> port_;
-  std::vector<std::unique_ptr<Engine>> engines_;
-  std::vector<std::unique_ptr<port::PollLoop>> loops_;
+  std::unique_ptr<runtime::Port> port_;
   std::vector<Owned> owned_;
   std::atomic<bool> stop_{false};
 };

@@ -6,7 +6,7 @@
 ///     NAAICE_ROCE_ATTACH_PORT one of its ports; naaice_client --attach sets them), or
 ///   - in-process on a DPDK port of the process's own, configured by NAAICE_ROCE
 ///     ("pmd=memif,socket=PATH,role=client,ip=192.0.2.2,mac=02:00:00:00:00:02", see
-///     perf::parse_link_text).
+///     runtime::parse_link_text).
 /// Completions and events are sorted by connection, so that several contexts (several "hosts")
 /// can run at once. Idle polls give the CPU away now and then (NAAICE_ROCE_BUSY=1: never, for
 /// benchmarks on dedicated cores).
@@ -325,12 +325,12 @@ bool open_shared() {
   return false;
 #else
   const char* env = std::getenv("NAAICE_ROCE");
-  LinkConfig link;
-  link.memif_role = "client";
+  roce::runtime::LinkOptions link = roce::runtime::LinkOptions::text_defaults();
+  link.pmd = "memif";  // the client end
   link.ip = "192.0.2.2";
   link.mac = "02:00:00:00:00:02";
   std::string err;
-  if (!env || !parse_link(env, link, err)) {
+  if (!env || !roce::runtime::parse_link_text(env, link, err)) {
     std::fprintf(stderr,
                  "naaice: set NAAICE_ROCE to the appliance stack's link, e.g. "
                  "pmd=memif,socket=/tmp/naa.sock,role=client,ip=192.0.2.2,"

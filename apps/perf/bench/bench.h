@@ -3,7 +3,7 @@
 #pragma once
 
 #include "apps/perf/bench/bench_config.h"
-#include "apps/perf/env.h"
+#include "runtime/link.h"
 
 namespace roce::bench {
 
@@ -15,7 +15,7 @@ int run_bench(const BenchConfig& cfg);
 /// one driver on `listen:port`, takes the benchmark configuration it sends, answers every
 /// baseline and workload on a port of `link`, and returns when the driver is done.
 struct PeerOptions {
-  perf::LinkOpts link;  ///< netdev_mtu 0: what the benchmark's path MTUs need
+  runtime::LinkOptions link;  ///< netdev_mtu 0: what the benchmark's path MTUs need
   std::string listen = "0.0.0.0";
   std::uint16_t port = kBenchPeerPort;
   std::uint32_t lcore = 0;

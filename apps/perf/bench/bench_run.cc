@@ -38,11 +38,11 @@
 #include "apps/perf/bench/bench.h"
 #include "apps/perf/bench/bench_report.h"
 #include "apps/perf/bench/tsc.h"
-#include "apps/perf/env.h"
 #include "controlplane/address.h"
 #include "controlplane/tcp.h"
 #include "dataplane/port/dpdk_port.h"
 #include "dataplane/port/pmd_frames.h"
+#include "runtime/link.h"
 
 namespace roce::bench {
 
@@ -177,66 +177,44 @@ struct alignas(64) C2cLine {
 };
 constexpr std::uint32_t kC2cRounds = 1000;
 
-// ---- one appliance process --------------------------------------------------------------------
+// ---- one side: a process with a port that drives (A) or answers (B) --------------------------------------------------------------------
 
 struct PeerQp {
   std::uint32_t qpn = 0, rkey = 0, psn = 0;
   std::uint64_t addr = 0;
 };
 
-/// How one appliance reaches the link: EAL arguments, its port, its RoCE address.
+/// How one side reaches the link: its port's options and the EAL's memory.
 struct Site {
-  std::vector<std::string> eal;
-  port::PortSpec port;
-  wire::Ipv4Addr ip;
+  runtime::LinkOptions link;
+  unsigned mem_mb = 512;
 };
-
-/// EAL arguments of one appliance: no hugepages, `mem_mb` of memory, one lcore, one vdev.
-std::vector<std::string> eal_args(unsigned mem_mb, std::uint32_t lcore, std::string vdev) {
-  return {"--no-huge",
-          "--no-shconf",
-          "-m",
-          std::to_string(mem_mb),
-          "--no-pci",
-          "--file-prefix=rocebench" + std::to_string(getpid()),
-          "--log-level=*:error",
-          "-l",
-          std::to_string(lcore),
-          std::move(vdev)};
-}
 
 /// Side A (server) or B (client) of a net_memif link whose socket is in `workdir`.
 Site memif_site(int side, const std::string& workdir, std::uint32_t pmtu) {
   Site s;
-  const auto mtu = netdev_mtu_for(pmtu);
+  s.link.set_memif(workdir + "/memif.sock", side == 0 ? "server" : "client");
   // The port layer gives memif buffers that hold a whole frame (a frame chained over several
   // takes a path of the PMD that crashes in DPDK 22.11 under the L2 blast).
-  s.eal = eal_args(256, static_cast<std::uint32_t>(side),
-                   port::vdev_arg("net_memif0",
-                                  "role=" + std::string(side == 0 ? "server" : "client") +
-                                      ",id=0,socket-abstract=no,socket=" + workdir + "/memif.sock",
-                                  mtu));
-  s.port.device = "net_memif0";
-  s.port.mac = wire::MacAddr{{0x02, 0x00, 0x5e, 0x00, 0x03, static_cast<std::uint8_t>(1 + side)}};
-  s.port.mtu = static_cast<std::uint16_t>(mtu);
-  s.port.mbufs = 8192;
-  s.ip = wire::Ipv4Addr{0xC0000201u + static_cast<std::uint32_t>(side)};
+  s.link.netdev_mtu = netdev_mtu_for(pmtu);
+  s.link.mac = "02:00:5e:00:03:0" + std::to_string(1 + side);
+  s.link.ip = side == 0 ? "192.0.2.1" : "192.0.2.2";
+  s.link.lcore = side;
+  s.mem_mb = 256;
   return s;
 }
 
 /// A port on a kernel interface (remote topology): roce-perf's af_packet, af_xdp or tap port.
-Site link_site(const perf::LinkOpts& o, std::uint32_t lcore) {
+Site link_site(const runtime::LinkOptions& o, std::uint32_t lcore) {
   Site s;
-  s.eal = eal_args(512, lcore, perf::link_vdev(o));
-  s.port = perf::link_port_spec(o);
-  if (o.pmd != "af_xdp") s.port.mbufs = 8192;  // 1000 QPs keep thousands of frames queued
-  s.ip = *ctl::parse_ipv4(o.ip);
+  s.link = o;
+  s.link.lcore = static_cast<int>(lcore);
   return s;
 }
 
-class Appliance {
+class BenchSide {
  public:
-  Appliance(int side, int ctl_fd, int results_fd, const BenchConfig& cfg, double tsc_hz,
+  BenchSide(int side, int ctl_fd, int results_fd, const BenchConfig& cfg, double tsc_hz,
             Results base, C2cLine* c2c)
       : c2c_(c2c),
         side_(side),
@@ -289,7 +267,7 @@ class Appliance {
   std::set<std::uint32_t> blast_sizes_, echo_sizes_;
 };
 
-std::vector<std::uint8_t> Appliance::raw_frame(std::uint16_t type, std::uint32_t payload) const {
+std::vector<std::uint8_t> BenchSide::raw_frame(std::uint16_t type, std::uint32_t payload) const {
   std::vector<std::uint8_t> f(std::max<std::uint32_t>(60, payload + kFrameOverhead), 0xa5);
   std::memcpy(f.data(), peer_mac_.b.data(), 6);
   std::memcpy(f.data() + 6, mac_.b.data(), 6);
@@ -298,13 +276,13 @@ std::vector<std::uint8_t> Appliance::raw_frame(std::uint16_t type, std::uint32_t
   return f;
 }
 
-void Appliance::c2c_wait(std::uint32_t value) {
+void BenchSide::c2c_wait(std::uint32_t value) {
   const std::uint64_t limit = rdtsc() + static_cast<std::uint64_t>(cfg_.timeout * hz_);
   for (unsigned spins = 0; c2c_->seq.load(std::memory_order_acquire) != value; ++spins)
     if ((spins & 1023) == 0 && rdtsc() > limit) die(side_, "core-to-core probe: no answer");
 }
 
-double Appliance::c2c_probe() {
+double BenchSide::c2c_probe() {
   if (c2c_ == nullptr) return -1;
   c2c_->seq.store(0, std::memory_order_relaxed);
   ch_.send({MsgType::kC2c, kC2cRounds});
@@ -318,7 +296,7 @@ double Appliance::c2c_probe() {
   return secs(rdtsc() - t0) * 1e9 / (kC2cRounds - 1);
 }
 
-void Appliance::c2c_answer(std::uint32_t rounds) {
+void BenchSide::c2c_answer(std::uint32_t rounds) {
   if (c2c_ == nullptr) die(side_, "core-to-core probe without a shared line");
   for (std::uint32_t i = 0; i < rounds; ++i) {
     c2c_wait(2 * i + 1);
@@ -326,7 +304,7 @@ void Appliance::c2c_answer(std::uint32_t rounds) {
   }
 }
 
-Point Appliance::blast(std::uint32_t payload) {
+Point BenchSide::blast(std::uint32_t payload) {
   const auto frame = raw_frame(kBlastType, payload);
   const double c2c = c2c_probe();
   ch_.send({MsgType::kReset});
@@ -366,7 +344,7 @@ Point Appliance::blast(std::uint32_t payload) {
   return p;
 }
 
-Point Appliance::echo(std::uint32_t payload) {
+Point BenchSide::echo(std::uint32_t payload) {
   const auto frame = raw_frame(kEchoType, payload);
   const double c2c = c2c_probe();
   std::vector<double> ns;
@@ -401,7 +379,7 @@ Point Appliance::echo(std::uint32_t payload) {
   return p;
 }
 
-Point Appliance::link_baseline(Kind kind, std::uint32_t payload) {
+Point BenchSide::link_baseline(Kind kind, std::uint32_t payload) {
   // baselines.repeat runs, the median one reported with the range of all.
   const bool is_blast = kind == Kind::kL2Blast;
   const auto key = [&](const Point& p) { return is_blast ? p.msgs_per_s : p.lat_p50; };
@@ -417,7 +395,7 @@ Point Appliance::link_baseline(Kind kind, std::uint32_t payload) {
   return p;
 }
 
-void Appliance::link_a() {
+void BenchSide::link_a() {
   std::size_t i = 0;
   const std::size_t total = blast_sizes_.size() + echo_sizes_.size();
   for (const auto s : blast_sizes_) {
@@ -434,7 +412,7 @@ void Appliance::link_a() {
   progress_clear();
 }
 
-void Appliance::link_b() {
+void BenchSide::link_b() {
   std::uint64_t frames = 0, bytes = 0, first = 0, last = 0;
   std::vector<std::uint8_t> reply(16384);
   for (unsigned idle = 0;;) {
@@ -474,7 +452,7 @@ void Appliance::link_b() {
   }
 }
 
-void Appliance::emit_median_row(const Workload& w,
+void BenchSide::emit_median_row(const Workload& w,
                                 std::vector<std::pair<std::optional<Point>, Point>>& runs) {
   // The median by the figure the targets read: against the row's own link baseline when
   // there is one (a run and its baseline saw the same machine), else the row's own figure.
@@ -530,7 +508,7 @@ Mtu mtu_enum(std::uint32_t bytes) {
   }
 }
 
-void Appliance::workload(std::size_t wi) {
+void BenchSide::workload(std::size_t wi) {
   const Workload& w = cfg_.workloads[wi];
   const std::uint32_t max_size = *std::max_element(w.sizes.begin(), w.sizes.end());
   const bool needs_recv = w.op == Op::kSend || w.op == Op::kWriteImm;
@@ -876,15 +854,17 @@ void Appliance::workload(std::size_t wi) {
       loop, [] { return false; }, 0.05);
 }
 
-int Appliance::run(const Site& site) {
+int BenchSide::run(const Site& site) {
   for (const auto& w : cfg_.workloads)
     for (const auto s : w.sizes)
       (w.mode == Mode::kBw ? blast_sizes_ : echo_sizes_).insert(frame_payload(s, w.mtu));
-  mac_ = site.port.mac;
-  ip_ = site.ip;
   try {
-    port::eal_init(site.eal);
-    port_ = std::make_unique<port::DpdkPort>(site.port);
+    port::eal_init(runtime::link_eal_args(site.link, "rocebench", site.mem_mb));
+    port::PortSpec spec = runtime::link_port_spec(site.link);
+    if (site.link.pmd != "af_xdp") spec.mbufs = 8192;  // 1000 QPs keep thousands of frames queued
+    mac_ = spec.mac;
+    ip_ = *ctl::parse_ipv4(site.link.ip);  // checked by link_eal_args
+    port_ = std::make_unique<port::DpdkPort>(spec);
   } catch (const std::exception& e) {
     die(side_, e.what());
   }
@@ -924,26 +904,8 @@ int Appliance::run(const Site& site) {
 }
 
 void write_all(int fd, const void* p, std::size_t n, const char* what) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, c, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) throw std::runtime_error(std::string(what) + ": " + std::strerror(errno));
-    c += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
-
-bool read_all(int fd, void* p, std::size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n > 0) {
-    const ssize_t r = ::read(fd, c, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<std::size_t>(r);
-  }
-  return true;
+  if (!ctl::write_all(fd, p, n))
+    throw std::runtime_error(std::string(what) + ": " + std::strerror(errno));
 }
 
 /// The control connection of a remote topology: connects to the bench peer (retrying while
@@ -983,8 +945,8 @@ int connect_peer(const BenchConfig& cfg) {
   return fd;
 }
 
-perf::LinkOpts link_opts(const Topology& t) {
-  perf::LinkOpts o;
+runtime::LinkOptions link_options(const Topology& t) {
+  runtime::LinkOptions o;
   o.iface = t.iface;
   o.pmd = t.pmd;
   o.ip = t.ip;
@@ -1058,9 +1020,9 @@ int run_bench(const BenchConfig& cfg) {
       ::fcntl(ctl[side], F_SETFL, O_NONBLOCK);
       int rc = 1;
       try {
-        const Site site = remote ? link_site(link_opts(cfg.topology), cfg.topology.lcore)
+        const Site site = remote ? link_site(link_options(cfg.topology), cfg.topology.lcore)
                                  : memif_site(side, workdir, max_path_mtu(cfg));
-        Appliance app(side, ctl[side], side == 0 ? res[1] : -1, cfg, hz, base, c2c);
+        BenchSide app(side, ctl[side], side == 0 ? res[1] : -1, cfg, hz, base, c2c);
         rc = app.run(site);
       } catch (const std::exception& e) {
         die(side, e.what());
@@ -1079,17 +1041,7 @@ int run_bench(const BenchConfig& cfg) {
   ::close(res[1]);
   Results all = base;
   Point p;
-  for (;;) {
-    std::size_t got = 0;
-    while (got < sizeof p) {
-      const ssize_t r = ::read(res[0], reinterpret_cast<char*>(&p) + got, sizeof p - got);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
-      got += static_cast<std::size_t>(r);
-    }
-    if (got < sizeof p) break;
-    all.points.push_back(p);
-  }
+  while (ctl::read_all(res[0], &p, sizeof p)) all.points.push_back(p);
   ::close(res[0]);
   int rc = 0;
   for (int side = 0; side < sides; ++side) {
@@ -1129,9 +1081,9 @@ int run_bench_peer(const PeerOptions& o) {
   const auto listen_ip = ctl::parse_ipv4(o.listen);
   if (!listen_ip) throw std::runtime_error("--listen: '" + o.listen + "' is not an IPv4 address");
   {  // the port options are checked before anyone connects (the MTU is known later)
-    perf::LinkOpts check = o.link;
+    runtime::LinkOptions check = o.link;
     if (check.netdev_mtu == 0) check.netdev_mtu = 1500;
-    perf::link_vdev(check);
+    runtime::link_vdev(check);
   }
   const int ls = ctl::tcp_listen(*listen_ip, o.port);
   std::printf("roce-perf bench peer: waiting for a benchmark on %s:%u (RoCE on %s, %s, %s)\n",
@@ -1145,7 +1097,7 @@ int run_bench_peer(const PeerOptions& o) {
   if (fd < 0) throw std::runtime_error(std::string("accept failed: ") + std::strerror(errno));
   ctl::tcp_nodelay(fd);
   Msg m;
-  if (!read_all(fd, &m, sizeof m) || m.type != MsgType::kConfig)
+  if (!ctl::read_all(fd, &m, sizeof m) || m.type != MsgType::kConfig)
     throw std::runtime_error("the driver sent no benchmark configuration");
   if (m.a != kProtocolVersion)
     throw std::runtime_error("the driver speaks version " + std::to_string(m.a) +
@@ -1155,11 +1107,11 @@ int run_bench_peer(const PeerOptions& o) {
     throw std::runtime_error("the driver's configuration is too long (" + std::to_string(m.b) +
                              " bytes)");
   std::string text(m.b, '\0');
-  if (!read_all(fd, text.data(), text.size()))
+  if (!ctl::read_all(fd, text.data(), text.size()))
     throw std::runtime_error("the driver closed the connection inside its configuration");
   const std::string driver = ctl::to_string(wire::Ipv4Addr{ntohl(from.sin_addr.s_addr)});
   const BenchConfig cfg = parse_bench_config(text, "the configuration from " + driver);
-  perf::LinkOpts lo = o.link;
+  runtime::LinkOptions lo = o.link;
   const std::uint32_t need = netdev_mtu_for(max_path_mtu(cfg));
   if (lo.netdev_mtu == 0) lo.netdev_mtu = need;
   if (lo.netdev_mtu < min_netdev_mtu(max_path_mtu(cfg)))
@@ -1171,7 +1123,7 @@ int run_bench_peer(const PeerOptions& o) {
   std::fflush(stdout);
   const double hz = calibrate_tsc();
   ::fcntl(fd, F_SETFL, O_NONBLOCK);
-  Appliance app(1, fd, -1, cfg, hz, Results{}, nullptr);
+  BenchSide app(1, fd, -1, cfg, hz, Results{}, nullptr);
   const int rc = app.run(link_site(lo, o.lcore));
   ::close(fd);
   std::printf("roce-perf bench peer: '%s' done\n", cfg.name.c_str());

@@ -14,6 +14,7 @@
 
 #include "apps/perf/bench/bench_run.h"
 #include "apps/perf/bench/tsc.h"
+#include "controlplane/tcp.h"
 
 namespace roce::bench {
 
@@ -51,24 +52,6 @@ void tcp_pair(int& a, int& b) {
   ::setsockopt(b, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-bool read_full(int fd, char* p, std::size_t n) {
-  while (n > 0) {
-    const ssize_t r = ::read(fd, p, n);
-    if (r <= 0) return false;
-    p += r, n -= static_cast<std::size_t>(r);
-  }
-  return true;
-}
-
-bool write_full(int fd, const char* p, std::size_t n) {
-  while (n > 0) {
-    const ssize_t r = ::write(fd, p, n);
-    if (r <= 0) return false;
-    p += r, n -= static_cast<std::size_t>(r);
-  }
-  return true;
-}
-
 Point stream(std::uint32_t size, double duration, double tsc_hz) {
   int a = -1, b = -1;
   tcp_pair(a, b);
@@ -77,7 +60,7 @@ Point stream(std::uint32_t size, double duration, double tsc_hz) {
   std::vector<char> out(size, 0x5a);
   std::thread writer([&] {
     while (!stop.load(std::memory_order_relaxed))
-      if (!write_full(a, out.data(), size)) break;
+      if (!ctl::write_all(a, out.data(), size)) break;
     ::shutdown(a, SHUT_WR);
   });
   // The reader measures: bytes received between its first and last read.
@@ -115,7 +98,7 @@ Point pingpong(std::uint32_t size, std::uint64_t iters, double tsc_hz) {
   std::thread echo([&] {
     std::vector<char> buf(size);
     for (std::uint64_t i = 0; i < iters + warmup; ++i)
-      if (!read_full(b, buf.data(), size) || !write_full(b, buf.data(), size)) break;
+      if (!ctl::read_all(b, buf.data(), size) || !ctl::write_all(b, buf.data(), size)) break;
   });
   std::vector<char> buf(size, 0x3c);
   std::vector<double> ns;
@@ -123,7 +106,7 @@ Point pingpong(std::uint32_t size, std::uint64_t iters, double tsc_hz) {
   const std::uint64_t start = rdtsc();
   for (std::uint64_t i = 0; i < iters + warmup; ++i) {
     const std::uint64_t t = rdtsc();
-    if (!write_full(a, buf.data(), size) || !read_full(a, buf.data(), size)) break;
+    if (!ctl::write_all(a, buf.data(), size) || !ctl::read_all(a, buf.data(), size)) break;
     if (i >= warmup) ns.push_back(static_cast<double>(rdtsc() - t) / tsc_hz * 1e9);
   }
   const double secs = static_cast<double>(rdtsc() - start) / tsc_hz;

@@ -32,11 +32,11 @@
 
 #include "apps/nfs/nfs_service.h"
 #include "apps/nfs/rpcrdma.h"
-#include "apps/perf/env.h"
 #include "controlplane/address.h"
 #include "controlplane/cm/cm_agent.h"
 #include "dataplane/port/dpdk_port.h"
 #include "dataplane/wire/eth.h"
+#include "runtime/env.h"
 
 namespace roce::nfs {
 namespace {
@@ -347,7 +347,7 @@ class Rig {
 
  public:
   Side a, b;
-  perf::Env env;
+  runtime::Env env;
   std::unique_ptr<RpcRdmaServer> srv;
   std::unique_ptr<cm::CmAgent> cm_a;
   Pd* pd = nullptr;

@@ -1,6 +1,6 @@
 /// @file
-/// roce-perf attached to a running roced (--attach SOCKET): the tests' QPs, CQs and buffers
-/// live in roced's engine, reached through libroce (client/include/roce/client.h). roced polls
+/// A program attached to a running roced (roce-perf --attach SOCKET): its QPs, CQs and buffers
+/// live in roced's engine, reached through libroce (<roce/client.h>). roced polls
 /// the dataplane; waiting here only hands the CPU to it now and then.
 #pragma once
 
@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
-#include "apps/perf/env.h"
+#include "runtime/env.h"
 
-namespace roce::perf {
+namespace roce::runtime {
 
 class AttachedEnv : public Poller {
  public:
@@ -31,4 +31,4 @@ class AttachedEnv : public Poller {
   bool sleep_;
 };
 
-}  // namespace roce::perf
+}  // namespace roce::runtime

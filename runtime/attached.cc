@@ -1,13 +1,13 @@
 /// @file
-/// roce-perf's attached dataplane.
-#include "apps/perf/attached_env.h"
+/// runtime::AttachedEnv (attached.h).
+#include "runtime/attached.h"
 
 #include <time.h>
 
 #include <cerrno>
 #include <cstring>
 
-namespace roce::perf {
+namespace roce::runtime {
 
 AttachedEnv::AttachedEnv(const std::string& socket, const std::string& port_name,
                          bool sleep_when_idle)
@@ -26,12 +26,12 @@ bool AttachedEnv::step() {
   return false;
 }
 
-}  // namespace roce::perf
+}  // namespace roce::runtime
 
-namespace roce::perf {
+namespace roce::runtime {
 void AttachedEnv::rest() {
   if (!sleep_) return yield();
   const timespec t{0, 50'000};
   nanosleep(&t, nullptr);
 }
-}  // namespace roce::perf
+}  // namespace roce::runtime
