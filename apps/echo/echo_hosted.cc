@@ -54,7 +54,7 @@ class EchoService final : public runtime::HostedService {
     if (buf_ == nullptr) throw std::runtime_error("no memory for the buffers");
     mr_ = ctx_->reg_mr(ep_->pd(), buf_->addr, bytes, verbs::kAccessLocalWrite);
     if (mr_ == nullptr) throw std::runtime_error("cannot register the buffers");
-    slots_.assign(max_connections_, 0);
+    slots_.assign(max_connections_, Slot{});
     std::printf(
         "  service echo: rdma_cm port %u on port %s, %zu connections of %zu-byte messages\n",
         env_.config.listen_port, env_.port_name.c_str(), max_connections_, message_size_);
@@ -110,7 +110,7 @@ class EchoService final : public runtime::HostedService {
   }
   std::optional<std::size_t> group_of(conn::ConnId c) const {
     for (std::size_t g = 0; g < slots_.size(); ++g)
-      if (slots_[g] == c) return g;
+      if (slots_[g].conn == c) return g;
     return std::nullopt;
   }
 
@@ -131,32 +131,49 @@ class EchoService final : public runtime::HostedService {
           ep_->reject(e.conn);
           return;
         }
-        slots_[*g] = e.conn;
+        slots_[*g] = Slot{e.conn, false};
         for (std::uint32_t k = 0; k < kDepth; ++k) post_recv(e.conn, *g * kDepth + k);
-        ep_->accept(e.conn);
+        if (ep_->accept(e.conn) != 0) {
+          ++errors_;
+          release(*g);
+          ep_->reject(e.conn);
+        }
         return;
       }
       case conn::Event::kEstablished:
-        ++accepted_;
-        ++open_;
-        return;
-      case conn::Event::kDisconnected:
         if (const auto g = group_of(e.conn)) {
-          slots_[*g] = 0;
-          --open_;
+          slots_[*g].up = true;
+          ++accepted_;
+          ++open_;
         }
         return;
-      default:  // active side's events: the service connects to nobody
+      case conn::Event::kDisconnected:
+      case conn::Event::kRejected:      // a REJ to our REP (the peer gave the connection up)
+      case conn::Event::kUnreachable:   // no RTU: the peer went before the connection was up
+      case conn::Event::kConnectError:  // every way a connection ends gives its slot back
+        if (const auto g = group_of(e.conn)) release(*g);
         return;
     }
+  }
+  void release(std::size_t g) {
+    if (slots_[g].up) --open_;
+    slots_[g] = Slot{};
   }
 
   void on_completion(const conn::Completion& c) {
     const std::uint64_t b = c.wc.wr_id;
+    const auto g = group_of(c.conn);
+    if (!g) return;  // a connection let go earlier in this batch
     if (!c.ok()) {
       // Flushed: the peer disconnected and its QP went to the error state before the CM
-      // event reached us (kDisconnected follows). Anything else is an error of the connection.
-      if (c.wc.status != verbs::WcStatus::kWrFlushErr) ++errors_;
+      // event reached us (kDisconnected follows). Anything else (a message beyond
+      // message_size, retries exceeded) ends the connection: its QP is in the error state and
+      // a peer that then stays silent would hold the slot for good.
+      if (c.wc.status != verbs::WcStatus::kWrFlushErr) {
+        ++errors_;
+        ep_->disconnect(c.conn);  // no event follows
+        release(*g);
+      }
       return;
     }
     if (c.wc.opcode == client::WcOpcode::kRecv) {
@@ -186,7 +203,11 @@ class EchoService final : public runtime::HostedService {
   std::unique_ptr<conn::Endpoint> ep_;
   client::Buffer* buf_ = nullptr;
   client::Mr* mr_ = nullptr;
-  std::vector<conn::ConnId> slots_;  ///< the connection of each slot group (0: free)
+  struct Slot {
+    conn::ConnId conn = 0;  ///< 0: free
+    bool up = false;        ///< established (counted in open_)
+  };
+  std::vector<Slot> slots_;  ///< the connection of each slot group
   std::vector<conn::Event> events_;
   std::vector<conn::Completion> wcs_;
   std::uint64_t open_ = 0, accepted_ = 0, rejected_ = 0, messages_ = 0, bytes_ = 0, errors_ = 0;

@@ -77,7 +77,11 @@ int CmSession::accept(std::uint32_t id, engine::Qp* qp, const SessionParam& p) {
     case CmStatus::kNoSuchConn:
       return ENOENT;
     case CmStatus::kQpTransitionFailed:
-      return EHOSTUNREACH;  // no MAC for the peer, or the QP in a wrong state
+      // No MAC for the peer, or the QP in a wrong state: the CM sent a REJ and forgot the
+      // request (no event follows), so the session forgets it too. Otherwise every REQ from
+      // an address that never answers ARP would leave its id here for the session's life.
+      forget(id);
+      return EHOSTUNREACH;
     default:
       return EINVAL;
   }

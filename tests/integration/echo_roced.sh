@@ -5,10 +5,13 @@
 # two clients one after the other, then two at once). A's Prometheus counters count the
 # messages; SIGTERM stops A with the service's report in its log. roced --check refuses a
 # misspelt echo key and an out-of-range one. No root needed.
-#   echo_roced.sh ROCED ROCE_CTL ECHO_CLIENT WORKDIR
+# Last, a hostile peer (roce-conn-hostile) gives up more connections than the service takes
+# after the service accepted them; a well-behaved client must still be served.
+#   echo_roced.sh ROCED ROCE_CTL ECHO_CLIENT WORKDIR [CONN_HOSTILE]
 set -euo pipefail
 here=$(dirname "$(realpath "$0")")
 roced=$(realpath "$1") ctl=$(realpath "$2") client=$(realpath "$3") work=$4
+hostile=${5:+$(realpath "$5")}
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
 tag=echo$$
@@ -79,10 +82,24 @@ if command -v curl > /dev/null; then  # the exposition itself: the service's HEL
     { grep echo "$work/metrics.txt"; echo "FAIL: no HELP/TYPE lines for the echo counters"; exit 1; }
 fi
 
-# 3. SIGTERM: the service stops, its report in the log.
+# 3. A hostile peer: 8 connections (the service takes 4) given up between the service's REP and
+# the RTU, which its CM answers with a REJ. Each took a slot of the service when it was
+# accepted; the REJ must give it back, or the service refuses everyone from then on.
+if [[ -n $hostile ]]; then
+  "$hostile" "$work/b.sock" 192.0.2.1 7471 abandon 8 > "$work/hostile.log" 2>&1 ||
+    { cat "$work/hostile.log"; echo "FAIL: roce-conn-hostile"; exit 1; }
+  "$client" --attach "$work/b.sock" -n 4 -s 512 192.0.2.1 > "$work/c5.log" 2>&1 ||
+    { cat "$work/c5.log" "$work/a.log"; echo "FAIL: a client after the abandoned connections was not served"; exit 1; }
+fi
+
+# 4. SIGTERM: the service stops, its report in the log.
 kill -TERM "$pid_a"
 for _ in $(seq 50); do kill -0 "$pid_a" 2>/dev/null || break; sleep 0.1; done
 ! kill -0 "$pid_a" 2>/dev/null || { echo "FAIL: roced A did not stop"; exit 1; }
-grep -q "service echo: 4 connections, 124 messages (31896 bytes) echoed, 0 refused, 0 errors" "$work/a.log" ||
+# (The hostile peer's connections were never established: not counted; some were refused.)
+report="service echo: 4 connections, 124 messages \(31896 bytes\) echoed, 0 refused, 0 errors"
+[[ -z $hostile ]] ||
+  report="service echo: 5 connections, 128 messages \(33944 bytes\) echoed, [0-9]+ refused, 0 errors"
+grep -Eq "$report" "$work/a.log" ||
   { cat "$work/a.log"; echo "FAIL: the service's report"; exit 1; }
 echo "PASS echo_roced"

@@ -43,8 +43,8 @@ class Rig {
       o.engine = &lb.side(i);
       o.progress = [this] { lb.run_until([] { return false; }, 2000); };
       engine::Engine& peer = lb.side(1 - i);
-      o.resolve = [&peer](Ipv4Addr ip) -> std::optional<MacAddr> {
-        if (ip == peer.config().ipv4) return peer.config().mac;
+      o.resolve = [this, i, &peer](Ipv4Addr ip) -> std::optional<MacAddr> {
+        if (ip == peer.config().ipv4 && !unresolvable[i]) return peer.config().mac;
         return std::nullopt;
       };
       o.port.mac = lb.side(i).config().mac;
@@ -83,6 +83,7 @@ class Rig {
 
   Loopback lb;
   Side s[2];
+  bool unresolvable[2] = {false, false};  ///< side i gets no MAC for its peer (no ARP answer)
 };
 
 constexpr std::uint16_t kPort = 7471;
@@ -260,6 +261,25 @@ TEST(ConnEndpoint, DataBeforeTheRtuEstablishesThePassiveSideOnce) {
   EXPECT_EQ(r.s[1].wcs[0].conn, b);
   r.s[1].ctx->dereg_mr(rmr);
   r.s[0].ctx->dereg_mr(smr);
+}
+
+// A connect request from an address without an ARP answer (a forged source, as a hosted
+// service sees one): accept() fails and the CM drops the request (with a REJ "no resources"
+// to the forged address). Nothing of it may stay behind: the session's record of the request (its
+// id, the peer, the CM's id) went with it, so that the application's reject() finds nothing to do.
+TEST(ConnEndpoint, AFailedAcceptLeavesNothingBehind) {
+  Rig r;
+  r.unresolvable[1] = true;
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  const ConnId a = r.s[0].ep->connect(r.ip(1), kPort, {});
+  ASSERT_NE(a, 0u);
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kConnectRequest); }));
+  const ConnId b = r.take(1, Event::kConnectRequest)->conn;
+  EXPECT_EQ(r.s[1].ep->accept(b), EHOSTUNREACH);
+  // The CM forgot the request when it sent the REJ; so did the session (before: it kept the
+  // id, the peer and the CM's id of every such request, and reject() failed with EINVAL).
+  EXPECT_EQ(r.s[1].ep->reject(b), ENOENT);
+  EXPECT_EQ(r.s[1].ep->connections(), 0u);
 }
 
 }  // namespace
