@@ -175,7 +175,20 @@ struct Hosted {
   std::size_t port = 0;  ///< index in the ports
   std::unique_ptr<runtime::ServiceEnv> env;
   std::unique_ptr<runtime::HostedService> svc;
+  bool stopped = false;  ///< stop() was called (a failed service is stopped at once)
 };
+
+// A service that failed stops at once: its listeners close, so that requests to its ports are
+// refused rather than left to the CM's timeouts, and its connections and memory go back.
+void stop_failed(Hosted& h) {
+  if (h.stopped) return;
+  h.stopped = true;
+  try {
+    h.svc->stop();
+  } catch (const std::exception& e) {
+    std::printf("roced: %s: stopping it failed too: %s\n", h.env->name().c_str(), e.what());
+  }
+}
 
 int run(const ctl::ApplianceConfig& cfg) {
   std::vector<std::string> eal = cfg.eal_args;
@@ -306,6 +319,7 @@ int run(const ctl::ApplianceConfig& cfg) {
         h.svc->set_state(runtime::ServiceState::kFailed, e.what());
         std::printf("roced: %s failed: %s\n", h.env->name().c_str(), e.what());
         std::fflush(stdout);
+        stop_failed(h);
       }
     }
     return work;
@@ -397,7 +411,7 @@ int run(const ctl::ApplianceConfig& cfg) {
   }
   if (att) att->stop();  // no new requests; the workers still run what was posted
   for (Hosted& h : hosted) {
-    h.svc->stop();
+    if (!h.stopped) h.svc->stop();
     if (h.svc->state() == runtime::ServiceState::kFailed)
       std::printf("  %s failed: %s\n", h.env->name().c_str(), h.svc->state_reason().c_str());
     h.svc->set_state(runtime::ServiceState::kStopped);

@@ -185,8 +185,10 @@ ConnId Endpoint::connect(Ipv4Addr dst, std::uint16_t port, const QpSizes& s,
 int Endpoint::disconnect(ConnId id) {
   Conn* c = find(id);
   if (c == nullptr) return ENOENT;
-  if (c->requested && !c->up) return reject(id);
-  if (c->up && !c->closing && ctx_.cm_disconnect(c->cm_id) == 0) {
+  if (c->requested && !c->up && !c->accepted) return reject(id);
+  // Up, or accepted and waiting for the RTU: a DREQ (the CM refuses it before the RTU; the QP's
+  // release below then ends the connection).
+  if ((c->up || c->accepted) && !c->closing && ctx_.cm_disconnect(c->cm_id) == 0) {
     c->closing = true;  // destroyed at kDisconnected (or by the destructor's drain)
     return 0;
   }
