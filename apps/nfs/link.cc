@@ -2,12 +2,33 @@
 /// roce-nfs's and roce-nfsd's link (link.h).
 #include "apps/nfs/link.h"
 
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
+
+#include "apps/nfs/local_stack.h"
+#include "apps/perf/env.h"
 
 namespace roce::nfs {
 
 LinkHolder::LinkHolder(const NfsLink& l) {
-  perf::LinkOpts o = l.opts;
+  if (!l.attach.empty()) {
+    attached_ = true;
+    ctx_attached_ = client::Context::attach(l.attach, l.attach_port);
+    if (!ctx_attached_)
+      throw std::runtime_error("cannot attach to roced at " + l.attach + ": " +
+                               std::strerror(errno));
+    ctx_ = ctx_attached_.get();
+    return;
+  }
+  perf::LinkOpts o;
+  o.iface = l.iface;
+  o.pmd = l.pmd;
+  o.ip = l.ip;
+  o.mac = l.mac;
+  o.pcap = l.pcap;
+  if (l.tx_drop > 0) o.tx_faults.drop_rate = l.tx_drop, o.tx_faults.seed = l.tx_seed;
+  if (l.rx_drop > 0) o.rx_faults.drop_rate = l.rx_drop, o.rx_faults.seed = l.rx_seed;
   if (!l.memif_socket.empty()) {  // perf::Env's memif link: the socket in place of an interface
     if (l.memif_role != "server" && l.memif_role != "client")
       throw std::runtime_error("memif role must be server or client");
@@ -15,6 +36,18 @@ LinkHolder::LinkHolder(const NfsLink& l) {
     o.iface = l.memif_socket;
   }
   env_ = std::make_unique<perf::Env>(o);
+  local_ = std::make_unique<LocalStack>(open_local_stack(env_->eng, env_->loop, env_->ip));
+  ctx_ = local_->ctx.get();
+}
+
+LinkHolder::~LinkHolder() {
+  ctx_attached_.reset();
+  local_.reset();  // the Context before the engine it stands on
+  env_.reset();
+}
+
+std::function<bool(wire::Ipv4Addr, bool)> LinkHolder::neighbour() const {
+  return local_ ? local_->neighbour : nullptr;
 }
 
 }  // namespace roce::nfs

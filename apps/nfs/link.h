@@ -1,30 +1,61 @@
 /// @file
-/// The dataplane of roce-nfs and roce-nfsd: net_af_packet on a kernel interface (perf::Env's own
-/// link, for the VM and the namespaces), or net_memif between two appliances on one host (the
-/// benchmarks), with a capture and injected loss either way.
+/// Where roce-nfs and roce-nfsd get their libroce Context: attached to a running roced
+/// (--attach SOCKET), or in-process on a DPDK port of their own: net_af_packet on a kernel
+/// interface (the VM and the namespaces) or net_memif between two appliances on one host (the
+/// benchmarks), with a capture and injected loss either way. link.cc is the one file of the
+/// two programs that stands on the in-process host (perf::Env).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
-#include "apps/perf/env.h"
+#include <roce/client.h>
+
+#include "dataplane/wire/bytes.h"
+
+namespace roce::perf {
+class Env;
+}
 
 namespace roce::nfs {
 
+struct LocalStack;
+
 struct NfsLink {
-  perf::LinkOpts opts;       ///< iface (af_packet), ip, mac, pcap, faults
-  std::string memif_socket;  ///< set: net_memif on this control socket instead
+  std::string attach;       ///< set: attach to the roced listening on this socket
+  std::string attach_port;  ///< attached: the roced port by name (empty: its first)
+  std::string iface;        ///< in-process: kernel interface (net_af_packet or net_af_xdp)
+  std::string pmd = "af_packet";
+  std::string ip = "192.0.2.100";
+  std::string mac = "02:00:00:00:01:00";
+  std::string pcap;          ///< in-process: capture every frame here
+  std::string memif_socket;  ///< set: net_memif on this control socket instead of --iface
   std::string memif_role = "server";
+  double tx_drop = 0, rx_drop = 0;  ///< in-process: injected loss
+  std::uint64_t tx_seed = 11, rx_seed = 12;
 };
 
-/// The Env of the link (perf::Env owns its EAL, port, engine and loop).
+/// The Context of the link: attached, or open_local on an in-process port (EAL, port, engine,
+/// loop), which it owns.
 class LinkHolder {
  public:
+  /// Throws std::runtime_error when it cannot attach or open the port.
   explicit LinkHolder(const NfsLink& l);
-  perf::Env& env() { return *env_; }
+  ~LinkHolder();
+  client::Context& context() { return *ctx_; }
+  bool attached() const { return attached_; }
+  /// In-process: ServerOptions::neighbour (the port's ARP cache, asked without waiting);
+  /// attached: empty (roced resolves a REQ's source itself).
+  std::function<bool(wire::Ipv4Addr, bool)> neighbour() const;
 
  private:
+  bool attached_ = false;
   std::unique_ptr<perf::Env> env_;
+  std::unique_ptr<LocalStack> local_;
+  std::unique_ptr<client::Context> ctx_attached_;
+  client::Context* ctx_ = nullptr;
 };
 
 }  // namespace roce::nfs

@@ -18,6 +18,7 @@
 #include "apps/nfs/nfs_client.h"
 #include "apps/nfs/rpc_tcp.h"
 #include "apps/nfs/rpcrdma.h"
+#include "controlplane/address.h"
 
 namespace po = boost::program_options;
 using namespace roce;
@@ -233,7 +234,8 @@ struct Tool {
 
 int main(int argc, char** argv) {
   NfsLink nl;
-  perf::LinkOpts& link = nl.opts;
+  nl.memif_role = "client";
+  NfsLink& link = nl;
   std::string server, exp = "/srv/nfs", mount_server;
   unsigned port = kNfsRdmaPort, mount_port = 20048, io_kib = 1024, depth = 8, tcp_port = 0;
   double tx_drop = 0, rx_drop = 0;
@@ -241,8 +243,11 @@ int main(int argc, char** argv) {
   TransportOptions topt;
   std::vector<std::string> cmd;
   po::options_description o("roce-nfs options");
-  o.add_options()("help,h", "this help")("iface", po::value(&link.iface),
-                                         "kernel interface for the DPDK port (net_af_packet)")(
+  o.add_options()("help,h", "this help")(
+      "attach", po::value(&nl.attach),
+      "a client of the roced listening on this socket (no DPDK port of its own)")(
+      "attach-port", po::value(&nl.attach_port), "attached: roced's port by name (default: first)")(
+      "iface", po::value(&link.iface), "kernel interface for the DPDK port (net_af_packet)")(
       "memif", po::value(&nl.memif_socket), "net_memif on this control socket instead")(
       "memif-role", po::value(&nl.memif_role)->default_value("client"), "memif: server or client")(
       "pmd", po::value(&link.pmd)->default_value("af_packet"), "af_packet or af_xdp")(
@@ -266,7 +271,8 @@ int main(int argc, char** argv) {
       "break-after", po::value(&topt.break_after_calls)->default_value(0),
       "test: tear the connection down once after this many calls (it is made again)")(
       "no-remote-invalidate", po::bool_switch(&no_inv),
-      "do not offer SEND with invalidate (every chunk invalidated with LOCAL_INV)")(
+      "kept for scripts: SEND with invalidate is never offered (every chunk's registration "
+      "ends with the client's own deregistration)")(
       "cmd", po::value(&cmd), "commands");
   po::positional_options_description pos;
   pos.add("cmd", -1);
@@ -285,16 +291,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (mount_server.empty()) mount_server = server;
-  if (tx_drop > 0) {
-    link.tx_faults.drop_rate = tx_drop;
-    link.tx_faults.seed = 11;
-  }
-  if (rx_drop > 0) {
-    link.rx_faults.drop_rate = rx_drop;
-    link.rx_faults.seed = 12;
-  }
+  link.tx_drop = tx_drop;
+  link.rx_drop = rx_drop;
   topt.max_chunk = std::max(io_kib * 1024u, 64u * 1024);
-  topt.remote_invalidate = !no_inv;
+  topt.remote_invalidate = false;  // (never offered: see transport.h)
+  (void)no_inv;
+  topt.yield_when_idle = !spin;
   try {
     std::string err;
     const auto root = mount_tcp(mount_server, static_cast<std::uint16_t>(mount_port), exp, err);
@@ -313,13 +315,16 @@ int main(int argc, char** argv) {
       }
       std::printf("connected to %s:%u over TCP\n", server.c_str(), tcp_port);
     } else {
-      if (link.iface.empty() && nl.memif_socket.empty()) {
-        std::cerr << "roce-nfs: --iface, --memif or --tcp-port is required\n";
+      if (nl.attach.empty() && link.iface.empty() && nl.memif_socket.empty()) {
+        std::cerr << "roce-nfs: --attach, --iface, --memif or --tcp-port is required\n";
         return 2;
       }
       holder = std::make_unique<LinkHolder>(nl);
-      holder->env().yield_when_idle = !spin;
-      rdma = std::make_unique<RpcRdmaClient>(holder->env(), topt);
+      if (holder->attached())
+        std::printf("attached to roced at %s (port %s, %s)\n", nl.attach.c_str(),
+                    holder->context().port().name.c_str(),
+                    ctl::to_string(holder->context().port().ipv4).c_str());
+      rdma = std::make_unique<RpcRdmaClient>(holder->context(), topt);
       if (!rdma->connect(server, static_cast<std::uint16_t>(port))) {
         std::cerr << "roce-nfs: " << rdma->error() << "\n";
         return 1;

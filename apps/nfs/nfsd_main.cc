@@ -1,9 +1,14 @@
 /// @file
 /// roce-nfsd: the appliance's NFSv3 server over RPC-over-RDMA on a DPDK port of its own
-/// (net_af_packet), serving a host directory; MOUNT over kernel TCP. docs/nfs.md.
+/// (net_af_packet, net_memif) or attached to a running roced (--attach SOCKET), serving a host
+/// directory; MOUNT over kernel TCP. docs/nfs.md.
 ///   roce-nfsd --iface dp0 --root DIR [--mount-address 192.0.2.254] [--timeout S]
+///   roce-nfsd --attach /run/roced.sock --root DIR
 /// MOUNT listens on --mount-address, by default the kernel address of --iface (127.0.0.1 when it
 /// has none, or with --memif); never on every address unless told 0.0.0.0.
+#include <sched.h>
+#include <time.h>
+
 #include <boost/program_options.hpp>
 #include <csignal>
 #include <iostream>
@@ -12,6 +17,7 @@
 
 #include "apps/nfs/link.h"
 #include "apps/nfs/nfs_service.h"
+#include "controlplane/address.h"
 
 namespace po = boost::program_options;
 using namespace roce;
@@ -19,19 +25,27 @@ using namespace roce;
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
+double now_s() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   nfs::NfsLink nl;
-  perf::LinkOpts& link = nl.opts;
+  nfs::NfsLink& link = nl;
   nfs::NfsServiceConfig c;
   double timeout = 0, tx_drop = 0, rx_drop = 0;
   bool spin = false;
   unsigned port = c.port, mount_port = c.mount_port, tcp_port = 0;
   std::string export_options, clients;
   po::options_description o("roce-nfsd options");
-  o.add_options()("help,h", "this help")("iface", po::value(&link.iface),
-                                         "kernel interface for the DPDK port (net_af_packet)")(
+  o.add_options()("help,h", "this help")(
+      "attach", po::value(&nl.attach),
+      "a client of the roced listening on this socket (no DPDK port of its own)")(
+      "attach-port", po::value(&nl.attach_port), "attached: roced's port by name (default: first)")(
+      "iface", po::value(&link.iface), "kernel interface for the DPDK port (net_af_packet)")(
       "memif", po::value(&nl.memif_socket), "net_memif on this control socket instead")(
       "memif-role", po::value(&nl.memif_role)->default_value("server"), "memif: server or client")(
       "ip", po::value(&link.ip)->default_value("192.0.2.100"), "our RoCE IPv4 address")(
@@ -100,29 +114,30 @@ int main(int argc, char** argv) {
   c.port = static_cast<std::uint16_t>(port);
   c.mount_port = static_cast<std::uint16_t>(mount_port);
   c.tcp_port = static_cast<std::uint16_t>(tcp_port);
-  if (tx_drop > 0) link.tx_faults.drop_rate = tx_drop, link.tx_faults.seed = 21;
-  if (rx_drop > 0) link.rx_faults.drop_rate = rx_drop, link.rx_faults.seed = 22;
+  link.tx_drop = tx_drop, link.tx_seed = 21;
+  link.rx_drop = rx_drop, link.rx_seed = 22;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   try {
-    if (link.iface.empty() && nl.memif_socket.empty()) {
-      std::cerr << "roce-nfsd: --iface or --memif is required\n";
+    if (nl.attach.empty() && link.iface.empty() && nl.memif_socket.empty()) {
+      std::cerr << "roce-nfsd: --attach, --iface or --memif is required\n";
       return 2;
     }
     nfs::LinkHolder holder(nl);
-    perf::Env& env = holder.env();
-    nfs::NfsService svc(env, c);
-    std::cout << "roce-nfsd: serving " << c.root << " as " << c.export_path << " on " << link.ip
+    c.transport.neighbour = holder.neighbour();
+    nfs::NfsService svc(holder.context(), c);
+    std::cout << "roce-nfsd: serving " << c.root << " as " << c.export_path << " on "
+              << ctl::to_string(holder.context().port().ipv4)
+              << (holder.attached() ? " (attached to roced at " + nl.attach + ")" : "")
               << " rdma_cm port " << c.port << ", MOUNT on TCP " << c.mount_address << ":"
               << c.mount_port << std::endl;
-    const std::uint64_t end =
-        timeout > 0 ? port::now_ns() + static_cast<std::uint64_t>(timeout * 1e9) : ~0ull;
+    const double end = timeout > 0 ? now_s() + timeout : 1e300;
     unsigned idle = 0;
-    while (!g_stop && port::now_ns() < end) {
+    while (!g_stop && now_s() < end && holder.context().connected()) {
       if (svc.step())
         idle = 0;
       else if (!spin && ++idle > 64)
-        perf::Env::yield();
+        sched_yield();
     }
     std::cout << svc.report() << std::flush;
     return 0;

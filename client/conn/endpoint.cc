@@ -135,7 +135,9 @@ int Endpoint::accept(ConnId id, std::span<const std::uint8_t> private_data) {
   if (c == nullptr || !c->requested || c->up) return ENOENT;
   if (c->qp == nullptr)
     if (const int rc = make_qp(*c, QpSizes{})) return rc;
-  return ctx_.cm_accept(c->cm_id, c->qp, param(private_data));
+  const int rc = ctx_.cm_accept(c->cm_id, c->qp, param(private_data));
+  c->accepted = rc == 0;
+  return rc;
 }
 
 int Endpoint::reject(ConnId id, std::span<const std::uint8_t> private_data) {
@@ -144,6 +146,25 @@ int Endpoint::reject(ConnId id, std::span<const std::uint8_t> private_data) {
   const int rc = ctx_.cm_reject(c->cm_id, private_data);
   forget(id);
   return rc;
+}
+
+int Endpoint::refuse(ConnId id) {
+  Conn* c = find(id);
+  if (c == nullptr || !c->requested || c->up) return ENOENT;
+  const int rc = ctx_.cm_refuse(c->cm_id);
+  forget(id);
+  return rc;
+}
+
+int Endpoint::close(ConnId id) {
+  Conn* c = find(id);
+  if (c == nullptr) return ENOENT;
+  if (c->requested && !c->up && !c->accepted) return reject(id);
+  if (!c->closing && (c->up || c->requested || c->active)) ctx_.cm_disconnect(c->cm_id);
+  c->closing = true;  // its completions are dropped
+  drain_cq(*c, nullptr);
+  forget(id);  // destroy_qp releases the QP from the CM, which goes on with the DREQ alone
+  return 0;
 }
 
 ConnId Endpoint::connect(Ipv4Addr dst, std::uint16_t port, const QpSizes& s,
@@ -263,7 +284,16 @@ void Endpoint::drain_cq(Conn& c, std::vector<Completion>* out) {
     const int n = ctx_.poll_cq(c.cq, kWcBatch, wcs_.data());
     if (n <= 0) return;
     if (out != nullptr && !c.closing)
-      for (int i = 0; i < n; ++i) out->push_back(Completion{c.id, wcs_[i]});
+      for (int i = 0; i < n; ++i) {
+        // COMM_EST: data before the RTU (lost, or behind the data) establishes the connection.
+        if (!c.up && !c.notified && c.requested && wcs_[i].opcode == verbs::WcOpcode::kRecv &&
+            wcs_[i].status == verbs::WcStatus::kSuccess)
+        {
+          ctx_.cm_notify(c.cm_id);
+          c.notified = true;
+        }
+        out->push_back(Completion{c.id, wcs_[i]});
+      }
     if (n < kWcBatch) return;
   }
 }

@@ -224,6 +224,14 @@ class Local final : public Context {
     if (const int rc = cm_open()) return rc;
     return cm_->disconnect(id);
   }
+  int cm_refuse(std::uint32_t id) override {
+    if (const int rc = cm_open()) return rc;
+    return cm_->refuse(id);
+  }
+  int cm_notify(std::uint32_t id) override {
+    if (const int rc = cm_open()) return rc;
+    return cm_->notify(id);
+  }
   int cm_get_event(CmEvent& ev, int timeout_ms) override {
     if (const int rc = cm_open()) return rc;
     const std::uint64_t t0 = now_ns();
@@ -266,7 +274,7 @@ class Local final : public Context {
     if (cm_) return 0;
     try {
       auto hub = cm::CmHub::get(
-          e_, cm::agent_config(o_.port.mac, 4096, &Local::now_ns, [this](Ipv4Addr ip) {
+          e_, cm::agent_config(o_.port.mac, o_.cm_connections, &Local::now_ns, [this](Ipv4Addr ip) {
             return o_.resolve ? o_.resolve(ip) : std::nullopt;
           }));
       cm_ = std::make_unique<cm::CmSession>(

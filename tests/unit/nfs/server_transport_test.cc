@@ -30,9 +30,9 @@
 #include <thread>
 #include <vector>
 
+#include "apps/nfs/local_stack.h"
 #include "apps/nfs/nfs_service.h"
 #include "apps/nfs/rpcrdma.h"
-#include "apps/perf/env.h"
 #include "controlplane/address.h"
 #include "controlplane/cm/cm_agent.h"
 #include "dataplane/port/dpdk_port.h"
@@ -162,7 +162,7 @@ class Rig {
                                       RTE_MBUF_DEFAULT_BUF_SIZE, 0)),
         a(ring_port("nfst_a" + std::to_string(n_), a_rx_, a_tx_), kMacA, kIpA),
         b(ring_port("nfst_b" + std::to_string(n_), b_rx_, b_tx_), kMacB, kIpB),
-        env(*b.eng, *b.loop, kIpB, nullptr) {
+        stack(open_local_stack(*b.eng, *b.loop, kIpB)) {
     if (pool_ == nullptr) throw std::runtime_error("cannot create the injection pool");
     // When the server's loop sends its answer to a probe (the thread of the loop, not the wire's).
     b.loop->tap = [this](std::span<const std::uint8_t> f, bool tx) {
@@ -171,7 +171,9 @@ class Rig {
       if (arp && arp->first == 2 && arp->second == kIpProbe)
         probe_answered_ns.store(port::now_ns(), std::memory_order_release);
     };
-    srv = std::make_unique<RpcRdmaServer>(env, o, std::move(h));
+    // The server in-process: a libroce Context on engine B, MACs from its loop's ARP cache.
+    if (!o.neighbour) o.neighbour = stack.neighbour;
+    srv = std::make_unique<RpcRdmaServer>(*stack.ctx, o, std::move(h));
     srv->listen(kPort);
     cm::CmAgentConfig cc;
     cc.cm.ca_guid = 0xA;
@@ -200,6 +202,7 @@ class Rig {
     }
     cm_a.reset();
     srv.reset();
+    stack.ctx.reset();  // before the engine it stands on
   }
 
   // The wire, on a thread of its own (a wire does not wait for the server's poll): moves frames
@@ -347,7 +350,7 @@ class Rig {
 
  public:
   Side a, b;
-  perf::Env env;
+  LocalStack stack;
   std::unique_ptr<RpcRdmaServer> srv;
   std::unique_ptr<cm::CmAgent> cm_a;
   Pd* pd = nullptr;
@@ -538,7 +541,7 @@ TEST(NfsServerTransport, RejectsASourceTheExportDoesNotList) {
   Rig r(o, echo);
   // The server learns the client's MAC first (its ARP request), so that the REJ can reach it.
   r.inject(arp_frame(1, wire::MacAddr{{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}, kMacA, kIpA, kIpB));
-  r.run([&] { return r.env.loop.neighbour().lookup(kIpA).has_value(); }, 1);
+  r.run([&] { return r.b.loop->neighbour().lookup(kIpA).has_value(); }, 1);
   Client& c = r.connect();
   ASSERT_TRUE(r.run([&] { return c.up || c.rejected; }, 5));
   EXPECT_TRUE(c.rejected) << "a source outside the export's list was accepted";
@@ -631,7 +634,10 @@ TEST(NfsService, TheExportsListIsTheTransportsDoorAndTheCountersAreScrapable) {
                       std::to_string(30000 + getpid() % 20000)},
                      c);
   c.port = kPort + 1;
-  NfsService svc(r.env, c);
+  // A Context of its own (an Endpoint takes every CM event of its Context), on the same engine.
+  LocalStack own = open_local_stack(*r.b.eng, *r.b.loop, kIpB);
+  c.transport.neighbour = own.neighbour;
+  NfsService svc(*own.ctx, c);
   r.inject(arp_frame(1, wire::MacAddr{{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}, kMacA, kIpA, kIpB));
   Client& cl = r.connect(kPort + 1);
   ASSERT_TRUE(r.run(
