@@ -498,6 +498,18 @@ class Attached final : public Context {
     rq.cm.id = id;
     return cm_call(rq);
   }
+  int cm_refuse(std::uint32_t id) override {
+    Request rq;
+    rq.op = Op::kCmRefuse;
+    rq.cm.id = id;
+    return cm_call(rq);
+  }
+  int cm_notify(std::uint32_t id) override {
+    Request rq;
+    rq.op = Op::kCmNotify;
+    rq.cm.id = id;
+    return cm_call(rq);
+  }
   int cm_get_event(CmEvent& ev, int timeout_ms) override {
     if (const int rc = cm_open()) return rc;
     for (;;) {

@@ -835,6 +835,8 @@ struct Ops {
   int cm_accept();
   int cm_reject();
   int cm_disconnect();
+  int cm_refuse();
+  int cm_notify();
   /// The CM request's parameters (private data bounded).
   static cm::SessionParam cm_param(const CmReq& r) {
     cm::SessionParam p;
@@ -1496,6 +1498,20 @@ int Ops::cm_disconnect() {
   return run([=] { return l->session->disconnect(id); });
 }
 
+int Ops::cm_refuse() {
+  if (!c.cm) return EINVAL;
+  LaneCm* l = c.cm.get();
+  const std::uint32_t id = rq.cm.id;
+  return run([=] { return l->session->refuse(id); });
+}
+
+int Ops::cm_notify() {
+  if (!c.cm) return EINVAL;
+  LaneCm* l = c.cm.get();
+  const std::uint32_t id = rq.cm.id;
+  return run([=] { return l->session->notify(id); });
+}
+
 bool AttachServer::handle(Client& c) {
   Request rq;
   iovec iov{&rq, sizeof rq};
@@ -1620,6 +1636,12 @@ void AttachServer::execute(Client& c, const Request& rq, bool whole, std::vector
           break;
         case Op::kCqNotify:
           err = ops.cq_notify();
+          break;
+        case Op::kCmRefuse:
+          err = ops.cm_refuse();
+          break;
+        case Op::kCmNotify:
+          err = ops.cm_notify();
           break;
         default:
           err = EINVAL;

@@ -49,6 +49,8 @@ enum class Op : std::uint32_t {
   /// handle = a CQ: reply passes its eventfd, made on the first request (a CQ nobody waits on
   /// costs roced no descriptor; one waited on counts against quotas.max_fds)
   kCqNotify,
+  kCmRefuse,  ///< CmReq id: REJ 3 "no resources" to a connect request (Context::cm_refuse)
+  kCmNotify,  ///< CmReq id: COMM_EST, data before the RTU (Context::cm_notify, rdma_notify)
 };
 
 // ---- control messages ----

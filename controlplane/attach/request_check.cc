@@ -70,6 +70,8 @@ int check_request(const Request& rq, bool whole, bool hello, std::size_t nfds,
     case Op::kCmAccept:
     case Op::kCmReject:
     case Op::kCmDisconnect:
+    case Op::kCmRefuse:
+    case Op::kCmNotify:
       return check_cm(rq.cm, rq.op);
   }
   return EINVAL;  // no such request
