@@ -106,7 +106,7 @@ void RpcRdmaClient::drop_conn() {
   ep_.close(conn_);
   conn_ = 0;
   up_ = false;
-  std::erase_if(wcs_, [](const conn::Completion&) { return true; });
+  wcs_.clear();
 }
 
 void RpcRdmaClient::close() {

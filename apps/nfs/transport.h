@@ -7,10 +7,14 @@
 /// Requester (client): each call goes out in one SEND whose transport header offers, when the
 /// call needs them, a read chunk (the payload of a WRITE: the server pulls it with RDMA READ), a
 /// write chunk (where the server RDMA WRITEs a READ's data) or a reply chunk (a reply larger than
-/// the inline threshold). Chunk memory is registered per call with FRWR (a REG_MR work request,
-/// not signalled, with a fresh key variant) and invalidated when the reply arrives, by the
-/// server's SEND with invalidate when it sent one, else by a LOCAL_INV that the call waits for.
-/// The client never has more calls outstanding than the server's last credit grant.
+/// the inline threshold). A chunk lives in the call's slot of shared memory (Context::
+/// alloc_buffer: roced maps it too when attached), copied in (WRITE's data) or out (READ's data,
+/// the reply), registered for that call alone (reg_mr: a fresh rkey per call, as FRWR gives)
+/// and deregistered when the reply arrives: the server reaches it only while the call is out,
+/// and never the caller's own memory. Remote invalidation is not offered (RFC 8797's flag
+/// clear): a SEND with invalidate may only name a fast-registered MR, which libroce does not
+/// make; the deregistrations are counted as local invalidations. The client never has more
+/// calls outstanding than the server's last credit grant.
 #pragma once
 
 #include <cstdint>
@@ -80,6 +84,8 @@ struct RpcResult {
 /// Counters of a transport, for reports and tests.
 struct TransportStats {
   std::uint64_t calls = 0, replies = 0, read_chunks = 0, write_chunks = 0, reply_chunks = 0;
+  /// local_invalidations: chunk registrations ended by deregistration (every one, since remote
+  /// invalidation is not offered); registrations: the message buffers' and every chunk's.
   std::uint64_t remote_invalidations = 0, local_invalidations = 0, registrations = 0;
   std::uint64_t credit_waits = 0, bad_replies = 0, reconnects = 0, resent = 0, mrs_recovered = 0;
   std::uint32_t granted = 0, max_outstanding = 0;
