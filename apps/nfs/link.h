@@ -6,12 +6,12 @@
 /// two programs that stands on the in-process host (perf::Env).
 #pragma once
 
+#include <roce/client.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-
-#include <roce/client.h>
 
 #include "dataplane/wire/bytes.h"
 

@@ -5,11 +5,11 @@
 /// of it (Context::attach).
 #pragma once
 
+#include <roce/client.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
-
-#include <roce/client.h>
 
 #include "dataplane/wire/bytes.h"
 

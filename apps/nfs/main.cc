@@ -272,8 +272,7 @@ int main(int argc, char** argv) {
       "test: tear the connection down once after this many calls (it is made again)")(
       "no-remote-invalidate", po::bool_switch(&no_inv),
       "kept for scripts: SEND with invalidate is never offered (every chunk's registration "
-      "ends with the client's own deregistration)")(
-      "cmd", po::value(&cmd), "commands");
+      "ends with the client's own deregistration)")("cmd", po::value(&cmd), "commands");
   po::positional_options_description pos;
   pos.add("cmd", -1);
   po::variables_map vm;

@@ -10,13 +10,13 @@
 /// (call_worker.h), so that the loop answers ARP, the CM and other connections meanwhile.
 #pragma once
 
+#include <roce/client.h>
+
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <roce/client.h>
 
 #include "apps/nfs/local_stack.h"
 #include "apps/nfs/mount_tcp.h"

@@ -156,8 +156,7 @@ void RpcRdmaServer::on_connect_request(conn::Event& e) {
     ep_.refuse(e.conn);  // REJ 3, no resources
     return;
   }
-  if (!opt_.neighbour || opt_.neighbour(peer, true))
-    return accept(e.conn, peer, e.private_data);
+  if (!opt_.neighbour || opt_.neighbour(peer, true)) return accept(e.conn, peer, e.private_data);
   // The QP's path needs the peer's MAC: ARP was asked (neighbour()), and we go on serving;
   // resolve_pending() accepts the REQ when the answer is in the cache (the CM answers a
   // repeated REQ meanwhile).
@@ -426,8 +425,7 @@ void RpcRdmaServer::next(Conn& c) {
       wr.send_flags = verbs::kSendSignaled;
       wr.rdma.remote_addr = r.seg.offset;
       wr.rdma.rkey = r.seg.handle;
-      if (ep_.post_send(c.id, wr) != 0)
-        return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+      if (ep_.post_send(c.id, wr) != 0) return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
       ++c.reads_left;
       ++st_.reads;
       at += r.seg.length;

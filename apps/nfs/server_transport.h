@@ -1,11 +1,11 @@
 /// @file
 /// The responder side of RPC-over-RDMA v1 (RFC 8166) on a libroce Context and the connection
 /// layer (<roce/conn.h>), so that it runs in-process, attached to a roced or hosted in one: accepts
-/// rdma_cm connections (RFC 8797 private data both ways), receives calls, pulls read chunks with RDMA
-/// READ and assembles the call, has the handler run it on a worker thread (call_worker.h), pushes
-/// a reduced payload into the client's write chunk (or a reply larger than the client's inline
-/// size into its reply chunk) with RDMA WRITE, then sends the reply, with SEND with invalidate
-/// when the client allowed it. Each connection serves one call at a time, in order.
+/// rdma_cm connections (RFC 8797 private data both ways), receives calls, pulls read chunks with
+/// RDMA READ and assembles the call, has the handler run it on a worker thread (call_worker.h),
+/// pushes a reduced payload into the client's write chunk (or a reply larger than the client's
+/// inline size into its reply chunk) with RDMA WRITE, then sends the reply, with SEND with
+/// invalidate when the client allowed it. Each connection serves one call at a time, in order.
 ///
 /// What a peer can hold (docs/nfs.md "Limits and binding"): the credits granted are what a
 /// connection may have in flight; a message beyond them is dropped and counted (over_credit),
@@ -17,6 +17,9 @@
 /// RDMA_ERROR (ERR_VERS or ERR_CHUNK) and counted.
 #pragma once
 
+#include <roce/client.h>
+#include <roce/conn.h>
+
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -25,9 +28,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-#include <roce/client.h>
-#include <roce/conn.h>
 
 #include "apps/nfs/call_worker.h"
 #include "apps/nfs/nfs_server.h"

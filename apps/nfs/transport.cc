@@ -62,7 +62,8 @@ RpcRdmaClient::RpcRdmaClient(client::Context& ctx, TransportOptions o)
   msg_mr_ = ctx_.reg_mr(ep_.pd(), mem_->addr, msgs, verbs::kAccessLocalWrite);
   if (!msg_mr_) throw std::runtime_error("cannot register the message buffers");
   ++st_.registrations;
-  for (std::uint32_t i = 0; i < slots; ++i) free_slots_.push_back(static_cast<std::uint32_t>(slots - 1 - i));
+  for (std::uint32_t i = 0; i < slots; ++i)
+    free_slots_.push_back(static_cast<std::uint32_t>(slots - 1 - i));
 }
 
 RpcRdmaClient::~RpcRdmaClient() {
@@ -350,15 +351,14 @@ bool RpcRdmaClient::start(std::uint32_t xid, Pending& p) {
     std::memcpy(data, c.read_data.data(), c.read_data.size());
     const auto k = reg(p, data, c.read_data.size(), verbs::kAccessRemoteRead);
     if (!k) return false;
-    h.reads.push_back({c.read_position,
-                       {*k, static_cast<std::uint32_t>(c.read_data.size()), remote(data)}});
+    h.reads.push_back(
+        {c.read_position, {*k, static_cast<std::uint32_t>(c.read_data.size()), remote(data)}});
     ++st_.read_chunks;
   }
   if (!c.write_target.empty()) {
     const auto k = reg(p, data, c.write_target.size(), verbs::kAccessRemoteWrite);
     if (!k) return false;
-    h.writes.push_back(
-        {{{*k, static_cast<std::uint32_t>(c.write_target.size()), remote(data)}}});
+    h.writes.push_back({{{*k, static_cast<std::uint32_t>(c.write_target.size()), remote(data)}}});
     ++st_.write_chunks;
   }
   // RFC 8166 3.5.3: a reply that may exceed our receive size needs a reply chunk.

@@ -17,6 +17,9 @@
 /// calls outstanding than the server's last credit grant.
 #pragma once
 
+#include <roce/client.h>
+#include <roce/conn.h>
+
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -26,9 +29,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-#include <roce/client.h>
-#include <roce/conn.h>
 
 #include "apps/nfs/rpcrdma.h"
 
@@ -140,9 +140,9 @@ class RpcRdmaClient : public RpcTransport {
     std::uint32_t xid = 0;
     Done done;
     RpcCall call;
-    std::uint32_t slot = 0;               ///< send buffer and chunk memory slot
-    std::uint32_t reply_len = 0;          ///< reply chunk offered (in the slot's reply area)
-    std::vector<client::Mr*> mrs;         ///< registered for this call
+    std::uint32_t slot = 0;        ///< send buffer and chunk memory slot
+    std::uint32_t reply_len = 0;   ///< reply chunk offered (in the slot's reply area)
+    std::vector<client::Mr*> mrs;  ///< registered for this call
     RpcResult result;
     bool replied = false;
     std::uint64_t deadline = 0;

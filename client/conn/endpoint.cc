@@ -287,8 +287,7 @@ void Endpoint::drain_cq(Conn& c, std::vector<Completion>* out) {
       for (int i = 0; i < n; ++i) {
         // COMM_EST: data before the RTU (lost, or behind the data) establishes the connection.
         if (!c.up && !c.notified && c.requested && wcs_[i].opcode == verbs::WcOpcode::kRecv &&
-            wcs_[i].status == verbs::WcStatus::kSuccess)
-        {
+            wcs_[i].status == verbs::WcStatus::kSuccess) {
           ctx_.cm_notify(c.cm_id);
           c.notified = true;
         }
