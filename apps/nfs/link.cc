@@ -6,7 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "apps/nfs/local_stack.h"
+#include "apps/nfs/in_process.h"
 #include "apps/perf/env.h"
 
 namespace roce::nfs {
@@ -14,11 +14,10 @@ namespace roce::nfs {
 LinkHolder::LinkHolder(const NfsLink& l) {
   if (!l.attach.empty()) {
     attached_ = true;
-    ctx_attached_ = client::Context::attach(l.attach, l.attach_port);
-    if (!ctx_attached_)
+    ctx_ = client::Context::attach(l.attach, l.attach_port);
+    if (!ctx_)
       throw std::runtime_error("cannot attach to roced at " + l.attach + ": " +
                                std::strerror(errno));
-    ctx_ = ctx_attached_.get();
     return;
   }
   perf::LinkOpts o;
@@ -36,18 +35,12 @@ LinkHolder::LinkHolder(const NfsLink& l) {
     o.iface = l.memif_socket;
   }
   env_ = std::make_unique<perf::Env>(o);
-  local_ = std::make_unique<LocalStack>(open_local_stack(env_->eng, env_->loop, env_->ip));
-  ctx_ = local_->ctx.get();
+  ctx_ = open_local_context(env_->eng, env_->loop, env_->ip);
 }
 
 LinkHolder::~LinkHolder() {
-  ctx_attached_.reset();
-  local_.reset();  // the Context before the engine it stands on
+  ctx_.reset();  // the Context before the engine it stands on
   env_.reset();
-}
-
-std::function<bool(wire::Ipv4Addr, bool)> LinkHolder::neighbour() const {
-  return local_ ? local_->neighbour : nullptr;
 }
 
 }  // namespace roce::nfs

@@ -21,8 +21,6 @@ class Env;
 
 namespace roce::nfs {
 
-struct LocalStack;
-
 struct NfsLink {
   std::string attach;       ///< set: attach to the roced listening on this socket
   std::string attach_port;  ///< attached: the roced port by name (empty: its first)
@@ -46,16 +44,11 @@ class LinkHolder {
   ~LinkHolder();
   client::Context& context() { return *ctx_; }
   bool attached() const { return attached_; }
-  /// In-process: ServerOptions::neighbour (the port's ARP cache, asked without waiting);
-  /// attached: empty (roced resolves a REQ's source itself).
-  std::function<bool(wire::Ipv4Addr, bool)> neighbour() const;
 
  private:
   bool attached_ = false;
   std::unique_ptr<perf::Env> env_;
-  std::unique_ptr<LocalStack> local_;
-  std::unique_ptr<client::Context> ctx_attached_;
-  client::Context* ctx_ = nullptr;
+  std::unique_ptr<client::Context> ctx_;  ///< before env_ in destruction
 };
 
 }  // namespace roce::nfs

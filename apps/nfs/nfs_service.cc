@@ -260,13 +260,12 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
 HostedNfsService::HostedNfsService(const ctl::ServiceConfig& sc, engine::Engine& eng,
                                    port::PollLoop& loop, wire::Ipv4Addr ip,
                                    std::uint32_t cm_connections)
-    : stack_(open_local_stack(eng, loop, ip, cm_connections)) {
+    : ctx_(open_local_context(eng, loop, ip, cm_connections)) {
   NfsServiceConfig c;
   c.port = sc.listen_port;
   c.mount_address = ctl::to_string(sc.listen_address);
   parse_service_args(sc.args, c);
-  c.transport.neighbour = stack_.neighbour;
-  svc_ = std::make_unique<NfsService>(*stack_.ctx, c);
+  svc_ = std::make_unique<NfsService>(*ctx_, c);
 }
 
 }  // namespace roce::nfs

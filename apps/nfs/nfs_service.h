@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "apps/nfs/local_stack.h"
+#include "apps/nfs/in_process.h"
 #include "apps/nfs/mount_tcp.h"
 #include "apps/nfs/nfs_server.h"
 #include "apps/nfs/server_transport.h"
@@ -66,8 +66,7 @@ void check_unprivileged(const ExportOptions& e);
 class NfsService {
  public:
   /// Throws std::runtime_error when the root is not a directory or MOUNT cannot listen. The
-  /// Context (in-process, attached or hosted) must outlive the service; in-process and hosted,
-  /// `c.transport.neighbour` should be set (LocalStack::neighbour).
+  /// Context (in-process, attached or hosted) must outlive the service.
   NfsService(client::Context& ctx, const NfsServiceConfig& c);
   /// Stops the worker first (a call it runs finishes): the servers' handlers go after it.
   ~NfsService();
@@ -106,7 +105,7 @@ class HostedNfsService {
   std::vector<std::pair<std::string, std::uint64_t>> stats() const { return svc_->stats(); }
 
  private:
-  LocalStack stack_;
+  std::unique_ptr<client::Context> ctx_;
   std::unique_ptr<NfsService> svc_;
 };
 

@@ -124,7 +124,6 @@ int main(int argc, char** argv) {
       return 2;
     }
     nfs::LinkHolder holder(nl);
-    c.transport.neighbour = holder.neighbour();
     nfs::NfsService svc(holder.context(), c);
     std::cout << "roce-nfsd: serving " << c.root << " as " << c.export_path << " on "
               << ctl::to_string(holder.context().port().ipv4)

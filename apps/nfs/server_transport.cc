@@ -156,10 +156,11 @@ void RpcRdmaServer::on_connect_request(conn::Event& e) {
     ep_.refuse(e.conn);  // REJ 3, no resources
     return;
   }
-  if (!opt_.neighbour || opt_.neighbour(peer, true)) return accept(e.conn, peer, e.private_data);
-  // The QP's path needs the peer's MAC: ARP was asked (neighbour()), and we go on serving;
-  // resolve_pending() accepts the REQ when the answer is in the cache (the CM answers a
-  // repeated REQ meanwhile).
+  // The QP's path needs the peer's MAC. Not known yet: ARP is asked (Context::neighbour, which
+  // never waits) and we go on serving; resolve_pending() accepts the REQ when the answer is in
+  // the cache (the CM answers a repeated REQ meanwhile). A backend that cannot tell: accepted
+  // now (cm_accept resolves).
+  if (ctx_.neighbour(peer, true) != EAGAIN) return accept(e.conn, peer, e.private_data);
   const std::uint64_t now = now_ns();
   pending_.push_back({e.conn, peer, std::move(e.private_data),
                       now + std::uint64_t{opt_.resolve_timeout_ms} * 1'000'000, now + kArpEveryNs});
@@ -212,9 +213,9 @@ void RpcRdmaServer::resolve_pending() {
   const std::uint64_t now = now_ns();
   for (std::size_t i = 0; i < pending_.size();) {
     Pending& p = pending_[i];
-    const bool ask = now >= p.next_arp_ns;  // neighbour() asks ARP again: every 200 ms
+    const bool ask = now >= p.next_arp_ns;  // ARP asked again every 200 ms
     if (ask) p.next_arp_ns = now + kArpEveryNs;
-    if (opt_.neighbour(p.peer, ask)) {
+    if (ctx_.neighbour(p.peer, ask) != EAGAIN) {
       const Pending q = std::move(p);
       pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
       accept(q.id, q.peer, q.private_data);
@@ -651,7 +652,7 @@ bool RpcRdmaServer::poll() {
   wcs_.clear();
   bool any = ep_.poll(events_, wcs_);  // in-process: one poll of the port's loop too
   for (auto& e : events_) on_event(e);
-  if (opt_.neighbour) resolve_pending();
+  resolve_pending();
   // Replies of the worker (finish() answers and serves the connection's next call), then calls
   // that waited for room at the worker.
   if (worker_->drain()) any = true;

@@ -58,12 +58,6 @@ struct ServerOptions {
   /// idle (no call in flight, nothing received) this long, as knfsd closes idle transports after
   /// 6 minutes; else it gets REJ 3.
   std::uint32_t reap_idle_ms = 360'000;
-  /// Whether the MAC of a REQ's source is known, asking ARP when it is not (without waiting):
-  /// in-process and hosted, where the CM's accept needs the MAC at once and a REQ waits in a
-  /// pending list meanwhile (resolve_timeout_ms). Unset (attached): accepted at once, roced
-  /// resolves the source itself.
-  /// `ask`: send an ARP request when it is not known.
-  std::function<bool(wire::Ipv4Addr, bool ask)> neighbour;
 };
 
 struct ServerStats {

@@ -224,6 +224,10 @@ class Local final : public Context {
     if (const int rc = cm_open()) return rc;
     return cm_->disconnect(id);
   }
+  int neighbour(Ipv4Addr ip, bool ask) override {
+    if (!o_.neighbour) return EOPNOTSUPP;
+    return o_.neighbour(ip, ask) ? 0 : EAGAIN;
+  }
   int cm_refuse(std::uint32_t id) override {
     if (const int rc = cm_open()) return rc;
     return cm_->refuse(id);

@@ -45,6 +45,7 @@ int check_request(const Request& rq, bool whole, bool hello, std::size_t nfds,
     case Op::kDestroySrq:
     case Op::kCmOpen:
     case Op::kCqNotify:
+    case Op::kNeighbour:
       return 0;
     case Op::kRegRegion:
       if (nfds != 1) return EBADF;

@@ -235,6 +235,16 @@ class Context {
     (void)id;
     return EOPNOTSUPP;
   }
+  /// Whether the port knows the MAC of `ip` (its ARP cache): 0, else EAGAIN, with an ARP request
+  /// sent when `ask`; never waits (the non-blocking half of rdma_resolve_addr). A server asks
+  /// before cm_accept, which needs the MAC: a connect request from a source that does not
+  /// answer ARP then holds nothing but a pending entry. EOPNOTSUPP: the backend cannot tell
+  /// (cm_accept resolves, waiting).
+  virtual int neighbour(Ipv4Addr ip, bool ask) {
+    (void)ip;
+    (void)ask;
+    return EOPNOTSUPP;
+  }
   /// rdma_get_cm_event: 0 with `ev` filled, ETIMEDOUT after `timeout_ms` (0: do not wait;
   /// -1: no limit), ENOTCONN when roced is gone.
   virtual int cm_get_event(CmEvent& ev, int timeout_ms) = 0;

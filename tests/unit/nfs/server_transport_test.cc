@@ -30,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-#include "apps/nfs/local_stack.h"
+#include "apps/nfs/in_process.h"
 #include "apps/nfs/nfs_service.h"
 #include "apps/nfs/rpcrdma.h"
 #include "apps/nfs/transport.h"
@@ -166,7 +166,7 @@ class Rig {
                                       RTE_MBUF_DEFAULT_BUF_SIZE, 0)),
         a(ring_port("nfst_a" + std::to_string(n_), a_rx_, a_tx_), kMacA, kIpA),
         b(ring_port("nfst_b" + std::to_string(n_), b_rx_, b_tx_), kMacB, kIpB),
-        stack(open_local_stack(*b.eng, *b.loop, kIpB)) {
+        ctx(open_local_context(*b.eng, *b.loop, kIpB)) {
     if (pool_ == nullptr) throw std::runtime_error("cannot create the injection pool");
     // When the server's loop sends its answer to a probe (the thread of the loop, not the wire's).
     b.loop->tap = [this](std::span<const std::uint8_t> f, bool tx) {
@@ -176,8 +176,7 @@ class Rig {
         probe_answered_ns.store(port::now_ns(), std::memory_order_release);
     };
     // The server in-process: a libroce Context on engine B, MACs from its loop's ARP cache.
-    if (!o.neighbour) o.neighbour = stack.neighbour;
-    srv = std::make_unique<RpcRdmaServer>(*stack.ctx, o, std::move(h));
+    srv = std::make_unique<RpcRdmaServer>(*ctx, o, std::move(h));
     srv->listen(kPort);
     cm::CmAgentConfig cc;
     cc.cm.ca_guid = 0xA;
@@ -207,7 +206,7 @@ class Rig {
     }
     cm_a.reset();
     srv.reset();
-    stack.ctx.reset();  // before the engine it stands on
+    ctx.reset();  // before the engine it stands on
   }
 
   // The wire, on a thread of its own (a wire does not wait for the server's poll): moves frames
@@ -359,7 +358,7 @@ class Rig {
 
  public:
   Side a, b;
-  LocalStack stack;
+  std::unique_ptr<client::Context> ctx;
   std::unique_ptr<RpcRdmaServer> srv;
   std::unique_ptr<cm::CmAgent> cm_a;
   Pd* pd = nullptr;
@@ -673,13 +672,13 @@ TEST(NfsClientTransport, ChunksBothWaysAndAReconnect) {
     while (!stop.load(std::memory_order_relaxed)) r.srv->poll();
   });
   {
-    LocalStack cs = open_local_stack(*r.a.eng, *r.a.loop, kIpA);
+    auto cs = open_local_context(*r.a.eng, *r.a.loop, kIpA);
     TransportOptions to;
     to.max_chunk = kChunk;
     to.connect_timeout = 5;
     to.call_timeout = 5;
     to.break_after_calls = 4;
-    RpcRdmaClient cl(*cs.ctx, to);
+    RpcRdmaClient cl(*cs, to);
     ASSERT_TRUE(cl.connect("192.0.2.2", kPort)) << cl.error();
     EXPECT_TRUE(cl.peer_private_seen());
     const std::size_t mrs = r.a.eng->mr_count();
@@ -750,9 +749,8 @@ TEST(NfsService, TheExportsListIsTheTransportsDoorAndTheCountersAreScrapable) {
                      c);
   c.port = kPort + 1;
   // A Context of its own (an Endpoint takes every CM event of its Context), on the same engine.
-  LocalStack own = open_local_stack(*r.b.eng, *r.b.loop, kIpB);
-  c.transport.neighbour = own.neighbour;
-  NfsService svc(*own.ctx, c);
+  auto own = open_local_context(*r.b.eng, *r.b.loop, kIpB);
+  NfsService svc(*own, c);
   r.inject(arp_frame(1, wire::MacAddr{{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}, kMacA, kIpA, kIpB));
   Client& cl = r.connect(kPort + 1);
   ASSERT_TRUE(r.run(

@@ -1,6 +1,6 @@
 /// @file
-/// The NFS transports' in-process Context (local_stack.h).
-#include "apps/nfs/local_stack.h"
+/// The NFS transports' in-process Context (in_process.h).
+#include "apps/nfs/in_process.h"
 
 #include <stdexcept>
 
@@ -10,8 +10,9 @@
 
 namespace roce::nfs {
 
-LocalStack open_local_stack(engine::Engine& eng, port::PollLoop& loop, wire::Ipv4Addr ip,
-                            std::uint32_t cm_connections) {
+std::unique_ptr<client::Context> open_local_context(engine::Engine& eng, port::PollLoop& loop,
+                                                    wire::Ipv4Addr ip,
+                                                    std::uint32_t cm_connections) {
   client::LocalOptions o;
   o.cm_connections = cm_connections;
   o.engine = &eng;
@@ -21,20 +22,19 @@ LocalStack open_local_stack(engine::Engine& eng, port::PollLoop& loop, wire::Ipv
     if (!mac) loop.resolve(peer);
     return mac;
   };
+  o.neighbour = [&loop](Ipv4Addr peer, bool ask) {
+    if (loop.neighbour().lookup(peer)) return true;
+    if (ask) loop.resolve(peer);
+    return false;
+  };
   o.port.name = "nfs";
   o.port.mac = eng.config().mac;
   o.port.ipv4 = ip;
   o.port.gid = wire::ipv4_mapped(ip);
   o.port.max_mtu = eng.config().max_mtu;
-  LocalStack s;
-  s.ctx = client::open_local(std::move(o));
-  if (!s.ctx) throw std::runtime_error("cannot open the in-process context");
-  s.neighbour = [&loop](wire::Ipv4Addr peer, bool ask) {
-    if (loop.neighbour().lookup(peer)) return true;
-    if (ask) loop.resolve(peer);
-    return false;
-  };
-  return s;
+  auto ctx = client::open_local(std::move(o));
+  if (!ctx) throw std::runtime_error("cannot open the in-process context");
+  return ctx;
 }
 
 }  // namespace roce::nfs
