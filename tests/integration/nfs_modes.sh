@@ -27,6 +27,13 @@ mport=$((25000 + $$ % 4000))
 squash="rw,all_squash,anonuid=$(id -u),anongid=$(id -g)"
 head -c 3000001 /dev/urandom > "$work/blob"
 echo "hello from the $mode test" > "$work/small"
+bad_requests() {  # NAME: roced NAME's count of attach requests it refused (Prometheus)
+  local url
+  url=$(sed -n 's/^  counters: \(http:[^ ]*\)$/\1/p' "$work/$1.log")
+  sleep 0.3  # published every 100 ms
+  /usr/bin/python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+    "$url" | sed -n 's/^roce_attach_bad_requests{.*} \([0-9]*\)$/\1/p'
+}
 served() {  # LOG: wait until roce-nfsd serves
   for _ in $(seq 100); do grep -q "^roce-nfsd: serving" "$1" && return 0; sleep 0.1; done
   cat "$1"; echo "FAIL: roce-nfsd did not start"; exit 1
@@ -47,6 +54,8 @@ case $mode in
       "${ops[@]}" > "$work/client.txt" 2>&1 || { cat "$work/client.txt"; echo "FAIL: roce-nfs --attach"; exit 1; }
     grep -q "^attached to roced at $work/b.sock" "$work/client.txt" || { cat "$work/client.txt"; echo "FAIL: not attached"; exit 1; }
     grep -q "reconnects 1 " "$work/client.txt" || { cat "$work/client.txt"; echo "FAIL: no reconnect"; exit 1; }
+    # Every request of the attached client was one roced could serve.
+    [[ $(bad_requests b) == 0 ]] || { echo "FAIL: roced b refused $(bad_requests b) attach requests"; exit 1; }
     ;;
   server-attached)
     appliance a server 02:00:5e:00:10:01 192.0.2.121 0
@@ -62,6 +71,9 @@ case $mode in
     kill -INT "$nfsd_pid"
     wait "$nfsd_pid" || true
     grep -q "rpcrdma: 1 connections" "$work/nfsd.txt" || { cat "$work/nfsd.txt"; echo "FAIL: no counters"; exit 1; }
+    # Every request of the attached server was one roced could serve (the ARP cache asked
+    # before the accept, the accept, the connection's end).
+    [[ $(bad_requests a) == 0 ]] || { echo "FAIL: roced a refused $(bad_requests a) attach requests"; exit 1; }
     ;;
   in-process)
     "$nfsd" --memif "$work/memif.sock" --ip 192.0.2.121 --mac 02:00:5e:00:10:01 \
