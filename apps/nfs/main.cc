@@ -13,10 +13,12 @@
 #include <iostream>
 #include <random>
 
+#include "apps/nfs/link.h"
 #include "apps/nfs/mount_tcp.h"
 #include "apps/nfs/nfs_client.h"
 #include "apps/nfs/rpc_tcp.h"
 #include "apps/nfs/rpcrdma.h"
+#include "controlplane/address.h"
 
 namespace po = boost::program_options;
 using namespace roce;
@@ -231,8 +233,9 @@ struct Tool {
 }  // namespace
 
 int main(int argc, char** argv) {
-  runtime::LinkOptions link;
-  std::string memif_socket, memif_role;
+  NfsLink nl;
+  std::string memif_socket, memif_role = "client";
+  runtime::LinkOptions& link = nl.link;
   std::string server, exp = "/srv/nfs", mount_server;
   unsigned port = kNfsRdmaPort, mount_port = 20048, io_kib = 1024, depth = 8, tcp_port = 0;
   double tx_drop = 0, rx_drop = 0;
@@ -240,8 +243,11 @@ int main(int argc, char** argv) {
   TransportOptions topt;
   std::vector<std::string> cmd;
   po::options_description o("roce-nfs options");
-  o.add_options()("help,h", "this help")("iface", po::value(&link.iface),
-                                         "kernel interface for the DPDK port (net_af_packet)")(
+  o.add_options()("help,h", "this help")(
+      "attach", po::value(&nl.attach),
+      "a client of the roced listening on this socket (no DPDK port of its own)")(
+      "attach-port", po::value(&nl.attach_port), "attached: roced's port by name (default: first)")(
+      "iface", po::value(&link.iface), "kernel interface for the DPDK port (net_af_packet)")(
       "memif", po::value(&memif_socket), "net_memif on this control socket instead")(
       "memif-role", po::value(&memif_role)->default_value("client"), "memif: server or client")(
       "pmd", po::value(&link.pmd)->default_value("af_packet"), "af_packet or af_xdp")(
@@ -265,8 +271,8 @@ int main(int argc, char** argv) {
       "break-after", po::value(&topt.break_after_calls)->default_value(0),
       "test: tear the connection down once after this many calls (it is made again)")(
       "no-remote-invalidate", po::bool_switch(&no_inv),
-      "do not offer SEND with invalidate (every chunk invalidated with LOCAL_INV)")(
-      "cmd", po::value(&cmd), "commands");
+      "kept for scripts: SEND with invalidate is never offered (every chunk's registration "
+      "ends with the client's own deregistration)")("cmd", po::value(&cmd), "commands");
   po::positional_options_description pos;
   pos.add("cmd", -1);
   po::variables_map vm;
@@ -284,16 +290,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (mount_server.empty()) mount_server = server;
-  if (tx_drop > 0) {
-    link.tx_faults.drop_rate = tx_drop;
-    link.tx_faults.seed = 11;
-  }
-  if (rx_drop > 0) {
-    link.rx_faults.drop_rate = rx_drop;
-    link.rx_faults.seed = 12;
+  link.set_drops(tx_drop, rx_drop, 11);
+  if (!memif_socket.empty() && !link.set_memif(memif_socket, memif_role)) {
+    std::cerr << "roce-nfs: --memif-role must be server or client\n";
+    return 2;
   }
   topt.max_chunk = std::max(io_kib * 1024u, 64u * 1024);
-  topt.remote_invalidate = !no_inv;
+  topt.remote_invalidate = false;  // (never offered: see transport.h)
+  (void)no_inv;
+  topt.yield_when_idle = !spin;
   try {
     std::string err;
     const auto root = mount_tcp(mount_server, static_cast<std::uint16_t>(mount_port), exp, err);
@@ -301,7 +306,7 @@ int main(int argc, char** argv) {
       std::cerr << "roce-nfs: " << err << "\n";
       return 1;
     }
-    std::unique_ptr<runtime::Env> env;
+    std::unique_ptr<LinkHolder> holder;
     std::unique_ptr<RpcRdmaClient> rdma;
     RpcTcpClient tcp;
     RpcTransport* tr = &tcp;
@@ -312,15 +317,16 @@ int main(int argc, char** argv) {
       }
       std::printf("connected to %s:%u over TCP\n", server.c_str(), tcp_port);
     } else {
-      if (link.iface.empty() && memif_socket.empty()) {
-        std::cerr << "roce-nfs: --iface, --memif or --tcp-port is required\n";
+      if (nl.attach.empty() && link.iface.empty() && memif_socket.empty()) {
+        std::cerr << "roce-nfs: --attach, --iface, --memif or --tcp-port is required\n";
         return 2;
       }
-      if (!memif_socket.empty() && !link.set_memif(memif_socket, memif_role))
-        throw std::runtime_error("memif role must be server or client");
-      env = std::make_unique<runtime::Env>(link);
-      env->yield_when_idle = !spin;
-      rdma = std::make_unique<RpcRdmaClient>(*env, topt);
+      holder = std::make_unique<LinkHolder>(nl);
+      if (holder->attached())
+        std::printf("attached to roced at %s (port %s, %s)\n", nl.attach.c_str(),
+                    holder->context().port().name.c_str(),
+                    ctl::to_string(holder->context().port().ipv4).c_str());
+      rdma = std::make_unique<RpcRdmaClient>(holder->context(), topt);
       if (!rdma->connect(server, static_cast<std::uint16_t>(port))) {
         std::cerr << "roce-nfs: " << rdma->error() << "\n";
         return 1;

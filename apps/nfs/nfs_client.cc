@@ -2,6 +2,7 @@
 /// NFSv3 client (nfs_client.h).
 #include "apps/nfs/nfs_client.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -345,7 +346,7 @@ bool NfsClient::read_file(const Fh& fh, std::uint64_t size, std::vector<std::uin
       });
       next += n;
     }
-    if (!t_.poll() && busy) runtime::Env::yield();
+    if (!t_.poll() && busy) sched_yield();
   }
   t_.drain(5);
   return !bad && done == size;
@@ -371,7 +372,7 @@ bool NfsClient::write_file(const Fh& fh, std::span<const std::uint8_t> data, std
       });
       next += n;
     }
-    if (!t_.poll() && busy) runtime::Env::yield();
+    if (!t_.poll() && busy) sched_yield();
   }
   t_.drain(5);
   return !bad && commit(fh);

@@ -127,10 +127,10 @@ ServerOptions with_door(const NfsServiceConfig& c) {
 }
 }  // namespace
 
-NfsService::NfsService(runtime::Env& env, const NfsServiceConfig& c)
+NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
     : nfs_(c.root, c.export_path, c.exports),
       rdma_(
-          env, with_door(c),
+          context, with_door(c),
           [this](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& r) {
             std::lock_guard g(nfs_mu_);
             nfs_.handle(ctx, call, r);
@@ -260,13 +260,12 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
 HostedNfsService::HostedNfsService(const ctl::ServiceConfig& sc, engine::Engine& eng,
                                    port::PollLoop& loop, wire::Ipv4Addr ip,
                                    std::uint32_t cm_connections)
-    : env_(eng, loop, ip, nullptr) {
-  env_.cm_connections = cm_connections;
+    : ctx_(open_local_context(eng, loop, ip, cm_connections)) {
   NfsServiceConfig c;
   c.port = sc.listen_port;
   c.mount_address = ctl::to_string(sc.listen_address);
   parse_service_args(sc.args, c);
-  svc_ = std::make_unique<NfsService>(env_, c);
+  svc_ = std::make_unique<NfsService>(*ctx_, c);
 }
 
 }  // namespace roce::nfs

@@ -1,13 +1,16 @@
 /// @file
 /// The NFSv3 service of the appliance: the NFS server over a host directory (nfs_server.h)
 /// behind the RPC-over-RDMA responder (server_transport.h) on rdma_cm port `port` (20049), and
-/// MOUNT over kernel TCP on `mount_address`:`mount_port` (mountd does not run over RDMA). Run by
-/// roce-nfsd on a port of its own and by roced as a configured service (`test: nfs`).
+/// MOUNT over kernel TCP on `mount_address`:`mount_port` (mountd does not run over RDMA). One
+/// code on a libroce Context: roce-nfsd on a port of its own (in-process), roce-nfsd --attach
+/// (a client of a running roced) and roced's configured service (`test: nfs`, hosted).
 ///
 /// Threads: step() runs on the poll loop's thread (an lcore); the NFS server's handlers (NFS and
 /// MOUNT calls alike: fsync, directory walks) run on one worker thread of the service
 /// (call_worker.h), so that the loop answers ARP, the CM and other connections meanwhile.
 #pragma once
+
+#include <roce/client.h>
 
 #include <memory>
 #include <mutex>
@@ -15,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "apps/nfs/in_process.h"
 #include "apps/nfs/mount_tcp.h"
 #include "apps/nfs/nfs_server.h"
 #include "apps/nfs/server_transport.h"
@@ -61,11 +65,13 @@ void check_unprivileged(const ExportOptions& e);
 
 class NfsService {
  public:
-  /// Throws std::runtime_error when the root is not a directory or MOUNT cannot listen.
-  NfsService(runtime::Env& env, const NfsServiceConfig& c);
+  /// Throws std::runtime_error when the root is not a directory or MOUNT cannot listen. The
+  /// Context (in-process, attached or hosted) must outlive the service.
+  NfsService(client::Context& ctx, const NfsServiceConfig& c);
   /// Stops the worker first (a call it runs finishes): the servers' handlers go after it.
   ~NfsService();
-  /// Serves what arrived (one poll of the port's loop included); true when anything happened.
+  /// Serves what arrived (in-process and hosted, one poll of the port's loop included); true
+  /// when anything happened.
   bool step();
   std::string report() const;
   /// Counters for an operator to scrape (roced's metrics): flat (name, value) pairs, names in
@@ -86,7 +92,8 @@ class NfsService {
 };
 
 /// roced's `test: nfs` service (docs/configuration.md): the service on a port the daemon owns
-/// (its engine and poll loop, lcore 0), stepped from roced's main loop. `listen_port` is the
+/// (a Context of client::open_local on its engine and poll loop, lcore 0), stepped from roced's
+/// main loop. `listen_port` is the
 /// rdma_cm port (20049 for mount.nfs), `args` are parse_service_args()'s; MOUNT listens on
 /// `listen_address` unless --mount-address says otherwise.
 class HostedNfsService {
@@ -98,7 +105,7 @@ class HostedNfsService {
   std::vector<std::pair<std::string, std::uint64_t>> stats() const { return svc_->stats(); }
 
  private:
-  runtime::Env env_;
+  std::unique_ptr<client::Context> ctx_;
   std::unique_ptr<NfsService> svc_;
 };
 

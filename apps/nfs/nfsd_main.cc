@@ -1,16 +1,23 @@
 /// @file
 /// roce-nfsd: the appliance's NFSv3 server over RPC-over-RDMA on a DPDK port of its own
-/// (net_af_packet), serving a host directory; MOUNT over kernel TCP. docs/nfs.md.
+/// (net_af_packet, net_memif) or attached to a running roced (--attach SOCKET), serving a host
+/// directory; MOUNT over kernel TCP. docs/nfs.md.
 ///   roce-nfsd --iface dp0 --root DIR [--mount-address 192.0.2.254] [--timeout S]
+///   roce-nfsd --attach /run/roced.sock --root DIR
 /// MOUNT listens on --mount-address, by default the kernel address of --iface (127.0.0.1 when it
 /// has none, or with --memif); never on every address unless told 0.0.0.0.
+#include <sched.h>
+#include <time.h>
+
 #include <boost/program_options.hpp>
 #include <csignal>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "apps/nfs/link.h"
 #include "apps/nfs/nfs_service.h"
+#include "controlplane/address.h"
 
 namespace po = boost::program_options;
 using namespace roce;
@@ -18,19 +25,28 @@ using namespace roce;
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
+double now_s() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
-  runtime::LinkOptions link;
-  std::string memif_socket, memif_role;
+  nfs::NfsLink nl;
+  std::string memif_socket, memif_role = "server";
+  runtime::LinkOptions& link = nl.link;
   nfs::NfsServiceConfig c;
   double timeout = 0, tx_drop = 0, rx_drop = 0;
   bool spin = false;
   unsigned port = c.port, mount_port = c.mount_port, tcp_port = 0;
   std::string export_options, clients;
   po::options_description o("roce-nfsd options");
-  o.add_options()("help,h", "this help")("iface", po::value(&link.iface),
-                                         "kernel interface for the DPDK port (net_af_packet)")(
+  o.add_options()("help,h", "this help")(
+      "attach", po::value(&nl.attach),
+      "a client of the roced listening on this socket (no DPDK port of its own)")(
+      "attach-port", po::value(&nl.attach_port), "attached: roced's port by name (default: first)")(
+      "iface", po::value(&link.iface), "kernel interface for the DPDK port (net_af_packet)")(
       "memif", po::value(&memif_socket), "net_memif on this control socket instead")(
       "memif-role", po::value(&memif_role)->default_value("server"), "memif: server or client")(
       "ip", po::value(&link.ip)->default_value("192.0.2.100"), "our RoCE IPv4 address")(
@@ -99,30 +115,32 @@ int main(int argc, char** argv) {
   c.port = static_cast<std::uint16_t>(port);
   c.mount_port = static_cast<std::uint16_t>(mount_port);
   c.tcp_port = static_cast<std::uint16_t>(tcp_port);
-  if (tx_drop > 0) link.tx_faults.drop_rate = tx_drop, link.tx_faults.seed = 21;
-  if (rx_drop > 0) link.rx_faults.drop_rate = rx_drop, link.rx_faults.seed = 22;
+  link.set_drops(tx_drop, rx_drop, 21);
+  if (!memif_socket.empty() && !link.set_memif(memif_socket, memif_role)) {
+    std::cerr << "roce-nfsd: --memif-role must be server or client\n";
+    return 2;
+  }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   try {
-    if (link.iface.empty() && memif_socket.empty()) {
-      std::cerr << "roce-nfsd: --iface or --memif is required\n";
+    if (nl.attach.empty() && link.iface.empty() && memif_socket.empty()) {
+      std::cerr << "roce-nfsd: --attach, --iface or --memif is required\n";
       return 2;
     }
-    if (!memif_socket.empty() && !link.set_memif(memif_socket, memif_role))
-      throw std::runtime_error("memif role must be server or client");
-    runtime::Env env(link);
-    nfs::NfsService svc(env, c);
-    std::cout << "roce-nfsd: serving " << c.root << " as " << c.export_path << " on " << link.ip
+    nfs::LinkHolder holder(nl);
+    nfs::NfsService svc(holder.context(), c);
+    std::cout << "roce-nfsd: serving " << c.root << " as " << c.export_path << " on "
+              << ctl::to_string(holder.context().port().ipv4)
+              << (holder.attached() ? " (attached to roced at " + nl.attach + ")" : "")
               << " rdma_cm port " << c.port << ", MOUNT on TCP " << c.mount_address << ":"
               << c.mount_port << std::endl;
-    const std::uint64_t end =
-        timeout > 0 ? port::now_ns() + static_cast<std::uint64_t>(timeout * 1e9) : ~0ull;
+    const double end = timeout > 0 ? now_s() + timeout : 1e300;
     unsigned idle = 0;
-    while (!g_stop && port::now_ns() < end) {
+    while (!g_stop && now_s() < end && holder.context().connected()) {
       if (svc.step())
         idle = 0;
       else if (!spin && ++idle > 64)
-        runtime::Env::yield();
+        sched_yield();
     }
     std::cout << svc.report() << std::flush;
     return 0;

@@ -2,27 +2,46 @@
 /// RPC-over-RDMA v1 responder (server_transport.h).
 #include "apps/nfs/server_transport.h"
 
-#include <algorithm>
-#include <cstring>
-#include <random>
+#include <time.h>
 
-#include "controlplane/address.h"
-#include "controlplane/cm/cm_hub.h"
-#include "runtime/cm_agent.h"
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 namespace roce::nfs {
 
-using namespace roce::engine;
+using client::Mr;
+using client::RecvWr;
+using client::SendWr;
+using client::Sge;
+using client::WcOpcode;
+using client::WcStatus;
+using client::WrOpcode;
 
 namespace {
 constexpr std::uint64_t kWrRecv = 1, kWrSend = 2, kWrRead = 3, kWrWrite = 4;
-std::uint64_t wr_id(std::uint32_t conn, std::uint64_t kind, std::uint32_t idx) {
-  return (std::uint64_t{conn} << 32) | (kind << 24) | idx;
-}
+std::uint64_t wr_id(std::uint64_t kind, std::uint32_t idx) { return (kind << 24) | idx; }
 /// Receives posted beyond the credits: where a message beyond them lands (to be counted).
 constexpr std::uint32_t kRecvExtra = 4;
 /// ARP requests for a REQ's source, while it does not answer.
 constexpr std::uint64_t kArpEveryNs = 200'000'000;
+
+std::uint64_t now_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return std::uint64_t(t.tv_sec) * 1'000'000'000 + std::uint64_t(t.tv_nsec);
+}
+
+conn::Options endpoint_options(const ServerOptions& o) {
+  conn::Options e;
+  // The caps are the server's (REJ 3 below); the Endpoint holds what they allow, the pending
+  // REQs and the connections being closed.
+  e.max_connections = std::size_t{o.max_connections} * 2 + o.max_half_open + 16;
+  e.responder_resources = 16;
+  e.initiator_depth = 16;  // we READ the client's read chunks
+  e.drain_ms = 200;
+  return e;
+}
 }  // namespace
 
 struct RpcRdmaServer::Job {
@@ -32,15 +51,15 @@ struct RpcRdmaServer::Job {
 };
 
 struct RpcRdmaServer::Conn {
-  std::uint32_t id = 0;
-  cm::ConnId cm;
+  conn::ConnId id = 0;
   wire::Ipv4Addr peer;  ///< the client's IPv4 address (the REQ's source GID)
-  Qp* qp = nullptr;
   bool up = false;
-  bool closing = false;  ///< an error completion came: disconnected, waiting for the CM's event
+  bool closing = false;  ///< an error completion came: being closed
   bool remote_inv = false;
   std::uint32_t peer_recv = rdma::kDefaultInline;  ///< what the client can receive inline
-  std::vector<std::uint8_t> recv_mem, send_mem, data_mem, reply_mem;
+  /// One shared-memory buffer (Context::alloc_buffer): receives, sends, data, reply chunk.
+  client::Buffer* buf = nullptr;
+  std::span<std::uint8_t> recv_mem, send_mem, data_mem, reply_mem;
   Mr* recv_mr = nullptr;
   Mr* send_mr = nullptr;
   Mr* data_mr = nullptr;
@@ -71,8 +90,8 @@ struct RpcRdmaServer::Conn {
   std::uint32_t read_total = 0, reads_left = 0, read_position = 0;
 };
 
-RpcRdmaServer::RpcRdmaServer(runtime::Env& env, ServerOptions o, Handler h, CallWorker* worker)
-    : env_(env), opt_(o), handler_(std::move(h)), worker_(worker) {
+RpcRdmaServer::RpcRdmaServer(client::Context& ctx, ServerOptions o, Handler h, CallWorker* worker)
+    : ctx_(ctx), opt_(o), handler_(std::move(h)), ep_(ctx, endpoint_options(o)), worker_(worker) {
   opt_.credits = std::clamp<std::uint32_t>(opt_.credits, 1, 128);
   opt_.inline_size = std::clamp<std::uint32_t>(opt_.inline_size, 1024, 64 * 1024);
   opt_.max_connections = std::max<std::uint32_t>(opt_.max_connections, 1);
@@ -81,48 +100,38 @@ RpcRdmaServer::RpcRdmaServer(runtime::Env& env, ServerOptions o, Handler h, Call
     own_worker_ = std::make_unique<CallWorker>();
     worker_ = own_worker_.get();
   }
-  // The engine's one CM (QP1), shared with roced's other services and attached clients.
-  hub_ = cm::CmHub::get(env_.eng, runtime::cm_agent_config(env_));
-  owner_ = hub_->add_owner([this](const cm::CmEvent& e) { on_cm(e); });
-  pd_ = env_.eng.alloc_pd();
-  cq_ = env_.eng.create_cq(std::min<std::uint32_t>(8192, env_.eng.config().max_cq_depth));
-  if (!pd_ || !cq_) throw std::runtime_error("cannot create the PD and CQ");
+  if (ep_.pd() == nullptr) throw std::runtime_error("cannot create the PD");
 }
 
 RpcRdmaServer::~RpcRdmaServer() {
   own_worker_.reset();  // the handler it may be running uses this server's handler_
-  for (const Pending& p : pending_) hub_->agent().cm().reject(p.id, cm::RejReason::kNoResources);
-  for (auto& [id, c] : conns_) release(*c);
-  conns_.clear();
-  hub_->remove_owner(owner_);
-  hub_.reset();
-  if (cq_) env_.eng.destroy_cq(cq_);
-  if (pd_) env_.eng.dealloc_pd(pd_);
+  for (const Pending& p : pending_) ep_.refuse(p.id);
+  pending_.clear();
+  while (!conns_.empty()) close(conns_.begin()->first, true);
 }
 
 void RpcRdmaServer::listen(std::uint16_t port) {
-  if (!hub_->listen(owner_, cm::service_id(cm::PortSpace::kTcp, port)))
-    throw std::runtime_error("rdma_cm port " + std::to_string(port) + " is taken on this port");
+  if (const int rc = ep_.listen(port))
+    throw std::runtime_error("rdma_cm port " + std::to_string(port) + " is taken on this port (" +
+                             std::strerror(rc) + ")");
 }
 
 void RpcRdmaServer::release(Conn& c) {
-  if (c.qp) {
-    by_qpn_.erase(c.qp->qpn);
-    hub_->agent().release(c.qp);
-    env_.eng.destroy_qp(c.qp);
-    c.qp = nullptr;
-  }
-  for (Mr* m : {c.recv_mr, c.send_mr, c.data_mr, c.reply_mr})
-    if (m) env_.eng.dereg_mr(m);
-  c.recv_mr = c.send_mr = c.data_mr = c.reply_mr = nullptr;
+  for (Mr** m : {&c.recv_mr, &c.send_mr, &c.data_mr, &c.reply_mr})
+    if (*m) {
+      ctx_.dereg_mr(*m);
+      *m = nullptr;
+    }
+  if (c.buf) ctx_.free_buffer(c.buf);
+  c.buf = nullptr;
 }
 
-void RpcRdmaServer::close(std::uint32_t conn) {
+void RpcRdmaServer::close(conn::ConnId conn, bool end) {
   const auto ci = conns_.find(conn);
   if (ci == conns_.end()) return;
   Conn& c = *ci->second;
+  if (end) ep_.close(conn);  // DREQ (if up), the QP destroyed now, before its memory goes
   release(c);
-  by_cm_.erase(c.cm.v);
   std::erase(waiting_, conn);
   conns_.erase(ci);  // a call at the worker finds no connection when it returns
   ++st_.closed;
@@ -134,33 +143,30 @@ std::size_t RpcRdmaServer::half_open() const {
   return n;
 }
 
-void RpcRdmaServer::on_connect_request(const cm::CmEvent& e) {
-  const auto peer = ctl::ipv4_from_gid(e.peer.gid);
-  if (!peer) {
-    hub_->agent().cm().reject(e.id, cm::RejReason::kConsumerDefined);
-    return;
-  }
-  if (opt_.allows && !opt_.allows(*peer)) {
+void RpcRdmaServer::on_connect_request(conn::Event& e) {
+  const wire::Ipv4Addr peer = e.peer;
+  if (opt_.allows && !opt_.allows(peer)) {
     // Not in the export's client list: refused before it holds a QP, buffers or a slot.
     ++st_.denied;
-    hub_->agent().cm().reject(e.id, cm::RejReason::kConsumerDefined);
+    ep_.reject(e.conn);  // REJ 28, consumer defined
     return;
   }
-  if (const Room r = room(*peer, 0); half_open() >= opt_.max_half_open || (!r.fits && !r.victim)) {
+  if (const Room r = room(peer, 0); half_open() >= opt_.max_half_open || (!r.fits && !r.victim)) {
     ++st_.rejected_full;
-    hub_->agent().cm().reject(e.id, cm::RejReason::kNoResources);
+    ep_.refuse(e.conn);  // REJ 3, no resources
     return;
   }
-  if (env_.loop.neighbour().lookup(*peer)) return accept(e.id, *peer, e.private_data);
-  // The QP's path needs the peer's MAC: ask, and go on serving; resolve_pending() accepts the
-  // REQ when the answer is in the cache (the CM answers a repeated REQ meanwhile).
-  const std::uint64_t now = port::now_ns();
-  env_.loop.resolve(*peer);
-  pending_.push_back({e.id, *peer, e.private_data,
+  // The QP's path needs the peer's MAC. Not known yet: ARP is asked (Context::neighbour, which
+  // never waits) and we go on serving; resolve_pending() accepts the REQ when the answer is in
+  // the cache (the CM answers a repeated REQ meanwhile). A backend that cannot tell: accepted
+  // now (cm_accept resolves).
+  if (ctx_.neighbour(peer, true) != EAGAIN) return accept(e.conn, peer, e.private_data);
+  const std::uint64_t now = now_ns();
+  pending_.push_back({e.conn, peer, std::move(e.private_data),
                       now + std::uint64_t{opt_.resolve_timeout_ms} * 1'000'000, now + kArpEveryNs});
 }
 
-RpcRdmaServer::Room RpcRdmaServer::room(wire::Ipv4Addr peer, std::uint32_t self) {
+RpcRdmaServer::Room RpcRdmaServer::room(wire::Ipv4Addr peer, conn::ConnId self) {
   // Only established connections count: a REQ proves nothing (its source address may be
   // forged), so nobody is closed for one before its RTU (then newcomer_established()).
   std::size_t same = 0, up = 0;
@@ -182,7 +188,7 @@ RpcRdmaServer::Room RpcRdmaServer::room(wire::Ipv4Addr peer, std::uint32_t self)
     r.victim = r.own;
   } else if (full) {
     r.fits = false;
-    if (r.any && port::now_ns() - r.any->active_ns >= std::uint64_t{opt_.reap_idle_ms} * 1'000'000)
+    if (r.any && now_ns() - r.any->active_ns >= std::uint64_t{opt_.reap_idle_ms} * 1'000'000)
       r.victim = r.any;
   }
   return r;
@@ -194,22 +200,22 @@ void RpcRdmaServer::newcomer_established(Conn& c) {
   if (r.victim) {
     // DREQ to the client idle the longest (which reconnects when it needs to).
     ++st_.reaped;
-    hub_->agent().cm().disconnect(r.victim->cm);
-    close(r.victim->id);
+    close(r.victim->id, true);
     return;
   }
   // Every candidate has a call under way: the newcomer goes.
   ++st_.rejected_full;
-  hub_->agent().cm().disconnect(c.cm);
-  close(c.id);
+  close(c.id, true);
 }
 
 void RpcRdmaServer::resolve_pending() {
   if (pending_.empty()) return;
-  const std::uint64_t now = port::now_ns();
+  const std::uint64_t now = now_ns();
   for (std::size_t i = 0; i < pending_.size();) {
     Pending& p = pending_[i];
-    if (env_.loop.neighbour().lookup(p.peer)) {
+    const bool ask = now >= p.next_arp_ns;  // ARP asked again every 200 ms
+    if (ask) p.next_arp_ns = now + kArpEveryNs;
+    if (ctx_.neighbour(p.peer, ask) != EAGAIN) {
       const Pending q = std::move(p);
       pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
       accept(q.id, q.peer, q.private_data);
@@ -217,23 +223,18 @@ void RpcRdmaServer::resolve_pending() {
     }
     if (now >= p.deadline_ns) {
       ++st_.unresolved;
-      hub_->agent().cm().reject(p.id, cm::RejReason::kConsumerDefined);
+      ep_.reject(p.id);
       pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
       continue;
-    }
-    if (now >= p.next_arp_ns) {
-      env_.loop.resolve(p.peer);
-      p.next_arp_ns = now + kArpEveryNs;
     }
     ++i;
   }
 }
 
-void RpcRdmaServer::accept(cm::ConnId id, wire::Ipv4Addr peer,
+void RpcRdmaServer::accept(conn::ConnId id, wire::Ipv4Addr peer,
                            std::span<const std::uint8_t> private_data) {
   auto c = std::make_unique<Conn>();
-  c->id = next_id_++;
-  c->cm = id;
+  c->id = id;
   c->peer = peer;
   // RFC 8797: the client's sizes and whether it takes SEND with invalidate; 1024 without.
   if (const auto pd = rdma::decode_private(private_data)) {
@@ -241,65 +242,70 @@ void RpcRdmaServer::accept(cm::ConnId id, wire::Ipv4Addr peer,
     c->peer_recv = pd->receive_size;
   }
   const std::uint32_t nrecv = opt_.credits + kRecvExtra;
-  c->recv_mem.resize(std::size_t{nrecv} * opt_.inline_size);
-  c->send_mem.resize(std::size_t{opt_.credits} * opt_.inline_size);
+  const std::size_t recv_len = std::size_t{nrecv} * opt_.inline_size,
+                    send_len = std::size_t{opt_.credits} * opt_.inline_size,
+                    data_len = std::size_t{opt_.max_io} + 8192, reply_len = opt_.max_reply;
   c->slot_busy.assign(opt_.credits, false);
-  c->data_mem.resize(opt_.max_io + 8192);
-  c->reply_mem.resize(opt_.max_reply);
-  c->recv_mr = env_.eng.reg_mr(pd_, c->recv_mem.data(), c->recv_mem.size(), kAccessLocalWrite);
-  c->send_mr = env_.eng.reg_mr(pd_, c->send_mem.data(), c->send_mem.size(), kAccessLocalWrite);
-  c->data_mr = env_.eng.reg_mr(pd_, c->data_mem.data(), c->data_mem.size(), kAccessLocalWrite);
-  c->reply_mr = env_.eng.reg_mr(pd_, c->reply_mem.data(), c->reply_mem.size(), kAccessLocalWrite);
-  c->qp = env_.eng.create_qp(pd_, QpType::kRc, cq_, cq_, QpCap{256, nrecv, 2, 1, 0});
-  QpAttr a;
-  a.qp_state = QpState::kInit;
-  a.qp_access_flags = kAccessLocalWrite;
-  if (!c->recv_mr || !c->send_mr || !c->data_mr || !c->reply_mr || !c->qp ||
-      env_.eng.modify_qp(c->qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) != kOk) {
-    hub_->agent().cm().reject(id, cm::RejReason::kNoResources);
+  conn::QpSizes qs;
+  qs.send = 256;
+  qs.recv = nrecv;
+  qs.send_sge = 2;
+  qs.recv_sge = 1;
+  client::Pd* pd = ep_.pd(id);
+  c->buf = ctx_.alloc_buffer(recv_len + send_len + data_len + reply_len);
+  if (c->buf) {
+    auto* m = static_cast<std::uint8_t*>(c->buf->addr);
+    c->recv_mem = {m, recv_len};
+    c->send_mem = {m + recv_len, send_len};
+    c->data_mem = {m + recv_len + send_len, data_len};
+    c->reply_mem = {m + recv_len + send_len + data_len, reply_len};
+    const auto reg = [&](std::span<std::uint8_t> r) {
+      return ctx_.reg_mr(pd, r.data(), r.size(), verbs::kAccessLocalWrite);
+    };
+    c->recv_mr = reg(c->recv_mem);
+    c->send_mr = reg(c->send_mem);
+    c->data_mr = reg(c->data_mem);
+    c->reply_mr = reg(c->reply_mem);
+  }
+  if (!c->buf || !c->recv_mr || !c->send_mr || !c->data_mr || !c->reply_mr ||
+      ep_.prepare(id, qs) != 0) {
+    ep_.refuse(id);
     release(*c);
     return;
   }
-  for (std::uint32_t i = 0; i < nrecv; ++i) post_recv(*c, i);
-  cm::AcceptParams ap;
-  ap.starting_psn = wire::Psn(std::random_device{}());
-  ap.responder_resources = 16;
-  ap.initiator_depth = 16;  // we READ the client's read chunks
+  conns_[id] = std::move(c);
+  Conn& k = *conns_[id];
+  for (std::uint32_t i = 0; i < nrecv; ++i) post_recv(k, i);
   rdma::ConnectPrivate mine;
   mine.send_size = opt_.inline_size;
   mine.receive_size = opt_.inline_size;
-  ap.private_data = rdma::encode(mine);
-  if (hub_->agent().accept(id, c->qp, ap) != cm::CmStatus::kOk) {
-    release(*c);
+  if (ep_.accept(id, rdma::encode(mine)) != 0) {
+    ep_.close(id);  // (the CM has answered REJ when it could not move the QP)
+    release(k);
+    conns_.erase(id);
     return;
   }
-  by_cm_[id.v] = c->id;
-  by_qpn_[c->qp->qpn] = c->id;
-  c->active_ns = port::now_ns();
+  k.active_ns = now_ns();
   ++st_.connections;
-  conns_[c->id] = std::move(c);
 }
 
-void RpcRdmaServer::on_cm(const cm::CmEvent& e) {
-  using T = cm::CmEventType;
-  if (e.type == T::kConnectRequest) return on_connect_request(e);
-  const bool terminal = e.type == T::kDisconnected || e.type == T::kUnreachable ||
-                        e.type == T::kRejected || e.type == T::kConnectError ||
-                        e.type == T::kTimewaitExit;
-  if (terminal)  // a REQ given up while its source was being resolved
-    std::erase_if(pending_, [&](const Pending& p) { return p.id == e.id; });
-  const auto it = by_cm_.find(e.id.v);
-  if (it == by_cm_.end()) return;
-  if (e.type == T::kEstablished) {
-    if (auto ci = conns_.find(it->second); ci != conns_.end() && !ci->second->up) {
+void RpcRdmaServer::on_event(conn::Event& e) {
+  using K = conn::Event;
+  if (e.kind == K::kConnectRequest) return on_connect_request(e);
+  // A REQ given up while its source was being resolved.
+  std::erase_if(pending_, [&](const Pending& p) { return p.id == e.conn; });
+  const auto ci = conns_.find(e.conn);
+  if (ci == conns_.end()) return;
+  if (e.kind == K::kEstablished) {
+    if (!ci->second->up) {
       ci->second->up = true;
       newcomer_established(*ci->second);  // room made now, if it must be
     }
-  } else if (terminal) {
-    // DREQ, REJ after our REP, REP or DREQ retries exhausted, half-open timeout: nothing more
-    // will come on this connection.
-    close(it->second);
+    return;
   }
+  // DREQ, REJ after our REP, REP or DREQ retries exhausted, half-open timeout: nothing more
+  // will come on this connection (the Endpoint has destroyed its QP).
+  close(e.conn, false);
 }
 
 namespace {
@@ -332,16 +338,16 @@ void RpcRdmaServer::send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code)
   std::uint8_t* buf = c.send_mem.data() + std::size_t{slot} * opt_.inline_size;
   std::memcpy(buf, b.data(), b.size());
   Sge sge{reinterpret_cast<std::uint64_t>(buf), static_cast<std::uint32_t>(b.size()),
-          c.send_mr->key};
+          c.send_mr->lkey};
   SendWr wr;
-  wr.wr_id = wr_id(c.id, kWrSend, slot);
+  wr.wr_id = wr_id(kWrSend, slot);
   wr.opcode = WrOpcode::kSend;
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.send_flags = kSendSignaled;
+  wr.send_flags = verbs::kSendSignaled;
   c.state = Conn::kIdle;
   answered(c);
-  env_.eng.post_send(c.qp, &wr, nullptr);
+  ep_.post_send(c.id, wr);
 }
 
 void RpcRdmaServer::answered(Conn& c) {
@@ -350,12 +356,12 @@ void RpcRdmaServer::answered(Conn& c) {
 
 void RpcRdmaServer::post_recv(Conn& c, std::uint32_t slot) {
   Sge sge{reinterpret_cast<std::uint64_t>(c.recv_mem.data() + std::size_t{slot} * opt_.inline_size),
-          opt_.inline_size, c.recv_mr->key};
+          opt_.inline_size, c.recv_mr->lkey};
   RecvWr wr;
-  wr.wr_id = wr_id(c.id, kWrRecv, slot);
+  wr.wr_id = wr_id(kWrRecv, slot);
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  env_.eng.post_recv(c.qp, &wr, nullptr);
+  ep_.post_recv(c.id, wr);
 }
 
 void RpcRdmaServer::next(Conn& c) {
@@ -411,17 +417,16 @@ void RpcRdmaServer::next(Conn& c) {
     for (const auto& r : c.hdr.reads) {
       if (r.seg.length == 0) continue;
       Sge sge{reinterpret_cast<std::uint64_t>(c.data_mem.data() + at), r.seg.length,
-              c.data_mr->key};
+              c.data_mr->lkey};
       SendWr wr;
-      wr.wr_id = wr_id(c.id, kWrRead, k++);
+      wr.wr_id = wr_id(kWrRead, k++);
       wr.opcode = WrOpcode::kRead;
       wr.sg_list = &sge;
       wr.num_sge = 1;
-      wr.send_flags = kSendSignaled;
+      wr.send_flags = verbs::kSendSignaled;
       wr.rdma.remote_addr = r.seg.offset;
       wr.rdma.rkey = r.seg.handle;
-      if (env_.eng.post_send(c.qp, &wr, nullptr) != kOk)
-        return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+      if (ep_.post_send(c.id, wr) != 0) return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
       ++c.reads_left;
       ++st_.reads;
       at += r.seg.length;
@@ -470,7 +475,7 @@ void RpcRdmaServer::submit(Conn& c) {
 // The one place the handler is called (on the worker thread). j.peer is the client's address.
 void RpcRdmaServer::run_handler(Job& j) { handler_(CallContext{j.peer}, j.call, j.reply); }
 
-void RpcRdmaServer::finish(std::uint32_t conn, const std::shared_ptr<Job>& j) {
+void RpcRdmaServer::finish(conn::ConnId conn, const std::shared_ptr<Job>& j) {
   const auto ci = conns_.find(conn);
   if (ci == conns_.end()) return;  // closed while the handler ran
   Conn& c = *ci->second;
@@ -508,15 +513,15 @@ void RpcRdmaServer::send_reply(Conn& c, RpcReply& reply) {
     for (auto& s : echo.segments) {
       const std::uint32_t n = static_cast<std::uint32_t>(std::min<std::uint64_t>(left, s.length));
       if (n) {
-        Sge sge{reinterpret_cast<std::uint64_t>(c.data_mem.data() + at), n, c.data_mr->key};
+        Sge sge{reinterpret_cast<std::uint64_t>(c.data_mem.data() + at), n, c.data_mr->lkey};
         SendWr wr;
-        wr.wr_id = wr_id(c.id, kWrWrite, 0);
+        wr.wr_id = wr_id(kWrWrite, 0);
         wr.opcode = WrOpcode::kWrite;
         wr.sg_list = &sge;
         wr.num_sge = 1;
         wr.rdma.remote_addr = s.offset;
         wr.rdma.rkey = s.handle;
-        env_.eng.post_send(c.qp, &wr, nullptr);
+        ep_.post_send(c.id, wr);
         ++st_.writes;
         st_.write_bytes += n;
         if (!inv_rkey) inv_rkey = s.handle;
@@ -545,15 +550,15 @@ void RpcRdmaServer::send_reply(Conn& c, RpcReply& reply) {
     for (auto& s : echo.segments) {
       const std::uint32_t n = static_cast<std::uint32_t>(std::min<std::uint64_t>(left, s.length));
       if (n) {
-        Sge sge{reinterpret_cast<std::uint64_t>(c.reply_mem.data() + at), n, c.reply_mr->key};
+        Sge sge{reinterpret_cast<std::uint64_t>(c.reply_mem.data() + at), n, c.reply_mr->lkey};
         SendWr wr;
-        wr.wr_id = wr_id(c.id, kWrWrite, 1);
+        wr.wr_id = wr_id(kWrWrite, 1);
         wr.opcode = WrOpcode::kWrite;
         wr.sg_list = &sge;
         wr.num_sge = 1;
         wr.rdma.remote_addr = s.offset;
         wr.rdma.rkey = s.handle;
-        env_.eng.post_send(c.qp, &wr, nullptr);
+        ep_.post_send(c.id, wr);
         ++st_.writes;
         if (!inv_rkey) inv_rkey = s.handle;
       }
@@ -580,12 +585,12 @@ void RpcRdmaServer::send_reply(Conn& c, RpcReply& reply) {
   std::memcpy(buf, hb.data(), hb.size());
   std::memcpy(buf + hb.size(), msg.data(), msg.size());
   Sge sge{reinterpret_cast<std::uint64_t>(buf), static_cast<std::uint32_t>(hb.size() + msg.size()),
-          c.send_mr->key};
+          c.send_mr->lkey};
   SendWr wr;
-  wr.wr_id = wr_id(c.id, kWrSend, slot);
+  wr.wr_id = wr_id(kWrSend, slot);
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.send_flags = kSendSignaled;
+  wr.send_flags = verbs::kSendSignaled;
   if (c.remote_inv && inv_rkey) {
     wr.opcode = WrOpcode::kSendInv;  // the client invalidates nothing itself (RFC 8166 3.4.2)
     wr.invalidate_rkey = inv_rkey;
@@ -595,32 +600,28 @@ void RpcRdmaServer::send_reply(Conn& c, RpcReply& reply) {
   }
   c.state = Conn::kIdle;
   answered(c);
-  env_.eng.post_send(c.qp, &wr, nullptr);
+  ep_.post_send(c.id, wr);
 }
 
-void RpcRdmaServer::on_wc(const Wc& w) {
-  const auto q = by_qpn_.find(w.qp_num);
-  if (q == by_qpn_.end()) return;
-  auto ci = conns_.find(q->second);
+void RpcRdmaServer::on_wc(const conn::Completion& cw) {
+  auto ci = conns_.find(cw.conn);
   if (ci == conns_.end()) return;
   Conn& c = *ci->second;
+  const client::Wc& w = cw.wc;
   if (w.status != WcStatus::kSuccess) {
-    // The connection is broken: the client reconnects (and re-registers). The CM's event for
-    // the DREQ releases it; without a connection to disconnect, release it now.
+    // The connection is broken: the client reconnects (and re-registers). DREQ, and the
+    // connection's QP and memory given back now.
     if (c.closing) return;
     c.closing = true;
     c.ready.clear();
-    if (hub_->agent().cm().disconnect(c.cm) != cm::CmStatus::kOk) close(c.id);
+    close(c.id, true);
     return;
   }
   if (c.closing) return;
   const std::uint64_t kind = (w.wr_id >> 24) & 0xff;
   const std::uint32_t idx = static_cast<std::uint32_t>(w.wr_id & 0xffffff);
   if (kind == kWrRecv) {
-    if (!c.up) {
-      hub_->agent().cm().notify_established(c.cm);
-      c.up = true;
-    }
+    // (Before the RTU, the Endpoint has told the CM: COMM_EST; kEstablished follows.)
     if (c.in_flight >= opt_.credits) {
       // Beyond the credits granted: dropped, counted, its buffer posted again. (Linux svcrdma
       // keeps its sc_max_requests receives posted, refilled on every completion, and queues
@@ -631,7 +632,7 @@ void RpcRdmaServer::on_wc(const Wc& w) {
     } else {
       ++c.in_flight;
       c.ready.emplace_back(idx, w.byte_len);
-      c.active_ns = port::now_ns();
+      c.active_ns = now_ns();
     }
   } else if (kind == kWrRead) {
     if (c.state == Conn::kReading && --c.reads_left == 0) {
@@ -639,7 +640,7 @@ void RpcRdmaServer::on_wc(const Wc& w) {
       assemble_and_run(c);
     }
   } else if (kind == kWrSend) {
-    c.active_ns = port::now_ns();
+    c.active_ns = now_ns();
     if (idx < c.slot_busy.size()) c.slot_busy[idx] = false;
     if (c.data_busy && idx == c.data_slot) c.data_busy = false;
   }
@@ -647,8 +648,10 @@ void RpcRdmaServer::on_wc(const Wc& w) {
 }
 
 bool RpcRdmaServer::poll() {
-  bool any = env_.loop.poll_once() != 0;
-  hub_->poll(port::now_ns());
+  events_.clear();
+  wcs_.clear();
+  bool any = ep_.poll(events_, wcs_);  // in-process: one poll of the port's loop too
+  for (auto& e : events_) on_event(e);
   resolve_pending();
   // Replies of the worker (finish() answers and serves the connection's next call), then calls
   // that waited for room at the worker.
@@ -664,13 +667,8 @@ bool RpcRdmaServer::poll() {
     submit(*ci->second);
     any = true;
   }
-  Wc wc[32];
-  int n;
-  while ((n = env_.eng.poll_cq(cq_, 32, wc)) > 0) {
-    any = true;
-    for (int k = 0; k < n; ++k) on_wc(wc[k]);
-  }
-  return any || env_.eng.has_work();
+  for (const auto& w : wcs_) on_wc(w);
+  return any;
 }
 
 }  // namespace roce::nfs

@@ -1,10 +1,11 @@
 /// @file
-/// The responder side of RPC-over-RDMA v1 (RFC 8166) on the appliance's engine: accepts rdma_cm
-/// connections (RFC 8797 private data both ways), receives calls, pulls read chunks with RDMA
-/// READ and assembles the call, has the handler run it on a worker thread (call_worker.h), pushes
-/// a reduced payload into the client's write chunk (or a reply larger than the client's inline
-/// size into its reply chunk) with RDMA WRITE, then sends the reply, with SEND with invalidate
-/// when the client allowed it. Each connection serves one call at a time, in order.
+/// The responder side of RPC-over-RDMA v1 (RFC 8166) on a libroce Context and the connection
+/// layer (<roce/conn.h>), so that it runs in-process, attached to a roced or hosted in one: accepts
+/// rdma_cm connections (RFC 8797 private data both ways), receives calls, pulls read chunks with
+/// RDMA READ and assembles the call, has the handler run it on a worker thread (call_worker.h),
+/// pushes a reduced payload into the client's write chunk (or a reply larger than the client's
+/// inline size into its reply chunk) with RDMA WRITE, then sends the reply, with SEND with
+/// invalidate when the client allowed it. Each connection serves one call at a time, in order.
 ///
 /// What a peer can hold (docs/nfs.md "Limits and binding"): the credits granted are what a
 /// connection may have in flight; a message beyond them is dropped and counted (over_credit),
@@ -15,6 +16,9 @@
 /// resolve_timeout_ms and the REQ is rejected. Malformed transport headers are answered with
 /// RDMA_ERROR (ERR_VERS or ERR_CHUNK) and counted.
 #pragma once
+
+#include <roce/client.h>
+#include <roce/conn.h>
 
 #include <cstdint>
 #include <deque>
@@ -28,8 +32,6 @@
 #include "apps/nfs/call_worker.h"
 #include "apps/nfs/nfs_server.h"
 #include "apps/nfs/rpcrdma.h"
-#include "controlplane/cm/cm_hub.h"
-#include "runtime/env.h"
 
 namespace roce::nfs {
 
@@ -77,12 +79,13 @@ class RpcRdmaServer {
 
   /// `worker` runs the handler (the NFS service shares one with MOUNT; it must outlive the
   /// server's polls); null: a worker of the server's own.
-  RpcRdmaServer(runtime::Env& env, ServerOptions o, Handler h, CallWorker* worker = nullptr);
+  /// The Context must outlive the server.
+  RpcRdmaServer(client::Context& ctx, ServerOptions o, Handler h, CallWorker* worker = nullptr);
   ~RpcRdmaServer();
   RpcRdmaServer(const RpcRdmaServer&) = delete;
   RpcRdmaServer& operator=(const RpcRdmaServer&) = delete;
 
-  /// Throws std::runtime_error when another owner of the engine's CM listens to `port`.
+  /// Throws std::runtime_error when someone else listens to `port` on the port's CM.
   void listen(std::uint16_t port);
   /// Runs the stack once; true when anything happened.
   bool poll();
@@ -94,14 +97,14 @@ class RpcRdmaServer {
   struct Job;
   /// A REQ whose source is being resolved with ARP.
   struct Pending {
-    cm::ConnId id;
+    conn::ConnId id = 0;
     wire::Ipv4Addr peer;
     std::vector<std::uint8_t> private_data;
     std::uint64_t deadline_ns = 0, next_arp_ns = 0;
   };
-  void on_cm(const cm::CmEvent& e);
-  void on_connect_request(const cm::CmEvent& e);
-  void accept(cm::ConnId id, wire::Ipv4Addr peer, std::span<const std::uint8_t> private_data);
+  void on_event(conn::Event& e);
+  void on_connect_request(conn::Event& e);
+  void accept(conn::ConnId id, wire::Ipv4Addr peer, std::span<const std::uint8_t> private_data);
   void resolve_pending();
   std::size_t half_open() const;
   /// Makes room for a REQ from `peer`: closes the connection idle the longest (of `peer` when it
@@ -116,34 +119,32 @@ class RpcRdmaServer {
     Conn* any = nullptr;
     Conn* victim = nullptr;
   };
-  Room room(wire::Ipv4Addr peer, std::uint32_t self);
+  Room room(wire::Ipv4Addr peer, conn::ConnId self);
   /// At a connection's RTU: makes its room (closes the victim), or closes it when none.
   void newcomer_established(Conn& c);
-  void on_wc(const engine::Wc& wc);
+  void on_wc(const conn::Completion& wc);
   void next(Conn& c);
   void post_recv(Conn& c, std::uint32_t slot);
   void assemble_and_run(Conn& c);
   void submit(Conn& c);
   void run_handler(Job& j);
-  void finish(std::uint32_t conn, const std::shared_ptr<Job>& j);
+  void finish(conn::ConnId conn, const std::shared_ptr<Job>& j);
   void send_reply(Conn& c, RpcReply& reply);
   void send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code);
   void answered(Conn& c);
   void release(Conn& c);
-  void close(std::uint32_t conn);
+  /// Forgets connection `conn`; `end`: also ends it on the wire (DREQ) and frees its QP now.
+  void close(conn::ConnId conn, bool end);
 
-  runtime::Env& env_;
+  client::Context& ctx_;
   ServerOptions opt_;
   Handler handler_;
-  std::shared_ptr<cm::CmHub> hub_;
-  cm::CmHub::Owner owner_ = 0;
-  engine::Pd* pd_ = nullptr;
-  engine::Cq* cq_ = nullptr;
-  std::map<std::uint32_t, std::unique_ptr<Conn>> conns_;  ///< by our number
-  std::map<std::uint32_t, std::uint32_t> by_cm_, by_qpn_;
-  std::uint32_t next_id_ = 1;
+  conn::Endpoint ep_;
+  std::map<conn::ConnId, std::unique_ptr<Conn>> conns_;
   std::vector<Pending> pending_;
-  std::deque<std::uint32_t> waiting_;  ///< connections whose call waits for room at the worker
+  std::deque<conn::ConnId> waiting_;  ///< connections whose call waits for room at the worker
+  std::vector<conn::Event> events_;
+  std::vector<conn::Completion> wcs_;
   ServerStats st_;
   CallWorker* worker_ = nullptr;
   std::unique_ptr<CallWorker> own_worker_;  ///< last: joined first, while the rest still exists

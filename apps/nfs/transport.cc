@@ -2,97 +2,126 @@
 /// RPC-over-RDMA v1 client transport (transport.h).
 #include "apps/nfs/transport.h"
 
+#include <arpa/inet.h>
+#include <sched.h>
+#include <time.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
-#include <random>
 
 #include "apps/nfs/rpc.h"
-#include "controlplane/address.h"
-#include "controlplane/cm/cm_hub.h"
-#include "runtime/cm_agent.h"
 
 namespace roce::nfs {
 
-using namespace roce::engine;
+using client::Mr;
+using client::RecvWr;
+using client::SendWr;
+using client::Sge;
+using client::Wc;
+using client::WcOpcode;
+using client::WcStatus;
+using client::WrOpcode;
 
 namespace {
 // wr_id: kind in the top byte, a slot or receive index below.
-constexpr std::uint64_t kWrRecv = 1ull << 56, kWrSend = 2ull << 56, kWrInv = 3ull << 56;
+constexpr std::uint64_t kWrRecv = 1ull << 56, kWrSend = 2ull << 56;
 constexpr std::uint64_t kKindMask = 0xffull << 56;
 constexpr std::uint32_t kRecvExtra = 4;  ///< receives beyond the credits (a late or extra reply)
+constexpr int kConnectAttempts = 4;      ///< a reconnect: tries, 0.5, 1 and 2 s apart
+
+std::uint64_t now_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return std::uint64_t(t.tv_sec) * 1'000'000'000 + std::uint64_t(t.tv_nsec);
+}
+
+conn::Options endpoint_options() {
+  conn::Options e;
+  // The server READs our read chunks: we answer its READs (responder resources), and it may
+  // have as many outstanding.
+  e.responder_resources = 16;
+  e.initiator_depth = 16;
+  e.max_connections = 4;
+  e.drain_ms = 500;
+  return e;
+}
 }  // namespace
 
-RpcRdmaClient::RpcRdmaClient(runtime::Env& env, TransportOptions o) : env_(env), opt_(o) {
+RpcRdmaClient::RpcRdmaClient(client::Context& ctx, TransportOptions o)
+    : ctx_(ctx), opt_(o), ep_(ctx, endpoint_options()) {
   opt_.credits = std::clamp<std::uint32_t>(opt_.credits, 1, 128);
   opt_.inline_size = std::clamp<std::uint32_t>(opt_.inline_size, 1024, 64 * 1024);
-  // The engine's one CM (QP1), shared with roced's other services and attached clients.
-  hub_ = cm::CmHub::get(env_.eng, runtime::cm_agent_config(env_));
-  owner_ = hub_->add_owner([this](const cm::CmEvent& e) { on_cm(e); });
-  pd_ = env_.eng.alloc_pd();
-  cq_ = env_.eng.create_cq(std::min<std::uint32_t>(4096, env_.eng.config().max_cq_depth));
-  if (!pd_ || !cq_) throw std::runtime_error("cannot create the PD and CQ");
+  opt_.max_chunk = std::max<std::uint32_t>(opt_.max_chunk, 4096);
+  opt_.remote_invalidate = false;
+  if (ep_.pd() == nullptr) throw std::runtime_error("cannot create the PD");
   const std::size_t slots = opt_.credits, recvs = opt_.credits + kRecvExtra;
-  send_mem_.resize(slots * opt_.inline_size);
-  recv_mem_.resize(recvs * opt_.inline_size);
-  send_mr_ = env_.eng.reg_mr(pd_, send_mem_.data(), send_mem_.size(), kAccessLocalWrite);
-  recv_mr_ = env_.eng.reg_mr(pd_, recv_mem_.data(), recv_mem_.size(), kAccessLocalWrite);
-  if (!send_mr_ || !recv_mr_) throw std::runtime_error("cannot register the message buffers");
-  frmrs_.resize(slots);
-  for (auto& s : frmrs_)
-    for (auto& f : s) {
-      f.mr = env_.eng.alloc_mr(pd_, opt_.max_chunk + 4096);
-      if (!f.mr) throw std::runtime_error("cannot allocate the FRWR memory regions");
-      f.rkey = f.mr->key;
-    }
-  for (std::uint32_t i = 0; i < slots; ++i) free_slots_.push_back(slots - 1 - i);
+  const std::size_t msgs = (slots + recvs) * opt_.inline_size;
+  mem_ = ctx_.alloc_buffer(msgs + slots * 2 * std::size_t{opt_.max_chunk});
+  if (!mem_) throw std::runtime_error("cannot allocate the transport's memory");
+  msg_mr_ = ctx_.reg_mr(ep_.pd(), mem_->addr, msgs, verbs::kAccessLocalWrite);
+  if (!msg_mr_) throw std::runtime_error("cannot register the message buffers");
+  ++st_.registrations;
+  for (std::uint32_t i = 0; i < slots; ++i)
+    free_slots_.push_back(static_cast<std::uint32_t>(slots - 1 - i));
 }
 
 RpcRdmaClient::~RpcRdmaClient() {
   close();
-  hub_->agent().drain([&] {
-    env_.loop.poll_once();
-    hub_->poll(port::now_ns());
-  });
-  for (auto& s : frmrs_)
-    for (auto& f : s)
-      if (f.mr) env_.eng.dereg_mr(f.mr);
-  if (send_mr_) env_.eng.dereg_mr(send_mr_);
-  if (recv_mr_) env_.eng.dereg_mr(recv_mr_);
-  hub_->remove_owner(owner_);
-  hub_.reset();
-  if (cq_) env_.eng.destroy_cq(cq_);
-  if (pd_) env_.eng.dealloc_pd(pd_);
+  for (auto& [xid, p] : pending_) unreg(p);
+  if (msg_mr_) ctx_.dereg_mr(msg_mr_);
+  if (mem_) ctx_.free_buffer(mem_);
 }
 
-void RpcRdmaClient::drop_qp() {
-  if (!qp_) return;
-  hub_->agent().release(qp_);  // DREQ if still up
-  // Let the DREQ go out before the QP goes.
-  env_.until(
-      [&] {
-        hub_->poll(port::now_ns());
-        return false;
-      },
-      0.05);
-  env_.eng.destroy_qp(qp_);
-  qp_ = nullptr;
-  up_ = false;
-  // Its completions (flushes) must not reach the next QP, which may get the same QPN.
-  Wc wc[32];
-  while (env_.eng.poll_cq(cq_, 32, wc) > 0) {
+std::uint8_t* RpcRdmaClient::send_buf(std::uint32_t slot) {
+  return static_cast<std::uint8_t*>(mem_->addr) + std::size_t{slot} * opt_.inline_size;
+}
+std::uint8_t* RpcRdmaClient::recv_buf(std::uint32_t i) {
+  return send_buf(opt_.credits) + std::size_t{i} * opt_.inline_size;
+}
+std::uint8_t* RpcRdmaClient::data_area(std::uint32_t slot) {
+  return recv_buf(opt_.credits + kRecvExtra) + std::size_t{slot} * 2 * opt_.max_chunk;
+}
+std::uint8_t* RpcRdmaClient::reply_area(std::uint32_t slot) {
+  return data_area(slot) + opt_.max_chunk;
+}
+
+template <class F>
+bool RpcRdmaClient::until(F&& done, double seconds) {
+  const std::uint64_t end = now_ns() + static_cast<std::uint64_t>(seconds * 1e9);
+  unsigned idle = 0;
+  while (!done()) {
+    if (now_ns() > end) return false;
+    if (poll_events())
+      idle = 0;
+    else if (++idle >= 32 && opt_.yield_when_idle)
+      sched_yield();  // leave the CPU to roced, or to the kernel's softirq work
   }
+  return true;
+}
+
+void RpcRdmaClient::drop_conn() {
+  if (conn_ == 0) return;
+  // DREQ if still up; the QP goes now (its completions with it: the next connection's are
+  // told apart by their ConnId). The CM takes the DREP by itself.
+  ep_.close(conn_);
+  conn_ = 0;
+  up_ = false;
+  wcs_.clear();
 }
 
 void RpcRdmaClient::close() {
-  if (!qp_) return;
+  if (conn_ == 0) return;
   peer_ip_.clear();  // the DREP's disconnect event must not make the connection again
   fail_all("transport closed");
-  drop_qp();
+  drop_conn();
 }
 
-namespace {
-constexpr int kConnectAttempts = 4;  ///< a reconnect: tries, 0.5, 1 and 2 s apart
-}  // namespace
+void RpcRdmaClient::unreg(Pending& p) {
+  for (Mr* m : p.mrs)
+    if (ctx_.dereg_mr(m) == 0) ++st_.local_invalidations;
+  p.mrs.clear();
+}
 
 void RpcRdmaClient::broken(const std::string& why) {
   if (reconnecting_) return;
@@ -104,22 +133,15 @@ void RpcRdmaClient::broken(const std::string& why) {
   }
   reconnecting_ = true;
   ++st_.reconnects;
-  drop_qp();
-  // Registrations do not survive the QP: an MR still valid (its call's invalidation never
-  // completed) is replaced, as xprtrdma recovers its MRs after a reconnect.
-  for (auto& slot : frmrs_)
-    for (auto& f : slot)
-      if (f.valid) {
-        env_.eng.dereg_mr(f.mr);
-        f.mr = env_.eng.alloc_mr(pd_, opt_.max_chunk + 4096);
-        if (f.mr) f.rkey = f.mr->key;
-        f.valid = false;
-        ++st_.mrs_recovered;
-      }
+  drop_conn();
+  // Registrations do not survive the connection: a call's MRs are dropped, and the call
+  // registers anew when it goes out again, as xprtrdma recovers its MRs after a reconnect.
   // Calls already answered are done; the others go out again, in XID order, first.
   std::vector<std::pair<RpcCall, Done>> again;
   for (auto it = pending_.begin(); it != pending_.end();) {
     Pending& p = it->second;
+    if (!p.mrs.empty()) ++st_.mrs_recovered;
+    unreg(p);
     free_slots_.push_back(p.slot);
     if (p.replied) {
       Done d = std::move(p.done);
@@ -141,9 +163,9 @@ void RpcRdmaClient::broken(const std::string& why) {
   // try again after a pause, as xprtrdma backs off between reconnects.
   bool ok = connect(peer_ip_, peer_port_);
   for (int attempt = 1; !ok && attempt < kConnectAttempts; ++attempt) {
-    drop_qp();
+    drop_conn();
     const double pause = 0.25 * (1 << attempt);
-    env_.until([] { return false; }, pause);
+    until([] { return false; }, pause);
     ok = connect(peer_ip_, peer_port_);
   }
   reconnecting_ = false;
@@ -158,82 +180,75 @@ bool RpcRdmaClient::connect(const std::string& ipv4, std::uint16_t port) {
   peer_ip_ = ipv4;
   peer_port_ = port;
   err_.clear();
-  const auto ip = ctl::parse_ipv4(ipv4);
-  if (!ip) {
+  in_addr a{};
+  if (inet_pton(AF_INET, ipv4.c_str(), &a) != 1) {
     err_ = "bad IPv4 address " + ipv4;
     return false;
   }
-  if (!port::resolve_wait(env_.loop, *ip, opt_.connect_timeout)) {
-    err_ = "no ARP answer from " + ipv4;
-    return false;
-  }
-  qp_ = env_.eng.create_qp(pd_, QpType::kRc, cq_, cq_,
-                           QpCap{opt_.credits * 8 + 16, opt_.credits + kRecvExtra, 2, 1, 0});
-  if (!qp_) {
-    err_ = "cannot create the QP";
-    return false;
-  }
-  QpAttr a;
-  a.qp_state = QpState::kInit;
-  a.qp_access_flags = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
-  if (env_.eng.modify_qp(qp_, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) != kOk) {
-    err_ = "cannot move the QP to INIT";
-    return false;
-  }
-  for (std::uint32_t i = 0; i < opt_.credits + kRecvExtra; ++i) post_recv(i);
-  std::mt19937 rng(std::random_device{}());
-  cm::ConnectParams p;
-  p.peer.gid = ctl::gid_from_ipv4(*ip);
-  p.service_id = cm::service_id(cm::PortSpace::kTcp, port);
-  p.starting_psn = wire::Psn(rng());
-  // The server READs our read chunks: we answer its READs (responder resources), and it may
-  // have as many outstanding.
-  p.responder_resources = 16;
-  p.initiator_depth = 16;
-  p.cma = cm::CmaHeader::ipv4(env_.ip, static_cast<std::uint16_t>(32768 + rng() % 28000), *ip);
+  const Ipv4Addr ip{ntohl(a.s_addr)};
+  conn::QpSizes qs;
+  qs.send = opt_.credits * 8 + 16;
+  qs.recv = opt_.credits + kRecvExtra;
+  qs.send_sge = 2;
+  qs.recv_sge = 1;
   rdma::ConnectPrivate mine;
-  mine.remote_invalidate = opt_.remote_invalidate;
+  mine.remote_invalidate = false;
   mine.send_size = opt_.inline_size;
   mine.receive_size = opt_.inline_size;
-  p.private_data = rdma::encode(mine);
-  failed_ = false;
-  cm_id_ = hub_->connect(owner_, qp_, p);
-  if (!cm_id_) {
-    err_ = "rdma_cm connect failed";
-    return false;
+  const auto priv = rdma::encode(mine);
+  const std::uint64_t end = now_ns() + static_cast<std::uint64_t>(opt_.connect_timeout * 1e9);
+  up_ = failed_ = false;
+  // The CM needs the server's MAC: in-process a first try asks ARP and fails (EHOSTUNREACH)
+  // until the answer is in; attached, roced asks and waits itself.
+  for (;;) {
+    conn_ = ep_.connect(ip, port, qs, priv);
+    if (conn_ != 0) break;
+    const int err = errno;
+    if (err != EHOSTUNREACH || now_ns() > end) {
+      err_ = err == EHOSTUNREACH ? "no ARP answer from " + ipv4
+                                 : "rdma_cm connect failed: " + std::string(std::strerror(err));
+      return false;
+    }
+    const std::uint64_t retry = now_ns() + 100'000'000;
+    until([&] { return now_ns() > retry; }, 1);
   }
-  env_.until([&] { return up_ || failed_ || (poll_stack(), false); }, opt_.connect_timeout);
+  for (std::uint32_t i = 0; i < opt_.credits + kRecvExtra; ++i) post_recv(i);
+  const double left = std::max(0.0, static_cast<double>(end - std::min(end, now_ns())) / 1e9);
+  until([&] { return up_ || failed_; }, left);
   if (!up_) {
     if (err_.empty()) err_ = "no connection to " + ipv4 + ":" + std::to_string(port);
+    drop_conn();
     return false;
   }
   return true;
 }
 
-void RpcRdmaClient::on_cm(const cm::CmEvent& e) {
-  if (!cm_id_ || e.id.v != cm_id_->v) return;
-  switch (e.type) {
-    case cm::CmEventType::kEstablished: {
+void RpcRdmaClient::on_event(const conn::Event& e) {
+  if (conn_ == 0 || e.conn != conn_) return;
+  switch (e.kind) {
+    case conn::Event::kEstablished: {
       up_ = true;
       // RFC 8797: without the peer's private data both directions use 1024 bytes.
       const auto pd = rdma::decode_private(e.private_data);
       peer_pd_ = pd.has_value();
-      peer_inv_ = pd && pd->remote_invalidate;
       send_inline_ = pd ? std::min(opt_.inline_size, pd->receive_size) : rdma::kDefaultInline;
       break;
     }
-    case cm::CmEventType::kRejected:
+    case conn::Event::kRejected:
       err_ = "connection rejected";
       failed_ = true;
+      conn_ = 0;  // the Endpoint has let it go
       break;
-    case cm::CmEventType::kUnreachable:
-    case cm::CmEventType::kConnectError:
+    case conn::Event::kUnreachable:
+    case conn::Event::kConnectError:
       err_ = "server unreachable";
       failed_ = true;
+      conn_ = 0;
       break;
-    case cm::CmEventType::kDisconnected:
+    case conn::Event::kDisconnected:
       up_ = false;
       failed_ = true;
+      conn_ = 0;
       broken("disconnected by the server");
       break;
     default:
@@ -242,13 +257,12 @@ void RpcRdmaClient::on_cm(const cm::CmEvent& e) {
 }
 
 void RpcRdmaClient::post_recv(std::uint32_t i) {
-  Sge sge{reinterpret_cast<std::uint64_t>(recv_mem_.data() + std::size_t{i} * opt_.inline_size),
-          opt_.inline_size, recv_mr_->key};
+  Sge sge{reinterpret_cast<std::uint64_t>(recv_buf(i)), opt_.inline_size, msg_mr_->lkey};
   RecvWr wr;
   wr.wr_id = kWrRecv | i;
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  env_.eng.post_recv(qp_, &wr, nullptr);
+  ep_.post_recv(conn_, wr);
 }
 
 void RpcRdmaClient::submit(RpcCall c, Done done) {
@@ -267,7 +281,7 @@ void RpcRdmaClient::pump_queue() {
       continue;
     }
     // Credits (RFC 8166 3.3.1): never more calls in flight than granted; a slot stays busy
-    // until its chunks are invalidated.
+    // until its chunks are deregistered.
     if (in_flight_ >= granted_ || free_slots_.empty()) {
       ++st_.credit_waits;
       return;
@@ -291,6 +305,7 @@ void RpcRdmaClient::pump_queue() {
       RpcResult r;
       r.error = err_;
       auto done = std::move(p.done);
+      unreg(p);
       free_slots_.push_back(p.slot);
       pending_.erase(*xid);
       done(std::move(r));
@@ -298,33 +313,17 @@ void RpcRdmaClient::pump_queue() {
   }
 }
 
-std::optional<std::uint32_t> RpcRdmaClient::reg(std::uint32_t slot, std::uint32_t which,
-                                                std::uint8_t* p, std::size_t n,
+std::optional<std::uint32_t> RpcRdmaClient::reg(Pending& p, std::uint8_t* at, std::size_t n,
                                                 std::uint32_t access) {
-  Frmr& f = frmrs_[slot][which];
-  if (n > opt_.max_chunk) {
-    err_ = "chunk of " + std::to_string(n) + " bytes exceeds max_chunk";
+  // A registration of the call alone: a fresh rkey, gone (deregistered) with the reply.
+  Mr* m = ctx_.reg_mr(ep_.pd(), at, std::max<std::size_t>(n, 1), access | verbs::kAccessLocalWrite);
+  if (m == nullptr) {
+    err_ = "cannot register a chunk: " + std::string(std::strerror(errno));
     return std::nullopt;
   }
-  // A fresh key variant for every registration: a late access with the old key fails.
-  const std::uint8_t variant = static_cast<std::uint8_t>(f.rkey + 1);
-  SendWr wr;
-  wr.wr_id = 0;
-  wr.opcode = WrOpcode::kRegMr;
-  wr.send_flags = 0;  // not signalled (as xprtrdma's frwr_map)
-  wr.reg.mr_key = f.rkey;
-  wr.reg.new_key_variant = variant;
-  wr.reg.addr = reinterpret_cast<std::uint64_t>(p);
-  wr.reg.length = std::max<std::size_t>(n, 1);
-  wr.reg.access = access | kAccessLocalWrite;
-  if (env_.eng.post_send(qp_, &wr, nullptr) != kOk) {
-    err_ = "cannot post REG_MR";
-    return std::nullopt;
-  }
-  f.rkey = (f.rkey & ~0xffu) | variant;
-  f.valid = true;
+  p.mrs.push_back(m);
   ++st_.registrations;
-  return f.rkey;
+  return m->rkey;
 }
 
 bool RpcRdmaClient::start(std::uint32_t xid, Pending& p) {
@@ -333,32 +332,43 @@ bool RpcRdmaClient::start(std::uint32_t xid, Pending& p) {
   h.credits = opt_.credits;
   h.proc = rdma::Proc::kMsg;
   RpcCall& c = p.call;
+  const auto remote = [&](const std::uint8_t* at) {
+    const Mr* m = p.mrs.back();
+    return m->iova + static_cast<std::uint64_t>(at - static_cast<const std::uint8_t*>(m->addr));
+  };
+  if (c.read_data.size() > opt_.max_chunk || c.write_target.size() > opt_.max_chunk) {
+    err_ = "chunk of " + std::to_string(std::max(c.read_data.size(), c.write_target.size())) +
+           " bytes exceeds max_chunk";
+    return false;
+  }
+  if (!c.read_data.empty() && !c.write_target.empty()) {
+    err_ = "a call with both a read chunk and a write chunk";
+    return false;
+  }
+  std::uint8_t* data = data_area(p.slot);
   if (!c.read_data.empty()) {
-    const auto k = reg(p.slot, 0, const_cast<std::uint8_t*>(c.read_data.data()), c.read_data.size(),
-                       kAccessRemoteRead);
+    // WRITE's data: copied into the slot's shared memory, which the server READs.
+    std::memcpy(data, c.read_data.data(), c.read_data.size());
+    const auto k = reg(p, data, c.read_data.size(), verbs::kAccessRemoteRead);
     if (!k) return false;
-    p.rkeys.push_back(*k);
-    h.reads.push_back({c.read_position,
-                       {*k, static_cast<std::uint32_t>(c.read_data.size()),
-                        reinterpret_cast<std::uint64_t>(c.read_data.data())}});
+    h.reads.push_back(
+        {c.read_position, {*k, static_cast<std::uint32_t>(c.read_data.size()), remote(data)}});
     ++st_.read_chunks;
   }
   if (!c.write_target.empty()) {
-    const auto k = reg(p.slot, 1, c.write_target.data(), c.write_target.size(), kAccessRemoteWrite);
+    const auto k = reg(p, data, c.write_target.size(), verbs::kAccessRemoteWrite);
     if (!k) return false;
-    p.rkeys.push_back(*k);
-    h.writes.push_back({{{*k, static_cast<std::uint32_t>(c.write_target.size()),
-                          reinterpret_cast<std::uint64_t>(c.write_target.data())}}});
+    h.writes.push_back({{{*k, static_cast<std::uint32_t>(c.write_target.size()), remote(data)}}});
     ++st_.write_chunks;
   }
   // RFC 8166 3.5.3: a reply that may exceed our receive size needs a reply chunk.
+  p.reply_len = 0;
   if (c.reply_max + rdma::kMinHeader + 64 > opt_.inline_size) {
-    p.reply_buf.resize(std::min<std::size_t>(c.reply_max, opt_.max_chunk));
-    const auto k = reg(p.slot, 2, p.reply_buf.data(), p.reply_buf.size(), kAccessRemoteWrite);
+    p.reply_len = std::min<std::uint32_t>(c.reply_max, opt_.max_chunk);
+    std::uint8_t* at = reply_area(p.slot);
+    const auto k = reg(p, at, p.reply_len, verbs::kAccessRemoteWrite);
     if (!k) return false;
-    p.rkeys.push_back(*k);
-    h.reply = rdma::WriteChunk{{{*k, static_cast<std::uint32_t>(p.reply_buf.size()),
-                                 reinterpret_cast<std::uint64_t>(p.reply_buf.data())}}};
+    h.reply = rdma::WriteChunk{{{*k, p.reply_len, remote(at)}}};
     ++st_.reply_chunks;
   }
   std::vector<std::uint8_t> hdr;
@@ -371,22 +381,22 @@ bool RpcRdmaClient::start(std::uint32_t xid, Pending& p) {
            " bytes exceeds the inline threshold " + std::to_string(send_inline_);
     return false;
   }
-  std::uint8_t* buf = send_mem_.data() + std::size_t{p.slot} * opt_.inline_size;
+  std::uint8_t* buf = send_buf(p.slot);
   std::memcpy(buf, hdr.data(), hdr.size());
   std::memcpy(buf + hdr.size(), c.msg.data(), c.msg.size());
   Sge sge{reinterpret_cast<std::uint64_t>(buf),
-          static_cast<std::uint32_t>(hdr.size() + c.msg.size()), send_mr_->key};
+          static_cast<std::uint32_t>(hdr.size() + c.msg.size()), msg_mr_->lkey};
   SendWr wr;
   wr.wr_id = kWrSend | p.slot;
   wr.opcode = WrOpcode::kSend;
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.send_flags = kSendSignaled;
-  if (env_.eng.post_send(qp_, &wr, nullptr) != kOk) {
+  wr.send_flags = verbs::kSendSignaled;
+  if (ep_.post_send(conn_, wr) != 0) {
     err_ = "cannot post SEND";
     return false;
   }
-  p.deadline = port::now_ns() + static_cast<std::uint64_t>(opt_.call_timeout * 1e9);
+  p.deadline = now_ns() + static_cast<std::uint64_t>(opt_.call_timeout * 1e9);
   ++in_flight_;
   ++st_.calls;
   st_.max_outstanding = std::max(st_.max_outstanding, in_flight_);
@@ -395,7 +405,7 @@ bool RpcRdmaClient::start(std::uint32_t xid, Pending& p) {
 
 void RpcRdmaClient::on_recv(const Wc& wc) {
   const std::uint32_t i = static_cast<std::uint32_t>(wc.wr_id & ~kKindMask);
-  const std::uint8_t* m = recv_mem_.data() + std::size_t{i} * opt_.inline_size;
+  const std::uint8_t* m = recv_buf(i);
   rdma::Header h;
   std::size_t hl = 0;
   const auto e = rdma::decode({m, wc.byte_len}, h, hl);
@@ -424,37 +434,25 @@ void RpcRdmaClient::on_recv(const Wc& wc) {
     r.error = h.error == rdma::ErrorCode::kVers ? "RDMA_ERROR ERR_VERS" : "RDMA_ERROR ERR_CHUNK";
     r.rdma_error = h.error;
   } else if (h.proc == rdma::Proc::kNomsg) {
-    if (!h.reply || p.reply_buf.empty()) {
+    if (!h.reply || p.reply_len == 0) {
       r.error = "RDMA_NOMSG without a reply chunk";
     } else {
-      const auto n = std::min<std::uint64_t>(h.reply->length(), p.reply_buf.size());
-      r.reply.assign(p.reply_buf.begin(), p.reply_buf.begin() + static_cast<std::ptrdiff_t>(n));
+      const auto n = std::min<std::uint64_t>(h.reply->length(), p.reply_len);
+      const std::uint8_t* at = reply_area(p.slot);
+      r.reply.assign(at, at + n);
       r.ok = true;
     }
   } else {
     r.reply = std::move(body);
     r.ok = true;
   }
-  if (!h.writes.empty()) r.written = h.writes.front().length();
-  // Invalidate what the call registered, unless the server's SEND with invalidate already did.
-  for (std::uint32_t k : p.rkeys) {
-    if ((wc.wc_flags & kWcWithInv) && wc.invalidated_rkey == k) {
-      ++st_.remote_invalidations;
-      for (auto& f : frmrs_[p.slot])
-        if (f.rkey == k) f.valid = false;
-      continue;
-    }
-    SendWr inv;
-    inv.wr_id = kWrInv | p.slot;
-    inv.opcode = WrOpcode::kLocalInv;
-    inv.invalidate_rkey = k;
-    inv.send_flags = kSendSignaled;
-    if (env_.eng.post_send(qp_, &inv, nullptr) == kOk) {
-      ++p.inv_outstanding;
-      ++st_.local_invalidations;
-    }
+  if (!h.writes.empty()) {
+    r.written = std::min<std::uint64_t>(h.writes.front().length(), p.call.write_target.size());
+    // READ's data: out of the slot's shared memory into the caller's buffer.
+    std::memcpy(p.call.write_target.data(), data_area(p.slot), r.written);
   }
-  if (p.inv_outstanding == 0) finish(h.xid);
+  if (wc.wc_flags & verbs::kWcWithInv) ++st_.remote_invalidations;  // (never offered)
+  finish(h.xid);
 }
 
 void RpcRdmaClient::finish(std::uint32_t xid) {
@@ -462,7 +460,7 @@ void RpcRdmaClient::finish(std::uint32_t xid) {
   if (it == pending_.end()) return;
   Pending p = std::move(it->second);
   pending_.erase(it);
-  for (auto& f : frmrs_[p.slot]) f.valid = false;
+  unreg(p);  // the server's access to the call's chunks ends here
   free_slots_.push_back(p.slot);
   p.done(std::move(p.result));
 }
@@ -472,6 +470,7 @@ void RpcRdmaClient::fail_all(const std::string& why) {
     auto it = pending_.begin();
     Pending p = std::move(it->second);
     pending_.erase(it);
+    unreg(p);
     free_slots_.push_back(p.slot);
     RpcResult r;
     r.error = why;
@@ -487,48 +486,29 @@ void RpcRdmaClient::fail_all(const std::string& why) {
   }
 }
 
-bool RpcRdmaClient::poll_stack() {
-  const bool any = env_.loop.poll_once() != 0;
-  hub_->poll(port::now_ns());
+bool RpcRdmaClient::poll_events() {
+  events_.clear();
+  const bool any = ep_.poll(events_, wcs_);
+  for (const auto& e : events_) on_event(e);
   return any;
 }
 
 bool RpcRdmaClient::poll() {
-  bool any = poll_stack();
-  Wc wc[32];
-  int n;
-  while ((n = env_.eng.poll_cq(cq_, 32, wc)) > 0) {
-    any = true;
-    for (int k = 0; k < n; ++k) {
-      const Wc& w = wc[k];
-      if (!qp_ || w.qp_num != qp_->qpn) continue;  // a QP dropped by a reconnect (flushes)
-      if (w.status != WcStatus::kSuccess) {
-        if (w.status == WcStatus::kWrFlushErr && !up_) continue;
-        broken("work completion " + std::string(to_string(w.status)));
-        break;  // the rest of this batch belongs to the QP just dropped
-      }
-      // The first data before the RTU is the connection's COMM_EST.
-      if (w.opcode == WcOpcode::kRecv && cm_id_) hub_->agent().cm().notify_established(*cm_id_);
-      switch (w.wr_id & kKindMask) {
-        case kWrRecv:
-          on_recv(w);
-          break;
-        case kWrInv: {
-          const std::uint32_t slot = static_cast<std::uint32_t>(w.wr_id & ~kKindMask);
-          for (auto& [xid, p] : pending_)
-            if (p.slot == slot && p.inv_outstanding && --p.inv_outstanding == 0) {
-              finish(xid);
-              break;
-            }
-          break;
-        }
-        default:
-          break;
-      }
+  bool any = poll_events();
+  std::vector<conn::Completion> batch;
+  batch.swap(wcs_);
+  for (const auto& c : batch) {
+    if (conn_ == 0 || c.conn != conn_) continue;  // a connection dropped by a reconnect
+    const Wc& w = c.wc;
+    if (w.status != WcStatus::kSuccess) {
+      if (w.status == WcStatus::kWrFlushErr && !up_) continue;
+      broken("work completion " + std::string(verbs::to_string(w.status)));
+      break;  // the rest of this batch belongs to the connection just dropped
     }
+    if ((w.wr_id & kKindMask) == kWrRecv) on_recv(w);
   }
   // Calls without a reply past their deadline fail (the connection is then unusable).
-  const auto now = port::now_ns();
+  const auto now = now_ns();
   for (auto& [xid, p] : pending_)
     if (!p.replied && p.deadline && now > p.deadline) {
       broken("call timed out");
@@ -539,13 +519,13 @@ bool RpcRdmaClient::poll() {
     broken("injected connection loss");
   }
   pump_queue();
-  return any || env_.eng.has_work();
+  return any;
 }
 
 RpcResult RpcRdmaClient::call(RpcCall c) {
   std::optional<RpcResult> out;
   submit(std::move(c), [&](RpcResult&& r) { out = std::move(r); });
-  env_.until([&] { return out.has_value() || (poll(), false); }, opt_.call_timeout + 5);
+  until([&] { return out.has_value() || (poll(), false); }, opt_.call_timeout + 5);
   if (!out) {
     RpcResult r;
     r.error = "call timed out";
@@ -555,8 +535,7 @@ RpcResult RpcRdmaClient::call(RpcCall c) {
 }
 
 bool RpcRdmaClient::drain(double seconds) {
-  return env_.until([&] { return (pending_.empty() && queue_.empty()) || (poll(), false); },
-                    seconds);
+  return until([&] { return (pending_.empty() && queue_.empty()) || (poll(), false); }, seconds);
 }
 
 }  // namespace roce::nfs

@@ -1,16 +1,24 @@
 /// @file
-/// The RPC-over-RDMA v1 transport (RFC 8166) on the appliance's engine: one RC connection made
-/// with rdma_cm (RFC 8797 private data: inline sizes and the send-with-invalidate flag), credits,
-/// and the chunks of a call.
+/// The RPC-over-RDMA v1 transport (RFC 8166) on a libroce Context and the connection layer
+/// (<roce/conn.h>), so that it runs in-process, attached to a roced or hosted in one: one RC
+/// connection made with rdma_cm (RFC 8797 private data: inline sizes), credits, and the chunks
+/// of a call.
 ///
 /// Requester (client): each call goes out in one SEND whose transport header offers, when the
 /// call needs them, a read chunk (the payload of a WRITE: the server pulls it with RDMA READ), a
 /// write chunk (where the server RDMA WRITEs a READ's data) or a reply chunk (a reply larger than
-/// the inline threshold). Chunk memory is registered per call with FRWR (a REG_MR work request,
-/// not signalled, with a fresh key variant) and invalidated when the reply arrives, by the
-/// server's SEND with invalidate when it sent one, else by a LOCAL_INV that the call waits for.
-/// The client never has more calls outstanding than the server's last credit grant.
+/// the inline threshold). A chunk lives in the call's slot of shared memory (Context::
+/// alloc_buffer: roced maps it too when attached), copied in (WRITE's data) or out (READ's data,
+/// the reply), registered for that call alone (reg_mr: a fresh rkey per call, as FRWR gives)
+/// and deregistered when the reply arrives: the server reaches it only while the call is out,
+/// and never the caller's own memory. Remote invalidation is not offered (RFC 8797's flag
+/// clear): a SEND with invalidate may only name a fast-registered MR, which libroce does not
+/// make; the deregistrations are counted as local invalidations. The client never has more
+/// calls outstanding than the server's last credit grant.
 #pragma once
+
+#include <roce/client.h>
+#include <roce/conn.h>
 
 #include <cstdint>
 #include <deque>
@@ -23,8 +31,6 @@
 #include <vector>
 
 #include "apps/nfs/rpcrdma.h"
-#include "controlplane/cm/cm_hub.h"
-#include "runtime/env.h"
 
 namespace roce::nfs {
 
@@ -35,7 +41,11 @@ struct TransportOptions {
   std::uint32_t credits = 32;          ///< requested from the server (and receives posted)
   std::uint32_t inline_size = 4096;    ///< what we send and receive inline (RFC 8797)
   std::uint32_t max_chunk = 1u << 20;  ///< the largest chunk one call registers
-  bool remote_invalidate = true;       ///< offer the server SEND with invalidate
+  /// Kept for the command line: remote invalidation is never offered (the chunks' MRs are
+  /// not fast-registered), every registration ends with the client's own deregistration.
+  bool remote_invalidate = false;
+  /// Idle waits leave the CPU now and then (false: spin, a core of its own).
+  bool yield_when_idle = true;
   double connect_timeout = 10;
   double call_timeout = 30;
   /// A broken connection (an error completion, the server's DREQ, a call without a reply) is
@@ -74,6 +84,8 @@ struct RpcResult {
 /// Counters of a transport, for reports and tests.
 struct TransportStats {
   std::uint64_t calls = 0, replies = 0, read_chunks = 0, write_chunks = 0, reply_chunks = 0;
+  /// local_invalidations: chunk registrations ended by deregistration (every one, since remote
+  /// invalidation is not offered); registrations: the message buffers' and every chunk's.
   std::uint64_t remote_invalidations = 0, local_invalidations = 0, registrations = 0;
   std::uint64_t credit_waits = 0, bad_replies = 0, reconnects = 0, resent = 0, mrs_recovered = 0;
   std::uint32_t granted = 0, max_outstanding = 0;
@@ -94,7 +106,9 @@ class RpcTransport {
 
 class RpcRdmaClient : public RpcTransport {
  public:
-  RpcRdmaClient(runtime::Env& env, TransportOptions o);
+  /// The Context must outlive the transport. Throws std::runtime_error when it cannot get its
+  /// memory.
+  RpcRdmaClient(client::Context& ctx, TransportOptions o);
   ~RpcRdmaClient() override;
   RpcRdmaClient(const RpcRdmaClient&) = delete;
   RpcRdmaClient& operator=(const RpcRdmaClient&) = delete;
@@ -102,7 +116,7 @@ class RpcRdmaClient : public RpcTransport {
   /// Connects to `ipv4`:`port`; false and error() when it cannot.
   bool connect(const std::string& ipv4, std::uint16_t port = kNfsRdmaPort);
   void close();
-  bool connected() const override { return qp_ != nullptr && up_; }
+  bool connected() const override { return conn_ != 0 && up_; }
 
   /// Queues a call (sent when a credit is free); `done` runs from poll().
   void submit(RpcCall c, Done done) override;
@@ -120,54 +134,52 @@ class RpcRdmaClient : public RpcTransport {
   const TransportStats& stats() const { return st_; }
   const std::string& error() const { return err_; }
   std::size_t outstanding() const { return pending_.size(); }
-  runtime::Env& env() { return env_; }
 
  private:
-  struct Frmr {
-    engine::Mr* mr = nullptr;
-    std::uint32_t rkey = 0;
-    bool valid = false;  ///< registered and not yet invalidated
-  };
   struct Pending {
     std::uint32_t xid = 0;
     Done done;
     RpcCall call;
-    std::uint32_t slot = 0;               ///< send buffer and MR slot
-    std::vector<std::uint8_t> reply_buf;  ///< reply chunk memory
-    std::vector<std::uint32_t> rkeys;     ///< registered for this call
-    std::uint32_t inv_outstanding = 0;
+    std::uint32_t slot = 0;        ///< send buffer and chunk memory slot
+    std::uint32_t reply_len = 0;   ///< reply chunk offered (in the slot's reply area)
+    std::vector<client::Mr*> mrs;  ///< registered for this call
     RpcResult result;
     bool replied = false;
     std::uint64_t deadline = 0;
   };
-  void on_cm(const cm::CmEvent& e);
+  void on_event(const conn::Event& e);
   bool start(std::uint32_t xid, Pending& p);
-  std::optional<std::uint32_t> reg(std::uint32_t slot, std::uint32_t which, std::uint8_t* p,
-                                   std::size_t n, std::uint32_t access);
-  void on_recv(const engine::Wc& wc);
+  std::optional<std::uint32_t> reg(Pending& p, std::uint8_t* at, std::size_t n,
+                                   std::uint32_t access);
+  void unreg(Pending& p);
+  void on_recv(const client::Wc& wc);
   void finish(std::uint32_t xid);
   void fail_all(const std::string& why);
   void post_recv(std::uint32_t i);
   void pump_queue();
   /// The connection broke: reconnect and resend, or fail every call when out of attempts.
   void broken(const std::string& why);
-  bool poll_stack();  ///< the port and the CM only
-  void drop_qp();
+  /// The CM's events (completions kept for poll()); true when anything happened.
+  bool poll_events();
+  void drop_conn();
+  /// Polls (poll_events, or `done` itself) until `done()` or `seconds`; false on timeout.
+  template <class F>
+  bool until(F&& done, double seconds);
+  std::uint8_t* send_buf(std::uint32_t slot);
+  std::uint8_t* recv_buf(std::uint32_t i);
+  std::uint8_t* data_area(std::uint32_t slot);
+  std::uint8_t* reply_area(std::uint32_t slot);
 
-  runtime::Env& env_;
+  client::Context& ctx_;
   TransportOptions opt_;
-  std::shared_ptr<cm::CmHub> hub_;
-  cm::CmHub::Owner owner_ = 0;
-  engine::Pd* pd_ = nullptr;
-  engine::Cq* cq_ = nullptr;
-  engine::Qp* qp_ = nullptr;
-  std::optional<cm::ConnId> cm_id_;
-  bool up_ = false, failed_ = false, peer_pd_ = false, peer_inv_ = false;
+  conn::Endpoint ep_;
+  conn::ConnId conn_ = 0;
+  bool up_ = false, failed_ = false, peer_pd_ = false;
   std::uint32_t send_inline_ = rdma::kDefaultInline;
-  std::vector<std::uint8_t> send_mem_, recv_mem_;
-  engine::Mr* send_mr_ = nullptr;
-  engine::Mr* recv_mr_ = nullptr;
-  std::vector<std::array<Frmr, 3>> frmrs_;  ///< per slot: read, write, reply
+  /// One shared-memory buffer: send slots, receive slots, then per slot a data area
+  /// (max_chunk: a read or write chunk) and a reply area (max_chunk).
+  client::Buffer* mem_ = nullptr;
+  client::Mr* msg_mr_ = nullptr;  ///< the send and receive slots (local access only)
   std::vector<std::uint32_t> free_slots_;
   std::map<std::uint32_t, Pending> pending_;  ///< by XID
   std::deque<std::pair<RpcCall, Done>> queue_;
@@ -176,6 +188,8 @@ class RpcRdmaClient : public RpcTransport {
   std::string peer_ip_;
   std::uint16_t peer_port_ = 0;
   bool reconnecting_ = false, broke_once_ = false;
+  std::vector<conn::Event> events_;
+  std::vector<conn::Completion> wcs_;  ///< completions not handled yet
   TransportStats st_;
   std::string err_;
 };

@@ -157,6 +157,25 @@ int Endpoint::reject(ConnId id, std::span<const std::uint8_t> private_data) {
   return rc;
 }
 
+int Endpoint::refuse(ConnId id) {
+  Conn* c = find(id);
+  if (c == nullptr || !c->requested || c->up) return ENOENT;
+  const int rc = ctx_.cm_refuse(c->cm_id);
+  forget(id);
+  return rc;
+}
+
+int Endpoint::close(ConnId id) {
+  Conn* c = find(id);
+  if (c == nullptr) return ENOENT;
+  if (c->requested && !c->up && !c->accepted) return reject(id);
+  if (!c->closing && (c->up || c->requested || c->active)) ctx_.cm_disconnect(c->cm_id);
+  c->closing = true;  // its completions are dropped
+  drain_cq(*c, nullptr, nullptr);
+  forget(id);  // destroy_qp releases the QP from the CM, which goes on with the DREQ alone
+  return 0;
+}
+
 ConnId Endpoint::connect(Ipv4Addr dst, std::uint16_t port, const QpSizes& s,
                          std::span<const std::uint8_t> private_data) {
   if (conns_.size() >= o_.max_connections) {
@@ -277,10 +296,12 @@ void Endpoint::drain_cq(Conn& c, std::vector<Event>* events, std::vector<Complet
     const int n = ctx_.poll_cq(c.cq, kWcBatch, wcs_.data());
     if (n <= 0) return;
     if (out != nullptr && !c.closing) {
-      // Data before the RTU (IBA's communication established, which rdma_cm reports as
-      // RDMA_CM_EVENT_ESTABLISHED): the peer is in RTS, so the connection is up now; the CM's
-      // own event, when the RTU comes, is not reported again.
+      // Data before the RTU (lost, or behind the data): IBA's communication established. The
+      // CM hears it (cm_notify, as rdma_notify), and the connection is reported up now, once:
+      // the CM's own event that follows is not reported again.
       if (c.accepted && !c.up && events != nullptr && wcs_[0].status == verbs::WcStatus::kSuccess) {
+        if (!c.notified) ctx_.cm_notify(c.cm_id);
+        c.notified = true;
         c.up = true;
         Event e;
         e.kind = Event::kEstablished;

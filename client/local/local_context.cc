@@ -230,6 +230,18 @@ class Local final : public Context {
     if (const int rc = cm_open()) return rc;
     return cm_->disconnect(id);
   }
+  int neighbour(Ipv4Addr ip, bool ask) override {
+    if (!o_.neighbour) return EOPNOTSUPP;
+    return o_.neighbour(ip, ask) ? 0 : EAGAIN;
+  }
+  int cm_refuse(std::uint32_t id) override {
+    if (const int rc = cm_open()) return rc;
+    return cm_->refuse(id);
+  }
+  int cm_notify(std::uint32_t id) override {
+    if (const int rc = cm_open()) return rc;
+    return cm_->notify(id);
+  }
   int cm_get_event(CmEvent& ev, int timeout_ms) override {
     if (const int rc = cm_open()) return rc;
     const std::uint64_t t0 = now_ns();

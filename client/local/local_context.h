@@ -27,8 +27,11 @@ struct LocalOptions {
   /// address vector carries no MAC.
   std::function<std::optional<MacAddr>(Ipv4Addr)> resolve;
   PortInfo port;
-  /// rdma_cm connections the engine's CM agent takes at once, when this Context is the first
-  /// on the engine to use the CM (roced: limits.cm_connections).
+  /// Context::neighbour: whether the port's ARP cache has the address (an ARP request sent
+  /// when not and `ask`), without waiting. Unset: EOPNOTSUPP.
+  std::function<bool(Ipv4Addr, bool ask)> neighbour;
+  /// CmConfig::max_connections of the engine's CM, when this context is the first to use it
+  /// (roced: limits.cm_connections); otherwise the CM's own stays.
   std::uint32_t cm_connections = 4096;
 };
 

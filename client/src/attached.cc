@@ -504,6 +504,27 @@ class Attached final : public Context {
     rq.cm.id = id;
     return cm_call(rq);
   }
+  int neighbour(Ipv4Addr ip, bool ask) override {
+    Request rq;
+    rq.op = Op::kNeighbour;
+    rq.cm.dst = ip;
+    rq.handle = ask ? 1 : 0;
+    Reply rep;
+    if (const int rc = call(rq, rep)) return rc;
+    return rep.handle != 0 ? 0 : EAGAIN;
+  }
+  int cm_refuse(std::uint32_t id) override {
+    Request rq;
+    rq.op = Op::kCmRefuse;
+    rq.cm.id = id;
+    return cm_call(rq);
+  }
+  int cm_notify(std::uint32_t id) override {
+    Request rq;
+    rq.op = Op::kCmNotify;
+    rq.cm.id = id;
+    return cm_call(rq);
+  }
   int cm_get_event(CmEvent& ev, int timeout_ms) override {
     if (const int rc = cm_open()) return rc;
     for (;;) {

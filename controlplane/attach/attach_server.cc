@@ -835,6 +835,9 @@ struct Ops {
   int cm_accept();
   int cm_reject();
   int cm_disconnect();
+  int cm_refuse();
+  int cm_notify();
+  int neighbour();
   /// The CM request's parameters (private data bounded).
   static cm::SessionParam cm_param(const CmReq& r) {
     cm::SessionParam p;
@@ -1496,6 +1499,34 @@ int Ops::cm_disconnect() {
   return run([=] { return l->session->disconnect(id); });
 }
 
+int Ops::cm_refuse() {
+  if (!c.cm) return EINVAL;
+  LaneCm* l = c.cm.get();
+  const std::uint32_t id = rq.cm.id;
+  return run([=] { return l->session->refuse(id); });
+}
+
+int Ops::cm_notify() {
+  if (!c.cm) return EINVAL;
+  LaneCm* l = c.cm.get();
+  const std::uint32_t id = rq.cm.id;
+  return run([=] { return l->session->notify(id); });
+}
+
+int Ops::neighbour() {
+  // Loop 0 of the port answers ARP and keeps the neighbour cache; nothing waits here.
+  port::PollLoop* l0 = s.ports_[c.port].loops[0];
+  const wire::Ipv4Addr ip = rq.cm.dst;
+  const bool ask = rq.handle != 0;
+  const bool known = run_on(l0, s.stop_, s.loops_stopped_, [l0, ip, ask] {
+    if (l0->neighbour().lookup(ip)) return true;
+    if (ask) l0->resolve(ip);
+    return false;
+  });
+  rep.handle = known ? 1 : 0;  // (not an error: roced's count of bad requests stays)
+  return 0;
+}
+
 bool AttachServer::handle(Client& c) {
   Request rq;
   iovec iov{&rq, sizeof rq};
@@ -1620,6 +1651,15 @@ void AttachServer::execute(Client& c, const Request& rq, bool whole, std::vector
           break;
         case Op::kCqNotify:
           err = ops.cq_notify();
+          break;
+        case Op::kCmRefuse:
+          err = ops.cm_refuse();
+          break;
+        case Op::kCmNotify:
+          err = ops.cm_notify();
+          break;
+        case Op::kNeighbour:
+          err = ops.neighbour();
           break;
         default:
           err = EINVAL;

@@ -49,6 +49,11 @@ enum class Op : std::uint32_t {
   /// handle = a CQ: reply passes its eventfd, made on the first request (a CQ nobody waits on
   /// costs roced no descriptor; one waited on counts against quotas.max_fds)
   kCqNotify,
+  kCmRefuse,  ///< CmReq id: REJ 3 "no resources" to a connect request (Context::cm_refuse)
+  kCmNotify,  ///< CmReq id: COMM_EST, data before the RTU (Context::cm_notify, rdma_notify)
+  /// CmReq dst: whether the port's ARP cache has it (reply handle 1, else 0); request handle 1:
+  /// ARP for it when not (Context::neighbour). Never waits.
+  kNeighbour,
 };
 
 // ---- control messages ----

@@ -45,6 +45,7 @@ int check_request(const Request& rq, bool whole, bool hello, std::size_t nfds,
     case Op::kDestroySrq:
     case Op::kCmOpen:
     case Op::kCqNotify:
+    case Op::kNeighbour:
       return 0;
     case Op::kRegRegion:
       if (nfds != 1) return EBADF;
@@ -70,6 +71,8 @@ int check_request(const Request& rq, bool whole, bool hello, std::size_t nfds,
     case Op::kCmAccept:
     case Op::kCmReject:
     case Op::kCmDisconnect:
+    case Op::kCmRefuse:
+    case Op::kCmNotify:
       return check_cm(rq.cm, rq.op);
   }
   return EINVAL;  // no such request

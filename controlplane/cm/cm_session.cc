@@ -129,6 +129,12 @@ int CmSession::disconnect(std::uint32_t id) {
   return hub_->agent().cm().disconnect(it->second) == CmStatus::kOk ? 0 : EINVAL;
 }
 
+int CmSession::notify(std::uint32_t id) {
+  auto it = ids_.find(id);
+  if (it == ids_.end()) return ENOENT;
+  return hub_->agent().cm().notify_established(it->second) == CmStatus::kOk ? 0 : EINVAL;
+}
+
 void CmSession::release(engine::Qp* qp) { hub_->agent().release(qp); }
 
 std::optional<wire::Ipv4Addr> CmSession::peer_of(std::uint32_t id) const {

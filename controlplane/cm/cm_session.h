@@ -66,6 +66,8 @@ class CmSession {
   /// 12.6.7.2, as a full listen backlog). Not from inside the session's event callback.
   int refuse(std::uint32_t id);
   int disconnect(std::uint32_t id);
+  /// COMM_EST (rdma_notify): data arrived before the RTU; the connection is established.
+  int notify(std::uint32_t id);
   /// Before `qp` is destroyed: a connection on it still up is disconnected, and the CM no
   /// longer touches it.
   void release(engine::Qp* qp);

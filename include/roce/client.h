@@ -24,6 +24,7 @@
 #include <roce/addr.h>
 #include <roce/verbs.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -228,6 +229,28 @@ class Context {
   virtual int cm_reject(std::uint32_t id, std::span<const std::uint8_t> private_data = {}) = 0;
   /// rdma_disconnect: DREQ; the QP goes to the error state.
   virtual int cm_disconnect(std::uint32_t id) = 0;
+  /// A connect request refused for want of room: REJ reason 3 "no resources" (IBA 12.6.7.2,
+  /// as a full listen backlog refuses one; the kernel's rdma_reject with a reason), where
+  /// cm_reject sends 28 "consumer defined". Backends without it send cm_reject's REJ.
+  virtual int cm_refuse(std::uint32_t id) { return cm_reject(id); }
+  /// rdma_notify(IBV_EVENT_COMM_EST): a message arrived on an accepted connection before its
+  /// RTU (lost, or still on the way): the CM takes the connection as established
+  /// (kEstablished follows). Backends without it: EOPNOTSUPP (the RTU that answers the REP's
+  /// retransmission establishes it).
+  virtual int cm_notify(std::uint32_t id) {
+    (void)id;
+    return EOPNOTSUPP;
+  }
+  /// Whether the port knows the MAC of `ip` (its ARP cache): 0, else EAGAIN, with an ARP request
+  /// sent when `ask`; never waits (the non-blocking half of rdma_resolve_addr). A server asks
+  /// before cm_accept, which needs the MAC: a connect request from a source that does not
+  /// answer ARP then holds nothing but a pending entry. EOPNOTSUPP: the backend cannot tell
+  /// (cm_accept resolves, waiting).
+  virtual int neighbour(Ipv4Addr ip, bool ask) {
+    (void)ip;
+    (void)ask;
+    return EOPNOTSUPP;
+  }
   /// rdma_get_cm_event: 0 with `ev` filled, ETIMEDOUT after `timeout_ms` (0: do not wait;
   /// -1: no limit), ENOTCONN when roced is gone.
   virtual int cm_get_event(CmEvent& ev, int timeout_ms) = 0;

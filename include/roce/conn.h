@@ -11,7 +11,9 @@
 /// sent and its answer awaited, so the peer sees a clean close rather than a timeout).
 ///
 /// Errors follow rdma-core: calls return 0 or an errno value; connect() returns 0 with errno.
-/// One thread uses an Endpoint (as a connection's rdma_cm_id is used by one thread).
+/// One thread uses an Endpoint (as a connection's rdma_cm_id is used by one thread). An Endpoint
+/// reads every CM event of its Context: one Endpoint per Context (two services in one process
+/// open a Context each; in-process they share the engine's CM, each with its own ports).
 #pragma once
 
 #include <roce/addr.h>
@@ -105,6 +107,9 @@ class Endpoint {
   int accept(ConnId c, std::span<const std::uint8_t> private_data = {});
   /// Passive: the REJ (consumer reason, `private_data` <= 148 bytes); the connection is gone.
   int reject(ConnId c, std::span<const std::uint8_t> private_data = {});
+  /// Passive: REJ 3 "no resources" (Context::cm_refuse), what a server at its caps answers;
+  /// the connection is gone.
+  int refuse(ConnId c);
   /// Active: creates the QP (receives may be posted when this returns) and sends the REQ
   /// (`private_data` <= 56 bytes) to `dst`:`port`; kEstablished, kRejected, kUnreachable or
   /// kConnectError follows. 0 with errno set when it cannot start (EHOSTUNREACH: no ARP answer).
@@ -114,6 +119,11 @@ class Endpoint {
   /// and its QP and CQ destroyed once the CM is done with it. No event follows for it.
   int disconnect(ConnId c);
 
+  /// Ends connection `c` and destroys its QP, CQ and PD now, for a server that must give a
+  /// connection's resources back at once (an error completion, a connection reaped for a
+  /// newcomer): the DREQ goes out if it was up (the CM retries it and takes the answer by
+  /// itself), a request not answered yet is rejected. No event follows for it.
+  int close(ConnId c);
   /// The connection's QP (null once it is gone): for modify/query, rarely needed.
   client::Qp* qp(ConnId c);
   /// Posts a chain of work requests on connection `c`'s QP (ENOTCONN: no such connection).
@@ -121,7 +131,9 @@ class Endpoint {
   int post_recv(ConnId c, const client::RecvWr& wr);
 
   /// Runs the CM and polls every connection's CQ once; appends what happened. True if anything
-  /// did. In-process, each poll also drives the dataplane (the Context's progress).
+  /// did. In-process, each poll also drives the dataplane (the Context's progress). A receive
+  /// completion on an accepted connection whose RTU has not come establishes it
+  /// (Context::cm_notify, as rdma_notify on IBV_EVENT_COMM_EST): kEstablished follows.
   bool poll(std::vector<Event>& events, std::vector<Completion>& completions);
   /// Connections now (requests not yet answered included).
   std::size_t connections() const { return conns_.size(); }
@@ -130,7 +142,8 @@ class Endpoint {
   struct Conn {
     ConnId id = 0;
     std::uint32_t cm_id = 0;
-    bool active = false, requested = false, accepted = false, up = false, closing = false;
+    bool active = false, requested = false, up = false, closing = false, notified = false,
+         accepted = false;
     client::Pd* pd = nullptr;
     client::Cq* cq = nullptr;
     client::Qp* qp = nullptr;

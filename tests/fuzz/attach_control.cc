@@ -60,7 +60,8 @@ const OpKind* destroys(Op op) {
 
 bool is_cm(Op op) {
   return op == Op::kCmListen || op == Op::kCmConnect || op == Op::kCmAccept ||
-         op == Op::kCmReject || op == Op::kCmDisconnect;
+         op == Op::kCmReject || op == Op::kCmDisconnect || op == Op::kCmRefuse ||
+         op == Op::kCmNotify;
 }
 
 }  // namespace

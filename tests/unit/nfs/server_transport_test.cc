@@ -30,8 +30,10 @@
 #include <thread>
 #include <vector>
 
+#include "apps/nfs/in_process.h"
 #include "apps/nfs/nfs_service.h"
 #include "apps/nfs/rpcrdma.h"
+#include "apps/nfs/transport.h"
 #include "controlplane/address.h"
 #include "controlplane/cm/cm_agent.h"
 #include "dataplane/port/dpdk_port.h"
@@ -127,6 +129,7 @@ struct Side {
     ec.mac = mac;
     ec.ipv4 = ip;
     ec.max_qps = 64;
+    ec.max_mtu = Mtu::k1024;  // what a 1500-byte link carries (the CM offers the engine's)
     eng = std::make_unique<Engine>(ec);
     port::PortSpec ps;
     ps.device = dev;
@@ -152,7 +155,9 @@ struct Client {
 
 class Rig {
  public:
-  Rig(ServerOptions o, RpcRdmaServer::Handler h)
+  /// `client_cm`: the test's own CM agent on engine A (off: engine A's QP1 is left for a
+  /// libroce Context there, as RpcRdmaClient's).
+  Rig(ServerOptions o, RpcRdmaServer::Handler h, bool client_cm = true)
       : n_(g_rig++),
         a_rx_(ring("nfst_arx" + std::to_string(n_))),
         a_tx_(ring("nfst_atx" + std::to_string(n_))),
@@ -162,7 +167,7 @@ class Rig {
                                       RTE_MBUF_DEFAULT_BUF_SIZE, 0)),
         a(ring_port("nfst_a" + std::to_string(n_), a_rx_, a_tx_), kMacA, kIpA),
         b(ring_port("nfst_b" + std::to_string(n_), b_rx_, b_tx_), kMacB, kIpB),
-        env(*b.eng, *b.loop, kIpB, nullptr) {
+        ctx(open_local_context(*b.eng, *b.loop, kIpB)) {
     if (pool_ == nullptr) throw std::runtime_error("cannot create the injection pool");
     // When the server's loop sends its answer to a probe (the thread of the loop, not the wire's).
     b.loop->tap = [this](std::span<const std::uint8_t> f, bool tx) {
@@ -171,7 +176,8 @@ class Rig {
       if (arp && arp->first == 2 && arp->second == kIpProbe)
         probe_answered_ns.store(port::now_ns(), std::memory_order_release);
     };
-    srv = std::make_unique<RpcRdmaServer>(env, o, std::move(h));
+    // The server in-process: a libroce Context on engine B, MACs from its loop's ARP cache.
+    srv = std::make_unique<RpcRdmaServer>(*ctx, o, std::move(h));
     srv->listen(kPort);
     cm::CmAgentConfig cc;
     cc.cm.ca_guid = 0xA;
@@ -184,7 +190,8 @@ class Rig {
       if (gid == ctl::gid_from_ipv4(kIpB)) return kMacB;
       return std::nullopt;
     };
-    cm_a = std::make_unique<cm::CmAgent>(*a.eng, cc, [this](const cm::CmEvent& e) { on_cm(e); });
+    if (client_cm)
+      cm_a = std::make_unique<cm::CmAgent>(*a.eng, cc, [this](const cm::CmEvent& e) { on_cm(e); });
     pd = a.eng->alloc_pd();
     cq = a.eng->create_cq(1024);
   }
@@ -200,6 +207,7 @@ class Rig {
     }
     cm_a.reset();
     srv.reset();
+    ctx.reset();  // before the engine it stands on
   }
 
   // The wire, on a thread of its own (a wire does not wait for the server's poll): moves frames
@@ -240,10 +248,14 @@ class Rig {
     return any;
   }
 
+  void start_pump() {
+    if (!pump_.joinable()) pump_ = std::thread([this] { pump(); });
+  }
+
   // One round: the client's port and CM, the server, the client's CQ.
   // Returns how long the server's poll() took.
   std::uint64_t step() {
-    if (!pump_.joinable()) pump_ = std::thread([this] { pump(); });
+    start_pump();
     a.loop->poll_once();
     cm_a->poll(port::now_ns());
     const std::uint64_t t0 = port::now_ns();
@@ -347,7 +359,7 @@ class Rig {
 
  public:
   Side a, b;
-  runtime::Env env;
+  std::unique_ptr<client::Context> ctx;
   std::unique_ptr<RpcRdmaServer> srv;
   std::unique_ptr<cm::CmAgent> cm_a;
   Pd* pd = nullptr;
@@ -538,7 +550,7 @@ TEST(NfsServerTransport, RejectsASourceTheExportDoesNotList) {
   Rig r(o, echo);
   // The server learns the client's MAC first (its ARP request), so that the REJ can reach it.
   r.inject(arp_frame(1, wire::MacAddr{{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}, kMacA, kIpA, kIpB));
-  r.run([&] { return r.env.loop.neighbour().lookup(kIpA).has_value(); }, 1);
+  r.run([&] { return r.b.loop->neighbour().lookup(kIpA).has_value(); }, 1);
   Client& c = r.connect();
   ASSERT_TRUE(r.run([&] { return c.up || c.rejected; }, 5));
   EXPECT_TRUE(c.rejected) << "a source outside the export's list was accepted";
@@ -622,6 +634,112 @@ TEST(NfsServerTransport, AReqAloneClosesNobody) {
   (void)c2;
 }
 
+// The client transport (RpcRdmaClient) on a libroce Context of engine A against the server on
+// engine B, each polled by a thread of its own: a read chunk (WRITE's data) arrives whole at the
+// handler, a write chunk (READ's data) and a reply chunk come back whole, each chunk registered
+// for its call alone and deregistered at the reply; the connection is torn down after four
+// calls and made again, the fourth sent again through the new one.
+std::uint64_t fnv(std::span<const std::uint8_t> b, std::uint64_t h = 1469598103934665603ull) {
+  for (std::uint8_t x : b) h = (h ^ x) * 1099511628211ull;
+  return h;
+}
+
+TEST(NfsClientTransport, ChunksBothWaysAndAReconnect) {
+  constexpr std::uint32_t kChunk = 64 * 1024, kReply = 20000;
+  std::vector<std::uint8_t> pattern(kChunk);
+  for (std::size_t i = 0; i < pattern.size(); ++i)
+    pattern[i] = static_cast<std::uint8_t>(i * 7 + (i >> 9));
+  // The call's first word is the XID, the second says what to answer: 1 the call's length and
+  // hash, 2 the pattern as READ's payload (a write chunk), 3 a reply of kReply bytes.
+  const auto handler = [&](const CallContext&, std::span<const std::uint8_t> call, RpcReply& r) {
+    const std::uint32_t what = call.size() >= 8 ? wire::load_be32(call.data() + 4) : 0;
+    r.msg.assign(call.begin(), call.begin() + 8);
+    if (what == 1) {
+      r.msg.resize(20);
+      wire::store_be32(r.msg.data() + 8, static_cast<std::uint32_t>(call.size()));
+      wire::store_be64(r.msg.data() + 12, fnv(call));
+    } else if (what == 2) {
+      r.has_payload = true;
+      r.payload = pattern;
+    } else if (what == 3) {
+      r.msg.resize(kReply);
+      std::copy(pattern.begin(), pattern.begin() + (kReply - 8), r.msg.begin() + 8);
+    }
+  };
+  Rig r({}, handler, false);
+  r.start_pump();
+  std::atomic<bool> stop{false};
+  std::thread server([&] {
+    while (!stop.load(std::memory_order_relaxed)) r.srv->poll();
+  });
+  {
+    auto cs = open_local_context(*r.a.eng, *r.a.loop, kIpA);
+    TransportOptions to;
+    to.max_chunk = kChunk;
+    to.connect_timeout = 5;
+    to.call_timeout = 5;
+    to.break_after_calls = 4;
+    RpcRdmaClient cl(*cs, to);
+    ASSERT_TRUE(cl.connect("192.0.2.2", kPort)) << cl.error();
+    EXPECT_TRUE(cl.peer_private_seen());
+    const std::size_t mrs = r.a.eng->mr_count();
+    std::uint32_t xid = 0x100;
+    const auto head = [&](std::uint32_t what) {
+      RpcCall c;
+      c.msg.resize(8);
+      wire::store_be32(c.msg.data(), ++xid);
+      wire::store_be32(c.msg.data() + 4, what);
+      return c;
+    };
+    // A read chunk at the end of the call: the handler sees the call with the data in place.
+    RpcCall w = head(1);
+    w.read_data = pattern;
+    w.read_position = 8;
+    std::vector<std::uint8_t> whole = w.msg;
+    whole.insert(whole.end(), pattern.begin(), pattern.end());
+    RpcResult res = cl.call(w);
+    ASSERT_TRUE(res.ok) << res.error;
+    ASSERT_EQ(res.reply.size(), 20u);
+    EXPECT_EQ(wire::load_be32(res.reply.data() + 8), whole.size());
+    EXPECT_EQ(wire::load_be64(res.reply.data() + 12), fnv(whole));
+    // A write chunk: READ's data lands in the caller's buffer.
+    std::vector<std::uint8_t> back(kChunk, 0);
+    RpcCall rd = head(2);
+    rd.write_target = back;
+    res = cl.call(rd);
+    ASSERT_TRUE(res.ok) << res.error;
+    EXPECT_EQ(res.written, kChunk);
+    EXPECT_TRUE(back == pattern);
+    // A reply beyond the inline size: through the reply chunk (RDMA_NOMSG).
+    RpcCall big = head(3);
+    big.reply_max = kReply + 100;
+    res = cl.call(big);
+    ASSERT_TRUE(res.ok) << res.error;
+    ASSERT_EQ(res.reply.size(), kReply);
+    EXPECT_TRUE(std::equal(res.reply.begin() + 8, res.reply.end(), pattern.begin()));
+    // Every chunk's registration is gone with its reply.
+    EXPECT_EQ(r.a.eng->mr_count(), mrs);
+    // The fourth call: the connection is torn down once it is sent and made again, the call
+    // sent again on the new one; the next call uses it too.
+    res = cl.call(head(0));
+    ASSERT_TRUE(res.ok) << res.error;
+    res = cl.call(head(0));
+    ASSERT_TRUE(res.ok) << res.error;
+    const TransportStats& st = cl.stats();
+    EXPECT_EQ(st.reconnects, 1u);
+    EXPECT_EQ(st.read_chunks, 1u);
+    EXPECT_EQ(st.write_chunks, 1u);
+    EXPECT_EQ(st.reply_chunks, 1u);
+    EXPECT_EQ(st.resent, 1u);
+    EXPECT_EQ(st.registrations, 4u);  // the message buffers, then one per chunk
+    EXPECT_EQ(st.local_invalidations, 3u);
+    EXPECT_EQ(st.remote_invalidations, 0u);
+    cl.close();
+  }
+  stop = true;
+  server.join();
+}
+
 // The service gives its transport the export's client list (an unlisted source is refused at
 // its REQ), and its counters are there to scrape by name.
 TEST(NfsService, TheExportsListIsTheTransportsDoorAndTheCountersAreScrapable) {
@@ -631,7 +749,9 @@ TEST(NfsService, TheExportsListIsTheTransportsDoorAndTheCountersAreScrapable) {
                       std::to_string(30000 + getpid() % 20000)},
                      c);
   c.port = kPort + 1;
-  NfsService svc(r.env, c);
+  // A Context of its own (an Endpoint takes every CM event of its Context), on the same engine.
+  auto own = open_local_context(*r.b.eng, *r.b.loop, kIpB);
+  NfsService svc(*own, c);
   r.inject(arp_frame(1, wire::MacAddr{{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}, kMacA, kIpA, kIpB));
   Client& cl = r.connect(kPort + 1);
   ASSERT_TRUE(r.run(
