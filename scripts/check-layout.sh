@@ -48,7 +48,17 @@ layer_rule() {  # FOLDER: the folders it must not include
 layer_rule dataplane controlplane client runtime apps fpga
 layer_rule controlplane client runtime apps
 layer_rule client runtime apps fpga
-layer_rule runtime apps
+layer_rule_runtime() {  # runtime/ may use apps/common/ (the capture writer), no application
+  for f in $(sources runtime); do
+    while IFS=: read -r n inc; do
+      case "$inc" in
+        apps/common/*) ;;
+        apps/*) broken "$f:$n: runtime/ includes \"$inc\" (an application stands above it)" ;;
+      esac
+    done < <(includes "$f")
+  done
+}
+layer_rule_runtime
 
 # 4. No application includes another application's files (apps/common is shared), and no file
 #    outside the benchmark includes apps/perf/ (its own tests aside).

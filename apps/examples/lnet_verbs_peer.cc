@@ -2,7 +2,7 @@
 /// roce-lnet-verbs-peer: a transfer machine of the messaging API (client/lnet), owned by a
 /// process attached to roced, as the server of rdma-core's ibv_rc_pingpong or
 /// ibv_srq_pingpong. The pingpong client (an rdma-core program, e.g. on Linux rxe) connects
-/// over TCP and exchanges its QP numbers the pingpong way (apps/perf/pingpong_proto.h); each
+/// over TCP and exchanges its QP numbers the pingpong way (apps/common/pingpong_proto.h); each
 /// of its QPs becomes a foreign connection of the Tm (Tm::foreign_open/foreign_connect). Its
 /// SENDs land in the Tm's receive pool of multi-message buffers, several to a buffer, and
 /// every message is answered on the QP it came from with a message of the same size, as the
@@ -28,7 +28,7 @@
 #include <thread>
 #include <vector>
 
-#include "apps/perf/pingpong_proto.h"
+#include "apps/common/pingpong_proto.h"
 #include "controlplane/tcp.h"
 
 using namespace roce;
@@ -43,7 +43,7 @@ struct Args {
   bool qps_given = false;
 };
 
-using perf::pp::kSrqMaxQp;                    ///< srq_pingpong's table of QP addresses
+using pp::kSrqMaxQp;                          ///< srq_pingpong's table of QP addresses
 constexpr std::uint32_t kSrqDefaultQps = 16;  ///< its -q
 constexpr std::uint32_t kMaxQps = 64;         ///< foreign connections of one Tm, here
 
@@ -164,21 +164,21 @@ int run(const Args& a, client::Context& ctx) {
   ::close(ls);
   if (fd < 0) return fail("accept");
   const std::uint32_t nmsg = srq ? kSrqMaxQp : 1;
-  std::vector<perf::pp::Dest> peer(nmsg);
+  std::vector<pp::Dest> peer(nmsg);
   for (std::uint32_t i = 0; i < nmsg; ++i) {
-    std::array<char, perf::pp::kMsgLen> m{};
+    std::array<char, pp::kMsgLen> m{};
     if (!ctl::read_all(fd, m.data(), m.size())) return fail("the peer closed the exchange");
     if (i >= a.qps) continue;
-    const auto d = perf::pp::dest_of(m);
+    const auto d = pp::dest_of(m);
     if (!d) return fail("malformed QP address from the peer");
     peer[i] = *d;
   }
   const auto& g = peer[0].gid.b;
   const std::string nid = std::to_string(g[12]) + "." + std::to_string(g[13]) + "." +
                           std::to_string(g[14]) + "." + std::to_string(g[15]);
-  std::vector<std::array<char, perf::pp::kMsgLen>> mine(nmsg);
+  std::vector<std::array<char, pp::kMsgLen>> mine(nmsg);
   for (std::uint32_t i = 0; i < nmsg; ++i) {
-    perf::pp::Dest d;
+    pp::Dest d;
     if (i < a.qps) {
       // Each of the peer's QPs is an end point of its own in the Tm's events.
       const auto ep = EndPoint::parse(nid + "@roce:3:7:" + std::to_string(i));
@@ -198,7 +198,7 @@ int run(const Args& a, client::Context& ctx) {
       std::printf("  QP 0x%06x <-> the peer's QP 0x%06x as %s\n", qpn, peer[i].qpn,
                   ep->str().c_str());
     }
-    mine[i] = perf::pp::msg(d);
+    mine[i] = pp::msg(d);
   }
   for (auto& m : mine)
     if (!ctl::write_all(fd, m.data(), m.size())) return fail("the peer closed the exchange");

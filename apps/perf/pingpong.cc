@@ -11,7 +11,7 @@
 #include <fstream>
 #include <vector>
 
-#include "apps/perf/pingpong_proto.h"
+#include "apps/common/pingpong_proto.h"
 #include "apps/perf/tools.h"
 #include "controlplane/address.h"
 

@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "apps/common/pcap_writer.h"
+#include "apps/common/pingpong_proto.h"
 #include "apps/common/sample_frames.h"
 #include "apps/naa/mrsp.h"
 #include "apps/nfs/nfs3.h"
 #include "apps/nfs/rpc.h"
 #include "apps/nfs/rpcrdma.h"
 #include "apps/perf/perftest_proto.h"
-#include "apps/perf/pingpong_proto.h"
 #include "client/lnet/src/lnet_internal.h"
 #include "controlplane/attach/protocol.h"
 #include "controlplane/cm/mad.h"
@@ -446,7 +446,7 @@ void perf_seeds(const fs::path& out) {
   add(6, pb);
 
   Corpus pc(out, "pingpong_msg");
-  const auto m = perf::pp::msg({0, 0x11, 0xABCDEF, wire::ipv4_mapped(wire::Ipv4Addr{0xC0000201})});
+  const auto m = pp::msg({0, 0x11, 0xABCDEF, wire::ipv4_mapped(wire::Ipv4Addr{0xC0000201})});
   pc.add(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(m.data()), m.size()));
 }
 

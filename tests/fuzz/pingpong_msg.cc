@@ -1,15 +1,15 @@
 /// @file
-/// Fuzz target: the QP address message of ibv_rc/ud/srq_pingpong (apps/perf/pingpong_proto.cc),
+/// Fuzz target: the QP address message of ibv_rc/ud/srq_pingpong (apps/common/pingpong_proto.cc),
 /// 52 bytes from a peer that may send anything. An accepted message must survive re-encoding.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#include "apps/perf/pingpong_proto.h"
+#include "apps/common/pingpong_proto.h"
 #include "tests/fuzz/fuzz_target.h"
 
-using namespace roce::perf;
+using namespace roce;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < pp::kMsgLen) return 0;

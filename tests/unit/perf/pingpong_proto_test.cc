@@ -1,13 +1,13 @@
-// The pingpong tools' address message (apps/perf/pingpong_proto.h): the bytes rdma-core's
+// The pingpong tools' address message (apps/common/pingpong_proto.h): the bytes rdma-core's
 // ibv_rc_pingpong writes, and what a peer may send instead.
-#include "apps/perf/pingpong_proto.h"
+#include "apps/common/pingpong_proto.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
 
-namespace roce::perf::pp {
+namespace roce::pp {
 namespace {
 
 std::array<char, kMsgLen> raw(const std::string& s) {
@@ -42,4 +42,4 @@ TEST(PingpongProto, RejectsWhatIsNotAnAddress) {
 }
 
 }  // namespace
-}  // namespace roce::perf::pp
+}  // namespace roce::pp

@@ -1,11 +1,11 @@
 /// @file
 /// The pingpong tools' QP address message.
-#include "apps/perf/pingpong_proto.h"
+#include "apps/common/pingpong_proto.h"
 
 #include <cstdio>
 #include <cstring>
 
-namespace roce::perf::pp {
+namespace roce::pp {
 
 namespace {
 
@@ -45,4 +45,4 @@ std::optional<Dest> dest_of(std::span<const char, kMsgLen> m) {
   return d;
 }
 
-}  // namespace roce::perf::pp
+}  // namespace roce::pp

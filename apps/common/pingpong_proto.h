@@ -12,7 +12,7 @@
 
 #include "dataplane/wire/bytes.h"
 
-namespace roce::perf::pp {
+namespace roce::pp {
 
 constexpr std::size_t kMsgLen = 52;
 /// ibv_srq_pingpong always exchanges this many messages; those past its -q are all zeros.
@@ -29,4 +29,4 @@ std::array<char, kMsgLen> msg(const Dest& d);
 /// and PSN fit in 24 bits. The peer's NUL is not needed: nothing past kMsgLen is read.
 std::optional<Dest> dest_of(std::span<const char, kMsgLen> m);
 
-}  // namespace roce::perf::pp
+}  // namespace roce::pp
