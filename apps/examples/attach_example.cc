@@ -43,6 +43,8 @@
 #ifdef ROCE_EXAMPLE_LOCAL
 #include "dataplane/engine/engine.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
+#include "dataplane/port/poll_loop.h"
 #endif
 
 using namespace roce::client;

@@ -9,7 +9,7 @@
 
 #include "apps/naa/engine_stack.h"
 #include "apps/naa/naa_server.h"
-#include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
 
 namespace po = boost::program_options;
 using namespace roce::naa;

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "apps/netfr/engine_fabric.h"
-#include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
 
 namespace roce::netfr {
 namespace {

@@ -13,7 +13,7 @@
 #include <cstring>
 
 #include "apps/nfs/rpc.h"
-#include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
 
 namespace roce::nfs {
 

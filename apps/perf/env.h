@@ -15,6 +15,8 @@
 #include "apps/common/pcap_writer.h"
 #include "dataplane/fault_injector.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
+#include "dataplane/port/poll_loop.h"
 
 namespace roce::client {
 class Context;

@@ -27,7 +27,9 @@
 #include "apps/common/pattern.h"
 #include "apps/common/pcap_writer.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
 #include "dataplane/port/pmd_frames.h"
+#include "dataplane/port/poll_loop.h"
 
 namespace po = boost::program_options;
 using namespace roce;

@@ -15,7 +15,7 @@
 
 #include "apps/naa/engine_stack.h"
 #include "apps/naa/host/naaice_transport.h"
-#include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
 
 namespace roce::naa {
 namespace {

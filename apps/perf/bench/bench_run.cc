@@ -42,7 +42,9 @@
 #include "controlplane/address.h"
 #include "controlplane/tcp.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
 #include "dataplane/port/pmd_frames.h"
+#include "dataplane/port/poll_loop.h"
 
 namespace roce::bench {
 
