@@ -6,6 +6,7 @@
 ///
 /// Stages, one file each (rxe's decomposition):
 ///   rx_dispatch.cc  parse, QPN lookup, request vs response
+///   scheduler.cc    run(): timers, ACKs, then READ responses and send queues, round robin
 ///   requester.cc    SQ WQEs -> request packets
 ///   responder.cc    requests -> memory / receive queue, ACK/NAK, READ and atomic responses
 ///   completer.cc    ACK/NAK/responses -> completions, retry and RNR decisions
