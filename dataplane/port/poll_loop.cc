@@ -32,8 +32,7 @@ PollLoop::PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& fault
       eng_(eng),
       queue_(queue),
       nb_(eng.config().mac, eng.config().ipv4, eng.config().ipv6, port.neighbours()),
-      reply_(9216 + 64),
-      cmds_(make_ring("cmd", 1024)) {
+      reply_(9216 + 64) {
   eng.set_tx_ip_checksum_offload(port.offloads().tx_ip_checksum);
   // Transmit faults other than drops need whole frames to act on (corrupt, hold): they copy.
   if (!faults.any() || faults.drop_only()) {
@@ -50,20 +49,12 @@ PollLoop::~PollLoop() {
   // the loop is gone: nothing it queued may still point there.
   if (eng_.tx_zero_copy() != 0) port_.make_pending_whole(queue_);
   eng_.before_mr_release = nullptr;
-  void* p = nullptr;
-  while (rte_ring_dequeue(cmds_, &p) == 0) delete static_cast<std::function<void()>*>(p);
-  rte_ring_free(cmds_);
+  // (Commands still queued are destroyed unrun with cmds_.)
   if (own_ring_) {
+    void* p = nullptr;
     while (rte_ring_dequeue(own_ring_, &p) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(p));
     rte_ring_free(own_ring_);
   }
-}
-
-bool PollLoop::post(std::function<void()> fn) {
-  auto* p = new std::function<void()>(std::move(fn));
-  if (rte_ring_enqueue(cmds_, p) == 0) return true;
-  delete p;
-  return false;
 }
 
 void PollLoop::deliver(std::span<const std::uint8_t> f, std::uint64_t now, bool ip_ok) {
@@ -138,19 +129,16 @@ std::size_t PollLoop::poll_once() {
   if (last_poll_ns_ != 0) (last_busy_ ? time_.busy_ns : time_.idle_ns) += now - last_poll_ns_;
   last_poll_ns_ = now;
   ++time_.polls;
-  void* cmd[8];
-  const unsigned nc = rte_ring_dequeue_burst(cmds_, cmd, 8, nullptr);
-  for (unsigned i = 0; i < nc; ++i) {
-    auto* fn = static_cast<std::function<void()>*>(cmd[i]);
+  unsigned nc = 0;
+  for (; nc < kCommandsPerPoll; ++nc) {
     // A command that throws (an allocation that failed) must not end the lcore: its poster
     // hears of it through its own means (attach's run_on passes the exception on itself).
     try {
-      (*fn)();
+      if (!cmds_.run_one()) break;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "roced: lcore %u: a command failed: %s\n", eng_.config().lcore,
                    e.what());
     }
-    delete fn;
   }
   std::size_t moved = 0;
   for (Poller* p : pollers_) moved += p->poll(now);

@@ -15,6 +15,7 @@
 
 #include "dataplane/engine/engine.h"
 #include "dataplane/fault_injector.h"
+#include "dataplane/port/command_queue.h"
 #include "dataplane/port/dpdk_port.h"
 #include "dataplane/port/eal.h"
 #include "dataplane/port/frame_offload.h"
@@ -52,9 +53,20 @@ class PollLoop {
   std::function<void(std::span<const std::uint8_t>, bool tx)> tap;
   const FaultyLink* faults() const { return link_.get(); }
   const FaultyLink* rx_faults() const { return rx_link_.get(); }
-  /// Runs `fn` on this loop's lcore at its next iteration (from any thread; no locks: a ring).
-  /// False when the command ring is full.
-  bool post(std::function<void()> fn);
+  /// The largest command post() takes, in bytes (its captures): a slot of the command queue.
+  /// The attach server's verbs commands carry up to 104 (the operation's arguments and the
+  /// promise its control thread waits on).
+  static constexpr std::size_t kCommandBytes = 128;
+  /// Commands queued at once.
+  static constexpr std::size_t kCommands = 1024;
+  /// Runs `fn` on this loop's lcore at its next iteration (from any thread; no locks and no
+  /// allocation: `fn` is built in a slot of the loop's command queue, command_queue.h). False,
+  /// `fn` untouched, when the queue is full. `fn` is a void() callable of at most
+  /// kCommandBytes; a larger one does not compile (capture a pointer to what it needs).
+  template <class F>
+  bool post(F&& fn) {
+    return cmds_.try_push(std::forward<F>(fn));
+  }
   engine::Engine& engine() { return eng_; }
   std::uint16_t queue() const { return queue_; }
   /// Runs `p` at the start of every iteration (port/poller.h) until remove_poller(). Call on
@@ -84,7 +96,8 @@ class PollLoop {
  private:
   friend void connect_loops(std::span<PollLoop* const> loops);
   static constexpr std::uint16_t kRxBurst = 32;
-  static constexpr unsigned kRxBursts = 4;  ///< bursts per iteration while the queue is full
+  static constexpr unsigned kRxBursts = 4;         ///< bursts per iteration while the queue is full
+  static constexpr unsigned kCommandsPerPoll = 8;  ///< commands run per iteration, at most
   void send(std::span<const std::uint8_t> frame);
   /// A frame as it goes on the wire (after the offload device): capture, faults, the port.
   void wire_tx(std::span<const std::uint8_t> frame);
@@ -106,10 +119,10 @@ class PollLoop {
   std::unique_ptr<FaultyLink> rx_link_;  ///< receive faults, only when configured
   std::vector<std::uint8_t> reply_;
   std::vector<std::uint8_t> whole_;
-  std::vector<std::uint8_t> tagged_;  ///< on_wire()
-  rte_ring* cmds_ = nullptr;          ///< std::function<void()>* from other threads
-  std::vector<Poller*> pollers_;      ///< add_poller()
-  FrameOffload* offload_ = nullptr;   ///< set_offload()
+  std::vector<std::uint8_t> tagged_;             ///< on_wire()
+  CommandQueue<kCommandBytes> cmds_{kCommands};  ///< post()
+  std::vector<Poller*> pollers_;                 ///< add_poller()
+  FrameOffload* offload_ = nullptr;              ///< set_offload()
   // steering (connect_loops)
   unsigned self_ = 0, lcores_ = 1;
   std::vector<rte_ring*> rings_;  ///< one per lcore: mbufs for its loop
