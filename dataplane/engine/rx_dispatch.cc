@@ -6,11 +6,15 @@
 #include <algorithm>
 #include <array>
 
-#include "dataplane/engine/engine.h"
+#include "dataplane/engine/engine_loc.h"
 
 namespace roce::engine {
 
 using wire::OpMask;
+
+namespace {
+bool check_address(const Qp& qp, const wire::RxPkt& pkt);
+}  // namespace
 
 std::string_view to_string(Counter c) {
   static constexpr std::array<std::string_view, kCounterCount> k{"rx_frames",
@@ -61,13 +65,15 @@ std::string_view to_string(Counter c) {
   return k[static_cast<std::size_t>(c)];
 }
 
-bool Engine::check_address(const Qp& qp, const wire::RxPkt& pkt) const {
+namespace {
+bool check_address(const Qp& qp, const wire::RxPkt& pkt) {
   // rxe check_addr: RC/UC packets must come from the QP's peer and be sent to us.
   const wire::FrameSpec& t = qp.tx;
   if (pkt.ip_version != t.ip_version) return false;
   if (pkt.ip_version == wire::IpVersion::kV4) return pkt.ipv4().src() == t.dst_ip4;
   return pkt.ipv6().src() == t.dst_ip6;
 }
+}  // namespace
 
 void Engine::receive(std::span<const std::uint8_t> frame, std::uint64_t now_ns,
                      bool ip_checksum_ok) {
@@ -99,18 +105,18 @@ void Engine::receive(std::span<const std::uint8_t> frame, std::uint64_t now_ns,
     stats_.inc(Counter::kRxDropAddress);
     return;
   }
-  dispatch(pkt);
+  Stages::dispatch(*this, pkt);
 }
 
-void Engine::dispatch(const wire::RxPkt& pkt) {
+void Engine::Stages::dispatch(Engine& eng, const wire::RxPkt& pkt) {
   const wire::OpcodeInfo& info = *pkt.info;
   if (info.mask.has(OpMask::kCnp)) {
-    stats_.inc(Counter::kRxCnp);  // congestion control consumes these (DCQCN issue)
+    eng.stats_.inc(Counter::kRxCnp);  // congestion control consumes these (DCQCN issue)
     return;
   }
-  Qp* qp = find_qp(pkt.dest_qp.raw());
+  Qp* qp = eng.find_qp(pkt.dest_qp.raw());
   if (qp == nullptr) {
-    stats_.inc(Counter::kRxDropUnknownQp);
+    eng.stats_.inc(Counter::kRxDropUnknownQp);
     return;
   }
   const wire::Transport t = wire::transport_of(pkt.opcode);
@@ -118,30 +124,30 @@ void Engine::dispatch(const wire::RxPkt& pkt) {
                      (qp->type == QpType::kUc && t == wire::Transport::kUc) ||
                      (qp->type == QpType::kUd && t == wire::Transport::kUd);
   if (!match) {
-    stats_.inc(Counter::kRxDropWrongTransport);
+    eng.stats_.inc(Counter::kRxDropWrongTransport);
     return;
   }
   // P_Key: low 15 bits equal, and one side a full member (we are 0xFFFF, a full member).
   if ((pkt.bth().pkey() & 0x7FFF) != 0x7FFF) {
-    stats_.inc(Counter::kRxDropPkey);
+    eng.stats_.inc(Counter::kRxDropPkey);
     return;
   }
   if (qp->type == QpType::kUd) {
-    resp_on_ud(*qp, pkt);
+    resp_on_ud(eng, *qp, pkt);
     return;
   }
   if (qp->state == QpState::kReset || qp->state == QpState::kInit || qp->state == QpState::kErr) {
-    stats_.inc(Counter::kRxDropQpState);
+    eng.stats_.inc(Counter::kRxDropQpState);
     return;
   }
   if (!check_address(*qp, pkt)) {
-    stats_.inc(Counter::kRxDropAddress);
+    eng.stats_.inc(Counter::kRxDropAddress);
     return;
   }
   if (info.mask.has(OpMask::kResponse))
-    comp_on_response(*qp, pkt);
+    comp_on_response(eng, *qp, pkt);
   else
-    resp_on_request(*qp, pkt);
+    resp_on_request(eng, *qp, pkt);
 }
 
 }  // namespace roce::engine

@@ -7,7 +7,7 @@
 /// others, and fewer for a QP recovering from a loss.
 #include <algorithm>
 
-#include "dataplane/engine/engine.h"
+#include "dataplane/engine/engine_loc.h"
 
 namespace roce::engine {
 
@@ -20,10 +20,10 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
       ++timers_deferred_;
     } else {
       timers_deferred_ = 0;
-      run_timers();
+      Stages::run_timers(*this);
     }
   }
-  resp_flush_acks();
+  Stages::resp_flush_acks(*this);
   // Round-robin over the QPs with work, a few packets each per pass, so that one long
   // message does not starve the others.
   constexpr std::uint32_t kPerQp = 16;
@@ -34,7 +34,7 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
     for (std::size_t i = 0; i < read_list_.size();) {
       Qp& qp = *read_list_[i];
       std::uint32_t budget = kPerQp;
-      resp_read_pump(qp, budget);
+      Stages::resp_read_pump(*this, qp, budget);
       progress |= budget != kPerQp;
       if (qp.resp.out_empty() || qp.state == QpState::kErr) {
         qp.in_read_list = false;
@@ -49,7 +49,7 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
       // With many QPs, each one's state and payload is elsewhere in memory: ask for the next
       // QP's while this one is sent (its struct first, then, one QP later, its payload).
       if (i + 2 < send_list_.size()) __builtin_prefetch(send_list_[i + 2]);
-      if (i + 1 < send_list_.size()) prefetch_next_packet(*send_list_[i + 1]);
+      if (i + 1 < send_list_.size()) Stages::prefetch_next_packet(*this, *send_list_[i + 1]);
       std::uint32_t budget = kPerQp;
       if (qp.comp.cwnd != 0) {
         // Recovering from a loss: a few packets per call (EngineConfig::recovery_batch), so
@@ -62,7 +62,7 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
       }
       const std::uint32_t budget0 = budget;
       const std::uint32_t before_next = qp.req.next_wqe;
-      if (budget != 0) req_pump(qp, budget);
+      if (budget != 0) Stages::req_pump(*this, qp, budget);
       qp.run_sent += budget0 - budget;
       progress |= budget != budget0 || qp.req.next_wqe != before_next;
       const bool idle =
