@@ -100,8 +100,6 @@ class DpdkPort {
   /// The PMD's verdict on the IPv4 header checksum of a received frame: true when it checked
   /// it good; false when it did not check. A bad one is counted and reported by `bad`.
   bool rx_ip_checksum_ok(const rte_mbuf* m, std::uint16_t q, bool& bad);
-  std::uint16_t port_id() const { return port_; }
-  std::uint16_t queues() const { return static_cast<std::uint16_t>(q_.size()); }
   /// Receives up to `max` frames from queue `q` and hands each that passes rx_vlan() to
   /// `f(std::span<const std::uint8_t>)`; returns how many were received.
   template <class F>

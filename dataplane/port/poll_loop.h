@@ -68,7 +68,6 @@ class PollLoop {
     return cmds_.try_push(std::forward<F>(fn));
   }
   engine::Engine& engine() { return eng_; }
-  std::uint16_t queue() const { return queue_; }
   /// Runs `p` at the start of every iteration (port/poller.h) until remove_poller(). Call on
   /// the loop's lcore (from a post()ed command) or before the loop runs.
   void add_poller(Poller* p) { pollers_.push_back(p); }
