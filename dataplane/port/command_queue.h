@@ -92,11 +92,14 @@ class CommandQueue {
 
   /// Runs the oldest command (on the consumer's thread only); false when there is none. When
   /// the command throws, it is destroyed and its slot handed back before the exception goes
-  /// on to the caller.
+  /// on to the caller. A command may run the queue again itself (a poll of its own loop): the
+  /// inner call takes the commands after it.
   bool run_one() {
-    Slot& s = slots_[head_ & mask_];
-    if (s.seq.load(std::memory_order_acquire) != head_ + 1) return false;
-    Release release{*this, s};
+    const std::size_t pos = head_;
+    Slot& s = slots_[pos & mask_];
+    if (s.seq.load(std::memory_order_acquire) != pos + 1) return false;
+    ++head_;
+    Release release{s, pos + mask_ + 1};
     if (s.ops != nullptr) s.ops->run(s.buf);
     return true;
   }
@@ -114,21 +117,22 @@ class CommandQueue {
     const Ops* ops = nullptr;
     alignas(std::max_align_t) std::byte buf[Bytes];
   };
-  /// Destroys the command of the slot at head_ and hands the slot to the producers' next lap.
+  /// Destroys the command of slot `s` and hands the slot to the producers' lap `next`.
   struct Release {
-    CommandQueue& q;
     Slot& s;
+    std::size_t next;
     ~Release() {
       if (s.ops != nullptr) s.ops->destroy(s.buf);
       s.ops = nullptr;
-      s.seq.store(q.head_ + q.mask_ + 1, std::memory_order_release);
-      ++q.head_;
+      s.seq.store(next, std::memory_order_release);
     }
   };
   bool pop_destroy() {
-    Slot& s = slots_[head_ & mask_];
-    if (s.seq.load(std::memory_order_acquire) != head_ + 1) return false;
-    Release release{*this, s};
+    const std::size_t pos = head_;
+    Slot& s = slots_[pos & mask_];
+    if (s.seq.load(std::memory_order_acquire) != pos + 1) return false;
+    ++head_;
+    Release release{s, pos + mask_ + 1};
     return true;
   }
 

@@ -19,15 +19,13 @@
 
 namespace roce::port {
 
-namespace {
-bool g_eal_up = false;
-}  // namespace
-
 void throw_dpdk_error(const std::string& what, int err) {
   throw std::runtime_error(what + ": " + rte_strerror(err < 0 ? -err : err));
 }
 
 namespace {
+bool g_eal_up = false;
+
 std::uint64_t steady_ns() {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                         std::chrono::steady_clock::now().time_since_epoch())

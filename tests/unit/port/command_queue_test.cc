@@ -99,6 +99,24 @@ TEST(CommandQueue, ThrowingCommandIsReleased) {
   }
 }
 
+// A command that runs the queue itself (a nested poll of its own loop) runs the next command,
+// not itself again; every slot comes back.
+TEST(CommandQueue, NestedRunTakesTheNext) {
+  CommandQueue<> q(4);
+  std::vector<int> order;
+  EXPECT_TRUE(q.try_push([&] {
+    order.push_back(1);
+    EXPECT_TRUE(q.run_one());
+    order.push_back(3);
+  }));
+  EXPECT_TRUE(q.try_push([&] { order.push_back(2); }));
+  EXPECT_TRUE(q.run_one());
+  EXPECT_FALSE(q.run_one());
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(q.try_push([] {}));
+  EXPECT_FALSE(q.try_push([] {}));
+}
+
 // Commands left in the queue are destroyed with it, unrun.
 TEST(CommandQueue, DestroysWhatIsLeft) {
   auto alive = std::make_shared<int>(0);
