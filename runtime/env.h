@@ -16,6 +16,8 @@
 #include "apps/common/pcap_writer.h"
 #include "client/local/local_context.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
+#include "dataplane/port/poll_loop.h"
 #include "runtime/link.h"
 
 namespace roce::runtime {

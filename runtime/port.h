@@ -18,6 +18,8 @@
 #include "dataplane/engine/engine.h"
 #include "dataplane/fault_injector.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
+#include "dataplane/port/poll_loop.h"
 #include "fpga/model/device.h"
 
 namespace roce::fpga {

@@ -12,6 +12,7 @@
 #include "client/local/local_context.h"
 #include "dataplane/engine/engine.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/poll_loop.h"
 
 namespace roce::runtime {
 

@@ -41,6 +41,8 @@
 
 #include "client/local/local_context.h"
 #ifdef ROCE_EXAMPLE_LOCAL
+#include "dataplane/port/eal.h"
+#include "dataplane/port/poll_loop.h"
 #include "runtime/env.h"
 #endif
 

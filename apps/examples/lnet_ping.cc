@@ -24,6 +24,8 @@
 #include <string>
 #ifdef ROCE_EXAMPLE_LOCAL
 #include "client/local/local_context.h"
+#include "dataplane/port/eal.h"
+#include "dataplane/port/poll_loop.h"
 #include "runtime/env.h"
 #endif
 

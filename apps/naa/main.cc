@@ -17,6 +17,7 @@
 #include "apps/naa/conn_stack.h"
 #include "apps/naa/naa_server.h"
 #include "apps/naa/standalone.h"
+#include "dataplane/port/eal.h"
 
 namespace po = boost::program_options;
 using namespace roce::naa;

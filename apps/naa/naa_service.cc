@@ -7,6 +7,7 @@
 
 #include "dataplane/engine/engine.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/poll_loop.h"
 
 namespace roce::naa {
 

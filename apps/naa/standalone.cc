@@ -6,6 +6,7 @@
 
 #include "apps/naa/local_port.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
 #include "runtime/env.h"
 
 namespace roce::naa {

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "apps/netfr/context_fabric.h"
+#include "dataplane/port/eal.h"
 
 namespace roce::netfr {
 namespace {

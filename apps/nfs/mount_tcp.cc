@@ -15,6 +15,7 @@
 #include "apps/nfs/rpc.h"
 #include "controlplane/tcp.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
 
 namespace roce::nfs {
 

@@ -26,7 +26,9 @@
 
 #include "apps/common/pattern.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
 #include "dataplane/port/pmd_frames.h"
+#include "dataplane/port/poll_loop.h"
 #include "runtime/env.h"
 #include "runtime/link.h"
 #include "runtime/oob.h"

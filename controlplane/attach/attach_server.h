@@ -29,7 +29,7 @@
 #include <thread>
 #include <vector>
 
-#include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/poll_loop.h"
 
 namespace roce::attach {
 

@@ -6,23 +6,23 @@
 #include <algorithm>
 #include <cstring>
 
-#include "dataplane/engine/engine.h"
+#include "dataplane/engine/engine_loc.h"
 
 namespace roce::engine {
 
 using wire::OpMask;
 using wire::Psn;
 
-void Engine::comp_retire(Qp& qp) {
+void Engine::Stages::comp_retire(Engine& eng, Qp& qp) {
   while (qp.sq_head != qp.sq_tail) {
     SendWqe& w = qp.wqe(qp.sq_head);
     if (w.state == WqeState::kFailed) {
       // Everything before the failed WQE has completed: report it and stop the QP.
-      qp_to_error(qp);
+      qp_to_error(eng, qp);
       return;
     }
     if (w.state == WqeState::kExecuted) {
-      comp_wqe_done(qp, w, WcStatus::kSuccess);
+      comp_wqe_done(eng, qp, w, WcStatus::kSuccess);
     } else if (w.state != WqeState::kDone) {
       break;
     }
@@ -30,7 +30,7 @@ void Engine::comp_retire(Qp& qp) {
   }
 }
 
-void Engine::comp_progress(Qp& qp) {
+void Engine::Stages::comp_progress(Engine& eng, Qp& qp) {
   // The answer to a probe. If it acknowledges exactly the probed packet, that packet had been
   // lost, and the responder dropped what followed it (a gap): go back to them. If it goes
   // further, or comes sooner than half a round trip after the probe (the original's ACK), the
@@ -38,7 +38,7 @@ void Engine::comp_progress(Qp& qp) {
   if (qp.comp.probing) {
     qp.comp.probing = qp.comp.probe_sent = false;
     constexpr std::uint8_t kMaxPtoShift = 3;
-    const bool early = now_ - qp.comp.probe_sent_at < qp.comp.srtt_ns / 2;
+    const bool early = eng.now_ - qp.comp.probe_sent_at < qp.comp.srtt_ns / 2;
     const bool filled = !early && qp.comp.psn == qp.comp.probe_psn + 1;
     if (filled)
       qp.comp.pto_shift = 0;  // the probe was needed, and is again at once
@@ -49,9 +49,9 @@ void Engine::comp_progress(Qp& qp) {
       qp.comp.rnr_left = qp.attr.rnr_retry;
       qp.comp.retrans_deadline = 0;
       qp.comp.probe_backoff = 0;
-      arm_retransmit(qp);
-      on_loss(qp);
-      order_retry(qp, qp.comp.psn, false);
+      arm_retransmit(eng, qp);
+      on_loss(eng, qp);
+      order_retry(eng, qp, qp.comp.psn, false);
       return;
     }
   }
@@ -60,20 +60,20 @@ void Engine::comp_progress(Qp& qp) {
   qp.comp.rnr_left = qp.attr.rnr_retry;
   qp.comp.retried = false;
   qp.comp.retrans_deadline = 0;
-  rtt_sample(qp);
-  grow_window(qp);
+  rtt_sample(eng, qp);
+  grow_window(eng, qp);
   qp.comp.probe_deadline = 0;
   qp.comp.probe_backoff = 0;
-  arm_retransmit(qp);
-  arm_probe(qp);
-  schedule_send(qp);
+  arm_retransmit(eng, qp);
+  arm_probe(eng, qp);
+  schedule_send(eng, qp);
 }
 
 // Completes every WQE whose PSNs all come before `upto` (an ACK, a NAK or a response with PSN
 // `upto` acknowledges them: IBA 9.7.5.1.1 implied acknowledgement). A READ or atomic among them
 // whose response never came means its responses were lost: order a retry from it and return
 // false.
-bool Engine::comp_implied_ack(Qp& qp, Psn upto) {
+bool Engine::Stages::comp_implied_ack(Engine& eng, Qp& qp, Psn upto) {
   for (std::uint32_t i = qp.sq_head; i != qp.sq_tail; ++i) {
     SendWqe& w = qp.wqe(i);
     if (w.state == WqeState::kPosted) break;
@@ -92,7 +92,7 @@ bool Engine::comp_implied_ack(Qp& qp, Psn upto) {
     if (w.is_rd_atomic()) {
       const Psn missing = w.read_resume_psn(qp.pmtu_shift());
       if (after(missing, qp.comp.psn)) qp.comp.psn = missing;
-      order_retry(qp, missing, true);
+      order_retry(eng, qp, missing, true);
       return false;
     }
     // Acknowledged: it completes in post order (comp_retire), after any local operation
@@ -101,127 +101,129 @@ bool Engine::comp_implied_ack(Qp& qp, Psn upto) {
   }
   if (after(upto, qp.comp.psn)) {
     qp.comp.psn = upto;
-    comp_progress(qp);
+    comp_progress(eng, qp);
   }
-  comp_retire(qp);
+  comp_retire(eng, qp);
   return true;
 }
 
-void Engine::comp_on_response(Qp& qp, const wire::RxPkt& pkt) {
+void Engine::Stages::comp_on_response(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   if (qp.type != QpType::kRc ||
       (qp.state != QpState::kRts && qp.state != QpState::kSqd && qp.state != QpState::kSqe)) {
-    stats_.inc(Counter::kRxDropQpState);
+    eng.stats_.inc(Counter::kRxDropQpState);
     return;
   }
   const Psn p = pkt.psn;
   // Responses older than the oldest unacknowledged PSN, or for PSNs never sent, are dropped.
   if (before(p, qp.comp.psn) || !before(p, qp.req.high_psn)) {
-    stats_.inc(Counter::kRxDropUnexpected);
+    eng.stats_.inc(Counter::kRxDropUnexpected);
     return;
   }
   if (pkt.opcode == wire::Opcode::kRcAcknowledge) {
-    comp_on_ack(qp, pkt);
+    comp_on_ack(eng, qp, pkt);
     return;
   }
   // READ response or atomic ACK: everything before it is implicitly acknowledged, and it
   // belongs to the oldest WQE.
-  if (!comp_implied_ack(qp, p)) return;
+  if (!comp_implied_ack(eng, qp, p)) return;
   if (qp.sq_head == qp.sq_tail) {
-    stats_.inc(Counter::kRxDropUnexpected);
+    eng.stats_.inc(Counter::kRxDropUnexpected);
     return;
   }
   SendWqe& w = qp.wqe(qp.sq_head);
   if (w.state == WqeState::kPosted || before(p, w.first_psn) || after(p, w.last_psn)) {
-    stats_.inc(Counter::kRxDropUnexpected);
+    eng.stats_.inc(Counter::kRxDropUnexpected);
     return;
   }
   if (pkt.opcode == wire::Opcode::kRcAtomicAcknowledge)
-    comp_on_atomic_ack(qp, w, pkt);
+    comp_on_atomic_ack(eng, qp, w, pkt);
   else
-    comp_on_read_response(qp, w, pkt);
+    comp_on_read_response(eng, qp, w, pkt);
 }
 
 // ACK, RNR NAK or NAK (IBA 9.7.5.2.1-9.7.5.2.8).
-[[gnu::always_inline]] inline void Engine::comp_on_ack(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline void Engine::Stages::comp_on_ack(Engine& eng, Qp& qp,
+                                                               const wire::RxPkt& pkt) {
   const Psn p = pkt.psn;
   const wire::Syndrome syn = pkt.aeth().syndrome();
   switch (syn.type()) {
     case wire::AckType::kAck:
-      stats_.inc(Counter::kAckRcvd);
-      comp_implied_ack(qp, p + 1);
+      eng.stats_.inc(Counter::kAckRcvd);
+      comp_implied_ack(eng, qp, p + 1);
       break;
     case wire::AckType::kRnrNak: {
-      stats_.inc(Counter::kRnrNakRcvd);
-      if (!comp_implied_ack(qp, p)) break;
+      eng.stats_.inc(Counter::kRnrNakRcvd);
+      if (!comp_implied_ack(eng, qp, p)) break;
       if (qp.comp.rnr_left == 0) {
-        stats_.inc(Counter::kRnrRetryExceeded);
-        qp_to_error(qp, WcStatus::kRnrRetryExcErr);
+        eng.stats_.inc(Counter::kRnrRetryExceeded);
+        qp_to_error(eng, qp, WcStatus::kRnrRetryExcErr);
         break;
       }
       if (qp.attr.rnr_retry != 7) --qp.comp.rnr_left;
       // IBA 9.7.5.2.8: wait at least the advertised RNR timer, then resend from p.
-      qp.comp.rnr_deadline = now_ + std::uint64_t{wire::kRnrTimerUs[syn.value()]} * 1000;
+      qp.comp.rnr_deadline = eng.now_ + std::uint64_t{wire::kRnrTimerUs[syn.value()]} * 1000;
       qp.comp.rnr_psn = p;
       qp.comp.retrans_deadline = 0;
       qp.comp.probe_deadline = 0;
       qp.comp.probing = qp.comp.probe_sent = false;
-      track_timer(qp);
+      track_timer(eng, qp);
       break;
     }
     case wire::AckType::kNak: {
-      if (!comp_implied_ack(qp, p)) break;
+      if (!comp_implied_ack(eng, qp, p)) break;
       if (syn.nak_code() == wire::NakCode::kPsnSeqError) {
-        stats_.inc(Counter::kSeqErrNakRcvd);
-        order_retry(qp, p, true);
+        eng.stats_.inc(Counter::kSeqErrNakRcvd);
+        order_retry(eng, qp, p, true);
         break;
       }
-      stats_.inc(Counter::kErrNakRcvd);
+      eng.stats_.inc(Counter::kErrNakRcvd);
       WcStatus st = WcStatus::kRemOpErr;
       if (syn.nak_code() == wire::NakCode::kInvalidRequest) st = WcStatus::kRemInvReqErr;
       if (syn.nak_code() == wire::NakCode::kRemoteAccessError) st = WcStatus::kRemAccessErr;
-      qp_to_error(qp, st);
+      qp_to_error(eng, qp, st);
       break;
     }
     case wire::AckType::kReserved:
-      stats_.inc(Counter::kRxDropUnexpected);
+      eng.stats_.inc(Counter::kRxDropUnexpected);
       break;
   }
 }
 
 // Atomic ACK (IBA 9.7.5.2.4): the original value goes to the WQE's buffer, through its key.
-void Engine::comp_on_atomic_ack(Qp& qp, SendWqe& w, const wire::RxPkt& pkt) {
+void Engine::Stages::comp_on_atomic_ack(Engine& eng, Qp& qp, SendWqe& w, const wire::RxPkt& pkt) {
   if (w.opcode != WrOpcode::kCmpSwap && w.opcode != WrOpcode::kFetchAdd) {
-    stats_.inc(Counter::kRxDropUnexpected);
+    eng.stats_.inc(Counter::kRxDropUnexpected);
     return;
   }
-  stats_.inc(Counter::kAckRcvd);
+  eng.stats_.inc(Counter::kAckRcvd);
   const std::uint64_t orig = pkt.atomic_ack_eth().orig();
   const Sge& sge = qp.sq_sges[(&w - qp.sq.data()) * qp.cap.max_send_sge];
   // The result buffer may have been deregistered since the request went out.
-  std::uint8_t* dst = mrs_.map(sge.lkey, qp.pd, sge.addr, 8, kAccessLocalWrite);
+  std::uint8_t* dst = eng.mrs_.map(sge.lkey, qp.pd, sge.addr, 8, kAccessLocalWrite);
   if (dst == nullptr) {
-    stats_.inc(Counter::kRxDropLocalAccess);
-    req_fail(qp, w, WcStatus::kLocProtErr);
+    eng.stats_.inc(Counter::kRxDropLocalAccess);
+    req_fail(eng, qp, w, WcStatus::kLocProtErr);
     return;
   }
   std::memcpy(dst, &orig, 8);
-  comp_wqe_done(qp, w, WcStatus::kSuccess);
+  comp_wqe_done(eng, qp, w, WcStatus::kSuccess);
   qp.comp.psn = pkt.psn + 1;
-  comp_progress(qp);
-  comp_retire(qp);
+  comp_progress(eng, qp);
+  comp_retire(eng, qp);
 }
 
 // READ response (IBA 9.7.5.2.3): in order only; a gap means lost responses.
-[[gnu::always_inline]] inline void Engine::comp_on_read_response(Qp& qp, SendWqe& w,
-                                                                 const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline void Engine::Stages::comp_on_read_response(Engine& eng, Qp& qp,
+                                                                         SendWqe& w,
+                                                                         const wire::RxPkt& pkt) {
   const Psn p = pkt.psn;
   if (w.opcode != WrOpcode::kRead) {
-    stats_.inc(Counter::kRxDropUnexpected);
+    eng.stats_.inc(Counter::kRxDropUnexpected);
     return;
   }
   const Psn expected = w.read_resume_psn(qp.pmtu_shift());
   if (p != expected) {
-    if (after(p, expected) && !qp.comp.retry_pending) order_retry(qp, expected, true);
+    if (after(p, expected) && !qp.comp.retry_pending) order_retry(eng, qp, expected, true);
     return;
   }
   // Position and length must fit the bytes still expected: First/Middle carry exactly the
@@ -234,7 +236,7 @@ void Engine::comp_on_atomic_ack(Qp& qp, SendWqe& w, const wire::RxPkt& pkt) {
   const bool len_ok =
       last ? pkt.payload_len == remaining : pkt.payload_len == pmtu && remaining > pmtu;
   if (!len_ok) {
-    stats_.inc(Counter::kRxDropUnexpected);
+    eng.stats_.inc(Counter::kRxDropUnexpected);
     return;
   }
   // Scatter into the WQE's SGEs at read_done, through their keys: a buffer deregistered
@@ -249,10 +251,10 @@ void Engine::comp_on_atomic_ack(Qp& qp, SendWqe& w, const wire::RxPkt& pkt) {
       continue;
     }
     const std::size_t n = std::min<std::size_t>(sge[i].length - off, pkt.payload_len - done);
-    std::uint8_t* dst = mrs_.map(sge[i].lkey, qp.pd, sge[i].addr + off, n, kAccessLocalWrite);
+    std::uint8_t* dst = eng.mrs_.map(sge[i].lkey, qp.pd, sge[i].addr + off, n, kAccessLocalWrite);
     if (dst == nullptr) {
-      stats_.inc(Counter::kRxDropLocalAccess);
-      req_fail(qp, w, WcStatus::kLocProtErr);
+      eng.stats_.inc(Counter::kRxDropLocalAccess);
+      req_fail(eng, qp, w, WcStatus::kLocProtErr);
       return;
     }
     std::memcpy(dst, src + done, n);
@@ -262,9 +264,9 @@ void Engine::comp_on_atomic_ack(Qp& qp, SendWqe& w, const wire::RxPkt& pkt) {
   w.read_done += pkt.payload_len;
   qp.comp.psn = p + 1;
   qp.comp.retry_pending = qp.comp.retry_pending && after(qp.comp.retry_psn, p);
-  if (last) comp_wqe_done(qp, w, WcStatus::kSuccess);
-  comp_progress(qp);
-  comp_retire(qp);
+  if (last) comp_wqe_done(eng, qp, w, WcStatus::kSuccess);
+  comp_progress(eng, qp);
+  comp_retire(eng, qp);
 }
 
 }  // namespace roce::engine

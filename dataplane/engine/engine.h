@@ -6,11 +6,14 @@
 ///
 /// Stages, one file each (rxe's decomposition):
 ///   rx_dispatch.cc  parse, QPN lookup, request vs response
+///   scheduler.cc    run(): timers, ACKs, then READ responses and send queues, round robin
 ///   requester.cc    SQ WQEs -> request packets
 ///   responder.cc    requests -> memory / receive queue, ACK/NAK, READ and atomic responses
 ///   completer.cc    ACK/NAK/responses -> completions, retry and RNR decisions
 ///   retransmit.cc   retransmit and RNR timers, go-back-N
 ///   verbs.cc        resources, QP state machine, post/poll
+/// What the stages call of each other is in engine_loc.h (rxe's rxe_loc.h), internal to
+/// dataplane/engine/: this header is the engine's surface, its private state included.
 ///
 /// Threading: every call on one engine comes from the thread that owns it.
 #pragma once
@@ -163,10 +166,7 @@ class Engine {
   void run(std::uint64_t now_ns, bool rx_backlog = false);
   /// Sends the coalesced ACKs now (run() does too): a loop that receives in several bursts
   /// calls it after each, so that an ACK does not wait for the whole batch to be processed.
-  void flush_acks(std::uint64_t now_ns) {
-    now_ = now_ns;
-    resp_flush_acks();
-  }
+  void flush_acks(std::uint64_t now_ns);
   /// Hands every queued frame to `f(std::span<const std::uint8_t>)`; returns how many.
   template <class F>
   std::size_t drain_tx(F&& f, std::size_t max = SIZE_MAX) {
@@ -195,134 +195,9 @@ class Engine {
   const EngineConfig& config() const { return cfg_; }
 
  private:
-  // rx_dispatch.cc
-  void dispatch(const wire::RxPkt& pkt);
-  bool check_address(const Qp& qp, const wire::RxPkt& pkt) const;
-  // requester.cc
-  void req_pump(Qp& qp, std::uint32_t& budget);
-  bool req_local_op(Qp& qp, SendWqe& w);
-  bool req_send_ud(Qp& qp, SendWqe& w);
-  bool req_packet(Qp& qp, SendWqe& w);
-  bool req_start_wqe(Qp& qp, SendWqe& w);
-  bool req_check_sges(Qp& qp, SendWqe& w);
-  const std::uint8_t* one_sge_addr(const Qp& qp, const SendWqe& w, std::uint64_t offset,
-                                   std::size_t len) const;
-  std::size_t req_fields(Qp& qp, SendWqe& w, wire::PacketFields& f, bool& last,
-                         std::uint32_t& psn_span);
-  bool req_emit(Qp& qp, SendWqe& w, std::span<std::uint8_t> slot, const wire::PacketFields& f,
-                std::size_t payload);
-  void req_fail(Qp& qp, SendWqe& w, WcStatus status);
-  /// Prefetches the payload bytes [offset, offset + len) of `w` (a packet's worth, read by the
-  /// next gather or ICRC: with many QPs each message's buffer is elsewhere in memory).
-  void prefetch_payload(const Qp& qp, const SendWqe& w, std::uint64_t offset,
-                        std::size_t len) const;
-  /// Prefetches the payload of the packet `qp` sends next (Engine::run, one QP ahead).
-  void prefetch_next_packet(const Qp& qp) const;
-  std::size_t gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::uint8_t* dst,
-                     std::size_t len, WcStatus& err);
-  /// The pieces of a WQE's payload for zero-copy transmit; 0 when it must be copied.
-  std::size_t gather_ext(Qp& qp, const SendWqe& w, std::uint64_t offset, std::size_t len,
-                         TxSeg* out);
-  /// Whether a payload of `len` bytes of a frame like `s` goes out zero-copy.
-  bool zero_copy_ok(const wire::FrameSpec& s, std::size_t len) const {
-    return tx_zero_copy_min_ != 0 && len >= tx_zero_copy_min_ &&
-           s.ip_version == wire::IpVersion::kV4;
-  }
-  bool zero_copy_ok(const Qp& qp, std::size_t len) const { return zero_copy_ok(qp.tx, len); }
-  /// Commits a frame whose headers are in `slot` (`hdr` bytes) and whose payload is `ext`.
-  void tx_commit_ext(const wire::FrameSpec& s, std::span<std::uint8_t> slot, std::size_t hdr,
-                     std::span<const TxSeg> ext);
-  /// tx_commit_ext's work, the ICRC from the path template `t` or else from `s`.
-  void tx_commit_pieces(const wire::PathTemplate* t, const wire::FrameSpec* s,
-                        std::span<std::uint8_t> slot, std::size_t hdr, std::span<const TxSeg> ext);
-  /// A packet of a QP being written into a TX slot. Its headers come from the QP's path
-  /// template when the template covers the path and the opcode (the hot path: SEND, WRITE,
-  /// READ request, ACK, READ response over IPv4), else from a FrameSpec (`spec`: the engine's
-  /// scratch, one packet at a time).
-  struct TxPacket {
-    std::span<std::uint8_t> slot;
-    std::size_t hdr = 0;  ///< 0: the headers could not be written
-    /// The slow path's headers (tx_spec_), null on the template's path. (An optional
-    /// FrameSpec here cost 31 instructions per packet just to construct empty.)
-    const wire::FrameSpec* spec = nullptr;
-  };
-  TxPacket tx_begin(const Qp& qp, std::span<std::uint8_t> slot, const wire::PacketFields& f,
-                    std::size_t payload);
-  /// The payload was copied to slot[hdr]: pad, ICRC, commit.
-  void tx_finish(const Qp& qp, TxPacket& p, std::size_t payload);
-  /// The payload is `ext`, in registered memory: pad and ICRC to the trailer, commit.
-  void tx_finish_ext(const Qp& qp, TxPacket& p, std::span<const TxSeg> ext);
-  void schedule_send(Qp& qp);
-  // responder.cc
-  /// A responder step's outcome: go on to the next step, or the packet has been dealt with.
-  enum class Step : std::uint8_t { kContinue, kDone };
-  void resp_on_request(Qp& qp, const wire::RxPkt& pkt);
-  Step resp_check_psn(Qp& qp, const wire::RxPkt& pkt);
-  Step resp_check_op_seq(Qp& qp, const wire::RxPkt& pkt);
-  Step resp_check_op_valid(Qp& qp, const wire::RxPkt& pkt);
-  Step resp_get_recv_wqe(Qp& qp, const wire::RxPkt& pkt);
-  Step resp_execute_send(Qp& qp, const wire::RxPkt& pkt);
-  Step resp_execute_write(Qp& qp, const wire::RxPkt& pkt);
-  void resp_execute_read(Qp& qp, const wire::RxPkt& pkt);
-  void resp_execute_atomic(Qp& qp, const wire::RxPkt& pkt);
-  void resp_acknowledge(Qp& qp, const wire::RxPkt& pkt);
-  int resp_claim_resource(Qp& qp, const wire::RxPkt& pkt);
-  Step resp_error(Qp& qp, const wire::RxPkt& pkt, wire::NakCode code);
-  Step resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st, wire::NakCode code);
-  void abandon_uc_message(Qp& qp);
-  void resp_on_ud(Qp& qp, const wire::RxPkt& pkt);
-  void resp_duplicate(Qp& qp, const wire::RxPkt& pkt);
-  void resp_nak(Qp& qp, wire::Syndrome syn, wire::Psn psn, bool to_error);
-  void resp_emit(Qp& qp, wire::Syndrome syn, wire::Psn psn);
-  void resp_emit_atomic_ack(Qp& qp, std::uint32_t res_idx);
-  void resp_schedule(Qp& qp);
-  void take_recv(Qp& qp, RecvQueue& q);
-  bool release_recv(Qp& qp, std::uint64_t used, bool ok);
-  int alloc_res(Qp& qp);
-  void resp_ack_now(Qp& qp, wire::Psn psn);
-  void resp_flush_acks();
-  void resp_read_pump(Qp& qp, std::uint32_t& budget);
-  bool resp_scatter(Qp& qp, const RecvWqe& r, std::uint64_t offset, const std::uint8_t* src,
-                    std::size_t len);
-  void resp_complete_recv(Qp& qp, const wire::RxPkt& pkt, std::uint32_t byte_len);
-  // completer.cc
-  void comp_on_response(Qp& qp, const wire::RxPkt& pkt);
-  void comp_on_ack(Qp& qp, const wire::RxPkt& pkt);
-  void comp_on_atomic_ack(Qp& qp, SendWqe& w, const wire::RxPkt& pkt);
-  void comp_on_read_response(Qp& qp, SendWqe& w, const wire::RxPkt& pkt);
-  bool comp_implied_ack(Qp& qp, wire::Psn upto);
-  void comp_wqe_done(Qp& qp, SendWqe& w, WcStatus status);
-  void comp_retire(Qp& qp);
-  void comp_progress(Qp& qp);
-  // retransmit.cc
-  void order_retry(Qp& qp, wire::Psn from, bool count_retry);
-  void do_retry(Qp& qp);
-  void arm_retransmit(Qp& qp);
-  void run_timers();
-  void fire_timers(Qp& qp);
-  void track_timer(Qp& qp);
-  void arm_probe(Qp& qp);
-  void on_loss(Qp& qp);
-  SendWqe* oldest_unacked(Qp& qp);
-  bool send_probe(Qp& qp);
-  void grow_window(Qp& qp);
-  /// The QP's full window in PSNs: max_inflight_psns, capped by max_inflight_bytes.
-  std::uint32_t window_max(const Qp& qp) const;
-  void rtt_sample(Qp& qp);
-  // verbs.cc
-  void qp_to_error(Qp& qp, std::optional<WcStatus> head_status = std::nullopt);
-  void flush_recvs(Qp& qp);
-  void build_tx_template(Qp& qp);
-  /// Ethernet and IP fields of a frame to `av` (IPv4 when its GID is IPv4-mapped).
-  wire::FrameSpec path_spec(const AddressVector& av) const;
-  void reset_qp(Qp& qp);
-  void post_cqe(Cq* cq, const Wc& wc);
-  void async_event(const AsyncEvent& ev);
-  /// A CQ overran: it stops, and every QP that completes into it goes to the error state.
-  void cq_overrun(Cq* cq);
-  // frame output
-  std::span<std::uint8_t> tx_slot(bool reserved_for_acks);
-  void tx_commit(std::size_t len);
+  /// What the stages (rx_dispatch, scheduler, requester, responder, completer, retransmit and
+  /// verbs.cc) call of each other: dataplane/engine/engine_loc.h, rxe's rxe_loc.h.
+  struct Stages;
 
   EngineConfig cfg_;
   std::uint64_t now_ = 0;
@@ -340,7 +215,6 @@ class Engine {
   KeyRandom qpn_rng_{cfg_.seed ? cfg_.seed ^ 0x9E3779B97F4A7C15ull : 0};
   std::vector<std::uint32_t> qp_freed_at_;  ///< per QPN index: qp_destroyed_ when it was freed
   std::uint32_t qp_destroyed_ = 0;
-  std::uint32_t pick_qp_index();
   bool tx_ip_checksum_offload_ = false;
   std::uint32_t tx_zero_copy_min_ = 0;
   std::uint32_t timers_deferred_ = 0;

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "dataplane/engine/engine.h"
+#include "dataplane/engine/engine_loc.h"
 
 namespace roce::engine {
 
@@ -52,10 +52,10 @@ Opcode pick_opcode(const SendWqe& w, bool first, bool last, bool uc) {
 
 }  // namespace
 
-void Engine::schedule_send(Qp& qp) {
+void Engine::Stages::schedule_send(Engine& eng, Qp& qp) {
   if (qp.in_send_list) return;
   qp.in_send_list = true;
-  send_list_.push_back(&qp);
+  eng.send_list_.push_back(&qp);
 }
 
 namespace {
@@ -81,21 +81,19 @@ std::size_t walk_sges(const Sge* sge, std::uint32_t num_sge, std::uint64_t offse
 
 // The engine address of [offset, offset + len) of a one-SGE WQE whose checked range still holds
 // (MrTable::gen unchanged); null otherwise (the caller walks the SGEs through their keys).
-[[gnu::always_inline]] inline const std::uint8_t* Engine::one_sge_addr(const Qp& qp,
-                                                                       const SendWqe& w,
-                                                                       std::uint64_t offset,
-                                                                       std::size_t len) const {
-  if (w.num_sge != 1 || w.sge_range.gen != mrs_.gen()) return nullptr;
+[[gnu::always_inline]] inline const std::uint8_t* Engine::Stages::one_sge_addr(
+    const Engine& eng, const Qp& qp, const SendWqe& w, std::uint64_t offset, std::size_t len) {
+  if (w.num_sge != 1 || w.sge_range.gen != eng.mrs_.gen()) return nullptr;
   const Sge& sge = qp.sq_sges[static_cast<std::size_t>(&w - qp.sq.data()) * qp.cap.max_send_sge];
   if (offset + len > sge.length) return nullptr;
   return reinterpret_cast<const std::uint8_t*>(sge.addr + offset + w.sge_range.delta);
 }
 
-void Engine::prefetch_payload(const Qp& qp, const SendWqe& w, std::uint64_t offset,
-                              std::size_t len) const {
+void Engine::Stages::prefetch_payload(const Engine& eng, const Qp& qp, const SendWqe& w,
+                                      std::uint64_t offset, std::size_t len) {
   if (w.is_inline || len == 0) return;
   const std::size_t idx = &w - qp.sq.data();
-  if (const std::uint8_t* p = one_sge_addr(qp, w, offset, len)) {
+  if (const std::uint8_t* p = one_sge_addr(eng, qp, w, offset, len)) {
     for (auto a = reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{63};
          a < reinterpret_cast<std::uintptr_t>(p) + len; a += 64)
       __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 2);
@@ -104,7 +102,7 @@ void Engine::prefetch_payload(const Qp& qp, const SendWqe& w, std::uint64_t offs
   walk_sges(qp.sq_sges.data() + idx * qp.cap.max_send_sge, w.num_sge, offset, len,
             [&](const Sge& sge, std::uint64_t addr, std::size_t n) {
               // A prefetch never faults, but only the engine's own address is worth fetching.
-              const Mr* mr = mrs_.find(sge.lkey);
+              const Mr* mr = eng.mrs_.find(sge.lkey);
               if (mr == nullptr) return false;
               const std::uint64_t host = addr + mr->host_delta;
               for (std::uint64_t a = host & ~std::uint64_t{63}; a < host + n; a += 64)
@@ -113,7 +111,7 @@ void Engine::prefetch_payload(const Qp& qp, const SendWqe& w, std::uint64_t offs
             });
 }
 
-void Engine::prefetch_next_packet(const Qp& qp) const {
+void Engine::Stages::prefetch_next_packet(const Engine& eng, const Qp& qp) {
   if (qp.req.next_wqe == qp.sq_tail) return;
   const SendWqe& w = qp.wqe(qp.req.next_wqe);
   if (w.opcode == WrOpcode::kRead || w.opcode == WrOpcode::kCmpSwap ||
@@ -121,14 +119,14 @@ void Engine::prefetch_next_packet(const Qp& qp) const {
     return;
   const std::uint64_t off = w.state == WqeState::kPosted ? 0 : w.sent;
   if (off < w.length)
-    prefetch_payload(qp, w, off, std::min<std::uint64_t>(qp.pmtu(), w.length - off));
+    prefetch_payload(eng, qp, w, off, std::min<std::uint64_t>(qp.pmtu(), w.length - off));
 }
 
 // Every packet reads the WQE's buffers through their keys again: a region deregistered
 // while its message is being sent (or re-sent after a loss) ends the WQE with a local
 // protection error instead of being read after it was freed.
-std::size_t Engine::gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::uint8_t* dst,
-                           std::size_t len, WcStatus& err) {
+std::size_t Engine::Stages::gather(Engine& eng, Qp& qp, const SendWqe& w, std::uint64_t offset,
+                                   std::uint8_t* dst, std::size_t len, WcStatus& err) {
   const std::size_t idx = &w - qp.sq.data();
   if (w.is_inline) {
     std::memcpy(dst, qp.sq_inline.data() + idx * qp.cap.max_inline_data + offset, len);
@@ -136,7 +134,8 @@ std::size_t Engine::gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::
   }
   const Sge* sge = qp.sq_sges.data() + idx * qp.cap.max_send_sge;
   if (w.num_sge == 1 && offset + len <= sge->length) {  // the common case: one piece
-    const std::uint8_t* src = mrs_.map(w.sge_range, sge->lkey, qp.pd, sge->addr + offset, len, 0);
+    const std::uint8_t* src =
+        eng.mrs_.map(w.sge_range, sge->lkey, qp.pd, sge->addr + offset, len, 0);
     if (src == nullptr) {
       err = WcStatus::kLocProtErr;
       return 0;
@@ -147,7 +146,7 @@ std::size_t Engine::gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::
   bool prot = false;
   const std::size_t done =
       walk_sges(sge, w.num_sge, offset, len, [&](const Sge& s, std::uint64_t addr, std::size_t n) {
-        const std::uint8_t* src = mrs_.map(s.lkey, qp.pd, addr, n, 0);
+        const std::uint8_t* src = eng.mrs_.map(s.lkey, qp.pd, addr, n, 0);
         if (src == nullptr) {
           prot = true;
           return false;
@@ -163,11 +162,11 @@ std::size_t Engine::gather(Qp& qp, const SendWqe& w, std::uint64_t offset, std::
   return done;
 }
 
-std::size_t Engine::gather_ext(Qp& qp, const SendWqe& w, std::uint64_t offset, std::size_t len,
-                               TxSeg* out) {
+std::size_t Engine::Stages::gather_ext(Engine& eng, Qp& qp, const SendWqe& w, std::uint64_t offset,
+                                       std::size_t len, TxSeg* out) {
   if (w.is_inline) return 0;
   const std::size_t idx = &w - qp.sq.data();
-  if (const std::uint8_t* p = one_sge_addr(qp, w, offset, len)) {
+  if (const std::uint8_t* p = one_sge_addr(eng, qp, w, offset, len)) {
     out[0] = {p, static_cast<std::uint32_t>(len)};
     return 1;
   }
@@ -176,7 +175,7 @@ std::size_t Engine::gather_ext(Qp& qp, const SendWqe& w, std::uint64_t offset, s
       walk_sges(qp.sq_sges.data() + idx * qp.cap.max_send_sge, w.num_sge, offset, len,
                 [&](const Sge& s, std::uint64_t addr, std::size_t k) {
                   if (n == TxRing::kMaxExt) return false;
-                  const std::uint8_t* p = mrs_.map(s.lkey, qp.pd, addr, k, 0);
+                  const std::uint8_t* p = eng.mrs_.map(s.lkey, qp.pd, addr, k, 0);
                   if (p == nullptr) return false;
                   out[n++] = {p, static_cast<std::uint32_t>(k)};
                   return true;
@@ -189,7 +188,7 @@ std::size_t Engine::gather_ext(Qp& qp, const SendWqe& w, std::uint64_t offset, s
 // Checks the local keys of a WQE's scatter/gather list before its first packet, so that a bad
 // list fails before anything is sent; every packet checks again (gather), through the range
 // a one-SGE WQE keeps. A READ or atomic writes into them, so they need local write.
-[[gnu::always_inline]] inline bool Engine::req_check_sges(Qp& qp, SendWqe& w) {
+[[gnu::always_inline]] inline bool Engine::Stages::req_check_sges(Engine& eng, Qp& qp, SendWqe& w) {
   w.sge_range = {};
   if (w.is_inline) return true;
   const Sge* sge =
@@ -198,32 +197,33 @@ std::size_t Engine::gather_ext(Qp& qp, const SendWqe& w, std::uint64_t offset, s
   if (w.num_sge == 1) {  // the common case, without the loop
     Mr* mr = nullptr;
     if (sge->length == 0) return true;
-    if (mrs_.check(sge->lkey, qp.pd, sge->addr, sge->length, access, &mr) != KeyCheck::kOk)
+    if (eng.mrs_.check(sge->lkey, qp.pd, sge->addr, sge->length, access, &mr) != KeyCheck::kOk)
       return false;
-    w.sge_range = mrs_.remember(mr);
+    w.sge_range = eng.mrs_.remember(mr);
     return true;
   }
   for (std::uint32_t i = 0; i < w.num_sge; ++i) {
     if (sge[i].length == 0) continue;
     Mr* mr = nullptr;
-    if (mrs_.check(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, access, &mr) != KeyCheck::kOk)
+    if (eng.mrs_.check(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, access, &mr) !=
+        KeyCheck::kOk)
       return false;
   }
   return true;
 }
 
-bool Engine::req_local_op(Qp& qp, SendWqe& w) {
+bool Engine::Stages::req_local_op(Engine& eng, Qp& qp, SendWqe& w) {
   WcStatus status = WcStatus::kSuccess;
   if (w.opcode == WrOpcode::kLocalInv) {
-    Mr* mr = mrs_.find(w.inv_rkey);
+    Mr* mr = eng.mrs_.find(w.inv_rkey);
     if (mr == nullptr || mr->pd != qp.pd)
       status = WcStatus::kLocQpOpErr;
     else {
       mr->state = MrState::kFree;
-      mrs_.changed();
+      eng.mrs_.changed();
     }
   } else {  // REG_MR: give a fast-reg MR its memory, access and new key variant
-    Mr* mr = mrs_.find_any_variant(w.reg_key);
+    Mr* mr = eng.mrs_.find_any_variant(w.reg_key);
     if (mr == nullptr || !mr->fast_reg || mr->pd != qp.pd || mr->state != MrState::kFree ||
         w.length > mr->max_len) {
       status = WcStatus::kLocQpOpErr;
@@ -234,37 +234,37 @@ bool Engine::req_local_op(Qp& qp, SendWqe& w) {
       mr->access = w.reg_access;
       mr->key = (mr->key & ~0xFFu) | w.reg_variant;
       mr->state = MrState::kValid;
-      mrs_.changed();
+      eng.mrs_.changed();
     }
   }
   if (status != WcStatus::kSuccess) {
-    req_fail(qp, w, status);
+    req_fail(eng, qp, w, status);
     return false;
   }
   w.state = WqeState::kExecuted;
   ++qp.req.next_wqe;
-  comp_retire(qp);
+  comp_retire(eng, qp);
   return true;
 }
 
 // A local error on `w`: nothing more is sent; `w` completes with `status` once everything
 // before it has completed, and then the QP moves to the error state (comp_retire).
-void Engine::req_fail(Qp& qp, SendWqe& w, WcStatus status) {
+void Engine::Stages::req_fail(Engine& eng, Qp& qp, SendWqe& w, WcStatus status) {
   w.state = WqeState::kFailed;
   w.status = status;
   qp.req.failed = true;
-  comp_retire(qp);
+  comp_retire(eng, qp);
 }
 
-bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
-  auto slot = tx_slot(false);
+bool Engine::Stages::req_send_ud(Engine& eng, Qp& qp, SendWqe& w) {
+  auto slot = tx_slot(eng, false);
   if (slot.empty()) return false;
-  if (!req_check_sges(qp, w)) {
-    req_fail(qp, w, WcStatus::kLocProtErr);
+  if (!req_check_sges(eng, qp, w)) {
+    req_fail(eng, qp, w, WcStatus::kLocProtErr);
     return false;
   }
   const AddressVector& ah = qp.sq_ah[static_cast<std::size_t>(&w - qp.sq.data())];
-  wire::FrameSpec s = path_spec(ah);
+  wire::FrameSpec s = path_spec(eng, ah);
   // UD and GSI QPs keep the source port chosen at creation (rxe: 0xC000 + hash of the QPN).
   s.udp_sport = ah.udp_sport ? ah.udp_sport
                              : static_cast<std::uint16_t>(0xC000 | ((qp.qpn * 0x9E37u) & 0x3FFF));
@@ -275,32 +275,33 @@ bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
   // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's own Q_Key".
   s.deth = {(w.ud_qkey & 0x8000'0000u) ? qp.attr.qkey : w.ud_qkey, wire::Qpn(qp.qpn)};
   s.imm = w.imm;
-  s.ip_id = ip_id_++;
+  s.ip_id = eng.ip_id_++;
   const std::size_t hdr = wire::write_frame_headers(s, w.length, slot);
   TxSeg ext[TxRing::kMaxExt];
-  const std::size_t n_ext = zero_copy_ok(s, w.length) ? gather_ext(qp, w, 0, w.length, ext) : 0;
+  const std::size_t n_ext =
+      zero_copy_ok(eng, s, w.length) ? gather_ext(eng, qp, w, 0, w.length, ext) : 0;
   if (n_ext != 0) {
-    tx_commit_ext(s, slot, hdr, {ext, n_ext});
+    tx_commit_ext(eng, s, slot, hdr, {ext, n_ext});
   } else {
     WcStatus err = WcStatus::kSuccess;
-    gather(qp, w, 0, slot.data() + hdr, w.length, err);
+    gather(eng, qp, w, 0, slot.data() + hdr, w.length, err);
     if (err != WcStatus::kSuccess) {
-      req_fail(qp, w, err);
+      req_fail(eng, qp, w, err);
       return false;
     }
-    tx_commit(wire::finish_frame(s, hdr, w.length, slot));
+    tx_commit(eng, wire::finish_frame(s, hdr, w.length, slot));
   }
   ++qp.req.next_psn;
   w.state = WqeState::kExecuted;
   ++qp.req.next_wqe;
-  comp_retire(qp);
+  comp_retire(eng, qp);
   return true;
 }
 
 // A WQE's first packet: its keys are checked, and its PSN range fixed (rxe req_next_wqe).
-[[gnu::always_inline]] inline bool Engine::req_start_wqe(Qp& qp, SendWqe& w) {
-  if (!req_check_sges(qp, w)) {
-    req_fail(qp, w, WcStatus::kLocProtErr);
+[[gnu::always_inline]] inline bool Engine::Stages::req_start_wqe(Engine& eng, Qp& qp, SendWqe& w) {
+  if (!req_check_sges(eng, qp, w)) {
+    req_fail(eng, qp, w, WcStatus::kLocProtErr);
     return false;
   }
   const std::uint32_t pmtu = qp.pmtu();
@@ -318,9 +319,8 @@ bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
 
 // The fields of the WQE's next packet (rxe init_req_packet): opcode by position, PSN, RETH,
 // AckReq. Returns the payload bytes; `last` and `psn_span` (PSNs the packet takes) are set.
-[[gnu::always_inline]] inline std::size_t Engine::req_fields(Qp& qp, SendWqe& w,
-                                                             wire::PacketFields& f, bool& last,
-                                                             std::uint32_t& psn_span) {
+[[gnu::always_inline]] inline std::size_t Engine::Stages::req_fields(
+    Engine& eng, Qp& qp, SendWqe& w, wire::PacketFields& f, bool& last, std::uint32_t& psn_span) {
   const bool uc = qp.type == QpType::kUc;
   const std::uint32_t pmtu = qp.pmtu();
   last = true;
@@ -363,8 +363,8 @@ bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
              (w.opcode == WrOpcode::kSend || w.opcode == WrOpcode::kSendImm ||
               w.opcode == WrOpcode::kSendInv || w.opcode == WrOpcode::kWriteImm);
       // IBA 9.7.6.1.3: AckReq on the last packet, and often enough within long messages.
-      f.ack_req =
-          !uc && (last || qp.req.pkts_since_ack_req + 1 >= cfg_.ack_req_every || qp.comp.probing);
+      f.ack_req = !uc && (last || qp.req.pkts_since_ack_req + 1 >= eng.cfg_.ack_req_every ||
+                          qp.comp.probing);
       return payload;
     }
   }
@@ -373,10 +373,10 @@ bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
 // Writes the packet into `slot` and commits it: headers from the path template (or the
 // FrameSpec for atomics), the payload gathered through the keys, or zero-copy. False after
 // failing the WQE.
-[[gnu::always_inline]] inline bool Engine::req_emit(Qp& qp, SendWqe& w,
-                                                    std::span<std::uint8_t> slot,
-                                                    const wire::PacketFields& f,
-                                                    std::size_t payload) {
+[[gnu::always_inline]] inline bool Engine::Stages::req_emit(Engine& eng, Qp& qp, SendWqe& w,
+                                                            std::span<std::uint8_t> slot,
+                                                            const wire::PacketFields& f,
+                                                            std::size_t payload) {
   if (w.opcode == WrOpcode::kCmpSwap || w.opcode == WrOpcode::kFetchAdd) {
     wire::FrameSpec s = qp.tx;  // the path template has no AtomicETH
     s.ip_id = f.ip_id;
@@ -385,58 +385,58 @@ bool Engine::req_send_ud(Qp& qp, SendWqe& w) {
     s.ack_req = true;
     s.atomic = {w.remote_addr, w.rkey, w.opcode == WrOpcode::kCmpSwap ? w.swap : w.compare_add,
                 w.compare_add};
-    tx_commit(wire::build_frame(s, {}, slot));
+    tx_commit(eng, wire::build_frame(s, {}, slot));
     return true;
   }
-  TxPacket p = tx_begin(qp, slot, f, payload);
+  TxPacket p = tx_begin(eng, qp, slot, f, payload);
   if (p.hdr == 0) {
-    req_fail(qp, w, WcStatus::kGeneralErr);
+    req_fail(eng, qp, w, WcStatus::kGeneralErr);
     return false;
   }
   TxSeg ext[TxRing::kMaxExt];
   const std::size_t n_ext =
-      payload && zero_copy_ok(qp, payload) ? gather_ext(qp, w, w.sent, payload, ext) : 0;
+      payload && zero_copy_ok(eng, qp, payload) ? gather_ext(eng, qp, w, w.sent, payload, ext) : 0;
   if (n_ext != 0) {
-    tx_finish_ext(qp, p, {ext, n_ext});
+    tx_finish_ext(eng, qp, p, {ext, n_ext});
     return true;
   }
   WcStatus err = WcStatus::kSuccess;
-  if (payload) gather(qp, w, w.sent, slot.data() + p.hdr, payload, err);
+  if (payload) gather(eng, qp, w, w.sent, slot.data() + p.hdr, payload, err);
   if (err != WcStatus::kSuccess) {
-    req_fail(qp, w, err);
+    req_fail(eng, qp, w, err);
     return false;
   }
-  tx_finish(qp, p, payload);
+  tx_finish(eng, qp, p, payload);
   return true;
 }
 
 // One request packet of `w` (rxe rxe_requester): start the WQE, fill the fields, emit, then
 // move the PSN, the WQE and the timers on.
-bool Engine::req_packet(Qp& qp, SendWqe& w) {
-  if (w.state == WqeState::kPosted && !req_start_wqe(qp, w)) return false;
-  auto slot = tx_slot(false);
+bool Engine::Stages::req_packet(Engine& eng, Qp& qp, SendWqe& w) {
+  if (w.state == WqeState::kPosted && !req_start_wqe(eng, qp, w)) return false;
+  auto slot = tx_slot(eng, false);
   if (slot.empty()) return false;
 
   wire::PacketFields f;
-  f.ip_id = ip_id_++;
+  f.ip_id = eng.ip_id_++;
   bool last = true;
   std::uint32_t psn_span = 1;
-  const std::size_t payload = req_fields(qp, w, f, last, psn_span);
+  const std::size_t payload = req_fields(eng, qp, w, f, last, psn_span);
   if (f.psn != qp.req.next_psn) {
     // The rewind and the WQE disagree: a bug, not a wire event. Stop this QP loudly.
-    req_fail(qp, w, WcStatus::kGeneralErr);
+    req_fail(eng, qp, w, WcStatus::kGeneralErr);
     return false;
   }
-  if (!req_emit(qp, w, slot, f, payload)) return false;
+  if (!req_emit(eng, qp, w, slot, f, payload)) return false;
 
   const bool uc = qp.type == QpType::kUc;
   qp.req.pkts_since_ack_req = f.ack_req ? 0 : qp.req.pkts_since_ack_req + 1;
   if (before(f.psn, qp.req.high_psn)) {
-    stats_.inc(Counter::kRetransmittedPackets);
+    eng.stats_.inc(Counter::kRetransmittedPackets);
   } else if (!qp.comp.rtt_timing && !uc) {
     qp.comp.rtt_timing = true;  // time this packet's acknowledgement
     qp.comp.rtt_psn = f.psn;
-    qp.comp.rtt_start = now_;
+    qp.comp.rtt_start = eng.now_;
   }
   qp.req.next_psn = f.psn + psn_span;
   if (!before(qp.req.next_psn, qp.req.high_psn)) qp.req.high_psn = qp.req.next_psn;
@@ -444,20 +444,20 @@ bool Engine::req_packet(Qp& qp, SendWqe& w) {
   if (last) {
     ++qp.req.next_wqe;
     w.state = uc ? WqeState::kExecuted : WqeState::kSent;
-    if (uc) comp_retire(qp);
+    if (uc) comp_retire(eng, qp);
   }
   if (!uc) {
-    arm_retransmit(qp);
-    arm_probe(qp);
+    arm_retransmit(eng, qp);
+    arm_probe(eng, qp);
     if (qp.comp.probing) qp.comp.probe_sent = true;
   }
   return true;
 }
 
-void Engine::req_pump(Qp& qp, std::uint32_t& budget) {
+void Engine::Stages::req_pump(Engine& eng, Qp& qp, std::uint32_t& budget) {
   if (qp.state != QpState::kRts) return;
   if (qp.comp.rnr_deadline != 0) return;  // waiting out an RNR NAK
-  if (qp.comp.retry_pending) do_retry(qp);
+  if (qp.comp.retry_pending) do_retry(eng, qp);
   while (budget > 0 && qp.state == QpState::kRts && !qp.req.failed &&
          qp.req.next_wqe != qp.sq_tail) {
     SendWqe& w = qp.wqe(qp.req.next_wqe);
@@ -476,11 +476,11 @@ void Engine::req_pump(Qp& qp, std::uint32_t& budget) {
         return;
     }
     if (w.opcode == WrOpcode::kLocalInv || w.opcode == WrOpcode::kRegMr) {
-      if (!req_local_op(qp, w)) return;
+      if (!req_local_op(eng, qp, w)) return;
       continue;
     }
     if (qp.type == QpType::kUd) {
-      if (!req_send_ud(qp, w)) return;
+      if (!req_send_ud(eng, qp, w)) return;
       --budget;
       continue;
     }
@@ -490,9 +490,9 @@ void Engine::req_pump(Qp& qp, std::uint32_t& budget) {
     // for the responses not received.
     if (qp.type == QpType::kRc && !w.is_rd_atomic() &&
         distance(qp.req.next_psn, qp.comp.psn) >=
-            static_cast<std::int32_t>(qp.comp.cwnd ? qp.comp.cwnd : window_max(qp)))
+            static_cast<std::int32_t>(qp.comp.cwnd ? qp.comp.cwnd : window_max(eng, qp)))
       return;
-    if (!req_packet(qp, w)) return;
+    if (!req_packet(eng, qp, w)) return;
     --budget;
   }
 }

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "dataplane/engine/engine.h"
+#include "dataplane/engine/engine_loc.h"
 
 namespace roce::engine {
 
@@ -14,6 +14,13 @@ using wire::Opcode;
 using wire::OpMask;
 using wire::Psn;
 using wire::Syndrome;
+
+namespace {
+void take_recv(Qp& qp, RecvQueue& q);
+bool release_recv(Qp& qp, std::uint64_t used, bool ok);
+int alloc_res(Qp& qp);
+void abandon_uc_message(Qp& qp);
+}  // namespace
 
 namespace {
 // The ACK syndrome with the credits of the moment: the receive WQEs still posted, encoded as the
@@ -47,15 +54,17 @@ std::size_t build_ack(const Qp& qp, std::span<std::uint8_t> slot, std::uint16_t 
 }
 }  // namespace
 
-void Engine::resp_ack_now(Qp& qp, Psn psn) { resp_emit(qp, Syndrome::ack(), psn); }
+void Engine::Stages::resp_ack_now(Engine& eng, Qp& qp, Psn psn) {
+  resp_emit(eng, qp, Syndrome::ack(), psn);
+}
 
-void Engine::resp_emit(Qp& qp, Syndrome syn, Psn psn) {
+void Engine::Stages::resp_emit(Engine& eng, Qp& qp, Syndrome syn, Psn psn) {
   RespState& rs = qp.resp;
   if (rs.out_empty()) {
-    if (auto slot = tx_slot(true); !slot.empty()) {
-      tx_commit(build_ack(qp, slot, ip_id_++, Opcode::kRcAcknowledge, syn, psn, 0,
-                          cfg_.advertise_credits));
-      if (syn.type() == wire::AckType::kAck) stats_.inc(Counter::kAckSent);
+    if (auto slot = tx_slot(eng, true); !slot.empty()) {
+      tx_commit(eng, build_ack(qp, slot, eng.ip_id_++, Opcode::kRcAcknowledge, syn, psn, 0,
+                               eng.cfg_.advertise_credits));
+      if (syn.type() == wire::AckType::kAck) eng.stats_.inc(Counter::kAckSent);
     }
     return;
   }
@@ -67,25 +76,26 @@ void Engine::resp_emit(Qp& qp, Syndrome syn, Psn psn) {
     return;
   }
   if (rs.out_tail - rs.out_head == rs.out.size()) {
-    stats_.inc(Counter::kRespQueueFull);  // the requester's timer or probe recovers
+    eng.stats_.inc(Counter::kRespQueueFull);  // the requester's timer or probe recovers
     return;
   }
   rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kAck, 0, syn, psn};
 }
 
-void Engine::resp_emit_atomic_ack(Qp& qp, std::uint32_t res_idx) {
+void Engine::Stages::resp_emit_atomic_ack(Engine& eng, Qp& qp, std::uint32_t res_idx) {
   RespState& rs = qp.resp;
   const RdAtomicRes& r = rs.res[res_idx];
   if (rs.out_empty()) {
-    if (auto slot = tx_slot(true); !slot.empty()) {
-      tx_commit(build_ack(qp, slot, ip_id_++, Opcode::kRcAtomicAcknowledge, Syndrome::ack(),
-                          r.first_psn, r.atomic_orig, cfg_.advertise_credits));
-      stats_.inc(Counter::kAtomicAcksSent);
+    if (auto slot = tx_slot(eng, true); !slot.empty()) {
+      tx_commit(eng,
+                build_ack(qp, slot, eng.ip_id_++, Opcode::kRcAtomicAcknowledge, Syndrome::ack(),
+                          r.first_psn, r.atomic_orig, eng.cfg_.advertise_credits));
+      eng.stats_.inc(Counter::kAtomicAcksSent);
     }
     return;
   }
   if (rs.out_tail - rs.out_head == rs.out.size()) {
-    stats_.inc(Counter::kRespQueueFull);
+    eng.stats_.inc(Counter::kRespQueueFull);
     return;
   }
   // Duplicates of one atomic need one answer in the queue, not one each.
@@ -98,44 +108,49 @@ void Engine::resp_emit_atomic_ack(Qp& qp, std::uint32_t res_idx) {
                                            r.first_psn};
 }
 
-void Engine::resp_nak(Qp& qp, Syndrome syn, Psn psn, bool to_error) {
+void Engine::Stages::resp_nak(Engine& eng, Qp& qp, Syndrome syn, Psn psn, bool to_error) {
   if (to_error) {
     // Class C errors end the connection: the NAK goes out at once.
-    if (auto slot = tx_slot(true); !slot.empty())
-      tx_commit(build_ack(qp, slot, ip_id_++, Opcode::kRcAcknowledge, syn, psn, 0,
-                          cfg_.advertise_credits));
+    if (auto slot = tx_slot(eng, true); !slot.empty())
+      tx_commit(eng, build_ack(qp, slot, eng.ip_id_++, Opcode::kRcAcknowledge, syn, psn, 0,
+                               eng.cfg_.advertise_credits));
   } else {
-    resp_emit(qp, syn, psn);
+    resp_emit(eng, qp, syn, psn);
   }
   if (syn.type() == wire::AckType::kRnrNak) {
-    stats_.inc(Counter::kRnrNakSent);
+    eng.stats_.inc(Counter::kRnrNakSent);
   } else {
     switch (syn.nak_code()) {
       case wire::NakCode::kPsnSeqError:
-        stats_.inc(Counter::kSeqErrNakSent);
+        eng.stats_.inc(Counter::kSeqErrNakSent);
         break;
       case wire::NakCode::kInvalidRequest:
-        stats_.inc(Counter::kInvReqNakSent);
+        eng.stats_.inc(Counter::kInvReqNakSent);
         break;
       case wire::NakCode::kRemoteAccessError:
-        stats_.inc(Counter::kRemAccessNakSent);
+        eng.stats_.inc(Counter::kRemAccessNakSent);
         break;
       default:
-        stats_.inc(Counter::kRemOpNakSent);
+        eng.stats_.inc(Counter::kRemOpNakSent);
         break;
     }
   }
-  if (to_error) qp_to_error(qp);
+  if (to_error) qp_to_error(eng, qp);
 }
 
-void Engine::resp_flush_acks() {
-  for (Qp* qp : ack_list_) {
+void Engine::flush_acks(std::uint64_t now_ns) {
+  now_ = now_ns;
+  Stages::resp_flush_acks(*this);
+}
+
+void Engine::Stages::resp_flush_acks(Engine& eng) {
+  for (Qp* qp : eng.ack_list_) {
     qp->in_ack_list = false;
     if (!qp->resp.ack_pending || qp->state == QpState::kErr) continue;
     qp->resp.ack_pending = false;
-    resp_ack_now(*qp, qp->resp.ack_psn);
+    resp_ack_now(eng, *qp, qp->resp.ack_psn);
   }
-  ack_list_.clear();
+  eng.ack_list_.clear();
 }
 
 namespace {
@@ -153,7 +168,8 @@ void defer_ack(Qp& qp, Psn psn, std::vector<Qp*>& list) {
 // still arriving. An idle open multi-message buffer comes first (it was posted first); a
 // multi-message WQE from the ring becomes an open buffer (recv_queue.h), or, when all kMaxOpen
 // places are taken, receives one message only.
-void Engine::take_recv(Qp& qp, RecvQueue& q) {
+namespace {
+void take_recv(Qp& qp, RecvQueue& q) {
   RespState& rs = qp.resp;
   rs.recv_q = &q;
   rs.have_recv = true;
@@ -182,10 +198,12 @@ void Engine::take_recv(Qp& qp, RecvQueue& q) {
     return;
   }
 }
+}  // namespace
 
 // The message in the held WQE is complete (`used`: bytes it took): a multi-message buffer
 // moves on and says whether it stays queued; any other WQE is done.
-bool Engine::release_recv(Qp& qp, std::uint64_t used, bool ok) {
+namespace {
+bool release_recv(Qp& qp, std::uint64_t used, bool ok) {
   RespState& rs = qp.resp;
   rs.have_recv = false;
   if (rs.recv_open < 0) return false;
@@ -199,11 +217,13 @@ bool Engine::release_recv(Qp& qp, std::uint64_t used, bool ok) {
   if (!stays) o = {};
   return stays;
 }
+}  // namespace
 
 // A resource slot for a new READ or atomic: the next one in turn unless a queued READ still
 // streams from it, then any idle one (rxe reuses resources the same way; 16 are kept so that
 // replays of recent requests stay possible). -1 when all are busy.
-int Engine::alloc_res(Qp& qp) {
+namespace {
+int alloc_res(Qp& qp) {
   RespState& rs = qp.resp;
   const std::uint32_t n = static_cast<std::uint32_t>(rs.res.size());
   for (std::uint32_t k = 0; k < n; ++k) {
@@ -215,15 +235,16 @@ int Engine::alloc_res(Qp& qp) {
   }
   return -1;
 }
+}  // namespace
 
-void Engine::resp_schedule(Qp& qp) {
+void Engine::Stages::resp_schedule(Engine& eng, Qp& qp) {
   if (qp.in_read_list) return;
   qp.in_read_list = true;
-  read_list_.push_back(&qp);
+  eng.read_list_.push_back(&qp);
 }
 
-bool Engine::resp_scatter(Qp& qp, const RecvWqe& r, std::uint64_t offset, const std::uint8_t* src,
-                          std::size_t len) {
+bool Engine::Stages::resp_scatter(Engine& eng, Qp& qp, const RecvWqe& r, std::uint64_t offset,
+                                  const std::uint8_t* src, std::size_t len) {
   const Pd* pd = qp.srq ? qp.srq->pd : qp.pd;
   std::size_t done = 0;
   for (std::uint32_t i = 0; i < r.num_sge && done < len; ++i) {
@@ -233,7 +254,7 @@ bool Engine::resp_scatter(Qp& qp, const RecvWqe& r, std::uint64_t offset, const 
       continue;
     }
     const std::size_t n = std::min<std::size_t>(sge.length - offset, len - done);
-    std::uint8_t* dst = mrs_.map(sge.lkey, pd, sge.addr + offset, n, kAccessLocalWrite);
+    std::uint8_t* dst = eng.mrs_.map(sge.lkey, pd, sge.addr + offset, n, kAccessLocalWrite);
     if (dst == nullptr) return false;
     std::memcpy(dst, src + done, n);
     done += n;
@@ -242,7 +263,8 @@ bool Engine::resp_scatter(Qp& qp, const RecvWqe& r, std::uint64_t offset, const 
   return done == len;
 }
 
-void Engine::resp_complete_recv(Qp& qp, const wire::RxPkt& pkt, std::uint32_t byte_len) {
+void Engine::Stages::resp_complete_recv(Engine& eng, Qp& qp, const wire::RxPkt& pkt,
+                                        std::uint32_t byte_len) {
   const wire::OpcodeInfo& info = *pkt.info;
   Wc wc;
   wc.wr_id = qp.resp.recv.wr_id;
@@ -262,13 +284,13 @@ void Engine::resp_complete_recv(Qp& qp, const wire::RxPkt& pkt, std::uint32_t by
   wc.offset = static_cast<std::uint32_t>(qp.resp.recv_base);
   if (release_recv(qp, info.mask.has(OpMask::kWrite) ? 0 : byte_len, true))
     wc.wc_flags |= kWcStillQueued;
-  post_cqe(qp.recv_cq, wc);
+  post_cqe(eng, qp.recv_cq, wc);
 }
 
 // Duplicate request (IBA 9.7.5.1.2): re-ACK SENDs and WRITEs, replay READs and atomics from
 // the resource ring; never execute twice.
-void Engine::resp_duplicate(Qp& qp, const wire::RxPkt& pkt) {
-  stats_.inc(Counter::kDuplicateRequests);
+void Engine::Stages::resp_duplicate(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
+  eng.stats_.inc(Counter::kDuplicateRequests);
   const Psn p = pkt.psn;
   const std::uint32_t pmtu = qp.pmtu();
   if (pkt.opcode == Opcode::kRcReadRequest) {
@@ -279,7 +301,7 @@ void Engine::resp_duplicate(Qp& qp, const wire::RxPkt& pkt) {
       const std::uint64_t off = std::uint64_t(distance(p, r.first_psn)) * pmtu;
       const auto reth = pkt.reth();
       if (reth.rkey() != r.rkey || reth.va() != r.va + off || reth.dma_len() != r.length - off) {
-        stats_.inc(Counter::kRxDropDupRead);  // not a retry of that READ
+        eng.stats_.inc(Counter::kRxDropDupRead);  // not a retry of that READ
         return;
       }
       // The requester went back to p: whatever is queued for p and later will be asked for
@@ -300,13 +322,13 @@ void Engine::resp_duplicate(Qp& qp, const wire::RxPkt& pkt) {
       // already completed (the application then freed the region): they are dropped, not
       // NAKed, since a class C NAK would end a healthy connection. A requester that really
       // still waits gets nothing and ends with its retry budget spent.
-      if (r.length - off != 0 && mrs_.check(r.rkey, qp.pd, r.va + off, r.length - off,
-                                            kAccessRemoteRead, nullptr) != KeyCheck::kOk) {
-        stats_.inc(Counter::kRxDropDupRead);
+      if (r.length - off != 0 && eng.mrs_.check(r.rkey, qp.pd, r.va + off, r.length - off,
+                                                kAccessRemoteRead, nullptr) != KeyCheck::kOk) {
+        eng.stats_.inc(Counter::kRxDropDupRead);
         return;
       }
       if (rs.out_tail - rs.out_head == rs.out.size()) {
-        stats_.inc(Counter::kRespQueueFull);  // no room: drop the duplicate, it is asked again
+        eng.stats_.inc(Counter::kRespQueueFull);  // no room: drop the duplicate, it is asked again
         return;
       }
       r.active = true;
@@ -317,55 +339,56 @@ void Engine::resp_duplicate(Qp& qp, const wire::RxPkt& pkt) {
       rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kRead,
                                                static_cast<std::uint8_t>(i), Syndrome::ack(), p};
       ++rs.reads_queued;
-      resp_schedule(qp);
+      resp_schedule(eng, qp);
       return;
     }
-    stats_.inc(Counter::kRxDropDupRead);  // older than every READ the responder keeps
+    eng.stats_.inc(Counter::kRxDropDupRead);  // older than every READ the responder keeps
     return;
   }
   if (pkt.info->mask.has(OpMask::kAtomic)) {
     for (std::uint32_t i = 0; i < qp.resp.res.size(); ++i) {
       const RdAtomicRes& r = qp.resp.res[i];
       if (r.kind != RdAtomicRes::Kind::kAtomic || r.first_psn != p) continue;
-      resp_emit_atomic_ack(qp, i);
+      resp_emit_atomic_ack(eng, qp, i);
       return;
     }
-    stats_.inc(Counter::kRxDropDupRead);  // an atomic older than every resource kept
+    eng.stats_.inc(Counter::kRxDropDupRead);  // an atomic older than every resource kept
     return;
   }
-  defer_ack(qp, qp.resp.epsn - 1, ack_list_);
+  defer_ack(qp, qp.resp.epsn - 1, eng.ack_list_);
 }
 
-void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
+void Engine::Stages::resp_on_request(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   if (qp.state != QpState::kRtr && qp.state != QpState::kRts && qp.state != QpState::kSqd &&
       qp.state != QpState::kSqe) {
-    stats_.inc(Counter::kRxDropQpState);
+    eng.stats_.inc(Counter::kRxDropQpState);
     return;
   }
   // The IBA responder's steps in order (rxe_resp.c names them the same way); each either
   // lets the packet go on or has dealt with it (dropped, NAKed or answered).
-  if (resp_check_psn(qp, pkt) == Step::kDone) return;
-  if (resp_check_op_seq(qp, pkt) == Step::kDone) return;
-  if (resp_check_op_valid(qp, pkt) == Step::kDone) return;
-  if (resp_get_recv_wqe(qp, pkt) == Step::kDone) return;
+  if (resp_check_psn(eng, qp, pkt) == Step::kDone) return;
+  if (resp_check_op_seq(eng, qp, pkt) == Step::kDone) return;
+  if (resp_check_op_valid(eng, qp, pkt) == Step::kDone) return;
+  if (resp_get_recv_wqe(eng, qp, pkt) == Step::kDone) return;
   const OpMask m = pkt.info->mask;
   if (m.has(OpMask::kSend)) {
-    if (resp_execute_send(qp, pkt) == Step::kDone) return;
+    if (resp_execute_send(eng, qp, pkt) == Step::kDone) return;
   } else if (m.has(OpMask::kWrite)) {
-    if (resp_execute_write(qp, pkt) == Step::kDone) return;
+    if (resp_execute_write(eng, qp, pkt) == Step::kDone) return;
   } else if (m.has(OpMask::kRead)) {
-    resp_execute_read(qp, pkt);
+    resp_execute_read(eng, qp, pkt);
     return;
   } else if (m.has(OpMask::kAtomic)) {
-    resp_execute_atomic(qp, pkt);
+    resp_execute_atomic(eng, qp, pkt);
     return;
   }
-  resp_acknowledge(qp, pkt);
+  resp_acknowledge(eng, qp, pkt);
 }
 
 // PSN (IBA 9.7.5.1.1): the expected one goes on; an RC duplicate is answered from history, an
 // RC packet ahead draws one sequence NAK per gap; UC loses the message in progress on a gap.
-[[gnu::always_inline]] inline Engine::Step Engine::resp_check_psn(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Stages::Step Engine::Stages::resp_check_psn(
+    Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   const Psn p = pkt.psn;
   const std::int32_t d = distance(p, rs.epsn);
@@ -378,7 +401,7 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
     }
     // Middle or Last of a message whose start was lost: wait for the next First/Only.
     if (rs.in_msg == RespState::InMsg::kNone && !pkt.info->mask.has(OpMask::kStart)) {
-      stats_.inc(Counter::kRxDropUcResync);
+      eng.stats_.inc(Counter::kRxDropUcResync);
       rs.epsn = p + 1;
       return Step::kDone;
     }
@@ -387,14 +410,14 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
   if (d > 0) {
     if (!rs.nak_sent) {
       rs.nak_sent = true;
-      resp_nak(qp, Syndrome::nak(wire::NakCode::kPsnSeqError), rs.epsn, false);
+      resp_nak(eng, qp, Syndrome::nak(wire::NakCode::kPsnSeqError), rs.epsn, false);
     } else {
-      stats_.inc(Counter::kRxDropAfterSeqNak);
+      eng.stats_.inc(Counter::kRxDropAfterSeqNak);
     }
     return Step::kDone;
   }
   if (d < 0) {
-    resp_duplicate(qp, pkt);
+    resp_duplicate(eng, qp, pkt);
     return Step::kDone;
   }
   rs.nak_sent = false;
@@ -404,29 +427,32 @@ void Engine::resp_on_request(Qp& qp, const wire::RxPkt& pkt) {
 // A UC message in progress is lost (a gap, a missing receive WQE, a bad packet): the
 // receive WQE it had taken stays with the QP, from its start, for the next message (as rxe
 // keeps it).
-void Engine::abandon_uc_message(Qp& qp) { qp.resp.recv_offset = 0; }
+namespace {
+void abandon_uc_message(Qp& qp) { qp.resp.recv_offset = 0; }
+}  // namespace
 
 // A request the responder refuses: RC answers with a class C NAK (the QP goes to the error
 // state and the application hears of it); UC drops the message and waits for the next one.
-Engine::Step Engine::resp_error(Qp& qp, const wire::RxPkt& pkt, wire::NakCode code) {
+Engine::Stages::Step Engine::Stages::resp_error(Engine& eng, Qp& qp, const wire::RxPkt& pkt,
+                                                wire::NakCode code) {
   RespState& rs = qp.resp;
   if (qp.type == QpType::kUc) {
-    stats_.inc(Counter::kRxDropUcError);
+    eng.stats_.inc(Counter::kRxDropUcError);
     if (rs.in_msg != RespState::InMsg::kNone) abandon_uc_message(qp);
     rs.in_msg = RespState::InMsg::kNone;
     rs.epsn = pkt.psn + 1;
     return Step::kDone;
   }
-  resp_nak(qp, Syndrome::nak(code), pkt.psn, true);
-  async_event({code == wire::NakCode::kRemoteAccessError ? AsyncEventType::kQpAccessErr
-                                                         : AsyncEventType::kQpReqErr,
-               qp.qpn, nullptr});
+  resp_nak(eng, qp, Syndrome::nak(code), pkt.psn, true);
+  async_event(eng, {code == wire::NakCode::kRemoteAccessError ? AsyncEventType::kQpAccessErr
+                                                              : AsyncEventType::kQpReqErr,
+                    qp.qpn, nullptr});
   return Step::kDone;
 }
 
 // The same, also completing the receive WQE the message had taken, in error.
-Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
-                                    wire::NakCode code) {
+Engine::Stages::Step Engine::Stages::resp_fail_recv(Engine& eng, Qp& qp, const wire::RxPkt& pkt,
+                                                    WcStatus st, wire::NakCode code) {
   RespState& rs = qp.resp;
   if (rs.have_recv && qp.type != QpType::kUc) {
     Wc wc;
@@ -436,15 +462,15 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
     wc.qp_num = qp.qpn;
     wc.offset = static_cast<std::uint32_t>(rs.recv_base);
     release_recv(qp, 0, false);
-    post_cqe(qp.recv_cq, wc);
+    post_cqe(eng, qp.recv_cq, wc);
   }
-  return resp_error(qp, pkt, code);
+  return resp_error(eng, qp, pkt, code);
 }
 
 // Opcode sequence (IBA 9.7.5.1.3; rxe check_op_seq): a message in progress continues with
 // Middle/Last of its own kind; otherwise only a First or Only may come.
-[[gnu::always_inline]] inline Engine::Step Engine::resp_check_op_seq(Qp& qp,
-                                                                     const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Stages::Step Engine::Stages::resp_check_op_seq(
+    Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   const OpMask m = pkt.info->mask;
   bool ok = true;
   switch (qp.resp.in_msg) {
@@ -458,38 +484,38 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
       ok = m.has(OpMask::kStart);
       break;
   }
-  return ok ? Step::kContinue : resp_error(qp, pkt, wire::NakCode::kInvalidRequest);
+  return ok ? Step::kContinue : resp_error(eng, qp, pkt, wire::NakCode::kInvalidRequest);
 }
 
 // The QP must allow the operation (rxe check_op_valid); FLUSH and ATOMIC WRITE are not
 // supported.
-[[gnu::always_inline]] inline Engine::Step Engine::resp_check_op_valid(Qp& qp,
-                                                                       const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Stages::Step Engine::Stages::resp_check_op_valid(
+    Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   const OpMask m = pkt.info->mask;
   const std::uint32_t qacc = qp.attr.qp_access_flags;
   if ((m.has(OpMask::kWrite) && !(qacc & kAccessRemoteWrite)) ||
       (m.has(OpMask::kRead) && !(qacc & kAccessRemoteRead)) ||
       (m.has(OpMask::kAtomic) && !(qacc & kAccessRemoteAtomic)) ||
       m.any(OpMask::kFlush | OpMask::kAtomicWrite))
-    return resp_error(qp, pkt, wire::NakCode::kInvalidRequest);
+    return resp_error(eng, qp, pkt, wire::NakCode::kInvalidRequest);
   return Step::kContinue;
 }
 
 // SENDs and WRITE with immediate consume a receive WQE; without one, RC answers RNR NAK and
 // UC drops the message.
-[[gnu::always_inline]] inline Engine::Step Engine::resp_get_recv_wqe(Qp& qp,
-                                                                     const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Stages::Step Engine::Stages::resp_get_recv_wqe(
+    Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   if (!pkt.info->mask.has(OpMask::kRecvWqe) || rs.have_recv) return Step::kContinue;
   RecvQueue& q = qp.recv_queue();
   if (!q.has_wqe()) {
     if (qp.type == QpType::kUc) {
-      stats_.inc(Counter::kRxDropUcError);
+      eng.stats_.inc(Counter::kRxDropUcError);
       rs.in_msg = RespState::InMsg::kNone;
       rs.epsn = pkt.psn + 1;
       return Step::kDone;
     }
-    resp_nak(qp, Syndrome::rnr_nak(qp.attr.min_rnr_timer), pkt.psn, false);
+    resp_nak(eng, qp, Syndrome::rnr_nak(qp.attr.min_rnr_timer), pkt.psn, false);
     return Step::kDone;
   }
   take_recv(qp, q);
@@ -499,8 +525,8 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
 
 // SEND: First/Middle carry exactly the path MTU, Last 1..MTU, Only 0..MTU (IBA 9.7.5.1.4);
 // the payload goes to the receive WQE's buffers, whose keys are checked piece by piece.
-[[gnu::always_inline]] inline Engine::Step Engine::resp_execute_send(Qp& qp,
-                                                                     const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Stages::Step Engine::Stages::resp_execute_send(
+    Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   const OpMask m = pkt.info->mask;
   const std::uint32_t len = pkt.payload_len;
@@ -508,23 +534,25 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
   const bool first = m.has(OpMask::kStart);
   const bool last = m.has(OpMask::kEnd);
   if ((!last && len != pmtu) || len > pmtu || (last && !first && len == 0))
-    return resp_fail_recv(qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
+    return resp_fail_recv(eng, qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
   if (rs.recv_base + rs.recv_offset + len > rs.recv.length)
-    return resp_fail_recv(qp, pkt, WcStatus::kLocLenErr, wire::NakCode::kInvalidRequest);
-  if (len && !resp_scatter(qp, rs.recv, rs.recv_base + rs.recv_offset, pkt.payload().data(), len))
-    return resp_fail_recv(qp, pkt, WcStatus::kLocProtErr, wire::NakCode::kRemoteOperationalError);
+    return resp_fail_recv(eng, qp, pkt, WcStatus::kLocLenErr, wire::NakCode::kInvalidRequest);
+  if (len &&
+      !resp_scatter(eng, qp, rs.recv, rs.recv_base + rs.recv_offset, pkt.payload().data(), len))
+    return resp_fail_recv(eng, qp, pkt, WcStatus::kLocProtErr,
+                          wire::NakCode::kRemoteOperationalError);
   rs.recv_offset += len;
   rs.in_msg = last ? RespState::InMsg::kNone : RespState::InMsg::kSend;
   if (!last) return Step::kContinue;
   if (m.has(OpMask::kInvalidate)) {
     // IBA 10.6.5: SEND with invalidate frees the named MR of this QP's PD.
-    Mr* mr = mrs_.find(pkt.ieth().rkey());
+    Mr* mr = eng.mrs_.find(pkt.ieth().rkey());
     if (mr == nullptr || mr->pd != qp.pd || !mr->fast_reg)
-      return resp_fail_recv(qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
+      return resp_fail_recv(eng, qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
     mr->state = MrState::kFree;
-    mrs_.changed();
+    eng.mrs_.changed();
   }
-  resp_complete_recv(qp, pkt, static_cast<std::uint32_t>(rs.recv_offset));
+  resp_complete_recv(eng, qp, pkt, static_cast<std::uint32_t>(rs.recv_offset));
   rs.msn = rs.msn + 1;
   return Step::kContinue;
 }
@@ -532,8 +560,8 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
 // RDMA WRITE: the First packet names the region; every packet, not only the first, is checked
 // against the key again, since the region may be deregistered or invalidated (locally, or by a
 // SEND with invalidate) between two packets of one message.
-[[gnu::always_inline]] inline Engine::Step Engine::resp_execute_write(Qp& qp,
-                                                                      const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline Engine::Stages::Step Engine::Stages::resp_execute_write(
+    Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   const OpMask m = pkt.info->mask;
   const std::uint32_t len = pkt.payload_len;
@@ -549,21 +577,23 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
     rs.write_range = {};
     if (rs.write_total != 0) {
       Mr* mr = nullptr;
-      if (mrs_.check(rs.write_rkey, qp.pd, rs.write_va, rs.write_total, kAccessRemoteWrite, &mr) !=
-          KeyCheck::kOk)
-        return resp_fail_recv(qp, pkt, WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
-      rs.write_range = mrs_.remember(mr);  // later packets: a compare while it holds
+      if (eng.mrs_.check(rs.write_rkey, qp.pd, rs.write_va, rs.write_total, kAccessRemoteWrite,
+                         &mr) != KeyCheck::kOk)
+        return resp_fail_recv(eng, qp, pkt, WcStatus::kRemAccessErr,
+                              wire::NakCode::kRemoteAccessError);
+      rs.write_range = eng.mrs_.remember(mr);  // later packets: a compare while it holds
     }
   }
   const bool len_ok = len <= pmtu && (last ? len == rs.write_remaining
                                            : (len == pmtu && rs.write_remaining > pmtu));
   if (!len_ok)
-    return resp_fail_recv(qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
+    return resp_fail_recv(eng, qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
   if (len) {
     std::uint8_t* dst =
-        mrs_.map(rs.write_range, rs.write_rkey, qp.pd, rs.write_va, len, kAccessRemoteWrite);
+        eng.mrs_.map(rs.write_range, rs.write_rkey, qp.pd, rs.write_va, len, kAccessRemoteWrite);
     if (dst == nullptr)
-      return resp_fail_recv(qp, pkt, WcStatus::kRemAccessErr, wire::NakCode::kRemoteAccessError);
+      return resp_fail_recv(eng, qp, pkt, WcStatus::kRemAccessErr,
+                            wire::NakCode::kRemoteAccessError);
     std::memcpy(dst, pkt.payload().data(), len);
   }
   rs.write_va += len;
@@ -571,7 +601,7 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
   rs.in_msg = last ? RespState::InMsg::kNone : RespState::InMsg::kWrite;
   if (last) {
     if (m.has(OpMask::kImm))
-      resp_complete_recv(qp, pkt, static_cast<std::uint32_t>(rs.write_total));
+      resp_complete_recv(eng, qp, pkt, static_cast<std::uint32_t>(rs.write_total));
     rs.msn = rs.msn + 1;
   }
   return Step::kContinue;
@@ -580,39 +610,39 @@ Engine::Step Engine::resp_fail_recv(Qp& qp, const wire::RxPkt& pkt, WcStatus st,
 // READ and atomic requests need a responder resource: at most max_dest_rd_atomic READs may
 // be streaming (what was negotiated; a requester beyond it breaks the protocol), and the
 // output queue needs a place. -1 after answering or dropping the request.
-int Engine::resp_claim_resource(Qp& qp, const wire::RxPkt& pkt) {
+int Engine::Stages::resp_claim_resource(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   // IBA 9.7.5.1.7: no READ/atomic resources at all means invalid request.
   if (qp.attr.max_dest_rd_atomic == 0 || rs.reads_active() >= qp.attr.max_dest_rd_atomic) {
-    resp_error(qp, pkt, wire::NakCode::kInvalidRequest);
+    resp_error(eng, qp, pkt, wire::NakCode::kInvalidRequest);
     return -1;
   }
   const int slot = alloc_res(qp);
   if (slot < 0 || rs.out_tail - rs.out_head == rs.out.size()) {
     // Every slot is still replaying or the output queue is full (a peer flooding duplicates):
     // drop without executing; the requester retries.
-    stats_.inc(Counter::kRxDropRdAtomicBusy);
+    eng.stats_.inc(Counter::kRxDropRdAtomicBusy);
     return -1;
   }
   return slot;
 }
 
-void Engine::resp_execute_read(Qp& qp, const wire::RxPkt& pkt) {
+void Engine::Stages::resp_execute_read(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   const auto reth = pkt.reth();
   const std::uint64_t rlen = reth.dma_len();
   // IBA: a message is at most 2^31 bytes; a longer READ would also wrap the PSN space.
   if (rlen > (std::uint64_t{1} << 31)) {
-    resp_error(qp, pkt, wire::NakCode::kInvalidRequest);
+    resp_error(eng, qp, pkt, wire::NakCode::kInvalidRequest);
     return;
   }
   Mr* mr = nullptr;
-  if (rlen != 0 &&
-      mrs_.check(reth.rkey(), qp.pd, reth.va(), rlen, kAccessRemoteRead, &mr) != KeyCheck::kOk) {
-    resp_error(qp, pkt, wire::NakCode::kRemoteAccessError);
+  if (rlen != 0 && eng.mrs_.check(reth.rkey(), qp.pd, reth.va(), rlen, kAccessRemoteRead, &mr) !=
+                       KeyCheck::kOk) {
+    resp_error(eng, qp, pkt, wire::NakCode::kRemoteAccessError);
     return;
   }
-  const int slot = resp_claim_resource(qp, pkt);
+  const int slot = resp_claim_resource(eng, qp, pkt);
   if (slot < 0) return;
   const std::uint32_t npkts =
       rlen == 0 ? 1 : static_cast<std::uint32_t>((rlen + qp.pmtu() - 1) >> qp.pmtu_shift());
@@ -627,28 +657,28 @@ void Engine::resp_execute_read(Qp& qp, const wire::RxPkt& pkt) {
   r.length = rlen;
   r.active = true;
   r.next_psn = pkt.psn;
-  if (mr != nullptr) r.range = mrs_.remember(mr);
+  if (mr != nullptr) r.range = eng.mrs_.remember(mr);
   rs.out[rs.out_tail++ % rs.out.size()] = {
       RespState::Item::Kind::kRead, static_cast<std::uint8_t>(idx), Syndrome::ack(), pkt.psn};
   ++rs.reads_queued;
-  resp_schedule(qp);
+  resp_schedule(eng, qp);
   rs.msn = rs.msn + 1;
   rs.epsn = pkt.psn + npkts;
 }
 
-void Engine::resp_execute_atomic(Qp& qp, const wire::RxPkt& pkt) {
+void Engine::Stages::resp_execute_atomic(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   RespState& rs = qp.resp;
   const auto a = pkt.atomic_eth();
   if (a.va() % 8 != 0) {
-    resp_error(qp, pkt, wire::NakCode::kInvalidRequest);
+    resp_error(eng, qp, pkt, wire::NakCode::kInvalidRequest);
     return;
   }
-  std::uint8_t* host = mrs_.map(a.rkey(), qp.pd, a.va(), 8, kAccessRemoteAtomic);
+  std::uint8_t* host = eng.mrs_.map(a.rkey(), qp.pd, a.va(), 8, kAccessRemoteAtomic);
   if (host == nullptr) {
-    resp_error(qp, pkt, wire::NakCode::kRemoteAccessError);
+    resp_error(eng, qp, pkt, wire::NakCode::kRemoteAccessError);
     return;
   }
-  const int slot = resp_claim_resource(qp, pkt);
+  const int slot = resp_claim_resource(eng, qp, pkt);
   if (slot < 0) return;
   auto* target = reinterpret_cast<std::uint64_t*>(host);
   std::uint64_t orig;
@@ -667,29 +697,31 @@ void Engine::resp_execute_atomic(Qp& qp, const wire::RxPkt& pkt) {
   r.atomic_orig = orig;
   rs.msn = rs.msn + 1;
   rs.epsn = pkt.psn + 1;
-  resp_emit_atomic_ack(qp, idx);
+  resp_emit_atomic_ack(eng, qp, idx);
 }
 
 // SEND and WRITE packets: the next PSN is expected, and an AckReq is answered (coalesced to
 // the end of the receive burst).
-[[gnu::always_inline]] inline void Engine::resp_acknowledge(Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline void Engine::Stages::resp_acknowledge(Engine& eng, Qp& qp,
+                                                                    const wire::RxPkt& pkt) {
   qp.resp.epsn = pkt.psn + 1;
-  if (pkt.ack_req && qp.type != QpType::kUc) defer_ack(qp, pkt.psn, ack_list_);
+  if (pkt.ack_req && qp.type != QpType::kUc) defer_ack(qp, pkt.psn, eng.ack_list_);
 }
 
-void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
+void Engine::Stages::resp_read_pump(Engine& eng, Qp& qp, std::uint32_t& budget) {
   RespState& rs = qp.resp;
   const std::uint32_t pmtu = qp.pmtu();
   while (budget > 0 && !rs.out_empty() && qp.state != QpState::kErr) {
     RespState::Item& it = rs.out[rs.out_head % rs.out.size()];
     if (it.kind != RespState::Item::Kind::kRead) {
-      auto slot = tx_slot(true);
+      auto slot = tx_slot(eng, true);
       if (slot.empty()) return;
       const bool atomic = it.kind == RespState::Item::Kind::kAtomicAck;
-      tx_commit(build_ack(qp, slot, ip_id_++,
-                          atomic ? Opcode::kRcAtomicAcknowledge : Opcode::kRcAcknowledge, it.syn,
-                          it.psn, atomic ? rs.res[it.res].atomic_orig : 0, cfg_.advertise_credits));
-      stats_.inc(atomic ? Counter::kAtomicAcksSent : Counter::kAckSent);
+      tx_commit(eng, build_ack(qp, slot, eng.ip_id_++,
+                               atomic ? Opcode::kRcAtomicAcknowledge : Opcode::kRcAcknowledge,
+                               it.syn, it.psn, atomic ? rs.res[it.res].atomic_orig : 0,
+                               eng.cfg_.advertise_credits));
+      eng.stats_.inc(atomic ? Counter::kAtomicAcksSent : Counter::kAckSent);
       ++rs.out_head;
       --budget;
       continue;
@@ -700,42 +732,42 @@ void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
       --rs.reads_queued;
       continue;
     }
-    auto slot = tx_slot(false);
+    auto slot = tx_slot(eng, false);
     if (slot.empty()) return;
     const std::uint64_t remaining = r.length - r.next_offset;
     const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(pmtu, remaining));
     // The application may deregister or invalidate the region between polls: never read
     // memory the key no longer grants.
-    const std::uint8_t* src =
-        len == 0 ? nullptr
-                 : mrs_.map(r.range, r.rkey, qp.pd, r.va + r.next_offset, len, kAccessRemoteRead);
+    const std::uint8_t* src = len == 0 ? nullptr
+                                       : eng.mrs_.map(r.range, r.rkey, qp.pd, r.va + r.next_offset,
+                                                      len, kAccessRemoteRead);
     if (len != 0 && src == nullptr) {
       r.active = false;
       ++rs.out_head;
       --rs.reads_queued;
-      resp_nak(qp, Syndrome::nak(wire::NakCode::kRemoteAccessError), r.next_psn, true);
+      resp_nak(eng, qp, Syndrome::nak(wire::NakCode::kRemoteAccessError), r.next_psn, true);
       return;
     }
     const bool first = r.next_offset == r.start_offset;
     const bool last = len == remaining;
     wire::PacketFields f;
-    f.ip_id = ip_id_++;
+    f.ip_id = eng.ip_id_++;
     f.opcode = first && last ? Opcode::kRcReadResponseOnly
                : first       ? Opcode::kRcReadResponseFirst
                : last        ? Opcode::kRcReadResponseLast
                              : Opcode::kRcReadResponseMiddle;
     f.psn = r.next_psn;
-    f.aeth_syndrome = ack_syndrome(qp, cfg_.advertise_credits);
+    f.aeth_syndrome = ack_syndrome(qp, eng.cfg_.advertise_credits);
     f.aeth_msn = rs.msn;
-    TxPacket p = tx_begin(qp, slot, f, len);
-    if (len && zero_copy_ok(qp, len)) {
+    TxPacket p = tx_begin(eng, qp, slot, f, len);
+    if (len && zero_copy_ok(eng, qp, len)) {
       const TxSeg ext{src, static_cast<std::uint32_t>(len)};
-      tx_finish_ext(qp, p, {&ext, 1});
+      tx_finish_ext(eng, qp, p, {&ext, 1});
     } else {
       if (len) std::memcpy(slot.data() + p.hdr, src, len);
-      tx_finish(qp, p, len);
+      tx_finish(eng, qp, p, len);
     }
-    stats_.inc(Counter::kReadResponsesSent);
+    eng.stats_.inc(Counter::kReadResponsesSent);
     --budget;
     r.next_offset += len;
     ++r.next_psn;
@@ -747,18 +779,18 @@ void Engine::resp_read_pump(Qp& qp, std::uint32_t& budget) {
   }
 }
 
-void Engine::resp_on_ud(Qp& qp, const wire::RxPkt& pkt) {
+void Engine::Stages::resp_on_ud(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   if (qp.state != QpState::kRtr && qp.state != QpState::kRts) {
-    stats_.inc(Counter::kRxDropQpState);
+    eng.stats_.inc(Counter::kRxDropQpState);
     return;
   }
   if (pkt.deth().qkey() != qp.attr.qkey) {
-    stats_.inc(Counter::kRxDropQkey);
+    eng.stats_.inc(Counter::kRxDropQkey);
     return;
   }
   RecvQueue& q = qp.recv_queue();
   if (!q.has_wqe()) {
-    stats_.inc(Counter::kRxDropUnexpected);  // UD has no RNR: the datagram is lost
+    eng.stats_.inc(Counter::kRxDropUnexpected);  // UD has no RNR: the datagram is lost
     return;
   }
   RespState& rs = qp.resp;
@@ -780,8 +812,8 @@ void Engine::resp_on_ud(Qp& qp, const wire::RxPkt& pkt) {
   wc.offset = static_cast<std::uint32_t>(base);
   if (base + need > rs.recv.length) {
     wc.status = WcStatus::kLocLenErr;
-  } else if (!resp_scatter(qp, rs.recv, base, grh, 40) ||
-             !resp_scatter(qp, rs.recv, base + 40, pkt.payload().data(), pkt.payload_len)) {
+  } else if (!resp_scatter(eng, qp, rs.recv, base, grh, 40) ||
+             !resp_scatter(eng, qp, rs.recv, base + 40, pkt.payload().data(), pkt.payload_len)) {
     wc.status = WcStatus::kLocProtErr;
   } else {
     wc.byte_len = static_cast<std::uint32_t>(need);
@@ -792,7 +824,7 @@ void Engine::resp_on_ud(Qp& qp, const wire::RxPkt& pkt) {
   }
   if (release_recv(qp, wc.status == WcStatus::kSuccess ? need : 0, wc.status == WcStatus::kSuccess))
     wc.wc_flags |= kWcStillQueued;
-  post_cqe(qp.recv_cq, wc);
+  post_cqe(eng, qp.recv_cq, wc);
 }
 
 }  // namespace roce::engine

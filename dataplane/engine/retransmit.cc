@@ -5,33 +5,37 @@
 /// the measured round-trip time (EngineConfig::probe_min_ns).
 #include <algorithm>
 
-#include "dataplane/engine/engine.h"
+#include "dataplane/engine/engine_loc.h"
 
 namespace roce::engine {
 
 using wire::Psn;
 
-void Engine::track_timer(Qp& qp) {
+namespace {
+SendWqe* oldest_unacked(Qp& qp);
+}  // namespace
+
+void Engine::Stages::track_timer(Engine& eng, Qp& qp) {
   const std::uint64_t d = qp.comp.deadline();
   if (d == 0) return;
   // An earlier entry is still in the wheel: when it comes, fire_timers finds nothing due and
   // schedules the QP again for its deadline then.
   if (qp.timer_at != 0 && qp.timer_at <= d) return;
   qp.timer_at = d;
-  timers_.schedule(&qp, d);
-  next_timer_ = timers_.next();
+  eng.timers_.schedule(&qp, d);
+  eng.next_timer_ = eng.timers_.next();
 }
 
-void Engine::arm_retransmit(Qp& qp) {
+void Engine::Stages::arm_retransmit(Engine& eng, Qp& qp) {
   if (qp.attr.timeout == 0 || qp.comp.retrans_deadline != 0 || qp.comp.rnr_deadline != 0) return;
   if (!before(qp.comp.psn, qp.req.high_psn)) return;  // nothing outstanding
-  qp.comp.retrans_deadline = now_ + (std::uint64_t{4096} << qp.attr.timeout);
-  track_timer(qp);
+  qp.comp.retrans_deadline = eng.now_ + (std::uint64_t{4096} << qp.attr.timeout);
+  track_timer(eng, qp);
 }
 
-void Engine::arm_probe(Qp& qp) {
+void Engine::Stages::arm_probe(Engine& eng, Qp& qp) {
   CompState& c = qp.comp;
-  if (cfg_.probe_min_ns == 0 || qp.type != QpType::kRc || c.probe_deadline != 0 ||
+  if (eng.cfg_.probe_min_ns == 0 || qp.type != QpType::kRc || c.probe_deadline != 0 ||
       c.rnr_deadline != 0 || c.retry_pending)
     return;
   if (!before(c.psn, qp.req.high_psn)) return;  // nothing outstanding
@@ -45,18 +49,19 @@ void Engine::arm_probe(Qp& qp) {
   const auto pto = [](std::uint64_t srtt, std::uint64_t var) {
     return std::max(2 * srtt, srtt + 4 * var);
   };
-  std::uint64_t rto = c.srtt_ns  ? pto(c.srtt_ns, c.rttvar_ns)
-                      : srtt_ns_ ? pto(srtt_ns_, rttvar_ns_)
-                                 : 1'000'000;
-  rto = std::max(rto, cfg_.probe_min_ns)
+  std::uint64_t rto = c.srtt_ns      ? pto(c.srtt_ns, c.rttvar_ns)
+                      : eng.srtt_ns_ ? pto(eng.srtt_ns_, eng.rttvar_ns_)
+                                     : 1'000'000;
+  rto = std::max(rto, eng.cfg_.probe_min_ns)
         << std::min<unsigned>(unsigned{c.probe_backoff} + c.pto_shift, 20);
-  const std::uint64_t at = now_ + rto;
+  const std::uint64_t at = eng.now_ + rto;
   if (c.retrans_deadline != 0 && at >= c.retrans_deadline) return;  // the timeout comes first
   c.probe_deadline = at;
-  track_timer(qp);
+  track_timer(eng, qp);
 }
 
-SendWqe* Engine::oldest_unacked(Qp& qp) {
+namespace {
+SendWqe* oldest_unacked(Qp& qp) {
   for (std::uint32_t i = qp.sq_head; i != qp.sq_tail; ++i) {
     SendWqe& w = qp.wqe(i);
     if (w.state == WqeState::kSending || w.state == WqeState::kSent) {
@@ -67,10 +72,11 @@ SendWqe* Engine::oldest_unacked(Qp& qp) {
   }
   return nullptr;
 }
+}  // namespace
 
 // Builds the packet at the oldest unacknowledged PSN from its WQE, with AckReq, and puts the
 // requester back exactly where it was: the probe moves nothing but one frame.
-bool Engine::send_probe(Qp& qp) {
+bool Engine::Stages::send_probe(Engine& eng, Qp& qp) {
   SendWqe* w = oldest_unacked(qp);
   if (w == nullptr || w->is_rd_atomic() || before(qp.comp.psn, w->first_psn)) return false;
   const ReqState saved_req = qp.req;
@@ -83,7 +89,7 @@ bool Engine::send_probe(Qp& qp) {
   qp.comp.probing = true;  // AckReq on the packet, and the hold once it is out
   qp.comp.probe_sent = false;
   const Psn probed = qp.comp.psn;
-  const bool ok = req_packet(qp, *w);
+  const bool ok = req_packet(eng, qp, *w);
   qp.req = saved_req;
   w->sent = saved_sent;
   w->state = saved_state;
@@ -92,7 +98,7 @@ bool Engine::send_probe(Qp& qp) {
     return false;
   }
   qp.comp.probe_psn = probed;
-  qp.comp.probe_sent_at = now_;
+  qp.comp.probe_sent_at = eng.now_;
   qp.comp.rtt_timing = false;  // Karn: an ACK now may answer the probe or the original
   return true;
 }
@@ -111,58 +117,58 @@ void rtt_update(std::uint64_t& srtt, std::uint64_t& rttvar, std::uint64_t r) {
 }
 }  // namespace
 
-void Engine::on_loss(Qp& qp) {
+void Engine::Stages::on_loss(Engine& eng, Qp& qp) {
   CompState& c = qp.comp;
-  const std::uint32_t w = c.cwnd ? c.cwnd : window_max(qp);
-  c.cwnd = std::max<std::uint32_t>(std::min(w, cfg_.loss_window), 1);
+  const std::uint32_t w = c.cwnd ? c.cwnd : window_max(eng, qp);
+  c.cwnd = std::max<std::uint32_t>(std::min(w, eng.cfg_.loss_window), 1);
   c.cwnd_frac = 0;
   c.cwnd_psn = c.psn;
 }
 
-std::uint32_t Engine::window_max(const Qp& qp) const {
+std::uint32_t Engine::Stages::window_max(const Engine& eng, const Qp& qp) {
   const std::uint64_t by_bytes =
-      std::max<std::uint64_t>(cfg_.max_inflight_bytes >> qp.pmtu_shift(), 1);
-  return static_cast<std::uint32_t>(std::min<std::uint64_t>(cfg_.max_inflight_psns, by_bytes));
+      std::max<std::uint64_t>(eng.cfg_.max_inflight_bytes >> qp.pmtu_shift(), 1);
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(eng.cfg_.max_inflight_psns, by_bytes));
 }
 
-void Engine::grow_window(Qp& qp) {
+void Engine::Stages::grow_window(Engine& eng, Qp& qp) {
   CompState& c = qp.comp;
   if (c.cwnd == 0) return;
   c.cwnd_frac += static_cast<std::uint32_t>(distance(c.psn, c.cwnd_psn));
   c.cwnd_psn = c.psn;
   c.cwnd += c.cwnd_frac / 8;
   c.cwnd_frac %= 8;
-  if (c.cwnd >= window_max(qp)) c.cwnd = 0;  // back at the maximum
+  if (c.cwnd >= window_max(eng, qp)) c.cwnd = 0;  // back at the maximum
 }
 
-void Engine::rtt_sample(Qp& qp) {
+void Engine::Stages::rtt_sample(Engine& eng, Qp& qp) {
   CompState& c = qp.comp;
   if (!c.rtt_timing || !after(c.psn, c.rtt_psn)) return;
   c.rtt_timing = false;
-  const std::uint64_t r = now_ > c.rtt_start ? now_ - c.rtt_start : 0;
+  const std::uint64_t r = eng.now_ > c.rtt_start ? eng.now_ - c.rtt_start : 0;
   // The caller's clock did not move between send and answer (one `now` for a whole poll):
   // not a round trip. Taken as one, it pulls the estimate, and the probe timer, towards 0.
   if (r == 0) return;
   rtt_update(c.srtt_ns, c.rttvar_ns, r);
-  rtt_update(srtt_ns_, rttvar_ns_, r);
+  rtt_update(eng.srtt_ns_, eng.rttvar_ns_, r);
 }
 
-void Engine::order_retry(Qp& qp, Psn from, bool count_retry) {
+void Engine::Stages::order_retry(Engine& eng, Qp& qp, Psn from, bool count_retry) {
   // Packets still in flight from before a go-back-N (more sequence NAKs, READ responses past a
   // gap) must not start another one from the same PSN: wait for progress or the timer.
   if (count_retry && (qp.comp.retry_pending || (qp.comp.retried && qp.comp.retried_psn == from)))
     return;
   if (count_retry) {
-    on_loss(qp);
+    on_loss(eng, qp);
     if (qp.comp.retry_left == 0) {
-      stats_.inc(Counter::kRetryExceeded);
-      qp_to_error(qp, WcStatus::kRetryExcErr);
+      eng.stats_.inc(Counter::kRetryExceeded);
+      qp_to_error(eng, qp, WcStatus::kRetryExcErr);
       return;
     }
     // rxe treats 7 as infinite; IBA does not. We follow rxe, the peer we are measured against.
     if (qp.attr.retry_cnt != 7) --qp.comp.retry_left;
   }
-  stats_.inc(Counter::kRetries);
+  eng.stats_.inc(Counter::kRetries);
   qp.comp.retry_pending = true;
   qp.comp.retry_psn = from;
   // A counted retry restarts the ACK timeout; an uncounted one (after an RNR wait, or the
@@ -170,12 +176,12 @@ void Engine::order_retry(Qp& qp, Psn from, bool count_retry) {
   if (count_retry) qp.comp.retrans_deadline = 0;
   qp.comp.probe_deadline = 0;
   qp.comp.rtt_timing = false;  // Karn: no sample across a retransmission
-  schedule_send(qp);
+  schedule_send(eng, qp);
 }
 
 // Rewinds the requester to PSN `from`: the WQE that holds it restarts at that packet, every
 // later WQE that was (partly) sent restarts from its first packet with its original PSNs.
-void Engine::do_retry(Qp& qp) {
+void Engine::Stages::do_retry(Engine& eng, Qp& qp) {
   qp.comp.retry_pending = false;
   const Psn from = after(qp.comp.retry_psn, qp.comp.psn) ? qp.comp.retry_psn : qp.comp.psn;
   qp.comp.retried = true;
@@ -216,45 +222,45 @@ void Engine::do_retry(Qp& qp) {
   }
   if (!found) return;
   qp.req.pkts_since_ack_req = 0;
-  arm_retransmit(qp);
-  arm_probe(qp);
+  arm_retransmit(eng, qp);
+  arm_probe(eng, qp);
 }
 
-void Engine::run_timers() {
-  timers_.expire(now_, [this](Qp* qp, std::uint64_t at) {
+void Engine::Stages::run_timers(Engine& eng) {
+  eng.timers_.expire(eng.now_, [&eng](Qp* qp, std::uint64_t at) {
     if (at != qp->timer_at) return;  // re-armed earlier, or reset, since: a stale entry
     qp->timer_at = 0;
-    fire_timers(*qp);
-    track_timer(*qp);
+    fire_timers(eng, *qp);
+    track_timer(eng, *qp);
   });
-  next_timer_ = timers_.next();
+  eng.next_timer_ = eng.timers_.next();
 }
 
-void Engine::fire_timers(Qp& qp) {
-  if (qp.comp.rnr_deadline != 0 && now_ >= qp.comp.rnr_deadline) {
+void Engine::Stages::fire_timers(Engine& eng, Qp& qp) {
+  if (qp.comp.rnr_deadline != 0 && eng.now_ >= qp.comp.rnr_deadline) {
     qp.comp.rnr_deadline = 0;
-    order_retry(qp, qp.comp.rnr_psn, false);
+    order_retry(eng, qp, qp.comp.rnr_psn, false);
   }
-  if (qp.comp.retrans_deadline != 0 && now_ >= qp.comp.retrans_deadline) {
+  if (qp.comp.retrans_deadline != 0 && eng.now_ >= qp.comp.retrans_deadline) {
     qp.comp.retrans_deadline = 0;
     if (before(qp.comp.psn, qp.req.high_psn) && qp.state == QpState::kRts) {
-      stats_.inc(Counter::kRetransmitTimeouts);
+      eng.stats_.inc(Counter::kRetransmitTimeouts);
       qp.comp.retried = false;                       // a timeout always retries
       qp.comp.probing = qp.comp.probe_sent = false;  // and resends everything
-      order_retry(qp, qp.comp.psn, true);
+      order_retry(eng, qp, qp.comp.psn, true);
     }
   }
-  if (qp.comp.probe_deadline != 0 && now_ >= qp.comp.probe_deadline) {
+  if (qp.comp.probe_deadline != 0 && eng.now_ >= qp.comp.probe_deadline) {
     qp.comp.probe_deadline = 0;
     if (before(qp.comp.psn, qp.req.high_psn) && qp.state == QpState::kRts &&
         !qp.comp.retry_pending && qp.comp.rnr_deadline == 0) {
       // Tail-loss probe: send the oldest unacknowledged packet again, alone, and hold the
       // requester where it is (no rewind). The answer tells what was lost (comp_progress).
       if (qp.comp.probe_backoff < 255) ++qp.comp.probe_backoff;
-      if (send_probe(qp)) {
-        stats_.inc(Counter::kRetransmitProbes);
+      if (send_probe(eng, qp)) {
+        eng.stats_.inc(Counter::kRetransmitProbes);
       } else {
-        arm_probe(qp);  // no room to send now (or a READ is oldest): later
+        arm_probe(eng, qp);  // no room to send now (or a READ is oldest): later
       }
     }
   }

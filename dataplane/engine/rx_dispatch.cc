@@ -1,16 +1,20 @@
 /// @file
 /// Receive dispatch (rxe_recv.c): parse and validate the frame, check that it is addressed to
 /// this engine, find the QP, check transport, P_Key and peer address, then hand it to exactly
-/// one stage: the responder for requests, the completer for responses. Also run(), the
-/// per-poll driver of timers, ACKs, READ responses and the send queues.
+/// one stage: the responder for requests, the completer for responses. (The per-poll driver of
+/// the other direction, run(), is scheduler.cc.)
 #include <algorithm>
 #include <array>
 
-#include "dataplane/engine/engine.h"
+#include "dataplane/engine/engine_loc.h"
 
 namespace roce::engine {
 
 using wire::OpMask;
+
+namespace {
+bool check_address(const Qp& qp, const wire::RxPkt& pkt);
+}  // namespace
 
 std::string_view to_string(Counter c) {
   static constexpr std::array<std::string_view, kCounterCount> k{"rx_frames",
@@ -61,13 +65,15 @@ std::string_view to_string(Counter c) {
   return k[static_cast<std::size_t>(c)];
 }
 
-bool Engine::check_address(const Qp& qp, const wire::RxPkt& pkt) const {
+namespace {
+bool check_address(const Qp& qp, const wire::RxPkt& pkt) {
   // rxe check_addr: RC/UC packets must come from the QP's peer and be sent to us.
   const wire::FrameSpec& t = qp.tx;
   if (pkt.ip_version != t.ip_version) return false;
   if (pkt.ip_version == wire::IpVersion::kV4) return pkt.ipv4().src() == t.dst_ip4;
   return pkt.ipv6().src() == t.dst_ip6;
 }
+}  // namespace
 
 void Engine::receive(std::span<const std::uint8_t> frame, std::uint64_t now_ns,
                      bool ip_checksum_ok) {
@@ -99,18 +105,18 @@ void Engine::receive(std::span<const std::uint8_t> frame, std::uint64_t now_ns,
     stats_.inc(Counter::kRxDropAddress);
     return;
   }
-  dispatch(pkt);
+  Stages::dispatch(*this, pkt);
 }
 
-void Engine::dispatch(const wire::RxPkt& pkt) {
+void Engine::Stages::dispatch(Engine& eng, const wire::RxPkt& pkt) {
   const wire::OpcodeInfo& info = *pkt.info;
   if (info.mask.has(OpMask::kCnp)) {
-    stats_.inc(Counter::kRxCnp);  // congestion control consumes these (DCQCN issue)
+    eng.stats_.inc(Counter::kRxCnp);  // congestion control consumes these (DCQCN issue)
     return;
   }
-  Qp* qp = find_qp(pkt.dest_qp.raw());
+  Qp* qp = eng.find_qp(pkt.dest_qp.raw());
   if (qp == nullptr) {
-    stats_.inc(Counter::kRxDropUnknownQp);
+    eng.stats_.inc(Counter::kRxDropUnknownQp);
     return;
   }
   const wire::Transport t = wire::transport_of(pkt.opcode);
@@ -118,97 +124,30 @@ void Engine::dispatch(const wire::RxPkt& pkt) {
                      (qp->type == QpType::kUc && t == wire::Transport::kUc) ||
                      (qp->type == QpType::kUd && t == wire::Transport::kUd);
   if (!match) {
-    stats_.inc(Counter::kRxDropWrongTransport);
+    eng.stats_.inc(Counter::kRxDropWrongTransport);
     return;
   }
   // P_Key: low 15 bits equal, and one side a full member (we are 0xFFFF, a full member).
   if ((pkt.bth().pkey() & 0x7FFF) != 0x7FFF) {
-    stats_.inc(Counter::kRxDropPkey);
+    eng.stats_.inc(Counter::kRxDropPkey);
     return;
   }
   if (qp->type == QpType::kUd) {
-    resp_on_ud(*qp, pkt);
+    resp_on_ud(eng, *qp, pkt);
     return;
   }
   if (qp->state == QpState::kReset || qp->state == QpState::kInit || qp->state == QpState::kErr) {
-    stats_.inc(Counter::kRxDropQpState);
+    eng.stats_.inc(Counter::kRxDropQpState);
     return;
   }
   if (!check_address(*qp, pkt)) {
-    stats_.inc(Counter::kRxDropAddress);
+    eng.stats_.inc(Counter::kRxDropAddress);
     return;
   }
   if (info.mask.has(OpMask::kResponse))
-    comp_on_response(*qp, pkt);
+    comp_on_response(eng, *qp, pkt);
   else
-    resp_on_request(*qp, pkt);
-}
-
-void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
-  now_ = now_ns;
-  if (next_timer_ != 0 && now_ >= next_timer_) {
-    // Bounded, so that a receiver that never catches up still retransmits.
-    constexpr std::uint32_t kMaxDefer = 8;
-    if (rx_backlog && timers_deferred_ < kMaxDefer) {
-      ++timers_deferred_;
-    } else {
-      timers_deferred_ = 0;
-      run_timers();
-    }
-  }
-  resp_flush_acks();
-  // Round-robin over the QPs with work, a few packets each per pass, so that one long
-  // message does not starve the others.
-  constexpr std::uint32_t kPerQp = 16;
-  bool progress = true;
-  ++run_gen_;
-  while (progress && tx_.free() > kAckReserve) {
-    progress = false;
-    for (std::size_t i = 0; i < read_list_.size();) {
-      Qp& qp = *read_list_[i];
-      std::uint32_t budget = kPerQp;
-      resp_read_pump(qp, budget);
-      progress |= budget != kPerQp;
-      if (qp.resp.out_empty() || qp.state == QpState::kErr) {
-        qp.in_read_list = false;
-        read_list_[i] = read_list_.back();
-        read_list_.pop_back();
-        continue;
-      }
-      ++i;
-    }
-    for (std::size_t i = 0; i < send_list_.size();) {
-      Qp& qp = *send_list_[i];
-      // With many QPs, each one's state and payload is elsewhere in memory: ask for the next
-      // QP's while this one is sent (its struct first, then, one QP later, its payload).
-      if (i + 2 < send_list_.size()) __builtin_prefetch(send_list_[i + 2]);
-      if (i + 1 < send_list_.size()) prefetch_next_packet(*send_list_[i + 1]);
-      std::uint32_t budget = kPerQp;
-      if (qp.comp.cwnd != 0) {
-        // Recovering from a loss: a few packets per call (EngineConfig::recovery_batch), so
-        // that the loop soon reads the acknowledgements that move the window on.
-        if (qp.run_gen != run_gen_) {
-          qp.run_gen = run_gen_;
-          qp.run_sent = 0;
-        }
-        budget = std::min(budget, cfg_.recovery_batch - std::min(qp.run_sent, cfg_.recovery_batch));
-      }
-      const std::uint32_t budget0 = budget;
-      const std::uint32_t before_next = qp.req.next_wqe;
-      if (budget != 0) req_pump(qp, budget);
-      qp.run_sent += budget0 - budget;
-      progress |= budget != budget0 || qp.req.next_wqe != before_next;
-      const bool idle =
-          qp.state != QpState::kRts || (qp.req.next_wqe == qp.sq_tail && !qp.comp.retry_pending);
-      if (idle) {
-        qp.in_send_list = false;
-        send_list_[i] = send_list_.back();
-        send_list_.pop_back();
-        continue;
-      }
-      ++i;
-    }
-  }
+    resp_on_request(eng, *qp, pkt);
 }
 
 }  // namespace roce::engine

@@ -9,11 +9,15 @@
 #include <stdexcept>
 #include <string>
 
-#include "dataplane/engine/engine.h"
+#include "dataplane/engine/engine_loc.h"
 
 namespace roce::engine {
 
 using wire::Psn;
+
+namespace {
+void reset_qp(Qp& qp);
+}  // namespace
 
 namespace {
 
@@ -190,7 +194,7 @@ Qp* Engine::create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap
     if (*qpn != wire::Qpn::kGsi || type != QpType::kUd || gsi_ != nullptr) return nullptr;
     number = *qpn;
   } else {
-    const std::uint32_t i = pick_qp_index();
+    const std::uint32_t i = Stages::pick_qp_index(*this);
     if (i == cfg_.max_qps) return nullptr;
     slot = &qps_[i];
     number = first_qpn_ + i;
@@ -232,26 +236,26 @@ Qp* Engine::create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap
 // destroyed among the last quarantine destructions (its peer may still send to it, or hold it
 // in CM timewait); any free one when every free one is that recent. With first_qp_index set,
 // cyclic from there instead (reproducible numbers for tests). max_qps when none is free.
-std::uint32_t Engine::pick_qp_index() {
-  const std::uint32_t n = cfg_.max_qps;
-  if (cfg_.first_qp_index) {
+std::uint32_t Engine::Stages::pick_qp_index(Engine& eng) {
+  const std::uint32_t n = eng.cfg_.max_qps;
+  if (eng.cfg_.first_qp_index) {
     for (std::uint32_t k = 0; k < n; ++k) {
-      const std::uint32_t i = (next_qp_index_ + k) % n;
-      if (!qps_[i]) {
-        next_qp_index_ = (i + 1) % n;
+      const std::uint32_t i = (eng.next_qp_index_ + k) % n;
+      if (!eng.qps_[i]) {
+        eng.next_qp_index_ = (i + 1) % n;
         return i;
       }
     }
     return n;
   }
   const std::uint32_t quarantine = std::min<std::uint32_t>(n / 2, 1024);
-  const auto start = static_cast<std::uint32_t>(qpn_rng_.next() % n);
+  const auto start = static_cast<std::uint32_t>(eng.qpn_rng_.next() % n);
   std::uint32_t fallback = n;
   for (std::uint32_t k = 0; k < n; ++k) {
     const std::uint32_t i = (start + k) % n;
-    if (qps_[i]) continue;
-    if (qp_freed_at_[i] == 0 || qp_destroyed_ - qp_freed_at_[i] >= quarantine) return i;
-    if (fallback == n || qp_freed_at_[i] < qp_freed_at_[fallback]) fallback = i;
+    if (eng.qps_[i]) continue;
+    if (eng.qp_freed_at_[i] == 0 || eng.qp_destroyed_ - eng.qp_freed_at_[i] >= quarantine) return i;
+    if (fallback == n || eng.qp_freed_at_[i] < eng.qp_freed_at_[fallback]) fallback = i;
   }
   return fallback;
 }
@@ -286,7 +290,8 @@ int Engine::destroy_qp(Qp* qp) {
   return kErrInval;
 }
 
-void Engine::reset_qp(Qp& qp) {
+namespace {
+void reset_qp(Qp& qp) {
   qp.sq_head = qp.sq_tail = 0;
   qp.rq.head = qp.rq.tail = 0;
   qp.req = ReqState{};
@@ -296,20 +301,21 @@ void Engine::reset_qp(Qp& qp) {
   for (auto& r : res) r = RdAtomicRes{};
   qp.resp.res = std::move(res);
 }
+}  // namespace
 
-wire::FrameSpec Engine::path_spec(const AddressVector& av) const {
+wire::FrameSpec Engine::Stages::path_spec(const Engine& eng, const AddressVector& av) {
   wire::FrameSpec s;
-  s.src_mac = cfg_.mac;
+  s.src_mac = eng.cfg_.mac;
   s.dst_mac = av.dmac;
-  s.vlan_id = cfg_.vlan_id;
-  s.ip_checksum = !tx_ip_checksum_offload_;
+  s.vlan_id = eng.cfg_.vlan_id;
+  s.ip_checksum = !eng.tx_ip_checksum_offload_;
   if (const auto v4 = wire::ipv4_of_mapped(av.dgid)) {
     s.ip_version = wire::IpVersion::kV4;
-    s.src_ip4 = cfg_.ipv4;
+    s.src_ip4 = eng.cfg_.ipv4;
     s.dst_ip4 = *v4;
   } else {
     s.ip_version = wire::IpVersion::kV6;
-    s.src_ip6 = cfg_.ipv6.value_or(wire::Ipv6Addr{});
+    s.src_ip6 = eng.cfg_.ipv6.value_or(wire::Ipv6Addr{});
     s.dst_ip6 = av.dgid;
   }
   s.tos = av.traffic_class;
@@ -318,9 +324,9 @@ wire::FrameSpec Engine::path_spec(const AddressVector& av) const {
   return s;
 }
 
-void Engine::build_tx_template(Qp& qp) {
+void Engine::Stages::build_tx_template(Engine& eng, Qp& qp) {
   const AddressVector& av = qp.attr.ah;
-  qp.tx = path_spec(av);
+  qp.tx = path_spec(eng, av);
   const std::uint32_t fl =
       av.flow_label ? av.flow_label : calc_flow_label(qp.qpn, qp.attr.dest_qp_num);
   qp.tx.udp_sport = av.udp_sport ? av.udp_sport : flow_label_to_udp_sport(fl);
@@ -356,7 +362,7 @@ int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
   if (attrs & kQpDestQpn) qp->attr.dest_qp_num = a.dest_qp_num;
 
   if (next == QpState::kErr) {
-    if (cur != QpState::kErr) qp_to_error(*qp);
+    if (cur != QpState::kErr) Stages::qp_to_error(*this, *qp);
     return kOk;
   }
   if (next == QpState::kReset) {
@@ -371,7 +377,7 @@ int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
   }
   if (cur == QpState::kInit && next == QpState::kRtr) {
     qp->resp.epsn = Psn(qp->attr.rq_psn);
-    if (qp->type != QpType::kUd) build_tx_template(*qp);
+    if (qp->type != QpType::kUd) Stages::build_tx_template(*this, *qp);
   }
   if (cur == QpState::kRtr && next == QpState::kRts) {
     qp->req.next_psn = Psn(qp->attr.sq_psn);
@@ -382,16 +388,16 @@ int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
   }
   qp->state = next;
   qp->attr.qp_state = next;
-  if (next == QpState::kRts) schedule_send(*qp);
+  if (next == QpState::kRts) Stages::schedule_send(*this, *qp);
   return kOk;
 }
 
-void Engine::post_cqe(Cq* cq, const Wc& wc) {
+void Engine::Stages::post_cqe(Engine& eng, Cq* cq, const Wc& wc) {
   if (cq->push(wc)) return;
-  stats_.inc(Counter::kCqOverflow);
+  eng.stats_.inc(Counter::kCqOverflow);
   if (!cq->overflowed()) {
     cq->set_overflowed();
-    cq_overrun(cq);
+    cq_overrun(eng, cq);
   }
 }
 
@@ -400,28 +406,29 @@ void Engine::post_cqe(Cq* cq, const Wc& wc) {
 // into it go to the error state, since their completions can no longer be reported. The
 // completion that did not fit is lost: its data was placed and acknowledged, as on an RNIC; it
 // is counted (cq_overflow), as is everything the stopped CQ refuses after it.
-void Engine::cq_overrun(Cq* cq) {
-  async_event({AsyncEventType::kCqErr, 0, cq});
-  if (in_overrun_) return;  // the flushes below complete into stopped CQs: counted, no recursion
-  in_overrun_ = true;
-  for (auto& q : qps_) {
+void Engine::Stages::cq_overrun(Engine& eng, Cq* cq) {
+  async_event(eng, {AsyncEventType::kCqErr, 0, cq});
+  if (eng.in_overrun_)
+    return;  // the flushes below complete into stopped CQs: counted, no recursion
+  eng.in_overrun_ = true;
+  for (auto& q : eng.qps_) {
     if (!q || q->state == QpState::kErr || q->state == QpState::kReset) continue;
     if (q->send_cq != cq && q->recv_cq != cq) continue;
-    qp_to_error(*q);
-    async_event({AsyncEventType::kQpFatal, q->qpn, nullptr});
+    qp_to_error(eng, *q);
+    async_event(eng, {AsyncEventType::kQpFatal, q->qpn, nullptr});
   }
-  in_overrun_ = false;
+  eng.in_overrun_ = false;
 }
 
-void Engine::async_event(const AsyncEvent& ev) {
-  stats_.inc(Counter::kAsyncEvents);
-  const auto mask = static_cast<std::uint32_t>(async_.size() - 1);
-  if (async_tail_ - async_head_ == async_.size()) {
-    ++async_head_;  // keep the newest; the oldest is counted lost
-    stats_.inc(Counter::kAsyncEventsLost);
+void Engine::Stages::async_event(Engine& eng, const AsyncEvent& ev) {
+  eng.stats_.inc(Counter::kAsyncEvents);
+  const auto mask = static_cast<std::uint32_t>(eng.async_.size() - 1);
+  if (eng.async_tail_ - eng.async_head_ == eng.async_.size()) {
+    ++eng.async_head_;  // keep the newest; the oldest is counted lost
+    eng.stats_.inc(Counter::kAsyncEventsLost);
   }
-  async_[async_tail_++ & mask] = ev;
-  if (on_async_event) on_async_event(ev);
+  eng.async_[eng.async_tail_++ & mask] = ev;
+  if (eng.on_async_event) eng.on_async_event(ev);
 }
 
 bool Engine::get_async_event(AsyncEvent& ev) {
@@ -447,7 +454,7 @@ bool opcode_allowed(QpType t, WrOpcode op) {
 
 }  // namespace
 
-void Engine::comp_wqe_done(Qp& qp, SendWqe& w, WcStatus status) {
+void Engine::Stages::comp_wqe_done(Engine& eng, Qp& qp, SendWqe& w, WcStatus status) {
   if (w.state == WqeState::kDone) return;
   w.state = WqeState::kDone;
   if (w.is_rd_atomic() && w.npkts != 0 && qp.req.rd_atomic_out > 0) --qp.req.rd_atomic_out;
@@ -458,18 +465,18 @@ void Engine::comp_wqe_done(Qp& qp, SendWqe& w, WcStatus status) {
     wc.opcode = wc_opcode(w.opcode);
     wc.byte_len = static_cast<std::uint32_t>(w.length);
     wc.qp_num = qp.qpn;
-    post_cqe(qp.send_cq, wc);
+    post_cqe(eng, qp.send_cq, wc);
   }
 }
 
-void Engine::flush_recvs(Qp& qp) {
+void Engine::Stages::flush_recvs(Engine& eng, Qp& qp) {
   auto flush_one = [&](std::uint64_t wr_id) {
     Wc wc;
     wc.wr_id = wr_id;
     wc.status = WcStatus::kWrFlushErr;
     wc.opcode = WcOpcode::kRecv;
     wc.qp_num = qp.qpn;
-    post_cqe(qp.recv_cq, wc);
+    post_cqe(eng, qp.recv_cq, wc);
   };
   RespState& rs = qp.resp;
   if (rs.have_recv) {
@@ -486,7 +493,7 @@ void Engine::flush_recvs(Qp& qp) {
   while (qp.rq.head != qp.rq.tail) flush_one(qp.rq.wqes[qp.rq.slot(qp.rq.head++)].wr_id);
 }
 
-void Engine::qp_to_error(Qp& qp, std::optional<WcStatus> head_status) {
+void Engine::Stages::qp_to_error(Engine& eng, Qp& qp, std::optional<WcStatus> head_status) {
   qp.state = QpState::kErr;
   qp.attr.qp_state = QpState::kErr;
   // In post order: finished WQEs complete successfully, a locally failed one with its own
@@ -499,14 +506,14 @@ void Engine::qp_to_error(Qp& qp, std::optional<WcStatus> head_status) {
       case WqeState::kDone:
         break;
       case WqeState::kExecuted:
-        comp_wqe_done(qp, w, WcStatus::kSuccess);
+        comp_wqe_done(eng, qp, w, WcStatus::kSuccess);
         break;
       case WqeState::kFailed:
-        comp_wqe_done(qp, w, w.status);
+        comp_wqe_done(eng, qp, w, w.status);
         first = false;
         break;
       default:
-        comp_wqe_done(qp, w, first && head_status ? *head_status : WcStatus::kWrFlushErr);
+        comp_wqe_done(eng, qp, w, first && head_status ? *head_status : WcStatus::kWrFlushErr);
         first = false;
     }
   }
@@ -518,7 +525,7 @@ void Engine::qp_to_error(Qp& qp, std::optional<WcStatus> head_status) {
   for (auto& r : qp.resp.res) r.active = false;
   qp.resp.out_head = qp.resp.out_tail = 0;
   qp.resp.reads_queued = 0;
-  flush_recvs(qp);
+  flush_recvs(eng, qp);
 }
 
 int Engine::post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr) {
@@ -596,12 +603,12 @@ int Engine::post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr) {
     }
     ++qp->sq_tail;
     if (qp->state == QpState::kErr) {
-      comp_wqe_done(*qp, w, WcStatus::kWrFlushErr);
+      Stages::comp_wqe_done(*this, *qp, w, WcStatus::kWrFlushErr);
       qp->sq_head = qp->sq_tail;
       qp->req.next_wqe = qp->sq_tail;
     }
   }
-  if (qp->state == QpState::kRts) schedule_send(*qp);
+  if (qp->state == QpState::kRts) Stages::schedule_send(*this, *qp);
   return kOk;
 }
 
@@ -644,7 +651,7 @@ int Engine::post_recv(Qp* qp, const RecvWr* wr, const RecvWr** bad_wr) {
     return kErrInval;
   }
   const int rc = post_to_queue(qp->rq, wr, bad_wr);
-  if (qp->state == QpState::kErr) flush_recvs(*qp);
+  if (qp->state == QpState::kErr) Stages::flush_recvs(*this, *qp);
   return rc;
 }
 
@@ -652,27 +659,29 @@ int Engine::post_srq_recv(Srq* srq, const RecvWr* wr, const RecvWr** bad_wr) {
   return post_to_queue(srq->rq, wr, bad_wr);
 }
 
-std::span<std::uint8_t> Engine::tx_slot(bool for_ack) {
-  if (!for_ack && tx_.free() <= kAckReserve) return {};
-  auto s = tx_.reserve();
-  if (s.empty()) stats_.inc(Counter::kTxRingFull);
+std::span<std::uint8_t> Engine::Stages::tx_slot(Engine& eng, bool for_ack) {
+  if (!for_ack && eng.tx_.free() <= kAckReserve) return {};
+  auto s = eng.tx_.reserve();
+  if (s.empty()) eng.stats_.inc(Counter::kTxRingFull);
   return s;
 }
 
-void Engine::tx_commit(std::size_t len) {
-  tx_.commit(len);
-  stats_.inc(Counter::kTxFrames);
-  stats_.inc(Counter::kTxBytes, len);
+void Engine::Stages::tx_commit(Engine& eng, std::size_t len) {
+  eng.tx_.commit(len);
+  eng.stats_.inc(Counter::kTxFrames);
+  eng.stats_.inc(Counter::kTxBytes, len);
 }
 
-Engine::TxPacket Engine::tx_begin(const Qp& qp, std::span<std::uint8_t> slot,
-                                  const wire::PacketFields& f, std::size_t payload) {
+Engine::Stages::TxPacket Engine::Stages::tx_begin(Engine& eng, const Qp& qp,
+                                                  std::span<std::uint8_t> slot,
+                                                  const wire::PacketFields& f,
+                                                  std::size_t payload) {
   TxPacket p{slot, 0, nullptr};
   if (qp.hdr.usable() && wire::fast_opcode(f.opcode)) {
     p.hdr = wire::write_masked_headers(qp.hdr, f, payload, slot.data());
     return p;
   }
-  wire::FrameSpec& s = tx_spec_ = qp.tx;
+  wire::FrameSpec& s = eng.tx_spec_ = qp.tx;
   p.spec = &s;
   s.opcode = f.opcode;
   s.se = f.se;
@@ -687,26 +696,28 @@ Engine::TxPacket Engine::tx_begin(const Qp& qp, std::span<std::uint8_t> slot,
   return p;
 }
 
-void Engine::tx_finish(const Qp& qp, TxPacket& p, std::size_t payload) {
-  tx_commit(p.spec ? wire::finish_frame(*p.spec, p.hdr, payload, p.slot)
-                   : wire::finish_masked(qp.hdr, p.hdr, payload, p.slot.data()));
+void Engine::Stages::tx_finish(Engine& eng, const Qp& qp, TxPacket& p, std::size_t payload) {
+  tx_commit(eng, p.spec ? wire::finish_frame(*p.spec, p.hdr, payload, p.slot)
+                        : wire::finish_masked(qp.hdr, p.hdr, payload, p.slot.data()));
 }
 
-void Engine::tx_finish_ext(const Qp& qp, TxPacket& p, std::span<const TxSeg> ext) {
+void Engine::Stages::tx_finish_ext(Engine& eng, const Qp& qp, TxPacket& p,
+                                   std::span<const TxSeg> ext) {
   if (p.spec)
-    tx_commit_ext(*p.spec, p.slot, p.hdr, ext);
+    tx_commit_ext(eng, *p.spec, p.slot, p.hdr, ext);
   else
-    tx_commit_pieces(&qp.hdr, nullptr, p.slot, p.hdr, ext);
+    tx_commit_pieces(eng, &qp.hdr, nullptr, p.slot, p.hdr, ext);
 }
 
-void Engine::tx_commit_ext(const wire::FrameSpec& s, std::span<std::uint8_t> slot, std::size_t hdr,
-                           std::span<const TxSeg> ext) {
-  tx_commit_pieces(nullptr, &s, slot, hdr, ext);
+void Engine::Stages::tx_commit_ext(Engine& eng, const wire::FrameSpec& s,
+                                   std::span<std::uint8_t> slot, std::size_t hdr,
+                                   std::span<const TxSeg> ext) {
+  tx_commit_pieces(eng, nullptr, &s, slot, hdr, ext);
 }
 
-void Engine::tx_commit_pieces(const wire::PathTemplate* t, const wire::FrameSpec* s,
-                              std::span<std::uint8_t> slot, std::size_t hdr,
-                              std::span<const TxSeg> ext) {
+void Engine::Stages::tx_commit_pieces(Engine& eng, const wire::PathTemplate* t,
+                                      const wire::FrameSpec* s, std::span<std::uint8_t> slot,
+                                      std::size_t hdr, std::span<const TxSeg> ext) {
   std::span<const std::uint8_t> pieces[TxRing::kMaxExt];
   std::size_t len = hdr;
   for (std::size_t i = 0; i < ext.size(); ++i) {
@@ -717,10 +728,10 @@ void Engine::tx_commit_pieces(const wire::PathTemplate* t, const wire::FrameSpec
   const std::size_t trailer =
       t ? wire::finish_masked_pieces(*t, slot.first(hdr), {pieces, ext.size()}, trailer_at)
         : wire::finish_frame_pieces(*s, slot.first(hdr), {pieces, ext.size()}, trailer_at);
-  tx_.commit_ext(hdr, ext, trailer);
-  stats_.inc(Counter::kTxFrames);
-  stats_.inc(Counter::kTxBytes, len + trailer);
-  stats_.inc(Counter::kTxZeroCopyFrames);
+  eng.tx_.commit_ext(hdr, ext, trailer);
+  eng.stats_.inc(Counter::kTxFrames);
+  eng.stats_.inc(Counter::kTxBytes, len + trailer);
+  eng.stats_.inc(Counter::kTxZeroCopyFrames);
 }
 
 }  // namespace roce::engine

@@ -1,41 +1,29 @@
 /// @file
-/// The DPDK port layer: EAL start-up, one rte_ethdev port with one RX and one TX queue, and the
-/// poll loop that joins a port to an Engine (RX burst -> ARP/ICMP or engine; engine.run; TX
-/// burst), with optional fault injection on transmit. This is the only code that includes DPDK.
+/// The DPDK port: one rte_ethdev port, its mbuf pools, and one RX and one TX queue per lcore;
+/// frames in and out (copied, or payloads attached from registered memory), the offloads it
+/// uses, the VLAN of the port, and the ordered close of a net_memif link
+/// (dpdk_port_close.cc). The EAL must be up (eal.h); a poll loop (poll_loop.h) drives it.
+/// The port layer's .cc files are the only code that includes DPDK.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "dataplane/engine/engine.h"
-#include "dataplane/fault_injector.h"
-#include "dataplane/port/frame_offload.h"
-#include "dataplane/port/idle.h"
+#include "dataplane/engine/tx_ring.h"
 #include "dataplane/port/neighbour.h"
-#include "dataplane/port/poller.h"
+#include "dataplane/wire/bytes.h"
 
 struct rte_mempool;
 struct rte_mbuf;
-struct rte_ring;
 struct rte_mbuf_ext_shared_info;
 
 namespace roce::port {
-
-/// Starts the DPDK EAL once per process. `args` are EAL arguments without the program name.
-/// Throws std::runtime_error with DPDK's reason on failure.
-void eal_init(const std::vector<std::string>& args);
-void eal_cleanup();
-/// The EAL argument that places a single-lcore tool's poll loop: "-l CPU" pins it to `cpu`;
-/// a negative `cpu` lets it run on any CPU the process may use ("--lcores=0@(...)"). Two tools
-/// on one host that both pin CPU 0 take turns at the scheduler's pace (milliseconds).
-std::string main_lcore_arg(int cpu);
 
 struct PortSpec {
   std::string device;  ///< ethdev name (a vdev given to the EAL, or a PCI address)
@@ -112,8 +100,6 @@ class DpdkPort {
   /// The PMD's verdict on the IPv4 header checksum of a received frame: true when it checked
   /// it good; false when it did not check. A bad one is counted and reported by `bad`.
   bool rx_ip_checksum_ok(const rte_mbuf* m, std::uint16_t q, bool& bad);
-  std::uint16_t port_id() const { return port_; }
-  std::uint16_t queues() const { return static_cast<std::uint16_t>(q_.size()); }
   /// Receives up to `max` frames from queue `q` and hands each that passes rx_vlan() to
   /// `f(std::span<const std::uint8_t>)`; returns how many were received.
   template <class F>
@@ -227,129 +213,5 @@ std::uint16_t DpdkPort::rx(F&& f, std::uint16_t max, std::uint16_t q) {
   }
   return n;
 }
-
-/// One poll loop: a port queue, the engine that owns its QPs, the neighbour responder, and
-/// optional fault injectors on transmit and on receive. Not thread-safe: run it on one lcore;
-/// other threads hand it work with post().
-///
-/// With several lcores on one port (connect_loops), each loop polls its own RX and TX queue
-/// and steers what it receives to the lcore that owns the destination QP (port::owner_lcore)
-/// through that lcore's ring of mbufs; lcore 0 also gets everything that is not RoCE (ARP,
-/// ICMP, ND) and answers it.
-class PollLoop {
- public:
-  PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& faults = {},
-           const FaultPolicy& rx_faults = {}, std::uint16_t queue = 0);
-  ~PollLoop();
-  PollLoop(const PollLoop&) = delete;
-  PollLoop& operator=(const PollLoop&) = delete;
-  /// One iteration: commands, RX burst (and frames steered here), timers and send queues, TX
-  /// burst. Returns frames moved.
-  std::size_t poll_once();
-  /// Sends an ARP request for `ip` (the reply fills the neighbour cache).
-  void resolve(wire::Ipv4Addr ip);
-  Neighbour& neighbour() { return nb_; }
-  /// Called for every frame received (tx = false) and sent (tx = true): for captures.
-  std::function<void(std::span<const std::uint8_t>, bool tx)> tap;
-  const FaultyLink* faults() const { return link_.get(); }
-  const FaultyLink* rx_faults() const { return rx_link_.get(); }
-  /// Runs `fn` on this loop's lcore at its next iteration (from any thread; no locks: a ring).
-  /// False when the command ring is full.
-  bool post(std::function<void()> fn);
-  engine::Engine& engine() { return eng_; }
-  std::uint16_t queue() const { return queue_; }
-  /// Runs `p` at the start of every iteration (port/poller.h) until remove_poller(). Call on
-  /// the loop's lcore (from a post()ed command) or before the loop runs.
-  void add_poller(Poller* p) { pollers_.push_back(p); }
-  /// Puts an offload device (frame_offload.h) between this loop and its port: every frame
-  /// received and sent passes it. Call before the loop runs; null removes it.
-  void set_offload(FrameOffload* o) { offload_ = o; }
-  void remove_poller(Poller* p) { std::erase(pollers_, p); }
-
-  struct SteerStats {
-    std::uint64_t steered_out = 0;  ///< received here, owned by another lcore
-    std::uint64_t steered_in = 0;   ///< received by another lcore, owned here
-    std::uint64_t ring_full = 0;    ///< dropped: the owner's ring was full
-  };
-  const SteerStats& steer_stats() const { return steer_; }
-
-  /// Where the loop's time goes: from the start of one poll to the start of the next counts as
-  /// busy when that poll moved a frame or ran a command, idle otherwise (the caller's own work
-  /// between polls goes with the poll before it). busy / (busy + idle) tells which side of a
-  /// link limits a run.
-  struct TimeStats {
-    std::uint64_t busy_ns = 0, idle_ns = 0, polls = 0;
-  };
-  const TimeStats& time_stats() const { return time_; }
-
- private:
-  friend void connect_loops(std::span<PollLoop* const> loops);
-  static constexpr std::uint16_t kRxBurst = 32;
-  static constexpr unsigned kRxBursts = 4;  ///< bursts per iteration while the queue is full
-  void send(std::span<const std::uint8_t> frame);
-  /// A frame as it goes on the wire (after the offload device): capture, faults, the port.
-  void wire_tx(std::span<const std::uint8_t> frame);
-  /// Hands the engine's queued frames to the port (through the fault injector and the
-  /// capture tap when there are); returns how many.
-  std::size_t transmit();
-  /// A zero-copy frame copied together (for a capture).
-  std::span<const std::uint8_t> whole(const engine::TxFrame& f);
-  /// A frame to send as the wire will carry it (for a capture): on a VLAN port, an untagged
-  /// frame with the port's tag, which the port adds on transmit.
-  std::span<const std::uint8_t> on_wire(std::span<const std::uint8_t> f);
-  void deliver(std::span<const std::uint8_t> frame, std::uint64_t now, bool ip_ok = false);
-  void arrive(rte_mbuf* m, std::span<const std::uint8_t> frame, std::uint64_t now);
-  DpdkPort& port_;
-  engine::Engine& eng_;
-  std::uint16_t queue_;
-  Neighbour nb_;
-  std::unique_ptr<FaultyLink> link_;     ///< transmit faults, only when configured
-  std::unique_ptr<FaultyLink> rx_link_;  ///< receive faults, only when configured
-  std::vector<std::uint8_t> reply_;
-  std::vector<std::uint8_t> whole_;
-  std::vector<std::uint8_t> tagged_;  ///< on_wire()
-  rte_ring* cmds_ = nullptr;          ///< std::function<void()>* from other threads
-  std::vector<Poller*> pollers_;      ///< add_poller()
-  FrameOffload* offload_ = nullptr;   ///< set_offload()
-  // steering (connect_loops)
-  unsigned self_ = 0, lcores_ = 1;
-  std::vector<rte_ring*> rings_;  ///< one per lcore: mbufs for its loop
-  rte_ring* own_ring_ = nullptr;  ///< created by connect_loops, freed here
-  SteerStats steer_;
-  TimeStats time_;
-  std::uint64_t last_poll_ns_ = 0;
-  bool last_busy_ = false;
-};
-
-/// Joins the poll loops of one port's queues (loop i on queue i, engine of lcore i) so that
-/// each steers received frames to the owner of their destination QP.
-void connect_loops(std::span<PollLoop* const> loops);
-
-/// Runs `loops` (round robin) on DPDK lcore `lcore_id` (a worker of the EAL) until `stop`
-/// becomes true. rte_eal_wait_lcore(lcore_id) waits for it to return.
-/// `idle`: sleep between empty polls (idle.h); busy polling by default.
-void launch_loops(unsigned lcore_id, std::vector<PollLoop*> loops, const std::atomic<bool>& stop,
-                  IdlePolicy idle = {});
-inline void launch_loop(unsigned lcore_id, PollLoop& loop, const std::atomic<bool>& stop) {
-  launch_loops(lcore_id, {&loop}, stop);
-}
-
-/// Monotonic nanoseconds (the engine's clock).
-std::uint64_t now_ns();
-
-/// Runs `loop` until `done()` is true or `seconds` pass; false on timeout. For control code
-/// (exchanges, set-up) that must keep the dataplane answering while it waits.
-template <class F>
-bool poll_until(PollLoop& loop, F&& done, double seconds) {
-  const std::uint64_t end = now_ns() + static_cast<std::uint64_t>(seconds * 1e9);
-  while (!done()) {
-    if (now_ns() > end) return false;
-    loop.poll_once();
-  }
-  return true;
-}
-
-/// Resolves `ip` with ARP (a request every 200 ms) while polling; nullopt after `seconds`.
-std::optional<wire::MacAddr> resolve_wait(PollLoop& loop, wire::Ipv4Addr ip, double seconds);
 
 }  // namespace roce::port

@@ -25,7 +25,9 @@
 
 #include "apps/common/pattern.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
 #include "dataplane/port/pmd_frames.h"
+#include "dataplane/port/poll_loop.h"
 #include "runtime/port.h"
 
 namespace po = boost::program_options;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
 #include "dataplane/port/pmd_frames.h"
 
 namespace po = boost::program_options;

@@ -29,6 +29,8 @@
 #include "controlplane/cm/cm_agent.h"
 #include "controlplane/cm/mad.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
+#include "dataplane/port/poll_loop.h"
 #include "dataplane/wire/eth.h"
 #include "dataplane/wire/ip.h"
 #include "dataplane/wire/roce_frame.h"

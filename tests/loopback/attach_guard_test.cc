@@ -34,6 +34,8 @@
 #include "controlplane/attach/attach_server.h"
 #include "controlplane/attach/protocol.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
+#include "dataplane/port/poll_loop.h"
 
 // ---- allocation failure on demand --------------------------------------------------------------
 // While `g_fail_over` is non-zero, an operator new of at least that many bytes on the lcore's

@@ -39,6 +39,7 @@
 #ifndef NAAICE_ATTACHED_ONLY
 #include "apps/naa/standalone.h"
 #endif
+#include "dataplane/port/eal.h"
 
 namespace roce::naa {
 namespace {

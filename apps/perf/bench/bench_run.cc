@@ -41,7 +41,9 @@
 #include "controlplane/address.h"
 #include "controlplane/tcp.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
 #include "dataplane/port/pmd_frames.h"
+#include "dataplane/port/poll_loop.h"
 #include "runtime/link.h"
 
 namespace roce::bench {
@@ -177,7 +179,8 @@ struct alignas(64) C2cLine {
 };
 constexpr std::uint32_t kC2cRounds = 1000;
 
-// ---- one side: a process with a port that drives (A) or answers (B) --------------------------------------------------------------------
+// ---- one side: a process with a port that drives (A) or answers (B)
+// --------------------------------------------------------------------
 
 struct PeerQp {
   std::uint32_t qpn = 0, rkey = 0, psn = 0;

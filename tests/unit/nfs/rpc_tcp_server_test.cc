@@ -19,7 +19,7 @@
 
 #include "apps/nfs/mount_tcp.h"
 #include "apps/nfs/nfs_service.h"
-#include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
 
 namespace roce::nfs {
 namespace {

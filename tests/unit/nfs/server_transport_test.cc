@@ -37,6 +37,8 @@
 #include "controlplane/address.h"
 #include "controlplane/cm/cm_agent.h"
 #include "dataplane/port/dpdk_port.h"
+#include "dataplane/port/eal.h"
+#include "dataplane/port/poll_loop.h"
 #include "dataplane/wire/eth.h"
 #include "runtime/env.h"
 

@@ -1,0 +1,147 @@
+/// @file
+/// What the engine's stages call of each other (rxe's rxe_loc.h): the prototypes of
+/// rx_dispatch.cc, requester.cc, responder.cc, completer.cc, retransmit.cc and the helpers of
+/// verbs.cc, each taking the engine whose state it works on (Engine::Stages may read and write
+/// every private member of Engine). Internal to dataplane/engine/: only its .cc files include
+/// it; everyone else sees engine.h.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "dataplane/engine/engine.h"
+
+namespace roce::engine {
+
+struct Engine::Stages {
+  // rx_dispatch.cc
+  static void dispatch(Engine& eng, const wire::RxPkt& pkt);
+  // requester.cc
+  static void req_pump(Engine& eng, Qp& qp, std::uint32_t& budget);
+  static bool req_local_op(Engine& eng, Qp& qp, SendWqe& w);
+  static bool req_send_ud(Engine& eng, Qp& qp, SendWqe& w);
+  static bool req_packet(Engine& eng, Qp& qp, SendWqe& w);
+  static bool req_start_wqe(Engine& eng, Qp& qp, SendWqe& w);
+  static bool req_check_sges(Engine& eng, Qp& qp, SendWqe& w);
+  static const std::uint8_t* one_sge_addr(const Engine& eng, const Qp& qp, const SendWqe& w,
+                                          std::uint64_t offset, std::size_t len);
+  static std::size_t req_fields(Engine& eng, Qp& qp, SendWqe& w, wire::PacketFields& f, bool& last,
+                                std::uint32_t& psn_span);
+  static bool req_emit(Engine& eng, Qp& qp, SendWqe& w, std::span<std::uint8_t> slot,
+                       const wire::PacketFields& f, std::size_t payload);
+  static void req_fail(Engine& eng, Qp& qp, SendWqe& w, WcStatus status);
+  /// Prefetches the payload bytes [offset, offset + len) of `w` (a packet's worth, read by the
+  /// next gather or ICRC: with many QPs each message's buffer is elsewhere in memory).
+  static void prefetch_payload(const Engine& eng, const Qp& qp, const SendWqe& w,
+                               std::uint64_t offset, std::size_t len);
+  /// Prefetches the payload of the packet `qp` sends next (Engine::run, one QP ahead).
+  static void prefetch_next_packet(const Engine& eng, const Qp& qp);
+  static std::size_t gather(Engine& eng, Qp& qp, const SendWqe& w, std::uint64_t offset,
+                            std::uint8_t* dst, std::size_t len, WcStatus& err);
+  /// The pieces of a WQE's payload for zero-copy transmit; 0 when it must be copied.
+  static std::size_t gather_ext(Engine& eng, Qp& qp, const SendWqe& w, std::uint64_t offset,
+                                std::size_t len, TxSeg* out);
+  /// Whether a payload of `len` bytes of a frame like `s` goes out zero-copy.
+  static bool zero_copy_ok(const Engine& eng, const wire::FrameSpec& s, std::size_t len) {
+    return eng.tx_zero_copy_min_ != 0 && len >= eng.tx_zero_copy_min_ &&
+           s.ip_version == wire::IpVersion::kV4;
+  }
+  static bool zero_copy_ok(const Engine& eng, const Qp& qp, std::size_t len) {
+    return zero_copy_ok(eng, qp.tx, len);
+  }
+  /// Commits a frame whose headers are in `slot` (`hdr` bytes) and whose payload is `ext`.
+  static void tx_commit_ext(Engine& eng, const wire::FrameSpec& s, std::span<std::uint8_t> slot,
+                            std::size_t hdr, std::span<const TxSeg> ext);
+  /// tx_commit_ext's work, the ICRC from the path template `t` or else from `s`.
+  static void tx_commit_pieces(Engine& eng, const wire::PathTemplate* t, const wire::FrameSpec* s,
+                               std::span<std::uint8_t> slot, std::size_t hdr,
+                               std::span<const TxSeg> ext);
+  /// A packet of a QP being written into a TX slot. Its headers come from the QP's path
+  /// template when the template covers the path and the opcode (the hot path: SEND, WRITE,
+  /// READ request, ACK, READ response over IPv4), else from a FrameSpec (`spec`: the engine's
+  /// scratch, one packet at a time).
+  struct TxPacket {
+    std::span<std::uint8_t> slot;
+    std::size_t hdr = 0;  ///< 0: the headers could not be written
+    /// The slow path's headers (tx_spec_), null on the template's path. (An optional
+    /// FrameSpec here cost 31 instructions per packet just to construct empty.)
+    const wire::FrameSpec* spec = nullptr;
+  };
+  static TxPacket tx_begin(Engine& eng, const Qp& qp, std::span<std::uint8_t> slot,
+                           const wire::PacketFields& f, std::size_t payload);
+  /// The payload was copied to slot[hdr]: pad, ICRC, commit.
+  static void tx_finish(Engine& eng, const Qp& qp, TxPacket& p, std::size_t payload);
+  /// The payload is `ext`, in registered memory: pad and ICRC to the trailer, commit.
+  static void tx_finish_ext(Engine& eng, const Qp& qp, TxPacket& p, std::span<const TxSeg> ext);
+  static void schedule_send(Engine& eng, Qp& qp);
+  // responder.cc
+  /// A responder step's outcome: go on to the next step, or the packet has been dealt with.
+  enum class Step : std::uint8_t { kContinue, kDone };
+  static void resp_on_request(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static Step resp_check_psn(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static Step resp_check_op_seq(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static Step resp_check_op_valid(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static Step resp_get_recv_wqe(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static Step resp_execute_send(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static Step resp_execute_write(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static void resp_execute_read(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static void resp_execute_atomic(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static void resp_acknowledge(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static int resp_claim_resource(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static Step resp_error(Engine& eng, Qp& qp, const wire::RxPkt& pkt, wire::NakCode code);
+  static Step resp_fail_recv(Engine& eng, Qp& qp, const wire::RxPkt& pkt, WcStatus st,
+                             wire::NakCode code);
+  static void resp_on_ud(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static void resp_duplicate(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static void resp_nak(Engine& eng, Qp& qp, wire::Syndrome syn, wire::Psn psn, bool to_error);
+  static void resp_emit(Engine& eng, Qp& qp, wire::Syndrome syn, wire::Psn psn);
+  static void resp_emit_atomic_ack(Engine& eng, Qp& qp, std::uint32_t res_idx);
+  static void resp_schedule(Engine& eng, Qp& qp);
+  static void resp_ack_now(Engine& eng, Qp& qp, wire::Psn psn);
+  static void resp_flush_acks(Engine& eng);
+  static void resp_read_pump(Engine& eng, Qp& qp, std::uint32_t& budget);
+  static bool resp_scatter(Engine& eng, Qp& qp, const RecvWqe& r, std::uint64_t offset,
+                           const std::uint8_t* src, std::size_t len);
+  static void resp_complete_recv(Engine& eng, Qp& qp, const wire::RxPkt& pkt,
+                                 std::uint32_t byte_len);
+  // completer.cc
+  static void comp_on_response(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static void comp_on_ack(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static void comp_on_atomic_ack(Engine& eng, Qp& qp, SendWqe& w, const wire::RxPkt& pkt);
+  static void comp_on_read_response(Engine& eng, Qp& qp, SendWqe& w, const wire::RxPkt& pkt);
+  static bool comp_implied_ack(Engine& eng, Qp& qp, wire::Psn upto);
+  static void comp_wqe_done(Engine& eng, Qp& qp, SendWqe& w, WcStatus status);
+  static void comp_retire(Engine& eng, Qp& qp);
+  static void comp_progress(Engine& eng, Qp& qp);
+  // retransmit.cc
+  static void order_retry(Engine& eng, Qp& qp, wire::Psn from, bool count_retry);
+  static void do_retry(Engine& eng, Qp& qp);
+  static void arm_retransmit(Engine& eng, Qp& qp);
+  static void run_timers(Engine& eng);
+  static void fire_timers(Engine& eng, Qp& qp);
+  static void track_timer(Engine& eng, Qp& qp);
+  static void arm_probe(Engine& eng, Qp& qp);
+  static void on_loss(Engine& eng, Qp& qp);
+  static bool send_probe(Engine& eng, Qp& qp);
+  static void grow_window(Engine& eng, Qp& qp);
+  /// The QP's full window in PSNs: max_inflight_psns, capped by max_inflight_bytes.
+  static std::uint32_t window_max(const Engine& eng, const Qp& qp);
+  static void rtt_sample(Engine& eng, Qp& qp);
+  // verbs.cc
+  static void qp_to_error(Engine& eng, Qp& qp, std::optional<WcStatus> head_status = std::nullopt);
+  static void flush_recvs(Engine& eng, Qp& qp);
+  static void build_tx_template(Engine& eng, Qp& qp);
+  /// Ethernet and IP fields of a frame to `av` (IPv4 when its GID is IPv4-mapped).
+  static wire::FrameSpec path_spec(const Engine& eng, const AddressVector& av);
+  static void post_cqe(Engine& eng, Cq* cq, const Wc& wc);
+  static void async_event(Engine& eng, const AsyncEvent& ev);
+  /// A CQ overran: it stops, and every QP that completes into it goes to the error state.
+  static void cq_overrun(Engine& eng, Cq* cq);
+  // frame output
+  static std::span<std::uint8_t> tx_slot(Engine& eng, bool reserved_for_acks);
+  static void tx_commit(Engine& eng, std::size_t len);
+  static std::uint32_t pick_qp_index(Engine& eng);
+};
+
+}  // namespace roce::engine

@@ -1,0 +1,81 @@
+/// @file
+/// The scheduler (run()): what one poll of the engine does besides receiving. Due timers
+/// (retransmit.cc) first, unless received frames wait that may answer them; then the coalesced
+/// ACKs (responder.cc); then, while the transmit ring has room beyond the ACK reserve, rounds
+/// over the QPs with READ responses to send (responder.cc) and the QPs with send work
+/// (requester.cc), a few packets each per round so that one long message does not starve the
+/// others, and fewer for a QP recovering from a loss.
+#include <algorithm>
+
+#include "dataplane/engine/engine_loc.h"
+
+namespace roce::engine {
+
+void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
+  now_ = now_ns;
+  if (next_timer_ != 0 && now_ >= next_timer_) {
+    // Bounded, so that a receiver that never catches up still retransmits.
+    constexpr std::uint32_t kMaxDefer = 8;
+    if (rx_backlog && timers_deferred_ < kMaxDefer) {
+      ++timers_deferred_;
+    } else {
+      timers_deferred_ = 0;
+      Stages::run_timers(*this);
+    }
+  }
+  Stages::resp_flush_acks(*this);
+  // Round-robin over the QPs with work, a few packets each per pass, so that one long
+  // message does not starve the others.
+  constexpr std::uint32_t kPerQp = 16;
+  bool progress = true;
+  ++run_gen_;
+  while (progress && tx_.free() > kAckReserve) {
+    progress = false;
+    for (std::size_t i = 0; i < read_list_.size();) {
+      Qp& qp = *read_list_[i];
+      std::uint32_t budget = kPerQp;
+      Stages::resp_read_pump(*this, qp, budget);
+      progress |= budget != kPerQp;
+      if (qp.resp.out_empty() || qp.state == QpState::kErr) {
+        qp.in_read_list = false;
+        read_list_[i] = read_list_.back();
+        read_list_.pop_back();
+        continue;
+      }
+      ++i;
+    }
+    for (std::size_t i = 0; i < send_list_.size();) {
+      Qp& qp = *send_list_[i];
+      // With many QPs, each one's state and payload is elsewhere in memory: ask for the next
+      // QP's while this one is sent (its struct first, then, one QP later, its payload).
+      if (i + 2 < send_list_.size()) __builtin_prefetch(send_list_[i + 2]);
+      if (i + 1 < send_list_.size()) Stages::prefetch_next_packet(*this, *send_list_[i + 1]);
+      std::uint32_t budget = kPerQp;
+      if (qp.comp.cwnd != 0) {
+        // Recovering from a loss: a few packets per call (EngineConfig::recovery_batch), so
+        // that the loop soon reads the acknowledgements that move the window on.
+        if (qp.run_gen != run_gen_) {
+          qp.run_gen = run_gen_;
+          qp.run_sent = 0;
+        }
+        budget = std::min(budget, cfg_.recovery_batch - std::min(qp.run_sent, cfg_.recovery_batch));
+      }
+      const std::uint32_t budget0 = budget;
+      const std::uint32_t before_next = qp.req.next_wqe;
+      if (budget != 0) Stages::req_pump(*this, qp, budget);
+      qp.run_sent += budget0 - budget;
+      progress |= budget != budget0 || qp.req.next_wqe != before_next;
+      const bool idle =
+          qp.state != QpState::kRts || (qp.req.next_wqe == qp.sq_tail && !qp.comp.retry_pending);
+      if (idle) {
+        qp.in_send_list = false;
+        send_list_[i] = send_list_.back();
+        send_list_.pop_back();
+        continue;
+      }
+      ++i;
+    }
+  }
+}
+
+}  // namespace roce::engine
