@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -128,6 +129,37 @@ class HostedService {
  private:
   ServiceState state_ = ServiceState::kStarting;
   std::string reason_;
+};
+
+/// The hosted services' common shape, for an application class `T` that is made from the
+/// port roced lends (`T(config, engine, loop, ipv4, cm_connections)`), does its work in `step()`
+/// and says what it did in `report()`: start() makes it, poll() steps it, stop() keeps its
+/// report and destroys it. `name` is the kind, for the log lines.
+template <class T>
+class SteppedService : public HostedService {
+ public:
+  SteppedService(ServiceEnv& env, std::string name) : env_(env), name_(std::move(name)) {}
+  void start() override {
+    svc_ = std::make_unique<T>(env_.config, env_.engine, env_.loop, env_.ipv4, env_.cm_connections);
+    std::printf("  service %s: rdma_cm port %u on port %s\n", name_.c_str(),
+                env_.config.listen_port, env_.config.port.c_str());
+    std::fflush(stdout);
+  }
+  bool poll() override {
+    svc_->step();
+    return false;  // the work is the port loop's, which roced counts itself
+  }
+  void stop() override {
+    if (svc_) report_ = "  service " + name_ + ":\n" + svc_->report();
+    svc_.reset();
+  }
+  std::string report() const override { return report_; }
+
+ protected:
+  ServiceEnv& env_;
+  std::string name_;
+  std::unique_ptr<T> svc_;
+  std::string report_;
 };
 
 /// One of the service's own YAML keys, for the registry's listing (roced --services).

@@ -17,24 +17,10 @@ namespace roce::nfs {
 
 namespace {
 
-class HostedNfs final : public runtime::HostedService {
+// The NFS server's counters besides the common shape (runtime::SteppedService).
+class HostedNfs final : public runtime::SteppedService<HostedNfsService> {
  public:
-  explicit HostedNfs(runtime::ServiceEnv& env) : env_(env) {}
-  void start() override {
-    svc_ = std::make_unique<HostedNfsService>(env_.config, env_.engine, env_.loop, env_.ipv4,
-                                              env_.cm_connections);
-    std::printf("  service nfs: rdma_cm port %u on port %s\n", env_.config.listen_port,
-                env_.config.port.c_str());
-    std::fflush(stdout);
-  }
-  bool poll() override {
-    svc_->step();
-    return false;
-  }
-  void stop() override {
-    if (svc_) report_ = "  service nfs:\n" + svc_->report();
-    svc_.reset();  // its worker first, then the servers (NfsService's destructor)
-  }
+  explicit HostedNfs(runtime::ServiceEnv& env) : SteppedService(env, "nfs") {}
   void counters(std::vector<runtime::ServiceCounter>& out) const override {
     if (!svc_) return;
     for (auto& [name, value] : svc_->stats()) {
@@ -42,12 +28,6 @@ class HostedNfs final : public runtime::HostedService {
       out.push_back({name, {}, value, level});
     }
   }
-  std::string report() const override { return report_; }
-
- private:
-  runtime::ServiceEnv& env_;
-  std::unique_ptr<HostedNfsService> svc_;
-  std::string report_;
 };
 
 const runtime::RegisterService kNfs{{
