@@ -42,6 +42,12 @@ std::unique_ptr<client::Context> ServiceEnv::open_context() const {
     l->resolve(ip);
     return std::nullopt;
   };
+  o.neighbour = [l](Ipv4Addr ip, bool ask) {
+    if (l->neighbour().lookup(ip)) return true;
+    if (ask) l->resolve(ip);
+    return false;
+  };
+  o.cm_connections = cm_connections;  // roced's limits.cm_connections, if the first on the CM
   o.port.name = port_name;
   o.port.mac = mac;
   o.port.ipv4 = ipv4;
