@@ -91,7 +91,7 @@ note "(link ceiling: raw frames blasted over the same memif link; TCP: the kerne
 step "3. Accelerator call: a host offloads kernels to an appliance over RDMA (NAAICE)"
 appliance accelerator server 02:00:5e:00:0b:01 192.0.2.71 127.0.0.1:$((50000 + $$ % 10000)) \
   "$out/naa.sock" "services:
-  - test: naa
+  - kind: naa
     port: p0
     listen_port: 12345
     args: [--max-hosts, '4', --memory-per-host, '16']"

@@ -43,8 +43,10 @@ struct Event {
     kConnectRequest,  ///< on a listened port: prepare() then accept(), or reject()
     kEstablished,     ///< the QP is in RTS and the peer knows it (passive side: the RTU, or
                       ///< the first completion if the peer's data came first, as COMM_EST)
-    kRejected,        ///< active: the peer refused (`reason`, `private_data`); QP gone
-    kUnreachable,     ///< active: no answer, or no ARP answer; QP gone
+    kRejected,        ///< the peer refused (`reason`, `private_data`): our REQ, or, after
+                      ///< accept(), our REP; QP gone
+    kUnreachable,     ///< no answer (our REQ, or no RTU after our REP), or no ARP answer;
+                      ///< QP gone
     kConnectError,    ///< the peer's reply could not be applied; QP gone
     kDisconnected,    ///< ended (`remote`: by the peer); QP gone, later completions dropped.
                       ///< Flushed work (kWrFlushErr) may complete before it: the QP is in

@@ -8,7 +8,7 @@ free_port() {
 }
 mport=$(free_port)
 appliance nfsd server 02:00:5e:00:10:01 192.0.2.81 "127.0.0.1:$(free_port)" "$out/memif.sock" "services:
-  - test: nfs
+  - kind: nfs
     port: p0
     listen_port: 20049
     args: [\"--root\", \"$out/export\", \"--mount-port\", \"$mport\", \"--export-options\", \"rw,all_squash,anonuid=$(id -u),anongid=$(id -g)\"]"
