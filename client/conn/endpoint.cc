@@ -214,7 +214,8 @@ int Endpoint::post_recv(ConnId id, const client::RecvWr& wr) {
   return ctx_.post_recv(c->qp, &wr, &bad);
 }
 
-void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events) {
+void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events,
+                     std::vector<Completion>& completions) {
   Event out;
   out.peer = ev.peer;
   out.port = ev.port;
@@ -264,7 +265,10 @@ void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events) {
       return;
   }
   const bool reported = !c->closing;  // disconnect() promised no event
-  drain_cq(*c, nullptr, nullptr);
+  // What the CQ holds came before the end (rdma_cm leaves the QP to the application at
+  // DISCONNECTED, which polls it dry): the peer's last messages, then the flushes. Handed over
+  // with the event; the QP goes now. After our own disconnect() nothing is reported.
+  drain_cq(*c, &events, &completions);
   forget(c->id);
   if (reported) events.push_back(std::move(out));
 }
@@ -296,7 +300,7 @@ bool Endpoint::poll(std::vector<Event>& events, std::vector<Completion>& complet
   for (int i = 0; i < kCmEventsPerPoll; ++i) {
     client::CmEvent ev;
     if (ctx_.cm_get_event(ev, 0) != 0) break;
-    on_cm(ev, events);
+    on_cm(ev, events, completions);
   }
   for (auto& [id, c] : conns_) drain_cq(*c, &events, &completions);
   return events.size() != e0 || completions.size() != c0;

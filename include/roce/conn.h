@@ -45,8 +45,10 @@ struct Event {
     kUnreachable,     ///< active: no answer, or no ARP answer; QP gone
     kConnectError,    ///< the peer's reply could not be applied; QP gone
     kDisconnected,    ///< ended (`remote`: by the peer); QP gone, later completions dropped.
-                      ///< Flushed work (kWrFlushErr) may complete before it: the QP is in
-                      ///< the error state from the DREQ on
+                      ///< What its CQ held comes in the same poll's completions (the peer's
+                      ///< last messages, flushed work); flushed work (kWrFlushErr) may also
+                      ///< complete in an earlier poll: the QP is in the error state from the
+                      ///< DREQ on
   } kind = kConnectRequest;
   ConnId conn = 0;
   Ipv4Addr peer;
@@ -141,7 +143,7 @@ class Endpoint {
   void destroy(Conn& c);
   void forget(ConnId c);
   client::CmConnParam param(std::span<const std::uint8_t> private_data) const;
-  void on_cm(client::CmEvent& ev, std::vector<Event>& events);
+  void on_cm(client::CmEvent& ev, std::vector<Event>& events, std::vector<Completion>& completions);
   void drain_cq(Conn& c, std::vector<Event>* events, std::vector<Completion>* out);
 
   client::Context& ctx_;
