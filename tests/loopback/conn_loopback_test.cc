@@ -341,5 +341,24 @@ TEST(ConnEndpoint, CompletionsBeforeThePeersDreqAreNotLost) {
   r.s[0].ctx->dereg_mr(smr);
 }
 
+// rdma_disconnect (or rdma_destroy_id) of a connection still being set up: the peer must not be
+// left with a connection nobody answers on. The passive side's accept ends in an event that
+// gives the connection up (a REJ to its REP, or its DREQ answered), not in a lasting one.
+TEST(ConnEndpoint, DisconnectWhileConnectingLeavesThePeerNothing) {
+  Rig r;
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  const ConnId a = r.s[0].ep->connect(r.ip(1), kPort, {});
+  ASSERT_NE(a, 0u);
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kConnectRequest); }));
+  const ConnId b = r.take(1, Event::kConnectRequest)->conn;
+  ASSERT_EQ(r.s[0].ep->disconnect(a), 0);
+  EXPECT_EQ(r.s[0].ep->connections(), 0u);
+  ASSERT_EQ(r.s[1].ep->accept(b), 0);
+  r.run([&] { return r.s[1].ep->connections() == 0; });
+  EXPECT_EQ(r.s[1].ep->connections(), 0u);
+  EXPECT_FALSE(r.has(0, Event::kEstablished));
+  EXPECT_TRUE(r.has(1, Event::kRejected));  // the REJ to the REP: the requester is gone
+}
+
 }  // namespace
 }  // namespace roce::test
