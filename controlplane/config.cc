@@ -151,7 +151,10 @@ ServiceConfig parse_service(const YAML::Node& node, const std::string& origin, s
     s.listen_address = *ip;
   }
   if (!listen_ports.insert(s.listen_port).second)
-    k.fail(node, path + ".listen_port " + std::to_string(s.listen_port) + " is used twice");
+    k.fail(node, path + ".listen_port " + std::to_string(s.listen_port) + " is used twice" +
+                     (k.has("listen_port")
+                          ? std::string()
+                          : " (" + s.kind + "'s default; give each service its own listen_port)"));
   if (k.has("args")) {
     const YAML::Node a = k.get("args");
     if (!a.IsSequence()) k.fail(a, path + ".args must be a list of strings");

@@ -114,6 +114,10 @@ TEST(Config, ErrorsNameFileLineAndKey) {
        "bad.yaml:8:11: services[0].port 'p9' is not a port"},
       {base + "services:\n  - {test: write_bw}\n  - {test: read_bw}\n",
        "services[1].listen_port 18515 is used twice"},
+      // A port nobody wrote: the kind's default, and the way out named.
+      {base + "services:\n  - {kind: write_bw}\n  - {kind: read_bw}\n",
+       "services[1].listen_port 18515 is used twice (read_bw's default; give each service its "
+       "own listen_port)"},
       {base + "services:\n  - {test: write_bw, args: -n}\n", "services[0].args must be a list"},
       {base + "services:\n  - {port: p0}\n", "services[0].kind is required"},
       {base + "services:\n  - {kind: echo, test: echo}\n", "kind and test name the same thing"},
@@ -169,6 +173,12 @@ TEST(Config, ServiceKindsOwnKeys) {
   EXPECT_NE(error_of(std::string(kGood) + "services:\n  - {kind: echo}\n  - {kind: echo}\n")
                 .find("services[1].listen_port 7471 is used twice"),
             std::string::npos);
+  // Given explicitly, the port is the writer's: no word of a default.
+  const std::string given =
+      error_of(std::string(kGood) +
+               "services:\n  - {kind: write_bw}\n  - {kind: echo, listen_port: 18515}\n");
+  EXPECT_NE(given.find("services[1].listen_port 18515 is used twice"), std::string::npos) << given;
+  EXPECT_EQ(given.find("default"), std::string::npos) << given;
   // A reader given no kinds hosts none.
   try {
     parse_config(std::string(kGood) + "services:\n  - {kind: echo}\n", "t.yaml");
