@@ -41,8 +41,10 @@ struct Event {
     kConnectRequest,  ///< on a listened port: prepare() then accept(), or reject()
     kEstablished,     ///< the QP is in RTS and the peer knows it (passive side: the RTU, or
                       ///< the first completion if the peer's data came first, as COMM_EST)
-    kRejected,        ///< active: the peer refused (`reason`, `private_data`); QP gone
-    kUnreachable,     ///< active: no answer, or no ARP answer; QP gone
+    kRejected,        ///< active: the peer refused (`reason`, `private_data`); passive: the
+                      ///< peer gave up after our REP (a REJ to it). QP gone
+    kUnreachable,     ///< active: no answer to the REQ, or no ARP answer; passive: no RTU
+                      ///< (RDMA_CM_EVENT_UNREACHABLE on both sides). QP gone
     kConnectError,    ///< the peer's reply could not be applied; QP gone
     kDisconnected,    ///< ended (`remote`: by the peer); QP gone, later completions dropped.
                       ///< What its CQ held comes in the same poll's completions (the peer's
