@@ -265,10 +265,14 @@ void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events,
       return;
   }
   const bool reported = !c->closing;  // disconnect() promised no event
-  // What the CQ holds came before the end (rdma_cm leaves the QP to the application at
-  // DISCONNECTED, which polls it dry): the peer's last messages, then the flushes. Handed over
-  // with the event; the QP goes now. After our own disconnect() nothing is reported.
-  drain_cq(*c, &events, &completions);
+  // At kDisconnected, what the CQ holds came before the end (rdma_cm leaves the QP to the
+  // application at DISCONNECTED, which polls it dry): the peer's last messages, then the
+  // flushes. Handed over with the event; the QP goes now. After our own disconnect() nothing is
+  // reported. A connection that never came up has only flushed receives: dropped with its QP.
+  if (out.kind == Event::kDisconnected)
+    drain_cq(*c, &events, &completions);
+  else
+    drain_cq(*c, nullptr, nullptr);
   forget(c->id);
   if (reported) events.push_back(std::move(out));
 }
