@@ -10,6 +10,7 @@ namespace roce::conn {
 namespace {
 constexpr int kWcBatch = 32;
 constexpr int kCmEventsPerPoll = 64;
+constexpr std::size_t kRejPrivateMax = 148;  ///< the private data a REJ carries
 }  // namespace
 
 Endpoint::Endpoint(client::Context& ctx, Options o) : ctx_(ctx), o_(o) {
@@ -152,6 +153,8 @@ int Endpoint::accept(ConnId id, std::span<const std::uint8_t> private_data) {
 int Endpoint::reject(ConnId id, std::span<const std::uint8_t> private_data) {
   Conn* c = find(id);
   if (c == nullptr || !c->requested || c->up) return ENOENT;
+  // As rdma_reject: too much private data is refused and the request stays to be answered.
+  if (private_data.size() > kRejPrivateMax) return EINVAL;
   const int rc = ctx_.cm_reject(c->cm_id, private_data);
   forget(id);
   return rc;

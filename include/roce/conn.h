@@ -108,6 +108,7 @@ class Endpoint {
   /// not yet prepared is prepared with default sizes.
   int accept(ConnId c, std::span<const std::uint8_t> private_data = {});
   /// Passive: the REJ (consumer reason, `private_data` <= 148 bytes); the connection is gone.
+  /// EINVAL (more private data): nothing sent, the request stays to be answered.
   int reject(ConnId c, std::span<const std::uint8_t> private_data = {});
   /// Active: creates the QP (receives may be posted when this returns) and sends the REQ
   /// (`private_data` <= 56 bytes) to `dst`:`port`; kEstablished, kRejected, kUnreachable or

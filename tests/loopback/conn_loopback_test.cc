@@ -360,5 +360,23 @@ TEST(ConnEndpoint, DisconnectWhileConnectingLeavesThePeerNothing) {
   EXPECT_TRUE(r.has(1, Event::kRejected));  // the REJ to the REP: the requester is gone
 }
 
+// rdma_reject with more private data than a REJ carries (148 bytes) fails with EINVAL and
+// leaves the request to be answered: a second reject() within the limit reaches the peer.
+TEST(ConnEndpoint, ARejectTooLongLeavesTheRequestToAnswer) {
+  Rig r;
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  const ConnId a = r.s[0].ep->connect(r.ip(1), kPort, {});
+  ASSERT_NE(a, 0u);
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kConnectRequest); }));
+  const ConnId b = r.take(1, Event::kConnectRequest)->conn;
+  const std::vector<std::uint8_t> long_data(149, 0x5a);
+  EXPECT_EQ(r.s[1].ep->reject(b, long_data), EINVAL);
+  EXPECT_EQ(r.s[1].ep->connections(), 1u);
+  ASSERT_EQ(r.s[1].ep->reject(b, bytes("go away")), 0);
+  ASSERT_TRUE(r.run([&] { return r.has(0, Event::kRejected); }));
+  EXPECT_EQ(text(r.take(0, Event::kRejected)->private_data), "go away");
+  EXPECT_EQ(r.s[1].ep->connections(), 0u);
+}
+
 }  // namespace
 }  // namespace roce::test
