@@ -44,7 +44,8 @@ endfunction()
 # service roced hosts (runtime/service.h, a RegisterService object). Built as an OBJECT library:
 # nothing refers to a registration object, so from a static library the linker would drop it;
 # an OBJECT library's objects are linked whole into what links it. roced links every target made
-# here (apps/CMakeLists.txt, ROCE_HOSTED_SERVICES), so a new application edits nothing of roced.
+# here (ROCE_HOSTED_SERVICES, roce_link_hosted_services), so a new application edits nothing of
+# roced.
 function(roce_hosted_service name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   add_library(${name} OBJECT ${ARG_SOURCES})
@@ -56,6 +57,15 @@ function(roce_hosted_service name)
     target_compile_definitions(${name} PUBLIC ROCE_TESTING=1)
   endif()
   set_property(GLOBAL APPEND PROPERTY ROCE_HOSTED_SERVICES ${name})
+endfunction()
+
+# Links every roce_hosted_service() target into roced. Deferred to the end of the top-level
+# directory (apps/CMakeLists.txt), after every application has registered its targets: read
+# earlier, the list would miss an application added below the reading line, whose kind would
+# then silently not exist.
+function(roce_link_hosted_services)
+  get_property(hosted GLOBAL PROPERTY ROCE_HOSTED_SERVICES)
+  target_link_libraries(roced PRIVATE ${hosted})
 endfunction()
 
 # Every public header compiles on its own (Seastar's CheckHeaders idea).

@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -114,11 +115,18 @@ PortConfig parse_port(const YAML::Node& node, const std::string& origin, const s
   return p;
 }
 
+// Who holds a listen_port: services[index], a kind holding [first, last].
+struct PortHolder {
+  std::size_t index = 0;
+  std::string kind;
+  std::uint32_t first = 0, last = 0;
+};
+
 // services[i]: what every kind has (kind, port, listen_port, listen_address, args), then the
 // kind's own keys, each checked against the list its kind declared (the service registry's).
 ServiceConfig parse_service(const YAML::Node& node, const std::string& origin, std::size_t i,
                             const ServiceKinds& kinds, const std::set<std::string>& ports,
-                            wire::Ipv4Addr mgmt, std::set<std::uint16_t>& listen_ports,
+                            wire::Ipv4Addr mgmt, std::map<std::uint32_t, PortHolder>& listen_ports,
                             const std::string& first_port) {
   const std::string path = "services[" + std::to_string(i) + "]";
   Reader k(node, origin, path);
@@ -150,8 +158,31 @@ ServiceConfig parse_service(const YAML::Node& node, const std::string& origin, s
              path + ".listen_address '" + a + "' is not an IPv4 address (0.0.0.0: every one)");
     s.listen_address = *ip;
   }
-  if (!listen_ports.insert(s.listen_port).second)
-    k.fail(node, path + ".listen_port " + std::to_string(s.listen_port) + " is used twice");
+  // The ports the service holds (NetFR: its primary and secondary channels), each once.
+  const std::uint32_t first = s.listen_port, last = first + kind->ports - 1;
+  const auto range = [](std::uint32_t a, std::uint32_t b) {
+    return a == b ? std::to_string(a) : std::to_string(a) + "-" + std::to_string(b);
+  };
+  if (last > 65535)
+    k.fail(node, path + ".listen_port " + std::to_string(first) + ": " + s.kind + " takes " +
+                     std::to_string(kind->ports) + " ports from it, beyond 65535");
+  for (std::uint32_t p = first; p <= last; ++p) {
+    const auto [at, fresh] = listen_ports.emplace(p, PortHolder{i, s.kind, first, last});
+    if (fresh) continue;
+    const PortHolder& h = at->second;
+    if (h.first == h.last && first == last)
+      k.fail(node, path + ".listen_port " + std::to_string(p) + " is used twice" +
+                       (k.has("listen_port") ? std::string()
+                                             : " (" + s.kind +
+                                                   "'s default; give each service its own "
+                                                   "listen_port)"));
+    k.fail(node, path + ".listen_port " +
+                     (first == last ? std::string()
+                                    : std::to_string(first) + ": " + s.kind + " takes " +
+                                          range(first, last) + ", and ") +
+                     std::to_string(p) + " is taken by services[" + std::to_string(h.index) +
+                     "] (" + h.kind + ": " + range(h.first, h.last) + ")");
+  }
   if (k.has("args")) {
     const YAML::Node a = k.get("args");
     if (!a.IsSequence()) k.fail(a, path + ".args must be a list of strings");
@@ -324,7 +355,7 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
   if (r.has("services")) {
     const YAML::Node sv = r.get("services");
     if (!sv.IsSequence()) r.fail(sv, "'services' must be a list");
-    std::set<std::uint16_t> tcp_ports;
+    std::map<std::uint32_t, PortHolder> tcp_ports;
     for (std::size_t i = 0; i < sv.size(); ++i)
       c.services.push_back(
           parse_service(sv[i], origin, i, kinds, names, mgmt, tcp_ports, c.ports.front().name));

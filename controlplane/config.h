@@ -80,6 +80,7 @@ struct ServiceKindKeys {
   std::string name;
   std::vector<std::string> keys;       ///< its own keys under services[i]
   std::uint16_t default_port = 18515;  ///< listen_port when unset
+  std::uint16_t ports = 1;             ///< listen_port and the next ports - 1 are the service's
 };
 using ServiceKinds = std::vector<ServiceKindKeys>;
 

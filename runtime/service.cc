@@ -96,6 +96,7 @@ ctl::ServiceKinds ServiceRegistry::catalog() const {
     x.name = k->name;
     for (const auto& key : k->keys) x.keys.push_back(key.name);
     x.default_port = k->default_port;
+    x.ports = k->ports;
     out.push_back(std::move(x));
   }
   return out;
@@ -104,7 +105,9 @@ ctl::ServiceKinds ServiceRegistry::catalog() const {
 std::string ServiceRegistry::describe() const {
   std::ostringstream os;
   for (const ServiceKind* k : kinds()) {
-    os << k->name << ": " << k->description << " (listen_port " << k->default_port << ")\n";
+    os << k->name << ": " << k->description << " (listen_port " << k->default_port;
+    if (k->ports > 1) os << "-" << k->default_port + k->ports - 1;
+    os << ")\n";
     for (const auto& key : k->keys) os << "    " << key.name << ": " << key.doc << '\n';
   }
   return os.str();

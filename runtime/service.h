@@ -174,6 +174,9 @@ struct ServiceKind {
   std::string description;  ///< one line
   std::vector<ServiceKey> keys;
   std::uint16_t default_port = 18515;  ///< listen_port when the configuration gives none
+  /// listen_port and the next ports - 1 are the service's (NetFR: 2, its two channels): the
+  /// configuration reader keeps them from other services.
+  std::uint16_t ports = 1;
   /// poll() may run an exchange to completion (perftest's servers): roced does not poll such a
   /// service from another's env.background, so that two never nest.
   bool blocking = false;

@@ -16,7 +16,7 @@ const runtime::RegisterService kNaa{{
     .description = "the NAA accelerator RPC server (docs/naa.md; args: roce-naa's server "
                    "options --max-hosts, --memory-per-host, ...)",
     .keys = {},
-    .default_port = 18515,
+    .default_port = 12345,  // NAAICE's, as roce-naa's and the NAAICE host library's
     .blocking = false,
     .check = [](const ctl::ServiceConfig& sc) { service_config(sc); },
     .make = [](runtime::ServiceEnv& env) -> std::unique_ptr<runtime::HostedService> {

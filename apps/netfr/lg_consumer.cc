@@ -35,6 +35,14 @@ int fail(const char* what, unsigned long long a = 0, unsigned long long b = 0) {
   return 1;
 }
 
+int usage(const char* argv0, int status) {
+  std::fprintf(status == 0 ? stdout : stderr,
+               "usage: %s --attach SOCKET [--attach-port NAME] HOST_IP [--port N] [--width N] "
+               "[--height N] [--buffers N] [--memfd] [--timeout S]\n",
+               argv0);
+  return status;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -44,15 +52,19 @@ int main(int argc, char** argv) {
   bool memfd = false;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
-    if (k.rfind("--", 0) != 0) {
+    if (k.rfind("-", 0) != 0) {
       host = k;
       continue;
     }
+    if (k == "--help" || k == "-h") return usage(argv[0], 0);
     if (k == "--memfd") {
       memfd = true;
       continue;
     }
-    if (i + 1 >= argc) return fail("an option needs a value");
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "%s needs a value\n", k.c_str());
+      return usage(argv[0], 2);
+    }
     const char* v = argv[++i];
     if (k == "--attach")
       attach = v;
@@ -73,13 +85,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (attach.empty() || host.empty() || buffers == 0 || width == 0 || height == 0) {
-    std::fprintf(stderr,
-                 "usage: %s --attach SOCKET [--attach-port NAME] HOST_IP [--port N] [--width N] "
-                 "[--height N] [--buffers N] [--memfd] [--timeout S]\n",
-                 argv[0]);
-    return 2;
-  }
+  if (attach.empty() || host.empty() || buffers == 0 || width == 0 || height == 0)
+    return usage(argv[0], 2);
   const std::string link = "attach=" + attach + (attach_port.empty() ? "" : ",port=" + attach_port);
   NFRInitOpts o{};
   o.link = link.c_str();

@@ -88,6 +88,7 @@ const runtime::RegisterService kNetfr{{
              {"frames", "frames per client, then an end datagram; 0: until it leaves (0)"},
              {"fps", "frames per second, 0..1000; 0: as fast as buffers come back (0)"}},
     .default_port = 5010,
+    .ports = 2,  // the primary channel's rdma_cm port and the secondary's, + 1
     .blocking = false,
     .check = [](const ctl::ServiceConfig& sc) { options(sc); },
     .make = [](runtime::ServiceEnv& env) -> std::unique_ptr<runtime::HostedService> {

@@ -14,12 +14,12 @@
 #include <iostream>
 #include <random>
 
-#include "runtime/attached.h"
 #include "apps/perf/coyote_proto.h"
 #include "apps/perf/tools.h"
 #include "client/local/local_context.h"
 #include "controlplane/address.h"
 #include "dataplane/engine/engine.h"
+#include "runtime/attached.h"
 
 namespace roce::perf {
 
@@ -88,8 +88,11 @@ std::optional<Invocation> parse_coyote_command_line(const std::vector<std::strin
           "a roced service)");
     lf.finish();
     o.link = lf.link;
-    if (!o.attach.empty() && !o.link.iface.empty())
-      throw po::error("--iface belongs to an in-process port, not to --attach");
+    if (!o.attach.empty() &&
+        (!o.link.iface.empty() || !o.link.pcap.empty() || !o.link.offload.empty() || lf.faults()))
+      throw po::error(
+          "--iface, --pcap, --offload and fault injection belong to an in-process port, not "
+          "to --attach (roced's port has its own)");
   } catch (const po::error& e) {
     throw CliError(e.what());
   }

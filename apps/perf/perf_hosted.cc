@@ -19,6 +19,7 @@
 #include <string>
 
 #include "apps/perf/cli.h"
+#include "apps/perf/coyote_proto.h"
 #include "controlplane/address.h"
 #include "controlplane/tcp.h"
 #include "runtime/env.h"
@@ -162,11 +163,12 @@ class TestService final : public runtime::HostedService {
   unsigned runs_ = 0, failures_ = 0, dropped_silent_ = 0, refused_busy_ = 0;
 };
 
-runtime::ServiceKind test_kind(const char* name, const char* what) {
+/// `port`: the tool's own default (perftest's and rdma-core's 18515, Coyote's 18488).
+runtime::ServiceKind test_kind(const char* name, const char* what, unsigned port = 18515) {
   runtime::ServiceKind k;
   k.name = name;
   k.description = std::string(what) + " server (args: roce-perf's options of the test)";
-  k.default_port = 18515;
+  k.default_port = static_cast<std::uint16_t>(port);
   k.blocking = true;
   k.check = [](const ctl::ServiceConfig& sc) { parse_test_service(sc); };
   k.make = [](runtime::ServiceEnv& env) -> std::unique_ptr<runtime::HostedService> {
@@ -187,7 +189,8 @@ const runtime::RegisterService kTests[] = {
     runtime::RegisterService{test_kind("rc_pingpong", "rdma-core's ibv_rc_pingpong")},
     runtime::RegisterService{test_kind("ud_pingpong", "rdma-core's ibv_ud_pingpong")},
     runtime::RegisterService{test_kind("srq_pingpong", "rdma-core's ibv_srq_pingpong")},
-    runtime::RegisterService{test_kind("coyote", "Coyote's RDMA benchmark (its example 8)")},
+    runtime::RegisterService{
+        test_kind("coyote", "Coyote's RDMA benchmark (its example 8)", coyote::kDefaultPort)},
 };
 
 }  // namespace

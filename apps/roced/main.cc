@@ -539,6 +539,11 @@ int main(int argc, char** argv) {
                   cfg.ports.size());
       for (unsigned l : cfg.lcores) std::printf(" %u", l);
       std::printf("\n");
+      for (std::size_t i = 0; i < cfg.services.size(); ++i) {
+        const ctl::ServiceConfig& s = cfg.services[i];
+        std::printf("  services[%zu] %s on %s, listen_port %u at %s\n", i, s.kind.c_str(),
+                    s.port.c_str(), s.listen_port, ctl::to_string(s.listen_address).c_str());
+      }
       return 0;
     }
     return run(cfg);

@@ -10,6 +10,7 @@ namespace roce::conn {
 namespace {
 constexpr int kWcBatch = 32;
 constexpr int kCmEventsPerPoll = 64;
+constexpr std::size_t kRejPrivateMax = 148;  ///< the private data a REJ carries
 }  // namespace
 
 Endpoint::Endpoint(client::Context& ctx, Options o) : ctx_(ctx), o_(o) {
@@ -152,6 +153,8 @@ int Endpoint::accept(ConnId id, std::span<const std::uint8_t> private_data) {
 int Endpoint::reject(ConnId id, std::span<const std::uint8_t> private_data) {
   Conn* c = find(id);
   if (c == nullptr || !c->requested || c->up) return ENOENT;
+  // As rdma_reject: too much private data is refused and the request stays to be answered.
+  if (private_data.size() > kRejPrivateMax) return EINVAL;
   const int rc = ctx_.cm_reject(c->cm_id, private_data);
   forget(id);
   return rc;
@@ -235,7 +238,8 @@ int Endpoint::post_recv(ConnId id, const client::RecvWr& wr) {
   return ctx_.post_recv(c->qp, &wr, &bad);
 }
 
-void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events) {
+void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events,
+                     std::vector<Completion>& completions) {
   Event out;
   out.peer = ev.peer;
   out.port = ev.port;
@@ -285,7 +289,14 @@ void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events) {
       return;
   }
   const bool reported = !c->closing;  // disconnect() promised no event
-  drain_cq(*c, nullptr, nullptr);
+  // At kDisconnected, what the CQ holds came before the end (rdma_cm leaves the QP to the
+  // application at DISCONNECTED, which polls it dry): the peer's last messages, then the
+  // flushes. Handed over with the event; the QP goes now. After our own disconnect() nothing is
+  // reported. A connection that never came up has only flushed receives: dropped with its QP.
+  if (out.kind == Event::kDisconnected)
+    drain_cq(*c, &events, &completions);
+  else
+    drain_cq(*c, nullptr, nullptr);
   forget(c->id);
   if (reported) events.push_back(std::move(out));
 }
@@ -319,7 +330,7 @@ bool Endpoint::poll(std::vector<Event>& events, std::vector<Completion>& complet
   for (int i = 0; i < kCmEventsPerPoll; ++i) {
     client::CmEvent ev;
     if (ctx_.cm_get_event(ev, 0) != 0) break;
-    on_cm(ev, events);
+    on_cm(ev, events, completions);
   }
   for (auto& [id, c] : conns_) drain_cq(*c, &events, &completions);
   return events.size() != e0 || completions.size() != c0;

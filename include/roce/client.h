@@ -178,6 +178,10 @@ class Context {
   virtual Buffer* alloc_buffer(std::size_t length) = 0;
   /// A memfd of the application's own, mapped at `addr` for `length` bytes (sealed against
   /// shrinking here, so that roced's mapping stays valid). The fd stays the application's.
+  /// Attached, it must be a memfd made with MFD_ALLOW_SEALING (or already sealed against
+  /// shrinking): EPERM otherwise (a file of /dev/shm too), EINVAL for a file that is not
+  /// shared memory (a device).
+  /// The in-process backend takes any mapping.
   virtual Buffer* register_memfd(int fd, void* addr, std::size_t length) = 0;
   /// EBUSY while MRs cover it.
   virtual int free_buffer(Buffer* b) = 0;

@@ -43,14 +43,16 @@ struct Event {
     kConnectRequest,  ///< on a listened port: prepare() then accept(), or reject()
     kEstablished,     ///< the QP is in RTS and the peer knows it (passive side: the RTU, or
                       ///< the first completion if the peer's data came first, as COMM_EST)
-    kRejected,        ///< the peer refused (`reason`, `private_data`): our REQ, or, after
-                      ///< accept(), our REP; QP gone
-    kUnreachable,     ///< no answer (our REQ, or no RTU after our REP), or no ARP answer;
-                      ///< QP gone
+    kRejected,        ///< active: the peer refused (`reason`, `private_data`); passive: the
+                      ///< peer gave up after our REP (a REJ to it). QP gone
+    kUnreachable,     ///< active: no answer to the REQ, or no ARP answer; passive: no RTU
+                      ///< (RDMA_CM_EVENT_UNREACHABLE on both sides). QP gone
     kConnectError,    ///< the peer's reply could not be applied; QP gone
     kDisconnected,    ///< ended (`remote`: by the peer); QP gone, later completions dropped.
-                      ///< Flushed work (kWrFlushErr) may complete before it: the QP is in
-                      ///< the error state from the DREQ on
+                      ///< What its CQ held comes in the same poll's completions (the peer's
+                      ///< last messages, flushed work); flushed work (kWrFlushErr) may also
+                      ///< complete in an earlier poll: the QP is in the error state from the
+                      ///< DREQ on
   } kind = kConnectRequest;
   ConnId conn = 0;
   Ipv4Addr peer;
@@ -108,6 +110,7 @@ class Endpoint {
   /// not yet prepared is prepared with default sizes.
   int accept(ConnId c, std::span<const std::uint8_t> private_data = {});
   /// Passive: the REJ (consumer reason, `private_data` <= 148 bytes); the connection is gone.
+  /// EINVAL (more private data): nothing sent, the request stays to be answered.
   int reject(ConnId c, std::span<const std::uint8_t> private_data = {});
   /// Passive: REJ 3 "no resources" (Context::cm_refuse), what a server at its caps answers;
   /// the connection is gone.
@@ -156,7 +159,7 @@ class Endpoint {
   void destroy(Conn& c);
   void forget(ConnId c);
   client::CmConnParam param(std::span<const std::uint8_t> private_data) const;
-  void on_cm(client::CmEvent& ev, std::vector<Event>& events);
+  void on_cm(client::CmEvent& ev, std::vector<Event>& events, std::vector<Completion>& completions);
   void drain_cq(Conn& c, std::vector<Event>* events, std::vector<Completion>* out);
 
   client::Context& ctx_;

@@ -282,5 +282,101 @@ TEST(ConnEndpoint, AFailedAcceptLeavesNothingBehind) {
   EXPECT_EQ(r.s[1].ep->connections(), 0u);
 }
 
+// A peer's last message and its DREQ arrive between two polls: rdma_cm leaves the QP to the
+// application at RDMA_CM_EVENT_DISCONNECTED, so that it still polls what its CQ holds (the
+// message, then the flushed receives). The Endpoint destroys the QP at kDisconnected, so it
+// must hand over the CQ's completions with the event, not drop them.
+TEST(ConnEndpoint, CompletionsBeforeThePeersDreqAreNotLost) {
+  Rig r;
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  const ConnId a = r.s[0].ep->connect(r.ip(1), kPort, {});
+  ASSERT_NE(a, 0u);
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kConnectRequest); }));
+  const ConnId b = r.take(1, Event::kConnectRequest)->conn;
+  client::Buffer* rb = r.s[1].ctx->alloc_buffer(4096);
+  ASSERT_EQ(r.s[1].ep->prepare(b, {}), 0);
+  client::Mr* rmr = r.s[1].ctx->reg_mr(r.s[1].ep->pd(b), rb->addr, 4096, verbs::kAccessLocalWrite);
+  ASSERT_NE(rmr, nullptr);
+  client::Sge rsge{reinterpret_cast<std::uint64_t>(rb->addr), 2048, rmr->lkey};
+  client::RecvWr rwr;
+  rwr.sg_list = &rsge;
+  rwr.num_sge = 1;
+  for (std::uint64_t id : {1, 2}) {
+    rwr.wr_id = id;
+    rsge.addr = reinterpret_cast<std::uint64_t>(rb->addr) + (id - 1) * 2048;
+    ASSERT_EQ(r.s[1].ep->post_recv(b, rwr), 0);
+  }
+  ASSERT_EQ(r.s[1].ep->accept(b), 0);
+  ASSERT_TRUE(
+      r.run([&] { return r.has(0, Event::kEstablished) && r.has(1, Event::kEstablished); }));
+
+  client::Buffer* sb = r.s[0].ctx->alloc_buffer(64);
+  std::memcpy(sb->addr, "last words", 11);
+  client::Mr* smr = r.s[0].ctx->reg_mr(r.s[0].ep->pd(a), sb->addr, 64, 0);
+  ASSERT_NE(smr, nullptr);
+  client::Sge ssge{reinterpret_cast<std::uint64_t>(sb->addr), 11, smr->lkey};
+  client::SendWr swr;
+  swr.wr_id = 9;
+  swr.sg_list = &ssge;
+  swr.num_sge = 1;
+  swr.opcode = verbs::WrOpcode::kSend;
+  swr.send_flags = verbs::kSendSignaled;
+  ASSERT_EQ(r.s[0].ep->post_send(a, swr), 0);
+  // Only A polls: the SEND is acknowledged by B's engine, then A disconnects; B's
+  // Endpoint has not looked at its CQ in the meantime.
+  for (int i = 0; i < 20000 && r.s[0].wcs.empty(); ++i) r.s[0].ep->poll(r.s[0].events, r.s[0].wcs);
+  ASSERT_EQ(r.s[0].wcs.size(), 1u);
+  ASSERT_TRUE(r.s[0].wcs[0].ok());
+  ASSERT_EQ(r.s[0].ep->disconnect(a), 0);
+  for (int i = 0; i < 50; ++i) r.s[0].ep->poll(r.s[0].events, r.s[0].wcs);
+
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kDisconnected); }));
+  ASSERT_FALSE(r.s[1].wcs.empty()) << "the message before the DREQ was dropped";
+  EXPECT_EQ(r.s[1].wcs[0].conn, b);
+  EXPECT_TRUE(r.s[1].wcs[0].ok());
+  EXPECT_EQ(r.s[1].wcs[0].wc.wr_id, 1u);
+  EXPECT_EQ(r.s[1].wcs[0].wc.byte_len, 11u);
+  EXPECT_STREQ(static_cast<const char*>(rb->addr), "last words");
+  r.s[1].ctx->dereg_mr(rmr);
+  r.s[0].ctx->dereg_mr(smr);
+}
+
+// rdma_disconnect (or rdma_destroy_id) of a connection still being set up: the peer must not be
+// left with a connection nobody answers on. The passive side's accept ends in an event that
+// gives the connection up (a REJ to its REP, or its DREQ answered), not in a lasting one.
+TEST(ConnEndpoint, DisconnectWhileConnectingLeavesThePeerNothing) {
+  Rig r;
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  const ConnId a = r.s[0].ep->connect(r.ip(1), kPort, {});
+  ASSERT_NE(a, 0u);
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kConnectRequest); }));
+  const ConnId b = r.take(1, Event::kConnectRequest)->conn;
+  ASSERT_EQ(r.s[0].ep->disconnect(a), 0);
+  EXPECT_EQ(r.s[0].ep->connections(), 0u);
+  ASSERT_EQ(r.s[1].ep->accept(b), 0);
+  r.run([&] { return r.s[1].ep->connections() == 0; });
+  EXPECT_EQ(r.s[1].ep->connections(), 0u);
+  EXPECT_FALSE(r.has(0, Event::kEstablished));
+  EXPECT_TRUE(r.has(1, Event::kRejected));  // the REJ to the REP: the requester is gone
+}
+
+// rdma_reject with more private data than a REJ carries (148 bytes) fails with EINVAL and
+// leaves the request to be answered: a second reject() within the limit reaches the peer.
+TEST(ConnEndpoint, ARejectTooLongLeavesTheRequestToAnswer) {
+  Rig r;
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  const ConnId a = r.s[0].ep->connect(r.ip(1), kPort, {});
+  ASSERT_NE(a, 0u);
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kConnectRequest); }));
+  const ConnId b = r.take(1, Event::kConnectRequest)->conn;
+  const std::vector<std::uint8_t> long_data(149, 0x5a);
+  EXPECT_EQ(r.s[1].ep->reject(b, long_data), EINVAL);
+  EXPECT_EQ(r.s[1].ep->connections(), 1u);
+  ASSERT_EQ(r.s[1].ep->reject(b, bytes("go away")), 0);
+  ASSERT_TRUE(r.run([&] { return r.has(0, Event::kRejected); }));
+  EXPECT_EQ(text(r.take(0, Event::kRejected)->private_data), "go away");
+  EXPECT_EQ(r.s[1].ep->connections(), 0u);
+}
+
 }  // namespace
 }  // namespace roce::test

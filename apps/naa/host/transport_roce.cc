@@ -3,7 +3,8 @@
 /// one Context and one ConnStack (conn_stack.h) per process, shared by every connection the
 /// process opens. The Context is
 ///   - attached to a running roced when NAAICE_ROCE_ATTACH names its socket (and
-///     NAAICE_ROCE_ATTACH_PORT one of its ports; naaice_client --attach sets them), or
+///     NAAICE_ROCE_ATTACH_PORT one of its ports; naaice_client --attach sets them), or when
+///     NAAICE_ROCE is "attach=SOCKET[,port=NAME]" (NetFR's spelling of the same), or
 ///   - in-process on a DPDK port of the process's own, configured by NAAICE_ROCE
 ///     ("pmd=memif,socket=PATH,role=client,ip=192.0.2.2,mac=02:00:00:00:00:02", see
 ///     runtime::parse_link_text).
@@ -308,11 +309,29 @@ const char* t_error(void* p) { return self(p)->error.c_str(); }
 bool open_shared() {
   ConnStackOptions so;
   so.pd_per_connection = false;  // one host: its regions serve each of its connections
-  if (const char* sock = std::getenv("NAAICE_ROCE_ATTACH"); sock && *sock) {
-    const char* port = std::getenv("NAAICE_ROCE_ATTACH_PORT");
-    g_shared.attached = client::Context::attach(sock, port ? port : "");
+  // Attached: NAAICE_ROCE_ATTACH (and NAAICE_ROCE_ATTACH_PORT), or NAAICE_ROCE in NetFR's
+  // spelling of an attached link, "attach=SOCKET[,port=NAME]".
+  std::string sock, port;
+  if (const char* s = std::getenv("NAAICE_ROCE_ATTACH"); s && *s) {
+    sock = s;
+    if (const char* p = std::getenv("NAAICE_ROCE_ATTACH_PORT")) port = p;
+  } else if (const char* l = std::getenv("NAAICE_ROCE"); l && std::strncmp(l, "attach=", 7) == 0) {
+    sock = l + 7;
+    if (const auto comma = sock.find(','); comma != std::string::npos) {
+      const std::string rest = sock.substr(comma + 1);
+      sock.resize(comma);
+      if (rest.rfind("port=", 0) != 0) {
+        std::fprintf(stderr, "naaice: NAAICE_ROCE: only port=NAME may follow attach=SOCKET: %s\n",
+                     rest.c_str());
+        return false;
+      }
+      port = rest.substr(5);
+    }
+  }
+  if (!sock.empty()) {
+    g_shared.attached = client::Context::attach(sock, port);
     if (!g_shared.attached) {
-      std::fprintf(stderr, "naaice: cannot attach to roced at %s: %s\n", sock,
+      std::fprintf(stderr, "naaice: cannot attach to roced at %s: %s\n", sock.c_str(),
                    std::strerror(errno));
       return false;
     }
@@ -321,8 +340,8 @@ bool open_shared() {
   }
 #ifdef NAAICE_ATTACHED_ONLY
   std::fprintf(stderr,
-               "naaice: set NAAICE_ROCE_ATTACH to the socket of a running roced (this build "
-               "attaches only)\n");
+               "naaice: set NAAICE_ROCE_ATTACH (or NAAICE_ROCE=attach=SOCKET) to the socket of a "
+               "running roced (this build attaches only)\n");
   return false;
 #else
   const char* env = std::getenv("NAAICE_ROCE");
@@ -332,11 +351,12 @@ bool open_shared() {
   link.mac = "02:00:00:00:00:02";
   std::string err;
   if (!env || !roce::runtime::parse_link_text(env, link, err)) {
-    std::fprintf(stderr,
-                 "naaice: set NAAICE_ROCE to the appliance stack's link, e.g. "
-                 "pmd=memif,socket=/tmp/naa.sock,role=client,ip=192.0.2.2,"
-                 "mac=02:00:00:00:00:02 (%s), or NAAICE_ROCE_ATTACH to a roced's socket\n",
-                 env ? err.c_str() : "NAAICE_ROCE is not set");
+    std::fprintf(
+        stderr,
+        "naaice: set NAAICE_ROCE to the appliance stack's link, e.g. "
+        "pmd=memif,socket=/tmp/naa.sock,role=client,ip=192.0.2.2,"
+        "mac=02:00:00:00:00:02 (%s), or attach=SOCKET (a roced's; or NAAICE_ROCE_ATTACH)\n",
+        env ? err.c_str() : "NAAICE_ROCE is not set");
     return false;
   }
   try {

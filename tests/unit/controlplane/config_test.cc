@@ -64,7 +64,8 @@ const ServiceKinds kKinds = {{"write_bw", {}, 18515},
                              {"read_bw", {}, 18515},
                              {"rc_pingpong", {}, 18515},
                              {"send_lat", {}, 18515},
-                             {"echo", {"max_connections", "message_size"}, 7471}};
+                             {"echo", {"max_connections", "message_size"}, 7471},
+                             {"pair", {}, 5010, 2}};  // listens on listen_port and the next
 
 std::string error_of(const std::string& yaml) {
   try {
@@ -109,11 +110,15 @@ TEST(Config, ErrorsNameFileLineAndKey) {
       {base + "eal: {lcores: [zero]}\n", "eal.lcores: 'zero' is not a core number"},
       {base + "services:\n  - test: write_bandwidth\n",
        "bad.yaml:7:11: services[0].test 'write_bandwidth' is not a kind of service (write_bw, "
-       "read_bw, rc_pingpong, send_lat, echo)"},
+       "read_bw, rc_pingpong, send_lat, echo, pair)"},
       {base + "services:\n  - test: write_bw\n    port: p9\n",
        "bad.yaml:8:11: services[0].port 'p9' is not a port"},
       {base + "services:\n  - {test: write_bw}\n  - {test: read_bw}\n",
        "services[1].listen_port 18515 is used twice"},
+      // A port nobody wrote: the kind's default, and the way out named.
+      {base + "services:\n  - {kind: write_bw}\n  - {kind: read_bw}\n",
+       "services[1].listen_port 18515 is used twice (read_bw's default; give each service its "
+       "own listen_port)"},
       {base + "services:\n  - {test: write_bw, args: -n}\n", "services[0].args must be a list"},
       {base + "services:\n  - {port: p0}\n", "services[0].kind is required"},
       {base + "services:\n  - {kind: echo, test: echo}\n", "kind and test name the same thing"},
@@ -169,6 +174,26 @@ TEST(Config, ServiceKindsOwnKeys) {
   EXPECT_NE(error_of(std::string(kGood) + "services:\n  - {kind: echo}\n  - {kind: echo}\n")
                 .find("services[1].listen_port 7471 is used twice"),
             std::string::npos);
+  // A kind that takes two ports (NetFR's primary and secondary channels) holds both.
+  const std::string second = error_of(
+      std::string(kGood) + "services:\n  - {kind: pair}\n  - {kind: echo, listen_port: 5011}\n");
+  EXPECT_NE(second.find("services[1].listen_port 5011 is taken by services[0] (pair: 5010-5011)"),
+            std::string::npos)
+      << second;
+  EXPECT_NE(error_of(std::string(kGood) + "services:\n  - {kind: pair, listen_port: 65535}\n")
+                .find("services[0].listen_port 65535: pair takes 2 ports from it, beyond 65535"),
+            std::string::npos);
+  EXPECT_EQ(parse_config(std::string(kGood) +
+                             "services:\n  - {kind: pair}\n  - {kind: echo, listen_port: 5012}\n",
+                         "good.yaml", kKinds)
+                .services.size(),
+            2u);
+  // Given explicitly, the port is the writer's: no word of a default.
+  const std::string given =
+      error_of(std::string(kGood) +
+               "services:\n  - {kind: write_bw}\n  - {kind: echo, listen_port: 18515}\n");
+  EXPECT_NE(given.find("services[1].listen_port 18515 is used twice"), std::string::npos) << given;
+  EXPECT_EQ(given.find("default"), std::string::npos) << given;
   // A reader given no kinds hosts none.
   try {
     parse_config(std::string(kGood) + "services:\n  - {kind: echo}\n", "t.yaml");

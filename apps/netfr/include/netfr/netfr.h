@@ -137,7 +137,8 @@ int nfrClientInit(const struct NFRInitOpts* opts, PNFRClient* result);
 int nfrClientProcess(PNFRClient client, struct NFRClientEvent* evt);
 /* Advertises a buffer to the host on channel `index`: nfrClientAllocMemory allocates it from
    the stack (zero copy; the frames land at nfrMemoryPointer), nfrClientAttachMemfd registers
-   the application's memfd `fd` mapped at `buffer` in place (zero copy), nfrClientAttachMemory
+   the application's memfd `fd` mapped at `buffer` in place (zero copy; attached to a roced,
+   a memfd made with MFD_ALLOW_SEALING, as client.h's register_memfd), nfrClientAttachMemory
    takes any memory: the host writes a buffer of the stack's, copied to `buffer` before the
    MEM_WRITE event is returned. */
 PNFRMemory nfrClientAllocMemory(PNFRClient client, uint64_t size, uint8_t index);
