@@ -266,7 +266,7 @@ class Local final : public Context {
     if (cm_) cm_->poll(now_ns());
   }
   static cm::SessionParam param(const CmConnParam& p) {
-    return {p.responder_resources, p.initiator_depth, p.rnr_retry, p.private_data};
+    return {p.responder_resources, p.initiator_depth, p.rnr_retry, p.private_data, p.retry_count};
   }
   int cm_open() {
     if (cm_) return 0;

@@ -49,6 +49,7 @@ int CmSession::connect(engine::Qp* qp, wire::Ipv4Addr dst, std::uint16_t port,
   c.responder_resources = p.responder_resources;
   c.initiator_depth = p.initiator_depth;
   c.rnr_retry_count = p.rnr_retry;
+  c.retry_count = p.retry_count;
   c.path_mtu = path_mtu_;
   c.cma = CmaHeader::ipv4(local_, ephemeral_port(), dst);
   c.private_data = p.private_data;

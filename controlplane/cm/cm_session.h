@@ -43,6 +43,7 @@ struct SessionEvent {
 struct SessionParam {
   std::uint8_t responder_resources = 1, initiator_depth = 1, rnr_retry = 7;
   std::vector<std::uint8_t> private_data;
+  std::uint8_t retry_count = 7;  ///< connect: the REQ's Retry Count
 };
 
 class CmSession {
