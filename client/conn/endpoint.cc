@@ -196,6 +196,16 @@ int Endpoint::disconnect(ConnId id) {
   return 0;
 }
 
+int Endpoint::close(ConnId id) {
+  Conn* c = find(id);
+  if (c == nullptr) return ENOENT;
+  if (c->requested && !c->up && !c->accepted) return reject(id);
+  if (c->up && !c->closing) ctx_.cm_disconnect(c->cm_id);
+  // Destroying the QP lets the CM go of it (it disconnects a connection still on it).
+  forget(id);
+  return 0;
+}
+
 client::Qp* Endpoint::qp(ConnId id) {
   Conn* c = find(id);
   return c != nullptr && !c->closing ? c->qp : nullptr;
@@ -215,7 +225,8 @@ int Endpoint::post_recv(ConnId id, const client::RecvWr& wr) {
   return ctx_.post_recv(c->qp, &wr, &bad);
 }
 
-void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events) {
+void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events,
+                     std::vector<Completion>& completions) {
   Event out;
   out.peer = ev.peer;
   out.port = ev.port;
@@ -265,7 +276,12 @@ void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events) {
       return;
   }
   const bool reported = !c->closing;  // disconnect() promised no event
-  drain_cq(*c, nullptr, nullptr);
+  // What completed before the end is the application's (the last ACKs of its sends, the
+  // peer's last messages); flushed work is reported too, before the event.
+  if (reported)
+    drain_cq(*c, &events, &completions);
+  else
+    drain_cq(*c, nullptr, nullptr);
   forget(c->id);
   if (reported) events.push_back(std::move(out));
 }
@@ -297,7 +313,7 @@ bool Endpoint::poll(std::vector<Event>& events, std::vector<Completion>& complet
   for (int i = 0; i < kCmEventsPerPoll; ++i) {
     client::CmEvent ev;
     if (ctx_.cm_get_event(ev, 0) != 0) break;
-    on_cm(ev, events);
+    on_cm(ev, events, completions);
   }
   for (auto& [id, c] : conns_) drain_cq(*c, &events, &completions);
   return events.size() != e0 || completions.size() != c0;

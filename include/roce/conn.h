@@ -45,8 +45,9 @@ struct Event {
     kUnreachable,     ///< active: no answer, or no ARP answer; QP gone
     kConnectError,    ///< the peer's reply could not be applied; QP gone
     kDisconnected,    ///< ended (`remote`: by the peer); QP gone, later completions dropped.
-                      ///< Flushed work (kWrFlushErr) may complete before it: the QP is in
-                      ///< the error state from the DREQ on
+                      ///< What completed before it is reported before it (in the same
+                      ///< poll), flushed work (kWrFlushErr) too: the QP is in the error
+                      ///< state from the DREQ on
   } kind = kConnectRequest;
   ConnId conn = 0;
   Ipv4Addr peer;
@@ -115,6 +116,12 @@ class Endpoint {
   /// rdma_disconnect: the DREQ if connected; the connection's later completions are dropped
   /// and its QP and CQ destroyed once the CM is done with it. No event follows for it.
   int disconnect(ConnId c);
+  /// rdma_disconnect, rdma_destroy_qp and rdma_destroy_id at once: the DREQ if connected (a
+  /// connect request not answered: the REJ), then the QP and CQ destroyed now; the CM goes on
+  /// with the DREQ's retransmissions and its timewait without them. For a peer that vanished
+  /// (nobody will answer the DREQ) or a server that must free the QP before the next client.
+  /// No event follows for it.
+  int close(ConnId c);
 
   /// The connection's QP (null once it is gone): for modify/query, rarely needed.
   client::Qp* qp(ConnId c);
@@ -143,7 +150,7 @@ class Endpoint {
   void destroy(Conn& c);
   void forget(ConnId c);
   client::CmConnParam param(std::span<const std::uint8_t> private_data) const;
-  void on_cm(client::CmEvent& ev, std::vector<Event>& events);
+  void on_cm(client::CmEvent& ev, std::vector<Event>& events, std::vector<Completion>& completions);
   void drain_cq(Conn& c, std::vector<Event>* events, std::vector<Completion>* out);
 
   client::Context& ctx_;
