@@ -132,6 +132,11 @@ int CmSession::disconnect(std::uint32_t id) {
 
 void CmSession::release(engine::Qp* qp) { hub_->agent().release(qp); }
 
+void CmSession::established_by_data(engine::Qp* qp) {
+  for (const auto& [id, cid] : ids_)
+    if (hub_->agent().qp_of(cid) == qp) hub_->agent().cm().notify_established(cid);
+}
+
 std::optional<wire::Ipv4Addr> CmSession::peer_of(std::uint32_t id) const {
   auto it = peers_.find(id);
   if (it == peers_.end()) return std::nullopt;
