@@ -6,6 +6,7 @@
 #include <random>
 
 #include "apps/perf/cm_tools.h"
+#include "runtime/cm_agent.h"
 #include "controlplane/address.h"
 
 namespace roce::perf {

@@ -24,12 +24,13 @@
 /// count is 7, which our engine (as rxe) retries without end, so the server also gives up on a
 /// probe unanswered for 8 local ACK timeouts (what retry count 7 means in IBA). Then it
 /// closes the connection (conn::Endpoint::close: the DREQ, retransmitted and timed out as the
-/// CM's timers say, and the QP destroyed at once). The QP count (engine) is printed after every connection.
+/// CM's timers say, and the QP destroyed at once). The QP count (engine) is printed after every
+/// connection.
 #include <roce/conn.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -50,11 +51,12 @@ namespace po = boost::program_options;
 
 namespace {
 
-constexpr std::size_t kInfoSize = 16;      // struct rping_rdma_info
-constexpr std::uint32_t kMinSize = 26;     // RPING_MIN_BUFSIZE
-constexpr std::uint32_t kMaxSize = 65535;  // RPING_BUFSIZE - 1
-constexpr unsigned kRecvSlots = 4;         // rping keeps one posted; more never hurts
-constexpr std::size_t kRecvSlotSize = 64;  // larger than 16, to report a bogus length
+constexpr std::size_t kInfoSize = 16;              // struct rping_rdma_info
+constexpr std::uint32_t kMinSize = 26;             // RPING_MIN_BUFSIZE
+constexpr std::uint32_t kMaxSize = 65535;          // RPING_BUFSIZE - 1
+constexpr unsigned kRecvSlots = 4;                 // rping keeps one posted; more never hurts
+constexpr std::size_t kRecvSlotSize = 64;          // larger than 16, to report a bogus length
+constexpr std::uint64_t kRdmaPsTcp = 0x0106;       // rdma_cm's port space of RC
 constexpr std::uint32_t kRejInvalidServiceId = 8;  // IBA REJ reasons: nobody listens there,
 constexpr std::uint32_t kRejStaleConn = 10;        // a connection of this QPN still held
 
@@ -380,8 +382,8 @@ class Session {
   std::unique_ptr<client::Context> ctx_;
   conn::Endpoint ep_;
   client::Buffer* buf_ = nullptr;
-  client::Mr *recv_mr_ = nullptr, *send_mr_ = nullptr, *rdma_mr_ = nullptr,
-             *start_mr_ = nullptr, *probe_mr_ = nullptr;
+  client::Mr *recv_mr_ = nullptr, *send_mr_ = nullptr, *rdma_mr_ = nullptr, *start_mr_ = nullptr,
+             *probe_mr_ = nullptr;
   std::vector<conn::Event> events_;
   std::vector<conn::Completion> completions_;
   double keepalive_s_ = 0;
@@ -474,12 +476,11 @@ unsigned serve_one(Env& env, Session& s, const RpingOpts& o) {
   const conn::Event req = *s.request;
   env.resolve(req.peer, 10);  // before the REP: the QP's path needs the MAC
   s.conn = req.conn;
-  if (s.endpoint().prepare(req.conn, Session::sizes()) != 0)
-    fail("cannot accept the connection");
+  if (s.endpoint().prepare(req.conn, Session::sizes()) != 0) fail("cannot accept the connection");
   s.post_recvs();
   if (s.endpoint().accept(req.conn) != 0) fail("cannot accept the connection");
-  std::printf("accepted %s (QPN 0x%06x -> 0x%06x)\n", ctl::to_string(req.peer).c_str(),
-              s.qp()->qpn, s.qp()->attr.dest_qp_num);
+  std::printf("accepted %s (QPN 0x%06x -> 0x%06x)\n", ctl::to_string(req.peer).c_str(), s.qp()->qpn,
+              s.qp()->attr.dest_qp_num);
   std::fflush(stdout);
   std::vector<std::uint8_t> expect(kMaxSize);
   std::uint8_t ack_timeout = s.qp()->attr.timeout;
@@ -541,7 +542,7 @@ ServerResult run_server(Env& env, Session& s, const RpingOpts& o) {
     if (!bind) fail("-a must be an IPv4 address");
     if (*bind != env.ip) fail("-a " + o.addr + " is not our address (--ip)");
   }
-  const std::uint64_t sid = cm::service_id(cm::PortSpace::kTcp, static_cast<std::uint16_t>(o.port));
+  const std::uint64_t sid = kRdmaPsTcp << 16 | o.port;  // rdma_cm's service ID
   ServerResult r;
   if (const int rc = s.endpoint().listen(static_cast<std::uint16_t>(o.port)))
     fail("cannot listen on port " + std::to_string(o.port) + ": " + std::strerror(rc));

@@ -47,7 +47,8 @@ struct Node {
 /// tool's own engine.
 class Cmatose {
  public:
-  Cmatose(Env& env, const CmatoseOpts& o) : env_(env), o_(o), ctx_(open(env)), ep_(*ctx_, options()) {}
+  Cmatose(Env& env, const CmatoseOpts& o)
+      : env_(env), o_(o), ctx_(open(env)), ep_(*ctx_, options()) {}
   ~Cmatose() {
     for (auto& n : nodes_) {
       for (client::Mr* m : {n->send_mr, n->recv_mr})
@@ -272,8 +273,7 @@ void run_client(Env& env, Cmatose& t, const CmatoseOpts& o) {
       t.post_recvs(n);
       t.wait([&] { return n.established || t.rejected_.has_value(); }, "the connection");
       if (n.established) break;
-      if (*t.rejected_ != kRejInvalidServiceId ||
-          port::now_ns() > end)
+      if (*t.rejected_ != kRejInvalidServiceId || port::now_ns() > end)
         fail("cmatose: event: REJECTED, reason " + std::to_string(*t.rejected_));
       // Nobody listens yet: the connection layer destroyed the QP; a fresh one next time.
       t.linger(0.5);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "apps/perf/cm_tools.h"
+#include "runtime/cm_agent.h"
 #include "apps/perf/tools.h"
 #include "controlplane/address.h"
 
