@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "apps/perf/cm_tools.h"
 #include "controlplane/address.h"
 
 namespace roce::perf {
