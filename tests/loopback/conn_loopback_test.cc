@@ -9,6 +9,7 @@
 #include <string>
 
 #include "client/local/local_context.h"
+#include "controlplane/cm/cm_hub.h"
 #include "dataplane/engine/engine.h"
 #include "tests/support/loopback.h"
 
@@ -255,6 +256,8 @@ TEST(ConnEndpoint, DataBeforeTheRtuEstablishesThePassiveSideOnce) {
   ASSERT_TRUE(r.run([&] { return !r.s[1].wcs.empty(); }));
   // Established came with the data, not after it, and only once.
   ASSERT_TRUE(r.has(1, Event::kEstablished));
+  // And the CM knows (COMM_EST, rdma_notify): it no longer waits to repeat the REP.
+  EXPECT_FALSE(cm::CmHub::get(r.lb.side(1), {})->agent().cm().next_deadline().has_value());
   EXPECT_EQ(r.s[1].events.front().kind, Event::kEstablished);
   r.take(1, Event::kEstablished);
   r.run([] { return false; });
