@@ -7,7 +7,6 @@
 #include <functional>
 #include <string>
 
-#include "runtime/cm_agent.h"
 #include "runtime/env.h"
 #include "runtime/link.h"
 

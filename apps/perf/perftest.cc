@@ -26,12 +26,12 @@
 #include <sstream>
 #include <vector>
 
-#include "runtime/attached.h"
 #include "apps/perf/perftest_cm.h"
 #include "apps/perf/perftest_proto.h"
 #include "apps/perf/tools.h"
 #include "client/local/local_context.h"
 #include "controlplane/address.h"
+#include "runtime/attached.h"
 
 namespace roce::perf {
 
@@ -121,9 +121,7 @@ class Perftest {
         ctx_(st.ctx),
         oob_(oob),
         cm_(dynamic_cast<CmExchange*>(&oob)) {}
-  ~Perftest() {
-    if (cm_) cm_->release_qps();  // before the Context destroys the QPs the CM has bound
-  }
+  ~Perftest() = default;  // (-R: the Context lets the CM go of a QP it destroys)
   Perftest(const Perftest&) = delete;
   Perftest& operator=(const Perftest&) = delete;
   int run();
@@ -386,12 +384,13 @@ void Perftest::connect_qps_rdma_cm() {
   CmQpParams p;
   if (verb_ == Verb::kRead || verb_ == Verb::kAtomic)
     p.responder_resources = p.initiator_depth = static_cast<std::uint8_t>(o_.out_reads);
-  std::vector<Qp*> qps;  // the engine's QPs behind the Context's (-R runs in-process)
-  for (auto& c : qps_) qps.push_back(st_.env->eng.find_qp(c.qp->qp_num));
+  std::vector<rc::Qp*> qps;
+  for (auto& c : qps_) qps.push_back(c.qp);
   cm_->connect_qps(qps, p);
   std::array<std::uint8_t, pt::kDestBinLen> t{};
   oob_.exchange(pt::dest_bin(pt::Dest{}).data(), t.data(), pt::kDestBinLen);
-  mtu_enum_ = static_cast<int>(qps[0]->attr.path_mtu);
+  // The path MTU the CM chose (-R runs in-process: the engine's QP behind the Context's).
+  mtu_enum_ = static_cast<int>(st_.env->eng.find_qp(qps_[0].qp->qp_num)->attr.path_mtu);
 }
 
 void Perftest::connect_qps() {
@@ -904,19 +903,24 @@ void Perftest::write_json() {
   j << ",\"results\":[" << json_rows_.str() << "]}\n";
 }
 
+/// libroce's in-process backend on the test's engine; the test polls the loop itself.
+std::unique_ptr<rc::Context> open_local_ctx(Env& env) {
+  rc::LocalOptions lo = env.local_options();
+  lo.progress = nullptr;  // the test polls the loop itself
+  lo.cm_connections = env.cm_connections;
+  return rc::open_local(std::move(lo));
+}
+
 }  // namespace
 
 int run_perftest(Env& env, Exchange& oob, const Opts& o, Verb verb, Mode mode) {
-  // libroce's in-process backend on the test's engine; the test polls the loop itself.
-  rc::LocalOptions lo = env.local_options();
-  lo.progress = nullptr;  // the test polls the loop itself
   std::unique_ptr<rc::Context> ctx;
   if (env.open_card && !o.rdma_cm && (verb == Verb::kWrite || verb == Verb::kRead)) {
     ctx = env.open_card();
     if (!ctx) fail(std::string("cannot open the datapath card: ") + std::strerror(errno));
     std::printf(" QPs on the FPGA datapath card (offload: datapath)\n");
   } else {
-    ctx = rc::open_local(std::move(lo));
+    ctx = open_local_ctx(env);
   }
   Perftest t(Stack{env, *ctx, env.gid, &env}, oob, o, verb, mode);
   return t.run();
@@ -936,9 +940,12 @@ int run_perftest_attached(const Opts& o, Verb verb, Mode mode) {
 int run_perftest(const Opts& o, Verb verb, Mode mode) {
   Env env(o.link);
   if (o.rdma_cm) {
-    // rdma_cm takes the path MTU from the link, as the kernel does from the netdev.
-    CmExchange ex(env, o.server, o.port, o.timeout_s, o.link.netdev_mtu >= 4096 + 80 ? 5 : 3);
-    return run_perftest(env, ex, o, verb, mode);
+    // The tested QPs and the communication connection on one Context, whose rdma_cm takes
+    // the path MTU from the link, as the kernel's does from the netdev.
+    const auto ctx = open_local_ctx(env);
+    CmExchange ex(env, *ctx, o.server, o.port, o.timeout_s);
+    Perftest t(Stack{env, *ctx, env.gid, &env}, ex, o, verb, mode);
+    return t.run();
   }
   Oob oob(env, o.server, o.port, o.timeout_s);
   return run_perftest(env, oob, o, verb, mode);

@@ -1,7 +1,9 @@
 /// @file
 /// perftest's rdma_cm mode (-R, perftest 6.06 = linux-rdma/perftest v4.5-0.17): no TCP at all.
 /// Both the exchange and the tested QPs are rdma_cm connections to the same port (18515 by
-/// default, RDMA_PS_TCP), through our CM on QP1 (controlplane/cm/cm_agent.h):
+/// default, RDMA_PS_TCP), through libroce's rdma_cm (client::Context::cm_*: the engine's CM on
+/// QP1, shared through its hub). Not conn::Endpoint: perftest connects QPs it made itself (its
+/// sizes, its SRQ), and the Endpoint makes a connection's QP:
 ///
 ///   1. the communication connection: one RC QP, no private data, responder resources and
 ///      initiator depth 0. Every perftest message (versions, system data, MTU, QP addresses,
@@ -12,19 +14,22 @@
 ///   2. after versions, system data and MTU: a hand-shake (all-zero QP addresses), then one
 ///      connection per tested QP (the client connects them all; the server accepts them in the
 ///      order they arrive; responder resources and initiator depth = -o for READ and atomics,
-///      else 0), then a hand-shake again. The CM sets the QPs' PSNs and path MTU; the QP
-///      addresses exchanged afterwards only carry rkey and address.
+///      else 0), then a hand-shake again. The CM sets the QPs' PSNs and path MTU (the port's,
+///      as rdma_cm takes it from the netdev); the QP addresses exchanged afterwards only carry
+///      rkey and address.
 ///   3. the rest as over TCP, without perftest's "done"; at the end each side disconnects
 ///      (DREQ) what is still connected; the peer answers each with a DREP.
 #pragma once
 
+#include <roce/client.h>
+
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "controlplane/cm/cm_agent.h"
 #include "runtime/env.h"
 #include "runtime/oob.h"
 
@@ -43,9 +48,10 @@ class CmExchange : public runtime::Exchange {
   static constexpr std::size_t kMaxMessage = 56;
 
   /// Server (`server` empty): listens on `port` at once. Client: connects to `server`'s RoCE
-  /// IPv4 address in open(). `path_mtu`: the IB enum of the link's MTU (rdma_cm takes the path
-  /// MTU from the netdev, not from -m).
-  CmExchange(runtime::Env& env, std::string server, unsigned port, double timeout_s, int path_mtu);
+  /// IPv4 address in open(). `ctx`: the test's Context (in-process, on `env`'s engine), whose
+  /// rdma_cm connects the tested QPs too; it must outlive the exchange.
+  CmExchange(runtime::Env& env, client::Context& ctx, std::string server, unsigned port,
+             double timeout_s);
   ~CmExchange() override;
   CmExchange(const CmExchange&) = delete;
   CmExchange& operator=(const CmExchange&) = delete;
@@ -56,48 +62,45 @@ class CmExchange : public runtime::Exchange {
   void recv(void* buf, std::size_t n) override;
   bool readable() override;
   void drain_until_closed(double) override {}  // the connections end in close()
-  /// Disconnects every connection still up (DREQ), waits a moment for the DREPs, and unbinds
-  /// the QPs from the CM.
+  /// Disconnects every connection still up (DREQ) and waits a moment for the DREPs.
   void close() override;
 
-  /// One rdma_cm connection per QP (RC, in RESET or INIT), in order: the client connects
-  /// (retrying while nobody listens yet), the server accepts the next requests. Returns when
-  /// every QP is in RTS.
-  void connect_qps(const std::vector<engine::Qp*>& qps, const CmQpParams& p);
-  /// Before the tested QPs are destroyed: disconnects those still up, drops their bindings.
-  void release_qps();
+  /// One rdma_cm connection per QP (the test's, RC, in RESET or INIT), in order: the client
+  /// connects (retrying while nobody listens yet), the server accepts the next requests.
+  /// Returns when every QP is in RTS. Destroying a QP (Context::destroy_qp) lets the CM go
+  /// of it (a connection still up on it is disconnected).
+  void connect_qps(const std::vector<client::Qp*>& qps, const CmQpParams& p);
 
  private:
   void step();
-  void on_event(const cm::CmEvent& e);
-  bool live(cm::ConnId id) const;
+  void on_event(client::CmEvent& e);
+  bool live(std::uint32_t id) const;
   void post_recv(std::uint32_t slot);
-  /// Waits for the next connect request (server), rejecting those not for our address.
-  cm::CmEvent next_request(const std::string& what);
-  cm::ConnId connect_one(engine::Qp* qp, const CmQpParams& p, const std::string& what);
+  /// Waits for the next connect request (server), rejecting those of another client.
+  client::CmEvent next_request(const std::string& what);
+  std::uint32_t connect_one(client::Qp* qp, const CmQpParams& p, const std::string& what);
+  void accept(const client::CmEvent& r, client::Qp* qp, const CmQpParams& p,
+              const std::string& what);
 
   runtime::Env& env_;
+  client::Context& ctx_;
   std::string server_;
   unsigned port_;
   double timeout_s_;
-  std::uint64_t service_id_;
-  wire::Ipv4Addr peer_ip_{};
-  int path_mtu_ = 3;  ///< what the client asks for (the server takes the REQ's)
-  engine::Pd* pd_ = nullptr;
-  engine::Cq* cq_ = nullptr;
-  engine::Qp* qp_ = nullptr;  ///< the communication QP
-  engine::Mr* mr_ = nullptr;
-  std::vector<std::uint8_t> buf_;  ///< receive slots, then the send buffer
+  Ipv4Addr peer_ip_{};
+  client::Pd* pd_ = nullptr;
+  client::Cq* cq_ = nullptr;
+  client::Qp* qp_ = nullptr;       ///< the communication QP
+  client::Buffer* buf_ = nullptr;  ///< receive slots, then the send buffer
+  client::Mr* mr_ = nullptr;
   std::deque<std::vector<std::uint8_t>> received_;
   unsigned sends_done_ = 0;
   bool closing_ = false;
-  std::optional<cm::ConnId> comm_;
-  std::vector<cm::ConnId> data_;
-  std::vector<engine::Qp*> data_qps_;
-  std::deque<cm::CmEvent> requests_;
-  std::set<cm::ConnId> established_, disconnected_, unreachable_;
-  std::map<cm::ConnId, cm::RejReason> rejected_;
-  cm::CmAgent agent_;
+  std::optional<std::uint32_t> comm_;
+  std::vector<std::uint32_t> data_;
+  std::deque<client::CmEvent> requests_;
+  std::set<std::uint32_t> established_, disconnected_, unreachable_, dreq_sent_;
+  std::map<std::uint32_t, std::uint32_t> rejected_;  ///< id -> IBA REJ reason
 };
 
 }  // namespace roce::perf

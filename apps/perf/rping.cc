@@ -1,7 +1,10 @@
 /// @file
 /// librdmacm's rping (rdma-core librdmacm/examples/rping.c) spoken by the appliance, in both
-/// roles. rdma_cm connects the RC QPs (REQ/REP/RTU on QP1 through CmAgent, service ID
-/// RDMA_PS_TCP << 16 | port, a cma header with both IPs); there is no TCP exchange.
+/// roles. rdma_cm connects the RC QPs (REQ/REP/RTU on QP1, service ID RDMA_PS_TCP << 16 |
+/// port, a cma header with both IPs); there is no TCP exchange. The connection is the
+/// connection layer's (include/roce/conn.h) on a libroce Context on the tool's own engine
+/// (runtime::Env::local_options); the engine itself is read for the QP count and the QP's
+/// ACK timeout.
 ///
 /// One ping (roce-wire-reference 5.9 step 4), every message a 16-byte SEND of
 /// {be64 addr, be32 rkey, be32 len}:
@@ -20,10 +23,14 @@
 /// nobody answering, the probe fails when the transport's retries run out; rdma_cm's retry
 /// count is 7, which our engine (as rxe) retries without end, so the server also gives up on a
 /// probe unanswered for 8 local ACK timeouts (what retry count 7 means in IBA). Then it
-/// disconnects (its DREQ is retransmitted and times out as the CM's timers say), releases the
-/// QP from the CM and destroys it. The QP count (engine) is printed after every connection.
+/// closes the connection (conn::Endpoint::close: the DREQ, retransmitted and timed out as the
+/// CM's timers say, and the QP destroyed at once). The QP count (engine) is printed after every
+/// connection.
+#include <roce/conn.h>
+
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -38,18 +45,20 @@
 
 namespace roce::perf {
 
-using namespace roce::engine;
 using namespace roce::runtime;
-namespace cm = roce::cm;
+using engine::Counter;
 namespace po = boost::program_options;
 
 namespace {
 
-constexpr std::size_t kInfoSize = 16;      // struct rping_rdma_info
-constexpr std::uint32_t kMinSize = 26;     // RPING_MIN_BUFSIZE
-constexpr std::uint32_t kMaxSize = 65535;  // RPING_BUFSIZE - 1
-constexpr unsigned kRecvSlots = 4;         // rping keeps one posted; more never hurts
-constexpr std::size_t kRecvSlotSize = 64;  // larger than 16, to report a bogus length
+constexpr std::size_t kInfoSize = 16;              // struct rping_rdma_info
+constexpr std::uint32_t kMinSize = 26;             // RPING_MIN_BUFSIZE
+constexpr std::uint32_t kMaxSize = 65535;          // RPING_BUFSIZE - 1
+constexpr unsigned kRecvSlots = 4;                 // rping keeps one posted; more never hurts
+constexpr std::size_t kRecvSlotSize = 64;          // larger than 16, to report a bogus length
+constexpr std::uint64_t kRdmaPsTcp = 0x0106;       // rdma_cm's port space of RC
+constexpr std::uint32_t kRejInvalidServiceId = 8;  // IBA REJ reasons: nobody listens there,
+constexpr std::uint32_t kRejStaleConn = 10;        // a connection of this QPN still held
 
 struct RpingOpts {
   ToolFlags lf;
@@ -91,57 +100,50 @@ Info decode_info(const std::uint8_t* p) {
   return {wire::load_be64(p), wire::load_be32(p + 8), wire::load_be32(p + 12)};
 }
 
-/// One rping connection: the CM agent on QP1, an RC QP, rping's buffers and the poll step.
+/// One rping connection at a time on the connection layer (include/roce/conn.h), in-process
+/// on the tool's own engine: rping's buffers, the connection's QP and the poll step.
 class Session {
  public:
   Session(Env& env, const RpingOpts& o)
-      : env_(env),
-        eng_(env.eng),
-        o_(o),
-        agent_(eng_, cm_agent_config(env), [this](const cm::CmEvent& e) { on_event(e); }) {
-    pd_ = eng_.alloc_pd();
-    cq_ = eng_.create_cq(64);
-    recv_buf_.resize(kRecvSlots * kRecvSlotSize);
-    send_buf_.resize(kInfoSize);
-    rdma_buf_.resize(o.size);
-    start_buf_.resize(o.size);
-    const std::uint32_t remote = kAccessLocalWrite | kAccessRemoteRead | kAccessRemoteWrite;
-    recv_mr_ = eng_.reg_mr(pd_, recv_buf_.data(), recv_buf_.size(), kAccessLocalWrite);
-    send_mr_ = eng_.reg_mr(pd_, send_buf_.data(), send_buf_.size(), 0);
-    rdma_mr_ = eng_.reg_mr(pd_, rdma_buf_.data(), rdma_buf_.size(), remote);
-    start_mr_ = eng_.reg_mr(pd_, start_buf_.data(), start_buf_.size(), remote);
-    probe_mr_ = eng_.reg_mr(pd_, probe_buf_.data(), probe_buf_.size(), kAccessLocalWrite);
-    if (!pd_ || !cq_ || !recv_mr_ || !send_mr_ || !rdma_mr_ || !start_mr_ || !probe_mr_)
+      : env_(env), o_(o), ctx_(open(env)), ep_(*ctx_, conn::Options{}) {
+    // One buffer for all: the receive slots, the send message, rping's rdma and start
+    // buffers, the probe's byte.
+    const std::size_t recv = kRecvSlots * kRecvSlotSize, send = kInfoSize, probe = 8;
+    buf_ = ctx_->alloc_buffer(recv + send + 2 * std::size_t{o.size} + probe);
+    if (!buf_) fail("cannot create resources");
+    auto* b = static_cast<std::uint8_t*>(buf_->addr);
+    const std::uint32_t remote =
+        verbs::kAccessLocalWrite | verbs::kAccessRemoteRead | verbs::kAccessRemoteWrite;
+    client::Pd* pd = ep_.pd();
+    recv_mr_ = ctx_->reg_mr(pd, b, recv, verbs::kAccessLocalWrite);
+    send_mr_ = ctx_->reg_mr(pd, b + recv, send, 0);
+    rdma_mr_ = ctx_->reg_mr(pd, b + recv + send, o.size, remote);
+    start_mr_ = ctx_->reg_mr(pd, b + recv + send + o.size, o.size, remote);
+    probe_mr_ = ctx_->reg_mr(pd, b + recv + send + 2 * std::size_t{o.size}, probe,
+                             verbs::kAccessLocalWrite);
+    if (!recv_mr_ || !send_mr_ || !rdma_mr_ || !start_mr_ || !probe_mr_)
       fail("cannot create resources");
   }
   ~Session() {
-    release_qp();
-    for (Mr* m : {recv_mr_, send_mr_, rdma_mr_, start_mr_, probe_mr_})
-      if (m) eng_.dereg_mr(m);
-    if (cq_) eng_.destroy_cq(cq_);
-    if (pd_) eng_.dealloc_pd(pd_);
+    if (conn) ep_.close(*conn);
+    for (client::Mr* m : {recv_mr_, send_mr_, rdma_mr_, start_mr_, probe_mr_})
+      if (m) ep_.dereg_mr(m);
+    if (buf_) ctx_->free_buffer(buf_);
   }
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  /// Unbinds the QP from the CM (disconnecting it if still up) and destroys it.
-  void release_qp() {
-    if (!qp_) return;
-    agent_.release(qp_);
-    eng_.destroy_qp(qp_);
-    qp_ = nullptr;
-  }
-
-  /// Ends the current connection (server): DREQ if it is still up, QP released and destroyed,
-  /// the per-connection state cleared for the next client.
+  /// Ends the current connection (server): DREQ if it is still up, the QP destroyed now (the
+  /// CM retransmits the DREQ without it), the per-connection state cleared for the next client.
   void end_connection() {
     closing_ = true;
-    release_qp();
+    if (conn) ep_.close(*conn);
+    if (request && (!conn || request->conn != *conn)) ep_.close(request->conn);
     step();
     conn.reset();
     request.reset();
     rejected.reset();
-    established = timewait_done = unreachable = false;
+    established = unreachable = false;
     disconnected_ = closing_ = false;
     broken_.reset();
     recvs_.clear();
@@ -157,26 +159,24 @@ class Session {
     probe_from_ = from;
   }
 
-  cm::CmAgent& agent() { return agent_; }
-  std::uint8_t* rdma_buf() { return rdma_buf_.data(); }
-  std::uint8_t* start_buf() { return start_buf_.data(); }
-  Mr* rdma_mr() { return rdma_mr_; }
-  Mr* start_mr() { return start_mr_; }
+  conn::Endpoint& endpoint() { return ep_; }
+  std::uint8_t* rdma_buf() { return static_cast<std::uint8_t*>(rdma_mr_->addr); }
+  std::uint8_t* start_buf() { return static_cast<std::uint8_t*>(start_mr_->addr); }
+  client::Mr* rdma_mr() { return rdma_mr_; }
+  client::Mr* start_mr() { return start_mr_; }
 
-  /// A fresh RC QP in INIT with its receives posted (rping: max_send_wr 16, max_recv_wr 2).
-  Qp* new_qp() {
-    release_qp();
-    qp_ = eng_.create_qp(pd_, QpType::kRc, cq_, cq_, QpCap{16, kRecvSlots, 1, 1, 0});
-    if (!qp_) fail("cannot create a QP");
-    QpAttr a;
-    a.qp_state = QpState::kInit;
-    a.qp_access_flags = kAccessLocalWrite | kAccessRemoteRead | kAccessRemoteWrite;
-    if (eng_.modify_qp(qp_, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) != kOk)
-      fail("failed to modify QP to INIT");
+  /// rping's QP: max_send_wr 16, our receive slots.
+  static conn::QpSizes sizes() { return {16, kRecvSlots, 1, 1}; }
+  /// Posts every receive slot on the connection's fresh QP.
+  void post_recvs() {
     for (unsigned i = 0; i < kRecvSlots; ++i) post_recv(i);
-    return qp_;
   }
-  Qp* qp() { return qp_; }
+  /// The engine's QP of the connection (in-process: for its QPN, its peer's and its ACK
+  /// timeout).
+  engine::Qp* qp() {
+    client::Qp* q = conn ? ep_.qp(*conn) : nullptr;
+    return q ? env_.eng.find_qp(q->qp_num) : nullptr;
+  }
 
   /// Polls the dataplane, the CM and the CQ until `done()`, the peer disconnects, the
   /// connection breaks (a failed completion, an unanswered keepalive probe), or the timeout
@@ -193,41 +193,52 @@ class Session {
             o_.lf.timeout_s))
       fail("timed out waiting for " + what);
   }
+  /// Keeps the CM and the dataplane going for `seconds`.
+  void linger(double seconds) {
+    env_.until(
+        [&] {
+          step();
+          return false;
+        },
+        seconds);
+  }
 
   void step() {
-    agent_.poll(port::now_ns());
-    Wc wc[16];
-    int n;
-    while ((n = eng_.poll_cq(cq_, 16, wc)) > 0) {
-      for (int k = 0; k < n; ++k) complete(wc[k]);
-    }
+    events_.clear();
+    completions_.clear();
+    ep_.poll(events_, completions_);
+    for (conn::Event& e : events_) on_event(e);
+    for (const conn::Completion& c : completions_)
+      if (conn && c.conn == *conn) complete(c.wc);
   }
 
   void send_info(const Info& i) {
-    encode_info(i, send_buf_.data());
-    post(WrOpcode::kSend, send_buf_.data(), kInfoSize, send_mr_, {});
+    encode_info(i, send_buf());
+    post(client::WrOpcode::kSend, send_buf(), kInfoSize, send_mr_, {});
   }
   void send_go_ahead() {
-    std::memset(send_buf_.data(), 0, kInfoSize);  // rping's server never fills its send buffer
-    post(WrOpcode::kSend, send_buf_.data(), kInfoSize, send_mr_, {});
+    std::memset(send_buf(), 0, kInfoSize);  // rping's server never fills its send buffer
+    post(client::WrOpcode::kSend, send_buf(), kInfoSize, send_mr_, {});
   }
-  void post(WrOpcode op, std::uint8_t* buf, std::uint32_t len, Mr* mr, const Info& remote) {
-    Sge sge{reinterpret_cast<std::uint64_t>(buf), len, mr->key};
-    SendWr wr;
+  void post(client::WrOpcode op, std::uint8_t* buf, std::uint32_t len, client::Mr* mr,
+            const Info& remote) {
+    client::Sge sge{reinterpret_cast<std::uint64_t>(buf), len, mr->lkey};
+    client::SendWr wr;
     wr.opcode = op;
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    wr.send_flags = kSendSignaled;
+    wr.send_flags = verbs::kSendSignaled;
     wr.rdma.remote_addr = remote.addr;
     wr.rdma.rkey = remote.rkey;
-    if (eng_.post_send(qp_, &wr, nullptr) != kOk) fail("post_send failed");
+    if (!conn || ep_.post_send(*conn, wr) != 0) fail("post_send failed");
   }
 
   /// DREQ (the QP moves to error at once: its receives flush); waits for the DREP.
   void disconnect() {
     closing_ = true;
-    if (agent_.cm().disconnect(*conn) != cm::CmStatus::kOk) fail("cannot disconnect");
-    wait([] { return false; }, "the DREP");
+    if (ep_.disconnect(*conn) != 0) fail("cannot disconnect");
+    // No event follows our own disconnect: the connection is gone when the DREP came.
+    wait([&] { return ep_.connections() == 0; }, "the DREP");
   }
 
   /// The next 16-byte message, or nullopt when the peer disconnected first.
@@ -247,50 +258,55 @@ class Session {
     --rdma_done_;
   }
 
-  std::optional<cm::ConnId> conn;
-  bool established = false, timewait_done = false;
+  std::optional<conn::ConnId> conn;
+  bool established = false;
   std::uint64_t t_start = 0, t_end = 0;  ///< first ping sent / received, last ping done
-  std::optional<cm::CmEvent> request, rejected;
+  std::optional<conn::Event> request, rejected;
   bool unreachable = false;
   unsigned probes = 0;  ///< keepalive probes sent
 
  private:
-  void on_event(const cm::CmEvent& e) {
-    switch (e.type) {
-      case cm::CmEventType::kConnectRequest:
+  static std::unique_ptr<client::Context> open(Env& env) {
+    client::LocalOptions lo = env.local_options("rping");
+    lo.cm_connections = env.cm_connections;
+    auto ctx = client::open_local(std::move(lo));
+    if (!ctx) fail("cannot open the engine");
+    return ctx;
+  }
+  std::uint8_t* send_buf() { return static_cast<std::uint8_t*>(send_mr_->addr); }
+  std::uint8_t* recv_buf() { return static_cast<std::uint8_t*>(recv_mr_->addr); }
+
+  void on_event(conn::Event& e) {
+    switch (e.kind) {
+      case conn::Event::kConnectRequest:
         if (request) {  // rping serves one connection
-          agent_.cm().reject(e.id);
+          ep_.reject(e.conn);
           break;
         }
-        request = e;
+        request = std::move(e);
         break;
-      case cm::CmEventType::kEstablished:
-        established = true;
+      case conn::Event::kEstablished:
+        if (conn && e.conn == *conn) established = true;
         break;
-      case cm::CmEventType::kRejected:
-        rejected = e;
+      case conn::Event::kRejected:
+        if (conn && e.conn == *conn) rejected = std::move(e);
         break;
-      case cm::CmEventType::kUnreachable:
-      case cm::CmEventType::kConnectError:
-        unreachable = true;
+      case conn::Event::kUnreachable:
+      case conn::Event::kConnectError:
+        if (conn && e.conn == *conn) unreachable = true;
         break;
-      case cm::CmEventType::kDisconnected:
-        if (conn && e.id == *conn) disconnected_ = true;
-        break;
-      case cm::CmEventType::kTimewaitExit:
-        if (conn && e.id == *conn) timewait_done = true;
-        break;
-      default:
+      case conn::Event::kDisconnected:
+        if (conn && e.conn == *conn) disconnected_ = true;
         break;
     }
   }
 
   void maybe_probe() {
-    if (keepalive_s_ <= 0 || !probe_from_ || !qp_ || disconnected_ || broken_) return;
+    if (keepalive_s_ <= 0 || !probe_from_ || !conn || disconnected_ || broken_) return;
     const std::uint64_t now = port::now_ns();
     if (probe_in_flight_) {
       // 8 local ACK timeouts: the transport's first try and 7 retries.
-      const std::uint64_t limit = 8 * (std::uint64_t{4096} << qp_->attr.timeout);
+      const std::uint64_t limit = 8 * (std::uint64_t{4096} << probe_timeout_);
       if (now - probe_sent_ > limit) {
         char why[96];
         std::snprintf(why, sizeof why, "the keepalive probe went unanswered for %.1f s",
@@ -300,46 +316,48 @@ class Session {
       return;
     }
     if (now - last_heard_ < static_cast<std::uint64_t>(keepalive_s_ * 1e9)) return;
-    Sge sge{reinterpret_cast<std::uint64_t>(probe_buf_.data()), 1, probe_mr_->key};
-    SendWr wr;
+    const engine::Qp* q = qp();
+    if (!q) return;
+    client::Sge sge{reinterpret_cast<std::uint64_t>(probe_mr_->addr), 1, probe_mr_->lkey};
+    client::SendWr wr;
     wr.wr_id = kProbeId;
-    wr.opcode = WrOpcode::kRead;
+    wr.opcode = client::WrOpcode::kRead;
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    wr.send_flags = kSendSignaled;
+    wr.send_flags = verbs::kSendSignaled;
     wr.rdma.remote_addr = probe_from_->addr;
     wr.rdma.rkey = probe_from_->rkey;
-    if (eng_.post_send(qp_, &wr, nullptr) != kOk) fail("post_send of the keepalive probe failed");
+    if (ep_.post_send(*conn, wr) != 0) fail("post_send of the keepalive probe failed");
     probe_in_flight_ = true;
     probe_sent_ = now;
+    probe_timeout_ = q->attr.timeout;
     ++probes;
   }
 
-  void complete(const Wc& wc) {
+  void complete(const client::Wc& wc) {
     last_heard_ = port::now_ns();
-    if (wc.wr_id == kProbeId && wc.status == WcStatus::kSuccess) {
+    if (wc.wr_id == kProbeId && wc.status == client::WcStatus::kSuccess) {
       probe_in_flight_ = false;
       return;
     }
-    if (wc.status != WcStatus::kSuccess) {
-      if (wc.status == WcStatus::kWrFlushErr && (disconnected_ || closing_ || broken_)) return;
+    if (wc.status != client::WcStatus::kSuccess) {
+      if (wc.status == client::WcStatus::kWrFlushErr && (disconnected_ || closing_ || broken_))
+        return;
       // The peer is gone (retries exhausted) or misbehaves: the QP is in error now.
-      if (!broken_) broken_ = std::string(to_string(wc.status));
+      if (!broken_) broken_ = std::string(verbs::to_string(wc.status));
       return;
     }
     switch (wc.opcode) {
-      case WcOpcode::kRecv: {
+      case client::WcOpcode::kRecv: {
         if (wc.byte_len != kInfoSize)
           fail("received bogus data, size " + std::to_string(wc.byte_len));
-        // The first data on a connection whose RTU is late: COMM_EST.
-        if (!established && conn) agent_.cm().notify_established(*conn);
         const auto slot = static_cast<std::uint32_t>(wc.wr_id);
-        recvs_.push_back(decode_info(recv_buf_.data() + slot * kRecvSlotSize));
+        recvs_.push_back(decode_info(recv_buf() + slot * kRecvSlotSize));
         post_recv(slot);
         break;
       }
-      case WcOpcode::kRdmaRead:
-      case WcOpcode::kRdmaWrite:
+      case client::WcOpcode::kRdmaRead:
+      case client::WcOpcode::kRdmaWrite:
         ++rdma_done_;
         break;
       default:
@@ -348,36 +366,35 @@ class Session {
   }
 
   void post_recv(std::uint32_t slot) {
-    Sge sge{reinterpret_cast<std::uint64_t>(recv_buf_.data() + slot * kRecvSlotSize),
-            static_cast<std::uint32_t>(kRecvSlotSize), recv_mr_->key};
-    RecvWr wr;
+    client::Sge sge{reinterpret_cast<std::uint64_t>(recv_buf() + slot * kRecvSlotSize),
+                    static_cast<std::uint32_t>(kRecvSlotSize), recv_mr_->lkey};
+    client::RecvWr wr;
     wr.wr_id = slot;
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    if (eng_.post_recv(qp_, &wr, nullptr) != kOk) fail("post_recv failed");
+    if (!conn || ep_.post_recv(*conn, wr) != 0) fail("post_recv failed");
   }
 
   static constexpr std::uint64_t kProbeId = ~0ull;
 
   Env& env_;
-  Engine& eng_;
   const RpingOpts& o_;
-  std::array<std::uint8_t, 8> probe_buf_{};
-  Mr* probe_mr_ = nullptr;
+  std::unique_ptr<client::Context> ctx_;
+  conn::Endpoint ep_;
+  client::Buffer* buf_ = nullptr;
+  client::Mr *recv_mr_ = nullptr, *send_mr_ = nullptr, *rdma_mr_ = nullptr, *start_mr_ = nullptr,
+             *probe_mr_ = nullptr;
+  std::vector<conn::Event> events_;
+  std::vector<conn::Completion> completions_;
   double keepalive_s_ = 0;
   std::optional<Info> probe_from_;
   bool probe_in_flight_ = false;
+  std::uint8_t probe_timeout_ = 0;
   std::uint64_t probe_sent_ = 0, last_heard_ = 0;
   std::optional<std::string> broken_;  ///< why the connection broke, if it did
-  Pd* pd_ = nullptr;
-  Cq* cq_ = nullptr;
-  Qp* qp_ = nullptr;
-  std::vector<std::uint8_t> recv_buf_, send_buf_, rdma_buf_, start_buf_;
-  Mr *recv_mr_ = nullptr, *send_mr_ = nullptr, *rdma_mr_ = nullptr, *start_mr_ = nullptr;
   std::deque<Info> recvs_;
   unsigned rdma_done_ = 0;
   bool disconnected_ = false, closing_ = false;
-  cm::CmAgent agent_;
 };
 
 std::string printable(const std::uint8_t* b, std::size_t n) {
@@ -390,32 +407,29 @@ unsigned run_client(Env& env, Session& s, const RpingOpts& o) {
   const auto ip = ctl::parse_ipv4(o.addr);
   if (!ip) fail("-a must be the server's IPv4 address");
   env.resolve(*ip, 10);
-  std::mt19937 rng(std::random_device{}());
   const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(o.lf.timeout_s * 1e9);
   for (unsigned attempt = 0;; ++attempt) {
     s.rejected.reset();
     s.unreachable = false;
     s.established = false;
-    cm::ConnectParams p;
-    p.peer.gid = ctl::gid_from_ipv4(*ip);
-    p.service_id = cm::service_id(cm::PortSpace::kTcp, static_cast<std::uint16_t>(o.port));
-    p.starting_psn = wire::Psn(rng());
-    p.cma = cm::CmaHeader::ipv4(env.ip, cm::ephemeral_port(), *ip);
-    s.conn = s.agent().connect(s.new_qp(), p);
-    if (!s.conn) fail("cannot send the connect request");
+    const conn::ConnId c =
+        s.endpoint().connect(*ip, static_cast<std::uint16_t>(o.port), Session::sizes());
+    if (c == 0) fail("cannot send the connect request: " + std::string(std::strerror(errno)));
+    s.conn = c;
+    s.post_recvs();
     s.wait([&] { return s.established || s.rejected || s.unreachable; }, "the connection");
     if (s.established) break;
+    s.conn.reset();  // the connection layer destroyed its QP
     if (s.unreachable) fail("cma event UNREACHABLE: no answer from " + o.addr);
-    const cm::RejReason why = s.rejected->reason;
-    if ((why != cm::RejReason::kInvalidServiceId && why != cm::RejReason::kStaleConn) ||
-        port::now_ns() > end)
-      fail("cma event REJECTED, reason " + std::to_string(static_cast<unsigned>(why)));
+    const std::uint32_t why = s.rejected->reason;
+    if ((why != kRejInvalidServiceId && why != kRejStaleConn) || port::now_ns() > end)
+      fail("cma event REJECTED, reason " + std::to_string(why));
     // REJ 8: nobody listens on the port yet (rping -s may still be starting). REJ 10: the
     // server still remembers our QPN from an earlier connection of this address (a process of
     // ours that died; our engine numbers QPs from the same first QPN) until that connection's
     // DREQ is answered and its timewait ends.
-    env.until([] { return false; }, 0.5);
-    if (attempt == 0 && why == cm::RejReason::kStaleConn)
+    s.linger(0.5);
+    if (attempt == 0 && why == kRejStaleConn)
       std::printf("the server still holds a stale connection of ours, retrying\n");
     else if (attempt == 0)
       std::printf("no listener on port %u yet, retrying\n", o.port);
@@ -426,11 +440,11 @@ unsigned run_client(Env& env, Session& s, const RpingOpts& o) {
   s.t_start = port::now_ns();
   for (; o.count == 0 || ping < o.count; ++ping) {
     fill_ping(s.start_buf(), o.size, ping);
-    s.send_info({reinterpret_cast<std::uint64_t>(s.start_buf()), s.start_mr()->key, o.size});
+    s.send_info({reinterpret_cast<std::uint64_t>(s.start_buf()), s.start_mr()->rkey, o.size});
     if (!s.recv_info("the server's go-ahead after its READ"))
       fail("the server disconnected at ping " + std::to_string(ping));
     std::memset(s.rdma_buf(), 0, o.size);
-    s.send_info({reinterpret_cast<std::uint64_t>(s.rdma_buf()), s.rdma_mr()->key, o.size});
+    s.send_info({reinterpret_cast<std::uint64_t>(s.rdma_buf()), s.rdma_mr()->rkey, o.size});
     if (!s.recv_info("the server's go-ahead after its WRITE"))
       fail("the server disconnected at ping " + std::to_string(ping));
     if (std::memcmp(s.start_buf(), s.rdma_buf(), o.size) != 0) {
@@ -442,55 +456,47 @@ unsigned run_client(Env& env, Session& s, const RpingOpts& o) {
   }
   s.t_end = port::now_ns();
   // Let the last ACKs go out, then DREQ (the QP moves to error at once).
-  env.until([] { return false; }, 0.01);
+  s.linger(0.01);
   s.disconnect();
   return ping;
 }
 
 /// Server, one connection: accept the next client, serve pings until it disconnects. Throws
 /// TestFailure when the client misbehaves or vanishes.
-unsigned serve_one(Env& env, Session& s, const RpingOpts& o,
-                   const std::optional<wire::Ipv4Addr>& bind) {
-  for (;;) {
-    // A persistent server waits for its next client as long as it takes.
-    if (o.persistent)
-      env.until(
-          [&] {
-            s.step();
-            return s.request.has_value();
-          },
-          1e9);
-    s.wait([&] { return s.request.has_value(); }, "a connect request");
-    const cm::CmEvent& req = *s.request;
-    const bool v4 = req.cma && req.cma->ip_version == 4;
-    if (v4 && (!bind || req.cma->dst_ipv4() == *bind)) break;
-    std::printf("rejecting a connect request for another address\n");
-    s.agent().cm().reject(req.id, cm::RejReason::kInvalidServiceId);
-    s.request.reset();
-  }
-  const cm::CmEvent req = *s.request;
-  const auto peer_ip = ctl::ipv4_from_gid(req.peer.gid);
-  if (!peer_ip) fail("the client's GID " + ctl::to_string(req.peer.gid) + " is not IPv4-mapped");
-  env.resolve(*peer_ip, 10);  // before the REP: the QP's path needs the MAC
-  cm::AcceptParams ap;
-  ap.starting_psn = wire::Psn(std::random_device{}());
-  s.conn = req.id;
-  if (s.agent().accept(req.id, s.new_qp(), ap) != cm::CmStatus::kOk)
-    fail("cannot accept the connection");
-  std::printf("accepted %s port %u (QPN 0x%06x -> 0x%06x)\n", ctl::to_string(*peer_ip).c_str(),
-              req.cma->src_port, s.qp()->qpn, s.qp()->attr.dest_qp_num);
+unsigned serve_one(Env& env, Session& s, const RpingOpts& o) {
+  // A persistent server waits for its next client as long as it takes.
+  if (o.persistent)
+    env.until(
+        [&] {
+          s.step();
+          return s.request.has_value();
+        },
+        1e9);
+  s.wait([&] { return s.request.has_value(); }, "a connect request");
+  const conn::Event req = *s.request;
+  env.resolve(req.peer, 10);  // before the REP: the QP's path needs the MAC
+  s.conn = req.conn;
+  if (s.endpoint().prepare(req.conn, Session::sizes()) != 0) fail("cannot accept the connection");
+  s.post_recvs();
+  if (s.endpoint().accept(req.conn) != 0) fail("cannot accept the connection");
+  std::printf("accepted %s (QPN 0x%06x -> 0x%06x)\n", ctl::to_string(req.peer).c_str(), s.qp()->qpn,
+              s.qp()->attr.dest_qp_num);
   std::fflush(stdout);
   std::vector<std::uint8_t> expect(kMaxSize);
+  std::uint8_t ack_timeout = s.qp()->attr.timeout;
   unsigned ping = 0;
   for (;; ++ping) {
     const auto src = s.recv_info("the client's source descriptor");
     if (!src) break;  // DREQ: the client is done
-    if (ping == 0) s.t_start = port::now_ns();
+    if (ping == 0) {
+      s.t_start = port::now_ns();
+      if (const engine::Qp* q = s.qp()) ack_timeout = q->attr.timeout;  // in RTS now
+    }
     if (src->len == 0 || src->len > o.size)
       fail("ping " + std::to_string(ping) + ": the client offers " + std::to_string(src->len) +
            " bytes, our buffer holds " + std::to_string(o.size) + " (-S)");
     if (o.keepalive > 0) s.keepalive(o.keepalive, *src);
-    s.post(WrOpcode::kRead, s.rdma_buf(), src->len, s.rdma_mr(), *src);
+    s.post(client::WrOpcode::kRead, s.rdma_buf(), src->len, s.rdma_mr(), *src);
     s.wait_rdma("the RDMA READ");
     if (src->len >= kMinSize) {
       fill_ping(expect.data(), src->len, ping);
@@ -507,19 +513,15 @@ unsigned serve_one(Env& env, Session& s, const RpingOpts& o,
     if (!sink) fail("the client disconnected in the middle of ping " + std::to_string(ping));
     const std::uint32_t n = static_cast<std::uint32_t>(std::min<std::size_t>(
         {strnlen(reinterpret_cast<const char*>(s.rdma_buf()), src->len) + 1, src->len, sink->len}));
-    s.post(WrOpcode::kWrite, s.rdma_buf(), n, s.rdma_mr(), *sink);
+    s.post(client::WrOpcode::kWrite, s.rdma_buf(), n, s.rdma_mr(), *sink);
     s.wait_rdma("the RDMA WRITE");
     s.send_go_ahead();
     s.t_end = port::now_ns();
   }
   std::printf("server DISCONNECT EVENT...\n");
-  // Timewait: a DREQ repeated because our DREP was lost is answered again.
-  env.until(
-      [&] {
-        s.step();
-        return s.timewait_done;
-      },
-      3);
+  // Timewait (the CM's: one local ACK timeout, at most 3 s here): a DREQ repeated because our
+  // DREP was lost is answered again.
+  s.linger(std::min(3.0, static_cast<double>(std::uint64_t{4096} << ack_timeout) / 1e9));
   if (o.count != 0 && ping != o.count)
     fail("served " + std::to_string(ping) + " pings, expected " + std::to_string(o.count));
   return ping;
@@ -535,22 +537,22 @@ struct ServerResult {
 /// Server: one connection, or with -P one after another; after each the QP is freed and the
 /// engine's QP count must be back at its baseline.
 ServerResult run_server(Env& env, Session& s, const RpingOpts& o) {
-  std::optional<wire::Ipv4Addr> bind;
   if (!o.addr.empty() && o.addr != "0.0.0.0") {
-    bind = ctl::parse_ipv4(o.addr);
+    const auto bind = ctl::parse_ipv4(o.addr);
     if (!bind) fail("-a must be an IPv4 address");
     if (*bind != env.ip) fail("-a " + o.addr + " is not our address (--ip)");
   }
-  const std::uint64_t sid = cm::service_id(cm::PortSpace::kTcp, static_cast<std::uint16_t>(o.port));
+  const std::uint64_t sid = kRdmaPsTcp << 16 | o.port;  // rdma_cm's service ID
   ServerResult r;
-  r.qps_baseline = env.eng.qp_count();
-  s.agent().cm().listen(sid);
+  if (const int rc = s.endpoint().listen(static_cast<std::uint16_t>(o.port)))
+    fail("cannot listen on port " + std::to_string(o.port) + ": " + std::strerror(rc));
+  r.qps_baseline = env.eng.qp_count();  // the CM's QP1 included (made by the first listen)
   std::printf("listening on port %u (service ID 0x%016llx)%s\n", o.port,
               static_cast<unsigned long long>(sid), o.persistent ? ", persistent" : "");
   std::fflush(stdout);
   for (;;) {
     try {
-      r.pings = serve_one(env, s, o, bind);
+      r.pings = serve_one(env, s, o);
     } catch (const TestFailure& e) {
       if (!o.persistent) throw;
       ++r.failed;
@@ -625,16 +627,14 @@ int rping_main(int argc, char** argv) {
         pings = run_client(env, s, o);
       secs = static_cast<double>(s.t_end - s.t_start) / 1e9;
       // The peer may still wait for our DREP's or last ACK's retransmission.
-      env.until([] { return false; }, 0.1);
+      s.linger(0.1);
       const auto& st = env.eng.stats();
       std::printf("%u pings of %u bytes in %.2f seconds = %.1f usec/ping\n", pings, o.size, secs,
                   pings ? secs * 1e6 / pings : 0.0);
-      std::printf("retransmitted %llu, timeouts %llu, RNR NAKs received %llu; CM MADs %llu/%llu\n",
+      std::printf("retransmitted %llu, timeouts %llu, RNR NAKs received %llu\n",
                   static_cast<unsigned long long>(st.get(Counter::kRetransmittedPackets)),
                   static_cast<unsigned long long>(st.get(Counter::kRetransmitTimeouts)),
-                  static_cast<unsigned long long>(st.get(Counter::kRnrNakRcvd)),
-                  static_cast<unsigned long long>(s.agent().stats().mads_tx),
-                  static_cast<unsigned long long>(s.agent().stats().mads_rx));
+                  static_cast<unsigned long long>(st.get(Counter::kRnrNakRcvd)));
       if (!o.lf.json.empty()) {
         std::ofstream j(o.lf.json);
         j << "{\"test\":\"rping\",\"role\":\"" << (o.server ? "server" : "client")

@@ -5,12 +5,18 @@
 /// established the server SENDs -C messages on each and then waits for the client's -C; the
 /// client waits for the server's, then answers with -C of its own. The server disconnects
 /// (DREQ; the client answers DREP). cmatose sends whatever its buffer holds, so our side checks
-/// the count and the length of every message, and sends a known pattern itself.
+/// the count and the length of every message, and sends a known pattern itself. The
+/// connections are the connection layer's (include/roce/conn.h) on a libroce Context on the
+/// tool's own engine (runtime::Env::local_options).
+#include <roce/conn.h>
+
+#include <algorithm>
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
-#include <random>
 #include <vector>
 
 #include "apps/perf/cm_tools.h"
@@ -19,75 +25,83 @@
 
 namespace roce::perf {
 
-using namespace roce::engine;
 using namespace roce::runtime;
 namespace po = boost::program_options;
+using client::WcOpcode;
+using client::WcStatus;
 
 namespace {
 
+constexpr std::uint32_t kRejInvalidServiceId = 8;  ///< IBA REJ reason: nobody listens there
+
+/// One connection: its buffers (cmatose's mem: -S bytes to send, -C receives of -S bytes).
 struct Node {
-  Qp* qp = nullptr;
-  Cq* cq = nullptr;
-  std::optional<cm::ConnId> id;
-  std::vector<std::uint8_t> send_buf, recv_buf;
-  Mr *send_mr = nullptr, *recv_mr = nullptr;
+  conn::ConnId id = 0;
+  client::Buffer* buf = nullptr;  ///< the send buffer, then the receives
+  client::Mr *send_mr = nullptr, *recv_mr = nullptr;
   unsigned sent = 0, received = 0;
   bool established = false, disconnected = false, closing = false;
 };
 
+/// The test's connections on the connection layer (include/roce/conn.h), in-process on the
+/// tool's own engine.
 class Cmatose {
  public:
   Cmatose(Env& env, const CmatoseOpts& o)
-      : env_(env),
-        eng_(env.eng),
-        o_(o),
-        agent_(eng_, cm_agent_config(env), [this](const cm::CmEvent& e) { events_.push_back(e); }) {
-    pd_ = eng_.alloc_pd();
-    if (!pd_) fail("cannot allocate a PD");
+      : env_(env), o_(o), ctx_(open(env)), ep_(*ctx_, options()) {}
+  ~Cmatose() {
+    for (auto& n : nodes_) {
+      for (client::Mr* m : {n->send_mr, n->recv_mr})
+        if (m) ep_.dereg_mr(m);
+      if (n->buf) ctx_->free_buffer(n->buf);
+    }
   }
+  Cmatose(const Cmatose&) = delete;
+  Cmatose& operator=(const Cmatose&) = delete;
 
-  /// A node with its QP in INIT and -C receives posted (cmatose's init_node + post_recvs).
+  /// A node with its buffers registered (cmatose's init_node).
   Node& new_node() {
     auto n = std::make_unique<Node>();
-    const unsigned depth = o_.count ? o_.count : 1;
-    n->cq = eng_.create_cq(2 * depth + 4);
-    n->qp = eng_.create_qp(pd_, QpType::kRc, n->cq, n->cq, QpCap{depth, depth, 1, 1, 0});
-    n->send_buf.resize(std::max(o_.size, 1u));
-    n->recv_buf.resize(std::size_t{std::max(o_.size, 1u)} * depth);
-    for (std::size_t i = 0; i < n->send_buf.size(); ++i)
-      n->send_buf[i] = static_cast<std::uint8_t>('a' + i % 26);
-    n->send_mr = eng_.reg_mr(pd_, n->send_buf.data(), n->send_buf.size(), 0);
-    n->recv_mr = eng_.reg_mr(pd_, n->recv_buf.data(), n->recv_buf.size(), kAccessLocalWrite);
-    if (!n->cq || !n->qp || !n->send_mr || !n->recv_mr) fail("cannot create resources");
-    QpAttr a;
-    a.qp_state = QpState::kInit;
-    a.qp_access_flags = kAccessLocalWrite;
-    if (eng_.modify_qp(n->qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) != kOk)
-      fail("failed to modify QP to INIT");
-    if (o_.size != 0)
-      for (unsigned i = 0; i < o_.count; ++i) {
-        Sge sge{reinterpret_cast<std::uint64_t>(n->recv_buf.data() + std::size_t{i} * o_.size),
-                o_.size, n->recv_mr->key};
-        RecvWr wr;
-        wr.wr_id = i;
-        wr.sg_list = &sge;
-        wr.num_sge = 1;
-        if (eng_.post_recv(n->qp, &wr, nullptr) != kOk) fail("failed to post receives");
-      }
+    const std::size_t size = std::max(o_.size, 1u);
+    n->buf = ctx_->alloc_buffer(size * (1 + depth()));
+    if (!n->buf) fail("cannot allocate buffers");
+    auto* b = static_cast<std::uint8_t*>(n->buf->addr);
+    for (std::size_t i = 0; i < size; ++i) b[i] = static_cast<std::uint8_t>('a' + i % 26);
+    n->send_mr = ctx_->reg_mr(ep_.pd(), b, size, 0);
+    n->recv_mr = ctx_->reg_mr(ep_.pd(), b + size, size * depth(), verbs::kAccessLocalWrite);
+    if (!n->send_mr || !n->recv_mr) fail("cannot create resources");
     nodes_.push_back(std::move(n));
     return *nodes_.back();
   }
 
+  /// cmatose's QP: -C sends and -C receives of one SGE.
+  conn::QpSizes sizes() const { return {depth(), depth(), 1, 1}; }
+
+  /// cmatose's post_recvs: -C receives of -S bytes on the node's QP.
+  void post_recvs(Node& n) {
+    if (o_.size == 0) return;
+    auto* b = static_cast<std::uint8_t*>(n.recv_mr->addr);
+    for (unsigned i = 0; i < o_.count; ++i) {
+      client::Sge sge{reinterpret_cast<std::uint64_t>(b + std::size_t{i} * o_.size), o_.size,
+                      n.recv_mr->lkey};
+      client::RecvWr wr;
+      wr.wr_id = i;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      if (ep_.post_recv(n.id, wr) != 0) fail("failed to post receives");
+    }
+  }
+
   void post_sends(Node& n) {
     if (o_.size == 0) return;
-    Sge sge{reinterpret_cast<std::uint64_t>(n.send_buf.data()), o_.size, n.send_mr->key};
-    SendWr wr;
-    wr.opcode = WrOpcode::kSend;
+    client::Sge sge{reinterpret_cast<std::uint64_t>(n.send_mr->addr), o_.size, n.send_mr->lkey};
+    client::SendWr wr;
+    wr.opcode = client::WrOpcode::kSend;
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    wr.send_flags = kSendSignaled;  // cmatose: sq_sig_all
+    wr.send_flags = verbs::kSendSignaled;  // cmatose: sq_sig_all
     for (unsigned i = 0; i < o_.count; ++i)
-      if (eng_.post_send(n.qp, &wr, nullptr) != kOk) fail("failed to post sends");
+      if (ep_.post_send(n.id, wr) != 0) fail("failed to post sends");
   }
 
   template <class F>
@@ -99,6 +113,15 @@ class Cmatose {
             },
             o_.lf.timeout_s))
       fail("timed out waiting for " + what);
+  }
+  /// Keeps the CM and the dataplane going for `seconds` (a repeated DREQ is answered).
+  void linger(double seconds) {
+    env_.until(
+        [&] {
+          step();
+          return false;
+        },
+        seconds);
   }
 
   bool all(bool Node::*flag) const {
@@ -113,54 +136,67 @@ class Cmatose {
     return true;
   }
 
-  cm::CmAgent& agent() { return agent_; }
+  conn::Endpoint& endpoint() { return ep_; }
   std::vector<std::unique_ptr<Node>>& nodes() { return nodes_; }
-  Node* node_of(cm::ConnId id) {
+  Node* node_of(conn::ConnId id) {
     for (auto& n : nodes_)
-      if (n->id && *n->id == id) return n.get();
+      if (n->id == id) return n.get();
     return nullptr;
   }
 
+  std::vector<conn::Event> pending_;  ///< connect requests not answered yet
+  std::optional<std::uint32_t> rejected_;
+
  private:
+  static std::unique_ptr<client::Context> open(Env& env) {
+    client::LocalOptions lo = env.local_options("ucmatose");
+    lo.cm_connections = env.cm_connections;
+    auto ctx = client::open_local(std::move(lo));
+    if (!ctx) fail("cannot open the engine");
+    return ctx;
+  }
+  static conn::Options options() {
+    conn::Options c;
+    c.retry_count = 5;  // cmatose's conn_param
+    return c;
+  }
+  unsigned depth() const { return o_.count ? o_.count : 1; }
+
   void step() {
-    agent_.poll(port::now_ns());
-    for (const cm::CmEvent& e : events_) on_event(e);
     events_.clear();
-    for (auto& n : nodes_) {
-      Wc wc[16];
-      int k;
-      while ((k = eng_.poll_cq(n->cq, 16, wc)) > 0)
-        for (int i = 0; i < k; ++i) complete(*n, wc[i]);
-    }
+    completions_.clear();
+    ep_.poll(events_, completions_);
+    for (conn::Event& e : events_) on_event(e);
+    for (const conn::Completion& c : completions_)
+      if (Node* n = node_of(c.conn)) complete(*n, c.wc);
   }
 
-  void on_event(const cm::CmEvent& e) {
-    Node* n = node_of(e.id);
-    switch (e.type) {
-      case cm::CmEventType::kConnectRequest:
-        pending_.push_back(e);
+  void on_event(conn::Event& e) {
+    Node* n = node_of(e.conn);
+    switch (e.kind) {
+      case conn::Event::kConnectRequest:
+        pending_.push_back(std::move(e));
         break;
-      case cm::CmEventType::kEstablished:
+      case conn::Event::kEstablished:
         if (n) n->established = true;
         break;
-      case cm::CmEventType::kDisconnected:
+      case conn::Event::kDisconnected:
         if (n) n->disconnected = true;
         break;
-      case cm::CmEventType::kRejected:
+      case conn::Event::kRejected:
         rejected_ = e.reason;
         break;
-      case cm::CmEventType::kUnreachable:
-      case cm::CmEventType::kConnectError:
-        fail("cmatose: event " + std::string(cm::to_string(e.type)));
-      default:
-        break;
+      case conn::Event::kUnreachable:
+        fail("cmatose: event unreachable");
+      case conn::Event::kConnectError:
+        fail("cmatose: event connect-error");
     }
   }
 
-  void complete(Node& n, const Wc& wc) {
+  void complete(Node& n, const client::Wc& wc) {
     if (wc.status != WcStatus::kSuccess) {
       if (wc.status == WcStatus::kWrFlushErr && (n.disconnected || n.closing)) return;
-      fail("completion with status " + std::string(to_string(wc.status)));
+      fail("completion with status " + std::string(verbs::to_string(wc.status)));
     }
     if (wc.opcode == WcOpcode::kSend) {
       ++n.sent;
@@ -168,53 +204,38 @@ class Cmatose {
       if (wc.byte_len != o_.size)
         fail("received " + std::to_string(wc.byte_len) + " bytes, expected " +
              std::to_string(o_.size));
-      // The first data on a connection whose RTU is late: COMM_EST.
-      if (!n.established && n.id) agent_.cm().notify_established(*n.id);
       ++n.received;
     }
   }
 
   Env& env_;
-  Engine& eng_;
   const CmatoseOpts& o_;
-  Pd* pd_ = nullptr;
+  std::unique_ptr<client::Context> ctx_;
+  conn::Endpoint ep_;
   std::vector<std::unique_ptr<Node>> nodes_;
-  std::vector<cm::CmEvent> events_;
-
- public:
-  std::vector<cm::CmEvent> pending_;  ///< connect requests not answered yet
-  std::optional<cm::RejReason> rejected_;
-
- private:
-  cm::CmAgent agent_;
+  std::vector<conn::Event> events_;
+  std::vector<conn::Completion> completions_;
 };
 
 void run_server(Env& env, Cmatose& t, const CmatoseOpts& o) {
   std::printf("cmatose: starting server\n");
-  std::optional<wire::Ipv4Addr> bind;
   if (!o.bind.empty() && o.bind != "0.0.0.0") {
-    bind = ctl::parse_ipv4(o.bind);
+    const auto bind = ctl::parse_ipv4(o.bind);
     if (!bind || *bind != env.ip) fail("-b " + o.bind + " is not our address (--ip)");
   }
-  t.agent().cm().listen(cm::service_id(cm::PortSpace::kTcp, static_cast<std::uint16_t>(o.port)));
+  if (const int rc = t.endpoint().listen(static_cast<std::uint16_t>(o.port)))
+    fail("cannot listen on port " + std::to_string(o.port) + ": " + std::strerror(rc));
   std::fflush(stdout);
-  std::mt19937 rng(std::random_device{}());
   while (t.nodes().size() < o.connections) {
     t.wait([&] { return !t.pending_.empty(); }, "a connect request");
-    const cm::CmEvent req = t.pending_.front();
+    const conn::Event req = std::move(t.pending_.front());
     t.pending_.erase(t.pending_.begin());
-    if (!req.cma || req.cma->ip_version != 4 || (bind && req.cma->dst_ipv4() != *bind)) {
-      t.agent().cm().reject(req.id, cm::RejReason::kInvalidServiceId);
-      continue;
-    }
-    const auto peer = ctl::ipv4_from_gid(req.peer.gid);
-    if (!peer) fail("the client's GID is not IPv4-mapped");
-    env.resolve(*peer, 10);
+    env.resolve(req.peer, 10);
     Node& n = t.new_node();
-    n.id = req.id;
-    cm::AcceptParams ap;
-    ap.starting_psn = wire::Psn(rng());
-    if (t.agent().accept(req.id, n.qp, ap) != cm::CmStatus::kOk) fail("failure accepting");
+    n.id = req.conn;
+    if (t.endpoint().prepare(n.id, t.sizes()) != 0) fail("failure accepting");
+    t.post_recvs(n);
+    if (t.endpoint().accept(n.id) != 0) fail("failure accepting");
   }
   t.wait([&] { return t.all(&Node::established); }, "the connections");
   if (o.count && o.size) {
@@ -229,9 +250,10 @@ void run_server(Env& env, Cmatose& t, const CmatoseOpts& o) {
   std::printf("cmatose: disconnecting\n");
   for (auto& n : t.nodes()) {
     n->closing = true;  // our DREQ flushes the QP
-    if (t.agent().cm().disconnect(*n->id) != cm::CmStatus::kOk) fail("cannot disconnect");
+    if (t.endpoint().disconnect(n->id) != 0) fail("cannot disconnect");
   }
-  t.wait([&] { return t.all(&Node::disconnected); }, "the DREPs");
+  // No event follows our own disconnect: a connection is gone when the DREP came.
+  t.wait([&] { return t.endpoint().connections() == 0; }, "the DREPs");
   std::printf("disconnected\n");
 }
 
@@ -241,28 +263,20 @@ void run_client(Env& env, Cmatose& t, const CmatoseOpts& o) {
   if (!ip) fail("-s must be the server's IPv4 address");
   env.resolve(*ip, 10);
   std::printf("cmatose: connecting\n");
-  std::mt19937 rng(std::random_device{}());
   const std::uint64_t end = port::now_ns() + static_cast<std::uint64_t>(o.lf.timeout_s * 1e9);
   for (unsigned i = 0; i < o.connections; ++i) {
+    Node& n = t.new_node();
     for (;;) {
-      Node& n = i < t.nodes().size() ? *t.nodes()[i] : t.new_node();
-      cm::ConnectParams p;
-      p.peer.gid = ctl::gid_from_ipv4(*ip);
-      p.service_id = cm::service_id(cm::PortSpace::kTcp, static_cast<std::uint16_t>(o.port));
-      p.starting_psn = wire::Psn(rng());
-      p.retry_count = 5;  // cmatose's conn_param
-      p.cma = cm::CmaHeader::ipv4(env.ip, cm::ephemeral_port(), *ip);
       t.rejected_.reset();
-      n.id = t.agent().connect(n.qp, p);
-      if (!n.id) fail("failure connecting");
+      n.id = t.endpoint().connect(*ip, static_cast<std::uint16_t>(o.port), t.sizes());
+      if (n.id == 0) fail("failure connecting: " + std::string(std::strerror(errno)));
+      t.post_recvs(n);
       t.wait([&] { return n.established || t.rejected_.has_value(); }, "the connection");
       if (n.established) break;
-      if (*t.rejected_ != cm::RejReason::kInvalidServiceId || port::now_ns() > end)
-        fail("cmatose: event: REJECTED, reason " +
-             std::to_string(static_cast<unsigned>(*t.rejected_)));
-      // Nobody listens yet: a fresh QP for the next attempt.
-      env.until([] { return false; }, 0.5);
-      t.nodes().pop_back();
+      if (*t.rejected_ != kRejInvalidServiceId || port::now_ns() > end)
+        fail("cmatose: event: REJECTED, reason " + std::to_string(*t.rejected_));
+      // Nobody listens yet: the connection layer destroyed the QP; a fresh one next time.
+      t.linger(0.5);
     }
   }
   if (o.count && o.size) {
@@ -295,7 +309,7 @@ int ucmatose_main(int argc, char** argv) {
                       run_client(env, t, o);
                     const double secs = static_cast<double>(port::now_ns() - t0) / 1e9;
                     // a repeated DREQ or a late ACK is still answered by the test's CM agent
-                    env.until([] { return false; }, 0.1);
+                    t.linger(0.1);
                     return CmatoseResult{o.size ? o.count : 0, o.count, secs};
                   }});
 }

@@ -7,6 +7,9 @@
 /// server answers the first of them's sender (the GRH's source and the immediate) with -C of
 /// its own. udaddy sends whatever its buffer holds, so our side checks the count, the length
 /// and the immediate of every message, and sends a known pattern itself.
+/// The one rdma_cm tool below the connection layer (<roce/conn.h> is RC only, and libroce has
+/// no SIDR call): it owns a share of the engine's CM hub (controlplane/cm/cm_hub.h) and its UD
+/// QPs on the engine.
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
@@ -17,6 +20,7 @@
 #include "apps/perf/cm_tools.h"
 #include "apps/perf/tools.h"
 #include "controlplane/address.h"
+#include "runtime/cm_agent.h"
 
 namespace roce::perf {
 
@@ -51,10 +55,15 @@ class Udaddy {
       : env_(env),
         eng_(env.eng),
         o_(o),
-        agent_(eng_, cm_agent_config(env), [this](const cm::CmEvent& e) { events_.push_back(e); }) {
+        hub_(cm::CmHub::get(eng_, cm_agent_config(env))),
+        owner_(hub_->add_owner([this](const cm::CmEvent& e) { events_.push_back(e); })) {
     pd_ = eng_.alloc_pd();
     if (!pd_) fail("cannot allocate a PD");
   }
+
+  ~Udaddy() { hub_->remove_owner(owner_); }
+  Udaddy(const Udaddy&) = delete;
+  Udaddy& operator=(const Udaddy&) = delete;
 
   unsigned messages() const { return o_.size ? o_.count : 0; }
 
@@ -129,7 +138,9 @@ class Udaddy {
     return nodes_.size() == o_.connections;
   }
 
-  cm::CmAgent& agent() { return agent_; }
+  /// The engine's CM (its hub: this test is one of its owners).
+  cm::CmHub& hub() { return *hub_; }
+  cm::CmHub::Owner owner() const { return owner_; }
   std::vector<std::unique_ptr<Node>>& nodes() { return nodes_; }
   Node* node_of(cm::ConnId id) {
     for (auto& n : nodes_)
@@ -139,7 +150,7 @@ class Udaddy {
 
  private:
   void step() {
-    agent_.poll(port::now_ns());
+    hub_->poll(port::now_ns());
     for (const cm::CmEvent& e : events_) on_event(e);
     events_.clear();
     for (auto& n : nodes_) {
@@ -221,7 +232,8 @@ class Udaddy {
   std::vector<cm::CmEvent> pending_;  ///< SIDR requests not answered yet
 
  private:
-  cm::CmAgent agent_;
+  std::shared_ptr<cm::CmHub> hub_;
+  cm::CmHub::Owner owner_;
 };
 
 void run_server(Env& env, Udaddy& t, const UdaddyOpts& o) {
@@ -231,19 +243,22 @@ void run_server(Env& env, Udaddy& t, const UdaddyOpts& o) {
     bind = ctl::parse_ipv4(o.bind);
     if (!bind || *bind != env.ip) fail("-b " + o.bind + " is not our address (--ip)");
   }
-  t.agent().cm().listen(cm::service_id(cm::PortSpace::kUdp, static_cast<std::uint16_t>(o.port)));
+  if (!t.hub().listen(t.owner(),
+                      cm::service_id(cm::PortSpace::kUdp, static_cast<std::uint16_t>(o.port))))
+    fail("port " + std::to_string(o.port) + " is taken");
   std::fflush(stdout);
   while (t.nodes().size() < o.connections) {
     t.wait([&] { return !t.pending_.empty(); }, "a SIDR request");
     const cm::CmEvent req = t.pending_.front();
     t.pending_.erase(t.pending_.begin());
     if (!req.cma || req.cma->ip_version != 4 || (bind && req.cma->dst_ipv4() != *bind)) {
-      t.agent().cm().sidr_reject(req.id, cm::SidrStatus::kReject);
+      t.hub().agent().cm().sidr_reject(req.id, cm::SidrStatus::kReject);
       continue;
     }
     Node& n = t.new_node();
     n.id = req.id;
-    if (t.agent().cm().sidr_accept(req.id, wire::Qpn(n.qp->qpn), kUdpQkey) != cm::CmStatus::kOk)
+    if (t.hub().agent().cm().sidr_accept(req.id, wire::Qpn(n.qp->qpn), kUdpQkey) !=
+        cm::CmStatus::kOk)
       fail("failure accepting");
   }
   if (t.messages()) {
@@ -276,7 +291,7 @@ void run_client(Env& env, Udaddy& t, const UdaddyOpts& o) {
       p.service_id = cm::service_id(cm::PortSpace::kUdp, static_cast<std::uint16_t>(o.port));
       p.cma = cm::CmaHeader::ipv4(env.ip, cm::ephemeral_port(), *ip);
       n.sidr_status.reset();
-      n.id = t.agent().cm().sidr_resolve(p);
+      n.id = t.hub().sidr_resolve(t.owner(), p);
       if (!n.id) fail("failure resolving");
       t.wait([&] { return n.sidr_status.has_value(); }, "the SIDR reply");
       if (n.resolved) break;

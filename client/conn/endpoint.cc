@@ -74,6 +74,7 @@ client::CmConnParam Endpoint::param(std::span<const std::uint8_t> private_data) 
   p.responder_resources = o_.responder_resources;
   p.initiator_depth = o_.initiator_depth;
   p.rnr_retry = o_.rnr_retry;
+  p.retry_count = o_.retry_count;
   p.private_data.assign(private_data.begin(), private_data.end());
   return p;
 }

@@ -7,6 +7,7 @@
 #include <roce/buffers.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <deque>
 #include <vector>
@@ -139,6 +140,7 @@ class Local final : public Context {
   int destroy_qp(Qp* qp) override {
     auto* q = static_cast<LQp*>(qp);
     if (cm_) cm_->release(q->qp);
+    std::erase(comm_est_, q->qp);
     if (const int rc = e_.destroy_qp(q->qp)) return rc;
     forget(qps_, q);
     return 0;
@@ -168,7 +170,9 @@ class Local final : public Context {
   int poll_cq(Cq* cq, int max, Wc* out) override {
     engine::Cq* c = static_cast<LCq*>(cq)->cq;
     if (c->size() == 0) progress();
-    return e_.poll_cq(c, max, out);
+    const int n = e_.poll_cq(c, max, out);
+    if (n > 0 && !comm_est_.empty()) comm_est(out, n);
+    return n;
   }
   int get_async_event(AsyncEvent& ev, int timeout_ms) override {
     timespec t0{};
@@ -220,7 +224,10 @@ class Local final : public Context {
   }
   int cm_accept(std::uint32_t id, Qp* qp, const CmConnParam& p) override {
     if (const int rc = cm_open()) return rc;
-    return cm_->accept(id, static_cast<LQp*>(qp)->qp, param(p));
+    engine::Qp* q = static_cast<LQp*>(qp)->qp;
+    const int rc = cm_->accept(id, q, param(p));
+    if (rc == 0) comm_est_.push_back(q);  // until the RTU or the first data
+    return rc;
   }
   int cm_reject(std::uint32_t id, std::span<const std::uint8_t> private_data) override {
     if (const int rc = cm_open()) return rc;
@@ -253,6 +260,8 @@ class Local final : public Context {
         return ETIMEDOUT;
     }
     const cm::SessionEvent& s = cm_events_.front();
+    if (s.type == cm::SessionEventType::kEstablished)
+      std::erase_if(comm_est_, [&](engine::Qp* q) { return q->qpn == s.qp_num; });
     ev.type = static_cast<CmEventType>(s.type);
     ev.id = s.id;
     ev.qp_num = s.qp_num;
@@ -278,7 +287,22 @@ class Local final : public Context {
     if (cm_) cm_->poll(now_ns());
   }
   static cm::SessionParam param(const CmConnParam& p) {
-    return {p.responder_resources, p.initiator_depth, p.rnr_retry, p.private_data};
+    return {p.responder_resources, p.initiator_depth, p.rnr_retry, p.private_data, p.retry_count};
+  }
+  /// The first data on an accepted QP whose RTU has not come (COMM_EST): the CM is told, as
+  /// rdma-core's rdma_notify does, so that it stops repeating the REP.
+  void comm_est(const Wc* wc, int n) {
+    for (int i = 0; i < n && !comm_est_.empty(); ++i) {
+      if (wc[i].status != WcStatus::kSuccess ||
+          (wc[i].opcode != WcOpcode::kRecv && wc[i].opcode != WcOpcode::kRecvRdmaWithImm))
+        continue;
+      auto it = std::find_if(comm_est_.begin(), comm_est_.end(),
+                             [&](engine::Qp* q) { return q->qpn == wc[i].qp_num; });
+      if (it == comm_est_.end()) continue;
+      engine::Qp* q = *it;
+      comm_est_.erase(it);
+      if (cm_) cm_->established_by_data(q);
+    }
   }
   int cm_open() {
     if (cm_) return 0;
@@ -306,6 +330,7 @@ class Local final : public Context {
   std::vector<std::unique_ptr<LQp>> qps_;
   std::unique_ptr<cm::CmSession> cm_;
   std::deque<cm::SessionEvent> cm_events_;
+  std::vector<engine::Qp*> comm_est_;  ///< accepted, neither RTU nor data yet
 };
 
 }  // namespace

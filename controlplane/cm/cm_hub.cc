@@ -87,6 +87,12 @@ std::optional<ConnId> CmHub::connect(Owner o, engine::Qp* qp, ConnectParams p) {
   return id;
 }
 
+std::optional<ConnId> CmHub::sidr_resolve(Owner o, const SidrParams& p) {
+  const auto id = agent_.cm().sidr_resolve(p);
+  if (id) conns_[*id] = o;
+  return id;
+}
+
 std::optional<CmHub::Owner> CmHub::owner_of(ConnId id) const {
   auto it = conns_.find(id);
   if (it == conns_.end()) return std::nullopt;
@@ -110,7 +116,9 @@ void CmHub::route(const CmEvent& ev) {
     auto c = conns_.find(ev.id);
     if (c == conns_.end()) return;  // its owner left
     o = c->second;
-    if (ev.type == CmEventType::kTimewaitExit) conns_.erase(c);
+    // The end of a connection (its timewait) or of an active SIDR exchange (its reply).
+    if (ev.type == CmEventType::kTimewaitExit || ev.type == CmEventType::kSidrReply)
+      conns_.erase(c);
   }
   auto f = owners_.find(o);
   if (f != owners_.end() && f->second) {

@@ -50,6 +50,8 @@ class CmHub {
   bool listen(Owner o, std::uint64_t service_id);
   void unlisten(Owner o, std::uint64_t service_id);
   std::optional<ConnId> connect(Owner o, engine::Qp* qp, ConnectParams p);
+  /// Active SIDR (rdma_cm's UDP port space): the SIDR_REQ; its reply goes to `o`.
+  std::optional<ConnId> sidr_resolve(Owner o, const SidrParams& p);
   /// The connection's owner, if it has one.
   std::optional<Owner> owner_of(ConnId id) const;
 

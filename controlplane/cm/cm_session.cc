@@ -49,6 +49,7 @@ int CmSession::connect(engine::Qp* qp, wire::Ipv4Addr dst, std::uint16_t port,
   c.responder_resources = p.responder_resources;
   c.initiator_depth = p.initiator_depth;
   c.rnr_retry_count = p.rnr_retry;
+  c.retry_count = p.retry_count;
   c.path_mtu = path_mtu_;
   c.cma = CmaHeader::ipv4(local_, ephemeral_port(), dst);
   c.private_data = p.private_data;
@@ -136,6 +137,11 @@ int CmSession::notify(std::uint32_t id) {
 }
 
 void CmSession::release(engine::Qp* qp) { hub_->agent().release(qp); }
+
+void CmSession::established_by_data(engine::Qp* qp) {
+  for (const auto& [id, cid] : ids_)
+    if (hub_->agent().qp_of(cid) == qp) hub_->agent().cm().notify_established(cid);
+}
 
 std::optional<wire::Ipv4Addr> CmSession::peer_of(std::uint32_t id) const {
   auto it = peers_.find(id);

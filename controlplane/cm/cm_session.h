@@ -43,6 +43,7 @@ struct SessionEvent {
 struct SessionParam {
   std::uint8_t responder_resources = 1, initiator_depth = 1, rnr_retry = 7;
   std::vector<std::uint8_t> private_data;
+  std::uint8_t retry_count = 7;  ///< connect: the REQ's Retry Count
 };
 
 class CmSession {
@@ -71,6 +72,10 @@ class CmSession {
   /// Before `qp` is destroyed: a connection on it still up is disconnected, and the CM no
   /// longer touches it.
   void release(engine::Qp* qp);
+  /// The first data arrived on `qp`, accepted and its RTU still outstanding (IBA's
+  /// communication established, rdma-core's IBV_EVENT_COMM_EST and rdma_notify): the CM
+  /// stops repeating the REP and reports the connection established.
+  void established_by_data(engine::Qp* qp);
   /// The peer of connection `id` (a connect request's requester), if known.
   std::optional<wire::Ipv4Addr> peer_of(std::uint32_t id) const;
   void poll(std::uint64_t now_ns) { hub_->poll(now_ns); }

@@ -143,6 +143,10 @@ struct CmConnParam {
   std::uint8_t responder_resources = 1;  ///< READs/atomics we take at once
   std::uint8_t initiator_depth = 1;      ///< READs/atomics we issue at once
   std::uint8_t rnr_retry = 7;
+  /// connect: the REQ's Retry Count (the transport retries the peer should use towards us;
+  /// rdma_conn_param.retry_count). In-process only: attached, roced's CM sends 7 (the attach
+  /// protocol does not carry it).
+  std::uint8_t retry_count = 7;
   /// connect: <= 56 bytes (after rdma_cm's header); accept: <= 196; reject: <= 148.
   std::vector<std::uint8_t> private_data;
 };

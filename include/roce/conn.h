@@ -77,6 +77,8 @@ struct Options {
   std::size_t max_connections = 1024;
   /// rdma_conn_param of every connect and accept (private data aside).
   std::uint8_t responder_resources = 1, initiator_depth = 1, rnr_retry = 7;
+  /// connect: the REQ's Retry Count (client::CmConnParam::retry_count; cmatose asks for 5).
+  std::uint8_t retry_count = 7;
   /// The exit-time drain: how long the destructor waits for the peers' answers to its DREQs.
   int drain_ms = 1000;
 };

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "client/local/local_context.h"
+#include "controlplane/cm/cm_hub.h"
 #include "dataplane/engine/engine.h"
 #include "tests/support/loopback.h"
 
@@ -376,6 +377,75 @@ TEST(ConnEndpoint, ARejectTooLongLeavesTheRequestToAnswer) {
   ASSERT_TRUE(r.run([&] { return r.has(0, Event::kRejected); }));
   EXPECT_EQ(text(r.take(0, Event::kRejected)->private_data), "go away");
   EXPECT_EQ(r.s[1].ep->connections(), 0u);
+}
+
+/// Connects side 0 to side 1 (listening on kPort) and returns both ends once established.
+std::pair<ConnId, ConnId> establish(Rig& r, const conn::QpSizes& sizes = {}) {
+  EXPECT_EQ(r.s[1].ep->listen(kPort), 0);
+  const ConnId a = r.s[0].ep->connect(r.ip(1), kPort, sizes);
+  EXPECT_NE(a, 0u);
+  EXPECT_TRUE(r.run([&] { return r.has(1, Event::kConnectRequest); }));
+  const ConnId b = r.take(1, Event::kConnectRequest)->conn;
+  EXPECT_EQ(r.s[1].ep->prepare(b, sizes), 0);
+  return {a, b};
+}
+
+TEST(ConnEndpoint, CompletionsBeforeTheDisconnectAreReported) {
+  Rig r;
+  const auto [a, b] = establish(r);
+  client::Buffer* rb = r.s[1].ctx->alloc_buffer(4096);
+  client::Mr* rmr = r.s[1].ctx->reg_mr(r.s[1].ep->pd(b), rb->addr, 4096, verbs::kAccessLocalWrite);
+  client::Sge rsge{reinterpret_cast<std::uint64_t>(rb->addr), 4096, rmr->lkey};
+  client::RecvWr rwr;
+  rwr.sg_list = &rsge;
+  rwr.num_sge = 1;
+  ASSERT_EQ(r.s[1].ep->post_recv(b, rwr), 0);
+  ASSERT_EQ(r.s[1].ep->accept(b), 0);
+  ASSERT_TRUE(
+      r.run([&] { return r.has(0, Event::kEstablished) && r.has(1, Event::kEstablished); }));
+
+  client::Buffer* sb = r.s[0].ctx->alloc_buffer(64);
+  client::Mr* smr = r.s[0].ctx->reg_mr(r.s[0].ep->pd(a), sb->addr, 64, 0);
+  client::Sge ssge{reinterpret_cast<std::uint64_t>(sb->addr), 16, smr->lkey};
+  client::SendWr swr;
+  swr.wr_id = 9;
+  swr.sg_list = &ssge;
+  swr.num_sge = 1;
+  swr.opcode = verbs::WrOpcode::kSend;
+  swr.send_flags = verbs::kSendSignaled;
+  ASSERT_EQ(r.s[0].ep->post_send(a, swr), 0);
+  // Only side 1 polls (the wire runs both engines): the SEND arrives, its ACK waits in side
+  // 0's CQ; then side 1's DREQ waits on side 0's QP1.
+  for (int i = 0; i < 20000 && r.s[1].wcs.empty(); ++i) r.s[1].ep->poll(r.s[1].events, r.s[1].wcs);
+  ASSERT_FALSE(r.s[1].wcs.empty());
+  ASSERT_EQ(r.s[1].ep->disconnect(b), 0);
+  for (int i = 0; i < 2000; ++i) r.s[1].ep->poll(r.s[1].events, r.s[1].wcs);
+  ASSERT_TRUE(r.s[0].wcs.empty());
+  ASSERT_TRUE(r.run([&] { return r.has(0, Event::kDisconnected); }));
+  ASSERT_FALSE(r.s[0].wcs.empty());
+  EXPECT_EQ(r.s[0].wcs[0].conn, a);
+  EXPECT_EQ(r.s[0].wcs[0].wc.wr_id, 9u);
+  EXPECT_TRUE(r.s[0].wcs[0].ok());
+  r.s[1].ep->dereg_mr(rmr);
+  r.s[0].ep->dereg_mr(smr);
+}
+
+TEST(ConnEndpoint, CloseDestroysTheQpAtOnce) {
+  Rig r;
+  const auto [a, b] = establish(r);
+  ASSERT_EQ(r.s[1].ep->accept(b), 0);
+  ASSERT_TRUE(
+      r.run([&] { return r.has(0, Event::kEstablished) && r.has(1, Event::kEstablished); }));
+  const std::size_t qps = r.lb.side(1).qp_count();
+  ASSERT_EQ(r.s[1].ep->close(b), 0);
+  EXPECT_EQ(r.lb.side(1).qp_count(), qps - 1);
+  EXPECT_EQ(r.s[1].ep->connections(), 0u);
+  EXPECT_EQ(r.s[1].ep->qp(b), nullptr);
+  EXPECT_EQ(r.s[1].ep->close(b), ENOENT);
+  ASSERT_TRUE(r.run([&] { return r.has(0, Event::kDisconnected); }));
+  EXPECT_TRUE(r.take(0, Event::kDisconnected)->remote);
+  EXPECT_FALSE(r.has(1, Event::kDisconnected));
+  EXPECT_EQ(r.s[0].ep->connections(), 0u);
 }
 
 }  // namespace
