@@ -42,28 +42,20 @@ conn::Options endpoint_options(const ConnStackOptions& o) {
 
 }  // namespace
 
-Completion to_completion(ConnId c, const client::Wc& wc) {
+// The NAA's words for events and completions are the connection layer's first ones.
+static_assert(ConnEvent::kDisconnected == static_cast<int>(conn::Event::kDisconnected) &&
+              Completion::kRecvImm == static_cast<int>(conn::Completion::kRecvImm));
+
+Completion to_completion(const conn::Completion& c) {
   Completion out;
-  out.conn = c;
-  out.wr_id = wc.wr_id;
-  out.ok = wc.status == verbs::WcStatus::kSuccess;
-  if (!out.ok) out.status = std::string(verbs::to_string(wc.status));
-  out.byte_len = wc.byte_len;
-  out.imm = wc.imm_data;
-  switch (wc.opcode) {
-    case verbs::WcOpcode::kRecv:
-      out.kind = Completion::kRecv;
-      break;
-    case verbs::WcOpcode::kRecvRdmaWithImm:
-      out.kind = Completion::kRecvImm;
-      break;
-    case verbs::WcOpcode::kRdmaWrite:
-      out.kind = Completion::kWrite;
-      break;
-    default:
-      out.kind = Completion::kSend;
-      break;
-  }
+  out.conn = c.conn;
+  out.wr_id = c.wc.wr_id;
+  out.ok = c.ok();
+  out.status = c.status_text();
+  out.byte_len = c.wc.byte_len;
+  out.imm = c.wc.imm_data;
+  const conn::Completion::What w = c.what();
+  out.kind = w <= conn::Completion::kRecvImm ? static_cast<Completion::Kind>(w) : Completion::kSend;
   return out;
 }
 
@@ -209,18 +201,8 @@ void ConnStack::on_event(const conn::Event& e) {
       resolving_.push_back(
           {e.conn, e.peer, mono_ns() + static_cast<std::uint64_t>(kResolveSeconds * 1e9)});
       return;
-    case conn::Event::kEstablished:
-      pending_.push_back({ConnEvent::kEstablished, e.conn, {}});
-      return;
-    case conn::Event::kRejected:
-      pending_.push_back({ConnEvent::kRejected, e.conn, {}});
-      return;
-    case conn::Event::kUnreachable:
-    case conn::Event::kConnectError:
-      pending_.push_back({ConnEvent::kUnreachable, e.conn, {}});
-      return;
-    case conn::Event::kDisconnected:
-      pending_.push_back({ConnEvent::kDisconnected, e.conn, {}});
+    default:  // the connection's other events, in the NAA's words
+      pending_.push_back({static_cast<ConnEvent::Kind>(conn::coarse(e.kind)), e.conn, {}});
       return;
   }
 }
@@ -263,7 +245,7 @@ bool ConnStack::pump() {
                   [&](const conn::Completion& w) { return !w.ok() && !ended(w.conn); }))
     any |= ep_.poll(ev_, wc_);
   for (const auto& e : ev_) on_event(e);
-  for (const auto& w : wc_) done_.push_back(to_completion(w.conn, w.wc));
+  for (const auto& w : wc_) done_.push_back(to_completion(w));
   poll_resolving();
   return any;
 }

@@ -93,7 +93,7 @@ class ConnStack : public Stack {
   std::vector<conn::Completion> wc_;
 };
 
-/// The Completion of a work completion on connection `c`.
-Completion to_completion(ConnId c, const client::Wc& wc);
+/// The NAA's Completion of the connection layer's.
+Completion to_completion(const conn::Completion& c);
 
 }  // namespace roce::naa

@@ -10,6 +10,10 @@
 
 namespace roce::netfr {
 
+// NetFR's words for events and completions are the connection layer's first ones.
+static_assert(FabricEvent::kDisconnected == static_cast<int>(conn::Event::kDisconnected) &&
+              FabricCompletion::kRecv == static_cast<int>(conn::Completion::kRecv));
+
 namespace {
 
 constexpr std::uint32_t kAccess = verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite;
@@ -151,25 +155,8 @@ bool ContextFabric::poll(std::vector<FabricEvent>& events, std::vector<FabricCom
     f.conn = e.conn;
     f.port = e.port;
     f.private_data = std::move(e.private_data);
-    switch (e.kind) {
-      case conn::Event::kConnectRequest:
-        f.kind = FabricEvent::kConnectRequest;
-        f.peer = ipv4_text(e.peer);
-        break;
-      case conn::Event::kEstablished:
-        f.kind = FabricEvent::kEstablished;
-        break;
-      case conn::Event::kRejected:
-        f.kind = FabricEvent::kRejected;
-        break;
-      case conn::Event::kUnreachable:
-      case conn::Event::kConnectError:
-        f.kind = FabricEvent::kUnreachable;
-        break;
-      case conn::Event::kDisconnected:
-        f.kind = FabricEvent::kDisconnected;
-        break;
-    }
+    f.kind = static_cast<FabricEvent::Kind>(conn::coarse(e.kind));
+    if (e.kind == conn::Event::kConnectRequest) f.peer = ipv4_text(e.peer);
     events.push_back(std::move(f));
   }
   for (const conn::Completion& c : wcs_) {
@@ -177,11 +164,12 @@ bool ContextFabric::poll(std::vector<FabricEvent>& events, std::vector<FabricCom
     f.conn = c.conn;
     f.wr_id = c.wc.wr_id;
     f.ok = c.ok();
-    if (!f.ok) f.status = std::string(verbs::to_string(c.wc.status));
+    f.status = c.status_text();
     f.byte_len = c.wc.byte_len;
-    f.kind = c.wc.opcode == client::WcOpcode::kRecv        ? FabricCompletion::kRecv
-             : c.wc.opcode == client::WcOpcode::kRdmaWrite ? FabricCompletion::kWrite
-                                                           : FabricCompletion::kSend;
+    const conn::Completion::What w = c.what();
+    f.kind = w == conn::Completion::kRecv || w == conn::Completion::kWrite
+                 ? static_cast<FabricCompletion::Kind>(w)
+                 : FabricCompletion::kSend;
     wcs.push_back(std::move(f));
   }
   return any;

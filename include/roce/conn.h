@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace roce::conn {
@@ -47,12 +48,12 @@ struct Event {
                       ///< peer gave up after our REP (a REJ to it). QP gone
     kUnreachable,     ///< active: no answer to the REQ, or no ARP answer; passive: no RTU
                       ///< (RDMA_CM_EVENT_UNREACHABLE on both sides). QP gone
-    kConnectError,    ///< the peer's reply could not be applied; QP gone
     kDisconnected,    ///< ended (`remote`: by the peer); QP gone, later completions dropped.
                       ///< What its CQ held comes in the same poll's completions (the peer's
                       ///< last messages, flushed work); flushed work (kWrFlushErr) may also
                       ///< complete in an earlier poll: the QP is in the error state from the
                       ///< DREQ on
+    kConnectError,    ///< the peer's reply could not be applied; QP gone
   } kind = kConnectRequest;
   ConnId conn = 0;
   Ipv4Addr peer;
@@ -66,7 +67,35 @@ struct Completion {
   ConnId conn = 0;
   client::Wc wc;
   bool ok() const { return wc.status == verbs::WcStatus::kSuccess; }
+  /// What completed, in the few words an application's own interface uses.
+  enum What : std::uint8_t { kSend, kWrite, kRecv, kRecvImm, kRead, kOther };
+  What what() const {
+    switch (wc.opcode) {
+      case verbs::WcOpcode::kSend:
+        return kSend;
+      case verbs::WcOpcode::kRdmaWrite:
+        return kWrite;
+      case verbs::WcOpcode::kRecv:
+        return kRecv;
+      case verbs::WcOpcode::kRecvRdmaWithImm:
+        return kRecvImm;
+      case verbs::WcOpcode::kRdmaRead:
+        return kRead;
+      default:
+        return kOther;
+    }
+  }
+  /// The status as a text for logs and errors; empty when ok().
+  std::string status_text() const {
+    return ok() ? std::string() : std::string(to_string(wc.status));
+  }
 };
+
+/// How a connection's end reads in an interface without kConnectError: as kUnreachable (the
+/// peer's answer could not be used, so the connection never came up).
+constexpr Event::Kind coarse(Event::Kind k) {
+  return k == Event::kConnectError ? Event::kUnreachable : k;
+}
 
 struct Options {
   /// Each connection gets a PD of its own (an rkey is then refused on every other connection,
