@@ -152,12 +152,7 @@ void ConnStack::disconnect(ConnId c) {
 
 bool ConnStack::post_recv(ConnId c, std::uint64_t wr_id, void* addr, std::uint32_t length,
                           std::uint32_t lkey) {
-  client::Sge sge{reinterpret_cast<std::uint64_t>(addr), length, lkey};
-  client::RecvWr wr;
-  wr.wr_id = wr_id;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  return ep_.post_recv(c, wr) == 0;
+  return ep_.post_recv(c, wr_id, addr, length, lkey) == 0;
 }
 
 bool ConnStack::post_send(ConnId c, const WorkRequest& w) {

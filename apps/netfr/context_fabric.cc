@@ -123,12 +123,7 @@ void ContextFabric::disconnect(ConnId c) { ep_->disconnect(c); }
 
 bool ContextFabric::post_recv(ConnId c, std::uint64_t wr_id, void* addr, std::uint32_t length,
                               std::uint32_t lkey) {
-  client::Sge sge{reinterpret_cast<std::uint64_t>(addr), length, lkey};
-  client::RecvWr wr;
-  wr.wr_id = wr_id;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  return ep_->post_recv(c, wr) == 0;
+  return ep_->post_recv(c, wr_id, addr, length, lkey) == 0;
 }
 
 bool ContextFabric::post_send(ConnId c, std::uint64_t wr_id, bool write, const void* local,

@@ -239,6 +239,16 @@ int Endpoint::post_recv(ConnId id, const client::RecvWr& wr) {
   return ctx_.post_recv(c->qp, &wr, &bad);
 }
 
+int Endpoint::post_recv(ConnId id, std::uint64_t wr_id, void* addr, std::uint32_t length,
+                        std::uint32_t lkey) {
+  client::Sge sge{reinterpret_cast<std::uint64_t>(addr), length, lkey};
+  client::RecvWr wr;
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  return post_recv(id, wr);
+}
+
 void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events,
                      std::vector<Completion>& completions) {
   Event out;

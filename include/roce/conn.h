@@ -165,6 +165,10 @@ class Endpoint {
   /// Posts a chain of work requests on connection `c`'s QP (ENOTCONN: no such connection).
   int post_send(ConnId c, const client::SendWr& wr);
   int post_recv(ConnId c, const client::RecvWr& wr);
+  /// One receive of `length` bytes at `addr` (registered with `lkey`), as librdmacm's
+  /// rdma_post_recv.
+  int post_recv(ConnId c, std::uint64_t wr_id, void* addr, std::uint32_t length,
+                std::uint32_t lkey);
 
   /// Runs the CM and polls every connection's CQ once; appends what happened. True if anything
   /// did. In-process, each poll also drives the dataplane (the Context's progress). A receive
