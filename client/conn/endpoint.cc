@@ -10,6 +10,12 @@ namespace roce::conn {
 namespace {
 constexpr int kWcBatch = 32;
 constexpr int kCmEventsPerPoll = 64;
+
+std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
 constexpr std::size_t kRejPrivateMax = 148;  ///< the private data a REJ carries
 }  // namespace
 
@@ -270,11 +276,27 @@ void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events,
     out.private_data = std::move(ev.private_data);
     by_cm_[ev.id] = c->id;
     conns_.emplace(c->id, std::move(c));
+    // accept() needs the peer's MAC: a source the port does not know is asked for it now and
+    // reported when it answers (poll_resolving), so that a request from an address that never
+    // answers holds nothing but this entry.
+    if (ctx_.neighbour(ev.peer, true) == EAGAIN) {
+      if (resolving_.size() >= o_.max_resolving) {
+        reject(out.conn);
+        return;
+      }
+      resolving_.push_back({out.conn, out.peer, out.port, std::move(out.private_data),
+                            now_ns() + static_cast<std::uint64_t>(o_.resolve_ms) * 1000000});
+      return;
+    }
     events.push_back(std::move(out));
     return;
   }
   Conn* c = by_cm(ev.id);
   if (c == nullptr) return;  // a connection the application already let go
+  if (std::erase_if(resolving_, [&](const Resolving& r) { return r.conn == c->id; }) != 0) {
+    forget(c->id);  // the peer gave up before we told anyone of it
+    return;
+  }
   out.conn = c->id;
   switch (ev.type) {
     case client::CmEventType::kEstablished:
@@ -336,6 +358,29 @@ void Endpoint::drain_cq(Conn& c, std::vector<Event>* events, std::vector<Complet
   }
 }
 
+void Endpoint::poll_resolving(std::vector<Event>& events) {
+  if (resolving_.empty()) return;
+  const std::uint64_t now = now_ns();
+  for (auto r = resolving_.begin(); r != resolving_.end();) {
+    if (ctx_.neighbour(r->peer, false) != EAGAIN) {
+      Event e;
+      e.kind = Event::kConnectRequest;
+      e.conn = r->conn;
+      e.peer = r->peer;
+      e.port = r->port;
+      e.private_data = std::move(r->private_data);
+      events.push_back(std::move(e));
+      r = resolving_.erase(r);
+    } else if (now > r->deadline_ns) {
+      const ConnId c = r->conn;
+      r = resolving_.erase(r);
+      reject(c);  // no ARP answer: REJ, as a full backlog would
+    } else {
+      ++r;
+    }
+  }
+}
+
 bool Endpoint::poll(std::vector<Event>& events, std::vector<Completion>& completions) {
   const std::size_t e0 = events.size(), c0 = completions.size();
   for (int i = 0; i < kCmEventsPerPoll; ++i) {
@@ -343,6 +388,7 @@ bool Endpoint::poll(std::vector<Event>& events, std::vector<Completion>& complet
     if (ctx_.cm_get_event(ev, 0) != 0) break;
     on_cm(ev, events, completions);
   }
+  poll_resolving(events);
   for (auto& [id, c] : conns_) drain_cq(*c, &events, &completions);
   return events.size() != e0 || completions.size() != c0;
 }

@@ -110,6 +110,12 @@ struct Options {
   std::uint8_t retry_count = 7;
   /// The exit-time drain: how long the destructor waits for the peers' answers to its DREQs.
   int drain_ms = 1000;
+  /// A connect request from an address whose MAC the port does not know yet waits this long
+  /// for the ARP answer (Context::neighbour, asked at once) before it is reported, so that
+  /// accept() finds the MAC; then it is rejected. At most `max_resolving` wait at once (REJ
+  /// beyond). A Context that cannot tell (EOPNOTSUPP) reports every request at once.
+  int resolve_ms = 5000;
+  std::size_t max_resolving = 64;
 };
 
 class Endpoint {
@@ -204,6 +210,16 @@ class Endpoint {
   ConnId next_ = 1;
   std::map<ConnId, std::unique_ptr<Conn>> conns_;
   std::map<std::uint32_t, ConnId> by_cm_;
+  /// Connect requests waiting for their source's ARP answer (not reported yet).
+  struct Resolving {
+    ConnId conn = 0;
+    Ipv4Addr peer;
+    std::uint16_t port = 0;
+    std::vector<std::uint8_t> private_data;
+    std::uint64_t deadline_ns = 0;
+  };
+  std::vector<Resolving> resolving_;
+  void poll_resolving(std::vector<Event>& events);
   std::vector<client::Wc> wcs_;
 };
 

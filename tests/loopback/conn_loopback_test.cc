@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <roce/conn.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -34,7 +35,8 @@ struct Side {
 
 class Rig {
  public:
-  explicit Rig(conn::Options oa = {}, conn::Options ob = {}, const LoopbackOptions& lo = {})
+  explicit Rig(conn::Options oa = {}, conn::Options ob = {}, const LoopbackOptions& lo = {},
+               std::function<bool(Ipv4Addr, bool)> neighbour_b = {})
       : lb(lo) {
     // Both sides' CMs run only while a side polls: a side's drain at the end would wait for
     // a peer nobody polls, so it waits briefly.
@@ -43,6 +45,7 @@ class Rig {
       client::LocalOptions o;
       o.engine = &lb.side(i);
       o.progress = [this] { lb.run_until([] { return false; }, 2000); };
+      if (i == 1) o.neighbour = neighbour_b;
       engine::Engine& peer = lb.side(1 - i);
       o.resolve = [this, i, &peer](Ipv4Addr ip) -> std::optional<MacAddr> {
         if (ip == peer.config().ipv4 && !unresolvable[i]) return peer.config().mac;
@@ -446,6 +449,47 @@ TEST(ConnEndpoint, CloseDestroysTheQpAtOnce) {
   EXPECT_TRUE(r.take(0, Event::kDisconnected)->remote);
   EXPECT_FALSE(r.has(1, Event::kDisconnected));
   EXPECT_EQ(r.s[0].ep->connections(), 0u);
+}
+
+TEST(ConnEndpoint, ARequestWaitsForItsSourcesArpAnswer) {
+  bool known = false;
+  int asked = 0;
+  Rig r({}, {}, {}, [&](Ipv4Addr, bool ask) {
+    asked += ask ? 1 : 0;
+    return known;
+  });
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  const ConnId a = r.s[0].ep->connect(r.ip(1), kPort, {}, bytes("early"));
+  ASSERT_NE(a, 0u);
+  // Not reported while the port has no MAC for the source (accept() would have to wait).
+  r.run([&] { return asked > 0 && r.s[1].ep->connections() == 1; });
+  r.run([] { return false; });
+  EXPECT_FALSE(r.has(1, Event::kConnectRequest));
+  EXPECT_EQ(asked, 1);
+  known = true;  // the ARP answer
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kConnectRequest); }));
+  const Event req = *r.take(1, Event::kConnectRequest);
+  EXPECT_EQ(text(req.private_data), "early");
+  EXPECT_EQ(req.port, kPort);
+  ASSERT_EQ(r.s[1].ep->accept(req.conn), 0);
+  ASSERT_TRUE(r.run([&] { return r.has(0, Event::kEstablished); }));
+}
+
+TEST(ConnEndpoint, ARequestWhoseSourceNeverAnswersArpIsRejected) {
+  conn::Options quick;
+  quick.resolve_ms = 50;
+  Rig r({}, quick, {}, [](Ipv4Addr, bool) { return false; });
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  const ConnId a = r.s[0].ep->connect(r.ip(1), kPort, {});
+  ASSERT_NE(a, 0u);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!r.run([&] { return r.has(0, Event::kRejected); }) &&
+         std::chrono::steady_clock::now() < end) {
+  }
+  ASSERT_TRUE(r.has(0, Event::kRejected));
+  EXPECT_EQ(r.take(0, Event::kRejected)->conn, a);
+  EXPECT_FALSE(r.has(1, Event::kConnectRequest));
+  EXPECT_EQ(r.s[1].ep->connections(), 0u);
 }
 
 }  // namespace
