@@ -34,6 +34,7 @@ std::uint64_t now_ns() {
 
 conn::Options endpoint_options(const ServerOptions& o) {
   conn::Options e;
+  e.wait_for_mac = false;  // the server's own wait (pending_, resolve_timeout_ms, unresolved)
   // The caps are the server's (REJ 3 below); the Endpoint holds what they allow, the pending
   // REQs and the connections being closed.
   e.max_connections = std::size_t{o.max_connections} * 2 + o.max_half_open + 16;

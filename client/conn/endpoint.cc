@@ -279,7 +279,7 @@ void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events,
     // accept() needs the peer's MAC: a source the port does not know is asked for it now and
     // reported when it answers (poll_resolving), so that a request from an address that never
     // answers holds nothing but this entry.
-    if (ctx_.neighbour(ev.peer, true) == EAGAIN) {
+    if (o_.wait_for_mac && ctx_.neighbour(ev.peer, true) == EAGAIN) {
       if (resolving_.size() >= o_.max_resolving) {
         reject(out.conn);
         return;

@@ -116,6 +116,9 @@ struct Options {
   /// beyond). A Context that cannot tell (EOPNOTSUPP) reports every request at once.
   int resolve_ms = 5000;
   std::size_t max_resolving = 64;
+  /// false: report every request at once (an application with a wait of its own, e.g. the NFS
+  /// server's, which asks ARP again and counts the sources that never answer).
+  bool wait_for_mac = true;
 };
 
 class Endpoint {
