@@ -16,7 +16,9 @@ std::uint64_t now_ns() {
                                         std::chrono::steady_clock::now().time_since_epoch())
                                         .count());
 }
-constexpr std::size_t kRejPrivateMax = 148;  ///< the private data a REJ carries
+constexpr std::size_t kRejPrivateMax = 148;          ///< the private data a REJ carries
+constexpr std::uint64_t kLookupEveryNs = 1'000'000;  ///< a waiting request's MAC looked up
+constexpr std::uint64_t kArpEveryNs = 200'000'000;   ///< and ARP asked again (as the NFS server)
 }  // namespace
 
 Endpoint::Endpoint(client::Context& ctx, Options o) : ctx_(ctx), o_(o) {
@@ -280,12 +282,23 @@ void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events,
     // reported when it answers (poll_resolving), so that a request from an address that never
     // answers holds nothing but this entry.
     if (o_.wait_for_mac && ctx_.neighbour(ev.peer, true) == EAGAIN) {
-      if (resolving_.size() >= o_.max_resolving) {
+      // Full: the oldest waiting request gives way (REJ), not the newcomer. A segment host
+      // keeps every slot for the price of max_resolving REQs per resolve_ms from addresses
+      // that never answer; the newest is the one whose answer may still come, so a flood must
+      // outpace a real ARP answer to turn a host away.
+      if (o_.max_resolving == 0) {
         reject(out.conn);
         return;
       }
+      if (resolving_.size() >= o_.max_resolving) {
+        const ConnId oldest = resolving_.front().conn;
+        resolving_.erase(resolving_.begin());
+        reject(oldest);
+      }
+      const std::uint64_t now = now_ns();
       resolving_.push_back({out.conn, out.peer, out.port, std::move(out.private_data),
-                            now_ns() + static_cast<std::uint64_t>(o_.resolve_ms) * 1000000});
+                            now + static_cast<std::uint64_t>(o_.resolve_ms) * 1000000,
+                            now + kLookupEveryNs, now + kArpEveryNs});
       return;
     }
     events.push_back(std::move(out));
@@ -362,7 +375,16 @@ void Endpoint::poll_resolving(std::vector<Event>& events) {
   if (resolving_.empty()) return;
   const std::uint64_t now = now_ns();
   for (auto r = resolving_.begin(); r != resolving_.end();) {
-    if (ctx_.neighbour(r->peer, false) != EAGAIN) {
+    // Looked up at a pace (attached, a lookup is a round trip to roced and a command on the
+    // port's loop 0), ARP asked again every kArpEveryNs (a lost answer does not cost it).
+    if (now < r->next_lookup_ns && now <= r->deadline_ns) {
+      ++r;
+      continue;
+    }
+    r->next_lookup_ns = now + kLookupEveryNs;
+    const bool ask = now >= r->next_arp_ns;
+    if (ask) r->next_arp_ns = now + kArpEveryNs;
+    if (ctx_.neighbour(r->peer, ask) != EAGAIN) {
       Event e;
       e.kind = Event::kConnectRequest;
       e.conn = r->conn;

@@ -112,8 +112,11 @@ struct Options {
   int drain_ms = 1000;
   /// A connect request from an address whose MAC the port does not know yet waits this long
   /// for the ARP answer (Context::neighbour, asked at once) before it is reported, so that
-  /// accept() finds the MAC; then it is rejected. At most `max_resolving` wait at once (REJ
-  /// beyond). A Context that cannot tell (EOPNOTSUPP) reports every request at once.
+  /// accept() finds the MAC; then it is rejected. At most `max_resolving` wait at once: beyond,
+  /// the oldest waiting is rejected (a flood of requests from addresses that never answer does
+  /// not turn the next real host away). A waiting request's MAC is looked up every 1 ms and
+  /// ARP asked again every 200 ms. A Context that cannot tell (EOPNOTSUPP) reports every
+  /// request at once.
   int resolve_ms = 5000;
   std::size_t max_resolving = 64;
   /// false: report every request at once (an application with a wait of its own, e.g. the NFS
@@ -220,6 +223,7 @@ class Endpoint {
     std::uint16_t port = 0;
     std::vector<std::uint8_t> private_data;
     std::uint64_t deadline_ns = 0;
+    std::uint64_t next_lookup_ns = 0, next_arp_ns = 0;
   };
   std::vector<Resolving> resolving_;
   void poll_resolving(std::vector<Event>& events);

@@ -492,5 +492,54 @@ TEST(ConnEndpoint, ARequestWhoseSourceNeverAnswersArpIsRejected) {
   EXPECT_EQ(r.s[1].ep->connections(), 0u);
 }
 
+// A segment host holding every waiting slot with requests from addresses that never answer ARP
+// (cheap: max_resolving REQs per resolve_ms) must not turn away the next host's request: the
+// oldest waiting request gives way, so a flood has to outpace a real ARP answer.
+TEST(ConnEndpoint, AFullResolvingQueueGivesUpItsOldestNotTheNewcomer) {
+  conn::Options one;
+  one.max_resolving = 1;
+  bool known = false;
+  Rig r({}, one, {}, [&](Ipv4Addr, bool) { return known; });
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  const ConnId a = r.s[0].ep->connect(r.ip(1), kPort, {}, bytes("hog"));
+  ASSERT_NE(a, 0u);
+  r.run([&] { return r.s[1].ep->connections() == 1; });
+  const ConnId b = r.s[0].ep->connect(r.ip(1), kPort, {}, bytes("new"));
+  ASSERT_NE(b, 0u);
+  ASSERT_TRUE(r.run([&] { return r.has(0, Event::kRejected); }));
+  EXPECT_EQ(r.take(0, Event::kRejected)->conn, a);
+  known = true;
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kConnectRequest); }));
+  EXPECT_EQ(text(r.take(1, Event::kConnectRequest)->private_data), "new");
+  EXPECT_EQ(r.s[1].ep->connections(), 1u);
+}
+
+// A waiting request is looked up at a pace, not at every poll: attached, each lookup is a round
+// trip to roced and a command on the port's loop 0, and a segment host keeps max_resolving of
+// them waiting for the cost of a few REQs a second. ARP is asked again meanwhile (a lost
+// answer does not cost the connection).
+TEST(ConnEndpoint, AWaitingRequestIsLookedUpAtAPaceNotEveryPoll) {
+  int lookups = 0, asks = 0;
+  Rig r({}, {}, {}, [&](Ipv4Addr, bool ask) {
+    ++lookups;
+    asks += ask ? 1 : 0;
+    return false;
+  });
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  ASSERT_NE(r.s[0].ep->connect(r.ip(1), kPort, {}), 0u);
+  ASSERT_TRUE(r.run([&] { return lookups > 0; }));
+  const int l0 = lookups;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 2000; ++i) r.s[1].ep->poll(r.s[1].events, r.s[1].wcs);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  EXPECT_LE(lookups - l0, ms + 2) << "2000 polls in " << ms << " ms";
+  // Held long enough, ARP is asked again.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(450);
+  while (std::chrono::steady_clock::now() < end) r.s[1].ep->poll(r.s[1].events, r.s[1].wcs);
+  EXPECT_GE(asks, 2);
+}
+
 }  // namespace
 }  // namespace roce::test
