@@ -67,6 +67,8 @@ std::uint64_t qp_cost(engine::QpType type, const engine::QpCap& cap, bool srq,
   return b;
 }
 constexpr std::uint64_t kMs = 1'000'000;
+constexpr std::uint64_t kArpWindowNs = 100 * kMs;   ///< kNeighbour: a client's ARP asks
+constexpr std::uint32_t kArpAsksPerWindow = 64;     ///< (Ops::neighbour)
 constexpr std::uint64_t kResolveStepNs = 50 * kMs;  ///< neighbour cache looked at; ARP x4
 
 /// A request waiting for ARP (Ops::resolve throws Deferred): the control thread goes on
@@ -281,6 +283,9 @@ struct Client {
   std::shared_ptr<std::atomic<int>> uid_closing;
   std::uint64_t to_closer = 0;  ///< descriptors of its requests handed to the Closer, ever
   std::optional<Pending> pending;
+  /// kNeighbour's ARP asks in the current window (Ops::neighbour's budget).
+  std::uint64_t arp_window_ns = 0;
+  std::uint32_t arp_asks = 0;
   /// Whether `h` names one of its resources.
   bool live(std::uint32_t h) const {
     return pds.count(h) || regions.count(h) || mrs.count(h) || cqs.count(h) || qps.count(h) ||
@@ -1517,7 +1522,20 @@ int Ops::neighbour() {
   // Loop 0 of the port answers ARP and keeps the neighbour cache; nothing waits here.
   port::PollLoop* l0 = s.ports_[c.port].loops[0];
   const wire::Ipv4Addr ip = rq.cm.dst;
-  const bool ask = rq.handle != 0;
+  // Each ask is a broadcast from roced's port: a client gets kArpAsksPerWindow of them per
+  // kArpWindowNs (an Endpoint asks once per new source and again every 200 ms while it waits,
+  // 64 waiting at most); beyond, the cache is only looked at. A client asking in a loop over
+  // many addresses made roced flood the segment (and fill the cache with the answers).
+  bool ask = rq.handle != 0;
+  if (ask) {
+    const std::uint64_t now = port::now_ns();
+    if (now - c.arp_window_ns >= kArpWindowNs) {
+      c.arp_window_ns = now;
+      c.arp_asks = 0;
+    }
+    ask = c.arp_asks < kArpAsksPerWindow;
+    c.arp_asks += ask ? 1 : 0;
+  }
   const bool known = run_on(l0, s.stop_, s.loops_stopped_, [l0, ip, ask] {
     if (l0->neighbour().lookup(ip)) return true;
     if (ask) l0->resolve(ip);

@@ -119,6 +119,8 @@ class Roced {
     server_.reset();
   }
   const std::string& socket() const { return server_->socket_path(); }
+  /// Frames the port has sent and nobody took (the net_ring's tx ring, 1024 at most).
+  unsigned sent() const { return rte_ring_count(tx_); }
   AttachServer& server() { return *server_; }
   engine::Engine& engine() { return *eng_; }
   /// True while the poll loop thread still runs (a command that threw would have ended it).
@@ -612,6 +614,34 @@ TEST(AttachGuard, CqsBeyondMaxFdsWhenNotWaitedOn) {
   EXPECT_EQ(notify(cqs[q.max_fds]), EDQUOT);
   EXPECT_EQ(c.destroy(Op::kDestroyCq, cqs[0]), 0);
   EXPECT_EQ(notify(cqs[q.max_fds]), 0) << "a destroyed CQ gives its descriptor back";
+}
+
+// kNeighbour with ask set sends an ARP request from roced's port: a hostile client asking in a
+// loop over many addresses must not make roced flood the segment with broadcasts (and fill its
+// neighbour cache with their answers). Asks beyond the client's budget are looked up only.
+TEST(AttachGuard, NeighbourAsksAreBudgeted) {
+  Roced roced;
+  Raw c(roced.socket());
+  const unsigned before = roced.sent();
+  const auto t0 = std::chrono::steady_clock::now();
+  int known = 0;
+  for (std::uint32_t i = 0; i < 500; ++i) {
+    Request rq;
+    rq.op = Op::kNeighbour;
+    rq.cm.dst = wire::Ipv4Addr{0x0A000000u + i};  // 10.0.0.0/8, nobody answers
+    rq.handle = 1;                                // ask
+    Reply rep;
+    ASSERT_EQ(c.call(rq, rep), 0);
+    known += rep.handle != 0;
+  }
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  EXPECT_EQ(known, 0);
+  const unsigned arps = roced.sent() - before;
+  std::printf("500 asks in %lld ms: %u ARP requests\n", static_cast<long long>(ms), arps);
+  EXPECT_LE(arps, 64u * (static_cast<unsigned>(ms) / 100 + 1));
+  EXPECT_GT(arps, 0u);
 }
 
 }  // namespace
