@@ -281,7 +281,8 @@ void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events,
     // accept() needs the peer's MAC: a source the port does not know is asked for it now and
     // reported when it answers (poll_resolving), so that a request from an address that never
     // answers holds nothing but this entry.
-    if (o_.wait_for_mac && ctx_.neighbour(ev.peer, true) == EAGAIN) {
+    const bool asked = o_.wait_for_mac && take_ask(now_ns());
+    if (o_.wait_for_mac && ctx_.neighbour(ev.peer, asked) == EAGAIN) {
       // Full: the oldest waiting request gives way (REJ), not the newcomer. A segment host
       // keeps every slot for the price of max_resolving REQs per resolve_ms from addresses
       // that never answer; the newest is the one whose answer may still come, so a flood must
@@ -298,7 +299,7 @@ void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events,
       const std::uint64_t now = now_ns();
       resolving_.push_back({out.conn, out.peer, out.port, std::move(out.private_data),
                             now + static_cast<std::uint64_t>(o_.resolve_ms) * 1000000,
-                            now + kLookupEveryNs, now + kArpEveryNs});
+                            now + kLookupEveryNs, asked ? now + kArpEveryNs : now});
       return;
     }
     events.push_back(std::move(out));
@@ -371,6 +372,16 @@ void Endpoint::drain_cq(Conn& c, std::vector<Event>* events, std::vector<Complet
   }
 }
 
+bool Endpoint::take_ask(std::uint64_t now) {
+  if (now - ask_window_ns_ >= 100'000'000) {
+    ask_window_ns_ = now;
+    asks_ = 0;
+  }
+  if (asks_ >= o_.max_arp_asks) return false;
+  ++asks_;
+  return true;
+}
+
 void Endpoint::poll_resolving(std::vector<Event>& events) {
   if (resolving_.empty()) return;
   const std::uint64_t now = now_ns();
@@ -382,7 +393,7 @@ void Endpoint::poll_resolving(std::vector<Event>& events) {
       continue;
     }
     r->next_lookup_ns = now + kLookupEveryNs;
-    const bool ask = now >= r->next_arp_ns;
+    const bool ask = now >= r->next_arp_ns && take_ask(now);  // else at a later turn
     if (ask) r->next_arp_ns = now + kArpEveryNs;
     if (ctx_.neighbour(r->peer, ask) != EAGAIN) {
       Event e;

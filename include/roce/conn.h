@@ -122,6 +122,9 @@ struct Options {
   /// false: report every request at once (an application with a wait of its own, e.g. the NFS
   /// server's, which asks ARP again and counts the sources that never answer).
   bool wait_for_mac = true;
+  /// ARP asks (Context::neighbour with ask) per 100 ms: each is a broadcast, and a segment host
+  /// can send REQs from ever new (forged) sources. Beyond, a request is asked at a later turn.
+  std::uint32_t max_arp_asks = 64;
 };
 
 class Endpoint {
@@ -227,6 +230,10 @@ class Endpoint {
   };
   std::vector<Resolving> resolving_;
   void poll_resolving(std::vector<Event>& events);
+  /// Whether an ARP ask fits Options::max_arp_asks now (and counts it).
+  bool take_ask(std::uint64_t now);
+  std::uint64_t ask_window_ns_ = 0;
+  std::uint32_t asks_ = 0;
   std::vector<client::Wc> wcs_;
 };
 

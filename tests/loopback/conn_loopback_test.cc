@@ -541,5 +541,29 @@ TEST(ConnEndpoint, AWaitingRequestIsLookedUpAtAPaceNotEveryPoll) {
   EXPECT_GE(asks, 2);
 }
 
+// Every request from a source the port does not know asks ARP: a segment host sending REQs
+// from ever new (forged) addresses would have the port broadcast one ARP request per REQ. The
+// Endpoint asks at most max_arp_asks times (64) per 100 ms; the others at their next turn.
+TEST(ConnEndpoint, ArpAsksForRequestsAreBudgeted) {
+  int asks = 0;
+  conn::Options many;
+  many.max_resolving = 256;
+  many.max_arp_asks = 8;
+  Rig r({}, many, {}, [&](Ipv4Addr, bool ask) {
+    asks += ask ? 1 : 0;
+    return false;
+  });
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 40; ++i) ASSERT_NE(r.s[0].ep->connect(r.ip(1), kPort, {}), 0u);
+  r.run([&] { return r.s[1].ep->connections() == 40; });
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  EXPECT_EQ(r.s[1].ep->connections(), 40u);
+  std::printf("40 requests in %lld ms: %d ARP asks\n", static_cast<long long>(ms), asks);
+  EXPECT_LE(asks, 8 * (static_cast<int>(ms) / 100 + 1));
+}
+
 }  // namespace
 }  // namespace roce::test
