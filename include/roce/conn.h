@@ -114,7 +114,7 @@ struct Options {
   /// for the ARP answer (Context::neighbour, asked at once) before it is reported, so that
   /// accept() finds the MAC; then it is rejected. At most `max_resolving` wait at once: beyond,
   /// the oldest waiting is rejected (a flood of requests from addresses that never answer does
-  /// not turn the next real host away). A waiting request's MAC is looked up every 1 ms and
+  /// not turn the next real host away). A waiting request's MAC is looked up every 50 ms and
   /// ARP asked again every 200 ms. A Context that cannot tell (EOPNOTSUPP) reports every
   /// request at once.
   int resolve_ms = 5000;
