@@ -14,6 +14,10 @@
 
 namespace roce::nfs {
 
+namespace {
+constexpr double kDrepWait = 2.0;  ///< seconds drop_conn waits for the server's DREP
+}  // namespace
+
 using client::Mr;
 using client::RecvWr;
 using client::SendWr;
@@ -102,11 +106,18 @@ bool RpcRdmaClient::until(F&& done, double seconds) {
 
 void RpcRdmaClient::drop_conn() {
   if (conn_ == 0) return;
-  // DREQ if still up; the QP goes now (its completions with it: the next connection's are
-  // told apart by their ConnId). The CM takes the DREP by itself.
-  ep_.close(conn_);
+  const conn::ConnId c = conn_;
   conn_ = 0;
   up_ = false;
+  // DREQ if still up, and the QP stays until the server's DREP (at most kDrepWait): Linux's
+  // svcrdma drains its QP before it answers, and a QP of ours gone at once leaves the server's
+  // last sends retrying into nothing, its DREP and its next accepts (MRA only) held meanwhile
+  // (found against the kernel's nfsd: the reconnect after --break-after got no REP). Then the
+  // QP goes (its completions with it: the next connection's are told apart by their ConnId).
+  const std::size_t before = ep_.connections();
+  if (ep_.disconnect(c) == 0 && ep_.connections() == before)
+    until([&] { return ep_.connections() < before; }, kDrepWait);
+  ep_.close(c);
   wcs_.clear();
 }
 
