@@ -1,6 +1,7 @@
 // libroce's Context on the datapath card (card_context.h).
 #include "fpga/host/card_context.h"
 
+#include <roce/buffers.h>
 #include <time.h>
 
 #include <algorithm>
@@ -8,8 +9,6 @@
 #include <deque>
 #include <map>
 #include <vector>
-
-#include <roce/buffers.h>
 
 namespace roce::fpga {
 

@@ -9,11 +9,12 @@
 /// card DMAs it). Single-threaded: the thread of the loop that runs the card.
 #pragma once
 
+#include <roce/client.h>
+
 #include <functional>
 #include <memory>
 #include <optional>
 
-#include <roce/client.h>
 #include "fpga/model/datapath.h"
 
 namespace roce::fpga {
