@@ -48,6 +48,9 @@ std::optional<Invocation> parse_coyote_command_line(const std::vector<std::strin
                                                       "the same (Coyote's newer spelling)")(
       "batch", po::value(&o.coyote_batch)->default_value(o.coyote_batch),
       "operations per throughput run (Coyote's N_THROUGHPUT_REPS)")(
+      "fid", po::value(&o.coyote_fid),
+      "client: frame the exchange as the seed's cLib does (this function id before the queue, "
+      "a 12-byte close); a server tells the two framings apart itself")(
       "port,p", po::value(&o.port)->default_value(o.port), "TCP port of the exchange")(
       "attach", po::value(&o.attach), "run attached to the roced on this Unix socket (READ only)")(
       "attach-port", po::value(&o.attach_port), "with --attach: roced's port by name")(
@@ -79,6 +82,10 @@ std::optional<Invocation> parse_coyote_command_line(const std::vector<std::strin
     if (o.coyote_max < o.coyote_min || o.coyote_max > (1u << 28))
       throw po::error("-X must be between -x and 268435456");
     if (o.coyote_runs == 0) throw po::error("-r must be at least 1");
+    if (vm.count("fid") && (o.coyote_fid < 0 || o.coyote_fid >= 0x01000000))
+      throw po::error("--fid must be from 0 to 16777215 (cLib's function ids are small)");
+    if (vm.count("fid") && o.server.empty())
+      throw po::error("--fid is the client's framing; a server recognises it by itself");
     if (o.coyote_batch == 0 || o.coyote_batch > 1024)
       throw po::error("--batch must be between 1 and 1024");
     if (!o.attach.empty() && o.coyote_write)
@@ -152,6 +159,7 @@ class Coyote {
   std::uint32_t* words_ = nullptr;
   const Qp* eqp_ = nullptr;  ///< the engine's QP (in-process)
   coyote::Queue mine_, peer_;
+  bool clib_ = false;  ///< the peer frames the exchange as the seed's cLib
   unsigned posted_ = 0;
 };
 
@@ -184,7 +192,29 @@ void Coyote::setup() {
 void Coyote::exchange_queues() {
   const auto b = coyote::encode(mine_);
   std::array<std::uint8_t, coyote::kQueueLen> theirs{};
-  oob_.exchange(b.data(), theirs.data(), theirs.size());
+  if (client()) {
+    if (o_.coyote_fid >= 0) {
+      const auto fid = coyote::encode_fid(o_.coyote_fid);
+      oob_.send(fid.data(), fid.size());
+      clib_ = true;
+    }
+    oob_.exchange(b.data(), theirs.data(), theirs.size());
+  } else {
+    // The seed's cLib sends a function id first; a queue starts with an IPv4 address.
+    std::uint8_t first[coyote::kFidLen];
+    oob_.recv(first, sizeof first);
+    if (coyote::looks_like_fid(first)) {
+      clib_ = true;
+      std::uint32_t fid = 0;
+      std::memcpy(&fid, first, sizeof fid);
+      std::cout << "cLib client, function id " << fid << std::endl;
+      oob_.recv(theirs.data(), theirs.size());
+    } else {
+      std::memcpy(theirs.data(), first, sizeof first);
+      oob_.recv(theirs.data() + sizeof first, theirs.size() - sizeof first);
+    }
+    oob_.send(b.data(), b.size());
+  }
   std::string err;
   if (!coyote::decode(theirs, o_.coyote_max, peer_, err))
     fail("the peer's queue is not what Coyote sends: " + err);
@@ -358,7 +388,16 @@ int Coyote::run() {
   barrier();  // Coyote's final sync
   // The client's close request (DEF_OP_CLOSE_CONN), which the server reads before closing.
   std::uint32_t req = coyote::kCloseConn;
-  if (client()) {
+  if (clib_) {  // the seed's cLib: 12 bytes, defOpClose first
+    auto close = coyote::encode_clib_close();
+    if (client()) {
+      oob_.send(close.data(), close.size());
+    } else {
+      oob_.recv(close.data(), close.size());
+      if (!coyote::is_clib_close(close))
+        fail("the cLib client's close request does not start with defOpClose (0)");
+    }
+  } else if (client()) {
     oob_.send(&req, sizeof req);
   } else {
     oob_.recv(&req, sizeof req);

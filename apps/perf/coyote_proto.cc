@@ -55,6 +55,24 @@ std::array<std::uint8_t, kQueueLen> encode(const Queue& q) {
   return b;  // gid[32] and the padding stay 0
 }
 
+bool looks_like_fid(const std::uint8_t (&first)[kFidLen]) { return get32(first) < 0x01000000; }
+
+std::array<std::uint8_t, kFidLen> encode_fid(std::int32_t fid) {
+  std::array<std::uint8_t, kFidLen> b{};
+  put32(b.data(), static_cast<std::uint32_t>(fid));
+  return b;
+}
+
+std::array<std::uint8_t, kClibCloseLen> encode_clib_close() {
+  std::array<std::uint8_t, kClibCloseLen> b{};
+  put32(b.data(), kCloseConn);
+  return b;
+}
+
+bool is_clib_close(const std::array<std::uint8_t, kClibCloseLen>& b) {
+  return get32(b.data()) == kCloseConn;
+}
+
 bool decode(const std::array<std::uint8_t, kQueueLen>& b, std::uint32_t need, Queue& q,
             std::string& err) {
   q.ip_addr = get32(&b[0]);
@@ -65,7 +83,7 @@ bool decode(const std::array<std::uint8_t, kQueueLen>& b, std::uint32_t need, Qu
   q.size = get32(&b[24]);
   q.gid.assign(reinterpret_cast<const char*>(&b[28]), 32);
   std::ostringstream e;
-  if (q.qpn == 0 || q.qpn > 0xFFFFFF)
+  if (q.qpn > 0xFFFFFF)
     e << "QPN 0x" << std::hex << q.qpn << " is not a 24-bit QP number";
   else if (q.psn > 0xFFFFFF)
     e << "PSN 0x" << std::hex << q.psn << " is over 24 bits";

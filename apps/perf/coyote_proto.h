@@ -8,6 +8,16 @@
 ///     server reads 4 and sends a 4-byte 0; once more after the last size;
 ///  3. the client ends with a 4-byte 0 (close request) and closes.
 ///
+/// The seed's cLib (Coyote's sw/include/cLib.hpp of 2023, `cLib(sock, fid, cthread, addr, port)`)
+/// frames the same exchange differently: the client sends its 4-byte function id (an int32,
+/// e.g. fidRDMA) before its queue, and its destructor sends a 12-byte request whose first int32
+/// is defOpClose (0); the other 8 bytes are whatever its stack held. A server tells the two
+/// apart by the first word: a queue starts with the client's IPv4 address, never in 0.0.0.0/8,
+/// while a function id is a small number (see looks_like_fid).
+///
+/// A real card numbers its QPs `(vfid << 6) | ctid`, so the first thread of vFPGA 0 sends QPN 0:
+/// QPN 0 is a valid Coyote queue (RoCE has no QP0 of its own; the IB SMI QP is not on the wire).
+///
 /// The queue is Coyote's `ibvQ` as an x86-64 process lays it out (little-endian, natural
 /// alignment): ip_addr u32 @0, qpn u32 @4, psn u32 @8, rkey u32 @12, vaddr u64 @16, size u32
 /// @24, gid char[33] @28 (32 lower-case hex digits: the IPv4 address's value as 8 digits, four
@@ -27,6 +37,19 @@ constexpr unsigned kDefaultPort = 18488;
 constexpr unsigned kThroughputReps = 64;
 constexpr unsigned kLatencyReps = 1;
 constexpr std::uint32_t kCloseConn = 0;  ///< DEF_OP_CLOSE_CONN
+/// The seed's cLib: the function id before the queue, and its close request's length.
+constexpr std::size_t kFidLen = 4;
+constexpr std::size_t kClibCloseLen = 12;
+
+/// True when the first 4 bytes a client sent are cLib's function id rather than the start of a
+/// queue: an ip_addr below 1.0.0.0 is not an address a card or host has.
+bool looks_like_fid(const std::uint8_t (&first)[kFidLen]);
+/// cLib's 4-byte function id as an x86-64 process writes it (little-endian int32).
+std::array<std::uint8_t, kFidLen> encode_fid(std::int32_t fid);
+/// cLib's close request: defOpClose in the first int32, the rest zero from us.
+std::array<std::uint8_t, kClibCloseLen> encode_clib_close();
+/// Checks a received cLib close request (only the first word carries meaning).
+bool is_clib_close(const std::array<std::uint8_t, kClibCloseLen>& b);
 
 struct Queue {
   std::uint32_t ip_addr = 0;  ///< IPv4 as a number (host order value)
@@ -43,7 +66,7 @@ Queue make_queue(std::uint32_t ip, std::uint32_t qpn, std::uint32_t psn, std::ui
                  std::uint64_t vaddr, std::uint32_t size);
 std::array<std::uint8_t, kQueueLen> encode(const Queue& q);
 /// Decodes and checks a peer's queue; on anything Coyote would not send (a QPN or PSN over 24
-/// bits, no address, a GID that is not 32 hex digits and NUL or does not repeat ip_addr, a
+/// bits (QPN 0 is fine: a card's first thread), no address, a GID that is not 32 hex digits and NUL or does not repeat ip_addr, a
 /// buffer smaller than `need`), returns false with the reason in `err`. size 0 is taken as
 /// "not said".
 bool decode(const std::array<std::uint8_t, kQueueLen>& b, std::uint32_t need, Queue& q,

@@ -43,6 +43,7 @@ struct Opts {
   unsigned coyote_max = 1024 * 1024;  ///< -X
   unsigned coyote_runs = 10;          ///< -r
   unsigned coyote_batch = 64;         ///< --batch: operations per throughput run
+  int coyote_fid = -1;                ///< --fid: frame as the seed's cLib (client), -1: newer
 };
 
 /// ibv_rc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong.

@@ -7,6 +7,8 @@
 #   roced        roced hosting `test: coyote` twice (WRITE, READ): 64 junk bytes on the WRITE
 #                service fail that test with a clear error and roced serves on; then an
 #                in-process client runs WRITE, and a client attached to a second roced READ
+#   clib         the client framed as the seed's cLib (--fid: its function id before the queue,
+#                its 12-byte close), WRITE: the server recognises the framing by itself
 #   bad          a server given junk instead of a queue, and one whose peer hangs up: each exits
 #                1 with the reason within seconds
 #   coyote_pair.sh ROCE_PERF ROCED WORKDIR CASE
@@ -39,13 +41,14 @@ same_data() {  # CHECKER_LOG SENDER_LOG
   [[ -n $a && $a == "$b" ]] || { echo "FAIL: buffers differ ($a vs $b)"; exit 1; }
   echo "data: both buffers FNV-1a $a"
 }
-pair() {  # NAME OP: in-process server and client
+pair() {  # NAME OP [CLIENT ARGS...]: in-process server and client
   local name=$1 op=$2 port=$((tcp + ${#pids[@]} + 1))
+  shift 2
   "$perf" coyote "${srv[@]}" -p "$port" -o "$op" "${sizes[@]}" > "$work/$name-s.log" 2>&1 &
   local s=$!
   pids+=("$s")
   wait_listening "$port"
-  "$perf" coyote "${cli[@]}" -p "$port" -o "$op" "${sizes[@]}" -t 127.0.0.1 > "$work/$name-c.log" 2>&1 ||
+  "$perf" coyote "${cli[@]}" -p "$port" -o "$op" "${sizes[@]}" "$@" -t 127.0.0.1 > "$work/$name-c.log" 2>&1 ||
     { cat "$work/$name-s.log" "$work/$name-c.log"; echo "FAIL: $name client"; exit 1; }
   wait "$s" || { cat "$work/$name-s.log"; echo "FAIL: $name server"; exit 1; }
   cat "$work/$name-c.log"
@@ -80,6 +83,10 @@ case $case in
     pair write 1
     same_data "$work/write-s.log" "$work/write-c.log"
     grep -q "Benchmark operation: WRITE" "$work/write-s.log" ;;
+  clib)
+    pair clib 1 --fid 1
+    same_data "$work/clib-s.log" "$work/clib-c.log"
+    grep -q "cLib client, function id 1" "$work/clib-s.log" || { cat "$work/clib-s.log"; echo "FAIL: framing not recognised"; exit 1; } ;;
   read)
     pair read 0
     same_data "$work/read-c.log" "$work/read-s.log" ;;

@@ -59,6 +59,44 @@ TEST(CoyoteProto, RejectsWhatCoyoteWouldNotSend) {
   EXPECT_TRUE(decode(good, 4096, q, err)) << err;
 }
 
+TEST(CoyoteProto, AcceptsQpnZeroOfACardsFirstThread) {
+  // A card numbers its QPs (vfid << 6) | ctid: vFPGA 0's first thread sends QPN 0.
+  const auto b = encode(make_queue(0xC0000201, (0 << 6) | 0, 5, 0x10, 0x1000, 4096));
+  Queue q;
+  std::string err;
+  ASSERT_TRUE(decode(b, 4096, q, err)) << err;
+  EXPECT_EQ(q.qpn, 0u);
+  const auto c = encode(make_queue(0xC0000201, (3 << 6) | 2, 5, 0x10, 0x1000, 4096));
+  ASSERT_TRUE(decode(c, 4096, q, err)) << err;
+  EXPECT_EQ(q.qpn, 0xC2u);
+}
+
+TEST(CoyoteProto, SeedClibFraming) {
+  // cLib writes its int32 function id before the queue, little-endian as x86-64 lays it out.
+  const auto f = encode_fid(1);
+  const std::uint8_t want_fid[4] = {0x01, 0x00, 0x00, 0x00};
+  EXPECT_EQ(std::memcmp(f.data(), want_fid, 4), 0);
+  std::uint8_t first[kFidLen];
+  std::memcpy(first, f.data(), kFidLen);
+  EXPECT_TRUE(looks_like_fid(first));
+  // A queue's first word is the client's IPv4 address: never taken for a function id.
+  const auto q = encode(make_queue(0x0A01D4AD, 1, 1, 1, 0x1000, 64));
+  std::memcpy(first, q.data(), kFidLen);
+  EXPECT_FALSE(looks_like_fid(first));
+  std::memcpy(first, encode(make_queue(0x01000001, 1, 1, 1, 0x1000, 64)).data(), kFidLen);
+  EXPECT_FALSE(looks_like_fid(first));  // 1.0.0.1: the lowest address a host can have
+  // The close request: 12 bytes, defOpClose (0) first; the rest is cLib's stack garbage.
+  const auto c = encode_clib_close();
+  ASSERT_EQ(c.size(), 12u);
+  EXPECT_TRUE(is_clib_close(c));
+  std::array<std::uint8_t, kClibCloseLen> theirs{};
+  theirs.fill(0xA5);
+  std::memset(theirs.data(), 0, 4);
+  EXPECT_TRUE(is_clib_close(theirs));
+  theirs[0] = 1;  // defOpTask: not a close
+  EXPECT_FALSE(is_clib_close(theirs));
+}
+
 TEST(CoyoteProto, RowAsCoyotePrintsIt) {
   EXPECT_EQ(result_row(64, 25.7753, 11.517),
             "Size:       64; Average throughput:  25.7753 MB/s; Average latency:   11.517 us");
