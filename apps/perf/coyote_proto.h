@@ -66,9 +66,9 @@ Queue make_queue(std::uint32_t ip, std::uint32_t qpn, std::uint32_t psn, std::ui
                  std::uint64_t vaddr, std::uint32_t size);
 std::array<std::uint8_t, kQueueLen> encode(const Queue& q);
 /// Decodes and checks a peer's queue; on anything Coyote would not send (a QPN or PSN over 24
-/// bits (QPN 0 is fine: a card's first thread), no address, a GID that is not 32 hex digits and NUL or does not repeat ip_addr, a
-/// buffer smaller than `need`), returns false with the reason in `err`. size 0 is taken as
-/// "not said".
+/// bits (QPN 0 is fine: a card's first thread), no address, a GID that is not 32 hex digits and NUL
+/// or does not repeat ip_addr, a buffer smaller than `need`), returns false with the reason in
+/// `err`. size 0 is taken as "not said".
 bool decode(const std::array<std::uint8_t, kQueueLen>& b, std::uint32_t need, Queue& q,
             std::string& err);
 /// Coyote's debug line for a queue ("Local: QPN 0x..., PSN 0x..., VADDR ..., SIZE ..., IP ...").
