@@ -21,13 +21,13 @@ cleanup() {
 trap cleanup EXIT
 ip netns add "$ns" || { echo "skipped: cannot create a network namespace"; exit 77; }
 X=(ip netns exec "$ns")
-"${X[@]}" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 || true
+"${X[@]}" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv4.ip_forward=0 || true
 "${X[@]}" ip link add br0 type bridge
 "${X[@]}" ip link set br0 up
 "${X[@]}" ip link add v0 type veth peer name v0b
 for i in $(seq "$hosts"); do
   ip netns add "$ns-h$i"
-  ip netns exec "$ns-h$i" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 || true
+  ip netns exec "$ns-h$i" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv4.ip_forward=0 || true
   "${X[@]}" ip link add "v$i" type veth peer name "v${i}b"
   "${X[@]}" ip link set "v$i" netns "$ns-h$i"
   ip netns exec "$ns-h$i" ip link set "v$i" up

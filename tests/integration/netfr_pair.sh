@@ -30,7 +30,7 @@ if [[ $link == veth ]]; then
   ip -n "$na" link add veth-a type veth peer name veth-b netns "$nb"
   for nd in "$na veth-a" "$nb veth-b"; do
     read -r ns dev <<< "$nd"
-    ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 || true
+    ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv4.ip_forward=0 || true
     ip -n "$ns" link set "$dev" mtu 1500 up
     ip -n "$ns" link set lo up
   done

@@ -12,7 +12,7 @@ ns_pair_up() {
   ip -n "$b" addr add 192.0.2.12/24 dev mgmt-b
   for nd in "$a veth-a mgmt-a" "$b veth-b mgmt-b"; do
     read -r ns dev mgmt <<< "$nd"
-    ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 || true
+    ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv4.ip_forward=0 || true
     ip -n "$ns" link set "$dev" mtu "$mtu"
     for l in "$dev" "$mgmt" lo; do ip -n "$ns" link set "$l" up; done
   done

@@ -22,7 +22,7 @@ roced_ns_start() {
   ip -n "$ns" link add veth-r type veth peer name veth-k
   ip -n "$ns" link set veth-r up
   ip -n "$ns" link set veth-k up
-  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 || true
+  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv4.ip_forward=0 || true
   rm -rf "$work" && mkdir -p "$work"
   {
     cat <<YAML

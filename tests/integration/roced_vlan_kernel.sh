@@ -17,7 +17,7 @@ roced_ns_more_cleanup() { ip netns del "$ns2" 2>/dev/null || true; }
 . "$(dirname "$0")/roced_ns.sh"
 roced_ns_start "$ns" "$work" vlan-kernel-test 19484 "vlan: 100"
 ip netns add "$ns2" || { echo "skipped: cannot create network namespaces"; exit 77; }
-ip netns exec "$ns2" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 || true
+ip netns exec "$ns2" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv4.ip_forward=0 || true
 if ! ip -n "$ns" link add link veth-k name veth-k.100 type vlan id 100 2>"$work/vlan.err"; then
   echo "skipped: no kernel VLAN interfaces here ($(cat "$work/vlan.err"))"; exit 77
 fi

@@ -23,7 +23,7 @@ if ! ip netns add "$a" || ! ip netns add "$b"; then echo "skipped: cannot create
 ip -n "$a" link add veth-a type veth peer name veth-b netns "$b"
 for nd in "$a veth-a" "$b veth-b"; do
   read -r ns dev <<< "$nd"
-  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 || true
+  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv4.ip_forward=0 || true
   ip -n "$ns" link set "$dev" up
   ip -n "$ns" link set lo up
 done

@@ -14,7 +14,7 @@ ip netns add "$a" && ip netns add "$b" || { echo "skipped: cannot create network
 ip -n "$a" link add veth-a type veth peer name veth-b netns "$b"
 for pair_ns in "$a veth-a" "$b veth-b"; do
   read -r ns dev <<< "$pair_ns"
-  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 || true
+  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv4.ip_forward=0 || true
   ip -n "$ns" link set "$dev" mtu 1500 up
 done
 rm -rf "$work" && mkdir -p "$work"

@@ -24,7 +24,7 @@ ip netns add "$ns" || { echo "skipped: cannot create a network namespace"; exit 
 ip -n "$ns" link set lo up
 ip -n "$ns" link add br0 type bridge
 ip -n "$ns" link set br0 up
-ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 || true
+ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv4.ip_forward=0 || true
 # Enslaves a tap to the bridge as soon as its PMD has created it.
 join() {
   for _ in $(seq 100); do
