@@ -1,17 +1,11 @@
 #!/bin/sh
-# The image's build stage (containers/Containerfile runs it; so does build-rootfs.sh in a
-# chroot when no container engine runs): installs the build dependencies from Debian 12's
-# archive, builds the appliance as the default preset does (RelWithDebInfo, stripped at install; GCC 12 at -O3 trips -Werror=restrict) without tests, and installs the binaries into
-# /out/bin. Run from the source tree's root (/src).
+# The image's build stage, second half (containers/Containerfile; steps/build-deps.sh installed
+# the build dependencies): builds the appliance as the default preset does (RelWithDebInfo,
+# stripped at install; GCC 12 at -O3 trips -Werror=restrict) without tests, and installs the
+# binaries into /out/bin. Run from the source tree's root (/src).
 #   ROCE_JOBS   parallel compile jobs (default: all processors)
 #   CCACHE_DIR  when set (a mounted cache), compile through ccache
 set -eu
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends \
-  build-essential cmake ninja-build pkg-config ccache ca-certificates \
-  libdpdk-dev libisal-dev libyaml-cpp-dev libboost-program-options-dev \
-  libibverbs-dev librdmacm-dev >/dev/null
 launcher=""
 if [ -n "${CCACHE_DIR:-}" ]; then launcher="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache"; fi
 # shellcheck disable=SC2086

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The image's run stage (containers/Containerfile runs it; so does build-rootfs.sh in a chroot):
+# The image's run stage (containers/Containerfile runs it):
 # only the runtime libraries of the binaries in /usr/local/bin, the DPDK drivers the appliance
 # uses without a NIC (net_memif, net_af_packet, net_tap, net_ring, the vdev bus and the ring
 # mempool), and an unprivileged user. A physical NIC needs its PMD's package added here
