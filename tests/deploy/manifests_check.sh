@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Offline checks of the deployment recipes (containers/): yamllint on every YAML file; the
-# compose files merged and every reference resolved (netns-compose.py config); each appliance
+# compose files merged and every reference resolved (compose_check.py); each appliance
 # configuration they mount accepted by roced --check (the compose ones and the ConfigMap's);
 # each Kubernetes object validated against the API's schema and the deployment's rules
 # (k8s_validate.mjs, npm's kubernetes-models installed by scripts/install-deps.sh).
@@ -22,8 +22,8 @@ echo "== yamllint"
 yamllint -s -c "$c/yamllint.yaml" "$c"
 
 echo "== compose files"
-"$c/netns-compose.py" -f "$c/compose.yaml" config
-"$c/netns-compose.py" -f "$c/compose.yaml" -f "$c/compose.bridge.yaml" config
+/usr/bin/python3 "$here/compose_check.py" "$c/compose.yaml"
+/usr/bin/python3 "$here/compose_check.py" "$c/compose.yaml" "$c/compose.bridge.yaml"
 
 echo "== appliance configurations"
 for f in "$c"/config/*.yaml; do "$roced" --check --config "$f"; done

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Offline check of compose files (tests/deploy/manifests_check.sh): merged as compose merges
+an override file (mappings merged, volumes by their target, other lists appended), then every
+reference resolved: each service's networks and named volumes are declared, bind sources and
+mounted files exist, depends_on names services, and nothing uses what Debian 12's
+podman-compose 1.0.3 cannot run (network_mode service:X, per-network addresses).
+  compose_check.py FILE [OVERRIDE]...
+"""
+import os
+import sys
+
+import yaml
+
+
+def merge(base, over):
+    for key, value in over.items():
+        if key not in base:
+            base[key] = value
+        elif isinstance(value, dict) and isinstance(base[key], dict):
+            merge(base[key], value)
+        elif isinstance(value, list) and isinstance(base[key], list):
+            if key == "volumes":
+                targets = {v.split(":")[1] for v in value if ":" in v}
+                base[key] = [v for v in base[key] if v.split(":")[1] not in targets] + value
+            else:
+                base[key] = base[key] + value
+        else:
+            base[key] = value
+    return base
+
+
+def main(files):
+    model, problems = {}, []
+    for f in files:
+        merge(model, yaml.safe_load(open(f)))
+    where = os.path.dirname(os.path.abspath(files[0]))
+    services = model.get("services") or {}
+    networks, volumes = model.get("networks") or {}, model.get("volumes") or {}
+    for name, s in services.items():
+        say = lambda msg: problems.append(f"{name}: {msg}")  # noqa: E731
+        if "image" not in s:
+            say("no image")
+        mode = s.get("network_mode", "")
+        if mode.startswith("service:"):
+            say(f"network_mode {mode}: podman-compose 1.0.3 cannot share a service's namespace")
+        nets = s.get("networks") or []
+        if isinstance(nets, dict):
+            say("networks as a mapping (addresses): podman-compose 1.0.3 takes a list only")
+        for n in nets:
+            if n not in networks:
+                say(f"network {n} is not declared")
+        for v in s.get("volumes") or []:
+            src = v.split(":")[0]
+            if src.startswith((".", "/")):
+                if not os.path.exists(os.path.join(where, src)):
+                    say(f"bind source {src} does not exist")
+            elif src not in volumes:
+                say(f"volume {src} is not declared")
+        for d in s.get("depends_on") or []:
+            if d not in services:
+                say(f"depends_on {d}: no such service")
+        print(f"ok service {name}: user {s.get('user')}, caps +{s.get('cap_add', [])} -{s.get('cap_drop', [])}")
+    for p in problems:
+        print(f"FAIL {p}")
+    return 1 if problems or not services else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
