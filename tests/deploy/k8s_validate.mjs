@@ -1,82 +1,147 @@
-// Offline checks of containers/k8s/: every object against the Kubernetes API's JSON schema
-// (the npm package kubernetes-models, generated from the API's OpenAPI document), then the
-// deployment's own rules: Guaranteed QoS with whole CPUs, probes through roce-ctl, Prometheus
-// scrape annotations, hugepages in the hugepages variant only, no privileges.
-//   NODE_PATH=DIR/node_modules node k8s_validate.mjs FILE...
+// Offline checks of containers/k8s/: each overlay rendered as `kubectl apply -k` would render it
+// (kustomize_lite.mjs), every object against the Kubernetes API's JSON schema (the npm package
+// kubernetes-models, generated from the API's OpenAPI document; Multus's
+// NetworkAttachmentDefinition, a custom resource, against its own rules), then the deployment's
+// rules: Guaranteed QoS with whole CPUs (the static CPU manager policy gives such containers
+// cores of their own), hugepages resources matching the configuration's EAL arguments, probes
+// through roce-ctl, Prometheus scrape annotations, no privileges beyond net_af_packet's two
+// capabilities, every attachment and configuration key resolved, budgets selecting a Deployment.
+//   NODE_PATH=DIR/node_modules node k8s_validate.mjs OVERLAY_DIR...
 // Exits 0 when every object passes; prints one line per object and one per problem.
-import { readFileSync } from "node:fs";
-import { createRequire } from "node:module";
 import { basename } from "node:path";
+import { render, yaml } from "./kustomize_lite.mjs";
+import { createRequire } from "node:module";
 
 const modules = process.env.NODE_PATH.split(":")[0];
 const require = createRequire(modules + "/");
-const yaml = require("js-yaml");
 const problems = [];
 const fail = (where, msg) => problems.push(`${where}: ${msg}`);
 
-async function model(apiVersion, kind) {
+function model(apiVersion, kind) {
   const [group, version] = apiVersion.includes("/") ? apiVersion.split("/") : ["", apiVersion];
   const path = group ? `${group}/${version}/${kind}` : `${version}/${kind}`;
   const mod = require(`${modules}/kubernetes-models/${path}.js`);  // CommonJS (4.x, node >= 14)
   return mod[kind];
 }
 
+const dns1123 = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+function checkNad(where, doc) {
+  if (!dns1123.test(doc.metadata?.name ?? "")) return fail(where, "name is not a DNS-1123 label");
+  let cni;
+  try {
+    cni = JSON.parse(doc.spec?.config ?? "");
+  } catch (e) {
+    return fail(where, `spec.config is not JSON: ${e.message}`);
+  }
+  if (!cni.cniVersion || !cni.type) fail(where, "spec.config needs cniVersion and type");
+  const need = { macvlan: ["master"], ipvlan: ["master"], "host-device": [], sriov: [] }[cni.type];
+  if (!need) return fail(where, `CNI type ${cni.type}: not one this deployment documents`);
+  for (const k of need) if (!cni[k]) fail(where, `${cni.type} needs ${k}`);
+  if (cni.type === "host-device" && !cni.device && !cni.pciBusID) fail(where, "host-device needs device or pciBusID");
+  if (cni.type === "sriov" && !doc.metadata.annotations?.["k8s.v1.cni.cncf.io/resourceName"])
+    fail(where, "sriov needs the annotation k8s.v1.cni.cncf.io/resourceName");
+  return cni;
+}
+
 const cpuWhole = (v) => /^[1-9][0-9]*$/.test(String(v));
-function checkPod(where, spec, huge) {
-  const all = [...(spec.initContainers ?? []), ...spec.containers];
-  for (const c of all) {
+function checkPod(where, meta, spec, ctx) {
+  for (const c of [...(spec.initContainers ?? []), ...spec.containers]) {
     const r = c.resources ?? {}, req = r.requests ?? {}, lim = r.limits ?? {};
-    for (const k of ["cpu", "memory"]) {
+    for (const k of new Set(["cpu", "memory", ...Object.keys(req), ...Object.keys(lim)])) {
       if (req[k] === undefined || String(req[k]) !== String(lim[k]))
         fail(where, `${c.name}: ${k} request must equal its limit (Guaranteed QoS)`);
     }
     if (!cpuWhole(lim.cpu)) fail(where, `${c.name}: cpu ${lim.cpu} is not a whole number of cores`);
-    const hp = lim["hugepages-2Mi"];
-    if (c.name === "roced" && huge && !hp) fail(where, "roced: no hugepages-2Mi in the hugepages variant");
-    if (hp && !huge) fail(where, `${c.name}: hugepages in the --no-huge variant`);
     const sc = c.securityContext ?? {};
     if (sc.privileged) fail(where, `${c.name}: privileged`);
     if (sc.allowPrivilegeEscalation !== false) fail(where, `${c.name}: allowPrivilegeEscalation is not false`);
     if (!(sc.capabilities?.drop ?? []).includes("ALL")) fail(where, `${c.name}: capabilities not dropped`);
+  }
+  const nets = (meta.annotations?.["k8s.v1.cni.cncf.io/networks"] ?? "").split(",").filter((n) => n);
+  for (const n of nets) {
+    const nad = ctx.nads.get(n.trim());
+    if (!nad) { fail(where, `network ${n}: no NetworkAttachmentDefinition of that name`); continue; }
+    const res = nad.doc.metadata.annotations?.["k8s.v1.cni.cncf.io/resourceName"];
+    const roced = spec.containers.find((c) => c.name === "roced");
+    if (res && roced?.resources?.limits?.[res] === undefined) fail(where, `network ${n} needs the resource ${res}`);
   }
   for (const c of spec.containers.filter((c) => c.name === "roced")) {
     for (const p of ["readinessProbe", "livenessProbe"]) {
       const cmd = c[p]?.exec?.command ?? [];
       if (cmd[0] !== "roce-ctl") fail(where, `roced: ${p} is not roce-ctl`);
     }
-    const args = c.args.join(" ");
-    if (huge === args.includes("nohuge")) fail(where, `roced: ${args} is the wrong configuration`);
+    const i = c.args.indexOf("--config");
+    const key = c.args[i + 1]?.replace(/^\/etc\/roce\//, "");
+    const text = ctx.config?.data?.[key];
+    if (!text) { fail(where, `roced: --config ${c.args[i + 1]} is not a key of the ConfigMap roce-appliance`); continue; }
+    const cfg = yaml.load(text);
+    const huge = c.resources?.limits?.["hugepages-2Mi"] !== undefined;
+    const noHuge = (cfg.eal?.args ?? []).includes("--no-huge");
+    if (huge === noHuge) fail(where, `roced: hugepages-2Mi ${huge ? "requested" : "not requested"} but ${key} ${noHuge ? "has" : "lacks"} --no-huge`);
+    if (huge) {
+      const m = c.volumeMounts?.find((v) => v.mountPath === "/dev/hugepages");
+      const v = spec.volumes?.find((v) => v.name === m?.name);
+      if (!v?.emptyDir?.medium?.startsWith("HugePages")) fail(where, "roced: no HugePages emptyDir on /dev/hugepages");
+    }
+    const afPacket = (cfg.ports ?? []).some((p) => p.device.startsWith("net_af_packet"));
+    const caps = [...(c.securityContext?.capabilities?.add ?? [])].sort().join(",");
+    if (afPacket && caps !== "NET_ADMIN,NET_RAW") fail(where, `roced: net_af_packet needs NET_RAW and NET_ADMIN only, not [${caps}]`);
+    if (!afPacket && caps) fail(where, `roced: capabilities [${caps}] that ${key} does not need`);
+    for (const p of cfg.ports ?? []) {
+      const iface = /iface=([^,]+)/.exec(p.devargs ?? "")?.[1];
+      if (p.device.startsWith("net_af_packet") && iface === "net1" && nets.length === 0)
+        fail(where, `roced: ${key} drives net1 but the pod has no network attachment`);
+    }
   }
 }
 
 let objects = 0;
-for (const file of process.argv.slice(2)) {
-  const huge = !basename(file).includes("nohuge");
-  for (const doc of yaml.loadAll(readFileSync(file, "utf8"))) {
-    if (!doc) continue;
-    const where = `${basename(file)}: ${doc.kind}/${doc.metadata?.name}`;
+for (const dir of process.argv.slice(2)) {
+  const overlay = basename(dir);
+  let docs;
+  try {
+    docs = render(dir);
+  } catch (e) {
+    fail(overlay, e.message);
+    continue;
+  }
+  const ctx = { nads: new Map(), config: docs.find((d) => d.kind === "ConfigMap" && d.metadata.name === "roce-appliance") };
+  for (const doc of docs.filter((d) => d.kind === "NetworkAttachmentDefinition"))
+    ctx.nads.set(doc.metadata.name, { doc });
+  for (const doc of docs) {
+    const where = `${overlay}: ${doc.kind}/${doc.metadata?.name}`;
     objects++;
-    let M;
-    try {
-      M = await model(doc.apiVersion, doc.kind);
-    } catch (e) {
-      fail(where, `unknown apiVersion/kind ${doc.apiVersion} ${doc.kind}`);
-      continue;
+    if (doc.apiVersion === "k8s.cni.cncf.io/v1" && doc.kind === "NetworkAttachmentDefinition") {
+      checkNad(where, doc);
+    } else {
+      let M;
+      try {
+        M = model(doc.apiVersion, doc.kind);
+      } catch (e) {
+        fail(where, `unknown apiVersion/kind ${doc.apiVersion} ${doc.kind}`);
+        continue;
+      }
+      try {
+        new M(doc).validate();
+      } catch (e) {
+        fail(where, `schema: ${e.message}`);
+        continue;
+      }
     }
-    try {
-      new M(doc).validate();
-    } catch (e) {
-      fail(where, `schema: ${e.message}`);
-      continue;
-    }
-    if (doc.kind === "Deployment" || doc.kind === "DaemonSet") {
+    if (doc.kind === "Deployment") {
       const t = doc.spec.template;
       const a = t.metadata?.annotations ?? {};
       if (a["prometheus.io/scrape"] !== "true" || a["prometheus.io/port"] !== "9464")
         fail(where, "no Prometheus scrape annotations for port 9464");
-      checkPod(where, t.spec, huge);
+      checkPod(where, t.metadata ?? {}, t.spec, ctx);
     }
-    if (doc.kind === "Job") checkPod(where, doc.spec.template.spec, false);
+    if (doc.kind === "Job") checkPod(where, doc.spec.template.metadata ?? {}, doc.spec.template.spec, ctx);
+    if (doc.kind === "PodDisruptionBudget") {
+      const sel = doc.spec.selector?.matchLabels ?? {};
+      const hit = docs.some((d) => d.kind === "Deployment" &&
+        Object.entries(sel).every(([k, v]) => d.spec.template.metadata?.labels?.[k] === v));
+      if (!hit) fail(where, "selects no Deployment's pods");
+    }
     if (!problems.some((p) => p.startsWith(where + ":"))) console.log(`ok ${where}`);
   }
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Offline checks of the deployment recipes (containers/): yamllint on every YAML file; the
 # compose files merged and every reference resolved (compose_check.py); each appliance
-# configuration they mount accepted by roced --check (the compose ones and the ConfigMap's);
-# each Kubernetes object validated against the API's schema and the deployment's rules
-# (k8s_validate.mjs, npm's kubernetes-models installed by scripts/install-deps.sh).
+# configuration they mount accepted by roced --check (the compose ones and each Kubernetes
+# overlay's ConfigMap); each overlay rendered (kustomize_lite.mjs) and every object validated
+# against the API's schema and the deployment's rules (k8s_validate.mjs, npm's
+# kubernetes-models installed by scripts/install-deps.sh).
 # No network, no root. Exits 77 (skipped) when yamllint or the schema validator is missing.
 #   manifests_check.sh ROCED
 set -euo pipefail
@@ -27,18 +28,21 @@ echo "== compose files"
 
 echo "== appliance configurations"
 for f in "$c"/config/*.yaml; do "$roced" --check --config "$f"; done
-/usr/bin/python3 - "$c/k8s/configmap.yaml" "$work" <<'PY'
+# every overlay's ConfigMap (rendered as kubectl apply -k renders it)
+for o in "$c"/k8s/overlays/*/; do
+  o=$(basename "$o")
+  mkdir -p "$work/$o"
+  NODE_PATH=$node_modules node "$here/kustomize_lite.mjs" "$c/k8s/overlays/$o" > "$work/$o.yaml"
+  /usr/bin/python3 - "$work/$o.yaml" "$work/$o" <<'PY'
 import sys, yaml
-cm = yaml.safe_load(open(sys.argv[1]))
-for key, text in cm["data"].items():
-    open(f"{sys.argv[2]}/{key}", "w").write(text)
+for doc in yaml.safe_load_all(open(sys.argv[1])):
+    if doc and doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == "roce-appliance":
+        for key, text in doc["data"].items():
+            open(f"{sys.argv[2]}/{key}", "w").write(text)
 PY
-for f in "$work"/*.yaml; do "$roced" --check --config "$f"; done
-# the Deployments name ConfigMap keys that exist
-for k in $(grep -ho 'etc/roce/[a-z-]*\.yaml' "$c"/k8s/appliance*.yaml | sort -u); do
-  [[ -f $work/${k#etc/roce/} ]] || { echo "FAIL: $k is not a key of the ConfigMap"; exit 1; }
+  for f in "$work/$o"/*.yaml; do echo -n "$o: "; "$roced" --check --config "$f"; done
 done
 
-echo "== Kubernetes objects"
-NODE_PATH=$node_modules node "$here/k8s_validate.mjs" "$c"/k8s/*.yaml
+echo "== Kubernetes objects (each overlay)"
+NODE_PATH=$node_modules node "$here/k8s_validate.mjs" "$c"/k8s/overlays/*/
 echo "PASS manifests"
