@@ -78,10 +78,11 @@ podman logs roce-bench-bench 2>&1 | grep -v 'systemd connection' | sed 's/^/  be
 podman logs roce-bench-app 2>&1 | grep -v 'systemd connection' | sed 's/^/  app: /'
 echo "bench exit $rc_bench, app exit $rc_app"
 [[ $rc_bench == 0 && $rc_app == 0 ]] || fail "the benchmark's clients exited $rc_bench and $rc_app"
-podman logs roce-bench-bench 2>&1 | grep -q "OK: SEND of 1048576 bytes, WRITE of 1048576 bytes, READ of 1048576 bytes, data verified" \
+bench_log=$(podman logs roce-bench-bench 2>&1) app_log=$(podman logs roce-bench-app 2>&1)
+grep -q "OK: SEND of 1048576 bytes, WRITE of 1048576 bytes, READ of 1048576 bytes, data verified" <<<"$bench_log" \
   || fail "no verified transfer"
-podman logs roce-bench-bench 2>&1 | grep -q "OK: 500 ping-pongs" || fail "no ping-pongs"
-podman logs roce-bench-app 2>&1 | grep -q "data verified" || fail "the client of A did not verify its data"
+grep -q "OK: 500 ping-pongs" <<<"$bench_log" || fail "no ping-pongs"
+grep -q "data verified" <<<"$app_log" || fail "the client of A did not verify its data"
 
 echo "== 3. counters from the pod addresses, SIGTERM"
 for p in $a $b; do

@@ -60,5 +60,7 @@ stop_checked() {
   rc=$(podman inspect -f '{{.State.ExitCode}}' "$1")
   echo "$1: exit status $rc after SIGTERM"
   [[ $rc == 0 ]] || fail "$1 exited $rc on SIGTERM"
-  podman logs "$1" 2>&1 | grep -q "stopping (SIGTERM)" || fail "$1 did not log its SIGTERM stop"
+  local log
+  log=$(podman logs "$1" 2>&1)  # whole: grep -q closing the pipe early would fail pipefail
+  grep -q "stopping (SIGTERM)" <<<"$log" || fail "$1 did not log its SIGTERM stop"
 }
