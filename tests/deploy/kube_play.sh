@@ -16,7 +16,7 @@ set -euo pipefail
 # shellcheck source=tests/deploy/podman_env.sh
 source "$(dirname "$0")/podman_env.sh"
 node_modules=${ROCE_NPM_DIR:-$ROCE_DEPLOY_CACHE/npm}/node_modules
-command -v node >/dev/null && [[ -d $node_modules/js-yaml ]] || skip "node or js-yaml missing (scripts/install-deps.sh)"
+if ! command -v node >/dev/null || [[ ! -d $node_modules/js-yaml ]]; then skip "node or js-yaml missing (scripts/install-deps.sh)"; fi
 podman image exists "$image" || skip "no image $image (test deploy_image builds it)"
 can_run "$image" || skip "podman cannot run a container here: $(tail -1 "$ROCE_DEPLOY_CACHE/probe.log")"
 work=$ROCE_DEPLOY_CACHE/kube

@@ -8,8 +8,8 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 c=$repo/containers
 export CONTAINERS_CONF=$c/podman/containers.conf
 export ROCE_DEPLOY_CACHE=${ROCE_DEPLOY_CACHE:-/var/tmp/roce-deploy}
-image=localhost/roce-appliance:latest
-base_image=localhost/roce-debian:bookworm
+# shellcheck disable=SC2034  # used by the scripts that source this file
+image=localhost/roce-appliance:latest base_image=localhost/roce-debian:bookworm
 skip() { echo "skipped: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
 [[ $(id -u) == 0 ]] || skip "needs root (podman with runc, networks, host paths)"
