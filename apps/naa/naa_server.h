@@ -59,6 +59,9 @@ struct NaaConfig {
   /// Test hook: every kernel takes at least this long, busy on its CPU (a long matmul); no
   /// kernel runs on the poll loop then.
   double kernel_delay_ms = 0;
+  /// The function table: KernelRegistry::configure's "CODE=NAME,..." applied to the kernels
+  /// the server is given (roce-naa --functions); empty: as given.
+  std::string functions;
   bool verbose = false;
 };
 
@@ -134,6 +137,7 @@ class NaaServer {
     MrInfo rx_mr, tx_mr;
     std::shared_ptr<Arena> arena;   ///< shared with a kernel that runs on it
     bool running = false;           ///< a call of this host is on the kernel threads
+    Layout layout = Layout::kUpstream;  ///< of its last advertisement+request
     std::vector<Region> regions;    ///< as advertised by the host
     std::vector<std::size_t> data;  ///< indexes of the non-internal regions, in order
     std::uint64_t calls = 0;
@@ -144,11 +148,16 @@ class NaaServer {
   void on_event(const ConnEvent& e);
   void on_completion(const Completion& c);
   void on_mrsp(Host& h, std::span<const std::uint8_t> msg);
-  void on_call(Host& h, std::uint32_t fncode);
-  /// Sends a call's results: the WRITEs of `outputs` (indexes into Host::data), then the
-  /// WRITE_WITH_IMM of `status` to the return region `ret` (0: the metadata region).
-  void finish_call(Host& h, std::uint32_t fncode, std::uint32_t status,
-                   const std::vector<std::size_t>& outputs, std::size_t ret);
+  /// The host's WRITE_WITH_IMM: `imm` as a number (ntohl of the wire's).
+  void on_call(Host& h, std::uint32_t imm);
+  /// Answers a call with its result: by the host's layout, the regions that go back and the
+  /// final WRITE_WITH_IMM of the status (seed: to the return region `ret`, an index into
+  /// Host::data, 0 being the metadata region).
+  void answer(Host& h, std::uint32_t fncode, const KernelResult& r, std::size_t ret);
+  /// Posts the WRITEs of `writes` (indexes into Host::data), then the solicited WRITE_WITH_IMM
+  /// of `imm` to region `target`, with its contents when `target_data`, else of no bytes.
+  void post_results(Host& h, const std::vector<std::size_t>& writes, std::size_t target,
+                    bool target_data, std::uint32_t imm);
   void collect_kernels();
   void send_mrsp(Host& h, std::size_t len);
   void free_regions(Host& h);
