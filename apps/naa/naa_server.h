@@ -1,24 +1,27 @@
 /// @file
-/// The network-attached accelerator (NAA) side of the NAAICE protocol, for many hosts at once,
-/// on any Stack (stack.h). Per host (one rdma_cm connection):
+/// The network-attached accelerator (NAA) side of the NAAICE protocol as upstream NAAICE
+/// (naa-communication-library f7b72fc) speaks it, for many hosts at once, on any Stack
+/// (stack.h). Per host (one rdma_cm connection):
 ///
 ///   1. connect request -> QP created, two receives of kMaxMessageSize posted, REP (so the
 ///      host's first SEND never finds the receive queue empty; if it did, RNR NAK and retry)
 ///   2. MRSP: the host's advertisement+request (0x01) is checked against this host's NAA memory
-///      (an arena of `memory_per_host` bytes, addressed by the 56-bit "FPGA address"; address 0
-///      means "anywhere"): too many regions -> error 0x03, an address beyond the arena -> 0x02,
-///      address + size beyond it -> 0x01. Otherwise each region is registered at its FPGA
-///      address (iova) and the advertisement (0x02) lists address, rkey and size of every
-///      non-internal region, in the host's order. After an error the host may try again.
+///      (an arena of `memory_per_host` bytes, addressed by the 56-bit "FPGA address"): too many
+///      regions -> error 0x03, an address beyond the arena -> 0x02, address + size beyond it ->
+///      0x01. Otherwise each region is registered at its NAA address (iova) and the
+///      advertisement (0x02) lists address, rkey and size of every non-internal region, in the
+///      host's order. After an error the host may try again. Every answer is a SEND with the
+///      Solicited Event bit (NAAICE hosts sleep until a solicited completion).
 ///   3. data: the host's RDMA WRITEs land in the regions; its final WRITE_WITH_IMM carries the
-///      function code. Region 0 is the metadata region (big-endian u64 return address: one of
-///      the host's region addresses); regions 1..n-1 are the kernel's parameters.
-///   4. the kernel runs (kernels.h) on a worker thread, off the poll loop (which keeps serving
-///      ARP, the CM and the other hosts); when it is done, the loop sends the parameters it
-///      wrote back to the host's regions as RDMA WRITEs, the return region last as a
-///      WRITE_WITH_IMM whose immediate is the status (0 success, 0x10-0x7f application errors);
-///      on an error a zero-length WRITE_WITH_IMM. A call finding the kernel queue full, or made
-///      while the host's previous call still runs, is answered at once with status 0x01.
+///      function code (Layout, mrsp.h: upstream's fncode | 0x80, or the seed's whole immediate
+///      after a metadata region 0 holding the return address).
+///   4. the kernel runs (kernels.h) on the regions, on a worker thread off the poll loop (which
+///      keeps serving ARP, the CM and the other hosts) unless small and linear; when it is done,
+///      the loop writes back the regions the host flagged OUTPUT (seed: the parameters the kernel
+///      wrote, the return region last), the last as a solicited WRITE_WITH_IMM carrying the
+///      status (upstream: status << 8); on an error a zero-length one. A call finding the kernel
+///      queue full, or made while the host's previous call still runs, is answered at once with
+///      status 0x01.
 ///   5. any number of calls, then the host's DREQ; the host's regions are freed.
 #pragma once
 
