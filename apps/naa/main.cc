@@ -85,8 +85,8 @@ int main(int argc, char** argv) {
       "busy-poll", "never yield the CPU when idle (benchmarks on a dedicated core)")(
       "functions", po::value(&cfg.functions),
       "function codes: CODE=KERNEL[,CODE=KERNEL...] over the default table (--list-kernels), "
-      "KERNEL 'none' removes a code; e.g. 2=vector_add,3=reduce_sum")(
-      "verbose,v", "log every MRSP and call");
+      "KERNEL 'none' removes a code; e.g. 2=vector_add,3=reduce_sum")("verbose,v",
+                                                                      "log every MRSP and call");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, d), vm);

@@ -24,7 +24,8 @@ void on_signal(int) { g_stop = 1; }
   std::fprintf(rc ? stderr : stdout,
                "Usage: roce-naa-ibverbs [-p PORT] [--max-hosts N] [--memory-per-host MIB]\n"
                "                        [--max-regions N] [--host-idle-timeout S]\n"
-               "                        [--functions CODE=KERNEL,...] [--exit-after N] [--timeout S] [-v]\n");
+               "                        [--functions CODE=KERNEL,...] [--exit-after N]\n"
+               "                        [--timeout S] [-v]\n");
   std::exit(rc);
 }
 

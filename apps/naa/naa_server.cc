@@ -13,9 +13,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <stdexcept>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "dataplane/wire/bytes.h"
@@ -614,8 +614,7 @@ void NaaServer::answer(Host& h, std::uint32_t fncode, const KernelResult& r, std
   for (std::size_t o : r.outputs)
     if (o + 1 != ret) writes.push_back(o + 1);
   target = ret;
-  post_results(h, r.status == 0 ? writes : std::vector<std::size_t>{}, target, r.status == 0,
-               imm);
+  post_results(h, r.status == 0 ? writes : std::vector<std::size_t>{}, target, r.status == 0, imm);
 }
 
 void NaaServer::post_results(Host& h, const std::vector<std::size_t>& writes, std::size_t target,

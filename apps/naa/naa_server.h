@@ -138,11 +138,11 @@ class NaaServer {
     std::uint8_t* rx = nullptr;  ///< kRxSlots receive slots
     std::uint8_t* tx = nullptr;  ///< the send buffer
     MrInfo rx_mr, tx_mr;
-    std::shared_ptr<Arena> arena;   ///< shared with a kernel that runs on it
-    bool running = false;           ///< a call of this host is on the kernel threads
+    std::shared_ptr<Arena> arena;       ///< shared with a kernel that runs on it
+    bool running = false;               ///< a call of this host is on the kernel threads
     Layout layout = Layout::kUpstream;  ///< of its last advertisement+request
-    std::vector<Region> regions;    ///< as advertised by the host
-    std::vector<std::size_t> data;  ///< indexes of the non-internal regions, in order
+    std::vector<Region> regions;        ///< as advertised by the host
+    std::vector<std::size_t> data;      ///< indexes of the non-internal regions, in order
     std::uint64_t calls = 0;
     std::uint64_t last_active_ns = 0;
     std::uint64_t receives_due_ns = 0;  ///< late_receives_ms: when to post them

@@ -68,9 +68,10 @@ NaaConfig service_config(const ctl::ServiceConfig& sc) {
         throw std::runtime_error("service naa: --functions: " + err);
       c.functions = v;
     } else
-      throw std::runtime_error("service naa: unknown option " + a +
-                               " (--max-hosts, --memory-per-host, --max-regions, "
-                               "--host-idle-timeout, --kernel-threads, --kernel-queue, --functions, -v)");
+      throw std::runtime_error(
+          "service naa: unknown option " + a +
+          " (--max-hosts, --memory-per-host, --max-regions, "
+          "--host-idle-timeout, --kernel-threads, --kernel-queue, --functions, -v)");
   }
   return c;
 }

@@ -115,7 +115,6 @@ TEST(Kernels, RegistryAdd) {
   EXPECT_EQ(reg.run(0x43, none).status, kRpcBadParamCount);
 }
 
-
 // Upstream's software NAA (kernels/swnaa_kernels.c match_function_code): 1 adds 1 to every byte
 // of every region, 2 adds 2, 3 changes nothing. They are the default table's 1..3; this NAA's
 // own kernels sit beside them.
@@ -160,8 +159,8 @@ TEST(Kernels, FunctionTableConfigurable) {
   EXPECT_TRUE(reg.configure("", err));
   // Refused, with a reason, the table unchanged: code 0 (the host's error), codes beyond the
   // 7 bits upstream carries, unknown names, bad syntax.
-  for (const char* bad : {"0=add2", "128=add2", "2=nosuch", "x=add2", "2", "2=", "=add2",
-                          "2=add2,", "2=add2;3=echo"}) {
+  for (const char* bad : {"0=add2", "128=add2", "2=nosuch", "x=add2", "2", "2=", "=add2", "2=add2,",
+                          "2=add2;3=echo"}) {
     err.clear();
     auto copy = reg;
     EXPECT_FALSE(copy.configure(bad, err)) << bad;

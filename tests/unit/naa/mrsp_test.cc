@@ -156,7 +156,6 @@ TEST(Mrsp, RpcStatusRanges) {
   EXPECT_NE(rpc_status_string(0x80).find("undefined"), std::string::npos);
 }
 
-
 // ---- upstream NAAICE (naaice-greenhpc/naa-communication-library f7b72fc) ------------------------
 // Facts from upstream's structs and encoders (lib/naaice.h, lib/naaice.c naaice_send_message,
 // naaice_write_data, naaice_handle_work_completion; lib/naaice_swnaa.c): derived from the code,

@@ -565,7 +565,6 @@ TEST_F(NaaServerTest, EachHostsMemoryIsInItsOwnProtectionDomain) {
   EXPECT_TRUE(stack.remote_write(a, adv_a.regions[1].rkey, adv_a.regions[1].addr, junk, 64));
 }
 
-
 // ---- upstream NAAICE's layout (naa-communication-library f7b72fc) ------------------------------
 // Every region is data, flagged INPUT / OUTPUT / SINGLESEND; no metadata region. The NAA writes
 // the OUTPUT regions back, the last as WRITE_WITH_IMM(status << 8); everything the host waits
@@ -577,8 +576,8 @@ AdvertiseRequest upstream_request(const std::vector<std::pair<std::uint8_t, std:
   AdvertiseRequest q;
   std::uint64_t naa = 0;
   for (std::size_t i = 0; i < r.size(); ++i) {
-    q.regions.push_back({r[i].first, naa, 0x100000 * (i + 1), static_cast<std::uint32_t>(2 + i),
-                         r[i].second});
+    q.regions.push_back(
+        {r[i].first, naa, 0x100000 * (i + 1), static_cast<std::uint32_t>(2 + i), r[i].second});
     naa += (r[i].second + 4095) / 4096 * 4096;
   }
   return q;
@@ -596,7 +595,7 @@ TEST_F(NaaServerTest, UpstreamClientExchange) {
   EXPECT_EQ(stack.sent[0].wr.op, Op::kSend);
   EXPECT_TRUE(stack.sent[0].wr.solicited) << "the host sleeps until a solicited completion";
   const auto adv = std::get<Advertise>(last_mrsp(c));
-  ASSERT_EQ(adv.regions.size(), 2u);  // no metadata region
+  ASSERT_EQ(adv.regions.size(), 2u);   // no metadata region
   EXPECT_EQ(adv.regions[0].addr, 0u);  // at the addresses requested
   EXPECT_EQ(adv.regions[1].addr, 0x1000u);
   EXPECT_EQ(adv.regions[0].size, 1024u);
@@ -622,8 +621,8 @@ TEST_F(NaaServerTest, UpstreamAp2ClientAddOne) {
   // examples/naaice_client_ap2 2 ... with 4 inputs and outputs 0, 1, 3, FNCODE 1: every region
   // + 1 on the NAA; the OUTPUT ones written back in order, the last with the immediate.
   const ConnId c = connect_host();
-  stack.deliver_send(c, bytes(upstream_request(
-                            {{kIn | kOut, 16}, {kIn | kOut, 32}, {kIn, 8}, {kIn | kOut, 24}})));
+  stack.deliver_send(
+      c, bytes(upstream_request({{kIn | kOut, 16}, {kIn | kOut, 32}, {kIn, 8}, {kIn | kOut, 24}})));
   step();
   const auto adv = std::get<Advertise>(last_mrsp(c));
   ASSERT_EQ(adv.regions.size(), 4u);
@@ -666,8 +665,8 @@ TEST_F(NaaServerTest, UpstreamErrorsAsUpstreamDecodesThem) {
   };
   const std::vector<Case> cases = {
       {upstream_request({{kIn, 64}, {kIn, 64}, {kIn | kOut, 64}}), 0x03},  // 3 > max 2
-      {upstream_request({{kIn, 1 << 20}, {kIn | kOut, 16}}), 0x02},  // 2nd at 1 MiB: beyond
-      {upstream_request({{kIn | kOut, 2 << 20}}), 0x01},             // 0 + 2 MiB > 1 MiB
+      {upstream_request({{kIn, 1 << 20}, {kIn | kOut, 16}}), 0x02},        // 2nd at 1 MiB: beyond
+      {upstream_request({{kIn | kOut, 2 << 20}}), 0x01},                   // 0 + 2 MiB > 1 MiB
   };
   for (const Case& k : cases) {
     stack.deliver_send(c, bytes(k.req));
