@@ -722,14 +722,24 @@ TEST_F(NaaServerTest, UpstreamInternalRegionsAreNotParameters) {
   // a kernel parameter, never written back.
   const ConnId c = connect_host();
   AdvertiseRequest q = upstream_request({{kIn | kOut, 16}});
-  q.regions.insert(q.regions.begin(), AdvReqEntry{kMrFlagInternal, 0x10000, 0, 0, 4096});
+  // Flagged OUTPUT as well, by a confused (or hostile) host: still never written anywhere.
+  q.regions.insert(q.regions.begin(),
+                   AdvReqEntry{kMrFlagInternal | kOut, 0x10000, 0xdead0000, 9, 4096});
   stack.deliver_send(c, bytes(q));
   step();
   const auto adv = std::get<Advertise>(last_mrsp(c));
   ASSERT_EQ(adv.regions.size(), 1u);
+  const std::size_t before = stack.sent.size();
   stack.deliver_imm(c, encode_call_imm(1, 0));
   step();
+  ASSERT_EQ(stack.sent.size(), before + 1);
   ASSERT_EQ(stack.sent.back().data, std::vector<std::uint8_t>(16, 1));
+  EXPECT_EQ(stack.sent.back().wr.remote_addr, 0x100000u);
+  // Every bit set in the immediate: function 0x7f, not in the table: status 0x10, answered.
+  stack.deliver_imm(c, 0xFFFFFFFF);
+  step();
+  EXPECT_EQ(stack.sent.back().wr.imm, status_imm(kRpcUnknownFunction));
+  EXPECT_EQ(server->hosts(), 1u);
 }
 
 TEST_F(NaaServerTest, SeedLayoutAnswersAreSolicitedToo) {
