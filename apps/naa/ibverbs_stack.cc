@@ -221,7 +221,8 @@ bool IbverbsStack::post_send(ConnId c, const WorkRequest& w) {
   wr.opcode = w.op == Op::kSend    ? IBV_WR_SEND
               : w.op == Op::kWrite ? IBV_WR_RDMA_WRITE
                                    : IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.send_flags = w.signaled ? IBV_SEND_SIGNALED : 0;
+  wr.send_flags = (w.signaled ? unsigned{IBV_SEND_SIGNALED} : 0u) |
+                  (w.solicited ? unsigned{IBV_SEND_SOLICITED} : 0u);
   wr.imm_data = htonl(w.imm);
   wr.wr.rdma.remote_addr = w.remote_addr;
   wr.wr.rdma.rkey = w.rkey;

@@ -30,6 +30,23 @@ KernelResult increment(std::span<Param> ps) {
   return r;
 }
 
+/// Upstream's custom_kernel_2: every byte of every region + 2; any number of regions.
+KernelResult add2(std::span<Param> ps) {
+  KernelResult r;
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    for (std::size_t j = 0; j < ps[i].size; ++j) ps[i].data[j] += 2;
+    r.outputs.push_back(i);
+  }
+  return r;
+}
+
+/// Upstream's empty_kernel: nothing; the regions go back as they came.
+KernelResult unchanged(std::span<Param> ps) {
+  KernelResult r;
+  for (std::size_t i = 0; i < ps.size(); ++i) r.outputs.push_back(i);
+  return r;
+}
+
 /// a, b, c: equal sizes, a multiple of 4.
 KernelResult vector_add(std::span<Param> ps) {
   if (ps.size() != 3) return status(kRpcBadParamCount);
@@ -107,14 +124,61 @@ std::uint32_t crc32_ieee(const std::uint8_t* p, std::size_t n, std::uint32_t crc
 KernelRegistry KernelRegistry::builtin() {
   KernelRegistry r;
   r.add(kFnIncrement,
-        {"increment", "p1..pn: bytes, each + 1 in place; all written back", increment, true});
-  r.add(kFnVectorAdd, {"vector_add", "a, b, c: u32[n]; c = a + b", vector_add, true});
-  r.add(kFnReduceSum, {"reduce_sum", "in: u32[n], out: u64; out = sum(in)", reduce_sum, true});
+        {"increment", "p1..pn: bytes, each + 1 in place (upstream's function 1)", increment, true});
+  r.add(kFnAdd2, {"add2", "p1..pn: bytes, each + 2 in place (upstream's function 2)", add2, true});
+  r.add(kFnUnchanged,
+        {"unchanged", "p1..pn: bytes, left as they are (upstream's function 3)", unchanged, true});
   r.add(kFnCrc32, {"crc32", "in: bytes, out: u32; out = CRC-32 (zlib) of in", crc, true});
   r.add(kFnMatMul,
         {"matmul", "dims: u32 m,k,n; A: u32[m*k], B: u32[k*n], C: u32[m*n]; C = A*B", matmul});
   r.add(kFnEcho, {"echo", "p1: bytes, sent back unchanged (round-trip benchmarks)", echo, true});
+  r.add(kFnVectorAdd, {"vector_add", "a, b, c: u32[n]; c = a + b", vector_add, true});
+  r.add(kFnReduceSum, {"reduce_sum", "in: u32[n], out: u64; out = sum(in)", reduce_sum, true});
   return r;
+}
+
+bool KernelRegistry::configure(const std::string& list, std::string& err) {
+  const KernelRegistry builtins = builtin();
+  auto by_name = [&](const std::string& n) -> const Kernel* {
+    for (const KernelRegistry* t : {static_cast<const KernelRegistry*>(this), &builtins})
+      for (const auto& [code, k] : t->kernels_)
+        if (k.name == n) return &k;
+    return nullptr;
+  };
+  std::map<std::uint32_t, Kernel> next = kernels_;
+  std::size_t at = 0;
+  while (at < list.size()) {
+    std::size_t end = list.find(',', at);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(at, end - at);
+    const std::size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size() ||
+        item.find_first_not_of("0123456789") != eq) {
+      err = "function table: \"" + item + "\" is not CODE=NAME";
+      return false;
+    }
+    const unsigned long code = eq > 4 ? 0 : std::stoul(item.substr(0, eq));
+    if (code == 0 || code > kMaxFnCode) {
+      err = "function table: code " + item.substr(0, eq) + " is not in 1..127";
+      return false;
+    }
+    const std::string name = item.substr(eq + 1);
+    if (name == "none") {
+      next.erase(static_cast<std::uint32_t>(code));
+    } else if (const Kernel* k = by_name(name)) {
+      next[static_cast<std::uint32_t>(code)] = *k;
+    } else {
+      err = "function table: no kernel named \"" + name + "\" (roce-naa --list-kernels)";
+      return false;
+    }
+    at = end + 1;
+    if (end + 1 == list.size()) {  // a trailing comma
+      err = "function table: \"" + list + "\" ends in a comma";
+      return false;
+    }
+  }
+  kernels_ = std::move(next);
+  return true;
 }
 
 bool KernelRegistry::add(std::uint32_t code, Kernel k) {

@@ -41,21 +41,30 @@ struct Kernel {
   bool linear = false;
 };
 
-/// Function codes of the built-in kernels (1..255: the host API carries a u8 code; 0 means a
-/// host-side error in NAAICE).
+/// Function codes of the default table (1..127: upstream NAAICE carries the code in the low 7
+/// bits of the immediate; 0 is the host's error message). 1..3 are upstream's software NAA
+/// (kernels/swnaa_kernels.c); this NAA's own kernels follow. Each NAA may map codes otherwise
+/// (KernelRegistry::configure, roce-naa --functions).
 enum FnCode : std::uint8_t {
-  kFnIncrement = 1,  ///< every byte of every parameter + 1 (NAAICE's software NAA)
-  kFnVectorAdd = 2,  ///< c[i] = a[i] + b[i], u32 elements, wrapping
-  kFnReduceSum = 3,  ///< out (u64) = sum of the u32 elements of in
+  kFnIncrement = 1,  ///< every byte of every parameter + 1 (upstream's custom_kernel_1)
+  kFnAdd2 = 2,       ///< every byte of every parameter + 2 (upstream's custom_kernel_2)
+  kFnUnchanged = 3,  ///< nothing: the parameters go back as they came (upstream's empty_kernel)
   kFnCrc32 = 4,      ///< out (u32) = CRC-32 (IEEE 802.3, zlib's) of in
   kFnMatMul = 5,     ///< C (m x n) = A (m x k) * B (k x n), u32 elements, wrapping
   kFnEcho = 6,       ///< p1 sent back unchanged: the transport's round trip (benchmarks)
+  kFnVectorAdd = 7,  ///< c[i] = a[i] + b[i], u32 elements, wrapping (2 before issue 29)
+  kFnReduceSum = 8,  ///< out (u64) = sum of the u32 elements of in (3 before issue 29)
 };
+constexpr std::uint32_t kMaxFnCode = 0x7F;
 
 class KernelRegistry {
  public:
-  /// The built-in kernels above.
+  /// The built-in kernels above, at their default codes.
   static KernelRegistry builtin();
+  /// Maps codes to kernels: `list` is "CODE=NAME[,CODE=NAME...]", CODE 1..127, NAME a kernel of
+  /// this table or a built-in one (--list-kernels), or "none" to remove the code. Codes not
+  /// named keep their kernel. False (and the table unchanged, `err` saying why) on a bad list.
+  bool configure(const std::string& list, std::string& err);
   /// Adds or replaces the kernel of `code` (0 is refused: false).
   bool add(std::uint32_t code, Kernel k);
   const Kernel* find(std::uint32_t code) const;

@@ -83,7 +83,10 @@ int main(int argc, char** argv) {
       "kernel-delay-ms", po::value(&cfg.kernel_delay_ms)->default_value(0),
       "test: every kernel takes at least this many ms (a long kernel without the CPU)")(
       "busy-poll", "never yield the CPU when idle (benchmarks on a dedicated core)")(
-      "verbose,v", "log every MRSP and call");
+      "functions", po::value(&cfg.functions),
+      "function codes: CODE=KERNEL[,CODE=KERNEL...] over the default table (--list-kernels), "
+      "KERNEL 'none' removes a code; e.g. 2=vector_add,3=reduce_sum")("verbose,v",
+                                                                      "log every MRSP and call");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, d), vm);
@@ -103,6 +106,8 @@ int main(int argc, char** argv) {
     if (cfg.kernel_queue > 4096) throw po::error("--kernel-queue must be 0..4096");
     if (cfg.kernel_delay_ms < 0 || cfg.kernel_delay_ms > 600000)
       throw po::error("--kernel-delay-ms must be 0..600000");
+    if (std::string err; !KernelRegistry::builtin().configure(cfg.functions, err))
+      throw po::error("--functions: " + err);
     if (!attach.empty()) {
       // attached: roced's port, no link of our own
     } else if (pmd == "memif") {
@@ -127,6 +132,8 @@ int main(int argc, char** argv) {
   cfg.verbose = vm.count("verbose") != 0;
   KernelRegistry kernels = KernelRegistry::builtin();
   if (vm.count("list-kernels")) {
+    std::string err;
+    kernels.configure(cfg.functions, err);
     for (const auto& [code, k] : kernels.all())
       std::printf("%3u  %-12s %s\n", code, k.name.c_str(), k.signature.c_str());
     return 0;

@@ -161,6 +161,12 @@ std::size_t encode(const ErrorMsg& m, std::vector<std::uint8_t>& out) {
   return kHeaderSize;
 }
 
+Layout layout_of(const AdvertiseRequest& m) {
+  for (const auto& r : m.regions)
+    if (r.flags & (kMrFlagInput | kMrFlagOutput)) return Layout::kUpstream;
+  return Layout::kSeed;
+}
+
 std::string rpc_status_string(std::uint32_t s) {
   char b[96];
   switch (s) {

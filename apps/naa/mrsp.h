@@ -40,9 +40,14 @@ enum class MrspError : std::uint8_t {
 };
 std::string_view to_string(MrspError e);
 
-/// MR flags of an advertisement+request entry. NAAICE defines 0x01 (internal: a region on the
-/// NAA only, never transferred); the other bits are passed on and ignored.
-enum MrFlags : std::uint8_t { kMrFlagInternal = 0x01 };
+/// MR flags of an advertisement+request entry, as upstream NAAICE (lib/naaice.h
+/// naaice_mrflags_value) defines them; other bits are ignored.
+enum MrFlags : std::uint8_t {
+  kMrFlagInternal = 0x01,    ///< a region on the NAA only: no host address, never transferred
+  kMrFlagSingleSend = 0x02,  ///< the host writes it on its first call only (the NAA keeps it)
+  kMrFlagInput = 0x04,       ///< the host writes it before each call
+  kMrFlagOutput = 0x08,      ///< the NAA writes it back after each call
+};
 
 constexpr std::size_t kHeaderSize = 4;
 constexpr std::size_t kAdvReqEntrySize = 24;
@@ -67,6 +72,9 @@ struct AdvReqEntry {
   std::uint32_t rkey = 0;
   std::uint32_t size = 0;
   bool internal() const { return flags & kMrFlagInternal; }
+  bool single_send() const { return flags & kMrFlagSingleSend; }
+  bool input() const { return flags & kMrFlagInput; }
+  bool output() const { return flags & kMrFlagOutput; }
   friend bool operator==(const AdvReqEntry&, const AdvReqEntry&) = default;
 };
 
@@ -126,6 +134,34 @@ constexpr std::size_t encoded_size(MsgType t, std::size_t n) {
                             : t == MsgType::kAdvertise      ? kAdvEntrySize
                                                             : 0);
 }
+
+/// How a host lays out its regions and immediates.
+///   kUpstream: upstream NAAICE (naa-communication-library f7b72fc): every region is data,
+///     flagged INPUT / OUTPUT / SINGLESEND; the call immediate is fncode | 0x80 with 24 user bits
+///     above it; the NAA writes the OUTPUT regions back and the status sits in bits 8..15 of its
+///     immediate.
+///   kSeed: the seed document's layout, as this project's host library spoke it before: region 0
+///     is the metadata region (the big-endian return address), the immediate is the function
+///     code, and the status is the whole immediate.
+enum class Layout : std::uint8_t { kUpstream, kSeed };
+/// kUpstream when any region is flagged INPUT or OUTPUT (an upstream host always has an input:
+/// it has nothing to write otherwise); kSeed otherwise.
+Layout layout_of(const AdvertiseRequest& m);
+
+/// The host's call immediate (upstream naaice_write_data: htonl(immediate | 0x80), the function
+/// code in the low 7 bits, naaice_set_immediate's bytes in the upper 24), as a number.
+constexpr std::uint32_t kImmHostToNaa = 0x80;
+struct CallImm {
+  std::uint32_t fncode = 0;  ///< 0: the host's error message (nothing to run)
+  std::uint32_t user = 0;    ///< the upper 24 bits
+};
+constexpr CallImm decode_call_imm(std::uint32_t imm) { return {imm & 0x7F, imm >> 8}; }
+constexpr std::uint32_t encode_call_imm(std::uint32_t fncode, std::uint32_t user) {
+  return (user << 8) | (fncode & 0x7F) | kImmHostToNaa;
+}
+/// The NAA's answer immediate for `status` (upstream's host: ntohl(imm_data) >> 8).
+constexpr unsigned kStatusShift = 8;
+constexpr std::uint32_t status_imm(std::uint32_t status) { return status << kStatusShift; }
 
 /// Completion status of a function call: the immediate of the NAA's final WRITE_WITH_IMM.
 enum RpcStatus : std::uint32_t {

@@ -24,7 +24,8 @@ void on_signal(int) { g_stop = 1; }
   std::fprintf(rc ? stderr : stdout,
                "Usage: roce-naa-ibverbs [-p PORT] [--max-hosts N] [--memory-per-host MIB]\n"
                "                        [--max-regions N] [--host-idle-timeout S]\n"
-               "                        [--exit-after N] [--timeout S] [-v]\n");
+               "                        [--functions CODE=KERNEL,...] [--exit-after N]\n"
+               "                        [--timeout S] [-v]\n");
   std::exit(rc);
 }
 
@@ -66,7 +67,13 @@ int main(int argc, char** argv) {
       cfg.host_idle_timeout = static_cast<double>(number(v, 0, 1ul << 30, "--host-idle-timeout"));
     else if (a == "--exit-after")
       exit_after = number(v, 0, ~0ul, "--exit-after");
-    else if (a == "--timeout")
+    else if (a == "--functions") {
+      if (std::string err; !KernelRegistry::builtin().configure(v, err)) {
+        std::fprintf(stderr, "roce-naa-ibverbs: --functions: %s\n", err.c_str());
+        std::exit(2);
+      }
+      cfg.functions = v;
+    } else if (a == "--timeout")
       timeout = static_cast<double>(number(v, 0, 1ul << 30, "--timeout"));
     else
       usage(2);

@@ -15,6 +15,7 @@
 #include <deque>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "dataplane/wire/bytes.h"
@@ -61,7 +62,7 @@ void Arena::reset() {
 struct KernelJob {
   ConnId conn = 0;
   std::uint32_t fncode = 0;
-  std::size_t ret = 0;
+  std::size_t ret = 0;  ///< seed layout: the return region (index into Host::data)
   std::shared_ptr<Arena> arena;
   std::vector<Param> params;
   KernelResult result;
@@ -149,6 +150,7 @@ struct NaaServer::KernelPool {
 
 NaaServer::NaaServer(Stack& stack, NaaConfig cfg, KernelRegistry kernels)
     : stack_(stack), cfg_(cfg), kernels_(std::move(kernels)) {
+  if (std::string err; !kernels_.configure(cfg_.functions, err)) throw std::invalid_argument(err);
   if (cfg_.max_regions == 0 || cfg_.max_regions > kMaxRegions) cfg_.max_regions = kMaxRegions;
   if (cfg_.kernel_queue == 0) cfg_.kernel_queue = std::max<std::uint32_t>(cfg_.max_hosts, 1);
   if (cfg_.kernel_threads)
@@ -175,10 +177,7 @@ void NaaServer::collect_kernels() {
     Host& h = *it->second;
     h.running = false;
     h.last_active_ns = mono_ns();
-    std::vector<std::size_t> outputs;
-    for (std::size_t o : j->result.outputs)
-      if (o + 1 != j->ret) outputs.push_back(o + 1);
-    finish_call(h, j->fncode, j->result.status, outputs, j->ret);
+    answer(h, j->fncode, j->result, j->ret);
   }
 }
 
@@ -375,6 +374,7 @@ void NaaServer::send_mrsp(Host& h, std::size_t len) {
   wr.local = reinterpret_cast<std::uint64_t>(h.tx);
   wr.length = static_cast<std::uint32_t>(len);
   wr.lkey = h.tx_mr.lkey;
+  wr.solicited = true;  // the host sleeps until a solicited completion (NAAICE)
   if (!stack_.post_send(h.conn, wr)) drop_host(h.conn, "cannot post the MRSP answer");
 }
 
@@ -406,6 +406,7 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
   }
   // A new request replaces what an earlier one set up.
   free_regions(h);
+  h.layout = layout_of(req);
   if (req.regions.size() > cfg_.max_regions) {
     answer_error(MrspError::kTooManyRegions, std::to_string(req.regions.size()) +
                                                  " regions requested, at most " +
@@ -413,7 +414,9 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
     return;
   }
   // Place the regions in this host's NAA memory: first every requested address is checked,
-  // then the regions that may go anywhere are placed after the highest requested one.
+  // then the regions requested at address 0: the first of them at 0 when that does not overlap
+  // a region requested elsewhere (upstream's hosts number their regions from 0), the others
+  // after the highest region so far (a host that requests no addresses at all).
   const std::uint64_t mem = cfg_.memory_per_host;
   std::uint64_t cursor = 0, extent = 0;
   for (std::size_t i = 0; i < req.regions.size(); ++i) {
@@ -444,12 +447,29 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
     cursor = std::max(cursor, r.fpga_addr + r.size);
   }
   std::vector<Region> regions;
+  bool zero_free = true;  // no region placed at 0 yet
   for (std::size_t i = 0; i < req.regions.size(); ++i) {
     const AdvReqEntry& r = req.regions[i];
     Region g;
     g.req = r;
-    if (r.fpga_addr != 0) {
+    bool at_zero = false;
+    if (r.fpga_addr == 0 && zero_free) {
+      at_zero = true;
+      for (const AdvReqEntry& o : req.regions)
+        if (o.fpga_addr != 0 && o.fpga_addr < r.size) at_zero = false;
+      zero_free = false;
+    }
+    if (r.fpga_addr != 0 || at_zero) {
       g.offset = r.fpga_addr;
+      if (at_zero) {
+        if (r.size > mem) {
+          answer_error(MrspError::kNotEnoughMemory,
+                       "region " + std::to_string(i) + " at 0x0 of " + std::to_string(r.size) +
+                           " bytes exceeds the NAA memory of " + hex(mem) + " bytes");
+          return;
+        }
+        cursor = std::max<std::uint64_t>(cursor, r.size);
+      }
     } else {
       g.offset = (cursor + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
       cursor = g.offset + r.size;
@@ -501,36 +521,43 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
   send_mrsp(h, out.size());
 }
 
-void NaaServer::on_call(Host& h, std::uint32_t fncode) {
+void NaaServer::on_call(Host& h, std::uint32_t imm) {
   ++h.calls;
   ++stats_.calls;
   if (h.data.empty()) {
     drop_host(h.conn, "a function call before the MRSP");
     return;
   }
+  // Upstream: the code in the low 7 bits (0x80 marks host-to-NAA, the upper 24 bits are the
+  // host's own); the seed: the whole immediate.
+  const std::uint32_t fncode = h.layout == Layout::kUpstream ? decode_call_imm(imm).fncode : imm;
   if (fncode == 0) {
     // NAAICE: function code 0 is the host telling of an error on its side; nothing to run.
     log(h, "function code 0 (a host-side error): nothing run");
     return;
   }
-  const Region& meta = h.regions[h.data[0]];
-  std::size_t ret = 0;  // index into h.data of the return region
-  if (meta.req.size >= 8) {
-    const std::uint64_t ra = wire::load_be64(h.arena->get() + meta.offset);
-    for (std::size_t k = 1; k < h.data.size(); ++k)
-      if (h.regions[h.data[k]].req.addr == ra) {
-        ret = k;
-        break;
-      }
+  std::size_t ret = 0;  // seed layout: index into h.data of the return region
+  std::size_t first_param = 0;
+  if (h.layout == Layout::kSeed) {
+    const Region& meta = h.regions[h.data[0]];
+    if (meta.req.size >= 8) {
+      const std::uint64_t ra = wire::load_be64(h.arena->get() + meta.offset);
+      for (std::size_t k = 1; k < h.data.size(); ++k)
+        if (h.regions[h.data[k]].req.addr == ra) {
+          ret = k;
+          break;
+        }
+    }
+    first_param = 1;
   }
   for (std::size_t i : h.data) stats_.bytes_in += h.regions[i].req.size;
-  if (ret == 0) {
-    finish_call(h, fncode, kRpcBadReturnAddress, {}, 0);
+  if (h.layout == Layout::kSeed && ret == 0) {
+    answer(h, fncode, KernelResult{kRpcBadReturnAddress, {}}, 0);
     return;
   }
   if (h.running) {  // NAAICE hosts wait for the answer; this one did not
     ++stats_.calls_busy;
-    finish_call(h, fncode, kRpcSocketNotAvailable, {}, ret);
+    answer(h, fncode, KernelResult{kRpcSocketNotAvailable, {}}, ret);
     return;
   }
   auto job = std::make_unique<KernelJob>();
@@ -538,7 +565,7 @@ void NaaServer::on_call(Host& h, std::uint32_t fncode) {
   job->fncode = fncode;
   job->ret = ret;
   job->arena = h.arena;
-  for (std::size_t k = 1; k < h.data.size(); ++k) {
+  for (std::size_t k = first_param; k < h.data.size(); ++k) {
     const Region& g = h.regions[h.data[k]];
     job->params.push_back(Param{h.arena->get() + g.offset, g.req.size});
   }
@@ -547,30 +574,52 @@ void NaaServer::on_call(Host& h, std::uint32_t fncode) {
   const Kernel* k = kernels_.find(fncode);
   const bool quick = k && k->linear && bytes <= cfg_.inline_bytes && cfg_.kernel_delay_ms <= 0;
   if (!pool_ || quick) {  // on the poll loop
-    const KernelResult r = kernels_.run(fncode, job->params);
-    std::vector<std::size_t> outputs;
-    for (std::size_t o : r.outputs)
-      if (o + 1 != ret) outputs.push_back(o + 1);
-    finish_call(h, fncode, r.status, outputs, ret);
+    answer(h, fncode, kernels_.run(fncode, job->params), ret);
     return;
   }
   if (!pool_->submit(job)) {
     ++stats_.calls_busy;
-    finish_call(h, fncode, kRpcSocketNotAvailable, {}, ret);
+    answer(h, fncode, KernelResult{kRpcSocketNotAvailable, {}}, ret);
     return;
   }
   h.running = true;
 }
 
-void NaaServer::finish_call(Host& h, std::uint32_t fncode, std::uint32_t status,
-                            const std::vector<std::size_t>& outputs, std::size_t ret) {
-  ++stats_.statuses[status];
-  if (status != 0) ++stats_.calls_failed;
-  if (cfg_.verbose || status != 0)
+void NaaServer::answer(Host& h, std::uint32_t fncode, const KernelResult& r, std::size_t ret) {
+  ++stats_.statuses[r.status];
+  if (r.status != 0) ++stats_.calls_failed;
+  if (cfg_.verbose || r.status != 0)
     log(h, "call " + std::to_string(h.calls) + " function " + std::to_string(fncode) + ": " +
-               rpc_status_string(status));
-  // Results back: n-1 WRITEs, then the return region as WRITE_WITH_IMM(status).
-  for (std::size_t k : status == 0 ? outputs : std::vector<std::size_t>{}) {
+               rpc_status_string(r.status));
+  // What goes back, in order (indexes into h.data); the last of them carries the immediate.
+  std::vector<std::size_t> writes;
+  std::size_t target = 0;  // where the WRITE_WITH_IMM goes
+  std::uint32_t imm = r.status;
+  if (h.layout == Layout::kUpstream) {
+    // The regions the host flagged OUTPUT, whatever the kernel wrote (upstream's software NAA);
+    // without any, the status alone goes to the first region.
+    imm = status_imm(r.status);
+    for (std::size_t k = 0; k < h.data.size(); ++k)
+      if (h.regions[h.data[k]].req.output()) writes.push_back(k);
+    if (!writes.empty()) {
+      target = writes.back();
+      writes.pop_back();
+    }
+    const bool data = r.status == 0 && h.regions[h.data[target]].req.output();
+    post_results(h, r.status == 0 ? writes : std::vector<std::size_t>{}, target, data, imm);
+    return;
+  }
+  // The seed: the parameters the kernel wrote (kernel index + 1: region 0 is the metadata), the
+  // return region last; on an error the status alone, to the return region (or the metadata's).
+  for (std::size_t o : r.outputs)
+    if (o + 1 != ret) writes.push_back(o + 1);
+  target = ret;
+  post_results(h, r.status == 0 ? writes : std::vector<std::size_t>{}, target, r.status == 0, imm);
+}
+
+void NaaServer::post_results(Host& h, const std::vector<std::size_t>& writes, std::size_t target,
+                             bool target_data, std::uint32_t imm) {
+  for (std::size_t k : writes) {
     const Region& g = h.regions[h.data[k]];
     WorkRequest wr;
     wr.wr_id = kTxId;
@@ -587,14 +636,15 @@ void NaaServer::finish_call(Host& h, std::uint32_t fncode, std::uint32_t status,
     }
     stats_.bytes_out += g.req.size;
   }
-  const Region& g = h.regions[h.data[ret]];  // ret 0: the metadata region's host address
+  const Region& g = h.regions[h.data[target]];
   WorkRequest wr;
   wr.wr_id = kTxId;
   wr.op = Op::kWriteImm;
-  wr.imm = status;
+  wr.imm = imm;
+  wr.solicited = true;  // the host sleeps until a solicited completion (NAAICE)
   wr.remote_addr = g.req.addr;
   wr.rkey = g.req.rkey;
-  if (status == 0) {
+  if (target_data) {
     wr.local = g.mr.iova;
     wr.length = g.req.size;
     wr.lkey = g.mr.lkey;

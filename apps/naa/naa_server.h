@@ -1,24 +1,27 @@
 /// @file
-/// The network-attached accelerator (NAA) side of the NAAICE protocol, for many hosts at once,
-/// on any Stack (stack.h). Per host (one rdma_cm connection):
+/// The network-attached accelerator (NAA) side of the NAAICE protocol as upstream NAAICE
+/// (naa-communication-library f7b72fc) speaks it, for many hosts at once, on any Stack
+/// (stack.h). Per host (one rdma_cm connection):
 ///
 ///   1. connect request -> QP created, two receives of kMaxMessageSize posted, REP (so the
 ///      host's first SEND never finds the receive queue empty; if it did, RNR NAK and retry)
 ///   2. MRSP: the host's advertisement+request (0x01) is checked against this host's NAA memory
-///      (an arena of `memory_per_host` bytes, addressed by the 56-bit "FPGA address"; address 0
-///      means "anywhere"): too many regions -> error 0x03, an address beyond the arena -> 0x02,
-///      address + size beyond it -> 0x01. Otherwise each region is registered at its FPGA
-///      address (iova) and the advertisement (0x02) lists address, rkey and size of every
-///      non-internal region, in the host's order. After an error the host may try again.
+///      (an arena of `memory_per_host` bytes, addressed by the 56-bit "FPGA address"): too many
+///      regions -> error 0x03, an address beyond the arena -> 0x02, address + size beyond it ->
+///      0x01. Otherwise each region is registered at its NAA address (iova) and the
+///      advertisement (0x02) lists address, rkey and size of every non-internal region, in the
+///      host's order. After an error the host may try again. Every answer is a SEND with the
+///      Solicited Event bit (NAAICE hosts sleep until a solicited completion).
 ///   3. data: the host's RDMA WRITEs land in the regions; its final WRITE_WITH_IMM carries the
-///      function code. Region 0 is the metadata region (big-endian u64 return address: one of
-///      the host's region addresses); regions 1..n-1 are the kernel's parameters.
-///   4. the kernel runs (kernels.h) on a worker thread, off the poll loop (which keeps serving
-///      ARP, the CM and the other hosts); when it is done, the loop sends the parameters it
-///      wrote back to the host's regions as RDMA WRITEs, the return region last as a
-///      WRITE_WITH_IMM whose immediate is the status (0 success, 0x10-0x7f application errors);
-///      on an error a zero-length WRITE_WITH_IMM. A call finding the kernel queue full, or made
-///      while the host's previous call still runs, is answered at once with status 0x01.
+///      function code (Layout, mrsp.h: upstream's fncode | 0x80, or the seed's whole immediate
+///      after a metadata region 0 holding the return address).
+///   4. the kernel runs (kernels.h) on the regions, on a worker thread off the poll loop (which
+///      keeps serving ARP, the CM and the other hosts) unless small and linear; when it is done,
+///      the loop writes back the regions the host flagged OUTPUT (seed: the parameters the kernel
+///      wrote, the return region last), the last as a solicited WRITE_WITH_IMM carrying the
+///      status (upstream: status << 8); on an error a zero-length one. A call finding the kernel
+///      queue full, or made while the host's previous call still runs, is answered at once with
+///      status 0x01.
 ///   5. any number of calls, then the host's DREQ; the host's regions are freed.
 #pragma once
 
@@ -59,6 +62,9 @@ struct NaaConfig {
   /// Test hook: every kernel takes at least this long, busy on its CPU (a long matmul); no
   /// kernel runs on the poll loop then.
   double kernel_delay_ms = 0;
+  /// The function table: KernelRegistry::configure's "CODE=NAME,..." applied to the kernels
+  /// the server is given (roce-naa --functions); empty: as given.
+  std::string functions;
   bool verbose = false;
 };
 
@@ -132,10 +138,11 @@ class NaaServer {
     std::uint8_t* rx = nullptr;  ///< kRxSlots receive slots
     std::uint8_t* tx = nullptr;  ///< the send buffer
     MrInfo rx_mr, tx_mr;
-    std::shared_ptr<Arena> arena;   ///< shared with a kernel that runs on it
-    bool running = false;           ///< a call of this host is on the kernel threads
-    std::vector<Region> regions;    ///< as advertised by the host
-    std::vector<std::size_t> data;  ///< indexes of the non-internal regions, in order
+    std::shared_ptr<Arena> arena;       ///< shared with a kernel that runs on it
+    bool running = false;               ///< a call of this host is on the kernel threads
+    Layout layout = Layout::kUpstream;  ///< of its last advertisement+request
+    std::vector<Region> regions;        ///< as advertised by the host
+    std::vector<std::size_t> data;      ///< indexes of the non-internal regions, in order
     std::uint64_t calls = 0;
     std::uint64_t last_active_ns = 0;
     std::uint64_t receives_due_ns = 0;  ///< late_receives_ms: when to post them
@@ -144,11 +151,16 @@ class NaaServer {
   void on_event(const ConnEvent& e);
   void on_completion(const Completion& c);
   void on_mrsp(Host& h, std::span<const std::uint8_t> msg);
-  void on_call(Host& h, std::uint32_t fncode);
-  /// Sends a call's results: the WRITEs of `outputs` (indexes into Host::data), then the
-  /// WRITE_WITH_IMM of `status` to the return region `ret` (0: the metadata region).
-  void finish_call(Host& h, std::uint32_t fncode, std::uint32_t status,
-                   const std::vector<std::size_t>& outputs, std::size_t ret);
+  /// The host's WRITE_WITH_IMM: `imm` as a number (ntohl of the wire's).
+  void on_call(Host& h, std::uint32_t imm);
+  /// Answers a call with its result: by the host's layout, the regions that go back and the
+  /// final WRITE_WITH_IMM of the status (seed: to the return region `ret`, an index into
+  /// Host::data, 0 being the metadata region).
+  void answer(Host& h, std::uint32_t fncode, const KernelResult& r, std::size_t ret);
+  /// Posts the WRITEs of `writes` (indexes into Host::data), then the solicited WRITE_WITH_IMM
+  /// of `imm` to region `target`, with its contents when `target_data`, else of no bytes.
+  void post_results(Host& h, const std::vector<std::size_t>& writes, std::size_t target,
+                    bool target_data, std::uint32_t imm);
   void collect_kernels();
   void send_mrsp(Host& h, std::size_t len);
   void free_regions(Host& h);

@@ -63,10 +63,15 @@ NaaConfig service_config(const ctl::ServiceConfig& sc) {
       c.kernel_threads = static_cast<std::uint32_t>(number(a, v, 1, 64));
     else if (a == "--kernel-queue")
       c.kernel_queue = static_cast<std::uint32_t>(number(a, v, 0, 4096));
-    else
-      throw std::runtime_error("service naa: unknown option " + a +
-                               " (--max-hosts, --memory-per-host, --max-regions, "
-                               "--host-idle-timeout, --kernel-threads, --kernel-queue, -v)");
+    else if (a == "--functions") {
+      if (std::string err; !KernelRegistry::builtin().configure(v, err))
+        throw std::runtime_error("service naa: --functions: " + err);
+      c.functions = v;
+    } else
+      throw std::runtime_error(
+          "service naa: unknown option " + a +
+          " (--max-hosts, --memory-per-host, --max-regions, "
+          "--host-idle-timeout, --kernel-threads, --kernel-queue, --functions, -v)");
   }
   return c;
 }

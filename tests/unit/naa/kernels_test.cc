@@ -115,5 +115,59 @@ TEST(Kernels, RegistryAdd) {
   EXPECT_EQ(reg.run(0x43, none).status, kRpcBadParamCount);
 }
 
+// Upstream's software NAA (kernels/swnaa_kernels.c match_function_code): 1 adds 1 to every byte
+// of every region, 2 adds 2, 3 changes nothing. They are the default table's 1..3; this NAA's
+// own kernels sit beside them.
+TEST(Kernels, UpstreamSoftwareNaaFunctions) {
+  const auto reg = KernelRegistry::builtin();
+  ASSERT_NE(reg.find(1), nullptr);
+  ASSERT_NE(reg.find(2), nullptr);
+  ASSERT_NE(reg.find(3), nullptr);
+  EXPECT_EQ(reg.find(1)->name, "increment");
+  EXPECT_EQ(reg.find(2)->name, "add2");
+  EXPECT_EQ(reg.find(3)->name, "unchanged");
+  std::vector<std::uint8_t> a = {0, 1, 255}, b = {7, 254};
+  std::vector<Param> ps = {param(a.data(), 3), param(b.data(), 2)};
+  EXPECT_EQ(reg.run(1, ps).status, 0u);
+  EXPECT_EQ(a, (std::vector<std::uint8_t>{1, 2, 0}));
+  EXPECT_EQ(reg.run(2, ps).status, 0u);
+  EXPECT_EQ(a, (std::vector<std::uint8_t>{3, 4, 2}));
+  EXPECT_EQ(b, (std::vector<std::uint8_t>{10, 1}));
+  EXPECT_EQ(reg.run(3, ps).status, 0u);
+  EXPECT_EQ(b, (std::vector<std::uint8_t>{10, 1}));
+  // The empty kernel takes any number of regions, as upstream's does.
+  std::vector<Param> none;
+  EXPECT_EQ(reg.run(3, none).status, 0u);
+  // Ours beside them.
+  for (const char* n : {"vector_add", "reduce_sum", "crc32", "matmul", "echo"}) {
+    bool found = false;
+    for (const auto& [code, k] : reg.all()) found |= k.name == n;
+    EXPECT_TRUE(found) << n;
+  }
+  EXPECT_EQ(reg.find(kFnVectorAdd)->name, "vector_add");
+  EXPECT_EQ(reg.find(kFnReduceSum)->name, "reduce_sum");
+}
+
+TEST(Kernels, FunctionTableConfigurable) {
+  auto reg = KernelRegistry::builtin();
+  std::string err;
+  ASSERT_TRUE(reg.configure("2=vector_add,3=reduce_sum,9=none,100=unchanged", err)) << err;
+  EXPECT_EQ(reg.find(2)->name, "vector_add");
+  EXPECT_EQ(reg.find(3)->name, "reduce_sum");
+  EXPECT_EQ(reg.find(100)->name, "unchanged");
+  EXPECT_EQ(reg.find(9), nullptr);
+  EXPECT_TRUE(reg.configure("", err));
+  // Refused, with a reason, the table unchanged: code 0 (the host's error), codes beyond the
+  // 7 bits upstream carries, unknown names, bad syntax.
+  for (const char* bad : {"0=add2", "128=add2", "2=nosuch", "x=add2", "2", "2=", "=add2", "2=add2,",
+                          "2=add2;3=echo"}) {
+    err.clear();
+    auto copy = reg;
+    EXPECT_FALSE(copy.configure(bad, err)) << bad;
+    EXPECT_FALSE(err.empty()) << bad;
+    EXPECT_EQ(copy.find(2)->name, "vector_add") << bad;
+  }
+}
+
 }  // namespace
 }  // namespace roce::naa

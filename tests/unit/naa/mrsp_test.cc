@@ -156,5 +156,80 @@ TEST(Mrsp, RpcStatusRanges) {
   EXPECT_NE(rpc_status_string(0x80).find("undefined"), std::string::npos);
 }
 
+// ---- upstream NAAICE (naaice-greenhpc/naa-communication-library f7b72fc) ------------------------
+// Facts from upstream's structs and encoders (lib/naaice.h, lib/naaice.c naaice_send_message,
+// naaice_write_data, naaice_handle_work_completion; lib/naaice_swnaa.c): derived from the code,
+// and the request bytes checked against the upstream client's traffic in
+// tests/interop/naa_upstream_client.sh.
+
+TEST(MrspUpstream, FlagValues) {
+  // enum naaice_mrflags_value
+  EXPECT_EQ(kMrFlagInternal, 0x01);
+  EXPECT_EQ(kMrFlagSingleSend, 0x02);
+  EXPECT_EQ(kMrFlagInput, 0x04);
+  EXPECT_EQ(kMrFlagOutput, 0x08);
+}
+
+// What upstream's examples/naaice_client sends for `naaice_client IP 2 '1024 64'`: region 0 is
+// input and single-send (0x06), region 1 input and output (0x0C); requested NAA addresses from
+// get_sequential_naa_addresses (0, then 1024 rounded up to the 4 KiB page: 0x1000). mr_info is
+// htonll((flags << 56) | address): the flags byte first, then the address in 7 bytes.
+TEST(MrspUpstream, UpstreamClientRequestBytes) {
+  const std::vector<std::uint8_t> wire = {
+      0x01, 0x02, 0x00, 0x00,                          // MSG_MR_AAR, count 2, padding
+      0x06, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // SINGLESEND|INPUT, NAA address 0
+      0x00, 0x00, 0x55, 0x55, 0x66, 0x77, 0x80, 0x00,  // the host's buffer
+      0x00, 0x00, 0x01, 0x23,                          // rkey
+      0x00, 0x00, 0x04, 0x00,                          // size 1024
+      0x0C, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00,  // INPUT|OUTPUT, NAA address 0x1000
+      0x00, 0x00, 0x55, 0x55, 0x66, 0x77, 0x90, 0x00,  //
+      0x00, 0x00, 0x04, 0x56,                          //
+      0x00, 0x00, 0x00, 0x40};                         // size 64
+  const auto d = decode(wire);
+  ASSERT_TRUE(d.ok()) << d.detail;
+  const auto& r = std::get<AdvertiseRequest>(d.message());
+  ASSERT_EQ(r.regions.size(), 2u);
+  EXPECT_EQ(r.regions[0], (AdvReqEntry{0x06, 0, 0x555566778000ULL, 0x123, 1024}));
+  EXPECT_EQ(r.regions[1], (AdvReqEntry{0x0C, 0x1000, 0x555566779000ULL, 0x456, 64}));
+  EXPECT_TRUE(r.regions[0].input() && r.regions[0].single_send() && !r.regions[0].output());
+  EXPECT_TRUE(r.regions[1].input() && r.regions[1].output() && !r.regions[1].single_send());
+  EXPECT_EQ(layout_of(r), Layout::kUpstream);
+  std::vector<std::uint8_t> again;
+  encode(r, again);
+  EXPECT_EQ(again, wire);
+  // The seed's layout (this project's host library before): no INPUT or OUTPUT anywhere.
+  AdvertiseRequest seed;
+  seed.regions = {{0, 0, 0x1000, 1, 8}, {0, 0, 0x2000, 2, 64}};
+  EXPECT_EQ(layout_of(seed), Layout::kSeed);
+  seed.regions.push_back({kMrFlagInternal, 0x100000, 0, 0, 64});
+  EXPECT_EQ(layout_of(seed), Layout::kSeed);
+  seed.regions[1].flags = kMrFlagOutput;
+  EXPECT_EQ(layout_of(seed), Layout::kUpstream);
+}
+
+// naaice_write_data: imm_data = htonl(immediate | 0x80), immediate's lowest byte the function
+// code, its upper three the bytes of naaice_set_immediate; the software NAA takes
+// ntohl(imm) & 0x7F as the function code. Stack::Completion::imm is ntohl(imm_data).
+TEST(MrspUpstream, CallImmediate) {
+  // FNCODE 3 of examples/naaice_client, immediate bytes {0, 0, 0}: 00 00 00 83 on the wire.
+  EXPECT_EQ(decode_call_imm(0x00000083).fncode, 3u);
+  EXPECT_EQ(decode_call_imm(0x00000083).user, 0u);
+  // naaice_set_immediate({1, 2, 3}) with function code 1: 03 02 01 81 on the wire.
+  EXPECT_EQ(decode_call_imm(0x03020181).fncode, 1u);
+  EXPECT_EQ(decode_call_imm(0x03020181).user, 0x030201u);
+  EXPECT_EQ(encode_call_imm(3, 0), 0x83u);
+  EXPECT_EQ(encode_call_imm(1, 0x030201), 0x03020181u);
+  // Function code 0 (the host's error message: imm_data = htonl(0)).
+  EXPECT_EQ(decode_call_imm(0).fncode, 0u);
+}
+
+// naaice_handle_work_completion: naa_return_code = ntohl(imm_data) >> IMMEDIATE_OFFSET (8).
+TEST(MrspUpstream, StatusImmediate) {
+  EXPECT_EQ(status_imm(0), 0u);
+  EXPECT_EQ(status_imm(kRpcUnknownFunction), 0x1000u);  // 00 00 10 00 on the wire
+  EXPECT_EQ(status_imm(kRpcSocketNotAvailable) >> 8, 1u);
+  for (std::uint32_t s = 0; s < 0x80; ++s) EXPECT_EQ(status_imm(s) >> 8, s);
+}
+
 }  // namespace
 }  // namespace roce::naa

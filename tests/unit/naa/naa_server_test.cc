@@ -565,5 +565,198 @@ TEST_F(NaaServerTest, EachHostsMemoryIsInItsOwnProtectionDomain) {
   EXPECT_TRUE(stack.remote_write(a, adv_a.regions[1].rkey, adv_a.regions[1].addr, junk, 64));
 }
 
+// ---- upstream NAAICE's layout (naa-communication-library f7b72fc) ------------------------------
+// Every region is data, flagged INPUT / OUTPUT / SINGLESEND; no metadata region. The NAA writes
+// the OUTPUT regions back, the last as WRITE_WITH_IMM(status << 8); everything the host waits
+// for carries the Solicited Event bit (upstream arms its CQ with ibv_req_notify_cq(cq, 1)).
+
+/// Regions as upstream's naaice_send_message lays them out, addresses as its
+/// get_sequential_naa_addresses makes them (from 0, 4 KiB pages).
+AdvertiseRequest upstream_request(const std::vector<std::pair<std::uint8_t, std::uint32_t>>& r) {
+  AdvertiseRequest q;
+  std::uint64_t naa = 0;
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    q.regions.push_back(
+        {r[i].first, naa, 0x100000 * (i + 1), static_cast<std::uint32_t>(2 + i), r[i].second});
+    naa += (r[i].second + 4095) / 4096 * 4096;
+  }
+  return q;
+}
+
+constexpr std::uint8_t kIn = kMrFlagInput, kOut = kMrFlagOutput, kOnce = kMrFlagSingleSend;
+
+TEST_F(NaaServerTest, UpstreamClientExchange) {
+  // examples/naaice_client IP 2 '1024 64': FNCODE 3, region 0 input + single send, region 1
+  // input + output; region 0 sends 2 bytes on the first call.
+  const ConnId c = connect_host();
+  stack.deliver_send(c, bytes(upstream_request({{kIn | kOnce, 1024}, {kIn | kOut, 64}})));
+  step();
+  ASSERT_EQ(stack.sent.size(), 1u);
+  EXPECT_EQ(stack.sent[0].wr.op, Op::kSend);
+  EXPECT_TRUE(stack.sent[0].wr.solicited) << "the host sleeps until a solicited completion";
+  const auto adv = std::get<Advertise>(last_mrsp(c));
+  ASSERT_EQ(adv.regions.size(), 2u);   // no metadata region
+  EXPECT_EQ(adv.regions[0].addr, 0u);  // at the addresses requested
+  EXPECT_EQ(adv.regions[1].addr, 0x1000u);
+  EXPECT_EQ(adv.regions[0].size, 1024u);
+  EXPECT_EQ(adv.regions[1].size, 64u);
+  const std::uint8_t two[2] = {10, 10};
+  ASSERT_TRUE(stack.remote_write(adv.regions[0].rkey, adv.regions[0].addr, two, 2));
+  const std::vector<std::uint8_t> p1(64, 11);
+  ASSERT_TRUE(stack.remote_write(adv.regions[1].rkey, adv.regions[1].addr, p1.data(), 64));
+  stack.deliver_imm(c, 0x00000083);  // htonl(3 | 0x80)
+  step();
+  ASSERT_EQ(stack.sent.size(), 2u);  // region 1 only: it alone is OUTPUT
+  const Sent& r = stack.sent[1];
+  EXPECT_EQ(r.wr.op, Op::kWriteImm);
+  EXPECT_TRUE(r.wr.solicited);
+  EXPECT_EQ(r.wr.imm, 0u);
+  EXPECT_EQ(r.wr.remote_addr, 0x200000u);
+  EXPECT_EQ(r.wr.rkey, 3u);
+  EXPECT_EQ(r.data, p1);  // function 3: unchanged
+  EXPECT_EQ(server->stats().statuses.at(0), 1u);
+}
+
+TEST_F(NaaServerTest, UpstreamAp2ClientAddOne) {
+  // examples/naaice_client_ap2 2 ... with 4 inputs and outputs 0, 1, 3, FNCODE 1: every region
+  // + 1 on the NAA; the OUTPUT ones written back in order, the last with the immediate.
+  const ConnId c = connect_host();
+  stack.deliver_send(
+      c, bytes(upstream_request({{kIn | kOut, 16}, {kIn | kOut, 32}, {kIn, 8}, {kIn | kOut, 24}})));
+  step();
+  const auto adv = std::get<Advertise>(last_mrsp(c));
+  ASSERT_EQ(adv.regions.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    const std::vector<std::uint8_t> v(adv.regions[i].size, static_cast<std::uint8_t>(i));
+    ASSERT_TRUE(stack.remote_write(adv.regions[i].rkey, adv.regions[i].addr, v.data(), v.size()));
+  }
+  const std::size_t before = stack.sent.size();
+  stack.deliver_imm(c, encode_call_imm(1, 0));
+  step();
+  ASSERT_EQ(stack.sent.size(), before + 3);
+  EXPECT_EQ(stack.sent[before].wr.op, Op::kWrite);
+  EXPECT_EQ(stack.sent[before].wr.remote_addr, 0x100000u);
+  EXPECT_EQ(stack.sent[before].data, std::vector<std::uint8_t>(16, 1));
+  EXPECT_EQ(stack.sent[before + 1].wr.op, Op::kWrite);
+  EXPECT_EQ(stack.sent[before + 1].wr.remote_addr, 0x200000u);
+  EXPECT_EQ(stack.sent[before + 1].data, std::vector<std::uint8_t>(32, 2));
+  const Sent& last = stack.sent[before + 2];
+  EXPECT_EQ(last.wr.op, Op::kWriteImm);
+  EXPECT_TRUE(last.wr.solicited);
+  EXPECT_EQ(last.wr.remote_addr, 0x400000u);
+  EXPECT_EQ(last.data, std::vector<std::uint8_t>(24, 4));
+  // Function 2 (add 2), with user bytes in the immediate's upper 24 bits (naaice_set_immediate).
+  stack.deliver_imm(c, encode_call_imm(2, 0xABCDEF));
+  step();
+  EXPECT_EQ(stack.sent.back().data, std::vector<std::uint8_t>(24, 6));
+  EXPECT_EQ(stack.sent.back().wr.imm, 0u);
+}
+
+TEST_F(NaaServerTest, UpstreamErrorsAsUpstreamDecodesThem) {
+  NaaConfig cfg;
+  cfg.memory_per_host = 1 << 20;
+  cfg.max_regions = 2;
+  make(cfg);
+  const ConnId c = connect_host();
+  // MRSP errors: each a 4-byte MSG_MR_ERR with the Solicited Event bit.
+  struct Case {
+    AdvertiseRequest req;
+    std::uint8_t code;
+  };
+  const std::vector<Case> cases = {
+      {upstream_request({{kIn, 64}, {kIn, 64}, {kIn | kOut, 64}}), 0x03},  // 3 > max 2
+      {upstream_request({{kIn, 1 << 20}, {kIn | kOut, 16}}), 0x02},        // 2nd at 1 MiB: beyond
+      {upstream_request({{kIn | kOut, 2 << 20}}), 0x01},                   // 0 + 2 MiB > 1 MiB
+  };
+  for (const Case& k : cases) {
+    stack.deliver_send(c, bytes(k.req));
+    step();
+    EXPECT_EQ(std::get<ErrorMsg>(last_mrsp(c)).code, k.code);
+    EXPECT_EQ(stack.sent.back().data.size(), 4u);
+    EXPECT_TRUE(stack.sent.back().wr.solicited);
+  }
+  // Then a request that fits, and call errors: a zero-length WRITE_WITH_IMM whose immediate
+  // has the status in bits 8..15 (ntohl(imm) >> 8), solicited.
+  stack.deliver_send(c, bytes(upstream_request({{kIn, 64}, {kIn | kOut, 64}})));
+  step();
+  ASSERT_TRUE(std::holds_alternative<Advertise>(last_mrsp(c)));
+  stack.deliver_imm(c, encode_call_imm(0x77, 0));
+  step();
+  EXPECT_EQ(stack.sent.back().wr.op, Op::kWriteImm);
+  EXPECT_EQ(stack.sent.back().wr.imm, 0x1000u);
+  EXPECT_EQ(stack.sent.back().wr.imm >> 8, kRpcUnknownFunction);
+  EXPECT_EQ(stack.sent.back().wr.length, 0u);
+  EXPECT_EQ(stack.sent.back().wr.remote_addr, 0x200000u);  // the OUTPUT region
+  EXPECT_TRUE(stack.sent.back().wr.solicited);
+  // A kernel's own check: vector_add wants 3 parameters.
+  stack.deliver_imm(c, encode_call_imm(kFnVectorAdd, 0));
+  step();
+  EXPECT_EQ(stack.sent.back().wr.imm >> 8, kRpcBadParamCount);
+  // Function code 0: the host's error message (htonl(0)); and 0x80 alone: nothing to run,
+  // nothing answered.
+  const std::size_t before = stack.sent.size();
+  stack.deliver_imm(c, 0);
+  stack.deliver_imm(c, 0x80);
+  step();
+  EXPECT_EQ(stack.sent.size(), before);
+  EXPECT_EQ(server->hosts(), 1u);
+}
+
+TEST_F(NaaServerTest, UpstreamHostWithoutOutputStillGetsItsAnswer) {
+  // No OUTPUT region (upstream's software NAA posts an empty list then): the status alone, as
+  // a zero-length WRITE_WITH_IMM to the first region.
+  const ConnId c = connect_host();
+  stack.deliver_send(c, bytes(upstream_request({{kIn, 64}, {kIn, 64}})));
+  step();
+  stack.deliver_imm(c, encode_call_imm(3, 0));
+  step();
+  EXPECT_EQ(stack.sent.back().wr.op, Op::kWriteImm);
+  EXPECT_EQ(stack.sent.back().wr.length, 0u);
+  EXPECT_EQ(stack.sent.back().wr.imm, 0u);
+  EXPECT_EQ(stack.sent.back().wr.remote_addr, 0x100000u);
+  EXPECT_TRUE(stack.sent.back().wr.solicited);
+}
+
+TEST_F(NaaServerTest, UpstreamInternalRegionsAreNotParameters) {
+  // An internal region (flag 0x01, no host address): allocated on the NAA, not advertised, not
+  // a kernel parameter, never written back.
+  const ConnId c = connect_host();
+  AdvertiseRequest q = upstream_request({{kIn | kOut, 16}});
+  // Flagged OUTPUT as well, by a confused (or hostile) host: still never written anywhere.
+  q.regions.insert(q.regions.begin(),
+                   AdvReqEntry{kMrFlagInternal | kOut, 0x10000, 0xdead0000, 9, 4096});
+  stack.deliver_send(c, bytes(q));
+  step();
+  const auto adv = std::get<Advertise>(last_mrsp(c));
+  ASSERT_EQ(adv.regions.size(), 1u);
+  const std::size_t before = stack.sent.size();
+  stack.deliver_imm(c, encode_call_imm(1, 0));
+  step();
+  ASSERT_EQ(stack.sent.size(), before + 1);
+  ASSERT_EQ(stack.sent.back().data, std::vector<std::uint8_t>(16, 1));
+  EXPECT_EQ(stack.sent.back().wr.remote_addr, 0x100000u);
+  // Every bit set in the immediate: function 0x7f, not in the table: status 0x10, answered.
+  stack.deliver_imm(c, 0xFFFFFFFF);
+  step();
+  EXPECT_EQ(stack.sent.back().wr.imm, status_imm(kRpcUnknownFunction));
+  EXPECT_EQ(server->hosts(), 1u);
+}
+
+TEST_F(NaaServerTest, SeedLayoutAnswersAreSolicitedToo) {
+  const ConnId c = connect_host();
+  stack.deliver_send(c, bytes(request({64})));
+  step();
+  EXPECT_TRUE(stack.sent.back().wr.solicited);
+  const auto adv = std::get<Advertise>(last_mrsp(c));
+  std::uint8_t meta[8];
+  wire::store_be64(meta, 0x100000);
+  stack.remote_write(adv.regions[0].rkey, adv.regions[0].addr, meta, 8);
+  stack.deliver_imm(c, kFnIncrement);
+  step();
+  EXPECT_EQ(stack.sent.back().wr.op, Op::kWriteImm);
+  EXPECT_EQ(stack.sent.back().wr.imm, 0u);
+  EXPECT_TRUE(stack.sent.back().wr.solicited);
+}
+
 }  // namespace
 }  // namespace roce::naa
