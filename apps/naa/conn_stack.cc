@@ -164,7 +164,8 @@ bool ConnStack::post_send(ConnId c, const WorkRequest& w) {
                                    : verbs::WrOpcode::kWriteImm;
   wr.sg_list = w.length ? &sge : nullptr;
   wr.num_sge = w.length ? 1 : 0;
-  wr.send_flags = w.signaled ? std::uint32_t{verbs::kSendSignaled} : 0u;
+  wr.send_flags = (w.signaled ? std::uint32_t{verbs::kSendSignaled} : 0u) |
+                  (w.solicited ? std::uint32_t{verbs::kSendSolicited} : 0u);
   wr.imm_data = w.imm;
   wr.rdma.remote_addr = w.remote_addr;
   wr.rdma.rkey = w.rkey;

@@ -45,6 +45,7 @@ struct WorkRequest {
   std::uint32_t rkey = 0;
   std::uint32_t imm = 0;  ///< as a number; big-endian on the wire
   bool signaled = true;
+  bool solicited = false;  ///< the Solicited Event bit (BTH SE) on the last packet
 };
 
 struct ConnEvent {
