@@ -18,6 +18,7 @@
 
 extern "C" {
 #include "apps/naa/host/naaice.h"
+#include "apps/naa/host/naaice_ap2.h"
 #include "apps/naa/host/naaice_transport.h"
 }
 
@@ -44,6 +45,7 @@ struct Fake {
   bool connected = false;
 };
 Fake* g_fake = nullptr;
+std::vector<std::uint8_t> g_next_answer;  // the MRSP answer of the next transport opened
 
 Fake& F(void* p) { return *static_cast<Fake*>(p); }
 
@@ -181,6 +183,7 @@ class NaaiceHost : public ::testing::Test {
 extern "C" naaice_transport* naaice_transport_open(void) {
   auto* t = static_cast<naaice_transport*>(std::calloc(1, sizeof(naaice_transport)));
   g_fake = new Fake;
+  g_fake->mrsp_answer = g_next_answer;
   t->priv = g_fake;
   t->connect = f_connect;
   t->reg_mr = f_reg_mr;
@@ -346,6 +349,42 @@ TEST_F(NaaiceHost, HostSideErrorIsAZeroLengthWriteWithImmediateZero) {
   EXPECT_EQ(fake().sends[0].op, NAAICE_OP_WRITE_IMM);
   EXPECT_EQ(fake().sends[0].bytes.size(), 0u);
   EXPECT_EQ(fake().sends[0].imm, 0u);
+}
+
+// AP2 (upstream's naaice_ap2.c): the NAA from NAA_SPEC by function code, the inputs then the
+// outputs that are not inputs, flagged; a call and its status.
+TEST(NaaiceAp2, CreateInvokeWait) {
+  std::vector<std::uint8_t> a(64, 1), b(32, 2), c(16, 3);
+  naa_param_t in[] = {{a.data(), a.size(), true}, {b.data(), b.size(), false}};
+  naa_param_t out[] = {{b.data(), b.size(), false}, {c.data(), c.size(), false}};
+  naa_handle h;
+  ::setenv("NAA_SPEC", "192.0.2.9:4711:5:2,192.0.2.1::7:2", 1);
+  EXPECT_EQ(naa_create(9, in, 2, out, 2, &h), -1);  // no NAA for function code 9
+  EXPECT_EQ(naa_create(7, in, 1, out, 2, &h), -1);  // that NAA takes 2 inputs
+  g_next_answer = advertisement(3, 4096);
+  ASSERT_EQ(naa_create(7, in, 2, out, 2, &h), 0);
+  Fake& f = *static_cast<Fake*>(h.comm_ctx->transport->priv);
+  ASSERT_EQ(f.sends.size(), 1u);
+  const auto& m = f.sends[0].bytes;
+  ASSERT_EQ(m.size(), 4u + 3 * 24);
+  EXPECT_EQ(m[1], 3);          // a, b, c: b is input and output, registered once
+  EXPECT_EQ(m[4], 0x06);       // a: INPUT | SINGLESEND
+  EXPECT_EQ(m[4 + 24], 0x0c);  // b: INPUT | OUTPUT
+  EXPECT_EQ(m[4 + 48], 0x08);  // c: OUTPUT
+  EXPECT_EQ(h.comm_ctx->port, 12345);  // the spec's empty port
+  f.result_imm = 0x00001100;
+  ASSERT_EQ(naa_invoke(&h), 0);
+  EXPECT_EQ(f.sends.back().imm, 0x87u);  // function code 7 | 0x80
+  naa_status st{};
+  ASSERT_EQ(naa_wait(&h, &st), 0);
+  EXPECT_EQ(st.state, NAAICE_FINISHED);
+  EXPECT_EQ(st.naa_error, 0x11);
+  ASSERT_EQ(naa_invoke(&h), 0);
+  bool done = false;
+  for (int i = 0; i < 10 && !done; i++) ASSERT_EQ(naa_test(&h, &done, &st), 0);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(naa_finalize(&h), 0);
+  g_next_answer.clear();
 }
 
 }  // namespace
