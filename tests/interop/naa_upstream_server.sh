@@ -37,7 +37,7 @@ out=$(mktemp -d)
 stop_ip=192.0.2.253
 cleanup() {
   ip netns exec "$RXE_VM_NETNS" ip addr del "$stop_ip/32" dev br0 2>/dev/null || true
-  rm -rf "$out"
+  [[ -n ${NAA_KEEP:-} ]] && echo "kept: $out" || rm -rf "$out"
 }
 trap cleanup EXIT
 # The server runs until the host side raises $stop_ip on the bridge (it has no option to end
@@ -47,18 +47,35 @@ run=0 fail=0
 host() {  # host NAME ARGS...: one client process with its own capture
   local name=$1; shift
   run=$((run + 1))
-  NAAICE_ROCE="pmd=af_packet,iface=dp0,ip=192.0.2.100,mac=02:00:00:00:01:00,pcap=$out/$name.pcap" \
+  NAAICE_CALL_GAP_MS=${NAAICE_CALL_GAP_MS:-50} NAAICE_ROCE="pmd=af_packet,iface=dp0,ip=192.0.2.100,mac=02:00:00:00:01:00,pcap=$out/$name.pcap" \
     ip netns exec "$RXE_VM_NETNS" timeout 180 "$client" -U -R 20 "$@" 192.0.2.1 > "$out/$name.txt" 2>&1
 }
 report() { sed "s/^/  host $1: /" "$out/$1.txt"; }
 # The NAA in the VM may still be starting: retry while it rejects (no listener yet).
 for _ in $(seq 60); do
-  host kernels -k upstream -s 1024 -n 3 -H 2 && rc=0 || rc=$?
-  [[ $rc != 0 ]] && grep -q "rejected" "$out/kernels.txt" && { sleep 1; continue; }
+  host start -k noop -s 64 -n 1 && rc=0 || rc=$?
+  [[ $rc != 0 ]] && grep -q "rejected" "$out/start.txt" && { sleep 1; continue; }
   break
 done
-report kernels
-[[ $rc == 0 ]] || fail=1
+report start
+# Each function: one host, 3 calls. Upstream's NAA re-arms its CQ after polling it without
+# polling again, so a completion of its own (our ACK of its advertisement or of a result
+# write) that lands between its last poll and the re-arm raises no event, and it sleeps with
+# our call in its CQ (the host times out; our DREQ frees its worker). Such a stall is retried
+# (at most twice) and counted; two hosts at once (two workers spinning on the VM's one CPU)
+# make it likely.
+stalls=0
+for k in add1 add2 noop; do
+  for attempt in 1 2 3; do
+    host "$k-$attempt" -k "$k" -s 1024 -n 3 -T 15 && rc=0 || rc=$?
+    report "$k-$attempt"
+    [[ $rc != 0 ]] && grep -q "timed out" "$out/$k-$attempt.txt" && [[ $attempt -lt 3 ]] &&
+      { stalls=$((stalls + 1)); continue; }
+    break
+  done
+  [[ $rc == 0 ]] || fail=1
+done
+echo "upstream NAA stalls (a missed completion event, retried): $stalls"
 for e in naa-out-of-memory unknown-function too-many-regions; do
   sleep 1  # upstream's NAA frees a connection's slot when its worker ends
   host "$e" -e "$e" || fail=1
@@ -67,11 +84,13 @@ done
 ip netns exec "$RXE_VM_NETNS" ip addr add "$stop_ip/32" dev br0
 finish && theirs=0 || theirs=1
 grep -q "naaice_server exit 0" "$out/vm.txt" || { echo "  naaice_server did not end cleanly"; theirs=1; }
-grep -v "^\[rxe-vm\]" "$out/vm.txt" | sed 's/^/  vm: /' | tail -80
+# The NAA's log, repeated lines counted (it logs every refused connection).
+grep -v "^\[rxe-vm\]" "$out/vm.txt" | sed 's/\x1b\[[0-9;]*m//g' | grep . | uniq -c |
+  sed 's/^ *1 /  vm: /; s/^ *\([0-9]*\) /  vm (x\1): /' | tail -150
 cap=0 errs="" imms="" se_naa="" se_host="" flags="" calls=""
 ts=(tshark --disable-heuristic rpcrdma_infiniband -o infiniband.identify_payload:FALSE)
 for f in "$out"/*.pcap; do
-  "$here/../integration/check_capture.sh" "$pcap" "$f" 3 > "$out/capture.txt" 2>&1 || {
+  "$here/../integration/check_capture.sh" "$pcap" "$f" 1 > "$out/capture.txt" 2>&1 || {
     cap=1; sed "s|^|  capture $(basename "$f"): |" "$out/capture.txt"; }
   # The NAA's SENDs (opcode 4): MRSP error messages (type 0x00) and advertisements (0x02).
   errs+=$("${ts[@]}" -r "$f" -Y 'ip.src == 192.0.2.1 && infiniband.bth.opcode == 4' -T fields \

@@ -159,6 +159,7 @@ int naaice_init_communication_context(struct naaice_communication_context** comm
   c->state = NAAICE_INIT;
   c->timeout = DEFAULT_TIMEOUT;
   c->retry_count = DEFAULT_RETRY_COUNT;
+  if (getenv("NAAICE_CALL_GAP_MS")) c->call_gap = atof(getenv("NAAICE_CALL_GAP_MS")) / 1e3;
   c->fncode = fncode;
   snprintf(c->remote_ip, sizeof c->remote_ip, "%s", remote_ip);
   if (local_ip) snprintf(c->local_ip, sizeof c->local_ip, "%s", local_ip);
@@ -498,6 +499,8 @@ int naaice_write_data(struct naaice_communication_context* c, uint8_t fncode) {
   return 0;
 }
 
+static int poll_once(struct naaice_communication_context* c);
+
 int naaice_init_data_transfer(struct naaice_communication_context* c) {
   if (c->state != NAAICE_MRSP_DONE && c->state != NAAICE_FINISHED) {
     fprintf(stderr, "naaice: init_data_transfer needs a finished MRSP (state %s)\n",
@@ -511,6 +514,12 @@ int naaice_init_data_transfer(struct naaice_communication_context* c) {
   c->naa_returncode = 0;
   c->naa_immediate = 0;
   c->bytes_received = 0;
+  /* Let the NAA settle after its last message (call_gap); the transport keeps running, so
+   * that our ACK of it goes out now and not with the call. */
+  while (c->call_gap > 0 && now_s() < c->naa_msg_at + c->call_gap) {
+    if (poll_once(c) < 0) return -1;
+    pause_briefly();
+  }
   if (c->recv_posted == 0 && naaice_post_recv_data(c)) return -1;
   if (naaice_write_data(c, c->fncode)) return -1;
   c->no_rpc_calls++;
@@ -556,6 +565,7 @@ static int handle_mrsp_answer(struct naaice_communication_context* c, const stru
     c->mr_peer_data[i].size = size;
   }
   c->state = NAAICE_MRSP_DONE;
+  c->naa_msg_at = now_s();
   return 0;
 }
 
@@ -598,6 +608,7 @@ int naaice_handle_work_completion(const struct naaice_wc* wc,
         for (int i = 0; i < c->no_peer_mrs; i++)
           if (c->mr_peer_data[i].to_write)
             t->sync_in(t->priv, c->mr_local_data[i].addr, c->mr_local_data[i].length);
+      c->naa_msg_at = now_s();
       c->naa_immediate = wc->imm;
       c->naa_returncode = (uint8_t)(wc->imm >> IMMEDIATE_OFFSET);
       c->bytes_received = wc->byte_len;

@@ -189,6 +189,13 @@ struct naaice_communication_context {
   uint32_t naa_immediate; /* the NAA's last immediate, whole */
   int recv_posted;        /* receives waiting on the QP */
   uint8_t writes_posted;  /* by the last naaice_write_data: their completions end DATA_SENDING */
+  /* Seconds a call waits after the NAA's last message (its advertisement or the last result)
+   * before it writes; the transport keeps running meanwhile. 0 unless NAAICE_CALL_GAP_MS is
+   * set. Upstream's software NAA (f7b72fc) needs it: it re-arms its CQ only after it has
+   * handled the completions of its own SEND or WRITEs (our ACKs), so a call whose
+   * WRITE_WITH_IMM reaches it before then lands in its CQ unannounced and is never answered. */
+  double call_gap;
+  double naa_msg_at; /* when the NAA's last message arrived (monotonic seconds) */
 };
 
 /* addr_offset: the NAA address requested for the first region; the others follow, each

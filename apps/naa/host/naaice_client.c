@@ -5,13 +5,14 @@
  * (naaice_client_ibverbs) and on the appliance's stack (naaice_client_roce, _attached).
  *
  *   naaice_client [-p PORT] [-k KERNEL[=CODE]|all|upstream] [-s BYTES] [-n CALLS] [-H HOSTS]
- *                 [-M NAA_MIB] [-e ERROR] [-U] [-l LOCAL_IP] [-R RETRIES]
+ *                 [-M NAA_MIB] [-e ERROR] [-U] [-l LOCAL_IP] [-R RETRIES] [-T SECONDS]
  *                 [--attach SOCKET [--attach-port NAME]] NAA_IP
  *   KERNEL: the appliance's (roce-naa: increment, vector_add, reduce_sum, crc32, matmul; "all")
  *           or upstream's software NAA's (examples/naaice_server: add1, add2, noop; "upstream"),
  *           called under its function code (1-5; 1-3), or CODE
  *   -U: the NAA is upstream's software NAA: its kernels by default, and its answers to errors
  *       (it ends the connection after an MRSP error; an unknown function code gets no answer)
+ *   -T: seconds the MRSP and each call may take (60)
  *   -R: connect again after a refused connection, at most RETRIES times, 0.5 s apart
  *   --attach: naaice_client_roce attached to a running roced (its port; no DPDK here) instead
  *             of a port of its own (NAAICE_ROCE)
@@ -237,8 +238,15 @@ static void free_job(struct job* j) {
   }
 }
 
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static const char* local_ip = NULL; /* -l: the source address (rdma-core) */
 static unsigned connect_retries = 0; /* -R: connection attempts after a refused one */
+static double call_timeout = 60;     /* -T: seconds for the MRSP and each call */
 
 /* Context, connection, roles, registration; `naa_addrs`: the NAA addresses to request (NULL:
  * upstream's sequential ones from 0). */
@@ -274,7 +282,7 @@ static int open_job_at(struct job* j, const char* ip, uint16_t port, const uint6
     if ((j->role[i] & IN) && naaice_set_input_mr(j->ctx, i)) return -1;
     if ((j->role[i] & OUT) && naaice_set_output_mr(j->ctx, i)) return -1;
   }
-  j->ctx->timeout = 60;
+  j->ctx->timeout = call_timeout;
   return naaice_setup_connection(j->ctx) || naaice_register_mrs(j->ctx) ? -1 : 0;
 }
 static int open_job(struct job* j, const char* ip, uint16_t port) {
@@ -291,6 +299,17 @@ static int start_call(struct job* j) {
 
 /* Every kernel of `set` (-1: the appliance's, -2: upstream's; or one), `hosts` connections at
  * once, `calls` calls each. */
+/* After a failure: every host disconnects (the NAA frees what it holds for them); 1. */
+static int close_all(struct job* jobs, unsigned hosts) {
+  for (unsigned h = 0; h < hosts; h++) {
+    if (jobs[h].ctx) naaice_disconnect_and_cleanup(jobs[h].ctx);
+    jobs[h].ctx = NULL;
+    free_job(&jobs[h]);
+  }
+  free(jobs);
+  return 1;
+}
+
 static int run_kernels(const char* ip, uint16_t port, int only, unsigned size, unsigned calls,
                        unsigned hosts) {
   struct job* jobs = calloc(hosts, sizeof *jobs);
@@ -302,37 +321,46 @@ static int run_kernels(const char* ip, uint16_t port, int only, unsigned size, u
       setup_job(&jobs[h], k, size);
       if (open_job(&jobs[h], ip, port)) {
         fprintf(stderr, "FAIL %s: host %u cannot connect\n", kernel_names[k], h);
-        return 1;
+        return close_all(jobs, h + 1);
       }
     }
     for (unsigned h = 0; h < hosts; h++)
-      if (naaice_init_mrsp(jobs[h].ctx)) return 1;
-    for (unsigned h = 0; h < hosts; h++)
+      if (naaice_init_mrsp(jobs[h].ctx)) return close_all(jobs, hosts);
+    for (unsigned h = 0; h < hosts; h++) {
+      const double end = mono_s() + call_timeout;
       while (jobs[h].ctx->state < NAAICE_MRSP_DONE)
-        if (naaice_poll_cq_nonblocking(jobs[h].ctx)) {
-          fprintf(stderr, "FAIL %s: host %u MRSP\n", kernel_names[k], h);
-          return 1;
+        if (naaice_poll_cq_nonblocking(jobs[h].ctx) || mono_s() > end) {
+          fprintf(stderr, "FAIL %s: host %u MRSP (%s)\n", kernel_names[k], h,
+                  mono_s() > end ? "timed out" : "failed");
+          return close_all(jobs, hosts);
         }
+    }
     for (unsigned c = 0; c < calls; c++) {
       for (unsigned h = 0; h < hosts; h++)
-        if (start_call(&jobs[h])) return 1;
+        if (start_call(&jobs[h])) return close_all(jobs, hosts);
       /* All hosts' calls are in flight at once; wait for each (the three ways upstream's API
        * offers, in turn). */
       for (unsigned h = 0; h < hosts; h++) {
         struct naaice_communication_context* x = jobs[h].ctx;
         int rc = 0;
         const unsigned way = (c + h) % 3;
-        while (rc == 0 && x->state < NAAICE_FINISHED)
+        const double end = mono_s() + call_timeout;
+        while (rc == 0 && x->state < NAAICE_FINISHED) {
           rc = way == 0   ? naaice_poll_cq_nonblocking(x)
                : way == 1 ? naaice_poll_cq_blocking(x)
                           : naaice_poll_cq_busy(x);
+          if (rc == 0 && x->state < NAAICE_FINISHED && mono_s() > end) {
+            fprintf(stderr, "naaice_client: timed out waiting for the result\n");
+            rc = -1;
+          }
+        }
         if (rc || x->naa_returncode) {
           fprintf(stderr, "FAIL %s host %u call %u: %s, return code 0x%02x (%s)\n",
                   kernel_names[k], h, c, naaice_state_string(x->state), x->naa_returncode,
                   naaice_rpc_status_string(x->naa_returncode));
-          return 1;
+          return close_all(jobs, hosts);
         }
-        if (check(&jobs[h], h, c)) return 1;
+        if (check(&jobs[h], h, c)) return close_all(jobs, hosts);
       }
     }
     for (unsigned h = 0; h < hosts; h++) {
@@ -562,12 +590,6 @@ out:
   return result;
 }
 
-static double mono_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* While host A's call runs on the NAA (a slow kernel), host B is served: connection, MRSP,
  * and its call is answered 0x01 at once (the kernel queue of one is A's). */
 static int slow_kernel(const char* ip, uint16_t port) {
@@ -632,7 +654,7 @@ int main(int argc, char** argv) {
                                         {"attach-port", required_argument, NULL, 'P'},
                                         {"upstream", no_argument, NULL, 'U'},
                                         {NULL, 0, NULL, 0}};
-  while ((opt = getopt_long(argc, argv, "p:k:s:n:H:M:e:l:R:Uh", longs, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, "p:k:s:n:H:M:e:l:R:T:Uh", longs, NULL)) != -1) {
     switch (opt) {
       case 'A': /* the appliance's transport: attached to this roced (no DPDK port here) */
         setenv("NAAICE_ROCE_ATTACH", optarg, 1);
@@ -652,6 +674,9 @@ int main(int argc, char** argv) {
         break;
       case 'R':
         connect_retries = (unsigned)atoi(optarg);
+        break;
+      case 'T':
+        call_timeout = atof(optarg);
         break;
       case 'k': {
         /* NAME or NAME=CODE (the function code the NAA knows it by); all (the appliance's),
@@ -692,7 +717,7 @@ int main(int argc, char** argv) {
       default:
         fprintf(stderr,
                 "usage: %s [-p PORT] [-k KERNEL[=CODE]|all|upstream] [-s BYTES] [-n CALLS] "
-                "[-H HOSTS] [-M NAA_MIB] [-e ERROR] [-U] [-l LOCAL_IP] [-R RETRIES] "
+                "[-H HOSTS] [-M NAA_MIB] [-e ERROR] [-U] [-l LOCAL_IP] [-R RETRIES] [-T SECONDS] "
                 "[--attach SOCKET [--attach-port NAME]] NAA_IP\n",
                 argv[0]);
         return opt == 'h' ? 0 : 2;
