@@ -13,12 +13,14 @@
 #   - on the wire (our capture): the NAA's advertisements and result writes carry the
 #     Solicited Event bit, results have immediate 0; our requests carry upstream's flags and
 #     SE, our calls immediate fncode | 0x80 with SE.
-#   naa_upstream_server.sh NAAICE_CLIENT_ROCE ROCE_PCAP  (root; 77 without NAAICE_UPSTREAM or
-#                                                        where VMs cannot run)
+# With NAAICE_CLIENT_IBVERBS, first our host on rdma-core (the same library on libibverbs and
+# librdmacm) in the VM runs every function against the server there (rxe loopback).
+#   naa_upstream_server.sh NAAICE_CLIENT_ROCE ROCE_PCAP [NAAICE_CLIENT_IBVERBS]
+#                                         (root; 77 without NAAICE_UPSTREAM or where VMs cannot run)
 # Env: NAAICE_UPSTREAM (the checkout), MICROLOG_SRC (microlog v7.0.3, upstream's dependency),
 # RXE_VM_NETNS (default rxevm-naau).
 set -euo pipefail
-client=$(realpath "$1") pcap=$(realpath "$2")
+client=$(realpath "$1") pcap=$(realpath "$2") ibv_client=${3:+$(realpath "$3")}
 if [[ -z ${NAAICE_UPSTREAM:-} ]]; then
   echo "skipped: set NAAICE_UPSTREAM to a checkout of naaice-greenhpc/naa-communication-library" \
        "(and MICROLOG_SRC to microlog v7.0.3) to run upstream's naaice_server"
@@ -29,9 +31,22 @@ export RXE_VM_NETNS=${RXE_VM_NETNS:-rxevm-naau}
 source "$(dirname "$0")/lib.sh"
 interop_preflight
 bindir=$("$here/upstream_naaice_build.sh") || exit $?
-server=$bindir/naaice_server
-echo "upstream: $(cat "$bindir/../../commit") ($NAAICE_UPSTREAM)"
-RXE_VM_EXTRA_BINS="$server" "$here/vm/build.sh" >/dev/null 2>&1 ||
+commit=$(cat "$bindir/../../commit")
+echo "upstream: $commit ($NAAICE_UPSTREAM)"
+# The VM image keeps every extra binary under its base name, whoever put it there (other
+# worktrees too): ours go in under names of their own, copied (mtime kept) only when changed.
+vmbins=${ROCE_UPSTREAM_CACHE:-/var/tmp/roce-upstream}/vm-bins
+mkdir -p "$vmbins"
+vm_copy() {  # vm_copy FILE NAME: the copy's path
+  cmp -s "$1" "$vmbins/$2" 2>/dev/null || cp -p "$1" "$vmbins/$2"
+  echo "$vmbins/$2"
+}
+server=$(vm_copy "$bindir/naaice_server" "upstream_naaice_server_${commit:0:7}")
+ibv_bin=""
+if [[ -n $ibv_client ]]; then
+  ibv_bin=$(vm_copy "$ibv_client" "naaice_client_ibverbs_$(realpath "$ibv_client" | md5sum | cut -c1-8)")
+fi
+RXE_VM_EXTRA_BINS="$server $ibv_bin" "$here/vm/build.sh" >/dev/null 2>&1 ||
   { echo "skipped: cannot put $server into the VM image"; exit 77; }
 out=$(mktemp -d)
 stop_ip=192.0.2.253
@@ -41,8 +56,27 @@ cleanup() {
 }
 trap cleanup EXIT
 # The server runs until the host side raises $stop_ip on the bridge (it has no option to end
-# by itself): then SIGTERM, which it handles by leaving its loop.
-boot "naaice_server & s=\$!; while kill -0 \$s 2>/dev/null && ! ping -c 1 -W 1 $stop_ip >/dev/null 2>&1; do :; done; kill -TERM \$s 2>/dev/null; wait \$s; echo naaice_server exit \$?" 600
+# by itself): then SIGTERM, which it handles by leaving its loop. Before, our rdma-core host in
+# the VM calls each function (a stall retried as below).
+ibv_phase="echo ibverbs phase skipped"
+if [[ -n $ibv_client ]]; then
+  c=$(basename "$ibv_bin")
+  ibv_phase="sleep 1; ibv_fail=0; for k in add1 add2 noop; do for a in 1 2 3; do
+    NAAICE_CALL_GAP_MS=50 retry $c -U -R 20 -T 15 -k \$k -s 1024 -n 3 192.0.2.1 > /tmp/\$k.txt 2>&1; rc=\$?
+    sed \"s/^/ibverbs \$k-\$a: /\" /tmp/\$k.txt
+    if [ \$rc != 0 ] && grep -q 'timed out' /tmp/\$k.txt && [ \$a -lt 3 ]; then echo ibverbs-stall; continue; fi
+    break; done; [ \$rc = 0 ] || ibv_fail=1; done; echo ibverbs phase done fail=\$ibv_fail"
+fi
+# The VM shows the host side that its phase is over by taking $ready_ip too (its output comes
+# only when its command ends).
+ready_ip=192.0.2.251
+boot "$(basename "$server") & s=\$!; $ibv_phase
+ip addr add $ready_ip/32 dev eth0
+while kill -0 \$s 2>/dev/null && ! ping -c 1 -W 1 $stop_ip >/dev/null 2>&1; do :; done; kill -TERM \$s 2>/dev/null; wait \$s; echo naaice_server exit \$?" 900
+for _ in $(seq 300); do
+  ip netns exec "$RXE_VM_NETNS" ping -c 1 -W 1 "$ready_ip" > /dev/null 2>&1 && break
+  sleep 1
+done
 run=0 fail=0
 host() {  # host NAME ARGS...: one client process with its own capture
   local name=$1; shift
@@ -75,7 +109,6 @@ for k in add1 add2 noop; do
   done
   [[ $rc == 0 ]] || fail=1
 done
-echo "upstream NAA stalls (a missed completion event, retried): $stalls"
 for e in naa-out-of-memory unknown-function too-many-regions; do
   sleep 1  # upstream's NAA frees a connection's slot when its worker ends
   host "$e" -e "$e" || fail=1
@@ -84,6 +117,13 @@ done
 ip netns exec "$RXE_VM_NETNS" ip addr add "$stop_ip/32" dev br0
 finish && theirs=0 || theirs=1
 grep -q "naaice_server exit 0" "$out/vm.txt" || { echo "  naaice_server did not end cleanly"; theirs=1; }
+ibv=skipped
+if [[ -n $ibv_client ]]; then
+  ibv=$(grep -c "^ibverbs .*: PASS " "$out/vm.txt" || true)
+  grep -q "ibverbs phase done fail=0" "$out/vm.txt" || { echo "  rdma-core host failed"; fail=1; }
+  stalls=$((stalls + $(grep -c "^ibverbs-stall" "$out/vm.txt" || true)))
+  grep "^ibverbs .*: \(PASS\|FAIL\)" "$out/vm.txt" | sed 's/^/  /'
+fi
 # The NAA's log, repeated lines counted (it logs every refused connection).
 grep -v "^\[rxe-vm\]" "$out/vm.txt" | sed 's/\x1b\[[0-9;]*m//g' | grep . | uniq -c |
   sed 's/^ *1 /  vm: /; s/^ *\([0-9]*\) /  vm (x\1): /' | tail -150
@@ -124,8 +164,9 @@ for want in 00000081 00000082 00000083 000000f7; do
 done
 [[ $flags == *06* ]] || { echo "  no request with INPUT|SINGLESEND (0x06) first"; wire=0; }
 passes=$(cat "$out"/*.txt | grep -c "^PASS " || true)
+echo "upstream NAA stalls (a missed completion event, retried): $stalls; rdma-core host checks passed: $ibv"
 if [[ $fail == 0 && $theirs == 0 && $cap == 0 && $wire == 1 ]]; then
-  echo "PASS naa upstream server interop: appliance host library -> upstream naaice_server on rxe ($passes checks passed, $run host runs)"
+  echo "PASS naa upstream server interop: appliance host library -> upstream naaice_server on rxe ($passes checks passed, $run host runs; rdma-core host: $ibv)"
 else
   echo "FAIL naa upstream server interop: hosts=$fail vm=$theirs capture=$cap wire=$wire"
   exit 1

@@ -351,6 +351,71 @@ TEST_F(NaaiceHost, HostSideErrorIsAZeroLengthWriteWithImmediateZero) {
   EXPECT_EQ(fake().sends[0].imm, 0u);
 }
 
+// Upstream's software NAA's answers as captured on the wire (interop_naa_upstream_server:
+// examples/naaice_server at f7b72fc on Linux 6.1 rxe, our host on the appliance, 2026-11-28;
+// both SENDs had SE set). The advertisement for a request of four regions of 64, 1024, 513 and
+// 8 bytes (naaice_client -U -k add1 -s 1024), and its MRSP error when an internal region of
+// 4 GiB - 4 KiB cannot be allocated.
+std::vector<std::uint8_t> hex(const std::string& h) {
+  std::vector<std::uint8_t> b;
+  for (std::size_t i = 0; i + 1 < h.size(); i += 2)
+    b.push_back(static_cast<std::uint8_t>(std::stoul(h.substr(i, 2), nullptr, 16)));
+  return b;
+}
+const char* const kCapturedAdvertisement =
+    "02040000"
+    "00007f2948000cb0000008c400000040"
+    "00007f2948000d400000093600000400"
+    "00007f294800119000000a2e00000201"
+    "00007f29480013e000000bc500000008";
+const char* const kCapturedError = "00010000";
+
+TEST(NaaiceCaptured, UpstreamAdvertisementAndError) {
+  std::vector<std::uint8_t> r[4] = {std::vector<std::uint8_t>(64), std::vector<std::uint8_t>(1024),
+                                    std::vector<std::uint8_t>(513), std::vector<std::uint8_t>(8)};
+  char* params[4];
+  size_t sizes[4];
+  for (int i = 0; i < 4; i++) {
+    params[i] = reinterpret_cast<char*>(r[i].data());
+    sizes[i] = r[i].size();
+  }
+  naaice_communication_context* ctx = nullptr;
+  ASSERT_EQ(naaice_init_communication_context(&ctx, 0, sizes, params, 4, 0, nullptr, 1, nullptr,
+                                              "192.0.2.1", 12345),
+            0);
+  ctx->timeout = 2;
+  ASSERT_EQ(naaice_setup_connection(ctx), 0);
+  ASSERT_EQ(naaice_set_singlesend_mr(ctx, 0), 0);
+  ASSERT_EQ(naaice_set_input_mr(ctx, 1), 0);
+  ASSERT_EQ(naaice_set_output_mr(ctx, 1), 0);
+  ASSERT_EQ(naaice_set_output_mr(ctx, 2), 0);
+  ASSERT_EQ(naaice_set_input_mr(ctx, 3), 0);
+  ASSERT_EQ(naaice_register_mrs(ctx), 0);
+  Fake& f = *static_cast<Fake*>(ctx->transport->priv);
+  f.mrsp_answer = hex(kCapturedError);
+  EXPECT_EQ(naaice_do_mrsp(ctx), -1);
+  EXPECT_EQ(ctx->mrsp_error, NAAICE_MRSP_NOT_ENOUGH_MEMORY);
+  f.mrsp_answer = hex(kCapturedAdvertisement);
+  ASSERT_EQ(f.mrsp_answer.size(), 4u + 4 * 16);
+  ASSERT_EQ(naaice_do_mrsp(ctx), 0);
+  EXPECT_EQ(ctx->mr_peer_data[0].addr, 0x00007f2948000cb0ull);
+  EXPECT_EQ(ctx->mr_peer_data[0].rkey, 0x8c4u);
+  EXPECT_EQ(ctx->mr_peer_data[2].addr, 0x00007f2948001190ull);
+  EXPECT_EQ(ctx->mr_peer_data[2].rkey, 0xa2eu);
+  EXPECT_EQ(ctx->mr_peer_data[2].size, 513u);
+  EXPECT_EQ(ctx->mr_peer_data[3].size, 8u);
+  // Our request in that capture: regions 0..3 flagged 0x06, 0x0c, 0x08, 0x04 at NAA addresses
+  // 0, 0x1000, 0x2000, 0x3000.
+  const auto& m = f.sends.back().bytes;
+  ASSERT_EQ(m.size(), 4u + 4 * 24);
+  const std::uint8_t flags[4] = {0x06, 0x0c, 0x08, 0x04};
+  for (int i = 0; i < 4; i++) {
+    EXPECT_EQ(m[4 + 24 * i], flags[i]);
+    EXPECT_EQ(m[4 + 24 * i + 6], static_cast<std::uint8_t>(0x10 * i)) << i;
+  }
+  naaice_disconnect_and_cleanup(ctx);
+}
+
 // AP2 (upstream's naaice_ap2.c): the NAA from NAA_SPEC by function code, the inputs then the
 // outputs that are not inputs, flagged; a call and its status.
 TEST(NaaiceAp2, CreateInvokeWait) {
