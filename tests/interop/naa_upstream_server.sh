@@ -63,8 +63,9 @@ if [[ -n $ibv_client ]]; then
   c=$(basename "$ibv_bin")
   ibv_phase="sleep 1; ibv_fail=0; for k in add1 add2 noop; do for a in 1 2 3; do
     NAAICE_CALL_GAP_MS=50 retry $c -U -R 20 -T 15 -k \$k -s 1024 -n 3 192.0.2.1 > /tmp/\$k.txt 2>&1; rc=\$?
+    if [ \$rc != 0 ] && grep -q 'timed out' /tmp/\$k.txt && [ \$a -lt 3 ]; then
+      sed \"s/FAIL /stalled, retried: /; s/^/ibverbs \$k-\$a: /\" /tmp/\$k.txt; echo ibverbs-stall; continue; fi
     sed \"s/^/ibverbs \$k-\$a: /\" /tmp/\$k.txt
-    if [ \$rc != 0 ] && grep -q 'timed out' /tmp/\$k.txt && [ \$a -lt 3 ]; then echo ibverbs-stall; continue; fi
     break; done; [ \$rc = 0 ] || ibv_fail=1; done; echo ibverbs phase done fail=\$ibv_fail"
 fi
 # The VM shows the host side that its phase is over by taking $ready_ip too (its output comes
@@ -102,9 +103,13 @@ stalls=0
 for k in add1 add2 noop; do
   for attempt in 1 2 3; do
     host "$k-$attempt" -k "$k" -s 1024 -n 3 -T 15 && rc=0 || rc=$?
+    if [[ $rc != 0 ]] && grep -q "timed out" "$out/$k-$attempt.txt" && [[ $attempt -lt 3 ]]; then
+      stalls=$((stalls + 1))
+      sed -i 's/FAIL /stalled, retried: /' "$out/$k-$attempt.txt"
+      report "$k-$attempt"
+      continue
+    fi
     report "$k-$attempt"
-    [[ $rc != 0 ]] && grep -q "timed out" "$out/$k-$attempt.txt" && [[ $attempt -lt 3 ]] &&
-      { stalls=$((stalls + 1)); continue; }
     break
   done
   [[ $rc == 0 ]] || fail=1

@@ -116,8 +116,7 @@ int naaice_init_communication_context(struct naaice_communication_context** comm
                                       uint64_t addr_offset, size_t* param_sizes, char** params,
                                       unsigned int params_amount, unsigned int internal_mr_amount,
                                       size_t* internal_mr_sizes, uint8_t fncode,
-                                      const char* local_ip, const char* remote_ip,
-                                      uint16_t port) {
+                                      const char* local_ip, const char* remote_ip, uint16_t port) {
   if (!comm_ctx || !remote_ip || !param_sizes || !params || params_amount == 0 ||
       (internal_mr_amount && !internal_mr_sizes)) {
     fprintf(stderr, "naaice: invalid arguments (at least one parameter)\n");
@@ -137,7 +136,8 @@ int naaice_init_communication_context(struct naaice_communication_context** comm
   size_t* sizes = calloc(n, sizeof *sizes);
   struct naaice_communication_context* c = calloc(1, sizeof *c);
   char* msg = calloc(2, MSG_BUF);
-  if (!addrs || !sizes || !c || !msg || !(c->mr_local_message = calloc(1, sizeof(struct naaice_mr_local)))) {
+  if (!addrs || !sizes || !c || !msg ||
+      !(c->mr_local_message = calloc(1, sizeof(struct naaice_mr_local)))) {
     fprintf(stderr, "naaice: out of memory\n");
     free(addrs);
     free(sizes);
@@ -314,8 +314,8 @@ int naaice_set_singlesend_mr(struct naaice_communication_context* c, unsigned in
   return naaice_set_input_mr(c, idx);
 }
 
-int naaice_set_internal_mrs(struct naaice_communication_context* c, unsigned int n,
-                            uint64_t* addrs, size_t* sizes) {
+int naaice_set_internal_mrs(struct naaice_communication_context* c, unsigned int n, uint64_t* addrs,
+                            size_t* sizes) {
   if (n + c->no_local_mrs > NAAICE_MAX_COUNT) {
     fprintf(stderr, "naaice: too many internal regions for one MRSP message\n");
     return -1;
@@ -340,8 +340,8 @@ int naaice_set_internal_mrs(struct naaice_communication_context* c, unsigned int
 
 int naaice_set_immediate(struct naaice_communication_context* c, uint8_t* imm_bytes) {
   if (!imm_bytes) return -1;
-  c->immediate = (uint32_t)c->fncode | (uint32_t)imm_bytes[0] << 8 |
-                 (uint32_t)imm_bytes[1] << 16 | (uint32_t)imm_bytes[2] << 24;
+  c->immediate = (uint32_t)c->fncode | (uint32_t)imm_bytes[0] << 8 | (uint32_t)imm_bytes[1] << 16 |
+                 (uint32_t)imm_bytes[2] << 24;
   return 0;
 }
 

@@ -215,8 +215,7 @@ int naaice_set_parameter_mrs(struct naaice_communication_context* comm_ctx,
                              unsigned int n_parameter_mrs, uint64_t* local_addrs,
                              uint64_t* remote_addrs, size_t* sizes);
 int naaice_set_input_mr(struct naaice_communication_context* comm_ctx, unsigned int input_mr_idx);
-int naaice_set_output_mr(struct naaice_communication_context* comm_ctx,
-                         unsigned int output_mr_idx);
+int naaice_set_output_mr(struct naaice_communication_context* comm_ctx, unsigned int output_mr_idx);
 /* Also marks the region an input. */
 int naaice_set_singlesend_mr(struct naaice_communication_context* comm_ctx,
                              unsigned int singlesend_mr_idx);

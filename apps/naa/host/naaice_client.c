@@ -49,9 +49,8 @@ enum {
   K_NOOP,
   K_COUNT
 };
-static const char* kernel_names[K_COUNT] = {"",       "increment", "vector_add", "reduce_sum",
-                                            "crc32",  "matmul",    "add1",       "add2",
-                                            "noop"};
+static const char* kernel_names[K_COUNT] = {
+    "", "increment", "vector_add", "reduce_sum", "crc32", "matmul", "add1", "add2", "noop"};
 static int kernel_codes[K_COUNT] = {0, 1, 2, 3, 4, 5, 1, 2, 3};
 /* What the NAA adds to every byte of every one of its regions (the model of upstream's software
  * NAA and of the appliance's increment), or -1 for a kernel with a reference of its own. */
@@ -158,7 +157,8 @@ static int check(struct job* j, unsigned host, unsigned call) {
     if (memcmp(j->expect[i], j->params[i], j->sizes[i]) != 0) {
       unsigned b = 0;
       while (((unsigned char*)j->params[i])[b] == j->expect[i][b]) b++;
-      fprintf(stderr, "FAIL %s host %u call %u: parameter %u differs at byte %u (0x%02x, want 0x%02x)\n",
+      fprintf(stderr,
+              "FAIL %s host %u call %u: parameter %u differs at byte %u (0x%02x, want 0x%02x)\n",
               kernel_names[j->kernel], host, call, i, b, ((unsigned char*)j->params[i])[b],
               j->expect[i][b]);
       return -1;
@@ -244,7 +244,7 @@ static double mono_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static const char* local_ip = NULL; /* -l: the source address (rdma-core) */
+static const char* local_ip = NULL;  /* -l: the source address (rdma-core) */
 static unsigned connect_retries = 0; /* -R: connection attempts after a refused one */
 static double call_timeout = 60;     /* -T: seconds for the MRSP and each call */
 
@@ -355,8 +355,8 @@ static int run_kernels(const char* ip, uint16_t port, int only, unsigned size, u
           }
         }
         if (rc || x->naa_returncode) {
-          fprintf(stderr, "FAIL %s host %u call %u: %s, return code 0x%02x (%s)\n",
-                  kernel_names[k], h, c, naaice_state_string(x->state), x->naa_returncode,
+          fprintf(stderr, "FAIL %s host %u call %u: %s, return code 0x%02x (%s)\n", kernel_names[k],
+                  h, c, naaice_state_string(x->state), x->naa_returncode,
                   naaice_rpc_status_string(x->naa_returncode));
           return close_all(jobs, hosts);
         }
@@ -377,7 +377,8 @@ static int run_kernels(const char* ip, uint16_t port, int only, unsigned size, u
 
 /* One error provoked; 0 when the NAA reports exactly it. `upstream`: the NAA is upstream's
  * software NAA, which answers differently (see main's comment). */
-static int provoke(const char* ip, uint16_t port, const char* what, unsigned naa_mib, int upstream) {
+static int provoke(const char* ip, uint16_t port, const char* what, unsigned naa_mib,
+                   int upstream) {
   struct job j;
   unsigned want_mrsp = 0, want_status = 0;
   int want_silence = 0; /* upstream: the NAA drops the connection without an answer */
@@ -445,8 +446,10 @@ static int provoke(const char* ip, uint16_t port, const char* what, unsigned naa
               rc == 0 ? "succeeded" : "was answered with an MRSP error");
       goto out;
     }
-    printf("PASS %s: upstream's NAA cannot receive a request of 33 regions (no answer, our "
-           "SEND failed)\n", what);
+    printf(
+        "PASS %s: upstream's NAA cannot receive a request of 33 regions (no answer, our "
+        "SEND failed)\n",
+        what);
     result = 0;
     goto out;
   }
@@ -467,7 +470,8 @@ static int provoke(const char* ip, uint16_t port, const char* what, unsigned naa
         fprintf(stderr, "FAIL %s: a valid MRSP after the error failed\n", what);
         goto out;
       }
-      if (start_call(&j) || naaice_poll_cq_busy(j.ctx) || j.ctx->naa_returncode || check(&j, 0, 0)) {
+      if (start_call(&j) || naaice_poll_cq_busy(j.ctx) || j.ctx->naa_returncode ||
+          check(&j, 0, 0)) {
         fprintf(stderr, "FAIL %s: the call after the retried MRSP failed\n", what);
         goto out;
       }

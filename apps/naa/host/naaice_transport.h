@@ -48,8 +48,7 @@ struct naaice_transport {
    * `send_depth` send and `recv_depth` receive entries, `retry_count` transport retries.
    * 0, or -1 (see error()). */
   int (*connect)(void* priv, const char* local_ip, const char* ip, uint16_t port,
-                 uint32_t send_depth, uint32_t recv_depth, uint8_t retry_count,
-                 double timeout_s);
+                 uint32_t send_depth, uint32_t recv_depth, uint8_t retry_count, double timeout_s);
   int (*reg_mr)(void* priv, void* addr, uint64_t length, struct naaice_mr_handle* out);
   void (*dereg_mr)(void* priv, struct naaice_mr_handle* mr);
   int (*post_recv)(void* priv, uint64_t wr_id, void* addr, uint32_t length, uint32_t lkey);

@@ -92,7 +92,8 @@ int f_post_send(void* p, naaice_op op, std::uint64_t, const void* local, std::ui
   const auto* b = static_cast<const std::uint8_t*>(local);
   f.sends.push_back({op, std::vector<std::uint8_t>(b, b + length), raddr, rkey, imm, flags});
   f.wcs.push_back(wc_of(op == NAAICE_OP_SEND ? NAAICE_WC_SEND : NAAICE_WC_WRITE));
-  if (op == NAAICE_OP_SEND && !f.mrsp_answer.empty()) deliver_recv(f, f.mrsp_answer, NAAICE_WC_RECV);
+  if (op == NAAICE_OP_SEND && !f.mrsp_answer.empty())
+    deliver_recv(f, f.mrsp_answer, NAAICE_WC_RECV);
   if (op == NAAICE_OP_WRITE_IMM && !f.recvs.empty())
     deliver_recv(f, {}, NAAICE_WC_RECV_IMM, f.result_imm);
   return 0;
@@ -159,8 +160,8 @@ class NaaiceHost : public ::testing::Test {
   void open(std::uint8_t fncode = 1, std::vector<size_t> internal = {}) {
     ASSERT_EQ(naaice_init_communication_context(
                   &ctx, 0, sizes, params, kN, static_cast<unsigned>(internal.size()),
-                  internal.empty() ? nullptr : internal.data(), fncode, "192.0.2.2",
-                  "192.0.2.1", SERVER_CONNECTION_PORT),
+                  internal.empty() ? nullptr : internal.data(), fncode, "192.0.2.2", "192.0.2.1",
+                  SERVER_CONNECTION_PORT),
               0);
     ctx->timeout = 2;
     ASSERT_EQ(naaice_setup_connection(ctx), 0);
@@ -263,7 +264,7 @@ TEST_F(NaaiceHost, CallWritesInputsImmediateWithStartBitAndSolicited) {
 TEST_F(NaaiceHost, ReturnCodeIsTheImmediateAboveItsLowestByte) {
   open(1);
   mrsp();
-  fake().result_imm = 0x00001300;  // return code 0x13, as upstream's host decodes it
+  fake().result_imm = 0x00001300;              // return code 0x13, as upstream's host decodes it
   ASSERT_EQ(naaice_do_data_transfer(ctx), 0);  // a call the NAA answered: 0, as upstream
   EXPECT_EQ(ctx->naa_returncode, 0x13);
   EXPECT_EQ(ctx->naa_immediate, 0x00001300u);
@@ -432,10 +433,10 @@ TEST(NaaiceAp2, CreateInvokeWait) {
   ASSERT_EQ(f.sends.size(), 1u);
   const auto& m = f.sends[0].bytes;
   ASSERT_EQ(m.size(), 4u + 3 * 24);
-  EXPECT_EQ(m[1], 3);          // a, b, c: b is input and output, registered once
-  EXPECT_EQ(m[4], 0x06);       // a: INPUT | SINGLESEND
-  EXPECT_EQ(m[4 + 24], 0x0c);  // b: INPUT | OUTPUT
-  EXPECT_EQ(m[4 + 48], 0x08);  // c: OUTPUT
+  EXPECT_EQ(m[1], 3);                  // a, b, c: b is input and output, registered once
+  EXPECT_EQ(m[4], 0x06);               // a: INPUT | SINGLESEND
+  EXPECT_EQ(m[4 + 24], 0x0c);          // b: INPUT | OUTPUT
+  EXPECT_EQ(m[4 + 48], 0x08);          // c: OUTPUT
   EXPECT_EQ(h.comm_ctx->port, 12345);  // the spec's empty port
   f.result_imm = 0x00001100;
   ASSERT_EQ(naa_invoke(&h), 0);
