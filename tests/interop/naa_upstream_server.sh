@@ -121,7 +121,8 @@ for e in naa-out-of-memory unknown-function too-many-regions; do
 done
 ip netns exec "$RXE_VM_NETNS" ip addr add "$stop_ip/32" dev br0
 finish && theirs=0 || theirs=1
-grep -q "naaice_server exit 0" "$out/vm.txt" || { echo "  naaice_server did not end cleanly"; theirs=1; }
+grep -q "naaice_server exit 0" "$out/vm.txt" ||
+  { echo "  naaice_server did not end cleanly: $(grep -o "naaice_server exit [0-9]*" "$out/vm.txt")"; theirs=1; }
 ibv=skipped
 if [[ -n $ibv_client ]]; then
   ibv=$(grep -c "^ibverbs .*: PASS " "$out/vm.txt" || true)

@@ -500,6 +500,12 @@ static int provoke(const char* ip, uint16_t port, const char* what, unsigned naa
   }
   result = 0;
 out:
+  if (upstream && want_mrsp && j.ctx) {
+    /* Upstream's NAA ends the connection's worker after a failed MRSP; a DREQ that reaches it
+     * meanwhile races with that worker (its server can crash): let the worker finish first. */
+    const struct timespec ts = {2, 0};
+    nanosleep(&ts, NULL);
+  }
   /* Always disconnect: the NAA frees this host's memory at once. */
   if (j.ctx) naaice_disconnect_and_cleanup(j.ctx);
   free_job(&j);
