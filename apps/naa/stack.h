@@ -45,7 +45,10 @@ struct WorkRequest {
   std::uint32_t rkey = 0;
   std::uint32_t imm = 0;  ///< as a number; big-endian on the wire
   bool signaled = true;
-  bool solicited = false;  ///< the Solicited Event bit (BTH SE) on the last packet
+  /// The Solicited Event bit on the message's last packet (SEND, WRITE_WITH_IMM): a peer whose
+  /// CQ is armed for solicited completions only (ibv_req_notify_cq(cq, 1), as NAAICE's) is
+  /// woken by this message.
+  bool solicited = false;
 };
 
 struct ConnEvent {
