@@ -92,6 +92,9 @@ enum naa_error {
   NAA_SUCCESS = 0x00,
   SOCKET_UNAVAIL = 0x01,
   KERNEL_TIMEOUT = 0x02,
+  /* 0x03-0x0f reserved; 0x10-0x7f the application's. This library's: the enum's range, so that
+   * C++ may hold every code in it. */
+  NAA_ERROR_LAST = 0xff,
 };
 
 typedef enum {

@@ -319,7 +319,7 @@ TEST_F(NaaiceHost, MalformedAdvertisementsAreRefused) {
   fake().mrsp_answer = advertisement(kN - 1, 4096);  // fewer regions than asked for
   EXPECT_EQ(naaice_do_mrsp(ctx), -1);
   auto m = advertisement(kN, 4096);
-  m.resize(m.size() - 1);  // truncated
+  m.pop_back();  // truncated
   fake().mrsp_answer = m;
   EXPECT_EQ(naaice_do_mrsp(ctx), -1);
   fake().mrsp_answer = advertisement(kN, 8);  // regions smaller than ours
