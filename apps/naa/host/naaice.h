@@ -21,7 +21,8 @@
  * A call the NAA answers with a non-zero return code still succeeds (upstream): the code is in
  * naa_returncode. This library's additions: mrsp_error (the NAA's MRSP error code after a
  * failed MRSP; upstream only logs it), naa_immediate (the NAA's whole immediate), an MRSP that
- * may be repeated after an error, and timeouts that end every wait.
+ * may be repeated after an error, timeouts that end every wait, and call_gap (for upstream's
+ * software NAA; docs/naa.md).
  *
  * The same source builds against rdma-core (libnaaice_ibverbs) and against the appliance's
  * own stack (libnaaice_roce, libnaaice_attached); see naaice_transport.h. What upstream's API
