@@ -45,10 +45,12 @@ static int open_host(struct host* h, const char* ip, uint16_t port, unsigned siz
   if (!h->buf) return -1;
   memset(h->buf, 0x5a, size);
   char* params[1] = {h->buf};
-  unsigned sizes[1] = {size};
-  if (naaice_init_communication_context(&h->ctx, sizes, params, 1, FN_ECHO, ip, port) ||
-      naaice_setup_connection(h->ctx) || naaice_register_mrs(h->ctx) ||
-      naaice_set_metadata(h->ctx, (uintptr_t)h->buf) || naaice_do_mrsp(h->ctx))
+  size_t sizes[1] = {size};
+  /* One region, input and output: the echo writes it back. */
+  if (naaice_init_communication_context(&h->ctx, 0, sizes, params, 1, 0, NULL, FN_ECHO, NULL, ip,
+                                        port) ||
+      naaice_set_input_mr(h->ctx, 0) || naaice_set_output_mr(h->ctx, 0) ||
+      naaice_setup_connection(h->ctx) || naaice_register_mrs(h->ctx) || naaice_do_mrsp(h->ctx))
     return -1;
   return 0;
 }
@@ -66,10 +68,15 @@ static int start_call(struct host* h) {
   h->buf[h->size - 1] = (char)(255 - h->stamp);
   return naaice_init_data_transfer(h->ctx);
 }
+/* A finished call the NAA answered with a non-zero return code is a failure here. */
 
 static int check_call(const struct host* h) {
   const int first = (unsigned char)h->buf[0], last = (unsigned char)h->buf[h->size - 1];
   const int stamp = h->stamp;
+  if (h->ctx->naa_returncode) {
+    fprintf(stderr, "naaice_bench: the NAA returned 0x%02x\n", h->ctx->naa_returncode);
+    return -1;
+  }
   if (first != stamp || last != 255 - stamp) {
     fprintf(stderr, "naaice_bench: the echo came back wrong\n");
     return -1;
@@ -90,7 +97,7 @@ static int rtt(const char* ip, uint16_t port, unsigned min, unsigned max, unsign
     for (unsigned i = 0; i < n + 2; i++) {
       const double t0 = now_s();
       if (start_call(&h)) return 1;
-      while (h.ctx->state < FINISHED)
+      while (h.ctx->state < NAAICE_FINISHED)
         if (naaice_poll_cq_nonblocking(h.ctx)) return 1;
       const double dt = now_s() - t0;
       if (check_call(&h)) return 1;
@@ -119,7 +126,7 @@ static int rate(const char* ip, uint16_t port, unsigned hosts, unsigned size, do
   while ((t1 = now_s()) - t0 < seconds) {
     for (unsigned i = 0; i < hosts; i++) {
       if (naaice_poll_cq_nonblocking(h[i].ctx)) return 1;
-      if (h[i].ctx->state < FINISHED) continue;
+      if (h[i].ctx->state < NAAICE_FINISHED) continue;
       if (check_call(&h[i])) return 1;
       done++;
       if (start_call(&h[i])) return 1;
@@ -127,7 +134,7 @@ static int rate(const char* ip, uint16_t port, unsigned hosts, unsigned size, do
   }
   /* Let the calls in flight finish before disconnecting. */
   for (unsigned i = 0; i < hosts; i++)
-    while (h[i].ctx->state < FINISHED)
+    while (h[i].ctx->state < NAAICE_FINISHED)
       if (naaice_poll_cq_nonblocking(h[i].ctx)) return 1;
   printf("rate,%u,%u,%.2f,%llu,%.0f\n", hosts, size, t1 - t0, done, (double)done / (t1 - t0));
   fflush(stdout);

@@ -37,21 +37,30 @@ struct naaice_wc {
 };
 
 enum naaice_op { NAAICE_OP_SEND = 0, NAAICE_OP_WRITE = 1, NAAICE_OP_WRITE_IMM = 2 };
+/* post_send's flags: a completion for it; the Solicited Event bit (BTH SE) on its last
+ * packet, which wakes a peer whose CQ is armed for solicited completions only. */
+enum { NAAICE_SEND_SIGNALED = 1, NAAICE_SEND_SOLICITED = 2 };
 
 struct naaice_transport {
   void* priv;
-  /* Connects to ip:port with rdma_cm (resolve address and route, REQ/REP/RTU); the QP has
-   * `send_depth` send and `recv_depth` receive entries. 0, or -1 (see error()). */
-  int (*connect)(void* priv, const char* ip, uint16_t port, uint32_t send_depth,
-                 uint32_t recv_depth, double timeout_s);
+  /* Connects to ip:port with rdma_cm (resolve address and route, REQ/REP/RTU), from
+   * local_ip when it is given (NULL: any; the appliance's stack has its own); the QP has
+   * `send_depth` send and `recv_depth` receive entries, `retry_count` transport retries.
+   * 0, or -1 (see error()). */
+  int (*connect)(void* priv, const char* local_ip, const char* ip, uint16_t port,
+                 uint32_t send_depth, uint32_t recv_depth, uint8_t retry_count, double timeout_s);
   int (*reg_mr)(void* priv, void* addr, uint64_t length, struct naaice_mr_handle* out);
   void (*dereg_mr)(void* priv, struct naaice_mr_handle* mr);
   int (*post_recv)(void* priv, uint64_t wr_id, void* addr, uint32_t length, uint32_t lkey);
   int (*post_send)(void* priv, enum naaice_op op, uint64_t wr_id, const void* local,
                    uint32_t length, uint32_t lkey, uint64_t remote_addr, uint32_t rkey,
-                   uint32_t imm, int signaled);
+                   uint32_t imm, unsigned flags);
   /* Up to `max` completions; -1 when the connection broke (peer disconnected). */
   int (*poll)(void* priv, struct naaice_wc* wc, int max);
+  /* The peer may have written [addr, addr + length) of a registered region (a call's
+   * result has arrived): make it visible there. NULL when the NIC writes the application's
+   * memory itself (rdma-core). */
+  void (*sync_in)(void* priv, void* addr, uint64_t length);
   /* DREQ, waits a moment for the DREP. */
   void (*disconnect)(void* priv);
   void (*destroy)(void* priv);

@@ -58,10 +58,11 @@ static int expect(struct ibv_transport* t, enum rdma_cm_event_type want, double 
   return 0;
 }
 
-static int t_connect(void* p, const char* ip, uint16_t port, uint32_t send_depth,
-                     uint32_t recv_depth, double timeout_s) {
+static int t_connect(void* p, const char* local_ip, const char* ip, uint16_t port,
+                     uint32_t send_depth, uint32_t recv_depth, uint8_t retry_count,
+                     double timeout_s) {
   struct ibv_transport* t = p;
-  struct addrinfo* res;
+  struct addrinfo *res, *src = NULL;
   char service[8];
   snprintf(service, sizeof service, "%u", port);
   struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
@@ -69,8 +70,14 @@ static int t_connect(void* p, const char* ip, uint16_t port, uint32_t send_depth
     set_error(t, "cannot parse the NAA's address");
     return -1;
   }
-  int rc = rdma_resolve_addr(t->id, NULL, res->ai_addr, 2000);
+  if (local_ip && getaddrinfo(local_ip, NULL, &hints, &src)) {
+    freeaddrinfo(res);
+    set_error(t, "cannot parse the local address");
+    return -1;
+  }
+  int rc = rdma_resolve_addr(t->id, src ? src->ai_addr : NULL, res->ai_addr, 2000);
   freeaddrinfo(res);
+  if (src) freeaddrinfo(src);
   if (rc) {
     set_error(t, "rdma_resolve_addr failed");
     return -1;
@@ -102,8 +109,10 @@ static int t_connect(void* p, const char* ip, uint16_t port, uint32_t send_depth
   }
   struct rdma_conn_param cp;
   memset(&cp, 0, sizeof cp);
-  cp.retry_count = 7;
-  cp.rnr_retry_count = 7;
+  cp.retry_count = retry_count;
+  cp.rnr_retry_count = 6; /* upstream's: 7 would retry for ever */
+  cp.initiator_depth = 1;
+  cp.responder_resources = 1;
   if (rdma_connect(t->id, &cp)) {
     set_error(t, "rdma_connect failed");
     return -1;
@@ -153,7 +162,7 @@ static int t_post_recv(void* p, uint64_t wr_id, void* addr, uint32_t length, uin
 
 static int t_post_send(void* p, enum naaice_op op, uint64_t wr_id, const void* local,
                        uint32_t length, uint32_t lkey, uint64_t remote_addr, uint32_t rkey,
-                       uint32_t imm, int signaled) {
+                       uint32_t imm, unsigned flags) {
   struct ibv_transport* t = p;
   struct ibv_sge sge = {(uintptr_t)local, length, lkey};
   struct ibv_send_wr wr, *bad;
@@ -164,7 +173,8 @@ static int t_post_send(void* p, enum naaice_op op, uint64_t wr_id, const void* l
   wr.opcode = op == NAAICE_OP_SEND    ? IBV_WR_SEND
               : op == NAAICE_OP_WRITE ? IBV_WR_RDMA_WRITE
                                       : IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+  wr.send_flags = ((flags & NAAICE_SEND_SIGNALED) ? IBV_SEND_SIGNALED : 0) |
+                  ((flags & NAAICE_SEND_SOLICITED) ? IBV_SEND_SOLICITED : 0);
   wr.imm_data = htonl(imm);
   wr.wr.rdma.remote_addr = remote_addr;
   wr.wr.rdma.rkey = rkey;
@@ -270,6 +280,7 @@ struct naaice_transport* naaice_transport_open(void) {
   n->post_recv = t_post_recv;
   n->post_send = t_post_send;
   n->poll = t_poll;
+  n->sync_in = NULL; /* the RNIC writes the application's memory */
   n->disconnect = t_disconnect;
   n->destroy = t_destroy;
   n->error = t_error;

@@ -18,8 +18,9 @@
 /// (shared with roced when attached). Each region is therefore shadowed: a piece of the
 /// Context's memory registered at the application's address as its IOVA (reg_mr_iova), so
 /// that the addresses and keys the NAA sees are the application's. What the host sends is
-/// copied in when it is posted; what arrives is copied out when its receive completes (a
-/// call's result: every region of the connection, when the NAA's WRITE_WITH_IMM arrives).
+/// copied in when it is posted; what arrives is copied out when its receive completes, and a
+/// call's result when the NAA's WRITE_WITH_IMM has arrived (sync_in: the output regions only,
+/// so that the application's other buffers are never overwritten).
 #include <sched.h>
 #include <unistd.h>
 
@@ -107,8 +108,12 @@ struct RoceTransport {
 
 RoceTransport* self(void* p) { return static_cast<RoceTransport*>(p); }
 
-int t_connect(void* p, const char* ip, std::uint16_t port, std::uint32_t send_depth,
-              std::uint32_t recv_depth, double timeout_s) {
+int t_connect(void* p, const char* local_ip, const char* ip, std::uint16_t port,
+              std::uint32_t send_depth, std::uint32_t recv_depth, std::uint8_t /*retry_count*/,
+              double timeout_s) {
+  // The link's address is the local one (NAAICE_ROCE's ip=, or the attached roced's port);
+  // the engine's QPs retry as an RNIC with retry count 7.
+  (void)local_ip;
   RoceTransport* t = self(p);
   const auto c = g_shared.stack->connect(ip, port, QpSizes{send_depth, recv_depth});
   if (!c) {
@@ -190,7 +195,7 @@ int t_post_recv(void* p, std::uint64_t wr_id, void* addr, std::uint32_t len, std
 
 int t_post_send(void* p, naaice_op op, std::uint64_t wr_id, const void* local, std::uint32_t len,
                 std::uint32_t lkey, std::uint64_t raddr, std::uint32_t rkey, std::uint32_t imm,
-                int signaled) {
+                unsigned flags) {
   RoceTransport* t = self(p);
   if (len != 0)
     if (Shadow* s = t->shadow_of(local, len))
@@ -204,7 +209,8 @@ int t_post_send(void* p, naaice_op op, std::uint64_t wr_id, const void* local, s
   wr.remote_addr = raddr;
   wr.rkey = rkey;
   wr.imm = imm;
-  wr.signaled = signaled != 0;
+  wr.signaled = (flags & NAAICE_SEND_SIGNALED) != 0;
+  wr.solicited = (flags & NAAICE_SEND_SOLICITED) != 0;
   if (!t->conn || !g_shared.stack->post_send(*t->conn, wr)) {
     t->error = "post_send failed";
     return -1;
@@ -234,8 +240,6 @@ int t_poll(void* p, naaice_wc* out, int max) {
       if (c.ok && c.kind == Completion::kRecv)
         t->copy_out(r.addr, std::min<std::uint64_t>(c.byte_len, r.length));
     }
-    if (c.ok && c.kind == Completion::kRecvImm)  // a call's results: in every region
-      for (auto& [k, s] : t->shadows) std::memcpy(s->app, s->copy, s->length);
     naaice_wc& w = out[n++];
     std::memset(&w, 0, sizeof w);
     w.wr_id = c.wr_id;
@@ -264,6 +268,9 @@ int t_poll(void* p, naaice_wc* out, int max) {
   }
   return n;
 }
+
+/// The peer wrote the shadow: copy [addr, addr + n) out to the application.
+void t_sync_in(void* p, void* addr, std::uint64_t n) { self(p)->copy_out(addr, n); }
 
 void t_disconnect(void* p) {
   RoceTransport* t = self(p);
@@ -391,6 +398,7 @@ extern "C" naaice_transport* naaice_transport_open(void) {
   t->post_recv = t_post_recv;
   t->post_send = t_post_send;
   t->poll = t_poll;
+  t->sync_in = t_sync_in;
   t->disconnect = t_disconnect;
   t->destroy = t_destroy;
   t->error = t_error;
