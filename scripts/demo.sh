@@ -94,7 +94,7 @@ appliance accelerator server 02:00:5e:00:0b:01 192.0.2.71 127.0.0.1:$((50000 + $
   - kind: naa
     port: p0
     listen_port: 12345
-    args: [--max-hosts, '4', --memory-per-host, '16', --functions, '2=vector_add,3=reduce_sum']"
+    args: [--max-hosts, '4', --memory-per-host, '16']"
 for _ in $(seq 50); do grep -q "service naa: rdma_cm port" "$out/accelerator.log" && break; sleep 0.1; done
 NAAICE_ROCE="pmd=memif,socket=$out/naa.sock,role=client,ip=192.0.2.72,mac=02:00:5e:00:0b:02" \
   "$bin/naaice_client_roce" -k all -n 2 192.0.2.71 > "$out/naa.log" 2>&1 || { cat "$out/naa.log"; exit 1; }

@@ -18,7 +18,7 @@ if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null; then echo "skipped: needs
 source "$(dirname "$(realpath "$0")")/naa_ns.sh"
 naa_ns_setup naa-arp
 "${X[@]}" "$naa" --pmd af_packet --iface v0 --ip 192.0.2.1 --mac 02:00:00:00:00:01 \
-  --functions "${NAA_FUNCTIONS:-2=vector_add,3=reduce_sum}" --kernel-delay-ms 3000 --kernel-queue 1 --exit-after 2 --timeout 60 > "$work/naa.log" 2>&1 &
+  --kernel-delay-ms 3000 --kernel-queue 1 --exit-after 2 --timeout 60 > "$work/naa.log" 2>&1 &
 naapid=$!
 pids+=("$naapid")
 for _ in $(seq 150); do grep -q "listening on rdma_cm port" "$work/naa.log" && break; sleep 0.1; done

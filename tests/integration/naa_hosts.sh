@@ -38,7 +38,7 @@ for i in 0 $(seq "$hosts"); do
 done
 "${X[@]}" ip link set v0 up
 "${X[@]}" "$naa" --pmd af_packet --iface v0 --ip 192.0.2.1 --mac 02:00:00:00:00:01 \
-  --functions "${NAA_FUNCTIONS:-2=vector_add,3=reduce_sum}" --exit-after $((hosts * 5 * conns)) --timeout 150 > "$work/naa.log" 2>&1 &
+  --exit-after $((hosts * 5 * conns)) --timeout 150 > "$work/naa.log" 2>&1 &
 naapid=$!
 pids+=("$naapid")
 for _ in $(seq 150); do grep -q "listening on rdma_cm port" "$work/naa.log" && break; sleep 0.1; done

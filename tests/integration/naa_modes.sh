@@ -26,20 +26,17 @@ sock=$work/memif.sock
 naa_ip=192.0.2.1 host_ip=192.0.2.2
 naa_log=$work/naa.log
 naa_pid=
-# The host library calls vector_add and reduce_sum by their codes from before upstream's software
-# NAA took 2 and 3 (docs/naa.md).
-functions=${NAA_FUNCTIONS:-2=vector_add,3=reduce_sum}
 # The NAA side: roce-naa in-process (memif server), attached to roced A, or hosted by A.
 case $mode in
   inprocess | host-attached)
     "$naa" --memif-socket "$sock" --ip $naa_ip --mac 02:00:00:00:00:01 --memory-per-host 16 \
-      --functions "$functions" --timeout 60 > "$naa_log" 2>&1 &
+      --timeout 60 > "$naa_log" 2>&1 &
     naa_pid=$!
     pids+=("$naa_pid")
     ;;
   attached | both-attached)
     appliance a server 02:00:00:00:00:01 $naa_ip 0
-    "$naa" --attach "$work/a.sock" --memory-per-host 16 --functions "$functions" --timeout 60 > "$naa_log" 2>&1 &
+    "$naa" --attach "$work/a.sock" --memory-per-host 16 --timeout 60 > "$naa_log" 2>&1 &
     naa_pid=$!
     pids+=("$naa_pid")
     ;;
@@ -48,7 +45,7 @@ case $mode in
   - test: naa
     port: p0
     listen_port: 12345
-    args: [\"--memory-per-host\", \"16\", \"--functions\", \"$functions\"]"
+    args: [\"--memory-per-host\", \"16\"]"
     naa_log=$work/a.log
     ;;
   *) echo "FAIL: unknown mode $mode"; exit 1 ;;

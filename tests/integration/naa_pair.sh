@@ -35,7 +35,7 @@ case $mode in
   *) echo "FAIL: unknown mode $mode"; exit 1 ;;
 esac
 "$naa" --memif-socket "$sock" --ip 192.0.2.1 --mac 02:00:00:00:00:01 --exit-after "$conns" \
-  --functions "${NAA_FUNCTIONS:-2=vector_add,3=reduce_sum}" --timeout "${NAA_TIMEOUT:-60}" --pcap "$work/naa.pcap" --tx-drop "$naa_drop" --fault-seed 11 "${naa_extra[@]}" \
+  --timeout "${NAA_TIMEOUT:-60}" --pcap "$work/naa.pcap" --tx-drop "$naa_drop" --fault-seed 11 "${naa_extra[@]}" \
   > "$work/naa.log" 2>&1 &
 pid=$!
 for _ in $(seq 150); do grep -q "listening on rdma_cm port" "$work/naa.log" && break; sleep 0.1; done

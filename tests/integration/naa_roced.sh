@@ -26,7 +26,7 @@ services:
   - test: naa
     port: p0
     listen_port: 12345
-    args: ["--max-hosts", "4", "--memory-per-host", "16", "--functions", "${NAA_FUNCTIONS:-2=vector_add,3=reduce_sum}"]
+    args: ["--max-hosts", "4", "--memory-per-host", "16"]
 YAML
 "$roced" --config "$work/roced.yaml" > "$work/roced.log" 2>&1 &
 pid=$!

@@ -25,7 +25,7 @@ boot "retry $c -k all -s 1024 -n 2 192.0.2.100 && $c -e too-many-regions 192.0.2
       $c -e unknown-function 192.0.2.100" 400
 # The host library calls vector_add and reduce_sum by their codes from before upstream's software
 # NAA took 2 and 3 (docs/naa.md).
-ip netns exec "$RXE_VM_NETNS" "$naa" --functions "${NAA_FUNCTIONS:-2=vector_add,3=reduce_sum}" \
+ip netns exec "$RXE_VM_NETNS" "$naa" \
   --pmd af_packet --iface dp0 --ip 192.0.2.100 \
   --mac 02:00:00:00:01:00 --exit-after 9 --timeout 380 --pcap "$out/naa.pcap" \
   > "$out/naa.txt" 2>&1 &

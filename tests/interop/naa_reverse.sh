@@ -19,9 +19,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 errors=(too-many-regions invalid-address not-enough-memory unknown-function bad-param-count
         bad-param-size)
-# The host library calls vector_add and reduce_sum by their codes from before upstream's software
-# NAA took 2 and 3 (docs/naa.md).
-boot "$(basename "$naa") --functions ${NAA_FUNCTIONS:-2=vector_add,3=reduce_sum} --exit-after $((5 + ${#errors[@]})) --timeout 400" 450
+boot "$(basename "$naa") --exit-after $((5 + ${#errors[@]})) --timeout 400" 450
 run=0 fail=0
 host() {  # host NAME ARGS...: one client process with its own capture
   local name=$1; shift

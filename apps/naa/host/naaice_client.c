@@ -51,7 +51,8 @@ enum {
 };
 static const char* kernel_names[K_COUNT] = {
     "", "increment", "vector_add", "reduce_sum", "crc32", "matmul", "add1", "add2", "noop"};
-static int kernel_codes[K_COUNT] = {0, 1, 2, 3, 4, 5, 1, 2, 3};
+/* The NAA's default table (roce-naa, docs/naa.md): upstream's 1..3, then ours from 4. */
+static int kernel_codes[K_COUNT] = {0, 1, 7, 8, 4, 5, 1, 2, 3};
 /* What the NAA adds to every byte of every one of its regions (the model of upstream's software
  * NAA and of the appliance's increment), or -1 for a kernel with a reference of its own. */
 static int kernel_adds(int k) {
@@ -571,7 +572,7 @@ static int foreign_rkey(const char* ip, uint16_t port) {
   memset(b.params[0], 0xEE, b.sizes[0]);
   struct naaice_transport* t = b.ctx->transport;
   if (t->post_send(t->priv, NAAICE_OP_WRITE, 77, b.params[0], b.sizes[0],
-                   b.ctx->mr_local_data[1].lkey, a.ctx->mr_peer_data[1].addr,
+                   b.ctx->mr_local_data[0].lkey, a.ctx->mr_peer_data[1].addr,
                    a.ctx->mr_peer_data[1].rkey, 0, NAAICE_SEND_SIGNALED)) {
     fprintf(stderr, "FAIL foreign-rkey: cannot post B's write\n");
     goto out;
