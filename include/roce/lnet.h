@@ -519,4 +519,35 @@ class Tm {
   std::thread event_thread_, oob_thread_;
 };
 
+// ---- statistics for Prometheus and roce-ctl -----------------------------------------------------
+
+/// The statistics of `tms` in Prometheus' text format: per queue (label `queue`, to_string's
+/// names) the m0_net_qstats counters roce_lnet_queue_{adds,dels,successes,failures,bytes}_total,
+/// roce_lnet_queue_time_in_queue_seconds_total and the gauge roce_lnet_queue_max_bytes; per Tm
+/// its connection counters (roce_lnet_connections_live and friends). Every series carries
+/// `tm` = the Tm's address. `roce-ctl --prometheus HOST:PORT lnet` prints them as a table.
+std::string prometheus_text(const std::vector<Tm*>& tms);
+
+/// An HTTP/1.0 endpoint answering GET /metrics with `render()`, on a thread of its own: how a
+/// program that uses this library publishes its Tms' statistics (roced's own endpoint serves
+/// roced's counters; an attached program's Tms live in the program).
+class MetricsEndpoint {
+ public:
+  MetricsEndpoint() = default;
+  ~MetricsEndpoint();
+  MetricsEndpoint(const MetricsEndpoint&) = delete;
+  MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
+  /// Listens on `host` (dotted IPv4) : `port` (0: any free one). 0 or an errno value.
+  int start(const std::string& host, std::uint16_t port, std::function<std::string()> render);
+  void stop();
+  std::uint16_t port() const { return port_; }
+
+ private:
+  void serve();
+  std::function<std::string()> render_;
+  int fd_ = -1, wake_ = -1;
+  std::uint16_t port_ = 0;
+  std::thread thread_;
+};
+
 }  // namespace roce::lnet
