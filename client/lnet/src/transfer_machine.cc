@@ -136,6 +136,18 @@ std::shared_ptr<Tm::Conn> Tm::make_conn() {
   ccap.max_recv_wr = kCtlRecvSlots;
   ccap.max_send_sge = ccap.max_recv_sge = 1;
   c->cqp = c->qp ? ctx.create_qp(dom_.pd(), client::QpType::kRc, cq_, cq_, ccap) : nullptr;
+  if (!c->cqp && c->block >= 0) {
+    // No QPs left (roced's quota, max_qps): released connections give theirs back, then the
+    // least recently used one nothing holds, and once more.
+    if (c->qp) ctx.destroy_qp(c->qp);
+    c->qp = nullptr;
+    const bool had_closing = !closing_.empty();
+    reap_closing_locked(true);
+    if (had_closing || reclaim_one_locked()) {
+      c->qp = ctx.create_qp(dom_.pd(), client::QpType::kRc, cq_, cq_, cap, srq_);
+      c->cqp = c->qp ? ctx.create_qp(dom_.pd(), client::QpType::kRc, cq_, cq_, ccap) : nullptr;
+    }
+  }
   if (!c->cqp) {
     const int e = errno;
     if (c->qp) ctx.destroy_qp(c->qp);

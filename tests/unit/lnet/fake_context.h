@@ -48,6 +48,7 @@ class FakeContext : public client::Context {
   /// alloc_buffer fails EDQUOT when `max_buffers` (>= 0) are live: roced's max_regions.
   int max_buffers = -1;
   int live_buffers = 0;
+  int max_qps = -1;  ///< create_qp fails EDQUOT when this many (>= 0) are live: roced's quota
   /// Sends complete at once (a successful completion on the CQ), as if the peer took them.
   std::atomic<bool> complete_sends{false};
   std::deque<client::AsyncEvent> async;  ///< what get_async_event hands out
@@ -136,6 +137,10 @@ class FakeContext : public client::Context {
   client::Qp* create_qp(client::Pd*, client::QpType, client::Cq*, client::Cq*, const client::QpCap&,
                         client::Srq*, bool) override {
     std::lock_guard<std::mutex> g(mu);
+    if (max_qps >= 0 && live_qps >= max_qps) {  // roced's quota
+      errno = EDQUOT;
+      return nullptr;
+    }
     auto* q = new client::Qp;
     q->qp_num = next_qpn++;
     ++live_qps;

@@ -304,6 +304,23 @@ TEST_F(LnetLife, ConnectionsWithoutReferencesMakeRoomBeyondSixtyFour) {
   EXPECT_FALSE(tm.connected_to(held[5]));
 }
 
+TEST_F(LnetLife, NoQpsLeftReleasesAConnectionNobodyHolds) {
+  ctx.max_qps = 4;  // roced's quota: two connections
+  for (std::uint32_t n = 0; n < 6; ++n) {
+    const OobHello r = hello(n);
+    ASSERT_EQ(r.status, 0) << "peer " << n;
+    message_on(r.qpn);
+    ASSERT_TRUE(eventually([&] { return tm.stats().msgs_received == n + 1; }));
+  }
+  EXPECT_EQ(tm.stats().connections, 6u);
+  EXPECT_LE(ctx.qps(), 4);
+  // Held ones are not taken: with both referenced, a third peer finds no QPs.
+  EndPoint e4, e5;
+  ASSERT_EQ(tm.end_point_create(peer(4), e4), 0);
+  ASSERT_EQ(tm.end_point_create(peer(5), e5), 0);
+  EXPECT_EQ(hello(6).status, EDQUOT);
+}
+
 TEST_F(LnetLife, ARestartedPeerGetsAFreshConnection) {
   const OobHello r1 = hello(7);
   ASSERT_EQ(r1.status, 0);
