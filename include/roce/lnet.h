@@ -306,7 +306,9 @@ struct QueueStats {
 struct TmStats {
   std::uint64_t msgs_sent = 0, msgs_received = 0, bytes_received = 0;
   std::uint64_t bulk_ops = 0, connections = 0, provisioned = 0;
-  std::uint64_t dropped_cancelled = 0;  ///< messages that landed in a cancelled receive buffer
+  /// Messages dropped because they landed in a cancelled receive buffer: none since issue 29
+  /// (such messages are delivered: late_cancel_delivered); kept for the counters' users.
+  std::uint64_t dropped_cancelled = 0;
   std::uint64_t ctl_dropped = 0;  ///< control messages for no passive buffer (gone, or forged)
   /// Control messages refused: the token of a buffer bound to another peer (NetBuffer::ep), or
   /// a length beyond the buffer. The buffer stays queued.
@@ -388,8 +390,9 @@ class Tm {
   /// nb.desc is the peer's.
   int add(NetBuffer& nb, QueueType q);
   /// m0_net_buffer_del: cancels; the buffer's event carries -ECANCELED. A kMsgRecv buffer
-  /// posted to the wire comes back with its next message (dropped) or when the Tm stops; an
-  /// operation on the wire completes first (its status then -ECANCELED).
+  /// posted to the wire comes back with its next message (delivered with status 0: the
+  /// operation completed first) or when the Tm stops; an operation on the wire completes first
+  /// (its status then -ECANCELED).
   int del(NetBuffer& nb);
 
   // Synchronous delivery ([r.m0.net.synchronous-buffer-event-delivery]).
