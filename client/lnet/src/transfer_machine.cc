@@ -231,14 +231,27 @@ void Tm::close_conn_locked(const std::shared_ptr<Conn>& c, bool bye) {
 
 void Tm::reap_closing_locked(bool force) {
   const auto now = std::chrono::steady_clock::now();
+  std::vector<BufferEvent> evs;
   for (auto it = closing_.begin(); it != closing_.end();) {
     Conn& c = **it;
     if (force || now >= c.close_by || (c.bye_done && c.inflight == 0)) {
+      if (c.inflight != 0) {
+        // Operations still on its QPs will never complete once they are gone: they end now.
+        for (auto& q : queues_)
+          for (auto b = q.begin(); b != q.end();) {
+            NetBuffer& nb = **b++;  // finish_locked removes nb from q
+            if (nb.impl->conn == &c) finish_locked(nb, -ECONNRESET, evs);
+          }
+      }
       unmake_conn_locked(c);
       it = closing_.erase(it);
     } else {
       ++it;
     }
+  }
+  if (!evs.empty()) {  // for the event thread (or deliver_all), as queue_events does
+    for (const BufferEvent& e : evs) pending_.push_back(e);
+    npending_.store(pending_.size(), std::memory_order_release);
   }
 }
 

@@ -270,6 +270,26 @@ TEST_F(LnetLife, AQpErrorReleasesItsConnectionWithAnErrorEvent) {
   tm.stop();  // before `evs` goes
 }
 
+TEST_F(LnetLife, ASendOnAConnectionWhoseQpFailedEnds) {
+  const OobHello r = hello(1);
+  ASSERT_EQ(r.status, 0);
+  NetBuffer* nb = dom.alloc_buffer(1, 64);
+  std::atomic<int> st{1};
+  nb->cb = [&](const BufferEvent& e) { st = e.status; };
+  nb->ep = EndPoint::parse(peer(1));
+  ASSERT_EQ(tm.add(*nb, QueueType::kMsgSend), 0);  // on the wire: the fake never completes it
+  client::AsyncEvent ev;
+  ev.type = verbs::AsyncEventType::kQpFatal;
+  ev.qp_num = r.qpn;
+  ctx.raise(ev);
+  // Its QPs go (at most kCloseWait later) and the send with them: it ends, not hangs.
+  ASSERT_TRUE(eventually([&] { return st.load() == -ECONNRESET; }));
+  EXPECT_TRUE(eventually([&] { return ctx.qps() == 0; }));
+  EXPECT_EQ(tm.queue_length(QueueType::kMsgSend), 0u);
+  tm.stop();
+  EXPECT_EQ(dom.free_buffer(nb), 0);
+}
+
 // ---- connections: release, restart, goodbye ---------------------------------------------------
 
 TEST_F(LnetLife, ConnectionsWithoutReferencesMakeRoomBeyondSixtyFour) {
