@@ -61,32 +61,33 @@ int serve(const Args& a, client::Context& ctx) {
   }
   std::atomic<std::uint32_t> served{0}, failed{0};
   std::uint64_t max_live = 0;
-  if (tm.pool_attach(pool,
-                     [&](const BufferEvent& ev) {
-                       if (ev.status == 0 && ev.ep && ev.length > 1) {
-                         const auto* p = static_cast<const char*>(ev.buf->segs[0].addr) + ev.offset;
-                         NetBuffer* tx = nullptr;
-                         {
-                           std::lock_guard<std::mutex> g(mu);
-                           if (!free_tx.empty()) tx = free_tx.back(), free_tx.pop_back();
-                         }
-                         if (tx) {
-                           auto* q = static_cast<char*>(tx->segs[0].addr);
-                           q[0] = 'R';
-                           std::memcpy(q + 1, p + 1, std::min<std::uint64_t>(ev.length - 1, 63));
-                           tx->length = std::min<std::uint64_t>(ev.length, 64);
-                           tx->ep = ev.ep;  // no reference kept: the send holds one
-                           if (tm.add(*tx, QueueType::kMsgSend) == 0)
-                             ++served;
-                           else
-                             ++failed;
-                         } else {
-                           ++failed;
-                         }
-                       }
-                       if (!(ev.buf->flags & kBufQueued)) pool.put(ev.buf);
-                     },
-                     4) != 0)
+  if (tm.pool_attach(
+          pool,
+          [&](const BufferEvent& ev) {
+            if (ev.status == 0 && ev.ep && ev.length > 1) {
+              const auto* p = static_cast<const char*>(ev.buf->segs[0].addr) + ev.offset;
+              NetBuffer* tx = nullptr;
+              {
+                std::lock_guard<std::mutex> g(mu);
+                if (!free_tx.empty()) tx = free_tx.back(), free_tx.pop_back();
+              }
+              if (tx) {
+                auto* q = static_cast<char*>(tx->segs[0].addr);
+                q[0] = 'R';
+                std::memcpy(q + 1, p + 1, std::min<std::uint64_t>(ev.length - 1, 63));
+                tx->length = std::min<std::uint64_t>(ev.length, 64);
+                tx->ep = ev.ep;  // no reference kept: the send holds one
+                if (tm.add(*tx, QueueType::kMsgSend) == 0)
+                  ++served;
+                else
+                  ++failed;
+              } else {
+                ++failed;
+              }
+            }
+            if (!(ev.buf->flags & kBufQueued)) pool.put(ev.buf);
+          },
+          4) != 0)
     return std::fprintf(stderr, "FAIL: pool_attach\n"), 1;
   if (const int rc = tm.start(a.addr))
     return std::fprintf(stderr, "FAIL: start %s: %s\n", a.addr.c_str(), std::strerror(rc)), 1;
@@ -154,7 +155,8 @@ int client_once(const Args& a, client::Context& ctx) {
   tx->ep = peer;
   if (const int rc = tm.add(*tx, QueueType::kMsgSend))
     return std::fprintf(stderr, "FAIL: add tx: %s\n", std::strerror(rc)), 1;
-  for (int i = 0; i < 5000 && got == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 5000 && got == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const bool ok = got == 1 && sent == 0 && answer == "R" + std::to_string(a.id);
   if (!ok)
     std::fprintf(stderr, "FAIL: client %u: answer '%s' (%d), send status %d\n", a.id,
@@ -209,7 +211,6 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   auto ctx = client::Context::attach(a.socket);
   if (!ctx)
-    return std::fprintf(stderr, "FAIL: attach %s: %s\n", a.socket.c_str(), std::strerror(errno)),
-           1;
+    return std::fprintf(stderr, "FAIL: attach %s: %s\n", a.socket.c_str(), std::strerror(errno)), 1;
   return a.serve ? serve(a, *ctx) : client_once(a, *ctx);
 }

@@ -115,14 +115,13 @@ int print_lnet(const std::string& text, bool all) {
     if (!all && v["adds_total"] == "0" && v["failures_total"] == "0") continue;
     std::printf("%-28s %-18s %8s %8s %10s %10s %14s %10s %14s\n", key.first.c_str(),
                 key.second.c_str(), v["adds_total"].c_str(), v["dels_total"].c_str(),
-                v["successes_total"].c_str(), v["failures_total"].c_str(),
-                v["bytes_total"].c_str(), v["max_bytes"].c_str(),
-                v["time_in_queue_seconds_total"].c_str());
+                v["successes_total"].c_str(), v["failures_total"].c_str(), v["bytes_total"].c_str(),
+                v["max_bytes"].c_str(), v["time_in_queue_seconds_total"].c_str());
   }
   for (auto& [tm, v] : tms)
     for (auto& [name, value] : v)
-      if (all || value != "0") std::printf("%-28s %-34s %16s\n", tm.c_str(), name.c_str(),
-                                           value.c_str());
+      if (all || value != "0")
+        std::printf("%-28s %-34s %16s\n", tm.c_str(), name.c_str(), value.c_str());
   return 0;
 }
 
@@ -153,8 +152,7 @@ int main(int argc, char** argv) {
     return command.empty() && !vm.count("help") ? 2 : 0;
   }
   if (command != "counters" && command != "clients" && command != "lnet") {
-    std::cerr << "roce-ctl: unknown command '" << command
-              << "' (known: counters, clients, lnet)\n";
+    std::cerr << "roce-ctl: unknown command '" << command << "' (known: counters, clients, lnet)\n";
     return 2;
   }
   try {

@@ -291,8 +291,8 @@ struct TmEvent {
 
 /// Statistics of one queue of a Tm (m0_net_qstats).
 struct QueueStats {
-  std::uint64_t adds = 0;    ///< nqs_num_adds: add() calls that queued a buffer (and provisioning)
-  std::uint64_t dels = 0;    ///< nqs_num_dels: del() calls that cancelled a queued buffer
+  std::uint64_t adds = 0;  ///< nqs_num_adds: add() calls that queued a buffer (and provisioning)
+  std::uint64_t dels = 0;  ///< nqs_num_dels: del() calls that cancelled a queued buffer
   std::uint64_t successes = 0;  ///< nqs_num_s_events: events with status 0
   /// nqs_num_f_events: events with an error status; for kMsgRecv also, as Motr counts, the
   /// buffers a pool could not provide when the Tm tried to fill its receive queue.
@@ -484,10 +484,10 @@ class Tm {
   std::vector<int> cpus_;
   std::function<void(TmState)> state_cb_;
   std::function<void(const TmEvent&)> event_cb_;
-  std::map<EndPoint, std::uint32_t> ep_refs_;  ///< end point reference counts
+  std::map<EndPoint, std::uint32_t> ep_refs_;   ///< end point reference counts
   std::vector<std::shared_ptr<Conn>> closing_;  ///< released, QPs destroyed once quiet
   QueueStats qstats_[static_cast<int>(QueueType::kCount_)];
-  std::vector<TmEvent> tm_events_;  ///< error events for the event thread to tell
+  std::vector<TmEvent> tm_events_;   ///< error events for the event thread to tell
   std::atomic<int> fail_status_{0};  ///< set by the domain's async thread: the Tm failed
 
   BufferPool* pool_ = nullptr;

@@ -50,7 +50,9 @@ struct CTm {
   std::map<EndPoint, CEndPoint*> eps;
 };
 
-CDomain* dom_of(m0_net_domain* d) { return d ? static_cast<CDomain*>(d->nd_xprt_private) : nullptr; }
+CDomain* dom_of(m0_net_domain* d) {
+  return d ? static_cast<CDomain*>(d->nd_xprt_private) : nullptr;
+}
 CTm* tm_of(m0_net_transfer_mc* t) { return t ? static_cast<CTm*>(t->ntm_xprt_private) : nullptr; }
 
 m0_net_end_point* ep_get_locked(m0_net_transfer_mc* t, CTm& c, const EndPoint& ep) {

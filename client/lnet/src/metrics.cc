@@ -54,8 +54,8 @@ std::string prometheus_text(const std::vector<Tm*>& tms) {
        &QueueStats::adds},
       {"roce_lnet_queue_dels_total", "counter", "buffers cancelled on the queue (nqs_num_dels)",
        &QueueStats::dels},
-      {"roce_lnet_queue_successes_total", "counter",
-       "successful buffer events (nqs_num_s_events)", &QueueStats::successes},
+      {"roce_lnet_queue_successes_total", "counter", "successful buffer events (nqs_num_s_events)",
+       &QueueStats::successes},
       {"roce_lnet_queue_failures_total", "counter",
        "failed buffer events and unprovisioned receive buffers (nqs_num_f_events)",
        &QueueStats::failures},
@@ -191,9 +191,10 @@ void MetricsEndpoint::serve() {
     }
     const bool ok = req.rfind("GET /metrics ", 0) == 0 || req.rfind("GET / ", 0) == 0;
     const std::string body = ok ? render_() : "not found\n";
-    const std::string resp = std::string(ok ? "HTTP/1.0 200 OK\r\n" : "HTTP/1.0 404 Not Found\r\n") +
-                             "Content-Type: text/plain; version=0.0.4\r\nContent-Length: " +
-                             std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string resp =
+        std::string(ok ? "HTTP/1.0 200 OK\r\n" : "HTTP/1.0 404 Not Found\r\n") +
+        "Content-Type: text/plain; version=0.0.4\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
     std::size_t off = 0;
     while (off < resp.size()) {
       const ssize_t n = send(c, resp.data() + off, resp.size() - off, MSG_NOSIGNAL);

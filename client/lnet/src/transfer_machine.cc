@@ -109,7 +109,7 @@ struct Tm::Conn {
   bool foreign = false;             ///< a plain verbs peer (foreign_open): no control QP
   std::uint32_t psn = 0;            ///< foreign: our first PSN
   bool used = false;                ///< a completion on its QPs, or an operation started on it
-  std::chrono::steady_clock::time_point since;  ///< made, or failed
+  std::chrono::steady_clock::time_point since;     ///< made, or failed
   std::chrono::steady_clock::time_point last_use;  ///< its last operation or completion
   std::uint32_t inflight = 0;  ///< send-side work requests on its message QP not yet complete
   bool bye_done = false;       ///< kClosing: its goodbye left (or could not be sent)
@@ -871,10 +871,10 @@ int Tm::add(NetBuffer& nb, QueueType q) {
     nb.impl->add_time = Clock::now();
     ++qstats_[static_cast<int>(q)].adds;
     // The operation references its peer's end point until its event is posted.
-    nb.impl->ref_ep = target ? target : (q == QueueType::kPassiveBulkRecv ||
-                                         q == QueueType::kPassiveBulkSend)
-                                            ? nb.ep
-                                            : std::nullopt;
+    nb.impl->ref_ep = target ? target
+                      : (q == QueueType::kPassiveBulkRecv || q == QueueType::kPassiveBulkSend)
+                          ? nb.ep
+                          : std::nullopt;
     if (nb.impl->ref_ep) ep_ref_locked(*nb.impl->ref_ep, +1);
   }
   if (!target) return 0;

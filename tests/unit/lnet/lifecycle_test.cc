@@ -267,7 +267,7 @@ TEST_F(LnetLife, AQpErrorReleasesItsConnectionWithAnErrorEvent) {
   EXPECT_FALSE(tm.connected_to(*EndPoint::parse(peer(0))));
   EXPECT_TRUE(eventually([&] { return ctx.qps() == 0; }));
   EXPECT_EQ(tm.state(), TmState::kStarted);  // one peer's end does not fail the Tm
-  tm.stop();  // before `evs` goes
+  tm.stop();                                 // before `evs` goes
 }
 
 TEST_F(LnetLife, ASendOnAConnectionWhoseQpFailedEnds) {
@@ -472,8 +472,8 @@ TEST(LnetServer, ServesAThousandShortLivedClientProcessesInTurn) {
   constexpr int kClients = 1000;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < kClients; ++i) {
-    const std::string addr = "192.0.2.1@roce:0:" + std::to_string(10 + i / 64) + ":" +
-                             std::to_string(i % 64);
+    const std::string addr =
+        "192.0.2.1@roce:0:" + std::to_string(10 + i / 64) + ":" + std::to_string(i % 64);
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {

@@ -15,12 +15,12 @@ void lnet_fake_free(void* c);
 int lnet_fake_deliver(void* c, unsigned len);
 
 static int failures;
-#define CHECK(c)                                                  \
-  do {                                                            \
-    if (!(c)) {                                                   \
+#define CHECK(c)                                                            \
+  do {                                                                      \
+    if (!(c)) {                                                             \
       fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c); \
-      ++failures;                                                 \
-    }                                                             \
+      ++failures;                                                           \
+    }                                                                       \
   } while (0)
 
 static volatile int tm_events, started, stopped;
