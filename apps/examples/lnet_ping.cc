@@ -95,9 +95,27 @@ struct Sender {
 
 struct Args {
   std::string socket, local_memif, addr, peer, oob_host = "127.0.0.1";
+  std::string metrics;  ///< HOST:PORT of the statistics endpoint (roce-ctl lnet), empty: none
   std::uint32_t pid = 0, pingpong = 100;
   std::uint16_t oob_base = kOobPortBase;
 };
+
+/// --metrics HOST:PORT: the Tm's per-queue statistics (m0_net_qstats) and connection counters
+/// in Prometheus' format at http://HOST:PORT/metrics, for Prometheus and `roce-ctl lnet`.
+bool serve_metrics(const Args& a, MetricsEndpoint& m, Tm& tm) {
+  if (a.metrics.empty()) return true;
+  const auto colon = a.metrics.rfind(':');
+  if (colon == std::string::npos) return false;
+  const int rc = m.start(a.metrics.substr(0, colon),
+                         static_cast<std::uint16_t>(std::stoul(a.metrics.substr(colon + 1))),
+                         [&tm] { return prometheus_text({&tm}); });
+  if (rc != 0) {
+    std::fprintf(stderr, "FAIL: --metrics %s: %s\n", a.metrics.c_str(), std::strerror(rc));
+    return false;
+  }
+  std::printf("metrics: http://%s:%u/metrics\n", a.metrics.substr(0, colon).c_str(), m.port());
+  return true;
+}
 
 // ---- server: asynchronous delivery, a pool of multi-message buffers --------------------------
 
@@ -204,6 +222,8 @@ int run_server(const Args& a, client::Context& ctx) {
     std::fprintf(stderr, "FAIL: start %s: %s\n", a.addr.c_str(), std::strerror(rc));
     return 1;
   }
+  MetricsEndpoint metrics;  // before tm goes
+  if (!serve_metrics(a, metrics, tm)) return 1;
   std::printf("server: transfer machine %s, receive queue %zu\n", tm.ep().str().c_str(),
               tm.queue_length(QueueType::kMsgRecv));
   std::fflush(stdout);
@@ -253,6 +273,8 @@ int run_client(const Args& a, client::Context& ctx) {
     std::fprintf(stderr, "FAIL: start %s: %s\n", a.addr.c_str(), std::strerror(rc));
     return 1;
   }
+  MetricsEndpoint metrics;  // before tm goes
+  if (!serve_metrics(a, metrics, tm)) return 1;
   std::printf("client: transfer machine %s (dynamic TMID from the top: %u)\n",
               tm.ep().str().c_str(), *tm.ep().tmid);
   const int efd = eventfd(0, EFD_CLOEXEC);
@@ -379,6 +401,8 @@ int main(int argc, char** argv) {
       a.oob_base = static_cast<std::uint16_t>(std::stoul(v));
     else if (k == "--pingpong")
       a.pingpong = static_cast<std::uint32_t>(std::stoul(v));
+    else if (k == "--metrics")
+      a.metrics = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -388,7 +412,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: roce-lnet-ping (--socket PATH | --local-memif PATH) --pid N "
                  "--addr NID:PID:PORTAL:TMID "
-                 "[--peer ADDR] [--oob-host IP] [--oob-base PORT] [--pingpong N]\n");
+                 "[--peer ADDR] [--oob-host IP] [--oob-base PORT] [--pingpong N] "
+                 "[--metrics HOST:PORT]\n");
     return 2;
   }
   std::string err;

@@ -88,16 +88,55 @@ int print_clients(const std::string& text) {
   return 0;
 }
 
+// roce_lnet_queue_<counter>{tm="...",queue="..."} value (the metrics endpoint of a program
+// using the messaging API, roce::lnet::MetricsEndpoint) -> one row per transfer machine and
+// queue, the columns of Motr's m0_net_qstats; then each Tm's connection counters.
+int print_lnet(const std::string& text, bool all) {
+  std::istringstream in(text);
+  std::map<std::pair<std::string, std::string>, std::map<std::string, std::string>> rows;
+  std::map<std::string, std::map<std::string, std::string>> tms;
+  std::string line;
+  const std::string qp = "roce_lnet_queue_", tp = "roce_lnet_";
+  while (std::getline(in, line)) {
+    if (line.rfind(tp, 0) != 0) continue;
+    const auto brace = line.find('{'), close = line.find('}');
+    if (brace == std::string::npos || close == std::string::npos) continue;
+    const std::string labels = line.substr(brace + 1, close - brace - 1);
+    const std::string value = line.substr(close + 2);
+    if (line.rfind(qp, 0) == 0)
+      rows[{label(labels, "tm"), label(labels, "queue")}]
+          [line.substr(qp.size(), brace - qp.size())] = value;
+    else
+      tms[label(labels, "tm")][line.substr(tp.size(), brace - tp.size())] = value;
+  }
+  std::printf("%-28s %-18s %8s %8s %10s %10s %14s %10s %14s\n", "tm", "queue", "adds", "dels",
+              "successes", "failures", "bytes", "max_bytes", "time_in_queue_s");
+  for (auto& [key, v] : rows) {
+    if (!all && v["adds_total"] == "0" && v["failures_total"] == "0") continue;
+    std::printf("%-28s %-18s %8s %8s %10s %10s %14s %10s %14s\n", key.first.c_str(),
+                key.second.c_str(), v["adds_total"].c_str(), v["dels_total"].c_str(),
+                v["successes_total"].c_str(), v["failures_total"].c_str(), v["bytes_total"].c_str(),
+                v["max_bytes"].c_str(), v["time_in_queue_seconds_total"].c_str());
+  }
+  for (auto& [tm, v] : tms)
+    for (auto& [name, value] : v)
+      if (all || value != "0")
+        std::printf("%-28s %-34s %16s\n", tm.c_str(), name.c_str(), value.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string endpoint = "127.0.0.1:9464", command;
   po::options_description desc(
-      "Usage: roce-ctl [--prometheus HOST:PORT] [--all] counters|clients\n\nOptions");
+      "Usage: roce-ctl [--prometheus HOST:PORT] [--all] counters|clients|lnet\n\n"
+      "lnet: the per-queue statistics of a messaging-API program's transfer machines, from\n"
+      "its own endpoint (e.g. roce-lnet-ping --metrics HOST:PORT)\n\nOptions");
   desc.add_options()("help,h", "print this help")(
       "prometheus,p", po::value(&endpoint)->default_value(endpoint), "roced counters endpoint")(
       "all,a", "also print counters that are zero")("command", po::value(&command),
-                                                    "counters or clients");
+                                                    "counters, clients or lnet");
   po::positional_options_description pos;
   pos.add("command", 1);
   po::variables_map vm;
@@ -112,12 +151,13 @@ int main(int argc, char** argv) {
     std::cout << desc << '\n';
     return command.empty() && !vm.count("help") ? 2 : 0;
   }
-  if (command != "counters" && command != "clients") {
-    std::cerr << "roce-ctl: unknown command '" << command << "' (known: counters, clients)\n";
+  if (command != "counters" && command != "clients" && command != "lnet") {
+    std::cerr << "roce-ctl: unknown command '" << command << "' (known: counters, clients, lnet)\n";
     return 2;
   }
   try {
     if (command == "clients") return print_clients(http_get(endpoint));
+    if (command == "lnet") return print_lnet(http_get(endpoint), vm.count("all") != 0);
     std::istringstream in(http_get(endpoint));
     std::map<std::string, std::map<std::string, std::string>> table;  // port -> name -> value
     std::string line;

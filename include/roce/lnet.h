@@ -189,7 +189,9 @@ class Domain {
   /// A buffer with `nseg` segments of `seg_size` bytes each, in one alloc_buffer() region,
   /// registered. Null with errno on failure. Freed with free_buffer().
   NetBuffer* alloc_buffer(std::uint32_t nseg, std::uint64_t seg_size);
-  void free_buffer(NetBuffer* nb);
+  /// 0, or EBUSY while `nb` is queued on a Tm (kBufQueued: the engine may still write into it;
+  /// nothing is freed), EINVAL for a buffer of a pool (it goes with its pool).
+  int free_buffer(NetBuffer* nb);
   /// m0_net_buffer_register: every segment must lie in shared memory of the Context
   /// (alloc_buffer / register_memfd). 0 or an errno value.
   int register_buffer(NetBuffer& nb);
@@ -208,6 +210,7 @@ class Domain {
  private:
   friend class Tm;
   void provision_loop();
+  void async_loop();
   std::unique_ptr<SerializedContext> serialized_;
   client::Context& ctx_;
   DomainOptions opts_;
@@ -218,6 +221,7 @@ class Domain {
   std::condition_variable prov_cv_;
   bool prov_kick_ = false, prov_stop_ = false;
   std::thread prov_thread_;
+  std::thread async_thread_;  ///< the Context's asynchronous events, to the Tms they concern
 };
 
 /// A pool of registered network buffers (m0_net_buffer_pool, [r.m0.net.network-buffer-pool]):
@@ -237,8 +241,11 @@ class BufferPool {
   /// that has no colour yet, else the least recently used one; null when empty.
   NetBuffer* get(std::uint64_t colour);
   /// Returns `nb`, coloured with the colour of the Tm it last served. Invokes the not-empty
-  /// callback (with the pool lock held, as the seed says) when the pool was empty.
-  void put(NetBuffer* nb);
+  /// callback (with the pool lock held, as the seed says) when the pool was empty. 0, or
+  /// EBUSY while `nb` is queued on a Tm (kBufQueued: a multi-message buffer with room left, or
+  /// one not yet given back; it is not taken), EINVAL for another pool's buffer, EALREADY when
+  /// it is already in the pool.
+  int put(NetBuffer* nb);
   std::uint32_t free_count() const;
   std::uint32_t size() const { return static_cast<std::uint32_t>(all_.size()); }
   /// 0 when the pool has all `count` buffers; else the errno value that cut it short (EDQUOT:
@@ -272,11 +279,36 @@ class BufferPool {
 
 enum class TmState : std::uint8_t { kInitialized, kStarted, kStopped, kFailed };
 
+/// A transfer machine event (m0_net_tm_event): a state change (kStarted, kStopped, kFailed with
+/// the reason in `status`), or an error outside any buffer operation (kError: a connection's QP
+/// went to the error state; the connection is released and `ep` names its peer).
+struct TmEvent {
+  enum class Type : std::uint8_t { kError, kStateChange } type = Type::kStateChange;
+  int status = 0;  ///< 0 or a negative errno value (-EOVERFLOW: the CQ overran)
+  TmState next_state = TmState::kInitialized;
+  std::optional<EndPoint> ep;
+};
+
+/// Statistics of one queue of a Tm (m0_net_qstats).
+struct QueueStats {
+  std::uint64_t adds = 0;  ///< nqs_num_adds: add() calls that queued a buffer (and provisioning)
+  std::uint64_t dels = 0;  ///< nqs_num_dels: del() calls that cancelled a queued buffer
+  std::uint64_t successes = 0;  ///< nqs_num_s_events: events with status 0
+  /// nqs_num_f_events: events with an error status; for kMsgRecv also, as Motr counts, the
+  /// buffers a pool could not provide when the Tm tried to fill its receive queue.
+  std::uint64_t failures = 0;
+  std::uint64_t time_in_queue_ns = 0;  ///< nqs_time_in_queue: add to dequeue, summed
+  std::uint64_t bytes = 0;             ///< nqs_total_bytes: of successful events
+  std::uint64_t max_bytes = 0;         ///< nqs_max_bytes: the largest single event
+};
+
 /// Counters of one Tm.
 struct TmStats {
   std::uint64_t msgs_sent = 0, msgs_received = 0, bytes_received = 0;
   std::uint64_t bulk_ops = 0, connections = 0, provisioned = 0;
-  std::uint64_t dropped_cancelled = 0;  ///< messages that landed in a cancelled receive buffer
+  /// Messages dropped because they landed in a cancelled receive buffer: none since issue 29
+  /// (such messages are delivered: late_cancel_delivered); kept for the counters' users.
+  std::uint64_t dropped_cancelled = 0;
   std::uint64_t ctl_dropped = 0;  ///< control messages for no passive buffer (gone, or forged)
   /// Control messages refused: the token of a buffer bound to another peer (NetBuffer::ep), or
   /// a length beyond the buffer. The buffer stays queued.
@@ -291,6 +323,17 @@ struct TmStats {
   /// Connection exchanges of another protocol version (counted in hellos_refused too): a peer
   /// of another version, closed at once.
   std::uint64_t hellos_version = 0;
+  /// Connections now set up (what the 64-connection limit counts).
+  std::uint64_t conns_live = 0;
+  /// Connections released: their peer said goodbye (its Tm stopped), their QP failed, the peer
+  /// restarted and connected afresh, or room was needed and no end point reference, operation
+  /// or waiting buffer held them.
+  std::uint64_t conns_released = 0;
+  /// Messages that landed in a receive buffer whose del() or deadline had not taken effect yet:
+  /// delivered with status 0 (the operation completed first; Motr's m0_net_buffer_del race).
+  std::uint64_t late_cancel_delivered = 0;
+  /// Asynchronous events of the Context that concerned this Tm (kCqErr, QP errors).
+  std::uint64_t async_errors = 0;
 };
 
 class Tm {
@@ -317,6 +360,10 @@ class Tm {
   /// State-change callback (m0_net_tm_event): called with the new state, after pool buffers
   /// went back to their pool on a stop.
   void on_state(std::function<void(TmState)> cb) { state_cb_ = std::move(cb); }
+  /// Every Tm event (m0_net_tm_callbacks::ntc_event_cb): state changes (after on_state's
+  /// callback) and errors outside buffer operations. Called on the Tm's event thread, or on the
+  /// thread that called start()/stop().
+  void on_event(std::function<void(const TmEvent&)> cb) { event_cb_ = std::move(cb); }
 
   /// m0_net_tm_start: `addr` may end in ":*" (a TMID from kMaxTmid down); the address taken is
   /// ep(). 0 or EINVAL (bad address, wrong NID/PID), EADDRINUSE (taken on this host), errno.
@@ -343,8 +390,9 @@ class Tm {
   /// nb.desc is the peer's.
   int add(NetBuffer& nb, QueueType q);
   /// m0_net_buffer_del: cancels; the buffer's event carries -ECANCELED. A kMsgRecv buffer
-  /// posted to the wire comes back with its next message (dropped) or when the Tm stops; an
-  /// operation on the wire completes first (its status then -ECANCELED).
+  /// posted to the wire comes back with its next message (delivered with status 0: the
+  /// operation completed first) or when the Tm stops; an operation on the wire completes first
+  /// (its status then -ECANCELED).
   int del(NetBuffer& nb);
 
   // Synchronous delivery ([r.m0.net.synchronous-buffer-event-delivery]).
@@ -357,10 +405,32 @@ class Tm {
   /// pending (at once if one is), once per call.
   void notify(int efd);
 
+  // End points (m0_net_end_point_create/get/put): reference counts per peer address. A
+  // connection lives while its peer's end point is referenced or an operation uses it; one
+  // whose end point is no longer referenced is released when room is needed (the limit of 64
+  // counts live connections only), when the peer says goodbye, or when its QP fails. Every
+  // operation towards a peer holds a reference until its event is posted (add() takes it), and
+  // a received message's sender is referenced while its callback runs: get() it there to keep
+  // it.
+  /// m0_net_end_point_create: parses `addr` and takes a reference. EINVAL (a bad address or
+  /// "*"), ENOTCONN (not started).
+  int end_point_create(const std::string& addr, EndPoint& out);
+  /// m0_net_end_point_get. EINVAL when `ep` has no reference.
+  int end_point_get(const EndPoint& ep);
+  /// m0_net_end_point_put. EINVAL when `ep` has no reference.
+  int end_point_put(const EndPoint& ep);
+  /// The references held on `ep` (the application's and the operations').
+  std::uint32_t end_point_refs(const EndPoint& ep) const;
+  /// Whether a connection (live, not closing) with `ep` exists.
+  bool connected_to(const EndPoint& ep) const;
+
   std::size_t queue_length(QueueType q) const;
   /// The seed's ntm_recv_pool_deficit.
   std::uint32_t recv_pool_deficit() const { return deficit_.load(std::memory_order_acquire); }
   TmStats stats() const;
+  /// m0_net_tm_stats_get: the statistics of queue `q` (kCount_: every queue, into `out[0..5]`),
+  /// reset at once when `reset`. EINVAL for another value of `q`.
+  int qstats(QueueType q, QueueStats* out, bool reset);
 
   struct Conn;
 
@@ -385,7 +455,8 @@ class Tm {
   void queue_events(std::vector<BufferEvent>& evs, bool event_thread = false);
   void drain_pending();
   void take_pool_buffers_locked(std::vector<NetBuffer*>& to_pool);
-  void send_ctl_locked(Conn& c, std::uint64_t token, std::uint64_t length, int status);
+  void send_ctl_locked(Conn& c, std::uint64_t token, std::uint64_t length, int status,
+                       std::uint64_t what = 0);
   void unmake_conn_locked(Conn& c);
   bool reclaim_one_locked();
   bool serve_hello(int fd, std::span<const std::uint8_t> bytes,
@@ -395,6 +466,15 @@ class Tm {
   void send_reply(int fd, OobHello& r, const EndPoint& src,
                   const std::array<std::uint8_t, 16>& nonce);
   void reap_setups(bool all);
+  void ep_ref_locked(const EndPoint& ep, int delta);
+  bool releasable_locked(const Conn& c) const;
+  void close_conn_locked(const std::shared_ptr<Conn>& c, bool bye);
+  void reap_closing_locked(bool force);
+  std::shared_ptr<Conn> conn_ptr_locked(Conn* c) const;
+  void fail(int status);
+  bool async_qp_error(std::uint32_t qpn);
+  void emit(const TmEvent& ev);
+  void account_event_locked(const BufferEvent& ev);
 
   Domain& dom_;
   std::atomic<TmState> state_{TmState::kInitialized};
@@ -403,6 +483,12 @@ class Tm {
   bool sync_ = false;
   std::vector<int> cpus_;
   std::function<void(TmState)> state_cb_;
+  std::function<void(const TmEvent&)> event_cb_;
+  std::map<EndPoint, std::uint32_t> ep_refs_;   ///< end point reference counts
+  std::vector<std::shared_ptr<Conn>> closing_;  ///< released, QPs destroyed once quiet
+  QueueStats qstats_[static_cast<int>(QueueType::kCount_)];
+  std::vector<TmEvent> tm_events_;   ///< error events for the event thread to tell
+  std::atomic<int> fail_status_{0};  ///< set by the domain's async thread: the Tm failed
 
   BufferPool* pool_ = nullptr;
   BufferCallback pool_cb_;
@@ -434,6 +520,37 @@ class Tm {
   int wake_fd_ = -1;
   std::atomic<bool> stopping_{false};
   std::thread event_thread_, oob_thread_;
+};
+
+// ---- statistics for Prometheus and roce-ctl -----------------------------------------------------
+
+/// The statistics of `tms` in Prometheus' text format: per queue (label `queue`, to_string's
+/// names) the m0_net_qstats counters roce_lnet_queue_{adds,dels,successes,failures,bytes}_total,
+/// roce_lnet_queue_time_in_queue_seconds_total and the gauge roce_lnet_queue_max_bytes; per Tm
+/// its connection counters (roce_lnet_connections_live and friends). Every series carries
+/// `tm` = the Tm's address. `roce-ctl --prometheus HOST:PORT lnet` prints them as a table.
+std::string prometheus_text(const std::vector<Tm*>& tms);
+
+/// An HTTP/1.0 endpoint answering GET /metrics with `render()`, on a thread of its own: how a
+/// program that uses this library publishes its Tms' statistics (roced's own endpoint serves
+/// roced's counters; an attached program's Tms live in the program).
+class MetricsEndpoint {
+ public:
+  MetricsEndpoint() = default;
+  ~MetricsEndpoint();
+  MetricsEndpoint(const MetricsEndpoint&) = delete;
+  MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
+  /// Listens on `host` (dotted IPv4) : `port` (0: any free one). 0 or an errno value.
+  int start(const std::string& host, std::uint16_t port, std::function<std::string()> render);
+  void stop();
+  std::uint16_t port() const { return port_; }
+
+ private:
+  void serve();
+  std::function<std::string()> render_;
+  int fd_ = -1, wake_ = -1;
+  std::uint16_t port_ = 0;
+  std::thread thread_;
 };
 
 }  // namespace roce::lnet

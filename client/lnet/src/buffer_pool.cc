@@ -86,17 +86,21 @@ NetBuffer* BufferPool::get(std::uint64_t colour) {
   return nb;
 }
 
-void BufferPool::put(NetBuffer* nb) {
-  if (!nb || nb->pool != this) return;
+int BufferPool::put(NetBuffer* nb) {
+  if (!nb || nb->pool != this) return EINVAL;
+  // Still queued (a multi-message buffer with room left, one whose event has not come): the
+  // engine may write into it, so it cannot serve anyone else yet.
+  if (nb->flags & kBufQueued) return EBUSY;
   std::lock_guard<std::mutex> g(mu_);
   for (const Entry& e : free_)
-    if (e.nb == nb) return;  // a double put is ignored, never a corrupt list
+    if (e.nb == nb) return EALREADY;  // a double put is refused, never a corrupt list
   const bool was_empty = free_.empty();
   std::optional<std::uint64_t> colour;
   if (nb->tm) colour = nb->tm->colour_get();  // nb_tm: the Tm it last served
   nb->flags &= ~(kBufQueued | kBufInProgress | kBufCancelled | kBufTimedOut);
   free_.push_front(Entry{nb, colour});
   if (was_empty && not_empty_) not_empty_(*this);
+  return 0;
 }
 
 std::uint32_t BufferPool::free_count() const {

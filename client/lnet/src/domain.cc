@@ -20,6 +20,7 @@ Domain::Domain(client::Context& ctx, DomainOptions opts)
       opts_(std::move(opts)) {
   pd_ = ctx_.alloc_pd();
   prov_thread_ = std::thread([this] { provision_loop(); });
+  async_thread_ = std::thread([this] { async_loop(); });
 }
 
 Domain::~Domain() {
@@ -29,6 +30,7 @@ Domain::~Domain() {
   }
   prov_cv_.notify_all();
   prov_thread_.join();
+  async_thread_.join();
   if (pd_) ctx_.dealloc_pd(pd_);
 }
 
@@ -67,11 +69,16 @@ NetBuffer* Domain::alloc_buffer(std::uint32_t nseg, std::uint64_t seg_size) {
   return nb;
 }
 
-void Domain::free_buffer(NetBuffer* nb) {
-  if (!nb) return;
-  deregister_buffer(*nb);
+int Domain::free_buffer(NetBuffer* nb) {
+  if (!nb) return 0;
+  if (nb->pool) return EINVAL;
+  // Queued: the engine may still write into it (a posted receive) or a peer read it (a passive
+  // bulk buffer); freeing it now would hand that memory to someone else.
+  if (nb->flags & kBufQueued) return EBUSY;
+  if (nb->flags & kBufRegistered) deregister_buffer(*nb);
   if (nb->impl && nb->impl->owned) ctx_.free_buffer(nb->impl->owned);
   delete nb;
+  return 0;
 }
 
 int Domain::register_buffer(NetBuffer& nb) {
@@ -113,7 +120,7 @@ void Domain::recv_pool_not_empty(BufferPool&) {
     std::lock_guard<std::mutex> g(prov_mu_);
     prov_kick_ = true;
   }
-  prov_cv_.notify_one();
+  prov_cv_.notify_all();  // the async thread waits on it too
 }
 
 void Domain::provision_loop() {
@@ -130,6 +137,34 @@ void Domain::provision_loop() {
           tm->provision_from_pool();
     }
     lk.lock();
+  }
+}
+
+// The Context's asynchronous events (ibv_get_async_event), polled without blocking (a
+// serialized Context holds its lock across a call) and routed to the Tm they concern: a CQ
+// that overran fails its Tm (M0_NET_TM_FAILED); a QP error ends that connection (its peer is
+// gone) and is told as an error event.
+void Domain::async_loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(prov_mu_);
+      if (prov_cv_.wait_for(lk, std::chrono::milliseconds(20), [this] { return prov_stop_; }))
+        return;
+    }
+    client::AsyncEvent ev;
+    while (ctx_.get_async_event(ev, 0) == 0) {
+      std::lock_guard<std::mutex> g(tms_mu_);
+      for (Tm* tm : tms_) {
+        if (ev.type == verbs::AsyncEventType::kCqErr) {
+          if (ev.cq != tm->cq_) continue;
+          tm->fail(-EOVERFLOW);
+          break;
+        }
+        if (ev.type == verbs::AsyncEventType::kQpLastWqeReached) break;  // not an error
+        if (tm->async_qp_error(ev.qp_num)) break;
+        continue;
+      }
+    }
   }
 }
 

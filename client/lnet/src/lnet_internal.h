@@ -29,6 +29,9 @@ struct NetBuffer::Impl {
   bool shared_mr = false;
   std::optional<EndPoint> peer;     ///< active bulk: the passive side
   std::optional<EndPoint> allowed;  ///< passive bulk: the one peer that may complete it
+  std::optional<EndPoint> ref_ep;   ///< the end point reference its operation holds
+  const void* conn = nullptr;       ///< the connection its operation went out on
+  std::chrono::steady_clock::time_point add_time;  ///< nb_add_time
 };
 
 // --- control.cc: what peers send each other, as pure codecs (the fuzz target's subject) ---

@@ -28,6 +28,9 @@ namespace {
 
 constexpr std::uint64_t kTagShift = 62;
 constexpr std::uint64_t kTagBuf = 0, kTagCtlRecv = 1, kTagCtlSend = 2;
+constexpr std::uint64_t kCtlBye = 1;  ///< the value of a goodbye's kTagCtlSend wr_id
+/// A released connection waits this long at most for its goodbye and its operations.
+constexpr auto kCloseWait = std::chrono::milliseconds(500);
 constexpr std::uint32_t kCtlSlot = 32;       ///< bytes per control-message slot
 constexpr std::uint32_t kCtlRecvSlots = 16;  ///< per connection
 constexpr std::uint32_t kCtlSendSlots = 16;  ///< per connection
@@ -101,18 +104,23 @@ struct Tm::Conn {
   std::uint32_t slot0 = 0;    ///< first control slot in the Tm's control buffer
   int block = -1;             ///< its block of slots (Tm::ctl_blocks_), -1: none
   std::uint32_t send_next = 0;
-  enum class State { kConnecting, kUp, kFailed } state = State::kConnecting;
+  enum class State { kConnecting, kUp, kFailed, kClosing } state = State::kConnecting;
   std::vector<NetBuffer*> waiting;  ///< operations added while connecting
   bool foreign = false;             ///< a plain verbs peer (foreign_open): no control QP
   std::uint32_t psn = 0;            ///< foreign: our first PSN
   bool used = false;                ///< a completion on its QPs, or an operation started on it
-  std::chrono::steady_clock::time_point since;  ///< made, or failed
+  std::chrono::steady_clock::time_point since;     ///< made, or failed
+  std::chrono::steady_clock::time_point last_use;  ///< its last operation or completion
+  std::uint32_t inflight = 0;  ///< send-side work requests on its message QP not yet complete
+  bool bye_done = false;       ///< kClosing: its goodbye left (or could not be sent)
+  std::chrono::steady_clock::time_point close_by;  ///< kClosing: destroyed by then at the latest
 };
 
 std::shared_ptr<Tm::Conn> Tm::make_conn() {
   client::Context& ctx = dom_.ctx();
   auto c = std::make_shared<Conn>();
-  c->since = std::chrono::steady_clock::now();
+  c->since = c->last_use = std::chrono::steady_clock::now();
+  if (~ctl_blocks_ == 0) reap_closing_locked(true);
   if (~ctl_blocks_ == 0 && !reclaim_one_locked()) {
     errno = ENOSPC;  // the control buffer's slots are spent: too many peers for one Tm
     return nullptr;
@@ -128,6 +136,18 @@ std::shared_ptr<Tm::Conn> Tm::make_conn() {
   ccap.max_recv_wr = kCtlRecvSlots;
   ccap.max_send_sge = ccap.max_recv_sge = 1;
   c->cqp = c->qp ? ctx.create_qp(dom_.pd(), client::QpType::kRc, cq_, cq_, ccap) : nullptr;
+  if (!c->cqp && c->block >= 0) {
+    // No QPs left (roced's quota, max_qps): released connections give theirs back, then the
+    // least recently used one nothing holds, and once more.
+    if (c->qp) ctx.destroy_qp(c->qp);
+    c->qp = nullptr;
+    const bool had_closing = !closing_.empty();
+    reap_closing_locked(true);
+    if (had_closing || reclaim_one_locked()) {
+      c->qp = ctx.create_qp(dom_.pd(), client::QpType::kRc, cq_, cq_, cap, srq_);
+      c->cqp = c->qp ? ctx.create_qp(dom_.pd(), client::QpType::kRc, cq_, cq_, ccap) : nullptr;
+    }
+  }
   if (!c->cqp) {
     const int e = errno;
     if (c->qp) ctx.destroy_qp(c->qp);
@@ -138,29 +158,101 @@ std::shared_ptr<Tm::Conn> Tm::make_conn() {
   return c;
 }
 
-// A Tm full of connections: the one that carried nothing (a hello that was never followed by
-// anything: a bogus peer, or one that died at once) or failed longest ago, if that is longer
-// than DomainOptions::conn_reclaim_after, goes. A real peer connects to send: its connection
-// is used at once.
+// A Tm full of connections makes room. First choice, the one that carried nothing since its
+// hello (a bogus peer, or one that died at once) or failed longest ago, if that is longer than
+// DomainOptions::conn_reclaim_after (a flood of fresh hellos does not evict each other). Then
+// the least recently used one whose end point nobody references and that nothing uses: its
+// peer has gone, or will connect again when it has something to say.
 bool Tm::reclaim_one_locked() {
   const auto now = std::chrono::steady_clock::now();
-  std::shared_ptr<Conn> best;
+  std::shared_ptr<Conn> best, idle;
   auto consider = [&](const std::shared_ptr<Conn>& k) {
     if (k->foreign || k->block < 0 || !k->waiting.empty()) return;
-    const bool idle = k->state == Conn::State::kUp && !k->used;
-    if (!idle && k->state != Conn::State::kFailed) return;
-    if (now - k->since < dom_.options().conn_reclaim_after) return;
-    if (!best || k->since < best->since) best = k;
+    const bool unused = k->state == Conn::State::kUp && !k->used;
+    if ((unused || k->state == Conn::State::kFailed) &&
+        now - k->since >= dom_.options().conn_reclaim_after) {
+      if (!best || k->since < best->since) best = k;
+      return;
+    }
+    if (k->state == Conn::State::kUp && k->used && releasable_locked(*k))
+      if (!idle || k->last_use < idle->last_use) idle = k;
   };
   for (const auto& [ep, k] : conns_) consider(k);
   for (const auto& k : parked_) consider(k);
-  if (!best) return false;
-  auto it = conns_.find(best->peer);
-  if (it != conns_.end() && it->second == best) conns_.erase(it);
-  std::erase(parked_, best);
-  unmake_conn_locked(*best);
-  ++stats_.conns_reclaimed;
+  if (!best && !idle) return false;
+  if (best) {
+    ++stats_.conns_reclaimed;
+    close_conn_locked(best, best->state == Conn::State::kUp);
+  } else {
+    close_conn_locked(idle, true);
+  }
+  reap_closing_locked(true);
+  return ~ctl_blocks_ != 0;
+}
+
+// Nothing holds `c`: no reference on its peer's end point, no operation on it, none waiting.
+bool Tm::releasable_locked(const Conn& c) const {
+  if (c.inflight != 0 || !c.waiting.empty()) return false;
+  auto r = ep_refs_.find(c.peer);
+  if (r != ep_refs_.end() && r->second != 0 && conns_.count(c.peer) &&
+      conns_.at(c.peer).get() == &c)
+    return false;
   return true;
+}
+
+std::shared_ptr<Tm::Conn> Tm::conn_ptr_locked(Conn* c) const {
+  for (const auto& [ep, k] : conns_)
+    if (k.get() == c) return k;
+  for (const auto& k : parked_)
+    if (k.get() == c) return k;
+  return nullptr;
+}
+
+// Releases `c`: it is no longer anyone's connection; with `bye` its peer is told on the control
+// QP (a goodbye: a control message with token 0, a token never handed out) so that it drops
+// its end too and connects afresh next time. Its QPs go once the goodbye and its operations
+// are done (reap_closing_locked), kCloseWait at most.
+void Tm::close_conn_locked(const std::shared_ptr<Conn>& c, bool bye) {
+  auto it = conns_.find(c->peer);
+  if (it != conns_.end() && it->second == c) conns_.erase(it);
+  std::erase(parked_, c);
+  if (c->state == Conn::State::kClosing) return;
+  const bool was_live = c->state == Conn::State::kUp;
+  c->state = Conn::State::kClosing;
+  c->close_by = std::chrono::steady_clock::now() + kCloseWait;
+  c->bye_done = true;
+  if (bye && was_live && c->cqp && !c->foreign) {
+    send_ctl_locked(*c, 0, 0, ECONNRESET, kCtlBye);
+    c->bye_done = false;
+  }
+  ++stats_.conns_released;
+  closing_.push_back(c);
+}
+
+void Tm::reap_closing_locked(bool force) {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<BufferEvent> evs;
+  for (auto it = closing_.begin(); it != closing_.end();) {
+    Conn& c = **it;
+    if (force || now >= c.close_by || (c.bye_done && c.inflight == 0)) {
+      if (c.inflight != 0) {
+        // Operations still on its QPs will never complete once they are gone: they end now.
+        for (auto& q : queues_)
+          for (auto b = q.begin(); b != q.end();) {
+            NetBuffer& nb = **b++;  // finish_locked removes nb from q
+            if (nb.impl->conn == &c) finish_locked(nb, -ECONNRESET, evs);
+          }
+      }
+      unmake_conn_locked(c);
+      it = closing_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (!evs.empty()) {  // for the event thread (or deliver_all), as queue_events does
+    for (const BufferEvent& e : evs) pending_.push_back(e);
+    npending_.store(pending_.size(), std::memory_order_release);
+  }
 }
 
 // A connection that never carried an operation (its set-up failed): its QPs and slots go back.
@@ -498,6 +590,17 @@ bool Tm::serve_hello(int fd, std::span<const std::uint8_t> bytes, const OobNonce
   std::shared_ptr<Conn> c;
   if (r.status == 0) {
     std::lock_guard<std::mutex> g(mu_);
+    // A hello from a peer we have a connection with, while we are not connecting to it
+    // ourselves (that would be a simultaneous connect): the peer no longer has its end (it
+    // restarted with the same address, or released it). Its old connections are dead: release
+    // them, and the hello gets a fresh one.
+    auto old = conns_.find(src);
+    if (old != conns_.end() && old->second->state != Conn::State::kConnecting) {
+      std::vector<std::shared_ptr<Conn>> dead{old->second};
+      for (const auto& k : parked_)
+        if (k->peer == src) dead.push_back(k);
+      for (const auto& k : dead) close_conn_locked(k, false);
+    }
     std::size_t with_peer = 0, in_subnet = 0;
     for (const auto& [ep, k] : conns_)
       if (ep == src && k->state != Conn::State::kFailed) ++with_peer;
@@ -626,6 +729,8 @@ bool carve(const NetBuffer& nb, std::uint64_t off, std::uint64_t len,
 void Tm::start_op_locked(NetBuffer& nb, Conn& c, std::vector<BufferEvent>& evs) {
   client::Context& ctx = dom_.ctx();
   c.used = true;
+  c.last_use = Clock::now();
+  nb.impl->conn = &c;
   std::vector<client::Sge> sges;
   if (nb.queue == QueueType::kMsgSend) {
     const std::uint64_t len = nb.length ? nb.length : nb.capacity();
@@ -643,6 +748,8 @@ void Tm::start_op_locked(NetBuffer& nb, Conn& c, std::vector<BufferEvent>& evs) 
     if (const int rc = ctx.post_send(c.qp, &wr, nullptr)) {
       by_wr_.erase(wr.wr_id);
       finish_locked(nb, -rc, evs);
+    } else {
+      ++c.inflight;
     }
     ++stats_.msgs_sent;
   } else {  // active bulk: one RDMA work request per segment of the passive buffer
@@ -681,6 +788,7 @@ void Tm::start_op_locked(NetBuffer& nb, Conn& c, std::vector<BufferEvent>& evs) 
       by_wr_[wr.wr_id] = &nb;
       nb.impl->wr_ids.push_back(wr.wr_id);
       ++nb.impl->ops_left;
+      ++c.inflight;
       off += k;
     }
     ++stats_.bulk_ops;
@@ -760,6 +868,14 @@ int Tm::add(NetBuffer& nb, QueueType q) {
     }
     nb.flags |= kBufQueued;
     queues_[static_cast<int>(q)].push_back(&nb);
+    nb.impl->add_time = Clock::now();
+    ++qstats_[static_cast<int>(q)].adds;
+    // The operation references its peer's end point until its event is posted.
+    nb.impl->ref_ep = target ? target
+                      : (q == QueueType::kPassiveBulkRecv || q == QueueType::kPassiveBulkSend)
+                          ? nb.ep
+                          : std::nullopt;
+    if (nb.impl->ref_ep) ep_ref_locked(*nb.impl->ref_ep, +1);
   }
   if (!target) return 0;
   // Operations towards a peer go on its connection, set up now if this is the first.
@@ -813,6 +929,11 @@ void Tm::finish_locked(NetBuffer& nb, int status, std::vector<BufferEvent>& out,
     nb.impl->bulk_mrs.clear();
   }
   nb.flags &= ~kBufInProgress;
+  if (nb.impl->ref_ep) {
+    ep_ref_locked(*nb.impl->ref_ep, -1);
+    nb.impl->ref_ep.reset();
+  }
+  nb.impl->conn = nullptr;
   BufferEvent ev;
   ev.buf = &nb;
   ev.queue = nb.queue;
@@ -821,7 +942,8 @@ void Tm::finish_locked(NetBuffer& nb, int status, std::vector<BufferEvent>& out,
   out.push_back(ev);
 }
 
-void Tm::send_ctl_locked(Conn& c, std::uint64_t token, std::uint64_t length, int status) {
+void Tm::send_ctl_locked(Conn& c, std::uint64_t token, std::uint64_t length, int status,
+                         std::uint64_t what) {
   if (c.cqp == nullptr) return;  // a foreign peer: no bulk transfers
   auto* slot = static_cast<std::uint8_t*>(ctl_buf_->addr) +
                (c.slot0 + kCtlRecvSlots + c.send_next++ % kCtlSendSlots) * kCtlSlot;
@@ -832,7 +954,7 @@ void Tm::send_ctl_locked(Conn& c, std::uint64_t token, std::uint64_t length, int
   m.encode(slot);
   client::Sge sge{reinterpret_cast<std::uint64_t>(slot), CtlMsg::kSize, ctl_mr_->lkey};
   client::SendWr wr;
-  wr.wr_id = tag(kTagCtlSend, 0);
+  wr.wr_id = tag(kTagCtlSend, what);
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.send_flags = verbs::kSendSignaled;
@@ -844,12 +966,23 @@ void Tm::handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out) {
   const std::uint64_t kind = wc.wr_id >> kTagShift;
   auto ci = by_qpn_.find(wc.qp_num);
   Conn* c = ci == by_qpn_.end() ? nullptr : ci->second;
-  if (c) c->used = true;
-  if (kind == kTagCtlSend) return;
+  if (c) {
+    c->used = true;
+    c->last_use = Clock::now();
+  }
+  if (kind == kTagCtlSend) {
+    if (c && (wc.wr_id & ((1ull << kTagShift) - 1)) == kCtlBye) c->bye_done = true;
+    return;
+  }
   if (kind == kTagCtlRecv) {
     if (wc.status != client::WcStatus::kSuccess || !c) return;
     const std::uint64_t slot = wc.wr_id & ((1ull << kTagShift) - 1);
     auto* p = static_cast<std::uint8_t*>(ctl_buf_->addr) + slot * kCtlSlot;
+    const auto bye = CtlMsg::decode({p, std::min<std::size_t>(wc.byte_len, kCtlSlot)});
+    if (bye && bye->token == 0) {  // the peer's goodbye: its end is gone, ours goes too
+      if (auto sp = conn_ptr_locked(c)) close_conn_locked(sp, false);
+      return;
+    }
     // The passive buffer's operation is over: the active side moved the data. A message
     // for a buffer no longer there (cancelled, timed out) or a token never handed out finds
     // nothing; a token of a buffer bound to another peer, or a length beyond the buffer, is
@@ -882,16 +1015,11 @@ void Tm::handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out) {
   if (bi == by_wr_.end()) return;
   NetBuffer& nb = *bi->second;
   const bool ok = wc.status == client::WcStatus::kSuccess;
+  if (c && nb.queue != QueueType::kMsgRecv && c->inflight != 0) --c->inflight;
   if (!ok && c && nb.queue != QueueType::kMsgRecv && c->state == Conn::State::kUp) {
-    // The connection broke (the peer vanished, retries exhausted): forget it, so that the
+    // The connection broke (the peer vanished, retries exhausted): release it, so that the
     // next operation towards that address connects afresh.
-    c->state = Conn::State::kFailed;
-    c->since = std::chrono::steady_clock::now();
-    auto it = conns_.find(c->peer);
-    if (it != conns_.end() && it->second.get() == c) {
-      parked_.push_back(it->second);
-      conns_.erase(it);
-    }
+    if (auto sp = conn_ptr_locked(c)) close_conn_locked(sp, false);
   }
   const int cancel = nb.flags & kBufCancelled  ? -ECANCELED
                      : nb.flags & kBufTimedOut ? -ETIMEDOUT
@@ -903,11 +1031,10 @@ void Tm::handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out) {
         finish_locked(nb, cancel ? cancel : stopping_.load() ? -ECANCELED : -EIO, out);
         return;
       }
-      if (cancel) {  // a message into a buffer the application gave up: dropped
-        ++stats_.dropped_cancelled;
-        if (!still) finish_locked(nb, cancel, out);
-        return;
-      }
+      // A message into a buffer whose del() or deadline had not taken effect (the buffer was
+      // still the engine's): the operation completed first, as Motr allows for
+      // m0_net_buffer_del, so the message is delivered, never dropped.
+      if (cancel) ++stats_.late_cancel_delivered;
       ++stats_.msgs_received;
       stats_.bytes_received += wc.byte_len;
       BufferEvent ev;
@@ -970,6 +1097,7 @@ int Tm::del(NetBuffer& nb) {
     if (nb.tm != this || !(nb.flags & kBufQueued)) return EINVAL;
     if (nb.flags & (kBufCancelled | kBufTimedOut)) return 0;
     nb.flags |= kBufCancelled;
+    ++qstats_[static_cast<int>(nb.queue)].dels;
     bool waiting = false;
     for (auto& [ep, c] : conns_)
       if (std::erase(c->waiting, &nb)) waiting = true;
@@ -1017,17 +1145,46 @@ void Tm::buffer_event_post(const BufferEvent& ev) {
     std::lock_guard<std::mutex> g(mu_);
     if (ev.queue == QueueType::kMsgRecv && pool_ && state() == TmState::kStarted)
       reprovision_locked();
+    account_event_locked(ev);
     if (!ev.keep_queued) ev.buf->flags &= ~kBufQueued;
+    // Cleared before the callback, as m0_net_buffer_event_post does (the status says it).
+    ev.buf->flags &= ~(kBufCancelled | kBufTimedOut);
     cb = ev.buf->cb;
+    // The sender of a received message is referenced while the callback runs.
+    if (ev.ep) ep_ref_locked(*ev.ep, +1);
   }
   if (cb) cb(ev);
+  if (ev.ep) {
+    std::lock_guard<std::mutex> g(mu_);
+    ep_ref_locked(*ev.ep, -1);
+  }
+}
+
+void Tm::account_event_locked(const BufferEvent& ev) {
+  if (ev.queue >= QueueType::kCount_) return;
+  QueueStats& q = qstats_[static_cast<int>(ev.queue)];
+  if (ev.status == 0) {
+    ++q.successes;
+    q.bytes += ev.length;
+    q.max_bytes = std::max(q.max_bytes, ev.length);
+  } else {
+    ++q.failures;
+  }
+  if (!ev.keep_queued && ev.buf && ev.buf->impl) {
+    const auto d = Clock::now() - ev.buf->impl->add_time;
+    q.time_in_queue_ns += static_cast<std::uint64_t>(
+        std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(d).count()));
+  }
 }
 
 void Tm::reprovision_locked() {
   auto& q = queues_[static_cast<int>(QueueType::kMsgRecv)];
   while (q.size() < min_length_) {
     NetBuffer* nb = pool_->get(colour_);  // the coloured get
-    if (!nb) break;
+    if (!nb) {  // Motr counts the buffers it could not provision as receive failures
+      qstats_[static_cast<int>(QueueType::kMsgRecv)].failures += min_length_ - q.size();
+      break;
+    }
     nb->cb = pool_cb_;
     nb->queue = QueueType::kMsgRecv;
     nb->tm = this;
@@ -1039,6 +1196,8 @@ void Tm::reprovision_locked() {
     }
     nb->flags |= kBufQueued;
     q.push_back(nb);
+    nb->impl->add_time = Clock::now();
+    ++qstats_[static_cast<int>(QueueType::kMsgRecv)].adds;
     ++stats_.provisioned;
   }
   const std::uint32_t len = static_cast<std::uint32_t>(q.size());
@@ -1098,26 +1257,132 @@ void Tm::event_loop() {
   }
   std::vector<BufferEvent> evs;
   client::Wc wc[32];
-  while (!stopping_.load(std::memory_order_acquire)) {
-    const int w = dom_.ctx().wait_cq(cq_, kPollMs);
-    if (w == ENOTCONN) {  // roced is gone: nothing will touch the buffers any more
-      std::vector<NetBuffer*> to_pool;
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        take_pool_buffers_locked(to_pool);
-      }
-      state_.store(TmState::kFailed, std::memory_order_release);
-      // [State]: pool buffers back in their pool before the state change is told.
-      for (NetBuffer* nb : to_pool) pool_->put(nb);
-      if (state_cb_) state_cb_(TmState::kFailed);
-      return;
+  auto failed = [&](int status) {
+    std::vector<NetBuffer*> to_pool;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      take_pool_buffers_locked(to_pool);
     }
+    state_.store(TmState::kFailed, std::memory_order_release);
+    // [State]: pool buffers back in their pool before the state change is told.
+    for (NetBuffer* nb : to_pool) pool_->put(nb);
+    TmEvent te;
+    te.next_state = TmState::kFailed;
+    te.status = status;
+    emit(te);
+  };
+  while (!stopping_.load(std::memory_order_acquire)) {
+    // roced gone (nothing will touch the buffers any more), or the CQ overran (completions
+    // were lost: no queue can be trusted): the Tm has failed.
+    if (const int f = fail_status_.load(std::memory_order_acquire)) return failed(f);
+    const int w = dom_.ctx().wait_cq(cq_, kPollMs);
+    if (w == ENOTCONN) return failed(-ENOTCONN);
     const int n = dom_.ctx().poll_cq(cq_, 32, wc);
+    if (n == -ENOTCONN) return failed(-ENOTCONN);
+    if (n < 0) return failed(n);  // the CQ is in error (an overrun)
     for (int i = 0; i < n; ++i) handle_wc(wc[i], evs);
     check_deadlines(evs);
+    std::vector<TmEvent> tevs;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      reap_closing_locked(false);
+      tevs.swap(tm_events_);
+    }
     queue_events(evs, true);
     if (!sync_ && npending_.load(std::memory_order_acquire) != 0) drain_pending();
+    for (const TmEvent& te : tevs) emit(te);
   }
+}
+
+void Tm::fail(int status) {
+  int expected = 0;
+  fail_status_.compare_exchange_strong(expected, status, std::memory_order_acq_rel);
+  std::lock_guard<std::mutex> g(mu_);
+  ++stats_.async_errors;
+}
+
+// A QP of one of our connections went to the error state: the peer is gone. The connection is
+// released and the error told on the event thread (a callback may stop the Tm).
+bool Tm::async_qp_error(std::uint32_t qpn) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = by_qpn_.find(qpn);
+  if (it == by_qpn_.end()) return false;
+  ++stats_.async_errors;
+  if (auto c = conn_ptr_locked(it->second)) {
+    TmEvent te;
+    te.type = TmEvent::Type::kError;
+    te.status = -EIO;
+    te.ep = c->peer;
+    tm_events_.push_back(te);
+    close_conn_locked(c, false);
+  }
+  return true;
+}
+
+void Tm::emit(const TmEvent& ev) {
+  if (ev.type == TmEvent::Type::kStateChange && state_cb_) state_cb_(ev.next_state);
+  if (event_cb_) event_cb_(ev);
+}
+
+void Tm::ep_ref_locked(const EndPoint& ep, int delta) {
+  auto it = ep_refs_.find(ep);
+  if (delta > 0) {
+    if (it == ep_refs_.end()) it = ep_refs_.emplace(ep, 0).first;
+    it->second += static_cast<std::uint32_t>(delta);
+    return;
+  }
+  if (it == ep_refs_.end()) return;
+  const auto d = static_cast<std::uint32_t>(-delta);
+  it->second = it->second > d ? it->second - d : 0;
+  if (it->second == 0) ep_refs_.erase(it);  // the end point is released
+}
+
+int Tm::end_point_create(const std::string& addr, EndPoint& out) {
+  if (state() != TmState::kStarted) return ENOTCONN;
+  auto ep = EndPoint::parse(addr);
+  if (!ep || !ep->tmid) return EINVAL;
+  std::lock_guard<std::mutex> g(mu_);
+  ep_ref_locked(*ep, +1);
+  out = *ep;
+  return 0;
+}
+
+int Tm::end_point_get(const EndPoint& ep) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!ep_refs_.count(ep)) return EINVAL;
+  ep_ref_locked(ep, +1);
+  return 0;
+}
+
+int Tm::end_point_put(const EndPoint& ep) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!ep_refs_.count(ep)) return EINVAL;
+  ep_ref_locked(ep, -1);
+  return 0;
+}
+
+std::uint32_t Tm::end_point_refs(const EndPoint& ep) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = ep_refs_.find(ep);
+  return it == ep_refs_.end() ? 0 : it->second;
+}
+
+bool Tm::connected_to(const EndPoint& ep) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = conns_.find(ep);
+  return it != conns_.end() && it->second->state == Conn::State::kUp;
+}
+
+int Tm::qstats(QueueType q, QueueStats* out, bool reset) {
+  if (q > QueueType::kCount_) return EINVAL;
+  std::lock_guard<std::mutex> g(mu_);
+  const int lo = q == QueueType::kCount_ ? 0 : static_cast<int>(q);
+  const int hi = q == QueueType::kCount_ ? static_cast<int>(QueueType::kCount_) : lo + 1;
+  for (int i = lo; i < hi; ++i) {
+    if (out) out[i - lo] = qstats_[i];
+    if (reset) qstats_[i] = QueueStats{};
+  }
+  return 0;
 }
 
 // ---- life cycle
@@ -1227,7 +1492,10 @@ int Tm::start(const std::string& addr) {
   }
   event_thread_ = std::thread([this] { event_loop(); });
   oob_thread_ = std::thread([this] { oob_loop(); });
-  if (state_cb_) state_cb_(TmState::kStarted);
+  TmEvent te;
+  te.next_state = TmState::kStarted;
+  te.ep = ep_;
+  emit(te);
   return 0;
 }
 
@@ -1237,18 +1505,50 @@ int Tm::stop() {
     std::lock_guard<std::mutex> g(dom_.tms_mu_);
     std::erase(dom_.tms_, this);
   }
+  // Goodbyes: every peer drops its end of our connections now, instead of finding out when
+  // its next operation fails (or holding a connection slot for a Tm that is gone).
+  std::vector<std::shared_ptr<Conn>> byes;
+  if (state() == TmState::kStarted) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto bye = [&](const std::shared_ptr<Conn>& c) {
+      if (c->state != Conn::State::kUp || !c->cqp || c->foreign) return;
+      c->bye_done = false;
+      send_ctl_locked(*c, 0, 0, ECONNRESET, kCtlBye);
+      byes.push_back(c);
+    };
+    for (auto& [ep, c] : conns_) bye(c);
+    for (auto& c : parked_) bye(c);
+  }
   stopping_.store(true, std::memory_order_release);
   const std::uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof one);
   event_thread_.join();
   oob_thread_.join();
   client::Context& ctx = dom_.ctx();
+  // Wait a little for the goodbyes to leave (their completions; others are dropped: everything
+  // queued ends with -ECANCELED below).
+  // (The event thread may have seen some of them already.)
+  for (const auto until = Clock::now() + std::chrono::milliseconds(200); Clock::now() < until;) {
+    std::erase_if(byes, [](const std::shared_ptr<Conn>& c) { return c->bye_done; });
+    if (byes.empty()) break;
+    client::Wc wc[16];
+    const int n = ctx.poll_cq(cq_, 16, wc);
+    if (n < 0) break;
+    for (int i = 0; i < n; ++i) {
+      if (wc[i].wr_id != tag(kTagCtlSend, kCtlBye)) continue;
+      for (auto& c : byes)
+        if (c->cqp && c->cqp->qp_num == wc[i].qp_num) c->bye_done = true;
+    }
+    if (n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   // Destroying the QPs and the SRQ first: from then on the engine touches no buffer.
   std::vector<BufferEvent> evs;
   std::vector<NetBuffer*> to_pool;
   {
     std::lock_guard<std::mutex> g(mu_);
     for (auto& [ep, c] : conns_) parked_.push_back(c);
+    for (auto& c : closing_) parked_.push_back(c);
+    closing_.clear();
     for (auto& c : parked_) {
       if (c->qp) ctx.destroy_qp(c->qp);
       if (c->cqp) ctx.destroy_qp(c->cqp);
@@ -1274,7 +1574,12 @@ int Tm::stop() {
   for (NetBuffer* nb : to_pool) pool_->put(nb);
   state_.store(TmState::kStopped, std::memory_order_release);
   for (const BufferEvent& e : evs) {  // on the stopping thread, in both delivery modes
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      account_event_locked(e);
+    }
     if (!e.keep_queued) e.buf->flags &= ~kBufQueued;
+    e.buf->flags &= ~(kBufCancelled | kBufTimedOut);
     if (e.buf->cb) e.buf->cb(e);
   }
   ctx.destroy_cq(cq_);
@@ -1286,7 +1591,9 @@ int Tm::stop() {
   close(listen_fd_);
   close(wake_fd_);
   listen_fd_ = wake_fd_ = -1;
-  if (state_cb_) state_cb_(TmState::kStopped);
+  TmEvent te;
+  te.next_state = TmState::kStopped;
+  emit(te);
   return 0;
 }
 
@@ -1302,6 +1609,7 @@ void Tm::take_pool_buffers_locked(std::vector<NetBuffer*>& to_pool) {
     for (const std::uint64_t w : nb->impl->wr_ids) by_wr_.erase(w);
     nb->impl->wr_ids.clear();
     nb->impl->posted = false;
+    nb->flags &= ~(kBufQueued | kBufInProgress);
     to_pool.push_back(nb);
   }
   deficit_.store(0, std::memory_order_release);  // the invariant of an inoperable Tm
@@ -1314,7 +1622,11 @@ std::size_t Tm::queue_length(QueueType q) const {
 
 TmStats Tm::stats() const {
   std::lock_guard<std::mutex> g(mu_);
-  return stats_;
+  TmStats s = stats_;
+  s.conns_live = 0;
+  for (const auto& [ep, c] : conns_) s.conns_live += c->state == Conn::State::kUp;
+  for (const auto& c : parked_) s.conns_live += c->state == Conn::State::kUp;
+  return s;
 }
 
 }  // namespace roce::lnet

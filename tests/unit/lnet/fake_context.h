@@ -48,11 +48,18 @@ class FakeContext : public client::Context {
   /// alloc_buffer fails EDQUOT when `max_buffers` (>= 0) are live: roced's max_regions.
   int max_buffers = -1;
   int live_buffers = 0;
+  int max_qps = -1;  ///< create_qp fails EDQUOT when this many (>= 0) are live: roced's quota
+  /// Sends complete at once (a successful completion on the CQ), as if the peer took them.
+  std::atomic<bool> complete_sends{false};
+  std::deque<client::AsyncEvent> async;  ///< what get_async_event hands out
+  client::Cq* last_cq = nullptr;         ///< the CQ created last (a Tm's)
 
   FakeContext() { port_.ipv4.v = 0xC0000201; }  // 192.0.2.1
-  void deliver(std::uint64_t wr_id, std::uint32_t len, std::uint32_t offset, bool still) {
+  void deliver(std::uint64_t wr_id, std::uint32_t len, std::uint32_t offset, bool still,
+               std::uint32_t qpn = 0) {
     std::lock_guard<std::mutex> g(mu);
     client::Wc wc;
+    wc.qp_num = qpn;
     wc.wr_id = wr_id;
     wc.opcode = client::WcOpcode::kRecv;
     wc.byte_len = len;
@@ -111,6 +118,8 @@ class FakeContext : public client::Context {
   client::Cq* create_cq(std::uint32_t depth) override {
     auto* c = new FCq;
     c->depth = depth;
+    std::lock_guard<std::mutex> g(mu);
+    last_cq = c;
     return c;
   }
   int destroy_cq(client::Cq* c) override {
@@ -128,6 +137,10 @@ class FakeContext : public client::Context {
   client::Qp* create_qp(client::Pd*, client::QpType, client::Cq*, client::Cq*, const client::QpCap&,
                         client::Srq*, bool) override {
     std::lock_guard<std::mutex> g(mu);
+    if (max_qps >= 0 && live_qps >= max_qps) {  // roced's quota
+      errno = EDQUOT;
+      return nullptr;
+    }
     auto* q = new client::Qp;
     q->qp_num = next_qpn++;
     ++live_qps;
@@ -159,7 +172,16 @@ class FakeContext : public client::Context {
   }
   int post_send(client::Qp* q, const client::SendWr* wr, const client::SendWr**) override {
     std::lock_guard<std::mutex> g(mu);
-    for (; wr; wr = wr->next) sends.push_back({q->qp_num, wr->wr_id});
+    for (; wr; wr = wr->next) {
+      sends.push_back({q->qp_num, wr->wr_id});
+      if (complete_sends.load()) {
+        client::Wc wc;
+        wc.wr_id = wr->wr_id;
+        wc.opcode = client::WcOpcode::kSend;
+        wc.qp_num = q->qp_num;
+        cq.push_back(wc);
+      }
+    }
     return 0;
   }
   /// Receives posted on a QP (the control QPs): the test "receives" a message into one.
@@ -211,7 +233,17 @@ class FakeContext : public client::Context {
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 2)));
     return ETIMEDOUT;
   }
-  int get_async_event(client::AsyncEvent&, int) override { return ETIMEDOUT; }
+  int get_async_event(client::AsyncEvent& ev, int) override {
+    std::lock_guard<std::mutex> g(mu);
+    if (async.empty()) return ETIMEDOUT;
+    ev = async.front();
+    async.pop_front();
+    return 0;
+  }
+  void raise(client::AsyncEvent ev) {
+    std::lock_guard<std::mutex> g(mu);
+    async.push_back(ev);
+  }
   int cm_listen(std::uint16_t) override { return EOPNOTSUPP; }
   int cm_connect(client::Qp*, Ipv4Addr, std::uint16_t, const client::CmConnParam&,
                  std::uint32_t&) override {

@@ -1,0 +1,139 @@
+// Per-queue statistics (Motr's m0_net_qstats) published: Prometheus' text format, served by
+// MetricsEndpoint, and `roce-ctl lnet` reading it (ROCE_CTL names the binary; skipped without).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <roce/lnet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "tests/unit/lnet/fake_context.h"
+
+namespace roce::lnet {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string http_get(std::uint16_t port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    close(fd);
+    return {};
+  }
+  const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+  (void)!send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  std::string resp;
+  char b[4096];
+  ssize_t n;
+  while ((n = recv(fd, b, sizeof b, 0)) > 0) resp.append(b, static_cast<std::size_t>(n));
+  close(fd);
+  return resp;
+}
+
+class LnetMetrics : public ::testing::Test {
+ protected:
+  FakeContext ctx;
+  DomainOptions opts() {
+    DomainOptions o;
+    o.oob_host = "127.0.0.1";
+    o.oob_port_base = static_cast<std::uint16_t>(20000 + (getpid() + 17) % 20 * 2000);
+    return o;
+  }
+  Domain dom{ctx, opts()};
+  Tm tm{dom};
+  NetBuffer* nb = nullptr;
+  void SetUp() override {
+    ASSERT_EQ(tm.start("192.0.2.1@roce:0:1:9"), 0);
+    nb = dom.alloc_buffer(1, 4096);
+    std::atomic<int> n{0};
+    nb->cb = [&n](const BufferEvent&) { ++n; };
+    ASSERT_EQ(tm.add(*nb, QueueType::kMsgRecv), 0);
+    ctx.deliver(ctx.oldest_recv(), 1500, 0, false);
+    for (int i = 0; i < 1000 && n.load() == 0; ++i) std::this_thread::sleep_for(2ms);
+    ASSERT_EQ(n.load(), 1);
+    nb->cb = nullptr;
+  }
+  void TearDown() override {
+    tm.stop();
+    EXPECT_EQ(dom.free_buffer(nb), 0);
+  }
+};
+
+TEST_F(LnetMetrics, PrometheusTextHasMotrsQueueCountersPerQueue) {
+  const std::string t = prometheus_text({&tm});
+  const std::string l = "{tm=\"192.0.2.1@roce:0:1:9\",queue=\"msg-recv\"} ";
+  EXPECT_NE(t.find("# TYPE roce_lnet_queue_adds_total counter\n"), std::string::npos);
+  EXPECT_NE(t.find("roce_lnet_queue_adds_total" + l + "1\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("roce_lnet_queue_dels_total" + l + "0\n"), std::string::npos);
+  EXPECT_NE(t.find("roce_lnet_queue_successes_total" + l + "1\n"), std::string::npos);
+  EXPECT_NE(t.find("roce_lnet_queue_failures_total" + l + "0\n"), std::string::npos);
+  EXPECT_NE(t.find("roce_lnet_queue_bytes_total" + l + "1500\n"), std::string::npos);
+  EXPECT_NE(t.find("# TYPE roce_lnet_queue_max_bytes gauge\n"), std::string::npos);
+  EXPECT_NE(t.find("roce_lnet_queue_max_bytes" + l + "1500\n"), std::string::npos);
+  EXPECT_NE(t.find("roce_lnet_queue_time_in_queue_seconds_total" + l + "0."), std::string::npos);
+  // Every queue has its series, the idle ones at zero.
+  EXPECT_NE(t.find("roce_lnet_queue_adds_total{tm=\"192.0.2.1@roce:0:1:9\",queue=\"active-bulk-"
+                   "send\"} 0\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("roce_lnet_connections_live{tm=\"192.0.2.1@roce:0:1:9\"} 0\n"),
+            std::string::npos);
+}
+
+TEST_F(LnetMetrics, TheEndpointServesThemAndRoceCtlPrintsThem) {
+  MetricsEndpoint m;
+  ASSERT_EQ(m.start("127.0.0.1", 0, [this] { return prometheus_text({&tm}); }), 0);
+  ASSERT_NE(m.port(), 0);
+  const std::string r = http_get(m.port(), "/metrics");
+  EXPECT_EQ(r.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << r;
+  EXPECT_NE(r.find("roce_lnet_queue_bytes_total{tm=\"192.0.2.1@roce:0:1:9\",queue=\"msg-recv\"} "
+                   "1500\n"),
+            std::string::npos);
+  EXPECT_EQ(http_get(m.port(), "/other").rfind("HTTP/1.0 404", 0), 0u);
+  const char* ctl = std::getenv("ROCE_CTL");
+  if (!ctl) GTEST_SKIP() << "ROCE_CTL (the roce-ctl binary) not given";
+  const std::string cmd =
+      std::string(ctl) + " --prometheus 127.0.0.1:" + std::to_string(m.port()) + " lnet";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char b[512];
+  while (fgets(b, sizeof b, p)) out += b;
+  EXPECT_EQ(pclose(p), 0) << out;
+  // One row: the receive queue (idle queues are left out without --all).
+  EXPECT_NE(out.find("adds"), std::string::npos) << out;
+  std::string row;
+  for (std::size_t i = 0, j; i < out.size(); i = j + 1) {
+    j = out.find('\n', i);
+    if (j == std::string::npos) j = out.size();
+    const std::string line = out.substr(i, j - i);
+    if (line.find("msg-recv") != std::string::npos) row = line;
+  }
+  ASSERT_FALSE(row.empty()) << out;
+  char tmname[64], q[32], tiq[32];
+  unsigned long adds, dels, succ, fail, bytes, maxb;
+  ASSERT_EQ(std::sscanf(row.c_str(), "%63s %31s %lu %lu %lu %lu %lu %lu %31s", tmname, q, &adds,
+                        &dels, &succ, &fail, &bytes, &maxb, tiq),
+            9)
+      << row;
+  EXPECT_STREQ(tmname, "192.0.2.1@roce:0:1:9");
+  EXPECT_EQ(adds, 1u);
+  EXPECT_EQ(dels, 0u);
+  EXPECT_EQ(succ, 1u);
+  EXPECT_EQ(fail, 0u);
+  EXPECT_EQ(bytes, 1500u);
+  EXPECT_EQ(maxb, 1500u);
+  EXPECT_EQ(out.find("active-bulk-send"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace roce::lnet
