@@ -171,12 +171,21 @@ for pkg in ibverbs-utils perftest rdmacm-utils; do
   done < <(dpkg -L "$pkg")
 done
 BINS+=(/usr/bin/rdma /bin/ip /usr/bin/taskset "${EXTRA_IMAGE_BINS[@]}")
-declare -A extra_seen=()
+# The image holds binaries by base name (/usr/bin/NAME): the first of a name wins, so one asked
+# for now replaces an earlier build's binary of the same name (another build tree's), which is
+# then dropped from the list too.
+declare -A extra_seen=() extra_name=()
 EXTRA_REAL=()
 for b in "${EXTRA[@]}"; do
   r="$(readlink -f "$b")"
   [[ -n "${extra_seen[$r]:-}" ]] && continue
   extra_seen[$r]=1
+  n="$(basename "$r")"
+  if [[ -n "${extra_name[$n]:-}" ]]; then
+    log "extra binary $r: ${extra_name[$n]} has its name in the image"
+    continue
+  fi
+  extra_name[$n]=$r
   EXTRA_REAL+=("$r")
   BINS+=("$r")
 done
