@@ -1,10 +1,13 @@
 /// @file
 /// The NetFR client (netfr.h): connects both channels with a ClientHello in the rdma_cm
 /// private data, advertises its buffers, and hands the host's messages (datagrams and buffer
-/// writes) to the application strictly in the host's serial order across both channels.
+/// writes) to the application in upstream's order (each channel in the order the host sent,
+/// the primary channel's first), or, with the total-order extension a host of ours takes,
+/// strictly in the host's connection-wide serial order across both channels.
 #pragma once
 
 #include <cstring>
+#include <deque>
 #include <map>
 #include <string>
 
@@ -26,8 +29,10 @@ class Client : public Endpoint {
   Client(Fabric& f, const NFRInitOpts& o) : Endpoint(f) {
     port_ = o.port ? o.port : 5010;
     nonblocking_ = o.nonBlocking != 0;
-    relaxed_ = o.relaxedOrder != 0;
     if (o.timeoutSec > 0) timeout_s_ = o.timeoutSec;
+    if (o.keepaliveSec > 0) keepalive_s_ = o.keepaliveSec;
+    offer_ = kExtHostSizes | (o.keepaliveSec < 0 ? 0 : kExtKeepalive) |
+             (o.totalOrder ? kExtTotalOrder : 0);
   }
   ~Client() override {
     close_channels();
@@ -37,11 +42,11 @@ class Client : public Endpoint {
 
   /// Connects the primary, then the secondary channel.
   int connect(const std::string& host) {
-    std::uint8_t hello[kClientHelloSize];
-    encode(hello, ClientHello{});
+    std::uint8_t hello[kClientHelloSize + 1];
+    const std::size_t n = encode(hello, ClientHello{offer_});
     for (unsigned ch = 0; ch < NETFR_CHANNEL_COUNT; ++ch) {
-      const auto c = fab_.connect(host, static_cast<std::uint16_t>(port_ + ch), kSendDepth, kSlots,
-                                  wrap_cm_data(hello));
+      const auto c = fab_.connect(host, static_cast<std::uint16_t>(port_ + ch), kSendDepth,
+                                  kRxSlots, wrap_cm_data({hello, n}));
       if (!c) return -EHOSTUNREACH;
       if (!open_channel(ch, *c)) return -EIO;
       result_ = 0;
@@ -57,23 +62,30 @@ class Client : public Endpoint {
   int process(NFRClientEvent* evt) {
     pump();
     if (!evt) return -EINVAL;
-    // The next serial, whichever channel it came on.
-    auto it = pending_.find(next_serial_);
-    if (relaxed_ && it == pending_.end() && !pending_.empty()) {
-      // The seed's scan: the lowest serial among what has arrived.
-      it = pending_.begin();
-      for (auto j = pending_.begin(); j != pending_.end(); ++j)
-        if (serial_before(j->first, it->first)) it = j;
-      next_serial_ = it->first;
-    }
-    if (it != pending_.end()) {
-      const Pending p = it->second;
-      pending_.erase(it);
-      deliver(p, next_serial_++, evt);
-      return 1;
+    if (ext_ & kExtTotalOrder) {
+      // The next serial, whichever channel it came on.
+      auto it = pending_.find(next_serial_);
+      if (it != pending_.end()) {
+        const Pending p = it->second;
+        pending_.erase(it);
+        deliver(p, next_serial_++, evt);
+        return 1;
+      }
+    } else {
+      // Upstream's order: the primary channel's next message, else the secondary's.
+      for (auto& q : fifo_) {
+        if (q.empty()) continue;
+        const Pending p = q.front();
+        q.pop_front();
+        deliver(p, p.channel_serial, evt);
+        return 1;
+      }
     }
     return connected() ? 0 : -ENOTCONN;
   }
+
+  /// Extensions the host took (protocol.h kExt*); 0 with upstream's host.
+  std::uint8_t extensions() const { return ext_; }
 
   int buffer_ack(NFRMemory* m) {
     if (!m || m->host || m->owner != this) return -EINVAL;
@@ -88,16 +100,13 @@ class Client : public Endpoint {
     const unsigned ch = static_cast<unsigned>(channel);
     Data m;
     m.from_host = false;
-    m.msg_serial = tx_serial_;
-    m.channel_serial = ch_[ch].tx_channel_serial;
+    m.msg_serial = ch_[ch].tx_channel_serial + 1;  // upstream's client: per channel, from 1
+    m.channel_serial = ch_[ch].tx_channel_serial + 1;
     m.udata = udata;
     m.payload = {static_cast<const std::uint8_t*>(data), len};
     std::uint8_t buf[NETFR_MESSAGE_MAX_SIZE];
     const int r = send_message(ch, buf, encode(buf, m), true);
-    if (r == 0) {
-      ++tx_serial_;
-      ++ch_[ch].tx_channel_serial;
-    }
+    if (r == 0) ++ch_[ch].tx_channel_serial;
     return r;
   }
 
@@ -125,13 +134,13 @@ class Client : public Endpoint {
   }
 
   int advertise(const NFRMemory& m) {
-    ClientBufferState s;
+    BufferState s;
     s.index = m.index;
-    s.page_size = 4096;
+    s.page_size = 0;  // what upstream's client sends
     s.addr = m.mr.iova;
     s.size = m.size;
     s.rkey = m.mr.rkey;
-    std::uint8_t buf[kClientBufferStateSize];
+    std::uint8_t buf[kBufferStateSize];
     encode(buf, s);
     if (!ch_[m.channel].up) return -ENOTCONN;
     return send_message(m.channel, buf, sizeof buf, false);
@@ -158,7 +167,7 @@ class Client : public Endpoint {
       std::memcpy(evt->inlineData, rx_slot(p.channel, p.slot) + kDataHeaderSize, p.length);
     }
     repost(p.channel, p.slot);
-    send_ack(p.channel, true);
+    if (!p.write) send_ack(p.channel, true);  // upstream acknowledges datagrams only
   }
 
   void on_event(const FabricEvent& e) override {
@@ -168,11 +177,14 @@ class Client : public Endpoint {
     switch (e.kind) {
       case FabricEvent::kEstablished: {
         const Decoded d = decode(unwrap_cm_data(e.private_data));
-        if (d.error == DecodeError::kOk && d.type == MsgType::kServerHello &&
-            std::get<ServerHello>(d.msg).status != HelloStatus::kOk) {
+        const bool hello = d.error == DecodeError::kOk && d.type == MsgType::kServerHello;
+        if (hello && std::get<ServerHello>(d.msg).status != HelloStatus::kOk) {
           result_ = -ECONNREFUSED;
           return;
         }
+        // The extensions the host took (upstream's host answers without: none).
+        if (ch == 0) ext_ = hello ? std::get<ServerHello>(d.msg).ext & offer_ : 0;
+        if (ext_ & kExtTotalOrder) next_serial_ = 1;
         ch_[ch].up = true;
         if (ch == NETFR_CHANNEL_COUNT - 1)
           for (auto& m : mems_)
@@ -203,13 +215,18 @@ class Client : public Endpoint {
 
   bool on_message(unsigned ch, std::uint32_t slot, const Decoded& d) override {
     switch (d.type) {
-      case MsgType::kHostData: {
+      case MsgType::kHostData:
+      case MsgType::kClientData: {  // upstream's nfrHostSendData sends type 6 (ClientData)
         const auto& m = std::get<Data>(d.msg);
+        if (m.payload.empty()) {  // upstream's client refuses these too
+          ++stats_.protocol_errors;
+          on_channel_error(ch, "empty datagram");
+          return false;
+        }
         if (!check_serials(ch, m.msg_serial, m.channel_serial)) return false;
-        pending_[m.msg_serial] = Pending{ch,      slot,
-                                         false,   m.channel_serial,
-                                         m.udata, static_cast<std::uint32_t>(m.payload.size()),
-                                         0,       0};
+        queue(Pending{ch, slot, false, m.channel_serial, m.udata,
+                      static_cast<std::uint32_t>(m.payload.size()), 0, 0},
+              m.msg_serial);
         return true;
       }
       case MsgType::kBufferUpdate: {
@@ -223,34 +240,41 @@ class Client : public Endpoint {
         }
         if (!check_serials(ch, m.write_serial, m.channel_serial)) return false;
         mems_[m.buffer_index]->has_data = true;
-        pending_[m.write_serial] = Pending{ch,
-                                           slot,
-                                           true,
-                                           m.channel_serial,
-                                           m.udata,
-                                           m.payload_size,
-                                           m.payload_offset,
-                                           m.buffer_index};
+        queue(Pending{ch, slot, true, m.channel_serial, m.udata, m.payload_size, m.payload_offset,
+                      m.buffer_index},
+              m.write_serial);
         return true;
       }
-      case MsgType::kHostBufferState: {
-        const auto& m = std::get<HostBufferState>(d.msg);
+      case MsgType::kHostBufferSizes: {
+        if (!(ext_ & kExtHostSizes)) break;
+        const auto& m = std::get<HostBufferSizes>(d.msg);
         host_sizes_.assign(m.sizes.begin(), m.sizes.end());
         host_sizes_.push_back(0);
         have_host_sizes_ = true;
-        send_ack(ch, true);
         return false;
       }
       default:
-        ++stats_.protocol_errors;
-        on_channel_error(ch, "host sent " + std::string(to_string(d.type)));
-        return false;
+        break;
     }
+    ++stats_.protocol_errors;
+    on_channel_error(ch, "host sent " + std::string(to_string(d.type)));
+    return false;
   }
 
+  void queue(const Pending& p, std::uint32_t serial) {
+    if (ext_ & kExtTotalOrder)
+      pending_[serial] = p;
+    else
+      fifo_[p.channel].push_back(p);
+  }
+
+  /// With the total-order extension (a host of ours): each channel's serial the next one, the
+  /// connection-wide serial new and not behind. Upstream's host leaves a buffer update's serials
+  /// unset (whatever its send slot held): nothing to check without the extension.
   bool check_serials(unsigned ch, std::uint32_t serial, std::uint32_t ch_serial) {
-    if (ch_serial != ch_[ch].rx_channel_serial ||
-        (!relaxed_ && serial_before(serial, next_serial_)) || pending_.count(serial)) {
+    if (!(ext_ & kExtTotalOrder)) return true;
+    if (ch_serial != ch_[ch].rx_channel_serial + 1 || serial_before(serial, next_serial_) ||
+        pending_.count(serial)) {
       ++stats_.protocol_errors;
       on_channel_error(ch, "serial out of order");
       return false;
@@ -267,10 +291,12 @@ class Client : public Endpoint {
 
   std::uint16_t port_;
   std::array<std::unique_ptr<NFRMemory>, NETFR_MAX_MEM_REGIONS> mems_;
-  std::map<std::uint32_t, Pending> pending_;  ///< by serial (a window far below 2^31)
-  std::uint32_t next_serial_ = 0, tx_serial_ = 0;
+  std::map<std::uint32_t, Pending> pending_;  ///< total order: by serial (a window << 2^31)
+  std::array<std::deque<Pending>, NETFR_CHANNEL_COUNT> fifo_;  ///< upstream's order
+  std::uint32_t next_serial_ = 1;
+  std::uint8_t offer_ = 0;
   std::vector<std::uint64_t> host_sizes_;
-  bool have_host_sizes_ = false, broken_ = false, relaxed_ = false;
+  bool have_host_sizes_ = false, broken_ = false;
   int result_ = 0;
 };
 

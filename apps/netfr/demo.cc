@@ -284,7 +284,7 @@ void write_svg(const std::string& path, const std::map<std::uint32_t, Series>& s
 int run_client(const char* host, const std::string& svg, bool relaxed) {
   PNFRClient c = nullptr;
   NFRInitOpts o = init_opts(host);
-  o.relaxedOrder = relaxed ? 1 : 0;
+  o.totalOrder = relaxed ? 0 : 1;  // relaxed: upstream NetFR's order
   int r = nfrClientInit(&o, &c);
   if (r) {
     std::fprintf(stderr, "nfrClientInit: %d\n", r);

@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
   o.peer = host.c_str();
   o.port = static_cast<std::uint16_t>(port);
   o.timeoutSec = 30;
+  o.totalOrder = 1;  // the checks below: strictly increasing connection serials
   PNFRClient c = nullptr;
   if (const int r = nfrClientInit(&o, &c); r != 0) return fail("nfrClientInit", U(-r));
   std::printf("netfr-lg: connected to %s:%u through %s\n", host.c_str(), port, attach.c_str());
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
   }
 
   auto* ev = new NFRClientEvent;
-  std::uint64_t frames = 0, cursors = 0, next_serial = 0;
+  std::uint64_t frames = 0, cursors = 0, next_serial = 1;
   std::int64_t last_frame = -1;
   bool end = false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);

@@ -2,7 +2,7 @@
 /// roce-netfr-check: the two sides of NetFR's integration tests, each a process on its own
 /// appliance link (NETFR_LINK), using only the C API (netfr.h). Prints PASS or FAIL lines.
 ///   roce-netfr-check host   SCENARIO [--sessions N] [--max-frame BYTES] [--ops N]
-///   roce-netfr-check client SCENARIO HOST_IP [--max-frame BYTES] [--ops N]
+///   roce-netfr-check client SCENARIO HOST_IP [--max-frame BYTES] [--ops N] [--fill BYTE]
 /// Scenarios:
 ///   frames:  the client advertises buffers of 4 KiB, 64 KiB, 1 MiB, 16 MiB (and 64 MiB when
 ///            --max-frame allows) on the primary channel; the host writes frames of 1 KiB up to
@@ -13,7 +13,8 @@
 ///   order:   --ops random operations (frame writes on the primary, datagrams on either
 ///            channel); the client checks that it sees them in exactly the order issued.
 ///   credits: both ways, a receiver that does not read makes the sender's credits run out
-///            (-EAGAIN after CREDIT_COUNT - RESERVED messages, non-blocking); once it reads,
+///            (-EAGAIN after CREDIT_COUNT - RESERVED + 1 messages, upstream's rule, non-blocking);
+///            once it reads,
 ///            sending resumes, and every message arrives, in order.
 ///   refuse:  while the client is connected a second client (same process) is refused.
 ///   bench:   latency of NetFR buffer writes (write + notification, until the client's event)
@@ -21,6 +22,16 @@
 ///            4 KiB .. 4K RGBA, one at a time; the client prints a table.
 ///   restart: the host serves --sessions clients one after the other (run the client that
 ///            many times): each gets its frames.
+///   upstream: against upstream NetFR's test programs (telescope-proj/netfr test/host and
+///            test/client, tests/interop/netfr_upstream_*.sh), which write and expect one buffer
+///            of 128 MiB on the primary channel and datagrams on the secondary. Client: one
+///            buffer of --max-frame bytes; each of --ops writes must fill it whole with the byte
+///            --fill (upstream's host never writes its memory: the test makes its allocator
+///            fill it); then the buffer is given back; meanwhile 64 datagrams go to the host one
+///            at a time (more than the credits: its acknowledgements must come back). Host: a
+///            --max-frame source, written --ops times into the client's buffer (each time
+///            after the client gave it back), 64 datagrams to the client (its acknowledgements
+///            must come back), and the client's own datagrams must read "Hello server".
 #include <errno.h>
 
 #include <algorithm>
@@ -104,6 +115,7 @@ struct Args {
   int sessions = 1;
   std::uint64_t max_frame = 4 * MiB;
   int ops = 2000;
+  int fill_byte = 0xA5;
 };
 
 NFRInitOpts opts(const Args& a, bool nonblocking) {
@@ -113,6 +125,7 @@ NFRInitOpts opts(const Args& a, bool nonblocking) {
   o.port = 5010;
   o.nonBlocking = nonblocking ? 1 : 0;
   o.timeoutSec = 60;
+  o.totalOrder = a.scenario == "upstream" ? 0 : 1;  // ours: the total order, checked below
   return o;
 }
 
@@ -277,7 +290,8 @@ void host_credits(PNFRHost h) {
     ++sent;
   }
   CHECK(r == -EAGAIN, "send: %d", r);
-  CHECK(sent == NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT, "ran out after %llu", U(sent));
+  CHECK(sent == NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT + 1, "ran out after %llu",
+          U(sent));
   std::printf("host: out of credits after %llu datagrams (-EAGAIN)\n", U(sent));
   const double end = now_s() + 30;
   while (sent < 300) {
@@ -415,9 +429,125 @@ void client_bench(PNFRClient c, std::vector<std::span<std::uint8_t>>& store) {
   delete ev;
 }
 
+// ---- against upstream's test programs ----
+
+constexpr char kHelloServer[] = "Hello server";  // what upstream's test/client sends, with NUL
+
+/// Host: upstream's test/client advertises one 128 MiB buffer on the primary channel, gives it
+/// back after each write and sends kHelloServer on the secondary every second.
+void host_upstream(PNFRHost h, PNFRMemory mem, const Args& a) {
+  fill(nfrMemoryPointer(mem), a.max_frame, 7);
+  const std::uint64_t hello_udata = 0;
+  int writes = 0, sent = 0, hellos = 0;
+  double next_dg = 0;
+  const double end = now_s() + 600;
+  std::vector<std::uint8_t> rb(NETFR_MESSAGE_MAX_PAYLOAD_SIZE);
+  while (writes < a.ops || sent < 64 || hellos < 2) {
+    CHECK(now_s() < end, "timed out: %d writes, %d datagrams sent, %d hellos", writes, sent,
+          hellos);
+    const int pr = nfrHostProcess(h);
+    CHECK(pr == 0, "the client left: %d", pr);
+    if (writes < a.ops) {
+      const int idx = nfrHostWriteBuffer(mem, 0, 0, a.max_frame, static_cast<std::uint64_t>(writes),
+                                         nullptr);
+      if (idx >= 0) {
+        ++writes;
+        std::printf("host: write %d of %llu bytes into the client's buffer %d\n", writes,
+                    U(a.max_frame), idx);
+        std::fflush(stdout);
+      } else {
+        CHECK(idx == -EMSGSIZE || idx == -ENOBUFS, "nfrHostWriteBuffer: %d", idx);
+      }
+    }
+    if (sent < 64 && now_s() >= next_dg) {
+      char msg[32];
+      const int n = std::snprintf(msg, sizeof msg, "Hello client %d", sent);
+      const int r = nfrHostSendData(h, NETFR_CHANNEL_SECONDARY, msg, static_cast<std::uint32_t>(n + 1),
+                                    hello_udata + static_cast<std::uint64_t>(sent));
+      if (r == 0) {
+        ++sent;
+        next_dg = now_s() + 0.02;
+      } else {
+        CHECK(r == -EAGAIN, "nfrHostSendData: %d", r);
+      }
+    }
+    rb.resize(NETFR_MESSAGE_MAX_PAYLOAD_SIZE);
+    std::uint32_t len = static_cast<std::uint32_t>(rb.size());
+    std::uint64_t ud = 0;
+    const int r = nfrHostReadData(h, NETFR_CHANNEL_SECONDARY, rb.data(), &len, &ud);
+    if (r == 0) {
+      CHECK(len == sizeof kHelloServer && std::memcmp(rb.data(), kHelloServer, len) == 0,
+            "the client's datagram %d is not \"%s\" (%u bytes)", hellos, kHelloServer, len);
+      ++hellos;
+    } else {
+      CHECK(r == -EAGAIN, "nfrHostReadData: %d", r);
+    }
+  }
+  // The last write is only done when the client gave the buffer back.
+  while (nfrHostWriteBuffer(mem, 0, 0, a.max_frame, 0, nullptr) == -ENOBUFS) {
+    CHECK(now_s() < end, "the client never gave the buffer back after write %d", writes);
+    CHECK(nfrHostProcess(h) == 0, "the client left");
+  }
+  std::printf("host: %d writes of %llu bytes, each given back; %d datagrams acknowledged; %d "
+              "\"%s\" read\n",
+              writes, U(a.max_frame), sent, hellos, kHelloServer);
+}
+
+/// Client: upstream's test/host writes its 128 MiB (never written, so what its allocator left)
+/// into the smallest buffer that holds it, again each time the buffer comes back, and reads
+/// datagrams on the secondary channel (acknowledging each: two at a time at most).
+void client_upstream(PNFRClient c, const Args& a) {
+  PNFRMemory m = nfrClientAllocMemory(c, a.max_frame, NETFR_CHANNEL_PRIMARY);
+  CHECK(m, "attach %llu bytes", U(a.max_frame));
+  auto* p = static_cast<std::uint8_t*>(nfrMemoryPointer(m));
+  const auto fillb = static_cast<std::uint8_t>(a.fill_byte);
+  const auto other = static_cast<std::uint8_t>(~fillb);
+  std::memset(p, other, a.max_frame);
+  auto* ev = new NFRClientEvent;
+  int writes = 0, sent = 0;
+  double next_dg = 0;
+  const double end = now_s() + 900;
+  while (writes < a.ops || sent < 64) {
+    CHECK(now_s() < end, "timed out: %d writes, %d datagrams sent", writes, sent);
+    const int r = nfrClientProcess(c, ev);
+    CHECK(r >= 0, "nfrClientProcess: %d", r);
+    if (r == 1) {
+      CHECK(ev->type == NFR_CLIENT_EVENT_MEM_WRITE, "event type %u", ev->type);
+      CHECK(ev->memRegion == m && ev->payloadOffset == 0 && ev->payloadLength == a.max_frame,
+            "write of %u bytes at %u", ev->payloadLength, ev->payloadOffset);
+      std::uint64_t bad = 0;
+      for (std::uint64_t i = 0; i < a.max_frame; ++i) bad += p[i] != fillb;
+      CHECK(bad == 0, "write %d: %llu of %llu bytes are not 0x%02x", writes + 1, U(bad),
+            U(a.max_frame), fillb);
+      ++writes;
+      std::printf("client: write %d: %llu bytes, every one 0x%02x\n", writes, U(a.max_frame),
+                  fillb);
+      std::fflush(stdout);
+      std::memset(p, other, a.max_frame);
+      CHECK(nfrClientBufferAck(c, m) == 0, "buffer ack");
+    }
+    if (sent < 64 && now_s() >= next_dg) {
+      char msg[32];
+      const int n = std::snprintf(msg, sizeof msg, "Hello host %d", sent);
+      const int s2 = nfrClientSendData(c, NETFR_CHANNEL_SECONDARY, msg,
+                                       static_cast<std::uint32_t>(n + 1),
+                                       static_cast<std::uint64_t>(sent));
+      if (s2 == 0) {
+        ++sent;
+        next_dg = now_s() + 0.1;  // upstream's host acks what it reads with 2 contexts
+      } else {
+        CHECK(s2 == -EAGAIN, "nfrClientSendData: %d", s2);
+      }
+    }
+  }
+  std::printf("client: %d writes of %llu bytes checked; %d datagrams acknowledged\n", writes,
+              U(a.max_frame), sent);
+  delete ev;
+}
+
 int run_host(const Args& a) {
   PNFRHost h = nullptr;
-  const bool nb = a.scenario == "credits";
+  const bool nb = a.scenario == "credits" || a.scenario == "upstream";
   NFRInitOpts o = opts(a, nb);
   int r = nfrHostInit(&o, &h);
   CHECK(r == 0, "nfrHostInit: %d", r);
@@ -438,6 +568,10 @@ int run_host(const Args& a) {
       host_credits(h);
     else if (a.scenario == "bench")
       host_bench(h);
+    else if (a.scenario == "upstream") {
+      host_upstream(h, mem, a);
+      break;  // upstream's client does not leave by itself: we end the session
+    }
     wait_gone(h);
     std::printf("host: session %d done, client gone\n", s + 1);
     std::fflush(stdout);
@@ -452,13 +586,13 @@ int run_host(const Args& a) {
 
 struct Verifier {
   std::uint64_t next_udata = 0;
-  std::uint32_t next_serial = 0;
+  std::uint32_t next_serial = 1;
   std::uint64_t events = 0, writes = 0, bytes = 0;
 };
 
 int run_client(const Args& a) {
   PNFRClient c = nullptr;
-  const bool nb = a.scenario == "credits";
+  const bool nb = a.scenario == "credits" || a.scenario == "upstream";
   NFRInitOpts o = opts(a, nb);
   int r = nfrClientInit(&o, &c);
   CHECK(r == 0, "nfrClientInit: %d", r);
@@ -469,7 +603,7 @@ int run_client(const Args& a) {
     for (int i = 0; i < 8; ++i) sizes.push_back(256 * KiB);
   } else if (a.scenario == "bench") {
     sizes = kBenchSizes;
-  } else if (a.scenario != "credits") {
+  } else if (a.scenario != "credits" && a.scenario != "upstream") {
     sizes = buffer_sizes(a.max_frame);
   }
   // Attach the largest first: indices follow the attach order, and the host checks that it
@@ -488,6 +622,8 @@ int run_client(const Args& a) {
   }
   if (a.scenario == "bench") {
     client_bench(c, store);
+  } else if (a.scenario == "upstream") {
+    client_upstream(c, a);
   } else if (a.scenario == "credits") {
     std::uint8_t msg[512];
     std::uint64_t sent = 0;
@@ -498,7 +634,8 @@ int run_client(const Args& a) {
       ++sent;
     }
     CHECK(r == -EAGAIN, "send: %d", r);
-    CHECK(sent == NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT, "ran out after %llu", U(sent));
+    CHECK(sent == NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT + 1, "ran out after %llu",
+          U(sent));
     std::printf("client: out of credits after %llu datagrams (-EAGAIN)\n", U(sent));
     NFRClientEvent* ev = new NFRClientEvent;
     const double end = now_s() + 30;
@@ -610,6 +747,8 @@ int main(int argc, char** argv) {
       a.max_frame = std::strtoull(argv[i + 1], nullptr, 0);
     else if (k == "--ops")
       a.ops = std::atoi(argv[i + 1]);
+    else if (k == "--fill")
+      a.fill_byte = static_cast<int>(std::strtol(argv[i + 1], nullptr, 0));
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;

@@ -16,10 +16,6 @@ namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 
-std::vector<std::uint8_t> header_bytes(std::uint8_t type) {
-  return {'N', 'e', 't', 'F', 'r', 'a', 'm', 'e', 1, type};
-}
-
 // nfr_SetHeader(&hello.header, NFR_MSG_CLIENT_HELLO): sizeof(struct NFRMsgClientHello) == 10.
 const Bytes kUpClientHello = {0x4e, 0x65, 0x74, 0x46, 0x72, 0x61, 0x6d, 0x65, 0x01, 0x01};
 // NFRMsgServerHello, status NFR_MSG_STATUS_REJECTED (3): 11 bytes.

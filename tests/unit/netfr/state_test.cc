@@ -1,6 +1,7 @@
 // NetFR's host and client state machines (apps/netfr/host.h, client.h) against each other on an
-// in-memory fabric: hellos and refusal, buffer choice, credits, total order when one channel is
-// held back, the seed's relaxed order, and what a broken peer gets.
+// in-memory fabric: hellos and refusal, buffer choice, credits as upstream NetFR keeps them,
+// the total order (our extension) when one channel is held back, upstream's order, the
+// keepalive freeing the host of a silent client, and what a broken peer gets.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -20,19 +21,20 @@ struct Pair : ::testing::Test {
   std::unique_ptr<Client> client;
   NFRClientEvent ev{};
 
-  NFRInitOpts opts(bool nonblocking = true, bool relaxed = false) {
+  NFRInitOpts opts(bool nonblocking = true, bool relaxed = false, double keepalive = 0) {
     NFRInitOpts o{};
     o.peer = "192.0.2.1";
     o.port = 5010;
     o.nonBlocking = nonblocking;
     o.timeoutSec = 1;
-    o.relaxedOrder = relaxed;
+    o.totalOrder = relaxed ? 0 : 1;
+    o.keepaliveSec = keepalive;
     return o;
   }
-  void connect(bool relaxed = false) {
-    host = std::make_unique<Host>(fab, opts());
+  void connect(bool relaxed = false, double keepalive = 0) {
+    host = std::make_unique<Host>(fab, opts(true, false, keepalive));
     ASSERT_TRUE(host->start());
-    client = std::make_unique<Client>(fab, opts(true, relaxed));
+    client = std::make_unique<Client>(fab, opts(true, relaxed, keepalive));
     ASSERT_EQ(client->connect("192.0.2.1"), 0);
     for (int i = 0; i < 10; ++i) host->process();
     ASSERT_TRUE(host->connected());
@@ -60,8 +62,44 @@ TEST_F(Pair, ConnectsBothChannelsWithHellos) {
   EXPECT_EQ(host->clients(0), 1);
   EXPECT_EQ(host->clients(1), 1);
   settle();
-  ASSERT_NE(client->host_sizes(), nullptr);  // the HostBufferState arrived
+  EXPECT_EQ(client->extensions(), kExtKeepalive | kExtHostSizes | kExtTotalOrder);
+  ASSERT_NE(client->host_sizes(), nullptr);  // the HostBufferSizes arrived (extension)
   EXPECT_EQ(client->host_sizes()[0], 0u);    // no memory attached yet
+}
+
+TEST_F(Pair, WithoutExtensionsNothingButUpstreamsMessages) {
+  // A client that offers nothing (as upstream's): the host sends none of our messages.
+  host = std::make_unique<Host>(fab, opts());
+  ASSERT_TRUE(host->start());
+  NFRInitOpts o = opts(true, true, -1);  // upstream's order, no keepalive
+  client = std::make_unique<Client>(fab, o);
+  ASSERT_EQ(client->connect("192.0.2.1"), 0);
+  settle();
+  EXPECT_EQ(client->extensions(), kExtHostSizes);  // ours still asks for the sizes
+}
+
+TEST_F(Pair, KeepaliveFreesTheHostOfASilentClient) {
+  // The host: a keepalive every 10 ms, a client gone after 100 ms of silence. The client (its
+  // own period 10 s) stays quiet, as a killed one would.
+  host = std::make_unique<Host>(fab, opts(true, false, 0.01));
+  ASSERT_TRUE(host->start());
+  client = std::make_unique<Client>(fab, opts(true, false, 10));
+  ASSERT_EQ(client->connect("192.0.2.1"), 0);
+  settle();
+  EXPECT_TRUE(client->extensions() & kExtKeepalive);
+  fab.hold(5010, true);  // the client is killed: nothing of its comes any more
+  fab.hold(5011, true);
+  bool gone = false;
+  for (int i = 0; i < 2000000 && !gone; ++i) gone = host->process() == -ENOTCONN;
+  EXPECT_TRUE(gone);
+  EXPECT_GE(host->stats().peers_silent, 1u);
+  fab.hold(5010, false);
+  fab.hold(5011, false);
+  client.reset();
+  client = std::make_unique<Client>(fab, opts(true, false, 0.01));
+  ASSERT_EQ(client->connect("192.0.2.1"), 0);  // the slot is free again
+  for (int i = 0; i < 10; ++i) host->process();
+  EXPECT_TRUE(host->connected());
 }
 
 TEST_F(Pair, SecondClientIsRefusedFirstGoesOn) {
@@ -144,7 +182,8 @@ TEST_F(Pair, CreditsRunOutAndComeBack) {
   const std::uint8_t msg[16] = {};
   int sent = 0;
   while (host->send_data(0, msg, sizeof msg, static_cast<std::uint64_t>(sent)) == 0) ++sent;
-  EXPECT_EQ(sent, NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT);
+  // Upstream's rule: a datagram goes while at least the reserve is left.
+  EXPECT_EQ(sent, NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT + 1);
   EXPECT_EQ(host->send_data(0, msg, sizeof msg, 0), -EAGAIN);
   EXPECT_EQ(host->send_data(1, msg, sizeof msg, static_cast<std::uint64_t>(sent)),
             0);  // other channel
@@ -160,7 +199,7 @@ TEST_F(Pair, CreditsRunOutAndComeBack) {
     ++csent;
     host->process();
   }
-  EXPECT_EQ(csent, NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT);
+  EXPECT_EQ(csent, NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT + 1);
   std::uint8_t buf[64];
   std::uint32_t len = 4;
   std::uint64_t ud = 0;
@@ -191,13 +230,13 @@ TEST_F(Pair, StrictOrderWaitsForTheHeldChannel) {
   fab.hold(5010, false);
   ASSERT_TRUE(next_event());
   EXPECT_EQ(ev.type, NFR_CLIENT_EVENT_MEM_WRITE);
-  EXPECT_EQ(ev.serial, 0u);
+  EXPECT_EQ(ev.serial, 1u);
   ASSERT_TRUE(next_event());
   EXPECT_EQ(ev.udata, 1u);
-  EXPECT_EQ(ev.serial, 1u);
+  EXPECT_EQ(ev.serial, 2u);
 }
 
-TEST_F(Pair, RelaxedOrderDeliversWhatHasArrived) {
+TEST_F(Pair, UpstreamOrderDeliversWhatHasArrived) {
   connect(true);
   std::vector<std::uint8_t> cb(1 << 16), src(1 << 16, 0x5A);
   client->attach(cb.data(), cb.size(), 0);
@@ -209,11 +248,12 @@ TEST_F(Pair, RelaxedOrderDeliversWhatHasArrived) {
   ASSERT_EQ(host->send_data(1, cur, 8, 1), 0);
   ASSERT_TRUE(next_event());  // the cursor does not wait
   EXPECT_EQ(ev.udata, 1u);
-  EXPECT_EQ(ev.serial, 1u);
+  EXPECT_EQ(ev.serial, 1u);  // upstream's order: the channel's serial
+  EXPECT_EQ(ev.channelIndex, 1u);
   fab.hold(5010, false);
   ASSERT_TRUE(next_event());
   EXPECT_EQ(ev.type, NFR_CLIENT_EVENT_MEM_WRITE);
-  EXPECT_EQ(ev.serial, 0u);
+  EXPECT_EQ(ev.serial, 1u);
 }
 
 TEST_F(Pair, BadMessagesCloseTheConnectionAndAreCounted) {
@@ -237,7 +277,7 @@ TEST_F(Pair, SerialGapFromTheHostIsAProtocolError) {
   settle();
   std::uint8_t buf[64];
   std::uint8_t payload[4] = {};
-  const auto n = encode(buf, Data{true, 0, 5, 0, {payload, 4}});  // channel serial 5, not 0
+  const auto n = encode(buf, Data{true, 1, 5, 0, {payload, 4}});  // channel serial 5, not 1
   fab.inject_from_host(5010, {buf, buf + n});
   for (int i = 0; i < 10; ++i) client->process(&ev);
   EXPECT_EQ(client->stats().protocol_errors, 1u);

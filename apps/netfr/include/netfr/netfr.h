@@ -25,11 +25,11 @@ extern "C" {
 #define NFR_ALIGN16 _Alignas(16)
 #endif
 
-/* ---- limits (the seed's values) ---- */
+/* ---- limits (upstream NetFR's values, telescope-proj/netfr 45b215f netfr_constants.h) ---- */
 #define NETFR_VERSION 1
 #define NETFR_MAGIC "NetFrame" /* 8 bytes, no terminator on the wire */
 #define NETFR_CALLBACK_USER_DATA_COUNT 8
-#define NETFR_MAX_MEM_REGIONS 40
+#define NETFR_MAX_MEM_REGIONS 32
 #define NETFR_TOTAL_CONTEXT_COUNT 128
 #define NETFR_CM_MESSAGE_MAX_SIZE 16
 #define NETFR_MESSAGE_MAX_SIZE 4096
@@ -68,11 +68,18 @@ struct NFRInitOpts {
   int nonBlocking;
   /* Seconds to wait when blocking (connect, credits). 0: 10. */
   double timeoutSec;
-  /* Client: 0 (default) delivers strictly in the host's serial order across both channels (a
-     message waits for every earlier one); non-zero delivers the lowest serial among the
-     messages that have arrived (the seed's scan): a cursor update never waits for a frame still
-     on the wire, and messages present together still come lowest serial first. */
-  int relaxedOrder;
+  /* Client: 0 (default) delivers in upstream NetFR's order: each channel's messages in the order
+     the host sent them, the primary channel's first when both have one (a cursor update on the
+     secondary never waits for a frame; nothing orders the two channels). Non-zero asks the host
+     for connection-wide serials (an extension of ours, offered in the hello) and delivers
+     strictly in the host's order across both channels; a host that does not take it (upstream's)
+     leaves upstream's order. */
+  int totalOrder;
+  /* Keepalive (an extension of ours, offered in the hello, so upstream peers never see it): a
+     keepalive on each channel after this many seconds without a send, and the peer is dropped
+     after 10 such periods without a message (a killed client frees the host's slot). 0: 1 s;
+     negative: not offered (host: not taken). */
+  double keepaliveSec;
 };
 
 /* ---- host ---- */
