@@ -28,7 +28,7 @@ class Client : public Endpoint {
  public:
   Client(Fabric& f, const NFRInitOpts& o) : Endpoint(f) {
     port_ = o.port ? o.port : 5010;
-    nonblocking_ = o.nonBlocking != 0;
+    nonblocking_ = o.blocking == 0;
     if (o.timeoutSec > 0) timeout_s_ = o.timeoutSec;
     if (o.keepaliveSec > 0) keepalive_s_ = o.keepaliveSec;
     offer_ = kExtHostSizes | (o.keepaliveSec < 0 ? 0 : kExtKeepalive) |
@@ -59,10 +59,11 @@ class Client : public Endpoint {
 
   bool connected() const { return ch_[0].up && ch_[1].up && !broken_; }
 
-  int process(NFRClientEvent* evt) {
+  int process(int index, NFRClientEvent* evt) {
     pump();
-    if (!evt) return -EINVAL;
+    if (!evt || index < -1 || index >= NETFR_CHANNEL_COUNT) return -EINVAL;
     if (ext_ & kExtTotalOrder) {
+      if (index >= 0) return -EINVAL;  // the total order spans both channels
       // The next serial, whichever channel it came on.
       auto it = pending_.find(next_serial_);
       if (it != pending_.end()) {
@@ -73,8 +74,9 @@ class Client : public Endpoint {
       }
     } else {
       // Upstream's order: the primary channel's next message, else the secondary's.
-      for (auto& q : fifo_) {
-        if (q.empty()) continue;
+      for (int i = 0; i < NETFR_CHANNEL_COUNT; ++i) {
+        auto& q = fifo_[static_cast<unsigned>(i)];
+        if (q.empty() || (index >= 0 && index != i)) continue;
         const Pending p = q.front();
         q.pop_front();
         deliver(p, p.channel_serial, evt);
@@ -94,8 +96,8 @@ class Client : public Endpoint {
   }
 
   int send_data(int channel, const void* data, std::uint32_t len, std::uint64_t udata) {
-    if (channel < 0 || channel >= NETFR_CHANNEL_COUNT || (!data && len)) return -EINVAL;
-    if (len == 0 || len > NETFR_MESSAGE_MAX_PAYLOAD_SIZE) return -EMSGSIZE;
+    if (channel < 0 || channel >= NETFR_CHANNEL_COUNT || !data || len == 0) return -EINVAL;
+    if (len > NETFR_MESSAGE_MAX_PAYLOAD_SIZE) return -ENOBUFS;  // upstream's value
     if (!connected()) return -ENOTCONN;
     const unsigned ch = static_cast<unsigned>(channel);
     Data m;
@@ -114,6 +116,29 @@ class Client : public Endpoint {
     return have_host_sizes_ ? host_sizes_.data() : nullptr;
   }
   std::string stats_line() const { return stats_.line() + " " + fab_.report(); }
+
+  /// Withdraws a buffer from the host (a buffer state of size 0) and forgets it.
+  int free_memory(NFRMemory* m) {
+    for (auto& slot : mems_)
+      if (slot.get() == m) {
+        for (auto& q : fifo_)
+          for (const auto& p : q)
+            if (p.write && p.buffer == m->index) return -EBUSY;  // an event not taken yet
+        for (const auto& [s, p] : pending_)
+          if (p.write && p.buffer == m->index) return -EBUSY;
+        if (ch_[m->channel].up) {
+          BufferState st;
+          st.index = m->index;  // size 0: released
+          std::uint8_t buf[kBufferStateSize];
+          encode(buf, st);
+          send_message(m->channel, buf, sizeof buf, false);
+        }
+        fab_.dereg_mr(m->mr);
+        slot.reset();
+        return 0;
+      }
+    return -EINVAL;
+  }
 
  private:
   bool memory_fits(std::uint64_t size, std::uint8_t index) const override {
@@ -284,7 +309,7 @@ class Client : public Endpoint {
   }
 
   void on_channel_error(unsigned, const std::string& why) override {
-    if (std::getenv("NETFR_DEBUG")) std::fprintf(stderr, "netfr client: %s\n", why.c_str());
+    if (debug_log()) std::fprintf(stderr, "netfr client: %s\n", why.c_str());
     broken_ = true;
     close_channels();
   }

@@ -40,6 +40,29 @@ std::uint64_t now_ns() {
 
 void set_local_opener(LocalOpener f) { g_local = f; }
 
+std::recursive_mutex& api_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
+namespace {
+int g_log_level = NFR_LOG_LEVEL_INFO;
+}  // namespace
+
+bool debug_log() {
+  static const bool env = std::getenv("NETFR_DEBUG") != nullptr;
+  return env || g_log_level <= NFR_LOG_LEVEL_DEBUG;
+}
+
+}  // namespace roce::netfr
+
+extern "C" void nfrSetLogLevel(int level) {
+  std::lock_guard<std::recursive_mutex> g(roce::netfr::api_mutex());
+  roce::netfr::g_log_level = level;
+}
+
+namespace roce::netfr {
+
 std::unique_ptr<Fabric> open_fabric(const std::string& link, std::string& err) {
   if (link.rfind("attach=", 0) == 0) {
     std::string sock = link.substr(7), port;

@@ -12,6 +12,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,12 @@ std::unique_ptr<Fabric> open_fabric(const std::string& link, std::string& err);
 /// Installed by a program that links the in-process stack (local_stack.h).
 using LocalOpener = std::unique_ptr<Fabric> (*)(const std::string& link, std::string& err);
 void set_local_opener(LocalOpener f);
+
+/// The lock every C API call takes (netfr.h, "Threads"): recursive, so that callbacks and
+/// blocking waits may call in again.
+std::recursive_mutex& api_mutex();
+/// nfrSetLogLevel's level (or NETFR_DEBUG set): connection events and protocol errors on stderr.
+bool debug_log();
 
 /// The process's fabric for the C API (one per process: the EAL starts once): made from `link`
 /// (NULL: $NETFR_LINK) on first use, kept until exit. nullptr and `err` when it cannot start.

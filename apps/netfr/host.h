@@ -32,7 +32,7 @@ class Host : public Endpoint {
  public:
   Host(Fabric& f, const NFRInitOpts& o) : Endpoint(f) {
     port_ = o.port ? o.port : 5010;
-    nonblocking_ = o.nonBlocking != 0;
+    nonblocking_ = o.blocking == 0;
     if (o.timeoutSec > 0) timeout_s_ = o.timeoutSec;
     if (o.keepaliveSec > 0) keepalive_s_ = o.keepaliveSec;
     takes_ = o.keepaliveSec < 0 ? kExtAll & ~kExtKeepalive : kExtAll;
@@ -55,8 +55,8 @@ class Host : public Endpoint {
   }
 
   int send_data(int channel, const void* data, std::uint32_t len, std::uint64_t udata) {
-    if (channel < 0 || channel >= NETFR_CHANNEL_COUNT || (!data && len)) return -EINVAL;
-    if (len == 0 || len > NETFR_MESSAGE_MAX_PAYLOAD_SIZE) return -EMSGSIZE;
+    if (channel < 0 || channel >= NETFR_CHANNEL_COUNT || !data || len == 0) return -EINVAL;
+    if (len > NETFR_MESSAGE_MAX_PAYLOAD_SIZE) return -ENOBUFS;  // upstream's value
     const unsigned ch = static_cast<unsigned>(channel);
     if (!connected()) return -ENOTCONN;
     int r = wait_credit(ch);
@@ -117,7 +117,7 @@ class Host : public Endpoint {
       if (best >= 0) break;
       if (!any_fits) {
         ++too_large_;
-        return -EMSGSIZE;
+        return -ENOBUFS;  // upstream: no buffer that fits, whether none is large enough or busy
       }
       if (nonblocking_) return -ENOBUFS;
       // Blocking: wait for the client to give a buffer back.
@@ -148,7 +148,9 @@ class Host : public Endpoint {
     std::function<void(int)> done;
     if (cb && cb->callback) {
       NFRCallbackInfo copy = *cb;
-      done = [copy](int st) { copy.callback(&copy, st); };
+      done = [copy](int st) mutable {
+        if (st == 0) copy.callback(const_cast<const void**>(copy.uData));
+      };
     }
     // Upstream's host takes no credit for a buffer update and its client acknowledges none: the
     // buffer stays busy until the client sends its buffer state again.
@@ -177,6 +179,18 @@ class Host : public Endpoint {
 
   std::string stats_line() const {
     return stats_.line() + " too_large " + std::to_string(too_large_) + " " + fab_.report();
+  }
+
+  /// Forgets one of the host's regions (nfrFreeMemory).
+  int free_memory(NFRMemory* m) {
+    for (auto it = mems_.begin(); it != mems_.end(); ++it)
+      if (it->get() == m) {
+        fab_.dereg_mr(m->mr);
+        mems_.erase(it);
+        if (connected()) send_host_buffer_state();
+        return 0;
+      }
+    return -EINVAL;
   }
 
  private:
@@ -221,7 +235,7 @@ class Host : public Endpoint {
   void reset_client(const char* why) {
     if (ch_[0].conn || ch_[1].conn) {
       ++stats_.disconnects;
-      if (std::getenv("NETFR_DEBUG")) std::fprintf(stderr, "netfr host: client gone: %s\n", why);
+      if (debug_log()) std::fprintf(stderr, "netfr host: client gone: %s\n", why);
     }
     close_channels();
     for (auto& b : remote_) b = RemoteBuffer{};

@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   while (!end) {
     if (std::chrono::steady_clock::now() > deadline)
       return fail("timeout: frames, cursors", frames, cursors);
-    const int r = nfrClientProcess(c, ev);
+    const int r = nfrClientProcess(c, -1, ev);
     if (r < 0) return fail("the host went away: frames, cursors", frames, cursors);
     if (r == 0) continue;
     if (ev->serial != next_serial)

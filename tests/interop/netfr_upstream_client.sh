@@ -5,11 +5,11 @@
 # 6011 to roce-netfr-check's host on a DPDK port (net_af_packet on dp0, RoCE IP 192.0.2.100,
 # ports 5010 and 5011) and advertises one 128 MiB buffer. Our host writes 128 MiB of a pattern
 # into it, again each time test/client gives it back (it answers each buffer update with a new
-# buffer state: it took the update's index and range); sends datagrams on the secondary channel,
-# more than its credits (test/client's acknowledgements must come back); and reads
-# test/client's own datagrams, which must be "Hello server". test/client only prints what it
-# got: its memory is not for us to read, so the check of its side is its log (one "Received
-# memory write event" per write, one "Received data" per datagram) and its still being alive.
+# buffer state: it took the update's index and range), and reads test/client's own datagrams,
+# which must be "Hello server". test/client only prints what it got: its memory is not for us to
+# read, so the check of its side is its log (one "Received memory write event" per write, no
+# assertion, no sanitizer report). No datagrams go to it: upstream's client cannot take them
+# (netfr_check.cc host_upstream and docs/netfr.md say why).
 #   netfr_upstream_client.sh ROCE_NETFR_CHECK [WRITES]   (root; 77 without NETFR_UPSTREAM or VMs)
 # Env: NETFR_UPSTREAM (the checkout), RXE_VM_NETNS (default rxevm-netfr), NETFR_UPSTREAM_SIZE
 # (the write, default 128 MiB, test/client's buffer).
@@ -35,8 +35,7 @@ trap '[[ -n $hpid ]] && kill "$hpid" 2>/dev/null; rm -rf "$out"' EXIT
 vmcmd="i=0; while [ \$i -lt 60 ]; do FI_PROVIDER=verbs ASAN_OPTIONS=detect_leaks=0"
 vmcmd+=" timeout 900 netfr-client verbs 192.0.2.1 6010 192.0.2.100 5010 > /tmp/c.log 2>&1;"
 vmcmd+=" grep -q 'Client connected' /tmp/c.log && break; sleep 2; i=\$((i+1)); done;"
-vmcmd+=" echo \"netfr-client writes=\$(grep -c 'Received memory write event' /tmp/c.log)"
-vmcmd+=" datagrams=\$(grep -c 'Received data: NetFrame' /tmp/c.log)\";"
+vmcmd+=" echo \"netfr-client writes=\$(grep -c 'Received memory write event' /tmp/c.log)\";"
 vmcmd+=" grep -E 'Client connected|Failed|ERROR|FATAL|Assertion|Sanitizer|runtime error' /tmp/c.log | head -40;"
 vmcmd+=" ! grep -qE 'Assertion|Sanitizer|runtime error' /tmp/c.log"
 boot "$vmcmd" 1000
@@ -49,13 +48,13 @@ hpid=
 finish && theirs=0 || theirs=1
 grep -v "^\[rxe-vm\]" "$out/vm.txt" | sed 's/^/  vm: /'
 sed 's/^/  host: /' "$out/host.txt"
-seen=$(sed -n 's/.*netfr-client writes=\([0-9]*\) datagrams=\([0-9]*\).*/\1 \2/p' "$out/vm.txt")
-read -r vw vd <<< "${seen:-0 0}"
+vw=$(sed -n 's/.*netfr-client writes=\([0-9]*\).*/\1/p' "$out/vm.txt")
+vw=${vw:-0}
 if [[ $ours == 0 && $theirs == 0 ]] && grep -q "PASS netfr host upstream" "$out/host.txt" &&
-   ((vw >= writes && vd >= 64)); then
+   ((vw >= writes)); then
   echo "PASS netfr upstream: upstream NetFR test/client ($up_commit) on rxe <- appliance host," \
-    "$vw writes of $size bytes, $vd datagrams"
+    "$vw writes of $size bytes"
 else
-  echo "FAIL netfr upstream: host=$ours vm=$theirs test/client saw $vw writes, $vd datagrams"
+  echo "FAIL netfr upstream: host=$ours vm=$theirs test/client saw $vw writes"
   exit 1
 fi
