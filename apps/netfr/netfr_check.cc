@@ -470,13 +470,14 @@ void host_upstream(PNFRHost h, PNFRMemory mem, const Args& a) {
       CHECK(r == -EAGAIN, "nfrHostReadData: %d", r);
     }
   }
-  // The last write is only done when the client gave the buffer back.
+  // One more write goes only once the client gave the buffer back after the last one.
   while (nfrHostWriteBuffer(mem, 0, 0, a.max_frame, nullptr) == -ENOBUFS) {
     CHECK(now_s() < end, "the client never gave the buffer back after write %d", writes);
     CHECK(nfrHostProcess(h) == 0, "the client left");
   }
-  std::printf("host: %d writes of %llu bytes, each given back; %d \"%s\" read\n", writes,
-              U(a.max_frame), hellos, kHelloServer);
+  std::printf("host: %d writes of %llu bytes, each given back (write %d shows the last came "
+              "back); %d \"%s\" read\n",
+              writes, U(a.max_frame), writes + 1, hellos, kHelloServer);
 }
 
 /// Client: upstream's test/host writes its 128 MiB (never written, so what its allocator left)
