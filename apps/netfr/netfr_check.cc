@@ -22,6 +22,11 @@
 ///            4 KiB .. 4K RGBA, one at a time; the client prints a table.
 ///   restart: the host serves --sessions clients one after the other (run the client that
 ///            many times): each gets its frames.
+///   threads: Looking Glass's threads: on the host a frame thread writes buffers (primary) and a
+///            cursor thread sends datagrams (secondary) while the main thread runs
+///            nfrHostProcess and reads the client's datagrams; on the client a thread sends
+///            datagrams while the main thread takes events. --ops of each; both sides check
+///            every byte and each channel's order (upstream's order: no order across channels).
 ///   upstream: against upstream NetFR's test programs (telescope-proj/netfr test/host and
 ///            test/client, tests/interop/netfr_upstream_*.sh), which write and expect one buffer
 ///            of 128 MiB on the primary channel and datagrams on the secondary. Client: one
@@ -43,6 +48,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -125,7 +131,8 @@ NFRInitOpts opts(const Args& a, bool nonblocking) {
   o.port = 5010;
   o.blocking = nonblocking ? 0 : 1;
   o.timeoutSec = 60;
-  o.totalOrder = a.scenario == "upstream" ? 0 : 1;  // ours: the total order, checked below
+  // Ours: the total order, checked below; threads and upstream: upstream's order.
+  o.totalOrder = a.scenario == "upstream" || a.scenario == "threads" ? 0 : 1;
   return o;
 }
 
@@ -427,6 +434,163 @@ void client_bench(PNFRClient c, std::vector<std::span<std::uint8_t>>& store) {
   delete ev;
 }
 
+// ---- threads ----
+
+/// Reads the peer's datagrams on `ch` (host side): udata 0, 1, ... each with fill() bytes, then
+/// kEnd. Returns false while the end has not come.
+bool host_read_seq(PNFRHost h, int ch, std::uint64_t& next) {
+  std::uint8_t buf[NETFR_MESSAGE_MAX_PAYLOAD_SIZE];
+  for (;;) {
+    std::uint32_t len = sizeof buf;
+    std::uint64_t ud = 0;
+    const int r = nfrHostReadData(h, ch, buf, &len, &ud);
+    if (r == -EAGAIN) return false;
+    CHECK(r == 0, "nfrHostReadData: %d (%s; %llu read)", r, nfrHostStats(h), U(next));
+    if (ud == kEnd) return true;
+    CHECK(ud == next && check(buf, len, ud), "client datagram %llu where %llu was due", U(ud),
+          U(next));
+    ++next;
+  }
+}
+
+void atomic_done(const void** uData) {
+  static_cast<std::atomic<int>*>(const_cast<void*>(uData[0]))->store(0);
+}
+
+void host_threads(PNFRHost h, const Args& a) {
+  const std::uint64_t n = static_cast<std::uint64_t>(a.ops);
+  static std::vector<std::uint8_t> src(64 * KiB);
+  PNFRMemory mem = nfrHostAttachMemory(h, src.data(), src.size(), NETFR_CHANNEL_PRIMARY);
+  CHECK(mem, "attach");
+  std::atomic<int> busy{0};
+  std::atomic<bool> frames_done{false}, cursors_done{false};
+  const double end = now_s() + 60;
+  // Frames: one source, rewritten once the callback says the last write went.
+  std::thread frames([&] {
+    std::mt19937 rng(11);
+    for (std::uint64_t seq = 0; seq <= n; ++seq) {
+      while (busy.load()) {
+        CHECK(now_s() < end, "frame %llu: the last write never completed", U(seq));
+        std::this_thread::yield();
+      }
+      if (seq == n) break;
+      const std::uint64_t len = 4 * KiB + rng() % (60 * KiB);
+      fill(src.data(), len, seq);
+      NFRCallbackInfo cb{};
+      cb.callback = atomic_done;
+      cb.uData[0] = &busy;
+      busy = 1;
+      int idx;
+      while ((idx = nfrHostWriteBufferUdata(mem, 0, 0, len, seq, &cb)) == -ENOBUFS) {
+        CHECK(now_s() < end, "frame %llu: no free buffer", U(seq));
+        std::this_thread::yield();
+      }
+      CHECK(idx >= 0, "frame thread: nfrHostWriteBuffer: %d", idx);
+    }
+    std::uint8_t e[8] = {};
+    while (nfrHostSendData(h, NETFR_CHANNEL_PRIMARY, e, sizeof e, kEnd) == -EAGAIN)
+      std::this_thread::yield();
+    frames_done = true;
+  });
+  std::thread cursors([&] {
+    std::uint8_t msg[64];
+    for (std::uint64_t seq = 0; seq <= n; ++seq) {
+      fill(msg, sizeof msg, seq);
+      int r;
+      while ((r = nfrHostSendData(h, NETFR_CHANNEL_SECONDARY, msg, sizeof msg,
+                                  seq == n ? kEnd : seq)) == -EAGAIN) {
+        CHECK(now_s() < end, "cursor %llu: no credit (%s)", U(seq), nfrHostStats(h));
+        std::this_thread::yield();
+      }
+      CHECK(r == 0, "cursor thread: nfrHostSendData: %d", r);
+    }
+    cursors_done = true;
+  });
+  std::uint64_t next = 0;
+  bool client_done = false;
+  while (!frames_done || !cursors_done || !client_done) {
+    CHECK(now_s() < end, "timed out (frames %d cursors %d client %d)", int(frames_done.load()),
+          int(cursors_done.load()), int(client_done));
+    const int pr = nfrHostProcess(h);
+    CHECK(pr == 0, "nfrHostProcess: %d (%s; %llu client datagrams read)", pr, nfrHostStats(h),
+          U(next));
+    if (!client_done) client_done = host_read_seq(h, NETFR_CHANNEL_SECONDARY, next);
+  }
+  frames.join();
+  cursors.join();
+  CHECK(next == n, "%llu client datagrams, not %llu", U(next), U(n));
+  // The client leaves once it saw this: until then its last datagrams may still be on the way.
+  std::uint8_t bye[8] = {};
+  int br;
+  while ((br = nfrHostSendData(h, NETFR_CHANNEL_SECONDARY, bye, sizeof bye, kEnd - 1)) == -EAGAIN)
+    nfrHostProcess(h);
+  CHECK(br == 0, "bye: %d", br);
+  std::printf("host: %llu frames and %llu cursors from two threads, %llu client datagrams\n",
+              U(n), U(n), U(next));
+}
+
+void client_threads(PNFRClient c, const Args& a) {
+  const std::uint64_t n = static_cast<std::uint64_t>(a.ops);
+  for (int i = 0; i < 4; ++i) CHECK(nfrClientAllocMemory(c, 64 * KiB, NETFR_CHANNEL_PRIMARY), "alloc");
+  const double end = now_s() + 60;
+  std::atomic<bool> sent_all{false};
+  std::thread sender([&] {
+    std::uint8_t msg[128];
+    for (std::uint64_t seq = 0; seq <= n; ++seq) {
+      fill(msg, sizeof msg, seq);
+      int r;
+      while ((r = nfrClientSendData(c, NETFR_CHANNEL_SECONDARY, msg, sizeof msg,
+                                    seq == n ? kEnd : seq)) == -EAGAIN) {
+        CHECK(now_s() < end, "client datagram %llu: no credit (%s)", U(seq), nfrClientStats(c));
+        std::this_thread::yield();
+      }
+      CHECK(r == 0, "sender thread: nfrClientSendData: %d", r);
+    }
+    sent_all = true;
+  });
+  auto* ev = new NFRClientEvent;
+  std::uint64_t next[2] = {0, 0};
+  bool ended[2] = {false, false}, bye = false;
+  // Non-blocking sends do not move the stack (upstream's rule): this thread keeps processing,
+  // which brings the host's acknowledgements in, until the host read everything (its bye).
+  while (!ended[0] || !ended[1] || !bye) {
+    CHECK(now_s() < end, "timed out: %llu frames, %llu cursors", U(next[0]), U(next[1]));
+    const int r = nfrClientProcess(c, -1, ev);
+    CHECK(r >= 0, "nfrClientProcess: %d", r);
+    if (r == 0) continue;
+    const unsigned ch = ev->channelIndex;
+    if (ev->type == NFR_CLIENT_EVENT_DATA && ev->udata == kEnd - 1) {
+      CHECK(sent_all && ended[1], "the host's bye before the end");
+      bye = true;
+      continue;
+    }
+    CHECK(ch < 2 && !ended[ch], "event on channel %u", ch);
+    if (ev->type == NFR_CLIENT_EVENT_DATA && ev->udata == kEnd) {
+      ended[ch] = true;
+      continue;
+    }
+    CHECK(ev->udata == next[ch], "channel %u: %llu where %llu was due", ch, U(ev->udata),
+          U(next[ch]));
+    if (ev->type == NFR_CLIENT_EVENT_MEM_WRITE) {
+      CHECK(ch == 0, "a write on the secondary");
+      const auto* p = static_cast<const std::uint8_t*>(nfrMemoryPointer(ev->memRegion));
+      CHECK(check(p + ev->payloadOffset, ev->payloadLength, ev->udata), "frame %llu corrupt",
+            U(ev->udata));
+      nfrAckBuffer(ev->memRegion);
+    } else {
+      CHECK(ch == 1 && check(ev->inlineData, ev->payloadLength, ev->udata),
+            "cursor %llu corrupt or on the primary", U(ev->udata));
+    }
+    ++next[ch];
+  }
+  sender.join();
+  CHECK(next[0] == n && next[1] == n, "%llu frames, %llu cursors", U(next[0]), U(next[1]));
+  std::printf("client: %llu frames and %llu cursors in each channel's order, byte-exact; %llu "
+              "datagrams sent from a second thread\n",
+              U(n), U(n), U(n));
+  delete ev;
+}
+
 // ---- against upstream's test programs ----
 
 constexpr char kHelloServer[] = "Hello server";  // what upstream's test/client sends, with NUL
@@ -534,7 +698,7 @@ void client_upstream(PNFRClient c, const Args& a) {
 
 int run_host(const Args& a) {
   PNFRHost h = nullptr;
-  const bool nb = a.scenario == "credits" || a.scenario == "upstream";
+  const bool nb = a.scenario == "credits" || a.scenario == "upstream" || a.scenario == "threads";
   NFRInitOpts o = opts(a, nb);
   int r = nfrHostInit(&o, &h);
   CHECK(r == 0, "nfrHostInit: %d", r);
@@ -555,6 +719,8 @@ int run_host(const Args& a) {
       host_credits(h);
     else if (a.scenario == "bench")
       host_bench(h);
+    else if (a.scenario == "threads")
+      host_threads(h, a);
     else if (a.scenario == "upstream") {
       host_upstream(h, mem, a);
       break;  // upstream's client does not leave by itself: we end the session
@@ -579,7 +745,7 @@ struct Verifier {
 
 int run_client(const Args& a) {
   PNFRClient c = nullptr;
-  const bool nb = a.scenario == "credits" || a.scenario == "upstream";
+  const bool nb = a.scenario == "credits" || a.scenario == "upstream" || a.scenario == "threads";
   NFRInitOpts o = opts(a, nb);
   int r = nfrClientInit(&o, &c);
   CHECK(r == 0, "nfrClientInit: %d", r);
@@ -590,7 +756,7 @@ int run_client(const Args& a) {
     for (int i = 0; i < 8; ++i) sizes.push_back(256 * KiB);
   } else if (a.scenario == "bench") {
     sizes = kBenchSizes;
-  } else if (a.scenario != "credits" && a.scenario != "upstream") {
+  } else if (a.scenario != "credits" && a.scenario != "upstream" && a.scenario != "threads") {
     sizes = buffer_sizes(a.max_frame);
   }
   // Attach the largest first: indices follow the attach order, and the host checks that it
@@ -611,6 +777,8 @@ int run_client(const Args& a) {
     client_bench(c, store);
   } else if (a.scenario == "upstream") {
     client_upstream(c, a);
+  } else if (a.scenario == "threads") {
+    client_threads(c, a);
   } else if (a.scenario == "credits") {
     std::uint8_t msg[512];
     std::uint64_t sent = 0;

@@ -5,7 +5,7 @@
 # LINK memif (default) or veth: net_af_packet on a veth pair between two network namespaces
 # (root and iproute2; exits 77, "skipped", without them); or roced: each side a client of its
 # own roced (ROCED; the two on a memif link), NETFR_LINK=attach=SOCKET (no faults injected).
-# SCENARIO frames | order | credits | refuse | restart (roce-netfr-check's usage), and
+# SCENARIO frames | order | credits | refuse | restart | threads (roce-netfr-check's usage), and
 #   lossy: order with 1% of the frames lost and 1% reordered on each side.
 set -euo pipefail
 check=$(realpath "$1") scenario=$2 max=${3:-default} link=${4:-memif}
@@ -52,6 +52,7 @@ case $scenario in
          [[ $max == default ]] && max=32768 ;;
   restart) sessions=3 ;;
   bench) hpin=",lcore=0" cpin=",lcore=1" ;;  # one CPU each: latency, not scheduling
+  threads) ops=500 ;;
   frames|order|credits|refuse) ;;
   *) echo "FAIL: unknown scenario $scenario"; exit 1 ;;
 esac
