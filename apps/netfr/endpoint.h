@@ -1,6 +1,6 @@
 /// @file
 /// What the NetFR host and client share: the process's fabric, and per connection two channels
-/// (primary, secondary), each an RC QP with kRecvDepth (upstream's 60) receive slots and
+/// (primary, secondary), each an RC QP with kRxSlots receive slots (upstream posts 60) and
 /// kTxSlots send slots of NETFR_MESSAGE_MAX_SIZE bytes in one registration each, the credits
 /// as upstream keeps them (a datagram takes one, its acknowledgement gives it back, a user send
 /// needs at least NETFR_RESERVED_CREDIT_COUNT left; buffer states, buffer updates, acks and
@@ -52,7 +52,12 @@ bool debug_log();
 /// (NULL: $NETFR_LINK) on first use, kept until exit. nullptr and `err` when it cannot start.
 Fabric* process_fabric(const char* link, std::string& err);
 
-inline constexpr std::uint32_t kRxSlots = kRecvDepth;
+/// Receives we keep posted per channel: more than upstream's kRecvDepth. What we send keeps to
+/// what upstream's 60 can take (the credits); our own side posts more because an RNR NAK stalls
+/// the sending QP for rdma_cm's minimum RNR timer (655 ms), and a burst of acknowledgements,
+/// buffer states and keepalives on top of the credited messages would draw them.
+inline constexpr std::uint32_t kRxSlots = NETFR_TOTAL_CONTEXT_COUNT;
+static_assert(kRxSlots >= kRecvDepth);
 /// Send slots: datagrams (<= NETFR_CREDIT_COUNT), acks (<= the peer's credits), buffer states
 /// and updates (<= NETFR_MAX_MEM_REGIONS each), keepalives; beyond that a message waits in a
 /// queue for a slot.

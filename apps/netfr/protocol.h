@@ -54,7 +54,7 @@ inline constexpr std::size_t kDataHeaderSize = 32;  ///< ClientData / HostData b
 inline constexpr std::size_t kAckSize = 10;
 inline constexpr std::size_t kKeepaliveSize = 10;
 inline constexpr std::size_t kHostBufferSizesSize = 16 + (NETFR_MAX_MEM_REGIONS + 1) * 8;
-/// Receives each side keeps posted per channel (upstream's rxSlots).
+/// Receives upstream keeps posted per channel (its rxSlots): what a sender may count on.
 inline constexpr std::uint32_t kRecvDepth = 60;
 static_assert(kDataHeaderSize == NETFR_MESSAGE_INTERNAL_MAX_SIZE);
 static_assert(kServerHelloSize + 1 <= NETFR_CM_MESSAGE_MAX_SIZE);
