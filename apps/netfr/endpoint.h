@@ -174,7 +174,6 @@ class Endpoint {
   void keepalive_tick();
 
  protected:
-
  private:
   std::unique_ptr<NFRMemory> new_memory(void* user, std::uint64_t size, std::uint8_t channel);
   std::unique_ptr<NFRMemory> new_memfd(int fd, void* addr, std::uint64_t size,

@@ -280,8 +280,7 @@ class Host : public Endpoint {
     const unsigned other = ch == 1 ? 0u : 1u;
     if (!hello_ok || ch < 0)
       st = HelloStatus::kError;
-    else if (ch_[static_cast<unsigned>(ch)].conn ||
-             (ch_[other].conn && e.peer != client_ip_))
+    else if (ch_[static_cast<unsigned>(ch)].conn || (ch_[other].conn && e.peer != client_ip_))
       st = HelloStatus::kRejected;
     if (st != HelloStatus::kOk) {
       const std::size_t n = encode(reply, ServerHello{st});

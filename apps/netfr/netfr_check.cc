@@ -40,6 +40,7 @@
 #include <errno.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -48,7 +49,6 @@
 #include <random>
 #include <span>
 #include <string>
-#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -202,8 +202,8 @@ void host_frames(PNFRHost h, PNFRMemory mem, const Args& a) {
   PNFRMemory bm = nfrHostAttachMemory(h, big.data(), big.size(), NETFR_CHANNEL_PRIMARY);
   CHECK(bm, "attach");
   const int r = nfrHostWriteBufferUdata(bm, 0, 0, too, seq, nullptr);
-  CHECK(r == -ENOBUFS, "a frame of %llu bytes (larger than every buffer): %d, not -ENOBUFS",
-        U(too), r);
+  CHECK(r == -ENOBUFS, "a frame of %llu bytes (larger than every buffer): %d, not -ENOBUFS", U(too),
+        r);
   // An offset pushing a fitting frame past the largest buffer: refused too.
   const int r2 = nfrHostWriteBufferUdata(mem, 0, bufs.back() - 1024, 4096, seq, nullptr);
   CHECK(r2 == -ENOBUFS, "offset past the buffer: %d", r2);
@@ -296,7 +296,7 @@ void host_credits(PNFRHost h) {
   }
   CHECK(r == -EAGAIN, "send: %d", r);
   CHECK(sent == NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT + 1, "ran out after %llu",
-          U(sent));
+        U(sent));
   std::printf("host: out of credits after %llu datagrams (-EAGAIN)\n", U(sent));
   const double end = now_s() + 30;
   while (sent < 300) {
@@ -525,13 +525,14 @@ void host_threads(PNFRHost h, const Args& a) {
   while ((br = nfrHostSendData(h, NETFR_CHANNEL_SECONDARY, bye, sizeof bye, kEnd - 1)) == -EAGAIN)
     nfrHostProcess(h);
   CHECK(br == 0, "bye: %d", br);
-  std::printf("host: %llu frames and %llu cursors from two threads, %llu client datagrams\n",
-              U(n), U(n), U(next));
+  std::printf("host: %llu frames and %llu cursors from two threads, %llu client datagrams\n", U(n),
+              U(n), U(next));
 }
 
 void client_threads(PNFRClient c, const Args& a) {
   const std::uint64_t n = static_cast<std::uint64_t>(a.ops);
-  for (int i = 0; i < 4; ++i) CHECK(nfrClientAllocMemory(c, 64 * KiB, NETFR_CHANNEL_PRIMARY), "alloc");
+  for (int i = 0; i < 4; ++i)
+    CHECK(nfrClientAllocMemory(c, 64 * KiB, NETFR_CHANNEL_PRIMARY), "alloc");
   const double end = now_s() + 60;
   std::atomic<bool> sent_all{false};
   std::thread sender([&] {
@@ -585,9 +586,10 @@ void client_threads(PNFRClient c, const Args& a) {
   }
   sender.join();
   CHECK(next[0] == n && next[1] == n, "%llu frames, %llu cursors", U(next[0]), U(next[1]));
-  std::printf("client: %llu frames and %llu cursors in each channel's order, byte-exact; %llu "
-              "datagrams sent from a second thread\n",
-              U(n), U(n), U(n));
+  std::printf(
+      "client: %llu frames and %llu cursors in each channel's order, byte-exact; %llu "
+      "datagrams sent from a second thread\n",
+      U(n), U(n), U(n));
   delete ev;
 }
 
@@ -639,9 +641,10 @@ void host_upstream(PNFRHost h, PNFRMemory mem, const Args& a) {
     CHECK(now_s() < end, "the client never gave the buffer back after write %d", writes);
     CHECK(nfrHostProcess(h) == 0, "the client left");
   }
-  std::printf("host: %d writes of %llu bytes, each given back (write %d shows the last came "
-              "back); %d \"%s\" read\n",
-              writes, U(a.max_frame), writes + 1, hellos, kHelloServer);
+  std::printf(
+      "host: %d writes of %llu bytes, each given back (write %d shows the last came "
+      "back); %d \"%s\" read\n",
+      writes, U(a.max_frame), writes + 1, hellos, kHelloServer);
 }
 
 /// Client: upstream's test/host writes its 128 MiB (never written, so what its allocator left)
@@ -680,9 +683,9 @@ void client_upstream(PNFRClient c, const Args& a) {
     if (sent < 64 && now_s() >= next_dg) {
       char msg[32];
       const int n = std::snprintf(msg, sizeof msg, "Hello host %d", sent);
-      const int s2 = nfrClientSendData(c, NETFR_CHANNEL_SECONDARY, msg,
-                                       static_cast<std::uint32_t>(n + 1),
-                                       static_cast<std::uint64_t>(sent));
+      const int s2 =
+          nfrClientSendData(c, NETFR_CHANNEL_SECONDARY, msg, static_cast<std::uint32_t>(n + 1),
+                            static_cast<std::uint64_t>(sent));
       if (s2 == 0) {
         ++sent;
         next_dg = now_s() + 0.1;  // upstream's host acks what it reads with 2 contexts

@@ -98,8 +98,8 @@ struct Ack {
 };
 struct Keepalive {};
 
-using Message = std::variant<ClientHello, ServerHello, BufferUpdate, BufferState,
-                             HostBufferSizes, Data, Ack, Keepalive>;
+using Message = std::variant<ClientHello, ServerHello, BufferUpdate, BufferState, HostBufferSizes,
+                             Data, Ack, Keepalive>;
 
 enum class DecodeError : std::uint8_t {
   kOk,

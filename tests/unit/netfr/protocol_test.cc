@@ -131,7 +131,10 @@ TEST(NetfrProtocol, BufferUpdateIsUpstreams) {
 
 TEST(NetfrProtocol, DataIsUpstreams) {
   const char hello[] = "Hello server";
-  Data m{false, 1, 1, 0x0102030405060708ull,
+  Data m{false,
+         1,
+         1,
+         0x0102030405060708ull,
          {reinterpret_cast<const std::uint8_t*>(hello), sizeof hello}};
   EXPECT_EQ(encode_vec(m), kUpClientData);
   const Decoded d = decode(kUpClientData);

@@ -8,7 +8,8 @@
  * NetFR's, byte for byte; docs/netfr.md describes the protocol.
  *
  * The names, arguments and behaviour follow upstream NetFR's C API (telescope-proj/netfr 45b215f,
- * its netfr.h, netfr_host.h and netfr_client.h) where this stack can; docs/netfr.md lists what differs and why.
+ * its netfr.h, netfr_host.h and netfr_client.h) where this stack can; docs/netfr.md lists what
+ * differs and why.
  *
  * Return values: 0 (or a count) on success, a negative errno value on failure: -EAGAIN no credit
  * (non-blocking, the default) or nothing to do, -ENOTCONN no peer, -ENOBUFS no free advertised
