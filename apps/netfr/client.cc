@@ -89,6 +89,11 @@ const uint64_t* nfrClientHostBufferSizes(PNFRClient client) {
   Lock g(roce::netfr::api_mutex());
   return client->c->host_sizes();
 }
+int nfrClientCredits(PNFRClient client, int channelID) {
+  if (!client || channelID < 0 || channelID >= NETFR_CHANNEL_COUNT) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
+  return client->c->channel(static_cast<unsigned>(channelID)).credits;
+}
 const char* nfrClientStats(PNFRClient client) {
   if (!client) return "";
   Lock g(roce::netfr::api_mutex());

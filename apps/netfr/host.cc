@@ -84,6 +84,11 @@ int nfrHostWriteBuffer(PNFRMemory localMem, uint64_t localOffset, uint64_t remot
                        uint64_t length, NFRCallbackInfo* cbInfo) {
   return nfrHostWriteBufferUdata(localMem, localOffset, remoteOffset, length, 0, cbInfo);
 }
+int nfrHostCredits(PNFRHost host, int channelID) {
+  if (!host || channelID < 0 || channelID >= NETFR_CHANNEL_COUNT) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
+  return host->h->channel(static_cast<unsigned>(channelID)).credits;
+}
 const char* nfrHostStats(PNFRHost host) {
   if (!host) return "";
   Lock g(roce::netfr::api_mutex());

@@ -680,7 +680,10 @@ void client_upstream(PNFRClient c, const Args& a) {
       std::memset(p, other, a.max_frame);
       CHECK(nfrClientBufferAck(c, m) == 0, "buffer ack");
     }
-    if (sent < 64 && now_s() >= next_dg) {
+    // One datagram at a time: upstream's nfrHostReadData acknowledges every waiting datagram
+    // at once with two ack contexts and asserts when a third is waiting.
+    if (sent < 64 && now_s() >= next_dg &&
+        nfrClientCredits(c, NETFR_CHANNEL_SECONDARY) == NETFR_CREDIT_COUNT) {
       char msg[32];
       const int n = std::snprintf(msg, sizeof msg, "Hello host %d", sent);
       const int s2 =
@@ -688,7 +691,7 @@ void client_upstream(PNFRClient c, const Args& a) {
                             static_cast<std::uint64_t>(sent));
       if (s2 == 0) {
         ++sent;
-        next_dg = now_s() + 0.1;  // upstream's host acks what it reads with 2 contexts
+        next_dg = now_s() + 0.05;
       } else {
         CHECK(s2 == -EAGAIN, "nfrClientSendData: %d", s2);
       }

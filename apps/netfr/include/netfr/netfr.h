@@ -138,6 +138,9 @@ int nfrHostWriteBuffer(PNFRMemory localMem, uint64_t localOffset, uint64_t remot
 /* Ours: the same with the buffer update's udata (the client's event carries it). */
 int nfrHostWriteBufferUdata(PNFRMemory localMem, uint64_t localOffset, uint64_t remoteOffset,
                             uint64_t length, uint64_t udata, const struct NFRCallbackInfo* cbInfo);
+/* Ours: the credits left on a channel (NETFR_CREDIT_COUNT when every datagram sent was
+   acknowledged), or a negative errno. */
+int nfrHostCredits(PNFRHost host, int channelID);
 /* The host's counters, one line of "name value" pairs (static buffer). */
 const char* nfrHostStats(PNFRHost host);
 void nfrHostFree(PNFRHost* host);
@@ -195,6 +198,7 @@ int nfrClientSendData(PNFRClient client, int channelID, const void* data, uint32
 /* Sizes of the host's attached memory (from its buffer state message), 0-terminated; NULL
    before it arrived. */
 const uint64_t* nfrClientHostBufferSizes(PNFRClient client);
+int nfrClientCredits(PNFRClient client, int channelID);
 const char* nfrClientStats(PNFRClient client);
 void nfrClientFree(PNFRClient* client);
 
