@@ -12,13 +12,15 @@
 # (netfr_check.cc host_upstream and docs/netfr.md say why).
 #   netfr_upstream_client.sh ROCE_NETFR_CHECK [WRITES]   (root; 77 without NETFR_UPSTREAM or VMs)
 # Env: NETFR_UPSTREAM (the checkout), RXE_VM_NETNS (default rxevm-netfr), NETFR_UPSTREAM_SIZE
-# (the write, default 128 MiB, test/client's buffer).
+# (the write, default 128 MiB, test/client's buffer), NETFR_UPSTREAM_PCAP (a file: our side
+# captures its frames there).
 set -euo pipefail
 check=$(realpath "$1")
 writes=${2:-2}
 size=${NETFR_UPSTREAM_SIZE:-134217728}
 export RXE_VM_NETNS=${RXE_VM_NETNS:-rxevm-netfr}
 export RXE_VM_MEM=${RXE_VM_MEM:-1024}
+pcap=${NETFR_UPSTREAM_PCAP:+,pcap=$NETFR_UPSTREAM_PCAP}  # our side's frames (large: every write)
 # shellcheck source=tests/interop/lib.sh disable=SC2154
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/interop/netfr_upstream_lib.sh
@@ -39,7 +41,7 @@ vmcmd+=" echo \"netfr-client writes=\$(grep -c 'Received memory write event' /tm
 vmcmd+=" grep -E 'Client connected|Failed|ERROR|FATAL|Assertion|Sanitizer|runtime error' /tmp/c.log | head -40;"
 vmcmd+=" ! grep -qE 'Assertion|Sanitizer|runtime error' /tmp/c.log"
 boot "$vmcmd" 1000
-NETFR_LINK="pmd=af_packet,iface=dp0,ip=192.0.2.100,mac=02:00:00:00:01:00" \
+NETFR_LINK="pmd=af_packet,iface=dp0,ip=192.0.2.100,mac=02:00:00:00:01:00$pcap" \
   ip netns exec "$RXE_VM_NETNS" timeout 900 "$check" host upstream --max-frame "$size" \
   --ops "$writes" > "$out/host.txt" 2>&1 &
 hpid=$!

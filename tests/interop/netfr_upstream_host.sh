@@ -11,13 +11,15 @@
 # them (nfrHostReadData) and its acknowledgements must come back.
 #   netfr_upstream_host.sh ROCE_NETFR_CHECK [WRITES]   (root; 77 without NETFR_UPSTREAM or VMs)
 # Env: NETFR_UPSTREAM (the checkout), RXE_VM_NETNS (default rxevm-netfr), NETFR_UPSTREAM_SIZE
-# (the client's buffer, default 128 MiB: test/host writes 128 MiB, so no smaller one can take it).
+# (the client's buffer, default 128 MiB: test/host writes 128 MiB, so no smaller one can take it),
+# NETFR_UPSTREAM_PCAP (a file: our side captures its frames there).
 set -euo pipefail
 check=$(realpath "$1")
 writes=${2:-2}
 size=${NETFR_UPSTREAM_SIZE:-134217728}
 export RXE_VM_NETNS=${RXE_VM_NETNS:-rxevm-netfr}
 export RXE_VM_MEM=${RXE_VM_MEM:-1024}  # test/host's 128 MiB under ASan, rxe's copy of the MR
+pcap=${NETFR_UPSTREAM_PCAP:+,pcap=$NETFR_UPSTREAM_PCAP}  # our side's frames (large: every write)
 # shellcheck source=tests/interop/lib.sh disable=SC2154
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/interop/netfr_upstream_lib.sh
@@ -41,7 +43,7 @@ boot "$vmcmd" 1000
 # test/host may still be starting: retry while nobody listens.
 rc=1
 for _ in $(seq 60); do
-  NETFR_LINK="pmd=af_packet,iface=dp0,ip=192.0.2.100,mac=02:00:00:00:01:00" \
+  NETFR_LINK="pmd=af_packet,iface=dp0,ip=192.0.2.100,mac=02:00:00:00:01:00$pcap" \
     ip netns exec "$RXE_VM_NETNS" timeout 900 "$check" client upstream 192.0.2.1 \
     --max-frame "$size" --ops "$writes" --fill 0xA5 > "$out/client.txt" 2>&1 && rc=0 || rc=$?
   [[ $rc != 0 ]] && grep -q "nfrClientInit: -1[01][0-9]" "$out/client.txt" && { sleep 2; continue; }

@@ -3,8 +3,9 @@
 //
 // The golden messages are facts of telescope-proj/netfr at 45b215f: its message structs
 // (netfr/src/common/nfr_protocol.h, #pragma pack(1)) filled by a throwaway program compiled
-// against that header (nfr_SetHeader and the fields below) and dumped byte by byte. Nothing of
-// upstream's code is in this repository; the bytes are what its programs put on the wire.
+// against that header (nfr_SetHeader and the fields below) and dumped byte by byte, and the
+// messages its test programs sent in the interop VM, captured (kCap*). Nothing of upstream's code
+// is in this repository; the bytes are what its programs put on the wire.
 #include "apps/netfr/protocol.h"
 
 #include <gtest/gtest.h>
@@ -43,6 +44,91 @@ const Bytes kUpClientData = {0x4e, 0x65, 0x74, 0x46, 0x72, 0x61, 0x6d, 0x65, 0x0
                              0x6f, 0x20, 0x73, 0x65, 0x72, 0x76, 0x65, 0x72, 0x00};
 const Bytes kUpHostDataAck = {0x4e, 0x65, 0x74, 0x46, 0x72, 0x61, 0x6d, 0x65, 0x01, 0x09};
 const Bytes kUpClientDataAck = {0x4e, 0x65, 0x74, 0x46, 0x72, 0x61, 0x6d, 0x65, 0x01, 0x07};
+
+// Captured from upstream's own programs (test/host and test/client of 45b215f, built by
+// tests/interop/netfr_upstream_lib.sh) on Linux rxe in the interop VM, by our side's pcap=
+// (NETFR_UPSTREAM_PCAP): the NetFR bytes of the packets, as facts.
+//
+// test/host's ServerHello in its REP's private data: libfabric's verbs provider puts one byte of
+// length (11) before it; the rest of the private data is zero.
+const Bytes kCapHostRepPrivateData = {0x0b, 0x4e, 0x65, 0x74, 0x46, 0x72, 0x61, 0x6d, 0x65, 0x01,
+                                      0x02, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+// test/client's ClientHello in its REQ's private data (length byte 10).
+const Bytes kCapClientReqPrivateData = {0x0a, 0x4e, 0x65, 0x74, 0x46, 0x72, 0x61, 0x6d, 0x65,
+                                        0x01, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+// test/client's BufferState for its 128 MiB buffer (index 1: its index 0 is its own message
+// buffer), 39 bytes.
+const Bytes kCapBufferState = {0x4e, 0x65, 0x74, 0x46, 0x72, 0x61, 0x6d, 0x65, 0x01, 0x05,
+                               0x00, 0x00, 0x00, 0x00, 0x00, 0xf0, 0xdf, 0xbf, 0xcc, 0x7f,
+                               0x00, 0x00, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00, 0x00,
+                               0xaa, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01};
+// test/client's "Hello server" datagram (udata: its clock in ms). Its 2 bytes of padding are
+// whatever its message buffer held: 0xbe, ASan's malloc fill.
+const Bytes kCapClientData = {
+    0x4e, 0x65, 0x74, 0x46, 0x72, 0x61, 0x6d, 0x65, 0x01, 0x06, 0x0d, 0x00, 0x00, 0x00, 0x96,
+    0x2d, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
+    0xbe, 0xbe, 0x48, 0x65, 0x6c, 0x6c, 0x6f, 0x20, 0x73, 0x65, 0x72, 0x76, 0x65, 0x72, 0x00};
+// test/host's BufferUpdate after its 128 MiB write into our client's buffer 0. It never sets
+// the padding, writeSerial and channelSerial: they are what its send slot held (0xa5, the
+// allocator fill the interop test asks ASan for); udata 0.
+const Bytes kCapBufferUpdate = {0x4e, 0x65, 0x74, 0x46, 0x72, 0x61, 0x6d, 0x65, 0x01, 0x04,
+                                0x00, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0x00, 0x00, 0x00, 0x08,
+                                0x00, 0x00, 0x00, 0x00, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5,
+                                0xa5, 0xa5, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+// test/host's acknowledgement of our datagram.
+const Bytes kCapClientDataAck = {0x4e, 0x65, 0x74, 0x46, 0x72, 0x61, 0x6d, 0x65, 0x01, 0x07};
+
+TEST(NetfrProtocol, CapturedFromUpstreamsPrograms) {
+  const Decoded sh = decode(unwrap_cm_data(kCapHostRepPrivateData));
+  ASSERT_EQ(sh.error, DecodeError::kOk);
+  EXPECT_EQ(sh.type, MsgType::kServerHello);
+  EXPECT_EQ(std::get<ServerHello>(sh.msg).status, HelloStatus::kOk);
+  EXPECT_EQ(std::get<ServerHello>(sh.msg).ext, 0);  // upstream's host takes no extension
+  // Ours frames its hellos the same way.
+  EXPECT_EQ(wrap_cm_data(encode_vec(ServerHello{HelloStatus::kOk})),
+            Bytes(kCapHostRepPrivateData.begin(), kCapHostRepPrivateData.begin() + 12));
+  EXPECT_EQ(wrap_cm_data(encode_vec(ClientHello{})),
+            Bytes(kCapClientReqPrivateData.begin(), kCapClientReqPrivateData.begin() + 11));
+  const Decoded ch = decode(unwrap_cm_data(kCapClientReqPrivateData));
+  ASSERT_EQ(ch.error, DecodeError::kOk);
+  EXPECT_EQ(std::get<ClientHello>(ch.msg).ext, 0);
+
+  const Decoded bs = decode(kCapBufferState);
+  ASSERT_EQ(bs.error, DecodeError::kOk);
+  const auto& st = std::get<BufferState>(bs.msg);
+  EXPECT_EQ(st.index, 1u);
+  EXPECT_EQ(st.addr, 0x7fccbfdff000ull);
+  EXPECT_EQ(st.size, 128u << 20);
+  EXPECT_EQ(st.rkey, 0x4aau);
+  EXPECT_EQ(st.page_size, 0u);
+  EXPECT_EQ(encode_vec(st), kCapBufferState);  // ours, byte for byte
+
+  const Decoded cd = decode(kCapClientData);
+  ASSERT_EQ(cd.error, DecodeError::kOk);
+  const auto& dm = std::get<Data>(cd.msg);
+  EXPECT_FALSE(dm.from_host);
+  EXPECT_EQ(dm.udata, 0x2d96u);
+  EXPECT_EQ(dm.msg_serial, 1u);
+  EXPECT_EQ(dm.channel_serial, 1u);
+  ASSERT_EQ(dm.payload.size(), 13u);
+  EXPECT_EQ(std::memcmp(dm.payload.data(), "Hello server", 13), 0);
+  auto ours = encode_vec(dm);  // the same but for the padding, which ours zeroes
+  ASSERT_EQ(ours.size(), kCapClientData.size());
+  ours[30] = ours[31] = 0xbe;
+  EXPECT_EQ(ours, kCapClientData);
+
+  const Decoded bu = decode(kCapBufferUpdate);
+  ASSERT_EQ(bu.error, DecodeError::kOk);
+  const auto& up = std::get<BufferUpdate>(bu.msg);
+  EXPECT_EQ(up.buffer_index, 0u);
+  EXPECT_EQ(up.payload_size, 128u << 20);
+  EXPECT_EQ(up.payload_offset, 0u);
+  EXPECT_EQ(up.write_serial, 0xa5a5a5a5u);  // unset upstream
+  EXPECT_EQ(up.udata, 0u);
+
+  EXPECT_EQ(decode(kCapClientDataAck).type, MsgType::kClientDataAck);
+  EXPECT_EQ(encode_vec(Ack{false}), kCapClientDataAck);
+}
 
 TEST(NetfrProtocol, LimitsAreUpstreams) {
   EXPECT_EQ(NETFR_MESSAGE_MAX_PAYLOAD_SIZE, 4064);

@@ -285,6 +285,33 @@ TEST_F(Pair, SerialGapFromTheHostIsAProtocolError) {
   EXPECT_EQ(client->process(-1, &ev), -ENOTCONN);
 }
 
+TEST_F(Pair, UpstreamHostsMessagesAreTaken) {
+  connect(true);  // upstream's order: no total order, no serial checks
+  std::vector<std::uint8_t> cb(4096);
+  client->attach(cb.data(), cb.size(), 0);
+  settle();
+  // Upstream's test/host's BufferUpdate as captured (protocol_test.cc kCapBufferUpdate: serials
+  // and padding unset, 0xa5), its payload size made to fit this 4 KiB buffer.
+  std::vector<std::uint8_t> bu = {0x4e, 0x65, 0x74, 0x46, 0x72, 0x61, 0x6d, 0x65, 0x01, 0x04,
+                                  0x00, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0x00, 0x10, 0x00, 0x00,
+                                  0x00, 0x00, 0x00, 0x00, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5,
+                                  0xa5, 0xa5, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+  fab.inject_from_host(5010, bu);
+  ASSERT_TRUE(next_event());
+  EXPECT_EQ(ev.type, NFR_CLIENT_EVENT_MEM_WRITE);
+  EXPECT_EQ(ev.payloadLength, 4096u);
+  // Upstream's nfrHostSendData sends its datagrams as ClientData (type 6): taken as the host's.
+  std::uint8_t buf[64];
+  const std::uint8_t payload[5] = {'c', 'u', 'r', 's', 'r'};
+  const auto n = encode(buf, Data{false, 1, 1, 7, {payload, 5}});
+  fab.inject_from_host(5011, {buf, buf + n});
+  ASSERT_TRUE(next_event());
+  EXPECT_EQ(ev.type, NFR_CLIENT_EVENT_DATA);
+  EXPECT_EQ(ev.udata, 7u);
+  EXPECT_EQ(std::memcmp(ev.inlineData, payload, 5), 0);
+  EXPECT_EQ(client->stats().protocol_errors, 0u);
+}
+
 TEST_F(Pair, BufferUpdateOutsideAdvertisedBufferIsRefused) {
   connect();
   std::vector<std::uint8_t> cb(4096);
