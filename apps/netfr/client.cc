@@ -19,8 +19,12 @@ using Lock = std::lock_guard<std::recursive_mutex>;
 
 extern "C" {
 
-int nfrClientInit(const NFRInitOpts* opts, PNFRClient* result) {
-  if (!opts || !result || !opts->peer) return -EINVAL;
+int nfrClientInit(const NFRInitOpts* opts, const NFRInitOpts* peerInfo, PNFRClient* result) {
+  if (!opts || !result) return -EINVAL;
+  const char* peer = peerInfo && peerInfo->peer ? peerInfo->peer : opts->peer;
+  if (!peer) return -EINVAL;
+  NFRInitOpts o = *opts;
+  if (peerInfo && peerInfo->port) o.port = peerInfo->port;
   Lock g(roce::netfr::api_mutex());
   std::string err;
   roce::netfr::Fabric* f = roce::netfr::process_fabric(opts->link, err);
@@ -29,8 +33,8 @@ int nfrClientInit(const NFRInitOpts* opts, PNFRClient* result) {
     return -EIO;
   }
   auto* c = new NFRClient;
-  c->c = std::make_unique<Client>(*f, *opts);
-  const int r = c->c->connect(opts->peer);
+  c->c = std::make_unique<Client>(*f, o);
+  const int r = c->c->start_connect(peer);
   if (r) {
     delete c;
     return r;
@@ -42,7 +46,13 @@ int nfrClientInit(const NFRInitOpts* opts, PNFRClient* result) {
 int nfrClientConnect(PNFRClient client) {
   if (!client) return -EINVAL;
   Lock g(roce::netfr::api_mutex());
-  return client->c->connected() ? 0 : -ENOTCONN;
+  return client->c->connect_step();
+}
+
+int nfrClientConnectWait(PNFRClient client) {
+  if (!client) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
+  return client->c->connect_wait();
 }
 int nfrClientProcess(PNFRClient client, int index, NFRClientEvent* evt) {
   if (!client) return -EINVAL;

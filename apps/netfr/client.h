@@ -40,25 +40,55 @@ class Client : public Endpoint {
       if (m) fab_.dereg_mr(m->mr);
   }
 
-  /// Connects the primary, then the secondary channel.
-  int connect(const std::string& host) {
+  /// Starts connecting both channels at once (as upstream's client does); connect_step()
+  /// follows it.
+  int start_connect(const std::string& host) {
     std::uint8_t hello[kClientHelloSize + 1];
     const std::size_t n = encode(hello, ClientHello{offer_});
+    result_ = 0;
     for (unsigned ch = 0; ch < NETFR_CHANNEL_COUNT; ++ch) {
       const auto c = fab_.connect(host, static_cast<std::uint16_t>(port_ + ch), kSendDepth,
                                   kRxSlots, wrap_cm_data({hello, n}));
       if (!c) return -EHOSTUNREACH;
       if (!open_channel(ch, *c)) return -EIO;
-      result_ = 0;
-      if (!wait_until([&] { return ch_[ch].up || result_ != 0; })) return -ETIMEDOUT;
-      if (result_) return result_;
     }
-    ++stats_.connects;
+    connecting_ = true;
     return 0;
+  }
+  /// nfrClientConnect: 0 once both channels are up, -EAGAIN while connecting, else the error
+  /// (-ECONNREFUSED: the host serves another client; -ENOTCONN: the connection went).
+  int connect_step() {
+    pump();
+    return connect_state();
+  }
+  /// Waits (up to the time-out) until connect_step() would not say -EAGAIN.
+  int connect_wait() {
+    if (!wait_until([&] { return connect_state() != -EAGAIN; })) return -ETIMEDOUT;
+    return connect_state();
+  }
+  /// Connects both channels, waiting up to the time-out.
+  int connect(const std::string& host) {
+    if (const int r = start_connect(host)) return r;
+    return connect_wait();
   }
 
   bool connected() const { return ch_[0].up && ch_[1].up && !broken_; }
 
+ private:
+  int connect_state() {
+    if (result_) return result_;
+    if (broken_) return -ENOTCONN;
+    if (!ch_[0].up || !ch_[1].up) return connecting_ ? -EAGAIN : -ENOTCONN;
+    if (connecting_) {  // both up: count it, advertise what was attached meanwhile
+      connecting_ = false;
+      ++stats_.connects;
+      for (auto& m : mems_)
+        if (m && !m->has_data) advertise(*m);
+    }
+    return 0;
+  }
+
+ public:
   int process(int index, NFRClientEvent* evt) {
     pump();
     if (!evt || index < -1 || index >= NETFR_CHANNEL_COUNT) return -EINVAL;
@@ -154,7 +184,7 @@ class Client : public Endpoint {
     m->index = slot;
     m->host = false;
     mems_[slot] = std::move(m);
-    advertise(*mems_[slot]);
+    if (connected() && !connecting_) advertise(*mems_[slot]);  // else once both are up
     return mems_[slot].get();
   }
 
@@ -207,13 +237,12 @@ class Client : public Endpoint {
           result_ = -ECONNREFUSED;
           return;
         }
-        // The extensions the host took (upstream's host answers without: none).
-        if (ch == 0) ext_ = hello ? std::get<ServerHello>(d.msg).ext & offer_ : 0;
+        // The extensions the host took (upstream's host answers without: none); both
+        // channels' answers carry the same.
+        ext_ = hello ? std::get<ServerHello>(d.msg).ext & offer_ : 0;
         if (ext_ & kExtTotalOrder) next_serial_ = 1;
         ch_[ch].up = true;
-        if (ch == NETFR_CHANNEL_COUNT - 1)
-          for (auto& m : mems_)
-            if (m && !m->has_data) advertise(*m);
+        if (connected()) connect_state();  // both up: advertise the buffers
         break;
       }
       case FabricEvent::kRejected: {
@@ -321,7 +350,7 @@ class Client : public Endpoint {
   std::uint32_t next_serial_ = 1;
   std::uint8_t offer_ = 0;
   std::vector<std::uint64_t> host_sizes_;
-  bool have_host_sizes_ = false, broken_ = false;
+  bool have_host_sizes_ = false, broken_ = false, connecting_ = false;
   int result_ = 0;
 };
 

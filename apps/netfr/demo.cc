@@ -283,7 +283,8 @@ int run_client(const char* host, const std::string& svg, bool relaxed) {
   PNFRClient c = nullptr;
   NFRInitOpts o = init_opts(host);
   o.totalOrder = relaxed ? 0 : 1;  // relaxed: upstream NetFR's order
-  int r = nfrClientInit(&o, &c);
+  int r = nfrClientInit(&o, nullptr, &c);
+  if (r == 0) r = nfrClientConnectWait(c);
   if (r) {
     std::fprintf(stderr, "nfrClientInit: %d\n", r);
     return 1;

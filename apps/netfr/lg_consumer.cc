@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
   o.timeoutSec = 30;
   o.totalOrder = 1;  // the checks below: strictly increasing connection serials
   PNFRClient c = nullptr;
-  if (const int r = nfrClientInit(&o, &c); r != 0) return fail("nfrClientInit", U(-r));
+  if (int r = nfrClientInit(&o, nullptr, &c); r != 0 || (r = nfrClientConnectWait(c)) != 0)
+    return fail("nfrClientInit", U(-r));
   std::printf("netfr-lg: connected to %s:%u through %s\n", host.c_str(), port, attach.c_str());
   const std::uint64_t bytes = fr::frame_bytes(width, height);
   for (unsigned i = 0; i < buffers; ++i) {

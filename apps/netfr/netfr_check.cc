@@ -753,7 +753,8 @@ int run_client(const Args& a) {
   PNFRClient c = nullptr;
   const bool nb = a.scenario == "credits" || a.scenario == "upstream" || a.scenario == "threads";
   NFRInitOpts o = opts(a, nb);
-  int r = nfrClientInit(&o, &c);
+  int r = nfrClientInit(&o, nullptr, &c);
+  if (r == 0) r = nfrClientConnectWait(c);  // upstream's nfrClientConnect until done
   CHECK(r == 0, "nfrClientInit: %d", r);
   std::printf("client: connected\n");
   std::vector<std::span<std::uint8_t>> store;  // the stack's memory (zero copy)
@@ -775,8 +776,12 @@ int run_client(const Args& a) {
   }
   if (a.scenario == "refuse") {
     PNFRClient second = nullptr;
-    const int r2 = nfrClientInit(&o, &second);
+    int r2 = nfrClientInit(&o, nullptr, &second);
+    CHECK(r2 == 0, "nfrClientInit: %d", r2);
+    while ((r2 = nfrClientConnect(second)) == -EAGAIN) {
+    }
     CHECK(r2 == -ECONNREFUSED, "a second client got %d, not -ECONNREFUSED", r2);
+    nfrClientFree(&second);
     std::printf("client: a second client was refused (-ECONNREFUSED)\n");
   }
   if (a.scenario == "bench") {

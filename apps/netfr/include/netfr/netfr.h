@@ -166,12 +166,18 @@ struct NFRClientEvent {
   NFR_ALIGN16 uint8_t inlineData[NETFR_MESSAGE_MAX_PAYLOAD_SIZE]; /* DATA */
 };
 
-/* Starts the stack and connects both channels to the host (opts->peer), waiting up to
-   timeoutSec: -ECONNREFUSED when the host serves another client. */
-int nfrClientInit(const struct NFRInitOpts* opts, PNFRClient* result);
-/* Upstream's connection step: 0 while both channels are up (nfrClientInit connected them),
-   -ENOTCONN once the host went. */
+/* Starts the stack and starts connecting both channels (as upstream: nothing waits here) to the
+   host peerInfo->peer (or opts->peer when peerInfo or its peer is NULL), port peerInfo->port
+   (or opts->port). */
+int nfrClientInit(const struct NFRInitOpts* opts, const struct NFRInitOpts* peerInfo,
+                  PNFRClient* result);
+/* Upstream's connection step, non-blocking: -EAGAIN while connecting, 0 once both channels are
+   up (and while they stay up), -ECONNREFUSED when the host serves another client, -ENOTCONN
+   when the connection went, other negative values on failure. Free the client after a
+   failure. */
 int nfrClientConnect(PNFRClient client);
+/* Ours: nfrClientConnect until it is not -EAGAIN, for up to timeoutSec (-ETIMEDOUT). */
+int nfrClientConnectWait(PNFRClient client);
 /* Background work; fills *evt and returns 1 when a message is there, 0 when none, negative on
    failure (-ENOTCONN: the host went away). index: -1 for both channels (upstream's order: the
    primary channel's next message first; with totalOrder, the next in the host's order),
