@@ -22,6 +22,9 @@
 ///            4 KiB .. 4K RGBA, one at a time; the client prints a table.
 ///   restart: the host serves --sessions clients one after the other (run the client that
 ///            many times): each gets its frames.
+///   killed:  the host's first client is killed (SIGKILL, by the test) once connected: no DREQ,
+///            nothing more from it; the keepalive frees the host's slot within 30 s and the
+///            second client (run it with the frames scenario) gets its frames.
 ///   threads: Looking Glass's threads: on the host a frame thread writes buffers (primary) and a
 ///            cursor thread sends datagrams (secondary) while the main thread runs
 ///            nfrHostProcess and reads the client's datagrams; on the client a thread sends
@@ -717,7 +720,15 @@ int run_host(const Args& a) {
   for (int s = 0; s < a.sessions; ++s) {
     wait_client(h);
     CHECK(nfrHostClientsConnected(h, 0) == 1 && nfrHostClientsConnected(h, 1) == 1, "connected");
-    if (a.scenario == "frames" || a.scenario == "restart" || a.scenario == "refuse")
+    if (a.scenario == "killed" && s == 0) {
+      const double t0 = now_s();
+      wait_gone(h);
+      std::printf("host: the killed client's slot freed after %.1f s\n", now_s() - t0);
+      std::fflush(stdout);
+      continue;
+    }
+    if (a.scenario == "frames" || a.scenario == "restart" || a.scenario == "refuse" ||
+        a.scenario == "killed")
       host_frames(h, mem, a);
     else if (a.scenario == "order")
       host_order(h, mem, a);
@@ -773,6 +784,11 @@ int run_client(const Args& a) {
     CHECK(m, "attach");
     store.emplace_back(static_cast<std::uint8_t*>(nfrMemoryPointer(m)), s);
     std::memset(store.back().data(), 0xEE, s);
+  }
+  if (a.scenario == "killed") {  // connected and silent until the test kills it
+    std::printf("client: connected, waiting to be killed\n");
+    std::fflush(stdout);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
   if (a.scenario == "refuse") {
     PNFRClient second = nullptr;
