@@ -1,8 +1,11 @@
 /// @file
-/// The C API of the NetFR client (netfr.h) over Client (client.h).
+/// The C API of the NetFR client (netfr.h) over Client (client.h), and nfrFreeMemory for both
+/// roles. Every call takes the process's API lock (netfr.h, "Threads").
 #include "apps/netfr/client.h"
 
 #include <cstdio>
+
+#include "apps/netfr/host.h"
 
 using roce::netfr::Client;
 struct NFRClient {
@@ -10,10 +13,19 @@ struct NFRClient {
   std::string stats;
 };
 
+namespace {
+using Lock = std::lock_guard<std::recursive_mutex>;
+}  // namespace
+
 extern "C" {
 
-int nfrClientInit(const NFRInitOpts* opts, PNFRClient* result) {
-  if (!opts || !result || !opts->peer) return -EINVAL;
+int nfrClientInit(const NFRInitOpts* opts, const NFRInitOpts* peerInfo, PNFRClient* result) {
+  if (!opts || !result) return -EINVAL;
+  const char* peer = peerInfo && peerInfo->peer ? peerInfo->peer : opts->peer;
+  if (!peer) return -EINVAL;
+  NFRInitOpts o = *opts;
+  if (peerInfo && peerInfo->port) o.port = peerInfo->port;
+  Lock g(roce::netfr::api_mutex());
   std::string err;
   roce::netfr::Fabric* f = roce::netfr::process_fabric(opts->link, err);
   if (!f) {
@@ -21,8 +33,8 @@ int nfrClientInit(const NFRInitOpts* opts, PNFRClient* result) {
     return -EIO;
   }
   auto* c = new NFRClient;
-  c->c = std::make_unique<Client>(*f, *opts);
-  const int r = c->c->connect(opts->peer);
+  c->c = std::make_unique<Client>(*f, o);
+  const int r = c->c->start_connect(peer);
   if (r) {
     delete c;
     return r;
@@ -31,38 +43,90 @@ int nfrClientInit(const NFRInitOpts* opts, PNFRClient* result) {
   return 0;
 }
 
-int nfrClientProcess(PNFRClient client, NFRClientEvent* evt) {
-  return client ? client->c->process(evt) : -EINVAL;
+int nfrClientConnect(PNFRClient client) {
+  if (!client) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
+  return client->c->connect_step();
+}
+
+int nfrClientConnectWait(PNFRClient client) {
+  if (!client) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
+  return client->c->connect_wait();
+}
+int nfrClientProcess(PNFRClient client, int index, NFRClientEvent* evt) {
+  if (!client) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
+  return client->c->process(index, evt);
 }
 PNFRMemory nfrClientAttachMemory(PNFRClient client, void* buffer, uint64_t size, uint8_t index) {
-  return client && buffer ? client->c->attach(buffer, size, index) : nullptr;
+  if (!client || !buffer) return nullptr;
+  Lock g(roce::netfr::api_mutex());
+  return client->c->attach(buffer, size, index);
 }
 PNFRMemory nfrClientAllocMemory(PNFRClient client, uint64_t size, uint8_t index) {
-  return client ? client->c->attach(nullptr, size, index) : nullptr;
+  if (!client) return nullptr;
+  Lock g(roce::netfr::api_mutex());
+  return client->c->attach(nullptr, size, index);
+}
+PNFRMemory nfrClientAllocDMABUF(PNFRClient client, uint64_t size, uint8_t index) {
+  return nfrClientAllocMemory(client, size, index);
 }
 PNFRMemory nfrClientAttachMemfd(PNFRClient client, int fd, void* buffer, uint64_t size,
                                 uint8_t index) {
-  return client ? client->c->attach_memfd(fd, buffer, size, index) : nullptr;
+  if (!client) return nullptr;
+  Lock g(roce::netfr::api_mutex());
+  return client->c->attach_memfd(fd, buffer, size, index);
 }
 int nfrClientBufferAck(PNFRClient client, PNFRMemory mem) {
-  return client ? client->c->buffer_ack(mem) : -EINVAL;
+  if (!client) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
+  return client->c->buffer_ack(mem);
+}
+void nfrAckBuffer(PNFRMemory mem) {
+  if (!mem || mem->host || !mem->owner) return;
+  Lock g(roce::netfr::api_mutex());
+  static_cast<Client*>(mem->owner)->buffer_ack(mem);
 }
 int nfrClientSendData(PNFRClient client, int channelID, const void* data, uint32_t length,
                       uint64_t udata) {
-  return client ? client->c->send_data(channelID, data, length, udata) : -EINVAL;
+  if (!client) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
+  return client->c->send_data(channelID, data, length, udata);
 }
 const uint64_t* nfrClientHostBufferSizes(PNFRClient client) {
-  return client ? client->c->host_sizes() : nullptr;
+  if (!client) return nullptr;
+  Lock g(roce::netfr::api_mutex());
+  return client->c->host_sizes();
+}
+int nfrClientCredits(PNFRClient client, int channelID) {
+  if (!client || channelID < 0 || channelID >= NETFR_CHANNEL_COUNT) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
+  return client->c->channel(static_cast<unsigned>(channelID)).credits;
 }
 const char* nfrClientStats(PNFRClient client) {
   if (!client) return "";
+  Lock g(roce::netfr::api_mutex());
   client->stats = client->c->stats_line();
   return client->stats.c_str();
 }
 void nfrClientFree(PNFRClient* client) {
   if (!client || !*client) return;
+  Lock g(roce::netfr::api_mutex());
   delete *client;
   *client = nullptr;
 }
+
+int nfrFreeMemoryChecked(PNFRMemory* mem) {
+  if (!mem || !*mem || !(*mem)->owner) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
+  NFRMemory* m = *mem;
+  const int r = m->host ? static_cast<roce::netfr::Host*>(m->owner)->free_memory(m)
+                        : static_cast<Client*>(m->owner)->free_memory(m);
+  if (r == 0) *mem = nullptr;
+  return r;
+}
+void nfrFreeMemory(PNFRMemory* mem) { nfrFreeMemoryChecked(mem); }
+void nfrReleaseMemory(PNFRMemory* mem) { nfrFreeMemoryChecked(mem); }
 
 }  // extern "C"

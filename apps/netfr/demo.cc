@@ -108,12 +108,11 @@ NFRInitOpts init_opts(const char* peer) {
   o.peer = peer;
   o.port = 5010;
   o.timeoutSec = 30;
+  o.blocking = 1;  // the demo waits for credits and buffers
   return o;
 }
 
-void write_done(const NFRCallbackInfo* info, int status) {
-  *static_cast<int*>(info->uData[0]) = status == 0 ? 0 : -1;
-}
+void write_done(const void** uData) { *static_cast<int*>(const_cast<void*>(uData[0])) = 0; }
 
 int run_host(const std::vector<const Res*>& res, unsigned fps, double seconds) {
   PNFRHost h = nullptr;
@@ -189,11 +188,10 @@ int run_host(const std::vector<const Res*>& res, unsigned fps, double seconds) {
         cb.uData[0] = &busy[k];
         busy[k] = 1;
         int idx;
-        // Until the client's buffers are advertised no buffer fits (-EMSGSIZE): the first
-        // frame waits for them a little while.
-        const std::uint64_t advertised_by = now_ns() + 5000000000ull;
-        while ((idx = nfrHostWriteBuffer(mem[k], 0, 0, bytes, n, &cb)) == -ENOBUFS ||
-               idx == -EAGAIN || (idx == -EMSGSIZE && n == 0 && now_ns() < advertised_by))
+        // Until the client's buffers are advertised, or while it holds them, no buffer is free
+        // (-ENOBUFS): the frame waits.
+        while ((idx = nfrHostWriteBufferUdata(mem[k], 0, 0, bytes, n, &cb)) == -ENOBUFS ||
+               idx == -EAGAIN)
           nfrHostProcess(h);
         if (idx < 0) {
           std::fprintf(stderr, "host: nfrHostWriteBuffer: %d\n", idx);
@@ -284,8 +282,9 @@ void write_svg(const std::string& path, const std::map<std::uint32_t, Series>& s
 int run_client(const char* host, const std::string& svg, bool relaxed) {
   PNFRClient c = nullptr;
   NFRInitOpts o = init_opts(host);
-  o.relaxedOrder = relaxed ? 1 : 0;
-  int r = nfrClientInit(&o, &c);
+  o.totalOrder = relaxed ? 0 : 1;  // relaxed: upstream NetFR's order
+  int r = nfrClientInit(&o, nullptr, &c);
+  if (r == 0) r = nfrClientConnectWait(c);
   if (r) {
     std::fprintf(stderr, "nfrClientInit: %d\n", r);
     return 1;
@@ -302,7 +301,7 @@ int run_client(const char* host, const std::string& svg, bool relaxed) {
   std::uint32_t cur_res = 0;
   std::uint64_t next_seq = 0, last_print = 0, dropped = 0, misplaced = 0, done = 0;
   for (;;) {
-    r = nfrClientProcess(c, ev);
+    r = nfrClientProcess(c, -1, ev);
     if (r < 0) {
       std::fprintf(stderr, "\nclient: nfrClientProcess: %d\n", r);
       return 1;

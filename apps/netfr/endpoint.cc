@@ -40,6 +40,29 @@ std::uint64_t now_ns() {
 
 void set_local_opener(LocalOpener f) { g_local = f; }
 
+std::recursive_mutex& api_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
+namespace {
+int g_log_level = NFR_LOG_LEVEL_INFO;
+}  // namespace
+
+bool debug_log() {
+  static const bool env = std::getenv("NETFR_DEBUG") != nullptr;
+  return env || g_log_level <= NFR_LOG_LEVEL_DEBUG;
+}
+
+}  // namespace roce::netfr
+
+extern "C" void nfrSetLogLevel(int level) {
+  std::lock_guard<std::recursive_mutex> g(roce::netfr::api_mutex());
+  roce::netfr::g_log_level = level;
+}
+
+namespace roce::netfr {
+
 std::unique_ptr<Fabric> open_fabric(const std::string& link, std::string& err) {
   if (link.rfind("attach=", 0) == 0) {
     std::string sock = link.substr(7), port;
@@ -91,7 +114,9 @@ std::string Stats::line() const {
     << " acks_received " << acks_received << " writes " << writes << " write_bytes " << write_bytes
     << " credit_waits " << credit_waits << " internal_queued " << internal_queued
     << " protocol_errors " << protocol_errors << " bad_messages " << bad_messages << " connects "
-    << connects << " disconnects " << disconnects << " rejected " << rejected;
+    << connects << " disconnects " << disconnects << " rejected " << rejected << " keepalives_sent "
+    << keepalives_sent << " keepalives_received " << keepalives_received << " peers_silent "
+    << peers_silent;
   return o.str();
 }
 
@@ -141,12 +166,12 @@ int Endpoint::channel_of(ConnId c) const {
 bool Endpoint::open_channel(unsigned i, ConnId conn) {
   Channel& c = ch_[i];
   if (!c.rx_mr.handle) {
-    auto r = fab_.alloc_mr(std::uint64_t{kSlots} * NETFR_MESSAGE_MAX_SIZE);
+    auto r = fab_.alloc_mr(std::uint64_t{kRxSlots} * NETFR_MESSAGE_MAX_SIZE);
     if (!r) return false;
     c.rx_mr = *r;
   }
   if (!c.tx_mr.handle) {
-    auto t = fab_.alloc_mr(std::uint64_t{kSlots} * NETFR_MESSAGE_MAX_SIZE);
+    auto t = fab_.alloc_mr(std::uint64_t{kTxSlots} * NETFR_MESSAGE_MAX_SIZE);
     if (!t) return false;
     c.tx_mr = *t;
   }
@@ -154,10 +179,11 @@ bool Endpoint::open_channel(unsigned i, ConnId conn) {
   c.credits = NETFR_CREDIT_COUNT;
   c.tx_channel_serial = c.rx_channel_serial = 0;
   c.free_tx.clear();
-  for (std::uint32_t s = kSlots; s-- > 0;) c.free_tx.push_back(s);
-  c.on_done.assign(kSlots, {});
+  for (std::uint32_t s = kTxSlots; s-- > 0;) c.free_tx.push_back(s);
+  c.on_done.assign(kTxSlots, {});
   c.internal.clear();
-  for (std::uint32_t s = 0; s < kSlots; ++s)
+  c.last_tx_ns = c.last_rx_ns = now_ns();
+  for (std::uint32_t s = 0; s < kRxSlots; ++s)
     if (!fab_.post_recv(conn, make_wr(i, WrKind::kRecv, s), rx_slot(i, s), NETFR_MESSAGE_MAX_SIZE,
                         c.rx_mr.lkey))
       return false;
@@ -194,28 +220,22 @@ int Endpoint::send_message(unsigned ch, const std::uint8_t* msg, std::size_t len
   const bool ack =
       len >= kHeaderSize && (msg[9] == static_cast<std::uint8_t>(MsgType::kHostDataAck) ||
                              msg[9] == static_cast<std::uint8_t>(MsgType::kClientDataAck));
-  if (!ack) {
-    if (user) {
-      while (c.credits <= NETFR_RESERVED_CREDIT_COUNT || c.free_tx.empty()) {
-        if (nonblocking_) return -EAGAIN;
-        ++stats_.credit_waits;
-        if (!wait_until([&] {
-              return !c.up || (c.credits > NETFR_RESERVED_CREDIT_COUNT && !c.free_tx.empty());
-            }))
-          return -ETIMEDOUT;
-        if (!c.up) return -ENOTCONN;
-      }
-    } else if (c.credits <= 0 || c.free_tx.empty() || !c.internal.empty()) {
-      c.internal.emplace_back(msg, msg + len);
-      ++stats_.internal_queued;
-      return 0;
+  if (user) {
+    // Upstream's rule: a datagram goes while at least the reserve is left.
+    while (c.credits < NETFR_RESERVED_CREDIT_COUNT || c.free_tx.empty()) {
+      if (nonblocking_) return -EAGAIN;
+      ++stats_.credit_waits;
+      if (!wait_until([&] {
+            return !c.up || (c.credits >= NETFR_RESERVED_CREDIT_COUNT && !c.free_tx.empty());
+          }))
+        return -ETIMEDOUT;
+      if (!c.up) return -ENOTCONN;
     }
     --c.credits;
-  } else if (c.free_tx.empty()) {
-    // Acks are bounded by the peer's credits, the slots by twice that: cannot happen unless
-    // the peer ignores its credits.
-    ++stats_.protocol_errors;
-    return -ENOBUFS;
+  } else if (c.free_tx.empty() || !c.internal.empty()) {
+    c.internal.emplace_back(msg, msg + len);
+    ++stats_.internal_queued;
+    return 0;
   }
   const std::uint32_t slot = c.free_tx.back();
   c.free_tx.pop_back();
@@ -225,10 +245,11 @@ int Endpoint::send_message(unsigned ch, const std::uint8_t* msg, std::size_t len
   if (!fab_.post_send(c.conn, make_wr(ch, WrKind::kSend, slot), false, p,
                       static_cast<std::uint32_t>(len), c.tx_mr.lkey, 0, 0, true)) {
     c.free_tx.push_back(slot);
-    if (!ack) ++c.credits;
+    if (user) ++c.credits;
     c.on_done[slot] = nullptr;
     return -EIO;
   }
+  c.last_tx_ns = now_ns();
   if (ack)
     ++stats_.acks_sent;
   else
@@ -251,17 +272,37 @@ bool Endpoint::post_write(unsigned ch, const void* local, std::uint32_t len, std
 
 void Endpoint::flush_internal(unsigned ch) {
   Channel& c = ch_[ch];
-  while (!c.internal.empty() && c.credits > 0 && !c.free_tx.empty() && c.up) {
+  while (!c.internal.empty() && !c.free_tx.empty() && c.up) {
     std::vector<std::uint8_t> m = std::move(c.internal.front());
     c.internal.pop_front();
-    --c.credits;
     const std::uint32_t slot = c.free_tx.back();
     c.free_tx.pop_back();
     std::uint8_t* p = tx_slot(ch, slot);
     std::memcpy(p, m.data(), m.size());
     fab_.post_send(c.conn, make_wr(ch, WrKind::kSend, slot), false, p,
                    static_cast<std::uint32_t>(m.size()), c.tx_mr.lkey, 0, 0, true);
+    c.last_tx_ns = now_ns();
     ++stats_.sent;
+  }
+}
+
+void Endpoint::keepalive_tick() {
+  if (!(ext_ & kExtKeepalive)) return;
+  const std::uint64_t now = now_ns();
+  const auto every = static_cast<std::uint64_t>(keepalive_s_ * 1e9);
+  for (unsigned i = 0; i < NETFR_CHANNEL_COUNT; ++i) {
+    Channel& c = ch_[i];
+    if (!c.up) continue;
+    if (now - c.last_rx_ns > 10 * every) {
+      ++stats_.peers_silent;
+      on_channel_error(i, "peer silent for 10 keepalive periods");
+      return;  // both channels are closed now
+    }
+    if (now - c.last_tx_ns > every) {
+      std::uint8_t b[kKeepaliveSize];
+      encode(b, Keepalive{});
+      if (send_message(i, b, sizeof b, false) == 0) ++stats_.keepalives_sent;
+    }
   }
 }
 
@@ -272,7 +313,7 @@ void Endpoint::on_completion(const FabricCompletion& wc) {
   Channel& c = ch_[ch];
   const auto kind = static_cast<WrKind>((wc.wr_id >> 32) & 0xFF);
   const auto slot = static_cast<std::uint32_t>(wc.wr_id & 0xFFFFFFFF);
-  if (kind == WrKind::kSend && slot < kSlots) {
+  if (kind == WrKind::kSend && slot < kTxSlots) {
     c.free_tx.push_back(slot);
     auto f = std::move(c.on_done[slot]);
     c.on_done[slot] = nullptr;
@@ -282,7 +323,7 @@ void Endpoint::on_completion(const FabricCompletion& wc) {
     on_channel_error(ch, "work completion error: " + wc.status);
     return;
   }
-  if (kind != WrKind::kRecv || slot >= kSlots) {
+  if (kind != WrKind::kRecv || slot >= kRxSlots) {
     flush_internal(ch);
     return;
   }
@@ -294,6 +335,7 @@ void Endpoint::on_completion(const FabricCompletion& wc) {
     up.conn = wc.conn;
     on_event(up);
   }
+  c.last_rx_ns = now_ns();
   const Decoded d = decode({rx_slot(ch, slot), wc.byte_len});
   if (d.error != DecodeError::kOk) {
     ++stats_.bad_messages;
@@ -308,6 +350,16 @@ void Endpoint::on_completion(const FabricCompletion& wc) {
       ++stats_.protocol_errors;  // more acks than messages
     repost(ch, slot);
     flush_internal(ch);
+    return;
+  }
+  if (d.type == MsgType::kKeepalive) {
+    if (!(ext_ & kExtKeepalive)) {
+      ++stats_.protocol_errors;
+      on_channel_error(ch, "keepalive without the extension");
+      return;
+    }
+    ++stats_.keepalives_received;
+    repost(ch, slot);
     return;
   }
   ++stats_.received;
@@ -335,6 +387,8 @@ int Endpoint::pump() {
   }
   for (auto& w : wcs)
     if (Endpoint* o = owner(w.conn)) o->on_completion(w);
+  for (Endpoint* e : g_endpoints)
+    if (&e->fab_ == &fab_) e->keepalive_tick();
   return any ? 1 : 0;
 }
 

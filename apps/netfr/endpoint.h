@@ -1,10 +1,10 @@
 /// @file
 /// What the NetFR host and client share: the process's fabric, and per connection two channels
-/// (primary, secondary), each an RC QP with NETFR_TOTAL_CONTEXT_COUNT receive slots and as
-/// many send slots of NETFR_MESSAGE_MAX_SIZE bytes in one registration each (the seed's context
-/// array), the credits (each message but an acknowledgement takes one; its acknowledgement
-/// gives it back; user messages leave NETFR_RESERVED_CREDIT_COUNT for internal ones, and
-/// internal messages wait in a queue, never dropped, when even the reserve is gone).
+/// (primary, secondary), each an RC QP with kRxSlots receive slots (upstream posts 60) and
+/// kTxSlots send slots of NETFR_MESSAGE_MAX_SIZE bytes in one registration each, the credits
+/// as upstream keeps them (a datagram takes one, its acknowledgement gives it back, a user send
+/// needs at least NETFR_RESERVED_CREDIT_COUNT left; buffer states, buffer updates, acks and
+/// keepalives take none), and the negotiated keepalive.
 #pragma once
 
 #include <array>
@@ -12,6 +12,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -41,12 +42,27 @@ std::unique_ptr<Fabric> open_fabric(const std::string& link, std::string& err);
 using LocalOpener = std::unique_ptr<Fabric> (*)(const std::string& link, std::string& err);
 void set_local_opener(LocalOpener f);
 
+/// The lock every C API call takes (netfr.h, "Threads"): recursive, so that callbacks and
+/// blocking waits may call in again.
+std::recursive_mutex& api_mutex();
+/// nfrSetLogLevel's level (or NETFR_DEBUG set): connection events and protocol errors on stderr.
+bool debug_log();
+
 /// The process's fabric for the C API (one per process: the EAL starts once): made from `link`
 /// (NULL: $NETFR_LINK) on first use, kept until exit. nullptr and `err` when it cannot start.
 Fabric* process_fabric(const char* link, std::string& err);
 
-inline constexpr std::uint32_t kSlots = NETFR_TOTAL_CONTEXT_COUNT;
-inline constexpr std::uint32_t kSendDepth = 2 * kSlots + 8;
+/// Receives we keep posted per channel: more than upstream's kRecvDepth. What we send keeps to
+/// what upstream's 60 can take (the credits); our own side posts more because an RNR NAK stalls
+/// the sending QP for rdma_cm's minimum RNR timer (655 ms), and a burst of acknowledgements,
+/// buffer states and keepalives on top of the credited messages would draw them.
+inline constexpr std::uint32_t kRxSlots = NETFR_TOTAL_CONTEXT_COUNT;
+static_assert(kRxSlots >= kRecvDepth);
+/// Send slots: datagrams (<= NETFR_CREDIT_COUNT), acks (<= the peer's credits), buffer states
+/// and updates (<= NETFR_MAX_MEM_REGIONS each), keepalives; beyond that a message waits in a
+/// queue for a slot.
+inline constexpr std::uint32_t kTxSlots = 192;
+inline constexpr std::uint32_t kSendDepth = 2 * kTxSlots + 8;
 
 /// wr_id: channel (bits 40..47), kind (32..39), slot or cookie (0..31).
 enum class WrKind : std::uint8_t { kRecv = 1, kSend = 2, kWrite = 3 };
@@ -57,7 +73,8 @@ constexpr std::uint64_t make_wr(unsigned ch, WrKind k, std::uint32_t v) {
 struct Stats {
   std::uint64_t sent = 0, received = 0, acks_sent = 0, acks_received = 0, writes = 0,
                 write_bytes = 0, credit_waits = 0, internal_queued = 0, protocol_errors = 0,
-                bad_messages = 0, connects = 0, disconnects = 0, rejected = 0;
+                bad_messages = 0, connects = 0, disconnects = 0, rejected = 0, keepalives_sent = 0,
+                keepalives_received = 0, peers_silent = 0;
   std::string line() const;
 };
 
@@ -72,7 +89,8 @@ class Endpoint {
     std::uint32_t rx_channel_serial = 0;  ///< next expected from the peer
     MrInfo rx_mr{}, tx_mr{};              ///< the slots, in the fabric's memory
     std::vector<std::uint32_t> free_tx;
-    std::deque<std::vector<std::uint8_t>> internal;  ///< waiting for a credit
+    std::deque<std::vector<std::uint8_t>> internal;  ///< waiting for a send slot
+    std::uint64_t last_tx_ns = 0, last_rx_ns = 0;    ///< for the keepalive
     /// Send slots whose completion calls back (cookie -> callback).
     std::vector<std::function<void(int)>> on_done;
   };
@@ -104,8 +122,9 @@ class Endpoint {
   /// Forgets both channels' connections (disconnects what is up), calls pending callbacks
   /// with -ECONNRESET, resets credits and serials.
   void close_channels();
-  /// Sends `msg` (encoded) on `ch`. user: needs credits above the reserve (-EAGAIN), internal:
-  /// queued when none; acks take none. on_done: called when the SEND completed (or failed).
+  /// Sends `msg` (encoded) on `ch`. user (a datagram): takes a credit and needs at least the
+  /// reserve left (else waits, or -EAGAIN non-blocking); anything else takes none and waits in
+  /// a queue when no send slot is free. on_done: called when the SEND completed (or failed).
   int send_message(unsigned ch, const std::uint8_t* msg, std::size_t len, bool user,
                    std::function<void(int)> on_done = {});
   int send_ack(unsigned ch, bool host_data);
@@ -147,7 +166,14 @@ class Endpoint {
   Stats stats_;
   bool nonblocking_ = false;
   double timeout_s_ = 10;
+  /// Negotiated extensions (protocol.h kExt*): 0 with an upstream peer.
+  std::uint8_t ext_ = 0;
+  double keepalive_s_ = 1;  ///< a keepalive after this long without a send; silent 10x: gone
 
+ private:
+  void keepalive_tick();
+
+ protected:
  private:
   std::unique_ptr<NFRMemory> new_memory(void* user, std::uint64_t size, std::uint8_t channel);
   std::unique_ptr<NFRMemory> new_memfd(int fd, void* addr, std::uint64_t size,

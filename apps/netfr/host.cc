@@ -1,5 +1,6 @@
 /// @file
-/// The C API of the NetFR host (netfr.h) over Host (host.h).
+/// The C API of the NetFR host (netfr.h) over Host (host.h). Every call takes the process's API
+/// lock (netfr.h, "Threads").
 #include "apps/netfr/host.h"
 
 #include <cstdio>
@@ -10,10 +11,15 @@ struct NFRHost {
   std::string stats;
 };
 
+namespace {
+using Lock = std::lock_guard<std::recursive_mutex>;
+}  // namespace
+
 extern "C" {
 
 int nfrHostInit(const NFRInitOpts* opts, PNFRHost* result) {
   if (!opts || !result) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
   std::string err;
   roce::netfr::Fabric* f = roce::netfr::process_fabric(opts->link, err);
   if (!f) {
@@ -30,45 +36,75 @@ int nfrHostInit(const NFRInitOpts* opts, PNFRHost* result) {
   return 0;
 }
 
-int nfrHostProcess(PNFRHost host) { return host ? host->h->process() : -EINVAL; }
+int nfrHostProcess(PNFRHost host) {
+  if (!host) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
+  return host->h->process();
+}
 int nfrHostClientsConnected(PNFRHost host, int index) {
-  return host ? host->h->clients(index) : -EINVAL;
+  if (!host) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
+  return host->h->clients(index);
 }
 int nfrHostSendData(PNFRHost host, int channelID, const void* data, uint32_t length,
                     uint64_t udata) {
-  return host ? host->h->send_data(channelID, data, length, udata) : -EINVAL;
+  if (!host) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
+  return host->h->send_data(channelID, data, length, udata);
 }
 int nfrHostReadData(PNFRHost host, int channelID, void* data, uint32_t* maxLength,
                     uint64_t* udata) {
-  return host ? host->h->read_data(channelID, data, maxLength, udata) : -EINVAL;
+  if (!host) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
+  return host->h->read_data(channelID, data, maxLength, udata);
 }
 PNFRMemory nfrHostAttachMemory(PNFRHost host, void* buffer, uint64_t size, uint8_t index) {
-  return host && buffer ? host->h->attach(buffer, size, index) : nullptr;
+  if (!host || !buffer) return nullptr;
+  Lock g(roce::netfr::api_mutex());
+  return host->h->attach(buffer, size, index);
 }
 PNFRMemory nfrHostAllocMemory(PNFRHost host, uint64_t size, uint8_t index) {
-  return host ? host->h->attach(nullptr, size, index) : nullptr;
+  if (!host) return nullptr;
+  Lock g(roce::netfr::api_mutex());
+  return host->h->attach(nullptr, size, index);
 }
 PNFRMemory nfrHostAttachMemfd(PNFRHost host, int fd, void* buffer, uint64_t size, uint8_t index) {
-  return host ? host->h->attach_memfd(fd, buffer, size, index) : nullptr;
+  if (!host) return nullptr;
+  Lock g(roce::netfr::api_mutex());
+  return host->h->attach_memfd(fd, buffer, size, index);
 }
-int nfrHostWriteBuffer(PNFRMemory localMem, uint64_t localOffset, uint64_t remoteOffset,
-                       uint64_t length, uint64_t udata, const NFRCallbackInfo* cbInfo) {
+int nfrHostWriteBufferUdata(PNFRMemory localMem, uint64_t localOffset, uint64_t remoteOffset,
+                            uint64_t length, uint64_t udata, const NFRCallbackInfo* cbInfo) {
   if (!localMem || !localMem->host || !localMem->owner) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
   return static_cast<Host*>(localMem->owner)
       ->write_buffer(localMem, localOffset, remoteOffset, length, udata, cbInfo);
 }
+int nfrHostWriteBuffer(PNFRMemory localMem, uint64_t localOffset, uint64_t remoteOffset,
+                       uint64_t length, NFRCallbackInfo* cbInfo) {
+  return nfrHostWriteBufferUdata(localMem, localOffset, remoteOffset, length, 0, cbInfo);
+}
+int nfrHostCredits(PNFRHost host, int channelID) {
+  if (!host || channelID < 0 || channelID >= NETFR_CHANNEL_COUNT) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
+  return host->h->channel(static_cast<unsigned>(channelID)).credits;
+}
 const char* nfrHostStats(PNFRHost host) {
   if (!host) return "";
+  Lock g(roce::netfr::api_mutex());
   host->stats = host->h->stats_line();
   return host->stats.c_str();
 }
 void nfrHostFree(PNFRHost* host) {
   if (!host || !*host) return;
+  Lock g(roce::netfr::api_mutex());
   delete *host;
   *host = nullptr;
 }
 int nfr_bench_host_raw_write(PNFRHost host, PNFRMemory mem, uint64_t length, uint32_t index) {
-  return host ? host->h->raw_write(mem, length, index) : -EINVAL;
+  if (!host) return -EINVAL;
+  Lock g(roce::netfr::api_mutex());
+  return host->h->raw_write(mem, length, index);
 }
 void* nfrMemoryPointer(PNFRMemory mem) { return mem ? mem->ptr : nullptr; }
 uint64_t nfrMemorySize(PNFRMemory mem) { return mem ? mem->size : 0; }

@@ -32,8 +32,10 @@ class Host : public Endpoint {
  public:
   Host(Fabric& f, const NFRInitOpts& o) : Endpoint(f) {
     port_ = o.port ? o.port : 5010;
-    nonblocking_ = o.nonBlocking != 0;
+    nonblocking_ = o.blocking == 0;
     if (o.timeoutSec > 0) timeout_s_ = o.timeoutSec;
+    if (o.keepaliveSec > 0) keepalive_s_ = o.keepaliveSec;
+    takes_ = o.keepaliveSec < 0 ? kExtAll & ~kExtKeepalive : kExtAll;
   }
   ~Host() override {
     close_channels();
@@ -53,23 +55,23 @@ class Host : public Endpoint {
   }
 
   int send_data(int channel, const void* data, std::uint32_t len, std::uint64_t udata) {
-    if (channel < 0 || channel >= NETFR_CHANNEL_COUNT || (!data && len)) return -EINVAL;
-    if (len == 0 || len > NETFR_MESSAGE_MAX_PAYLOAD_SIZE) return -EMSGSIZE;
+    if (channel < 0 || channel >= NETFR_CHANNEL_COUNT || !data || len == 0) return -EINVAL;
+    if (len > NETFR_MESSAGE_MAX_PAYLOAD_SIZE) return -ENOBUFS;  // upstream's value
     const unsigned ch = static_cast<unsigned>(channel);
     if (!connected()) return -ENOTCONN;
     int r = wait_credit(ch);
     if (r) return r;
     Data m;
     m.from_host = true;
-    m.msg_serial = msg_serial_;
-    m.channel_serial = ch_[ch].tx_channel_serial;
+    m.channel_serial = ch_[ch].tx_channel_serial + 1;  // upstream counts from 1
+    m.msg_serial = next_msg_serial(ch);
     m.udata = udata;
     m.payload = {static_cast<const std::uint8_t*>(data), len};
     std::uint8_t buf[NETFR_MESSAGE_MAX_SIZE];
     const std::size_t n = encode(buf, m);
     r = send_message(ch, buf, n, true);
     if (r == 0) {
-      ++msg_serial_;
+      if (ext_ & kExtTotalOrder) ++msg_serial_;
       ++ch_[ch].tx_channel_serial;
     }
     return r;
@@ -101,8 +103,6 @@ class Host : public Endpoint {
     if (roff + len > NETFR_MAX_BUFFER_SIZE) return -EMSGSIZE;
     const unsigned ch = mem->channel;
     if (!connected()) return -ENOTCONN;
-    int r = wait_credit(ch);
-    if (r) return r;
     // The smallest free buffer on this channel that holds roff + len.
     int best = -1;
     bool any_fits = false;
@@ -117,7 +117,7 @@ class Host : public Endpoint {
       if (best >= 0) break;
       if (!any_fits) {
         ++too_large_;
-        return -EMSGSIZE;
+        return -ENOBUFS;  // upstream: no buffer that fits, whether none is large enough or busy
       }
       if (nonblocking_) return -ENOBUFS;
       // Blocking: wait for the client to give a buffer back.
@@ -140,20 +140,24 @@ class Host : public Endpoint {
     u.buffer_index = static_cast<std::uint32_t>(best);
     u.payload_size = static_cast<std::uint32_t>(len);
     u.payload_offset = static_cast<std::uint32_t>(roff);
-    u.write_serial = msg_serial_;
-    u.channel_serial = ch_[ch].tx_channel_serial;
+    u.channel_serial = ch_[ch].tx_channel_serial + 1;
+    u.write_serial = next_msg_serial(ch);
     u.udata = udata;
     std::uint8_t buf[kBufferUpdateSize];
     encode(buf, u);
     std::function<void(int)> done;
     if (cb && cb->callback) {
       NFRCallbackInfo copy = *cb;
-      done = [copy](int st) { copy.callback(&copy, st); };
+      done = [copy](int st) mutable {
+        if (st == 0) copy.callback(const_cast<const void**>(copy.uData));
+      };
     }
-    r = send_message(ch, buf, sizeof buf, true, std::move(done));
+    // Upstream's host takes no credit for a buffer update and its client acknowledges none: the
+    // buffer stays busy until the client sends its buffer state again.
+    const int r = send_message(ch, buf, sizeof buf, false, std::move(done));
     if (r) return r;
     b.busy = true;
-    ++msg_serial_;
+    if (ext_ & kExtTotalOrder) ++msg_serial_;
     ++ch_[ch].tx_channel_serial;
     ++stats_.writes;
     stats_.write_bytes += len;
@@ -177,6 +181,18 @@ class Host : public Endpoint {
     return stats_.line() + " too_large " + std::to_string(too_large_) + " " + fab_.report();
   }
 
+  /// Forgets one of the host's regions (nfrFreeMemory).
+  int free_memory(NFRMemory* m) {
+    for (auto it = mems_.begin(); it != mems_.end(); ++it)
+      if (it->get() == m) {
+        fab_.dereg_mr(m->mr);
+        mems_.erase(it);
+        if (connected()) send_host_buffer_state();
+        return 0;
+      }
+    return -EINVAL;
+  }
+
  private:
   bool memory_fits(std::uint64_t size, std::uint8_t index) const override {
     return size != 0 && size <= NETFR_MAX_BUFFER_SIZE && index < NETFR_CHANNEL_COUNT &&
@@ -190,9 +206,15 @@ class Host : public Endpoint {
     return mems_.back().get();
   }
 
+  /// The message serial: connection-wide with the total-order extension, else the channel's
+  /// (upstream's host counts msgSerial per channel).
+  std::uint32_t next_msg_serial(unsigned ch) const {
+    return (ext_ & kExtTotalOrder) ? msg_serial_ + 1 : ch_[ch].tx_channel_serial + 1;
+  }
+
   int wait_credit(unsigned ch) {
     Channel& c = ch_[ch];
-    auto ready = [&] { return c.credits > NETFR_RESERVED_CREDIT_COUNT && !c.free_tx.empty(); };
+    auto ready = [&] { return c.credits >= NETFR_RESERVED_CREDIT_COUNT && !c.free_tx.empty(); };
     if (ready()) return 0;
     if (nonblocking_) return -EAGAIN;
     ++stats_.credit_waits;
@@ -200,10 +222,12 @@ class Host : public Endpoint {
     return connected() ? 0 : -ENOTCONN;
   }
 
+  /// Our extension: the sizes of the host's memory, to a client that asked for them.
   void send_host_buffer_state() {
-    HostBufferState s;
+    if (!(ext_ & kExtHostSizes)) return;
+    HostBufferSizes s;
     for (auto& m : mems_) s.sizes.push_back(m->size);
-    std::uint8_t buf[kHostBufferStateSize];
+    std::uint8_t buf[kHostBufferSizesSize];
     encode(buf, s);
     send_message(0, buf, sizeof buf, false);
   }
@@ -211,12 +235,13 @@ class Host : public Endpoint {
   void reset_client(const char* why) {
     if (ch_[0].conn || ch_[1].conn) {
       ++stats_.disconnects;
-      if (std::getenv("NETFR_DEBUG")) std::fprintf(stderr, "netfr host: client gone: %s\n", why);
+      if (debug_log()) std::fprintf(stderr, "netfr host: client gone: %s\n", why);
     }
     close_channels();
     for (auto& b : remote_) b = RemoteBuffer{};
     for (auto& q : held_) q.clear();
     msg_serial_ = 0;
+    ext_ = 0;
     client_ip_.clear();
   }
 
@@ -245,48 +270,59 @@ class Host : public Endpoint {
   }
 
   void on_request(const FabricEvent& e) {
-    std::uint8_t reply[kServerHelloSize];
+    std::uint8_t reply[kServerHelloSize + 1];
     const Decoded d = decode(unwrap_cm_data(e.private_data));
     const bool hello_ok = d.error == DecodeError::kOk && d.type == MsgType::kClientHello;
     const int ch = e.port == port_ ? 0 : e.port == port_ + 1 ? 1 : -1;
     HelloStatus st = HelloStatus::kOk;
+    // One client at a time. Upstream's client starts both channels at once, so either may come
+    // first: a channel is taken when it is free and the other is free or the same client's.
+    const unsigned other = ch == 1 ? 0u : 1u;
     if (!hello_ok || ch < 0)
       st = HelloStatus::kError;
-    else if (ch == 0 && (ch_[0].conn || ch_[1].conn))
-      st = HelloStatus::kRejected;  // one client at a time
-    else if (ch == 1 && (!ch_[0].conn || ch_[1].conn || e.peer != client_ip_))
+    else if (ch_[static_cast<unsigned>(ch)].conn || (ch_[other].conn && e.peer != client_ip_))
       st = HelloStatus::kRejected;
     if (st != HelloStatus::kOk) {
-      encode(reply, ServerHello{st});
-      fab_.reject(e.conn, wrap_cm_data(reply));
+      const std::size_t n = encode(reply, ServerHello{st});
+      fab_.reject(e.conn, wrap_cm_data({reply, n}));
       ++stats_.rejected;
       return;
     }
     const unsigned c = static_cast<unsigned>(ch);
-    if (!fab_.prepare(e.conn, kSendDepth, kSlots) || !open_channel(c, e.conn)) {
-      encode(reply, ServerHello{HelloStatus::kError});
-      fab_.reject(e.conn, wrap_cm_data(reply));
+    if (!fab_.prepare(e.conn, kSendDepth, kRxSlots) || !open_channel(c, e.conn)) {
+      const std::size_t n = encode(reply, ServerHello{HelloStatus::kError});
+      fab_.reject(e.conn, wrap_cm_data({reply, n}));
       ch_[c].conn = 0;
       ch_[c].open = false;
       return;
     }
-    if (c == 0) client_ip_ = e.peer;
-    encode(reply, ServerHello{HelloStatus::kOk});
-    if (!fab_.accept(e.conn, wrap_cm_data(reply))) reset_client("accept failed");
+    // Extensions: what the client offered and we take, fixed by its first channel.
+    const std::uint8_t offered = std::get<ClientHello>(d.msg).ext;
+    if (!ch_[other].conn) {
+      client_ip_ = e.peer;
+      ext_ = offered & takes_;
+    }
+    const std::size_t n = encode(reply, ServerHello{HelloStatus::kOk, ext_});
+    if (!fab_.accept(e.conn, wrap_cm_data({reply, n}))) reset_client("accept failed");
   }
 
   bool on_message(unsigned ch, std::uint32_t slot, const Decoded& d) override {
     switch (d.type) {
       case MsgType::kClientData: {
         const auto& m = std::get<Data>(d.msg);
-        if (m.channel_serial != ch_[ch].rx_channel_serial) ++stats_.protocol_errors;
-        ch_[ch].rx_channel_serial = m.channel_serial + 1;
+        if (m.channel_serial != ch_[ch].rx_channel_serial + 1) ++stats_.protocol_errors;
+        ch_[ch].rx_channel_serial = m.channel_serial;
         held_[ch].push_back(Held{slot, static_cast<std::uint32_t>(m.payload.size()), m.udata});
         return true;  // acknowledged when read
       }
-      case MsgType::kClientBufferState: {
-        const auto& m = std::get<ClientBufferState>(d.msg);
+      case MsgType::kBufferState: {
+        // Upstream's host neither takes a credit for it nor acknowledges it. Size 0: released.
+        const auto& m = std::get<BufferState>(d.msg);
         RemoteBuffer& b = remote_[m.index];
+        if (m.size == 0) {
+          b = RemoteBuffer{};
+          return false;
+        }
         b.known = true;
         b.busy = false;
         b.channel = ch;
@@ -294,13 +330,8 @@ class Host : public Endpoint {
         b.size = m.size;
         b.rkey = static_cast<std::uint32_t>(m.rkey);
         b.page_size = m.page_size;
-        send_ack(ch, false);
         return false;
       }
-      case MsgType::kClientSubscribe:
-      case MsgType::kClientUnsubscribe:
-        send_ack(ch, false);  // one queue per channel here: nothing to subscribe to
-        return false;
       default:
         ++stats_.protocol_errors;
         on_channel_error(ch, "client sent " + std::string(to_string(d.type)));
@@ -315,6 +346,7 @@ class Host : public Endpoint {
   std::array<RemoteBuffer, NETFR_MAX_MEM_REGIONS> remote_{};
   std::array<std::deque<Held>, NETFR_CHANNEL_COUNT> held_;
   std::uint32_t msg_serial_ = 0;
+  std::uint8_t takes_ = kExtAll;  ///< extensions this host takes when a client offers them
   std::string client_ip_;
   std::uint64_t too_large_ = 0;
 };

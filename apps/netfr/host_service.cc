@@ -68,7 +68,7 @@ HostService::HostService(client::Context& ctx, const HostServiceOptions& o) : o_
   fab_ = std::make_unique<ContextFabric>(ctx);
   NFRInitOpts io{};
   io.port = o_.port;
-  io.nonBlocking = 1;
+  io.blocking = 0;
   host_ = std::make_unique<Host>(*fab_, io);
   if (!host_->start())
     throw std::runtime_error("netfr: cannot listen on rdma_cm ports " + std::to_string(o_.port) +
@@ -83,10 +83,9 @@ HostService::~HostService() {
   fab_.reset();
 }
 
-void HostService::on_written(const NFRCallbackInfo* info, int status) {
-  auto* s = static_cast<HostService*>(info->uData[0]);
+void HostService::on_written(const void** uData) {
+  auto* s = static_cast<HostService*>(const_cast<void*>(uData[0]));
   s->writing_ = false;  // the notification went: the frame's memory may be rendered again
-  if (status != 0) ++s->errors_;
 }
 
 void HostService::end_session() {
@@ -135,8 +134,8 @@ bool HostService::poll() {
   const int r = host_->write_buffer(mem_, 0, 0, bytes_, frames::kUdataFrame, &cb);
   if (r < 0) {
     writing_ = false;
-    if (r == -ENOBUFS || r == -EAGAIN || r == -EMSGSIZE)
-      ++busy_;  // the client holds every buffer, has not advertised one yet, or no credit
+    if (r == -ENOBUFS || r == -EAGAIN)
+      ++busy_;  // the client holds every buffer or has not advertised one yet
     else
       ++errors_;
     return false;

@@ -56,7 +56,7 @@ class HostService {
   std::string report() const;
 
  private:
-  static void on_written(const NFRCallbackInfo* info, int status);
+  static void on_written(const void** uData);
   void end_session();
 
   HostServiceOptions o_;

@@ -93,8 +93,10 @@ int main(int argc, char** argv) {
   o.peer = host.c_str();
   o.port = static_cast<std::uint16_t>(port);
   o.timeoutSec = 30;
+  o.totalOrder = 1;  // the checks below: strictly increasing connection serials
   PNFRClient c = nullptr;
-  if (const int r = nfrClientInit(&o, &c); r != 0) return fail("nfrClientInit", U(-r));
+  if (int r = nfrClientInit(&o, nullptr, &c); r != 0 || (r = nfrClientConnectWait(c)) != 0)
+    return fail("nfrClientInit", U(-r));
   std::printf("netfr-lg: connected to %s:%u through %s\n", host.c_str(), port, attach.c_str());
   const std::uint64_t bytes = fr::frame_bytes(width, height);
   for (unsigned i = 0; i < buffers; ++i) {
@@ -112,14 +114,14 @@ int main(int argc, char** argv) {
   }
 
   auto* ev = new NFRClientEvent;
-  std::uint64_t frames = 0, cursors = 0, next_serial = 0;
+  std::uint64_t frames = 0, cursors = 0, next_serial = 1;
   std::int64_t last_frame = -1;
   bool end = false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
   while (!end) {
     if (std::chrono::steady_clock::now() > deadline)
       return fail("timeout: frames, cursors", frames, cursors);
-    const int r = nfrClientProcess(c, ev);
+    const int r = nfrClientProcess(c, -1, ev);
     if (r < 0) return fail("the host went away: frames, cursors", frames, cursors);
     if (r == 0) continue;
     if (ev->serial != next_serial)

@@ -2,18 +2,19 @@
 /// roce-netfr-check: the two sides of NetFR's integration tests, each a process on its own
 /// appliance link (NETFR_LINK), using only the C API (netfr.h). Prints PASS or FAIL lines.
 ///   roce-netfr-check host   SCENARIO [--sessions N] [--max-frame BYTES] [--ops N]
-///   roce-netfr-check client SCENARIO HOST_IP [--max-frame BYTES] [--ops N]
+///   roce-netfr-check client SCENARIO HOST_IP [--max-frame BYTES] [--ops N] [--fill BYTE]
 /// Scenarios:
 ///   frames:  the client advertises buffers of 4 KiB, 64 KiB, 1 MiB, 16 MiB (and 64 MiB when
 ///            --max-frame allows) on the primary channel; the host writes frames of 1 KiB up to
 ///            --max-frame, each into the smallest buffer that fits (checked on both sides), with
 ///            a cursor datagram on the secondary channel after each; the client checks every
 ///            byte and the total order, answers each frame with a datagram; then a frame larger
-///            than every buffer is refused (-EMSGSIZE) and the client sees nothing of it.
+///            than every buffer is refused (-ENOBUFS) and the client sees nothing of it.
 ///   order:   --ops random operations (frame writes on the primary, datagrams on either
 ///            channel); the client checks that it sees them in exactly the order issued.
 ///   credits: both ways, a receiver that does not read makes the sender's credits run out
-///            (-EAGAIN after CREDIT_COUNT - RESERVED messages, non-blocking); once it reads,
+///            (-EAGAIN after CREDIT_COUNT - RESERVED + 1 messages, upstream's rule, non-blocking);
+///            once it reads,
 ///            sending resumes, and every message arrives, in order.
 ///   refuse:  while the client is connected a second client (same process) is refused.
 ///   bench:   latency of NetFR buffer writes (write + notification, until the client's event)
@@ -21,9 +22,28 @@
 ///            4 KiB .. 4K RGBA, one at a time; the client prints a table.
 ///   restart: the host serves --sessions clients one after the other (run the client that
 ///            many times): each gets its frames.
+///   killed:  the host's first client is killed (SIGKILL, by the test) once connected: no DREQ,
+///            nothing more from it; the keepalive frees the host's slot within 30 s and the
+///            second client (run it with the frames scenario) gets its frames.
+///   threads: Looking Glass's threads: on the host a frame thread writes buffers (primary) and a
+///            cursor thread sends datagrams (secondary) while the main thread runs
+///            nfrHostProcess and reads the client's datagrams; on the client a thread sends
+///            datagrams while the main thread takes events. --ops of each; both sides check
+///            every byte and each channel's order (upstream's order: no order across channels).
+///   upstream: against upstream NetFR's test programs (telescope-proj/netfr test/host and
+///            test/client, tests/interop/netfr_upstream_*.sh), which write and expect one buffer
+///            of 128 MiB on the primary channel and datagrams on the secondary. Client: one
+///            buffer of --max-frame bytes; each of --ops writes must fill it whole with the byte
+///            --fill (upstream's host never writes its memory: the test makes its allocator
+///            fill it); then the buffer is given back; meanwhile 64 datagrams go to the host one
+///            at a time (more than the credits: its acknowledgements must come back). Host: a
+///            --max-frame source, written --ops times into the client's buffer (each time
+///            after the client gave it back), and the client's own datagrams must read
+///            "Hello server" (none to it: host_upstream says why).
 #include <errno.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -104,6 +124,7 @@ struct Args {
   int sessions = 1;
   std::uint64_t max_frame = 4 * MiB;
   int ops = 2000;
+  int fill_byte = 0xA5;
 };
 
 NFRInitOpts opts(const Args& a, bool nonblocking) {
@@ -111,8 +132,10 @@ NFRInitOpts opts(const Args& a, bool nonblocking) {
   o.link = nullptr;
   o.peer = a.host_ip.empty() ? nullptr : a.host_ip.c_str();
   o.port = 5010;
-  o.nonBlocking = nonblocking ? 1 : 0;
+  o.blocking = nonblocking ? 0 : 1;
   o.timeoutSec = 60;
+  // Ours: the total order, checked below; threads and upstream: upstream's order.
+  o.totalOrder = a.scenario == "upstream" || a.scenario == "threads" ? 0 : 1;
   return o;
 }
 
@@ -155,7 +178,7 @@ void host_frames(PNFRHost h, PNFRMemory mem, const Args& a) {
     fill(nfrMemoryPointer(mem), len, seq);
     int idx;
     const double end = now_s() + 30;
-    while ((idx = nfrHostWriteBuffer(mem, 0, 0, len, seq, nullptr)) == -EMSGSIZE ||
+    while ((idx = nfrHostWriteBufferUdata(mem, 0, 0, len, seq, nullptr)) == -EMSGSIZE ||
            idx == -ENOBUFS) {
       CHECK(now_s() < end, "no buffer for %llu bytes", U(len));
       nfrHostProcess(h);
@@ -181,21 +204,19 @@ void host_frames(PNFRHost h, PNFRMemory mem, const Args& a) {
   std::vector<std::uint8_t> big(too);
   PNFRMemory bm = nfrHostAttachMemory(h, big.data(), big.size(), NETFR_CHANNEL_PRIMARY);
   CHECK(bm, "attach");
-  const int r = nfrHostWriteBuffer(bm, 0, 0, too, seq, nullptr);
-  CHECK(r == -EMSGSIZE, "a frame of %llu bytes (larger than every buffer): %d, not -EMSGSIZE",
-        U(too), r);
+  const int r = nfrHostWriteBufferUdata(bm, 0, 0, too, seq, nullptr);
+  CHECK(r == -ENOBUFS, "a frame of %llu bytes (larger than every buffer): %d, not -ENOBUFS", U(too),
+        r);
   // An offset pushing a fitting frame past the largest buffer: refused too.
-  const int r2 = nfrHostWriteBuffer(mem, 0, bufs.back() - 1024, 4096, seq, nullptr);
-  CHECK(r2 == -EMSGSIZE, "offset past the buffer: %d", r2);
-  std::printf("host: too-large frame refused (-EMSGSIZE)\n");
+  const int r2 = nfrHostWriteBufferUdata(mem, 0, bufs.back() - 1024, 4096, seq, nullptr);
+  CHECK(r2 == -ENOBUFS, "offset past the buffer: %d", r2);
+  std::printf("host: too-large frame refused (-ENOBUFS)\n");
   std::uint8_t end[8] = {};
   CHECK(nfrHostSendData(h, NETFR_CHANNEL_SECONDARY, end, sizeof end, kEnd) == 0, "end");
 }
 
 /// The source of a write may change only once its callback ran: a ring of sources.
-void source_done(const NFRCallbackInfo* info, int status) {
-  *static_cast<int*>(info->uData[0]) = status == 0 ? 0 : -1;
-}
+void source_done(const void** uData) { *static_cast<int*>(const_cast<void*>(uData[0])) = 0; }
 
 void host_order(PNFRHost h, PNFRMemory, const Args& a) {
   constexpr int kSources = 8;
@@ -230,7 +251,7 @@ void host_order(PNFRHost h, PNFRMemory, const Args& a) {
       cb.uData[0] = &busy[k];
       busy[k] = 1;
       int idx;
-      while ((idx = nfrHostWriteBuffer(mems[k], 0, 0, len, seq, &cb)) == -ENOBUFS ||
+      while ((idx = nfrHostWriteBufferUdata(mems[k], 0, 0, len, seq, &cb)) == -ENOBUFS ||
              idx == -EMSGSIZE) {
         CHECK(now_s() < end, "no free buffer");
         nfrHostProcess(h);
@@ -277,7 +298,8 @@ void host_credits(PNFRHost h) {
     ++sent;
   }
   CHECK(r == -EAGAIN, "send: %d", r);
-  CHECK(sent == NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT, "ran out after %llu", U(sent));
+  CHECK(sent == NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT + 1, "ran out after %llu",
+        U(sent));
   std::printf("host: out of credits after %llu datagrams (-EAGAIN)\n", U(sent));
   const double end = now_s() + 30;
   while (sent < 300) {
@@ -334,7 +356,7 @@ void host_bench(PNFRHost h) {
           std::memcpy(src.data() + len - 16, mark, 16);
           CHECK(nfr_bench_host_raw_write(h, mem, len, i) == 0, "raw write");
         } else {
-          const int idx = nfrHostWriteBuffer(mem, 0, 0, len, t0, nullptr);
+          const int idx = nfrHostWriteBufferUdata(mem, 0, 0, len, t0, nullptr);
           CHECK(idx == static_cast<int>(i), "write: %d", idx);
         }
         rb.resize(NETFR_MESSAGE_MAX_PAYLOAD_SIZE);
@@ -361,7 +383,7 @@ void client_bench(PNFRClient c, std::vector<std::span<std::uint8_t>>& store) {
                      : v[std::min(v.size() - 1, static_cast<std::size_t>(p / 100 * v.size()))];
   };
   for (;;) {
-    int r = nfrClientProcess(c, ev);
+    int r = nfrClientProcess(c, -1, ev);
     CHECK(r >= 0, "process: %d", r);
     if (r == 0) continue;
     if (ev->udata == kEnd) break;
@@ -383,14 +405,14 @@ void client_bench(PNFRClient c, std::vector<std::span<std::uint8_t>>& store) {
         for (;;) {
           std::memcpy(mark, tail, 16);
           if (mark[1] == k + 1) break;
-          r = nfrClientProcess(c, ev);
+          r = nfrClientProcess(c, -1, ev);
           CHECK(r == 0, "an event during a bare write: %d", r);
           CHECK(now_s() < end, "bare write %u never landed", k);
         }
         us = static_cast<double>(mono_ns() - mark[0]) / 1e3;
       } else {
         const double end = now_s() + 30;
-        while ((r = nfrClientProcess(c, ev)) == 0) CHECK(now_s() < end, "no frame");
+        while ((r = nfrClientProcess(c, -1, ev)) == 0) CHECK(now_s() < end, "no frame");
         CHECK(r == 1 && ev->type == NFR_CLIENT_EVENT_MEM_WRITE, "expected a frame");
         us = static_cast<double>(mono_ns() - ev->udata) / 1e3;
         CHECK(nfrClientBufferAck(c, ev->memRegion) == 0, "buffer ack");
@@ -415,9 +437,277 @@ void client_bench(PNFRClient c, std::vector<std::span<std::uint8_t>>& store) {
   delete ev;
 }
 
+// ---- threads ----
+
+/// Reads the peer's datagrams on `ch` (host side): udata 0, 1, ... each with fill() bytes, then
+/// kEnd. Returns false while the end has not come.
+bool host_read_seq(PNFRHost h, int ch, std::uint64_t& next) {
+  std::uint8_t buf[NETFR_MESSAGE_MAX_PAYLOAD_SIZE];
+  for (;;) {
+    std::uint32_t len = sizeof buf;
+    std::uint64_t ud = 0;
+    const int r = nfrHostReadData(h, ch, buf, &len, &ud);
+    if (r == -EAGAIN) return false;
+    CHECK(r == 0, "nfrHostReadData: %d (%s; %llu read)", r, nfrHostStats(h), U(next));
+    if (ud == kEnd) return true;
+    CHECK(ud == next && check(buf, len, ud), "client datagram %llu where %llu was due", U(ud),
+          U(next));
+    ++next;
+  }
+}
+
+void atomic_done(const void** uData) {
+  static_cast<std::atomic<int>*>(const_cast<void*>(uData[0]))->store(0);
+}
+
+void host_threads(PNFRHost h, const Args& a) {
+  const std::uint64_t n = static_cast<std::uint64_t>(a.ops);
+  static std::vector<std::uint8_t> src(64 * KiB);
+  PNFRMemory mem = nfrHostAttachMemory(h, src.data(), src.size(), NETFR_CHANNEL_PRIMARY);
+  CHECK(mem, "attach");
+  std::atomic<int> busy{0};
+  std::atomic<bool> frames_done{false}, cursors_done{false};
+  const double end = now_s() + 60;
+  // Frames: one source, rewritten once the callback says the last write went.
+  std::thread frames([&] {
+    std::mt19937 rng(11);
+    for (std::uint64_t seq = 0; seq <= n; ++seq) {
+      while (busy.load()) {
+        CHECK(now_s() < end, "frame %llu: the last write never completed", U(seq));
+        std::this_thread::yield();
+      }
+      if (seq == n) break;
+      const std::uint64_t len = 4 * KiB + rng() % (60 * KiB);
+      fill(src.data(), len, seq);
+      NFRCallbackInfo cb{};
+      cb.callback = atomic_done;
+      cb.uData[0] = &busy;
+      busy = 1;
+      int idx;
+      while ((idx = nfrHostWriteBufferUdata(mem, 0, 0, len, seq, &cb)) == -ENOBUFS) {
+        CHECK(now_s() < end, "frame %llu: no free buffer", U(seq));
+        std::this_thread::yield();
+      }
+      CHECK(idx >= 0, "frame thread: nfrHostWriteBuffer: %d", idx);
+    }
+    std::uint8_t e[8] = {};
+    while (nfrHostSendData(h, NETFR_CHANNEL_PRIMARY, e, sizeof e, kEnd) == -EAGAIN)
+      std::this_thread::yield();
+    frames_done = true;
+  });
+  std::thread cursors([&] {
+    std::uint8_t msg[64];
+    for (std::uint64_t seq = 0; seq <= n; ++seq) {
+      fill(msg, sizeof msg, seq);
+      int r;
+      while ((r = nfrHostSendData(h, NETFR_CHANNEL_SECONDARY, msg, sizeof msg,
+                                  seq == n ? kEnd : seq)) == -EAGAIN) {
+        CHECK(now_s() < end, "cursor %llu: no credit (%s)", U(seq), nfrHostStats(h));
+        std::this_thread::yield();
+      }
+      CHECK(r == 0, "cursor thread: nfrHostSendData: %d", r);
+    }
+    cursors_done = true;
+  });
+  std::uint64_t next = 0;
+  bool client_done = false;
+  while (!frames_done || !cursors_done || !client_done) {
+    CHECK(now_s() < end, "timed out (frames %d cursors %d client %d)", int(frames_done.load()),
+          int(cursors_done.load()), int(client_done));
+    const int pr = nfrHostProcess(h);
+    CHECK(pr == 0, "nfrHostProcess: %d (%s; %llu client datagrams read)", pr, nfrHostStats(h),
+          U(next));
+    if (!client_done) client_done = host_read_seq(h, NETFR_CHANNEL_SECONDARY, next);
+  }
+  frames.join();
+  cursors.join();
+  CHECK(next == n, "%llu client datagrams, not %llu", U(next), U(n));
+  // The client leaves once it saw this: until then its last datagrams may still be on the way.
+  std::uint8_t bye[8] = {};
+  int br;
+  while ((br = nfrHostSendData(h, NETFR_CHANNEL_SECONDARY, bye, sizeof bye, kEnd - 1)) == -EAGAIN)
+    nfrHostProcess(h);
+  CHECK(br == 0, "bye: %d", br);
+  std::printf("host: %llu frames and %llu cursors from two threads, %llu client datagrams\n", U(n),
+              U(n), U(next));
+}
+
+void client_threads(PNFRClient c, const Args& a) {
+  const std::uint64_t n = static_cast<std::uint64_t>(a.ops);
+  for (int i = 0; i < 4; ++i)
+    CHECK(nfrClientAllocMemory(c, 64 * KiB, NETFR_CHANNEL_PRIMARY), "alloc");
+  const double end = now_s() + 60;
+  std::atomic<bool> sent_all{false};
+  std::thread sender([&] {
+    std::uint8_t msg[128];
+    for (std::uint64_t seq = 0; seq <= n; ++seq) {
+      fill(msg, sizeof msg, seq);
+      int r;
+      while ((r = nfrClientSendData(c, NETFR_CHANNEL_SECONDARY, msg, sizeof msg,
+                                    seq == n ? kEnd : seq)) == -EAGAIN) {
+        CHECK(now_s() < end, "client datagram %llu: no credit (%s)", U(seq), nfrClientStats(c));
+        std::this_thread::yield();
+      }
+      CHECK(r == 0, "sender thread: nfrClientSendData: %d", r);
+    }
+    sent_all = true;
+  });
+  auto* ev = new NFRClientEvent;
+  std::uint64_t next[2] = {0, 0};
+  bool ended[2] = {false, false}, bye = false;
+  // Non-blocking sends do not move the stack (upstream's rule): this thread keeps processing,
+  // which brings the host's acknowledgements in, until the host read everything (its bye).
+  while (!ended[0] || !ended[1] || !bye) {
+    CHECK(now_s() < end, "timed out: %llu frames, %llu cursors", U(next[0]), U(next[1]));
+    const int r = nfrClientProcess(c, -1, ev);
+    CHECK(r >= 0, "nfrClientProcess: %d", r);
+    if (r == 0) continue;
+    const unsigned ch = ev->channelIndex;
+    if (ev->type == NFR_CLIENT_EVENT_DATA && ev->udata == kEnd - 1) {
+      CHECK(sent_all && ended[1], "the host's bye before the end");
+      bye = true;
+      continue;
+    }
+    CHECK(ch < 2 && !ended[ch], "event on channel %u", ch);
+    if (ev->type == NFR_CLIENT_EVENT_DATA && ev->udata == kEnd) {
+      ended[ch] = true;
+      continue;
+    }
+    CHECK(ev->udata == next[ch], "channel %u: %llu where %llu was due", ch, U(ev->udata),
+          U(next[ch]));
+    if (ev->type == NFR_CLIENT_EVENT_MEM_WRITE) {
+      CHECK(ch == 0, "a write on the secondary");
+      const auto* p = static_cast<const std::uint8_t*>(nfrMemoryPointer(ev->memRegion));
+      CHECK(check(p + ev->payloadOffset, ev->payloadLength, ev->udata), "frame %llu corrupt",
+            U(ev->udata));
+      nfrAckBuffer(ev->memRegion);
+    } else {
+      CHECK(ch == 1 && check(ev->inlineData, ev->payloadLength, ev->udata),
+            "cursor %llu corrupt or on the primary", U(ev->udata));
+    }
+    ++next[ch];
+  }
+  sender.join();
+  CHECK(next[0] == n && next[1] == n, "%llu frames, %llu cursors", U(next[0]), U(next[1]));
+  std::printf(
+      "client: %llu frames and %llu cursors in each channel's order, byte-exact; %llu "
+      "datagrams sent from a second thread\n",
+      U(n), U(n), U(n));
+  delete ev;
+}
+
+// ---- against upstream's test programs ----
+
+constexpr char kHelloServer[] = "Hello server";  // what upstream's test/client sends, with NUL
+
+/// Host: upstream's test/client advertises one 128 MiB buffer on the primary channel, gives it
+/// back after each write, and right after an event (at most once a second) sends kHelloServer
+/// on the secondary. No datagrams to it: upstream's client hands a HostData out again on every
+/// nfrClientProcess and acknowledges it each time until its send queue is full, then asserts
+/// (its receive context never leaves HAS_DATA); upstream's own host never sends one to it.
+void host_upstream(PNFRHost h, PNFRMemory mem, const Args& a) {
+  fill(nfrMemoryPointer(mem), a.max_frame, 7);
+  int writes = 0, hellos = 0;
+  const int want_hellos = std::min(a.ops, 2);
+  const double end = now_s() + 600;
+  std::vector<std::uint8_t> rb(NETFR_MESSAGE_MAX_PAYLOAD_SIZE);
+  while (writes < a.ops || hellos < want_hellos) {
+    CHECK(now_s() < end, "timed out: %d writes, %d hellos", writes, hellos);
+    const int pr = nfrHostProcess(h);
+    CHECK(pr == 0, "the client left: %d", pr);
+    if (writes < a.ops) {
+      const int idx = nfrHostWriteBufferUdata(mem, 0, 0, a.max_frame,
+                                              static_cast<std::uint64_t>(writes), nullptr);
+      if (idx >= 0) {
+        ++writes;
+        std::printf("host: write %d of %llu bytes into the client's buffer %d\n", writes,
+                    U(a.max_frame), idx);
+        std::fflush(stdout);
+      } else {
+        CHECK(idx == -ENOBUFS, "nfrHostWriteBuffer: %d", idx);
+      }
+    }
+    rb.resize(NETFR_MESSAGE_MAX_PAYLOAD_SIZE);
+    std::uint32_t len = static_cast<std::uint32_t>(rb.size());
+    std::uint64_t ud = 0;
+    const int r = nfrHostReadData(h, NETFR_CHANNEL_SECONDARY, rb.data(), &len, &ud);
+    if (r == 0) {
+      CHECK(len == sizeof kHelloServer && std::memcmp(rb.data(), kHelloServer, len) == 0,
+            "the client's datagram %d is not \"%s\" (%u bytes)", hellos, kHelloServer, len);
+      ++hellos;
+    } else {
+      CHECK(r == -EAGAIN, "nfrHostReadData: %d", r);
+    }
+  }
+  // One more write goes only once the client gave the buffer back after the last one.
+  while (nfrHostWriteBuffer(mem, 0, 0, a.max_frame, nullptr) == -ENOBUFS) {
+    CHECK(now_s() < end, "the client never gave the buffer back after write %d", writes);
+    CHECK(nfrHostProcess(h) == 0, "the client left");
+  }
+  std::printf(
+      "host: %d writes of %llu bytes, each given back (write %d shows the last came "
+      "back); %d \"%s\" read\n",
+      writes, U(a.max_frame), writes + 1, hellos, kHelloServer);
+}
+
+/// Client: upstream's test/host writes its 128 MiB (never written, so what its allocator left)
+/// into the smallest buffer that holds it, again each time the buffer comes back, and reads
+/// datagrams on the secondary channel (acknowledging each: two at a time at most).
+void client_upstream(PNFRClient c, const Args& a) {
+  PNFRMemory m = nfrClientAllocMemory(c, a.max_frame, NETFR_CHANNEL_PRIMARY);
+  CHECK(m, "attach %llu bytes", U(a.max_frame));
+  auto* p = static_cast<std::uint8_t*>(nfrMemoryPointer(m));
+  const auto fillb = static_cast<std::uint8_t>(a.fill_byte);
+  const auto other = static_cast<std::uint8_t>(~fillb);
+  std::memset(p, other, a.max_frame);
+  auto* ev = new NFRClientEvent;
+  int writes = 0, sent = 0;
+  double next_dg = 0;
+  const double end = now_s() + 900;
+  while (writes < a.ops || sent < 64) {
+    CHECK(now_s() < end, "timed out: %d writes, %d datagrams sent", writes, sent);
+    const int r = nfrClientProcess(c, -1, ev);
+    CHECK(r >= 0, "nfrClientProcess: %d", r);
+    if (r == 1) {
+      CHECK(ev->type == NFR_CLIENT_EVENT_MEM_WRITE, "event type %u", ev->type);
+      CHECK(ev->memRegion == m && ev->payloadOffset == 0 && ev->payloadLength == a.max_frame,
+            "write of %u bytes at %u", ev->payloadLength, ev->payloadOffset);
+      std::uint64_t bad = 0;
+      for (std::uint64_t i = 0; i < a.max_frame; ++i) bad += p[i] != fillb;
+      CHECK(bad == 0, "write %d: %llu of %llu bytes are not 0x%02x", writes + 1, U(bad),
+            U(a.max_frame), fillb);
+      ++writes;
+      std::printf("client: write %d: %llu bytes, every one 0x%02x\n", writes, U(a.max_frame),
+                  fillb);
+      std::fflush(stdout);
+      std::memset(p, other, a.max_frame);
+      CHECK(nfrClientBufferAck(c, m) == 0, "buffer ack");
+    }
+    // One datagram at a time: upstream's nfrHostReadData acknowledges every waiting datagram
+    // at once with two ack contexts and asserts when a third is waiting.
+    if (sent < 64 && now_s() >= next_dg &&
+        nfrClientCredits(c, NETFR_CHANNEL_SECONDARY) == NETFR_CREDIT_COUNT) {
+      char msg[32];
+      const int n = std::snprintf(msg, sizeof msg, "Hello host %d", sent);
+      const int s2 =
+          nfrClientSendData(c, NETFR_CHANNEL_SECONDARY, msg, static_cast<std::uint32_t>(n + 1),
+                            static_cast<std::uint64_t>(sent));
+      if (s2 == 0) {
+        ++sent;
+        next_dg = now_s() + 0.05;
+      } else {
+        CHECK(s2 == -EAGAIN, "nfrClientSendData: %d", s2);
+      }
+    }
+  }
+  std::printf("client: %d writes of %llu bytes checked; %d datagrams acknowledged\n", writes,
+              U(a.max_frame), sent);
+  delete ev;
+}
+
 int run_host(const Args& a) {
   PNFRHost h = nullptr;
-  const bool nb = a.scenario == "credits";
+  const bool nb = a.scenario == "credits" || a.scenario == "upstream" || a.scenario == "threads";
   NFRInitOpts o = opts(a, nb);
   int r = nfrHostInit(&o, &h);
   CHECK(r == 0, "nfrHostInit: %d", r);
@@ -430,7 +720,15 @@ int run_host(const Args& a) {
   for (int s = 0; s < a.sessions; ++s) {
     wait_client(h);
     CHECK(nfrHostClientsConnected(h, 0) == 1 && nfrHostClientsConnected(h, 1) == 1, "connected");
-    if (a.scenario == "frames" || a.scenario == "restart" || a.scenario == "refuse")
+    if (a.scenario == "killed" && s == 0) {
+      const double t0 = now_s();
+      wait_gone(h);
+      std::printf("host: the killed client's slot freed after %.1f s\n", now_s() - t0);
+      std::fflush(stdout);
+      continue;
+    }
+    if (a.scenario == "frames" || a.scenario == "restart" || a.scenario == "refuse" ||
+        a.scenario == "killed")
       host_frames(h, mem, a);
     else if (a.scenario == "order")
       host_order(h, mem, a);
@@ -438,6 +736,12 @@ int run_host(const Args& a) {
       host_credits(h);
     else if (a.scenario == "bench")
       host_bench(h);
+    else if (a.scenario == "threads")
+      host_threads(h, a);
+    else if (a.scenario == "upstream") {
+      host_upstream(h, mem, a);
+      break;  // upstream's client does not leave by itself: we end the session
+    }
     wait_gone(h);
     std::printf("host: session %d done, client gone\n", s + 1);
     std::fflush(stdout);
@@ -452,15 +756,16 @@ int run_host(const Args& a) {
 
 struct Verifier {
   std::uint64_t next_udata = 0;
-  std::uint32_t next_serial = 0;
+  std::uint32_t next_serial = 1;
   std::uint64_t events = 0, writes = 0, bytes = 0;
 };
 
 int run_client(const Args& a) {
   PNFRClient c = nullptr;
-  const bool nb = a.scenario == "credits";
+  const bool nb = a.scenario == "credits" || a.scenario == "upstream" || a.scenario == "threads";
   NFRInitOpts o = opts(a, nb);
-  int r = nfrClientInit(&o, &c);
+  int r = nfrClientInit(&o, nullptr, &c);
+  if (r == 0) r = nfrClientConnectWait(c);  // upstream's nfrClientConnect until done
   CHECK(r == 0, "nfrClientInit: %d", r);
   std::printf("client: connected\n");
   std::vector<std::span<std::uint8_t>> store;  // the stack's memory (zero copy)
@@ -469,7 +774,7 @@ int run_client(const Args& a) {
     for (int i = 0; i < 8; ++i) sizes.push_back(256 * KiB);
   } else if (a.scenario == "bench") {
     sizes = kBenchSizes;
-  } else if (a.scenario != "credits") {
+  } else if (a.scenario != "credits" && a.scenario != "upstream" && a.scenario != "threads") {
     sizes = buffer_sizes(a.max_frame);
   }
   // Attach the largest first: indices follow the attach order, and the host checks that it
@@ -480,14 +785,27 @@ int run_client(const Args& a) {
     store.emplace_back(static_cast<std::uint8_t*>(nfrMemoryPointer(m)), s);
     std::memset(store.back().data(), 0xEE, s);
   }
+  if (a.scenario == "killed") {  // connected and silent until the test kills it
+    std::printf("client: connected, waiting to be killed\n");
+    std::fflush(stdout);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   if (a.scenario == "refuse") {
     PNFRClient second = nullptr;
-    const int r2 = nfrClientInit(&o, &second);
+    int r2 = nfrClientInit(&o, nullptr, &second);
+    CHECK(r2 == 0, "nfrClientInit: %d", r2);
+    while ((r2 = nfrClientConnect(second)) == -EAGAIN) {
+    }
     CHECK(r2 == -ECONNREFUSED, "a second client got %d, not -ECONNREFUSED", r2);
+    nfrClientFree(&second);
     std::printf("client: a second client was refused (-ECONNREFUSED)\n");
   }
   if (a.scenario == "bench") {
     client_bench(c, store);
+  } else if (a.scenario == "upstream") {
+    client_upstream(c, a);
+  } else if (a.scenario == "threads") {
+    client_threads(c, a);
   } else if (a.scenario == "credits") {
     std::uint8_t msg[512];
     std::uint64_t sent = 0;
@@ -498,7 +816,8 @@ int run_client(const Args& a) {
       ++sent;
     }
     CHECK(r == -EAGAIN, "send: %d", r);
-    CHECK(sent == NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT, "ran out after %llu", U(sent));
+    CHECK(sent == NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT + 1, "ran out after %llu",
+          U(sent));
     std::printf("client: out of credits after %llu datagrams (-EAGAIN)\n", U(sent));
     NFRClientEvent* ev = new NFRClientEvent;
     const double end = now_s() + 30;
@@ -510,17 +829,17 @@ int run_client(const Args& a) {
       else {
         CHECK(r == -EAGAIN, "send: %d", r);
         CHECK(now_s() < end, "credits did not come back");
-        CHECK(nfrClientProcess(c, ev) == 0, "unexpected event");
+        CHECK(nfrClientProcess(c, -1, ev) == 0, "unexpected event");
       }
     }
     while (nfrClientSendData(c, NETFR_CHANNEL_PRIMARY, msg, 8, kEnd) == -EAGAIN)
-      nfrClientProcess(c, ev);
+      nfrClientProcess(c, -1, ev);
     std::printf("client: credits recovered, %llu datagrams sent\n", U(sent));
     // Now do not process for a while: the host runs out.
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     std::uint64_t n = 0;
     for (;;) {
-      r = nfrClientProcess(c, ev);
+      r = nfrClientProcess(c, -1, ev);
       CHECK(r >= 0, "process: %d", r);
       if (r == 0) continue;
       if (ev->udata == kEnd) break;
@@ -535,7 +854,7 @@ int run_client(const Args& a) {
     const double end = now_s() + 300;
     for (;;) {
       CHECK(now_s() < end, "timed out after %llu events", U(v.events));
-      r = nfrClientProcess(c, ev);
+      r = nfrClientProcess(c, -1, ev);
       CHECK(r >= 0, "nfrClientProcess: %d", r);
       if (r == 0) continue;
       CHECK(ev->serial == v.next_serial, "serial %u, expected %u", ev->serial, v.next_serial);
@@ -610,6 +929,8 @@ int main(int argc, char** argv) {
       a.max_frame = std::strtoull(argv[i + 1], nullptr, 0);
     else if (k == "--ops")
       a.ops = std::atoi(argv[i + 1]);
+    else if (k == "--fill")
+      a.fill_byte = static_cast<int>(std::strtol(argv[i + 1], nullptr, 0));
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;

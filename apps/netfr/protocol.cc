@@ -41,12 +41,12 @@ std::string_view to_string(MsgType t) {
       return "ClientHello";
     case MsgType::kServerHello:
       return "ServerHello";
-    case MsgType::kHostBufferState:
-      return "HostBufferState";
+    case MsgType::kBufferHint:
+      return "BufferHint";
     case MsgType::kBufferUpdate:
       return "BufferUpdate";
-    case MsgType::kClientBufferState:
-      return "ClientBufferState";
+    case MsgType::kBufferState:
+      return "BufferState";
     case MsgType::kClientData:
       return "ClientData";
     case MsgType::kClientDataAck:
@@ -55,10 +55,10 @@ std::string_view to_string(MsgType t) {
       return "HostData";
     case MsgType::kHostDataAck:
       return "HostDataAck";
-    case MsgType::kClientSubscribe:
-      return "ClientSubscribe";
-    case MsgType::kClientUnsubscribe:
-      return "ClientUnsubscribe";
+    case MsgType::kHostBufferSizes:
+      return "HostBufferSizes";
+    case MsgType::kKeepalive:
+      return "Keepalive";
   }
   return "?";
 }
@@ -85,20 +85,24 @@ std::string_view to_string(DecodeError e) {
   return "?";
 }
 
-std::size_t encode(std::uint8_t* out, const ClientHello&) {
-  header(out, MsgType::kClientHello, kClientHelloSize);
-  return kClientHelloSize;
+std::size_t encode(std::uint8_t* out, const ClientHello& m) {
+  const std::size_t n = kClientHelloSize + (m.ext ? 1 : 0);
+  header(out, MsgType::kClientHello, n);
+  if (m.ext) out[10] = m.ext;
+  return n;
 }
 
 std::size_t encode(std::uint8_t* out, const ServerHello& m) {
-  header(out, MsgType::kServerHello, kServerHelloSize);
+  const std::size_t n = kServerHelloSize + (m.ext ? 1 : 0);
+  header(out, MsgType::kServerHello, n);
   out[10] = static_cast<std::uint8_t>(m.status);
-  return kServerHelloSize;
+  if (m.ext) out[11] = m.ext;
+  return n;
 }
 
 std::size_t encode(std::uint8_t* out, const BufferUpdate& m) {
   header(out, MsgType::kBufferUpdate, kBufferUpdateSize);
-  put32(out + 12, m.buffer_index);
+  out[10] = static_cast<std::uint8_t>(m.buffer_index);  // then 5 bytes of padding
   put32(out + 16, m.payload_size);
   put32(out + 20, m.payload_offset);
   put32(out + 24, m.write_serial);
@@ -107,30 +111,30 @@ std::size_t encode(std::uint8_t* out, const BufferUpdate& m) {
   return kBufferUpdateSize;
 }
 
-std::size_t encode(std::uint8_t* out, const ClientBufferState& m) {
-  header(out, MsgType::kClientBufferState, kClientBufferStateSize);
-  put32(out + 12, m.index);
-  put32(out + 16, m.page_size);
-  put64(out + 24, m.addr);
-  put64(out + 32, m.size);
-  put64(out + 40, m.rkey);
-  return kClientBufferStateSize;
+std::size_t encode(std::uint8_t* out, const BufferState& m) {
+  header(out, MsgType::kBufferState, kBufferStateSize);
+  put32(out + 10, m.page_size);
+  put64(out + 14, m.addr);
+  put64(out + 22, m.size);
+  put64(out + 30, m.rkey);
+  out[38] = static_cast<std::uint8_t>(m.index);
+  return kBufferStateSize;
 }
 
-std::size_t encode(std::uint8_t* out, const HostBufferState& m) {
-  header(out, MsgType::kHostBufferState, kHostBufferStateSize);
+std::size_t encode(std::uint8_t* out, const HostBufferSizes& m) {
+  header(out, MsgType::kHostBufferSizes, kHostBufferSizesSize);
   const std::size_t n = std::min<std::size_t>(m.sizes.size(), NETFR_MAX_MEM_REGIONS);
   for (std::size_t i = 0; i < n; ++i) put64(out + 16 + 8 * i, m.sizes[i]);
-  return kHostBufferStateSize;  // the array ends with a 0 (always room for it)
+  return kHostBufferSizesSize;  // the array ends with a 0 (always room for it)
 }
 
 std::size_t encode(std::uint8_t* out, const Data& m) {
   const std::size_t len = std::min<std::size_t>(m.payload.size(), NETFR_MESSAGE_MAX_PAYLOAD_SIZE);
   header(out, m.from_host ? MsgType::kHostData : MsgType::kClientData, kDataHeaderSize);
-  put32(out + 12, static_cast<std::uint32_t>(len));
-  put32(out + 16, m.msg_serial);
-  put32(out + 20, m.channel_serial);
-  put64(out + 24, m.udata);
+  put32(out + 10, static_cast<std::uint32_t>(len));
+  put64(out + 14, m.udata);
+  put32(out + 22, m.msg_serial);
+  put32(out + 26, m.channel_serial);  // then 2 bytes of padding
   if (len) std::memcpy(out + kDataHeaderSize, m.payload.data(), len);
   return kDataHeaderSize + len;
 }
@@ -140,11 +144,9 @@ std::size_t encode(std::uint8_t* out, const Ack& m) {
   return kAckSize;
 }
 
-std::size_t encode(std::uint8_t* out, const Subscribe& m) {
-  header(out, m.subscribe ? MsgType::kClientSubscribe : MsgType::kClientUnsubscribe,
-         kSubscribeSize);
-  put32(out + 12, m.queue_id);
-  return kSubscribeSize;
+std::size_t encode(std::uint8_t* out, const Keepalive&) {
+  header(out, MsgType::kKeepalive, kKeepaliveSize);
+  return kKeepaliveSize;
 }
 
 std::vector<std::uint8_t> wrap_cm_data(std::span<const std::uint8_t> msg) {
@@ -173,27 +175,27 @@ Decoded decode(std::span<const std::uint8_t> b) {
   if (b.size() > NETFR_MESSAGE_MAX_SIZE) return fail(DecodeError::kTooLong);
   if (std::memcmp(b.data(), NETFR_MAGIC, 8) != 0) return fail(DecodeError::kBadMagic);
   if (b[8] != NETFR_VERSION) return fail(DecodeError::kBadVersion);
-  if (b[9] == 0 || b[9] >= kMsgTypeMax) return fail(DecodeError::kBadType);
   d.type = static_cast<MsgType>(b[9]);
   const std::uint8_t* p = b.data();
   // Fixed-size messages: at least their size (a sender may pad a SEND), at most the maximum.
   auto need = [&](std::size_t n) { return b.size() >= n; };
   switch (d.type) {
     case MsgType::kClientHello:
-      d.msg = ClientHello{};
+      d.msg = ClientHello{b.size() > kClientHelloSize ? p[10] : std::uint8_t{0}};
       return d;
     case MsgType::kServerHello: {
       if (!need(kServerHelloSize)) return fail(DecodeError::kTooShort);
       ServerHello m;
       if (p[10] == 0 || p[10] > 3) return fail(DecodeError::kBadField);
       m.status = static_cast<HelloStatus>(p[10]);
+      m.ext = b.size() > kServerHelloSize ? p[11] : std::uint8_t{0};
       d.msg = m;
       return d;
     }
     case MsgType::kBufferUpdate: {
       if (!need(kBufferUpdateSize)) return fail(DecodeError::kTooShort);
       BufferUpdate m;
-      m.buffer_index = get32(p + 12);
+      m.buffer_index = p[10];
       m.payload_size = get32(p + 16);
       m.payload_offset = get32(p + 20);
       m.write_serial = get32(p + 24);
@@ -204,23 +206,24 @@ Decoded decode(std::span<const std::uint8_t> b) {
       d.msg = m;
       return d;
     }
-    case MsgType::kClientBufferState: {
-      if (!need(kClientBufferStateSize)) return fail(DecodeError::kTooShort);
-      ClientBufferState m;
-      m.index = get32(p + 12);
-      m.page_size = get32(p + 16);
-      m.addr = get64(p + 24);
-      m.size = get64(p + 32);
-      m.rkey = get64(p + 40);
-      if (m.index >= NETFR_MAX_MEM_REGIONS || m.size == 0 || m.size > NETFR_MAX_BUFFER_SIZE ||
-          m.rkey > 0xFFFFFFFFu || m.addr + m.size < m.addr)
+    case MsgType::kBufferState: {
+      if (!need(kBufferStateSize)) return fail(DecodeError::kTooShort);
+      BufferState m;
+      m.page_size = get32(p + 10);
+      m.addr = get64(p + 14);
+      m.size = get64(p + 22);
+      m.rkey = get64(p + 30);
+      m.index = p[38];
+      if (m.index >= NETFR_MAX_MEM_REGIONS ||
+          (m.size != 0 &&
+           (m.size > NETFR_MAX_BUFFER_SIZE || m.rkey > 0xFFFFFFFFu || m.addr + m.size < m.addr)))
         return fail(DecodeError::kBadField);
       d.msg = m;
       return d;
     }
-    case MsgType::kHostBufferState: {
-      if (!need(kHostBufferStateSize)) return fail(DecodeError::kTooShort);
-      HostBufferState m;
+    case MsgType::kHostBufferSizes: {
+      if (!need(kHostBufferSizesSize)) return fail(DecodeError::kTooShort);
+      HostBufferSizes m;
       for (std::size_t i = 0; i <= NETFR_MAX_MEM_REGIONS; ++i) {
         const std::uint64_t s = get64(p + 16 + 8 * i);
         if (s == 0) break;
@@ -235,12 +238,12 @@ Decoded decode(std::span<const std::uint8_t> b) {
       if (!need(kDataHeaderSize)) return fail(DecodeError::kTooShort);
       Data m;
       m.from_host = d.type == MsgType::kHostData;
-      const std::uint32_t len = get32(p + 12);
-      if (len == 0 || len > NETFR_MESSAGE_MAX_PAYLOAD_SIZE || kDataHeaderSize + len > b.size())
+      const std::uint32_t len = get32(p + 10);
+      if (len > NETFR_MESSAGE_MAX_PAYLOAD_SIZE || kDataHeaderSize + len > b.size())
         return fail(DecodeError::kBadLength);
-      m.msg_serial = get32(p + 16);
-      m.channel_serial = get32(p + 20);
-      m.udata = get64(p + 24);
+      m.udata = get64(p + 14);
+      m.msg_serial = get32(p + 22);
+      m.channel_serial = get32(p + 26);
       m.payload = b.subspan(kDataHeaderSize, len);
       d.msg = m;
       return d;
@@ -249,12 +252,11 @@ Decoded decode(std::span<const std::uint8_t> b) {
     case MsgType::kHostDataAck:
       d.msg = Ack{d.type == MsgType::kHostDataAck};
       return d;
-    case MsgType::kClientSubscribe:
-    case MsgType::kClientUnsubscribe: {
-      if (!need(kSubscribeSize)) return fail(DecodeError::kTooShort);
-      d.msg = Subscribe{d.type == MsgType::kClientSubscribe, get32(p + 12)};
+    case MsgType::kKeepalive:
+      d.msg = Keepalive{};
       return d;
-    }
+    case MsgType::kBufferHint:  // upstream defines no layout and never sends it
+      break;
   }
   return fail(DecodeError::kBadType);
 }

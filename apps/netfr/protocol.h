@@ -1,7 +1,8 @@
 /// @file
-/// NetFR's messages (the seed's protocol, version 1): a 10-byte header (magic "NetFrame",
-/// version, type) and, per type, fields at fixed offsets in the sender's natural alignment,
-/// little-endian (the seed runs on little-endian machines only). Hellos travel in the rdma_cm
+/// NetFR's messages, as telescope-proj/netfr (45b215f) puts them on the wire: a 10-byte header
+/// (magic "NetFrame", version 1, type) and, per type, the fields of upstream's structs packed
+/// (#pragma pack(1): no padding but what the structs declare), little-endian (upstream runs on
+/// little-endian machines only). Hellos travel in the rdma_cm
 /// private data (<= NETFR_CM_MESSAGE_MAX_SIZE bytes), everything else as SENDs of at most
 /// NETFR_MESSAGE_MAX_SIZE bytes. Pure: encode into a buffer, decode with every length and field
 /// checked (a bad message is an error value, never a crash).
@@ -21,56 +22,68 @@ namespace roce::netfr {
 enum class MsgType : std::uint8_t {
   kClientHello = 1,
   kServerHello = 2,
-  kHostBufferState = 3,
+  kBufferHint = 3,  ///< defined upstream, never sent, no layout: refused
   kBufferUpdate = 4,
-  kClientBufferState = 5,
+  kBufferState = 5,  ///< client -> host: a buffer (again) free for writes
   kClientData = 6,
   kClientDataAck = 7,
   kHostData = 8,
   kHostDataAck = 9,
-  kClientSubscribe = 10,
-  kClientUnsubscribe = 11,
+  // Ours, outside upstream's 1..9, sent only to a peer whose hello offered them.
+  kHostBufferSizes = 0x81,
+  kKeepalive = 0x82,
 };
-inline constexpr std::uint8_t kMsgTypeMax = 12;
 std::string_view to_string(MsgType t);
 
 enum class HelloStatus : std::uint8_t { kInvalid = 0, kOk = 1, kError = 2, kRejected = 3 };
 
-// Sizes and offsets (bytes from the start of the message).
+/// Extensions, offered in one byte after upstream's hello (upstream's peers do not read it and
+/// answer without it, so they never see an extension). The host answers with what it takes.
+inline constexpr std::uint8_t kExtKeepalive = 0x01;   ///< Keepalive messages both ways
+inline constexpr std::uint8_t kExtHostSizes = 0x02;   ///< HostBufferSizes after connect
+inline constexpr std::uint8_t kExtTotalOrder = 0x04;  ///< connection-wide serials, total order
+inline constexpr std::uint8_t kExtAll = kExtKeepalive | kExtHostSizes | kExtTotalOrder;
+
+// Sizes and offsets (bytes from the start of the message): upstream's structs, pack(1).
 inline constexpr std::size_t kHeaderSize = 10;
 inline constexpr std::size_t kClientHelloSize = 10;
 inline constexpr std::size_t kServerHelloSize = 11;
 inline constexpr std::size_t kBufferUpdateSize = 40;
-inline constexpr std::size_t kClientBufferStateSize = 48;
-inline constexpr std::size_t kHostBufferStateSize = 16 + (NETFR_MAX_MEM_REGIONS + 1) * 8;
+inline constexpr std::size_t kBufferStateSize = 39;
 inline constexpr std::size_t kDataHeaderSize = 32;  ///< ClientData / HostData before the payload
 inline constexpr std::size_t kAckSize = 10;
-inline constexpr std::size_t kSubscribeSize = 16;
+inline constexpr std::size_t kKeepaliveSize = 10;
+inline constexpr std::size_t kHostBufferSizesSize = 16 + (NETFR_MAX_MEM_REGIONS + 1) * 8;
+/// Receives upstream keeps posted per channel (its rxSlots): what a sender may count on.
+inline constexpr std::uint32_t kRecvDepth = 60;
 static_assert(kDataHeaderSize == NETFR_MESSAGE_INTERNAL_MAX_SIZE);
-static_assert(kServerHelloSize <= NETFR_CM_MESSAGE_MAX_SIZE);
-static_assert(kHostBufferStateSize <= NETFR_MESSAGE_MAX_SIZE);
+static_assert(kServerHelloSize + 1 <= NETFR_CM_MESSAGE_MAX_SIZE);
+static_assert(kHostBufferSizesSize <= NETFR_MESSAGE_MAX_SIZE);
 
-struct ClientHello {};
+struct ClientHello {
+  std::uint8_t ext = 0;  ///< extensions offered (0: upstream's 10-byte hello)
+};
 struct ServerHello {
   HelloStatus status = HelloStatus::kOk;
+  std::uint8_t ext = 0;  ///< extensions taken (0: upstream's 11-byte hello)
 };
 /// Host -> client: a buffer write landed (RDMA WRITE before it on the same QP).
 struct BufferUpdate {
-  std::uint32_t buffer_index = 0;
+  std::uint32_t buffer_index = 0;  ///< one byte on the wire
   std::uint32_t payload_size = 0;
   std::uint32_t payload_offset = 0;
-  std::uint32_t write_serial = 0;    ///< the connection-wide serial
+  std::uint32_t write_serial = 0;    ///< total order: the connection-wide serial
   std::uint32_t channel_serial = 0;  ///< the channel's serial
   std::uint64_t udata = 0;
 };
-/// Client -> host: buffer `index` is (again) free for writes.
-struct ClientBufferState {
-  std::uint32_t index = 0;
+/// Client -> host: buffer `index` is (again) free for writes; size 0 releases the index.
+struct BufferState {
+  std::uint32_t index = 0;  ///< one byte on the wire
   std::uint32_t page_size = 0;
   std::uint64_t addr = 0, size = 0, rkey = 0;
 };
-/// Host -> client: the sizes of the host's attached memory (so that the client can allocate).
-struct HostBufferState {
+/// Host -> client (extension): the sizes of the host's attached memory.
+struct HostBufferSizes {
   std::vector<std::uint64_t> sizes;  ///< <= NETFR_MAX_MEM_REGIONS, none 0
 };
 /// ClientData and HostData: a datagram.
@@ -83,13 +96,10 @@ struct Data {
 struct Ack {
   bool host_data = true;  ///< HostDataAck (client -> host), else ClientDataAck
 };
-struct Subscribe {
-  bool subscribe = true;
-  std::uint32_t queue_id = 0;
-};
+struct Keepalive {};
 
-using Message = std::variant<ClientHello, ServerHello, BufferUpdate, ClientBufferState,
-                             HostBufferState, Data, Ack, Subscribe>;
+using Message = std::variant<ClientHello, ServerHello, BufferUpdate, BufferState, HostBufferSizes,
+                             Data, Ack, Keepalive>;
 
 enum class DecodeError : std::uint8_t {
   kOk,
@@ -98,8 +108,8 @@ enum class DecodeError : std::uint8_t {
   kBadMagic,
   kBadVersion,
   kBadType,
-  kBadLength,  ///< a data message whose length field disagrees with its size, or is 0
-  kBadField,   ///< a field out of range (hello status, buffer index, region sizes)
+  kBadLength,  ///< a data message whose length field is past its size or the maximum
+  kBadField,   ///< a field out of range (hello status, buffer index, rkey, region sizes)
 };
 std::string_view to_string(DecodeError e);
 
@@ -113,15 +123,15 @@ struct Decoded {
 Decoded decode(std::span<const std::uint8_t> bytes);
 
 // Encoders: write the message at `out` (which must hold its size) and return its size.
-std::size_t encode(std::uint8_t* out, const ClientHello&);
+std::size_t encode(std::uint8_t* out, const ClientHello& m);
 std::size_t encode(std::uint8_t* out, const ServerHello& m);
 std::size_t encode(std::uint8_t* out, const BufferUpdate& m);
-std::size_t encode(std::uint8_t* out, const ClientBufferState& m);
-std::size_t encode(std::uint8_t* out, const HostBufferState& m);
+std::size_t encode(std::uint8_t* out, const BufferState& m);
+std::size_t encode(std::uint8_t* out, const HostBufferSizes& m);
 /// The payload is copied after the 32-byte header; at most NETFR_MESSAGE_MAX_PAYLOAD_SIZE.
 std::size_t encode(std::uint8_t* out, const Data& m);
 std::size_t encode(std::uint8_t* out, const Ack& m);
-std::size_t encode(std::uint8_t* out, const Subscribe& m);
+std::size_t encode(std::uint8_t* out, const Keepalive&);
 
 template <class M>
 std::vector<std::uint8_t> encode_vec(const M& m) {

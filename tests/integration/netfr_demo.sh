@@ -3,7 +3,7 @@
 # stream for a few seconds per resolution; the client checks every frame and cursor message and
 # must report 0 dropped; the latency plot must be written.
 #   netfr_demo.sh ROCE_NETFR_DEMO FPS SECONDS RESOLUTIONS [OUT_DIR] [ORDER]
-# ORDER: strict (default) or relaxed (the client's NFRInitOpts.relaxedOrder).
+# ORDER: strict (default: the client's NFRInitOpts.totalOrder) or relaxed (upstream NetFR's order).
 set -euo pipefail
 demo=$(realpath "$1") fps=$2 secs=$3 res=$4 out=${5:-} order=${6:-strict}
 work=$(mktemp -d /tmp/netfr-demo-XXXXXX)

@@ -5,8 +5,9 @@
 # LINK memif (default) or veth: net_af_packet on a veth pair between two network namespaces
 # (root and iproute2; exits 77, "skipped", without them); or roced: each side a client of its
 # own roced (ROCED; the two on a memif link), NETFR_LINK=attach=SOCKET (no faults injected).
-# SCENARIO frames | order | credits | refuse | restart (roce-netfr-check's usage), and
-#   lossy: order with 1% of the frames lost and 1% reordered on each side.
+# SCENARIO frames | order | credits | refuse | restart | threads (roce-netfr-check's usage), and
+#   lossy: order with 1% of the frames lost and 1% reordered on each side;
+#   killed: the first client is killed (SIGKILL) once connected, the second runs frames.
 set -euo pipefail
 check=$(realpath "$1") scenario=$2 max=${3:-default} link=${4:-memif}
 work=$(mktemp -d /tmp/netfr-pair-XXXXXX)
@@ -51,7 +52,9 @@ case $scenario in
   lossy) run=order faults=",tx_drop=0.01,reorder=0.01" ops=600
          [[ $max == default ]] && max=32768 ;;
   restart) sessions=3 ;;
+  killed) sessions=2 ;;
   bench) hpin=",lcore=0" cpin=",lcore=1" ;;  # one CPU each: latency, not scheduling
+  threads) ops=500 ;;
   frames|order|credits|refuse) ;;
   *) echo "FAIL: unknown scenario $scenario"; exit 1 ;;
 esac
@@ -71,9 +74,30 @@ rc=0
 for s in $(seq "$sessions"); do
   cseed=""
   [[ -n $seeded ]] && cseed=",seed=$((5 + s))"
-  NETFR_LINK="$clink$clientaddr$cseed$faults$cpin" \
-    "${cexec[@]}" timeout 300 "$check" client "$run" 192.0.2.1 --max-frame "$max" --ops "$ops" \
-    > "$work/client$s.log" 2>&1 || rc=$?
+  crun=$run
+  [[ $scenario == killed && $s == 2 ]] && crun=frames
+  if [[ $scenario == killed && $s == 1 ]]; then
+    NETFR_LINK="$clink$clientaddr$cseed$faults$cpin" \
+      "${cexec[@]}" "$check" client killed 192.0.2.1 --max-frame "$max" > "$work/client1.log" 2>&1 &
+    victim=$!
+    pids+=("$victim")
+    for _ in $(seq 300); do grep -qs "waiting to be killed" "$work/client1.log" && break; sleep 0.1; done
+    kill -9 "$victim" 2>/dev/null || rc=1
+    wait "$victim" 2>/dev/null || true
+    echo "client1 killed (SIGKILL)" >> "$work/client1.log"
+    sed "s/^/client1: /" "$work/client1.log"
+    continue
+  fi
+  for _ in $(seq 40); do
+    rc=0
+    NETFR_LINK="$clink$clientaddr$cseed$faults$cpin" \
+      "${cexec[@]}" timeout 300 "$check" client "$crun" 192.0.2.1 --max-frame "$max" --ops "$ops" \
+      > "$work/client$s.log" 2>&1 || rc=$?
+    # killed: refused while the host still holds the killed client's slot; try again.
+    [[ $scenario == killed && $rc != 0 ]] && grep -q "nfrClientInit: -111" "$work/client$s.log" &&
+      { echo "client$s refused (the slot is still held), again in 1 s"; sleep 1; continue; }
+    break
+  done
   sed "s/^/client$s: /" "$work/client$s.log"
   [[ $rc == 0 ]] || break
 done

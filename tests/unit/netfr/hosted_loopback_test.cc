@@ -72,8 +72,9 @@ class Rig {
 ::testing::AssertionResult consume(Rig& r, const HostServiceOptions& o) {
   NFRInitOpts io{};
   io.port = o.port;
-  io.nonBlocking = 1;
+  io.blocking = 0;
   io.timeoutSec = 10;
+  io.totalOrder = 1;
   Client c(*r.fab, io);
   if (const int rc = c.connect(r.host_ip()))
     return ::testing::AssertionFailure() << "connect: " << rc;
@@ -82,9 +83,9 @@ class Rig {
     if (!c.attach(nullptr, bytes, NETFR_CHANNEL_PRIMARY))
       return ::testing::AssertionFailure() << "attach";
   auto ev = std::make_unique<NFRClientEvent>();
-  std::uint64_t seen = 0, cursors = 0, serial = 0;
+  std::uint64_t seen = 0, cursors = 0, serial = 1;
   for (int round = 0; round < 2000000; ++round) {
-    const int rc = c.process(ev.get());
+    const int rc = c.process(-1, ev.get());
     if (rc < 0) return ::testing::AssertionFailure() << "process: " << rc;
     if (rc == 0) continue;
     if (ev->serial != serial++) return ::testing::AssertionFailure() << "serial " << ev->serial;

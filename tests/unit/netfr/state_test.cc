@@ -1,6 +1,7 @@
 // NetFR's host and client state machines (apps/netfr/host.h, client.h) against each other on an
-// in-memory fabric: hellos and refusal, buffer choice, credits, total order when one channel is
-// held back, the seed's relaxed order, and what a broken peer gets.
+// in-memory fabric: hellos and refusal, buffer choice, credits as upstream NetFR keeps them,
+// the total order (our extension) when one channel is held back, upstream's order, the
+// keepalive freeing the host of a silent client, and what a broken peer gets.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -20,19 +21,20 @@ struct Pair : ::testing::Test {
   std::unique_ptr<Client> client;
   NFRClientEvent ev{};
 
-  NFRInitOpts opts(bool nonblocking = true, bool relaxed = false) {
+  NFRInitOpts opts(bool nonblocking = true, bool relaxed = false, double keepalive = 0) {
     NFRInitOpts o{};
     o.peer = "192.0.2.1";
     o.port = 5010;
-    o.nonBlocking = nonblocking;
+    o.blocking = nonblocking ? 0 : 1;
     o.timeoutSec = 1;
-    o.relaxedOrder = relaxed;
+    o.totalOrder = relaxed ? 0 : 1;
+    o.keepaliveSec = keepalive;
     return o;
   }
-  void connect(bool relaxed = false) {
-    host = std::make_unique<Host>(fab, opts());
+  void connect(bool relaxed = false, double keepalive = 0) {
+    host = std::make_unique<Host>(fab, opts(true, false, keepalive));
     ASSERT_TRUE(host->start());
-    client = std::make_unique<Client>(fab, opts(true, relaxed));
+    client = std::make_unique<Client>(fab, opts(true, relaxed, keepalive));
     ASSERT_EQ(client->connect("192.0.2.1"), 0);
     for (int i = 0; i < 10; ++i) host->process();
     ASSERT_TRUE(host->connected());
@@ -41,7 +43,7 @@ struct Pair : ::testing::Test {
   bool next_event() {
     for (int i = 0; i < 100; ++i) {
       host->process();
-      const int r = client->process(&ev);
+      const int r = client->process(-1, &ev);
       if (r == 1) return true;
       if (r < 0) return false;
     }
@@ -50,7 +52,7 @@ struct Pair : ::testing::Test {
   void settle() {
     for (int i = 0; i < 20; ++i) {
       host->process();
-      client->process(&ev);
+      client->process(-1, &ev);
     }
   }
 };
@@ -60,8 +62,44 @@ TEST_F(Pair, ConnectsBothChannelsWithHellos) {
   EXPECT_EQ(host->clients(0), 1);
   EXPECT_EQ(host->clients(1), 1);
   settle();
-  ASSERT_NE(client->host_sizes(), nullptr);  // the HostBufferState arrived
+  EXPECT_EQ(client->extensions(), kExtKeepalive | kExtHostSizes | kExtTotalOrder);
+  ASSERT_NE(client->host_sizes(), nullptr);  // the HostBufferSizes arrived (extension)
   EXPECT_EQ(client->host_sizes()[0], 0u);    // no memory attached yet
+}
+
+TEST_F(Pair, WithoutExtensionsNothingButUpstreamsMessages) {
+  // A client that offers nothing (as upstream's): the host sends none of our messages.
+  host = std::make_unique<Host>(fab, opts());
+  ASSERT_TRUE(host->start());
+  NFRInitOpts o = opts(true, true, -1);  // upstream's order, no keepalive
+  client = std::make_unique<Client>(fab, o);
+  ASSERT_EQ(client->connect("192.0.2.1"), 0);
+  settle();
+  EXPECT_EQ(client->extensions(), kExtHostSizes);  // ours still asks for the sizes
+}
+
+TEST_F(Pair, KeepaliveFreesTheHostOfASilentClient) {
+  // The host: a keepalive every 10 ms, a client gone after 100 ms of silence. The client (its
+  // own period 10 s) stays quiet, as a killed one would.
+  host = std::make_unique<Host>(fab, opts(true, false, 0.01));
+  ASSERT_TRUE(host->start());
+  client = std::make_unique<Client>(fab, opts(true, false, 10));
+  ASSERT_EQ(client->connect("192.0.2.1"), 0);
+  settle();
+  EXPECT_TRUE(client->extensions() & kExtKeepalive);
+  fab.hold(5010, true);  // the client is killed: nothing of its comes any more
+  fab.hold(5011, true);
+  bool gone = false;
+  for (int i = 0; i < 2000000 && !gone; ++i) gone = host->process() == -ENOTCONN;
+  EXPECT_TRUE(gone);
+  EXPECT_GE(host->stats().peers_silent, 1u);
+  fab.hold(5010, false);
+  fab.hold(5011, false);
+  client.reset();
+  client = std::make_unique<Client>(fab, opts(true, false, 0.01));
+  ASSERT_EQ(client->connect("192.0.2.1"), 0);  // the slot is free again
+  for (int i = 0; i < 10; ++i) host->process();
+  EXPECT_TRUE(host->connected());
 }
 
 TEST_F(Pair, SecondClientIsRefusedFirstGoesOn) {
@@ -73,7 +111,7 @@ TEST_F(Pair, SecondClientIsRefusedFirstGoesOn) {
   EXPECT_EQ(host->send_data(1, msg, 4, 9), 0);
   ASSERT_TRUE(next_event());
   EXPECT_EQ(ev.udata, 9u);
-  EXPECT_EQ(host->stats().rejected, 1u);
+  EXPECT_EQ(host->stats().rejected, 2u);  // both of its channels (it asks for both at once)
 }
 
 TEST_F(Pair, SmallestFittingBufferAndTooLarge) {
@@ -91,8 +129,9 @@ TEST_F(Pair, SmallestFittingBufferAndTooLarge) {
   EXPECT_EQ(host->write_buffer(m, 0, 0, (1 << 20) + 1, 5, nullptr), -EINVAL);  // past the source
   std::vector<std::uint8_t> big((1 << 20) + 8);
   NFRMemory* bm = host->attach(big.data(), big.size(), 0);
-  EXPECT_EQ(host->write_buffer(bm, 0, 0, big.size(), 6, nullptr), -EMSGSIZE);
-  EXPECT_EQ(host->write_buffer(m, 0, (1 << 20) - 10, 20, 7, nullptr), -EMSGSIZE);  // offset
+  // None large enough: -ENOBUFS as upstream (it does not tell this from "all busy").
+  EXPECT_EQ(host->write_buffer(bm, 0, 0, big.size(), 6, nullptr), -ENOBUFS);
+  EXPECT_EQ(host->write_buffer(m, 0, (1 << 20) - 10, 20, 7, nullptr), -ENOBUFS);  // offset
   for (std::uint64_t want : {1u, 2u, 3u}) {
     ASSERT_TRUE(next_event());
     EXPECT_EQ(ev.type, NFR_CLIENT_EVENT_MEM_WRITE);
@@ -144,7 +183,8 @@ TEST_F(Pair, CreditsRunOutAndComeBack) {
   const std::uint8_t msg[16] = {};
   int sent = 0;
   while (host->send_data(0, msg, sizeof msg, static_cast<std::uint64_t>(sent)) == 0) ++sent;
-  EXPECT_EQ(sent, NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT);
+  // Upstream's rule: a datagram goes while at least the reserve is left.
+  EXPECT_EQ(sent, NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT + 1);
   EXPECT_EQ(host->send_data(0, msg, sizeof msg, 0), -EAGAIN);
   EXPECT_EQ(host->send_data(1, msg, sizeof msg, static_cast<std::uint64_t>(sent)),
             0);  // other channel
@@ -160,7 +200,7 @@ TEST_F(Pair, CreditsRunOutAndComeBack) {
     ++csent;
     host->process();
   }
-  EXPECT_EQ(csent, NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT);
+  EXPECT_EQ(csent, NETFR_CREDIT_COUNT - NETFR_RESERVED_CREDIT_COUNT + 1);
   std::uint8_t buf[64];
   std::uint32_t len = 4;
   std::uint64_t ud = 0;
@@ -191,13 +231,13 @@ TEST_F(Pair, StrictOrderWaitsForTheHeldChannel) {
   fab.hold(5010, false);
   ASSERT_TRUE(next_event());
   EXPECT_EQ(ev.type, NFR_CLIENT_EVENT_MEM_WRITE);
-  EXPECT_EQ(ev.serial, 0u);
+  EXPECT_EQ(ev.serial, 1u);
   ASSERT_TRUE(next_event());
   EXPECT_EQ(ev.udata, 1u);
-  EXPECT_EQ(ev.serial, 1u);
+  EXPECT_EQ(ev.serial, 2u);
 }
 
-TEST_F(Pair, RelaxedOrderDeliversWhatHasArrived) {
+TEST_F(Pair, UpstreamOrderDeliversWhatHasArrived) {
   connect(true);
   std::vector<std::uint8_t> cb(1 << 16), src(1 << 16, 0x5A);
   client->attach(cb.data(), cb.size(), 0);
@@ -209,20 +249,21 @@ TEST_F(Pair, RelaxedOrderDeliversWhatHasArrived) {
   ASSERT_EQ(host->send_data(1, cur, 8, 1), 0);
   ASSERT_TRUE(next_event());  // the cursor does not wait
   EXPECT_EQ(ev.udata, 1u);
-  EXPECT_EQ(ev.serial, 1u);
+  EXPECT_EQ(ev.serial, 1u);  // upstream's order: the channel's serial
+  EXPECT_EQ(ev.channelIndex, 1u);
   fab.hold(5010, false);
   ASSERT_TRUE(next_event());
   EXPECT_EQ(ev.type, NFR_CLIENT_EVENT_MEM_WRITE);
-  EXPECT_EQ(ev.serial, 0u);
+  EXPECT_EQ(ev.serial, 1u);
 }
 
 TEST_F(Pair, BadMessagesCloseTheConnectionAndAreCounted) {
   connect();
   settle();
   fab.inject_from_host(5011, std::vector<std::uint8_t>(20, 0x42));  // no magic
-  for (int i = 0; i < 10; ++i) client->process(&ev);
+  for (int i = 0; i < 10; ++i) client->process(-1, &ev);
   EXPECT_EQ(client->stats().bad_messages, 1u);
-  EXPECT_EQ(client->process(&ev), -ENOTCONN);
+  EXPECT_EQ(client->process(-1, &ev), -ENOTCONN);
   for (int i = 0; i < 10; ++i) host->process();
   EXPECT_FALSE(host->connected());  // the host saw the disconnect and waits for the next one
   EXPECT_EQ(host->stats().disconnects, 1u);
@@ -237,11 +278,38 @@ TEST_F(Pair, SerialGapFromTheHostIsAProtocolError) {
   settle();
   std::uint8_t buf[64];
   std::uint8_t payload[4] = {};
-  const auto n = encode(buf, Data{true, 0, 5, 0, {payload, 4}});  // channel serial 5, not 0
+  const auto n = encode(buf, Data{true, 1, 5, 0, {payload, 4}});  // channel serial 5, not 1
   fab.inject_from_host(5010, {buf, buf + n});
-  for (int i = 0; i < 10; ++i) client->process(&ev);
+  for (int i = 0; i < 10; ++i) client->process(-1, &ev);
   EXPECT_EQ(client->stats().protocol_errors, 1u);
-  EXPECT_EQ(client->process(&ev), -ENOTCONN);
+  EXPECT_EQ(client->process(-1, &ev), -ENOTCONN);
+}
+
+TEST_F(Pair, UpstreamHostsMessagesAreTaken) {
+  connect(true);  // upstream's order: no total order, no serial checks
+  std::vector<std::uint8_t> cb(4096);
+  client->attach(cb.data(), cb.size(), 0);
+  settle();
+  // Upstream's test/host's BufferUpdate as captured (protocol_test.cc kCapBufferUpdate: serials
+  // and padding unset, 0xa5), its payload size made to fit this 4 KiB buffer.
+  std::vector<std::uint8_t> bu = {0x4e, 0x65, 0x74, 0x46, 0x72, 0x61, 0x6d, 0x65, 0x01, 0x04,
+                                  0x00, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0x00, 0x10, 0x00, 0x00,
+                                  0x00, 0x00, 0x00, 0x00, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5,
+                                  0xa5, 0xa5, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+  fab.inject_from_host(5010, bu);
+  ASSERT_TRUE(next_event());
+  EXPECT_EQ(ev.type, NFR_CLIENT_EVENT_MEM_WRITE);
+  EXPECT_EQ(ev.payloadLength, 4096u);
+  // Upstream's nfrHostSendData sends its datagrams as ClientData (type 6): taken as the host's.
+  std::uint8_t buf[64];
+  const std::uint8_t payload[5] = {'c', 'u', 'r', 's', 'r'};
+  const auto n = encode(buf, Data{false, 1, 1, 7, {payload, 5}});
+  fab.inject_from_host(5011, {buf, buf + n});
+  ASSERT_TRUE(next_event());
+  EXPECT_EQ(ev.type, NFR_CLIENT_EVENT_DATA);
+  EXPECT_EQ(ev.udata, 7u);
+  EXPECT_EQ(std::memcmp(ev.inlineData, payload, 5), 0);
+  EXPECT_EQ(client->stats().protocol_errors, 0u);
 }
 
 TEST_F(Pair, BufferUpdateOutsideAdvertisedBufferIsRefused) {
@@ -252,9 +320,9 @@ TEST_F(Pair, BufferUpdateOutsideAdvertisedBufferIsRefused) {
   std::uint8_t buf[64];
   const auto n = encode(buf, BufferUpdate{0, 4000, 200, 0, 0, 0});  // 200 + 4000 > 4096
   fab.inject_from_host(5010, {buf, buf + n});
-  for (int i = 0; i < 10; ++i) client->process(&ev);
+  for (int i = 0; i < 10; ++i) client->process(-1, &ev);
   EXPECT_EQ(client->stats().protocol_errors, 1u);
-  EXPECT_EQ(client->process(&ev), -ENOTCONN);
+  EXPECT_EQ(client->process(-1, &ev), -ENOTCONN);
 }
 
 }  // namespace

@@ -4,14 +4,17 @@
  * followed by a SEND that names the buffer (nfrHostWriteBuffer), and exchanges small reliable
  * ordered datagrams with it both ways (nfr*SendData, nfrHostReadData, nfrClientProcess). A
  * connection has NETFR_CHANNEL_COUNT channels, each an RC QP set up with rdma_cm: channel 0,
- * primary (frames), and channel 1, secondary (cursor). Every message from the host carries a
- * connection-wide serial and a channel serial; the client delivers strictly in connection
- * serial order across both channels. docs/netfr.md describes the protocol.
+ * primary (frames), and channel 1, secondary (cursor). The messages on the wire are upstream
+ * NetFR's, byte for byte; docs/netfr.md describes the protocol.
+ *
+ * The names, arguments and behaviour follow upstream NetFR's C API (telescope-proj/netfr 45b215f,
+ * its netfr.h, netfr_host.h and netfr_client.h) where this stack can; docs/netfr.md lists what
+ * differs and why.
  *
  * Return values: 0 (or a count) on success, a negative errno value on failure: -EAGAIN no credit
- * (non-blocking mode) or nothing to do, -ENOTCONN no peer, -ENOBUFS no advertised buffer fits,
- * -EMSGSIZE message or buffer too large, -EINVAL bad argument, -ETIMEDOUT, -ECONNREFUSED the
- * host refused us (it already serves a client), -EPROTO the peer broke the protocol. */
+ * (non-blocking, the default) or nothing to do, -ENOTCONN no peer, -ENOBUFS no free advertised
+ * buffer fits or a datagram too long, -EMSGSIZE past the buffer size limit, -EINVAL bad
+ * argument, -ETIMEDOUT, -ECONNREFUSED the host refused us (it already serves a client). */
 #ifndef NETFR_NETFR_H
 #define NETFR_NETFR_H
 
@@ -25,11 +28,11 @@ extern "C" {
 #define NFR_ALIGN16 _Alignas(16)
 #endif
 
-/* ---- limits (the seed's values) ---- */
+/* ---- limits (upstream NetFR's values, telescope-proj/netfr 45b215f netfr_constants.h) ---- */
 #define NETFR_VERSION 1
 #define NETFR_MAGIC "NetFrame" /* 8 bytes, no terminator on the wire */
 #define NETFR_CALLBACK_USER_DATA_COUNT 8
-#define NETFR_MAX_MEM_REGIONS 40
+#define NETFR_MAX_MEM_REGIONS 32
 #define NETFR_TOTAL_CONTEXT_COUNT 128
 #define NETFR_CM_MESSAGE_MAX_SIZE 16
 #define NETFR_MESSAGE_MAX_SIZE 4096
@@ -46,11 +49,27 @@ typedef struct NFRHost* PNFRHost;
 typedef struct NFRClient* PNFRClient;
 typedef struct NFRMemory* PNFRMemory;
 
-/* A completion callback and the user data handed back to it. status: 0 or a negative errno. */
+/* Upstream's completion callback: called with the uData array of its NFRCallbackInfo (copied
+   when the operation was posted) once the operation is done; not called when it failed (the
+   connection went: nfr*Process reports that). */
+typedef void (*NFRCallback)(const void** uData);
 struct NFRCallbackInfo {
-  void (*callback)(const struct NFRCallbackInfo* info, int status);
+  NFRCallback callback;
   void* uData[NETFR_CALLBACK_USER_DATA_COUNT];
 };
+
+/* Upstream's log levels (nfrSetLogLevel): DEBUG and TRACE print connection events and
+   protocol errors on stderr. */
+enum {
+  NFR_LOG_LEVEL_TRACE,
+  NFR_LOG_LEVEL_DEBUG,
+  NFR_LOG_LEVEL_INFO,
+  NFR_LOG_LEVEL_WARNING,
+  NFR_LOG_LEVEL_ERROR,
+  NFR_LOG_LEVEL_FATAL,
+  NFR_LOG_LEVEL_OFF
+};
+void nfrSetLogLevel(int level);
 
 struct NFRInitOpts {
   /* The stack of this process. "attach=SOCKET[,port=NAME]": a client of the roced listening on
@@ -64,15 +83,24 @@ struct NFRInitOpts {
   const char* peer;
   /* rdma_cm TCP port of the primary channel; the secondary is port + 1. 0: 5010. */
   uint16_t port;
-  /* Non-zero: sends return -EAGAIN at zero credits instead of waiting. */
-  int nonBlocking;
-  /* Seconds to wait when blocking (connect, credits). 0: 10. */
+  /* 0 (default, upstream's behaviour): sends return -EAGAIN when the credits are down to the
+     reserve, buffer writes -ENOBUFS when no buffer is free. Non-zero: they wait (up to
+     timeoutSec) instead. */
+  int blocking;
+  /* Seconds to wait when blocking, and for the connection. 0: 10. */
   double timeoutSec;
-  /* Client: 0 (default) delivers strictly in the host's serial order across both channels (a
-     message waits for every earlier one); non-zero delivers the lowest serial among the
-     messages that have arrived (the seed's scan): a cursor update never waits for a frame still
-     on the wire, and messages present together still come lowest serial first. */
-  int relaxedOrder;
+  /* Client: 0 (default) delivers in upstream NetFR's order: each channel's messages in the order
+     the host sent them, the primary channel's first when both have one (a cursor update on the
+     secondary never waits for a frame; nothing orders the two channels). Non-zero asks the host
+     for connection-wide serials (an extension of ours, offered in the hello) and delivers
+     strictly in the host's order across both channels; a host that does not take it (upstream's)
+     leaves upstream's order. */
+  int totalOrder;
+  /* Keepalive (an extension of ours, offered in the hello, so upstream peers never see it): a
+     keepalive on each channel after this many seconds without a send, and the peer is dropped
+     after 10 such periods without a message (a killed client frees the host's slot). 0: 1 s;
+     negative: not offered (host: not taken). */
+  double keepaliveSec;
 };
 
 /* ---- host ---- */
@@ -84,7 +112,8 @@ int nfrHostInit(const struct NFRInitOpts* opts, PNFRHost* result);
 int nfrHostProcess(PNFRHost host);
 /* The number of clients connected on channel `index` (0 or 1: one client at a time). */
 int nfrHostClientsConnected(PNFRHost host, int index);
-/* Sends a datagram of up to NETFR_MESSAGE_MAX_PAYLOAD_SIZE bytes to the client. */
+/* Sends a datagram of 1 .. NETFR_MESSAGE_MAX_PAYLOAD_SIZE bytes to the client: -ENOBUFS when
+   longer, -EAGAIN when the channel's credits are down to the reserve (non-blocking). */
 int nfrHostSendData(PNFRHost host, int channelID, const void* data, uint32_t length,
                     uint64_t udata);
 /* Copies the oldest datagram of the client on channelID out: *maxLength in: the buffer's size,
@@ -98,13 +127,20 @@ int nfrHostReadData(PNFRHost host, int channelID, void* data, uint32_t* maxLengt
 PNFRMemory nfrHostAllocMemory(PNFRHost host, uint64_t size, uint8_t index);
 PNFRMemory nfrHostAttachMemfd(PNFRHost host, int fd, void* buffer, uint64_t size, uint8_t index);
 PNFRMemory nfrHostAttachMemory(PNFRHost host, void* buffer, uint64_t size, uint8_t index);
-/* Writes length bytes at localOffset of localMem to the smallest buffer the client advertised
-   on the memory's channel that holds remoteOffset + length, then notifies the client (buffer
-   update with udata). cbInfo (may be NULL): called once the notification is sent. Returns the
-   index of the chosen buffer; -ENOBUFS when every fitting buffer is busy, -EMSGSIZE when none
-   is large enough (nothing is written in either case). */
+/* Writes length bytes at localOffset of localMem to the smallest free buffer the client
+   advertised on the memory's channel that holds remoteOffset + length, then notifies the client
+   (a buffer update; its udata is 0, as upstream's). cbInfo (may be NULL): its callback runs
+   (from nfrHostProcess) once the notification is sent. Returns the index of the chosen buffer
+   (>= 0); -ENOBUFS when no free buffer fits (none large enough, or all busy: upstream does not
+   tell them apart), -EMSGSIZE past NETFR_MAX_BUFFER_SIZE; nothing is written then. */
 int nfrHostWriteBuffer(PNFRMemory localMem, uint64_t localOffset, uint64_t remoteOffset,
-                       uint64_t length, uint64_t udata, const struct NFRCallbackInfo* cbInfo);
+                       uint64_t length, struct NFRCallbackInfo* cbInfo);
+/* Ours: the same with the buffer update's udata (the client's event carries it). */
+int nfrHostWriteBufferUdata(PNFRMemory localMem, uint64_t localOffset, uint64_t remoteOffset,
+                            uint64_t length, uint64_t udata, const struct NFRCallbackInfo* cbInfo);
+/* Ours: the credits left on a channel (NETFR_CREDIT_COUNT when every datagram sent was
+   acknowledged), or a negative errno. */
+int nfrHostCredits(PNFRHost host, int channelID);
 /* The host's counters, one line of "name value" pairs (static buffer). */
 const char* nfrHostStats(PNFRHost host);
 void nfrHostFree(PNFRHost* host);
@@ -121,7 +157,7 @@ enum NFRClientEventType {
 struct NFRClientEvent {
   uint8_t type;
   uint8_t channelIndex;
-  uint32_t serial;        /* connection-wide: strictly increasing across both channels */
+  uint32_t serial;        /* total order: connection-wide; else the channel's serial */
   uint32_t channelSerial; /* per channel */
   PNFRMemory memRegion;   /* MEM_WRITE */
   uint32_t payloadOffset; /* MEM_WRITE: from the start of memRegion */
@@ -130,11 +166,23 @@ struct NFRClientEvent {
   NFR_ALIGN16 uint8_t inlineData[NETFR_MESSAGE_MAX_PAYLOAD_SIZE]; /* DATA */
 };
 
-/* Starts the stack and connects both channels to the host (opts->peer). */
-int nfrClientInit(const struct NFRInitOpts* opts, PNFRClient* result);
-/* Background work; fills *evt and returns 1 when the next message in serial order is there,
-   0 when none, negative on failure (-ENOTCONN: the host went away). */
-int nfrClientProcess(PNFRClient client, struct NFRClientEvent* evt);
+/* Starts the stack and starts connecting both channels (as upstream: nothing waits here) to the
+   host peerInfo->peer (or opts->peer when peerInfo or its peer is NULL), port peerInfo->port
+   (or opts->port). */
+int nfrClientInit(const struct NFRInitOpts* opts, const struct NFRInitOpts* peerInfo,
+                  PNFRClient* result);
+/* Upstream's connection step, non-blocking: -EAGAIN while connecting, 0 once both channels are
+   up (and while they stay up), -ECONNREFUSED when the host serves another client, -ENOTCONN
+   when the connection went, other negative values on failure. Free the client after a
+   failure. */
+int nfrClientConnect(PNFRClient client);
+/* Ours: nfrClientConnect until it is not -EAGAIN, for up to timeoutSec (-ETIMEDOUT). */
+int nfrClientConnectWait(PNFRClient client);
+/* Background work; fills *evt and returns 1 when a message is there, 0 when none, negative on
+   failure (-ENOTCONN: the host went away). index: -1 for both channels (upstream's order: the
+   primary channel's next message first; with totalOrder, the next in the host's order),
+   0 or 1 for that channel's next message only (not with totalOrder: -EINVAL). */
+int nfrClientProcess(PNFRClient client, int index, struct NFRClientEvent* evt);
 /* Advertises a buffer to the host on channel `index`: nfrClientAllocMemory allocates it from
    the stack (zero copy; the frames land at nfrMemoryPointer), nfrClientAttachMemfd registers
    the application's memfd `fd` mapped at `buffer` in place (zero copy; attached to a roced,
@@ -145,20 +193,37 @@ PNFRMemory nfrClientAllocMemory(PNFRClient client, uint64_t size, uint8_t index)
 PNFRMemory nfrClientAttachMemfd(PNFRClient client, int fd, void* buffer, uint64_t size,
                                 uint8_t index);
 PNFRMemory nfrClientAttachMemory(PNFRClient client, void* buffer, uint64_t size, uint8_t index);
+/* Upstream's name: nfrClientAllocMemory (the stack's memory is what DMA-BUFs are for there). */
+PNFRMemory nfrClientAllocDMABUF(PNFRClient client, uint64_t size, uint8_t index);
 /* The application is done with the data of a MEM_WRITE event: the host may write the buffer
-   again. */
+   again (the client advertises it anew). nfrAckBuffer is upstream's name. */
 int nfrClientBufferAck(PNFRClient client, PNFRMemory mem);
+void nfrAckBuffer(PNFRMemory mem);
 int nfrClientSendData(PNFRClient client, int channelID, const void* data, uint32_t length,
                       uint64_t udata);
 /* Sizes of the host's attached memory (from its buffer state message), 0-terminated; NULL
    before it arrived. */
 const uint64_t* nfrClientHostBufferSizes(PNFRClient client);
+int nfrClientCredits(PNFRClient client, int channelID);
 const char* nfrClientStats(PNFRClient client);
 void nfrClientFree(PNFRClient* client);
 
 /* Memory region helpers. */
 void* nfrMemoryPointer(PNFRMemory mem);
 uint64_t nfrMemorySize(PNFRMemory mem);
+/* Releases a region of a host or client and sets *mem to NULL: a client's buffer is withdrawn
+   from the host first (a buffer state of size 0). Memory the application attached stays its
+   own; memory of the stack's goes back to it. Not while a write into or from it is under way
+   (-EBUSY from nfrFreeMemoryChecked). nfrReleaseMemory is the name upstream's header also has. */
+void nfrFreeMemory(PNFRMemory* mem);
+void nfrReleaseMemory(PNFRMemory* mem);
+int nfrFreeMemoryChecked(PNFRMemory* mem);
+
+/* Threads: every function above may be called from any thread; they take one lock of the
+   process (all hosts and clients of a process share its stack), so calls from two threads (as
+   Looking Glass makes: its frame and cursor threads send and write while its main loop calls
+   nfr*Process) serialize. A blocking call waits with the lock held and keeps the stack going
+   for the others' connections meanwhile. Callbacks run under the lock and may call the API. */
 
 #ifdef __cplusplus
 }
