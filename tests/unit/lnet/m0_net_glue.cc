@@ -18,3 +18,14 @@ int lnet_fake_deliver(void* c, unsigned len) {
   return 0;
 }
 }
+extern "C" {
+/// A message of `len` bytes at `offset` into the oldest posted receive, the buffer kept queued
+/// (`still`: a multi-message buffer with room left). 0, or -1 when none is posted.
+int lnet_fake_deliver_at(void* c, unsigned len, unsigned offset, int still) {
+  auto* f = static_cast<roce::lnet::FakeContext*>(c);
+  const std::uint64_t id = f->oldest_recv();
+  if (id == 0) return -1;
+  f->deliver(id, len, offset, still != 0);
+  return 0;
+}
+}
