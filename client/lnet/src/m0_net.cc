@@ -406,7 +406,11 @@ int m0_net_buffer_add(struct m0_net_buffer* b, struct m0_net_transfer_mc* t) {
     if (!b->nb_desc.nbd_data || b->nb_desc.nbd_len == 0) return -EINVAL;
     nb->desc.assign(b->nb_desc.nbd_data, b->nb_desc.nbd_data + b->nb_desc.nbd_len);
   }
-  nb->cb = [b, t](const BufferEvent& ev) {
+  // A send holds a reference on its end point until its event has been delivered (Motr's
+  // m0_net_buffer_add gets nb_ep, the event post puts it): the application may put its own
+  // right after the add, and nb_ep stays valid in the callback.
+  m0_net_end_point* held = b->nb_qtype == M0_NET_QT_MSG_SEND ? b->nb_ep : nullptr;
+  nb->cb = [b, t, held](const BufferEvent& ev) {
     auto* n = static_cast<NetBuffer*>(b->nb_xprt_private);
     m0_net_buffer_event e{};
     e.nbe_buffer = b;
@@ -425,12 +429,20 @@ int m0_net_buffer_add(struct m0_net_buffer* b, struct m0_net_transfer_mc* t) {
     const auto q = static_cast<int>(ev.queue);
     if (b->nb_callbacks && b->nb_callbacks->nbc_cb[q]) b->nb_callbacks->nbc_cb[q](&e);
     if (e.nbe_ep) ep_put(e.nbe_ep);  // put after the callback, as Motr's event post does
+    if (held && !ev.keep_queued) ep_put(held);
   };
   b->nb_tm = t;
   b->nb_msgs_received = 0;
   b->nb_add_time = m0_time_now();
-  if (const int rc = c->tm->add(*nb, static_cast<QueueType>(b->nb_qtype))) return -rc;
-  b->nb_flags |= M0_NET_BUF_QUEUED;
+  if (held) m0_net_end_point_get(held);
+  // Set before the add: the event may be delivered (and the flag cleared) before it returns.
+  b->nb_flags = M0_NET_BUF_REGISTERED | M0_NET_BUF_QUEUED;
+  if (const int rc = c->tm->add(*nb, static_cast<QueueType>(b->nb_qtype))) {
+    b->nb_flags = M0_NET_BUF_REGISTERED;
+    nb->cb = nullptr;
+    if (held) ep_put(held);
+    return -rc;
+  }
   if (b->nb_qtype == M0_NET_QT_PASSIVE_BULK_RECV || b->nb_qtype == M0_NET_QT_PASSIVE_BULK_SEND) {
     std::free(b->nb_desc.nbd_data);
     b->nb_desc.nbd_len = static_cast<uint32_t>(nb->desc.size());
