@@ -254,6 +254,22 @@ int main(void) {
 
   m0_net_tm_fini(&tm);
   m0_net_tm_fini(&tm2);
+
+  /* Motr's state machine around start and stop: a start that fails leaves the Tm FAILED (no
+   * retry; fini it); a Tm never started may be stopped, with its STOPPED event. */
+  struct m0_net_transfer_mc tm3;
+  memset(&tm3, 0, sizeof tm3);
+  tm3.ntm_callbacks = &tm_cbs;
+  CHECK(m0_net_tm_init(&tm3, &dom) == 0);
+  CHECK(m0_net_tm_start(&tm3, "198.51.100.9@roce:0:4:5") == -EINVAL); /* not our NID */
+  CHECK(tm3.ntm_state == M0_NET_TM_FAILED && tm3.ntm_ep == NULL);
+  m0_net_tm_fini(&tm3);
+  CHECK(tm3.ntm_state == M0_NET_TM_UNDEFINED);
+  CHECK(m0_net_tm_init(&tm3, &dom) == 0);
+  CHECK(m0_net_tm_stop(&tm3, false) == 0);
+  CHECK(wait_for(&ev_stopped, 3));
+  CHECK(tm3.ntm_state == M0_NET_TM_STOPPED);
+  m0_net_tm_fini(&tm3);
   buf_teardown(&rb, &dom);
   buf_teardown(&xb, &dom);
   buf_teardown(&sb, &dom);
