@@ -279,16 +279,30 @@ int m0_net_tm_start(struct m0_net_transfer_mc* t, const char* addr) {
   if (!c || !addr || t->ntm_state != M0_NET_TM_INITIALIZED) return -EINVAL;
   t->ntm_state = M0_NET_TM_STARTING;
   const int rc = c->tm->start(addr);
-  if (rc != 0) t->ntm_state = M0_NET_TM_INITIALIZED;
+  if (rc != 0) t->ntm_state = M0_NET_TM_FAILED;  // as Motr's: no retry, fini it
   return -rc;
 }
 
 int m0_net_tm_stop(struct m0_net_transfer_mc* t, bool) {
   CTm* c = tm_of(t);
   if (!c) return -EINVAL;
-  if (t->ntm_state != M0_NET_TM_STARTED && t->ntm_state != M0_NET_TM_FAILED) return -EINVAL;
+  const m0_net_tm_state old = t->ntm_state;
+  if (old == M0_NET_TM_INITIALIZED) {  // never started: nothing to cancel, the event all the same
+    t->ntm_state = M0_NET_TM_STOPPING;
+    m0_net_tm_event e{};
+    e.nte_type = M0_NET_TEV_STATE_CHANGE;
+    e.nte_tm = t;
+    e.nte_time = m0_time_now();
+    e.nte_next_state = M0_NET_TM_STOPPED;
+    t->ntm_state = M0_NET_TM_STOPPED;
+    if (t->ntm_callbacks && t->ntm_callbacks->ntc_event_cb) t->ntm_callbacks->ntc_event_cb(&e);
+    return 0;
+  }
+  if (old != M0_NET_TM_STARTED && old != M0_NET_TM_FAILED) return -EINVAL;
   t->ntm_state = M0_NET_TM_STOPPING;
-  return -c->tm->stop();
+  const int rc = c->tm->stop();
+  if (rc != 0) t->ntm_state = old;
+  return -rc;
 }
 
 int m0_net_tm_stats_get(struct m0_net_transfer_mc* t, enum m0_net_queue_type qtype,
