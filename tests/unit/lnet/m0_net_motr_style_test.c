@@ -126,6 +126,13 @@ int main(void) {
   CHECK(m0_net_roce_domain_init(&dom, &o, fake1) == 0);
   CHECK(m0_net_roce_domain_init(&dom2, &o, fake2) == 0);
 
+  /* The domain's limits, which Motr's RPC layer reads to size its buffers. */
+  CHECK(m0_net_domain_get_max_buffer_segments(&dom) == 4);
+  CHECK(m0_net_domain_get_max_buffer_segment_size(&dom) >= 1024 * 1024);
+  CHECK(m0_net_domain_get_max_buffer_size(&dom) >=
+        m0_net_domain_get_max_buffer_segment_size(&dom));
+  CHECK(m0_net_domain_get_max_buffer_desc_size(&dom) >= 16);
+
   /* Init and start; Motr code waits for the STARTED event (on ntm_chan; here: the state). */
   tm.ntm_callbacks = &tm_cbs;
   tm2.ntm_callbacks = &tm_cbs;
@@ -214,6 +221,7 @@ int main(void) {
   pb.nb_qtype = M0_NET_QT_PASSIVE_BULK_RECV;
   CHECK(m0_net_buffer_add(&pb, &tm2) == 0);
   CHECK(pb.nb_desc.nbd_len != 0 && pb.nb_desc.nbd_data != NULL);
+  CHECK(pb.nb_desc.nbd_len <= m0_net_domain_get_max_buffer_desc_size(&dom2));
   buf_setup(&ab, &dom, 1, 8192);
   ab.nb_qtype = M0_NET_QT_ACTIVE_BULK_SEND;
   ab.nb_length = 8192;
