@@ -183,6 +183,13 @@ int m0_net_domain_init(struct m0_net_domain* dom, const struct m0_net_xprt* xprt
 int m0_net_roce_domain_init(struct m0_net_domain* dom, const struct m0_net_roce_options* opts,
                             void* context);
 void m0_net_domain_fini(struct m0_net_domain* dom);
+/** The domain's limits, as Motr's: 4 segments of at most 4 GiB - 1 each (the engine's SGE
+ * length); a descriptor of at most 335 bytes. (Memory quotas of roced bound what can actually
+ * be registered: 1 GiB per client by default.) */
+m0_bcount_t m0_net_domain_get_max_buffer_size(struct m0_net_domain* dom);
+m0_bcount_t m0_net_domain_get_max_buffer_segment_size(struct m0_net_domain* dom);
+int32_t m0_net_domain_get_max_buffer_segments(struct m0_net_domain* dom);
+m0_bcount_t m0_net_domain_get_max_buffer_desc_size(struct m0_net_domain* dom);
 
 int m0_net_tm_init(struct m0_net_transfer_mc* tm, struct m0_net_domain* dom);
 void m0_net_tm_fini(struct m0_net_transfer_mc* tm);

@@ -226,6 +226,19 @@ void m0_net_domain_fini(struct m0_net_domain* d) {
   d->nd_xprt = nullptr;
 }
 
+m0_bcount_t m0_net_domain_get_max_buffer_segment_size(struct m0_net_domain*) {
+  return UINT32_MAX;  // a segment is one SGE (and one descriptor entry): 32-bit lengths
+}
+int32_t m0_net_domain_get_max_buffer_segments(struct m0_net_domain*) { return 4; }
+m0_bcount_t m0_net_domain_get_max_buffer_size(struct m0_net_domain* d) {
+  return m0_net_domain_get_max_buffer_segment_size(d) *
+         static_cast<m0_bcount_t>(m0_net_domain_get_max_buffer_segments(d));
+}
+m0_bcount_t m0_net_domain_get_max_buffer_desc_size(struct m0_net_domain* d) {
+  // BulkDesc: a 16-byte head, the owner's address (at most 255 bytes), 16 bytes a segment.
+  return 16 + 255 + 16 * static_cast<m0_bcount_t>(m0_net_domain_get_max_buffer_segments(d));
+}
+
 int m0_net_tm_init(struct m0_net_transfer_mc* t, struct m0_net_domain* d) {
   CDomain* cd = dom_of(d);
   if (!t || !cd || t->ntm_xprt_private) return -EINVAL;
