@@ -1546,6 +1546,11 @@ int Tm::stop() {
   std::vector<NetBuffer*> to_pool;
   {
     std::lock_guard<std::mutex> g(mu_);
+    // Every buffer still queued is cancelled: a del each, as Motr's stop with abort counts them
+    // (those del() had cancelled already were counted then).
+    for (int i = 0; i < static_cast<int>(QueueType::kCount_); ++i)
+      for (const NetBuffer* nb : queues_[i])
+        if (!(nb->flags & kBufCancelled)) ++qstats_[i].dels;
     for (auto& [ep, c] : conns_) parked_.push_back(c);
     for (auto& c : closing_) parked_.push_back(c);
     closing_.clear();
