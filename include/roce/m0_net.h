@@ -193,9 +193,12 @@ m0_bcount_t m0_net_domain_get_max_buffer_desc_size(struct m0_net_domain* dom);
 
 int m0_net_tm_init(struct m0_net_transfer_mc* tm, struct m0_net_domain* dom);
 void m0_net_tm_fini(struct m0_net_transfer_mc* tm);
-/** The STARTED (or FAILED) event is posted before this returns, on this thread. */
+/** The STARTED (or FAILED) event is posted before this returns, on this thread. -errno: the
+ * Tm is M0_NET_TM_FAILED (as Motr's: fini it). */
 int m0_net_tm_start(struct m0_net_transfer_mc* tm, const char* addr);
-/** Cancels what is queued (-ECANCELED events), then the STOPPED event, on this thread. */
+/** Cancels what is queued (-ECANCELED events, each a del in the statistics), then the STOPPED
+ * event, on this thread; `abort` is ignored (always cancels). From M0_NET_TM_INITIALIZED: the
+ * STOPPED event only. */
 int m0_net_tm_stop(struct m0_net_transfer_mc* tm, bool abort);
 int m0_net_tm_stats_get(struct m0_net_transfer_mc* tm, enum m0_net_queue_type qtype,
                         struct m0_net_qstats* qs, bool reset);
@@ -210,8 +213,11 @@ void m0_net_end_point_put(struct m0_net_end_point* ep);
 
 int m0_net_buffer_register(struct m0_net_buffer* buf, struct m0_net_domain* dom);
 void m0_net_buffer_deregister(struct m0_net_buffer* buf, struct m0_net_domain* dom);
-/** -ETIME: nb_timeout is in the past. */
+/** -ETIME: nb_timeout is in the past. A send holds a reference on nb_ep until its callback has
+ * returned. */
 int m0_net_buffer_add(struct m0_net_buffer* buf, struct m0_net_transfer_mc* tm);
+/** True when queued. A M0_NET_QT_MSG_RECV buffer already given to the engine comes back only
+ * with its next message or at m0_net_tm_stop (docs/client-api.md). */
 bool m0_net_buffer_del(struct m0_net_buffer* buf, struct m0_net_transfer_mc* tm);
 
 int m0_net_desc_copy(const struct m0_net_buf_desc* from_desc, struct m0_net_buf_desc* to_desc);
