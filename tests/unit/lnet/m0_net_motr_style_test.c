@@ -88,15 +88,14 @@ static void abulk_cb(const struct m0_net_buffer_event* ev) {
   note(&s_abulk, ev);
   ++s_abulk.n;
 }
-static const struct m0_net_buffer_callbacks buf_cbs = {
-    .nbc_cb = {
-        [M0_NET_QT_MSG_RECV] = recv_cb,
-        [M0_NET_QT_MSG_SEND] = send_cb,
-        [M0_NET_QT_PASSIVE_BULK_RECV] = pbulk_cb,
-        [M0_NET_QT_PASSIVE_BULK_SEND] = pbulk_cb,
-        [M0_NET_QT_ACTIVE_BULK_RECV] = abulk_cb,
-        [M0_NET_QT_ACTIVE_BULK_SEND] = abulk_cb,
-    }};
+static const struct m0_net_buffer_callbacks buf_cbs = {.nbc_cb = {
+                                                           [M0_NET_QT_MSG_RECV] = recv_cb,
+                                                           [M0_NET_QT_MSG_SEND] = send_cb,
+                                                           [M0_NET_QT_PASSIVE_BULK_RECV] = pbulk_cb,
+                                                           [M0_NET_QT_PASSIVE_BULK_SEND] = pbulk_cb,
+                                                           [M0_NET_QT_ACTIVE_BULK_RECV] = abulk_cb,
+                                                           [M0_NET_QT_ACTIVE_BULK_SEND] = abulk_cb,
+                                                       }};
 
 static void buf_setup(struct m0_net_buffer* nb, struct m0_net_domain* dom, uint32_t segs,
                       m0_bcount_t seg_size) {
@@ -129,8 +128,7 @@ int main(void) {
   /* The domain's limits, which Motr's RPC layer reads to size its buffers. */
   CHECK(m0_net_domain_get_max_buffer_segments(&dom) == 4);
   CHECK(m0_net_domain_get_max_buffer_segment_size(&dom) >= 1024 * 1024);
-  CHECK(m0_net_domain_get_max_buffer_size(&dom) >=
-        m0_net_domain_get_max_buffer_segment_size(&dom));
+  CHECK(m0_net_domain_get_max_buffer_size(&dom) >= m0_net_domain_get_max_buffer_segment_size(&dom));
   CHECK(m0_net_domain_get_max_buffer_desc_size(&dom) >= 16);
 
   /* Init and start; Motr code waits for the STARTED event (on ntm_chan; here: the state). */
