@@ -125,6 +125,11 @@ int main(void) {
   CHECK(m0_net_roce_domain_init(&dom, &o, fake1) == 0);
   CHECK(m0_net_roce_domain_init(&dom2, &o, fake2) == 0);
 
+  /* lib/time.h's m0_time_from_now, as net/ut sets its deadlines. */
+  const m0_time_t t0 = m0_time_now();
+  const m0_time_t t1 = m0_time_from_now(2, 5);
+  CHECK(t1 >= t0 + 2000000005ull && t1 < t0 + 3000000000ull);
+
   /* The domain's limits, which Motr's RPC layer reads to size its buffers. */
   CHECK(m0_net_domain_get_max_buffer_segments(&dom) == 4);
   CHECK(m0_net_domain_get_max_buffer_segment_size(&dom) >= 1024 * 1024);
@@ -171,7 +176,7 @@ int main(void) {
   buf_setup(&xb, &dom, 1, 1024);
   xb.nb_qtype = M0_NET_QT_PASSIVE_BULK_SEND;
   xb.nb_length = 1024;
-  xb.nb_timeout = m0_time_now() + 30 * 1000000ull;
+  xb.nb_timeout = m0_time_from_now(0, 30 * 1000000);
   CHECK(m0_net_buffer_add(&xb, &tm) == 0);
   CHECK(wait_for(&s_pbulk.n, 1));
   CHECK(s_pbulk.status == -ETIMEDOUT);
