@@ -23,6 +23,8 @@ typedef uint64_t m0_time_t;
 #define M0_TIME_NEVER UINT64_MAX
 /** Now, in m0_time_t. */
 m0_time_t m0_time_now(void);
+/** Now plus `secs` seconds and `ns` nanoseconds, as Motr's (for nb_timeout). */
+m0_time_t m0_time_from_now(uint64_t secs, long ns);
 
 struct m0_vec {
   uint32_t v_nr;

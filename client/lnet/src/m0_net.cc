@@ -133,6 +133,10 @@ m0_time_t m0_time_now(void) {
   return static_cast<m0_time_t>(ts.tv_sec) * 1000000000ull + static_cast<m0_time_t>(ts.tv_nsec);
 }
 
+m0_time_t m0_time_from_now(uint64_t secs, long ns) {
+  return m0_time_now() + secs * 1000000000ull + static_cast<m0_time_t>(ns);
+}
+
 int m0_bufvec_alloc(struct m0_bufvec* bv, uint32_t num_segs, m0_bcount_t seg_size) {
   if (!bv || num_segs == 0 || seg_size == 0) return -EINVAL;
   const std::size_t len = static_cast<std::size_t>(num_segs) * seg_size;
