@@ -109,6 +109,22 @@ struct NaaServer::KernelPool {
     cv.notify_one();
     return true;
   }
+  /// Takes the calls of `conn` that no kernel has started yet out of the queue (their host is
+  /// gone): they give their place back and, once the caller lets them go, their memory. A
+  /// kernel already running goes on (kernels run to completion) and is dropped when done.
+  std::vector<std::unique_ptr<KernelJob>> cancel(ConnId conn) {
+    std::vector<std::unique_ptr<KernelJob>> gone;
+    std::lock_guard<std::mutex> g(mu);
+    for (auto it = in.begin(); it != in.end();)
+      if ((*it)->conn == conn) {
+        gone.push_back(std::move(*it));
+        it = in.erase(it);
+        --in_flight;
+      } else {
+        ++it;
+      }
+    return gone;
+  }
   void take_done(std::vector<std::unique_ptr<KernelJob>>& to) {
     std::lock_guard<std::mutex> g(mu);
     in_flight -= out.size();
@@ -321,6 +337,9 @@ void NaaServer::drop_host(ConnId c, const std::string& why) {
   }
   Host& h = *it->second;
   log(h, why + " after " + std::to_string(h.calls) + " calls");
+  // A call not started yet goes with its host: a host that calls and disconnects, again and
+  // again, must not fill the queue (and hold NAA memory) for the hosts that stay.
+  if (h.running && pool_) pool_->cancel(c);
   stack_.disconnect(c);  // the QP goes first: nothing lands in the memory any more
   free_regions(h);
   free_messages(h);

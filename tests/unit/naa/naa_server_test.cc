@@ -521,6 +521,32 @@ TEST_F(NaaKernelThreads, AHostGoneOrRemappedDuringItsCallLeavesTheKernelItsMemor
   EXPECT_EQ(stack.sent.size(), sent);  // and nothing goes to a host that is gone
 }
 
+TEST_F(NaaKernelThreads, AHostGoneBeforeItsKernelStartsLeavesNoQueuedCall) {
+  // Hostile: call a long kernel, disconnect, reconnect, call again. A call whose host is gone
+  // before its kernel started must leave the queue (and free its memory), or a single host fills
+  // the queue with orphans and every other host is answered 0x01 for as long as they run.
+  NaaConfig cfg;
+  cfg.kernel_queue = 2;
+  make(cfg, gate.registry());
+  const ConnId a = calling_host();  // running
+  const ConnId b = calling_host();  // queued behind A
+  EXPECT_EQ(server->kernels_in_flight(), 2u);
+  const int memory_with_b = stack.allocated;
+  stack.events.push_back({ConnEvent::kDisconnected, b, {}});
+  server->step();
+  EXPECT_EQ(server->kernels_in_flight(), 1u) << "B's queued call outlived B";
+  EXPECT_LT(stack.allocated, memory_with_b - 1) << "B's NAA memory is held by its queued call";
+  const ConnId c = calling_host();  // takes B's place in the queue
+  EXPECT_TRUE(answers(c).empty()) << "C was answered busy: the queue is full of a gone host";
+  EXPECT_EQ(server->stats().calls_busy, 0u);
+  gate.open = true;
+  server->drain_kernels();
+  ASSERT_EQ(answers(a).size(), 1u);
+  ASSERT_EQ(answers(c).size(), 1u);
+  EXPECT_EQ(answers(c)[0].wr.imm, 0u);
+  EXPECT_EQ(gate.entered, 2) << "the kernel ran for a host that was gone before it started";
+}
+
 TEST_F(NaaKernelThreads, OnlySmallLinearKernelsRunOnThePollLoop) {
   // Kernel 101 records the thread it ran on; linear, as echo and vector_add are.
   std::thread::id ran_on;
