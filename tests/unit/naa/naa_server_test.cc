@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -766,6 +767,34 @@ TEST_F(NaaServerTest, UpstreamInternalRegionsAreNotParameters) {
   step();
   EXPECT_EQ(stack.sent.back().wr.imm, status_imm(kRpcUnknownFunction));
   EXPECT_EQ(server->hosts(), 1u);
+}
+
+TEST_F(NaaServerTest, AHostCannotFloodTheLog) {
+  // Hostile: thousands of calls of an unknown function, of function 0, and failing MRSP
+  // requests, each a small packet. Every one is answered and counted, but the log (printf and
+  // fflush on the poll loop, a disk behind it) takes a bounded number of lines per host.
+  const ConnId c = connect_host();
+  stack.deliver_send(c, bytes(upstream_request({{kIn, 64}, {kIn | kOut, 64}})));
+  step();
+  ASSERT_TRUE(std::holds_alternative<Advertise>(last_mrsp(c)));
+  testing::internal::CaptureStdout();
+  for (int i = 0; i < 2000; ++i) {
+    stack.deliver_imm(c, i % 2 ? encode_call_imm(0x77, 0) : 0);
+    step();
+  }
+  for (int i = 0; i < 500; ++i) {
+    stack.deliver_send(c, bytes(upstream_request({{kIn | kOut, 1u << 30}})));
+    step();
+  }
+  const std::string out = testing::internal::GetCapturedStdout();
+  const auto lines = std::count(out.begin(), out.end(), '\n');
+  EXPECT_LE(lines, 40) << out.substr(0, 400);
+  EXPECT_EQ(server->stats().statuses.at(kRpcUnknownFunction), 1000u);
+  EXPECT_EQ(server->stats().mrsp_errors.at(0x01), 500u);
+  EXPECT_EQ(server->hosts(), 1u);
+  // The suppression is counted, and said once.
+  EXPECT_NE(out.find("not logged"), std::string::npos) << out.substr(0, 400);
+  EXPECT_GT(server->stats().log_suppressed, 0u);
 }
 
 TEST_F(NaaServerTest, SeedLayoutAnswersAreSolicitedToo) {
