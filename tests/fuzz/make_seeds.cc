@@ -508,6 +508,24 @@ void naa_server_seeds(const fs::path& out) {
   c.add(two);
 }
 
+// ---- the NAAICE host library against a hostile NAA (tests/fuzz/naaice_host.cc) -------------
+void naaice_host_seeds(const fs::path& out) {
+  Corpus c(out, "naaice_host");
+  // Two regions of 64 and 128 bytes, both input and output, function 1: MRSP, an
+  // advertisement from fields (op 2, bit 0 set), a poll, a call, the result, poll.
+  Writer one;
+  one.u8(1).u8(0).u8(63).u8(127).u8(0).u8(0x33);
+  one.u8(0).u8(2).u8(1).u8(2).u16(64).u16(128).u8(7).u8(1).u8(7).u8(3).u32(0x300).u32(128);
+  one.u8(7).u8(1).u8(7);
+  c.add(one);
+  // Three regions and an internal one, single send: an MRSP error (raw bytes), then again.
+  Writer two;
+  two.u8(2).u8(1).u8(15).u8(15).u8(15).u8(3).u8(0x85);
+  two.u8(0).u8(2).u8(0).u16(4).u8(0).u8(1).u8(0).u8(0).u8(7);
+  two.u8(0).u8(2).u8(1).u8(3).u16(16).u16(16).u16(16).u8(7).u8(1).u8(6).u8(7);
+  c.add(two);
+}
+
 // ---- LNet control messages (client/lnet) ----------------------------------------------------
 void lnet_control_seeds(const fs::path& out) {
   Corpus c(out, "lnet_control");
@@ -913,6 +931,7 @@ int main(int argc, char** argv) {
   perf_seeds(out);
   mrsp_seeds(out);
   naa_server_seeds(out);
+  naaice_host_seeds(out);
   lnet_control_seeds(out);
   rpcrdma_seeds(out);
   nfs_server_seeds(out);

@@ -14,6 +14,7 @@
 #include "apps/naa/naa_server.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
