@@ -36,7 +36,14 @@ bool IbverbsStack::ensure_device(rdma_cm_id* id) {
   if (pd_) return true;
   if (!id || !id->verbs) return false;
   pd_ = ibv_alloc_pd(id->verbs);
-  cq_ = pd_ ? ibv_create_cq(id->verbs, 4096, nullptr, nullptr, 0) : nullptr;
+  // As large as the device allows (rxe: 32767), up to 64 Ki entries: about 960 hosts' QPs of
+  // the NAA's sizes (64 + 4 entries); prepare() refuses QPs beyond it.
+  ibv_device_attr attr{};
+  const int max_cqe =
+      ibv_query_device(id->verbs, &attr) == 0 && attr.max_cqe > 0 ? attr.max_cqe : 4096;
+  cq_depth_ = static_cast<std::uint64_t>(std::min(max_cqe, 65536));
+  cq_ = pd_ ? ibv_create_cq(id->verbs, static_cast<int>(cq_depth_), nullptr, nullptr, 0) : nullptr;
+  if (cq_) cq_depth_ = static_cast<std::uint64_t>(cq_->cqe);
   return pd_ && cq_;
 }
 
@@ -111,8 +118,17 @@ bool IbverbsStack::prepare(ConnId c, const QpSizes& s) {
   qa.cap.max_recv_wr = s.recv;
   qa.cap.max_send_sge = 1;
   qa.cap.max_recv_sge = 1;
+  if (cq_used_ + s.send + s.recv > cq_depth_) return false;  // the CQ is spoken for
   ibv_pd* pd = pd_for(c);
   if (!pd || rdma_create_qp(it->second, pd, &qa)) return false;
+  // The provider may round the queues up: count what it made.
+  const std::uint64_t share = std::uint64_t{qa.cap.max_send_wr} + qa.cap.max_recv_wr;
+  if (cq_used_ + share > cq_depth_) {
+    rdma_destroy_qp(it->second);
+    return false;
+  }
+  cq_used_ += share;
+  cq_share_[c] = share;
   by_qpn_[it->second->qp->qp_num] = c;
   return true;
 }
@@ -184,6 +200,10 @@ void IbverbsStack::disconnect(ConnId c) {
   if (id->qp) {
     by_qpn_.erase(id->qp->qp_num);
     rdma_destroy_qp(id);
+  }
+  if (const auto sh = cq_share_.find(c); sh != cq_share_.end()) {
+    cq_used_ -= sh->second;
+    cq_share_.erase(sh);
   }
   by_id_.erase(id);
   conns_.erase(it);

@@ -54,7 +54,13 @@ class IbverbsStack : public Stack {
   std::map<ConnId, ibv_pd*> pds_;  ///< a passive connection's own PD (its QP and its MRs)
   std::vector<ibv_pd*> retired_;   ///< PDs of connections gone, MRs still registered
   std::set<ConnId> active_;        ///< connections this side made (connect)
+  /// One CQ for every connection: each QP may fill it with as many completions as it has
+  /// entries (a QP in error flushes them all), so prepare() refuses a QP whose entries no longer
+  /// fit (the host is rejected) instead of letting many hosts overflow it (a CQ overflow is an
+  /// asynchronous error that breaks every connection).
   ibv_cq* cq_ = nullptr;
+  std::uint64_t cq_depth_ = 0, cq_used_ = 0;
+  std::map<ConnId, std::uint64_t> cq_share_;  ///< a connection's QP entries, counted in cq_used_
   std::map<ConnId, rdma_cm_id*> conns_;
   std::map<rdma_cm_id*, ConnId> by_id_;
   std::map<std::uint32_t, ConnId> by_qpn_;

@@ -27,6 +27,10 @@ namespace {
 constexpr unsigned kRxSlots = 2;
 constexpr std::uint64_t kArenaAlign = 4096;  ///< where "anywhere" regions are placed
 constexpr std::uint64_t kTxId = 1ull << 40;  ///< wr_id of our sends and writes
+/// log_often: lines per host and window (a hostile host's small packets must not become a
+/// stream of printf and fflush on the poll loop, and of disk behind it).
+constexpr std::uint32_t kLogBurst = 16;
+constexpr std::uint64_t kLogWindowNs = 10'000'000'000ull;
 
 std::uint64_t mono_ns() {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -108,6 +112,22 @@ struct NaaServer::KernelPool {
     }
     cv.notify_one();
     return true;
+  }
+  /// Takes the calls of `conn` that no kernel has started yet out of the queue (their host is
+  /// gone): they give their place back and, once the caller lets them go, their memory. A
+  /// kernel already running goes on (kernels run to completion) and is dropped when done.
+  std::vector<std::unique_ptr<KernelJob>> cancel(ConnId conn) {
+    std::vector<std::unique_ptr<KernelJob>> gone;
+    std::lock_guard<std::mutex> g(mu);
+    for (auto it = in.begin(); it != in.end();)
+      if ((*it)->conn == conn) {
+        gone.push_back(std::move(*it));
+        it = in.erase(it);
+        --in_flight;
+      } else {
+        ++it;
+      }
+    return gone;
   }
   void take_done(std::vector<std::unique_ptr<KernelJob>>& to) {
     std::lock_guard<std::mutex> g(mu);
@@ -205,6 +225,27 @@ void NaaServer::log(const Host& h, const std::string& msg) const {
   std::printf("naa: host %s (conn %llu): %s\n", h.peer.c_str(),
               static_cast<unsigned long long>(h.conn), msg.c_str());
   std::fflush(stdout);
+}
+
+void NaaServer::log_often(Host& h, const std::string& msg) {
+  const std::uint64_t now = mono_ns();
+  if (h.log_window_ns == 0 || now - h.log_window_ns > kLogWindowNs) {
+    if (h.suppressed)
+      log(h, std::to_string(h.suppressed) + " more call or MRSP errors were not logged");
+    h.log_window_ns = now;
+    h.logged = 0;
+    h.suppressed = 0;
+  }
+  if (h.logged < kLogBurst) {
+    ++h.logged;
+    log(h, msg);
+    if (h.logged == kLogBurst)
+      log(h, "further call and MRSP errors of this host are counted, not logged, for " +
+                 std::to_string(kLogWindowNs / 1'000'000'000ull) + " s");
+    return;
+  }
+  ++h.suppressed;
+  ++stats_.log_suppressed;
 }
 
 bool NaaServer::step() {
@@ -321,6 +362,9 @@ void NaaServer::drop_host(ConnId c, const std::string& why) {
   }
   Host& h = *it->second;
   log(h, why + " after " + std::to_string(h.calls) + " calls");
+  // A call not started yet goes with its host: a host that calls and disconnects, again and
+  // again, must not fill the queue (and hold NAA memory) for the hosts that stay.
+  if (h.running && pool_) pool_->cancel(c);
   stack_.disconnect(c);  // the QP goes first: nothing lands in the memory any more
   free_regions(h);
   free_messages(h);
@@ -383,8 +427,8 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
   std::vector<std::uint8_t> out;
   auto answer_error = [&](MrspError e, const std::string& why) {
     ++stats_.mrsp_errors[static_cast<std::uint8_t>(e)];
-    log(h, "MRSP error " + hex(static_cast<unsigned>(e)) + " (" + std::string(to_string(e)) +
-               "): " + why);
+    log_often(h, "MRSP error " + hex(static_cast<unsigned>(e)) + " (" + std::string(to_string(e)) +
+                     "): " + why);
     out.clear();
     encode(ErrorMsg{static_cast<std::uint8_t>(e)}, out);
     std::memcpy(h.tx, out.data(), out.size());
@@ -516,8 +560,8 @@ void NaaServer::on_mrsp(Host& h, std::span<const std::uint8_t> msg) {
   std::memcpy(h.tx, out.data(), out.size());
   ++stats_.mrsp_ok;
   if (cfg_.verbose)
-    log(h, "MRSP: " + std::to_string(h.regions.size()) + " regions, " + std::to_string(extent) +
-               " bytes of NAA memory");
+    log_often(h, "MRSP: " + std::to_string(h.regions.size()) + " regions, " +
+                     std::to_string(extent) + " bytes of NAA memory");
   send_mrsp(h, out.size());
 }
 
@@ -533,7 +577,7 @@ void NaaServer::on_call(Host& h, std::uint32_t imm) {
   const std::uint32_t fncode = h.layout == Layout::kUpstream ? decode_call_imm(imm).fncode : imm;
   if (fncode == 0) {
     // NAAICE: function code 0 is the host telling of an error on its side; nothing to run.
-    log(h, "function code 0 (a host-side error): nothing run");
+    log_often(h, "function code 0 (a host-side error): nothing run");
     return;
   }
   std::size_t ret = 0;  // seed layout: index into h.data of the return region
@@ -589,8 +633,8 @@ void NaaServer::answer(Host& h, std::uint32_t fncode, const KernelResult& r, std
   ++stats_.statuses[r.status];
   if (r.status != 0) ++stats_.calls_failed;
   if (cfg_.verbose || r.status != 0)
-    log(h, "call " + std::to_string(h.calls) + " function " + std::to_string(fncode) + ": " +
-               rpc_status_string(r.status));
+    log_often(h, "call " + std::to_string(h.calls) + " function " + std::to_string(fncode) + ": " +
+                     rpc_status_string(r.status));
   // What goes back, in order (indexes into h.data); the last of them carries the immediate.
   std::vector<std::size_t> writes;
   std::size_t target = 0;  // where the WRITE_WITH_IMM goes
@@ -680,7 +724,7 @@ std::string NaaServer::report() const {
     << stats_.calls_busy;
   for (const auto& [s, n] : stats_.statuses) o << ", status " << hex(s) << ": " << n;
   o << "\nbytes in " << stats_.bytes_in << ", out " << stats_.bytes_out << ", transport errors "
-    << stats_.transport_errors << "\n";
+    << stats_.transport_errors << ", log lines suppressed " << stats_.log_suppressed << "\n";
   return o.str();
 }
 

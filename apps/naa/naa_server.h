@@ -75,6 +75,8 @@ struct NaaStats {
   std::map<std::uint8_t, std::uint64_t> mrsp_errors;  ///< by MRSP error code
   std::map<std::uint32_t, std::uint64_t> statuses;    ///< by completion status
   std::uint64_t bytes_in = 0, bytes_out = 0, transport_errors = 0, hosts_expired = 0;
+  /// Per-message log lines (call and MRSP errors) not printed: a host's budget was spent.
+  std::uint64_t log_suppressed = 0;
 };
 
 /// A host's NAA memory, from the stack (Stack::alloc: shared memory when attached to a roced):
@@ -146,6 +148,9 @@ class NaaServer {
     std::uint64_t calls = 0;
     std::uint64_t last_active_ns = 0;
     std::uint64_t receives_due_ns = 0;  ///< late_receives_ms: when to post them
+    std::uint64_t log_window_ns = 0;    ///< log_often: when this host's window began
+    std::uint32_t logged = 0;           ///< lines in the window
+    std::uint64_t suppressed = 0;       ///< lines not printed in the window
   };
 
   void on_event(const ConnEvent& e);
@@ -169,6 +174,9 @@ class NaaServer {
   void drop_host(ConnId c, const std::string& why);
   bool post_rx(Host& h, unsigned slot);
   void log(const Host& h, const std::string& msg) const;
+  /// A line about one of the host's messages (a call's error, an MRSP error): each is a packet
+  /// of the host's, so at most a few lines per host and window; the rest are counted.
+  void log_often(Host& h, const std::string& msg);
   void expire_idle();
   void post_late_receives();
   std::uint64_t last_expiry_check_ns_ = 0;

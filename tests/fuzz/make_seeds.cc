@@ -469,6 +469,63 @@ void mrsp_seeds(const fs::path& out) {
   c.add(b);
 }
 
+// ---- the NAA server against hostile hosts (tests/fuzz/naa_server.cc's op stream) --------------
+void naa_server_seeds(const fs::path& out) {
+  Corpus c(out, "naa_server");
+  // An advertisement+request op: host, count - 1, then per region flags, where (0: address 0;
+  // 96..223: a u32 address follows), size class (0: a u16 size follows).
+  auto req = [](Writer& w, unsigned host, std::initializer_list<std::pair<unsigned, unsigned>> r,
+                std::uint32_t second_at) {
+    w.u8(1).u8(host).u8(r.size() - 1);
+    unsigned i = 0;
+    for (const auto& [flags, size] : r) {
+      w.u8(flags);
+      if (i++ == 1 && second_at)
+        w.u8(100).u32(second_at);
+      else
+        w.u8(0);
+      w.u8(0).u16(size);
+    }
+  };
+  // Upstream's naaice_client 2 '1024 64': a write, function 3, again, function 1.
+  Writer up;
+  up.u8(0x41).u8(0);
+  req(up, 0, {{0x06, 1024}, {0x0C, 64}}, 0x1000);
+  up.u8(4).u8(0).u8(1).u16(0).u16(64).u8(9).u8(3).u8(0).u8(3).u8(7).u8(3).u8(0).u8(1);
+  c.add(up);
+  // The seed layout: metadata region, two parameters, vector_add's code.
+  Writer seed;
+  seed.u8(0x00).u8(0);
+  req(seed, 0, {{0, 8}, {0, 64}, {0, 64}}, 0);
+  seed.u8(4).u8(0).u8(0).u16(0).u16(8).u8(1).u8(3).u8(0).u8(8).u8(7);
+  c.add(seed);
+  // Two hosts on the kernel threads, calls, a disconnect during a call.
+  Writer two;
+  two.u8(0x61).u8(0).u8(0);
+  req(two, 0, {{0x04, 16}, {0x04, 16}, {0x08, 16}}, 0);
+  req(two, 1, {{0x05, 64}, {0x0C, 12}}, 0x2000);
+  two.u8(3).u8(0).u8(7).u8(3).u8(1).u8(5).u8(5).u8(0).u8(7).u8(3).u8(1).u8(5).u8(7);
+  c.add(two);
+}
+
+// ---- the NAAICE host library against a hostile NAA (tests/fuzz/naaice_host.cc) -------------
+void naaice_host_seeds(const fs::path& out) {
+  Corpus c(out, "naaice_host");
+  // Two regions of 64 and 128 bytes, both input and output, function 1: MRSP, an
+  // advertisement from fields (op 2, bit 0 set), a poll, a call, the result, poll.
+  Writer one;
+  one.u8(1).u8(0).u8(63).u8(127).u8(0).u8(0x33);
+  one.u8(0).u8(2).u8(1).u8(2).u16(64).u16(128).u8(7).u8(1).u8(7).u8(3).u32(0x300).u32(128);
+  one.u8(7).u8(1).u8(7);
+  c.add(one);
+  // Three regions and an internal one, single send: an MRSP error (raw bytes), then again.
+  Writer two;
+  two.u8(2).u8(1).u8(15).u8(15).u8(15).u8(3).u8(0x85);
+  two.u8(0).u8(2).u8(0).u16(4).u8(0).u8(1).u8(0).u8(0).u8(7);
+  two.u8(0).u8(2).u8(1).u8(3).u16(16).u16(16).u16(16).u8(7).u8(1).u8(6).u8(7);
+  c.add(two);
+}
+
 // ---- LNet control messages (client/lnet) ----------------------------------------------------
 void lnet_control_seeds(const fs::path& out) {
   Corpus c(out, "lnet_control");
@@ -873,6 +930,8 @@ int main(int argc, char** argv) {
   cm_seeds(out);
   perf_seeds(out);
   mrsp_seeds(out);
+  naa_server_seeds(out);
+  naaice_host_seeds(out);
   lnet_control_seeds(out);
   rpcrdma_seeds(out);
   nfs_server_seeds(out);

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -521,6 +522,32 @@ TEST_F(NaaKernelThreads, AHostGoneOrRemappedDuringItsCallLeavesTheKernelItsMemor
   EXPECT_EQ(stack.sent.size(), sent);  // and nothing goes to a host that is gone
 }
 
+TEST_F(NaaKernelThreads, AHostGoneBeforeItsKernelStartsLeavesNoQueuedCall) {
+  // Hostile: call a long kernel, disconnect, reconnect, call again. A call whose host is gone
+  // before its kernel started must leave the queue (and free its memory), or a single host fills
+  // the queue with orphans and every other host is answered 0x01 for as long as they run.
+  NaaConfig cfg;
+  cfg.kernel_queue = 2;
+  make(cfg, gate.registry());
+  const ConnId a = calling_host();  // running
+  const ConnId b = calling_host();  // queued behind A
+  EXPECT_EQ(server->kernels_in_flight(), 2u);
+  const int memory_with_b = stack.allocated;
+  stack.events.push_back({ConnEvent::kDisconnected, b, {}});
+  server->step();
+  EXPECT_EQ(server->kernels_in_flight(), 1u) << "B's queued call outlived B";
+  EXPECT_LT(stack.allocated, memory_with_b - 1) << "B's NAA memory is held by its queued call";
+  const ConnId c = calling_host();  // takes B's place in the queue
+  EXPECT_TRUE(answers(c).empty()) << "C was answered busy: the queue is full of a gone host";
+  EXPECT_EQ(server->stats().calls_busy, 0u);
+  gate.open = true;
+  server->drain_kernels();
+  ASSERT_EQ(answers(a).size(), 1u);
+  ASSERT_EQ(answers(c).size(), 1u);
+  EXPECT_EQ(answers(c)[0].wr.imm, 0u);
+  EXPECT_EQ(gate.entered, 2) << "the kernel ran for a host that was gone before it started";
+}
+
 TEST_F(NaaKernelThreads, OnlySmallLinearKernelsRunOnThePollLoop) {
   // Kernel 101 records the thread it ran on; linear, as echo and vector_add are.
   std::thread::id ran_on;
@@ -740,6 +767,34 @@ TEST_F(NaaServerTest, UpstreamInternalRegionsAreNotParameters) {
   step();
   EXPECT_EQ(stack.sent.back().wr.imm, status_imm(kRpcUnknownFunction));
   EXPECT_EQ(server->hosts(), 1u);
+}
+
+TEST_F(NaaServerTest, AHostCannotFloodTheLog) {
+  // Hostile: thousands of calls of an unknown function, of function 0, and failing MRSP
+  // requests, each a small packet. Every one is answered and counted, but the log (printf and
+  // fflush on the poll loop, a disk behind it) takes a bounded number of lines per host.
+  const ConnId c = connect_host();
+  stack.deliver_send(c, bytes(upstream_request({{kIn, 64}, {kIn | kOut, 64}})));
+  step();
+  ASSERT_TRUE(std::holds_alternative<Advertise>(last_mrsp(c)));
+  testing::internal::CaptureStdout();
+  for (int i = 0; i < 2000; ++i) {
+    stack.deliver_imm(c, i % 2 ? encode_call_imm(0x77, 0) : 0);
+    step();
+  }
+  for (int i = 0; i < 500; ++i) {
+    stack.deliver_send(c, bytes(upstream_request({{kIn | kOut, 1u << 30}})));
+    step();
+  }
+  const std::string out = testing::internal::GetCapturedStdout();
+  const auto lines = std::count(out.begin(), out.end(), '\n');
+  EXPECT_LE(lines, 40) << out.substr(0, 400);
+  EXPECT_EQ(server->stats().statuses.at(kRpcUnknownFunction), 1000u);
+  EXPECT_EQ(server->stats().mrsp_errors.at(0x01), 500u);
+  EXPECT_EQ(server->hosts(), 1u);
+  // The suppression is counted, and said once.
+  EXPECT_NE(out.find("not logged"), std::string::npos) << out.substr(0, 400);
+  EXPECT_GT(server->stats().log_suppressed, 0u);
 }
 
 TEST_F(NaaServerTest, SeedLayoutAnswersAreSolicitedToo) {
