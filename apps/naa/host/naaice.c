@@ -45,6 +45,12 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* When a wait that starts now ends: comm_ctx->timeout seconds, never if it is not positive
+ * (upstream: `timeout > 0 &&` in its loops, alarm(0) in naaice_poll_cq_blocking). */
+static double deadline(const struct naaice_communication_context* c) {
+  return c->timeout > 0 ? now_s() + c->timeout : 1e300;
+}
+
 static void pause_briefly(void) {
   const struct timespec ts = {0, 20000};
   nanosleep(&ts, NULL);
@@ -191,6 +197,7 @@ int naaice_init_communication_context(struct naaice_communication_context** comm
 }
 
 int naaice_setup_connection(struct naaice_communication_context* c) {
+  if (c && c->state == NAAICE_CONNECTED) return 0;
   if (!c || c->state != NAAICE_INIT) {
     fprintf(stderr, "naaice: setup_connection needs a fresh context\n");
     return -1;
@@ -198,7 +205,8 @@ int naaice_setup_connection(struct naaice_communication_context* c) {
   /* Send queue: a WRITE per region plus the MRSP SEND; receives: MRSP answer and result. */
   struct naaice_transport* t = c->transport;
   if (t->connect(t->priv, c->local_ip[0] ? c->local_ip : NULL, c->remote_ip, c->port,
-                 (uint32_t)c->no_local_mrs + 8, 8, c->retry_count, c->timeout)) {
+                 (uint32_t)c->no_local_mrs + 8, 8, c->retry_count,
+                 c->timeout > 0 ? c->timeout : DEFAULT_TIMEOUT)) {
     fprintf(stderr, "naaice: cannot connect to %s port %u: %s\n", c->remote_ip, c->port,
             t->error(t->priv));
     c->state = NAAICE_ERROR;
@@ -206,6 +214,11 @@ int naaice_setup_connection(struct naaice_communication_context* c) {
   }
   c->state = NAAICE_CONNECTED;
   return 0;
+}
+
+int naaice_poll_and_handle_connection_event(struct naaice_communication_context* c) {
+  if (!c) return -1;
+  return c->state == NAAICE_INIT ? naaice_setup_connection(c) : 0;
 }
 
 int naaice_register_mrs(struct naaice_communication_context* c) {
@@ -646,7 +659,7 @@ int naaice_poll_cq_nonblocking(struct naaice_communication_context* c) {
 }
 
 int naaice_poll_cq_blocking(struct naaice_communication_context* c) {
-  const double end = now_s() + c->timeout;
+  const double end = deadline(c);
   for (;;) {
     const int r = poll_once(c);
     if (r < 0) return -1;
@@ -661,7 +674,7 @@ int naaice_poll_cq_blocking(struct naaice_communication_context* c) {
 }
 
 int naaice_poll_cq_busy(struct naaice_communication_context* c) {
-  const double end = now_s() + c->timeout;
+  const double end = deadline(c);
   while (c->state < NAAICE_FINISHED) {
     if (poll_once(c) < 0) return -1;
     if (now_s() > end) {
@@ -674,7 +687,7 @@ int naaice_poll_cq_busy(struct naaice_communication_context* c) {
 
 static int wait_state(struct naaice_communication_context* c, naaice_communication_state s,
                       const char* what) {
-  const double end = now_s() + c->timeout;
+  const double end = deadline(c);
   while (c->state < s) {
     const int r = poll_once(c);
     if (r < 0) return -1;

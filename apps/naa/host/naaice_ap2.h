@@ -18,7 +18,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "apps/naa/host/naaice.h"
+/* Beside this header, as upstream's: programs include "naaice_ap2.h" with apps/naa/host on
+ * their include path alone. */
+#include "naaice.h"
 
 #ifdef __cplusplus
 extern "C" {

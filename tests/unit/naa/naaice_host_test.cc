@@ -43,6 +43,7 @@ struct Fake {
   std::vector<std::pair<void*, std::uint64_t>> synced;
   std::string local_ip;
   bool connected = false;
+  int quiet_polls = 0;  // polls that find nothing, before the completions are handed out
 };
 Fake* g_fake = nullptr;
 std::vector<std::uint8_t> g_next_answer;  // the MRSP answer of the next transport opened
@@ -99,6 +100,10 @@ int f_post_send(void* p, naaice_op op, std::uint64_t, const void* local, std::ui
   return 0;
 }
 int f_poll(void* p, naaice_wc* out, int max) {
+  if (F(p).quiet_polls > 0) {
+    F(p).quiet_polls--;
+    return 0;
+  }
   int n = 0;
   while (n < max && !F(p).wcs.empty()) {
     out[n++] = F(p).wcs.front();
@@ -339,6 +344,52 @@ TEST_F(NaaiceHost, ArgumentsUpstreamRefuses) {
   EXPECT_EQ(naaice_set_input_mr(ctx, kN), -1);
   EXPECT_EQ(naaice_set_output_mr(ctx, kN), -1);
   EXPECT_EQ(naaice_set_singlesend_mr(ctx, kN), -1);
+}
+
+// Upstream waits without a limit when the timeout is not positive: naaice_do_mrsp and
+// naaice_do_data_transfer check `timeout > 0 && elapsed > timeout`, naaice_poll_cq_blocking
+// arms alarm((int)timeout), and alarm(0) arms nothing.
+TEST_F(NaaiceHost, TimeoutZeroWaitsWithoutLimit) {
+  open(1);
+  ctx->timeout = 0;
+  fake().mrsp_answer = advertisement(kN, 4096);
+  fake().quiet_polls = 50;
+  ASSERT_EQ(naaice_do_mrsp(ctx), 0);
+  fake().quiet_polls = 50;
+  ASSERT_EQ(naaice_do_data_transfer(ctx), 0);
+  EXPECT_EQ(ctx->state, NAAICE_FINISHED);
+  ASSERT_EQ(naaice_init_data_transfer(ctx), 0);
+  fake().quiet_polls = 50;
+  ASSERT_EQ(naaice_poll_cq_blocking(ctx), 0);
+  EXPECT_EQ(ctx->state, NAAICE_FINISHED);
+  ASSERT_EQ(naaice_init_data_transfer(ctx), 0);
+  fake().quiet_polls = 50;
+  ASSERT_EQ(naaice_poll_cq_busy(ctx), 0);
+  ctx->timeout = -1;
+  fake().quiet_polls = 50;
+  ASSERT_EQ(naaice_do_data_transfer(ctx), 0);
+  // A positive timeout still ends a wait the NAA does not answer.
+  ctx->timeout = 0.05;
+  fake().quiet_polls = 1 << 30;
+  EXPECT_EQ(naaice_do_data_transfer(ctx), -1);
+}
+
+// The connection loop upstream's header offers beside naaice_setup_connection.
+TEST(NaaiceConnect, PollAndHandleConnectionEventConnects) {
+  std::vector<std::uint8_t> r(64);
+  char* p = reinterpret_cast<char*>(r.data());
+  size_t s = r.size();
+  naaice_communication_context* ctx = nullptr;
+  ASSERT_EQ(naaice_init_communication_context(&ctx, 0, &s, &p, 1, 0, nullptr, 1, nullptr,
+                                              "192.0.2.1", SERVER_CONNECTION_PORT),
+            0);
+  for (int i = 0; i < 10 && ctx->state < NAAICE_CONNECTED; i++)
+    ASSERT_EQ(naaice_poll_and_handle_connection_event(ctx), 0);
+  EXPECT_EQ(ctx->state, NAAICE_CONNECTED);
+  EXPECT_TRUE(static_cast<Fake*>(ctx->transport->priv)->connected);
+  EXPECT_EQ(naaice_poll_and_handle_connection_event(ctx), 0);  // connected: nothing to do
+  EXPECT_EQ(naaice_setup_connection(ctx), 0);                  // upstream: returns at once
+  naaice_disconnect_and_cleanup(ctx);
 }
 
 TEST_F(NaaiceHost, HostSideErrorIsAZeroLengthWriteWithImmediateZero) {
