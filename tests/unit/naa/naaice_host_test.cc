@@ -504,4 +504,30 @@ TEST(NaaiceAp2, CreateInvokeWait) {
   g_next_answer.clear();
 }
 
+// Upstream's naa_create takes the first NAA_SPEC entry for the function code that no handle
+// holds (get_naa_for_function_code: `handle == NULL && fn_code == fn_code`): two entries of one
+// function code serve two handles, one each; a third finds none. (Upstream never frees an
+// entry; this library frees it with naa_finalize.)
+TEST(NaaiceAp2, EachSpecEntryServesOneHandle) {
+  std::vector<std::uint8_t> a(64, 1), b(64, 2);
+  naa_param_t in[] = {{a.data(), a.size(), false}};
+  naa_param_t out[] = {{b.data(), b.size(), false}};
+  ::setenv("NAA_SPEC", "192.0.2.11:4711:6:1,192.0.2.12:4712:6:1", 1);
+  g_next_answer = advertisement(2, 4096);
+  naa_handle h1, h2, h3;
+  ASSERT_EQ(naa_create(6, in, 1, out, 1, &h1), 0);
+  ASSERT_EQ(naa_create(6, in, 1, out, 1, &h2), 0);
+  EXPECT_STREQ(h1.comm_ctx->remote_ip, "192.0.2.11");
+  EXPECT_EQ(h1.comm_ctx->port, 4711);
+  EXPECT_STREQ(h2.comm_ctx->remote_ip, "192.0.2.12");
+  EXPECT_EQ(h2.comm_ctx->port, 4712);
+  EXPECT_EQ(naa_create(6, in, 1, out, 1, &h3), -1);  // both NAAs taken
+  EXPECT_EQ(naa_finalize(&h1), 0);
+  ASSERT_EQ(naa_create(6, in, 1, out, 1, &h3), 0);  // the first is free again
+  EXPECT_STREQ(h3.comm_ctx->remote_ip, "192.0.2.11");
+  EXPECT_EQ(naa_finalize(&h2), 0);
+  EXPECT_EQ(naa_finalize(&h3), 0);
+  g_next_answer.clear();
+}
+
 }  // namespace
