@@ -132,6 +132,10 @@ int naaice_init_communication_context(struct naaice_communication_context** comm
     fprintf(stderr, "naaice: the function code must be positive\n");
     return -1;
   }
+  if ((fncode & NAAICE_IMM_FNCODE_MASK) == 0) {
+    fprintf(stderr, "naaice: function code %u reaches the NAA as 0 (it takes 7 bits)\n", fncode);
+    return -1;
+  }
   if (params_amount + internal_mr_amount > NAAICE_MAX_COUNT) {
     fprintf(stderr, "naaice: %u regions, at most %d fit an MRSP message\n",
             params_amount + internal_mr_amount, NAAICE_MAX_COUNT);
@@ -522,6 +526,13 @@ int naaice_init_data_transfer(struct naaice_communication_context* c) {
   }
   if (c->no_output_mrs == 0) {
     fprintf(stderr, "naaice: no output region (naaice_set_output_mr): nothing would come back\n");
+    return -1;
+  }
+  /* The NAA takes the function code as imm & 0x7f: 128 would call function 0, which no NAA
+   * runs (roce-naa does not answer it). Function code 0 is the host-side error write. */
+  if (c->fncode != 0 && (c->immediate & NAAICE_IMM_FNCODE_MASK) == 0) {
+    fprintf(stderr, "naaice: function code %u reaches the NAA as 0 (it takes 7 bits)\n",
+            c->immediate & 0xffu);
     return -1;
   }
   c->naa_returncode = 0;

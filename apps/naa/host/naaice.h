@@ -272,7 +272,8 @@ struct naaice_communication_context {
 
 /* addr_offset: the NAA address requested for the first region; the others follow, each
  * aligned to NAAICE_NAA_PAGE (internal regions first, then the parameters), as upstream.
- * local_address may be NULL. params_amount >= 1; fncode >= 1. */
+ * local_address may be NULL. params_amount >= 1; fncode 1..127 (the NAA takes its low 7 bits:
+ * 128 is refused, 129..255 arrive as 1..127). */
 int naaice_init_communication_context(struct naaice_communication_context** comm_ctx,
                                       uint64_t addr_offset, size_t* param_sizes, char** params,
                                       unsigned int params_amount, unsigned int internal_mr_amount,

@@ -346,6 +346,31 @@ TEST_F(NaaiceHost, ArgumentsUpstreamRefuses) {
   EXPECT_EQ(naaice_set_singlesend_mr(ctx, kN), -1);
 }
 
+// The NAA takes the function code as imm & 0x7f: 128 arrives as function 0, which upstream's
+// host would send and no NAA runs (upstream's software NAA answers it unchanged, roce-naa not
+// at all). Refused here; 129 is function 1 on every NAA and goes out as upstream sends it.
+TEST_F(NaaiceHost, FunctionCodeWithoutFunctionBitsIsRefused) {
+  size_t s = 8;
+  char* p = params[0];
+  EXPECT_EQ(naaice_init_communication_context(&ctx, 0, &s, &p, 1, 0, nullptr, 128, nullptr,
+                                              "192.0.2.1", 12345),
+            -1);
+  ASSERT_EQ(ctx, nullptr);
+  open(1);
+  mrsp();
+  ctx->fncode = 128;
+  std::uint8_t imm[3] = {0, 0, 0};
+  ASSERT_EQ(naaice_set_immediate(ctx, imm), 0);
+  fake().sends.clear();
+  EXPECT_EQ(naaice_do_data_transfer(ctx), -1);
+  EXPECT_TRUE(fake().sends.empty());
+  ctx->fncode = 129;
+  ASSERT_EQ(naaice_set_immediate(ctx, imm), 0);
+  ctx->state = NAAICE_MRSP_DONE;
+  ASSERT_EQ(naaice_do_data_transfer(ctx), 0);
+  EXPECT_EQ(fake().sends.back().imm, 0x81u);
+}
+
 // Upstream waits without a limit when the timeout is not positive: naaice_do_mrsp and
 // naaice_do_data_transfer check `timeout > 0 && elapsed > timeout`, naaice_poll_cq_blocking
 // arms alarm((int)timeout), and alarm(0) arms nothing.
