@@ -6,9 +6,13 @@
  * rkey, 4-byte size) or 16 per region of an advertisement (address, rkey, size). */
 #include "apps/naa/host/naaice.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "apps/naa/host/naaice_transport.h"
@@ -108,6 +112,20 @@ const char* naaice_state_string(naaice_communication_state s) {
   return "unknown state";
 }
 
+/* The IPv4 address of `name` (a host name or an address), as upstream resolves the NAA's with
+ * getaddrinfo: 0, or -1. */
+static int resolve_ipv4(const char* name, char* out, size_t n) {
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_INET;
+  struct addrinfo* res = NULL;
+  if (getaddrinfo(name, NULL, &hints, &res) || !res) return -1;
+  const struct sockaddr_in* sin = (const struct sockaddr_in*)(const void*)res->ai_addr;
+  const int ok = inet_ntop(AF_INET, &sin->sin_addr, out, (socklen_t)n) != NULL;
+  freeaddrinfo(res);
+  return ok ? 0 : -1;
+}
+
 static void free_context(struct naaice_communication_context* c) {
   if (!c) return;
   free(c->mr_local_data);
@@ -171,7 +189,13 @@ int naaice_init_communication_context(struct naaice_communication_context** comm
   c->retry_count = DEFAULT_RETRY_COUNT;
   if (getenv("NAAICE_CALL_GAP_MS")) c->call_gap = atof(getenv("NAAICE_CALL_GAP_MS")) / 1e3;
   c->fncode = fncode;
-  snprintf(c->remote_ip, sizeof c->remote_ip, "%s", remote_ip);
+  if (resolve_ipv4(remote_ip, c->remote_ip, sizeof c->remote_ip)) {
+    fprintf(stderr, "naaice: cannot resolve the NAA's address %s (IPv4)\n", remote_ip);
+    free(addrs);
+    free(sizes);
+    free_context(c);
+    return -1;
+  }
   if (local_ip) snprintf(c->local_ip, sizeof c->local_ip, "%s", local_ip);
   c->port = port;
   uint8_t imm_bytes[3] = {0, 0, 0};

@@ -255,7 +255,7 @@ struct naaice_communication_context {
 
   /* This library's additions. */
   char local_ip[64];
-  char remote_ip[64];
+  char remote_ip[64]; /* the NAA's IPv4 address (remote_address resolved, as upstream) */
   uint16_t port;
   uint8_t mrsp_error;     /* the NAA's MRSP error code, 0 if none */
   uint32_t naa_immediate; /* the NAA's last immediate, whole */

@@ -41,7 +41,7 @@ struct Fake {
   std::uint32_t result_imm = 0;           // the NAA's immediate after a call
   std::uint32_t next_rkey = 0x11223340;
   std::vector<std::pair<void*, std::uint64_t>> synced;
-  std::string local_ip;
+  std::string local_ip, remote_ip;
   bool connected = false;
   int quiet_polls = 0;  // polls that find nothing, before the completions are handed out
 };
@@ -50,9 +50,10 @@ std::vector<std::uint8_t> g_next_answer;  // the MRSP answer of the next transpo
 
 Fake& F(void* p) { return *static_cast<Fake*>(p); }
 
-int f_connect(void* p, const char* local_ip, const char*, std::uint16_t, std::uint32_t,
+int f_connect(void* p, const char* local_ip, const char* ip, std::uint16_t, std::uint32_t,
               std::uint32_t, std::uint8_t, double) {
   F(p).connected = true;
+  F(p).remote_ip = ip;
   F(p).local_ip = local_ip ? local_ip : "";
   return 0;
 }
@@ -397,6 +398,27 @@ TEST_F(NaaiceHost, TimeoutZeroWaitsWithoutLimit) {
   ctx->timeout = 0.05;
   fake().quiet_polls = 1 << 30;
   EXPECT_EQ(naaice_do_data_transfer(ctx), -1);
+}
+
+// Upstream resolves the NAA's address with getaddrinfo in naaice_init_communication_context
+// (a host name works; one that does not resolve fails there). The transports are given the
+// IPv4 address (the appliance's stack takes nothing else).
+TEST(NaaiceConnect, NaaAddressMayBeAHostName) {
+  std::vector<std::uint8_t> r(64);
+  char* p = reinterpret_cast<char*>(r.data());
+  size_t s = r.size();
+  naaice_communication_context* ctx = nullptr;
+  ASSERT_EQ(naaice_init_communication_context(&ctx, 0, &s, &p, 1, 0, nullptr, 1, nullptr,
+                                              "localhost", SERVER_CONNECTION_PORT),
+            0);
+  ASSERT_EQ(naaice_setup_connection(ctx), 0);
+  EXPECT_EQ(static_cast<Fake*>(ctx->transport->priv)->remote_ip, "127.0.0.1");
+  naaice_disconnect_and_cleanup(ctx);
+  ctx = nullptr;
+  EXPECT_EQ(naaice_init_communication_context(&ctx, 0, &s, &p, 1, 0, nullptr, 1, nullptr,
+                                              "no-such-naa.invalid", SERVER_CONNECTION_PORT),
+            -1);
+  EXPECT_EQ(ctx, nullptr);
 }
 
 // The connection loop upstream's header offers beside naaice_setup_connection.
