@@ -56,6 +56,15 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The connection state is atomic, as upstream's (another thread may watch it). */
+#ifdef __cplusplus
+#include <atomic>
+#define ATOMIC_TYPE(T) std::atomic<T>
+#else
+#include <stdatomic.h>
+#define ATOMIC_TYPE(T) _Atomic(T)
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -218,7 +227,7 @@ struct naaice_communication_context {
   uint8_t retry_count;      /* DEFAULT_RETRY_COUNT */
   uint16_t max_inline_data; /* upstream's (rdma-core's inline size); unused */
 
-  naaice_communication_state state;
+  ATOMIC_TYPE(naaice_communication_state) state;
 
   /* The parameters, in the order given. */
   struct naaice_mr_local* mr_local_data;

@@ -42,6 +42,10 @@ int main(int argc, char* argv[]) {
   comm_ctx->max_inline_data = 0;
   while (comm_ctx->state < NAAICE_CONNECTED)
     if (naaice_poll_and_handle_connection_event(comm_ctx)) break;
+  /* The state is atomic, as upstream's: another thread may watch it. */
+  _Static_assert(_Generic(&comm_ctx->state, _Atomic(naaice_communication_state)*: 1, default: 0),
+                 "the state is _Atomic");
+  if (atomic_load(&comm_ctx->state) != NAAICE_CONNECTED) return -1;
   if (comm_ctx->state != NAAICE_CONNECTED) return -1;
   for (long i = 0; i < params_amount; i++)
     if (naaice_set_input_mr(comm_ctx, (unsigned)i)) return -1;
