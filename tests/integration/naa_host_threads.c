@@ -3,7 +3,8 @@
  * (rdma-core's verbs, a QP and CQ per context); so must the host library be on every transport.
  * Each thread connects, does the MRSP and NAA_HOST_THREADS_CALLS calls of function 1 (upstream's
  * "add 1": the output-only region holds the call count afterwards) with the three polls in
- * turn; one thread goes through AP2 (NAA_SPEC). Prints PASS when every result is right.
+ * turn; two threads go through AP2 (NAA_SPEC has two entries of the function code, one per
+ * handle). Prints PASS when every result is right.
  *   naa_host_threads NAA_IP [THREADS] */
 #include <pthread.h>
 #include <stdio.h>
@@ -54,7 +55,7 @@ out:
 }
 
 static void* ap2(void* arg) {
-  (void)arg;
+  const long id = (long)arg;
   unsigned char* in = malloc(kSize);
   unsigned char* out = calloc(1, kSize);
   memset(in, 7, kSize);
@@ -65,13 +66,13 @@ static void* ap2(void* arg) {
   for (int k = 1; k <= kCalls; k++) {
     naa_status s;
     if (naa_invoke(&h) || naa_wait(&h, &s) || s.naa_error || out[0] != k) {
-      fprintf(stderr, "FAIL AP2 call %d: output %d\n", k, out[0]);
+      fprintf(stderr, "FAIL AP2 thread %ld call %d: output %d\n", id, k, out[0]);
       goto out;
     }
   }
   bad = 0;
 out:
-  if (bad) fprintf(stderr, "FAIL AP2 thread\n");
+  if (bad) fprintf(stderr, "FAIL AP2 thread %ld\n", id);
   if (h.comm_ctx) naa_finalize(&h);
   free(in);
   free(out);
@@ -87,10 +88,10 @@ int main(int argc, char** argv) {
   const long n = argc > 2 ? atol(argv[2]) : 4;
   if (n < 1 || n > 64) return 2;
   char spec[128];
-  snprintf(spec, sizeof spec, "%s::1:1", naa_ip);
+  snprintf(spec, sizeof spec, "%s::1:1,%s::1:1", naa_ip, naa_ip);  // two AP2 handles
   setenv("NAA_SPEC", spec, 1);
   pthread_t t[64];
-  for (long i = 0; i < n; i++) pthread_create(&t[i], NULL, i == 0 ? ap2 : low_level, (void*)i);
+  for (long i = 0; i < n; i++) pthread_create(&t[i], NULL, i < 2 ? ap2 : low_level, (void*)i);
   long bad = 0;
   for (long i = 0; i < n; i++) {
     void* r;

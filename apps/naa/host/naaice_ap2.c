@@ -3,6 +3,7 @@
 #define _DEFAULT_SOURCE /* strsep, strdup */
 #include "apps/naa/host/naaice_ap2.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,8 @@ struct naa_spec {
  * code serve two handles. Upstream never frees an entry; naa_finalize does here. */
 #define NAA_MAX_SPEC 256
 static const naa_handle* spec_user[NAA_MAX_SPEC];
+/* Guards spec_user: handles may be created and finalized from threads of their own. */
+static pthread_mutex_t spec_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The first entry of NAA_SPEC for `fn` that no handle holds: 0, or -1 (reason on stderr). */
 static int find_naa(naa_function_code_t fn, struct naa_spec* out) {
@@ -77,13 +80,20 @@ int naa_create(const naa_function_code_t function_code, naa_param_t* input_param
   }
   memset(handle, 0, sizeof *handle);
   struct naa_spec naa;
-  if (find_naa(function_code, &naa)) return -1;
+  pthread_mutex_lock(&spec_lock);
+  if (find_naa(function_code, &naa)) {
+    pthread_mutex_unlock(&spec_lock);
+    return -1;
+  }
   if (naa.param_count != input_amount) {
+    pthread_mutex_unlock(&spec_lock);
     fprintf(stderr,
             "naaice: the NAA at %s (function code %u) takes %u inputs, the application gives %u\n",
             naa.address, function_code, naa.param_count, input_amount);
     return -1;
   }
+  spec_user[naa.index] = handle; /* upstream: held from here on, whatever follows */
+  pthread_mutex_unlock(&spec_lock);
   /* The regions: the inputs, then the outputs that are not inputs. */
   char* addrs[NAA_MAX_PARAMS];
   size_t sizes[NAA_MAX_PARAMS];
@@ -104,7 +114,6 @@ int naa_create(const naa_function_code_t function_code, naa_param_t* input_param
   if (naaice_init_communication_context(&c, 0, sizes, addrs, n, 0, NULL, (uint8_t)function_code,
                                         getenv(NAA_LOCAL_IP_ENV), naa.address, naa.port))
     return -1;
-  spec_user[naa.index] = handle; /* upstream: held from here on, whatever follows */
   handle->function_code = function_code;
   handle->comm_ctx = c;
   uint8_t imm[3] = {0, 0, 0};
@@ -157,10 +166,14 @@ int naa_wait(naa_handle* handle, naa_status* status) {
 }
 
 int naa_finalize(naa_handle* handle) {
-  if (!handle || !handle->comm_ctx) return -1;
-  const int rc = naaice_disconnect_and_cleanup(handle->comm_ctx);
-  handle->comm_ctx = NULL;
+  if (!handle) return -1;
+  /* The NAA_SPEC entry goes also when naa_create failed after taking it. */
+  pthread_mutex_lock(&spec_lock);
   for (unsigned i = 0; i < NAA_MAX_SPEC; i++)
     if (spec_user[i] == handle) spec_user[i] = NULL;
+  pthread_mutex_unlock(&spec_lock);
+  if (!handle->comm_ctx) return -1;
+  const int rc = naaice_disconnect_and_cleanup(handle->comm_ctx);
+  handle->comm_ctx = NULL;
   return rc;
 }

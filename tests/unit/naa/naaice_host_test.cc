@@ -574,6 +574,14 @@ TEST(NaaiceAp2, EachSpecEntryServesOneHandle) {
   EXPECT_STREQ(h3.comm_ctx->remote_ip, "192.0.2.11");
   EXPECT_EQ(naa_finalize(&h2), 0);
   EXPECT_EQ(naa_finalize(&h3), 0);
+  // An entry whose NAA cannot be reached is held (upstream) until naa_finalize frees it.
+  ::setenv("NAA_SPEC", "no-such-naa.invalid::6:1", 1);
+  EXPECT_EQ(naa_create(6, in, 1, out, 1, &h1), -1);
+  EXPECT_EQ(naa_create(6, in, 1, out, 1, &h2), -1);  // taken by h1
+  EXPECT_EQ(naa_finalize(&h1), -1);                  // nothing to disconnect; the entry freed
+  ::setenv("NAA_SPEC", "192.0.2.11::6:1", 1);
+  ASSERT_EQ(naa_create(6, in, 1, out, 1, &h2), 0);
+  EXPECT_EQ(naa_finalize(&h2), 0);
   g_next_answer.clear();
 }
 
