@@ -5,7 +5,7 @@
  * "add 1": the output-only region holds the call count afterwards) with the three polls in
  * turn; two threads go through AP2 (NAA_SPEC has two entries of the function code, one per
  * handle). Prints PASS when every result is right.
- *   naa_host_threads NAA_IP [THREADS] */
+ *   naa_host_threads NAA_IP [THREADS]   (tests/integration/naa_host_run.sh runs it) */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -227,6 +227,10 @@ int t_post_send(void* p, naaice_op op, std::uint64_t wr_id, const void* local, s
     t->error = "post_send failed";
     return -1;
   }
+  // The stack moves only when it is polled: send the request now (a call's last WRITE, an
+  // MRSP message), as an RNIC does, so that the NAA works while the program does other things
+  // before it waits (naa_invoke, then naa_wait). What the poll finds stays queued for t_poll.
+  if (op != NAAICE_OP_WRITE) g_shared.pump();
   return 0;
 }
 
