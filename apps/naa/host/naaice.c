@@ -6,9 +6,13 @@
  * rkey, 4-byte size) or 16 per region of an advertisement (address, rkey, size). */
 #include "apps/naa/host/naaice.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "apps/naa/host/naaice_transport.h"
@@ -43,6 +47,12 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* When a wait that starts now ends: comm_ctx->timeout seconds, never if it is not positive
+ * (upstream: `timeout > 0 &&` in its loops, alarm(0) in naaice_poll_cq_blocking). */
+static double deadline(const struct naaice_communication_context* c) {
+  return c->timeout > 0 ? now_s() + c->timeout : 1e300;
 }
 
 static void pause_briefly(void) {
@@ -102,6 +112,20 @@ const char* naaice_state_string(naaice_communication_state s) {
   return "unknown state";
 }
 
+/* The IPv4 address of `name` (a host name or an address), as upstream resolves the NAA's with
+ * getaddrinfo: 0, or -1. */
+static int resolve_ipv4(const char* name, char* out, size_t n) {
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_INET;
+  struct addrinfo* res = NULL;
+  if (getaddrinfo(name, NULL, &hints, &res) || !res) return -1;
+  const struct sockaddr_in* sin = (const struct sockaddr_in*)(const void*)res->ai_addr;
+  const int ok = inet_ntop(AF_INET, &sin->sin_addr, out, (socklen_t)n) != NULL;
+  freeaddrinfo(res);
+  return ok ? 0 : -1;
+}
+
 static void free_context(struct naaice_communication_context* c) {
   if (!c) return;
   free(c->mr_local_data);
@@ -124,6 +148,10 @@ int naaice_init_communication_context(struct naaice_communication_context** comm
   }
   if (fncode < 1) {
     fprintf(stderr, "naaice: the function code must be positive\n");
+    return -1;
+  }
+  if ((fncode & NAAICE_IMM_FNCODE_MASK) == 0) {
+    fprintf(stderr, "naaice: function code %u reaches the NAA as 0 (it takes 7 bits)\n", fncode);
     return -1;
   }
   if (params_amount + internal_mr_amount > NAAICE_MAX_COUNT) {
@@ -161,7 +189,13 @@ int naaice_init_communication_context(struct naaice_communication_context** comm
   c->retry_count = DEFAULT_RETRY_COUNT;
   if (getenv("NAAICE_CALL_GAP_MS")) c->call_gap = atof(getenv("NAAICE_CALL_GAP_MS")) / 1e3;
   c->fncode = fncode;
-  snprintf(c->remote_ip, sizeof c->remote_ip, "%s", remote_ip);
+  if (resolve_ipv4(remote_ip, c->remote_ip, sizeof c->remote_ip)) {
+    fprintf(stderr, "naaice: cannot resolve the NAA's address %s (IPv4)\n", remote_ip);
+    free(addrs);
+    free(sizes);
+    free_context(c);
+    return -1;
+  }
   if (local_ip) snprintf(c->local_ip, sizeof c->local_ip, "%s", local_ip);
   c->port = port;
   uint8_t imm_bytes[3] = {0, 0, 0};
@@ -191,6 +225,7 @@ int naaice_init_communication_context(struct naaice_communication_context** comm
 }
 
 int naaice_setup_connection(struct naaice_communication_context* c) {
+  if (c && c->state == NAAICE_CONNECTED) return 0;
   if (!c || c->state != NAAICE_INIT) {
     fprintf(stderr, "naaice: setup_connection needs a fresh context\n");
     return -1;
@@ -198,7 +233,8 @@ int naaice_setup_connection(struct naaice_communication_context* c) {
   /* Send queue: a WRITE per region plus the MRSP SEND; receives: MRSP answer and result. */
   struct naaice_transport* t = c->transport;
   if (t->connect(t->priv, c->local_ip[0] ? c->local_ip : NULL, c->remote_ip, c->port,
-                 (uint32_t)c->no_local_mrs + 8, 8, c->retry_count, c->timeout)) {
+                 (uint32_t)c->no_local_mrs + 8, 8, c->retry_count,
+                 c->timeout > 0 ? c->timeout : DEFAULT_TIMEOUT)) {
     fprintf(stderr, "naaice: cannot connect to %s port %u: %s\n", c->remote_ip, c->port,
             t->error(t->priv));
     c->state = NAAICE_ERROR;
@@ -206,6 +242,11 @@ int naaice_setup_connection(struct naaice_communication_context* c) {
   }
   c->state = NAAICE_CONNECTED;
   return 0;
+}
+
+int naaice_poll_and_handle_connection_event(struct naaice_communication_context* c) {
+  if (!c) return -1;
+  return c->state == NAAICE_INIT ? naaice_setup_connection(c) : 0;
 }
 
 int naaice_register_mrs(struct naaice_communication_context* c) {
@@ -511,6 +552,13 @@ int naaice_init_data_transfer(struct naaice_communication_context* c) {
     fprintf(stderr, "naaice: no output region (naaice_set_output_mr): nothing would come back\n");
     return -1;
   }
+  /* The NAA takes the function code as imm & 0x7f: 128 would call function 0, which no NAA
+   * runs (roce-naa does not answer it). Function code 0 is the host-side error write. */
+  if (c->fncode != 0 && (c->immediate & NAAICE_IMM_FNCODE_MASK) == 0) {
+    fprintf(stderr, "naaice: function code %u reaches the NAA as 0 (it takes 7 bits)\n",
+            c->immediate & 0xffu);
+    return -1;
+  }
   c->naa_returncode = 0;
   c->naa_immediate = 0;
   c->bytes_received = 0;
@@ -646,7 +694,7 @@ int naaice_poll_cq_nonblocking(struct naaice_communication_context* c) {
 }
 
 int naaice_poll_cq_blocking(struct naaice_communication_context* c) {
-  const double end = now_s() + c->timeout;
+  const double end = deadline(c);
   for (;;) {
     const int r = poll_once(c);
     if (r < 0) return -1;
@@ -661,7 +709,7 @@ int naaice_poll_cq_blocking(struct naaice_communication_context* c) {
 }
 
 int naaice_poll_cq_busy(struct naaice_communication_context* c) {
-  const double end = now_s() + c->timeout;
+  const double end = deadline(c);
   while (c->state < NAAICE_FINISHED) {
     if (poll_once(c) < 0) return -1;
     if (now_s() > end) {
@@ -674,7 +722,7 @@ int naaice_poll_cq_busy(struct naaice_communication_context* c) {
 
 static int wait_state(struct naaice_communication_context* c, naaice_communication_state s,
                       const char* what) {
-  const double end = now_s() + c->timeout;
+  const double end = deadline(c);
   while (c->state < s) {
     const int r = poll_once(c);
     if (r < 0) return -1;

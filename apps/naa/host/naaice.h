@@ -21,20 +21,49 @@
  * A call the NAA answers with a non-zero return code still succeeds (upstream): the code is in
  * naa_returncode. This library's additions: mrsp_error (the NAA's MRSP error code after a
  * failed MRSP; upstream only logs it), naa_immediate (the NAA's whole immediate), an MRSP that
- * may be repeated after an error, timeouts that end every wait, and call_gap (for upstream's
- * software NAA; docs/naa.md).
+ * may be repeated after an error, comm_ctx->timeout on every wait (when positive; 0: none, as
+ * upstream), and call_gap (for upstream's software NAA; docs/naa.md). Compiled against this
+ * header, a program written for upstream's needs apps/naa/host on its include path alone.
  *
  * The same source builds against rdma-core (libnaaice_ibverbs) and against the appliance's
  * own stack (libnaaice_roce, libnaaice_attached); see naaice_transport.h. What upstream's API
- * has that is bound to rdma-core (the rdma_cm event handlers, naaice_init_rdma_resources, the
- * ibv_* members of the context) is not here; naaice_handle_work_completion takes the
+ * has that is bound to rdma-core (the rdma_cm event handlers, naaice_poll_connection_event,
+ * naaice_init_rdma_resources, the ibv_* members of the context and naaice_mr_local's ibv) is
+ * not here; naaice_handle_work_completion takes the
  * transport's completion (struct naaice_wc) instead of an ibv_wc. */
 #ifndef NAAICE_H
 #define NAAICE_H
 
+/* What upstream's naaice.h brings in besides rdma-core and microlog (<ulog.h>: a program that
+ * logs with ulog_* includes it itself, as upstream's examples do): its users call the C library
+ * without including it. */
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <netdb.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/poll.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The connection state is atomic, as upstream's (another thread may watch it). */
+#ifdef __cplusplus
+#include <atomic>
+#define ATOMIC_TYPE(T) std::atomic<T>
+#else
+#include <stdatomic.h>
+#define ATOMIC_TYPE(T) _Atomic(T)
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,8 +76,15 @@ extern "C" {
 #define DEFAULT_TIMEOUT 3600
 /* rdma_cm retry count of the connection. */
 #define DEFAULT_RETRY_COUNT 7
-/* Milliseconds naaice_poll_cq_nonblocking waits for a completion event (rdma-core). */
+/* Milliseconds naaice_poll_cq_nonblocking waits for a completion event (upstream; ours
+ * returns at once). */
 #define POLLING_TIMEOUT 500
+/* Upstream's queue depth and route resolution timeout (ms): rdma-core's, defined for source
+ * compatibility. */
+#define RX_DEPTH 1025
+#define TIMEOUT_RESOLVE_ROUTE 500
+#define ntohll be64toh
+#define htonll htobe64
 /* Regions upstream's NAA handles (parameters and internal regions). */
 #define MAX_MRS 32
 /* The NAA's return code sits above the immediate's lowest byte. */
@@ -72,6 +108,45 @@ enum message_id {
   MSG_MR_A = 0x02,
   MSG_MR_R = 0x03, /* defined, unused */
 };
+
+/* Upstream's message structs, for programs that use them (this library lays its messages out
+ * byte by byte): every field big-endian on the wire, no padding inside an entry. An
+ * advertisement entry: */
+struct naaice_mr_advertisement {
+  uint64_t addr;
+  uint32_t rkey;
+  uint32_t size;
+};
+/* An advertisement+request entry: mr_info = htonll(flags << 56 | requested NAA address). */
+struct naaice_mr_advertisement_request {
+  union {
+    uint64_t mr_info;
+    uint8_t mr_info_bytearray[8];
+  };
+  uint64_t addr;
+  uint32_t rkey;
+  uint32_t size;
+};
+struct naaice_mr_request {
+  uint64_t size;
+};
+struct naaice_mr_error {
+  uint8_t code;
+  uint8_t padding[2];
+};
+struct naaice_mr_hdr {
+  uint8_t type;
+};
+struct naaice_mr_dynamic_hdr {
+  uint8_t count;
+  uint8_t padding[2];
+};
+/* The seed's metadata region (upstream declares it and no longer uses it). */
+struct naaice_rpc_metadata {
+  uintptr_t return_addr;
+};
+/* Upstream's MRSP buffer size (its host's and software NAA's; ours holds NAAICE_MAX_COUNT). */
+#define MR_SIZE_MRSP (sizeof(struct naaice_mr_advertisement_request) * MAX_MRS)
 
 /* MR flags, the first byte of an advertisement+request entry. */
 enum naaice_mrflags_value {
@@ -147,10 +222,12 @@ struct naaice_transport;
 
 struct naaice_communication_context {
   struct naaice_transport* transport;
-  double timeout;      /* seconds any blocking call waits (DEFAULT_TIMEOUT) */
-  uint8_t retry_count; /* DEFAULT_RETRY_COUNT */
+  double timeout;           /* seconds any blocking call waits (DEFAULT_TIMEOUT); 0 or less: no
+                               limit, as upstream */
+  uint8_t retry_count;      /* DEFAULT_RETRY_COUNT */
+  uint16_t max_inline_data; /* upstream's (rdma-core's inline size); unused */
 
-  naaice_communication_state state;
+  ATOMIC_TYPE(naaice_communication_state) state;
 
   /* The parameters, in the order given. */
   struct naaice_mr_local* mr_local_data;
@@ -187,7 +264,7 @@ struct naaice_communication_context {
 
   /* This library's additions. */
   char local_ip[64];
-  char remote_ip[64];
+  char remote_ip[64]; /* the NAA's IPv4 address (remote_address resolved, as upstream) */
   uint16_t port;
   uint8_t mrsp_error;     /* the NAA's MRSP error code, 0 if none */
   uint32_t naa_immediate; /* the NAA's last immediate, whole */
@@ -204,14 +281,20 @@ struct naaice_communication_context {
 
 /* addr_offset: the NAA address requested for the first region; the others follow, each
  * aligned to NAAICE_NAA_PAGE (internal regions first, then the parameters), as upstream.
- * local_address may be NULL. params_amount >= 1; fncode >= 1. */
+ * local_address may be NULL. params_amount >= 1; fncode 1..127 (the NAA takes its low 7 bits:
+ * 128 is refused, 129..255 arrive as 1..127). */
 int naaice_init_communication_context(struct naaice_communication_context** comm_ctx,
                                       uint64_t addr_offset, size_t* param_sizes, char** params,
                                       unsigned int params_amount, unsigned int internal_mr_amount,
                                       size_t* internal_mr_sizes, uint8_t fncode,
                                       const char* local_address, const char* remote_address,
                                       uint16_t remote_cm_port);
+/* Connects (rdma_cm). Returns 0 at once on a connected context, as upstream. */
 int naaice_setup_connection(struct naaice_communication_context* comm_ctx);
+/* Upstream's step of naaice_setup_connection's loop (while state < NAAICE_CONNECTED): here the
+ * whole connection setup, blocking (naaice_setup_connection); on a context that is no longer
+ * in NAAICE_INIT, nothing. 0, or -1 when the connection failed (state NAAICE_ERROR). */
+int naaice_poll_and_handle_connection_event(struct naaice_communication_context* comm_ctx);
 int naaice_register_mrs(struct naaice_communication_context* comm_ctx);
 /* Replaces the parameters (before naaice_register_mrs): their addresses, the NAA addresses to
  * request, sizes; every flag cleared. */
@@ -235,16 +318,18 @@ int naaice_handle_work_completion(const struct naaice_wc* wc,
                                   struct naaice_communication_context* comm_ctx);
 /* Handles what has completed; returns at once. */
 int naaice_poll_cq_nonblocking(struct naaice_communication_context* comm_ctx);
-/* Waits (at most comm_ctx->timeout) until something the NAA sent has arrived (the MRSP answer
- * or a call's result) and handles it with everything else completed. */
+/* Waits (at most comm_ctx->timeout, if positive) until something the NAA sent has arrived (the MRSP
+ * answer or a call's result) and handles it with everything else completed. */
 int naaice_poll_cq_blocking(struct naaice_communication_context* comm_ctx);
-/* Spins until the call is finished (state >= NAAICE_FINISHED), at most comm_ctx->timeout. */
+/* Spins until the call is finished (state >= NAAICE_FINISHED), at most comm_ctx->timeout (if
+ * positive; upstream: 500 ms). */
 int naaice_poll_cq_busy(struct naaice_communication_context* comm_ctx);
 int naaice_disconnect_and_cleanup(struct naaice_communication_context* comm_ctx);
 int naaice_send_message(struct naaice_communication_context* comm_ctx, enum message_id message_type,
                         uint8_t errorcode);
-/* fncode 0: a one-byte WRITE_WITH_IMM with immediate 0 to the first region, NAAICE's "error on
- * the host side"; otherwise the input regions with comm_ctx->immediate. */
+/* fncode 0: a zero-length WRITE_WITH_IMM with immediate 0 to the first region (upstream's has
+ * no scatter entry), NAAICE's "error on the host side"; otherwise the input regions with
+ * comm_ctx->immediate. */
 int naaice_write_data(struct naaice_communication_context* comm_ctx, uint8_t fncode);
 int naaice_post_recv_mrsp(struct naaice_communication_context* comm_ctx);
 int naaice_post_recv_data(struct naaice_communication_context* comm_ctx);

@@ -3,6 +3,7 @@
 #define _DEFAULT_SOURCE /* strsep, strdup */
 #include "apps/naa/host/naaice_ap2.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +17,18 @@ struct naa_spec {
   uint16_t port;
   naa_function_code_t fn_code;
   unsigned param_count;
+  unsigned index; /* its place in NAA_SPEC */
 };
 
-/* The first entry of NAA_SPEC for `fn`: 0, or -1 (reason on stderr). */
+/* The handle each NAA_SPEC entry serves (by its place; entries beyond the table are never
+ * taken): upstream gives an entry to one handle at a time, so that two entries of one function
+ * code serve two handles. Upstream never frees an entry; naa_finalize does here. */
+#define NAA_MAX_SPEC 256
+static const naa_handle* spec_user[NAA_MAX_SPEC];
+/* Guards spec_user: handles may be created and finalized from threads of their own. */
+static pthread_mutex_t spec_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The first entry of NAA_SPEC for `fn` that no handle holds: 0, or -1 (reason on stderr). */
 static int find_naa(naa_function_code_t fn, struct naa_spec* out) {
   const char* env = getenv(NAA_SPEC_ENV);
   if (!env || !*env) {
@@ -27,11 +37,14 @@ static int find_naa(naa_function_code_t fn, struct naa_spec* out) {
   }
   char* spec = strdup(env);
   if (!spec) return -1;
-  int found = -1;
+  int found = -1, taken = 0;
   char* rest = spec;
-  for (char* chunk; found && (chunk = strsep(&rest, ",")) != NULL;) {
+  for (unsigned index = 0; found && index < NAA_MAX_SPEC; index++) {
+    char* chunk = strsep(&rest, ",");
+    if (!chunk) break;
     struct naa_spec s;
     memset(&s, 0, sizeof s);
+    s.index = index;
     s.port = SERVER_CONNECTION_PORT;
     unsigned field = 0;
     for (char* tok; (tok = strsep(&chunk, ":")) != NULL; field++) {
@@ -41,12 +54,18 @@ static int find_naa(naa_function_code_t fn, struct naa_spec* out) {
       if (field == 3) s.param_count = (unsigned)strtoul(tok, NULL, 10);
     }
     if (field == 4 && s.fn_code == fn) {
+      if (spec_user[index]) {
+        taken++;
+        continue;
+      }
       *out = s;
       found = 0;
     }
   }
   free(spec);
-  if (found) fprintf(stderr, "naaice: no NAA for function code %u in " NAA_SPEC_ENV "\n", fn);
+  if (found)
+    fprintf(stderr, "naaice: no NAA for function code %u in " NAA_SPEC_ENV "%s\n", fn,
+            taken ? " that another handle does not use" : "");
   return found;
 }
 
@@ -61,13 +80,20 @@ int naa_create(const naa_function_code_t function_code, naa_param_t* input_param
   }
   memset(handle, 0, sizeof *handle);
   struct naa_spec naa;
-  if (find_naa(function_code, &naa)) return -1;
+  pthread_mutex_lock(&spec_lock);
+  if (find_naa(function_code, &naa)) {
+    pthread_mutex_unlock(&spec_lock);
+    return -1;
+  }
   if (naa.param_count != input_amount) {
+    pthread_mutex_unlock(&spec_lock);
     fprintf(stderr,
             "naaice: the NAA at %s (function code %u) takes %u inputs, the application gives %u\n",
             naa.address, function_code, naa.param_count, input_amount);
     return -1;
   }
+  spec_user[naa.index] = handle; /* upstream: held from here on, whatever follows */
+  pthread_mutex_unlock(&spec_lock);
   /* The regions: the inputs, then the outputs that are not inputs. */
   char* addrs[NAA_MAX_PARAMS];
   size_t sizes[NAA_MAX_PARAMS];
@@ -140,7 +166,13 @@ int naa_wait(naa_handle* handle, naa_status* status) {
 }
 
 int naa_finalize(naa_handle* handle) {
-  if (!handle || !handle->comm_ctx) return -1;
+  if (!handle) return -1;
+  /* The NAA_SPEC entry goes also when naa_create failed after taking it. */
+  pthread_mutex_lock(&spec_lock);
+  for (unsigned i = 0; i < NAA_MAX_SPEC; i++)
+    if (spec_user[i] == handle) spec_user[i] = NULL;
+  pthread_mutex_unlock(&spec_lock);
+  if (!handle->comm_ctx) return -1;
   const int rc = naaice_disconnect_and_cleanup(handle->comm_ctx);
   handle->comm_ctx = NULL;
   return rc;

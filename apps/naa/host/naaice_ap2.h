@@ -2,14 +2,16 @@
  * The NAAICE middleware API (AP2) over the low-level API (naaice.h): names and behaviour of
  * upstream's lib/naaice_ap2.h (naaice-greenhpc/naa-communication-library at f7b72fc).
  *
- *   naa_create   finds the NAA for the function code in NAA_SPEC
- *                ("ADDRESS:PORT:FNCODE:INPUTS[,...]", PORT empty: 12345; NAA_LOCAL_IP the
- *                source address), connects, registers the inputs, then the outputs that are
- *                not inputs, marks them (and single-send ones) and does the MRSP
+ *   naa_create   takes the first entry of NAA_SPEC for the function code that no other
+ *                handle holds ("ADDRESS:PORT:FNCODE:INPUTS[,...]", PORT empty: 12345;
+ *                NAA_LOCAL_IP the source address), connects, registers the inputs, then the
+ *                outputs that are not inputs, marks them (and single-send ones) and does the
+ *                MRSP
  *   naa_invoke   writes the inputs, the last with the function code
  *   naa_test     polls once: *flag = the call has finished; status filled
  *   naa_wait     waits for the NAA's next message (the call's result); status filled
- *   naa_finalize disconnects and frees
+ *   naa_finalize disconnects and frees, and gives the NAA_SPEC entry back (also after a
+ *                failed naa_create)
  * Each returns 0, or -1 on failure. The NAA's return code is status->naa_error. */
 #ifndef NAAICE_AP2_H
 #define NAAICE_AP2_H
@@ -18,7 +20,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "apps/naa/host/naaice.h"
+/* Beside this header, as upstream's: programs include "naaice_ap2.h" with apps/naa/host on
+ * their include path alone. */
+#include "naaice.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -9,8 +9,10 @@
 ///     ("pmd=memif,socket=PATH,role=client,ip=192.0.2.2,mac=02:00:00:00:00:02", see
 ///     runtime::parse_link_text).
 /// Completions and events are sorted by connection, so that several contexts (several "hosts")
-/// can run at once. Idle polls give the CPU away now and then (NAAICE_ROCE_BUSY=1: never, for
-/// benchmarks on dedicated cores).
+/// can run at once, from any threads: every entry point holds one process-wide lock (the stack
+/// and its port are driven by whichever thread calls), as upstream's contexts on rdma-core may
+/// each be used by a thread of their own. Idle polls give the CPU away now and then
+/// (NAAICE_ROCE_BUSY=1: never, for benchmarks on dedicated cores).
 ///
 /// Built with NAAICE_ATTACHED_ONLY (libnaaice_attached), only the first: no DPDK, no engine.
 ///
@@ -33,6 +35,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -68,6 +71,8 @@ struct Shared {
   }
 };
 Shared g_shared;
+/// Held by every entry point (the file's comment): the Context, the stack, g_shared.
+std::mutex g_lock;
 
 /// A region of the application's, and the registered memory that stands for it.
 struct Shadow {
@@ -115,6 +120,7 @@ int t_connect(void* p, const char* local_ip, const char* ip, std::uint16_t port,
   // the engine's QPs retry as an RNIC with retry count 7.
   (void)local_ip;
   RoceTransport* t = self(p);
+  std::unique_lock<std::mutex> lock(g_lock);
   const auto c = g_shared.stack->connect(ip, port, QpSizes{send_depth, recv_depth});
   if (!c) {
     t->error = std::string("cannot reach ") + ip + " (no ARP answer or no QP)";
@@ -124,6 +130,7 @@ int t_connect(void* p, const char* local_ip, const char* ip, std::uint16_t port,
   const auto end = std::chrono::steady_clock::now() +
                    std::chrono::microseconds(static_cast<std::int64_t>(timeout_s * 1e6));
   for (;;) {
+    if (!lock.owns_lock()) lock.lock();
     g_shared.pump();
     auto& q = g_shared.events[*c];
     while (!q.empty()) {
@@ -140,10 +147,12 @@ int t_connect(void* p, const char* local_ip, const char* ip, std::uint16_t port,
       t->error = "timed out";
       return -1;
     }
+    lock.unlock();  // the other threads' connections meanwhile
   }
 }
 
 int t_reg_mr(void* p, void* addr, std::uint64_t length, naaice_mr_handle* out) {
+  const std::lock_guard<std::mutex> lock(g_lock);
   RoceTransport* t = self(p);
   auto s = std::make_unique<Shadow>();
   s->app = static_cast<std::uint8_t*>(addr);
@@ -175,6 +184,7 @@ int t_reg_mr(void* p, void* addr, std::uint64_t length, naaice_mr_handle* out) {
 }
 
 void t_dereg_mr(void* p, naaice_mr_handle* h) {
+  const std::lock_guard<std::mutex> lock(g_lock);
   RoceTransport* t = self(p);
   const auto it = t->shadows.find(static_cast<Shadow*>(h->priv));
   if (it == t->shadows.end()) return;
@@ -184,6 +194,7 @@ void t_dereg_mr(void* p, naaice_mr_handle* h) {
 }
 
 int t_post_recv(void* p, std::uint64_t wr_id, void* addr, std::uint32_t len, std::uint32_t lkey) {
+  const std::lock_guard<std::mutex> lock(g_lock);
   RoceTransport* t = self(p);
   if (!t->conn || !g_shared.stack->post_recv(*t->conn, wr_id, addr, len, lkey)) {
     t->error = "post_recv failed";
@@ -196,6 +207,7 @@ int t_post_recv(void* p, std::uint64_t wr_id, void* addr, std::uint32_t len, std
 int t_post_send(void* p, naaice_op op, std::uint64_t wr_id, const void* local, std::uint32_t len,
                 std::uint32_t lkey, std::uint64_t raddr, std::uint32_t rkey, std::uint32_t imm,
                 unsigned flags) {
+  const std::lock_guard<std::mutex> lock(g_lock);
   RoceTransport* t = self(p);
   if (len != 0)
     if (Shadow* s = t->shadow_of(local, len))
@@ -215,11 +227,16 @@ int t_post_send(void* p, naaice_op op, std::uint64_t wr_id, const void* local, s
     t->error = "post_send failed";
     return -1;
   }
+  // The stack moves only when it is polled: send the request now (a call's last WRITE, an
+  // MRSP message), as an RNIC does, so that the NAA works while the program does other things
+  // before it waits (naa_invoke, then naa_wait). What the poll finds stays queued for t_poll.
+  if (op != NAAICE_OP_WRITE) g_shared.pump();
   return 0;
 }
 
 int t_poll(void* p, naaice_wc* out, int max) {
   RoceTransport* t = self(p);
+  std::unique_lock<std::mutex> lock(g_lock);
   if (!t->conn) return -1;
   g_shared.pump();
   auto& ev = g_shared.events[*t->conn];
@@ -254,12 +271,14 @@ int t_poll(void* p, naaice_wc* out, int max) {
     q.pop_front();
   }
   if (n == 0 && t->broken) return -1;
+  const bool attached = g_shared.attached != nullptr;
+  lock.unlock();
   // Share the CPU when nothing happens (two busy processes on few cores; attached, roced
   // drives the port).
   static const bool busy = std::getenv("NAAICE_ROCE_BUSY") != nullptr;
   if (n == 0 && !busy && ++t->idle >= kYieldAfterIdlePolls) {
     t->idle = 0;
-    if (g_shared.attached)
+    if (attached)
       ::usleep(20);
     else
       sched_yield();
@@ -270,10 +289,13 @@ int t_poll(void* p, naaice_wc* out, int max) {
 }
 
 /// The peer wrote the shadow: copy [addr, addr + n) out to the application.
-void t_sync_in(void* p, void* addr, std::uint64_t n) { self(p)->copy_out(addr, n); }
+void t_sync_in(void* p, void* addr, std::uint64_t n) {
+  const std::lock_guard<std::mutex> lock(g_lock);
+  self(p)->copy_out(addr, n);
+}
 
-void t_disconnect(void* p) {
-  RoceTransport* t = self(p);
+/// With g_lock held.
+void disconnect_locked(RoceTransport* t) {
   if (!t->conn) return;
   // Let the last ACKs go out, then DREQ; the CM answers the DREP while we idle.
   g_shared.stack->idle(0.01);
@@ -285,9 +307,15 @@ void t_disconnect(void* p) {
   t->recvs.clear();
 }
 
+void t_disconnect(void* p) {
+  const std::lock_guard<std::mutex> lock(g_lock);
+  disconnect_locked(self(p));
+}
+
 void t_destroy(void* p) {
+  const std::lock_guard<std::mutex> lock(g_lock);
   RoceTransport* t = self(p);
-  if (t->conn) t_disconnect(p);
+  if (t->conn) disconnect_locked(t);
   for (auto& [k, s] : t->shadows) {
     g_shared.stack->dereg_mr(s->mr);
     g_shared.stack->free(s->mem);
@@ -298,6 +326,7 @@ void t_destroy(void* p) {
 
 /// The stack lives as long as the process: DPDK's EAL cannot start twice.
 void at_exit() {
+  const std::lock_guard<std::mutex> lock(g_lock);
   if (!g_shared.stack) return;
   g_shared.stack->idle(0.05);
   g_shared.stack.reset();
@@ -310,7 +339,10 @@ void at_exit() {
 #endif
 }
 
-const char* t_error(void* p) { return self(p)->error.c_str(); }
+const char* t_error(void* p) {
+  const std::lock_guard<std::mutex> lock(g_lock);
+  return self(p)->error.c_str();
+}
 
 /// The process's Context and stack, attached or in-process (the file's comment).
 bool open_shared() {
@@ -384,6 +416,7 @@ bool open_shared() {
 
 extern "C" naaice_transport* naaice_transport_open(void) {
   using namespace roce::naa;
+  const std::lock_guard<std::mutex> lock(g_lock);
   if (!g_shared.stack) {
     if (!open_shared()) return nullptr;
     std::atexit(at_exit);

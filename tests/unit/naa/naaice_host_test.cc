@@ -41,17 +41,19 @@ struct Fake {
   std::uint32_t result_imm = 0;           // the NAA's immediate after a call
   std::uint32_t next_rkey = 0x11223340;
   std::vector<std::pair<void*, std::uint64_t>> synced;
-  std::string local_ip;
+  std::string local_ip, remote_ip;
   bool connected = false;
+  int quiet_polls = 0;  // polls that find nothing, before the completions are handed out
 };
 Fake* g_fake = nullptr;
 std::vector<std::uint8_t> g_next_answer;  // the MRSP answer of the next transport opened
 
 Fake& F(void* p) { return *static_cast<Fake*>(p); }
 
-int f_connect(void* p, const char* local_ip, const char*, std::uint16_t, std::uint32_t,
+int f_connect(void* p, const char* local_ip, const char* ip, std::uint16_t, std::uint32_t,
               std::uint32_t, std::uint8_t, double) {
   F(p).connected = true;
+  F(p).remote_ip = ip;
   F(p).local_ip = local_ip ? local_ip : "";
   return 0;
 }
@@ -99,6 +101,10 @@ int f_post_send(void* p, naaice_op op, std::uint64_t, const void* local, std::ui
   return 0;
 }
 int f_poll(void* p, naaice_wc* out, int max) {
+  if (F(p).quiet_polls > 0) {
+    F(p).quiet_polls--;
+    return 0;
+  }
   int n = 0;
   while (n < max && !F(p).wcs.empty()) {
     out[n++] = F(p).wcs.front();
@@ -341,6 +347,98 @@ TEST_F(NaaiceHost, ArgumentsUpstreamRefuses) {
   EXPECT_EQ(naaice_set_singlesend_mr(ctx, kN), -1);
 }
 
+// The NAA takes the function code as imm & 0x7f: 128 arrives as function 0, which upstream's
+// host would send and no NAA runs (upstream's software NAA answers it unchanged, roce-naa not
+// at all). Refused here; 129 is function 1 on every NAA and goes out as upstream sends it.
+TEST_F(NaaiceHost, FunctionCodeWithoutFunctionBitsIsRefused) {
+  size_t s = 8;
+  char* p = params[0];
+  EXPECT_EQ(naaice_init_communication_context(&ctx, 0, &s, &p, 1, 0, nullptr, 128, nullptr,
+                                              "192.0.2.1", 12345),
+            -1);
+  ASSERT_EQ(ctx, nullptr);
+  open(1);
+  mrsp();
+  ctx->fncode = 128;
+  std::uint8_t imm[3] = {0, 0, 0};
+  ASSERT_EQ(naaice_set_immediate(ctx, imm), 0);
+  fake().sends.clear();
+  EXPECT_EQ(naaice_do_data_transfer(ctx), -1);
+  EXPECT_TRUE(fake().sends.empty());
+  ctx->fncode = 129;
+  ASSERT_EQ(naaice_set_immediate(ctx, imm), 0);
+  ctx->state = NAAICE_MRSP_DONE;
+  ASSERT_EQ(naaice_do_data_transfer(ctx), 0);
+  EXPECT_EQ(fake().sends.back().imm, 0x81u);
+}
+
+// Upstream waits without a limit when the timeout is not positive: naaice_do_mrsp and
+// naaice_do_data_transfer check `timeout > 0 && elapsed > timeout`, naaice_poll_cq_blocking
+// arms alarm((int)timeout), and alarm(0) arms nothing.
+TEST_F(NaaiceHost, TimeoutZeroWaitsWithoutLimit) {
+  open(1);
+  ctx->timeout = 0;
+  fake().mrsp_answer = advertisement(kN, 4096);
+  fake().quiet_polls = 50;
+  ASSERT_EQ(naaice_do_mrsp(ctx), 0);
+  fake().quiet_polls = 50;
+  ASSERT_EQ(naaice_do_data_transfer(ctx), 0);
+  EXPECT_EQ(ctx->state, NAAICE_FINISHED);
+  ASSERT_EQ(naaice_init_data_transfer(ctx), 0);
+  fake().quiet_polls = 50;
+  ASSERT_EQ(naaice_poll_cq_blocking(ctx), 0);
+  EXPECT_EQ(ctx->state, NAAICE_FINISHED);
+  ASSERT_EQ(naaice_init_data_transfer(ctx), 0);
+  fake().quiet_polls = 50;
+  ASSERT_EQ(naaice_poll_cq_busy(ctx), 0);
+  ctx->timeout = -1;
+  fake().quiet_polls = 50;
+  ASSERT_EQ(naaice_do_data_transfer(ctx), 0);
+  // A positive timeout still ends a wait the NAA does not answer.
+  ctx->timeout = 0.05;
+  fake().quiet_polls = 1 << 30;
+  EXPECT_EQ(naaice_do_data_transfer(ctx), -1);
+}
+
+// Upstream resolves the NAA's address with getaddrinfo in naaice_init_communication_context
+// (a host name works; one that does not resolve fails there). The transports are given the
+// IPv4 address (the appliance's stack takes nothing else).
+TEST(NaaiceConnect, NaaAddressMayBeAHostName) {
+  std::vector<std::uint8_t> r(64);
+  char* p = reinterpret_cast<char*>(r.data());
+  size_t s = r.size();
+  naaice_communication_context* ctx = nullptr;
+  ASSERT_EQ(naaice_init_communication_context(&ctx, 0, &s, &p, 1, 0, nullptr, 1, nullptr,
+                                              "localhost", SERVER_CONNECTION_PORT),
+            0);
+  ASSERT_EQ(naaice_setup_connection(ctx), 0);
+  EXPECT_EQ(static_cast<Fake*>(ctx->transport->priv)->remote_ip, "127.0.0.1");
+  naaice_disconnect_and_cleanup(ctx);
+  ctx = nullptr;
+  EXPECT_EQ(naaice_init_communication_context(&ctx, 0, &s, &p, 1, 0, nullptr, 1, nullptr,
+                                              "no-such-naa.invalid", SERVER_CONNECTION_PORT),
+            -1);
+  EXPECT_EQ(ctx, nullptr);
+}
+
+// The connection loop upstream's header offers beside naaice_setup_connection.
+TEST(NaaiceConnect, PollAndHandleConnectionEventConnects) {
+  std::vector<std::uint8_t> r(64);
+  char* p = reinterpret_cast<char*>(r.data());
+  size_t s = r.size();
+  naaice_communication_context* ctx = nullptr;
+  ASSERT_EQ(naaice_init_communication_context(&ctx, 0, &s, &p, 1, 0, nullptr, 1, nullptr,
+                                              "192.0.2.1", SERVER_CONNECTION_PORT),
+            0);
+  for (int i = 0; i < 10 && ctx->state < NAAICE_CONNECTED; i++)
+    ASSERT_EQ(naaice_poll_and_handle_connection_event(ctx), 0);
+  EXPECT_EQ(ctx->state, NAAICE_CONNECTED);
+  EXPECT_TRUE(static_cast<Fake*>(ctx->transport->priv)->connected);
+  EXPECT_EQ(naaice_poll_and_handle_connection_event(ctx), 0);  // connected: nothing to do
+  EXPECT_EQ(naaice_setup_connection(ctx), 0);                  // upstream: returns at once
+  naaice_disconnect_and_cleanup(ctx);
+}
+
 TEST_F(NaaiceHost, HostSideErrorIsAZeroLengthWriteWithImmediateZero) {
   open(1);
   mrsp();
@@ -450,6 +548,40 @@ TEST(NaaiceAp2, CreateInvokeWait) {
   for (int i = 0; i < 10 && !done; i++) ASSERT_EQ(naa_test(&h, &done, &st), 0);
   EXPECT_TRUE(done);
   EXPECT_EQ(naa_finalize(&h), 0);
+  g_next_answer.clear();
+}
+
+// Upstream's naa_create takes the first NAA_SPEC entry for the function code that no handle
+// holds (get_naa_for_function_code: `handle == NULL && fn_code == fn_code`): two entries of one
+// function code serve two handles, one each; a third finds none. (Upstream never frees an
+// entry; this library frees it with naa_finalize.)
+TEST(NaaiceAp2, EachSpecEntryServesOneHandle) {
+  std::vector<std::uint8_t> a(64, 1), b(64, 2);
+  naa_param_t in[] = {{a.data(), a.size(), false}};
+  naa_param_t out[] = {{b.data(), b.size(), false}};
+  ::setenv("NAA_SPEC", "192.0.2.11:4711:6:1,192.0.2.12:4712:6:1", 1);
+  g_next_answer = advertisement(2, 4096);
+  naa_handle h1, h2, h3;
+  ASSERT_EQ(naa_create(6, in, 1, out, 1, &h1), 0);
+  ASSERT_EQ(naa_create(6, in, 1, out, 1, &h2), 0);
+  EXPECT_STREQ(h1.comm_ctx->remote_ip, "192.0.2.11");
+  EXPECT_EQ(h1.comm_ctx->port, 4711);
+  EXPECT_STREQ(h2.comm_ctx->remote_ip, "192.0.2.12");
+  EXPECT_EQ(h2.comm_ctx->port, 4712);
+  EXPECT_EQ(naa_create(6, in, 1, out, 1, &h3), -1);  // both NAAs taken
+  EXPECT_EQ(naa_finalize(&h1), 0);
+  ASSERT_EQ(naa_create(6, in, 1, out, 1, &h3), 0);  // the first is free again
+  EXPECT_STREQ(h3.comm_ctx->remote_ip, "192.0.2.11");
+  EXPECT_EQ(naa_finalize(&h2), 0);
+  EXPECT_EQ(naa_finalize(&h3), 0);
+  // An entry whose NAA cannot be reached is held (upstream) until naa_finalize frees it.
+  ::setenv("NAA_SPEC", "no-such-naa.invalid::6:1", 1);
+  EXPECT_EQ(naa_create(6, in, 1, out, 1, &h1), -1);
+  EXPECT_EQ(naa_create(6, in, 1, out, 1, &h2), -1);  // taken by h1
+  EXPECT_EQ(naa_finalize(&h1), -1);                  // nothing to disconnect; the entry freed
+  ::setenv("NAA_SPEC", "192.0.2.11::6:1", 1);
+  ASSERT_EQ(naa_create(6, in, 1, out, 1, &h2), 0);
+  EXPECT_EQ(naa_finalize(&h2), 0);
   g_next_answer.clear();
 }
 
