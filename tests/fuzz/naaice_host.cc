@@ -19,10 +19,8 @@
 #include <tuple>
 #include <vector>
 
-extern "C" {
-#include "apps/naa/host/naaice.h"
+#include "apps/naa/host/naaice.h"  // C headers with their own extern "C"
 #include "apps/naa/host/naaice_transport.h"
-}
 #include "tests/fuzz/fuzz_bytes.h"
 #include "tests/fuzz/fuzz_target.h"
 

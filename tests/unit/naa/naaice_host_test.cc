@@ -16,11 +16,9 @@
 #include <string>
 #include <vector>
 
-extern "C" {
-#include "apps/naa/host/naaice.h"
+#include "apps/naa/host/naaice.h"  // C headers with their own extern "C"
 #include "apps/naa/host/naaice_ap2.h"
 #include "apps/naa/host/naaice_transport.h"
-}
 
 namespace {
 
