@@ -27,7 +27,7 @@ struct Pending {
 class Client : public Endpoint {
  public:
   Client(Fabric& f, const NFRInitOpts& o) : Endpoint(f) {
-    port_ = o.port ? o.port : 5010;
+    port_ = primary_port(o);
     nonblocking_ = o.blocking == 0;
     if (o.timeoutSec > 0) timeout_s_ = o.timeoutSec;
     if (o.keepaliveSec > 0) keepalive_s_ = o.keepaliveSec;

@@ -19,6 +19,7 @@ extern "C" {
 
 int nfrHostInit(const NFRInitOpts* opts, PNFRHost* result) {
   if (!opts || !result) return -EINVAL;
+  if (const int r = roce::netfr::check_upstream_opts(*opts, true)) return r;
   Lock g(roce::netfr::api_mutex());
   std::string err;
   roce::netfr::Fabric* f = roce::netfr::process_fabric(opts->link, err);

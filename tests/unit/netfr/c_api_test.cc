@@ -38,7 +38,9 @@ NFRInitOpts upstream_opts(const char* ip, int port) {
 }
 
 int written = 0;
-void on_written(const void** uData) { written += static_cast<int>(reinterpret_cast<uintptr_t>(uData[0])); }
+void on_written(const void** uData) {
+  written += static_cast<int>(reinterpret_cast<uintptr_t>(uData[0]));
+}
 
 TEST(CApi, UpstreamAddressingNullBufferAckAndFree) {
   set_local_opener(open_fake);
@@ -74,13 +76,15 @@ TEST(CApi, UpstreamAddressingNullBufferAckAndFree) {
   PNFRMemory src = nfrHostAttachMemory(host, frame.data(), frame.size(), 0);
   ASSERT_NE(src, nullptr);
   NFRClientEvent evt{};
-  for (int i = 0; i < 50 && (r = nfrClientProcess(client, -1, &evt)) == 0; ++i) nfrHostProcess(host);
+  for (int i = 0; i < 50 && (r = nfrClientProcess(client, -1, &evt)) == 0; ++i)
+    nfrHostProcess(host);
   NFRCallbackInfo cb{};
   cb.callback = on_written;
   cb.uData[0] = reinterpret_cast<void*>(uintptr_t{1});
   ASSERT_GE(nfrHostWriteBuffer(src, 0, 0, frame.size(), &cb), 0);
   r = 0;
-  for (int i = 0; i < 50 && (r = nfrClientProcess(client, -1, &evt)) == 0; ++i) nfrHostProcess(host);
+  for (int i = 0; i < 50 && (r = nfrClientProcess(client, -1, &evt)) == 0; ++i)
+    nfrHostProcess(host);
   ASSERT_EQ(r, 1);
   EXPECT_EQ(evt.type, NFR_CLIENT_EVENT_MEM_WRITE);
   EXPECT_EQ(evt.memRegion, mem);
