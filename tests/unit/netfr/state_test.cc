@@ -273,6 +273,21 @@ TEST_F(Pair, BadMessagesCloseTheConnectionAndAreCounted) {
   EXPECT_TRUE(host->connected());
 }
 
+// Upstream's client (nfr_CheckConnState): the first nfrClientProcess after the host went returns
+// -ECONNRESET, every later one -ENOTCONN; what had arrived before is delivered first (ours).
+TEST_F(Pair, HostGoneIsConnResetOnceThenNotConnected) {
+  connect(true);
+  std::uint8_t payload[4] = {1, 2, 3, 4};
+  ASSERT_EQ(host->send_data(1, payload, sizeof payload, 7), 0);
+  for (int i = 0; i < 5; ++i) host->process();
+  host.reset();                            // the host closes both channels (DREQs)
+  EXPECT_EQ(client->process(-1, &ev), 1);  // the datagram that had arrived
+  EXPECT_EQ(ev.udata, 7u);
+  EXPECT_EQ(client->process(-1, &ev), -ECONNRESET);
+  EXPECT_EQ(client->process(-1, &ev), -ENOTCONN);
+  EXPECT_EQ(client->process(-1, &ev), -ENOTCONN);
+}
+
 TEST_F(Pair, SerialGapFromTheHostIsAProtocolError) {
   connect();
   settle();

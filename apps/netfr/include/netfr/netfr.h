@@ -219,14 +219,16 @@ struct NFRClientEvent {
 int nfrClientInit(const struct NFRInitOpts* opts, const struct NFRInitOpts* peerInfo,
                   PNFRClient* result);
 /* Upstream's connection step, non-blocking: -EAGAIN while connecting, 0 once both channels are
-   up (and while they stay up), -ECONNREFUSED when the host serves another client, -ENOTCONN
-   when the connection went, other negative values on failure. Free the client after a
+   up (and while they stay up), -ECONNREFUSED when the host serves another client, -ECONNRESET
+   (or -ENOTCONN) when the connection went, other negative values on failure. Free the client after a
    failure. */
 int nfrClientConnect(PNFRClient client);
 /* Ours: nfrClientConnect until it is not -EAGAIN, for up to timeoutSec (-ETIMEDOUT). */
 int nfrClientConnectWait(PNFRClient client);
 /* Background work; fills *evt and returns 1 when a message is there, 0 when none, negative on
-   failure (-ENOTCONN: the host went away). index: -1 for both channels (upstream's order: the
+   failure. When the connection went, what had arrived is still handed out, then (as upstream)
+   the reason once (-ECONNRESET: the host disconnected, went silent or a transfer failed;
+   -EHOSTUNREACH), then -ENOTCONN. index: -1 for both channels (upstream's order: the
    primary channel's next message first; with totalOrder, the next in the host's order),
    0 or 1 for that channel's next message only (not with totalOrder: -EINVAL). */
 int nfrClientProcess(PNFRClient client, int index, struct NFRClientEvent* evt);
