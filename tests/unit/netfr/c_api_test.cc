@@ -65,6 +65,10 @@ TEST(CApi, UpstreamAddressingNullBufferAckAndFree) {
   ASSERT_EQ(r, 0);
   EXPECT_EQ(nfrHostClientsConnected(host, 0), 1);
 
+  // A buffer too small for the frame first (index 0), so that the frame goes to index 1.
+  std::vector<std::uint8_t> small(1024);
+  PNFRMemory small_mem = nfrClientAttachMemory(client, small.data(), small.size(), 0);
+  ASSERT_NE(small_mem, nullptr);
   // Upstream's test/client attaches with a NULL buffer: the library allocates the memory.
   PNFRMemory mem = nfrClientAttachMemory(client, nullptr, 1 << 20, 0);
   ASSERT_NE(mem, nullptr);
@@ -81,7 +85,8 @@ TEST(CApi, UpstreamAddressingNullBufferAckAndFree) {
   NFRCallbackInfo cb{};
   cb.callback = on_written;
   cb.uData[0] = reinterpret_cast<void*>(uintptr_t{1});
-  ASSERT_GE(nfrHostWriteBuffer(src, 0, 0, frame.size(), &cb), 0);
+  // Upstream's nfrHostWriteBuffer returns 0 on success (ours with udata returns the index).
+  ASSERT_EQ(nfrHostWriteBuffer(src, 0, 0, frame.size(), &cb), 0);
   r = 0;
   for (int i = 0; i < 50 && (r = nfrClientProcess(client, -1, &evt)) == 0; ++i)
     nfrHostProcess(host);
@@ -96,6 +101,7 @@ TEST(CApi, UpstreamAddressingNullBufferAckAndFree) {
 
   nfrFreeMemory(&mem);
   EXPECT_EQ(mem, nullptr);
+  nfrFreeMemory(&small_mem);
   nfrFreeMemory(&src);
   EXPECT_EQ(src, nullptr);
   nfrClientFree(&client);

@@ -175,12 +175,13 @@ PNFRMemory nfrHostAttachMemory(PNFRHost host, void* buffer, uint64_t size, uint8
 /* Writes length bytes at localOffset of localMem to the smallest free buffer the client
    advertised on the memory's channel that holds remoteOffset + length, then notifies the client
    (a buffer update; its udata is 0, as upstream's). cbInfo (may be NULL): its callback runs
-   (from nfrHostProcess) once the notification is sent. Returns the index of the chosen buffer
-   (>= 0); -ENOBUFS when no free buffer fits (none large enough, or all busy: upstream does not
+   (from nfrHostProcess) once the notification is sent. Returns 0 (as upstream);
+   -ENOBUFS when no free buffer fits (none large enough, or all busy: upstream does not
    tell them apart), -EMSGSIZE past NETFR_MAX_BUFFER_SIZE; nothing is written then. */
 int nfrHostWriteBuffer(PNFRMemory localMem, uint64_t localOffset, uint64_t remoteOffset,
                        uint64_t length, struct NFRCallbackInfo* cbInfo);
-/* Ours: the same with the buffer update's udata (the client's event carries it). */
+/* Ours: the same with the buffer update's udata (the client's event carries it), returning the
+   index of the chosen buffer (>= 0) on success. */
 int nfrHostWriteBufferUdata(PNFRMemory localMem, uint64_t localOffset, uint64_t remoteOffset,
                             uint64_t length, uint64_t udata, const struct NFRCallbackInfo* cbInfo);
 /* Ours: the credits left on a channel (NETFR_CREDIT_COUNT when every datagram sent was
