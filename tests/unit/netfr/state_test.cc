@@ -288,6 +288,36 @@ TEST_F(Pair, HostGoneIsConnResetOnceThenNotConnected) {
   EXPECT_EQ(client->process(-1, &ev), -ENOTCONN);
 }
 
+// Upstream runs a write's callback from nfrHostProcess only (its CQ is read there): not from
+// nfrHostReadData, nor from another object's call polling the shared stack (here the client's).
+int g_callbacks = 0;
+void count_callback(const void** uData) {
+  g_callbacks += static_cast<int>(reinterpret_cast<uintptr_t>(uData[0]));
+}
+TEST_F(Pair, WriteCallbackRunsFromHostProcessOnly) {
+  connect(true);
+  std::vector<std::uint8_t> cb(4096), src(4096, 0x11);
+  ASSERT_NE(client->attach(cb.data(), cb.size(), 0), nullptr);
+  settle();
+  NFRMemory* m = host->attach(src.data(), src.size(), 0);
+  NFRCallbackInfo info{};
+  info.callback = count_callback;
+  info.uData[0] = reinterpret_cast<void*>(uintptr_t{1});
+  g_callbacks = 0;
+  ASSERT_EQ(host->write_buffer(m, 0, 0, 4096, 0, &info), 0);
+  std::uint8_t buf[64];
+  std::uint32_t len = sizeof buf;
+  std::uint64_t ud = 0;
+  for (int i = 0; i < 20; ++i) {
+    client->process(-1, &ev);
+    EXPECT_EQ(host->read_data(1, buf, &len, &ud), -EAGAIN);
+  }
+  EXPECT_EQ(ev.type, NFR_CLIENT_EVENT_MEM_WRITE);  // the write and its notification are done
+  EXPECT_EQ(g_callbacks, 0);
+  host->process();
+  EXPECT_EQ(g_callbacks, 1);
+}
+
 TEST_F(Pair, SerialGapFromTheHostIsAProtocolError) {
   connect();
   settle();

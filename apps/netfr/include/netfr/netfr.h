@@ -175,7 +175,8 @@ PNFRMemory nfrHostAttachMemory(PNFRHost host, void* buffer, uint64_t size, uint8
 /* Writes length bytes at localOffset of localMem to the smallest free buffer the client
    advertised on the memory's channel that holds remoteOffset + length, then notifies the client
    (a buffer update; its udata is 0, as upstream's). cbInfo (may be NULL): its callback runs
-   (from nfrHostProcess) once the notification is sent. Returns 0 (as upstream);
+   once the notification is sent, from this host's nfrHostProcess only (as upstream's), on the
+   thread calling it. Returns 0 (as upstream);
    -ENOBUFS when no free buffer fits (none large enough, or all busy: upstream does not
    tell them apart), -EMSGSIZE past NETFR_MAX_BUFFER_SIZE; nothing is written then. */
 int nfrHostWriteBuffer(PNFRMemory localMem, uint64_t localOffset, uint64_t remoteOffset,
@@ -274,7 +275,8 @@ int nfrFreeMemoryChecked(PNFRMemory* mem);
    process (all hosts and clients of a process share its stack), so calls from two threads (as
    Looking Glass makes: its frame and cursor threads send and write while its main loop calls
    nfr*Process) serialize. A blocking call waits with the lock held and keeps the stack going
-   for the others' connections meanwhile. Callbacks run under the lock and may call the API. */
+   for the others' connections meanwhile. Callbacks run from nfrHostProcess only (on its
+   caller's thread), under the lock, and may call the API. */
 
 #ifdef __cplusplus
 }
