@@ -14,7 +14,9 @@ if [[ $# -lt 3 || ! -x $2 || ! -x $3 ]]; then
   echo "skipped: upstream's test programs were not built (configure with NETFR_UPSTREAM set)"
   exit 77
 fi
+# shellcheck disable=SC2034  # roced, tag: read by lib_appliance.sh
 roced=$(realpath "$1") uphost=$(realpath "$2") upclient=$(realpath "$3") secs=${4:-20}
+# shellcheck disable=SC2034
 work=$(mktemp -d /tmp/netfr-upprog-XXXXXX) tag=nup$$ pids=()
 # shellcheck source=tests/integration/lib_appliance.sh
 source "$(dirname "$0")/lib_appliance.sh"
