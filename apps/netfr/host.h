@@ -90,7 +90,7 @@ class Host : public Endpoint {
     const unsigned ch = static_cast<unsigned>(channel);
     pump();
     auto& q = held_[ch];
-    if (q.empty()) return connected() ? -EAGAIN : -ENOTCONN;
+    if (q.empty()) return -EAGAIN;  // as upstream's, client or not (nfrHostProcess tells that)
     const Held h = q.front();
     if (*max_len < h.length || !data) {
       *max_len = h.length;

@@ -318,6 +318,25 @@ TEST_F(Pair, WriteCallbackRunsFromHostProcessOnly) {
   EXPECT_EQ(g_callbacks, 1);
 }
 
+// Upstream's nfrHostReadData says -EAGAIN whenever nothing waits, client or not: its test/host
+// treats anything else as fatal, so a client leaving between nfrHostProcess and the read must
+// not end the host.
+TEST_F(Pair, ReadDataWithoutClientIsEagain) {
+  std::uint8_t buf[64];
+  std::uint32_t len = sizeof buf;
+  std::uint64_t ud = 0;
+  host = std::make_unique<Host>(fab, opts());
+  ASSERT_TRUE(host->start());
+  EXPECT_EQ(host->read_data(1, buf, &len, &ud), -EAGAIN);  // no client yet
+  client = std::make_unique<Client>(fab, opts());
+  ASSERT_EQ(client->connect("192.0.2.1"), 0);
+  for (int i = 0; i < 10; ++i) host->process();
+  ASSERT_TRUE(host->connected());
+  client.reset();  // the client leaves (DREQs)
+  EXPECT_EQ(host->read_data(1, buf, &len, &ud), -EAGAIN);
+  EXPECT_FALSE(host->connected());
+}
+
 TEST_F(Pair, SerialGapFromTheHostIsAProtocolError) {
   connect();
   settle();

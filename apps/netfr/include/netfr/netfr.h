@@ -162,7 +162,8 @@ int nfrHostClientsConnected(PNFRHost host, int index);
 int nfrHostSendData(PNFRHost host, int channelID, const void* data, uint32_t length,
                     uint64_t udata);
 /* Copies the oldest datagram of the client on channelID out: *maxLength in: the buffer's size,
-   out: the message's; -ENOBUFS (message kept) when it does not fit, -EAGAIN when none. */
+   out: the message's; -ENOBUFS (message kept) when it does not fit, -EAGAIN when none (with or
+   without a client, as upstream's). */
 int nfrHostReadData(PNFRHost host, int channelID, void* data, uint32_t* maxLength, uint64_t* udata);
 /* Sources of buffer writes on channel `index`. Work requests use memory of the stack's
    (shared with roced when attached): nfrHostAllocMemory allocates it (zero copy; write the
