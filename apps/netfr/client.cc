@@ -21,10 +21,19 @@ extern "C" {
 
 int nfrClientInit(const NFRInitOpts* opts, const NFRInitOpts* peerInfo, PNFRClient* result) {
   if (!opts || !result) return -EINVAL;
-  const char* peer = peerInfo && peerInfo->peer ? peerInfo->peer : opts->peer;
-  if (!peer) return -EINVAL;
+  // The host: ours (peer, port) where set, else upstream's (peerInfo->addrs). The client's own
+  // opts->addrs name its local address, which is the link's here: not used.
+  if (const int r = roce::netfr::check_upstream_opts(*opts, false)) return r;
+  if (peerInfo)
+    if (const int r = roce::netfr::check_upstream_opts(*peerInfo, true)) return r;
+  std::string peer = peerInfo && peerInfo->peer ? peerInfo->peer : opts->peer ? opts->peer : "";
+  if (peer.empty() && peerInfo) peer = roce::netfr::upstream_peer(*peerInfo);
+  if (peer.empty()) return -EINVAL;
   NFRInitOpts o = *opts;
-  if (peerInfo && peerInfo->port) o.port = peerInfo->port;
+  o.port = static_cast<std::uint16_t>(peerInfo && peerInfo->port ? peerInfo->port
+                                      : opts->port               ? opts->port
+                                      : peerInfo ? roce::netfr::primary_port(*peerInfo)
+                                                 : roce::netfr::kDefaultPort);
   Lock g(roce::netfr::api_mutex());
   std::string err;
   roce::netfr::Fabric* f = roce::netfr::process_fabric(opts->link, err);
@@ -60,7 +69,7 @@ int nfrClientProcess(PNFRClient client, int index, NFRClientEvent* evt) {
   return client->c->process(index, evt);
 }
 PNFRMemory nfrClientAttachMemory(PNFRClient client, void* buffer, uint64_t size, uint8_t index) {
-  if (!client || !buffer) return nullptr;
+  if (!client) return nullptr;  // buffer NULL: the library allocates (upstream's way)
   Lock g(roce::netfr::api_mutex());
   return client->c->attach(buffer, size, index);
 }

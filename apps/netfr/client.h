@@ -27,7 +27,7 @@ struct Pending {
 class Client : public Endpoint {
  public:
   Client(Fabric& f, const NFRInitOpts& o) : Endpoint(f) {
-    port_ = o.port ? o.port : 5010;
+    port_ = primary_port(o);
     nonblocking_ = o.blocking == 0;
     if (o.timeoutSec > 0) timeout_s_ = o.timeoutSec;
     if (o.keepaliveSec > 0) keepalive_s_ = o.keepaliveSec;
@@ -113,7 +113,14 @@ class Client : public Endpoint {
         return 1;
       }
     }
-    return connected() ? 0 : -ENOTCONN;
+    if (connected()) return 0;
+    // The connection went (what had arrived was delivered above): as upstream's client, the
+    // reason once (-ECONNRESET for a DREQ, a silent peer or a failed transfer), -ENOTCONN after.
+    if (result_ && !result_reported_) {
+      result_reported_ = true;
+      return result_;
+    }
+    return -ENOTCONN;
   }
 
   /// Extensions the host took (protocol.h kExt*); 0 with upstream's host.
@@ -339,6 +346,7 @@ class Client : public Endpoint {
 
   void on_channel_error(unsigned, const std::string& why) override {
     if (debug_log()) std::fprintf(stderr, "netfr client: %s\n", why.c_str());
+    if (!result_ && !connecting_) result_ = -ECONNRESET;
     broken_ = true;
     close_channels();
   }
@@ -350,7 +358,7 @@ class Client : public Endpoint {
   std::uint32_t next_serial_ = 1;
   std::uint8_t offer_ = 0;
   std::vector<std::uint64_t> host_sizes_;
-  bool have_host_sizes_ = false, broken_ = false, connecting_ = false;
+  bool have_host_sizes_ = false, broken_ = false, connecting_ = false, result_reported_ = false;
   int result_ = 0;
 };
 

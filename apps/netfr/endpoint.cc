@@ -2,6 +2,7 @@
 /// Channels, slots and credits shared by the host and the client (endpoint.h).
 #include "apps/netfr/endpoint.h"
 
+#include <arpa/inet.h>
 #include <roce/client.h>
 #include <sched.h>
 
@@ -45,21 +46,43 @@ std::recursive_mutex& api_mutex() {
   return m;
 }
 
-namespace {
-int g_log_level = NFR_LOG_LEVEL_INFO;
-}  // namespace
-
 bool debug_log() {
   static const bool env = std::getenv("NETFR_DEBUG") != nullptr;
-  return env || g_log_level <= NFR_LOG_LEVEL_DEBUG;
+  return env || nfr_LogLevel <= NFR_LOG_LEVEL_DEBUG;
+}
+
+int check_upstream_opts(const NFRInitOpts& o, bool ports) {
+  for (const std::uint8_t t : o.transportTypes)
+    if (t != 0 && t != NFR_TRANSPORT_RDMA) return -EPROTONOSUPPORT;
+  if (!ports || o.port) return 0;  // ours set: upstream's addrs are not used
+  const std::uint16_t p0 = ntohs(o.addrs[0].sin_port), p1 = ntohs(o.addrs[1].sin_port);
+  if (p1 != 0 && p1 != static_cast<std::uint16_t>(p0 + 1)) return -EINVAL;
+  return 0;
+}
+
+std::uint16_t primary_port(const NFRInitOpts& o) {
+  if (o.port) return o.port;
+  if (const std::uint16_t p = ntohs(o.addrs[0].sin_port)) return p;
+  return kDefaultPort;
+}
+
+std::string upstream_peer(const NFRInitOpts& o) {
+  if (o.addrs[0].sin_addr.s_addr == 0) return {};
+  char text[INET_ADDRSTRLEN];
+  if (!inet_ntop(AF_INET, &o.addrs[0].sin_addr, text, sizeof text)) return {};
+  return text;
 }
 
 }  // namespace roce::netfr
 
-extern "C" void nfrSetLogLevel(int level) {
+extern "C" {
+int nfr_LogLevel = NFR_LOG_LEVEL_INFO;
+
+void nfrSetLogLevel(int level) {
   std::lock_guard<std::recursive_mutex> g(roce::netfr::api_mutex());
-  roce::netfr::g_log_level = level;
+  nfr_LogLevel = level;
 }
+}  // extern "C"
 
 namespace roce::netfr {
 

@@ -52,6 +52,17 @@ bool debug_log();
 /// (NULL: $NETFR_LINK) on first use, kept until exit. nullptr and `err` when it cannot start.
 Fabric* process_fabric(const char* link, std::string& err);
 
+/// The primary channel's default port (upstream's programs use it as well).
+inline constexpr std::uint16_t kDefaultPort = 5010;
+/// Upstream's fields of NFRInitOpts (netfr.h): 0 when this stack can follow them,
+/// -EPROTONOSUPPORT for a transport but RDMA, and with `ports` (the addrs to listen on or
+/// connect to) -EINVAL for a secondary port other than the primary's + 1.
+int check_upstream_opts(const NFRInitOpts& o, bool ports);
+/// The primary channel's port: o.port, else addrs[0]'s (upstream's way), else kDefaultPort.
+std::uint16_t primary_port(const NFRInitOpts& o);
+/// addrs[0]'s IPv4 address as text (upstream's way to name the host), "" when unset.
+std::string upstream_peer(const NFRInitOpts& o);
+
 /// Receives we keep posted per channel: more than upstream's kRecvDepth. What we send keeps to
 /// what upstream's 60 can take (the credits); our own side posts more because an RNR NAK stalls
 /// the sending QP for rdma_cm's minimum RNR timer (655 ms), and a burst of acknowledgements,

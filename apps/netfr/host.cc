@@ -19,6 +19,7 @@ extern "C" {
 
 int nfrHostInit(const NFRInitOpts* opts, PNFRHost* result) {
   if (!opts || !result) return -EINVAL;
+  if (const int r = roce::netfr::check_upstream_opts(*opts, true)) return r;
   Lock g(roce::netfr::api_mutex());
   std::string err;
   roce::netfr::Fabric* f = roce::netfr::process_fabric(opts->link, err);
@@ -82,7 +83,8 @@ int nfrHostWriteBufferUdata(PNFRMemory localMem, uint64_t localOffset, uint64_t 
 }
 int nfrHostWriteBuffer(PNFRMemory localMem, uint64_t localOffset, uint64_t remoteOffset,
                        uint64_t length, NFRCallbackInfo* cbInfo) {
-  return nfrHostWriteBufferUdata(localMem, localOffset, remoteOffset, length, 0, cbInfo);
+  const int r = nfrHostWriteBufferUdata(localMem, localOffset, remoteOffset, length, 0, cbInfo);
+  return r < 0 ? r : 0;  // upstream's: 0 on success (ours with udata: the buffer's index)
 }
 int nfrHostCredits(PNFRHost host, int channelID) {
   if (!host || channelID < 0 || channelID >= NETFR_CHANNEL_COUNT) return -EINVAL;

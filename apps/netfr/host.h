@@ -31,7 +31,7 @@ struct Held {
 class Host : public Endpoint {
  public:
   Host(Fabric& f, const NFRInitOpts& o) : Endpoint(f) {
-    port_ = o.port ? o.port : 5010;
+    port_ = primary_port(o);
     nonblocking_ = o.blocking == 0;
     if (o.timeoutSec > 0) timeout_s_ = o.timeoutSec;
     if (o.keepaliveSec > 0) keepalive_s_ = o.keepaliveSec;
@@ -46,6 +46,14 @@ class Host : public Endpoint {
 
   int process() {
     pump();
+    // Write callbacks run here only (as upstream's, which reads its CQ in nfrHostProcess): a
+    // completion seen by any other call (nfrHostReadData, a blocking wait, another object's
+    // call on the shared stack) is queued for this host's next process().
+    while (!callbacks_.empty()) {
+      NFRCallbackInfo c = callbacks_.front();
+      callbacks_.pop_front();
+      c.callback(const_cast<const void**>(c.uData));
+    }
     return connected() ? 0 : -ENOTCONN;
   }
   bool connected() const { return ch_[0].up && ch_[1].up; }
@@ -82,7 +90,7 @@ class Host : public Endpoint {
     const unsigned ch = static_cast<unsigned>(channel);
     pump();
     auto& q = held_[ch];
-    if (q.empty()) return connected() ? -EAGAIN : -ENOTCONN;
+    if (q.empty()) return -EAGAIN;  // as upstream's, client or not (nfrHostProcess tells that)
     const Held h = q.front();
     if (*max_len < h.length || !data) {
       *max_len = h.length;
@@ -148,8 +156,8 @@ class Host : public Endpoint {
     std::function<void(int)> done;
     if (cb && cb->callback) {
       NFRCallbackInfo copy = *cb;
-      done = [copy](int st) mutable {
-        if (st == 0) copy.callback(const_cast<const void**>(copy.uData));
+      done = [this, copy](int st) {
+        if (st == 0) callbacks_.push_back(copy);  // run by process()
       };
     }
     // Upstream's host takes no credit for a buffer update and its client acknowledges none: the
@@ -345,6 +353,7 @@ class Host : public Endpoint {
   std::vector<std::unique_ptr<NFRMemory>> mems_;
   std::array<RemoteBuffer, NETFR_MAX_MEM_REGIONS> remote_{};
   std::array<std::deque<Held>, NETFR_CHANNEL_COUNT> held_;
+  std::deque<NFRCallbackInfo> callbacks_;  ///< writes done, callbacks for process() to run
   std::uint32_t msg_serial_ = 0;
   std::uint8_t takes_ = kExtAll;  ///< extensions this host takes when a client offers them
   std::string client_ip_;

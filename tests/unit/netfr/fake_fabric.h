@@ -68,8 +68,9 @@ class FakeFabric : public Fabric {
     events_.push_back({FabricEvent::kRejected, conns_[c].peer, 0, {}, pd});
     conns_.erase(c);
   }
-  std::optional<ConnId> connect(const std::string&, std::uint16_t port, std::uint32_t,
+  std::optional<ConnId> connect(const std::string& ipv4, std::uint16_t port, std::uint32_t,
                                 std::uint32_t, const std::vector<std::uint8_t>& pd) override {
+    connected_to.push_back(ipv4 + ":" + std::to_string(port));
     bool listening = false;
     for (auto p : ports_) listening |= p == port;
     const ConnId a = next_++, b = next_++;
@@ -165,6 +166,8 @@ class FakeFabric : public Fabric {
       }
   }
   std::size_t connections() const { return conns_.size(); }
+  /// Every connect(): "ADDRESS:PORT".
+  std::vector<std::string> connected_to;
   std::uint64_t posted = 0, bad_writes = 0;
 
  private:

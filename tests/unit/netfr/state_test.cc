@@ -273,6 +273,70 @@ TEST_F(Pair, BadMessagesCloseTheConnectionAndAreCounted) {
   EXPECT_TRUE(host->connected());
 }
 
+// Upstream's client (nfr_CheckConnState): the first nfrClientProcess after the host went returns
+// -ECONNRESET, every later one -ENOTCONN; what had arrived before is delivered first (ours).
+TEST_F(Pair, HostGoneIsConnResetOnceThenNotConnected) {
+  connect(true);
+  std::uint8_t payload[4] = {1, 2, 3, 4};
+  ASSERT_EQ(host->send_data(1, payload, sizeof payload, 7), 0);
+  for (int i = 0; i < 5; ++i) host->process();
+  host.reset();                            // the host closes both channels (DREQs)
+  EXPECT_EQ(client->process(-1, &ev), 1);  // the datagram that had arrived
+  EXPECT_EQ(ev.udata, 7u);
+  EXPECT_EQ(client->process(-1, &ev), -ECONNRESET);
+  EXPECT_EQ(client->process(-1, &ev), -ENOTCONN);
+  EXPECT_EQ(client->process(-1, &ev), -ENOTCONN);
+}
+
+// Upstream runs a write's callback from nfrHostProcess only (its CQ is read there): not from
+// nfrHostReadData, nor from another object's call polling the shared stack (here the client's).
+int g_callbacks = 0;
+void count_callback(const void** uData) {
+  g_callbacks += static_cast<int>(reinterpret_cast<uintptr_t>(uData[0]));
+}
+TEST_F(Pair, WriteCallbackRunsFromHostProcessOnly) {
+  connect(true);
+  std::vector<std::uint8_t> cb(4096), src(4096, 0x11);
+  ASSERT_NE(client->attach(cb.data(), cb.size(), 0), nullptr);
+  settle();
+  NFRMemory* m = host->attach(src.data(), src.size(), 0);
+  NFRCallbackInfo info{};
+  info.callback = count_callback;
+  info.uData[0] = reinterpret_cast<void*>(uintptr_t{1});
+  g_callbacks = 0;
+  ASSERT_EQ(host->write_buffer(m, 0, 0, 4096, 0, &info), 0);
+  std::uint8_t buf[64];
+  std::uint32_t len = sizeof buf;
+  std::uint64_t ud = 0;
+  for (int i = 0; i < 20; ++i) {
+    client->process(-1, &ev);
+    EXPECT_EQ(host->read_data(1, buf, &len, &ud), -EAGAIN);
+  }
+  EXPECT_EQ(ev.type, NFR_CLIENT_EVENT_MEM_WRITE);  // the write and its notification are done
+  EXPECT_EQ(g_callbacks, 0);
+  host->process();
+  EXPECT_EQ(g_callbacks, 1);
+}
+
+// Upstream's nfrHostReadData says -EAGAIN whenever nothing waits, client or not: its test/host
+// treats anything else as fatal, so a client leaving between nfrHostProcess and the read must
+// not end the host.
+TEST_F(Pair, ReadDataWithoutClientIsEagain) {
+  std::uint8_t buf[64];
+  std::uint32_t len = sizeof buf;
+  std::uint64_t ud = 0;
+  host = std::make_unique<Host>(fab, opts());
+  ASSERT_TRUE(host->start());
+  EXPECT_EQ(host->read_data(1, buf, &len, &ud), -EAGAIN);  // no client yet
+  client = std::make_unique<Client>(fab, opts());
+  ASSERT_EQ(client->connect("192.0.2.1"), 0);
+  for (int i = 0; i < 10; ++i) host->process();
+  ASSERT_TRUE(host->connected());
+  client.reset();  // the client leaves (DREQs)
+  EXPECT_EQ(host->read_data(1, buf, &len, &ud), -EAGAIN);
+  EXPECT_FALSE(host->connected());
+}
+
 TEST_F(Pair, SerialGapFromTheHostIsAProtocolError) {
   connect();
   settle();

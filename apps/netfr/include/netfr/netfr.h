@@ -20,6 +20,17 @@
 
 #include <stddef.h>
 #include <stdint.h>
+/* What upstream's netfr.h brings in, itself or through libfabric's headers (fabric.h, fi_errno.h,
+   fi_domain.h), and what code written against it relies on (upstream's test programs call
+   memset, strcmp, inet_addr, htons, nanosleep and use errno values without including them). */
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #ifdef __cplusplus
 #define NFR_ALIGN16 alignas(16)
@@ -42,12 +53,16 @@ extern "C" {
 #define NETFR_CREDIT_COUNT 60
 #define NETFR_RESERVED_CREDIT_COUNT 8
 #define NETFR_CHANNEL_COUNT 2
+#define NETFR_NUM_CHANNELS NETFR_CHANNEL_COUNT /* upstream's name */
 #define NETFR_CHANNEL_PRIMARY 0
 #define NETFR_CHANNEL_SECONDARY 1
 
 typedef struct NFRHost* PNFRHost;
 typedef struct NFRClient* PNFRClient;
 typedef struct NFRMemory* PNFRMemory;
+/* Upstream's netfr.h declares these too; no function of its API takes them. */
+typedef struct NFRResource* PNFRResource;
+typedef struct NFRRemoteMemory* PNFRRemoteMemory;
 
 /* Upstream's completion callback: called with the uData array of its NFRCallbackInfo (copied
    when the operation was posted) once the operation is done; not called when it failed (the
@@ -70,8 +85,36 @@ enum {
   NFR_LOG_LEVEL_OFF
 };
 void nfrSetLogLevel(int level);
+/* The level nfrSetLogLevel set (upstream's variable; read it, set it with nfrSetLogLevel). */
+extern int nfr_LogLevel;
+
+/* Upstream's transports (NFRInitOpts.transportTypes): this stack is RDMA (RoCEv2) only; a
+   channel asking for NFR_TRANSPORT_TCP (libfabric's TCP provider) gets -EPROTONOSUPPORT. */
+enum NFRTransportType {
+  NFR_TRANSPORT_TCP = 1,
+  NFR_TRANSPORT_RDMA = 2,
+  NFR_TRANSPORT_MAX
+};
+
+/* libfabric's API version macro, for NFRInitOpts.apiVersion (which this stack ignores). */
+#ifndef FI_VERSION
+#define FI_VERSION(major, minor) (((major) << 16) | (minor))
+#endif
 
 struct NFRInitOpts {
+  /* Upstream's fields, first and as upstream declares them, so that code filling them (after a
+     memset to 0, as upstream's programs do) builds and runs unchanged; ours follow, 0 meaning
+     the default. apiVersion and flags: libfabric's, ignored here. addrs: host: the address
+     and ports to listen on (the address is the link's: only the ports are taken); client
+     (peerInfo): the host's address and ports (the client's own opts.addrs are not used: its
+     address is the link's). Ours can serve the secondary channel only on the primary's port
+     + 1, as upstream's programs do: another port there is -EINVAL. Ours win when set: peer and
+     port below. transportTypes: 0 or NFR_TRANSPORT_RDMA; NFR_TRANSPORT_TCP: -EPROTONOSUPPORT. */
+  uint32_t apiVersion;
+  uint64_t flags;
+  struct sockaddr_in addrs[NETFR_NUM_CHANNELS];
+  uint8_t transportTypes[NETFR_NUM_CHANNELS];
+
   /* The stack of this process. "attach=SOCKET[,port=NAME]": a client of the roced listening on
      SOCKET (its port NAME, default its first; libroce only, no DPDK in this process). Or a
      link of its own, in-process (programs that link the in-process stack):
@@ -79,9 +122,11 @@ struct NFRInitOpts {
      mac=M", plus optional tx_drop=, rx_drop=, reorder=, seed=, pcap=, window=, lcore=.
      NULL: the environment variable NETFR_LINK. */
   const char* link;
-  /* Host: the address to listen on is the link's; client: the host's IPv4 address. */
+  /* Host: the address to listen on is the link's; client: the host's IPv4 address (NULL:
+     peerInfo->addrs[0]). */
   const char* peer;
-  /* rdma_cm TCP port of the primary channel; the secondary is port + 1. 0: 5010. */
+  /* rdma_cm TCP port of the primary channel; the secondary is port + 1. 0: addrs[0]'s port,
+     else 5010. */
   uint16_t port;
   /* 0 (default, upstream's behaviour): sends return -EAGAIN when the credits are down to the
      reserve, buffer writes -ENOBUFS when no buffer is free. Non-zero: they wait (up to
@@ -117,7 +162,8 @@ int nfrHostClientsConnected(PNFRHost host, int index);
 int nfrHostSendData(PNFRHost host, int channelID, const void* data, uint32_t length,
                     uint64_t udata);
 /* Copies the oldest datagram of the client on channelID out: *maxLength in: the buffer's size,
-   out: the message's; -ENOBUFS (message kept) when it does not fit, -EAGAIN when none. */
+   out: the message's; -ENOBUFS (message kept) when it does not fit, -EAGAIN when none (with or
+   without a client, as upstream's). */
 int nfrHostReadData(PNFRHost host, int channelID, void* data, uint32_t* maxLength, uint64_t* udata);
 /* Sources of buffer writes on channel `index`. Work requests use memory of the stack's
    (shared with roced when attached): nfrHostAllocMemory allocates it (zero copy; write the
@@ -130,12 +176,14 @@ PNFRMemory nfrHostAttachMemory(PNFRHost host, void* buffer, uint64_t size, uint8
 /* Writes length bytes at localOffset of localMem to the smallest free buffer the client
    advertised on the memory's channel that holds remoteOffset + length, then notifies the client
    (a buffer update; its udata is 0, as upstream's). cbInfo (may be NULL): its callback runs
-   (from nfrHostProcess) once the notification is sent. Returns the index of the chosen buffer
-   (>= 0); -ENOBUFS when no free buffer fits (none large enough, or all busy: upstream does not
+   once the notification is sent, from this host's nfrHostProcess only (as upstream's), on the
+   thread calling it. Returns 0 (as upstream);
+   -ENOBUFS when no free buffer fits (none large enough, or all busy: upstream does not
    tell them apart), -EMSGSIZE past NETFR_MAX_BUFFER_SIZE; nothing is written then. */
 int nfrHostWriteBuffer(PNFRMemory localMem, uint64_t localOffset, uint64_t remoteOffset,
                        uint64_t length, struct NFRCallbackInfo* cbInfo);
-/* Ours: the same with the buffer update's udata (the client's event carries it). */
+/* Ours: the same with the buffer update's udata (the client's event carries it), returning the
+   index of the chosen buffer (>= 0) on success. */
 int nfrHostWriteBufferUdata(PNFRMemory localMem, uint64_t localOffset, uint64_t remoteOffset,
                             uint64_t length, uint64_t udata, const struct NFRCallbackInfo* cbInfo);
 /* Ours: the credits left on a channel (NETFR_CREDIT_COUNT when every datagram sent was
@@ -154,32 +202,36 @@ enum NFRClientEventType {
   NFR_CLIENT_EVENT_MAX
 };
 
+/* Upstream's fields in upstream's order and types, plus channelSerial (ours), so inlineData
+   sits 16 bytes further than upstream's: source compatible, not binary. */
 struct NFRClientEvent {
-  uint8_t type;
-  uint8_t channelIndex;
-  uint32_t serial;        /* total order: connection-wide; else the channel's serial */
-  uint32_t channelSerial; /* per channel */
   PNFRMemory memRegion;   /* MEM_WRITE */
+  uint64_t udata;
+  uint32_t serial;        /* total order: connection-wide; else the channel's serial */
   uint32_t payloadOffset; /* MEM_WRITE: from the start of memRegion */
   uint32_t payloadLength;
-  uint64_t udata;
-  NFR_ALIGN16 uint8_t inlineData[NETFR_MESSAGE_MAX_PAYLOAD_SIZE]; /* DATA */
+  uint8_t type;
+  uint8_t channelIndex;
+  uint32_t channelSerial; /* ours: per channel */
+  NFR_ALIGN16 char inlineData[NETFR_MESSAGE_MAX_PAYLOAD_SIZE]; /* DATA */
 };
 
 /* Starts the stack and starts connecting both channels (as upstream: nothing waits here) to the
-   host peerInfo->peer (or opts->peer when peerInfo or its peer is NULL), port peerInfo->port
-   (or opts->port). */
+   host peerInfo->peer, else opts->peer, else peerInfo->addrs[0]'s address (upstream's way),
+   port peerInfo->port, else opts->port, else peerInfo->addrs[0]'s port, else 5010. */
 int nfrClientInit(const struct NFRInitOpts* opts, const struct NFRInitOpts* peerInfo,
                   PNFRClient* result);
 /* Upstream's connection step, non-blocking: -EAGAIN while connecting, 0 once both channels are
-   up (and while they stay up), -ECONNREFUSED when the host serves another client, -ENOTCONN
-   when the connection went, other negative values on failure. Free the client after a
+   up (and while they stay up), -ECONNREFUSED when the host serves another client, -ECONNRESET
+   (or -ENOTCONN) when the connection went, other negative values on failure. Free the client after a
    failure. */
 int nfrClientConnect(PNFRClient client);
 /* Ours: nfrClientConnect until it is not -EAGAIN, for up to timeoutSec (-ETIMEDOUT). */
 int nfrClientConnectWait(PNFRClient client);
 /* Background work; fills *evt and returns 1 when a message is there, 0 when none, negative on
-   failure (-ENOTCONN: the host went away). index: -1 for both channels (upstream's order: the
+   failure. When the connection went, what had arrived is still handed out, then (as upstream)
+   the reason once (-ECONNRESET: the host disconnected, went silent or a transfer failed;
+   -EHOSTUNREACH), then -ENOTCONN. index: -1 for both channels (upstream's order: the
    primary channel's next message first; with totalOrder, the next in the host's order),
    0 or 1 for that channel's next message only (not with totalOrder: -EINVAL). */
 int nfrClientProcess(PNFRClient client, int index, struct NFRClientEvent* evt);
@@ -188,7 +240,8 @@ int nfrClientProcess(PNFRClient client, int index, struct NFRClientEvent* evt);
    the application's memfd `fd` mapped at `buffer` in place (zero copy; attached to a roced,
    a memfd made with MFD_ALLOW_SEALING, as client.h's register_memfd), nfrClientAttachMemory
    takes any memory: the host writes a buffer of the stack's, copied to `buffer` before the
-   MEM_WRITE event is returned. */
+   MEM_WRITE event is returned; a NULL `buffer` (as upstream: the library allocates) is
+   nfrClientAllocMemory. nfrFreeMemory frees what the library allocated. */
 PNFRMemory nfrClientAllocMemory(PNFRClient client, uint64_t size, uint8_t index);
 PNFRMemory nfrClientAttachMemfd(PNFRClient client, int fd, void* buffer, uint64_t size,
                                 uint8_t index);
@@ -223,7 +276,8 @@ int nfrFreeMemoryChecked(PNFRMemory* mem);
    process (all hosts and clients of a process share its stack), so calls from two threads (as
    Looking Glass makes: its frame and cursor threads send and write while its main loop calls
    nfr*Process) serialize. A blocking call waits with the lock held and keeps the stack going
-   for the others' connections meanwhile. Callbacks run under the lock and may call the API. */
+   for the others' connections meanwhile. Callbacks run from nfrHostProcess only (on its
+   caller's thread), under the lock, and may call the API. */
 
 #ifdef __cplusplus
 }

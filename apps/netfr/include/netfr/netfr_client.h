@@ -1,0 +1,6 @@
+/* Upstream NetFR's header name (telescope-proj/netfr: netfr/netfr_client.h), so that code including
+ * it builds unchanged: this library declares its whole C API in netfr/netfr.h. */
+#ifndef NETFR_NETFR_CLIENT_H
+#define NETFR_NETFR_CLIENT_H
+#include "netfr/netfr.h"
+#endif
