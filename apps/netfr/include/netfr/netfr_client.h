@@ -2,5 +2,5 @@
  * it builds unchanged: this library declares its whole C API in netfr/netfr.h. */
 #ifndef NETFR_NETFR_CLIENT_H
 #define NETFR_NETFR_CLIENT_H
-#include "netfr/netfr.h"
+#include "netfr.h"  // beside this header, whatever the include path
 #endif
