@@ -3,15 +3,20 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <roce/lnet.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/unit/lnet/fake_context.h"
 
@@ -133,6 +138,72 @@ TEST_F(LnetMetrics, TheEndpointServesThemAndRoceCtlPrintsThem) {
   EXPECT_EQ(bytes, 1500u);
   EXPECT_EQ(maxb, 1500u);
   EXPECT_EQ(out.find("active-bulk-send"), std::string::npos);
+}
+
+int connect_to(std::uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A client that sends its request a byte at a time, never finishing the line (slowloris):
+// before, each recv() had a second of its own, so 4096 bytes held the only serving thread for
+// over an hour and a scrape waited behind it.
+TEST_F(LnetMetrics, ADribblingClientDoesNotHoldTheEndpoint) {
+  MetricsEndpoint m;
+  ASSERT_EQ(m.start("127.0.0.1", 0, [this] { return prometheus_text({&tm}); }), 0);
+  std::atomic<bool> done{false};
+  std::thread slow([&] {
+    const int fd = connect_to(m.port());
+    for (int i = 0; i < 40 && !done.load(); ++i) {
+      if (send(fd, "G", 1, MSG_NOSIGNAL) != 1) break;
+      std::this_thread::sleep_for(100ms);
+    }
+    close(fd);
+  });
+  std::this_thread::sleep_for(150ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string r = http_get(m.port(), "/metrics");
+  const double took = seconds_since(t0);
+  done = true;
+  slow.join();
+  EXPECT_EQ(r.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << r;
+  EXPECT_LT(took, 2.0);
+}
+
+// Many connections that say nothing: each used to hold the endpoint for a second in turn.
+TEST_F(LnetMetrics, IdleConnectionsDoNotQueueAScrapeBehindThem) {
+  MetricsEndpoint m;
+  ASSERT_EQ(m.start("127.0.0.1", 0, [this] { return prometheus_text({&tm}); }), 0);
+  std::vector<int> idle;
+  for (int i = 0; i < 20; ++i)
+    if (const int fd = connect_to(m.port()); fd >= 0) idle.push_back(fd);
+  std::this_thread::sleep_for(100ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string r = http_get(m.port(), "/metrics");
+  const double took = seconds_since(t0);
+  for (int fd : idle) close(fd);
+  EXPECT_EQ(r.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << r;
+  EXPECT_LT(took, 1.0);
+}
+
+// A request longer than the endpoint reads is refused, not buffered.
+TEST_F(LnetMetrics, AHugeRequestIsRefused) {
+  MetricsEndpoint m;
+  ASSERT_EQ(m.start("127.0.0.1", 0, [this] { return prometheus_text({&tm}); }), 0);
+  const std::string r = http_get(m.port(), "/metrics" + std::string(100000, 'x'));
+  EXPECT_EQ(r.rfind("HTTP/1.0 404", 0), 0u) << r.substr(0, 64);
 }
 
 }  // namespace
