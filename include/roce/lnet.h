@@ -469,6 +469,7 @@ class Tm {
   void ep_ref_locked(const EndPoint& ep, int delta);
   bool releasable_locked(const Conn& c) const;
   void close_conn_locked(const std::shared_ptr<Conn>& c, bool bye);
+  void supersede_locked(Conn& c);
   void reap_closing_locked(bool force);
   std::shared_ptr<Conn> conn_ptr_locked(Conn* c) const;
   void fail(int status);
