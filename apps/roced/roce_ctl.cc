@@ -4,10 +4,13 @@
 /// and what each holds (docs/client-api.md).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -20,6 +23,11 @@ namespace po = boost::program_options;
 
 namespace {
 
+// Whatever the server at `endpoint` does, roce-ctl waits at most kHttpDeadline for the whole
+// answer and keeps at most kMaxAnswer bytes of it (a metrics endpoint may be anyone's program).
+constexpr int kHttpDeadlineMs = 10000;
+constexpr std::size_t kMaxAnswer = 16u << 20;
+
 std::string http_get(const std::string& endpoint) {
   const auto [host, port] = roce::apps::split_host_port(endpoint);
   sockaddr_in sa{};
@@ -27,26 +35,78 @@ std::string http_get(const std::string& endpoint) {
   sa.sin_port = htons(port);
   if (inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1)
     throw std::runtime_error("'" + host + "' is not an IPv4 address");
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) throw std::runtime_error("socket failed");
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(kHttpDeadlineMs);
+  // Waits for `events` on fd until the deadline: false when it passed.
+  auto wait = [&](short events) {
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            deadline - std::chrono::steady_clock::now())
+                            .count();
+      if (left <= 0) return false;
+      pollfd pf{fd, events, 0};
+      const int n = ::poll(&pf, 1, static_cast<int>(left));
+      if (n > 0) return true;
+      if (n < 0 && errno != EINTR) return false;
+    }
+  };
+  auto fail = [&](const std::string& what) {
     ::close(fd);
-    throw std::runtime_error("cannot connect to " + endpoint +
-                             " (is roced running with counters.prometheus?)");
+    throw std::runtime_error(what);
+  };
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    int err = errno;
+    socklen_t len = sizeof err;
+    if (err == EINPROGRESS && wait(POLLOUT))
+      err = ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 ? err : errno;
+    if (err != 0)
+      fail("cannot connect to " + endpoint + " (is roced running with counters.prometheus?)");
   }
   const std::string req = "GET /metrics HTTP/1.0\r\n\r\n";
-  if (::write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
-    ::close(fd);
-    throw std::runtime_error("write failed");
+  for (std::size_t off = 0; off < req.size();) {
+    const ssize_t n = ::send(fd, req.data() + off, req.size() - off, MSG_NOSIGNAL);
+    if (n > 0)
+      off += static_cast<std::size_t>(n);
+    else if (n < 0 && (errno == EAGAIN || errno == EINTR) && wait(POLLOUT))
+      continue;
+    else
+      fail("write to " + endpoint + " failed");
   }
   std::string resp;
   char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) resp.append(buf, static_cast<std::size_t>(n));
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      if ((errno == EAGAIN || errno == EINTR) && wait(POLLIN)) continue;
+      fail(errno == EAGAIN ? "no complete answer from " + endpoint + " within " +
+                                 std::to_string(kHttpDeadlineMs / 1000) + " s"
+                           : "read from " + endpoint + " failed");
+    }
+    if (resp.size() + static_cast<std::size_t>(n) > kMaxAnswer)
+      fail("answer from " + endpoint + " too long (over " + std::to_string(kMaxAnswer >> 20) +
+           " MiB)");
+    resp.append(buf, static_cast<std::size_t>(n));
+  }
   ::close(fd);
   const auto body = resp.find("\r\n\r\n");
   if (resp.rfind("HTTP/1.0 200", 0) != 0 || body == std::string::npos)
     throw std::runtime_error("unexpected answer from " + endpoint);
   return resp.substr(body + 4);
+}
+
+// `s` with control characters (a hostile endpoint's terminal escapes) shown as '?'.
+std::string printable(std::string s) {
+  for (char& ch : s)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+  return s;
+}
+
+// The value after a series' closing brace ("} 42"), empty when the line ends there.
+std::string value_after(const std::string& line, std::size_t close) {
+  return close + 2 <= line.size() ? line.substr(close + 2) : std::string();
 }
 
 // The value of label `key` in `labels` (a="1",b="2"), or "?".
@@ -77,7 +137,7 @@ int print_clients(const std::string& text) {
     r.pid = label(labels, "pid");
     r.uid = label(labels, "uid");
     r.lcore = label(labels, "lcore");
-    r.v[line.substr(prefix.size(), brace - prefix.size())] = line.substr(close + 2);
+    r.v[line.substr(prefix.size(), brace - prefix.size())] = value_after(line, close);
   }
   std::printf("%-7s %-8s %-6s %-10s %-6s %6s %6s %6s %14s\n", "client", "pid", "uid", "port",
               "lcore", "qps", "mrs", "cqs", "memory_bytes");
@@ -102,7 +162,7 @@ int print_lnet(const std::string& text, bool all) {
     const auto brace = line.find('{'), close = line.find('}');
     if (brace == std::string::npos || close == std::string::npos) continue;
     const std::string labels = line.substr(brace + 1, close - brace - 1);
-    const std::string value = line.substr(close + 2);
+    const std::string value = value_after(line, close);
     if (line.rfind(qp, 0) == 0)
       rows[{label(labels, "tm"), label(labels, "queue")}]
           [line.substr(qp.size(), brace - qp.size())] = value;
@@ -113,15 +173,18 @@ int print_lnet(const std::string& text, bool all) {
               "successes", "failures", "bytes", "max_bytes", "time_in_queue_s");
   for (auto& [key, v] : rows) {
     if (!all && v["adds_total"] == "0" && v["failures_total"] == "0") continue;
-    std::printf("%-28s %-18s %8s %8s %10s %10s %14s %10s %14s\n", key.first.c_str(),
-                key.second.c_str(), v["adds_total"].c_str(), v["dels_total"].c_str(),
-                v["successes_total"].c_str(), v["failures_total"].c_str(), v["bytes_total"].c_str(),
-                v["max_bytes"].c_str(), v["time_in_queue_seconds_total"].c_str());
+    std::printf("%-28s %-18s %8s %8s %10s %10s %14s %10s %14s\n", printable(key.first).c_str(),
+                printable(key.second).c_str(), printable(v["adds_total"]).c_str(),
+                printable(v["dels_total"]).c_str(), printable(v["successes_total"]).c_str(),
+                printable(v["failures_total"]).c_str(), printable(v["bytes_total"]).c_str(),
+                printable(v["max_bytes"]).c_str(),
+                printable(v["time_in_queue_seconds_total"]).c_str());
   }
   for (auto& [tm, v] : tms)
     for (auto& [name, value] : v)
       if (all || value != "0")
-        std::printf("%-28s %-34s %16s\n", tm.c_str(), name.c_str(), value.c_str());
+        std::printf("%-28s %-34s %16s\n", printable(tm).c_str(), printable(name).c_str(),
+                    printable(value).c_str());
   return 0;
 }
 
@@ -171,7 +234,7 @@ int main(int argc, char** argv) {
       const auto pp = labels.find("port=\"");
       const std::string port =
           pp == std::string::npos ? "?" : labels.substr(pp + 6, labels.find('"', pp + 6) - pp - 6);
-      const std::string value = line.substr(close + 2);
+      const std::string value = value_after(line, close);
       if (value != "0" || vm.count("all")) table[port][name] = value;
     }
     std::printf("%-10s %-34s %16s\n", "port", "counter", "value");

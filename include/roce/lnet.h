@@ -326,8 +326,9 @@ struct TmStats {
   /// Connections now set up (what the 64-connection limit counts).
   std::uint64_t conns_live = 0;
   /// Connections released: their peer said goodbye (its Tm stopped), their QP failed, the peer
-  /// restarted and connected afresh, or room was needed and no end point reference, operation
-  /// or waiting buffer held them.
+  /// restarted and connected afresh (a connection that carried something goes once the fresh
+  /// one has received something: a hello alone does not end it), or room was needed and no end
+  /// point reference, operation or waiting buffer held them.
   std::uint64_t conns_released = 0;
   /// Messages that landed in a receive buffer whose del() or deadline had not taken effect yet:
   /// delivered with status 0 (the operation completed first; Motr's m0_net_buffer_del race).
@@ -469,6 +470,7 @@ class Tm {
   void ep_ref_locked(const EndPoint& ep, int delta);
   bool releasable_locked(const Conn& c) const;
   void close_conn_locked(const std::shared_ptr<Conn>& c, bool bye);
+  void supersede_locked(Conn& c);
   void reap_closing_locked(bool force);
   std::shared_ptr<Conn> conn_ptr_locked(Conn* c) const;
   void fail(int status);
@@ -533,7 +535,9 @@ std::string prometheus_text(const std::vector<Tm*>& tms);
 
 /// An HTTP/1.0 endpoint answering GET /metrics with `render()`, on a thread of its own: how a
 /// program that uses this library publishes its Tms' statistics (roced's own endpoint serves
-/// roced's counters; an attached program's Tms live in the program).
+/// roced's counters; an attached program's Tms live in the program). Up to 16 clients at once,
+/// each given a second in all (a request line of 4 KiB at most); a 17th evicts the oldest. No
+/// authentication: bind it to 127.0.0.1 unless the scraper is elsewhere.
 class MetricsEndpoint {
  public:
   MetricsEndpoint() = default;

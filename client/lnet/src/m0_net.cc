@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <unordered_set>
 
 #include "client/lnet/src/lnet_internal.h"
 
@@ -46,9 +47,18 @@ struct CEndPoint {
 
 struct CTm {
   std::unique_ptr<Tm> tm;
-  std::mutex mu;
-  std::map<EndPoint, CEndPoint*> eps;
+  std::map<EndPoint, CEndPoint*> eps;  ///< under g_eps_mu
 };
+
+/// Every end point object alive, of every Tm, and their counts and Tms' maps: a pointer the
+/// application passes is used only if it is one of these (a put after the last one, or after
+/// m0_net_tm_fini, is ignored instead of touching freed memory).
+std::mutex g_eps_mu;
+std::unordered_set<const m0_net_end_point*> g_eps;
+
+CEndPoint* live_locked(const m0_net_end_point* p) {
+  return p && g_eps.count(p) ? static_cast<CEndPoint*>(p->nep_xprt_pvt) : nullptr;
+}
 
 CDomain* dom_of(m0_net_domain* d) {
   return d ? static_cast<CDomain*>(d->nd_xprt_private) : nullptr;
@@ -68,30 +78,28 @@ m0_net_end_point* ep_get_locked(m0_net_transfer_mc* t, CTm& c, const EndPoint& e
     e->pub.nep_tm = t;
     e->pub.nep_xprt_pvt = e;
     c.eps[ep] = e;
+    g_eps.insert(&e->pub);
     EndPoint tmp;  // the Tm's reference, one per object: its connection lives while it does
     c.tm->end_point_create(e->addr, tmp);
   }
-  ++e->refs;
+  if (e->refs != UINT32_MAX) ++e->refs;  // saturated: the object stays until tm_fini
   return &e->pub;
 }
 
 void ep_put(m0_net_end_point* p) {
-  if (!p) return;
-  auto* e = static_cast<CEndPoint*>(p->nep_xprt_pvt);
-  CTm& c = *tm_of(p->nep_tm);
-  bool gone = false;
+  CTm* c = nullptr;
+  CEndPoint* e = nullptr;
   {
-    std::lock_guard<std::mutex> g(c.mu);
-    if (e->refs == 0) return;
-    if (--e->refs == 0) {
-      c.eps.erase(e->ep);
-      gone = true;
-    }
+    std::lock_guard<std::mutex> g(g_eps_mu);
+    e = live_locked(p);
+    if (!e || e->refs == 0 || e->refs == UINT32_MAX) return;
+    if (--e->refs != 0) return;
+    c = tm_of(p->nep_tm);
+    c->eps.erase(e->ep);
+    g_eps.erase(p);
   }
-  if (gone) {
-    if (c.tm) c.tm->end_point_put(e->ep);  // the Tm's reference: its connection may go
-    delete e;
-  }
+  if (c->tm) c->tm->end_point_put(e->ep);  // the Tm's reference: its connection may go
+  delete e;
 }
 
 enum m0_net_tm_state c_state(TmState s) {
@@ -262,12 +270,12 @@ int m0_net_tm_init(struct m0_net_transfer_mc* t, struct m0_net_domain* d) {
     if (ev.type == TmEvent::Type::kStateChange) {
       t->ntm_state = e.nte_next_state;
       if (ev.next_state == TmState::kStarted && !t->ntm_ep) {
-        std::lock_guard<std::mutex> g(c->mu);
+        std::lock_guard<std::mutex> g(g_eps_mu);
         t->ntm_ep = ep_get_locked(t, *c, c->tm->ep());
       }
       e.nte_ep = t->ntm_ep;
     } else if (ev.ep) {
-      std::lock_guard<std::mutex> g(c->mu);
+      std::lock_guard<std::mutex> g(g_eps_mu);
       e.nte_ep = ep_get_locked(t, *c, *ev.ep);
     }
     if (t->ntm_callbacks && t->ntm_callbacks->ntc_event_cb) t->ntm_callbacks->ntc_event_cb(&e);
@@ -285,7 +293,14 @@ void m0_net_tm_fini(struct m0_net_transfer_mc* t) {
     t->ntm_ep = nullptr;
   }
   c->tm.reset();
-  for (auto& [ep, e] : c->eps) delete e;  // references the application did not put
+  {
+    std::lock_guard<std::mutex> g(g_eps_mu);
+    for (auto& [ep, e] : c->eps) {  // references the application did not put
+      g_eps.erase(&e->pub);
+      delete e;
+    }
+    c->eps.clear();
+  }
   delete c;
   t->ntm_xprt_private = nullptr;
   t->ntm_state = M0_NET_TM_UNDEFINED;
@@ -360,17 +375,15 @@ int m0_net_end_point_create(struct m0_net_end_point** epp, struct m0_net_transfe
   const auto ep = EndPoint::parse(addr);
   if (!ep || !ep->tmid) return -EINVAL;
   if (c->tm->state() != TmState::kStarted) return -ENOTCONN;
-  std::lock_guard<std::mutex> g(c->mu);
+  std::lock_guard<std::mutex> g(g_eps_mu);
   *epp = ep_get_locked(t, *c, *ep);
   return 0;
 }
 
 void m0_net_end_point_get(struct m0_net_end_point* p) {
-  if (!p) return;
-  auto* e = static_cast<CEndPoint*>(p->nep_xprt_pvt);
-  CTm& c = *tm_of(p->nep_tm);
-  std::lock_guard<std::mutex> g(c.mu);
-  ++e->refs;
+  std::lock_guard<std::mutex> g(g_eps_mu);
+  CEndPoint* e = live_locked(p);
+  if (e && e->refs != 0 && e->refs != UINT32_MAX) ++e->refs;
 }
 
 void m0_net_end_point_put(struct m0_net_end_point* p) { ep_put(p); }
@@ -432,7 +445,12 @@ int m0_net_buffer_add(struct m0_net_buffer* b, struct m0_net_transfer_mc* t) {
   nb->min_receive_size = b->nb_min_receive_size;
   nb->max_receive_msgs = b->nb_max_receive_msgs ? b->nb_max_receive_msgs : 1;
   nb->ep.reset();
-  if (b->nb_ep) nb->ep = static_cast<CEndPoint*>(b->nb_ep->nep_xprt_pvt)->ep;
+  if (b->nb_ep) {
+    std::lock_guard<std::mutex> g(g_eps_mu);
+    const CEndPoint* e = live_locked(b->nb_ep);
+    if (!e || e->refs == 0 || b->nb_ep->nep_tm != t) return -EINVAL;  // put, or another Tm's
+    nb->ep = e->ep;
+  }
   if (b->nb_qtype == M0_NET_QT_ACTIVE_BULK_RECV || b->nb_qtype == M0_NET_QT_ACTIVE_BULK_SEND) {
     if (!b->nb_desc.nbd_data || b->nb_desc.nbd_len == 0) return -EINVAL;
     nb->desc.assign(b->nb_desc.nbd_data, b->nb_desc.nbd_data + b->nb_desc.nbd_len);
@@ -451,7 +469,7 @@ int m0_net_buffer_add(struct m0_net_buffer* b, struct m0_net_transfer_mc* t) {
     e.nbe_offset = ev.offset;
     CTm* ct = tm_of(t);
     if (ev.ep && ev.queue == QueueType::kMsgRecv && ev.status == 0) {
-      std::lock_guard<std::mutex> g(ct->mu);
+      std::lock_guard<std::mutex> g(g_eps_mu);
       e.nbe_ep = ep_get_locked(t, *ct, *ev.ep);
     }
     b->nb_flags = M0_NET_BUF_REGISTERED | (n->flags & kBufQueued ? M0_NET_BUF_QUEUED : 0);

@@ -9,9 +9,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <vector>
 
 #include "client/lnet/src/lnet_internal.h"
 
@@ -135,7 +138,7 @@ int MetricsEndpoint::start(const std::string& host, std::uint16_t port,
   sa.sin_family = AF_INET;
   sa.sin_port = htons(port);
   if (inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) return EINVAL;
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return errno;
   const int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -169,40 +172,84 @@ void MetricsEndpoint::stop() {
   fd_ = wake_ = -1;
 }
 
-// One request at a time, each within a second: the request line is read (GET /metrics, else
-// 404), the rest of the request ignored, the answer written and the connection closed.
+// Up to kMaxClients connections at once, each given kClientMs in all to send its request line
+// (GET /metrics, else 404; at most kMaxRequest bytes are read, the rest of the request is
+// ignored) and take the answer; then it is closed. A connection beyond kMaxClients evicts the
+// oldest one. So a client that dribbles its request, or many that say nothing, cost a scrape
+// nothing but their own slots for a second.
+namespace {
+constexpr std::size_t kMaxClients = 16;
+constexpr std::size_t kMaxRequest = 4096;
+constexpr auto kClientTime = std::chrono::seconds(1);
+}  // namespace
+
 void MetricsEndpoint::serve() {
-  for (;;) {
-    pollfd pf[2] = {{wake_, POLLIN, 0}, {fd_, POLLIN, 0}};
-    if (poll(pf, 2, -1) < 0 && errno != EINTR) return;
-    if (pf[0].revents) return;
-    if (!(pf[1].revents & POLLIN)) continue;
-    const int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) continue;
-    const timeval tv{1, 0};
-    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    std::string req;
-    char buf[512];
-    while (req.find("\r\n") == std::string::npos && req.size() < 4096) {
-      const ssize_t n = recv(c, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      req.append(buf, static_cast<std::size_t>(n));
-    }
-    const bool ok = req.rfind("GET /metrics ", 0) == 0 || req.rfind("GET / ", 0) == 0;
-    const std::string body = ok ? render_() : "not found\n";
-    const std::string resp =
-        std::string(ok ? "HTTP/1.0 200 OK\r\n" : "HTTP/1.0 404 Not Found\r\n") +
-        "Content-Type: text/plain; version=0.0.4\r\nContent-Length: " +
-        std::to_string(body.size()) + "\r\n\r\n" + body;
+  struct Client {
+    int fd;
+    std::chrono::steady_clock::time_point deadline;
+    std::string in, out;
     std::size_t off = 0;
-    while (off < resp.size()) {
-      const ssize_t n = send(c, resp.data() + off, resp.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      off += static_cast<std::size_t>(n);
+    bool answering = false;
+  };
+  std::vector<Client> cs;
+  auto drop = [&cs](std::size_t i) {
+    close(cs[i].fd);
+    cs.erase(cs.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  for (;;) {
+    const auto now = std::chrono::steady_clock::now();
+    for (std::size_t i = cs.size(); i-- > 0;)
+      if (now >= cs[i].deadline) drop(i);
+    int timeout = -1;
+    for (const Client& c : cs) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(c.deadline - now).count() + 1;
+      if (timeout < 0 || ms < timeout) timeout = static_cast<int>(ms);
     }
-    close(c);
+    std::vector<pollfd> pf{{wake_, POLLIN, 0}, {fd_, POLLIN, 0}};
+    for (const Client& c : cs)
+      pf.push_back({c.fd, static_cast<short>(c.answering ? POLLOUT : POLLIN), 0});
+    if (poll(pf.data(), pf.size(), timeout) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (pf[0].revents) break;
+    // Clients first (their indices are pf's), new connections after.
+    for (std::size_t i = cs.size(); i-- > 0;) {
+      const short ev = pf[i + 2].revents;
+      if (!ev) continue;
+      Client& c = cs[i];
+      if (!c.answering) {
+        char buf[512];
+        const ssize_t n = recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        if (n > 0) c.in.append(buf, std::min(static_cast<std::size_t>(n), kMaxRequest));
+        if (n > 0 && c.in.find("\r\n") == std::string::npos && c.in.size() < kMaxRequest) continue;
+        const bool ok = c.in.find("\r\n") != std::string::npos &&
+                        (c.in.rfind("GET /metrics ", 0) == 0 || c.in.rfind("GET / ", 0) == 0);
+        const std::string body = ok ? render_() : "not found\n";
+        c.out = std::string(ok ? "HTTP/1.0 200 OK\r\n" : "HTTP/1.0 404 Not Found\r\n") +
+                "Content-Type: text/plain; version=0.0.4\r\nContent-Length: " +
+                std::to_string(body.size()) + "\r\n\r\n" + body;
+        c.in.clear();
+        c.answering = true;
+      }
+      const ssize_t n =
+          send(c.fd, c.out.data() + c.off, c.out.size() - c.off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (n > 0) c.off += static_cast<std::size_t>(n);
+      if (n <= 0 || c.off == c.out.size()) drop(i);
+    }
+    if (pf[1].revents & POLLIN) {
+      for (int k = 0; k < 64; ++k) {
+        const int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (c < 0) break;
+        if (cs.size() >= kMaxClients) drop(0);  // the oldest
+        cs.push_back(Client{c, std::chrono::steady_clock::now() + kClientTime, {}, {}});
+      }
+    }
   }
+  for (const Client& c : cs) close(c.fd);
 }
 
 }  // namespace roce::lnet

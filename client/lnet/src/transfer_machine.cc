@@ -114,6 +114,10 @@ struct Tm::Conn {
   std::uint32_t inflight = 0;  ///< send-side work requests on its message QP not yet complete
   bool bye_done = false;       ///< kClosing: its goodbye left (or could not be sent)
   std::chrono::steady_clock::time_point close_by;  ///< kClosing: destroyed by then at the latest
+  /// Set up by a hello while the peer's connection had carried something: it replaces that one
+  /// at its first receive (supersede_locked), which needs the peer's end of it. A hello alone
+  /// (anyone's, without oob_key) does not take a working connection away.
+  bool unproven = false;
 };
 
 std::shared_ptr<Tm::Conn> Tm::make_conn() {
@@ -198,6 +202,19 @@ bool Tm::releasable_locked(const Conn& c) const {
       conns_.at(c.peer).get() == &c)
     return false;
   return true;
+}
+
+// `c` (unproven) received something from its peer: the peer has its end, so it restarted and
+// the connection it had before is dead. `c` becomes the peer's connection, the old one goes.
+void Tm::supersede_locked(Conn& c) {
+  c.unproven = false;
+  auto sp = conn_ptr_locked(&c);
+  if (!sp || c.state != Conn::State::kUp) return;
+  std::shared_ptr<Conn> old;
+  if (auto it = conns_.find(c.peer); it != conns_.end() && it->second != sp) old = it->second;
+  std::erase(parked_, sp);
+  conns_[c.peer] = sp;
+  if (old) close_conn_locked(old, false);
 }
 
 std::shared_ptr<Tm::Conn> Tm::conn_ptr_locked(Conn* c) const {
@@ -594,11 +611,16 @@ bool Tm::serve_hello(int fd, std::span<const std::uint8_t> bytes, const OobNonce
     // ourselves (that would be a simultaneous connect): the peer no longer has its end (it
     // restarted with the same address, or released it). Its old connections are dead: release
     // them, and the hello gets a fresh one.
+    // A connection that carried something stays until the fresh one has received something;
+    // an earlier fresh one that has not goes now (one at most per peer).
     auto old = conns_.find(src);
+    bool unproven = false;
     if (old != conns_.end() && old->second->state != Conn::State::kConnecting) {
-      std::vector<std::shared_ptr<Conn>> dead{old->second};
+      unproven = old->second->state == Conn::State::kUp && old->second->used;
+      std::vector<std::shared_ptr<Conn>> dead;
+      if (!unproven) dead.push_back(old->second);
       for (const auto& k : parked_)
-        if (k->peer == src) dead.push_back(k);
+        if (k->peer == src && (!unproven || k->unproven)) dead.push_back(k);
       for (const auto& k : dead) close_conn_locked(k, false);
     }
     std::size_t with_peer = 0, in_subnet = 0;
@@ -616,10 +638,12 @@ bool Tm::serve_hello(int fd, std::span<const std::uint8_t> bytes, const OobNonce
       r.status = EAGAIN;  // set-ups waiting for addresses: try again later
     } else {
       c = make_conn();
-      if (!c)
+      if (!c) {
         r.status = errno ? errno : ENOMEM;
-      else
+      } else {
+        c->unproven = unproven;
         setups_.push_back(src);
+      }
     }
   }
   if (c) {
@@ -691,10 +715,12 @@ void Tm::finish_setup(int fd, const OobHello& h, std::shared_ptr<Conn> c, const 
       ++stats_.connections;
       // Both ends may have connected at once: keep the first, the other stays known by
       // its QP numbers (its messages still arrive and are attributed to the peer).
-      if (!conns_.count(src))
+      if (!conns_.count(src)) {
         conns_[src] = c;
-      else
+        c->unproven = false;
+      } else {
         parked_.push_back(c);
+      }
     }
   }
   send_reply(fd, r, src, nonce);
@@ -983,6 +1009,7 @@ void Tm::handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out) {
       if (auto sp = conn_ptr_locked(c)) close_conn_locked(sp, false);
       return;
     }
+    if (c->unproven) supersede_locked(*c);
     // The passive buffer's operation is over: the active side moved the data. A message
     // for a buffer no longer there (cancelled, timed out) or a token never handed out finds
     // nothing; a token of a buffer bound to another peer, or a length beyond the buffer, is
@@ -1035,6 +1062,7 @@ void Tm::handle_wc(const client::Wc& wc, std::vector<BufferEvent>& out) {
       // still the engine's): the operation completed first, as Motr allows for
       // m0_net_buffer_del, so the message is delivered, never dropped.
       if (cancel) ++stats_.late_cancel_delivered;
+      if (c && c->unproven) supersede_locked(*c);
       ++stats_.msgs_received;
       stats_.bytes_received += wc.byte_len;
       BufferEvent ev;

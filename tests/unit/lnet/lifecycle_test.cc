@@ -350,6 +350,9 @@ TEST_F(LnetLife, ARestartedPeerGetsAFreshConnection) {
   const OobHello r2 = hello(7);
   ASSERT_EQ(r2.status, 0);
   EXPECT_NE(r2.qpn, r1.qpn);
+  // It connected because it has something to say: its first message arrives on the fresh
+  // connection, which then replaces the old one (a hello alone does not: see below).
+  message_on(r2.qpn);
   EXPECT_TRUE(eventually([&] { return ctx.qps() == 2; }));  // the dead one's QPs are gone
   // Our messages to it go on the fresh connection.
   ctx.complete_sends = true;
@@ -365,6 +368,54 @@ TEST_F(LnetLife, ARestartedPeerGetsAFreshConnection) {
     EXPECT_EQ(ctx.sends.back().first, r2.qpn);
   }
   EXPECT_EQ(tm.stats().conns_live, 1u);
+  tm.stop();
+  EXPECT_EQ(dom.free_buffer(nb), 0);
+}
+
+// Without oob_key anyone reaching the listener can send a hello claiming a connected peer's
+// address (and its GID). Before, that released the peer's connection at once: its operations
+// in flight ended with an error, again at every such hello. Now a connection that carried
+// something stays the peer's until the fresh one receives something (which needs the peer's
+// end of it); a hello repeated meanwhile replaces the earlier fresh one, not adds to it.
+TEST_F(LnetLife, AHelloClaimingABusyPeerDoesNotEvictItsConnection) {
+  const OobHello r1 = hello(8);
+  ASSERT_EQ(r1.status, 0);
+  message_on(r1.qpn);
+  ASSERT_TRUE(eventually([&] { return tm.stats().msgs_received == 1; }));
+  const EndPoint ep = *EndPoint::parse(peer(8));
+  OobHello last{};
+  for (int i = 0; i < 5; ++i) {  // an impostor's hellos
+    last = hello(8);
+    ASSERT_EQ(last.status, 0) << i;
+  }
+  std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(tm.connected_to(ep));
+  EXPECT_LE(ctx.qps(), 4);  // the peer's and one fresh pair at most
+  EXPECT_EQ(tm.stats().conns_live, 2u);
+  // Our messages to the peer still go on its connection.
+  ctx.complete_sends = true;
+  NetBuffer* nb = dom.alloc_buffer(1, 64);
+  std::atomic<int> st{1};
+  nb->cb = [&](const BufferEvent& e) { st = e.status; };
+  nb->ep = ep;
+  ASSERT_EQ(tm.add(*nb, QueueType::kMsgSend), 0);
+  ASSERT_TRUE(eventually([&] { return st.load() == 0; }));
+  {
+    std::lock_guard<std::mutex> g(ctx.mu);
+    ASSERT_FALSE(ctx.sends.empty());
+    EXPECT_EQ(ctx.sends.back().first, r1.qpn);
+  }
+  // The peer really restarted: a message on the fresh connection, and the old one goes.
+  message_on(last.qpn);
+  EXPECT_TRUE(eventually([&] { return ctx.qps() == 2; }));
+  EXPECT_EQ(tm.stats().conns_live, 1u);
+  st = 1;
+  ASSERT_EQ(tm.add(*nb, QueueType::kMsgSend), 0);
+  ASSERT_TRUE(eventually([&] { return st.load() == 0; }));
+  {
+    std::lock_guard<std::mutex> g(ctx.mu);
+    EXPECT_EQ(ctx.sends.back().first, last.qpn);
+  }
   tm.stop();
   EXPECT_EQ(dom.free_buffer(nb), 0);
 }

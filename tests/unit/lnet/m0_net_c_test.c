@@ -132,6 +132,15 @@ int main(void) {
   CHECK(wait_for(&send_events, 1));
   CHECK(send_status == 0);
   m0_net_end_point_put(ep);
+  /* The last reference is gone: a second put, a get or an add through the stale pointer (an
+   * application's bug) is ignored or refused, never a use of freed memory. */
+  m0_net_end_point_put(ep);
+  m0_net_end_point_get(ep);
+  m0_net_end_point_put(ep);
+  CHECK(m0_net_buffer_add(&sb, &tm) == -EINVAL);
+  sb.nb_ep = NULL;
+  struct m0_net_end_point* held = NULL; /* a reference the application never puts */
+  CHECK(m0_net_end_point_create(&held, &tm2, "192.0.2.1@roce:0:4:63") == 0);
 
   /* A passive bulk buffer gets its descriptor; a copy is the application's. */
   struct m0_net_buffer pb;
@@ -172,6 +181,7 @@ int main(void) {
   CHECK(stopped == 2);
   m0_net_tm_fini(&tm);
   m0_net_tm_fini(&tm2);
+  m0_net_end_point_put(held); /* after its Tm: ignored */
   CHECK(tm.ntm_state == M0_NET_TM_UNDEFINED);
   m0_net_buffer_deregister(&rb, &dom);
   m0_net_buffer_deregister(&sb, &dom);
