@@ -194,10 +194,10 @@ void stop_failed(Hosted& h) {
 
 int run(const ctl::ApplianceConfig& cfg) {
   std::vector<std::string> eal = cfg.eal_args;
-  std::string lcores;
-  for (unsigned l : cfg.lcores) lcores += (lcores.empty() ? "" : ",") + std::to_string(l);
-  eal.push_back("-l");
-  eal.push_back(lcores);
+  // The lcores on the CPUs this process may use (a container's cpuset may not hold them).
+  std::string placed;
+  eal.push_back(port::lcores_arg(cfg.lcores, placed));
+  if (!placed.empty()) std::printf("roced: %s\n", placed.c_str());
   if (!cfg.counters.telemetry) eal.push_back("--no-telemetry");
   for (const auto& p : cfg.ports)
     if (p.device.rfind("net_", 0) == 0) try {

@@ -12,6 +12,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
@@ -67,6 +68,41 @@ std::string main_lcore_arg(int cpu) {
     for (int c = 0; c < CPU_SETSIZE; ++c)
       if (CPU_ISSET(c, &set)) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
   return "--lcores=0@(" + (cpus.empty() ? std::string("0") : cpus) + ")";
+}
+
+std::vector<unsigned> allowed_cpus() {
+  std::vector<unsigned> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(static_cast<unsigned>(c));
+  return cpus;
+}
+
+std::string lcores_arg(const std::vector<unsigned>& lcores, std::string& note) {
+  const std::vector<unsigned> cpus = allowed_cpus();
+  const auto allowed = [&](unsigned l) {
+    return std::find(cpus.begin(), cpus.end(), l) != cpus.end();
+  };
+  const auto list = [](const std::vector<unsigned>& v) {
+    std::string s;
+    for (unsigned x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+    return s;
+  };
+  note.clear();
+  if (cpus.empty() || std::all_of(lcores.begin(), lcores.end(), allowed))
+    return "-l" + list(lcores);
+  if (lcores.size() > cpus.size())
+    throw std::runtime_error("eal.lcores [" + list(lcores) + "]: " + std::to_string(lcores.size()) +
+                             " lcores, but this process may run on " + std::to_string(cpus.size()) +
+                             " CPU(s) only (" + list(cpus) + ")");
+  std::string arg = "--lcores=";
+  for (std::size_t i = 0; i < lcores.size(); ++i)
+    arg += (i ? "," : "") + std::to_string(lcores[i]) + "@" + std::to_string(cpus[i]);
+  note = "eal.lcores [" + list(lcores) + "] are not all CPUs this process may run on (" +
+         list(cpus) + "): " + arg.substr(std::string("--lcores=").size()) + " (lcore@CPU)";
+  return arg;
 }
 
 void eal_init(const std::vector<std::string>& args) {

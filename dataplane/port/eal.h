@@ -20,6 +20,15 @@ void eal_cleanup();
 /// on one host that both pin CPU 0 take turns at the scheduler's pace (milliseconds).
 std::string main_lcore_arg(int cpu);
 
+/// The EAL argument that places a daemon's lcores (eal.lcores). When every lcore is a CPU this
+/// process may run on, "-l 0,1,..." as configured. Otherwise (a container's cpuset, as under
+/// Kubernetes' static CPU manager, where the CPUs are known only once scheduled) the lcores keep
+/// their numbers and run on the allowed CPUs in order: "--lcores=0@4,1@5", and `note` says so.
+/// More lcores than allowed CPUs: throws std::runtime_error with both lists.
+std::string lcores_arg(const std::vector<unsigned>& lcores, std::string& note);
+/// The CPUs this process may run on (sched_getaffinity), ascending.
+std::vector<unsigned> allowed_cpus();
+
 /// Monotonic nanoseconds (the engine's clock): the steady clock until eal_init(), the TSC
 /// after it, joined so that it never goes back.
 std::uint64_t now_ns();
