@@ -81,11 +81,12 @@ PNFRMemory nfrClientAttachMemfd(PNFRClient client, int fd, void* buffer, uint64_
 int nfrClientBufferAck(PNFRClient client, PNFRMemory mem) {
   if (!client) return -EINVAL;
   Lock g(roce::netfr::api_mutex());
+  if (!roce::netfr::live_memory(mem)) return -EINVAL;
   return client->c->buffer_ack(mem);
 }
 void nfrAckBuffer(PNFRMemory mem) {
-  if (!mem || mem->host || !mem->owner) return;
   Lock g(roce::netfr::api_mutex());
+  if (!roce::netfr::live_memory(mem) || mem->host || !mem->owner) return;
   static_cast<Client*>(mem->owner)->buffer_ack(mem);
 }
 int nfrClientSendData(PNFRClient client, int channelID, const void* data, uint32_t length,
@@ -118,9 +119,10 @@ void nfrClientFree(PNFRClient* client) {
 }
 
 int nfrFreeMemoryChecked(PNFRMemory* mem) {
-  if (!mem || !*mem || !(*mem)->owner) return -EINVAL;
+  if (!mem) return -EINVAL;
   Lock g(roce::netfr::api_mutex());
   NFRMemory* m = *mem;
+  if (!roce::netfr::live_memory(m) || !m->owner) return -EINVAL;
   const int r = m->host ? static_cast<roce::netfr::Host*>(m->owner)->free_memory(m)
                         : static_cast<Client*>(m->owner)->free_memory(m);
   if (r == 0) *mem = nullptr;

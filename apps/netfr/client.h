@@ -37,7 +37,10 @@ class Client : public Endpoint {
   ~Client() override {
     close_channels();
     for (auto& m : mems_)
-      if (m) fab_.dereg_mr(m->mr);
+      if (m) {
+        forget_memory(m.get());
+        fab_.dereg_mr(m->mr);
+      }
   }
 
   /// Starts connecting both channels at once (as upstream's client does); connect_step()
@@ -163,6 +166,7 @@ class Client : public Endpoint {
           encode(buf, st);
           send_message(m->channel, buf, sizeof buf, false);
         }
+        forget_memory(m);
         fab_.dereg_mr(m->mr);
         slot.reset();
         return 0;

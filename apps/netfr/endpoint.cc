@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <unordered_set>
 
 #include "apps/netfr/context_fabric.h"
 #include "dataplane/port/eal.h"
@@ -47,7 +48,15 @@ std::recursive_mutex& api_mutex() {
 
 namespace {
 int g_log_level = NFR_LOG_LEVEL_INFO;
+std::unordered_set<const NFRMemory*>& live_set() {
+  static std::unordered_set<const NFRMemory*> s;
+  return s;
+}
 }  // namespace
+
+void remember_memory(const NFRMemory* m) { live_set().insert(m); }
+void forget_memory(const NFRMemory* m) { live_set().erase(m); }
+bool live_memory(const NFRMemory* m) { return m && live_set().count(m) != 0; }
 
 bool debug_log() {
   static const bool env = std::getenv("NETFR_DEBUG") != nullptr;
@@ -198,11 +207,14 @@ void Endpoint::close_channels() {
     if (c.conn) fab_.disconnect(c.conn);
     c.conn = 0;
     c.open = c.up = false;
+    auto queued = std::move(c.internal);
     c.internal.clear();
     auto pending = std::move(c.on_done);
     c.on_done.clear();
     for (auto& f : pending)
       if (f) f(-ECONNRESET);
+    for (auto& q : queued)
+      if (q.on_done) q.on_done(-ECONNRESET);
   }
 }
 
@@ -233,7 +245,8 @@ int Endpoint::send_message(unsigned ch, const std::uint8_t* msg, std::size_t len
     }
     --c.credits;
   } else if (c.free_tx.empty() || !c.internal.empty()) {
-    c.internal.emplace_back(msg, msg + len);
+    // The callback goes with it (a buffer update waiting for a slot still tells its writer).
+    c.internal.push_back({{msg, msg + len}, std::move(on_done)});
     ++stats_.internal_queued;
     return 0;
   }
@@ -273,14 +286,19 @@ bool Endpoint::post_write(unsigned ch, const void* local, std::uint32_t len, std
 void Endpoint::flush_internal(unsigned ch) {
   Channel& c = ch_[ch];
   while (!c.internal.empty() && !c.free_tx.empty() && c.up) {
-    std::vector<std::uint8_t> m = std::move(c.internal.front());
+    Channel::Queued m = std::move(c.internal.front());
     c.internal.pop_front();
     const std::uint32_t slot = c.free_tx.back();
     c.free_tx.pop_back();
     std::uint8_t* p = tx_slot(ch, slot);
-    std::memcpy(p, m.data(), m.size());
-    fab_.post_send(c.conn, make_wr(ch, WrKind::kSend, slot), false, p,
-                   static_cast<std::uint32_t>(m.size()), c.tx_mr.lkey, 0, 0, true);
+    std::memcpy(p, m.bytes.data(), m.bytes.size());
+    if (!fab_.post_send(c.conn, make_wr(ch, WrKind::kSend, slot), false, p,
+                        static_cast<std::uint32_t>(m.bytes.size()), c.tx_mr.lkey, 0, 0, true)) {
+      c.free_tx.push_back(slot);
+      if (m.on_done) m.on_done(-EIO);
+      continue;
+    }
+    c.on_done[slot] = std::move(m.on_done);
     c.last_tx_ns = now_ns();
     ++stats_.sent;
   }
@@ -298,7 +316,9 @@ void Endpoint::keepalive_tick() {
       on_channel_error(i, "peer silent for 10 keepalive periods");
       return;  // both channels are closed now
     }
-    if (now - c.last_tx_ns > every) {
+    // Only on an idle channel: behind a backlog (a peer that takes nothing, its SENDs RNR
+    // NAKed without end) one more keepalive tells it nothing, and one per poll piled up.
+    if (now - c.last_tx_ns > every && c.internal.empty() && !c.free_tx.empty()) {
       std::uint8_t b[kKeepaliveSize];
       encode(b, Keepalive{});
       if (send_message(i, b, sizeof b, false) == 0) ++stats_.keepalives_sent;
@@ -388,7 +408,10 @@ int Endpoint::pump() {
   for (auto& w : wcs)
     if (Endpoint* o = owner(w.conn)) o->on_completion(w);
   for (Endpoint* e : g_endpoints)
-    if (&e->fab_ == &fab_) e->keepalive_tick();
+    if (&e->fab_ == &fab_) {
+      e->keepalive_tick();
+      e->on_tick();
+    }
   return any ? 1 : 0;
 }
 

@@ -75,8 +75,9 @@ PNFRMemory nfrHostAttachMemfd(PNFRHost host, int fd, void* buffer, uint64_t size
 }
 int nfrHostWriteBufferUdata(PNFRMemory localMem, uint64_t localOffset, uint64_t remoteOffset,
                             uint64_t length, uint64_t udata, const NFRCallbackInfo* cbInfo) {
-  if (!localMem || !localMem->host || !localMem->owner) return -EINVAL;
+  // The handle is checked under the lock: another thread may be freeing it.
   Lock g(roce::netfr::api_mutex());
+  if (!roce::netfr::live_memory(localMem) || !localMem->host || !localMem->owner) return -EINVAL;
   return static_cast<Host*>(localMem->owner)
       ->write_buffer(localMem, localOffset, remoteOffset, length, udata, cbInfo);
 }
@@ -104,6 +105,7 @@ void nfrHostFree(PNFRHost* host) {
 int nfr_bench_host_raw_write(PNFRHost host, PNFRMemory mem, uint64_t length, uint32_t index) {
   if (!host) return -EINVAL;
   Lock g(roce::netfr::api_mutex());
+  if (!roce::netfr::live_memory(mem) || !mem->host || mem->owner != host->h.get()) return -EINVAL;
   return host->h->raw_write(mem, length, index);
 }
 void* nfrMemoryPointer(PNFRMemory mem) { return mem ? mem->ptr : nullptr; }

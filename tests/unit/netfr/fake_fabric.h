@@ -21,7 +21,7 @@ class FakeFabric : public Fabric {
   struct Conn {
     ConnId peer = 0;
     std::uint16_t port = 0;
-    bool up = false, held = false;
+    bool up = false, held = false, deaf = false;
     struct Recv {
       std::uint64_t wr_id;
       void* addr;
@@ -79,7 +79,7 @@ class FakeFabric : public Fabric {
     if (!listening)
       events_.push_back({FabricEvent::kRejected, a, 0, {}, {}});
     else
-      events_.push_back({FabricEvent::kConnectRequest, b, port, "192.0.2.2", pd});
+      events_.push_back({FabricEvent::kConnectRequest, b, port, peer_ip, pd});
     return a;
   }
   void disconnect(ConnId c) override {
@@ -129,7 +129,7 @@ class FakeFabric : public Fabric {
             if (m.signaled) wcs.push_back({id, m.wr_id, true, {}, FabricCompletion::kWrite, 0});
           }
         } else {
-          if (pit->second.recvs.empty()) break;  // RNR: retried on a later poll
+          if (pit->second.recvs.empty() || pit->second.deaf) break;  // RNR: retried later
           auto r = pit->second.recvs.front();
           pit->second.recvs.pop_front();
           std::memcpy(r.addr, m.bytes.data(), std::min<std::size_t>(r.len, m.bytes.size()));
@@ -164,8 +164,23 @@ class FakeFabric : public Fabric {
         return;
       }
   }
+  /// Injects raw bytes as a SEND from the active side (the client) of the channel on `port`.
+  void inject_from_client(std::uint16_t port, std::vector<std::uint8_t> bytes) {
+    for (auto& [id, c] : conns_)
+      if (c.port == port && id % 2 == 1 && c.up) {
+        c.in_flight.push_back({~0ull, std::move(bytes), false, 0, 0, false});
+        return;
+      }
+  }
+  /// The active side (the client) of the channel on `port` takes no SEND any more, as a peer
+  /// answering each with an RNR NAK (retried without end): what is sent to it waits.
+  void deafen_client(std::uint16_t port) {
+    for (auto& [id, c] : conns_)
+      if (c.port == port && id % 2 == 1) c.deaf = true;
+  }
   std::size_t connections() const { return conns_.size(); }
   std::uint64_t posted = 0, bad_writes = 0;
+  std::string peer_ip = "192.0.2.2";  ///< the address connect requests come from
 
  private:
   std::optional<MrInfo> reg(void* addr, std::uint64_t length) {
