@@ -142,7 +142,7 @@ Endpoint::~Endpoint() {
 
 std::unique_ptr<NFRMemory> Endpoint::new_memory(void* user, std::uint64_t size,
                                                 std::uint8_t channel) {
-  auto mr = fab_.alloc_mr(size);
+  auto mr = fab_.alloc_mr(size, advertises());
   if (!mr) return nullptr;
   auto m = std::make_unique<NFRMemory>();
   m->ptr = user ? user : mr->addr;
@@ -155,7 +155,7 @@ std::unique_ptr<NFRMemory> Endpoint::new_memory(void* user, std::uint64_t size,
 
 std::unique_ptr<NFRMemory> Endpoint::new_memfd(int fd, void* addr, std::uint64_t size,
                                                std::uint8_t channel) {
-  auto mr = fab_.reg_memfd(fd, addr, size);
+  auto mr = fab_.reg_memfd(fd, addr, size, advertises());
   if (!mr) return nullptr;
   auto m = std::make_unique<NFRMemory>();
   m->ptr = addr;
@@ -175,12 +175,12 @@ int Endpoint::channel_of(ConnId c) const {
 bool Endpoint::open_channel(unsigned i, ConnId conn) {
   Channel& c = ch_[i];
   if (!c.rx_mr.handle) {
-    auto r = fab_.alloc_mr(std::uint64_t{kRxSlots} * NETFR_MESSAGE_MAX_SIZE);
+    auto r = fab_.alloc_mr(std::uint64_t{kRxSlots} * NETFR_MESSAGE_MAX_SIZE, false);
     if (!r) return false;
     c.rx_mr = *r;
   }
   if (!c.tx_mr.handle) {
-    auto t = fab_.alloc_mr(std::uint64_t{kTxSlots} * NETFR_MESSAGE_MAX_SIZE);
+    auto t = fab_.alloc_mr(std::uint64_t{kTxSlots} * NETFR_MESSAGE_MAX_SIZE, false);
     if (!t) return false;
     c.tx_mr = *t;
   }

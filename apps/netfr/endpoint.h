@@ -168,6 +168,9 @@ class Endpoint {
   virtual void on_channel_error(unsigned ch, const std::string& why) = 0;
   /// Hosts take connect requests.
   virtual bool listens() const { return false; }
+  /// Clients advertise their memory to the peer, which writes it: only theirs is registered
+  /// for remote writes (the slots and the host's memory are not).
+  virtual bool advertises() const { return !listens(); }
   /// Called at every pump (after the keepalive's turn): the role's timers.
   virtual void on_tick() {}
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,19 +40,21 @@ class FakeFabric : public Fabric {
     std::deque<Msg> in_flight;  ///< sent, not delivered yet
   };
 
-  std::optional<MrInfo> alloc_mr(std::uint64_t length) override {
+  std::optional<MrInfo> alloc_mr(std::uint64_t length, bool remote_write) override {
     auto mem = std::make_unique<std::uint8_t[]>(length);
     std::memset(mem.get(), 0, length);
     void* addr = mem.get();
     memory_[next_key_] = std::move(mem);
-    return reg(addr, length);
+    return reg(addr, length, remote_write);
   }
-  std::optional<MrInfo> reg_memfd(int, void* addr, std::uint64_t length) override {
-    return reg(addr, length);
+  std::optional<MrInfo> reg_memfd(int, void* addr, std::uint64_t length,
+                                  bool remote_write) override {
+    return reg(addr, length, remote_write);
   }
   void dereg_mr(const MrInfo& mr) override {
     mrs_.erase(mr.rkey);
     memory_.erase(mr.rkey);
+    remote_.erase(mr.rkey);
   }
   bool listen(std::uint16_t port) override {
     ports_.push_back(port);
@@ -120,7 +123,7 @@ class FakeFabric : public Fabric {
         if (m.write) {
           auto mr = mrs_.find(m.rkey);
           const auto base = mr == mrs_.end() ? 0 : reinterpret_cast<std::uint64_t>(mr->second.addr);
-          if (mr == mrs_.end() || m.raddr < base ||
+          if (mr == mrs_.end() || !remote_.count(m.rkey) || m.raddr < base ||
               m.raddr + m.bytes.size() > base + mr->second.length) {
             wcs.push_back({id, m.wr_id, false, "remote access error", FabricCompletion::kWrite, 0});
             ++bad_writes;
@@ -183,14 +186,16 @@ class FakeFabric : public Fabric {
   std::string peer_ip = "192.0.2.2";  ///< the address connect requests come from
 
  private:
-  std::optional<MrInfo> reg(void* addr, std::uint64_t length) {
+  std::optional<MrInfo> reg(void* addr, std::uint64_t length, bool remote_write) {
     MrInfo m{addr, length, next_key_, next_key_, reinterpret_cast<std::uint64_t>(addr), next_key_};
+    if (remote_write) remote_.insert(next_key_);
     mrs_[next_key_++] = m;
     return m;
   }
   std::map<std::uint32_t, std::unique_ptr<std::uint8_t[]>> memory_;  ///< alloc_mr's, by key
   std::map<ConnId, Conn> conns_;
   std::map<std::uint32_t, MrInfo> mrs_;
+  std::set<std::uint32_t> remote_;  ///< keys registered for remote writes
   std::vector<std::uint16_t> ports_;
   std::vector<FabricEvent> events_;
   ConnId next_ = 1;

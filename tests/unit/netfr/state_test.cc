@@ -414,5 +414,35 @@ TEST_F(Pair, HalfConnectedClientDoesNotHoldTheHost) {
   EXPECT_TRUE(host->connected());
 }
 
+TEST_F(Pair, OnlyTheClientsAdvertisedBuffersTakeRemoteWrites) {
+  // Every NetFR registration took REMOTE_WRITE: a client that learns (or guesses) a key of the
+  // host's could write the host's frame memory and its send and receive slots. Only what a
+  // client advertises is written from afar.
+  connect();
+  std::vector<std::uint8_t> cb(4096);
+  NFRMemory* advertised = client->attach(cb.data(), cb.size(), 0);
+  ASSERT_NE(advertised, nullptr);
+  settle();
+  NFRMemory* frame = host->attach(nullptr, 4096, 0);
+  ASSERT_NE(frame, nullptr);
+  const std::uint8_t junk[16] = {0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE,
+                                 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE};
+  const ConnId from_client = client->channel(0).conn;
+  const MrInfo slots = host->channel(0).tx_mr;
+  ASSERT_TRUE(
+      fab.post_send(from_client, 0, true, junk, 16, 0, frame->mr.iova, frame->mr.rkey, true));
+  ASSERT_TRUE(fab.post_send(from_client, 0, true, junk, 16, 0, slots.iova, slots.rkey, true));
+  std::vector<FabricEvent> evs;
+  std::vector<FabricCompletion> wcs;
+  fab.poll(evs, wcs);  // not through the endpoints: the failed writes would close the client
+  EXPECT_EQ(fab.bad_writes, 2u);
+  EXPECT_EQ(static_cast<std::uint8_t*>(frame->ptr)[0], 0u);
+  // The advertised buffer is written from afar, as the host does.
+  const MrInfo& mr = advertised->mr;
+  ASSERT_TRUE(fab.post_send(host->channel(0).conn, 0, true, junk, 16, 0, mr.iova, mr.rkey, true));
+  fab.poll(evs, wcs);
+  EXPECT_EQ(fab.bad_writes, 2u);
+}
+
 }  // namespace
 }  // namespace roce::netfr
