@@ -47,6 +47,24 @@ std::recursive_mutex& api_mutex() {
 }
 
 namespace {
+int g_api_depth = 0;  ///< API calls in progress (under the lock)
+std::vector<std::function<void()>> g_at_exit;
+}  // namespace
+
+ApiLock::ApiLock() : g_(api_mutex()) { ++g_api_depth; }
+ApiLock::~ApiLock() {
+  if (--g_api_depth != 0) return;
+  ++g_api_depth;  // what runs now may call in again: its frees wait for this loop
+  while (!g_at_exit.empty()) {
+    auto fs = std::move(g_at_exit);
+    g_at_exit.clear();
+    for (auto& f : fs) f();
+  }
+  --g_api_depth;
+}
+void at_api_exit(std::function<void()> f) { g_at_exit.push_back(std::move(f)); }
+
+namespace {
 int g_log_level = NFR_LOG_LEVEL_INFO;
 std::unordered_set<const NFRMemory*>& live_set() {
   static std::unordered_set<const NFRMemory*> s;

@@ -48,6 +48,21 @@ void set_local_opener(LocalOpener f);
 /// The lock every C API call takes (netfr.h, "Threads"): recursive, so that callbacks and
 /// blocking waits may call in again.
 std::recursive_mutex& api_mutex();
+/// What every C API call holds: the API lock, and the count of calls in progress (a callback
+/// calling in nests one in another).
+class ApiLock {
+ public:
+  ApiLock();
+  ~ApiLock();
+  ApiLock(const ApiLock&) = delete;
+  ApiLock& operator=(const ApiLock&) = delete;
+
+ private:
+  std::lock_guard<std::recursive_mutex> g_;
+};
+/// Runs `f` (under the lock) when the outermost API call in progress returns: nfrHostFree and
+/// nfrClientFree from a callback must not delete the object whose call ran the callback.
+void at_api_exit(std::function<void()> f);
 /// The NFRMemory handles handed out and not freed yet (under api_mutex()): the C API checks a
 /// handle here before it reads it, so a freed one (or one of a freed host or client) is
 /// -EINVAL rather than a use after free.

@@ -57,5 +57,44 @@ TEST(NetfrApi, MemoryOfAFreedHostIsRefused) {
   EXPECT_EQ(nfrFreeMemoryChecked(&m), -EINVAL);
 }
 
+// The callback frees its own host (netfr.h: callbacks may call the API): the host was deleted
+// under the completion and the process call that ran it, which went on using it (ASan: a heap
+// use after free). The free now waits until the outermost API call returns.
+void free_host(const void** ud) { nfrHostFree(static_cast<PNFRHost*>(const_cast<void*>(ud[0]))); }
+
+TEST(NetfrApi, CallbackMayFreeItsOwnHost) {
+  set_local_opener(open_fake);
+  PNFRHost h = nullptr;
+  NFRInitOpts o = host_opts();
+  o.port = 5030;
+  ASSERT_EQ(nfrHostInit(&o, &h), 0);
+  NFRInitOpts co = host_opts();
+  co.port = 5030;
+  co.peer = "192.0.2.1";
+  PNFRClient c = nullptr;
+  ASSERT_EQ(nfrClientInit(&co, nullptr, &c), 0);
+  int r = -EAGAIN;
+  for (int i = 0; i < 100 && r == -EAGAIN; ++i) {
+    nfrHostProcess(h);
+    r = nfrClientConnect(c);
+  }
+  ASSERT_EQ(r, 0);
+  ASSERT_NE(nfrClientAllocMemory(c, 4096, 0), nullptr);
+  NFRClientEvent ev{};
+  for (int i = 0; i < 10; ++i) {
+    nfrHostProcess(h);
+    nfrClientProcess(c, -1, &ev);
+  }
+  PNFRMemory hm = nfrHostAllocMemory(h, 4096, 0);
+  ASSERT_NE(hm, nullptr);
+  NFRCallbackInfo cb{};
+  cb.callback = free_host;
+  cb.uData[0] = &h;
+  ASSERT_EQ(nfrHostWriteBuffer(hm, 0, 0, 64, &cb), 0);
+  for (int i = 0; i < 100 && h; ++i) nfrHostProcess(h);
+  EXPECT_EQ(h, nullptr);
+  nfrClientFree(&c);
+}
+
 }  // namespace
 }  // namespace roce::netfr
