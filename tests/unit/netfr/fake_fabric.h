@@ -64,7 +64,12 @@ class FakeFabric : public Fabric {
   bool accept(ConnId c, const std::vector<std::uint8_t>& pd) override {
     conns_[c].up = conns_[conns_[c].peer].up = true;
     events_.push_back({FabricEvent::kEstablished, c, 0, {}, {}});
-    events_.push_back({FabricEvent::kEstablished, conns_[c].peer, 0, {}, pd});
+    const auto o = rep_override.find(conns_[c].port);
+    events_.push_back({FabricEvent::kEstablished,
+                       conns_[c].peer,
+                       0,
+                       {},
+                       o == rep_override.end() ? pd : o->second});
     return true;
   }
   void reject(ConnId c, const std::vector<std::uint8_t>& pd) override {
@@ -184,6 +189,8 @@ class FakeFabric : public Fabric {
   std::size_t connections() const { return conns_.size(); }
   std::uint64_t posted = 0, bad_writes = 0;
   std::string peer_ip = "192.0.2.2";  ///< the address connect requests come from
+  /// The REP's private data the active side sees on a port, instead of the host's (a lying host).
+  std::map<std::uint16_t, std::vector<std::uint8_t>> rep_override;
 
  private:
   std::optional<MrInfo> reg(void* addr, std::uint64_t length, bool remote_write) {

@@ -444,5 +444,19 @@ TEST_F(Pair, OnlyTheClientsAdvertisedBuffersTakeRemoteWrites) {
   EXPECT_EQ(fab.bad_writes, 2u);
 }
 
+TEST_F(Pair, ChannelsWhoseHellosDifferAreRefused) {
+  // A host answering the primary with total order and the secondary without: the client took
+  // the last answer, the host kept the first, and the client's events waited in the other
+  // order's queue for good. The two answers must agree.
+  host = std::make_unique<Host>(fab, opts());
+  ASSERT_TRUE(host->start());
+  std::uint8_t rep[kServerHelloSize + 1];
+  const std::size_t n = encode(rep, ServerHello{HelloStatus::kOk, kExtKeepalive | kExtHostSizes});
+  fab.rep_override[5011] = wrap_cm_data({rep, n});
+  client = std::make_unique<Client>(fab, opts());  // offers total order; the host takes it
+  EXPECT_NE(client->connect("192.0.2.1"), 0);
+  EXPECT_EQ(client->stats().protocol_errors, 1u);
+}
+
 }  // namespace
 }  // namespace roce::netfr
