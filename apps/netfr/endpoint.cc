@@ -381,6 +381,12 @@ void Endpoint::on_completion(const FabricCompletion& wc) {
     return;
   }
   if (d.type == MsgType::kHostDataAck || d.type == MsgType::kClientDataAck) {
+    // The host takes HostDataAck (from the client), the client ClientDataAck (from the host).
+    if ((d.type == MsgType::kHostDataAck) != listens()) {
+      ++stats_.protocol_errors;
+      on_channel_error(ch, "peer sent " + std::string(to_string(d.type)));
+      return;
+    }
     ++stats_.acks_received;
     if (c.credits < NETFR_CREDIT_COUNT)
       ++c.credits;

@@ -458,5 +458,20 @@ TEST_F(Pair, ChannelsWhoseHellosDifferAreRefused) {
   EXPECT_EQ(client->stats().protocol_errors, 1u);
 }
 
+TEST_F(Pair, AckOfTheWrongDirectionIsRefused) {
+  // Upstream's host sends ClientDataAck, its client HostDataAck; each side took either.
+  connect();
+  settle();
+  fab.inject_from_host(5011, encode_vec(Ack{true}));  // a HostDataAck, from the host
+  for (int i = 0; i < 10; ++i) client->process(-1, &ev);
+  EXPECT_EQ(client->process(-1, &ev), -ENOTCONN);
+  EXPECT_GE(client->stats().protocol_errors, 1u);
+  connect();
+  settle();
+  fab.inject_from_client(5010, encode_vec(Ack{false}));  // a ClientDataAck, from the client
+  for (int i = 0; i < 10; ++i) host->process();
+  EXPECT_FALSE(host->connected());
+}
+
 }  // namespace
 }  // namespace roce::netfr
