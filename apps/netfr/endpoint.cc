@@ -263,6 +263,11 @@ int Endpoint::send_message(unsigned ch, const std::uint8_t* msg, std::size_t len
     }
     --c.credits;
   } else if (c.free_tx.empty() || !c.internal.empty()) {
+    if (c.internal.size() >= kMaxQueued) {
+      ++stats_.protocol_errors;
+      on_channel_error(ch, "peer takes no messages (" + std::to_string(kMaxQueued) + " waiting)");
+      return -ECONNRESET;
+    }
     // The callback goes with it (a buffer update waiting for a slot still tells its writer).
     c.internal.push_back({{msg, msg + len}, std::move(on_done)});
     ++stats_.internal_queued;

@@ -87,6 +87,11 @@ static_assert(kRxSlots >= kRecvDepth);
 /// queue for a slot.
 inline constexpr std::uint32_t kTxSlots = 192;
 inline constexpr std::uint32_t kSendDepth = 2 * kTxSlots + 8;
+/// Messages that may wait for a send slot on a channel. A live peer leaves far fewer (acks
+/// within its credits, buffer states and updates within the 32 buffers, a keepalive): beyond
+/// this the peer takes nothing (every SEND RNR NAKed, retried without end) and the connection
+/// goes, rather than the queue growing with every datagram it sends.
+inline constexpr std::uint32_t kMaxQueued = 4 * kTxSlots;
 
 /// wr_id: channel (bits 40..47), kind (32..39), slot or cookie (0..31).
 enum class WrKind : std::uint8_t { kRecv = 1, kSend = 2, kWrite = 3 };

@@ -473,5 +473,29 @@ TEST_F(Pair, AckOfTheWrongDirectionIsRefused) {
   EXPECT_FALSE(host->connected());
 }
 
+TEST_F(Pair, AcksDoNotPileUpBehindAPeerThatTakesNothing) {
+  // A client that sends datagrams without end (credits are the sender's to keep) and takes
+  // nothing (RNR NAKs): every datagram the host reads queued an ack once the send slots were
+  // gone, without bound. Past a bound far above what a live peer leaves waiting, the
+  // connection goes.
+  connect();
+  settle();
+  fab.deafen_client(5011);
+  const std::uint8_t payload[8] = {};
+  std::uint8_t buf[64];
+  std::uint8_t out[64];
+  std::size_t most = 0;
+  for (std::uint32_t i = 1; i <= 3000 && host->connected(); ++i) {
+    const auto n = encode(buf, Data{false, i, i, 0, {payload, sizeof payload}});
+    fab.inject_from_client(5011, {buf, buf + n});
+    host->process();
+    std::uint32_t len = sizeof out;
+    host->read_data(1, out, &len, nullptr);
+    most = std::max(most, host->channel(1).internal.size());
+  }
+  EXPECT_LE(most, std::size_t{kMaxQueued});
+  EXPECT_FALSE(host->connected());
+}
+
 }  // namespace
 }  // namespace roce::netfr
