@@ -14,7 +14,7 @@ struct NFRClient {
 };
 
 namespace {
-using Lock = std::lock_guard<std::recursive_mutex>;
+using Lock = roce::netfr::ApiLock;
 }  // namespace
 
 extern "C" {
@@ -34,7 +34,7 @@ int nfrClientInit(const NFRInitOpts* opts, const NFRInitOpts* peerInfo, PNFRClie
                                       : opts->port               ? opts->port
                                       : peerInfo ? roce::netfr::primary_port(*peerInfo)
                                                  : roce::netfr::kDefaultPort);
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   std::string err;
   roce::netfr::Fabric* f = roce::netfr::process_fabric(opts->link, err);
   if (!f) {
@@ -54,28 +54,28 @@ int nfrClientInit(const NFRInitOpts* opts, const NFRInitOpts* peerInfo, PNFRClie
 
 int nfrClientConnect(PNFRClient client) {
   if (!client) return -EINVAL;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return client->c->connect_step();
 }
 
 int nfrClientConnectWait(PNFRClient client) {
   if (!client) return -EINVAL;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return client->c->connect_wait();
 }
 int nfrClientProcess(PNFRClient client, int index, NFRClientEvent* evt) {
   if (!client) return -EINVAL;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return client->c->process(index, evt);
 }
 PNFRMemory nfrClientAttachMemory(PNFRClient client, void* buffer, uint64_t size, uint8_t index) {
   if (!client) return nullptr;  // buffer NULL: the library allocates (upstream's way)
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return client->c->attach(buffer, size, index);
 }
 PNFRMemory nfrClientAllocMemory(PNFRClient client, uint64_t size, uint8_t index) {
   if (!client) return nullptr;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return client->c->attach(nullptr, size, index);
 }
 PNFRMemory nfrClientAllocDMABUF(PNFRClient client, uint64_t size, uint8_t index) {
@@ -84,52 +84,55 @@ PNFRMemory nfrClientAllocDMABUF(PNFRClient client, uint64_t size, uint8_t index)
 PNFRMemory nfrClientAttachMemfd(PNFRClient client, int fd, void* buffer, uint64_t size,
                                 uint8_t index) {
   if (!client) return nullptr;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return client->c->attach_memfd(fd, buffer, size, index);
 }
 int nfrClientBufferAck(PNFRClient client, PNFRMemory mem) {
   if (!client) return -EINVAL;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
+  if (!roce::netfr::live_memory(mem)) return -EINVAL;
   return client->c->buffer_ack(mem);
 }
 void nfrAckBuffer(PNFRMemory mem) {
-  if (!mem || mem->host || !mem->owner) return;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
+  if (!roce::netfr::live_memory(mem) || mem->host || !mem->owner) return;
   static_cast<Client*>(mem->owner)->buffer_ack(mem);
 }
 int nfrClientSendData(PNFRClient client, int channelID, const void* data, uint32_t length,
                       uint64_t udata) {
   if (!client) return -EINVAL;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return client->c->send_data(channelID, data, length, udata);
 }
 const uint64_t* nfrClientHostBufferSizes(PNFRClient client) {
   if (!client) return nullptr;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return client->c->host_sizes();
 }
 int nfrClientCredits(PNFRClient client, int channelID) {
   if (!client || channelID < 0 || channelID >= NETFR_CHANNEL_COUNT) return -EINVAL;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return client->c->channel(static_cast<unsigned>(channelID)).credits;
 }
 const char* nfrClientStats(PNFRClient client) {
   if (!client) return "";
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   client->stats = client->c->stats_line();
   return client->stats.c_str();
 }
 void nfrClientFree(PNFRClient* client) {
   if (!client || !*client) return;
-  Lock g(roce::netfr::api_mutex());
-  delete *client;
+  Lock g;
+  NFRClient* c = *client;  // at the outermost call's end (a callback may call this)
   *client = nullptr;
+  roce::netfr::at_api_exit([c] { delete c; });
 }
 
 int nfrFreeMemoryChecked(PNFRMemory* mem) {
-  if (!mem || !*mem || !(*mem)->owner) return -EINVAL;
-  Lock g(roce::netfr::api_mutex());
+  if (!mem) return -EINVAL;
+  Lock g;
   NFRMemory* m = *mem;
+  if (!roce::netfr::live_memory(m) || !m->owner) return -EINVAL;
   const int r = m->host ? static_cast<roce::netfr::Host*>(m->owner)->free_memory(m)
                         : static_cast<Client*>(m->owner)->free_memory(m);
   if (r == 0) *mem = nullptr;

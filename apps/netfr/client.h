@@ -37,7 +37,10 @@ class Client : public Endpoint {
   ~Client() override {
     close_channels();
     for (auto& m : mems_)
-      if (m) fab_.dereg_mr(m->mr);
+      if (m) {
+        forget_memory(m.get());
+        fab_.dereg_mr(m->mr);
+      }
   }
 
   /// Starts connecting both channels at once (as upstream's client does); connect_step()
@@ -170,6 +173,7 @@ class Client : public Endpoint {
           encode(buf, st);
           send_message(m->channel, buf, sizeof buf, false);
         }
+        forget_memory(m);
         fab_.dereg_mr(m->mr);
         slot.reset();
         return 0;
@@ -245,9 +249,18 @@ class Client : public Endpoint {
           return;
         }
         // The extensions the host took (upstream's host answers without: none); both
-        // channels' answers carry the same.
-        ext_ = hello ? std::get<ServerHello>(d.msg).ext & offer_ : 0;
-        if (ext_ & kExtTotalOrder) next_serial_ = 1;
+        // channels' answers carry the same, else events would wait in the other order's queue.
+        const std::uint8_t ext = hello ? std::get<ServerHello>(d.msg).ext & offer_ : 0;
+        if (ch_[ch ^ 1u].up) {
+          if (ext != ext_) {
+            ++stats_.protocol_errors;
+            on_channel_error(ch, "the channels' hellos name different extensions");
+            return;
+          }
+        } else {
+          ext_ = ext;
+          if (ext_ & kExtTotalOrder) next_serial_ = 1;
+        }
         ch_[ch].up = true;
         if (connected()) connect_state();  // both up: advertise the buffers
         break;

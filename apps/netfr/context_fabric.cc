@@ -16,7 +16,8 @@ static_assert(FabricEvent::kDisconnected == static_cast<int>(conn::Event::kDisco
 
 namespace {
 
-constexpr std::uint32_t kAccess = verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite;
+constexpr std::uint32_t kLocal = verbs::kAccessLocalWrite;
+constexpr std::uint32_t kRemote = verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite;
 
 std::string ipv4_text(Ipv4Addr a) {
   return std::to_string(a.v >> 24) + "." + std::to_string((a.v >> 16) & 0xFF) + "." +
@@ -51,8 +52,9 @@ ContextFabric::~ContextFabric() {
   keep_.reset();
 }
 
-std::optional<MrInfo> ContextFabric::reg(client::Buffer* b, void* addr, std::uint64_t length) {
-  client::Mr* mr = ctx_.reg_mr(ep_->pd(), addr, length, kAccess);
+std::optional<MrInfo> ContextFabric::reg(client::Buffer* b, void* addr, std::uint64_t length,
+                                         bool remote_write) {
+  client::Mr* mr = ctx_.reg_mr(ep_->pd(), addr, length, remote_write ? kRemote : kLocal);
   if (mr == nullptr) {
     ctx_.free_buffer(b);
     return std::nullopt;
@@ -69,16 +71,17 @@ std::optional<MrInfo> ContextFabric::reg(client::Buffer* b, void* addr, std::uin
   return i;
 }
 
-std::optional<MrInfo> ContextFabric::alloc_mr(std::uint64_t length) {
+std::optional<MrInfo> ContextFabric::alloc_mr(std::uint64_t length, bool remote_write) {
   client::Buffer* b = ctx_.alloc_buffer(length);
   if (b == nullptr) return std::nullopt;
-  return reg(b, b->addr, length);
+  return reg(b, b->addr, length, remote_write);
 }
 
-std::optional<MrInfo> ContextFabric::reg_memfd(int fd, void* addr, std::uint64_t length) {
+std::optional<MrInfo> ContextFabric::reg_memfd(int fd, void* addr, std::uint64_t length,
+                                               bool remote_write) {
   client::Buffer* b = ctx_.register_memfd(fd, addr, length);
   if (b == nullptr) return std::nullopt;
-  return reg(b, addr, length);
+  return reg(b, addr, length, remote_write);
 }
 
 void ContextFabric::dereg_mr(const MrInfo& mr) {

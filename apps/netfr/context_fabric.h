@@ -30,8 +30,9 @@ class ContextFabric : public Fabric {
   void set_report(std::function<std::string()> f) { report_ = std::move(f); }
   client::Context& context() { return ctx_; }
 
-  std::optional<MrInfo> alloc_mr(std::uint64_t length) override;
-  std::optional<MrInfo> reg_memfd(int fd, void* addr, std::uint64_t length) override;
+  std::optional<MrInfo> alloc_mr(std::uint64_t length, bool remote_write) override;
+  std::optional<MrInfo> reg_memfd(int fd, void* addr, std::uint64_t length,
+                                  bool remote_write) override;
   void dereg_mr(const MrInfo& mr) override;
   bool listen(std::uint16_t port) override;
   bool prepare(ConnId c, std::uint32_t send_depth, std::uint32_t recv_depth) override;
@@ -55,7 +56,7 @@ class ContextFabric : public Fabric {
     client::Buffer* buf = nullptr;
     client::Mr* mr = nullptr;
   };
-  std::optional<MrInfo> reg(client::Buffer* b, void* addr, std::uint64_t length);
+  std::optional<MrInfo> reg(client::Buffer* b, void* addr, std::uint64_t length, bool remote_write);
 
   std::shared_ptr<void> keep_;  ///< destroyed last
   std::unique_ptr<client::Context> own_;

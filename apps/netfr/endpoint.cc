@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <unordered_set>
 
 #include "apps/netfr/context_fabric.h"
 #include "dataplane/port/eal.h"
@@ -45,6 +46,35 @@ std::recursive_mutex& api_mutex() {
   static std::recursive_mutex m;
   return m;
 }
+
+namespace {
+int g_api_depth = 0;  ///< API calls in progress (under the lock)
+std::vector<std::function<void()>> g_at_exit;
+}  // namespace
+
+ApiLock::ApiLock() : g_(api_mutex()) { ++g_api_depth; }
+ApiLock::~ApiLock() {
+  if (--g_api_depth != 0) return;
+  ++g_api_depth;  // what runs now may call in again: its frees wait for this loop
+  while (!g_at_exit.empty()) {
+    auto fs = std::move(g_at_exit);
+    g_at_exit.clear();
+    for (auto& f : fs) f();
+  }
+  --g_api_depth;
+}
+void at_api_exit(std::function<void()> f) { g_at_exit.push_back(std::move(f)); }
+
+namespace {
+std::unordered_set<const NFRMemory*>& live_set() {
+  static std::unordered_set<const NFRMemory*> s;
+  return s;
+}
+}  // namespace
+
+void remember_memory(const NFRMemory* m) { live_set().insert(m); }
+void forget_memory(const NFRMemory* m) { live_set().erase(m); }
+bool live_memory(const NFRMemory* m) { return m && live_set().count(m) != 0; }
 
 bool debug_log() {
   static const bool env = std::getenv("NETFR_DEBUG") != nullptr;
@@ -156,7 +186,7 @@ Endpoint::~Endpoint() {
 
 std::unique_ptr<NFRMemory> Endpoint::new_memory(void* user, std::uint64_t size,
                                                 std::uint8_t channel) {
-  auto mr = fab_.alloc_mr(size);
+  auto mr = fab_.alloc_mr(size, advertises());
   if (!mr) return nullptr;
   auto m = std::make_unique<NFRMemory>();
   m->ptr = user ? user : mr->addr;
@@ -169,7 +199,7 @@ std::unique_ptr<NFRMemory> Endpoint::new_memory(void* user, std::uint64_t size,
 
 std::unique_ptr<NFRMemory> Endpoint::new_memfd(int fd, void* addr, std::uint64_t size,
                                                std::uint8_t channel) {
-  auto mr = fab_.reg_memfd(fd, addr, size);
+  auto mr = fab_.reg_memfd(fd, addr, size, advertises());
   if (!mr) return nullptr;
   auto m = std::make_unique<NFRMemory>();
   m->ptr = addr;
@@ -189,12 +219,12 @@ int Endpoint::channel_of(ConnId c) const {
 bool Endpoint::open_channel(unsigned i, ConnId conn) {
   Channel& c = ch_[i];
   if (!c.rx_mr.handle) {
-    auto r = fab_.alloc_mr(std::uint64_t{kRxSlots} * NETFR_MESSAGE_MAX_SIZE);
+    auto r = fab_.alloc_mr(std::uint64_t{kRxSlots} * NETFR_MESSAGE_MAX_SIZE, false);
     if (!r) return false;
     c.rx_mr = *r;
   }
   if (!c.tx_mr.handle) {
-    auto t = fab_.alloc_mr(std::uint64_t{kTxSlots} * NETFR_MESSAGE_MAX_SIZE);
+    auto t = fab_.alloc_mr(std::uint64_t{kTxSlots} * NETFR_MESSAGE_MAX_SIZE, false);
     if (!t) return false;
     c.tx_mr = *t;
   }
@@ -221,11 +251,14 @@ void Endpoint::close_channels() {
     if (c.conn) fab_.disconnect(c.conn);
     c.conn = 0;
     c.open = c.up = false;
+    auto queued = std::move(c.internal);
     c.internal.clear();
     auto pending = std::move(c.on_done);
     c.on_done.clear();
     for (auto& f : pending)
       if (f) f(-ECONNRESET);
+    for (auto& q : queued)
+      if (q.on_done) q.on_done(-ECONNRESET);
   }
 }
 
@@ -256,7 +289,13 @@ int Endpoint::send_message(unsigned ch, const std::uint8_t* msg, std::size_t len
     }
     --c.credits;
   } else if (c.free_tx.empty() || !c.internal.empty()) {
-    c.internal.emplace_back(msg, msg + len);
+    if (c.internal.size() >= kMaxQueued) {
+      ++stats_.protocol_errors;
+      on_channel_error(ch, "peer takes no messages (" + std::to_string(kMaxQueued) + " waiting)");
+      return -ECONNRESET;
+    }
+    // The callback goes with it (a buffer update waiting for a slot still tells its writer).
+    c.internal.push_back({{msg, msg + len}, std::move(on_done)});
     ++stats_.internal_queued;
     return 0;
   }
@@ -296,14 +335,19 @@ bool Endpoint::post_write(unsigned ch, const void* local, std::uint32_t len, std
 void Endpoint::flush_internal(unsigned ch) {
   Channel& c = ch_[ch];
   while (!c.internal.empty() && !c.free_tx.empty() && c.up) {
-    std::vector<std::uint8_t> m = std::move(c.internal.front());
+    Channel::Queued m = std::move(c.internal.front());
     c.internal.pop_front();
     const std::uint32_t slot = c.free_tx.back();
     c.free_tx.pop_back();
     std::uint8_t* p = tx_slot(ch, slot);
-    std::memcpy(p, m.data(), m.size());
-    fab_.post_send(c.conn, make_wr(ch, WrKind::kSend, slot), false, p,
-                   static_cast<std::uint32_t>(m.size()), c.tx_mr.lkey, 0, 0, true);
+    std::memcpy(p, m.bytes.data(), m.bytes.size());
+    if (!fab_.post_send(c.conn, make_wr(ch, WrKind::kSend, slot), false, p,
+                        static_cast<std::uint32_t>(m.bytes.size()), c.tx_mr.lkey, 0, 0, true)) {
+      c.free_tx.push_back(slot);
+      if (m.on_done) m.on_done(-EIO);
+      continue;
+    }
+    c.on_done[slot] = std::move(m.on_done);
     c.last_tx_ns = now_ns();
     ++stats_.sent;
   }
@@ -321,7 +365,9 @@ void Endpoint::keepalive_tick() {
       on_channel_error(i, "peer silent for 10 keepalive periods");
       return;  // both channels are closed now
     }
-    if (now - c.last_tx_ns > every) {
+    // Only on an idle channel: behind a backlog (a peer that takes nothing, its SENDs RNR
+    // NAKed without end) one more keepalive tells it nothing, and one per poll piled up.
+    if (now - c.last_tx_ns > every && c.internal.empty() && !c.free_tx.empty()) {
       std::uint8_t b[kKeepaliveSize];
       encode(b, Keepalive{});
       if (send_message(i, b, sizeof b, false) == 0) ++stats_.keepalives_sent;
@@ -366,6 +412,12 @@ void Endpoint::on_completion(const FabricCompletion& wc) {
     return;
   }
   if (d.type == MsgType::kHostDataAck || d.type == MsgType::kClientDataAck) {
+    // The host takes HostDataAck (from the client), the client ClientDataAck (from the host).
+    if ((d.type == MsgType::kHostDataAck) != listens()) {
+      ++stats_.protocol_errors;
+      on_channel_error(ch, "peer sent " + std::string(to_string(d.type)));
+      return;
+    }
     ++stats_.acks_received;
     if (c.credits < NETFR_CREDIT_COUNT)
       ++c.credits;
@@ -411,7 +463,10 @@ int Endpoint::pump() {
   for (auto& w : wcs)
     if (Endpoint* o = owner(w.conn)) o->on_completion(w);
   for (Endpoint* e : g_endpoints)
-    if (&e->fab_ == &fab_) e->keepalive_tick();
+    if (&e->fab_ == &fab_) {
+      e->keepalive_tick();
+      e->on_tick();
+    }
   return any ? 1 : 0;
 }
 

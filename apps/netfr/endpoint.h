@@ -29,6 +29,9 @@ struct NFRMemory {
   bool host = true;
   void* owner = nullptr;  ///< the NFRHost or NFRClient
   bool has_data = false;  ///< client: written, not acknowledged yet
+  /// host: buffer writes from it whose notification has not completed (the stack may still
+  /// read it): nfrFreeMemory says -EBUSY meanwhile.
+  std::uint32_t writes_in_flight = 0;
 };
 
 namespace roce::netfr {
@@ -45,6 +48,27 @@ void set_local_opener(LocalOpener f);
 /// The lock every C API call takes (netfr.h, "Threads"): recursive, so that callbacks and
 /// blocking waits may call in again.
 std::recursive_mutex& api_mutex();
+/// What every C API call holds: the API lock, and the count of calls in progress (a callback
+/// calling in nests one in another).
+class ApiLock {
+ public:
+  ApiLock();
+  ~ApiLock();
+  ApiLock(const ApiLock&) = delete;
+  ApiLock& operator=(const ApiLock&) = delete;
+
+ private:
+  std::lock_guard<std::recursive_mutex> g_;
+};
+/// Runs `f` (under the lock) when the outermost API call in progress returns: nfrHostFree and
+/// nfrClientFree from a callback must not delete the object whose call ran the callback.
+void at_api_exit(std::function<void()> f);
+/// The NFRMemory handles handed out and not freed yet (under api_mutex()): the C API checks a
+/// handle here before it reads it, so a freed one (or one of a freed host or client) is
+/// -EINVAL rather than a use after free.
+void remember_memory(const NFRMemory* m);
+void forget_memory(const NFRMemory* m);
+bool live_memory(const NFRMemory* m);
 /// nfrSetLogLevel's level (or NETFR_DEBUG set): connection events and protocol errors on stderr.
 bool debug_log();
 
@@ -74,6 +98,11 @@ static_assert(kRxSlots >= kRecvDepth);
 /// queue for a slot.
 inline constexpr std::uint32_t kTxSlots = 192;
 inline constexpr std::uint32_t kSendDepth = 2 * kTxSlots + 8;
+/// Messages that may wait for a send slot on a channel. A live peer leaves far fewer (acks
+/// within its credits, buffer states and updates within the 32 buffers, a keepalive): beyond
+/// this the peer takes nothing (every SEND RNR NAKed, retried without end) and the connection
+/// goes, rather than the queue growing with every datagram it sends.
+inline constexpr std::uint32_t kMaxQueued = 4 * kTxSlots;
 
 /// wr_id: channel (bits 40..47), kind (32..39), slot or cookie (0..31).
 enum class WrKind : std::uint8_t { kRecv = 1, kSend = 2, kWrite = 3 };
@@ -100,8 +129,12 @@ class Endpoint {
     std::uint32_t rx_channel_serial = 0;  ///< next expected from the peer
     MrInfo rx_mr{}, tx_mr{};              ///< the slots, in the fabric's memory
     std::vector<std::uint32_t> free_tx;
-    std::deque<std::vector<std::uint8_t>> internal;  ///< waiting for a send slot
-    std::uint64_t last_tx_ns = 0, last_rx_ns = 0;    ///< for the keepalive
+    struct Queued {
+      std::vector<std::uint8_t> bytes;
+      std::function<void(int)> on_done;
+    };
+    std::deque<Queued> internal;                   ///< waiting for a send slot
+    std::uint64_t last_tx_ns = 0, last_rx_ns = 0;  ///< for the keepalive
     /// Send slots whose completion calls back (cookie -> callback).
     std::vector<std::function<void(int)>> on_done;
   };
@@ -116,12 +149,12 @@ class Endpoint {
   /// each use (memory the stack did not allocate cannot be registered when attached), or, with
   /// `buf` null, memory of the stack's (zero copy; NFRMemory::ptr).
   NFRMemory* attach(void* buf, std::uint64_t size, std::uint8_t index) {
-    return memory_fits(size, index) ? keep_memory(new_memory(buf, size, index)) : nullptr;
+    return memory_fits(size, index) ? remember(keep_memory(new_memory(buf, size, index))) : nullptr;
   }
   /// The application's memfd `fd` mapped at `addr`, registered in place (zero copy).
   NFRMemory* attach_memfd(int fd, void* addr, std::uint64_t size, std::uint8_t index) {
     if (!addr || fd < 0 || !memory_fits(size, index)) return nullptr;
-    return keep_memory(new_memfd(fd, addr, size, index));
+    return remember(keep_memory(new_memfd(fd, addr, size, index)));
   }
   Channel& channel(unsigned i) { return ch_[i]; }
   const Stats& stats() const { return stats_; }
@@ -166,6 +199,11 @@ class Endpoint {
   virtual void on_channel_error(unsigned ch, const std::string& why) = 0;
   /// Hosts take connect requests.
   virtual bool listens() const { return false; }
+  /// Clients advertise their memory to the peer, which writes it: only theirs is registered
+  /// for remote writes (the slots and the host's memory are not).
+  virtual bool advertises() const { return !listens(); }
+  /// Called at every pump (after the keepalive's turn): the role's timers.
+  virtual void on_tick() {}
 
  public:
   /// The channel of a connection, or -1.
@@ -183,6 +221,10 @@ class Endpoint {
 
  private:
   void keepalive_tick();
+  static NFRMemory* remember(NFRMemory* m) {
+    if (m) remember_memory(m);
+    return m;
+  }
 
  protected:
  private:

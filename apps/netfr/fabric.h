@@ -51,11 +51,13 @@ class Fabric {
  public:
   virtual ~Fabric() = default;
   /// `length` zero-filled bytes of the stack's memory (shared with roced when attached),
-  /// registered for local and remote writes.
-  virtual std::optional<MrInfo> alloc_mr(std::uint64_t length) = 0;
+  /// registered for local writes, and for remote writes with `remote_write` (only the buffers
+  /// a client advertises: nothing else of ours is written from afar).
+  virtual std::optional<MrInfo> alloc_mr(std::uint64_t length, bool remote_write) = 0;
   /// The application's memfd `fd`, mapped at `addr` for `length` bytes, registered likewise
   /// (zero copy: e.g. Looking Glass's shared frame memory).
-  virtual std::optional<MrInfo> reg_memfd(int fd, void* addr, std::uint64_t length) = 0;
+  virtual std::optional<MrInfo> reg_memfd(int fd, void* addr, std::uint64_t length,
+                                          bool remote_write) = 0;
   /// Deregisters, and frees what alloc_mr allocated.
   virtual void dereg_mr(const MrInfo& mr) = 0;
   virtual bool listen(std::uint16_t port) = 0;

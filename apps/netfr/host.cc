@@ -12,7 +12,7 @@ struct NFRHost {
 };
 
 namespace {
-using Lock = std::lock_guard<std::recursive_mutex>;
+using Lock = roce::netfr::ApiLock;
 }  // namespace
 
 extern "C" {
@@ -20,7 +20,7 @@ extern "C" {
 int nfrHostInit(const NFRInitOpts* opts, PNFRHost* result) {
   if (!opts || !result) return -EINVAL;
   if (const int r = roce::netfr::check_upstream_opts(*opts, true)) return r;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   std::string err;
   roce::netfr::Fabric* f = roce::netfr::process_fabric(opts->link, err);
   if (!f) {
@@ -39,45 +39,46 @@ int nfrHostInit(const NFRInitOpts* opts, PNFRHost* result) {
 
 int nfrHostProcess(PNFRHost host) {
   if (!host) return -EINVAL;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return host->h->process();
 }
 int nfrHostClientsConnected(PNFRHost host, int index) {
   if (!host) return -EINVAL;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return host->h->clients(index);
 }
 int nfrHostSendData(PNFRHost host, int channelID, const void* data, uint32_t length,
                     uint64_t udata) {
   if (!host) return -EINVAL;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return host->h->send_data(channelID, data, length, udata);
 }
 int nfrHostReadData(PNFRHost host, int channelID, void* data, uint32_t* maxLength,
                     uint64_t* udata) {
   if (!host) return -EINVAL;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return host->h->read_data(channelID, data, maxLength, udata);
 }
 PNFRMemory nfrHostAttachMemory(PNFRHost host, void* buffer, uint64_t size, uint8_t index) {
   if (!host || !buffer) return nullptr;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return host->h->attach(buffer, size, index);
 }
 PNFRMemory nfrHostAllocMemory(PNFRHost host, uint64_t size, uint8_t index) {
   if (!host) return nullptr;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return host->h->attach(nullptr, size, index);
 }
 PNFRMemory nfrHostAttachMemfd(PNFRHost host, int fd, void* buffer, uint64_t size, uint8_t index) {
   if (!host) return nullptr;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return host->h->attach_memfd(fd, buffer, size, index);
 }
 int nfrHostWriteBufferUdata(PNFRMemory localMem, uint64_t localOffset, uint64_t remoteOffset,
                             uint64_t length, uint64_t udata, const NFRCallbackInfo* cbInfo) {
-  if (!localMem || !localMem->host || !localMem->owner) return -EINVAL;
-  Lock g(roce::netfr::api_mutex());
+  // The handle is checked under the lock: another thread may be freeing it.
+  Lock g;
+  if (!roce::netfr::live_memory(localMem) || !localMem->host || !localMem->owner) return -EINVAL;
   return static_cast<Host*>(localMem->owner)
       ->write_buffer(localMem, localOffset, remoteOffset, length, udata, cbInfo);
 }
@@ -88,24 +89,27 @@ int nfrHostWriteBuffer(PNFRMemory localMem, uint64_t localOffset, uint64_t remot
 }
 int nfrHostCredits(PNFRHost host, int channelID) {
   if (!host || channelID < 0 || channelID >= NETFR_CHANNEL_COUNT) return -EINVAL;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   return host->h->channel(static_cast<unsigned>(channelID)).credits;
 }
 const char* nfrHostStats(PNFRHost host) {
   if (!host) return "";
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
   host->stats = host->h->stats_line();
   return host->stats.c_str();
 }
 void nfrHostFree(PNFRHost* host) {
   if (!host || !*host) return;
-  Lock g(roce::netfr::api_mutex());
-  delete *host;
+  Lock g;
+  // Not now when a callback calls it: the call that ran the callback still uses the host.
+  NFRHost* h = *host;
   *host = nullptr;
+  roce::netfr::at_api_exit([h] { delete h; });
 }
 int nfr_bench_host_raw_write(PNFRHost host, PNFRMemory mem, uint64_t length, uint32_t index) {
   if (!host) return -EINVAL;
-  Lock g(roce::netfr::api_mutex());
+  Lock g;
+  if (!roce::netfr::live_memory(mem) || !mem->host || mem->owner != host->h.get()) return -EINVAL;
   return host->h->raw_write(mem, length, index);
 }
 void* nfrMemoryPointer(PNFRMemory mem) { return mem ? mem->ptr : nullptr; }

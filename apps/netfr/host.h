@@ -5,6 +5,7 @@
 /// datagrams both ways.
 #pragma once
 
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -39,7 +40,10 @@ class Host : public Endpoint {
   }
   ~Host() override {
     close_channels();
-    for (auto& m : mems_) fab_.dereg_mr(m->mr);
+    for (auto& m : mems_) {
+      forget_memory(m.get());
+      fab_.dereg_mr(m->mr);
+    }
   }
 
   bool start() { return fab_.listen(port_) && fab_.listen(static_cast<std::uint16_t>(port_ + 1)); }
@@ -108,7 +112,9 @@ class Host : public Endpoint {
   int write_buffer(NFRMemory* mem, std::uint64_t loff, std::uint64_t roff, std::uint64_t len,
                    std::uint64_t udata, const NFRCallbackInfo* cb) {
     if (!mem || len == 0 || loff + len > mem->size || loff + len < loff) return -EINVAL;
-    if (roff + len > NETFR_MAX_BUFFER_SIZE) return -EMSGSIZE;
+    // len <= mem->size <= NETFR_MAX_BUFFER_SIZE: with roff bounded first, roff + len cannot
+    // wrap (a wrapped sum passed the buffer checks below and wrote before the buffer).
+    if (roff > NETFR_MAX_BUFFER_SIZE || roff + len > NETFR_MAX_BUFFER_SIZE) return -EMSGSIZE;
     const unsigned ch = mem->channel;
     if (!connected()) return -ENOTCONN;
     // The smallest free buffer on this channel that holds roff + len.
@@ -153,17 +159,24 @@ class Host : public Endpoint {
     u.udata = udata;
     std::uint8_t buf[kBufferUpdateSize];
     encode(buf, u);
-    std::function<void(int)> done;
-    if (cb && cb->callback) {
-      NFRCallbackInfo copy = *cb;
-      done = [this, copy](int st) {
-        if (st == 0) callbacks_.push_back(copy);  // run by process()
-      };
-    }
+    // The memory stays (free_memory: -EBUSY) until the notification behind the WRITE
+    // completed or failed: until then the stack may still read it. The callback runs in
+    // process() (upstream's thread for it).
+    NFRCallbackInfo copy{};
+    const bool has_cb = cb && cb->callback;
+    if (has_cb) copy = *cb;
+    std::function<void(int)> done = [this, copy, has_cb, mem](int st) {
+      --mem->writes_in_flight;
+      if (st == 0 && has_cb) callbacks_.push_back(copy);
+    };
+    ++mem->writes_in_flight;
     // Upstream's host takes no credit for a buffer update and its client acknowledges none: the
     // buffer stays busy until the client sends its buffer state again.
     const int r = send_message(ch, buf, sizeof buf, false, std::move(done));
-    if (r) return r;
+    if (r) {
+      --mem->writes_in_flight;  // not sent: send_message dropped the callback
+      return r;
+    }
     b.busy = true;
     if (ext_ & kExtTotalOrder) ++msg_serial_;
     ++ch_[ch].tx_channel_serial;
@@ -193,6 +206,8 @@ class Host : public Endpoint {
   int free_memory(NFRMemory* m) {
     for (auto it = mems_.begin(); it != mems_.end(); ++it)
       if (it->get() == m) {
+        if (m->writes_in_flight) return -EBUSY;  // the stack may still read it
+        forget_memory(m);
         fab_.dereg_mr(m->mr);
         mems_.erase(it);
         if (connected()) send_host_buffer_state();
@@ -254,6 +269,27 @@ class Host : public Endpoint {
   }
 
   bool listens() const override { return true; }
+
+  /// A client with one channel and not the other (never connected, or its RTU never came)
+  /// holds the host's one slot and gets nothing: dropped after the time-out, so that the next
+  /// client is served. (The keepalive runs on a whole connection only.)
+  void on_tick() override {
+    if ((!ch_[0].conn && !ch_[1].conn) || connected()) {
+      half_since_ns_ = 0;
+      return;
+    }
+    const auto now =
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now().time_since_epoch())
+                                       .count());
+    if (!half_since_ns_) {
+      half_since_ns_ = now;
+    } else if (now - half_since_ns_ > static_cast<std::uint64_t>(timeout_s_ * 1e9)) {
+      half_since_ns_ = 0;
+      ++stats_.protocol_errors;
+      reset_client("one channel only, the other did not come within the time-out");
+    }
+  }
 
   void on_event(const FabricEvent& e) override {
     if (e.kind == FabricEvent::kConnectRequest) {
@@ -358,6 +394,7 @@ class Host : public Endpoint {
   std::uint8_t takes_ = kExtAll;  ///< extensions this host takes when a client offers them
   std::string client_ip_;
   std::uint64_t too_large_ = 0;
+  std::uint64_t half_since_ns_ = 0;  ///< since when one channel is connected, not both
 };
 
 }  // namespace roce::netfr

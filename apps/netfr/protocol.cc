@@ -228,6 +228,7 @@ Decoded decode(std::span<const std::uint8_t> b) {
         const std::uint64_t s = get64(p + 16 + 8 * i);
         if (s == 0) break;
         if (i == NETFR_MAX_MEM_REGIONS) return fail(DecodeError::kBadField);  // no terminator
+        if (s > NETFR_MAX_BUFFER_SIZE) return fail(DecodeError::kBadField);   // no such memory
         m.sizes.push_back(s);
       }
       d.msg = std::move(m);

@@ -84,7 +84,7 @@ struct BufferState {
 };
 /// Host -> client (extension): the sizes of the host's attached memory.
 struct HostBufferSizes {
-  std::vector<std::uint64_t> sizes;  ///< <= NETFR_MAX_MEM_REGIONS, none 0
+  std::vector<std::uint64_t> sizes;  ///< <= NETFR_MAX_MEM_REGIONS, none 0 or > 256 MiB
 };
 /// ClientData and HostData: a datagram.
 struct Data {

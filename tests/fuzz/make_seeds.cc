@@ -15,9 +15,11 @@
 #include "apps/common/pingpong_proto.h"
 #include "apps/common/sample_frames.h"
 #include "apps/naa/mrsp.h"
+#include "apps/netfr/protocol.h"
 #include "apps/nfs/nfs3.h"
 #include "apps/nfs/rpc.h"
 #include "apps/nfs/rpcrdma.h"
+#include "apps/perf/coyote_proto.h"
 #include "apps/perf/perftest_proto.h"
 #include "client/lnet/src/lnet_internal.h"
 #include "controlplane/attach/protocol.h"
@@ -445,9 +447,43 @@ void perf_seeds(const fs::path& out) {
   perf::pt::encode(p, pb);
   add(6, pb);
 
+  // Coyote: a server's first 4 bytes (here the transfer size the checks need), then a queue
+  // (QPN 0: a card's first thread), and a cLib-framed one (function id 1 before the queue).
+  Corpus cq(out, "coyote_queue");
+  const auto queue = perf::coyote::encode(
+      perf::coyote::make_queue(0x0A01D4AD, 0, 0x123456, 0xABCD, 0x7F0000001000ull, 1 << 20));
+  for (const std::uint32_t fid : {65536u, 1u}) {
+    std::vector<std::uint8_t> b(4);
+    std::memcpy(b.data(), &fid, 4);
+    b.insert(b.end(), queue.begin(), queue.end());
+    cq.add(b);
+  }
+
   Corpus pc(out, "pingpong_msg");
   const auto m = pp::msg({0, 0x11, 0xABCDEF, wire::ipv4_mapped(wire::Ipv4Addr{0xC0000201})});
   pc.add(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(m.data()), m.size()));
+}
+
+// ---- NetFR -------------------------------------------------------------------------------------
+void netfr_seeds(const fs::path& out) {
+  namespace nf = netfr;
+  Corpus c(out, "netfr_proto");
+  const auto add = [&](std::uint8_t sel, std::span<const std::uint8_t> msg) {
+    std::vector<std::uint8_t> b{sel};
+    b.insert(b.end(), msg.begin(), msg.end());
+    c.add(b);
+  };
+  add(1, nf::wrap_cm_data(nf::encode_vec(nf::ClientHello{nf::kExtAll})));
+  add(1, nf::wrap_cm_data(nf::encode_vec(nf::ServerHello{nf::HelloStatus::kOk, nf::kExtAll})));
+  add(1, nf::encode_vec(nf::ClientHello{}));
+  add(0, nf::encode_vec(nf::BufferUpdate{3, 4096, 64, 7, 7, 0x1122334455667788ull}));
+  add(0, nf::encode_vec(nf::BufferState{5, 4096, 0x7F0000001000ull, 1 << 20, 0x1234}));
+  add(0, nf::encode_vec(nf::HostBufferSizes{{1 << 20, 8 << 20}}));
+  const std::uint8_t payload[6] = {'c', 'u', 'r', 's', 'o', 'r'};
+  add(0, nf::encode_vec(nf::Data{true, 1, 1, 9, {payload, sizeof payload}}));
+  add(0, nf::encode_vec(nf::Data{false, 2, 2, 0, {payload, sizeof payload}}));
+  add(0, nf::encode_vec(nf::Ack{true}));
+  add(0, nf::encode_vec(nf::Keepalive{}));
 }
 
 // ---- NAAICE MRSP -----------------------------------------------------------------------------
@@ -929,6 +965,7 @@ int main(int argc, char** argv) {
   engine_seeds(out);
   cm_seeds(out);
   perf_seeds(out);
+  netfr_seeds(out);
   mrsp_seeds(out);
   naa_server_seeds(out);
   naaice_host_seeds(out);

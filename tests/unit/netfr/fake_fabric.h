@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,7 @@ class FakeFabric : public Fabric {
   struct Conn {
     ConnId peer = 0;
     std::uint16_t port = 0;
-    bool up = false, held = false;
+    bool up = false, held = false, deaf = false;
     struct Recv {
       std::uint64_t wr_id;
       void* addr;
@@ -39,19 +40,21 @@ class FakeFabric : public Fabric {
     std::deque<Msg> in_flight;  ///< sent, not delivered yet
   };
 
-  std::optional<MrInfo> alloc_mr(std::uint64_t length) override {
+  std::optional<MrInfo> alloc_mr(std::uint64_t length, bool remote_write) override {
     auto mem = std::make_unique<std::uint8_t[]>(length);
     std::memset(mem.get(), 0, length);
     void* addr = mem.get();
     memory_[next_key_] = std::move(mem);
-    return reg(addr, length);
+    return reg(addr, length, remote_write);
   }
-  std::optional<MrInfo> reg_memfd(int, void* addr, std::uint64_t length) override {
-    return reg(addr, length);
+  std::optional<MrInfo> reg_memfd(int, void* addr, std::uint64_t length,
+                                  bool remote_write) override {
+    return reg(addr, length, remote_write);
   }
   void dereg_mr(const MrInfo& mr) override {
     mrs_.erase(mr.rkey);
     memory_.erase(mr.rkey);
+    remote_.erase(mr.rkey);
   }
   bool listen(std::uint16_t port) override {
     ports_.push_back(port);
@@ -61,7 +64,12 @@ class FakeFabric : public Fabric {
   bool accept(ConnId c, const std::vector<std::uint8_t>& pd) override {
     conns_[c].up = conns_[conns_[c].peer].up = true;
     events_.push_back({FabricEvent::kEstablished, c, 0, {}, {}});
-    events_.push_back({FabricEvent::kEstablished, conns_[c].peer, 0, {}, pd});
+    const auto o = rep_override.find(conns_[c].port);
+    events_.push_back({FabricEvent::kEstablished,
+                       conns_[c].peer,
+                       0,
+                       {},
+                       o == rep_override.end() ? pd : o->second});
     return true;
   }
   void reject(ConnId c, const std::vector<std::uint8_t>& pd) override {
@@ -80,7 +88,7 @@ class FakeFabric : public Fabric {
     if (!listening)
       events_.push_back({FabricEvent::kRejected, a, 0, {}, {}});
     else
-      events_.push_back({FabricEvent::kConnectRequest, b, port, "192.0.2.2", pd});
+      events_.push_back({FabricEvent::kConnectRequest, b, port, peer_ip, pd});
     return a;
   }
   void disconnect(ConnId c) override {
@@ -121,7 +129,7 @@ class FakeFabric : public Fabric {
         if (m.write) {
           auto mr = mrs_.find(m.rkey);
           const auto base = mr == mrs_.end() ? 0 : reinterpret_cast<std::uint64_t>(mr->second.addr);
-          if (mr == mrs_.end() || m.raddr < base ||
+          if (mr == mrs_.end() || !remote_.count(m.rkey) || m.raddr < base ||
               m.raddr + m.bytes.size() > base + mr->second.length) {
             wcs.push_back({id, m.wr_id, false, "remote access error", FabricCompletion::kWrite, 0});
             ++bad_writes;
@@ -130,7 +138,7 @@ class FakeFabric : public Fabric {
             if (m.signaled) wcs.push_back({id, m.wr_id, true, {}, FabricCompletion::kWrite, 0});
           }
         } else {
-          if (pit->second.recvs.empty()) break;  // RNR: retried on a later poll
+          if (pit->second.recvs.empty() || pit->second.deaf) break;  // RNR: retried later
           auto r = pit->second.recvs.front();
           pit->second.recvs.pop_front();
           std::memcpy(r.addr, m.bytes.data(), std::min<std::size_t>(r.len, m.bytes.size()));
@@ -165,20 +173,39 @@ class FakeFabric : public Fabric {
         return;
       }
   }
+  /// Injects raw bytes as a SEND from the active side (the client) of the channel on `port`.
+  void inject_from_client(std::uint16_t port, std::vector<std::uint8_t> bytes) {
+    for (auto& [id, c] : conns_)
+      if (c.port == port && id % 2 == 1 && c.up) {
+        c.in_flight.push_back({~0ull, std::move(bytes), false, 0, 0, false});
+        return;
+      }
+  }
+  /// The active side (the client) of the channel on `port` takes no SEND any more, as a peer
+  /// answering each with an RNR NAK (retried without end): what is sent to it waits.
+  void deafen_client(std::uint16_t port) {
+    for (auto& [id, c] : conns_)
+      if (c.port == port && id % 2 == 1) c.deaf = true;
+  }
   std::size_t connections() const { return conns_.size(); }
   /// Every connect(): "ADDRESS:PORT".
   std::vector<std::string> connected_to;
   std::uint64_t posted = 0, bad_writes = 0;
+  std::string peer_ip = "192.0.2.2";  ///< the address connect requests come from
+  /// The REP's private data the active side sees on a port, instead of the host's (a lying host).
+  std::map<std::uint16_t, std::vector<std::uint8_t>> rep_override;
 
  private:
-  std::optional<MrInfo> reg(void* addr, std::uint64_t length) {
+  std::optional<MrInfo> reg(void* addr, std::uint64_t length, bool remote_write) {
     MrInfo m{addr, length, next_key_, next_key_, reinterpret_cast<std::uint64_t>(addr), next_key_};
+    if (remote_write) remote_.insert(next_key_);
     mrs_[next_key_++] = m;
     return m;
   }
   std::map<std::uint32_t, std::unique_ptr<std::uint8_t[]>> memory_;  ///< alloc_mr's, by key
   std::map<ConnId, Conn> conns_;
   std::map<std::uint32_t, MrInfo> mrs_;
+  std::set<std::uint32_t> remote_;  ///< keys registered for remote writes
   std::vector<std::uint16_t> ports_;
   std::vector<FabricEvent> events_;
   ConnId next_ = 1;

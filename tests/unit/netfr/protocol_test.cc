@@ -267,6 +267,11 @@ TEST(NetfrProtocol, ExtensionsAreOutsideUpstreamsTypes) {
   auto full = v;
   for (std::size_t i = 0; i <= NETFR_MAX_MEM_REGIONS; ++i) full[16 + 8 * i] = 1;  // no 0
   EXPECT_EQ(decode(full).error, DecodeError::kBadField);
+  // A size no host memory can have (over 256 MiB): a client allocating what it is told would
+  // allocate anything a hostile host names.
+  const Decoded huge = decode(encode_vec(HostBufferSizes{{4096, (1ull << 28) + 1}}));
+  EXPECT_EQ(huge.error, DecodeError::kBadField);
+  EXPECT_EQ(decode(encode_vec(HostBufferSizes{{1ull << 28}})).error, DecodeError::kOk);
 }
 
 TEST(NetfrProtocol, MalformedMessagesAreRefused) {

@@ -4,6 +4,8 @@
 // keepalive freeing the host of a silent client, and what a broken peer gets.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -387,6 +389,176 @@ TEST_F(Pair, BufferUpdateOutsideAdvertisedBufferIsRefused) {
   for (int i = 0; i < 10; ++i) client->process(-1, &ev);
   EXPECT_EQ(client->stats().protocol_errors, 1u);
   EXPECT_EQ(client->process(-1, &ev), -ENOTCONN);
+}
+
+// Security review (docs/security.md, "NetFR and Coyote's exchange"): what a hostile peer or a
+// careless caller gets.
+
+TEST_F(Pair, WriteWhoseRemoteOffsetWrapsIsRefused) {
+  // roff + len wraps to 8: it passed the size checks and wrote 8 bytes before the buffer.
+  connect();
+  std::vector<std::uint8_t> cb(4096), src(4096, 0x77);
+  ASSERT_NE(client->attach(cb.data(), cb.size(), 0), nullptr);
+  settle();
+  NFRMemory* m = host->attach(src.data(), src.size(), 0);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(host->write_buffer(m, 0, ~std::uint64_t{0} - 7, 16, 1, nullptr), -EMSGSIZE);
+  settle();
+  EXPECT_EQ(fab.bad_writes, 0u);
+  EXPECT_TRUE(host->connected());
+  EXPECT_EQ(host->write_buffer(m, 0, 4080, 16, 2, nullptr), 0);  // the last 16 bytes still go
+}
+
+TEST_F(Pair, KeepalivesDoNotPileUpBehindAPeerThatTakesNothing) {
+  // A client that keeps talking (its keepalives) but takes nothing (each SEND answered with an
+  // RNR NAK, retried without end): once the send slots are gone, the host queued a keepalive
+  // at every poll, without bound.
+  host = std::make_unique<Host>(fab, opts(true, false, 0.005));
+  ASSERT_TRUE(host->start());
+  client = std::make_unique<Client>(fab, opts(true, false, 10));
+  ASSERT_EQ(client->connect("192.0.2.1"), 0);
+  settle();
+  ASSERT_TRUE(client->extensions() & kExtKeepalive);
+  fab.deafen_client(5010);
+  fab.deafen_client(5011);
+  std::uint8_t ka[kKeepaliveSize];
+  encode(ka, Keepalive{});
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  std::size_t most = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    fab.inject_from_client(5010, {ka, ka + sizeof ka});
+    fab.inject_from_client(5011, {ka, ka + sizeof ka});
+    for (int i = 0; i < 10; ++i) host->process();
+    most = std::max({most, host->channel(0).internal.size(), host->channel(1).internal.size()});
+  }
+  EXPECT_LE(most, 4u);
+  // (Not asserted: that it stays connected. It talks, but a loaded machine that stops this
+  // loop for 50 ms makes it silent to the host.)
+  EXPECT_EQ(host->stats().protocol_errors, 0u);
+}
+
+TEST_F(Pair, HostMemoryStaysWhileAWriteFromItIsInFlight) {
+  // The RDMA WRITE reads the host's memory when the stack sends it, after write_buffer
+  // returned: freeing the memory before the notification completed let the stack read memory
+  // that was gone (or reused).
+  connect();
+  std::vector<std::uint8_t> cb(4096);
+  ASSERT_NE(client->attach(cb.data(), cb.size(), 0), nullptr);
+  settle();
+  NFRMemory* m = host->attach(nullptr, 4096, 0);
+  ASSERT_NE(m, nullptr);
+  fab.hold(5010, true);
+  ASSERT_EQ(host->write_buffer(m, 0, 0, 1024, 1, nullptr), 0);
+  EXPECT_EQ(host->free_memory(m), -EBUSY);
+  fab.hold(5010, false);
+  ASSERT_TRUE(next_event());
+  EXPECT_EQ(host->free_memory(m), 0);
+}
+
+TEST_F(Pair, HalfConnectedClientDoesNotHoldTheHost) {
+  // A peer that connects the primary channel and never the secondary held the host's one slot
+  // for good: every other client refused, no keepalive (it runs on a whole connection only).
+  host = std::make_unique<Host>(fab, opts());  // its time-out: 1 s
+  ASSERT_TRUE(host->start());
+  std::uint8_t hello[kClientHelloSize + 1];
+  const std::size_t n = encode(hello, ClientHello{});
+  fab.peer_ip = "192.0.2.66";
+  ASSERT_TRUE(fab.connect("192.0.2.1", 5010, 8, 8, wrap_cm_data({hello, n})));
+  for (int i = 0; i < 10; ++i) host->process();
+  ASSERT_EQ(host->clients(0), 1);
+  fab.peer_ip = "192.0.2.2";
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+  int r = -1;
+  while (r != 0 && std::chrono::steady_clock::now() < end) {
+    client = std::make_unique<Client>(fab, opts());
+    r = client->connect("192.0.2.1");
+    for (int i = 0; i < 100; ++i) host->process();
+  }
+  EXPECT_EQ(r, 0);
+  EXPECT_TRUE(host->connected());
+}
+
+TEST_F(Pair, OnlyTheClientsAdvertisedBuffersTakeRemoteWrites) {
+  // Every NetFR registration took REMOTE_WRITE: a client that learns (or guesses) a key of the
+  // host's could write the host's frame memory and its send and receive slots. Only what a
+  // client advertises is written from afar.
+  connect();
+  std::vector<std::uint8_t> cb(4096);
+  NFRMemory* advertised = client->attach(cb.data(), cb.size(), 0);
+  ASSERT_NE(advertised, nullptr);
+  settle();
+  NFRMemory* frame = host->attach(nullptr, 4096, 0);
+  ASSERT_NE(frame, nullptr);
+  const std::uint8_t junk[16] = {0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE,
+                                 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE};
+  const ConnId from_client = client->channel(0).conn;
+  const MrInfo slots = host->channel(0).tx_mr;
+  ASSERT_TRUE(
+      fab.post_send(from_client, 0, true, junk, 16, 0, frame->mr.iova, frame->mr.rkey, true));
+  ASSERT_TRUE(fab.post_send(from_client, 0, true, junk, 16, 0, slots.iova, slots.rkey, true));
+  std::vector<FabricEvent> evs;
+  std::vector<FabricCompletion> wcs;
+  fab.poll(evs, wcs);  // not through the endpoints: the failed writes would close the client
+  EXPECT_EQ(fab.bad_writes, 2u);
+  EXPECT_EQ(static_cast<std::uint8_t*>(frame->ptr)[0], 0u);
+  // The advertised buffer is written from afar, as the host does.
+  const MrInfo& mr = advertised->mr;
+  ASSERT_TRUE(fab.post_send(host->channel(0).conn, 0, true, junk, 16, 0, mr.iova, mr.rkey, true));
+  fab.poll(evs, wcs);
+  EXPECT_EQ(fab.bad_writes, 2u);
+}
+
+TEST_F(Pair, ChannelsWhoseHellosDifferAreRefused) {
+  // A host answering the primary with total order and the secondary without: the client took
+  // the last answer, the host kept the first, and the client's events waited in the other
+  // order's queue for good. The two answers must agree.
+  host = std::make_unique<Host>(fab, opts());
+  ASSERT_TRUE(host->start());
+  std::uint8_t rep[kServerHelloSize + 1];
+  const std::size_t n = encode(rep, ServerHello{HelloStatus::kOk, kExtKeepalive | kExtHostSizes});
+  fab.rep_override[5011] = wrap_cm_data({rep, n});
+  client = std::make_unique<Client>(fab, opts());  // offers total order; the host takes it
+  EXPECT_NE(client->connect("192.0.2.1"), 0);
+  EXPECT_EQ(client->stats().protocol_errors, 1u);
+}
+
+TEST_F(Pair, AckOfTheWrongDirectionIsRefused) {
+  // Upstream's host sends ClientDataAck, its client HostDataAck; each side took either.
+  connect();
+  settle();
+  fab.inject_from_host(5011, encode_vec(Ack{true}));  // a HostDataAck, from the host
+  for (int i = 0; i < 10; ++i) client->process(-1, &ev);
+  EXPECT_EQ(client->process(-1, &ev), -ENOTCONN);
+  EXPECT_GE(client->stats().protocol_errors, 1u);
+  connect();
+  settle();
+  fab.inject_from_client(5010, encode_vec(Ack{false}));  // a ClientDataAck, from the client
+  for (int i = 0; i < 10; ++i) host->process();
+  EXPECT_FALSE(host->connected());
+}
+
+TEST_F(Pair, AcksDoNotPileUpBehindAPeerThatTakesNothing) {
+  // A client that sends datagrams without end (credits are the sender's to keep) and takes
+  // nothing (RNR NAKs): every datagram the host reads queued an ack once the send slots were
+  // gone, without bound. Past a bound far above what a live peer leaves waiting, the
+  // connection goes.
+  connect();
+  settle();
+  fab.deafen_client(5011);
+  const std::uint8_t payload[8] = {};
+  std::uint8_t buf[64];
+  std::uint8_t out[64];
+  std::size_t most = 0;
+  for (std::uint32_t i = 1; i <= 3000 && host->connected(); ++i) {
+    const auto n = encode(buf, Data{false, i, i, 0, {payload, sizeof payload}});
+    fab.inject_from_client(5011, {buf, buf + n});
+    host->process();
+    std::uint32_t len = sizeof out;
+    host->read_data(1, out, &len, nullptr);
+    most = std::max(most, host->channel(1).internal.size());
+  }
+  EXPECT_LE(most, std::size_t{kMaxQueued});
+  EXPECT_FALSE(host->connected());
 }
 
 }  // namespace
