@@ -15,7 +15,10 @@ say() { echo "debian-base: $*"; }
 if podman image exists "$image"; then say "$image is there"; exit 0; fi
 [[ $(id -u) == 0 ]] || { echo "debian-base: needs root (debootstrap)" >&2; exit 1; }
 command -v debootstrap >/dev/null || { echo "debian-base: debootstrap missing (scripts/install-deps.sh)" >&2; exit 1; }
-mkdir -p "$cache"
+# root imports what is in the cache as the base image: refuse one another user could change
+# shellcheck source=tests/deploy/cache_dir.sh
+source "$(dirname "$0")/../../tests/deploy/cache_dir.sh"
+safe_dir "$cache" || exit 1
 base=$cache/base
 if [[ ! -e $base/.complete ]]; then
   say "debootstrap Debian 12 into $base"

@@ -17,6 +17,7 @@ set -euo pipefail
 source "$(dirname "$0")/podman_env.sh"
 node_modules=${ROCE_NPM_DIR:-$ROCE_DEPLOY_CACHE/npm}/node_modules
 if ! command -v node >/dev/null || [[ ! -d $node_modules/js-yaml ]]; then skip "node or js-yaml missing (scripts/install-deps.sh)"; fi
+safe_dir "$node_modules" --existing || fail "$node_modules: node would load modules another user can change"
 podman image exists "$image" || skip "no image $image (test deploy_image builds it)"
 can_run "$image" || skip "podman cannot run a container here: $(tail -1 "$ROCE_DEPLOY_CACHE/probe.log")"
 work=$ROCE_DEPLOY_CACHE/kube

@@ -8,11 +8,15 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 c=$repo/containers
 export CONTAINERS_CONF=$c/podman/containers.conf
 export ROCE_DEPLOY_CACHE=${ROCE_DEPLOY_CACHE:-/var/tmp/roce-deploy}
+# shellcheck source=tests/deploy/cache_dir.sh
+source "$repo/tests/deploy/cache_dir.sh"
 # shellcheck disable=SC2034  # used by the scripts that source this file
 image=localhost/roce-appliance:latest base_image=localhost/roce-debian:bookworm
 skip() { echo "skipped: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
 [[ $(id -u) == 0 ]] || skip "needs root (podman with runc, networks, host paths)"
+# root writes, imports and runs what is in the cache: one another user could change is refused
+safe_dir "$ROCE_DEPLOY_CACHE" || fail "ROCE_DEPLOY_CACHE $ROCE_DEPLOY_CACHE is not safe to use as root"
 for t in podman runc; do command -v "$t" >/dev/null || skip "$t missing (scripts/install-deps.sh)"; done
 podman info >/dev/null 2>&1 || skip "podman does not work here: $(podman info 2>&1 | tail -1)"
 ip_forward_was=$(cat /proc/sys/net/ipv4/ip_forward)
