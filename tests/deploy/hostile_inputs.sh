@@ -80,9 +80,9 @@ else
     elif [[ $? == 3 ]]; then echo "ok kustomize_lite refuses $o: ${out#"$t"/}"
     else echo "FAIL kustomize_lite $o: $out"; bad=1; fi
   done
-  NODE_PATH=$node_modules node "$here/kustomize_lite.mjs" "$t/k/fine" | grep -q '^  c: d$' \
-    && echo "ok kustomize_lite renders a patch within its directory" \
-    || { echo "FAIL kustomize_lite did not render the good overlay"; bad=1; }
+  if NODE_PATH=$node_modules node "$here/kustomize_lite.mjs" "$t/k/fine" | grep -q '^  c: d$'; then
+    echo "ok kustomize_lite renders a patch within its directory"
+  else echo "FAIL kustomize_lite did not render the good overlay"; bad=1; fi
 fi
 [[ $bad == 0 ]] && echo "PASS hostile inputs"
 exit $bad
