@@ -3,7 +3,8 @@
 an override file (mappings merged, volumes by their target, other lists appended), then every
 reference resolved: each service's networks and named volumes are declared, bind sources and
 mounted files exist, depends_on names services, and nothing uses what Debian 12's
-podman-compose 1.0.3 cannot run (network_mode service:X, per-network addresses).
+podman-compose 1.0.3 cannot run (network_mode service:X, per-network addresses). Published
+ports bind a loopback address of the host, never all of them.
   compose_check.py FILE [OVERRIDE]...
 """
 import os
@@ -56,6 +57,12 @@ def main(files):
                     say(f"bind source {src} does not exist")
             elif src not in volumes:
                 say(f"volume {src} is not declared")
+        for port in s.get("ports") or []:
+            # HOST_IP:HOST_PORT:CONTAINER_PORT only, HOST_IP a loopback address: a port given
+            # without an address is published on every address of the host (docs/security.md)
+            text = str(port) if not isinstance(port, dict) else f"{port.get('host_ip', '')}:{port.get('published', '')}:"
+            if not text.startswith(("127.", "[::1]:", "::1:")):
+                say(f"port {port} is published on every address of the host: give 127.0.0.1:")
         for d in s.get("depends_on") or []:
             if d not in services:
                 say(f"depends_on {d}: no such service")
