@@ -5,7 +5,9 @@
 // rules: Guaranteed QoS with whole CPUs (the static CPU manager policy gives such containers
 // cores of their own), hugepages resources matching the configuration's EAL arguments, probes
 // through roce-ctl, Prometheus scrape annotations, no privileges beyond net_af_packet's two
-// capabilities, every attachment and configuration key resolved, budgets selecting a Deployment.
+// capabilities (no hostPath, host namespaces, root elsewhere, writable root filesystem; a
+// seccomp profile), every attachment and configuration key resolved, budgets selecting a
+// Deployment.
 //   NODE_PATH=DIR/node_modules node k8s_validate.mjs OVERLAY_DIR...
 // Exits 0 when every object passes; prints one line per object and one per problem.
 import { basename } from "node:path";
@@ -45,6 +47,18 @@ function checkNad(where, doc) {
 
 const cpuWhole = (v) => /^[1-9][0-9]*$/.test(String(v));
 function checkPod(where, meta, spec, ctx) {
+  // what another tenant of the node or a compromised container could use (docs/security.md,
+  // "Deployments"): a node directory is shared by every pod of every namespace that names it;
+  // the node's namespaces; no seccomp profile (the kubelet's default is Unconfined); root where
+  // nothing needs it
+  for (const v of spec.volumes ?? []) {
+    if (v.hostPath) fail(where, `volume ${v.name}: hostPath ${v.hostPath.path} (shared with every pod of the node that names it)`);
+  }
+  for (const k of ["hostNetwork", "hostPID", "hostIPC"]) if (spec[k]) fail(where, `${k}`);
+  const podSc = spec.securityContext ?? {};
+  const seccomp = podSc.seccompProfile?.type;
+  if (seccomp !== "RuntimeDefault" && seccomp !== "Localhost")
+    fail(where, `seccompProfile ${seccomp ?? "unset (Unconfined)"}: RuntimeDefault or Localhost`);
   for (const c of [...(spec.initContainers ?? []), ...spec.containers]) {
     const r = c.resources ?? {}, req = r.requests ?? {}, lim = r.limits ?? {};
     for (const k of new Set(["cpu", "memory", ...Object.keys(req), ...Object.keys(lim)])) {
@@ -54,6 +68,14 @@ function checkPod(where, meta, spec, ctx) {
     if (!cpuWhole(lim.cpu)) fail(where, `${c.name}: cpu ${lim.cpu} is not a whole number of cores`);
     const sc = c.securityContext ?? {};
     if (sc.privileged) fail(where, `${c.name}: privileged`);
+    const ctype = sc.seccompProfile?.type;
+    if (ctype && ctype !== "RuntimeDefault" && ctype !== "Localhost") fail(where, `${c.name}: seccompProfile ${ctype}`);
+    const uid = sc.runAsUser ?? podSc.runAsUser;
+    const root = uid === 0 || (uid === undefined && !(sc.runAsNonRoot ?? podSc.runAsNonRoot));
+    // net_af_packet's roced is the one container that runs as root (its capabilities, below)
+    if (root && !(c.name === "roced" && (sc.capabilities?.add ?? []).length > 0))
+      fail(where, `${c.name}: runs as root without needing it`);
+    if (sc.readOnlyRootFilesystem !== true) fail(where, `${c.name}: root filesystem not read-only`);
     if (sc.allowPrivilegeEscalation !== false) fail(where, `${c.name}: allowPrivilegeEscalation is not false`);
     if (!(sc.capabilities?.drop ?? []).includes("ALL")) fail(where, `${c.name}: capabilities not dropped`);
   }
