@@ -12,7 +12,7 @@ PACKAGES=(
   clang libclang-rt-14-dev llvm
   iproute2 iputils-ping tcpdump
   libibverbs-dev librdmacm-dev
-  debootstrap yamllint nodejs
+  debootstrap debian-archive-keyring yamllint nodejs
   # the deployment tests (tests/deploy/, docs/deploy.md): podman with runc (crun refuses hybrid
   # cgroups), CNI networks, the pause image's init for kube play's pods, podman-compose
   podman runc containernetworking-plugins catatonit podman-compose

@@ -22,6 +22,9 @@ if ! getent passwd roce >/dev/null; then
   useradd --system --uid 10001 --gid roce --home-dir /var/lib/roce --create-home \
     --shell /usr/sbin/nologin roce
 fi
+# No setuid or setgid program (su, mount, passwd, ...): the appliance needs none, and a container
+# started without no-new-privileges would let its user run them (docs/security.md, "Deployments").
+find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
 # The memif socket directory (a shared volume in compose and Kubernetes) and the configuration.
 install -d -o roce -g roce -m 0775 /run/roce
 install -d -m 0755 /etc/roce
