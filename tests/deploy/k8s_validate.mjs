@@ -6,8 +6,8 @@
 // cores of their own), hugepages resources matching the configuration's EAL arguments, probes
 // through roce-ctl, Prometheus scrape annotations, no privileges beyond net_af_packet's two
 // capabilities (no hostPath, host namespaces, root elsewhere, writable root filesystem; a
-// seccomp profile), every attachment and configuration key resolved, budgets selecting a
-// Deployment.
+// seccomp profile; the memif link's socket out of the clients' reach), every attachment and
+// configuration key resolved, budgets selecting a Deployment.
 //   NODE_PATH=DIR/node_modules node k8s_validate.mjs OVERLAY_DIR...
 // Exits 0 when every object passes; prints one line per object and one per problem.
 import { basename } from "node:path";
@@ -117,6 +117,38 @@ function checkPod(where, meta, spec, ctx) {
   }
 }
 
+// The memif link is raw Ethernet between the appliances, outside everything roced checks for
+// its attached clients: the claim holding its socket is mounted by appliances on that link only
+// (docs/security.md, "Deployments").
+function checkLinkClaims(overlay, docs, ctx) {
+  const pods = docs.filter((d) => d.kind === "Deployment" || d.kind === "Job")
+    .map((d) => ({ where: `${overlay}: ${d.kind}/${d.metadata?.name}`, spec: d.spec.template.spec }));
+  const claimAt = (spec, c, dir) => {
+    const m = (c.volumeMounts ?? []).find((v) => v.mountPath === dir);
+    return spec.volumes?.find((v) => v.name === m?.name)?.persistentVolumeClaim?.claimName;
+  };
+  const links = new Map(), onLink = new Set();
+  for (const p of pods) {
+    for (const c of p.spec.containers.filter((c) => c.name === "roced")) {
+      const key = c.args?.[c.args.indexOf("--config") + 1]?.replace(/^\/etc\/roce\//, "");
+      const cfg = yaml.load(ctx.config?.data?.[key] ?? "") ?? {};
+      for (const port of cfg.ports ?? []) {
+        const sock = /(?:^|,)socket=([^,]+)/.exec(port.devargs ?? "")?.[1];
+        if (!port.device?.startsWith("net_memif") || !sock) continue;
+        const claim = claimAt(p.spec, c, sock.replace(/\/[^/]*$/, ""));
+        if (claim) { links.set(claim, sock); onLink.add(p.where); }
+      }
+    }
+  }
+  for (const p of pods) {
+    if (onLink.has(p.where)) continue;
+    for (const v of p.spec.volumes ?? []) {
+      const claim = v.persistentVolumeClaim?.claimName;
+      if (links.has(claim)) fail(p.where, `mounts the claim ${claim}, the memif link's socket ${links.get(claim)}`);
+    }
+  }
+}
+
 let objects = 0;
 for (const dir of process.argv.slice(2)) {
   const overlay = basename(dir);
@@ -130,6 +162,7 @@ for (const dir of process.argv.slice(2)) {
   const ctx = { nads: new Map(), config: docs.find((d) => d.kind === "ConfigMap" && d.metadata.name === "roce-appliance") };
   for (const doc of docs.filter((d) => d.kind === "NetworkAttachmentDefinition"))
     ctx.nads.set(doc.metadata.name, { doc });
+  checkLinkClaims(overlay, docs, ctx);
   for (const doc of docs) {
     const where = `${overlay}: ${doc.kind}/${doc.metadata?.name}`;
     objects++;

@@ -32,7 +32,7 @@ cleanup() {
   fi
   podman kube down "$work/bench-pod.yaml" >/dev/null 2>&1 || true
   podman kube down "$work/memif-test.yaml" >/dev/null 2>&1 || true
-  podman volume rm -f roce-run roce-appliance >/dev/null 2>&1 || true
+  podman volume rm -f roce-run roce-link roce-appliance >/dev/null 2>&1 || true
   podman network rm -f roce-kube >/dev/null 2>&1 || true
   restore_ip_forward
 }
