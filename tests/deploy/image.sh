@@ -36,7 +36,7 @@ for b in roced roce-ctl roce-perf roce-naa roce-attach-example; do
 done
 # no setuid or setgid file: a container run without no-new-privileges (plain podman/docker run)
 # would otherwise hand the unprivileged user su, mount, passwd ... (docs/security.md)
-suid=$(podman run --rm --network none --entrypoint /bin/sh "$image" -c 'find / -xdev -type f -perm /6000' 2>/dev/null) \
+suid=$(podman run --rm --network none --user 0 --entrypoint /bin/sh "$image" -c 'find / -xdev -type f -perm /6000' 2>/dev/null) \
   || fail "cannot list the image's files"
 [[ -z $suid ]] || fail "setuid/setgid files in the image: ${suid//$'\n'/ }"
 echo "no setuid or setgid file in the image"
