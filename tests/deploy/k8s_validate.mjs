@@ -6,7 +6,8 @@
 // cores of their own), hugepages resources matching the configuration's EAL arguments, probes
 // through roce-ctl, Prometheus scrape annotations, no privileges beyond net_af_packet's two
 // capabilities (no hostPath, host namespaces, root elsewhere, writable root filesystem; a
-// seccomp profile; the memif link's socket out of the clients' reach), every attachment and
+// seccomp profile; the memif link's socket out of the clients' reach; NetworkPolicies letting in
+// the metrics port only and nothing out), every attachment and
 // configuration key resolved, budgets selecting a Deployment.
 //   NODE_PATH=DIR/node_modules node k8s_validate.mjs OVERLAY_DIR...
 // Exits 0 when every object passes; prints one line per object and one per problem.
@@ -149,6 +150,36 @@ function checkLinkClaims(overlay, docs, ctx) {
   }
 }
 
+// Every pod behind a NetworkPolicy of both directions: into an appliance only its Prometheus
+// port (the attach and memif sockets are files, the dataplane of af-packet/hardware-nic a Multus
+// interface that policies do not cover), nothing out of any pod (roced and the clients speak
+// over sockets and the dataplane), so a hostile pod of the cluster reaches nothing else and a
+// compromised roced reaches nothing (docs/security.md, "Deployments").
+function selects(sel, labels) {
+  const ok = Object.entries(sel?.matchLabels ?? {}).every(([k, v]) => labels?.[k] === v);
+  return ok && (sel?.matchExpressions ?? []).every((e) =>
+    e.operator === "In" ? e.values.includes(labels?.[e.key]) : e.operator === "Exists" ? labels?.[e.key] !== undefined : false);
+}
+function checkPolicies(overlay, docs) {
+  const policies = docs.filter((d) => d.kind === "NetworkPolicy");
+  for (const d of docs.filter((d) => d.kind === "Deployment" || d.kind === "Job")) {
+    const where = `${overlay}: ${d.kind}/${d.metadata?.name}`;
+    const labels = d.spec.template.metadata?.labels ?? {};
+    const mine = policies.filter((p) => selects(p.spec?.podSelector, labels));
+    const types = new Set(mine.flatMap((p) => p.spec.policyTypes ?? []));
+    if (!types.has("Ingress") || !types.has("Egress")) { fail(where, "no NetworkPolicy for both Ingress and Egress selects its pods"); continue; }
+    const roced = d.spec.template.spec.containers.some((c) => c.name === "roced");
+    for (const p of mine) {
+      if ((p.spec.egress ?? []).length) fail(where, `NetworkPolicy ${p.metadata.name} lets traffic out`);
+      for (const r of p.spec.ingress ?? []) {
+        const ports = r.ports ?? [];
+        if (!roced || ports.length === 0 || ports.some((x) => String(x.port) !== "9464" || (x.protocol ?? "TCP") !== "TCP"))
+          fail(where, `NetworkPolicy ${p.metadata.name} lets in more than TCP 9464 of an appliance`);
+      }
+    }
+  }
+}
+
 let objects = 0;
 for (const dir of process.argv.slice(2)) {
   const overlay = basename(dir);
@@ -163,6 +194,7 @@ for (const dir of process.argv.slice(2)) {
   for (const doc of docs.filter((d) => d.kind === "NetworkAttachmentDefinition"))
     ctx.nads.set(doc.metadata.name, { doc });
   checkLinkClaims(overlay, docs, ctx);
+  checkPolicies(overlay, docs);
   for (const doc of docs) {
     const where = `${overlay}: ${doc.kind}/${doc.metadata?.name}`;
     objects++;
