@@ -5,7 +5,7 @@ reference resolved: each service's networks and named volumes are declared, bind
 mounted files exist, depends_on names services, and nothing uses what Debian 12's
 podman-compose 1.0.3 cannot run (network_mode service:X, per-network addresses). Published
 ports bind a loopback address of the host, never all of them; the volume of a memif link's
-socket is mounted by the appliances on that link only.
+socket is mounted by the appliances on that link only; clients run as a uid of their own.
   compose_check.py FILE [OVERRIDE]...
 """
 import os
@@ -84,6 +84,13 @@ def main(files):
                 if vol:
                     link_volumes[vol] = args["socket"]
                     link_services.add(name)
+    # A client sharing roced's uid could unlink its attach socket and listen in its place for
+    # the next clients: clients run as another uid (in roced's group, to connect).
+    for name, s in services.items():
+        mounts = {v.split(":")[1] for v in s.get("volumes") or [] if ":" in v}
+        uid = str(s.get("user", "roce")).split(":")[0]
+        if "/etc/roce/appliance.yaml" not in mounts and uid in ("roce", "10001", "0", "root"):
+            problems.append(f"{name}: a client running as {uid}, the appliances' user")
     for name, s in services.items():
         for v in s.get("volumes") or []:
             src = v.split(":")[0]

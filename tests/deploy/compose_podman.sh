@@ -77,6 +77,15 @@ for s in $a $b; do
   fi
 done
 
+# a client (bench's uid 10002 in the group roce) cannot unlink roced's attach socket and listen
+# in its place: /run/roce is sticky (docs/security.md, "Deployments")
+podman exec "$a" test -S /run/roce/a.sock || fail "no attach socket /run/roce/a.sock in $a"
+if podman run --rm --network none --user 10002:10001 -v roce_memif:/run/roce --entrypoint /bin/rm \
+    "$image" /run/roce/a.sock >/dev/null 2>&1; then
+  fail "a client's uid unlinked roced's attach socket"
+fi
+echo "a client's uid cannot unlink roced's attach socket ($(podman exec "$a" stat -c '%A %U:%G' /run/roce))"
+
 echo "== 3. SIGTERM"
 for s in $b $a; do stop_checked "$s"; done
 compose down -v >/dev/null 2>&1

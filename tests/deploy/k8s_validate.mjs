@@ -222,7 +222,15 @@ for (const dir of process.argv.slice(2)) {
         fail(where, "no Prometheus scrape annotations for port 9464");
       checkPod(where, t.metadata ?? {}, t.spec, ctx);
     }
-    if (doc.kind === "Job") checkPod(where, doc.spec.template.metadata ?? {}, doc.spec.template.spec, ctx);
+    if (doc.kind === "Job") {
+      const spec = doc.spec.template.spec;
+      checkPod(where, doc.spec.template.metadata ?? {}, spec, ctx);
+      // a client sharing roced's uid could unlink its attach socket and listen in its place
+      for (const c of spec.containers) {
+        const uid = c.securityContext?.runAsUser ?? spec.securityContext?.runAsUser;
+        if (uid === undefined || uid === 0 || uid === 10001) fail(where, `${c.name}: a client running as uid ${uid ?? "of the image (10001)"}, the appliances'`);
+      }
+    }
     if (doc.kind === "PodDisruptionBudget") {
       const sel = doc.spec.selector?.matchLabels ?? {};
       const hit = docs.some((d) => d.kind === "Deployment" &&

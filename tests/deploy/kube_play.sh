@@ -85,6 +85,15 @@ grep -q "OK: SEND of 1048576 bytes, WRITE of 1048576 bytes, READ of 1048576 byte
 grep -q "OK: 500 ping-pongs" <<<"$bench_log" || fail "no ping-pongs"
 grep -q "data verified" <<<"$app_log" || fail "the client of A did not verify its data"
 
+# the Job's uid (10002 in roced's group) cannot unlink an attach socket: the claim's volume took
+# the image's sticky /run/roce (docs/security.md, "Deployments")
+podman exec "$a-roced" test -S /run/roce/a.sock || fail "no attach socket /run/roce/a.sock in $a"
+if podman run --rm --network none --user 10002:10001 -v roce-run:/run/roce --entrypoint /bin/rm \
+    "$image" /run/roce/a.sock >/dev/null 2>&1; then
+  fail "the benchmark's uid unlinked roced's attach socket"
+fi
+echo "the benchmark's uid cannot unlink roced's attach socket"
+
 echo "== 3. counters from the pod addresses, SIGTERM"
 for p in $a $b; do
   ip=$(ip_of "$(podman pod inspect -f '{{.InfraContainerID}}' "$p")")
