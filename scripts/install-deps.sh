@@ -12,7 +12,7 @@ PACKAGES=(
   clang libclang-rt-14-dev llvm
   iproute2 iputils-ping tcpdump
   libibverbs-dev librdmacm-dev
-  debootstrap yamllint nodejs
+  debootstrap debian-archive-keyring yamllint nodejs
   # the deployment tests (tests/deploy/, docs/deploy.md): podman with runc (crun refuses hybrid
   # cgroups), CNI networks, the pause image's init for kube play's pods, podman-compose
   podman runc containernetworking-plugins catatonit podman-compose
@@ -25,9 +25,12 @@ command -v npm >/dev/null || PACKAGES+=(npm)
 NPM_DIR=${ROCE_NPM_DIR:-/var/tmp/roce-deploy/npm}
 NPM_PACKAGES=(kubernetes-models@4.5.1 js-yaml@4.1.0)
 npm_deps() {
+  # the tests run node, as root too, with modules from there: refuse a directory others can change
+  # shellcheck source=tests/deploy/cache_dir.sh
+  source "$(dirname "$0")/../tests/deploy/cache_dir.sh"
+  safe_dir "$NPM_DIR" || exit 1
   [[ -d $NPM_DIR/node_modules/kubernetes-models && -d $NPM_DIR/node_modules/js-yaml ]] && return 0
   echo "install-deps: npm install ${NPM_PACKAGES[*]} into $NPM_DIR"
-  mkdir -p "$NPM_DIR"
   npm install --prefix "$NPM_DIR" --no-audit --no-fund --silent "${NPM_PACKAGES[@]}" >/dev/null
 }
 

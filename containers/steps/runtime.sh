@@ -22,7 +22,14 @@ if ! getent passwd roce >/dev/null; then
   useradd --system --uid 10001 --gid roce --home-dir /var/lib/roce --create-home \
     --shell /usr/sbin/nologin roce
 fi
-# The memif socket directory (a shared volume in compose and Kubernetes) and the configuration.
-install -d -o roce -g roce -m 0775 /run/roce
+# No setuid or setgid program (su, mount, passwd, ...): the appliance needs none, and a container
+# started without no-new-privileges would let its user run them (docs/security.md, "Deployments").
+find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
+# The attach sockets' directory and the memif link's (shared volumes in compose and Kubernetes;
+# the link's is the appliances' alone) and the configuration.
+# /run/roce is sticky: a client (another uid in the group roce) may connect to the sockets there
+# but not unlink roced's and listen in its place.
+install -d -o roce -g roce -m 1775 /run/roce
+install -d -o roce -g roce -m 0770 /run/roce-link
 install -d -m 0755 /etc/roce
 echo "steps/runtime.sh: runtime libraries installed, user roce (10001)"

@@ -7,8 +7,8 @@
 #      net_af_packet on the bridge (bridge), and bench, whose two attached clients move RC SEND,
 #      WRITE and READ of 1 MiB through the appliances with every byte checked, then 500
 #      ping-pongs; bench's exit status is up's;
-#   2. the image's health check in both appliances, their counters over the published
-#      Prometheus ports (frames both ways, the attached client counted, no QP left), the user
+#   2. the image's health check in both appliances, their counters over the Prometheus ports
+#      published on the host's 127.0.0.1 only (frames both ways, the attached client counted, no QP left), the user
 #      and capabilities of their PID 1;
 #   3. SIGTERM (podman stop): each roced exits 0 by itself and logs it; then down.
 # Exits 77 (skipped) when podman, runc or podman-compose cannot run here.
@@ -60,6 +60,9 @@ grep -q "^app-a: .*data verified" <<<"$log" || fail "the client of A did not ver
 
 echo "== 2. health, counters over the published ports, user and capabilities"
 for s in $a $b; do healthy "$s" 10 || fail "$s unhealthy"; echo "$s: healthy (podman healthcheck run)"; done
+# published on the host's loopback only (compose.yaml; docs/security.md, "Deployments")
+[[ $(podman port "$a" 9464/tcp) == "127.0.0.1:$ROCE_METRICS_A" && $(podman port "$b" 9464/tcp) == "127.0.0.1:$ROCE_METRICS_B" ]] \
+  || fail "metrics published on $(podman port "$a" 9464/tcp) and $(podman port "$b" 9464/tcp), not 127.0.0.1 only"
 counters_ok appliance-a "$(scrape "127.0.0.1:$ROCE_METRICS_A")"
 counters_ok appliance-b "$(scrape "127.0.0.1:$ROCE_METRICS_B")"
 for s in $a $b; do
@@ -73,6 +76,15 @@ for s in $a $b; do
     [[ $uid == 0 && $capbnd == 0000000000003000 ]] || fail "$s: capabilities $capbnd, not NET_ADMIN and NET_RAW"
   fi
 done
+
+# a client (bench's uid 10002 in the group roce) cannot unlink roced's attach socket and listen
+# in its place: /run/roce is sticky (docs/security.md, "Deployments")
+podman exec "$a" test -S /run/roce/a.sock || fail "no attach socket /run/roce/a.sock in $a"
+if podman run --rm --network none --user 10002:10001 -v roce_memif:/run/roce --entrypoint /bin/rm \
+    "$image" /run/roce/a.sock >/dev/null 2>&1; then
+  fail "a client's uid unlinked roced's attach socket"
+fi
+echo "a client's uid cannot unlink roced's attach socket ($(podman exec "$a" stat -c '%A %U:%G' /run/roce))"
 
 echo "== 3. SIGTERM"
 for s in $b $a; do stop_checked "$s"; done

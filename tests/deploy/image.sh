@@ -4,7 +4,8 @@
 # Debian's archive, containers/podman/debian-base.sh: no registry is reachable here), with the
 # layer cache (a rebuild after source changes rebuilds only the compile layer) and a ccache
 # mounted from ROCE_DEPLOY_CACHE. Then the image's user, entrypoint, health check and stop
-# signal are checked, and one container of it runs under the project's engine settings.
+# signal are checked, that it holds no setuid or setgid file, and one container of it runs under
+# the project's engine settings.
 # Exits 77 (skipped) when podman cannot run here.
 set -euo pipefail
 # shellcheck source=tests/deploy/podman_env.sh
@@ -33,4 +34,10 @@ grep -q "Usage: roced" <<<"$out" || fail "roced does not start in the image: $ou
 for b in roced roce-ctl roce-perf roce-naa roce-attach-example; do
   podman run --rm --network none --entrypoint /bin/sh "$image" -c "command -v $b" >/dev/null || fail "$b missing"
 done
+# no setuid or setgid file: a container run without no-new-privileges (plain podman/docker run)
+# would otherwise hand the unprivileged user su, mount, passwd ... (docs/security.md)
+suid=$(podman run --rm --network none --user 0 --entrypoint /bin/sh "$image" -c 'find / -xdev -type f -perm /6000' 2>/dev/null) \
+  || fail "cannot list the image's files"
+[[ -z $suid ]] || fail "setuid/setgid files in the image: ${suid//$'\n'/ }"
+echo "no setuid or setgid file in the image"
 echo "PASS deploy image"

@@ -17,6 +17,7 @@ set -euo pipefail
 source "$(dirname "$0")/podman_env.sh"
 node_modules=${ROCE_NPM_DIR:-$ROCE_DEPLOY_CACHE/npm}/node_modules
 if ! command -v node >/dev/null || [[ ! -d $node_modules/js-yaml ]]; then skip "node or js-yaml missing (scripts/install-deps.sh)"; fi
+safe_dir "$node_modules" --existing || fail "$node_modules: node would load modules another user can change"
 podman image exists "$image" || skip "no image $image (test deploy_image builds it)"
 can_run "$image" || skip "podman cannot run a container here: $(tail -1 "$ROCE_DEPLOY_CACHE/probe.log")"
 work=$ROCE_DEPLOY_CACHE/kube
@@ -31,7 +32,7 @@ cleanup() {
   fi
   podman kube down "$work/bench-pod.yaml" >/dev/null 2>&1 || true
   podman kube down "$work/memif-test.yaml" >/dev/null 2>&1 || true
-  podman volume rm -f roce-run roce-appliance >/dev/null 2>&1 || true
+  podman volume rm -f roce-run roce-link roce-appliance >/dev/null 2>&1 || true
   podman network rm -f roce-kube >/dev/null 2>&1 || true
   restore_ip_forward
 }
@@ -83,6 +84,15 @@ grep -q "OK: SEND of 1048576 bytes, WRITE of 1048576 bytes, READ of 1048576 byte
   || fail "no verified transfer"
 grep -q "OK: 500 ping-pongs" <<<"$bench_log" || fail "no ping-pongs"
 grep -q "data verified" <<<"$app_log" || fail "the client of A did not verify its data"
+
+# the Job's uid (10002 in roced's group) cannot unlink an attach socket: the claim's volume took
+# the image's sticky /run/roce (docs/security.md, "Deployments")
+podman exec "$a-roced" test -S /run/roce/a.sock || fail "no attach socket /run/roce/a.sock in $a"
+if podman run --rm --network none --user 10002:10001 -v roce-run:/run/roce --entrypoint /bin/rm \
+    "$image" /run/roce/a.sock >/dev/null 2>&1; then
+  fail "the benchmark's uid unlinked roced's attach socket"
+fi
+echo "the benchmark's uid cannot unlink roced's attach socket"
 
 echo "== 3. counters from the pod addresses, SIGTERM"
 for p in $a $b; do

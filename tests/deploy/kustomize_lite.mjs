@@ -1,13 +1,17 @@
 // Renders a kustomization offline, for the deployment tests (no kubectl or kustomize on the
 // development machines): the subset that containers/k8s/ uses, and an error on anything else,
 // so that a kustomization using more cannot pass unchecked.
-//   resources: files, or directories holding a kustomization.yaml (rendered first, in order)
-//   patches:   JSON 6902 operations (add, remove, replace) from `path` or an inline `patch`,
-//              applied to every object matching `target` (kind, and name when given)
+//   resources: files inside the kustomization's directory, or directories holding a
+//              kustomization.yaml (rendered first, in order), as kustomize's default load
+//              restrictor allows: a file outside (../x.yaml, /etc/x) is an error
+//   patches:   JSON 6902 operations (add, remove, replace) from `path` (inside the directory)
+//              or an inline `patch`, applied to every object matching `target` (kind, and name
+//              when given); a pointer through __proto__, constructor or prototype is an error
+//              (it would change JavaScript's objects, not the manifest: docs/security.md)
 //   NODE_PATH=DIR/node_modules node kustomize_lite.mjs DIR     # the objects as a YAML stream
 import { readFileSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
-import { join, resolve } from "node:path";
+import { join, relative, resolve, isAbsolute } from "node:path";
 import { pathToFileURL } from "node:url";
 
 const modules = (process.env.NODE_PATH ?? "").split(":")[0];
@@ -18,7 +22,21 @@ const known = new Set(["apiVersion", "kind", "resources", "patches"]);
 
 function pointer(path) {
   if (!path.startsWith("/")) throw new Error(`JSON pointer ${path} does not start with /`);
-  return path.slice(1).split("/").map((t) => t.replaceAll("~1", "/").replaceAll("~0", "~"));
+  const keys = path.slice(1).split("/").map((t) => t.replaceAll("~1", "/").replaceAll("~0", "~"));
+  for (const k of keys) {
+    if (k === "__proto__" || k === "constructor" || k === "prototype")
+      throw new Error(`JSON pointer ${path}: ${k} is not supported by kustomize_lite`);
+  }
+  return keys;
+}
+
+// a file named by a kustomization: inside its directory, as kustomize's load restrictor wants
+function inside(dir, name, what) {
+  const p = resolve(dir, String(name));
+  const rel = relative(dir, p);
+  if (rel === "" || rel.startsWith("..") || isAbsolute(rel))
+    throw new Error(`${join(dir, "kustomization.yaml")}: ${what} ${name} is outside ${dir}`);
+  return p;
 }
 
 function apply(doc, op, where) {
@@ -26,7 +44,8 @@ function apply(doc, op, where) {
   const last = keys.pop();
   let parent = doc;
   for (const k of keys) {
-    parent = Array.isArray(parent) ? parent[Number(k)] : parent?.[k];
+    if (Array.isArray(parent)) parent = parent[Number(k)];
+    else parent = parent !== null && typeof parent === "object" && Object.hasOwn(parent, k) ? parent[k] : undefined;
     if (parent === undefined) throw new Error(`${where}: ${op.op} ${op.path}: no such path`);
   }
   const isArr = Array.isArray(parent);
@@ -60,13 +79,13 @@ export function render(dir) {
   }
   const objects = [];
   for (const r of k.resources ?? []) {
-    const p = resolve(dir, r);
+    const p = resolve(dir, String(r));
     if (statSync(p).isDirectory()) objects.push(...render(p));
-    else objects.push(...yaml.loadAll(readFileSync(p, "utf8")).filter((d) => d));
+    else objects.push(...yaml.loadAll(readFileSync(inside(dir, r, "resource"), "utf8")).filter((d) => d));
   }
   for (const [i, patch] of (k.patches ?? []).entries()) {
     const where = `${kfile}: patches[${i}]`;
-    const ops = yaml.load(patch.path ? readFileSync(resolve(dir, patch.path), "utf8") : patch.patch);
+    const ops = yaml.load(patch.path ? readFileSync(inside(dir, patch.path, "patch"), "utf8") : patch.patch);
     if (!Array.isArray(ops)) throw new Error(`${where}: only JSON 6902 patches (a list of operations)`);
     const t = patch.target ?? {};
     const hits = objects.filter((o) => o.kind === t.kind && (!t.name || o.metadata?.name === t.name));

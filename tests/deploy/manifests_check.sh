@@ -10,14 +10,21 @@
 set -euo pipefail
 roced=$(realpath "$1")
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/deploy/cache_dir.sh
+source "$here/cache_dir.sh"
 repo=$(cd "$here/../.." && pwd)
 c=$repo/containers
 node_modules=${ROCE_NPM_DIR:-/var/tmp/roce-deploy/npm}/node_modules
 if ! command -v yamllint >/dev/null || ! command -v node >/dev/null || [[ ! -d $node_modules/kubernetes-models ]]; then
   echo "skipped: yamllint, node or kubernetes-models missing (scripts/install-deps.sh)"; exit 77
 fi
+# node loads js-yaml and kubernetes-models from there: not from a directory another user can change
+safe_dir "$node_modules" --existing || { echo "FAIL: $node_modules is not safe to load modules from"; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+
+echo "== hostile inputs (the cache guard, kustomize_lite.mjs)"
+"$here/hostile_inputs.sh" "$node_modules"
 
 echo "== yamllint"
 yamllint -s -c "$c/yamllint.yaml" "$c"

@@ -8,19 +8,34 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 c=$repo/containers
 export CONTAINERS_CONF=$c/podman/containers.conf
 export ROCE_DEPLOY_CACHE=${ROCE_DEPLOY_CACHE:-/var/tmp/roce-deploy}
+# shellcheck source=tests/deploy/cache_dir.sh
+source "$repo/tests/deploy/cache_dir.sh"
 # shellcheck disable=SC2034  # used by the scripts that source this file
 image=localhost/roce-appliance:latest base_image=localhost/roce-debian:bookworm
 skip() { echo "skipped: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
 [[ $(id -u) == 0 ]] || skip "needs root (podman with runc, networks, host paths)"
+# root writes, imports and runs what is in the cache: one another user could change is refused
+safe_dir "$ROCE_DEPLOY_CACHE" || fail "ROCE_DEPLOY_CACHE $ROCE_DEPLOY_CACHE is not safe to use as root"
 for t in podman runc; do command -v "$t" >/dev/null || skip "$t missing (scripts/install-deps.sh)"; done
 podman info >/dev/null 2>&1 || skip "podman does not work here: $(podman info 2>&1 | tail -1)"
-ip_forward_was=$(cat /proc/sys/net/ipv4/ip_forward)
-restore_ip_forward() { echo "$ip_forward_was" > /proc/sys/net/ipv4/ip_forward 2>/dev/null || true; }
+# The value before our first network is kept in the cache until put back, so that a run killed
+# before its cleanup (SIGKILL at ctest's timeout) leaves it for the next run to restore; INT, TERM
+# and HUP run the scripts' EXIT cleanup.
+ip_forward_file=$ROCE_DEPLOY_CACHE/ip_forward.before
+restore_ip_forward() {
+  [[ -f $ip_forward_file ]] || return 0
+  cat "$ip_forward_file" > /proc/sys/net/ipv4/ip_forward 2>/dev/null || true
+  rm -f "$ip_forward_file"
+}
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 # can_run IMAGE: podman starts a container of IMAGE here (no network, the configured limits)
 can_run() { podman run --rm --network none --entrypoint /bin/true "$1" >/dev/null 2>"$ROCE_DEPLOY_CACHE/probe.log"; }
 # network_up NAME SUBNET: a bridge network of ours (never podman's default one)
 network_up() {
+  [[ -f $ip_forward_file ]] || cat /proc/sys/net/ipv4/ip_forward > "$ip_forward_file"
   podman network exists "$1" && podman network rm -f "$1" >/dev/null
   podman network create --subnet "$2" "$1" >/dev/null
 }
