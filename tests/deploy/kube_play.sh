@@ -42,16 +42,8 @@ network_up roce-kube 198.18.24.0/24
 
 echo "== 1. kube play of overlays/memif-test"
 NODE_PATH=$node_modules node "$repo/tests/deploy/kustomize_lite.mjs" "$c/k8s/overlays/memif-test" > "$work/memif-test.yaml"
-# The Job's pod template as a Pod, the form podman 4.3 plays.
-NODE_PATH=$node_modules node --input-type=module -e '
-import { createRequire } from "node:module";
-import { readFileSync } from "node:fs";
-const yaml = createRequire(process.env.NODE_PATH + "/")("js-yaml");
-const job = yaml.loadAll(readFileSync(process.argv[1], "utf8")).find((o) => o?.kind === "Job");
-const pod = { apiVersion: "v1", kind: "Pod",
-  metadata: { name: job.metadata.name, labels: job.spec.template.metadata.labels },
-  spec: job.spec.template.spec };
-process.stdout.write(yaml.dump(pod));' "$work/memif-test.yaml" > "$work/bench-pod.yaml"
+# The Job's pod template as a Pod, the form podman 4.3 plays (the tool docs/deploy.md names).
+/usr/bin/python3 "$c/podman/job-pod.py" < "$work/memif-test.yaml" > "$work/bench-pod.yaml"
 start=$(date +%s)
 podman --log-level info kube play --network roce-kube "$work/memif-test.yaml" > "$work/play.log" 2>&1 \
   || { grep -v 'systemd connection' "$work/play.log" | tail -20; fail "podman kube play"; }

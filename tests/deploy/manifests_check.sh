@@ -2,9 +2,10 @@
 # Offline checks of the deployment recipes (containers/): yamllint on every YAML file; the
 # compose files merged and every reference resolved (compose_check.py); each appliance
 # configuration they mount accepted by roced --check (the compose ones and each Kubernetes
-# overlay's ConfigMap); each overlay rendered (kustomize_lite.mjs) and every object validated
-# against the API's schema and the deployment's rules (k8s_validate.mjs, npm's
-# kubernetes-models installed by scripts/install-deps.sh).
+# overlay's ConfigMap); each overlay rendered (kustomize_lite.mjs; the same objects as kubectl
+# kustomize renders, where kubectl is installed) and every object validated against the API's
+# schema and the deployment's rules (k8s_validate.mjs, npm's kubernetes-models installed by
+# scripts/install-deps.sh).
 # No network, no root. Exits 77 (skipped) when yamllint or the schema validator is missing.
 #   manifests_check.sh ROCED
 set -euo pipefail
@@ -49,6 +50,25 @@ for doc in yaml.safe_load_all(open(sys.argv[1])):
 PY
   for f in "$work/$o"/*.yaml; do echo -n "$o: "; "$roced" --check --config "$f"; done
 done
+
+# the same objects as real kustomize renders, where kubectl is installed (not in Debian 12's archive)
+if command -v kubectl >/dev/null; then
+  for o in "$c"/k8s/overlays/*/; do
+    o=$(basename "$o")
+    kubectl kustomize "$c/k8s/overlays/$o" > "$work/$o.kustomize.yaml"
+    /usr/bin/python3 - "$work/$o.yaml" "$work/$o.kustomize.yaml" "$o" <<'PY'
+import sys, yaml
+def objects(f):
+    return sorted(yaml.safe_load_all(open(f)), key=lambda d: (d["kind"], d["metadata"]["name"]))
+lite, real = objects(sys.argv[1]), objects(sys.argv[2])
+if lite != real:
+    sys.exit(f"FAIL {sys.argv[3]}: kustomize_lite.mjs and kubectl kustomize render different objects")
+print(f"{sys.argv[3]}: {len(real)} objects, the same as kubectl kustomize renders")
+PY
+  done
+else
+  echo "kubectl not installed: kustomize_lite.mjs not compared with kustomize"
+fi
 
 echo "== Kubernetes objects (each overlay)"
 NODE_PATH=$node_modules node "$here/k8s_validate.mjs" "$c"/k8s/overlays/*/
