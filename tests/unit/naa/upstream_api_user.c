@@ -43,7 +43,7 @@ int main(int argc, char* argv[]) {
   while (comm_ctx->state < NAAICE_CONNECTED)
     if (naaice_poll_and_handle_connection_event(comm_ctx)) break;
   /* The state is atomic, as upstream's: another thread may watch it. */
-  _Static_assert(_Generic(&comm_ctx->state, _Atomic(naaice_communication_state)*: 1, default: 0),
+  _Static_assert(_Generic(&comm_ctx->state, _Atomic(naaice_communication_state)* : 1, default : 0),
                  "the state is _Atomic");
   if (atomic_load(&comm_ctx->state) != NAAICE_CONNECTED) return -1;
   if (comm_ctx->state != NAAICE_CONNECTED) return -1;

@@ -6,11 +6,11 @@
  * incompatible-pointer error), the structs with upstream's field names and types, the constants
  * with upstream's values. At run time (no stack needed): upstream's addressing checked where
  * ours cannot follow it. */
-#include "netfr/netfr_host.h"
+#include <stdio.h>
+
 #include "netfr/netfr_client.h"
 #include "netfr/netfr_constants.h"
-
-#include <stdio.h>
+#include "netfr/netfr_host.h"
 
 /* upstream's netfr_constants.h values */
 _Static_assert(NETFR_VERSION == 1, "version");
@@ -65,15 +65,13 @@ int main(void) {
       nfrHostWriteBuffer;
   PNFRMemory (*hostAttach)(PNFRHost, void*, uint64_t, uint8_t) = nfrHostAttachMemory;
   void (*hostFree)(PNFRHost*) = nfrHostFree;
-  const void* all[] = {(const void*)releaseMemory, (const void*)ackBuffer,
-                       (const void*)freeMemory,    (const void*)clientAttach,
-                       (const void*)clientDmabuf,  (const void*)clientProcess,
-                       (const void*)clientConnect, (const void*)clientInit,
-                       (const void*)clientFree,    (const void*)clientSend,
-                       (const void*)hostRead,      (const void*)hostSend,
-                       (const void*)hostProcess,   (const void*)hostInit,
-                       (const void*)hostClients,   (const void*)hostWrite,
-                       (const void*)hostAttach,    (const void*)hostFree};
+  const void* all[] = {
+      (const void*)releaseMemory, (const void*)ackBuffer,    (const void*)freeMemory,
+      (const void*)clientAttach,  (const void*)clientDmabuf, (const void*)clientProcess,
+      (const void*)clientConnect, (const void*)clientInit,   (const void*)clientFree,
+      (const void*)clientSend,    (const void*)hostRead,     (const void*)hostSend,
+      (const void*)hostProcess,   (const void*)hostInit,     (const void*)hostClients,
+      (const void*)hostWrite,     (const void*)hostAttach,   (const void*)hostFree};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) expect(all[i] != NULL, "function");
 
   /* upstream's log level variable */

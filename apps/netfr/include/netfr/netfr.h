@@ -23,14 +23,14 @@
 /* What upstream's netfr.h brings in, itself or through libfabric's headers (fabric.h, fi_errno.h,
    fi_domain.h), and what code written against it relies on (upstream's test programs call
    memset, strcmp, inet_addr, htons, nanosleep and use errno values without including them). */
+#include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #ifdef __cplusplus
 #define NFR_ALIGN16 alignas(16)
@@ -90,11 +90,7 @@ extern int nfr_LogLevel;
 
 /* Upstream's transports (NFRInitOpts.transportTypes): this stack is RDMA (RoCEv2) only; a
    channel asking for NFR_TRANSPORT_TCP (libfabric's TCP provider) gets -EPROTONOSUPPORT. */
-enum NFRTransportType {
-  NFR_TRANSPORT_TCP = 1,
-  NFR_TRANSPORT_RDMA = 2,
-  NFR_TRANSPORT_MAX
-};
+enum NFRTransportType { NFR_TRANSPORT_TCP = 1, NFR_TRANSPORT_RDMA = 2, NFR_TRANSPORT_MAX };
 
 /* libfabric's API version macro, for NFRInitOpts.apiVersion (which this stack ignores). */
 #ifndef FI_VERSION
@@ -205,14 +201,14 @@ enum NFRClientEventType {
 /* Upstream's fields in upstream's order and types, plus channelSerial (ours), so inlineData
    sits 16 bytes further than upstream's: source compatible, not binary. */
 struct NFRClientEvent {
-  PNFRMemory memRegion;   /* MEM_WRITE */
+  PNFRMemory memRegion; /* MEM_WRITE */
   uint64_t udata;
   uint32_t serial;        /* total order: connection-wide; else the channel's serial */
   uint32_t payloadOffset; /* MEM_WRITE: from the start of memRegion */
   uint32_t payloadLength;
   uint8_t type;
   uint8_t channelIndex;
-  uint32_t channelSerial; /* ours: per channel */
+  uint32_t channelSerial;                                      /* ours: per channel */
   NFR_ALIGN16 char inlineData[NETFR_MESSAGE_MAX_PAYLOAD_SIZE]; /* DATA */
 };
 
@@ -223,8 +219,8 @@ int nfrClientInit(const struct NFRInitOpts* opts, const struct NFRInitOpts* peer
                   PNFRClient* result);
 /* Upstream's connection step, non-blocking: -EAGAIN while connecting, 0 once both channels are
    up (and while they stay up), -ECONNREFUSED when the host serves another client, -ECONNRESET
-   (or -ENOTCONN) when the connection went, other negative values on failure. Free the client after a
-   failure. */
+   (or -ENOTCONN) when the connection went, other negative values on failure. Free the client after
+   a failure. */
 int nfrClientConnect(PNFRClient client);
 /* Ours: nfrClientConnect until it is not -EAGAIN, for up to timeoutSec (-ETIMEDOUT). */
 int nfrClientConnectWait(PNFRClient client);
