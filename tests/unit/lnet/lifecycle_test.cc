@@ -20,20 +20,15 @@
 
 #include "client/lnet/src/lnet_internal.h"
 #include "tests/unit/lnet/fake_context.h"
+#include "tests/unit/lnet/test_net.h"
 
 namespace roce::lnet {
 namespace {
 
 using namespace std::chrono_literals;
-
-template <class F>
-bool eventually(F f, int ms = 3000) {
-  for (int i = 0; i < ms / 2; ++i) {
-    if (f()) return true;
-    std::this_thread::sleep_for(2ms);
-  }
-  return f();
-}
+using test::eventually;
+using test::read_within;
+using test::tcp_connect;
 
 std::uint16_t base_port(int salt) {
   return static_cast<std::uint16_t>(12000 + (getpid() + salt) % 9 * 2000);
@@ -44,36 +39,6 @@ DomainOptions options(int salt) {
   o.oob_host = "127.0.0.1";
   o.oob_port_base = base_port(salt);
   return o;
-}
-
-int tcp_connect(std::uint16_t port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-bool read_within(int fd, void* p, std::size_t n, int ms) {
-  auto* b = static_cast<std::uint8_t*>(p);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  while (n) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          end - std::chrono::steady_clock::now())
-                          .count();
-    pollfd pf{fd, POLLIN, 0};
-    if (left <= 0 || poll(&pf, 1, static_cast<int>(left)) <= 0) return false;
-    const ssize_t k = recv(fd, b, n, 0);
-    if (k <= 0) return false;
-    b += k;
-    n -= static_cast<std::size_t>(k);
-  }
-  return true;
 }
 
 void set_str(char (&dst)[48], const std::string& s) {

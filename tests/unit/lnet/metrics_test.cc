@@ -19,11 +19,15 @@
 #include <vector>
 
 #include "tests/unit/lnet/fake_context.h"
+#include "tests/unit/lnet/test_net.h"
 
 namespace roce::lnet {
 namespace {
 
 using namespace std::chrono_literals;
+using test::eventually;
+using test::read_within;
+using test::tcp_connect;
 
 std::string http_get(std::uint16_t port, const std::string& path) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -140,19 +144,6 @@ TEST_F(LnetMetrics, TheEndpointServesThemAndRoceCtlPrintsThem) {
   EXPECT_EQ(out.find("active-bulk-send"), std::string::npos);
 }
 
-int connect_to(std::uint16_t port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -165,7 +156,7 @@ TEST_F(LnetMetrics, ADribblingClientDoesNotHoldTheEndpoint) {
   ASSERT_EQ(m.start("127.0.0.1", 0, [this] { return prometheus_text({&tm}); }), 0);
   std::atomic<bool> done{false};
   std::thread slow([&] {
-    const int fd = connect_to(m.port());
+    const int fd = tcp_connect(m.port());
     for (int i = 0; i < 40 && !done.load(); ++i) {
       if (send(fd, "G", 1, MSG_NOSIGNAL) != 1) break;
       std::this_thread::sleep_for(100ms);
@@ -188,7 +179,7 @@ TEST_F(LnetMetrics, IdleConnectionsDoNotQueueAScrapeBehindThem) {
   ASSERT_EQ(m.start("127.0.0.1", 0, [this] { return prometheus_text({&tm}); }), 0);
   std::vector<int> idle;
   for (int i = 0; i < 20; ++i)
-    if (const int fd = connect_to(m.port()); fd >= 0) idle.push_back(fd);
+    if (const int fd = tcp_connect(m.port()); fd >= 0) idle.push_back(fd);
   std::this_thread::sleep_for(100ms);
   const auto t0 = std::chrono::steady_clock::now();
   const std::string r = http_get(m.port(), "/metrics");
