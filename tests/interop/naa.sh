@@ -3,7 +3,9 @@
 # rxe in the VM) offloads to roce-naa on a DPDK port (net_af_packet on dp0, RoCE IP
 # 192.0.2.100): every kernel, results checked against the host's reference, then every MRSP
 # error code provoked. The NAA's capture must decode (our parser and tshark) and show the MRSP
-# error messages and the completion statuses. Kept small: the VM runs under TCG.
+# error messages and the completion statuses. Kept small: the VM runs under TCG. The host is the
+# project's own; its protocol is upstream NAAICE's (naa-communication-library f7b72fc), checked
+# against upstream's own programs by naa_upstream_client.sh and naa_upstream_server.sh.
 #   naa.sh ROCE_NAA NAAICE_CLIENT_IBVERBS ROCE_PCAP   (root; exits 77 when VMs cannot run here)
 # Env: RXE_VM_NETNS (default rxevm-naa) names the VM's network namespace.
 set -euo pipefail

@@ -4,7 +4,9 @@
 # (naaice_client_roce on a DPDK net_af_packet port on dp0, RoCE IP 192.0.2.100): every kernel
 # with results checked, then every MRSP error code and every application error provoked. Each
 # host run is captured on our side; the captures must decode and show the NAA's MRSP error
-# messages and completion statuses.
+# messages and completion statuses. Both programs are the project's own; their protocol is
+# upstream NAAICE's (naa-communication-library f7b72fc), checked against upstream's own programs
+# by naa_upstream_client.sh and naa_upstream_server.sh.
 #   naa_reverse.sh ROCE_NAA_IBVERBS NAAICE_CLIENT_ROCE ROCE_PCAP   (root; 77 when VMs cannot run)
 # Env: RXE_VM_NETNS (default rxevm-naar) names the VM's network namespace.
 set -euo pipefail
