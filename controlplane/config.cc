@@ -32,7 +32,8 @@ void parse_cidr(Reader& r, const std::string& key, Parse parse, unsigned max_pre
   if (slash != std::string::npos) {
     unsigned p = 0;
     const std::string ps = s.substr(slash + 1);
-    if (ps.empty() || ps.find_first_not_of("0123456789") != std::string::npos ||
+    // At most 3 digits: stoul would throw past unsigned long, and a cast would wrap past 32 bits.
+    if (ps.empty() || ps.size() > 3 || ps.find_first_not_of("0123456789") != std::string::npos ||
         (p = static_cast<unsigned>(std::stoul(ps))) > max_prefix)
       r.fail(n, r.where(key) + ": bad prefix length in '" + s + "'");
     prefix = static_cast<std::uint8_t>(p);
