@@ -21,8 +21,10 @@ namespace roce::lnet {
 namespace {
 
 using namespace std::chrono_literals;
+using test::ctl;
 using test::eventually;
 using test::read_within;
+using test::set_str;
 using test::tcp_connect;
 
 /// True when the listener closes `fd` within `ms` (EOF or reset); what it sends before (its
@@ -47,30 +49,10 @@ bool read_greeting(int fd, OobNonce& nonce, int ms) {
          read_within(fd, nonce.data(), nonce.size(), ms);
 }
 
-void set_str(char (&dst)[48], const std::string& s) {
-  std::memset(dst, 0, sizeof dst);
-  std::memcpy(dst, s.data(), std::min(s.size(), sizeof dst - 1));
-}
-
-std::vector<std::uint8_t> ctl(std::uint64_t token, std::uint64_t length, std::int32_t status = 0) {
-  CtlMsg m;
-  m.token = token;
-  m.length = length;
-  m.status = status;
-  std::vector<std::uint8_t> b(CtlMsg::kSize);
-  m.encode(b.data());
-  return b;
-}
-
 class LnetHostile : public ::testing::Test {
  protected:
   FakeContext ctx;
-  DomainOptions opts() {
-    DomainOptions o;
-    o.oob_host = "127.0.0.1";
-    o.oob_port_base = static_cast<std::uint16_t>(12000 + (getpid() + 7) % 9 * 2000);
-    return o;
-  }
+  DomainOptions opts() { return test::loopback_options(7); }
   Domain dom{ctx, opts()};
   Tm tm{dom};
 

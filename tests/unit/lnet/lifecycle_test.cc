@@ -26,41 +26,17 @@ namespace roce::lnet {
 namespace {
 
 using namespace std::chrono_literals;
+using test::ctl;
 using test::eventually;
 using test::read_within;
+using test::set_str;
 using test::tcp_connect;
-
-std::uint16_t base_port(int salt) {
-  return static_cast<std::uint16_t>(12000 + (getpid() + salt) % 9 * 2000);
-}
-
-DomainOptions options(int salt) {
-  DomainOptions o;
-  o.oob_host = "127.0.0.1";
-  o.oob_port_base = base_port(salt);
-  return o;
-}
-
-void set_str(char (&dst)[48], const std::string& s) {
-  std::memset(dst, 0, sizeof dst);
-  std::memcpy(dst, s.data(), std::min(s.size(), sizeof dst - 1));
-}
-
-std::vector<std::uint8_t> ctl(std::uint64_t token, std::uint64_t length, std::int32_t status = 0) {
-  CtlMsg m;
-  m.token = token;
-  m.length = length;
-  m.status = status;
-  std::vector<std::uint8_t> b(CtlMsg::kSize);
-  m.encode(b.data());
-  return b;
-}
 
 /// A server Tm at 192.0.2.1@roce:0:1:* and hellos from peers 192.0.2.2@roce:0:P:T.
 class LnetLife : public ::testing::Test {
  protected:
   FakeContext ctx;
-  Domain dom{ctx, options(11)};
+  Domain dom{ctx, test::loopback_options(11)};
   Tm tm{dom};
 
   void SetUp() override { ASSERT_EQ(tm.start("192.0.2.1@roce:0:1:*"), 0); }
@@ -180,7 +156,7 @@ TEST_F(LnetLife, AMessageIntoACancelledReceiveIsDeliveredNotDropped) {
 
 TEST(LnetLifeFail, ACqOverrunFailsTheTm) {
   FakeContext ctx;
-  Domain dom(ctx, options(12));
+  Domain dom(ctx, test::loopback_options(12));
   Tm tm(dom);
   BufferPool pool(dom, 4, 1, 256);
   std::mutex mu;
@@ -400,7 +376,7 @@ TEST_F(LnetLife, APeersGoodbyeReleasesItsConnection) {
 TEST(LnetLifeBye, StoppingATmSaysGoodbyeOnItsConnections) {
   FakeContext ctx, ctx2;  // a CQ each
   ctx.port_.gid = ctx2.port_.gid = ipv4_mapped(ctx.port_.ipv4);
-  Domain d1(ctx, options(13)), d2(ctx2, options(13));
+  Domain d1(ctx, test::loopback_options(13)), d2(ctx2, test::loopback_options(13));
   Tm t1(d1), t2(d2);
   ASSERT_EQ(t1.start("192.0.2.1@roce:0:2:10"), 0);
   ASSERT_EQ(t2.start("192.0.2.1@roce:0:2:11"), 0);
@@ -473,7 +449,7 @@ TEST(LnetServer, ServesAThousandShortLivedClientProcessesInTurn) {
   FakeContext sctx;
   sctx.port_.gid = ipv4_mapped(sctx.port_.ipv4);
   sctx.complete_sends = true;
-  DomainOptions o = options(14);
+  DomainOptions o = test::loopback_options(14);
   // Below the kernel's ephemeral ports (32768 up): a client's listener must not find its port
   // taken by one end of an earlier client's TCP exchange.
   o.oob_port_base = static_cast<std::uint16_t>(12000 + getpid() % 6 * 2000);

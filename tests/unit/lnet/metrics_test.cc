@@ -52,12 +52,7 @@ std::string http_get(std::uint16_t port, const std::string& path) {
 class LnetMetrics : public ::testing::Test {
  protected:
   FakeContext ctx;
-  DomainOptions opts() {
-    DomainOptions o;
-    o.oob_host = "127.0.0.1";
-    o.oob_port_base = static_cast<std::uint16_t>(12000 + (getpid() + 17) % 9 * 2000);
-    return o;
-  }
+  DomainOptions opts() { return test::loopback_options(17); }
   Domain dom{ctx, opts()};
   Tm tm{dom};
   NetBuffer* nb = nullptr;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "tests/unit/lnet/fake_context.h"
+#include "tests/unit/lnet/test_net.h"
 
 namespace roce::lnet {
 namespace {
@@ -29,13 +30,7 @@ bool eventually(F f) {
 class LnetTm : public ::testing::Test {
  protected:
   FakeContext ctx;
-  DomainOptions opts() {
-    DomainOptions o;
-    o.oob_host = "127.0.0.1";
-    o.oob_port_base = static_cast<std::uint16_t>(12000 + getpid() % 9 * 2000);
-    return o;
-  }
-  Domain dom{ctx, opts()};
+  Domain dom{ctx, test::loopback_options(0)};
 };
 
 // ---- buffer pool: the coloured get ([r.m0.net.network-buffer-pool]) ----------------------------

@@ -1,20 +1,55 @@
 /// @file
 /// Helpers of the LNet unit tests that talk to a transfer machine's TCP listener on loopback:
-/// wait for a condition, connect, read with a deadline.
+/// domain options on loopback, wait for a condition, connect, read with a deadline, build the
+/// fixed-size fields and control messages a peer sends.
 #pragma once
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <roce/lnet.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <thread>
+#include <vector>
+
+#include "client/lnet/src/lnet_internal.h"
 
 namespace roce::lnet::test {
+
+/// Domain options whose listeners are on 127.0.0.1, at a port base picked by pid and `salt`
+/// below the kernel's ephemeral range (so that no outgoing connection holds one).
+inline DomainOptions loopback_options(int salt) {
+  DomainOptions o;
+  o.oob_host = "127.0.0.1";
+  o.oob_port_base = static_cast<std::uint16_t>(12000 + (getpid() + salt) % 9 * 2000);
+  return o;
+}
+
+/// A NUL-padded fixed-size text field of a hello.
+inline void set_str(char (&dst)[48], const std::string& s) {
+  std::memset(dst, 0, sizeof dst);
+  std::memcpy(dst, s.data(), std::min(s.size(), sizeof dst - 1));
+}
+
+/// A control message as a peer sends it.
+inline std::vector<std::uint8_t> ctl(std::uint64_t token, std::uint64_t length,
+                                     std::int32_t status = 0) {
+  CtlMsg m;
+  m.token = token;
+  m.length = length;
+  m.status = status;
+  std::vector<std::uint8_t> b(CtlMsg::kSize);
+  m.encode(b.data());
+  return b;
+}
 
 /// True once `f()` is, polled every 2 ms for at most `ms`.
 template <typename F>
