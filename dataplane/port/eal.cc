@@ -62,11 +62,7 @@ std::uint64_t now_ns() {
 std::string main_lcore_arg(int cpu) {
   if (cpu >= 0) return "-l" + std::to_string(cpu);
   std::string cpus;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
+  for (unsigned c : allowed_cpus()) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
   return "--lcores=0@(" + (cpus.empty() ? std::string("0") : cpus) + ")";
 }
 
