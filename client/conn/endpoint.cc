@@ -19,6 +19,10 @@ std::uint64_t now_ns() {
 constexpr std::size_t kRejPrivateMax = 148;           ///< the private data a REJ carries
 constexpr std::uint64_t kLookupEveryNs = 50'000'000;  ///< a waiting request's MAC looked up
 constexpr std::uint64_t kArpEveryNs = 200'000'000;    ///< and ARP asked again (as the NFS server)
+/// How long flushes wait for the kDisconnected that explains them: attached, the event comes
+/// over roced's socket after the flushes are in the shared CQ. A QP that went to error with
+/// no event (none comes) has them after this.
+constexpr std::uint64_t kHoldFlushesNs = 500'000'000;
 }  // namespace
 
 Endpoint::Endpoint(client::Context& ctx, Options o) : ctx_(ctx), o_(o) {
@@ -340,15 +344,19 @@ void Endpoint::on_cm(client::CmEvent& ev, std::vector<Event>& events,
   // application at DISCONNECTED, which polls it dry): the peer's last messages, then the
   // flushes. Handed over with the event; the QP goes now. After our own disconnect() nothing is
   // reported. A connection that never came up has only flushed receives: dropped with its QP.
-  if (out.kind == Event::kDisconnected)
+  if (out.kind == Event::kDisconnected) {
+    if (reported)
+      for (const client::Wc& wc : c->held) completions.push_back(Completion{c->id, wc});
+    c->held.clear();
     drain_cq(*c, &events, &completions);
-  else
+  } else
     drain_cq(*c, nullptr, nullptr);
   forget(c->id);
   if (reported) events.push_back(std::move(out));
 }
 
-void Endpoint::drain_cq(Conn& c, std::vector<Event>* events, std::vector<Completion>* out) {
+void Endpoint::drain_cq(Conn& c, std::vector<Event>* events, std::vector<Completion>* out,
+                        bool hold) {
   if (c.cq == nullptr) return;
   for (;;) {
     const int n = ctx_.poll_cq(c.cq, kWcBatch, wcs_.data());
@@ -366,7 +374,19 @@ void Endpoint::drain_cq(Conn& c, std::vector<Event>* events, std::vector<Complet
         e.conn = c.id;
         events->push_back(std::move(e));
       }
-      for (int i = 0; i < n; ++i) out->push_back(Completion{c.id, wcs_[i]});
+      for (int i = 0; i < n; ++i) {
+        const client::Wc& wc = wcs_[i];
+        // A flush with no failure before it: the peer's DREQ (or our port) moved the QP to
+        // error, and the event saying so may not have been read yet. It waits for it.
+        if (hold && wc.status == verbs::WcStatus::kWrFlushErr && !c.failed) {
+          if (c.held.empty()) c.held_since_ns = now_ns();
+          c.held.push_back(wc);
+          continue;
+        }
+        if (wc.status != verbs::WcStatus::kSuccess && wc.status != verbs::WcStatus::kWrFlushErr)
+          c.failed = true;
+        out->push_back(Completion{c.id, wc});
+      }
     }
     if (n < kWcBatch) return;
   }
@@ -422,7 +442,15 @@ bool Endpoint::poll(std::vector<Event>& events, std::vector<Completion>& complet
     on_cm(ev, events, completions);
   }
   poll_resolving(events);
-  for (auto& [id, c] : conns_) drain_cq(*c, &events, &completions);
+  for (auto& [id, c] : conns_) {
+    drain_cq(*c, &events, &completions, true);
+    if (!c->held.empty() && now_ns() - c->held_since_ns >= kHoldFlushesNs) {
+      // No event came: the QP broke by itself. The flushes are the application's now.
+      for (const client::Wc& wc : c->held) completions.push_back(Completion{c->id, wc});
+      c->held.clear();
+      c->failed = true;
+    }
+  }
   return events.size() != e0 || completions.size() != c0;
 }
 

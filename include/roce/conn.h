@@ -189,6 +189,9 @@ class Endpoint {
   /// did. In-process, each poll also drives the dataplane (the Context's progress). A receive
   /// completion on an accepted connection whose RTU has not come establishes it
   /// (Context::cm_notify, as rdma_notify on IBV_EVENT_COMM_EST): kEstablished follows.
+  /// Flushed work requests of a connection with no failed one before them wait (up to half a
+  /// second) for the kDisconnected that explains them and come with it: a peer's DREQ may
+  /// move the QP to error between the CM's events and the CQ's.
   bool poll(std::vector<Event>& events, std::vector<Completion>& completions);
   /// Connections now (requests not yet answered included).
   std::size_t connections() const { return conns_.size(); }
@@ -199,6 +202,9 @@ class Endpoint {
     std::uint32_t cm_id = 0;
     bool active = false, requested = false, up = false, closing = false, notified = false,
          accepted = false;
+    bool failed = false;  ///< a completion with an error other than a flush was reported
+    std::vector<client::Wc> held;  ///< flushes waiting for their kDisconnected
+    std::uint64_t held_since_ns = 0;
     client::Pd* pd = nullptr;
     client::Cq* cq = nullptr;
     client::Qp* qp = nullptr;
@@ -210,7 +216,9 @@ class Endpoint {
   void forget(ConnId c);
   client::CmConnParam param(std::span<const std::uint8_t> private_data) const;
   void on_cm(client::CmEvent& ev, std::vector<Event>& events, std::vector<Completion>& completions);
-  void drain_cq(Conn& c, std::vector<Event>* events, std::vector<Completion>* out);
+  /// `hold`: flushes with no failure before them wait in Conn::held (see poll).
+  void drain_cq(Conn& c, std::vector<Event>* events, std::vector<Completion>* out,
+                bool hold = false);
 
   client::Context& ctx_;
   Options o_;

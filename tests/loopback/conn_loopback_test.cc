@@ -44,7 +44,12 @@ class Rig {
     for (int i = 0; i < 2; ++i) {
       client::LocalOptions o;
       o.engine = &lb.side(i);
-      o.progress = [this] { lb.run_until([] { return false; }, 2000); };
+      o.progress = [this, i] {
+        // still: this side's polls do not move the wire. alternate: it moves only at every
+        // other progress call of this side (the second of each Endpoint::poll: its CQs').
+        if (still[i] || (alternate[i] && (++progress_calls[i] & 1) != 0)) return;
+        lb.run_until([] { return false; }, 2000);
+      };
       if (i == 1) o.neighbour = neighbour_b;
       engine::Engine& peer = lb.side(1 - i);
       o.resolve = [this, i, &peer](Ipv4Addr ip) -> std::optional<MacAddr> {
@@ -95,6 +100,9 @@ class Rig {
   Loopback lb;
   Side s[2];
   bool unresolvable[2] = {false, false};  ///< side i gets no MAC for its peer (no ARP answer)
+  bool still[2] = {false, false};
+  bool alternate[2] = {false, false};
+  unsigned progress_calls[2] = {0, 0};
 };
 
 constexpr std::uint16_t kPort = 7471;
@@ -350,6 +358,49 @@ TEST(ConnEndpoint, CompletionsBeforeThePeersDreqAreNotLost) {
   EXPECT_STREQ(static_cast<const char*>(rb->addr), "last words");
   r.s[1].ctx->dereg_mr(rmr);
   r.s[0].ctx->dereg_mr(smr);
+}
+
+// The peer's DREQ lands while poll() reads the CQs (in-process, poll_cq drives the
+// dataplane), after it has read the CM's events: the QP is in error and its receives are
+// flushed before kDisconnected is read. A flush must not reach the application ahead of the
+// event that explains it (rping's server took such a flush for a broken connection).
+TEST(ConnEndpoint, FlushesOfThePeersDreqComeWithItsEvent) {
+  Rig r;
+  ASSERT_EQ(r.s[1].ep->listen(kPort), 0);
+  const ConnId a = r.s[0].ep->connect(r.ip(1), kPort, {});
+  ASSERT_NE(a, 0u);
+  ASSERT_TRUE(r.run([&] { return r.has(1, Event::kConnectRequest); }));
+  const ConnId b = r.take(1, Event::kConnectRequest)->conn;
+  client::Buffer* rb = r.s[1].ctx->alloc_buffer(4096);
+  ASSERT_EQ(r.s[1].ep->prepare(b, {}), 0);
+  client::Mr* rmr = r.s[1].ctx->reg_mr(r.s[1].ep->pd(b), rb->addr, 4096, verbs::kAccessLocalWrite);
+  ASSERT_NE(rmr, nullptr);
+  for (std::uint64_t id : {1, 2})
+    ASSERT_EQ(r.s[1].ep->post_recv(b, id, static_cast<std::uint8_t*>(rb->addr) + (id - 1) * 2048,
+                                   2048, rmr->lkey),
+              0);
+  ASSERT_EQ(r.s[1].ep->accept(b), 0);
+  ASSERT_TRUE(
+      r.run([&] { return r.has(0, Event::kEstablished) && r.has(1, Event::kEstablished); }));
+  r.s[1].events.clear();
+  r.still[0] = true;  // the DREQ reaches B only through B's own polls
+  r.alternate[1] = true;
+  ASSERT_EQ(r.s[0].ep->disconnect(a), 0);
+  bool early_flush = false;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (!r.has(1, Event::kDisconnected) && std::chrono::steady_clock::now() < end) {
+    r.s[0].ep->poll(r.s[0].events, r.s[0].wcs);
+    r.s[1].ep->poll(r.s[1].events, r.s[1].wcs);
+    if (!r.s[1].wcs.empty() && !r.has(1, Event::kDisconnected)) early_flush = true;
+  }
+  ASSERT_TRUE(r.has(1, Event::kDisconnected));
+  EXPECT_FALSE(early_flush) << "a flushed receive came before kDisconnected";
+  ASSERT_EQ(r.s[1].wcs.size(), 2u);
+  for (const conn::Completion& c : r.s[1].wcs) {
+    EXPECT_EQ(c.conn, b);
+    EXPECT_EQ(c.wc.status, verbs::WcStatus::kWrFlushErr);
+  }
+  r.s[1].ctx->dereg_mr(rmr);
 }
 
 // rdma_disconnect (or rdma_destroy_id) of a connection still being set up: the peer must not be
