@@ -10,7 +10,9 @@ set -euo pipefail
 perf=$(realpath "$1") work=$2
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
-tcp=$((43000 + $$ % 9000))
+# shellcheck source=tests/integration/lib_ports.sh
+source "$(dirname "$(realpath "$0")")/../integration/lib_ports.sh"
+tcp=$(port_base 32)
 n=0
 pair() {  # SIDE(server|client: which one is on the card) TEST ARGS...
   local side=$1 t=$2; shift 2

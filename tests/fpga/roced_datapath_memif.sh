@@ -18,8 +18,10 @@ roced=$(realpath "$1") ctl=$(realpath "$2") perf=$(realpath "$3") work=$4
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
 tag=fpgadp$$
-prom_a=127.0.0.1:$((22000 + $$ % 9000)) prom_b=127.0.0.1:$((32000 + $$ % 9000))
-tcp=$((42000 + $$ % 9000))
+# shellcheck source=tests/integration/lib_ports.sh
+source "$(dirname "$(realpath "$0")")/../integration/lib_ports.sh"
+tcp=$(port_base 16)
+prom_a=127.0.0.1:$((tcp + 14)) prom_b=127.0.0.1:$((tcp + 15))
 pids=()
 # shellcheck source=tests/integration/lib_appliance.sh
 source "$(dirname "$0")/../integration/lib_appliance.sh"

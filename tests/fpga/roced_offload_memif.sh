@@ -14,8 +14,10 @@ roced=$(realpath "$1") ctl=$(realpath "$2") ex=$(realpath "$3") work=$4
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
 tag=fpgaoff$$
-prom_a=127.0.0.1:$((21000 + $$ % 9000)) prom_b=127.0.0.1:$((31000 + $$ % 9000))
-tcp=$((41000 + $$ % 9000))
+# shellcheck source=tests/integration/lib_ports.sh
+source "$(dirname "$(realpath "$0")")/../integration/lib_ports.sh"
+tcp=$(port_base 8)
+prom_a=127.0.0.1:$((tcp + 6)) prom_b=127.0.0.1:$((tcp + 7))
 pids=()
 cleanup() {
   local rc=$?

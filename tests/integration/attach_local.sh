@@ -7,7 +7,9 @@ set -euo pipefail
 ex=$(realpath "$1") work=$2
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
-tcp=$((45000 + $$ % 10000))
+# shellcheck source=tests/integration/lib_ports.sh
+source "$(dirname "$(realpath "$0")")/lib_ports.sh"
+tcp=$(port_base 1)
 "$ex" --local-memif "$work/memif.sock" --listen "$tcp" --seconds 1 > "$work/a.log" 2>&1 &
 a=$!
 trap 'kill -9 $a 2>/dev/null || true' EXIT

@@ -16,7 +16,10 @@ set -euo pipefail
 roced=$(realpath "$1") ctl=$(realpath "$2") ex=$(realpath "$3") exc=$(realpath "$4") work=$5
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
-tag=cma$$ prom=127.0.0.1:$((34000 + $$ % 10000))
+# shellcheck source=tests/integration/lib_ports.sh
+source "$(dirname "$(realpath "$0")")/lib_ports.sh"
+ports=$(port_base 2)
+tag=cma$$ prom=127.0.0.1:$ports
 pids=()
 # shellcheck source=tests/integration/lib_appliance.sh
 source "$(dirname "$0")/lib_appliance.sh"
@@ -25,7 +28,7 @@ appliance a server 02:00:5e:00:0f:01 192.0.2.111 0 "$prom" "services:
   - test: naa
     port: p0
     listen_port: 12345"
-appliance b client 02:00:5e:00:0f:02 192.0.2.112 1 "127.0.0.1:$((35000 + $$ % 10000))"
+appliance b client 02:00:5e:00:0f:02 192.0.2.112 1 "127.0.0.1:$((ports + 1))"
 grep -q "service naa: rdma_cm port 12345" "$work/a.log" || { cat "$work/a.log"; echo "FAIL: no naa service"; exit 1; }
 listening() {  # LOG: wait until the server there listens
   for _ in $(seq 100); do grep -q "listening on rdma_cm port" "$1" && return 0; sleep 0.05; done

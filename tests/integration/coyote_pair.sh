@@ -17,7 +17,9 @@ perf=$(realpath "$1") roced=$(realpath "$2") work=$3 case=$4
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
 tag=coyote$$
-tcp=$((40000 + $$ % 10000))
+# shellcheck source=tests/integration/lib_ports.sh
+source "$(dirname "$(realpath "$0")")/lib_ports.sh"
+tcp=$(port_base 32)
 pids=()
 # shellcheck source=tests/integration/lib_appliance.sh
 source "$(dirname "$0")/lib_appliance.sh"

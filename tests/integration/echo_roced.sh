@@ -15,7 +15,9 @@ hostile=${5:+$(realpath "$5")}
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
 tag=echo$$
-prom=127.0.0.1:$((20000 + $$ % 10000))
+# shellcheck source=tests/integration/lib_ports.sh
+source "$(dirname "$(realpath "$0")")/lib_ports.sh"
+prom=127.0.0.1:$(port_base 1)
 pids=()
 # shellcheck source=lib_appliance.sh
 source "$here/lib_appliance.sh"

@@ -11,7 +11,10 @@ set -euo pipefail
 roced=$(realpath "$1") ctl=$(realpath "$2") sink=$(realpath "$3") perf=$(realpath "$4") work=$5
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
-tag=lvp$$ tcp=$((42000 + $$ % 10000)) prom=127.0.0.1:$((33000 + $$ % 10000))
+# shellcheck source=tests/integration/lib_ports.sh
+source "$(dirname "$(realpath "$0")")/lib_ports.sh"
+tcp=$(port_base 8)
+tag=lvp$$ prom=127.0.0.1:$((tcp + 7))
 pids=()
 # shellcheck source=tests/integration/lib_appliance.sh
 source "$(dirname "$0")/lib_appliance.sh"

@@ -12,7 +12,9 @@ roced=$(realpath "$1") perf=$(realpath "$2") work=$3
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
 tag=pattach$$
-tcp=$((40000 + $$ % 10000))
+# shellcheck source=tests/integration/lib_ports.sh
+source "$(dirname "$(realpath "$0")")/lib_ports.sh"
+tcp=$(port_base 32)
 pids=()
 # shellcheck source=tests/integration/lib_appliance.sh
 source "$(dirname "$0")/lib_appliance.sh"

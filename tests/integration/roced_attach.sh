@@ -23,8 +23,10 @@ link=${7:-memif}
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
 tag=attach$$
-prom_a=127.0.0.1:$((20000 + $$ % 10000)) prom_b=127.0.0.1:$((30000 + $$ % 10000))
-tcp=$((40000 + $$ % 10000))
+# shellcheck source=tests/integration/lib_ports.sh
+source "$(dirname "$(realpath "$0")")/lib_ports.sh"
+tcp=$(port_base 32)
+prom_a=127.0.0.1:$((tcp + 30)) prom_b=127.0.0.1:$((tcp + 31))
 pids=()
 cleanup() {
   local rc=$?

@@ -15,7 +15,9 @@ roced=$(realpath "$1") perf=$(realpath "$2") work=$3 runs=${4:-3}
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
 tag=abench$$
-tcp=$((41000 + $$ % 10000))
+# shellcheck source=tests/integration/lib_ports.sh
+source "$(dirname "$(realpath "$0")")/../integration/lib_ports.sh"
+tcp=$(port_base 2)
 rate_iters=${RATE_ITERS:-1000000} lat_iters=${LAT_ITERS:-5000}
 rate_flags=(-s 8 -t 1024 -Q 64)
 pids=()

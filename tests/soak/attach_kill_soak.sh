@@ -15,8 +15,10 @@ seconds=${ROCE_SOAK_SECONDS:-600}
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
 tag=soak$$
-prom_a=127.0.0.1:$((20000 + $$ % 10000)) prom_b=127.0.0.1:$((30000 + $$ % 10000))
-tcp=$((40000 + $$ % 10000))
+# shellcheck source=tests/integration/lib_ports.sh
+source "$(dirname "$(realpath "$0")")/../integration/lib_ports.sh"
+tcp=$(port_base 64)
+prom_a=127.0.0.1:$((tcp + 62)) prom_b=127.0.0.1:$((tcp + 63))
 pids=()
 cleanup() {
   local rc=$?
