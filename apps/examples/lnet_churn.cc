@@ -19,6 +19,8 @@
 #include <string>
 #include <thread>
 
+#include "apps/examples/number_arg.h"
+
 using namespace roce;
 using namespace roce::lnet;
 
@@ -94,9 +96,12 @@ int serve(const Args& a, client::Context& ctx) {
   MetricsEndpoint metrics;
   if (!a.metrics.empty()) {
     const auto colon = a.metrics.rfind(':');
-    metrics.start(a.metrics.substr(0, colon),
-                  static_cast<std::uint16_t>(std::stoul(a.metrics.substr(colon + 1))),
-                  [&tm] { return prometheus_text({&tm}); });
+    const auto port = colon == std::string::npos
+                          ? std::nullopt
+                          : examples::number_arg<std::uint16_t>(a.metrics.substr(colon + 1));
+    if (!port)
+      return std::fprintf(stderr, "FAIL: --metrics %s: not HOST:PORT\n", a.metrics.c_str()), 2;
+    metrics.start(a.metrics.substr(0, colon), *port, [&tm] { return prometheus_text({&tm}); });
   }
   std::printf("server: transfer machine %s\n", tm.ep().str().c_str());
   std::fflush(stdout);
@@ -187,15 +192,27 @@ int main(int argc, char** argv) {
     else if (k == "--peer")
       a.peer = v;
     else if (k == "--pid")
-      a.pid = static_cast<std::uint32_t>(std::stoul(v));
+      if (const auto n = examples::number_arg<std::uint32_t>(v))
+        a.pid = *n;
+      else
+        return std::fprintf(stderr, "%s: not a number: %s\n", k.c_str(), v.c_str()), 2;
     else if (k == "--serve")
-      a.serve = static_cast<std::uint32_t>(std::stoul(v));
+      if (const auto n = examples::number_arg<std::uint32_t>(v))
+        a.serve = *n;
+      else
+        return std::fprintf(stderr, "%s: not a number: %s\n", k.c_str(), v.c_str()), 2;
     else if (k == "--id")
-      a.id = static_cast<std::uint32_t>(std::stoul(v));
+      if (const auto n = examples::number_arg<std::uint32_t>(v))
+        a.id = *n;
+      else
+        return std::fprintf(stderr, "%s: not a number: %s\n", k.c_str(), v.c_str()), 2;
     else if (k == "--oob-host")
       a.oob_host = v;
     else if (k == "--oob-base")
-      a.oob_base = static_cast<std::uint16_t>(std::stoul(v));
+      if (const auto n = examples::number_arg<std::uint16_t>(v))
+        a.oob_base = *n;
+      else
+        return std::fprintf(stderr, "%s: not a number: %s\n", k.c_str(), v.c_str()), 2;
     else if (k == "--metrics")
       a.metrics = v;
     else

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <string>
 #ifdef ROCE_EXAMPLE_LOCAL
+#include "apps/examples/number_arg.h"
 #include "client/local/local_context.h"
 #include "dataplane/port/eal.h"
 #include "dataplane/port/poll_loop.h"
@@ -105,10 +106,15 @@ struct Args {
 bool serve_metrics(const Args& a, MetricsEndpoint& m, Tm& tm) {
   if (a.metrics.empty()) return true;
   const auto colon = a.metrics.rfind(':');
-  if (colon == std::string::npos) return false;
-  const int rc = m.start(a.metrics.substr(0, colon),
-                         static_cast<std::uint16_t>(std::stoul(a.metrics.substr(colon + 1))),
-                         [&tm] { return prometheus_text({&tm}); });
+  const auto port = colon == std::string::npos
+                        ? std::nullopt
+                        : examples::number_arg<std::uint16_t>(a.metrics.substr(colon + 1));
+  if (!port) {
+    std::fprintf(stderr, "FAIL: --metrics %s: not HOST:PORT\n", a.metrics.c_str());
+    return false;
+  }
+  const int rc =
+      m.start(a.metrics.substr(0, colon), *port, [&tm] { return prometheus_text({&tm}); });
   if (rc != 0) {
     std::fprintf(stderr, "FAIL: --metrics %s: %s\n", a.metrics.c_str(), std::strerror(rc));
     return false;
@@ -394,13 +400,22 @@ int main(int argc, char** argv) {
     else if (k == "--peer")
       a.peer = v;
     else if (k == "--pid")
-      a.pid = static_cast<std::uint32_t>(std::stoul(v));
+      if (const auto n = examples::number_arg<std::uint32_t>(v))
+        a.pid = *n;
+      else
+        return std::fprintf(stderr, "%s: not a number: %s\n", k.c_str(), v.c_str()), 2;
     else if (k == "--oob-host")
       a.oob_host = v;
     else if (k == "--oob-base")
-      a.oob_base = static_cast<std::uint16_t>(std::stoul(v));
+      if (const auto n = examples::number_arg<std::uint16_t>(v))
+        a.oob_base = *n;
+      else
+        return std::fprintf(stderr, "%s: not a number: %s\n", k.c_str(), v.c_str()), 2;
     else if (k == "--pingpong")
-      a.pingpong = static_cast<std::uint32_t>(std::stoul(v));
+      if (const auto n = examples::number_arg<std::uint32_t>(v))
+        a.pingpong = *n;
+      else
+        return std::fprintf(stderr, "%s: not a number: %s\n", k.c_str(), v.c_str()), 2;
     else if (k == "--metrics")
       a.metrics = v;
     else {
