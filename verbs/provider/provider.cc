@@ -444,8 +444,8 @@ void to_recv(const ibv_recv_wr* wr, std::vector<verbs::RecvWr>& out, std::vector
 
 template <class F>
 int post_recv_list(Backend* be, ibv_recv_wr* wr, ibv_recv_wr** bad, F&& post) {
-  std::vector<verbs::RecvWr> rs;
-  std::vector<verbs::Sge> sges;
+  thread_local std::vector<verbs::RecvWr> rs;
+  thread_local std::vector<verbs::Sge> sges;
   to_recv(wr, rs, sges);
   if (rs.empty()) return 0;
   const verbs::RecvWr* b = nullptr;
@@ -935,8 +935,11 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     ns += static_cast<std::size_t>(std::max(w->num_sge, 0));
   }
   if (n == 0) return 0;
-  std::vector<verbs::SendWr> ws(n);
-  std::vector<verbs::Sge> sges(ns);
+  // Reused per thread: no allocation per post once a thread has posted its largest list.
+  thread_local std::vector<verbs::SendWr> ws;
+  thread_local std::vector<verbs::Sge> sges;
+  ws.assign(n, verbs::SendWr{});
+  sges.resize(ns);
   std::lock_guard<std::mutex> g(be->mu);
   std::size_t i = 0, s = 0;
   ibv_send_wr* w = wr;
