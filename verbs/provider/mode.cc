@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "client/local/local_context.h"
+#include "dataplane/port/eal.h"
 #include "controlplane/address.h"
 #include "runtime/env.h"
 #include "runtime/link.h"
@@ -215,10 +216,16 @@ void progress_thread(Backend* be) {
   }
 }
 
+/// At exit: the progress thread stops, the port closes (a memif link in order) and the EAL
+/// cleans up after itself (its run directory), as roce-perf ends.
 void stop_all() {
   if (g_local == nullptr) return;
   g_local->stop = true;
   if (g_local->progress.joinable()) g_local->progress.join();
+  std::lock_guard<std::mutex> g(g_local->mu);  // a thread of the program still in a call
+  g_local->ctx.reset();
+  g_local->env.reset();
+  port::eal_cleanup();
 }
 
 }  // namespace
