@@ -205,8 +205,13 @@ void progress_thread(Backend* be) {
       continue;
     }
     ++idle;
-    if (!be->env) {
-      ::usleep(idle < 100 ? 20 : 200);  // attached: roced moves the data; we only relay events
+    const bool app_polls =
+        now_ns() - be->app_polled_ns.load(std::memory_order_relaxed) < 50'000;
+    if (!be->env || app_polls) {
+      // Attached: roced moves the data, this thread only relays events. In-process while the
+      // program polls its CQs: the program's polls drive the port; sleep rather than compete
+      // for its CPU and its lock.
+      ::usleep(idle < 100 ? 20 : 200);
     } else if (idle >= runtime::Poller::kYieldAfterIdlePolls) {
       // In-process this thread is the port's poll loop whenever the program is not polling
       // itself (a server waiting on its CQ's channel, a peer's traffic): it keeps polling, as

@@ -58,7 +58,7 @@ struct Backend {
   std::map<std::uint32_t, RQp*> qps;    ///< by QP number: async events name QPs by number
   std::function<void(client::CmEvent&&)> cm_sink;
   std::atomic<bool> has_cm_sink{false};
-  /// When the program last polled a CQ or posted (now_ns): the progress thread then leaves
+  /// When the program last polled a CQ (now_ns): the progress thread then leaves
   /// the polling to it.
   std::atomic<std::uint64_t> app_polled_ns{0};
   std::uint64_t events_ns = 0;  ///< the progress thread's last look at events
