@@ -13,6 +13,10 @@ port=$(port_base 1)
 LD_PRELOAD=$lib ROCE_LINK="--pmd memif-server --iface $work/memif.sock --ip 192.0.2.76 --mac 02:00:00:00:00:76" \
   timeout 60 "$prog" server "$port" > "$work/server.txt" 2>&1 &
 spid=$!
+for _ in $(seq 100); do  # the server listens once its device is open (the memif socket made)
+  ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+  sleep 0.1
+done
 rc=0
 LD_PRELOAD=$lib ROCE_LINK="--pmd memif --iface $work/memif.sock --ip 192.0.2.77 --mac 02:00:00:00:00:77" \
   timeout 60 "$prog" client "$port" 127.0.0.1 > "$work/client.txt" 2>&1 || rc=$?
