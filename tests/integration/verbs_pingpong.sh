@@ -28,6 +28,8 @@ sed 's/^/server: /' "$work/server.txt"
 sed 's/^/client: /' "$work/client.txt"
 [[ $rc == 0 ]] || { echo "FAIL: $prog exited with $rc"; exit 1; }
 for side in server client; do
+  # -c: the server checks what it received and says so, without changing its exit status
+  ! grep -q "invalid data" "$work/$side.txt" || { echo "FAIL: $side received wrong data"; exit 1; }
   grep -q "GID ::ffff:192.0.2.7" "$work/$side.txt" || { echo "FAIL: $side: no RoCE v2 GID"; exit 1; }
   grep -Eq "^[0-9]+ bytes in [0-9.]+ seconds" "$work/$side.txt" &&
     grep -Eq "^[0-9]+ iters in [0-9.]+ seconds = [0-9.]+ usec/iter" "$work/$side.txt" ||
