@@ -4,16 +4,18 @@
 # its MTU and RoCE v2 GID), then ibv_rc_pingpong runs between a client of A and a client of B.
 # The pingpong registers the program's own memory, which attached mode takes once the attached
 # memory sharing is there; until then it must stop at ibv_reg_mr with the provider's message.
-#   verbs_attached.sh ROCED LIBROCE_VERBS WORKDIR
+# Then verbs_attached_data moves data between a client of A and a client of B in memory of the
+# attached Context: inline and 6-SGE SENDs (the provider's bounce buffer), WRITE and READ.
+#   verbs_attached.sh ROCED LIBROCE_VERBS WORKDIR VERBS_ATTACHED_DATA
 set -euo pipefail
-roced=$(realpath "$1") lib=$(realpath "$2") work=$3
+roced=$(realpath "$1") lib=$(realpath "$2") work=$3 data=$(realpath "$4")
 command -v ibv_devinfo >/dev/null || { echo "skipped: ibverbs-utils not installed"; exit 77; }
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
 tag=vattach$$
 # shellcheck source=tests/integration/lib_ports.sh
 source "$(dirname "$(realpath "$0")")/lib_ports.sh"
-port=$(port_base 1)
+port=$(port_base 2)
 pids=()
 # shellcheck source=tests/integration/lib_appliance.sh
 source "$(dirname "$0")/lib_appliance.sh"
@@ -59,4 +61,18 @@ else
     grep -Eq "^[0-9]+ iters in [0-9.]+ seconds" "$work/pp-$side.txt" || fail "$side did not finish"
   done
 fi
+
+ROCE_ATTACH=$work/b.sock timeout 30 "$data" server $((port + 1)) > "$work/data-server.txt" 2>&1 &
+sdata=$!
+rc=0
+ROCE_ATTACH=$work/a.sock timeout 30 "$data" client $((port + 1)) 127.0.0.1 > "$work/data-client.txt" 2>&1 || rc=$?
+wait "$sdata" || rc=$?
+sed 's/^/data server: /' "$work/data-server.txt"
+sed 's/^/data client: /' "$work/data-client.txt"
+[[ $rc == 0 ]] || fail "verbs_attached_data exited with $rc"
+for l in "SEND with inline data: 32 bytes, intact" "SEND of 6 SGEs: 600 bytes, intact" \
+         "RDMA WRITE into our memory: intact"; do
+  grep -qx "$l" "$work/data-server.txt" || fail "server: no '$l'"
+done
+grep -qx "RDMA WRITE then READ back: intact" "$work/data-client.txt" || fail "client: READ"
 echo OK
