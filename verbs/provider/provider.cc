@@ -474,9 +474,15 @@ int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 
 constexpr std::uint32_t kAttachedSge = 4;  // attached post_send: registered SGEs, at most 4
 
+/// The QP's bounce buffer, made at its first use (most QPs never need one); with the
+/// backend's lock held. A slot is written again only after 4 x the send queue's depth (rounded
+/// up to a power of two, as roced sizes it) more posts: by then the request that used it has
+/// left the attachment's ring and the engine's send queue.
 int setup_bounce(Backend* be, RQp* r) {
   Bounce& b = r->bounce;
-  b.slots = std::max<std::uint32_t>(2 * r->cap.max_send_wr, 2);
+  std::uint32_t depth = 1;
+  while (depth < r->cap.max_send_wr) depth <<= 1;
+  b.slots = 4 * depth;
   b.slot_size = (std::max<std::size_t>(r->cap.max_inline_data, 1024) + 63) & ~std::size_t{63};
   b.buf = be->ctx->alloc_buffer(b.slots * b.slot_size);
   if (b.buf == nullptr) return errno != 0 ? errno : ENOMEM;
@@ -554,13 +560,6 @@ RQp* new_qp(ibv_context* c, ibv_pd* pd, const ibv_qp_init_attr& a, ibv_qp_cap& c
                               rcq(a.recv_cq)->c, cap,
                               a.srq != nullptr ? reinterpret_cast<RSrq*>(a.srq)->s : nullptr,
                               a.sq_sig_all != 0);
-    if (r->q != nullptr && att) {
-      if (const int e = setup_bounce(be, r)) {
-        be->ctx->destroy_qp(r->q);
-        delete r;
-        return fail_null<RQp>(e);
-      }
-    }
   }
   if (r->q == nullptr) {
     const int e = errno != 0 ? errno : ENOMEM;
@@ -943,10 +942,25 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   std::lock_guard<std::mutex> g(be->mu);
   std::size_t i = 0, s = 0;
   ibv_send_wr* w = wr;
-  const auto refuse = [&](int e) {
-    if (bad != nullptr) *bad = w;
+  // The requests before `w` go to the engine (rdma-core's contract: those before *bad_wr are
+  // posted), then `w` is refused with `e`.
+  const auto post_prefix = [&](std::size_t count, ibv_send_wr* stop, int e) {
+    const verbs::SendWr* b = nullptr;
+    int rc = 0;
+    if (count > 0) {
+      ws[count - 1].next = nullptr;
+      rc = be->ctx->post_send(r->q, ws.data(), &b);
+    }
+    if (rc != 0) {
+      ibv_send_wr* v = wr;
+      for (const verbs::SendWr* y = ws.data(); y != b && v != nullptr; y = y->next) v = v->next;
+      if (bad != nullptr) *bad = b != nullptr ? v : wr;
+      return rc;
+    }
+    if (e != 0 && bad != nullptr) *bad = stop;
     return e;
   };
+  const auto refuse = [&](int e) { return post_prefix(i, w, e); };
   for (; w != nullptr; w = w->next, ++i) {
     verbs::SendWr& x = ws[i];
     if (w->num_sge < 0 || static_cast<std::uint32_t>(w->num_sge) > r->cap.max_send_sge)
@@ -997,7 +1011,10 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
       const bool reads = w->opcode == IBV_WR_RDMA_READ || w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
                          w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
       Bounce& b = r->bounce;
-      if (reads || b.buf == nullptr || total > b.slot_size) return refuse(EINVAL);
+      if (reads) return refuse(EINVAL);
+      if (b.buf == nullptr)
+        if (const int e = setup_bounce(be, r)) return refuse(e);
+      if (total > b.slot_size) return refuse(EINVAL);
       auto* dst = static_cast<std::uint8_t*>(b.buf->addr) + std::size_t{b.slot} * b.slot_size;
       b.slot = (b.slot + 1) % b.slots;
       std::size_t off = 0;
@@ -1013,14 +1030,7 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     s += static_cast<std::size_t>(std::max(w->num_sge, 0));
     x.next = w->next != nullptr ? &ws[i + 1] : nullptr;
   }
-  const verbs::SendWr* b = nullptr;
-  const int rc = be->ctx->post_send(r->q, ws.data(), &b);
-  if (rc != 0 && bad != nullptr) {
-    ibv_send_wr* v = wr;
-    for (const verbs::SendWr* y = ws.data(); y != b && v != nullptr; y = y->next) v = v->next;
-    *bad = b != nullptr ? v : wr;
-  }
-  return rc;
+  return post_prefix(n, nullptr, 0);
 }
 
 }  // namespace roce::verbs_compat
