@@ -29,6 +29,13 @@ ROCE_ATTACH=$work/a.sock ibv_devices > "$work/devices.txt" 2>&1 || fail "ibv_dev
 cat "$work/devices.txt"
 grep -Eq "^[[:space:]]+roce0[[:space:]]+00005efffe000d01$" "$work/devices.txt" ||
   fail "ibv_devices does not list roce0 with A's GUID"
+# a device per port ROCE_PORT names (here the one port twice), a message for a port roced lacks
+ROCE_ATTACH=$work/a.sock ROCE_PORT=p0,p0,nope ibv_devices > "$work/devices3.txt" 2>&1 ||
+  fail "ibv_devices with ROCE_PORT: $(cat "$work/devices3.txt")"
+cat "$work/devices3.txt"
+[[ $(grep -cE "^[[:space:]]+roce[01][[:space:]]+00005efffe000d01$" "$work/devices3.txt") == 2 ]] ||
+  fail "ROCE_PORT=p0,p0: not roce0 and roce1"
+grep -q "ROCE_PORT=nope" "$work/devices3.txt" || fail "no message for a port roced lacks"
 ROCE_ATTACH=$work/a.sock timeout 30 ibv_devinfo -v > "$work/devinfo.txt" 2>&1 ||
   fail "ibv_devinfo -v: $(cat "$work/devinfo.txt")"
 expect() { grep -Eq "$1" "$work/devinfo.txt" || fail "ibv_devinfo -v: no line matching '$1'"; }

@@ -4,8 +4,8 @@
 /// (the in-process engine's polling) and turns its completions, asynchronous events and CM
 /// events into what libibverbs and librdmacm read from file descriptors.
 ///   ROCE_LINK="--pmd memif --iface PATH --ip A --mac M ..."  in-process (roce-perf's link flags)
-///   ROCE_ATTACH=SOCKET [ROCE_PORT=NAME]                        attached to roced
-///   ROCE_DEVICE=NAME                                           the device's name (roce0)
+///   ROCE_ATTACH=SOCKET [ROCE_PORT=NAME[,NAME...]]              attached to roced (a device a port)
+///   ROCE_DEVICE=NAME                  the device's name (roce0; several ports: roce0, roce1...)
 ///   ROCE_LINK_WAIT=SECONDS     how long a memif server's open waits for its client (0)
 #include <fcntl.h>
 #include <sched.h>
@@ -80,7 +80,8 @@ void init_device(Device& d) {
 
 std::vector<Device*> find_devices() {
   std::vector<Device*> out;
-  const char* name = env_or("ROCE_DEVICE", "roce0");
+  // One port: ROCE_DEVICE or roce0; attached to several: ROCE_DEVICE or roce, and the index.
+  const std::string name = env_or("ROCE_DEVICE", "");
   if (const char* link = std::getenv("ROCE_LINK"); link != nullptr && *link != '\0') {
     std::string err;
     if (!parse_link(link, g_link, err)) {
@@ -88,8 +89,8 @@ std::vector<Device*> find_devices() {
       return out;
     }
     auto* d = new Device;
-    d->name = name;
-    d->info.name = name;
+    d->name = name.empty() ? "roce0" : name;
+    d->info.name = d->name;
     const auto mac = ctl::parse_mac(g_link.mac);
     const auto ip = ctl::parse_ipv4(g_link.ip);
     if (!mac || !ip) {
@@ -104,20 +105,32 @@ std::vector<Device*> find_devices() {
     init_device(*d);
     out.push_back(d);
   } else if (const char* sock = std::getenv("ROCE_ATTACH"); sock != nullptr && *sock != '\0') {
-    auto* d = new Device;
-    d->attached = true;
-    d->socket = sock;
-    d->port = env_or("ROCE_PORT", "");
-    d->probe = client::Context::attach(d->socket, d->port);
-    if (!d->probe) {
-      std::fprintf(stderr, "libroce-verbs: ROCE_ATTACH=%s: %s\n", sock, std::strerror(errno));
-      delete d;
-      return out;
+    // One device per port ROCE_PORT names (comma-separated), else roced's first port.
+    std::vector<std::string> ports;
+    std::string list = env_or("ROCE_PORT", "");
+    for (std::size_t at = 0;;) {
+      const std::size_t comma = list.find(',', at);
+      ports.push_back(list.substr(at, comma == std::string::npos ? comma : comma - at));
+      if (comma == std::string::npos) break;
+      at = comma + 1;
     }
-    d->info = d->probe->port();
-    d->name = name;
-    init_device(*d);
-    out.push_back(d);
+    for (std::size_t i = 0; i < ports.size(); ++i) {
+      auto d = std::make_unique<Device>();
+      d->attached = true;
+      d->socket = sock;
+      d->port = ports[i];
+      d->probe = client::Context::attach(d->socket, d->port);
+      if (!d->probe) {
+        std::fprintf(stderr, "libroce-verbs: ROCE_ATTACH=%s%s%s: %s\n", sock,
+                     ports[i].empty() ? "" : " ROCE_PORT=", ports[i].c_str(), std::strerror(errno));
+        continue;
+      }
+      d->info = d->probe->port();
+      d->name = ports.size() == 1 ? (name.empty() ? "roce0" : name)
+                                  : (name.empty() ? "roce" : name) + std::to_string(i);
+      init_device(*d);
+      out.push_back(d.release());
+    }
   }
   return out;
 }
