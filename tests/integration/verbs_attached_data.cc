@@ -128,8 +128,8 @@ int main(int argc, char** argv) {
   }
   if (buf == nullptr) die("alloc_buffer");
   auto* mem = static_cast<char*>(buf->addr);
-  ibv_mr* mr = ibv_reg_mr(pd, mem, kLen,
-                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  ibv_mr* mr = ibv_reg_mr(
+      pd, mem, kLen, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
   if (mr == nullptr) die("ibv_reg_mr of a Buffer");
 
   ibv_qp_init_attr ia{};
@@ -166,8 +166,9 @@ int main(int argc, char** argv) {
   a.ah_attr.grh.dgid = them.gid;
   a.ah_attr.grh.hop_limit = 1;
   a.ah_attr.port_num = 1;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+  if (ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
     die("RTR");
   a.qp_state = IBV_QPS_RTS;
   a.timeout = 14;
@@ -175,8 +176,9 @@ int main(int argc, char** argv) {
   a.rnr_retry = 7;
   a.sq_psn = 0;
   a.max_rd_atomic = 1;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+  if (ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                        IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
     die("RTS");
 
   const std::string inline_msg = "inline data, copied at post time";

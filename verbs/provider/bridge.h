@@ -5,9 +5,8 @@
 /// Owned by the provider (verbs/provider/); the others rely on exactly these declarations.
 #pragma once
 
-#include <roce/client.h>
-
 #include <infiniband/verbs.h>
+#include <roce/client.h>
 
 #include <functional>
 #include <mutex>

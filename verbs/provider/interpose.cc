@@ -27,8 +27,7 @@ F real(const char* name, const char* version) {
   if (p == nullptr) p = dlsym(RTLD_NEXT, name);
   return reinterpret_cast<F>(p);
 }
-#define REAL(fn, ver) \
-  static const auto real_##fn = real<decltype(&::fn)>(#fn, ver)
+#define REAL(fn, ver) static const auto real_##fn = real<decltype(&::fn)>(#fn, ver)
 
 Device* device_of(ibv_device* d) {
   for (Device* x : devices())
@@ -72,7 +71,8 @@ __attribute__((visibility("default"))) ibv_device** ibv_get_device_list(int* num
   const std::vector<Device*>& ours = devices();
   int n = 0;
   const int saved = errno;
-  ibv_device** theirs = real_ibv_get_device_list != nullptr ? real_ibv_get_device_list(&n) : nullptr;
+  ibv_device** theirs =
+      real_ibv_get_device_list != nullptr ? real_ibv_get_device_list(&n) : nullptr;
   if (theirs == nullptr) n = 0;
   if (theirs == nullptr && ours.empty()) {
     if (num != nullptr) *num = 0;
@@ -174,11 +174,8 @@ __attribute__((visibility("default"))) int _ibv_query_gid_ex(ibv_context* c, uin
   return 0;
 }
 
-__attribute__((visibility("default"))) ssize_t _ibv_query_gid_table(ibv_context* c,
-                                                                    ibv_gid_entry* entries,
-                                                                    size_t max_entries,
-                                                                    uint32_t flags,
-                                                                    size_t entry_size) {
+__attribute__((visibility("default"))) ssize_t _ibv_query_gid_table(
+    ibv_context* c, ibv_gid_entry* entries, size_t max_entries, uint32_t flags, size_t entry_size) {
   REAL(_ibv_query_gid_table, "IBVERBS_1.11");
   Device* d = device_of(c);
   if (d == nullptr) return real__ibv_query_gid_table(c, entries, max_entries, flags, entry_size);

@@ -19,8 +19,8 @@
 #include <sstream>
 
 #include "client/local/local_context.h"
-#include "dataplane/port/eal.h"
 #include "controlplane/address.h"
+#include "dataplane/port/eal.h"
 #include "runtime/env.h"
 #include "runtime/link.h"
 #include "runtime/port.h"
@@ -198,7 +198,7 @@ bool progress_once(Backend* be) {
         rc = be->ctx->cm_get_event(ev, 0);
       }
       if (rc != 0) break;
-      std::function<void(client::CmEvent&&)> sink;
+      std::function<void(client::CmEvent &&)> sink;
       {
         std::lock_guard<std::mutex> r(be->reg);
         sink = be->cm_sink;
@@ -218,8 +218,7 @@ void progress_thread(Backend* be) {
       continue;
     }
     ++idle;
-    const bool app_polls =
-        now_ns() - be->app_polled_ns.load(std::memory_order_relaxed) < 50'000;
+    const bool app_polls = now_ns() - be->app_polled_ns.load(std::memory_order_relaxed) < 50'000;
     if (!be->env || app_polls) {
       // Attached: roced moves the data, this thread only relays events. In-process while the
       // program polls its CQs: the program's polls drive the port; sleep rather than compete
@@ -335,8 +334,8 @@ int query_port(Backend* be, ibv_port_attr& a) {
   a.max_msg_sz = 1u << 31;
   a.pkey_tbl_len = 1;
   a.max_vl_num = 1;
-  a.active_width = 1;   // 1X
-  a.active_speed = 32;  // EDR (25 Gb/s per lane): a virtual link has no speed of its own
+  a.active_width = 1;         // 1X
+  a.active_speed = 32;        // EDR (25 Gb/s per lane): a virtual link has no speed of its own
   a.phys_state = up ? 5 : 3;  // LinkUp, Disabled
   a.link_layer = IBV_LINK_LAYER_ETHERNET;
   return 0;

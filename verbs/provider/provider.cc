@@ -4,6 +4,8 @@
 /// through the ops table verbs_set_ops installs; ibv_post_send, ibv_post_recv, ibv_poll_cq and
 /// ibv_req_notify_cq are inline calls through ibv_context::ops. Errors are rdma-core's: verbs
 /// that create return null with errno set, the others an errno value.
+#include "verbs/provider/provider.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,8 +14,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-
-#include "verbs/provider/provider.h"
 
 namespace roce::verbs_compat {
 extern const rdma::verbs_context_ops kOps;
@@ -110,7 +110,8 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input,
   Backend* be = be_of(c);
   const client::DeviceAttr lim = limits(be);
   ibv_device_attr& a = attr->orig_attr;
-  std::snprintf(a.fw_ver, sizeof a.fw_ver, "roce 0.1.0 (%s)", attached(c) ? "attached" : "in-process");
+  std::snprintf(a.fw_ver, sizeof a.fw_ver, "roce 0.1.0 (%s)",
+                attached(c) ? "attached" : "in-process");
   a.node_guid = htobe64(node_guid(be->dev));
   a.sys_image_guid = a.node_guid;
   a.max_mr_size = lim.max_mr_size;
@@ -178,8 +179,8 @@ constexpr int kAccessKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 /// The engine's access flags of `access`, or -errno.
 int check_access(int access) {
   access &= ~IBV_ACCESS_OPTIONAL_RANGE;  // relaxed ordering and the like: hints
-  if (access & (IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND |
-                IBV_ACCESS_HUGETLB))
+  if (access &
+      (IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB))
     return -EOPNOTSUPP;
   if (access & ~kAccessKnown) return -EINVAL;
   // IBA 10.6.3.1: remote write or atomic access needs local write.
@@ -341,9 +342,8 @@ ibv_cq_ex* create_cq_ex(ibv_context* c, ibv_cq_init_attr_ex* a) {
   if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && a->flags != 0)
     return fail_null<ibv_cq_ex>(EOPNOTSUPP);
   constexpr std::uint64_t kSupported =
-      IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |
-      IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |
-      IBV_WC_EX_WITH_DLID_PATH_BITS;
+      IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
+      IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS;
   if (a->wc_flags & ~kSupported) return fail_null<ibv_cq_ex>(EOPNOTSUPP);
   RCq* r = new_cq(c, static_cast<int>(a->cqe), a->channel, static_cast<int>(a->comp_vector));
   if (r == nullptr) return nullptr;
@@ -421,7 +421,8 @@ int destroy_srq(ibv_srq* srq) {
 }
 
 /// ibv_recv_wr lists as the engine's RecvWr lists (`sges` holds their SGEs).
-void to_recv(const ibv_recv_wr* wr, std::vector<verbs::RecvWr>& out, std::vector<verbs::Sge>& sges) {
+void to_recv(const ibv_recv_wr* wr, std::vector<verbs::RecvWr>& out,
+             std::vector<verbs::Sge>& sges) {
   std::size_t n = 0, ns = 0;
   for (const ibv_recv_wr* w = wr; w != nullptr; w = w->next) {
     ++n;
@@ -506,10 +507,17 @@ void free_bounce(Backend* be, RQp* r) {
 RQp* new_qp(ibv_context* c, ibv_pd* pd, const ibv_qp_init_attr& a, ibv_qp_cap& cap_out) {
   verbs::QpType type;
   switch (a.qp_type) {
-    case IBV_QPT_RC: type = verbs::QpType::kRc; break;
-    case IBV_QPT_UC: type = verbs::QpType::kUc; break;
-    case IBV_QPT_UD: type = verbs::QpType::kUd; break;
-    default: return fail_null<RQp>(EOPNOTSUPP);
+    case IBV_QPT_RC:
+      type = verbs::QpType::kRc;
+      break;
+    case IBV_QPT_UC:
+      type = verbs::QpType::kUc;
+      break;
+    case IBV_QPT_UD:
+      type = verbs::QpType::kUd;
+      break;
+    default:
+      return fail_null<RQp>(EOPNOTSUPP);
   }
   if (pd == nullptr || a.send_cq == nullptr || a.recv_cq == nullptr || pd->context != c ||
       a.send_cq->context != c || a.recv_cq->context != c ||
@@ -556,10 +564,9 @@ RQp* new_qp(ibv_context* c, ibv_pd* pd, const ibv_qp_init_attr& a, ibv_qp_cap& c
   qp.events_completed = 0;
   {
     std::lock_guard<std::mutex> g(be->mu);
-    r->q = be->ctx->create_qp(reinterpret_cast<RPd*>(pd)->p, type, rcq(a.send_cq)->c,
-                              rcq(a.recv_cq)->c, cap,
-                              a.srq != nullptr ? reinterpret_cast<RSrq*>(a.srq)->s : nullptr,
-                              a.sq_sig_all != 0);
+    r->q = be->ctx->create_qp(
+        reinterpret_cast<RPd*>(pd)->p, type, rcq(a.send_cq)->c, rcq(a.recv_cq)->c, cap,
+        a.srq != nullptr ? reinterpret_cast<RSrq*>(a.srq)->s : nullptr, a.sq_sig_all != 0);
   }
   if (r->q == nullptr) {
     const int e = errno != 0 ? errno : ENOMEM;
@@ -587,9 +594,8 @@ ibv_qp* create_qp_ex(ibv_context* c, ibv_qp_init_attr_ex* a) {
   if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD)) return fail_null<ibv_qp>(EINVAL);
   constexpr std::uint64_t kSendOps =
       IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
-      IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
-      IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
-      IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+      IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+      IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
   const bool ex = (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
   if (ex && (a->send_ops_flags & ~kSendOps)) return fail_null<ibv_qp>(EOPNOTSUPP);
   ibv_qp_init_attr base{};
@@ -610,11 +616,11 @@ ibv_qp* create_qp_ex(ibv_context* c, ibv_qp_init_attr_ex* a) {
   return &r->vqp.qp;
 }
 
-constexpr int kQpMaskOurs =
-    IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY |
-    IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-    IBV_QP_RQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN |
-    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_DEST_QPN;
+constexpr int kQpMaskOurs = IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                            IBV_QP_QKEY | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT |
+                            IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN |
+                            IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN |
+                            IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_DEST_QPN;
 // Accepted and kept for ibv_query_qp, without effect: no alternate path, no SQD notification.
 constexpr int kQpMaskKept = IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY | IBV_QP_ALT_PATH |
                             IBV_QP_PATH_MIG_STATE | IBV_QP_CAP;
@@ -966,17 +972,23 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     if (w->num_sge < 0 || static_cast<std::uint32_t>(w->num_sge) > r->cap.max_send_sge)
       return refuse(EINVAL);
     switch (w->opcode) {
-      case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM: case IBV_WR_SEND:
-      case IBV_WR_SEND_WITH_IMM: case IBV_WR_RDMA_READ: case IBV_WR_ATOMIC_CMP_AND_SWP:
-      case IBV_WR_ATOMIC_FETCH_AND_ADD: case IBV_WR_LOCAL_INV: case IBV_WR_SEND_WITH_INV:
+      case IBV_WR_RDMA_WRITE:
+      case IBV_WR_RDMA_WRITE_WITH_IMM:
+      case IBV_WR_SEND:
+      case IBV_WR_SEND_WITH_IMM:
+      case IBV_WR_RDMA_READ:
+      case IBV_WR_ATOMIC_CMP_AND_SWP:
+      case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      case IBV_WR_LOCAL_INV:
+      case IBV_WR_SEND_WITH_INV:
         break;
       default:
         return refuse(EINVAL);
     }
     x.wr_id = w->wr_id;
     x.opcode = static_cast<verbs::WrOpcode>(w->opcode);
-    x.send_flags = w->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED |
-                                    IBV_SEND_INLINE);
+    x.send_flags =
+        w->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
     if (w->opcode == IBV_WR_SEND_WITH_INV || w->opcode == IBV_WR_LOCAL_INV)
       x.invalidate_rkey = w->invalidate_rkey;
     else

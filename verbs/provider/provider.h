@@ -8,8 +8,8 @@
 #include <roce/client.h>
 
 #include <atomic>
-#include <cstddef>
 #include <condition_variable>
+#include <cstddef>
 #include <functional>
 #include <map>
 #include <memory>
@@ -36,8 +36,8 @@ struct Device {
   rdma::verbs_device vdev{};  // first: the ibv_device libibverbs hands around
   std::string name;
   bool attached = false;
-  std::string socket, port;            ///< attached: roced's socket, the port's name
-  client::PortInfo info;               ///< what listing learnt (MAC, address, MTU)
+  std::string socket, port;                ///< attached: roced's socket, the port's name
+  client::PortInfo info;                   ///< what listing learnt (MAC, address, MTU)
   std::unique_ptr<client::Context> probe;  ///< attached: the listing's attachment, reused once
 };
 
@@ -54,8 +54,8 @@ struct Backend {
 
   // What the progress thread serves (under `reg`, never while holding `mu` for long).
   std::mutex reg;
-  std::vector<RCq*> cqs;                ///< every CQ (the armed ones fire)
-  std::map<std::uint32_t, RQp*> qps;    ///< by QP number: async events name QPs by number
+  std::vector<RCq*> cqs;              ///< every CQ (the armed ones fire)
+  std::map<std::uint32_t, RQp*> qps;  ///< by QP number: async events name QPs by number
   std::function<void(client::CmEvent&&)> cm_sink;
   std::atomic<bool> has_cm_sink{false};
   /// When the program last polled a CQ (now_ns): the progress thread then leaves
@@ -89,7 +89,7 @@ struct RCq {
   rdma::verbs_cq vcq{};
   client::Cq* c = nullptr;
   Backend* be = nullptr;
-  int channel_wfd = -1;  ///< the completion channel's write end; -1: none
+  int channel_wfd = -1;       ///< the completion channel's write end; -1: none
   std::atomic<int> armed{0};  ///< 0: not armed; 1: next completion; 2: solicited only
   // ibv_start_poll's state (ex_api.cc): completions polled ahead, the current one.
   std::vector<ibv_wc> ahead;

@@ -49,7 +49,12 @@ struct verbs_device {
 };
 
 /// driver.h: struct verbs_mr, struct verbs_srq, struct verbs_qp, struct verbs_cq.
-enum ibv_mr_type { IBV_MR_TYPE_MR, IBV_MR_TYPE_NULL_MR, IBV_MR_TYPE_IMPORTED_MR, IBV_MR_TYPE_DMABUF_MR };
+enum ibv_mr_type {
+  IBV_MR_TYPE_MR,
+  IBV_MR_TYPE_NULL_MR,
+  IBV_MR_TYPE_IMPORTED_MR,
+  IBV_MR_TYPE_DMABUF_MR
+};
 struct verbs_mr {
   ::ibv_mr ibv_mr;
   ibv_mr_type mr_type;

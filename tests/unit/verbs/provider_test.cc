@@ -79,7 +79,7 @@ TEST_F(Provider, QueriesDeviceAndPort) {
 
   ibv_port_attr p{};
   ASSERT_EQ(ibv_query_port(ctx_, 1, &p), 0);
-  EXPECT_EQ(p.state, IBV_PORT_DOWN);  // nobody on the other end of the link
+  EXPECT_EQ(p.state, IBV_PORT_DOWN);      // nobody on the other end of the link
   EXPECT_EQ(p.active_mtu, IBV_MTU_1024);  // a 1500-byte link less RoCE's headers
   EXPECT_EQ(p.link_layer, IBV_LINK_LAYER_ETHERNET);
   EXPECT_GE(p.gid_tbl_len, 1);
@@ -121,8 +121,8 @@ TEST_F(Provider, MemoryRegistrations) {
   ibv_pd* pd = ibv_alloc_pd(ctx_);
   ASSERT_NE(pd, nullptr);
   std::vector<char> mem(8192);
-  ibv_mr* mr = ibv_reg_mr(pd, mem.data(), mem.size(),
-                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ibv_mr* mr =
+      ibv_reg_mr(pd, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   ASSERT_NE(mr, nullptr) << std::strerror(errno);
   EXPECT_EQ(mr->addr, mem.data());
   EXPECT_EQ(mr->length, mem.size());
@@ -184,9 +184,9 @@ TEST_F(Provider, QueuePairsAndSrq) {
   a.pkey_index = 0;
   a.port_num = 1;
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                      IBV_QP_ACCESS_FLAGS),
-            0);
+  ASSERT_EQ(
+      ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+      0);
   EXPECT_EQ(qp->state, IBV_QPS_INIT);
   // RTR without a GRH: RoCE addresses by GID (EINVAL, as the kernel answers)
   ibv_qp_attr r{};
@@ -197,8 +197,8 @@ TEST_F(Provider, QueuePairsAndSrq) {
   r.max_dest_rd_atomic = 1;
   r.min_rnr_timer = 12;
   r.ah_attr.port_num = 1;
-  constexpr int rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                      IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  constexpr int rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
   EXPECT_EQ(ibv_modify_qp(qp, &r, rtr), EINVAL);
   r.ah_attr.is_global = 1;
   r.ah_attr.grh.sgid_index = 3;  // an empty GID entry
