@@ -26,7 +26,8 @@ client::Pd* pd_of(ibv_pd*);
 
 /// CM events of a context go to one sink (librdmacm installs it); the provider's progress
 /// thread calls cm_get_event and hands each event over, without the lock held. An empty
-/// function removes the sink (events are then dropped).
+/// function removes the sink (events then wait in the Context). In-process every context of the
+/// process runs on one engine and one CM: they share one sink, the last installed.
 void set_cm_sink(ibv_context*, std::function<void(client::CmEvent&&)>);
 
 /// Work requests for a QP, rdma-core's semantics (inline data copied, any number of SGEs up

@@ -870,7 +870,10 @@ void post_async(Backend* be, const client::AsyncEvent& ev) {
 // ---- bridge.h ----
 
 client::Context* context_of(ibv_context* c) { return is_ours(c) ? be_of(c)->ctx.get() : nullptr; }
-std::mutex& lock_of(ibv_context* c) { return be_of(c)->mu; }
+std::mutex& lock_of(ibv_context* c) {
+  static std::mutex other;  // another provider's context: nothing of ours to guard
+  return is_ours(c) ? be_of(c)->mu : other;
+}
 client::Qp* qp_of(ibv_qp* q) { return q != nullptr && is_ours(q->context) ? rqp(q)->q : nullptr; }
 client::Cq* cq_of(ibv_cq* c) { return c != nullptr && is_ours(c->context) ? rcq(c)->c : nullptr; }
 client::Pd* pd_of(ibv_pd* p) {
@@ -878,6 +881,7 @@ client::Pd* pd_of(ibv_pd* p) {
 }
 
 void set_cm_sink(ibv_context* c, std::function<void(client::CmEvent&&)> sink) {
+  if (!is_ours(c)) return;
   Backend* be = be_of(c);
   std::lock_guard<std::mutex> g(be->reg);
   be->has_cm_sink = static_cast<bool>(sink);
