@@ -4,7 +4,9 @@
  * remote access error's completion with ibv_get_cq_event/ibv_poll_cq; the server sleeps in
  * poll() on the context's async_fd and reads IBV_EVENT_QP_ACCESS_ERR for its QP with
  * ibv_get_async_event. On both sides ibv_query_qp then says the QP is in the error state.
- *   verbs_async server PORT | verbs_async client PORT HOST      (device roce0, GID index 0) */
+ *   verbs_async server PORT | verbs_async client PORT HOST      (device roce0, GID index 0)
+ *   verbs_async wait-fatal SECONDS: the first async event must be IBV_EVENT_DEVICE_FATAL
+ *   verbs_async wait-port SECONDS: the first two must be IBV_EVENT_PORT_ACTIVE, _PORT_ERR */
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <netdb.h>
@@ -52,6 +54,49 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s server PORT | client PORT HOST\n", argv[0]);
     return 2;
+  }
+  if (strcmp(argv[1], "wait-port") == 0) {
+    /* the port's first two events: the link's other end comes, then goes */
+    int n = 0;
+    struct ibv_device** list = ibv_get_device_list(&n);
+    if (list == NULL || n < 1) die("no device");
+    struct ibv_context* ctx = ibv_open_device(list[n - 1]);
+    if (ctx == NULL) die("ibv_open_device");
+    printf("device open\n");
+    fflush(stdout);
+    enum ibv_event_type seen[2];
+    for (int i = 0; i < 2; ++i) {
+      struct pollfd p = {.fd = ctx->async_fd, .events = POLLIN};
+      if (poll(&p, 1, atoi(argv[2]) * 1000) != 1) die("poll async_fd: nothing");
+      struct ibv_async_event ev;
+      if (ibv_get_async_event(ctx, &ev) != 0) die("ibv_get_async_event");
+      printf("async event: %s, port %d\n", ibv_event_type_str(ev.event_type), ev.element.port_num);
+      fflush(stdout);
+      seen[i] = ev.event_type;
+      ibv_ack_async_event(&ev);
+    }
+    ibv_close_device(ctx);
+    ibv_free_device_list(list);
+    return !(seen[0] == IBV_EVENT_PORT_ACTIVE && seen[1] == IBV_EVENT_PORT_ERR);
+  }
+  if (strcmp(argv[1], "wait-fatal") == 0) {
+    /* the device's first asynchronous event, expected IBV_EVENT_DEVICE_FATAL (roced killed) */
+    int n = 0;
+    struct ibv_device** list = ibv_get_device_list(&n);
+    if (list == NULL || n < 1) die("no device");
+    struct ibv_context* ctx = ibv_open_device(list[n - 1]);
+    if (ctx == NULL) die("ibv_open_device");
+    printf("device open\n");
+    fflush(stdout);
+    struct pollfd p = {.fd = ctx->async_fd, .events = POLLIN};
+    if (poll(&p, 1, atoi(argv[2]) * 1000) != 1) die("poll async_fd: nothing");
+    struct ibv_async_event ev;
+    if (ibv_get_async_event(ctx, &ev) != 0) die("ibv_get_async_event");
+    printf("async event: %s\n", ibv_event_type_str(ev.event_type));
+    ibv_ack_async_event(&ev);
+    ibv_close_device(ctx);
+    ibv_free_device_list(list);
+    return ev.event_type == IBV_EVENT_DEVICE_FATAL ? 0 : 1;
   }
   const int server = strcmp(argv[1], "server") == 0;
   int n = 0;
@@ -118,10 +163,15 @@ int main(int argc, char** argv) {
 
   int rc = 1;
   if (server) {
-    struct pollfd p = {.fd = ctx->async_fd, .events = POLLIN};
-    if (poll(&p, 1, 20000) != 1) die("poll async_fd: nothing in 20 s");
     struct ibv_async_event ev;
-    if (ibv_get_async_event(ctx, &ev) != 0) die("ibv_get_async_event");
+    for (;;) { /* the port's events first (the link came up when the client joined) */
+      struct pollfd p = {.fd = ctx->async_fd, .events = POLLIN};
+      if (poll(&p, 1, 20000) != 1) die("poll async_fd: nothing in 20 s");
+      if (ibv_get_async_event(ctx, &ev) != 0) die("ibv_get_async_event");
+      if (ev.event_type != IBV_EVENT_PORT_ACTIVE && ev.event_type != IBV_EVENT_PORT_ERR) break;
+      printf("async event: %s\n", ibv_event_type_str(ev.event_type));
+      ibv_ack_async_event(&ev);
+    }
     printf("async event: %s, element is our QP: %s\n", ibv_event_type_str(ev.event_type),
            ev.element.qp == qp ? "yes" : "no");
     rc = !(ev.event_type == IBV_EVENT_QP_ACCESS_ERR && ev.element.qp == qp);

@@ -6,9 +6,11 @@
 # memory sharing is there; until then it must stop at ibv_reg_mr with the provider's message.
 # Then verbs_attached_data moves data between a client of A and a client of B in memory of the
 # attached Context: inline and 6-SGE SENDs (the provider's bounce buffer), WRITE and READ.
-#   verbs_attached.sh ROCED LIBROCE_VERBS WORKDIR VERBS_ATTACHED_DATA
+# Last, roced B is killed under a program waiting on its context's async_fd (verbs_async
+# wait-fatal): it must read IBV_EVENT_DEVICE_FATAL.
+#   verbs_attached.sh ROCED LIBROCE_VERBS WORKDIR VERBS_ATTACHED_DATA VERBS_ASYNC
 set -euo pipefail
-roced=$(realpath "$1") lib=$(realpath "$2") work=$3 data=$(realpath "$4")
+roced=$(realpath "$1") lib=$(realpath "$2") work=$3 data=$(realpath "$4") async=$(realpath "$5")
 command -v ibv_devinfo >/dev/null || { echo "skipped: ibverbs-utils not installed"; exit 77; }
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
@@ -82,4 +84,14 @@ for l in "SEND with inline data: 32 bytes, intact" "SEND of 6 SGEs: 600 bytes, i
   grep -qx "$l" "$work/data-server.txt" || fail "server: no '$l'"
 done
 grep -qx "RDMA WRITE then READ back: intact" "$work/data-client.txt" || fail "client: READ"
+
+ROCE_ATTACH=$work/b.sock timeout 30 "$async" wait-fatal 20 > "$work/fatal.txt" 2>&1 &
+fpid=$!
+for _ in $(seq 100); do grep -q "device open" "$work/fatal.txt" && break; sleep 0.1; done
+kill -9 "$pid_b"
+rc=0
+wait "$fpid" || rc=$?
+sed 's/^/after roced B died: /' "$work/fatal.txt"
+[[ $rc == 0 ]] && grep -qx "async event: local catastrophic error" "$work/fatal.txt" ||
+  fail "no IBV_EVENT_DEVICE_FATAL when roced went away"
 echo OK

@@ -189,6 +189,28 @@ bool progress_once(Backend* be) {
     post_async(be, ae);
     work = true;
   }
+  // The port's state as the kernel reports it: IBV_EVENT_PORT_ACTIVE / IBV_EVENT_PORT_ERR
+  // (in-process, the link: looked at every millisecond, a memif peer may come and go within
+  // 50), and IBV_EVENT_DEVICE_FATAL once roced is gone (attached: every 50 ms, since only a
+  // wait that polls the attachment's socket finds that out).
+  if (now - be->state_ns >= (be->env ? 1'000'000u : 50'000'000u)) {
+    be->state_ns = now;
+    if (!be->env && be->ctx->connected()) {
+      int rc;
+      {
+        std::lock_guard<std::mutex> g(be->mu);
+        rc = be->ctx->get_async_event(ae, 1);
+      }
+      if (rc == 0) post_async(be, ae);
+    }
+    if (!be->env && !be->ctx->connected()) {
+      if (!be->fatal_sent) post_device_event(be, IBV_EVENT_DEVICE_FATAL);
+      be->fatal_sent = true;
+    } else if (const bool up = be->link_up(); up != be->was_up) {
+      be->was_up = up;
+      post_device_event(be, up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR);
+    }
+  }
   if (be->has_cm_sink.load()) {
     for (;;) {
       client::CmEvent ev;
@@ -304,6 +326,7 @@ Backend* open_backend(Device* d) {
     d->info = be->ctx->port();
   }
   be->users = 1;
+  be->was_up = be->link_up();
   Backend* raw = be.release();
   raw->progress = std::thread(progress_thread, raw);
   if (!d->attached) {

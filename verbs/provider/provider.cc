@@ -62,12 +62,20 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* /*private_dat
   rc->async_wfd = p[1];
   rc->vctx.context.num_comp_vectors = 1;
   verbs_set_ops(&rc->vctx, &kOps);
+  {
+    std::lock_guard<std::mutex> g(be->reg);
+    be->contexts.push_back(rc);
+  }
   return &rc->vctx;
 }
 
 void free_context(ibv_context* c) {
   RContext* rc = rctx(c);
   Backend* be = rc->be;
+  {
+    std::lock_guard<std::mutex> g(be->reg);
+    std::erase(be->contexts, rc);
+  }
   ::close(rc->async_wfd);
   verbs_uninit_context(&rc->vctx);  // closes async_fd, puts the device
   std::free(rc);
@@ -865,6 +873,14 @@ void post_async(Backend* be, const client::AsyncEvent& ev) {
     }
   }
   if (fd >= 0) (void)!::write(fd, &d, sizeof d);
+}
+
+void post_device_event(Backend* be, ibv_event_type type) {
+  rdma::async_event_desc d{};
+  d.element = 1;  // the port (ibv_get_async_event: element.port_num)
+  d.event_type = static_cast<std::uint32_t>(type);
+  std::lock_guard<std::mutex> g(be->reg);
+  for (RContext* rc : be->contexts) (void)!::write(rc->async_wfd, &d, sizeof d);
 }
 
 // ---- bridge.h ----

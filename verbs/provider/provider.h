@@ -29,6 +29,7 @@ namespace roce::verbs_compat {
 
 struct Backend;
 struct RCq;
+struct RContext;
 struct RQp;
 
 /// One appliance port, as libibverbs lists it.
@@ -61,7 +62,11 @@ struct Backend {
   /// When the program last polled a CQ (now_ns): the progress thread then leaves
   /// the polling to it.
   std::atomic<std::uint64_t> app_polled_ns{0};
-  std::uint64_t events_ns = 0;  ///< the progress thread's last look at events
+  std::uint64_t events_ns = 0;      ///< the progress thread's last look at events
+  std::uint64_t state_ns = 0;       ///< its last look at the port's state
+  bool was_up = false;              ///< the port's state it last reported
+  bool fatal_sent = false;          ///< attached: IBV_EVENT_DEVICE_FATAL sent (roced gone)
+  std::vector<RContext*> contexts;  ///< the contexts opened on it (device events go to each)
 
   bool link_up() const;
 };
@@ -164,5 +169,7 @@ std::uint64_t node_guid(const Device* d);
 int channel_wfd(ibv_comp_channel* ch);
 /// Writes an async event for `qp`/`cq` to its context's async fd.
 void post_async(Backend* be, const client::AsyncEvent& ev);
+/// Writes a port or device event (port 1) to the async fd of every context on `be`.
+void post_device_event(Backend* be, ibv_event_type type);
 
 }  // namespace roce::verbs_compat
