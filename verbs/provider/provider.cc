@@ -457,18 +457,29 @@ int post_recv_list(Backend* be, ibv_recv_wr* wr, ibv_recv_wr** bad, F&& post) {
   thread_local std::vector<verbs::Sge> sges;
   to_recv(wr, rs, sges);
   if (rs.empty()) return 0;
+  // A request with a negative SGE count is refused; those before it are posted.
+  std::size_t n = 0;
+  ibv_recv_wr* refused = wr;
+  while (refused != nullptr && refused->num_sge >= 0) {
+    refused = refused->next;
+    ++n;
+  }
   const verbs::RecvWr* b = nullptr;
-  int rc;
-  {
+  int rc = 0;
+  if (n > 0) {
+    rs[n - 1].next = nullptr;
     std::lock_guard<std::mutex> g(be->mu);
     rc = post(rs.data(), &b);
   }
-  if (rc != 0 && bad != nullptr) {
+  if (rc != 0) {
     ibv_recv_wr* w = wr;
     for (const verbs::RecvWr* x = rs.data(); x != b && w != nullptr; x = x->next) w = w->next;
-    *bad = b != nullptr ? w : wr;
+    if (bad != nullptr) *bad = b != nullptr ? w : wr;
+    return rc;
   }
-  return rc;
+  if (refused == nullptr) return 0;
+  if (bad != nullptr) *bad = refused;
+  return EINVAL;
 }
 
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {

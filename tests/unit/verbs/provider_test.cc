@@ -204,6 +204,23 @@ TEST_F(Provider, QueuePairsAndSrq) {
   r.ah_attr.grh.sgid_index = 3;  // an empty GID entry
   EXPECT_EQ(ibv_modify_qp(qp, &r, rtr), EINVAL);
 
+  // a list with a bad request: refused there, with bad_wr pointing at it
+  std::vector<char> rmem(256);
+  ibv_mr* rmr = ibv_reg_mr(pd, rmem.data(), rmem.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(rmr, nullptr);
+  ibv_sge rsge{reinterpret_cast<std::uint64_t>(rmem.data()), 256, rmr->lkey};
+  ibv_recv_wr second{};
+  second.wr_id = 2;
+  second.num_sge = -1;
+  ibv_recv_wr first{};
+  first.wr_id = 1;
+  first.sg_list = &rsge;
+  first.num_sge = 1;
+  first.next = &second;
+  ibv_recv_wr* rbad = nullptr;
+  EXPECT_EQ(ibv_post_recv(qp, &first, &rbad), EINVAL);
+  EXPECT_EQ(rbad, &second);
+
   ibv_qp_attr q{};
   ibv_qp_init_attr qi{};
   ASSERT_EQ(ibv_query_qp(qp, &q, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_CAP, &qi), 0);
@@ -243,6 +260,7 @@ TEST_F(Provider, QueuePairsAndSrq) {
   EXPECT_EQ(ibv_destroy_qp(ud), 0);
   EXPECT_EQ(ibv_destroy_srq(srq), 0);
   EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  EXPECT_EQ(ibv_dereg_mr(rmr), 0);
   EXPECT_EQ(ibv_destroy_cq(cq), 0);
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
 }
