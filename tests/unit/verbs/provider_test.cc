@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,9 @@ namespace {
 class Provider : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = "/tmp/roce-verbs-unit-" + std::to_string(::getpid());
+    dir_ =
+        (std::filesystem::temp_directory_path() / ("roce-verbs-unit-" + std::to_string(::getpid())))
+            .string();
     ::mkdir(dir_.c_str(), 0700);
     const std::string link = "--pmd memif-server --iface " + dir_ +
                              "/memif.sock --ip 192.0.2.91 --mac 02:00:00:00:00:91";
