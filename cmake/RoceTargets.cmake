@@ -73,7 +73,7 @@ function(roce_add_header_check)
   file(GLOB_RECURSE headers RELATIVE ${PROJECT_SOURCE_DIR}
        ${PROJECT_SOURCE_DIR}/dataplane/*.h ${PROJECT_SOURCE_DIR}/controlplane/*.h
        ${PROJECT_SOURCE_DIR}/apps/*.h ${PROJECT_SOURCE_DIR}/client/*.h
-       ${PROJECT_SOURCE_DIR}/runtime/*.h
+       ${PROJECT_SOURCE_DIR}/runtime/*.h ${PROJECT_SOURCE_DIR}/verbs/*.h
        ${PROJECT_SOURCE_DIR}/include/*.h)
   set(srcs)
   foreach(h ${headers})

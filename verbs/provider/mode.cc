@@ -1,0 +1,382 @@
+/// @file
+/// The two modes (docs/verbs-compat.md, "Running a program"): the devices the environment
+/// names, the backend an opened context runs on, and the progress thread that keeps it going
+/// (the in-process engine's polling) and turns its completions, asynchronous events and CM
+/// events into what libibverbs and librdmacm read from file descriptors.
+///   ROCE_LINK="--pmd memif --iface PATH --ip A --mac M ..."  in-process (roce-perf's link flags)
+///   ROCE_ATTACH=SOCKET [ROCE_PORT=NAME[,NAME...]]              attached to roced (a device a port)
+///   ROCE_DEVICE=NAME                  the device's name (roce0; several ports: roce0, roce1...)
+///   ROCE_LINK_WAIT=SECONDS     how long a memif server's open waits for its client (0)
+#include <fcntl.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "client/local/local_context.h"
+#include "controlplane/address.h"
+#include "dataplane/port/eal.h"
+#include "runtime/env.h"
+#include "runtime/link.h"
+#include "runtime/port.h"
+#include "verbs/provider/provider.h"
+
+namespace roce::verbs_compat {
+namespace {
+
+namespace po = boost::program_options;
+
+const char* env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+/// ROCE_LINK split into words (no quoting: paths with blanks are not supported).
+std::vector<std::string> words(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+bool parse_link(const std::string& text, runtime::LinkOptions& out, std::string& err) {
+  runtime::LinkFlags flags;
+  po::options_description d;
+  flags.add_to(d);
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(words(text)).options(d).run(), vm);
+    po::notify(vm);
+    flags.finish();
+  } catch (const std::exception& e) {
+    err = e.what();
+    return false;
+  }
+  out = flags.link;
+  return true;
+}
+
+runtime::LinkOptions g_link;  // ROCE_LINK's link (in-process)
+Backend* g_local = nullptr;   // the process's one in-process backend
+std::mutex g_open_mu;
+
+void init_device(Device& d) {
+  ibv_device& v = d.vdev.device;
+  v.node_type = IBV_NODE_CA;
+  v.transport_type = IBV_TRANSPORT_IB;  // what every RoCE device reports
+  std::snprintf(v.name, sizeof v.name, "%s", d.name.c_str());
+  std::snprintf(v.dev_name, sizeof v.dev_name, "%s", d.name.c_str());
+  // dev_path and ibdev_path stay empty: no cdev, no sysfs (ibv_read_sysfs_file fails on them).
+  d.vdev.ops = &kDeviceOps;
+  d.vdev.refcount = 1;  // ours, for the life of the process: libibverbs' puts never free it
+  d.vdev.entry.next = d.vdev.entry.prev = &d.vdev.entry;
+  d.vdev.sysfs = nullptr;  // verbs_open_device opens no cdev and no async fd for it
+}
+
+std::vector<Device*> find_devices() {
+  std::vector<Device*> out;
+  // One port: ROCE_DEVICE or roce0; attached to several: ROCE_DEVICE or roce, and the index.
+  const std::string name = env_or("ROCE_DEVICE", "");
+  if (const char* link = std::getenv("ROCE_LINK"); link != nullptr && *link != '\0') {
+    std::string err;
+    if (!parse_link(link, g_link, err)) {
+      std::fprintf(stderr, "libroce-verbs: ROCE_LINK: %s\n", err.c_str());
+      return out;
+    }
+    auto* d = new Device;
+    d->name = name.empty() ? "roce0" : name;
+    d->info.name = d->name;
+    const auto mac = ctl::parse_mac(g_link.mac);
+    const auto ip = ctl::parse_ipv4(g_link.ip);
+    if (!mac || !ip) {
+      std::fprintf(stderr, "libroce-verbs: ROCE_LINK: bad --mac or --ip\n");
+      delete d;
+      return out;
+    }
+    d->info.mac = *mac;
+    d->info.ipv4 = *ip;
+    d->info.gid = ctl::gid_from_ipv4(*ip);
+    d->info.max_mtu = runtime::link_path_mtu(g_link.netdev_mtu);
+    init_device(*d);
+    out.push_back(d);
+  } else if (const char* sock = std::getenv("ROCE_ATTACH"); sock != nullptr && *sock != '\0') {
+    // One device per port ROCE_PORT names (comma-separated), else roced's first port.
+    std::vector<std::string> ports;
+    std::string list = env_or("ROCE_PORT", "");
+    for (std::size_t at = 0;;) {
+      const std::size_t comma = list.find(',', at);
+      ports.push_back(list.substr(at, comma == std::string::npos ? comma : comma - at));
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+    for (std::size_t i = 0; i < ports.size(); ++i) {
+      auto d = std::make_unique<Device>();
+      d->attached = true;
+      d->socket = sock;
+      d->port = ports[i];
+      d->probe = client::Context::attach(d->socket, d->port);
+      if (!d->probe) {
+        std::fprintf(stderr, "libroce-verbs: ROCE_ATTACH=%s%s%s: %s\n", sock,
+                     ports[i].empty() ? "" : " ROCE_PORT=", ports[i].c_str(), std::strerror(errno));
+        continue;
+      }
+      d->info = d->probe->port();
+      d->name = ports.size() == 1 ? (name.empty() ? "roce0" : name)
+                                  : (name.empty() ? "roce" : name) + std::to_string(i);
+      init_device(*d);
+      out.push_back(d.release());
+    }
+  }
+  return out;
+}
+
+void write_all(int fd, const void* p, std::size_t n) {
+  // Non-blocking: a full pipe (a program that never reads its events) loses the event.
+  (void)!::write(fd, p, n);
+}
+
+/// One round of the progress thread: polls the in-process engine, fires armed CQs, hands
+/// asynchronous and CM events over. True when it found something to do.
+bool progress_once(Backend* be) {
+  bool work = false;
+  // While the program polls its CQs itself (which polls the in-process loop too), this thread
+  // stays out of its way: it looks at events once a millisecond only.
+  const std::uint64_t now = now_ns();
+  const bool app_polls = now - be->app_polled_ns.load(std::memory_order_relaxed) < 50'000;
+  if (app_polls && now - be->events_ns < 1'000'000) return false;
+  be->events_ns = now;
+  if (be->env && !app_polls) {
+    std::lock_guard<std::mutex> g(be->mu);
+    for (int i = 0; i < 8; ++i) {
+      const bool w = be->env->loop.poll_once() != 0 || be->env->eng.has_work();
+      work |= w;
+      if (!w) break;
+    }
+  }
+  std::vector<RCq*> fire;
+  {
+    std::lock_guard<std::mutex> r(be->reg);
+    for (RCq* c : be->cqs) {
+      if (c->armed.load(std::memory_order_acquire) == 0 || c->channel_wfd < 0) continue;
+      int rc;
+      {
+        std::lock_guard<std::mutex> g(be->mu);
+        rc = be->ctx->wait_cq(c->c, 0);
+      }
+      // Solicited-only arming fires on any completion too (the engine does not tell a
+      // solicited one apart): a spurious wake-up, never a lost one.
+      if (rc == 0 && c->armed.exchange(0) != 0) fire.push_back(c);
+    }
+    for (RCq* c : fire) {
+      rdma::comp_event_desc ev{reinterpret_cast<std::uint64_t>(&c->vcq.cq)};
+      write_all(c->channel_wfd, &ev, sizeof ev);
+    }
+  }
+  work |= !fire.empty();
+  client::AsyncEvent ae;
+  for (;;) {
+    int rc;
+    {
+      std::lock_guard<std::mutex> g(be->mu);
+      rc = be->ctx->get_async_event(ae, 0);
+    }
+    if (rc != 0) break;
+    post_async(be, ae);
+    work = true;
+  }
+  // The port's state as the kernel reports it: IBV_EVENT_PORT_ACTIVE / IBV_EVENT_PORT_ERR
+  // (in-process, the link: looked at every millisecond, a memif peer may come and go within
+  // 50), and IBV_EVENT_DEVICE_FATAL once roced is gone (attached: every 50 ms, since only a
+  // wait that polls the attachment's socket finds that out).
+  if (now - be->state_ns >= (be->env ? 1'000'000u : 50'000'000u)) {
+    be->state_ns = now;
+    if (!be->env && be->ctx->connected()) {
+      int rc;
+      {
+        std::lock_guard<std::mutex> g(be->mu);
+        rc = be->ctx->get_async_event(ae, 1);
+      }
+      if (rc == 0) post_async(be, ae);
+    }
+    if (!be->env && !be->ctx->connected()) {
+      if (!be->fatal_sent) post_device_event(be, IBV_EVENT_DEVICE_FATAL);
+      be->fatal_sent = true;
+    } else if (const bool up = be->link_up(); up != be->was_up) {
+      be->was_up = up;
+      post_device_event(be, up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR);
+    }
+  }
+  if (be->has_cm_sink.load()) {
+    for (;;) {
+      client::CmEvent ev;
+      int rc;
+      {
+        std::lock_guard<std::mutex> g(be->mu);
+        rc = be->ctx->cm_get_event(ev, 0);
+      }
+      if (rc != 0) break;
+      std::function<void(client::CmEvent &&)> sink;
+      {
+        std::lock_guard<std::mutex> r(be->reg);
+        sink = be->cm_sink;
+      }
+      if (sink) sink(std::move(ev));
+      work = true;
+    }
+  }
+  return work;
+}
+
+void progress_thread(Backend* be) {
+  unsigned idle = 0;
+  while (!be->stop.load(std::memory_order_relaxed)) {
+    if (progress_once(be)) {
+      idle = 0;
+      continue;
+    }
+    ++idle;
+    const bool app_polls = now_ns() - be->app_polled_ns.load(std::memory_order_relaxed) < 50'000;
+    if (!be->env || app_polls) {
+      // Attached: roced moves the data, this thread only relays events. In-process while the
+      // program polls its CQs: the program's polls drive the port; sleep rather than compete
+      // for its CPU and its lock.
+      ::usleep(idle < 100 ? 20 : 200);
+    } else if (idle >= runtime::Poller::kYieldAfterIdlePolls) {
+      // In-process this thread is the port's poll loop whenever the program is not polling
+      // itself (a server waiting on its CQ's channel, a peer's traffic): it keeps polling, as
+      // a DPDK lcore does, and only leaves the CPU to others between empty polls.
+      sched_yield();
+    }
+  }
+}
+
+/// At exit: the progress thread stops, the port closes (a memif link in order) and the EAL
+/// cleans up after itself (its run directory), as roce-perf ends.
+void stop_all() {
+  if (g_local == nullptr) return;
+  g_local->stop = true;
+  if (g_local->progress.joinable()) g_local->progress.join();
+  std::lock_guard<std::mutex> g(g_local->mu);  // a thread of the program still in a call
+  g_local->ctx.reset();
+  g_local->env.reset();
+  port::eal_cleanup();
+}
+
+}  // namespace
+
+std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+bool Backend::link_up() const {
+  if (env) return env->port() != nullptr && env->port()->dev().link_up();
+  return ctx && ctx->connected();
+}
+
+const std::vector<Device*>& devices() {
+  static const std::vector<Device*> all = find_devices();
+  return all;
+}
+
+bool is_ours(ibv_device* d) {
+  for (Device* x : devices())
+    if (&x->vdev.device == d) return true;
+  return false;
+}
+
+bool is_ours(ibv_context* c) { return c != nullptr && is_ours(c->device); }
+
+Backend* open_backend(Device* d) {
+  std::lock_guard<std::mutex> g(g_open_mu);
+  if (!d->attached && g_local != nullptr) {
+    ++g_local->users;
+    return g_local;
+  }
+  auto be = std::make_unique<Backend>();
+  be->dev = d;
+  if (d->attached) {
+    be->ctx = d->probe ? std::move(d->probe) : client::Context::attach(d->socket, d->port);
+    if (!be->ctx) return nullptr;  // errno from attach
+  } else {
+    try {
+      be->env = std::make_unique<runtime::Env>(g_link);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "libroce-verbs: ROCE_LINK: %s\n", e.what());
+      errno = ENODEV;
+      return nullptr;
+    }
+    // A memif server's link comes up when its client joins. Programs that check the port's
+    // state right after opening it (perftest gives up on a port that is down) can wait for it
+    // ROCE_LINK_WAIT seconds; by default the open does not wait (a program that listens for
+    // its peer only after opening would otherwise never let it join).
+    if (g_link.pmd == "memif-server") {
+      const double wait = std::atof(env_or("ROCE_LINK_WAIT", "0"));
+      port::DpdkPort& dev = be->env->port()->dev();
+      if (wait > 0) be->env->until([&] { return dev.link_up(); }, wait);
+    }
+    be->ctx = client::open_local(be->env->local_options(d->name));
+    if (!be->ctx) return nullptr;
+    d->info = be->ctx->port();
+  }
+  be->users = 1;
+  be->was_up = be->link_up();
+  Backend* raw = be.release();
+  raw->progress = std::thread(progress_thread, raw);
+  if (!d->attached) {
+    g_local = raw;
+    // The engine is polled until the program ends; stop the thread before static
+    // destructors run under it. The Env itself stays (the EAL cannot start twice).
+    std::atexit(stop_all);
+  }
+  return raw;
+}
+
+void close_backend(Backend* be) {
+  if (--be->users > 0 || be == g_local) return;
+  be->stop = true;
+  if (be->progress.joinable()) be->progress.join();
+  delete be;
+}
+
+int query_port(Backend* be, ibv_port_attr& a) {
+  a = {};
+  const client::PortInfo& p = be->dev->info;
+  const bool up = be->link_up();
+  a.state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  a.max_mtu = static_cast<ibv_mtu>(p.max_mtu);
+  a.active_mtu = static_cast<ibv_mtu>(p.max_mtu);
+  a.gid_tbl_len = kGidTableLen;
+  a.port_cap_flags = IBV_PORT_CM_SUP;
+  a.max_msg_sz = 1u << 31;
+  a.pkey_tbl_len = 1;
+  a.max_vl_num = 1;
+  a.active_width = 1;         // 1X
+  a.active_speed = 32;        // EDR (25 Gb/s per lane): a virtual link has no speed of its own
+  a.phys_state = up ? 5 : 3;  // LinkUp, Disabled
+  a.link_layer = IBV_LINK_LAYER_ETHERNET;
+  return 0;
+}
+
+bool gid_at(const Device* d, unsigned index, ibv_gid& gid) {
+  std::memset(&gid, 0, sizeof gid);
+  if (index != 0) return false;
+  std::memcpy(gid.raw, d->info.gid.b.data(), 16);
+  return true;
+}
+
+std::optional<MacAddr> resolve(Backend* be, Ipv4Addr ip, double seconds) {
+  if (be->env) {
+    std::lock_guard<std::mutex> g(be->mu);
+    return port::resolve_wait(be->env->loop, ip, seconds);
+  }
+  return std::nullopt;
+}
+
+}  // namespace roce::verbs_compat
