@@ -1,0 +1,325 @@
+/// @file
+/// The two modes (docs/verbs-compat.md, "Running a program"): the devices the environment
+/// names, the backend an opened context runs on, and the progress thread that keeps it going
+/// (the in-process engine's polling) and turns its completions, asynchronous events and CM
+/// events into what libibverbs and librdmacm read from file descriptors.
+///   ROCE_LINK="--pmd memif --iface PATH --ip A --mac M ..."  in-process (roce-perf's link flags)
+///   ROCE_ATTACH=SOCKET [ROCE_PORT=NAME]                        attached to roced
+///   ROCE_DEVICE=NAME                                           the device's name (roce0)
+#include <fcntl.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "client/local/local_context.h"
+#include "controlplane/address.h"
+#include "runtime/env.h"
+#include "runtime/link.h"
+#include "runtime/port.h"
+#include "verbs/provider/provider.h"
+
+namespace roce::verbs_compat {
+namespace {
+
+namespace po = boost::program_options;
+
+const char* env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+/// ROCE_LINK split into words (no quoting: paths with blanks are not supported).
+std::vector<std::string> words(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+bool parse_link(const std::string& text, runtime::LinkOptions& out, std::string& err) {
+  runtime::LinkFlags flags;
+  po::options_description d;
+  flags.add_to(d);
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(words(text)).options(d).run(), vm);
+    po::notify(vm);
+    flags.finish();
+  } catch (const std::exception& e) {
+    err = e.what();
+    return false;
+  }
+  out = flags.link;
+  return true;
+}
+
+runtime::LinkOptions g_link;  // ROCE_LINK's link (in-process)
+Backend* g_local = nullptr;   // the process's one in-process backend
+std::mutex g_open_mu;
+
+void init_device(Device& d) {
+  ibv_device& v = d.vdev.device;
+  v.node_type = IBV_NODE_CA;
+  v.transport_type = IBV_TRANSPORT_IB;  // what every RoCE device reports
+  std::snprintf(v.name, sizeof v.name, "%s", d.name.c_str());
+  std::snprintf(v.dev_name, sizeof v.dev_name, "%s", d.name.c_str());
+  // dev_path and ibdev_path stay empty: no cdev, no sysfs (ibv_read_sysfs_file fails on them).
+  d.vdev.ops = &kDeviceOps;
+  d.vdev.refcount = 1;  // ours, for the life of the process: libibverbs' puts never free it
+  d.vdev.entry.next = d.vdev.entry.prev = &d.vdev.entry;
+  d.vdev.sysfs = nullptr;  // verbs_open_device opens no cdev and no async fd for it
+}
+
+std::vector<Device*> find_devices() {
+  std::vector<Device*> out;
+  const char* name = env_or("ROCE_DEVICE", "roce0");
+  if (const char* link = std::getenv("ROCE_LINK"); link != nullptr && *link != '\0') {
+    std::string err;
+    if (!parse_link(link, g_link, err)) {
+      std::fprintf(stderr, "libroce-verbs: ROCE_LINK: %s\n", err.c_str());
+      return out;
+    }
+    auto* d = new Device;
+    d->name = name;
+    d->info.name = name;
+    const auto mac = ctl::parse_mac(g_link.mac);
+    const auto ip = ctl::parse_ipv4(g_link.ip);
+    if (!mac || !ip) {
+      std::fprintf(stderr, "libroce-verbs: ROCE_LINK: bad --mac or --ip\n");
+      delete d;
+      return out;
+    }
+    d->info.mac = *mac;
+    d->info.ipv4 = *ip;
+    d->info.gid = ctl::gid_from_ipv4(*ip);
+    d->info.max_mtu = runtime::link_path_mtu(g_link.netdev_mtu);
+    init_device(*d);
+    out.push_back(d);
+  } else if (const char* sock = std::getenv("ROCE_ATTACH"); sock != nullptr && *sock != '\0') {
+    auto* d = new Device;
+    d->attached = true;
+    d->socket = sock;
+    d->port = env_or("ROCE_PORT", "");
+    d->probe = client::Context::attach(d->socket, d->port);
+    if (!d->probe) {
+      std::fprintf(stderr, "libroce-verbs: ROCE_ATTACH=%s: %s\n", sock, std::strerror(errno));
+      delete d;
+      return out;
+    }
+    d->info = d->probe->port();
+    d->name = name;
+    init_device(*d);
+    out.push_back(d);
+  }
+  return out;
+}
+
+void write_all(int fd, const void* p, std::size_t n) {
+  // Non-blocking: a full pipe (a program that never reads its events) loses the event.
+  (void)!::write(fd, p, n);
+}
+
+/// One round of the progress thread: polls the in-process engine, fires armed CQs, hands
+/// asynchronous and CM events over. True when it found something to do.
+bool progress_once(Backend* be) {
+  bool work = false;
+  if (be->env) {
+    std::lock_guard<std::mutex> g(be->mu);
+    for (int i = 0; i < 8; ++i) {
+      const bool w = be->env->loop.poll_once() != 0 || be->env->eng.has_work();
+      work |= w;
+      if (!w) break;
+    }
+  }
+  std::vector<RCq*> fire;
+  {
+    std::lock_guard<std::mutex> r(be->reg);
+    for (RCq* c : be->cqs) {
+      if (c->armed.load(std::memory_order_acquire) == 0 || c->channel_wfd < 0) continue;
+      int rc;
+      {
+        std::lock_guard<std::mutex> g(be->mu);
+        rc = be->ctx->wait_cq(c->c, 0);
+      }
+      // Solicited-only arming fires on any completion too (the engine does not tell a
+      // solicited one apart): a spurious wake-up, never a lost one.
+      if (rc == 0 && c->armed.exchange(0) != 0) fire.push_back(c);
+    }
+    for (RCq* c : fire) {
+      rdma::comp_event_desc ev{reinterpret_cast<std::uint64_t>(&c->vcq.cq)};
+      write_all(c->channel_wfd, &ev, sizeof ev);
+    }
+  }
+  work |= !fire.empty();
+  client::AsyncEvent ae;
+  for (;;) {
+    int rc;
+    {
+      std::lock_guard<std::mutex> g(be->mu);
+      rc = be->ctx->get_async_event(ae, 0);
+    }
+    if (rc != 0) break;
+    post_async(be, ae);
+    work = true;
+  }
+  if (be->has_cm_sink.load()) {
+    for (;;) {
+      client::CmEvent ev;
+      int rc;
+      {
+        std::lock_guard<std::mutex> g(be->mu);
+        rc = be->ctx->cm_get_event(ev, 0);
+      }
+      if (rc != 0) break;
+      std::function<void(client::CmEvent&&)> sink;
+      {
+        std::lock_guard<std::mutex> r(be->reg);
+        sink = be->cm_sink;
+      }
+      if (sink) sink(std::move(ev));
+      work = true;
+    }
+  }
+  return work;
+}
+
+void progress_thread(Backend* be) {
+  unsigned idle = 0;
+  while (!be->stop.load(std::memory_order_relaxed)) {
+    if (progress_once(be)) {
+      idle = 0;
+      continue;
+    }
+    ++idle;
+    if (!be->env) {
+      ::usleep(idle < 100 ? 20 : 200);  // attached: roced moves the data; we only relay events
+    } else if (idle < 256) {
+      sched_yield();
+    } else {
+      ::usleep(20);
+    }
+  }
+}
+
+void stop_all() {
+  if (g_local == nullptr) return;
+  g_local->stop = true;
+  if (g_local->progress.joinable()) g_local->progress.join();
+}
+
+}  // namespace
+
+bool Backend::link_up() const {
+  if (env) return env->port() != nullptr && env->port()->dev().link_up();
+  return ctx && ctx->connected();
+}
+
+const std::vector<Device*>& devices() {
+  static const std::vector<Device*> all = find_devices();
+  return all;
+}
+
+bool is_ours(ibv_device* d) {
+  for (Device* x : devices())
+    if (&x->vdev.device == d) return true;
+  return false;
+}
+
+bool is_ours(ibv_context* c) { return c != nullptr && is_ours(c->device); }
+
+Backend* open_backend(Device* d) {
+  std::lock_guard<std::mutex> g(g_open_mu);
+  if (!d->attached && g_local != nullptr) {
+    ++g_local->users;
+    return g_local;
+  }
+  auto be = std::make_unique<Backend>();
+  be->dev = d;
+  if (d->attached) {
+    be->ctx = d->probe ? std::move(d->probe) : client::Context::attach(d->socket, d->port);
+    if (!be->ctx) return nullptr;  // errno from attach
+  } else {
+    try {
+      be->env = std::make_unique<runtime::Env>(g_link);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "libroce-verbs: ROCE_LINK: %s\n", e.what());
+      errno = ENODEV;
+      return nullptr;
+    }
+    be->ctx = client::open_local(be->env->local_options(d->name));
+    if (!be->ctx) return nullptr;
+    d->info = be->ctx->port();
+  }
+  be->users = 1;
+  Backend* raw = be.release();
+  raw->progress = std::thread(progress_thread, raw);
+  if (!d->attached) {
+    g_local = raw;
+    // The engine is polled until the program ends; stop the thread before static
+    // destructors run under it. The Env itself stays (the EAL cannot start twice).
+    std::atexit(stop_all);
+  }
+  return raw;
+}
+
+void close_backend(Backend* be) {
+  if (--be->users > 0 || be == g_local) return;
+  be->stop = true;
+  if (be->progress.joinable()) be->progress.join();
+  delete be;
+}
+
+int query_port(Backend* be, ibv_port_attr& a) {
+  a = {};
+  const client::PortInfo& p = be->dev->info;
+  const bool up = be->link_up();
+  a.state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  a.max_mtu = static_cast<ibv_mtu>(p.max_mtu);
+  a.active_mtu = static_cast<ibv_mtu>(p.max_mtu);
+  a.gid_tbl_len = kGidTableLen;
+  a.port_cap_flags = IBV_PORT_CM_SUP;
+  a.max_msg_sz = 1u << 31;
+  a.pkey_tbl_len = 1;
+  a.max_vl_num = 1;
+  a.active_width = 1;   // 1X
+  a.active_speed = 32;  // EDR (25 Gb/s per lane): a virtual link has no speed of its own
+  a.phys_state = up ? 5 : 3;  // LinkUp, Disabled
+  a.link_layer = IBV_LINK_LAYER_ETHERNET;
+  return 0;
+}
+
+bool gid_at(const Device* d, unsigned index, ibv_gid& gid) {
+  std::memset(&gid, 0, sizeof gid);
+  if (index != 0) return false;
+  std::memcpy(gid.raw, d->info.gid.b.data(), 16);
+  return true;
+}
+
+std::optional<MacAddr> resolve(Backend* be, Ipv4Addr ip, double seconds) {
+  if (be->env) {
+    std::lock_guard<std::mutex> g(be->mu);
+    return port::resolve_wait(be->env->loop, ip, seconds);
+  }
+  // Attached: roced's ARP cache, asked without waiting, again and again.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  bool ask = true;
+  while (std::chrono::steady_clock::now() < end) {
+    int rc;
+    {
+      std::lock_guard<std::mutex> g(be->mu);
+      rc = be->ctx->neighbour(ip, ask);
+    }
+    if (rc == EOPNOTSUPP) return std::nullopt;
+    if (rc == 0) return MacAddr{};  // known to roced: an all-zero MAC makes roced resolve it
+    ask = false;
+    ::usleep(2000);
+  }
+  return std::nullopt;
+}
+
+}  // namespace roce::verbs_compat

@@ -1,0 +1,979 @@
+/// @file
+/// The libibverbs provider: verbs_device_ops (alloc_context) and verbs_context_ops on a libroce
+/// Context, and the bridge (bridge.h) the other parts of verbs/ use. libibverbs calls these
+/// through the ops table verbs_set_ops installs; ibv_post_send, ibv_post_recv, ibv_poll_cq and
+/// ibv_req_notify_cq are inline calls through ibv_context::ops. Errors are rdma-core's: verbs
+/// that create return null with errno set, the others an errno value.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "verbs/provider/provider.h"
+
+namespace roce::verbs_compat {
+extern const rdma::verbs_context_ops kOps;
+
+namespace {
+
+Backend* be_of(ibv_context* c) { return rctx(c)->be; }
+
+template <class T>
+T* fail_null(int err) {
+  errno = err;
+  return nullptr;
+}
+
+bool attached(ibv_context* c) { return be_of(c)->env == nullptr; }
+
+// ---- device and context ----
+
+void free_context(ibv_context* c);
+
+verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* /*private_data*/) {
+  auto* d = reinterpret_cast<Device*>(device);
+  Backend* be = open_backend(d);
+  if (be == nullptr) {
+    if (cmd_fd >= 0) ::close(cmd_fd);
+    return nullptr;
+  }
+  auto* rc = static_cast<RContext*>(_verbs_init_and_alloc_context(
+      device, cmd_fd, sizeof(RContext), reinterpret_cast<verbs_context*>(offsetof(RContext, vctx)),
+      0 /* RDMA_DRIVER_UNKNOWN */));
+  if (rc == nullptr) {
+    close_backend(be);
+    return nullptr;
+  }
+  rc->be = be;
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) {
+    const int e = errno;
+    verbs_uninit_context(&rc->vctx);
+    std::free(rc);
+    close_backend(be);
+    return fail_null<verbs_context>(e);
+  }
+  ::fcntl(p[1], F_SETFL, O_NONBLOCK);
+  rc->vctx.context.async_fd = p[0];
+  rc->async_wfd = p[1];
+  rc->vctx.context.num_comp_vectors = 1;
+  verbs_set_ops(&rc->vctx, &kOps);
+  return &rc->vctx;
+}
+
+void free_context(ibv_context* c) {
+  RContext* rc = rctx(c);
+  Backend* be = rc->be;
+  ::close(rc->async_wfd);
+  verbs_uninit_context(&rc->vctx);  // closes async_fd, puts the device
+  std::free(rc);
+  close_backend(be);
+}
+
+void uninit_device(rdma::verbs_device*) {}  // never: our devices keep a reference of their own
+
+int query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input,
+                    ibv_device_attr_ex* attr, std::size_t attr_size) {
+  if (input != nullptr && input->comp_mask != 0) return EINVAL;
+  if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
+  std::memset(attr, 0, std::min(attr_size, sizeof(*attr)));
+  Backend* be = be_of(c);
+  client::DeviceAttr lim;
+  {
+    std::lock_guard<std::mutex> g(be->mu);
+    lim = be->ctx->query_device();
+  }
+  const auto or_ = [](std::uint32_t v, std::uint32_t d) { return v != 0 ? v : d; };
+  ibv_device_attr& a = attr->orig_attr;
+  std::snprintf(a.fw_ver, sizeof a.fw_ver, "roce 0.1.0 (%s)", attached(c) ? "attached" : "in-process");
+  a.node_guid = htobe64(node_guid(be->dev));
+  a.sys_image_guid = a.node_guid;
+  a.max_mr_size = lim.max_mr_size != 0 ? lim.max_mr_size : (1ull << 40);
+  a.page_size_cap = 0xfffff000;
+  a.vendor_id = 0xffffff;  // no IEEE OUI of our own (rxe says the same)
+  a.max_qp = static_cast<int>(or_(lim.max_qp, 4096));
+  a.max_qp_wr = static_cast<int>(or_(lim.max_qp_wr, 16384));
+  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID |
+                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_CHANGE_PHY_PORT;
+  a.max_sge = static_cast<int>(or_(lim.max_sge, 32));
+  if (attached(c)) a.max_sge = 32;  // beyond the attachment's 4, the provider copies
+  a.max_sge_rd = a.max_sge;
+  a.max_cq = static_cast<int>(or_(lim.max_cq, 16384));
+  a.max_cqe = static_cast<int>(or_(lim.max_cqe, 1u << 20));
+  a.max_mr = static_cast<int>(or_(lim.max_mr, 1u << 20));
+  a.max_pd = static_cast<int>(or_(lim.max_pd, 1u << 16));
+  a.max_qp_rd_atom = 128;
+  a.max_qp_init_rd_atom = 128;
+  a.max_res_rd_atom = a.max_qp * 128;
+  a.atomic_cap = IBV_ATOMIC_HCA;
+  a.max_srq = static_cast<int>(or_(lim.max_srq, 1u << 16));
+  a.max_srq_wr = static_cast<int>(or_(lim.max_srq_wr, 16384));
+  a.max_srq_sge = static_cast<std::uint16_t>(or_(lim.max_srq_sge, 32));
+  a.max_pkeys = 1;
+  a.local_ca_ack_delay = 15;
+  a.phys_port_cnt = 1;
+  return 0;
+}
+
+int query_port_op(ibv_context* c, std::uint8_t port, ibv_port_attr* attr) {
+  if (port != 1) return EINVAL;
+  return query_port(be_of(c), *attr);
+}
+
+// ---- PD, MR ----
+
+std::atomic<std::uint32_t> g_handles{1};
+
+ibv_pd* alloc_pd(ibv_context* c) {
+  Backend* be = be_of(c);
+  client::Pd* p;
+  {
+    std::lock_guard<std::mutex> g(be->mu);
+    p = be->ctx->alloc_pd();
+  }
+  if (p == nullptr) return nullptr;
+  auto* r = new RPd;
+  r->pd.context = c;
+  r->pd.handle = g_handles++;
+  r->p = p;
+  return &r->pd;
+}
+
+int dealloc_pd(ibv_pd* pd) {
+  auto* r = reinterpret_cast<RPd*>(pd);
+  Backend* be = be_of(pd->context);
+  std::lock_guard<std::mutex> g(be->mu);
+  if (const int rc = be->ctx->dealloc_pd(r->p)) return rc;
+  delete r;
+  return 0;
+}
+
+constexpr int kAccessKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                             IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+
+/// The engine's access flags of `access`, or -errno.
+int check_access(int access) {
+  access &= ~IBV_ACCESS_OPTIONAL_RANGE;  // relaxed ordering and the like: hints
+  if (access & (IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND |
+                IBV_ACCESS_HUGETLB))
+    return -EOPNOTSUPP;
+  if (access & ~kAccessKnown) return -EINVAL;
+  // IBA 10.6.3.1: remote write or atomic access needs local write.
+  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(access & IBV_ACCESS_LOCAL_WRITE))
+    return -EINVAL;
+  return access;
+}
+
+void warn_attached_memory() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::fprintf(stderr,
+                 "libroce-verbs: attached to roced, ibv_reg_mr registers only memory roced shares "
+                 "(a libroce Buffer); this program's own memory is not shared yet: EOPNOTSUPP "
+                 "(run it in-process with ROCE_LINK)\n");
+  });
+}
+
+/// Registers [addr, addr + length) at `iova` into `m` (and `adopted`); 0 or an errno value.
+int register_range(ibv_context* c, client::Pd* pd, void* addr, std::size_t length,
+                   std::uint64_t iova, int access, client::Mr*& m, client::Buffer*& adopted) {
+  if (addr == nullptr || length == 0) return EINVAL;
+  const int acc = check_access(access);
+  if (acc < 0) return -acc;
+  Backend* be = be_of(c);
+  std::lock_guard<std::mutex> g(be->mu);
+  adopted = nullptr;
+  if (!attached(c)) {
+    // In-process the engine reaches any memory of the process: adopt the range as it is.
+    adopted = be->ctx->register_memfd(-1, addr, length);
+    if (adopted == nullptr) return errno != 0 ? errno : ENOMEM;
+  }
+  errno = 0;
+  m = be->ctx->reg_mr_iova(pd, addr, length, iova, static_cast<std::uint32_t>(acc));
+  if (m == nullptr) {
+    int e = errno != 0 ? errno : EINVAL;
+    if (adopted != nullptr) be->ctx->free_buffer(adopted);
+    adopted = nullptr;
+    if (attached(c) && e == EINVAL) {
+      warn_attached_memory();
+      e = EOPNOTSUPP;
+    }
+    return e;
+  }
+  return 0;
+}
+
+void release_range(Backend* be, client::Mr* m, client::Buffer* adopted) {
+  if (m != nullptr) be->ctx->dereg_mr(m);
+  if (adopted != nullptr) be->ctx->free_buffer(adopted);
+}
+
+ibv_mr* reg_mr(ibv_pd* pd, void* addr, std::size_t length, std::uint64_t iova, int access) {
+  auto* p = reinterpret_cast<RPd*>(pd);
+  client::Mr* m = nullptr;
+  client::Buffer* adopted = nullptr;
+  if (const int rc = register_range(pd->context, p->p, addr, length, iova, access, m, adopted))
+    return fail_null<ibv_mr>(rc);
+  auto* r = new RMr;
+  r->m = m;
+  r->adopted = adopted;
+  r->vmr.mr_type = rdma::IBV_MR_TYPE_MR;
+  r->vmr.access = access;
+  ibv_mr& mr = r->vmr.ibv_mr;
+  mr.context = pd->context;
+  mr.pd = pd;
+  mr.addr = addr;
+  mr.length = length;
+  mr.handle = g_handles++;
+  mr.lkey = m->lkey;
+  mr.rkey = m->rkey;
+  return &mr;
+}
+
+int dereg_mr(rdma::verbs_mr* vmr) {
+  auto* r = reinterpret_cast<RMr*>(vmr);
+  Backend* be = be_of(vmr->ibv_mr.context);
+  std::lock_guard<std::mutex> g(be->mu);
+  if (const int rc = be->ctx->dereg_mr(r->m)) return rc;
+  if (r->adopted != nullptr) be->ctx->free_buffer(r->adopted);
+  delete r;
+  return 0;
+}
+
+/// ibv_rereg_mr: a new registration with what changes, then the old one goes (the keys may
+/// change, as the kernel's rereg may change them).
+int rereg_mr(rdma::verbs_mr* vmr, int flags, ibv_pd* pd, void* addr, std::size_t length,
+             int access) {
+  auto* r = reinterpret_cast<RMr*>(vmr);
+  ibv_mr& mr = vmr->ibv_mr;
+  ibv_pd* npd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : mr.pd;
+  void* naddr = mr.addr;
+  std::size_t nlen = mr.length;
+  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+    naddr = addr;
+    nlen = length;
+  }
+  const int nacc = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : vmr->access;
+  if (npd == nullptr || npd->context != mr.context) return EINVAL;
+  client::Mr* m = nullptr;
+  client::Buffer* adopted = nullptr;
+  if (const int rc = register_range(mr.context, reinterpret_cast<RPd*>(npd)->p, naddr, nlen,
+                                    reinterpret_cast<std::uint64_t>(naddr), nacc, m, adopted))
+    return rc;
+  Backend* be = be_of(mr.context);
+  {
+    std::lock_guard<std::mutex> g(be->mu);
+    release_range(be, r->m, r->adopted);
+  }
+  r->m = m;
+  r->adopted = adopted;
+  vmr->access = nacc;
+  mr.lkey = m->lkey;
+  mr.rkey = m->rkey;
+  return 0;
+}
+
+// ---- CQ ----
+
+RCq* new_cq(ibv_context* c, int cqe, ibv_comp_channel* channel, int comp_vector) {
+  if (cqe < 1 || comp_vector < 0 || comp_vector >= c->num_comp_vectors)
+    return fail_null<RCq>(EINVAL);
+  int wfd = -1;
+  if (channel != nullptr) {
+    wfd = channel_wfd(channel);
+    if (wfd < 0 || channel->context != c) return fail_null<RCq>(EINVAL);
+  }
+  Backend* be = be_of(c);
+  client::Cq* q;
+  {
+    std::lock_guard<std::mutex> g(be->mu);
+    q = be->ctx->create_cq(static_cast<std::uint32_t>(cqe));
+  }
+  if (q == nullptr) return nullptr;
+  auto* r = new RCq;
+  r->c = q;
+  r->be = be;
+  r->channel_wfd = wfd;
+  ibv_cq& cq = r->vcq.cq;
+  cq.context = c;
+  cq.channel = channel;
+  cq.handle = g_handles++;
+  cq.cqe = static_cast<int>(std::max<std::uint32_t>(q->depth, static_cast<std::uint32_t>(cqe)));
+  std::lock_guard<std::mutex> g(be->reg);
+  be->cqs.push_back(r);
+  return r;
+}
+
+ibv_cq* create_cq(ibv_context* c, int cqe, ibv_comp_channel* channel, int comp_vector) {
+  RCq* r = new_cq(c, cqe, channel, comp_vector);
+  return r != nullptr ? &r->vcq.cq : nullptr;
+}
+
+ibv_cq_ex* create_cq_ex(ibv_context* c, ibv_cq_init_attr_ex* a) {
+  if (a->comp_mask & ~static_cast<std::uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS))
+    return fail_null<ibv_cq_ex>(EOPNOTSUPP);
+  if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && a->flags != 0)
+    return fail_null<ibv_cq_ex>(EOPNOTSUPP);
+  constexpr std::uint64_t kSupported =
+      IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |
+      IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |
+      IBV_WC_EX_WITH_DLID_PATH_BITS;
+  if (a->wc_flags & ~kSupported) return fail_null<ibv_cq_ex>(EOPNOTSUPP);
+  RCq* r = new_cq(c, static_cast<int>(a->cqe), a->channel, static_cast<int>(a->comp_vector));
+  if (r == nullptr) return nullptr;
+  init_cq_ex(&r->vcq.cq_ex);
+  return &r->vcq.cq_ex;
+}
+
+int destroy_cq(ibv_cq* cq) {
+  RCq* r = rcq(cq);
+  Backend* be = r->be;
+  {
+    std::lock_guard<std::mutex> g(be->mu);
+    if (const int rc = be->ctx->destroy_cq(r->c)) return rc;
+  }
+  {
+    std::lock_guard<std::mutex> g(be->reg);
+    std::erase(be->cqs, r);
+  }
+  delete r;
+  return 0;
+}
+
+int poll_cq_op(ibv_cq* cq, int n, ibv_wc* wc) { return poll_cq(cq, n, wc); }
+
+int req_notify_cq(ibv_cq* cq, int solicited_only) {
+  rcq(cq)->armed.store(solicited_only ? 2 : 1, std::memory_order_release);
+  return 0;
+}
+
+// ---- SRQ ----
+
+ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* a) {
+  if (a->attr.max_wr == 0 || a->attr.max_sge == 0) return fail_null<ibv_srq>(EINVAL);
+  Backend* be = be_of(pd->context);
+  client::Srq* s;
+  {
+    std::lock_guard<std::mutex> g(be->mu);
+    s = be->ctx->create_srq(reinterpret_cast<RPd*>(pd)->p, a->attr.max_wr, a->attr.max_sge);
+  }
+  if (s == nullptr) return nullptr;
+  auto* r = new RSrq;
+  r->s = s;
+  r->attr = a->attr;
+  r->vsrq.srq_type = IBV_SRQT_BASIC;
+  r->vsrq.srq.handle = g_handles++;
+  return &r->vsrq.srq;
+}
+
+int modify_srq(ibv_srq* srq, ibv_srq_attr* a, int mask) {
+  auto* r = reinterpret_cast<RSrq*>(srq);
+  if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
+  if (mask & IBV_SRQ_MAX_WR) return EOPNOTSUPP;  // no resizing
+  if (mask & IBV_SRQ_LIMIT) {
+    if (a->srq_limit > r->attr.max_wr) return EINVAL;
+    r->attr.srq_limit = a->srq_limit;  // kept for ibv_query_srq; no SRQ_LIMIT_REACHED event
+  }
+  return 0;
+}
+
+int query_srq(ibv_srq* srq, ibv_srq_attr* a) {
+  *a = reinterpret_cast<RSrq*>(srq)->attr;
+  return 0;
+}
+
+int destroy_srq(ibv_srq* srq) {
+  auto* r = reinterpret_cast<RSrq*>(srq);
+  Backend* be = be_of(srq->context);
+  std::lock_guard<std::mutex> g(be->mu);
+  if (const int rc = be->ctx->destroy_srq(r->s)) return rc;
+  delete r;
+  return 0;
+}
+
+/// ibv_recv_wr lists as the engine's RecvWr lists (`sges` holds their SGEs).
+void to_recv(const ibv_recv_wr* wr, std::vector<verbs::RecvWr>& out, std::vector<verbs::Sge>& sges) {
+  std::size_t n = 0, ns = 0;
+  for (const ibv_recv_wr* w = wr; w != nullptr; w = w->next) {
+    ++n;
+    ns += static_cast<std::size_t>(std::max(w->num_sge, 0));
+  }
+  out.resize(n);
+  sges.resize(ns);
+  std::size_t i = 0, s = 0;
+  for (const ibv_recv_wr* w = wr; w != nullptr; w = w->next, ++i) {
+    verbs::RecvWr& r = out[i];
+    r = {};
+    r.wr_id = w->wr_id;
+    r.sg_list = sges.data() + s;
+    r.num_sge = static_cast<std::uint32_t>(std::max(w->num_sge, 0));
+    for (int k = 0; k < w->num_sge; ++k, ++s)
+      sges[s] = {w->sg_list[k].addr, w->sg_list[k].length, w->sg_list[k].lkey};
+    r.next = w->next != nullptr ? &out[i + 1] : nullptr;
+  }
+}
+
+template <class F>
+int post_recv_list(Backend* be, ibv_recv_wr* wr, ibv_recv_wr** bad, F&& post) {
+  std::vector<verbs::RecvWr> rs;
+  std::vector<verbs::Sge> sges;
+  to_recv(wr, rs, sges);
+  if (rs.empty()) return 0;
+  const verbs::RecvWr* b = nullptr;
+  int rc;
+  {
+    std::lock_guard<std::mutex> g(be->mu);
+    rc = post(rs.data(), &b);
+  }
+  if (rc != 0 && bad != nullptr) {
+    ibv_recv_wr* w = wr;
+    for (const verbs::RecvWr* x = rs.data(); x != b && w != nullptr; x = x->next) w = w->next;
+    *bad = b != nullptr ? w : wr;
+  }
+  return rc;
+}
+
+int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  auto* r = reinterpret_cast<RSrq*>(srq);
+  Backend* be = be_of(srq->context);
+  return post_recv_list(be, wr, bad, [&](const verbs::RecvWr* w, const verbs::RecvWr** b) {
+    return be->ctx->post_srq_recv(r->s, w, b);
+  });
+}
+
+// ---- QP ----
+
+constexpr std::uint32_t kAttachedSge = 4;  // attached post_send: registered SGEs, at most 4
+
+int setup_bounce(Backend* be, RQp* r) {
+  Bounce& b = r->bounce;
+  b.slots = std::max<std::uint32_t>(2 * r->cap.max_send_wr, 2);
+  b.slot_size = (std::max<std::size_t>(r->cap.max_inline_data, 1024) + 63) & ~std::size_t{63};
+  b.buf = be->ctx->alloc_buffer(b.slots * b.slot_size);
+  if (b.buf == nullptr) return errno != 0 ? errno : ENOMEM;
+  b.mr = be->ctx->reg_mr(reinterpret_cast<RPd*>(r->vqp.qp.pd)->p, b.buf->addr, b.buf->length,
+                         verbs::kAccessLocalWrite);
+  if (b.mr == nullptr) {
+    const int e = errno;
+    be->ctx->free_buffer(b.buf);
+    b.buf = nullptr;
+    return e != 0 ? e : ENOMEM;
+  }
+  return 0;
+}
+
+void free_bounce(Backend* be, RQp* r) {
+  if (r->bounce.mr != nullptr) be->ctx->dereg_mr(r->bounce.mr);
+  if (r->bounce.buf != nullptr) be->ctx->free_buffer(r->bounce.buf);
+  r->bounce = {};
+}
+
+RQp* new_qp(ibv_context* c, ibv_pd* pd, const ibv_qp_init_attr& a, ibv_qp_cap& cap_out) {
+  verbs::QpType type;
+  switch (a.qp_type) {
+    case IBV_QPT_RC: type = verbs::QpType::kRc; break;
+    case IBV_QPT_UC: type = verbs::QpType::kUc; break;
+    case IBV_QPT_UD: type = verbs::QpType::kUd; break;
+    default: return fail_null<RQp>(EOPNOTSUPP);
+  }
+  if (pd == nullptr || a.send_cq == nullptr || a.recv_cq == nullptr || pd->context != c ||
+      a.send_cq->context != c || a.recv_cq->context != c ||
+      (a.srq != nullptr && a.srq->context != c))
+    return fail_null<RQp>(EINVAL);
+  Backend* be = be_of(c);
+  const bool att = attached(c);
+  if (a.cap.max_send_sge > 32 || a.cap.max_recv_sge > 32 || a.cap.max_inline_data > 4096)
+    return fail_null<RQp>(EINVAL);
+  verbs::QpCap cap;
+  cap.max_send_wr = std::max<std::uint32_t>(a.cap.max_send_wr, 1);
+  cap.max_recv_wr = std::max<std::uint32_t>(a.cap.max_recv_wr, 1);
+  cap.max_send_sge = std::max<std::uint32_t>(a.cap.max_send_sge, 1);
+  cap.max_recv_sge = std::max<std::uint32_t>(a.cap.max_recv_sge, 1);
+  cap.max_inline_data = a.cap.max_inline_data;
+  if (att) {
+    cap.max_send_sge = std::min(cap.max_send_sge, kAttachedSge);
+    cap.max_inline_data = 0;  // copied into the bounce buffer
+  }
+  auto* r = new RQp;
+  r->be = be;
+  r->rctx = rctx(c);
+  r->cap = a.cap;
+  r->cap.max_send_wr = cap.max_send_wr;
+  r->cap.max_recv_wr = a.srq != nullptr ? 0 : cap.max_recv_wr;
+  r->cap.max_send_sge = std::max<std::uint32_t>(a.cap.max_send_sge, 1);
+  r->cap.max_recv_sge = a.srq != nullptr ? 0 : cap.max_recv_sge;
+  r->sq_sig_all = a.sq_sig_all;
+  ibv_qp& qp = r->vqp.qp;
+  qp.context = c;
+  qp.qp_context = a.qp_context;
+  qp.pd = pd;
+  qp.send_cq = a.send_cq;
+  qp.recv_cq = a.recv_cq;
+  qp.srq = a.srq;
+  qp.handle = g_handles++;
+  qp.state = IBV_QPS_RESET;
+  qp.qp_type = a.qp_type;
+  pthread_mutex_init(&qp.mutex, nullptr);
+  pthread_cond_init(&qp.cond, nullptr);
+  qp.events_completed = 0;
+  {
+    std::lock_guard<std::mutex> g(be->mu);
+    r->q = be->ctx->create_qp(reinterpret_cast<RPd*>(pd)->p, type, rcq(a.send_cq)->c,
+                              rcq(a.recv_cq)->c, cap,
+                              a.srq != nullptr ? reinterpret_cast<RSrq*>(a.srq)->s : nullptr,
+                              a.sq_sig_all != 0);
+    if (r->q != nullptr && att) {
+      if (const int e = setup_bounce(be, r)) {
+        be->ctx->destroy_qp(r->q);
+        delete r;
+        return fail_null<RQp>(e);
+      }
+    }
+  }
+  if (r->q == nullptr) {
+    const int e = errno != 0 ? errno : ENOMEM;
+    delete r;
+    return fail_null<RQp>(e);
+  }
+  qp.qp_num = r->q->qp_num;
+  r->attr.qp_state = IBV_QPS_RESET;
+  r->attr.port_num = 1;
+  r->attr.path_mtu = static_cast<ibv_mtu>(be->dev->info.max_mtu);
+  cap_out = r->cap;
+  std::lock_guard<std::mutex> g(be->reg);
+  be->qps[qp.qp_num] = r;
+  return r;
+}
+
+ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* a) {
+  RQp* r = new_qp(pd->context, pd, *a, a->cap);
+  return r != nullptr ? &r->vqp.qp : nullptr;
+}
+
+ibv_qp* create_qp_ex(ibv_context* c, ibv_qp_init_attr_ex* a) {
+  constexpr std::uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if (a->comp_mask & ~kKnown) return fail_null<ibv_qp>(EOPNOTSUPP);
+  if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD)) return fail_null<ibv_qp>(EINVAL);
+  constexpr std::uint64_t kSendOps =
+      IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+      IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
+      IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+      IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+  const bool ex = (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
+  if (ex && (a->send_ops_flags & ~kSendOps)) return fail_null<ibv_qp>(EOPNOTSUPP);
+  ibv_qp_init_attr base{};
+  base.qp_context = a->qp_context;
+  base.send_cq = a->send_cq;
+  base.recv_cq = a->recv_cq;
+  base.srq = a->srq;
+  base.cap = a->cap;
+  base.qp_type = a->qp_type;
+  base.sq_sig_all = a->sq_sig_all;
+  RQp* r = new_qp(c, a->pd, base, a->cap);
+  if (r == nullptr) return nullptr;
+  if (ex) {
+    r->vqp.comp_mask |= rdma::VERBS_QP_EX;
+    r->vqp.qp_ex.comp_mask = 0;
+    init_qp_ex(&r->vqp.qp_ex);
+  }
+  return &r->vqp.qp;
+}
+
+constexpr int kQpMaskOurs =
+    IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY |
+    IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+    IBV_QP_RQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN |
+    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_DEST_QPN;
+// Accepted and kept for ibv_query_qp, without effect: no alternate path, no SQD notification.
+constexpr int kQpMaskKept = IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY | IBV_QP_ALT_PATH |
+                            IBV_QP_PATH_MIG_STATE | IBV_QP_CAP;
+
+/// An ibv_ah_attr as the engine's address vector (RoCE: a GRH is a must); 0 or an errno value.
+int to_av(ibv_context* c, const ibv_ah_attr& ah, verbs::AddressVector& av) {
+  if (!ah.is_global) return EINVAL;  // RoCE addresses by GID (the kernel says EINVAL too)
+  if (ah.port_num != 1 && ah.port_num != 0) return EINVAL;
+  ibv_gid sgid;
+  if (!gid_at(be_of(c)->dev, ah.grh.sgid_index, sgid)) return EINVAL;
+  std::memcpy(av.dgid.b.data(), ah.grh.dgid.raw, 16);
+  // Only IPv4 (::ffff:a.b.c.d): the port has no IPv6 address.
+  static constexpr std::uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::memcmp(ah.grh.dgid.raw, kMapped, 12) != 0) return EINVAL;
+  av.hop_limit = ah.grh.hop_limit != 0 ? ah.grh.hop_limit : 64;
+  av.traffic_class = ah.grh.traffic_class;
+  av.flow_label = ah.grh.flow_label;
+  return 0;
+}
+
+int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
+  RQp* r = rqp(qp);
+  if (mask & ~(kQpMaskOurs | kQpMaskKept)) return mask & IBV_QP_RATE_LIMIT ? EOPNOTSUPP : EINVAL;
+  if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != r->attr.qp_state) return EINVAL;
+  if ((mask & IBV_QP_PORT) && attr->port_num != 1) return EINVAL;
+  if ((mask & IBV_QP_PKEY_INDEX) && attr->pkey_index != 0) return EINVAL;
+  if ((mask & IBV_QP_STATE) && attr->qp_state > IBV_QPS_ERR) return EINVAL;
+  if ((mask & IBV_QP_PATH_MTU) && (attr->path_mtu < IBV_MTU_256 || attr->path_mtu > IBV_MTU_4096))
+    return EINVAL;
+  verbs::QpAttr a;
+  a.qp_state = static_cast<verbs::QpState>(attr->qp_state);
+  a.qp_access_flags = static_cast<std::uint32_t>(attr->qp_access_flags) & kAccessKnown;
+  a.pkey_index = 0;
+  a.port_num = 1;
+  a.qkey = attr->qkey;
+  if (mask & IBV_QP_AV)
+    if (const int rc = to_av(qp->context, attr->ah_attr, a.ah)) return rc;
+  a.path_mtu = static_cast<verbs::Mtu>(attr->path_mtu);
+  a.timeout = attr->timeout;
+  a.retry_cnt = attr->retry_cnt;
+  a.rnr_retry = attr->rnr_retry;
+  a.rq_psn = attr->rq_psn;
+  a.sq_psn = attr->sq_psn;
+  a.max_rd_atomic = attr->max_rd_atomic;
+  a.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+  a.min_rnr_timer = attr->min_rnr_timer;
+  a.dest_qp_num = attr->dest_qp_num;
+  Backend* be = r->be;
+  int rc;
+  {
+    std::lock_guard<std::mutex> g(be->mu);
+    rc = be->ctx->modify_qp(r->q, a, static_cast<std::uint32_t>(mask & kQpMaskOurs));
+  }
+  if (rc != 0) return rc;
+  ibv_qp_attr& s = r->attr;
+  if (mask & IBV_QP_STATE) s.qp_state = attr->qp_state;
+  if (mask & IBV_QP_ACCESS_FLAGS) s.qp_access_flags = attr->qp_access_flags;
+  if (mask & IBV_QP_QKEY) s.qkey = attr->qkey;
+  if (mask & IBV_QP_AV) s.ah_attr = attr->ah_attr;
+  if (mask & IBV_QP_PATH_MTU) s.path_mtu = attr->path_mtu;
+  if (mask & IBV_QP_TIMEOUT) s.timeout = attr->timeout;
+  if (mask & IBV_QP_RETRY_CNT) s.retry_cnt = attr->retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) s.rnr_retry = attr->rnr_retry;
+  if (mask & IBV_QP_RQ_PSN) s.rq_psn = attr->rq_psn;
+  if (mask & IBV_QP_SQ_PSN) s.sq_psn = attr->sq_psn;
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) s.max_rd_atomic = attr->max_rd_atomic;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) s.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+  if (mask & IBV_QP_MIN_RNR_TIMER) s.min_rnr_timer = attr->min_rnr_timer;
+  if (mask & IBV_QP_DEST_QPN) s.dest_qp_num = attr->dest_qp_num;
+  if (mask & IBV_QP_ALT_PATH) {
+    s.alt_ah_attr = attr->alt_ah_attr;
+    s.alt_pkey_index = attr->alt_pkey_index;
+    s.alt_port_num = attr->alt_port_num;
+    s.alt_timeout = attr->alt_timeout;
+  }
+  if (mask & IBV_QP_PATH_MIG_STATE) s.path_mig_state = attr->path_mig_state;
+  if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) s.en_sqd_async_notify = attr->en_sqd_async_notify;
+  return 0;
+}
+
+int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) {
+  RQp* r = rqp(qp);
+  *attr = r->attr;
+  attr->cur_qp_state = r->attr.qp_state;
+  attr->cap = r->cap;
+  attr->port_num = 1;
+  attr->sq_draining = 0;
+  if (init != nullptr) {
+    *init = {};
+    init->qp_context = qp->qp_context;
+    init->send_cq = qp->send_cq;
+    init->recv_cq = qp->recv_cq;
+    init->srq = qp->srq;
+    init->cap = r->cap;
+    init->qp_type = qp->qp_type;
+    init->sq_sig_all = r->sq_sig_all;
+  }
+  return 0;
+}
+
+int destroy_qp(ibv_qp* qp) {
+  RQp* r = rqp(qp);
+  Backend* be = r->be;
+  {
+    std::lock_guard<std::mutex> g(be->mu);
+    if (const int rc = be->ctx->destroy_qp(r->q)) return rc;
+    free_bounce(be, r);
+  }
+  {
+    std::lock_guard<std::mutex> g(be->reg);
+    be->qps.erase(qp->qp_num);
+  }
+  pthread_mutex_destroy(&qp->mutex);
+  pthread_cond_destroy(&qp->cond);
+  delete r;
+  return 0;
+}
+
+int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  RQp* r = rqp(qp);
+  if (qp->srq != nullptr) {
+    if (bad != nullptr) *bad = wr;
+    return EINVAL;
+  }
+  Backend* be = r->be;
+  return post_recv_list(be, wr, bad, [&](const verbs::RecvWr* w, const verbs::RecvWr** b) {
+    return be->ctx->post_recv(r->q, w, b);
+  });
+}
+
+int post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) { return post_send(qp, wr, bad); }
+
+// ---- AH ----
+
+ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  auto* r = new RAh;
+  if (const int rc = to_av(pd->context, *attr, r->av)) {
+    delete r;
+    return fail_null<ibv_ah>(rc);
+  }
+  Ipv4Addr ip{static_cast<std::uint32_t>(attr->grh.dgid.raw[12]) << 24 |
+              static_cast<std::uint32_t>(attr->grh.dgid.raw[13]) << 16 |
+              static_cast<std::uint32_t>(attr->grh.dgid.raw[14]) << 8 | attr->grh.dgid.raw[15]};
+  // rdma-core resolves the neighbour when it makes an AH (ibv_resolve_eth_l2_from_gid, 3 s).
+  const auto mac = resolve(be_of(pd->context), ip, 3.0);
+  if (!mac) {
+    delete r;
+    return fail_null<ibv_ah>(EHOSTUNREACH);
+  }
+  r->av.dmac = *mac;
+  r->ah.handle = g_handles++;
+  return &r->ah;
+}
+
+int destroy_ah(ibv_ah* ah) {
+  delete reinterpret_cast<RAh*>(ah);
+  return 0;
+}
+
+}  // namespace
+
+// ---- the tables ----
+
+const rdma::verbs_context_ops kOps = [] {
+  rdma::verbs_context_ops o{};
+  o.alloc_pd = alloc_pd;
+  o.create_ah = create_ah;
+  o.create_cq = create_cq;
+  o.create_cq_ex = create_cq_ex;
+  o.create_qp = create_qp;
+  o.create_qp_ex = create_qp_ex;
+  o.create_srq = create_srq;
+  o.dealloc_pd = dealloc_pd;
+  o.dereg_mr = dereg_mr;
+  o.destroy_ah = destroy_ah;
+  o.destroy_cq = destroy_cq;
+  o.destroy_qp = destroy_qp;
+  o.destroy_srq = destroy_srq;
+  o.free_context = free_context;
+  o.modify_qp = modify_qp;
+  o.modify_srq = modify_srq;
+  o.poll_cq = poll_cq_op;
+  o.post_recv = post_recv;
+  o.post_send = post_send_op;
+  o.post_srq_recv = post_srq_recv;
+  o.query_device_ex = query_device_ex;
+  o.query_port = query_port_op;
+  o.query_qp = query_qp;
+  o.query_srq = query_srq;
+  o.reg_mr = reg_mr;
+  o.req_notify_cq = req_notify_cq;
+  o.rereg_mr = rereg_mr;
+  return o;
+}();
+
+const rdma::verbs_device_ops kDeviceOps = [] {
+  rdma::verbs_device_ops o{};
+  o.name = "roce";
+  o.alloc_context = alloc_context;
+  o.uninit_device = uninit_device;
+  return o;
+}();
+
+std::uint64_t node_guid(const Device* d) {
+  const auto& m = d->info.mac.b;
+  return std::uint64_t{static_cast<std::uint8_t>(m[0] ^ 2)} << 56 | std::uint64_t{m[1]} << 48 |
+         std::uint64_t{m[2]} << 40 | std::uint64_t{0xff} << 32 | std::uint64_t{0xfe} << 24 |
+         std::uint64_t{m[3]} << 16 | std::uint64_t{m[4]} << 8 | m[5];
+}
+
+void post_async(Backend* be, const client::AsyncEvent& ev) {
+  rdma::async_event_desc d{};
+  d.event_type = static_cast<std::uint32_t>(ev.type);
+  int fd = -1;
+  {
+    std::lock_guard<std::mutex> g(be->reg);
+    if (ev.type == verbs::AsyncEventType::kCqErr) {
+      for (RCq* c : be->cqs)
+        if (c->c == ev.cq) {
+          d.element = reinterpret_cast<std::uint64_t>(&c->vcq.cq);
+          fd = rctx(c->vcq.cq.context)->async_wfd;
+        }
+    } else {
+      const auto it = be->qps.find(ev.qp_num);
+      if (it != be->qps.end()) {
+        RQp* q = it->second;
+        d.element = reinterpret_cast<std::uint64_t>(&q->vqp.qp);
+        fd = q->rctx->async_wfd;
+        if (ev.type == verbs::AsyncEventType::kQpFatal ||
+            ev.type == verbs::AsyncEventType::kQpReqErr ||
+            ev.type == verbs::AsyncEventType::kQpAccessErr) {
+          q->attr.qp_state = IBV_QPS_ERR;
+          q->vqp.qp.state = IBV_QPS_ERR;
+        }
+      }
+    }
+  }
+  if (fd >= 0) (void)!::write(fd, &d, sizeof d);
+}
+
+// ---- bridge.h ----
+
+client::Context* context_of(ibv_context* c) { return is_ours(c) ? be_of(c)->ctx.get() : nullptr; }
+std::mutex& lock_of(ibv_context* c) { return be_of(c)->mu; }
+client::Qp* qp_of(ibv_qp* q) { return q != nullptr && is_ours(q->context) ? rqp(q)->q : nullptr; }
+client::Cq* cq_of(ibv_cq* c) { return c != nullptr && is_ours(c->context) ? rcq(c)->c : nullptr; }
+client::Pd* pd_of(ibv_pd* p) {
+  return p != nullptr && is_ours(p->context) ? reinterpret_cast<RPd*>(p)->p : nullptr;
+}
+
+void set_cm_sink(ibv_context* c, std::function<void(client::CmEvent&&)> sink) {
+  Backend* be = be_of(c);
+  std::lock_guard<std::mutex> g(be->reg);
+  be->has_cm_sink = static_cast<bool>(sink);
+  be->cm_sink = std::move(sink);
+}
+
+int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
+  if (max <= 0) return max == 0 ? 0 : -EINVAL;
+  RCq* r = rcq(cq);
+  verbs::Wc wc[32];
+  int total = 0;
+  while (total < max) {
+    const int want = std::min(max - total, 32);
+    int n;
+    {
+      std::lock_guard<std::mutex> g(r->be->mu);
+      n = r->be->ctx->poll_cq(r->c, want, wc);
+    }
+    if (n < 0) return total > 0 ? total : n;
+    for (int i = 0; i < n; ++i) {
+      ibv_wc& w = out[total + i];
+      const verbs::Wc& s = wc[i];
+      w = {};
+      w.wr_id = s.wr_id;
+      w.status = static_cast<ibv_wc_status>(s.status);
+      w.opcode = static_cast<ibv_wc_opcode>(s.opcode);
+      w.byte_len = s.byte_len;
+      w.qp_num = s.qp_num;
+      w.src_qp = s.src_qp;
+      w.wc_flags = s.wc_flags & (IBV_WC_GRH | IBV_WC_WITH_IMM | IBV_WC_WITH_INV);
+      if (s.wc_flags & verbs::kWcWithInv)
+        w.invalidated_rkey = s.invalidated_rkey;
+      else
+        w.imm_data = htonl(s.imm_data);
+    }
+    total += n;
+    if (n < want) break;
+  }
+  return total;
+}
+
+int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  RQp* r = rqp(qp);
+  Backend* be = r->be;
+  const bool att = be->env == nullptr;
+  std::size_t n = 0, ns = 0;
+  for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
+    ++n;
+    ns += static_cast<std::size_t>(std::max(w->num_sge, 0));
+  }
+  if (n == 0) return 0;
+  std::vector<verbs::SendWr> ws(n);
+  std::vector<verbs::Sge> sges(ns);
+  std::lock_guard<std::mutex> g(be->mu);
+  std::size_t i = 0, s = 0;
+  ibv_send_wr* w = wr;
+  const auto refuse = [&](int e) {
+    if (bad != nullptr) *bad = w;
+    return e;
+  };
+  for (; w != nullptr; w = w->next, ++i) {
+    verbs::SendWr& x = ws[i];
+    if (w->num_sge < 0 || static_cast<std::uint32_t>(w->num_sge) > r->cap.max_send_sge)
+      return refuse(EINVAL);
+    switch (w->opcode) {
+      case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM: case IBV_WR_SEND:
+      case IBV_WR_SEND_WITH_IMM: case IBV_WR_RDMA_READ: case IBV_WR_ATOMIC_CMP_AND_SWP:
+      case IBV_WR_ATOMIC_FETCH_AND_ADD: case IBV_WR_LOCAL_INV: case IBV_WR_SEND_WITH_INV:
+        break;
+      default:
+        return refuse(EINVAL);
+    }
+    x.wr_id = w->wr_id;
+    x.opcode = static_cast<verbs::WrOpcode>(w->opcode);
+    x.send_flags = w->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED |
+                                    IBV_SEND_INLINE);
+    if (w->opcode == IBV_WR_SEND_WITH_INV || w->opcode == IBV_WR_LOCAL_INV)
+      x.invalidate_rkey = w->invalidate_rkey;
+    else
+      x.imm_data = ntohl(w->imm_data);
+    if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+      x.atomic.remote_addr = w->wr.atomic.remote_addr;
+      x.atomic.rkey = w->wr.atomic.rkey;
+      x.atomic.compare_add = w->wr.atomic.compare_add;
+      x.atomic.swap = w->wr.atomic.swap;
+    } else {
+      x.rdma.remote_addr = w->wr.rdma.remote_addr;
+      x.rdma.rkey = w->wr.rdma.rkey;
+    }
+    if (qp->qp_type == IBV_QPT_UD) {
+      if (w->wr.ud.ah == nullptr || w->wr.ud.ah->context != qp->context) return refuse(EINVAL);
+      x.ud.ah = &reinterpret_cast<RAh*>(w->wr.ud.ah)->av;
+      x.ud.remote_qpn = w->wr.ud.remote_qpn;
+      x.ud.remote_qkey = w->wr.ud.remote_qkey;
+    }
+    verbs::Sge* sg = sges.data() + s;
+    std::uint64_t total = 0;
+    for (int k = 0; k < w->num_sge; ++k) {
+      sg[k] = {w->sg_list[k].addr, w->sg_list[k].length, w->sg_list[k].lkey};
+      total += w->sg_list[k].length;
+    }
+    x.sg_list = sg;
+    x.num_sge = static_cast<std::uint32_t>(w->num_sge);
+    const bool is_inline = (w->send_flags & IBV_SEND_INLINE) != 0;
+    if (is_inline && total > r->cap.max_inline_data) return refuse(EINVAL);
+    if (att && (is_inline || x.num_sge > kAttachedSge)) {
+      // Attached: the SGEs must be registered and at most 4: copy into the bounce buffer.
+      const bool reads = w->opcode == IBV_WR_RDMA_READ || w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                         w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+      Bounce& b = r->bounce;
+      if (reads || b.buf == nullptr || total > b.slot_size) return refuse(EINVAL);
+      auto* dst = static_cast<std::uint8_t*>(b.buf->addr) + std::size_t{b.slot} * b.slot_size;
+      b.slot = (b.slot + 1) % b.slots;
+      std::size_t off = 0;
+      for (int k = 0; k < w->num_sge; ++k) {
+        std::memcpy(dst + off, reinterpret_cast<const void*>(w->sg_list[k].addr),
+                    w->sg_list[k].length);
+        off += w->sg_list[k].length;
+      }
+      sg[0] = {reinterpret_cast<std::uint64_t>(dst), static_cast<std::uint32_t>(total), b.mr->lkey};
+      x.num_sge = total > 0 ? 1 : 0;
+      x.send_flags &= ~static_cast<std::uint32_t>(IBV_SEND_INLINE);
+    }
+    s += static_cast<std::size_t>(std::max(w->num_sge, 0));
+    x.next = w->next != nullptr ? &ws[i + 1] : nullptr;
+  }
+  const verbs::SendWr* b = nullptr;
+  const int rc = be->ctx->post_send(r->q, ws.data(), &b);
+  if (rc != 0 && bad != nullptr) {
+    ibv_send_wr* v = wr;
+    for (const verbs::SendWr* y = ws.data(); y != b && v != nullptr; y = y->next) v = v->next;
+    *bad = b != nullptr ? v : wr;
+  }
+  return rc;
+}
+
+}  // namespace roce::verbs_compat

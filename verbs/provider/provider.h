@@ -1,0 +1,160 @@
+/// @file
+/// The provider's own objects (docs/verbs-compat.md, "Mechanism"): the device libibverbs lists,
+/// the backend behind an opened context (a libroce Context, in-process or attached, its lock
+/// and its progress thread), and the objects behind each libibverbs handle. Each handle's
+/// libibverbs struct comes first, so that the handle and our object convert both ways.
+#pragma once
+
+#include <roce/client.h>
+
+#include <atomic>
+#include <cstddef>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "verbs/provider/bridge.h"
+#include "verbs/provider/rdma_private.h"
+
+namespace roce::runtime {
+class Env;
+}
+
+namespace roce::verbs_compat {
+
+struct Backend;
+struct RCq;
+struct RQp;
+
+/// One appliance port, as libibverbs lists it.
+struct Device {
+  rdma::verbs_device vdev{};  // first: the ibv_device libibverbs hands around
+  std::string name;
+  bool attached = false;
+  std::string socket, port;            ///< attached: roced's socket, the port's name
+  client::PortInfo info;               ///< what listing learnt (MAC, address, MTU)
+  std::unique_ptr<client::Context> probe;  ///< attached: the listing's attachment, reused once
+};
+
+/// What an opened context runs on: one per open when attached; one per process in-process
+/// (one Env, one EAL), shared by the contexts opened on it.
+struct Backend {
+  Device* dev = nullptr;
+  std::unique_ptr<runtime::Env> env;  ///< in-process only
+  std::unique_ptr<client::Context> ctx;
+  std::mutex mu;  ///< around every call into ctx (and the in-process engine's polling)
+  std::thread progress;
+  std::atomic<bool> stop{false};
+  std::atomic<int> users{0};
+
+  // What the progress thread serves (under `reg`, never while holding `mu` for long).
+  std::mutex reg;
+  std::vector<RCq*> cqs;                ///< every CQ (the armed ones fire)
+  std::map<std::uint32_t, RQp*> qps;    ///< by QP number: async events name QPs by number
+  std::function<void(client::CmEvent&&)> cm_sink;
+  std::atomic<bool> has_cm_sink{false};
+
+  bool link_up() const;
+};
+
+/// Our ibv_context: libibverbs allocates it (_verbs_init_and_alloc_context) with `vctx` at
+/// offset 0 (its ibv_context last, verbs.h); the rest is ours.
+struct RContext {
+  verbs_context vctx;
+  Backend* be;
+  int async_wfd;  ///< the write end of vctx.context.async_fd
+};
+
+struct RPd {
+  ibv_pd pd{};
+  client::Pd* p = nullptr;
+};
+
+struct RMr {
+  rdma::verbs_mr vmr{};
+  client::Mr* m = nullptr;
+  client::Buffer* adopted = nullptr;  ///< in-process: the application's memory adopted for it
+};
+
+struct RCq {
+  rdma::verbs_cq vcq{};
+  client::Cq* c = nullptr;
+  Backend* be = nullptr;
+  int channel_wfd = -1;  ///< the completion channel's write end; -1: none
+  std::atomic<int> armed{0};  ///< 0: not armed; 1: next completion; 2: solicited only
+  // ibv_start_poll's state (ex_api.cc): completions polled ahead, the current one.
+  std::vector<ibv_wc> ahead;
+  std::size_t pos = 0;
+};
+
+struct RSrq {
+  rdma::verbs_srq vsrq{};
+  client::Srq* s = nullptr;
+  ibv_srq_attr attr{};
+};
+
+/// Registered memory the provider copies into: inline data, and SGE lists an attached QP
+/// cannot take (attached post_send: <= 4 registered SGEs).
+struct Bounce {
+  client::Buffer* buf = nullptr;
+  client::Mr* mr = nullptr;
+  std::uint32_t slot = 0, slots = 0;
+  std::size_t slot_size = 0;
+};
+
+struct RQp {
+  rdma::verbs_qp vqp{};
+  client::Qp* q = nullptr;
+  Backend* be = nullptr;
+  RContext* rctx = nullptr;
+  ibv_qp_cap cap{};
+  ibv_qp_attr attr{};  ///< what modify_qp set (ibv_query_qp reports it)
+  int sq_sig_all = 0;
+  Bounce bounce;
+};
+
+struct RAh {
+  ibv_ah ah{};
+  verbs::AddressVector av;
+};
+
+/// ibv_context is verbs_context's last member (verbs.h): step back to our struct.
+inline RContext* rctx(ibv_context* c) {
+  return reinterpret_cast<RContext*>(reinterpret_cast<char*>(c) - offsetof(RContext, vctx.context));
+}
+inline RCq* rcq(ibv_cq* c) { return reinterpret_cast<RCq*>(c); }
+inline RQp* rqp(ibv_qp* q) { return reinterpret_cast<RQp*>(q); }
+
+/// Whether libibverbs opened `c` on one of our devices.
+bool is_ours(ibv_context* c);
+bool is_ours(ibv_device* d);
+
+// mode.cc: devices from the environment, backends, the progress thread.
+/// Our devices (found once, from ROCE_LINK or ROCE_ATTACH); empty without either.
+const std::vector<Device*>& devices();
+/// The backend for a new context on `d` (null and errno on failure).
+Backend* open_backend(Device* d);
+void close_backend(Backend* be);
+/// The port's attributes and GID table.
+int query_port(Backend* be, ibv_port_attr& a);
+/// Our GID table: index 0 the port's IPv4-mapped address (RoCE v2). False beyond.
+bool gid_at(const Device* d, unsigned index, ibv_gid& gid);
+inline constexpr unsigned kGidTableLen = 16;
+/// A MAC for a GID's IPv4 (ARP on the port); nullopt after `seconds`.
+std::optional<MacAddr> resolve(Backend* be, Ipv4Addr ip, double seconds);
+
+// provider.cc
+extern const rdma::verbs_device_ops kDeviceOps;
+/// The node GUID (host order): EUI-64 of the port's MAC, as rxe derives it.
+std::uint64_t node_guid(const Device* d);
+/// interpose.cc: the write end of a completion channel we made; -1 for others.
+int channel_wfd(ibv_comp_channel* ch);
+/// Writes an async event for `qp`/`cq` to its context's async fd.
+void post_async(Backend* be, const client::AsyncEvent& ev);
+
+}  // namespace roce::verbs_compat
