@@ -37,7 +37,9 @@ OwnedBuffer* BufferSet::alloc(std::size_t length) {
 }
 
 OwnedBuffer* BufferSet::adopt(int fd, void* addr, std::size_t length) {
-  if (fd < 0 || addr == nullptr || length == 0) {
+  // fd -1: memory without a memfd, which only an in-process engine can reach (the verbs
+  // provider registers a program's own memory so).
+  if (fd < -1 || addr == nullptr || length == 0) {
     errno = EINVAL;
     return nullptr;
   }

@@ -185,7 +185,7 @@ class Context {
   /// Attached, it must be a memfd made with MFD_ALLOW_SEALING (or already sealed against
   /// shrinking): EPERM otherwise (a file of /dev/shm too), EINVAL for a file that is not
   /// shared memory (a device).
-  /// The in-process backend takes any mapping.
+  /// The in-process backend takes any mapping, and fd -1 for memory that is no memfd.
   virtual Buffer* register_memfd(int fd, void* addr, std::size_t length) = 0;
   /// EBUSY while MRs cover it.
   virtual int free_buffer(Buffer* b) = 0;
