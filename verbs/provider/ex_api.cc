@@ -10,8 +10,9 @@
 // calls of a batch take no lock but the per-object critical section.
 //
 // Critical sections. rdma-core makes wr_start..wr_complete/wr_abort a per-QP critical section
-// and start_poll..end_poll a per-CQ one (rxe: a spinlock). Here a binary semaphore, which the
-// thread that ends the section may release whatever thread began it.
+// and start_poll..end_poll a per-CQ one (rxe: a spinlock). Here SectionLock, which the thread
+// that ends the section may release whatever thread began it, and which makes no system call
+// unless another thread waits (std::binary_semaphore's release wakes a futex every time).
 #include "verbs/provider/ex_api.h"
 
 #include <algorithm>
@@ -23,7 +24,6 @@
 #include <memory>
 #include <mutex>
 #include <new>
-#include <semaphore>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -50,6 +50,27 @@ constexpr std::uint32_t kSanityInline = 1u << 20;
 // Completions taken from poll_cq at a time.
 constexpr int kPollBatch = 16;
 
+/// A lock free of thread ownership, uncontended without system calls: 0 free, 1 held, 2 held
+/// with waiters (the futex mutex of Drepper's "Futexes Are Tricky", on C++20 atomic waits).
+class SectionLock {
+ public:
+  void acquire() {
+    int s = 0;
+    if (state_.compare_exchange_strong(s, 1, std::memory_order_acquire)) return;
+    if (s != 2) s = state_.exchange(2, std::memory_order_acquire);
+    while (s != 0) {
+      state_.wait(2, std::memory_order_relaxed);
+      s = state_.exchange(2, std::memory_order_acquire);
+    }
+  }
+  void release() {
+    if (state_.exchange(0, std::memory_order_release) == 2) state_.notify_one();
+  }
+
+ private:
+  std::atomic<int> state_{0};
+};
+
 /// One work request of a batch. Its sg_list and next are set at wr_complete: the vectors the
 /// SGEs and inline bytes live in may grow (and move) while the batch is built.
 struct Pending {
@@ -60,7 +81,7 @@ struct Pending {
 };
 
 struct QpEx {
-  std::binary_semaphore lock{1};
+  SectionLock lock;
   /// The thread inside wr_start..wr_complete, or none (no batch open).
   std::atomic<std::thread::id> owner{};
   std::uint32_t max_wr = kSanityWr;
@@ -74,7 +95,7 @@ struct QpEx {
 };
 
 struct CqEx {
-  std::binary_semaphore lock{1};
+  SectionLock lock;
   std::atomic<std::thread::id> owner{};  ///< the thread inside start_poll..end_poll
   std::array<ibv_wc, kPollBatch> wc{};
   int n = 0;             ///< completions in wc
