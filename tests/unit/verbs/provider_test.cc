@@ -1,0 +1,255 @@
+// The libibverbs provider's control path through libibverbs' own entry points (Debian's
+// libibverbs.so.1, libroce-verbs.so preloaded by CTest): the device list, the queries a
+// program makes before it moves data (device, port, GIDs, P_Keys), and the objects it makes
+// (PD, MR, completion channel, CQ, QP, SRQ), with rdma-core's answers to wrong arguments.
+// The appliance runs in-process on the server end of a net_memif link that nobody joins.
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+// libibverbs exports it in IBVERBS_PRIVATE_34 (rdma-core's driver.h declares it); ibv_devinfo
+// calls it.
+enum ibv_gid_type_sysfs { IBV_GID_TYPE_SYSFS_IB_ROCE_V1 = 0, IBV_GID_TYPE_SYSFS_ROCE_V2 = 1 };
+extern "C" int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index,
+                                  ibv_gid_type_sysfs* type);
+
+namespace {
+
+class Provider : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = "/tmp/roce-verbs-unit-" + std::to_string(::getpid());
+    ::mkdir(dir_.c_str(), 0700);
+    const std::string link = "--pmd memif-server --iface " + dir_ +
+                             "/memif.sock --ip 192.0.2.91 --mac 02:00:00:00:00:91";
+    ::setenv("ROCE_LINK", link.c_str(), 1);
+    ::setenv("ROCE_DEVICE", "roce_unit", 1);
+  }
+  static void TearDownTestSuite() {
+    ::unlink((dir_ + "/memif.sock").c_str());
+    ::rmdir(dir_.c_str());
+  }
+  void SetUp() override {
+    int n = 0;
+    list_ = ibv_get_device_list(&n);
+    ASSERT_NE(list_, nullptr) << std::strerror(errno);
+    for (int i = 0; i < n; ++i) {
+      if (std::string(ibv_get_device_name(list_[i])) == "roce_unit") dev_ = list_[i];
+    }
+    ASSERT_NE(dev_, nullptr) << "roce_unit not listed";
+    ctx_ = ibv_open_device(dev_);
+    ASSERT_NE(ctx_, nullptr) << std::strerror(errno);
+  }
+  void TearDown() override {
+    if (ctx_ != nullptr) {
+      EXPECT_EQ(ibv_close_device(ctx_), 0);
+    }
+    if (list_ != nullptr) ibv_free_device_list(list_);
+  }
+  static inline std::string dir_;
+  ibv_device** list_ = nullptr;
+  ibv_device* dev_ = nullptr;
+  ibv_context* ctx_ = nullptr;
+};
+
+TEST_F(Provider, ListsTheDeviceWithItsGuid) {
+  EXPECT_EQ(dev_->node_type, IBV_NODE_CA);
+  EXPECT_EQ(dev_->transport_type, IBV_TRANSPORT_IB);
+  // EUI-64 of 02:00:00:00:00:91, the universal/local bit flipped
+  EXPECT_EQ(be64toh(ibv_get_device_guid(dev_)), 0x000000fffe000091ull);
+}
+
+TEST_F(Provider, QueriesDeviceAndPort) {
+  ibv_device_attr_ex a{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &a), 0);
+  EXPECT_EQ(a.orig_attr.phys_port_cnt, 1);
+  EXPECT_GE(a.orig_attr.max_qp_wr, 1024);
+  EXPECT_EQ(be64toh(a.orig_attr.node_guid), 0x000000fffe000091ull);
+  ibv_device_attr d{};
+  ASSERT_EQ(ibv_query_device(ctx_, &d), 0);
+  EXPECT_EQ(d.max_qp, a.orig_attr.max_qp);
+
+  ibv_port_attr p{};
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &p), 0);
+  EXPECT_EQ(p.state, IBV_PORT_DOWN);  // nobody on the other end of the link
+  EXPECT_EQ(p.active_mtu, IBV_MTU_1024);  // a 1500-byte link less RoCE's headers
+  EXPECT_EQ(p.link_layer, IBV_LINK_LAYER_ETHERNET);
+  EXPECT_GE(p.gid_tbl_len, 1);
+  EXPECT_EQ(p.pkey_tbl_len, 1);
+  EXPECT_EQ(ibv_query_port(ctx_, 2, &p), EINVAL);
+}
+
+TEST_F(Provider, GidTableHoldsTheRoceV2Address) {
+  ibv_gid g{};
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &g), 0);
+  const std::uint8_t want[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 91};
+  EXPECT_EQ(std::memcmp(g.raw, want, 16), 0);
+  ibv_gid_type_sysfs t;
+  ASSERT_EQ(ibv_query_gid_type(ctx_, 1, 0, &t), 0);
+  EXPECT_EQ(t, IBV_GID_TYPE_SYSFS_ROCE_V2);
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 1, &g), 0);  // an empty entry: the zero GID
+  EXPECT_EQ(std::memcmp(g.raw, std::vector<std::uint8_t>(16).data(), 16), 0);
+
+  ibv_gid_entry e{};
+  ASSERT_EQ(ibv_query_gid_ex(ctx_, 1, 0, &e, 0), 0);
+  EXPECT_EQ(e.gid_type, IBV_GID_TYPE_ROCE_V2);
+  EXPECT_EQ(e.port_num, 1u);
+  EXPECT_EQ(ibv_query_gid_ex(ctx_, 1, 1, &e, 0), ENODATA);
+  ibv_gid_entry table[4];
+  EXPECT_EQ(ibv_query_gid_table(ctx_, table, 4, 0), 1);
+  EXPECT_EQ(std::memcmp(table[0].gid.raw, want, 16), 0);
+}
+
+TEST_F(Provider, OnePkey) {
+  __be16 k = 0;
+  ASSERT_EQ(ibv_query_pkey(ctx_, 1, 0, &k), 0);
+  EXPECT_EQ(be16toh(k), 0xffff);
+  EXPECT_EQ(ibv_query_pkey(ctx_, 1, 1, &k), -1);
+  EXPECT_EQ(ibv_get_pkey_index(ctx_, 1, htobe16(0xffff)), 0);
+  EXPECT_LT(ibv_get_pkey_index(ctx_, 1, htobe16(0x1234)), 0);
+}
+
+TEST_F(Provider, MemoryRegistrations) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ASSERT_NE(pd, nullptr);
+  std::vector<char> mem(8192);
+  ibv_mr* mr = ibv_reg_mr(pd, mem.data(), mem.size(),
+                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(mr, nullptr) << std::strerror(errno);
+  EXPECT_EQ(mr->addr, mem.data());
+  EXPECT_EQ(mr->length, mem.size());
+  EXPECT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ),
+            0);
+  EXPECT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, mem.data() + 4096, 4096, 0),
+            0);
+  EXPECT_EQ(mr->addr, mem.data() + 4096);
+  ibv_mr* iova = ibv_reg_mr_iova2(pd, mem.data(), 4096, 0x10000, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(iova, nullptr) << std::strerror(errno);
+  // remote write without local write: IBA's rule, the kernel's EINVAL
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, mem.data(), 64, IBV_ACCESS_REMOTE_WRITE), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, mem.data(), 64, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY);  // MRs still on it
+  EXPECT_EQ(ibv_dereg_mr(iova), 0);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+TEST_F(Provider, CompletionChannelIsPollable) {
+  ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
+  ASSERT_NE(ch, nullptr);
+  pollfd p{ch->fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0);  // nothing yet
+  ibv_cq* cq = ibv_create_cq(ctx_, 16, this, ch, 0);
+  ASSERT_NE(cq, nullptr);
+  EXPECT_EQ(cq->channel, ch);
+  EXPECT_EQ(cq->cq_context, this);
+  EXPECT_EQ(ibv_req_notify_cq(cq, 0), 0);
+  EXPECT_EQ(ibv_destroy_comp_channel(ch), EBUSY);  // the CQ uses it
+  ibv_wc wc;
+  EXPECT_EQ(ibv_poll_cq(cq, 1, &wc), 0);
+  EXPECT_EQ(ibv_create_cq(ctx_, 16, nullptr, nullptr, 5), nullptr);  // no comp vector 5
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+}
+
+TEST_F(Provider, QueuePairsAndSrq) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ibv_cq* cq = ibv_create_cq(ctx_, 64, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = cq;
+  ia.cap = {16, 16, 2, 2, 64};
+  ia.qp_type = IBV_QPT_RC;
+  ibv_qp* qp = ibv_create_qp(pd, &ia);
+  ASSERT_NE(qp, nullptr) << std::strerror(errno);
+  EXPECT_EQ(qp->state, IBV_QPS_RESET);
+  EXPECT_GE(ia.cap.max_inline_data, 64u);
+
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                      IBV_QP_ACCESS_FLAGS),
+            0);
+  EXPECT_EQ(qp->state, IBV_QPS_INIT);
+  // RTR without a GRH: RoCE addresses by GID (EINVAL, as the kernel answers)
+  ibv_qp_attr r{};
+  r.qp_state = IBV_QPS_RTR;
+  r.path_mtu = IBV_MTU_1024;
+  r.dest_qp_num = 0x11;
+  r.rq_psn = 0;
+  r.max_dest_rd_atomic = 1;
+  r.min_rnr_timer = 12;
+  r.ah_attr.port_num = 1;
+  constexpr int rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                      IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  EXPECT_EQ(ibv_modify_qp(qp, &r, rtr), EINVAL);
+  r.ah_attr.is_global = 1;
+  r.ah_attr.grh.sgid_index = 3;  // an empty GID entry
+  EXPECT_EQ(ibv_modify_qp(qp, &r, rtr), EINVAL);
+
+  ibv_qp_attr q{};
+  ibv_qp_init_attr qi{};
+  ASSERT_EQ(ibv_query_qp(qp, &q, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_CAP, &qi), 0);
+  EXPECT_EQ(q.qp_state, IBV_QPS_INIT);
+  EXPECT_EQ(q.qp_access_flags, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  EXPECT_EQ(q.cap.max_send_wr, 16u);
+  EXPECT_EQ(qi.qp_type, IBV_QPT_RC);
+  EXPECT_EQ(qi.send_cq, cq);
+
+  ia.qp_type = IBV_QPT_XRC_SEND;
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp(pd, &ia), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+
+  ibv_srq_init_attr si{};
+  si.attr.max_wr = 32;
+  si.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd, &si);
+  ASSERT_NE(srq, nullptr) << std::strerror(errno);
+  ibv_srq_attr sa{};
+  sa.srq_limit = 4;
+  EXPECT_EQ(ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT), 0);
+  ASSERT_EQ(ibv_query_srq(srq, &sa), 0);
+  EXPECT_EQ(sa.max_wr, 32u);
+  EXPECT_EQ(sa.srq_limit, 4u);
+  ibv_qp_init_attr ua{};
+  ua.send_cq = ua.recv_cq = cq;
+  ua.srq = srq;
+  ua.cap = {8, 0, 1, 0, 0};
+  ua.qp_type = IBV_QPT_UD;
+  ibv_qp* ud = ibv_create_qp(pd, &ua);
+  ASSERT_NE(ud, nullptr) << std::strerror(errno);
+  ibv_recv_wr rw{}, *bad = nullptr;
+  EXPECT_EQ(ibv_post_recv(ud, &rw, &bad), EINVAL);  // its receives go to the SRQ
+  EXPECT_EQ(bad, &rw);
+
+  EXPECT_EQ(ibv_destroy_qp(ud), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+TEST_F(Provider, AsyncFdIsPollable) {
+  pollfd p{ctx_->async_fd, POLLIN, 0};
+  EXPECT_GE(ctx_->async_fd, 0);
+  EXPECT_EQ(::poll(&p, 1, 0), 0);
+}
+
+}  // namespace
