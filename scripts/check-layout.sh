@@ -33,7 +33,7 @@ while IFS= read -r hit; do
   broken "$hit: include the public API as <roce/...>"
 done < <(git grep -nE '#[[:space:]]*include[[:space:]]+"(include/roce|client/include|client/lnet/include)/' -- '*.c' '*.cc' '*.h')
 
-# 3. Layers include downwards only: dataplane < controlplane < client < runtime < apps.
+# 3. Layers include downwards only: dataplane < controlplane < client < runtime < verbs < apps.
 layer_rule() {  # FOLDER: the folders it must not include
   local dir=$1
   shift
@@ -45,15 +45,17 @@ layer_rule() {  # FOLDER: the folders it must not include
     done < <(includes "$f")
   done
 }
-layer_rule dataplane controlplane client runtime apps fpga
-layer_rule controlplane client runtime apps
-layer_rule client runtime apps fpga
+layer_rule dataplane controlplane client runtime verbs apps fpga
+layer_rule controlplane client runtime verbs apps
+layer_rule client runtime verbs apps fpga
+layer_rule verbs apps
 layer_rule_runtime() {  # runtime/ may use apps/common/ (the capture writer), no application
   for f in $(sources runtime); do
     while IFS=: read -r n inc; do
       case "$inc" in
         apps/common/*) ;;
         apps/*) broken "$f:$n: runtime/ includes \"$inc\" (an application stands above it)" ;;
+        verbs/*) broken "$f:$n: runtime/ includes \"$inc\" (verbs/ stands above it)" ;;
       esac
     done < <(includes "$f")
   done
@@ -71,7 +73,7 @@ for f in $(sources apps); do
     esac
   done < <(includes "$f")
 done
-for f in $(sources controlplane dataplane client runtime fpga include); do
+for f in $(sources controlplane dataplane client runtime verbs fpga include); do
   while IFS=: read -r n inc; do
     case "$inc" in apps/perf/*) broken "$f:$n: includes the benchmark's \"$inc\"" ;; esac
   done < <(includes "$f")
