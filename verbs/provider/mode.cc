@@ -6,11 +6,13 @@
 ///   ROCE_LINK="--pmd memif --iface PATH --ip A --mac M ..."  in-process (roce-perf's link flags)
 ///   ROCE_ATTACH=SOCKET [ROCE_PORT=NAME]                        attached to roced
 ///   ROCE_DEVICE=NAME                                           the device's name (roce0)
+///   ROCE_LINK_WAIT=SECONDS     how long a memif server's open waits for its client (0)
 #include <fcntl.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -128,7 +130,13 @@ void write_all(int fd, const void* p, std::size_t n) {
 /// asynchronous and CM events over. True when it found something to do.
 bool progress_once(Backend* be) {
   bool work = false;
-  if (be->env) {
+  // While the program polls its CQs itself (which polls the in-process loop too), this thread
+  // stays out of its way: it looks at events once a millisecond only.
+  const std::uint64_t now = now_ns();
+  const bool app_polls = now - be->app_polled_ns.load(std::memory_order_relaxed) < 50'000;
+  if (app_polls && now - be->events_ns < 1'000'000) return false;
+  be->events_ns = now;
+  if (be->env && !app_polls) {
     std::lock_guard<std::mutex> g(be->mu);
     for (int i = 0; i < 8; ++i) {
       const bool w = be->env->loop.poll_once() != 0 || be->env->eng.has_work();
@@ -198,10 +206,11 @@ void progress_thread(Backend* be) {
     ++idle;
     if (!be->env) {
       ::usleep(idle < 100 ? 20 : 200);  // attached: roced moves the data; we only relay events
-    } else if (idle < 256) {
+    } else if (idle >= runtime::Poller::kYieldAfterIdlePolls) {
+      // In-process this thread is the port's poll loop whenever the program is not polling
+      // itself (a server waiting on its CQ's channel, a peer's traffic): it keeps polling, as
+      // a DPDK lcore does, and only leaves the CPU to others between empty polls.
       sched_yield();
-    } else {
-      ::usleep(20);
     }
   }
 }
@@ -213,6 +222,12 @@ void stop_all() {
 }
 
 }  // namespace
+
+std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
 
 bool Backend::link_up() const {
   if (env) return env->port() != nullptr && env->port()->dev().link_up();
@@ -250,6 +265,15 @@ Backend* open_backend(Device* d) {
       std::fprintf(stderr, "libroce-verbs: ROCE_LINK: %s\n", e.what());
       errno = ENODEV;
       return nullptr;
+    }
+    // A memif server's link comes up when its client joins. Programs that check the port's
+    // state right after opening it (perftest gives up on a port that is down) can wait for it
+    // ROCE_LINK_WAIT seconds; by default the open does not wait (a program that listens for
+    // its peer only after opening would otherwise never let it join).
+    if (g_link.pmd == "memif-server") {
+      const double wait = std::atof(env_or("ROCE_LINK_WAIT", "0"));
+      port::DpdkPort& dev = be->env->port()->dev();
+      if (wait > 0) be->env->until([&] { return dev.link_up(); }, wait);
     }
     be->ctx = client::open_local(be->env->local_options(d->name));
     if (!be->ctx) return nullptr;

@@ -849,6 +849,7 @@ void set_cm_sink(ibv_context* c, std::function<void(client::CmEvent&&)> sink) {
 int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
   if (max <= 0) return max == 0 ? 0 : -EINVAL;
   RCq* r = rcq(cq);
+  r->be->app_polled_ns.store(now_ns(), std::memory_order_relaxed);
   verbs::Wc wc[32];
   int total = 0;
   while (total < max) {

@@ -58,6 +58,10 @@ struct Backend {
   std::map<std::uint32_t, RQp*> qps;    ///< by QP number: async events name QPs by number
   std::function<void(client::CmEvent&&)> cm_sink;
   std::atomic<bool> has_cm_sink{false};
+  /// When the program last polled a CQ or posted (now_ns): the progress thread then leaves
+  /// the polling to it.
+  std::atomic<std::uint64_t> app_polled_ns{0};
+  std::uint64_t events_ns = 0;  ///< the progress thread's last look at events
 
   bool link_up() const;
 };
@@ -147,6 +151,9 @@ bool gid_at(const Device* d, unsigned index, ibv_gid& gid);
 inline constexpr unsigned kGidTableLen = 16;
 /// A MAC for a GID's IPv4 (ARP on the port); nullopt after `seconds`.
 std::optional<MacAddr> resolve(Backend* be, Ipv4Addr ip, double seconds);
+
+/// A monotonic clock in nanoseconds.
+std::uint64_t now_ns();
 
 // provider.cc
 extern const rdma::verbs_device_ops kDeviceOps;

@@ -31,6 +31,7 @@ class Provider : public ::testing::Test {
                              "/memif.sock --ip 192.0.2.91 --mac 02:00:00:00:00:91";
     ::setenv("ROCE_LINK", link.c_str(), 1);
     ::setenv("ROCE_DEVICE", "roce_unit", 1);
+    ::setenv("ROCE_LINK_WAIT", "0", 1);  // nobody joins the link
   }
   static void TearDownTestSuite() {
     ::unlink((dir_ + "/memif.sock").c_str());
