@@ -76,43 +76,63 @@ void free_context(ibv_context* c) {
 
 void uninit_device(rdma::verbs_device*) {}  // never: our devices keep a reference of their own
 
+/// The limits a program is told (ibv_query_device) and held to: the attachment's (roced's
+/// quotas), else the in-process engine's.
+client::DeviceAttr limits(Backend* be) {
+  client::DeviceAttr l;
+  {
+    std::lock_guard<std::mutex> g(be->mu);
+    l = be->ctx->query_device();
+  }
+  const auto def = [](std::uint32_t& v, std::uint32_t d) {
+    if (v == 0) v = d;
+  };
+  def(l.max_qp, 4096);
+  def(l.max_qp_wr, 16384);
+  def(l.max_sge, 32);
+  if (be->env == nullptr) l.max_sge = 32;  // beyond the attachment's 4, the provider copies
+  def(l.max_cq, 16384);
+  def(l.max_cqe, 1u << 20);
+  def(l.max_mr, 1u << 20);
+  def(l.max_pd, 1u << 16);
+  def(l.max_srq, 1u << 16);
+  def(l.max_srq_wr, 16384);
+  def(l.max_srq_sge, 32);
+  if (l.max_mr_size == 0) l.max_mr_size = 1ull << 40;
+  return l;
+}
+
 int query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input,
                     ibv_device_attr_ex* attr, std::size_t attr_size) {
   if (input != nullptr && input->comp_mask != 0) return EINVAL;
   if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
   std::memset(attr, 0, std::min(attr_size, sizeof(*attr)));
   Backend* be = be_of(c);
-  client::DeviceAttr lim;
-  {
-    std::lock_guard<std::mutex> g(be->mu);
-    lim = be->ctx->query_device();
-  }
-  const auto or_ = [](std::uint32_t v, std::uint32_t d) { return v != 0 ? v : d; };
+  const client::DeviceAttr lim = limits(be);
   ibv_device_attr& a = attr->orig_attr;
   std::snprintf(a.fw_ver, sizeof a.fw_ver, "roce 0.1.0 (%s)", attached(c) ? "attached" : "in-process");
   a.node_guid = htobe64(node_guid(be->dev));
   a.sys_image_guid = a.node_guid;
-  a.max_mr_size = lim.max_mr_size != 0 ? lim.max_mr_size : (1ull << 40);
+  a.max_mr_size = lim.max_mr_size;
   a.page_size_cap = 0xfffff000;
   a.vendor_id = 0xffffff;  // no IEEE OUI of our own (rxe says the same)
-  a.max_qp = static_cast<int>(or_(lim.max_qp, 4096));
-  a.max_qp_wr = static_cast<int>(or_(lim.max_qp_wr, 16384));
+  a.max_qp = static_cast<int>(lim.max_qp);
+  a.max_qp_wr = static_cast<int>(lim.max_qp_wr);
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID |
                        IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_CHANGE_PHY_PORT;
-  a.max_sge = static_cast<int>(or_(lim.max_sge, 32));
-  if (attached(c)) a.max_sge = 32;  // beyond the attachment's 4, the provider copies
+  a.max_sge = static_cast<int>(lim.max_sge);
   a.max_sge_rd = a.max_sge;
-  a.max_cq = static_cast<int>(or_(lim.max_cq, 16384));
-  a.max_cqe = static_cast<int>(or_(lim.max_cqe, 1u << 20));
-  a.max_mr = static_cast<int>(or_(lim.max_mr, 1u << 20));
-  a.max_pd = static_cast<int>(or_(lim.max_pd, 1u << 16));
+  a.max_cq = static_cast<int>(lim.max_cq);
+  a.max_cqe = static_cast<int>(lim.max_cqe);
+  a.max_mr = static_cast<int>(lim.max_mr);
+  a.max_pd = static_cast<int>(lim.max_pd);
   a.max_qp_rd_atom = 128;
   a.max_qp_init_rd_atom = 128;
   a.max_res_rd_atom = a.max_qp * 128;
   a.atomic_cap = IBV_ATOMIC_HCA;
-  a.max_srq = static_cast<int>(or_(lim.max_srq, 1u << 16));
-  a.max_srq_wr = static_cast<int>(or_(lim.max_srq_wr, 16384));
-  a.max_srq_sge = static_cast<std::uint16_t>(or_(lim.max_srq_sge, 32));
+  a.max_srq = static_cast<int>(lim.max_srq);
+  a.max_srq_wr = static_cast<int>(lim.max_srq_wr);
+  a.max_srq_sge = static_cast<std::uint16_t>(lim.max_srq_sge);
   a.max_pkeys = 1;
   a.local_ca_ack_delay = 15;
   a.phys_port_cnt = 1;
@@ -281,7 +301,8 @@ int rereg_mr(rdma::verbs_mr* vmr, int flags, ibv_pd* pd, void* addr, std::size_t
 // ---- CQ ----
 
 RCq* new_cq(ibv_context* c, int cqe, ibv_comp_channel* channel, int comp_vector) {
-  if (cqe < 1 || comp_vector < 0 || comp_vector >= c->num_comp_vectors)
+  if (cqe < 1 || comp_vector < 0 || comp_vector >= c->num_comp_vectors ||
+      static_cast<std::uint32_t>(cqe) > limits(be_of(c)).max_cqe)
     return fail_null<RCq>(EINVAL);
   int wfd = -1;
   if (channel != nullptr) {
@@ -355,8 +376,11 @@ int req_notify_cq(ibv_cq* cq, int solicited_only) {
 // ---- SRQ ----
 
 ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* a) {
-  if (a->attr.max_wr == 0 || a->attr.max_sge == 0) return fail_null<ibv_srq>(EINVAL);
   Backend* be = be_of(pd->context);
+  const client::DeviceAttr lim = limits(be);
+  if (a->attr.max_wr == 0 || a->attr.max_sge == 0 || a->attr.max_wr > lim.max_srq_wr ||
+      a->attr.max_sge > lim.max_srq_sge)
+    return fail_null<ibv_srq>(EINVAL);
   client::Srq* s;
   {
     std::lock_guard<std::mutex> g(be->mu);
@@ -487,7 +511,10 @@ RQp* new_qp(ibv_context* c, ibv_pd* pd, const ibv_qp_init_attr& a, ibv_qp_cap& c
     return fail_null<RQp>(EINVAL);
   Backend* be = be_of(c);
   const bool att = attached(c);
-  if (a.cap.max_send_sge > 32 || a.cap.max_recv_sge > 32 || a.cap.max_inline_data > 4096)
+  const client::DeviceAttr lim = limits(be);
+  if (a.cap.max_send_sge > lim.max_sge || a.cap.max_recv_sge > lim.max_sge ||
+      a.cap.max_inline_data > 4096 || a.cap.max_send_wr > lim.max_qp_wr ||
+      a.cap.max_recv_wr > lim.max_qp_wr)
     return fail_null<RQp>(EINVAL);
   verbs::QpCap cap;
   cap.max_send_wr = std::max<std::uint32_t>(a.cap.max_send_wr, 1);

@@ -247,6 +247,64 @@ TEST_F(Provider, QueuePairsAndSrq) {
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
 }
 
+TEST_F(Provider, ExtendedQpAndCq) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ibv_cq_init_attr_ex ca{};
+  ca.cqe = 32;
+  ca.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM;
+  ibv_cq_ex* cq = ibv_create_cq_ex(ctx_, &ca);
+  ASSERT_NE(cq, nullptr) << std::strerror(errno);
+  EXPECT_EQ(ibv_cq_ex_to_cq(cq)->context, ctx_);
+  ibv_qp_init_attr_ex qa{};
+  qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  qa.pd = pd;
+  qa.send_cq = qa.recv_cq = ibv_cq_ex_to_cq(cq);
+  qa.cap = {16, 16, 1, 1, 0};
+  qa.qp_type = IBV_QPT_RC;
+  qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND;
+  ibv_qp* qp = ibv_create_qp_ex(ctx_, &qa);
+  ASSERT_NE(qp, nullptr) << std::strerror(errno);
+  EXPECT_NE(ibv_qp_to_qp_ex(qp), nullptr);
+  qa.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;  // no memory windows
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp_ex(ctx_, &qa), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ibv_qp_init_attr ia{};  // the classic call: no ibv_qp_ex
+  ia.send_cq = ia.recv_cq = ibv_cq_ex_to_cq(cq);
+  ia.cap = {4, 4, 1, 1, 0};
+  ia.qp_type = IBV_QPT_UC;
+  ibv_qp* plain = ibv_create_qp(pd, &ia);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(ibv_qp_to_qp_ex(plain), nullptr);
+  EXPECT_EQ(ibv_destroy_qp(plain), 0);
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  EXPECT_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cq)), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+TEST_F(Provider, LimitsAreKept) {
+  ibv_device_attr d{};
+  ASSERT_EQ(ibv_query_device(ctx_, &d), 0);
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq(ctx_, d.max_cqe + 1, nullptr, nullptr, 0), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ibv_cq* cq = ibv_create_cq(ctx_, 8, nullptr, nullptr, 0);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = cq;
+  ia.cap = {static_cast<uint32_t>(d.max_qp_wr) + 1, 1, 1, 1, 0};
+  ia.qp_type = IBV_QPT_RC;
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp(pd, &ia), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  ia.cap = {1, 1, static_cast<uint32_t>(d.max_sge) + 1, 1, 0};
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp(pd, &ia), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
 TEST_F(Provider, AsyncFdIsPollable) {
   pollfd p{ctx_->async_fd, POLLIN, 0};
   EXPECT_GE(ctx_->async_fd, 0);
