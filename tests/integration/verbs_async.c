@@ -3,7 +3,7 @@
  * descriptors: the client sleeps in poll() on its completion channel's fd and reads the
  * remote access error's completion with ibv_get_cq_event/ibv_poll_cq; the server sleeps in
  * poll() on the context's async_fd and reads IBV_EVENT_QP_ACCESS_ERR for its QP with
- * ibv_get_async_event, after which ibv_query_qp says the QP is in the error state.
+ * ibv_get_async_event. On both sides ibv_query_qp then says the QP is in the error state.
  *   verbs_async server PORT | verbs_async client PORT HOST      (device roce0, GID index 0) */
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
@@ -150,6 +150,10 @@ int main(int argc, char** argv) {
     printf("completion: wr_id %llu, %s\n", (unsigned long long)wc.wr_id,
            ibv_wc_status_str(wc.status));
     rc = !(wc.wr_id == 7 && wc.status == IBV_WC_REM_ACCESS_ERR);
+    struct ibv_qp_init_attr qi;
+    if (ibv_query_qp(qp, &a, IBV_QP_STATE, &qi) != 0) die("ibv_query_qp");
+    printf("QP state after the completion: %d (IBV_QPS_ERR is %d)\n", a.qp_state, IBV_QPS_ERR);
+    rc |= a.qp_state != IBV_QPS_ERR;
   }
   if (write(s, &go, 1) != 1 || read(s, &go, 1) != 1) die("sync");
   close(s);

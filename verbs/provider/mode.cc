@@ -329,20 +329,6 @@ std::optional<MacAddr> resolve(Backend* be, Ipv4Addr ip, double seconds) {
     std::lock_guard<std::mutex> g(be->mu);
     return port::resolve_wait(be->env->loop, ip, seconds);
   }
-  // Attached: roced's ARP cache, asked without waiting, again and again.
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  bool ask = true;
-  while (std::chrono::steady_clock::now() < end) {
-    int rc;
-    {
-      std::lock_guard<std::mutex> g(be->mu);
-      rc = be->ctx->neighbour(ip, ask);
-    }
-    if (rc == EOPNOTSUPP) return std::nullopt;
-    if (rc == 0) return MacAddr{};  // known to roced: an all-zero MAC makes roced resolve it
-    ask = false;
-    ::usleep(2000);
-  }
   return std::nullopt;
 }
 

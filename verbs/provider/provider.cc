@@ -751,6 +751,10 @@ int post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) { return post_s
 // ---- AH ----
 
 ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  // Attached, a UD send carries its address vector to roced, which sends it as it is: the
+  // next hop's MAC must be in it, and the attach protocol answers whether roced knows a
+  // neighbour, not its MAC.
+  if (attached(pd->context)) return fail_null<ibv_ah>(EOPNOTSUPP);
   auto* r = new RAh;
   if (const int rc = to_av(pd->context, *attr, r->av)) {
     delete r;
@@ -902,6 +906,16 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
         w.invalidated_rkey = s.invalidated_rkey;
       else
         w.imm_data = htonl(s.imm_data);
+      if (s.status != verbs::WcStatus::kSuccess) {
+        // A completion in error means its QP is in the error state (IBA 10.8.3.3; flushes
+        // follow it there): ibv_query_qp says so, as the kernel's answer would.
+        std::lock_guard<std::mutex> g(r->be->reg);
+        const auto it = r->be->qps.find(s.qp_num);
+        if (it != r->be->qps.end()) {
+          it->second->attr.qp_state = IBV_QPS_ERR;
+          it->second->vqp.qp.state = IBV_QPS_ERR;
+        }
+      }
     }
     total += n;
     if (n < want) break;

@@ -149,7 +149,8 @@ int query_port(Backend* be, ibv_port_attr& a);
 /// Our GID table: index 0 the port's IPv4-mapped address (RoCE v2). False beyond.
 bool gid_at(const Device* d, unsigned index, ibv_gid& gid);
 inline constexpr unsigned kGidTableLen = 16;
-/// A MAC for a GID's IPv4 (ARP on the port); nullopt after `seconds`.
+/// A MAC for an IPv4 neighbour (ARP on the in-process port); nullopt after `seconds` or when
+/// attached (roced's ARP cache answers whether it knows a neighbour, not its MAC).
 std::optional<MacAddr> resolve(Backend* be, Ipv4Addr ip, double seconds);
 
 /// A monotonic clock in nanoseconds.
