@@ -670,6 +670,7 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
     rc = be->ctx->modify_qp(r->q, a, static_cast<std::uint32_t>(mask & kQpMaskOurs));
   }
   if (rc != 0) return rc;
+  std::lock_guard<std::mutex> g(be->reg);  // the progress thread sets the state on errors
   ibv_qp_attr& s = r->attr;
   if (mask & IBV_QP_STATE) s.qp_state = attr->qp_state;
   if (mask & IBV_QP_ACCESS_FLAGS) s.qp_access_flags = attr->qp_access_flags;
@@ -698,6 +699,7 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
 
 int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) {
   RQp* r = rqp(qp);
+  std::lock_guard<std::mutex> g(r->be->reg);
   *attr = r->attr;
   attr->cur_qp_state = r->attr.qp_state;
   attr->cap = r->cap;
