@@ -5,19 +5,18 @@
 # perftest 4.5 takes that path only on device part numbers it knows for it, so
 # perftest_wr_api_shim.so presents a ConnectX-5 part number (see its comment). Both sides must
 # say "ibv_wr* API : ON", exit 0 and print their result row.
-#   LINK veth:  net_af_packet on a veth pair between two network namespaces (ns_pair.sh),
-#               perftest's exchange on the management veths. Needs root and iproute2.
-#   LINK memif: one net_memif link, the exchange on loopback TCP. perftest checks its port's
-#               state at start; a memif server's link is down until its client connects, and
-#               the provider's in-process open does not wait for it, so this fails today
-#               ("Port number 1 state is Down").
-# Exit 77 (skipped) without perftest, or (veth) without root, iproute2 or namespaces.
-#   verbs_perftest_wr.sh LIBROCE_VERBS SHIM WORKDIR LINK TEST [ARGS...]   (ARGS go to both sides)
+# The link: net_af_packet on a veth pair between two network namespaces (ns_pair.sh), up
+# without the peer as a NIC's; perftest's exchange on the management veths. Not net_memif:
+# perftest gives up on a port that is down right after opening it, a memif server's port is
+# down until its client joins, and with ROCE_LINK_WAIT the server listens for perftest's TCP
+# exchange only once the client's port is up, while the client connects at once and does not
+# retry (a race). Exit 77 (skipped) without perftest, root, iproute2 or namespaces.
+#   verbs_perftest_wr.sh LIBROCE_VERBS SHIM WORKDIR TEST [ARGS...]   (ARGS go to both sides)
 set -euo pipefail
-lib=$(realpath "$1") shim=$(realpath "$2") work=$3 kind=$4 test=$5
-shift 5
+lib=$(realpath "$1") shim=$(realpath "$2") work=$3 test=$4
+shift 4
 command -v "$test" >/dev/null || { echo "skipped: $test not installed (Debian package perftest)"; exit 77; }
-if [[ $kind == veth ]] && { [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null; }; then
+if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null; then
   echo "skipped: needs root and iproute2"; exit 77
 fi
 rm -rf "$work" && mkdir -p "$work"
@@ -26,20 +25,21 @@ work=$(realpath "$work")
 source "$(dirname "$(realpath "$0")")/lib_ports.sh"
 port=$(port_base 1)
 a=roce-vw-a-$$ b=roce-vw-b-$$
-if [[ $kind == veth ]]; then
-  # shellcheck source=tests/integration/ns_pair.sh
-  . "$(dirname "$(realpath "$0")")/ns_pair.sh"
-  ns_pair_up "$a" "$b"
-  server_addr=192.0.2.11
-  srv=(ip netns exec "$a") cli=(ip netns exec "$b")
-  srv_link="--pmd af_packet --iface veth-a --ip 192.0.2.121 --mac 02:00:5e:00:1e:01 --lcore 1"
-  cli_link="--pmd af_packet --iface veth-b --ip 192.0.2.122 --mac 02:00:5e:00:1e:02 --lcore 0"
-else
-  server_addr=127.0.0.1
-  srv=() cli=()
-  srv_link="--pmd memif-server --iface $work/memif.sock --ip 192.0.2.121 --mac 02:00:5e:00:1e:01 --lcore 1"
-  cli_link="--pmd memif --iface $work/memif.sock --ip 192.0.2.122 --mac 02:00:5e:00:1e:02 --lcore 0"
-fi
+# shellcheck source=tests/integration/ns_pair.sh
+. "$(dirname "$(realpath "$0")")/ns_pair.sh"
+cleanup() {
+  [[ -n $spid ]] && kill "$spid" 2>/dev/null
+  ip netns del "$a" 2>/dev/null
+  ip netns del "$b" 2>/dev/null
+  return 0
+}
+spid=
+trap cleanup EXIT
+ns_pair_up "$a" "$b"
+server_addr=192.0.2.11
+srv=(ip netns exec "$a") cli=(ip netns exec "$b")
+srv_link="--pmd af_packet --iface veth-a --ip 192.0.2.121 --mac 02:00:5e:00:1e:01 --lcore 1"
+cli_link="--pmd af_packet --iface veth-b --ip 192.0.2.122 --mac 02:00:5e:00:1e:02 --lcore 0"
 run() {  # NAME LINK [SERVER]  (in the namespace before it, if any)
   local name=$1 link=$2
   shift 2
@@ -47,16 +47,6 @@ run() {  # NAME LINK [SERVER]  (in the namespace before it, if any)
     timeout 60 "$test" -d roce0 -F -p "$port" "${args[@]}" "$@" > "$work/$name.txt" 2>&1
 }
 args=("$@")
-spid=
-cleanup() {
-  [[ -n $spid ]] && kill "$spid" 2>/dev/null
-  if [[ $kind == veth ]]; then
-    ip netns del "$a" 2>/dev/null
-    ip netns del "$b" 2>/dev/null
-  fi
-  return 0
-}
-trap cleanup EXIT
 "${srv[@]}" bash -c "$(declare -f run); $(declare -p lib shim test port args work); run server '$srv_link'" &
 spid=$!
 for _ in $(seq 300); do  # the server listens once its device is open
