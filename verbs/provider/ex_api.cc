@@ -713,4 +713,14 @@ int take_pending(ibv_cq* cq, int max, ibv_wc* out) {
   return moved;
 }
 
+int pending(ibv_cq* cq) {
+  if (g_cqs_with_pending.load(std::memory_order_relaxed) == 0) return 0;
+  CqEx* s = cq_state(reinterpret_cast<ibv_cq_ex*>(cq));
+  if (!s || mine(s->owner)) return 0;
+  enter(*s);
+  int held = s->n - s->pos;
+  leave(*s);
+  return held;
+}
+
 }  // namespace roce::verbs_compat

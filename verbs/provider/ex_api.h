@@ -54,5 +54,8 @@ void fini_cq_ex(ibv_cq_ex*);
 /// returns these before polling on, so the two ways of polling one CQ keep its order.
 /// The count moved to `out` (0 when none, or not a CQ of init_cq_ex).
 int take_pending(ibv_cq*, int max, ibv_wc* out);
+/// How many completions the iterator holds outside a batch (0: none, or not a CQ of
+/// init_cq_ex): for the provider's "an armed CQ that holds completions fires" check.
+int pending(ibv_cq*);
 
 }  // namespace roce::verbs_compat

@@ -629,6 +629,7 @@ TEST_F(CqExTest, EndPollMidBatchKeepsTheRestForLater) {
   ASSERT_EQ(ibv_start_poll(&cqx, &attr), 0);
   expect_current(2);
   ibv_end_poll(&cqx);
+  EXPECT_EQ(pending(ibv_cq_ex_to_cq(&cqx)), 3);
   queue(6, 8);
   // ibv_poll_cq on the same CQ: the iterator's held completions first, then the CQ's.
   ibv_wc out[8];
@@ -646,8 +647,10 @@ TEST_F(CqExTest, EndPollMidBatchKeepsTheRestForLater) {
   ASSERT_EQ(n, 1);
   EXPECT_EQ(out[0].wr_id, 7u);
   EXPECT_EQ(ibv_start_poll(&cqx, &attr), ENOENT);
+  EXPECT_EQ(pending(ibv_cq_ex_to_cq(&cqx)), 0);
   ibv_cq other{};
   EXPECT_EQ(take_pending(&other, 8, out), 0);  // not a CQ of init_cq_ex
+  EXPECT_EQ(pending(&other), 0);
 }
 
 TEST_F(CqExTest, PendingCompletionsDieWithTheirCq) {
