@@ -63,6 +63,10 @@ class SectionLock {
       s = state_.exchange(2, std::memory_order_acquire);
     }
   }
+  bool try_acquire() {
+    int s = 0;
+    return state_.compare_exchange_strong(s, 1, std::memory_order_acquire);
+  }
   void release() {
     if (state_.exchange(0, std::memory_order_release) == 2) state_.notify_one();
   }
@@ -517,11 +521,24 @@ void leave(CqEx& s) {
   s.lock.release();
 }
 
-/// Enters the CQ's critical section (a pending count taken back while inside).
-void enter(CqEx& s) {
-  s.lock.acquire();
+/// Inside the CQ's critical section: its pending count is taken back while inside.
+void entered(CqEx& s) {
   s.owner.store(std::this_thread::get_id(), std::memory_order_relaxed);
   if (s.pos < s.n) g_cqs_with_pending.fetch_sub(1, std::memory_order_relaxed);
+}
+
+/// Enters the CQ's critical section, waiting for another thread's batch to end.
+void enter(CqEx& s) {
+  s.lock.acquire();
+  entered(s);
+}
+
+/// Enters it only if no thread is inside (take_pending and pending, called by the provider
+/// with its own locks held, never wait on a program's batch: that thread is polling anyway).
+bool try_enter(CqEx& s) {
+  if (!s.lock.try_acquire()) return false;
+  entered(s);
+  return true;
 }
 
 /// Replaces (or, with null, erases) a CQ's iterator; the completions the old one held outside a
@@ -704,8 +721,8 @@ int take_pending(ibv_cq* cq, int max, ibv_wc* out) {
   // ibv_cq_ex begins with ibv_cq's fields (libibverbs' verbs_cq is a union of the two).
   auto* cqx = reinterpret_cast<ibv_cq_ex*>(cq);
   CqEx* s = cq_state(cqx);
-  if (!s || mine(s->owner)) return 0;  // ibv_poll_cq inside our own start_poll..end_poll
-  enter(*s);
+  // ibv_poll_cq inside our own start_poll..end_poll, or while another thread is inside its own.
+  if (!s || mine(s->owner) || !try_enter(*s)) return 0;
   int moved = std::min(max, s->n - s->pos);
   std::copy_n(s->wc.begin() + s->pos, moved, out);
   s->pos += moved;
@@ -716,8 +733,7 @@ int take_pending(ibv_cq* cq, int max, ibv_wc* out) {
 int pending(ibv_cq* cq) {
   if (g_cqs_with_pending.load(std::memory_order_relaxed) == 0) return 0;
   CqEx* s = cq_state(reinterpret_cast<ibv_cq_ex*>(cq));
-  if (!s || mine(s->owner)) return 0;
-  enter(*s);
+  if (!s || mine(s->owner) || !try_enter(*s)) return 0;
   int held = s->n - s->pos;
   leave(*s);
   return held;

@@ -52,10 +52,12 @@ void fini_cq_ex(ibv_cq_ex*);
 /// Completions the iterator took from poll_cq but has not handed out yet (end_poll before
 /// next_poll came to ENOENT), oldest first: ibv_poll_cq on a CQ made by ibv_create_cq_ex
 /// returns these before polling on, so the two ways of polling one CQ keep its order.
-/// The count moved to `out` (0 when none, or not a CQ of init_cq_ex).
+/// The count moved to `out` (0 when none, not a CQ of init_cq_ex, or a thread is inside the
+/// CQ's start_poll..end_poll: it never waits).
 int take_pending(ibv_cq*, int max, ibv_wc* out);
-/// How many completions the iterator holds outside a batch (0: none, or not a CQ of
-/// init_cq_ex): for the provider's "an armed CQ that holds completions fires" check.
+/// How many completions the iterator holds outside a batch (0: none, not a CQ of init_cq_ex,
+/// or a thread is polling it): for the provider's "an armed CQ that holds completions fires"
+/// check. Never waits.
 int pending(ibv_cq*);
 
 }  // namespace roce::verbs_compat

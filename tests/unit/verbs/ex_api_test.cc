@@ -653,6 +653,25 @@ TEST_F(CqExTest, EndPollMidBatchKeepsTheRestForLater) {
   EXPECT_EQ(pending(&other), 0);
 }
 
+TEST_F(CqExTest, TakePendingNeverWaitsOnABatch) {
+  queue(1, 4);
+  ASSERT_EQ(ibv_start_poll(&cqx, &attr), 0);
+  ibv_end_poll(&cqx);                         // 2 and 3 held
+  ASSERT_EQ(ibv_start_poll(&cqx, &attr), 0);  // this thread inside the CQ's section
+  std::atomic<int> moved{-1}, held{-1};
+  std::thread other([&] {
+    ibv_wc out[4];
+    moved = take_pending(ibv_cq_ex_to_cq(&cqx), 4, out);
+    held = pending(ibv_cq_ex_to_cq(&cqx));
+  });
+  other.join();  // would hang if they waited for ibv_end_poll
+  EXPECT_EQ(moved.load(), 0);
+  EXPECT_EQ(held.load(), 0);
+  expect_current(2);
+  ibv_end_poll(&cqx);
+  EXPECT_EQ(pending(ibv_cq_ex_to_cq(&cqx)), 1);
+}
+
 TEST_F(CqExTest, PendingCompletionsDieWithTheirCq) {
   queue(1, 4);
   ASSERT_EQ(ibv_start_poll(&cqx, &attr), 0);
