@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -53,6 +54,29 @@ struct State {
 State& state() {
   static State* s = new State;  // never destroyed: adopted pages outlive static destructors
   return *s;
+}
+
+// The copies go through the kernel by raw system calls: the cover of a range holds bytes the
+// program does not own (allocator metadata, ASan's redzones, other frames) that the libc
+// wrappers' sanitizer interceptors would take for bad reads.
+ssize_t raw_pwrite(int fd, const void* p, std::size_t n, std::uint64_t off) {
+  return ::syscall(SYS_pwrite64, fd, p, n, static_cast<off_t>(off));
+}
+ssize_t raw_pread(int fd, void* p, std::size_t n, std::uint64_t off) {
+  return ::syscall(SYS_pread64, fd, p, n, static_cast<off_t>(off));
+}
+// Reads all of [off, off + n) of the file into p; false on a short read.
+bool read_file(int fd, void* p, std::size_t n, std::uint64_t off) {
+  auto* d = static_cast<char*>(p);
+  while (n > 0) {
+    const ssize_t r = raw_pread(fd, d, n, off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    d += r;
+    n -= static_cast<std::size_t>(r);
+    off += static_cast<std::uint64_t>(r);
+  }
+  return true;
 }
 
 std::uintptr_t page_size() {
@@ -180,8 +204,7 @@ int copy_in(const State& st, std::uintptr_t a, std::uintptr_t b, bool anonymous,
   const std::uintptr_t ps = page_size();
   const auto write_run = [&](std::uintptr_t x, std::uintptr_t y) -> int {
     while (x < y) {
-      const ssize_t w = ::pwrite(st.fd, reinterpret_cast<const void*>(x), y - x,
-                                 static_cast<off_t>(file + (x - a)));
+      const ssize_t w = raw_pwrite(st.fd, reinterpret_cast<const void*>(x), y - x, file + (x - a));
       if (w < 0) {
         if (errno == EINTR) continue;
         return errno == EFAULT ? EFAULT : ENOMEM;
@@ -230,12 +253,15 @@ int adopt_piece(State& st, const Vma& v, std::uintptr_t a, std::uintptr_t b, std
     // their file range may overlap the one they go to.
     void* tmp = ::mmap(nullptr, b - a, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (tmp == MAP_FAILED) return ENOMEM;
-    std::memcpy(tmp, reinterpret_cast<const void*>(a), b - a);
-    const ssize_t w = ::pwrite(st.fd, tmp, b - a, static_cast<off_t>(a));
+    const bool got = read_file(st.fd, tmp, b - a, v.offset + (a - v.start));
+    const ssize_t w = got ? raw_pwrite(st.fd, tmp, b - a, a) : -1;
     ::munmap(tmp, b - a);
     if (w != static_cast<ssize_t>(b - a)) return ENOMEM;
   } else {
-    punch(st, {a, b});  // stale pages of an earlier adoption the program unmapped
+    // Stale pages of an earlier adoption the program unmapped (punching costs a walk of the
+    // file's mappings and TLB flushes: only when there is data).
+    const off_t data = ::lseek(st.fd, static_cast<off_t>(a), SEEK_DATA);
+    if (data >= 0 && static_cast<std::uintptr_t>(data) < b) punch(st, {a, b});
   }
   const bool anon = v.anonymous();
   std::uintptr_t lo = a, hi = b;
@@ -317,7 +343,6 @@ void privatize(const State& st, const Vma& v) {
   const std::size_t len = v.end - v.start;
   void* fresh = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (fresh == MAP_FAILED) return;  // this mapping stays shared with the child
-  if (!v.read) ::mprotect(reinterpret_cast<void*>(v.start), len, v.prot() | PROT_READ);
   // Only the file's data (SEEK_DATA): holes stay zero without being allocated.
   const auto first = static_cast<off_t>(v.offset);
   const auto last = static_cast<off_t>(v.offset + len);
@@ -326,9 +351,11 @@ void privatize(const State& st, const Vma& v) {
     if (data < 0 || data >= last) break;
     off_t hole = ::lseek(st.fd, data, SEEK_HOLE);
     if (hole < 0 || hole > last) hole = last;
-    std::memcpy(static_cast<char*>(fresh) + (data - first),
-                reinterpret_cast<const char*>(v.start) + (data - first),
-                static_cast<std::size_t>(hole - data));
+    if (!read_file(st.fd, static_cast<char*>(fresh) + (data - first),
+                   static_cast<std::size_t>(hole - data), static_cast<std::uint64_t>(data))) {
+      ::munmap(fresh, len);
+      return;
+    }
     at = hole;
   }
   ::mprotect(fresh, len, v.prot());

@@ -10,6 +10,7 @@
 //                         already adopted.
 #include <roce/client.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -304,7 +305,25 @@ int bench(const std::string& sa) {
     t = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < n; i += 4096) m[i] = 2;
     row("first touch after adoption (page faults)", us_since(t));
+    // fork() while the range is adopted: the pages go private for the fork and back.
+    t = std::chrono::steady_clock::now();
+    const pid_t child = ::fork();
+    if (child == 0) ::_exit(m[0] == 2 ? 0 : 1);
+    row("fork() in the parent, range adopted", us_since(t));
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die("the forked child saw other data");
+    if (m[4096] != 2) die("the parent's data changed over fork()");
     ::munmap(m, n);
+    // The next call finds the range unmapped and returns its pages (a tiny adoption carries it).
+    {
+      void* tiny = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      t = std::chrono::steady_clock::now();
+      Buffer* tb = adopt(*a, tiny, 1, &err);
+      row("next adopt after munmap (returns the pages)", us_since(t));
+      if (tb) release(*a, tb);
+      ::munmap(tiny, 4096);
+    }
     // Untouched memory: holes, nothing copied.
     m = static_cast<unsigned char*>(
         ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
