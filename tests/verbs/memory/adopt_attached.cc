@@ -233,6 +233,39 @@ int check(const std::string& sa, const std::string& sb) {
   if (err != EFAULT) die("a range with a hole: want EFAULT, got " + std::to_string(err));
   std::printf("verbs-memory-attached: OK: a range with an unmapped page: EFAULT\n");
 
+  // 6. roced's checks of a region's file offset (attach protocol 6): page aligned, inside the
+  // file. A memfd of 4 pages: the last page is fine, one past it and an unaligned one are not.
+  {
+    const int fd = ::memfd_create("offset-check", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 || ::ftruncate(fd, 4 * ps) != 0) die("memfd", errno);
+    void* map = ::mmap(nullptr, 4 * ps, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) die("mmap", errno);
+    static_cast<char*>(map)[3 * ps + 1] = 'z';
+    const auto page = static_cast<std::uint64_t>(ps);
+    Buffer* ok = a->register_memfd_at(fd, 3 * page, static_cast<char*>(map) + 3 * ps, page);
+    if (ok == nullptr) die("register_memfd_at of the last page", errno);
+    Registered last{ok, a->reg_mr(pd_a, static_cast<char*>(map) + 3 * ps, page, kAll)};
+    if (!last.mr) die("reg_mr on an offset region", errno);
+    peer.rdma(WrOpcode::kRead, 4 << 20, 2, last.mr, static_cast<char*>(map) + 3 * ps);
+    if (static_cast<char*>(peer.mem->addr)[(4 << 20) + 1] != 'z')
+      die("READ through a region at a file offset");
+    a->dereg_mr(last.mr);
+    a->free_buffer(ok);
+    errno = 0;
+    if (a->register_memfd_at(fd, 4 * page, map, page) != nullptr || errno != EINVAL)
+      die("a region past the file's end: want EINVAL", errno);
+    if (a->register_memfd_at(fd, page / 2, map, page) != nullptr || errno != EINVAL)
+      die("an unaligned file offset: want EINVAL", errno);
+    if (a->register_memfd_at(fd, ~std::uint64_t{0} - page + 1, map, page) != nullptr ||
+        errno != EINVAL)
+      die("a file offset that wraps: want EINVAL", errno);
+    ::munmap(map, 4 * ps);
+    ::close(fd);
+    std::printf(
+        "verbs-memory-attached: OK: regions at file offsets: inside the file mapped, past it, "
+        "unaligned or wrapping EINVAL\n");
+  }
+
   unreg(*a, r1);
   const auto st = verbs_compat::adopt_stats();
   if (st.regions != 0 || st.references != 0) die("regions left after every release");

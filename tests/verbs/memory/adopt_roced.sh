@@ -89,7 +89,8 @@ wait_line() {  # FILE PATTERN PID
 # ---- 1. adopted memory, WRITE and READ by a peer ----------------------------------------------
 "$prog" check "$work/a.sock" "$work/b.sock" | tee "$work/check.log"
 for what in "malloc'd buffer adopted" "stack buffer adopted" "overlapping registrations share" \
-            "read-only mapping: EFAULT" "a range with an unmapped page: EFAULT" "every region released"; do
+            "read-only mapping: EFAULT" "a range with an unmapped page: EFAULT" \
+            "regions at file offsets" "every region released"; do
   grep -q "OK: $what" "$work/check.log" || { echo "FAIL: no 'OK: $what'"; exit 1; }
 done
 back_to_baseline "after the program deregistered and exited"
