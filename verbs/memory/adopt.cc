@@ -195,6 +195,17 @@ void collect(State& st) {
   st.pending = merged(subtract(st.pending, gone));
 }
 
+// Whether some pending range is (partly) unmapped now: msync(MS_ASYNC), a walk of the
+// mappings and nothing else, fails with ENOMEM there. A range the program mapped something
+// else over still passes; release() checks exactly.
+bool pending_unmapped(const State& st) {
+  for (const Range& r : st.pending)
+    if (::msync(reinterpret_cast<void*>(r.first), r.second - r.first, MS_ASYNC) != 0 &&
+        errno == ENOMEM)
+      return true;
+  return false;
+}
+
 // Writes [a, b) of the process into the file at offset a, skipping pages of anonymous memory
 // that were never touched (neither present nor swapped in /proc/self/pagemap): they read as
 // zero and the file's hole is zero.
@@ -283,7 +294,7 @@ int adopt_piece(State& st, const Vma& v, std::uintptr_t a, std::uintptr_t b, std
 
 int adopt_range(State& st, std::uintptr_t s, std::uintptr_t e, const AdoptOptions& opt) {
   std::vector<Vma> maps;
-  if (!read_maps(s, e, maps)) return ENOMEM;
+  if (!read_maps(s, e, maps)) return errno != 0 ? errno : ENOMEM;  // no /proc: ENOENT, EACCES
   struct Piece {
     const Vma* v;
     std::uintptr_t a, b;
@@ -428,7 +439,7 @@ client::Buffer* adopt(client::Context& ctx, void* addr, std::size_t length, int*
     *err = rc;
     return nullptr;
   }
-  collect(st);
+  if (pending_unmapped(st)) collect(st);  // release() always collects; here only when cheap
   if (const int rc = adopt_range(st, s, e, opt)) {
     *err = rc;
     return nullptr;
