@@ -46,7 +46,6 @@ struct State {
   std::uint64_t inode = 0;
   std::map<client::Context*, std::vector<Region>> regions;  ///< per Context, oldest first
   std::vector<Range> pending;  ///< file ranges no region covers, last seen mapped
-  std::vector<Range> dontfork;  ///< adopted with AdoptOptions::dontfork (the regions' covers)
   std::vector<Vma> forking;     ///< the mappings made private for a fork in progress
   bool forked = false;         ///< a child: the Buffers it inherited are not its own
 };
@@ -115,9 +114,13 @@ int on_side_stack(const std::function<int()>& fn) {
   return side_result;
 }
 
-bool holds_this_stack(const Vma& v) {
+// Whether replacing [a, b) of `v` may touch this thread's live frames: the mapping holds the
+// stack pointer, or the range lies near it (the frames of the calls made during the copy and
+// the remap, a signal handler's, sit just below it; the callers' just above).
+bool near_this_stack(const Vma& v, std::uintptr_t a, std::uintptr_t b) {
+  constexpr std::uintptr_t kReach = 256u << 10;
   const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
-  return v.start <= sp && sp < v.end;
+  return (v.start <= sp && sp < v.end) || (a < sp + kReach && b + kReach > sp);
 }
 
 void on_fork_prepare();
@@ -257,7 +260,7 @@ int copy_in(const State& st, std::uintptr_t a, std::uintptr_t b, bool anonymous,
 // replaces it. The cover's first and last pages go last: the range may share them with other
 // objects that other threads write (the window in adopt.h).
 int adopt_piece(State& st, const Vma& v, std::uintptr_t a, std::uintptr_t b, std::uintptr_t s,
-                std::uintptr_t e, const AdoptOptions& opt) {
+                std::uintptr_t e) {
   const std::uintptr_t ps = page_size();
   if (ours(st, v)) {
     // Our pages that mremap moved here (offset != address): through a bounce buffer, since
@@ -288,7 +291,10 @@ int adopt_piece(State& st, const Vma& v, std::uintptr_t a, std::uintptr_t b, std
   if (::mmap(at, b - a, v.prot(), MAP_SHARED | MAP_FIXED, st.fd, static_cast<off_t>(a)) ==
       MAP_FAILED)
     return errno == EINVAL ? EOPNOTSUPP : ENOMEM;
-  if (opt.dontfork) ::madvise(at, b - a, MADV_DONTFORK);
+  if (!ours(st, v)) return 0;
+  // The moved pages' old place in the file: returned once nothing maps it.
+  const std::uint64_t old = v.offset + (a - v.start);
+  st.pending.emplace_back(old, old + (b - a));
   return 0;
 }
 
@@ -334,8 +340,8 @@ int adopt_range(State& st, std::uintptr_t s, std::uintptr_t e, const AdoptOption
         return EBUSY;
   }
   for (const Piece& p : todo) {
-    const auto job = [&] { return adopt_piece(st, *p.v, p.a, p.b, s, e, opt); };
-    if (const int rc = holds_this_stack(*p.v) ? on_side_stack(job) : job()) return rc;
+    const auto job = [&] { return adopt_piece(st, *p.v, p.a, p.b, s, e); };
+    if (const int rc = near_this_stack(*p.v, p.a, p.b) ? on_side_stack(job) : job()) return rc;
   }
   return 0;
 }
@@ -347,8 +353,8 @@ int adopt_range(State& st, std::uintptr_t s, std::uintptr_t e, const AdoptOption
 // included, which no copy taken before or after could), and the child shares nothing with
 // the parent or roced. prepare: each mapping of the memfd becomes a private anonymous copy
 // in place; parent: what the parent holds goes back into the file and the file's mapping
-// back in place; child: the copies are its own, the memfd closed. Pages adopted with
-// AdoptOptions::dontfork stay shared (the child does not inherit them).
+// back in place; child: the copies are its own, the memfd closed. Mappings advised
+// MADV_DONTFORK (AdoptOptions::dontfork, ibv_fork_init) stay shared: the child has none.
 
 void privatize(const State& st, const Vma& v) {
   const std::size_t len = v.end - v.start;
@@ -381,13 +387,9 @@ void on_fork_prepare() {
   st.forking.clear();
   if (st.fd < 0) return;
   std::vector<Vma> maps;
-  if (!read_maps(0, 0, maps)) return;
-  for (Vma& v : maps) {
-    if (!ours(st, v)) continue;
-    bool keep = false;
-    for (const Range& d : st.dontfork) keep |= d.first <= v.start && v.end <= d.second;
-    if (!keep) st.forking.push_back(std::move(v));
-  }
+  if (!read_maps(0, 0, maps, true)) return;
+  for (Vma& v : maps)
+    if (ours(st, v) && !v.dontcopy) st.forking.push_back(std::move(v));
   on_side_stack([&] {
     for (const Vma& v : st.forking) privatize(st, v);
     return 0;
@@ -415,7 +417,6 @@ void on_fork_child() {
   st.forking.clear();
   st.regions.clear();
   st.pending.clear();
-  st.dontfork.clear();
   st.forked = true;
   st.mu.unlock();
 }
@@ -444,6 +445,8 @@ client::Buffer* adopt(client::Context& ctx, void* addr, std::size_t length, int*
     *err = rc;
     return nullptr;
   }
+  // ibv_fork_init's MADV_DONTFORK went to the mapping the remap replaced: again on ours.
+  if (opt.dontfork) ::madvise(reinterpret_cast<void*>(s), e - s, MADV_DONTFORK);
   std::vector<Region>& rs = st.regions[&ctx];
   // The oldest region that holds the range: the one Context::reg_mr picks too.
   for (Region& r : rs)
@@ -458,7 +461,6 @@ client::Buffer* adopt(client::Context& ctx, void* addr, std::size_t length, int*
     return nullptr;
   }
   rs.push_back(Region{b, s, e, 1});
-  if (opt.dontfork) st.dontfork.emplace_back(s, e);
   return b;
 }
 
@@ -477,7 +479,6 @@ int release(client::Context& ctx, client::Buffer* buffer) {
   for (auto z = rs.begin(); z != rs.end();) {
     if (z->refs == 0 && ctx.free_buffer(z->buf) != EBUSY) {
       st.pending.emplace_back(z->start, z->end);
-      std::erase(st.dontfork, Range{z->start, z->end});
       z = rs.erase(z);
     } else {
       ++z;

@@ -78,9 +78,10 @@ bool parse_maps_line(const char* line, std::size_t n, Vma& out) {
   return out.start < out.end;
 }
 
-bool read_maps(std::uintptr_t from, std::uintptr_t to, std::vector<Vma>& out) {
+bool read_maps(std::uintptr_t from, std::uintptr_t to, std::vector<Vma>& out, bool smaps) {
   out.clear();
-  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(smaps ? "/proc/self/smaps" : "/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  bool last_kept = false;  // smaps: the attribute lines that follow belong to out.back()
   if (fd < 0) return false;
   char buf[16384];
   std::size_t have = 0;
@@ -111,7 +112,14 @@ bool read_maps(std::uintptr_t from, std::uintptr_t to, std::vector<Vma>& out) {
           done = true;
           break;
         }
-        if (v.end > from) out.push_back(std::move(v));
+        last_kept = v.end > from;
+        if (last_kept) out.push_back(std::move(v));
+      } else if (smaps && last_kept && len > 8 && std::memcmp(buf + at, "VmFlags:", 8) == 0) {
+        // Two-letter flags separated by blanks; "dc": VM_DONTCOPY.
+        for (std::size_t i = 8; i + 1 < len; ++i)
+          if (buf[at + i] == 'd' && buf[at + i + 1] == 'c' && buf[at + i - 1] == ' ' &&
+              (i + 2 == len || buf[at + i + 2] == ' '))
+            out.back().dontcopy = true;
       }
       at += len + 1;
       if (at >= have) {

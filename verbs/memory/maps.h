@@ -18,6 +18,7 @@ struct Vma {
   unsigned dev_major = 0, dev_minor = 0;
   std::uint64_t inode = 0;    ///< 0: anonymous
   std::string path;           ///< "", "[heap]", "[stack]", "/memfd:name (deleted)", a file
+  bool dontcopy = false;      ///< MADV_DONTFORK ("dc" in VmFlags; read_maps with smaps only)
 
   /// Private anonymous memory (malloc's heap and arenas, stacks, mmap(MAP_ANONYMOUS)): pages
   /// never touched read as zero.
@@ -33,7 +34,8 @@ struct Vma {
 bool parse_maps_line(const char* line, std::size_t n, Vma& out);
 
 /// The mappings that intersect [from, to), in address order (to = 0: every mapping). Reads
-/// /proc/self/maps only as far as `to`. False with errno set when the file cannot be read.
-bool read_maps(std::uintptr_t from, std::uintptr_t to, std::vector<Vma>& out);
+/// /proc/self/maps only as far as `to` (`smaps`: /proc/self/smaps, slower, for
+/// Vma::dontcopy). False with errno set when the file cannot be read.
+bool read_maps(std::uintptr_t from, std::uintptr_t to, std::vector<Vma>& out, bool smaps = false);
 
 }  // namespace roce::verbs_compat

@@ -313,6 +313,51 @@ TEST(Adopt, DontforkLeavesTheChildWithout) {
   ::munmap(p, 2 * kPage);
 }
 
+TEST(Adopt, PagesMovedByMremapAreAdoptedAtTheirNewAddress) {
+  FakeRoced roced;
+  char* p = map_pages(4);
+  fill(p, 4 * kPage, 51);
+  int err = 0;
+  client::Buffer* b = adopt(roced, p, 4 * kPage, &err);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(release(roced, b), 0);
+  char* to = map_pages(8);  // somewhere free to move to
+  char* q = static_cast<char*>(
+      ::mremap(p, 4 * kPage, 4 * kPage, MREMAP_MAYMOVE | MREMAP_FIXED, to + 2 * kPage));
+  ASSERT_EQ(q, to + 2 * kPage);
+  EXPECT_NE(mapping_at(q).offset, reinterpret_cast<std::uintptr_t>(q));  // moved: offset != address
+  client::Buffer* c = adopt(roced, q, 4 * kPage, &err);
+  ASSERT_NE(c, nullptr) << std::strerror(err);
+  EXPECT_EQ(mapping_at(q).offset, reinterpret_cast<std::uintptr_t>(q));
+  EXPECT_TRUE(same(q, 4 * kPage, 51));
+  roced.seen_by_roced(q)[9] = 'm';
+  EXPECT_EQ(q[9], 'm');
+  EXPECT_EQ(release(roced, c), 0);
+  ::munmap(to, 8 * kPage);
+}
+
+TEST(Adopt, DontforkAdvisedLaterIsKept) {
+  // libibverbs after ibv_fork_init advises MADV_DONTFORK itself, on what is mapped by then.
+  FakeRoced roced;
+  char* p = map_pages(2);
+  int err = 0;
+  client::Buffer* b = adopt(roced, p, 2 * kPage, &err);
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(::madvise(p, 2 * kPage, MADV_DONTFORK), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::vector<Vma> m;
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    ::_exit(read_maps(a, a + 1, m) && (m.empty() || m.front().start > a) ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  EXPECT_TRUE(mapping_at(p).shared);  // the parent's stays shared with roced
+  EXPECT_EQ(release(roced, b), 0);
+  ::munmap(p, 2 * kPage);
+}
+
 TEST(Adopt, QuotaErrorsComeBack) {
   FakeRoced roced;
   roced.max_regions = 0;
