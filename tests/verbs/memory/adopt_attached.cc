@@ -13,12 +13,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "verbs/memory/adopt.h"
@@ -356,6 +359,58 @@ int bench(const std::string& sa) {
       row("next adopt after munmap (returns the pages)", us_since(t));
       if (tb) release(*a, tb);
       ::munmap(tiny, 4096);
+    }
+    // The window for other threads: a thread increments a counter in the cover's first page
+    // (outside the registered range, as a neighbour's variable would be), another one in a
+    // middle page, while the range is adopted; the increments lost at each thread's rate
+    // estimate its window (the edge pages are copied last, right before the remap).
+    {
+      auto* w = static_cast<unsigned char*>(
+          ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+      std::memset(w, 1, n);
+      struct Writer {
+        volatile std::uint64_t* counter;
+        std::uint64_t done = 0;
+        double us = 0;
+      };
+      Writer edge{reinterpret_cast<volatile std::uint64_t*>(w)};
+      Writer middle{reinterpret_cast<volatile std::uint64_t*>(w + n / 2)};
+      std::atomic<int> ready{0};
+      std::atomic<bool> stop{false};
+      const auto run = [&](Writer& wr) {
+        *wr.counter = 0;
+        ++ready;
+        while (ready.load() < 3) {
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        while (!stop.load(std::memory_order_relaxed)) {
+          *wr.counter = *wr.counter + 1;
+          ++wr.done;
+        }
+        wr.us = us_since(t0);
+      };
+      std::thread t1(run, std::ref(edge)), t2(run, std::ref(middle));
+      while (ready.load() < 2) {
+      }
+      ++ready;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      Buffer* wb = adopt(*a, w + 64, n - 64, &err);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      stop = true;
+      t1.join();
+      t2.join();
+      if (!wb) die("adopt", err);
+      for (const Writer* wr : {&edge, &middle}) {
+        const double lost = static_cast<double>(wr->done - *wr->counter);
+        const double per_us = static_cast<double>(wr->done) / wr->us;
+        std::printf("%-10s %-44s %12.1f %12s (%.0f increments of %.0f/us lost)\n",
+                    (std::to_string(mib) + " MiB").c_str(),
+                    wr == &edge ? "window: other thread, cover's first page"
+                                : "window: other thread, a middle page",
+                    lost / per_us, "-", lost, per_us);
+      }
+      release(*a, wb);
+      ::munmap(w, n);
     }
     // Untouched memory: holes, nothing copied.
     m = static_cast<unsigned char*>(
