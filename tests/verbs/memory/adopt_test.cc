@@ -9,8 +9,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "tests/verbs/memory/fake_roced.h"
 #include "verbs/memory/maps.h"
@@ -356,6 +360,44 @@ TEST(Adopt, DontforkAdvisedLaterIsKept) {
   EXPECT_TRUE(mapping_at(p).shared);  // the parent's stays shared with roced
   EXPECT_EQ(release(roced, b), 0);
   ::munmap(p, 2 * kPage);
+}
+
+TEST(Adopt, ConcurrentOverlappingRegistrations) {
+  // Threads register and release overlapping ranges of one buffer at once; every Buffer they
+  // get maps, on "roced's" side, the bytes the program sees.
+  FakeRoced roced;
+  constexpr std::size_t kPages = 64;
+  char* p = map_pages(kPages);
+  fill(p, kPages * kPage, 61);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      unsigned seed = t * 7919 + 1;
+      for (int i = 0; i < 200; ++i) {
+        seed = seed * 1103515245 + 12345;
+        const std::size_t first = (seed >> 8) % kPages;
+        const std::size_t len = 1 + (seed >> 16) % ((kPages - first) * kPage - 1);
+        char* at = p + first * kPage + (seed >> 4) % 64;
+        const std::size_t n = std::min(len, static_cast<std::size_t>(p + kPages * kPage - at));
+        int err = 0;
+        client::Buffer* b = adopt(roced, at, n, &err);
+        if (b == nullptr) {
+          ++bad;
+          continue;
+        }
+        auto* view = static_cast<FakeRoced::View*>(b);
+        const std::size_t off = static_cast<std::size_t>(at - static_cast<char*>(b->addr));
+        if (std::memcmp(static_cast<char*>(view->map) + off, at, n) != 0) ++bad;
+        if (release(roced, b) != 0) ++bad;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_TRUE(same(p, kPages * kPage, 61));
+  EXPECT_TRUE(roced.views.empty());
+  EXPECT_EQ(adopt_stats().references, 0u);
+  ::munmap(p, kPages * kPage);
 }
 
 TEST(Adopt, QuotaErrorsComeBack) {
