@@ -151,6 +151,13 @@ TEST(Adopt, BadRangesAreEfault) {
   ::munmap(q, 2 * kPage);
   EXPECT_EQ(adopt(roced, nullptr, 10, &err), nullptr);
   EXPECT_EQ(err, EINVAL);
+  // Kernel addresses and ranges past the end of the address space: nothing is mapped there.
+  EXPECT_EQ(adopt(roced, reinterpret_cast<void*>(0xffff'8000'0000'0000ull), kPage, &err), nullptr);
+  EXPECT_EQ(err, EFAULT);
+  EXPECT_EQ(adopt(roced, reinterpret_cast<void*>(0x7fff'ffff'f000ull), 1ull << 40, &err), nullptr);
+  EXPECT_EQ(err, EFAULT);
+  EXPECT_EQ(adopt(roced, reinterpret_cast<void*>(~0ull - 100), 1000, &err), nullptr);  // wraps
+  EXPECT_EQ(err, EINVAL);
   char* r = map_pages(1);
   EXPECT_EQ(adopt(roced, r, 0, &err), nullptr);
   EXPECT_EQ(err, EINVAL);
