@@ -46,6 +46,18 @@ char* map_pages(std::size_t n, int prot = PROT_READ | PROT_WRITE) {
   return static_cast<char*>(p);
 }
 
+// The memfd's size once earlier tests' unmapped pages are returned (a release collects them).
+std::uint64_t settled_file_bytes() {
+  FakeRoced roced;
+  char* p = map_pages(1);
+  int err = 0;
+  client::Buffer* b = adopt(roced, p, 1, &err);
+  EXPECT_NE(b, nullptr);
+  ::munmap(p, kPage);
+  EXPECT_EQ(release(roced, b), 0);
+  return adopt_stats().file_bytes;
+}
+
 TEST(Maps, ParsesALine) {
   const char line[] = "7f0000001000-7f0000003000 r-xs 00002000 fd:01 12345    /usr/lib/x (deleted)";
   Vma v;
@@ -183,12 +195,50 @@ TEST(Adopt, SharedMappingsOfOthersAreNotSupported) {
   ::munmap(s, kPage);
 }
 
+TEST(Adopt, PrivateFileMappingKeepsTheFilesBytes) {
+  // A MAP_PRIVATE file (a program's .data, a file read through mmap): pages never touched are
+  // the file's bytes, not zero.
+  FakeRoced roced;
+  FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  std::vector<unsigned char> bytes(3 * kPage);
+  fill(bytes.data(), bytes.size(), 71);
+  ASSERT_EQ(::pwrite(fileno(f), bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  void* p = ::mmap(nullptr, 3 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE, fileno(f), 0);
+  ASSERT_NE(p, MAP_FAILED);
+  int err = 0;
+  client::Buffer* b = adopt(roced, p, 3 * kPage, &err);
+  ASSERT_NE(b, nullptr) << std::strerror(err);
+  EXPECT_TRUE(same(p, 3 * kPage, 71));
+  EXPECT_TRUE(same(roced.seen_by_roced(p), 3 * kPage, 71));
+  static_cast<char*>(p)[0] = 9;  // private still: the file keeps its bytes
+  unsigned char first = 0;
+  ASSERT_EQ(::pread(fileno(f), &first, 1, 0), 1);
+  EXPECT_EQ(first, static_cast<unsigned char>(71));
+  EXPECT_EQ(release(roced, b), 0);
+  ::munmap(p, 3 * kPage);
+  std::fclose(f);
+}
+
+TEST(Adopt, ForgetDropsAContextsRegions) {
+  FakeRoced roced;
+  char* p = map_pages(2);
+  int err = 0;
+  ASSERT_NE(adopt(roced, p, kPage, &err), nullptr);
+  ASSERT_NE(adopt(roced, p + kPage, kPage, &err), nullptr);
+  const std::size_t before = adopt_stats().regions;
+  forget(roced);  // the Context goes away with its regions
+  EXPECT_EQ(adopt_stats().regions, before - 2);
+  EXPECT_EQ(p[5], 0);
+  ::munmap(p, 2 * kPage);
+}
+
 TEST(Adopt, OverlappingRegistrationsShareThePages) {
   FakeRoced roced;
   char* p = map_pages(16);
   fill(p, 16 * kPage, 1);
   int err = 0;
-  const std::uint64_t before = adopt_stats().file_bytes;
+  const std::uint64_t before = settled_file_bytes();
   client::Buffer* b1 = adopt(roced, p + 2 * kPage + 100, 4 * kPage - 200, &err);  // pages 2..5
   ASSERT_NE(b1, nullptr);
   // Spans adopted pages 4..5 and new pages 6..9.
@@ -243,7 +293,7 @@ TEST(Adopt, UntouchedPagesStayHolesAndUnmappedPagesAreReturned) {
   char* p = map_pages(n);
   p[17 * kPage] = 1;  // one page touched
   int err = 0;
-  const std::uint64_t before = adopt_stats().file_bytes;
+  const std::uint64_t before = settled_file_bytes();
   client::Buffer* b = adopt(roced, p, n * kPage, &err);
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(adopt_stats().file_bytes - before, kPage);
@@ -310,7 +360,7 @@ TEST(Adopt, DontforkLeavesTheChildWithout) {
   char* p = map_pages(2);
   int err = 0;
   client::Buffer* b = adopt(roced, p, 2 * kPage, &err, AdoptOptions{.dontfork = true});
-  ASSERT_NE(b, nullptr);
+  ASSERT_NE(b, nullptr) << std::strerror(err);
   const pid_t pid = ::fork();
   if (pid == 0) {
     std::vector<Vma> m;

@@ -21,6 +21,11 @@ class FakeRoced : public client::Context {
   };
   std::vector<std::unique_ptr<View>> views;
   int registrations = 0;  ///< register_memfd_at calls that succeeded
+
+  /// As roced when its client goes: every region's mapping dropped.
+  ~FakeRoced() override {
+    for (auto& v : views) ::munmap(v->map, v->length);
+  }
   int max_regions = 1 << 20;
 
   /// roced's view of the byte at `addr` (of the process), through the newest region holding it.
