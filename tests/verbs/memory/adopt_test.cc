@@ -343,6 +343,13 @@ TEST(Adopt, ForkGivesTheChildAPrivateCopy) {
   if (pid == 0) {
     bool ok = p[0] == 'A' && !mapping_at(p).shared;  // the fork-time data, private
     std::memset(p, 'C', 4 * kPage);
+    // The parent's Buffers are not the child's: releasing one touches no Context (attached,
+    // that would deregister the parent's region over the shared socket).
+    ok = ok && release(roced, b) == 0 && roced.views.size() == 1;
+    // The child adopts anew, into a memfd of its own.
+    int e = 0;
+    client::Buffer* c = adopt(roced, p, kPage, &e);
+    ok = ok && c != nullptr && adopt_stats().fd >= 0 && p[0] == 'C' && mapping_at(p).shared;
     ::_exit(ok ? 0 : 1);
   }
   int status = 0;
