@@ -33,6 +33,9 @@ using Range = std::pair<std::uintptr_t, std::uintptr_t>;  // [first, second)
 /// below 2^52): sparse, it holds only the adopted pages.
 constexpr std::uint64_t kFileSize = 1ull << 57;
 
+/// The alignment of the regions registered with roced (adopt()).
+constexpr std::uintptr_t kWindow = 2u << 20;
+
 struct Region {
   client::Buffer* buf = nullptr;
   std::uintptr_t start = 0, end = 0;
@@ -454,13 +457,25 @@ client::Buffer* adopt(client::Context& ctx, void* addr, std::size_t length, int*
       ++r.refs;
       return r.buf;
     }
-  client::Buffer* b =
-      ctx.register_memfd_at(st.fd, s, reinterpret_cast<void*>(s), static_cast<std::size_t>(e - s));
+  // A new region spans the aligned windows around the range, so that registrations near it (a
+  // program's heap) share it; the window's pages not adopted are holes no MR reaches. Past
+  // roced's max_memory, the range's own pages.
+  std::uintptr_t rs_start = s & ~(kWindow - 1), rs_end = (e + kWindow - 1) & ~(kWindow - 1);
+  const auto region = [&] {
+    return ctx.register_memfd_at(st.fd, rs_start, reinterpret_cast<void*>(rs_start),
+                                 static_cast<std::size_t>(rs_end - rs_start));
+  };
+  client::Buffer* b = region();
+  if (b == nullptr && (errno == EDQUOT || errno == EINVAL) && (rs_start != s || rs_end != e)) {
+    rs_start = s;
+    rs_end = e;
+    b = region();
+  }
   if (b == nullptr) {
     *err = errno != 0 ? errno : ENOMEM;
     return nullptr;
   }
-  rs.push_back(Region{b, s, e, 1});
+  rs.push_back(Region{b, rs_start, rs_end, 1});
   return b;
 }
 

@@ -15,7 +15,9 @@
 ///
 /// What a registration meets:
 ///   - pages already adopted (offset = address): nothing copied; a region of the Context that
-///     covers the range is shared (a count), else one more region is registered;
+///     covers the range is shared (a count), else one more region is registered. A region
+///     spans the 2 MiB-aligned windows around its range (registrations near each other share
+///     it: roced's max_regions); at roced's max_memory, the range's own pages;
 ///   - private memory (anonymous, the heap, stacks, private file mappings such as a program's
 ///     .data/.bss): adopted; pages never touched are left as holes (zero);
 ///   - a hole, PROT_NONE, [vvar]/[vdso], or a read-only page asked for write access: EFAULT,

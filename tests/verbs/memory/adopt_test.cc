@@ -227,51 +227,82 @@ TEST(Adopt, ForgetDropsAContextsRegions) {
   ASSERT_NE(adopt(roced, p, kPage, &err), nullptr);
   ASSERT_NE(adopt(roced, p + kPage, kPage, &err), nullptr);
   const std::size_t before = adopt_stats().regions;
+  ASSERT_GE(roced.views.size(), 1u);
   forget(roced);  // the Context goes away with its regions
-  EXPECT_EQ(adopt_stats().regions, before - 2);
+  EXPECT_EQ(adopt_stats().regions, before - roced.views.size());
   EXPECT_EQ(p[5], 0);
   ::munmap(p, 2 * kPage);
 }
 
+// roced's view (a fake's mapping) of the byte at `addr`, through Buffer `b`.
+char& through(client::Buffer* b, const void* addr) {
+  auto* v = static_cast<FakeRoced::View*>(b);
+  return static_cast<char*>(v->map)[static_cast<const char*>(addr) - static_cast<char*>(b->addr)];
+}
+
 TEST(Adopt, OverlappingRegistrationsShareThePages) {
   FakeRoced roced;
-  char* p = map_pages(16);
+  // Two 2 MiB windows (regions are whole windows): w is the boundary between them.
+  const std::size_t window = 2u << 20;
+  char* raw = map_pages(3 * window / kPage);
+  char* w = reinterpret_cast<char*>(
+      (reinterpret_cast<std::uintptr_t>(raw) + 2 * window - 1) & ~(window - 1));
+  ASSERT_LE(w + window, raw + 3 * window);
+  char* p = w - 6 * kPage;  // pages p[0..16) around the boundary, which sits at page 6
   fill(p, 16 * kPage, 1);
   int err = 0;
   const std::uint64_t before = settled_file_bytes();
-  client::Buffer* b1 = adopt(roced, p + 2 * kPage + 100, 4 * kPage - 200, &err);  // pages 2..5
+  client::Buffer* b1 = adopt(roced, p + 1 * kPage + 100, 4 * kPage - 200, &err);  // pages 1..4
   ASSERT_NE(b1, nullptr);
-  // Spans adopted pages 4..5 and new pages 6..9.
-  client::Buffer* b2 = adopt(roced, p + 4 * kPage, 6 * kPage, &err);
+  // Pages 3..10: over b1's adopted pages 3..4 and new ones, across the windows' boundary.
+  client::Buffer* b2 = adopt(roced, p + 3 * kPage, 8 * kPage, &err);
   ASSERT_NE(b2, nullptr);
   EXPECT_NE(b1, b2);
-  EXPECT_EQ(adopt_stats().file_bytes - before, 8 * kPage);  // pages 2..9, each copied once
+  EXPECT_EQ(adopt_stats().file_bytes - before, 10 * kPage);  // pages 1..10, each copied once
   // Inside b1: no new region, one more reference.
-  client::Buffer* b3 = adopt(roced, p + 3 * kPage, 10, &err);
+  client::Buffer* b3 = adopt(roced, p + 2 * kPage, 10, &err);
   EXPECT_EQ(b3, b1);
+  // Near b1, in its window: its region too (a program's heap: one region for many buffers).
+  client::Buffer* b5 = adopt(roced, p - 20 * kPage, 100, &err);
+  EXPECT_EQ(b5, b1);
   EXPECT_EQ(roced.registrations, 2);
   EXPECT_TRUE(same(p, 16 * kPage, 1));
-  // Page 5 is one page for the program and both regions.
-  ASSERT_EQ(roced.views[0].get(), b1);
-  static_cast<char*>(roced.views[0]->map)[3 * kPage + 1] = 'x';  // b1's view of page 5
-  EXPECT_EQ(p[5 * kPage + 1], 'x');
-  EXPECT_EQ(static_cast<char*>(roced.views[1]->map)[1 * kPage + 1], 'x');  // b2's view
-  // Releasing one of b1's two references keeps it; the second frees it; b2 goes on.
+  // Page 4 is one page for the program and both regions.
+  through(b1, p + 4 * kPage + 1) = 'x';
+  EXPECT_EQ(p[4 * kPage + 1], 'x');
+  EXPECT_EQ(through(b2, p + 4 * kPage + 1), 'x');
+  // Releasing some of b1's references keeps it; the last frees it; b2 goes on.
   EXPECT_EQ(release(roced, b3), 0);
+  EXPECT_EQ(release(roced, b5), 0);
   EXPECT_EQ(roced.views.size(), 2u);
   EXPECT_EQ(release(roced, b1), 0);
   EXPECT_EQ(roced.views.size(), 1u);
-  p[5 * kPage + 2] = 'y';
-  EXPECT_EQ(static_cast<char*>(roced.views[0]->map)[1 * kPage + 2], 'y');
-  // Pages 2..3 adopted again: no copy (they are ours already), a new region.
-  client::Buffer* b4 = adopt(roced, p + 2 * kPage, 2 * kPage, &err);
-  ASSERT_NE(b4, nullptr);
-  EXPECT_EQ(adopt_stats().file_bytes - before, 8 * kPage);
+  p[4 * kPage + 2] = 'y';
+  EXPECT_EQ(through(b2, p + 4 * kPage + 2), 'y');
+  // Pages 1..2 adopted again: no copy (they are ours already), and b2's region (its windows)
+  // holds them.
+  client::Buffer* b4 = adopt(roced, p + 1 * kPage, 2 * kPage, &err);
+  EXPECT_EQ(b4, b2);
+  EXPECT_EQ(roced.registrations, 2);
+  EXPECT_EQ(adopt_stats().file_bytes - before, 10 * kPage);  // b5's page was never touched
   EXPECT_EQ(release(roced, b4), 0);
   EXPECT_EQ(release(roced, b2), 0);
   EXPECT_TRUE(roced.views.empty());
-  EXPECT_TRUE(same(p, 5 * kPage, 1));  // data kept after every release
-  ::munmap(p, 16 * kPage);
+  EXPECT_TRUE(same(p, 4 * kPage, 1));  // data kept after every release
+  ::munmap(raw, 3 * window);
+}
+
+TEST(Adopt, RegionsFallBackToTheRangeAtTheMemoryQuota) {
+  FakeRoced roced;
+  roced.max_length = 64 * kPage;  // roced's max_memory below a window
+  char* p = map_pages(4);
+  int err = 0;
+  client::Buffer* b = adopt(roced, p, 4 * kPage, &err);
+  ASSERT_NE(b, nullptr) << std::strerror(err);
+  EXPECT_EQ(b->addr, p);
+  EXPECT_EQ(b->length, 4 * kPage);
+  EXPECT_EQ(release(roced, b), 0);
+  ::munmap(p, 4 * kPage);
 }
 
 TEST(Adopt, NeighboursInOnePage) {

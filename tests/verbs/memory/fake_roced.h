@@ -27,6 +27,7 @@ class FakeRoced : public client::Context {
     for (auto& v : views) ::munmap(v->map, v->length);
   }
   int max_regions = 1 << 20;
+  std::size_t max_length = std::size_t{1} << 40;  ///< longer regions: EDQUOT (max_memory)
 
   /// roced's view of the byte at `addr` (of the process), through the newest region holding it.
   unsigned char* seen_by_roced(const void* addr) {
@@ -40,7 +41,7 @@ class FakeRoced : public client::Context {
 
   client::Buffer* register_memfd_at(int fd, std::uint64_t offset, void* addr,
                                     std::size_t length) override {
-    if (static_cast<int>(views.size()) >= max_regions) return fail(EDQUOT);
+    if (static_cast<int>(views.size()) >= max_regions || length > max_length) return fail(EDQUOT);
     void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
                      static_cast<off_t>(offset));
     if (p == MAP_FAILED) return fail(EINVAL);
