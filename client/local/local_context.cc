@@ -75,6 +75,10 @@ class Local final : public Context {
   Buffer* register_memfd(int fd, void* addr, std::size_t length) override {
     return bufs_.adopt(fd, addr, length);
   }
+  // The engine reaches the process's own memory: where the pages sit in the memfd is moot.
+  Buffer* register_memfd_at(int fd, std::uint64_t, void* addr, std::size_t length) override {
+    return bufs_.adopt(fd, addr, length);
+  }
   int free_buffer(Buffer* buffer) override { return bufs_.release(buffer); }
   Mr* reg_mr(Pd* pd, void* addr, std::size_t length, std::uint32_t access) override {
     return reg_mr_iova(pd, addr, length, reinterpret_cast<std::uint64_t>(addr), access);

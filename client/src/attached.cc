@@ -184,6 +184,12 @@ class Attached final : public Context {
     ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK);  // roced checks; this makes it pass when allowed
     return add_region(fd, addr, length, false);
   }
+  Buffer* register_memfd_at(int fd, std::uint64_t offset, void* addr,
+                            std::size_t length) override {
+    if (fd < 0 || addr == nullptr || length == 0) return fail_null(EINVAL);
+    ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK);
+    return add_region(fd, addr, length, false, offset);
+  }
   int free_buffer(Buffer* buffer) override {
     auto* b = static_cast<ABuffer*>(buffer);
     if (b->mrs != 0) return EBUSY;
@@ -647,11 +653,13 @@ class Attached final : public Context {
     Reply rep;
     return call(rq, rep);
   }
-  Buffer* add_region(int fd, void* addr, std::size_t length, bool own) {
+  Buffer* add_region(int fd, void* addr, std::size_t length, bool own,
+                     std::uint64_t file_offset = 0) {
     Request rq;
     rq.op = Op::kRegRegion;
     rq.region.length = length;
     rq.region.client_addr = reinterpret_cast<std::uint64_t>(addr);
+    rq.region.file_offset = file_offset;
     Reply rep;
     if (fail(call(rq, rep, &fd, 1))) return nullptr;
     auto b = std::make_unique<ABuffer>();

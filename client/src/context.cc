@@ -13,6 +13,12 @@ Mr* Context::reg_mr_iova(Pd* pd, void* addr, std::size_t length, std::uint64_t i
   return nullptr;
 }
 
+Buffer* Context::register_memfd_at(int fd, std::uint64_t offset, void* addr, std::size_t length) {
+  if (offset == 0) return register_memfd(fd, addr, length);
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
+
 int Context::connect_rc(Qp* qp, const RcPeer& peer, std::uint32_t sq_psn, Mtu mtu,
                         std::uint32_t access) {
   using namespace verbs;

@@ -969,12 +969,16 @@ int Ops::reg_region() {
   const int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0) return EINVAL;  // not a memfd
   if (!(seals & F_SEAL_SHRINK) && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) return EPERM;
+  const std::uint64_t off = rq.region.file_offset;
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) < len)
+  if (off % page != 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<std::uint64_t>(st.st_size) < len ||
+      off > static_cast<std::uint64_t>(st.st_size) - len)
     return EINVAL;
   const std::uint32_t h = new_handle();
   Region& r = c.regions[h];  // before the mapping: nothing may throw once it is made
-  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(off));
   if (p == MAP_FAILED) {
     c.regions.erase(h);
     return ENOMEM;

@@ -20,8 +20,8 @@
 namespace roce::attach {
 
 // 3: RecvEntry min_free/max_msgs; 4: rdma_cm; 5: a CQ's eventfd on demand (kCqNotify), the
-// device's limits in the hello reply
-inline constexpr std::uint32_t kVersion = 5;
+// device's limits in the hello reply; 6: RegRegionReq::file_offset (a region anywhere in a memfd)
+inline constexpr std::uint32_t kVersion = 6;
 inline constexpr std::uint32_t kMaxSge = 4;  ///< SGEs per work request in a queue entry
 
 enum class Op : std::uint32_t {
@@ -83,6 +83,9 @@ struct HelloRep {
 struct RegRegionReq {
   std::uint64_t length = 0;
   std::uint64_t client_addr = 0;  ///< where the client mapped it (the default IOVA of its MRs)
+  /// Where in the memfd the region starts (page aligned): several regions may share one memfd
+  /// (verbs/memory keeps a program's adopted pages in one, at file offset = address).
+  std::uint64_t file_offset = 0;
 };
 struct RegMrReq {
   std::uint32_t pd = 0;

@@ -187,6 +187,12 @@ class Context {
   /// shared memory (a device).
   /// The in-process backend takes any mapping, and fd -1 for memory that is no memfd.
   virtual Buffer* register_memfd(int fd, void* addr, std::size_t length) = 0;
+  /// register_memfd of the memfd's bytes [offset, offset + length), mapped at `addr`: several
+  /// Buffers may share one memfd (verbs/memory keeps the pages it adopts from a program in one,
+  /// at file offset = address). `offset` page aligned, else EINVAL. Backends without it:
+  /// EOPNOTSUPP unless `offset` is 0.
+  virtual Buffer* register_memfd_at(int fd, std::uint64_t offset, void* addr,
+                                    std::size_t length);
   /// EBUSY while MRs cover it.
   virtual int free_buffer(Buffer* b) = 0;
 
