@@ -12,8 +12,9 @@ PACKAGES=(
   clang libclang-rt-14-dev llvm
   iproute2 iputils-ping tcpdump
   libibverbs-dev librdmacm-dev
-  # Debian's perftest, unmodified, on the libibverbs provider (tests/integration/verbs_perftest*)
-  perftest
+  # Debian's own RDMA programs, unmodified, on the libibverbs provider and our librdmacm
+  # (tests/integration/verbs_*, rdmacm_*; docs/verbs-compat.md)
+  perftest ibverbs-utils rdmacm-utils
   debootstrap debian-archive-keyring yamllint nodejs
   # the deployment tests (tests/deploy/, docs/deploy.md): podman with runc (crun refuses hybrid
   # cgroups), CNI networks, the pause image's init for kube play's pods, podman-compose
