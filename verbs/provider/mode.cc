@@ -24,6 +24,8 @@
 #include "runtime/env.h"
 #include "runtime/link.h"
 #include "runtime/port.h"
+#include "verbs/memory/adopt.h"
+#include "verbs/provider/ex_api.h"
 #include "verbs/provider/provider.h"
 
 namespace roce::verbs_compat {
@@ -170,7 +172,9 @@ bool progress_once(Backend* be) {
       }
       // Solicited-only arming fires on any completion too (the engine does not tell a
       // solicited one apart): a spurious wake-up, never a lost one.
-      if (rc == 0 && c->armed.exchange(0) != 0) fire.push_back(c);
+      // An ibv_cq_ex iterator that holds completions outside a batch counts too.
+      if ((rc == 0 || (c->ex && pending(&c->vcq.cq) > 0)) && c->armed.exchange(0) != 0)
+        fire.push_back(c);
     }
     for (RCq* c : fire) {
       rdma::comp_event_desc ev{reinterpret_cast<std::uint64_t>(&c->vcq.cq)};
@@ -342,6 +346,11 @@ void close_backend(Backend* be) {
   if (--be->users > 0 || be == g_local) return;
   be->stop = true;
   if (be->progress.joinable()) be->progress.join();
+  if (be->env == nullptr) {
+    // The attached Context's regions go with it: verbs/memory forgets its Buffers first.
+    std::lock_guard<std::mutex> g(be->mu);
+    forget(*be->ctx);
+  }
   delete be;
 }
 
