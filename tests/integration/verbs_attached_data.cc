@@ -1,6 +1,6 @@
 // Data through libroce-verbs.so attached to roced (ROCE_ATTACH), in a program of libibverbs
-// calls whose memory comes from the attached Context (bridge.h: context_of), since a program's
-// own memory is not shared with roced yet. Checks the provider's attached paths: SENDs with
+// calls whose memory comes from the attached Context (bridge.h: context_of: a Buffer of the
+// Context registers as it is), and its own memory (adopted). Checks the provider's attached paths: SENDs with
 // inline data and with 6 SGEs (the attachment takes registered SGEs only, at most 4: both are
 // copied into the QP's bounce buffer), RDMA WRITE then READ back, completions through a
 // completion channel's fd.
@@ -9,6 +9,7 @@
 #include <infiniband/verbs.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -111,14 +112,23 @@ int main(int argc, char** argv) {
   ibv_cq* cq = ibv_create_cq(ctx, 32, nullptr, ch, 0);
   if (pd == nullptr || ch == nullptr || cq == nullptr) die("pd/channel/cq");
 
-  // The program's own memory: attached, not registrable until roced can share it.
+  // The program's own memory: its pages adopted (verbs/memory); shared memory that is not
+  // the Context's stays EOPNOTSUPP (its sharing with a file or process would be cut).
   std::vector<char> own(4096);
   errno = 0;
   ibv_mr* own_mr = ibv_reg_mr(pd, own.data(), own.size(), IBV_ACCESS_LOCAL_WRITE);
   std::printf("ibv_reg_mr of the program's own memory: %s\n",
               own_mr != nullptr ? "registered" : std::strerror(errno));
-  if (own_mr == nullptr && errno != EOPNOTSUPP) die("ibv_reg_mr of own memory: not EOPNOTSUPP");
-  if (own_mr != nullptr) ibv_dereg_mr(own_mr);
+  if (own_mr == nullptr) die("ibv_reg_mr of own memory");
+  if (ibv_dereg_mr(own_mr) != 0) die("ibv_dereg_mr of own memory");
+  void* shm = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shm == MAP_FAILED) die("mmap");
+  errno = 0;
+  ibv_mr* shm_mr = ibv_reg_mr(pd, shm, 4096, IBV_ACCESS_LOCAL_WRITE);
+  std::printf("ibv_reg_mr of shared anonymous memory: %s\n",
+              shm_mr != nullptr ? "registered" : std::strerror(errno));
+  if (shm_mr != nullptr || errno != EOPNOTSUPP) die("ibv_reg_mr of shared memory: not EOPNOTSUPP");
+  munmap(shm, 4096);
 
   constexpr std::size_t kLen = 65536;
   roce::client::Buffer* buf;
