@@ -4,7 +4,9 @@
 # its MTU and RoCE v2 GID), then ibv_{rc,srq,uc,ud}_pingpong -c run between a client of A and a
 # client of B on the programs' own memory (attached registration adopts its pages) and must
 # finish with the data checked. Then verbs_attached_data moves data between a client of A and a
-# client of B in memory of the attached Context: inline and 6-SGE SENDs (the provider's bounce buffer), WRITE and READ.
+# client of B in memory of the attached Context: inline and 6-SGE SENDs (the provider's bounce
+# buffer), WRITE and READ, and a CQ armed for solicited completions only (woken by the solicited
+# SEND, not by the one before it).
 # Last, roced B is killed under a program waiting on its context's async_fd (verbs_async
 # wait-fatal): it must read IBV_EVENT_DEVICE_FATAL.
 #   verbs_attached.sh ROCED LIBROCE_VERBS WORKDIR VERBS_ATTACHED_DATA VERBS_ASYNC
@@ -82,7 +84,8 @@ sed 's/^/data server: /' "$work/data-server.txt"
 sed 's/^/data client: /' "$work/data-client.txt"
 [[ $rc == 0 ]] || fail "verbs_attached_data exited with $rc"
 for l in "SEND with inline data: 32 bytes, intact" "SEND of 6 SGEs: 600 bytes, intact" \
-         "RDMA WRITE into our memory: intact"; do
+         "RDMA WRITE into our memory: intact" \
+         "solicited-only arming: woken with 2 completion(s) polled, the solicited SEND's last, in order"; do
   grep -qx "$l" "$work/data-server.txt" || fail "server: no '$l'"
 done
 grep -qx "RDMA WRITE then READ back: intact" "$work/data-client.txt" || fail "client: READ"

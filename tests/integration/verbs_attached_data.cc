@@ -3,7 +3,7 @@
 // Context registers as it is), and its own memory (adopted). Checks the provider's attached paths: SENDs with
 // inline data and with 6 SGEs (the attachment takes registered SGEs only, at most 4: both are
 // copied into the QP's bounce buffer), RDMA WRITE then READ back, completions through a
-// completion channel's fd.
+// completion channel's fd, and a channel armed for solicited completions only.
 //   verbs_attached_data server PORT | client PORT HOST
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
@@ -274,6 +274,52 @@ int main(int argc, char** argv) {
     std::printf("RDMA WRITE then READ back: %s\n", r_ok ? "intact" : "WRONG");
     bad = !r_ok;
     sync(s);
+  }
+  // Solicited-only arming (ibv_req_notify_cq(cq, 1)): the server's channel fires for the
+  // client's SEND with IBV_SEND_SOLICITED, not for the unsolicited one 400 ms before it.
+  if (server) {
+    for (int i = 0; i < 2; ++i) {
+      ibv_sge sge{reinterpret_cast<std::uint64_t>(mem + 32768 + i * 1024), 1024, mr->lkey};
+      ibv_recv_wr rw{};
+      rw.wr_id = 200 + i;
+      rw.sg_list = &sge;
+      rw.num_sge = 1;
+      ibv_recv_wr* b;
+      if (ibv_post_recv(qp, &rw, &b) != 0) die("ibv_post_recv");
+    }
+    if (ibv_req_notify_cq(cq, 1) != 0) die("ibv_req_notify_cq(solicited only)");
+    sync(s);  // armed
+    pollfd p{ch->fd, POLLIN, 0};
+    if (poll(&p, 1, 20000) != 1) die("no event in 20 s");
+    ibv_cq* e;
+    void* ectx;
+    if (ibv_get_cq_event(ch, &e, &ectx) != 0 || e != cq) die("ibv_get_cq_event");
+    ibv_ack_cq_events(cq, 1);
+    // Woken by the solicited SEND, both are there, in order; woken by the first, only it.
+    ibv_wc wc[4];
+    const int got = ibv_poll_cq(cq, 4, wc);
+    const bool ok = got == 2 && wc[0].wr_id == 200 && wc[1].wr_id == 201 &&
+                    wc[0].status == IBV_WC_SUCCESS && wc[1].status == IBV_WC_SUCCESS;
+    std::printf("solicited-only arming: woken with %d completion(s) polled%s\n", got,
+                ok ? ", the solicited SEND's last, in order" : " (WRONG: woken before the solicited SEND)");
+    bad |= !ok;
+  } else {
+    sync(s);  // the server armed
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(mem + 2048), 64, mr->lkey};
+    ibv_send_wr w{};
+    w.wr_id = 5;
+    w.sg_list = &sge;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_SEND;
+    w.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* b;
+    if (ibv_post_send(qp, &w, &b) != 0) die("post unsolicited SEND");
+    expect_ok(next_wc(ch, cq), IBV_WC_SEND, "unsolicited SEND");
+    usleep(400000);
+    w.wr_id = 6;
+    w.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED;
+    if (ibv_post_send(qp, &w, &b) != 0) die("post solicited SEND");
+    expect_ok(next_wc(ch, cq), IBV_WC_SEND, "solicited SEND");
   }
   sync(s);
   close(s);

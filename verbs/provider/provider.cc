@@ -970,12 +970,22 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
   int total = 0;
   while (total < max) {
     const int want = std::min(max - total, 32);
-    int n;
+    int n = 0;
     {
-      std::lock_guard<std::mutex> g(r->be->mu);
-      n = r->be->ctx->poll_cq(r->c, want, wc);
+      // What the progress thread took for a solicited-only arming comes first (the CQ's order:
+      // it takes under this lock too).
+      std::lock_guard<std::mutex> h(r->held_mu);
+      for (; n < want && !r->held.empty(); ++n) {
+        wc[n] = r->held.front();
+        r->held.pop_front();
+      }
+      if (n < want) {
+        std::lock_guard<std::mutex> g(r->be->mu);
+        const int m = r->be->ctx->poll_cq(r->c, want - n, wc + n);
+        if (m < 0 && n == 0) return total > 0 ? total : m;
+        n += std::max(m, 0);
+      }
     }
-    if (n < 0) return total > 0 ? total : n;
     for (int i = 0; i < n; ++i) {
       ibv_wc& w = out[total + i];
       const verbs::Wc& s = wc[i];
