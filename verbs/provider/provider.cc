@@ -121,7 +121,8 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input,
   Backend* be = be_of(c);
   const client::DeviceAttr lim = limits(be);
   ibv_device_attr& a = attr->orig_attr;
-  std::snprintf(a.fw_ver, sizeof a.fw_ver, "roce 0.1.0 (%s)",
+  // The project's version (CMake's) and the mode; hw_ver and vendor_part_id stay 0, as rxe's.
+  std::snprintf(a.fw_ver, sizeof a.fw_ver, "roce %s (%s)", ROCE_VERSION,
                 attached(c) ? "attached" : "in-process");
   a.node_guid = htobe64(node_guid(be->dev));
   a.sys_image_guid = a.node_guid;
