@@ -89,6 +89,12 @@ for l in "SEND with inline data: 32 bytes, intact" "SEND of 6 SGEs: 600 bytes, i
   grep -qx "$l" "$work/data-server.txt" || fail "server: no '$l'"
 done
 grep -qx "RDMA WRITE then READ back: intact" "$work/data-client.txt" || fail "client: READ"
+for side in server client; do
+  grep -qx "ibv_reg_mr of the program's own memory: registered" "$work/data-$side.txt" &&
+    grep -qx "ibv_rereg_mr to other own memory: moved" "$work/data-$side.txt" &&
+    grep -qx "ibv_reg_mr of shared anonymous memory: Operation not supported" "$work/data-$side.txt" ||
+    fail "$side: attached registration of own or shared memory"
+done
 
 ROCE_ATTACH=$work/b.sock timeout 30 "$async" wait-fatal 20 > "$work/fatal.txt" 2>&1 &
 fpid=$!

@@ -120,6 +120,13 @@ int main(int argc, char** argv) {
   std::printf("ibv_reg_mr of the program's own memory: %s\n",
               own_mr != nullptr ? "registered" : std::strerror(errno));
   if (own_mr == nullptr) die("ibv_reg_mr of own memory");
+  // ibv_rereg_mr to other memory of the program: adopted too, the old range released.
+  std::vector<char> other(8192);
+  if (ibv_rereg_mr(own_mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, other.data(), other.size(),
+                   0) != 0)
+    die("ibv_rereg_mr to other own memory");
+  std::printf("ibv_rereg_mr to other own memory: %s\n",
+              own_mr->addr == other.data() && own_mr->length == other.size() ? "moved" : "WRONG");
   if (ibv_dereg_mr(own_mr) != 0) die("ibv_dereg_mr of own memory");
   void* shm = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shm == MAP_FAILED) die("mmap");
