@@ -144,6 +144,20 @@ std::size_t Lane::drain_send(LaneQp& q) {
     wr.atomic.compare_add = s.compare_add;
     wr.atomic.swap = s.swap;
     wr.ud.ah = &s.ah;
+    engine::AddressVector av;
+    if (q.qp->type == engine::QpType::kUd && s.ah.dmac == wire::MacAddr{}) {
+      // A UD address vector by GID only: the MAC the control thread learned for it
+      // (Ops::neighbour, which the client asks before it uses the address).
+      // Unknown (the client never asked): refused, never a frame to 00:00:00:00:00:00.
+      const auto it = macs_.find(wire::load_be32(s.ah.dgid.b.data() + 12));
+      if (it == macs_.end()) {
+        refuse(q.send_cq, s.wr_id, engine::wc_opcode(s.opcode), q.qp->qpn);
+        continue;
+      }
+      av = s.ah;
+      av.dmac = it->second;
+      wr.ud.ah = &av;
+    }
     wr.ud.remote_qpn = s.remote_qpn;
     wr.ud.remote_qkey = s.remote_qkey;
     const int rc = eng_.post_send(q.qp, &wr, nullptr);

@@ -118,7 +118,7 @@ class Lane : public port::Poller {
   /// The engine's CM hub for clients' sessions (created at the first, with QP1).
   std::shared_ptr<cm::CmHub> cm_hub();
   /// A neighbour's MAC the control thread resolved (ARP on the port's first loop), for the
-  /// CM's QP transitions on this lcore.
+  /// CM's QP transitions on this lcore and for UD sends whose address vector has no MAC.
   void learn(wire::Ipv4Addr ip, wire::MacAddr mac) { macs_[ip.v] = mac; }
   /// An event of `c`'s session into its ring (or its backlog).
   void push(LaneCm& c, const cm::SessionEvent& ev);

@@ -1540,12 +1540,22 @@ int Ops::neighbour() {
     ask = c.arp_asks < kArpAsksPerWindow;
     c.arp_asks += ask ? 1 : 0;
   }
-  const bool known = run_on(l0, s.stop_, s.loops_stopped_, [l0, ip, ask] {
-    if (l0->neighbour().lookup(ip)) return true;
-    if (ask) l0->resolve(ip);
-    return false;
+  const auto mac = run_on(l0, s.stop_, s.loops_stopped_, [l0, ip, ask] {
+    auto found = l0->neighbour().lookup(ip);
+    if (!found && ask) l0->resolve(ip);
+    return found;
   });
-  rep.handle = known ? 1 : 0;  // (not an error: roced's count of bad requests stays)
+  if (mac && c.lane != nullptr) {
+    // The client's lane fills it into UD address vectors that come without a MAC (the
+    // libibverbs provider's attached AH names its peer by GID only).
+    Lane* lane = c.lane;
+    const wire::MacAddr m = *mac;
+    run([=] {
+      lane->learn(ip, m);
+      return 0;
+    });
+  }
+  rep.handle = mac ? 1 : 0;  // (not an error: roced's count of bad requests stays)
   return 0;
 }
 

@@ -52,7 +52,8 @@ enum class Op : std::uint32_t {
   kCmRefuse,  ///< CmReq id: REJ 3 "no resources" to a connect request (Context::cm_refuse)
   kCmNotify,  ///< CmReq id: COMM_EST, data before the RTU (Context::cm_notify, rdma_notify)
   /// CmReq dst: whether the port's ARP cache has it (reply handle 1, else 0); request handle 1:
-  /// ARP for it when not (Context::neighbour). Never waits.
+  /// ARP for it when not (Context::neighbour). Never waits. When found, the client's lane
+  /// keeps the MAC for its UD sends by GID (SendEntry::ah).
   kNeighbour,
 };
 
@@ -191,7 +192,9 @@ struct SendEntry {
   std::uint64_t swap = 0;
   std::uint32_t remote_qpn = 0;  ///< UD
   std::uint32_t remote_qkey = 0;
-  verbs::AddressVector ah;  ///< UD
+  /// UD. A zero MAC: the one the client's lane learned when a kNeighbour found it (else the
+  /// request is refused).
+  verbs::AddressVector ah;
   verbs::Sge sge[kMaxSge];
 };
 

@@ -281,6 +281,7 @@ void Engine::Stages::resp_complete_recv(Engine& eng, Qp& qp, const wire::RxPkt& 
     wc.invalidated_rkey = pkt.ieth().rkey();
     wc.wc_flags |= kWcWithInv;
   }
+  if (pkt.bth().se()) wc.wc_flags |= kWcSolicited;
   wc.offset = static_cast<std::uint32_t>(qp.resp.recv_base);
   if (release_recv(qp, info.mask.has(OpMask::kWrite) ? 0 : byte_len, true))
     wc.wc_flags |= kWcStillQueued;
@@ -821,6 +822,7 @@ void Engine::Stages::resp_on_ud(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
       wc.imm_data = pkt.immdt().imm();
       wc.wc_flags |= kWcWithImm;
     }
+    if (pkt.bth().se()) wc.wc_flags |= kWcSolicited;
   }
   if (release_recv(qp, wc.status == WcStatus::kSuccess ? need : 0, wc.status == WcStatus::kSuccess))
     wc.wc_flags |= kWcStillQueued;

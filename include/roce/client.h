@@ -256,7 +256,8 @@ class Context {
     return EOPNOTSUPP;
   }
   /// Whether the port knows the MAC of `ip` (its ARP cache): 0, else EAGAIN, with an ARP request
-  /// sent when `ask`; never waits (the non-blocking half of rdma_resolve_addr). A server asks
+  /// sent when `ask`; never waits (the non-blocking half of rdma_resolve_addr). Attached, once
+  /// it answered 0, UD sends to `ip` may leave the address vector's MAC zero (roced fills it). A server asks
   /// before cm_accept, which needs the MAC: a connect request from a source that does not
   /// answer ARP then holds nothing but a pending entry. EOPNOTSUPP: the backend cannot tell
   /// (cm_accept resolves, waiting).

@@ -100,6 +100,9 @@ enum WcFlags : std::uint32_t {
   /// A message into a multi-message buffer that stays posted for more (LNet's QUEUED flag):
   /// the application must not reuse the buffer until a completion without it.
   kWcStillQueued = 1u << 16,
+  /// The message's last packet had the Solicited Event bit (BTH SE, IBA 9.2.4): a CQ armed
+  /// for solicited completions only (ibv_req_notify_cq(cq, 1)) wakes for it.
+  kWcSolicited = 1u << 17,
 };
 
 struct Sge {

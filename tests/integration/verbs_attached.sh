@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Debian's unmodified ibverbs-utils attached to roced through libroce-verbs.so (ROCE_ATTACH):
 # two roced on a net_memif link; ibv_devices and ibv_devinfo -v see A's port (its GUID, ACTIVE,
-# its MTU and RoCE v2 GID), then ibv_rc_pingpong runs between a client of A and a client of B.
-# The pingpong registers the program's own memory, which attached mode takes once the attached
-# memory sharing is there; until then it must stop at ibv_reg_mr with the provider's message.
-# Then verbs_attached_data moves data between a client of A and a client of B in memory of the
-# attached Context: inline and 6-SGE SENDs (the provider's bounce buffer), WRITE and READ.
+# its MTU and RoCE v2 GID), then ibv_{rc,srq,uc,ud}_pingpong -c run between a client of A and a
+# client of B on the programs' own memory (attached registration adopts its pages) and must
+# finish with the data checked. Then verbs_attached_data moves data between a client of A and a
+# client of B in memory of the attached Context: inline and 6-SGE SENDs (the provider's bounce
+# buffer), WRITE and READ, and a CQ armed for solicited completions only (woken by the solicited
+# SEND, not by the one before it).
 # Last, roced B is killed under a program waiting on its context's async_fd (verbs_async
 # wait-fatal): it must read IBV_EVENT_DEVICE_FATAL.
 #   verbs_attached.sh ROCED LIBROCE_VERBS WORKDIR VERBS_ATTACHED_DATA VERBS_ASYNC
@@ -47,29 +48,32 @@ expect "^[[:space:]]+active_mtu:[[:space:]]+(1024 \(3\)|2048 \(4\)|4096 \(5\))$"
 expect "^[[:space:]]+GID\[  0\]:[[:space:]]+::ffff:192.0.2.93, RoCE v2$"
 echo "ibv_devinfo -v: port ACTIVE, $(grep -E 'active_mtu' "$work/devinfo.txt" | xargs), GID ::ffff:192.0.2.93 RoCE v2"
 
-ROCE_ATTACH=$work/b.sock timeout 30 ibv_rc_pingpong -d roce0 -g 0 -p "$port" -n 100 \
-  > "$work/pp-server.txt" 2>&1 &
-spp=$!
-for _ in $(seq 100); do
-  ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
-  grep -q "Couldn't register MR" "$work/pp-server.txt" && break
-  sleep 0.1
-done
-rc=0
-ROCE_ATTACH=$work/a.sock timeout 30 ibv_rc_pingpong -d roce0 -g 0 -p "$port" -n 100 127.0.0.1 \
-  > "$work/pp-client.txt" 2>&1 || rc=$?
-wait "$spp" || rc=$?
-sed 's/^/pingpong server: /' "$work/pp-server.txt"
-sed 's/^/pingpong client: /' "$work/pp-client.txt"
-if grep -q "ibv_reg_mr registers only memory roced shares" "$work/pp-server.txt"; then
-  grep -q "Couldn't register MR" "$work/pp-server.txt" || fail "no ibv_reg_mr failure after the message"
-  echo "ibv_rc_pingpong attached: stops at ibv_reg_mr (EOPNOTSUPP: the program's memory is not shared with roced yet)"
-else
-  [[ $rc == 0 ]] || fail "ibv_rc_pingpong exited with $rc"
-  for side in server client; do
-    grep -Eq "^[0-9]+ iters in [0-9.]+ seconds" "$work/pp-$side.txt" || fail "$side did not finish"
+# The pingpongs on the program's own memory (ibv_reg_mr adopts its pages, verbs/memory), the
+# server checking what it received (-c); UD's AH by GID (roced fills the MAC in).
+pingpong() {  # KIND: server on B, client on A; both must finish, the server's data intact
+  local kind=$1 rc=0 spp
+  shift
+  ROCE_ATTACH=$work/b.sock timeout 30 "ibv_${kind}_pingpong" -d roce0 -g 0 -p "$port" -n 200 -c \
+    > "$work/$kind-server.txt" 2>&1 &
+  spp=$!
+  for _ in $(seq 100); do
+    ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+    kill -0 "$spp" 2>/dev/null || break
+    sleep 0.1
   done
-fi
+  ROCE_ATTACH=$work/a.sock timeout 30 "ibv_${kind}_pingpong" -d roce0 -g 0 -p "$port" -n 200 -c \
+    127.0.0.1 > "$work/$kind-client.txt" 2>&1 || rc=$?
+  wait "$spp" || rc=$?
+  sed "s/^/ibv_${kind}_pingpong server: /" "$work/$kind-server.txt"
+  sed "s/^/ibv_${kind}_pingpong client: /" "$work/$kind-client.txt"
+  [[ $rc == 0 ]] || fail "ibv_${kind}_pingpong exited with $rc"
+  for side in server client; do
+    grep -Eq "^200 iters in [0-9.]+ seconds" "$work/$kind-$side.txt" || fail "ibv_${kind}_pingpong $side did not finish"
+  done
+  ! grep -q "invalid data" "$work/$kind-server.txt" || fail "ibv_${kind}_pingpong: data corrupted"
+  echo "ibv_${kind}_pingpong -c attached: 200 iters, data checked"
+}
+for kind in rc srq uc ud; do pingpong "$kind"; done
 
 ROCE_ATTACH=$work/b.sock timeout 30 "$data" server $((port + 1)) > "$work/data-server.txt" 2>&1 &
 sdata=$!
@@ -80,10 +84,17 @@ sed 's/^/data server: /' "$work/data-server.txt"
 sed 's/^/data client: /' "$work/data-client.txt"
 [[ $rc == 0 ]] || fail "verbs_attached_data exited with $rc"
 for l in "SEND with inline data: 32 bytes, intact" "SEND of 6 SGEs: 600 bytes, intact" \
-         "RDMA WRITE into our memory: intact"; do
+         "RDMA WRITE into our memory: intact" \
+         "solicited-only arming: woken with 2 completion(s) polled, the solicited SEND's last, in order"; do
   grep -qx "$l" "$work/data-server.txt" || fail "server: no '$l'"
 done
 grep -qx "RDMA WRITE then READ back: intact" "$work/data-client.txt" || fail "client: READ"
+for side in server client; do
+  grep -qx "ibv_reg_mr of the program's own memory: registered" "$work/data-$side.txt" &&
+    grep -qx "ibv_rereg_mr to other own memory: moved" "$work/data-$side.txt" &&
+    grep -qx "ibv_reg_mr of shared anonymous memory: Operation not supported" "$work/data-$side.txt" ||
+    fail "$side: attached registration of own or shared memory"
+done
 
 ROCE_ATTACH=$work/b.sock timeout 30 "$async" wait-fatal 20 > "$work/fatal.txt" 2>&1 &
 fpid=$!

@@ -1,14 +1,15 @@
 // Data through libroce-verbs.so attached to roced (ROCE_ATTACH), in a program of libibverbs
-// calls whose memory comes from the attached Context (bridge.h: context_of), since a program's
-// own memory is not shared with roced yet. Checks the provider's attached paths: SENDs with
+// calls whose memory comes from the attached Context (bridge.h: context_of: a Buffer of the
+// Context registers as it is), and its own memory (adopted). Checks the provider's attached paths: SENDs with
 // inline data and with 6 SGEs (the attachment takes registered SGEs only, at most 4: both are
 // copied into the QP's bounce buffer), RDMA WRITE then READ back, completions through a
-// completion channel's fd.
+// completion channel's fd, and a channel armed for solicited completions only.
 //   verbs_attached_data server PORT | client PORT HOST
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -111,14 +112,30 @@ int main(int argc, char** argv) {
   ibv_cq* cq = ibv_create_cq(ctx, 32, nullptr, ch, 0);
   if (pd == nullptr || ch == nullptr || cq == nullptr) die("pd/channel/cq");
 
-  // The program's own memory: attached, not registrable until roced can share it.
+  // The program's own memory: its pages adopted (verbs/memory); shared memory that is not
+  // the Context's stays EOPNOTSUPP (its sharing with a file or process would be cut).
   std::vector<char> own(4096);
   errno = 0;
   ibv_mr* own_mr = ibv_reg_mr(pd, own.data(), own.size(), IBV_ACCESS_LOCAL_WRITE);
   std::printf("ibv_reg_mr of the program's own memory: %s\n",
               own_mr != nullptr ? "registered" : std::strerror(errno));
-  if (own_mr == nullptr && errno != EOPNOTSUPP) die("ibv_reg_mr of own memory: not EOPNOTSUPP");
-  if (own_mr != nullptr) ibv_dereg_mr(own_mr);
+  if (own_mr == nullptr) die("ibv_reg_mr of own memory");
+  // ibv_rereg_mr to other memory of the program: adopted too, the old range released.
+  std::vector<char> other(8192);
+  if (ibv_rereg_mr(own_mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, other.data(), other.size(),
+                   0) != 0)
+    die("ibv_rereg_mr to other own memory");
+  std::printf("ibv_rereg_mr to other own memory: %s\n",
+              own_mr->addr == other.data() && own_mr->length == other.size() ? "moved" : "WRONG");
+  if (ibv_dereg_mr(own_mr) != 0) die("ibv_dereg_mr of own memory");
+  void* shm = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shm == MAP_FAILED) die("mmap");
+  errno = 0;
+  ibv_mr* shm_mr = ibv_reg_mr(pd, shm, 4096, IBV_ACCESS_LOCAL_WRITE);
+  std::printf("ibv_reg_mr of shared anonymous memory: %s\n",
+              shm_mr != nullptr ? "registered" : std::strerror(errno));
+  if (shm_mr != nullptr || errno != EOPNOTSUPP) die("ibv_reg_mr of shared memory: not EOPNOTSUPP");
+  munmap(shm, 4096);
 
   constexpr std::size_t kLen = 65536;
   roce::client::Buffer* buf;
@@ -264,6 +281,52 @@ int main(int argc, char** argv) {
     std::printf("RDMA WRITE then READ back: %s\n", r_ok ? "intact" : "WRONG");
     bad = !r_ok;
     sync(s);
+  }
+  // Solicited-only arming (ibv_req_notify_cq(cq, 1)): the server's channel fires for the
+  // client's SEND with IBV_SEND_SOLICITED, not for the unsolicited one 400 ms before it.
+  if (server) {
+    for (int i = 0; i < 2; ++i) {
+      ibv_sge sge{reinterpret_cast<std::uint64_t>(mem + 32768 + i * 1024), 1024, mr->lkey};
+      ibv_recv_wr rw{};
+      rw.wr_id = 200 + i;
+      rw.sg_list = &sge;
+      rw.num_sge = 1;
+      ibv_recv_wr* b;
+      if (ibv_post_recv(qp, &rw, &b) != 0) die("ibv_post_recv");
+    }
+    if (ibv_req_notify_cq(cq, 1) != 0) die("ibv_req_notify_cq(solicited only)");
+    sync(s);  // armed
+    pollfd p{ch->fd, POLLIN, 0};
+    if (poll(&p, 1, 20000) != 1) die("no event in 20 s");
+    ibv_cq* e;
+    void* ectx;
+    if (ibv_get_cq_event(ch, &e, &ectx) != 0 || e != cq) die("ibv_get_cq_event");
+    ibv_ack_cq_events(cq, 1);
+    // Woken by the solicited SEND, both are there, in order; woken by the first, only it.
+    ibv_wc wc[4];
+    const int got = ibv_poll_cq(cq, 4, wc);
+    const bool ok = got == 2 && wc[0].wr_id == 200 && wc[1].wr_id == 201 &&
+                    wc[0].status == IBV_WC_SUCCESS && wc[1].status == IBV_WC_SUCCESS;
+    std::printf("solicited-only arming: woken with %d completion(s) polled%s\n", got,
+                ok ? ", the solicited SEND's last, in order" : " (WRONG: woken before the solicited SEND)");
+    bad |= !ok;
+  } else {
+    sync(s);  // the server armed
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(mem + 2048), 64, mr->lkey};
+    ibv_send_wr w{};
+    w.wr_id = 5;
+    w.sg_list = &sge;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_SEND;
+    w.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* b;
+    if (ibv_post_send(qp, &w, &b) != 0) die("post unsolicited SEND");
+    expect_ok(next_wc(ch, cq), IBV_WC_SEND, "unsolicited SEND");
+    usleep(400000);
+    w.wr_id = 6;
+    w.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED;
+    if (ibv_post_send(qp, &w, &b) != 0) die("post solicited SEND");
+    expect_ok(next_wc(ch, cq), IBV_WC_SEND, "solicited SEND");
   }
   sync(s);
   close(s);

@@ -24,6 +24,8 @@
 #include "runtime/env.h"
 #include "runtime/link.h"
 #include "runtime/port.h"
+#include "verbs/memory/adopt.h"
+#include "verbs/provider/ex_api.h"
 #include "verbs/provider/provider.h"
 
 namespace roce::verbs_compat {
@@ -140,6 +142,32 @@ void write_all(int fd, const void* p, std::size_t n) {
   (void)!::write(fd, p, n);
 }
 
+/// A CQ armed for solicited completions only: takes its new completions (into `held`, which
+/// poll_cq hands out first, up to the CQ's depth) and says whether one is solicited (the
+/// sender's IBV_SEND_SOLICITED: the SE bit) or in error, rxe's rule for waking.
+bool take_for_solicited(Backend* be, RCq* c) {
+  bool hit = false;
+  std::lock_guard<std::mutex> h(c->held_mu);
+  verbs::Wc w[32];
+  for (;;) {
+    const std::size_t depth = c->c->depth;
+    const std::size_t room = depth > c->held.size() ? depth - c->held.size() : 0;
+    if (room == 0) break;  // the program does not poll: the rest stays in the CQ
+    const int want = static_cast<int>(std::min<std::size_t>(room, 32));
+    int n;
+    {
+      std::lock_guard<std::mutex> g(be->mu);
+      n = be->ctx->poll_cq(c->c, want, w);
+    }
+    for (int i = 0; i < n; ++i) {
+      hit |= (w[i].wc_flags & verbs::kWcSolicited) != 0 || w[i].status != verbs::WcStatus::kSuccess;
+      c->held.push_back(w[i]);
+    }
+    if (n < want) break;
+  }
+  return hit;
+}
+
 /// One round of the progress thread: polls the in-process engine, fires armed CQs, hands
 /// asynchronous and CM events over. True when it found something to do.
 bool progress_once(Backend* be) {
@@ -162,15 +190,20 @@ bool progress_once(Backend* be) {
   {
     std::lock_guard<std::mutex> r(be->reg);
     for (RCq* c : be->cqs) {
-      if (c->armed.load(std::memory_order_acquire) == 0 || c->channel_wfd < 0) continue;
+      const int armed = c->armed.load(std::memory_order_acquire);
+      if (armed == 0 || c->channel_wfd < 0) continue;
+      if (armed == 2) {
+        if (take_for_solicited(be, c) && c->armed.exchange(0) != 0) fire.push_back(c);
+        continue;
+      }
       int rc;
       {
         std::lock_guard<std::mutex> g(be->mu);
         rc = be->ctx->wait_cq(c->c, 0);
       }
-      // Solicited-only arming fires on any completion too (the engine does not tell a
-      // solicited one apart): a spurious wake-up, never a lost one.
-      if (rc == 0 && c->armed.exchange(0) != 0) fire.push_back(c);
+      // An ibv_cq_ex iterator that holds completions outside a batch counts too.
+      if ((rc == 0 || (c->ex && pending(&c->vcq.cq) > 0)) && c->armed.exchange(0) != 0)
+        fire.push_back(c);
     }
     for (RCq* c : fire) {
       rdma::comp_event_desc ev{reinterpret_cast<std::uint64_t>(&c->vcq.cq)};
@@ -342,6 +375,11 @@ void close_backend(Backend* be) {
   if (--be->users > 0 || be == g_local) return;
   be->stop = true;
   if (be->progress.joinable()) be->progress.join();
+  if (be->env == nullptr) {
+    // The attached Context's regions go with it: verbs/memory forgets its Buffers first.
+    std::lock_guard<std::mutex> g(be->mu);
+    forget(*be->ctx);
+  }
   delete be;
 }
 

@@ -15,6 +15,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "verbs/memory/adopt.h"
+#include "verbs/provider/ex_api.h"
+
 namespace roce::verbs_compat {
 extern const rdma::verbs_context_ops kOps;
 
@@ -118,7 +121,8 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input,
   Backend* be = be_of(c);
   const client::DeviceAttr lim = limits(be);
   ibv_device_attr& a = attr->orig_attr;
-  std::snprintf(a.fw_ver, sizeof a.fw_ver, "roce 0.1.0 (%s)",
+  // The project's version (CMake's) and the mode; hw_ver and vendor_part_id stay 0, as rxe's.
+  std::snprintf(a.fw_ver, sizeof a.fw_ver, "roce %s (%s)", ROCE_VERSION,
                 attached(c) ? "attached" : "in-process");
   a.node_guid = htobe64(node_guid(be->dev));
   a.sys_image_guid = a.node_guid;
@@ -200,14 +204,21 @@ int check_access(int access) {
   return access;
 }
 
-void warn_attached_memory() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    std::fprintf(stderr,
-                 "libroce-verbs: attached to roced, ibv_reg_mr registers only memory roced shares "
-                 "(a libroce Buffer); this program's own memory is not shared yet: EOPNOTSUPP "
-                 "(run it in-process with ROCE_LINK)\n");
-  });
+/// Gives back what register_range took for a range (the backend's lock held).
+void free_range(Backend* be, client::Buffer* adopted) {
+  if (adopted == nullptr) return;
+  if (be->env == nullptr)
+    release(*be->ctx, adopted);
+  else
+    be->ctx->free_buffer(adopted);
+}
+
+/// Whether libibverbs' fork support is on (ibv_fork_init or RDMAV_FORK_SAFE): adopted pages
+/// are then MADV_DONTFORK, as rdma-core advises registered ranges. Asked once: each
+/// ibv_is_fork_initialized() is a netlink query.
+bool fork_protected() {
+  static const bool on = ibv_is_fork_initialized() == IBV_FORK_ENABLED;
+  return on;
 }
 
 /// Registers [addr, addr + length) at `iova` into `m` (and `adopted`); 0 or an errno value.
@@ -216,10 +227,28 @@ int register_range(ibv_context* c, client::Pd* pd, void* addr, std::size_t lengt
   if (addr == nullptr || length == 0) return EINVAL;
   const int acc = check_access(access);
   if (acc < 0) return -acc;
+  const bool att = attached(c);
+  const bool dontfork = att && fork_protected();  // outside the lock: a netlink round trip
   Backend* be = be_of(c);
   std::lock_guard<std::mutex> g(be->mu);
   adopted = nullptr;
-  if (!attached(c)) {
+  if (att) {
+    // Attached: the range's pages become pages of a memfd roced maps too (verbs/memory).
+    AdoptOptions o;
+    o.writable = (access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                            IBV_ACCESS_REMOTE_ATOMIC)) != 0;
+    o.dontfork = dontfork;
+    int err = 0;
+    adopted = adopt(*be->ctx, addr, length, &err, o);
+    if (adopted == nullptr && err == EOPNOTSUPP) {
+      // A shared mapping that is not adopt()'s: roced already shares it when it is a Buffer
+      // of this Context (libroce's alloc_buffer, register_memfd); else EOPNOTSUPP stays.
+      errno = 0;
+      m = be->ctx->reg_mr_iova(pd, addr, length, iova, static_cast<std::uint32_t>(acc));
+      return m != nullptr ? 0 : EOPNOTSUPP;
+    }
+    if (adopted == nullptr) return err != 0 ? err : ENOMEM;
+  } else {
     // In-process the engine reaches any memory of the process: adopt the range as it is.
     adopted = be->ctx->register_memfd(-1, addr, length);
     if (adopted == nullptr) return errno != 0 ? errno : ENOMEM;
@@ -227,13 +256,9 @@ int register_range(ibv_context* c, client::Pd* pd, void* addr, std::size_t lengt
   errno = 0;
   m = be->ctx->reg_mr_iova(pd, addr, length, iova, static_cast<std::uint32_t>(acc));
   if (m == nullptr) {
-    int e = errno != 0 ? errno : EINVAL;
-    if (adopted != nullptr) be->ctx->free_buffer(adopted);
+    const int e = errno != 0 ? errno : EINVAL;
+    free_range(be, adopted);
     adopted = nullptr;
-    if (attached(c) && e == EINVAL) {
-      warn_attached_memory();
-      e = EOPNOTSUPP;
-    }
     return e;
   }
   return 0;
@@ -241,7 +266,7 @@ int register_range(ibv_context* c, client::Pd* pd, void* addr, std::size_t lengt
 
 void release_range(Backend* be, client::Mr* m, client::Buffer* adopted) {
   if (m != nullptr) be->ctx->dereg_mr(m);
-  if (adopted != nullptr) be->ctx->free_buffer(adopted);
+  free_range(be, adopted);
 }
 
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, std::size_t length, std::uint64_t iova, int access) {
@@ -271,7 +296,7 @@ int dereg_mr(rdma::verbs_mr* vmr) {
   Backend* be = be_of(vmr->ibv_mr.context);
   std::lock_guard<std::mutex> g(be->mu);
   if (const int rc = be->ctx->dereg_mr(r->m)) return rc;
-  if (r->adopted != nullptr) be->ctx->free_buffer(r->adopted);
+  free_range(be, r->adopted);
   delete r;
   return 0;
 }
@@ -347,17 +372,11 @@ ibv_cq* create_cq(ibv_context* c, int cqe, ibv_comp_channel* channel, int comp_v
 }
 
 ibv_cq_ex* create_cq_ex(ibv_context* c, ibv_cq_init_attr_ex* a) {
-  if (a->comp_mask & ~static_cast<std::uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS))
-    return fail_null<ibv_cq_ex>(EOPNOTSUPP);
-  if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && a->flags != 0)
-    return fail_null<ibv_cq_ex>(EOPNOTSUPP);
-  constexpr std::uint64_t kSupported =
-      IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
-      IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS;
-  if (a->wc_flags & ~kSupported) return fail_null<ibv_cq_ex>(EOPNOTSUPP);
+  if (const int rc = check_cq_attr(*a)) return fail_null<ibv_cq_ex>(rc);
   RCq* r = new_cq(c, static_cast<int>(a->cqe), a->channel, static_cast<int>(a->comp_vector));
   if (r == nullptr) return nullptr;
-  init_cq_ex(&r->vcq.cq_ex);
+  r->ex = true;
+  init_cq_ex(&r->vcq.cq_ex, a->wc_flags);
   return &r->vcq.cq_ex;
 }
 
@@ -372,11 +391,18 @@ int destroy_cq(ibv_cq* cq) {
     std::lock_guard<std::mutex> g(be->reg);
     std::erase(be->cqs, r);
   }
+  if (r->ex) fini_cq_ex(&r->vcq.cq_ex);
   delete r;
   return 0;
 }
 
-int poll_cq_op(ibv_cq* cq, int n, ibv_wc* wc) { return poll_cq(cq, n, wc); }
+int poll_cq_op(ibv_cq* cq, int n, ibv_wc* wc) {
+  // What an ibv_cq_ex iterator took and has not handed out comes first (the CQ's order).
+  const int k = rcq(cq)->ex ? take_pending(cq, n, wc) : 0;
+  if (k == n) return k;
+  const int m = poll_cq(cq, n - k, wc + k);
+  return m < 0 ? (k > 0 ? k : m) : k + m;
+}
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) {
   rcq(cq)->armed.store(solicited_only ? 2 : 1, std::memory_order_release);
@@ -613,12 +639,9 @@ ibv_qp* create_qp_ex(ibv_context* c, ibv_qp_init_attr_ex* a) {
   constexpr std::uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   if (a->comp_mask & ~kKnown) return fail_null<ibv_qp>(EOPNOTSUPP);
   if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD)) return fail_null<ibv_qp>(EINVAL);
-  constexpr std::uint64_t kSendOps =
-      IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
-      IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-      IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
   const bool ex = (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
-  if (ex && (a->send_ops_flags & ~kSendOps)) return fail_null<ibv_qp>(EOPNOTSUPP);
+  if (ex)
+    if (const int rc = check_send_ops(a->qp_type, a->send_ops_flags)) return fail_null<ibv_qp>(rc);
   ibv_qp_init_attr base{};
   base.qp_context = a->qp_context;
   base.send_cq = a->send_cq;
@@ -632,7 +655,7 @@ ibv_qp* create_qp_ex(ibv_context* c, ibv_qp_init_attr_ex* a) {
   if (ex) {
     r->vqp.comp_mask |= rdma::VERBS_QP_EX;
     r->vqp.qp_ex.comp_mask = 0;
-    init_qp_ex(&r->vqp.qp_ex);
+    init_qp_ex(&r->vqp.qp_ex, a->send_ops_flags, a->cap);
   }
   return &r->vqp.qp;
 }
@@ -758,6 +781,7 @@ int destroy_qp(ibv_qp* qp) {
   }
   pthread_mutex_destroy(&qp->mutex);
   pthread_cond_destroy(&qp->cond);
+  if (r->vqp.comp_mask & rdma::VERBS_QP_EX) fini_qp_ex(&r->vqp.qp_ex);
   delete r;
   return 0;
 }
@@ -778,11 +802,25 @@ int post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) { return post_s
 
 // ---- AH ----
 
+/// Attached: whether roced's port knows the MAC of `ip`, asking ARP for it, for up to
+/// `seconds`. Once it does, roced fills that MAC into this client's UD sends to `ip` (their
+/// address vectors carry the GID only). 0, EHOSTUNREACH, or what the attachment answered.
+int attached_neighbour(Backend* be, Ipv4Addr ip, double seconds) {
+  const std::uint64_t end = now_ns() + static_cast<std::uint64_t>(seconds * 1e9);
+  for (int i = 0;; ++i) {
+    int rc;
+    {
+      std::lock_guard<std::mutex> g(be->mu);
+      // An ARP request every 200 ms while it waits (roced budgets them per client).
+      rc = be->ctx->neighbour(ip, i % 20 == 0);
+    }
+    if (rc != EAGAIN) return rc;
+    if (now_ns() >= end) return EHOSTUNREACH;
+    ::usleep(10'000);
+  }
+}
+
 ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
-  // Attached, a UD send carries its address vector to roced, which sends it as it is: the
-  // next hop's MAC must be in it, and the attach protocol answers whether roced knows a
-  // neighbour, not its MAC.
-  if (attached(pd->context)) return fail_null<ibv_ah>(EOPNOTSUPP);
   auto* r = new RAh;
   if (const int rc = to_av(pd->context, *attr, r->av)) {
     delete r;
@@ -792,12 +830,20 @@ ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
               static_cast<std::uint32_t>(attr->grh.dgid.raw[13]) << 16 |
               static_cast<std::uint32_t>(attr->grh.dgid.raw[14]) << 8 | attr->grh.dgid.raw[15]};
   // rdma-core resolves the neighbour when it makes an AH (ibv_resolve_eth_l2_from_gid, 3 s).
-  const auto mac = resolve(be_of(pd->context), ip, 3.0);
-  if (!mac) {
-    delete r;
-    return fail_null<ibv_ah>(EHOSTUNREACH);
+  if (attached(pd->context)) {
+    // roced keeps the MAC (the address vector goes without one, roced fills it in).
+    if (const int rc = attached_neighbour(be_of(pd->context), ip, 3.0)) {
+      delete r;
+      return fail_null<ibv_ah>(rc);
+    }
+  } else {
+    const auto mac = resolve(be_of(pd->context), ip, 3.0);
+    if (!mac) {
+      delete r;
+      return fail_null<ibv_ah>(EHOSTUNREACH);
+    }
+    r->av.dmac = *mac;
   }
-  r->av.dmac = *mac;
   r->ah.handle = g_handles++;
   return &r->ah;
 }
@@ -925,12 +971,22 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
   int total = 0;
   while (total < max) {
     const int want = std::min(max - total, 32);
-    int n;
+    int n = 0;
     {
-      std::lock_guard<std::mutex> g(r->be->mu);
-      n = r->be->ctx->poll_cq(r->c, want, wc);
+      // What the progress thread took for a solicited-only arming comes first (the CQ's order:
+      // it takes under this lock too).
+      std::lock_guard<std::mutex> h(r->held_mu);
+      for (; n < want && !r->held.empty(); ++n) {
+        wc[n] = r->held.front();
+        r->held.pop_front();
+      }
+      if (n < want) {
+        std::lock_guard<std::mutex> g(r->be->mu);
+        const int m = r->be->ctx->poll_cq(r->c, want - n, wc + n);
+        if (m < 0 && n == 0) return total > 0 ? total : m;
+        n += std::max(m, 0);
+      }
     }
-    if (n < 0) return total > 0 ? total : n;
     for (int i = 0; i < n; ++i) {
       ibv_wc& w = out[total + i];
       const verbs::Wc& s = wc[i];

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <cstddef>
 #include <functional>
 #include <map>
@@ -87,7 +88,9 @@ struct RPd {
 struct RMr {
   rdma::verbs_mr vmr{};
   client::Mr* m = nullptr;
-  client::Buffer* adopted = nullptr;  ///< in-process: the application's memory adopted for it
+  /// The program's memory made reachable for it: in-process register_memfd(-1) of the range,
+  /// attached verbs/memory's adopt() (released with release()).
+  client::Buffer* adopted = nullptr;
 };
 
 struct RCq {
@@ -96,6 +99,12 @@ struct RCq {
   Backend* be = nullptr;
   int channel_wfd = -1;       ///< the completion channel's write end; -1: none
   std::atomic<int> armed{0};  ///< 0: not armed; 1: next completion; 2: solicited only
+  bool ex = false;            ///< made by ibv_create_cq_ex (ex_api.cc's iterator state)
+  /// Armed for solicited completions only, the progress thread takes the CQ's completions to
+  /// look at them (a solicited or error one fires the channel, as rxe); poll_cq hands these
+  /// out first, oldest first. Locked before the backend's lock; at most the CQ's depth.
+  std::mutex held_mu;
+  std::deque<verbs::Wc> held;
   // ibv_start_poll's state (ex_api.cc): completions polled ahead, the current one.
   std::vector<ibv_wc> ahead;
   std::size_t pos = 0;

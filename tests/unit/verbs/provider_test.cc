@@ -285,8 +285,35 @@ TEST_F(Provider, ExtendedQpAndCq) {
   qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND;
   ibv_qp* qp = ibv_create_qp_ex(ctx_, &qa);
   ASSERT_NE(qp, nullptr) << std::strerror(errno);
-  EXPECT_NE(ibv_qp_to_qp_ex(qp), nullptr);
+  ibv_qp_ex* qx = ibv_qp_to_qp_ex(qp);
+  ASSERT_NE(qx, nullptr);
+  // As rdma-core's providers: the builders asked for, no others; the CQ's read_* likewise.
+  EXPECT_NE(qx->wr_rdma_write, nullptr);
+  EXPECT_NE(qx->wr_send, nullptr);
+  EXPECT_EQ(qx->wr_rdma_read, nullptr);
+  EXPECT_EQ(qx->wr_atomic_fetch_add, nullptr);
+  EXPECT_NE(cq->read_byte_len, nullptr);
+  EXPECT_NE(cq->read_qp_num, nullptr);
+  EXPECT_EQ(cq->read_imm_data, nullptr);
+  EXPECT_EQ(cq->read_src_qp, nullptr);
+  // The QP's caps hold at wr_complete: two SGEs where it has one is ENOSPC, nothing posted.
+  char buf[64];
+  ibv_mr* mr = ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr) << std::strerror(errno);
+  const ibv_sge two[2] = {{reinterpret_cast<uintptr_t>(buf), 8, mr->lkey},
+                          {reinterpret_cast<uintptr_t>(buf + 8), 8, mr->lkey}};
+  ibv_wr_start(qx);
+  qx->wr_id = 1;
+  ibv_wr_send(qx);
+  ibv_wr_set_sge_list(qx, 2, two);
+  EXPECT_EQ(ibv_wr_complete(qx), ENOSPC);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
   qa.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;  // no memory windows
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp_ex(ctx_, &qa), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  qa.qp_type = IBV_QPT_UC;  // no READ on UC (rxe answers so too)
+  qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_READ;
   errno = 0;
   EXPECT_EQ(ibv_create_qp_ex(ctx_, &qa), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);

@@ -80,7 +80,10 @@ expect 1 "no roced socket at $work/nothing.sock" -- "$run" --attach "$work/nothi
 expect 1 'is not a socket' -- "$run" --attach "$work/verbs.conf" -- env
 expect 1 'no-such-program: command not found' -- "$run" --attach "$sock" -- no-such-program
 rm "$work/prefix/lib/roce/rdmacm/librdmacm.so.1"
-expect 1 'librdmacm.so.1 not found' -- "$run" --attach "$sock" -- env
+# without our librdmacm: libibverbs programs still run, with a word about rdma_cm
+expect 0 'librdmacm.so.1 not found.*rdma_cm calls go to the system' -- "$run" --attach "$sock" -- env
+out=$("$run" --attach "$sock" -- env 2>/dev/null)
+grep -q "^LD_LIBRARY_PATH=.*rdmacm" <<< "$out" && fail "LD_LIBRARY_PATH names a missing rdmacm directory"
 rm "$work/prefix/lib/roce/libroce-verbs.so"
 expect 1 'libroce-verbs.so not found' -- "$run" --attach "$sock" -- env
 
