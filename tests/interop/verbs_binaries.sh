@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Debian's unmodified ibverbs-utils and perftest binaries on the appliance against the same
+# binaries on Linux rxe in the interop VM, in both roles (the VM serves and ours connects, then
+# ours serves and the VM connects). Our side is the packaged binary itself under roce-run,
+# in-process on the VM bridge's veth end dp0 (net_af_packet, 192.0.2.100: the link roce-perf
+# uses there, `--iface dp0`), never roce-perf. Every run of ours is captured by the link's own
+# --pcap and checked (our parser accepts every RoCEv2 frame, tshark dissects them cleanly).
+#   verbs_binaries.sh ROCE_RUN ROCE_PCAP ibv_rc_pingpong|ibv_ud_pingpong|ibv_srq_pingpong [SIZES...]
+#   verbs_binaries.sh ROCE_RUN ROCE_PCAP ib_write_bw|ib_read_bw|... [ARGS...]  (ARGS to both sides)
+# (root; exits 77 when VMs cannot run here, when the tool is not installed, or for -R when our
+# librdmacm is not built next to roce-run). One VM boot per direction; a pingpong's sizes run
+# one after the other in that boot. Our GID index is 0 (the port's RoCE v2 GID), rxe's
+# $(rxe_gid_idx). Environment: ITERS (pingpongs, default 100); RXE_VM_NETNS (default rxevm_vt).
+set -euo pipefail
+run=$(realpath "$1") pcap=$(realpath "$2") tool=$3; shift 3
+export RXE_VM_NETNS=${RXE_VM_NETNS:-rxevm_vt}
+command -v "$tool" > /dev/null || { echo "skipped: $tool not installed"; exit 77; }
+rdma_cm=0
+case $tool in
+  ibv_rc_pingpong|ibv_srq_pingpong) kind=pingpong; sizes=("${@:-1 4096}") ;;
+  ibv_ud_pingpong) kind=pingpong; sizes=("${@:-1 1024}") ;;
+  ib_*_bw|ib_*_lat) kind=perftest; args=("$@")
+    for a in "${args[@]}"; do [[ $a == -R ]] && rdma_cm=1; done ;;
+  *) echo "usage: $0 ROCE_RUN ROCE_PCAP ibv_{rc,ud,srq}_pingpong [SIZES...] | ib_TEST [ARGS...]"
+     exit 2 ;;
+esac
+[[ $kind == pingpong ]] && read -r -a sizes <<< "${sizes[*]}"
+# roce-run needs our librdmacm.so.1 beside it (it puts it first on the library path). Until it
+# is built, the programs that never call rdma_cm run with the environment roce-run would give
+# them for --link (the provider preloaded, ROCE_LINK); -R needs it and is skipped.
+provider=""
+if [[ ! -f $(dirname "$run")/../lib/rdmacm/librdmacm.so.1 ]]; then
+  [[ $rdma_cm == 0 ]] || { echo "skipped: -R needs our librdmacm (build/lib/rdmacm/librdmacm.so.1)"; exit 77; }
+  provider=$(realpath "$(dirname "$run")/../lib/libroce-verbs.so")
+  echo "note: our librdmacm is not built: roce-run's environment set here (LD_PRELOAD, ROCE_LINK)"
+fi
+# shellcheck source=tests/interop/lib.sh disable=SC2154
+source "$(dirname "$0")/lib.sh"
+interop_preflight
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+fail=0
+declare -A rcs
+
+# ours LOG PCAP ARGS...: the tool on our side (in-process on dp0, captured to PCAP), in the VM's
+# namespace, output to LOG. A client whose server is not listening yet (the VM's tool starts
+# a while after the VM is ready) runs again, 1 s later, for at most 90 s, as the VM's `retry`.
+ours() {
+  local log=$1 cap=$2 rc n=0; shift 2
+  local link="--iface dp0 --pcap $cap"
+  while :; do
+    if [[ -n $provider ]]; then
+      ip netns exec "$RXE_VM_NETNS" env LD_PRELOAD="$provider" ROCE_LINK="$link" \
+        timeout 300 "$tool" "$@" > "$log" 2>&1 && rc=0 || rc=$?
+    else
+      ip netns exec "$RXE_VM_NETNS" timeout 300 "$run" --link "$link" -- "$tool" "$@" \
+        > "$log" 2>&1 && rc=0 || rc=$?
+    fi
+    if [[ $rc != 0 && $n -lt 90 ]] &&
+       grep -q -i -E "couldn't connect|unable to init the socket|connection refused|REJECTED|UNREACHABLE|ADDR_ERROR|ROUTE_ERROR" "$log"; then
+      n=$((n + 1)); sleep 1; continue
+    fi
+    [[ $n == 0 ]] || echo "(ours retried $n times while the VM's server came up)" >> "$log"
+    return "$rc"
+  done
+}
+
+# vm_end SECONDS: wait for the VM's command to end, at most SECONDS (then stop the VM: its
+# tool may wait forever for a peer of ours that failed)
+vm_end() {
+  for _ in $(seq "$1"); do kill -0 "$vmpid" 2> /dev/null || break; sleep 1; done
+  kill -0 "$vmpid" 2> /dev/null && kill -TERM "$vmpid" 2> /dev/null
+  wait "$vmpid" || true
+}
+
+# vm_part NAME: the VM's console output between "=== NAME" and the next "=== " marker
+vm_part() { grep -v '^\[rxe-vm\]' "$out/vm.txt" | awk -v m="=== $1" '$0 == m { on = 1; next } /^=== / { on = 0 } on'; }
+
+report() {  # report OK LABEL SUMMARY US_LOG VM_PART_NAME
+  if [[ $1 == 1 ]]; then
+    echo "PASS $2: $3"
+  else
+    echo "FAIL $2: $3"
+    sed 's/^/  capture: /' "$out/capture.txt"
+    sed 's/^/  us: /' "$4" | tail -25
+    vm_part "$5" | sed 's/^/  vm: /' | tail -25
+    fail=1
+  fi
+}
+
+if [[ $kind == pingpong ]]; then
+  iters=${ITERS:-100}
+  for dir in vm-server us-server; do
+    # one boot: the sizes in turn, each marked in the console output
+    cmd="rc=0; for s in ${sizes[*]}; do echo \"=== \$s\"; "
+    if [[ $dir == vm-server ]]; then
+      cmd+="$tool -d rxe0 -g \$(rxe_gid_idx) -s \$s -n $iters -c || rc=1; done; exit \$rc"
+    else
+      cmd+="retry $tool -d rxe0 -g \$(rxe_gid_idx) -s \$s -n $iters -c 192.0.2.254 || rc=1; done; exit \$rc"
+    fi
+    boot "$cmd" 600
+    rcs=() any=0
+    for s in "${sizes[@]}"; do
+      if [[ $dir == vm-server ]]; then
+        ours "$out/us-$s.txt" "$out/us-$s.pcap" -d roce0 -g 0 -s "$s" -n "$iters" -c 192.0.2.1 &&
+          rcs[$s]=0 || rcs[$s]=$?
+      else
+        ours "$out/us-$s.txt" "$out/us-$s.pcap" -d roce0 -g 0 -s "$s" -n "$iters" -c &&
+          rcs[$s]=0 || rcs[$s]=$?
+      fi
+      [[ ${rcs[$s]} == 0 ]] || any=1
+    done
+    vm_end $((any ? 20 : 180))
+    for s in "${sizes[@]}"; do
+      ok=1
+      [[ ${rcs[$s]} == 0 ]] || ok=0
+      vm_part "$s" > "$out/vm-$s.txt"
+      for f in "$out/us-$s.txt" "$out/vm-$s.txt"; do
+        # both sides finish (their two result lines) and, -c, the server found its data intact
+        grep -Eq "^[0-9]+ iters in [0-9.]+ seconds = [0-9.]+ usec/iter" "$f" || ok=0
+        ! grep -q "invalid data" "$f" || ok=0
+      done
+      grep -q "GID ::ffff:192.0.2.100" "$out/us-$s.txt" || ok=0
+      "$here/../integration/check_capture.sh" "$pcap" "$out/us-$s.pcap" $((2 * iters)) \
+        > "$out/capture.txt" 2>&1 || ok=0
+      us=$(grep -m1 "usec/iter" "$out/us-$s.txt" || echo "no result")
+      them=$(grep -m1 "usec/iter" "$out/vm-$s.txt" || echo "no result")
+      report "$ok" "$tool -s $s -n $iters -c ($dir)" \
+        "us:[$us] rxe:[$them]; ours rc=${rcs[$s]}; $(tail -1 "$out/capture.txt")" "$out/us-$s.txt" "$s"
+    done
+    grep -q "cmd-end rc=0" "$out/vm.txt" || { echo "FAIL $tool ($dir): the VM's command failed"; fail=1; }
+  done
+  exit $fail
+fi
+
+# perftest: one run per direction
+us=192.0.2.254  # where the VM's client finds us: the bridge, for the TCP exchange
+[[ $rdma_cm == 0 ]] || us=192.0.2.100  # -R: rdma_cm to our RoCE address, no TCP
+for dir in vm-server us-server; do
+  if [[ $dir == vm-server ]]; then
+    boot "echo '=== run'; $tool -d rxe0 -x \$(rxe_gid_idx) ${args[*]}" 600
+    ours "$out/us.txt" "$out/us.pcap" -d roce0 -x 0 "${args[@]}" 192.0.2.1 && rc=0 || rc=$?
+  else
+    boot "echo '=== run'; retry $tool -d rxe0 -x \$(rxe_gid_idx) ${args[*]} $us" 600
+    ours "$out/us.txt" "$out/us.pcap" -d roce0 -x 0 "${args[@]}" && rc=0 || rc=$?
+  fi
+  vm_end $((rc ? 20 : 180))
+  ok=1
+  [[ $rc == 0 ]] || ok=0
+  grep -q "cmd-end rc=0" "$out/vm.txt" || ok=0
+  "$here/../integration/check_capture.sh" "$pcap" "$out/us.pcap" 1 > "$out/capture.txt" 2>&1 || ok=0
+  # the result row: a line that starts with the message size; both sides print one
+  row=$(grep -m1 -E '^ [0-9]+ +[0-9]+ ' "$out/us.txt" | tr -s ' \t' ' ' || true)
+  vmrow=$(vm_part run | grep -m1 -E '^ [0-9]+ +[0-9]+ ' | tr -s ' \t' ' ' || true)
+  [[ -n $row && -n $vmrow ]] || ok=0
+  api=$(grep -m1 -o "ibv_wr\* API *: *[A-Z]*" "$out/us.txt" | tr -s ' ' || true)
+  report "$ok" "$tool ${args[*]} ($dir)" \
+    "us:[${row:-none}] rxe:[${vmrow:-none}] ours rc=$rc ${api:+($api)}; $(tail -1 "$out/capture.txt")" \
+    "$out/us.txt" run
+done
+exit $fail
