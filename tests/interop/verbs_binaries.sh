@@ -42,11 +42,12 @@ trap 'rm -rf "$out"' EXIT
 fail=0
 declare -A rcs
 
-# ours LOG PCAP ARGS...: the tool on our side (in-process on dp0, captured to PCAP), in the VM's
-# namespace, output to LOG. A client whose server is not listening yet (the VM's tool starts
-# a while after the VM is ready) runs again, 1 s later, for at most 90 s, as the VM's `retry`.
+# ours client|server LOG PCAP ARGS...: the tool on our side (in-process on dp0, captured to
+# PCAP), in the VM's namespace, output to LOG. A client whose server is not listening yet (the
+# VM's tool starts a while after the VM is ready) runs again, 1 s later, for at most 90 s, as
+# the VM's `retry`.
 ours() {
-  local log=$1 cap=$2 rc n=0; shift 2
+  local role=$1 log=$2 cap=$3 rc n=0; shift 3
   local link="--iface dp0 --pcap $cap"
   while :; do
     if [[ -n $provider ]]; then
@@ -56,7 +57,7 @@ ours() {
       ip netns exec "$RXE_VM_NETNS" timeout 300 "$run" --link "$link" -- "$tool" "$@" \
         > "$log" 2>&1 && rc=0 || rc=$?
     fi
-    if [[ $rc != 0 && $n -lt 90 ]] &&
+    if [[ $role == client && $rc != 0 && $n -lt 90 ]] &&
        grep -q -i -E "couldn't connect|unable to init the socket|connection refused|REJECTED|UNREACHABLE|ADDR_ERROR|ROUTE_ERROR" "$log"; then
       n=$((n + 1)); sleep 1; continue
     fi
@@ -102,10 +103,10 @@ if [[ $kind == pingpong ]]; then
     rcs=() any=0
     for s in "${sizes[@]}"; do
       if [[ $dir == vm-server ]]; then
-        ours "$out/us-$s.txt" "$out/us-$s.pcap" -d roce0 -g 0 -s "$s" -n "$iters" -c 192.0.2.1 &&
+        ours client "$out/us-$s.txt" "$out/us-$s.pcap" -d roce0 -g 0 -s "$s" -n "$iters" -c 192.0.2.1 &&
           rcs[$s]=0 || rcs[$s]=$?
       else
-        ours "$out/us-$s.txt" "$out/us-$s.pcap" -d roce0 -g 0 -s "$s" -n "$iters" -c &&
+        ours server "$out/us-$s.txt" "$out/us-$s.pcap" -d roce0 -g 0 -s "$s" -n "$iters" -c &&
           rcs[$s]=0 || rcs[$s]=$?
       fi
       [[ ${rcs[$s]} == 0 ]] || any=1
@@ -139,10 +140,10 @@ us=192.0.2.254  # where the VM's client finds us: the bridge, for the TCP exchan
 for dir in vm-server us-server; do
   if [[ $dir == vm-server ]]; then
     boot "echo '=== run'; $tool -d rxe0 -x \$(rxe_gid_idx) ${args[*]}" 600
-    ours "$out/us.txt" "$out/us.pcap" -d roce0 -x 0 "${args[@]}" 192.0.2.1 && rc=0 || rc=$?
+    ours client "$out/us.txt" "$out/us.pcap" -d roce0 -x 0 "${args[@]}" 192.0.2.1 && rc=0 || rc=$?
   else
     boot "echo '=== run'; retry $tool -d rxe0 -x \$(rxe_gid_idx) ${args[*]} $us" 600
-    ours "$out/us.txt" "$out/us.pcap" -d roce0 -x 0 "${args[@]}" && rc=0 || rc=$?
+    ours server "$out/us.txt" "$out/us.pcap" -d roce0 -x 0 "${args[@]}" && rc=0 || rc=$?
   fi
   vm_end $((rc ? 20 : 180))
   ok=1
