@@ -5,26 +5,40 @@
 # in-process on the VM bridge's veth end dp0 (net_af_packet, 192.0.2.100: the link roce-perf
 # uses there, `--iface dp0`), never roce-perf. Every run of ours is captured by the link's own
 # --pcap and checked (our parser accepts every RoCEv2 frame, tshark dissects them cleanly).
-#   verbs_binaries.sh ROCE_RUN ROCE_PCAP ibv_rc_pingpong|ibv_ud_pingpong|ibv_srq_pingpong [SIZES...]
+#   verbs_binaries.sh ROCE_RUN ROCE_PCAP ibv_{rc,uc,ud,srq}_pingpong [SIZES...]
 #   verbs_binaries.sh ROCE_RUN ROCE_PCAP ib_write_bw|ib_read_bw|... [ARGS...]  (ARGS to both sides)
 # (root; exits 77 when VMs cannot run here, when the tool is not installed, or for -R when our
 # librdmacm is not built next to roce-run). One VM boot per direction; a pingpong's sizes run
 # one after the other in that boot. Our GID index is 0 (the port's RoCE v2 GID), rxe's
-# $(rxe_gid_idx). Environment: ITERS (pingpongs, default 100); RXE_VM_NETNS (default rxevm_vt).
+# $(rxe_gid_idx). Environment: ITERS (pingpongs, default 100); RXE_VM_NETNS (default rxevm_vt);
+# RXE_VM_MTU=9000: path MTU 4096 (-m 4096 on both sides but UD's, our link --netdev-mtu 9000);
+# WR_API_SHIM=tests/perftest_wr_api_shim.so: preloaded on our side only, perftest there posts
+# with ibv_wr_* (the extended API) and must say so, rxe's with ibv_post_send.
 set -euo pipefail
 run=$(realpath "$1") pcap=$(realpath "$2") tool=$3; shift 3
 export RXE_VM_NETNS=${RXE_VM_NETNS:-rxevm_vt}
 command -v "$tool" > /dev/null || { echo "skipped: $tool not installed"; exit 77; }
 rdma_cm=0
 case $tool in
-  ibv_rc_pingpong|ibv_srq_pingpong) kind=pingpong; sizes=("${@:-1 4096}") ;;
+  ibv_rc_pingpong|ibv_uc_pingpong|ibv_srq_pingpong) kind=pingpong; sizes=("${@:-1 4096}") ;;
   ibv_ud_pingpong) kind=pingpong; sizes=("${@:-1 1024}") ;;
   ib_*_bw|ib_*_lat) kind=perftest; args=("$@")
     for a in "${args[@]}"; do [[ $a == -R ]] && rdma_cm=1; done ;;
-  *) echo "usage: $0 ROCE_RUN ROCE_PCAP ibv_{rc,ud,srq}_pingpong [SIZES...] | ib_TEST [ARGS...]"
+  *) echo "usage: $0 ROCE_RUN ROCE_PCAP ibv_{rc,uc,ud,srq}_pingpong [SIZES...] | ib_TEST [ARGS...]"
      exit 2 ;;
 esac
 [[ $kind == pingpong ]] && read -r -a sizes <<< "${sizes[*]}"
+link_extra="" mtu_args=""
+if [[ ${RXE_VM_MTU:-1500} -ge 9000 ]]; then
+  link_extra=" --netdev-mtu 9000"
+  # ibv_ud_pingpong has no -m: its datagrams may fill the port's MTU
+  [[ $tool == ibv_ud_pingpong ]] || mtu_args="-m 4096"
+fi
+shim=""
+if [[ -n ${WR_API_SHIM:-} ]]; then
+  [[ $kind == perftest ]] || { echo "usage: WR_API_SHIM is for perftest"; exit 2; }
+  shim=$(realpath "$WR_API_SHIM")
+fi
 # roce-run needs our librdmacm.so.1 beside it (it puts it first on the library path). Until it
 # is built, the programs that never call rdma_cm run with the environment roce-run would give
 # them for --link (the provider preloaded, ROCE_LINK); -R needs it and is skipped.
@@ -48,13 +62,15 @@ declare -A rcs
 # the VM's `retry`.
 ours() {
   local role=$1 log=$2 cap=$3 rc n=0; shift 3
-  local link="--iface dp0 --pcap $cap"
+  local link="--iface dp0 --pcap $cap$link_extra"
   while :; do
     if [[ -n $provider ]]; then
-      ip netns exec "$RXE_VM_NETNS" env LD_PRELOAD="$provider" ROCE_LINK="$link" \
+      ip netns exec "$RXE_VM_NETNS" env LD_PRELOAD="$provider${shim:+:$shim}" ROCE_LINK="$link" \
         timeout 300 "$tool" "$@" > "$log" 2>&1 && rc=0 || rc=$?
     else
-      ip netns exec "$RXE_VM_NETNS" timeout 300 "$run" --link "$link" -- "$tool" "$@" \
+      # roce-run puts the provider before a preload already set (the shim)
+      ip netns exec "$RXE_VM_NETNS" env ${shim:+LD_PRELOAD="$shim"} \
+        timeout 300 "$run" --link "$link" -- "$tool" "$@" \
         > "$log" 2>&1 && rc=0 || rc=$?
     fi
     if [[ $role == client && $rc != 0 && $n -lt 90 ]] &&
@@ -95,18 +111,20 @@ if [[ $kind == pingpong ]]; then
     # one boot: the sizes in turn, each marked in the console output
     cmd="rc=0; for s in ${sizes[*]}; do echo \"=== \$s\"; "
     if [[ $dir == vm-server ]]; then
-      cmd+="$tool -d rxe0 -g \$(rxe_gid_idx) -s \$s -n $iters -c || rc=1; done; exit \$rc"
+      cmd+="$tool -d rxe0 -g \$(rxe_gid_idx) -s \$s -n $iters $mtu_args -c || rc=1; done; exit \$rc"
     else
-      cmd+="retry $tool -d rxe0 -g \$(rxe_gid_idx) -s \$s -n $iters -c 192.0.2.254 || rc=1; done; exit \$rc"
+      cmd+="retry $tool -d rxe0 -g \$(rxe_gid_idx) -s \$s -n $iters $mtu_args -c 192.0.2.254 || rc=1; done; exit \$rc"
     fi
     boot "$cmd" 600
     rcs=() any=0
     for s in "${sizes[@]}"; do
       if [[ $dir == vm-server ]]; then
-        ours client "$out/us-$s.txt" "$out/us-$s.pcap" -d roce0 -g 0 -s "$s" -n "$iters" -c 192.0.2.1 &&
+        # shellcheck disable=SC2086 # mtu_args: none or two words
+        ours client "$out/us-$s.txt" "$out/us-$s.pcap" -d roce0 -g 0 -s "$s" -n "$iters" $mtu_args -c 192.0.2.1 &&
           rcs[$s]=0 || rcs[$s]=$?
       else
-        ours server "$out/us-$s.txt" "$out/us-$s.pcap" -d roce0 -g 0 -s "$s" -n "$iters" -c &&
+        # shellcheck disable=SC2086
+        ours server "$out/us-$s.txt" "$out/us-$s.pcap" -d roce0 -g 0 -s "$s" -n "$iters" $mtu_args -c &&
           rcs[$s]=0 || rcs[$s]=$?
       fi
       [[ ${rcs[$s]} == 0 ]] || any=1
@@ -126,7 +144,7 @@ if [[ $kind == pingpong ]]; then
         > "$out/capture.txt" 2>&1 || ok=0
       us=$(grep -m1 "usec/iter" "$out/us-$s.txt" || echo "no result")
       them=$(grep -m1 "usec/iter" "$out/vm-$s.txt" || echo "no result")
-      report "$ok" "$tool -s $s -n $iters -c ($dir)" \
+      report "$ok" "$tool -s $s -n $iters${mtu_args:+ $mtu_args} -c ($dir)" \
         "us:[$us] rxe:[$them]; ours rc=${rcs[$s]}; $(tail -1 "$out/capture.txt")" "$out/us-$s.txt" "$s"
     done
     grep -q "cmd-end rc=0" "$out/vm.txt" || { echo "FAIL $tool ($dir): the VM's command failed"; fail=1; }
@@ -135,6 +153,8 @@ if [[ $kind == pingpong ]]; then
 fi
 
 # perftest: one run per direction
+# shellcheck disable=SC2206 # mtu_args: none or two words
+[[ -z $mtu_args ]] || args+=($mtu_args)
 us=192.0.2.254  # where the VM's client finds us: the bridge, for the TCP exchange
 [[ $rdma_cm == 0 ]] || us=192.0.2.100  # -R: rdma_cm to our RoCE address, no TCP
 for dir in vm-server us-server; do
@@ -150,12 +170,18 @@ for dir in vm-server us-server; do
   [[ $rc == 0 ]] || ok=0
   grep -q "cmd-end rc=0" "$out/vm.txt" || ok=0
   "$here/../integration/check_capture.sh" "$pcap" "$out/us.pcap" 1 > "$out/capture.txt" 2>&1 || ok=0
-  # the result row: a line that starts with the message size; both sides print one
+  # the result row: a line that starts with the message size; both sides print one, but the
+  # servers of the READ and atomic latency tests (only their client measures)
   row=$(grep -m1 -E '^ [0-9]+ +[0-9]+ ' "$out/us.txt" | tr -s ' \t' ' ' || true)
   vmrow=$(vm_part run | grep -m1 -E '^ [0-9]+ +[0-9]+ ' | tr -s ' \t' ' ' || true)
-  [[ -n $row && -n $vmrow ]] || ok=0
+  quiet_server=0
+  [[ $tool =~ ^ib_(read|atomic)_lat$ ]] && quiet_server=1
+  [[ -n $row || ($quiet_server == 1 && $dir == us-server) ]] || ok=0
+  [[ -n $vmrow || ($quiet_server == 1 && $dir == vm-server) ]] || ok=0
   api=$(grep -m1 -o "ibv_wr\* API *: *[A-Z]*" "$out/us.txt" | tr -s ' ' || true)
-  report "$ok" "$tool ${args[*]} ($dir)" \
+  # with the shim, ours must have taken the ibv_wr_* path
+  [[ -z $shim || $api == "ibv_wr* API : ON" ]] || ok=0
+  report "$ok" "$tool ${args[*]}${shim:+ (ours on ibv_wr_*)} ($dir)" \
     "us:[${row:-none}] rxe:[${vmrow:-none}] ours rc=$rc ${api:+($api)}; $(tail -1 "$out/capture.txt")" \
     "$out/us.txt" run
 done
