@@ -669,6 +669,9 @@ constexpr int kQpMaskOurs = IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_IND
 constexpr int kQpMaskKept = IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY | IBV_QP_ALT_PATH |
                             IBV_QP_PATH_MIG_STATE | IBV_QP_CAP;
 
+/// The IPv4 TTL of every RoCE v2 frame, whatever the GRH asks (to_av).
+constexpr std::uint8_t kRoceHopLimit = 64;
+
 /// An ibv_ah_attr as the engine's address vector (RoCE: a GRH is a must); 0 or an errno value.
 int to_av(ibv_context* c, const ibv_ah_attr& ah, verbs::AddressVector& av) {
   if (!ah.is_global) return EINVAL;  // RoCE addresses by GID (the kernel says EINVAL too)
@@ -679,7 +682,10 @@ int to_av(ibv_context* c, const ibv_ah_attr& ah, verbs::AddressVector& av) {
   // Only IPv4 (::ffff:a.b.c.d): the port has no IPv6 address.
   static constexpr std::uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   if (std::memcmp(ah.grh.dgid.raw, kMapped, 12) != 0) return EINVAL;
-  av.hop_limit = ah.grh.hop_limit != 0 ? ah.grh.hop_limit : 64;
+  // The program's hop limit is not what goes out: for a RoCE address the kernel replaces it
+  // with the route's (drivers/infiniband/core/verbs.c, ib_resolve_unicast_gid_dmac: IPv4's
+  // default TTL, 64), so rxe sends TTL 64 where ibv_rc_pingpong asks for 1.
+  av.hop_limit = kRoceHopLimit;
   av.traffic_class = ah.grh.traffic_class;
   av.flow_label = ah.grh.flow_label;
   return 0;
@@ -724,7 +730,10 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   if (mask & IBV_QP_STATE) s.qp_state = attr->qp_state;
   if (mask & IBV_QP_ACCESS_FLAGS) s.qp_access_flags = attr->qp_access_flags;
   if (mask & IBV_QP_QKEY) s.qkey = attr->qkey;
-  if (mask & IBV_QP_AV) s.ah_attr = attr->ah_attr;
+  if (mask & IBV_QP_AV) {
+    s.ah_attr = attr->ah_attr;
+    s.ah_attr.grh.hop_limit = kRoceHopLimit;  // what the kernel keeps (and reports) too
+  }
   if (mask & IBV_QP_PATH_MTU) s.path_mtu = attr->path_mtu;
   if (mask & IBV_QP_TIMEOUT) s.timeout = attr->timeout;
   if (mask & IBV_QP_RETRY_CNT) s.retry_cnt = attr->retry_cnt;
