@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -109,13 +110,17 @@ Channel* Cma::create_channel(bool sync) {
 
 int Cma::destroy_channel(Channel* c) {
   if (c == nullptr) return EINVAL;
-  {
-    std::lock_guard lk(mu_);
-    if (c->ids != 0) return EBUSY;
-    for (Event* e : c->queue) delete e;
-  }
+  std::lock_guard lk(mu_);
+  if (c->ids != 0) return EBUSY;
+  for (Event* e : c->queue) delete e;
+  c->queue.clear();
   close(c->pub.fd);
-  delete c;
+  // A thread still blocked in rdma_get_cm_event keeps waiting, as on the kernel's closed file
+  // (rping destroys its channel while its CM thread reads it): the channel stays for it.
+  if (c->readers > 0)
+    c->closed = true;
+  else
+    delete c;
   return 0;
 }
 
@@ -362,6 +367,11 @@ void Cma::queue(Channel* c, Event* e) {
   [[maybe_unused]] const ssize_t n = write(c->pub.fd, &one, sizeof one);
 }
 
+void Cma::unqueue_token(Channel* c) {
+  std::uint64_t v;
+  [[maybe_unused]] const ssize_t n = read(c->pub.fd, &v, sizeof v);
+}
+
 int Cma::connect(Id* id, client::Qp* qp, const rdma_conn_param* p) {
   if (id->pub.ps == RDMA_PS_UDP) return ENOSYS;
   if (qp == nullptr) return EINVAL;
@@ -502,8 +512,7 @@ int Cma::destroy_id(Id* id) {
   std::vector<Id*> orphans;  // requests nobody retrieved from a listener going away
   std::unique_lock lk(mu_);
   acked_.wait(lk, [&] { return id->unacked == 0; });
-  // Events of the id not yet retrieved go with it (the eventfd's count is then one too high:
-  // get_event reads on for a queued event).
+  // Events of the id not yet retrieved go with it.
   auto& q = id->channel->queue;
   for (auto it = q.begin(); it != q.end();) {
     Event* e = *it;
@@ -512,6 +521,7 @@ int Cma::destroy_id(Id* id) {
         orphans.push_back(id_of(e->pub.id));
       delete e;
       it = q.erase(it);
+      unqueue_token(id->channel);
     } else {
       ++it;
     }
@@ -556,6 +566,7 @@ int Cma::migrate(Id* id, Channel* c) {
       if ((*it)->owner == id || (*it)->pub.id == &id->pub) {
         queue(c, *it);
         it = q.erase(it);
+        unqueue_token(old);
       } else {
         ++it;
       }
@@ -612,19 +623,43 @@ int Cma::set_option(Id* id, int level, int optname, const void* optval, std::siz
 
 int Cma::get_event(Channel* c, rdma_cm_event** out) {
   if (c == nullptr || out == nullptr) return EINVAL;
-  for (;;) {
-    std::uint64_t v;
-    if (read(c->pub.fd, &v, sizeof v) < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
+  {
     std::lock_guard lk(mu_);
-    if (c->queue.empty()) continue;  // its event went with its id (destroy_id, migrate)
-    Event* e = c->queue.front();
-    c->queue.pop_front();
-    ++e->owner->unacked;
-    *out = &e->pub;
-    return 0;
+    if (c->closed) return EBADF;
+    ++c->readers;
+  }
+  // The program's O_NONBLOCK on the fd makes an empty channel EAGAIN, as the kernel's file.
+  const int flags = fcntl(c->pub.fd, F_GETFL);
+  const bool nonblock = flags >= 0 && (flags & O_NONBLOCK);
+  for (;;) {
+    pollfd p{c->pub.fd, POLLIN, 0};
+    const int n = poll(&p, 1, nonblock ? 0 : -1);
+    const int err = errno;
+    std::unique_lock lk(mu_);
+    if (c->closed) {  // destroyed while we waited: block as a read of the kernel's file would
+      for (;;) acked_.wait(lk);
+    }
+    if (!c->queue.empty()) {
+      Event* e = c->queue.front();
+      c->queue.pop_front();
+      unqueue_token(c);
+      ++e->owner->unacked;
+      --c->readers;
+      *out = &e->pub;
+      return 0;
+    }
+    // Empty: another reader took the event, or it went with its id (destroy_id, migrate).
+    int rc = 0;
+    if (n < 0 && err != EINTR)
+      rc = err;
+    else if (n > 0 && (p.revents & POLLNVAL))
+      rc = EBADF;
+    else if (n == 0 && nonblock)
+      rc = EAGAIN;
+    if (rc) {
+      --c->readers;
+      return rc;
+    }
   }
 }
 

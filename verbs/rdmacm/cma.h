@@ -37,13 +37,16 @@ struct Port {
 
 struct Id;
 
-/// rdma_event_channel with its queue; `pub.fd` is an eventfd counting queued events
-/// (EFD_SEMAPHORE: each read takes one), so poll() on it says whether an event waits.
+/// rdma_event_channel with its queue; `pub.fd` is an eventfd whose count is the queue's length
+/// (written and read under Cma::mu_, EFD_SEMAPHORE: each read takes one), so poll() on it says
+/// whether an event waits, and reading it under the lock never blocks.
 struct Channel {
   rdma_event_channel pub{};
   std::deque<struct Event*> queue;
-  int ids = 0;  ///< ids reporting here
+  int ids = 0;      ///< ids reporting here
+  int readers = 0;  ///< threads inside get_event
   bool sync = false;
+  bool closed = false;  ///< destroyed while a reader waited: kept, the reader blocks for good
 };
 
 /// What rdma_get_cm_event hands out (rdma-core's struct cma_event holds the same: the public
@@ -89,11 +92,10 @@ struct Id {
   std::uint8_t tos = 0;
   bool reuseaddr = false, afonly = false;
   std::uint8_t ack_timeout = 0;
-  // Owned by the C API: CQs and channels rdma_create_qp made, rdma_create_ep's listen QP.
+  // Owned by the C API: CQs and channels rdma_create_qp made, rdma_create_ep's QP attributes for the requests of a listener.
   bool own_cqs = false;
   bool has_ep_attr = false;
   ibv_qp_init_attr ep_attr{};
-  ibv_pd* ep_pd = nullptr;
 };
 
 inline Id* id_of(rdma_cm_id* id) { return reinterpret_cast<Id*>(id); }
@@ -143,6 +145,8 @@ class Cma {
 
  private:
   void queue(Channel* c, Event* e);
+  /// Takes one queued event's count off `c`'s fd (its event left the queue).
+  static void unqueue_token(Channel* c);
   void set_port(Id* id, Port* p);
   Port* port_with(std::uint32_t ipv4);
   void fill_route(Id* id);

@@ -321,25 +321,22 @@ RDMACM_EXPORT int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
   }
   rdma_cm_event* e = nullptr;
   if (const int rc = g().cma.get_event(l->channel, &e)) return result(rc);
-  if (e->status) {
-    const int rc = e->status < 0 ? -e->status : e->status;
-    g().cma.ack_event(e);
-    return result(rc);
-  }
-  if (e->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
-    g().cma.ack_event(e);
-    return result(EINVAL);
-  }
+  // On failure the event stays on the listener (acked by its next call), as rdma-core keeps it.
+  int rc = 0;
+  if (e->event == RDMA_CM_EVENT_REJECTED)
+    rc = ECONNREFUSED;
+  else if (e->status)
+    rc = e->status < 0 ? -e->status : e->status;
+  else if (e->event != RDMA_CM_EVENT_CONNECT_REQUEST)
+    rc = EINVAL;
   rdma_cm_id* child = e->id;
-  if (l->has_ep_attr) {  // rdma_create_ep's QP attributes: the new id gets its QP at once
+  if (rc == 0 && l->has_ep_attr) {  // rdma_create_ep's QP attributes: the new id's QP now
     ibv_qp_init_attr attr = l->ep_attr;
-    if (rdma_create_qp(child, l->ep_pd, &attr)) {
-      const int err = errno;
-      rdma_reject(child, nullptr, 0);
-      g().cma.ack_event(e);
-      rdma_destroy_id(child);
-      return result(err);
-    }
+    if (rdma_create_qp(child, listen->pd, &attr)) rc = errno;
+  }
+  if (rc) {
+    listen->event = e;
+    return result(rc);
   }
   child->event = e;
   *id = child;
@@ -445,11 +442,13 @@ RDMACM_EXPORT int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* q
   ex.sq_sig_all = qp_init_attr->sq_sig_all;
   ex.comp_mask = IBV_QP_INIT_ATTR_PD;
   ex.pd = pd ? pd : id->pd;
-  if (rdma_create_qp_ex(id, &ex)) return -1;
-  qp_init_attr->cap = ex.cap;
+  const int rc = rdma_create_qp_ex(id, &ex);
+  // As rdma-core, the attributes come back updated (caps, CQs made here), failed or not.
   qp_init_attr->send_cq = ex.send_cq;
   qp_init_attr->recv_cq = ex.recv_cq;
-  return 0;
+  qp_init_attr->srq = ex.srq;
+  qp_init_attr->cap = ex.cap;
+  return rc;
 }
 
 RDMACM_EXPORT void rdma_destroy_qp(rdma_cm_id* id) {
@@ -518,16 +517,20 @@ RDMACM_EXPORT int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd
   int rc;
   if (res->ai_flags & RAI_PASSIVE) {
     rc = rdma_bind_addr(cm, res->ai_src_addr);
+    if (rc == 0 && pd) cm->pd = pd;
     if (rc == 0 && qp_init_attr) {
       i->has_ep_attr = true;
       i->ep_attr = *qp_init_attr;
-      i->ep_pd = pd;
+      i->ep_attr.qp_type = type;
     }
   } else {
     rc = rdma_resolve_addr(cm, res->ai_src_len ? res->ai_src_addr : nullptr, res->ai_dst_addr,
                            2000);
     if (rc == 0) rc = rdma_resolve_route(cm, 2000);
-    if (rc == 0 && qp_init_attr) rc = rdma_create_qp(cm, pd, qp_init_attr);
+    if (rc == 0 && qp_init_attr) {
+      qp_init_attr->qp_type = type;
+      rc = rdma_create_qp(cm, pd, qp_init_attr);
+    }
   }
   if (rc) {
     const int err = errno;
