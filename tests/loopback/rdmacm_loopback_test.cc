@@ -419,15 +419,94 @@ TEST(RdmaCm, BadCallsGetRdmaCoreErrors) {
   EXPECT_EQ(cma.set_option(id2, RDMA_OPTION_ID, 99, &on, sizeof on), ENOSYS);
   EXPECT_EQ(cma.set_option(id2, 42, 0, &on, sizeof on), ENOSYS);
   EXPECT_EQ(cma.set_option(id2, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, nullptr, 1), EINVAL);
-  // UD ids: no SIDR on the Context.
+  // UD ids: no connection to disconnect, a SIDR request needs a route.
   Id* ud = cma.create_id(c, nullptr, RDMA_PS_UDP, IBV_QPT_UD);
   ASSERT_NE(ud, nullptr);
-  EXPECT_EQ(cma.listen(ud, 1), ENOSYS);
-  EXPECT_EQ(cma.connect(ud, r.qp(0), nullptr), ENOSYS);
+  EXPECT_EQ(cma.connect(ud, nullptr, nullptr), EINVAL);
+  EXPECT_EQ(cma.disconnect(ud), EINVAL);
+  EXPECT_EQ(cma.bind(ud, sa(mine)), 0);  // the UDP port space is apart from TCP's
   // The channel is busy while ids report to it.
   EXPECT_EQ(cma.destroy_channel(c), EBUSY);
   for (Id* x : {id, id2, ud}) EXPECT_EQ(cma.destroy_id(x), 0);
   EXPECT_EQ(cma.destroy_channel(c), 0);
+}
+
+TEST(RdmaCm, UdIdsResolveThePeersQpBySidr) {
+  Rig r;
+  Channel* c0 = r.s[0].cma->create_channel();
+  Channel* c1 = r.s[1].cma->create_channel();
+  Id* lis = r.s[1].cma->create_id(c1, nullptr, RDMA_PS_UDP, IBV_QPT_UD);
+  const sockaddr_in any = sin_of(Ipv4Addr{0}, kPort);
+  ASSERT_EQ(r.s[1].cma->bind(lis, sa(any)), 0);
+  ASSERT_EQ(r.s[1].cma->listen(lis, 4), 0);
+  client::Qp* uq;
+  {
+    std::lock_guard lk(r.mu);
+    client::QpCap cap;
+    cap.max_send_wr = cap.max_recv_wr = 4;
+    cap.max_send_sge = cap.max_recv_sge = 1;
+    uq = r.s[1].ctx->create_qp(r.s[1].pd, client::QpType::kUd, r.s[1].cq, r.s[1].cq, cap);
+  }
+  ASSERT_NE(uq, nullptr);
+  auto routed = [&](std::uint16_t port) {
+    Id* id = r.s[0].cma->create_id(c0, nullptr, RDMA_PS_UDP, IBV_QPT_UD);
+    const sockaddr_in dst = sin_of(r.ip(1), port);
+    EXPECT_EQ(r.s[0].cma->resolve_addr(id, nullptr, sa(dst), 2000), 0);
+    r.expect(0, c0, RDMA_CM_EVENT_ADDR_RESOLVED);
+    EXPECT_EQ(r.s[0].cma->resolve_route(id, 2000), 0);
+    r.expect(0, c0, RDMA_CM_EVENT_ROUTE_RESOLVED);
+    return id;
+  };
+  // Accepted: the requester learns our QPN, rdma_cm's Q_Key and the address vector.
+  Id* a = routed(kPort);
+  rdma_conn_param p{};
+  p.private_data = "ud hello";
+  p.private_data_len = 9;
+  ASSERT_EQ(r.s[0].cma->connect(a, nullptr, &p), 0);
+  rdma_cm_event* req = r.expect(1, c1, RDMA_CM_EVENT_CONNECT_REQUEST, true);
+  ASSERT_NE(req, nullptr);
+  EXPECT_EQ(req->listen_id, &lis->pub);
+  EXPECT_EQ(req->param.ud.private_data_len, rdmacm::kSidrReqPrivate);
+  EXPECT_EQ(text(req->param.ud.private_data, req->param.ud.private_data_len), "ud hello");
+  Id* child = rdmacm::id_of(req->id);
+  EXPECT_EQ(ntohl(child->pub.route.addr.dst_sin.sin_addr.s_addr), r.ip(0).v);
+  r.s[1].cma->ack_event(req);
+  rdma_conn_param ap{};
+  ap.private_data = "ud welcome";
+  ap.private_data_len = 11;
+  ASSERT_EQ(r.s[1].cma->accept(child, uq, &ap), 0);
+  rdma_cm_event* est = r.expect(0, c0, RDMA_CM_EVENT_ESTABLISHED, true);
+  ASSERT_NE(est, nullptr);
+  EXPECT_EQ(est->status, 0);
+  EXPECT_EQ(est->param.ud.qp_num, uq->qp_num);
+  EXPECT_EQ(est->param.ud.qkey, static_cast<std::uint32_t>(RDMA_UDP_QKEY));
+  EXPECT_EQ(est->param.ud.ah_attr.is_global, 1);
+  EXPECT_EQ(std::memcmp(est->param.ud.ah_attr.grh.dgid.raw,
+                        ipv4_mapped(r.ip(1)).b.data(), 16), 0);
+  EXPECT_EQ(est->param.ud.private_data_len, rdmacm::kSidrRepPrivate);
+  EXPECT_EQ(text(est->param.ud.private_data, est->param.ud.private_data_len), "ud welcome");
+  r.s[0].cma->ack_event(est);
+  // Rejected: UNREACHABLE with SIDR status 2 "rejected".
+  Id* b = routed(kPort);
+  ASSERT_EQ(r.s[0].cma->connect(b, nullptr, nullptr), 0);
+  req = r.expect(1, c1, RDMA_CM_EVENT_CONNECT_REQUEST, true);
+  ASSERT_NE(req, nullptr);
+  Id* child2 = rdmacm::id_of(req->id);
+  r.s[1].cma->ack_event(req);
+  ASSERT_EQ(r.s[1].cma->reject(child2, nullptr, 0), 0);
+  rdma_cm_event* un = r.expect(0, c0, RDMA_CM_EVENT_UNREACHABLE, true);
+  ASSERT_NE(un, nullptr);
+  EXPECT_EQ(un->status, 2);
+  r.s[0].cma->ack_event(un);
+  // Nobody on the port: SIDR status 1.
+  Id* n = routed(kPort + 1);
+  ASSERT_EQ(r.s[0].cma->connect(n, nullptr, nullptr), 0);
+  un = r.expect(0, c0, RDMA_CM_EVENT_UNREACHABLE, true);
+  ASSERT_NE(un, nullptr);
+  EXPECT_EQ(un->status, 1);
+  r.s[0].cma->ack_event(un);
+  for (Id* x : {a, b, n}) EXPECT_EQ(r.s[0].cma->destroy_id(x), 0);
+  for (Id* x : {child, child2, lis}) EXPECT_EQ(r.s[1].cma->destroy_id(x), 0);
 }
 
 TEST(RdmaCm, MigrateMovesQueuedEventsAndNonBlockingChannelsSayEagain) {

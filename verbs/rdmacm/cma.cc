@@ -174,13 +174,13 @@ int Cma::bind(Id* id, const sockaddr* addr) {
   if (port == 0) {
     static std::mt19937 rng{std::random_device{}()};
     std::uniform_int_distribution<int> d(kEphemeralLow, kEphemeralHigh);
-    for (int i = 0; i < 1000 && (port == 0 || bound_ports_.count(port)); ++i)
+    for (int i = 0; i < 1000 && (port == 0 || bound_ports_.count(key(id, port))); ++i)
       port = static_cast<std::uint16_t>(d(rng));
-    if (bound_ports_.count(port)) return EADDRINUSE;
-  } else if (bound_ports_.count(port) && !id->reuseaddr) {
+    if (bound_ports_.count(key(id, port))) return EADDRINUSE;
+  } else if (bound_ports_.count(key(id, port)) && !id->reuseaddr) {
     return EADDRINUSE;
   }
-  bound_ports_.insert(port);
+  bound_ports_.insert(key(id, port));
   id->bound = port;
   id->owns_port = true;
   const socklen_t len = addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
@@ -317,7 +317,6 @@ int Cma::resolve_route(Id* id, int timeout_ms) {
 }
 
 int Cma::listen(Id* id, int backlog) {
-  if (id->pub.ps == RDMA_PS_UDP) return ENOSYS;  // SIDR: not offered by client::Context
   bool idle;
   {
     std::lock_guard lk(mu_);
@@ -338,14 +337,15 @@ int Cma::listen(Id* id, int backlog) {
   if (ports.empty()) return ENODEV;
   const std::uint16_t lport = id->bound;
   for (Port* p : ports) {
-    if (listeners_.count({p, lport})) return EADDRINUSE;
-    if (!p->listened.count(lport)) {
+    if (listeners_.count({p, key(id, lport)})) return EADDRINUSE;
+    if (!p->listened.count(key(id, lport))) {
       std::lock_guard plk(*p->lock);
-      if (const int rc = p->ctx->cm_listen(lport)) return rc;
-      p->listened.insert(lport);
+      const int rc = is_ud(id) ? p->ctx->cm_sidr_listen(lport) : p->ctx->cm_listen(lport);
+      if (rc) return rc == EOPNOTSUPP ? ENOSYS : rc;
+      p->listened.insert(key(id, lport));
     }
   }
-  for (Port* p : ports) listeners_[{p, lport}] = id;
+  for (Port* p : ports) listeners_[{p, key(id, lport)}] = id;
   id->listen_ports = ports;
   id->backlog = backlog > 0 ? backlog : kDefaultBacklog;
   id->state = State::kListen;
@@ -372,8 +372,33 @@ void Cma::unqueue_token(Channel* c) {
   [[maybe_unused]] const ssize_t n = read(c->pub.fd, &v, sizeof v);
 }
 
+int Cma::connect_ud(Id* id, const rdma_conn_param* p) {
+  std::span<const std::uint8_t> pd;
+  if (p != nullptr) {
+    if (p->private_data_len > kSidrReqPrivate || (p->private_data_len && !p->private_data))
+      return EINVAL;
+    pd = {static_cast<const std::uint8_t*>(p->private_data), p->private_data_len};
+  }
+  {
+    std::lock_guard lk(mu_);
+    if (id->state != State::kRouteResolved) return EINVAL;
+    std::uint32_t conn = 0;
+    {
+      std::lock_guard plk(*id->port->lock);
+      const int rc = id->port->ctx->cm_sidr_resolve(
+          Ipv4Addr{dst_ip(id)}, port_of(id->pub.route.addr, false), pd, conn);
+      if (rc) return rc == EOPNOTSUPP ? ENOSYS : rc;
+    }
+    id->has_conn = true;
+    id->conn = conn;
+    conns_[{id->port, conn}] = id;
+    id->state = State::kConnecting;
+  }
+  return id->sync ? complete(id) : 0;
+}
+
 int Cma::connect(Id* id, client::Qp* qp, const rdma_conn_param* p) {
-  if (id->pub.ps == RDMA_PS_UDP) return ENOSYS;
+  if (is_ud(id)) return connect_ud(id, p);  // SIDR: no QP needed to ask
   if (qp == nullptr) return EINVAL;
   client::CmConnParam cp;
   cp.responder_resources = cp.initiator_depth = kMaxRdAtomic;
@@ -406,7 +431,28 @@ int Cma::connect(Id* id, client::Qp* qp, const rdma_conn_param* p) {
 }
 
 int Cma::accept(Id* id, client::Qp* qp, const rdma_conn_param* p) {
-  if (id->pub.ps == RDMA_PS_UDP) return ENOSYS;
+  if (is_ud(id)) {  // SIDR_REP with our QPN and rdma_cm's Q_Key; no event follows
+    std::span<const std::uint8_t> pd;
+    if (p != nullptr) {
+      if (p->private_data_len > kSidrRepPrivate || (p->private_data_len && !p->private_data))
+        return EINVAL;
+      pd = {static_cast<const std::uint8_t*>(p->private_data), p->private_data_len};
+    }
+    const std::uint32_t qpn = qp ? qp->qp_num : (p ? p->qp_num : 0);
+    if (qpn == 0) return EINVAL;
+    std::lock_guard lk(mu_);
+    if (id->state != State::kRequest) return EINVAL;
+    {
+      std::lock_guard plk(*id->port->lock);
+      if (const int rc = id->port->ctx->cm_sidr_accept(id->conn, qpn, RDMA_UDP_QKEY, pd))
+        return rc;
+    }
+    id->state = State::kConnected;
+    if (id->listener) --id->listener->pending;
+    id->listener = nullptr;
+    drop_conn(id);
+    return 0;
+  }
   if (qp == nullptr) return EINVAL;
   Port* port;
   std::uint32_t peer;
@@ -461,7 +507,9 @@ int Cma::reject(Id* id, const void* private_data, std::uint8_t len) {
   const auto* b = static_cast<const std::uint8_t*>(private_data);
   {
     std::lock_guard plk(*id->port->lock);
-    if (const int rc = id->port->ctx->cm_reject(id->conn, {b, len})) return rc;
+    const int rc = is_ud(id) ? id->port->ctx->cm_sidr_reject(id->conn)
+                             : id->port->ctx->cm_reject(id->conn, {b, len});
+    if (rc) return rc;
   }
   id->state = State::kClosed;
   if (id->listener) --id->listener->pending;
@@ -472,6 +520,7 @@ int Cma::reject(Id* id, const void* private_data, std::uint8_t len) {
 
 int Cma::disconnect(Id* id) {
   std::lock_guard lk(mu_);
+  if (is_ud(id)) return EINVAL;  // a SIDR exchange leaves nothing to disconnect
   switch (id->state) {
     case State::kConnecting:
     case State::kAccepting:
@@ -527,22 +576,26 @@ int Cma::destroy_id(Id* id) {
     }
   }
   if (id->state == State::kListen) {
-    for (Port* p : id->listen_ports) listeners_.erase({p, id->bound});
+    for (Port* p : id->listen_ports) listeners_.erase({p, key(id, id->bound)});
     for (Id* other : ids_)
       if (other->listener == id) other->listener = nullptr;
   }
   resolving_.erase(id);
   if (id->port && id->has_conn) {
     std::lock_guard plk(*id->port->lock);
-    if (id->state == State::kRequest)
+    if (id->state == State::kRequest && is_ud(id))
+      id->port->ctx->cm_sidr_reject(id->conn);
+    else if (id->state == State::kRequest)
       id->port->ctx->cm_reject(id->conn, {});
+    else if (is_ud(id))
+      ;  // a SIDR request under way: its reply finds no id
     else if (id->state == State::kConnecting || id->state == State::kAccepting ||
              id->state == State::kConnected)
       id->port->ctx->cm_disconnect(id->conn);
   }
   if (id->listener) --id->listener->pending;
   drop_conn(id);
-  if (id->owns_port) bound_ports_.erase(id->bound);
+  if (id->owns_port) bound_ports_.erase(key(id, id->bound));
   Channel* own = id->sync ? id->channel : nullptr;
   --id->channel->ids;
   ids_.erase(id);
@@ -688,62 +741,72 @@ int Cma::complete(Id* id) {
   return e->status < 0 ? -e->status : e->status;
 }
 
-void Cma::deliver(Port* port, client::CmEvent&& ev) {
-  std::lock_guard lk(mu_);
-  if (ev.type == client::CmEventType::kConnectRequest) {
-    auto it = listeners_.find({port, ev.port});
-    Id* l = it == listeners_.end() ? nullptr : it->second;
-    if (l == nullptr || l->pending >= l->backlog) {
-      std::lock_guard plk(*port->lock);
-      if (l == nullptr)
-        port->ctx->cm_reject(ev.id, {});
-      else
-        port->ctx->cm_refuse(ev.id);
-      return;
-    }
-    Channel* c = l->channel;
-    if (l->sync && (c = create_channel(true)) == nullptr) {
-      std::lock_guard plk(*port->lock);
+void Cma::deliver_request(Port* port, client::CmEvent&& ev) {
+  const bool ud = ev.type == client::CmEventType::kSidrRequest;
+  const std::uint32_t k = (ud ? 0x10000u : 0u) | ev.port;
+  auto it = listeners_.find({port, k});
+  Id* l = it == listeners_.end() ? nullptr : it->second;
+  auto refuse = [&](bool no_listener) {
+    std::lock_guard plk(*port->lock);
+    if (ud)
+      port->ctx->cm_sidr_reject(ev.id);
+    else if (no_listener)
+      port->ctx->cm_reject(ev.id, {});
+    else
       port->ctx->cm_refuse(ev.id);
-      return;
-    }
-    auto* child = new Id;
-    child->pub.channel = &c->pub;
-    child->pub.context = l->pub.context;
-    child->pub.ps = l->pub.ps;
-    child->pub.qp_type = l->pub.qp_type;
-    child->channel = c;
-    child->sync = l->sync;
-    ++c->ids;
-    ids_.insert(child);
-    set_port(child, port);
-    set_sin(child->pub.route.addr.src_sin, port->ctx->port().ipv4.v, ev.port);
-    set_sin(child->pub.route.addr.dst_sin, ev.peer.v, 0);
-    fill_route(child);
-    child->pub.route.path_rec = &child->path;
-    child->pub.route.num_paths = 1;
-    child->bound = l->bound;
-    child->state = State::kRequest;
-    child->has_conn = true;
-    child->conn = ev.id;
-    child->listener = l;
-    // rdma_cm reports the offer from the listener's side: the requester's responder resources
-    // are what we may issue (initiator depth), and the other way round.
+  };
+  if (l == nullptr || l->pending >= l->backlog) return refuse(l == nullptr);
+  Channel* c = l->channel;
+  if (l->sync && (c = create_channel(true)) == nullptr) return refuse(false);
+  auto* child = new Id;
+  child->pub.channel = &c->pub;
+  child->pub.context = l->pub.context;
+  child->pub.ps = l->pub.ps;
+  child->pub.qp_type = l->pub.qp_type;
+  child->channel = c;
+  child->sync = l->sync;
+  ++c->ids;
+  ids_.insert(child);
+  set_port(child, port);
+  set_sin(child->pub.route.addr.src_sin, port->ctx->port().ipv4.v, ev.port);
+  set_sin(child->pub.route.addr.dst_sin, ev.peer.v, 0);
+  fill_route(child);
+  child->pub.route.path_rec = &child->path;
+  child->pub.route.num_paths = 1;
+  child->bound = l->bound;
+  child->state = State::kRequest;
+  child->has_conn = true;
+  child->conn = ev.id;
+  child->listener = l;
+  ++l->pending;
+  conns_[{port, ev.id}] = child;
+  Event* e = new_event(child, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+  e->owner = l;
+  e->pub.listen_id = &l->pub;
+  if (ud) {
+    std::memcpy(e->private_data, ev.private_data.data(),
+                std::min(ev.private_data.size(), kSidrReqPrivate));
+    e->pub.param.ud.private_data = e->private_data;
+    e->pub.param.ud.private_data_len = kSidrReqPrivate;
+  } else {
+    // rdma_cm reports the offer from the listener's side: the requester's responder
+    // resources are what we may issue (initiator depth), and the other way round.
     child->req_initiator_depth = clamp_rd(ev.responder_resources);
     child->req_responder_resources = clamp_rd(ev.initiator_depth);
-    ++l->pending;
-    conns_[{port, ev.id}] = child;
-    Event* e = new_event(child, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
-    e->owner = l;
-    e->pub.listen_id = &l->pub;
     copy_private(e, ev.private_data, kReqPrivate);
     e->pub.param.conn.initiator_depth = child->req_initiator_depth;
     e->pub.param.conn.responder_resources = child->req_responder_resources;
     e->pub.param.conn.retry_count = 7;
     e->pub.param.conn.rnr_retry_count = 7;
-    queue(l->channel, e);
-    return;
   }
+  queue(l->channel, e);
+}
+
+void Cma::deliver(Port* port, client::CmEvent&& ev) {
+  std::lock_guard lk(mu_);
+  if (ev.type == client::CmEventType::kConnectRequest ||
+      ev.type == client::CmEventType::kSidrRequest)
+    return deliver_request(port, std::move(ev));
   auto it = conns_.find({port, ev.id});
   if (it == conns_.end()) return;  // its id is gone
   Id* id = it->second;
@@ -754,6 +817,30 @@ void Cma::deliver(Port* port, client::CmEvent&& ev) {
       if (id->state == State::kConnecting) copy_private(e, ev.private_data, kRepPrivate);
       e->pub.param.conn.qp_num = ev.qp_num;
       id->state = State::kConnected;
+      break;
+    case client::CmEventType::kSidrReply:
+      if (ev.sidr_status != 0) {  // rdma_cm: UNREACHABLE with the SIDR_REP's status
+        e = new_event(id, RDMA_CM_EVENT_UNREACHABLE, ev.sidr_status);
+        id->state = State::kClosed;
+      } else {
+        e = new_event(id, RDMA_CM_EVENT_ESTABLISHED, 0);
+        rdma_ud_param& ud = e->pub.param.ud;
+        ud.qp_num = ev.sidr_qpn;
+        ud.qkey = ev.sidr_qkey;
+        // The address vector to the peer: RoCE v2, the GID of its IPv4 address.
+        ud.ah_attr.is_global = 1;
+        ud.ah_attr.grh.dgid = id->pub.route.addr.addr.ibaddr.dgid;
+        ud.ah_attr.grh.sgid_index = 0;
+        ud.ah_attr.grh.hop_limit = 64;
+        ud.ah_attr.grh.traffic_class = id->tos;
+        ud.ah_attr.port_num = 1;
+        id->state = State::kConnected;
+      }
+      std::memcpy(e->private_data, ev.private_data.data(),
+                  std::min(ev.private_data.size(), kSidrRepPrivate));
+      e->pub.param.ud.private_data = e->private_data;
+      e->pub.param.ud.private_data_len = kSidrRepPrivate;
+      drop_conn(id);
       break;
     case client::CmEventType::kRejected:
       e = new_event(id, RDMA_CM_EVENT_REJECTED, static_cast<int>(ev.reason));
@@ -777,6 +864,7 @@ void Cma::deliver(Port* port, client::CmEvent&& ev) {
       drop_conn(id);
       break;
     case client::CmEventType::kConnectRequest:
+    case client::CmEventType::kSidrRequest:
       return;
   }
   if (id->listener && id->state != State::kRequest) {  // a request that ended unanswered

@@ -21,6 +21,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -32,7 +33,8 @@ struct Port {
   client::Context* ctx = nullptr;
   std::mutex* lock = nullptr;
   ibv_pd* pd = nullptr;  ///< the device's default PD (the C API allocates it)
-  std::set<std::uint16_t> listened;  ///< ports cm_listen'ed (the Context cannot unlisten)
+  /// Ports cm_listen'ed or cm_sidr_listen'ed (key(), the Context cannot unlisten).
+  std::set<std::uint32_t> listened;
 };
 
 struct Id;
@@ -104,6 +106,14 @@ inline Channel* channel_of(rdma_event_channel* c) { return reinterpret_cast<Chan
 /// The private data field sizes of rdma_cm over IP (the REQ's 92 less the 36-byte cma header,
 /// the REP's 196, the REJ's 148): a program's data up to these, events report these lengths.
 constexpr std::size_t kReqPrivate = 56, kRepPrivate = 196, kRejPrivate = 148;
+/// SIDR (UD ids): the SIDR_REQ's 216 less the cma header, the SIDR_REP's 136.
+constexpr std::size_t kSidrReqPrivate = 180, kSidrRepPrivate = 136;
+
+inline bool is_ud(const Id* id) { return id->pub.ps == RDMA_PS_UDP; }
+/// A port in its port space: TCP and UDP ports are apart.
+inline std::uint32_t key(const Id* id, std::uint16_t port) {
+  return (is_ud(id) ? 0x10000u : 0u) | port;
+}
 
 class Cma {
  public:
@@ -153,6 +163,8 @@ class Cma {
   void timer_loop();
   void check_resolve(Id* id, std::chrono::steady_clock::time_point now);
   void drop_conn(Id* id);
+  int connect_ud(Id* id, const rdma_conn_param* p);
+  void deliver_request(Port* port, client::CmEvent&& ev);
   Event* new_event(Id* id, rdma_cm_event_type type, int status);
 
   std::mutex mu_;
@@ -160,8 +172,8 @@ class Cma {
   std::vector<Port*> ports_;
   std::set<Id*> ids_;
   std::map<std::pair<Port*, std::uint32_t>, Id*> conns_;
-  std::map<std::pair<Port*, std::uint16_t>, Id*> listeners_;
-  std::set<std::uint16_t> bound_ports_;  ///< TCP ports bound by ids here (EADDRINUSE)
+  std::map<std::pair<Port*, std::uint32_t>, Id*> listeners_;  ///< by key()
+  std::set<std::uint32_t> bound_ports_;  ///< key()s of the ports bound by ids (EADDRINUSE)
   std::set<Id*> resolving_;
   std::thread timer_;
   std::condition_variable timer_cv_;

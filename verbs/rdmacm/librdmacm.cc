@@ -256,14 +256,14 @@ RDMACM_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) {
 RDMACM_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   if (id == nullptr) return result(EINVAL);
   // A QP of the program's own (conn_param->qp_num, no QP on the id): the appliance's CM needs
-  // the QP object to move it through RTR and RTS.
-  if (id->qp == nullptr) return result(ENOSYS);
+  // the QP object to move it through RTR and RTS. A UD id's SIDR request needs no QP.
+  if (id->qp == nullptr && !roce::rdmacm::is_ud(id_of(id))) return result(ENOSYS);
   return result(g().cma.connect(id_of(id), appliance_qp(id), conn_param));
 }
 
 RDMACM_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
   if (id == nullptr) return result(EINVAL);
-  if (id->qp == nullptr) return result(ENOSYS);
+  if (id->qp == nullptr && !roce::rdmacm::is_ud(id_of(id))) return result(ENOSYS);
   return result(g().cma.accept(id_of(id), appliance_qp(id), conn_param));
 }
 
