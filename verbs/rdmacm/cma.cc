@@ -87,6 +87,11 @@ Cma::~Cma() {
   timer_cv_.notify_all();
   if (timer_.joinable()) timer_.join();
   for (Id* id : ids_) delete id;
+  for (Channel* c : channels_) {
+    for (Event* e : c->queue) delete e;
+    close(c->pub.fd);
+    delete c;
+  }
 }
 
 void Cma::add_port(Port* p) {
@@ -100,11 +105,17 @@ std::vector<Port*> Cma::ports() {
 }
 
 Channel* Cma::create_channel(bool sync) {
+  std::lock_guard lk(mu_);
+  return make_channel(sync);
+}
+
+Channel* Cma::make_channel(bool sync) {
   const int fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
   if (fd < 0) return nullptr;
   auto* c = new Channel;
   c->pub.fd = fd;
   c->sync = sync;
+  channels_.insert(c);
   return c;
 }
 
@@ -117,10 +128,12 @@ int Cma::destroy_channel(Channel* c) {
   close(c->pub.fd);
   // A thread still blocked in rdma_get_cm_event keeps waiting, as on the kernel's closed file
   // (rping destroys its channel while its CM thread reads it): the channel stays for it.
-  if (c->readers > 0)
+  if (c->readers > 0) {
     c->closed = true;
-  else
+  } else {
+    channels_.erase(c);
     delete c;
+  }
   return 0;
 }
 
@@ -757,7 +770,7 @@ void Cma::deliver_request(Port* port, client::CmEvent&& ev) {
   };
   if (l == nullptr || l->pending >= l->backlog) return refuse(l == nullptr);
   Channel* c = l->channel;
-  if (l->sync && (c = create_channel(true)) == nullptr) return refuse(false);
+  if (l->sync && (c = make_channel(true)) == nullptr) return refuse(false);
   auto* child = new Id;
   child->pub.channel = &c->pub;
   child->pub.context = l->pub.context;

@@ -154,6 +154,7 @@ class Cma {
   void deliver(Port* port, client::CmEvent&& ev);
 
  private:
+  Channel* make_channel(bool sync);  ///< with mu_ held
   void queue(Channel* c, Event* e);
   /// Takes one queued event's count off `c`'s fd (its event left the queue).
   static void unqueue_token(Channel* c);
@@ -171,6 +172,7 @@ class Cma {
   std::condition_variable acked_;
   std::vector<Port*> ports_;
   std::set<Id*> ids_;
+  std::set<Channel*> channels_;  ///< every channel not yet destroyed (freed with the Cma)
   std::map<std::pair<Port*, std::uint32_t>, Id*> conns_;
   std::map<std::pair<Port*, std::uint32_t>, Id*> listeners_;  ///< by key()
   std::set<std::uint32_t> bound_ports_;  ///< key()s of the ports bound by ids (EADDRINUSE)
