@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "client/local/local_context.h"
 #include "dataplane/engine/engine.h"
@@ -381,6 +382,79 @@ TEST(RdmaCm, BacklogRefusesWithNoResources) {
   EXPECT_EQ(rej->status, 3);  // IBA "no resources"
   r.s[0].cma->ack_event(rej);
   EXPECT_EQ(r.s[1].cma->destroy_id(lis), 0);
+}
+
+TEST(RdmaCm, HundredsOfConnectsAtOnceNeedNoRetransmission) {
+  // cmtime's pattern: every REQ at once, then every DREQ. MADs beyond QP1's queues used to be
+  // dropped and waited for their retransmission (4.6 s).
+  constexpr int kConns = 150;
+  Rig r;
+  Channel* c0 = r.s[0].cma->create_channel();
+  Channel* c1 = r.s[1].cma->create_channel();
+  Id* lis = r.s[1].cma->create_id(c1, nullptr, RDMA_PS_TCP, IBV_QPT_RC);
+  const sockaddr_in any = sin_of(Ipv4Addr{0}, kPort);
+  ASSERT_EQ(r.s[1].cma->bind(lis, sa(any)), 0);
+  ASSERT_EQ(r.s[1].cma->listen(lis, 0), 0);
+  std::vector<Id*> ids;
+  for (int i = 0; i < kConns; ++i) {
+    Id* id = r.s[0].cma->create_id(c0, nullptr, RDMA_PS_TCP, IBV_QPT_RC);
+    const sockaddr_in dst = sin_of(r.ip(1), kPort);
+    ASSERT_EQ(r.s[0].cma->resolve_addr(id, nullptr, sa(dst), 2000), 0);
+    r.expect(0, c0, RDMA_CM_EVENT_ADDR_RESOLVED);
+    ASSERT_EQ(r.s[0].cma->resolve_route(id, 2000), 0);
+    r.expect(0, c0, RDMA_CM_EVENT_ROUTE_RESOLVED);
+    ids.push_back(id);
+  }
+  std::vector<client::Qp*> qps0, qps1;
+  for (int i = 0; i < kConns; ++i) {
+    qps0.push_back(r.qp(0));
+    qps1.push_back(r.qp(1));
+    ASSERT_NE(qps0.back(), nullptr);
+    ASSERT_NE(qps1.back(), nullptr);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kConns; ++i) ASSERT_EQ(r.s[0].cma->connect(ids[i], qps0[i], nullptr), 0);
+  std::vector<Id*> children;
+  int established = 0;
+  while ((children.size() < kConns || established < kConns) &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    for (int side : {1, 0}) {
+      Channel* c = side ? c1 : c0;
+      pollfd p{c->pub.fd, POLLIN, 0};
+      if (poll(&p, 1, 1) != 1) continue;
+      rdma_cm_event* e = nullptr;
+      ASSERT_EQ(r.s[side].cma->get_event(c, &e), 0);
+      if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+        Id* child = rdmacm::id_of(e->id);
+        children.push_back(child);
+        r.s[1].cma->ack_event(e);
+        ASSERT_EQ(r.s[1].cma->accept(child, qps1[children.size() - 1], nullptr), 0);
+        continue;
+      }
+      if (side == 0) {
+        EXPECT_EQ(e->event, RDMA_CM_EVENT_ESTABLISHED) << "status " << e->status;
+        ++established;
+      }
+      r.s[side].cma->ack_event(e);
+    }
+  }
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_EQ(established, kConns);
+  EXPECT_LT(took, std::chrono::seconds(3)) << "a MAD waited for its retransmission";
+  // Every DREQ at once: every DISCONNECTED without retransmission too.
+  const auto t1 = std::chrono::steady_clock::now();
+  for (Id* id : ids) ASSERT_EQ(r.s[0].cma->disconnect(id), 0);
+  int down = 0;
+  while (down < kConns && std::chrono::steady_clock::now() - t1 < std::chrono::seconds(10)) {
+    pollfd p{c0->pub.fd, POLLIN, 0};
+    if (poll(&p, 1, 1) != 1) continue;
+    rdma_cm_event* e = nullptr;
+    ASSERT_EQ(r.s[0].cma->get_event(c0, &e), 0);
+    if (e->event == RDMA_CM_EVENT_DISCONNECTED) ++down;
+    r.s[0].cma->ack_event(e);
+  }
+  EXPECT_EQ(down, kConns);
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::seconds(3));
 }
 
 TEST(RdmaCm, BadCallsGetRdmaCoreErrors) {
