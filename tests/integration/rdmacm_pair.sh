@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One of Debian's unmodified rdmacm-utils tools between two processes, each with the appliance
 # in-process under libroce-verbs.so (LD_PRELOAD, ROCE_LINK) on one end of a net_memif link and
-# our librdmacm.so.1 (LD_LIBRARY_PATH): rping, ucmatose, rdma_server/rdma_client or udaddy.
-# Both sides must exit 0 and print what the tool prints when it worked.
+# our librdmacm.so.1 (LD_LIBRARY_PATH): rping, ucmatose, rdma_server/rdma_client, udaddy or cmtime.
+# Both sides must exit 0 and print what the tool prints when it worked (cmtime's server runs
+# until it is stopped: it must still be running when its client is done).
 #   rdmacm_pair.sh LIBROCE_VERBS RDMACM_DIR WORKDIR TOOL
 set -euo pipefail
 lib=$(realpath "$1") cmdir=$(realpath "$2") work=$3 tool=$4
@@ -16,6 +17,8 @@ case $tool in
     server=(rdma_server -s $srv_ip) client=(rdma_client -s $srv_ip) ;;
   udaddy)
     server=(udaddy -b $srv_ip -c 2 -C 10) client=(udaddy -s $srv_ip -c 2 -C 10) ;;
+  cmtime)  # 100 connections set up and torn down at once
+    server=(cmtime -b $srv_ip -c 100) client=(cmtime -s $srv_ip -c 100) ;;
   *) echo "rdmacm_pair.sh: unknown tool $tool"; exit 2 ;;
 esac
 command -v "${server[0]}" >/dev/null || { echo "skipped: ${server[0]} not installed (rdmacm-utils)"; exit 77; }
@@ -38,7 +41,13 @@ sleep 0.5
 rc=0
 run "$link --ip $cli_ip --mac 02:00:00:00:00:82" "${client[@]}" > "$work/client.txt" 2>&1 || rc=$?
 src=0
-wait "$spid" || src=$?
+if [[ $tool == cmtime ]]; then
+  kill -0 "$spid" 2>/dev/null || { wait "$spid" || src=$?; echo "FAIL: cmtime's server ended ($src)"; src=1; }
+  kill "$spid" 2>/dev/null || true
+  wait "$spid" 2>/dev/null || true
+else
+  wait "$spid" || src=$?
+fi
 sed 's/^/server: /' "$work/server.txt"
 sed 's/^/client: /' "$work/client.txt"
 # Our librdmacm, not Debian's, must have served them.
@@ -59,5 +68,10 @@ case $tool in
     need server '^return status 0' && need client '^return status 0' ;;
   rdma_client)
     need server 'rdma_server: end 0' && need client 'rdma_client: end 0' ;;
+  cmtime)
+    need client '^connect +:' && need client '^disconnect +:'
+    # All at once, yet no step waits for a retransmitted MAD (4.6 s).
+    awk '/^(connect|disconnect) +:/ && $3 > 3000 { bad = 1; print "FAIL: " $0 } END { exit bad }' \
+      "$work/client.txt" ;;
 esac
 echo "OK: ${server[*]} / ${client[*]}"
