@@ -1,8 +1,8 @@
 /// @file
 /// A local copy of the declarations of verbs/provider/bridge.h (the provider's interface to the
 /// other parts of verbs/, docs/verbs-compat.md), exactly as the common notes give them,
-/// until the provider's own header is merged; then this file goes and verbs/rdmacm includes
-/// "verbs/provider/bridge.h". librdmacm reaches these functions in the LD_PRELOADed provider
+/// until the provider's own header is merged; librdmacm.cc includes "verbs/provider/bridge.h"
+/// as soon as it exists, and then this file can go. librdmacm reaches these functions in the LD_PRELOADed provider
 /// (build/lib/libroce-verbs.so) through weak references (librdmacm.cc), so that it also loads
 /// without it and then lists no devices.
 #pragma once

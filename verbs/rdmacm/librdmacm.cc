@@ -14,7 +14,12 @@
 #include <mutex>
 #include <vector>
 
+// The provider's bridge.h once it is in the tree; until then our copy of its declarations.
+#if __has_include("verbs/provider/bridge.h")
+#include "verbs/provider/bridge.h"
+#else
 #include "verbs/rdmacm/bridge.h"
+#endif
 #include "verbs/rdmacm/cma.h"
 
 // The provider (libroce-verbs.so) is LD_PRELOADed; without it these stay null and librdmacm
