@@ -100,6 +100,7 @@ void CmAgent::send(std::span<const std::uint8_t> mad, const MadAddr& to) {
 }
 
 bool CmAgent::post_mad(std::span<const std::uint8_t> mad, const MadAddr& to) {
+  if (tx_outstanding_ >= cfg_.send_depth) return false;
   const std::optional<wire::MacAddr> mac =
       cfg_.resolve_mac ? cfg_.resolve_mac(to.gid) : std::nullopt;
   if (!mac) {
@@ -120,6 +121,7 @@ bool CmAgent::post_mad(std::span<const std::uint8_t> mad, const MadAddr& to) {
   wr.ud.remote_qkey = wire::kGsiQkey;
   const SendWr* bad = nullptr;
   if (eng_.post_send(qp1_, &wr, &bad) != kOk) return false;
+  ++tx_outstanding_;
   ++stats_.mads_tx;
   return true;
 }
@@ -244,8 +246,8 @@ void CmAgent::poll(std::uint64_t now_ns) {
   now_ns_ = now_ns;
   Wc wc[16];
   int n;
-  while ((n = eng_.poll_cq(scq_, 16, wc)) > 0) {
-  }
+  while ((n = eng_.poll_cq(scq_, 16, wc)) > 0)
+    tx_outstanding_ -= std::min<std::uint32_t>(tx_outstanding_, static_cast<std::uint32_t>(n));
   while (!tx_backlog_.empty() && post_mad(tx_backlog_.front().mad, tx_backlog_.front().to))
     tx_backlog_.pop_front();
   while ((n = eng_.poll_cq(rcq_, 16, wc)) > 0) {

@@ -28,7 +28,7 @@ struct CmAgentConfig {
   /// lost (UD), and waits for its retransmission (a REQ's 4.6 s). librdmacm's cmtime sends a
   /// REQ, then a DREQ, per connection at once for hundreds of them.
   std::uint32_t recv_depth = 512;
-  /// QP1's send queue; MADs beyond it wait in the agent (tx_backlog) for its completions.
+  /// QP1's send queue and send CQ; MADs beyond it wait in the agent for its completions.
   std::uint32_t send_depth = 64;
   /// Access flags given to connected QPs on their way to INIT.
   std::uint32_t qp_access = engine::kAccessLocalWrite | engine::kAccessRemoteWrite |
@@ -124,6 +124,10 @@ class CmAgent {
   engine::Mr* mr_ = nullptr;
   std::vector<std::uint8_t> rx_buf_;
   std::deque<PendingMad> tx_backlog_;  ///< in order, sent as QP1's send queue drains
+  /// MADs posted whose completions poll() has not reaped yet: at most send_depth, so that the
+  /// send CQ (send_depth deep) never overruns, even when the engine runs between two polls
+  /// (an overrun would put QP1 in the error state for good).
+  std::uint32_t tx_outstanding_ = 0;
   std::map<ConnId, engine::Qp*> qps_;
   std::uint64_t now_ns_ = 0;
   Stats stats_;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "client/local/local_context.h"
+#include "controlplane/cm/cm_hub.h"
 #include "dataplane/engine/engine.h"
 #include "tests/support/loopback.h"
 #include "verbs/rdmacm/cma.h"
@@ -439,7 +440,7 @@ TEST(RdmaCm, HundredsOfConnectsAtOnceNeedNoRetransmission) {
     }
   }
   const auto took = std::chrono::steady_clock::now() - t0;
-  ASSERT_EQ(established, kConns);
+  ASSERT_EQ(established, kConns) << children.size() << " requests";
   EXPECT_LT(took, std::chrono::seconds(3)) << "a MAD waited for its retransmission";
   // Every DREQ at once: every DISCONNECTED without retransmission too.
   const auto t1 = std::chrono::steady_clock::now();
@@ -455,6 +456,13 @@ TEST(RdmaCm, HundredsOfConnectsAtOnceNeedNoRetransmission) {
   }
   EXPECT_EQ(down, kConns);
   EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::seconds(3));
+  // Neither side's QP1 overran its send CQ (the engine runs between the CM's polls: the CM
+  // must not post beyond what it has reaped) nor dropped a MAD.
+  std::lock_guard lk(r.mu);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(r.lb.side(i).stats().get(engine::Counter::kCqOverflow), 0u) << "side " << i;
+    EXPECT_EQ(cm::CmHub::get(r.lb.side(i), {})->agent().stats().tx_dropped, 0u) << "side " << i;
+  }
 }
 
 TEST(RdmaCm, BadCallsGetRdmaCoreErrors) {
