@@ -482,6 +482,9 @@ TEST(RdmaCm, BadCallsGetRdmaCoreErrors) {
   sockaddr ib{};
   ib.sa_family = AF_IB;
   EXPECT_EQ(cma.bind(id, &ib), EAFNOSUPPORT);
+  sockaddr unspec{};  // rping -s without -a
+  EXPECT_EQ(cma.bind(id, &unspec), EINVAL);
+  EXPECT_EQ(cma.resolve_addr(id, nullptr, &unspec, 100), EINVAL);
   EXPECT_EQ(cma.resolve_route(id, 10), EINVAL);
   EXPECT_EQ(cma.connect(id, r.qp(0), nullptr), EINVAL);
   EXPECT_EQ(cma.disconnect(id), EINVAL);

@@ -176,7 +176,9 @@ Port* Cma::port_with(std::uint32_t ipv4) {
 
 int Cma::bind(Id* id, const sockaddr* addr) {
   if (addr == nullptr) return EINVAL;
-  if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) return EAFNOSUPPORT;
+  // rdma-core takes no address of a family it does not know (EINVAL); AF_IB needs IB's CM.
+  if (addr->sa_family == AF_IB) return EAFNOSUPPORT;
+  if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) return EINVAL;
   const std::optional<Ipv4> a = ipv4_of(addr);
   if (!a) return EADDRNOTAVAIL;  // an IPv6 address: the ports have IPv4 addresses only
   std::lock_guard lk(mu_);
@@ -231,6 +233,8 @@ void Cma::fill_route(Id* id) {
 
 int Cma::resolve_addr(Id* id, const sockaddr* src, const sockaddr* dst, int timeout_ms) {
   if (dst == nullptr) return EINVAL;
+  if (dst->sa_family != AF_INET && dst->sa_family != AF_INET6 && dst->sa_family != AF_IB)
+    return EINVAL;
   const std::optional<Ipv4> d = ipv4_of(dst);
   if (!d || d->ip == 0) return d ? EINVAL : EAFNOSUPPORT;
   if (src != nullptr) {
