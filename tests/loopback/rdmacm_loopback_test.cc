@@ -465,6 +465,35 @@ TEST(RdmaCm, HundredsOfConnectsAtOnceNeedNoRetransmission) {
   }
 }
 
+TEST(RdmaCm, ExitDisconnectsWhatIsUpAndWaitsForTheAnswer) {
+  // The kernel's CM sends the DREQs of a process that exits; ours ends with the process, so
+  // librdmacm's exit handler does it and waits for the DREPs (rping's peer must not wait for
+  // its DREQ retries to run out).
+  Rig r;
+  Channel *c0, *c1;
+  Id *cl, *lis;
+  r.listen_and_route(c0, c1, cl, lis);
+  ASSERT_EQ(r.s[0].cma->connect(cl, r.qp(0), nullptr), 0);
+  rdma_cm_event* req = r.expect(1, c1, RDMA_CM_EVENT_CONNECT_REQUEST, true);
+  ASSERT_NE(req, nullptr);
+  Id* child = rdmacm::id_of(req->id);
+  r.s[1].cma->ack_event(req);
+  ASSERT_EQ(r.s[1].cma->accept(child, r.qp(1), nullptr), 0);
+  r.expect(0, c0, RDMA_CM_EVENT_ESTABLISHED);
+  r.expect(1, c1, RDMA_CM_EVENT_ESTABLISHED);
+  const auto t0 = std::chrono::steady_clock::now();
+  r.s[1].cma->linger_at_exit();  // the server "exits" without disconnecting
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, std::chrono::milliseconds(45));  // its last MAD had time to leave
+  EXPECT_LT(took, std::chrono::milliseconds(900));  // the DREP came: no need to wait longer
+  r.expect(0, c0, RDMA_CM_EVENT_DISCONNECTED);
+  r.expect(1, c1, RDMA_CM_EVENT_DISCONNECTED);
+  // Nothing up any more: the next exit does not wait.
+  const auto t1 = std::chrono::steady_clock::now();
+  r.s[0].cma->linger_at_exit();
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::milliseconds(900));
+}
+
 TEST(RdmaCm, BadCallsGetRdmaCoreErrors) {
   Rig r;
   Cma& cma = *r.s[0].cma;

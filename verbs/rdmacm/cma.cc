@@ -544,7 +544,8 @@ int Cma::disconnect(Id* id) {
     case State::kConnected: {
       std::lock_guard plk(*id->port->lock);
       // A connection the peer is already ending answers with EINVAL: rdma_cm returns 0 then.
-      id->port->ctx->cm_disconnect(id->conn);
+      if (id->port->ctx->cm_disconnect(id->conn) == 0) dreqs_.insert({id->port, id->conn});
+      last_cm_ = Clock::now();
       return 0;
     }
     case State::kDisconnected:
@@ -606,9 +607,11 @@ int Cma::destroy_id(Id* id) {
       id->port->ctx->cm_reject(id->conn, {});
     else if (is_ud(id))
       ;  // a SIDR request under way: its reply finds no id
-    else if (id->state == State::kConnecting || id->state == State::kAccepting ||
-             id->state == State::kConnected)
-      id->port->ctx->cm_disconnect(id->conn);
+    else if ((id->state == State::kConnecting || id->state == State::kAccepting ||
+              id->state == State::kConnected) &&
+             id->port->ctx->cm_disconnect(id->conn) == 0)
+      dreqs_.insert({id->port, id->conn});
+    last_cm_ = Clock::now();
   }
   if (id->listener) --id->listener->pending;
   drop_conn(id);
@@ -821,6 +824,11 @@ void Cma::deliver_request(Port* port, client::CmEvent&& ev) {
 
 void Cma::deliver(Port* port, client::CmEvent&& ev) {
   std::lock_guard lk(mu_);
+  last_cm_ = Clock::now();
+  if (ev.type == client::CmEventType::kDisconnected || ev.type == client::CmEventType::kUnreachable) {
+    // Our DREQ answered (or given up): also for ids destroyed meanwhile.
+    if (dreqs_.erase({port, ev.id})) disconnected_.notify_all();
+  }
   if (ev.type == client::CmEventType::kConnectRequest ||
       ev.type == client::CmEventType::kSidrRequest)
     return deliver_request(port, std::move(ev));
@@ -889,6 +897,25 @@ void Cma::deliver(Port* port, client::CmEvent&& ev) {
     id->listener = nullptr;
   }
   queue(id->channel, e);
+}
+
+void Cma::linger_at_exit(std::chrono::milliseconds budget) {
+  const Clock::time_point deadline = Clock::now() + budget;
+  std::unique_lock lk(mu_);
+  for (Id* id : ids_) {
+    if (is_ud(id) || !id->has_conn) continue;
+    if (id->state != State::kConnecting && id->state != State::kAccepting &&
+        id->state != State::kConnected)
+      continue;
+    std::lock_guard plk(*id->port->lock);
+    if (id->port->ctx->cm_disconnect(id->conn) == 0) dreqs_.insert({id->port, id->conn});
+    last_cm_ = Clock::now();
+  }
+  disconnected_.wait_until(lk, deadline, [&] { return dreqs_.empty(); });
+  // What the CM queued last (a DREP, our last DREQ) leaves with the port's next poll.
+  const Clock::time_point settle = std::min(last_cm_ + std::chrono::milliseconds(50), deadline);
+  lk.unlock();
+  std::this_thread::sleep_until(settle);
 }
 
 }  // namespace roce::rdmacm

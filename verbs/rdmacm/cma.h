@@ -152,6 +152,12 @@ class Cma {
   int complete(Id* id);
   /// The CM sink of `port`: one event of its Context.
   void deliver(Port* port, client::CmEvent&& ev);
+  /// At the program's exit, what the kernel's CM does when the rdma_cm file closes, since the
+  /// appliance's CM ends with the process: connections still up are disconnected (DREQ), and
+  /// the exit waits (at most `budget`) for the DREQs this process sent to be answered and for
+  /// what the CM last queued (a DREP) to leave: otherwise a peer waits for its DISCONNECTED
+  /// until its DREQ retries run out. Call before the provider stops its port.
+  void linger_at_exit(std::chrono::milliseconds budget = std::chrono::milliseconds(1000));
 
  private:
   Channel* make_channel(bool sync);  ///< with mu_ held
@@ -180,6 +186,9 @@ class Cma {
   std::thread timer_;
   std::condition_variable timer_cv_;
   bool stop_ = false;
+  std::condition_variable disconnected_;  ///< a DISCONNECTED arrived
+  std::set<std::pair<Port*, std::uint32_t>> dreqs_;  ///< connections we sent a DREQ on, unanswered
+  std::chrono::steady_clock::time_point last_cm_{};  ///< our last CM call or event
 };
 
 }  // namespace roce::rdmacm

@@ -92,6 +92,9 @@ void init() {
         g().cma.deliver(port, std::move(ev));
       });
     }
+    // After the provider's own exit handler (registered when the first device opened), so
+    // that this one runs first, while the port still runs.
+    if (!g().ports.empty()) std::atexit([] { g().cma.linger_at_exit(); });
     // The list stays: the opened contexts refer to its devices.
   });
 }
