@@ -249,6 +249,10 @@ class Local final : public Context {
     if (const int rc = cm_open()) return rc;
     return cm_->notify(id);
   }
+  int cm_unlisten(std::uint16_t port, bool udp) override {
+    if (const int rc = cm_open()) return rc;
+    return cm_->unlisten(port, udp);
+  }
   int cm_sidr_listen(std::uint16_t port) override {
     if (const int rc = cm_open()) return rc;
     return cm_->sidr_listen(port);

@@ -2,6 +2,7 @@
 /// CmSession: rdma_cm's port space TCP on a CM hub (cm_session.h).
 #include "controlplane/cm/cm_session.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <random>
 
@@ -42,6 +43,16 @@ int CmSession::listen(std::uint16_t port) {
 int CmSession::sidr_listen(std::uint16_t port) {
   if (port == 0) return EINVAL;
   if (!hub_->listen(owner_, service_id(PortSpace::kUdp, port))) return EADDRINUSE;
+  return 0;
+}
+
+int CmSession::unlisten(std::uint16_t port, bool udp) {
+  if (!udp) {
+    auto it = std::find(ports_.begin(), ports_.end(), port);
+    if (it == ports_.end()) return ENOENT;
+    ports_.erase(it);
+  }
+  hub_->unlisten(owner_, service_id(udp ? PortSpace::kUdp : PortSpace::kTcp, port));
   return 0;
 }
 

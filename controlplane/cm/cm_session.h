@@ -81,6 +81,8 @@ class CmSession {
   int sidr_accept(std::uint32_t id, std::uint32_t qpn, std::uint32_t qkey,
                   std::span<const std::uint8_t> private_data);
   int sidr_reject(std::uint32_t id);
+  /// Stops listening on `port` of the TCP (or, `udp`, the UDP) port space. ENOENT: not ours.
+  int unlisten(std::uint16_t port, bool udp);
   /// Before `qp` is destroyed: a connection on it still up is disconnected, and the CM no
   /// longer touches it.
   void release(engine::Qp* qp);

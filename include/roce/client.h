@@ -297,6 +297,14 @@ class Context {
     (void)id;
     return EOPNOTSUPP;
   }
+  /// Stops listening on `port` (of cm_listen, or of cm_sidr_listen when `udp`): requests to it
+  /// get the CM's "invalid service ID" again (REJ 8, SIDR status 1), as the kernel answers once
+  /// rdma_cm's listen id is destroyed. Backends without it: EOPNOTSUPP.
+  virtual int cm_unlisten(std::uint16_t port, bool udp = false) {
+    (void)port;
+    (void)udp;
+    return EOPNOTSUPP;
+  }
 
   /// Convenience: RESET -> INIT -> RTR -> RTS of an RC QP towards `peer` (`sq_psn`: ours).
   int connect_rc(Qp* qp, const RcPeer& peer, std::uint32_t sq_psn, Mtu mtu,

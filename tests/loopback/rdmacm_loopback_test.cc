@@ -357,6 +357,37 @@ TEST(RdmaCm, SynchronousIdsWaitForTheirResults) {
   EXPECT_EQ(r.s[0].cma->destroy_id(cl2), 0);
 }
 
+TEST(RdmaCm, AGoneListenerIsAnInvalidServiceIdAndItsPortListensAgain) {
+  // perftest -R listens twice on its port, one listen id after the other; its client retries
+  // on REJ 8 "invalid service ID" (nobody listens yet), as the kernel answers then.
+  Rig r;
+  Channel *c0, *c1;
+  Id *cl, *lis;
+  r.listen_and_route(c0, c1, cl, lis);
+  ASSERT_EQ(r.s[1].cma->destroy_id(lis), 0);
+  ASSERT_EQ(r.s[0].cma->connect(cl, r.qp(0), nullptr), 0);
+  rdma_cm_event* rej = r.expect(0, c0, RDMA_CM_EVENT_REJECTED, true);
+  ASSERT_NE(rej, nullptr);
+  EXPECT_EQ(rej->status, 8);
+  r.s[0].cma->ack_event(rej);
+  // A new listener on the same port is heard.
+  Id* lis2 = r.s[1].cma->create_id(c1, nullptr, RDMA_PS_TCP, IBV_QPT_RC);
+  const sockaddr_in any = sin_of(Ipv4Addr{0}, kPort);
+  ASSERT_EQ(r.s[1].cma->bind(lis2, sa(any)), 0);
+  ASSERT_EQ(r.s[1].cma->listen(lis2, 1), 0);
+  Id* cl2 = r.s[0].cma->create_id(c0, nullptr, RDMA_PS_TCP, IBV_QPT_RC);
+  const sockaddr_in dst = sin_of(r.ip(1), kPort);
+  ASSERT_EQ(r.s[0].cma->resolve_addr(cl2, nullptr, sa(dst), 2000), 0);
+  r.expect(0, c0, RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(r.s[0].cma->resolve_route(cl2, 2000), 0);
+  r.expect(0, c0, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  ASSERT_EQ(r.s[0].cma->connect(cl2, r.qp(0), nullptr), 0);
+  rdma_cm_event* req = r.expect(1, c1, RDMA_CM_EVENT_CONNECT_REQUEST, true);
+  ASSERT_NE(req, nullptr);
+  EXPECT_EQ(req->listen_id, &lis2->pub);
+  r.s[1].cma->ack_event(req);
+}
+
 TEST(RdmaCm, BacklogRefusesWithNoResources) {
   Rig r;
   Channel* c0 = r.s[0].cma->create_channel();

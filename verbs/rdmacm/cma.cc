@@ -594,7 +594,13 @@ int Cma::destroy_id(Id* id) {
     }
   }
   if (id->state == State::kListen) {
-    for (Port* p : id->listen_ports) listeners_.erase({p, key(id, id->bound)});
+    for (Port* p : id->listen_ports) {
+      listeners_.erase({p, key(id, id->bound)});
+      // Nobody listens any more: the CM answers "invalid service ID" (REJ 8), as the kernel
+      // does, where a Context without unlisten leaves us to reject (REJ 28).
+      std::lock_guard plk(*p->lock);
+      if (p->ctx->cm_unlisten(id->bound, is_ud(id)) == 0) p->listened.erase(key(id, id->bound));
+    }
     for (Id* other : ids_)
       if (other->listener == id) other->listener = nullptr;
   }
