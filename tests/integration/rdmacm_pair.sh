@@ -29,8 +29,10 @@ run() {  # run LINK_FLAGS CMD... : the tool with the appliance in-process and ou
   local flags=$1; shift
   LD_PRELOAD=$lib LD_LIBRARY_PATH=$cmdir ROCE_LINK="$flags" timeout 60 "$@"
 }
-run "${link/memif /memif-server } --ip $srv_ip --mac 02:00:00:00:00:81" "${server[@]}" \
-  > "$work/server.txt" 2>&1 &
+# Not through run(): $! is then timeout's pid, which passes a kill on to the tool.
+LD_PRELOAD=$lib LD_LIBRARY_PATH=$cmdir \
+  ROCE_LINK="${link/memif /memif-server } --ip $srv_ip --mac 02:00:00:00:00:81" \
+  timeout 60 "${server[@]}" > "$work/server.txt" 2>&1 &
 spid=$!
 # The server's memif socket appears when it has opened the device; it listens right after.
 for _ in $(seq 100); do
