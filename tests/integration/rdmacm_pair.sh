@@ -10,15 +10,15 @@ lib=$(realpath "$1") cmdir=$(realpath "$2") work=$3 tool=$4
 srv_ip=192.0.2.81 cli_ip=192.0.2.82
 case $tool in
   rping)
-    server=(rping -s -a $srv_ip -v -C 10) client=(rping -c -a $srv_ip -v -C 10) ;;
+    server=(rping -s -a "$srv_ip" -v -C 10) client=(rping -c -a "$srv_ip" -v -C 10) ;;
   ucmatose)
-    server=(ucmatose -b $srv_ip -c 2 -C 20 -S 1000) client=(ucmatose -s $srv_ip -c 2 -C 20 -S 1000) ;;
+    server=(ucmatose -b "$srv_ip" -c 2 -C 20 -S 1000) client=(ucmatose -s "$srv_ip" -c 2 -C 20 -S 1000) ;;
   rdma_client)
-    server=(rdma_server -s $srv_ip) client=(rdma_client -s $srv_ip) ;;
+    server=(rdma_server -s "$srv_ip") client=(rdma_client -s "$srv_ip") ;;
   udaddy)
-    server=(udaddy -b $srv_ip -c 2 -C 10) client=(udaddy -s $srv_ip -c 2 -C 10) ;;
+    server=(udaddy -b "$srv_ip" -c 2 -C 10) client=(udaddy -s "$srv_ip" -c 2 -C 10) ;;
   cmtime)  # 100 connections set up and torn down at once
-    server=(cmtime -b $srv_ip -c 100) client=(cmtime -s $srv_ip -c 100) ;;
+    server=(cmtime -b "$srv_ip" -c 100) client=(cmtime -s "$srv_ip" -c 100) ;;
   *) echo "rdmacm_pair.sh: unknown tool $tool"; exit 2 ;;
 esac
 command -v "${server[0]}" >/dev/null || { echo "skipped: ${server[0]} not installed (rdmacm-utils)"; exit 77; }
