@@ -91,6 +91,13 @@ client::LocalOptions Env::local_options(const std::string& name) {
   o.engine = &eng;
   o.progress = [this] { loop.poll_once(); };
   o.resolve = [this](wire::Ipv4Addr peer) { return port::resolve_wait(loop, peer, 10); };
+  // Context::neighbour, the non-blocking half (librdmacm's rdma_resolve_addr): the ARP cache,
+  // a request sent when asked.
+  o.neighbour = [this](wire::Ipv4Addr peer, bool ask) {
+    if (loop.neighbour().lookup(peer)) return true;
+    if (ask) loop.resolve(peer);
+    return false;
+  };
   o.port.name = name;
   o.port.mac = eng.config().mac;
   o.port.ipv4 = ip;

@@ -56,6 +56,10 @@ const char* name(CmEventType t) {
       return "CONNECT_ERROR";
     case CmEventType::kDisconnected:
       return "DISCONNECTED";
+    case CmEventType::kSidrRequest:
+      return "SIDR_REQUEST";
+    case CmEventType::kSidrReply:
+      return "SIDR_REPLY";
   }
   return "?";
 }

@@ -100,6 +100,8 @@ void CmExchange::on_event(client::CmEvent& e) {
     case CmEventType::kDisconnected:
       disconnected_.insert(e.id);
       break;
+    default:  // SIDR: no UD ids here
+      break;
   }
 }
 

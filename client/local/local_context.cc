@@ -253,6 +253,29 @@ class Local final : public Context {
     if (const int rc = cm_open()) return rc;
     return cm_->notify(id);
   }
+  int cm_unlisten(std::uint16_t port, bool udp) override {
+    if (const int rc = cm_open()) return rc;
+    return cm_->unlisten(port, udp);
+  }
+  int cm_sidr_listen(std::uint16_t port) override {
+    if (const int rc = cm_open()) return rc;
+    return cm_->sidr_listen(port);
+  }
+  int cm_sidr_resolve(Ipv4Addr dst, std::uint16_t port, std::span<const std::uint8_t> pd,
+                      std::uint32_t& id) override {
+    if (const int rc = cm_open()) return rc;
+    if (!o_.resolve || !o_.resolve(dst)) return EHOSTUNREACH;  // the CM needs the peer's MAC
+    return cm_->sidr_resolve(dst, port, pd, id);
+  }
+  int cm_sidr_accept(std::uint32_t id, std::uint32_t qpn, std::uint32_t qkey,
+                     std::span<const std::uint8_t> pd) override {
+    if (const int rc = cm_open()) return rc;
+    return cm_->sidr_accept(id, qpn, qkey, pd);
+  }
+  int cm_sidr_reject(std::uint32_t id) override {
+    if (const int rc = cm_open()) return rc;
+    return cm_->sidr_reject(id);
+  }
   int cm_get_event(CmEvent& ev, int timeout_ms) override {
     if (const int rc = cm_open()) return rc;
     const std::uint64_t t0 = now_ns();
@@ -276,6 +299,9 @@ class Local final : public Context {
     ev.reason = s.reason;
     ev.remote = s.remote;
     ev.private_data = s.private_data;
+    ev.sidr_status = s.sidr_status;
+    ev.sidr_qpn = s.sidr_qpn;
+    ev.sidr_qkey = s.sidr_qkey;
     cm_events_.pop_front();
     return 0;
   }

@@ -86,11 +86,26 @@ bool CmAgent::post_recv(std::uint32_t slot) {
 }
 
 void CmAgent::send(std::span<const std::uint8_t> mad, const MadAddr& to) {
+  // Behind MADs already waiting, or when the send queue is full: wait, in order.
+  if (tx_backlog_.empty() && post_mad(mad, to)) return;
+  if (tx_backlog_.size() >= kMaxTxBacklog || mad.size() != kMadSize) {
+    ++stats_.tx_dropped;  // the CM retransmits
+    return;
+  }
+  PendingMad p;
+  std::copy(mad.begin(), mad.end(), p.mad.begin());
+  p.to = to;
+  tx_backlog_.push_back(p);
+  ++stats_.tx_queued;
+}
+
+bool CmAgent::post_mad(std::span<const std::uint8_t> mad, const MadAddr& to) {
+  if (tx_outstanding_ >= cfg_.send_depth) return false;
   const std::optional<wire::MacAddr> mac =
       cfg_.resolve_mac ? cfg_.resolve_mac(to.gid) : std::nullopt;
   if (!mac) {
     ++stats_.tx_dropped;  // the CM retransmits; the neighbour may be known by then
-    return;
+    return true;
   }
   AddressVector av;
   av.dgid = to.gid;
@@ -105,10 +120,10 @@ void CmAgent::send(std::span<const std::uint8_t> mad, const MadAddr& to) {
   wr.ud.remote_qpn = to.qpn.raw();
   wr.ud.remote_qkey = wire::kGsiQkey;
   const SendWr* bad = nullptr;
-  if (eng_.post_send(qp1_, &wr, &bad) == kOk)
-    ++stats_.mads_tx;
-  else
-    ++stats_.tx_dropped;
+  if (eng_.post_send(qp1_, &wr, &bad) != kOk) return false;
+  ++tx_outstanding_;
+  ++stats_.mads_tx;
+  return true;
 }
 
 bool CmAgent::modify(ConnId id, QpTransition t, const QpAttrs& q) {
@@ -231,8 +246,10 @@ void CmAgent::poll(std::uint64_t now_ns) {
   now_ns_ = now_ns;
   Wc wc[16];
   int n;
-  while ((n = eng_.poll_cq(scq_, 16, wc)) > 0) {
-  }
+  while ((n = eng_.poll_cq(scq_, 16, wc)) > 0)
+    tx_outstanding_ -= std::min<std::uint32_t>(tx_outstanding_, static_cast<std::uint32_t>(n));
+  while (!tx_backlog_.empty() && post_mad(tx_backlog_.front().mad, tx_backlog_.front().to))
+    tx_backlog_.pop_front();
   while ((n = eng_.poll_cq(rcq_, 16, wc)) > 0) {
     for (int i = 0; i < n; ++i) {
       const auto slot = static_cast<std::uint32_t>(wc[i].wr_id);

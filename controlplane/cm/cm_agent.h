@@ -6,8 +6,10 @@
 /// the engine.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -22,7 +24,11 @@ namespace roce::cm {
 
 struct CmAgentConfig {
   CmConfig cm;
-  std::uint32_t recv_depth = 64;  ///< MAD receive buffers kept posted on QP1
+  /// MAD receive buffers kept posted on QP1: a burst of MADs beyond them between two polls is
+  /// lost (UD), and waits for its retransmission (a REQ's 4.6 s). librdmacm's cmtime sends a
+  /// REQ, then a DREQ, per connection at once for hundreds of them.
+  std::uint32_t recv_depth = 512;
+  /// QP1's send queue and send CQ; MADs beyond it wait in the agent for its completions.
   std::uint32_t send_depth = 64;
   /// Access flags given to connected QPs on their way to INIT.
   std::uint32_t qp_access = engine::kAccessLocalWrite | engine::kAccessRemoteWrite |
@@ -85,6 +91,7 @@ class CmAgent {
 
   struct Stats {
     std::uint64_t mads_rx = 0, mads_tx = 0, rx_dropped = 0, tx_dropped = 0, qp_errors = 0;
+    std::uint64_t tx_queued = 0;  ///< MADs that waited for room in QP1's send queue
   };
   const Stats& stats() const { return stats_; }
 
@@ -92,7 +99,17 @@ class CmAgent {
   static constexpr std::size_t kGrhSize = 40;
   static constexpr std::size_t kRecvSlot = kGrhSize + kMadSize;
 
+  /// At most this many MADs wait for room in QP1's send queue; beyond, they are dropped (the
+  /// CM retransmits).
+  static constexpr std::size_t kMaxTxBacklog = 4096;
+  struct PendingMad {
+    std::array<std::uint8_t, kMadSize> mad;
+    MadAddr to;
+  };
+
   void send(std::span<const std::uint8_t> mad, const MadAddr& to);
+  /// Posts one MAD on QP1: false when the send queue is full (nothing done).
+  bool post_mad(std::span<const std::uint8_t> mad, const MadAddr& to);
   bool modify(ConnId id, QpTransition t, const QpAttrs& a);
   void on_cm_event(const CmEvent& ev);
   bool post_recv(std::uint32_t slot);
@@ -106,6 +123,11 @@ class CmAgent {
   engine::Qp* qp1_ = nullptr;
   engine::Mr* mr_ = nullptr;
   std::vector<std::uint8_t> rx_buf_;
+  std::deque<PendingMad> tx_backlog_;  ///< in order, sent as QP1's send queue drains
+  /// MADs posted whose completions poll() has not reaped yet: at most send_depth, so that the
+  /// send CQ (send_depth deep) never overruns, even when the engine runs between two polls
+  /// (an overrun would put QP1 in the error state for good).
+  std::uint32_t tx_outstanding_ = 0;
   std::map<ConnId, engine::Qp*> qps_;
   std::uint64_t now_ns_ = 0;
   Stats stats_;

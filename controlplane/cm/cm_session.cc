@@ -2,6 +2,7 @@
 /// CmSession: rdma_cm's port space TCP on a CM hub (cm_session.h).
 #include "controlplane/cm/cm_session.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <random>
 
@@ -36,6 +37,60 @@ int CmSession::listen(std::uint16_t port) {
   if (port == 0) return EINVAL;
   if (!hub_->listen(owner_, service_id(PortSpace::kTcp, port))) return EADDRINUSE;
   ports_.push_back(port);
+  return 0;
+}
+
+int CmSession::sidr_listen(std::uint16_t port) {
+  if (port == 0) return EINVAL;
+  if (!hub_->listen(owner_, service_id(PortSpace::kUdp, port))) return EADDRINUSE;
+  return 0;
+}
+
+int CmSession::unlisten(std::uint16_t port, bool udp) {
+  if (!udp) {
+    auto it = std::find(ports_.begin(), ports_.end(), port);
+    if (it == ports_.end()) return ENOENT;
+    ports_.erase(it);
+  }
+  hub_->unlisten(owner_, service_id(udp ? PortSpace::kUdp : PortSpace::kTcp, port));
+  return 0;
+}
+
+int CmSession::sidr_resolve(wire::Ipv4Addr dst, std::uint16_t port,
+                            std::span<const std::uint8_t> private_data, std::uint32_t& id) {
+  if (port == 0 || private_data.size() > kSidrReqPrivateSize - kCmaHeaderSize) return EINVAL;
+  SidrParams p;
+  p.peer.gid = wire::ipv4_mapped(dst);
+  p.service_id = service_id(PortSpace::kUdp, port);
+  p.cma = CmaHeader::ipv4(local_, ephemeral_port(), dst);
+  p.private_data.assign(private_data.begin(), private_data.end());
+  const auto cid = hub_->sidr_resolve(owner_, p);
+  if (!cid) return ENOMEM;  // the CM is full
+  id = new_id();
+  ids_[id] = *cid;
+  by_cm_[*cid] = id;
+  peers_[id] = dst;
+  return 0;
+}
+
+int CmSession::sidr_accept(std::uint32_t id, std::uint32_t qpn, std::uint32_t qkey,
+                           std::span<const std::uint8_t> private_data) {
+  auto it = ids_.find(id);
+  if (it == ids_.end()) return ENOENT;
+  if (private_data.size() > kSidrRepPrivateSize) return EINVAL;
+  const CmStatus st = hub_->agent().cm().sidr_accept(it->second, wire::Qpn(qpn), qkey, private_data);
+  if (st == CmStatus::kNoSuchConn) return ENOENT;
+  if (st != CmStatus::kOk) return EINVAL;
+  forget(id);  // answered: the CM repeats the SIDR_REP itself, no event follows
+  return 0;
+}
+
+int CmSession::sidr_reject(std::uint32_t id) {
+  auto it = ids_.find(id);
+  if (it == ids_.end()) return ENOENT;
+  if (hub_->agent().cm().sidr_reject(it->second, SidrStatus::kReject) != CmStatus::kOk)
+    return EINVAL;
+  forget(id);
   return 0;
 }
 
@@ -151,6 +206,22 @@ std::optional<wire::Ipv4Addr> CmSession::peer_of(std::uint32_t id) const {
 
 void CmSession::on_event(const CmEvent& e) {
   SessionEvent s;
+  if (e.type == CmEventType::kSidrRequest) {
+    if (!e.cma || e.cma->ip_version != 4) {
+      hub_->agent().cm().sidr_reject(e.id, SidrStatus::kReject);
+      return;
+    }
+    s.id = new_id();
+    ids_[s.id] = e.id;
+    by_cm_[e.id] = s.id;
+    s.type = SessionEventType::kSidrRequest;
+    s.peer = e.cma->src_ipv4();
+    peers_[s.id] = s.peer;
+    s.port = port_of(e.service_id);
+    s.private_data = e.private_data;
+    fn_(std::move(s));
+    return;
+  }
   if (e.type == CmEventType::kConnectRequest) {
     // rdma_cm's IPv4 port space only: its header names both addresses.
     if (!e.cma || e.cma->ip_version != 4) {
@@ -194,6 +265,12 @@ void CmSession::on_event(const CmEvent& e) {
       s.type = SessionEventType::kDisconnected;
       s.remote = e.remote;
       break;
+    case CmEventType::kSidrReply:
+      s.type = SessionEventType::kSidrReply;
+      s.sidr_status = static_cast<std::uint8_t>(e.sidr_status);
+      s.sidr_qpn = e.sidr_qpn.raw();
+      s.sidr_qkey = e.sidr_qkey;
+      break;
     case CmEventType::kTimewaitExit:
       ids_.erase(it->second);
       peers_.erase(it->second);
@@ -202,7 +279,8 @@ void CmSession::on_event(const CmEvent& e) {
     default:
       return;
   }
-  if (s.type == SessionEventType::kRejected || s.type == SessionEventType::kUnreachable) {
+  if (s.type == SessionEventType::kRejected || s.type == SessionEventType::kUnreachable ||
+      s.type == SessionEventType::kSidrReply) {
     ids_.erase(s.id);  // the connection is over: nothing more will come for it
     peers_.erase(s.id);
     by_cm_.erase(it);

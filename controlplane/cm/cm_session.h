@@ -26,6 +26,8 @@ enum class SessionEventType : std::uint8_t {
   kUnreachable,
   kConnectError,
   kDisconnected,
+  kSidrRequest,  ///< a SIDR_REQ to a port of the UDP port space (sidr_listen)
+  kSidrReply,    ///< the SIDR_REP of our sidr_resolve (status, QPN, Q_Key)
 };
 
 struct SessionEvent {
@@ -38,6 +40,8 @@ struct SessionEvent {
   std::uint32_t reason = 0;
   bool remote = false;
   std::vector<std::uint8_t> private_data;
+  std::uint8_t sidr_status = 0;  ///< kSidrReply: IBA SIDR_REP status (0: success)
+  std::uint32_t sidr_qpn = 0, sidr_qkey = 0;
 };
 
 struct SessionParam {
@@ -69,6 +73,16 @@ class CmSession {
   int disconnect(std::uint32_t id);
   /// COMM_EST (rdma_notify): data arrived before the RTU; the connection is established.
   int notify(std::uint32_t id);
+  /// rdma_cm's UDP port space (UD ids, SIDR): listen on `port`, resolve a peer's port to its
+  /// QPN and Q_Key, answer a kSidrRequest. The exchange is over at the reply or the answer.
+  int sidr_listen(std::uint16_t port);
+  int sidr_resolve(wire::Ipv4Addr dst, std::uint16_t port,
+                   std::span<const std::uint8_t> private_data, std::uint32_t& id);
+  int sidr_accept(std::uint32_t id, std::uint32_t qpn, std::uint32_t qkey,
+                  std::span<const std::uint8_t> private_data);
+  int sidr_reject(std::uint32_t id);
+  /// Stops listening on `port` of the TCP (or, `udp`, the UDP) port space. ENOENT: not ours.
+  int unlisten(std::uint16_t port, bool udp);
   /// Before `qp` is destroyed: a connection on it still up is disconnected, and the CM no
   /// longer touches it.
   void release(engine::Qp* qp);

@@ -126,6 +126,8 @@ enum class CmEventType : std::uint8_t {
   kUnreachable,         ///< no answer (retries exhausted)
   kConnectError,        ///< the peer's reply could not be applied to the QP
   kDisconnected,        ///< the connection ended (`remote`: the peer ended it); QP in error
+  kSidrRequest,  ///< a SIDR request to a port of cm_sidr_listen: cm_sidr_accept or _reject
+  kSidrReply,    ///< the answer to cm_sidr_resolve (`sidr_status`, `sidr_qpn`, `sidr_qkey`)
 };
 struct CmEvent {
   CmEventType type = CmEventType::kConnectRequest;
@@ -137,6 +139,8 @@ struct CmEvent {
   std::uint32_t reason = 0;                                   ///< kRejected: IBA REJ reason
   bool remote = false;
   std::vector<std::uint8_t> private_data;
+  std::uint8_t sidr_status = 0;  ///< kSidrReply: IBA SIDR_REP status, 0 success, 1 no listener
+  std::uint32_t sidr_qpn = 0, sidr_qkey = 0;  ///< kSidrReply: the peer's UD QP and Q_Key
 };
 /// struct rdma_conn_param's part that matters here.
 struct CmConnParam {
@@ -269,6 +273,45 @@ class Context {
   /// rdma_get_cm_event: 0 with `ev` filled, ETIMEDOUT after `timeout_ms` (0: do not wait;
   /// -1: no limit), ENOTCONN when roced is gone.
   virtual int cm_get_event(CmEvent& ev, int timeout_ms) = 0;
+
+  // ---- rdma_cm's UDP port space (UD QPs, SIDR: IBA 12.11), in-process only; backends without
+  // ---- it (attached): EOPNOTSUPP.
+  /// rdma_listen of a UD id on `port`. EADDRINUSE: someone else listens there.
+  virtual int cm_sidr_listen(std::uint16_t port) {
+    (void)port;
+    return EOPNOTSUPP;
+  }
+  /// rdma_connect of a UD id: a SIDR request to `dst`:`port` (private data <= 180 bytes);
+  /// kSidrReply or kUnreachable follows, naming `id`.
+  virtual int cm_sidr_resolve(Ipv4Addr dst, std::uint16_t port,
+                              std::span<const std::uint8_t> private_data, std::uint32_t& id) {
+    (void)dst;
+    (void)port;
+    (void)private_data;
+    (void)id;
+    return EOPNOTSUPP;
+  }
+  /// rdma_accept of a kSidrRequest: our UD QP `qpn` and its Q_Key (private data <= 136 bytes).
+  virtual int cm_sidr_accept(std::uint32_t id, std::uint32_t qpn, std::uint32_t qkey,
+                             std::span<const std::uint8_t> private_data = {}) {
+    (void)id;
+    (void)qpn;
+    (void)qkey;
+    (void)private_data;
+    return EOPNOTSUPP;
+  }
+  virtual int cm_sidr_reject(std::uint32_t id) {
+    (void)id;
+    return EOPNOTSUPP;
+  }
+  /// Stops listening on `port` (of cm_listen, or of cm_sidr_listen when `udp`): requests to it
+  /// get the CM's "invalid service ID" again (REJ 8, SIDR status 1), as the kernel answers once
+  /// rdma_cm's listen id is destroyed. Backends without it: EOPNOTSUPP.
+  virtual int cm_unlisten(std::uint16_t port, bool udp = false) {
+    (void)port;
+    (void)udp;
+    return EOPNOTSUPP;
+  }
 
   /// Convenience: RESET -> INIT -> RTR -> RTS of an RC QP towards `peer` (`sq_psn`: ours).
   int connect_rc(Qp* qp, const RcPeer& peer, std::uint32_t sq_psn, Mtu mtu,

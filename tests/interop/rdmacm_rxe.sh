@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Debian's rdmacm-utils over our librdmacm.so.1 (and the provider, in-process on a DPDK
+# net_af_packet port on dp0, 192.0.2.100) against the same tools in the Linux rxe VM, in both
+# roles: rping (10 pings, -V in the VM), ucmatose (2 connections, 20 messages), udaddy (SIDR,
+# 2 UD ids). Both sides must exit 0 and print what the tool prints when it worked.
+#   rdmacm_rxe.sh LIBROCE_VERBS RDMACM_DIR [TOOL...]   (root; exits 77 when VMs cannot run here)
+# Env: RXE_VM_NETNS (default rxevm) names the VM's network namespace.
+set -euo pipefail
+lib=$(realpath "$1") cmdir=$(realpath "$2"); shift 2
+tools=("${@:-rping ucmatose udaddy}")
+read -r -a tools <<< "${tools[*]}"
+export RXE_VM_NETNS=${RXE_VM_NETNS:-rxevm}
+# shellcheck source=tests/interop/lib.sh disable=SC2154
+source "$(dirname "$0")/lib.sh"
+command -v rping >/dev/null || { echo "skipped: rdmacm-utils not installed"; exit 77; }
+interop_preflight
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+fail=0
+ours() {  # ours CMD...: one of Debian's tools here, the appliance in-process on dp0
+  ip netns exec "$RXE_VM_NETNS" env LD_PRELOAD="$lib" LD_LIBRARY_PATH="$cmdir" \
+    ROCE_LINK="--pmd af_packet --iface dp0 --ip 192.0.2.100 --mac 02:00:00:00:01:00" \
+    timeout 60 "$@" > "$out/us.txt" 2>&1
+}
+# Our client until the VM's server listens (rejected, or unreachable, while it comes up).
+ours_retry() {
+  local rc
+  for _ in $(seq 30); do
+    rc=0
+    ours "$@" || rc=$?
+    [[ $rc != 0 ]] && grep -Eq "REJECTED|UNREACHABLE|ADDR_ERROR" "$out/us.txt" || return "$rc"
+    sleep 0.5
+  done
+  return "$rc"
+}
+ok_output() {  # ok_output TOOL FILE: the lines the tool prints when it worked
+  case $1 in
+    rping) [[ $(grep -o "rdma-ping-[0-9]*:" "$2" | sort -u | wc -l) -ge 10 ]] ;;
+    ucmatose | udaddy) grep -q "data transfers complete" "$2" && grep -q "return status 0" "$2" ;;
+  esac
+}
+for tool in "${tools[@]}"; do
+  case $tool in
+    rping)
+      vm_server="rping -s -a 192.0.2.1 -C 10 -v" us_client=(rping -c -a 192.0.2.1 -C 10 -v)
+      vm_client="retry rping -c -a 192.0.2.100 -C 10 -v -V" us_server=(rping -s -a 192.0.2.100 -C 10 -v) ;;
+    ucmatose)
+      vm_server="ucmatose -b 192.0.2.1 -c 2 -C 20" us_client=(ucmatose -s 192.0.2.1 -c 2 -C 20)
+      vm_client="retry ucmatose -s 192.0.2.100 -c 2 -C 20" us_server=(ucmatose -b 192.0.2.100 -c 2 -C 20) ;;
+    udaddy)
+      vm_server="udaddy -b 192.0.2.1 -c 2 -C 10" us_client=(udaddy -s 192.0.2.1 -c 2 -C 10)
+      vm_client="retry udaddy -s 192.0.2.100 -c 2 -C 10" us_server=(udaddy -b 192.0.2.100 -c 2 -C 10) ;;
+    *) echo "rdmacm_rxe.sh: unknown tool $tool"; exit 2 ;;
+  esac
+  for dir in vm-server us-server; do
+    rc=0
+    if [[ $dir == vm-server ]]; then
+      boot "$vm_server"
+      ours_retry "${us_client[@]}" || rc=$?
+    else
+      boot "$vm_client"
+      ours "${us_server[@]}" || rc=$?
+    fi
+    finish && theirs=0 || theirs=1
+    grep -v "^\[rxe-vm\]" "$out/vm.txt" > "$out/theirs.txt" || true
+    if [[ $rc == 0 && $theirs == 0 ]] && ok_output "$tool" "$out/us.txt" &&
+       ok_output "$tool" "$out/theirs.txt"; then
+      echo "PASS $tool ($dir)"
+    else
+      echo "FAIL $tool ($dir): ours=$rc rxe=$theirs"
+      grep -v "ping data:" "$out/us.txt" | sed 's/^/  us: /' | tail -20
+      grep -v "ping data:" "$out/theirs.txt" | sed 's/^/  vm: /' | tail -20
+      fail=1
+    fi
+  done
+done
+exit $fail
