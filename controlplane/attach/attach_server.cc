@@ -1545,15 +1545,18 @@ int Ops::neighbour() {
     if (!found && ask) l0->resolve(ip);
     return found;
   });
-  if (mac && c.lane != nullptr) {
-    // The client's lane fills it into UD address vectors that come without a MAC (the
-    // libibverbs provider's attached AH names its peer by GID only).
-    Lane* lane = c.lane;
+  if (mac && c.lane != nullptr && c.events) {
+    // The client's lane fills it into the client's UD address vectors that come without a MAC
+    // (the libibverbs provider's attached AH names its peer by GID only): kept for this
+    // client alone, charged to it (EDQUOT when an entry more does not fit).
+    LaneEvents* ev = c.events.get();
     const wire::MacAddr m = *mac;
-    run([=] {
-      lane->learn(ip, m);
-      return 0;
-    });
+    constexpr std::uint64_t kCost = LaneEvents::kUdNeighbourCost;
+    if (c.memory + kCost > quota().max_memory) {
+      const bool known = run([=] { return ev->ud_macs.contains(ip.v); });
+      if (!known) return EDQUOT;
+    }
+    if (run([=] { return Lane::learn_ud(*ev, ip, m); })) charge(kCost);
   }
   rep.handle = mac ? 1 : 0;  // (not an error: roced's count of bad requests stays)
   return 0;

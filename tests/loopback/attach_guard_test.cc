@@ -20,6 +20,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -125,6 +127,29 @@ class Roced {
   engine::Engine& engine() { return *eng_; }
   /// True while the poll loop thread still runs (a command that threw would have ended it).
   bool alive() const { return !stop_.load(); }
+  /// A segment host at `ip` (MAC `mac`) asks for our address: the port's ARP cache learns it,
+  /// as from the wire (the frame handed to the loop's neighbour code on its own thread).
+  void teach(wire::Ipv4Addr ip, wire::MacAddr mac) {
+    std::array<std::uint8_t, 42> f{};
+    std::fill_n(f.begin(), 6, 0xFF);
+    std::copy(mac.b.begin(), mac.b.end(), f.begin() + 6);
+    f[12] = 0x08, f[13] = 0x06;                                    // ARP
+    f[14] = 0, f[15] = 1, f[16] = 0x08, f[17] = 0, f[18] = 6, f[19] = 4, f[20] = 0, f[21] = 1;
+    std::copy(mac.b.begin(), mac.b.end(), f.begin() + 22);        // sender MAC
+    for (int i = 0; i < 4; ++i) f[28 + i] = static_cast<std::uint8_t>(ip.v >> (24 - 8 * i));
+    for (int i = 0; i < 4; ++i) f[38 + i] = static_cast<std::uint8_t>(kIp.v >> (24 - 8 * i));
+    std::atomic<bool> done{false};
+    port::PollLoop* l = loop_.get();
+    const std::array<std::uint8_t, 42>* fp = &f;
+    std::atomic<bool>* d = &done;
+    while (!loop_->post([l, fp, d] {
+      std::array<std::uint8_t, 128> out{};
+      (void)l->neighbour().on_frame(*fp, out);
+      d->store(true);
+    }))
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    while (!done.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 
  private:
   rte_ring* rx_ = nullptr;
@@ -642,6 +667,45 @@ TEST(AttachGuard, NeighbourAsksAreBudgeted) {
   std::printf("500 asks in %lld ms: %u ARP requests\n", static_cast<long long>(ms), arps);
   EXPECT_LE(arps, 64u * (static_cast<unsigned>(ms) / 100 + 1));
   EXPECT_GT(arps, 0u);
+}
+
+// kNeighbour that finds a MAC keeps it for the client's UD sends by GID (the attached AH).
+// That table was the lane's, shared by every client on it, never shrunk and charged to nobody:
+// a client looking up address after address (the port's cache learns a segment host's
+// senders) grew roced without bound. Now it is the client's own: charged to its max_memory,
+// bounded, gone with the client.
+TEST(AttachGuard, UdNeighboursAreTheClientsChargedAndReleased) {
+  Roced roced;
+  const std::uint64_t base = roced.server().counts(0).memory_bytes;
+  constexpr std::uint32_t kPeers = 300;
+  for (std::uint32_t i = 0; i < kPeers; ++i)
+    roced.teach(wire::Ipv4Addr{0x0A010000u + i}, wire::MacAddr{{0x02, 0, 0, 1, 0, 1}});
+  {
+    Raw c(roced.socket());
+    const std::uint64_t hello = roced.server().counts(0).memory_bytes;
+    for (std::uint32_t i = 0; i < kPeers; ++i) {
+      Request rq;
+      rq.op = Op::kNeighbour;
+      rq.cm.dst = wire::Ipv4Addr{0x0A010000u + i};
+      Reply rep;
+      ASSERT_EQ(c.call(rq, rep), 0);
+      ASSERT_EQ(rep.handle, 1u) << "the port's cache knows " << i;
+    }
+    const std::uint64_t grown = roced.server().counts(0).memory_bytes - hello;
+    std::printf("%u neighbours found: the client charged %llu bytes for them\n", kPeers,
+                static_cast<unsigned long long>(grown));
+    EXPECT_GE(grown, kPeers * 32ull) << "the MACs roced keeps for the client are not charged";
+    // Asking again keeps one entry per address.
+    Request rq;
+    rq.op = Op::kNeighbour;
+    rq.cm.dst = wire::Ipv4Addr{0x0A010000u};
+    Reply rep;
+    ASSERT_EQ(c.call(rq, rep), 0);
+    EXPECT_EQ(roced.server().counts(0).memory_bytes - hello, grown);
+  }
+  for (int i = 0; i < 2000 && roced.server().counts(0).memory_bytes != base; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(roced.server().counts(0).memory_bytes, base);
 }
 
 }  // namespace
