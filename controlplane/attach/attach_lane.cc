@@ -123,7 +123,9 @@ std::size_t Lane::drain_send(LaneQp& q) {
   for (; taken < n; ++taken) {
     if (full(q.send_cq)) break;  // the client does not poll: the rest waits in the ring
     const SendEntry& s = e[taken];
-    if (s.num_sge > kMaxSge || !allowed(s.opcode)) {
+    // A UD destination is a unicast MAC (or none: roced's): never broadcast or a group.
+    const bool group_mac = q.qp->type == engine::QpType::kUd && (s.ah.dmac.b[0] & 1) != 0;
+    if (s.num_sge > kMaxSge || !allowed(s.opcode) || group_mac) {
       refuse(q.send_cq, s.wr_id, engine::wc_opcode(s.opcode), q.qp->qpn);
       continue;
     }

@@ -1308,6 +1308,9 @@ int Ops::modify_qp() {
   if (it == c.qps.end()) return EINVAL;
   engine::QpAttr attr = rq.modify.attr;
   const std::uint32_t mask = rq.modify.mask;
+  // The peer's MAC, when the client names it, is a unicast one: the kernel never lets a
+  // program's RoCE frames go to broadcast or a group address (and the engine has no multicast).
+  if ((mask & engine::kQpAv) && (attr.ah.dmac.b[0] & 1) != 0) return EINVAL;
   if ((mask & engine::kQpAv) && attr.ah.dmac == wire::MacAddr{}) {
     // The client names its peer by GID; the port's ARP finds the MAC.
     const auto mac = resolve(attr.ah.dgid);

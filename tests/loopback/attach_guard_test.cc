@@ -250,11 +250,11 @@ class Raw {
   }
   int qp(std::uint32_t pd, std::uint32_t scq, std::uint32_t rcq, std::uint32_t srq,
          const engine::QpCap& cap, std::uint32_t& h, Reply* out = nullptr,
-         std::vector<int>* keep = nullptr) {
+         std::vector<int>* keep = nullptr, engine::QpType type = engine::QpType::kRc) {
     Request rq;
     rq.op = Op::kCreateQp;
     rq.qp.pd = pd;
-    rq.qp.type = engine::QpType::kRc;
+    rq.qp.type = type;
     rq.qp.send_cq = scq;
     rq.qp.recv_cq = rcq;
     rq.qp.srq = srq;
@@ -264,6 +264,15 @@ class Raw {
     h = rep.handle;
     if (out) *out = rep;
     return rc;
+  }
+  int modify(std::uint32_t qp, const verbs::QpAttr& a, std::uint32_t mask) {
+    Request rq;
+    rq.op = Op::kModifyQp;
+    rq.modify.qp = qp;
+    rq.modify.attr = a;
+    rq.modify.mask = mask;
+    Reply rep;
+    return call(rq, rep);
   }
   int destroy(Op op, std::uint32_t h) {
     Request rq;
@@ -706,6 +715,93 @@ TEST(AttachGuard, UdNeighboursAreTheClientsChargedAndReleased) {
   for (int i = 0; i < 2000 && roced.server().counts(0).memory_bytes != base; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(roced.server().counts(0).memory_bytes, base);
+}
+
+// A client names its peer's MAC itself (or leaves it to roced's ARP). Only a unicast one is
+// taken: the kernel resolves a RoCE destination to its neighbour's MAC, it never lets a
+// program send to broadcast or a group address, and the engine has no multicast. Before,
+// roced put a client's RoCE frames on the segment's broadcast address at the client's rate.
+TEST(AttachGuard, AddressVectorsAreUnicast) {
+  Roced roced;
+  Raw c(roced.socket());
+  const std::uint32_t pd = c.pd();
+  std::uint32_t cq = 0, ud = 0, rc = 0;
+  std::vector<int> fds;
+  Reply crep, qrep;
+  ASSERT_EQ(c.cq(16, cq, &fds, &crep), 0);
+  Mapped<CqEntry> cqmap(fds[0], crep.bytes);
+  close_all(fds);
+  ShmConsumer<CqEntry> cqc(cqmap.h, crep.slots);
+  ASSERT_EQ(c.qp(pd, cq, cq, 0, small_cap(), ud, &qrep, &fds, engine::QpType::kUd), 0);
+  Mapped<SendEntry> sqmap(fds[0], qrep.bytes);
+  close_all(fds);
+  ShmProducer<SendEntry> sq(sqmap.h, qrep.slots);
+  verbs::QpAttr a;
+  a.qp_state = verbs::QpState::kInit;
+  a.qkey = 0x11111111;
+  ASSERT_EQ(c.modify(ud, a, verbs::kQpState | verbs::kQpPkeyIndex | verbs::kQpPort | verbs::kQpQkey), 0);
+  a.qp_state = verbs::QpState::kRtr;
+  ASSERT_EQ(c.modify(ud, a, verbs::kQpState), 0);
+  a.qp_state = verbs::QpState::kRts;
+  ASSERT_EQ(c.modify(ud, a, verbs::kQpState | verbs::kQpSqPsn), 0);
+  const wire::MacAddr group[] = {{{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}},
+                                 {{0x01, 0x00, 0x5E, 0x00, 0x00, 0x01}},
+                                 {{0x33, 0x33, 0x00, 0x00, 0x00, 0x01}}};
+  const wire::MacAddr unicast{{0x02, 0, 0, 9, 9, 9}};
+  const unsigned before = roced.sent();
+  std::uint64_t wr = 0;
+  for (const wire::MacAddr& m : group) {
+    SendEntry e;
+    e.wr_id = ++wr;
+    e.remote_qpn = 0x99;
+    e.remote_qkey = 0x11111111;
+    e.ah.dgid = wire::ipv4_mapped(wire::Ipv4Addr{0x0A020001u});
+    e.ah.dmac = m;
+    e.send_flags = engine::kSendSignaled;
+    ASSERT_TRUE(sq.push(e));
+  }
+  SendEntry e;  // the control: a unicast MAC goes out
+  e.wr_id = ++wr;
+  e.remote_qpn = 0x99;
+  e.remote_qkey = 0x11111111;
+  e.ah.dgid = wire::ipv4_mapped(wire::Ipv4Addr{0x0A020001u});
+  e.ah.dmac = unicast;
+  e.send_flags = engine::kSendSignaled;
+  ASSERT_TRUE(sq.push(e));
+  std::uint64_t got = 0;
+  int refused = 0;
+  CqEntry wc;
+  for (int i = 0; i < 2000 && got < wr; ++i) {
+    if (!cqc.pop(wc)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    ++got;
+    if (wc.wr_id <= 3)
+      refused += wc.status != engine::WcStatus::kSuccess;
+    else
+      EXPECT_EQ(wc.status, engine::WcStatus::kSuccess);
+  }
+  EXPECT_EQ(got, wr);
+  EXPECT_EQ(refused, 3) << "UD sends to a group MAC were taken";
+  EXPECT_EQ(roced.sent() - before, 1u) << "frames to a group MAC left the port";
+  // An RC QP's address vector: the same rule at RTR.
+  ASSERT_EQ(c.qp(pd, cq, cq, 0, small_cap(), rc), 0);
+  verbs::QpAttr r;
+  r.qp_state = verbs::QpState::kInit;
+  ASSERT_EQ(c.modify(rc, r, verbs::kQpState | verbs::kQpPkeyIndex | verbs::kQpPort |
+                                verbs::kQpAccessFlags),
+            0);
+  r.qp_state = verbs::QpState::kRtr;
+  r.ah.dgid = wire::ipv4_mapped(wire::Ipv4Addr{0x0A020001u});
+  r.ah.dmac = group[0];
+  r.dest_qp_num = 0x99;
+  const std::uint32_t rtr = verbs::kQpState | verbs::kQpAv | verbs::kQpPathMtu |
+                            verbs::kQpDestQpn | verbs::kQpRqPsn | verbs::kQpMaxDestRdAtomic |
+                            verbs::kQpMinRnrTimer;
+  EXPECT_EQ(c.modify(rc, r, rtr), EINVAL);
+  r.ah.dmac = unicast;
+  EXPECT_EQ(c.modify(rc, r, rtr), 0);
 }
 
 }  // namespace
