@@ -5,12 +5,14 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <linux/magic.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -968,6 +970,10 @@ int Ops::reg_region() {
   // after: another thread of the client may be shrinking it right now.
   const int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0) return EINVAL;  // not a memfd
+  // Nor a hugetlbfs one: its pages can be punched out under the shrink seal, and roced's next
+  // touch then needs a fresh huge page; with the pool empty that fault is a SIGBUS.
+  struct statfs fs {};
+  if (::fstatfs(fd, &fs) != 0 || fs.f_type == HUGETLBFS_MAGIC) return EINVAL;
   if (!(seals & F_SEAL_SHRINK) && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) return EPERM;
   const std::uint64_t off = rq.region.file_offset;
   const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
