@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "client/local/local_context.h"
 #include "controlplane/cm/cm_agent.h"
 #include "controlplane/cm/cm_hub.h"
 #include "controlplane/cm/cm_session.h"
@@ -95,6 +96,59 @@ TEST(CmSessionPortSpace, ConnectRequestToAUdpPortIsRefused) {
   ASSERT_TRUE(r.run([&] { return r.find(CmEventType::kRejected) != nullptr; }));
   EXPECT_EQ(r.find(CmEventType::kRejected)->reason, RejReason::kInvalidServiceId);
   EXPECT_TRUE(r.ev_b.empty()) << "the owner was handed a connect request on its UDP listen";
+}
+
+// An in-process Context's CM (runtime::Env's, the one an unmodified program gets from
+// roce-run --link) sends MADs from inside its poll to whatever source a frame names. Its
+// LocalOptions::resolve waits for ARP (port::resolve_wait, 10 s in Env): a segment host's REQ
+// from an address that never answers stalled the program 10 s and had the port broadcast 50
+// ARP requests, per REQ. The CM asks the cache without waiting (LocalOptions::lookup, which
+// Env sets) and drops the MAD for now (the CM retransmits) instead.
+TEST(LocalCm, AMadToAnUnknownSourceNeverWaitsForArp) {
+  Loopback lb;
+  std::vector<CmEvent> ev_a;
+  CmAgentConfig ca;
+  ca.cm.ca_guid = 0xA;
+  ca.cm.seed = 7;
+  ca.resolve_mac = [&lb](const Ipv6Addr& gid) -> std::optional<wire::MacAddr> {
+    if (gid == wire::ipv4_mapped(lb.b().config().ipv4)) return lb.b().config().mac;
+    return std::nullopt;
+  };
+  CmAgent a(lb.a(), ca, [&](const CmEvent& e) { ev_a.push_back(e); });
+  int waits = 0, asks = 0;
+  client::LocalOptions o;
+  o.engine = &lb.b();
+  o.progress = [&] {
+    lb.run_until([] { return false; }, 2000);
+    a.poll(lb.now());
+  };
+  o.resolve = [&](Ipv4Addr) -> std::optional<MacAddr> {
+    ++waits;  // runtime::Env's would poll here for up to 10 s
+    return std::nullopt;
+  };
+  o.lookup = [&](Ipv4Addr, bool ask) -> std::optional<MacAddr> {
+    asks += ask ? 1 : 0;
+    return std::nullopt;  // the source never answers ARP
+  };
+  o.port.mac = lb.b().config().mac;
+  o.port.ipv4 = lb.b().config().ipv4;
+  o.port.gid = wire::ipv4_mapped(o.port.ipv4);
+  auto ctx = client::open_local(std::move(o));
+  ASSERT_EQ(ctx->cm_listen(kPort), 0);
+  // The peer connects to a port nobody listens on: the in-process CM answers REJ 8.
+  auto* pd = lb.a().alloc_pd();
+  auto* cq = lb.a().create_cq(16);
+  auto* qp = lb.a().create_qp(pd, engine::QpType::kRc, cq, cq, engine::QpCap{4, 4, 1, 1, 0});
+  ConnectParams p;
+  p.peer.gid = wire::ipv4_mapped(lb.b().config().ipv4);
+  p.service_id = service_id(PortSpace::kTcp, kPort + 1);
+  p.starting_psn = Psn(0x010203);
+  p.cma = CmaHeader::ipv4(lb.a().config().ipv4, 0xC001, lb.b().config().ipv4);
+  ASSERT_TRUE(a.connect(qp, p));
+  client::CmEvent ev;
+  for (int i = 0; i < 200; ++i) (void)ctx->cm_get_event(ev, 0);
+  EXPECT_EQ(waits, 0) << "the CM waited for ARP inside its poll";
+  EXPECT_GE(asks, 1) << "the unknown source was not asked for";
 }
 
 }  // namespace
