@@ -314,24 +314,13 @@ class Local final : public Context {
   }
   /// The MAC of a MAD's destination, for the CM, which sends from inside its poll to whatever
   /// source a frame names: never a wait there (o_.resolve may: 10 s in runtime::Env, a stalled
-  /// program and 50 ARP requests per forged REQ). With lookup(), the cache only (an ARP
-  /// request at most kCmArpAsks per 100 ms); an unknown address is nullopt: the MAD is dropped
-  /// for now and the CM's retransmission finds the MAC.
-  std::optional<MacAddr> cm_mac(Ipv4Addr ip) {
-    if (!o_.lookup) return o_.resolve ? o_.resolve(ip) : std::nullopt;
-    const std::uint64_t now = now_ns();
-    if (now - cm_arp_window_ns_ >= 100'000'000) {
-      cm_arp_window_ns_ = now;
-      cm_arp_asks_ = 0;
-    }
-    const bool ask = cm_arp_asks_ < kCmArpAsks;
-    auto mac = o_.lookup(ip, ask);
-    if (!mac) cm_arp_asks_ += ask ? 1 : 0;
-    return mac;
+  /// program and 50 ARP requests per forged REQ). With lookup(), the cache only (agent_config
+  /// budgets `ask`); an unknown address is nullopt: the MAD is dropped for now and the CM's
+  /// retransmission finds the MAC.
+  std::optional<MacAddr> cm_mac(Ipv4Addr ip, bool ask) {
+    if (o_.lookup) return o_.lookup(ip, ask);
+    return o_.resolve ? o_.resolve(ip) : std::nullopt;
   }
-  static constexpr unsigned kCmArpAsks = 64;
-  std::uint64_t cm_arp_window_ns_ = 0;
-  unsigned cm_arp_asks_ = 0;
 
   void progress() {
     if (o_.progress) o_.progress();
@@ -360,7 +349,7 @@ class Local final : public Context {
     try {
       auto hub = cm::CmHub::get(
           e_, cm::agent_config(o_.port.mac, o_.cm_connections, &Local::now_ns,
-                               [this](Ipv4Addr ip) { return cm_mac(ip); }));
+                               [this](Ipv4Addr ip, bool ask) { return cm_mac(ip, ask); }));
       cm_ = std::make_unique<cm::CmSession>(
           std::move(hub), o_.port.ipv4, static_cast<std::uint8_t>(o_.port.max_mtu),
           [this](cm::SessionEvent ev) { cm_events_.push_back(std::move(ev)); });

@@ -421,9 +421,9 @@ AttachServer::AttachServer(const AttachConfig& cfg, std::vector<AttachPort> port
       lane->cm_config = [l, n = cfg_.cm_connections] {
         return cm::agent_config(
             l->engine().config().mac, n, [] { return port::now_ns(); },
-            [l](wire::Ipv4Addr ip) {
+            [l](wire::Ipv4Addr ip, bool ask) {
               auto mac = l->neighbour().lookup(ip);
-              if (!mac) l->resolve(ip);
+              if (!mac && ask) l->resolve(ip);
               return mac;
             });
       };

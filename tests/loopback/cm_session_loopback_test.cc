@@ -151,5 +151,68 @@ TEST(LocalCm, AMadToAnUnknownSourceNeverWaitsForArp) {
   EXPECT_GE(asks, 1) << "the unknown source was not asked for";
 }
 
+// roced's CM (and an Env's) asks ARP for the destination of every MAD whose MAC its cache
+// lacks: REQs from ever new forged sources (each answered, REJ 8 to a port nobody listens on)
+// had the port broadcast one ARP request per REQ, at the sender's rate. agent_config's lookup
+// asks at most kCmArpAsks (64) times per 100 ms of the CM's clock; the rest is looked up only.
+TEST(CmHubArp, AsksForMadDestinationsAreBudgeted) {
+  Loopback lb;
+  CmAgentConfig ca;
+  ca.cm.ca_guid = 0xA;
+  ca.cm.seed = 7;
+  ca.resolve_mac = [&lb](const Ipv6Addr& gid) -> std::optional<wire::MacAddr> {
+    if (gid == wire::ipv4_mapped(lb.b().config().ipv4)) return lb.b().config().mac;
+    return std::nullopt;
+  };
+  std::vector<CmEvent> ev_a;
+  CmAgent a(lb.a(), ca, [&](const CmEvent& e) { ev_a.push_back(e); });
+  int asks = 0, lookups = 0;
+  std::uint64_t clock = 1'000'000'000;
+  auto hub = std::make_shared<CmHub>(
+      lb.b(), agent_config(lb.b().config().mac, 4096, [&] { return clock; },
+                           [&](wire::Ipv4Addr, bool ask) -> std::optional<wire::MacAddr> {
+                             ++lookups;
+                             asks += ask ? 1 : 0;
+                             return std::nullopt;  // nobody answers
+                           }));
+  auto* pd = lb.a().alloc_pd();
+  auto* cq = lb.a().create_cq(256);
+  auto* qp = lb.a().create_qp(pd, engine::QpType::kRc, cq, cq, engine::QpCap{4, 4, 1, 1, 0});
+  constexpr int kReqs = 200;
+  for (int i = 0; i < kReqs; ++i) {
+    ConnectParams p;
+    p.peer.gid = wire::ipv4_mapped(lb.b().config().ipv4);
+    p.service_id = service_id(PortSpace::kTcp, kPort);  // nobody listens: REJ 8
+    p.starting_psn = Psn(0x010203);
+    p.cma = CmaHeader::ipv4(lb.a().config().ipv4, static_cast<std::uint16_t>(0xC000 + i),
+                            lb.b().config().ipv4);
+    ASSERT_TRUE(a.connect(qp, p));
+    for (int k = 0; k < 4; ++k) {
+      lb.run_until([] { return false; }, 2000);
+      a.poll(lb.now());
+      hub->poll(clock);
+    }
+  }
+  std::printf("%d REQs answered, %d lookups, %d ARP asks in one 100 ms window\n", kReqs,
+              lookups, asks);
+  EXPECT_GE(lookups, kReqs);
+  EXPECT_LE(asks, 64) << "one ARP request per MAD";
+  EXPECT_GE(asks, 1);
+  clock += 100'000'000;  // the next window asks again
+  const int before = asks;
+  ConnectParams p;
+  p.peer.gid = wire::ipv4_mapped(lb.b().config().ipv4);
+  p.service_id = service_id(PortSpace::kTcp, kPort);
+  p.starting_psn = Psn(0x010203);
+  p.cma = CmaHeader::ipv4(lb.a().config().ipv4, 0xBFFF, lb.b().config().ipv4);
+  ASSERT_TRUE(a.connect(qp, p));
+  for (int k = 0; k < 4; ++k) {
+    lb.run_until([] { return false; }, 2000);
+    a.poll(lb.now());
+    hub->poll(clock);
+  }
+  EXPECT_EQ(asks, before + 1);
+}
+
 }  // namespace
 }  // namespace roce::test
