@@ -154,8 +154,8 @@ std::size_t Lane::drain_send(LaneQp& q) {
       // 00:00:00:00:00:00 or to another address's MAC.
       const std::uint32_t ip = wire::load_be32(s.ah.dgid.b.data() + 12);
       const auto& mine = q.events->ud_macs;
-      const auto it = s.ah.dgid == wire::ipv4_mapped(wire::Ipv4Addr{ip}) ? mine.find(ip)
-                                                                          : mine.end();
+      const auto it =
+          s.ah.dgid == wire::ipv4_mapped(wire::Ipv4Addr{ip}) ? mine.find(ip) : mine.end();
       if (it == mine.end()) {
         refuse(q.send_cq, s.wr_id, engine::wc_opcode(s.opcode), q.qp->qpn);
         continue;

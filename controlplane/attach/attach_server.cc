@@ -4,8 +4,8 @@
 
 #include <fcntl.h>
 #include <grp.h>
-#include <poll.h>
 #include <linux/magic.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>

@@ -30,9 +30,9 @@ CmAgentConfig agent_config(
     std::uint64_t window_ns = 0;
     int asks = 0;
   };
-  c.resolve_mac = [n = std::move(neighbour), clock = std::move(clock),
-                   b = std::make_shared<Budget>()](
-                      const Ipv6Addr& gid) -> std::optional<wire::MacAddr> {
+  c.resolve_mac =
+      [n = std::move(neighbour), clock = std::move(clock),
+       b = std::make_shared<Budget>()](const Ipv6Addr& gid) -> std::optional<wire::MacAddr> {
     static constexpr std::uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
     if (!n || !std::equal(kMapped, kMapped + 12, gid.b.begin())) return std::nullopt;
     const std::uint64_t now = clock ? clock() : 0;

@@ -133,9 +133,9 @@ class Roced {
     std::array<std::uint8_t, 42> f{};
     std::fill_n(f.begin(), 6, 0xFF);
     std::copy(mac.b.begin(), mac.b.end(), f.begin() + 6);
-    f[12] = 0x08, f[13] = 0x06;                                    // ARP
+    f[12] = 0x08, f[13] = 0x06;  // ARP
     f[14] = 0, f[15] = 1, f[16] = 0x08, f[17] = 0, f[18] = 6, f[19] = 4, f[20] = 0, f[21] = 1;
-    std::copy(mac.b.begin(), mac.b.end(), f.begin() + 22);        // sender MAC
+    std::copy(mac.b.begin(), mac.b.end(), f.begin() + 22);  // sender MAC
     for (int i = 0; i < 4; ++i) f[28 + i] = static_cast<std::uint8_t>(ip.v >> (24 - 8 * i));
     for (int i = 0; i < 4; ++i) f[38 + i] = static_cast<std::uint8_t>(kIp.v >> (24 - 8 * i));
     std::atomic<bool> done{false};
@@ -739,7 +739,8 @@ TEST(AttachGuard, AddressVectorsAreUnicast) {
   verbs::QpAttr a;
   a.qp_state = verbs::QpState::kInit;
   a.qkey = 0x11111111;
-  ASSERT_EQ(c.modify(ud, a, verbs::kQpState | verbs::kQpPkeyIndex | verbs::kQpPort | verbs::kQpQkey), 0);
+  ASSERT_EQ(
+      c.modify(ud, a, verbs::kQpState | verbs::kQpPkeyIndex | verbs::kQpPort | verbs::kQpQkey), 0);
   a.qp_state = verbs::QpState::kRtr;
   ASSERT_EQ(c.modify(ud, a, verbs::kQpState), 0);
   a.qp_state = verbs::QpState::kRts;
@@ -789,16 +790,16 @@ TEST(AttachGuard, AddressVectorsAreUnicast) {
   ASSERT_EQ(c.qp(pd, cq, cq, 0, small_cap(), rc), 0);
   verbs::QpAttr r;
   r.qp_state = verbs::QpState::kInit;
-  ASSERT_EQ(c.modify(rc, r, verbs::kQpState | verbs::kQpPkeyIndex | verbs::kQpPort |
-                                verbs::kQpAccessFlags),
-            0);
+  ASSERT_EQ(
+      c.modify(rc, r,
+               verbs::kQpState | verbs::kQpPkeyIndex | verbs::kQpPort | verbs::kQpAccessFlags),
+      0);
   r.qp_state = verbs::QpState::kRtr;
   r.ah.dgid = wire::ipv4_mapped(wire::Ipv4Addr{0x0A020001u});
   r.ah.dmac = group[0];
   r.dest_qp_num = 0x99;
-  const std::uint32_t rtr = verbs::kQpState | verbs::kQpAv | verbs::kQpPathMtu |
-                            verbs::kQpDestQpn | verbs::kQpRqPsn | verbs::kQpMaxDestRdAtomic |
-                            verbs::kQpMinRnrTimer;
+  const std::uint32_t rtr = verbs::kQpState | verbs::kQpAv | verbs::kQpPathMtu | verbs::kQpDestQpn |
+                            verbs::kQpRqPsn | verbs::kQpMaxDestRdAtomic | verbs::kQpMinRnrTimer;
   EXPECT_EQ(c.modify(rc, r, rtr), EINVAL);
   r.ah.dmac = unicast;
   EXPECT_EQ(c.modify(rc, r, rtr), 0);

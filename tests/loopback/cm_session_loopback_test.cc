@@ -52,9 +52,7 @@ struct Rig {
       if (lb.run_until(poll_and_check, end - lb.now())) return true;
     return false;
   }
-  CmaHeader cma() {
-    return CmaHeader::ipv4(lb.a().config().ipv4, 0xC001, lb.b().config().ipv4);
-  }
+  CmaHeader cma() { return CmaHeader::ipv4(lb.a().config().ipv4, 0xC001, lb.b().config().ipv4); }
   const CmEvent* find(CmEventType t) const {
     for (const CmEvent& e : ev_a)
       if (e.type == t) return &e;
@@ -169,12 +167,13 @@ TEST(CmHubArp, AsksForMadDestinationsAreBudgeted) {
   int asks = 0, lookups = 0;
   std::uint64_t clock = 1'000'000'000;
   auto hub = std::make_shared<CmHub>(
-      lb.b(), agent_config(lb.b().config().mac, 4096, [&] { return clock; },
-                           [&](wire::Ipv4Addr, bool ask) -> std::optional<wire::MacAddr> {
-                             ++lookups;
-                             asks += ask ? 1 : 0;
-                             return std::nullopt;  // nobody answers
-                           }));
+      lb.b(), agent_config(
+                  lb.b().config().mac, 4096, [&] { return clock; },
+                  [&](wire::Ipv4Addr, bool ask) -> std::optional<wire::MacAddr> {
+                    ++lookups;
+                    asks += ask ? 1 : 0;
+                    return std::nullopt;  // nobody answers
+                  }));
   auto* pd = lb.a().alloc_pd();
   auto* cq = lb.a().create_cq(256);
   auto* qp = lb.a().create_qp(pd, engine::QpType::kRc, cq, cq, engine::QpCap{4, 4, 1, 1, 0});
@@ -193,8 +192,8 @@ TEST(CmHubArp, AsksForMadDestinationsAreBudgeted) {
       hub->poll(clock);
     }
   }
-  std::printf("%d REQs answered, %d lookups, %d ARP asks in one 100 ms window\n", kReqs,
-              lookups, asks);
+  std::printf("%d REQs answered, %d lookups, %d ARP asks in one 100 ms window\n", kReqs, lookups,
+              asks);
   EXPECT_GE(lookups, kReqs);
   EXPECT_LE(asks, 64) << "one ARP request per MAD";
   EXPECT_GE(asks, 1);
