@@ -98,6 +98,13 @@ client::LocalOptions Env::local_options(const std::string& name) {
     if (ask) loop.resolve(peer);
     return false;
   };
+  // The CM's MADs: the same, never the 10 s wait of `resolve` (a forged REQ's answer stalled
+  // the program that long, and had the port ask ARP 50 times).
+  o.lookup = [this](wire::Ipv4Addr peer, bool ask) {
+    auto mac = loop.neighbour().lookup(peer);
+    if (!mac && ask) loop.resolve(peer);
+    return mac;
+  };
   o.port.name = name;
   o.port.mac = eng.config().mac;
   o.port.ipv4 = ip;

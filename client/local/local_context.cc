@@ -312,6 +312,16 @@ class Local final : public Context {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return std::uint64_t(t.tv_sec) * 1000000000 + std::uint64_t(t.tv_nsec);
   }
+  /// The MAC of a MAD's destination, for the CM, which sends from inside its poll to whatever
+  /// source a frame names: never a wait there (o_.resolve may: 10 s in runtime::Env, a stalled
+  /// program and 50 ARP requests per forged REQ). With lookup(), the cache only (agent_config
+  /// budgets `ask`); an unknown address is nullopt: the MAD is dropped for now and the CM's
+  /// retransmission finds the MAC.
+  std::optional<MacAddr> cm_mac(Ipv4Addr ip, bool ask) {
+    if (o_.lookup) return o_.lookup(ip, ask);
+    return o_.resolve ? o_.resolve(ip) : std::nullopt;
+  }
+
   void progress() {
     if (o_.progress) o_.progress();
     if (cm_) cm_->poll(now_ns());
@@ -338,9 +348,8 @@ class Local final : public Context {
     if (cm_) return 0;
     try {
       auto hub = cm::CmHub::get(
-          e_, cm::agent_config(o_.port.mac, o_.cm_connections, &Local::now_ns, [this](Ipv4Addr ip) {
-            return o_.resolve ? o_.resolve(ip) : std::nullopt;
-          }));
+          e_, cm::agent_config(o_.port.mac, o_.cm_connections, &Local::now_ns,
+                               [this](Ipv4Addr ip, bool ask) { return cm_mac(ip, ask); }));
       cm_ = std::make_unique<cm::CmSession>(
           std::move(hub), o_.port.ipv4, static_cast<std::uint8_t>(o_.port.max_mtu),
           [this](cm::SessionEvent ev) { cm_events_.push_back(std::move(ev)); });

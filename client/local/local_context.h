@@ -30,6 +30,10 @@ struct LocalOptions {
   /// Context::neighbour: whether the port's ARP cache has the address (an ARP request sent
   /// when not and `ask`), without waiting. Unset: EOPNOTSUPP.
   std::function<bool(Ipv4Addr, bool ask)> neighbour;
+  /// The MAC of an IPv4 neighbour when the port's cache has it (an ARP request sent when not
+  /// and `ask`), without waiting: what the CM uses for its MADs, which it sends from inside
+  /// its poll to whatever source a frame names. Unset: `resolve` (which may wait).
+  std::function<std::optional<MacAddr>(Ipv4Addr, bool ask)> lookup;
   /// CmConfig::max_connections of the engine's CM, when this context is the first to use it
   /// (roced: limits.cm_connections); otherwise the CM's own stays.
   std::uint32_t cm_connections = 4096;

@@ -123,7 +123,9 @@ std::size_t Lane::drain_send(LaneQp& q) {
   for (; taken < n; ++taken) {
     if (full(q.send_cq)) break;  // the client does not poll: the rest waits in the ring
     const SendEntry& s = e[taken];
-    if (s.num_sge > kMaxSge || !allowed(s.opcode)) {
+    // A UD destination is a unicast MAC (or none: roced's): never broadcast or a group.
+    const bool group_mac = q.qp->type == engine::QpType::kUd && (s.ah.dmac.b[0] & 1) != 0;
+    if (s.num_sge > kMaxSge || !allowed(s.opcode) || group_mac) {
       refuse(q.send_cq, s.wr_id, engine::wc_opcode(s.opcode), q.qp->qpn);
       continue;
     }
@@ -146,11 +148,15 @@ std::size_t Lane::drain_send(LaneQp& q) {
     wr.ud.ah = &s.ah;
     engine::AddressVector av;
     if (q.qp->type == engine::QpType::kUd && s.ah.dmac == wire::MacAddr{}) {
-      // A UD address vector by GID only: the MAC the control thread learned for it
+      // A UD address vector by GID only: the MAC the control thread found for the client
       // (Ops::neighbour, which the client asks before it uses the address).
-      // Unknown (the client never asked): refused, never a frame to 00:00:00:00:00:00.
-      const auto it = macs_.find(wire::load_be32(s.ah.dgid.b.data() + 12));
-      if (it == macs_.end()) {
+      // Unknown (the client never asked), or not an IPv4 GID: refused, never a frame to
+      // 00:00:00:00:00:00 or to another address's MAC.
+      const std::uint32_t ip = wire::load_be32(s.ah.dgid.b.data() + 12);
+      const auto& mine = q.events->ud_macs;
+      const auto it =
+          s.ah.dgid == wire::ipv4_mapped(wire::Ipv4Addr{ip}) ? mine.find(ip) : mine.end();
+      if (it == mine.end()) {
         refuse(q.send_cq, s.wr_id, engine::wc_opcode(s.opcode), q.qp->qpn);
         continue;
       }
@@ -236,6 +242,19 @@ std::size_t Lane::deliver(LaneCq& c) {
 }  // namespace roce::attach
 
 namespace roce::attach {
+
+bool Lane::learn_ud(LaneEvents& c, wire::Ipv4Addr ip, wire::MacAddr mac) {
+  const auto [it, added] = c.ud_macs.try_emplace(ip.v, mac);
+  if (!added) {
+    it->second = mac;
+    return false;
+  }
+  c.ud_order.push_back(ip.v);
+  if (c.ud_macs.size() <= LaneEvents::kMaxUdNeighbours) return true;
+  c.ud_macs.erase(c.ud_order.front());
+  c.ud_order.pop_front();
+  return false;
+}
 
 std::shared_ptr<cm::CmHub> Lane::cm_hub() {
   cm::CmAgentConfig cfg = cm_config ? cm_config() : cm::CmAgentConfig{};

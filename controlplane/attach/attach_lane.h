@@ -35,6 +35,14 @@ struct LaneEvents {
   ShmProducer<EventEntry> ring;
   int event_fd = -1;
   std::uint64_t dropped = 0;  ///< the client did not read its events in time
+  /// MACs of IPv4 peers the client's kNeighbour found, for its UD sends by GID (an address
+  /// vector without MAC). The client's own (another client's lookups never fill it), at most
+  /// kMaxUdNeighbours (the oldest gives way), charged to the client, gone with it.
+  std::map<std::uint32_t, wire::MacAddr> ud_macs;
+  std::deque<std::uint32_t> ud_order;  ///< ud_macs' keys, oldest first
+  static constexpr std::size_t kMaxUdNeighbours = 4096;
+  /// What an entry costs the client's max_memory (the map node and the order slot).
+  static constexpr std::size_t kUdNeighbourCost = 64;
 };
 
 struct LaneCq {
@@ -118,8 +126,11 @@ class Lane : public port::Poller {
   /// The engine's CM hub for clients' sessions (created at the first, with QP1).
   std::shared_ptr<cm::CmHub> cm_hub();
   /// A neighbour's MAC the control thread resolved (ARP on the port's first loop), for the
-  /// CM's QP transitions on this lcore and for UD sends whose address vector has no MAC.
+  /// CM's QP transitions on this lcore.
   void learn(wire::Ipv4Addr ip, wire::MacAddr mac) { macs_[ip.v] = mac; }
+  /// A MAC the control thread found for `ip` at the client's kNeighbour, for its UD sends
+  /// (LaneEvents::ud_macs). True when the table holds one more entry than before.
+  static bool learn_ud(LaneEvents& c, wire::Ipv4Addr ip, wire::MacAddr mac);
   /// An event of `c`'s session into its ring (or its backlog).
   void push(LaneCm& c, const cm::SessionEvent& ev);
   /// The CM agent's configuration for this engine: set by the attach server.

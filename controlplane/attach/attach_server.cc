@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -11,6 +12,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -419,9 +421,9 @@ AttachServer::AttachServer(const AttachConfig& cfg, std::vector<AttachPort> port
       lane->cm_config = [l, n = cfg_.cm_connections] {
         return cm::agent_config(
             l->engine().config().mac, n, [] { return port::now_ns(); },
-            [l](wire::Ipv4Addr ip) {
+            [l](wire::Ipv4Addr ip, bool ask) {
               auto mac = l->neighbour().lookup(ip);
-              if (!mac) l->resolve(ip);
+              if (!mac && ask) l->resolve(ip);
               return mac;
             });
       };
@@ -968,6 +970,10 @@ int Ops::reg_region() {
   // after: another thread of the client may be shrinking it right now.
   const int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0) return EINVAL;  // not a memfd
+  // Nor a hugetlbfs one: its pages can be punched out under the shrink seal, and roced's next
+  // touch then needs a fresh huge page; with the pool empty that fault is a SIGBUS.
+  struct statfs fs {};
+  if (::fstatfs(fd, &fs) != 0 || fs.f_type == HUGETLBFS_MAGIC) return EINVAL;
   if (!(seals & F_SEAL_SHRINK) && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) return EPERM;
   const std::uint64_t off = rq.region.file_offset;
   const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
@@ -1308,6 +1314,9 @@ int Ops::modify_qp() {
   if (it == c.qps.end()) return EINVAL;
   engine::QpAttr attr = rq.modify.attr;
   const std::uint32_t mask = rq.modify.mask;
+  // The peer's MAC, when the client names it, is a unicast one: the kernel never lets a
+  // program's RoCE frames go to broadcast or a group address (and the engine has no multicast).
+  if ((mask & engine::kQpAv) && (attr.ah.dmac.b[0] & 1) != 0) return EINVAL;
   if ((mask & engine::kQpAv) && attr.ah.dmac == wire::MacAddr{}) {
     // The client names its peer by GID; the port's ARP finds the MAC.
     const auto mac = resolve(attr.ah.dgid);
@@ -1545,15 +1554,18 @@ int Ops::neighbour() {
     if (!found && ask) l0->resolve(ip);
     return found;
   });
-  if (mac && c.lane != nullptr) {
-    // The client's lane fills it into UD address vectors that come without a MAC (the
-    // libibverbs provider's attached AH names its peer by GID only).
-    Lane* lane = c.lane;
+  if (mac && c.lane != nullptr && c.events) {
+    // The client's lane fills it into the client's UD address vectors that come without a MAC
+    // (the libibverbs provider's attached AH names its peer by GID only): kept for this
+    // client alone, charged to it (EDQUOT when an entry more does not fit).
+    LaneEvents* ev = c.events.get();
     const wire::MacAddr m = *mac;
-    run([=] {
-      lane->learn(ip, m);
-      return 0;
-    });
+    constexpr std::uint64_t kCost = LaneEvents::kUdNeighbourCost;
+    if (c.memory + kCost > quota().max_memory) {
+      const bool known = run([=] { return ev->ud_macs.contains(ip.v); });
+      if (!known) return EDQUOT;
+    }
+    if (run([=] { return Lane::learn_ud(*ev, ip, m); })) charge(kCost);
   }
   rep.handle = mac ? 1 : 0;  // (not an error: roced's count of bad requests stays)
   return 0;

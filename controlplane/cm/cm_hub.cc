@@ -13,9 +13,9 @@ std::mutex g_mu;
 std::map<const engine::Engine*, std::weak_ptr<CmHub>> g_hubs;
 }  // namespace
 
-CmAgentConfig agent_config(const wire::MacAddr& m, std::uint32_t max_connections,
-                           std::function<std::uint64_t()> clock,
-                           std::function<std::optional<wire::MacAddr>(wire::Ipv4Addr)> neighbour) {
+CmAgentConfig agent_config(
+    const wire::MacAddr& m, std::uint32_t max_connections, std::function<std::uint64_t()> clock,
+    std::function<std::optional<wire::MacAddr>(wire::Ipv4Addr, bool ask)> neighbour) {
   CmAgentConfig c;
   const std::uint8_t g[8] = {
       static_cast<std::uint8_t>(m.b[0] ^ 2), m.b[1], m.b[2], 0xFF, 0xFE, m.b[3], m.b[4], m.b[5]};
@@ -24,11 +24,26 @@ CmAgentConfig agent_config(const wire::MacAddr& m, std::uint32_t max_connections
   c.cm.hi_tid = rd();
   c.cm.seed = rd();
   c.cm.max_connections = max_connections;
-  c.clock = std::move(clock);
-  c.resolve_mac = [n = std::move(neighbour)](const Ipv6Addr& gid) -> std::optional<wire::MacAddr> {
+  c.clock = clock;
+  // The agent calls it on its own thread only: the budget needs no lock.
+  struct Budget {
+    std::uint64_t window_ns = 0;
+    int asks = 0;
+  };
+  c.resolve_mac =
+      [n = std::move(neighbour), clock = std::move(clock),
+       b = std::make_shared<Budget>()](const Ipv6Addr& gid) -> std::optional<wire::MacAddr> {
     static constexpr std::uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
     if (!n || !std::equal(kMapped, kMapped + 12, gid.b.begin())) return std::nullopt;
-    return n(wire::Ipv4Addr{wire::load_be32(gid.b.data() + 12)});
+    const std::uint64_t now = clock ? clock() : 0;
+    if (now - b->window_ns >= 100'000'000) {
+      b->window_ns = now;
+      b->asks = 0;
+    }
+    const bool ask = b->asks < kCmArpAsks;
+    auto mac = n(wire::Ipv4Addr{wire::load_be32(gid.b.data() + 12)}, ask);
+    if (!mac && ask) ++b->asks;
+    return mac;
   };
   return c;
 }

@@ -21,11 +21,13 @@
 namespace roce::cm {
 
 /// A CM agent's configuration for an engine with MAC `mac`: the CA GUID derived from it
-/// (EUI-64), random transaction IDs and seed, the clock, and a neighbour lookup by IPv4 (which
-/// may start a resolution and answer nullopt for now).
-CmAgentConfig agent_config(const wire::MacAddr& mac, std::uint32_t max_connections,
-                           std::function<std::uint64_t()> clock,
-                           std::function<std::optional<wire::MacAddr>(wire::Ipv4Addr)> neighbour);
+/// (EUI-64), random transaction IDs and seed, the clock, and a neighbour lookup by IPv4 that
+/// never waits: the cache's MAC, or nullopt with an ARP request sent when `ask`. The CM sends
+/// to whatever source a frame names, so asks are budgeted: kCmArpAsks per 100 ms of `clock`.
+inline constexpr int kCmArpAsks = 64;
+CmAgentConfig agent_config(
+    const wire::MacAddr& mac, std::uint32_t max_connections, std::function<std::uint64_t()> clock,
+    std::function<std::optional<wire::MacAddr>(wire::Ipv4Addr, bool ask)> neighbour);
 
 class CmHub {
  public:

@@ -206,8 +206,12 @@ std::optional<wire::Ipv4Addr> CmSession::peer_of(std::uint32_t id) const {
 
 void CmSession::on_event(const CmEvent& e) {
   SessionEvent s;
+  // The CM listens to a service ID for both kinds of request; rdma_cm's port space says which
+  // one it takes (the kernel's cma_check_req_qp_type): SIDR for UDP ports, REQ for TCP ones.
+  // A request of the other kind is refused here: an attached owner could not answer a SIDR
+  // request at all, and each would hold a CM slot for the half-open timeout.
   if (e.type == CmEventType::kSidrRequest) {
-    if (!e.cma || e.cma->ip_version != 4) {
+    if (!e.cma || e.cma->ip_version != 4 || port_space_of(e.service_id) != PortSpace::kUdp) {
       hub_->agent().cm().sidr_reject(e.id, SidrStatus::kReject);
       return;
     }
@@ -224,7 +228,7 @@ void CmSession::on_event(const CmEvent& e) {
   }
   if (e.type == CmEventType::kConnectRequest) {
     // rdma_cm's IPv4 port space only: its header names both addresses.
-    if (!e.cma || e.cma->ip_version != 4) {
+    if (!e.cma || e.cma->ip_version != 4 || port_space_of(e.service_id) != PortSpace::kTcp) {
       hub_->agent().cm().reject(e.id, RejReason::kInvalidServiceId);
       return;
     }

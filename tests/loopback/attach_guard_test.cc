@@ -20,6 +20,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -125,6 +127,29 @@ class Roced {
   engine::Engine& engine() { return *eng_; }
   /// True while the poll loop thread still runs (a command that threw would have ended it).
   bool alive() const { return !stop_.load(); }
+  /// A segment host at `ip` (MAC `mac`) asks for our address: the port's ARP cache learns it,
+  /// as from the wire (the frame handed to the loop's neighbour code on its own thread).
+  void teach(wire::Ipv4Addr ip, wire::MacAddr mac) {
+    std::array<std::uint8_t, 42> f{};
+    std::fill_n(f.begin(), 6, 0xFF);
+    std::copy(mac.b.begin(), mac.b.end(), f.begin() + 6);
+    f[12] = 0x08, f[13] = 0x06;  // ARP
+    f[14] = 0, f[15] = 1, f[16] = 0x08, f[17] = 0, f[18] = 6, f[19] = 4, f[20] = 0, f[21] = 1;
+    std::copy(mac.b.begin(), mac.b.end(), f.begin() + 22);  // sender MAC
+    for (int i = 0; i < 4; ++i) f[28 + i] = static_cast<std::uint8_t>(ip.v >> (24 - 8 * i));
+    for (int i = 0; i < 4; ++i) f[38 + i] = static_cast<std::uint8_t>(kIp.v >> (24 - 8 * i));
+    std::atomic<bool> done{false};
+    port::PollLoop* l = loop_.get();
+    const std::array<std::uint8_t, 42>* fp = &f;
+    std::atomic<bool>* d = &done;
+    while (!loop_->post([l, fp, d] {
+      std::array<std::uint8_t, 128> out{};
+      (void)l->neighbour().on_frame(*fp, out);
+      d->store(true);
+    }))
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    while (!done.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 
  private:
   rte_ring* rx_ = nullptr;
@@ -225,11 +250,11 @@ class Raw {
   }
   int qp(std::uint32_t pd, std::uint32_t scq, std::uint32_t rcq, std::uint32_t srq,
          const engine::QpCap& cap, std::uint32_t& h, Reply* out = nullptr,
-         std::vector<int>* keep = nullptr) {
+         std::vector<int>* keep = nullptr, engine::QpType type = engine::QpType::kRc) {
     Request rq;
     rq.op = Op::kCreateQp;
     rq.qp.pd = pd;
-    rq.qp.type = engine::QpType::kRc;
+    rq.qp.type = type;
     rq.qp.send_cq = scq;
     rq.qp.recv_cq = rcq;
     rq.qp.srq = srq;
@@ -239,6 +264,15 @@ class Raw {
     h = rep.handle;
     if (out) *out = rep;
     return rc;
+  }
+  int modify(std::uint32_t qp, const verbs::QpAttr& a, std::uint32_t mask) {
+    Request rq;
+    rq.op = Op::kModifyQp;
+    rq.modify.qp = qp;
+    rq.modify.attr = a;
+    rq.modify.mask = mask;
+    Reply rep;
+    return call(rq, rep);
   }
   int destroy(Op op, std::uint32_t h) {
     Request rq;
@@ -642,6 +676,156 @@ TEST(AttachGuard, NeighbourAsksAreBudgeted) {
   std::printf("500 asks in %lld ms: %u ARP requests\n", static_cast<long long>(ms), arps);
   EXPECT_LE(arps, 64u * (static_cast<unsigned>(ms) / 100 + 1));
   EXPECT_GT(arps, 0u);
+}
+
+// kNeighbour that finds a MAC keeps it for the client's UD sends by GID (the attached AH).
+// That table was the lane's, shared by every client on it, never shrunk and charged to nobody:
+// a client looking up address after address (the port's cache learns a segment host's
+// senders) grew roced without bound. Now it is the client's own: charged to its max_memory,
+// bounded, gone with the client.
+TEST(AttachGuard, UdNeighboursAreTheClientsChargedAndReleased) {
+  Roced roced;
+  const std::uint64_t base = roced.server().counts(0).memory_bytes;
+  constexpr std::uint32_t kPeers = 300;
+  for (std::uint32_t i = 0; i < kPeers; ++i)
+    roced.teach(wire::Ipv4Addr{0x0A010000u + i}, wire::MacAddr{{0x02, 0, 0, 1, 0, 1}});
+  {
+    Raw c(roced.socket());
+    const std::uint64_t hello = roced.server().counts(0).memory_bytes;
+    for (std::uint32_t i = 0; i < kPeers; ++i) {
+      Request rq;
+      rq.op = Op::kNeighbour;
+      rq.cm.dst = wire::Ipv4Addr{0x0A010000u + i};
+      Reply rep;
+      ASSERT_EQ(c.call(rq, rep), 0);
+      ASSERT_EQ(rep.handle, 1u) << "the port's cache knows " << i;
+    }
+    const std::uint64_t grown = roced.server().counts(0).memory_bytes - hello;
+    std::printf("%u neighbours found: the client charged %llu bytes for them\n", kPeers,
+                static_cast<unsigned long long>(grown));
+    EXPECT_GE(grown, kPeers * 32ull) << "the MACs roced keeps for the client are not charged";
+    // Asking again keeps one entry per address.
+    Request rq;
+    rq.op = Op::kNeighbour;
+    rq.cm.dst = wire::Ipv4Addr{0x0A010000u};
+    Reply rep;
+    ASSERT_EQ(c.call(rq, rep), 0);
+    EXPECT_EQ(roced.server().counts(0).memory_bytes - hello, grown);
+  }
+  for (int i = 0; i < 2000 && roced.server().counts(0).memory_bytes != base; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(roced.server().counts(0).memory_bytes, base);
+}
+
+// A client names its peer's MAC itself (or leaves it to roced's ARP). Only a unicast one is
+// taken: the kernel resolves a RoCE destination to its neighbour's MAC, it never lets a
+// program send to broadcast or a group address, and the engine has no multicast. Before,
+// roced put a client's RoCE frames on the segment's broadcast address at the client's rate.
+TEST(AttachGuard, AddressVectorsAreUnicast) {
+  Roced roced;
+  Raw c(roced.socket());
+  const std::uint32_t pd = c.pd();
+  std::uint32_t cq = 0, ud = 0, rc = 0;
+  std::vector<int> fds;
+  Reply crep, qrep;
+  ASSERT_EQ(c.cq(16, cq, &fds, &crep), 0);
+  Mapped<CqEntry> cqmap(fds[0], crep.bytes);
+  close_all(fds);
+  ShmConsumer<CqEntry> cqc(cqmap.h, crep.slots);
+  ASSERT_EQ(c.qp(pd, cq, cq, 0, small_cap(), ud, &qrep, &fds, engine::QpType::kUd), 0);
+  Mapped<SendEntry> sqmap(fds[0], qrep.bytes);
+  close_all(fds);
+  ShmProducer<SendEntry> sq(sqmap.h, qrep.slots);
+  verbs::QpAttr a;
+  a.qp_state = verbs::QpState::kInit;
+  a.qkey = 0x11111111;
+  ASSERT_EQ(
+      c.modify(ud, a, verbs::kQpState | verbs::kQpPkeyIndex | verbs::kQpPort | verbs::kQpQkey), 0);
+  a.qp_state = verbs::QpState::kRtr;
+  ASSERT_EQ(c.modify(ud, a, verbs::kQpState), 0);
+  a.qp_state = verbs::QpState::kRts;
+  ASSERT_EQ(c.modify(ud, a, verbs::kQpState | verbs::kQpSqPsn), 0);
+  const wire::MacAddr group[] = {{{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}},
+                                 {{0x01, 0x00, 0x5E, 0x00, 0x00, 0x01}},
+                                 {{0x33, 0x33, 0x00, 0x00, 0x00, 0x01}}};
+  const wire::MacAddr unicast{{0x02, 0, 0, 9, 9, 9}};
+  const unsigned before = roced.sent();
+  std::uint64_t wr = 0;
+  for (const wire::MacAddr& m : group) {
+    SendEntry e;
+    e.wr_id = ++wr;
+    e.remote_qpn = 0x99;
+    e.remote_qkey = 0x11111111;
+    e.ah.dgid = wire::ipv4_mapped(wire::Ipv4Addr{0x0A020001u});
+    e.ah.dmac = m;
+    e.send_flags = engine::kSendSignaled;
+    ASSERT_TRUE(sq.push(e));
+  }
+  SendEntry e;  // the control: a unicast MAC goes out
+  e.wr_id = ++wr;
+  e.remote_qpn = 0x99;
+  e.remote_qkey = 0x11111111;
+  e.ah.dgid = wire::ipv4_mapped(wire::Ipv4Addr{0x0A020001u});
+  e.ah.dmac = unicast;
+  e.send_flags = engine::kSendSignaled;
+  ASSERT_TRUE(sq.push(e));
+  std::uint64_t got = 0;
+  int refused = 0;
+  CqEntry wc;
+  for (int i = 0; i < 2000 && got < wr; ++i) {
+    if (!cqc.pop(wc)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    ++got;
+    if (wc.wr_id <= 3)
+      refused += wc.status != engine::WcStatus::kSuccess;
+    else
+      EXPECT_EQ(wc.status, engine::WcStatus::kSuccess);
+  }
+  EXPECT_EQ(got, wr);
+  EXPECT_EQ(refused, 3) << "UD sends to a group MAC were taken";
+  EXPECT_EQ(roced.sent() - before, 1u) << "frames to a group MAC left the port";
+  // An RC QP's address vector: the same rule at RTR.
+  ASSERT_EQ(c.qp(pd, cq, cq, 0, small_cap(), rc), 0);
+  verbs::QpAttr r;
+  r.qp_state = verbs::QpState::kInit;
+  ASSERT_EQ(
+      c.modify(rc, r,
+               verbs::kQpState | verbs::kQpPkeyIndex | verbs::kQpPort | verbs::kQpAccessFlags),
+      0);
+  r.qp_state = verbs::QpState::kRtr;
+  r.ah.dgid = wire::ipv4_mapped(wire::Ipv4Addr{0x0A020001u});
+  r.ah.dmac = group[0];
+  r.dest_qp_num = 0x99;
+  const std::uint32_t rtr = verbs::kQpState | verbs::kQpAv | verbs::kQpPathMtu | verbs::kQpDestQpn |
+                            verbs::kQpRqPsn | verbs::kQpMaxDestRdAtomic | verbs::kQpMinRnrTimer;
+  EXPECT_EQ(c.modify(rc, r, rtr), EINVAL);
+  r.ah.dmac = unicast;
+  EXPECT_EQ(c.modify(rc, r, rtr), 0);
+}
+
+// A hugetlbfs memfd seals against shrinking like any memfd, but its pages can still be
+// punched out (fallocate PUNCH_HOLE needs only the write seal to be refused): roced's next touch
+// of the region then needs a fresh huge page, and with the pool empty (roced's own DPDK memory
+// takes most of it) the fault is a SIGBUS on the lcore. Measured by hand with one huge page:
+// seal, map as reg_region does, punch, take the freed page elsewhere, touch: SIGBUS. So roced
+// maps no hugetlbfs file: EINVAL, whatever the pool holds.
+TEST(AttachGuard, RegionIsNotHugetlb) {
+  const int fd = ::memfd_create("guard-huge", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+  if (fd < 0) GTEST_SKIP() << "no hugetlbfs memfd here: " << std::strerror(errno);
+  constexpr std::uint64_t kHuge = 2u << 20;
+  ASSERT_EQ(::ftruncate(fd, kHuge), 0);
+  Roced roced;
+  Raw c(roced.socket());
+  EXPECT_EQ(c.region(fd, kHuge), EINVAL);
+  // An ordinary memfd of the same size still registers.
+  const int ok = ::memfd_create("guard", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(ok, 0);
+  ASSERT_EQ(::ftruncate(ok, kHuge), 0);
+  EXPECT_EQ(c.region(ok, kHuge), 0);
+  ::close(ok);
+  ::close(fd);
 }
 
 }  // namespace
