@@ -184,8 +184,7 @@ class Attached final : public Context {
     ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK);  // roced checks; this makes it pass when allowed
     return add_region(fd, addr, length, false);
   }
-  Buffer* register_memfd_at(int fd, std::uint64_t offset, void* addr,
-                            std::size_t length) override {
+  Buffer* register_memfd_at(int fd, std::uint64_t offset, void* addr, std::size_t length) override {
     if (fd < 0 || addr == nullptr || length == 0) return fail_null(EINVAL);
     ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK);
     return add_region(fd, addr, length, false, offset);

@@ -78,7 +78,8 @@ int CmSession::sidr_accept(std::uint32_t id, std::uint32_t qpn, std::uint32_t qk
   auto it = ids_.find(id);
   if (it == ids_.end()) return ENOENT;
   if (private_data.size() > kSidrRepPrivateSize) return EINVAL;
-  const CmStatus st = hub_->agent().cm().sidr_accept(it->second, wire::Qpn(qpn), qkey, private_data);
+  const CmStatus st =
+      hub_->agent().cm().sidr_accept(it->second, wire::Qpn(qpn), qkey, private_data);
   if (st == CmStatus::kNoSuchConn) return ENOENT;
   if (st != CmStatus::kOk) return EINVAL;
   forget(id);  // answered: the CM repeats the SIDR_REP itself, no event follows

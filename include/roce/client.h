@@ -126,8 +126,8 @@ enum class CmEventType : std::uint8_t {
   kUnreachable,         ///< no answer (retries exhausted)
   kConnectError,        ///< the peer's reply could not be applied to the QP
   kDisconnected,        ///< the connection ended (`remote`: the peer ended it); QP in error
-  kSidrRequest,  ///< a SIDR request to a port of cm_sidr_listen: cm_sidr_accept or _reject
-  kSidrReply,    ///< the answer to cm_sidr_resolve (`sidr_status`, `sidr_qpn`, `sidr_qkey`)
+  kSidrRequest,         ///< a SIDR request to a port of cm_sidr_listen: cm_sidr_accept or _reject
+  kSidrReply,           ///< the answer to cm_sidr_resolve (`sidr_status`, `sidr_qpn`, `sidr_qkey`)
 };
 struct CmEvent {
   CmEventType type = CmEventType::kConnectRequest;
@@ -195,8 +195,7 @@ class Context {
   /// Buffers may share one memfd (verbs/memory keeps the pages it adopts from a program in one,
   /// at file offset = address). `offset` page aligned, else EINVAL. Backends without it:
   /// EOPNOTSUPP unless `offset` is 0.
-  virtual Buffer* register_memfd_at(int fd, std::uint64_t offset, void* addr,
-                                    std::size_t length);
+  virtual Buffer* register_memfd_at(int fd, std::uint64_t offset, void* addr, std::size_t length);
   /// EBUSY while MRs cover it.
   virtual int free_buffer(Buffer* b) = 0;
 
@@ -261,9 +260,9 @@ class Context {
   }
   /// Whether the port knows the MAC of `ip` (its ARP cache): 0, else EAGAIN, with an ARP request
   /// sent when `ask`; never waits (the non-blocking half of rdma_resolve_addr). Attached, once
-  /// it answered 0, UD sends to `ip` may leave the address vector's MAC zero (roced fills it). A server asks
-  /// before cm_accept, which needs the MAC: a connect request from a source that does not
-  /// answer ARP then holds nothing but a pending entry. EOPNOTSUPP: the backend cannot tell
+  /// it answered 0, UD sends to `ip` may leave the address vector's MAC zero (roced fills it). A
+  /// server asks before cm_accept, which needs the MAC: a connect request from a source that does
+  /// not answer ARP then holds nothing but a pending entry. EOPNOTSUPP: the backend cannot tell
   /// (cm_accept resolves, waiting).
   virtual int neighbour(Ipv4Addr ip, bool ask) {
     (void)ip;

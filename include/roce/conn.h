@@ -202,7 +202,7 @@ class Endpoint {
     std::uint32_t cm_id = 0;
     bool active = false, requested = false, up = false, closing = false, notified = false,
          accepted = false;
-    bool failed = false;  ///< a completion with an error other than a flush was reported
+    bool failed = false;           ///< a completion with an error other than a flush was reported
     std::vector<client::Wc> held;  ///< flushes waiting for their kDisconnected
     std::uint64_t held_since_ns = 0;
     client::Pd* pd = nullptr;

@@ -29,8 +29,8 @@ static void die(const char* what) {
 }
 
 static int tcp(int server, const char* port, const char* host) {
-  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM,
-                           .ai_flags = server ? AI_PASSIVE : 0};
+  struct addrinfo hints = {
+      .ai_family = AF_INET, .ai_socktype = SOCK_STREAM, .ai_flags = server ? AI_PASSIVE : 0};
   struct addrinfo* ai;
   if (getaddrinfo(server ? NULL : host, port, &hints, &ai) != 0) die("getaddrinfo");
   int s = socket(ai->ai_family, ai->ai_socktype, 0);
@@ -113,25 +113,29 @@ int main(int argc, char** argv) {
   struct ibv_cq* cq = ibv_create_cq(ctx, 16, NULL, ch, 0);
   if (cq == NULL) die("ibv_create_cq");
   static char buf[4096];
-  struct ibv_mr* mr = ibv_reg_mr(pd, buf, sizeof buf,
-                                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  struct ibv_mr* mr =
+      ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (mr == NULL) die("ibv_reg_mr");
-  struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq,
-                                .cap = {.max_send_wr = 4, .max_recv_wr = 4,
-                                        .max_send_sge = 1, .max_recv_sge = 1},
-                                .qp_type = IBV_QPT_RC};
+  struct ibv_qp_init_attr ia = {
+      .send_cq = cq,
+      .recv_cq = cq,
+      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
+      .qp_type = IBV_QPT_RC};
   struct ibv_qp* qp = ibv_create_qp(pd, &ia);
   if (qp == NULL) die("ibv_create_qp");
 
-  struct peer me = {.qpn = qp->qp_num, .psn = 0x1234 + server, .rkey = mr->rkey,
-                    .addr = (uintptr_t)buf}, them;
+  struct peer me = {.qpn = qp->qp_num,
+                    .psn = 0x1234 + server,
+                    .rkey = mr->rkey,
+                    .addr = (uintptr_t)buf},
+              them;
   if (ibv_query_gid(ctx, 1, 0, &me.gid) != 0) die("ibv_query_gid");
   int s = tcp(server, argv[2], argc > 3 ? argv[3] : NULL);
   if (write(s, &me, sizeof me) != sizeof me || read(s, &them, sizeof them) != sizeof them)
     die("exchange");
 
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-                          .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
+  struct ibv_qp_attr a = {
+      .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
   if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
     die("INIT");
   memset(&a, 0, sizeof a);
@@ -146,8 +150,9 @@ int main(int argc, char** argv) {
   a.ah_attr.grh.sgid_index = 0;
   a.ah_attr.grh.hop_limit = 1;
   a.ah_attr.port_num = 1;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+  if (ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
     die("RTR");
   a.qp_state = IBV_QPS_RTS;
   a.timeout = 14;
@@ -155,8 +160,9 @@ int main(int argc, char** argv) {
   a.rnr_retry = 7;
   a.sq_psn = me.psn;
   a.max_rd_atomic = 1;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+  if (ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                        IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
     die("RTS");
   char go = 'g';
   if (write(s, &go, 1) != 1 || read(s, &go, 1) != 1) die("sync");
@@ -183,10 +189,13 @@ int main(int argc, char** argv) {
   } else {
     if (ibv_req_notify_cq(cq, 0) != 0) die("ibv_req_notify_cq");
     struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey};
-    struct ibv_send_wr wr = {.wr_id = 7, .sg_list = &sge, .num_sge = 1,
-                             .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED};
+    struct ibv_send_wr wr = {.wr_id = 7,
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = IBV_WR_RDMA_WRITE,
+                             .send_flags = IBV_SEND_SIGNALED};
     wr.wr.rdma.remote_addr = them.addr;
-    wr.wr.rdma.rkey = them.rkey ^ 0x5a5a00;  /* not a key the server gave */
+    wr.wr.rdma.rkey = them.rkey ^ 0x5a5a00; /* not a key the server gave */
     struct ibv_send_wr* bad;
     if (ibv_post_send(qp, &wr, &bad) != 0) die("ibv_post_send");
     struct pollfd p = {.fd = ch->fd, .events = POLLIN};

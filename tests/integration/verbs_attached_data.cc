@@ -1,8 +1,8 @@
 // Data through libroce-verbs.so attached to roced (ROCE_ATTACH), in a program of libibverbs
 // calls whose memory comes from the attached Context (bridge.h: context_of: a Buffer of the
-// Context registers as it is), and its own memory (adopted). Checks the provider's attached paths: SENDs with
-// inline data and with 6 SGEs (the attachment takes registered SGEs only, at most 4: both are
-// copied into the QP's bounce buffer), RDMA WRITE then READ back, completions through a
+// Context registers as it is), and its own memory (adopted). Checks the provider's attached paths:
+// SENDs with inline data and with 6 SGEs (the attachment takes registered SGEs only, at most 4:
+// both are copied into the QP's bounce buffer), RDMA WRITE then READ back, completions through a
 // completion channel's fd, and a channel armed for solicited completions only.
 //   verbs_attached_data server PORT | client PORT HOST
 #include <arpa/inet.h>
@@ -307,8 +307,9 @@ int main(int argc, char** argv) {
     const int got = ibv_poll_cq(cq, 4, wc);
     const bool ok = got == 2 && wc[0].wr_id == 200 && wc[1].wr_id == 201 &&
                     wc[0].status == IBV_WC_SUCCESS && wc[1].status == IBV_WC_SUCCESS;
-    std::printf("solicited-only arming: woken with %d completion(s) polled%s\n", got,
-                ok ? ", the solicited SEND's last, in order" : " (WRONG: woken before the solicited SEND)");
+    std::printf(
+        "solicited-only arming: woken with %d completion(s) polled%s\n", got,
+        ok ? ", the solicited SEND's last, in order" : " (WRONG: woken before the solicited SEND)");
     bad |= !ok;
   } else {
     sync(s);  // the server armed

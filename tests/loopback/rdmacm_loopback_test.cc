@@ -3,11 +3,10 @@
 // in rdma-core's structs, private data both ways, reject, address errors, synchronous ids,
 // backlog, migrate, and the errors of bad calls. A pump thread plays the provider's progress
 // thread: it reads each Context's CM events and hands them to the side's Cma (the CM sink).
-#include <gtest/gtest.h>
-#include <fcntl.h>
-#include <poll.h>
-
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
 
 #include <atomic>
 #include <chrono>
@@ -113,10 +112,10 @@ class Rig {
     a.qp_state = client::QpState::kInit;
     a.qp_access_flags = verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite |
                         verbs::kAccessRemoteRead | verbs::kAccessRemoteAtomic;
-    EXPECT_EQ(s[i].ctx->modify_qp(q, a,
-                                  verbs::kQpState | verbs::kQpPkeyIndex | verbs::kQpPort |
-                                      verbs::kQpAccessFlags),
-              0);
+    EXPECT_EQ(
+        s[i].ctx->modify_qp(
+            q, a, verbs::kQpState | verbs::kQpPkeyIndex | verbs::kQpPort | verbs::kQpAccessFlags),
+        0);
     return q;
   }
   /// The next event of `c` within `ms` (poll() on its fd first, as a program would).
@@ -515,7 +514,7 @@ TEST(RdmaCm, ExitDisconnectsWhatIsUpAndWaitsForTheAnswer) {
   const auto t0 = std::chrono::steady_clock::now();
   r.s[1].cma->linger_at_exit();  // the server "exits" without disconnecting
   const auto took = std::chrono::steady_clock::now() - t0;
-  EXPECT_GE(took, std::chrono::milliseconds(45));  // its last MAD had time to leave
+  EXPECT_GE(took, std::chrono::milliseconds(45));   // its last MAD had time to leave
   EXPECT_LT(took, std::chrono::milliseconds(900));  // the DREP came: no need to wait longer
   r.expect(0, c0, RDMA_CM_EVENT_DISCONNECTED);
   r.expect(1, c1, RDMA_CM_EVENT_DISCONNECTED);
@@ -626,8 +625,7 @@ TEST(RdmaCm, UdIdsResolveThePeersQpBySidr) {
   EXPECT_EQ(est->param.ud.qp_num, uq->qp_num);
   EXPECT_EQ(est->param.ud.qkey, static_cast<std::uint32_t>(RDMA_UDP_QKEY));
   EXPECT_EQ(est->param.ud.ah_attr.is_global, 1);
-  EXPECT_EQ(std::memcmp(est->param.ud.ah_attr.grh.dgid.raw,
-                        ipv4_mapped(r.ip(1)).b.data(), 16), 0);
+  EXPECT_EQ(std::memcmp(est->param.ud.ah_attr.grh.dgid.raw, ipv4_mapped(r.ip(1)).b.data(), 16), 0);
   EXPECT_EQ(est->param.ud.private_data_len, rdmacm::kSidrRepPrivate);
   EXPECT_EQ(text(est->param.ud.private_data, est->param.ud.private_data_len), "ud welcome");
   r.s[0].cma->ack_event(est);

@@ -49,7 +49,7 @@ struct State {
   std::uint64_t inode = 0;
   std::map<client::Context*, std::vector<Region>> regions;  ///< per Context, oldest first
   std::vector<Range> pending;  ///< file ranges no region covers, last seen mapped
-  std::vector<Vma> forking;     ///< the mappings made private for a fork in progress
+  std::vector<Vma> forking;    ///< the mappings made private for a fork in progress
   bool forked = false;         ///< a child: the Buffers it inherited are not its own
 };
 
@@ -349,7 +349,6 @@ int adopt_range(State& st, std::uintptr_t s, std::uintptr_t e, const AdoptOption
   return 0;
 }
 
-
 // ---- fork ----
 // For the length of fork() every adopted page is private again: the kernel then gives the
 // child an exact copy of the parent at the moment of the fork (its live stack frames
@@ -522,7 +521,8 @@ AdoptStats adopt_stats() {
   AdoptStats s;
   s.fd = st.fd;
   struct stat f {};
-  if (st.fd >= 0 && ::fstat(st.fd, &f) == 0) s.file_bytes = static_cast<std::uint64_t>(f.st_blocks) * 512;
+  if (st.fd >= 0 && ::fstat(st.fd, &f) == 0)
+    s.file_bytes = static_cast<std::uint64_t>(f.st_blocks) * 512;
   for (const auto& [ctx, rs] : st.regions) {
     s.regions += rs.size();
     for (const Region& r : rs) s.references += r.refs;

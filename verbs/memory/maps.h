@@ -13,12 +13,12 @@ namespace roce::verbs_compat {
 struct Vma {
   std::uintptr_t start = 0, end = 0;
   bool read = false, write = false, exec = false;
-  bool shared = false;        ///< 's': MAP_SHARED (a file, shared anonymous memory, SysV shm)
-  std::uint64_t offset = 0;   ///< into the file (for anonymous memory: start >> page shift)
+  bool shared = false;       ///< 's': MAP_SHARED (a file, shared anonymous memory, SysV shm)
+  std::uint64_t offset = 0;  ///< into the file (for anonymous memory: start >> page shift)
   unsigned dev_major = 0, dev_minor = 0;
-  std::uint64_t inode = 0;    ///< 0: anonymous
-  std::string path;           ///< "", "[heap]", "[stack]", "/memfd:name (deleted)", a file
-  bool dontcopy = false;      ///< MADV_DONTFORK ("dc" in VmFlags; read_maps with smaps only)
+  std::uint64_t inode = 0;  ///< 0: anonymous
+  std::string path;         ///< "", "[heap]", "[stack]", "/memfd:name (deleted)", a file
+  bool dontcopy = false;    ///< MADV_DONTFORK ("dc" in VmFlags; read_maps with smaps only)
 
   /// Private anonymous memory (malloc's heap and arenas, stacks, mmap(MAP_ANONYMOUS)): pages
   /// never touched read as zero.

@@ -235,8 +235,9 @@ int register_range(ibv_context* c, client::Pd* pd, void* addr, std::size_t lengt
   if (att) {
     // Attached: the range's pages become pages of a memfd roced maps too (verbs/memory).
     AdoptOptions o;
-    o.writable = (access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                            IBV_ACCESS_REMOTE_ATOMIC)) != 0;
+    o.writable =
+        (access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) !=
+        0;
     o.dontfork = dontfork;
     int err = 0;
     adopted = adopt(*be->ctx, addr, length, &err, o);

@@ -9,8 +9,8 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <deque>
 #include <cstddef>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>

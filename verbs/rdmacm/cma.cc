@@ -402,8 +402,8 @@ int Cma::connect_ud(Id* id, const rdma_conn_param* p) {
     std::uint32_t conn = 0;
     {
       std::lock_guard plk(*id->port->lock);
-      const int rc = id->port->ctx->cm_sidr_resolve(
-          Ipv4Addr{dst_ip(id)}, port_of(id->pub.route.addr, false), pd, conn);
+      const int rc = id->port->ctx->cm_sidr_resolve(Ipv4Addr{dst_ip(id)},
+                                                    port_of(id->pub.route.addr, false), pd, conn);
       if (rc) return rc == EOPNOTSUPP ? ENOSYS : rc;
     }
     id->has_conn = true;
@@ -461,8 +461,7 @@ int Cma::accept(Id* id, client::Qp* qp, const rdma_conn_param* p) {
     if (id->state != State::kRequest) return EINVAL;
     {
       std::lock_guard plk(*id->port->lock);
-      if (const int rc = id->port->ctx->cm_sidr_accept(id->conn, qpn, RDMA_UDP_QKEY, pd))
-        return rc;
+      if (const int rc = id->port->ctx->cm_sidr_accept(id->conn, qpn, RDMA_UDP_QKEY, pd)) return rc;
     }
     id->state = State::kConnected;
     if (id->listener) --id->listener->pending;
@@ -831,7 +830,8 @@ void Cma::deliver_request(Port* port, client::CmEvent&& ev) {
 void Cma::deliver(Port* port, client::CmEvent&& ev) {
   std::lock_guard lk(mu_);
   last_cm_ = Clock::now();
-  if (ev.type == client::CmEventType::kDisconnected || ev.type == client::CmEventType::kUnreachable) {
+  if (ev.type == client::CmEventType::kDisconnected ||
+      ev.type == client::CmEventType::kUnreachable) {
     // Our DREQ answered (or given up): also for ids destroyed meanwhile.
     if (dreqs_.erase({port, ev.id})) disconnected_.notify_all();
   }

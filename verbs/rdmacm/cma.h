@@ -84,7 +84,7 @@ struct Id {
   std::uint32_t conn = 0;
   std::uint16_t bound = 0;  ///< the TCP port (a request's: its listener's)
   bool owns_port = false;   ///< `bound` was taken by this id's bind
-  Id* listener = nullptr;  ///< a request's listen id while the request is unanswered
+  Id* listener = nullptr;   ///< a request's listen id while the request is unanswered
   int backlog = 0, pending = 0;
   std::vector<Port*> listen_ports;
   int unacked = 0;  ///< events reported and not yet acked (rdma_destroy_id waits for 0)
@@ -94,7 +94,8 @@ struct Id {
   std::uint8_t tos = 0;
   bool reuseaddr = false, afonly = false;
   std::uint8_t ack_timeout = 0;
-  // Owned by the C API: CQs and channels rdma_create_qp made, rdma_create_ep's QP attributes for the requests of a listener.
+  // Owned by the C API: CQs and channels rdma_create_qp made, rdma_create_ep's QP attributes for
+  // the requests of a listener.
   bool own_cqs = false;
   bool has_ep_attr = false;
   ibv_qp_init_attr ep_attr{};
@@ -186,7 +187,7 @@ class Cma {
   std::thread timer_;
   std::condition_variable timer_cv_;
   bool stop_ = false;
-  std::condition_variable disconnected_;  ///< a DISCONNECTED arrived
+  std::condition_variable disconnected_;             ///< a DISCONNECTED arrived
   std::set<std::pair<Port*, std::uint32_t>> dreqs_;  ///< connections we sent a DREQ on, unanswered
   std::chrono::steady_clock::time_point last_cm_{};  ///< our last CM call or event
 };

@@ -83,9 +83,8 @@ void init() {
       Port* port = p.get();
       g().ports.push_back(std::move(p));
       g().cma.add_port(port);
-      bridge::set_cm_sink(verbs, [port](roce::client::CmEvent&& ev) {
-        g().cma.deliver(port, std::move(ev));
-      });
+      bridge::set_cm_sink(
+          verbs, [port](roce::client::CmEvent&& ev) { g().cma.deliver(port, std::move(ev)); });
     }
     // After the provider's own exit handler (registered when the first device opened), so
     // that this one runs first, while the port still runs.
@@ -147,8 +146,8 @@ int init_qp(rdma_cm_id* id, ibv_qp* qp) {
   a.port_num = 1;
   if (qp->qp_type == IBV_QPT_UD) {
     a.qkey = RDMA_UDP_QKEY;
-    if (const int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                                 IBV_QP_QKEY))
+    if (const int rc =
+            ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
       return rc;
     a = {};
     a.qp_state = IBV_QPS_RTR;
@@ -182,8 +181,8 @@ RDMACM_EXPORT int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, v
   if (id == nullptr) return result(EINVAL);
   init();
   const ibv_qp_type type = (ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB) ? IBV_QPT_UD : IBV_QPT_RC;
-  Id* i = g().cma.create_id(channel ? roce::rdmacm::channel_of(channel) : nullptr, context, ps,
-                            type);
+  Id* i =
+      g().cma.create_id(channel ? roce::rdmacm::channel_of(channel) : nullptr, context, ps, type);
   if (i == nullptr) return -1;
   *id = &i->pub;
   return 0;
@@ -270,8 +269,7 @@ RDMACM_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
   return result(g().cma.accept(id_of(id), appliance_qp(id), conn_param));
 }
 
-RDMACM_EXPORT int rdma_reject(rdma_cm_id* id, const void* private_data,
-                              uint8_t private_data_len) {
+RDMACM_EXPORT int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
   if (id == nullptr) return result(EINVAL);
   return result(g().cma.reject(id_of(id), private_data, private_data_len));
 }
@@ -359,22 +357,38 @@ RDMACM_EXPORT int rdma_ack_cm_event(rdma_cm_event* event) {
 
 RDMACM_EXPORT const char* rdma_event_str(rdma_cm_event_type event) {
   switch (event) {
-    case RDMA_CM_EVENT_ADDR_RESOLVED: return "RDMA_CM_EVENT_ADDR_RESOLVED";
-    case RDMA_CM_EVENT_ADDR_ERROR: return "RDMA_CM_EVENT_ADDR_ERROR";
-    case RDMA_CM_EVENT_ROUTE_RESOLVED: return "RDMA_CM_EVENT_ROUTE_RESOLVED";
-    case RDMA_CM_EVENT_ROUTE_ERROR: return "RDMA_CM_EVENT_ROUTE_ERROR";
-    case RDMA_CM_EVENT_CONNECT_REQUEST: return "RDMA_CM_EVENT_CONNECT_REQUEST";
-    case RDMA_CM_EVENT_CONNECT_RESPONSE: return "RDMA_CM_EVENT_CONNECT_RESPONSE";
-    case RDMA_CM_EVENT_CONNECT_ERROR: return "RDMA_CM_EVENT_CONNECT_ERROR";
-    case RDMA_CM_EVENT_UNREACHABLE: return "RDMA_CM_EVENT_UNREACHABLE";
-    case RDMA_CM_EVENT_REJECTED: return "RDMA_CM_EVENT_REJECTED";
-    case RDMA_CM_EVENT_ESTABLISHED: return "RDMA_CM_EVENT_ESTABLISHED";
-    case RDMA_CM_EVENT_DISCONNECTED: return "RDMA_CM_EVENT_DISCONNECTED";
-    case RDMA_CM_EVENT_DEVICE_REMOVAL: return "RDMA_CM_EVENT_DEVICE_REMOVAL";
-    case RDMA_CM_EVENT_MULTICAST_JOIN: return "RDMA_CM_EVENT_MULTICAST_JOIN";
-    case RDMA_CM_EVENT_MULTICAST_ERROR: return "RDMA_CM_EVENT_MULTICAST_ERROR";
-    case RDMA_CM_EVENT_ADDR_CHANGE: return "RDMA_CM_EVENT_ADDR_CHANGE";
-    case RDMA_CM_EVENT_TIMEWAIT_EXIT: return "RDMA_CM_EVENT_TIMEWAIT_EXIT";
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+      return "RDMA_CM_EVENT_ADDR_RESOLVED";
+    case RDMA_CM_EVENT_ADDR_ERROR:
+      return "RDMA_CM_EVENT_ADDR_ERROR";
+    case RDMA_CM_EVENT_ROUTE_RESOLVED:
+      return "RDMA_CM_EVENT_ROUTE_RESOLVED";
+    case RDMA_CM_EVENT_ROUTE_ERROR:
+      return "RDMA_CM_EVENT_ROUTE_ERROR";
+    case RDMA_CM_EVENT_CONNECT_REQUEST:
+      return "RDMA_CM_EVENT_CONNECT_REQUEST";
+    case RDMA_CM_EVENT_CONNECT_RESPONSE:
+      return "RDMA_CM_EVENT_CONNECT_RESPONSE";
+    case RDMA_CM_EVENT_CONNECT_ERROR:
+      return "RDMA_CM_EVENT_CONNECT_ERROR";
+    case RDMA_CM_EVENT_UNREACHABLE:
+      return "RDMA_CM_EVENT_UNREACHABLE";
+    case RDMA_CM_EVENT_REJECTED:
+      return "RDMA_CM_EVENT_REJECTED";
+    case RDMA_CM_EVENT_ESTABLISHED:
+      return "RDMA_CM_EVENT_ESTABLISHED";
+    case RDMA_CM_EVENT_DISCONNECTED:
+      return "RDMA_CM_EVENT_DISCONNECTED";
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+      return "RDMA_CM_EVENT_DEVICE_REMOVAL";
+    case RDMA_CM_EVENT_MULTICAST_JOIN:
+      return "RDMA_CM_EVENT_MULTICAST_JOIN";
+    case RDMA_CM_EVENT_MULTICAST_ERROR:
+      return "RDMA_CM_EVENT_MULTICAST_ERROR";
+    case RDMA_CM_EVENT_ADDR_CHANGE:
+      return "RDMA_CM_EVENT_ADDR_CHANGE";
+    case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+      return "RDMA_CM_EVENT_TIMEWAIT_EXIT";
   }
   return "UNKNOWN EVENT";
 }
@@ -511,9 +525,8 @@ RDMACM_EXPORT int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd
   const rdma_port_space ps = res->ai_port_space
                                  ? static_cast<rdma_port_space>(res->ai_port_space)
                                  : (res->ai_qp_type == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP);
-  const ibv_qp_type type =
-      res->ai_qp_type ? static_cast<ibv_qp_type>(res->ai_qp_type)
-                      : (ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
+  const ibv_qp_type type = res->ai_qp_type ? static_cast<ibv_qp_type>(res->ai_qp_type)
+                                           : (ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
   Id* i = g().cma.create_id(nullptr, nullptr, ps, type);
   if (i == nullptr) return -1;
   rdma_cm_id* cm = &i->pub;
@@ -527,8 +540,8 @@ RDMACM_EXPORT int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd
       i->ep_attr.qp_type = type;
     }
   } else {
-    rc = rdma_resolve_addr(cm, res->ai_src_len ? res->ai_src_addr : nullptr, res->ai_dst_addr,
-                           2000);
+    rc =
+        rdma_resolve_addr(cm, res->ai_src_len ? res->ai_src_addr : nullptr, res->ai_dst_addr, 2000);
     if (rc == 0) rc = rdma_resolve_route(cm, 2000);
     if (rc == 0 && qp_init_attr) {
       qp_init_attr->qp_type = type;

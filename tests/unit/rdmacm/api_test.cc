@@ -1,13 +1,12 @@
 // Our librdmacm.so.1's C API without the provider (linked directly, so these calls are ours,
 // not Debian's): what needs no device works as rdma-core's, and what needs one fails with
 // rdma-core's errno instead of crashing.
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
-
-#include <arpa/inet.h>
 
 #include <cerrno>
 #include <cstring>

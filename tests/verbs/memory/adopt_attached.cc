@@ -18,8 +18,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,8 +39,8 @@ using verbs_compat::adopt;
 using verbs_compat::AdoptOptions;
 using verbs_compat::release;
 
-constexpr std::uint32_t kAll = verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite |
-                               verbs::kAccessRemoteRead;
+constexpr std::uint32_t kAll =
+    verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite | verbs::kAccessRemoteRead;
 
 [[noreturn]] void die(const std::string& what, int e = 0) {
   std::fprintf(stderr, "verbs-memory-attached: FAIL: %s%s%s\n", what.c_str(), e ? ": " : "",
@@ -107,9 +107,9 @@ struct Peer {
     wr.num_sge = 1;
     wr.opcode = op;
     wr.send_flags = verbs::kSendSignaled;
-    wr.rdma.remote_addr = remote->iova + static_cast<std::uint64_t>(
-                                             static_cast<const char*>(remote_addr) -
-                                             static_cast<const char*>(remote->addr));
+    wr.rdma.remote_addr =
+        remote->iova + static_cast<std::uint64_t>(static_cast<const char*>(remote_addr) -
+                                                  static_cast<const char*>(remote->addr));
     wr.rdma.rkey = remote->rkey;
     if (const int rc = b->post_send(qp_b, &wr, nullptr)) die("post_send", rc);
     verbs::Wc wc;
@@ -122,7 +122,10 @@ struct Peer {
       b->wait_cq(cq_b, 100);
     }
     if (wc.status != verbs::WcStatus::kSuccess)
-      die("remote addr " + std::to_string(wr.rdma.remote_addr) + " rkey " + std::to_string(wr.rdma.rkey) + " mr iova " + std::to_string(remote->iova) + " len " + std::to_string(remote->length) + " op len " + std::to_string(len) + ": " + std::string("RDMA completed with ") + std::string(verbs::to_string(wc.status)));
+      die("remote addr " + std::to_string(wr.rdma.remote_addr) + " rkey " +
+          std::to_string(wr.rdma.rkey) + " mr iova " + std::to_string(remote->iova) + " len " +
+          std::to_string(remote->length) + " op len " + std::to_string(len) + ": " +
+          std::string("RDMA completed with ") + std::string(verbs::to_string(wc.status)));
   }
   /// Peer writes `len` bytes of pattern `seed` at `dst` (in `remote`), then reads them back.
   void write_to(const Mr* remote, void* dst, std::size_t len, unsigned seed) {
@@ -209,7 +212,8 @@ int check(const std::string& sa, const std::string& sb) {
   if (!same(o + 2 * ps, 100, 35)) die("WRITE through the MR inside a released one");
   unreg(*a, o3);
   peer.write_to(o2.mr, o + 6 * ps, 2 * static_cast<std::size_t>(ps), 33);
-  if (!same(o + 6 * ps, 2 * static_cast<std::size_t>(ps), 33)) die("WRITE after the overlap's dereg");
+  if (!same(o + 6 * ps, 2 * static_cast<std::size_t>(ps), 33))
+    die("WRITE after the overlap's dereg");
   unreg(*a, o2);
   std::printf(
       "verbs-memory-attached: OK: overlapping registrations share pages; dereg of one keeps "
@@ -222,11 +226,13 @@ int check(const std::string& sa, const std::string& sb) {
   ::mprotect(ro, 4 * ps, PROT_READ);
   int err = 0;
   reg(*a, pd_a, ro, 4 * ps, kAll, &err);
-  if (err != EFAULT) die("read-only mapping with write access: want EFAULT, got " + std::to_string(err));
+  if (err != EFAULT)
+    die("read-only mapping with write access: want EFAULT, got " + std::to_string(err));
   Registered r4 = reg(*a, pd_a, ro, 4 * ps, verbs::kAccessRemoteRead);
   if (!peer.read_from(r4.mr, ro + 100, 3 * ps, 41 + 100 * 131)) die("READ of a read-only mapping");
   unreg(*a, r4);
-  std::printf("verbs-memory-attached: OK: read-only mapping: EFAULT for write access, READ works\n");
+  std::printf(
+      "verbs-memory-attached: OK: read-only mapping: EFAULT for write access, READ works\n");
 
   // 5. an unmapped range
   auto* h = static_cast<unsigned char*>(
@@ -353,7 +359,8 @@ int bench(const std::string& sa) {
     ::munmap(m, n);
     // The next call finds the range unmapped and returns its pages (a tiny adoption carries it).
     {
-      void* tiny = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      void* tiny =
+          ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       t = std::chrono::steady_clock::now();
       Buffer* tb = adopt(*a, tiny, 1, &err);
       row("next adopt after munmap (returns the pages)", us_since(t));
@@ -412,7 +419,8 @@ int bench(const std::string& sa) {
       release(*a, wb);
       ::munmap(w, n);
       // Its pages returned now (a tiny adoption carries it), not in the next row's time.
-      void* tiny = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      void* tiny =
+          ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (Buffer* tb = adopt(*a, tiny, 1, &err)) release(*a, tb);
       ::munmap(tiny, 4096);
     }

@@ -89,7 +89,7 @@ TEST(Adopt, MallocBufferKeepsItsDataAndSharesWrites) {
   unsigned char* r = roced.seen_by_roced(buf + 10);
   ASSERT_NE(r, nullptr);
   EXPECT_TRUE(same(r - 10, n, 7));
-  r[1000] = 0xAB;  // roced writes (an RDMA WRITE landing) ...
+  r[1000] = 0xAB;              // roced writes (an RDMA WRITE landing) ...
   EXPECT_EQ(buf[1010], 0xAB);  // ... the program reads it at its own address
   buf[2000] = 0xCD;
   EXPECT_EQ(r[1990], 0xCD);
@@ -99,7 +99,7 @@ TEST(Adopt, MallocBufferKeepsItsDataAndSharesWrites) {
   EXPECT_GE(s + b->length, reinterpret_cast<std::uintptr_t>(buf + n - 10));
   EXPECT_EQ(release(roced, b), 0);
   EXPECT_TRUE(roced.views.empty());  // roced's mapping released at dereg
-  buf[5] = 1;  // the memory stays the program's
+  buf[5] = 1;                        // the memory stays the program's
   std::free(buf);
   EXPECT_EQ(release(roced, b), EINVAL);  // released twice
 }
@@ -245,8 +245,8 @@ TEST(Adopt, OverlappingRegistrationsShareThePages) {
   // Two 2 MiB windows (regions are whole windows): w is the boundary between them.
   const std::size_t window = 2u << 20;
   char* raw = map_pages(3 * window / kPage);
-  char* w = reinterpret_cast<char*>(
-      (reinterpret_cast<std::uintptr_t>(raw) + 2 * window - 1) & ~(window - 1));
+  char* w = reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(raw) + 2 * window - 1) &
+                                    ~(window - 1));
   ASSERT_LE(w + window, raw + 3 * window);
   char* p = w - 6 * kPage;  // pages p[0..16) around the boundary, which sits at page 6
   fill(p, 16 * kPage, 1);
@@ -350,7 +350,8 @@ TEST(Adopt, TransparentHugePages) {
   FakeRoced roced;
   const std::size_t huge = 2u << 20;
   char* raw = map_pages(3 * huge / kPage);
-  char* p = reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(raw) + huge - 1) & ~(huge - 1));
+  char* p =
+      reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(raw) + huge - 1) & ~(huge - 1));
   ::madvise(p, huge, MADV_HUGEPAGE);
   fill(p, huge, 4);
   int err = 0;

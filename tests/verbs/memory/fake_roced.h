@@ -42,8 +42,8 @@ class FakeRoced : public client::Context {
   client::Buffer* register_memfd_at(int fd, std::uint64_t offset, void* addr,
                                     std::size_t length) override {
     if (static_cast<int>(views.size()) >= max_regions || length > max_length) return fail(EDQUOT);
-    void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                     static_cast<off_t>(offset));
+    void* p =
+        ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
     if (p == MAP_FAILED) return fail(EINVAL);
     auto v = std::make_unique<View>();
     v->addr = addr;
@@ -71,11 +71,15 @@ class FakeRoced : public client::Context {
   int dealloc_pd(client::Pd*) override { return ENOSYS; }
   client::Buffer* alloc_buffer(std::size_t) override { return fail(ENOSYS); }
   client::Buffer* register_memfd(int, void*, std::size_t) override { return fail(ENOSYS); }
-  client::Mr* reg_mr(client::Pd*, void*, std::size_t, std::uint32_t) override { return fail(ENOSYS); }
+  client::Mr* reg_mr(client::Pd*, void*, std::size_t, std::uint32_t) override {
+    return fail(ENOSYS);
+  }
   int dereg_mr(client::Mr*) override { return ENOSYS; }
   client::Cq* create_cq(std::uint32_t) override { return fail(ENOSYS); }
   int destroy_cq(client::Cq*) override { return ENOSYS; }
-  client::Srq* create_srq(client::Pd*, std::uint32_t, std::uint32_t) override { return fail(ENOSYS); }
+  client::Srq* create_srq(client::Pd*, std::uint32_t, std::uint32_t) override {
+    return fail(ENOSYS);
+  }
   int destroy_srq(client::Srq*) override { return ENOSYS; }
   client::Qp* create_qp(client::Pd*, client::QpType, client::Cq*, client::Cq*, const client::QpCap&,
                         client::Srq*, bool) override {
@@ -83,8 +87,12 @@ class FakeRoced : public client::Context {
   }
   int destroy_qp(client::Qp*) override { return ENOSYS; }
   int modify_qp(client::Qp*, const client::QpAttr&, std::uint32_t) override { return ENOSYS; }
-  int post_send(client::Qp*, const client::SendWr*, const client::SendWr**) override { return ENOSYS; }
-  int post_recv(client::Qp*, const client::RecvWr*, const client::RecvWr**) override { return ENOSYS; }
+  int post_send(client::Qp*, const client::SendWr*, const client::SendWr**) override {
+    return ENOSYS;
+  }
+  int post_recv(client::Qp*, const client::RecvWr*, const client::RecvWr**) override {
+    return ENOSYS;
+  }
   int post_srq_recv(client::Srq*, const client::RecvWr*, const client::RecvWr**) override {
     return ENOSYS;
   }
