@@ -384,13 +384,22 @@ ibv_cq_ex* create_cq_ex(ibv_context* c, ibv_cq_init_attr_ex* a) {
 int destroy_cq(ibv_cq* cq) {
   RCq* r = rcq(cq);
   Backend* be = r->be;
-  {
-    std::lock_guard<std::mutex> g(be->mu);
-    if (const int rc = be->ctx->destroy_cq(r->c)) return rc;
-  }
+  // Out of the registry first: the progress thread looks at the registered CQs (under `reg`)
+  // and polls them (under `mu`); a CQ destroyed while still registered was polled after its
+  // free.
   {
     std::lock_guard<std::mutex> g(be->reg);
     std::erase(be->cqs, r);
+  }
+  int rc;
+  {
+    std::lock_guard<std::mutex> g(be->mu);
+    rc = be->ctx->destroy_cq(r->c);
+  }
+  if (rc != 0) {  // still in use (EBUSY): it stays, and is watched again
+    std::lock_guard<std::mutex> g(be->reg);
+    be->cqs.push_back(r);
+    return rc;
   }
   if (r->ex) fini_cq_ex(&r->vcq.cq_ex);
   delete r;
