@@ -27,41 +27,14 @@ cleanup() {
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
-appliance() {  # NAME ROLE MAC IP PROMETHEUS LCORE
-  cat > "$work/$1.yaml" <<YAML
-name: $1
-eal:
-  args: [--no-huge, --no-shconf, -m, "256", --no-pci, --file-prefix=$tag$1, "--log-level=*:error"]
-  lcores: [$6]
-ports:
-  - name: p0
-    device: net_memif0
-    devargs: role=$2,id=0,socket-abstract=no,socket=$work/memif.sock
-    mac: $3
-    ipv4: $4/24
-counters:
-  prometheus: $5
-  telemetry: false
-attach:
-  socket: $work/$1.sock
-  mode: "0660"
-  group: $(id -gn)
-  quotas:
+# shellcheck source=tests/integration/lib_appliance.sh
+source "$(dirname "$(realpath "$0")")/../../integration/lib_appliance.sh"
+quotas="  quotas:
     max_qps: 8
     max_memory: 268435456
-    max_regions: 32
-YAML
-  "$roced" --config "$work/$1.yaml" > "$work/$1.log" 2>&1 &
-  pids+=($!)
-}
-up() {
-  for _ in $(seq 100); do grep -q " up on lcore" "$work/$1.log" && [[ -S $work/$1.sock ]] && break; sleep 0.1; done
-  grep -q "attach: $work/$1.sock" "$work/$1.log" || { cat "$work/$1.log"; echo "FAIL: roced $1"; exit 1; }
-}
-appliance a server 02:00:5e:00:0c:01 192.0.2.71 "$prom_a" 0
-up a
-appliance b client 02:00:5e:00:0c:02 192.0.2.72 "$prom_b" 1
-up b
+    max_regions: 32"
+appliance a server 02:00:5e:00:0c:01 192.0.2.71 0 "$prom_a" "$quotas"
+appliance b client 02:00:5e:00:0c:02 192.0.2.72 1 "$prom_b" "$quotas"
 counter() {  # NAME -> A's value on port p0
   "$ctl" -p "$prom_a" --all counters | awk -v n="$1" '$1 == "p0" && $2 == n { print $3 }'
 }
