@@ -39,9 +39,9 @@ int post_send(ibv_qp*, ibv_send_wr* wr, ibv_send_wr** bad_wr);
 /// a count, or a negative errno value.
 int poll_cq(ibv_cq*, int max, ibv_wc* out);
 
-// Extended API (verbs/provider/ex_api.cc, owned by the ex-API helper). The provider calls them
-// from ibv_create_qp_ex / ibv_create_cq_ex; it carries weak no-op fallbacks so that it links
-// without ex_api.cc.
+// Extended API (verbs/provider/ex_api.cc): every builder / every reader. ibv_create_qp_ex and
+// ibv_create_cq_ex call ex_api.h's forms that follow the creation attributes (send_ops_flags
+// and caps; wc_flags) instead.
 void init_qp_ex(ibv_qp_ex*);  ///< sets wr_start/wr_complete/wr_abort/wr_* pointers
 void init_cq_ex(ibv_cq_ex*);  ///< sets start_poll/next_poll/end_poll/read_* pointers
 
