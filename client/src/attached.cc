@@ -530,6 +530,48 @@ class Attached final : public Context {
     rq.cm.id = id;
     return cm_call(rq);
   }
+  // rdma_cm's UDP port space (SIDR) and the end of a listen, as the in-process backend.
+  int cm_sidr_listen(std::uint16_t port) override {
+    Request rq;
+    rq.op = Op::kCmSidrListen;
+    rq.cm.port = port;
+    return cm_call(rq);
+  }
+  int cm_sidr_resolve(Ipv4Addr dst, std::uint16_t port, std::span<const std::uint8_t> pd,
+                      std::uint32_t& id) override {
+    Request rq;
+    rq.op = Op::kCmSidrResolve;
+    rq.cm.dst = dst;
+    rq.cm.port = port;
+    if (!cm_private(rq, pd)) return EINVAL;
+    Reply rep;
+    if (const int rc = cm_call(rq, &rep)) return rc;
+    id = rep.handle;
+    return 0;
+  }
+  int cm_sidr_accept(std::uint32_t id, std::uint32_t qpn, std::uint32_t qkey,
+                     std::span<const std::uint8_t> pd) override {
+    Request rq;
+    rq.op = Op::kCmSidrAccept;
+    rq.cm.id = id;
+    rq.cm.qpn = qpn;
+    rq.cm.qkey = qkey;
+    if (!cm_private(rq, pd)) return EINVAL;
+    return cm_call(rq);
+  }
+  int cm_sidr_reject(std::uint32_t id) override {
+    Request rq;
+    rq.op = Op::kCmSidrReject;
+    rq.cm.id = id;
+    return cm_call(rq);
+  }
+  int cm_unlisten(std::uint16_t port, bool udp) override {
+    Request rq;
+    rq.op = Op::kCmUnlisten;
+    rq.cm.port = port;
+    rq.cm.udp = udp ? 1 : 0;
+    return cm_call(rq);
+  }
   int cm_get_event(CmEvent& ev, int timeout_ms) override {
     if (const int rc = cm_open()) return rc;
     for (;;) {
@@ -552,6 +594,9 @@ class Attached final : public Context {
         ev.private_data.assign(
             e.private_data,
             e.private_data + std::min<std::size_t>(e.private_len, attach::kCmPrivateMax));
+        ev.sidr_status = e.sidr_status;
+        ev.sidr_qpn = e.sidr_qpn;
+        ev.sidr_qkey = e.sidr_qkey;
         return 0;
       }
       if (timeout_ms == 0) return dead_ ? ENOTCONN : ETIMEDOUT;
@@ -587,6 +632,12 @@ class Attached final : public Context {
     if (const int rc = cm_open()) return rc;
     Reply rep;
     return call(rq, out ? *out : rep);
+  }
+  static bool cm_private(Request& rq, std::span<const std::uint8_t> pd) {
+    if (pd.size() > attach::kCmPrivateMax) return false;
+    rq.cm.private_len = static_cast<std::uint8_t>(pd.size());
+    std::copy(pd.begin(), pd.end(), rq.cm.private_data);
+    return true;
   }
   static bool cm_param(Request& rq, const CmConnParam& p) {
     if (p.private_data.size() > attach::kCmPrivateMax) return false;

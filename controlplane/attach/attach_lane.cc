@@ -280,9 +280,15 @@ void Lane::push(LaneCm& c, const cm::SessionEvent& ev) {
   e.port = ev.port;
   e.private_len = static_cast<std::uint16_t>(std::min(ev.private_data.size(), kCmPrivateMax));
   std::copy_n(ev.private_data.begin(), e.private_len, e.private_data);
-  if (ev.type == cm::SessionEventType::kConnectRequest && c.backlog.size() >= c.backlog_limit) {
+  e.sidr_status = ev.sidr_status;
+  e.sidr_qpn = ev.sidr_qpn;
+  e.sidr_qkey = ev.sidr_qkey;
+  const bool request = ev.type == cm::SessionEventType::kConnectRequest ||
+                       ev.type == cm::SessionEventType::kSidrRequest;
+  if (request && c.backlog.size() >= c.backlog_limit) {
     // The client does not read its events: refuse the request (after the CM's call that
-    // made it returns) rather than queue it without bound.
+    // made it returns) rather than queue it without bound (a SIDR request: SIDR_REP
+    // "rejected").
     c.refusing.push_back(ev.id);
     cm_refused_.fetch_add(1, std::memory_order_relaxed);
     return;

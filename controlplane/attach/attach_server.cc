@@ -844,6 +844,11 @@ struct Ops {
   int cm_disconnect();
   int cm_refuse();
   int cm_notify();
+  int cm_sidr_listen();
+  int cm_sidr_resolve();
+  int cm_sidr_accept();
+  int cm_sidr_reject();
+  int cm_unlisten();
   int neighbour();
   /// The CM request's parameters (private data bounded).
   static cm::SessionParam cm_param(const CmReq& r) {
@@ -1531,6 +1536,67 @@ int Ops::cm_notify() {
   return run([=] { return l->session->notify(id); });
 }
 
+int Ops::cm_sidr_listen() {
+  if (!c.cm) return EINVAL;
+  LaneCm* l = c.cm.get();
+  const std::uint16_t port = rq.cm.port;
+  return run([=] { return l->session->sidr_listen(port); });
+}
+
+int Ops::cm_sidr_resolve() {
+  if (!c.cm) return EINVAL;
+  // The CM sends the SIDR_REQ to the peer's MAC: find it now (ARP), off the lcore.
+  const wire::Ipv4Addr dst = rq.cm.dst;
+  const auto mac = resolve(wire::ipv4_mapped(dst));
+  if (!mac) return EHOSTUNREACH;
+  LaneCm* l = c.cm.get();
+  Lane* lane = c.lane;
+  const std::uint16_t port = rq.cm.port;
+  const cm::SessionParam p = cm_param(rq.cm);
+  // Each exchange holds a slot of the port's CM (shared by every client) until its reply or
+  // the CM gives up; a client has as many in flight as it may leave CM events unread.
+  const std::size_t budget = s.cfg_.cm_backlog;
+  std::uint32_t id = 0;
+  const int rc = run([=, &id] {
+    if (l->session->sidr_resolving() >= budget) return EDQUOT;
+    lane->learn(dst, *mac);
+    return l->session->sidr_resolve(dst, port, p.private_data, id);
+  });
+  rep.handle = id;
+  return rc;
+}
+
+int Ops::cm_sidr_accept() {
+  if (!c.cm) return EINVAL;
+  // The QPN the peer is told to send to: one of this client's UD QPs, never another's.
+  const std::uint32_t qpn = rq.cm.qpn;
+  const bool own = std::any_of(c.qps.begin(), c.qps.end(), [&](const auto& kv) {
+    const engine::Qp* q = kv.second.lane->qp;
+    return q->qpn == qpn && q->type == engine::QpType::kUd;
+  });
+  if (!own) return EINVAL;
+  LaneCm* l = c.cm.get();
+  const std::uint32_t id = rq.cm.id;
+  const std::uint32_t qkey = rq.cm.qkey;
+  const cm::SessionParam p = cm_param(rq.cm);
+  return run([=] { return l->session->sidr_accept(id, qpn, qkey, p.private_data); });
+}
+
+int Ops::cm_sidr_reject() {
+  if (!c.cm) return EINVAL;
+  LaneCm* l = c.cm.get();
+  const std::uint32_t id = rq.cm.id;
+  return run([=] { return l->session->sidr_reject(id); });
+}
+
+int Ops::cm_unlisten() {
+  if (!c.cm) return EINVAL;
+  LaneCm* l = c.cm.get();
+  const std::uint16_t port = rq.cm.port;
+  const bool udp = rq.cm.udp != 0;
+  return run([=] { return l->session->unlisten(port, udp); });
+}
+
 int Ops::neighbour() {
   // Loop 0 of the port answers ARP and keeps the neighbour cache; nothing waits here.
   port::PollLoop* l0 = s.ports_[c.port].loops[0];
@@ -1704,6 +1770,21 @@ void AttachServer::execute(Client& c, const Request& rq, bool whole, std::vector
           break;
         case Op::kNeighbour:
           err = ops.neighbour();
+          break;
+        case Op::kCmSidrListen:
+          err = ops.cm_sidr_listen();
+          break;
+        case Op::kCmSidrResolve:
+          err = ops.cm_sidr_resolve();
+          break;
+        case Op::kCmSidrAccept:
+          err = ops.cm_sidr_accept();
+          break;
+        case Op::kCmSidrReject:
+          err = ops.cm_sidr_reject();
+          break;
+        case Op::kCmUnlisten:
+          err = ops.cm_unlisten();
           break;
         default:
           err = EINVAL;

@@ -20,8 +20,10 @@
 namespace roce::attach {
 
 // 3: RecvEntry min_free/max_msgs; 4: rdma_cm; 5: a CQ's eventfd on demand (kCqNotify), the
-// device's limits in the hello reply; 6: RegRegionReq::file_offset (a region anywhere in a memfd)
-inline constexpr std::uint32_t kVersion = 6;
+// device's limits in the hello reply; 6: RegRegionReq::file_offset (a region anywhere in a memfd);
+// 7: rdma_cm's UDP port space (SIDR: kCmSidr*, CmReq::qpn/qkey, CmEventEntry::sidr_*) and
+// kCmUnlisten
+inline constexpr std::uint32_t kVersion = 7;
 inline constexpr std::uint32_t kMaxSge = 4;  ///< SGEs per work request in a queue entry
 
 enum class Op : std::uint32_t {
@@ -55,6 +57,12 @@ enum class Op : std::uint32_t {
   /// ARP for it when not (Context::neighbour). Never waits. When found, the client's lane
   /// keeps the MAC for its UD sends by GID (SendEntry::ah).
   kNeighbour,
+  // rdma_cm's UDP port space (UD ids, SIDR: IBA 12.11) and the end of a listen:
+  kCmSidrListen,   ///< CmReq::port; EADDRINUSE as kCmListen
+  kCmSidrResolve,  ///< CmReq dst, port, private data (<= 180 bytes); reply: handle = the id
+  kCmSidrAccept,   ///< CmReq id, qpn (one of the client's UD QPs), qkey, private data
+  kCmSidrReject,   ///< CmReq id
+  kCmUnlisten,     ///< CmReq port, udp: the client's own listen only (ENOENT otherwise)
 };
 
 // ---- control messages ----
@@ -129,6 +137,9 @@ struct CmReq {
   std::uint8_t responder_resources = 1, initiator_depth = 1, rnr_retry = 7;
   std::uint8_t private_len = 0;
   std::uint8_t private_data[kCmPrivateMax] = {};
+  std::uint8_t udp = 0;      ///< unlisten: of the UDP port space (kCmSidrListen's)
+  std::uint32_t qpn = 0;     ///< SIDR accept: the UD QP the peer is to send to
+  std::uint32_t qkey = 0;    ///< SIDR accept: its Q_Key
 };
 
 struct Request {
@@ -230,6 +241,8 @@ struct CmEventEntry {
   std::uint16_t port = 0;  ///< connect request: the listened port
   std::uint16_t private_len = 0;
   std::uint8_t private_data[kCmPrivateMax] = {};
+  std::uint8_t sidr_status = 0;            ///< SIDR reply: IBA SIDR_REP status (0: success)
+  std::uint32_t sidr_qpn = 0, sidr_qkey = 0;  ///< SIDR reply: the peer's UD QP and Q_Key
 };
 /// Entries of a client's CM event ring: events wait on the lane when it is full (never lost).
 inline constexpr std::uint32_t kCmEventSlots = 64;

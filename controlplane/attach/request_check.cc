@@ -21,7 +21,11 @@ int check_qp(const CreateQpReq& r) {
 
 int check_cm(const CmReq& r, Op op) {
   if (r.private_len > kCmPrivateMax) return EINVAL;
-  if ((op == Op::kCmListen || op == Op::kCmConnect) && r.port == 0) return EINVAL;
+  const bool names_port = op == Op::kCmListen || op == Op::kCmConnect ||
+                         op == Op::kCmSidrListen || op == Op::kCmSidrResolve ||
+                         op == Op::kCmUnlisten;
+  if (names_port && r.port == 0) return EINVAL;
+  if (op == Op::kCmUnlisten && r.udp > 1) return EINVAL;
   return 0;
 }
 
@@ -73,6 +77,15 @@ int check_request(const Request& rq, bool whole, bool hello, std::size_t nfds,
     case Op::kCmDisconnect:
     case Op::kCmRefuse:
     case Op::kCmNotify:
+    case Op::kCmSidrListen:
+    case Op::kCmSidrResolve:
+    case Op::kCmSidrReject:
+    case Op::kCmUnlisten:
+      return check_cm(rq.cm, rq.op);
+    case Op::kCmSidrAccept:
+      // The Q_Key a SIDR_REP tells the peer to use: a privileged one only for the clients that
+      // may set one on a QP (as the kernel's rdma_cm, which answers with RDMA_UDP_QKEY).
+      if ((rq.cm.qkey & kPrivilegedQkey) && !lim.privileged) return EPERM;
       return check_cm(rq.cm, rq.op);
   }
   return EINVAL;  // no such request

@@ -26,6 +26,10 @@ CmSession::CmSession(std::shared_ptr<CmHub> hub, wire::Ipv4Addr local, std::uint
 }
 
 CmSession::~CmSession() {
+  for (const std::uint32_t id : sidr_requests_) {
+    auto it = ids_.find(id);
+    if (it != ids_.end()) hub_->agent().cm().sidr_reject(it->second, SidrStatus::kReject);
+  }
   for (auto& [id, c] : ids_) {
     engine::Qp* qp = hub_->agent().qp_of(c);
     if (qp) hub_->agent().release(qp);
@@ -36,22 +40,24 @@ CmSession::~CmSession() {
 int CmSession::listen(std::uint16_t port) {
   if (port == 0) return EINVAL;
   if (!hub_->listen(owner_, service_id(PortSpace::kTcp, port))) return EADDRINUSE;
-  ports_.push_back(port);
+  if (std::find(ports_.begin(), ports_.end(), port) == ports_.end()) ports_.push_back(port);
   return 0;
 }
 
 int CmSession::sidr_listen(std::uint16_t port) {
   if (port == 0) return EINVAL;
   if (!hub_->listen(owner_, service_id(PortSpace::kUdp, port))) return EADDRINUSE;
+  if (std::find(udp_ports_.begin(), udp_ports_.end(), port) == udp_ports_.end())
+    udp_ports_.push_back(port);
   return 0;
 }
 
 int CmSession::unlisten(std::uint16_t port, bool udp) {
-  if (!udp) {
-    auto it = std::find(ports_.begin(), ports_.end(), port);
-    if (it == ports_.end()) return ENOENT;
-    ports_.erase(it);
-  }
+  // Only our own listens: another owner's port (a client's, a hosted service's) stays.
+  std::vector<std::uint16_t>& ours = udp ? udp_ports_ : ports_;
+  auto it = std::find(ours.begin(), ours.end(), port);
+  if (it == ours.end()) return ENOENT;
+  ours.erase(it);
   hub_->unlisten(owner_, service_id(udp ? PortSpace::kUdp : PortSpace::kTcp, port));
   return 0;
 }
@@ -70,6 +76,7 @@ int CmSession::sidr_resolve(wire::Ipv4Addr dst, std::uint16_t port,
   ids_[id] = *cid;
   by_cm_[*cid] = id;
   peers_[id] = dst;
+  resolving_.insert(id);
   return 0;
 }
 
@@ -156,6 +163,7 @@ int CmSession::reject(std::uint32_t id, std::span<const std::uint8_t> private_da
 }
 
 int CmSession::refuse(std::uint32_t id) {
+  if (sidr_requests_.count(id)) return sidr_reject(id);
   auto it = ids_.find(id);
   if (it == ids_.end()) return ENOENT;
   if (hub_->agent().cm().reject(it->second, RejReason::kNoResources) != CmStatus::kOk)
@@ -169,6 +177,8 @@ void CmSession::forget(std::uint32_t id) {
   if (it == ids_.end()) return;
   by_cm_.erase(it->second);
   peers_.erase(id);
+  sidr_requests_.erase(id);
+  resolving_.erase(id);
   ids_.erase(it);
 }
 
@@ -222,6 +232,7 @@ void CmSession::on_event(const CmEvent& e) {
     s.type = SessionEventType::kSidrRequest;
     s.peer = e.cma->src_ipv4();
     peers_[s.id] = s.peer;
+    sidr_requests_.insert(s.id);
     s.port = port_of(e.service_id);
     s.private_data = e.private_data;
     fn_(std::move(s));
@@ -277,18 +288,14 @@ void CmSession::on_event(const CmEvent& e) {
       s.sidr_qkey = e.sidr_qkey;
       break;
     case CmEventType::kTimewaitExit:
-      ids_.erase(it->second);
-      peers_.erase(it->second);
-      by_cm_.erase(it);
+      forget(it->second);
       return;
     default:
       return;
   }
   if (s.type == SessionEventType::kRejected || s.type == SessionEventType::kUnreachable ||
       s.type == SessionEventType::kSidrReply) {
-    ids_.erase(s.id);  // the connection is over: nothing more will come for it
-    peers_.erase(s.id);
-    by_cm_.erase(it);
+    forget(s.id);  // the connection is over: nothing more will come for it
   }
   fn_(std::move(s));
 }

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -56,7 +57,8 @@ class CmSession {
   /// `local`: the engine's IPv4 address (the cma header's source); `path_mtu`: the IBA enum
   /// our REQs offer (the port's largest).
   CmSession(std::shared_ptr<CmHub> hub, wire::Ipv4Addr local, std::uint8_t path_mtu, EventFn fn);
-  /// Disconnects what is still up (DREQ), leaves the hub.
+  /// Disconnects what is still up (DREQ), answers the SIDR requests still unanswered
+  /// (SIDR_REP "rejected", as the kernel when a UD id goes), leaves the hub.
   ~CmSession();
   CmSession(const CmSession&) = delete;
   CmSession& operator=(const CmSession&) = delete;
@@ -83,6 +85,8 @@ class CmSession {
   int sidr_reject(std::uint32_t id);
   /// Stops listening on `port` of the TCP (or, `udp`, the UDP) port space. ENOENT: not ours.
   int unlisten(std::uint16_t port, bool udp);
+  /// Our sidr_resolve exchanges still waiting for their reply (a client's budget).
+  std::size_t sidr_resolving() const { return resolving_.size(); }
   /// Before `qp` is destroyed: a connection on it still up is disconnected, and the CM no
   /// longer touches it.
   void release(engine::Qp* qp);
@@ -111,6 +115,10 @@ class CmSession {
   std::map<ConnId, std::uint32_t> by_cm_;
   std::map<std::uint32_t, wire::Ipv4Addr> peers_;
   std::vector<std::uint16_t> ports_;
+  std::vector<std::uint16_t> udp_ports_;  ///< sidr_listen's
+  /// SIDR requests delivered and not yet answered (rejected when the session ends), and our
+  /// own SIDR exchanges waiting for their reply.
+  std::set<std::uint32_t> sidr_requests_, resolving_;
 };
 
 }  // namespace roce::cm

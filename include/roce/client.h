@@ -273,8 +273,10 @@ class Context {
   /// -1: no limit), ENOTCONN when roced is gone.
   virtual int cm_get_event(CmEvent& ev, int timeout_ms) = 0;
 
-  // ---- rdma_cm's UDP port space (UD QPs, SIDR: IBA 12.11), in-process only; backends without
-  // ---- it (attached): EOPNOTSUPP.
+  // ---- rdma_cm's UDP port space (UD QPs, SIDR: IBA 12.11), in-process and attached (attach
+  // ---- protocol 7); backends without it: EOPNOTSUPP. Attached, cm_sidr_accept's `qpn` must be
+  // ---- one of the Context's UD QPs (EINVAL), and roced allows a client as many SIDR
+  // ---- exchanges in flight as CM events unread (attach.cm_backlog; beyond: EDQUOT).
   /// rdma_listen of a UD id on `port`. EADDRINUSE: someone else listens there.
   virtual int cm_sidr_listen(std::uint16_t port) {
     (void)port;
@@ -305,7 +307,8 @@ class Context {
   }
   /// Stops listening on `port` (of cm_listen, or of cm_sidr_listen when `udp`): requests to it
   /// get the CM's "invalid service ID" again (REJ 8, SIDR status 1), as the kernel answers once
-  /// rdma_cm's listen id is destroyed. Backends without it: EOPNOTSUPP.
+  /// rdma_cm's listen id is destroyed. ENOENT: not a port this Context listens on. Backends
+  /// without it: EOPNOTSUPP.
   virtual int cm_unlisten(std::uint16_t port, bool udp = false) {
     (void)port;
     (void)udp;
