@@ -76,6 +76,33 @@ TEST(RequestCheck, PrivilegedQkeyNeedsPrivilege) {
   EXPECT_EQ(check_request(m, true, true, 0, user), 0);
 }
 
+// Protocol 7: the SIDR requests and kCmUnlisten name a port (0: EINVAL); the Q_Key a SIDR_REP
+// announces is privileged only for privileged clients, as a QP's.
+TEST(RequestCheck, SidrAndUnlisten) {
+  RequestLimits user, root;
+  root.privileged = true;
+  for (Op o : {Op::kCmSidrListen, Op::kCmSidrResolve, Op::kCmUnlisten}) {
+    Request rq = op(o);
+    EXPECT_EQ(check_request(rq, true, true, 0, user), EINVAL) << "port 0";
+    rq.cm.port = 7174;
+    EXPECT_EQ(check_request(rq, true, true, 0, user), 0);
+    rq.cm.private_len = kCmPrivateMax + 1;
+    EXPECT_EQ(check_request(rq, true, true, 0, user), EINVAL);
+  }
+  Request un = op(Op::kCmUnlisten);
+  un.cm.port = 1;
+  un.cm.udp = 2;
+  EXPECT_EQ(check_request(un, true, true, 0, user), EINVAL);
+  Request acc = op(Op::kCmSidrAccept);
+  acc.cm.qkey = 0x01234567u;  // RDMA_UDP_QKEY
+  EXPECT_EQ(check_request(acc, true, true, 0, user), 0);
+  acc.cm.qkey = 0x80000001u;
+  EXPECT_EQ(check_request(acc, true, true, 0, user), EPERM);
+  EXPECT_EQ(check_request(acc, true, true, 0, root), 0);
+  Request rej = op(Op::kCmSidrReject);
+  EXPECT_EQ(check_request(rej, true, true, 0, user), 0);
+}
+
 TEST(HandleCounter, WrapsPastLiveHandlesNeverZero) {
   HandleCounter h(8);
   std::set<std::uint32_t> live;
