@@ -4,7 +4,9 @@
 # roles: rping (10 pings, -V in the VM), ucmatose (2 connections, 20 messages), udaddy (SIDR,
 # 2 UD ids). Both sides must exit 0 and print what the tool prints when it worked.
 #   rdmacm_rxe.sh LIBROCE_VERBS RDMACM_DIR [TOOL...]   (root; exits 77 when VMs cannot run here)
-# Env: RXE_VM_NETNS (default rxevm) names the VM's network namespace.
+# Env: RXE_VM_NETNS (default rxevm) names the VM's network namespace; ROCED=build/bin/roced:
+# attached mode, ours a client of a roced whose port is on dp0 (192.0.2.100, started after
+# each boot, lib.sh's roced_on_dp0).
 set -euo pipefail
 lib=$(realpath "$1") cmdir=$(realpath "$2"); shift 2
 tools=("${@:-rping ucmatose udaddy}")
@@ -13,13 +15,28 @@ export RXE_VM_NETNS=${RXE_VM_NETNS:-rxevm}
 # shellcheck source=tests/interop/lib.sh disable=SC2154
 source "$(dirname "$0")/lib.sh"
 command -v rping >/dev/null || { echo "skipped: rdmacm-utils not installed"; exit 77; }
+roced=""
+[[ -z ${ROCED:-} ]] || roced=$(realpath "$ROCED")
 interop_preflight
 out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+rp=""
+attach_up() {
+  [[ -n $roced ]] || return 0
+  roced_on_dp0 "$roced" cm
+  [[ -S $out/cm.sock ]] || { echo "FAIL roced did not start:"; cat "$out/cm.log"; exit 1; }
+}
+attach_down() {
+  [[ -n $rp ]] || return 0
+  kill "$rp" 2> /dev/null || true
+  wait "$rp" 2> /dev/null || true
+  rp=""
+}
+trap 'attach_down; rm -rf "$out"' EXIT
 fail=0
-ours() {  # ours CMD...: one of Debian's tools here, the appliance in-process on dp0
-  ip netns exec "$RXE_VM_NETNS" env LD_PRELOAD="$lib" LD_LIBRARY_PATH="$cmdir" \
-    ROCE_LINK="--pmd af_packet --iface dp0 --ip 192.0.2.100 --mac 02:00:00:00:01:00" \
+ours() {  # ours CMD...: one of Debian's tools here, the appliance in-process on dp0 (or roced's)
+  local mode=(ROCE_LINK="--pmd af_packet --iface dp0 --ip 192.0.2.100 --mac 02:00:00:00:01:00")
+  [[ -z $roced ]] || mode=(ROCE_ATTACH="$out/cm.sock")
+  ip netns exec "$RXE_VM_NETNS" env LD_PRELOAD="$lib" LD_LIBRARY_PATH="$cmdir" "${mode[@]}" \
     timeout 60 "$@" > "$out/us.txt" 2>&1
 }
 # Our client until the VM's server listens (rejected, or unreachable, while it comes up).
@@ -56,20 +73,24 @@ for tool in "${tools[@]}"; do
     rc=0
     if [[ $dir == vm-server ]]; then
       boot "$vm_server"
+      attach_up
       ours_retry "${us_client[@]}" || rc=$?
     else
       boot "$vm_client"
+      attach_up
       ours "${us_server[@]}" || rc=$?
     fi
     finish && theirs=0 || theirs=1
+    attach_down
     grep -v "^\[rxe-vm\]" "$out/vm.txt" > "$out/theirs.txt" || true
     if [[ $rc == 0 && $theirs == 0 ]] && ok_output "$tool" "$out/us.txt" &&
        ok_output "$tool" "$out/theirs.txt"; then
-      echo "PASS $tool ($dir)"
+      echo "PASS $tool (${roced:+attached, }$dir)"
     else
-      echo "FAIL $tool ($dir): ours=$rc rxe=$theirs"
+      echo "FAIL $tool (${roced:+attached, }$dir): ours=$rc rxe=$theirs"
       grep -v "ping data:" "$out/us.txt" | sed 's/^/  us: /' | tail -20
       grep -v "ping data:" "$out/theirs.txt" | sed 's/^/  vm: /' | tail -20
+      [[ -z $roced ]] || tail -10 "$out/cm.log" | sed 's/^/  roced: /'
       fail=1
     fi
   done
