@@ -61,7 +61,8 @@ const OpKind* destroys(Op op) {
 bool is_cm(Op op) {
   return op == Op::kCmListen || op == Op::kCmConnect || op == Op::kCmAccept ||
          op == Op::kCmReject || op == Op::kCmDisconnect || op == Op::kCmRefuse ||
-         op == Op::kCmNotify;
+         op == Op::kCmNotify || op == Op::kCmSidrListen || op == Op::kCmSidrResolve ||
+         op == Op::kCmSidrAccept || op == Op::kCmSidrReject || op == Op::kCmUnlisten;
 }
 
 }  // namespace
@@ -99,6 +100,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (rq.op == Op::kModifyQp && (rq.modify.mask & roce::verbs::kQpQkey) &&
         (rq.modify.attr.qkey & kPrivilegedQkey))
       check(err == (lim.privileged ? 0 : EPERM));
+    if (rq.op == Op::kCmSidrAccept && (rq.cm.qkey & kPrivilegedQkey) && !lim.privileged)
+      check(err == EPERM);
     if (err != 0) continue;
 
     // What roced would size from what passed: bounded, no wrap-around.
