@@ -6,6 +6,7 @@
 // filled the port's CM (max_connections, shared by every owner) with a few thousand MADs.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <memory>
 #include <vector>
 
@@ -94,6 +95,52 @@ TEST(CmSessionPortSpace, ConnectRequestToAUdpPortIsRefused) {
   ASSERT_TRUE(r.run([&] { return r.find(CmEventType::kRejected) != nullptr; }));
   EXPECT_EQ(r.find(CmEventType::kRejected)->reason, RejReason::kInvalidServiceId);
   EXPECT_TRUE(r.ev_b.empty()) << "the owner was handed a connect request on its UDP listen";
+}
+
+// A session's UDP listens and SIDR requests are its own (attach protocol 7 gives them to
+// attached clients): another session cannot end the listen (ENOENT), a request refused for want
+// of room (the lane's full event backlog: CmSession::refuse) and the requests still unanswered
+// when a session ends (a client that died) get SIDR_REP "rejected" at once; the port is then
+// free for another owner.
+TEST(CmSessionSidr, OwnershipRefusalAndTheEndOfASession) {
+  Rig r;
+  std::vector<SessionEvent> ev2;
+  auto other = std::make_unique<CmSession>(r.hub, r.lb.b().config().ipv4, 3,
+                                           [&](SessionEvent e) { ev2.push_back(e); });
+  ASSERT_EQ(other->sidr_listen(kPort + 1), 0);
+  EXPECT_EQ(r.session.unlisten(kPort + 1, true), ENOENT) << "another owner's UDP listen";
+  EXPECT_EQ(r.session.sidr_listen(kPort + 1), EADDRINUSE);
+  auto ask = [&](std::uint16_t port) {
+    SidrParams p;
+    p.peer.gid = wire::ipv4_mapped(r.lb.b().config().ipv4);
+    p.service_id = service_id(PortSpace::kUdp, port);
+    p.cma = r.cma();
+    ASSERT_TRUE(r.a.cm().sidr_resolve(p));
+  };
+  auto replies = [&] {
+    std::vector<SidrStatus> v;
+    for (const CmEvent& e : r.ev_a)
+      if (e.type == CmEventType::kSidrReply) v.push_back(e.sidr_status);
+    return v;
+  };
+  ask(kPort + 1);
+  ask(kPort + 1);
+  ASSERT_TRUE(r.run([&] { return ev2.size() == 2; })) << "the listen of the other owner ended";
+  ASSERT_EQ(ev2[0].type, SessionEventType::kSidrRequest);
+  EXPECT_EQ(r.session.sidr_accept(ev2[0].id, 0x100, 0x01234567, {}), ENOENT)
+      << "a request delivered to another owner";
+  EXPECT_EQ(other->refuse(ev2[0].id), 0);
+  ASSERT_TRUE(r.run([&] { return replies().size() == 1; }));
+  EXPECT_EQ(replies()[0], SidrStatus::kReject);
+  const std::uint64_t t0 = r.lb.now();
+  other.reset();  // the second request unanswered
+  ASSERT_TRUE(r.run([&] { return replies().size() == 2; }, 100'000'000ull))
+      << "the requester waits for its retries to run out";
+  EXPECT_EQ(replies()[1], SidrStatus::kReject);
+  EXPECT_LT(r.lb.now() - t0, 100'000'000ull);
+  EXPECT_EQ(r.session.sidr_listen(kPort + 1), 0) << "the port is free again";
+  EXPECT_EQ(r.session.unlisten(kPort + 1, true), 0);
+  EXPECT_EQ(r.session.unlisten(kPort + 1, true), ENOENT);
 }
 
 // An in-process Context's CM (runtime::Env's, the one an unmodified program gets from
