@@ -137,9 +137,9 @@ struct CmReq {
   std::uint8_t responder_resources = 1, initiator_depth = 1, rnr_retry = 7;
   std::uint8_t private_len = 0;
   std::uint8_t private_data[kCmPrivateMax] = {};
-  std::uint8_t udp = 0;      ///< unlisten: of the UDP port space (kCmSidrListen's)
-  std::uint32_t qpn = 0;     ///< SIDR accept: the UD QP the peer is to send to
-  std::uint32_t qkey = 0;    ///< SIDR accept: its Q_Key
+  std::uint8_t udp = 0;    ///< unlisten: of the UDP port space (kCmSidrListen's)
+  std::uint32_t qpn = 0;   ///< SIDR accept: the UD QP the peer is to send to
+  std::uint32_t qkey = 0;  ///< SIDR accept: its Q_Key
 };
 
 struct Request {
@@ -241,7 +241,7 @@ struct CmEventEntry {
   std::uint16_t port = 0;  ///< connect request: the listened port
   std::uint16_t private_len = 0;
   std::uint8_t private_data[kCmPrivateMax] = {};
-  std::uint8_t sidr_status = 0;            ///< SIDR reply: IBA SIDR_REP status (0: success)
+  std::uint8_t sidr_status = 0;               ///< SIDR reply: IBA SIDR_REP status (0: success)
   std::uint32_t sidr_qpn = 0, sidr_qkey = 0;  ///< SIDR reply: the peer's UD QP and Q_Key
 };
 /// Entries of a client's CM event ring: events wait on the lane when it is full (never lost).

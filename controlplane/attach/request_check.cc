@@ -21,9 +21,8 @@ int check_qp(const CreateQpReq& r) {
 
 int check_cm(const CmReq& r, Op op) {
   if (r.private_len > kCmPrivateMax) return EINVAL;
-  const bool names_port = op == Op::kCmListen || op == Op::kCmConnect ||
-                         op == Op::kCmSidrListen || op == Op::kCmSidrResolve ||
-                         op == Op::kCmUnlisten;
+  const bool names_port = op == Op::kCmListen || op == Op::kCmConnect || op == Op::kCmSidrListen ||
+                          op == Op::kCmSidrResolve || op == Op::kCmUnlisten;
   if (names_port && r.port == 0) return EINVAL;
   if (op == Op::kCmUnlisten && r.udp > 1) return EINVAL;
   return 0;

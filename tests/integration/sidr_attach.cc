@@ -180,9 +180,9 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   l2.reset();
   ev = next_event(*r.ctx, 5000);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::steady_clock::now() - t0)
-                      .count();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   check(ev.type == CmEventType::kSidrReply && ev.sidr_status == 2 && ms < 1000,
         "R: rejected once L2 is gone (status " + std::to_string(ev.sidr_status) + ", " +
             std::to_string(ms) + " ms)");
@@ -194,8 +194,7 @@ int main(int argc, char** argv) {
             l1.ctx->cm_sidr_accept(ev.id, l1.ud->qp_num, kUdpQkey) == 0,
         "L1 gets it and accepts");
   ev = next_event(*r.ctx, 5000);
-  check(ev.type == CmEventType::kSidrReply && ev.sidr_status == 0 &&
-            ev.sidr_qpn == l1.ud->qp_num,
+  check(ev.type == CmEventType::kSidrReply && ev.sidr_status == 0 && ev.sidr_qpn == l1.ud->qp_num,
         "R gets L1's QPN");
   check(l1.ctx->connected() && r.ctx->connected(), "both roced still serve their clients");
   std::printf("OK\n");
