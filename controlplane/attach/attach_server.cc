@@ -1554,8 +1554,9 @@ int Ops::cm_sidr_resolve() {
   const std::uint16_t port = rq.cm.port;
   const cm::SessionParam p = cm_param(rq.cm);
   // Each exchange holds a slot of the port's CM (shared by every client) until its reply or
-  // the CM gives up; a client has as many in flight as it may leave CM events unread.
-  const std::size_t budget = s.cfg_.cm_backlog;
+  // the CM gives up; a client has as many in flight as it may leave CM events unread (its
+  // ring's and the backlog's: each exchange ends in one event).
+  const std::size_t budget = std::size_t{kCmEventSlots} + s.cfg_.cm_backlog;
   std::uint32_t id = 0;
   const int rc = run([=, &id] {
     if (l->session->sidr_resolving() >= budget) return EDQUOT;

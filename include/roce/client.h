@@ -276,7 +276,7 @@ class Context {
   // ---- rdma_cm's UDP port space (UD QPs, SIDR: IBA 12.11), in-process and attached (attach
   // ---- protocol 7); backends without it: EOPNOTSUPP. Attached, cm_sidr_accept's `qpn` must be
   // ---- one of the Context's UD QPs (EINVAL), and roced allows a client as many SIDR
-  // ---- exchanges in flight as CM events unread (attach.cm_backlog; beyond: EDQUOT).
+  // ---- exchanges in flight as CM events unread (64 + attach.cm_backlog; beyond: EDQUOT).
   /// rdma_listen of a UD id on `port`. EADDRINUSE: someone else listens there.
   virtual int cm_sidr_listen(std::uint16_t port) {
     (void)port;
