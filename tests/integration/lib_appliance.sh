@@ -9,7 +9,7 @@
 # is its pid. EXTRA_YAML follows the attach block: indented it extends it ("  quotas: ..."),
 # unindented it adds top-level keys ("services: ..."). Optional variables: port_yaml (more keys
 # of the port, indented by four: "    offload: datapath") and memif_sock (the link's socket file
-# in $work, default memif.sock).
+# in $work, default memif.sock) and appliance_wait (tenths of a second to wait, default 100).
 appliance() {
   cat > "$work/$1.yaml" <<YAML
 name: $1
@@ -34,7 +34,8 @@ YAML
   "$roced" --config "$work/$1.yaml" > "$work/$1.log" 2>&1 &
   pids+=($!)
   eval "pid_$1=$!"
-  for _ in $(seq 100); do
+  # up to ${appliance_wait:-100} tenths of a second (a loaded host starts the EAL slowly)
+  for _ in $(seq "${appliance_wait:-100}"); do
     grep -q " up on lcore" "$work/$1.log" && [[ -S $work/$1.sock ]] && break
     sleep 0.1
   done
