@@ -23,6 +23,7 @@ source "$(dirname "$0")/lib_appliance.sh"
 trap 'stop_all $?' EXIT
 # Y's clients: SIDR exchanges in flight up to their CM event ring (64) and cm_backlog
 x_ip=192.0.2.97 y_ip=192.0.2.98 backlog=4
+appliance_wait=300  # 30 s: the EAL starts slowly on a loaded host
 budget=$((64 + backlog))
 appliance x server 02:00:5e:00:0d:31 $x_ip 0
 appliance y client 02:00:5e:00:0d:32 $y_ip 1 127.0.0.1:0 "  cm_backlog: $backlog"
