@@ -9,7 +9,8 @@
 //     (EINVAL); L1's answer reaches R with L1's QPN and rdma_cm's Q_Key;
 //  3. R's SIDR exchanges in flight are budgeted (roced Y's cm_backlog: EDQUOT beyond);
 //  4. L1 stops listening (cm_unlisten, what rdma_destroy_id of its listen id does): R's next
-//     request gets SIDR status 1 "no listener", L1 no event; the port can be listened on again,
+//     request gets SIDR status 1 "no listener" (a connect request to its TCP port REJ 8), L1
+//     no event; the port can be listened on again,
 //     by L1 and then by L2, who gets the next request and rejects it (R: status 2);
 //  5. L2 goes away with a request unanswered: R gets status 2 at once (not after its retries),
 //     and the port is free again for L1.
@@ -167,6 +168,22 @@ int main(int argc, char** argv) {
         "R: no listener (status " + std::to_string(ev.sidr_status) + ")");
   ev = next_event(*l1.ctx, 300);
   check(ev.type == static_cast<CmEventType>(0), "L1 gets no more requests");
+  {  // the TCP port too: a connect request gets REJ 8 "invalid service ID", as the kernel's
+    roce::client::Pd* pd = r.ctx->alloc_pd();
+    roce::client::Cq* cq = r.ctx->create_cq(16);
+    roce::verbs::QpCap cap;
+    cap.max_send_wr = cap.max_recv_wr = 4;
+    cap.max_send_sge = cap.max_recv_sge = 1;
+    roce::client::Qp* rc_qp = r.ctx->create_qp(pd, roce::verbs::QpType::kRc, cq, cq, cap);
+    std::uint32_t cid = 0;
+    check(rc_qp && r.ctx->cm_connect(rc_qp, x, tport, {}, cid) == 0, "R connects to the TCP port");
+    ev = next_event(*r.ctx, 5000);
+    check(ev.type == CmEventType::kRejected && ev.id == cid && ev.reason == 8,
+          "R: REJ 8 (type " + std::to_string(int(ev.type)) + ", reason " +
+              std::to_string(ev.reason) + ")");
+    check(next_event(*l1.ctx, 300).type == static_cast<CmEventType>(0), "L1 gets no request");
+    check(r.ctx->destroy_qp(rc_qp) == 0, "R's RC QP goes");
+  }
   check(l1.ctx->cm_sidr_listen(port) == 0, "L1 listens on the port again");
   check(l1.ctx->cm_unlisten(port, true) == 0, "and stops again");
   check(l2->ctx->cm_sidr_listen(port) == 0, "L2 listens on the port L1 left");
