@@ -2,6 +2,7 @@
 /// runtime::Env (env.h).
 #include "runtime/env.h"
 
+#include <errno.h>  // program_invocation_short_name
 #include <sched.h>
 
 #include <cstdio>
@@ -56,7 +57,7 @@ Env::Env(const LinkOptions& o)
   if (own_port_->card()) open_card = [this] { return own_port_->open_card(); };
   port::DpdkPort& dev = own_port_->dev();
   if (dev.offloads().to_string() != "none")
-    std::fprintf(stderr, "roce-perf: %s offloads: %s\n", o.iface.c_str(),
+    std::fprintf(stderr, "%s: %s offloads: %s\n", program_invocation_short_name, o.iface.c_str(),
                  dev.offloads().to_string().c_str());
   // A memif server's link comes up when its client connects, which may be much later.
   if (o.pmd != "memif-server") until([&] { return dev.link_up(); }, o.pmd == "memif" ? 30 : 10);

@@ -544,6 +544,11 @@ TEST(RdmaCm, BadCallsGetRdmaCoreErrors) {
   sockaddr unspec{};  // rping -s without -a
   EXPECT_EQ(cma.bind(id, &unspec), EINVAL);
   EXPECT_EQ(cma.resolve_addr(id, nullptr, &unspec, 100), EINVAL);
+  // Multicast and broadcast (mckey): no multicast here, said at once instead of an ARP timeout.
+  const sockaddr_in group = sin_of(Ipv4Addr{0xEF010203}, 1);  // 239.1.2.3
+  const sockaddr_in bcast = sin_of(Ipv4Addr{0xFFFFFFFF}, 1);
+  EXPECT_EQ(cma.resolve_addr(id, nullptr, sa(group), 100), EOPNOTSUPP);
+  EXPECT_EQ(cma.resolve_addr(id, nullptr, sa(bcast), 100), EOPNOTSUPP);
   EXPECT_EQ(cma.resolve_route(id, 10), EINVAL);
   EXPECT_EQ(cma.connect(id, r.qp(0), nullptr), EINVAL);
   EXPECT_EQ(cma.disconnect(id), EINVAL);

@@ -96,7 +96,13 @@ std::vector<Device*> find_devices() {
     const auto mac = ctl::parse_mac(g_link.mac);
     const auto ip = ctl::parse_ipv4(g_link.ip);
     if (!mac || !ip) {
-      std::fprintf(stderr, "libroce-verbs: ROCE_LINK: bad --mac or --ip\n");
+      // Say which, and the form wanted (roced's YAML takes a prefix length; a link does not).
+      if (!mac)
+        std::fprintf(stderr, "libroce-verbs: ROCE_LINK: bad --mac '%s' (want 02:00:00:00:00:01)\n",
+                     g_link.mac.c_str());
+      else
+        std::fprintf(stderr, "libroce-verbs: ROCE_LINK: bad --ip '%s' (want an IPv4 address such as "
+                     "192.0.2.1, no prefix length)\n", g_link.ip.c_str());
       delete d;
       return out;
     }

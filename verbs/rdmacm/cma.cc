@@ -237,6 +237,10 @@ int Cma::resolve_addr(Id* id, const sockaddr* src, const sockaddr* dst, int time
     return EINVAL;
   const std::optional<Ipv4> d = ipv4_of(dst);
   if (!d || d->ip == 0) return d ? EINVAL : EAFNOSUPPORT;
+  // Multicast (224/4) and broadcast: the kernel maps them to a group's MAC for
+  // rdma_join_multicast, which the appliance does not offer; asking ARP for them would only
+  // time out (ADDR_ERROR -110 after the timeout). Say so at once.
+  if ((d->ip >> 28) == 0xe || d->ip == 0xffffffffu) return EOPNOTSUPP;
   if (src != nullptr) {
     bool idle;
     {

@@ -73,7 +73,15 @@ expect 2 '--attach needs a value' -- "$run" --attach
 expect 2 'one of attach and link' -- "$run" --attach "$sock" --link "--pmd memif" -- env
 expect 2 'give --attach SOCK or --link' -- "$run" -- env
 expect 2 '--port goes with --attach' -- "$run" --link "--pmd memif" --port p0 -- env
-expect 0 '^usage: roce-run' -- bash -c "\"$run\" --help 2>&1; [[ \$? == 2 ]]"
+# --help is asked for: the usage on stdout, exit 0 (as rdma-core's tools and coreutils)
+expect 0 '^usage: roce-run' -- bash -c "\"$run\" --help 2>/dev/null"
+expect 2 '--device needs a value' -- "$run" --device -- ls
+expect 0 '^ROCE_LINK_WAIT=5$' -- "$run" --link "--pmd memif" --link-wait 5 -- env
+expect 2 "--link-wait wants whole seconds, not 'x'" -- "$run" --link "--pmd memif" --link-wait x -- env
+# a mode on the command line replaces the file's other mode (and its port)
+expect 0 '^ROCE_LINK=--pmd memif$' -- "$run" --config "$work/verbs.conf" --link "--pmd memif" -- env
+out=$("$run" --config "$work/verbs.conf" --link "--pmd memif" -- env)
+! grep -qE '^ROCE_(ATTACH|PORT)=' <<< "$out" || fail "the file's attach survived --link: $out"
 
 # ---- missing things: exit 1 with what is missing ----
 expect 1 "no roced socket at $work/nothing.sock" -- "$run" --attach "$work/nothing.sock" -- env
