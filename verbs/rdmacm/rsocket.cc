@@ -1057,7 +1057,10 @@ short poll_rs(RSocket& rs, Lock& lk, short events) {
     short rev = 0;
     if ((events & POLLIN) && conn_have_rdata(rs)) rev |= POLLIN;
     if ((events & POLLOUT) && can_send(rs)) rev |= POLLOUT;
-    if (!(rs.state & kConnected)) rev |= rs.state == kDisconnected ? POLLHUP : POLLERR;
+    // Hang-up only once the peer's last bytes are read: with them still queued, as TCP, a
+    // reader sees POLLIN (the disconnect often arrives with the data it follows).
+    if (!(rs.state & kConnected) && !have_rdata(rs))
+      rev |= rs.state == kDisconnected ? POLLHUP : POLLERR;
     return rev;
   }
   if (rs.state == kListening) {
