@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rsocket.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -416,7 +417,12 @@ int process(RSocket& rs, Lock& lk, bool nonblock, Test test, int deadline_ms = -
       return 0;
     }
     if (ret) return ret;
-    if (nonblock) return fail(EWOULDBLOCK);
+    if (nonblock) {
+      // A program spinning on EAGAIN would otherwise keep the port's lock (every poll of the
+      // CQ takes it) from the in-process engine's thread, which must move the data.
+      sched_yield();
+      return fail(EWOULDBLOCK);
+    }
     if (!rs.cq_armed) {
       ibv_req_notify_cq(rs.cq, 0);
       rs.cq_armed = true;
