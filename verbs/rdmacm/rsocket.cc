@@ -273,7 +273,7 @@ void send_credits(RSocket& rs) {
     const std::uint32_t msg = make_msg(kOpSgl, grant);
     post_write(rs, &sge, 1, msg, msg, true, flags,
                rs.peer.sgl_addr + rs.remote_sge * sizeof(Sge), rs.peer.sgl_key);
-    rs.ledger.granted(half);
+    rs.ledger.granted();
     rs.rbuf_bytes_avail -= half;
     rs.rbuf_free_offset += half;
     if (rs.rbuf_free_offset >= rs.rbuf_size) rs.rbuf_free_offset = 0;

@@ -59,7 +59,8 @@ ConnData format_conn(std::uint64_t target_addr, std::uint32_t target_rkey, int i
 
 void Ledger::reset(std::uint32_t first_grant, std::uint32_t rq_size, std::uint32_t iomap_entries,
                    std::uint16_t peer_rq, std::uint32_t peer_chunk) {
-  grant_ = first_grant;
+  region_ = left_ = first_grant;
+  regions_ = 0;
   unread_ = 0;
   rq_ = rq_size;
   iomap_ = iomap_entries;
@@ -72,8 +73,13 @@ int Ledger::accept(std::uint32_t imm, std::uint16_t sseq_no, Effect& out) {
   out = {};
   switch (msg_op(imm)) {
     case kOpData:
-      if (d > grant_ || unread_ >= rq_) return EPROTO;
-      grant_ -= d;
+      if (unread_ >= rq_) return EPROTO;
+      if (left_ == 0 && regions_ > 0 && d > 0) {  // the region is full: the next one starts
+        --regions_;
+        left_ = region_;
+      }
+      if (d > left_) return EPROTO;
+      left_ -= d;
       ++unread_;
       out = {Effect::kData, d};
       return 0;

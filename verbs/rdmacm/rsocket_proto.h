@@ -105,11 +105,12 @@ ConnData format_conn(std::uint64_t target_addr, std::uint32_t target_rkey, int i
                      std::uint16_t rq_size);
 
 /// The receive side's account of what the peer may still do: every immediate it sends is
-/// checked against it (a data message may fill no more than the bytes granted and not yet
-/// written and no more messages than our receive queue's depth are unread; credits may not go
-/// beyond the peer's receive queue; an iomap index must be inside our iomap area). A message
-/// that breaks these is a protocol error: the rsocket closes with EPROTO, its buffers stay
-/// untouched.
+/// checked against it. A data message must fit in what is left of the region (a half of our
+/// receive buffer) the peer is filling, or start the next region granted (a sender never splits
+/// a message across two: rdma-core clips it to its target SGE), and no more messages than our
+/// receive queue's depth may be unread; credits may not go beyond the peer's receive queue; an
+/// iomap index must be inside our iomap area. A message that breaks these is a protocol error:
+/// the rsocket closes with EPROTO, its buffers stay untouched.
 class Ledger {
  public:
   struct Effect {
@@ -117,7 +118,8 @@ class Ledger {
         kNone;
     std::uint32_t value = 0;
   };
-  /// `first_grant`: the bytes the ConnData granted; `rq_size`: unread data messages allowed;
+  /// `first_grant`: the region the ConnData granted (every later grant is as large);
+  /// `rq_size`: unread data messages allowed;
   /// `iomap_entries`: our iomap area; `peer_rq`: the peer's credits (its receive queue);
   /// `peer_chunk`: the largest region the peer may grant us (its first half buffer).
   void reset(std::uint32_t first_grant, std::uint32_t rq_size, std::uint32_t iomap_entries,
@@ -127,13 +129,14 @@ class Ledger {
   int accept(std::uint32_t imm, std::uint16_t sseq_no, Effect& out);
   /// A target SGE the peer wrote into our SGL, checked when we start to use it.
   bool target_ok(const Sge& s) const { return s.length <= peer_chunk_; }
-  void granted(std::uint32_t bytes) { grant_ += bytes; }  ///< we sent an SGL update
-  void consumed() { --unread_; }                          ///< a data message fully read
-  std::uint32_t grant() const { return grant_; }
+  void granted() { ++regions_; }   ///< we sent an SGL update: one more region
+  void consumed() { --unread_; }  ///< a data message fully read
+  /// Bytes the peer may still write: the rest of its region and the regions after it.
+  std::uint64_t grant() const { return left_ + std::uint64_t{regions_} * region_; }
   std::uint32_t unread() const { return unread_; }
 
  private:
-  std::uint64_t grant_ = 0;
+  std::uint32_t region_ = 0, left_ = 0, regions_ = 0;
   std::uint32_t unread_ = 0, rq_ = 0, iomap_ = 0, peer_chunk_ = 0;
   std::uint16_t peer_rq_ = 0;
 };

@@ -95,24 +95,30 @@ TEST(RsocketProto, MessageEncoding) {
 
 TEST(RsocketProto, DataBeyondGrantRefused) {
   Ledger l;
-  l.reset(1000, 4, 0, 384, 1000);
+  l.reset(1000, 4, 0, 384, 1000);  // regions of 1000 bytes, 4 unread messages at most
   Ledger::Effect e;
   ASSERT_EQ(l.accept(make_msg(kOpData, 600), 0, e), 0);
   EXPECT_EQ(e.kind, Ledger::Effect::kData);
   EXPECT_EQ(e.value, 600u);
-  EXPECT_EQ(l.accept(make_msg(kOpData, 401), 0, e), EPROTO);  // 1 byte past what we granted
+  EXPECT_EQ(l.accept(make_msg(kOpData, 401), 0, e), EPROTO);  // 1 byte past the region
   ASSERT_EQ(l.accept(make_msg(kOpData, 400), 0, e), 0);
-  EXPECT_EQ(l.accept(make_msg(kOpData, 1), 0, e), EPROTO);
-  ASSERT_EQ(l.accept(make_msg(kOpData, 0), 0, e), 0);  // an empty message fits
-  l.granted(500);                                      // an SGL update of ours
+  EXPECT_EQ(l.accept(make_msg(kOpData, 1), 0, e), EPROTO);  // nothing more granted
+  ASSERT_EQ(l.accept(make_msg(kOpData, 0), 0, e), 0);       // an empty message fits
+  l.granted();                                              // an SGL update of ours
   ASSERT_EQ(l.accept(make_msg(kOpData, 1), 0, e), 0);
   EXPECT_EQ(l.accept(make_msg(kOpData, 1), 0, e), EPROTO);  // 4 unread: the queue is full
   l.consumed();
-  ASSERT_EQ(l.accept(make_msg(kOpData, 499), 0, e), 0);
+  ASSERT_EQ(l.accept(make_msg(kOpData, 999), 0, e), 0);
   EXPECT_EQ(l.grant(), 0u);
-  // The largest length the immediate can say, far beyond any buffer.
-  l.granted(1000);
+  // Two regions granted, yet one message may not cross from one into the next.
+  l.granted();
+  l.granted();
   l.consumed();
+  EXPECT_EQ(l.grant(), 2000u);
+  EXPECT_EQ(l.accept(make_msg(kOpData, 1001), 0, e), EPROTO);
+  ASSERT_EQ(l.accept(make_msg(kOpData, 1000), 0, e), 0);
+  l.consumed();
+  // The largest length the immediate can say, far beyond any buffer.
   EXPECT_EQ(l.accept(make_msg(kOpData, 0x1FFF'FFFF), 0, e), EPROTO);
 }
 
