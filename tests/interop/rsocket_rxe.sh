@@ -5,11 +5,12 @@
 # roles. Every case verifies the data (-T v): a receiver exits non-zero on a wrong byte. Both
 # sides must exit 0 and print their result line.
 #   rsocket_rxe.sh LIBROCE_VERBS RDMACM_DIR [CASE...]   (root; exits 77 when VMs cannot run here)
-# CASE: rstream (default mode: non-blocking), rstream_blocking, rstream_async, riostream.
+# CASE: rstream (default mode: non-blocking), rstream_blocking, rstream_async, riostream,
+# rstream_keepalive.
 # Env: RXE_VM_NETNS (default rxevm) names the VM's network namespace.
 set -euo pipefail
 lib=$(realpath "$1") cmdir=$(realpath "$2"); shift 2
-cases=("${@:-rstream rstream_blocking rstream_async riostream}")
+cases=("${@:-rstream rstream_blocking rstream_async riostream rstream_keepalive}")
 read -r -a cases <<< "${cases[*]}"
 export RXE_VM_NETNS=${RXE_VM_NETNS:-rxevm}
 # shellcheck source=tests/interop/lib.sh disable=SC2154
@@ -48,6 +49,8 @@ for c in "${cases[@]}"; do
     # in together (slow TCG makes that likely), which rstream's do_poll takes for an error.
     rstream_async) tool=rstream args="-T v -T a -S 1000 -C 100" vm_client_args="-T v -S 1000 -C 100" ;;
     riostream) tool=riostream args="-T v -S 4096 -C 30" ;;
+    # Keepalives every second both ways (rdma-core's: a zero-length RDMA WRITE, rkey 0).
+    rstream_keepalive) tool=rstream args="-T v -T b -k 1 -S 65536 -C 200" ;;
     *) echo "rsocket_rxe.sh: unknown case $c"; exit 2 ;;
   esac
   read -r -a a <<< "$args"

@@ -33,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "verbs/rdmacm/rsocket_proto.h"
@@ -91,6 +92,7 @@ struct RSocket {
   int state = kInit, err = 0, fd_flags = 0;
   std::uint64_t so_opts = 0, tcp_opts = 0, ipv6_opts = 0;
   int keepalive_time = 7200;
+  Clock::time_point next_keepalive{};
   std::uint32_t sbuf_size = kDefWmem, rbuf_size = kDefMem;
   std::uint32_t sq_size = kDefSq, rq_size = kDefRq, sq_inline = kDefInline;
   std::uint32_t target_iomap_size = 0;
@@ -450,6 +452,48 @@ bool all_sends_done(RSocket& rs) {
   return (static_cast<int>(rs.ctrl_max_seqno - rs.ctrl_seqno) + rs.sqe_avail ==
           static_cast<int>(rs.sq_size)) ||
          !(rs.state & kConnected);
+}
+
+// ---- keepalive -----------------------------------------------------------------------------
+
+/// SO_KEEPALIVE, as rdma-core's service thread: every TCP_KEEPIDLE seconds a zero-length RDMA
+/// WRITE (no immediate: the peer's program never sees it) on a connected rsocket that has a
+/// control slot free, so that a peer gone silent fails the QP (its completion in error ends the
+/// rsocket at the next call). One thread for the process, started by the first SO_KEEPALIVE.
+void send_keepalive(RSocket& rs) {
+  if (!(rs.state & kConnected) || !ctrl_avail(rs)) return;
+  ++rs.ctrl_seqno;
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.wr_id = make_msg(kOpCtrl, kCtrlKeepalive);
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  ibv_post_send(rs.id->qp, &wr, &bad);
+}
+
+void keepalive_loop() {
+  for (;;) {
+    std::vector<Ptr> all;
+    {
+      std::lock_guard lk(reg_mu);
+      for (auto& [fd, rs] : registry()) all.push_back(rs);
+    }
+    const auto now = Clock::now();
+    for (auto& rs : all) {
+      Lock lk(rs->mu);
+      if (!((rs->so_opts >> SO_KEEPALIVE) & 1) || !(rs->state & kConnected)) continue;
+      if (rs->next_keepalive == Clock::time_point{})
+        rs->next_keepalive = now + std::chrono::seconds(rs->keepalive_time);
+      if (now >= rs->next_keepalive) {
+        send_keepalive(*rs);
+        rs->next_keepalive = now + std::chrono::seconds(rs->keepalive_time);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+void start_keepalive() {
+  static std::once_flag once;
+  std::call_once(once, [] { std::thread(keepalive_loop).detach(); });
 }
 
 // ---- endpoints -----------------------------------------------------------------------------
@@ -945,6 +989,7 @@ RDMACM_EXPORT int raccept(int socket, struct sockaddr* addr, socklen_t* addrlen)
     rs->fd_flags = l.fd_flags;
     rs->so_opts = l.so_opts;
     rs->tcp_opts = l.tcp_opts;
+    rs->keepalive_time = l.keepalive_time;
     Peer p;
     const rdma_cm_event* e = cid->event;
     int rc = e ? parse_conn(e->param.conn.private_data, e->param.conn.private_data_len, p) : EPROTO;
@@ -1305,6 +1350,11 @@ RDMACM_EXPORT int rsetsockopt(int socket, int level, int optname, const void* op
           break;
         }
         case SO_KEEPALIVE:
+          if (!need(sizeof(int))) return fail(EINVAL);
+          on = ival() != 0;
+          rs.next_keepalive = {};
+          if (on) start_keepalive();
+          break;
         case SO_OOBINLINE:
           if (!need(sizeof(int))) return fail(EINVAL);
           on = ival() != 0;
@@ -1323,6 +1373,7 @@ RDMACM_EXPORT int rsetsockopt(int socket, int level, int optname, const void* op
         case TCP_KEEPIDLE:
           if (!need(sizeof(int)) || ival() <= 0) return fail(EINVAL);
           rs.keepalive_time = ival();
+          rs.next_keepalive = {};
           return 0;
         case TCP_NODELAY:
           if (!need(sizeof(int))) return fail(EINVAL);
