@@ -61,7 +61,9 @@ for c in "${cases[@]}"; do
       boot "$tool -b 192.0.2.1 $args"
       ours_retry "$tool" -s 192.0.2.1 "${a[@]}" || rc=$?
     else
-      boot "retry $tool -s 192.0.2.100 $vm_client_args"
+      # guest-lib's retry, plus "timed out": a blocking rconnect of rdma-core's reports ETIMEDOUT
+      # when it resolves our address before our side is up.
+      boot "rs_retry() { n=0; while :; do $tool -s 192.0.2.100 $vm_client_args > /tmp/rs.out 2>&1; rc=\$?; if [ \$rc -ne 0 ] && [ \$n -lt 90 ] && grep -qiE 'timed out|refused|no route' /tmp/rs.out; then n=\$((n+1)); sleep 1; continue; fi; [ \$n -gt 0 ] && echo \"(retried \$n times)\"; cat /tmp/rs.out; return \$rc; done; }; rs_retry"
       ours "$tool" -b 192.0.2.100 "${a[@]}" || rc=$?
     fi
     finish && theirs=0 || theirs=1
