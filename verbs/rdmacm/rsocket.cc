@@ -479,7 +479,9 @@ void keepalive_loop() {
     const auto now = Clock::now();
     for (auto& rs : all) {
       Lock lk(rs->mu);
-      if (!((rs->so_opts >> SO_KEEPALIVE) & 1) || !(rs->state & kConnected)) continue;
+      if (!rs->id || !rs->id->qp || !((rs->so_opts >> SO_KEEPALIVE) & 1) ||
+          !(rs->state & kConnected))
+        continue;
       if (rs->next_keepalive == Clock::time_point{})
         rs->next_keepalive = now + std::chrono::seconds(rs->keepalive_time);
       if (now >= rs->next_keepalive) {
@@ -930,11 +932,13 @@ int send_iomaps(RSocket& rs, Lock& lk, int flags) {
 
 // ---- the C API -----------------------------------------------------------------------------
 
-#define WITH_RS(fd)                   \
-  Ptr rs_ptr = lookup(fd);            \
-  if (!rs_ptr) return fail(EBADF);    \
-  RSocket& rs = *rs_ptr;              \
-  Lock lk(rs.mu)
+// The rsocket of `fd`, locked; EBADF for no rsocket, or one closed by another thread meanwhile.
+#define WITH_RS(fd)                           \
+  Ptr rs_ptr = lookup(fd);                    \
+  if (!rs_ptr) return fail(EBADF);            \
+  RSocket& rs = *rs_ptr;                      \
+  Lock lk(rs.mu);                             \
+  if (rs.id == nullptr) return fail(EBADF)
 
 RDMACM_EXPORT int rsocket(int domain, int type, int protocol) {
   if (domain != AF_INET && domain != AF_INET6) return fail(EAFNOSUPPORT);
@@ -971,6 +975,7 @@ RDMACM_EXPORT int raccept(int socket, struct sockaddr* addr, socklen_t* addrlen)
   RSocket& l = *lp;
   for (;;) {
     Lock lk(l.mu);
+    if (l.id == nullptr) return fail(EBADF);
     if (l.state != kListening) return fail(EINVAL);
     const bool nb = l.fd_flags & O_NONBLOCK;
     set_nonblock(l.index, nb);
@@ -1144,6 +1149,11 @@ RDMACM_EXPORT int rpoll(struct pollfd* fds, nfds_t nfds, int timeout) {
       }
       RSocket& rs = *rss[k];
       Lock lk(rs.mu);
+      if (rs.id == nullptr) {  // closed by another thread meanwhile
+        fds[k].revents = POLLNVAL;
+        ++cnt;
+        continue;
+      }
       fds[k].revents = poll_rs(rs, lk, fds[k].events);
       if (!fds[k].revents && rs.cq && !rs.cq_armed && (rs.state & kConnected)) {
         ibv_req_notify_cq(rs.cq, 0);
@@ -1181,6 +1191,7 @@ RDMACM_EXPORT int rpoll(struct pollfd* fds, nfds_t nfds, int timeout) {
       if (map[j] >= 0 || !real[j].revents) continue;
       RSocket& rs = *rss[-1 - map[j]];
       Lock lk(rs.mu);
+      if (rs.id == nullptr) continue;
       if (rs.cch && real[j].fd == rs.cch->fd)
         drain_cq_events(rs);
       else if (rs.state != kListening)
@@ -1593,6 +1604,7 @@ RDMACM_EXPORT size_t riowrite(int socket, const void* buf, size_t count, off_t o
   if (!rs_ptr) return static_cast<size_t>(fail(EBADF));
   RSocket& rs = *rs_ptr;
   Lock lk(rs.mu);
+  if (rs.id == nullptr) return static_cast<size_t>(fail(EBADF));
   if (!(rs.state & kConnected)) return static_cast<size_t>(fail(ENOTCONN));
   if (rs.iomap_pending && send_iomaps(rs, lk, flags)) return static_cast<size_t>(-1);
   const auto* src = static_cast<const std::uint8_t*>(buf);
