@@ -411,6 +411,7 @@ using Test = bool (*)(RSocket&);
 /// (EWOULDBLOCK when `nonblock`, ETIMEDOUT past `deadline_ms`).
 int process(RSocket& rs, Lock& lk, bool nonblock, Test test, int deadline_ms = -1) {
   const auto end = Clock::now() + std::chrono::milliseconds(deadline_ms);
+  if (rs.cq == nullptr) return fail(ENOTCONN);  // never connected
   for (;;) {
     update_credits(rs);
     const int ret = poll_cq(rs);
