@@ -98,7 +98,8 @@ int main(int argc, char** argv) {
     writable = fds[1].revents & POLLOUT;
     pipe_quiet = pipe_quiet && fds[0].revents == 0;
   }
-  check(writable && pipe_quiet, "rpoll(pipe, rsocket): the rsocket becomes writable, the pipe stays quiet");
+  check(writable && pipe_quiet,
+        "rpoll(pipe, rsocket): the rsocket becomes writable, the pipe stays quiet");
   int err = -1;
   len = sizeof err;
   check(rgetsockopt(rs, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0, "SO_ERROR 0");

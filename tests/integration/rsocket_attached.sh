@@ -14,6 +14,7 @@ work=$(realpath "$work")
 tag=vattrs$$
 pids=()
 # shellcheck source=tests/integration/lib_appliance.sh
+# shellcheck source=tests/integration/lib_appliance.sh
 source "$(dirname "$0")/lib_appliance.sh"
 trap 'stop_all $?' EXIT
 appliance a server 02:00:5e:00:0d:31 192.0.2.97 0

@@ -273,8 +273,8 @@ void send_credits(RSocket& rs) {
       sge = {reinterpret_cast<std::uintptr_t>(slot), sizeof s, rs.smr->lkey};
     }
     const std::uint32_t msg = make_msg(kOpSgl, grant);
-    post_write(rs, &sge, 1, msg, msg, true, flags,
-               rs.peer.sgl_addr + rs.remote_sge * sizeof(Sge), rs.peer.sgl_key);
+    post_write(rs, &sge, 1, msg, msg, true, flags, rs.peer.sgl_addr + rs.remote_sge * sizeof(Sge),
+               rs.peer.sgl_key);
     rs.ledger.granted();
     rs.rbuf_bytes_avail -= half;
     rs.rbuf_free_offset += half;
@@ -562,7 +562,8 @@ int create_ep(RSocket& rs) {
   rs.target = alloc_buf(rs.target_len);
   rs.rbuf = alloc_buf(rs.rbuf_size);
   if (!rs.sbuf || !rs.target || !rs.rbuf) return ENOMEM;
-  rs.smr = ibv_reg_mr(pd, rs.sbuf, rs.sbuf_size + kCtrlMsgSize * kCtrlSlots, IBV_ACCESS_LOCAL_WRITE);
+  rs.smr =
+      ibv_reg_mr(pd, rs.sbuf, rs.sbuf_size + kCtrlMsgSize * kCtrlSlots, IBV_ACCESS_LOCAL_WRITE);
   rs.target_mr =
       ibv_reg_mr(pd, rs.target, rs.target_len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   rs.rmr = ibv_reg_mr(pd, rs.rbuf, rs.rbuf_size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
@@ -638,7 +639,7 @@ int do_connect(RSocket& rs) {
         if (errno == ETIMEDOUT && rs.retries <= kConnRetries) goto resolve_route;
         break;
       }
-    connect: {
+    connect : {
       if (const int rc = create_ep(rs)) {
         ret = errnum(rc);
         break;
@@ -660,11 +661,11 @@ int do_connect(RSocket& rs) {
     case kConnecting:
       ret = errnum(roce_rdmacm_complete(rs.id));
       if (ret) break;
-    established: {
+    established : {
       Peer p;
       const rdma_cm_event* e = rs.id->event;
-      const int rc = e ? parse_conn(e->param.conn.private_data, e->param.conn.private_data_len, p)
-                       : EPROTO;
+      const int rc =
+          e ? parse_conn(e->param.conn.private_data, e->param.conn.private_data_len, p) : EPROTO;
       if (rc) {
         ret = errnum(rc);
         break;
@@ -713,7 +714,9 @@ struct Src {
   int cnt;
   int i = 0;
   std::size_t off = 0;
-  const std::uint8_t* here() const { return static_cast<const std::uint8_t*>(iov[i].iov_base) + off; }
+  const std::uint8_t* here() const {
+    return static_cast<const std::uint8_t*>(iov[i].iov_base) + off;
+  }
   std::size_t contiguous() const { return iov[i].iov_len - off; }
   void copy(std::uint8_t* dst, std::size_t n) {
     while (n) {
@@ -791,7 +794,8 @@ ssize_t sendv(RSocket& rs, Lock& lk, const iovec* iov, int cnt, int flags) {
       n = 1;
       sflags = IBV_SEND_INLINE;
     } else {
-      n = stage(rs, xfer, sge, [&](std::uint8_t* d, std::uint32_t, std::uint32_t k) { src.copy(d, k); });
+      n = stage(rs, xfer, sge,
+                [&](std::uint8_t* d, std::uint32_t, std::uint32_t k) { src.copy(d, k); });
     }
     // Take the target before posting: the peer may refill the entry once it is used up.
     ++rs.sseq_no;
@@ -818,7 +822,8 @@ ssize_t recv_into(RSocket& rs, Lock& lk, std::uint8_t* buf, std::size_t len, int
       return -1;
     }
   }
-  if (rs.state == kInit || rs.state == kBound || rs.state == kListening || rs.state == kConnectError)
+  if (rs.state == kInit || rs.state == kBound || rs.state == kListening ||
+      rs.state == kConnectError)
     return fail(ENOTCONN);
   std::size_t left = len;
   int ret = 0;
@@ -879,8 +884,8 @@ ssize_t recvv(RSocket& rs, Lock& lk, const iovec* iov, int cnt, int flags) {
   ssize_t got = 0;
   for (int k = 0; k < cnt; ++k) {
     if (iov[k].iov_len == 0) continue;
-    const ssize_t n = recv_into(rs, lk, static_cast<std::uint8_t*>(iov[k].iov_base),
-                                iov[k].iov_len, got ? (flags | MSG_DONTWAIT) & ~MSG_WAITALL : flags);
+    const ssize_t n = recv_into(rs, lk, static_cast<std::uint8_t*>(iov[k].iov_base), iov[k].iov_len,
+                                got ? (flags | MSG_DONTWAIT) & ~MSG_WAITALL : flags);
     if (n < 0) return got ? got : -1;
     got += n;
     if (static_cast<std::size_t>(n) < iov[k].iov_len) break;
@@ -897,8 +902,9 @@ int send_iomaps(RSocket& rs, Lock& lk, int flags) {
       if (process(rs, lk, nonblocking(rs, flags), conn_can_send)) return -1;
       if (!(rs.state & kWritable)) return fail(closed_errno(rs));
     }
-    IomapEntry e{m.offset, {reinterpret_cast<std::uintptr_t>(m.mr->addr), m.mr->rkey,
-                            static_cast<std::uint32_t>(m.mr->length)}};
+    IomapEntry e{m.offset,
+                 {reinterpret_cast<std::uintptr_t>(m.mr->addr), m.mr->rkey,
+                  static_cast<std::uint32_t>(m.mr->length)}};
     if (rs.peer.swap) {
       e.offset = __builtin_bswap64(e.offset);
       e.sge.addr = __builtin_bswap64(e.sge.addr);
@@ -913,8 +919,9 @@ int send_iomaps(RSocket& rs, Lock& lk, int flags) {
       sflags = IBV_SEND_INLINE;
     } else {
       const auto* b = reinterpret_cast<const std::uint8_t*>(&e);
-      n = stage(rs, sizeof e, sge,
-                [&](std::uint8_t* d, std::uint32_t at, std::uint32_t k) { std::memcpy(d, b + at, k); });
+      n = stage(rs, sizeof e, sge, [&](std::uint8_t* d, std::uint32_t at, std::uint32_t k) {
+        std::memcpy(d, b + at, k);
+      });
     }
     ++rs.sseq_no;
     --rs.sqe_avail;
@@ -934,11 +941,11 @@ int send_iomaps(RSocket& rs, Lock& lk, int flags) {
 // ---- the C API -----------------------------------------------------------------------------
 
 // The rsocket of `fd`, locked; EBADF for no rsocket, or one closed by another thread meanwhile.
-#define WITH_RS(fd)                           \
-  Ptr rs_ptr = lookup(fd);                    \
-  if (!rs_ptr) return fail(EBADF);            \
-  RSocket& rs = *rs_ptr;                      \
-  Lock lk(rs.mu);                             \
+#define WITH_RS(fd)                \
+  Ptr rs_ptr = lookup(fd);         \
+  if (!rs_ptr) return fail(EBADF); \
+  RSocket& rs = *rs_ptr;           \
+  Lock lk(rs.mu);                  \
   if (rs.id == nullptr) return fail(EBADF)
 
 RDMACM_EXPORT int rsocket(int domain, int type, int protocol) {
@@ -1212,8 +1219,7 @@ RDMACM_EXPORT int rselect(int nfds, fd_set* readfds, fd_set* writefds, fd_set* e
     if (exceptfds && FD_ISSET(fd, exceptfds)) ev |= POLLPRI;
     if (ev) p.push_back({fd, ev, 0});
   }
-  const int ms =
-      timeout ? static_cast<int>(timeout->tv_sec * 1000 + timeout->tv_usec / 1000) : -1;
+  const int ms = timeout ? static_cast<int>(timeout->tv_sec * 1000 + timeout->tv_usec / 1000) : -1;
   const int n = rpoll(p.data(), p.size(), ms);
   if (n < 0) return n;
   if (readfds) FD_ZERO(readfds);
@@ -1441,8 +1447,7 @@ RDMACM_EXPORT int rsetsockopt(int socket, int level, int optname, const void* op
   return 0;
 }
 
-RDMACM_EXPORT int rgetsockopt(int socket, int level, int optname, void* optval,
-                              socklen_t* optlen) {
+RDMACM_EXPORT int rgetsockopt(int socket, int level, int optname, void* optval, socklen_t* optlen) {
   if (!optval || !optlen) return fail(EFAULT);
   WITH_RS(socket);
   auto put = [&](int v) {
@@ -1655,8 +1660,9 @@ RDMACM_EXPORT size_t riowrite(int socket, const void* buf, size_t count, off_t o
       sge[0] = {reinterpret_cast<std::uintptr_t>(src), xfer, 0};
       sflags = IBV_SEND_INLINE;
     } else {
-      n = stage(rs, xfer, sge,
-                [&](std::uint8_t* d, std::uint32_t at, std::uint32_t k) { std::memcpy(d, src + at, k); });
+      n = stage(rs, xfer, sge, [&](std::uint8_t* d, std::uint32_t at, std::uint32_t k) {
+        std::memcpy(d, src + at, k);
+      });
     }
     --rs.sqe_avail;
     rs.sbuf_avail -= xfer;

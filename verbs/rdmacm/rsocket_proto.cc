@@ -96,9 +96,12 @@ int Ledger::accept(std::uint32_t imm, std::uint16_t sseq_no, Effect& out) {
       out = {Effect::kIomap, d & 0xFFFF};
       return 0;
     case kOpCtrl:
-      if (d == kCtrlDisconnect) out.kind = Effect::kDisconnect;
-      else if (d == kCtrlShutdown) out.kind = Effect::kShutdown;
-      else if (d != kCtrlKeepalive) return EPROTO;
+      if (d == kCtrlDisconnect)
+        out.kind = Effect::kDisconnect;
+      else if (d == kCtrlShutdown)
+        out.kind = Effect::kShutdown;
+      else if (d != kCtrlKeepalive)
+        return EPROTO;
       return 0;
     default:  // reserved operations and kOpWrite, which never carries an immediate
       return EPROTO;

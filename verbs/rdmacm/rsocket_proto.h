@@ -114,8 +114,14 @@ ConnData format_conn(std::uint64_t target_addr, std::uint32_t target_rkey, int i
 class Ledger {
  public:
   struct Effect {
-    enum Kind : std::uint8_t { kNone, kData, kCredits, kIomap, kDisconnect, kShutdown } kind =
-        kNone;
+    enum Kind : std::uint8_t {
+      kNone,
+      kData,
+      kCredits,
+      kIomap,
+      kDisconnect,
+      kShutdown
+    } kind = kNone;
     std::uint32_t value = 0;
   };
   /// `first_grant`: the region the ConnData granted (every later grant is as large);
@@ -129,7 +135,7 @@ class Ledger {
   int accept(std::uint32_t imm, std::uint16_t sseq_no, Effect& out);
   /// A target SGE the peer wrote into our SGL, checked when we start to use it.
   bool target_ok(const Sge& s) const { return s.length <= peer_chunk_; }
-  void granted() { ++regions_; }   ///< we sent an SGL update: one more region
+  void granted() { ++regions_; }  ///< we sent an SGL update: one more region
   void consumed() { --unread_; }  ///< a data message fully read
   /// Bytes the peer may still write: the rest of its region and the regions after it.
   std::uint64_t grant() const { return left_ + std::uint64_t{regions_} * region_; }

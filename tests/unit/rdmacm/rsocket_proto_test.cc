@@ -78,8 +78,7 @@ TEST(RsocketProto, ByteOrderFlag) {
 }
 
 TEST(RsocketProto, IomapScale) {
-  for (int v : {0, 1, 64, 128})
-    EXPECT_EQ(scale_to_value(value_to_scale(v, 8), 8), v);
+  for (int v : {0, 1, 64, 128}) EXPECT_EQ(scale_to_value(value_to_scale(v, 8), 8), v);
   EXPECT_EQ(scale_to_value(value_to_scale(512, 8), 8), 512);
   EXPECT_EQ(scale_to_value(value_to_scale(300, 8), 8), 256);  // rounded down to 256s
 }
