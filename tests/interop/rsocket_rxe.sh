@@ -3,13 +3,15 @@
 # librdmacm.so.1 (and the provider, in-process on a DPDK net_af_packet port on dp0, 192.0.2.100)
 # against the same binaries over Debian's librdmacm on Linux rxe in the interop VM, in both
 # roles. Every case verifies the data (-T v): a receiver exits non-zero on a wrong byte. Both
-# sides must exit 0 and print their result line.
-#   rsocket_rxe.sh LIBROCE_VERBS RDMACM_DIR [CASE...]   (root; exits 77 when VMs cannot run here)
+# sides must exit 0 and print their result line, and our side's capture must be clean
+# (tests/integration/check_capture.sh: our parser takes every frame, tshark finds no error).
+#   rsocket_rxe.sh LIBROCE_VERBS RDMACM_DIR ROCE_PCAP [CASE...]
+# (root; exits 77 when VMs cannot run here)
 # CASE: rstream (default mode: non-blocking), rstream_blocking, rstream_async, riostream,
 # rstream_keepalive.
 # Env: RXE_VM_NETNS (default rxevm) names the VM's network namespace.
 set -euo pipefail
-lib=$(realpath "$1") cmdir=$(realpath "$2"); shift 2
+lib=$(realpath "$1") cmdir=$(realpath "$2") pcap=$(realpath "$3"); shift 3
 cases=("${@:-rstream rstream_blocking rstream_async riostream rstream_keepalive}")
 read -r -a cases <<< "${cases[*]}"
 export RXE_VM_NETNS=${RXE_VM_NETNS:-rxevm}
@@ -22,7 +24,7 @@ trap 'rm -rf "$out"' EXIT
 fail=0
 ours() {  # ours CMD...: Debian's tool here, the appliance in-process on dp0
   ip netns exec "$RXE_VM_NETNS" env LD_PRELOAD="$lib" LD_LIBRARY_PATH="$cmdir" \
-    ROCE_LINK="--pmd af_packet --iface dp0 --ip 192.0.2.100 --mac 02:00:00:00:01:00" \
+    ROCE_LINK="--pmd af_packet --iface dp0 --ip 192.0.2.100 --mac 02:00:00:00:01:00 --pcap $out/us.pcap" \
     timeout 120 "$@" > "$out/us.txt" 2>&1
 }
 # Our client until the VM's server listens (refused or unreachable while it comes up).
@@ -57,6 +59,7 @@ for c in "${cases[@]}"; do
   vm_client_args=${vm_client_args:-$args}
   for dir in vm-server us-server; do
     rc=0
+    : > "$out/cap.txt"
     if [[ $dir == vm-server ]]; then
       boot "$tool -b 192.0.2.1 $args"
       ours_retry "$tool" -s 192.0.2.1 "${a[@]}" || rc=$?
@@ -68,12 +71,14 @@ for c in "${cases[@]}"; do
     fi
     finish && theirs=0 || theirs=1
     grep -v "^\[rxe-vm\]" "$out/vm.txt" > "$out/theirs.txt" || true
-    if [[ $rc == 0 && $theirs == 0 ]] && ok_output "$out/us.txt" && ok_output "$out/theirs.txt"; then
-      echo "PASS $c ($dir): $(grep -E '^custom' "$out/us.txt")"
+    if [[ $rc == 0 && $theirs == 0 ]] && ok_output "$out/us.txt" && ok_output "$out/theirs.txt" &&
+       "$here/../integration/check_capture.sh" "$pcap" "$out/us.pcap" 20 > "$out/cap.txt" 2>&1; then
+      echo "PASS $c ($dir): $(grep -E '^custom' "$out/us.txt"); $(tail -1 "$out/cap.txt")"
     else
       echo "FAIL $c ($dir): ours=$rc rxe=$theirs"
       sed 's/^/  us: /' "$out/us.txt" | tail -20
       sed 's/^/  vm: /' "$out/theirs.txt" | tail -20
+      sed 's/^/  capture: /' "$out/cap.txt" 2>/dev/null | tail -5
       fail=1
     fi
   done
