@@ -676,3 +676,9 @@ RDMACM_EXPORT int rdma_getaddrinfo(const char* node, const char* service,
   *res = rai;
   return 0;
 }
+
+// Internal to the library (rsocket.cc): rdma-core's ucma_complete on a synchronous id: acks the
+// id's last event, takes its next one (EAGAIN when its channel's fd is O_NONBLOCK and nothing
+// waits) and returns 0 or the event's status as an errno value.
+int roce_rdmacm_complete(rdma_cm_id* id);
+int roce_rdmacm_complete(rdma_cm_id* id) { return g().cma.complete(id_of(id)); }
