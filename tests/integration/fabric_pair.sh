@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
-# Debian's unmodified libfabric, UCX and Open MPI binaries between two in-process appliance
-# processes (libroce-verbs.so, our librdmacm):
+# Debian's unmodified libfabric, UCX and Open MPI binaries between two appliance processes
+# (libroce-verbs.so, our librdmacm), in-process or attached to roced:
 #   fi_pingpong    fi_pingpong -p verbs (FI_EP_DGRAM: UD QPs) with -c, every size checked
-#   ucx_rc         ucx_perftest, UCT level: am_lat and put_bw over rc_verbs on roce0:1
+#                  (16 B: an inline send, fi_inject)
+#   ucx_rc         ucx_perftest, UCT level: am_lat (inline sends) and put_bw over rc_verbs
 #   ucx_ud         ucx_perftest, UCT level: am_lat over ud_verbs
 #   ucx_tag        ucx_perftest, UCP level: tag_bw with UCX_TLS=rc_verbs,ud_verbs
 #   mpi            mpirun -np 2, pml ucx over rc_verbs: tests/interop/mpi_verify.c (built here
 #                  with Debian's mpicc) sends 1 B .. 4 MiB and checks every byte both ways
-# The link: net_af_packet on the two ends of a veth pair in a network namespace made here (up
-# without the peer, unlike a memif server's port, and both tools open their device before
-# they know their peer); out-of-band exchanges on its loopback. The veths get far-apart
-# interface indexes: DPDK's af_packet PMD names its PACKET_FANOUT group after the pid and the
-# ifindex, and two ranks' consecutive pids with consecutive ifindexes can collide.
+# In-process: net_af_packet on the two ends of a veth pair in a network namespace made here
+# (up without the peer, unlike a memif server's port: both tools open their device before they
+# know their peer); out-of-band exchanges on its loopback. The veths get far-apart interface
+# indexes: DPDK's af_packet PMD names its PACKET_FANOUT group after the pid and the ifindex,
+# and two ranks' consecutive pids with consecutive ifindexes can collide.
+# Attached: two roced on a net_memif link (lib_appliance.sh), each side attached to its own;
+# fewer iterations: busy-polling programs and roceds share the host's cores (docs/client-api.md
+# section 10: tens of ms per round trip on a loaded 2-core host).
 # Exit 77 (skipped) without root, iproute2 or the package.
-#   fabric_pair.sh LIBROCE_VERBS RDMACM_DIR WORKDIR MODE
+#   fabric_pair.sh LIBROCE_VERBS RDMACM_DIR ROCED WORKDIR MODE [attached]
 set -euo pipefail
-lib=$(realpath "$1") cmdir=$(realpath "$2") work=$3 mode=$4
+lib=$(realpath "$1") cmdir=$(realpath "$2") roced=$(realpath "$3") work=$4 mode=$5
+attached=${6:-}
 case $mode in
   fi_pingpong) need=(fi_pingpong) ;;
   ucx_*) need=(ucx_perftest) ;;
   mpi) need=(mpirun mpicc ucx_info) ;;
-  *) echo "usage: $0 LIB RDMACM_DIR WORKDIR fi_pingpong|ucx_rc|ucx_ud|ucx_tag|mpi"; exit 2 ;;
+  *) echo "usage: $0 LIB RDMACM_DIR ROCED WORKDIR fi_pingpong|ucx_rc|ucx_ud|ucx_tag|mpi [attached]"; exit 2 ;;
 esac
 for t in "${need[@]}"; do
   command -v "$t" >/dev/null ||
@@ -35,21 +40,36 @@ work=$(realpath "$work")
 port=$(port_base 1)
 ns=roce-fab-$$
 spid=
+pids=()
+tag=fab$$
 cleanup() {
+  local rc=$?
   [[ -n $spid ]] && kill "$spid" 2>/dev/null
-  ip netns del "$ns" 2>/dev/null
+  if [[ -n $attached ]]; then stop_all "$rc"; else ip netns del "$ns" 2>/dev/null; fi
   return 0
 }
 trap cleanup EXIT
-ip netns add "$ns" || { echo "skipped: cannot create network namespaces"; exit 77; }
-ip -n "$ns" link add va index 100 type veth peer name vb index 428
-ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv4.ip_forward=0 || true
-for l in va vb lo; do ip -n "$ns" link set "$l" up; done
-link_a="--pmd af_packet --iface va --ip 192.0.2.131 --mac 02:00:5e:00:1f:01 --lcore 1"
-link_b="--pmd af_packet --iface vb --ip 192.0.2.132 --mac 02:00:5e:00:1f:02 --lcore 0"
+if [[ -n $attached ]]; then
+  # shellcheck source=tests/integration/lib_appliance.sh
+  . "$here/lib_appliance.sh"
+  appliance a server 02:00:5e:00:1f:11 192.0.2.133 0
+  appliance b client 02:00:5e:00:1f:12 192.0.2.134 1
+  side_a="ROCE_ATTACH=$work/a.sock" side_b="ROCE_ATTACH=$work/b.sock"
+  in_ns() { env LD_PRELOAD="$lib" LD_LIBRARY_PATH="$cmdir" "$@"; }
+  run_ns() { "$@"; }
+  n_fi=20 n_ucx=30 n_tag=100 n_mpi=1
+else
+  ip netns add "$ns" || { echo "skipped: cannot create network namespaces"; exit 77; }
+  ip -n "$ns" link add va index 100 type veth peer name vb index 428
+  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv4.ip_forward=0 || true
+  for l in va vb lo; do ip -n "$ns" link set "$l" up; done
+  side_a="ROCE_LINK=--pmd af_packet --iface va --ip 192.0.2.131 --mac 02:00:5e:00:1f:01 --lcore 1"
+  side_b="ROCE_LINK=--pmd af_packet --iface vb --ip 192.0.2.132 --mac 02:00:5e:00:1f:02 --lcore 0"
+  in_ns() { ip netns exec "$ns" env LD_PRELOAD="$lib" LD_LIBRARY_PATH="$cmdir" "$@"; }
+  run_ns() { ip netns exec "$ns" "$@"; }
+  n_fi=500 n_ucx=2000 n_tag=1000 n_mpi=3
+fi
 fail() { echo "FAIL $mode: $*"; exit 1; }
-in_ns() { ip netns exec "$ns" env LD_PRELOAD="$lib" LD_LIBRARY_PATH="$cmdir" "$@"; }
-
 # A server and its client: server ARGS... -- client ARGS... ; waits for the server's TCP port.
 # ucx_perftest opens its device only once its peer has connected over TCP, so both ports
 # start together; on a loaded host the server's can come up after the 3 s the client's
@@ -67,15 +87,15 @@ pair_once() {
   while [[ $1 != -- ]]; do s+=("$1"); shift; done
   shift
   c=("$@")
-  in_ns ROCE_LINK="$link_a" timeout 90 "${s[@]}" > "$work/server.txt" 2>&1 &
+  in_ns "$side_a" timeout 150 "${s[@]}" > "$work/server.txt" 2>&1 &
   spid=$!
   for _ in $(seq 300); do
-    ip netns exec "$ns" ss -Htln "sport = :$port" 2>/dev/null | grep -q . && break
+    run_ns ss -Htln "sport = :$port" 2>/dev/null | grep -q . && break
     kill -0 "$spid" 2>/dev/null || break
     sleep 0.1
   done
   local rc=0
-  in_ns ROCE_LINK="$link_b" timeout 90 "${c[@]}" > "$work/client.txt" 2>&1 || rc=$?
+  in_ns "$side_b" timeout 150 "${c[@]}" > "$work/client.txt" 2>&1 || rc=$?
   wait "$spid" || rc=$?
   spid=
   sed 's/^/server: /' "$work/server.txt"
@@ -86,13 +106,16 @@ pair_once() {
 case $mode in
   fi_pingpong)
     # -c: each side checks the bytes it receives ("Data check error" otherwise); sizes 64 B to
-    # the UD MTU (1 KiB on this 1500-byte link), 500 round trips each.
-    pair fi_pingpong -p verbs -e dgram -B "$port" -I 500 -c -- \
-      fi_pingpong -p verbs -e dgram -P "$port" -I 500 -c 127.0.0.1
-    for side in server client; do
-      ! grep -qi "error" "$work/$side.txt" || fail "$side reports an error"
-      for size in 64 256 1k; do
-        grep -Eq "^$size +500 +=500 " "$work/$side.txt" || fail "$side: no result row for $size"
+    # the UD MTU (1 KiB on a 1500-byte link), then 16 B (an inline send: fi_inject).
+    for sz in all 16; do
+      pair fi_pingpong -p verbs -e dgram -B "$port" -I $n_fi -S $sz -c -- \
+        fi_pingpong -p verbs -e dgram -P "$port" -I $n_fi -S $sz -c 127.0.0.1
+      [[ $sz == all ]] && sizes="64 256 1k" || sizes=$sz
+      for side in server client; do
+        ! grep -qi "error" "$work/$side.txt" || fail "$side reports an error"
+        for size in $sizes; do
+          grep -Eq "^$size +$n_fi +=$n_fi " "$work/$side.txt" || fail "$side: no result row for $size"
+        done
       done
     done
     ;;
@@ -104,8 +127,8 @@ case $mode in
       # puts there) and drops the others' datagrams unless this check is off (as on rxe).
       pair env UCX_UD_VERBS_ETH_DGID_CHECK=n ucx_perftest -p "$port" -- \
         env UCX_UD_VERBS_ETH_DGID_CHECK=n \
-        ucx_perftest -p "$port" -t $t -x $tl -d roce0:1 -n 2000 -s 8 127.0.0.1
-      grep -Eq "^Final: +2000 " "$work/client.txt" || fail "$t over $tl: no Final row"
+        ucx_perftest -p "$port" -t $t -x $tl -d roce0:1 -n $n_ucx -s 8 127.0.0.1
+      grep -Eq "^Final: +$n_ucx " "$work/client.txt" || fail "$t over $tl: no Final row"
     done
     ;;
   ucx_tag)
@@ -115,8 +138,8 @@ case $mode in
       pair env UCX_TLS=rc_verbs,ud_verbs UCX_NET_DEVICES=roce0:1 UCX_UD_VERBS_ETH_DGID_CHECK=n \
         UCX_LOG_LEVEL=debug ucx_perftest -p "$port" -- \
         env UCX_TLS=rc_verbs,ud_verbs UCX_NET_DEVICES=roce0:1 UCX_UD_VERBS_ETH_DGID_CHECK=n \
-        UCX_LOG_LEVEL=debug ucx_perftest -p "$port" -t tag_bw -n 1000 -s $s 127.0.0.1
-      grep -Eq "^Final: +1000 " "$work/client.txt" || fail "tag_bw -s $s: no Final row"
+        UCX_LOG_LEVEL=debug ucx_perftest -p "$port" -t tag_bw -n $n_tag -s $s 127.0.0.1
+      grep -Eq "^Final: +$n_tag " "$work/client.txt" || fail "tag_bw -s $s: no Final row"
       # the endpoint to the peer: its active message lane is rc_verbs on roce0:1
       grep -Eq "lane\[0\]: +[0-9]+:rc_verbs/roce0:1.* am " "$work/client.txt" ||
         fail "tag_bw -s $s: the client's AM lane is not rc_verbs/roce0:1"
@@ -129,8 +152,8 @@ case $mode in
 #!/usr/bin/env bash
 # each rank on its own end of the link
 case \$OMPI_COMM_WORLD_RANK in
-  0) export ROCE_LINK="$link_a" ;;
-  *) export ROCE_LINK="$link_b" ;;
+  0) export "$side_a" ;;
+  *) export "$side_b" ;;
 esac
 export LD_PRELOAD="$lib" LD_LIBRARY_PATH="$cmdir\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 exec "\$@"
@@ -142,17 +165,17 @@ RANK
     # own port, so a QP cannot reach its own address (UCX_MAX_RNDV_RAILS=1: no second RMA
     # lane on rc_verbs to itself).
     rc=0
-    ip netns exec "$ns" env UCX_TLS=rc_verbs,ud_verbs,self,cma UCX_NET_DEVICES=roce0:1,memory \
+    run_ns env UCX_TLS=rc_verbs,ud_verbs,self,cma UCX_NET_DEVICES=roce0:1 \
       UCX_UD_VERBS_ETH_DGID_CHECK=n UCX_RNDV_THRESH=inf UCX_MAX_RNDV_RAILS=1 UCX_LOG_LEVEL=debug \
       timeout 180 mpirun -np 2 --oversubscribe --allow-run-as-root --mca pml ucx --mca btl self \
       --mca osc ucx -x UCX_TLS -x UCX_NET_DEVICES -x UCX_UD_VERBS_ETH_DGID_CHECK \
       -x UCX_RNDV_THRESH -x UCX_MAX_RNDV_RAILS -x UCX_LOG_LEVEL \
-      "$work/rank.sh" "$work/mpi_verify" 3 > "$work/mpi.txt" 2>&1 || rc=$?
+      "$work/rank.sh" "$work/mpi_verify" $n_mpi > "$work/mpi.txt" 2>&1 || rc=$?
     grep -E "PASS|FAIL|ERROR|lane\[" "$work/mpi.txt" | cut -c1-200
     [[ $rc == 0 ]] || { tail -40 "$work/mpi.txt"; fail "mpirun exited with $rc"; }
-    grep -q "^PASS mpi_verify: 60 messages" "$work/mpi.txt" || fail "no PASS line from rank 0"
+    grep -q "^PASS mpi_verify: $((20 * n_mpi)) messages" "$work/mpi.txt" || fail "no PASS line from rank 0"
     n=$(grep -Ec "lane\[0\]: +[0-9]+:rc_verbs/roce0:1.* am " "$work/mpi.txt" || true)
     [[ $n -ge 2 ]] || fail "the ranks' endpoints to each other do not carry their messages on rc_verbs/roce0:1"
     ;;
 esac
-echo "PASS fabric_pair $mode"
+echo "PASS fabric_pair $mode${attached:+ attached}"
