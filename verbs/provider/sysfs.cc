@@ -138,8 +138,7 @@ std::optional<Node> lookup(const char* path) {
     std::string_view sub = rest.substr(d->name.size());
     if (!sub.empty()) sub.remove_prefix(1);
     if (sub.empty() || sub == "ports") return dir();
-    if (sub == "node_guid" || sub == "sys_image_guid")
-      return file(hex_guid(node_guid(d)) + "\n");
+    if (sub == "node_guid" || sub == "sys_image_guid") return file(hex_guid(node_guid(d)) + "\n");
     if (sub == "node_type") return file("1: CA\n");
     if (sub == "ports/1") return dir();
     if (starts(sub, "ports/1/")) return port_node(d, sub.substr(8));
@@ -334,7 +333,8 @@ __attribute__((visibility("default"))) int getifaddrs(ifaddrs** out) {
   auto* entries = reinterpret_cast<ifaddrs*>(block);
   char* heap = block + n * sizeof(ifaddrs);
   auto put = [&heap](const void* src, std::size_t len) -> void* {
-    heap = reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(heap) + 7) & ~std::uintptr_t{7});
+    heap =
+        reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(heap) + 7) & ~std::uintptr_t{7});
     void* at = heap;
     std::memcpy(at, src, len);
     heap += len;
@@ -349,8 +349,7 @@ __attribute__((visibility("default"))) int getifaddrs(ifaddrs** out) {
     if (i->ifa_netmask)
       e.ifa_netmask = static_cast<sockaddr*>(put(i->ifa_netmask, addr_len(i->ifa_netmask)));
     if (i->ifa_broadaddr)
-      e.ifa_broadaddr =
-          static_cast<sockaddr*>(put(i->ifa_broadaddr, addr_len(i->ifa_broadaddr)));
+      e.ifa_broadaddr = static_cast<sockaddr*>(put(i->ifa_broadaddr, addr_len(i->ifa_broadaddr)));
     if (i->ifa_data) e.ifa_data = put(i->ifa_data, kLinkStats);
   }
   for (const Device* d : ours) {
