@@ -127,7 +127,7 @@ case $mode in
       # puts there) and drops the others' datagrams unless this check is off (as on rxe).
       pair env UCX_UD_VERBS_ETH_DGID_CHECK=n ucx_perftest -p "$port" -- \
         env UCX_UD_VERBS_ETH_DGID_CHECK=n \
-        ucx_perftest -p "$port" -t $t -x $tl -d roce0:1 -n $n_ucx -s 8 127.0.0.1
+        ucx_perftest -p "$port" -t "$t" -x "$tl" -d roce0:1 -n "$n_ucx" -s 8 127.0.0.1
       grep -Eq "^Final: +$n_ucx " "$work/client.txt" || fail "$t over $tl: no Final row"
     done
     ;;
