@@ -4,7 +4,8 @@
 /// verbs provider look at before (or beside) the verbs calls (docs/verbs-compat.md, "libfabric,
 /// UCX and MPI"). libroce-verbs.so defines the C library's entry points they use with glibc's
 /// symbol versions (libroce-verbs.map), answers for paths of our devices and passes every other
-/// path, unchanged, to glibc's definition (dlvsym RTLD_NEXT).
+/// path, unchanged, to glibc's definition (dlvsym RTLD_NEXT): open, open64, openat and their
+/// _FORTIFY_SOURCE forms, fopen, fopen64, stat, stat64, access, getifaddrs.
 ///
 /// The tree (N: the device's name, as ibv_get_device_name; i: a GID index < 16):
 ///   /dev/infiniband/N                           a character device, readable and writable
@@ -243,6 +244,29 @@ __attribute__((visibility("default"))) int openat(int dirfd, const char* path, i
   }
   if (const auto n = lookup(path)) return open_node(*n, flags);  // absolute paths only
   return next(dirfd, path, flags, mode);
+}
+
+// _FORTIFY_SOURCE's forms of open (flags the compiler cannot see: never O_CREAT); glibc's
+// headers declare them only inside their inline wrappers.
+int __open_2(const char* path, int flags);
+int __open64_2(const char* path, int flags);
+int __openat_2(int dirfd, const char* path, int flags);
+__attribute__((visibility("default"))) int __open_2(const char* path, int flags) {
+  static const auto next = real<int (*)(const char*, int)>("__open_2", "GLIBC_2.7");
+  if (const auto n = lookup(path)) return open_node(*n, flags);
+  return next(path, flags);
+}
+
+__attribute__((visibility("default"))) int __open64_2(const char* path, int flags) {
+  static const auto next = real<int (*)(const char*, int)>("__open64_2", "GLIBC_2.7");
+  if (const auto n = lookup(path)) return open_node(*n, flags);
+  return next(path, flags);
+}
+
+__attribute__((visibility("default"))) int __openat_2(int dirfd, const char* path, int flags) {
+  static const auto next = real<int (*)(int, const char*, int)>("__openat_2", "GLIBC_2.7");
+  if (const auto n = lookup(path)) return open_node(*n, flags);
+  return next(dirfd, path, flags);
 }
 
 __attribute__((visibility("default"))) FILE* fopen(const char* path, const char* how) {
