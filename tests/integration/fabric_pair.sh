@@ -8,6 +8,7 @@
 #   ucx_tag        ucx_perftest, UCP level: tag_bw with UCX_TLS=rc_verbs,ud_verbs
 #   mpi            mpirun -np 2, pml ucx over rc_verbs: tests/interop/mpi_verify.c (built here
 #                  with Debian's mpicc) sends 1 B .. 4 MiB and checks every byte both ways
+#   mpi_ud         the same over ud_verbs alone
 # In-process: net_af_packet on the two ends of a veth pair in a network namespace made here
 # (up without the peer, unlike a memif server's port: both tools open their device before they
 # know their peer); out-of-band exchanges on its loopback. The veths get far-apart interface
@@ -24,8 +25,8 @@ attached=${6:-}
 case $mode in
   fi_pingpong) need=(fi_pingpong) ;;
   ucx_*) need=(ucx_perftest) ;;
-  mpi) need=(mpirun mpicc ucx_info) ;;
-  *) echo "usage: $0 LIB RDMACM_DIR ROCED WORKDIR fi_pingpong|ucx_rc|ucx_ud|ucx_tag|mpi [attached]"; exit 2 ;;
+  mpi | mpi_ud) need=(mpirun mpicc ucx_info) ;;
+  *) echo "usage: $0 LIB RDMACM_DIR ROCED WORKDIR fi_pingpong|ucx_rc|ucx_ud|ucx_tag|mpi|mpi_ud [attached]"; exit 2 ;;
 esac
 for t in "${need[@]}"; do
   command -v "$t" >/dev/null ||
@@ -145,7 +146,9 @@ case $mode in
         fail "tag_bw -s $s: the client's AM lane is not rc_verbs/roce0:1"
     done
     ;;
-  mpi)
+  mpi | mpi_ud)
+    tls=rc_verbs,ud_verbs tl=rc_verbs
+    [[ $mode == mpi_ud ]] && tls=ud_verbs tl=ud_verbs
     mpicc -O2 -Wall -Wextra -o "$work/mpi_verify" "$here/../interop/mpi_verify.c" ||
       fail "mpicc failed"
     cat > "$work/rank.sh" <<RANK
@@ -160,12 +163,12 @@ exec "\$@"
 RANK
     chmod +x "$work/rank.sh"
     # UCX between the ranks: rc_verbs (UCX_RNDV_THRESH=inf: every message an active message on
-    # it, eager or bcopy/zcopy), ud_verbs for its wireup. Each rank's endpoint to itself takes
+    # it, eager or bcopy/zcopy), ud_verbs for its wireup; or ud_verbs alone (mpi_ud). Each rank's endpoint to itself takes
     # self, and cma for its RMA lane: the appliance does not loop a QP's packets back to its
     # own port, so a QP cannot reach its own address (UCX_MAX_RNDV_RAILS=1: no second RMA
     # lane on rc_verbs to itself).
     rc=0
-    run_ns env UCX_TLS=rc_verbs,ud_verbs,self,cma UCX_NET_DEVICES=roce0:1 \
+    run_ns env UCX_TLS=$tls,self,cma UCX_NET_DEVICES=roce0:1 \
       UCX_UD_VERBS_ETH_DGID_CHECK=n UCX_RNDV_THRESH=inf UCX_MAX_RNDV_RAILS=1 UCX_LOG_LEVEL=debug \
       timeout 180 mpirun -np 2 --oversubscribe --allow-run-as-root --mca pml ucx --mca btl self \
       --mca osc ucx -x UCX_TLS -x UCX_NET_DEVICES -x UCX_UD_VERBS_ETH_DGID_CHECK \
@@ -174,8 +177,8 @@ RANK
     grep -E "PASS|FAIL|ERROR|lane\[" "$work/mpi.txt" | cut -c1-200
     [[ $rc == 0 ]] || { tail -40 "$work/mpi.txt"; fail "mpirun exited with $rc"; }
     grep -q "^PASS mpi_verify: $((20 * n_mpi)) messages" "$work/mpi.txt" || fail "no PASS line from rank 0"
-    n=$(grep -Ec "lane\[0\]: +[0-9]+:rc_verbs/roce0:1.* am " "$work/mpi.txt" || true)
-    [[ $n -ge 2 ]] || fail "the ranks' endpoints to each other do not carry their messages on rc_verbs/roce0:1"
+    n=$(grep -Ec "lane\[0\]: +[0-9]+:$tl/roce0:1.* am " "$work/mpi.txt" || true)
+    [[ $n -ge 2 ]] || fail "the ranks' endpoints to each other do not carry their messages on $tl/roce0:1"
     ;;
 esac
 echo "PASS fabric_pair $mode${attached:+ attached}"
