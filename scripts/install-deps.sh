@@ -15,6 +15,9 @@ PACKAGES=(
   # Debian's own RDMA programs, unmodified, on the libibverbs provider and our librdmacm
   # (tests/integration/verbs_*, rdmacm_*; docs/verbs-compat.md)
   perftest ibverbs-utils rdmacm-utils
+  # libfabric, UCX and Open MPI over the provider (tests/integration/fabric_*; mpicc builds
+  # the MPI job's program)
+  libfabric-bin ucx-utils openmpi-bin libopenmpi-dev
   debootstrap debian-archive-keyring yamllint nodejs
   # the deployment tests (tests/deploy/, docs/deploy.md): podman with runc (crun refuses hybrid
   # cgroups), CNI networks, the pause image's init for kube play's pods, podman-compose

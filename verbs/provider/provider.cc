@@ -592,7 +592,13 @@ RQp* new_qp(ibv_context* c, ibv_pd* pd, const ibv_qp_init_attr& a, ibv_qp_cap& c
   cap.max_recv_wr = std::max<std::uint32_t>(a.cap.max_recv_wr, 1);
   cap.max_send_sge = std::max<std::uint32_t>(a.cap.max_send_sge, 1);
   cap.max_recv_sge = std::max<std::uint32_t>(a.cap.max_recv_sge, 1);
-  cap.max_inline_data = a.cap.max_inline_data;
+  // rxe's rule (rxe_qp.c, rxe_qp_init_req): a send queue entry has room for max_send_sge SGEs
+  // or max_inline_data bytes, whichever is larger, and the QP's inline capacity is that room:
+  // a QP made with max_inline_data 0 and one SGE still sends 16 bytes inline (rdma_xclient,
+  // UCX and libfabric post small messages inline; mlx5 rounds up likewise).
+  cap.max_inline_data = std::min<std::uint32_t>(
+      std::max<std::uint32_t>(a.cap.max_inline_data, 16 * cap.max_send_sge), 4096);
+  const std::uint32_t inline_cap = cap.max_inline_data;
   if (att) {
     cap.max_send_sge = std::min(cap.max_send_sge, kAttachedSge);
     cap.max_inline_data = 0;  // copied into the bounce buffer
@@ -605,6 +611,7 @@ RQp* new_qp(ibv_context* c, ibv_pd* pd, const ibv_qp_init_attr& a, ibv_qp_cap& c
   r->cap.max_recv_wr = a.srq != nullptr ? 0 : cap.max_recv_wr;
   r->cap.max_send_sge = std::max<std::uint32_t>(a.cap.max_send_sge, 1);
   r->cap.max_recv_sge = a.srq != nullptr ? 0 : cap.max_recv_sge;
+  r->cap.max_inline_data = inline_cap;
   r->sq_sig_all = a.sq_sig_all;
   ibv_qp& qp = r->vqp.qp;
   qp.context = c;
