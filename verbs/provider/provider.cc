@@ -1053,7 +1053,13 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   thread_local std::vector<verbs::Sge> sges;
   ws.assign(n, verbs::SendWr{});
   sges.resize(ns);
+  // Which requests took a bounce buffer slot (attached): only those the attachment accepts
+  // keep theirs.
+  thread_local std::vector<std::uint8_t> bounced;
+  bounced.assign(n, 0);
   std::lock_guard<std::mutex> g(be->mu);
+  const std::uint32_t first_slot = r->bounce.slot;
+  std::uint32_t slots_taken = 0;
   std::size_t i = 0, s = 0;
   ibv_send_wr* w = wr;
   // The requests before `w` go to the engine (rdma-core's contract: those before *bad_wr are
@@ -1067,8 +1073,19 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     }
     if (rc != 0) {
       ibv_send_wr* v = wr;
-      for (const verbs::SendWr* y = ws.data(); y != b && v != nullptr; y = y->next) v = v->next;
+      std::size_t accepted = 0;
+      for (const verbs::SendWr* y = ws.data(); b != nullptr && y != b && v != nullptr;
+           y = y->next, ++accepted)
+        v = v->next;
       if (bad != nullptr) *bad = b != nullptr ? v : wr;
+      // The refused requests give their slots back: a slot holds the data of a request the
+      // attachment took until 4 x the queue's depth more have been taken, not posts retried.
+      if (r->bounce.slots != 0) {
+        const auto kept = static_cast<std::uint32_t>(
+            std::count(bounced.begin(), bounced.begin() + static_cast<std::ptrdiff_t>(accepted),
+                       std::uint8_t{1}));
+        r->bounce.slot = (first_slot + kept) % r->bounce.slots;
+      }
       return rc;
     }
     if (e != 0 && bad != nullptr) *bad = stop;
@@ -1135,6 +1152,11 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
       if (b.buf == nullptr)
         if (const int e = setup_bounce(be, r)) return refuse(e);
       if (total > b.slot_size) return refuse(EINVAL);
+      // More copies in one call than the queue holds would overwrite slots of this very call
+      // before it is posted: the queue could not take them anyway (ENOMEM, as a full queue).
+      if (slots_taken == b.slots / 4) return refuse(ENOMEM);
+      ++slots_taken;
+      bounced[i] = 1;
       auto* dst = static_cast<std::uint8_t*>(b.buf->addr) + std::size_t{b.slot} * b.slot_size;
       b.slot = (b.slot + 1) % b.slots;
       std::size_t off = 0;
