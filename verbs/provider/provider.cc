@@ -466,46 +466,49 @@ int destroy_srq(ibv_srq* srq) {
   return 0;
 }
 
-/// ibv_recv_wr lists as the engine's RecvWr lists (`sges` holds their SGEs).
-void to_recv(const ibv_recv_wr* wr, std::vector<verbs::RecvWr>& out,
+/// The first `n` requests of an ibv_recv_wr list as the engine's RecvWr list (`sges` holds
+/// their SGEs); their SGE counts were checked.
+void to_recv(const ibv_recv_wr* wr, std::size_t n, std::vector<verbs::RecvWr>& out,
              std::vector<verbs::Sge>& sges) {
-  std::size_t n = 0, ns = 0;
-  for (const ibv_recv_wr* w = wr; w != nullptr; w = w->next) {
-    ++n;
-    ns += static_cast<std::size_t>(std::max(w->num_sge, 0));
-  }
+  std::size_t ns = 0, i = 0;
+  for (const ibv_recv_wr* w = wr; i < n; w = w->next, ++i)
+    ns += static_cast<std::size_t>(w->num_sge);
   out.resize(n);
   sges.resize(ns);
-  std::size_t i = 0, s = 0;
-  for (const ibv_recv_wr* w = wr; w != nullptr; w = w->next, ++i) {
+  std::size_t s = 0;
+  i = 0;
+  for (const ibv_recv_wr* w = wr; i < n; w = w->next, ++i) {
     verbs::RecvWr& r = out[i];
     r = {};
     r.wr_id = w->wr_id;
     r.sg_list = sges.data() + s;
-    r.num_sge = static_cast<std::uint32_t>(std::max(w->num_sge, 0));
+    r.num_sge = static_cast<std::uint32_t>(w->num_sge);
     for (int k = 0; k < w->num_sge; ++k, ++s)
       sges[s] = {w->sg_list[k].addr, w->sg_list[k].length, w->sg_list[k].lkey};
-    r.next = w->next != nullptr ? &out[i + 1] : nullptr;
+    r.next = i + 1 < n ? &out[i + 1] : nullptr;
   }
 }
 
+/// Posts a receive list to a queue that takes `max_sge` SGEs a request (a QP's or an SRQ's).
 template <class F>
-int post_recv_list(Backend* be, ibv_recv_wr* wr, ibv_recv_wr** bad, F&& post) {
-  thread_local std::vector<verbs::RecvWr> rs;
-  thread_local std::vector<verbs::Sge> sges;
-  to_recv(wr, rs, sges);
-  if (rs.empty()) return 0;
-  // A request with a negative SGE count is refused; those before it are posted.
+int post_recv_list(Backend* be, ibv_recv_wr* wr, ibv_recv_wr** bad, std::uint32_t max_sge,
+                   F&& post) {
+  // A request with more SGEs than its queue takes (or a negative count) is refused before its
+  // list is read (rdma-core's drivers: EINVAL, *bad_wr that request); those before it are
+  // posted.
   std::size_t n = 0;
   ibv_recv_wr* refused = wr;
-  while (refused != nullptr && refused->num_sge >= 0) {
+  while (refused != nullptr && refused->num_sge >= 0 &&
+         static_cast<std::uint32_t>(refused->num_sge) <= max_sge) {
     refused = refused->next;
     ++n;
   }
+  thread_local std::vector<verbs::RecvWr> rs;
+  thread_local std::vector<verbs::Sge> sges;
+  to_recv(wr, n, rs, sges);
   const verbs::RecvWr* b = nullptr;
   int rc = 0;
   if (n > 0) {
-    rs[n - 1].next = nullptr;
     std::lock_guard<std::mutex> g(be->mu);
     rc = post(rs.data(), &b);
   }
@@ -523,9 +526,10 @@ int post_recv_list(Backend* be, ibv_recv_wr* wr, ibv_recv_wr** bad, F&& post) {
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   auto* r = reinterpret_cast<RSrq*>(srq);
   Backend* be = be_of(srq->context);
-  return post_recv_list(be, wr, bad, [&](const verbs::RecvWr* w, const verbs::RecvWr** b) {
+  const auto post = [&](const verbs::RecvWr* w, const verbs::RecvWr** b) {
     return be->ctx->post_srq_recv(r->s, w, b);
-  });
+  };
+  return post_recv_list(be, wr, bad, r->attr.max_sge, post);
 }
 
 // ---- QP ----
@@ -812,9 +816,10 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     return EINVAL;
   }
   Backend* be = r->be;
-  return post_recv_list(be, wr, bad, [&](const verbs::RecvWr* w, const verbs::RecvWr** b) {
+  const auto post = [&](const verbs::RecvWr* w, const verbs::RecvWr** b) {
     return be->ctx->post_recv(r->q, w, b);
-  });
+  };
+  return post_recv_list(be, wr, bad, r->cap.max_recv_sge, post);
 }
 
 int post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) { return post_send(qp, wr, bad); }
@@ -1042,10 +1047,15 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   RQp* r = rqp(qp);
   Backend* be = r->be;
   const bool att = be->env == nullptr;
+  // SGEs are counted up to the first request with more than the QP takes (refused there,
+  // before its list is read).
   std::size_t n = 0, ns = 0;
+  bool counting = true;
   for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
     ++n;
-    ns += static_cast<std::size_t>(std::max(w->num_sge, 0));
+    counting = counting && w->num_sge >= 0 &&
+               static_cast<std::uint32_t>(w->num_sge) <= r->cap.max_send_sge;
+    if (counting) ns += static_cast<std::size_t>(w->num_sge);
   }
   if (n == 0) return 0;
   // Reused per thread: no allocation per post once a thread has posted its largest list.

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -349,6 +350,79 @@ TEST_F(Provider, LimitsAreKept) {
   errno = 0;
   EXPECT_EQ(ibv_create_qp(pd, &ia), nullptr);
   EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+// A work request's SGE count beyond what its queue was made for is refused before its list
+// is read (rdma-core: EINVAL, *bad_wr that request; those before it posted): a count of 100000
+// or INT_MAX with a one-entry list must neither read past it nor size anything by it.
+TEST_F(Provider, SgeCountsBeyondTheQueueAreRefused) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ibv_cq* cq = ibv_create_cq(ctx_, 64, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = cq;
+  ia.cap = {8, 8, 2, 2, 0};
+  ia.qp_type = IBV_QPT_RC;
+  ibv_qp* qp = ibv_create_qp(pd, &ia);
+  ASSERT_NE(qp, nullptr) << std::strerror(errno);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
+  ASSERT_EQ(
+      ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+      0);
+  std::vector<char> mem(4096);
+  ibv_mr* mr = ibv_reg_mr(pd, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  ibv_sge sge[3];
+  for (int i = 0; i < 3; ++i)
+    sge[i] = {reinterpret_cast<std::uint64_t>(mem.data()) + 64u * i, 64, mr->lkey};
+  for (const int count : {3, 100000, INT_MAX, -5}) {
+    SCOPED_TRACE(count);
+    ibv_recv_wr second{};
+    second.wr_id = 2;
+    second.sg_list = count == 3 ? sge : &sge[2];
+    second.num_sge = count;
+    ibv_recv_wr first{};
+    first.wr_id = 1;
+    first.sg_list = sge;
+    first.num_sge = 2;
+    first.next = &second;
+    ibv_recv_wr* rbad = nullptr;
+    EXPECT_EQ(ibv_post_recv(qp, &first, &rbad), EINVAL);
+    EXPECT_EQ(rbad, &second);
+    ibv_send_wr sw{};
+    sw.opcode = IBV_WR_SEND;
+    sw.sg_list = count == 3 ? sge : &sge[2];
+    sw.num_sge = count;
+    ibv_send_wr* sbad = nullptr;
+    EXPECT_EQ(ibv_post_send(qp, &sw, &sbad), EINVAL);
+    EXPECT_EQ(sbad, &sw);
+  }
+  ibv_srq_init_attr si{};
+  si.attr.max_wr = 8;
+  si.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd, &si);
+  ASSERT_NE(srq, nullptr) << std::strerror(errno);
+  for (const int count : {2, 100000, INT_MAX, -1}) {
+    SCOPED_TRACE(count);
+    ibv_recv_wr second{};
+    second.sg_list = count == 2 ? sge : &sge[2];
+    second.num_sge = count;
+    ibv_recv_wr first{};
+    first.sg_list = sge;
+    first.num_sge = 1;
+    first.next = &second;
+    ibv_recv_wr* bad = nullptr;
+    EXPECT_EQ(ibv_post_srq_recv(srq, &first, &bad), EINVAL);
+    EXPECT_EQ(bad, &second);
+  }
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
   EXPECT_EQ(ibv_destroy_cq(cq), 0);
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
 }
