@@ -137,11 +137,6 @@ std::vector<Device*> find_devices() {
   return out;
 }
 
-void write_all(int fd, const void* p, std::size_t n) {
-  // Non-blocking: a full pipe (a program that never reads its events) loses the event.
-  (void)!::write(fd, p, n);
-}
-
 /// A CQ armed for solicited completions only: takes its new completions (into `held`, which
 /// poll_cq hands out first, up to the CQ's depth) and says whether one is solicited (the
 /// sender's IBV_SEND_SOLICITED: the SE bit) or in error, rxe's rule for waking.
@@ -191,7 +186,7 @@ bool progress_once(Backend* be) {
     std::lock_guard<std::mutex> r(be->reg);
     for (RCq* c : be->cqs) {
       const int armed = c->armed.load(std::memory_order_acquire);
-      if (armed == 0 || c->channel_wfd < 0) continue;
+      if (armed == 0 || c->channel == nullptr) continue;
       if (armed == 2) {
         if (take_for_solicited(be, c) && c->armed.exchange(0) != 0) fire.push_back(c);
         continue;
@@ -206,8 +201,9 @@ bool progress_once(Backend* be) {
         fire.push_back(c);
     }
     for (RCq* c : fire) {
+      // Under `reg`: destroy_cq takes the CQ out of the registry, then its unread events out.
       rdma::comp_event_desc ev{reinterpret_cast<std::uint64_t>(&c->vcq.cq)};
-      write_all(c->channel_wfd, &ev, sizeof ev);
+      if (c->channel->write(&ev)) ++c->comp_written;
     }
   }
   work |= !fire.empty();

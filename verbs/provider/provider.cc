@@ -52,17 +52,15 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* /*private_dat
     return nullptr;
   }
   rc->be = be;
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) {
-    const int e = errno;
+  rc->async = new EventPipe(sizeof(rdma::async_event_desc));
+  if (const int e = rc->async->open()) {
+    delete rc->async;
     verbs_uninit_context(&rc->vctx);
     std::free(rc);
     close_backend(be);
     return fail_null<verbs_context>(e);
   }
-  ::fcntl(p[1], F_SETFL, O_NONBLOCK);
-  rc->vctx.context.async_fd = p[0];
-  rc->async_wfd = p[1];
+  rc->vctx.context.async_fd = rc->async->read_fd();
   rc->vctx.context.num_comp_vectors = 1;
   verbs_set_ops(&rc->vctx, &kOps);
   {
@@ -79,7 +77,7 @@ void free_context(ibv_context* c) {
     std::lock_guard<std::mutex> g(be->reg);
     std::erase(be->contexts, rc);
   }
-  ::close(rc->async_wfd);
+  delete rc->async;
   verbs_uninit_context(&rc->vctx);  // closes async_fd, puts the device
   std::free(rc);
   close_backend(be);
@@ -341,10 +339,10 @@ RCq* new_cq(ibv_context* c, int cqe, ibv_comp_channel* channel, int comp_vector)
   if (cqe < 1 || comp_vector < 0 || comp_vector >= c->num_comp_vectors ||
       static_cast<std::uint32_t>(cqe) > limits(be_of(c)).max_cqe)
     return fail_null<RCq>(EINVAL);
-  int wfd = -1;
+  EventPipe* events = nullptr;
   if (channel != nullptr) {
-    wfd = channel_wfd(channel);
-    if (wfd < 0 || channel->context != c) return fail_null<RCq>(EINVAL);
+    events = channel_pipe(channel);
+    if (events == nullptr || channel->context != c) return fail_null<RCq>(EINVAL);
   }
   Backend* be = be_of(c);
   client::Cq* q;
@@ -356,7 +354,7 @@ RCq* new_cq(ibv_context* c, int cqe, ibv_comp_channel* channel, int comp_vector)
   auto* r = new RCq;
   r->c = q;
   r->be = be;
-  r->channel_wfd = wfd;
+  r->channel = events;
   ibv_cq& cq = r->vcq.cq;
   cq.context = c;
   cq.channel = channel;
@@ -401,6 +399,20 @@ int destroy_cq(ibv_cq* cq) {
     be->cqs.push_back(r);
     return rc;
   }
+  // No event names it from here on (out of the registry). The unread ones leave the channel and
+  // the async fd, as the kernel drops them; those the program read must be acknowledged first
+  // (ibv_cmd_destroy_cq waits for comp_events_completed and async_events_completed).
+  const auto element = reinterpret_cast<std::uint64_t>(cq);
+  std::uint32_t comp_read, async_read;
+  {
+    std::lock_guard<std::mutex> g(be->reg);
+    comp_read = r->comp_written - (r->channel != nullptr ? r->channel->purge(element) : 0);
+    async_read = r->async_written - rctx(cq->context)->async->purge(element);
+  }
+  pthread_mutex_lock(&cq->mutex);
+  while (cq->comp_events_completed != comp_read || cq->async_events_completed != async_read)
+    pthread_cond_wait(&cq->cond, &cq->mutex);
+  pthread_mutex_unlock(&cq->mutex);
   if (r->ex) fini_cq_ex(&r->vcq.cq_ex);
   delete r;
   return 0;
@@ -798,10 +810,17 @@ int destroy_qp(ibv_qp* qp) {
     if (const int rc = be->ctx->destroy_qp(r->q)) return rc;
     free_bounce(be, r);
   }
+  std::uint32_t read;
   {
     std::lock_guard<std::mutex> g(be->reg);
     be->qps.erase(qp->qp_num);
+    // No event names it from here on: its unread ones leave the async fd; those the program
+    // read must be acknowledged first (ibv_cmd_destroy_qp waits for events_completed).
+    read = r->async_written - r->rctx->async->purge(reinterpret_cast<std::uint64_t>(qp));
   }
+  pthread_mutex_lock(&qp->mutex);
+  while (qp->events_completed != read) pthread_cond_wait(&qp->cond, &qp->mutex);
+  pthread_mutex_unlock(&qp->mutex);
   pthread_mutex_destroy(&qp->mutex);
   pthread_cond_destroy(&qp->cond);
   if (r->vqp.comp_mask & rdma::VERBS_QP_EX) fini_qp_ex(&r->vqp.qp_ex);
@@ -931,31 +950,29 @@ std::uint64_t node_guid(const Device* d) {
 void post_async(Backend* be, const client::AsyncEvent& ev) {
   rdma::async_event_desc d{};
   d.event_type = static_cast<std::uint32_t>(ev.type);
-  int fd = -1;
-  {
-    std::lock_guard<std::mutex> g(be->reg);
-    if (ev.type == verbs::AsyncEventType::kCqErr) {
-      for (RCq* c : be->cqs)
-        if (c->c == ev.cq) {
-          d.element = reinterpret_cast<std::uint64_t>(&c->vcq.cq);
-          fd = rctx(c->vcq.cq.context)->async_wfd;
-        }
-    } else {
-      const auto it = be->qps.find(ev.qp_num);
-      if (it != be->qps.end()) {
-        RQp* q = it->second;
-        d.element = reinterpret_cast<std::uint64_t>(&q->vqp.qp);
-        fd = q->rctx->async_wfd;
-        if (ev.type == verbs::AsyncEventType::kQpFatal ||
-            ev.type == verbs::AsyncEventType::kQpReqErr ||
-            ev.type == verbs::AsyncEventType::kQpAccessErr) {
-          q->attr.qp_state = IBV_QPS_ERR;
-          q->vqp.qp.state = IBV_QPS_ERR;
-        }
+  // Written under `reg`: destroy_cq and destroy_qp take their object out of the registry
+  // under it, then take its unread events out.
+  std::lock_guard<std::mutex> g(be->reg);
+  if (ev.type == verbs::AsyncEventType::kCqErr) {
+    for (RCq* c : be->cqs)
+      if (c->c == ev.cq) {
+        d.element = reinterpret_cast<std::uint64_t>(&c->vcq.cq);
+        if (rctx(c->vcq.cq.context)->async->write(&d)) ++c->async_written;
       }
+  } else {
+    const auto it = be->qps.find(ev.qp_num);
+    if (it != be->qps.end()) {
+      RQp* q = it->second;
+      d.element = reinterpret_cast<std::uint64_t>(&q->vqp.qp);
+      if (ev.type == verbs::AsyncEventType::kQpFatal ||
+          ev.type == verbs::AsyncEventType::kQpReqErr ||
+          ev.type == verbs::AsyncEventType::kQpAccessErr) {
+        q->attr.qp_state = IBV_QPS_ERR;
+        q->vqp.qp.state = IBV_QPS_ERR;
+      }
+      if (q->rctx->async->write(&d)) ++q->async_written;
     }
   }
-  if (fd >= 0) (void)!::write(fd, &d, sizeof d);
 }
 
 void post_device_event(Backend* be, ibv_event_type type) {
@@ -963,7 +980,7 @@ void post_device_event(Backend* be, ibv_event_type type) {
   d.element = 1;  // the port (ibv_get_async_event: element.port_num)
   d.event_type = static_cast<std::uint32_t>(type);
   std::lock_guard<std::mutex> g(be->reg);
-  for (RContext* rc : be->contexts) (void)!::write(rc->async_wfd, &d, sizeof d);
+  for (RContext* rc : be->contexts) rc->async->write(&d);
 }
 
 // ---- bridge.h ----

@@ -8,12 +8,14 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 // libibverbs exports it in IBVERBS_PRIVATE_34 (rdma-core's driver.h declares it); ibv_devinfo
@@ -424,6 +426,79 @@ TEST_F(Provider, SgeCountsBeyondTheQueueAreRefused) {
   EXPECT_EQ(ibv_destroy_srq(srq), 0);
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
   EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+// A completion event of a CQ the program destroys without reading it leaves the channel with
+// the CQ (the kernel drops a destroyed object's unread events): the channel, shared with
+// another CQ, must not hand the freed CQ out. An event read and not acknowledged holds
+// ibv_destroy_cq until ibv_ack_cq_events (ibv_cmd_destroy_cq waits for the acks).
+TEST_F(Provider, DestroyedCqLeavesItsEventsBehind) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
+  ASSERT_NE(ch, nullptr);
+  ibv_cq* a = ibv_create_cq(ctx_, 16, nullptr, ch, 0);
+  ibv_cq* b = ibv_create_cq(ctx_, 16, nullptr, ch, 0);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::vector<char> mem(256);
+  ibv_mr* mr = ibv_reg_mr(pd, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  // A QP whose receive is flushed (to ERR): one completion on `cq`, its event in the channel.
+  const auto flushed_qp = [&](ibv_cq* cq) {
+    ibv_qp_init_attr ia{};
+    ia.send_cq = ia.recv_cq = cq;
+    ia.cap = {4, 4, 1, 1, 0};
+    ia.qp_type = IBV_QPT_RC;
+    ibv_qp* qp = ibv_create_qp(pd, &ia);
+    EXPECT_NE(qp, nullptr);
+    ibv_qp_attr at{};
+    at.qp_state = IBV_QPS_INIT;
+    at.port_num = 1;
+    at.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
+    EXPECT_EQ(ibv_modify_qp(qp, &at,
+                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+              0);
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(mem.data()), 64, mr->lkey};
+    ibv_recv_wr wr{}, *bad = nullptr;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    EXPECT_EQ(ibv_post_recv(qp, &wr, &bad), 0);
+    EXPECT_EQ(ibv_req_notify_cq(cq, 0), 0);
+    at.qp_state = IBV_QPS_ERR;
+    EXPECT_EQ(ibv_modify_qp(qp, &at, IBV_QP_STATE), 0);
+    pollfd p{ch->fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 2000), 1) << "no completion event";
+    return qp;
+  };
+  ibv_qp* qa = flushed_qp(a);
+  ibv_wc wc;
+  EXPECT_EQ(ibv_poll_cq(a, 1, &wc), 1);
+  EXPECT_EQ(ibv_destroy_qp(qa), 0);
+  EXPECT_EQ(ibv_destroy_cq(a), 0);  // its event unread
+  pollfd p{ch->fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 200), 0) << "the destroyed CQ's event is still in the channel";
+
+  // B's event read and not acknowledged: B's destroy waits for the ack.
+  ibv_qp* qb = flushed_qp(b);
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), 0);
+  EXPECT_EQ(ev_cq, b);
+  EXPECT_EQ(ibv_poll_cq(b, 1, &wc), 1);
+  EXPECT_EQ(ibv_destroy_qp(qb), 0);
+  std::atomic<bool> destroyed{false};
+  std::thread t([&] {
+    EXPECT_EQ(ibv_destroy_cq(b), 0);
+    destroyed = true;
+  });
+  ::usleep(200'000);
+  EXPECT_FALSE(destroyed.load()) << "ibv_destroy_cq did not wait for the event's ack";
+  ibv_ack_cq_events(b, 1);
+  t.join();
+  EXPECT_TRUE(destroyed.load());
+  EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
 }
 
