@@ -122,6 +122,7 @@ std::vector<Device*> find_devices() {
       d->socket = sock;
       d->port = ports[i];
       d->probe = client::Context::attach(d->socket, d->port);
+      d->probe_pid = ::getpid();
       if (!d->probe) {
         std::fprintf(stderr, "libroce-verbs: ROCE_ATTACH=%s%s%s: %s\n", sock,
                      ports[i].empty() ? "" : " ROCE_PORT=", ports[i].c_str(), std::strerror(errno));
@@ -285,9 +286,10 @@ void progress_thread(Backend* be) {
 }
 
 /// At exit: the progress thread stops, the port closes (a memif link in order) and the EAL
-/// cleans up after itself (its run directory), as roce-perf ends.
+/// cleans up after itself (its run directory), as roce-perf ends. Not in a forked child: the
+/// thread is not there, and the port and the EAL's files are the parent's.
 void stop_all() {
-  if (g_local == nullptr) return;
+  if (g_local == nullptr || g_local->inherited()) return;
   g_local->stop = true;
   if (g_local->progress.joinable()) g_local->progress.join();
   std::lock_guard<std::mutex> g(g_local->mu);  // a thread of the program still in a call
@@ -303,6 +305,8 @@ std::uint64_t now_ns() {
                                         std::chrono::steady_clock::now().time_since_epoch())
                                         .count());
 }
+
+bool Backend::inherited() const { return pid != ::getpid(); }
 
 bool Backend::link_up() const {
   if (env) return env->port() != nullptr && env->port()->dev().link_up();
@@ -325,12 +329,25 @@ bool is_ours(ibv_context* c) { return c != nullptr && is_ours(c->device); }
 Backend* open_backend(Device* d) {
   std::lock_guard<std::mutex> g(g_open_mu);
   if (!d->attached && g_local != nullptr) {
+    if (g_local->inherited()) {
+      // The EAL cannot start twice in one process image, and the port is the parent's.
+      std::fprintf(stderr,
+                   "libroce-verbs: %s: the in-process port is the parent's (pid %d); a forked "
+                   "child cannot open it\n",
+                   d->name.c_str(), static_cast<int>(g_local->pid));
+      errno = ENODEV;
+      return nullptr;
+    }
     ++g_local->users;
     return g_local;
   }
   auto be = std::make_unique<Backend>();
   be->dev = d;
+  be->pid = ::getpid();
   if (d->attached) {
+    // A listing's attachment made by the parent is the parent's connection: a child makes its
+    // own (the inherited one is left as it is, not closed).
+    if (d->probe && d->probe_pid != ::getpid()) (void)d->probe.release();
     be->ctx = d->probe ? std::move(d->probe) : client::Context::attach(d->socket, d->port);
     if (!be->ctx) return nullptr;  // errno from attach
   } else {
@@ -368,6 +385,7 @@ Backend* open_backend(Device* d) {
 }
 
 void close_backend(Backend* be) {
+  if (be->inherited()) return;  // a forked child: the parent's
   if (--be->users > 0 || be == g_local) return;
   be->stop = true;
   if (be->progress.joinable()) be->progress.join();

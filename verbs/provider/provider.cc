@@ -73,7 +73,7 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* /*private_dat
 void free_context(ibv_context* c) {
   RContext* rc = rctx(c);
   Backend* be = rc->be;
-  {
+  if (!be->inherited()) {  // a forked child's copy of the registry is left as it is
     std::lock_guard<std::mutex> g(be->reg);
     std::erase(be->contexts, rc);
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <roce/client.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -42,6 +43,7 @@ struct Device {
   std::string socket, port;                ///< attached: roced's socket, the port's name
   client::PortInfo info;                   ///< what listing learnt (MAC, address, MTU)
   std::unique_ptr<client::Context> probe;  ///< attached: the listing's attachment, reused once
+  pid_t probe_pid = 0;                     ///< the process that made `probe`
 };
 
 /// What an opened context runs on: one per open when attached; one per process in-process
@@ -69,8 +71,14 @@ struct Backend {
   bool was_up = false;              ///< the port's state it last reported
   bool fatal_sent = false;          ///< attached: IBV_EVENT_DEVICE_FATAL sent (roced gone)
   std::vector<RContext*> contexts;  ///< the contexts opened on it (device events go to each)
+  /// The process that opened it. A child the program forks inherits the backend as memory
+  /// only: no progress thread, and the port, the EAL and the attachment are the parent's.
+  pid_t pid = 0;
 
   bool link_up() const;
+  /// Whether this process is a forked child of the one that opened the backend: it then leaves
+  /// the backend alone (never stops, closes or frees it).
+  bool inherited() const;
 };
 
 /// Our ibv_context: libibverbs allocates it (_verbs_init_and_alloc_context) with `vctx` at

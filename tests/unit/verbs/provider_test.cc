@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -499,6 +501,39 @@ TEST_F(Provider, DestroyedCqLeavesItsEventsBehind) {
   EXPECT_TRUE(destroyed.load());
   EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+// A child the program forks shares nothing of the provider but memory: its exit() (the
+// provider's exit handler) must neither join the parent's progress thread (absent in the
+// child) nor close the inherited port and clean the EAL up under the parent, whose progress
+// thread keeps polling that port.
+TEST_F(Provider, ForkedChildExitLeavesTheParentsPortAlone) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ASSERT_NE(pd, nullptr);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) std::exit(0);
+  int status = 0;
+  bool gone = false;
+  for (int i = 0; i < 50 && !gone; ++i) {  // 5 s
+    gone = ::waitpid(child, &status, WNOHANG) == child;
+    if (!gone) ::usleep(100'000);
+  }
+  if (!gone) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+  }
+  ASSERT_TRUE(gone) << "the child's exit hung";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ::usleep(300'000);  // the parent's progress thread polls the port meanwhile
+  ibv_port_attr pa{};
+  EXPECT_EQ(ibv_query_port(ctx_, 1, &pa), 0);
+  ibv_cq* cq = ibv_create_cq(ctx_, 8, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  ibv_wc wc;
+  EXPECT_EQ(ibv_poll_cq(cq, 1, &wc), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
 }
 
