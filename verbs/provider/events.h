@@ -33,8 +33,11 @@ class EventPipe {
   /// loses the newest).
   bool write(const void* rec);
   /// Takes the unread records naming `element` out of the pipe (the others stay, in their
-  /// order): how many. 0 when the pipe could not be opened a second time (/proc missing).
+  /// order): how many. Nothing without exact().
   unsigned purge(std::uint64_t element);
+  /// Whether purge() works, i.e. the pipe could be opened a second time (/proc is there): only
+  /// then does the provider know what the program read, and wait for its acks.
+  bool exact() const { return drain_ >= 0; }
 
  private:
   std::mutex mu_;

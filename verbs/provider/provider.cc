@@ -403,14 +403,17 @@ int destroy_cq(ibv_cq* cq) {
   // the async fd, as the kernel drops them; those the program read must be acknowledged first
   // (ibv_cmd_destroy_cq waits for comp_events_completed and async_events_completed).
   const auto element = reinterpret_cast<std::uint64_t>(cq);
+  EventPipe* async = rctx(cq->context)->async;
+  const bool exact = (r->channel == nullptr || r->channel->exact()) && async->exact();
   std::uint32_t comp_read, async_read;
   {
     std::lock_guard<std::mutex> g(be->reg);
     comp_read = r->comp_written - (r->channel != nullptr ? r->channel->purge(element) : 0);
-    async_read = r->async_written - rctx(cq->context)->async->purge(element);
+    async_read = r->async_written - async->purge(element);
   }
   pthread_mutex_lock(&cq->mutex);
-  while (cq->comp_events_completed != comp_read || cq->async_events_completed != async_read)
+  while (exact &&
+         (cq->comp_events_completed != comp_read || cq->async_events_completed != async_read))
     pthread_cond_wait(&cq->cond, &cq->mutex);
   pthread_mutex_unlock(&cq->mutex);
   if (r->ex) fini_cq_ex(&r->vcq.cq_ex);
@@ -819,7 +822,8 @@ int destroy_qp(ibv_qp* qp) {
     read = r->async_written - r->rctx->async->purge(reinterpret_cast<std::uint64_t>(qp));
   }
   pthread_mutex_lock(&qp->mutex);
-  while (qp->events_completed != read) pthread_cond_wait(&qp->cond, &qp->mutex);
+  while (r->rctx->async->exact() && qp->events_completed != read)
+    pthread_cond_wait(&qp->cond, &qp->mutex);
   pthread_mutex_unlock(&qp->mutex);
   pthread_mutex_destroy(&qp->mutex);
   pthread_cond_destroy(&qp->cond);
