@@ -537,6 +537,56 @@ TEST_F(Provider, ForkedChildExitLeavesTheParentsPortAlone) {
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
 }
 
+// Async events of a QP and a CQ the program destroys without reading them leave the async fd
+// with their objects: a CQ overrun (IBA 11.6.2) reports IBV_EVENT_CQ_ERR for the CQ and
+// IBV_EVENT_QP_FATAL for a QP completing into it.
+TEST_F(Provider, DestroyedObjectsLeaveTheirAsyncEventsBehind) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ibv_cq* cq = ibv_create_cq(ctx_, 1, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  std::vector<char> mem(4096);
+  ibv_mr* mr = ibv_reg_mr(pd, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  const auto init_qp = [&](std::uint32_t recvs) {
+    ibv_qp_init_attr ia{};
+    ia.send_cq = ia.recv_cq = cq;
+    ia.cap = {4, recvs, 1, 1, 0};
+    ia.qp_type = IBV_QPT_RC;
+    ibv_qp* qp = ibv_create_qp(pd, &ia);
+    EXPECT_NE(qp, nullptr);
+    ibv_qp_attr at{};
+    at.qp_state = IBV_QPS_INIT;
+    at.port_num = 1;
+    at.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
+    EXPECT_EQ(ibv_modify_qp(qp, &at,
+                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+              0);
+    return qp;
+  };
+  const std::uint32_t n = static_cast<std::uint32_t>(cq->cqe) + 4;
+  ibv_qp* a = init_qp(n);
+  ibv_qp* b = init_qp(1);  // completes into the same CQ: fatal when it overruns
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(mem.data()), 64, mr->lkey};
+  for (std::uint32_t i = 0; i < n; ++i) {
+    ibv_recv_wr wr{}, *bad = nullptr;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ASSERT_EQ(ibv_post_recv(a, &wr, &bad), 0);
+  }
+  ibv_qp_attr at{};
+  at.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(a, &at, IBV_QP_STATE), 0);  // more flushes than the CQ holds
+  pollfd p{ctx_->async_fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 2000), 1) << "no async event for the overrun";
+  ::usleep(100'000);  // both events written
+  EXPECT_EQ(ibv_destroy_qp(a), 0);
+  EXPECT_EQ(ibv_destroy_qp(b), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(::poll(&p, 1, 100), 0) << "events of destroyed objects are still in the async fd";
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
 TEST_F(Provider, AsyncFdIsPollable) {
   pollfd p{ctx_->async_fd, POLLIN, 0};
   EXPECT_GE(ctx_->async_fd, 0);
