@@ -387,7 +387,11 @@ TEST(RdmaCm, AGoneListenerIsAnInvalidServiceIdAndItsPortListensAgain) {
   r.s[1].cma->ack_event(req);
 }
 
-TEST(RdmaCm, BacklogRefusesWithNoResources) {
+// The backlog counts connect requests whose CONNECT_REQUEST the program has not retrieved
+// (the kernel's ucma takes a slot when it queues the event and gives it back when
+// rdma_get_cm_event hands it out): a request that ends before it is read keeps its slot, so a
+// program that does not read its channel cannot be queued requests without bound.
+TEST(RdmaCm, BacklogCountsTheRequestsNotYetRetrieved) {
   Rig r;
   Channel* c0 = r.s[0].cma->create_channel();
   Channel* c1 = r.s[1].cma->create_channel();
@@ -395,7 +399,7 @@ TEST(RdmaCm, BacklogRefusesWithNoResources) {
   const sockaddr_in any = sin_of(Ipv4Addr{0}, kPort);
   ASSERT_EQ(r.s[1].cma->bind(lis, sa(any)), 0);
   ASSERT_EQ(r.s[1].cma->listen(lis, 1), 0);
-  Id* a[2];
+  Id* a[4];
   for (Id*& id : a) {
     id = r.s[0].cma->create_id(c0, nullptr, RDMA_PS_TCP, IBV_QPT_RC);
     const sockaddr_in dst = sin_of(r.ip(1), kPort);
@@ -404,14 +408,36 @@ TEST(RdmaCm, BacklogRefusesWithNoResources) {
     ASSERT_EQ(r.s[0].cma->resolve_route(id, 2000), 0);
     r.expect(0, c0, RDMA_CM_EVENT_ROUTE_RESOLVED);
   }
+  const auto refused = [&](Id* id) {
+    rdma_cm_event* rej = r.expect(0, c0, RDMA_CM_EVENT_REJECTED, true);
+    ASSERT_NE(rej, nullptr);
+    EXPECT_EQ(rej->id, &id->pub);
+    EXPECT_EQ(rej->status, 3);  // IBA "no resources"
+    r.s[0].cma->ack_event(rej);
+  };
+  // a[0]'s request queued, not read: the backlog of 1 is full.
   ASSERT_EQ(r.s[0].cma->connect(a[0], r.qp(0), nullptr), 0);
-  r.expect(1, c1, RDMA_CM_EVENT_CONNECT_REQUEST);  // unanswered: the backlog is full
+  pollfd p{c1->pub.fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 3000), 1);
   ASSERT_EQ(r.s[0].cma->connect(a[1], r.qp(0), nullptr), 0);
-  rdma_cm_event* rej = r.expect(0, c0, RDMA_CM_EVENT_REJECTED, true);
-  ASSERT_NE(rej, nullptr);
-  EXPECT_EQ(rej->id, &a[1]->pub);
-  EXPECT_EQ(rej->status, 3);  // IBA "no resources"
-  r.s[0].cma->ack_event(rej);
+  refused(a[1]);
+  // a[0]'s requester goes away: the request's event is still unread, its slot still taken.
+  EXPECT_EQ(r.s[0].cma->destroy_id(a[0]), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(r.s[0].cma->connect(a[2], r.qp(0), nullptr), 0);
+  refused(a[2]);
+  // Read: the slot comes back, unanswered as the request is.
+  rdma_cm_event* req = r.expect(1, c1, RDMA_CM_EVENT_CONNECT_REQUEST, true);
+  ASSERT_NE(req, nullptr);
+  Id* child = rdmacm::id_of(req->id);
+  r.s[1].cma->ack_event(req);
+  while (rdma_cm_event* e = r.next(1, c1, 200)) r.s[1].cma->ack_event(e);  // what a[0] left
+  ASSERT_EQ(r.s[0].cma->connect(a[3], r.qp(0), nullptr), 0);
+  req = r.expect(1, c1, RDMA_CM_EVENT_CONNECT_REQUEST, true);
+  ASSERT_NE(req, nullptr);
+  EXPECT_EQ(req->listen_id, &lis->pub);
+  r.s[1].cma->ack_event(req);
+  EXPECT_EQ(r.s[1].cma->destroy_id(child), 0);
   EXPECT_EQ(r.s[1].cma->destroy_id(lis), 0);
 }
 

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "verbs/provider/provider.h"
@@ -37,7 +38,7 @@ Device* device_of(ibv_device* d) {
 Device* device_of(ibv_context* c) { return c != nullptr ? device_of(c->device) : nullptr; }
 
 std::mutex g_channels_mu;
-std::map<ibv_comp_channel*, int> g_channels;  // our completion channels -> write end
+std::map<ibv_comp_channel*, std::unique_ptr<EventPipe>> g_channels;  // our completion channels
 
 /// rdma-core's `struct ibv_gid_entry` filled for our GID `index`; ENODATA when empty.
 int gid_entry(ibv_context* c, Device* d, std::uint32_t port, std::uint32_t index,
@@ -56,10 +57,10 @@ int gid_entry(ibv_context* c, Device* d, std::uint32_t port, std::uint32_t index
 
 }  // namespace
 
-int roce::verbs_compat::channel_wfd(ibv_comp_channel* ch) {
+EventPipe* roce::verbs_compat::channel_pipe(ibv_comp_channel* ch) {
   std::lock_guard<std::mutex> g(g_channels_mu);
   const auto it = g_channels.find(ch);
-  return it != g_channels.end() ? it->second : -1;
+  return it != g_channels.end() ? it->second.get() : nullptr;
 }
 
 extern "C" {
@@ -227,23 +228,23 @@ __attribute__((visibility("default"))) ibv_comp_channel* ibv_create_comp_channel
     errno = ENOMEM;
     return nullptr;
   }
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) {
+  auto events = std::make_unique<EventPipe>(sizeof(rdma::comp_event_desc));
+  if (const int e = events->open()) {
     std::free(ch);
+    errno = e;
     return nullptr;
   }
-  ::fcntl(p[1], F_SETFL, O_NONBLOCK);
   ch->context = c;
-  ch->fd = p[0];  // what ibv_get_cq_event reads and programs poll
+  ch->fd = events->read_fd();  // what ibv_get_cq_event reads and programs poll
   ch->refcnt = 0;
   std::lock_guard<std::mutex> g(g_channels_mu);
-  g_channels[ch] = p[1];
+  g_channels[ch] = std::move(events);
   return ch;
 }
 
 __attribute__((visibility("default"))) int ibv_destroy_comp_channel(ibv_comp_channel* ch) {
   REAL(ibv_destroy_comp_channel, "IBVERBS_1.0");
-  int wfd;
+  std::unique_ptr<EventPipe> events;
   {
     std::lock_guard<std::mutex> g(g_channels_mu);
     const auto it = g_channels.find(ch);
@@ -252,10 +253,10 @@ __attribute__((visibility("default"))) int ibv_destroy_comp_channel(ibv_comp_cha
     const bool busy = ch->refcnt != 0;
     pthread_mutex_unlock(&ch->context->mutex);
     if (busy) return EBUSY;
-    wfd = it->second;
+    events = std::move(it->second);
     g_channels.erase(it);
   }
-  ::close(wfd);
+  events.reset();
   ::close(ch->fd);
   std::free(ch);
   return 0;

@@ -128,6 +128,7 @@ std::vector<Device*> find_devices() {
       d->socket = sock;
       d->port = ports[i];
       d->probe = client::Context::attach(d->socket, d->port);
+      d->probe_pid = ::getpid();
       if (!d->probe) {
         std::fprintf(stderr, "libroce-verbs: ROCE_ATTACH=%s%s%s: %s\n", sock,
                      ports[i].empty() ? "" : " ROCE_PORT=", ports[i].c_str(), std::strerror(errno));
@@ -141,11 +142,6 @@ std::vector<Device*> find_devices() {
     }
   }
   return out;
-}
-
-void write_all(int fd, const void* p, std::size_t n) {
-  // Non-blocking: a full pipe (a program that never reads its events) loses the event.
-  (void)!::write(fd, p, n);
 }
 
 /// A CQ armed for solicited completions only: takes its new completions (into `held`, which
@@ -197,7 +193,7 @@ bool progress_once(Backend* be) {
     std::lock_guard<std::mutex> r(be->reg);
     for (RCq* c : be->cqs) {
       const int armed = c->armed.load(std::memory_order_acquire);
-      if (armed == 0 || c->channel_wfd < 0) continue;
+      if (armed == 0 || c->channel == nullptr) continue;
       if (armed == 2) {
         if (take_for_solicited(be, c) && c->armed.exchange(0) != 0) fire.push_back(c);
         continue;
@@ -212,8 +208,9 @@ bool progress_once(Backend* be) {
         fire.push_back(c);
     }
     for (RCq* c : fire) {
+      // Under `reg`: destroy_cq takes the CQ out of the registry, then its unread events out.
       rdma::comp_event_desc ev{reinterpret_cast<std::uint64_t>(&c->vcq.cq)};
-      write_all(c->channel_wfd, &ev, sizeof ev);
+      if (c->channel->write(&ev)) ++c->comp_written;
     }
   }
   work |= !fire.empty();
@@ -295,9 +292,10 @@ void progress_thread(Backend* be) {
 }
 
 /// At exit: the progress thread stops, the port closes (a memif link in order) and the EAL
-/// cleans up after itself (its run directory), as roce-perf ends.
+/// cleans up after itself (its run directory), as roce-perf ends. Not in a forked child: the
+/// thread is not there, and the port and the EAL's files are the parent's.
 void stop_all() {
-  if (g_local == nullptr) return;
+  if (g_local == nullptr || g_local->inherited()) return;
   g_local->stop = true;
   if (g_local->progress.joinable()) g_local->progress.join();
   std::lock_guard<std::mutex> g(g_local->mu);  // a thread of the program still in a call
@@ -313,6 +311,8 @@ std::uint64_t now_ns() {
                                         std::chrono::steady_clock::now().time_since_epoch())
                                         .count());
 }
+
+bool Backend::inherited() const { return pid != ::getpid(); }
 
 bool Backend::link_up() const {
   if (env) return env->port() != nullptr && env->port()->dev().link_up();
@@ -335,12 +335,25 @@ bool is_ours(ibv_context* c) { return c != nullptr && is_ours(c->device); }
 Backend* open_backend(Device* d) {
   std::lock_guard<std::mutex> g(g_open_mu);
   if (!d->attached && g_local != nullptr) {
+    if (g_local->inherited()) {
+      // The EAL cannot start twice in one process image, and the port is the parent's.
+      std::fprintf(stderr,
+                   "libroce-verbs: %s: the in-process port is the parent's (pid %d); a forked "
+                   "child cannot open it\n",
+                   d->name.c_str(), static_cast<int>(g_local->pid));
+      errno = ENODEV;
+      return nullptr;
+    }
     ++g_local->users;
     return g_local;
   }
   auto be = std::make_unique<Backend>();
   be->dev = d;
+  be->pid = ::getpid();
   if (d->attached) {
+    // A listing's attachment made by the parent is the parent's connection: a child makes its
+    // own (the inherited one is left as it is, not closed).
+    if (d->probe && d->probe_pid != ::getpid()) (void)d->probe.release();
     be->ctx = d->probe ? std::move(d->probe) : client::Context::attach(d->socket, d->port);
     if (!be->ctx) return nullptr;  // errno from attach
   } else {
@@ -378,6 +391,7 @@ Backend* open_backend(Device* d) {
 }
 
 void close_backend(Backend* be) {
+  if (be->inherited()) return;  // a forked child: the parent's
   if (--be->users > 0 || be == g_local) return;
   be->stop = true;
   if (be->progress.joinable()) be->progress.join();

@@ -52,17 +52,15 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* /*private_dat
     return nullptr;
   }
   rc->be = be;
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) {
-    const int e = errno;
+  rc->async = new EventPipe(sizeof(rdma::async_event_desc));
+  if (const int e = rc->async->open()) {
+    delete rc->async;
     verbs_uninit_context(&rc->vctx);
     std::free(rc);
     close_backend(be);
     return fail_null<verbs_context>(e);
   }
-  ::fcntl(p[1], F_SETFL, O_NONBLOCK);
-  rc->vctx.context.async_fd = p[0];
-  rc->async_wfd = p[1];
+  rc->vctx.context.async_fd = rc->async->read_fd();
   rc->vctx.context.num_comp_vectors = 1;
   verbs_set_ops(&rc->vctx, &kOps);
   {
@@ -75,11 +73,11 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* /*private_dat
 void free_context(ibv_context* c) {
   RContext* rc = rctx(c);
   Backend* be = rc->be;
-  {
+  if (!be->inherited()) {  // a forked child's copy of the registry is left as it is
     std::lock_guard<std::mutex> g(be->reg);
     std::erase(be->contexts, rc);
   }
-  ::close(rc->async_wfd);
+  delete rc->async;
   verbs_uninit_context(&rc->vctx);  // closes async_fd, puts the device
   std::free(rc);
   close_backend(be);
@@ -341,10 +339,10 @@ RCq* new_cq(ibv_context* c, int cqe, ibv_comp_channel* channel, int comp_vector)
   if (cqe < 1 || comp_vector < 0 || comp_vector >= c->num_comp_vectors ||
       static_cast<std::uint32_t>(cqe) > limits(be_of(c)).max_cqe)
     return fail_null<RCq>(EINVAL);
-  int wfd = -1;
+  EventPipe* events = nullptr;
   if (channel != nullptr) {
-    wfd = channel_wfd(channel);
-    if (wfd < 0 || channel->context != c) return fail_null<RCq>(EINVAL);
+    events = channel_pipe(channel);
+    if (events == nullptr || channel->context != c) return fail_null<RCq>(EINVAL);
   }
   Backend* be = be_of(c);
   client::Cq* q;
@@ -356,7 +354,7 @@ RCq* new_cq(ibv_context* c, int cqe, ibv_comp_channel* channel, int comp_vector)
   auto* r = new RCq;
   r->c = q;
   r->be = be;
-  r->channel_wfd = wfd;
+  r->channel = events;
   ibv_cq& cq = r->vcq.cq;
   cq.context = c;
   cq.channel = channel;
@@ -401,6 +399,23 @@ int destroy_cq(ibv_cq* cq) {
     be->cqs.push_back(r);
     return rc;
   }
+  // No event names it from here on (out of the registry). The unread ones leave the channel and
+  // the async fd, as the kernel drops them; those the program read must be acknowledged first
+  // (ibv_cmd_destroy_cq waits for comp_events_completed and async_events_completed).
+  const auto element = reinterpret_cast<std::uint64_t>(cq);
+  EventPipe* async = rctx(cq->context)->async;
+  const bool exact = (r->channel == nullptr || r->channel->exact()) && async->exact();
+  std::uint32_t comp_read, async_read;
+  {
+    std::lock_guard<std::mutex> g(be->reg);
+    comp_read = r->comp_written - (r->channel != nullptr ? r->channel->purge(element) : 0);
+    async_read = r->async_written - async->purge(element);
+  }
+  pthread_mutex_lock(&cq->mutex);
+  while (exact &&
+         (cq->comp_events_completed != comp_read || cq->async_events_completed != async_read))
+    pthread_cond_wait(&cq->cond, &cq->mutex);
+  pthread_mutex_unlock(&cq->mutex);
   if (r->ex) fini_cq_ex(&r->vcq.cq_ex);
   delete r;
   return 0;
@@ -466,46 +481,49 @@ int destroy_srq(ibv_srq* srq) {
   return 0;
 }
 
-/// ibv_recv_wr lists as the engine's RecvWr lists (`sges` holds their SGEs).
-void to_recv(const ibv_recv_wr* wr, std::vector<verbs::RecvWr>& out,
+/// The first `n` requests of an ibv_recv_wr list as the engine's RecvWr list (`sges` holds
+/// their SGEs); their SGE counts were checked.
+void to_recv(const ibv_recv_wr* wr, std::size_t n, std::vector<verbs::RecvWr>& out,
              std::vector<verbs::Sge>& sges) {
-  std::size_t n = 0, ns = 0;
-  for (const ibv_recv_wr* w = wr; w != nullptr; w = w->next) {
-    ++n;
-    ns += static_cast<std::size_t>(std::max(w->num_sge, 0));
-  }
+  std::size_t ns = 0, i = 0;
+  for (const ibv_recv_wr* w = wr; i < n; w = w->next, ++i)
+    ns += static_cast<std::size_t>(w->num_sge);
   out.resize(n);
   sges.resize(ns);
-  std::size_t i = 0, s = 0;
-  for (const ibv_recv_wr* w = wr; w != nullptr; w = w->next, ++i) {
+  std::size_t s = 0;
+  i = 0;
+  for (const ibv_recv_wr* w = wr; i < n; w = w->next, ++i) {
     verbs::RecvWr& r = out[i];
     r = {};
     r.wr_id = w->wr_id;
     r.sg_list = sges.data() + s;
-    r.num_sge = static_cast<std::uint32_t>(std::max(w->num_sge, 0));
+    r.num_sge = static_cast<std::uint32_t>(w->num_sge);
     for (int k = 0; k < w->num_sge; ++k, ++s)
       sges[s] = {w->sg_list[k].addr, w->sg_list[k].length, w->sg_list[k].lkey};
-    r.next = w->next != nullptr ? &out[i + 1] : nullptr;
+    r.next = i + 1 < n ? &out[i + 1] : nullptr;
   }
 }
 
+/// Posts a receive list to a queue that takes `max_sge` SGEs a request (a QP's or an SRQ's).
 template <class F>
-int post_recv_list(Backend* be, ibv_recv_wr* wr, ibv_recv_wr** bad, F&& post) {
-  thread_local std::vector<verbs::RecvWr> rs;
-  thread_local std::vector<verbs::Sge> sges;
-  to_recv(wr, rs, sges);
-  if (rs.empty()) return 0;
-  // A request with a negative SGE count is refused; those before it are posted.
+int post_recv_list(Backend* be, ibv_recv_wr* wr, ibv_recv_wr** bad, std::uint32_t max_sge,
+                   F&& post) {
+  // A request with more SGEs than its queue takes (or a negative count) is refused before its
+  // list is read (rdma-core's drivers: EINVAL, *bad_wr that request); those before it are
+  // posted.
   std::size_t n = 0;
   ibv_recv_wr* refused = wr;
-  while (refused != nullptr && refused->num_sge >= 0) {
+  while (refused != nullptr && refused->num_sge >= 0 &&
+         static_cast<std::uint32_t>(refused->num_sge) <= max_sge) {
     refused = refused->next;
     ++n;
   }
+  thread_local std::vector<verbs::RecvWr> rs;
+  thread_local std::vector<verbs::Sge> sges;
+  to_recv(wr, n, rs, sges);
   const verbs::RecvWr* b = nullptr;
   int rc = 0;
   if (n > 0) {
-    rs[n - 1].next = nullptr;
     std::lock_guard<std::mutex> g(be->mu);
     rc = post(rs.data(), &b);
   }
@@ -523,9 +541,10 @@ int post_recv_list(Backend* be, ibv_recv_wr* wr, ibv_recv_wr** bad, F&& post) {
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   auto* r = reinterpret_cast<RSrq*>(srq);
   Backend* be = be_of(srq->context);
-  return post_recv_list(be, wr, bad, [&](const verbs::RecvWr* w, const verbs::RecvWr** b) {
+  const auto post = [&](const verbs::RecvWr* w, const verbs::RecvWr** b) {
     return be->ctx->post_srq_recv(r->s, w, b);
-  });
+  };
+  return post_recv_list(be, wr, bad, r->attr.max_sge, post);
 }
 
 // ---- QP ----
@@ -801,10 +820,18 @@ int destroy_qp(ibv_qp* qp) {
     if (const int rc = be->ctx->destroy_qp(r->q)) return rc;
     free_bounce(be, r);
   }
+  std::uint32_t read;
   {
     std::lock_guard<std::mutex> g(be->reg);
     be->qps.erase(qp->qp_num);
+    // No event names it from here on: its unread ones leave the async fd; those the program
+    // read must be acknowledged first (ibv_cmd_destroy_qp waits for events_completed).
+    read = r->async_written - r->rctx->async->purge(reinterpret_cast<std::uint64_t>(qp));
   }
+  pthread_mutex_lock(&qp->mutex);
+  while (r->rctx->async->exact() && qp->events_completed != read)
+    pthread_cond_wait(&qp->cond, &qp->mutex);
+  pthread_mutex_unlock(&qp->mutex);
   pthread_mutex_destroy(&qp->mutex);
   pthread_cond_destroy(&qp->cond);
   if (r->vqp.comp_mask & rdma::VERBS_QP_EX) fini_qp_ex(&r->vqp.qp_ex);
@@ -819,9 +846,10 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     return EINVAL;
   }
   Backend* be = r->be;
-  return post_recv_list(be, wr, bad, [&](const verbs::RecvWr* w, const verbs::RecvWr** b) {
+  const auto post = [&](const verbs::RecvWr* w, const verbs::RecvWr** b) {
     return be->ctx->post_recv(r->q, w, b);
-  });
+  };
+  return post_recv_list(be, wr, bad, r->cap.max_recv_sge, post);
 }
 
 int post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) { return post_send(qp, wr, bad); }
@@ -933,31 +961,29 @@ std::uint64_t node_guid(const Device* d) {
 void post_async(Backend* be, const client::AsyncEvent& ev) {
   rdma::async_event_desc d{};
   d.event_type = static_cast<std::uint32_t>(ev.type);
-  int fd = -1;
-  {
-    std::lock_guard<std::mutex> g(be->reg);
-    if (ev.type == verbs::AsyncEventType::kCqErr) {
-      for (RCq* c : be->cqs)
-        if (c->c == ev.cq) {
-          d.element = reinterpret_cast<std::uint64_t>(&c->vcq.cq);
-          fd = rctx(c->vcq.cq.context)->async_wfd;
-        }
-    } else {
-      const auto it = be->qps.find(ev.qp_num);
-      if (it != be->qps.end()) {
-        RQp* q = it->second;
-        d.element = reinterpret_cast<std::uint64_t>(&q->vqp.qp);
-        fd = q->rctx->async_wfd;
-        if (ev.type == verbs::AsyncEventType::kQpFatal ||
-            ev.type == verbs::AsyncEventType::kQpReqErr ||
-            ev.type == verbs::AsyncEventType::kQpAccessErr) {
-          q->attr.qp_state = IBV_QPS_ERR;
-          q->vqp.qp.state = IBV_QPS_ERR;
-        }
+  // Written under `reg`: destroy_cq and destroy_qp take their object out of the registry
+  // under it, then take its unread events out.
+  std::lock_guard<std::mutex> g(be->reg);
+  if (ev.type == verbs::AsyncEventType::kCqErr) {
+    for (RCq* c : be->cqs)
+      if (c->c == ev.cq) {
+        d.element = reinterpret_cast<std::uint64_t>(&c->vcq.cq);
+        if (rctx(c->vcq.cq.context)->async->write(&d)) ++c->async_written;
       }
+  } else {
+    const auto it = be->qps.find(ev.qp_num);
+    if (it != be->qps.end()) {
+      RQp* q = it->second;
+      d.element = reinterpret_cast<std::uint64_t>(&q->vqp.qp);
+      if (ev.type == verbs::AsyncEventType::kQpFatal ||
+          ev.type == verbs::AsyncEventType::kQpReqErr ||
+          ev.type == verbs::AsyncEventType::kQpAccessErr) {
+        q->attr.qp_state = IBV_QPS_ERR;
+        q->vqp.qp.state = IBV_QPS_ERR;
+      }
+      if (q->rctx->async->write(&d)) ++q->async_written;
     }
   }
-  if (fd >= 0) (void)!::write(fd, &d, sizeof d);
 }
 
 void post_device_event(Backend* be, ibv_event_type type) {
@@ -965,7 +991,7 @@ void post_device_event(Backend* be, ibv_event_type type) {
   d.element = 1;  // the port (ibv_get_async_event: element.port_num)
   d.event_type = static_cast<std::uint32_t>(type);
   std::lock_guard<std::mutex> g(be->reg);
-  for (RContext* rc : be->contexts) (void)!::write(rc->async_wfd, &d, sizeof d);
+  for (RContext* rc : be->contexts) rc->async->write(&d);
 }
 
 // ---- bridge.h ----
@@ -1049,10 +1075,15 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   RQp* r = rqp(qp);
   Backend* be = r->be;
   const bool att = be->env == nullptr;
+  // SGEs are counted up to the first request with more than the QP takes (refused there,
+  // before its list is read).
   std::size_t n = 0, ns = 0;
+  bool counting = true;
   for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
     ++n;
-    ns += static_cast<std::size_t>(std::max(w->num_sge, 0));
+    counting = counting && w->num_sge >= 0 &&
+               static_cast<std::uint32_t>(w->num_sge) <= r->cap.max_send_sge;
+    if (counting) ns += static_cast<std::size_t>(w->num_sge);
   }
   if (n == 0) return 0;
   // Reused per thread: no allocation per post once a thread has posted its largest list.
@@ -1060,7 +1091,13 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   thread_local std::vector<verbs::Sge> sges;
   ws.assign(n, verbs::SendWr{});
   sges.resize(ns);
+  // Which requests took a bounce buffer slot (attached): only those the attachment accepts
+  // keep theirs.
+  thread_local std::vector<std::uint8_t> bounced;
+  bounced.assign(n, 0);
   std::lock_guard<std::mutex> g(be->mu);
+  const std::uint32_t first_slot = r->bounce.slot;
+  std::uint32_t slots_taken = 0;
   std::size_t i = 0, s = 0;
   ibv_send_wr* w = wr;
   // The requests before `w` go to the engine (rdma-core's contract: those before *bad_wr are
@@ -1074,8 +1111,19 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     }
     if (rc != 0) {
       ibv_send_wr* v = wr;
-      for (const verbs::SendWr* y = ws.data(); y != b && v != nullptr; y = y->next) v = v->next;
+      std::size_t accepted = 0;
+      for (const verbs::SendWr* y = ws.data(); b != nullptr && y != b && v != nullptr;
+           y = y->next, ++accepted)
+        v = v->next;
       if (bad != nullptr) *bad = b != nullptr ? v : wr;
+      // The refused requests give their slots back: a slot holds the data of a request the
+      // attachment took until 4 x the queue's depth more have been taken, not posts retried.
+      if (r->bounce.slots != 0) {
+        const auto kept = static_cast<std::uint32_t>(
+            std::count(bounced.begin(), bounced.begin() + static_cast<std::ptrdiff_t>(accepted),
+                       std::uint8_t{1}));
+        r->bounce.slot = (first_slot + kept) % r->bounce.slots;
+      }
       return rc;
     }
     if (e != 0 && bad != nullptr) *bad = stop;
@@ -1142,6 +1190,11 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
       if (b.buf == nullptr)
         if (const int e = setup_bounce(be, r)) return refuse(e);
       if (total > b.slot_size) return refuse(EINVAL);
+      // More copies in one call than the queue holds would overwrite slots of this very call
+      // before it is posted: the queue could not take them anyway (ENOMEM, as a full queue).
+      if (slots_taken == b.slots / 4) return refuse(ENOMEM);
+      ++slots_taken;
+      bounced[i] = 1;
       auto* dst = static_cast<std::uint8_t*>(b.buf->addr) + std::size_t{b.slot} * b.slot_size;
       b.slot = (b.slot + 1) % b.slots;
       std::size_t off = 0;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <roce/client.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "verbs/provider/bridge.h"
+#include "verbs/provider/events.h"
 #include "verbs/provider/rdma_private.h"
 
 namespace roce::runtime {
@@ -41,6 +43,7 @@ struct Device {
   std::string socket, port;                ///< attached: roced's socket, the port's name
   client::PortInfo info;                   ///< what listing learnt (MAC, address, MTU)
   std::unique_ptr<client::Context> probe;  ///< attached: the listing's attachment, reused once
+  pid_t probe_pid = 0;                     ///< the process that made `probe`
 };
 
 /// What an opened context runs on: one per open when attached; one per process in-process
@@ -68,8 +71,14 @@ struct Backend {
   bool was_up = false;              ///< the port's state it last reported
   bool fatal_sent = false;          ///< attached: IBV_EVENT_DEVICE_FATAL sent (roced gone)
   std::vector<RContext*> contexts;  ///< the contexts opened on it (device events go to each)
+  /// The process that opened it. A child the program forks inherits the backend as memory
+  /// only: no progress thread, and the port, the EAL and the attachment are the parent's.
+  pid_t pid = 0;
 
   bool link_up() const;
+  /// Whether this process is a forked child of the one that opened the backend: it then leaves
+  /// the backend alone (never stops, closes or frees it).
+  bool inherited() const;
 };
 
 /// Our ibv_context: libibverbs allocates it (_verbs_init_and_alloc_context) with `vctx` at
@@ -77,7 +86,7 @@ struct Backend {
 struct RContext {
   verbs_context vctx;
   Backend* be;
-  int async_wfd;  ///< the write end of vctx.context.async_fd
+  EventPipe* async;  ///< what vctx.context.async_fd reads (ours: the write side)
 };
 
 struct RPd {
@@ -97,7 +106,10 @@ struct RCq {
   rdma::verbs_cq vcq{};
   client::Cq* c = nullptr;
   Backend* be = nullptr;
-  int channel_wfd = -1;       ///< the completion channel's write end; -1: none
+  EventPipe* channel = nullptr;  ///< the completion channel's events; null: none
+  /// Events written for this CQ (completion events, async CQ_ERR): what the program read of
+  /// them is what ibv_destroy_cq waits to see acknowledged. Written under the backend's `reg`.
+  std::uint32_t comp_written = 0, async_written = 0;
   std::atomic<int> armed{0};  ///< 0: not armed; 1: next completion; 2: solicited only
   bool ex = false;            ///< made by ibv_create_cq_ex (ex_api.cc's iterator state)
   /// Armed for solicited completions only, the progress thread takes the CQ's completions to
@@ -134,6 +146,7 @@ struct RQp {
   ibv_qp_attr attr{};  ///< what modify_qp set (ibv_query_qp reports it)
   int sq_sig_all = 0;
   Bounce bounce;
+  std::uint32_t async_written = 0;  ///< async events written for it (under the backend's `reg`)
 };
 
 struct RAh {
@@ -174,8 +187,8 @@ std::uint64_t now_ns();
 extern const rdma::verbs_device_ops kDeviceOps;
 /// The node GUID (host order): EUI-64 of the port's MAC, as rxe derives it.
 std::uint64_t node_guid(const Device* d);
-/// interpose.cc: the write end of a completion channel we made; -1 for others.
-int channel_wfd(ibv_comp_channel* ch);
+/// interpose.cc: the events of a completion channel we made; null for others.
+EventPipe* channel_pipe(ibv_comp_channel* ch);
 /// Writes an async event for `qp`/`cq` to its context's async fd.
 void post_async(Backend* be, const client::AsyncEvent& ev);
 /// Writes a port or device event (port 1) to the async fd of every context on `be`.

@@ -725,6 +725,12 @@ int Cma::get_event(Channel* c, rdma_cm_event** out) {
       Event* e = c->queue.front();
       c->queue.pop_front();
       unqueue_token(c);
+      // A connect request read: its listener's backlog slot is free again (ucma_get_event).
+      if (e->pub.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+        Id* req = id_of(e->pub.id);
+        if (req->listener) --req->listener->pending;
+        req->listener = nullptr;
+      }
       ++e->owner->unacked;
       --c->readers;
       *out = &e->pub;
@@ -902,10 +908,8 @@ void Cma::deliver(Port* port, client::CmEvent&& ev) {
     case client::CmEventType::kSidrRequest:
       return;
   }
-  if (id->listener && id->state != State::kRequest) {  // a request that ended unanswered
-    --id->listener->pending;
-    id->listener = nullptr;
-  }
+  // A request that ends before its CONNECT_REQUEST was read keeps its backlog slot until
+  // then (get_event gives it back, as the kernel's ucma does).
   queue(id->channel, e);
 }
 

@@ -82,10 +82,10 @@ struct Id {
   bool sync = false;
   bool has_conn = false;  ///< `conn` names a CM connection on `port`
   std::uint32_t conn = 0;
-  std::uint16_t bound = 0;  ///< the TCP port (a request's: its listener's)
-  bool owns_port = false;   ///< `bound` was taken by this id's bind
-  Id* listener = nullptr;   ///< a request's listen id while the request is unanswered
-  int backlog = 0, pending = 0;
+  std::uint16_t bound = 0;       ///< the TCP port (a request's: its listener's)
+  bool owns_port = false;        ///< `bound` was taken by this id's bind
+  Id* listener = nullptr;        ///< a request's listen id while its CONNECT_REQUEST is unread
+  int backlog = 0, pending = 0;  ///< a listener's: its requests whose events are unread
   std::vector<Port*> listen_ports;
   int unacked = 0;  ///< events reported and not yet acked (rdma_destroy_id waits for 0)
   std::uint8_t req_responder_resources = 0, req_initiator_depth = 0;  ///< a request's offer

@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -46,6 +47,10 @@ struct Global {
   Cma cma;
   std::once_flag once;
   std::vector<std::unique_ptr<Port>> ports;
+  /// The process that opened the ports. A child it forks inherits them as memory (and,
+  /// attached, the parent's attachment): its exit leaves the parent's connections alone, as
+  /// the kernel's CM does while the parent still holds the rdma_cm file.
+  pid_t pid = 0;
 };
 
 /// Never destroyed: programs call librdmacm from atexit handlers and other threads at exit.
@@ -64,6 +69,7 @@ bool bridge_present() {
 void init() {
   std::call_once(g().once, [] {
     if (!bridge_present()) return;
+    g().pid = ::getpid();
     int n = 0;
     ibv_device** list = ibv_get_device_list(&n);
     if (list == nullptr) return;
@@ -88,7 +94,10 @@ void init() {
     }
     // After the provider's own exit handler (registered when the first device opened), so
     // that this one runs first, while the port still runs.
-    if (!g().ports.empty()) std::atexit([] { g().cma.linger_at_exit(); });
+    if (!g().ports.empty())
+      std::atexit([] {
+        if (::getpid() == g().pid) g().cma.linger_at_exit();
+      });
     // The list stays: the opened contexts refer to its devices.
   });
 }

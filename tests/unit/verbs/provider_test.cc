@@ -6,13 +6,18 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <climits>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 // libibverbs exports it in IBVERBS_PRIVATE_34 (rdma-core's driver.h declares it); ibv_devinfo
@@ -350,6 +355,235 @@ TEST_F(Provider, LimitsAreKept) {
   EXPECT_EQ(ibv_create_qp(pd, &ia), nullptr);
   EXPECT_EQ(errno, EINVAL);
   EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+// A work request's SGE count beyond what its queue was made for is refused before its list
+// is read (rdma-core: EINVAL, *bad_wr that request; those before it posted): a count of 100000
+// or INT_MAX with a one-entry list must neither read past it nor size anything by it.
+TEST_F(Provider, SgeCountsBeyondTheQueueAreRefused) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ibv_cq* cq = ibv_create_cq(ctx_, 64, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = cq;
+  ia.cap = {8, 8, 2, 2, 0};
+  ia.qp_type = IBV_QPT_RC;
+  ibv_qp* qp = ibv_create_qp(pd, &ia);
+  ASSERT_NE(qp, nullptr) << std::strerror(errno);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
+  ASSERT_EQ(
+      ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+      0);
+  std::vector<char> mem(4096);
+  ibv_mr* mr = ibv_reg_mr(pd, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  ibv_sge sge[3];
+  for (int i = 0; i < 3; ++i)
+    sge[i] = {reinterpret_cast<std::uint64_t>(mem.data()) + 64u * i, 64, mr->lkey};
+  for (const int count : {3, 100000, INT_MAX, -5}) {
+    SCOPED_TRACE(count);
+    ibv_recv_wr second{};
+    second.wr_id = 2;
+    second.sg_list = count == 3 ? sge : &sge[2];
+    second.num_sge = count;
+    ibv_recv_wr first{};
+    first.wr_id = 1;
+    first.sg_list = sge;
+    first.num_sge = 2;
+    first.next = &second;
+    ibv_recv_wr* rbad = nullptr;
+    EXPECT_EQ(ibv_post_recv(qp, &first, &rbad), EINVAL);
+    EXPECT_EQ(rbad, &second);
+    ibv_send_wr sw{};
+    sw.opcode = IBV_WR_SEND;
+    sw.sg_list = count == 3 ? sge : &sge[2];
+    sw.num_sge = count;
+    ibv_send_wr* sbad = nullptr;
+    EXPECT_EQ(ibv_post_send(qp, &sw, &sbad), EINVAL);
+    EXPECT_EQ(sbad, &sw);
+  }
+  ibv_srq_init_attr si{};
+  si.attr.max_wr = 8;
+  si.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd, &si);
+  ASSERT_NE(srq, nullptr) << std::strerror(errno);
+  for (const int count : {2, 100000, INT_MAX, -1}) {
+    SCOPED_TRACE(count);
+    ibv_recv_wr second{};
+    second.sg_list = count == 2 ? sge : &sge[2];
+    second.num_sge = count;
+    ibv_recv_wr first{};
+    first.sg_list = sge;
+    first.num_sge = 1;
+    first.next = &second;
+    ibv_recv_wr* bad = nullptr;
+    EXPECT_EQ(ibv_post_srq_recv(srq, &first, &bad), EINVAL);
+    EXPECT_EQ(bad, &second);
+  }
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+// A completion event of a CQ the program destroys without reading it leaves the channel with
+// the CQ (the kernel drops a destroyed object's unread events): the channel, shared with
+// another CQ, must not hand the freed CQ out. An event read and not acknowledged holds
+// ibv_destroy_cq until ibv_ack_cq_events (ibv_cmd_destroy_cq waits for the acks).
+TEST_F(Provider, DestroyedCqLeavesItsEventsBehind) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
+  ASSERT_NE(ch, nullptr);
+  ibv_cq* a = ibv_create_cq(ctx_, 16, nullptr, ch, 0);
+  ibv_cq* b = ibv_create_cq(ctx_, 16, nullptr, ch, 0);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::vector<char> mem(256);
+  ibv_mr* mr = ibv_reg_mr(pd, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  // A QP whose receive is flushed (to ERR): one completion on `cq`, its event in the channel.
+  const auto flushed_qp = [&](ibv_cq* cq) {
+    ibv_qp_init_attr ia{};
+    ia.send_cq = ia.recv_cq = cq;
+    ia.cap = {4, 4, 1, 1, 0};
+    ia.qp_type = IBV_QPT_RC;
+    ibv_qp* qp = ibv_create_qp(pd, &ia);
+    EXPECT_NE(qp, nullptr);
+    ibv_qp_attr at{};
+    at.qp_state = IBV_QPS_INIT;
+    at.port_num = 1;
+    at.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
+    EXPECT_EQ(ibv_modify_qp(qp, &at,
+                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+              0);
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(mem.data()), 64, mr->lkey};
+    ibv_recv_wr wr{}, *bad = nullptr;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    EXPECT_EQ(ibv_post_recv(qp, &wr, &bad), 0);
+    EXPECT_EQ(ibv_req_notify_cq(cq, 0), 0);
+    at.qp_state = IBV_QPS_ERR;
+    EXPECT_EQ(ibv_modify_qp(qp, &at, IBV_QP_STATE), 0);
+    pollfd p{ch->fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 2000), 1) << "no completion event";
+    return qp;
+  };
+  ibv_qp* qa = flushed_qp(a);
+  ibv_wc wc;
+  EXPECT_EQ(ibv_poll_cq(a, 1, &wc), 1);
+  EXPECT_EQ(ibv_destroy_qp(qa), 0);
+  EXPECT_EQ(ibv_destroy_cq(a), 0);  // its event unread
+  pollfd p{ch->fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 200), 0) << "the destroyed CQ's event is still in the channel";
+
+  // B's event read and not acknowledged: B's destroy waits for the ack.
+  ibv_qp* qb = flushed_qp(b);
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), 0);
+  EXPECT_EQ(ev_cq, b);
+  EXPECT_EQ(ibv_poll_cq(b, 1, &wc), 1);
+  EXPECT_EQ(ibv_destroy_qp(qb), 0);
+  std::atomic<bool> destroyed{false};
+  std::thread t([&] {
+    EXPECT_EQ(ibv_destroy_cq(b), 0);
+    destroyed = true;
+  });
+  ::usleep(200'000);
+  EXPECT_FALSE(destroyed.load()) << "ibv_destroy_cq did not wait for the event's ack";
+  ibv_ack_cq_events(b, 1);
+  t.join();
+  EXPECT_TRUE(destroyed.load());
+  EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+// A child the program forks shares nothing of the provider but memory: its exit() (the
+// provider's exit handler) must neither join the parent's progress thread (absent in the
+// child) nor close the inherited port and clean the EAL up under the parent, whose progress
+// thread keeps polling that port.
+TEST_F(Provider, ForkedChildExitLeavesTheParentsPortAlone) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ASSERT_NE(pd, nullptr);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) std::exit(0);
+  int status = 0;
+  bool gone = false;
+  for (int i = 0; i < 50 && !gone; ++i) {  // 5 s
+    gone = ::waitpid(child, &status, WNOHANG) == child;
+    if (!gone) ::usleep(100'000);
+  }
+  if (!gone) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+  }
+  ASSERT_TRUE(gone) << "the child's exit hung";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ::usleep(300'000);  // the parent's progress thread polls the port meanwhile
+  ibv_port_attr pa{};
+  EXPECT_EQ(ibv_query_port(ctx_, 1, &pa), 0);
+  ibv_cq* cq = ibv_create_cq(ctx_, 8, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  ibv_wc wc;
+  EXPECT_EQ(ibv_poll_cq(cq, 1, &wc), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+// Async events of a QP and a CQ the program destroys without reading them leave the async fd
+// with their objects: a CQ overrun (IBA 11.6.2) reports IBV_EVENT_CQ_ERR for the CQ and
+// IBV_EVENT_QP_FATAL for a QP completing into it.
+TEST_F(Provider, DestroyedObjectsLeaveTheirAsyncEventsBehind) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ibv_cq* cq = ibv_create_cq(ctx_, 1, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  std::vector<char> mem(4096);
+  ibv_mr* mr = ibv_reg_mr(pd, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  const auto init_qp = [&](std::uint32_t recvs) {
+    ibv_qp_init_attr ia{};
+    ia.send_cq = ia.recv_cq = cq;
+    ia.cap = {4, recvs, 1, 1, 0};
+    ia.qp_type = IBV_QPT_RC;
+    ibv_qp* qp = ibv_create_qp(pd, &ia);
+    EXPECT_NE(qp, nullptr);
+    ibv_qp_attr at{};
+    at.qp_state = IBV_QPS_INIT;
+    at.port_num = 1;
+    at.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
+    EXPECT_EQ(ibv_modify_qp(qp, &at,
+                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+              0);
+    return qp;
+  };
+  const std::uint32_t n = static_cast<std::uint32_t>(cq->cqe) + 4;
+  ibv_qp* a = init_qp(n);
+  ibv_qp* b = init_qp(1);  // completes into the same CQ: fatal when it overruns
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(mem.data()), 64, mr->lkey};
+  for (std::uint32_t i = 0; i < n; ++i) {
+    ibv_recv_wr wr{}, *bad = nullptr;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ASSERT_EQ(ibv_post_recv(a, &wr, &bad), 0);
+  }
+  ibv_qp_attr at{};
+  at.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(a, &at, IBV_QP_STATE), 0);  // more flushes than the CQ holds
+  pollfd p{ctx_->async_fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 2000), 1) << "no async event for the overrun";
+  ::usleep(100'000);  // both events written
+  EXPECT_EQ(ibv_destroy_qp(a), 0);
+  EXPECT_EQ(ibv_destroy_qp(b), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(::poll(&p, 1, 100), 0) << "events of destroyed objects are still in the async fd";
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
 }
 
