@@ -26,6 +26,7 @@
 #include "runtime/port.h"
 #include "verbs/memory/adopt.h"
 #include "verbs/provider/ex_api.h"
+#include "verbs/provider/netdev.h"
 #include "verbs/provider/provider.h"
 
 namespace roce::verbs_compat {
@@ -55,11 +56,15 @@ bool parse_link(const std::string& text, runtime::LinkOptions& out, std::string&
     po::store(po::command_line_parser(words(text)).options(d).run(), vm);
     po::notify(vm);
     flags.finish();
+    // On a kernel interface the link is the interface's: its own MAC and address unless named.
+    const auto given = [&vm](const char* k) { return vm.count(k) != 0 && !vm[k].defaulted(); };
+    if (!netdev_defaults(flags.link, given("mac"), given("ip"), err)) return false;
   } catch (const std::exception& e) {
     err = e.what();
     return false;
   }
   out = flags.link;
+  if (out.pmd == "af_packet") remember_promiscuous(out.iface);
   return true;
 }
 
@@ -101,8 +106,10 @@ std::vector<Device*> find_devices() {
         std::fprintf(stderr, "libroce-verbs: ROCE_LINK: bad --mac '%s' (want 02:00:00:00:00:01)\n",
                      g_link.mac.c_str());
       else
-        std::fprintf(stderr, "libroce-verbs: ROCE_LINK: bad --ip '%s' (want an IPv4 address such as "
-                     "192.0.2.1, no prefix length)\n", g_link.ip.c_str());
+        std::fprintf(stderr,
+                     "libroce-verbs: ROCE_LINK: bad --ip '%s' (want an IPv4 address such as "
+                     "192.0.2.1, no prefix length)\n",
+                     g_link.ip.c_str());
       delete d;
       return out;
     }
@@ -302,6 +309,7 @@ void stop_all() {
   g_local->ctx.reset();
   g_local->env.reset();
   port::eal_cleanup();
+  restore_promiscuous();
 }
 
 }  // namespace
