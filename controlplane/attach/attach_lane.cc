@@ -257,6 +257,7 @@ bool Lane::learn_ud(LaneEvents& c, wire::Ipv4Addr ip, wire::MacAddr mac) {
 }
 
 std::shared_ptr<cm::CmHub> Lane::cm_hub() {
+  if (hub_) return hub_;
   cm::CmAgentConfig cfg = cm_config ? cm_config() : cm::CmAgentConfig{};
   auto fallback = cfg.resolve_mac;
   cfg.resolve_mac = [this, fallback](const wire::Ipv6Addr& gid) -> std::optional<wire::MacAddr> {
@@ -264,7 +265,8 @@ std::shared_ptr<cm::CmHub> Lane::cm_hub() {
     if (it != macs_.end()) return it->second;
     return fallback ? fallback(gid) : std::nullopt;
   };
-  return cm::CmHub::get(eng_, cfg);
+  hub_ = cm::CmHub::get(eng_, cfg);
+  return hub_;
 }
 
 void Lane::push(LaneCm& c, const cm::SessionEvent& ev) {

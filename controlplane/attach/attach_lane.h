@@ -123,8 +123,13 @@ class Lane : public port::Poller {
   void remove(LaneSrq* s) { std::erase(srqs_, s); }
   void add(LaneCm* c) { cms_.push_back(c); }
   void remove(LaneCm* c) { std::erase(cms_, c); }
-  /// The engine's CM hub for clients' sessions (created at the first, with QP1).
+  /// The engine's CM hub for clients' sessions (created at the first, with QP1). The lane
+  /// keeps it from then on: a client that goes away leaves DREQs, their retransmissions and
+  /// timewaits in the CM, which must outlive the last session (as the kernel's CM outlives a
+  /// process), and QP1 keeps answering the port's MADs.
   std::shared_ptr<cm::CmHub> cm_hub();
+  /// Lets the hub go (the attach server's end, on a stopped loop, before the engines go).
+  void drop_cm_hub() { hub_.reset(); }
   /// A neighbour's MAC the control thread resolved (ARP on the port's first loop), for the
   /// CM's QP transitions on this lcore.
   void learn(wire::Ipv4Addr ip, wire::MacAddr mac) { macs_[ip.v] = mac; }
@@ -155,6 +160,7 @@ class Lane : public port::Poller {
   std::vector<LaneCq*> cqs_;
   std::vector<LaneSrq*> srqs_;
   std::vector<LaneCm*> cms_;
+  std::shared_ptr<cm::CmHub> hub_;  ///< from the first cm_hub() on
   std::map<std::uint32_t, wire::MacAddr> macs_;
   /// The CM's MADs and timers want milliseconds, not every pass of the loop.
   static constexpr std::uint64_t kCmPollNs = 20'000;

@@ -452,6 +452,7 @@ AttachServer::~AttachServer() {
   while (!clients_.empty()) drop(*clients_.back(), false);
   for (std::size_t p = 0; p < ports_.size(); ++p)
     for (std::size_t l = 0; l < ports_[p].loops.size(); ++l) {
+      lanes_[p][l]->drop_cm_hub();
       ports_[p].loops[l]->remove_poller(lanes_[p][l].get());
       ports_[p].loops[l]->engine().on_async_event = std::move(lanes_[p][l]->next_async);
     }
