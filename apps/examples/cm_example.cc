@@ -60,6 +60,8 @@ const char* name(CmEventType t) {
       return "SIDR_REQUEST";
     case CmEventType::kSidrReply:
       return "SIDR_REPLY";
+    case CmEventType::kDeviceRemoval:
+      return "DEVICE_REMOVAL";
   }
   return "?";
 }

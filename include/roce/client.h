@@ -128,6 +128,9 @@ enum class CmEventType : std::uint8_t {
   kDisconnected,        ///< the connection ended (`remote`: the peer ended it); QP in error
   kSidrRequest,         ///< a SIDR request to a port of cm_sidr_listen: cm_sidr_accept or _reject
   kSidrReply,           ///< the answer to cm_sidr_resolve (`sidr_status`, `sidr_qpn`, `sidr_qkey`)
+  /// Not from the CM: the device went away (attached: roced ended); every connection and
+  /// listen on it is gone. libibverbs-compatible layers turn it into DEVICE_REMOVAL.
+  kDeviceRemoval,
 };
 struct CmEvent {
   CmEventType type = CmEventType::kConnectRequest;

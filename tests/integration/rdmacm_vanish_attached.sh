@@ -5,6 +5,7 @@
 # Two roced on a net_memif link; Debian's unmodified rping: the server a client of X, pinging
 # without end with the client (a client of Y); the server is killed, the client must exit
 # within 10 s having printed its disconnect. Then the other way round (the client killed).
+# Last, roced X itself is killed: its client must get RDMA_CM_EVENT_DEVICE_REMOVAL and end.
 #   rdmacm_vanish_attached.sh ROCED ROCE_RUN WORKDIR
 set -euo pipefail
 roced=$(realpath "$1") run=$(realpath "$2") work=$3
@@ -25,7 +26,7 @@ show() { for f in "$@"; do sed "s/^/$f: /" "$work/$f.txt"; done; }
 
 # victim SURVIVOR: which one is killed
 round=0
-for victim in server client; do
+for victim in server client roced; do
   round=$((round + 1))
   timeout 120 stdbuf -oL "$run" --attach "$work/x.sock" -- rping -s -a $x_ip -p 7300 -C 0 -S 64 -v \
     > "$work/server.txt" 2>&1 &
@@ -50,9 +51,16 @@ for victim in server client; do
   done
   [[ $(grep -c 'ping data' "$work/client.txt") -ge 5 ]] || { show server client; fail "no pings"; }
   if [[ $victim == server ]]; then kpid=$spid opid=$cpid other=client; else kpid=$cpid opid=$spid other=server; fi
-  # the program itself, not timeout/roce-run's shell: roce-run execs, so the child of timeout
-  prog=$(pgrep -P $kpid | head -1)
-  kill -9 "$prog"
+  if [[ $victim == roced ]]; then
+    # roced X itself: its client (the server) sees the device go (RDMA_CM_EVENT_DEVICE_REMOVAL,
+    # rping: "cma detected device removal"), as with a device the kernel removes
+    kill -9 "$pid_x"
+    kpid=$cpid opid=$spid other=server
+  else
+    # the program itself, not timeout/roce-run's shell: roce-run execs, so the child of timeout
+    prog=$(pgrep -P $kpid | head -1)
+    kill -9 "$prog"
+  fi
   t0=$(date +%s%N)
   rc=0
   for _ in $(seq 100); do kill -0 $opid 2>/dev/null || break; sleep 0.1; done
@@ -64,8 +72,17 @@ for victim in server client; do
     fail "the $other still runs 10 s after the $victim was killed"
   fi
   wait $opid || rc=$?
-  wait $kpid 2>/dev/null || true
   ms=$((($(date +%s%N) - t0) / 1000000))
+  if [[ $victim == roced ]]; then
+    # the client (of Y) lost its peer's host: nothing tells it (as with rxe); end it
+    prog=$(pgrep -P $kpid | head -1)
+    kill -9 "$prog" 2>/dev/null || true
+    wait $kpid 2>/dev/null || true
+    grep -q "device removal" "$work/server.txt" || { show server client; fail "the server ended without DEVICE_REMOVAL"; }
+    echo "PASS: roced X killed, its client (the server) saw DEVICE_REMOVAL and ended in $ms ms (rc $rc)"
+    continue
+  fi
+  wait $kpid 2>/dev/null || true
   grep -q "DISCONNECT EVENT" "$work/$other.txt" || { show server client; fail "the $other ended without a DISCONNECTED event"; }
   echo "PASS: the $victim killed, the $other ended in $ms ms (rc $rc)"
 done

@@ -247,7 +247,19 @@ bool progress_once(Backend* be) {
       if (rc == 0) post_async(be, ae);
     }
     if (!be->env && !be->ctx->connected()) {
-      if (!be->fatal_sent) post_device_event(be, IBV_EVENT_DEVICE_FATAL);
+      if (!be->fatal_sent) {
+        post_device_event(be, IBV_EVENT_DEVICE_FATAL);
+        // and librdmacm's ids on the device: RDMA_CM_EVENT_DEVICE_REMOVAL, as the kernel's
+        // rdma_cm reports a device that goes away
+        std::function<void(client::CmEvent &&)> sink;
+        {
+          std::lock_guard<std::mutex> r(be->reg);
+          sink = be->cm_sink;
+        }
+        client::CmEvent gone;
+        gone.type = client::CmEventType::kDeviceRemoval;
+        if (sink) sink(std::move(gone));
+      }
       be->fatal_sent = true;
     } else if (const bool up = be->link_up(); up != be->was_up) {
       be->was_up = up;

@@ -848,6 +848,18 @@ void Cma::deliver(Port* port, client::CmEvent&& ev) {
   if (ev.type == client::CmEventType::kConnectRequest ||
       ev.type == client::CmEventType::kSidrRequest)
     return deliver_request(port, std::move(ev));
+  if (ev.type == client::CmEventType::kDeviceRemoval) {
+    // Every id on the port, once: the program is expected to destroy them (rping: "cma
+    // detected device removal"). Waiters for DREPs on it give up.
+    for (Id* id : ids_)
+      if (id->port == port && !id->removed && id->channel != nullptr) {
+        id->removed = true;
+        queue(id->channel, new_event(id, RDMA_CM_EVENT_DEVICE_REMOVAL, 0));
+      }
+    std::erase_if(dreqs_, [port](const auto& k) { return k.first == port; });
+    disconnected_.notify_all();
+    return;
+  }
   auto it = conns_.find({port, ev.id});
   if (it == conns_.end()) return;  // its id is gone
   Id* id = it->second;
@@ -906,6 +918,7 @@ void Cma::deliver(Port* port, client::CmEvent&& ev) {
       break;
     case client::CmEventType::kConnectRequest:
     case client::CmEventType::kSidrRequest:
+    case client::CmEventType::kDeviceRemoval:
       return;
   }
   // A request that ends before its CONNECT_REQUEST was read keeps its backlog slot until

@@ -81,6 +81,7 @@ struct Id {
   State state = State::kIdle;
   bool sync = false;
   bool has_conn = false;  ///< `conn` names a CM connection on `port`
+  bool removed = false;   ///< DEVICE_REMOVAL reported (the port's device went away)
   std::uint32_t conn = 0;
   std::uint16_t bound = 0;       ///< the TCP port (a request's: its listener's)
   bool owns_port = false;        ///< `bound` was taken by this id's bind
