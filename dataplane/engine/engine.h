@@ -190,6 +190,8 @@ class Engine {
     return !has_work() && tx_.size() == 0 && (next_timer_ == 0 || now_ns < next_timer_);
   }
   const Stats& stats() const { return stats_; }
+  /// Counts what the port's loop does for the engine (self-delivery, port/self_delivery.h).
+  void count(Counter k, std::uint64_t n = 1) { stats_.inc(k, n); }
   /// The smoothed round trip over every RC QP of this engine (request to acknowledgement), ns.
   std::uint64_t srtt_ns() const { return srtt_ns_; }
   const EngineConfig& config() const { return cfg_; }
