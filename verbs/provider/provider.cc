@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstddef>
 #include <cstring>
 
 #include "verbs/memory/adopt.h"
@@ -151,6 +152,11 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input,
   a.max_pkeys = 1;
   a.local_ca_ack_delay = 15;
   a.phys_port_cnt = 1;
+  // The extended count, as the kernel fills it (rdma-core tests/test_device.py
+  // test_phys_port_cnt_ex: equal to phys_port_cnt below 256 ports), when the caller's struct
+  // has the field.
+  if (attr_size >= offsetof(ibv_device_attr_ex, phys_port_cnt_ex) + sizeof(attr->phys_port_cnt_ex))
+    attr->phys_port_cnt_ex = a.phys_port_cnt;
   return 0;
 }
 
