@@ -296,10 +296,16 @@ void reset_qp(Qp& qp) {
   qp.rq.head = qp.rq.tail = 0;
   qp.req = ReqState{};
   qp.comp = CompState{};
+  // The responder's storage sized at create_qp survives the reset: its READ/atomic
+  // resources, and the place a taken receive WQE's SGEs are copied to (emptied, the next SEND
+  // after RESET -> RTS wrote through a null pointer: rdma-core's test_mr_rereg_addr, whose
+  // restate_qps does that, crashed roced).
   std::vector<RdAtomicRes> res = std::move(qp.resp.res);
+  std::vector<Sge> sges = std::move(qp.resp.recv_sges);
   qp.resp = RespState{};
   for (auto& r : res) r = RdAtomicRes{};
   qp.resp.res = std::move(res);
+  qp.resp.recv_sges = std::move(sges);
 }
 }  // namespace
 
@@ -371,7 +377,9 @@ int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
     std::erase(ack_list_, qp);
     std::erase(read_list_, qp);
     qp->timer_at = 0;  // its wheel entries are stale now
-    qp->in_ack_list = qp->in_read_list = false;
+    // Out of every work list, flags included: a flag left set kept the QP out of the send
+    // list for good once it was back in RTS (rdma-core's test_mr.py restate_qps).
+    qp->in_send_list = qp->in_ack_list = qp->in_read_list = false;
     qp->state = QpState::kReset;
     return kOk;
   }
