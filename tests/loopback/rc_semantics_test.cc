@@ -946,15 +946,30 @@ void restate(Endpoint& me, const Endpoint& peer, std::uint32_t my_psn, std::uint
             kOk);
 }
 
-// QPs taken through RESET back to RTS send and receive again: the reset left the QP marked
+// QPs taken through RESET back to RTS send and receive again, and the reset takes the QP's
+// completions out of its CQs. The reset left the QP marked
 // as in the send list (so nothing was ever sent again) and emptied the responder's SGE
 // storage (the next receive wrote through a null pointer).
 TEST(Reset, ReceivesAfterResetAndReconnect) {
   Loopback lb;
   auto [a, b] = connect(lb);
   Buffer src = make_buffer(lb.a(), a.pd, 3000, 1), dst = make_buffer(lb.b(), b.pd, 3000, 2);
+  // A receive flushed by the error state: its completion goes with the reset (mlx5 cleans a
+  // reset QP's CQEs), or the program would poll it first after restarting the QP.
+  const Sge old_rs = dst.sge();
+  RecvWr old_r;
+  old_r.wr_id = 99;
+  old_r.sg_list = &old_rs;
+  old_r.num_sge = 1;
+  const RecvWr* old_bad = nullptr;
+  ASSERT_EQ(lb.b().post_recv(b.qp, &old_r, &old_bad), kOk);
+  QpAttr err;
+  err.qp_state = QpState::kErr;
+  ASSERT_EQ(lb.b().modify_qp(b.qp, err, kQpState), kOk);
+  EXPECT_EQ(b.rcq->size(), 1u) << "the flushed receive";
   restate(a, b, 0x100, 0x200);
   restate(b, a, 0x200, 0x100);
+  EXPECT_EQ(b.rcq->size(), 0u) << "the reset left the flushed completion in the CQ";
   const Sge rs = dst.sge();
   RecvWr r;
   r.wr_id = 7;

@@ -308,8 +308,38 @@ int dereg_mr(rdma::verbs_mr* vmr) {
   return 0;
 }
 
-/// ibv_rereg_mr: a new registration with what changes, then the old one goes (the keys may
-/// change, as the kernel's rereg may change them).
+/// ibv_rereg_mr in place, keeping the keys as the kernel's rereg does for what rxe and mlx5
+/// change in place (peers already hold the rkey; rdma-core's tests/test_mr.py
+/// test_mr_rereg_access / _pd / _addr exchange keys once and rereg after): in-process, where
+/// the Context can (client::Context::rereg_mr). Attached (no rereg in the attach protocol): a
+/// new registration with what changes, then the old one goes, and the keys change.
+int rereg_in_place(RMr* r, ibv_pd* npd, void* naddr, std::size_t nlen, int nacc) {
+  ibv_mr& mr = r->vmr.ibv_mr;
+  if (attached(mr.context)) return EOPNOTSUPP;
+  const int acc = check_access(nacc);
+  if (acc < 0) return -acc;
+  Backend* be = be_of(mr.context);
+  std::lock_guard<std::mutex> g(be->mu);
+  client::Buffer* adopted = r->adopted;
+  const bool moved = naddr != mr.addr || nlen != mr.length;
+  if (moved) {
+    errno = 0;
+    adopted = be->ctx->register_memfd(-1, naddr, nlen);
+    if (adopted == nullptr) return errno != 0 ? errno : ENOMEM;
+  }
+  if (const int rc = be->ctx->rereg_mr(r->m, reinterpret_cast<RPd*>(npd)->p, naddr, nlen,
+                                       reinterpret_cast<std::uint64_t>(naddr),
+                                       static_cast<std::uint32_t>(acc))) {
+    if (moved) free_range(be, adopted);
+    return rc;
+  }
+  if (moved) {
+    free_range(be, r->adopted);
+    r->adopted = adopted;
+  }
+  return 0;
+}
+
 int rereg_mr(rdma::verbs_mr* vmr, int flags, ibv_pd* pd, void* addr, std::size_t length,
              int access) {
   auto* r = reinterpret_cast<RMr*>(vmr);
@@ -323,6 +353,10 @@ int rereg_mr(rdma::verbs_mr* vmr, int flags, ibv_pd* pd, void* addr, std::size_t
   }
   const int nacc = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : vmr->access;
   if (npd == nullptr || npd->context != mr.context) return EINVAL;
+  if (const int rc = rereg_in_place(r, npd, naddr, nlen, nacc); rc != EOPNOTSUPP) {
+    if (rc == 0) vmr->access = nacc;
+    return rc;
+  }
   client::Mr* m = nullptr;
   client::Buffer* adopted = nullptr;
   if (const int rc = register_range(mr.context, reinterpret_cast<RPd*>(npd)->p, naddr, nlen,
