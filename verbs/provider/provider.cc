@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <climits>
 #include <cstddef>
 #include <cstring>
 
@@ -135,6 +136,10 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input,
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID |
                        IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_CHANGE_PHY_PORT;
   a.max_sge = static_cast<int>(lim.max_sge);
+  // Attached, a receive queue entry and a READ carry 4 SGEs at most (only sends beyond 4 are
+  // copied): what a program may ask of both queues is 4 (rdma-core tests/test_qp.py creates
+  // QPs with up to max_sge / 2 receive SGEs and got EINVAL). Sends take more all the same.
+  if (attached(c)) a.max_sge = static_cast<int>(std::min<std::uint32_t>(lim.max_sge, 4));
   a.max_sge_rd = a.max_sge;
   a.max_cq = static_cast<int>(lim.max_cq);
   a.max_cqe = static_cast<int>(lim.max_cqe);
@@ -148,7 +153,8 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input,
   a.atomic_cap = IBV_ATOMIC_HCA;
   a.max_srq = static_cast<int>(lim.max_srq);
   a.max_srq_wr = static_cast<int>(lim.max_srq_wr);
-  a.max_srq_sge = static_cast<std::uint16_t>(lim.max_srq_sge);
+  a.max_srq_sge = static_cast<std::uint16_t>(
+      attached(c) ? std::min<std::uint32_t>(lim.max_srq_sge, 4) : lim.max_srq_sge);
   a.max_pkeys = 1;
   a.local_ca_ack_delay = 15;
   a.phys_port_cnt = 1;
@@ -530,15 +536,18 @@ void to_recv(const ibv_recv_wr* wr, std::vector<verbs::RecvWr>& out,
 }
 
 template <class F>
-int post_recv_list(Backend* be, ibv_recv_wr* wr, ibv_recv_wr** bad, F&& post) {
+int post_recv_list(Backend* be, ibv_recv_wr* wr, ibv_recv_wr** bad, F&& post,
+                   int max_sge = INT_MAX) {
   thread_local std::vector<verbs::RecvWr> rs;
   thread_local std::vector<verbs::Sge> sges;
   to_recv(wr, rs, sges);
   if (rs.empty()) return 0;
-  // A request with a negative SGE count is refused; those before it are posted.
+  // A request with a negative SGE count, or more SGEs than the queue takes, is refused
+  // (EINVAL); those before it are posted. Attached, roced takes the ring later and could
+  // not refuse it (rdma-core tests/test_qpex.py test_rq_with_larger_sgl_bad_flow).
   std::size_t n = 0;
   ibv_recv_wr* refused = wr;
-  while (refused != nullptr && refused->num_sge >= 0) {
+  while (refused != nullptr && refused->num_sge >= 0 && refused->num_sge <= max_sge) {
     refused = refused->next;
     ++n;
   }
@@ -851,10 +860,20 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     if (bad != nullptr) *bad = wr;
     return EINVAL;
   }
+  // A QP in RESET takes no receive (EINVAL, as the engine answers in-process; attached,
+  // roced would take them later: rdma-core tests/test_qpex.py
+  // test_post_receive_qp_state_bad_flow).
+  if (qp->state == IBV_QPS_RESET) {
+    if (bad != nullptr) *bad = wr;
+    return EINVAL;
+  }
   Backend* be = r->be;
-  return post_recv_list(be, wr, bad, [&](const verbs::RecvWr* w, const verbs::RecvWr** b) {
-    return be->ctx->post_recv(r->q, w, b);
-  });
+  return post_recv_list(
+      be, wr, bad,
+      [&](const verbs::RecvWr* w, const verbs::RecvWr** b) {
+        return be->ctx->post_recv(r->q, w, b);
+      },
+      static_cast<int>(r->cap.max_recv_sge));
 }
 
 int post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) { return post_send(qp, wr, bad); }
@@ -1080,6 +1099,13 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
 
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   RQp* r = rqp(qp);
+  // Nothing is sent from RESET (EINVAL with bad_wr, as the engine answers in-process;
+  // attached, roced would take the ring later: rdma-core tests/test_qpex.py
+  // test_post_send_qp_state_bad_flow).
+  if (qp->state == IBV_QPS_RESET && wr != nullptr) {
+    if (bad != nullptr) *bad = wr;
+    return EINVAL;
+  }
   Backend* be = r->be;
   const bool att = be->env == nullptr;
   std::size_t n = 0, ns = 0;
