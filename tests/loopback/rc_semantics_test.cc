@@ -931,8 +931,8 @@ void restate(Endpoint& me, const Endpoint& peer, std::uint32_t my_psn, std::uint
   a.ah.dmac = peer.eng->config().mac;
   a.ah.dgid = wire::ipv4_mapped(peer.eng->config().ipv4);
   ASSERT_EQ(e.modify_qp(me.qp, a,
-                        kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
-                            kQpMaxDestRdAtomic | kQpMinRnrTimer),
+                        kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
+                            kQpMinRnrTimer),
             kOk);
   a.qp_state = QpState::kRts;
   a.sq_psn = my_psn;
@@ -940,10 +940,10 @@ void restate(Endpoint& me, const Endpoint& peer, std::uint32_t my_psn, std::uint
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.max_rd_atomic = 1;
-  ASSERT_EQ(e.modify_qp(me.qp, a,
-                        kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry |
-                            kQpMaxQpRdAtomic),
-            kOk);
+  ASSERT_EQ(
+      e.modify_qp(me.qp, a,
+                  kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
+      kOk);
 }
 
 // QPs taken through RESET back to RTS send and receive again, and the reset takes the QP's

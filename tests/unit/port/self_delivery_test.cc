@@ -2,6 +2,8 @@
 // port's own address talk through the poll loop without a frame on the wire, as two QPs of
 // one RNIC do through its own GID. The port is a net_ring (--no-huge) whose TX ring the test
 // reads: it must stay empty.
+#include "dataplane/port/self_delivery.h"
+
 #include <gtest/gtest.h>
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
@@ -16,7 +18,6 @@
 #include "dataplane/port/dpdk_port.h"
 #include "dataplane/port/eal.h"
 #include "dataplane/port/poll_loop.h"
-#include "dataplane/port/self_delivery.h"
 
 namespace roce::port {
 namespace {
@@ -108,8 +109,8 @@ void bring_up(engine::Engine& e, engine::Qp* me, engine::Qp* peer, wire::MacAddr
   a.ah.dmac = dmac;
   a.ah.dgid = wire::ipv4_mapped(kIp);
   ASSERT_EQ(e.modify_qp(me, a,
-                        kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
-                            kQpMaxDestRdAtomic | kQpMinRnrTimer),
+                        kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
+                            kQpMinRnrTimer),
             kOk);
   a.qp_state = QpState::kRts;
   a.sq_psn = my_psn;
@@ -117,10 +118,10 @@ void bring_up(engine::Engine& e, engine::Qp* me, engine::Qp* peer, wire::MacAddr
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.max_rd_atomic = 16;
-  ASSERT_EQ(e.modify_qp(me, a,
-                        kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry |
-                            kQpMaxQpRdAtomic),
-            kOk);
+  ASSERT_EQ(
+      e.modify_qp(me, a,
+                  kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
+      kOk);
 }
 
 // An RC WRITE of 64 KiB then a READ back, between two QPs of the one engine, through the
@@ -153,7 +154,8 @@ TEST_F(SelfDeliveryLoop, RcWriteAndReadToOwnAddress) {
   const auto tx_before = eng_->stats().get(Counter::kTxSelfDelivered);
   const auto wait_wc = [&](std::uint64_t id) {
     Wc wc{};
-    const bool got = poll_until(*loop_, [&] { return eng_->poll_cq(cq, 1, &wc) == 1; }, 10);
+    const bool got = poll_until(
+        *loop_, [&] { return eng_->poll_cq(cq, 1, &wc) == 1; }, 10);
     EXPECT_TRUE(got) << "no completion for " << id;
     EXPECT_EQ(wc.wr_id, id);
     EXPECT_EQ(wc.status, WcStatus::kSuccess);
