@@ -100,6 +100,21 @@ class Local final : public Context {
     ++buf->mrs;
     return keep(mrs_, std::move(m));
   }
+  int rereg_mr(Mr* mr, Pd* pd, void* addr, std::size_t length, std::uint64_t iova,
+               std::uint32_t access) override {
+    auto* m = static_cast<LMr*>(mr);
+    OwnedBuffer* buf = bufs_.holding(addr, length);
+    if (buf == nullptr) return EINVAL;
+    if (const int rc = e_.rereg_mr(m->mr, static_cast<LPd*>(pd)->pd, addr, length, iova, access))
+      return rc;
+    --m->buf->mrs;
+    ++buf->mrs;
+    m->buf = buf;
+    m->addr = addr;
+    m->length = length;
+    m->iova = iova;
+    return 0;
+  }
   int dereg_mr(Mr* mr) override {
     auto* m = static_cast<LMr*>(mr);
     if (const int rc = e_.dereg_mr(m->mr)) return rc;

@@ -13,6 +13,10 @@ Mr* Context::reg_mr_iova(Pd* pd, void* addr, std::size_t length, std::uint64_t i
   return nullptr;
 }
 
+int Context::rereg_mr(Mr*, Pd*, void*, std::size_t, std::uint64_t, std::uint32_t) {
+  return EOPNOTSUPP;
+}
+
 Buffer* Context::register_memfd_at(int fd, std::uint64_t offset, void* addr, std::size_t length) {
   if (offset == 0) return register_memfd(fd, addr, length);
   errno = EOPNOTSUPP;

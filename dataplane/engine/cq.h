@@ -32,6 +32,21 @@ class Cq {
     return true;
   }
   void set_overflowed() { overflowed_ = true; }
+  /// Drops the completions of QP `qpn` still in the ring, keeping the others in order (a QP
+  /// moved to RESET: IBA 10.3.1's Reset leaves no work of the QP; mlx4/mlx5 clean its CQEs).
+  /// Returns how many went.
+  std::uint32_t remove_qp(std::uint32_t qpn) {
+    std::uint32_t out = head_;
+    for (std::uint32_t i = head_; i != tail_; ++i) {
+      const Wc& wc = ring_[i & mask_];
+      if (wc.qp_num == qpn) continue;
+      if (out != i) ring_[out & mask_] = wc;
+      ++out;
+    }
+    const std::uint32_t removed = tail_ - out;
+    tail_ = out;
+    return removed;
+  }
   int poll(int max, Wc* out) {
     int n = 0;
     while (n < max && head_ != tail_) out[n++] = ring_[head_++ & mask_];

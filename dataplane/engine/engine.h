@@ -114,6 +114,11 @@ class Engine {
   /// An MR for fast registration: no memory until a REG_MR work request registers it.
   Mr* alloc_mr(Pd* pd, std::uint64_t max_len);
   int dereg_mr(Mr* mr);
+  /// ibv_rereg_mr in place: the MR takes `pd`, [iova, iova + length) reached at `host_addr`,
+  /// and `access`, and keeps its key (peers hold the rkey). kErrInval for a fast-reg MR or the
+  /// access or range reg_mr refuses. Queued zero-copy frames are made whole first.
+  int rereg_mr(Mr* mr, Pd* pd, void* host_addr, std::uint64_t length, std::uint64_t iova,
+               std::uint32_t access);
   Cq* create_cq(std::uint32_t depth);
   int destroy_cq(Cq* cq);
   Srq* create_srq(Pd* pd, std::uint32_t max_wr, std::uint32_t max_sge);
@@ -190,6 +195,8 @@ class Engine {
     return !has_work() && tx_.size() == 0 && (next_timer_ == 0 || now_ns < next_timer_);
   }
   const Stats& stats() const { return stats_; }
+  /// Counts what the port's loop does for the engine (self-delivery, port/self_delivery.h).
+  void count(Counter k, std::uint64_t n = 1) { stats_.inc(k, n); }
   /// The smoothed round trip over every RC QP of this engine (request to acknowledgement), ns.
   std::uint64_t srtt_ns() const { return srtt_ns_; }
   const EngineConfig& config() const { return cfg_; }

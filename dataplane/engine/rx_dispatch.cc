@@ -61,7 +61,9 @@ std::string_view to_string(Counter c) {
                                                                  "rx_drop_rd_atomic_busy",
                                                                  "resp_queue_full",
                                                                  "rx_drop_local_access",
-                                                                 "rx_drop_vlan"};
+                                                                 "rx_drop_vlan",
+                                                                 "tx_self_delivered",
+                                                                 "tx_self_dropped"};
   return k[static_cast<std::size_t>(c)];
 }
 

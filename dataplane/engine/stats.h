@@ -57,6 +57,8 @@ enum class Counter : std::uint8_t {
   kRespQueueFull,       ///< ACKs/NAKs not queued: the responder's output queue was full
   kRxDropLocalAccess,   ///< READ responses/atomic ACKs whose local buffer lost its key
   kRxDropVlan,          ///< a frame of another VLAN (or tagged on an untagged port)
+  kTxSelfDelivered,     ///< frames to the port's own MAC, handed back to its receive path
+  kTxSelfDropped,       ///< such frames lost: the self-delivery queue (or an mbuf) was short
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);

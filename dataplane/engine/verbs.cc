@@ -152,6 +152,25 @@ int Engine::dereg_mr(Mr* mr) {
   return kOk;
 }
 
+int Engine::rereg_mr(Mr* mr, Pd* pd, void* host_addr, std::uint64_t length, std::uint64_t iova,
+                     std::uint32_t access) {
+  if (mr == nullptr || pd == nullptr || mr->fast_reg) return kErrInval;
+  if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite))
+    return kErrInval;
+  if (length != 0 && iova + (length - 1) < iova) return kErrInval;
+  mrs_.changed();  // what the MR granted before is checked again
+  tx_.flatten_all();
+  if (before_mr_release) before_mr_release();
+  --mr->pd->use_count;
+  ++pd->use_count;
+  mr->pd = pd;
+  mr->addr = iova;
+  mr->host_delta = reinterpret_cast<std::uint64_t>(host_addr) - iova;
+  mr->length = length;
+  mr->access = access;
+  return kOk;
+}
+
 Cq* Engine::create_cq(std::uint32_t depth) {
   if (depth == 0 || depth > cfg_.max_cq_depth) return nullptr;
   cqs_.push_back(std::make_unique<Cq>(depth));
@@ -296,10 +315,16 @@ void reset_qp(Qp& qp) {
   qp.rq.head = qp.rq.tail = 0;
   qp.req = ReqState{};
   qp.comp = CompState{};
+  // The responder's storage sized at create_qp survives the reset: its READ/atomic
+  // resources, and the place a taken receive WQE's SGEs are copied to (emptied, the next SEND
+  // after RESET -> RTS wrote through a null pointer: rdma-core's test_mr_rereg_addr, whose
+  // restate_qps does that, crashed roced).
   std::vector<RdAtomicRes> res = std::move(qp.resp.res);
+  std::vector<Sge> sges = std::move(qp.resp.recv_sges);
   qp.resp = RespState{};
   for (auto& r : res) r = RdAtomicRes{};
   qp.resp.res = std::move(res);
+  qp.resp.recv_sges = std::move(sges);
 }
 }  // namespace
 
@@ -371,7 +396,14 @@ int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
     std::erase(ack_list_, qp);
     std::erase(read_list_, qp);
     qp->timer_at = 0;  // its wheel entries are stale now
-    qp->in_ack_list = qp->in_read_list = false;
+    // Out of every work list, flags included: a flag left set kept the QP out of the send
+    // list for good once it was back in RTS (rdma-core's test_mr.py restate_qps).
+    qp->in_send_list = qp->in_ack_list = qp->in_read_list = false;
+    // Its completions still in the CQs go too, as mlx4/mlx5 clean a reset QP's CQEs: a
+    // program that restarts a QP from ERR (rdma-core's test_mr.py restate_qps) must not poll
+    // the flushed completions of its old life first.
+    if (qp->send_cq) qp->send_cq->remove_qp(qp->qpn);
+    if (qp->recv_cq && qp->recv_cq != qp->send_cq) qp->recv_cq->remove_qp(qp->qpn);
     qp->state = QpState::kReset;
     return kOk;
   }

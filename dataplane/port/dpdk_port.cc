@@ -266,6 +266,31 @@ std::span<const std::uint8_t> DpdkPort::view(rte_mbuf* m, std::uint16_t q) {
 
 void DpdkPort::free(rte_mbuf* m) { rte_pktmbuf_free(m); }
 
+rte_mbuf* DpdkPort::copy_in(std::span<const std::uint8_t> frame) {
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+  if (m == nullptr) return nullptr;
+  rte_mbuf* last = m;
+  if (!append(m, last, frame.data(), frame.size())) {
+    rte_pktmbuf_free(m);
+    return nullptr;
+  }
+  return m;
+}
+
+rte_mbuf* DpdkPort::copy_in(const engine::TxFrame& frame) {
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+  if (m == nullptr) return nullptr;
+  rte_mbuf* last = m;
+  bool ok = append(m, last, frame.head.data(), frame.head.size());
+  for (const engine::TxSeg& s : frame.ext) ok = ok && append(m, last, s.addr, s.len);
+  ok = ok && append(m, last, frame.trailer.data(), frame.trailer.size());
+  if (!ok) {
+    rte_pktmbuf_free(m);
+    return nullptr;
+  }
+  return m;
+}
+
 bool DpdkPort::append(rte_mbuf* head, rte_mbuf*& last, const std::uint8_t* p, std::size_t len) {
   while (len > 0) {
     std::size_t room = rte_pktmbuf_tailroom(last);

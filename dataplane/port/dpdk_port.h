@@ -117,6 +117,11 @@ class DpdkPort {
   /// PortSpec::neighbours.
   std::uint32_t neighbours() const { return neighbours_; }
   static void free(rte_mbuf* m);
+  /// A copy of `frame` in an mbuf of the port's pool, as if received (self-delivery to
+  /// another lcore's ring); null when the pool is dry or the frame needs segments the port
+  /// cannot chain.
+  rte_mbuf* copy_in(std::span<const std::uint8_t> frame);
+  rte_mbuf* copy_in(const engine::TxFrame& frame);
   /// Queues a copy of `frame` for transmit on queue `q`; sent by flush() (or when the burst
   /// is full). Each queue belongs to one lcore.
   void tx(std::span<const std::uint8_t> frame, std::uint16_t q = 0);

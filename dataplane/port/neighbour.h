@@ -57,9 +57,17 @@ class Neighbour {
   /// advertisement is expected from then on.
   std::size_t make_neighbour_solicitation(const wire::Ipv6Addr& target,
                                           std::span<std::uint8_t> out);
-  /// The MAC of a neighbour; the entry is in use from then on and never evicted.
-  std::optional<wire::MacAddr> lookup(wire::Ipv4Addr ip) { return cache_.lookup(ip); }
-  std::optional<wire::MacAddr> lookup(const wire::Ipv6Addr& ip) { return cache6_.lookup(ip); }
+  /// The MAC of a neighbour; the entry is in use from then on and never evicted. The port's
+  /// own address is its own MAC, without ARP: the poll loop delivers frames to it back to the
+  /// engine (self_delivery.h).
+  std::optional<wire::MacAddr> lookup(wire::Ipv4Addr ip) {
+    if (ip == ip_) return mac_;
+    return cache_.lookup(ip);
+  }
+  std::optional<wire::MacAddr> lookup(const wire::Ipv6Addr& ip) {
+    if (ip6_ && ip == *ip6_) return mac_;
+    return cache6_.lookup(ip);
+  }
   const NeighbourStats& stats() const;
   std::size_t capacity() const { return cache_.capacity(); }
   /// Bytes the two caches hold (all allocated by the constructor).

@@ -32,7 +32,8 @@ PollLoop::PollLoop(DpdkPort& port, engine::Engine& eng, const FaultPolicy& fault
       eng_(eng),
       queue_(queue),
       nb_(eng.config().mac, eng.config().ipv4, eng.config().ipv6, port.neighbours()),
-      reply_(9216 + 64) {
+      reply_(9216 + 64),
+      selfd_(eng.config().mac) {
   eng.set_tx_ip_checksum_offload(port.offloads().tx_ip_checksum);
   // Transmit faults other than drops need whole frames to act on (corrupt, hold): they copy.
   if (!faults.any() || faults.drop_only()) {
@@ -87,6 +88,7 @@ std::size_t PollLoop::transmit() {
     return eng_.drain_tx([&](std::span<const std::uint8_t> f) { send(f); }, room);
   return eng_.drain_tx_frames(
       [&](const engine::TxFrame& f) {
+        if (selfd_.is_self(f.head)) return to_self(f, f.head);
         if (tap) tap(on_wire(whole(f)), true);
         if (!link_ || !link_->drop_next(f.head)) port_.tx(f, queue_);
       },
@@ -114,7 +116,26 @@ void PollLoop::send(std::span<const std::uint8_t> frame) {
   wire_tx(frame);
 }
 
+template <class Frame>
+void PollLoop::to_self(const Frame& frame, std::span<const std::uint8_t> head) {
+  const unsigned owner = lcores_ > 1 ? owner_lcore(head, lcores_) : self_;
+  bool ok = false;
+  if (owner == self_) {
+    ok = selfd_.take(frame);
+  } else if (rte_mbuf* m = port_.copy_in(frame)) {  // the owner's loop receives and frees it
+    ok = rte_ring_enqueue(rings_[owner], m) == 0;
+    if (ok)
+      ++steer_.steered_out;
+    else
+      DpdkPort::free(m);
+  }
+  eng_.count(ok ? engine::Counter::kTxSelfDelivered : engine::Counter::kTxSelfDropped);
+}
+
 void PollLoop::wire_tx(std::span<const std::uint8_t> frame) {
+  // Frames for our own address never reach the wire (self_delivery.h): a frame the offload
+  // device built for us included, so that it meets the device again on receive.
+  if (selfd_.is_self(frame)) return to_self(frame, frame);
   if (tap) tap(on_wire(frame), true);
   if (!link_) {
     port_.tx(frame, queue_);
@@ -199,6 +220,9 @@ std::size_t PollLoop::poll_once() {
       DpdkPort::free(m);
     }
   }
+  // Frames this loop sent to its own address, as if they had just been received (their IP
+  // checksum is ours: not checked again, as a kernel's loopback).
+  moved += selfd_.deliver([&](std::span<const std::uint8_t> f) { deliver(f, now, true); });
   // The device's answers to what it just took (ACKs, READ responses) leave in this iteration,
   // as the engine's do below.
   if (offload_)

@@ -22,6 +22,7 @@
 #include "dataplane/port/idle.h"
 #include "dataplane/port/neighbour.h"
 #include "dataplane/port/poller.h"
+#include "dataplane/port/self_delivery.h"
 
 struct rte_mbuf;
 struct rte_ring;
@@ -82,6 +83,9 @@ class PollLoop {
     std::uint64_t ring_full = 0;    ///< dropped: the owner's ring was full
   };
   const SteerStats& steer_stats() const { return steer_; }
+  /// Frames this loop sent to its own port's MAC and handed back to a receive path
+  /// (self_delivery.h; also the engine's tx_self_delivered / tx_self_dropped counters).
+  const SelfDeliveryStats& self_delivery_stats() const { return selfd_.stats(); }
 
   /// Where the loop's time goes: from the start of one poll to the start of the next counts as
   /// busy when that poll moved a frame or ran a command, idle otherwise (the caller's own work
@@ -109,6 +113,10 @@ class PollLoop {
   /// frame with the port's tag, which the port adds on transmit.
   std::span<const std::uint8_t> on_wire(std::span<const std::uint8_t> f);
   void deliver(std::span<const std::uint8_t> frame, std::uint64_t now, bool ip_ok = false);
+  /// A frame for the port's own MAC: to this loop's self-delivery queue, or (several lcores)
+  /// as an mbuf to the ring of the lcore that owns its QP. Never to the wire.
+  template <class Frame>
+  void to_self(const Frame& frame, std::span<const std::uint8_t> head);
   void arrive(rte_mbuf* m, std::span<const std::uint8_t> frame, std::uint64_t now);
   DpdkPort& port_;
   engine::Engine& eng_;
@@ -127,6 +135,7 @@ class PollLoop {
   std::vector<rte_ring*> rings_;  ///< one per lcore: mbufs for its loop
   rte_ring* own_ring_ = nullptr;  ///< created by connect_loops, freed here
   SteerStats steer_;
+  SelfDelivery selfd_;  ///< frames for our own MAC, delivered at the next receive step
   TimeStats time_;
   std::uint64_t last_poll_ns_ = 0;
   bool last_busy_ = false;

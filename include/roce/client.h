@@ -211,6 +211,11 @@ class Context {
   virtual Mr* reg_mr_iova(Pd* pd, void* addr, std::size_t length, std::uint64_t iova,
                           std::uint32_t access);
   virtual int dereg_mr(Mr* mr) = 0;
+  /// ibv_rereg_mr in place: `mr` takes `pd`, [addr, addr + length) (in one Buffer) at
+  /// `iova`, and `access`, and keeps its keys. 0 or an errno value; EOPNOTSUPP from a backend
+  /// without it (the caller registers anew: new keys).
+  virtual int rereg_mr(Mr* mr, Pd* pd, void* addr, std::size_t length, std::uint64_t iova,
+                       std::uint32_t access);
 
   virtual Cq* create_cq(std::uint32_t depth) = 0;
   virtual int destroy_cq(Cq* cq) = 0;

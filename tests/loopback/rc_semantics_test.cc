@@ -908,3 +908,88 @@ TEST(Uc, WritesAndSendsWithoutAcksAndLossDropsTheMessage) {
 
 }  // namespace
 }  // namespace roce::test
+
+namespace roce::test {
+namespace {
+
+// RESET -> INIT -> RTR -> RTS of a connected QP, as rdma-core's tests/test_mr.py restate_qps.
+void restate(Endpoint& me, const Endpoint& peer, std::uint32_t my_psn, std::uint32_t peer_psn) {
+  Engine& e = *me.eng;
+  QpAttr a;
+  a.qp_state = QpState::kReset;
+  ASSERT_EQ(e.modify_qp(me.qp, a, kQpState), kOk);
+  a.qp_state = QpState::kInit;
+  a.qp_access_flags = kAccessLocalWrite | kAccessRemoteWrite;
+  a.port_num = 1;
+  ASSERT_EQ(e.modify_qp(me.qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags), kOk);
+  a.qp_state = QpState::kRtr;
+  a.path_mtu = Mtu::k1024;
+  a.dest_qp_num = peer.qp->qpn;
+  a.rq_psn = peer_psn;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 1;
+  a.ah.dmac = peer.eng->config().mac;
+  a.ah.dgid = wire::ipv4_mapped(peer.eng->config().ipv4);
+  ASSERT_EQ(e.modify_qp(me.qp, a,
+                        kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
+                            kQpMinRnrTimer),
+            kOk);
+  a.qp_state = QpState::kRts;
+  a.sq_psn = my_psn;
+  a.timeout = 10;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 1;
+  ASSERT_EQ(
+      e.modify_qp(me.qp, a,
+                  kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
+      kOk);
+}
+
+// QPs taken through RESET back to RTS send and receive again, and the reset takes the QP's
+// completions out of its CQs. The reset left the QP marked
+// as in the send list (so nothing was ever sent again) and emptied the responder's SGE
+// storage (the next receive wrote through a null pointer).
+TEST(Reset, ReceivesAfterResetAndReconnect) {
+  Loopback lb;
+  auto [a, b] = connect(lb);
+  Buffer src = make_buffer(lb.a(), a.pd, 3000, 1), dst = make_buffer(lb.b(), b.pd, 3000, 2);
+  // A receive flushed by the error state: its completion goes with the reset (mlx5 cleans a
+  // reset QP's CQEs), or the program would poll it first after restarting the QP.
+  const Sge old_rs = dst.sge();
+  RecvWr old_r;
+  old_r.wr_id = 99;
+  old_r.sg_list = &old_rs;
+  old_r.num_sge = 1;
+  const RecvWr* old_bad = nullptr;
+  ASSERT_EQ(lb.b().post_recv(b.qp, &old_r, &old_bad), kOk);
+  QpAttr err;
+  err.qp_state = QpState::kErr;
+  ASSERT_EQ(lb.b().modify_qp(b.qp, err, kQpState), kOk);
+  EXPECT_EQ(b.rcq->size(), 1u) << "the flushed receive";
+  restate(a, b, 0x100, 0x200);
+  restate(b, a, 0x200, 0x100);
+  EXPECT_EQ(b.rcq->size(), 0u) << "the reset left the flushed completion in the CQ";
+  const Sge rs = dst.sge();
+  RecvWr r;
+  r.wr_id = 7;
+  r.sg_list = &rs;
+  r.num_sge = 1;
+  const RecvWr* rbad = nullptr;
+  ASSERT_EQ(lb.b().post_recv(b.qp, &r, &rbad), kOk);
+  const Sge ss = src.sge();
+  SendWr w = make_wr(8, &ss, dst, 0, WrOpcode::kSend);
+  const SendWr* bad = nullptr;
+  ASSERT_EQ(lb.a().post_send(a.qp, &w, &bad), kOk);
+  const auto wcs = wait_wcs(lb, b.rcq, 1);
+  const auto sent = wait_wcs(lb, a.scq, 1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].status, WcStatus::kSuccess);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(wcs[0].byte_len, 3000u);
+  EXPECT_EQ(dst.bytes, src.bytes);
+}
+
+}  // namespace
+}  // namespace roce::test
