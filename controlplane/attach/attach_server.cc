@@ -1432,6 +1432,8 @@ int Ops::cm_open() {
   LaneCm* l = lc.get();
   const wire::Ipv4Addr ip = s.ports_[c.port].ipv4;
   const auto mtu = static_cast<std::uint8_t>(eng().config().max_mtu);
+  cm::SessionLimits lim;
+  lim.max_conns = quota().max_cm_conns;
   const bool ok = run([=] {
     try {
       l->session = std::make_unique<cm::CmSession>(
@@ -1439,6 +1441,7 @@ int Ops::cm_open() {
     } catch (const std::exception&) {
       return false;  // QP1 could not be created
     }
+    l->session->set_limits(lim);
     lane->add(l);
     return true;
   });

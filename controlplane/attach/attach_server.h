@@ -51,6 +51,10 @@ struct AttachQuotas {
   /// Descriptors roced holds for a client besides its socket: the event ring's eventfd, the
   /// CM's, one eventfd per CQ (CQs beyond: EDQUOT).
   std::uint32_t max_fds = 64;
+  /// rdma_cm connections (and SIDR exchanges) held at once, in any state up to the end of
+  /// their timewait: its own and those of peers' requests to its ports (EDQUOT; a peer's
+  /// request beyond it gets REJ 3 "no resources"). At most max_qps by default (config.cc).
+  std::uint32_t max_cm_conns = 256;
 };
 
 struct AttachConfig {

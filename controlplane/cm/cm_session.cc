@@ -59,6 +59,7 @@ int CmSession::unlisten(std::uint16_t port, bool udp) {
 int CmSession::sidr_resolve(wire::Ipv4Addr dst, std::uint16_t port,
                             std::span<const std::uint8_t> private_data, std::uint32_t& id) {
   if (port == 0 || private_data.size() > kSidrReqPrivateSize - kCmaHeaderSize) return EINVAL;
+  if (ids_.size() >= limits_.max_conns) return EDQUOT;
   SidrParams p;
   p.peer.gid = wire::ipv4_mapped(dst);
   p.service_id = service_id(PortSpace::kUdp, port);
@@ -98,6 +99,8 @@ int CmSession::sidr_reject(std::uint32_t id) {
 int CmSession::connect(engine::Qp* qp, wire::Ipv4Addr dst, std::uint16_t port,
                        const SessionParam& p, std::uint32_t& id) {
   if (qp == nullptr || port == 0 || p.private_data.size() > kReqPrivate) return EINVAL;
+  if (hub_->agent().busy(qp)) return EINVAL;
+  if (ids_.size() >= limits_.max_conns) return EDQUOT;
   ConnectParams c;
   c.peer.gid = wire::ipv4_mapped(dst);
   c.service_id = service_id(PortSpace::kTcp, port);
@@ -121,7 +124,8 @@ int CmSession::connect(engine::Qp* qp, wire::Ipv4Addr dst, std::uint16_t port,
 int CmSession::accept(std::uint32_t id, engine::Qp* qp, const SessionParam& p) {
   auto it = ids_.find(id);
   if (it == ids_.end()) return ENOENT;
-  if (qp == nullptr || p.private_data.size() > kRepPrivate) return EINVAL;
+  if (qp == nullptr || p.private_data.size() > kRepPrivate || hub_->agent().busy(qp))
+    return EINVAL;
   AcceptParams a;
   a.starting_psn = wire::Psn(random24());
   a.responder_resources = p.responder_resources;
@@ -216,6 +220,10 @@ void CmSession::on_event(const CmEvent& e) {
       hub_->agent().cm().sidr_reject(e.id, SidrStatus::kReject);
       return;
     }
+    if (ids_.size() >= limits_.max_conns) {  // the owner's quota
+      hub_->agent().cm().sidr_reject(e.id, SidrStatus::kReject);
+      return;
+    }
     s.id = new_id();
     ids_[s.id] = e.id;
     by_cm_[e.id] = s.id;
@@ -231,6 +239,10 @@ void CmSession::on_event(const CmEvent& e) {
     // rdma_cm's IPv4 port space only: its header names both addresses.
     if (!e.cma || e.cma->ip_version != 4 || port_space_of(e.service_id) != PortSpace::kTcp) {
       hub_->agent().cm().reject(e.id, RejReason::kInvalidServiceId);
+      return;
+    }
+    if (ids_.size() >= limits_.max_conns) {  // the owner's quota: as a full listen backlog
+      hub_->agent().cm().reject(e.id, RejReason::kNoResources);
       return;
     }
     s.id = new_id();
@@ -285,7 +297,7 @@ void CmSession::on_event(const CmEvent& e) {
       return;
   }
   if (s.type == SessionEventType::kRejected || s.type == SessionEventType::kUnreachable ||
-      s.type == SessionEventType::kSidrReply) {
+      s.type == SessionEventType::kConnectError || s.type == SessionEventType::kSidrReply) {
     ids_.erase(s.id);  // the connection is over: nothing more will come for it
     peers_.erase(s.id);
     by_cm_.erase(it);

@@ -947,5 +947,43 @@ TEST(AttachGuard, CmEventsOfAClientAreBoundedAndCharged) {
   close_all(fds);
 }
 
+// One client with one QP held every CM slot of the port: cm_connect bound the same QP to any
+// number of connections, and nothing counted a client's connections but the CM's 4096 for
+// everyone (then other clients got ENOMEM and peers' REQs REJ). Now a QP with a live
+// connection is refused (EINVAL, as rdma-core's rdma_create_qp refuses an id that has a QP and
+// the kernel a QP's move back to INIT), and a client holds at most quotas.max_cm_conns
+// connections (EDQUOT; a peer's REQ beyond it gets REJ 3 "no resources").
+TEST(AttachGuard, CmConnectionsAreBoundedPerQpAndPerClient) {
+  AttachQuotas q;
+  q.max_cm_conns = 3;
+  Roced roced(q);
+  Roced peer({}, 0xFFFFFFFFu, &roced, {}, kPeerMac, kPeerIp);
+  roced.teach(kPeerIp, kPeerMac);
+  peer.teach(kIp, kMac);
+  Raw holder(peer.socket());  // listens, never answers: the REQs stay pending
+  ASSERT_EQ(holder.cm_open(), 0);
+  ASSERT_EQ(holder.cm(Op::kCmListen, 0, 0, 9000), 0);
+  Raw c(roced.socket());
+  ASSERT_EQ(c.cm_open(), 0);
+  const std::uint32_t pd = c.pd();
+  std::uint32_t cq = 0;
+  ASSERT_EQ(c.cq(64, cq), 0);
+  std::vector<std::uint32_t> qps(5);
+  for (auto& h : qps) ASSERT_EQ(c.qp(pd, cq, cq, 0, small_cap(), h), 0);
+  ASSERT_EQ(c.cm_connect(qps[0], kPeerIp, 9000), 0);
+  EXPECT_EQ(c.cm_connect(qps[0], kPeerIp, 9000), EINVAL) << "one QP, two connections";
+  EXPECT_EQ(c.cm_connect(qps[1], kPeerIp, 9000), 0);
+  EXPECT_EQ(c.cm_connect(qps[2], kPeerIp, 9000), 0);
+  EXPECT_EQ(c.cm_connect(qps[3], kPeerIp, 9000), EDQUOT) << "beyond max_cm_conns";
+  // Another client of the same roced is not affected.
+  Raw d(roced.socket());
+  ASSERT_EQ(d.cm_open(), 0);
+  const std::uint32_t pd2 = d.pd();
+  std::uint32_t cq2 = 0, qp2 = 0;
+  ASSERT_EQ(d.cq(16, cq2), 0);
+  ASSERT_EQ(d.qp(pd2, cq2, cq2, 0, small_cap(), qp2), 0);
+  EXPECT_EQ(d.cm_connect(qp2, kPeerIp, 9000), 0);
+}
+
 }  // namespace
 }  // namespace roce::attach
