@@ -149,6 +149,7 @@ struct ApplianceConfig {
     std::uint32_t max_fds = 64;           ///< roced's descriptors per client (eventfds)
     /// rdma_cm connections per client at once; 0 (unset): max_qps.
     std::uint32_t max_cm_conns = 0;
+    std::uint32_t max_listens = 64;  ///< rdma_cm ports a client listens on at once
   } attach;
 };
 

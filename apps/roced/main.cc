@@ -244,6 +244,7 @@ int run(const ctl::ApplianceConfig& cfg) {
     ac.quotas.max_fds = cfg.attach.max_fds;
     ac.quotas.max_cm_conns =
         cfg.attach.max_cm_conns != 0 ? cfg.attach.max_cm_conns : cfg.attach.max_qps;
+    ac.quotas.max_listens = cfg.attach.max_listens;
     std::vector<attach::AttachPort> aps;
     for (auto& p : ports) {
       attach::AttachPort ap{p.cfg.name, p.cfg.mac, p.cfg.ipv4, {}};

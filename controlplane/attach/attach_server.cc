@@ -1434,6 +1434,8 @@ int Ops::cm_open() {
   const auto mtu = static_cast<std::uint8_t>(eng().config().max_mtu);
   cm::SessionLimits lim;
   lim.max_conns = quota().max_cm_conns;
+  lim.max_listens = quota().max_listens;
+  lim.low_ports = c.privileged;  // uids in privileged_uids (CAP_NET_BIND_SERVICE's part)
   const bool ok = run([=] {
     try {
       l->session = std::make_unique<cm::CmSession>(

@@ -33,25 +33,35 @@ CmSession::~CmSession() {
   hub_->remove_owner(owner_);
 }
 
-int CmSession::listen(std::uint16_t port) {
+int CmSession::may_listen(std::uint16_t port) const {
   if (port == 0) return EINVAL;
+  if (port < 1024 && !limits_.low_ports) return EACCES;
+  if (ports_.size() + udp_ports_.size() >= limits_.max_listens) return EDQUOT;
+  return 0;
+}
+
+int CmSession::listen(std::uint16_t port) {
+  if (std::find(ports_.begin(), ports_.end(), port) != ports_.end()) return 0;  // already
+  if (const int rc = may_listen(port)) return rc;
   if (!hub_->listen(owner_, service_id(PortSpace::kTcp, port))) return EADDRINUSE;
   ports_.push_back(port);
   return 0;
 }
 
 int CmSession::sidr_listen(std::uint16_t port) {
-  if (port == 0) return EINVAL;
+  if (std::find(udp_ports_.begin(), udp_ports_.end(), port) != udp_ports_.end()) return 0;
+  if (const int rc = may_listen(port)) return rc;
   if (!hub_->listen(owner_, service_id(PortSpace::kUdp, port))) return EADDRINUSE;
+  udp_ports_.push_back(port);
   return 0;
 }
 
 int CmSession::unlisten(std::uint16_t port, bool udp) {
-  if (!udp) {
-    auto it = std::find(ports_.begin(), ports_.end(), port);
-    if (it == ports_.end()) return ENOENT;
-    ports_.erase(it);
-  }
+  std::vector<std::uint16_t>& mine = udp ? udp_ports_ : ports_;
+  if (auto it = std::find(mine.begin(), mine.end(), port); it != mine.end())
+    mine.erase(it);
+  else if (!udp)
+    return ENOENT;
   hub_->unlisten(owner_, service_id(udp ? PortSpace::kUdp : PortSpace::kTcp, port));
   return 0;
 }

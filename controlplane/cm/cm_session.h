@@ -56,6 +56,11 @@ struct SessionLimits {
   /// connect() and sidr_resolve() answer EDQUOT beyond, a peer's REQ gets REJ 3 "no
   /// resources", a SIDR_REQ a SIDR_REP "rejected".
   std::size_t max_conns = SIZE_MAX;
+  /// Ports listened on at once, TCP and UDP port spaces together (listen, sidr_listen: EDQUOT).
+  std::size_t max_listens = SIZE_MAX;
+  /// Ports below 1024 may be listened on (else EACCES, as the kernel's rdma_cm refuses them
+  /// without CAP_NET_BIND_SERVICE).
+  bool low_ports = true;
 };
 
 class CmSession {
@@ -125,7 +130,10 @@ class CmSession {
   std::map<std::uint32_t, ConnId> ids_;
   std::map<ConnId, std::uint32_t> by_cm_;
   std::map<std::uint32_t, wire::Ipv4Addr> peers_;
+  /// 0 or why `port` may not be listened on (SessionLimits).
+  int may_listen(std::uint16_t port) const;
   std::vector<std::uint16_t> ports_;
+  std::vector<std::uint16_t> udp_ports_;
   SessionLimits limits_;
 };
 

@@ -985,5 +985,34 @@ TEST(AttachGuard, CmConnectionsAreBoundedPerQpAndPerClient) {
   EXPECT_EQ(d.cm_connect(qp2, kPeerIp, 9000), 0);
 }
 
+// One client could listen on every rdma_cm port of the port (65535 of them, each a map entry in
+// the CM, and every hosted service's port taken first), and on ports below 1024 too. Now a
+// client listens on at most quotas.max_listens ports (EDQUOT), and below 1024 only when its
+// uid is in privileged_uids (EACCES otherwise, as the kernel's rdma_cm without
+// CAP_NET_BIND_SERVICE).
+TEST(AttachGuard, CmListensAreBoundedAndLowPortsPrivileged) {
+  AttachQuotas q;
+  q.max_listens = 4;
+  {
+    Roced roced(q, 0xFFFFFFFFu, nullptr, [](AttachConfig& a) { a.privileged_uids.clear(); });
+    Raw c(roced.socket());
+    ASSERT_EQ(c.cm_open(), 0);
+    EXPECT_EQ(c.cm(Op::kCmListen, 0, 0, 80), EACCES);
+    EXPECT_EQ(c.cm(Op::kCmListen, 0, 0, 1023), EACCES);
+    for (std::uint16_t p = 9000; p < 9004; ++p) EXPECT_EQ(c.cm(Op::kCmListen, 0, 0, p), 0);
+    EXPECT_EQ(c.cm(Op::kCmListen, 0, 0, 9004), EDQUOT);
+    EXPECT_EQ(c.cm(Op::kCmListen, 0, 0, 9000), 0);  // its own already: counted once
+    // Another client has its own.
+    Raw d(roced.socket());
+    ASSERT_EQ(d.cm_open(), 0);
+    EXPECT_EQ(d.cm(Op::kCmListen, 0, 0, 1024), 0);
+    EXPECT_EQ(d.cm(Op::kCmListen, 0, 0, 9000), EADDRINUSE);
+  }
+  Roced roced(q);  // privileged_uids [0], and the test runs as root or not
+  Raw c(roced.socket());
+  ASSERT_EQ(c.cm_open(), 0);
+  EXPECT_EQ(c.cm(Op::kCmListen, 0, 0, 80), ::getuid() == 0 ? 0 : EACCES);
+}
+
 }  // namespace
 }  // namespace roce::attach
