@@ -52,6 +52,9 @@ struct CmConfig {
   /// Seeds the hash of the CM's tables (comm IDs come from a key of the kernel's CSPRNG,
   /// whatever this says).
   std::uint32_t seed = 1;
+  /// Key of the comm-ID permutation; 0 (the default): 128 bits from getrandom. A test hook (a
+  /// fuzz harness that must replay the same IDs); never set it in a deployment.
+  std::uint64_t id_key = 0;
   std::uint8_t cm_response_timeout = 20;  ///< CMA_CM_RESPONSE_TIMEOUT (4.096 us x 2^20)
   std::uint8_t max_cm_retries = 15;       ///< CMA_MAX_CM_RETRIES
   std::uint8_t packet_life_time = 16;     ///< CMA_IBOE_PACKET_LIFETIME
