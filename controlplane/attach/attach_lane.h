@@ -150,9 +150,7 @@ class Lane : public port::Poller {
   /// from any thread).
   std::uint64_t cm_refused() const { return cm_refused_.load(std::memory_order_relaxed); }
   /// Bytes of CM events waiting in the backlogs of this lane's clients (read from any thread).
-  std::uint64_t cm_waiting_bytes() const {
-    return cm_waiting_.load(std::memory_order_relaxed);
-  }
+  std::uint64_t cm_waiting_bytes() const { return cm_waiting_.load(std::memory_order_relaxed); }
 
  private:
   std::size_t drain_send(LaneQp& q);

@@ -173,7 +173,7 @@ Cm::Cm(CmConfig cfg, CmCallbacks cb)
       by_qp_(0, hash_),
       sidr_(0, hash_),
       id_key_(cfg.id_key != 0 ? std::array<std::uint64_t, 2>{cfg.id_key, Hash::mix(cfg.id_key)}
-                               : random_key()),
+                              : random_key()),
       id_ctr_(cfg.id_key != 0 ? 1 : static_cast<std::uint32_t>(random_key()[0])) {}
 
 std::uint64_t Cm::Hash::mix(std::uint64_t x) {  // splitmix64's finaliser

@@ -47,8 +47,8 @@ struct ConnId {
 };
 
 struct CmConfig {
-  std::uint64_t ca_guid = 0;              ///< Local CA GUID in REQ/REP; also identifies us to peers
-  std::uint32_t hi_tid = 0;               ///< high 32 bits of the transaction IDs we originate
+  std::uint64_t ca_guid = 0;  ///< Local CA GUID in REQ/REP; also identifies us to peers
+  std::uint32_t hi_tid = 0;   ///< high 32 bits of the transaction IDs we originate
   /// Seeds the hash of the CM's tables (comm IDs come from a key of the kernel's CSPRNG,
   /// whatever this says).
   std::uint32_t seed = 1;
@@ -401,7 +401,7 @@ class Cm {
   std::deque<std::variant<OutMad, CmEvent>> outbox_;
   unsigned depth_ = 0;
   std::array<std::uint64_t, 2> id_key_;  ///< new_id()'s permutation (from getrandom)
-  std::uint32_t id_ctr_;                  ///< what new_id() permutes next
+  std::uint32_t id_ctr_;                 ///< what new_id() permutes next
   std::uint32_t tid_seq_ = 0;
   TimePoint last_now_{};                ///< the latest on_timer() time
   std::optional<TimePoint> timer_now_;  ///< set while on_timer() runs

@@ -110,8 +110,8 @@ std::optional<ConnId> CmHub::sidr_resolve(Owner o, const SidrParams& p) {
 
 void CmHub::own(ConnId id, Owner o) {
   if (conns_.size() >= 2 * agent_.cm().size() + 64)
-    std::erase_if(conns_,
-                  [this](const auto& kv) { return agent_.cm().state(kv.first) == ConnState::kIdle; });
+    std::erase_if(
+        conns_, [this](const auto& kv) { return agent_.cm().state(kv.first) == ConnState::kIdle; });
   conns_[id] = o;
 }
 

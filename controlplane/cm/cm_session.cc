@@ -134,8 +134,7 @@ int CmSession::connect(engine::Qp* qp, wire::Ipv4Addr dst, std::uint16_t port,
 int CmSession::accept(std::uint32_t id, engine::Qp* qp, const SessionParam& p) {
   auto it = ids_.find(id);
   if (it == ids_.end()) return ENOENT;
-  if (qp == nullptr || p.private_data.size() > kRepPrivate || hub_->agent().busy(qp))
-    return EINVAL;
+  if (qp == nullptr || p.private_data.size() > kRepPrivate || hub_->agent().busy(qp)) return EINVAL;
   AcceptParams a;
   a.starting_psn = wire::Psn(random24());
   a.responder_resources = p.responder_resources;

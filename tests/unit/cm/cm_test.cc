@@ -909,11 +909,12 @@ TEST(CmTiming, AckTimeoutAndIbaTime) {
   EXPECT_EQ(iba_time(24), milliseconds(65536));
 }
 
-// ---- off-path peers ------------------------------------------------------------------------------
-// A REJ with local_comm_id 0 skipped the check of the peer's comm ID in every state, and no MAD's
-// source was compared with the connection's peer: with one of our comm IDs (they were the
-// xorshift32 sequence: one seen in a REP of the attacker's own connection, the next known), any
-// host tore down any established connection with one REJ.
+// ---- off-path peers
+// ------------------------------------------------------------------------------ A REJ with
+// local_comm_id 0 skipped the check of the peer's comm ID in every state, and no MAD's source was
+// compared with the connection's peer: with one of our comm IDs (they were the xorshift32 sequence:
+// one seen in a REP of the attacker's own connection, the next known), any host tore down any
+// established connection with one REJ.
 
 TEST_F(CmTest, RejWithoutThePeersCommIdOnlyRejectsARequest) {
   auto [ia, ib] = establish();
