@@ -418,6 +418,10 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
           static_cast<std::uint32_t>(q.uint("max_inline_data", c.attach.max_inline_data, 0, 4096));
       c.attach.max_fds =
           static_cast<std::uint32_t>(q.uint("max_fds", c.attach.max_fds, 2, 1u << 20));
+      c.attach.max_cm_conns =
+          static_cast<std::uint32_t>(q.uint("max_cm_conns", c.attach.max_cm_conns, 1, 1u << 16));
+      c.attach.max_listens =
+          static_cast<std::uint32_t>(q.uint("max_listens", c.attach.max_listens, 1, 65535));
     }
   }
   r.finish();

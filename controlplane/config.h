@@ -147,6 +147,9 @@ struct ApplianceConfig {
     std::uint32_t max_cqe = 65536;
     std::uint32_t max_inline_data = 512;  ///< as rxe
     std::uint32_t max_fds = 64;           ///< roced's descriptors per client (eventfds)
+    /// rdma_cm connections per client at once; 0 (unset): max_qps.
+    std::uint32_t max_cm_conns = 0;
+    std::uint32_t max_listens = 64;  ///< rdma_cm ports a client listens on at once
   } attach;
 };
 

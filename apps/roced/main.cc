@@ -242,6 +242,9 @@ int run(const ctl::ApplianceConfig& cfg) {
     ac.quotas.max_cqe = cfg.attach.max_cqe;
     ac.quotas.max_inline_data = cfg.attach.max_inline_data;
     ac.quotas.max_fds = cfg.attach.max_fds;
+    ac.quotas.max_cm_conns =
+        cfg.attach.max_cm_conns != 0 ? cfg.attach.max_cm_conns : cfg.attach.max_qps;
+    ac.quotas.max_listens = cfg.attach.max_listens;
     std::vector<attach::AttachPort> aps;
     for (auto& p : ports) {
       attach::AttachPort ap{p.cfg.name, p.cfg.mac, p.cfg.ipv4, {}};

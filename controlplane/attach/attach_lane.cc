@@ -297,6 +297,21 @@ void Lane::push(LaneCm& c, const cm::SessionEvent& ev) {
   }
   c.backlog.push_back(e);
   flush(c);
+  account(c);
+}
+
+void Lane::account(LaneCm& c) {
+  const std::uint64_t now = c.backlog.size() * LaneCm::kWaitingCost;
+  const std::uint64_t was = c.waiting_bytes.load(std::memory_order_relaxed);
+  if (now == was) return;
+  c.waiting_bytes.store(now, std::memory_order_relaxed);
+  cm_waiting_.fetch_add(now - was, std::memory_order_relaxed);  // (wraps for a decrease)
+}
+
+void Lane::remove(LaneCm* c) {
+  std::erase(cms_, c);
+  c->backlog.clear();
+  account(*c);
 }
 
 void Lane::refuse_requests(LaneCm& c) {
@@ -313,6 +328,7 @@ std::size_t Lane::flush(LaneCm& c) {
   }
   if (n == 0) return 0;
   c.ring.publish();
+  account(c);
   if (c.ring.should_wake()) {
     const std::uint64_t one = 1;
     [[maybe_unused]] const ssize_t w = ::write(c.event_fd, &one, sizeof one);

@@ -80,10 +80,13 @@ struct LaneSrq {
 };
 
 /// A client's rdma_cm (kCmOpen): its session on the engine's CM hub and its event ring.
-/// Events the ring has no room for wait in `backlog` (never dropped). A connect request that
-/// finds `backlog_limit` events waiting there is refused instead (REJ, no resources), as a
-/// full listen backlog refuses one: the backlog then only grows by events of connections the
-/// client already has (a few each, and those are bounded by the CM's max_connections).
+/// Events the ring has no room for wait in `backlog` (never dropped), charged to the client's
+/// max_memory while they wait (`waiting_bytes`). A connect request that finds `backlog_limit`
+/// events waiting there is refused instead (REJ, no resources), as a full listen backlog
+/// refuses one, and the client's own cm_connect and cm_accept answer EAGAIN (backlog_full()):
+/// the backlog then only grows by the last events of connections the client already has (at
+/// most three each: request, established, disconnected), and those are bounded by its
+/// max_cm_conns.
 struct LaneCm {
   std::unique_ptr<cm::CmSession> session;
   ShmProducer<CmEventEntry> ring;
@@ -91,6 +94,12 @@ struct LaneCm {
   std::deque<CmEventEntry> backlog;
   std::size_t backlog_limit = 256;
   std::vector<std::uint32_t> refusing;  ///< connect requests to refuse (outside the CM's call)
+  /// backlog's bytes (kWaitingCost each), kept by the lcore, read by the control thread.
+  std::atomic<std::uint64_t> waiting_bytes{0};
+  /// What an event waiting in the backlog costs its client (the entry and its deque slot).
+  static constexpr std::uint64_t kWaitingCost = sizeof(CmEventEntry) + 8;
+  /// No new connection of the client while this holds (lcore only).
+  bool backlog_full() const { return !backlog.empty() && backlog.size() >= backlog_limit; }
 };
 
 struct LaneStats {
@@ -122,7 +131,8 @@ class Lane : public port::Poller {
   void remove(LaneCq* c);
   void remove(LaneSrq* s) { std::erase(srqs_, s); }
   void add(LaneCm* c) { cms_.push_back(c); }
-  void remove(LaneCm* c) { std::erase(cms_, c); }
+  /// (Its waiting events leave the lane's count: they go with the client.)
+  void remove(LaneCm* c);
   /// The engine's CM hub for clients' sessions (created at the first, with QP1). The lane
   /// keeps it from then on: a client that goes away leaves DREQs, their retransmissions and
   /// timewaits in the CM, which must outlive the last session (as the kernel's CM outlives a
@@ -144,6 +154,8 @@ class Lane : public port::Poller {
   /// Connect requests refused because their client left too many CM events unread (read
   /// from any thread).
   std::uint64_t cm_refused() const { return cm_refused_.load(std::memory_order_relaxed); }
+  /// Bytes of CM events waiting in the backlogs of this lane's clients (read from any thread).
+  std::uint64_t cm_waiting_bytes() const { return cm_waiting_.load(std::memory_order_relaxed); }
 
  private:
   std::size_t drain_send(LaneQp& q);
@@ -151,6 +163,8 @@ class Lane : public port::Poller {
                          LaneCq* cq);
   std::size_t deliver(LaneCq& c);
   std::size_t flush(LaneCm& c);
+  /// Brings c.waiting_bytes (and the lane's sum) to c.backlog's size.
+  void account(LaneCm& c);
   void refuse_requests(LaneCm& c);
   void refuse(LaneCq* cq, std::uint64_t wr_id, engine::WcOpcode op, std::uint32_t qpn);
   /// No room for another refused completion on `cq` (null: none is made, nothing is full).
@@ -167,6 +181,7 @@ class Lane : public port::Poller {
   std::uint64_t last_cm_poll_ = 0;
   LaneStats stats_;
   std::atomic<std::uint64_t> cm_refused_{0};
+  std::atomic<std::uint64_t> cm_waiting_{0};
 };
 
 }  // namespace roce::attach

@@ -302,6 +302,10 @@ struct Client {
   std::uint64_t memory = 0;  ///< charged: regions, rings, engine queues (AttachQuotas::max_memory)
   std::unique_ptr<LaneEvents> events;  ///< asynchronous events (hello)
   std::unique_ptr<LaneCm> cm;          ///< rdma_cm (kCmOpen)
+  /// memory and the CM events waiting for it on the lane (LaneCm::waiting_bytes).
+  std::uint64_t held() const {
+    return memory + (cm ? cm->waiting_bytes.load(std::memory_order_relaxed) : 0);
+  }
   void* cm_map = nullptr;
   std::size_t cm_bytes = 0;
   void* events_map = nullptr;
@@ -486,7 +490,10 @@ AttachCounts AttachServer::counts(std::size_t i) const {
     a.silent = silent_;
     a.out_of_fds = out_of_fds_;
   }
-  for (const auto& lane : lanes_[i]) a.cm_refused += lane->cm_refused();
+  for (const auto& lane : lanes_[i]) {
+    a.cm_refused += lane->cm_refused();
+    a.memory_bytes += lane->cm_waiting_bytes();  // the clients' unread CM events
+  }
   return a;
 }
 
@@ -528,7 +535,7 @@ void AttachServer::serve() {
           std::lock_guard<std::mutex> g(mu_);
           c->info = {c->id,    c->pid,        c->uid,        ports_[c->port].name,
                      c->lcore, c->qps.size(), c->mrs.size(), c->cqs.size(),
-                     c->memory};
+                     c->held()};
         }
       } catch (const Stopped&) {
         return;
@@ -590,7 +597,7 @@ void AttachServer::tick() {
     if (c.hello) {
       std::lock_guard<std::mutex> g(mu_);
       c.info = {c.id,         c.pid,        c.uid,   ports_[c.port].name, c.lcore, c.qps.size(),
-                c.mrs.size(), c.cqs.size(), c.memory};
+                c.mrs.size(), c.cqs.size(), c.held()};
     }
   }
 }
@@ -803,7 +810,7 @@ struct Ops {
   AttachServer::PortCounts& counts() { return s.counts_[c.port]; }
   /// Takes `bytes` from the client's memory quota: EDQUOT when they do not fit.
   int charge(std::uint64_t bytes) {
-    if (bytes > quota().max_memory || c.memory > quota().max_memory - bytes) return EDQUOT;
+    if (bytes > quota().max_memory || c.held() > quota().max_memory - bytes) return EDQUOT;
     c.memory += bytes;
     counts().memory += bytes;
     return 0;
@@ -969,7 +976,7 @@ int Ops::reg_region() {
   // charged whole pages.
   if (c.regions.size() >= quota().max_regions) return EDQUOT;
   const std::uint64_t cost = page_round(len);
-  if (c.memory + cost > quota().max_memory) return EDQUOT;
+  if (c.held() + cost > quota().max_memory) return EDQUOT;
   const int fd = passed[0];
   // Only a memfd sealed against shrinking (or one we can seal) is mapped: truncated under
   // roced's feet, its pages would fault (SIGBUS) in the poll loop. Sealed first, measured
@@ -1431,6 +1438,10 @@ int Ops::cm_open() {
   LaneCm* l = lc.get();
   const wire::Ipv4Addr ip = s.ports_[c.port].ipv4;
   const auto mtu = static_cast<std::uint8_t>(eng().config().max_mtu);
+  cm::SessionLimits lim;
+  lim.max_conns = quota().max_cm_conns;
+  lim.max_listens = quota().max_listens;
+  lim.low_ports = c.privileged;  // uids in privileged_uids (CAP_NET_BIND_SERVICE's part)
   const bool ok = run([=] {
     try {
       l->session = std::make_unique<cm::CmSession>(
@@ -1438,6 +1449,7 @@ int Ops::cm_open() {
     } catch (const std::exception&) {
       return false;  // QP1 could not be created
     }
+    l->session->set_limits(lim);
     lane->add(l);
     return true;
   });
@@ -1481,6 +1493,7 @@ int Ops::cm_connect() {
   const cm::SessionParam p = cm_param(rq.cm);
   std::uint32_t id = 0;
   const int rc = run([=, &id] {
+    if (l->backlog_full()) return EAGAIN;  // its events are not read: no more of them
     lane->learn(dst, *mac);
     return l->session->connect(qp, dst, port, p, id);
   });
@@ -1503,6 +1516,7 @@ int Ops::cm_accept() {
   const auto mac = resolve(wire::ipv4_mapped(*peer));
   if (!mac) return EHOSTUNREACH;
   return run([=] {
+    if (l->backlog_full()) return EAGAIN;
     lane->learn(*peer, *mac);
     return l->session->accept(id, qp, p);
   });
@@ -1629,7 +1643,7 @@ int Ops::neighbour() {
     LaneEvents* ev = c.events.get();
     const wire::MacAddr m = *mac;
     constexpr std::uint64_t kCost = LaneEvents::kUdNeighbourCost;
-    if (c.memory + kCost > quota().max_memory) {
+    if (c.held() + kCost > quota().max_memory) {
       const bool known = run([=] { return ev->ud_macs.contains(ip.v); });
       if (!known) return EDQUOT;
     }

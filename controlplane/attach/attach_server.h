@@ -51,6 +51,13 @@ struct AttachQuotas {
   /// Descriptors roced holds for a client besides its socket: the event ring's eventfd, the
   /// CM's, one eventfd per CQ (CQs beyond: EDQUOT).
   std::uint32_t max_fds = 64;
+  /// rdma_cm connections (and SIDR exchanges) held at once, in any state up to the end of
+  /// their timewait: its own and those of peers' requests to its ports (EDQUOT; a peer's
+  /// request beyond it gets REJ 3 "no resources"). At most max_qps by default (config.cc).
+  std::uint32_t max_cm_conns = 256;
+  /// rdma_cm ports listened on at once, both port spaces (EDQUOT). Ports below 1024 only for
+  /// uids in privileged_uids (EACCES), as the kernel's need CAP_NET_BIND_SERVICE.
+  std::uint32_t max_listens = 64;
 };
 
 struct AttachConfig {
@@ -66,7 +73,8 @@ struct AttachConfig {
   /// CM events a client leaves unread beyond its ring before its connect requests are refused
   /// (REJ, no resources), as a full listen backlog refuses them.
   std::uint32_t cm_backlog = 256;
-  /// uids whose clients may set privileged Q_Keys (the high bit set), as CAP_NET_RAW may.
+  /// uids whose clients may set privileged Q_Keys (the high bit set), as CAP_NET_RAW may, and
+  /// listen on rdma_cm ports below 1024, as CAP_NET_BIND_SERVICE may.
   std::vector<std::uint32_t> privileged_uids = {0};
   std::uint32_t cm_connections = 4096;  ///< the CM agent's max_connections, if attach makes it
   /// Test hook: the largest handle before the counter wraps (tests reach the wrap quickly).

@@ -1,7 +1,10 @@
 #include "controlplane/cm/cm.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
 #include <cstring>
+#include <random>
 
 namespace roce::cm {
 
@@ -121,6 +124,46 @@ std::string_view to_string(CmStatus s) {
   return "unknown";
 }
 
+namespace {
+
+std::uint64_t rotl(std::uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
+
+// SipHash-2-4 of one 64-bit word under a 128-bit key (Aumasson and Bernstein's PRF).
+std::uint64_t siphash(const std::array<std::uint64_t, 2>& k, std::uint64_t m) {
+  std::uint64_t v0 = 0x736f6d6570736575ull ^ k[0], v1 = 0x646f72616e646f6dull ^ k[1];
+  std::uint64_t v2 = 0x6c7967656e657261ull ^ k[0], v3 = 0x7465646279746573ull ^ k[1];
+  auto round = [&] {
+    v0 += v1, v1 = rotl(v1, 13), v1 ^= v0, v0 = rotl(v0, 32);
+    v2 += v3, v3 = rotl(v3, 16), v3 ^= v2;
+    v0 += v3, v3 = rotl(v3, 21), v3 ^= v0;
+    v2 += v1, v1 = rotl(v1, 17), v1 ^= v2, v2 = rotl(v2, 32);
+  };
+  auto absorb = [&](std::uint64_t w) {
+    v3 ^= w;
+    round();
+    round();
+    v0 ^= w;
+  };
+  absorb(m);
+  absorb(std::uint64_t{8} << 56);  // the length byte of an 8-byte message
+  v2 ^= 0xFF;
+  for (int i = 0; i < 4; ++i) round();
+  return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/// 128 bits from the kernel's CSPRNG (std::random_device's, which is getrandom too on Linux,
+/// should the call be refused).
+std::array<std::uint64_t, 2> random_key() {
+  std::array<std::uint64_t, 2> k{};
+  if (::getrandom(k.data(), sizeof k, 0) != static_cast<ssize_t>(sizeof k)) {
+    std::random_device rd;
+    for (auto& w : k) w = (std::uint64_t{rd()} << 32) | rd();
+  }
+  return k;
+}
+
+}  // namespace
+
 Cm::Cm(CmConfig cfg, CmCallbacks cb)
     : cfg_(cfg),
       cb_(std::move(cb)),
@@ -129,7 +172,9 @@ Cm::Cm(CmConfig cfg, CmCallbacks cb)
       by_remote_(0, hash_),
       by_qp_(0, hash_),
       sidr_(0, hash_),
-      rng_(cfg.seed != 0 ? cfg.seed : 0x9E3779B9u) {}
+      id_key_(cfg.id_key != 0 ? std::array<std::uint64_t, 2>{cfg.id_key, Hash::mix(cfg.id_key)}
+                              : random_key()),
+      id_ctr_(cfg.id_key != 0 ? 1 : static_cast<std::uint32_t>(random_key()[0])) {}
 
 std::uint64_t Cm::Hash::mix(std::uint64_t x) {  // splitmix64's finaliser
   x ^= x >> 30;
@@ -168,12 +213,22 @@ void Cm::leave() {
 }
 
 ConnId Cm::new_id() {
+  // A permutation of a counter under a random key (an 8-round Feistel network over the two
+  // 16-bit halves, SipHash as the round function): IDs do not repeat before 2^32 more were
+  // given, and one seen says nothing of the next (an off-path host that could guess a comm ID
+  // could end the connection with one forged REJ or DREQ from its peer's address).
   for (;;) {
-    // xorshift32: unpredictable enough to make IDs of successive runs differ, and never 0.
-    rng_ ^= rng_ << 13;
-    rng_ ^= rng_ >> 17;
-    rng_ ^= rng_ << 5;
-    if (rng_ != 0 && !conns_.contains(rng_)) return ConnId{rng_};
+    const std::uint32_t x = id_ctr_++;
+    std::uint32_t l = x >> 16, r = x & 0xFFFF;
+    for (std::uint32_t round = 0; round < 8; ++round) {
+      const std::uint32_t f =
+          static_cast<std::uint32_t>(siphash(id_key_, std::uint64_t{round} << 32 | r)) & 0xFFFF;
+      const std::uint32_t t = r;
+      r = l ^ f;
+      l = t;
+    }
+    const std::uint32_t id = l << 16 | r;
+    if (id != 0 && !conns_.contains(id)) return ConnId{id};
   }
 }
 
@@ -185,6 +240,11 @@ Cm::Conn* Cm::find(ConnId id) {
 const Cm::Conn* Cm::find(ConnId id) const {
   auto it = conns_.find(id.v);
   return it == conns_.end() ? nullptr : &it->second;
+}
+
+Cm::Conn* Cm::find_from(ConnId id, const MadAddr& from) {
+  Conn* c = find(id);
+  return c != nullptr && from_peer(*c, from) ? c : nullptr;
 }
 
 Cm::Conn* Cm::find_remote(std::uint32_t remote_comm_id, std::uint64_t remote_ca_guid) {
@@ -576,14 +636,14 @@ MadError Cm::on_mad(std::span<const std::uint8_t> mad, const MadAddr& from) {
       [&](const auto& m) {
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, ReqMsg>) on_req(d.hdr, m, from);
-        if constexpr (std::is_same_v<T, MraMsg>) on_mra(m);
-        if constexpr (std::is_same_v<T, RejMsg>) on_rej(m);
-        if constexpr (std::is_same_v<T, RepMsg>) on_rep(m);
-        if constexpr (std::is_same_v<T, RtuMsg>) on_rtu(m);
+        if constexpr (std::is_same_v<T, MraMsg>) on_mra(m, from);
+        if constexpr (std::is_same_v<T, RejMsg>) on_rej(m, from);
+        if constexpr (std::is_same_v<T, RepMsg>) on_rep(m, from);
+        if constexpr (std::is_same_v<T, RtuMsg>) on_rtu(m, from);
         if constexpr (std::is_same_v<T, DreqMsg>) on_dreq(d.hdr, m, from);
-        if constexpr (std::is_same_v<T, DrepMsg>) on_drep(m);
+        if constexpr (std::is_same_v<T, DrepMsg>) on_drep(m, from);
         if constexpr (std::is_same_v<T, SidrReqMsg>) on_sidr_req(d.hdr, m, from);
-        if constexpr (std::is_same_v<T, SidrRepMsg>) on_sidr_rep(m);
+        if constexpr (std::is_same_v<T, SidrRepMsg>) on_sidr_rep(m, from);
       },
       d.msg);
   return MadError::kOk;
@@ -680,8 +740,8 @@ void Cm::on_req(const MadHeader& h, const ReqMsg& m, const MadAddr& from) {
   emit(std::move(ev));
 }
 
-void Cm::on_mra(const MraMsg& m) {
-  Conn* c = find(ConnId{m.remote_comm_id});
+void Cm::on_mra(const MraMsg& m, const MadAddr& from) {
+  Conn* c = find_from(ConnId{m.remote_comm_id}, from);
   const bool for_req = c != nullptr && is_req_sent(c->state) && m.message_mraed == MsgKind::kReq;
   const bool for_rep = c != nullptr && is_rep_sent(c->state) && m.message_mraed == MsgKind::kRep;
   if (!for_req && !for_rep) {
@@ -695,10 +755,16 @@ void Cm::on_mra(const MraMsg& m) {
   set_deadline(*c, now() + c->interval);
 }
 
-void Cm::on_rej(const RejMsg& m) {
-  Conn* c = find(ConnId{m.remote_comm_id});
-  if (c == nullptr ||
-      (c->remote_comm_id != 0 && m.local_comm_id != 0 && c->remote_comm_id != m.local_comm_id)) {
+void Cm::on_rej(const RejMsg& m, const MadAddr& from) {
+  Conn* c = find_from(ConnId{m.remote_comm_id}, from);
+  // Whose REJ it is (Linux's cm_acquire_rejected_id): the REJ of our REQ comes before we know
+  // the peer's comm ID (its own may be new, or 0), so it is taken in REQ-sent states only; any
+  // other names the peer's comm ID we know.
+  const bool ours =
+      c != nullptr && (m.message_rejected == MsgKind::kReq
+                           ? is_req_sent(c->state)
+                           : c->remote_comm_id != 0 && c->remote_comm_id == m.local_comm_id);
+  if (!ours) {
     ++stats_.mads_rx_ignored;
     return;
   }
@@ -721,8 +787,8 @@ void Cm::on_rej(const RejMsg& m) {
     erase(*c);
 }
 
-void Cm::on_rep(const RepMsg& m) {
-  Conn* c = find(ConnId{m.remote_comm_id});
+void Cm::on_rep(const RepMsg& m, const MadAddr& from) {
+  Conn* c = find_from(ConnId{m.remote_comm_id}, from);
   if (c == nullptr || !c->active) {
     ++stats_.mads_rx_ignored;
     return;
@@ -773,8 +839,8 @@ void Cm::on_rep(const RepMsg& m) {
   c->last_reply = send(c->peer, c->req_tid, rtu);
 }
 
-void Cm::on_rtu(const RtuMsg& m) {
-  Conn* c = find(ConnId{m.remote_comm_id});
+void Cm::on_rtu(const RtuMsg& m, const MadAddr& from) {
+  Conn* c = find_from(ConnId{m.remote_comm_id}, from);
   if (c == nullptr || c->active || !is_rep_sent(c->state) || c->remote_comm_id != m.local_comm_id) {
     ++stats_.mads_rx_ignored;
     return;
@@ -784,6 +850,10 @@ void Cm::on_rtu(const RtuMsg& m) {
 
 void Cm::on_dreq(const MadHeader& h, const DreqMsg& m, const MadAddr& from) {
   Conn* c = find(ConnId{m.remote_comm_id});
+  if (c != nullptr && !from_peer(*c, from)) {  // another host naming our connection
+    ++stats_.mads_rx_ignored;
+    return;
+  }
   if (c == nullptr || c->remote_comm_id != m.local_comm_id) {
     // Unknown connection: answer anyway so that the peer stops retransmitting (cm.c).
     DrepMsg drep;
@@ -825,8 +895,8 @@ void Cm::on_dreq(const MadHeader& h, const DreqMsg& m, const MadAddr& from) {
   }
 }
 
-void Cm::on_drep(const DrepMsg& m) {
-  Conn* c = find(ConnId{m.remote_comm_id});
+void Cm::on_drep(const DrepMsg& m, const MadAddr& from) {
+  Conn* c = find_from(ConnId{m.remote_comm_id}, from);
   if (c == nullptr || c->state != ConnState::kDreqSent || c->remote_comm_id != m.local_comm_id) {
     ++stats_.mads_rx_ignored;
     return;
@@ -876,8 +946,8 @@ void Cm::on_sidr_req(const MadHeader& h, const SidrReqMsg& m, const MadAddr& fro
   emit(std::move(ev));
 }
 
-void Cm::on_sidr_rep(const SidrRepMsg& m) {
-  Conn* c = find(ConnId{m.request_id});
+void Cm::on_sidr_rep(const SidrRepMsg& m, const MadAddr& from) {
+  Conn* c = find_from(ConnId{m.request_id}, from);
   if (c == nullptr || c->state != ConnState::kSidrReqSent) {
     ++stats_.mads_rx_ignored;
     return;

@@ -47,9 +47,14 @@ struct ConnId {
 };
 
 struct CmConfig {
-  std::uint64_t ca_guid = 0;              ///< Local CA GUID in REQ/REP; also identifies us to peers
-  std::uint32_t hi_tid = 0;               ///< high 32 bits of the transaction IDs we originate
-  std::uint32_t seed = 1;                 ///< seeds the communication-ID generator
+  std::uint64_t ca_guid = 0;  ///< Local CA GUID in REQ/REP; also identifies us to peers
+  std::uint32_t hi_tid = 0;   ///< high 32 bits of the transaction IDs we originate
+  /// Seeds the hash of the CM's tables (comm IDs come from a key of the kernel's CSPRNG,
+  /// whatever this says).
+  std::uint32_t seed = 1;
+  /// Key of the comm-ID permutation; 0 (the default): 128 bits from getrandom. A test hook (a
+  /// fuzz harness that must replay the same IDs); never set it in a deployment.
+  std::uint64_t id_key = 0;
   std::uint8_t cm_response_timeout = 20;  ///< CMA_CM_RESPONSE_TIMEOUT (4.096 us x 2^20)
   std::uint8_t max_cm_retries = 15;       ///< CMA_MAX_CM_RETRIES
   std::uint8_t packet_life_time = 16;     ///< CMA_IBOE_PACKET_LIFETIME
@@ -336,6 +341,11 @@ class Cm {
   Conn* find(ConnId id);
   const Conn* find(ConnId id) const;
   Conn* find_remote(std::uint32_t remote_comm_id, std::uint64_t remote_ca_guid);
+  /// A MAD about a connection counts only from its peer's address (the GRH's or IP source):
+  /// an off-path host naming our comm ID is not heard.
+  static bool from_peer(const Conn& c, const MadAddr& from) { return from.gid == c.peer.gid; }
+  /// find(id), when `from` is its peer.
+  Conn* find_from(ConnId id, const MadAddr& from);
 
   MadBuf send(const MadAddr& to, std::uint64_t tid, const CmMsg& msg);
   void emit(CmEvent ev) { outbox_.emplace_back(std::move(ev)); }
@@ -364,14 +374,14 @@ class Cm {
                 MsgKind kind, RejReason reason, std::span<const std::uint8_t> pd = {});
 
   void on_req(const MadHeader& h, const ReqMsg& m, const MadAddr& from);
-  void on_mra(const MraMsg& m);
-  void on_rej(const RejMsg& m);
-  void on_rep(const RepMsg& m);
-  void on_rtu(const RtuMsg& m);
+  void on_mra(const MraMsg& m, const MadAddr& from);
+  void on_rej(const RejMsg& m, const MadAddr& from);
+  void on_rep(const RepMsg& m, const MadAddr& from);
+  void on_rtu(const RtuMsg& m, const MadAddr& from);
   void on_dreq(const MadHeader& h, const DreqMsg& m, const MadAddr& from);
-  void on_drep(const DrepMsg& m);
+  void on_drep(const DrepMsg& m, const MadAddr& from);
   void on_sidr_req(const MadHeader& h, const SidrReqMsg& m, const MadAddr& from);
-  void on_sidr_rep(const SidrRepMsg& m);
+  void on_sidr_rep(const SidrRepMsg& m, const MadAddr& from);
   void establish(Conn& c);
   void expire(Conn& c);
 
@@ -390,7 +400,8 @@ class Cm {
   std::set<std::uint64_t> listeners_;
   std::deque<std::variant<OutMad, CmEvent>> outbox_;
   unsigned depth_ = 0;
-  std::uint32_t rng_;
+  std::array<std::uint64_t, 2> id_key_;  ///< new_id()'s permutation (from getrandom)
+  std::uint32_t id_ctr_;                 ///< what new_id() permutes next
   std::uint32_t tid_seq_ = 0;
   TimePoint last_now_{};                ///< the latest on_timer() time
   std::optional<TimePoint> timer_now_;  ///< set while on_timer() runs

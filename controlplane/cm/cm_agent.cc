@@ -200,8 +200,16 @@ void CmAgent::on_cm_event(const CmEvent& ev) {
   if (on_event_) on_event_(ev);
 }
 
+bool CmAgent::busy(const Qp* qp) const {
+  for (const auto& [id, q] : qps_)
+    if (q == qp && cm_->state(id) != ConnState::kTimewait && cm_->state(id) != ConnState::kIdle)
+      return true;
+  return false;
+}
+
 std::optional<ConnId> CmAgent::connect(Qp* qp, ConnectParams p) {
-  if (qp == nullptr || (qp->type != QpType::kRc && qp->type != QpType::kUc)) return std::nullopt;
+  if (qp == nullptr || (qp->type != QpType::kRc && qp->type != QpType::kUc) || busy(qp))
+    return std::nullopt;
   p.qpn = wire::Qpn(qp->qpn);
   p.transport = qp->type == QpType::kRc ? TransportType::kRc : TransportType::kUc;
   p.path.local_gid = local_gid();
@@ -213,7 +221,7 @@ std::optional<ConnId> CmAgent::connect(Qp* qp, ConnectParams p) {
 }
 
 CmStatus CmAgent::accept(ConnId id, Qp* qp, AcceptParams p) {
-  if (qp == nullptr) return CmStatus::kInvalidParam;
+  if (qp == nullptr || busy(qp)) return CmStatus::kInvalidParam;
   p.qpn = wire::Qpn(qp->qpn);
   qps_[id] = qp;
   const CmStatus s = cm_->accept(id, p);

@@ -59,10 +59,11 @@ class CmAgent {
   /// Our GID: CmAgentConfig::gid, or ::ffff:IPv4 of the engine.
   Ipv6Addr local_gid() const;
 
-  /// Active side: sends a REQ for `qp` (RC or UC, in RESET or INIT). Fills in the QPN, the
-  /// transport and our GID; `p.peer` and `p.path.remote_gid` name the passive side.
+  /// Active side: sends a REQ for `qp` (RC or UC, in RESET or INIT, not busy()). Fills in the
+  /// QPN, the transport and our GID; `p.peer` and `p.path.remote_gid` name the passive side.
   std::optional<ConnId> connect(engine::Qp* qp, ConnectParams p);
-  /// Passive side: binds `qp` to the request and accepts it (QP to RTR and RTS, then REP).
+  /// Passive side: binds `qp` to the request and accepts it (QP to RTR and RTS, then REP);
+  /// kInvalidParam for a busy() QP.
   CmStatus accept(ConnId id, engine::Qp* qp, AcceptParams p);
   /// The QP bound to a connection, if any.
   engine::Qp* qp_of(ConnId id) const;
@@ -74,6 +75,9 @@ class CmAgent {
   std::size_t release(engine::Qp* qp);
   /// Connections with a QP bound.
   std::size_t bound() const { return qps_.size(); }
+  /// Whether `qp` is bound to a connection not yet over (any state but timewait): connect()
+  /// and accept() refuse it, one QP carries one connection.
+  bool busy(const engine::Qp* qp) const;
 
   /// Receives the MADs waiting on QP1, runs the CM's timers, reposts receive buffers.
   void poll(std::uint64_t now_ns);

@@ -98,14 +98,21 @@ void CmHub::unlisten(Owner o, std::uint64_t service_id) {
 
 std::optional<ConnId> CmHub::connect(Owner o, engine::Qp* qp, ConnectParams p) {
   const auto id = agent_.connect(qp, std::move(p));
-  if (id) conns_[*id] = o;
+  if (id) own(*id, o);
   return id;
 }
 
 std::optional<ConnId> CmHub::sidr_resolve(Owner o, const SidrParams& p) {
   const auto id = agent_.cm().sidr_resolve(p);
-  if (id) conns_[*id] = o;
+  if (id) own(*id, o);
   return id;
+}
+
+void CmHub::own(ConnId id, Owner o) {
+  if (conns_.size() >= 2 * agent_.cm().size() + 64)
+    std::erase_if(
+        conns_, [this](const auto& kv) { return agent_.cm().state(kv.first) == ConnState::kIdle; });
+  conns_[id] = o;
 }
 
 std::optional<CmHub::Owner> CmHub::owner_of(ConnId id) const {
@@ -126,7 +133,7 @@ void CmHub::route(const CmEvent& ev) {
       return;
     }
     o = s->second;
-    conns_[ev.id] = o;
+    own(ev.id, o);
   } else {
     auto c = conns_.find(ev.id);
     if (c == conns_.end()) return;  // its owner left

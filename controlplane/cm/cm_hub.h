@@ -63,6 +63,10 @@ class CmHub {
 
  private:
   void route(const CmEvent& ev);
+  /// Files `id` under `o`, first forgetting connections the CM no longer has (those that
+  /// ended without an event: rejected or refused by their owner, a connect error), once they
+  /// outnumber the CM's own: conns_ stays within twice the CM's size.
+  void own(ConnId id, Owner o);
   engine::Engine& eng_;
   CmAgent agent_;
   Owner next_owner_ = 1;

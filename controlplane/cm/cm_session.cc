@@ -37,15 +37,24 @@ CmSession::~CmSession() {
   hub_->remove_owner(owner_);
 }
 
-int CmSession::listen(std::uint16_t port) {
+int CmSession::may_listen(std::uint16_t port) const {
   if (port == 0) return EINVAL;
+  if (port < 1024 && !limits_.low_ports) return EACCES;
+  if (ports_.size() + udp_ports_.size() >= limits_.max_listens) return EDQUOT;
+  return 0;
+}
+
+int CmSession::listen(std::uint16_t port) {
+  if (std::find(ports_.begin(), ports_.end(), port) != ports_.end()) return 0;  // already
+  if (const int rc = may_listen(port)) return rc;
   if (!hub_->listen(owner_, service_id(PortSpace::kTcp, port))) return EADDRINUSE;
   if (std::find(ports_.begin(), ports_.end(), port) == ports_.end()) ports_.push_back(port);
   return 0;
 }
 
 int CmSession::sidr_listen(std::uint16_t port) {
-  if (port == 0) return EINVAL;
+  if (std::find(udp_ports_.begin(), udp_ports_.end(), port) != udp_ports_.end()) return 0;
+  if (const int rc = may_listen(port)) return rc;
   if (!hub_->listen(owner_, service_id(PortSpace::kUdp, port))) return EADDRINUSE;
   if (std::find(udp_ports_.begin(), udp_ports_.end(), port) == udp_ports_.end())
     udp_ports_.push_back(port);
@@ -65,6 +74,7 @@ int CmSession::unlisten(std::uint16_t port, bool udp) {
 int CmSession::sidr_resolve(wire::Ipv4Addr dst, std::uint16_t port,
                             std::span<const std::uint8_t> private_data, std::uint32_t& id) {
   if (port == 0 || private_data.size() > kSidrReqPrivateSize - kCmaHeaderSize) return EINVAL;
+  if (ids_.size() >= limits_.max_conns) return EDQUOT;
   SidrParams p;
   p.peer.gid = wire::ipv4_mapped(dst);
   p.service_id = service_id(PortSpace::kUdp, port);
@@ -105,6 +115,8 @@ int CmSession::sidr_reject(std::uint32_t id) {
 int CmSession::connect(engine::Qp* qp, wire::Ipv4Addr dst, std::uint16_t port,
                        const SessionParam& p, std::uint32_t& id) {
   if (qp == nullptr || port == 0 || p.private_data.size() > kReqPrivate) return EINVAL;
+  if (hub_->agent().busy(qp)) return EINVAL;
+  if (ids_.size() >= limits_.max_conns) return EDQUOT;
   ConnectParams c;
   c.peer.gid = wire::ipv4_mapped(dst);
   c.service_id = service_id(PortSpace::kTcp, port);
@@ -128,7 +140,7 @@ int CmSession::connect(engine::Qp* qp, wire::Ipv4Addr dst, std::uint16_t port,
 int CmSession::accept(std::uint32_t id, engine::Qp* qp, const SessionParam& p) {
   auto it = ids_.find(id);
   if (it == ids_.end()) return ENOENT;
-  if (qp == nullptr || p.private_data.size() > kRepPrivate) return EINVAL;
+  if (qp == nullptr || p.private_data.size() > kRepPrivate || hub_->agent().busy(qp)) return EINVAL;
   AcceptParams a;
   a.starting_psn = wire::Psn(random24());
   a.responder_resources = p.responder_resources;
@@ -226,6 +238,10 @@ void CmSession::on_event(const CmEvent& e) {
       hub_->agent().cm().sidr_reject(e.id, SidrStatus::kReject);
       return;
     }
+    if (ids_.size() >= limits_.max_conns) {  // the owner's quota
+      hub_->agent().cm().sidr_reject(e.id, SidrStatus::kReject);
+      return;
+    }
     s.id = new_id();
     ids_[s.id] = e.id;
     by_cm_[e.id] = s.id;
@@ -242,6 +258,10 @@ void CmSession::on_event(const CmEvent& e) {
     // rdma_cm's IPv4 port space only: its header names both addresses.
     if (!e.cma || e.cma->ip_version != 4 || port_space_of(e.service_id) != PortSpace::kTcp) {
       hub_->agent().cm().reject(e.id, RejReason::kInvalidServiceId);
+      return;
+    }
+    if (ids_.size() >= limits_.max_conns) {  // the owner's quota: as a full listen backlog
+      hub_->agent().cm().reject(e.id, RejReason::kNoResources);
       return;
     }
     s.id = new_id();
@@ -294,7 +314,7 @@ void CmSession::on_event(const CmEvent& e) {
       return;
   }
   if (s.type == SessionEventType::kRejected || s.type == SessionEventType::kUnreachable ||
-      s.type == SessionEventType::kSidrReply) {
+      s.type == SessionEventType::kConnectError || s.type == SessionEventType::kSidrReply) {
     forget(s.id);  // the connection is over: nothing more will come for it
   }
   fn_(std::move(s));

@@ -51,6 +51,19 @@ struct SessionParam {
   std::uint8_t retry_count = 7;  ///< connect: the REQ's Retry Count
 };
 
+/// What one session may hold (an attached client's quotas); unlimited by default.
+struct SessionLimits {
+  /// Connections and SIDR exchanges at once, from the first REQ to the end of the timewait:
+  /// connect() and sidr_resolve() answer EDQUOT beyond, a peer's REQ gets REJ 3 "no
+  /// resources", a SIDR_REQ a SIDR_REP "rejected".
+  std::size_t max_conns = SIZE_MAX;
+  /// Ports listened on at once, TCP and UDP port spaces together (listen, sidr_listen: EDQUOT).
+  std::size_t max_listens = SIZE_MAX;
+  /// Ports below 1024 may be listened on (else EACCES, as the kernel's rdma_cm refuses them
+  /// without CAP_NET_BIND_SERVICE).
+  bool low_ports = true;
+};
+
 class CmSession {
  public:
   using EventFn = std::function<void(SessionEvent)>;
@@ -63,7 +76,14 @@ class CmSession {
   CmSession(const CmSession&) = delete;
   CmSession& operator=(const CmSession&) = delete;
 
-  /// 0 or an errno value (EADDRINUSE, EINVAL, ENOENT for an unknown id, ENOMEM, EBUSY).
+  void set_limits(const SessionLimits& l) { limits_ = l; }
+  /// Connections and SIDR exchanges the session holds (SessionLimits::max_conns).
+  std::size_t conns() const { return ids_.size(); }
+
+  /// 0 or an errno value (EADDRINUSE, EINVAL, ENOENT for an unknown id, ENOMEM, EBUSY, EDQUOT
+  /// beyond the limits). EINVAL also for a QP that has a connection not yet over (connect,
+  /// accept: one connection per QP, as rdma-core refuses a second QP on an id and the kernel a
+  /// connected QP's way back to INIT).
   int listen(std::uint16_t port);
   int connect(engine::Qp* qp, wire::Ipv4Addr dst, std::uint16_t port, const SessionParam& p,
               std::uint32_t& id);
@@ -114,11 +134,14 @@ class CmSession {
   std::map<std::uint32_t, ConnId> ids_;
   std::map<ConnId, std::uint32_t> by_cm_;
   std::map<std::uint32_t, wire::Ipv4Addr> peers_;
+  /// 0 or why `port` may not be listened on (SessionLimits).
+  int may_listen(std::uint16_t port) const;
   std::vector<std::uint16_t> ports_;
   std::vector<std::uint16_t> udp_ports_;  ///< sidr_listen's
   /// SIDR requests delivered and not yet answered (rejected when the session ends), and our
   /// own SIDR exchanges waiting for their reply.
   std::set<std::uint32_t> sidr_requests_, resolving_;
+  SessionLimits limits_;
 };
 
 }  // namespace roce::cm

@@ -79,6 +79,9 @@ attach:
   test_handle_limit: 64
   quotas:
     max_qps: 8
+    # (default max_qps: the cm scenario's listener holds 72 unanswered requests, to meet
+    # cm_backlog; the quota of connections is attach_guard_test's)
+    max_cm_conns: 256
     max_memory: 67108864
     max_fds: 16
     max_regions: 32

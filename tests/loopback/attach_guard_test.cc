@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <new>
 #include <string>
@@ -65,6 +66,8 @@ namespace {
 
 const wire::MacAddr kMac{{0x02, 0, 0x5e, 0, 0x08, 1}};
 const wire::Ipv4Addr kIp{0xC0000281};  // 192.0.2.129
+const wire::MacAddr kPeerMac{{0x02, 0, 0x5e, 0, 0x08, 2}};
+const wire::Ipv4Addr kPeerIp{0xC0000282};  // 192.0.2.130
 
 class Eal : public ::testing::Environment {
  public:
@@ -79,24 +82,34 @@ const auto* const kEal = ::testing::AddGlobalTestEnvironment(new Eal);
 // roced's side: one net_ring port, its poll loop on a thread of its own, the attach server.
 class Roced {
  public:
-  explicit Roced(const AttachQuotas& q = {}, std::uint32_t handle_limit = 0xFFFFFFFFu) {
+  /// `peer`: the two ports are wired to each other (what one sends the other receives);
+  /// `tweak` changes the attach configuration; `mac` and `ip` are the port's.
+  explicit Roced(const AttachQuotas& q = {}, std::uint32_t handle_limit = 0xFFFFFFFFu,
+                 Roced* peer = nullptr, const std::function<void(AttachConfig&)>& tweak = {},
+                 wire::MacAddr mac = kMac, wire::Ipv4Addr ip = kIp) {
     static int n = 0;
     const std::string name = "ag" + std::to_string(n++);
-    rx_ = rte_ring_create((name + "_rx").c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
-    tx_ = rte_ring_create((name + "_tx").c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    ip_ = ip;
+    if (peer != nullptr) {
+      rx_ = peer->tx_;
+      tx_ = peer->rx_;
+    } else {
+      rx_ = rte_ring_create((name + "_rx").c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+      tx_ = rte_ring_create((name + "_tx").c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    }
     if (!rx_ || !tx_) throw std::runtime_error("rings");
     const int id = rte_eth_from_rings(name.c_str(), &rx_, 1, &tx_, 1, 0);
     char dev[RTE_ETH_NAME_MAX_LEN];
     if (id < 0 || rte_eth_dev_get_name_by_port(static_cast<std::uint16_t>(id), dev) != 0)
       throw std::runtime_error("net_ring port");
     engine::EngineConfig ec;
-    ec.mac = kMac;
-    ec.ipv4 = kIp;
+    ec.mac = mac;
+    ec.ipv4 = ip;
     ec.max_qps = 64;
     eng_ = std::make_unique<engine::Engine>(ec);
     port::PortSpec ps;
     ps.device = dev;
-    ps.mac = kMac;
+    ps.mac = mac;
     ps.mbufs = 1024;
     port_ = std::make_unique<port::DpdkPort>(ps);
     loop_ = std::make_unique<port::PollLoop>(*port_, *eng_);
@@ -104,8 +117,9 @@ class Roced {
     cfg.socket = "/tmp/roce-attach-guard-" + std::to_string(getpid()) + "-" + name + ".sock";
     cfg.quotas = q;
     cfg.handle_limit = handle_limit;
+    if (tweak) tweak(cfg);
     server_ = std::make_unique<AttachServer>(
-        cfg, std::vector<AttachPort>{{"p0", kMac, kIp, {loop_.get()}}});
+        cfg, std::vector<AttachPort>{{"p0", mac, ip, {loop_.get()}}});
     thread_ = std::thread([this] {
       t_lcore = true;
       while (!stop_.load()) {
@@ -137,7 +151,7 @@ class Roced {
     f[14] = 0, f[15] = 1, f[16] = 0x08, f[17] = 0, f[18] = 6, f[19] = 4, f[20] = 0, f[21] = 1;
     std::copy(mac.b.begin(), mac.b.end(), f.begin() + 22);  // sender MAC
     for (int i = 0; i < 4; ++i) f[28 + i] = static_cast<std::uint8_t>(ip.v >> (24 - 8 * i));
-    for (int i = 0; i < 4; ++i) f[38 + i] = static_cast<std::uint8_t>(kIp.v >> (24 - 8 * i));
+    for (int i = 0; i < 4; ++i) f[38 + i] = static_cast<std::uint8_t>(ip_.v >> (24 - 8 * i));
     std::atomic<bool> done{false};
     port::PollLoop* l = loop_.get();
     const std::array<std::uint8_t, 42>* fp = &f;
@@ -154,6 +168,7 @@ class Roced {
  private:
   rte_ring* rx_ = nullptr;
   rte_ring* tx_ = nullptr;
+  wire::Ipv4Addr ip_;
   std::unique_ptr<engine::Engine> eng_;
   std::unique_ptr<port::DpdkPort> port_;
   std::unique_ptr<port::PollLoop> loop_;
@@ -278,6 +293,36 @@ class Raw {
     Request rq;
     rq.op = op;
     rq.handle = h;
+    Reply rep;
+    return call(rq, rep);
+  }
+  /// kCmOpen: the CM event ring's memfd and eventfd go to `keep` (closed otherwise).
+  int cm_open(std::vector<int>* keep = nullptr, Reply* out = nullptr) {
+    Request rq;
+    rq.op = Op::kCmOpen;
+    Reply rep;
+    const int rc = call(rq, rep, -1, keep);
+    if (out) *out = rep;
+    return rc;
+  }
+  int cm_connect(std::uint32_t qp, wire::Ipv4Addr dst, std::uint16_t port,
+                 std::uint32_t* id = nullptr) {
+    Request rq;
+    rq.op = Op::kCmConnect;
+    rq.cm.qp = qp;
+    rq.cm.dst = dst;
+    rq.cm.port = port;
+    Reply rep;
+    const int rc = call(rq, rep);
+    if (id) *id = rep.handle;
+    return rc;
+  }
+  int cm(Op op, std::uint32_t id, std::uint32_t qp = 0, std::uint16_t port = 0) {
+    Request rq;
+    rq.op = op;
+    rq.cm.id = id;
+    rq.cm.qp = qp;
+    rq.cm.port = port;
     Reply rep;
     return call(rq, rep);
   }
@@ -826,6 +871,147 @@ TEST(AttachGuard, RegionIsNotHugetlb) {
   EXPECT_EQ(c.region(ok, kHuge), 0);
   ::close(ok);
   ::close(fd);
+}
+
+// A client's CM events wait on the lane when its ring is full. Only connect requests were
+// bounded there (refused beyond cm_backlog): a client that called cm_connect in a loop, each
+// rejected at once, and never read its events grew roced by tens of MB a minute, charged to
+// nobody. Now cm_connect and cm_accept answer EAGAIN while cm_backlog events wait, and what
+// waits is charged to the client's max_memory until it reads it.
+TEST(AttachGuard, CmEventsOfAClientAreBoundedAndCharged) {
+  constexpr std::uint32_t kBacklog = 16;
+  Roced roced({}, 0xFFFFFFFFu, nullptr, [](AttachConfig& a) { a.cm_backlog = kBacklog; });
+  // The peer listens on nothing: its CM rejects each REQ at once.
+  Roced peer({}, 0xFFFFFFFFu, &roced, {}, kPeerMac, kPeerIp);
+  roced.teach(kPeerIp, kPeerMac);
+  peer.teach(kIp, kMac);  // (else its first REJs wait for its ARP, and the REQs' repeats)
+  Raw other(peer.socket());
+  ASSERT_EQ(other.cm_open(), 0);  // the peer's CM (QP1) is made with its first client's
+  const std::uint64_t base = roced.server().counts(0).memory_bytes;
+  Raw c(roced.socket());
+  std::vector<int> fds;
+  Reply open;
+  ASSERT_EQ(c.cm_open(&fds, &open), 0);
+  ASSERT_EQ(fds.size(), 2u);
+  const std::uint32_t pd = c.pd();
+  std::uint32_t cq = 0, qp = 0;
+  ASSERT_EQ(c.cq(16, cq), 0);
+  ASSERT_EQ(c.qp(pd, cq, cq, 0, small_cap(), qp), 0);
+  const std::uint64_t held = roced.server().counts(0).memory_bytes;
+  int ok = 0, again = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until && again == 0) {
+    const int rc = c.cm_connect(qp, kPeerIp, 9);
+    if (rc == 0)
+      ++ok;
+    else if (rc == EAGAIN)
+      ++again;
+    else if (rc == EINVAL)  // the QP's previous connection is not rejected yet
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    else
+      FAIL() << "cm_connect: " << std::strerror(rc);
+  }
+  std::printf("%d connects rejected, then EAGAIN: %d\n", ok, again);
+  ASSERT_EQ(again, 1) << "cm_connect went on while its rejections piled up unread";
+  EXPECT_LE(ok, static_cast<int>(kCmEventSlots + kBacklog + 8));
+  // What waits beyond the ring is the client's.
+  const std::uint64_t waiting = roced.server().counts(0).memory_bytes - held;
+  EXPECT_GE(waiting, kBacklog * sizeof(CmEventEntry));
+  std::uint64_t listed = 0;
+  for (const ClientInfo& i : roced.server().clients()) listed += i.memory_bytes;
+  EXPECT_EQ(listed, roced.server().counts(0).memory_bytes - base);
+  // Reading the events gives the room back.
+  {
+    Mapped<CmEventEntry> ring(fds[0], open.bytes);
+    ShmConsumer<CmEventEntry> events(ring.h, kCmEventSlots);
+    CmEventEntry e[kCmEventSlots];
+    std::size_t read = 0;
+    for (int i = 0; i < 10000 && read < static_cast<std::size_t>(ok); ++i) {
+      const std::size_t k = events.pop_n(e, kCmEventSlots);
+      for (std::size_t j = 0; j < k; ++j)
+        EXPECT_EQ(e[j].type, 3u) << "rejected";  // client::CmEventType::kRejected
+      read += k;
+      if (k == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(read, static_cast<std::size_t>(ok));
+  }
+  for (int i = 0; i < 2000 && roced.server().counts(0).memory_bytes != held; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(roced.server().counts(0).memory_bytes, held);
+  int rc = EINVAL;
+  for (int i = 0; i < 200 && rc == EINVAL; ++i) {
+    rc = c.cm_connect(qp, kPeerIp, 9);
+    if (rc == EINVAL) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(rc, 0);
+  close_all(fds);
+}
+
+// One client with one QP held every CM slot of the port: cm_connect bound the same QP to any
+// number of connections, and nothing counted a client's connections but the CM's 4096 for
+// everyone (then other clients got ENOMEM and peers' REQs REJ). Now a QP with a live
+// connection is refused (EINVAL, as rdma-core's rdma_create_qp refuses an id that has a QP and
+// the kernel a QP's move back to INIT), and a client holds at most quotas.max_cm_conns
+// connections (EDQUOT; a peer's REQ beyond it gets REJ 3 "no resources").
+TEST(AttachGuard, CmConnectionsAreBoundedPerQpAndPerClient) {
+  AttachQuotas q;
+  q.max_cm_conns = 3;
+  Roced roced(q);
+  Roced peer({}, 0xFFFFFFFFu, &roced, {}, kPeerMac, kPeerIp);
+  roced.teach(kPeerIp, kPeerMac);
+  peer.teach(kIp, kMac);
+  Raw holder(peer.socket());  // listens, never answers: the REQs stay pending
+  ASSERT_EQ(holder.cm_open(), 0);
+  ASSERT_EQ(holder.cm(Op::kCmListen, 0, 0, 9000), 0);
+  Raw c(roced.socket());
+  ASSERT_EQ(c.cm_open(), 0);
+  const std::uint32_t pd = c.pd();
+  std::uint32_t cq = 0;
+  ASSERT_EQ(c.cq(64, cq), 0);
+  std::vector<std::uint32_t> qps(5);
+  for (auto& h : qps) ASSERT_EQ(c.qp(pd, cq, cq, 0, small_cap(), h), 0);
+  ASSERT_EQ(c.cm_connect(qps[0], kPeerIp, 9000), 0);
+  EXPECT_EQ(c.cm_connect(qps[0], kPeerIp, 9000), EINVAL) << "one QP, two connections";
+  EXPECT_EQ(c.cm_connect(qps[1], kPeerIp, 9000), 0);
+  EXPECT_EQ(c.cm_connect(qps[2], kPeerIp, 9000), 0);
+  EXPECT_EQ(c.cm_connect(qps[3], kPeerIp, 9000), EDQUOT) << "beyond max_cm_conns";
+  // Another client of the same roced is not affected.
+  Raw d(roced.socket());
+  ASSERT_EQ(d.cm_open(), 0);
+  const std::uint32_t pd2 = d.pd();
+  std::uint32_t cq2 = 0, qp2 = 0;
+  ASSERT_EQ(d.cq(16, cq2), 0);
+  ASSERT_EQ(d.qp(pd2, cq2, cq2, 0, small_cap(), qp2), 0);
+  EXPECT_EQ(d.cm_connect(qp2, kPeerIp, 9000), 0);
+}
+
+// One client could listen on every rdma_cm port of the port (65535 of them, each a map entry in
+// the CM, and every hosted service's port taken first), and on ports below 1024 too. Now a
+// client listens on at most quotas.max_listens ports (EDQUOT), and below 1024 only when its
+// uid is in privileged_uids (EACCES otherwise, as the kernel's rdma_cm without
+// CAP_NET_BIND_SERVICE).
+TEST(AttachGuard, CmListensAreBoundedAndLowPortsPrivileged) {
+  AttachQuotas q;
+  q.max_listens = 4;
+  {
+    Roced roced(q, 0xFFFFFFFFu, nullptr, [](AttachConfig& a) { a.privileged_uids.clear(); });
+    Raw c(roced.socket());
+    ASSERT_EQ(c.cm_open(), 0);
+    EXPECT_EQ(c.cm(Op::kCmListen, 0, 0, 80), EACCES);
+    EXPECT_EQ(c.cm(Op::kCmListen, 0, 0, 1023), EACCES);
+    for (std::uint16_t p = 9000; p < 9004; ++p) EXPECT_EQ(c.cm(Op::kCmListen, 0, 0, p), 0);
+    EXPECT_EQ(c.cm(Op::kCmListen, 0, 0, 9004), EDQUOT);
+    EXPECT_EQ(c.cm(Op::kCmListen, 0, 0, 9000), 0);  // its own already: counted once
+    // Another client has its own.
+    Raw d(roced.socket());
+    ASSERT_EQ(d.cm_open(), 0);
+    EXPECT_EQ(d.cm(Op::kCmListen, 0, 0, 1024), 0);
+    EXPECT_EQ(d.cm(Op::kCmListen, 0, 0, 9000), EADDRINUSE);
+  }
+  Roced roced(q);  // privileged_uids [0], and the test runs as root or not
+  Raw c(roced.socket());
+  ASSERT_EQ(c.cm_open(), 0);
+  EXPECT_EQ(c.cm(Op::kCmListen, 0, 0, 80), ::getuid() == 0 ? 0 : EACCES);
 }
 
 }  // namespace

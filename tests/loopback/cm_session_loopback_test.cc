@@ -233,6 +233,7 @@ TEST(CmHubArp, AsksForMadDestinationsAreBudgeted) {
     p.cma = CmaHeader::ipv4(lb.a().config().ipv4, static_cast<std::uint16_t>(0xC000 + i),
                             lb.b().config().ipv4);
     ASSERT_TRUE(a.connect(qp, p));
+    a.release(qp);  // one QP carries one connection at a time: free it for the next REQ
     for (int k = 0; k < 4; ++k) {
       lb.run_until([] { return false; }, 2000);
       a.poll(lb.now());

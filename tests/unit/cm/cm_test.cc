@@ -659,6 +659,7 @@ TEST_F(CmTest, ActiveSideCancelWhilePassiveWaits) {
   RejMsg rej;
   rej.local_comm_id = ia.v;
   rej.remote_comm_id = ib.v;
+  rej.message_rejected = MsgKind::kOther;  // (Linux's cm_format_rej for an id past REQ_SENT)
   rej.reason = RejReason::kTimeout;
   b_.cm.on_mad(encode({}, rej), a_.addr);
   EXPECT_EQ(b_.cm.state(ib), ConnState::kIdle);
@@ -906,6 +907,96 @@ TEST(CmTiming, AckTimeoutAndIbaTime) {
   EXPECT_EQ(iba_time(8), milliseconds(1));
   EXPECT_EQ(iba_time(0), milliseconds(1));
   EXPECT_EQ(iba_time(24), milliseconds(65536));
+}
+
+// ---- off-path peers
+// ------------------------------------------------------------------------------ A REJ with
+// local_comm_id 0 skipped the check of the peer's comm ID in every state, and no MAD's source was
+// compared with the connection's peer: with one of our comm IDs (they were the xorshift32 sequence:
+// one seen in a REP of the attacker's own connection, the next known), any host tore down any
+// established connection with one REJ.
+
+TEST_F(CmTest, RejWithoutThePeersCommIdOnlyRejectsARequest) {
+  auto [ia, ib] = establish();
+  RejMsg rej;
+  rej.local_comm_id = 0;  // "not known yet": only for the REJ of a REQ
+  rej.remote_comm_id = ib.v;
+  rej.reason = RejReason::kConsumerDefined;
+  for (const MsgKind k : {MsgKind::kReq, MsgKind::kRep, MsgKind::kOther}) {
+    rej.message_rejected = k;
+    ASSERT_EQ(b_.cm.on_mad(encode({}, rej), a_.addr), MadError::kOk);
+    EXPECT_EQ(b_.cm.state(ib), ConnState::kEstablished) << "REJ of message " << int(k);
+  }
+  EXPECT_EQ(b_.count(CmEventType::kRejected), 0u);
+  // Nor does a REJ of a REQ reach a connection past its REQ, whatever comm ID it names.
+  rej.local_comm_id = ia.v;
+  rej.message_rejected = MsgKind::kReq;
+  b_.cm.on_mad(encode({}, rej), a_.addr);
+  EXPECT_EQ(b_.cm.state(ib), ConnState::kEstablished);
+  // The REJ of our REQ (the passive side's ID is new to us) still ends it.
+  const ConnId i2 = *a_.cm.connect(params(Qpn(0x12)));
+  drop(a_);
+  rej.local_comm_id = 0;
+  rej.remote_comm_id = i2.v;
+  a_.cm.on_mad(encode({}, rej), b_.addr);
+  EXPECT_EQ(a_.cm.state(i2), ConnState::kIdle);
+  EXPECT_EQ(a_.count(CmEventType::kRejected), 1u);
+}
+
+TEST_F(CmTest, MadsFromAnotherAddressThanThePeerAreIgnored) {
+  auto [ia, ib] = establish();
+  const MadAddr m{wire::ipv4_mapped(Ipv4Addr{0xC0000209}), Qpn(Qpn::kGsi)};
+  RejMsg rej;
+  rej.local_comm_id = ia.v;  // every ID right, the source wrong
+  rej.remote_comm_id = ib.v;
+  rej.message_rejected = MsgKind::kOther;
+  b_.cm.on_mad(encode({}, rej), m);
+  EXPECT_EQ(b_.cm.state(ib), ConnState::kEstablished);
+  DreqMsg dreq;
+  dreq.local_comm_id = ia.v;
+  dreq.remote_comm_id = ib.v;
+  dreq.remote_qpn = Qpn(0x22);
+  b_.cm.on_mad(encode({}, dreq), m);
+  EXPECT_EQ(b_.cm.state(ib), ConnState::kEstablished);
+  EXPECT_EQ(b_.count(CmEventType::kDisconnected), 0u);
+  // A DREP from elsewhere does not finish our DREQ either.
+  ASSERT_EQ(a_.cm.disconnect(ia), CmStatus::kOk);
+  DrepMsg drep;
+  drep.local_comm_id = ib.v;
+  drep.remote_comm_id = ia.v;
+  a_.cm.on_mad(encode({}, drep), m);
+  EXPECT_EQ(a_.cm.state(ia), ConnState::kDreqSent);
+  // A REP for a REQ, from elsewhere: the REQ stays unanswered.
+  const ConnId i2 = *a_.cm.connect(params(Qpn(0x13)));
+  RepMsg rep;
+  rep.local_comm_id = 0x77;
+  rep.remote_comm_id = i2.v;
+  rep.local_qpn = Qpn(0x44);
+  a_.cm.on_mad(encode({}, rep), m);
+  EXPECT_EQ(a_.cm.state(i2), ConnState::kReqSent);
+  EXPECT_EQ(a_.count(CmEventType::kEstablished), 1u);
+}
+
+TEST_F(CmTest, CommIdsAreNotPredictableFromOneSeen) {
+  auto xorshift = [](std::uint32_t x) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return x;
+  };
+  std::vector<std::uint32_t> ids;
+  for (int i = 0; i < 64; ++i) ids.push_back(a_.cm.connect(params(Qpn(0x100 + i)))->v);
+  int follows = 0;
+  for (std::size_t i = 1; i < ids.size(); ++i) follows += ids[i] == xorshift(ids[i - 1]);
+  EXPECT_EQ(follows, 0);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(std::adjacent_find(ids.begin(), ids.end()), ids.end()) << "an ID given twice";
+  // Two CMs configured alike (the same seed) give different IDs.
+  Node twin{0x0A0A0A0A0A0A0A0Aull, kIpA, &now_, 11};
+  int same = 0;
+  for (int i = 0; i < 8; ++i)
+    same += std::binary_search(ids.begin(), ids.end(), twin.cm.connect(params())->v);
+  EXPECT_LT(same, 8);
 }
 
 }  // namespace

@@ -288,18 +288,23 @@ TEST(Config, AttachControlLimits) {
   EXPECT_EQ(d.attach.cm_backlog, 256u);
   EXPECT_EQ(d.attach.privileged_uids, std::vector<std::uint32_t>{0});
   EXPECT_EQ(d.attach.max_fds, 64u);
-  const auto c = parse_config(base +
-                                  "  max_clients_per_uid: 2\n  hello_timeout_ms: 1000\n"
-                                  "  resolve_timeout_ms: 500\n  cm_backlog: 0\n"
-                                  "  privileged_uids: [0, 1000]\n  quotas: {max_fds: 8}\n"
-                                  "  group: rdma\n",
-                              "good.yaml");
+  EXPECT_EQ(d.attach.max_cm_conns, 0u) << "unset: roced takes max_qps";
+  EXPECT_EQ(d.attach.max_listens, 64u);
+  const auto c = parse_config(
+      base +
+          "  max_clients_per_uid: 2\n  hello_timeout_ms: 1000\n"
+          "  resolve_timeout_ms: 500\n  cm_backlog: 0\n"
+          "  privileged_uids: [0, 1000]\n  quotas: {max_fds: 8, max_cm_conns: 16, max_listens: 2}\n"
+          "  group: rdma\n",
+      "good.yaml");
   EXPECT_EQ(c.attach.max_clients_per_uid, 2u);
   EXPECT_EQ(c.attach.hello_timeout_ms, 1000u);
   EXPECT_EQ(c.attach.resolve_timeout_ms, 500u);
   EXPECT_EQ(c.attach.cm_backlog, 0u);
   EXPECT_EQ(c.attach.privileged_uids, (std::vector<std::uint32_t>{0, 1000}));
   EXPECT_EQ(c.attach.max_fds, 8u);
+  EXPECT_EQ(c.attach.max_cm_conns, 16u);
+  EXPECT_EQ(c.attach.max_listens, 2u);
   EXPECT_EQ(c.attach.group, "rdma");
   EXPECT_TRUE(
       parse_config(base + "  privileged_uids: []\n", "g.yaml").attach.privileged_uids.empty());
