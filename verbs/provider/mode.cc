@@ -170,7 +170,8 @@ bool take_for_solicited(Backend* be, RCq* c) {
   return hit;
 }
 
-/// Whether the program is polling its CQs itself now (its last ibv_poll_cq that recent).
+/// Whether the program is polling its CQs itself now (its last ibv_poll_cq or ibv_post_send
+/// that recent).
 /// In-process a polling loop calls again within a microsecond or two: 5 us after the last call
 /// the program is doing something else, for example spinning on its memory for the peer's
 /// RDMA WRITE (perftest's write_lat), and only this thread can take that WRITE in. (With 50 us,
@@ -192,8 +193,12 @@ bool progress_once(Backend* be) {
   if (polling && now - be->events_ns < 1'000'000) return false;
   be->events_ns = now;
   if (be->env && !polling) {
-    std::lock_guard<std::mutex> g(be->mu);
-    for (int i = 0; i < 8; ++i) {
+    // One poll per hold of the lock, and none once the program is back: its post_send or
+    // poll_cq must not wait behind this thread (a contended std::mutex puts it to sleep, and
+    // on a busy host it wakes a scheduler slice later).
+    for (int i = 0; i < 8 && (i == 0 || !app_polls(be, now_ns())); ++i) {
+      std::unique_lock<std::mutex> g(be->mu, std::try_to_lock);
+      if (!g.owns_lock()) break;
       const bool w = be->env->loop.poll_once() != 0 || be->env->eng.has_work();
       work |= w;
       if (!w) break;

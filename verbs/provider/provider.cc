@@ -1048,6 +1048,8 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     ns += static_cast<std::size_t>(std::max(w->num_sge, 0));
   }
   if (n == 0) return 0;
+  // The program is in its verbs loop: the progress thread keeps off the lock (mode.cc).
+  be->app_polled_ns.store(now_ns(), std::memory_order_relaxed);
   // Reused per thread: no allocation per post once a thread has posted its largest list.
   thread_local std::vector<verbs::SendWr> ws;
   thread_local std::vector<verbs::Sge> sges;
