@@ -104,7 +104,7 @@ pair() {
   timeout 180 "${cli[@]}" > "$d/client.txt" 2>&1 || rc=$?
   wait "$spid" || src=$?
   local row
-  row=$(grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$d/client.txt" | tail -1 | xargs)
+  row=$(grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$d/client.txt" | tail -1 | xargs || true)
   if [[ $rc != 0 || $src != 0 || -z $row ]]; then
     # counted in the table and the JSON ("failed"), the run goes on
     echo "$mode $impl $test $size failed" >> "$results"
