@@ -53,11 +53,11 @@ side() {
   if [[ $mode == attached ]]; then
     local sock=$work/b.sock
     [[ $who == client ]] && sock=$work/a.sock
-    echo timeout 60 "${nice[@]}" stdbuf -oL "$run" --attach "$sock" -- "$tool" "${flags[@]}" "${peer[@]}"
+    echo timeout 120 "${nice[@]}" stdbuf -oL "$run" --attach "$sock" -- "$tool" "${flags[@]}" "${peer[@]}"
   else
     local ip=$srv_ip mac=02:00:00:00:00:83 pmd=memif-server
     [[ $who == client ]] && ip=$cli_ip mac=02:00:00:00:00:84 pmd=memif
-    echo timeout 60 "${nice[@]}" env ROCE_LINK_WAIT=30 stdbuf -oL "$run" --link \
+    echo timeout 120 "${nice[@]}" env ROCE_LINK_WAIT=30 stdbuf -oL "$run" --link \
       "'--pmd $pmd --iface $dir/memif.sock --netdev-mtu 1500 --ip $ip --mac $mac'" \
       -- "$tool" "${flags[@]}" "${peer[@]}"
   fi
