@@ -47,7 +47,8 @@ fi
 
 # side SERVER|CLIENT ATTEMPT_DIR PORT: the tool's command line under roce-run
 side() {
-  local who=$1 dir=$2 port=$3 flags=(-R -d roce0 -F -p "$port" "${args[@]}")
+  local who=$1 dir=$2 port=$3
+  local flags=(-R -d roce0 -F -p "$port" "${args[@]}")
   local peer=() nice=()
   [[ $who == client ]] && peer=("$srv_ip") nice=(nice -n 10)
   if [[ $mode == attached ]]; then

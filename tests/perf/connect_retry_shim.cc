@@ -2,8 +2,9 @@
 // connect() to a TCP port that refuses (ECONNREFUSED) is tried again every 20 ms for up to 20 s.
 // The server there can only listen once its device is open, and its device (the memif link's
 // server end) opens only when the client's end joins; the client then connects at once and
-// perftest 4.5 gives up on the first refusal (ethernet_client_connect, src/perftest_communication.c).
-// Only the out-of-band exchange is touched: nothing that perftest measures.
+// perftest 4.5 gives up on the first refusal (ethernet_client_connect,
+// src/perftest_communication.c). Only the out-of-band exchange is touched: nothing that perftest
+// measures.
 #include <dlfcn.h>
 #include <errno.h>
 #include <sys/socket.h>

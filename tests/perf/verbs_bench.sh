@@ -136,6 +136,7 @@ for mode in $modes; do
     done
   done
   if [[ $mode == attached ]]; then
+    # shellcheck disable=SC2154  # set by appliance() (lib_appliance.sh)
     kill "$pid_a" "$pid_b" 2>/dev/null || true
     wait "$pid_a" "$pid_b" 2>/dev/null || true
   fi
