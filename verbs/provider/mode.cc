@@ -9,6 +9,8 @@
 ///   ROCE_LINK_WAIT=SECONDS     how long a memif server's open waits for its client (0)
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -177,6 +179,18 @@ bool take_for_solicited(Backend* be, RCq* c) {
   return hit;
 }
 
+/// Whether the program is polling its CQs itself now (its last ibv_poll_cq or ibv_post_send
+/// that recent).
+/// In-process a polling loop calls again within a microsecond or two: 5 us after the last call
+/// the program is doing something else, for example spinning on its memory for the peer's
+/// RDMA WRITE (perftest's write_lat), and only this thread can take that WRITE in. (With 50 us,
+/// every half round trip of write_lat waited that long, plus the sleep below: 14 ms on a loaded
+/// host.) Attached, roced moves the data and this only spaces out the event checks.
+bool app_polls(const Backend* be, std::uint64_t now) {
+  return now - be->app_polled_ns.load(std::memory_order_relaxed) <
+         (be->env != nullptr ? 5'000u : 50'000u);
+}
+
 /// One round of the progress thread: polls the in-process engine, fires armed CQs, hands
 /// asynchronous and CM events over. True when it found something to do.
 bool progress_once(Backend* be) {
@@ -184,12 +198,16 @@ bool progress_once(Backend* be) {
   // While the program polls its CQs itself (which polls the in-process loop too), this thread
   // stays out of its way: it looks at events once a millisecond only.
   const std::uint64_t now = now_ns();
-  const bool app_polls = now - be->app_polled_ns.load(std::memory_order_relaxed) < 50'000;
-  if (app_polls && now - be->events_ns < 1'000'000) return false;
+  const bool polling = app_polls(be, now);
+  if (polling && now - be->events_ns < 1'000'000) return false;
   be->events_ns = now;
-  if (be->env && !app_polls) {
-    std::lock_guard<std::mutex> g(be->mu);
-    for (int i = 0; i < 8; ++i) {
+  if (be->env && !polling) {
+    // One poll per hold of the lock, and none once the program is back: its post_send or
+    // poll_cq must not wait behind this thread (a contended std::mutex puts it to sleep, and
+    // on a busy host it wakes a scheduler slice later).
+    for (int i = 0; i < 8 && (i == 0 || !app_polls(be, now_ns())); ++i) {
+      std::unique_lock<std::mutex> g(be->mu, std::try_to_lock);
+      if (!g.owns_lock()) break;
       const bool w = be->env->loop.poll_once() != 0 || be->env->eng.has_work();
       work |= w;
       if (!w) break;
@@ -288,6 +306,15 @@ bool progress_once(Backend* be) {
 }
 
 void progress_thread(Backend* be) {
+  // In-process the idle waits below are 10 us naps rather than a spin: a thread that sleeps
+  // keeps CFS's low virtual runtime, so when its nap ends it preempts the program's thread at
+  // once, even one that spins on its memory without calling us (perftest's write_lat: only this
+  // thread takes the peer's WRITE in). A thread that spins with sched_yield is charged its
+  // whole CPU and waits for the spinner's time slice instead: half round trips of 14-18 ms
+  // with four spinners on a 2-vCPU host. 1 us of timer slack (50 us by default) keeps the nap
+  // near 10 us.
+  if (be->env) ::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+  const timespec nap{0, 10'000};
   unsigned idle = 0;
   while (!be->stop.load(std::memory_order_relaxed)) {
     if (progress_once(be)) {
@@ -295,17 +322,14 @@ void progress_thread(Backend* be) {
       continue;
     }
     ++idle;
-    const bool app_polls = now_ns() - be->app_polled_ns.load(std::memory_order_relaxed) < 50'000;
-    if (!be->env || app_polls) {
-      // Attached: roced moves the data, this thread only relays events. In-process while the
-      // program polls its CQs: the program's polls drive the port; sleep rather than compete
-      // for its CPU and its lock.
+    if (!be->env) {
+      // Attached: roced moves the data, this thread only relays events.
       ::usleep(idle < 100 ? 20 : 200);
-    } else if (idle >= runtime::Poller::kYieldAfterIdlePolls) {
-      // In-process this thread is the port's poll loop whenever the program is not polling
-      // itself (a server waiting on its CQ's channel, a peer's traffic): it keeps polling, as
-      // a DPDK lcore does, and only leaves the CPU to others between empty polls.
-      sched_yield();
+    } else if (app_polls(be, now_ns()) || idle >= runtime::Poller::kYieldAfterIdlePolls) {
+      // In-process while the program polls its CQs (its polls drive the port), or when the
+      // port has been idle for a few polls (a server waiting on its CQ's channel, a program
+      // spinning on its memory): look again after a nap.
+      ::nanosleep(&nap, nullptr);
     }
   }
 }
