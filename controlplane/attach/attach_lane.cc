@@ -287,16 +287,16 @@ void Lane::push(LaneCm& c, const cm::SessionEvent& ev) {
   e.sidr_qkey = ev.sidr_qkey;
   const bool request = ev.type == cm::SessionEventType::kConnectRequest ||
                        ev.type == cm::SessionEventType::kSidrRequest;
-  if (request && c.backlog.size() >= c.backlog_limit) {
-    // The client does not read its events: refuse the request (after the CM's call that
-    // made it returns) rather than queue it without bound (a SIDR request: SIDR_REP
-    // "rejected").
-    c.refusing.push_back(ev.id);
-    cm_refused_.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
   c.backlog.push_back(e);
   flush(c);
+  if (request && c.backlog.size() > c.backlog_limit) {
+    // The client does not read its events: its ring is full and `backlog_limit` more wait
+    // behind it (with 0, none may). Refuse the request (after the CM's call that made it
+    // returns) rather than queue it without bound (a SIDR request: SIDR_REP "rejected").
+    c.backlog.pop_back();  // still waiting, so the newest
+    c.refusing.push_back(ev.id);
+    cm_refused_.fetch_add(1, std::memory_order_relaxed);
+  }
   account(c);
 }
 

@@ -34,8 +34,8 @@ YAML
   "$roced" --config "$work/$1.yaml" > "$work/$1.log" 2>&1 &
   pids+=($!)
   eval "pid_$1=$!"
-  # up to ${appliance_wait:-100} tenths of a second (a loaded host starts the EAL slowly)
-  for _ in $(seq "${appliance_wait:-100}"); do
+  # up to ${appliance_wait:-300} tenths of a second (a loaded host starts the EAL slowly)
+  for _ in $(seq "${appliance_wait:-300}"); do
     grep -q " up on lcore" "$work/$1.log" && [[ -S $work/$1.sock ]] && break
     sleep 0.1
   done

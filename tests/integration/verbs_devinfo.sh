@@ -31,6 +31,7 @@ expect() { grep -Eq "$1" "$work/devinfo.txt" || fail "ibv_devinfo -v: no line ma
 expect "^hca_id:[[:space:]]+roce7$"
 expect "^[[:space:]]+transport:[[:space:]]+InfiniBand \(0\)$"
 expect "^[[:space:]]+phys_port_cnt:[[:space:]]+1$"
+expect "^[[:space:]]+max_ah:[[:space:]]+32767$"
 expect "^[[:space:]]+state:[[:space:]]+PORT_ACTIVE \(4\)$"
 expect "^[[:space:]]+active_mtu:[[:space:]]+1024 \(3\)$"
 expect "^[[:space:]]+link_layer:[[:space:]]+Ethernet$"

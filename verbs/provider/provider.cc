@@ -24,6 +24,12 @@ namespace roce::verbs_compat {
 extern const rdma::verbs_context_ops kOps;
 
 namespace {
+/// Address handles a process may hold (rxe's max_ah), and how many it holds.
+constexpr std::uint32_t kMaxAh = 32767;
+std::atomic<std::uint32_t> g_ahs{0};
+}  // namespace
+
+namespace {
 
 Backend* be_of(ibv_context* c) { return rctx(c)->be; }
 
@@ -153,6 +159,9 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input,
   a.max_srq_wr = static_cast<int>(lim.max_srq_wr);
   a.max_srq_sge = static_cast<std::uint16_t>(
       attached(c) ? std::min<std::uint32_t>(lim.max_srq_sge, 4) : lim.max_srq_sge);
+  // Address handles are the provider's own objects (an address vector each): rxe's limit,
+  // enforced per process (create_ah: ENOMEM beyond it).
+  a.max_ah = static_cast<int>(kMaxAh);
   a.max_pkeys = 1;
   a.local_ca_ack_delay = 15;
   a.phys_port_cnt = 1;
@@ -933,9 +942,14 @@ int attached_neighbour(Backend* be, Ipv4Addr ip, double seconds) {
 }
 
 ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  if (g_ahs.fetch_add(1) >= kMaxAh) {
+    g_ahs.fetch_sub(1);
+    return fail_null<ibv_ah>(ENOMEM);
+  }
   auto* r = new RAh;
   if (const int rc = to_av(pd->context, *attr, r->av)) {
     delete r;
+    g_ahs.fetch_sub(1);
     return fail_null<ibv_ah>(rc);
   }
   Ipv4Addr ip{static_cast<std::uint32_t>(attr->grh.dgid.raw[12]) << 24 |
@@ -946,12 +960,14 @@ ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
     // roced keeps the MAC (the address vector goes without one, roced fills it in).
     if (const int rc = attached_neighbour(be_of(pd->context), ip, 3.0)) {
       delete r;
+      g_ahs.fetch_sub(1);
       return fail_null<ibv_ah>(rc);
     }
   } else {
     const auto mac = resolve(be_of(pd->context), ip, 3.0);
     if (!mac) {
       delete r;
+      g_ahs.fetch_sub(1);
       return fail_null<ibv_ah>(EHOSTUNREACH);
     }
     r->av.dmac = *mac;
@@ -962,6 +978,7 @@ ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
 
 int destroy_ah(ibv_ah* ah) {
   delete reinterpret_cast<RAh*>(ah);
+  g_ahs.fetch_sub(1);
   return 0;
 }
 
