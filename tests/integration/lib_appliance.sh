@@ -9,7 +9,7 @@
 # is its pid. EXTRA_YAML follows the attach block: indented it extends it ("  quotas: ..."),
 # unindented it adds top-level keys ("services: ..."). Optional variables: port_yaml (more keys
 # of the port, indented by four: "    offload: datapath") and memif_sock (the link's socket file
-# in $work, default memif.sock) and appliance_wait (tenths of a second to wait, default 100).
+# in $work, default memif.sock) and appliance_wait (tenths of a second to wait, default 300).
 appliance() {
   cat > "$work/$1.yaml" <<YAML
 name: $1
