@@ -364,8 +364,10 @@ bool Backend::link_up() const {
 }
 
 const std::vector<Device*>& devices() {
-  static const std::vector<Device*> all = find_devices();
-  return all;
+  // For the life of the process, exit included (libibverbs may still hold them in its
+  // handlers): never destroyed, so the devices stay reachable.
+  static const auto* all = new std::vector<Device*>(find_devices());
+  return *all;
 }
 
 bool is_ours(ibv_device* d) {

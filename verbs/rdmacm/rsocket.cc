@@ -741,6 +741,17 @@ struct Src {
 
 int send_iomaps(RSocket& rs, Lock& lk, int flags);
 
+/// 0 once a send may go (a credit and room at the peer), else -1 with errno: the rsocket no
+/// longer writable (ECONNRESET), or nothing free and `flags`/the rsocket non-blocking (EAGAIN).
+int wait_to_send(RSocket& rs, Lock& lk, int flags) {
+  if (!(rs.state & kWritable)) return fail(closed_errno(rs));
+  if (!can_send(rs)) {
+    if (process(rs, lk, nonblocking(rs, flags), conn_can_send)) return -1;
+    if (!(rs.state & kWritable)) return fail(closed_errno(rs));
+  }
+  return 0;
+}
+
 ssize_t sendv(RSocket& rs, Lock& lk, const iovec* iov, int cnt, int flags) {
   if (rs.state & kOpening) {
     if (do_connect(rs)) {
@@ -758,18 +769,7 @@ ssize_t sendv(RSocket& rs, Lock& lk, const iovec* iov, int cnt, int flags) {
   std::size_t left = total;
   std::uint32_t olen = kOlapStart;
   while (left) {
-    if (!(rs.state & kWritable)) {
-      ret = fail(closed_errno(rs));
-      break;
-    }
-    if (!can_send(rs)) {
-      ret = process(rs, lk, nonblocking(rs, flags), conn_can_send);
-      if (ret) break;
-      if (!(rs.state & kWritable)) {
-        ret = fail(closed_errno(rs));
-        break;
-      }
-    }
+    if ((ret = wait_to_send(rs, lk, flags))) break;
     Sge t = read_sge(&rs.tsgl()[rs.target_sge]);
     if (!rs.ledger.target_ok(t)) {
       protocol_error(rs, EPROTO);
@@ -898,10 +898,7 @@ ssize_t recvv(RSocket& rs, Lock& lk, const iovec* iov, int cnt, int flags) {
 int send_iomaps(RSocket& rs, Lock& lk, int flags) {
   for (auto& m : rs.maps) {
     if (m.index < 0 || m.sent) continue;
-    if (!can_send(rs)) {
-      if (process(rs, lk, nonblocking(rs, flags), conn_can_send)) return -1;
-      if (!(rs.state & kWritable)) return fail(closed_errno(rs));
-    }
+    if (wait_to_send(rs, lk, flags)) return -1;
     IomapEntry e{m.offset,
                  {reinterpret_cast<std::uintptr_t>(m.mr->addr), m.mr->rkey,
                   static_cast<std::uint32_t>(m.mr->length)}};
@@ -1632,18 +1629,7 @@ RDMACM_EXPORT size_t riowrite(int socket, const void* buf, size_t count, off_t o
       if (left == count) ret = fail(EINVAL);
       break;
     }
-    if (!(rs.state & kWritable)) {
-      ret = fail(closed_errno(rs));
-      break;
-    }
-    if (!can_send(rs)) {
-      ret = process(rs, lk, nonblocking(rs, flags), conn_can_send);
-      if (ret) break;
-      if (!(rs.state & kWritable)) {
-        ret = fail(closed_errno(rs));
-        break;
-      }
-    }
+    if ((ret = wait_to_send(rs, lk, flags))) break;
     std::uint32_t xfer;
     if (olen < left) {
       xfer = olen;
