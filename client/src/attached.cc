@@ -503,12 +503,7 @@ class Attached final : public Context {
     if (!cm_param(rq, p)) return EINVAL;
     return cm_call(rq);
   }
-  int cm_disconnect(std::uint32_t id) override {
-    Request rq;
-    rq.op = Op::kCmDisconnect;
-    rq.cm.id = id;
-    return cm_call(rq);
-  }
+  int cm_disconnect(std::uint32_t id) override { return cm_id_call(Op::kCmDisconnect, id); }
   int neighbour(Ipv4Addr ip, bool ask) override {
     Request rq;
     rq.op = Op::kNeighbour;
@@ -518,18 +513,8 @@ class Attached final : public Context {
     if (const int rc = call(rq, rep)) return rc;
     return rep.handle != 0 ? 0 : EAGAIN;
   }
-  int cm_refuse(std::uint32_t id) override {
-    Request rq;
-    rq.op = Op::kCmRefuse;
-    rq.cm.id = id;
-    return cm_call(rq);
-  }
-  int cm_notify(std::uint32_t id) override {
-    Request rq;
-    rq.op = Op::kCmNotify;
-    rq.cm.id = id;
-    return cm_call(rq);
-  }
+  int cm_refuse(std::uint32_t id) override { return cm_id_call(Op::kCmRefuse, id); }
+  int cm_notify(std::uint32_t id) override { return cm_id_call(Op::kCmNotify, id); }
   // rdma_cm's UDP port space (SIDR) and the end of a listen, as the in-process backend.
   int cm_sidr_listen(std::uint16_t port) override {
     Request rq;
@@ -559,12 +544,7 @@ class Attached final : public Context {
     if (!cm_private(rq, pd)) return EINVAL;
     return cm_call(rq);
   }
-  int cm_sidr_reject(std::uint32_t id) override {
-    Request rq;
-    rq.op = Op::kCmSidrReject;
-    rq.cm.id = id;
-    return cm_call(rq);
-  }
+  int cm_sidr_reject(std::uint32_t id) override { return cm_id_call(Op::kCmSidrReject, id); }
   int cm_unlisten(std::uint16_t port, bool udp) override {
     Request rq;
     rq.op = Op::kCmUnlisten;
@@ -627,6 +607,13 @@ class Attached final : public Context {
     cm_bytes_ = rep.bytes;
     cm_map_ = map;
     return 0;
+  }
+  /// A CM request that names one connection and nothing else.
+  int cm_id_call(Op op, std::uint32_t id) {
+    Request rq;
+    rq.op = op;
+    rq.cm.id = id;
+    return cm_call(rq);
   }
   int cm_call(Request& rq, Reply* out = nullptr) {
     if (const int rc = cm_open()) return rc;

@@ -203,45 +203,41 @@ bool access_ok(const Node& n, int mode) {
 /// The size of what glibc's getifaddrs puts behind ifa_data (AF_PACKET entries).
 constexpr std::size_t kLinkStats = sizeof(rtnl_link_stats);
 
+/// open's and openat's third argument: there only with O_CREAT or O_TMPFILE.
+mode_t mode_arg(int flags, va_list ap) {
+  return (flags & (O_CREAT | O_TMPFILE)) != 0 ? va_arg(ap, mode_t) : 0;
+}
+
 }  // namespace
 
 extern "C" {
 
 __attribute__((visibility("default"))) int open(const char* path, int flags, ...) {
   static const auto next = real<int (*)(const char*, int, ...)>("open", "GLIBC_2.2.5");
-  mode_t mode = 0;
-  if (flags & (O_CREAT | O_TMPFILE)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, flags);
+  const mode_t mode = mode_arg(flags, ap);
+  va_end(ap);
   if (const auto n = lookup(path)) return open_node(*n, flags);
   return next(path, flags, mode);
 }
 
 __attribute__((visibility("default"))) int open64(const char* path, int flags, ...) {
   static const auto next = real<int (*)(const char*, int, ...)>("open64", "GLIBC_2.2.5");
-  mode_t mode = 0;
-  if (flags & (O_CREAT | O_TMPFILE)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, flags);
+  const mode_t mode = mode_arg(flags, ap);
+  va_end(ap);
   if (const auto n = lookup(path)) return open_node(*n, flags);
   return next(path, flags, mode);
 }
 
 __attribute__((visibility("default"))) int openat(int dirfd, const char* path, int flags, ...) {
   static const auto next = real<int (*)(int, const char*, int, ...)>("openat", "GLIBC_2.4");
-  mode_t mode = 0;
-  if (flags & (O_CREAT | O_TMPFILE)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, flags);
+  const mode_t mode = mode_arg(flags, ap);
+  va_end(ap);
   if (const auto n = lookup(path)) return open_node(*n, flags);  // absolute paths only
   return next(dirfd, path, flags, mode);
 }
