@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Attached vs in-process, the same test on the same wire (docs/benchmarks.md, "Attached clients"; history in docs/bench/history.md, "Attached
+# Attached vs in-process, the same test on the same wire (docs/benchmarks.md, "Attached
 # clients"): perftest's write_bw (8-byte WRITE message rate, 1024 in flight, one completion in
 # 64) and send_lat (8-byte SEND ping-pong, t_typical = p50) run by roce-perf
 #   - attached: a client process of roced B (--attach), polling its CQ or (-e) sleeping on the
