@@ -468,7 +468,22 @@ struct Series {
   std::string name;
   std::vector<std::pair<double, double>> xy;  ///< x: bytes, y: value
   bool dashed = false;
+  /// A baseline: drawn as a step line across the whole chart (each value holds until the next
+  /// measured size, the first from the left edge, the last to the right edge), no markers.
+  bool reference = false;
 };
+
+/// One bar group of the latency chart: an operation at one size, or a baseline.
+struct BarGroup {
+  std::string label;
+  double v[4] = {0, 0, 0, 0};  ///< min, p50, p99, p99.9 in us
+  double max = 0;              ///< us, drawn as a tick above the bars
+  bool baseline = false;
+};
+
+constexpr std::size_t kMaxBarGroups = 12;
+const char* const kPercentiles[] = {"min", "p50", "p99", "p99.9"};
+const char* const kBarColours[] = {"#9ecae1", "#1f77b4", "#ff7f0e", "#d62728"};
 
 const char* const kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
                                 "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
@@ -534,12 +549,26 @@ void chart(std::ostringstream& s, double x0, double y0, double w, double h,
   for (const auto& se : series) {
     const char* colour = kColours[i % (sizeof kColours / sizeof kColours[0])];
     std::string pts;
-    for (const auto& [x, y] : se.xy)
-      if (x > 0 && y > 0) pts += value_label(px(x)) + "," + value_label(py(y)) + " ";
+    if (se.reference) {
+      // A step line over the whole width: each measured value holds from its size on.
+      std::vector<std::pair<double, double>> xy;
+      for (const auto& [x, y] : se.xy)
+        if (x > 0 && y > 0) xy.emplace_back(x, y);
+      std::sort(xy.begin(), xy.end());
+      for (std::size_t k = 0; k < xy.size(); ++k) {
+        const double from = k == 0 ? x0 : px(xy[k].first);
+        const double to = k + 1 < xy.size() ? px(xy[k + 1].first) : x0 + w;
+        pts += value_label(from) + "," + value_label(py(xy[k].second)) + " " + value_label(to) +
+               "," + value_label(py(xy[k].second)) + " ";
+      }
+    } else {
+      for (const auto& [x, y] : se.xy)
+        if (x > 0 && y > 0) pts += value_label(px(x)) + "," + value_label(py(y)) + " ";
+    }
     s << "<polyline fill='none' stroke='" << colour << "' stroke-width='2'"
       << (se.dashed ? " stroke-dasharray='6,4'" : "") << " points='" << pts << "'/>\n";
     for (const auto& [x, y] : se.xy)
-      if (x > 0 && y > 0)
+      if (x > 0 && y > 0 && !se.reference)
         s << "<circle cx='" << px(x) << "' cy='" << py(y) << "' r='3' fill='" << colour
           << "'><title>" << se.name << ": " << size_label(x) << " B, " << value_label(y)
           << "</title></circle>\n";
@@ -552,15 +581,89 @@ void chart(std::ostringstream& s, double x0, double y0, double w, double h,
   }
 }
 
+BarGroup bar_group(std::string label, const Point& p, bool baseline) {
+  BarGroup g;
+  g.label = std::move(label);
+  g.v[0] = p.lat_min / 1e3, g.v[1] = p.lat_p50 / 1e3, g.v[2] = p.lat_p99 / 1e3,
+  g.v[3] = p.lat_p999 / 1e3;
+  g.max = p.lat_max / 1e3;
+  g.baseline = baseline;
+  return g;
+}
+
+// Grouped bars at (x0, y0) of w x h: one group per operation and size, a bar per percentile,
+// y is log10 of the value; the max is a tick above each group.
+void bars(std::ostringstream& s, double x0, double y0, double w, double h, const std::string& title,
+          const std::string& ylabel, const std::vector<BarGroup>& groups) {
+  double ymin = 1e300, ymax = -1e300;
+  for (const auto& g : groups) {
+    for (double v : g.v)
+      if (v > 0) ymin = std::min(ymin, v), ymax = std::max(ymax, v);
+    if (g.max > 0) ymax = std::max(ymax, g.max);
+  }
+  s << "<text x='" << x0 + w / 2 << "' y='" << y0 - 8
+    << "' text-anchor='middle' font-size='15' font-weight='bold'>" << title << "</text>\n";
+  s << "<rect x='" << x0 << "' y='" << y0 << "' width='" << w << "' height='" << h
+    << "' fill='none' stroke='#444'/>\n";
+  if (ymin > ymax) {
+    s << "<text x='" << x0 + w / 2 << "' y='" << y0 + h / 2
+      << "' text-anchor='middle' fill='#888'>no data</text>\n";
+    return;
+  }
+  const double ly0 = std::floor(std::log10(ymin)),
+               ly1 = std::max(ly0 + 1, std::ceil(std::log10(ymax)));
+  const auto py = [&](double y) { return y0 + h - (std::log10(y) - ly0) / (ly1 - ly0) * h; };
+  for (int e = static_cast<int>(ly0); e <= static_cast<int>(ly1); ++e) {
+    const double Y = py(std::pow(10.0, e));
+    s << "<line x1='" << x0 << "' y1='" << Y << "' x2='" << x0 + w << "' y2='" << Y
+      << "' stroke='#ddd'/><text x='" << x0 - 5 << "' y='" << Y + 4
+      << "' text-anchor='end' font-size='11'>" << value_label(std::pow(10.0, e)) << "</text>\n";
+  }
+  s << "<text transform='translate(" << x0 - 48 << "," << y0 + h / 2
+    << ") rotate(-90)' text-anchor='middle' font-size='12'>" << ylabel << "</text>\n";
+  const double gw = w / static_cast<double>(groups.size()), bw = gw * 0.8 / 4;
+  for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+    const BarGroup& g = groups[gi];
+    const double gx = x0 + gw * static_cast<double>(gi) + gw * 0.1;
+    for (int k = 0; k < 4; ++k) {
+      if (g.v[k] <= 0) continue;
+      const double top = py(g.v[k]);
+      s << "<rect x='" << gx + bw * k << "' y='" << top << "' width='" << bw * 0.9 << "' height='"
+        << y0 + h - top << "' fill='" << kBarColours[k] << "'"
+        << (g.baseline ? " fill-opacity='0.45'" : "") << "><title>" << g.label << " "
+        << kPercentiles[k] << ": " << value_label(g.v[k]) << " us</title></rect>\n";
+    }
+    if (g.max > 0) {
+      const double Y = py(g.max);
+      s << "<line x1='" << gx << "' y1='" << Y << "' x2='" << gx + bw * 4 << "' y2='" << Y
+        << "' stroke='#444' stroke-width='1.5'><title>" << g.label << " max: " << value_label(g.max)
+        << " us</title></line>\n";
+    }
+    s << "<text transform='translate(" << gx + bw * 2 << "," << y0 + h + 12
+      << ") rotate(25)' font-size='10'>" << g.label << "</text>\n";
+  }
+  for (int k = 0; k < 4; ++k) {
+    const double ly = y0 + 14 + 15 * k;
+    s << "<rect x='" << x0 + w + 12 << "' y='" << ly - 9 << "' width='24' height='9' fill='"
+      << kBarColours[k] << "'/><text x='" << x0 + w + 40 << "' y='" << ly << "' font-size='11'>"
+      << kPercentiles[k] << "</text>\n";
+  }
+  s << "<line x1='" << x0 + w + 12 << "' y1='" << y0 + 70 << "' x2='" << x0 + w + 36 << "' y2='"
+    << y0 + 70 << "' stroke='#444' stroke-width='1.5'/><text x='" << x0 + w + 40 << "' y='"
+    << y0 + 74 << "' font-size='11'>max</text>\n";
+  s << "<text x='" << x0 + w + 12 << "' y='" << y0 + 92
+    << "' font-size='11'>pale: baselines</text>\n";
+}
+
 }  // namespace
 
 std::string to_svg(const BenchConfig& cfg, const Results& r) {
   std::vector<Series> gbps, mpps, lat;
+  std::vector<BarGroup> groups;
   for (std::size_t i = 0; i < cfg.workloads.size(); ++i) {
     const Workload& w = cfg.workloads[i];
     Series a{w.name, {}, false}, m{w.name, {}, false};
-    Series p50{w.name + " p50", {}, false}, p99{w.name + " p99", {}, true},
-        p999{w.name + " p99.9", {}, true}, mx{w.name + " max", {}, true};
+    Series p50{w.name + " p50", {}, false}, p99{w.name + " p99", {}, true};
     for (const auto& p : r.points) {
       if (p.kind != Kind::kOurs || p.workload != static_cast<std::int32_t>(i)) continue;
       if (w.mode == Mode::kBw) {
@@ -569,39 +672,43 @@ std::string to_svg(const BenchConfig& cfg, const Results& r) {
       } else {
         p50.xy.emplace_back(p.size, p.lat_p50 / 1e3);
         p99.xy.emplace_back(p.size, p.lat_p99 / 1e3);
-        p999.xy.emplace_back(p.size, p.lat_p999 / 1e3);
-        mx.xy.emplace_back(p.size, p.lat_max / 1e3);
+        groups.push_back(bar_group(w.name + " " + size_label(p.size) + "B", p, false));
       }
     }
     if (w.mode == Mode::kBw) {
       gbps.push_back(a), mpps.push_back(m);
     } else {
-      for (auto* s : {&p50, &p99, &p999, &mx}) lat.push_back(*s);
+      lat.push_back(p50), lat.push_back(p99);
     }
   }
-  const auto base = [&](Kind k, const std::string& name, bool lat_p50) {
+  // The baselines of the whole run: a ceiling drawn across every size (a frame's payload is
+  // min(size, MTU), so the blast at the largest frame is the ceiling of every larger message).
+  const auto base = [&](Kind k, const std::string& name, bool latency) {
     Series s{name, {}, true}, m{name, {}, true};
+    s.reference = m.reference = true;
     for (const auto& p : r.points) {
       if (p.kind != k || p.for_workload >= 0) continue;  // those of one row: in the JSON
-      if (lat_p50) {
+      if (latency) {
         s.xy.emplace_back(p.size, p.lat_p50 / 1e3);
+        groups.push_back(bar_group(name + " " + size_label(p.size) + "B", p, true));
       } else {
         s.xy.emplace_back(p.size, p.bytes_per_s * 8 / 1e9);
         m.xy.emplace_back(p.size, p.msgs_per_s / 1e6);
       }
     }
     if (s.xy.empty()) return;
-    if (lat_p50) {
+    if (latency) {
+      s.name += " p50";
       lat.push_back(s);
     } else {
       gbps.push_back(s);
       mpps.push_back(m);
     }
   };
-  base(Kind::kL2Blast, "link L2 blast (payload/frame)", false);
+  base(Kind::kL2Blast, "link ceiling (L2 blast)", false);
   base(Kind::kTcpStream, "kernel TCP stream", false);
-  base(Kind::kL2Echo, "link L2 echo p50", true);
-  base(Kind::kTcpPingPong, "kernel TCP ping-pong p50", true);
+  base(Kind::kL2Echo, "link L2 echo", true);
+  base(Kind::kTcpPingPong, "kernel TCP ping-pong", true);
 
   const double W = 1000, H = 1190;
   std::ostringstream s;
@@ -612,7 +719,11 @@ std::string to_svg(const BenchConfig& cfg, const Results& r) {
     << "' y='24' text-anchor='middle' font-size='18'>roce-perf: " << cfg.name << "</text>\n";
   chart(s, 90, 60, 560, 260, "Throughput", "Gb/s (log)", gbps);
   chart(s, 90, 420, 560, 260, "Message rate", "M msgs/s (log)", mpps);
-  chart(s, 90, 780, 560, 260, "Latency (round trip)", "usec (log)", lat);
+  // Latency: percentile bars per operation and size while they fit, else p50/p99 against size.
+  if (groups.size() <= kMaxBarGroups)
+    bars(s, 90, 780, 560, 260, "Latency (round trip), percentiles", "usec (log)", groups);
+  else
+    chart(s, 90, 780, 560, 260, "Latency (round trip)", "usec (log)", lat);
   s << "</svg>\n";
   return s.str();
 }

@@ -337,7 +337,8 @@ TEST(BenchReport, JsonAndSvgCarryEveryFigure) {
   const std::string s = to_svg(c, r);
   EXPECT_EQ(s.rfind("<?xml", 0), 0u);
   EXPECT_NE(s.find("</svg>"), std::string::npos);
-  EXPECT_NE(s.find("l p99.9"), std::string::npos);
+  EXPECT_NE(s.find("l 8B p99.9"), std::string::npos);  // the latency row as percentile bars
+  EXPECT_NE(s.find("link ceiling (L2 blast)"), std::string::npos);
 }
 
 }  // namespace
