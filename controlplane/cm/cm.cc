@@ -479,6 +479,23 @@ CmStatus Cm::reject(ConnId id, RejReason reason, std::span<const std::uint8_t> p
   Batch batch(*this);
   Conn* c = find(id);
   if (c == nullptr) return CmStatus::kNoSuchConn;
+  if (c->active && (c->state == ConnState::kReqSent || c->state == ConnState::kMraReqRcvd)) {
+    // Our own REQ given up before an answer (rdma_destroy_id of a connecting id): as Linux's
+    // cm_destroy_id does, a REJ "timeout" naming our CA GUID, so the peer frees what the REQ
+    // holds at once instead of waiting out its REP retries. The reason asked for does not apply.
+    RejMsg rej;
+    rej.local_comm_id = c->id.v;
+    rej.remote_comm_id = c->remote_comm_id;
+    rej.message_rejected = MsgKind::kOther;
+    rej.reason = RejReason::kTimeout;
+    rej.reject_info_length = 8;
+    for (int i = 0; i < 8; ++i)
+      rej.ari[static_cast<std::size_t>(i)] =
+          static_cast<std::uint8_t>(cfg_.ca_guid >> (56 - 8 * i));
+    send(c->peer, c->req_tid, rej);
+    erase(*c);
+    return CmStatus::kOk;
+  }
   if (c->active || !is_passive_waiting(c->state)) return CmStatus::kBadState;
   if (private_data.size() > kRejPrivateSize) return CmStatus::kPrivateDataTooLong;
   send_rej(c->peer, c->req_tid, c->id.v, c->remote_comm_id, MsgKind::kReq, reason, private_data);
@@ -756,14 +773,26 @@ void Cm::on_mra(const MraMsg& m, const MadAddr& from) {
 }
 
 void Cm::on_rej(const RejMsg& m, const MadAddr& from) {
-  Conn* c = find_from(ConnId{m.remote_comm_id}, from);
-  // Whose REJ it is (Linux's cm_acquire_rejected_id): the REJ of our REQ comes before we know
-  // the peer's comm ID (its own may be new, or 0), so it is taken in REQ-sent states only; any
-  // other names the peer's comm ID we know.
-  const bool ours =
-      c != nullptr && (m.message_rejected == MsgKind::kReq
-                           ? is_req_sent(c->state)
-                           : c->remote_comm_id != 0 && c->remote_comm_id == m.local_comm_id);
+  Conn* c = nullptr;
+  bool ours = false;
+  if (m.reason == RejReason::kTimeout && m.reject_info_length >= 8) {
+    // A requester that gave its REQ up (Linux's cm_destroy_id, our reject() of an active
+    // connection) does not know our comm ID: it names its own and its CA GUID (in the ARI),
+    // the pair a REQ is remembered by (Linux's cm_acquire_rejected_id).
+    std::uint64_t guid = 0;
+    for (std::size_t i = 0; i < 8; ++i) guid = guid << 8 | m.ari[i];
+    c = find_remote(m.local_comm_id, guid);
+    ours = c != nullptr && !c->active && from_peer(*c, from);
+  }
+  if (!ours) {
+    c = find_from(ConnId{m.remote_comm_id}, from);
+    // Whose REJ it is (Linux's cm_acquire_rejected_id): the REJ of our REQ comes before we
+    // know the peer's comm ID (its own may be new, or 0), so it is taken in REQ-sent states
+    // only; any other names the peer's comm ID we know.
+    ours = c != nullptr && (m.message_rejected == MsgKind::kReq
+                                ? is_req_sent(c->state)
+                                : c->remote_comm_id != 0 && c->remote_comm_id == m.local_comm_id);
+  }
   if (!ours) {
     ++stats_.mads_rx_ignored;
     return;

@@ -243,7 +243,9 @@ class Cm {
   void unlisten(std::uint64_t service_id) { listeners_.erase(service_id); }
   /// Moves the QP to RTR and RTS and sends the REP.
   CmStatus accept(ConnId id, const AcceptParams& p);
-  /// REJ for a pending connect request (reason 28 "consumer defined" for rdma_reject()).
+  /// REJ for a pending connect request (reason 28 "consumer defined" for rdma_reject()). On an
+  /// active connection whose REQ is not answered yet it gives the REQ up: REJ "timeout" with
+  /// our CA GUID, as Linux does when a connecting id is destroyed.
   CmStatus reject(ConnId id, RejReason reason = RejReason::kConsumerDefined,
                   std::span<const std::uint8_t> private_data = {});
   /// The first data arrived on a QP whose RTU is still outstanding (the COMM_EST event): the

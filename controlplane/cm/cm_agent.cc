@@ -229,6 +229,12 @@ CmStatus CmAgent::accept(ConnId id, Qp* qp, AcceptParams p) {
   return s;
 }
 
+CmStatus CmAgent::reject(ConnId id, RejReason reason, std::span<const std::uint8_t> private_data) {
+  const CmStatus s = cm_->reject(id, reason, private_data);
+  if (s == CmStatus::kOk) qps_.erase(id);
+  return s;
+}
+
 std::size_t CmAgent::release(Qp* qp) {
   std::size_t n = 0;
   for (auto it = qps_.begin(); it != qps_.end();) {

@@ -65,6 +65,9 @@ class CmAgent {
   /// Passive side: binds `qp` to the request and accepts it (QP to RTR and RTS, then REP);
   /// kInvalidParam for a busy() QP.
   CmStatus accept(ConnId id, engine::Qp* qp, AcceptParams p);
+  /// Cm::reject, and the connection's QP binding dropped with it (an active connection's REQ
+  /// given up: rdma_destroy_id of a connecting id).
+  CmStatus reject(ConnId id, RejReason reason, std::span<const std::uint8_t> private_data = {});
   /// The QP bound to a connection, if any.
   engine::Qp* qp_of(ConnId id) const;
   /// Call before destroying a QP bound to a connection (rdma_destroy_qp): a connection still

@@ -614,6 +614,9 @@ int Cma::destroy_id(Id* id) {
       id->port->ctx->cm_sidr_reject(id->conn);
     else if (id->state == State::kRequest)
       id->port->ctx->cm_reject(id->conn, {});
+    else if (id->state == State::kConnecting && !is_ud(id) &&
+             id->port->ctx->cm_reject(id->conn, {}) == 0)
+      ;  // our REQ not answered yet: given up with a REJ, as Linux does
     else if (is_ud(id))
       ;  // a SIDR request under way: its reply finds no id
     else if ((id->state == State::kConnecting || id->state == State::kAccepting ||

@@ -707,6 +707,46 @@ TEST_F(CmTest, ConsumerRejectCarriesPrivateData) {
   EXPECT_EQ(a_.cm.state(ia), ConnState::kIdle);
 }
 
+TEST_F(CmTest, GivingUpAnUnansweredReqRejectsWithTimeoutAndOurGuid) {
+  // rdma_destroy_id of a connecting id: Linux's cm_destroy_id sends REJ "timeout" (4) with
+  // its CA GUID as the ARI; the passive side finds its request by that GUID and the comm ID.
+  const ConnId ia = *a_.cm.connect(params());
+  deliver(a_, b_);
+  const ConnId ib = b_.last(CmEventType::kConnectRequest).id;
+  ASSERT_EQ(a_.cm.reject(ia), CmStatus::kOk);
+  EXPECT_EQ(a_.cm.state(ia), ConnState::kIdle);
+  ASSERT_EQ(a_.out.size(), 1u);
+  const RejMsg rej = a_.out.front().as<RejMsg>();
+  EXPECT_EQ(rej.reason, RejReason::kTimeout);
+  EXPECT_EQ(rej.message_rejected, MsgKind::kOther);
+  EXPECT_EQ(rej.local_comm_id, ia.v);
+  EXPECT_EQ(rej.remote_comm_id, 0u);
+  ASSERT_EQ(rej.reject_info_length, 8u);
+  std::uint64_t guid = 0;
+  for (std::size_t i = 0; i < 8; ++i) guid = guid << 8 | rej.ari[i];
+  EXPECT_EQ(guid, 0x0A0A0A0A0A0A0A0Aull);  // A's CA GUID, as its REQ carried it
+  deliver(a_, b_);
+  EXPECT_EQ(b_.cm.state(ib), ConnState::kIdle);
+  EXPECT_EQ(b_.count(CmEventType::kRejected), 1u);
+  // No REQ follows: the connection is gone on the active side.
+  advance(kReqInterval);
+  advance(kReqInterval);
+  EXPECT_TRUE(a_.out.empty());
+  // A REJ "timeout" naming another GUID ends nothing.
+  const ConnId ia2 = *a_.cm.connect(params(Qpn(0x12)));
+  deliver(a_, b_);
+  const ConnId ib2 = b_.last(CmEventType::kConnectRequest).id;
+  RejMsg forged = rej;
+  forged.local_comm_id = ia2.v;
+  forged.ari[7] ^= 1;
+  b_.cm.on_mad(encode({}, forged), a_.addr);
+  EXPECT_EQ(b_.cm.state(ib2), ConnState::kReqRcvd);
+  // Nor may a connection that is up be given up this way: disconnect() is for that.
+  auto [ea, eb] = establish();
+  EXPECT_EQ(a_.cm.reject(ea), CmStatus::kBadState);
+  (void)eb;
+}
+
 TEST_F(CmTest, ReqWithTooLargeMtuOrBadCmaHeaderIsRejected) {
   // A passive CM limited to 1024-byte paths refuses a REQ for 4096.
   CmConfig cfg;
