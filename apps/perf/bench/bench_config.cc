@@ -94,7 +94,7 @@ void parse_workload_keys(Reader& r, Workload& w) {
   w.iterations = r.uint("iterations", w.iterations, 1, 1'000'000'000);
   w.duration = r.real("duration", iters_given ? 0 : w.duration, 0.01, 3600);
   w.queue_depth = static_cast<std::uint32_t>(r.uint("queue_depth", w.queue_depth, 1, 1024));
-  w.qps = static_cast<std::uint32_t>(r.uint("qps", w.qps, 1, 4096));
+  w.qps = static_cast<std::uint32_t>(r.uint("qps", w.qps, 1, 16384));
   if (r.has("mtu")) {
     const YAML::Node n = r.get("mtu");
     const auto v = r.uint_of(n, r.where("mtu"), 256, 4096);

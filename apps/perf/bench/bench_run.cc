@@ -524,6 +524,7 @@ void BenchSide::workload(std::size_t wi) {
   ec.mac = mac_;
   ec.ipv4 = ip_;
   ec.seed = 1000 + wi * 2 + static_cast<std::uint64_t>(side_);
+  ec.max_qps = std::max(ec.max_qps, w.qps + 16);  // QP1 and room to spare
   if (w.window != 0) ec.max_inflight_psns = w.window;
   if (w.window_bytes != 0) ec.max_inflight_bytes = w.window_bytes;
   if (w.loss_window != 0) ec.loss_window = w.loss_window;

@@ -112,8 +112,8 @@ TEST(BenchConfig, BadValuesNameFileLineColumn) {
             "b.yaml:2:10: workloads[0].mtu must be 256, 512, 1024, 2048 or 4096");
   EXPECT_EQ(error_of("workloads:\n  - queue_depth: -1\n"),
             "b.yaml:2:18: workloads[0].queue_depth must be an unsigned integer, not '-1'");
-  EXPECT_EQ(error_of("workloads:\n  - qps: 4097\n"),
-            "b.yaml:2:10: workloads[0].qps = 4097 is out of range [1, 4096]");
+  EXPECT_EQ(error_of("workloads:\n  - qps: 16385\n"),
+            "b.yaml:2:10: workloads[0].qps = 16385 is out of range [1, 16384]");
   EXPECT_EQ(error_of("workloads:\n  - drop_rate: 0.9\n"),
             "b.yaml:2:16: workloads[0].drop_rate is out of range [0, 0.5]");
   EXPECT_EQ(error_of("workloads:\n  - sizes: [8, x]\n"),
