@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One of Debian's unmodified rdmacm-utils tools between two processes, each with the appliance
 # in-process under libroce-verbs.so (LD_PRELOAD, ROCE_LINK) on one end of a net_memif link and
-# our librdmacm.so.1 (LD_LIBRARY_PATH): rping, ucmatose, rdma_server/rdma_client, udaddy or cmtime.
+# our librdmacm.so.1 (LD_LIBRARY_PATH): rping, ucmatose, rdma_server/rdma_client, udaddy, cmtime,
+# or give_up (CM_GIVE_UP names tests/integration/cm_give_up.c's program, the client).
 # Both sides must exit 0 and print what the tool prints when it worked (cmtime's server runs
 # until it is stopped: it must still be running when its client is done).
 #   rdmacm_pair.sh LIBROCE_VERBS RDMACM_DIR WORKDIR TOOL
@@ -19,6 +20,10 @@ case $tool in
     server=(udaddy -b "$srv_ip" -c 2 -C 10) client=(udaddy -s "$srv_ip" -c 2 -C 10) ;;
   cmtime)  # 100 connections set up and torn down at once
     server=(cmtime -b "$srv_ip" -c 100) client=(cmtime -s "$srv_ip" -c 100) ;;
+  give_up)  # a client destroys its id right after rdma_connect: rping's server is told REJECTED
+    server=(rping -s -a "$srv_ip" -v -C 1)
+    client=("${CM_GIVE_UP:?the cm_give_up program (tests/integration/cm_give_up.c) in CM_GIVE_UP}"
+      "$srv_ip" 7174 1000) ;;
   *) echo "rdmacm_pair.sh: unknown tool $tool"; exit 2 ;;
 esac
 command -v "${server[0]}" >/dev/null || { echo "skipped: ${server[0]} not installed (rdmacm-utils)"; exit 77; }
@@ -47,6 +52,15 @@ if [[ $tool == cmtime ]]; then
   kill -0 "$spid" 2>/dev/null || { wait "$spid" || src=$?; echo "FAIL: cmtime's server ended ($src)"; src=1; }
   kill "$spid" 2>/dev/null || true
   wait "$spid" 2>/dev/null || true
+elif [[ $tool == give_up ]]; then
+  # rping's server ends at the REJECTED event (its status: the REJ's reason) with status 255;
+  # without the REJ it would wait for the RTU until its REP retries ran out (about a minute).
+  for _ in $(seq 100); do
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$spid" 2>/dev/null && { echo "FAIL: rping's server still waits 10 s after the REJ"; kill "$spid"; }
+  wait "$spid" 2>/dev/null || true
 else
   wait "$spid" || src=$?
 fi
@@ -70,6 +84,9 @@ case $tool in
     need server '^return status 0' && need client '^return status 0' ;;
   rdma_client)
     need server 'rdma_server: end 0' && need client 'rdma_client: end 0' ;;
+  give_up)
+    need client '^gave the connect up'
+    need server 'RDMA_CM_EVENT_REJECTED, error 4' ;;
   cmtime)
     need client '^connect +:' && need client '^disconnect +:'
     # All at once, yet no step waits for a retransmitted MAD (4.6 s).

@@ -2,7 +2,9 @@
 # Debian's rdmacm-utils over our librdmacm.so.1 (and the provider, in-process on a DPDK
 # net_af_packet port on dp0, 192.0.2.100) against the same tools in the Linux rxe VM, in both
 # roles: rping (10 pings, -V in the VM), ucmatose (2 connections, 20 messages), udaddy (SIDR,
-# 2 UD ids). Both sides must exit 0 and print what the tool prints when it worked.
+# 2 UD ids). Both sides must exit 0 and print what the tool prints when it worked. give_up (not
+# in the default list; CM_GIVE_UP names tests/integration/cm_give_up.c's program): ours gives
+# its connect up at once, and the VM's rping server must be told REJECTED, reason 4.
 #   rdmacm_rxe.sh LIBROCE_VERBS RDMACM_DIR [TOOL...]   (root; exits 77 when VMs cannot run here)
 # Env: RXE_VM_NETNS (default rxevm) names the VM's network namespace; ROCED=build/bin/roced:
 # attached mode, ours a client of a roced whose port is on dp0 (192.0.2.100, started after
@@ -54,6 +56,7 @@ ok_output() {  # ok_output TOOL FILE: the lines the tool prints when it worked
   case $1 in
     rping) [[ $(grep -o "rdma-ping-[0-9]*:" "$2" | sort -u | wc -l) -ge 10 ]] ;;
     ucmatose | udaddy) grep -q "data transfers complete" "$2" && grep -q "return status 0" "$2" ;;
+    give_up) grep -Eq "gave the connect up|RDMA_CM_EVENT_REJECTED, error 4" "$2" ;;
   esac
 }
 for tool in "${tools[@]}"; do
@@ -64,6 +67,10 @@ for tool in "${tools[@]}"; do
     ucmatose)
       vm_server="ucmatose -b 192.0.2.1 -c 2 -C 20" us_client=(ucmatose -s 192.0.2.1 -c 2 -C 20)
       vm_client="retry ucmatose -s 192.0.2.100 -c 2 -C 20" us_server=(ucmatose -b 192.0.2.100 -c 2 -C 20) ;;
+    give_up)  # ours destroys its id right after rdma_connect: Linux's rping is told REJECTED 4
+      vm_server="rping -s -a 192.0.2.1 -v -C 1"
+      us_client=("${CM_GIVE_UP:?the cm_give_up program in CM_GIVE_UP}" 192.0.2.1 7174 2000)
+      vm_client="" us_server=() ;;
     udaddy)
       vm_server="udaddy -b 192.0.2.1 -c 2 -C 10" us_client=(udaddy -s 192.0.2.1 -c 2 -C 10)
       vm_client="retry udaddy -s 192.0.2.100 -c 2 -C 10" us_server=(udaddy -b 192.0.2.100 -c 2 -C 10) ;;
@@ -71,6 +78,27 @@ for tool in "${tools[@]}"; do
   esac
   for dir in vm-server us-server; do
     rc=0
+    if [[ $tool == give_up ]]; then
+      [[ $dir == vm-server ]] || continue  # the client's side is the one under test
+      boot "$vm_server"
+      attach_up
+      sleep 5  # the VM's rping listening (no retry: a REJ 8 would end ours the same way)
+      ours "${us_client[@]}" || rc=$?
+      # rping's server ends at the REJECTED event with status 255, its line the proof
+      finish || true
+      attach_down
+      grep -v "^\[rxe-vm\]" "$out/vm.txt" > "$out/theirs.txt" || true
+      if [[ $rc == 0 ]] && grep -q "gave the connect up" "$out/us.txt" &&
+         grep -q "RDMA_CM_EVENT_REJECTED, error 4" "$out/theirs.txt"; then
+        echo "PASS $tool (${roced:+attached, }$dir)"
+      else
+        echo "FAIL $tool (${roced:+attached, }$dir): ours=$rc"
+        sed 's/^/  us: /' "$out/us.txt" | tail -10
+        sed 's/^/  vm: /' "$out/theirs.txt" | tail -10
+        fail=1
+      fi
+      continue
+    fi
     if [[ $dir == vm-server ]]; then
       boot "$vm_server"
       attach_up
