@@ -388,6 +388,21 @@ bool Engine::Stages::req_send_ud(Engine& eng, Qp& qp, SendWqe& w) {
     tx_commit(eng, wire::build_frame(s, {}, slot));
     return true;
   }
+  // The hot path: a SEND or WRITE packet over the path template whose payload is inline or in
+  // the WQE's one checked range, copied: the whole frame in one call.
+  if (qp.hdr.usable() && !(payload && zero_copy_ok(eng, qp, payload))) {
+    const std::uint8_t* src =
+        w.is_inline
+            ? qp.sq_inline.data() +
+                  static_cast<std::size_t>(&w - qp.sq.data()) * qp.cap.max_inline_data + w.sent
+            : one_sge_addr(eng, qp, w, w.sent, payload);
+    if (src != nullptr || payload == 0) {
+      if (const std::size_t len = wire::write_masked_frame(qp.hdr, f, src, payload, slot.data())) {
+        tx_commit(eng, len);
+        return true;
+      }
+    }
+  }
   TxPacket p = tx_begin(eng, qp, slot, f, payload);
   if (p.hdr == 0) {
     req_fail(eng, qp, w, WcStatus::kGeneralErr);

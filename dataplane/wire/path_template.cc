@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "dataplane/wire/crc_fold.h"
 #include "dataplane/wire/icrc.h"
 
 namespace roce::wire {
@@ -107,6 +108,38 @@ std::size_t finish_masked(const PathTemplate& t, std::size_t hdr_len, std::size_
   off += pad;
   std::uint8_t* l3 = out + t.l3_off;
   store_le32(out + off, crc32_zlib(kIcrcSeed, l3, out + off - l3));
+  unmask(t, l3);
+  return off + kIcrcSize;
+}
+
+std::size_t write_masked_frame(const PathTemplate& t, const PacketFields& f,
+                               const std::uint8_t* payload, std::size_t payload_len,
+                               std::uint8_t* out) {
+  const std::size_t hdr = write_masked_headers(t, f, payload_len, out);
+  if (hdr == 0) return 0;
+  std::size_t off = hdr;
+  if (payload_len <= 16) {  // a small payload: two overlapping or eight-byte moves, no call
+    std::uint8_t* d = out + off;
+    if (payload_len >= 8) {
+      std::uint64_t a, b;
+      std::memcpy(&a, payload, 8);
+      std::memcpy(&b, payload + payload_len - 8, 8);
+      std::memcpy(d, &a, 8);
+      std::memcpy(d + payload_len - 8, &b, 8);
+    } else {
+      for (std::size_t i = 0; i < payload_len; ++i) d[i] = payload[i];
+    }
+  } else {
+    std::memcpy(out + off, payload, payload_len);
+  }
+  off += payload_len;
+  const unsigned pad = pad_for(payload_len);
+  store_le32(out + off, 0);  // the pad (up to 3 bytes), before the ICRC overwrites the rest
+  off += pad;
+  std::uint8_t* l3 = out + t.l3_off;
+  const std::size_t n = static_cast<std::size_t>(out + off - l3);
+  store_le32(out + off, n < kCrcFoldMax && kCrcFoldUsable ? crc32_fold(kIcrcSeed, l3, n)
+                                                          : crc32_zlib(kIcrcSeed, l3, n));
   unmask(t, l3);
   return off + kIcrcSize;
 }
