@@ -691,19 +691,6 @@ int Engine::post_srq_recv(Srq* srq, const RecvWr* wr, const RecvWr** bad_wr) {
   return post_to_queue(srq->rq, wr, bad_wr);
 }
 
-std::span<std::uint8_t> Engine::Stages::tx_slot(Engine& eng, bool for_ack) {
-  if (!for_ack && eng.tx_.free() <= kAckReserve) return {};
-  auto s = eng.tx_.reserve();
-  if (s.empty()) eng.stats_.inc(Counter::kTxRingFull);
-  return s;
-}
-
-void Engine::Stages::tx_commit(Engine& eng, std::size_t len) {
-  eng.tx_.commit(len);
-  eng.stats_.inc(Counter::kTxFrames);
-  eng.stats_.inc(Counter::kTxBytes, len);
-}
-
 Engine::Stages::TxPacket Engine::Stages::tx_begin(Engine& eng, const Qp& qp,
                                                   std::span<std::uint8_t> slot,
                                                   const wire::PacketFields& f,
