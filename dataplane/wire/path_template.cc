@@ -53,8 +53,11 @@ PathTemplate make_path_template(const FrameSpec& s) {
   return t;
 }
 
-std::size_t write_masked_headers(const PathTemplate& t, const PacketFields& f,
-                                 std::size_t payload_len, std::uint8_t* out) {
+namespace {
+[[gnu::always_inline]] inline std::size_t masked_headers(const PathTemplate& t,
+                                                         const PacketFields& f,
+                                                         std::size_t payload_len,
+                                                         std::uint8_t* out) {
   const OpcodeInfo& info = opcode_info(f.opcode);
   if (!t.usable() || !info.valid() || info.mask.any(kSlowExts)) return 0;
   if (!info.mask.has(OpMask::kPayload) ? payload_len != 0
@@ -87,10 +90,16 @@ std::size_t write_masked_headers(const PathTemplate& t, const PacketFields& f,
   if (info.has(Ext::kIeth)) store_be32(bth + info.offset(Ext::kIeth), f.ieth_rkey);
   return t.l3_off + kIpv4 + kUdp + info.hdr_len;
 }
+}  // namespace
+
+std::size_t write_masked_headers(const PathTemplate& t, const PacketFields& f,
+                                 std::size_t payload_len, std::uint8_t* out) {
+  return masked_headers(t, f, payload_len, out);
+}
 
 namespace {
 // The real values of the masked fields, once the ICRC is known.
-void unmask(const PathTemplate& t, std::uint8_t* l3) {
+[[gnu::always_inline]] inline void unmask(const PathTemplate& t, std::uint8_t* l3) {
   l3[kTos] = t.tos;
   l3[kTtl] = t.ttl;
   const std::uint32_t sum = fold(t.ip_sum + load_be16(l3 + 2) + load_be16(l3 + 4));
@@ -115,7 +124,7 @@ std::size_t finish_masked(const PathTemplate& t, std::size_t hdr_len, std::size_
 std::size_t write_masked_frame(const PathTemplate& t, const PacketFields& f,
                                const std::uint8_t* payload, std::size_t payload_len,
                                std::uint8_t* out) {
-  const std::size_t hdr = write_masked_headers(t, f, payload_len, out);
+  const std::size_t hdr = masked_headers(t, f, payload_len, out);
   if (hdr == 0) return 0;
   std::size_t off = hdr;
   if (payload_len <= 16) {  // a small payload: two overlapping or eight-byte moves, no call
