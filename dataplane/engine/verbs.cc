@@ -279,13 +279,6 @@ std::uint32_t Engine::Stages::pick_qp_index(Engine& eng) {
   return fallback;
 }
 
-Qp* Engine::find_qp(std::uint32_t qpn) const {
-  if (qpn == wire::Qpn::kGsi) return gsi_;
-  const std::uint32_t i = qpn - first_qpn_;
-  if (i >= cfg_.max_qps) return nullptr;
-  return qps_[i].get();
-}
-
 int Engine::destroy_qp(Qp* qp) {
   // A multi-message buffer of an SRQ held by a message of this QP goes back to the others.
   if (qp->resp.have_recv && qp->resp.recv_open >= 0)
