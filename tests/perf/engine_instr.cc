@@ -31,6 +31,7 @@ struct Run {
   Loopback lb;
   Endpoint a, b;
   std::vector<SendWr> wrs;
+  std::vector<std::span<const std::uint8_t>> frames;
   Sge sge{};
   std::uint64_t now = 1'000'000;
   int outstanding = 0;
@@ -46,6 +47,7 @@ using instr::Run;
 extern "C" {
 void instr_post(Run& r, int depth);
 void instr_requester_run(Run& r);
+void instr_hand_over(Run& r, Engine& from);
 void instr_responder_receive(Run& r);
 void instr_responder_run(Run& r);
 void instr_completer_receive(Run& r);
@@ -61,12 +63,18 @@ void instr_measure(Run& r, int depth, std::uint64_t messages);
   }
 }
 [[gnu::noinline]] void instr_requester_run(Run& r) { r.lb.a().run(r.now); }
+// The port's part: the frames an engine queued, taken from its ring (they stay in place until
+// that engine's next run()), so that the receiving side's share is receive() alone.
+[[gnu::noinline]] void instr_hand_over(Run& r, Engine& from) {
+  r.frames.clear();
+  from.drain_tx([&](std::span<const std::uint8_t> f) { r.frames.push_back(f); });
+}
 [[gnu::noinline]] void instr_responder_receive(Run& r) {
-  r.lb.a().drain_tx([&](std::span<const std::uint8_t> f) { r.lb.b().receive(f, r.now); });
+  for (const auto f : r.frames) r.lb.b().receive(f, r.now);
 }
 [[gnu::noinline]] void instr_responder_run(Run& r) { r.lb.b().run(r.now); }
 [[gnu::noinline]] void instr_completer_receive(Run& r) {
-  r.lb.b().drain_tx([&](std::span<const std::uint8_t> f) { r.lb.a().receive(f, r.now); });
+  for (const auto f : r.frames) r.lb.a().receive(f, r.now);
 }
 [[gnu::noinline]] void instr_poll(Run& r) {
   const int n = r.lb.a().poll_cq(r.a.scq, 64, r.wc);
@@ -77,8 +85,10 @@ void instr_measure(Run& r, int depth, std::uint64_t messages);
   instr_post(r, depth);
   r.now += 100;
   instr_requester_run(r);
+  instr_hand_over(r, r.lb.a());
   instr_responder_receive(r);
   instr_responder_run(r);
+  instr_hand_over(r, r.lb.b());
   instr_completer_receive(r);
   instr_poll(r);
 }
@@ -128,6 +138,7 @@ int main(int argc, char** argv) {
   Buffer dst = roce::test::make_buffer(r.lb.b(), r.b.pd, size, 2);
   r.sge = src.sge();
   r.wrs.resize(static_cast<std::size_t>(depth));
+  r.frames.reserve(4096);
   for (auto& w : r.wrs) {
     w.opcode = WrOpcode::kWrite;
     w.sg_list = &r.sge;

@@ -7,7 +7,8 @@
 #   requester   A's run(): req_packet and its share of run, per request packet sent
 #   post_send   per message posted (not a per-packet cost of the engine, shown apart)
 #   responder   B's receive() of each request (parse, ICRC, QP lookup, execute) plus B's run()
-#               (the coalesced ACKs), per request packet received
+#               (the coalesced ACKs), per request packet received (the harness takes the
+#               frames from A's ring first, as a port would: instr_hand_over, shown apart)
 #   completer   A's receive() of the ACKs, per request packet acknowledged
 # Prints a table and a JSON line ("JSON: {...}"), and writes it to WORKDIR/instructions.json.
 #
@@ -67,6 +68,7 @@ per = {
     "responder_acks": cost(r"\binstr_responder_run\b") / rx,
     "completer": cost(r"\binstr_completer_receive\b") / rx,
     "poll_cq": cost(r"\binstr_poll\b") / msgs,
+    "hand_over": cost(r"\binstr_hand_over\b") / (req + acks),
 }
 per["responder"] = per["responder_receive"] + per["responder_acks"]
 per["total_per_message"] = cost(r"\binstr_measure\b") / msgs
@@ -96,6 +98,7 @@ rows = [("requester: run() per request packet", "requester"),
         ("completer: receive() of ACKs per request", "completer"),
         ("post_send per message", "post_send"),
         ("poll_cq per message", "poll_cq"),
+        ("harness: frame hand-over per frame", "hand_over"),
         ("everything per message", "total_per_message")]
 for label, k in rows:
     print(f"  {label:<40} {per[k]:>12.1f}")
