@@ -75,15 +75,14 @@ per["total_per_message"] = cost(r"\binstr_measure\b") / msgs
 # Where it goes (inclusive, per request packet; functions called on both engines sum both).
 parts = {
     "req_packet": r"Engine::Stages::req_packet\(",
-    "write_masked_headers": r"wire::write_masked_headers\(",
-    "finish_masked": r"wire::finish_masked\(",
-    "gather": r"Engine::Stages::gather\(",
+    "write_masked_frame": r"wire::write_masked_frame\(",
+    "crc32_fold (transmit ICRC)": r"wire::crc32_fold\(",
     "Engine::receive": r"Engine::receive\(",
     "parse_frame": r"wire::parse_frame\(",
+    "compute_icrc (receive ICRC)": r"wire::compute_icrc\(",
     "resp_on_request": r"Engine::Stages::resp_on_request\(",
     "resp_flush_acks": r"Engine::Stages::resp_flush_acks\(",
     "comp_on_response": r"Engine::Stages::comp_on_response\(",
-    "crc32_zlib": r"wire::crc32_zlib\(",
 }
 breakdown = {k: cost(v) / req for k, v in parts.items() if cost(v)}
 out = {"counts": counts, "per_packet": {k: round(v, 1) for k, v in per.items()},
