@@ -38,7 +38,7 @@ std::uint32_t crc32_zlib(std::uint32_t crc, const std::uint8_t* p, std::size_t n
 namespace {
 // Sets the fields the ICRC does not cover (IBA Annex A17.3.3) to ones in a copy of the
 // headers; returns the length of those headers (IP, UDP and BTH).
-std::size_t mask_variant_fields(std::uint8_t* m, IpVersion v) {
+constexpr std::size_t mask_variant_fields(std::uint8_t* m, IpVersion v) {
   const std::size_t ip_len = v == IpVersion::kV4 ? 20 : 40;
   if (v == IpVersion::kV4) {
     m[1] = 0xFF;           // TOS (DSCP + ECN)
@@ -64,14 +64,15 @@ constexpr std::size_t kOneCallMax = 256;
 namespace {
 // The fields the ICRC masks as an OR mask over a frame from its IP header on (ones where a
 // field is masked, zeros elsewhere and beyond the headers), for crc32_fold_or.
+// (constexpr: no static initialiser, so that no ICRC computed before it ever sees zeros)
 struct OrMasks {
   std::uint8_t v4[kCrcFoldMax] = {}, v6[kCrcFoldMax] = {};
-  OrMasks() {
+  constexpr OrMasks() {
     mask_variant_fields(v4, IpVersion::kV4);
     mask_variant_fields(v6, IpVersion::kV6);
   }
 };
-const OrMasks kOrMasks;
+constexpr OrMasks kOrMasks;
 }  // namespace
 
 Icrc Icrc::begin(const std::uint8_t* l3, IpVersion v) {
