@@ -24,6 +24,8 @@ PACKAGES=(
   podman runc containernetworking-plugins catatonit podman-compose
   libfabric-dev
   verilator yosys
+  # instructions per packet of the engine (tests/perf/engine_instructions.sh: callgrind)
+  valgrind
 )
 # Debian's npm; a nodejs from elsewhere (NodeSource) brings its own and conflicts with it.
 command -v npm >/dev/null || PACKAGES+=(npm)

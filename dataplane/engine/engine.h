@@ -140,7 +140,11 @@ class Engine {
   /// Called for each asynchronous event as it happens (on the engine's thread), besides the
   /// queue get_async_event() reads.
   std::function<void(const AsyncEvent&)> on_async_event;
-  Qp* find_qp(std::uint32_t qpn) const;
+  Qp* find_qp(std::uint32_t qpn) const {  // inline: once per received frame
+    if (qpn == wire::Qpn::kGsi) return gsi_;
+    const std::uint32_t i = qpn - first_qpn_;
+    return i < cfg_.max_qps ? qps_[i].get() : nullptr;
+  }
   std::size_t qp_count() const { return live_qps_; }
   std::size_t mr_count() const { return mrs_.size(); }
 

@@ -139,9 +139,23 @@ struct Engine::Stages {
   /// A CQ overran: it stops, and every QP that completes into it goes to the error state.
   static void cq_overrun(Engine& eng, Cq* cq);
   // frame output
+  // (inline, below: called once per packet)
   static std::span<std::uint8_t> tx_slot(Engine& eng, bool reserved_for_acks);
   static void tx_commit(Engine& eng, std::size_t len);
   static std::uint32_t pick_qp_index(Engine& eng);
 };
+
+inline std::span<std::uint8_t> Engine::Stages::tx_slot(Engine& eng, bool for_ack) {
+  if (!for_ack && eng.tx_.free() <= kAckReserve) return {};
+  auto s = eng.tx_.reserve();
+  if (s.empty()) eng.stats_.inc(Counter::kTxRingFull);
+  return s;
+}
+
+inline void Engine::Stages::tx_commit(Engine& eng, std::size_t len) {
+  eng.tx_.commit(len);
+  eng.stats_.inc(Counter::kTxFrames);
+  eng.stats_.inc(Counter::kTxBytes, len);
+}
 
 }  // namespace roce::engine

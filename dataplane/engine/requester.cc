@@ -388,6 +388,21 @@ bool Engine::Stages::req_send_ud(Engine& eng, Qp& qp, SendWqe& w) {
     tx_commit(eng, wire::build_frame(s, {}, slot));
     return true;
   }
+  // The hot path: a SEND or WRITE packet over the path template whose payload is inline or in
+  // the WQE's one checked range, copied: the whole frame in one call.
+  if (qp.hdr.usable() && !(payload && zero_copy_ok(eng, qp, payload))) {
+    const std::uint8_t* src =
+        w.is_inline
+            ? qp.sq_inline.data() +
+                  static_cast<std::size_t>(&w - qp.sq.data()) * qp.cap.max_inline_data + w.sent
+            : one_sge_addr(eng, qp, w, w.sent, payload);
+    if (src != nullptr || payload == 0) {
+      if (const std::size_t len = wire::write_masked_frame(qp.hdr, f, src, payload, slot.data())) {
+        tx_commit(eng, len);
+        return true;
+      }
+    }
+  }
   TxPacket p = tx_begin(eng, qp, slot, f, payload);
   if (p.hdr == 0) {
     req_fail(eng, qp, w, WcStatus::kGeneralErr);
@@ -458,6 +473,7 @@ void Engine::Stages::req_pump(Engine& eng, Qp& qp, std::uint32_t& budget) {
   if (qp.state != QpState::kRts) return;
   if (qp.comp.rnr_deadline != 0) return;  // waiting out an RNR NAK
   if (qp.comp.retry_pending) do_retry(eng, qp);
+  std::uint32_t wmax = 0;
   while (budget > 0 && qp.state == QpState::kRts && !qp.req.failed &&
          qp.req.next_wqe != qp.sq_tail) {
     SendWqe& w = qp.wqe(qp.req.next_wqe);
@@ -488,10 +504,12 @@ void Engine::Stages::req_pump(Engine& eng, Qp& qp, std::uint32_t& budget) {
     // The window bounds what a go-back-N resends. READ and atomic requests are bounded by
     // max_rd_atomic instead: a READ spans all its response PSNs, and its retry asks again only
     // for the responses not received.
-    if (qp.type == QpType::kRc && !w.is_rd_atomic() &&
-        distance(qp.req.next_psn, qp.comp.psn) >=
-            static_cast<std::int32_t>(qp.comp.cwnd ? qp.comp.cwnd : window_max(eng, qp)))
-      return;
+    if (qp.type == QpType::kRc && !w.is_rd_atomic()) {
+      if (wmax == 0) wmax = window_max(eng, qp);  // once per call: it depends on the path only
+      if (distance(qp.req.next_psn, qp.comp.psn) >=
+          static_cast<std::int32_t>(qp.comp.cwnd ? qp.comp.cwnd : wmax))
+        return;
+    }
     if (!req_packet(eng, qp, w)) return;
     --budget;
   }

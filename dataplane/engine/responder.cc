@@ -154,7 +154,7 @@ void Engine::Stages::resp_flush_acks(Engine& eng) {
 }
 
 namespace {
-void defer_ack(Qp& qp, Psn psn, std::vector<Qp*>& list) {
+[[gnu::always_inline]] inline void defer_ack(Qp& qp, Psn psn, std::vector<Qp*>& list) {
   if (!qp.resp.ack_pending || after(psn, qp.resp.ack_psn)) qp.resp.ack_psn = psn;
   qp.resp.ack_pending = true;
   if (!qp.in_ack_list) {

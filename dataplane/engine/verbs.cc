@@ -279,13 +279,6 @@ std::uint32_t Engine::Stages::pick_qp_index(Engine& eng) {
   return fallback;
 }
 
-Qp* Engine::find_qp(std::uint32_t qpn) const {
-  if (qpn == wire::Qpn::kGsi) return gsi_;
-  const std::uint32_t i = qpn - first_qpn_;
-  if (i >= cfg_.max_qps) return nullptr;
-  return qps_[i].get();
-}
-
 int Engine::destroy_qp(Qp* qp) {
   // A multi-message buffer of an SRQ held by a message of this QP goes back to the others.
   if (qp->resp.have_recv && qp->resp.recv_open >= 0)
@@ -689,19 +682,6 @@ int Engine::post_recv(Qp* qp, const RecvWr* wr, const RecvWr** bad_wr) {
 
 int Engine::post_srq_recv(Srq* srq, const RecvWr* wr, const RecvWr** bad_wr) {
   return post_to_queue(srq->rq, wr, bad_wr);
-}
-
-std::span<std::uint8_t> Engine::Stages::tx_slot(Engine& eng, bool for_ack) {
-  if (!for_ack && eng.tx_.free() <= kAckReserve) return {};
-  auto s = eng.tx_.reserve();
-  if (s.empty()) eng.stats_.inc(Counter::kTxRingFull);
-  return s;
-}
-
-void Engine::Stages::tx_commit(Engine& eng, std::size_t len) {
-  eng.tx_.commit(len);
-  eng.stats_.inc(Counter::kTxFrames);
-  eng.stats_.inc(Counter::kTxBytes, len);
 }
 
 Engine::Stages::TxPacket Engine::Stages::tx_begin(Engine& eng, const Qp& qp,

@@ -95,21 +95,33 @@ const bool kCrcFoldUsable = [] {
   return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("avx");
 }();
 
-ROCE_CRC_TARGET std::uint32_t crc32_fold(std::uint32_t crc, const std::uint8_t* p, std::size_t n) {
+namespace {
+template <bool kOr>
+ROCE_CRC_TARGET [[gnu::always_inline]] inline __m128i load_or(const std::uint8_t* p,
+                                                              const std::uint8_t* m) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (kOr) return _mm_or_si128(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(m)));
+  return v;
+}
+
+// The kernel; with kOr, every byte p[i] is read as p[i] | m[i] (the ICRC's masked fields).
+template <bool kOr>
+ROCE_CRC_TARGET inline std::uint32_t crc32_fold_impl(std::uint32_t crc, const std::uint8_t* p,
+                                                     std::size_t n, const std::uint8_t* m) {
   const std::size_t r = n & 15, q = n >> 4;  // a partial head of r bytes, then q whole blocks
-  const std::uint8_t* blocks = p + r;
   // The head as a block of its own, zeros in front, with the initial value in its first bytes;
   // what of the initial value the head does not hold (all of it without a head) goes to block 0.
   __m128i y = _mm_setzero_si128();
   if (r != 0) {
-    const __m128i head = _mm_xor_si128(load(p), _mm_cvtsi32_si128(static_cast<int>(~crc)));
+    const __m128i head =
+        _mm_xor_si128(load_or<kOr>(p, m), _mm_cvtsi32_si128(static_cast<int>(~crc)));
     y = fold(_mm_shuffle_epi8(head, load(kHeadShuffle + r)), static_cast<unsigned>(q));
   }
   const std::uint32_t spill = r < 4 ? ~crc >> (8 * r) : 0;
-  __m128i b = _mm_xor_si128(load(blocks), _mm_cvtsi32_si128(static_cast<int>(spill)));
+  __m128i b = _mm_xor_si128(load_or<kOr>(p + r, m + r), _mm_cvtsi32_si128(static_cast<int>(spill)));
   for (std::size_t i = 1; i < q; ++i) {  // every block but the last, folded to the end
     y = _mm_xor_si128(y, fold(b, static_cast<unsigned>(q - i)));
-    b = load(blocks + 16 * i);
+    b = load_or<kOr>(p + r + 16 * i, m + r + 16 * i);
   }
   y = _mm_xor_si128(y, b);  // the last block, as it is
 
@@ -126,6 +138,16 @@ ROCE_CRC_TARGET std::uint32_t crc32_fold(std::uint32_t crc, const std::uint8_t* 
   const __m128i qp = _mm_clmulepi64_si128(quot, barrett, 0x10);
   const __m128i rem = _mm_xor_si128(_mm_srli_epi64(a, 32), _mm_srli_epi64(qp, 31));
   return ~static_cast<std::uint32_t>(_mm_extract_epi32(rem, 2));
+}
+}  // namespace
+
+ROCE_CRC_TARGET std::uint32_t crc32_fold(std::uint32_t crc, const std::uint8_t* p, std::size_t n) {
+  return crc32_fold_impl<false>(crc, p, n, p);  // (m unused)
+}
+
+ROCE_CRC_TARGET std::uint32_t crc32_fold_or(std::uint32_t crc, const std::uint8_t* p, std::size_t n,
+                                            const std::uint8_t* m) {
+  return crc32_fold_impl<true>(crc, p, n, m);
 }
 
 }  // namespace roce::wire

@@ -21,4 +21,9 @@ extern const bool kCrcFoldUsable;
 /// Only where kCrcFoldUsable.
 std::uint32_t crc32_fold(std::uint32_t crc, const std::uint8_t* p, std::size_t n);
 
+/// The same over the bytes p[i] | m[i] (`m`: n readable bytes): the ICRC over a frame whose
+/// masked fields are ones in `m`, read in place, without a masked copy.
+std::uint32_t crc32_fold_or(std::uint32_t crc, const std::uint8_t* p, std::size_t n,
+                            const std::uint8_t* m);
+
 }  // namespace roce::wire

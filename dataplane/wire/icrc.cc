@@ -38,7 +38,7 @@ std::uint32_t crc32_zlib(std::uint32_t crc, const std::uint8_t* p, std::size_t n
 namespace {
 // Sets the fields the ICRC does not cover (IBA Annex A17.3.3) to ones in a copy of the
 // headers; returns the length of those headers (IP, UDP and BTH).
-std::size_t mask_variant_fields(std::uint8_t* m, IpVersion v) {
+constexpr std::size_t mask_variant_fields(std::uint8_t* m, IpVersion v) {
   const std::size_t ip_len = v == IpVersion::kV4 ? 20 : 40;
   if (v == IpVersion::kV4) {
     m[1] = 0xFF;           // TOS (DSCP + ECN)
@@ -61,8 +61,24 @@ std::size_t mask_variant_fields(std::uint8_t* m, IpVersion v) {
 constexpr std::size_t kOneCallMax = 256;
 }  // namespace
 
+namespace {
+// The fields the ICRC masks as an OR mask over a frame from its IP header on (ones where a
+// field is masked, zeros elsewhere and beyond the headers), for crc32_fold_or.
+// (constexpr: no static initialiser, so that no ICRC computed before it ever sees zeros)
+struct OrMasks {
+  std::uint8_t v4[kCrcFoldMax] = {}, v6[kCrcFoldMax] = {};
+  constexpr OrMasks() {
+    mask_variant_fields(v4, IpVersion::kV4);
+    mask_variant_fields(v6, IpVersion::kV6);
+  }
+};
+constexpr OrMasks kOrMasks;
+}  // namespace
+
 Icrc Icrc::begin(const std::uint8_t* l3, IpVersion v) {
   const std::size_t n = (v == IpVersion::kV4 ? 20 : 40) + kUdpSize + kBthSize;
+  if (kCrcFoldUsable)
+    return Icrc(crc32_fold_or(kIcrcSeed, l3, n, v == IpVersion::kV4 ? kOrMasks.v4 : kOrMasks.v6));
   std::uint8_t m[kMaxMasked];
   std::memcpy(m, l3, n);
   mask_variant_fields(m, v);
@@ -71,7 +87,10 @@ Icrc Icrc::begin(const std::uint8_t* l3, IpVersion v) {
 
 void Icrc::update(const std::uint8_t* p, std::size_t n) { crc_ = crc32(crc_, p, n); }
 
-std::uint32_t compute_icrc(const std::uint8_t* l3, std::size_t len, IpVersion v) {
+namespace {
+// compute_icrc without the fold kernel, or for a frame too long for it.
+[[gnu::noinline]] std::uint32_t compute_icrc_copy(const std::uint8_t* l3, std::size_t len,
+                                                  IpVersion v) {
   const std::size_t masked = (v == IpVersion::kV4 ? 20 : 40) + kUdpSize + kBthSize;
   if (len <= kOneCallMax && len >= masked) {
     std::uint8_t m[kOneCallMax];
@@ -82,6 +101,15 @@ std::uint32_t compute_icrc(const std::uint8_t* l3, std::size_t len, IpVersion v)
   Icrc c = Icrc::begin(l3, v);
   c.update(l3 + masked, len - masked);
   return c.value();
+}
+}  // namespace
+
+std::uint32_t compute_icrc(const std::uint8_t* l3, std::size_t len, IpVersion v) {
+  // Short frames: one pass over the frame in place, the masked fields ORed in as they load.
+  const bool v4 = v == IpVersion::kV4;
+  if (len < kCrcFoldMax && len >= (v4 ? 48u : 68u) && kCrcFoldUsable)
+    return crc32_fold_or(kIcrcSeed, l3, len, v4 ? kOrMasks.v4 : kOrMasks.v6);
+  return compute_icrc_copy(l3, len, v);
 }
 
 }  // namespace roce::wire

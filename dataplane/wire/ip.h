@@ -62,6 +62,20 @@ class BasicIpv4View : public ViewBase<Byte> {
 /// the checksum field (zeroed first) makes the header verify; verifying a good header gives 0.
 std::uint16_t ipv4_header_checksum(const std::uint8_t* hdr, std::size_t len);
 
+/// True when a 20-byte IPv4 header verifies (ipv4_header_checksum() == 0), inline for the
+/// receive path: the one's-complement sum of its five 32-bit words, in any byte order, folds
+/// to all ones exactly when the checksum is right (RFC 1071).
+inline bool ipv4_header_checksum_ok(const std::uint8_t* hdr) {
+  std::uint32_t w[5];
+  std::memcpy(w, hdr, sizeof w);
+  std::uint64_t sum = std::uint64_t{w[0]} + w[1] + w[2] + w[3] + w[4];
+  sum = (sum & 0xFFFFFFFF) + (sum >> 32);
+  sum = (sum & 0xFFFF) + (sum >> 16);
+  sum = (sum & 0xFFFF) + (sum >> 16);
+  sum = (sum & 0xFFFF) + (sum >> 16);
+  return sum == 0xFFFF;
+}
+
 /// UDP checksum over IPv6 (RFC 8200 8.1): the pseudo-header (addresses, upper-layer length,
 /// next header 17) and `udp_len` bytes starting at the UDP header, whose checksum field must be
 /// zero. A computed 0 is sent as 0xFFFF. IPv6 forbids the zero checksum RoCE uses over IPv4.

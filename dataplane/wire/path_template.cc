@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "dataplane/wire/crc_fold.h"
 #include "dataplane/wire/icrc.h"
 
 namespace roce::wire {
@@ -52,8 +53,11 @@ PathTemplate make_path_template(const FrameSpec& s) {
   return t;
 }
 
-std::size_t write_masked_headers(const PathTemplate& t, const PacketFields& f,
-                                 std::size_t payload_len, std::uint8_t* out) {
+namespace {
+[[gnu::always_inline]] inline std::size_t masked_headers(const PathTemplate& t,
+                                                         const PacketFields& f,
+                                                         std::size_t payload_len,
+                                                         std::uint8_t* out) {
   const OpcodeInfo& info = opcode_info(f.opcode);
   if (!t.usable() || !info.valid() || info.mask.any(kSlowExts)) return 0;
   if (!info.mask.has(OpMask::kPayload) ? payload_len != 0
@@ -86,10 +90,16 @@ std::size_t write_masked_headers(const PathTemplate& t, const PacketFields& f,
   if (info.has(Ext::kIeth)) store_be32(bth + info.offset(Ext::kIeth), f.ieth_rkey);
   return t.l3_off + kIpv4 + kUdp + info.hdr_len;
 }
+}  // namespace
+
+std::size_t write_masked_headers(const PathTemplate& t, const PacketFields& f,
+                                 std::size_t payload_len, std::uint8_t* out) {
+  return masked_headers(t, f, payload_len, out);
+}
 
 namespace {
 // The real values of the masked fields, once the ICRC is known.
-void unmask(const PathTemplate& t, std::uint8_t* l3) {
+[[gnu::always_inline]] inline void unmask(const PathTemplate& t, std::uint8_t* l3) {
   l3[kTos] = t.tos;
   l3[kTtl] = t.ttl;
   const std::uint32_t sum = fold(t.ip_sum + load_be16(l3 + 2) + load_be16(l3 + 4));
@@ -107,6 +117,38 @@ std::size_t finish_masked(const PathTemplate& t, std::size_t hdr_len, std::size_
   off += pad;
   std::uint8_t* l3 = out + t.l3_off;
   store_le32(out + off, crc32_zlib(kIcrcSeed, l3, out + off - l3));
+  unmask(t, l3);
+  return off + kIcrcSize;
+}
+
+std::size_t write_masked_frame(const PathTemplate& t, const PacketFields& f,
+                               const std::uint8_t* payload, std::size_t payload_len,
+                               std::uint8_t* out) {
+  const std::size_t hdr = masked_headers(t, f, payload_len, out);
+  if (hdr == 0) return 0;
+  std::size_t off = hdr;
+  if (payload_len <= 16) {  // a small payload: two overlapping or eight-byte moves, no call
+    std::uint8_t* d = out + off;
+    if (payload_len >= 8) {
+      std::uint64_t a, b;
+      std::memcpy(&a, payload, 8);
+      std::memcpy(&b, payload + payload_len - 8, 8);
+      std::memcpy(d, &a, 8);
+      std::memcpy(d + payload_len - 8, &b, 8);
+    } else {
+      for (std::size_t i = 0; i < payload_len; ++i) d[i] = payload[i];
+    }
+  } else {
+    std::memcpy(out + off, payload, payload_len);
+  }
+  off += payload_len;
+  const unsigned pad = pad_for(payload_len);
+  store_le32(out + off, 0);  // the pad (up to 3 bytes), before the ICRC overwrites the rest
+  off += pad;
+  std::uint8_t* l3 = out + t.l3_off;
+  const std::size_t n = static_cast<std::size_t>(out + off - l3);
+  store_le32(out + off, n < kCrcFoldMax && kCrcFoldUsable ? crc32_fold(kIcrcSeed, l3, n)
+                                                          : crc32_zlib(kIcrcSeed, l3, n));
   unmask(t, l3);
   return off + kIcrcSize;
 }

@@ -71,6 +71,13 @@ std::size_t write_masked_headers(const PathTemplate& t, const PacketFields& f,
 std::size_t finish_masked(const PathTemplate& t, std::size_t hdr_len, std::size_t payload_len,
                           std::uint8_t* out);
 
+/// A whole frame in one call (the requester's hot path): write_masked_headers(), then the
+/// payload copied from `payload` (`payload_len` bytes), then finish_masked(). Returns the frame
+/// length, or 0 when write_masked_headers() would (nothing is written then but headers).
+std::size_t write_masked_frame(const PathTemplate& t, const PacketFields& f,
+                               const std::uint8_t* payload, std::size_t payload_len,
+                               std::uint8_t* out);
+
 /// The zero-copy form: the payload is `pieces`, wherever they live; pad and ICRC go to
 /// `trailer` (8 bytes of room). Fills in the masked fields of `headers` and returns the
 /// trailer's length.

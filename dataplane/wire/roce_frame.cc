@@ -249,7 +249,7 @@ Verdict parse_frame(std::span<const std::uint8_t> frame, RxPkt& out, const Parse
     if (ip.header_len() != Ipv4View::kSize) return Verdict::kIpOptions;
     if (ip.total_len() < Ipv4View::kSize) return Verdict::kBadIpLength;
     if (n < off + ip.total_len()) return Verdict::kTruncated;
-    if (opts.verify_ip_checksum && ipv4_header_checksum(p + off, Ipv4View::kSize) != 0)
+    if (opts.verify_ip_checksum && !ipv4_header_checksum_ok(p + off))
       return Verdict::kBadIpChecksum;
     if (ip.is_fragment()) return Verdict::kIpFragment;
     if (ip.protocol() != kIpProtoUdp) return Verdict::kNotUdp;

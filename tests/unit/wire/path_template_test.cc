@@ -56,7 +56,7 @@ TEST(PathTemplate, SameBytesAsTheGenericBuilder) {
       for (const Opcode op : kOpcodes) {
         ASSERT_TRUE(fast_opcode(op)) << raw(op);
         const bool has_payload = opcode_info(op).mask.has(OpMask::kPayload);
-        for (const std::size_t len : {0, 1, 2, 3, 4, 5, 8, 61, 256}) {
+        for (const std::size_t len : {0, 1, 2, 3, 4, 5, 8, 12, 16, 17, 61, 256}) {
           if (!has_payload && len != 0) continue;
           FrameSpec s = base;
           s.opcode = op;
@@ -93,6 +93,13 @@ TEST(PathTemplate, SameBytesAsTheGenericBuilder) {
           ASSERT_EQ(got_len, want_len);
           ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want_len))
               << "opcode " << int{raw(op)} << " len " << len << " vlan " << vlan;
+
+          // The one-call form (the requester's hot path).
+          std::array<std::uint8_t, 512> one{};
+          one.fill(0xEE);
+          ASSERT_EQ(write_masked_frame(t, f, payload.data(), len, one.data()), want_len);
+          ASSERT_EQ(0, std::memcmp(one.data(), want.data(), want_len))
+              << "write_masked_frame: opcode " << int{raw(op)} << " len " << len;
 
           // Zero-copy: headers in one place, the payload in up to three pieces elsewhere.
           if (len != 0) {
