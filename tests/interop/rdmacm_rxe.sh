@@ -83,18 +83,35 @@ for tool in "${tools[@]}"; do
       boot "$vm_server"
       attach_up
       sleep 5  # the VM's rping listening (no retry: a REJ 8 would end ours the same way)
+      ip netns exec "$RXE_VM_NETNS" tcpdump -q -i dp0-br -w "$out/cm.pcap" udp port 4791 \
+        > /dev/null 2>&1 &
+      cap=$!
+      sleep 1
       ours "${us_client[@]}" || rc=$?
-      # rping's server ends at the REJECTED event with status 255, its line the proof
+      # rping's server ends with status 255 in either of the two ways Linux's CM shows the REJ:
+      # the request already gone when rping creates its QP or accepts (rdma_create_qp or
+      # rdma_accept: EINVAL, the usual case in the slow VM), or RDMA_CM_EVENT_REJECTED with
+      # reason 4 after it accepted
       finish || true
+      kill -INT "$cap" 2> /dev/null || true
+      wait "$cap" 2> /dev/null || true
       attach_down
       grep -v "^\[rxe-vm\]" "$out/vm.txt" > "$out/theirs.txt" || true
+      # and on the wire (dp0-br: DPDK's af_packet bypasses the qdisc, so dp0 shows no frame we
+      # send): our REJ, reason 4 "timeout", with an 8-byte ARI (our CA GUID)
+      rej=$(tshark -r "$out/cm.pcap" \
+        -Y "infiniband.mad.attributeid == 0x0012" -T fields -e ip.src \
+        -e infiniband.cm.rej.reason -e infiniband.cm.rej.rejinfolen 2> /dev/null | sort -u)
+      echo "REJ on the wire (source, reason, ARI length): ${rej:-none}"
       if [[ $rc == 0 ]] && grep -q "gave the connect up" "$out/us.txt" &&
-         grep -q "RDMA_CM_EVENT_REJECTED, error 4" "$out/theirs.txt"; then
+         grep -Eq "RDMA_CM_EVENT_REJECTED, error 4|rdma_(create_qp|accept): Invalid argument" \
+           "$out/theirs.txt" && grep -Eq "^192\.0\.2\.100\s+(0x0004|4)\s+(0x08|8)$" <<< "$rej"; then
         echo "PASS $tool (${roced:+attached, }$dir)"
       else
         echo "FAIL $tool (${roced:+attached, }$dir): ours=$rc"
         sed 's/^/  us: /' "$out/us.txt" | tail -10
         sed 's/^/  vm: /' "$out/theirs.txt" | tail -10
+        echo "  capture: $(tshark -r "$out/cm.pcap" 2> /dev/null | wc -l) frames"
         fail=1
       fi
       continue
