@@ -707,12 +707,16 @@ class Attached final : public Context {
     b->own = own;
     return keep(bufs_, std::move(b));
   }
+  /// The newest Buffer that holds the range: a later registration describes what is mapped
+  /// there now, while an older one may claim the addresses without mapping them (verbs/memory's
+  /// regions span 2 MiB windows around the pages they adopt; a memfd mapped inside such a
+  /// window later is only the newer Buffer's).
   ABuffer* find_buffer(void* addr, std::size_t length) {
     const auto a = reinterpret_cast<std::uintptr_t>(addr);
     std::lock_guard<std::mutex> g(tables_);
-    for (auto& b : bufs_) {
-      const auto s = reinterpret_cast<std::uintptr_t>(b->addr);
-      if (a >= s && length <= b->length && a - s <= b->length - length) return b.get();
+    for (auto b = bufs_.rbegin(); b != bufs_.rend(); ++b) {
+      const auto s = reinterpret_cast<std::uintptr_t>((*b)->addr);
+      if (a >= s && length <= (*b)->length && a - s <= (*b)->length - length) return b->get();
     }
     return nullptr;
   }
