@@ -120,13 +120,27 @@ int main(int argc, char** argv) {
   std::printf("ibv_reg_mr of the program's own memory: %s\n",
               own_mr != nullptr ? "registered" : std::strerror(errno));
   if (own_mr == nullptr) die("ibv_reg_mr of own memory");
-  // ibv_rereg_mr to other memory of the program: adopted too, the old range released.
+  // ibv_rereg_mr to other memory of the program: adopted too, the old range released, the
+  // keys kept (attach protocol 8's kReregMr).
   std::vector<char> other(8192);
+  const std::uint32_t own_lkey = own_mr->lkey, own_rkey = own_mr->rkey;
   if (ibv_rereg_mr(own_mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, other.data(), other.size(),
                    0) != 0)
     die("ibv_rereg_mr to other own memory");
   std::printf("ibv_rereg_mr to other own memory: %s\n",
               own_mr->addr == other.data() && own_mr->length == other.size() ? "moved" : "WRONG");
+  std::printf("ibv_rereg_mr keys: %s\n",
+              own_mr->lkey == own_lkey && own_mr->rkey == own_rkey ? "kept" : "changed");
+  // Write access for a read-only mapping: EFAULT, as ibv_reg_mr, and the MR stays as it was.
+  void* ro = mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (ro == MAP_FAILED) die("mmap");
+  errno = 0;
+  const int refused =
+      ibv_rereg_mr(own_mr, IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS, nullptr,
+                   ro, 4096, IBV_ACCESS_LOCAL_WRITE);
+  std::printf("ibv_rereg_mr to read-only memory with write access: %s\n",
+              refused != 0 && own_mr->addr == other.data() ? "refused" : "WRONG");
+  munmap(ro, 4096);
   if (ibv_dereg_mr(own_mr) != 0) die("ibv_dereg_mr of own memory");
   void* shm = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shm == MAP_FAILED) die("mmap");

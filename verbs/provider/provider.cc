@@ -323,30 +323,47 @@ int dereg_mr(rdma::verbs_mr* vmr) {
 
 /// ibv_rereg_mr in place, keeping the keys as the kernel's rereg does for what rxe and mlx5
 /// change in place (peers already hold the rkey; rdma-core's tests/test_mr.py
-/// test_mr_rereg_access / _pd / _addr exchange keys once and rereg after): in-process, where
-/// the Context can (client::Context::rereg_mr). Attached (no rereg in the attach protocol): a
-/// new registration with what changes, then the old one goes, and the keys change.
+/// test_mr_rereg_access / _pd / _addr exchange keys once and rereg after), through
+/// client::Context::rereg_mr. Attached, the range is adopted again with the access it now
+/// needs (a read-only mapping given write access: EFAULT, as reg_mr) and the old adoption
+/// released after. EOPNOTSUPP from a Context without it (a roced of attach protocol 7): the
+/// caller registers anew, and the keys change.
 int rereg_in_place(RMr* r, ibv_pd* npd, void* naddr, std::size_t nlen, int nacc) {
   ibv_mr& mr = r->vmr.ibv_mr;
-  if (attached(mr.context)) return EOPNOTSUPP;
   const int acc = check_access(nacc);
   if (acc < 0) return -acc;
+  const bool att = attached(mr.context);
+  const bool dontfork = att && fork_protected();  // outside the lock: a netlink round trip
   Backend* be = be_of(mr.context);
   std::lock_guard<std::mutex> g(be->mu);
   client::Buffer* adopted = r->adopted;
-  const bool moved = naddr != mr.addr || nlen != mr.length;
-  if (moved) {
+  bool fresh = false;  // `adopted` is a new reference, the old one goes on success
+  if (att) {
+    AdoptOptions o;
+    o.writable =
+        (nacc & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0;
+    o.dontfork = dontfork;
+    int err = 0;
+    adopted = adopt(*be->ctx, naddr, nlen, &err, o);
+    // EOPNOTSUPP: a shared mapping, registered as it is when it lies in a Buffer of the
+    // Context (register_range); else Context::rereg_mr finds no Buffer.
+    if (adopted == nullptr && err != EOPNOTSUPP) return err != 0 ? err : ENOMEM;
+    fresh = true;
+  } else if (naddr != mr.addr || nlen != mr.length) {
     errno = 0;
     adopted = be->ctx->register_memfd(-1, naddr, nlen);
     if (adopted == nullptr) return errno != 0 ? errno : ENOMEM;
+    fresh = true;
   }
-  if (const int rc = be->ctx->rereg_mr(r->m, reinterpret_cast<RPd*>(npd)->p, naddr, nlen,
-                                       reinterpret_cast<std::uint64_t>(naddr),
-                                       static_cast<std::uint32_t>(acc))) {
-    if (moved) free_range(be, adopted);
+  int rc =
+      be->ctx->rereg_mr(r->m, reinterpret_cast<RPd*>(npd)->p, naddr, nlen,
+                        reinterpret_cast<std::uint64_t>(naddr), static_cast<std::uint32_t>(acc));
+  if (rc == EINVAL && att && adopted == nullptr) rc = EOPNOTSUPP;  // not a Buffer of ours
+  if (rc != 0) {
+    if (fresh) free_range(be, adopted);
     return rc;
   }
-  if (moved) {
+  if (fresh) {
     free_range(be, r->adopted);
     r->adopted = adopted;
   }
