@@ -734,6 +734,7 @@ RQp* new_qp(ibv_context* c, ibv_pd* pd, const ibv_qp_init_attr& a, ibv_qp_cap& c
   r->attr.path_mtu = static_cast<ibv_mtu>(be->dev->info.max_mtu);
   cap_out = r->cap;
   std::lock_guard<std::mutex> g(be->reg);
+  r->counts_recvs = attached(c) && qp.srq == nullptr;
   be->qps[qp.qp_num] = r;
   return r;
 }
@@ -836,6 +837,9 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   {
     std::lock_guard<std::mutex> g(be->mu);
     rc = be->ctx->modify_qp(r->q, a, static_cast<std::uint32_t>(mask & kQpMaskOurs));
+    // A reset QP's receive queue is empty: what it held completes no more.
+    if (rc == 0 && (mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET)
+      r->recvs_posted = r->recvs_done.load(std::memory_order_acquire);
   }
   if (rc != 0) return rc;
   std::lock_guard<std::mutex> g(be->reg);  // the progress thread sets the state on errors
@@ -916,6 +920,45 @@ int destroy_qp(ibv_qp* qp) {
   return 0;
 }
 
+/// Attached: posts what the receive queue has room for (cap.max_recv_wr outstanding), then
+/// ENOMEM at the first WR past it. `w` is post_recv_list's array, linked in order. The
+/// backend's lock held.
+int post_counted_recvs(RQp* r, const verbs::RecvWr* w, const verbs::RecvWr** b) {
+  const std::uint32_t done = r->recvs_done.load(std::memory_order_acquire);
+  // More completions than posts: a reset QP's completions still polled after the reset.
+  if (static_cast<std::int32_t>(r->recvs_posted - done) < 0) r->recvs_posted = done;
+  const std::uint32_t room =
+      r->cap.max_recv_wr - std::min(r->cap.max_recv_wr, r->recvs_posted - done);
+  std::uint32_t n = 0;
+  const verbs::RecvWr* last = nullptr;
+  for (const verbs::RecvWr* x = w; x != nullptr && n <= room; x = x->next, ++n)
+    if (n < room) last = x;
+  if (room == 0) {
+    *b = w;
+    return ENOMEM;
+  }
+  const verbs::RecvWr* past = last->next;
+  const_cast<verbs::RecvWr*>(last)->next = nullptr;  // (post_recv_list's own array)
+  int rc = r->be->ctx->post_recv(r->q, w, b);
+  const_cast<verbs::RecvWr*>(last)->next = past;
+  std::uint32_t posted = 0;
+  for (const verbs::RecvWr* x = w; x != past && (rc == 0 || x != *b); x = x->next) ++posted;
+  r->recvs_posted += posted;
+  if (rc == 0 && past != nullptr) {
+    *b = past;
+    rc = ENOMEM;
+  }
+  return rc;
+}
+
+/// A receive completion of the QP numbered `qpn` polled: one WR fewer outstanding.
+void recv_completed(Backend* be, std::uint32_t qpn) {
+  std::lock_guard<std::mutex> g(be->reg);
+  const auto it = be->qps.find(qpn);
+  if (it != be->qps.end() && it->second->counts_recvs)
+    it->second->recvs_done.fetch_add(1, std::memory_order_release);
+}
+
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   RQp* r = rqp(qp);
   if (qp->srq != nullptr) {
@@ -931,7 +974,8 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   }
   Backend* be = r->be;
   const auto post = [&](const verbs::RecvWr* w, const verbs::RecvWr** b) {
-    return be->ctx->post_recv(r->q, w, b);
+    if (!r->counts_recvs) return be->ctx->post_recv(r->q, w, b);
+    return post_counted_recvs(r, w, b);
   };
   return post_recv_list(be, wr, bad, r->cap.max_recv_sge, post);
 }
@@ -1150,6 +1194,9 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
         w.invalidated_rkey = s.invalidated_rkey;
       else
         w.imm_data = htonl(s.imm_data);
+      if ((s.opcode == verbs::WcOpcode::kRecv || s.opcode == verbs::WcOpcode::kRecvRdmaWithImm) &&
+          r->be->env == nullptr)
+        recv_completed(r->be, s.qp_num);
       if (s.status != verbs::WcStatus::kSuccess) {
         // A completion in error means its QP is in the error state (IBA 10.8.3.3; flushes
         // follow it there): ibv_query_qp says so, as the kernel's answer would.
