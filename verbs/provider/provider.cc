@@ -47,6 +47,11 @@ void free_context(ibv_context* c);
 
 verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* /*private_data*/) {
   auto* d = reinterpret_cast<Device*>(device);
+  // No kernel device behind ours, so libibverbs passes no command fd; the context gets
+  // /dev/null's, a character device as the kernel's uverbs node (programs dup it to import
+  // the context elsewhere: ibv_import_device then says EOPNOTSUPP, as for rxe; a kernel
+  // command on it fails with ENOTTY). libibverbs closes it with the context.
+  if (cmd_fd < 0) cmd_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   Backend* be = open_backend(d);
   if (be == nullptr) {
     if (cmd_fd >= 0) ::close(cmd_fd);
@@ -805,6 +810,34 @@ int to_av(ibv_context* c, const ibv_ah_attr& ah, verbs::AddressVector& av) {
   return 0;
 }
 
+/// Attached, after roced reset the QP: its completions already in the CQs' rings (roced's
+/// engine dropped those it still held, as in-process) go too, as mlx4/mlx5 clean a reset QP's
+/// CQEs: the next traffic of the QP must not poll the flushes of its old life (rdma-core's
+/// test_mr_rereg_addr, _pd restate their QPs after an error). The other QPs' completions move
+/// to `held`, which poll_cq hands out first, in their order.
+void drop_reset_completions(RQp* r) {
+  Backend* be = r->be;
+  const ibv_qp& q = r->vqp.qp;
+  ibv_cq* cqs[2] = {q.send_cq, q.recv_cq != q.send_cq ? q.recv_cq : nullptr};
+  for (ibv_cq* cq : cqs) {
+    if (cq == nullptr) continue;
+    RCq* c = rcq(cq);
+    std::lock_guard<std::mutex> h(c->held_mu);
+    std::erase_if(c->held, [&q](const verbs::Wc& w) { return w.qp_num == q.qp_num; });
+    // All the ring holds (at most its depth + 1): `held` may pass the CQ's depth until polled.
+    verbs::Wc w[32];
+    int n = 32;
+    while (n == 32) {
+      {
+        std::lock_guard<std::mutex> g(be->mu);
+        n = be->ctx->poll_cq(c->c, 32, w);
+      }
+      for (int i = 0; i < n; ++i)
+        if (w[i].qp_num != q.qp_num) c->held.push_back(w[i]);
+    }
+  }
+}
+
 int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   RQp* r = rqp(qp);
   if (mask & ~(kQpMaskOurs | kQpMaskKept)) return mask & IBV_QP_RATE_LIMIT ? EOPNOTSUPP : EINVAL;
@@ -842,6 +875,8 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
       r->recvs_posted = r->recvs_done.load(std::memory_order_acquire);
   }
   if (rc != 0) return rc;
+  if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET && be->env == nullptr)
+    drop_reset_completions(r);
   std::lock_guard<std::mutex> g(be->reg);  // the progress thread sets the state on errors
   ibv_qp_attr& s = r->attr;
   if (mask & IBV_QP_STATE) s.qp_state = attr->qp_state;

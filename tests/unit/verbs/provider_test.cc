@@ -125,6 +125,26 @@ TEST_F(Provider, OnePkey) {
   EXPECT_LT(ibv_get_pkey_index(ctx_, 1, htobe16(0x1234)), 0);
 }
 
+// The context's command fd is a character device a program can dup (rdma-core's
+// tests/test_shared_pd.py does, then skips on EOPNOTSUPP: no import, as rxe); ibv_import_device
+// of a file that is no character device is EINVAL, as libibverbs answers.
+TEST_F(Provider, CommandFdCanBeDupedAndImportIsNotSupported) {
+  ASSERT_GE(ctx_->cmd_fd, 0);
+  const int fd = ::dup(ctx_->cmd_fd);
+  ASSERT_GE(fd, 0);
+  errno = 0;
+  EXPECT_EQ(ibv_import_device(fd), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ::close(fd);
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  errno = 0;
+  EXPECT_EQ(ibv_import_device(p[0]), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  ::close(p[0]);
+  ::close(p[1]);
+}
+
 TEST_F(Provider, MemoryRegistrations) {
   ibv_pd* pd = ibv_alloc_pd(ctx_);
   ASSERT_NE(pd, nullptr);
