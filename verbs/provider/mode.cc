@@ -454,7 +454,9 @@ int query_port(Backend* be, ibv_port_attr& a) {
   const client::PortInfo& p = be->dev->info;
   const bool up = be->link_up();
   a.state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
-  a.max_mtu = static_cast<ibv_mtu>(p.max_mtu);
+  // max_mtu as rxe reports it (the largest RoCE MTU; modify_qp takes path MTUs up to it);
+  // active_mtu the path MTU the link carries, which perftest and UCX use.
+  a.max_mtu = IBV_MTU_4096;
   a.active_mtu = static_cast<ibv_mtu>(p.max_mtu);
   a.gid_tbl_len = kGidTableLen;
   a.port_cap_flags = IBV_PORT_CM_SUP;

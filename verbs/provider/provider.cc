@@ -855,7 +855,9 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   a.qkey = attr->qkey;
   if (mask & IBV_QP_AV)
     if (const int rc = to_av(qp->context, attr->ah_attr, a.ah)) return rc;
-  a.path_mtu = static_cast<verbs::Mtu>(attr->path_mtu);
+  // Up to the port's max_mtu (4096, as rxe) is taken; the engine sends at most what the link
+  // carries (active_mtu), and ibv_query_qp reports what was asked.
+  a.path_mtu = std::min(static_cast<verbs::Mtu>(attr->path_mtu), r->be->dev->info.max_mtu);
   a.timeout = attr->timeout;
   a.retry_cnt = attr->retry_cnt;
   a.rnr_retry = attr->rnr_retry;
