@@ -115,6 +115,11 @@ std::vector<Device*> find_devices() {
       delete d;
       return out;
     }
+    if (!runtime::check_gateway(g_link, err)) {
+      std::fprintf(stderr, "libroce-verbs: ROCE_LINK: --gateway: %s\n", err.c_str());
+      delete d;
+      return out;
+    }
     d->info.mac = *mac;
     d->info.ipv4 = *ip;
     d->info.gid = ctl::gid_from_ipv4(*ip);
