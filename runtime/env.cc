@@ -50,6 +50,8 @@ Env::Env(const LinkOptions& o)
     : own_port_(open_port(o)), eng(own_port_->eng()), loop(own_port_->loop()) {
   ip = *ctl::parse_ipv4(o.ip);  // checked by link_vdev
   gid = ctl::gid_from_ipv4(ip);
+  if (!o.gateway.empty())  // checked by link_vdev too; the loop is not polled yet
+    loop.neighbour().set_gateway(*ctl::parse_ipv4(o.gateway), o.prefix_len);
   if (!o.pcap.empty()) {
     capture = std::make_unique<apps::PcapWriter>(o.pcap);
     loop.tap = [this](std::span<const std::uint8_t> f, bool) { capture->write(f, port::now_ns()); };

@@ -70,6 +70,10 @@ bool parse_link_text(const std::string& text, LinkOptions& c, std::string& err) 
         c.ip = v;
       else if (k == "mac")
         c.mac = v;
+      else if (k == "gateway")
+        c.gateway = v;
+      else if (k == "prefix_len")
+        c.prefix_len = static_cast<unsigned>(std::stoul(v));
       else if (k == "pcap")
         c.pcap = v;
       else if (k == "tx_drop")
@@ -113,6 +117,7 @@ bool parse_link_text(const std::string& text, LinkOptions& c, std::string& err) 
     err = "ip and mac must be an IPv4 address and a MAC address";
     return false;
   }
+  if (!check_gateway(c, err)) return false;
   for (double p : {tx_drop, rx_drop, reorder})
     if (p < 0 || p >= 1) {
       err = "tx_drop, rx_drop and reorder must be in [0, 1)";
@@ -126,9 +131,31 @@ bool parse_link_text(const std::string& text, LinkOptions& c, std::string& err) 
   return true;
 }
 
+bool check_gateway(const LinkOptions& o, std::string& err) {
+  if (o.prefix_len < 1 || o.prefix_len > 32) {
+    err = "the prefix length must be 1..32, not " + std::to_string(o.prefix_len);
+    return false;
+  }
+  if (o.gateway.empty()) return true;
+  const auto gw = ctl::parse_ipv4(o.gateway);
+  const auto ip = ctl::parse_ipv4(o.ip);
+  if (!gw) {
+    err = "gateway " + o.gateway + " is not an IPv4 address";
+    return false;
+  }
+  const std::uint32_t mask = ~std::uint32_t{0} << (32 - o.prefix_len);
+  if (!ip || ((gw->v ^ ip->v) & mask) != 0 || *gw == *ip) {
+    err = "gateway " + o.gateway + " is not another address of " + o.ip + "/" +
+          std::to_string(o.prefix_len);
+    return false;
+  }
+  return true;
+}
+
 std::string link_vdev(const LinkOptions& o) {
   if (!ctl::parse_ipv4(o.ip) || !ctl::parse_mac(o.mac))
     fail("--ip and --mac must be an IPv4 address and a MAC address");
+  if (std::string err; !check_gateway(o, err)) fail("--gateway: " + err);
   if (o.iface.empty()) fail("--iface IF (the interface for the RoCE traffic) is required");
   if (o.netdev_mtu < 576 || o.netdev_mtu > 9000) fail("--netdev-mtu must be 576..9000");
   if (o.vlan > 4094)
@@ -241,6 +268,10 @@ void LinkFlags::add_to(po::options_description& d) {
       "memif-server (--iface is then the memif socket's path)")(
       "ip", po::value(&link.ip)->default_value(link.ip), "our RoCE IPv4 address (GID ::ffff:IP)")(
       "mac", po::value(&link.mac)->default_value(link.mac), "our MAC address")(
+      "gateway", po::value(&link.gateway),
+      "a router on the link: addresses outside our subnet (--prefix-len) go through it")(
+      "prefix-len", po::value(&link.prefix_len)->default_value(link.prefix_len),
+      "our subnet's prefix length (with --gateway)")(
       "netdev-mtu", po::value(&link.netdev_mtu)->default_value(link.netdev_mtu),
       "IP MTU of the link (9000 for path MTU 4096)")("vlan", vlan_value(&link.vlan),
                                                      "802.1Q VLAN of our port (1-4094)")(

@@ -5,9 +5,9 @@
 /// command-line flags (roce-perf's tools). All three meet in LinkOptions.
 ///
 /// The text form: "pmd=memif,socket=PATH,role=server|client,ip=A,mac=M" or
-/// "pmd=af_packet,iface=IF,ip=A,mac=M", then optionally pcap=FILE, tx_drop=P, rx_drop=P,
-/// reorder=P (a sent frame held back behind 1..4 later ones), seed=N, window=BYTES (the
-/// requester window per QP), lcore=CPU.
+/// "pmd=af_packet,iface=IF,ip=A,mac=M", then optionally gateway=G, prefix_len=N, pcap=FILE,
+/// tx_drop=P, rx_drop=P, reorder=P (a sent frame held back behind 1..4 later ones), seed=N,
+/// window=BYTES (the requester window per QP), lcore=CPU.
 #pragma once
 
 #include <boost/program_options.hpp>
@@ -28,6 +28,10 @@ struct LinkOptions {
   std::string iface;  ///< the kernel interface; memif, memif-server: the control socket's path
   std::string ip = "192.0.2.100";
   std::string mac = "02:00:00:00:00:64";
+  /// A router on the link: addresses outside our subnet (`prefix_len` bits of `ip`) are
+  /// reached through it (its MAC, by ARP); empty: none, peers must be on the link.
+  std::string gateway;
+  unsigned prefix_len = 24;
   unsigned netdev_mtu = 1500;      ///< largest IP packet on the link (9000 for path MTU 4096)
   std::string pcap;                ///< capture every frame sent and received here
   unsigned vlan = 0;               ///< 802.1Q VLAN of the port (1-4094); 0: untagged
@@ -50,6 +54,10 @@ struct LinkOptions {
 /// Parses `text` into `o` (keys not given keep their value); false and `err` on a bad pair or
 /// an incomplete link. Start from LinkOptions::text_defaults() for the text form's defaults.
 bool parse_link_text(const std::string& text, LinkOptions& o, std::string& err);
+
+/// Checks `o`'s gateway (an IPv4 address in its subnet) and prefix length (1..32): false and
+/// `err` otherwise; true without a gateway.
+bool check_gateway(const LinkOptions& o, std::string& err);
 
 /// The EAL --vdev argument for `o`'s interface and PMD; fails (TestFailure) on a bad option.
 std::string link_vdev(const LinkOptions& o);
@@ -74,8 +82,9 @@ engine::Mtu link_path_mtu(unsigned netdev_mtu, unsigned room = kRxeHeaderRoom);
 /// The value of --vlan (into `v`): a VLAN ID between 1 and 4094, else a program_options::error.
 boost::program_options::typed_value<std::string>* vlan_value(unsigned* v);
 
-/// A link's command-line flags: --iface, --pmd, --ip, --mac, --netdev-mtu, --vlan, --lcore,
-/// --pcap, --offload, --tx-drop, --rx-drop, --fault-seed, written into `link`.
+/// A link's command-line flags: --iface, --pmd, --ip, --mac, --gateway, --prefix-len,
+/// --netdev-mtu, --vlan, --lcore, --pcap, --offload, --tx-drop, --rx-drop, --fault-seed,
+/// written into `link`.
 struct LinkFlags {
   LinkOptions link;
   double tx_drop = 0, rx_drop = 0;

@@ -116,8 +116,16 @@ class Attached final : public Context {
     std::memcpy(rq.hello.port, port.data(), port.size());
     Reply rep;
     int fds[2] = {-1, -1};
-    if (const int rc = call(rq, rep, nullptr, 0, fds, 2)) return rc;
+    // An older roced refuses a newer version (EPROTO): again with the older ones it may speak,
+    // without what came after them (version_).
+    int rc = EPROTO;
+    for (std::uint32_t v = attach::kVersion; rc == EPROTO && v >= attach::kOldestVersion; --v) {
+      rq.hello.version = v;
+      rc = call(rq, rep, nullptr, 0, fds, 2);
+    }
+    if (rc != 0) return rc;
     const attach::HelloRep& h = rep.hello;
+    version_ = std::min(rq.hello.version, h.version);
     events_fd_ = fds[1];
     events_bytes_ = rep.bytes;
     events_map_ = fds[0] >= 0 ? map_fd(fds[0], rep.bytes) : nullptr;
@@ -231,6 +239,33 @@ class Attached final : public Context {
     m->iova = rep.iova;
     ++b->mrs;
     return keep(mrs_, std::move(m));
+  }
+  /// kReregMr (protocol 8): the MR keeps its keys. An older roced: EOPNOTSUPP.
+  int rereg_mr(Mr* mr, Pd* pd, void* addr, std::size_t length, std::uint64_t iova,
+               std::uint32_t access) override {
+    if (version_ < 8) return EOPNOTSUPP;
+    auto* m = static_cast<AMr*>(mr);
+    ABuffer* b = find_buffer(addr, length);
+    if (m == nullptr || pd == nullptr || b == nullptr) return EINVAL;
+    Request rq;
+    rq.op = Op::kReregMr;
+    rq.handle = m->h;
+    rq.mr.pd = static_cast<APd*>(pd)->h;
+    rq.mr.region = b->region;
+    rq.mr.offset = static_cast<std::uint64_t>(static_cast<std::uint8_t*>(addr) -
+                                              static_cast<std::uint8_t*>(b->addr));
+    rq.mr.length = length;
+    rq.mr.iova = iova;
+    rq.mr.access = access;
+    Reply rep;
+    if (const int rc = call(rq, rep)) return rc;
+    --m->buf->mrs;
+    ++b->mrs;
+    m->buf = b;
+    m->addr = addr;
+    m->length = length;
+    m->iova = rep.iova;
+    return 0;
   }
   int dereg_mr(Mr* mr) override {
     auto* m = static_cast<AMr*>(mr);
@@ -707,12 +742,16 @@ class Attached final : public Context {
     b->own = own;
     return keep(bufs_, std::move(b));
   }
+  /// The newest Buffer that holds the range: a later registration describes what is mapped
+  /// there now, while an older one may claim the addresses without mapping them (verbs/memory's
+  /// regions span 2 MiB windows around the pages they adopt; a memfd mapped inside such a
+  /// window later is only the newer Buffer's).
   ABuffer* find_buffer(void* addr, std::size_t length) {
     const auto a = reinterpret_cast<std::uintptr_t>(addr);
     std::lock_guard<std::mutex> g(tables_);
-    for (auto& b : bufs_) {
-      const auto s = reinterpret_cast<std::uintptr_t>(b->addr);
-      if (a >= s && length <= b->length && a - s <= b->length - length) return b.get();
+    for (auto b = bufs_.rbegin(); b != bufs_.rend(); ++b) {
+      const auto s = reinterpret_cast<std::uintptr_t>((*b)->addr);
+      if (a >= s && length <= (*b)->length && a - s <= (*b)->length - length) return b->get();
     }
     return nullptr;
   }
@@ -824,6 +863,7 @@ class Attached final : public Context {
   }
 
   int fd_;
+  std::uint32_t version_ = attach::kVersion;  ///< the protocol spoken with this roced
   PortInfo port_;
   DeviceAttr dev_;     ///< the limits roced sent at hello
   std::mutex mu_;      ///< one request at a time

@@ -835,6 +835,7 @@ struct Ops {
   int reg_region();
   int dereg_region();
   int reg_mr();
+  int rereg_mr();
   int dereg_mr();
   int create_cq();
   int destroy_cq();
@@ -874,7 +875,7 @@ struct Ops {
 
 int Ops::hello() {
   if (c.hello) return EINVAL;
-  if (rq.hello.version != kVersion) return EPROTO;
+  if (rq.hello.version < kOldestVersion || rq.hello.version > kVersion) return EPROTO;
   const std::string want(rq.hello.port, strnlen(rq.hello.port, sizeof rq.hello.port));
   std::size_t pi = s.ports_.size();
   for (std::size_t i = 0; i < s.ports_.size(); ++i)
@@ -1057,6 +1058,41 @@ int Ops::reg_mr() {
   ++pd->second.refs;
   ++reg->second.mrs;
   ++counts().mrs;
+  return 0;
+}
+
+// ibv_rereg_mr in place: the engine's MR takes the new PD, memory, IOVA and access and keeps
+// its key, which peers already hold. Refused as reg_mr refuses; on a refusal nothing changes.
+int Ops::rereg_mr() {
+  const auto it = c.mrs.find(rq.handle);
+  if (it == c.mrs.end()) return EINVAL;
+  const RegMrReq& r = rq.mr;
+  const auto pd = c.pds.find(r.pd);
+  const auto reg = c.regions.find(r.region);
+  if (pd == c.pds.end() || reg == c.regions.end()) return EINVAL;
+  const Region& g = reg->second;
+  if (r.length == 0 || r.offset > g.length || r.length > g.length - r.offset) return EINVAL;
+  constexpr std::uint32_t kKnown = engine::kAccessLocalWrite | engine::kAccessRemoteWrite |
+                                   engine::kAccessRemoteRead | engine::kAccessRemoteAtomic;
+  if (r.access & ~kKnown) return EINVAL;
+  void* host = static_cast<std::uint8_t*>(g.map) + r.offset;
+  Lane* lane = c.lane;
+  engine::Pd* epd = pd->second.pd;
+  const RegMrReq req = r;
+  engine::Mr* mr = it->second.mr;
+  if (const int rc = run(
+          [=] { return lane->engine().rereg_mr(mr, epd, host, req.length, req.iova, req.access); }))
+    return rc;  // EINVAL
+  MrRec& rec = it->second;
+  --c.pds[rec.pd].refs;
+  --c.regions[rec.region].mrs;
+  rec.pd = r.pd;
+  rec.region = r.region;
+  ++pd->second.refs;
+  ++reg->second.mrs;
+  rep.handle = rq.handle;
+  rep.key = mr->key;
+  rep.iova = r.iova;
   return 0;
 }
 
@@ -1735,6 +1771,9 @@ void AttachServer::execute(Client& c, const Request& rq, bool whole, std::vector
           break;
         case Op::kDeregMr:
           err = ops.dereg_mr();
+          break;
+        case Op::kReregMr:
+          err = ops.rereg_mr();
           break;
         case Op::kCreateCq:
           err = ops.create_cq();

@@ -22,8 +22,13 @@ namespace roce::attach {
 // 3: RecvEntry min_free/max_msgs; 4: rdma_cm; 5: a CQ's eventfd on demand (kCqNotify), the
 // device's limits in the hello reply; 6: RegRegionReq::file_offset (a region anywhere in a memfd);
 // 7: rdma_cm's UDP port space (SIDR: kCmSidr*, CmReq::qpn/qkey, CmEventEntry::sidr_*) and
-// kCmUnlisten
-inline constexpr std::uint32_t kVersion = 7;
+// kCmUnlisten; 8: kReregMr (ibv_rereg_mr keeping the keys)
+inline constexpr std::uint32_t kVersion = 8;
+/// The oldest client version roced still answers: every message and ring of it has this
+/// version's layout (8 only added a request). Raise it with any change of a layout. A client
+/// of this library meeting an older roced says hello again with that roced's version, down to
+/// this one, and does without what came later (Context::rereg_mr: EOPNOTSUPP).
+inline constexpr std::uint32_t kOldestVersion = 7;
 inline constexpr std::uint32_t kMaxSge = 4;  ///< SGEs per work request in a queue entry
 
 enum class Op : std::uint32_t {
@@ -63,6 +68,9 @@ enum class Op : std::uint32_t {
   kCmSidrAccept,   ///< CmReq id, qpn (one of the client's UD QPs), qkey, private data
   kCmSidrReject,   ///< CmReq id
   kCmUnlisten,     ///< CmReq port, udp: the client's own listen only (ENOENT otherwise)
+  /// handle = the MR; RegMrReq: its new PD, region, offset, length, IOVA and access (the
+  /// whole of them, the unchanged ones too). The MR keeps its key (reply: key, iova). Version 8.
+  kReregMr,
 };
 
 // ---- control messages ----

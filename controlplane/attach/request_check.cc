@@ -38,7 +38,8 @@ int check_request(const Request& rq, bool whole, bool hello, std::size_t nfds,
                                          verbs::kAccessRemoteRead | verbs::kAccessRemoteAtomic;
   switch (rq.op) {
     case Op::kHello:
-      return hello ? EINVAL : rq.hello.version != kVersion ? EPROTO : 0;
+      if (hello) return EINVAL;
+      return rq.hello.version < kOldestVersion || rq.hello.version > kVersion ? EPROTO : 0;
     case Op::kAllocPd:
     case Op::kDeallocPd:
     case Op::kDeregRegion:
@@ -54,6 +55,7 @@ int check_request(const Request& rq, bool whole, bool hello, std::size_t nfds,
       if (nfds != 1) return EBADF;
       return rq.region.length == 0 || rq.region.length > lim.max_memory ? EINVAL : 0;
     case Op::kRegMr:
+    case Op::kReregMr:
       return rq.mr.length == 0 || (rq.mr.access & ~kKnownAccess) ? EINVAL : 0;
     case Op::kCreateCq:
       return rq.cq.depth == 0 || rq.cq.depth > kMaxDepth ? EINVAL : 0;

@@ -153,8 +153,9 @@ std::size_t Neighbour::on_icmp(std::span<const std::uint8_t> f, std::size_t off,
   return pad_to_min(out, len);
 }
 
-std::size_t Neighbour::make_arp_request(wire::Ipv4Addr target, std::span<std::uint8_t> out) {
+std::size_t Neighbour::make_arp_request(wire::Ipv4Addr to, std::span<std::uint8_t> out) {
   if (out.size() < 60) return 0;
+  const wire::Ipv4Addr target = next_hop(to);
   std::memset(out.data(), 0, 60);
   wire::EthView e(out.data());
   e.set_dst(wire::MacAddr{{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}});

@@ -10,6 +10,7 @@
 /// Every frame refused is counted in NeighbourStats.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -62,7 +63,21 @@ class Neighbour {
   /// engine (self_delivery.h).
   std::optional<wire::MacAddr> lookup(wire::Ipv4Addr ip) {
     if (ip == ip_) return mac_;
-    return cache_.lookup(ip);
+    return cache_.lookup(next_hop(ip));
+  }
+  /// A route: addresses outside our /`prefix_len` subnet are reached through `gateway` (one
+  /// of the subnet): lookup() and make_arp_request() of them take the gateway's MAC, as the
+  /// kernel's default route gives rxe's packets. prefix_len 32 or no call: every address is
+  /// asked for itself (the link's hosts only).
+  void set_gateway(wire::Ipv4Addr gateway, unsigned prefix_len) {
+    mask_ = prefix_len == 0 ? 0 : ~std::uint32_t{0} << (32 - std::min(prefix_len, 32u));
+    gateway_ = gateway;
+  }
+  /// Where a frame to `ip` goes: `ip` itself on our subnet (or without a gateway), else the
+  /// gateway.
+  wire::Ipv4Addr next_hop(wire::Ipv4Addr ip) const {
+    if (!gateway_ || ((ip.v ^ ip_.v) & mask_) == 0) return ip;
+    return *gateway_;
   }
   std::optional<wire::MacAddr> lookup(const wire::Ipv6Addr& ip) {
     if (ip6_ && ip == *ip6_) return mac_;
@@ -82,6 +97,8 @@ class Neighbour {
                        std::span<std::uint8_t> out);
   wire::MacAddr mac_;
   wire::Ipv4Addr ip_;
+  std::optional<wire::Ipv4Addr> gateway_;  ///< set_gateway
+  std::uint32_t mask_ = ~std::uint32_t{0};
   std::optional<wire::Ipv6Addr> ip6_;
   void count(LearnResult r, std::uint64_t& conflicts);
   NeighbourTable<wire::Ipv4Addr> cache_;

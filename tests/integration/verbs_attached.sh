@@ -92,6 +92,9 @@ grep -qx "RDMA WRITE then READ back: intact" "$work/data-client.txt" || fail "cl
 for side in server client; do
   grep -qx "ibv_reg_mr of the program's own memory: registered" "$work/data-$side.txt" &&
     grep -qx "ibv_rereg_mr to other own memory: moved" "$work/data-$side.txt" &&
+    grep -qx "ibv_rereg_mr keys: kept" "$work/data-$side.txt" &&
+    grep -qx "full receive queue: ENOMEM past max_recv_wr" "$work/data-$side.txt" &&
+    grep -qx "ibv_rereg_mr to read-only memory with write access: refused" "$work/data-$side.txt" &&
     grep -qx "ibv_reg_mr of shared anonymous memory: Operation not supported" "$work/data-$side.txt" ||
     fail "$side: attached registration of own or shared memory"
 done

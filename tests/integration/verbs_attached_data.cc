@@ -92,6 +92,55 @@ void expect_ok(const ibv_wc& wc, ibv_wc_opcode op, const char* what) {
   }
 }
 
+/// A receive queue of 4 takes 4 WRs, then ENOMEM (bad_wr the first past it) until
+/// completions are polled: flushed ones here (rdma-core's tests/utils.py full_rq_bad_flow).
+/// Attached, roced drains the ring as it goes, so the provider counts. The QP is UD, in INIT.
+const char* full_rq(ibv_context* ctx, ibv_pd* pd, char* mem, std::uint32_t lkey) {
+  ibv_cq* cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = cq;
+  ia.cap.max_send_wr = ia.cap.max_recv_wr = 4;
+  ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+  ia.qp_type = IBV_QPT_UD;
+  ibv_qp* qp = cq != nullptr ? ibv_create_qp(pd, &ia) : nullptr;
+  if (qp == nullptr) return "create";
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qkey = 0x11111111;
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+    return "INIT";
+  ibv_qp_attr got{};
+  ibv_qp_init_attr gi{};
+  if (ibv_query_qp(qp, &got, IBV_QP_CAP, &gi) != 0) return "query";
+  const std::uint32_t n = got.cap.max_recv_wr;
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(mem), 256, lkey};
+  std::vector<ibv_recv_wr> wrs(n + 2);
+  for (std::size_t i = 0; i < wrs.size(); ++i)
+    wrs[i] = {i, i + 1 < wrs.size() ? &wrs[i + 1] : nullptr, &sge, 1};
+  ibv_recv_wr* bad = nullptr;
+  wrs[n].next = nullptr;  // n + 1 WRs: the last one does not fit
+  if (ibv_post_recv(qp, wrs.data(), &bad) != ENOMEM || bad != &wrs[n]) return "WR n+1 taken";
+  usleep(50000);  // roced has taken the ring's WRs into its queue by now: no room still
+  if (ibv_post_recv(qp, &wrs[n + 1], &bad) != ENOMEM || bad != &wrs[n + 1]) return "taken later";
+  a = {};
+  a.qp_state = IBV_QPS_ERR;
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE)) return "ERR";
+  std::uint32_t flushed = 0;
+  for (int i = 0; i < 2000 && flushed < n; ++i) {
+    ibv_wc wc[8];
+    const int k = ibv_poll_cq(cq, 8, wc);
+    if (k < 0) return "poll";
+    for (int j = 0; j < k; ++j) flushed += wc[j].status == IBV_WC_WR_FLUSH_ERR ? 1 : 0;
+    if (k == 0) usleep(1000);
+  }
+  if (flushed != n) return "flushes";
+  if (ibv_post_recv(qp, &wrs[n + 1], &bad) != 0) return "no room after the flushes were polled";
+  ibv_destroy_qp(qp);
+  ibv_destroy_cq(cq);
+  return nullptr;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,13 +169,27 @@ int main(int argc, char** argv) {
   std::printf("ibv_reg_mr of the program's own memory: %s\n",
               own_mr != nullptr ? "registered" : std::strerror(errno));
   if (own_mr == nullptr) die("ibv_reg_mr of own memory");
-  // ibv_rereg_mr to other memory of the program: adopted too, the old range released.
+  // ibv_rereg_mr to other memory of the program: adopted too, the old range released, the
+  // keys kept (attach protocol 8's kReregMr).
   std::vector<char> other(8192);
+  const std::uint32_t own_lkey = own_mr->lkey, own_rkey = own_mr->rkey;
   if (ibv_rereg_mr(own_mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, other.data(), other.size(),
                    0) != 0)
     die("ibv_rereg_mr to other own memory");
   std::printf("ibv_rereg_mr to other own memory: %s\n",
               own_mr->addr == other.data() && own_mr->length == other.size() ? "moved" : "WRONG");
+  std::printf("ibv_rereg_mr keys: %s\n",
+              own_mr->lkey == own_lkey && own_mr->rkey == own_rkey ? "kept" : "changed");
+  // Write access for a read-only mapping: EFAULT, as ibv_reg_mr, and the MR stays as it was.
+  void* ro = mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (ro == MAP_FAILED) die("mmap");
+  errno = 0;
+  const int refused =
+      ibv_rereg_mr(own_mr, IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS, nullptr,
+                   ro, 4096, IBV_ACCESS_LOCAL_WRITE);
+  std::printf("ibv_rereg_mr to read-only memory with write access: %s\n",
+              refused != 0 && own_mr->addr == other.data() ? "refused" : "WRONG");
+  munmap(ro, 4096);
   if (ibv_dereg_mr(own_mr) != 0) die("ibv_dereg_mr of own memory");
   void* shm = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shm == MAP_FAILED) die("mmap");
@@ -148,6 +211,8 @@ int main(int argc, char** argv) {
   ibv_mr* mr = ibv_reg_mr(
       pd, mem, kLen, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
   if (mr == nullptr) die("ibv_reg_mr of a Buffer");
+  const char* frq = full_rq(ctx, pd, mem, mr->lkey);
+  std::printf("full receive queue: %s\n", frq == nullptr ? "ENOMEM past max_recv_wr" : frq);
 
   ibv_qp_init_attr ia{};
   ia.send_cq = ia.recv_cq = cq;

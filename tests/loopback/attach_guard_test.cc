@@ -180,7 +180,9 @@ class Roced {
 // A client on the raw socket: requests as the protocol allows them, not as libroce builds them.
 class Raw {
  public:
-  explicit Raw(const std::string& path) {
+  /// Says hello with `version`: a failed hello throws only at this library's own version
+  /// (hello_err() tells the others).
+  explicit Raw(const std::string& path, std::uint32_t version = kVersion) {
     fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     sockaddr_un sa{};
     sa.sun_family = AF_UNIX;
@@ -191,10 +193,33 @@ class Raw {
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     Request rq;
     rq.op = Op::kHello;
+    rq.hello.version = version;
     Reply rep;
-    if (call(rq, rep) != 0) throw std::runtime_error("hello");
+    hello_err_ = call(rq, rep);
+    if (hello_err_ != 0 && version == kVersion) throw std::runtime_error("hello");
   }
   ~Raw() { ::close(fd_); }
+  int hello_err() const { return hello_err_; }
+  /// kRegMr (rereg = 0) or kReregMr of the MR `rereg`: the reply's key in `key`.
+  int mr(std::uint32_t pd, std::uint32_t region, std::uint64_t offset, std::uint64_t length,
+         std::uint32_t access, std::uint32_t& handle, std::uint32_t& key, std::uint32_t rereg = 0) {
+    Request rq;
+    rq.op = rereg != 0 ? Op::kReregMr : Op::kRegMr;
+    rq.handle = rereg;
+    rq.mr.pd = pd;
+    rq.mr.region = region;
+    rq.mr.offset = offset;
+    rq.mr.length = length;
+    rq.mr.iova = 0x10000 + offset;
+    rq.mr.access = access;
+    Reply rep;
+    const int rc = call(rq, rep);
+    if (rc == 0) {
+      handle = rep.handle;
+      key = rep.key;
+    }
+    return rc;
+  }
   /// Sends `rq` (with `fd_in` passed when >= 0) and returns the reply's errno; the descriptors
   /// that came with it are closed unless `keep` wants them.
   int call(Request& rq, Reply& rep, int fd_in = -1, std::vector<int>* keep = nullptr) {
@@ -340,6 +365,7 @@ class Raw {
  private:
   int fd_ = -1;
   std::uint32_t seq_ = 0;
+  int hello_err_ = 0;
 };
 
 engine::QpCap small_cap(std::uint32_t recv_wr = 4) {
@@ -587,6 +613,66 @@ TEST(AttachGuard, RegionsAreCounted) {
   close_all(fds);
   // Charged a page each at least.
   EXPECT_GE(roced.server().counts(0).memory_bytes, static_cast<std::uint64_t>(made) * 4096);
+}
+
+// kReregMr (protocol 8): the MR keeps its key and moves to its new PD and region, whose
+// counts follow (the old ones free again); a refusal changes nothing.
+TEST(AttachGuard, ReregMrKeepsTheKeyAndMovesTheMr) {
+  Roced roced;
+  Raw c(roced.socket());
+  const std::uint32_t pd1 = c.pd(), pd2 = c.pd();
+  std::vector<int> fds;
+  std::uint32_t r1 = 0, r2 = 0;
+  for (std::uint32_t* r : {&r1, &r2}) {
+    const int fd = ::memfd_create("guard", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, 8192), 0);
+    fds.push_back(fd);
+    ASSERT_EQ(c.region(fd, 8192, r), 0);
+  }
+  constexpr std::uint32_t kRw = verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite;
+  std::uint32_t mr = 0, key = 0, h = 0, k = 0;
+  ASSERT_EQ(c.mr(pd1, r1, 0, 4096, kRw, mr, key), 0);
+  EXPECT_EQ(c.destroy(Op::kDeregRegion, r1), EBUSY);
+  // Refused: no such MR, a range past the region, remote write without local write, a PD or
+  // region that is not the client's.
+  EXPECT_EQ(c.mr(pd2, r2, 0, 4096, kRw, h, k, mr + 1000), EINVAL);
+  EXPECT_EQ(c.mr(pd2, r2, 4096, 8192, kRw, h, k, mr), EINVAL);
+  EXPECT_EQ(c.mr(pd2, r2, 0, 4096, verbs::kAccessRemoteWrite, h, k, mr), EINVAL);
+  EXPECT_EQ(c.mr(pd2 + 1000, r2, 0, 4096, kRw, h, k, mr), EINVAL);
+  EXPECT_EQ(c.mr(pd2, r2 + 1000, 0, 4096, kRw, h, k, mr), EINVAL);
+  EXPECT_EQ(c.destroy(Op::kDeallocPd, pd1), EBUSY) << "a refused rereg moved the MR";
+  EXPECT_EQ(c.destroy(Op::kDeregRegion, r1), EBUSY);
+  // Region, offset, PD and access all change; the key stays.
+  ASSERT_EQ(c.mr(pd2, r2, 4096, 4096, verbs::kAccessRemoteRead, h, k, mr), 0);
+  EXPECT_EQ(h, mr);
+  EXPECT_EQ(k, key);
+  EXPECT_EQ(c.destroy(Op::kDeregRegion, r1), 0) << "the old region still counts the MR";
+  EXPECT_EQ(c.destroy(Op::kDeallocPd, pd1), 0) << "the old PD still counts the MR";
+  EXPECT_EQ(c.destroy(Op::kDeregRegion, r2), EBUSY);
+  EXPECT_EQ(c.destroy(Op::kDeallocPd, pd2), EBUSY);
+  EXPECT_EQ(c.destroy(Op::kDeregMr, mr), 0);
+  EXPECT_EQ(c.destroy(Op::kDeregRegion, r2), 0);
+  EXPECT_EQ(c.destroy(Op::kDeallocPd, pd2), 0);
+  close_all(fds);
+}
+
+// Protocol 8 only added a request: a client of 7 is answered; older and newer ones are refused
+// with EPROTO and may say hello again with a version roced speaks (libroce's fallback).
+TEST(AttachGuard, HelloOfAnOlderClient) {
+  Roced roced;
+  Raw old(roced.socket(), 7);
+  EXPECT_EQ(old.hello_err(), 0);
+  EXPECT_NE(old.pd(), 0u);
+  Raw older(roced.socket(), kOldestVersion - 1);
+  EXPECT_EQ(older.hello_err(), EPROTO);
+  Raw newer(roced.socket(), kVersion + 1);
+  EXPECT_EQ(newer.hello_err(), EPROTO);
+  Request rq;
+  rq.op = Op::kHello;
+  Reply rep;
+  EXPECT_EQ(newer.call(rq, rep), 0) << "again with this version";
+  EXPECT_EQ(rep.hello.version, kVersion);
 }
 
 TEST(AttachGuard, AllocationFailureOnTheLcoreIsTheClientsEnomem) {

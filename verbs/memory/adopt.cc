@@ -301,6 +301,27 @@ int adopt_piece(State& st, const Vma& v, std::uintptr_t a, std::uintptr_t b, std
   return 0;
 }
 
+/// Narrows a new region's window [ws, we) around the adopted [s, e) so that it reaches no
+/// shared mapping that is not ours: such a mapping may be a Buffer of the Context (a memfd
+/// roced maps, libroce's alloc_buffer) registered before the window, and Context::reg_mr,
+/// which takes the newest Buffer holding a range, must not find the window's holes for it.
+/// (A mapping made after the window is the newer Buffer, and found first.) Without /proc's
+/// help, the range's own pages.
+void clip_window(const State& st, std::uintptr_t s, std::uintptr_t e, std::uintptr_t& ws,
+                 std::uintptr_t& we) {
+  std::vector<Vma> maps;
+  if (!read_maps(ws, we, maps)) {
+    ws = s;
+    we = e;
+    return;
+  }
+  for (const Vma& v : maps) {
+    if (!v.shared || ours(st, v)) continue;
+    if (v.end <= s) ws = std::max(ws, v.end);
+    if (v.start >= e) we = std::min(we, v.start);
+  }
+}
+
 int adopt_range(State& st, std::uintptr_t s, std::uintptr_t e, const AdoptOptions& opt) {
   std::vector<Vma> maps;
   if (!read_maps(s, e, maps)) return errno != 0 ? errno : ENOMEM;  // no /proc: ENOENT, EACCES
@@ -450,16 +471,17 @@ client::Buffer* adopt(client::Context& ctx, void* addr, std::size_t length, int*
   // ibv_fork_init's MADV_DONTFORK went to the mapping the remap replaced: again on ours.
   if (opt.dontfork) ::madvise(reinterpret_cast<void*>(s), e - s, MADV_DONTFORK);
   std::vector<Region>& rs = st.regions[&ctx];
-  // The oldest region that holds the range: the one Context::reg_mr picks too.
-  for (Region& r : rs)
-    if (r.start <= s && e <= r.end) {
-      ++r.refs;
-      return r.buf;
+  // The newest region that holds the range: the one Context::reg_mr picks too.
+  for (auto r = rs.rbegin(); r != rs.rend(); ++r)
+    if (r->start <= s && e <= r->end) {
+      ++r->refs;
+      return r->buf;
     }
   // A new region spans the aligned windows around the range, so that registrations near it (a
   // program's heap) share it; the window's pages not adopted are holes no MR reaches. Past
   // roced's max_memory, the range's own pages.
   std::uintptr_t rs_start = s & ~(kWindow - 1), rs_end = (e + kWindow - 1) & ~(kWindow - 1);
+  clip_window(st, s, e, rs_start, rs_end);
   const auto region = [&] {
     return ctx.register_memfd_at(st.fd, rs_start, reinterpret_cast<void*>(rs_start),
                                  static_cast<std::size_t>(rs_end - rs_start));

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <endian.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -67,9 +68,14 @@ extern "C" {
 
 // ---- device list (device.c: ibv_get_device_list reads netlink/sysfs only) ----
 
+/// Set while libibverbs' ibv_import_device walks the device list: it reads every device's
+/// sysfs entry, which ours have none of.
+thread_local bool t_kernel_devices_only = false;
+
 __attribute__((visibility("default"))) ibv_device** ibv_get_device_list(int* num) {
   REAL(ibv_get_device_list, "IBVERBS_1.1");
-  const std::vector<Device*>& ours = devices();
+  static const std::vector<Device*> none;
+  const std::vector<Device*>& ours = t_kernel_devices_only ? none : devices();
   int n = 0;
   const int saved = errno;
   ibv_device** theirs =
@@ -110,6 +116,32 @@ __attribute__((visibility("default"))) void ibv_free_device_list(ibv_device** li
     }
   if (rest != nullptr) real_ibv_free_device_list(rest);
   std::free(list);
+}
+
+// device.c: ibv_import_device finds the device by the command fd's cdev number (sysfs). Our
+// contexts' command fd is /dev/null's (provider.cc, alloc_context): importing one is
+// EOPNOTSUPP, as for a provider without import_context (rxe), which rdma-core's
+// tests/test_shared_pd.py skips on. Other fds go to libibverbs, which sees its devices only.
+__attribute__((visibility("default"))) ibv_context* ibv_import_device(int cmd_fd) {
+  REAL(ibv_import_device, "IBVERBS_1.10");
+  struct stat st {};
+  if (::fstat(cmd_fd, &st) != 0 || !S_ISCHR(st.st_mode)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  struct stat null {};
+  if (::stat("/dev/null", &null) == 0 && st.st_rdev == null.st_rdev) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (real_ibv_import_device == nullptr) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  t_kernel_devices_only = true;
+  ibv_context* c = real_ibv_import_device(cmd_fd);
+  t_kernel_devices_only = false;
+  return c;
 }
 
 // device.c: the GUID comes from sysfs (node_guid), which our devices have none of.

@@ -115,6 +115,11 @@ std::vector<Device*> find_devices() {
       delete d;
       return out;
     }
+    if (!runtime::check_gateway(g_link, err)) {
+      std::fprintf(stderr, "libroce-verbs: ROCE_LINK: --gateway: %s\n", err.c_str());
+      delete d;
+      return out;
+    }
     d->info.mac = *mac;
     d->info.ipv4 = *ip;
     d->info.gid = ctl::gid_from_ipv4(*ip);
@@ -454,7 +459,9 @@ int query_port(Backend* be, ibv_port_attr& a) {
   const client::PortInfo& p = be->dev->info;
   const bool up = be->link_up();
   a.state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
-  a.max_mtu = static_cast<ibv_mtu>(p.max_mtu);
+  // max_mtu as rxe reports it (the largest RoCE MTU; modify_qp takes path MTUs up to it);
+  // active_mtu the path MTU the link carries, which perftest and UCX use.
+  a.max_mtu = IBV_MTU_4096;
   a.active_mtu = static_cast<ibv_mtu>(p.max_mtu);
   a.gid_tbl_len = kGidTableLen;
   a.port_cap_flags = IBV_PORT_CM_SUP;

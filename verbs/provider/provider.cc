@@ -47,6 +47,11 @@ void free_context(ibv_context* c);
 
 verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* /*private_data*/) {
   auto* d = reinterpret_cast<Device*>(device);
+  // No kernel device behind ours, so libibverbs passes no command fd; the context gets
+  // /dev/null's, a character device as the kernel's uverbs node (programs dup it to import
+  // the context elsewhere: ibv_import_device then says EOPNOTSUPP, as for rxe; a kernel
+  // command on it fails with ENOTTY). libibverbs closes it with the context.
+  if (cmd_fd < 0) cmd_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   Backend* be = open_backend(d);
   if (be == nullptr) {
     if (cmd_fd >= 0) ::close(cmd_fd);
@@ -323,30 +328,47 @@ int dereg_mr(rdma::verbs_mr* vmr) {
 
 /// ibv_rereg_mr in place, keeping the keys as the kernel's rereg does for what rxe and mlx5
 /// change in place (peers already hold the rkey; rdma-core's tests/test_mr.py
-/// test_mr_rereg_access / _pd / _addr exchange keys once and rereg after): in-process, where
-/// the Context can (client::Context::rereg_mr). Attached (no rereg in the attach protocol): a
-/// new registration with what changes, then the old one goes, and the keys change.
+/// test_mr_rereg_access / _pd / _addr exchange keys once and rereg after), through
+/// client::Context::rereg_mr. Attached, the range is adopted again with the access it now
+/// needs (a read-only mapping given write access: EFAULT, as reg_mr) and the old adoption
+/// released after. EOPNOTSUPP from a Context without it (a roced of attach protocol 7): the
+/// caller registers anew, and the keys change.
 int rereg_in_place(RMr* r, ibv_pd* npd, void* naddr, std::size_t nlen, int nacc) {
   ibv_mr& mr = r->vmr.ibv_mr;
-  if (attached(mr.context)) return EOPNOTSUPP;
   const int acc = check_access(nacc);
   if (acc < 0) return -acc;
+  const bool att = attached(mr.context);
+  const bool dontfork = att && fork_protected();  // outside the lock: a netlink round trip
   Backend* be = be_of(mr.context);
   std::lock_guard<std::mutex> g(be->mu);
   client::Buffer* adopted = r->adopted;
-  const bool moved = naddr != mr.addr || nlen != mr.length;
-  if (moved) {
+  bool fresh = false;  // `adopted` is a new reference, the old one goes on success
+  if (att) {
+    AdoptOptions o;
+    o.writable =
+        (nacc & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0;
+    o.dontfork = dontfork;
+    int err = 0;
+    adopted = adopt(*be->ctx, naddr, nlen, &err, o);
+    // EOPNOTSUPP: a shared mapping, registered as it is when it lies in a Buffer of the
+    // Context (register_range); else Context::rereg_mr finds no Buffer.
+    if (adopted == nullptr && err != EOPNOTSUPP) return err != 0 ? err : ENOMEM;
+    fresh = true;
+  } else if (naddr != mr.addr || nlen != mr.length) {
     errno = 0;
     adopted = be->ctx->register_memfd(-1, naddr, nlen);
     if (adopted == nullptr) return errno != 0 ? errno : ENOMEM;
+    fresh = true;
   }
-  if (const int rc = be->ctx->rereg_mr(r->m, reinterpret_cast<RPd*>(npd)->p, naddr, nlen,
-                                       reinterpret_cast<std::uint64_t>(naddr),
-                                       static_cast<std::uint32_t>(acc))) {
-    if (moved) free_range(be, adopted);
+  int rc =
+      be->ctx->rereg_mr(r->m, reinterpret_cast<RPd*>(npd)->p, naddr, nlen,
+                        reinterpret_cast<std::uint64_t>(naddr), static_cast<std::uint32_t>(acc));
+  if (rc == EINVAL && att && adopted == nullptr) rc = EOPNOTSUPP;  // not a Buffer of ours
+  if (rc != 0) {
+    if (fresh) free_range(be, adopted);
     return rc;
   }
-  if (moved) {
+  if (fresh) {
     free_range(be, r->adopted);
     r->adopted = adopted;
   }
@@ -717,6 +739,7 @@ RQp* new_qp(ibv_context* c, ibv_pd* pd, const ibv_qp_init_attr& a, ibv_qp_cap& c
   r->attr.path_mtu = static_cast<ibv_mtu>(be->dev->info.max_mtu);
   cap_out = r->cap;
   std::lock_guard<std::mutex> g(be->reg);
+  r->counts_recvs = attached(c) && qp.srq == nullptr;
   be->qps[qp.qp_num] = r;
   return r;
 }
@@ -787,6 +810,34 @@ int to_av(ibv_context* c, const ibv_ah_attr& ah, verbs::AddressVector& av) {
   return 0;
 }
 
+/// Attached, after roced reset the QP: its completions already in the CQs' rings (roced's
+/// engine dropped those it still held, as in-process) go too, as mlx4/mlx5 clean a reset QP's
+/// CQEs: the next traffic of the QP must not poll the flushes of its old life (rdma-core's
+/// test_mr_rereg_addr, _pd restate their QPs after an error). The other QPs' completions move
+/// to `held`, which poll_cq hands out first, in their order.
+void drop_reset_completions(RQp* r) {
+  Backend* be = r->be;
+  const ibv_qp& q = r->vqp.qp;
+  ibv_cq* cqs[2] = {q.send_cq, q.recv_cq != q.send_cq ? q.recv_cq : nullptr};
+  for (ibv_cq* cq : cqs) {
+    if (cq == nullptr) continue;
+    RCq* c = rcq(cq);
+    std::lock_guard<std::mutex> h(c->held_mu);
+    std::erase_if(c->held, [&q](const verbs::Wc& w) { return w.qp_num == q.qp_num; });
+    // All the ring holds (at most its depth + 1): `held` may pass the CQ's depth until polled.
+    verbs::Wc w[32];
+    int n = 32;
+    while (n == 32) {
+      {
+        std::lock_guard<std::mutex> g(be->mu);
+        n = be->ctx->poll_cq(c->c, 32, w);
+      }
+      for (int i = 0; i < n; ++i)
+        if (w[i].qp_num != q.qp_num) c->held.push_back(w[i]);
+    }
+  }
+}
+
 int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   RQp* r = rqp(qp);
   if (mask & ~(kQpMaskOurs | kQpMaskKept)) return mask & IBV_QP_RATE_LIMIT ? EOPNOTSUPP : EINVAL;
@@ -804,7 +855,9 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   a.qkey = attr->qkey;
   if (mask & IBV_QP_AV)
     if (const int rc = to_av(qp->context, attr->ah_attr, a.ah)) return rc;
-  a.path_mtu = static_cast<verbs::Mtu>(attr->path_mtu);
+  // Up to the port's max_mtu (4096, as rxe) is taken; the engine sends at most what the link
+  // carries (active_mtu), and ibv_query_qp reports what was asked.
+  a.path_mtu = std::min(static_cast<verbs::Mtu>(attr->path_mtu), r->be->dev->info.max_mtu);
   a.timeout = attr->timeout;
   a.retry_cnt = attr->retry_cnt;
   a.rnr_retry = attr->rnr_retry;
@@ -819,8 +872,13 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   {
     std::lock_guard<std::mutex> g(be->mu);
     rc = be->ctx->modify_qp(r->q, a, static_cast<std::uint32_t>(mask & kQpMaskOurs));
+    // A reset QP's receive queue is empty: what it held completes no more.
+    if (rc == 0 && (mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET)
+      r->recvs_posted = r->recvs_done.load(std::memory_order_acquire);
   }
   if (rc != 0) return rc;
+  if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET && be->env == nullptr)
+    drop_reset_completions(r);
   std::lock_guard<std::mutex> g(be->reg);  // the progress thread sets the state on errors
   ibv_qp_attr& s = r->attr;
   if (mask & IBV_QP_STATE) s.qp_state = attr->qp_state;
@@ -899,6 +957,45 @@ int destroy_qp(ibv_qp* qp) {
   return 0;
 }
 
+/// Attached: posts what the receive queue has room for (cap.max_recv_wr outstanding), then
+/// ENOMEM at the first WR past it. `w` is post_recv_list's array, linked in order. The
+/// backend's lock held.
+int post_counted_recvs(RQp* r, const verbs::RecvWr* w, const verbs::RecvWr** b) {
+  const std::uint32_t done = r->recvs_done.load(std::memory_order_acquire);
+  // More completions than posts: a reset QP's completions still polled after the reset.
+  if (static_cast<std::int32_t>(r->recvs_posted - done) < 0) r->recvs_posted = done;
+  const std::uint32_t room =
+      r->cap.max_recv_wr - std::min(r->cap.max_recv_wr, r->recvs_posted - done);
+  std::uint32_t n = 0;
+  const verbs::RecvWr* last = nullptr;
+  for (const verbs::RecvWr* x = w; x != nullptr && n <= room; x = x->next, ++n)
+    if (n < room) last = x;
+  if (room == 0) {
+    *b = w;
+    return ENOMEM;
+  }
+  const verbs::RecvWr* past = last->next;
+  const_cast<verbs::RecvWr*>(last)->next = nullptr;  // (post_recv_list's own array)
+  int rc = r->be->ctx->post_recv(r->q, w, b);
+  const_cast<verbs::RecvWr*>(last)->next = past;
+  std::uint32_t posted = 0;
+  for (const verbs::RecvWr* x = w; x != past && (rc == 0 || x != *b); x = x->next) ++posted;
+  r->recvs_posted += posted;
+  if (rc == 0 && past != nullptr) {
+    *b = past;
+    rc = ENOMEM;
+  }
+  return rc;
+}
+
+/// A receive completion of the QP numbered `qpn` polled: one WR fewer outstanding.
+void recv_completed(Backend* be, std::uint32_t qpn) {
+  std::lock_guard<std::mutex> g(be->reg);
+  const auto it = be->qps.find(qpn);
+  if (it != be->qps.end() && it->second->counts_recvs)
+    it->second->recvs_done.fetch_add(1, std::memory_order_release);
+}
+
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   RQp* r = rqp(qp);
   if (qp->srq != nullptr) {
@@ -914,7 +1011,8 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   }
   Backend* be = r->be;
   const auto post = [&](const verbs::RecvWr* w, const verbs::RecvWr** b) {
-    return be->ctx->post_recv(r->q, w, b);
+    if (!r->counts_recvs) return be->ctx->post_recv(r->q, w, b);
+    return post_counted_recvs(r, w, b);
   };
   return post_recv_list(be, wr, bad, r->cap.max_recv_sge, post);
 }
@@ -1133,6 +1231,9 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
         w.invalidated_rkey = s.invalidated_rkey;
       else
         w.imm_data = htonl(s.imm_data);
+      if ((s.opcode == verbs::WcOpcode::kRecv || s.opcode == verbs::WcOpcode::kRecvRdmaWithImm) &&
+          r->be->env == nullptr)
+        recv_completed(r->be, s.qp_num);
       if (s.status != verbs::WcStatus::kSuccess) {
         // A completion in error means its QP is in the error state (IBA 10.8.3.3; flushes
         // follow it there): ibv_query_qp says so, as the kernel's answer would.

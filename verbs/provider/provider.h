@@ -147,6 +147,13 @@ struct RQp {
   int sq_sig_all = 0;
   Bounce bounce;
   std::uint32_t async_written = 0;  ///< async events written for it (under the backend's `reg`)
+  /// Attached, its own receive queue (no SRQ): receive WRs posted (under the backend's `mu`)
+  /// and completed (polled, flushed or refused: a receive completion of the QP polled from
+  /// its CQ). roced takes the ring as it goes, so a full receive queue is told here: more than
+  /// cap.max_recv_wr outstanding is ENOMEM, as a kernel provider's full RQ.
+  bool counts_recvs = false;
+  std::uint32_t recvs_posted = 0;
+  std::atomic<std::uint32_t> recvs_done{0};
 };
 
 struct RAh {

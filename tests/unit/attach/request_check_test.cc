@@ -27,6 +27,11 @@ TEST(RequestCheck, OrderOfErrors) {
   EXPECT_EQ(check_request(hello, true, true, 0, lim), EINVAL) << "a second hello";
   hello.hello.version = kVersion + 1;
   EXPECT_EQ(check_request(hello, true, false, 0, lim), EPROTO);
+  // Protocol 8 only added kReregMr: a client of 7 is answered, one older is refused.
+  hello.hello.version = 7;
+  EXPECT_EQ(check_request(hello, true, false, 0, lim), 0);
+  hello.hello.version = kOldestVersion - 1;
+  EXPECT_EQ(check_request(hello, true, false, 0, lim), EPROTO);
   EXPECT_EQ(check_request(op(static_cast<Op>(0)), true, true, 0, lim), EINVAL);
   EXPECT_EQ(check_request(op(static_cast<Op>(999)), true, true, 0, lim), EINVAL);
   Request region = op(Op::kRegRegion);
@@ -40,6 +45,14 @@ TEST(RequestCheck, OrderOfErrors) {
 
 TEST(RequestCheck, FieldRanges) {
   RequestLimits lim;
+  for (Op o : {Op::kRegMr, Op::kReregMr}) {
+    Request mr = op(o);
+    EXPECT_EQ(check_request(mr, true, true, 0, lim), EINVAL) << "length 0";
+    mr.mr.length = 4096;
+    EXPECT_EQ(check_request(mr, true, true, 0, lim), 0);
+    mr.mr.access = 1u << 20;
+    EXPECT_EQ(check_request(mr, true, true, 0, lim), EINVAL) << "unknown access";
+  }
   Request cq = op(Op::kCreateCq);
   cq.cq.depth = kMaxDepth + 1;
   EXPECT_EQ(check_request(cq, true, true, 0, lim), EINVAL);

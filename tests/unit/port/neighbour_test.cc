@@ -36,6 +36,28 @@ TEST(Neighbour, AnswersArpForOurAddressAndLearnsTheAsker) {
   EXPECT_EQ(us.on_frame({req.data(), n3}, reply), std::optional<std::size_t>(0));
 }
 
+// A gateway (runtime::LinkOptions::gateway): an address off our /24 is asked for as the
+// gateway, and takes the gateway's MAC; the subnet's own addresses are asked for themselves.
+TEST(Neighbour, OffSubnetAddressesGoThroughTheGateway) {
+  const wire::Ipv4Addr far{0xC6120009};  // 198.18.0.9
+  Neighbour asker(kPeer, kPeerIp), gw(kUs, kUsIp);
+  EXPECT_EQ(asker.next_hop(far), far) << "no gateway: every address is asked for itself";
+  asker.set_gateway(kUsIp, 24);
+  EXPECT_EQ(asker.next_hop(far), kUsIp);
+  EXPECT_EQ(asker.next_hop(wire::Ipv4Addr{0xC0000209}), (wire::Ipv4Addr{0xC0000209}));
+  std::vector<std::uint8_t> req(64), reply(64), out(64);
+  const std::size_t n = asker.make_arp_request(far, req);
+  ASSERT_EQ(n, 60u);
+  EXPECT_EQ(wire::load_be32(req.data() + 38), kUsIp.v) << "the ARP asks for the gateway";
+  const auto r = gw.on_frame({req.data(), n}, reply);
+  ASSERT_TRUE(r && *r == 60u) << "the gateway answers";
+  ASSERT_TRUE(asker.on_frame({reply.data(), *r}, out));
+  EXPECT_EQ(asker.lookup(far), std::optional<wire::MacAddr>(kUs));
+  EXPECT_EQ(asker.lookup(wire::Ipv4Addr{0xC6120010}), std::optional<wire::MacAddr>(kUs));
+  EXPECT_FALSE(asker.lookup(wire::Ipv4Addr{0xC0000209})) << "on the link: its own ARP";
+  EXPECT_EQ(asker.lookup(kPeerIp), std::optional<wire::MacAddr>(kPeer)) << "our own address";
+}
+
 TEST(Neighbour, AnswersIcmpEchoWithValidChecksums) {
   Neighbour us(kUs, kUsIp);
   std::vector<std::uint8_t> f(14 + 20 + 8 + 32, 0);

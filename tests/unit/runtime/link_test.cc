@@ -87,6 +87,20 @@ TEST(LinkText, Refusals) {
   EXPECT_TRUE(refused("socket=/s,seed=x"));
   EXPECT_TRUE(refused("socket=/s,ip=300.1.1.1"));
   EXPECT_TRUE(refused("socket=/s,tx_drop=1"));
+  // A gateway must be another address of our subnet (text defaults: 192.0.2.1).
+  EXPECT_TRUE(refused("socket=/s,gateway=198.18.0.1"));
+  EXPECT_TRUE(refused("socket=/s,gateway=192.0.2.1"));
+  EXPECT_TRUE(refused("socket=/s,gateway=192.0.2.x"));
+  EXPECT_TRUE(refused("socket=/s,gateway=192.0.2.254,prefix_len=33"));
+  EXPECT_TRUE(refused("socket=/s,gateway=192.0.3.254,prefix_len=24"));
+}
+
+TEST(LinkText, Gateway) {
+  LinkOptions l = LinkOptions::text_defaults();
+  std::string err;
+  ASSERT_TRUE(parse_link_text("socket=/s,gateway=192.0.3.254,prefix_len=22", l, err)) << err;
+  EXPECT_EQ(l.gateway, "192.0.3.254");
+  EXPECT_EQ(l.prefix_len, 22u);
 }
 
 TEST(Link, PortAndVdevPerPmd) {

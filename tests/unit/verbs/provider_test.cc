@@ -89,6 +89,7 @@ TEST_F(Provider, QueriesDeviceAndPort) {
   ASSERT_EQ(ibv_query_port(ctx_, 1, &p), 0);
   EXPECT_EQ(p.state, IBV_PORT_DOWN);      // nobody on the other end of the link
   EXPECT_EQ(p.active_mtu, IBV_MTU_1024);  // a 1500-byte link less RoCE's headers
+  EXPECT_EQ(p.max_mtu, IBV_MTU_4096);     // as rxe: modify_qp takes path MTUs up to it
   EXPECT_EQ(p.link_layer, IBV_LINK_LAYER_ETHERNET);
   EXPECT_GE(p.gid_tbl_len, 1);
   EXPECT_EQ(p.pkey_tbl_len, 1);
@@ -123,6 +124,26 @@ TEST_F(Provider, OnePkey) {
   EXPECT_EQ(ibv_query_pkey(ctx_, 1, 1, &k), -1);
   EXPECT_EQ(ibv_get_pkey_index(ctx_, 1, htobe16(0xffff)), 0);
   EXPECT_LT(ibv_get_pkey_index(ctx_, 1, htobe16(0x1234)), 0);
+}
+
+// The context's command fd is a character device a program can dup (rdma-core's
+// tests/test_shared_pd.py does, then skips on EOPNOTSUPP: no import, as rxe); ibv_import_device
+// of a file that is no character device is EINVAL, as libibverbs answers.
+TEST_F(Provider, CommandFdCanBeDupedAndImportIsNotSupported) {
+  ASSERT_GE(ctx_->cmd_fd, 0);
+  const int fd = ::dup(ctx_->cmd_fd);
+  ASSERT_GE(fd, 0);
+  errno = 0;
+  EXPECT_EQ(ibv_import_device(fd), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ::close(fd);
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  errno = 0;
+  EXPECT_EQ(ibv_import_device(p[0]), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  ::close(p[0]);
+  ::close(p[1]);
 }
 
 TEST_F(Provider, MemoryRegistrations) {
@@ -267,6 +288,14 @@ TEST_F(Provider, QueuePairsAndSrq) {
 
   EXPECT_EQ(ibv_destroy_qp(ud), 0);
   EXPECT_EQ(ibv_destroy_srq(srq), 0);
+  // RTR with path MTU 4096 on the 1500-byte link: taken up to max_mtu, as rxe; the engine
+  // sends what the link carries. The port's own GID: resolved at once (self-delivery).
+  r.ah_attr.grh.sgid_index = 0;
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &r.ah_attr.grh.dgid), 0);
+  r.path_mtu = IBV_MTU_4096;
+  EXPECT_EQ(ibv_modify_qp(qp, &r, rtr), 0) << std::strerror(errno);
+  ASSERT_EQ(ibv_query_qp(qp, &q, IBV_QP_PATH_MTU, &qi), 0);
+  EXPECT_EQ(q.path_mtu, IBV_MTU_4096);
   EXPECT_EQ(ibv_destroy_qp(qp), 0);
   EXPECT_EQ(ibv_dereg_mr(rmr), 0);
   EXPECT_EQ(ibv_destroy_cq(cq), 0);

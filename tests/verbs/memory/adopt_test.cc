@@ -259,19 +259,20 @@ TEST(Adopt, OverlappingRegistrationsShareThePages) {
   ASSERT_NE(b2, nullptr);
   EXPECT_NE(b1, b2);
   EXPECT_EQ(adopt_stats().file_bytes - before, 10 * kPage);  // pages 1..10, each copied once
-  // Inside b1: no new region, one more reference.
+  // Inside b1 and b2 (whose windows hold b1's): no new region, one more reference on the
+  // newest region holding the range, the one Context::reg_mr picks.
   client::Buffer* b3 = adopt(roced, p + 2 * kPage, 10, &err);
-  EXPECT_EQ(b3, b1);
-  // Near b1, in its window: its region too (a program's heap: one region for many buffers).
+  EXPECT_EQ(b3, b2);
+  // Near b1, in its window: a region too (a program's heap: one region for many buffers).
   client::Buffer* b5 = adopt(roced, p - 20 * kPage, 100, &err);
-  EXPECT_EQ(b5, b1);
+  EXPECT_EQ(b5, b2);
   EXPECT_EQ(roced.registrations, 2);
   EXPECT_TRUE(same(p, 16 * kPage, 1));
   // Page 4 is one page for the program and both regions.
   through(b1, p + 4 * kPage + 1) = 'x';
   EXPECT_EQ(p[4 * kPage + 1], 'x');
   EXPECT_EQ(through(b2, p + 4 * kPage + 1), 'x');
-  // Releasing some of b1's references keeps it; the last frees it; b2 goes on.
+  // Releasing b3 and b5 keeps b2; b1's last reference frees b1; b2 goes on.
   EXPECT_EQ(release(roced, b3), 0);
   EXPECT_EQ(release(roced, b5), 0);
   EXPECT_EQ(roced.views.size(), 2u);
@@ -290,6 +291,37 @@ TEST(Adopt, OverlappingRegistrationsShareThePages) {
   EXPECT_TRUE(roced.views.empty());
   EXPECT_TRUE(same(p, 4 * kPage, 1));  // data kept after every release
   ::munmap(raw, 3 * window);
+}
+
+// A new region's window stops short of a shared mapping that is not adopt()'s (a Buffer of
+// the Context, made before it): Context::reg_mr takes the newest Buffer holding a range, and
+// must not find the window's holes for that Buffer's memory.
+TEST(Adopt, WindowsStopAtOtherSharedMappings) {
+  FakeRoced roced;
+  const std::size_t window = 2u << 20;
+  char* raw = map_pages(2 * window / kPage);
+  char* w =
+      reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(raw) + window - 1) & ~(window - 1));
+  const int fd = ::memfd_create("foreign", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 2 * kPage), 0);
+  char* low = w + 16 * kPage;  // below the adopted page, and above it
+  char* high = w + window / 2;
+  ASSERT_NE(::mmap(low, 2 * kPage, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0),
+            MAP_FAILED);
+  ASSERT_NE(::mmap(high, 2 * kPage, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0),
+            MAP_FAILED);
+  char* p = w + 64 * kPage;
+  p[0] = 5;
+  int err = 0;
+  client::Buffer* b = adopt(roced, p, 100, &err);
+  ASSERT_NE(b, nullptr) << std::strerror(err);
+  EXPECT_EQ(static_cast<char*>(b->addr), low + 2 * kPage);
+  EXPECT_EQ(static_cast<char*>(b->addr) + b->length, high);
+  EXPECT_EQ(p[0], 5);
+  EXPECT_EQ(release(roced, b), 0);
+  ::close(fd);
+  ::munmap(raw, 2 * window);
 }
 
 TEST(Adopt, RegionsFallBackToTheRangeAtTheMemoryQuota) {
