@@ -130,10 +130,11 @@ cat "$work/exc-a.log" "$work/exc-b.log"
 grep -q "OK: WRITE and SEND of 8192 bytes verified" "$work/exc-a.log"
 
 # ---- 2. kill -9 mid-transfer ------------------------------------------------------------------
-# The survivor pair: A2 (server) <- B2 (client looping for 4 s).
-"$ex" --socket "$work/a.sock" --listen $((tcp + 2)) --seconds 4 > "$work/a2.log" 2>&1 &
+# The survivor pair: A2 (server) <- B2 (client looping for 10 s: still running when roce-ctl
+# lists the clients, after the victim pair started, also on a loaded host).
+"$ex" --socket "$work/a.sock" --listen $((tcp + 2)) --seconds 10 > "$work/a2.log" 2>&1 &
 a2=$!
-"$ex" --socket "$work/b.sock" --connect "127.0.0.1:$((tcp + 2))" --seconds 4 > "$work/b2.log" 2>&1 &
+"$ex" --socket "$work/b.sock" --connect "127.0.0.1:$((tcp + 2))" --seconds 10 > "$work/b2.log" 2>&1 &
 b2=$!
 # The victim pair: A1 loops WRITE + READ-back against B1 and is killed after a second of it.
 "$ex" --socket "$work/b.sock" --listen $((tcp + 3)) --seconds 30 --size 262144 > "$work/b1.log" 2>&1 &
