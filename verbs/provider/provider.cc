@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -1092,6 +1093,9 @@ void set_cm_sink(ibv_context* c, std::function<void(client::CmEvent&&)> sink) {
   be->cm_sink = std::move(sink);
 }
 
+/// runtime::Poller::kYieldAfterIdlePolls, roce-perf's.
+constexpr std::uint32_t kYieldAfterEmptyPolls = 32;
+
 int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
   if (max <= 0) return max == 0 ? 0 : -EINVAL;
   RCq* r = rcq(cq);
@@ -1103,6 +1107,7 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
   alignas(verbs::Wc) unsigned char wc_bytes[sizeof(verbs::Wc) * 32];
   auto* wc = reinterpret_cast<verbs::Wc*>(wc_bytes);
   int total = 0;
+  bool yield = false;
   while (total < max) {
     const int want = std::min(max - total, 32);
     int n = 0;
@@ -1125,6 +1130,10 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
         if (m < 0 && n == 0) return total > 0 ? total : m;
         n += std::max(m, 0);
       }
+      if (total + n == 0)
+        yield = ++r->empty_polls >= kYieldAfterEmptyPolls;
+      else
+        r->empty_polls = 0;
       if (be->env != nullptr) {
         be->unsent = 0;
         // The last completion handed out is a successful send: the program may next wait for
@@ -1165,6 +1174,7 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
     total += n;
     if (n < want) break;
   }
+  if (yield) ::sched_yield();
   return total;
 }
 

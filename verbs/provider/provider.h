@@ -134,6 +134,10 @@ struct RCq {
   std::mutex held_mu;
   std::deque<verbs::Wc> held;
   std::atomic<std::uint32_t> held_n{0};  ///< held.size(), read without the lock
+  /// ibv_poll_cq calls in a row that found nothing (under poll_lock): from 32 on, each empty
+  /// poll yields the CPU, as roce-perf's poller does (a program's pure CQ spin would otherwise
+  /// hold a CPU that roced, or the peer on the same host, needs to produce that completion).
+  std::uint32_t empty_polls = 0;
   // ibv_start_poll's state (ex_api.cc): completions polled ahead, the current one.
   std::vector<ibv_wc> ahead;
   std::size_t pos = 0;
