@@ -183,9 +183,11 @@ bool take_for_solicited(Backend* be, RCq* c) {
 struct ProgressPolicy {
   /// While the program's own verbs calls drive the port: how long it backs off between looks.
   timespec backoff{0, 100'000};
-  /// In-process, when the port went idle: 0 naps 10 us (the default), 1 spins, 2 spins with
-  /// sched_yield (ROCE_VERBS_PROGRESS=nap|spin|yield).
+  /// In-process, once the port has been idle `spin_ns` (ROCE_VERBS_SPIN_US, 50): 0 naps 10 us
+  /// between polls (the default), 1 spins on, 2 spins with sched_yield
+  /// (ROCE_VERBS_PROGRESS=nap|spin|yield).
   int idle = 0;
+  std::uint64_t spin_ns = 50'000;
 };
 
 ProgressPolicy progress_policy() {
@@ -196,6 +198,8 @@ ProgressPolicy progress_policy() {
   }
   const std::string mode = env_or("ROCE_VERBS_PROGRESS", "nap");
   p.idle = mode == "spin" ? 1 : mode == "yield" ? 2 : 0;
+  if (const char* v = std::getenv("ROCE_VERBS_SPIN_US"); v != nullptr && *v != '\0')
+    p.spin_ns = static_cast<std::uint64_t>(std::clamp(std::atol(v), 0L, 1'000'000L)) * 1000;
   return p;
 }
 
@@ -332,6 +336,7 @@ void progress_thread(Backend* be) {
   const ProgressPolicy pol = progress_policy();
   const timespec nap{0, 10'000};
   unsigned idle = 0;
+  std::uint64_t idle_since = 0;  // when the port went idle (in-process)
   std::uint32_t seen = be->app_calls.load(std::memory_order_relaxed);
   std::uint64_t handoff_until = 0;
   while (!be->stop.load(std::memory_order_relaxed)) {
@@ -356,13 +361,16 @@ void progress_thread(Backend* be) {
       idle = 0;
       continue;
     }
-    ++idle;
+    if (++idle == 1) idle_since = now_ns();
     if (!be->env) {
       // Attached: roced moves the data, this thread only relays events.
       ::usleep(idle < 100 ? 20 : 200);
-    } else if (idle >= runtime::Poller::kYieldAfterIdlePolls) {
-      // In-process with the port idle for a few polls (a server waiting on its CQ's channel,
-      // a program spinning on its memory): look again after a nap.
+    } else if (idle >= runtime::Poller::kYieldAfterIdlePolls &&
+               now_ns() - idle_since >= pol.spin_ns) {
+      // In-process with the port idle for a while (a server waiting on its CQ's channel, a
+      // program spinning on its memory): look again after a nap. Shorter gaps (a stream's,
+      // while the sender posts its next requests: ib_write_bw's server has only this thread
+      // on the port) are spun through, as roce-perf's loop does.
       if (pol.idle == 0)
         ::nanosleep(&nap, nullptr);
       else if (pol.idle == 2)
