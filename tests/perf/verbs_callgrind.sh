@@ -8,9 +8,14 @@
 #             Attached::poll_cq inside them;
 #   native    roce-perf write_bw --attach: libroce's Attached::post_send / poll_cq, called by
 #             roce-perf's own loop.
-# Prints, per message: post_send (one call a message), poll_cq (all calls; how many depends on
-# how far roced is ahead of the slowed client, so per message, not per call), their sum, and
-# the whole client's instructions (difference of the 2N and N runs: set-up cancels out).
+# and in-process (MODES="attached inproc"): the client on one end of a net_memif link, the server
+# on the other, the provider's client against roce-perf's in-process one, the client's threads
+# profiled apart (its first thread: the program's).
+# Every figure is the difference of the 2N and N runs (set-up cancels out): per call and per
+# message of post_send (one call a message) and poll_cq (how many polls a message takes depends
+# on how far the other side runs ahead of a client slowed 50 times, so compare per call), and
+# in-process the poll loop's iterations the client's thread ran (PollLoop::poll_once, inside
+# poll_cq or roce-perf's loop) and the provider's transmit bursts (send_now, inside post_send).
 #   verbs_callgrind.sh ROCED ROCE_PERF ROCE_RUN WORKDIR [SIZE [N]]
 # ROCE_RUN may be another build's roce-run (its libroce-verbs.so: the "before" of a change).
 set -euo pipefail
@@ -31,7 +36,8 @@ source "$(dirname "$(realpath "$0")")/../integration/lib_appliance.sh"
 trap 'stop_all $?' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-memif_sock=one-memif.sock appliance one server 02:00:5e:00:0d:44 192.0.2.96 0
+modes=${MODES:-attached inproc}
+[[ $modes == *attached* ]] && memif_sock=one-memif.sock appliance one server 02:00:5e:00:0d:44 192.0.2.96 0
 
 # one IMPL ITERS: a server, then the client under callgrind; the profile in $work/IMPL-ITERS.out
 one() {
@@ -58,26 +64,52 @@ one() {
   wait "$spid" || fail "$impl server ($work/$impl-$it.server.txt)"
   callgrind_annotate --inclusive=yes --threshold=100 "$work/$impl-$it.out" > "$work/$impl-$it.txt" 2>/dev/null
 }
-for impl in provider native; do
-  one "$impl" "$n1"
-  one "$impl" "$n2"
+# inproc IMPL ITERS: a memif pair, the client under callgrind, one profile per thread
+# ($work/inproc-IMPL-ITERS.out-01 is the program's thread)
+inproc() {
+  local impl=$1 it=$2 port d=$work/inproc-$1-$2
+  port=$(port_base 2)
+  mkdir -p "$d"
+  local cg=(valgrind --tool=callgrind --separate-threads=yes
+            "--callgrind-out-file=$work/inproc-$impl-$it.out")
+  local s=(--pmd memif-server --iface "$d/memif.sock" --ip 192.0.2.97 --mac 02:00:00:00:00:97)
+  local c=(--pmd memif --iface "$d/memif.sock" --ip 192.0.2.98 --mac 02:00:00:00:00:98)
+  local a=(-s "$size" -n "$it" -p "$port") spid
+  if [[ $impl == provider ]]; then
+    a+=(-d roce0 -x 0 -F)
+    timeout 180 env ROCE_LINK_WAIT=60 "$run" --link "${s[*]}" -- ib_write_bw "${a[@]}" \
+      > "$d/server.txt" 2>&1 &
+    spid=$!
+    for _ in $(seq 200); do [[ -S $d/memif.sock ]] && break; sleep 0.05; done
+    timeout 300 "$run" --link "${c[*]}" -- "${cg[@]}" ib_write_bw "${a[@]}" 127.0.0.1 \
+      > "$d/client.txt" 2>&1 || fail "inproc $impl client ($d/client.txt)"
+  else
+    timeout 180 "$perf" write_bw "${s[@]}" "${a[@]}" --timeout 170 > "$d/server.txt" 2>&1 &
+    spid=$!
+    for _ in $(seq 200); do [[ -S $d/memif.sock ]] && break; sleep 0.05; done
+    timeout 300 "${cg[@]}" "$perf" write_bw "${c[@]}" "${a[@]}" --timeout 170 127.0.0.1 \
+      > "$d/client.txt" 2>&1 || fail "inproc $impl client ($d/client.txt)"
+  fi
+  wait "$spid" || fail "inproc $impl server ($d/server.txt)"
+}
+for mode in $modes; do
+  for impl in provider native; do
+    for it in "$n1" "$n2"; do
+      if [[ $mode == attached ]]; then one "$impl" "$it"; else inproc "$impl" "$it"; fi
+    done
+  done
 done
 
-/usr/bin/python3 - "$work" "$n1" "$n2" "$size" <<'PY'
-import re, sys
-work, n1, n2, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+/usr/bin/python3 - "$work" "$n1" "$n2" "$size" "$modes" <<'PY'
+import os, re, sys
+work, n1, n2, size, modes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 def profile(path):
-    """callgrind's own file: calls and inclusive Ir of every function called, by name, and the
-    program's total (the cost line after each calls= line is that call's inclusive cost)"""
-    names, calls, incl, total = {}, {}, {}, 0
-    events = None
-    pending = None  # the function a calls= line named, whose cost line comes next
+    """callgrind's own file: calls and inclusive Ir of every function called, by name (the cost
+    line after each calls= line is that call's inclusive cost)"""
+    names, calls, incl = {}, {}, {}
+    pending = cfn = None  # the function a calls= line named, whose cost line comes next
     for line in open(path):
-        if line.startswith("events:"):
-            events = line.split()[1:]
-        elif line.startswith("summary:") or line.startswith("totals:"):
-            total = int(line.split()[1])
-        elif line.startswith("cfn="):
+        if line.startswith("cfn="):
             m = re.match(r"cfn=\((\d+)\)(?: (.*))?", line.rstrip("\n"))
             if m.group(2):
                 names[m.group(1)] = m.group(2)
@@ -97,31 +129,50 @@ def profile(path):
     for i, nm in names.items():
         c, ir = by.get(nm, (0, 0))
         by[nm] = (c + calls.get(i, 0), ir + incl.get(i, 0))
-    return by, total
-def pick(fns, pattern):
-    c = ir = 0
-    for k, (kc, kir) in fns.items():
-        if re.search(pattern, k):
-            c, ir = c + kc, ir + kir
-    return c, ir
-LIB_POST = r"client::\(anonymous namespace\)::Attached::post_send\("
-LIB_POLL = r"client::\(anonymous namespace\)::Attached::poll_cq\("
-rows = []
-for impl in ("provider", "native"):
-    _, ta = profile(f"{work}/{impl}-{n1}.out")
-    b, tb = profile(f"{work}/{impl}-{n2}.out")
-    if impl == "provider":
-        post = pick(b, r"verbs_compat::\(anonymous namespace\)::post_send_op\(")
-        poll = pick(b, r"verbs_compat::\(anonymous namespace\)::poll_cq_op\(")
-    else:
-        post, poll = pick(b, LIB_POST), pick(b, LIB_POLL)
-    rows.append((impl, post, poll, pick(b, LIB_POST), pick(b, LIB_POLL), (tb - ta) / (n2 - n1)))
-print(f"write_bw -s {size} attached to one roced, the client under callgrind ({n2} messages; "
-      f"client total per message: the {n2} and {n1} runs' difference)")
-print(f"{'':<10}{'post_send/call':>15}{'(libroce)':>10}{'poll_cq/call':>13}{'(libroce)':>10}"
-      f"{'polls/msg':>10}{'post+poll/msg':>14}{'client/msg':>11}")
-per = lambda x: x[1] / x[0] if x[0] else 0
-for impl, post, poll, lp, lq, tot in rows:
-    print(f"{impl:<10}{per(post):>15.0f}{per(lp):>10.0f}{per(poll):>13.0f}{per(lq):>10.0f}"
-          f"{poll[0] / n2:>10.2f}{(post[1] + poll[1]) / n2:>14.0f}{tot:>11.0f}")
+    return by
+def diff(a, b, pattern):
+    """calls and inclusive Ir of the functions matching `pattern`: run b minus run a"""
+    tot = lambda p: [sum(v[i] for k, v in p.items() if re.search(pattern, k)) for i in (0, 1)]
+    (ca, ia), (cb, ib) = tot(a), tot(b)
+    return cb - ca, ib - ia
+N = n2 - n1
+PROV_POST = r"verbs_compat::\(anonymous namespace\)::post_send_op\("
+PROV_POLL = r"verbs_compat::\(anonymous namespace\)::poll_cq_op\("
+def show(title, rows):
+    print(title)
+    print(f"  {'':<22}{'calls/msg':>10}{'Ir/call':>9}{'Ir/msg':>9}")
+    for label, (c, ir) in rows:
+        print(f"  {label:<22}{c / N:>10.2f}{ir / c if c else 0:>9.0f}{ir / N:>9.0f}")
+print(f"write_bw -s {size}, the client under callgrind, per message of the {n2}- and {n1}-message "
+      f"runs' difference")
+if "attached" in modes:
+    LIB_POST = r"client::\(anonymous namespace\)::Attached::post_send\("
+    LIB_POLL = r"client::\(anonymous namespace\)::Attached::poll_cq\("
+    for impl in ("provider", "native"):
+        a, b = profile(f"{work}/{impl}-{n1}.out"), profile(f"{work}/{impl}-{n2}.out")
+        rows = []
+        if impl == "provider":
+            rows += [("ibv_post_send", diff(a, b, PROV_POST))]
+        rows += [("libroce post_send", diff(a, b, LIB_POST))]
+        if impl == "provider":
+            rows += [("ibv_poll_cq", diff(a, b, PROV_POLL))]
+        rows += [("libroce poll_cq", diff(a, b, LIB_POLL))]
+        who = "perftest via the provider" if impl == "provider" else "roce-perf --attach"
+        show(f"attached to one roced, {who}:", rows)
+if "inproc" in modes:
+    LOC_POST = r"client::\(anonymous namespace\)::Local::post_send\("
+    LOC_POLL = r"client::\(anonymous namespace\)::Local::poll_cq\("
+    LOOP = r"port::PollLoop::poll_once\(\)"
+    SEND = r"port::PollLoop::send_now\(\)"
+    for impl in ("provider", "native"):
+        a, b = profile(f"{work}/inproc-{impl}-{n1}.out-01"), profile(f"{work}/inproc-{impl}-{n2}.out-01")
+        rows = []
+        if impl == "provider":
+            rows += [("ibv_post_send", diff(a, b, PROV_POST)), ("  send_now in it", diff(a, b, SEND))]
+        rows += [("libroce post_send", diff(a, b, LOC_POST))]
+        if impl == "provider":
+            rows += [("ibv_poll_cq", diff(a, b, PROV_POLL))]
+        rows += [("libroce poll_cq", diff(a, b, LOC_POLL)), ("poll loop iterations", diff(a, b, LOOP))]
+        show(f"in-process, {'perftest via the provider' if impl == 'provider' else 'roce-perf'} "
+             f"(the program's thread):", rows)
 PY
