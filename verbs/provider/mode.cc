@@ -345,7 +345,8 @@ void progress_thread(Backend* be) {
     // backs off (one wake-up per back-off, not one per 10 us nap: each wake-up preempts the
     // program on a host with fewer cores than threads). After an ibv_req_notify_cq it takes
     // the port for a millisecond whatever the program does (it is about to block).
-    if (be->handoff.exchange(false, std::memory_order_acquire))
+    if (be->handoff.load(std::memory_order_relaxed) &&
+        be->handoff.exchange(false, std::memory_order_acquire))
       handoff_until = now_ns() + 1'000'000;
     const std::uint32_t calls = be->app_calls.load(std::memory_order_relaxed);
     if (calls != seen && (handoff_until == 0 || now_ns() >= handoff_until)) {
