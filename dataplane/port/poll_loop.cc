@@ -247,6 +247,14 @@ std::size_t PollLoop::poll_once() {
   return moved + nc;
 }
 
+std::size_t PollLoop::send_now() {
+  if (!eng_.has_send_work()) return 0;
+  eng_.run(now_ns());
+  const std::size_t n = transmit();
+  port_.flush(queue_);
+  return n;
+}
+
 void connect_loops(std::span<PollLoop* const> loops) {
   std::vector<rte_ring*> rings;
   for (PollLoop* l : loops) {

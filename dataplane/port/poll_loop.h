@@ -47,6 +47,11 @@ class PollLoop {
   /// One iteration: commands, RX burst (and frames steered here), timers and send queues, TX
   /// burst. Returns frames moved.
   std::size_t poll_once();
+  /// Only the transmit half of an iteration: runs the engine when work requests wait and hands
+  /// its frames to the port (no receive, no commands). For a thread that has just posted and
+  /// wants the requests on the wire before its next poll (the libibverbs provider's
+  /// ibv_post_send, in-process). Returns frames sent.
+  std::size_t send_now();
   /// Sends an ARP request for `ip` (the reply fills the neighbour cache).
   void resolve(wire::Ipv4Addr ip);
   Neighbour& neighbour() { return nb_; }

@@ -8,14 +8,21 @@
 #   inproc    each side an appliance of its own (the provider's in-process backend; roce-perf's
 #             own engine) on one end of a net_memif link, no CPU pinning (the provider's
 #             process runs the program's thread and the progress thread, roce-perf one thread);
+#   attached1 ONE roced (its poll loop on CPU 0, its memif port without a peer), the server and
+#             the client both attached to it: their QPs talk through the port's own MAC
+#             (self-delivery, dataplane/port/self_delivery.h). Three busy threads at most (roced's
+#             loop and the two programs), as on a host with a core each: what the provider's
+#             post/poll translation costs against roce-perf --attach, not the scheduler;
 #   attached  two roced on a memif link (poll loops on CPUs 0 and 1), the server a client of
-#             roced B, the client of roced A (roce-run --attach; roce-perf --attach).
+#             roced B, the client of roced A (roce-run --attach; roce-perf --attach): four busy
+#             threads, which a 2-vCPU host cannot run at once.
 # Each (mode, test, size) runs the native pair and the provider pair RUNS times, alternating
 # which goes first. Prints a table (median and min..max of the client's BW average and message
 # rate, or of its t_typical) with the ratios provider/native, and writes WORKDIR/verbs_bench.json.
 # A pair that fails is counted and the run goes on; the script then exits 1.
 #   verbs_bench.sh ROCED ROCE_PERF ROCE_RUN CONNECT_SHIM WORKDIR [RUNS]
-# Environment: MODES ("inproc attached"), BW_SIZES ("64 4096 65536"), LAT_SIZES ("8 64"),
+# Environment: MODES ("inproc attached1"; "attached" for two roced), BW_SIZES ("64 4096 65536"),
+# LAT_SIZES ("8 64"),
 # BW_ITERS (per size, default 200000 below 1 KiB, 100000 to 8 KiB, 20000 above; attached a
 # tenth, ATTACHED_DIV), LAT_ITERS (10000). CONNECT_SHIM: build/tests/perftest_connect_retry.so (tests/perf/connect_retry_shim.cc).
 set -euo pipefail
@@ -24,7 +31,7 @@ runs=${6:-3}
 for p in ib_write_bw ib_write_lat; do
   command -v "$p" >/dev/null || { echo "skipped: $p not installed (perftest)"; exit 77; }
 done
-modes=${MODES:-inproc attached}
+modes=${MODES:-inproc attached1}
 bw_sizes=${BW_SIZES-64 4096 65536} lat_sizes=${LAT_SIZES-8 64}
 lat_iters=${LAT_ITERS:-10000}
 bw_iters() {
@@ -52,6 +59,10 @@ wait_tcp() {  # wait_tcp PORT PID: until something listens on PORT (or PID ended
   done
 }
 
+# the roced each side attaches to: attached1 one for both, attached B (server) and A (client)
+srv_roced() { if [[ $1 == attached1 ]]; then echo one; else echo b; fi; }
+cli_roced() { if [[ $1 == attached1 ]]; then echo one; else echo a; fi; }
+
 n=0 failures=0
 results=$work/results.txt
 : > "$results"
@@ -76,8 +87,8 @@ pair() {
            "--pmd memif --iface $d/memif.sock --ip 192.0.2.92 --mac 02:00:00:00:00:92"
            -- "$prog" "${args[@]}" 127.0.0.1)
     else
-      srv=("$run" --attach "$work/b.sock" -- "$prog" "${args[@]}")
-      cli=("$run" --attach "$work/a.sock" -- "$prog" "${args[@]}" 127.0.0.1)
+      srv=("$run" --attach "$work/$(srv_roced "$mode").sock" -- "$prog" "${args[@]}")
+      cli=("$run" --attach "$work/$(cli_roced "$mode").sock" -- "$prog" "${args[@]}" 127.0.0.1)
     fi
   else
     if [[ $mode == inproc ]]; then
@@ -86,8 +97,8 @@ pair() {
       cli=("$perf" "$test" --pmd memif --iface "$d/memif.sock"
            --ip 192.0.2.92 --mac 02:00:00:00:00:92 "${args[@]}" 127.0.0.1)
     else
-      srv=("$perf" "$test" --attach "$work/b.sock" "${args[@]}")
-      cli=("$perf" "$test" --attach "$work/a.sock" "${args[@]}" 127.0.0.1)
+      srv=("$perf" "$test" --attach "$work/$(srv_roced "$mode").sock" "${args[@]}")
+      cli=("$perf" "$test" --attach "$work/$(cli_roced "$mode").sock" "${args[@]}" 127.0.0.1)
     fi
   fi
   [[ $impl == native ]] && srv+=(--timeout 170) && cli+=(--timeout 170)
@@ -117,10 +128,18 @@ pair() {
 }
 
 for mode in $modes; do
-  if [[ $mode == attached ]]; then
-    appliance a server 02:00:5e:00:0d:41 192.0.2.93 0
-    appliance b client 02:00:5e:00:0d:42 192.0.2.94 1
-  fi
+  case $mode in
+    inproc) ;;
+    attached)
+      appliance a server 02:00:5e:00:0d:41 192.0.2.93 0
+      appliance b client 02:00:5e:00:0d:42 192.0.2.94 1
+      ;;
+    attached1)
+      # a memif server without a client: the port's link stays down, and nothing leaves it
+      memif_sock=one-memif.sock appliance one server 02:00:5e:00:0d:43 192.0.2.95 0
+      ;;
+    *) fail "unknown mode $mode (inproc, attached1, attached)" ;;
+  esac
   for r in $(seq "$runs"); do
     echo "$mode run $r/$runs" >&2
     order=(native provider)
@@ -135,10 +154,13 @@ for mode in $modes; do
       for impl in "${order[@]}"; do pair "$mode" "$impl" write_lat "$s" "$lat_iters"; done
     done
   done
+  # shellcheck disable=SC2154  # set by appliance() (lib_appliance.sh)
   if [[ $mode == attached ]]; then
-    # shellcheck disable=SC2154  # set by appliance() (lib_appliance.sh)
     kill "$pid_a" "$pid_b" 2>/dev/null || true
     wait "$pid_a" "$pid_b" 2>/dev/null || true
+  elif [[ $mode == attached1 ]]; then
+    kill "$pid_one" 2>/dev/null || true
+    wait "$pid_one" 2>/dev/null || true
   fi
 done
 
@@ -165,7 +187,7 @@ def stat(k, key):
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": xs,
             "failed": failed.get(k, 0)}
 out = {"runs": int(sys.argv[3]), "results": []}
-print(f"{'mode':<9}{'test':<10}{'size':>6}  {'native':>24}  {'provider':>24}  {'provider/native':>16}  target")
+print(f"{'mode':<10}{'test':<10}{'size':>6}  {'native':>24}  {'provider':>24}  {'provider/native':>16}  target")
 for (mode, test, size, impl) in sorted(k for k in rows if k[3] == "native"):
     if (mode, test, size, "provider") not in rows:
         continue
@@ -174,7 +196,7 @@ for (mode, test, size, impl) in sorted(k for k in rows if k[3] == "native"):
     e = {"mode": mode, "test": test, "size": size, "metric": key, "native": nat, "provider": prov}
     if nat is None or prov is None:
         out["results"].append(e)
-        print(f"{mode:<9}{test:<10}{size:>6}  native failed {failed.get((mode, test, size, 'native'), 0)}x, "
+        print(f"{mode:<10}{test:<10}{size:>6}  native failed {failed.get((mode, test, size, 'native'), 0)}x, "
               f"provider failed {failed.get((mode, test, size, 'provider'), 0)}x: no ratio")
         continue
     if test == "write_bw":
@@ -195,7 +217,7 @@ for (mode, test, size, impl) in sorted(k for k in rows if k[3] == "native"):
     if nf:
         verdict += f"  ({nf} failed runs)"
     unit = "MB/s" if test == "write_bw" else "us"
-    print(f"{mode:<9}{test:<10}{size:>6}  {fmt(nat):>24}  {fmt(prov):>24}  {verdict}  [{unit}]")
+    print(f"{mode:<10}{test:<10}{size:>6}  {fmt(nat):>24}  {fmt(prov):>24}  {verdict}  [{unit}]")
 json.dump(out, open(sys.argv[2], "w"), indent=1)
 print("JSON:", sys.argv[2])
 PY

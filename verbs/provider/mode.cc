@@ -8,11 +8,14 @@
 ///   ROCE_DEVICE=NAME                  the device's name (roce0; several ports: roce0, roce1...)
 ///   ROCE_LINK_WAIT=SECONDS     how long a memif server's open waits for its client (0)
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
@@ -163,54 +166,63 @@ std::vector<Device*> find_devices() {
 /// sender's IBV_SEND_SOLICITED: the SE bit) or in error, rxe's rule for waking.
 bool take_for_solicited(Backend* be, RCq* c) {
   bool hit = false;
-  std::lock_guard<std::mutex> h(c->held_mu);
+  std::lock_guard<std::mutex> h(poll_lock(be, c));
   verbs::Wc w[32];
   for (;;) {
     const std::size_t depth = c->c->depth;
     const std::size_t room = depth > c->held.size() ? depth - c->held.size() : 0;
     if (room == 0) break;  // the program does not poll: the rest stays in the CQ
     const int want = static_cast<int>(std::min<std::size_t>(room, 32));
-    int n;
-    {
-      std::lock_guard<std::mutex> g(be->mu);
-      n = be->ctx->poll_cq(c->c, want, w);
-    }
+    const int n = be->ctx->poll_cq(c->c, want, w);
     for (int i = 0; i < n; ++i) {
       hit |= (w[i].wc_flags & verbs::kWcSolicited) != 0 || w[i].status != verbs::WcStatus::kSuccess;
       c->held.push_back(w[i]);
     }
+    c->held_n.store(static_cast<std::uint32_t>(c->held.size()), std::memory_order_release);
     if (n < want) break;
   }
   return hit;
 }
 
-/// Whether the program is polling its CQs itself now (its last ibv_poll_cq or ibv_post_send
-/// that recent).
-/// In-process a polling loop calls again within a microsecond or two: 5 us after the last call
-/// the program is doing something else, for example spinning on its memory for the peer's
-/// RDMA WRITE (perftest's write_lat), and only this thread can take that WRITE in. (With 50 us,
-/// every half round trip of write_lat waited that long, plus the sleep below: 14 ms on a loaded
-/// host.) Attached, roced moves the data and this only spaces out the event checks.
-bool app_polls(const Backend* be, std::uint64_t now) {
-  return now - be->app_polled_ns.load(std::memory_order_relaxed) <
-         (be->env != nullptr ? 5'000u : 50'000u);
+/// How the progress thread behaves, from the environment (read once per backend).
+struct ProgressPolicy {
+  /// While the program's own verbs calls drive the port: how long it backs off between looks.
+  timespec backoff{0, 100'000};
+  /// In-process, once the port has been idle `spin_ns` (ROCE_VERBS_SPIN_US, 50): 0 naps 10 us
+  /// between polls (the default), 1 spins on, 2 spins with sched_yield
+  /// (ROCE_VERBS_PROGRESS=nap|spin|yield).
+  int idle = 0;
+  std::uint64_t spin_ns = 50'000;
+};
+
+ProgressPolicy progress_policy() {
+  ProgressPolicy p;
+  if (const char* v = std::getenv("ROCE_VERBS_BACKOFF_US"); v != nullptr && *v != '\0') {
+    const long us = std::clamp(std::atol(v), 10L, 100'000L);
+    p.backoff = {us / 1'000'000, (us % 1'000'000) * 1000};
+  }
+  const std::string mode = env_or("ROCE_VERBS_PROGRESS", "nap");
+  p.idle = mode == "spin" ? 1 : mode == "yield" ? 2 : 0;
+  if (const char* v = std::getenv("ROCE_VERBS_SPIN_US"); v != nullptr && *v != '\0')
+    p.spin_ns = static_cast<std::uint64_t>(std::clamp(std::atol(v), 0L, 1'000'000L)) * 1000;
+  return p;
 }
 
-/// One round of the progress thread: polls the in-process engine, fires armed CQs, hands
-/// asynchronous and CM events over. True when it found something to do.
-bool progress_once(Backend* be) {
+/// One round of the progress thread: polls the in-process engine (unless the program drives
+/// it: `app_active`), fires armed CQs, hands asynchronous and CM events over. True when it
+/// found something to do.
+bool progress_once(Backend* be, bool app_active, std::uint32_t seen) {
   bool work = false;
-  // While the program polls its CQs itself (which polls the in-process loop too), this thread
-  // stays out of its way: it looks at events once a millisecond only.
+  // While the program drives the port with its own verbs calls, this thread stays out of its
+  // way: it looks at events once a millisecond only.
   const std::uint64_t now = now_ns();
-  const bool polling = app_polls(be, now);
-  if (polling && now - be->events_ns < 1'000'000) return false;
+  if (app_active && now - be->events_ns < 1'000'000) return false;
   be->events_ns = now;
-  if (be->env && !polling) {
+  if (be->env && !app_active) {
     // One poll per hold of the lock, and none once the program is back: its post_send or
     // poll_cq must not wait behind this thread (a contended std::mutex puts it to sleep, and
     // on a busy host it wakes a scheduler slice later).
-    for (int i = 0; i < 8 && (i == 0 || !app_polls(be, now_ns())); ++i) {
+    for (int i = 0; i < 8 && be->app_calls.load(std::memory_order_relaxed) == seen; ++i) {
       std::unique_lock<std::mutex> g(be->mu, std::try_to_lock);
       if (!g.owns_lock()) break;
       const bool w = be->env->loop.poll_once() != 0 || be->env->eng.has_work();
@@ -310,31 +322,65 @@ bool progress_once(Backend* be) {
   return work;
 }
 
+/// Backs off for `t` (or until wake_progress): the program drives the port.
+void back_off(Backend* be, const timespec& t) {
+  be->backing_off.store(true);
+  ::syscall(SYS_futex, &be->backoff_word, FUTEX_WAIT_PRIVATE, 0, &t, nullptr, 0);
+  be->backing_off.store(false);
+  be->backoff_word.store(0, std::memory_order_relaxed);
+}
+
 void progress_thread(Backend* be) {
-  // In-process the idle waits below are 10 us naps rather than a spin: a thread that sleeps
+  // In-process, the idle waits below are 10 us naps rather than a spin: a thread that sleeps
   // keeps CFS's low virtual runtime, so when its nap ends it preempts the program's thread at
-  // once, even one that spins on its memory without calling us (perftest's write_lat: only this
-  // thread takes the peer's WRITE in). A thread that spins with sched_yield is charged its
-  // whole CPU and waits for the spinner's time slice instead: half round trips of 14-18 ms
-  // with four spinners on a 2-vCPU host. 1 us of timer slack (50 us by default) keeps the nap
-  // near 10 us.
+  // once, even one that spins on its memory without calling us (perftest's write_lat, when
+  // ibv_poll_cq's linger did not catch the peer's WRITE: only this thread takes it in). A
+  // thread that spins with sched_yield is charged its whole CPU and waits for the spinner's
+  // time slice instead. 1 us of timer slack (50 us by default) keeps the nap near 10 us.
   if (be->env) ::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+  const ProgressPolicy pol = progress_policy();
   const timespec nap{0, 10'000};
   unsigned idle = 0;
+  std::uint64_t idle_since = 0;  // when the port went idle (in-process)
+  std::uint32_t seen = be->app_calls.load(std::memory_order_relaxed);
+  std::uint64_t handoff_until = 0;
   while (!be->stop.load(std::memory_order_relaxed)) {
-    if (progress_once(be)) {
+    // The program's ibv_post_send / ibv_poll_cq calls drive the port (in-process) while they
+    // come: the count moved since the last look. This thread then leaves the port to them and
+    // backs off (one wake-up per back-off, not one per 10 us nap: each wake-up preempts the
+    // program on a host with fewer cores than threads). After an ibv_req_notify_cq it takes
+    // the port for a millisecond whatever the program does (it is about to block).
+    if (be->handoff.load(std::memory_order_relaxed) &&
+        be->handoff.exchange(false, std::memory_order_acquire))
+      handoff_until = now_ns() + 1'000'000;
+    const std::uint32_t calls = be->app_calls.load(std::memory_order_relaxed);
+    if (calls != seen && (handoff_until == 0 || now_ns() >= handoff_until)) {
+      seen = calls;
+      handoff_until = 0;
+      progress_once(be, true, seen);
+      back_off(be, pol.backoff);
       idle = 0;
       continue;
     }
-    ++idle;
+    seen = calls;
+    if (progress_once(be, false, seen)) {
+      idle = 0;
+      continue;
+    }
+    if (++idle == 1) idle_since = now_ns();
     if (!be->env) {
       // Attached: roced moves the data, this thread only relays events.
       ::usleep(idle < 100 ? 20 : 200);
-    } else if (app_polls(be, now_ns()) || idle >= runtime::Poller::kYieldAfterIdlePolls) {
-      // In-process while the program polls its CQs (its polls drive the port), or when the
-      // port has been idle for a few polls (a server waiting on its CQ's channel, a program
-      // spinning on its memory): look again after a nap.
-      ::nanosleep(&nap, nullptr);
+    } else if (idle >= runtime::Poller::kYieldAfterIdlePolls &&
+               now_ns() - idle_since >= pol.spin_ns) {
+      // In-process with the port idle for a while (a server waiting on its CQ's channel, a
+      // program spinning on its memory): look again after a nap. Shorter gaps (a stream's,
+      // while the sender posts its next requests: ib_write_bw's server has only this thread
+      // on the port) are spun through, as roce-perf's loop does.
+      if (pol.idle == 0)
+        ::nanosleep(&nap, nullptr);
+      else if (pol.idle == 2)
+        ::sched_yield();
     }
   }
 }
@@ -359,6 +405,48 @@ std::uint64_t now_ns() {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                         std::chrono::steady_clock::now().time_since_epoch())
                                         .count());
+}
+
+void after_post(Backend* be, unsigned posted) {
+  // 16: a window of small WRITEs goes out in bursts of 16 as perftest posts it (the peer is
+  // busy meanwhile) rather than all at its next poll; one post alone waits for that poll.
+  be->unsent += posted;
+  if (be->unsent < 16) return;
+  be->unsent = 0;
+  be->env->loop.send_now();
+}
+
+void linger(Backend* be, std::uint32_t qpn) {
+  if (be->linger_ns == 0) return;
+  if (be->linger_skip > 0) {
+    --be->linger_skip;
+    return;
+  }
+  engine::Engine& eng = be->env->eng;
+  const engine::Qp* q = eng.find_qp(qpn);
+  // Requests outstanding: the program will poll again for them, nothing to wait for here.
+  if (q == nullptr || q->sq_head != q->sq_tail) return;
+  const std::uint64_t rx = eng.stats().get(engine::Counter::kRxFrames);
+  const std::uint64_t end = now_ns() + be->linger_ns;
+  do {
+    be->env->loop.poll_once();
+    if (eng.stats().get(engine::Counter::kRxFrames) != rx) {
+      be->linger_misses = 0;
+      return;
+    }
+  } while (now_ns() < end);
+  // Nothing came (a READ's requester, a program that sends again rather than waits): skip
+  // the next 1, 3, 7 ... 1023 chances.
+  be->linger_misses = std::min(be->linger_misses + 1, 10u);
+  be->linger_skip = (1u << be->linger_misses) - 1;
+}
+
+void wake_progress(Backend* be) {
+  be->handoff.store(true, std::memory_order_release);
+  if (be->backing_off.load()) {
+    be->backoff_word.store(1);
+    ::syscall(SYS_futex, &be->backoff_word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+  }
 }
 
 bool Backend::inherited() const { return pid != ::getpid(); }
@@ -430,6 +518,9 @@ Backend* open_backend(Device* d) {
   }
   be->users = 1;
   be->was_up = be->link_up();
+  if (!d->attached)
+    be->linger_ns = static_cast<std::uint64_t>(
+        std::clamp(std::atof(env_or("ROCE_VERBS_LINGER_US", "50")), 0.0, 10'000.0) * 1000);
   Backend* raw = be.release();
   raw->progress = std::thread(progress_thread, raw);
   if (!d->attached) {

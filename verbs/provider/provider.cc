@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "verbs/memory/adopt.h"
 #include "verbs/provider/ex_api.h"
@@ -508,6 +510,8 @@ int poll_cq_op(ibv_cq* cq, int n, ibv_wc* wc) {
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) {
   rcq(cq)->armed.store(solicited_only ? 2 : 1, std::memory_order_release);
+  // The program is about to block in ibv_get_cq_event: the progress thread takes the port now.
+  wake_progress(rcq(cq)->be);
   return 0;
 }
 
@@ -1188,32 +1192,56 @@ void set_cm_sink(ibv_context* c, std::function<void(client::CmEvent&&)> sink) {
   be->cm_sink = std::move(sink);
 }
 
+/// runtime::Poller::kYieldAfterIdlePolls, roce-perf's.
+constexpr std::uint32_t kYieldAfterEmptyPolls = 32;
+
 int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
   if (max <= 0) return max == 0 ? 0 : -EINVAL;
   RCq* r = rcq(cq);
-  r->be->app_polled_ns.store(now_ns(), std::memory_order_relaxed);
+  Backend* be = r->be;
+  app_call(be);
   // Storage for 32 completions, not 32 constructed ones: value-initialising verbs::Wc[32] was a
   // 1.5 KB memset on every call, most of them empty polls (callgrind: 85 of the 424 instructions
   // of an empty ibv_poll_cq, attached). Wc is an implicit-lifetime type, so the bytes are Wcs.
   alignas(verbs::Wc) unsigned char wc_bytes[sizeof(verbs::Wc) * 32];
   auto* wc = reinterpret_cast<verbs::Wc*>(wc_bytes);
   int total = 0;
+  bool yield = false;
   while (total < max) {
     const int want = std::min(max - total, 32);
     int n = 0;
     {
-      // What the progress thread took for a solicited-only arming comes first (the CQ's order:
-      // it takes under this lock too).
-      std::lock_guard<std::mutex> h(r->held_mu);
-      for (; n < want && !r->held.empty(); ++n) {
-        wc[n] = r->held.front();
-        r->held.pop_front();
+      // One lock (poll_lock: the backend's in-process, the CQ's attached). What the progress
+      // thread took for a solicited-only arming comes first (the CQ's order: it takes under
+      // this lock too).
+      std::lock_guard<std::mutex> g(poll_lock(be, r));
+      if (r->held_n.load(std::memory_order_relaxed) != 0) {
+        for (; n < want && !r->held.empty(); ++n) {
+          wc[n] = r->held.front();
+          r->held.pop_front();
+        }
+        r->held_n.store(static_cast<std::uint32_t>(r->held.size()), std::memory_order_relaxed);
       }
       if (n < want) {
-        std::lock_guard<std::mutex> g(r->be->mu);
-        const int m = r->be->ctx->poll_cq(r->c, want - n, wc + n);
+        // In-process, an empty CQ polls the port (libroce's local poll_cq), which transmits
+        // what post_send left unsent.
+        const int m = be->ctx->poll_cq(r->c, want - n, wc + n);
         if (m < 0 && n == 0) return total > 0 ? total : m;
         n += std::max(m, 0);
+      }
+      if (total + n == 0)
+        yield = ++r->empty_polls >= kYieldAfterEmptyPolls;
+      else
+        r->empty_polls = 0;
+      if (be->env != nullptr) {
+        be->unsent = 0;
+        // The last completion handed out is a successful send: the program may next wait for
+        // its peer without a verb (perftest's write_lat spins on its memory); catch the
+        // peer's frame here rather than leave it to the progress thread.
+        if (n > 0 && (n < want || total + n >= max) &&
+            (static_cast<unsigned>(wc[n - 1].opcode) & 128u) == 0 &&
+            wc[n - 1].status == verbs::WcStatus::kSuccess)
+          linger(be, wc[n - 1].qp_num);
       }
     }
     for (int i = 0; i < n; ++i) {
@@ -1237,9 +1265,9 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
       if (s.status != verbs::WcStatus::kSuccess) {
         // A completion in error means its QP is in the error state (IBA 10.8.3.3; flushes
         // follow it there): ibv_query_qp says so, as the kernel's answer would.
-        std::lock_guard<std::mutex> g(r->be->reg);
-        const auto it = r->be->qps.find(s.qp_num);
-        if (it != r->be->qps.end()) {
+        std::lock_guard<std::mutex> g(be->reg);
+        const auto it = be->qps.find(s.qp_num);
+        if (it != be->qps.end()) {
           it->second->attr.qp_state = IBV_QPS_ERR;
           it->second->vqp.qp.state = IBV_QPS_ERR;
         }
@@ -1248,6 +1276,7 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
     total += n;
     if (n < want) break;
   }
+  if (yield) ::sched_yield();
   return total;
 }
 
@@ -1265,26 +1294,57 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   // SGEs are counted up to the first request with more than the QP takes (refused there,
   // before its list is read).
   std::size_t n = 0, ns = 0;
-  bool counting = true;
+  bool counting = true, copies = false;
   for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
     ++n;
     counting = counting && w->num_sge >= 0 &&
                static_cast<std::uint32_t>(w->num_sge) <= r->cap.max_send_sge;
     if (counting) ns += static_cast<std::size_t>(w->num_sge);
+    copies |= (w->send_flags & IBV_SEND_INLINE) != 0 || w->num_sge > static_cast<int>(kAttachedSge);
   }
   if (n == 0) return 0;
-  // The program is in its verbs loop: the progress thread keeps off the lock (mode.cc).
-  be->app_polled_ns.store(now_ns(), std::memory_order_relaxed);
-  // Reused per thread: no allocation per post once a thread has posted its largest list.
-  thread_local std::vector<verbs::SendWr> ws;
-  thread_local std::vector<verbs::Sge> sges;
-  ws.assign(n, verbs::SendWr{});
-  sges.resize(ns);
+  // The program is in its verbs loop: the progress thread keeps off the port (mode.cc).
+  app_call(be);
+  // The converted list: on the stack for the usual few requests (callgrind: the thread_local
+  // vectors cost about 200 of the 616 instructions of a one-WRITE ibv_post_send, attached),
+  // else in vectors reused per thread (no allocation once a thread posted its largest list).
+  constexpr std::size_t kStackWrs = 8, kStackSges = 32;
+  alignas(verbs::SendWr) unsigned char ws_bytes[sizeof(verbs::SendWr) * kStackWrs];
+  // Storage, not constructed Sges (value-initialising 32 of them was 68 instructions a call):
+  // each one used is assigned before it is read.
+  alignas(verbs::Sge) unsigned char sge_bytes[sizeof(verbs::Sge) * kStackSges];
+  std::uint8_t bounced_stack[kStackWrs];
+  verbs::SendWr* ws;
+  verbs::Sge* sges;
   // Which requests took a bounce buffer slot (attached): only those the attachment accepts
   // keep theirs.
-  thread_local std::vector<std::uint8_t> bounced;
-  bounced.assign(n, 0);
-  std::lock_guard<std::mutex> g(be->mu);
+  std::uint8_t* bounced;
+  // (One SGE more than counted: a copied request with no SGE still writes its first.)
+  if (n <= kStackWrs && ns < kStackSges) {
+    ws = reinterpret_cast<verbs::SendWr*>(ws_bytes);
+    sges = reinterpret_cast<verbs::Sge*>(sge_bytes);
+    bounced = bounced_stack;
+  } else {
+    thread_local std::vector<verbs::SendWr> ws_heap;
+    thread_local std::vector<verbs::Sge> sges_heap;
+    thread_local std::vector<std::uint8_t> bounced_heap;
+    ws_heap.resize(n);
+    sges_heap.resize(ns + 1);
+    bounced_heap.resize(n);
+    ws = ws_heap.data();
+    sges = sges_heap.data();
+    bounced = bounced_heap.data();
+  }
+  for (std::size_t k = 0; k < n; ++k) new (&ws[k]) verbs::SendWr{};
+  if (att && copies) std::fill_n(bounced, n, std::uint8_t{0});
+  // One lock: in-process the backend's (the engine is single threaded); attached none of ours
+  // (libroce's attached Context locks the send queue) unless a request is copied into the
+  // QP's bounce buffer.
+  std::unique_lock<std::mutex> g;
+  if (!att)
+    g = std::unique_lock<std::mutex>(be->mu);
+  else if (copies)
+    g = std::unique_lock<std::mutex>(r->bounce_mu);
   const std::uint32_t first_slot = r->bounce.slot;
   std::uint32_t slots_taken = 0;
   std::size_t i = 0, s = 0;
@@ -1296,21 +1356,20 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     int rc = 0;
     if (count > 0) {
       ws[count - 1].next = nullptr;
-      rc = be->ctx->post_send(r->q, ws.data(), &b);
+      rc = be->ctx->post_send(r->q, ws, &b);
     }
     if (rc != 0) {
       ibv_send_wr* v = wr;
       std::size_t accepted = 0;
-      for (const verbs::SendWr* y = ws.data(); b != nullptr && y != b && v != nullptr;
+      for (const verbs::SendWr* y = ws; b != nullptr && y != b && v != nullptr;
            y = y->next, ++accepted)
         v = v->next;
       if (bad != nullptr) *bad = b != nullptr ? v : wr;
       // The refused requests give their slots back: a slot holds the data of a request the
       // attachment took until 4 x the queue's depth more have been taken, not posts retried.
-      if (r->bounce.slots != 0) {
+      if (r->bounce.slots != 0 && copies) {
         const auto kept = static_cast<std::uint32_t>(
-            std::count(bounced.begin(), bounced.begin() + static_cast<std::ptrdiff_t>(accepted),
-                       std::uint8_t{1}));
+            std::count(bounced, bounced + static_cast<std::ptrdiff_t>(accepted), std::uint8_t{1}));
         r->bounce.slot = (first_slot + kept) % r->bounce.slots;
       }
       return rc;
@@ -1360,7 +1419,7 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
       x.ud.remote_qpn = w->wr.ud.remote_qpn;
       x.ud.remote_qkey = w->wr.ud.remote_qkey;
     }
-    verbs::Sge* sg = sges.data() + s;
+    verbs::Sge* sg = sges + s;
     std::uint64_t total = 0;
     for (int k = 0; k < w->num_sge; ++k) {
       sg[k] = {w->sg_list[k].addr, w->sg_list[k].length, w->sg_list[k].lkey};
@@ -1399,7 +1458,9 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     s += static_cast<std::size_t>(std::max(w->num_sge, 0));
     x.next = w->next != nullptr ? &ws[i + 1] : nullptr;
   }
-  return post_prefix(n, nullptr, 0);
+  const int rc = post_prefix(n, nullptr, 0);
+  if (rc == 0 && !att) after_post(be, static_cast<unsigned>(n));
+  return rc;
 }
 
 }  // namespace roce::verbs_compat

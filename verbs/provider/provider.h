@@ -63,9 +63,23 @@ struct Backend {
   std::map<std::uint32_t, RQp*> qps;  ///< by QP number: async events name QPs by number
   std::function<void(client::CmEvent&&)> cm_sink;
   std::atomic<bool> has_cm_sink{false};
-  /// When the program last polled a CQ (now_ns): the progress thread then leaves
-  /// the polling to it.
-  std::atomic<std::uint64_t> app_polled_ns{0};
+  /// The program's ibv_post_send and ibv_poll_cq calls, counted (a relaxed increment, no
+  /// clock read): while the count moves, the program drives the port itself and the progress
+  /// thread keeps off it (mode.cc, progress_thread).
+  std::atomic<std::uint32_t> app_calls{0};
+  /// The progress thread's futex word while it backs off: ibv_req_notify_cq wakes it (a
+  /// program about to block in ibv_get_cq_event leaves the port to it at once).
+  std::atomic<std::uint32_t> backoff_word{0};
+  std::atomic<bool> backing_off{false};
+  std::atomic<bool> handoff{false};  ///< set by wake_progress: take the port now
+  // In-process, under `mu`: the program's verbs calls drive the engine (mode.cc).
+  /// Work requests posted since the engine last transmitted (post_send sends every kTxBatch).
+  unsigned unsent = 0;
+  /// Lingering: after a send completion leaves a QP with nothing outstanding, ibv_poll_cq keeps
+  /// polling the port up to `linger_ns` for the peer's next frame (ROCE_VERBS_LINGER_US).
+  /// A linger that catches nothing makes the next 2^misses - 1 completions skip it.
+  std::uint64_t linger_ns = 0;
+  unsigned linger_misses = 0, linger_skip = 0;
   std::uint64_t events_ns = 0;      ///< the progress thread's last look at events
   std::uint64_t state_ns = 0;       ///< its last look at the port's state
   bool was_up = false;              ///< the port's state it last reported
@@ -114,9 +128,16 @@ struct RCq {
   bool ex = false;            ///< made by ibv_create_cq_ex (ex_api.cc's iterator state)
   /// Armed for solicited completions only, the progress thread takes the CQ's completions to
   /// look at them (a solicited or error one fires the channel, as rxe); poll_cq hands these
-  /// out first, oldest first. Locked before the backend's lock; at most the CQ's depth.
+  /// out first, oldest first. At most the CQ's depth. Guarded, with every poll of the CQ, by
+  /// poll_lock(): the backend's lock in-process, `held_mu` attached (roced's CQ needs no
+  /// backend lock: libroce's attached Context locks per CQ).
   std::mutex held_mu;
   std::deque<verbs::Wc> held;
+  std::atomic<std::uint32_t> held_n{0};  ///< held.size(), read without the lock
+  /// ibv_poll_cq calls in a row that found nothing (under poll_lock): from 32 on, each empty
+  /// poll yields the CPU, as roce-perf's poller does (a program's pure CQ spin would otherwise
+  /// hold a CPU that roced, or the peer on the same host, needs to produce that completion).
+  std::uint32_t empty_polls = 0;
   // ibv_start_poll's state (ex_api.cc): completions polled ahead, the current one.
   std::vector<ibv_wc> ahead;
   std::size_t pos = 0;
@@ -145,6 +166,9 @@ struct RQp {
   ibv_qp_cap cap{};
   ibv_qp_attr attr{};  ///< what modify_qp set (ibv_query_qp reports it)
   int sq_sig_all = 0;
+  /// Attached: the bounce buffer's lock (a post that copies takes it; libroce's attached
+  /// Context locks the send queue itself, so other posts take no lock of ours).
+  std::mutex bounce_mu;
   Bounce bounce;
   std::uint32_t async_written = 0;  ///< async events written for it (under the backend's `reg`)
   /// Attached, its own receive queue (no SRQ): receive WRs posted (under the backend's `mu`)
@@ -189,6 +213,24 @@ std::optional<MacAddr> resolve(Backend* be, Ipv4Addr ip, double seconds);
 
 /// A monotonic clock in nanoseconds.
 std::uint64_t now_ns();
+
+/// The lock around every poll of `c`'s CQ and its `held` completions: the backend's in-process
+/// (the engine is single threaded), the CQ's own attached.
+inline std::mutex& poll_lock(Backend* be, RCq* c) { return be->env ? be->mu : c->held_mu; }
+/// The program called a verb that drives the port (post_send, poll_cq): counted.
+inline void app_call(Backend* be) {
+  be->app_calls.store(be->app_calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+/// In-process, the backend's lock held: after a post, the requests go on the wire once
+/// kTxBatch of them wait (a single post leaves at the program's next ibv_poll_cq, which polls
+/// the port before it receives).
+void after_post(Backend* be, unsigned posted);
+/// In-process, the backend's lock held: after ibv_poll_cq returned a send completion of QP
+/// `qpn`, polls the port for the peer's next frame while the QP has nothing outstanding
+/// (Backend::linger_ns).
+void linger(Backend* be, std::uint32_t qpn);
+/// Wakes the progress thread from a back-off (ibv_req_notify_cq: the program will block).
+void wake_progress(Backend* be);
 
 // provider.cc
 extern const rdma::verbs_device_ops kDeviceOps;
