@@ -17,10 +17,13 @@ def size(b):
 def pingpong(path, placement, loadavg):
     j = json.load(open(path))
     r = j["results"][0]
-    print(f"           OK: {r['iterations']} attached ping-pongs of {r['bytes']} bytes (SEND), "
-          f"round trip p50 {2 * r['t_typical_usec']:.1f} us, p99 {2 * r['p99_usec']:.1f} us")
-    print(f"           (mode: libroce's hybrid wait, -e: spin on the completion ring, then the "
-          f"eventfd; client: {placement}, appliance-a's loop on CPU 0; load average {loadavg})")
+    print(f"           OK: attached round trip of {r['bytes']} bytes (SEND): p50 "
+          f"{2 * r['t_typical_usec']:.1f} us, p99 {2 * r['p99_usec']:.1f} us "
+          f"({r['iterations']} timed)")
+    print("           (mode: libroce's hybrid wait, -e: a spin on the completion ring, then the "
+          "eventfd;")
+    print(f"            client on {placement}, appliance-a's loop on CPU 0; "
+          f"load average {loadavg})")
 
 
 if len(sys.argv) > 1 and sys.argv[1] == "--pingpong":
