@@ -99,7 +99,7 @@ note " waits for its client to be woken, about 15 us a round trip on a 2-CPU VM)
 # is on CPU 0, appliance-b sleeps when idle), libroce's hybrid wait (-e: a short spin on the
 # completion ring, then the eventfd), against the send_lat server appliance-a hosts.
 note "attached round trip, client on a core of its own: roce-perf send_lat --attach -e"
-cpu=() where="unpinned (one CPU)"
+cpu=() where="the one CPU"
 (($(nproc) >= 2)) && cpu=(taskset -c 1) where="CPU 1 (taskset -c 1)"
 "${cpu[@]}" "$bin/roce-perf" send_lat --attach "$out/appliance-a.sock" -e -p "$pp" -s 8 \
   -n "$pp_n" --json "$out/pingpong.json" 127.0.0.1 > "$out/pingpong.log" 2>&1 \
