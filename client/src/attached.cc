@@ -444,13 +444,15 @@ class Attached final : public Context {
         c->efd = efd = fd;
       }
     }
-    // The hybrid wait (hybrid_wait.h): spin on the ring for the CQ's budget, then sleep. A
-    // caller that does not want to wait (timeout 0) does not spin either.
+    // The hybrid wait (hybrid_wait.h): spin on the ring for the CQ's budget (within the
+    // timeout), then sleep. A caller that does not want to wait (timeout 0) does not spin
+    // either, nor does its call count for the budget.
     std::uint32_t budget;
     {
       std::lock_guard<std::mutex> g(c->mu);
       if (!c->ring.empty()) return 0;
       budget = timeout_ms == 0 ? 0 : c->spin.budget();
+      if (timeout_ms > 0) budget = std::min<std::uint64_t>(budget, timeout_ms * 1'000'000ull);
     }
     if (budget != 0) {
       const std::uint64_t end = mono_ns() + budget;
@@ -464,6 +466,7 @@ class Attached final : public Context {
         if (i % 16 == 0 && mono_ns() >= end) break;
       }
     }
+    if (timeout_ms == 0) return wait_on(c->ring, c->mu, efd, 0);  // (leaves the budget be)
     const std::uint64_t t0 = mono_ns();
     const int rc = wait_on(c->ring, c->mu, efd, timeout_ms);
     std::lock_guard<std::mutex> g(c->mu);
