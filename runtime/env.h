@@ -11,6 +11,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "apps/common/pcap_writer.h"
@@ -48,7 +49,7 @@ class Poller {
     unsigned idle = 0;
     while (!done()) {
       if (port::now_ns() > end) return false;
-      if (step())
+      if (step() || std::exchange(rested_, false))
         idle = 0;
       else if (++idle >= kYieldAfterIdlePolls && yield_when_idle)
         rest();
@@ -58,12 +59,18 @@ class Poller {
   bool yield_when_idle = true;
   static constexpr unsigned kYieldAfterIdlePolls = 32;
   static void yield();
+  /// The test just waited of its own accord (attached -e: in wait_cq, which sleeps when
+  /// nothing comes): no rest() on top of it, which would delay the completion it waited for.
+  void rested() { rested_ = true; }
 
  protected:
   /// One poll of the dataplane; true when it found work.
   virtual bool step() = 0;
   /// What an idle wait does between polls: yield the CPU.
   virtual void rest() { yield(); }
+
+ private:
+  bool rested_ = false;
 };
 
 /// The dataplane of a test or an application: a poll loop and its engine. A program owns one

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The README's main command: installs the dependencies (Debian 12, root), builds, then shows in
 # a few minutes what the appliance is for, with a progress line per step:
-#   1. two appliances (roced) on a virtual DPDK link (net_memif, no hugepages, no NIC), and two
-#      application processes attached to them that move RC SEND, WRITE and READ of 4 MiB with
-#      every byte checked, then ping-pong;
+#   1. two appliances (roced) on a virtual DPDK link (net_memif, no hugepages, no NIC), each
+#      on a CPU of its own, and two application processes attached to them that move RC SEND,
+#      WRITE and READ of 4 MiB with every byte checked, then ping-pong; then the attached
+#      round trip on a core of its own (roce-perf send_lat --attach);
 #   2. a short benchmark: WRITE, SEND and READ bandwidth and round-trip latency next to the
 #      link's own ceiling and kernel TCP (config/bench/demo.yaml; table, JSON and SVG plot);
 #   3. the accelerator call: an appliance hosting the NAA service, a host calling its kernels
@@ -36,12 +37,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# An appliance: NAME ROLE MAC IP PROMETHEUS SOCKET [services YAML]
+# An appliance: NAME ROLE MAC IP PROMETHEUS SOCKET [services YAML]; its poll loop on CPU
+# ${lcore:-0} (lcore=1 appliance ...): two appliances on one CPU take turns at the scheduler's
+# pace, which made every message of the attached ping-pong wait for a time slice (0.7 ms). Once
+# idle it sleeps ${nap:-20} us between polls.
 appliance() {
   cat > "$out/$1.yaml" <<YAML
 name: $1
 eal:
   args: [--no-huge, --no-shconf, -m, "256", --no-pci, --file-prefix=$tag$1, "--log-level=*:error"]
+  lcores: [${lcore:-0}]
 ports:
   - name: p0
     device: net_memif0
@@ -50,7 +55,7 @@ ports:
     ipv4: $4/24
 poll:  # sleep between polls once idle: the appliances leave the CPU to the benchmark
   idle_after_polls: 2000
-  idle_sleep_us: 20
+  idle_sleep_us: ${nap:-20}
 counters:
   prometheus: $5
   telemetry: false
@@ -68,10 +73,19 @@ YAML
 
 step "1. Two appliances on a virtual link (net_memif, no hugepages, no NIC)"
 prom_a=127.0.0.1:$((20000 + $$ % 10000)) prom_b=127.0.0.1:$((30000 + $$ % 10000))
-appliance appliance-a server 02:00:5e:00:0a:01 192.0.2.61 "$prom_a" "$out/link.sock"
-appliance appliance-b client 02:00:5e:00:0a:02 192.0.2.62 "$prom_b" "$out/link.sock"
+tcp=$((40000 + $$ % 10000)) pp=$((40001 + $$ % 10000)) pp_n=5000
+# appliance-a also hosts perftest's send_lat server in its poll loop: the far end of the
+# attached round trip below.
+appliance appliance-a server 02:00:5e:00:0a:01 192.0.2.61 "$prom_a" "$out/link.sock" "services:
+  - test: send_lat
+    port: p0
+    listen_port: $pp
+    args: [-s, '8', -n, '$pp_n', --timeout, '30']"
+# appliance-b shares CPU 1 with the client of that round trip: idle, it wakes once a millisecond
+# (every 20 us its wake-ups preempted the client, and under load the client then waited
+# behind the other runnable tasks: p50 2 us or 12-19 us, against 2.0-2.1 us).
+nap=1000 lcore=1 appliance appliance-b client 02:00:5e:00:0a:02 192.0.2.62 "$prom_b" "$out/link.sock"
 note "two applications attach (libroce) and move 4 MiB each way, every byte checked"
-tcp=$((40000 + $$ % 10000))
 "$bin/roce-attach-example" --socket "$out/appliance-a.sock" --listen "$tcp" --size $((4 << 20)) \
   --pingpong 500 > "$out/app-a.log" 2>&1 &
 app=$!
@@ -79,6 +93,19 @@ app=$!
   --size $((4 << 20)) --pingpong 500 > "$out/app-b.log" 2>&1 || { cat "$out"/app-*.log; exit 1; }
 wait "$app" || { cat "$out/app-a.log"; exit 1; }
 grep -E "OK:" "$out/app-b.log" | sed 's/^attach-example: /           /'
+note "(that ping-pong: four processes on $(nproc) CPUs, two appliances polling: each message"
+note " waits for its client to be woken, about 15 us a round trip on a 2-CPU VM)"
+# The attached path's own latency: a client with a CPU of its own (CPU 1; appliance-a's loop
+# is on CPU 0, appliance-b sleeps when idle), libroce's hybrid wait (-e: a short spin on the
+# completion ring, then the eventfd), against the send_lat server appliance-a hosts.
+note "attached round trip, client on a core of its own: roce-perf send_lat --attach -e"
+cpu=() where="the one CPU"
+(($(nproc) >= 2)) && cpu=(taskset -c 1) where="CPU 1 (taskset -c 1)"
+"${cpu[@]}" "$bin/roce-perf" send_lat --attach "$out/appliance-a.sock" -e -p "$pp" -s 8 \
+  -n "$pp_n" --json "$out/pingpong.json" 127.0.0.1 > "$out/pingpong.log" 2>&1 \
+  || { cat "$out/pingpong.log"; exit 1; }
+/usr/bin/python3 scripts/demo_summary.py --pingpong "$out/pingpong.json" \
+  "$where" "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 step "2. Benchmark: our RC WRITE, SEND, READ vs the link's own ceiling and kernel TCP"
 note "roce-perf --config config/bench/demo.yaml (about 10 s)"

@@ -2,7 +2,10 @@
 """The short benchmark table of scripts/demo.sh, from roce-perf --config's JSON report:
 bandwidth of each operation next to the link's own ceiling and kernel TCP at the same size,
 then round-trip latency (p50, p99) next to an L2 echo on the same link and a TCP ping-pong.
-  demo_summary.py bench-demo.json"""
+  demo_summary.py bench-demo.json
+With --pingpong, the attached round trip of step 1 from roce-perf send_lat's JSON (perftest's
+latencies are one way, half a round trip), with where the client ran and the load average:
+  demo_summary.py --pingpong pingpong.json PLACEMENT LOADAVG"""
 import json
 import sys
 
@@ -10,6 +13,22 @@ import sys
 def size(b):
     return f"{b // 1024} KiB" if b >= 1024 else f"{b} B"
 
+
+def pingpong(path, placement, loadavg):
+    j = json.load(open(path))
+    r = j["results"][0]
+    print(f"           OK: attached round trip of {r['bytes']} bytes (SEND): p50 "
+          f"{2 * r['t_typical_usec']:.1f} us, p99 {2 * r['p99_usec']:.1f} us "
+          f"({r['iterations']} timed)")
+    print("           (mode: libroce's hybrid wait, -e: a spin on the completion ring, then the "
+          "eventfd;")
+    print(f"            client on {placement}, appliance-a's loop on CPU 0; "
+          f"load average {loadavg})")
+
+
+if len(sys.argv) > 1 and sys.argv[1] == "--pingpong":
+    pingpong(*sys.argv[2:5])
+    sys.exit(0)
 
 j = json.load(open(sys.argv[1]))
 base = j["baselines"]

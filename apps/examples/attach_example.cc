@@ -9,7 +9,9 @@
 ///   checks the WRITE                  <-  SEND "done"
 /// With --seconds S the client then repeats WRITE + READ-back of fresh patterns for S seconds
 /// (the kill -9 test of tests/integration/roced_attach.sh); with --pingpong N the two sides
-/// then bounce an 8-byte SEND N times and the client prints the round trip (p50, mean); with
+/// then bounce an 8-byte SEND N times and the client prints the round trip (p50, mean), both
+/// sides the CPU they used meanwhile (--gap US: the client pauses that long before each ping,
+/// so the server waits for it: its CPU is that of a waiting client); with
 /// --srq the server receives through a shared receive queue. With --flood the client's
 /// --seconds loop instead posts 8-byte WRITEs as fast as it can, one signalled in 8: its send
 /// queue fills and post_send says ENOMEM (the client is throttled, roced is not).
@@ -25,6 +27,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <roce/client.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -142,6 +145,14 @@ std::size_t mismatch(const std::uint8_t* p, std::size_t n, unsigned k) {
   return n;
 }
 
+// User and system CPU time of this process so far.
+double cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  const auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
 // One completion of `cq`: waits on the CQ's eventfd (or spins with --busy-poll).
 Wc complete(Context& ctx, Cq* cq, bool busy) {
   Wc wc;
@@ -187,7 +198,7 @@ int main(int argc, char** argv) {
   unsigned listen_port = 0, seconds = 0;
   std::size_t size = 65536;
   bool busy = false, use_srq = false, flood = false;
-  unsigned pingpong = 0;
+  unsigned pingpong = 0, gap_us = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto next = [&]() -> std::string {
@@ -216,12 +227,14 @@ int main(int argc, char** argv) {
       flood = true;
     else if (a == "--pingpong")
       pingpong = static_cast<unsigned>(std::stoul(next()));
+    else if (a == "--gap")
+      gap_us = static_cast<unsigned>(std::stoul(next()));
     else {
       std::printf(
           "usage: roce-attach-example (--socket PATH | --local-memif PATH)\n"
           "         (--listen TCPPORT | --connect HOST:PORT)\n"
           "         [--port NAME] [--size BYTES] [--seconds S] [--pingpong N] [--srq]\n"
-          "         [--busy-poll] [--flood]\n");
+          "         [--gap US] [--busy-poll] [--flood]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -493,8 +506,11 @@ int main(int argc, char** argv) {
       if (const int rc = ctx->post_send(qp, &sw, nullptr)) die("post_send", rc);
     };
     std::vector<double> rtt_us;
+    const double cpu0 = cpu_seconds();
+    const auto wall0 = std::chrono::steady_clock::now();
     for (unsigned i = 0; i < pingpong; ++i) {
       std::memcpy(mem + 4 * size + 32, &i, sizeof i);
+      if (!server && gap_us != 0) std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
       if (server) {
         next_recv();
         if (const int rc = post_recv(&rw)) die("post_recv", rc);
@@ -509,8 +525,13 @@ int main(int argc, char** argv) {
         if (const int rc = post_recv(&rw)) die("post_recv", rc);
       }
     }
+    const double cpu_pct =
+        100 * (cpu_seconds() - cpu0) /
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
     if (server) {
       expect(tcp, "ppdone.");
+      std::printf("attach-example: ping-pong server (%s): CPU %.1f%% of the ping-pong's time\n",
+                  busy ? "busy polling" : "wait_cq", cpu_pct);
     } else {
       say(tcp, "ppdone.");
       std::vector<double> sorted = rtt_us;
@@ -519,9 +540,9 @@ int main(int argc, char** argv) {
       for (double v : rtt_us) sum += v;
       std::printf(
           "attach-example: OK: %u ping-pongs of 8 bytes (%s), round trip p50 %.1f us, "
-          "mean %.1f us, p99 %.1f us\n",
+          "mean %.1f us, p99 %.1f us; CPU %.1f%%\n",
           pingpong, busy ? "busy polling" : "wait_cq", sorted[sorted.size() / 2],
-          sum / static_cast<double>(rtt_us.size()), sorted[sorted.size() * 99 / 100]);
+          sum / static_cast<double>(rtt_us.size()), sorted[sorted.size() * 99 / 100], cpu_pct);
     }
   }
   std::fflush(stdout);

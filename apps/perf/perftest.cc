@@ -156,9 +156,12 @@ class Perftest {
   void post(QpCtx& c, std::uint32_t size, bool signaled);
   void post_recvs(QpCtx& c, std::uint32_t size, unsigned n);
   void check(const Wc& wc);
-  /// -e (attached): sleeps until `cq` has a completion, at most a millisecond.
+  /// -e (attached): waits until `cq` has a completion, at most a millisecond (libroce's
+  /// hybrid wait: a short spin, then the CQ's eventfd); the poller adds no rest of its own.
   void wait_events(rc::Cq* cq) {
-    if (o_.events && !st_.env) ctx_.wait_cq(cq, 1);
+    if (!o_.events || st_.env) return;
+    ctx_.wait_cq(cq, 1);
+    st_.poller.rested();
   }
 
   Opts o_;
@@ -739,6 +742,8 @@ void Perftest::lat_pingpong(std::uint32_t size) {
           check(wc);
           in_flight = false;
           waiting = true;
+        } else if (in_flight && !waiting) {
+          wait_events(scq_);  // (-e) for the acknowledgement, which comes before the reply
         }
         return scnt == iters && rcnt == iters && !in_flight;
       },

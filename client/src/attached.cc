@@ -17,6 +17,7 @@
 #include <mutex>
 #include <vector>
 
+#include "client/src/hybrid_wait.h"
 #include "client/src/shared_memory.h"
 #include "controlplane/attach/protocol.h"
 
@@ -58,6 +59,7 @@ struct ACq : Cq {
   ShmConsumer<CqEntry> ring;
   std::mutex mu;
   unsigned empty_polls = 0;
+  SpinBudget spin{SpinBudget::max_from_env()};  ///< wait_cq's spin before it sleeps (under mu)
 };
 struct ASrq : Srq {
   std::uint32_t h = 0;
@@ -477,7 +479,34 @@ class Attached final : public Context {
         c->efd = efd = fd;
       }
     }
-    return wait_on(c->ring, c->mu, efd, timeout_ms);
+    // The hybrid wait (hybrid_wait.h): spin on the ring for the CQ's budget (within the
+    // timeout), then sleep. A caller that does not want to wait (timeout 0) does not spin
+    // either, nor does its call count for the budget.
+    std::uint32_t budget;
+    {
+      std::lock_guard<std::mutex> g(c->mu);
+      if (!c->ring.empty()) return 0;
+      budget = timeout_ms == 0 ? 0 : c->spin.budget();
+      if (timeout_ms > 0) budget = std::min<std::uint64_t>(budget, timeout_ms * 1'000'000ull);
+    }
+    if (budget != 0) {
+      const std::uint64_t end = mono_ns() + budget;
+      for (unsigned i = 1;; ++i) {
+        cpu_relax();
+        std::lock_guard<std::mutex> g(c->mu);
+        if (!c->ring.empty()) {
+          c->spin.hit();
+          return 0;
+        }
+        if (i % 16 == 0 && mono_ns() >= end) break;
+      }
+    }
+    if (timeout_ms == 0) return wait_on(c->ring, c->mu, efd, 0);  // (leaves the budget be)
+    const std::uint64_t t0 = mono_ns();
+    const int rc = wait_on(c->ring, c->mu, efd, timeout_ms);
+    std::lock_guard<std::mutex> g(c->mu);
+    c->spin.slept(mono_ns() - t0, rc == 0);
+    return rc;
   }
   int get_async_event(AsyncEvent& ev, int timeout_ms) override {
     for (;;) {
