@@ -4,6 +4,8 @@
 // crafted frames in, its frames out.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "dataplane/engine/engine.h"
@@ -289,6 +291,93 @@ TEST(CongestionRp, HostileCnpsAreCountedDrops) {
   EXPECT_EQ(h.count(Counter::kCnpIgnored), 2u);
   EXPECT_EQ(h.count(Counter::kCnpHandled), 0u);
   EXPECT_EQ(h.eng.cc_rate_mbps(*h.qp), 0.0);
+}
+
+// ---- pacing ---------------------------------------------------------------------------------
+
+// A CNP from B's side of a loopback to A's QP.
+std::vector<std::uint8_t> cnp_to(Engine& to, const Engine& from, std::uint32_t qpn) {
+  wire::FrameSpec s;
+  s.src_mac = from.config().mac;
+  s.dst_mac = to.config().mac;
+  s.src_ip4 = from.config().ipv4;
+  s.dst_ip4 = to.config().ipv4;
+  s.tos = 0xC2;
+  s.opcode = Opcode::kCnp;
+  s.becn = true;
+  s.dest_qp = wire::Qpn(qpn);
+  std::vector<std::uint8_t> f(wire::frame_len(s, 0));
+  EXPECT_EQ(wire::build_frame(s, {}, f), f.size());
+  return f;
+}
+
+struct PacedRun {
+  double mbps = 0;  ///< A's request bytes on the wire over the time they took
+  std::uint64_t parked = 0;
+  bool done = false;
+};
+
+// A writes `bytes` in 64 KiB WRITEs to B; with `cnp`, A's QP got a CNP first.
+PacedRun paced_write(cc::Algorithm alg, bool cnp, std::size_t bytes) {
+  LoopbackOptions lo;
+  lo.link_delay_ns = 2000;
+  lo.tick_ns = 100;
+  EngineConfig ca = Loopback::default_config(0);
+  ca.congestion.algorithm = alg;
+  ca.congestion.dcqcn.max_rate_mbps = 2'000;
+  ca.congestion.dcqcn.initial_alpha = 1024;
+  ca.congestion.dcqcn.rate_increase_period_us = 1'000'000;  // no recovery during the run
+  ca.congestion.dcqcn.byte_counter = 1ull << 40;
+  Loopback lb(lo, ca);
+  RcOptions o;
+  o.mtu = Mtu::k1024;
+  auto [a, b] = connect(lb, o);
+  if (cnp) a.eng->receive(cnp_to(*a.eng, *b.eng, a.qp->qpn), lb.now());
+  Buffer src = make_buffer(*a.eng, a.pd, bytes, 1);
+  Buffer dst = make_buffer(*b.eng, b.pd, bytes, 2);
+  constexpr std::size_t kMsg = 65536;
+  std::vector<Sge> sges;
+  for (std::size_t off = 0; off < bytes; off += kMsg) sges.push_back(src.sge(off, kMsg));
+  for (std::size_t i = 0; i < sges.size(); ++i) {
+    SendWr wr = make_wr(i, &sges[i], dst, i * kMsg);
+    EXPECT_EQ(a.eng->post_send(a.qp, &wr, nullptr), kOk);
+  }
+  lb.clear_records();
+  const auto wcs = wait_wcs(lb, a.scq, sges.size(), 10'000'000'000ull);
+  PacedRun r;
+  r.done = wcs.size() == sges.size();
+  std::uint64_t first = 0, last = 0, wire_bytes = 0;
+  for (const WireRecord& w : lb.records()) {
+    if (w.from != 0 || w.payload_len == 0) continue;
+    if (first == 0) first = w.t;
+    last = w.t;
+    wire_bytes += w.payload_len + 74;  // Ethernet to ICRC around a WRITE's payload
+  }
+  if (last > first) r.mbps = double(wire_bytes) * 8000.0 / double(last - first);
+  r.parked = a.eng->stats().get(Counter::kCcParked);
+  std::printf("paced_write: %.0f Mb/s, parked %llu\n", r.mbps,
+              static_cast<unsigned long long>(r.parked));
+  EXPECT_EQ(std::memcmp(src.bytes.data(), dst.bytes.data(), bytes), 0);
+  return r;
+}
+
+TEST(CongestionPacing, DcqcnHoldsTheQpToItsRateAfterACnp) {
+  const PacedRun r = paced_write(cc::Algorithm::kDcqcn, true, 1 << 20);
+  ASSERT_TRUE(r.done);
+  // 2 Gb/s halved by the CNP (alpha 1): 1 Gb/s, within the packet-size estimate's error.
+  EXPECT_GT(r.mbps, 900);
+  EXPECT_LT(r.mbps, 1100);
+  EXPECT_GT(r.parked, 0u) << "a QP over its rate waits on the pacing wheel";
+}
+
+TEST(CongestionPacing, UnlimitedWithoutCnpOrAlgorithm) {
+  const PacedRun a = paced_write(cc::Algorithm::kDcqcn, false, 1 << 20);
+  ASSERT_TRUE(a.done);
+  EXPECT_EQ(a.parked, 0u) << "at the maximum rate a QP is not paced";
+  const PacedRun n = paced_write(cc::Algorithm::kNone, true, 1 << 20);
+  ASSERT_TRUE(n.done);
+  EXPECT_EQ(n.parked, 0u);
+  EXPECT_GT(n.mbps, 5 * 1100) << "no pacing with algorithm none";
 }
 
 }  // namespace
