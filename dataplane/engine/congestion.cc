@@ -19,20 +19,23 @@ namespace {
 // estimate of one full packet.
 constexpr std::uint32_t kPacketOverhead = 14 + 20 + 8 + 12 + 16 + 4;
 
-// The QP's rate now; 0 when it is not limited.
+// The QP's rate now; 0 without an algorithm. At its maximum (rpg_max_rate, the line rate) a
+// QP is still paced: as an RNIC's, it never sends faster than its link, so what it sends
+// waits in no queue of the host (the engine's ring, the port's) where a rate cut could not
+// reach it.
 double current_rate(const Engine& eng, const Qp& qp) {
   switch (eng.config().congestion.algorithm) {
     case cc::Algorithm::kDcqcn:
-      return qp.cc.dcqcn.limited() ? qp.cc.dcqcn.rate_mbps() : 0;
+      return qp.cc.dcqcn.rate_mbps();
     case cc::Algorithm::kDelay:
-      return qp.cc.delay.limited() ? qp.cc.delay.rate_mbps() : 0;
+      return qp.cc.delay.rate_mbps();
     case cc::Algorithm::kNone:
       break;
   }
   return 0;
 }
 
-// Pacing follows the rate: ns per byte, and back to unpaced at the maximum.
+// Pacing follows the rate: ns per byte.
 void set_pace(const Engine& eng, Qp& qp, std::uint64_t now) {
   const double r = current_rate(eng, qp);
   cc::QpCc& c = qp.cc;

@@ -207,8 +207,7 @@ class Engine {
   /// The smoothed round trip over every RC QP of this engine (request to acknowledgement), ns.
   std::uint64_t srtt_ns() const { return srtt_ns_; }
   const EngineConfig& config() const { return cfg_; }
-  /// The rate `qp` is paced at now, in Mb/s; 0 when it is not limited (congestion control
-  /// off, or at its maximum rate).
+  /// The rate `qp` is paced at now, in Mb/s; 0 without congestion control.
   double cc_rate_mbps(const Qp& qp) const;
 
  private:
