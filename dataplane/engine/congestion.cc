@@ -109,6 +109,17 @@ bool Engine::Stages::cc_admit(Engine& eng, Qp& qp, std::uint32_t& budget) {
   if (eng.cfg_.congestion.algorithm == cc::Algorithm::kDcqcn) c.dcqcn.advance(now);
   set_pace(eng, qp, now);
   if (c.ns_per_byte == 0) return true;
+  if (eng.cc_delay_ && qp.type == QpType::kRc) {
+    // Delay-based: a window as well as a rate (Swift's), rate x target round trip and at least
+    // two packets, so that the queue a burst builds before the first late sample is bounded.
+    const double cap = std::max(double(eng.cfg_.congestion.delay.target_us == 0
+                                           ? c.delay.target_ns()
+                                           : eng.cfg_.congestion.delay.target_us * 1000ull) /
+                                    c.ns_per_byte,
+                                2.0 * qp.pmtu());
+    const auto inflight = double(distance(qp.req.next_psn, qp.comp.psn)) * qp.pmtu();
+    if (inflight >= cap) return false;  // an acknowledgement puts the QP back in the list
+  }
   // A QP that fell behind (a late poll) may catch up by burst_bytes, no more.
   const auto lag = static_cast<std::uint64_t>(eng.cfg_.congestion.burst_bytes * c.ns_per_byte);
   const std::uint64_t t = std::max(c.next_send, now > lag ? now - lag : 0);

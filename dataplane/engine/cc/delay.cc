@@ -13,6 +13,7 @@ void DelayCc::reset(const DelayParams& p) {
   rate_ = max_;
   min_rtt_ = 0;
   last_decrease_ = 0;
+  last_sample_ = 0;
   decreased_ = false;
 }
 
@@ -25,8 +26,13 @@ void DelayCc::on_rtt(std::uint64_t rtt, std::uint64_t now) {
   if (rtt == 0) return;
   if (min_rtt_ == 0 || rtt < min_rtt_) min_rtt_ = rtt;
   const std::uint64_t target = target_ns();
+  // Samples come one round trip apart while the QP sends, rarely when it is slow: the
+  // increase is R_AI per round trip of time since the previous sample (at least one).
+  const double trips =
+      last_sample_ == 0 ? 1.0 : std::clamp(double(now - last_sample_) / double(rtt), 1.0, 1000.0);
+  last_sample_ = now;
   if (rtt < target) {
-    rate_ = std::min(rate_ + p_.ai_rate_mbps, max_);
+    rate_ = std::min(rate_ + p_.ai_rate_mbps * trips, max_);
     return;
   }
   if (decreased_ && now - last_decrease_ < rtt) return;  // once per round trip

@@ -3,7 +3,7 @@
 /// of a window; Timely's use of RDMA round trips). The engine's round-trip samples (one per
 /// QP at a time, retransmit.cc) drive it:
 ///
-///   rtt <  target:  R <- R + R_AI                                   (each sample)
+///   rtt <  target:  R <- R + R_AI x (round trips since the previous sample, at least 1)
 ///   rtt >= target:  R <- R max(1 - beta (rtt - target)/rtt, 1 - max_decrease)
 ///                   at most once per round trip
 ///
@@ -34,6 +34,7 @@ class DelayCc {
   double max_ = 0, min_ = 0, rate_ = 0;
   std::uint64_t min_rtt_ = 0;
   std::uint64_t last_decrease_ = 0;
+  std::uint64_t last_sample_ = 0;
   bool decreased_ = false;
 };
 

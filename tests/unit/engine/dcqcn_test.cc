@@ -183,9 +183,12 @@ TEST(DelayCc, IncreasesBelowTargetAndCutsInProportionAbove) {
   // A (long) round trip later, a huge delay: the cut is bounded by max_decrease (50 %).
   c.on_rtt(10'000 * kUs, 12'000 * kUs);
   EXPECT_NEAR(c.rate_mbps(), 3'000, 1e-9);
-  // Below target: additive increase per sample.
-  c.on_rtt(20 * kUs, 30'000 * kUs);
+  // Below target, one round trip after the previous sample: R_AI.
+  c.on_rtt(20 * kUs, 12'020 * kUs);
   EXPECT_NEAR(c.rate_mbps(), 3'100, 1e-9);
+  // Ten round trips later: ten steps.
+  c.on_rtt(20 * kUs, 12'220 * kUs);
+  EXPECT_NEAR(c.rate_mbps(), 4'100, 1e-9);
   EXPECT_TRUE(c.limited());
 }
 
