@@ -13,7 +13,7 @@ namespace roce::engine {
 using wire::OpMask;
 
 namespace {
-bool check_address(const Qp& qp, const wire::RxPkt& pkt);
+[[gnu::always_inline]] inline bool check_address(const Qp& qp, const wire::RxPkt& pkt);
 }  // namespace
 
 std::string_view to_string(Counter c) {
@@ -73,7 +73,7 @@ std::string_view to_string(Counter c) {
 }
 
 namespace {
-bool check_address(const Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline bool check_address(const Qp& qp, const wire::RxPkt& pkt) {
   // rxe check_addr: RC/UC packets must come from the QP's peer and be sent to us.
   const wire::FrameSpec& t = qp.tx;
   if (pkt.ip_version != t.ip_version) return false;
