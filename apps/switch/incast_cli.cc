@@ -35,6 +35,7 @@ int roce::fabric::incast_cli(int argc, char** argv) {
       "kmax-kb", po::value(&kmax_kb)->default_value(50))("pmax",
                                                          po::value(&o.sw.pmax)->default_value(1.0))(
       "no-ecn", "the switch marks nothing (tail drop only)")(
+      "mark-on-enqueue", "mark on enqueue instead of on dequeue")(
       "cc", po::value(&cc)->default_value("none"), "none, dcqcn or delay")(
       "cnp-interval-us", po::value(&cnp_us)->default_value(4))(
       "ai-mbps", po::value(&d.ai_rate_mbps)->default_value(d.ai_rate_mbps))(
@@ -85,6 +86,7 @@ int roce::fabric::incast_cli(int argc, char** argv) {
   o.sw.kmin_bytes = kmin_kb * 1024;
   o.sw.kmax_bytes = kmax_kb * 1024;
   o.sw.ecn = !vm.count("no-ecn");
+  o.sw.mark_on_dequeue = !vm.count("mark-on-enqueue");
   o.duration_ns = static_cast<std::uint64_t>(duration_ms * 1e6);
   o.warmup_ns = static_cast<std::uint64_t>(warmup_ms * 1e6);
   o.join_at_ns = static_cast<std::uint64_t>(join_ms * 1e6);
