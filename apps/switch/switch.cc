@@ -127,24 +127,34 @@ std::uint64_t OutputQueue::depth_percentile(double p) const {
   return c_.hist.size() * cfg_.hist_bucket_bytes;
 }
 
-Switch::Switch(std::size_t ports, const QueueConfig& c, std::uint64_t seed) : macs_(ports) {
+Switch::Switch(std::size_t ports, const QueueConfig& c, std::uint64_t seed, bool learn)
+    : macs_(ports), learn_(learn) {
   out_.reserve(ports);
   for (std::size_t i = 0; i < ports; ++i) out_.emplace_back(c, seed + i);
 }
 
 void Switch::receive(std::size_t in, std::span<const std::uint8_t> frame, std::uint64_t now) {
-  (void)in;
-  if (frame.size() < 14) {
+  if (frame.size() < 14 || in >= out_.size()) {
     ++unknown_;
     return;
   }
-  for (std::size_t p = 0; p < macs_.size(); ++p) {
-    if (std::equal(frame.begin(), frame.begin() + 6, macs_[p].b.begin())) {
-      out_[p].enqueue(std::vector<std::uint8_t>(frame.begin(), frame.end()), now);
-      return;
+  if (learn_ && (frame[6] & 1) == 0) std::copy_n(frame.begin() + 6, 6, macs_[in].b.begin());
+  const bool group = (frame[0] & 1) != 0;
+  if (!group) {
+    for (std::size_t p = 0; p < macs_.size(); ++p) {
+      if (std::equal(frame.begin(), frame.begin() + 6, macs_[p].b.begin())) {
+        if (p != in) out_[p].enqueue(std::vector<std::uint8_t>(frame.begin(), frame.end()), now);
+        return;
+      }
     }
   }
-  ++unknown_;
+  if (!learn_) {
+    ++unknown_;
+    return;
+  }
+  ++flooded_;
+  for (std::size_t p = 0; p < out_.size(); ++p)
+    if (p != in) out_[p].enqueue(std::vector<std::uint8_t>(frame.begin(), frame.end()), now);
 }
 
 std::uint64_t Switch::next_event() const {
@@ -158,7 +168,7 @@ std::uint64_t Switch::next_event() const {
 
 std::string Switch::json() const {
   std::ostringstream o;
-  o << "{\"unknown_dst\":" << unknown_ << ",\"outputs\":[";
+  o << "{\"unknown_dst\":" << unknown_ << ",\"flooded\":" << flooded_ << ",\"outputs\":[";
   for (std::size_t i = 0; i < out_.size(); ++i) {
     const auto& q = out_[i];
     const auto& c = q.counters();

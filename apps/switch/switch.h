@@ -96,12 +96,15 @@ class OutputQueue {
   Counters c_;
 };
 
-/// Ports joined by destination MAC (each port's host MAC given at setup), an OutputQueue each.
+/// Ports joined by destination MAC, an OutputQueue each. A port's MAC is given (set_mac) or
+/// learnt from the source of what arrives on it (`learn`); with learning, broadcast, multicast
+/// and unknown destinations go to every other port (ARP and ND need it).
 class Switch {
  public:
-  Switch(std::size_t ports, const QueueConfig& c, std::uint64_t seed = 1);
+  Switch(std::size_t ports, const QueueConfig& c, std::uint64_t seed = 1, bool learn = false);
   void set_mac(std::size_t port, const wire::MacAddr& mac) { macs_.at(port) = mac; }
-  /// A frame arrives on port `in` at `now`. Frames to an unknown MAC are dropped and counted.
+  /// A frame arrives on port `in` at `now`. Without learning, frames to an unknown MAC are
+  /// dropped and counted.
   void receive(std::size_t in, std::span<const std::uint8_t> frame, std::uint64_t now);
   /// Frames that left output `port` by `now`: f(frame).
   template <class F>
@@ -112,6 +115,7 @@ class Switch {
   OutputQueue& output(std::size_t port) { return out_.at(port); }
   std::size_t ports() const { return out_.size(); }
   std::uint64_t unknown_dst() const { return unknown_; }
+  std::uint64_t flooded() const { return flooded_; }
   /// Every output's counters and depth percentiles, as one JSON object.
   std::string json() const;
 
@@ -119,6 +123,8 @@ class Switch {
   std::vector<wire::MacAddr> macs_;
   std::vector<OutputQueue> out_;
   std::uint64_t unknown_ = 0;
+  bool learn_ = false;
+  std::uint64_t flooded_ = 0;
 };
 
 }  // namespace roce::fabric
