@@ -80,6 +80,66 @@ void parse_offload(Reader& port, PortConfig& p, const std::string& origin,
   r.finish();
 }
 
+// ports[i].congestion: the notification point, the algorithm and its parameters. Names as
+// ConnectX RNICs expose them (mlx5's RP/NP knobs), with the unit as a suffix.
+engine::cc::CongestionConfig parse_congestion(const YAML::Node& node, const std::string& origin,
+                                              const std::string& path) {
+  namespace cc = engine::cc;
+  Reader r(node, origin, path);
+  cc::CongestionConfig k;
+  const std::string alg = r.str("algorithm", "none");
+  if (alg == "none")
+    k.algorithm = cc::Algorithm::kNone;
+  else if (alg == "dcqcn")
+    k.algorithm = cc::Algorithm::kDcqcn;
+  else if (alg == "delay")
+    k.algorithm = cc::Algorithm::kDelay;
+  else
+    r.fail(r.get("algorithm"),
+           path + ".algorithm: '" + alg + "' is not an algorithm (none, dcqcn, delay)");
+  k.ect = r.boolean("ecn", k.ect);
+  k.cnp = r.boolean("cnp", k.cnp);
+  k.cnp_interval_ns = static_cast<std::uint32_t>(
+      r.uint("min_time_between_cnps_us", k.cnp_interval_ns / 1000, 0, 1'000'000) * 1000);
+  k.cnp_dscp = static_cast<std::uint8_t>(r.uint("cnp_dscp", k.cnp_dscp, 0, 63));
+  k.burst_bytes = static_cast<std::uint32_t>(r.uint("burst_bytes", k.burst_bytes, 64, 16u << 20));
+  const auto u32 = [](Reader& x, const char* key, std::uint32_t def, std::uint64_t lo,
+                      std::uint64_t hi) {
+    return static_cast<std::uint32_t>(x.uint(key, def, lo, hi));
+  };
+  if (r.has("dcqcn")) {
+    Reader d(r.get("dcqcn"), origin, path + ".dcqcn");
+    cc::DcqcnParams& p = k.dcqcn;
+    p.max_rate_mbps = u32(d, "rpg_max_rate_mbps", p.max_rate_mbps, 1, 1'600'000);
+    p.min_rate_mbps = u32(d, "rpg_min_rate_mbps", p.min_rate_mbps, 1, p.max_rate_mbps);
+    p.ai_rate_mbps = u32(d, "rpg_ai_rate_mbps", p.ai_rate_mbps, 0, 1'600'000);
+    p.hai_rate_mbps = u32(d, "rpg_hai_rate_mbps", p.hai_rate_mbps, 0, 1'600'000);
+    p.alpha_g = u32(d, "dce_tcp_g", p.alpha_g, 0, 1023);
+    p.initial_alpha = u32(d, "initial_alpha_value", p.initial_alpha, 0, 1023);
+    p.alpha_update_period_us = u32(d, "dce_tcp_rtt_us", p.alpha_update_period_us, 1, 131071);
+    p.rate_increase_period_us = u32(d, "rpg_time_reset_us", p.rate_increase_period_us, 1, 1u << 24);
+    p.byte_counter = d.uint("rpg_byte_reset", p.byte_counter, 0, 1ull << 40);
+    p.threshold = u32(d, "rpg_threshold", p.threshold, 1, 31);
+    p.rate_reduce_monitor_period_us =
+        u32(d, "rate_reduce_monitor_period_us", p.rate_reduce_monitor_period_us, 0, 1u << 24);
+    p.min_dec_factor_pct = u32(d, "rpg_min_dec_fac", p.min_dec_factor_pct, 0, 100);
+    d.finish();
+  }
+  if (r.has("delay")) {
+    Reader d(r.get("delay"), origin, path + ".delay");
+    cc::DelayParams& p = k.delay;
+    p.max_rate_mbps = u32(d, "max_rate_mbps", p.max_rate_mbps, 1, 1'600'000);
+    p.min_rate_mbps = u32(d, "min_rate_mbps", p.min_rate_mbps, 1, p.max_rate_mbps);
+    p.target_us = u32(d, "target_us", p.target_us, 0, 1'000'000);
+    p.ai_rate_mbps = u32(d, "ai_rate_mbps", p.ai_rate_mbps, 0, 1'600'000);
+    p.beta_pct = u32(d, "beta_pct", p.beta_pct, 0, 100);
+    p.max_decrease_pct = u32(d, "max_decrease_pct", p.max_decrease_pct, 0, 100);
+    d.finish();
+  }
+  r.finish();
+  return k;
+}
+
 PortConfig parse_port(const YAML::Node& node, const std::string& origin, const std::string& path) {
   Reader r(node, origin, path);
   PortConfig p;
@@ -112,6 +172,8 @@ PortConfig parse_port(const YAML::Node& node, const std::string& origin, const s
   p.tx_desc = static_cast<std::uint16_t>(r.uint("tx_desc", 1024, 64, 16384));
   if (r.has("fault")) p.fault = parse_fault(r.get("fault"), origin, path + ".fault");
   if (r.has("offload")) parse_offload(r, p, origin, path + ".offload");
+  if (r.has("congestion"))
+    p.congestion = parse_congestion(r.get("congestion"), origin, path + ".congestion");
   r.finish();
   return p;
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dataplane/engine/cc/config.h"
 #include "dataplane/fault_injector.h"
 #include "dataplane/wire/bytes.h"
 
@@ -42,6 +43,8 @@ struct PortConfig {
     std::uint32_t bytes_per_cycle = 64;
     std::uint32_t line_gbps = 100;
   } offload;
+  /// ECN, CNPs and rate control of this port's engines (`congestion:`, docs/congestion.md).
+  engine::cc::CongestionConfig congestion;
 };
 
 /// One of a hosted service's own keys (`services[i].<key>`, declared by its kind in the service

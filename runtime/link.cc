@@ -235,6 +235,11 @@ engine::EngineConfig link_engine_config(const LinkOptions& o) {
         std::max<std::uint64_t>(ec.max_inflight_psns, o.window_bytes / 1024));
   }
   if (o.vlan != 0) ec.vlan_id = static_cast<std::uint16_t>(o.vlan);
+  auto& k = ec.congestion;
+  k.algorithm = o.cc == "dcqcn"   ? engine::cc::Algorithm::kDcqcn
+                : o.cc == "delay" ? engine::cc::Algorithm::kDelay
+                                  : engine::cc::Algorithm::kNone;
+  if (o.cc_max_rate_mbps != 0) k.dcqcn.max_rate_mbps = k.delay.max_rate_mbps = o.cc_max_rate_mbps;
   return ec;
 }
 
@@ -283,10 +288,16 @@ void LinkFlags::add_to(po::options_description& d) {
       "tests' QPs on the card; docs/fpga.md); default: $ROCE_OFFLOAD, else none")(
       "tx-drop", po::value(&tx_drop), "drop this fraction of our transmitted frames")(
       "rx-drop", po::value(&rx_drop), "drop this fraction of our received frames")(
-      "fault-seed", po::value(&seed)->default_value(seed), "seed of the fault injection");
+      "fault-seed", po::value(&seed)->default_value(seed), "seed of the fault injection")(
+      "cc", po::value(&link.cc)->default_value(link.cc),
+      "congestion control of our QPs: none, dcqcn or delay (docs/congestion.md)")(
+      "cc-max-rate-mbps", po::value(&link.cc_max_rate_mbps),
+      "with --cc: the rate a QP starts at and recovers to (the link's; default 100000)");
 }
 
 void LinkFlags::finish() {
+  if (link.cc != "none" && link.cc != "dcqcn" && link.cc != "delay")
+    throw po::error("--cc must be none, dcqcn or delay, not '" + link.cc + "'");
   if (tx_drop < 0 || tx_drop >= 1 || rx_drop < 0 || rx_drop >= 1)
     throw po::error("--tx-drop and --rx-drop must be in [0, 1)");
   link.set_drops(tx_drop, rx_drop, seed);

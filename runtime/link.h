@@ -41,6 +41,10 @@ struct LinkOptions {
   /// The FPGA offload's device model on the port (fpga/model: icrc, parse, or datapath: the
   /// card runs the WRITE and READ tests' QPs); empty: the environment's ROCE_OFFLOAD, else none.
   std::string offload;
+  /// Congestion control of the engine (docs/congestion.md): none, dcqcn or delay, and the
+  /// rate a QP starts at and recovers to (0: the default, 100 Gb/s).
+  std::string cc = "none";
+  std::uint32_t cc_max_rate_mbps = 0;
 
   /// The defaults of the text form: a memif server at 192.0.2.1.
   static LinkOptions text_defaults();

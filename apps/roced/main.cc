@@ -88,6 +88,7 @@ runtime::PortOptions port_options(const ctl::ApplianceConfig& cfg, const ctl::Po
   ec.loss_window = cfg.transport.loss_window;
   ec.recovery_batch = cfg.transport.recovery_batch;
   ec.max_mtu = runtime::link_path_mtu(pc.mtu, runtime::kIboeHeaderRoom);
+  ec.congestion = pc.congestion;
   port::PortSpec& ps = o.spec;
   ps.device = pc.device;
   ps.mac = pc.mac;

@@ -25,6 +25,7 @@
 #include <span>
 #include <vector>
 
+#include "dataplane/engine/cc/config.h"
 #include "dataplane/engine/cq.h"
 #include "dataplane/engine/memory.h"
 #include "dataplane/engine/qp.h"
@@ -86,6 +87,8 @@ struct EngineConfig {
   /// lost retransmission in microseconds instead of the ACK timeout's milliseconds. The peer
   /// sees a duplicate, which every responder handles (IBA 9.7.5.1.4). 0 turns it off.
   std::uint64_t probe_min_ns = 50'000;
+  /// ECN marking, CNPs and the rate control of the requester (docs/congestion.md).
+  cc::CongestionConfig congestion;
 };
 
 /// QPNs of lcore L are (L << kQpnLcoreShift) + kFirstQpn + n: up to 16 lcores, 2^20 - 17 QPs each.
@@ -189,14 +192,18 @@ class Engine {
   std::uint32_t tx_pending() const { return tx_.size(); }
   /// Earliest armed timer (retransmit, probe or RNR), in ns, or a little earlier; 0 when none
   /// is armed.
-  std::uint64_t next_deadline() const { return next_timer_; }
+  std::uint64_t next_deadline() const {
+    return next_pace_ == 0 || (next_timer_ != 0 && next_timer_ < next_pace_) ? next_timer_
+                                                                             : next_pace_;
+  }
   /// True when run() would have something to send (queued WQEs, READ responses, ACKs).
   /// Work requests wait to be sent (a post_send since the last run()).
   bool has_send_work() const { return !send_list_.empty(); }
   bool has_work() const { return !send_list_.empty() || !read_list_.empty() || !ack_list_.empty(); }
   /// True when run() at `now_ns` would do nothing: no work, no frame queued, no timer due.
   bool idle_at(std::uint64_t now_ns) const {
-    return !has_work() && tx_.size() == 0 && (next_timer_ == 0 || now_ns < next_timer_);
+    return !has_work() && tx_.size() == 0 && (next_timer_ == 0 || now_ns < next_timer_) &&
+           (next_pace_ == 0 || now_ns < next_pace_);
   }
   const Stats& stats() const { return stats_; }
   /// Counts what the port's loop does for the engine (self-delivery, port/self_delivery.h).
@@ -204,6 +211,8 @@ class Engine {
   /// The smoothed round trip over every RC QP of this engine (request to acknowledgement), ns.
   std::uint64_t srtt_ns() const { return srtt_ns_; }
   const EngineConfig& config() const { return cfg_; }
+  /// The rate `qp` is paced at now, in Mb/s; 0 without congestion control.
+  double cc_rate_mbps(const Qp& qp) const;
 
  private:
   /// What the stages (rx_dispatch, scheduler, requester, responder, completer, retransmit and
@@ -242,7 +251,14 @@ class Engine {
   std::vector<Qp*> read_list_;
   TimerWheel<Qp> timers_;         ///< retransmit, probe and RNR deadlines (Qp::timer_at)
   std::uint64_t next_timer_ = 0;  ///< earliest armed deadline, 0 = none
-  wire::FrameSpec tx_spec_;       ///< TxPacket::spec of the packet being built (slow path)
+  // Congestion control (congestion.cc): the reaction point's pacing parks a QP over its rate
+  // on this wheel until its next send time (Qp::cc.park_at); both flags are false with
+  // `algorithm: none`, and the scheduler's hook is then one predictable branch.
+  bool cc_pacing_ = cfg_.congestion.algorithm != cc::Algorithm::kNone;
+  bool cc_delay_ = cfg_.congestion.algorithm == cc::Algorithm::kDelay;
+  TimerWheel<Qp> pace_;
+  std::uint64_t next_pace_ = 0;  ///< earliest parked QP's send time, 0 = none
+  wire::FrameSpec tx_spec_;      ///< TxPacket::spec of the packet being built (slow path)
   // Round-trip time over all QPs (same estimator): the probe timer of a QP without its own
   // sample starts from it, so that a thousand new QPs behind one long queue do not all probe
   // after the 1 ms guess.

@@ -128,6 +128,24 @@ struct Engine::Stages {
   /// The QP's full window in PSNs: max_inflight_psns, capped by max_inflight_bytes.
   static std::uint32_t window_max(const Engine& eng, const Qp& qp);
   static void rtt_sample(Engine& eng, Qp& qp);
+  // congestion.cc
+  /// Notification point: `pkt`, received on connected QP `qp`, carries CE: count it and send
+  /// the peer's QP a CNP unless one went out within cnp_interval_ns.
+  static void cc_on_ce(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  /// Reaction point: a CNP for `qp` arrived.
+  static void cc_on_cnp(Engine& eng, Qp& qp);
+  /// A round-trip sample of `rtt_ns` for `qp` (the delay-based algorithm).
+  static void cc_on_rtt(Engine& eng, Qp& qp, std::uint64_t rtt_ns);
+  /// Pacing, before the scheduler sends packets of `qp`: false when the QP is over its rate
+  /// (it is parked until its next send time and must leave the send list); otherwise `budget`
+  /// is cut to what the schedule allows now.
+  static bool cc_admit(Engine& eng, Qp& qp, std::uint32_t& budget);
+  /// Pacing, after: `bytes` (on the wire) of `qp` were sent.
+  static void cc_sent(Engine& eng, Qp& qp, std::uint64_t bytes);
+  /// Puts the parked QPs whose send time has come back on the send list.
+  static void cc_release(Engine& eng);
+  /// A QP enters RTS: its algorithm starts at the maximum rate.
+  static void cc_start(Engine& eng, Qp& qp);
   // verbs.cc
   static void qp_to_error(Engine& eng, Qp& qp, std::optional<WcStatus> head_status = std::nullopt);
   static void flush_recvs(Engine& eng, Qp& qp);

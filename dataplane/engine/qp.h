@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "dataplane/engine/cc/qp_cc.h"
 #include "dataplane/engine/cq.h"
 #include "dataplane/engine/memory.h"
 #include "dataplane/engine/recv_queue.h"
@@ -242,6 +243,7 @@ struct Qp {
   RecvQueue rq;
   RespState resp;
   wire::FrameSpec tx;  ///< header template for this QP's packets
+  cc::QpCc cc;         ///< congestion control (congestion.cc)
 
   /// The send queue entry of counter `i`: `sq` has a power of two of entries, at least
   /// sq_depth(), so this is a mask, not a division.

@@ -151,6 +151,7 @@ void Engine::Stages::rtt_sample(Engine& eng, Qp& qp) {
   if (r == 0) return;
   rtt_update(c.srtt_ns, c.rttvar_ns, r);
   rtt_update(eng.srtt_ns_, eng.rttvar_ns_, r);
+  if (eng.cc_delay_) cc_on_rtt(eng, qp, r);  // the delay-based rate (congestion.cc)
 }
 
 void Engine::Stages::order_retry(Engine& eng, Qp& qp, Psn from, bool count_retry) {

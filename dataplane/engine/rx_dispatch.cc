@@ -13,7 +13,7 @@ namespace roce::engine {
 using wire::OpMask;
 
 namespace {
-bool check_address(const Qp& qp, const wire::RxPkt& pkt);
+[[gnu::always_inline]] inline bool check_address(const Qp& qp, const wire::RxPkt& pkt);
 }  // namespace
 
 std::string_view to_string(Counter c) {
@@ -63,12 +63,17 @@ std::string_view to_string(Counter c) {
                                                                  "rx_drop_local_access",
                                                                  "rx_drop_vlan",
                                                                  "tx_self_delivered",
-                                                                 "tx_self_dropped"};
+                                                                 "tx_self_dropped",
+                                                                 "rx_ecn_ce",
+                                                                 "cnp_sent",
+                                                                 "cnp_handled",
+                                                                 "cnp_ignored",
+                                                                 "cc_parked"};
   return k[static_cast<std::size_t>(c)];
 }
 
 namespace {
-bool check_address(const Qp& qp, const wire::RxPkt& pkt) {
+[[gnu::always_inline]] inline bool check_address(const Qp& qp, const wire::RxPkt& pkt) {
   // rxe check_addr: RC/UC packets must come from the QP's peer and be sent to us.
   const wire::FrameSpec& t = qp.tx;
   if (pkt.ip_version != t.ip_version) return false;
@@ -112,8 +117,14 @@ void Engine::receive(std::span<const std::uint8_t> frame, std::uint64_t now_ns,
 
 void Engine::Stages::dispatch(Engine& eng, const wire::RxPkt& pkt) {
   const wire::OpcodeInfo& info = *pkt.info;
-  if (info.mask.has(OpMask::kCnp)) {
-    eng.stats_.inc(Counter::kRxCnp);  // congestion control consumes these (DCQCN issue)
+  if (info.mask.has(OpMask::kCnp)) [[unlikely]] {
+    eng.stats_.inc(Counter::kRxCnp);
+    // The reaction point's (congestion.cc): only for a connected QP, from its peer.
+    Qp* qp = eng.find_qp(pkt.dest_qp.raw());
+    if (qp != nullptr && qp->type != QpType::kUd && check_address(*qp, pkt))
+      cc_on_cnp(eng, *qp);
+    else
+      eng.stats_.inc(Counter::kCnpIgnored);
     return;
   }
   Qp* qp = eng.find_qp(pkt.dest_qp.raw());
@@ -146,6 +157,8 @@ void Engine::Stages::dispatch(Engine& eng, const wire::RxPkt& pkt) {
     eng.stats_.inc(Counter::kRxDropAddress);
     return;
   }
+  if (pkt.ecn == 3) [[unlikely]]
+    cc_on_ce(eng, *qp, pkt);  // ECN CE: the notification point (congestion.cc)
   if (info.mask.has(OpMask::kResponse))
     comp_on_response(eng, *qp, pkt);
   else

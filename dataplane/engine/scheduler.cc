@@ -4,7 +4,8 @@
 /// ACKs (responder.cc); then, while the transmit ring has room beyond the ACK reserve, rounds
 /// over the QPs with READ responses to send (responder.cc) and the QPs with send work
 /// (requester.cc), a few packets each per round so that one long message does not starve the
-/// others, and fewer for a QP recovering from a loss.
+/// others, and fewer for a QP recovering from a loss. With congestion control on, each QP is
+/// paced to its rate (congestion.cc): one over it waits on the pacing wheel, not in the list.
 #include <algorithm>
 
 #include "dataplane/engine/engine_loc.h"
@@ -23,6 +24,8 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
       Stages::run_timers(*this);
     }
   }
+  // Paced QPs whose send time has come (congestion.cc).
+  if (next_pace_ != 0 && now_ >= next_pace_) Stages::cc_release(*this);
   Stages::resp_flush_acks(*this);
   // Round-robin over the QPs with work, a few packets each per pass, so that one long
   // message does not starve the others.
@@ -60,9 +63,23 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
         }
         budget = std::min(budget, cfg_.recovery_batch - std::min(qp.run_sent, cfg_.recovery_batch));
       }
+      // Pacing (congestion control): a QP over its rate leaves the list until its next send
+      // time. With `algorithm: none` this is the one branch it costs.
+      std::uint64_t paced_from = 0;
+      if (cc_pacing_) [[unlikely]] {
+        if (!Stages::cc_admit(*this, qp, budget)) {
+          qp.in_send_list = false;
+          send_list_[i] = send_list_.back();
+          send_list_.pop_back();
+          continue;
+        }
+        paced_from = stats_.get(Counter::kTxBytes);
+      }
       const std::uint32_t budget0 = budget;
       const std::uint32_t before_next = qp.req.next_wqe;
       if (budget != 0) Stages::req_pump(*this, qp, budget);
+      if (cc_pacing_) [[unlikely]]
+        Stages::cc_sent(*this, qp, stats_.get(Counter::kTxBytes) - paced_from);
       qp.run_sent += budget0 - budget;
       progress |= budget != budget0 || qp.req.next_wqe != before_next;
       const bool idle =

@@ -59,6 +59,11 @@ enum class Counter : std::uint8_t {
   kRxDropVlan,          ///< a frame of another VLAN (or tagged on an untagged port)
   kTxSelfDelivered,     ///< frames to the port's own MAC, handed back to its receive path
   kTxSelfDropped,       ///< such frames lost: the self-delivery queue (or an mbuf) was short
+  kRxEcnCe,             ///< packets of connected QPs received with ECN CE (mlx5 np_ecn_marked)
+  kCnpSent,             ///< CNPs sent (mlx5 np_cnp_sent)
+  kCnpHandled,          ///< CNPs that cut a QP's rate (mlx5 rp_cnp_handled)
+  kCnpIgnored,          ///< CNPs that did not: no algorithm, unknown QP, monitor period
+  kCcParked,            ///< times a QP over its rate was parked until its next send time
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);

@@ -288,6 +288,7 @@ int Engine::destroy_qp(Qp* qp) {
   unlist(ack_list_);
   unlist(read_list_);
   timers_.erase(qp);
+  if (cc_pacing_) pace_.erase(qp);
   --qp->pd->use_count;
   if (qp->srq) --qp->srq->use_count;
   if (qp == gsi_) gsi_ = nullptr;
@@ -337,6 +338,8 @@ wire::FrameSpec Engine::Stages::path_spec(const Engine& eng, const AddressVector
     s.dst_ip6 = av.dgid;
   }
   s.tos = av.traffic_class;
+  // ECN-capable transport, ECT(0), unless the traffic class chose its ECN bits (congestion.ect).
+  if (eng.cfg_.congestion.ect && (s.tos & 3) == 0) s.tos |= 2;
   s.ttl = av.hop_limit;
   s.flow_label = av.flow_label;
   return s;
@@ -410,6 +413,7 @@ int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
     qp->comp.psn = Psn(qp->attr.sq_psn);
     qp->comp.retry_left = qp->attr.retry_cnt;
     qp->comp.rnr_left = qp->attr.rnr_retry;
+    Stages::cc_start(*this, *qp);
   }
   qp->state = next;
   qp->attr.qp_state = next;

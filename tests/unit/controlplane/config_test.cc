@@ -76,6 +76,61 @@ std::string error_of(const std::string& yaml) {
   return "no error";
 }
 
+TEST(Config, CongestionDefaultsAndEveryKey) {
+  const std::string base =
+      "ports:\n  - name: p0\n    device: x\n    mac: 02:00:00:00:00:01\n    ipv4: 192.0.2.1/24\n";
+  const engine::cc::CongestionConfig d = parse_config(base, "d.yaml").ports[0].congestion;
+  EXPECT_EQ(d.algorithm, engine::cc::Algorithm::kNone) << "no rate control unless asked";
+  EXPECT_TRUE(d.ect);
+  EXPECT_TRUE(d.cnp);
+  EXPECT_EQ(d.cnp_interval_ns, 4000u);
+  EXPECT_EQ(d.cnp_dscp, 48);
+  const std::string yaml = base +
+                           "    congestion:\n"
+                           "      algorithm: dcqcn\n"
+                           "      ecn: false\n"
+                           "      cnp: false\n"
+                           "      min_time_between_cnps_us: 50\n"
+                           "      cnp_dscp: 26\n"
+                           "      burst_bytes: 8192\n"
+                           "      dcqcn: {rpg_max_rate_mbps: 25000, rpg_min_rate_mbps: 10, "
+                           "rpg_ai_rate_mbps: 40, rpg_hai_rate_mbps: 400, dce_tcp_g: 1020, "
+                           "initial_alpha_value: 512, dce_tcp_rtt_us: 50, rpg_time_reset_us: 100, "
+                           "rpg_byte_reset: 65536, rpg_threshold: 3, "
+                           "rate_reduce_monitor_period_us: 8, rpg_min_dec_fac: 20}\n"
+                           "      delay: {max_rate_mbps: 9000, min_rate_mbps: 20, target_us: 30, "
+                           "ai_rate_mbps: 50, beta_pct: 70, max_decrease_pct: 40}\n";
+  const engine::cc::CongestionConfig k = parse_config(yaml, "k.yaml").ports[0].congestion;
+  EXPECT_EQ(k.algorithm, engine::cc::Algorithm::kDcqcn);
+  EXPECT_FALSE(k.ect);
+  EXPECT_FALSE(k.cnp);
+  EXPECT_EQ(k.cnp_interval_ns, 50'000u);
+  EXPECT_EQ(k.cnp_dscp, 26);
+  EXPECT_EQ(k.burst_bytes, 8192u);
+  EXPECT_EQ(k.dcqcn.max_rate_mbps, 25'000u);
+  EXPECT_EQ(k.dcqcn.min_rate_mbps, 10u);
+  EXPECT_EQ(k.dcqcn.ai_rate_mbps, 40u);
+  EXPECT_EQ(k.dcqcn.hai_rate_mbps, 400u);
+  EXPECT_EQ(k.dcqcn.alpha_g, 1020u);
+  EXPECT_EQ(k.dcqcn.initial_alpha, 512u);
+  EXPECT_EQ(k.dcqcn.alpha_update_period_us, 50u);
+  EXPECT_EQ(k.dcqcn.rate_increase_period_us, 100u);
+  EXPECT_EQ(k.dcqcn.byte_counter, 65536u);
+  EXPECT_EQ(k.dcqcn.threshold, 3u);
+  EXPECT_EQ(k.dcqcn.rate_reduce_monitor_period_us, 8u);
+  EXPECT_EQ(k.dcqcn.min_dec_factor_pct, 20u);
+  EXPECT_EQ(k.delay.max_rate_mbps, 9000u);
+  EXPECT_EQ(k.delay.min_rate_mbps, 20u);
+  EXPECT_EQ(k.delay.target_us, 30u);
+  EXPECT_EQ(k.delay.ai_rate_mbps, 50u);
+  EXPECT_EQ(k.delay.beta_pct, 70u);
+  EXPECT_EQ(k.delay.max_decrease_pct, 40u);
+  EXPECT_EQ(parse_config(base + "    congestion: {algorithm: delay}\n", "x.yaml")
+                .ports[0]
+                .congestion.algorithm,
+            engine::cc::Algorithm::kDelay);
+}
+
 TEST(Config, ErrorsNameFileLineAndKey) {
   const std::string base =
       "ports:\n  - name: p0\n    device: x\n    mac: 02:00:00:00:00:01\n    ipv4: 192.0.2.1/24\n";
@@ -93,6 +148,16 @@ TEST(Config, ErrorsNameFileLineAndKey) {
       {base + "    zero_copy_min: 0\n", "ports[0].zero_copy_min = 0 is out of range [1, 9216]"},
       {base + "    fault: {drop: 2}\n", "ports[0].fault.drop is out of range [0, 1]"},
       {base + "    fault: {droop: 0.1}\n", "unknown key 'droop' in ports[0].fault"},
+      {base + "    congestion: {algorithm: timely}\n",
+       "ports[0].congestion.algorithm: 'timely' is not an algorithm (none, dcqcn, delay)"},
+      {base + "    congestion: {algo: dcqcn}\n", "unknown key 'algo' in ports[0].congestion"},
+      {base + "    congestion: {dcqcn: {dce_tcp_g: 1024}}\n",
+       "ports[0].congestion.dcqcn.dce_tcp_g = 1024 is out of range [0, 1023]"},
+      {base + "    congestion: {dcqcn: {rpg_max_rate_mbps: 100, rpg_min_rate_mbps: 200}}\n",
+       "rpg_min_rate_mbps = 200 is out of range [1, 100]"},
+      {base + "    congestion: {delay: {beta: 1}}\n",
+       "unknown key 'beta' in ports[0].congestion.delay"},
+      {base + "    congestion: {cnp_dscp: 64}\n", "cnp_dscp = 64 is out of range [0, 63]"},
       {base + "logging: {level: loud}\n",
        "logging.level must be one of error, warning, info, debug"},
       {base + "  - name: p0\n    device: y\n    mac: 02:00:00:00:00:02\n    ipv4: 192.0.2.2\n",

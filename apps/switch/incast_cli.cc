@@ -1,0 +1,121 @@
+/// @file
+/// roce-incast (and `roce-perf incast`): N senders to one receiver through the software switch, on
+/// a simulated clock (apps/switch/fabric.h). Prints one line of results and, with --json, writes
+/// them with the switch's counters and (with --samples) the per-QP rate over time.
+///
+///   roce-incast [--senders 8] [--cc none|dcqcn|delay] [--duration-ms 50] [--json FILE] ...
+#include "apps/switch/incast_cli.h"
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "apps/switch/fabric.h"
+
+int roce::fabric::incast_cli(int argc, char** argv) {
+  namespace po = boost::program_options;
+  using roce::engine::cc::Algorithm;
+  roce::fabric::IncastOptions o;
+  std::string cc = "none", json;
+  double duration_ms = 50, warmup_ms = 5, join_ms = 0;
+  std::uint64_t queue_kb = 512, kmin_kb = 10, kmax_kb = 50;
+  std::uint32_t cnp_us = 4;
+  bool samples = false;
+  std::uint64_t sample_us = 100;
+  auto& d = o.cc.dcqcn;
+  po::options_description desc("roce-incast: N:1 incast through a software switch (simulated)");
+  desc.add_options()("help,h", "this help")("senders", po::value(&o.senders)->default_value(8))(
+      "message", po::value(&o.message)->default_value(65536), "bytes per WRITE")(
+      "qd", po::value(&o.queue_depth)->default_value(8), "WRITEs in flight per sender")(
+      "mtu", po::value(&o.mtu)->default_value(4096))(
+      "link-mbps", po::value(&o.link_mbps)->default_value(10000), "host links and switch outputs")(
+      "queue-kb", po::value(&queue_kb)->default_value(512), "switch output queue depth")(
+      "kmin-kb", po::value(&kmin_kb)->default_value(10))(
+      "kmax-kb", po::value(&kmax_kb)->default_value(50))("pmax",
+                                                         po::value(&o.sw.pmax)->default_value(1.0))(
+      "no-ecn", "the switch marks nothing (tail drop only)")(
+      "mark-on-enqueue", "mark on enqueue instead of on dequeue")(
+      "cc", po::value(&cc)->default_value("none"), "none, dcqcn or delay")(
+      "cnp-interval-us", po::value(&cnp_us)->default_value(4))(
+      "ai-mbps", po::value(&d.ai_rate_mbps)->default_value(d.ai_rate_mbps))(
+      "hai-mbps", po::value(&d.hai_rate_mbps)->default_value(d.hai_rate_mbps))(
+      "time-reset-us",
+      po::value(&d.rate_increase_period_us)->default_value(d.rate_increase_period_us))(
+      "byte-reset", po::value(&d.byte_counter)->default_value(d.byte_counter))(
+      "alpha-period-us",
+      po::value(&d.alpha_update_period_us)->default_value(d.alpha_update_period_us))(
+      "monitor-us",
+      po::value(&d.rate_reduce_monitor_period_us)->default_value(d.rate_reduce_monitor_period_us),
+      "rate_reduce_monitor_period")("g", po::value(&d.alpha_g)->default_value(d.alpha_g),
+                                    "dce_tcp_g (/1024)")(
+      "target-us", po::value(&o.cc.delay.target_us)->default_value(o.cc.delay.target_us),
+      "delay: target round trip")("duration-ms", po::value(&duration_ms)->default_value(50))(
+      "warmup-ms", po::value(&warmup_ms)->default_value(5))(
+      "join-at-ms", po::value(&join_ms)->default_value(0), "the last sender starts this late")(
+      "seed", po::value(&o.seed)->default_value(1))(
+      "sample-us", po::value(&sample_us)->default_value(100), "rate sample interval")(
+      "json", po::value(&json), "write the results here")("samples", po::bool_switch(&samples),
+                                                          "include the rate samples in the JSON");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    std::cerr << "roce-incast: " << e.what() << '\n';
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << desc;
+    return 0;
+  }
+  if (cc == "none")
+    o.cc.algorithm = Algorithm::kNone;
+  else if (cc == "dcqcn")
+    o.cc.algorithm = Algorithm::kDcqcn;
+  else if (cc == "delay")
+    o.cc.algorithm = Algorithm::kDelay;
+  else {
+    std::cerr << "roce-incast: --cc must be none, dcqcn or delay\n";
+    return 2;
+  }
+  d.max_rate_mbps = static_cast<std::uint32_t>(o.link_mbps);
+  o.cc.delay.max_rate_mbps = static_cast<std::uint32_t>(o.link_mbps);
+  o.cc.cnp_interval_ns = cnp_us * 1000;
+  o.sw.depth_bytes = queue_kb * 1024;
+  o.sw.kmin_bytes = kmin_kb * 1024;
+  o.sw.kmax_bytes = kmax_kb * 1024;
+  o.sw.ecn = !vm.count("no-ecn");
+  o.sw.mark_on_dequeue = !vm.count("mark-on-enqueue");
+  o.duration_ns = static_cast<std::uint64_t>(duration_ms * 1e6);
+  o.warmup_ns = static_cast<std::uint64_t>(warmup_ms * 1e6);
+  o.join_at_ns = static_cast<std::uint64_t>(join_ms * 1e6);
+  o.sample_ns = sample_us * 1000;
+  try {
+    const auto r = roce::fabric::run_incast(o);
+    std::printf(
+        "incast %u:1 cc=%s: goodput %.0f Mb/s (%.3f of the %llu Mb/s output, %.3f of its payload "
+        "rate), jain %.3f, queue p50 %llu p99 %llu max %llu B, drops %llu, marks %llu, cnp "
+        "%llu/%llu, retransmitted %llu, timeouts %llu, errors %llu\n",
+        o.senders, cc.c_str(), r.goodput_mbps, r.of_output,
+        static_cast<unsigned long long>(o.link_mbps), r.of_payload_max, r.jain,
+        static_cast<unsigned long long>(r.p50_depth), static_cast<unsigned long long>(r.p99_depth),
+        static_cast<unsigned long long>(r.max_depth), static_cast<unsigned long long>(r.drops),
+        static_cast<unsigned long long>(r.marks), static_cast<unsigned long long>(r.cnp_sent),
+        static_cast<unsigned long long>(r.cnp_handled),
+        static_cast<unsigned long long>(r.retransmitted),
+        static_cast<unsigned long long>(r.timeouts), static_cast<unsigned long long>(r.errors));
+    if (!json.empty()) {
+      std::ofstream f(json);
+      f << roce::fabric::to_json(o, r, samples) << '\n';
+      if (!f) {
+        std::cerr << "roce-incast: cannot write " << json << '\n';
+        return 1;
+      }
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "roce-incast: " << e.what() << '\n';
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,104 @@
+/// @file
+/// DCQCN reaction point (see dcqcn.h for the equations).
+#include "dataplane/engine/cc/dcqcn.h"
+
+#include <algorithm>
+
+namespace roce::engine::cc {
+
+const char* to_string(Algorithm a) {
+  switch (a) {
+    case Algorithm::kNone:
+      return "none";
+    case Algorithm::kDcqcn:
+      return "dcqcn";
+    case Algorithm::kDelay:
+      return "delay";
+  }
+  return "?";
+}
+
+void Dcqcn::reset(const DcqcnParams& p) {
+  p_ = p;
+  max_ = std::max<double>(p.max_rate_mbps, 1);
+  min_ = std::min<double>(std::max<double>(p.min_rate_mbps, 0.001), max_);
+  rc_ = rt_ = max_;
+  alpha_ = std::min(p.initial_alpha, 1024u) / 1024.0;
+  g_ = 1.0 - std::min(p.alpha_g, 1024u) / 1024.0;
+  t_ = bc_ = 0;
+  bytes_ = 0;
+  last_cut_ = 0;
+  cut_once_ = false;
+  cnp_in_period_ = false;
+  alpha_next_ = timer_next_ = 0;
+}
+
+bool Dcqcn::on_cnp(std::uint64_t now) {
+  advance(now);
+  cnp_in_period_ = true;
+  if (alpha_next_ == 0) alpha_next_ = now + std::uint64_t{p_.alpha_update_period_us} * 1000;
+  const std::uint64_t monitor = std::uint64_t{p_.rate_reduce_monitor_period_us} * 1000;
+  if (cut_once_ && now - last_cut_ < monitor) return false;
+  cut_once_ = true;
+  last_cut_ = now;
+  rt_ = rc_;
+  const double keep = std::max(1.0 - alpha_ / 2, std::min(p_.min_dec_factor_pct, 100u) / 100.0);
+  rc_ = std::max(rc_ * keep, min_);
+  t_ = bc_ = 0;
+  bytes_ = 0;
+  timer_next_ = now + std::uint64_t{p_.rate_increase_period_us} * 1000;
+  return true;
+}
+
+void Dcqcn::on_sent(std::uint64_t bytes, std::uint64_t now) {
+  advance(now);
+  if (!limited() || p_.byte_counter == 0) return;
+  bytes_ += bytes;
+  while (bytes_ >= p_.byte_counter && limited()) {
+    bytes_ -= p_.byte_counter;
+    ++bc_;
+    increase_event();
+  }
+}
+
+void Dcqcn::advance(std::uint64_t now) {
+  const std::uint64_t ak = std::max<std::uint64_t>(p_.alpha_update_period_us, 1) * 1000;
+  // Alpha: one update per period; without CNPs it decays towards 0, and once it is there the
+  // timer stops (the next CNP starts it again).
+  while (alpha_next_ != 0 && alpha_next_ <= now) {
+    alpha_ = (1 - g_) * alpha_ + (cnp_in_period_ ? g_ : 0);
+    cnp_in_period_ = false;
+    alpha_next_ += ak;
+    if (alpha_ < 1e-6) {
+      alpha_ = 0;
+      alpha_next_ = 0;
+    } else if (alpha_next_ + 64 * ak <= now) {
+      // Idle for long: the remaining periods without CNPs in one step.
+      const std::uint64_t n = (now - alpha_next_) / ak;
+      for (std::uint64_t i = 0; i < n && alpha_ > 1e-6; ++i) alpha_ *= 1 - g_;
+      alpha_next_ += n * ak;
+    }
+  }
+  const std::uint64_t tk = std::max<std::uint64_t>(p_.rate_increase_period_us, 1) * 1000;
+  while (timer_next_ != 0 && timer_next_ <= now) {
+    timer_next_ += tk;
+    ++t_;
+    increase_event();
+    if (!limited()) timer_next_ = 0;
+  }
+}
+
+void Dcqcn::increase_event() {
+  const std::uint32_t f = p_.threshold;
+  if (t_ >= f && bc_ >= f) {
+    rt_ += (std::min(t_, bc_) - f + 1) * double(p_.hai_rate_mbps);
+  } else if (t_ >= f || bc_ >= f) {
+    rt_ += p_.ai_rate_mbps;
+  }
+  rt_ = std::min(rt_, max_);
+  rc_ = std::min((rt_ + rc_) / 2, max_);
+  // Within a hair of the target at the maximum: there.
+  if (rt_ >= max_ && max_ - rc_ < max_ * 1e-4) rc_ = max_;
+}
+
+}  // namespace roce::engine::cc

@@ -1,0 +1,65 @@
+/// @file
+/// The DCQCN reaction point of one QP (Zhu et al., "Congestion Control for Large-Scale RDMA
+/// Deployments", SIGCOMM 2015), as a state machine of its own: no engine, no clock of its own.
+/// The caller reports CNPs and bytes sent with the time, and asks for the rate to pace at.
+///
+///   CNP:            RT <- RC;  RC <- RC (1 - alpha/2)   (at most one cut per monitor period,
+///                   never below min_dec_factor of RC nor below the minimum rate); the timer,
+///                   the byte counter and both stage counts T, BC restart
+///   alpha period:   alpha <- (1 - g) alpha + g  with a CNP in the period,
+///                   alpha <- (1 - g) alpha      without one          (g = 1 - dce_tcp_g/1024)
+///   increase event: each rate_increase_period (T += 1) and each byte_counter bytes (BC += 1):
+///                   fast recovery   max(T, BC) < F:  RC <- (RT + RC) / 2
+///                   additive        one of them >= F: RT += R_AI,           RC <- (RT + RC) / 2
+///                   hyper           both >= F:        RT += i R_HAI,        RC <- (RT + RC) / 2
+///                                   with i = min(T, BC) - F + 1
+///
+/// Timers are evaluated lazily: advance(now) runs every period that ended before `now`, so a
+/// QP with nothing to send costs nothing, and a QP at its maximum rate has no timer at all.
+#pragma once
+
+#include <cstdint>
+
+#include "dataplane/engine/cc/config.h"
+
+namespace roce::engine::cc {
+
+class Dcqcn {
+ public:
+  Dcqcn() { reset({}); }
+  explicit Dcqcn(const DcqcnParams& p) { reset(p); }
+  void reset(const DcqcnParams& p);
+
+  /// A CNP for this QP arrived at `now_ns`. True when it cut the rate; false when it fell in
+  /// the monitor period of the previous cut (it still counts for alpha).
+  bool on_cnp(std::uint64_t now_ns);
+  /// `bytes` were sent at `now_ns` (the byte counter; timers up to now first).
+  void on_sent(std::uint64_t bytes, std::uint64_t now_ns);
+  /// Runs the alpha and rate-increase timers for every period that ended by `now_ns`.
+  void advance(std::uint64_t now_ns);
+
+  double rate_mbps() const { return rc_; }
+  double target_mbps() const { return rt_; }
+  double alpha() const { return alpha_; }
+  /// True while the rate is below the maximum (the QP must be paced).
+  bool limited() const { return rc_ < max_; }
+  std::uint32_t timer_stage() const { return t_; }
+  std::uint32_t byte_stage() const { return bc_; }
+
+ private:
+  void increase_event();
+
+  DcqcnParams p_;
+  double max_ = 0, min_ = 0;
+  double rc_ = 0, rt_ = 0, alpha_ = 1;
+  double g_ = 0;  ///< the gain, 1 - dce_tcp_g/1024
+  std::uint32_t t_ = 0, bc_ = 0;
+  std::uint64_t bytes_ = 0;     ///< since the last byte-counter event
+  std::uint64_t last_cut_ = 0;  ///< when the rate was last cut
+  bool cut_once_ = false;
+  bool cnp_in_period_ = false;    ///< a CNP arrived in the current alpha period
+  std::uint64_t alpha_next_ = 0;  ///< end of the current alpha period (0: alpha timer idle)
+  std::uint64_t timer_next_ = 0;  ///< next rate-increase timer event (0: idle)
+};
+
+}  // namespace roce::engine::cc

@@ -1,0 +1,47 @@
+/// @file
+/// Delay-based reaction point (see delay.h).
+#include "dataplane/engine/cc/delay.h"
+
+#include <algorithm>
+
+namespace roce::engine::cc {
+
+void DelayCc::reset(const DelayParams& p) {
+  p_ = p;
+  max_ = std::max<double>(p.max_rate_mbps, 1);
+  min_ = std::min<double>(std::max<double>(p.min_rate_mbps, 0.001), max_);
+  rate_ = max_;
+  min_rtt_ = 0;
+  last_decrease_ = 0;
+  last_sample_ = 0;
+  decreased_ = false;
+}
+
+std::uint64_t DelayCc::target_ns() const {
+  if (p_.target_us != 0) return std::uint64_t{p_.target_us} * 1000;
+  return std::max(2 * min_rtt_, min_rtt_ + 10'000);
+}
+
+void DelayCc::on_rtt(std::uint64_t rtt, std::uint64_t now) {
+  if (rtt == 0) return;
+  if (min_rtt_ == 0 || rtt < min_rtt_) min_rtt_ = rtt;
+  const std::uint64_t target = target_ns();
+  // Samples come one round trip apart while the QP sends, rarely when it is slow: the
+  // increase is R_AI per round trip of time since the previous sample (at least one).
+  const double trips =
+      last_sample_ == 0 ? 1.0 : std::clamp(double(now - last_sample_) / double(rtt), 1.0, 1000.0);
+  last_sample_ = now;
+  if (rtt < target) {
+    rate_ = std::min(rate_ + p_.ai_rate_mbps * trips, max_);
+    return;
+  }
+  if (decreased_ && now - last_decrease_ < rtt) return;  // once per round trip
+  const double excess = double(rtt - target) / double(rtt);
+  const double floor = 1.0 - std::min(p_.max_decrease_pct, 100u) / 100.0;
+  const double f = std::max(1.0 - (p_.beta_pct / 100.0) * excess, floor);
+  rate_ = std::max(rate_ * f, min_);
+  decreased_ = true;
+  last_decrease_ = now;
+}
+
+}  // namespace roce::engine::cc

@@ -1,0 +1,27 @@
+/// @file
+/// What congestion control keeps per QP (Qp::cc): the notification point's last CNP, the
+/// reaction point's algorithm state and the pacing schedule it sets. Written by
+/// dataplane/engine/congestion.cc only; untouched with `algorithm: none` and no CE marks.
+#pragma once
+
+#include <cstdint>
+
+#include "dataplane/engine/cc/dcqcn.h"
+#include "dataplane/engine/cc/delay.h"
+
+namespace roce::engine::cc {
+
+struct QpCc {
+  // Notification point
+  std::uint64_t last_cnp_ns = 0;  ///< when the last CNP for this QP's peer went out
+  bool cnp_sent = false;
+  // Reaction point: pacing
+  double ns_per_byte = 0;         ///< 8000 / rate in Mb/s; 0: not paced (at the maximum rate)
+  std::uint64_t next_send = 0;    ///< earliest time (ns) of the QP's next packet
+  std::uint64_t park_at = 0;      ///< its entry on the pacing wheel (0: not parked)
+  std::uint64_t paced_bytes = 0;  ///< wire bytes sent while paced
+  Dcqcn dcqcn;
+  DelayCc delay;
+};
+
+}  // namespace roce::engine::cc

@@ -1,0 +1,159 @@
+/// @file
+/// Congestion control (docs/congestion.md): the notification point (a CNP for the peer's QP
+/// when a packet arrives with ECN CE, at most one per QP per cnp_interval_ns), the reaction
+/// point (a CNP or a round-trip sample moves the QP's rate: dataplane/engine/cc/dcqcn.h,
+/// delay.h), and the pacing that holds each QP to its rate: the scheduler asks cc_admit()
+/// before it sends a QP's packets and reports the bytes to cc_sent(); a QP whose next send
+/// time is still ahead is parked on the pacing wheel (pace_) and comes back to the send list
+/// when its time comes (cc_release, from run()). Nothing here runs with `algorithm: none`
+/// except the notification point, which only CE-marked packets reach.
+#include <algorithm>
+
+#include "dataplane/engine/engine_loc.h"
+
+namespace roce::engine {
+
+namespace {
+
+// Frame bytes around a packet's payload (Ethernet, IPv4, UDP, BTH, RETH, ICRC): the pacing
+// estimate of one full packet.
+constexpr std::uint32_t kPacketOverhead = 14 + 20 + 8 + 12 + 16 + 4;
+
+// The QP's rate now; 0 without an algorithm. At its maximum (rpg_max_rate, the line rate) a
+// QP is still paced: as an RNIC's, it never sends faster than its link, so what it sends
+// waits in no queue of the host (the engine's ring, the port's) where a rate cut could not
+// reach it.
+double current_rate(const Engine& eng, const Qp& qp) {
+  switch (eng.config().congestion.algorithm) {
+    case cc::Algorithm::kDcqcn:
+      return qp.cc.dcqcn.rate_mbps();
+    case cc::Algorithm::kDelay:
+      return qp.cc.delay.rate_mbps();
+    case cc::Algorithm::kNone:
+      break;
+  }
+  return 0;
+}
+
+// Pacing follows the rate: ns per byte.
+void set_pace(const Engine& eng, Qp& qp, std::uint64_t now) {
+  const double r = current_rate(eng, qp);
+  cc::QpCc& c = qp.cc;
+  if (r <= 0) {
+    c.ns_per_byte = 0;
+    c.next_send = 0;
+    return;
+  }
+  if (c.ns_per_byte == 0 && c.next_send < now) c.next_send = now;
+  c.ns_per_byte = 8000.0 / r;
+}
+
+}  // namespace
+
+double Engine::cc_rate_mbps(const Qp& qp) const { return current_rate(*this, qp); }
+
+void Engine::Stages::cc_start(Engine& eng, Qp& qp) {
+  cc::QpCc& c = qp.cc;
+  c = cc::QpCc{};
+  c.dcqcn.reset(eng.cfg_.congestion.dcqcn);
+  c.delay.reset(eng.cfg_.congestion.delay);
+}
+
+void Engine::Stages::cc_on_ce(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
+  (void)pkt;
+  eng.stats_.inc(Counter::kRxEcnCe);
+  const cc::CongestionConfig& k = eng.cfg_.congestion;
+  if (!k.cnp) return;
+  cc::QpCc& c = qp.cc;
+  if (c.cnp_sent && eng.now_ - c.last_cnp_ns < k.cnp_interval_ns) return;
+  auto slot = tx_slot(eng, true);
+  if (slot.empty()) return;  // counted (tx_ring_full); the next marked packet asks again
+  // To the QP that sent the marked packet (IBTA A17.9.3, wire reference 3.2): BTH opcode
+  // 0x81, BECN set, PSN 0, 16 reserved bytes. The QP's path (addresses, UDP source port) so
+  // that it follows the data's; the IP DSCP is cnp_dscp.
+  wire::FrameSpec s = qp.tx;
+  s.opcode = wire::Opcode::kCnp;
+  s.se = false;
+  s.becn = true;
+  s.fecn = false;
+  s.ack_req = false;
+  s.psn = wire::Psn(0);
+  s.ip_id = eng.ip_id_++;
+  s.tos = static_cast<std::uint8_t>((k.cnp_dscp << 2) | (k.ect ? 2 : 0));
+  const std::size_t len = wire::build_frame(s, {}, slot);
+  if (len == 0) return;
+  tx_commit(eng, len);
+  eng.stats_.inc(Counter::kCnpSent);
+  c.cnp_sent = true;
+  c.last_cnp_ns = eng.now_;
+}
+
+void Engine::Stages::cc_on_cnp(Engine& eng, Qp& qp) {
+  if (eng.cfg_.congestion.algorithm != cc::Algorithm::kDcqcn || qp.state != QpState::kRts) {
+    eng.stats_.inc(Counter::kCnpIgnored);
+    return;
+  }
+  const bool cut = qp.cc.dcqcn.on_cnp(eng.now_);
+  eng.stats_.inc(cut ? Counter::kCnpHandled : Counter::kCnpIgnored);
+  set_pace(eng, qp, eng.now_);
+}
+
+void Engine::Stages::cc_on_rtt(Engine& eng, Qp& qp, std::uint64_t rtt_ns) {
+  qp.cc.delay.on_rtt(rtt_ns, eng.now_);
+  set_pace(eng, qp, eng.now_);
+}
+
+bool Engine::Stages::cc_admit(Engine& eng, Qp& qp, std::uint32_t& budget) {
+  cc::QpCc& c = qp.cc;
+  const std::uint64_t now = eng.now_;
+  if (eng.cfg_.congestion.algorithm == cc::Algorithm::kDcqcn) c.dcqcn.advance(now);
+  set_pace(eng, qp, now);
+  if (c.ns_per_byte == 0) return true;
+  if (eng.cc_delay_ && qp.type == QpType::kRc) {
+    // Delay-based: a window as well as a rate (Swift's), rate x target round trip and at least
+    // two packets, so that the queue a burst builds before the first late sample is bounded.
+    const double cap = std::max(double(eng.cfg_.congestion.delay.target_us == 0
+                                           ? c.delay.target_ns()
+                                           : eng.cfg_.congestion.delay.target_us * 1000ull) /
+                                    c.ns_per_byte,
+                                2.0 * qp.pmtu());
+    const auto inflight = double(distance(qp.req.next_psn, qp.comp.psn)) * qp.pmtu();
+    if (inflight >= cap) return false;  // an acknowledgement puts the QP back in the list
+  }
+  // A QP that fell behind (a late poll) may catch up by burst_bytes, no more.
+  const auto lag = static_cast<std::uint64_t>(eng.cfg_.congestion.burst_bytes * c.ns_per_byte);
+  const std::uint64_t t = std::max(c.next_send, now > lag ? now - lag : 0);
+  if (t > now) {
+    if (c.park_at != t) {
+      c.park_at = t;
+      eng.pace_.schedule(&qp, t);
+      eng.next_pace_ = eng.pace_.next();
+      eng.stats_.inc(Counter::kCcParked);
+    }
+    return false;
+  }
+  c.next_send = t;
+  const double pkt_ns = (qp.pmtu() + kPacketOverhead) * c.ns_per_byte;
+  const auto allowed = static_cast<std::uint64_t>(double(now - t) / pkt_ns) + 1;
+  budget = static_cast<std::uint32_t>(std::min<std::uint64_t>(budget, allowed));
+  return true;
+}
+
+void Engine::Stages::cc_sent(Engine& eng, Qp& qp, std::uint64_t bytes) {
+  cc::QpCc& c = qp.cc;
+  if (eng.cfg_.congestion.algorithm == cc::Algorithm::kDcqcn) c.dcqcn.on_sent(bytes, eng.now_);
+  if (c.ns_per_byte == 0) return;
+  c.next_send += static_cast<std::uint64_t>(double(bytes) * c.ns_per_byte);
+  c.paced_bytes += bytes;
+}
+
+void Engine::Stages::cc_release(Engine& eng) {
+  eng.pace_.expire(eng.now_, [&eng](Qp* qp, std::uint64_t at) {
+    if (at != qp->cc.park_at) return;  // parked again since, for another time
+    qp->cc.park_at = 0;
+    if (qp->state == QpState::kRts) schedule_send(eng, *qp);
+  });
+  eng.next_pace_ = eng.pace_.next();
+}
+
+}  // namespace roce::engine

@@ -1,0 +1,385 @@
+// Congestion control on the wire (docs/congestion.md): the notification point (a CNP for each
+// CE-marked packet of a connected QP, at most one per QP per interval, IPv4 and IPv6), ECT(0)
+// on what we send, and the reaction point's handling of the CNPs it receives. One engine,
+// crafted frames in, its frames out.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "dataplane/engine/engine.h"
+#include "tests/support/loopback.h"
+
+namespace roce::test {
+namespace {
+
+using namespace roce::engine;
+using wire::Opcode;
+
+constexpr std::uint32_t kPeerQpn = 0x99;
+constexpr std::uint32_t kEpsn = 1000;
+
+wire::Ipv6Addr v6(std::uint8_t last) {
+  wire::Ipv6Addr a;
+  a.b = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, last};
+  return a;
+}
+
+// One engine with an RC QP in RTS facing a crafted peer, over IPv4 or IPv6.
+struct Harness {
+  explicit Harness(bool ipv6 = false, cc::CongestionConfig k = {}) : v6_(ipv6), eng(cfg(k)) {
+    peer = Loopback::default_config(0);
+    pd = eng.alloc_pd();
+    cq = eng.create_cq(64);
+    qp = eng.create_qp(pd, QpType::kRc, cq, cq, QpCap{16, 16, 2, 2, 0});
+    QpAttr a;
+    a.qp_state = QpState::kInit;
+    a.qp_access_flags = kAccessLocalWrite | kAccessRemoteWrite;
+    EXPECT_EQ(eng.modify_qp(qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags), kOk);
+    a.qp_state = QpState::kRtr;
+    a.path_mtu = Mtu::k1024;
+    a.dest_qp_num = kPeerQpn;
+    a.rq_psn = kEpsn;
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = 12;
+    a.ah.dmac = peer.mac;
+    a.ah.dgid = ipv6 ? v6(1) : wire::ipv4_mapped(peer.ipv4);
+    EXPECT_EQ(eng.modify_qp(qp, a,
+                            kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
+                                kQpMaxDestRdAtomic | kQpMinRnrTimer),
+              kOk);
+    a.qp_state = QpState::kRts;
+    a.sq_psn = 5000;
+    a.timeout = 14;
+    a.retry_cnt = 3;
+    a.rnr_retry = 3;
+    a.max_rd_atomic = 4;
+    EXPECT_EQ(
+        eng.modify_qp(
+            qp, a, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
+        kOk);
+    mem.resize(65536);
+    mr = eng.reg_mr(pd, mem.data(), mem.size(), kAccessLocalWrite | kAccessRemoteWrite);
+  }
+  EngineConfig cfg(const cc::CongestionConfig& k) {
+    EngineConfig c = Loopback::default_config(1);
+    c.congestion = k;
+    if (v6_) c.ipv6 = v6(2);
+    return c;
+  }
+  // A frame from the peer to the QP; `tos` carries the ECN bits.
+  std::vector<std::uint8_t> frame(Opcode op, std::uint32_t psn, std::size_t len, std::uint8_t tos,
+                                  std::uint32_t dest_qp = 0) {
+    wire::FrameSpec s;
+    s.src_mac = peer.mac;
+    s.dst_mac = eng.config().mac;
+    if (v6_) {
+      s.ip_version = wire::IpVersion::kV6;
+      s.src_ip6 = v6(1);
+      s.dst_ip6 = v6(2);
+    } else {
+      s.src_ip4 = peer.ipv4;
+      s.dst_ip4 = eng.config().ipv4;
+    }
+    s.tos = tos;
+    s.opcode = op;
+    s.becn = op == Opcode::kCnp;
+    s.dest_qp = wire::Qpn(dest_qp ? dest_qp : qp->qpn);
+    s.psn = wire::Psn(psn);
+    s.ack_req = true;
+    s.reth = {reinterpret_cast<std::uint64_t>(mem.data()), mr->key,
+              static_cast<std::uint32_t>(len)};
+    std::vector<std::uint8_t> payload(len, 0x5A);
+    std::vector<std::uint8_t> f(wire::frame_len(s, len));
+    EXPECT_EQ(wire::build_frame(s, payload, f), f.size());
+    return f;
+  }
+  void write(std::uint32_t psn, std::uint8_t tos) {
+    eng.receive(frame(Opcode::kRcWriteOnly, psn, 64, tos), now);
+  }
+  // Runs the engine and returns its frames, whole.
+  std::vector<std::vector<std::uint8_t>> flush() {
+    eng.run(now);
+    std::vector<std::vector<std::uint8_t>> out;
+    eng.drain_tx([&](std::span<const std::uint8_t> f) { out.emplace_back(f.begin(), f.end()); });
+    return out;
+  }
+  static std::vector<wire::RxPkt> cnps(const std::vector<std::vector<std::uint8_t>>& frames) {
+    std::vector<wire::RxPkt> out;
+    for (const auto& f : frames) {
+      wire::RxPkt p;
+      EXPECT_EQ(wire::parse_frame(f, p), wire::Verdict::kOk) << "ICRC and lengths check";
+      if (p.opcode == Opcode::kCnp) out.push_back(p);
+    }
+    return out;
+  }
+  std::uint64_t count(Counter c) const { return eng.stats().get(c); }
+
+  bool v6_;
+  Engine eng;
+  EngineConfig peer;
+  Pd* pd = nullptr;
+  Cq* cq = nullptr;
+  Qp* qp = nullptr;
+  Mr* mr = nullptr;
+  std::vector<std::uint8_t> mem;
+  std::uint64_t now = 1'000'000;
+};
+
+TEST(CongestionNp, CeMarkedPacketIsAnsweredWithACnpInTheReferenceFormat) {
+  Harness h;
+  h.write(kEpsn, 0x03);  // CE
+  const auto frames = h.flush();
+  ASSERT_EQ(frames.size(), 2u) << "the ACK and the CNP";
+  std::size_t n = 0;
+  for (const auto& f : frames) {
+    wire::RxPkt p;
+    ASSERT_EQ(wire::parse_frame(f, p), wire::Verdict::kOk);
+    if (p.opcode != Opcode::kCnp) continue;
+    ++n;
+    // Wire reference 3.2: BTH 0x81, flags 0, P_Key 0xFFFF, BECN, the peer's QPN, PSN 0,
+    // 16 zero bytes; IPv4 total length 60, UDP length 40; DSCP 48 with ECT(0).
+    EXPECT_EQ(f.size(), 74u);
+    EXPECT_EQ(p.ipv4().tos(), 0xC2);
+    EXPECT_EQ(p.udp().length(), 40);
+    EXPECT_EQ(p.dest_qp.raw(), kPeerQpn);
+    EXPECT_EQ(p.psn.raw(), 0u);
+    EXPECT_FALSE(p.ack_req);
+    EXPECT_TRUE(p.bth().becn());
+    EXPECT_FALSE(p.bth().fecn());
+    EXPECT_EQ(p.bth().pkey(), 0xFFFF);
+    EXPECT_EQ(p.bth().pad_cnt(), 0u);
+    EXPECT_TRUE(p.cnp_pad().all_zero());
+    EXPECT_EQ(p.ipv4().dst(), h.peer.ipv4);
+  }
+  EXPECT_EQ(n, 1u);
+  EXPECT_EQ(h.count(Counter::kRxEcnCe), 1u);
+  EXPECT_EQ(h.count(Counter::kCnpSent), 1u);
+  EXPECT_EQ(h.mem[0], 0x5A) << "the marked packet itself was executed";
+}
+
+TEST(CongestionNp, AtMostOneCnpPerQpPerInterval) {
+  cc::CongestionConfig k;
+  k.cnp_interval_ns = 50'000;
+  Harness h(false, k);
+  for (std::uint32_t i = 0; i < 5; ++i) h.write(kEpsn + i, 0x03);
+  EXPECT_EQ(Harness::cnps(h.flush()).size(), 1u);
+  EXPECT_EQ(h.count(Counter::kRxEcnCe), 5u) << "every marked packet is counted";
+  h.now += 49'000;
+  h.write(kEpsn + 5, 0x03);
+  EXPECT_EQ(Harness::cnps(h.flush()).size(), 0u) << "49 us later: still within 50 us";
+  h.now += 1'000;
+  h.write(kEpsn + 6, 0x03);
+  EXPECT_EQ(Harness::cnps(h.flush()).size(), 1u) << "50 us after the first";
+  EXPECT_EQ(h.count(Counter::kCnpSent), 2u);
+}
+
+TEST(CongestionNp, DefaultIntervalIsFourMicroseconds) {
+  Harness h;
+  h.write(kEpsn, 0x03);
+  h.now += 3'999;
+  h.write(kEpsn + 1, 0x03);
+  EXPECT_EQ(Harness::cnps(h.flush()).size(), 1u);
+  h.now += 1;
+  h.write(kEpsn + 2, 0x03);
+  EXPECT_EQ(Harness::cnps(h.flush()).size(), 1u);
+}
+
+TEST(CongestionNp, OnlyCeCounts) {
+  Harness h;
+  h.write(kEpsn, 0x02);      // ECT(0)
+  h.write(kEpsn + 1, 0x01);  // ECT(1)
+  h.write(kEpsn + 2, 0xC0);  // DSCP only
+  EXPECT_TRUE(Harness::cnps(h.flush()).empty());
+  EXPECT_EQ(h.count(Counter::kRxEcnCe), 0u);
+}
+
+TEST(CongestionNp, Ipv6CeMarkedPacketGetsAnIpv6Cnp) {
+  Harness h(true);
+  h.write(kEpsn, 0x03);
+  const auto c = Harness::cnps(h.flush());
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].ip_version, wire::IpVersion::kV6);
+  EXPECT_EQ(c[0].ipv6().dst(), v6(1));
+  EXPECT_EQ(c[0].dest_qp.raw(), kPeerQpn);
+  EXPECT_EQ(h.count(Counter::kRxEcnCe), 1u);
+}
+
+TEST(CongestionNp, CnpOffStillCounts) {
+  cc::CongestionConfig k;
+  k.cnp = false;
+  Harness h(false, k);
+  h.write(kEpsn, 0x03);
+  EXPECT_TRUE(Harness::cnps(h.flush()).empty());
+  EXPECT_EQ(h.count(Counter::kRxEcnCe), 1u);
+  EXPECT_EQ(h.count(Counter::kCnpSent), 0u);
+}
+
+TEST(CongestionNp, MarkedPacketsOfAnotherPeerOrQpSendNothing) {
+  Harness h;
+  h.eng.receive(h.frame(Opcode::kRcWriteOnly, kEpsn, 64, 0x03, 0x777), h.now);  // no such QP
+  EXPECT_TRUE(Harness::cnps(h.flush()).empty());
+  EXPECT_EQ(h.count(Counter::kRxEcnCe), 0u);
+  EXPECT_EQ(h.count(Counter::kRxDropUnknownQp), 1u);
+}
+
+// What we send carries ECT(0), as RNICs with ECN on do (rxe sends Not-ECT); configurable.
+std::uint8_t tos_of_first_request(const cc::CongestionConfig& k) {
+  Loopback lb({}, [&] {
+    auto c = Loopback::default_config(0);
+    c.congestion = k;
+    return c;
+  }());
+  RcOptions o;
+  auto [a, b] = connect(lb, o);
+  Buffer src = make_buffer(*a.eng, a.pd, 64, 1);
+  Buffer dst = make_buffer(*b.eng, b.pd, 64, 2);
+  const Sge s = src.sge();
+  SendWr wr = make_wr(1, &s, dst);
+  EXPECT_EQ(a.eng->post_send(a.qp, &wr, nullptr), kOk);
+  std::uint8_t tos = 0xFF;
+  a.eng->run(lb.now());
+  a.eng->drain_tx([&](std::span<const std::uint8_t> f) {
+    wire::RxPkt p;
+    if (tos == 0xFF && wire::parse_frame(f, p) == wire::Verdict::kOk) tos = p.ipv4().tos();
+  });
+  return tos;
+}
+
+TEST(CongestionEct, OurPacketsCarryEct0ByDefault) {
+  EXPECT_EQ(tos_of_first_request({}), 0x02);
+  cc::CongestionConfig off;
+  off.ect = false;
+  EXPECT_EQ(tos_of_first_request(off), 0x00) << "ect: false sends Not-ECT, as rxe";
+}
+
+// ---- reaction point -------------------------------------------------------------------------
+
+TEST(CongestionRp, CnpIsCountedAndIgnoredWithoutAnAlgorithm) {
+  Harness h;
+  h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
+  EXPECT_EQ(h.count(Counter::kRxCnp), 1u);
+  EXPECT_EQ(h.count(Counter::kCnpIgnored), 1u);
+  EXPECT_EQ(h.count(Counter::kCnpHandled), 0u);
+  EXPECT_EQ(h.eng.cc_rate_mbps(*h.qp), 0.0) << "not limited";
+  EXPECT_TRUE(h.flush().empty()) << "a CNP is never answered";
+}
+
+TEST(CongestionRp, DcqcnCnpHalvesTheRateAtAlphaOne) {
+  cc::CongestionConfig k;
+  k.algorithm = cc::Algorithm::kDcqcn;
+  k.dcqcn.max_rate_mbps = 10'000;
+  k.dcqcn.initial_alpha = 1024;
+  Harness h(false, k);
+  h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
+  EXPECT_EQ(h.count(Counter::kCnpHandled), 1u);
+  EXPECT_DOUBLE_EQ(h.eng.cc_rate_mbps(*h.qp), 5'000.0) << "Rc (1 - alpha/2), alpha 1";
+  // A second CNP within the rate reduce monitor period (4 us) does not cut again.
+  h.now += 2'000;
+  h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
+  EXPECT_EQ(h.count(Counter::kCnpIgnored), 1u);
+  EXPECT_DOUBLE_EQ(h.eng.cc_rate_mbps(*h.qp), 5'000.0);
+}
+
+TEST(CongestionRp, HostileCnpsAreCountedDrops) {
+  cc::CongestionConfig k;
+  k.algorithm = cc::Algorithm::kDcqcn;
+  Harness h(false, k);
+  h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2, 0x777), h.now);  // no such QP
+  h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2, 0xFFFFFF), h.now);
+  EXPECT_EQ(h.count(Counter::kCnpIgnored), 2u);
+  EXPECT_EQ(h.count(Counter::kCnpHandled), 0u);
+  EXPECT_EQ(h.eng.cc_rate_mbps(*h.qp), 100'000.0) << "still at its maximum";
+}
+
+// ---- pacing ---------------------------------------------------------------------------------
+
+// A CNP from B's side of a loopback to A's QP.
+std::vector<std::uint8_t> cnp_to(Engine& to, const Engine& from, std::uint32_t qpn) {
+  wire::FrameSpec s;
+  s.src_mac = from.config().mac;
+  s.dst_mac = to.config().mac;
+  s.src_ip4 = from.config().ipv4;
+  s.dst_ip4 = to.config().ipv4;
+  s.tos = 0xC2;
+  s.opcode = Opcode::kCnp;
+  s.becn = true;
+  s.dest_qp = wire::Qpn(qpn);
+  std::vector<std::uint8_t> f(wire::frame_len(s, 0));
+  EXPECT_EQ(wire::build_frame(s, {}, f), f.size());
+  return f;
+}
+
+struct PacedRun {
+  double mbps = 0;  ///< A's request bytes on the wire over the time they took
+  std::uint64_t parked = 0;
+  bool done = false;
+};
+
+// A writes `bytes` in 64 KiB WRITEs to B; with `cnp`, A's QP got a CNP first.
+PacedRun paced_write(cc::Algorithm alg, bool cnp, std::size_t bytes) {
+  LoopbackOptions lo;
+  lo.link_delay_ns = 2000;
+  lo.tick_ns = 100;
+  EngineConfig ca = Loopback::default_config(0);
+  ca.congestion.algorithm = alg;
+  ca.congestion.dcqcn.max_rate_mbps = 2'000;
+  ca.congestion.dcqcn.initial_alpha = 1024;
+  ca.congestion.dcqcn.rate_increase_period_us = 1'000'000;  // no recovery during the run
+  ca.congestion.dcqcn.byte_counter = 1ull << 40;
+  Loopback lb(lo, ca);
+  RcOptions o;
+  o.mtu = Mtu::k1024;
+  auto [a, b] = connect(lb, o);
+  if (cnp) a.eng->receive(cnp_to(*a.eng, *b.eng, a.qp->qpn), lb.now());
+  Buffer src = make_buffer(*a.eng, a.pd, bytes, 1);
+  Buffer dst = make_buffer(*b.eng, b.pd, bytes, 2);
+  constexpr std::size_t kMsg = 65536;
+  std::vector<Sge> sges;
+  for (std::size_t off = 0; off < bytes; off += kMsg) sges.push_back(src.sge(off, kMsg));
+  for (std::size_t i = 0; i < sges.size(); ++i) {
+    SendWr wr = make_wr(i, &sges[i], dst, i * kMsg);
+    EXPECT_EQ(a.eng->post_send(a.qp, &wr, nullptr), kOk);
+  }
+  lb.clear_records();
+  const auto wcs = wait_wcs(lb, a.scq, sges.size(), 10'000'000'000ull);
+  PacedRun r;
+  r.done = wcs.size() == sges.size();
+  std::uint64_t first = 0, last = 0, wire_bytes = 0;
+  for (const WireRecord& w : lb.records()) {
+    if (w.from != 0 || w.payload_len == 0) continue;
+    if (first == 0) first = w.t;
+    last = w.t;
+    wire_bytes += w.payload_len + 74;  // Ethernet to ICRC around a WRITE's payload
+  }
+  if (last > first) r.mbps = double(wire_bytes) * 8000.0 / double(last - first);
+  r.parked = a.eng->stats().get(Counter::kCcParked);
+  EXPECT_EQ(std::memcmp(src.bytes.data(), dst.bytes.data(), bytes), 0);
+  return r;
+}
+
+TEST(CongestionPacing, DcqcnHoldsTheQpToItsRateAfterACnp) {
+  const PacedRun r = paced_write(cc::Algorithm::kDcqcn, true, 1 << 20);
+  ASSERT_TRUE(r.done);
+  // 2 Gb/s halved by the CNP (alpha 1): 1 Gb/s, within the packet-size estimate's error.
+  EXPECT_GT(r.mbps, 900);
+  EXPECT_LT(r.mbps, 1100);
+  EXPECT_GT(r.parked, 0u) << "a QP over its rate waits on the pacing wheel";
+}
+
+TEST(CongestionPacing, AtTheMaximumRateWithoutCnpAndUnpacedWithoutAlgorithm) {
+  // Without a CNP a DCQCN QP still keeps to its maximum (the line rate), as an RNIC's never
+  // sends faster than its link: nothing waits in a host queue a later cut could not reach.
+  const PacedRun a = paced_write(cc::Algorithm::kDcqcn, false, 1 << 20);
+  ASSERT_TRUE(a.done);
+  EXPECT_GT(a.mbps, 1800);
+  EXPECT_LT(a.mbps, 2200);
+  const PacedRun n = paced_write(cc::Algorithm::kNone, true, 1 << 20);
+  ASSERT_TRUE(n.done);
+  EXPECT_EQ(n.parked, 0u) << "algorithm none: no pacing";
+  EXPECT_GT(n.mbps, 5 * 2200);
+}
+
+}  // namespace
+}  // namespace roce::test

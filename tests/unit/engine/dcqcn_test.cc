@@ -1,0 +1,206 @@
+// The DCQCN reaction point (dataplane/engine/cc/dcqcn.h) against the paper's equations (Zhu et
+// al., SIGCOMM 2015, section 3.2), and the delay-based one (cc/delay.h), with no engine.
+#include "dataplane/engine/cc/dcqcn.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "dataplane/engine/cc/delay.h"
+
+namespace roce::engine::cc {
+namespace {
+
+constexpr std::uint64_t kUs = 1000;
+
+DcqcnParams params() {
+  DcqcnParams p;
+  p.max_rate_mbps = 40'000;
+  p.min_rate_mbps = 10;
+  p.ai_rate_mbps = 40;
+  p.hai_rate_mbps = 400;
+  p.alpha_g = 1020;  // g = 4/1024 = 1/256, the paper's
+  p.initial_alpha = 1024;
+  p.alpha_update_period_us = 55;
+  p.rate_increase_period_us = 55;
+  p.byte_counter = 10'000'000;
+  p.threshold = 5;
+  p.rate_reduce_monitor_period_us = 4;
+  p.min_dec_factor_pct = 0;
+  return p;
+}
+
+TEST(Dcqcn, StartsAtTheMaximumRateUnlimited) {
+  Dcqcn d(params());
+  EXPECT_DOUBLE_EQ(d.rate_mbps(), 40'000);
+  EXPECT_FALSE(d.limited());
+  d.advance(10'000 * kUs);
+  d.on_sent(100'000'000, 10'000 * kUs);
+  EXPECT_DOUBLE_EQ(d.rate_mbps(), 40'000) << "nothing moves without a CNP";
+}
+
+TEST(Dcqcn, CnpCutsRcByHalfAlphaAndSetsTheTarget) {
+  Dcqcn d(params());
+  ASSERT_TRUE(d.on_cnp(1000 * kUs));
+  EXPECT_DOUBLE_EQ(d.target_mbps(), 40'000) << "RT <- RC";
+  EXPECT_DOUBLE_EQ(d.rate_mbps(), 20'000) << "RC <- RC (1 - alpha/2), alpha = 1";
+  EXPECT_TRUE(d.limited());
+  EXPECT_EQ(d.timer_stage(), 0u);
+  EXPECT_EQ(d.byte_stage(), 0u);
+}
+
+TEST(Dcqcn, AlphaRisesWithCnpsAndDecaysWithout) {
+  const double g = 4.0 / 1024;
+  Dcqcn d(params());
+  std::uint64_t t = 1000 * kUs;
+  d.on_cnp(t);
+  // The period that saw the CNP ends: alpha <- (1 - g) alpha + g = 1 (from 1).
+  d.advance(t + 55 * kUs);
+  EXPECT_NEAR(d.alpha(), 1.0, 1e-12);
+  // A period without CNP: alpha <- (1 - g) alpha.
+  d.advance(t + 110 * kUs);
+  EXPECT_NEAR(d.alpha(), 1 - g, 1e-12);
+  d.advance(t + 165 * kUs);
+  const double a2 = (1 - g) * (1 - g);
+  EXPECT_NEAR(d.alpha(), a2, 1e-12);
+  // A CNP in the next period: alpha <- (1 - g) alpha + g at its end.
+  const double rc = d.rate_mbps();
+  ASSERT_TRUE(d.on_cnp(t + 170 * kUs));
+  EXPECT_NEAR(d.rate_mbps(), rc * (1 - a2 / 2), 1e-9) << "the cut uses alpha as it is";
+  d.advance(t + 220 * kUs);
+  EXPECT_NEAR(d.alpha(), (1 - g) * a2 + g, 1e-12);
+}
+
+TEST(Dcqcn, RateReduceMonitorPeriodAllowsOneCut) {
+  Dcqcn d(params());
+  ASSERT_TRUE(d.on_cnp(1000 * kUs));
+  EXPECT_FALSE(d.on_cnp(1003 * kUs)) << "3 us later: within the 4 us monitor period";
+  EXPECT_DOUBLE_EQ(d.rate_mbps(), 20'000);
+  EXPECT_TRUE(d.on_cnp(1004 * kUs));
+  EXPECT_LT(d.rate_mbps(), 20'000);
+}
+
+TEST(Dcqcn, FastRecoveryThenAdditiveThenHyperIncrease) {
+  DcqcnParams p = params();
+  p.byte_counter = 1'000'000;
+  Dcqcn d(p);
+  const std::uint64_t t0 = 1000 * kUs;
+  d.on_cnp(t0);
+  double rt = d.target_mbps(), rc = d.rate_mbps();
+  // Fast recovery, F = 5 timer events: RC <- (RT + RC) / 2, RT fixed.
+  for (std::uint32_t i = 1; i <= 4; ++i) {
+    d.advance(t0 + i * 55 * kUs);
+    rc = (rt + rc) / 2;
+    EXPECT_EQ(d.timer_stage(), i);
+    EXPECT_DOUBLE_EQ(d.target_mbps(), rt);
+    EXPECT_NEAR(d.rate_mbps(), rc, 1e-9);
+  }
+  // Second cut to get below the maximum again with room to increase.
+  d.on_cnp(t0 + 4 * 55 * kUs + 1);
+  rt = d.target_mbps();
+  rc = d.rate_mbps();
+  const std::uint64_t t1 = t0 + 4 * 55 * kUs + 1;
+  for (std::uint32_t i = 1; i <= 5; ++i) {
+    d.advance(t1 + i * 55 * kUs);
+    if (i < 5) {
+      rc = (rt + rc) / 2;
+    } else {
+      rt += 40;  // T = F: additive increase, RT += R_AI
+      rc = (rt + rc) / 2;
+    }
+  }
+  EXPECT_EQ(d.timer_stage(), 5u);
+  EXPECT_NEAR(d.target_mbps(), rt, 1e-9);
+  EXPECT_NEAR(d.rate_mbps(), rc, 1e-9);
+  // Byte counter events: BC reaches F too -> hyper increase, RT += i R_HAI, i = min - F + 1.
+  const std::uint64_t t2 = t1 + 5 * 55 * kUs + 10 * kUs;
+  for (std::uint32_t i = 1; i <= 5; ++i) {
+    d.on_sent(1'000'000, t2);
+    if (i < 5) {
+      rt += 40;  // T >= F, BC < F: additive
+    } else {
+      rt += 1 * 400.0;  // both >= F: hyper, i = 1
+    }
+    rc = (rt + rc) / 2;
+  }
+  EXPECT_EQ(d.byte_stage(), 5u);
+  EXPECT_NEAR(d.target_mbps(), rt, 1e-9);
+  EXPECT_NEAR(d.rate_mbps(), rc, 1e-9);
+  // One more timer event: T = 6, BC = 5: i = 1 again.
+  d.advance(t1 + 6 * 55 * kUs);
+  rt += 400;
+  rc = (rt + rc) / 2;
+  EXPECT_NEAR(d.target_mbps(), rt, 1e-9);
+  EXPECT_NEAR(d.rate_mbps(), rc, 1e-9);
+}
+
+TEST(Dcqcn, RecoversToTheMaximumAndStopsItsTimer) {
+  Dcqcn d(params());
+  d.on_cnp(1000 * kUs);
+  d.advance(1000 * kUs + 100'000 * kUs);  // 100 ms
+  EXPECT_DOUBLE_EQ(d.rate_mbps(), 40'000);
+  EXPECT_FALSE(d.limited());
+}
+
+TEST(Dcqcn, MinimumRateAndMinimumDecreaseFactor) {
+  DcqcnParams p = params();
+  p.min_rate_mbps = 5'000;
+  Dcqcn d(p);
+  std::uint64_t t = 1000 * kUs;
+  for (int i = 0; i < 20; ++i, t += 5 * kUs) d.on_cnp(t);
+  EXPECT_DOUBLE_EQ(d.rate_mbps(), 5'000) << "never below rpg_min_rate";
+  p = params();
+  p.min_dec_factor_pct = 80;
+  Dcqcn e(p);
+  e.on_cnp(1000 * kUs);
+  EXPECT_DOUBLE_EQ(e.rate_mbps(), 32'000) << "one cut keeps at least rpg_min_dec_fac";
+}
+
+TEST(Dcqcn, ConnectXDefaultsCutByHalfOnTheFirstCnp) {
+  Dcqcn d{DcqcnParams{}};  // initial_alpha 1023
+  d.on_cnp(1000 * kUs);
+  EXPECT_NEAR(d.rate_mbps(), 100'000 * (1 - (1023.0 / 1024) / 2), 1e-6);
+}
+
+// ---- delay-based ----------------------------------------------------------------------------
+
+TEST(DelayCc, IncreasesBelowTargetAndCutsInProportionAbove) {
+  DelayParams p;
+  p.max_rate_mbps = 10'000;
+  p.min_rate_mbps = 100;
+  p.target_us = 50;
+  p.ai_rate_mbps = 100;
+  p.beta_pct = 80;
+  p.max_decrease_pct = 50;
+  DelayCc c(p);
+  EXPECT_FALSE(c.limited());
+  // 100 us against 50 us: excess (100 - 50)/100 = 0.5, R <- R (1 - 0.8 x 0.5) = 0.6 R.
+  c.on_rtt(100 * kUs, 1000 * kUs);
+  EXPECT_NEAR(c.rate_mbps(), 6'000, 1e-9);
+  // Within one round trip of the cut: no second cut.
+  c.on_rtt(100 * kUs, 1050 * kUs);
+  EXPECT_NEAR(c.rate_mbps(), 6'000, 1e-9);
+  // A (long) round trip later, a huge delay: the cut is bounded by max_decrease (50 %).
+  c.on_rtt(10'000 * kUs, 12'000 * kUs);
+  EXPECT_NEAR(c.rate_mbps(), 3'000, 1e-9);
+  // Below target, one round trip after the previous sample: R_AI.
+  c.on_rtt(20 * kUs, 12'020 * kUs);
+  EXPECT_NEAR(c.rate_mbps(), 3'100, 1e-9);
+  // Ten round trips later: ten steps.
+  c.on_rtt(20 * kUs, 12'220 * kUs);
+  EXPECT_NEAR(c.rate_mbps(), 4'100, 1e-9);
+  EXPECT_TRUE(c.limited());
+}
+
+TEST(DelayCc, TargetFromTheSmallestRoundTrip) {
+  DelayParams p;
+  p.target_us = 0;
+  DelayCc c(p);
+  c.on_rtt(30 * kUs, 1000 * kUs);
+  EXPECT_EQ(c.target_ns(), 60 * kUs);
+  c.on_rtt(2 * kUs, 2000 * kUs);
+  EXPECT_EQ(c.target_ns(), 12 * kUs) << "at least 10 us above the base";
+}
+
+}  // namespace
+}  // namespace roce::engine::cc
