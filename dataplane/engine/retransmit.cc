@@ -104,6 +104,98 @@ bool Engine::Stages::send_probe(Engine& eng, Qp& qp) {
 }
 
 namespace {
+// Whether response packet `k` of READ `w` has arrived (k at or after its first missing one).
+bool read_has(const SendWqe& w, std::uint32_t k, unsigned shift) {
+  const std::uint32_t done = w.read_done_pkts(shift);
+  if (k < done) return true;
+  if (k == done || k - done - 1 >= 64) return false;
+  return ((w.read_ooo >> (k - done - 1)) & 1) != 0;
+}
+}  // namespace
+
+// The responder sends a READ's responses in order, and those of one request after another:
+// a response that arrives past ones that did not (or a later READ's response, or an ACK
+// after the READ) means they were lost. They are asked for again by a READ request of their
+// own (read_rerequest), once; later READs are not touched.
+void Engine::Stages::read_gap(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t upto) {
+  const unsigned shift = qp.pmtu_shift();
+  std::uint32_t from = std::max(w.read_done_pkts(shift), w.read_asked);
+  while (from < upto && read_has(w, from, shift)) ++from;
+  if (w.read_asked < upto) w.read_asked = upto;
+  if (from >= upto) return;
+  std::uint32_t to = upto;
+  while (to > from && read_has(w, to - 1, shift)) --to;
+  // Sent at once when the transmit ring has room: gaps seen in one receive burst each get a
+  // request of their own instead of one that spans the responses between them.
+  if (qp.state == QpState::kRts && !qp.req.failed) {
+    std::uint32_t budget = 2;
+    if (w.rereq_to != 0) send_read_rereq(eng, qp, w, budget);
+    if (w.rereq_to == 0 && budget != 0 && read_rerequest(eng, qp, w, from, to)) return;
+  }
+  if (w.rereq_to == 0) {
+    w.rereq_from = from;
+    w.rereq_to = to;
+    ++qp.comp.read_rereqs;
+  } else {
+    w.rereq_from = std::min(w.rereq_from, from);
+    w.rereq_to = std::max(w.rereq_to, to);
+  }
+  schedule_send(eng, qp);
+}
+
+// Sends the re-request due for `w`, without what arrived since the gap was seen (a late
+// response); false when the transmit ring has no room.
+bool Engine::Stages::send_read_rereq(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t& budget) {
+  const unsigned shift = qp.pmtu_shift();
+  std::uint32_t from = std::max(w.rereq_from, w.read_done_pkts(shift));
+  std::uint32_t to = w.rereq_to;
+  while (from < to && read_has(w, from, shift)) ++from;
+  while (to > from && read_has(w, to - 1, shift)) --to;
+  if (from < to) {
+    if (budget == 0 || !read_rerequest(eng, qp, w, from, to)) return false;
+    --budget;
+  }
+  w.rereq_to = 0;
+  --qp.comp.read_rereqs;
+  return true;
+}
+
+void Engine::Stages::send_read_rereqs(Engine& eng, Qp& qp, std::uint32_t& budget) {
+  for (std::uint32_t i = qp.sq_head; i != qp.sq_tail && qp.comp.read_rereqs != 0; ++i) {
+    SendWqe& w = qp.wqe(i);
+    if (w.state == WqeState::kPosted) break;
+    if (w.rereq_to != 0 && !send_read_rereq(eng, qp, w, budget)) return;
+  }
+}
+
+// A READ request for response packets [from, to) of `w` (IBA 9.7.4.1.? and rxe: a request
+// for part of an earlier READ, with the PSN of its first missing response and the VA and
+// length adjusted, is replayed from the responder's resource). The requester stays where it
+// was: like a probe, this moves nothing but one frame.
+bool Engine::Stages::read_rerequest(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t from,
+                                    std::uint32_t to) {
+  const unsigned shift = qp.pmtu_shift();
+  const ReqState saved_req = qp.req;
+  const WqeState saved_state = w.state;
+  const std::uint64_t saved_done = w.read_done;
+  const std::uint64_t saved_length = w.length;
+  const std::uint64_t saved_resume = w.read_resume;
+  w.read_done = std::uint64_t{from} << shift;
+  w.length = std::min(saved_length, std::uint64_t{to} << shift);
+  w.state = WqeState::kSending;
+  qp.req.next_psn = w.first_psn + from;
+  const bool ok = req_packet(eng, qp, w);
+  const bool failed = qp.req.failed;
+  qp.req = saved_req;
+  qp.req.failed = failed;
+  w.read_done = saved_done;
+  w.length = saved_length;
+  w.read_resume = saved_resume;
+  if (w.state != WqeState::kFailed) w.state = saved_state;
+  return ok;
+}
+
+namespace {
 // RFC 6298's smoothed round-trip time and its mean deviation (gains 1/8 and 1/4).
 void rtt_update(std::uint64_t& srtt, std::uint64_t& rttvar, std::uint64_t r) {
   if (srtt == 0) {
@@ -199,26 +291,26 @@ void Engine::Stages::do_retry(Engine& eng, Qp& qp) {
       found = true;
       qp.req.next_wqe = i;
       Psn at = before(from, w.first_psn) ? w.first_psn : from;
-      if (w.opcode == WrOpcode::kRead) {
-        // A READ is only acknowledged by its own responses: whatever the NAK said, resume at
-        // the first response not received (a PSN inside it would leave a hole).
-        const Psn missing = w.read_resume_psn(qp.pmtu_shift());
-        if (after(at, missing)) at = missing;
-      }
+      // A READ is only acknowledged by its own responses: whatever the NAK said, resume at
+      // the first response not received (rxe req_retry: VA and length adjusted); the
+      // responses that arrived after it stay where they were placed.
+      if (w.opcode == WrOpcode::kRead) at = w.read_resume_psn(qp.pmtu_shift());
       qp.req.next_psn = at;
       const std::uint32_t k = static_cast<std::uint32_t>(distance(qp.req.next_psn, w.first_psn));
-      if (w.opcode == WrOpcode::kRead) {
-        // Ask again for the part not received (rxe req_retry: VA and length adjusted).
-        w.read_done = std::uint64_t{k} * pmtu;
-      } else if (w.opcode != WrOpcode::kCmpSwap && w.opcode != WrOpcode::kFetchAdd) {
-        w.sent = std::uint64_t{k} * pmtu;
-      }
-      w.state = WqeState::kSending;
-    } else {
+      if (!w.is_rd_atomic()) w.sent = std::uint64_t{k} * pmtu;
+    } else if (!w.is_rd_atomic()) {
       w.sent = 0;
-      w.read_done = 0;
-      w.state = WqeState::kSending;
     }
+    // A later READ asks again for what it has not received (its remainder), never for a
+    // response that arrived; one whose responses all arrived is finished and skipped above.
+    if (w.opcode == WrOpcode::kRead) {
+      w.read_asked = w.npkts;
+      if (w.rereq_to != 0) {
+        w.rereq_to = 0;
+        --qp.comp.read_rereqs;
+      }
+    }
+    w.state = WqeState::kSending;
   }
   if (!found) return;
   qp.req.pkts_since_ack_req = 0;

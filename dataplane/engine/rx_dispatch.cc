@@ -63,7 +63,9 @@ std::string_view to_string(Counter c) {
                                                                  "rx_drop_local_access",
                                                                  "rx_drop_vlan",
                                                                  "tx_self_delivered",
-                                                                 "tx_self_dropped"};
+                                                                 "tx_self_dropped",
+                                                                 "read_rerequests",
+                                                                 "read_rerequest_bytes"};
   return k[static_cast<std::size_t>(c)];
 }
 

@@ -59,6 +59,8 @@ enum class Counter : std::uint8_t {
   kRxDropVlan,          ///< a frame of another VLAN (or tagged on an untagged port)
   kTxSelfDelivered,     ///< frames to the port's own MAC, handed back to its receive path
   kTxSelfDropped,       ///< such frames lost: the self-delivery queue (or an mbuf) was short
+  kReadReRequests,      ///< READ requests sent again (selective or go-back-N), for part or all
+  kReadReRequestBytes,  ///< the response bytes those READ requests asked for again
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);

@@ -554,7 +554,10 @@ void Engine::Stages::qp_to_error(Engine& eng, Qp& qp, std::optional<WcStatus> he
   qp.req.rd_atomic_out = 0;
   qp.comp.retrans_deadline = qp.comp.rnr_deadline = qp.comp.probe_deadline = 0;
   qp.comp.retry_pending = qp.comp.probing = qp.comp.probe_sent = false;
-  for (auto& r : qp.resp.res) r.active = false;
+  for (auto& r : qp.resp.res) {
+    r.active = false;
+    r.pending = 0;
+  }
   qp.resp.out_head = qp.resp.out_tail = 0;
   qp.resp.reads_queued = 0;
   flush_recvs(eng, qp);
