@@ -12,7 +12,22 @@ namespace roce::engine {
 using wire::Psn;
 
 namespace {
+// Whether response packet `k` of READ `w` has arrived (k at or after its first missing one).
+bool read_has(const SendWqe& w, std::uint32_t k, unsigned shift) {
+  const std::uint32_t done = w.read_done_pkts(shift);
+  if (k < done) return true;
+  if (k == done || k - done - 1 >= 64) return false;
+  return ((w.read_ooo >> (k - done - 1)) & 1) != 0;
+}
+}  // namespace
+
+namespace {
 SendWqe* oldest_unacked(Qp& qp);
+// A READ some of whose responses went missing after later ones arrived (or were asked for again).
+bool read_gap_known(const Qp& qp, const SendWqe& w) {
+  return w.opcode == WrOpcode::kRead && w.read_done < w.length &&
+         w.read_done_pkts(qp.pmtu_shift()) < w.read_asked;
+}
 }  // namespace
 
 void Engine::Stages::track_timer(Engine& eng, Qp& qp) {
@@ -40,8 +55,12 @@ void Engine::Stages::arm_probe(Engine& eng, Qp& qp) {
     return;
   if (!before(c.psn, qp.req.high_psn)) return;  // nothing outstanding
   // A READ or atomic is answered by its own responses, whose gaps the completer sees; asking
-  // again would make the responder replay the whole READ. Its loss is the ACK timeout's.
-  if (const SendWqe* w = oldest_unacked(qp); w == nullptr || w->is_rd_atomic()) return;
+  // again for responses that may still be coming would make the responder send them twice.
+  // Only a READ with a known gap is probed (its re-request or the replay may have been lost),
+  // and only for the part known missing; a lost last response is the ACK timeout's.
+  if (const SendWqe* w = oldest_unacked(qp);
+      w == nullptr || (w->is_rd_atomic() && !read_gap_known(qp, *w)))
+    return;
   // As TLP (RFC 8985 7.2): at least twice the smoothed round trip, which absorbs the ACK
   // coalescing of the responder and queues that vary from burst to burst. Before the QP's
   // first sample, the engine's estimate; before any sample, a millisecond: long enough for
@@ -78,6 +97,16 @@ SendWqe* oldest_unacked(Qp& qp) {
 // requester back exactly where it was: the probe moves nothing but one frame.
 bool Engine::Stages::send_probe(Engine& eng, Qp& qp) {
   SendWqe* w = oldest_unacked(qp);
+  if (w != nullptr && read_gap_known(qp, *w)) {
+    // The oldest READ still misses responses it has asked for again: ask once more, for
+    // those only (the re-request or its replay was lost). The requester does not stop.
+    const unsigned shift = qp.pmtu_shift();
+    std::uint32_t to = std::min(w->read_asked, w->npkts);
+    while (to > w->read_done_pkts(shift) && read_has(*w, to - 1, shift)) --to;
+    if (!read_rerequest(eng, qp, *w, w->read_done_pkts(shift), to)) return false;
+    arm_probe(eng, qp);
+    return true;
+  }
   if (w == nullptr || w->is_rd_atomic() || before(qp.comp.psn, w->first_psn)) return false;
   const ReqState saved_req = qp.req;
   const std::uint64_t saved_sent = w->sent;
@@ -102,16 +131,6 @@ bool Engine::Stages::send_probe(Engine& eng, Qp& qp) {
   qp.comp.rtt_timing = false;  // Karn: an ACK now may answer the probe or the original
   return true;
 }
-
-namespace {
-// Whether response packet `k` of READ `w` has arrived (k at or after its first missing one).
-bool read_has(const SendWqe& w, std::uint32_t k, unsigned shift) {
-  const std::uint32_t done = w.read_done_pkts(shift);
-  if (k < done) return true;
-  if (k == done || k - done - 1 >= 64) return false;
-  return ((w.read_ooo >> (k - done - 1)) & 1) != 0;
-}
-}  // namespace
 
 // The responder sends a READ's responses in order, and those of one request after another:
 // a response that arrives past ones that did not (or a later READ's response, or an ACK
@@ -304,7 +323,8 @@ void Engine::Stages::do_retry(Engine& eng, Qp& qp) {
     // A later READ asks again for what it has not received (its remainder), never for a
     // response that arrived; one whose responses all arrived is finished and skipped above.
     if (w.opcode == WrOpcode::kRead) {
-      w.read_asked = w.npkts;
+      // Its remainder is asked for again as a new stream: a gap in that is a new loss.
+      w.read_asked = w.read_done_pkts(qp.pmtu_shift());
       if (w.rereq_to != 0) {
         w.rereq_to = 0;
         --qp.comp.read_rereqs;
