@@ -118,6 +118,44 @@ TEST(ReadRetry, OnlyTheLostResponsesAreSentAgain) {
   EXPECT_EQ(r.read_requests, 8u + 3) << "one re-request per gap";
 }
 
+// The re-request for a lost response is lost too: the probe timer (a few round trips, not the
+// ACK timeout) asks again for that response only.
+TEST(ReadRetry, LostReRequestIsProbedNotTimedOut) {
+  constexpr std::uint32_t kPsnA = 0x123456;
+  constexpr int kReadRequest = 0x0C;
+  FaultPolicy b2a, a2b;
+  b2a.drop_psn.push_back({Engine::kFirstQpn, kPsnA + 8 + 2, 1, -1});
+  // B's QPN is the first of its engine: A's requests go to it
+  a2b.drop_psn.push_back({Engine::kFirstQpn, kPsnA + 8 + 2, 1, kReadRequest});
+  LoopbackOptions lo;
+  lo.b2a = b2a;
+  lo.a2b = a2b;
+  Loopback lb(lo);
+  RcOptions o;
+  o.timeout = 14;  // 67 ms, as perftest: the probe must come long before
+  auto [a, b] = connect(lb, o);
+  Buffer remote = make_buffer(lb.b(), b.pd, 4 * 8192, 7);
+  Buffer local = make_buffer(lb.a(), a.pd, 4 * 8192, 9);
+  std::vector<Sge> sges(4);
+  std::vector<SendWr> wrs(4);
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    sges[i] = local.sge(i * 8192, 8192);
+    wrs[i] = make_wr(i, &sges[i], remote, i * 8192, WrOpcode::kRead);
+    if (i) wrs[i - 1].next = &wrs[i];
+  }
+  const std::uint64_t t0 = lb.now();
+  ASSERT_EQ(lb.a().post_send(a.qp, &wrs[0], nullptr), kOk);
+  const auto wc = wait_wcs(lb, a.scq, 4);
+  ASSERT_EQ(wc.size(), 4u);
+  EXPECT_LT(lb.now() - t0, 10'000'000u) << "recovered well within the 67 ms ACK timeout";
+  lb.settle();
+  EXPECT_EQ(local.bytes, remote.bytes);
+  EXPECT_EQ(lb.a().stats().get(Counter::kRetransmitTimeouts), 0u);
+  EXPECT_EQ(lb.a().stats().get(Counter::kRetransmitProbes), 1u);
+  EXPECT_EQ(lb.a().stats().get(Counter::kReadReRequests), 2u) << "the lost one and the probe";
+  EXPECT_EQ(lb.a().stats().get(Counter::kReadReRequestBytes), 2048u);
+}
+
 // Every fault kind of the injector on the responses: the READs complete with the right data,
 // in order, and what the losses cost stays small.
 struct FaultCase {
