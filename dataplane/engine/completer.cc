@@ -321,7 +321,18 @@ void Engine::Stages::comp_on_atomic_ack(Engine& eng, Qp& qp, SendWqe& w, const w
       --qp.comp.read_rereqs;
     }
   }
+  const Psn oldest = qp.comp.psn;
   comp_advance(eng, qp, w.first_psn);
+  if (qp.comp.psn == oldest) {
+    // A response for a later READ (or past a gap) while an older one waits for a replay: the
+    // responder is alive, and the replay comes after what it had queued before it (rxe in a
+    // busy VM took longer than the ACK timeout for that). The timers count from now.
+    qp.comp.retrans_deadline = 0;
+    qp.comp.probe_deadline = 0;
+    qp.comp.probe_backoff = 0;
+    arm_retransmit(eng, qp);
+    arm_probe(eng, qp);
+  }
   comp_retire(eng, qp);
 }
 

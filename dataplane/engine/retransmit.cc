@@ -142,8 +142,17 @@ void Engine::Stages::read_gap(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t upt
   while (from < upto && read_has(w, from, shift)) ++from;
   if (w.read_asked < upto) w.read_asked = upto;
   if (from >= upto) return;
-  std::uint32_t to = upto;
+  read_ask_again(eng, qp, w, from, upto);
+}
+
+// Asks for response packets [from, to) of `w` again (what already arrived at either end is
+// left out).
+void Engine::Stages::read_ask_again(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t from,
+                                    std::uint32_t to) {
+  const unsigned shift = qp.pmtu_shift();
+  while (from < to && read_has(w, from, shift)) ++from;
   while (to > from && read_has(w, to - 1, shift)) --to;
+  if (from >= to) return;
   // Sent at once when the transmit ring has room: gaps seen in one receive burst each get a
   // request of their own instead of one that spans the responses between them.
   if (qp.state == QpState::kRts && !qp.req.failed) {
@@ -359,7 +368,28 @@ void Engine::Stages::fire_timers(Engine& eng, Qp& qp) {
       eng.stats_.inc(Counter::kRetransmitTimeouts);
       qp.comp.retried = false;                       // a timeout always retries
       qp.comp.probing = qp.comp.probe_sent = false;  // and resends everything
-      order_retry(eng, qp, qp.comp.psn, true);
+      SendWqe* w = oldest_unacked(qp);
+      if (w != nullptr && w->opcode == WrOpcode::kRead && !qp.comp.retry_pending) {
+        // The oldest request is a READ: ask again for what it misses, from its first missing
+        // response, and for nothing else. The later READs' responses may only be slow (rxe in
+        // a busy VM pauses for longer than the timeout): asking for them again made the
+        // responder send them twice, which made it slower still. If theirs were lost, each
+        // READ's own timeout (or a later READ's response) finds it when its turn comes.
+        if (qp.comp.retry_left == 0) {
+          eng.stats_.inc(Counter::kRetryExceeded);
+          qp_to_error(eng, qp, WcStatus::kRetryExcErr);
+          return;
+        }
+        if (qp.attr.retry_cnt != 7) --qp.comp.retry_left;
+        on_loss(eng, qp);
+        qp.comp.probe_deadline = 0;
+        qp.comp.rtt_timing = false;  // Karn
+        // (read_asked stays: the probe is for gaps seen, not for a responder that paused)
+        read_ask_again(eng, qp, *w, w->read_done_pkts(qp.pmtu_shift()), w->npkts);
+        arm_retransmit(eng, qp);
+      } else {
+        order_retry(eng, qp, qp.comp.psn, true);
+      }
     }
   }
   if (qp.comp.probe_deadline != 0 && eng.now_ >= qp.comp.probe_deadline) {

@@ -156,6 +156,19 @@ TEST(ReadRetry, LostReRequestIsProbedNotTimedOut) {
   EXPECT_EQ(lb.a().stats().get(Counter::kReadReRequestBytes), 2048u);
 }
 
+// A responder slower than the ACK timeout (rxe in a busy VM paused for 30-90 ms): the timeout
+// asks again for the oldest READ only; the later READs' responses were only late, and were not
+// asked for twice (go-back-N asked for all eight again: 128 response frames).
+TEST(ReadRetry, TimeoutAsksAgainForTheOldestReadOnly) {
+  FaultPolicy slow;
+  slow.delay_ns = 6'000'000;  // responses arrive 6 ms late; the ACK timeout is about 4 ms
+  const StreamResult r = read_stream(slow, 8, 8192, 8);
+  EXPECT_EQ(r.completed, 8u);
+  EXPECT_TRUE(r.data_ok);
+  EXPECT_EQ(r.read_requests, 8u + 1) << "one timeout, one READ asked for again";
+  EXPECT_EQ(r.responses_sent, r.responses_needed + 8) << "the oldest READ's responses twice";
+}
+
 // Every fault kind of the injector on the responses: the READs complete with the right data,
 // in order, and what the losses cost stays small.
 struct FaultCase {
