@@ -170,7 +170,10 @@ void Engine::Stages::comp_on_response(Engine& eng, Qp& qp, const wire::RxPkt& pk
     return;
   }
   if (!comp_implied_ack(eng, qp, w->first_psn)) return;
-  if (finished(*w) || w->state == WqeState::kFailed) return;  // a duplicate
+  if (finished(*w) || w->state == WqeState::kFailed) {
+    eng.stats_.inc(Counter::kRxDupReadResponses);  // late, or a replay of what arrived
+    return;
+  }
   if (pkt.opcode == wire::Opcode::kRcAtomicAcknowledge)
     comp_on_atomic_ack(eng, qp, *w, pkt);
   else
@@ -262,9 +265,11 @@ void Engine::Stages::comp_on_atomic_ack(Engine& eng, Qp& qp, SendWqe& w, const w
   const std::uint32_t pmtu = qp.pmtu();
   const auto idx = static_cast<std::uint32_t>(distance(pkt.psn, w.first_psn));
   const std::uint32_t done = w.read_done_pkts(shift);
-  if (idx < done) return;                        // a duplicate (a replay of what arrived)
   const std::uint32_t ooo_bit = idx - done - 1;  // when idx > done
-  if (idx > done && ooo_bit < 64 && ((w.read_ooo >> ooo_bit) & 1)) return;  // a duplicate
+  if (idx < done || (idx > done && ooo_bit < 64 && ((w.read_ooo >> ooo_bit) & 1))) {
+    eng.stats_.inc(Counter::kRxDupReadResponses);  // late, or a replay of what arrived
+    return;
+  }
   // Its length must be the bytes of its place: the opcode's First/Middle/Last is not
   // enforced, since a partial replay starts again with First (ours) or Middle (rxe). A
   // response that does not fit is dropped (a stale duplicate), not fatal.

@@ -65,7 +65,8 @@ std::string_view to_string(Counter c) {
                                                                  "tx_self_delivered",
                                                                  "tx_self_dropped",
                                                                  "read_rerequests",
-                                                                 "read_rerequest_bytes"};
+                                                                 "read_rerequest_bytes",
+                                                                 "rx_dup_read_responses"};
   return k[static_cast<std::size_t>(c)];
 }
 

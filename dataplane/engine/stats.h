@@ -61,6 +61,7 @@ enum class Counter : std::uint8_t {
   kTxSelfDropped,       ///< such frames lost: the self-delivery queue (or an mbuf) was short
   kReadReRequests,      ///< READ requests sent again (selective or go-back-N), for part or all
   kReadReRequestBytes,  ///< the response bytes those READ requests asked for again
+  kRxDupReadResponses,  ///< READ responses (and atomic ACKs) for what had arrived: dropped
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);
