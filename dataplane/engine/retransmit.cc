@@ -196,10 +196,11 @@ void Engine::Stages::send_read_rereqs(Engine& eng, Qp& qp, std::uint32_t& budget
   }
 }
 
-// A READ request for response packets [from, to) of `w` (IBA 9.7.4.1.? and rxe: a request
-// for part of an earlier READ, with the PSN of its first missing response and the VA and
-// length adjusted, is replayed from the responder's resource). The requester stays where it
-// was: like a probe, this moves nothing but one frame.
+// A READ request for response packets [from, to) of `w`: the PSN of the first of them, the VA
+// advanced and the length of the part (a duplicate READ request for part of the original is
+// replayed from the responder's resource: rxe's duplicate_request checks only that VA and
+// length lie within it). The requester stays where it was: like a probe, this moves nothing
+// but one frame.
 bool Engine::Stages::read_rerequest(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t from,
                                     std::uint32_t to) {
   const unsigned shift = qp.pmtu_shift();
