@@ -314,6 +314,7 @@ void Engine::Stages::comp_on_atomic_ack(Engine& eng, Qp& qp, SendWqe& w, const w
     w.read_ooo >>= 1;
     // A go-back-N ordered for this response, not yet carried out, is no longer needed.
     qp.comp.retry_pending = qp.comp.retry_pending && after(qp.comp.retry_psn, pkt.psn);
+    read_rereq_answered(eng, qp, w);
   } else {
     w.read_ooo |= std::uint64_t{1} << ooo_bit;
     read_gap(eng, qp, w, idx);

@@ -128,9 +128,10 @@ struct Engine::Stages {
   /// Selective READ retry: response packets of `w` below `upto` (an index) that neither
   /// arrived nor were asked for again are lost; a re-request for them is due.
   static void read_gap(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t upto);
-  static void read_ask_again(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t from, std::uint32_t to);
+  static void read_ask_again(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t to, bool force);
   /// Sends the READ re-requests that are due (at most `budget`).
   static void send_read_rereqs(Engine& eng, Qp& qp, std::uint32_t& budget);
+  static void read_rereq_answered(Engine& eng, Qp& qp, SendWqe& w);
   static bool send_read_rereq(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t& budget);
   static bool read_rerequest(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t from, std::uint32_t to);
   static void grow_window(Engine& eng, Qp& qp);

@@ -68,8 +68,12 @@ struct SendWqe {
   /// Response packets below this index have arrived or have been asked for again since they
   /// went missing: a gap below it is not reported twice.
   std::uint32_t read_asked = 0;
-  std::uint32_t rereq_from = 0;  ///< a re-request is due for packets [rereq_from, rereq_to)
-  std::uint32_t rereq_to = 0;    ///< 0: none due
+  // Every re-request starts at the READ's first missing response, and one is outstanding at
+  // a time: rxe moves the start of a READ's resource to each replay's start and refuses a later
+  // request that starts before it, so a response left behind could never be asked for again.
+  std::uint32_t rereq_to = 0;    ///< a re-request is due for packets [first missing, rereq_to)
+  std::uint32_t rereq_out = 0;   ///< the outstanding one asked up to here (0: none)
+  std::uint32_t rereq_wait = 0;  ///< gaps seen meanwhile reach up to here (asked for after it)
   std::uint64_t atomic_orig = 0;
   WcStatus status = WcStatus::kSuccess;  ///< kFailed: the error to report
 

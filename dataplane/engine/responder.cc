@@ -219,21 +219,27 @@ bool release_recv(Qp& qp, std::uint64_t used, bool ok) {
 }
 }  // namespace
 
-// A resource slot for a new READ or atomic: the next one in turn unless a queued READ still
-// streams from it, then any idle one (rxe reuses resources the same way; 16 are kept so that
-// replays of recent requests stay possible). -1 when all are busy.
+// A resource slot for a new READ or atomic: an unused one, else the idle one with the oldest
+// PSN. A READ the requester has not finished is among the newest max_dest_rd_atomic, so it
+// keeps its resource for a replay even when a replay of an older READ (a late duplicate) held
+// the slot whose turn it was (a requester asking for part of it would otherwise be dropped for
+// ever). -1 when all are busy.
 namespace {
 int alloc_res(Qp& qp) {
   RespState& rs = qp.resp;
-  const std::uint32_t n = static_cast<std::uint32_t>(rs.res.size());
-  for (std::uint32_t k = 0; k < n; ++k) {
-    const std::uint32_t i = (rs.res_next + k) % n;
-    if (!rs.res[i].active) {
-      rs.res_next = i + 1;
-      return static_cast<int>(i);
+  int best = -1;
+  std::int32_t best_age = -1;
+  for (std::uint32_t i = 0; i < rs.res.size(); ++i) {
+    const RdAtomicRes& r = rs.res[i];
+    if (r.active) continue;
+    if (r.kind == RdAtomicRes::Kind::kNone) return static_cast<int>(i);
+    const std::int32_t age = distance(rs.epsn, r.first_psn);
+    if (age > best_age) {
+      best_age = age;
+      best = static_cast<int>(i);
     }
   }
-  return -1;
+  return best;
 }
 }  // namespace
 

@@ -100,10 +100,9 @@ bool Engine::Stages::send_probe(Engine& eng, Qp& qp) {
   if (w != nullptr && read_gap_known(qp, *w)) {
     // The oldest READ still misses responses it has asked for again: ask once more, for
     // those only (the re-request or its replay was lost). The requester does not stop.
-    const unsigned shift = qp.pmtu_shift();
-    std::uint32_t to = std::min(w->read_asked, w->npkts);
-    while (to > w->read_done_pkts(shift) && read_has(*w, to - 1, shift)) --to;
-    if (!read_rerequest(eng, qp, *w, w->read_done_pkts(shift), to)) return false;
+    const std::uint64_t sent = eng.stats_.get(Counter::kReadReRequests);
+    read_ask_again(eng, qp, *w, std::min(w->read_asked, w->npkts), true);
+    if (eng.stats_.get(Counter::kReadReRequests) == sent) return false;  // no room now
     arm_probe(eng, qp);
     return true;
   }
@@ -142,46 +141,61 @@ void Engine::Stages::read_gap(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t upt
   while (from < upto && read_has(w, from, shift)) ++from;
   if (w.read_asked < upto) w.read_asked = upto;
   if (from >= upto) return;
-  read_ask_again(eng, qp, w, from, upto);
+  read_ask_again(eng, qp, w, upto, false);
 }
 
-// Asks for response packets [from, to) of `w` again (what already arrived at either end is
-// left out).
-void Engine::Stages::read_ask_again(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t from,
-                                    std::uint32_t to) {
+// Asks again for the responses of `w` from its first missing one up to `to` (what arrived at
+// the end is left out). While a re-request is outstanding, a new gap waits for its answer
+// (then the first missing response is past it), unless `force` (the probe and the timeout:
+// the outstanding one was lost).
+void Engine::Stages::read_ask_again(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t to, bool force) {
   const unsigned shift = qp.pmtu_shift();
-  while (from < to && read_has(w, from, shift)) ++from;
-  while (to > from && read_has(w, to - 1, shift)) --to;
-  if (from >= to) return;
+  const std::uint32_t done = w.read_done_pkts(shift);
+  if (force) to = std::max({to, w.rereq_wait, w.rereq_to});
+  while (to > done && read_has(w, to - 1, shift)) --to;
+  if (to <= done) return;
+  if (!force && w.rereq_out > done) {
+    w.rereq_wait = std::max(w.rereq_wait, to);
+    return;
+  }
+  w.rereq_wait = 0;
   // Sent at once when the transmit ring has room: gaps seen in one receive burst each get a
   // request of their own instead of one that spans the responses between them.
-  if (qp.state == QpState::kRts && !qp.req.failed) {
-    std::uint32_t budget = 2;
-    if (w.rereq_to != 0) send_read_rereq(eng, qp, w, budget);
-    if (w.rereq_to == 0 && budget != 0 && read_rerequest(eng, qp, w, from, to)) return;
+  if (qp.state == QpState::kRts && !qp.req.failed && read_rerequest(eng, qp, w, done, to)) {
+    w.rereq_out = to;
+    if (w.rereq_to != 0) {
+      w.rereq_to = 0;
+      --qp.comp.read_rereqs;
+    }
+    return;
   }
-  if (w.rereq_to == 0) {
-    w.rereq_from = from;
-    w.rereq_to = to;
-    ++qp.comp.read_rereqs;
-  } else {
-    w.rereq_from = std::min(w.rereq_from, from);
-    w.rereq_to = std::max(w.rereq_to, to);
-  }
+  if (w.rereq_to == 0) ++qp.comp.read_rereqs;
+  w.rereq_to = std::max(w.rereq_to, to);
   schedule_send(eng, qp);
+}
+
+// The READ's first missing response has passed the outstanding re-request: what waited for
+// it is asked for now.
+void Engine::Stages::read_rereq_answered(Engine& eng, Qp& qp, SendWqe& w) {
+  if (w.rereq_out == 0 || w.read_done_pkts(qp.pmtu_shift()) < w.rereq_out) return;
+  w.rereq_out = 0;
+  if (const std::uint32_t to = w.rereq_wait; to != 0) {
+    w.rereq_wait = 0;
+    read_ask_again(eng, qp, w, to, false);
+  }
 }
 
 // Sends the re-request due for `w`, without what arrived since the gap was seen (a late
 // response); false when the transmit ring has no room.
 bool Engine::Stages::send_read_rereq(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t& budget) {
   const unsigned shift = qp.pmtu_shift();
-  std::uint32_t from = std::max(w.rereq_from, w.read_done_pkts(shift));
+  const std::uint32_t from = w.read_done_pkts(shift);
   std::uint32_t to = w.rereq_to;
-  while (from < to && read_has(w, from, shift)) ++from;
   while (to > from && read_has(w, to - 1, shift)) --to;
   if (from < to) {
     if (budget == 0 || !read_rerequest(eng, qp, w, from, to)) return false;
     --budget;
+    w.rereq_out = to;
   }
   w.rereq_to = 0;
   --qp.comp.read_rereqs;
@@ -339,6 +353,8 @@ void Engine::Stages::do_retry(Engine& eng, Qp& qp) {
         w.rereq_to = 0;
         --qp.comp.read_rereqs;
       }
+      w.rereq_wait = 0;
+      w.rereq_out = w.npkts;  // the remainder, once the requester gets to it
     }
     w.state = WqeState::kSending;
   }
@@ -386,7 +402,7 @@ void Engine::Stages::fire_timers(Engine& eng, Qp& qp) {
         qp.comp.probe_deadline = 0;
         qp.comp.rtt_timing = false;  // Karn
         // (read_asked stays: the probe is for gaps seen, not for a responder that paused)
-        read_ask_again(eng, qp, *w, w->read_done_pkts(qp.pmtu_shift()), w->npkts);
+        read_ask_again(eng, qp, *w, w->npkts, true);
         arm_retransmit(eng, qp);
       } else {
         order_retry(eng, qp, qp.comp.psn, true);

@@ -237,7 +237,7 @@ Qp* Engine::create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap
   } else {
     ++srq->use_count;
   }
-  qp->resp.res.resize(16);
+  qp->resp.res.resize(32);  // max_dest_rd_atomic (at most 16) and replays of older READs
   qp->resp.recv_sges.resize(srq ? srq->rq.max_sge : qp->rq.max_sge);
   ++pd->use_count;
   Qp* raw = qp.get();

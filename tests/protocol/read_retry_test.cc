@@ -82,13 +82,14 @@ StreamResult read_stream(const FaultPolicy& b2a, std::uint32_t reads, std::uint3
   std::printf(
       "[ read stream ] %u READs of %u B, depth %u: %llu response frames sent, %llu needed "
       "(%.2fx); %llu READ requests; A: %llu re-requests for %llu bytes, %llu go-back-N, "
-      "%llu timeouts; B: %llu duplicates, %llu dropped\n",
+      "%llu timeouts; B: %llu duplicates, %llu dropped (%llu queue full)\n",
       reads, size, depth, static_cast<unsigned long long>(r.responses_sent),
       static_cast<unsigned long long>(r.responses_needed),
       static_cast<double>(r.responses_sent) / static_cast<double>(r.responses_needed),
       static_cast<unsigned long long>(r.read_requests), a_(Counter::kReadReRequests),
       a_(Counter::kReadReRequestBytes), a_(Counter::kRetries), a_(Counter::kRetransmitTimeouts),
-      b_(Counter::kDuplicateRequests), b_(Counter::kRxDropDupRead) + b_(Counter::kRespQueueFull));
+      b_(Counter::kDuplicateRequests), b_(Counter::kRxDropDupRead) + b_(Counter::kRespQueueFull),
+      b_(Counter::kRespQueueFull));
   return r;
 }
 
