@@ -72,9 +72,21 @@ StreamResult read_stream(const FaultPolicy& b2a, std::uint32_t reads, std::uint3
     EXPECT_EQ(wcs[i].status, WcStatus::kSuccess) << "READ " << wcs[i].wr_id;
     EXPECT_EQ(wcs[i].wr_id, i) << "completions in post order";
   }
+  // rxe's rule for a READ asked for again: the part must start at or after where the last
+  // request for that READ started (it moves the resource's start there), so requests for one
+  // READ never go backwards.
+  const std::uint32_t pkts = (size + 1023) / 1024;
+  std::map<std::uint32_t, std::uint32_t> last_start;
   for (const auto& rec : lb.records()) {
     if (rec.from == 1 && is_read_response(rec.opcode)) ++r.responses_sent;
-    if (rec.from == 0 && rec.opcode == Opcode::kRcReadRequest) ++r.read_requests;
+    if (rec.from == 0 && rec.opcode == Opcode::kRcReadRequest) {
+      ++r.read_requests;
+      const std::uint32_t off = (rec.psn - 0x123456u) & 0xFFFFFF;  // RcOptions' psn_a
+      auto [it, fresh] = last_start.emplace(off / pkts, off);
+      EXPECT_TRUE(fresh || off >= it->second) << "READ " << off / pkts << " asked again from "
+                                              << off % pkts << " after " << it->second % pkts;
+      it->second = std::max(it->second, off);
+    }
   }
   r.responses_needed = std::uint64_t{reads} * ((size + 1023) / 1024);
   const auto a_ = [&](Counter c) { return static_cast<unsigned long long>(lb.a().stats().get(c)); };
