@@ -779,6 +779,16 @@ void Engine::Stages::resp_read_pump(Engine& eng, Qp& qp, std::uint32_t& budget) 
     const std::uint8_t* src = len == 0 ? nullptr
                                        : eng.mrs_.map(r.range, r.rkey, qp.pd, r.va + r.next_offset,
                                                       len, kAccessRemoteRead);
+    if (len != 0 && src == nullptr && it.replay) {
+      // A replay whose region was deregistered or invalidated since it was queued: dropped,
+      // as resp_duplicate drops one asked for then (most are for a READ the requester has
+      // completed, whose region the application then freed; a NAK would end the connection).
+      eng.stats_.inc(Counter::kRxDropDupRead);
+      r.active = --r.pending != 0;
+      ++rs.out_head;
+      --rs.reads_queued;
+      continue;
+    }
     if (len != 0 && src == nullptr) {
       r.active = false;
       r.pending = 0;
