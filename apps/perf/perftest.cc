@@ -902,6 +902,9 @@ void Perftest::write_json() {
       << ",\"seq_err_naks_sent\":" << e.stats().get(Counter::kSeqErrNakSent)
       << ",\"seq_err_naks_received\":" << e.stats().get(Counter::kSeqErrNakRcvd)
       << ",\"duplicate_requests\":" << e.stats().get(Counter::kDuplicateRequests)
+      << ",\"read_rerequests\":" << e.stats().get(Counter::kReadReRequests)
+      << ",\"read_rerequest_bytes\":" << e.stats().get(Counter::kReadReRequestBytes)
+      << ",\"read_responses_sent\":" << e.stats().get(Counter::kReadResponsesSent)
       << ",\"tx_dropped_injected\":" << (l.faults() ? l.faults()->stats().dropped : 0)
       << ",\"rx_dropped_injected\":" << (l.rx_faults() ? l.rx_faults()->stats().dropped : 0);
   }

@@ -69,40 +69,78 @@ void Engine::Stages::comp_progress(Engine& eng, Qp& qp) {
   schedule_send(eng, qp);
 }
 
-// Completes every WQE whose PSNs all come before `upto` (an ACK, a NAK or a response with PSN
-// `upto` acknowledges them: IBA 9.7.5.1.1 implied acknowledgement). A READ or atomic among them
-// whose response never came means its responses were lost: order a retry from it and return
-// false.
+namespace {
+// The sent WQE whose PSNs hold `p`; null when none does.
+SendWqe* wqe_of_psn(Qp& qp, Psn p) {
+  for (std::uint32_t i = qp.sq_head; i != qp.sq_tail; ++i) {
+    SendWqe& w = qp.wqe(i);
+    if (w.state == WqeState::kPosted) return nullptr;
+    if (w.npkts == 0) continue;
+    if (before(p, w.first_psn)) return nullptr;
+    if (!after(p, w.last_psn)) return &w;
+  }
+  return nullptr;
+}
+
+bool finished(const SendWqe& w) {
+  return w.state == WqeState::kExecuted || w.state == WqeState::kDone;
+}
+}  // namespace
+
+// Moves the oldest unacknowledged PSN on: past every finished WQE at the head of the send
+// queue, to the first missing response of the oldest unfinished READ, the request of an
+// unanswered atomic, or the first packet (`upto`, when an ACK ends inside it) of an
+// unacknowledged SEND/WRITE. A READ that finished before older ones does not move it.
+void Engine::Stages::comp_advance(Engine& eng, Qp& qp, Psn upto) {
+  Psn psn = qp.comp.psn;
+  for (std::uint32_t i = qp.sq_head; i != qp.sq_tail; ++i) {
+    const SendWqe& w = qp.wqe(i);
+    if (w.state == WqeState::kPosted || w.state == WqeState::kFailed) break;
+    if (w.npkts == 0) continue;
+    if (finished(w)) {
+      psn = w.last_psn + 1;
+      continue;
+    }
+    if (w.opcode == WrOpcode::kRead)
+      psn = w.read_resume_psn(qp.pmtu_shift());
+    else if (w.is_rd_atomic())
+      psn = w.first_psn;
+    else
+      psn = after(upto, w.first_psn) ? upto : w.first_psn;
+    break;
+  }
+  if (after(psn, qp.req.high_psn)) psn = qp.req.high_psn;
+  if (after(psn, qp.comp.psn)) {
+    qp.comp.psn = psn;
+    comp_progress(eng, qp);
+  }
+}
+
+// Every request whose PSNs all come before `upto` has been executed by the responder (an ACK,
+// NAK or response with PSN `upto` says so: IBA 9.7.5.1.1 implied acknowledgement). A SEND or
+// WRITE among them is acknowledged. A READ among them whose responses did not all come lost
+// them: only the missing ones are asked for again (read_gap), and the later WQEs go on. An
+// atomic whose ACK was lost is sent again by go-back-N from it: returns false.
 bool Engine::Stages::comp_implied_ack(Engine& eng, Qp& qp, Psn upto) {
   for (std::uint32_t i = qp.sq_head; i != qp.sq_tail; ++i) {
     SendWqe& w = qp.wqe(i);
     if (w.state == WqeState::kPosted) break;
-    if (w.state == WqeState::kExecuted || w.state == WqeState::kDone ||
-        w.state == WqeState::kFailed)
+    if (finished(w) || w.state == WqeState::kFailed || w.npkts == 0) continue;
+    if (!before(w.last_psn, upto)) break;
+    if (w.opcode == WrOpcode::kRead) {
+      read_gap(eng, qp, w, w.npkts);
       continue;
-    if (!before(w.last_psn, upto)) {
-      // A READ/atomic in progress is only acknowledged by its own responses, in order: the
-      // oldest unacknowledged PSN stops at its first missing response.
-      if (w.is_rd_atomic()) {
-        const Psn missing = w.read_resume_psn(qp.pmtu_shift());
-        if (before(missing, upto)) upto = missing;
-      }
-      break;
     }
     if (w.is_rd_atomic()) {
-      const Psn missing = w.read_resume_psn(qp.pmtu_shift());
-      if (after(missing, qp.comp.psn)) qp.comp.psn = missing;
-      order_retry(eng, qp, missing, true);
+      comp_advance(eng, qp, upto);
+      order_retry(eng, qp, w.first_psn, true);
       return false;
     }
     // Acknowledged: it completes in post order (comp_retire), after any local operation
     // posted before it; if the requester was re-sending it, req_pump steps over it.
     w.state = WqeState::kExecuted;
   }
-  if (after(upto, qp.comp.psn)) {
-    qp.comp.psn = upto;
-    comp_progress(eng, qp);
-  }
+  comp_advance(eng, qp, upto);
   comp_retire(eng, qp);
   return true;
 }
@@ -123,22 +161,23 @@ void Engine::Stages::comp_on_response(Engine& eng, Qp& qp, const wire::RxPkt& pk
     comp_on_ack(eng, qp, pkt);
     return;
   }
-  // READ response or atomic ACK: everything before it is implicitly acknowledged, and it
-  // belongs to the oldest WQE.
-  if (!comp_implied_ack(eng, qp, p)) return;
-  if (qp.sq_head == qp.sq_tail) {
+  // READ response or atomic ACK: it belongs to the READ or atomic whose PSNs hold it, not
+  // necessarily the oldest (a READ whose responses were lost waits for them while later READs
+  // go on), and everything before that WQE was executed by the responder.
+  SendWqe* w = wqe_of_psn(qp, p);
+  if (w == nullptr || !w->is_rd_atomic()) {
     eng.stats_.inc(Counter::kRxDropUnexpected);
     return;
   }
-  SendWqe& w = qp.wqe(qp.sq_head);
-  if (w.state == WqeState::kPosted || before(p, w.first_psn) || after(p, w.last_psn)) {
-    eng.stats_.inc(Counter::kRxDropUnexpected);
+  if (!comp_implied_ack(eng, qp, w->first_psn)) return;
+  if (finished(*w) || w->state == WqeState::kFailed) {
+    eng.stats_.inc(Counter::kRxDupReadResponses);  // late, or a replay of what arrived
     return;
   }
   if (pkt.opcode == wire::Opcode::kRcAtomicAcknowledge)
-    comp_on_atomic_ack(eng, qp, w, pkt);
+    comp_on_atomic_ack(eng, qp, *w, pkt);
   else
-    comp_on_read_response(eng, qp, w, pkt);
+    comp_on_read_response(eng, qp, *w, pkt);
 }
 
 // ACK, RNR NAK or NAK (IBA 9.7.5.2.1-9.7.5.2.8).
@@ -206,66 +245,100 @@ void Engine::Stages::comp_on_atomic_ack(Engine& eng, Qp& qp, SendWqe& w, const w
     return;
   }
   std::memcpy(dst, &orig, 8);
-  comp_wqe_done(eng, qp, w, WcStatus::kSuccess);
-  qp.comp.psn = pkt.psn + 1;
-  comp_progress(eng, qp);
+  w.state = WqeState::kExecuted;  // completes in post order
+  comp_advance(eng, qp, pkt.psn + 1);
   comp_retire(eng, qp);
 }
 
-// READ response (IBA 9.7.5.2.3): in order only; a gap means lost responses.
+// READ response (IBA 9.7.5.2.3). Each response packet has its place in the READ's buffer by
+// its PSN (every packet but the last carries exactly the path MTU), so one that comes after a
+// lost one is placed at once and remembered (SendWqe::read_ooo); the gap is asked for again
+// (read_gap). The READ completes when every response has arrived, in post order.
 [[gnu::always_inline]] inline void Engine::Stages::comp_on_read_response(Engine& eng, Qp& qp,
                                                                          SendWqe& w,
                                                                          const wire::RxPkt& pkt) {
-  const Psn p = pkt.psn;
   if (w.opcode != WrOpcode::kRead) {
     eng.stats_.inc(Counter::kRxDropUnexpected);
     return;
   }
-  const Psn expected = w.read_resume_psn(qp.pmtu_shift());
-  if (p != expected) {
-    if (after(p, expected) && !qp.comp.retry_pending) order_retry(eng, qp, expected, true);
+  const unsigned shift = qp.pmtu_shift();
+  const std::uint32_t pmtu = qp.pmtu();
+  const auto idx = static_cast<std::uint32_t>(distance(pkt.psn, w.first_psn));
+  const std::uint32_t done = w.read_done_pkts(shift);
+  const std::uint32_t ooo_bit = idx - done - 1;  // when idx > done
+  if (idx < done || (idx > done && ooo_bit < 64 && ((w.read_ooo >> ooo_bit) & 1))) {
+    eng.stats_.inc(Counter::kRxDupReadResponses);  // late, or a replay of what arrived
     return;
   }
-  // Position and length must fit the bytes still expected: First/Middle carry exactly the
-  // path MTU, Last/Only the rest. The First-vs-Middle distinction is not enforced: after a
-  // retry a delayed Middle of the first attempt carries the same bytes as the replay's First.
-  // A response that does not fit is dropped (a stale duplicate), not fatal.
-  const std::uint64_t remaining = w.length - w.read_done;
-  const bool last = pkt.info->mask.has(OpMask::kEnd);
-  const std::uint32_t pmtu = qp.pmtu();
-  const bool len_ok =
-      last ? pkt.payload_len == remaining : pkt.payload_len == pmtu && remaining > pmtu;
-  if (!len_ok) {
+  // Its length must be the bytes of its place: the opcode's First/Middle/Last is not
+  // enforced, since a partial replay starts again with First (ours) or Middle (rxe). A
+  // response that does not fit is dropped (a stale duplicate), not fatal.
+  const std::uint64_t off = std::uint64_t{idx} << shift;
+  const std::uint64_t want = std::min<std::uint64_t>(pmtu, w.length - off);
+  if (off > w.length || pkt.payload_len != want) {
     eng.stats_.inc(Counter::kRxDropUnexpected);
     return;
   }
-  // Scatter into the WQE's SGEs at read_done, through their keys: a buffer deregistered
+  if (idx > done && ooo_bit >= 64) {
+    // Further past the gap than can be remembered: asked for again with the gap.
+    read_gap(eng, qp, w, idx + 1);
+    return;
+  }
+  // Scatter into the WQE's SGEs at its place, through their keys: a buffer deregistered
   // while the READ was outstanding ends it with a local protection error.
   const Sge* sge = qp.sq_sges.data() + (&w - qp.sq.data()) * qp.cap.max_send_sge;
-  std::uint64_t off = w.read_done;
-  std::size_t done = 0;
+  std::uint64_t at = off;
+  std::size_t copied = 0;
   const std::uint8_t* src = pkt.payload().data();
-  for (std::uint32_t i = 0; i < w.num_sge && done < pkt.payload_len; ++i) {
-    if (off >= sge[i].length) {
-      off -= sge[i].length;
+  for (std::uint32_t i = 0; i < w.num_sge && copied < pkt.payload_len; ++i) {
+    if (at >= sge[i].length) {
+      at -= sge[i].length;
       continue;
     }
-    const std::size_t n = std::min<std::size_t>(sge[i].length - off, pkt.payload_len - done);
-    std::uint8_t* dst = eng.mrs_.map(sge[i].lkey, qp.pd, sge[i].addr + off, n, kAccessLocalWrite);
+    const std::size_t n = std::min<std::size_t>(sge[i].length - at, pkt.payload_len - copied);
+    std::uint8_t* dst = eng.mrs_.map(sge[i].lkey, qp.pd, sge[i].addr + at, n, kAccessLocalWrite);
     if (dst == nullptr) {
       eng.stats_.inc(Counter::kRxDropLocalAccess);
       req_fail(eng, qp, w, WcStatus::kLocProtErr);
       return;
     }
-    std::memcpy(dst, src + done, n);
-    done += n;
-    off = 0;
+    std::memcpy(dst, src + copied, n);
+    copied += n;
+    at = 0;
   }
-  w.read_done += pkt.payload_len;
-  qp.comp.psn = p + 1;
-  qp.comp.retry_pending = qp.comp.retry_pending && after(qp.comp.retry_psn, p);
-  if (last) comp_wqe_done(eng, qp, w, WcStatus::kSuccess);
-  comp_progress(eng, qp);
+  if (idx == done) {
+    // In order: take it and every response after it that came early.
+    w.read_done += pkt.payload_len;
+    for (; w.read_ooo & 1; w.read_ooo >>= 1)
+      w.read_done += std::min<std::uint64_t>(pmtu, w.length - w.read_done);
+    w.read_ooo >>= 1;
+    // A go-back-N ordered for this response, not yet carried out, is no longer needed.
+    qp.comp.retry_pending = qp.comp.retry_pending && after(qp.comp.retry_psn, pkt.psn);
+    read_rereq_answered(eng, qp, w);
+  } else {
+    w.read_ooo |= std::uint64_t{1} << ooo_bit;
+    read_gap(eng, qp, w, idx);
+  }
+  if (w.read_asked < idx + 1) w.read_asked = idx + 1;
+  if (w.read_done == w.length) {
+    w.state = WqeState::kExecuted;  // completes in post order (comp_retire)
+    if (w.rereq_to != 0) {
+      w.rereq_to = 0;
+      --qp.comp.read_rereqs;
+    }
+  }
+  const Psn oldest = qp.comp.psn;
+  comp_advance(eng, qp, w.first_psn);
+  if (qp.comp.psn == oldest) {
+    // A response for a later READ (or past a gap) while an older one waits for a replay: the
+    // responder is alive, and the replay comes after what it had queued before it (rxe in a
+    // busy VM took longer than the ACK timeout for that). The timers count from now.
+    qp.comp.retrans_deadline = 0;
+    qp.comp.probe_deadline = 0;
+    qp.comp.probe_backoff = 0;
+    arm_retransmit(eng, qp);
+    arm_probe(eng, qp);
+  }
   comp_retire(eng, qp);
 }
 

@@ -111,6 +111,7 @@ struct Engine::Stages {
   static void comp_on_atomic_ack(Engine& eng, Qp& qp, SendWqe& w, const wire::RxPkt& pkt);
   static void comp_on_read_response(Engine& eng, Qp& qp, SendWqe& w, const wire::RxPkt& pkt);
   static bool comp_implied_ack(Engine& eng, Qp& qp, wire::Psn upto);
+  static void comp_advance(Engine& eng, Qp& qp, wire::Psn upto);
   static void comp_wqe_done(Engine& eng, Qp& qp, SendWqe& w, WcStatus status);
   static void comp_retire(Engine& eng, Qp& qp);
   static void comp_progress(Engine& eng, Qp& qp);
@@ -124,6 +125,15 @@ struct Engine::Stages {
   static void arm_probe(Engine& eng, Qp& qp);
   static void on_loss(Engine& eng, Qp& qp);
   static bool send_probe(Engine& eng, Qp& qp);
+  /// Selective READ retry: response packets of `w` below `upto` (an index) that neither
+  /// arrived nor were asked for again are lost; a re-request for them is due.
+  static void read_gap(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t upto);
+  static void read_ask_again(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t to, bool force);
+  /// Sends the READ re-requests that are due (at most `budget`).
+  static void send_read_rereqs(Engine& eng, Qp& qp, std::uint32_t& budget);
+  static void read_rereq_answered(Engine& eng, Qp& qp, SendWqe& w);
+  static bool send_read_rereq(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t& budget);
+  static bool read_rerequest(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t from, std::uint32_t to);
   static void grow_window(Engine& eng, Qp& qp);
   /// The QP's full window in PSNs: max_inflight_psns, capped by max_inflight_bytes.
   static std::uint32_t window_max(const Engine& eng, const Qp& qp);

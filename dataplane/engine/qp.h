@@ -63,6 +63,18 @@ struct SendWqe {
   std::uint64_t sent = 0;         ///< bytes packetized (SEND/WRITE)
   std::uint64_t read_done = 0;    ///< READ response bytes received
   std::uint64_t read_resume = 0;  ///< read_done when the READ request was last (re)sent
+  // Selective READ retry: responses past the first missing one are placed as they come, and
+  // only the missing ones are asked for again (retransmit.cc, read_rerequest).
+  std::uint64_t read_ooo = 0;  ///< bit i: response packet read_done_pkts + 1 + i has arrived
+  /// Response packets below this index have arrived or have been asked for again since they
+  /// went missing: a gap below it is not reported twice.
+  std::uint32_t read_asked = 0;
+  // Every re-request starts at the READ's first missing response, and one is outstanding at
+  // a time: rxe moves the start of a READ's resource to each replay's start and refuses a later
+  // request that starts before it, so a response left behind could never be asked for again.
+  std::uint32_t rereq_to = 0;    ///< a re-request is due for packets [first missing, rereq_to)
+  std::uint32_t rereq_out = 0;   ///< the outstanding one asked up to here (0: none)
+  std::uint32_t rereq_wait = 0;  ///< gaps seen meanwhile reach up to here (asked for after it)
   std::uint64_t atomic_orig = 0;
   WcStatus status = WcStatus::kSuccess;  ///< kFailed: the error to report
 
@@ -74,6 +86,10 @@ struct SendWqe {
   /// responses of 2^pmtu_shift bytes (Qp::pmtu_shift).
   wire::Psn read_resume_psn(unsigned pmtu_shift) const {
     return first_psn + static_cast<std::uint32_t>(read_done >> pmtu_shift);
+  }
+  /// READ: response packets received in order from the first (read_done in packets).
+  std::uint32_t read_done_pkts(unsigned pmtu_shift) const {
+    return static_cast<std::uint32_t>(read_done >> pmtu_shift);
   }
 };
 
@@ -97,7 +113,9 @@ struct RdAtomicRes {
   wire::Psn next_psn;
   std::uint64_t next_offset = 0;
   std::uint64_t start_offset = 0;  ///< where the current (re)play started: its First packet
-  bool replay = false;  ///< answering a duplicate request (the requester counts it no more)
+  std::uint64_t end_offset = 0;    ///< where the current (re)play ends
+  std::uint8_t pending = 0;        ///< its kRead items in RespState::out (active: > 0)
+  bool replay = false;  ///< only replays for duplicates left (the requester counts it no more)
   CheckedRange range;   ///< [va, va + length), checked when the READ arrived
 };
 
@@ -135,6 +153,8 @@ struct CompState {
   bool probing = false;
   bool probe_sent = false;
   wire::Psn probe_psn;  ///< the packet the probe sent again
+  /// READs of the send queue with a selective re-request due (SendWqe::rereq_to != 0).
+  std::uint32_t read_rereqs = 0;
   std::uint64_t probe_sent_at = 0;
   /// The probe timer is scaled by 2^pto_shift: raised when an answer shows the probed packet
   /// had arrived (the probe was early: queues longer than the estimate, or only an ACK lost),
@@ -190,6 +210,12 @@ struct RespState {
     std::uint8_t res = 0;                        ///< resource index (kRead, kAtomicAck)
     wire::Syndrome syn = wire::Syndrome::ack();  ///< kAck: ACK, RNR NAK or sequence NAK
     wire::Psn psn;
+    /// kRead: the bytes this stream sends from `psn` (the READ, or the part a duplicate asks
+    /// for again), whether it has begun (its cursor is in the resource), and whether it is a
+    /// replay.
+    std::uint32_t len = 0;
+    bool started = false;
+    bool replay = false;
   };
   std::array<Item, 32> out;
   std::uint32_t out_head = 0;

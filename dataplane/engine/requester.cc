@@ -448,6 +448,10 @@ bool Engine::Stages::req_packet(Engine& eng, Qp& qp, SendWqe& w) {
   qp.req.pkts_since_ack_req = f.ack_req ? 0 : qp.req.pkts_since_ack_req + 1;
   if (before(f.psn, qp.req.high_psn)) {
     eng.stats_.inc(Counter::kRetransmittedPackets);
+    if (f.opcode == Opcode::kRcReadRequest) {  // a READ asked again, and the bytes it costs
+      eng.stats_.inc(Counter::kReadReRequests);
+      eng.stats_.inc(Counter::kReadReRequestBytes, f.reth_len);
+    }
   } else if (!qp.comp.rtt_timing && !uc) {
     qp.comp.rtt_timing = true;  // time this packet's acknowledgement
     qp.comp.rtt_psn = f.psn;
@@ -474,6 +478,7 @@ void Engine::Stages::req_pump(Engine& eng, Qp& qp, std::uint32_t& budget) {
   if (qp.comp.rnr_deadline != 0) return;  // waiting out an RNR NAK
   if (qp.comp.retry_pending) do_retry(eng, qp);
   std::uint32_t wmax = 0;
+  if (qp.comp.read_rereqs != 0 && qp.state == QpState::kRts) send_read_rereqs(eng, qp, budget);
   while (budget > 0 && qp.state == QpState::kRts && !qp.req.failed &&
          qp.req.next_wqe != qp.sq_tail) {
     SendWqe& w = qp.wqe(qp.req.next_wqe);

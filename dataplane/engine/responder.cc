@@ -219,21 +219,27 @@ bool release_recv(Qp& qp, std::uint64_t used, bool ok) {
 }
 }  // namespace
 
-// A resource slot for a new READ or atomic: the next one in turn unless a queued READ still
-// streams from it, then any idle one (rxe reuses resources the same way; 16 are kept so that
-// replays of recent requests stay possible). -1 when all are busy.
+// A resource slot for a new READ or atomic: an unused one, else the idle one with the oldest
+// PSN. A READ the requester has not finished is among the newest max_dest_rd_atomic, so it
+// keeps its resource for a replay even when a replay of an older READ (a late duplicate) held
+// the slot whose turn it was (a requester asking for part of it would otherwise be dropped for
+// ever). -1 when all are busy.
 namespace {
 int alloc_res(Qp& qp) {
   RespState& rs = qp.resp;
-  const std::uint32_t n = static_cast<std::uint32_t>(rs.res.size());
-  for (std::uint32_t k = 0; k < n; ++k) {
-    const std::uint32_t i = (rs.res_next + k) % n;
-    if (!rs.res[i].active) {
-      rs.res_next = i + 1;
-      return static_cast<int>(i);
+  int best = -1;
+  std::int32_t best_age = -1;
+  for (std::uint32_t i = 0; i < rs.res.size(); ++i) {
+    const RdAtomicRes& r = rs.res[i];
+    if (r.active) continue;
+    if (r.kind == RdAtomicRes::Kind::kNone) return static_cast<int>(i);
+    const std::int32_t age = distance(rs.epsn, r.first_psn);
+    if (age > best_age) {
+      best_age = age;
+      best = static_cast<int>(i);
     }
   }
-  return -1;
+  return best;
 }
 }  // namespace
 
@@ -301,30 +307,34 @@ void Engine::Stages::resp_duplicate(Engine& eng, Qp& qp, const wire::RxPkt& pkt)
         continue;
       const std::uint64_t off = std::uint64_t(distance(p, r.first_psn)) * pmtu;
       const auto reth = pkt.reth();
-      if (reth.rkey() != r.rkey || reth.va() != r.va + off || reth.dma_len() != r.length - off) {
+      // A retry asks for the rest of the READ from p, or for part of it (the responses a
+      // selective requester is missing; rxe accepts any part of the original too).
+      const std::uint64_t len = reth.dma_len();
+      if (reth.rkey() != r.rkey || reth.va() != r.va + off || len > r.length - off ||
+          (len == 0 && r.length != off)) {
         eng.stats_.inc(Counter::kRxDropDupRead);  // not a retry of that READ
         return;
       }
-      // The requester went back to p: whatever is queued for p and later will be asked for
-      // again, so drop it (including this READ's own earlier replay); keep what comes before.
       RespState& rs = qp.resp;
-      while (!rs.out_empty()) {
-        RespState::Item& back = rs.out[(rs.out_tail - 1) % rs.out.size()];
-        const bool is_read = back.kind == RespState::Item::Kind::kRead;
-        if (!(is_read && back.res == i) && before(back.psn, p)) break;
-        if (is_read) {
-          rs.res[back.res].active = false;
-          --rs.reads_queued;
-        }
-        --rs.out_tail;
+      // Already on its way (the READ's own stream, or a replay queued before, sends those
+      // responses still): nothing to add. Later READs stay queued: a requester that asks
+      // again for them asks by their own PSNs.
+      const std::uint64_t end = off + len;
+      for (std::uint32_t k = rs.out_head; k != rs.out_tail && r.active; ++k) {
+        const RespState::Item& it = rs.out[k % rs.out.size()];
+        if (it.kind != RespState::Item::Kind::kRead || it.res != i) continue;
+        const std::uint64_t from =
+            it.started ? r.next_offset : std::uint64_t(distance(it.psn, r.first_psn)) * pmtu;
+        const std::uint64_t to = it.started ? r.end_offset : from + it.len;
+        if (from <= off && end <= to) return;
       }
       // The region may have been deregistered or invalidated since (rxe rechecks the MR on
       // replay too). Most such duplicates are stale copies of a READ the requester has
       // already completed (the application then freed the region): they are dropped, not
       // NAKed, since a class C NAK would end a healthy connection. A requester that really
       // still waits gets nothing and ends with its retry budget spent.
-      if (r.length - off != 0 && eng.mrs_.check(r.rkey, qp.pd, r.va + off, r.length - off,
-                                                kAccessRemoteRead, nullptr) != KeyCheck::kOk) {
+      if (len != 0 && eng.mrs_.check(r.rkey, qp.pd, r.va + off, len, kAccessRemoteRead, nullptr) !=
+                          KeyCheck::kOk) {
         eng.stats_.inc(Counter::kRxDropDupRead);
         return;
       }
@@ -332,13 +342,30 @@ void Engine::Stages::resp_duplicate(Engine& eng, Qp& qp, const wire::RxPkt& pkt)
         eng.stats_.inc(Counter::kRespQueueFull);  // no room: drop the duplicate, it is asked again
         return;
       }
+      // The replay goes before any queued ACK for a later PSN, which would otherwise tell the
+      // requester that the READ had been answered in full (IBA 9.7.5.1.6: responses in PSN
+      // order); it may not go before the stream being sent.
+      std::uint32_t at = rs.out_tail;
+      for (std::uint32_t k = rs.out_head; k != rs.out_tail; ++k) {
+        const RespState::Item& it = rs.out[k % rs.out.size()];
+        if (it.kind != RespState::Item::Kind::kRead && after(it.psn, p) &&
+            (k != rs.out_head || !it.started)) {
+          at = k;
+          break;
+        }
+      }
+      for (std::uint32_t k = rs.out_tail; k != at; --k)
+        rs.out[k % rs.out.size()] = rs.out[(k - 1) % rs.out.size()];
+      ++rs.out_tail;
+      rs.out[at % rs.out.size()] = {RespState::Item::Kind::kRead,
+                                    static_cast<std::uint8_t>(i),
+                                    Syndrome::ack(),
+                                    p,
+                                    static_cast<std::uint32_t>(len),
+                                    false,
+                                    true};
       r.active = true;
-      r.replay = true;
-      r.next_psn = p;
-      r.next_offset = off;
-      r.start_offset = off;  // a replay is a new response: First (or Only) again
-      rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kRead,
-                                               static_cast<std::uint8_t>(i), Syndrome::ack(), p};
+      ++r.pending;
       ++rs.reads_queued;
       resp_schedule(eng, qp);
       return;
@@ -657,10 +684,13 @@ void Engine::Stages::resp_execute_read(Engine& eng, Qp& qp, const wire::RxPkt& p
   r.rkey = reth.rkey();
   r.length = rlen;
   r.active = true;
+  r.pending = 1;
   r.next_psn = pkt.psn;
+  r.end_offset = rlen;
   if (mr != nullptr) r.range = eng.mrs_.remember(mr);
-  rs.out[rs.out_tail++ % rs.out.size()] = {
-      RespState::Item::Kind::kRead, static_cast<std::uint8_t>(idx), Syndrome::ack(), pkt.psn};
+  rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kRead,
+                                           static_cast<std::uint8_t>(idx), Syndrome::ack(), pkt.psn,
+                                           static_cast<std::uint32_t>(rlen)};
   ++rs.reads_queued;
   resp_schedule(eng, qp);
   rs.msn = rs.msn + 1;
@@ -735,15 +765,33 @@ void Engine::Stages::resp_read_pump(Engine& eng, Qp& qp, std::uint32_t& budget) 
     }
     auto slot = tx_slot(eng, false);
     if (slot.empty()) return;
-    const std::uint64_t remaining = r.length - r.next_offset;
+    if (!it.started) {  // this stream's cursor: the READ, or the part a duplicate asked for
+      it.started = true;
+      r.next_psn = it.psn;
+      r.next_offset = std::uint64_t(distance(it.psn, r.first_psn)) * pmtu;
+      r.start_offset = r.next_offset;
+      r.end_offset = r.next_offset + it.len;
+    }
+    const std::uint64_t remaining = r.end_offset - r.next_offset;
     const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(pmtu, remaining));
     // The application may deregister or invalidate the region between polls: never read
     // memory the key no longer grants.
     const std::uint8_t* src = len == 0 ? nullptr
                                        : eng.mrs_.map(r.range, r.rkey, qp.pd, r.va + r.next_offset,
                                                       len, kAccessRemoteRead);
+    if (len != 0 && src == nullptr && it.replay) {
+      // A replay whose region was deregistered or invalidated since it was queued: dropped,
+      // as resp_duplicate drops one asked for then (most are for a READ the requester has
+      // completed, whose region the application then freed; a NAK would end the connection).
+      eng.stats_.inc(Counter::kRxDropDupRead);
+      r.active = --r.pending != 0;
+      ++rs.out_head;
+      --rs.reads_queued;
+      continue;
+    }
     if (len != 0 && src == nullptr) {
       r.active = false;
+      r.pending = 0;
       ++rs.out_head;
       --rs.reads_queued;
       resp_nak(eng, qp, Syndrome::nak(wire::NakCode::kRemoteAccessError), r.next_psn, true);
@@ -773,7 +821,8 @@ void Engine::Stages::resp_read_pump(Engine& eng, Qp& qp, std::uint32_t& budget) 
     r.next_offset += len;
     ++r.next_psn;
     if (last) {
-      r.active = false;
+      if (!it.replay) r.replay = true;  // the READ itself is answered; replays may follow
+      r.active = --r.pending != 0;
       ++rs.out_head;
       --rs.reads_queued;
     }

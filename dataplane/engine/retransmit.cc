@@ -12,7 +12,22 @@ namespace roce::engine {
 using wire::Psn;
 
 namespace {
+// Whether response packet `k` of READ `w` has arrived (k at or after its first missing one).
+bool read_has(const SendWqe& w, std::uint32_t k, unsigned shift) {
+  const std::uint32_t done = w.read_done_pkts(shift);
+  if (k < done) return true;
+  if (k == done || k - done - 1 >= 64) return false;
+  return ((w.read_ooo >> (k - done - 1)) & 1) != 0;
+}
+}  // namespace
+
+namespace {
 SendWqe* oldest_unacked(Qp& qp);
+// A READ some of whose responses went missing after later ones arrived (or were asked for again).
+bool read_gap_known(const Qp& qp, const SendWqe& w) {
+  return w.opcode == WrOpcode::kRead && w.read_done < w.length &&
+         w.read_done_pkts(qp.pmtu_shift()) < w.read_asked;
+}
 }  // namespace
 
 void Engine::Stages::track_timer(Engine& eng, Qp& qp) {
@@ -40,8 +55,12 @@ void Engine::Stages::arm_probe(Engine& eng, Qp& qp) {
     return;
   if (!before(c.psn, qp.req.high_psn)) return;  // nothing outstanding
   // A READ or atomic is answered by its own responses, whose gaps the completer sees; asking
-  // again would make the responder replay the whole READ. Its loss is the ACK timeout's.
-  if (const SendWqe* w = oldest_unacked(qp); w == nullptr || w->is_rd_atomic()) return;
+  // again for responses that may still be coming would make the responder send them twice.
+  // Only a READ with a known gap is probed (its re-request or the replay may have been lost),
+  // and only for the part known missing; a lost last response is the ACK timeout's.
+  if (const SendWqe* w = oldest_unacked(qp);
+      w == nullptr || (w->is_rd_atomic() && !read_gap_known(qp, *w)))
+    return;
   // As TLP (RFC 8985 7.2): at least twice the smoothed round trip, which absorbs the ACK
   // coalescing of the responder and queues that vary from burst to burst. Before the QP's
   // first sample, the engine's estimate; before any sample, a millisecond: long enough for
@@ -78,6 +97,15 @@ SendWqe* oldest_unacked(Qp& qp) {
 // requester back exactly where it was: the probe moves nothing but one frame.
 bool Engine::Stages::send_probe(Engine& eng, Qp& qp) {
   SendWqe* w = oldest_unacked(qp);
+  if (w != nullptr && read_gap_known(qp, *w)) {
+    // The oldest READ still misses responses it has asked for again: ask once more, for
+    // those only (the re-request or its replay was lost). The requester does not stop.
+    const std::uint64_t sent = eng.stats_.get(Counter::kReadReRequests);
+    read_ask_again(eng, qp, *w, std::min(w->read_asked, w->npkts), true);
+    if (eng.stats_.get(Counter::kReadReRequests) == sent) return false;  // no room now
+    arm_probe(eng, qp);
+    return true;
+  }
   if (w == nullptr || w->is_rd_atomic() || before(qp.comp.psn, w->first_psn)) return false;
   const ReqState saved_req = qp.req;
   const std::uint64_t saved_sent = w->sent;
@@ -101,6 +129,113 @@ bool Engine::Stages::send_probe(Engine& eng, Qp& qp) {
   qp.comp.probe_sent_at = eng.now_;
   qp.comp.rtt_timing = false;  // Karn: an ACK now may answer the probe or the original
   return true;
+}
+
+// The responder sends a READ's responses in order, and those of one request after another:
+// a response that arrives past ones that did not (or a later READ's response, or an ACK
+// after the READ) means they were lost. They are asked for again by a READ request of their
+// own (read_rerequest), once; later READs are not touched.
+void Engine::Stages::read_gap(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t upto) {
+  const unsigned shift = qp.pmtu_shift();
+  std::uint32_t from = std::max(w.read_done_pkts(shift), w.read_asked);
+  while (from < upto && read_has(w, from, shift)) ++from;
+  if (w.read_asked < upto) w.read_asked = upto;
+  if (from >= upto) return;
+  read_ask_again(eng, qp, w, upto, false);
+}
+
+// Asks again for the responses of `w` from its first missing one up to `to` (what arrived at
+// the end is left out). While a re-request is outstanding, a new gap waits for its answer
+// (then the first missing response is past it), unless `force` (the probe and the timeout:
+// the outstanding one was lost).
+void Engine::Stages::read_ask_again(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t to, bool force) {
+  const unsigned shift = qp.pmtu_shift();
+  const std::uint32_t done = w.read_done_pkts(shift);
+  if (force) to = std::max({to, w.rereq_wait, w.rereq_to});
+  while (to > done && read_has(w, to - 1, shift)) --to;
+  if (to <= done) return;
+  if (!force && w.rereq_out > done) {
+    w.rereq_wait = std::max(w.rereq_wait, to);
+    return;
+  }
+  w.rereq_wait = 0;
+  // Sent at once when the transmit ring has room: gaps seen in one receive burst each get a
+  // request of their own instead of one that spans the responses between them.
+  if (qp.state == QpState::kRts && !qp.req.failed && read_rerequest(eng, qp, w, done, to)) {
+    w.rereq_out = to;
+    if (w.rereq_to != 0) {
+      w.rereq_to = 0;
+      --qp.comp.read_rereqs;
+    }
+    return;
+  }
+  if (w.rereq_to == 0) ++qp.comp.read_rereqs;
+  w.rereq_to = std::max(w.rereq_to, to);
+  schedule_send(eng, qp);
+}
+
+// The READ's first missing response has passed the outstanding re-request: what waited for
+// it is asked for now.
+void Engine::Stages::read_rereq_answered(Engine& eng, Qp& qp, SendWqe& w) {
+  if (w.rereq_out == 0 || w.read_done_pkts(qp.pmtu_shift()) < w.rereq_out) return;
+  w.rereq_out = 0;
+  if (const std::uint32_t to = w.rereq_wait; to != 0) {
+    w.rereq_wait = 0;
+    read_ask_again(eng, qp, w, to, false);
+  }
+}
+
+// Sends the re-request due for `w`, without what arrived since the gap was seen (a late
+// response); false when the transmit ring has no room.
+bool Engine::Stages::send_read_rereq(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t& budget) {
+  const unsigned shift = qp.pmtu_shift();
+  const std::uint32_t from = w.read_done_pkts(shift);
+  std::uint32_t to = w.rereq_to;
+  while (to > from && read_has(w, to - 1, shift)) --to;
+  if (from < to) {
+    if (budget == 0 || !read_rerequest(eng, qp, w, from, to)) return false;
+    --budget;
+    w.rereq_out = to;
+  }
+  w.rereq_to = 0;
+  --qp.comp.read_rereqs;
+  return true;
+}
+
+void Engine::Stages::send_read_rereqs(Engine& eng, Qp& qp, std::uint32_t& budget) {
+  for (std::uint32_t i = qp.sq_head; i != qp.sq_tail && qp.comp.read_rereqs != 0; ++i) {
+    SendWqe& w = qp.wqe(i);
+    if (w.state == WqeState::kPosted) break;
+    if (w.rereq_to != 0 && !send_read_rereq(eng, qp, w, budget)) return;
+  }
+}
+
+// A READ request for response packets [from, to) of `w`: the PSN of the first of them, the VA
+// advanced and the length of the part (a duplicate READ request for part of the original is
+// replayed from the responder's resource: rxe's duplicate_request checks only that VA and
+// length lie within it). The requester stays where it was: like a probe, this moves nothing
+// but one frame.
+bool Engine::Stages::read_rerequest(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t from,
+                                    std::uint32_t to) {
+  const unsigned shift = qp.pmtu_shift();
+  const ReqState saved_req = qp.req;
+  const WqeState saved_state = w.state;
+  const std::uint64_t saved_done = w.read_done;
+  const std::uint64_t saved_length = w.length;
+  const std::uint64_t saved_resume = w.read_resume;
+  w.read_done = std::uint64_t{from} << shift;
+  w.length = std::min(saved_length, std::uint64_t{to} << shift);
+  w.state = WqeState::kSending;
+  qp.req.next_psn = w.first_psn + from;
+  const bool ok = req_packet(eng, qp, w);
+  const bool failed = qp.req.failed;
+  qp.req = saved_req;
+  qp.req.failed = failed;
+  w.read_done = saved_done;
+  w.length = saved_length;
+  w.read_resume = saved_resume;
+  if (w.state != WqeState::kFailed) w.state = saved_state;
+  return ok;
 }
 
 namespace {
@@ -200,26 +335,29 @@ void Engine::Stages::do_retry(Engine& eng, Qp& qp) {
       found = true;
       qp.req.next_wqe = i;
       Psn at = before(from, w.first_psn) ? w.first_psn : from;
-      if (w.opcode == WrOpcode::kRead) {
-        // A READ is only acknowledged by its own responses: whatever the NAK said, resume at
-        // the first response not received (a PSN inside it would leave a hole).
-        const Psn missing = w.read_resume_psn(qp.pmtu_shift());
-        if (after(at, missing)) at = missing;
-      }
+      // A READ is only acknowledged by its own responses: whatever the NAK said, resume at
+      // the first response not received (rxe req_retry: VA and length adjusted); the
+      // responses that arrived after it stay where they were placed.
+      if (w.opcode == WrOpcode::kRead) at = w.read_resume_psn(qp.pmtu_shift());
       qp.req.next_psn = at;
       const std::uint32_t k = static_cast<std::uint32_t>(distance(qp.req.next_psn, w.first_psn));
-      if (w.opcode == WrOpcode::kRead) {
-        // Ask again for the part not received (rxe req_retry: VA and length adjusted).
-        w.read_done = std::uint64_t{k} * pmtu;
-      } else if (w.opcode != WrOpcode::kCmpSwap && w.opcode != WrOpcode::kFetchAdd) {
-        w.sent = std::uint64_t{k} * pmtu;
-      }
-      w.state = WqeState::kSending;
-    } else {
+      if (!w.is_rd_atomic()) w.sent = std::uint64_t{k} * pmtu;
+    } else if (!w.is_rd_atomic()) {
       w.sent = 0;
-      w.read_done = 0;
-      w.state = WqeState::kSending;
     }
+    // A later READ asks again for what it has not received (its remainder), never for a
+    // response that arrived; one whose responses all arrived is finished and skipped above.
+    if (w.opcode == WrOpcode::kRead) {
+      // Its remainder is asked for again as a new stream: a gap in that is a new loss.
+      w.read_asked = w.read_done_pkts(qp.pmtu_shift());
+      if (w.rereq_to != 0) {
+        w.rereq_to = 0;
+        --qp.comp.read_rereqs;
+      }
+      w.rereq_wait = 0;
+      w.rereq_out = w.npkts;  // the remainder, once the requester gets to it
+    }
+    w.state = WqeState::kSending;
   }
   if (!found) return;
   qp.req.pkts_since_ack_req = 0;
@@ -248,7 +386,28 @@ void Engine::Stages::fire_timers(Engine& eng, Qp& qp) {
       eng.stats_.inc(Counter::kRetransmitTimeouts);
       qp.comp.retried = false;                       // a timeout always retries
       qp.comp.probing = qp.comp.probe_sent = false;  // and resends everything
-      order_retry(eng, qp, qp.comp.psn, true);
+      SendWqe* w = oldest_unacked(qp);
+      if (w != nullptr && w->opcode == WrOpcode::kRead && !qp.comp.retry_pending) {
+        // The oldest request is a READ: ask again for what it misses, from its first missing
+        // response, and for nothing else. The later READs' responses may only be slow (rxe in
+        // a busy VM pauses for longer than the timeout): asking for them again made the
+        // responder send them twice, which made it slower still. If theirs were lost, each
+        // READ's own timeout (or a later READ's response) finds it when its turn comes.
+        if (qp.comp.retry_left == 0) {
+          eng.stats_.inc(Counter::kRetryExceeded);
+          qp_to_error(eng, qp, WcStatus::kRetryExcErr);
+          return;
+        }
+        if (qp.attr.retry_cnt != 7) --qp.comp.retry_left;
+        on_loss(eng, qp);
+        qp.comp.probe_deadline = 0;
+        qp.comp.rtt_timing = false;  // Karn
+        // (read_asked stays: the probe is for gaps seen, not for a responder that paused)
+        read_ask_again(eng, qp, *w, w->npkts, true);
+        arm_retransmit(eng, qp);
+      } else {
+        order_retry(eng, qp, qp.comp.psn, true);
+      }
     }
   }
   if (qp.comp.probe_deadline != 0 && eng.now_ >= qp.comp.probe_deadline) {

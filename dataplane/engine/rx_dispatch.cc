@@ -68,7 +68,10 @@ std::string_view to_string(Counter c) {
                                                                  "cnp_sent",
                                                                  "cnp_handled",
                                                                  "cnp_ignored",
-                                                                 "cc_parked"};
+                                                                 "cc_parked",
+                                                                 "read_rerequests",
+                                                                 "read_rerequest_bytes",
+                                                                 "rx_dup_read_responses"};
   return k[static_cast<std::size_t>(c)];
 }
 

@@ -83,7 +83,8 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
       qp.run_sent += budget0 - budget;
       progress |= budget != budget0 || qp.req.next_wqe != before_next;
       const bool idle =
-          qp.state != QpState::kRts || (qp.req.next_wqe == qp.sq_tail && !qp.comp.retry_pending);
+          qp.state != QpState::kRts ||
+          (qp.req.next_wqe == qp.sq_tail && !qp.comp.retry_pending && qp.comp.read_rereqs == 0);
       if (idle) {
         qp.in_send_list = false;
         send_list_[i] = send_list_.back();

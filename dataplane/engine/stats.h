@@ -64,6 +64,9 @@ enum class Counter : std::uint8_t {
   kCnpHandled,          ///< CNPs that cut a QP's rate (mlx5 rp_cnp_handled)
   kCnpIgnored,          ///< CNPs that did not: no algorithm, unknown QP, monitor period
   kCcParked,            ///< times a QP over its rate was parked until its next send time
+  kReadReRequests,      ///< READ requests sent again (selective or go-back-N), for part or all
+  kReadReRequestBytes,  ///< the response bytes those READ requests asked for again
+  kRxDupReadResponses,  ///< READ responses (and atomic ACKs) for what had arrived: dropped
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);

@@ -237,7 +237,7 @@ Qp* Engine::create_qp(Pd* pd, QpType type, Cq* send_cq, Cq* recv_cq, const QpCap
   } else {
     ++srq->use_count;
   }
-  qp->resp.res.resize(16);
+  qp->resp.res.resize(32);  // max_dest_rd_atomic (at most 16) and replays of older READs
   qp->resp.recv_sges.resize(srq ? srq->rq.max_sge : qp->rq.max_sge);
   ++pd->use_count;
   Qp* raw = qp.get();
@@ -551,7 +551,10 @@ void Engine::Stages::qp_to_error(Engine& eng, Qp& qp, std::optional<WcStatus> he
   qp.req.rd_atomic_out = 0;
   qp.comp.retrans_deadline = qp.comp.rnr_deadline = qp.comp.probe_deadline = 0;
   qp.comp.retry_pending = qp.comp.probing = qp.comp.probe_sent = false;
-  for (auto& r : qp.resp.res) r.active = false;
+  for (auto& r : qp.resp.res) {
+    r.active = false;
+    r.pending = 0;
+  }
   qp.resp.out_head = qp.resp.out_tail = 0;
   qp.resp.reads_queued = 0;
   flush_recvs(eng, qp);

@@ -169,7 +169,10 @@ std::size_t PollLoop::poll_once() {
   // in flight at a time (a ping-pong) the receive ring's poll would otherwise sit on the path
   // of every request. What the bursts then acknowledge goes out at the end as before.
   if (eng_.has_send_work()) {
-    eng_.run(now);
+    // Timers wait for the receive bursts below (run() with rx_backlog; the run() after them
+    // fires what is still due): after the loop lost the CPU for longer than an ACK timeout,
+    // the answers are in the receive ring, and firing first retransmitted what they answer.
+    eng_.run(now, true);
     moved += transmit();
     port_.flush(queue_);
     // A fresh clock for what comes back: with hundreds of frames sent, the first ACKs can be

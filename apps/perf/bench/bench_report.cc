@@ -278,7 +278,9 @@ void point_json(std::ostringstream& j, const BenchConfig& cfg, const Point& p, c
     j << ",\"counters\":{\"retransmitted_packets\":" << p.retransmitted
       << ",\"retransmit_timeouts\":" << p.timeouts << ",\"retransmit_probes\":" << p.probes
       << ",\"injected_drops\":" << p.injected_drops << ",\"rnr_naks_received\":" << p.rnr_naks
-      << ",\"seq_naks_received\":" << p.seq_naks << "}"
+      << ",\"seq_naks_received\":" << p.seq_naks << ",\"read_rerequests\":" << p.read_rerequests
+      << ",\"read_rerequest_bytes\":" << p.read_rerequest_bytes
+      << ",\"peer_read_responses_sent\":" << p.peer_read_responses << "}"
       << ",\"srtt_us\":" << num(static_cast<double>(p.srtt_ns) / 1e3);
     if (p.busy_a >= 0 || p.busy_b >= 0)
       j << ",\"busy\":{\"a\":" << (p.busy_a >= 0 ? num(p.busy_a) : "null")

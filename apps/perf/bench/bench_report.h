@@ -32,6 +32,9 @@ struct Point {
   double lat_min = 0, lat_p50 = 0, lat_avg = 0, lat_p99 = 0, lat_p999 = 0, lat_max = 0;  ///< ns
   std::uint64_t retransmitted = 0, timeouts = 0, probes = 0, injected_drops = 0, rnr_naks = 0,
                 seq_naks = 0;
+  /// READ rows: READ requests A sent again and the bytes they asked for; READ response frames
+  /// B sent for the row (the frames needed are messages x packets per message).
+  std::uint64_t read_rerequests = 0, read_rerequest_bytes = 0, peer_read_responses = 0;
   /// Ours: the engine's smoothed round trip (request to acknowledgement) at the end, in ns.
   std::uint64_t srtt_ns = 0;
   std::uint64_t lost = 0;  ///< link blast: frames sent and not received

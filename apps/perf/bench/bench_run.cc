@@ -617,6 +617,8 @@ void BenchSide::workload(std::size_t wi) {
     Wc wc[32];
     std::uint64_t next_look = 0;
     std::uint64_t busy0 = loop.time_stats().busy_ns, idle0 = loop.time_stats().idle_ns;
+    // READ response frames this side sent for the row (selective READ retry: sent vs needed).
+    std::uint64_t resp0 = eng.stats().get(Counter::kReadResponsesSent);
     for (unsigned spins = 0;; ++spins) {
       loop.poll_once();
       const int n = eng.poll_cq(rcq, 32, wc);
@@ -645,9 +647,11 @@ void BenchSide::workload(std::size_t wi) {
         }
         if (m.type == MsgType::kSizeDone) {
           const auto& ts = loop.time_stats();
-          ch_.send({MsgType::kLoopTime, 0, ts.busy_ns - busy0, ts.idle_ns - idle0});
+          const std::uint64_t resp = eng.stats().get(Counter::kReadResponsesSent);
+          ch_.send({MsgType::kLoopTime, 0, ts.busy_ns - busy0, ts.idle_ns - idle0, resp - resp0});
           busy0 = ts.busy_ns;
           idle0 = ts.idle_ns;
+          resp0 = resp;
           continue;
         }
         if (m.type != MsgType::kWorkloadDone) die(side_, "unexpected message during a workload");
@@ -818,6 +822,8 @@ void BenchSide::workload(std::size_t wi) {
     p.probes = diff(Counter::kRetransmitProbes);
     p.rnr_naks = diff(Counter::kRnrNakRcvd);
     p.seq_naks = diff(Counter::kSeqErrNakRcvd);
+    p.read_rerequests = diff(Counter::kReadReRequests);
+    p.read_rerequest_bytes = diff(Counter::kReadReRequestBytes);
     p.srtt_ns = eng.srtt_ns();
     p.injected_drops = (loop.faults() ? loop.faults()->stats().dropped : 0) - drops0;
     const auto busy_of = [](std::uint64_t busy, std::uint64_t idle) {
@@ -828,6 +834,7 @@ void BenchSide::workload(std::size_t wi) {
     ch_.send({MsgType::kSizeDone});
     const Msg lt = ch_.recv(MsgType::kLoopTime, poll);
     p.busy_b = busy_of(lt.b, lt.c);
+    p.peer_read_responses = lt.d;
     return p;
   };
   for (const std::uint32_t size : w.sizes) {
