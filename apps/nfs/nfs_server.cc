@@ -778,6 +778,75 @@ Status NfsServer::reopen(Call& c, const Obj& o, int flags, bool owner_override, 
   return kOk;
 }
 
+/// A cached descriptor: closed when the cache and every call using it let go.
+struct NfsServer::OpenFile {
+  Fd fd;
+  bool rw = false;
+};
+
+Status NfsServer::open_file(Call& c, const Obj& o, bool write, std::shared_ptr<const OpenFile>& f) {
+  // The caller's permission, asked of the kernel as the caller (ACLs, capabilities, LSMs
+  // included); knfsd lets a file's owner read and write it whatever its mode (a file made 0444
+  // by open(O_CREAT) is written through the descriptor the client got).
+  const int want = write ? W_OK : R_OK;
+  if (::syscall(SYS_faccessat2, o.fd.get(), "", want, AT_EACCESS | AT_EMPTY_PATH) != 0) {
+    const int err = errno;
+    if (!(err == EACCES && c.id && o.st.st_uid == c.cred.uid)) return from_errno(err);
+  }
+  const FileKey key{o.st.st_dev, o.st.st_ino};
+  const auto now =
+      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  {
+    std::lock_guard g(files_mu_);
+    if (now - files_swept_ns_ > 500'000'000ull) {  // close what nobody used for a while
+      files_swept_ns_ = now;
+      std::erase_if(files_, [&](const auto& kv) {
+        return now - kv.second.used_ns > std::uint64_t{file_idle_ms} * 1'000'000;
+      });
+    }
+    const auto it = files_.find(key);
+    if (it != files_.end() && (it->second.file->rw || !write)) {
+      it->second.used_ns = now;
+      f = it->second.file;
+      return kOk;
+    }
+  }
+  // Opened by the server (the permission was the caller's, above): read-write when the export
+  // is, so that one descriptor serves both; read-only where that is refused (a running binary).
+  auto nf = std::make_shared<OpenFile>();
+  const std::string p = proc_path(o.fd.get());
+  {
+    Call::AsServer server(c.id);
+    if (opts_.rw) {
+      nf->fd.reset(::open(p.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
+      nf->rw = nf->fd.get() >= 0;
+    }
+    if (nf->fd.get() < 0 && !write)
+      nf->fd.reset(::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  }
+  if (nf->fd.get() < 0) return path_error(errno);
+  struct stat s;
+  if (::fstat(nf->fd.get(), &s) != 0 || s.st_ino != o.st.st_ino || s.st_dev != o.st.st_dev)
+    return kErrStale;
+  f = nf;
+  std::lock_guard g(files_mu_);
+  files_[key] = CachedFile{nf, now};
+  while (files_.size() > max_open_files) {  // the least recently used goes
+    auto oldest = files_.begin();
+    for (auto i = files_.begin(); i != files_.end(); ++i)
+      if (i->second.used_ns < oldest->second.used_ns) oldest = i;
+    files_.erase(oldest);
+  }
+  return kOk;
+}
+
+void NfsServer::forget_file(int dirfd, const std::string& name) {
+  struct stat s;
+  if (::fstatat(dirfd, name.c_str(), &s, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(s.st_mode)) return;
+  std::lock_guard g(files_mu_);
+  files_.erase(FileKey{s.st_dev, s.st_ino});
+}
+
 Verf NfsServer::cookie_verf(const Obj& dir) const {
   // The cookies are the file system's own directory offsets (getdents64's d_off), which stay
   // valid while entries come and go; they belong to this directory of this export alone.
@@ -1083,16 +1152,14 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
         return fail(S_ISDIR(o.st.st_mode) ? kErrIsdir : kErrInval), encode_post_op(e, o.attr());
       if (off > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max()))
         return fail(kErrInval), encode_post_op(e, o.attr());
-      int fd = -1;
-      if (const Status s = reopen(c, o, O_RDONLY, true, fd))
-        return fail(s), encode_post_op(e, o.attr());
-      Fd r(fd);
+      std::shared_ptr<const OpenFile> r;
+      if (const Status s = open_file(c, o, false, r)) return fail(s), encode_post_op(e, o.attr());
       count = std::min(count, max_io);
       out.payload.resize(count);
-      const ssize_t n = ::pread(r.get(), out.payload.data(), count, static_cast<off_t>(off));
+      const ssize_t n = ::pread(r->fd.get(), out.payload.data(), count, static_cast<off_t>(off));
       const int err = errno;
       struct stat s;
-      if (::fstat(r.get(), &s) != 0) s = o.st;
+      if (::fstat(r->fd.get(), &s) != 0) s = o.st;
       if (n < 0) {
         out.payload.clear();
         return fail(from_errno(err)), encode_post_op(e, to_fattr(s));
@@ -1123,18 +1190,16 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
         return fail(kErrInval), encode_wcc(e, before, before);
       if (!S_ISREG(o.st.st_mode))
         return fail(S_ISDIR(o.st.st_mode) ? kErrIsdir : kErrInval), encode_wcc(e, before, before);
-      int fd = -1;
-      if (const Status s = reopen(c, o, O_WRONLY, true, fd))
-        return fail(s), encode_wcc(e, before, before);
-      Fd w(fd);
-      const ssize_t n = ::pwrite(w.get(), data.data(), count, static_cast<off_t>(off));
+      std::shared_ptr<const OpenFile> w;
+      if (const Status s = open_file(c, o, true, w)) return fail(s), encode_wcc(e, before, before);
+      const ssize_t n = ::pwrite(w->fd.get(), data.data(), count, static_cast<off_t>(off));
       const int err = errno;
-      // Synchronous (the transport calls the server off the poll loop).
-      if (n >= 0 && how != kUnstable) ::fdatasync(w.get());
-      if (n < 0) return fail(from_errno(err)), encode_wcc(e, before, attr_of(w.get()));
+      // Synchronous (the transport calls the server off the poll loop, on its worker pool).
+      if (n >= 0 && how != kUnstable) ::fdatasync(w->fd.get());
+      if (n < 0) return fail(from_errno(err)), encode_wcc(e, before, attr_of(w->fd.get()));
       c.bytes_written += static_cast<std::uint64_t>(n);
       e.u32(kOk);
-      encode_wcc(e, before, attr_of(w.get()));
+      encode_wcc(e, before, attr_of(w->fd.get()));
       e.u32(static_cast<std::uint32_t>(n));
       e.u32(how);
       e.fixed(write_verf_);
@@ -1262,6 +1327,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       if (!opts_.rw) return fail(kErrRofs), encode_wcc(e, before, before);
       if (proc == kRmdir && name == "..") return fail(kErrNotempty), encode_wcc(e, before, before);
       if (const Status st = name_error(name)) return fail(st), encode_wcc(e, before, before);
+      if (proc == kRemove) forget_file(o.fd.get(), name);  // its space freed when it goes
       if (::unlinkat(o.fd.get(), name.c_str(), proc == kRmdir ? AT_REMOVEDIR : 0) != 0)
         return fail(from_errno(errno)), encode_wcc(e, before, attr_of(o.fd.get()));
       e.u32(kOk);
@@ -1290,6 +1356,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       if (const Status st = name_error(to_name)) return both(st, fb, tb);
       if (!kernel_handles_ && join(t.rel, to_name).size() > kMaxRel)
         return both(kErrNametoolong, fb, tb);
+      forget_file(t.fd.get(), to_name);  // a file renamed over is removed
       if (::renameat(f.fd.get(), from_name.c_str(), t.fd.get(), to_name.c_str()) != 0)
         return both(from_errno(errno), fb, tb);
       if (!kernel_handles_) renamed(join(f.rel, from_name), join(t.rel, to_name));
@@ -1491,19 +1558,29 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       if (!opts_.rw) return fail(kErrRofs), encode_wcc(e, before, before);
       if (!S_ISREG(o.st.st_mode))
         return fail(S_ISDIR(o.st.st_mode) ? kErrIsdir : kErrInval), encode_wcc(e, before, before);
-      // The server's own open: COMMIT only makes written data stable, it reads and writes none.
-      Fd w;
+      // The cached descriptor (the writes' own) if there is one, else one the server opens:
+      // COMMIT only makes written data stable, it reads and writes none.
+      std::shared_ptr<const OpenFile> w;
+      Fd own;
+      int fd = -1;
       {
+        std::lock_guard g(files_mu_);
+        const auto it = files_.find(FileKey{o.st.st_dev, o.st.st_ino});
+        if (it != files_.end()) w = it->second.file;
+      }
+      if (w) {
+        fd = w->fd.get();
+      } else {
         Call::AsServer server(c.id);
-        w.reset(::open(proc_path(o.fd.get()).c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+        own.reset(::open(proc_path(o.fd.get()).c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+        fd = own.get();
       }
       struct stat s;
-      if (w.get() < 0 || ::fstat(w.get(), &s) != 0 || s.st_ino != o.st.st_ino)
+      if (fd < 0 || ::fstat(fd, &s) != 0 || s.st_ino != o.st.st_ino)
         return fail(kErrStale), encode_wcc(e, before, before);
-      if (::fsync(w.get()) != 0)
-        return fail(from_errno(errno)), encode_wcc(e, before, attr_of(w.get()));
+      if (::fsync(fd) != 0) return fail(from_errno(errno)), encode_wcc(e, before, attr_of(fd));
       e.u32(kOk);
-      encode_wcc(e, before, attr_of(w.get()));
+      encode_wcc(e, before, attr_of(fd));
       e.fixed(write_verf_);
       return;
     }

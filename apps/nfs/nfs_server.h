@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <list>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -130,6 +131,20 @@ class NfsServer {
   }
   /// MOUNT's list of who mounted what (DUMP), at most this many entries (the oldest goes).
   std::size_t max_mount_entries = 1024;
+  /// Open-file cache for READ, WRITE and COMMIT (a descriptor per file, opened once, shared by
+  /// the calls and threads): at most this many; one unused for `file_idle_ms` is closed, and a
+  /// file's entry goes when the file is removed or renamed over through the server.
+  std::size_t max_open_files = 1024;
+  std::uint32_t file_idle_ms = 2000;
+  std::size_t open_files() const {
+    std::lock_guard g(files_mu_);
+    return files_.size();
+  }
+  /// Closes every cached descriptor now (the fuzz target counts descriptors between calls).
+  void close_files() {
+    std::lock_guard g(files_mu_);
+    files_.clear();
+  }
 
  private:
   struct Obj;
@@ -160,6 +175,13 @@ class NfsServer {
   void renamed(const std::string& from, const std::string& to);
   void dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcReply& out);
   v3::Verf cookie_verf(const Obj& dir) const;
+  struct OpenFile;
+  /// A descriptor of the regular file `o` from the cache (opened by the server if not there),
+  /// for reading or also writing; the caller's permission is asked of the kernel first
+  /// (faccessat2 as the caller), with knfsd's owner override. kOk, kErrAcces, kErrStale...
+  v3::Status open_file(Call& c, const Obj& o, bool write, std::shared_ptr<const OpenFile>& f);
+  /// Drops the cached descriptor of `name` in `dir` (before it is removed or replaced).
+  void forget_file(int dirfd, const std::string& name);
 
   std::string root_, export_;
   std::string root_real_;  ///< the root's absolute path, as /proc/self/fd shows it
@@ -185,6 +207,20 @@ class NfsServer {
   mutable std::mutex stats_mu_;
   NfsServerStats st_;
   std::atomic<std::uint64_t> mount_denied_{0};  ///< MNT3ERR_ACCES answers
+  mutable std::mutex files_mu_;
+  struct FileKey {
+    std::uint64_t dev, ino;
+    friend bool operator==(const FileKey&, const FileKey&) = default;
+  };
+  struct FileKeyHash {
+    std::size_t operator()(const FileKey& k) const { return k.ino * 0x9e3779b97f4a7c15ull ^ k.dev; }
+  };
+  struct CachedFile {
+    std::shared_ptr<const OpenFile> file;
+    std::uint64_t used_ns = 0;
+  };
+  std::unordered_map<FileKey, CachedFile, FileKeyHash> files_;
+  std::uint64_t files_swept_ns_ = 0;
   std::mutex mount_mu_;
   std::list<std::pair<std::string, std::string>> mounts_;  ///< (client, path) for DUMP
 };

@@ -86,11 +86,12 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
     else if (a == "--mount-timeout")
       c.mount_timeout_ms = num(100, 3'600'000);
     else
-      throw std::runtime_error("service nfs: unknown option " + a +
-                               " (--root, --export, --export-options, --clients, --max-handles, "
-                               "--mount-address, --mount-port, --credits, --inline, --tcp-port, "
-                               "--max-connections, --max-half-open, --max-per-peer, --reap-idle, "
-                               "--mount-clients, --mount-per-peer, --mount-timeout)");
+      throw std::runtime_error(
+          "service nfs: unknown option " + a +
+          " (--root, --export, --export-options, --clients, --max-handles, --threads, "
+          "--mount-address, --mount-port, --credits, --inline, --tcp-port, "
+          "--max-connections, --max-half-open, --max-per-peer, --reap-idle, "
+          "--mount-clients, --mount-per-peer, --mount-timeout)");
   }
   if (c.root.empty()) throw std::runtime_error("service nfs: --root DIR is required");
 }
@@ -129,25 +130,24 @@ ServerOptions with_door(const NfsServiceConfig& c) {
 
 NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
     : nfs_(c.root, c.export_path, c.exports),
+      worker_(CallWorker::kDefaultCapacity, c.threads),
       rdma_(
           context, with_door(c),
           [this](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& r) {
-            std::lock_guard g(nfs_mu_);
-            nfs_.handle(ctx, call, r);
+            nfs_.handle(ctx, call, r);  // several at once: the server is thread-safe
           },
           &worker_),
       mount_(
           [this](const CallContext& ctx, std::span<const std::uint8_t> call,
                  std::vector<std::uint8_t>& reply) {
             RpcReply r;
-            {
-              std::lock_guard g(nfs_mu_);
-              nfs_.handle_mount(ctx, call, r);
-            }
+            nfs_.handle_mount(ctx, call, r);
             reply = std::move(r.msg);
           },
           &worker_) {
   if (!nfs_.acts_as_callers()) check_unprivileged(c.exports);
+  if (!nfs_.persistent_handles())
+    std::fprintf(stderr, "service nfs: %s\n", nfs_.handle_note().c_str());
   nfs_.max_io = c.transport.max_io;
   nfs_.max_handles = c.max_handles;
   mount_.max_clients = c.mount_clients;
@@ -161,10 +161,7 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
         [this](const CallContext& ctx, std::span<const std::uint8_t> call,
                std::vector<std::uint8_t>& reply) {
           RpcReply r;
-          {
-            std::lock_guard g(nfs_mu_);
-            nfs_.handle(ctx, call, r);
-          }
+          nfs_.handle(ctx, call, r);
           reply = std::move(r.msg);
           if (r.has_payload) {  // no chunks over TCP: READ's data follows inline
             const std::size_t n = r.payload.size();
@@ -189,9 +186,7 @@ bool NfsService::step() {
 
 std::string NfsService::report() const {
   const auto& t = rdma_.stats();
-  std::unique_lock g(nfs_mu_);
   const NfsServerStats n = nfs_.stats();
-  g.unlock();
   std::string s = "nfs: " + std::to_string(n.calls) + " calls (" + std::to_string(n.errors) +
                   " errors, " + std::to_string(n.garbage) + " garbage, " +
                   std::to_string(n.denied + nfs_.mount_denied()) + " denied), " +
@@ -220,13 +215,9 @@ std::string NfsService::report() const {
 std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
   const auto& t = rdma_.stats();
   const auto& m = mount_.stats();
-  // Never wait on the loop for a call at the worker (an fsync, a large READDIR): last values.
-  if (std::unique_lock g(nfs_mu_, std::try_to_lock); g.owns_lock()) {
-    seen_ = nfs_.stats();
-    seen_handles_ = nfs_.handles();
-  }
-  const NfsServerStats& n = seen_;
-  const std::uint64_t handles = seen_handles_;
+  // The server's locks guard counters and tables only, never a file system call.
+  const NfsServerStats n = nfs_.stats();
+  const std::uint64_t handles = nfs_.handles();
   return {
       {"nfs_calls", n.calls},
       {"nfs_errors", n.errors},

@@ -6,8 +6,9 @@
 /// (a client of a running roced) and roced's configured service (`test: nfs`, hosted).
 ///
 /// Threads: step() runs on the poll loop's thread (an lcore); the NFS server's handlers (NFS and
-/// MOUNT calls alike: fsync, directory walks) run on one worker thread of the service
-/// (call_worker.h), so that the loop answers ARP, the CM and other connections meanwhile.
+/// MOUNT calls alike: fsync, directory walks) run on the service's pool of worker threads
+/// (call_worker.h, `threads`), several calls of one connection at once, so that the loop answers
+/// ARP, the CM and other connections meanwhile and never waits on the file system.
 #pragma once
 
 #include <roce/client.h>
@@ -32,6 +33,8 @@ struct NfsServiceConfig {
   std::string export_path = "/";  ///< what MNT asks for
   ExportOptions exports;          ///< --export-options, --clients (exports(5))
   std::uint32_t max_handles = 65536;
+  /// Worker threads doing the file system calls (knfsd starts 8 by default).
+  std::uint32_t threads = 8;
   std::uint16_t port = kNfsRdmaPort;
   /// Kernel TCP address of MOUNT: loopback unless told (roced: the service's listen_address,
   /// the management address; roce-nfsd: its interface's address). 0.0.0.0 only on purpose.
@@ -52,7 +55,7 @@ struct NfsServiceConfig {
 std::string default_mount_address(const std::string& iface);
 
 /// Parses a service's args (--root DIR, --export PATH, --export-options OPTS, --clients LIST,
-/// --max-handles N, --mount-address IP, --mount-port N, --credits N, --inline BYTES,
+/// --max-handles N, --threads N, --mount-address IP, --mount-port N, --credits N, --inline BYTES,
 /// --tcp-port N) into `c`; throws std::runtime_error on a bad one.
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c);
 
@@ -80,12 +83,7 @@ class NfsService {
 
  private:
   NfsServer nfs_;
-  mutable std::mutex nfs_mu_;  ///< the worker's calls into nfs_, and report()
-  /// The server's counters as stats() last read them: stats() runs on the poll loop and only
-  /// tries the lock (a call may hold it through an fsync), reusing these when it is taken.
-  mutable NfsServerStats seen_;
-  mutable std::uint64_t seen_handles_ = 0;
-  CallWorker worker_;  ///< runs every handler; stopped first by the destructor
+  CallWorker worker_;  ///< the pool that runs every handler; stopped first by the destructor
   RpcRdmaServer rdma_;
   RpcTcpServer mount_;
   std::unique_ptr<RpcTcpServer> tcp_;

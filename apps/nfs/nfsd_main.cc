@@ -61,8 +61,11 @@ int main(int argc, char** argv) {
       "who may mount: IPv4 addresses, address/prefix and address/netmask, comma-separated "
       "(default *: everyone)")("max-handles",
                                po::value(&c.max_handles)->default_value(c.max_handles),
-                               "file handles remembered (least recently used forgotten: stale)")(
-      "port", po::value(&port)->default_value(c.port), "NFS/RDMA rdma_cm port")(
+                               "file handles remembered without CAP_DAC_READ_SEARCH (a table of "
+                               "paths; least recently used forgotten: stale)")(
+      "threads", po::value(&c.threads)->default_value(c.threads),
+      "worker threads doing the file system calls")("port", po::value(&port)->default_value(c.port),
+                                                    "NFS/RDMA rdma_cm port")(
       "mount-address", po::value(&c.mount_address),
       "kernel TCP address for MOUNT (default: the address of --iface, else 127.0.0.1)")(
       "mount-clients", po::value(&c.mount_clients)->default_value(c.mount_clients),

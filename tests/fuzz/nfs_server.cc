@@ -170,7 +170,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       ::syscall(SYS_setfsgid, -1) != static_cast<long>(::getegid()))
     std::abort();
   if (srv.handles() > srv.max_handles) std::abort();
-  if (open_fds() != fds) std::abort();  // every descriptor of the call closed
+  if (srv.open_files() > srv.max_open_files) std::abort();
+  srv.close_files();                    // the open-file cache's are the server's to keep
+  if (open_fds() != fds) std::abort();  // every other descriptor of the call closed
   if (!outside_unchanged()) std::abort();
   return 0;
 }

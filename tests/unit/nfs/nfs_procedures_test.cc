@@ -643,6 +643,59 @@ TEST_F(NfsProcTest, ReaddirCookiesSurviveChanges) {
   EXPECT_EQ(readdir(root_, 0, Verf{}, 100).status, kErrToosmall);
 }
 
+TEST_F(NfsProcTest, OpenFilesAreCachedAndLetGo) {
+  const Fh hello = lookup(root_, "hello").fh;
+  const auto read = [&](const Fh& fh) {
+    auto r = call(kRead, [&](XdrEncoder& e) {
+      encode(e, fh);
+      e.u64(0);
+      e.u32(100);
+    });
+    XdrDecoder d = results(r);
+    return static_cast<Status>(d.u32());
+  };
+  const auto write = [&](const Fh& fh) {
+    auto r = call(kWrite, [&](XdrEncoder& e) {
+      encode(e, fh);
+      e.u64(0);
+      e.u32(1);
+      e.u32(kUnstable);
+      e.opaque(Bytes{'H'});
+    });
+    XdrDecoder d = results(r);
+    return static_cast<Status>(d.u32());
+  };
+  // A hundred READs and WRITEs of one file: one descriptor.
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(read(hello), kOk);
+    ASSERT_EQ(write(hello), kOk);
+  }
+  EXPECT_EQ(srv_->open_files(), 1u);
+  // The cache does not lend the server's descriptor to a caller the file refuses.
+  if (root()) {
+    fs::permissions(dir_ / "hello", fs::perms::owner_read | fs::perms::owner_write);
+    uid_ = gid_ = 1000;
+    EXPECT_EQ(read(hello), kErrAcces);
+    EXPECT_EQ(write(hello), kErrAcces);
+    uid_ = ::geteuid(), gid_ = ::getegid();
+  }
+  // REMOVE lets its descriptor go (the file's space with it).
+  auto rm = call(kRemove, [&](XdrEncoder& e) {
+    encode(e, root_);
+    e.string("hello");
+  });
+  XdrDecoder rmd = results(rm);
+  ASSERT_EQ(rmd.u32(), kOk);
+  EXPECT_EQ(srv_->open_files(), 0u);
+  // Idle ones close by themselves.
+  srv_->file_idle_ms = 1;
+  std::ofstream(dir_ / "other") << "x";
+  ASSERT_EQ(read(lookup(root_, "other").fh), kOk);
+  ::usleep(600'000);
+  ASSERT_EQ(read(lookup(root_, "other").fh), kOk);  // sweeps the old entry, opens anew
+  EXPECT_EQ(srv_->open_files(), 1u);
+}
+
 TEST_F(NfsProcTest, MountDumpAndUmntall) {
   const auto mnt = [&](std::uint32_t proc, bool with_path) {
     return call(

@@ -159,7 +159,8 @@ class Rig {
  public:
   /// `client_cm`: the test's own CM agent on engine A (off: engine A's QP1 is left for a
   /// libroce Context there, as RpcRdmaClient's).
-  Rig(ServerOptions o, RpcRdmaServer::Handler h, bool client_cm = true)
+  Rig(ServerOptions o, RpcRdmaServer::Handler h, bool client_cm = true,
+      CallWorker* worker = nullptr)
       : n_(g_rig++),
         a_rx_(ring("nfst_arx" + std::to_string(n_))),
         a_tx_(ring("nfst_atx" + std::to_string(n_))),
@@ -179,7 +180,7 @@ class Rig {
         probe_answered_ns.store(port::now_ns(), std::memory_order_release);
     };
     // The server in-process: a libroce Context on engine B, MACs from its loop's ARP cache.
-    srv = std::make_unique<RpcRdmaServer>(*ctx, o, std::move(h));
+    srv = std::make_unique<RpcRdmaServer>(*ctx, o, std::move(h), worker);
     srv->listen(kPort);
     cm::CmAgentConfig cc;
     cc.cm.ca_guid = 0xA;
@@ -831,6 +832,42 @@ TEST(NfsServerTransport, MessagesBeyondTheCreditsAreDropped) {
   EXPECT_EQ(c.replies.size(), 4u);
   EXPECT_EQ(r.srv->stats().over_credit, 8u);
   EXPECT_EQ(r.srv->stats().calls, 4u);
+}
+
+// The file I/O off the loop, several calls of one connection at once: with a pool of four
+// threads, four calls of one connection are in the handler together (each waits until all four
+// are in), and all are answered; a fifth waits for a thread.
+TEST(NfsServerTransport, SeveralCallsOfOneConnectionRunAtOnce) {
+  CallWorker pool(64, 4);
+  std::atomic<int> inside{0}, most{0};
+  std::atomic<bool> open{false};
+  Rig r(
+      {},
+      [&](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& rep) {
+        const int now = inside.fetch_add(1) + 1;
+        int m = most.load();
+        while (now > m && !most.compare_exchange_weak(m, now)) {
+        }
+        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+        while (!open.load() && std::chrono::steady_clock::now() < end)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        inside.fetch_sub(1);
+        echo(ctx, call, rep);
+      },
+      true, &pool);
+  Client& c = r.connect();
+  ASSERT_TRUE(r.run([&] { return c.up; }, 5));
+  for (std::uint32_t x = 1; x <= 5; ++x) r.call(c, 0x700 + x);
+  const bool together = r.run([&] { return most.load() >= 4; }, 5);
+  const int at_once = most.load();
+  open = true;
+  EXPECT_TRUE(together) << "at most " << at_once << " calls of the connection at once";
+  EXPECT_EQ(at_once, 4) << "more calls at once than the pool has threads";
+  ASSERT_TRUE(r.run([&] { return c.replies.size() == 5; }, 5));
+  std::vector<std::uint32_t> got = c.replies;
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::uint32_t>{0x701, 0x702, 0x703, 0x704, 0x705}));
+  pool.stop();  // before the server whose finish() its jobs name
 }
 
 // Item 5: a handler blocked for long (fsync on a slow disk): the poll loop answers ARP
