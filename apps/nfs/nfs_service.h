@@ -22,6 +22,7 @@
 #include "apps/nfs/in_process.h"
 #include "apps/nfs/mount_tcp.h"
 #include "apps/nfs/nfs_server.h"
+#include "apps/nfs/portmap.h"
 #include "apps/nfs/server_transport.h"
 #include "apps/nfs/transport.h"
 #include "controlplane/config.h"
@@ -47,6 +48,10 @@ struct NfsServiceConfig {
   std::uint32_t mount_timeout_ms = 30000;
   ServerOptions transport;
   std::uint16_t tcp_port = 0;  ///< non-zero: NFS over kernel TCP too (the benchmarks' baseline)
+  /// The port mapper (portmap.h) on `mount_address`, TCP and UDP: 111 by default (binding it
+  /// needs CAP_NET_BIND_SERVICE or root, and no rpcbind of the host on that address); 0: none.
+  /// When it cannot bind, the service says so and goes on without it.
+  std::uint16_t portmap_port = kPortmapPort;
 };
 
 /// The kernel address MOUNT binds to by default for a tool on kernel interface `iface`: that
@@ -55,7 +60,8 @@ struct NfsServiceConfig {
 std::string default_mount_address(const std::string& iface);
 
 /// Parses a service's args (--root DIR, --export PATH, --export-options OPTS, --clients LIST,
-/// --max-handles N, --threads N, --mount-address IP, --mount-port N, --credits N, --inline BYTES,
+/// --max-handles N, --threads N, --portmap-port N, --mount-address IP, --mount-port N, --credits N,
+/// --inline BYTES,
 /// --tcp-port N) into `c`; throws std::runtime_error on a bad one.
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c);
 
@@ -82,11 +88,18 @@ class NfsService {
   std::vector<std::pair<std::string, std::uint64_t>> stats() const;
 
  private:
+  void start_portmap(client::Context& context, const NfsServiceConfig& c);
+  bool step_portmap_udp();
+
   NfsServer nfs_;
   CallWorker worker_;  ///< the pool that runs every handler; stopped first by the destructor
   RpcRdmaServer rdma_;
   RpcTcpServer mount_;
   std::unique_ptr<RpcTcpServer> tcp_;
+  std::vector<PortmapEntry> portmap_table_;
+  std::unique_ptr<RpcTcpServer> portmap_tcp_;
+  int portmap_udp_ = -1;  ///< non-blocking; answered from step()
+  std::uint64_t portmap_udp_calls_ = 0;
 };
 
 /// roced's `test: nfs` service (docs/configuration.md): the service on a port the daemon owns

@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   nfs::NfsServiceConfig c;
   double timeout = 0, tx_drop = 0, rx_drop = 0;
   bool spin = false;
-  unsigned port = c.port, mount_port = c.mount_port, tcp_port = 0;
+  unsigned port = c.port, mount_port = c.mount_port, tcp_port = 0, portmap_port = c.portmap_port;
   std::string export_options, clients;
   po::options_description o("roce-nfsd options");
   o.add_options()("help,h", "this help")(
@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
       "mount-port", po::value(&mount_port)->default_value(c.mount_port), "MOUNT TCP port")(
       "tcp-port", po::value(&tcp_port)->default_value(0),
       "also serve NFS over kernel TCP here (0: no)")(
+      "portmap-port", po::value(&portmap_port)->default_value(c.portmap_port),
+      "port mapper (rpcbind v2-v4) for MOUNT and NFS on the MOUNT address, TCP and UDP "
+      "(0: none; 111 needs privilege)")(
       "credits", po::value(&c.transport.credits)->default_value(32), "credits granted")(
       "inline", po::value(&c.transport.inline_size)->default_value(4096), "inline size")(
       "spin", po::bool_switch(&spin), "never yield the CPU when idle (a core of its own)")(
@@ -118,6 +121,7 @@ int main(int argc, char** argv) {
   c.port = static_cast<std::uint16_t>(port);
   c.mount_port = static_cast<std::uint16_t>(mount_port);
   c.tcp_port = static_cast<std::uint16_t>(tcp_port);
+  c.portmap_port = static_cast<std::uint16_t>(portmap_port);
   link.set_drops(tx_drop, rx_drop, 21);
   if (!memif_socket.empty() && !link.set_memif(memif_socket, memif_role)) {
     std::cerr << "roce-nfsd: --memif-role must be server or client\n";

@@ -13,11 +13,14 @@
 //   accepting connections; the calls are answered when it returns.
 #include "apps/nfs/server_transport.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 #include <rte_ring.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -749,7 +752,7 @@ TEST(NfsService, TheExportsListIsTheTransportsDoorAndTheCountersAreScrapable) {
   Rig r({}, echo);
   NfsServiceConfig c;
   parse_service_args({"--root", "/tmp", "--clients", "198.18.0.0/255.254.0.0", "--mount-port",
-                      std::to_string(30000 + getpid() % 20000)},
+                      std::to_string(30000 + getpid() % 20000), "--portmap-port", "0"},
                      c);
   c.port = kPort + 1;
   // A Context of its own (an Endpoint takes every CM event of its Context), on the same engine.
@@ -770,8 +773,76 @@ TEST(NfsService, TheExportsListIsTheTransportsDoorAndTheCountersAreScrapable) {
   EXPECT_EQ(st.at("rpcrdma_connections_now"), 0u);
   for (const char* k : {"nfs_denied", "mount_denied", "rpcrdma_over_credit",
                         "rpcrdma_rejected_full", "rpcrdma_reaped", "mount_refused",
-                        "mount_refused_peer", "mount_evicted", "mount_timed_out"})
+                        "mount_refused_peer", "mount_evicted", "mount_timed_out", "portmap_calls"})
     EXPECT_EQ(st.count(k), 1u) << k;
+}
+
+// The port mapper of the service, over UDP (as libtirpc asks first) on a port of the test's:
+// GETPORT of MOUNT v3/TCP answers the MOUNT port, RPCBIND v4 GETADDR of NFS over RDMA the RoCE
+// address and port 20049's like.
+TEST(NfsService, PortMapperAnswersForMountAndNfs) {
+  Rig r({}, echo);
+  NfsServiceConfig c;
+  const int base = 30000 + getpid() % 20000;
+  parse_service_args({"--root", "/tmp", "--mount-port", std::to_string(base + 2), "--portmap-port",
+                      std::to_string(base + 3)},
+                     c);
+  c.port = kPort + 2;
+  auto own = open_local_context(*r.b.eng, *r.b.loop, kIpB);
+  NfsService svc(*own, c);
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<std::uint16_t>(base + 3));
+  to.sin_addr.s_addr = htonl(0x7f000001);
+  const auto ask = [&](std::uint32_t vers, auto&& args) {
+    std::vector<std::uint8_t> b;
+    XdrEncoder e(b);
+    rpc::CallHeader h;
+    h.xid = 77;
+    h.prog = kPortmapProgram;
+    h.vers = vers;
+    h.proc = 3;
+    rpc::encode(e, h);
+    args(e);
+    EXPECT_EQ(
+        ::sendto(fd, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to),
+        static_cast<ssize_t>(b.size()));
+    std::uint8_t in[512];
+    ssize_t n = -1;
+    r.run(
+        [&] {
+          svc.step();
+          n = ::recv(fd, in, sizeof in, MSG_DONTWAIT);
+          return n > 0;
+        },
+        3);
+    return std::vector<std::uint8_t>(in, in + std::max<ssize_t>(n, 0));
+  };
+  const auto port = ask(2, [](XdrEncoder& e) {
+    e.u32(v3::kMountProgram);
+    e.u32(3);
+    e.u32(6);
+    e.u32(0);
+  });
+  XdrDecoder pd(port);
+  rpc::ReplyHeader h;
+  ASSERT_TRUE(rpc::decode(pd, h));
+  EXPECT_EQ(h.xid, 77u);
+  EXPECT_EQ(pd.u32(), static_cast<std::uint32_t>(base + 2));
+  const auto addr = ask(4, [](XdrEncoder& e) {
+    e.u32(v3::kNfsProgram);
+    e.u32(3);
+    e.string("rdma");
+    e.string("");
+    e.string("");
+  });
+  XdrDecoder ad(addr);
+  ASSERT_TRUE(rpc::decode(ad, h));
+  const std::uint16_t p = kPort + 2;
+  EXPECT_EQ(ad.string(64), "192.0.2.2." + std::to_string(p >> 8) + "." + std::to_string(p & 0xff));
+  ::close(fd);
 }
 
 // Item 4: the source of a REQ that does not answer ARP: the loop goes on (no poll takes long),
