@@ -268,8 +268,8 @@ bool parse_export_options(std::string_view s, ExportOptions& o, std::string& err
       warn("export option wdelay: writes are not delayed to be gathered; each is done as it comes");
     } else if (key == "subtree_check") {
       warn(
-          "export option subtree_check: handles name inodes; every call is resolved beneath the "
-          "export's root anyway");
+          "export option subtree_check: handles name objects; what each opens is checked to be "
+          "beneath the export's root anyway");
     } else if (key == "nohide" || key == "crossmnt") {
       warn("export option " + std::string(key) +
            ": file systems mounted inside the export are not served (NFS3ERR_ACCES)");
@@ -279,7 +279,7 @@ bool parse_export_options(std::string_view s, ExportOptions& o, std::string& err
         return false;
       }
       warn("export option fsid=" + std::string(val) +
-           ": ignored; file handles carry the inode number of the export's one file system");
+           ": ignored; file handles carry the export's own id");
     } else {
       err = "unknown export option '" + std::string(opt) +
             "' (ro, rw, root_squash, no_root_squash, all_squash, no_all_squash, anonuid=N, "
