@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sched.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -934,6 +935,14 @@ void NfsServer::handle(const CallContext& ctx, std::span<const std::uint8_t> cal
     return;
   }
   count([&](NfsServerStats& s) { ++s.by_proc[h.proc]; });
+  // Modes are the client's, its umask applied already (knfsd applies none): this thread gets a
+  // umask of its own, 0 (CLONE_FS unshared: the process's, other threads', stay as they are).
+  static thread_local const bool own_umask = [] {
+    if (::unshare(CLONE_FS) != 0) return false;
+    ::umask(0);
+    return true;
+  }();
+  (void)own_umask;
   Identity id;
   if (h.proc != kNull && !id.become(c.cred.uid, c.cred.gid, c.cred.groups)) {
     // roced lacks CAP_SETUID/CAP_SETGID: nothing is done as anybody else (docs/nfs.md).

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "apps/nfs/nfs_server.h"
 
@@ -381,6 +382,8 @@ TEST_F(NfsProcTest, ExclusiveCreateKeepsItsVerifier) {
 }
 
 TEST_F(NfsProcTest, SetattrGuardAndClientTimes) {
+  fs::permissions(dir_ / "hello", fs::perms::owner_read | fs::perms::owner_write |
+                                      fs::perms::group_read | fs::perms::others_read);
   const Fh fh = lookup(root_, "hello").fh;
   Fattr a;
   ASSERT_EQ(getattr(fh, &a), kOk);
@@ -641,6 +644,37 @@ TEST_F(NfsProcTest, ReaddirCookiesSurviveChanges) {
   EXPECT_EQ(readdir(root_, cookie, Verf{}, 4096).status, kErrBadCookie);
   // Too small for even one entry: TOOSMALL.
   EXPECT_EQ(readdir(root_, 0, Verf{}, 100).status, kErrToosmall);
+}
+
+// The mode a client asks for is made as it is (the client applied its umask): the server's
+// umask, 022 here, takes nothing off, as with knfsd. Served on a thread of its own whose umask
+// (shared with the test's) is 022 when the call comes.
+TEST_F(NfsProcTest, ModesAreTheClientsNotTheServersUmask) {
+  std::thread t([&] {
+    const mode_t old = ::umask(022);
+    auto r = call(kMkdir, [&](XdrEncoder& e) {
+      encode(e, root_);
+      e.string("d777");
+      encode(e, Sattr{0777, {}, {}, {}, false, false, {}, {}});
+    });
+    XdrDecoder d = results(r);
+    EXPECT_EQ(d.u32(), kOk);
+    auto c = call(kCreate, [&](XdrEncoder& e) {
+      encode(e, root_);
+      e.string("f666");
+      e.u32(kGuarded);
+      encode(e, Sattr{0666, {}, {}, {}, false, false, {}, {}});
+    });
+    XdrDecoder cd = results(c);
+    EXPECT_EQ(cd.u32(), kOk);
+    ::umask(old);
+  });
+  t.join();
+  struct stat st;
+  ASSERT_EQ(::lstat((dir_ / "d777").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0777u);
+  ASSERT_EQ(::lstat((dir_ / "f666").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0666u);
 }
 
 TEST_F(NfsProcTest, OpenFilesAreCachedAndLetGo) {
