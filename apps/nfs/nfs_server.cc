@@ -1116,7 +1116,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       // What the caller may really do, asked of the kernel as the caller (AT_EACCESS: the
       // file system ids), mapped as knfsd maps ACCESS bits to permissions.
       constexpr std::uint32_t kRd = 1, kLook = 2, kMod = 4, kExt = 8, kDel = 0x10, kExec = 0x20;
-      const bool dir = S_ISDIR(o.st.st_mode), reg = S_ISREG(o.st.st_mode);
+      const bool dir = S_ISDIR(o.st.st_mode);
       const auto may = [&](int mode) {
         return ::syscall(SYS_faccessat2, o.fd.get(), "", mode, AT_EACCESS | AT_EMPTY_PATH) == 0;
       };
@@ -1125,7 +1125,9 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       if (dir) {
         if ((want & kLook) && may(X_OK)) got |= kLook;
         if ((want & (kMod | kExt | kDel)) && may(W_OK | X_OK)) got |= want & (kMod | kExt | kDel);
-      } else if (reg) {
+      } else {
+        // Any other object, FIFOs and devices included (the client opens those itself and asks
+        // here whether it may), as knfsd maps it.
         if ((want & (kMod | kExt)) && may(W_OK)) got |= want & (kMod | kExt);
         if ((want & kExec) && may(X_OK)) got |= kExec;
       }

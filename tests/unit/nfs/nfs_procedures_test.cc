@@ -221,6 +221,15 @@ TEST_F(NfsProcTest, MknodFifoSocketAndDevices) {
   EXPECT_EQ(p.attr->type, kFifo);
   EXPECT_EQ(p.attr->mode, 0640u);
   EXPECT_TRUE(fs::is_fifo(dir_ / "fifo"));
+  // ACCESS of a FIFO (the client opens it itself, and asks here whether it may write it).
+  auto ac = call(kAccess, [&](XdrEncoder& e) {
+    encode(e, *p.fh);
+    e.u32(0x3f);
+  });
+  XdrDecoder acd = results(ac);
+  ASSERT_EQ(acd.u32(), kOk);
+  decode_post_op(acd);
+  EXPECT_EQ(acd.u32() & 0x0du, 0x0du);  // READ, MODIFY, EXTEND
   EXPECT_EQ(mknod("sock", kSock).status, kOk);
   EXPECT_TRUE(fs::is_socket(dir_ / "sock"));
   // A regular file, a directory or a link is not MKNOD's to make.
