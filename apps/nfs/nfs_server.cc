@@ -9,15 +9,18 @@
 #include <sched.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/utsname.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <span>
@@ -597,6 +600,18 @@ NfsServer::NfsServer(std::string root, std::string export_path, ExportOptions op
   const auto t = std::chrono::system_clock::now().time_since_epoch().count();
   for (int i = 0; i < 8; ++i)
     write_verf_[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(t >> (8 * i));
+  // Directory offsets that are positions (dcache_readdir's cursor): ramfs, and tmpfs before
+  // Linux 6.6 (which gave it stable offsets).
+  struct statfs f;
+  if (::fstatfs(root_fd_, &f) == 0) {
+    constexpr long kRamfs = 0x858458f6, kTmpfs = 0x01021994;
+    utsname u{};
+    int major = 0, minor = 0;
+    if (::uname(&u) == 0) std::sscanf(u.release, "%d.%d", &major, &minor);
+    const bool old_kernel = major < 6 || (major == 6 && minor < 6);
+    stable_cookies_ = !(static_cast<long>(f.f_type) == kRamfs ||
+                        (static_cast<long>(f.f_type) == kTmpfs && old_kernel));
+  }
 }
 
 NfsServer::~NfsServer() {
@@ -850,10 +865,18 @@ void NfsServer::forget_file(int dirfd, const std::string& name) {
 
 Verf NfsServer::cookie_verf(const Obj& dir) const {
   // The cookies are the file system's own directory offsets (getdents64's d_off), which stay
-  // valid while entries come and go; they belong to this directory of this export alone.
+  // valid while entries come and go on most (ext4's hashes, xfs, btrfs, tmpfs since 6.6); they
+  // belong to this directory of this export alone. Where they are positions that shift when an
+  // entry goes (ramfs, tmpfs before 6.6), the verifier also names the directory's mtime: any
+  // change makes the old cookies BAD_COOKIE and the client lists again.
   std::vector<std::uint8_t> b;
   put32(b, export_id_);
   for (int i = 7; i >= 0; --i) b.push_back(static_cast<std::uint8_t>(dir.st.st_ino >> (8 * i)));
+  if (!stable_cookies_) {
+    const auto t = static_cast<std::uint64_t>(dir.st.st_mtim.tv_sec) * 1'000'000'000ull +
+                   static_cast<std::uint64_t>(dir.st.st_mtim.tv_nsec);
+    for (int i = 7; i >= 0; --i) b.push_back(static_cast<std::uint8_t>(t >> (8 * i)));
+  }
   const std::uint64_t h = siphash(key_, b);
   Verf v;
   for (int i = 0; i < 8; ++i)

@@ -115,6 +115,9 @@ class NfsServer {
   /// not, handle_note() says why.
   bool persistent_handles() const { return kernel_handles_ && key_persistent_; }
   const std::string& handle_note() const { return handle_note_; }
+  /// Whether READDIR cookies stay valid while the directory changes (else the verifier names
+  /// the directory's mtime too).
+  bool stable_cookies() const { return stable_cookies_; }
   std::uint64_t mount_denied() const { return mount_denied_.load(std::memory_order_relaxed); }
   const ExportOptions& options() const { return opts_; }
   /// False when the process may not take other ids (no CAP_SETUID/CAP_SETGID): a call whose
@@ -190,6 +193,7 @@ class NfsServer {
   int mount_fd_ = -1;  ///< the root opened for open_by_handle_at (which refuses O_PATH)
   std::uint64_t root_ino_ = 0, root_dev_ = 0;
   bool kernel_handles_ = false, key_persistent_ = false;
+  bool stable_cookies_ = true;  ///< the file system's d_off survive changes (cookie_verf)
   std::string handle_note_;
   std::array<std::uint8_t, 16> key_{};
   std::uint32_t export_id_ = 0;

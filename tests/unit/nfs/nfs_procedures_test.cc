@@ -7,6 +7,7 @@
 // cookies of another directory, names with '/', "..", NUL, over-long names.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -737,6 +738,33 @@ TEST_F(NfsProcTest, OpenFilesAreCachedAndLetGo) {
   ::usleep(600'000);
   ASSERT_EQ(read(lookup(root_, "other").fh), kOk);  // sweeps the old entry, opens anew
   EXPECT_EQ(srv_->open_files(), 1u);
+}
+
+// On a file system whose directory offsets are positions (ramfs), a change to the directory
+// changes the verifier: the old cookies are BAD_COOKIE (they would skip or repeat entries).
+TEST_F(NfsProcTest, CookiesOfShiftingOffsetsGoBadWhenTheDirectoryChanges) {
+  if (!root()) GTEST_SKIP() << "needs root (mount ramfs)";
+  srv_.reset();
+  if (::mount("ramfs", dir_.c_str(), "ramfs", 0, nullptr) != 0)
+    GTEST_SKIP() << "cannot mount ramfs here";
+  struct Unmount {
+    fs::path p;
+    ~Unmount() { ::umount2(p.c_str(), MNT_DETACH); }
+  } unmount{dir_};
+  for (int i = 0; i < 50; ++i) std::ofstream(dir_ / ("f" + std::to_string(i))) << i;
+  serve();
+  EXPECT_FALSE(srv_->stable_cookies());
+  const Listing first = readdir(root_, 0, Verf{}, 1024);
+  ASSERT_EQ(first.status, kOk);
+  ASSERT_FALSE(first.eof);
+  const std::uint64_t cookie = first.entries.back().second;
+  EXPECT_EQ(readdir(root_, cookie, first.verf, 1024).status, kOk);  // unchanged: fine
+  ::usleep(10'000);
+  fs::remove(dir_ / "f3");
+  EXPECT_EQ(readdir(root_, cookie, first.verf, 1024).status, kErrBadCookie);
+  const Listing again = readdir(root_, 0, Verf{}, 65536);  // from the start: a new verifier
+  ASSERT_EQ(again.status, kOk);
+  EXPECT_NE(again.verf, first.verf);
 }
 
 TEST_F(NfsProcTest, MountDumpAndUmntall) {
