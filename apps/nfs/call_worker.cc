@@ -1,13 +1,16 @@
 /// @file
-/// The NFS service's handler thread (call_worker.h).
+/// The NFS service's handler threads (call_worker.h).
 #include "apps/nfs/call_worker.h"
 
 #include <algorithm>
 
 namespace roce::nfs {
 
-CallWorker::CallWorker(std::size_t capacity)
-    : capacity_(std::max<std::size_t>(capacity, 1)), thread_([this] { run(); }) {}
+CallWorker::CallWorker(std::size_t capacity, std::size_t threads)
+    : capacity_(std::max<std::size_t>(capacity, 1)) {
+  threads = std::clamp<std::size_t>(threads, 1, 256);
+  for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
+}
 
 void CallWorker::stop() {
   {
@@ -15,7 +18,8 @@ void CallWorker::stop() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
 }
 
 bool CallWorker::submit(std::function<void()> work, std::function<void()> done) {

@@ -1,10 +1,11 @@
 /// @file
-/// The thread that runs the NFS service's handlers away from the poll loop. A handler may block
-/// on the file system (fsync, fdatasync, a slow disk) for as long as the kernel likes; the poll
-/// loop it would otherwise run on also answers ARP, runs the CM and serves every other
-/// connection. Calls of the RDMA responder and of the MOUNT listener go to ONE worker (the NFS
-/// server is not thread-safe), through a bounded queue; each job's completion runs back on the
-/// poll loop when it calls drain().
+/// The threads that run the NFS service's handlers away from the poll loop: a bounded pool. A
+/// handler may block on the file system (fsync, fdatasync, a slow disk) for as long as the kernel
+/// likes; the poll loop it would otherwise run on also answers ARP, runs the CM and serves every
+/// other connection. Calls of the RDMA responder and of the MOUNT listener go to one pool
+/// through a bounded queue; each job's completion runs back on the poll loop when it calls
+/// drain(), in the order the jobs finished (not the order they came: a job's `done` must not
+/// assume the jobs before it are done).
 ///
 /// Threads: submit() and drain() belong to the poll loop's thread; `work` runs on the worker.
 /// Beyond `capacity` jobs (queued, running, or finished and not yet drained) submit() refuses:
@@ -19,14 +20,16 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace roce::nfs {
 
 class CallWorker {
  public:
   static constexpr std::size_t kDefaultCapacity = 64;
-  explicit CallWorker(std::size_t capacity = kDefaultCapacity);
-  /// Finishes the job running, drops those queued (their `done` never runs), joins.
+  /// `threads` workers (at least one, at most 256).
+  explicit CallWorker(std::size_t capacity = kDefaultCapacity, std::size_t threads = 1);
+  /// Finishes the jobs running, drops those queued (their `done` never runs), joins.
   ~CallWorker() { stop(); }
   /// The same, now: for an owner whose handlers go before the worker would. submit() fails from
   /// then on.
@@ -34,7 +37,7 @@ class CallWorker {
   CallWorker(const CallWorker&) = delete;
   CallWorker& operator=(const CallWorker&) = delete;
 
-  /// Runs `work` on the worker thread, then `done` on the caller's thread at a later drain().
+  /// Runs `work` on a worker thread, then `done` on the caller's thread at a later drain().
   /// False (nothing queued) when `capacity` jobs are in flight.
   bool submit(std::function<void()> work, std::function<void()> done);
   /// Runs the `done` of every finished job, in order; returns how many.
@@ -42,6 +45,7 @@ class CallWorker {
   /// Jobs submitted and not drained yet.
   std::size_t in_flight() const { return in_flight_; }
   std::size_t capacity() const { return capacity_; }
+  std::size_t threads() const { return threads_.size(); }
 
  private:
   struct Job {
@@ -57,7 +61,7 @@ class CallWorker {
   std::deque<Job> worker2loop_done_;   ///< under mu_
   std::atomic<bool> any_done_{false};  ///< worker2loop_done_ is not empty (drain without locking)
   bool stop_ = false;                  ///< under mu_
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace roce::nfs

@@ -2,6 +2,8 @@
 /// NFSv3 and MOUNT XDR (nfs3.h).
 #include "apps/nfs/nfs3.h"
 
+#include <utility>
+
 namespace roce::nfs::v3 {
 
 const char* to_string(Status s) {
@@ -36,6 +38,20 @@ const char* to_string(Status s) {
       return "NFS3ERR_NOTEMPTY";
     case kErrStale:
       return "NFS3ERR_STALE";
+    case kErrXdev:
+      return "NFS3ERR_XDEV";
+    case kErrNodev:
+      return "NFS3ERR_NODEV";
+    case kErrMlink:
+      return "NFS3ERR_MLINK";
+    case kErrDquot:
+      return "NFS3ERR_DQUOT";
+    case kErrNotSync:
+      return "NFS3ERR_NOT_SYNC";
+    case kErrBadtype:
+      return "NFS3ERR_BADTYPE";
+    case kErrNxio:
+      return "NFS3ERR_NXIO";
     case kErrBadhandle:
       return "NFS3ERR_BADHANDLE";
     case kErrBadCookie:
@@ -119,8 +135,11 @@ void encode(XdrEncoder& e, const Sattr& s) {
   if (s.gid) e.u32(*s.gid);
   e.boolean(s.size.has_value());
   if (s.size) e.u64(*s.size);
-  e.u32(s.atime_now ? 1 : 0);  // SET_TO_SERVER_TIME or DONT_CHANGE
-  e.u32(s.mtime_now ? 1 : 0);
+  // DONT_CHANGE, SET_TO_SERVER_TIME or SET_TO_CLIENT_TIME and the time.
+  for (const auto& [now, t] : {std::pair{s.atime_now, s.atime}, std::pair{s.mtime_now, s.mtime}}) {
+    e.u32(t ? 2 : now ? 1 : 0);
+    if (t) put_time(e, *t);
+  }
 }
 
 Sattr decode_sattr(XdrDecoder& d) {
@@ -129,13 +148,13 @@ Sattr decode_sattr(XdrDecoder& d) {
   if (d.boolean()) s.uid = d.u32();
   if (d.boolean()) s.gid = d.u32();
   if (d.boolean()) s.size = d.u64();
-  for (bool* now : {&s.atime_now, &s.mtime_now}) {
+  for (auto [now, t] : {std::pair{&s.atime_now, &s.atime}, std::pair{&s.mtime_now, &s.mtime}}) {
     const std::uint32_t how = d.u32();
     if (how == 2)
-      get_time(d);  // SET_TO_CLIENT_TIME: taken as the server's time
+      *t = get_time(d);  // SET_TO_CLIENT_TIME
     else if (how > 2)
       d.fail();
-    *now = how != 0;
+    *now = how == 1;
   }
   return s;
 }

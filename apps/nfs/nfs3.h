@@ -16,9 +16,12 @@ namespace roce::nfs::v3 {
 
 constexpr std::uint32_t kNfsProgram = 100003, kNfsVersion = 3;
 constexpr std::uint32_t kMountProgram = 100005, kMountVersion = 3;
-constexpr std::size_t kFhSize = 64;  ///< NFS3_FHSIZE
-constexpr std::size_t kMaxName = 255;
-constexpr std::size_t kMaxPath = 1024;  ///< MNTPATHLEN
+constexpr std::size_t kFhSize = 64;    ///< NFS3_FHSIZE
+constexpr std::size_t kMaxName = 255;  ///< what the server's names may be (PATHCONF)
+constexpr std::size_t kMaxNameWire =
+    4096;  ///< a longer name is GARBAGE_ARGS, a shorter NAMETOOLONG
+constexpr std::size_t kMaxSymlinkData = 4095;  ///< a symbolic link's target (PATH_MAX less the NUL)
+constexpr std::size_t kMaxPath = 1024;         ///< MNTPATHLEN
 
 enum Proc : std::uint32_t {
   kNull = 0,
@@ -44,7 +47,14 @@ enum Proc : std::uint32_t {
   kPathconf = 20,
   kCommit = 21,
 };
-enum MountProc : std::uint32_t { kMountNull = 0, kMnt = 1, kUmnt = 3, kExport = 5 };
+enum MountProc : std::uint32_t {
+  kMountNull = 0,
+  kMnt = 1,
+  kDump = 2,
+  kUmnt = 3,
+  kUmntAll = 4,
+  kExport = 5
+};
 
 enum Status : std::uint32_t {
   kOk = 0,
@@ -112,7 +122,8 @@ struct Fattr {
 struct Sattr {
   std::optional<std::uint32_t> mode, uid, gid;
   std::optional<std::uint64_t> size;
-  bool atime_now = false, mtime_now = false;
+  bool atime_now = false, mtime_now = false;  ///< SET_TO_SERVER_TIME (or the client's, below)
+  std::optional<Time> atime, mtime;           ///< SET_TO_CLIENT_TIME
 };
 using Verf = std::array<std::uint8_t, 8>;
 

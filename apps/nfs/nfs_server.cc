@@ -6,16 +6,24 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sched.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/utsname.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <limits>
+#include <span>
 #include <stdexcept>
 #include <utility>
 
@@ -24,8 +32,6 @@ namespace roce::nfs {
 using namespace v3;
 
 namespace {
-
-constexpr std::uint8_t kFhMagic[4] = {'R', 'N', 'F', '3'};
 
 Status from_errno(int e) {
   switch (e) {
@@ -61,6 +67,14 @@ Status from_errno(int e) {
       return kErrNotempty;
     case EDQUOT:
       return kErrDquot;
+    case ESTALE:
+      return kErrStale;
+    case ENODEV:
+      return kErrNodev;
+    case EOPNOTSUPP:
+      return kErrNotsupp;
+    case EOVERFLOW:
+      return kErrFbig;
     default:
       return kErrIo;
   }
@@ -258,8 +272,8 @@ bool parse_export_options(std::string_view s, ExportOptions& o, std::string& err
       warn("export option wdelay: writes are not delayed to be gathered; each is done as it comes");
     } else if (key == "subtree_check") {
       warn(
-          "export option subtree_check: handles name inodes; every call is resolved beneath the "
-          "export's root anyway");
+          "export option subtree_check: handles name objects; what each opens is checked to be "
+          "beneath the export's root anyway");
     } else if (key == "nohide" || key == "crossmnt") {
       warn("export option " + std::string(key) +
            ": file systems mounted inside the export are not served (NFS3ERR_ACCES)");
@@ -269,7 +283,7 @@ bool parse_export_options(std::string_view s, ExportOptions& o, std::string& err
         return false;
       }
       warn("export option fsid=" + std::string(val) +
-           ": ignored; file handles carry the inode number of the export's one file system");
+           ": ignored; file handles carry the export's own id");
     } else {
       err = "unknown export option '" + std::string(opt) +
             "' (ro, rw, root_squash, no_root_squash, all_squash, no_all_squash, anonuid=N, "
@@ -328,10 +342,110 @@ bool parse_clients(std::string_view s, ExportOptions& o, std::string& err) {
   return true;
 }
 
+namespace {
+
+/// SipHash-2-4 (Aumasson and Bernstein): a 64-bit MAC of `data` under a 128-bit key.
+std::uint64_t siphash(const std::array<std::uint8_t, 16>& key, std::span<const std::uint8_t> data) {
+  const auto le64 = [](const std::uint8_t* p) {
+    std::uint64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+    return v;
+  };
+  const auto rotl = [](std::uint64_t x, int b) { return (x << b) | (x >> (64 - b)); };
+  const std::uint64_t k0 = le64(key.data()), k1 = le64(key.data() + 8);
+  std::uint64_t v0 = 0x736f6d6570736575ull ^ k0, v1 = 0x646f72616e646f6dull ^ k1;
+  std::uint64_t v2 = 0x6c7967656e657261ull ^ k0, v3 = 0x7465646279746573ull ^ k1;
+  const auto round = [&] {
+    v0 += v1, v1 = rotl(v1, 13), v1 ^= v0, v0 = rotl(v0, 32);
+    v2 += v3, v3 = rotl(v3, 16), v3 ^= v2;
+    v0 += v3, v3 = rotl(v3, 21), v3 ^= v0;
+    v2 += v1, v1 = rotl(v1, 17), v1 ^= v2, v2 = rotl(v2, 32);
+  };
+  const std::size_t n = data.size(), whole = n & ~std::size_t{7};
+  for (std::size_t i = 0; i < whole; i += 8) {
+    const std::uint64_t m = le64(data.data() + i);
+    v3 ^= m, round(), round(), v0 ^= m;
+  }
+  std::uint64_t last = std::uint64_t{n & 0xff} << 56;
+  for (std::size_t i = whole; i < n; ++i) last |= std::uint64_t{data[i]} << (8 * (i - whole));
+  v3 ^= last, round(), round(), v0 ^= last;
+  v2 ^= 0xff;
+  for (int i = 0; i < 4; ++i) round();
+  return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/// The handle: magic, export id, the file system's handle type, the body's length, three bytes
+/// of padding, the body (the file system's handle, or the inode number in path-table mode), and
+/// the MAC of all that. NFS3_FHSIZE (64) bounds the body to 40 bytes.
+constexpr std::uint8_t kFhMagic[4] = {'R', 'N', 'H', '1'};
+constexpr std::size_t kFhHead = 16, kFhMac = 8, kMaxFhBody = kFhSize - kFhHead - kFhMac;
+constexpr std::uint32_t kPathTableType = 0xffffffffu;
+constexpr const char* kKeyXattr = "trusted.roce_nfs.fh_key";
+
+void put32(std::vector<std::uint8_t>& v, std::uint32_t x) {
+  for (int i = 3; i >= 0; --i) v.push_back(static_cast<std::uint8_t>(x >> (8 * i)));
+}
+std::uint32_t get32(const std::uint8_t* p) {
+  return std::uint32_t{p[0]} << 24 | std::uint32_t{p[1]} << 16 | std::uint32_t{p[2]} << 8 | p[3];
+}
+
+/// A struct file_handle with room for any file system's.
+struct KernelHandle {
+  alignas(file_handle) unsigned char raw[sizeof(file_handle) + MAX_HANDLE_SZ] = {};
+  file_handle& h() { return *reinterpret_cast<file_handle*>(raw); }
+};
+
+/// name_to_handle_at of `name` in `dirfd` (the descriptor itself when empty), not following a
+/// final symbolic link; false when the file system has none or it is too long for NFSv3.
+bool kernel_handle(int dirfd, const std::string& name, std::uint32_t& type,
+                   std::vector<std::uint8_t>& body) {
+  KernelHandle k;
+  file_handle& h = k.h();
+  h.handle_bytes = MAX_HANDLE_SZ;
+  int mnt = 0;
+  if (::name_to_handle_at(dirfd, name.c_str(), &h, &mnt, name.empty() ? AT_EMPTY_PATH : 0) != 0)
+    return false;
+  if (h.handle_bytes > kMaxFhBody) return false;
+  type = static_cast<std::uint32_t>(h.handle_type);
+  body.assign(h.f_handle, h.f_handle + h.handle_bytes);
+  return true;
+}
+
+int open_kernel_handle(int mount_fd, std::uint32_t type, std::span<const std::uint8_t> body) {
+  KernelHandle k;
+  file_handle& h = k.h();
+  h.handle_bytes = static_cast<unsigned>(body.size());
+  h.handle_type = static_cast<int>(type);
+  std::memcpy(h.f_handle, body.data(), body.size());
+  return ::open_by_handle_at(mount_fd, &h, O_PATH | O_CLOEXEC);
+}
+
+std::string read_link(const std::string& p) {
+  std::string s(4096, '\0');
+  const ssize_t n = ::readlink(p.c_str(), s.data(), s.size());
+  s.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  return s;
+}
+
+/// getdents64's record.
+struct Dirent64 {
+  std::uint64_t ino;
+  std::int64_t off;
+  unsigned short reclen;
+  unsigned char type;
+  char name[1];
+};
+
+bool same_time(const Time& a, const Time& b) { return a.sec == b.sec && a.nsec == b.nsec; }
+
+}  // namespace
+
 /// The calling thread's file system identity: switched to a caller's for one call, then back.
 /// setfsuid, setfsgid and the raw setgroups are per thread on Linux (glibc's setgroups would
 /// change every thread of roced). A file system uid other than 0 drops CAP_DAC_OVERRIDE,
-/// CAP_FOWNER, CAP_CHOWN, CAP_FSETID and the other file capabilities, as for knfsd's threads.
+/// CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_CHOWN, CAP_FSETID and the other file capabilities, as
+/// for knfsd's threads; suspend() gives them back for a moment (the server's own uid: opening a
+/// handle and walking up to the root are the server's acts, not the caller's).
 class NfsServer::Identity {
  public:
   ~Identity() { restore(); }
@@ -358,6 +472,7 @@ class NfsServer::Identity {
       restore();
       return false;
     }
+    caller_uid_ = uid;
     return true;
   }
   /// Whether `a` and `b` are the same set of groups, `but` left out of both.
@@ -377,14 +492,38 @@ class NfsServer::Identity {
     ::syscall(SYS_setfsgid, gid_);
     if (groups_set_) ::syscall(SYS_setgroups, groups_.size(), groups_.data());
   }
+  /// The server's file system uid (and with it its file capabilities) until resume().
+  void suspend() {
+    if (switched_) ::syscall(SYS_setfsuid, uid_);
+  }
+  void resume() {
+    if (switched_) ::syscall(SYS_setfsuid, caller_uid_);
+  }
 
  private:
   bool switched_ = false, groups_set_ = false;
-  std::uint32_t uid_ = 0, gid_ = 0;
+  std::uint32_t uid_ = 0, gid_ = 0, caller_uid_ = 0;
   std::vector<std::uint32_t> groups_;
 };
 
-/// What a handle names, opened O_PATH beneath the root, and its path and attributes.
+/// One call being served: who, and what it did (merged into the statistics at its end).
+struct NfsServer::Call {
+  Cred cred;
+  Identity* id = nullptr;
+  std::uint64_t errors = 0, bytes_read = 0, bytes_written = 0;
+  /// The server's own file system identity in this scope.
+  struct AsServer {
+    Identity* id;
+    explicit AsServer(Identity* i) : id(i) {
+      if (id) id->suspend();
+    }
+    ~AsServer() {
+      if (id) id->resume();
+    }
+  };
+};
+
+/// What a handle names, opened O_PATH, its path under the root (path-table mode), attributes.
 struct NfsServer::Obj {
   Fd fd;
   std::string rel;
@@ -392,7 +531,7 @@ struct NfsServer::Obj {
   Fattr attr() const { return to_fattr(st); }
 };
 
-NfsServer::NfsServer(std::string root, std::string export_path, ExportOptions opts)
+NfsServer::NfsServer(std::string root, std::string export_path, ExportOptions opts, HandleMode mode)
     : root_(std::move(root)), export_(std::move(export_path)), opts_(std::move(opts)) {
   root_fd_ = ::open(root_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   struct stat s;
@@ -402,23 +541,118 @@ NfsServer::NfsServer(std::string root, std::string export_path, ExportOptions op
   }
   root_ino_ = s.st_ino;
   root_dev_ = s.st_dev;
+  root_real_ = read_link(proc_path(root_fd_));
+  mount_fd_ = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   {
     Identity probe;  // another uid and gid than ours, back at the end of the scope
     const std::uint32_t other = ::geteuid() == 12345 ? 12346 : 12345;
     acts_as_callers_ = probe.become(other, other, {});
   }
-  const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
+  // The MAC key: kept on the root (a trusted xattr: root's alone to read), so that handles
+  // outlive the process; else a key of this process alone.
+  const std::string rp = proc_path(root_fd_);
+  if (::getxattr(rp.c_str(), kKeyXattr, key_.data(), key_.size()) ==
+      static_cast<ssize_t>(key_.size())) {
+    key_persistent_ = true;
+  } else {
+    if (::getrandom(key_.data(), key_.size(), 0) != static_cast<ssize_t>(key_.size()))
+      throw std::runtime_error("NFS export: no random key for file handles");
+    if (::setxattr(rp.c_str(), kKeyXattr, key_.data(), key_.size(), XATTR_CREATE) == 0)
+      key_persistent_ = true;
+    else if (errno == EEXIST && ::getxattr(rp.c_str(), kKeyXattr, key_.data(), key_.size()) ==
+                                    static_cast<ssize_t>(key_.size()))
+      key_persistent_ = true;  // another server on the same root made it first
+  }
+  std::uint32_t type = 0;
+  std::vector<std::uint8_t> body;
+  if (mode == HandleMode::kAuto && mount_fd_ >= 0 && kernel_handle(root_fd_, "", type, body)) {
+    const int fd = open_kernel_handle(mount_fd_, type, body);
+    struct stat t;
+    kernel_handles_ = fd >= 0 && ::fstat(fd, &t) == 0 && t.st_ino == root_ino_;
+    if (fd >= 0) ::close(fd);
+    if (!kernel_handles_)
+      handle_note_ =
+          "open_by_handle_at refused (it needs CAP_DAC_READ_SEARCH): file handles are a table of "
+          "paths and go stale when the server restarts";
+  } else {
+    handle_note_ = mode == HandleMode::kAuto
+                       ? "the export's file system has no file handles (name_to_handle_at): file "
+                         "handles are a table of paths and go stale when the server restarts"
+                       : "file handles are a table of paths (asked for)";
+  }
+  if (kernel_handles_ && !key_persistent_)
+    handle_note_ = std::string("no ") + kKeyXattr +
+                   " on the export's root (it needs CAP_SYS_ADMIN and a file system with "
+                   "trusted xattrs): file handles go stale when the server restarts";
+  // The export's id: the MAC of its root's handle and its path, the same after a restart.
+  {
+    std::vector<std::uint8_t> id(body);
+    id.insert(id.end(), export_.begin(), export_.end());
+    export_id_ = static_cast<std::uint32_t>(siphash(key_, id));
+  }
+  if (kernel_handles_) {
+    root_fh_ = seal(type, body);
+  } else {
+    std::vector<std::uint8_t> ino;
+    for (int i = 7; i >= 0; --i) ino.push_back(static_cast<std::uint8_t>(root_ino_ >> (8 * i)));
+    root_fh_ = seal(kPathTableType, ino);
+  }
+  const auto t = std::chrono::system_clock::now().time_since_epoch().count();
   for (int i = 0; i < 8; ++i)
     write_verf_[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(t >> (8 * i));
+  // Directory offsets that are positions (dcache_readdir's cursor): ramfs, and tmpfs before
+  // Linux 6.6 (which gave it stable offsets).
+  struct statfs f;
+  if (::fstatfs(root_fd_, &f) == 0) {
+    constexpr long kRamfs = 0x858458f6, kTmpfs = 0x01021994;
+    utsname u{};
+    int major = 0, minor = 0;
+    if (::uname(&u) == 0) std::sscanf(u.release, "%d.%d", &major, &minor);
+    const bool old_kernel = major < 6 || (major == 6 && minor < 6);
+    stable_cookies_ = !(static_cast<long>(f.f_type) == kRamfs ||
+                        (static_cast<long>(f.f_type) == kTmpfs && old_kernel));
+  }
 }
 
-NfsServer::~NfsServer() { ::close(root_fd_); }
+NfsServer::~NfsServer() {
+  ::close(root_fd_);
+  if (mount_fd_ >= 0) ::close(mount_fd_);
+}
 
-Fh NfsServer::remember(const std::string& rel, std::uint64_t ino) {
+Fh NfsServer::seal(std::uint32_t type, std::span<const std::uint8_t> body) const {
   Fh fh;
   fh.data.assign(kFhMagic, kFhMagic + 4);
-  for (int i = 7; i >= 0; --i) fh.data.push_back(static_cast<std::uint8_t>(ino >> (8 * i)));
+  put32(fh.data, export_id_);
+  put32(fh.data, type);
+  fh.data.push_back(static_cast<std::uint8_t>(body.size()));
+  fh.data.insert(fh.data.end(), 3, 0);
+  fh.data.insert(fh.data.end(), body.begin(), body.end());
+  const std::uint64_t mac = siphash(key_, fh.data);
+  for (int i = 7; i >= 0; --i) fh.data.push_back(static_cast<std::uint8_t>(mac >> (8 * i)));
+  return fh;
+}
+
+bool NfsServer::open_fh(const Fh& fh, std::uint32_t& type, std::vector<std::uint8_t>& body) const {
+  const auto& b = fh.data;
+  if (b.size() < kFhHead + kFhMac || !std::equal(kFhMagic, kFhMagic + 4, b.begin())) return false;
+  const std::size_t n = b[12];
+  if (n > kMaxFhBody || b.size() != kFhHead + n + kFhMac || get32(&b[4]) != export_id_ || b[13] ||
+      b[14] || b[15])
+    return false;
+  std::uint64_t mac = 0;
+  for (std::size_t i = kFhHead + n; i < b.size(); ++i) mac = (mac << 8) | b[i];
+  if (mac != siphash(key_, std::span(b).first(kFhHead + n))) return false;
+  type = get32(&b[8]);
+  body.assign(b.begin() + kFhHead, b.begin() + static_cast<std::ptrdiff_t>(kFhHead + n));
+  return true;
+}
+
+Fh NfsServer::remember(const std::string& rel, std::uint64_t ino) {
+  std::vector<std::uint8_t> body;
+  for (int i = 7; i >= 0; --i) body.push_back(static_cast<std::uint8_t>(ino >> (8 * i)));
+  const Fh fh = seal(kPathTableType, body);
   if (ino == root_ino_ && rel.empty()) return fh;  // the root is always known
+  std::lock_guard g(table_mu_);
   auto it = paths_.find(ino);
   if (it != paths_.end()) {
     path_bytes_ -= it->second.rel.size();
@@ -440,16 +674,12 @@ Fh NfsServer::remember(const std::string& rel, std::uint64_t ino) {
   return fh;
 }
 
-Fh NfsServer::root_fh() const { return const_cast<NfsServer*>(this)->remember("", root_ino_); }
-
-bool NfsServer::rel_of(const Fh& fh, std::uint64_t& ino, std::string& rel) {
-  if (fh.data.size() != 12 || !std::equal(kFhMagic, kFhMagic + 4, fh.data.begin())) return false;
-  ino = 0;
-  for (int i = 4; i < 12; ++i) ino = (ino << 8) | fh.data[static_cast<std::size_t>(i)];
+bool NfsServer::rel_of(std::uint64_t ino, std::string& rel) {
   if (ino == root_ino_) {
     rel.clear();
     return true;
   }
+  std::lock_guard g(table_mu_);
   const auto it = paths_.find(ino);
   if (it == paths_.end()) return false;
   lru_.splice(lru_.begin(), lru_, it->second.lru);
@@ -457,32 +687,102 @@ bool NfsServer::rel_of(const Fh& fh, std::uint64_t& ino, std::string& rel) {
   return true;
 }
 
-Status NfsServer::find(const Fh& fh, Obj& o) {
-  std::uint64_t ino = 0;
-  if (!rel_of(fh, ino, o.rel)) return kErrStale;
-  const int fd =
-      o.rel.empty() ? ::fcntl(root_fd_, F_DUPFD_CLOEXEC, 0) : open_beneath(root_fd_, o.rel, O_PATH);
-  if (fd < 0) return path_error(errno);
-  o.fd.reset(fd);
-  if (::fstat(fd, &o.st) != 0 || o.st.st_ino != ino || o.st.st_dev != root_dev_) return kErrStale;
+void NfsServer::renamed(const std::string& from, const std::string& to) {
+  std::lock_guard g(table_mu_);
+  for (auto& [ino, r] : paths_) {
+    if (r.rel == from ||
+        (r.rel.size() > from.size() && r.rel.starts_with(from) && r.rel[from.size()] == '/')) {
+      path_bytes_ -= r.rel.size();
+      r.rel = to + r.rel.substr(from.size());
+      path_bytes_ += r.rel.size();
+    }
+  }
+}
+
+bool NfsServer::beneath(int fd, const struct stat& st) const {
+  if (st.st_dev != root_dev_) return false;
+  if (S_ISDIR(st.st_mode)) {
+    // Up through ".." to the root; the top of the file system first means outside.
+    Fd cur(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    struct stat s = st;
+    for (int depth = 0; depth < 4096 && cur.get() >= 0; ++depth) {
+      if (s.st_dev != root_dev_) return false;
+      if (s.st_ino == root_ino_) return true;
+      Fd up(::openat(cur.get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC));
+      struct stat u;
+      if (up.get() < 0 || ::fstat(up.get(), &u) != 0) return false;
+      if (u.st_ino == s.st_ino && u.st_dev == s.st_dev) return false;
+      cur = std::move(up);
+      s = u;
+    }
+    return false;
+  }
+  // Not a directory: the kernel's name for it. Beneath the root's path is beneath the root; a
+  // name elsewhere that is this very file is outside (moved out, or linked out); a file whose
+  // dentry the kernel could not connect to a path (cold, after a restart) is taken on the MAC's
+  // word, as knfsd takes its handles with no_subtree_check.
+  if (st.st_nlink == 0) return false;
+  if (root_real_ == "/") return true;
+  const std::string p = read_link(proc_path(fd));
+  if (p.size() > root_real_.size() && p.starts_with(root_real_) && p[root_real_.size()] == '/')
+    return true;
+  struct stat o;
+  return !(::lstat(p.c_str(), &o) == 0 && o.st_ino == st.st_ino && o.st_dev == st.st_dev);
+}
+
+Status NfsServer::find(Call& c, const Fh& fh, Obj& o) {
+  std::uint32_t type = 0;
+  std::vector<std::uint8_t> body;
+  if (!open_fh(fh, type, body)) return kErrStale;
+  if (type == kPathTableType) {
+    if (kernel_handles_ || body.size() != 8) return kErrStale;
+    std::uint64_t ino = 0;
+    for (std::uint8_t b : body) ino = (ino << 8) | b;
+    if (!rel_of(ino, o.rel)) return kErrStale;
+    const int fd = o.rel.empty() ? ::fcntl(root_fd_, F_DUPFD_CLOEXEC, 0)
+                                 : open_beneath(root_fd_, o.rel, O_PATH);
+    if (fd < 0) return path_error(errno);
+    o.fd.reset(fd);
+    if (::fstat(fd, &o.st) != 0 || o.st.st_ino != ino || o.st.st_dev != root_dev_) return kErrStale;
+    return kOk;
+  }
+  if (!kernel_handles_) return kErrStale;
+  // open_by_handle_at needs CAP_DAC_READ_SEARCH, which the caller's identity dropped; so does
+  // the walk up to the root (the caller's search permission on the way is not asked, as knfsd
+  // does not ask it with no_subtree_check).
+  Call::AsServer server(c.id);
+  o.fd.reset(open_kernel_handle(mount_fd_, type, body));
+  if (o.fd.get() < 0 || ::fstat(o.fd.get(), &o.st) != 0) return kErrStale;
+  if (!beneath(o.fd.get(), o.st)) return kErrStale;
   return kOk;
 }
 
-Status NfsServer::reopen(const Obj& o, int flags, bool owner_override, int& fd) {
-  fd = open_beneath(root_fd_, o.rel, flags | O_NONBLOCK);  // a FIFO must not block the server
-  if (fd < 0 && errno == EACCES && owner_override && id_ && o.st.st_uid == cred_.uid) {
+std::optional<Fh> NfsServer::handle_of(const Obj& dir, const std::string& name,
+                                       const struct stat& st) {
+  if (st.st_dev != root_dev_) return std::nullopt;  // another file system mounted inside
+  if (!kernel_handles_) {
+    const std::string rel = name.empty() ? dir.rel : join(dir.rel, name);
+    if (rel.size() > kMaxRel) return std::nullopt;
+    return remember(rel, st.st_ino);
+  }
+  std::uint32_t type = 0;
+  std::vector<std::uint8_t> body;
+  if (!kernel_handle(dir.fd.get(), name, type, body)) return std::nullopt;
+  return seal(type, body);
+}
+
+Status NfsServer::reopen(Call& c, const Obj& o, int flags, bool owner_override, int& fd) {
+  // The same inode again through /proc: the kernel checks the caller's permission to open it
+  // (not its search permission on the way, which knfsd does not ask either).
+  const std::string p = proc_path(o.fd.get());
+  flags |= O_NONBLOCK | O_CLOEXEC;  // a FIFO must not block the server
+  fd = ::open(p.c_str(), flags);
+  if (fd < 0 && errno == EACCES && owner_override && c.id && o.st.st_uid == c.cred.uid) {
     // knfsd lets a file's owner read and write it whatever the mode (a file made 0444 by
     // open(O_CREAT) is written through the descriptor the client got). Only the open is the
     // server's: the I/O is the caller's again (a write still clears the setuid bit).
-    id_->restore();
-    fd = open_beneath(root_fd_, o.rel, flags | O_NONBLOCK);
-    const int err = errno;
-    if (!id_->become(cred_.uid, cred_.gid, cred_.groups)) {
-      if (fd >= 0) ::close(fd);
-      fd = -1;
-      return kErrAcces;
-    }
-    errno = err;
+    Call::AsServer server(c.id);
+    fd = ::open(p.c_str(), flags);
   }
   if (fd < 0) return path_error(errno);
   struct stat s;
@@ -492,6 +792,96 @@ Status NfsServer::reopen(const Obj& o, int flags, bool owner_override, int& fd) 
     return kErrStale;
   }
   return kOk;
+}
+
+/// A cached descriptor: closed when the cache and every call using it let go.
+struct NfsServer::OpenFile {
+  Fd fd;
+  bool rw = false;
+};
+
+Status NfsServer::open_file(Call& c, const Obj& o, bool write, std::shared_ptr<const OpenFile>& f) {
+  // The caller's permission, asked of the kernel as the caller (ACLs, capabilities, LSMs
+  // included); knfsd lets a file's owner read and write it whatever its mode (a file made 0444
+  // by open(O_CREAT) is written through the descriptor the client got).
+  const int want = write ? W_OK : R_OK;
+  if (::syscall(SYS_faccessat2, o.fd.get(), "", want, AT_EACCESS | AT_EMPTY_PATH) != 0) {
+    const int err = errno;
+    if (!(err == EACCES && c.id && o.st.st_uid == c.cred.uid)) return from_errno(err);
+  }
+  const FileKey key{o.st.st_dev, o.st.st_ino};
+  const auto now =
+      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  {
+    std::lock_guard g(files_mu_);
+    if (now - files_swept_ns_ > 500'000'000ull) {  // close what nobody used for a while
+      files_swept_ns_ = now;
+      std::erase_if(files_, [&](const auto& kv) {
+        return now - kv.second.used_ns > std::uint64_t{file_idle_ms} * 1'000'000;
+      });
+    }
+    const auto it = files_.find(key);
+    if (it != files_.end() && (it->second.file->rw || !write)) {
+      it->second.used_ns = now;
+      f = it->second.file;
+      return kOk;
+    }
+  }
+  // Opened by the server (the permission was the caller's, above): read-write when the export
+  // is, so that one descriptor serves both; read-only where that is refused (a running binary).
+  auto nf = std::make_shared<OpenFile>();
+  const std::string p = proc_path(o.fd.get());
+  {
+    Call::AsServer server(c.id);
+    if (opts_.rw) {
+      nf->fd.reset(::open(p.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
+      nf->rw = nf->fd.get() >= 0;
+    }
+    if (nf->fd.get() < 0 && !write)
+      nf->fd.reset(::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  }
+  if (nf->fd.get() < 0) return path_error(errno);
+  struct stat s;
+  if (::fstat(nf->fd.get(), &s) != 0 || s.st_ino != o.st.st_ino || s.st_dev != o.st.st_dev)
+    return kErrStale;
+  f = nf;
+  std::lock_guard g(files_mu_);
+  files_[key] = CachedFile{nf, now};
+  while (files_.size() > max_open_files) {  // the least recently used goes
+    auto oldest = files_.begin();
+    for (auto i = files_.begin(); i != files_.end(); ++i)
+      if (i->second.used_ns < oldest->second.used_ns) oldest = i;
+    files_.erase(oldest);
+  }
+  return kOk;
+}
+
+void NfsServer::forget_file(int dirfd, const std::string& name) {
+  struct stat s;
+  if (::fstatat(dirfd, name.c_str(), &s, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(s.st_mode)) return;
+  std::lock_guard g(files_mu_);
+  files_.erase(FileKey{s.st_dev, s.st_ino});
+}
+
+Verf NfsServer::cookie_verf(const Obj& dir) const {
+  // The cookies are the file system's own directory offsets (getdents64's d_off), which stay
+  // valid while entries come and go on most (ext4's hashes, xfs, btrfs, tmpfs since 6.6); they
+  // belong to this directory of this export alone. Where they are positions that shift when an
+  // entry goes (ramfs, tmpfs before 6.6), the verifier also names the directory's mtime: any
+  // change makes the old cookies BAD_COOKIE and the client lists again.
+  std::vector<std::uint8_t> b;
+  put32(b, export_id_);
+  for (int i = 7; i >= 0; --i) b.push_back(static_cast<std::uint8_t>(dir.st.st_ino >> (8 * i)));
+  if (!stable_cookies_) {
+    const auto t = static_cast<std::uint64_t>(dir.st.st_mtim.tv_sec) * 1'000'000'000ull +
+                   static_cast<std::uint64_t>(dir.st.st_mtim.tv_nsec);
+    for (int i = 7; i >= 0; --i) b.push_back(static_cast<std::uint8_t>(t >> (8 * i)));
+  }
+  const std::uint64_t h = siphash(key_, b);
+  Verf v;
+  for (int i = 0; i < 8; ++i)
+    v[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(h >> (8 * i));
+  return v;
 }
 
 bool NfsServer::credential(const rpc::OpaqueAuth& a, Cred& c) const {
@@ -516,8 +906,12 @@ void NfsServer::handle(const CallContext& ctx, std::span<const std::uint8_t> cal
   rpc::CallHeader h;
   XdrEncoder e(out.msg);
   rpc::ReplyHeader r;
+  const auto count = [&](auto f) {
+    std::lock_guard g(stats_mu_);
+    f(st_);
+  };
   if (!rpc::decode(d, h)) {
-    ++st_.garbage;
+    count([](NfsServerStats& s) { ++s.garbage; });
     if (!d.ok() || call.size() < 8) return;  // not even an XID: no reply
     r.xid = h.xid;
     r.stat = rpc::kMsgDenied;
@@ -526,7 +920,7 @@ void NfsServer::handle(const CallContext& ctx, std::span<const std::uint8_t> cal
     rpc::encode(e, r);
     return;
   }
-  ++st_.calls;
+  count([](NfsServerStats& s) { ++s.calls; });
   r.xid = h.xid;
   if (h.rpcvers != rpc::kRpcVersion) {
     r.stat = rpc::kMsgDenied;
@@ -536,15 +930,16 @@ void NfsServer::handle(const CallContext& ctx, std::span<const std::uint8_t> cal
     return;
   }
   const auto deny = [&] {
-    ++st_.denied;
+    count([](NfsServerStats& s) { ++s.denied; });
     r.stat = rpc::kMsgDenied;
     r.reject = rpc::kAuthError;
     r.auth = rpc::kAuthBadCred;
     rpc::encode(e, r);
   };
+  Call c;
   // Another flavor, a malformed AUTH_SYS, or (but for NULL) a client the export does not list:
   // AUTH_BADCRED, as knfsd answers (svcauth_unix_set_client).
-  if (!credential(h.cred, cred_)) return deny();
+  if (!credential(h.cred, c.cred)) return deny();
   if (h.prog != kNfsProgram) {
     r.accept = rpc::kProgUnavail;
     rpc::encode(e, r);
@@ -562,35 +957,106 @@ void NfsServer::handle(const CallContext& ctx, std::span<const std::uint8_t> cal
     rpc::encode(e, r);
     return;
   }
-  ++st_.by_proc[h.proc];
+  count([&](NfsServerStats& s) { ++s.by_proc[h.proc]; });
+  // Modes are the client's, its umask applied already (knfsd applies none): this thread gets a
+  // umask of its own, 0 (CLONE_FS unshared: the process's, other threads', stay as they are).
+  static thread_local const bool own_umask = [] {
+    if (::unshare(CLONE_FS) != 0) return false;
+    ::umask(0);
+    return true;
+  }();
+  (void)own_umask;
   Identity id;
-  if (h.proc != kNull && !id.become(cred_.uid, cred_.gid, cred_.groups)) {
+  if (h.proc != kNull && !id.become(c.cred.uid, c.cred.gid, c.cred.groups)) {
     // roced lacks CAP_SETUID/CAP_SETGID: nothing is done as anybody else (docs/nfs.md).
-    ++st_.errors;
+    count([](NfsServerStats& s) { ++s.errors; });
     r.accept = rpc::kSystemErr;
     rpc::encode(e, r);
     return;
   }
-  id_ = &id;
+  c.id = &id;
   rpc::encode(e, r);
   const std::size_t body = out.msg.size();
-  dispatch(h.proc, d, e, out);
-  id_ = nullptr;
-  if (!d.ok()) {  // the arguments did not decode: GARBAGE_ARGS instead of a result
-    ++st_.garbage;
+  dispatch(c, h.proc, d, e, out);
+  id.restore();
+  const bool garbage = !d.ok();
+  if (garbage) {  // the arguments did not decode: GARBAGE_ARGS instead of a result
     out.msg.resize(body - 4);
     out.payload.clear();
     out.has_payload = false;
     e.u32(rpc::kGarbageArgs);
   }
+  count([&](NfsServerStats& s) {
+    s.garbage += garbage;
+    s.errors += c.errors;
+    s.bytes_read += c.bytes_read;
+    s.bytes_written += c.bytes_written;
+  });
 }
 
-void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcReply& out) {
+void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcReply& out) {
   const auto fail = [&](Status s) {
-    ++st_.errors;
+    ++c.errors;
     e.u32(s);
   };
   const auto none = std::optional<Fattr>{};
+  // A name to make or look up: NAMETOOLONG beyond NAME_MAX, INVAL for what would leave the
+  // directory ('/', ".", "..") or cannot be a name (empty, NUL).
+  const auto name_error = [](const std::string& n) -> Status {
+    if (n.size() > kMaxName) return kErrNametoolong;
+    return bad_name(n) ? kErrInval : kOk;
+  };
+  // The attributes of a SETATTR, or those a CREATE, MKDIR, SYMLINK or MKNOD asks for besides the
+  // mode it was made with, applied as the caller: the kernel says who may truncate, chown, chmod
+  // and set times. A symbolic link is never followed (its mode is left, as knfsd leaves it).
+  const auto apply = [&](const Obj& t, const Sattr& s, bool with_mode) -> int {
+    const bool link = S_ISLNK(t.st.st_mode);
+    if (s.size) {
+      if (!S_ISREG(t.st.st_mode)) return S_ISDIR(t.st.st_mode) ? EISDIR : EINVAL;
+      int fd = -1;
+      if (const Status st = reopen(c, t, O_WRONLY, true, fd))
+        return st == kErrStale ? ESTALE : EACCES;
+      Fd w(fd);
+      if (::ftruncate(w.get(), static_cast<off_t>(*s.size)) != 0) return errno;
+    }
+    if ((s.uid || s.gid) && ::fchownat(t.fd.get(), "", s.uid ? *s.uid : static_cast<uid_t>(-1),
+                                       s.gid ? *s.gid : static_cast<gid_t>(-1), AT_EMPTY_PATH) != 0)
+      return errno;
+    if (with_mode && s.mode && !link) {
+      if (const int err = chmod_fd(t.fd.get(), *s.mode & 07777)) return err;
+    }
+    if (s.atime_now || s.mtime_now || s.atime || s.mtime) {
+      timespec ts[2];
+      for (int i = 0; i < 2; ++i) {
+        const bool now = i == 0 ? s.atime_now : s.mtime_now;
+        const auto& given = i == 0 ? s.atime : s.mtime;
+        ts[i].tv_sec = given ? given->sec : 0;
+        ts[i].tv_nsec = given ? given->nsec : now ? UTIME_NOW : UTIME_OMIT;
+        if (given && given->nsec >= 1000000000u) return EINVAL;
+      }
+      if (link) {
+        if (::utimensat(t.fd.get(), "", ts, AT_EMPTY_PATH) != 0) return errno;
+      } else if (const int err = utimes_fd(t.fd.get(), ts)) {
+        return err;
+      }
+    }
+    return 0;
+  };
+  // `name` in `dir` as an object of its own (O_PATH, never through a final symbolic link).
+  const auto child = [&](const Obj& dir, const std::string& name, Obj& o) -> int {
+    o.fd.reset(::openat(dir.fd.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (o.fd.get() < 0 || ::fstat(o.fd.get(), &o.st) != 0) return errno ? errno : EIO;
+    o.rel = join(dir.rel, name);
+    return 0;
+  };
+  // CREATE, MKDIR, SYMLINK, MKNOD's answer: the new object's handle and attributes, the
+  // directory's wcc data.
+  const auto made = [&](const Obj& dir, const Fattr& before, const Obj& o) {
+    e.u32(kOk);
+    encode_fh_opt(e, handle_of(o, "", o.st));
+    encode_post_op(e, attr_of(o.fd.get()));
+    encode_wcc(e, before, attr_of(dir.fd.get()));
+  };
   switch (proc) {
     case kNull:
       return;
@@ -598,7 +1064,7 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       const Fh fh = decode_fh(d);
       if (!d.ok()) return;
       Obj o;
-      if (const Status s = find(fh, o)) return fail(s);
+      if (const Status s = find(c, fh, o)) return fail(s);
       e.u32(kOk);
       encode(e, o.attr());
       return;
@@ -606,69 +1072,61 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
     case kSetattr: {
       const Fh fh = decode_fh(d);
       const Sattr s = decode_sattr(d);
-      if (d.boolean()) d.fixed(8);  // guard: ctime (not checked)
+      std::optional<Time> guard;
+      if (d.boolean()) guard = Time{d.u32(), d.u32()};
       if (!d.ok()) return;
       Obj o;
-      if (const Status st = find(fh, o)) return fail(st), encode_wcc(e, none, none);
+      if (const Status st = find(c, fh, o)) return fail(st), encode_wcc(e, none, none);
       const Fattr before = o.attr();
       if (!opts_.rw) return fail(kErrRofs), encode_wcc(e, before, before);
-      // Never through a symbolic link: it may point out of the export.
-      if (S_ISLNK(o.st.st_mode)) return fail(kErrInval), encode_wcc(e, before, before);
-      // Each change as the caller: the kernel says who may chmod, chown and truncate.
-      int err = s.mode ? chmod_fd(o.fd.get(), *s.mode & 07777) : 0;
-      if (!err && (s.uid || s.gid) &&
-          ::fchownat(o.fd.get(), "", s.uid ? *s.uid : static_cast<uid_t>(-1),
-                     s.gid ? *s.gid : static_cast<gid_t>(-1), AT_EMPTY_PATH) != 0)
-        err = errno;
-      if (!err && s.size) {
-        int fd = -1;
-        if (const Status st = reopen(o, O_WRONLY, true, fd))
-          return fail(st), encode_wcc(e, before, attr_of(o.fd.get()));
-        Fd w(fd);
-        if (::ftruncate(w.get(), static_cast<off_t>(*s.size)) != 0) err = errno;
-      }
-      if (!err && (s.atime_now || s.mtime_now)) {
-        timespec ts[2];
-        ts[0].tv_nsec = s.atime_now ? UTIME_NOW : UTIME_OMIT;
-        ts[1].tv_nsec = s.mtime_now ? UTIME_NOW : UTIME_OMIT;
-        ts[0].tv_sec = ts[1].tv_sec = 0;
-        err = utimes_fd(o.fd.get(), ts);
-      }
-      if (err) ++st_.errors;
-      e.u32(err ? from_errno(err) : kOk);
+      // The guard: the client's idea of the ctime must still hold (RFC 1813 3.3.2).
+      if (guard && !same_time(*guard, before.ctime))
+        return fail(kErrNotSync), encode_wcc(e, before, before);
+      const int err = apply(o, s, true);
+      if (err) ++c.errors;
+      e.u32(err ? (err == ESTALE ? kErrStale : from_errno(err)) : kOk);
       encode_wcc(e, before, attr_of(o.fd.get()));
       return;
     }
     case kLookup: {
       const Fh dir = decode_fh(d);
-      const std::string name = d.string(kMaxName);
+      const std::string name = d.string(kMaxNameWire);
       if (!d.ok()) return;
       Obj o;
-      if (const Status s = find(dir, o)) return fail(s), encode_post_op(e, none);
+      if (const Status s = find(c, dir, o)) return fail(s), encode_post_op(e, none);
       if (!S_ISDIR(o.st.st_mode)) return fail(kErrNotdir), encode_post_op(e, none);
-      std::string rel;
-      struct stat s;
+      Obj t;
       if (name == ".") {
-        rel = o.rel, s = o.st;
+        t.fd.reset(::fcntl(o.fd.get(), F_DUPFD_CLOEXEC, 0));
+        t.rel = o.rel, t.st = o.st;
       } else if (name == "..") {
-        rel = parent_of(o.rel);
-        Fd p(rel.empty() ? ::fcntl(root_fd_, F_DUPFD_CLOEXEC, 0)
-                         : open_beneath(root_fd_, rel, O_PATH));
-        if (p.get() < 0 || ::fstat(p.get(), &s) != 0)
+        // Never above the export's root: its ".." is itself.
+        const bool top = o.st.st_ino == root_ino_ && o.st.st_dev == root_dev_;
+        if (!kernel_handles_) {
+          t.rel = parent_of(o.rel);
+          t.fd.reset(t.rel.empty() ? ::fcntl(root_fd_, F_DUPFD_CLOEXEC, 0)
+                                   : open_beneath(root_fd_, t.rel, O_PATH));
+        } else {
+          t.fd.reset(top ? ::fcntl(o.fd.get(), F_DUPFD_CLOEXEC, 0)
+                         : ::openat(o.fd.get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC));
+        }
+        if (t.fd.get() < 0 || ::fstat(t.fd.get(), &t.st) != 0)
           return fail(kErrStale), encode_post_op(e, o.attr());
-      } else if (bad_name(name)) {
-        return fail(kErrInval), encode_post_op(e, o.attr());
+      } else if (const Status s = name_error(name)) {
+        return fail(s), encode_post_op(e, o.attr());
       } else {
-        rel = join(o.rel, name);
-        if (rel.size() > kMaxRel) return fail(kErrNametoolong), encode_post_op(e, o.attr());
-        if (::fstatat(o.fd.get(), name.c_str(), &s, AT_SYMLINK_NOFOLLOW) != 0)
-          return fail(from_errno(errno)), encode_post_op(e, o.attr());
+        if (!kernel_handles_ && join(o.rel, name).size() > kMaxRel)
+          return fail(kErrNametoolong), encode_post_op(e, o.attr());
+        if (const int err = child(o, name, t))
+          return fail(from_errno(err)), encode_post_op(e, o.attr());
         // A file system mounted inside the export is not part of it (no crossmnt).
-        if (s.st_dev != root_dev_) return fail(kErrAcces), encode_post_op(e, o.attr());
+        if (t.st.st_dev != root_dev_) return fail(kErrAcces), encode_post_op(e, o.attr());
       }
+      const auto fh = handle_of(t, "", t.st);
+      if (!fh) return fail(kErrAcces), encode_post_op(e, o.attr());
       e.u32(kOk);
-      encode(e, remember(rel, s.st_ino));
-      encode_post_op(e, to_fattr(s));
+      encode(e, *fh);
+      encode_post_op(e, t.attr());
       encode_post_op(e, o.attr());
       return;
     }
@@ -677,11 +1135,11 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       const std::uint32_t want = d.u32();
       if (!d.ok()) return;
       Obj o;
-      if (const Status s = find(fh, o)) return fail(s), encode_post_op(e, none);
+      if (const Status s = find(c, fh, o)) return fail(s), encode_post_op(e, none);
       // What the caller may really do, asked of the kernel as the caller (AT_EACCESS: the
       // file system ids), mapped as knfsd maps ACCESS bits to permissions.
       constexpr std::uint32_t kRd = 1, kLook = 2, kMod = 4, kExt = 8, kDel = 0x10, kExec = 0x20;
-      const bool dir = S_ISDIR(o.st.st_mode), reg = S_ISREG(o.st.st_mode);
+      const bool dir = S_ISDIR(o.st.st_mode);
       const auto may = [&](int mode) {
         return ::syscall(SYS_faccessat2, o.fd.get(), "", mode, AT_EACCESS | AT_EMPTY_PATH) == 0;
       };
@@ -690,7 +1148,9 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       if (dir) {
         if ((want & kLook) && may(X_OK)) got |= kLook;
         if ((want & (kMod | kExt | kDel)) && may(W_OK | X_OK)) got |= want & (kMod | kExt | kDel);
-      } else if (reg) {
+      } else {
+        // Any other object, FIFOs and devices included (the client opens those itself and asks
+        // here whether it may), as knfsd maps it.
         if ((want & (kMod | kExt)) && may(W_OK)) got |= want & (kMod | kExt);
         if ((want & kExec) && may(X_OK)) got |= kExec;
       }
@@ -700,32 +1160,47 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       e.u32(got);
       return;
     }
+    case kReadlink: {
+      const Fh fh = decode_fh(d);
+      if (!d.ok()) return;
+      Obj o;
+      if (const Status s = find(c, fh, o)) return fail(s), encode_post_op(e, none);
+      if (!S_ISLNK(o.st.st_mode)) return fail(kErrInval), encode_post_op(e, o.attr());
+      std::string target(kMaxSymlinkData + 1, '\0');
+      const ssize_t n = ::readlinkat(o.fd.get(), "", target.data(), target.size());
+      if (n < 0) return fail(from_errno(errno)), encode_post_op(e, o.attr());
+      target.resize(static_cast<std::size_t>(n));
+      e.u32(kOk);
+      encode_post_op(e, o.attr());
+      e.string(target);
+      return;
+    }
     case kRead: {
       const Fh fh = decode_fh(d);
       const std::uint64_t off = d.u64();
       std::uint32_t count = d.u32();
       if (!d.ok()) return;
       Obj o;
-      if (const Status s = find(fh, o)) return fail(s), encode_post_op(e, none);
+      if (const Status s = find(c, fh, o)) return fail(s), encode_post_op(e, none);
       if (!S_ISREG(o.st.st_mode))
         return fail(S_ISDIR(o.st.st_mode) ? kErrIsdir : kErrInval), encode_post_op(e, o.attr());
-      int fd = -1;
-      if (const Status s = reopen(o, O_RDONLY, true, fd))
-        return fail(s), encode_post_op(e, o.attr());
-      Fd r(fd);
+      if (off > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max()))
+        return fail(kErrInval), encode_post_op(e, o.attr());
+      std::shared_ptr<const OpenFile> r;
+      if (const Status s = open_file(c, o, false, r)) return fail(s), encode_post_op(e, o.attr());
       count = std::min(count, max_io);
       out.payload.resize(count);
-      const ssize_t n = ::pread(r.get(), out.payload.data(), count, static_cast<off_t>(off));
+      const ssize_t n = ::pread(r->fd.get(), out.payload.data(), count, static_cast<off_t>(off));
       const int err = errno;
       struct stat s;
-      if (::fstat(r.get(), &s) != 0) s = o.st;
+      if (::fstat(r->fd.get(), &s) != 0) s = o.st;
       if (n < 0) {
         out.payload.clear();
         return fail(from_errno(err)), encode_post_op(e, to_fattr(s));
       }
       out.payload.resize(static_cast<std::size_t>(n));
       out.has_payload = true;
-      st_.bytes_read += static_cast<std::uint64_t>(n);
+      c.bytes_read += static_cast<std::uint64_t>(n);
       e.u32(kOk);
       encode_post_op(e, to_fattr(s));
       e.u32(static_cast<std::uint32_t>(n));
@@ -741,178 +1216,320 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       const auto data = d.opaque(max_io);
       if (!d.ok()) return;
       Obj o;
-      if (const Status s = find(fh, o)) return fail(s), encode_wcc(e, none, none);
+      if (const Status s = find(c, fh, o)) return fail(s), encode_wcc(e, none, none);
       const Fattr before = o.attr();
       if (!opts_.rw) return fail(kErrRofs), encode_wcc(e, before, before);
-      if (count > data.size() || how > kFileSync)
+      if (count > data.size() || how > kFileSync ||
+          off > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max()) - count)
         return fail(kErrInval), encode_wcc(e, before, before);
       if (!S_ISREG(o.st.st_mode))
         return fail(S_ISDIR(o.st.st_mode) ? kErrIsdir : kErrInval), encode_wcc(e, before, before);
-      int fd = -1;
-      if (const Status s = reopen(o, O_WRONLY, true, fd))
-        return fail(s), encode_wcc(e, before, before);
-      Fd w(fd);
-      const ssize_t n = ::pwrite(w.get(), data.data(), count, static_cast<off_t>(off));
+      std::shared_ptr<const OpenFile> w;
+      if (const Status s = open_file(c, o, true, w)) return fail(s), encode_wcc(e, before, before);
+      const ssize_t n = ::pwrite(w->fd.get(), data.data(), count, static_cast<off_t>(off));
       const int err = errno;
-      // Synchronous (the transport calls the server off the poll loop).
-      if (n >= 0 && how != kUnstable) ::fdatasync(w.get());
-      if (n < 0) return fail(from_errno(err)), encode_wcc(e, before, attr_of(w.get()));
-      st_.bytes_written += static_cast<std::uint64_t>(n);
+      // Synchronous (the transport calls the server off the poll loop, on its worker pool).
+      if (n >= 0 && how != kUnstable) ::fdatasync(w->fd.get());
+      if (n < 0) return fail(from_errno(err)), encode_wcc(e, before, attr_of(w->fd.get()));
+      c.bytes_written += static_cast<std::uint64_t>(n);
       e.u32(kOk);
-      encode_wcc(e, before, attr_of(w.get()));
+      encode_wcc(e, before, attr_of(w->fd.get()));
       e.u32(static_cast<std::uint32_t>(n));
       e.u32(how);
       e.fixed(write_verf_);
       return;
     }
     case kCreate:
-    case kMkdir: {
+    case kMkdir:
+    case kSymlink:
+    case kMknod: {
       const Fh dir = decode_fh(d);
-      const std::string name = d.string(kMaxName);
+      const std::string name = d.string(kMaxNameWire);
       Sattr s;
-      std::uint32_t mode = kUnchecked;
+      std::uint32_t mode = kUnchecked, type = kReg;
+      Verf verf{};
+      std::string target;
+      dev_t rdev = 0;
       if (proc == kCreate) {
         mode = d.u32();
-        if (mode == kExclusive)
-          d.fixed(8);
-        else if (mode <= kGuarded)
+        if (mode == kExclusive) {
+          const auto v = d.fixed(8);
+          if (v.size() == 8) std::copy(v.begin(), v.end(), verf.begin());
+        } else if (mode <= kGuarded) {
           s = decode_sattr(d);
-        else
+        } else {
           d.fail();
-      } else {
+        }
+      } else if (proc == kMkdir) {
         s = decode_sattr(d);
+      } else if (proc == kSymlink) {
+        s = decode_sattr(d);
+        target = d.string(kMaxNameWire);
+      } else {
+        type = d.u32();
+        if (type == kChr || type == kBlk) {
+          s = decode_sattr(d);
+          const std::uint32_t ma = d.u32(), mi = d.u32();
+          rdev = ::makedev(ma, mi);
+        } else if (type == kSock || type == kFifo) {
+          s = decode_sattr(d);
+        } else if (type < kReg || type > kFifo) {
+          d.fail();
+        }
       }
       if (!d.ok()) return;
       Obj o;
-      if (const Status st = find(dir, o)) return fail(st), encode_wcc(e, none, none);
+      if (const Status st = find(c, dir, o)) return fail(st), encode_wcc(e, none, none);
       if (!S_ISDIR(o.st.st_mode)) return fail(kErrNotdir), encode_wcc(e, none, none);
       const Fattr before = o.attr();
-      if (!opts_.rw) return fail(kErrRofs), encode_wcc(e, before, before);
-      if (bad_name(name)) return fail(kErrInval), encode_wcc(e, before, before);
-      const std::string rel = join(o.rel, name);
-      if (rel.size() > kMaxRel) return fail(kErrNametoolong), encode_wcc(e, before, before);
-      int err = 0;
+      const auto refuse = [&](Status st) { fail(st), encode_wcc(e, before, attr_of(o.fd.get())); };
+      if (!opts_.rw) return refuse(kErrRofs);
+      if (const Status st = name_error(name))
+        return refuse(name == "." || name == ".." ? kErrExist : st);
+      if (!kernel_handles_ && join(o.rel, name).size() > kMaxRel) return refuse(kErrNametoolong);
       // Made by the caller: owned by the caller's ids, with the kernel's rules for the mode.
       const mode_t m = s.mode ? (*s.mode & 07777) : (proc == kMkdir ? 0755 : 0644);
-      Fd f;
+      Obj n;
+      int err = 0;
       if (proc == kMkdir) {
         if (::mkdirat(o.fd.get(), name.c_str(), m) != 0) err = errno;
+      } else if (proc == kSymlink) {
+        if (target.empty() || target.find('\0') != std::string::npos) return refuse(kErrInval);
+        if (target.size() > kMaxSymlinkData) return refuse(kErrNametoolong);
+        if (::symlinkat(target.c_str(), o.fd.get(), name.c_str()) != 0) err = errno;
+      } else if (proc == kMknod) {
+        if (type != kChr && type != kBlk && type != kSock && type != kFifo)
+          return refuse(kErrBadtype);
+        // Device nodes as on a local file system: for root alone (no_root_squash), whatever
+        // capabilities the server keeps for itself.
+        if ((type == kChr || type == kBlk) && c.cred.uid != 0) return refuse(kErrPerm);
+        const mode_t t = type == kChr    ? S_IFCHR
+                         : type == kBlk  ? S_IFBLK
+                         : type == kSock ? S_IFSOCK
+                                         : S_IFIFO;
+        if (::mknodat(o.fd.get(), name.c_str(), t | m, rdev) != 0) err = errno;
       } else {
-        const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC |
-                          (mode == kUnchecked ? 0 : O_EXCL);
-        f.reset(::openat(o.fd.get(), name.c_str(), flags, m));
+        // EXCLUSIVE makes the file with no mode (the client sets it next) and keeps the
+        // verifier in its times, as knfsd does: mtime's seconds the first four bytes, atime's
+        // the last four. A retry with the same verifier finds its file; anything else is EXIST.
+        const mode_t cm = mode == kExclusive ? 0 : m;
+        Fd f(::openat(o.fd.get(), name.c_str(),
+                      O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, cm));
         if (f.get() < 0) err = errno;
-        // EXCLUSIVE retried with the same verifier finds its own file: fine for one client.
-        if (err == EEXIST && mode == kExclusive) err = 0;
-        if (!err && f.get() >= 0) {
-          if ((s.uid || s.gid) && ::fchown(f.get(), s.uid ? *s.uid : static_cast<uid_t>(-1),
-                                           s.gid ? *s.gid : static_cast<gid_t>(-1)) != 0)
-            err = errno;
-          else if (s.size && ::ftruncate(f.get(), static_cast<off_t>(*s.size)) != 0)
-            err = errno;
+        const std::uint32_t v0 = get32(verf.data()), v1 = get32(verf.data() + 4);
+        if (!err && mode == kExclusive) {
+          const timespec ts[2] = {{static_cast<time_t>(v1), 0}, {static_cast<time_t>(v0), 0}};
+          if (::futimens(f.get(), ts) != 0) err = errno;
+        }
+        if (err == EEXIST && mode != kGuarded) {
+          if (const int e2 = child(o, name, n)) return refuse(from_errno(e2));
+          if (mode == kExclusive) {
+            const bool mine = S_ISREG(n.st.st_mode) && n.st.st_size == 0 &&
+                              n.st.st_mtim.tv_sec == static_cast<time_t>(v0) &&
+                              n.st.st_atim.tv_sec == static_cast<time_t>(v1);
+            if (!mine) return refuse(kErrExist);
+            return made(o, before, n);
+          }
+          // UNCHECKED on a file that is there: only its size is set (knfsd does the same).
+          if (!S_ISREG(n.st.st_mode)) return refuse(kErrExist);
+          Sattr size_only;
+          size_only.size = s.size;
+          if (const int e2 = apply(n, size_only, false))
+            return refuse(e2 == ESTALE ? kErrStale : from_errno(e2));
+          return made(o, before, n);
         }
       }
-      if (err) return fail(from_errno(err)), encode_wcc(e, before, attr_of(o.fd.get()));
-      struct stat a;
-      const bool have = ::fstatat(o.fd.get(), name.c_str(), &a, AT_SYMLINK_NOFOLLOW) == 0;
-      e.u32(kOk);
-      encode_fh_opt(e, have ? std::optional<Fh>(remember(rel, a.st_ino)) : std::nullopt);
-      encode_post_op(e, have ? std::optional<Fattr>(to_fattr(a)) : std::nullopt);
-      encode_wcc(e, before, attr_of(o.fd.get()));
-      return;
+      if (err) return refuse(from_errno(err));
+      if (const int e2 = child(o, name, n)) return refuse(from_errno(e2));
+      // The rest of what was asked, as the caller; the object stays made if it is refused (as
+      // knfsd leaves it), and the answer says why.
+      Sattr rest = s;
+      if (proc == kCreate && rest.size && *rest.size == 0) rest.size.reset();
+      if (proc == kSymlink) rest.mode.reset();
+      if (const int e2 = apply(n, rest, false)) return refuse(from_errno(e2));
+      return made(o, before, n);
     }
     case kRemove:
     case kRmdir: {
       const Fh dir = decode_fh(d);
-      const std::string name = d.string(kMaxName);
+      const std::string name = d.string(kMaxNameWire);
       if (!d.ok()) return;
       Obj o;
-      if (const Status st = find(dir, o)) return fail(st), encode_wcc(e, none, none);
+      if (const Status st = find(c, dir, o)) return fail(st), encode_wcc(e, none, none);
       if (!S_ISDIR(o.st.st_mode)) return fail(kErrNotdir), encode_wcc(e, none, none);
       const Fattr before = o.attr();
       if (!opts_.rw) return fail(kErrRofs), encode_wcc(e, before, before);
-      if (bad_name(name)) return fail(kErrInval), encode_wcc(e, before, before);
+      if (proc == kRmdir && name == "..") return fail(kErrNotempty), encode_wcc(e, before, before);
+      if (const Status st = name_error(name)) return fail(st), encode_wcc(e, before, before);
+      if (proc == kRemove) forget_file(o.fd.get(), name);  // its space freed when it goes
       if (::unlinkat(o.fd.get(), name.c_str(), proc == kRmdir ? AT_REMOVEDIR : 0) != 0)
         return fail(from_errno(errno)), encode_wcc(e, before, attr_of(o.fd.get()));
       e.u32(kOk);
       encode_wcc(e, before, attr_of(o.fd.get()));
       return;
     }
+    case kRename: {
+      const Fh from = decode_fh(d);
+      const std::string from_name = d.string(kMaxNameWire);
+      const Fh to = decode_fh(d);
+      const std::string to_name = d.string(kMaxNameWire);
+      if (!d.ok()) return;
+      Obj f, t;
+      const auto both = [&](Status st, const std::optional<Fattr>& fb,
+                            const std::optional<Fattr>& tb) {
+        fail(st);
+        encode_wcc(e, fb, f.fd.get() >= 0 ? attr_of(f.fd.get()) : none);
+        encode_wcc(e, tb, t.fd.get() >= 0 ? attr_of(t.fd.get()) : none);
+      };
+      if (const Status st = find(c, from, f)) return both(st, none, none);
+      if (const Status st = find(c, to, t)) return both(st, f.attr(), none);
+      const Fattr fb = f.attr(), tb = t.attr();
+      if (!S_ISDIR(f.st.st_mode) || !S_ISDIR(t.st.st_mode)) return both(kErrNotdir, fb, tb);
+      if (!opts_.rw) return both(kErrRofs, fb, tb);
+      if (const Status st = name_error(from_name)) return both(st, fb, tb);
+      if (const Status st = name_error(to_name)) return both(st, fb, tb);
+      if (!kernel_handles_ && join(t.rel, to_name).size() > kMaxRel)
+        return both(kErrNametoolong, fb, tb);
+      forget_file(t.fd.get(), to_name);  // a file renamed over is removed
+      if (::renameat(f.fd.get(), from_name.c_str(), t.fd.get(), to_name.c_str()) != 0)
+        return both(from_errno(errno), fb, tb);
+      if (!kernel_handles_) renamed(join(f.rel, from_name), join(t.rel, to_name));
+      e.u32(kOk);
+      encode_wcc(e, fb, attr_of(f.fd.get()));
+      encode_wcc(e, tb, attr_of(t.fd.get()));
+      return;
+    }
+    case kLink: {
+      const Fh file = decode_fh(d);
+      const Fh dir = decode_fh(d);
+      const std::string name = d.string(kMaxNameWire);
+      if (!d.ok()) return;
+      Obj o, l;
+      if (const Status st = find(c, file, o))
+        return fail(st), encode_post_op(e, none), encode_wcc(e, none, none);
+      if (const Status st = find(c, dir, l))
+        return fail(st), encode_post_op(e, o.attr()), encode_wcc(e, none, none);
+      const Fattr before = l.attr();
+      const auto refuse = [&](Status st) {
+        fail(st), encode_post_op(e, attr_of(o.fd.get())),
+            encode_wcc(e, before, attr_of(l.fd.get()));
+      };
+      if (!S_ISDIR(l.st.st_mode)) return refuse(kErrNotdir);
+      if (!opts_.rw) return refuse(kErrRofs);
+      if (S_ISDIR(o.st.st_mode)) return refuse(kErrIsdir);
+      if (const Status st = name_error(name))
+        return refuse(name == "." || name == ".." ? kErrExist : st);
+      if (!kernel_handles_ && join(l.rel, name).size() > kMaxRel) return refuse(kErrNametoolong);
+      // The object itself through its descriptor (/proc's link to it, never a path that could
+      // have changed); the kernel checks the caller's write permission on the directory and
+      // its protected_hardlinks rules.
+      if (::linkat(AT_FDCWD, proc_path(o.fd.get()).c_str(), l.fd.get(), name.c_str(),
+                   AT_SYMLINK_FOLLOW) != 0)
+        return refuse(from_errno(errno));
+      e.u32(kOk);
+      encode_post_op(e, attr_of(o.fd.get()));
+      encode_wcc(e, before, attr_of(l.fd.get()));
+      return;
+    }
     case kReaddir:
     case kReaddirplus: {
       const Fh dir = decode_fh(d);
       const std::uint64_t cookie = d.u64();
-      d.fixed(8);
+      Verf verf{};
+      if (const auto v = d.fixed(8); v.size() == 8) std::copy(v.begin(), v.end(), verf.begin());
       std::uint32_t maxcount = d.u32();
       if (proc == kReaddirplus) maxcount = d.u32();  // dircount, then maxcount
       if (!d.ok()) return;
       Obj o;
-      if (const Status s = find(dir, o)) return fail(s), encode_post_op(e, none);
+      if (const Status s = find(c, dir, o)) return fail(s), encode_post_op(e, none);
       if (!S_ISDIR(o.st.st_mode)) return fail(kErrNotdir), encode_post_op(e, none);
+      // The cookies are the directory's own offsets (d_off), stable while entries come and go;
+      // the verifier names the directory, so that a cookie of another is refused.
+      const Verf mine = cookie_verf(o);
+      if (cookie != 0 && verf != mine) return fail(kErrBadCookie), encode_post_op(e, o.attr());
       int fd = -1;
-      if (const Status s = reopen(o, O_RDONLY | O_DIRECTORY, false, fd))
+      if (const Status s = reopen(c, o, O_RDONLY | O_DIRECTORY, false, fd))
         return fail(s), encode_post_op(e, o.attr());
-      DIR* dp = ::fdopendir(fd);
-      if (!dp) {
-        ::close(fd);
-        return fail(from_errno(errno)), encode_post_op(e, o.attr());
-      }
-      std::vector<std::string> names;
-      while (dirent* de = ::readdir(dp)) names.emplace_back(de->d_name);
-      std::sort(names.begin(), names.end());  // the cookie is an index into this order
+      Fd dfd(fd);
+      if (cookie != 0 && ::lseek(dfd.get(), static_cast<off_t>(cookie), SEEK_SET) < 0)
+        return fail(kErrBadCookie), encode_post_op(e, o.attr());
+      const bool top = o.st.st_ino == root_ino_ && o.st.st_dev == root_dev_;
       const std::size_t status_at = out.msg.size();
       e.u32(kOk);
       encode_post_op(e, o.attr());
-      e.fixed(Verf{});
+      e.fixed(mine);
       const std::size_t limit = std::min<std::size_t>(maxcount, 1u << 20);
       const std::size_t start = out.msg.size();
-      std::uint64_t i = cookie;
-      bool any = false;
-      for (; i < names.size(); ++i) {
-        const std::string& n = names[i];
-        std::string rel;
-        struct stat s;
-        if (n == ".") {
-          rel = o.rel, s = o.st;
-        } else if (n == "..") {
-          rel = parent_of(o.rel);
-          Fd p(rel.empty() ? ::fcntl(root_fd_, F_DUPFD_CLOEXEC, 0)
-                           : open_beneath(root_fd_, rel, O_PATH));
-          if (p.get() < 0 || ::fstat(p.get(), &s) != 0) continue;
-        } else {
-          rel = join(o.rel, n);
-          if (::fstatat(::dirfd(dp), n.c_str(), &s, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      bool any = false, eof = false, full = false;
+      std::vector<std::uint8_t> ent;
+      alignas(8) static thread_local std::uint8_t buf[32768];
+      while (!full) {
+        const long got = ::syscall(SYS_getdents64, dfd.get(), buf, sizeof buf);
+        if (got < 0) {
+          if (!any) {
+            out.msg.resize(status_at);
+            return fail(errno == EINVAL || errno == ENOENT ? kErrBadCookie : from_errno(errno)),
+                   encode_post_op(e, o.attr());
+          }
+          break;
         }
-        const auto a = to_fattr(s);
-        std::vector<std::uint8_t> ent;
-        XdrEncoder x(ent);
-        x.boolean(true);
-        x.u64(a.fileid);
-        x.string(n);
-        x.u64(i + 1);
-        if (proc == kReaddirplus) {
-          encode_post_op(x, a);
-          const bool handle = n != ".." && s.st_dev == root_dev_ && rel.size() <= kMaxRel;
-          encode_fh_opt(x, handle ? std::optional<Fh>(remember(rel, a.fileid)) : std::nullopt);
+        if (got == 0) {
+          eof = true;
+          break;
         }
-        if (out.msg.size() - start + ent.size() + 8 + 120 > limit) break;
-        out.msg.insert(out.msg.end(), ent.begin(), ent.end());
-        any = true;
+        for (long at = 0; at < got;) {
+          const auto* de = reinterpret_cast<const Dirent64*>(buf + at);
+          at += de->reclen;
+          const std::string n(de->name);
+          std::uint64_t fileid = de->ino;
+          std::optional<Fattr> attr;
+          std::optional<Fh> fh;
+          if (proc == kReaddirplus || n == ".." || n == ".") {
+            struct stat s;
+            bool have = false;
+            if (n == "." || (n == ".." && top)) {
+              s = o.st, have = true;
+            } else {
+              have = ::fstatat(dfd.get(), n.c_str(), &s, AT_SYMLINK_NOFOLLOW) == 0;
+            }
+            if (have) {
+              fileid = s.st_ino;
+              attr = to_fattr(s);
+              if (proc == kReaddirplus && n != ".." && s.st_dev == root_dev_)
+                fh = handle_of(o, n == "." ? std::string() : n, s);
+            }
+          }
+          ent.clear();
+          XdrEncoder x(ent);
+          x.boolean(true);
+          x.u64(fileid);
+          x.string(n);
+          x.u64(static_cast<std::uint64_t>(de->off));
+          if (proc == kReaddirplus) {
+            encode_post_op(x, attr);
+            encode_fh_opt(x, fh);
+          }
+          if (out.msg.size() - start + ent.size() + 8 + 120 > limit) {
+            full = true;
+            break;
+          }
+          out.msg.insert(out.msg.end(), ent.begin(), ent.end());
+          any = true;
+        }
       }
-      ::closedir(dp);
-      if (!any && i < names.size()) {  // not even one entry fits
+      if (!any && !eof) {  // not even one entry fits
         out.msg.resize(status_at);
         return fail(kErrToosmall), encode_post_op(e, o.attr());
       }
       e.boolean(false);
-      e.boolean(i >= names.size());
+      e.boolean(eof);
       return;
     }
     case kFsstat: {
       const Fh fh = decode_fh(d);
       if (!d.ok()) return;
       Obj o;
-      if (const Status s = find(fh, o)) return fail(s), encode_post_op(e, none);
+      if (const Status s = find(c, fh, o)) return fail(s), encode_post_op(e, none);
       struct statvfs v;
       if (::fstatvfs(o.fd.get(), &v) != 0)
         return fail(from_errno(errno)), encode_post_op(e, o.attr());
@@ -927,33 +1544,41 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       e.u32(0);  // invarsec
       return;
     }
-    case kFsinfo: {
-      const Fh fh = decode_fh(d);
-      if (!d.ok()) return;
-      Obj o;
-      if (const Status s = find(fh, o)) return fail(s), encode_post_op(e, none);
-      e.u32(kOk);
-      encode_post_op(e, o.attr());
-      for (std::uint32_t v : {max_io, max_io, 4096u, max_io, max_io, 4096u, 32768u}) e.u32(v);
-      e.u64(~0ull >> 1);
-      e.u32(0);
-      e.u32(1);     // time_delta 1 ns
-      e.u32(0x1b);  // FSF3_LINK | FSF3_SYMLINK | FSF3_HOMOGENEOUS | FSF3_CANSETTIME
-      return;
-    }
+    case kFsinfo:
     case kPathconf: {
       const Fh fh = decode_fh(d);
       if (!d.ok()) return;
       Obj o;
-      if (const Status s = find(fh, o)) return fail(s), encode_post_op(e, none);
+      if (const Status s = find(c, fh, o)) return fail(s), encode_post_op(e, none);
+      // What the file system says (pathconf of the object, statfs's name length).
+      const std::string p = proc_path(o.fd.get());
+      const long link_max = ::pathconf(p.c_str(), _PC_LINK_MAX);
+      const long size_bits = ::pathconf(p.c_str(), _PC_FILESIZEBITS);
+      const long symlinks = ::pathconf(p.c_str(), _PC_2_SYMLINKS);
+      struct statvfs v;
+      const std::uint32_t name_max =
+          ::fstatvfs(o.fd.get(), &v) == 0 && v.f_namemax > 0
+              ? static_cast<std::uint32_t>(std::min<unsigned long>(v.f_namemax, kMaxName))
+              : static_cast<std::uint32_t>(kMaxName);
       e.u32(kOk);
       encode_post_op(e, o.attr());
-      e.u32(32000);      // linkmax
-      e.u32(255);        // name_max
-      e.boolean(true);   // no_trunc
-      e.boolean(true);   // chown_restricted
-      e.boolean(false);  // case_insensitive
-      e.boolean(true);   // case_preserving
+      if (proc == kPathconf) {
+        e.u32(link_max > 0 ? static_cast<std::uint32_t>(std::min<long>(link_max, 0xffffffffL)) : 1);
+        e.u32(name_max);
+        e.boolean(true);   // no_trunc: a longer name is NAMETOOLONG
+        e.boolean(true);   // chown_restricted
+        e.boolean(false);  // case_insensitive
+        e.boolean(true);   // case_preserving
+        return;
+      }
+      for (std::uint32_t x : {max_io, max_io, 4096u, max_io, max_io, 4096u, 32768u}) e.u32(x);
+      e.u64(size_bits > 1 && size_bits < 64 ? (std::uint64_t{1} << (size_bits - 1)) - 1
+                                            : ~0ull >> 1);
+      e.u32(0);
+      e.u32(1);  // time_delta 1 ns
+      constexpr std::uint32_t kLinks = 1, kSymlinks = 2, kHomogeneous = 8, kCanSetTime = 0x10;
+      e.u32((link_max > 1 ? kLinks : 0) | (symlinks != 0 ? kSymlinks : 0) | kHomogeneous |
+            kCanSetTime);
       return;
     }
     case kCommit: {
@@ -962,36 +1587,40 @@ void NfsServer::dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcRe
       d.u32();
       if (!d.ok()) return;
       Obj o;
-      if (const Status s = find(fh, o)) return fail(s), encode_wcc(e, none, none);
+      if (const Status s = find(c, fh, o)) return fail(s), encode_wcc(e, none, none);
       const Fattr before = o.attr();
       if (!opts_.rw) return fail(kErrRofs), encode_wcc(e, before, before);
-      if (!S_ISREG(o.st.st_mode)) return fail(kErrInval), encode_wcc(e, before, before);
+      if (!S_ISREG(o.st.st_mode))
+        return fail(S_ISDIR(o.st.st_mode) ? kErrIsdir : kErrInval), encode_wcc(e, before, before);
+      // The cached descriptor (the writes' own) if there is one, else one the server opens:
+      // COMMIT only makes written data stable, it reads and writes none.
+      std::shared_ptr<const OpenFile> w;
+      Fd own;
       int fd = -1;
-      if (const Status s = reopen(o, O_WRONLY, true, fd))
-        return fail(s), encode_wcc(e, before, before);
-      Fd w(fd);
-      ::fsync(w.get());  // synchronous: the transport calls the server off the poll loop
+      {
+        std::lock_guard g(files_mu_);
+        const auto it = files_.find(FileKey{o.st.st_dev, o.st.st_ino});
+        if (it != files_.end()) w = it->second.file;
+      }
+      if (w) {
+        fd = w->fd.get();
+      } else {
+        Call::AsServer server(c.id);
+        own.reset(::open(proc_path(o.fd.get()).c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+        fd = own.get();
+      }
+      struct stat s;
+      if (fd < 0 || ::fstat(fd, &s) != 0 || s.st_ino != o.st.st_ino)
+        return fail(kErrStale), encode_wcc(e, before, before);
+      if (::fsync(fd) != 0) return fail(from_errno(errno)), encode_wcc(e, before, attr_of(fd));
       e.u32(kOk);
-      encode_wcc(e, before, attr_of(w.get()));
+      encode_wcc(e, before, attr_of(fd));
       e.fixed(write_verf_);
       return;
     }
-    default: {
-      // READLINK, SYMLINK, MKNOD, RENAME, LINK: not served. Every result begins with the
-      // status and (for these) an attribute or wcc block that may be empty.
-      fail(kErrNotsupp);
-      if (proc == kReadlink)
-        encode_post_op(e, none);
-      else if (proc == kLink)
-        encode_post_op(e, none), encode_wcc(e, none, none);
-      else if (proc == kRename)
-        encode_wcc(e, none, none), encode_wcc(e, none, none);
-      else
-        encode_wcc(e, none, none);
-      // The arguments are not decoded: consume them so that d stays ok().
-      d.fixed(d.remaining() & ~std::size_t{3});
+    default:
+      d.fail();
       return;
-    }
   }
 }
 
@@ -1015,6 +1644,9 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
     rpc::encode(e, r);
     return;
   }
+  char host[INET_ADDRSTRLEN] = {};
+  const in_addr a{htonl(ctx.peer.v)};
+  ::inet_ntop(AF_INET, &a, host, sizeof host);
   switch (h.proc) {
     case kMountNull:
       rpc::encode(e, r);
@@ -1036,6 +1668,16 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
         e.u32(13);  // MNT3ERR_ACCES, as mountd answers a host the export does not list
         return;
       }
+      {
+        // Who mounted what, for DUMP (showmount -a): once per client and path, the oldest
+        // forgotten beyond the bound.
+        std::lock_guard g(mount_mu_);
+        const auto entry = std::pair<std::string, std::string>(host, path);
+        if (std::find(mounts_.begin(), mounts_.end(), entry) == mounts_.end()) {
+          mounts_.push_back(entry);
+          while (mounts_.size() > max_mount_entries) mounts_.pop_front();
+        }
+      }
       e.u32(0);
       encode(e, root_fh());
       e.u32(1);
@@ -1043,15 +1685,41 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
       return;
     }
     case kUmnt:
+    case kUmntAll: {
+      std::string path;
+      if (h.proc == kUmnt) path = d.string(kMaxPath);
+      if (!d.ok()) {
+        r.accept = rpc::kGarbageArgs;
+        rpc::encode(e, r);
+        return;
+      }
+      {
+        std::lock_guard g(mount_mu_);
+        mounts_.remove_if([&](const auto& m) {
+          return m.first == host && (h.proc == kUmntAll || m.second == path);
+        });
+      }
       rpc::encode(e, r);
       return;
+    }
+    case kDump: {
+      rpc::encode(e, r);
+      std::lock_guard g(mount_mu_);
+      for (const auto& [who, path] : mounts_) {
+        e.boolean(true);
+        e.string(who);
+        e.string(path);
+      }
+      e.boolean(false);
+      return;
+    }
     case kExport:
       rpc::encode(e, r);
       e.boolean(true);
       e.string(export_);
-      for (const auto& c : opts_.clients) {  // groups: who may mount (showmount -e)
+      for (const auto& cl : opts_.clients) {  // groups: who may mount (showmount -e)
         e.boolean(true);
-        e.string(c.text);
+        e.string(cl.text);
       }
       e.boolean(false);
       e.boolean(false);

@@ -2,26 +2,35 @@
 /// An NFSv3 server (RFC 1813) and MOUNT v3 over a directory of the host: RPC calls in, RPC
 /// replies out, no transport. READ's data is returned apart from the reply (the reduced data
 /// item of RFC 8166/8267), so that the transport can put it in the client's write chunk or
-/// inline. File handles name inodes; the server remembers the path under the root of the inodes
-/// it handed out (a bounded LRU), and resolves it beneath the root with openat2
-/// (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV) for every call, acting on the
-/// descriptors it gets.
+/// inline.
+///
+/// File handles are the file system's own (name_to_handle_at), with the export's id and a keyed
+/// MAC (SipHash-2-4, the key kept in a trusted xattr on the export's root): they survive a
+/// restart, a forged one is refused, and what one opens (open_by_handle_at, which needs
+/// CAP_DAC_READ_SEARCH) is checked to be beneath the export's root before it is used. Without
+/// that capability (or on a file system without handles) the server falls back to a bounded
+/// table of the paths it handed out, resolved beneath the root with openat2 (RESOLVE_BENEATH |
+/// RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV), whose handles do not survive a restart.
 ///
 /// Authorization is exports(5)'s: a client address list, ro or rw, root_squash or all_squash to
 /// anonuid/anongid. Each call runs with the caller's uid, gid and groups as the calling thread's
 /// file system identity (setfsuid, setfsgid, setgroups: per thread), so that the kernel makes
 /// every permission decision as for a local user; the previous identity is back when handle()
-/// returns. handle() is not thread-safe: one thread calls it at a time.
+/// returns. handle() and handle_mount() may run on several threads at once.
 ///
-/// Procedures: NULL, GETATTR, SETATTR, LOOKUP, ACCESS, READ, WRITE, CREATE, MKDIR, REMOVE,
-/// RMDIR, READDIR, READDIRPLUS, FSSTAT, FSINFO, PATHCONF, COMMIT; the others answer
-/// NFS3ERR_NOTSUPP. Other programs get PROG_UNAVAIL, other versions PROG_MISMATCH.
+/// Procedures: all 22 of NFSv3. Other programs get PROG_UNAVAIL, other versions PROG_MISMATCH.
 #pragma once
 
+#include <sys/stat.h>
+
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <list>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -78,10 +87,15 @@ struct NfsServerStats {
   std::map<std::uint32_t, std::uint64_t> by_proc;
 };
 
+/// How file handles are resolved: the file system's own handles when the process may open them
+/// (CAP_DAC_READ_SEARCH), else a table of paths; kPathTable forces the table (tests).
+enum class HandleMode { kAuto, kPathTable };
+
 class NfsServer {
  public:
   /// Serves the directory `root` (which must exist) as export `export_path`.
-  NfsServer(std::string root, std::string export_path = "/", ExportOptions opts = {});
+  NfsServer(std::string root, std::string export_path = "/", ExportOptions opts = {},
+            HandleMode mode = HandleMode::kAuto);
   ~NfsServer();
   NfsServer(const NfsServer&) = delete;
   NfsServer& operator=(const NfsServer&) = delete;
@@ -92,22 +106,52 @@ class NfsServer {
   /// its refusals atomically): it may run on another thread than handle().
   void handle_mount(const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& out);
 
-  v3::Fh root_fh() const;
-  const NfsServerStats& stats() const { return st_; }
+  v3::Fh root_fh() const { return root_fh_; }
+  NfsServerStats stats() const {
+    std::lock_guard g(stats_mu_);
+    return st_;
+  }
+  /// Whether handles are the file system's own (they survive a restart of the server); when
+  /// not, handle_note() says why.
+  bool persistent_handles() const { return kernel_handles_ && key_persistent_; }
+  const std::string& handle_note() const { return handle_note_; }
+  /// Whether READDIR cookies stay valid while the directory changes (else the verifier names
+  /// the directory's mtime too).
+  bool stable_cookies() const { return stable_cookies_; }
   std::uint64_t mount_denied() const { return mount_denied_.load(std::memory_order_relaxed); }
   const ExportOptions& options() const { return opts_; }
   /// False when the process may not take other ids (no CAP_SETUID/CAP_SETGID): a call whose
   /// identity is not the process's own then gets SYSTEM_ERR.
   bool acts_as_callers() const { return acts_as_callers_; }
   std::uint32_t max_io = 1u << 20;  ///< FSINFO rtmax and wtmax
-  /// The file handles remembered (an inode and its path under the root); the least recently
-  /// used is forgotten beyond either bound, and its handle is stale from then on.
+  /// The path table's bounds (fallback mode only: an inode and its path under the root); the
+  /// least recently used is forgotten beyond either, and its handle is stale from then on.
   std::size_t max_handles = 65536;
   std::size_t max_handle_bytes = 16u << 20;  ///< the paths' bytes
-  std::size_t handles() const { return paths_.size(); }
+  std::size_t handles() const {
+    std::lock_guard g(table_mu_);
+    return paths_.size();
+  }
+  /// MOUNT's list of who mounted what (DUMP), at most this many entries (the oldest goes).
+  std::size_t max_mount_entries = 1024;
+  /// Open-file cache for READ, WRITE and COMMIT (a descriptor per file, opened once, shared by
+  /// the calls and threads): at most this many; one unused for `file_idle_ms` is closed, and a
+  /// file's entry goes when the file is removed or renamed over through the server.
+  std::size_t max_open_files = 1024;
+  std::uint32_t file_idle_ms = 2000;
+  std::size_t open_files() const {
+    std::lock_guard g(files_mu_);
+    return files_.size();
+  }
+  /// Closes every cached descriptor now (the fuzz target counts descriptors between calls).
+  void close_files() {
+    std::lock_guard g(files_mu_);
+    files_.clear();
+  }
 
  private:
   struct Obj;
+  struct Call;
   class Identity;
   struct Cred {
     std::uint32_t uid = 0, gid = 0;
@@ -116,33 +160,73 @@ class NfsServer {
   /// The identity a credential maps to under the export's squash options; false when the
   /// credential is malformed.
   bool credential(const rpc::OpaqueAuth& a, Cred& c) const;
-  /// The path under the root a handle names (most recently used from now on).
-  bool rel_of(const v3::Fh& fh, std::uint64_t& ino, std::string& rel);
-  /// Opens what `fh` names beneath the root (O_PATH); kOk, kErrStale or kErrAcces.
-  v3::Status find(const v3::Fh& fh, Obj& o);
+  /// The handle's body (the file system's handle, or an inode number in path-table mode) once
+  /// its export id and MAC are checked; false for a handle this server did not make.
+  bool open_fh(const v3::Fh& fh, std::uint32_t& type, std::vector<std::uint8_t>& body) const;
+  v3::Fh seal(std::uint32_t type, std::span<const std::uint8_t> body) const;
+  /// Opens what `fh` names beneath the root (O_PATH); kOk or kErrStale.
+  v3::Status find(Call& c, const v3::Fh& fh, Obj& o);
+  /// Whether `fd` (opened from a handle) is beneath the export's root.
+  bool beneath(int fd, const struct stat& st) const;
   /// Opens `o` again for I/O with `flags` (the same inode or kErrStale); the owner of a file may
   /// read and write it whatever its mode says, as knfsd allows (NFSD_MAY_OWNER_OVERRIDE).
-  v3::Status reopen(const Obj& o, int flags, bool owner_override, int& fd);
+  v3::Status reopen(Call& c, const Obj& o, int flags, bool owner_override, int& fd);
+  /// The handle of `name` in `dir` (st its attributes), or of `dir` itself when name is empty.
+  std::optional<v3::Fh> handle_of(const Obj& dir, const std::string& name, const struct stat& st);
   v3::Fh remember(const std::string& rel, std::uint64_t ino);
-  void dispatch(std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcReply& out);
+  bool rel_of(std::uint64_t ino, std::string& rel);
+  void renamed(const std::string& from, const std::string& to);
+  void dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcReply& out);
+  v3::Verf cookie_verf(const Obj& dir) const;
+  struct OpenFile;
+  /// A descriptor of the regular file `o` from the cache (opened by the server if not there),
+  /// for reading or also writing; the caller's permission is asked of the kernel first
+  /// (faccessat2 as the caller), with knfsd's owner override. kOk, kErrAcces, kErrStale...
+  v3::Status open_file(Call& c, const Obj& o, bool write, std::shared_ptr<const OpenFile>& f);
+  /// Drops the cached descriptor of `name` in `dir` (before it is removed or replaced).
+  void forget_file(int dirfd, const std::string& name);
 
   std::string root_, export_;
+  std::string root_real_;  ///< the root's absolute path, as /proc/self/fd shows it
   ExportOptions opts_;
-  int root_fd_ = -1;  ///< O_PATH; every path is resolved beneath it
+  int root_fd_ = -1;   ///< O_PATH; every path is resolved beneath it
+  int mount_fd_ = -1;  ///< the root opened for open_by_handle_at (which refuses O_PATH)
   std::uint64_t root_ino_ = 0, root_dev_ = 0;
+  bool kernel_handles_ = false, key_persistent_ = false;
+  bool stable_cookies_ = true;  ///< the file system's d_off survive changes (cookie_verf)
+  std::string handle_note_;
+  std::array<std::uint8_t, 16> key_{};
+  std::uint32_t export_id_ = 0;
+  v3::Fh root_fh_;
   struct Remembered {
     std::string rel;
     std::list<std::uint64_t>::iterator lru;
   };
+  mutable std::mutex table_mu_;
   std::unordered_map<std::uint64_t, Remembered> paths_;  ///< inode -> path under the root
   std::list<std::uint64_t> lru_;                         ///< most recently used first
   std::size_t path_bytes_ = 0;
-  Cred cred_;               ///< the caller of the call being served
-  Identity* id_ = nullptr;  ///< its identity, while handle() serves it
   bool acts_as_callers_ = false;
   v3::Verf write_verf_{};
+  mutable std::mutex stats_mu_;
   NfsServerStats st_;
   std::atomic<std::uint64_t> mount_denied_{0};  ///< MNT3ERR_ACCES answers
+  mutable std::mutex files_mu_;
+  struct FileKey {
+    std::uint64_t dev, ino;
+    friend bool operator==(const FileKey&, const FileKey&) = default;
+  };
+  struct FileKeyHash {
+    std::size_t operator()(const FileKey& k) const { return k.ino * 0x9e3779b97f4a7c15ull ^ k.dev; }
+  };
+  struct CachedFile {
+    std::shared_ptr<const OpenFile> file;
+    std::uint64_t used_ns = 0;
+  };
+  std::unordered_map<FileKey, CachedFile, FileKeyHash> files_;
+  std::uint64_t files_swept_ns_ = 0;
+  std::mutex mount_mu_;
+  std::list<std::pair<std::string, std::string>> mounts_;  ///< (client, path) for DUMP
 };
 
 }  // namespace roce::nfs

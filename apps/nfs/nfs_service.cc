@@ -61,6 +61,10 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       for (const auto& w : warnings) std::fprintf(stderr, "service nfs: %s\n", w.c_str());
     } else if (a == "--max-handles")
       c.max_handles = num(16, 1u << 24);
+    else if (a == "--threads")
+      c.threads = num(1, 256);
+    else if (a == "--portmap-port")
+      c.portmap_port = static_cast<std::uint16_t>(num(0, 65535));
     else if (a == "--mount-address")
       c.mount_address = v;
     else if (a == "--mount-port")
@@ -88,6 +92,7 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
     else
       throw std::runtime_error("service nfs: unknown option " + a +
                                " (--root, --export, --export-options, --clients, --max-handles, "
+                               "--threads, --portmap-port, "
                                "--mount-address, --mount-port, --credits, --inline, --tcp-port, "
                                "--max-connections, --max-half-open, --max-per-peer, --reap-idle, "
                                "--mount-clients, --mount-per-peer, --mount-timeout)");
@@ -129,25 +134,24 @@ ServerOptions with_door(const NfsServiceConfig& c) {
 
 NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
     : nfs_(c.root, c.export_path, c.exports),
+      worker_(CallWorker::kDefaultCapacity, c.threads),
       rdma_(
           context, with_door(c),
           [this](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& r) {
-            std::lock_guard g(nfs_mu_);
-            nfs_.handle(ctx, call, r);
+            nfs_.handle(ctx, call, r);  // several at once: the server is thread-safe
           },
           &worker_),
       mount_(
           [this](const CallContext& ctx, std::span<const std::uint8_t> call,
                  std::vector<std::uint8_t>& reply) {
             RpcReply r;
-            {
-              std::lock_guard g(nfs_mu_);
-              nfs_.handle_mount(ctx, call, r);
-            }
+            nfs_.handle_mount(ctx, call, r);
             reply = std::move(r.msg);
           },
           &worker_) {
   if (!nfs_.acts_as_callers()) check_unprivileged(c.exports);
+  if (!nfs_.persistent_handles())
+    std::fprintf(stderr, "service nfs: %s\n", nfs_.handle_note().c_str());
   nfs_.max_io = c.transport.max_io;
   nfs_.max_handles = c.max_handles;
   mount_.max_clients = c.mount_clients;
@@ -156,15 +160,13 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
   std::string err;
   if (!mount_.listen(c.mount_address, c.mount_port, err)) throw std::runtime_error(err);
   rdma_.listen(c.port);
+  if (c.portmap_port) start_portmap(context, c);
   if (c.tcp_port) {
     tcp_ = std::make_unique<RpcTcpServer>(
         [this](const CallContext& ctx, std::span<const std::uint8_t> call,
                std::vector<std::uint8_t>& reply) {
           RpcReply r;
-          {
-            std::lock_guard g(nfs_mu_);
-            nfs_.handle(ctx, call, r);
-          }
+          nfs_.handle(ctx, call, r);
           reply = std::move(r.msg);
           if (r.has_payload) {  // no chunks over TCP: READ's data follows inline
             const std::size_t n = r.payload.size();
@@ -178,20 +180,83 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
   }
 }
 
-NfsService::~NfsService() { worker_.stop(); }
+NfsService::~NfsService() {
+  worker_.stop();
+  if (portmap_udp_ >= 0) ::close(portmap_udp_);
+}
+
+void NfsService::start_portmap(client::Context& context, const NfsServiceConfig& c) {
+  // What mount.nfs asks for: MOUNT v3 (TCP), NFS v3 over RDMA at the RoCE address (and over
+  // TCP when --tcp-port serves it), and the port mapper itself.
+  using namespace v3;
+  const std::string roce = ctl::to_string(context.port().ipv4);
+  portmap_table_ = {{kMountProgram, kMountVersion, "tcp", c.mount_address, c.mount_port},
+                    {kNfsProgram, kNfsVersion, "rdma", roce, c.port},
+                    {kPortmapProgram, 2, "tcp", c.mount_address, c.portmap_port},
+                    {kPortmapProgram, 2, "udp", c.mount_address, c.portmap_port},
+                    {kPortmapProgram, 3, "tcp", c.mount_address, c.portmap_port},
+                    {kPortmapProgram, 4, "tcp", c.mount_address, c.portmap_port}};
+  if (c.tcp_port)
+    portmap_table_.push_back({kNfsProgram, kNfsVersion, "tcp", c.mount_address, c.tcp_port});
+  portmap_tcp_ = std::make_unique<RpcTcpServer>(
+      [this](const CallContext&, std::span<const std::uint8_t> call,
+             std::vector<std::uint8_t>& reply) { portmap_reply(portmap_table_, call, reply); },
+      &worker_);
+  std::string err;
+  if (!portmap_tcp_->listen(c.mount_address, c.portmap_port, err)) {
+    std::fprintf(stderr,
+                 "service nfs: no port mapper on %s:%u (%s): clients need mountport=%u, "
+                 "mountproto=tcp and mountvers=3 (docs/nfs.md)\n",
+                 c.mount_address.c_str(), c.portmap_port, err.c_str(), c.mount_port);
+    portmap_tcp_.reset();
+    return;
+  }
+  portmap_udp_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(c.portmap_port);
+  if (portmap_udp_ < 0 || ::inet_pton(AF_INET, c.mount_address.c_str(), &a.sin_addr) != 1 ||
+      ::bind(portmap_udp_, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+    std::fprintf(stderr, "service nfs: no port mapper on UDP %s:%u: TCP only\n",
+                 c.mount_address.c_str(), c.portmap_port);
+    if (portmap_udp_ >= 0) ::close(portmap_udp_);
+    portmap_udp_ = -1;
+  }
+}
+
+bool NfsService::step_portmap_udp() {
+  // A few datagrams per step: each call is answered at once (small, from a fixed table).
+  bool any = false;
+  std::uint8_t in[1024];
+  std::vector<std::uint8_t> out;
+  for (int i = 0; i < 16; ++i) {
+    sockaddr_in from{};
+    socklen_t fl = sizeof from;
+    const ssize_t n =
+        ::recvfrom(portmap_udp_, in, sizeof in, 0, reinterpret_cast<sockaddr*>(&from), &fl);
+    if (n <= 0) break;
+    any = true;
+    ++portmap_udp_calls_;
+    portmap_reply(portmap_table_, std::span(in, static_cast<std::size_t>(n)), out);
+    if (!out.empty())
+      ::sendto(portmap_udp_, out.data(), out.size(), 0, reinterpret_cast<const sockaddr*>(&from),
+               fl);
+  }
+  return any;
+}
 
 bool NfsService::step() {
   const bool a = rdma_.poll();
   const bool b = mount_.poll();
   const bool t = tcp_ && tcp_->poll();
-  return a || b || t;
+  const bool p = portmap_tcp_ && portmap_tcp_->poll();
+  const bool u = portmap_udp_ >= 0 && step_portmap_udp();
+  return a || b || t || p || u;
 }
 
 std::string NfsService::report() const {
   const auto& t = rdma_.stats();
-  std::unique_lock g(nfs_mu_);
   const NfsServerStats n = nfs_.stats();
-  g.unlock();
   std::string s = "nfs: " + std::to_string(n.calls) + " calls (" + std::to_string(n.errors) +
                   " errors, " + std::to_string(n.garbage) + " garbage, " +
                   std::to_string(n.denied + nfs_.mount_denied()) + " denied), " +
@@ -220,13 +285,9 @@ std::string NfsService::report() const {
 std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
   const auto& t = rdma_.stats();
   const auto& m = mount_.stats();
-  // Never wait on the loop for a call at the worker (an fsync, a large READDIR): last values.
-  if (std::unique_lock g(nfs_mu_, std::try_to_lock); g.owns_lock()) {
-    seen_ = nfs_.stats();
-    seen_handles_ = nfs_.handles();
-  }
-  const NfsServerStats& n = seen_;
-  const std::uint64_t handles = seen_handles_;
+  // The server's locks guard counters and tables only, never a file system call.
+  const NfsServerStats n = nfs_.stats();
+  const std::uint64_t handles = nfs_.handles();
   return {
       {"nfs_calls", n.calls},
       {"nfs_errors", n.errors},
@@ -247,6 +308,7 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"rpcrdma_err_vers", t.err_vers},
       {"rpcrdma_err_chunk", t.err_chunk},
       {"mount_calls", mount_.calls()},
+      {"portmap_calls", (portmap_tcp_ ? portmap_tcp_->calls() : 0) + portmap_udp_calls_},
       {"mount_denied", nfs_.mount_denied()},  // MNT3ERR_ACCES
       {"mount_connections_now", mount_.clients()},
       {"mount_refused", m.refused},

@@ -6,8 +6,9 @@
 /// (a client of a running roced) and roced's configured service (`test: nfs`, hosted).
 ///
 /// Threads: step() runs on the poll loop's thread (an lcore); the NFS server's handlers (NFS and
-/// MOUNT calls alike: fsync, directory walks) run on one worker thread of the service
-/// (call_worker.h), so that the loop answers ARP, the CM and other connections meanwhile.
+/// MOUNT calls alike: fsync, directory walks) run on the service's pool of worker threads
+/// (call_worker.h, `threads`), several calls of one connection at once, so that the loop answers
+/// ARP, the CM and other connections meanwhile and never waits on the file system.
 #pragma once
 
 #include <roce/client.h>
@@ -21,6 +22,7 @@
 #include "apps/nfs/in_process.h"
 #include "apps/nfs/mount_tcp.h"
 #include "apps/nfs/nfs_server.h"
+#include "apps/nfs/portmap.h"
 #include "apps/nfs/server_transport.h"
 #include "apps/nfs/transport.h"
 #include "controlplane/config.h"
@@ -32,6 +34,8 @@ struct NfsServiceConfig {
   std::string export_path = "/";  ///< what MNT asks for
   ExportOptions exports;          ///< --export-options, --clients (exports(5))
   std::uint32_t max_handles = 65536;
+  /// Worker threads doing the file system calls (knfsd starts 8 by default).
+  std::uint32_t threads = 8;
   std::uint16_t port = kNfsRdmaPort;
   /// Kernel TCP address of MOUNT: loopback unless told (roced: the service's listen_address,
   /// the management address; roce-nfsd: its interface's address). 0.0.0.0 only on purpose.
@@ -44,6 +48,10 @@ struct NfsServiceConfig {
   std::uint32_t mount_timeout_ms = 30000;
   ServerOptions transport;
   std::uint16_t tcp_port = 0;  ///< non-zero: NFS over kernel TCP too (the benchmarks' baseline)
+  /// The port mapper (portmap.h) on `mount_address`, TCP and UDP: 111 by default (binding it
+  /// needs CAP_NET_BIND_SERVICE or root, and no rpcbind of the host on that address); 0: none.
+  /// When it cannot bind, the service says so and goes on without it.
+  std::uint16_t portmap_port = kPortmapPort;
 };
 
 /// The kernel address MOUNT binds to by default for a tool on kernel interface `iface`: that
@@ -52,7 +60,8 @@ struct NfsServiceConfig {
 std::string default_mount_address(const std::string& iface);
 
 /// Parses a service's args (--root DIR, --export PATH, --export-options OPTS, --clients LIST,
-/// --max-handles N, --mount-address IP, --mount-port N, --credits N, --inline BYTES,
+/// --max-handles N, --threads N, --portmap-port N, --mount-address IP, --mount-port N, --credits N,
+/// --inline BYTES,
 /// --tcp-port N) into `c`; throws std::runtime_error on a bad one.
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c);
 
@@ -79,16 +88,18 @@ class NfsService {
   std::vector<std::pair<std::string, std::uint64_t>> stats() const;
 
  private:
+  void start_portmap(client::Context& context, const NfsServiceConfig& c);
+  bool step_portmap_udp();
+
   NfsServer nfs_;
-  mutable std::mutex nfs_mu_;  ///< the worker's calls into nfs_, and report()
-  /// The server's counters as stats() last read them: stats() runs on the poll loop and only
-  /// tries the lock (a call may hold it through an fsync), reusing these when it is taken.
-  mutable NfsServerStats seen_;
-  mutable std::uint64_t seen_handles_ = 0;
-  CallWorker worker_;  ///< runs every handler; stopped first by the destructor
+  CallWorker worker_;  ///< the pool that runs every handler; stopped first by the destructor
   RpcRdmaServer rdma_;
   RpcTcpServer mount_;
   std::unique_ptr<RpcTcpServer> tcp_;
+  std::vector<PortmapEntry> portmap_table_;
+  std::unique_ptr<RpcTcpServer> portmap_tcp_;
+  int portmap_udp_ = -1;  ///< non-blocking; answered from step()
+  std::uint64_t portmap_udp_calls_ = 0;
 };
 
 /// roced's `test: nfs` service (docs/configuration.md): the service on a port the daemon owns

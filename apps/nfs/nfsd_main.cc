@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   nfs::NfsServiceConfig c;
   double timeout = 0, tx_drop = 0, rx_drop = 0;
   bool spin = false;
-  unsigned port = c.port, mount_port = c.mount_port, tcp_port = 0;
+  unsigned port = c.port, mount_port = c.mount_port, tcp_port = 0, portmap_port = c.portmap_port;
   std::string export_options, clients;
   po::options_description o("roce-nfsd options");
   o.add_options()("help,h", "this help")(
@@ -61,8 +61,11 @@ int main(int argc, char** argv) {
       "who may mount: IPv4 addresses, address/prefix and address/netmask, comma-separated "
       "(default *: everyone)")("max-handles",
                                po::value(&c.max_handles)->default_value(c.max_handles),
-                               "file handles remembered (least recently used forgotten: stale)")(
-      "port", po::value(&port)->default_value(c.port), "NFS/RDMA rdma_cm port")(
+                               "file handles remembered without CAP_DAC_READ_SEARCH (a table of "
+                               "paths; least recently used forgotten: stale)")(
+      "threads", po::value(&c.threads)->default_value(c.threads),
+      "worker threads doing the file system calls")("port", po::value(&port)->default_value(c.port),
+                                                    "NFS/RDMA rdma_cm port")(
       "mount-address", po::value(&c.mount_address),
       "kernel TCP address for MOUNT (default: the address of --iface, else 127.0.0.1)")(
       "mount-clients", po::value(&c.mount_clients)->default_value(c.mount_clients),
@@ -84,6 +87,9 @@ int main(int argc, char** argv) {
       "mount-port", po::value(&mount_port)->default_value(c.mount_port), "MOUNT TCP port")(
       "tcp-port", po::value(&tcp_port)->default_value(0),
       "also serve NFS over kernel TCP here (0: no)")(
+      "portmap-port", po::value(&portmap_port)->default_value(c.portmap_port),
+      "port mapper (rpcbind v2-v4) for MOUNT and NFS on the MOUNT address, TCP and UDP "
+      "(0: none; 111 needs privilege)")(
       "credits", po::value(&c.transport.credits)->default_value(32), "credits granted")(
       "inline", po::value(&c.transport.inline_size)->default_value(4096), "inline size")(
       "spin", po::bool_switch(&spin), "never yield the CPU when idle (a core of its own)")(
@@ -115,6 +121,7 @@ int main(int argc, char** argv) {
   c.port = static_cast<std::uint16_t>(port);
   c.mount_port = static_cast<std::uint16_t>(mount_port);
   c.tcp_port = static_cast<std::uint16_t>(tcp_port);
+  c.portmap_port = static_cast<std::uint16_t>(portmap_port);
   link.set_drops(tx_drop, rx_drop, 21);
   if (!memif_socket.empty() && !link.set_memif(memif_socket, memif_role)) {
     std::cerr << "roce-nfsd: --memif-role must be server or client\n";

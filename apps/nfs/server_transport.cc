@@ -45,7 +45,12 @@ conn::Options endpoint_options(const ServerOptions& o) {
 }
 }  // namespace
 
+/// One call of a connection, from its header to its reply.
 struct RpcRdmaServer::Job {
+  conn::ConnId conn = 0;
+  rdma::Header hdr;                       ///< the call's transport header (its chunks)
+  std::vector<std::uint8_t> inline_part;  ///< what came after the header in the SEND
+  std::uint32_t read_total = 0, read_position = 0;
   std::vector<std::uint8_t> call;
   RpcReply reply;
   wire::Ipv4Addr peer;  ///< the connection's source, for the handler's authorization
@@ -73,10 +78,15 @@ struct RpcRdmaServer::Conn {
   /// when we post it: a message that finds in_flight at the credits is beyond them.
   std::uint32_t in_flight = 0;
   std::uint64_t active_ns = 0;  ///< the last message received or reply sent (or the accept)
-  /// kReading: RDMA READs of a read chunk outstanding; kQueued: the call waits for room at the
-  /// worker; kRunning: the handler has it.
-  enum State { kIdle, kReading, kQueued, kRunning } state = kIdle;
-  std::shared_ptr<Job> job;  ///< kQueued, kRunning
+  /// Calls taken from `ready` and not answered yet: being pulled, waiting for room at the
+  /// worker, at the worker, or waiting to send their reply. Each will take a send buffer: a
+  /// call is taken only while more are free than this.
+  std::uint32_t jobs = 0;
+  std::shared_ptr<Job> pulling;  ///< the call whose read chunk is being pulled into data_mem
+  std::uint32_t reads_left = 0;
+  /// Finished calls whose reply writes chunks (data_mem, reply_mem) while another reply still
+  /// uses them: sent in order as they free.
+  std::deque<std::shared_ptr<Job>> replies;
   /// Replies in flight (a SEND completes when the client ACKs it): a ring of send buffers, so
   /// that the next call need not wait for the ACK. data_mem and reply_mem are the source of a
   /// reply's RDMA WRITEs, which a retransmission reads again: a call that needs them waits
@@ -85,10 +95,6 @@ struct RpcRdmaServer::Conn {
   std::uint32_t next_slot = 0;
   bool data_busy = false;
   std::uint32_t data_slot = 0;
-  // the call being served
-  rdma::Header hdr;
-  std::vector<std::uint8_t> inline_part;
-  std::uint32_t read_total = 0, reads_left = 0, read_position = 0;
 };
 
 RpcRdmaServer::RpcRdmaServer(client::Context& ctx, ServerOptions o, Handler h, CallWorker* worker)
@@ -133,7 +139,7 @@ void RpcRdmaServer::close(conn::ConnId conn, bool end) {
   Conn& c = *ci->second;
   if (end) ep_.close(conn);  // DREQ (if up), the QP destroyed now, before its memory goes
   release(c);
-  std::erase(waiting_, conn);
+  std::erase_if(waiting_, [&](const std::shared_ptr<Job>& j) { return j->conn == conn; });
   conns_.erase(ci);  // a call at the worker finds no connection when it returns
   ++st_.closed;
 }
@@ -175,8 +181,8 @@ RpcRdmaServer::Room RpcRdmaServer::room(wire::Ipv4Addr peer, conn::ConnId self) 
   for (const auto& [id, c] : conns_) {
     if (id == self || !c->up) continue;
     ++up;
-    const bool idle = c->in_flight == 0 && c->state == Conn::kIdle && c->ready.empty() &&
-                      !c->closing && !c->data_busy;
+    const bool idle =
+        c->in_flight == 0 && c->jobs == 0 && c->ready.empty() && !c->closing && !c->data_busy;
     if (c->peer == peer) {
       ++same;
       if (idle && (!r.own || c->active_ns < r.own->active_ns)) r.own = c.get();
@@ -346,7 +352,6 @@ void RpcRdmaServer::send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code)
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.send_flags = verbs::kSendSignaled;
-  c.state = Conn::kIdle;
   answered(c);
   ep_.post_send(c.id, wr);
 }
@@ -366,56 +371,76 @@ void RpcRdmaServer::post_recv(Conn& c, std::uint32_t slot) {
 }
 
 void RpcRdmaServer::next(Conn& c) {
-  while (c.state == Conn::kIdle && !c.ready.empty()) {
-    // A free send buffer for the reply (one per credit: the client never has more calls out).
-    if (std::find(c.slot_busy.begin(), c.slot_busy.end(), false) == c.slot_busy.end()) return;
+  // The replies that waited for data_mem and reply_mem first, in the order they finished.
+  while (!c.data_busy && !c.pulling && !c.replies.empty()) {
+    const auto j = std::move(c.replies.front());
+    c.replies.pop_front();
+    send_reply(c, *j);
+  }
+  // Then the calls received, several at once up to the credits: each goes to the worker pool
+  // as soon as it is whole. A read chunk is pulled into data_mem, one call at a time.
+  while (!c.ready.empty()) {
+    // A free send buffer for each call taken (one per credit: the client never has more out).
+    const auto free_slots =
+        static_cast<std::uint32_t>(std::count(c.slot_busy.begin(), c.slot_busy.end(), false));
+    if (free_slots <= c.jobs) return;
     const auto [slot, len] = c.ready.front();
     const std::span<const std::uint8_t> m(c.recv_mem.data() + std::size_t{slot} * opt_.inline_size,
                                           len);
-    if (c.data_busy) {
-      // A call with chunks needs data_mem/reply_mem: wait for the reply that still uses them.
+    if (c.data_busy || c.pulling || !c.replies.empty()) {
+      // A call with a read chunk needs data_mem: wait for the reply or the pull that uses it.
       rdma::Header peek;
       std::size_t hl = 0;
-      if (rdma::decode(m, peek, hl) == rdma::DecodeError::kOk &&
-          (!peek.reads.empty() || !peek.writes.empty() || peek.reply))
-        return;
+      if (rdma::decode(m, peek, hl) == rdma::DecodeError::kOk && !peek.reads.empty()) return;
     }
     c.ready.pop_front();
+    auto j = std::make_shared<Job>();
+    j->conn = c.id;
+    j->peer = c.peer;
     std::size_t hl = 0;
-    const auto err = rdma::decode(m, c.hdr, hl);
+    const auto err = rdma::decode(m, j->hdr, hl);
     if (err == rdma::DecodeError::kOk)
-      c.inline_part.assign(m.begin() + static_cast<std::ptrdiff_t>(hl), m.end());
+      j->inline_part.assign(m.begin() + static_cast<std::ptrdiff_t>(hl), m.end());
     const std::size_t mlen = m.size();
     post_recv(c, slot);  // the message is read: its buffer takes the next one
-    if (err == rdma::DecodeError::kBadVersion)
-      return send_error(c, c.hdr.xid, rdma::ErrorCode::kVers);
-    if (err != rdma::DecodeError::kOk || c.hdr.proc == rdma::Proc::kError) {
+    if (err == rdma::DecodeError::kBadVersion) {
+      send_error(c, j->hdr.xid, rdma::ErrorCode::kVers);
+      continue;
+    }
+    if (err != rdma::DecodeError::kOk || j->hdr.proc == rdma::Proc::kError) {
       if (mlen < 4) {  // not even an XID: nothing to answer
         answered(c);
         continue;
       }
-      return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+      send_error(c, j->hdr.xid, rdma::ErrorCode::kChunk);
+      continue;
     }
     ++st_.calls;
-    c.read_total = 0;
-    c.reads_left = 0;
-    if (c.hdr.reads.empty()) {
-      if (c.hdr.proc != rdma::Proc::kMsg) return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
-      assemble_and_run(c);
-      return;
+    if (j->hdr.reads.empty()) {
+      if (j->hdr.proc != rdma::Proc::kMsg) {
+        send_error(c, j->hdr.xid, rdma::ErrorCode::kChunk);
+        continue;
+      }
+      ++c.jobs;
+      assemble_and_run(c, j);
+      continue;
     }
     // One read chunk (every segment at one position), pulled into data_mem in order.
-    c.read_position = c.hdr.reads.front().position;
+    j->read_position = j->hdr.reads.front().position;
     std::uint64_t total = 0;
-    for (const auto& r : c.hdr.reads) {
-      if (r.position != c.read_position) return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+    bool bad = false;
+    for (const auto& r : j->hdr.reads) {
+      bad = bad || r.position != j->read_position;
       total += r.seg.length;
     }
-    if (total > c.data_mem.size() || c.read_position > c.inline_part.size() ||
-        (c.read_position == 0) != (c.hdr.proc == rdma::Proc::kNomsg))
-      return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+    if (bad || total > c.data_mem.size() || j->read_position > j->inline_part.size() ||
+        (j->read_position == 0) != (j->hdr.proc == rdma::Proc::kNomsg)) {
+      send_error(c, j->hdr.xid, rdma::ErrorCode::kChunk);
+      continue;
+    }
     std::uint32_t at = 0, k = 0;
-    for (const auto& r : c.hdr.reads) {
+    c.reads_left = 0;
+    for (const auto& r : j->hdr.reads) {
       if (r.seg.length == 0) continue;
       Sge sge{reinterpret_cast<std::uint64_t>(c.data_mem.data() + at), r.seg.length,
               c.data_mr->lkey};
@@ -427,86 +452,91 @@ void RpcRdmaServer::next(Conn& c) {
       wr.send_flags = verbs::kSendSignaled;
       wr.rdma.remote_addr = r.seg.offset;
       wr.rdma.rkey = r.seg.handle;
-      if (ep_.post_send(c.id, wr) != 0) return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+      if (ep_.post_send(c.id, wr) != 0) {
+        bad = true;
+        break;
+      }
       ++c.reads_left;
       ++st_.reads;
       at += r.seg.length;
     }
-    c.read_total = at;
-    st_.read_bytes += at;
-    if (c.reads_left == 0) {
-      assemble_and_run(c);
-      return;
+    if (bad && c.reads_left == 0) {
+      send_error(c, j->hdr.xid, rdma::ErrorCode::kChunk);
+      continue;
     }
-    c.state = Conn::kReading;
+    j->read_total = at;
+    st_.read_bytes += at;
+    ++c.jobs;
+    if (c.reads_left == 0) {
+      assemble_and_run(c, j);
+      continue;
+    }
+    c.pulling = std::move(j);  // on_wc assembles it when the last READ completes
   }
 }
 
-void RpcRdmaServer::assemble_and_run(Conn& c) {
+void RpcRdmaServer::assemble_and_run(Conn& c, const std::shared_ptr<Job>& j) {
   // The call: inline up to the position, the chunk's data and its XDR pad, the rest inline.
+  // Copied out of data_mem: the pool works on it while data_mem takes the next chunk.
   std::vector<std::uint8_t> call;
-  if (c.read_total || !c.hdr.reads.empty()) {
-    const auto pos = static_cast<std::ptrdiff_t>(c.read_position);
-    call.assign(c.inline_part.begin(), c.inline_part.begin() + pos);
-    call.insert(call.end(), c.data_mem.begin(), c.data_mem.begin() + c.read_total);
-    if (c.read_position) call.insert(call.end(), xdr_pad(c.read_total), 0);
-    call.insert(call.end(), c.inline_part.begin() + pos, c.inline_part.end());
+  if (j->read_total || !j->hdr.reads.empty()) {
+    const auto pos = static_cast<std::ptrdiff_t>(j->read_position);
+    call.assign(j->inline_part.begin(), j->inline_part.begin() + pos);
+    call.insert(call.end(), c.data_mem.begin(), c.data_mem.begin() + j->read_total);
+    if (j->read_position) call.insert(call.end(), xdr_pad(j->read_total), 0);
+    call.insert(call.end(), j->inline_part.begin() + pos, j->inline_part.end());
   } else {
-    call = std::move(c.inline_part);
+    call = std::move(j->inline_part);
   }
-  c.job = std::make_shared<Job>();
-  c.job->call = std::move(call);
-  c.job->peer = c.peer;
-  c.state = Conn::kQueued;
-  submit(c);
+  j->call = std::move(call);
+  if (!waiting_.empty() || !submit(j)) waiting_.push_back(j);  // in order behind those waiting
 }
 
-void RpcRdmaServer::submit(Conn& c) {
-  auto job = c.job;
-  if (!worker_->submit([this, job] { run_handler(*job); },
-                       [this, id = c.id, job] { finish(id, job); })) {
-    // The worker is full: the call waits here (and the client, out of credits, waits too).
-    if (std::find(waiting_.begin(), waiting_.end(), c.id) == waiting_.end())
-      waiting_.push_back(c.id);
-    return;
-  }
-  c.state = Conn::kRunning;
+bool RpcRdmaServer::submit(const std::shared_ptr<Job>& j) {
+  // The pool full: the call waits here (and the client, out of credits, waits too).
+  return worker_->submit([this, j] { run_handler(*j); }, [this, j] { finish(j); });
 }
 
-// The one place the handler is called (on the worker thread). j.peer is the client's address.
+// The one place the handler is called (on a worker thread). j.peer is the client's address.
 void RpcRdmaServer::run_handler(Job& j) { handler_(CallContext{j.peer}, j.call, j.reply); }
 
-void RpcRdmaServer::finish(conn::ConnId conn, const std::shared_ptr<Job>& j) {
-  const auto ci = conns_.find(conn);
+void RpcRdmaServer::finish(const std::shared_ptr<Job>& j) {
+  const auto ci = conns_.find(j->conn);
   if (ci == conns_.end()) return;  // closed while the handler ran
   Conn& c = *ci->second;
-  if (c.job != j || c.state != Conn::kRunning) return;
-  c.job.reset();
-  c.state = Conn::kIdle;
   if (c.closing) return;
-  send_reply(c, j->reply);
+  // A reply that writes chunks waits while data_mem or reply_mem is in use.
+  const bool chunks = !j->hdr.writes.empty() || j->hdr.reply;
+  if (chunks && (c.data_busy || c.pulling || !c.replies.empty())) {
+    c.replies.push_back(j);
+    return;
+  }
+  send_reply(c, *j);
   next(c);
 }
 
-void RpcRdmaServer::send_reply(Conn& c, RpcReply& reply) {
+void RpcRdmaServer::send_reply(Conn& c, Job& j) {
+  if (c.jobs) --c.jobs;
+  RpcReply& reply = j.reply;
+  const rdma::Header& call = j.hdr;
   if (reply.msg.empty()) {  // nothing to answer (no XID): the credit comes back anyway
-    c.state = Conn::kIdle;
-    return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+    return send_error(c, call.xid, rdma::ErrorCode::kChunk);
   }
   rdma::Header h;
-  h.xid = c.hdr.xid;
+  h.xid = call.xid;
   h.credits = opt_.credits;
   h.proc = rdma::Proc::kMsg;
   std::uint32_t inv_rkey = 0;
+  bool wrote = false;
   // The write list is echoed with what was written (RFC 8166 3.4.6): the payload goes to the
   // first write chunk; other chunks come back empty.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> writes;  // (data offset, segment index)
-  for (std::size_t w = 0; w < c.hdr.writes.size(); ++w) {
-    rdma::WriteChunk echo = c.hdr.writes[w];
+  for (std::size_t w = 0; w < call.writes.size(); ++w) {
+    rdma::WriteChunk echo = call.writes[w];
     std::uint64_t left = (w == 0 && reply.has_payload) ? reply.payload.size() : 0;
     if (w == 0 && reply.has_payload) {
       if (left > echo.length() || left > c.data_mem.size()) {
-        return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+        return send_error(c, call.xid, rdma::ErrorCode::kChunk);
       }
       std::memcpy(c.data_mem.data(), reply.payload.data(), reply.payload.size());
     }
@@ -523,6 +553,7 @@ void RpcRdmaServer::send_reply(Conn& c, RpcReply& reply) {
         wr.rdma.remote_addr = s.offset;
         wr.rdma.rkey = s.handle;
         ep_.post_send(c.id, wr);
+        wrote = true;
         ++st_.writes;
         st_.write_bytes += n;
         if (!inv_rkey) inv_rkey = s.handle;
@@ -534,7 +565,7 @@ void RpcRdmaServer::send_reply(Conn& c, RpcReply& reply) {
     h.writes.push_back(std::move(echo));
   }
   std::vector<std::uint8_t> msg = std::move(reply.msg);
-  if (reply.has_payload && c.hdr.writes.empty()) {  // no write chunk: the data goes inline
+  if (reply.has_payload && call.writes.empty()) {  // no write chunk: the data goes inline
     const std::size_t n = reply.payload.size();
     msg.insert(msg.end(), reply.payload.begin(), reply.payload.end());
     msg.insert(msg.end(), xdr_pad(n), 0);
@@ -543,10 +574,10 @@ void RpcRdmaServer::send_reply(Conn& c, RpcReply& reply) {
   rdma::encode(h, hb);
   if (hb.size() + msg.size() > std::min(c.peer_recv, opt_.inline_size)) {
     // Too large to send inline: the whole reply goes through the reply chunk (RDMA_NOMSG).
-    if (!c.hdr.reply || msg.size() > c.hdr.reply->length() || msg.size() > c.reply_mem.size())
-      return send_error(c, c.hdr.xid, rdma::ErrorCode::kChunk);
+    if (!call.reply || msg.size() > call.reply->length() || msg.size() > c.reply_mem.size())
+      return send_error(c, call.xid, rdma::ErrorCode::kChunk);
     std::memcpy(c.reply_mem.data(), msg.data(), msg.size());
-    rdma::WriteChunk echo = *c.hdr.reply;
+    rdma::WriteChunk echo = *call.reply;
     std::uint64_t left = msg.size(), at = 0;
     for (auto& s : echo.segments) {
       const std::uint32_t n = static_cast<std::uint32_t>(std::min<std::uint64_t>(left, s.length));
@@ -560,6 +591,7 @@ void RpcRdmaServer::send_reply(Conn& c, RpcReply& reply) {
         wr.rdma.remote_addr = s.offset;
         wr.rdma.rkey = s.handle;
         ep_.post_send(c.id, wr);
+        wrote = true;
         ++st_.writes;
         if (!inv_rkey) inv_rkey = s.handle;
       }
@@ -574,11 +606,11 @@ void RpcRdmaServer::send_reply(Conn& c, RpcReply& reply) {
     rdma::encode(h, hb);
     ++st_.reply_chunks;
   }
-  if (!inv_rkey && !c.hdr.reads.empty()) inv_rkey = c.hdr.reads.front().seg.handle;
-  if (!inv_rkey && c.hdr.reply)
-    inv_rkey = c.hdr.reply->segments.empty() ? 0 : c.hdr.reply->segments.front().handle;
+  if (!inv_rkey && !call.reads.empty()) inv_rkey = call.reads.front().seg.handle;
+  if (!inv_rkey && call.reply)
+    inv_rkey = call.reply->segments.empty() ? 0 : call.reply->segments.front().handle;
   const std::uint32_t slot = take_slot(c);
-  if (!c.hdr.reads.empty() || !c.hdr.writes.empty() || c.hdr.reply) {
+  if (wrote) {  // data_mem or reply_mem is the source of RDMA WRITEs until this SEND completes
     c.data_busy = true;
     c.data_slot = slot;
   }
@@ -599,7 +631,6 @@ void RpcRdmaServer::send_reply(Conn& c, RpcReply& reply) {
   } else {
     wr.opcode = WrOpcode::kSend;
   }
-  c.state = Conn::kIdle;
   answered(c);
   ep_.post_send(c.id, wr);
 }
@@ -636,9 +667,10 @@ void RpcRdmaServer::on_wc(const conn::Completion& cw) {
       c.active_ns = now_ns();
     }
   } else if (kind == kWrRead) {
-    if (c.state == Conn::kReading && --c.reads_left == 0) {
-      c.state = Conn::kIdle;
-      assemble_and_run(c);
+    if (c.pulling && --c.reads_left == 0) {
+      const auto j = std::move(c.pulling);
+      c.pulling.reset();
+      assemble_and_run(c, j);
     }
   } else if (kind == kWrSend) {
     c.active_ns = now_ns();
@@ -654,18 +686,12 @@ bool RpcRdmaServer::poll() {
   bool any = ep_.poll(events_, wcs_);  // in-process: one poll of the port's loop too
   for (auto& e : events_) on_event(e);
   resolve_pending();
-  // Replies of the worker (finish() answers and serves the connection's next call), then calls
-  // that waited for room at the worker.
+  // Replies of the pool (finish() answers and serves the connection's next calls), then calls
+  // that waited for room at the pool, in the order they came.
   if (worker_->drain()) any = true;
-  while (!waiting_.empty()) {
-    const auto ci = conns_.find(waiting_.front());
-    if (ci == conns_.end() || ci->second->state != Conn::kQueued) {
-      waiting_.pop_front();
-      continue;
-    }
-    if (worker_->in_flight() >= worker_->capacity()) break;
+  while (!waiting_.empty() && worker_->in_flight() < worker_->capacity()) {
+    if (!submit(waiting_.front())) break;
     waiting_.pop_front();
-    submit(*ci->second);
     any = true;
   }
   for (const auto& w : wcs_) on_wc(w);

@@ -5,7 +5,9 @@
 /// RDMA READ and assembles the call, has the handler run it on a worker thread (call_worker.h),
 /// pushes a reduced payload into the client's write chunk (or a reply larger than the client's
 /// inline size into its reply chunk) with RDMA WRITE, then sends the reply, with SEND with
-/// invalidate when the client allowed it. Each connection serves one call at a time, in order.
+/// invalidate when the client allowed it. Each connection has several calls at the worker pool at
+/// once, up to the credits granted; read chunks are pulled and write and reply chunks pushed
+/// through one data buffer per connection, one call at a time.
 ///
 /// What a peer can hold (docs/nfs.md "Limits and binding"): the credits granted are what a
 /// connection may have in flight; a message beyond them is dropped and counted (over_credit),
@@ -73,7 +75,8 @@ struct ServerStats {
 
 class RpcRdmaServer {
  public:
-  /// Runs on the worker thread: it may block (fsync) without stopping the poll loop.
+  /// Runs on a worker thread, several at once (of one connection too): it may block (fsync)
+  /// without stopping the poll loop.
   using Handler = std::function<void(const CallContext& ctx, std::span<const std::uint8_t> call,
                                      RpcReply& reply)>;
 
@@ -125,11 +128,11 @@ class RpcRdmaServer {
   void on_wc(const conn::Completion& wc);
   void next(Conn& c);
   void post_recv(Conn& c, std::uint32_t slot);
-  void assemble_and_run(Conn& c);
-  void submit(Conn& c);
+  void assemble_and_run(Conn& c, const std::shared_ptr<Job>& j);
+  bool submit(const std::shared_ptr<Job>& j);
   void run_handler(Job& j);
-  void finish(conn::ConnId conn, const std::shared_ptr<Job>& j);
-  void send_reply(Conn& c, RpcReply& reply);
+  void finish(const std::shared_ptr<Job>& j);
+  void send_reply(Conn& c, Job& j);
   void send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code);
   void answered(Conn& c);
   void release(Conn& c);
@@ -142,7 +145,7 @@ class RpcRdmaServer {
   conn::Endpoint ep_;
   std::map<conn::ConnId, std::unique_ptr<Conn>> conns_;
   std::vector<Pending> pending_;
-  std::deque<conn::ConnId> waiting_;  ///< connections whose call waits for room at the worker
+  std::deque<std::shared_ptr<Job>> waiting_;  ///< calls waiting for room at the worker pool
   std::vector<conn::Event> events_;
   std::vector<conn::Completion> wcs_;
   ServerStats st_;

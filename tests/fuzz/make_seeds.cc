@@ -686,7 +686,7 @@ void nfs_server_seeds(const fs::path& out) {
       1, v3::kSetattr,
       [&](XdrEncoder& e) {
         v3::encode(e, fh(1));
-        v3::encode(e, v3::Sattr{04777, 0u, 0u, std::uint64_t{3}, true, true});
+        v3::encode(e, v3::Sattr{04777, 0u, 0u, std::uint64_t{3}, true, true, {}, {}});
         e.boolean(false);
       },
       rpc::auth_sys({1, "seed", 0, 0, {}}));
@@ -721,7 +721,7 @@ void nfs_server_seeds(const fs::path& out) {
     v3::encode(e, fh(0));
     e.string("new");
     e.u32(v3::kGuarded);
-    v3::encode(e, v3::Sattr{06755, {}, {}, {}, false, false});
+    v3::encode(e, v3::Sattr{06755, {}, {}, {}, false, false, {}, {}});
   });
   add(3, v3::kCreate, [&](XdrEncoder& e) {  // through the link
     v3::encode(e, fh(4));
@@ -732,7 +732,7 @@ void nfs_server_seeds(const fs::path& out) {
   add(3, v3::kMkdir, [&](XdrEncoder& e) {
     v3::encode(e, fh(2));
     e.string("sub");
-    v3::encode(e, v3::Sattr{0700, {}, {}, {}, false, false});
+    v3::encode(e, v3::Sattr{0700, {}, {}, {}, false, false, {}, {}});
   });
   add(1, v3::kRemove, named(2, "g"), rpc::auth_sys({1, "seed", 0, 0, {}}));
   add(3, v3::kRmdir, named(0, "d"));
@@ -758,6 +758,65 @@ void nfs_server_seeds(const fs::path& out) {
     v3::encode(e, fh(2));
     e.string("f2");
   });
+  add(3, v3::kRename, [&](XdrEncoder& e) {  // a directory into itself
+    v3::encode(e, fh(0));
+    e.string("d");
+    v3::encode(e, fh(2));
+    e.string("d2");
+  });
+  add(3, v3::kReadlink, one(4));
+  add(3, v3::kSymlink, [&](XdrEncoder& e) {
+    v3::encode(e, fh(0));
+    e.string("s");
+    v3::encode(e, v3::Sattr{});
+    e.string("../../etc/passwd");
+  });
+  add(3, v3::kMknod, [&](XdrEncoder& e) {
+    v3::encode(e, fh(2));
+    e.string("fifo");
+    e.u32(v3::kFifo);
+    v3::encode(e, v3::Sattr{0600, {}, {}, {}, false, false, {}, {}});
+  });
+  add(1, v3::kMknod, [&](XdrEncoder& e) {
+    v3::encode(e, fh(0));
+    e.string("null");
+    e.u32(v3::kChr);
+    v3::encode(e, v3::Sattr{});
+    e.u32(1);
+    e.u32(3);
+  });
+  add(3, v3::kLink, [&](XdrEncoder& e) {
+    v3::encode(e, fh(1));
+    v3::encode(e, fh(2));
+    e.string("f-link");
+  });
+  add(3, v3::kLink, [&](XdrEncoder& e) {  // the link out, linked again
+    v3::encode(e, fh(4));
+    v3::encode(e, fh(0));
+    e.string("l2");
+  });
+  add(3, v3::kCreate, [&](XdrEncoder& e) {
+    v3::encode(e, fh(0));
+    e.string("excl");
+    e.u32(v3::kExclusive);
+    e.fixed(v3::Verf{1, 2, 3, 4, 5, 6, 7, 8});
+  });
+  add(3, v3::kSetattr, [&](XdrEncoder& e) {  // with a guard, client times
+    v3::encode(e, fh(1));
+    v3::encode(e, v3::Sattr{{}, {}, {}, {}, false, false, v3::Time{1, 2}, v3::Time{3, 4}});
+    e.boolean(true);
+    e.u32(0);
+    e.u32(0);
+  });
+  add(3, v3::kReaddirplus, [&](XdrEncoder& e) {  // a cookie with no verifier
+    v3::encode(e, fh(0));
+    e.u64(12345);
+    e.fixed(v3::Verf{});
+    e.u32(4096);
+    e.u32(65536);
+  });
+  add(16 | 3, v3::kDump, none);
+  add(16 | 3, v3::kUmntAll, none);
   add(3 | 8, v3::kGetattr, one(0));                 // a client not listed
   add(3, v3::kGetattr, one(0), rpc::OpaqueAuth{});  // AUTH_NONE
   add(16 | 3, v3::kMnt, [](XdrEncoder& e) { e.string("/"); });

@@ -4,8 +4,8 @@
 /// over a freshly made temporary export holding a file, a directory with a file, a symbolic link
 /// out of the export and a FIFO. The input's first byte picks the export's options (ro/rw,
 /// root_squash, all_squash), whether the peer is a listed client and NFS or MOUNT; the rest is
-/// the call. A file handle written as "RNF3" and a small index stands for the n-th object of the
-/// export (root, f, d, d/g, l, p), so that calls reach the procedures.
+/// the call. A file handle written as a 12-byte opaque "RNF3" and a small index stands for the
+/// n-th object of the export (root, f, d, d/g, l, p), so that calls reach the procedures.
 ///
 /// Checked after every call: a non-empty reply is an RPC reply with the call's XID; the thread's
 /// file system ids are the process's again; no descriptor left open; the handle table is within
@@ -27,6 +27,7 @@
 
 #include "apps/nfs/nfs3.h"
 #include "apps/nfs/rpc.h"
+#include "apps/nfs/xdr.h"
 #include "tests/fuzz/fuzz_target.h"
 
 namespace fs = std::filesystem;
@@ -137,12 +138,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   lookup(fhs[0], "l");
   lookup(fhs[0], "p");
 
-  std::vector<std::uint8_t> call(data + 1, data + size);
-  for (std::size_t i = 0; i + 12 <= call.size(); ++i) {
-    if (std::memcmp(call.data() + i, kMagic, 4) != 0) continue;
-    const auto& fh = fhs[call[i + 11] % fhs.size()];
-    std::memcpy(call.data() + i, fh.data.data(), 12);
-    i += 11;
+  // A placeholder is an opaque of 12 bytes, "RNF3" and an index in its last byte: the real
+  // handle (of its own length) takes its place, length word and padding included.
+  std::vector<std::uint8_t> call;
+  const std::span<const std::uint8_t> in(data + 1, size - 1);
+  for (std::size_t i = 0; i < in.size();) {
+    if (i + 16 <= in.size() && in[i] == 0 && in[i + 1] == 0 && in[i + 2] == 0 && in[i + 3] == 12 &&
+        std::memcmp(in.data() + i + 4, kMagic, 4) == 0) {
+      const auto& fh = fhs[in[i + 15] % fhs.size()];
+      XdrEncoder e(call);
+      v3::encode(e, fh);
+      i += 16;
+      continue;
+    }
+    call.push_back(in[i++]);
   }
   const std::size_t fds = open_fds();
   RpcReply r;
@@ -161,7 +170,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       ::syscall(SYS_setfsgid, -1) != static_cast<long>(::getegid()))
     std::abort();
   if (srv.handles() > srv.max_handles) std::abort();
-  if (open_fds() != fds) std::abort();  // every descriptor of the call closed
+  if (srv.open_files() > srv.max_open_files) std::abort();
+  srv.close_files();                    // the open-file cache's are the server's to keep
+  if (open_fds() != fds) std::abort();  // every other descriptor of the call closed
   if (!outside_unchanged()) std::abort();
   return 0;
 }

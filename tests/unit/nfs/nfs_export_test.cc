@@ -94,7 +94,7 @@ class NfsExportTest : public ::testing::Test {
       encode(e, root_);
       e.string(name);
       e.u32(kGuarded);
-      encode(e, Sattr{mode, {}, {}, {}, false, false});
+      encode(e, Sattr{mode, {}, {}, {}, false, false, {}, {}});
     });
     XdrDecoder d = results(r);
     return decode_create(d);
@@ -261,7 +261,7 @@ TEST_F(NfsExportTest, ReadOnlyUnlessRw) {
   const Fh hello = lookup("hello");
   EXPECT_EQ(write(hello, "HELLO"), kErrRofs);
   EXPECT_EQ(create("new", 0644).status, kErrRofs);
-  EXPECT_EQ(setattr(hello, Sattr{0777, {}, {}, {}, false, false}), kErrRofs);
+  EXPECT_EQ(setattr(hello, Sattr{0777, {}, {}, {}, false, false, {}, {}}), kErrRofs);
   auto rm = call(kRemove, [&](XdrEncoder& e) {
     encode(e, root_);
     e.string("hello");
@@ -308,7 +308,7 @@ TEST_F(NfsExportTest, RootIsSquashedToTheAnonymousIds) {
   EXPECT_EQ(host_stat("byroot").st_gid, 65534u);
   // root's file is not squashed root's to change.
   const Fh hello = lookup("hello");
-  EXPECT_EQ(setattr(hello, Sattr{07777, {}, {}, {}, false, false}), kErrPerm);
+  EXPECT_EQ(setattr(hello, Sattr{07777, {}, {}, {}, false, false, {}, {}}), kErrPerm);
   EXPECT_EQ(host_stat("hello").st_mode & 07777, 0644u);
   EXPECT_EQ(write(hello, "HELLO"), kErrAcces);
   // AUTH_NONE is the anonymous ids too; all_squash maps everyone to anonuid/anongid.
@@ -334,8 +334,8 @@ TEST_F(NfsExportTest, TheCallerIsWhoTheKernelChecks) {
   // A file of root's, 0644: readable, not writable, not the user's to chmod.
   const Fh hello = lookup("hello");
   EXPECT_EQ(write(hello, "HELLO"), kErrAcces);
-  EXPECT_EQ(setattr(hello, Sattr{0666, {}, {}, {}, false, false}), kErrPerm);
-  EXPECT_EQ(setattr(hello, Sattr{{}, {}, {}, std::uint64_t{0}, false, false}), kErrAcces);
+  EXPECT_EQ(setattr(hello, Sattr{0666, {}, {}, {}, false, false, {}, {}}), kErrPerm);
+  EXPECT_EQ(setattr(hello, Sattr{{}, {}, {}, std::uint64_t{0}, false, false, {}, {}}), kErrAcces);
   EXPECT_EQ(host_stat("hello").st_size, 11);
   EXPECT_EQ(access(hello, kAcRead | kAcModify | kAcExtend | kAcExecute), kAcRead);
   EXPECT_EQ(access(root_, kAcRead | kAcLookup | kAcModify | kAcExtend | kAcDelete),
@@ -346,20 +346,20 @@ TEST_F(NfsExportTest, TheCallerIsWhoTheKernelChecks) {
   ASSERT_EQ(c.status, kOk);
   EXPECT_EQ(host_stat("mine").st_uid, 1000u);
   EXPECT_EQ(host_stat("mine").st_gid, 1000u);
-  EXPECT_EQ(setattr(*c.fh, Sattr{04755, {}, {}, {}, false, false}), kOk);
+  EXPECT_EQ(setattr(*c.fh, Sattr{04755, {}, {}, {}, false, false, {}, {}}), kOk);
   EXPECT_EQ(host_stat("mine").st_mode & 07777, 04755u);
   EXPECT_EQ(write(*c.fh, "#!/bin/sh\n"), kOk);
   EXPECT_EQ(host_stat("mine").st_mode & 07777, 0755u);
-  EXPECT_EQ(setattr(*c.fh, Sattr{{}, std::uint32_t{1001}, {}, {}, false, false}), kErrPerm);
-  EXPECT_EQ(setattr(*c.fh, Sattr{{}, std::uint32_t{0}, {}, {}, false, false}), kErrPerm);
+  EXPECT_EQ(setattr(*c.fh, Sattr{{}, std::uint32_t{1001}, {}, {}, false, false, {}, {}}), kErrPerm);
+  EXPECT_EQ(setattr(*c.fh, Sattr{{}, std::uint32_t{0}, {}, {}, false, false, {}, {}}), kErrPerm);
   EXPECT_EQ(host_stat("mine").st_uid, 1000u);
   // The owner may give the file to a group of its own; the kernel drops the setuid bit then.
-  EXPECT_EQ(setattr(*c.fh, Sattr{04755, {}, {}, {}, false, false}), kOk);
+  EXPECT_EQ(setattr(*c.fh, Sattr{04755, {}, {}, {}, false, false, {}, {}}), kOk);
   cred_ = as(1000, 1000, {20});
-  EXPECT_EQ(setattr(*c.fh, Sattr{{}, {}, std::uint32_t{20}, {}, false, false}), kOk);
+  EXPECT_EQ(setattr(*c.fh, Sattr{{}, {}, std::uint32_t{20}, {}, false, false, {}, {}}), kOk);
   EXPECT_EQ(host_stat("mine").st_gid, 20u);
   EXPECT_EQ(host_stat("mine").st_mode & 07777, 0755u);
-  EXPECT_EQ(setattr(*c.fh, Sattr{{}, {}, std::uint32_t{30}, {}, false, false}), kErrPerm);
+  EXPECT_EQ(setattr(*c.fh, Sattr{{}, {}, std::uint32_t{30}, {}, false, false, {}, {}}), kErrPerm);
   // Supplementary groups count: root:500 0660 is readable with 500 among the groups only.
   ASSERT_EQ(::chown((dir_ / "hello").c_str(), 0, 500), 0);
   ASSERT_EQ(::chmod((dir_ / "hello").c_str(), 0660), 0);
@@ -391,7 +391,7 @@ TEST_F(NfsExportTest, TheOwnerMayReadAndWriteItsFileWhateverItsMode) {
   EXPECT_EQ(write(*c.fh, "data"), kOk);
   EXPECT_EQ(host_stat("ro-mine").st_size, 4);
   EXPECT_EQ(host_stat("ro-mine").st_mode & 07777, 0444u);
-  EXPECT_EQ(setattr(*c.fh, Sattr{{}, {}, {}, std::uint64_t{1}, false, false}), kOk);
+  EXPECT_EQ(setattr(*c.fh, Sattr{{}, {}, {}, std::uint64_t{1}, false, false, {}, {}}), kOk);
   EXPECT_EQ(host_stat("ro-mine").st_size, 1);
   // ACCESS still says what the mode says; and another user gets nothing of it.
   EXPECT_EQ(access(*c.fh, kAcRead | kAcModify), kAcRead);
@@ -464,12 +464,13 @@ TEST_F(NfsExportTest, ACallAsLinuxEncodesIt) {
     for (std::uint32_t v : words)
       for (int i = 3; i >= 0; --i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
   };
-  w({0x5eed0001, 0, 2, 100003, 3, 8});       // xid, CALL, RPC 2, NFS 3, CREATE
-  w({1, 36, 0, 5, 0x72786576, 0x6d000000});  // AUTH_UNIX, 36 bytes: stamp, "rxevm"
-  w({1000, 1000, 2, 1000, 27});              // uid, gid, groups
-  w({0, 0});                                 // AUTH_NULL verifier
-  w({12});                                   // the directory's handle
+  w({0x5eed0001, 0, 2, 100003, 3, 8});                 // xid, CALL, RPC 2, NFS 3, CREATE
+  w({1, 36, 0, 5, 0x72786576, 0x6d000000});            // AUTH_UNIX, 36 bytes: stamp, "rxevm"
+  w({1000, 1000, 2, 1000, 27});                        // uid, gid, groups
+  w({0, 0});                                           // AUTH_NULL verifier
+  w({static_cast<std::uint32_t>(root_.data.size())});  // the directory's handle
   b.insert(b.end(), root_.data.begin(), root_.data.end());
+  b.insert(b.end(), xdr_pad(root_.data.size()), 0);
   w({1, 0x6b000000, 0});        // "k", UNCHECKED
   w({1, 0640, 0, 0, 0, 0, 0});  // mode 0640; uid, gid, size, atime, mtime unset
   RpcReply r;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -106,7 +107,7 @@ TEST_F(NfsServerTest, MountLookupReadWriteCreateRemove) {
     encode(e, root);
     e.string("new");
     e.u32(kGuarded);
-    encode(e, Sattr{0600, {}, {}, {}, false, false});
+    encode(e, Sattr{0600, {}, {}, {}, false, false, {}, {}});
   });
   XdrDecoder cd = results(cr);
   const CreateRes c = decode_create(cd);
@@ -161,6 +162,7 @@ TEST_F(NfsServerTest, MountLookupReadWriteCreateRemove) {
   EXPECT_TRUE(dir.eof);
   std::vector<std::string> names;
   for (const auto& x : dir.entries) names.push_back(x.name);
+  std::sort(names.begin(), names.end());  // the directory's order, not the names'
   EXPECT_EQ(names, (std::vector<std::string>{".", "..", "d", "hello", "new"}));
 
   auto rm = call(kRemove, [&](XdrEncoder& e) {
@@ -262,7 +264,7 @@ TEST_F(NfsServerTest, AttributesDirectoryListingAndFilesystemInfo) {
   // SETATTR: mode and size.
   auto sa = call(kSetattr, [&](XdrEncoder& e) {
     encode(e, fh);
-    encode(e, Sattr{0640, {}, {}, std::uint64_t{5}, false, true});
+    encode(e, Sattr{0640, {}, {}, std::uint64_t{5}, false, true, {}, {}});
     e.boolean(false);  // no guard
   });
   XdrDecoder sad = results(sa);
@@ -282,24 +284,44 @@ TEST_F(NfsServerTest, AttributesDirectoryListingAndFilesystemInfo) {
   ASSERT_EQ(acd.u32(), kOk);
   decode_post_op(acd);
   EXPECT_EQ(acd.u32(), 0x0du);
-  // READDIR (names and cookies only), one entry at a time from a cookie.
-  auto rd = call(kReaddir, [&](XdrEncoder& e) {
-    encode(e, root);
-    e.u64(2);  // after "." and ".."
-    e.fixed(Verf{});
-    e.u32(4096);
-  });
-  XdrDecoder rdd = results(rd);
-  ASSERT_EQ(rdd.u32(), kOk);
-  decode_post_op(rdd);
-  rdd.fixed(8);
-  ASSERT_TRUE(rdd.boolean());
-  rdd.u64();
-  EXPECT_EQ(rdd.string(255), "hello");
-  EXPECT_EQ(rdd.u64(), 3u);
-  EXPECT_FALSE(rdd.boolean());
-  EXPECT_TRUE(rdd.boolean());  // eof
-  EXPECT_TRUE(rdd.ok());
+  // READDIR (names and cookies only), then again from the cookie of the entry before "hello":
+  // "hello" alone follows, and the end.
+  const auto readdir = [&](std::uint64_t cookie, const Verf& verf) {
+    auto rd = call(kReaddir, [&](XdrEncoder& e) {
+      encode(e, root);
+      e.u64(cookie);
+      e.fixed(verf);
+      e.u32(4096);
+    });
+    XdrDecoder rdd = results(rd);
+    EXPECT_EQ(rdd.u32(), kOk);
+    decode_post_op(rdd);
+    Verf v{};
+    const auto vb = rdd.fixed(8);
+    std::copy(vb.begin(), vb.end(), v.begin());
+    std::vector<std::pair<std::string, std::uint64_t>> got;
+    while (rdd.ok() && rdd.boolean()) {
+      rdd.u64();
+      std::string n = rdd.string(255);
+      got.emplace_back(n, rdd.u64());
+    }
+    EXPECT_TRUE(rdd.boolean());  // eof
+    EXPECT_TRUE(rdd.ok());
+    return std::pair{v, got};
+  };
+  const auto [verf, all] = readdir(0, Verf{});
+  ASSERT_EQ(all.size(), 3u);
+  std::uint64_t before_hello = 0;
+  for (const auto& [n, ck] : all) {
+    if (n == "hello") break;
+    before_hello = ck;
+  }
+  if (before_hello != 0) {
+    const auto [verf2, rest] = readdir(before_hello, verf);
+    EXPECT_EQ(verf2, verf);
+    ASSERT_FALSE(rest.empty());
+    EXPECT_EQ(rest.front().first, "hello");
+  }
   // FSINFO advertises max_io; FSSTAT and PATHCONF answer.
   auto fi = call(kFsinfo, [&](XdrEncoder& e) { encode(e, root); });
   XdrDecoder fid = results(fi);
@@ -316,7 +338,7 @@ TEST_F(NfsServerTest, AttributesDirectoryListingAndFilesystemInfo) {
   decode_post_op(pcd);
   pcd.u32();
   EXPECT_EQ(pcd.u32(), 255u);  // name_max
-  // A procedure the server does not serve: NOTSUPP, not a broken reply.
+  // RENAME in one directory: the file's handle still names it.
   auto rn = call(kRename, [&](XdrEncoder& e) {
     encode(e, root);
     e.string("hello");
@@ -324,7 +346,11 @@ TEST_F(NfsServerTest, AttributesDirectoryListingAndFilesystemInfo) {
     e.string("bye");
   });
   XdrDecoder rnd = results(rn);
-  EXPECT_EQ(rnd.u32(), kErrNotsupp);
+  EXPECT_EQ(rnd.u32(), kOk);
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "bye"));
+  auto ga = call(kGetattr, [&](XdrEncoder& e) { encode(e, fh); });
+  XdrDecoder gad = results(ga);
+  EXPECT_EQ(gad.u32(), kOk);
 }
 
 TEST_F(NfsServerTest, SymlinkSwappedInMidPathLeadsNowhere) {
@@ -394,7 +420,7 @@ TEST_F(NfsServerTest, SymlinkSwappedInMidPathLeadsNowhere) {
   EXPECT_NE(decode_write(wrd).status, kOk);
   auto sa = call(kSetattr, [&](XdrEncoder& e) {
     encode(e, f);
-    encode(e, Sattr{0777, {}, {}, std::uint64_t{1}, false, true});
+    encode(e, Sattr{0777, {}, {}, std::uint64_t{1}, false, true, {}, {}});
     e.boolean(false);
   });
   XdrDecoder sad = results(sa);
@@ -440,6 +466,11 @@ TEST_F(NfsServerTest, SymlinkSwappedInMidPathLeadsNowhere) {
 }
 
 TEST_F(NfsServerTest, FileHandleTableIsBounded) {
+  // The path table (a server without CAP_DAC_READ_SEARCH) is bounded.
+  ExportOptions o;
+  o.rw = true;
+  o.root_squash = false;
+  srv_ = std::make_unique<NfsServer>(dir_.string(), "/export", o, HandleMode::kPathTable);
   srv_->max_handles = 100;
   const Fh root = srv_->root_fh();
   for (int i = 0; i < 300; ++i) std::ofstream(dir_ / ("f" + std::to_string(i))) << i;

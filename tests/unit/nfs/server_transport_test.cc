@@ -13,11 +13,14 @@
 //   accepting connections; the calls are answered when it returns.
 #include "apps/nfs/server_transport.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 #include <rte_ring.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -159,7 +162,8 @@ class Rig {
  public:
   /// `client_cm`: the test's own CM agent on engine A (off: engine A's QP1 is left for a
   /// libroce Context there, as RpcRdmaClient's).
-  Rig(ServerOptions o, RpcRdmaServer::Handler h, bool client_cm = true)
+  Rig(ServerOptions o, RpcRdmaServer::Handler h, bool client_cm = true,
+      CallWorker* worker = nullptr)
       : n_(g_rig++),
         a_rx_(ring("nfst_arx" + std::to_string(n_))),
         a_tx_(ring("nfst_atx" + std::to_string(n_))),
@@ -179,7 +183,7 @@ class Rig {
         probe_answered_ns.store(port::now_ns(), std::memory_order_release);
     };
     // The server in-process: a libroce Context on engine B, MACs from its loop's ARP cache.
-    srv = std::make_unique<RpcRdmaServer>(*ctx, o, std::move(h));
+    srv = std::make_unique<RpcRdmaServer>(*ctx, o, std::move(h), worker);
     srv->listen(kPort);
     cm::CmAgentConfig cc;
     cc.cm.ca_guid = 0xA;
@@ -748,7 +752,7 @@ TEST(NfsService, TheExportsListIsTheTransportsDoorAndTheCountersAreScrapable) {
   Rig r({}, echo);
   NfsServiceConfig c;
   parse_service_args({"--root", "/tmp", "--clients", "198.18.0.0/255.254.0.0", "--mount-port",
-                      std::to_string(30000 + getpid() % 20000)},
+                      std::to_string(30000 + getpid() % 20000), "--portmap-port", "0"},
                      c);
   c.port = kPort + 1;
   // A Context of its own (an Endpoint takes every CM event of its Context), on the same engine.
@@ -769,8 +773,76 @@ TEST(NfsService, TheExportsListIsTheTransportsDoorAndTheCountersAreScrapable) {
   EXPECT_EQ(st.at("rpcrdma_connections_now"), 0u);
   for (const char* k : {"nfs_denied", "mount_denied", "rpcrdma_over_credit",
                         "rpcrdma_rejected_full", "rpcrdma_reaped", "mount_refused",
-                        "mount_refused_peer", "mount_evicted", "mount_timed_out"})
+                        "mount_refused_peer", "mount_evicted", "mount_timed_out", "portmap_calls"})
     EXPECT_EQ(st.count(k), 1u) << k;
+}
+
+// The port mapper of the service, over UDP (as libtirpc asks first) on a port of the test's:
+// GETPORT of MOUNT v3/TCP answers the MOUNT port, RPCBIND v4 GETADDR of NFS over RDMA the RoCE
+// address and port 20049's like.
+TEST(NfsService, PortMapperAnswersForMountAndNfs) {
+  Rig r({}, echo);
+  NfsServiceConfig c;
+  const int base = 30000 + getpid() % 20000;
+  parse_service_args({"--root", "/tmp", "--mount-port", std::to_string(base + 2), "--portmap-port",
+                      std::to_string(base + 3)},
+                     c);
+  c.port = kPort + 2;
+  auto own = open_local_context(*r.b.eng, *r.b.loop, kIpB);
+  NfsService svc(*own, c);
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<std::uint16_t>(base + 3));
+  to.sin_addr.s_addr = htonl(0x7f000001);
+  const auto ask = [&](std::uint32_t vers, auto&& args) {
+    std::vector<std::uint8_t> b;
+    XdrEncoder e(b);
+    rpc::CallHeader h;
+    h.xid = 77;
+    h.prog = kPortmapProgram;
+    h.vers = vers;
+    h.proc = 3;
+    rpc::encode(e, h);
+    args(e);
+    EXPECT_EQ(
+        ::sendto(fd, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to),
+        static_cast<ssize_t>(b.size()));
+    std::uint8_t in[512];
+    ssize_t n = -1;
+    r.run(
+        [&] {
+          svc.step();
+          n = ::recv(fd, in, sizeof in, MSG_DONTWAIT);
+          return n > 0;
+        },
+        3);
+    return std::vector<std::uint8_t>(in, in + std::max<ssize_t>(n, 0));
+  };
+  const auto port = ask(2, [](XdrEncoder& e) {
+    e.u32(v3::kMountProgram);
+    e.u32(3);
+    e.u32(6);
+    e.u32(0);
+  });
+  XdrDecoder pd(port);
+  rpc::ReplyHeader h;
+  ASSERT_TRUE(rpc::decode(pd, h));
+  EXPECT_EQ(h.xid, 77u);
+  EXPECT_EQ(pd.u32(), static_cast<std::uint32_t>(base + 2));
+  const auto addr = ask(4, [](XdrEncoder& e) {
+    e.u32(v3::kNfsProgram);
+    e.u32(3);
+    e.string("rdma");
+    e.string("");
+    e.string("");
+  });
+  XdrDecoder ad(addr);
+  ASSERT_TRUE(rpc::decode(ad, h));
+  const std::uint16_t p = kPort + 2;
+  EXPECT_EQ(ad.string(64), "192.0.2.2." + std::to_string(p >> 8) + "." + std::to_string(p & 0xff));
+  ::close(fd);
 }
 
 // Item 4: the source of a REQ that does not answer ARP: the loop goes on (no poll takes long),
@@ -831,6 +903,42 @@ TEST(NfsServerTransport, MessagesBeyondTheCreditsAreDropped) {
   EXPECT_EQ(c.replies.size(), 4u);
   EXPECT_EQ(r.srv->stats().over_credit, 8u);
   EXPECT_EQ(r.srv->stats().calls, 4u);
+}
+
+// The file I/O off the loop, several calls of one connection at once: with a pool of four
+// threads, four calls of one connection are in the handler together (each waits until all four
+// are in), and all are answered; a fifth waits for a thread.
+TEST(NfsServerTransport, SeveralCallsOfOneConnectionRunAtOnce) {
+  CallWorker pool(64, 4);
+  std::atomic<int> inside{0}, most{0};
+  std::atomic<bool> open{false};
+  Rig r(
+      {},
+      [&](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& rep) {
+        const int now = inside.fetch_add(1) + 1;
+        int m = most.load();
+        while (now > m && !most.compare_exchange_weak(m, now)) {
+        }
+        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+        while (!open.load() && std::chrono::steady_clock::now() < end)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        inside.fetch_sub(1);
+        echo(ctx, call, rep);
+      },
+      true, &pool);
+  Client& c = r.connect();
+  ASSERT_TRUE(r.run([&] { return c.up; }, 5));
+  for (std::uint32_t x = 1; x <= 5; ++x) r.call(c, 0x700 + x);
+  const bool together = r.run([&] { return most.load() >= 4; }, 5);
+  const int at_once = most.load();
+  open = true;
+  EXPECT_TRUE(together) << "at most " << at_once << " calls of the connection at once";
+  EXPECT_EQ(at_once, 4) << "more calls at once than the pool has threads";
+  ASSERT_TRUE(r.run([&] { return c.replies.size() == 5; }, 5));
+  std::vector<std::uint32_t> got = c.replies;
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::uint32_t>{0x701, 0x702, 0x703, 0x704, 0x705}));
+  pool.stop();  // before the server whose finish() its jobs name
 }
 
 // Item 5: a handler blocked for long (fsync on a slow disk): the poll loop answers ARP
