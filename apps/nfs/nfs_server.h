@@ -26,6 +26,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <mutex>
@@ -131,6 +132,27 @@ class NfsServer {
   /// MOUNT's list of who mounted what (DUMP), at most this many entries (the oldest goes).
   std::size_t max_mount_entries = 1024;
 
+  // The NFSv4 server's way in (nfs4_server.h): the same handles, checks and identities as v3.
+  struct Resolved {
+    int fd = -1;  ///< O_PATH, the caller's to close
+    struct stat st {};
+    std::string rel;  ///< path-table mode: the path under the root
+  };
+  /// What `fh` names, opened O_PATH beneath the export's root; kOk, kErrStale or why not.
+  v3::Status resolve(const v3::Fh& fh, Resolved& r);
+  /// The handle of `name` in `dir` (of `dir` itself when empty); nullopt when it has none.
+  std::optional<v3::Fh> handle_in(const Resolved& dir, const std::string& name,
+                                  const struct stat& st);
+  /// `r` opened again for I/O with `flags`, as READ and WRITE do (the owner's override too).
+  v3::Status open_for_io(const Resolved& r, int flags, int& fd);
+  /// A rename in the export (path-table mode keeps its paths right).
+  void moved(const std::string& from, const std::string& to) { renamed(from, to); }
+  /// Runs `fn` as the credential's identity (the export's squash applied, as handle() does);
+  /// false when the credential is malformed or the identity cannot be taken. resolve() and
+  /// open_for_io() within `fn` act as handle()'s do.
+  bool run_as(const rpc::OpaqueAuth& cred, const std::function<void()>& fn);
+  const v3::Verf& write_verf() const { return write_verf_; }
+
  private:
   struct Obj;
   struct Call;
@@ -160,6 +182,7 @@ class NfsServer {
   void renamed(const std::string& from, const std::string& to);
   void dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder& e, RpcReply& out);
   v3::Verf cookie_verf(const Obj& dir) const;
+  static thread_local Call* v4_call_;  ///< run_as()'s call, for resolve() and open_for_io()
 
   std::string root_, export_;
   std::string root_real_;  ///< the root's absolute path, as /proc/self/fd shows it
