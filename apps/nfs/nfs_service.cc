@@ -133,7 +133,10 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
           context, with_door(c),
           [this](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& r) {
             std::lock_guard g(nfs_mu_);
-            nfs_.handle(ctx, call, r);
+            if (Nfs4Server::is_v4(call))
+              nfs4_.handle(ctx, call, r);
+            else
+              nfs_.handle(ctx, call, r);
           },
           &worker_),
       mount_(
@@ -149,6 +152,7 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
           &worker_) {
   if (!nfs_.acts_as_callers()) check_unprivileged(c.exports);
   nfs_.max_io = c.transport.max_io;
+  nfs4_.max_io = c.transport.max_io;
   nfs_.max_handles = c.max_handles;
   mount_.max_clients = c.mount_clients;
   mount_.max_per_peer = c.mount_per_peer;
@@ -163,7 +167,10 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
           RpcReply r;
           {
             std::lock_guard g(nfs_mu_);
-            nfs_.handle(ctx, call, r);
+            if (Nfs4Server::is_v4(call))
+              nfs4_.handle(ctx, call, r);
+            else
+              nfs_.handle(ctx, call, r);
           }
           reply = std::move(r.msg);
           if (r.has_payload) {  // no chunks over TCP: READ's data follows inline

@@ -20,6 +20,7 @@
 
 #include "apps/nfs/in_process.h"
 #include "apps/nfs/mount_tcp.h"
+#include "apps/nfs/nfs4_server.h"
 #include "apps/nfs/nfs_server.h"
 #include "apps/nfs/server_transport.h"
 #include "apps/nfs/transport.h"
@@ -80,6 +81,7 @@ class NfsService {
 
  private:
   NfsServer nfs_;
+  Nfs4Server nfs4_{nfs_};  ///< NFS version 4.1 calls over the same export and handles
   mutable std::mutex nfs_mu_;  ///< the worker's calls into nfs_, and report()
   /// The server's counters as stats() last read them: stats() runs on the poll loop and only
   /// tries the lock (a call may hold it through an fsync), reusing these when it is taken.
