@@ -82,6 +82,36 @@ class Nfs4Server {
   v4::Status lookup(Compound& c, XdrDecoder& d);
   v4::Status lookupp(Compound& c);
   v4::Status access(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  // Opens, I/O and the name space.
+  struct SetAttrs;
+  v4::Status decode_sattr(XdrDecoder& d, SetAttrs& a);
+  v4::Status apply(const NfsServer::Resolved& r, const SetAttrs& a, v4::Bitmap& set);
+  /// The state `sid` names for I/O on `file` (nullptr for the anonymous and bypass stateids).
+  v4::Status check_stateid(Compound& c, v4::Stateid sid, const NfsServer::Resolved* file,
+                           v4::State** out);
+  v4::Stateid new_state(v4::State st);
+  void drop_state(const Other& o);
+  /// Forgets the client holding a conflicting range when its lease ran out (a courteous
+  /// server keeps an expired client's locks only until somebody else wants them).
+  bool expired_holder(const v4::Owner& holder);
+  v4::Status open(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  v4::Status close(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  v4::Status open_downgrade(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  v4::Status read(Compound& c, XdrDecoder& d, XdrEncoder& e, RpcReply& out, bool last);
+  v4::Status write(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  v4::Status commit(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  v4::Status create(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  v4::Status remove(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  v4::Status rename(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  v4::Status link(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  v4::Status readdir(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  v4::Status readlink(Compound& c, XdrEncoder& e);
+  v4::Status setattr(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  v4::Status lock(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  v4::Status lockt(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  v4::Status locku(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  v4::Status free_stateid(Compound& c, XdrDecoder& d);
+  v4::Status test_stateid(Compound& c, XdrDecoder& d, XdrEncoder& e);
 
   NfsServer& files_;
   v4::Limits lim_;

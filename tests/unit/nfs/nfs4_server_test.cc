@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
+#include <tuple>
 
 namespace roce::nfs {
 namespace {
@@ -65,6 +67,7 @@ class Nfs4Test : public ::testing::Test {
     lim.sessions = 2;
     lim.slots = 4;
     lim.max_ops = 16;
+    lim.states = 8;
     srv_ = std::make_unique<Nfs4Server>(*files_, lim);
     srv_->now = [this] { return clock_; };
   }
@@ -208,6 +211,105 @@ class Nfs4Test : public ::testing::Test {
     EXPECT_EQ(r.next(kGetfh), kOk);
     const auto b = r.d->opaque(kFhSize);
     return Bytes(b.begin(), b.end());
+  }
+
+  /// OPEN in the root (CLAIM_NULL): its status, stateid and the file's handle.
+  struct Opened {
+    std::uint32_t status = 0;
+    Stateid sid;
+    Bytes fh;
+  };
+  static std::function<void(XdrEncoder&)> open_args(std::uint64_t clientid, const std::string& file,
+                                                    std::uint32_t how, std::uint32_t access,
+                                                    std::uint32_t deny, const std::string& owner,
+                                                    std::uint8_t verf) {
+    return [=](XdrEncoder& e) {
+      e.u32(0);
+      e.u32(access);
+      e.u32(deny);
+      e.u64(clientid);
+      e.string(owner);
+      if (how == 99) {
+        e.u32(kNoCreate);
+      } else {
+        e.u32(kCreate4);
+        e.u32(how);
+        if (how == kExclusive4 || how == kExclusive41) {
+          const std::uint8_t v[8] = {verf, 1, 2, 3, 4, 5, 6, 7};
+          e.fixed(v);
+        }
+        if (how != kExclusive4) {
+          Bitmap b;
+          b.set(kMode);
+          encode(e, b);
+          Bytes vals;
+          XdrEncoder ve(vals);
+          ve.u32(0640);
+          e.opaque(vals);
+        }
+      }
+      e.u32(kClaimNull);
+      e.string(file);
+    };
+  }
+  Opened open(const std::string& file, std::uint32_t how, std::uint32_t access = kShareAccessBoth,
+              std::uint32_t deny = 0, const std::string& owner = "owner-1", std::uint8_t verf = 7) {
+    Reply r = send(seq()
+                       .add(kPutrootfh)
+                       .add(kOpen, open_args(clientid_, file, how, access, deny, owner, verf))
+                       .add(kGetfh));
+    Opened o;
+    o.status = r.status;
+    if (r.status != kOk) return o;
+    skip_sequence(r);
+    r.next(kPutrootfh);
+    EXPECT_EQ(r.next(kOpen), kOk);
+    o.sid = decode_stateid(*r.d);
+    r.d->boolean();
+    r.d->u64();
+    r.d->u64();
+    EXPECT_EQ(r.d->u32(), kOpenResultLocktypePosix);
+    decode_bitmap(*r.d);
+    EXPECT_EQ(r.d->u32(), 0u);  // OPEN_DELEGATE_NONE
+    o.fh = getfh(r);
+    return o;
+  }
+  static std::function<void(XdrEncoder&)> sid_arg(const Stateid& s) {
+    return [s](XdrEncoder& e) { encode(e, s); };
+  }
+  static std::function<void(XdrEncoder&)> write_args(const Stateid& s, std::uint64_t off,
+                                                     const std::string& data) {
+    return [=](XdrEncoder& e) {
+      encode(e, s);
+      e.u64(off);
+      e.u32(kFileSync);
+      e.string(data);
+    };
+  }
+  static std::function<void(XdrEncoder&)> read_args(const Stateid& s, std::uint64_t off,
+                                                    std::uint32_t n) {
+    return [=](XdrEncoder& e) {
+      encode(e, s);
+      e.u64(off);
+      e.u32(n);
+    };
+  }
+  static std::function<void(XdrEncoder&)> lock_args(std::uint32_t type, std::uint64_t off,
+                                                    std::uint64_t len, const Stateid& open,
+                                                    std::uint64_t clientid,
+                                                    const std::string& owner) {
+    return [=](XdrEncoder& e) {
+      e.u32(type);
+      e.boolean(false);
+      e.u64(off);
+      e.u64(len);
+      e.boolean(true);
+      e.u32(0);
+      encode(e, open);
+      e.u32(0);
+      e.u64(clientid);
+      e.string(owner);
+    };
   }
 
   fs::path base_, dir_;
@@ -519,6 +621,415 @@ TEST_F(Nfs4Test, ClientRebootReplacesItsRecord) {
   EXPECT_EQ(create_session(), kOk);
   EXPECT_EQ(srv_->clients(), 1u);  // the old record went with its session
   EXPECT_EQ(srv_->sessions(), 1u);
+}
+
+TEST_F(Nfs4Test, OpenWriteReadCommitClose) {
+  mount();
+  const Opened o = open("new", kUnchecked);
+  ASSERT_EQ(o.status, kOk);
+  EXPECT_EQ(o.sid.seqid, 1u);
+  struct stat st;
+  ASSERT_EQ(::stat((dir_ / "new").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+  Reply w = send(seq().add(kPutfh, fh(o.fh)).add(kWrite, write_args(o.sid, 0, "hello nfs4")));
+  ASSERT_EQ(w.status, kOk);
+  skip_sequence(w);
+  w.next(kPutfh);
+  EXPECT_EQ(w.next(kWrite), kOk);
+  EXPECT_EQ(w.d->u32(), 10u);
+  EXPECT_EQ(w.d->u32(), kFileSync);
+  // READ last in the COMPOUND: the data is the payload (the transport's write chunk).
+  Reply r = send(seq().add(kPutfh, fh(o.fh)).add(kRead, read_args(o.sid, 6, 100)));
+  ASSERT_EQ(r.status, kOk);
+  EXPECT_TRUE(r.raw.has_payload);
+  skip_sequence(r);
+  r.next(kPutfh);
+  EXPECT_EQ(r.next(kRead), kOk);
+  EXPECT_TRUE(r.d->boolean());
+  EXPECT_EQ(r.d->string(100), "nfs4");
+  // READ before another operation: inline.
+  Reply r2 = send(seq().add(kPutfh, fh(o.fh)).add(kRead, read_args(o.sid, 0, 5)).add(kGetfh));
+  ASSERT_EQ(r2.status, kOk);
+  EXPECT_FALSE(r2.raw.has_payload);
+  skip_sequence(r2);
+  r2.next(kPutfh);
+  r2.next(kRead);
+  EXPECT_FALSE(r2.d->boolean());
+  EXPECT_EQ(r2.d->string(100), "hello");
+  EXPECT_EQ(getfh(r2), o.fh);
+  Reply cm = send(seq().add(kPutfh, fh(o.fh)).add(kCommit, [](XdrEncoder& e) {
+    e.u64(0);
+    e.u32(0);
+  }));
+  EXPECT_EQ(cm.status, kOk);
+  // Anonymous stateid reads too; a CLOSEd stateid does not.
+  EXPECT_EQ(send(seq().add(kPutfh, fh(o.fh)).add(kRead, read_args(Stateid{}, 0, 5))).status, kOk);
+  Reply cl = send(seq().add(kPutfh, fh(o.fh)).add(kClose, [&](XdrEncoder& e) {
+    e.u32(0);
+    encode(e, o.sid);
+  }));
+  EXPECT_EQ(cl.status, kOk);
+  EXPECT_EQ(srv_->states(), 0u);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(o.fh)).add(kRead, read_args(o.sid, 0, 5))).status,
+            kErrBadStateid);
+}
+
+TEST_F(Nfs4Test, CreateModes) {
+  mount();
+  EXPECT_EQ(open("hello", kGuarded).status, kErrExist);
+  EXPECT_EQ(open("hello", kUnchecked).status, kOk);
+  EXPECT_EQ(open("missing", 99).status, kErrNoent);
+  EXPECT_EQ(open("sub", 99).status, kErrIsdir);
+  EXPECT_EQ(open("a/b", kUnchecked).status, kErrBadname);
+  EXPECT_EQ(open("..", kUnchecked).status, kErrBadname);
+  // EXCLUSIVE4_1: a retry with the same verifier succeeds, another verifier is EXIST.
+  EXPECT_EQ(open("excl", kExclusive41, kShareAccessBoth, 0, "o2", 9).status, kOk);
+  EXPECT_EQ(open("excl", kExclusive41, kShareAccessBoth, 0, "o2", 9).status, kOk);
+  EXPECT_EQ(open("excl", kExclusive41, kShareAccessBoth, 0, "o3", 10).status, kErrExist);
+  EXPECT_EQ(open("excl4", kExclusive4, kShareAccessBoth, 0, "o2", 11).status, kOk);
+  EXPECT_EQ(open("excl4", kExclusive4, kShareAccessBoth, 0, "o2", 12).status, kErrExist);
+}
+
+TEST_F(Nfs4Test, StateidsChecked) {
+  mount();
+  const Opened o = open("f", kUnchecked);
+  ASSERT_EQ(o.status, kOk);
+  const Opened h = open("hello", kUnchecked, kShareAccessRead, 0, "reader");
+  ASSERT_EQ(h.status, kOk);
+  Stateid forged = o.sid;
+  forged.other[11] ^= 1;
+  EXPECT_EQ(send(seq().add(kPutfh, fh(o.fh)).add(kWrite, write_args(forged, 0, "x"))).status,
+            kErrBadStateid);
+  Stateid future = o.sid;
+  future.seqid = 9;
+  EXPECT_EQ(send(seq().add(kPutfh, fh(o.fh)).add(kWrite, write_args(future, 0, "x"))).status,
+            kErrBadStateid);
+  // Opened again by the same owner: the seqid moves on, the old one is OLD_STATEID.
+  const Opened again = open("f", kUnchecked);
+  EXPECT_EQ(again.sid.seqid, 2u);
+  EXPECT_EQ(again.sid.other, o.sid.other);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(o.fh)).add(kWrite, write_args(o.sid, 0, "x"))).status,
+            kErrOldStateid);
+  // Another file's stateid; a read-only open's stateid for WRITE.
+  EXPECT_EQ(send(seq().add(kPutfh, fh(o.fh)).add(kWrite, write_args(h.sid, 0, "x"))).status,
+            kErrBadStateid);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(h.fh)).add(kWrite, write_args(h.sid, 0, "x"))).status,
+            kErrOpenmode);
+  // Another client's stateid is not this one's.
+  const auto first = std::make_tuple(clientid_, sid_, seqids_);
+  exchange("client-b");
+  ASSERT_EQ(create_session(), kOk);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(o.fh)).add(kWrite, write_args(again.sid, 0, "x"))).status,
+            kErrBadStateid);
+  // TEST_STATEID: per stateid.
+  std::tie(clientid_, sid_, seqids_) = first;
+  Reply t = send(seq().add(kTestStateid, [&](XdrEncoder& e) {
+    e.u32(3);
+    encode(e, again.sid);
+    encode(e, forged);
+    encode(e, o.sid);
+  }));
+  ASSERT_EQ(t.status, kOk);
+  skip_sequence(t);
+  t.next(kTestStateid);
+  EXPECT_EQ(t.d->u32(), 3u);
+  EXPECT_EQ(t.d->u32(), kOk);
+  EXPECT_EQ(t.d->u32(), kErrBadStateid);
+  EXPECT_EQ(t.d->u32(), kErrOldStateid);
+}
+
+TEST_F(Nfs4Test, ShareDenyAndBoundedStates) {
+  mount();
+  ASSERT_EQ(open("f", kUnchecked, kShareAccessRead, kShareAccessWrite, "a").status, kOk);
+  EXPECT_EQ(open("f", kUnchecked, kShareAccessWrite, 0, "b").status, kErrShareDenied);
+  EXPECT_EQ(open("f", kUnchecked, kShareAccessRead, 0, "b").status, kOk);
+  // Eight states per client in this test's limits: the ninth open is refused.
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(open("g" + std::to_string(i), kUnchecked).status, kOk);
+  EXPECT_EQ(srv_->states(), 8u);
+  EXPECT_EQ(open("one-more", kUnchecked).status, kErrResource);
+  EXPECT_EQ(srv_->states(), 8u);
+}
+
+TEST_F(Nfs4Test, NameSpace) {
+  mount();
+  const Bytes root = files_->root_fh().data;
+  const auto mkdir_args = [](const std::string& n) {
+    return [n](XdrEncoder& e) {
+      e.u32(kDir);
+      e.string(n);
+      Bitmap b;
+      b.set(kMode);
+      encode(e, b);
+      Bytes v;
+      XdrEncoder ve(v);
+      ve.u32(0750);
+      e.opaque(v);
+    };
+  };
+  Reply md = send(seq().add(kPutfh, fh(root)).add(kCreate, mkdir_args("d")).add(kGetfh));
+  ASSERT_EQ(md.status, kOk);
+  struct stat st;
+  ASSERT_EQ(::stat((dir_ / "d").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0750u);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(root)).add(kCreate, mkdir_args("d"))).status, kErrExist);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(root)).add(kCreate, mkdir_args("../x"))).status, kErrBadname);
+  Reply sl = send(seq()
+                      .add(kPutfh, fh(root))
+                      .add(kCreate,
+                           [](XdrEncoder& e) {
+                             e.u32(kLnk);
+                             e.string("hello");
+                             e.string("ln");
+                             e.u32(0);
+                             e.u32(0);
+                           })
+                      .add(kReadlink));
+  ASSERT_EQ(sl.status, kOk);
+  skip_sequence(sl);
+  sl.next(kPutfh);
+  EXPECT_EQ(sl.next(kCreate), kOk);
+  sl.d->boolean();
+  sl.d->u64();
+  sl.d->u64();
+  decode_bitmap(*sl.d);
+  EXPECT_EQ(sl.next(kReadlink), kOk);
+  EXPECT_EQ(sl.d->string(100), "hello");
+  // LOOKUP through a symbolic link is SYMLINK; OPEN of one too.
+  EXPECT_EQ(
+      send(seq().add(kPutfh, fh(root)).add(kLookup, name("ln")).add(kLookup, name("x"))).status,
+      kErrSymlink);
+  EXPECT_EQ(open("ln", 99).status, kErrSymlink);
+  // RENAME across directories (SAVEFH: the source directory), LINK, REMOVE.
+  Reply rn = send(seq()
+                      .add(kPutfh, fh(root))
+                      .add(kSavefh)
+                      .add(kLookup, name("d"))
+                      .add(kRename, [](XdrEncoder& e) {
+                        e.string("hello");
+                        e.string("moved");
+                      }));
+  EXPECT_EQ(rn.status, kOk);
+  EXPECT_TRUE(fs::exists(dir_ / "d" / "moved"));
+  EXPECT_FALSE(fs::exists(dir_ / "hello"));
+  Reply lk = send(seq()
+                      .add(kPutfh, fh(root))
+                      .add(kLookup, name("d"))
+                      .add(kLookup, name("moved"))
+                      .add(kSavefh)
+                      .add(kPutfh, fh(root))
+                      .add(kLink, name("hard")));
+  EXPECT_EQ(lk.status, kOk);
+  ASSERT_EQ(::stat((dir_ / "hard").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 2u);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(root)).add(kRemove, name("d"))).status, kErrNotempty);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(root)).add(kRemove, name("hard"))).status, kOk);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(root)).add(kRemove, name(".."))).status, kErrBadname);
+  EXPECT_FALSE(fs::exists(dir_ / "hard"));
+  // SETATTR: mode, a numeric owner (our own), a name is BADOWNER, a read-only attribute INVAL.
+  const auto setattr = [&](std::uint32_t attr, const std::function<void(XdrEncoder&)>& val) {
+    return seq().add(kPutfh, fh(root)).add(kLookup, name("sub")).add(kSetattr, [=](XdrEncoder& e) {
+      encode(e, Stateid{});
+      Bitmap b;
+      b.set(attr);
+      encode(e, b);
+      Bytes v;
+      XdrEncoder ve(v);
+      val(ve);
+      e.opaque(v);
+    });
+  };
+  EXPECT_EQ(send(setattr(kMode, [](XdrEncoder& e) { e.u32(0700); })).status, kOk);
+  ASSERT_EQ(::stat((dir_ / "sub").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_EQ(
+      send(setattr(kOwner, [](XdrEncoder& e) { e.string(std::to_string(::geteuid())); })).status,
+      kOk);
+  EXPECT_EQ(send(setattr(kOwner, [](XdrEncoder& e) { e.string("bob@example"); })).status,
+            kErrBadowner);
+  EXPECT_EQ(send(setattr(kFileid, [](XdrEncoder& e) { e.u64(5); })).status, kErrInval);
+  EXPECT_EQ(send(setattr(12, [](XdrEncoder& e) { e.u32(0); })).status, kErrAttrnotsupp);
+  EXPECT_EQ(send(setattr(kSize, [](XdrEncoder& e) { e.u64(0); })).status, kErrIsdir);
+}
+
+TEST_F(Nfs4Test, ReaddirPagesEveryNameOnce) {
+  mount();
+  std::set<std::string> want{"hello", "sub"};
+  for (int i = 0; i < 60; ++i) {
+    const std::string n = "file-with-a-longish-name-" + std::to_string(i);
+    std::ofstream(dir_ / n) << i;
+    want.insert(n);
+  }
+  const Bytes root = files_->root_fh().data;
+  std::set<std::string> seen;
+  std::uint64_t cookie = 0;
+  bool eof = false;
+  int calls = 0;
+  while (!eof && calls < 100) {
+    ++calls;
+    Reply r = send(seq().add(kPutfh, fh(root)).add(kReaddir, [&](XdrEncoder& e) {
+      e.u64(cookie);
+      e.fixed(std::vector<std::uint8_t>(8, 0));
+      e.u32(1024);
+      e.u32(1024);
+      encode(e, [] {
+        Bitmap b;
+        b.set(kType);
+        b.set(kFileid);
+        b.set(kFilehandle);
+        return b;
+      }());
+    }));
+    ASSERT_EQ(r.status, kOk);
+    skip_sequence(r);
+    r.next(kPutfh);
+    r.next(kReaddir);
+    r.d->fixed(8);
+    while (r.d->boolean()) {
+      cookie = r.d->u64();
+      const std::string n = r.d->string(255);
+      EXPECT_TRUE(seen.insert(n).second) << n;
+      const Bitmap got = decode_bitmap(*r.d);
+      EXPECT_TRUE(got.has(kFilehandle) && got.has(kFileid));
+      r.d->opaque(kMaxAttrVals);
+    }
+    eof = r.d->boolean();
+    ASSERT_TRUE(r.d->ok());
+  }
+  EXPECT_EQ(seen, want);
+  EXPECT_GT(calls, 3);
+  // Too small for one entry; a reserved cookie.
+  Reply small = send(seq().add(kPutfh, fh(root)).add(kReaddir, [](XdrEncoder& e) {
+    e.u64(0);
+    e.fixed(std::vector<std::uint8_t>(8, 0));
+    e.u32(10);
+    e.u32(40);
+    encode(e, Bitmap{});
+  }));
+  EXPECT_EQ(small.status, kErrToosmall);
+  Reply bad = send(seq().add(kPutfh, fh(root)).add(kReaddir, [](XdrEncoder& e) {
+    e.u64(2);
+    e.fixed(std::vector<std::uint8_t>(8, 0));
+    e.u32(1000);
+    e.u32(1000);
+    encode(e, Bitmap{});
+  }));
+  EXPECT_EQ(bad.status, kErrBadCookie);
+}
+
+TEST_F(Nfs4Test, ByteRangeLocks) {
+  mount();
+  const Opened a = open("f", kUnchecked, kShareAccessBoth, 0, "oa");
+  const Opened b = open("f", kUnchecked, kShareAccessBoth, 0, "ob");
+  ASSERT_EQ(a.status, kOk);
+  ASSERT_EQ(b.status, kOk);
+  Reply la = send(seq()
+                      .add(kPutfh, fh(a.fh))
+                      .add(kLock, lock_args(kWriteLt, 0, 100, a.sid, clientid_, "lock-a")));
+  ASSERT_EQ(la.status, kOk);
+  skip_sequence(la);
+  la.next(kPutfh);
+  la.next(kLock);
+  const Stateid lsa = decode_stateid(*la.d);
+  EXPECT_EQ(lsa.seqid, 1u);
+  // Another owner: DENIED with the holder; outside the range it may.
+  Reply lb = send(seq()
+                      .add(kPutfh, fh(b.fh))
+                      .add(kLock, lock_args(kReadLt, 50, 10, b.sid, clientid_, "lock-b")));
+  ASSERT_EQ(lb.status, kErrDenied);
+  skip_sequence(lb);
+  lb.next(kPutfh);
+  EXPECT_EQ(lb.next(kLock), kErrDenied);
+  EXPECT_EQ(lb.d->u64(), 0u);
+  EXPECT_EQ(lb.d->u64(), 100u);
+  EXPECT_EQ(lb.d->u32(), kWriteLt);
+  EXPECT_EQ(lb.d->u64(), clientid_);
+  EXPECT_EQ(lb.d->string(100), "lock-a");
+  EXPECT_EQ(send(seq()
+                     .add(kPutfh, fh(b.fh))
+                     .add(kLock, lock_args(kReadLt, 100, ~0ull, b.sid, clientid_, "lock-b")))
+                .status,
+            kOk);
+  // LOCKT; bad ranges.
+  const auto lockt = [&](std::uint64_t off, std::uint64_t len, const std::string& who) {
+    return send(seq().add(kPutfh, fh(a.fh)).add(kLockt, [=, this](XdrEncoder& e) {
+      e.u32(kWriteLt);
+      e.u64(off);
+      e.u64(len);
+      e.u64(clientid_);
+      e.string(who);
+    }));
+  };
+  EXPECT_EQ(lockt(10, 1, "lock-c").status, kErrDenied);
+  EXPECT_EQ(lockt(10, 1, "lock-a").status, kOk);
+  EXPECT_EQ(lockt(10, 0, "lock-c").status, kErrInval);
+  EXPECT_EQ(lockt(~0ull - 5, 10, "lock-c").status, kErrInval);
+  // CLOSE with a lock held: LOCKS_HELD; LOCKU, then another owner gets it; FREE_STATEID.
+  Reply cl = send(seq().add(kPutfh, fh(a.fh)).add(kClose, [&](XdrEncoder& e) {
+    e.u32(0);
+    encode(e, a.sid);
+  }));
+  EXPECT_EQ(cl.status, kErrLocksHeld);
+  EXPECT_EQ(send(seq().add(kFreeStateid, sid_arg(lsa))).status, kErrLocksHeld);
+  Reply u = send(seq().add(kPutfh, fh(a.fh)).add(kLocku, [&](XdrEncoder& e) {
+    e.u32(kWriteLt);
+    e.u32(0);
+    encode(e, lsa);
+    e.u64(0);
+    e.u64(100);
+  }));
+  ASSERT_EQ(u.status, kOk);
+  EXPECT_EQ(lockt(10, 1, "lock-c").status, kOk);
+  Stateid old = lsa;
+  EXPECT_EQ(send(seq()
+                     .add(kPutfh, fh(a.fh))
+                     .add(kLocku,
+                          [&](XdrEncoder& e) {
+                            e.u32(kWriteLt);
+                            e.u32(0);
+                            encode(e, old);
+                            e.u64(0);
+                            e.u64(1);
+                          }))
+                .status,
+            kErrOldStateid);
+  Stateid now = lsa;
+  now.seqid = 2;
+  EXPECT_EQ(send(seq().add(kFreeStateid, sid_arg(now))).status, kOk);
+  EXPECT_EQ(send(seq()
+                     .add(kPutfh, fh(a.fh))
+                     .add(kClose,
+                          [&](XdrEncoder& e) {
+                            e.u32(0);
+                            encode(e, a.sid);
+                          }))
+                .status,
+            kOk);
+}
+
+TEST_F(Nfs4Test, ExpiredClientsLocksGoWhenWanted) {
+  mount();
+  const Opened a = open("f", kUnchecked, kShareAccessBoth, 0, "oa");
+  ASSERT_EQ(send(seq()
+                     .add(kPutfh, fh(a.fh))
+                     .add(kLock, lock_args(kWriteLt, 0, 10, a.sid, clientid_, "lock-a")))
+                .status,
+            kOk);
+  exchange("client-b");
+  ASSERT_EQ(create_session(), kOk);
+  const Opened b = open("f", kUnchecked, kShareAccessBoth, 0, "ob");
+  ASSERT_EQ(b.status, kOk);
+  const auto try_lock = [&] {
+    return send(seq()
+                    .add(kPutfh, fh(b.fh))
+                    .add(kLock, lock_args(kWriteLt, 0, 10, b.sid, clientid_, "lock-b")))
+        .status;
+  };
+  EXPECT_EQ(try_lock(), kErrDenied);
+  // Client A stops renewing; B's SEQUENCEs keep B alive.
+  clock_ += 200;
+  EXPECT_EQ(try_lock(), kOk);
+  EXPECT_EQ(srv_->clients(), 1u);
 }
 
 }  // namespace
