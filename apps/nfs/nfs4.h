@@ -227,7 +227,8 @@ enum FileType : std::uint32_t {
 };
 
 // EXCHANGE_ID's flags, CREATE_SESSION's, SEQUENCE's status flags.
-constexpr std::uint32_t kExchgidSuppMovedRefer = 0x1, kExchgidSuppMovedMigr = 0x2;
+constexpr std::uint32_t kExchgidSuppMovedRefer = 0x1, kExchgidSuppMovedMigr = 0x2,
+                        kExchgidSuppFenceOps = 0x4;
 constexpr std::uint32_t kExchgidBindPrincStateid = 0x100;
 constexpr std::uint32_t kExchgidUseNonPnfs = 0x10000, kExchgidMaskPnfs = 0x70000;
 constexpr std::uint32_t kExchgidUpdConfirmedRecA = 0x40000000, kExchgidConfirmedR = 0x80000000;

@@ -572,7 +572,7 @@ Status Nfs4Server::exchange_id(Compound&, XdrDecoder& d, XdrEncoder& e) {
   }
   if (!d.ok()) return kErrBadxdr;
   constexpr std::uint32_t kValid = kExchgidSuppMovedRefer | kExchgidSuppMovedMigr |
-                                   kExchgidBindPrincStateid | kExchgidMaskPnfs |
+                                   kExchgidSuppFenceOps | kExchgidBindPrincStateid | kExchgidMaskPnfs |
                                    kExchgidUpdConfirmedRecA;
   if (flags & ~kValid) return kErrInval;
   Client* found = nullptr;
@@ -1843,9 +1843,9 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     ls = st;
     lock_id = sid.current() ? c.cur_stateid.other : sid.other;
   }
-  const auto open = states_.find(ls->open);
-  const std::uint32_t acc = open == states_.end() ? 0 : open->second.access;
-  if (!(acc & (write ? kShareAccessWrite : kShareAccessRead))) return kErrOpenmode;
+  // Any open may take either kind of lock (RFC 8881 lets the server refuse a write lock on a
+  // read-only open with OPENMODE; Linux emulates flock(LOCK_EX) on an O_RDONLY descriptor with
+  // a write lock, which knfsd grants too when the file is open for writing anywhere).
   for (;;) {
     const auto fl = locks_.find(key);
     const auto held =
