@@ -221,6 +221,14 @@ std::string NfsService::report() const {
        std::to_string(m.timed_out) + ", oversized " + std::to_string(m.oversized) + "\n";
   s += "procedures:";
   for (const auto& [p, k] : n.by_proc) s += " " + std::to_string(p) + ":" + std::to_string(k);
+  const Nfs4Stats v4 = nfs4_.stats();
+  s += "\nnfs4: " + std::to_string(v4.compounds) + " compounds, " + std::to_string(v4.ops) +
+       " operations (" + std::to_string(v4.errors) + " failed, " + std::to_string(v4.replays) +
+       " replayed from the reply cache, " + std::to_string(v4.resource) + " tables full), " +
+       std::to_string(nfs4_.clients()) + " clients, " + std::to_string(nfs4_.sessions()) +
+       " sessions, " + std::to_string(nfs4_.states()) + " stateids now\nnfs4 operations:";
+  for (const auto& [op, k] : v4.by_op)
+    s += std::string(" ") + v4::op_name(op) + ":" + std::to_string(k);
   return s + "\n";
 }
 
