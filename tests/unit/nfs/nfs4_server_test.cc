@@ -1032,5 +1032,78 @@ TEST_F(Nfs4Test, ExpiredClientsLocksGoWhenWanted) {
   EXPECT_EQ(srv_->clients(), 1u);
 }
 
+TEST_F(Nfs4Test, MutatedCompoundsNeverCrashOrEscape) {
+  // Every COMPOUND the other tests send, with bytes flipped, cut short or repeated: answered
+  // (or dropped when not even an XID is left), the export's parent untouched, state bounded.
+  mount();
+  const Opened o = open("f", kUnchecked);
+  ASSERT_EQ(o.status, kOk);
+  const Bytes root = files_->root_fh().data;
+  // The operations after a valid SEQUENCE, mutated; the SEQUENCE itself stays whole so that
+  // they run (on slot 1; a refused SEQUENCE leaves the slot's id where it was).
+  std::vector<Ops> seeds(5);
+  seeds[0]
+      .add(kPutfh, fh(root))
+      .add(kLookup, name("sub"))
+      .add(kGetattr, bitmap({kType, kSize, kOwner}));
+  seeds[1]
+      .add(kPutfh, fh(o.fh))
+      .add(kWrite, write_args(o.sid, 0, "data"))
+      .add(kRead, read_args(o.sid, 0, 4));
+  seeds[2].add(kPutfh, fh(root)).add(kOpen, open_args(clientid_, "g", kGuarded, 3, 0, "x", 1));
+  seeds[3].add(kPutfh, fh(o.fh)).add(kLock, lock_args(kWriteLt, 0, 10, o.sid, clientid_, "l"));
+  seeds[4]
+      .add(kPutfh, fh(root))
+      .add(kSavefh)
+      .add(kLookup, name("sub"))
+      .add(kRename, [](XdrEncoder& e) {
+        e.string("hello");
+        e.string("hello2");
+      });
+  std::uint64_t rng = 12345;
+  const auto next = [&] {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<std::uint32_t>(rng >> 33);
+  };
+  std::size_t answered = 0, ran = 0;
+  for (int i = 0; i < 3000; ++i) {
+    Ops body = seeds[static_cast<std::size_t>(i) % seeds.size()];
+    Bytes& b = body.b;
+    const int kind = static_cast<int>(next() % 4);
+    if (kind == 0) {
+      for (int k = 0; k < 4; ++k)
+        b[next() % b.size()] ^= static_cast<std::uint8_t>(1u << (next() % 8));
+    } else if (kind == 1) {
+      b.resize(next() % b.size());
+    } else if (kind == 2) {
+      body.n = next() % 12;
+    } else {
+      b[(next() % b.size()) & ~std::size_t{3}] = 0xff;  // a huge count, length or number
+    }
+    Ops m = seq(1);
+    m.b.insert(m.b.end(), b.begin(), b.end());
+    m.n += body.n;
+    Reply r = send(m);
+    answered += r.h.stat == rpc::kMsgAccepted;
+    if (r.count >= 1 && r.next(kSequence) == kOk)
+      ran += r.count > 1;
+    else
+      --seqids_[1];
+  }
+  EXPECT_GT(ran, 2000u);
+  EXPECT_GT(answered, 2900u);
+  // "hello" may have been renamed to a mutated name, but within the export.
+  std::size_t hellos = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir_))
+    if (e.is_regular_file() && e.file_size() == 11) ++hellos;
+  EXPECT_GE(hellos, 1u);
+  for (const auto& e : fs::directory_iterator(base_)) EXPECT_EQ(e.path(), dir_);  // nothing beside
+  EXPECT_LE(srv_->states(), 8u);
+  EXPECT_LE(srv_->clients(), 4u);
+  // The session still serves.
+  Reply ok = send(seq(2).add(kPutrootfh).add(kGetfh));
+  EXPECT_EQ(ok.status, kOk);
+}
+
 }  // namespace
 }  // namespace roce::nfs
