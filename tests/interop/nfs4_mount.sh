@@ -5,10 +5,11 @@
 # error" while nothing answers) and uses it: ls -l, a file made on the appliance's side read back, cp of
 # 8 MiB and its checksum read back, dd, mkdir, mv across directories, ln and ln -s, a lock two
 # processes contend on (flock), rm; the files the VM wrote are checked on the appliance's side.
-#   nfs4_mount.sh ROCE_NFSD   (root; exits 77 when VMs cannot run here)
+# With "lossy", roce-nfsd drops 1% of the frames each way.
+#   nfs4_mount.sh ROCE_NFSD [lossy]   (root; exits 77 when VMs cannot run here)
 set -euo pipefail
-nfsd=$(realpath "$1")
-export RXE_VM_NETNS=${RXE_VM_NETNS:-rxevm-nfs4}
+nfsd=$(realpath "$1") mode=${2:-plain}
+export RXE_VM_NETNS=${RXE_VM_NETNS:-rxevm-nfs4$([[ $mode == lossy ]] && echo l)}
 export RXE_VM_MEM=${RXE_VM_MEM:-1024}
 # shellcheck source=tests/interop/lib.sh disable=SC2154
 source "$(dirname "$0")/lib.sh"
@@ -25,6 +26,8 @@ mkdir -p "$out/export/from-host"
 head -c 3000000 /dev/urandom > "$out/export/from-host/blob"
 echo "made on the appliance" > "$out/export/hello.txt"
 host_blob=$(sha256sum < "$out/export/from-host/blob" | cut -c1-64)
+drop=()
+[[ $mode == lossy ]] && drop=(--tx-drop 0.01 --rx-drop 0.01)
 m=/mnt/roce
 boot "mkdir -p $m && ln -sf /proc/mounts /etc/mtab && rxe_wait_peer 192.0.2.254 60 &&
       n=0; until mount.nfs 192.0.2.100:/ $m -o vers=4.1,proto=rdma,port=20049; do
@@ -43,7 +46,7 @@ boot "mkdir -p $m && ln -sf /proc/mounts /etc/mtab && rxe_wait_peer 192.0.2.254 
       echo gone > $m/gone && rm $m/gone && ls -l $m && sync && umount $m && echo UNMOUNTED" 600
 ip netns exec "$RXE_VM_NETNS" timeout 580 "$nfsd" --iface dp0 --root "$out/export" \
   --export-options rw,no_root_squash --clients 192.0.2.0/24 --mount-address 192.0.2.254 \
-  --timeout 560 --pcap "$out/nfsd.pcap" > "$out/nfsd.txt" 2>&1 &
+  --timeout 560 --pcap "$out/nfsd.pcap" "${drop[@]}" > "$out/nfsd.txt" 2>&1 &
 spid=$!
 finish && theirs=0 || theirs=1
 kill -TERM "$spid" 2>/dev/null || true
@@ -71,8 +74,8 @@ ops=$("${ts[@]}" -Y 'nfs && ip.src == 192.0.2.1' -T fields -e nfs.opcode 2>/dev/
   sort | uniq -c | sort -rn | awk '{printf "%s:%s ", $2, $1}' || true)
 echo "NFSv4 operations the kernel sent (opcode:count): $ops"
 if [[ $theirs == 0 && $ok == 1 ]]; then
-  echo "PASS nfs4 mount: the Linux NFSv4.1 client over RDMA on roce-nfsd"
+  echo "PASS nfs4 mount ($mode): the Linux NFSv4.1 client over RDMA on roce-nfsd"
 else
-  echo "FAIL nfs4 mount: vm=$theirs files=$ok"
+  echo "FAIL nfs4 mount ($mode): vm=$theirs files=$ok"
   exit 1
 fi
