@@ -62,13 +62,12 @@ class Nfs4Test : public ::testing::Test {
     std::string err;
     ASSERT_TRUE(parse_export_options("rw,no_root_squash", o, err)) << err;
     files_ = std::make_unique<NfsServer>(dir_.string(), "/", o);
-    v4::Limits lim;
-    lim.clients = 4;
-    lim.sessions = 2;
-    lim.slots = 4;
-    lim.max_ops = 16;
-    lim.states = 8;
-    srv_ = std::make_unique<Nfs4Server>(*files_, lim);
+    lim_.clients = 4;
+    lim_.sessions = 2;
+    lim_.slots = 4;
+    lim_.max_ops = 16;
+    lim_.states = 8;
+    srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
     srv_->now = [this] { return clock_; };
   }
   void TearDown() override {
@@ -315,6 +314,7 @@ class Nfs4Test : public ::testing::Test {
   fs::path base_, dir_;
   std::unique_ptr<NfsServer> files_;
   std::unique_ptr<Nfs4Server> srv_;
+  v4::Limits lim_;
   std::int64_t clock_ = 1000;
   std::uint32_t xid_ = 0;
   std::uint64_t clientid_ = 0;
@@ -1103,6 +1103,45 @@ TEST_F(Nfs4Test, MutatedCompoundsNeverCrashOrEscape) {
   // The session still serves.
   Reply ok = send(seq(2).add(kPutrootfh).add(kGetfh));
   EXPECT_EQ(ok.status, kOk);
+}
+
+TEST_F(Nfs4Test, HandlesOutliveARestartStateDoesNot) {
+  if (!files_->persistent_handles()) GTEST_SKIP() << files_->handle_note();
+  mount();
+  const Opened o = open("kept", kUnchecked);
+  ASSERT_EQ(o.status, kOk);
+  const SessionId old_session = sid_;
+  // A new server on the same export, as after a restart of roced.
+  srv_.reset();
+  files_.reset();
+  ExportOptions opts;
+  std::string err;
+  ASSERT_TRUE(parse_export_options("rw,no_root_squash", opts, err));
+  files_ = std::make_unique<NfsServer>(dir_.string(), "/", opts);
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+  srv_->now = [this] { return clock_; };
+  EXPECT_EQ(send(seq(0, 1)).status, kErrBadsession);  // the session is gone
+  EXPECT_EQ(send(create_session_ops(cs_seq_ + 1)).status, kErrStaleClientid);
+  exchange();
+  ASSERT_EQ(create_session(), kOk);
+  EXPECT_NE(sid_, old_session);
+  // The handle taken before the restart still names the file; its stateid does not.
+  Reply g = send(seq().add(kPutfh, fh(o.fh)).add(kGetattr, bitmap({kType})));
+  EXPECT_EQ(g.status, kOk);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(o.fh)).add(kWrite, write_args(o.sid, 0, "x"))).status,
+            kErrBadStateid);
+  // Reclaim: no grace period.
+  Reply rc = send(seq().add(kPutfh, fh(o.fh)).add(kOpen, [&](XdrEncoder& e) {
+    e.u32(0);
+    e.u32(kShareAccessBoth);
+    e.u32(0);
+    e.u64(clientid_);
+    e.string("owner-1");
+    e.u32(kNoCreate);
+    e.u32(kClaimPrevious);
+    e.u32(0);
+  }));
+  EXPECT_EQ(rc.status, kErrNoGrace);
 }
 
 }  // namespace
