@@ -43,6 +43,18 @@ class Nfs4Server {
     std::lock_guard g(mu_);
     return st_;
   }
+  /// The counts and the tables' sizes without waiting (for a poll loop): false, and nothing
+  /// read, while a COMPOUND holds the server.
+  bool try_stats(Nfs4Stats& s, std::size_t& clients, std::size_t& sessions,
+                 std::size_t& states) const {
+    std::unique_lock g(mu_, std::try_to_lock);
+    if (!g.owns_lock()) return false;
+    s = st_;
+    clients = clients_.size();
+    sessions = sessions_.size();
+    states = states_.size();
+    return true;
+  }
   std::size_t clients() const {
     std::lock_guard g(mu_);
     return clients_.size();
