@@ -240,9 +240,18 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
     seen_ = nfs_.stats();
     seen_handles_ = nfs_.handles();
   }
+  nfs4_.try_stats(seen4_, seen4_clients_, seen4_sessions_, seen4_states_);
   const NfsServerStats& n = seen_;
   const std::uint64_t handles = seen_handles_;
   return {
+      {"nfs4_compounds", seen4_.compounds},
+      {"nfs4_ops", seen4_.ops},
+      {"nfs4_errors", seen4_.errors},
+      {"nfs4_replays", seen4_.replays},    // answered from a slot's reply cache
+      {"nfs4_resource", seen4_.resource},  // NFS4ERR_RESOURCE: a table was full
+      {"nfs4_clients_now", seen4_clients_},
+      {"nfs4_sessions_now", seen4_sessions_},
+      {"nfs4_stateids_now", seen4_states_},
       {"nfs_calls", n.calls},
       {"nfs_errors", n.errors},
       {"nfs_garbage", n.garbage},

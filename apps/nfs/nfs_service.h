@@ -81,12 +81,14 @@ class NfsService {
 
  private:
   NfsServer nfs_;
-  Nfs4Server nfs4_{nfs_};  ///< NFS version 4.1 calls over the same export and handles
+  Nfs4Server nfs4_{nfs_};      ///< NFS version 4.1 calls over the same export and handles
   mutable std::mutex nfs_mu_;  ///< the worker's calls into nfs_, and report()
   /// The server's counters as stats() last read them: stats() runs on the poll loop and only
   /// tries the lock (a call may hold it through an fsync), reusing these when it is taken.
   mutable NfsServerStats seen_;
   mutable std::uint64_t seen_handles_ = 0;
+  mutable Nfs4Stats seen4_;  ///< the v4 server's, as stats() last read them (it never waits)
+  mutable std::size_t seen4_clients_ = 0, seen4_sessions_ = 0, seen4_states_ = 0;
   CallWorker worker_;  ///< runs every handler; stopped first by the destructor
   RpcRdmaServer rdma_;
   RpcTcpServer mount_;
