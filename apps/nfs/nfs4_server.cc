@@ -572,8 +572,8 @@ Status Nfs4Server::exchange_id(Compound&, XdrDecoder& d, XdrEncoder& e) {
   }
   if (!d.ok()) return kErrBadxdr;
   constexpr std::uint32_t kValid = kExchgidSuppMovedRefer | kExchgidSuppMovedMigr |
-                                   kExchgidSuppFenceOps | kExchgidBindPrincStateid | kExchgidMaskPnfs |
-                                   kExchgidUpdConfirmedRecA;
+                                   kExchgidSuppFenceOps | kExchgidBindPrincStateid |
+                                   kExchgidMaskPnfs | kExchgidUpdConfirmedRecA;
   if (flags & ~kValid) return kErrInval;
   Client* found = nullptr;
   for (auto& [id, cl] : clients_)
