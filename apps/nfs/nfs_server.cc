@@ -1731,4 +1731,52 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
   }
 }
 
+thread_local NfsServer::Call* NfsServer::v4_call_ = nullptr;
+
+bool NfsServer::run_as(const rpc::OpaqueAuth& cred, const std::function<void()>& fn) {
+  Call c;
+  if (!credential(cred, c.cred)) return false;
+  Identity id;
+  if (!id.become(c.cred.uid, c.cred.gid, c.cred.groups)) return false;
+  c.id = &id;
+  Call* const outer = std::exchange(v4_call_, &c);
+  fn();
+  v4_call_ = outer;
+  return true;
+}
+
+Status NfsServer::resolve(const Fh& fh, Resolved& r) {
+  Call none;
+  Call& c = v4_call_ ? *v4_call_ : none;
+  Obj o;
+  const Status s = find(c, fh, o);
+  if (s != kOk) return s;
+  r.st = o.st;
+  r.rel = std::move(o.rel);
+  r.fd = o.fd.release();
+  return kOk;
+}
+
+std::optional<Fh> NfsServer::handle_in(const Resolved& dir, const std::string& name,
+                                       const struct stat& st) {
+  Obj o;
+  o.fd.reset(dir.fd);
+  o.rel = dir.rel;
+  o.st = dir.st;
+  auto fh = handle_of(o, name, st);
+  o.fd.release();
+  return fh;
+}
+
+Status NfsServer::open_for_io(const Resolved& r, int flags, int& fd) {
+  Call none;
+  Call& c = v4_call_ ? *v4_call_ : none;
+  Obj o;
+  o.fd.reset(r.fd);
+  o.st = r.st;
+  const Status s = reopen(c, o, flags, true, fd);
+  o.fd.release();
+  return s;
+}
+
 }  // namespace roce::nfs

@@ -138,7 +138,10 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
       rdma_(
           context, with_door(c),
           [this](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& r) {
-            nfs_.handle(ctx, call, r);  // several at once: the server is thread-safe
+            if (Nfs4Server::is_v4(call))  // v4 holds its own lock; v3 is thread-safe
+              nfs4_.handle(ctx, call, r);
+            else
+              nfs_.handle(ctx, call, r);
           },
           &worker_),
       mount_(
@@ -153,6 +156,7 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
   if (!nfs_.persistent_handles())
     std::fprintf(stderr, "service nfs: %s\n", nfs_.handle_note().c_str());
   nfs_.max_io = c.transport.max_io;
+  nfs4_.max_io = c.transport.max_io;
   nfs_.max_handles = c.max_handles;
   mount_.max_clients = c.mount_clients;
   mount_.max_per_peer = c.mount_per_peer;
@@ -166,7 +170,10 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
         [this](const CallContext& ctx, std::span<const std::uint8_t> call,
                std::vector<std::uint8_t>& reply) {
           RpcReply r;
-          nfs_.handle(ctx, call, r);
+          if (Nfs4Server::is_v4(call))
+            nfs4_.handle(ctx, call, r);
+          else
+            nfs_.handle(ctx, call, r);
           reply = std::move(r.msg);
           if (r.has_payload) {  // no chunks over TCP: READ's data follows inline
             const std::size_t n = r.payload.size();
@@ -279,16 +286,36 @@ std::string NfsService::report() const {
        std::to_string(m.timed_out) + ", oversized " + std::to_string(m.oversized) + "\n";
   s += "procedures:";
   for (const auto& [p, k] : n.by_proc) s += " " + std::to_string(p) + ":" + std::to_string(k);
+  // Never waits for a COMPOUND holding the v4 server (an fsync): its last values then.
+  nfs4_.try_stats(seen4_, seen4_clients_, seen4_sessions_, seen4_states_);
+  const Nfs4Stats& v4 = seen4_;
+  s += "\nnfs4: " + std::to_string(v4.compounds) + " compounds, " + std::to_string(v4.ops) +
+       " operations (" + std::to_string(v4.errors) + " failed, " + std::to_string(v4.replays) +
+       " replayed from the reply cache, " + std::to_string(v4.resource) + " tables full), " +
+       std::to_string(seen4_clients_) + " clients, " + std::to_string(seen4_sessions_) +
+       " sessions, " + std::to_string(seen4_states_) + " stateids now\nnfs4 operations:";
+  for (const auto& [op, k] : v4.by_op)
+    s += std::string(" ") + v4::op_name(op) + ":" + std::to_string(k);
   return s + "\n";
 }
 
 std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
   const auto& t = rdma_.stats();
   const auto& m = mount_.stats();
-  // The server's locks guard counters and tables only, never a file system call.
+  // The server's locks guard counters and tables only, never a file system call; the v4
+  // server's may be held by a COMPOUND through an fsync: only tried, else the last values.
   const NfsServerStats n = nfs_.stats();
   const std::uint64_t handles = nfs_.handles();
+  nfs4_.try_stats(seen4_, seen4_clients_, seen4_sessions_, seen4_states_);
   return {
+      {"nfs4_compounds", seen4_.compounds},
+      {"nfs4_ops", seen4_.ops},
+      {"nfs4_errors", seen4_.errors},
+      {"nfs4_replays", seen4_.replays},    // answered from a slot's reply cache
+      {"nfs4_resource", seen4_.resource},  // NFS4ERR_RESOURCE: a table was full
+      {"nfs4_clients_now", seen4_clients_},
+      {"nfs4_sessions_now", seen4_sessions_},
+      {"nfs4_stateids_now", seen4_states_},
       {"nfs_calls", n.calls},
       {"nfs_errors", n.errors},
       {"nfs_garbage", n.garbage},
