@@ -203,6 +203,7 @@ struct Nfs4Server::Compound {
   SessionId sid{};
   std::uint32_t slot = 0;
   std::uint64_t clientid = 0;                         ///< the session's client
+  Principal principal;                                ///< the call's credential and peer
   const std::vector<std::uint8_t>* replay = nullptr;  ///< SEQUENCE found a retry: its reply
 };
 
@@ -296,6 +297,12 @@ void Nfs4Server::handle(const CallContext& ctx, std::span<const std::uint8_t> ca
   const std::size_t body = out.msg.size();
   Compound c;
   c.ctx = &ctx;
+  c.principal.flavor = h.cred.flavor;
+  c.principal.peer = ctx.peer.v;
+  if (const auto sys = rpc::parse_auth_sys(h.cred)) {
+    c.principal.uid = sys->uid;
+    c.principal.gid = sys->gid;
+  }
   const bool ran = files_.run_as(h.cred, [&] { compound(c, d, e, out); });
   if (!ran || (!d.ok() && out.msg.size() == body)) {
     // No identity to act as (roced lacks CAP_SETUID), or the COMPOUND's header did not decode.
@@ -549,7 +556,11 @@ void Nfs4Server::forget_client(std::uint64_t clientid) {
   clients_.erase(clientid);
 }
 
-Status Nfs4Server::exchange_id(Compound&, XdrDecoder& d, XdrEncoder& e) {
+bool Nfs4Server::in_use(const Client& cl) const {
+  return cl.states > 0 || now() - cl.renewed <= static_cast<std::int64_t>(lim_.lease_seconds);
+}
+
+Status Nfs4Server::exchange_id(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   Verifier verf{};
   if (const auto v = d.fixed(8); v.size() == 8) std::copy(v.begin(), v.end(), verf.begin());
   const auto owner = d.opaque(kOpaqueLimit);
@@ -579,11 +590,17 @@ Status Nfs4Server::exchange_id(Compound&, XdrDecoder& d, XdrEncoder& e) {
   for (auto& [id, cl] : clients_)
     if (cl.ownerid == ownerid && (!found || cl.confirmed)) found = &cl;
   Client* cl = nullptr;
+  // Another principal naming a confirmed client's co_ownerid: a collision while that client
+  // holds state or a live lease (RFC 8881 18.35.5 case 3), never a takeover.
+  const bool foreign = found && found->confirmed && found->principal != c.principal;
   if (flags & kExchgidUpdConfirmedRecA) {
     if (!found || !found->confirmed) return kErrNoent;
+    if (foreign) return kErrPerm;
     if (found->verifier != verf) return kErrNotSame;
     cl = found;
-  } else if (found && found->confirmed && found->verifier == verf) {
+  } else if (foreign && in_use(*found)) {
+    return kErrClidInuse;
+  } else if (found && found->confirmed && found->verifier == verf && !foreign) {
     cl = found;  // the same client again
   } else {
     // New, or a client that rebooted (another verifier: its old record goes when the new one
@@ -594,6 +611,7 @@ Status Nfs4Server::exchange_id(Compound&, XdrDecoder& d, XdrEncoder& e) {
     Client n;
     n.clientid = boot_ << 32 | next_client_++;
     n.ownerid = ownerid;
+    n.principal = c.principal;
     n.verifier = verf;
     n.renewed = now();
     cl = &clients_.emplace(n.clientid, std::move(n)).first->second;
@@ -649,7 +667,7 @@ void encode_channel(XdrEncoder& e, const ChannelAttrs& a) {
 
 }  // namespace
 
-Status Nfs4Server::create_session(Compound&, XdrDecoder& d, XdrEncoder& e) {
+Status Nfs4Server::create_session(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   const std::uint64_t clientid = d.u64();
   const std::uint32_t seq = d.u32();
   const std::uint32_t flags = d.u32();
@@ -680,6 +698,8 @@ Status Nfs4Server::create_session(Compound&, XdrDecoder& d, XdrEncoder& e) {
   const auto it = clients_.find(clientid);
   if (it == clients_.end()) return kErrStaleClientid;
   Client& cl = it->second;
+  // Only the principal of the EXCHANGE_ID creates (or replays) a session of the client.
+  if (cl.principal != c.principal) return kErrClidInuse;
   if (seq + 1 == cl.cs_seqid && !cl.cs_reply.empty()) {  // a retry: the same answer
     std::vector<std::uint8_t>& out = cl.cs_reply;
     for (std::size_t i = 0; i + 4 <= out.size(); i += 4)
@@ -694,20 +714,31 @@ Status Nfs4Server::create_session(Compound&, XdrDecoder& d, XdrEncoder& e) {
   if (mine >= lim_.sessions) return kErrResource;
   if (!cl.confirmed) {
     // Confirmed now: the record of the same client before it rebooted goes, with its state.
+    // Another principal's record that gained state or renewed meanwhile stays, and this
+    // one is refused.
     std::vector<std::uint64_t> old;
-    for (const auto& [id, o] : clients_)
-      if (id != clientid && o.ownerid == cl.ownerid) old.push_back(id);
+    for (const auto& [id, o] : clients_) {
+      if (id == clientid || o.ownerid != cl.ownerid) continue;
+      if (o.confirmed && o.principal != cl.principal && in_use(o)) return kErrClidInuse;
+      old.push_back(id);
+    }
     for (auto id : old) forget_client(id);
     cl.confirmed = true;
   }
   Session s;
   s.clientid = clientid;
-  for (int i = 0; i < 8; ++i)
-    s.id[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(clientid >> (56 - 8 * i));
-  const std::uint32_t n = next_session_++;
-  for (int i = 0; i < 4; ++i)
-    s.id[static_cast<std::size_t>(8 + i)] = static_cast<std::uint8_t>(n >> (24 - 8 * i));
-  std::copy(boot_verf_.begin(), boot_verf_.begin() + 4, s.id.begin() + 12);
+  // Random, so that no other host can guess a session's id (and act on it with SEQUENCE);
+  // a counter and the boot verifier only if the kernel has no randomness to give.
+  do {
+    if (::getrandom(s.id.data(), s.id.size(), 0) != static_cast<ssize_t>(s.id.size())) {
+      for (int i = 0; i < 8; ++i)
+        s.id[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(clientid >> (56 - 8 * i));
+      const std::uint32_t n = next_session_++;
+      for (int i = 0; i < 4; ++i)
+        s.id[static_cast<std::size_t>(8 + i)] = static_cast<std::uint8_t>(n >> (24 - 8 * i));
+      std::copy(boot_verf_.begin(), boot_verf_.begin() + 4, s.id.begin() + 12);
+    }
+  } while (sessions_.contains(s.id));
   ChannelAttrs f = fore;
   const std::uint32_t io = max_io + 8192;  // the largest READ or WRITE and its COMPOUND around it
   f.headerpad = 0;

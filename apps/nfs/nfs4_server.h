@@ -84,6 +84,8 @@ class Nfs4Server {
   v4::Status destroy_session(Compound& c, XdrDecoder& d);
   v4::Status destroy_clientid(Compound& c, XdrDecoder& d);
   void forget_client(std::uint64_t clientid);
+  /// Whether a client record holds state or a live lease (another principal may not take it).
+  bool in_use(const v4::Client& cl) const;
   /// Forgets clients whose lease ran out (a courteous server keeps them until room is needed).
   void reap_expired();
   // Files.

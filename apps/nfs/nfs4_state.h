@@ -96,8 +96,16 @@ class FileLocks {
   std::vector<Range> ranges_;
 };
 
+/// Who made a client record (RFC 8881 18.35.5: another principal naming the same co_ownerid is
+/// another client): the call's credential flavor, its AUTH_SYS uid and gid, the peer's address.
+struct Principal {
+  std::uint32_t flavor = 0, uid = 0, gid = 0, peer = 0;
+  friend bool operator==(const Principal&, const Principal&) = default;
+};
+
 struct Client {
   std::uint64_t clientid = 0;
+  Principal principal;  ///< of its EXCHANGE_ID; CREATE_SESSION must come from the same
   std::vector<std::uint8_t> ownerid;
   Verifier verifier{};
   bool confirmed = false;

@@ -92,7 +92,7 @@ class NfsService {
   void start_portmap(client::Context& context, const NfsServiceConfig& c);
   bool step_portmap_udp();
 
-  NfsServer nfs_;  ///< thread-safe: the pool's handlers call it at once
+  NfsServer nfs_;          ///< thread-safe: the pool's handlers call it at once
   Nfs4Server nfs4_{nfs_};  ///< NFS version 4.1 calls over the same export; its own mutex
   /// The v4 server's counts as stats() and report() last read them: they run on the poll loop
   /// and only try its lock (a COMPOUND may hold it through an fsync), reusing these meanwhile.

@@ -7,9 +7,11 @@
 #include "apps/nfs/nfs4_server.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -84,7 +86,7 @@ class Nfs4Test : public ::testing::Test {
     h.prog = v3::kNfsProgram;
     h.vers = vers;
     h.proc = proc;
-    h.cred = rpc::auth_sys({1, "t", ::geteuid(), ::getegid(), {}});
+    h.cred = rpc::auth_sys({1, "t", uid_ ? uid_ : ::geteuid(), uid_ ? uid_ : ::getegid(), {}});
     rpc::encode(e, h);
     if (proc == kCompound) {
       e.string("t");
@@ -316,6 +318,7 @@ class Nfs4Test : public ::testing::Test {
   std::unique_ptr<Nfs4Server> srv_;
   v4::Limits lim_;
   std::int64_t clock_ = 1000;
+  std::uint32_t uid_ = 0;
   std::uint32_t xid_ = 0;
   std::uint64_t clientid_ = 0;
   std::uint32_t cs_seq_ = 0, ex_flags_ = 0, ex_status_ = 0, slots_ = 0;
@@ -1142,6 +1145,49 @@ TEST_F(Nfs4Test, HandlesOutliveARestartStateDoesNot) {
     e.u32(0);
   }));
   EXPECT_EQ(rc.status, kErrNoGrace);
+}
+
+// Another principal (another uid) naming a client's co_ownerid gets CLID_INUSE, and its
+// CREATE_SESSION on the client's id neither confirms nor replays anything: the client keeps
+// its opens, locks and session (RFC 8881 18.35.5, client collision).
+TEST_F(Nfs4Test, ForeignPrincipalCannotTakeAClientsOwnerId) {
+  mount();  // the victim "client-a", verifier 1
+  const Opened o = open("hello", 99, kShareAccessBoth);
+  ASSERT_EQ(o.status, kOk);
+  Reply l = send(
+      seq().add(kPutfh, fh(o.fh)).add(kLock, lock_args(kWriteLt, 0, 100, o.sid, clientid_, "lk")));
+  ASSERT_EQ(l.status, kOk);
+  const std::size_t before = srv_->states();
+  ASSERT_GE(before, 2u);
+  const std::uint64_t victim = clientid_;
+  const std::uint32_t victim_cs = cs_seq_;
+  // Another uid, the victim's co_ownerid, another verifier: a collision.
+  uid_ = 4242;
+  exchange("client-a", 2);
+  EXPECT_EQ(ex_status_, kErrClidInuse);
+  // CREATE_SESSION on the victim's client id: neither the replay of its last reply (with its
+  // session id) nor a new session.
+  clientid_ = victim;
+  EXPECT_EQ(send(create_session_ops(victim_cs)).status, kErrClidInuse);
+  EXPECT_EQ(send(create_session_ops(victim_cs + 1)).status, kErrClidInuse);
+  EXPECT_EQ(srv_->states(), before) << "the victim's opens and locks were forgotten";
+  EXPECT_EQ(srv_->sessions(), 1u);
+  uid_ = 0;
+  EXPECT_EQ(send(seq()).status, kOk) << "the victim's session";
+  // The victim itself rebooting (same principal, another verifier) still replaces its record.
+  exchange("client-a", 3);
+  ASSERT_EQ(ex_status_, kOk);
+  EXPECT_NE(clientid_, victim);
+  ASSERT_EQ(create_session(), kOk);
+  EXPECT_EQ(srv_->states(), 0u);
+  EXPECT_EQ(srv_->clients(), 1u);
+  // A foreign principal may take a record that has neither state nor a live lease.
+  clock_ += 1000;
+  uid_ = 4242;
+  exchange("client-a", 4);
+  EXPECT_EQ(ex_status_, kOk);
+  EXPECT_EQ(create_session(), kOk);
+  EXPECT_EQ(srv_->clients(), 1u);
 }
 
 }  // namespace
