@@ -8,6 +8,7 @@
 #include <linux/openat2.h>
 #include <sched.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
@@ -75,6 +76,10 @@ Status from_errno(int e) {
       return kErrNotsupp;
     case EOVERFLOW:
       return kErrFbig;
+    case EMFILE:  // out of descriptors or memory: for now, the client tries again later
+    case ENFILE:
+    case ENOMEM:
+      return kErrJukebox;
     default:
       return kErrIo;
   }
@@ -157,6 +162,8 @@ int open_beneath(int root, const std::string& rel, int flags) {
 
 /// A handle's path that no longer opens: gone, or a component is now a symbolic link, not a
 /// directory or another file system, is stale; the rest (EACCES, EISDIR, ENXIO...) say why.
+bool out_of_resources(int err) { return err == EMFILE || err == ENFILE || err == ENOMEM; }
+
 Status path_error(int err) {
   return err == ENOENT || err == ELOOP || err == EXDEV || err == ENOTDIR ? kErrStale
                                                                          : from_errno(err);
@@ -699,35 +706,38 @@ void NfsServer::renamed(const std::string& from, const std::string& to) {
   }
 }
 
-bool NfsServer::beneath(int fd, const struct stat& st) const {
-  if (st.st_dev != root_dev_) return false;
+Status NfsServer::beneath(int fd, const struct stat& st) const {
+  if (st.st_dev != root_dev_) return kErrStale;
   if (S_ISDIR(st.st_mode)) {
     // Up through ".." to the root; the top of the file system first means outside.
     Fd cur(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    if (cur.get() < 0) return from_errno(errno);
     struct stat s = st;
-    for (int depth = 0; depth < 4096 && cur.get() >= 0; ++depth) {
-      if (s.st_dev != root_dev_) return false;
-      if (s.st_ino == root_ino_) return true;
+    for (int depth = 0; depth < 4096; ++depth) {
+      if (s.st_dev != root_dev_) return kErrStale;
+      if (s.st_ino == root_ino_) return kOk;
       Fd up(::openat(cur.get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC));
       struct stat u;
-      if (up.get() < 0 || ::fstat(up.get(), &u) != 0) return false;
-      if (u.st_ino == s.st_ino && u.st_dev == s.st_dev) return false;
+      if (up.get() < 0) return out_of_resources(errno) ? kErrJukebox : kErrStale;
+      if (::fstat(up.get(), &u) != 0) return kErrStale;
+      if (u.st_ino == s.st_ino && u.st_dev == s.st_dev) return kErrStale;
       cur = std::move(up);
       s = u;
     }
-    return false;
+    return kErrStale;
   }
   // Not a directory: the kernel's name for it. Beneath the root's path is beneath the root; a
   // name elsewhere that is this very file is outside (moved out, or linked out); a file whose
   // dentry the kernel could not connect to a path (cold, after a restart) is taken on the MAC's
   // word, as knfsd takes its handles with no_subtree_check.
-  if (st.st_nlink == 0) return false;
-  if (root_real_ == "/") return true;
+  if (st.st_nlink == 0) return kErrStale;
+  if (root_real_ == "/") return kOk;
   const std::string p = read_link(proc_path(fd));
   if (p.size() > root_real_.size() && p.starts_with(root_real_) && p[root_real_.size()] == '/')
-    return true;
+    return kOk;
   struct stat o;
-  return !(::lstat(p.c_str(), &o) == 0 && o.st_ino == st.st_ino && o.st_dev == st.st_dev);
+  return ::lstat(p.c_str(), &o) == 0 && o.st_ino == st.st_ino && o.st_dev == st.st_dev ? kErrStale
+                                                                                       : kOk;
 }
 
 Status NfsServer::find(Call& c, const Fh& fh, Obj& o) {
@@ -750,11 +760,13 @@ Status NfsServer::find(Call& c, const Fh& fh, Obj& o) {
   // open_by_handle_at needs CAP_DAC_READ_SEARCH, which the caller's identity dropped; so does
   // the walk up to the root (the caller's search permission on the way is not asked, as knfsd
   // does not ask it with no_subtree_check).
+  // Out of descriptors or memory is JUKEBOX (try again), never STALE: a client takes ESTALE
+  // on an open file as the file gone.
   Call::AsServer server(c.id);
   o.fd.reset(open_kernel_handle(mount_fd_, type, body));
-  if (o.fd.get() < 0 || ::fstat(o.fd.get(), &o.st) != 0) return kErrStale;
-  if (!beneath(o.fd.get(), o.st)) return kErrStale;
-  return kOk;
+  if (o.fd.get() < 0) return out_of_resources(errno) ? kErrJukebox : kErrStale;
+  if (::fstat(o.fd.get(), &o.st) != 0) return kErrStale;
+  return beneath(o.fd.get(), o.st);
 }
 
 std::optional<Fh> NfsServer::handle_of(const Obj& dir, const std::string& name,
@@ -840,14 +852,27 @@ Status NfsServer::open_file(Call& c, const Obj& o, bool write, std::shared_ptr<c
     if (nf->fd.get() < 0 && !write)
       nf->fd.reset(::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   }
-  if (nf->fd.get() < 0) return path_error(errno);
+  if (nf->fd.get() < 0) {
+    const int err = errno;
+    if (out_of_resources(err)) {  // let go of the cached descriptors no call is using
+      std::lock_guard g(files_mu_);
+      std::erase_if(files_, [](const auto& kv) { return kv.second.file.use_count() == 1; });
+    }
+    return path_error(err);
+  }
   struct stat s;
   if (::fstat(nf->fd.get(), &s) != 0 || s.st_ino != o.st.st_ino || s.st_dev != o.st.st_dev)
     return kErrStale;
   f = nf;
+  // At most a quarter of the descriptors this process may have (RLIMIT_NOFILE, read now: it
+  // may be lowered while running), so that handles, sockets and directories always find one.
+  std::size_t cap = max_open_files;
+  if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    cap = std::min<std::size_t>(cap, static_cast<std::size_t>(r.rlim_cur / 4));
+  cap = std::max<std::size_t>(cap, 1);
   std::lock_guard g(files_mu_);
   files_[key] = CachedFile{nf, now};
-  while (files_.size() > max_open_files) {  // the least recently used goes
+  while (files_.size() > cap) {  // the least recently used goes
     auto oldest = files_.begin();
     for (auto i = files_.begin(); i != files_.end(); ++i)
       if (i->second.used_ns < oldest->second.used_ns) oldest = i;

@@ -186,10 +186,12 @@ class NfsServer {
   /// its export id and MAC are checked; false for a handle this server did not make.
   bool open_fh(const v3::Fh& fh, std::uint32_t& type, std::vector<std::uint8_t>& body) const;
   v3::Fh seal(std::uint32_t type, std::span<const std::uint8_t> body) const;
-  /// Opens what `fh` names beneath the root (O_PATH); kOk or kErrStale.
+  /// Opens what `fh` names beneath the root (O_PATH); kOk, kErrStale, or kErrJukebox when out
+  /// of descriptors or memory.
   v3::Status find(Call& c, const v3::Fh& fh, Obj& o);
-  /// Whether `fd` (opened from a handle) is beneath the export's root.
-  bool beneath(int fd, const struct stat& st) const;
+  /// Whether `fd` (opened from a handle) is beneath the export's root: kOk, kErrStale, or
+  /// kErrJukebox when out of descriptors to tell.
+  v3::Status beneath(int fd, const struct stat& st) const;
   /// Opens `o` again for I/O with `flags` (the same inode or kErrStale); the owner of a file may
   /// read and write it whatever its mode says, as knfsd allows (NFSD_MAY_OWNER_OVERRIDE).
   v3::Status reopen(Call& c, const Obj& o, int flags, bool owner_override, int& fd);

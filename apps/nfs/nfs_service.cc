@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -153,6 +154,13 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
           },
           &worker_) {
   if (!nfs_.acts_as_callers()) check_unprivileged(c.exports);
+  // Descriptors: the open-file cache takes up to a quarter of the soft limit (nfs_server.cc),
+  // connections, handles being served and directories the rest; take the hard limit.
+  if (rlimit nofile{};
+      ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   if (!nfs_.persistent_handles())
     std::fprintf(stderr, "service nfs: %s\n", nfs_.handle_note().c_str());
   nfs_.max_io = c.transport.max_io;
