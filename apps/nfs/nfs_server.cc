@@ -708,14 +708,41 @@ void NfsServer::renamed(const std::string& from, const std::string& to) {
 
 Status NfsServer::beneath(int fd, const struct stat& st) const {
   if (st.st_dev != root_dev_) return kErrStale;
+  const auto under_root = [&](const std::string& p) {
+    return root_real_ == "/" || (p.size() > root_real_.size() && p.starts_with(root_real_) &&
+                                 p[root_real_.size()] == '/');
+  };
   if (S_ISDIR(st.st_mode)) {
-    // Up through ".." to the root; the top of the file system first means outside.
+    if (st.st_ino == root_ino_) return kOk;
+    if (st.st_nlink == 0) return kErrStale;  // removed
+    // A directory from open_by_handle_at is connected (exportfs reconnects directories), so
+    // the kernel's name for it is its path: one readlink, whatever the depth. Only a name
+    // outside the root's path is walked: up through ".." to the root; the top of the file
+    // system first means outside.
+    // A path longer than a page has no name from the kernel: those are walked, and what a walk
+    // found beneath the root is believed for a second (a walk stops at such a directory), so
+    // that a deep tree costs one walk per second, not one per call.
+    if (under_root(read_link(proc_path(fd)))) return kOk;
+    const auto now =
+        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    const auto known = [&](std::uint64_t ino) {
+      std::lock_guard g(walked_mu_);
+      const auto it = walked_.find(ino);
+      return it != walked_.end() && it->second > now;
+    };
     Fd cur(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
     if (cur.get() < 0) return from_errno(errno);
     struct stat s = st;
+    std::vector<std::uint64_t> seen;
     for (int depth = 0; depth < 4096; ++depth) {
       if (s.st_dev != root_dev_) return kErrStale;
-      if (s.st_ino == root_ino_) return kOk;
+      if (s.st_ino == root_ino_ || known(s.st_ino)) {
+        std::lock_guard g(walked_mu_);
+        if (walked_.size() + seen.size() > kMaxWalked) walked_.clear();
+        for (auto ino : seen) walked_[ino] = now + 1'000'000'000ull;
+        return kOk;
+      }
+      seen.push_back(s.st_ino);
       Fd up(::openat(cur.get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC));
       struct stat u;
       if (up.get() < 0) return out_of_resources(errno) ? kErrJukebox : kErrStale;
@@ -733,8 +760,7 @@ Status NfsServer::beneath(int fd, const struct stat& st) const {
   if (st.st_nlink == 0) return kErrStale;
   if (root_real_ == "/") return kOk;
   const std::string p = read_link(proc_path(fd));
-  if (p.size() > root_real_.size() && p.starts_with(root_real_) && p[root_real_.size()] == '/')
-    return kOk;
+  if (under_root(p)) return kOk;
   struct stat o;
   return ::lstat(p.c_str(), &o) == 0 && o.st_ino == st.st_ino && o.st_dev == st.st_dev ? kErrStale
                                                                                        : kOk;

@@ -236,6 +236,11 @@ class NfsServer {
   mutable std::mutex stats_mu_;
   NfsServerStats st_;
   std::atomic<std::uint64_t> mount_denied_{0};  ///< MNT3ERR_ACCES answers
+  /// Directories a walk up ".." found beneath the root (inode -> until when, steady ns), for
+  /// those whose path is too long for the kernel to name (beneath()).
+  mutable std::mutex walked_mu_;
+  mutable std::unordered_map<std::uint64_t, std::uint64_t> walked_;
+  static constexpr std::size_t kMaxWalked = 65536;
   mutable std::mutex files_mu_;
   struct FileKey {
     std::uint64_t dev, ino;
