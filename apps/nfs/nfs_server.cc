@@ -1790,9 +1790,13 @@ bool NfsServer::run_as(const rpc::OpaqueAuth& cred, const std::function<void()>&
   Identity id;
   if (!id.become(c.cred.uid, c.cred.gid, c.cred.groups)) return false;
   c.id = &id;
-  Call* const outer = std::exchange(v4_call_, &c);
+  // Put back on every way out (an exception from fn too): a later resolve() on this thread
+  // must not use this frame's call and identity.
+  struct Restore {
+    Call* outer;
+    ~Restore() { v4_call_ = outer; }
+  } restore{std::exchange(v4_call_, &c)};
   fn();
-  v4_call_ = outer;
   return true;
 }
 

@@ -1190,5 +1190,22 @@ TEST_F(Nfs4Test, ForeignPrincipalCannotTakeAClientsOwnerId) {
   EXPECT_EQ(srv_->clients(), 1u);
 }
 
+// A COMPOUND that throws (bad_alloc under memory pressure) leaves no call of its dead frame
+// behind for the thread's next resolve().
+TEST_F(Nfs4Test, RunAsPutsTheCallBackWhenItThrows) {
+  const rpc::OpaqueAuth cred = rpc::auth_sys({1, "t", ::geteuid(), ::getegid(), {}});
+  EXPECT_THROW(files_->run_as(cred, [] { throw std::bad_alloc(); }), std::bad_alloc);
+  NfsServer::Resolved r;
+  ASSERT_EQ(files_->resolve(files_->root_fh(), r), v3::kOk);
+  ::close(r.fd);
+  bool ran = false;
+  EXPECT_TRUE(files_->run_as(cred, [&] {
+    NfsServer::Resolved in;
+    ran = files_->resolve(files_->root_fh(), in) == v3::kOk;
+    if (in.fd >= 0) ::close(in.fd);
+  }));
+  EXPECT_TRUE(ran);
+}
+
 }  // namespace
 }  // namespace roce::nfs
