@@ -251,6 +251,12 @@ bool NfsService::step_portmap_udp() {
         ::recvfrom(portmap_udp_, in, sizeof in, 0, reinterpret_cast<sockaddr*>(&from), &fl);
     if (n <= 0) break;
     any = true;
+    // A datagram's source is not proven: answering anyone would reflect (about 3x) at whoever
+    // a forger names. Only the export's clients get answers (TCP's port mapper answers all).
+    if (!nfs_.options().allows(wire::Ipv4Addr{ntohl(from.sin_addr.s_addr)})) {
+      ++portmap_udp_denied_;
+      continue;
+    }
     ++portmap_udp_calls_;
     portmap_reply(portmap_table_, std::span(in, static_cast<std::size_t>(n)), out);
     if (!out.empty())
@@ -344,7 +350,8 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"rpcrdma_err_chunk", t.err_chunk},
       {"mount_calls", mount_.calls()},
       {"portmap_calls", (portmap_tcp_ ? portmap_tcp_->calls() : 0) + portmap_udp_calls_},
-      {"mount_denied", nfs_.mount_denied()},  // MNT3ERR_ACCES
+      {"portmap_udp_denied", portmap_udp_denied_},  // datagrams from hosts not listed: dropped
+      {"mount_denied", nfs_.mount_denied()},        // MNT3ERR_ACCES
       {"mount_connections_now", mount_.clients()},
       {"mount_refused", m.refused},
       {"mount_refused_peer", m.refused_peer},

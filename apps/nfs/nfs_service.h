@@ -106,6 +106,7 @@ class NfsService {
   std::unique_ptr<RpcTcpServer> portmap_tcp_;
   int portmap_udp_ = -1;  ///< non-blocking; answered from step()
   std::uint64_t portmap_udp_calls_ = 0;
+  std::uint64_t portmap_udp_denied_ = 0;  ///< datagrams from addresses the export does not list
 };
 
 /// roced's `test: nfs` service (docs/configuration.md): the service on a port the daemon owns

@@ -848,6 +848,53 @@ TEST(NfsService, PortMapperAnswersForMountAndNfs) {
   ::close(fd);
 }
 
+// The port mapper over UDP answers the export's clients only (a forged source would have it
+// reflect its replies); the datagram is dropped and counted.
+TEST(NfsService, PortMapperOverUdpAnswersListedClientsOnly) {
+  Rig r({}, echo);
+  NfsServiceConfig c;
+  const int base = 30000 + (getpid() + 7) % 20000;
+  parse_service_args({"--root", "/tmp", "--mount-port", std::to_string(base + 2), "--portmap-port",
+                      std::to_string(base + 3), "--clients", "192.0.2.9"},
+                     c);
+  c.port = kPort + 3;
+  auto own = open_local_context(*r.b.eng, *r.b.loop, kIpB);
+  NfsService svc(*own, c);
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<std::uint16_t>(base + 3));
+  to.sin_addr.s_addr = htonl(0x7f000001);
+  std::vector<std::uint8_t> b;
+  XdrEncoder e(b);
+  rpc::CallHeader h;
+  h.xid = 78;
+  h.prog = kPortmapProgram;
+  h.vers = 2;
+  h.proc = 4;  // DUMP
+  rpc::encode(e, h);
+  ASSERT_EQ(::sendto(fd, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to),
+            static_cast<ssize_t>(b.size()));
+  const auto denied = [&] {
+    for (const auto& [k, v] : svc.stats())
+      if (k == "portmap_udp_denied") return v;
+    return std::uint64_t{~0ull};
+  };
+  std::uint8_t in[512];
+  ssize_t n = -1;
+  r.run(
+      [&] {
+        svc.step();
+        n = ::recv(fd, in, sizeof in, MSG_DONTWAIT);
+        return n > 0;
+      },
+      0.5);
+  EXPECT_LE(n, 0) << "answered 127.0.0.1, which --clients does not list";
+  EXPECT_EQ(denied(), 1u);
+  ::close(fd);
+}
+
 // Item 4: the source of a REQ that does not answer ARP: the loop goes on (no poll takes long),
 // and the REQ is rejected once resolve_timeout_ms has passed.
 TEST(NfsServerTransport, UnresolvableSourceDoesNotStallTheLoop) {
