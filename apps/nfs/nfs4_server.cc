@@ -539,6 +539,10 @@ void Nfs4Server::reap_expired() {
 
 void Nfs4Server::forget_client(std::uint64_t clientid) {
   std::erase_if(sessions_, [&](const auto& s) { return s.second.clientid == clientid; });
+  std::erase_if(by_file_, [&](const auto& f) {
+    const auto s = states_.find(f.second);
+    return s == states_.end() || s->second.clientid == clientid;
+  });
   for (auto it = states_.begin(); it != states_.end();) {
     if (it->second.clientid == clientid) {
       if (it->second.kind == State::kLock) {
@@ -553,7 +557,33 @@ void Nfs4Server::forget_client(std::uint64_t clientid) {
       ++it;
     }
   }
-  clients_.erase(clientid);
+  if (const auto cl = clients_.find(clientid); cl != clients_.end()) {
+    bytes_ -= std::min(bytes_, cl->second.bytes);
+    clients_.erase(cl);
+  }
+}
+
+namespace {
+/// What a stateid or a byte range is charged: its record, its map node, its owner's name.
+std::size_t state_cost(const State& s) { return sizeof(State) + 64 + s.owner.name.size(); }
+std::size_t range_cost(const Owner& o) { return sizeof(Range) + o.name.size(); }
+}  // namespace
+
+void Nfs4Server::charge(std::uint64_t clientid, std::ptrdiff_t delta) {
+  const auto cl = clients_.find(clientid);
+  if (cl == clients_.end()) return;
+  if (delta >= 0) {
+    cl->second.bytes += static_cast<std::size_t>(delta);
+    bytes_ += static_cast<std::size_t>(delta);
+  } else {
+    const auto d = std::min(cl->second.bytes, static_cast<std::size_t>(-delta));
+    cl->second.bytes -= d;
+    bytes_ -= std::min(bytes_, d);
+  }
+}
+
+bool Nfs4Server::room(const Client& cl, std::size_t more) const {
+  return cl.bytes + more <= lim_.client_bytes && bytes_ + more <= lim_.total_bytes;
 }
 
 bool Nfs4Server::in_use(const Client& cl) const {
@@ -606,8 +636,13 @@ Status Nfs4Server::exchange_id(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     // New, or a client that rebooted (another verifier: its old record goes when the new one
     // is confirmed), or an unconfirmed one tried again (it is replaced).
     if (found && !found->confirmed) forget_client(found->clientid);
-    if (clients_.size() >= lim_.clients) reap_expired();
-    if (clients_.size() >= lim_.clients) return kErrResource;
+    const auto of_peer = [&] {
+      return static_cast<std::size_t>(std::count_if(clients_.begin(), clients_.end(), [&](auto& x) {
+        return x.second.principal.peer == c.principal.peer;
+      }));
+    };
+    if (clients_.size() >= lim_.clients || of_peer() >= lim_.clients_per_peer) reap_expired();
+    if (clients_.size() >= lim_.clients || of_peer() >= lim_.clients_per_peer) return kErrResource;
     Client n;
     n.clientid = boot_ << 32 | next_client_++;
     n.ownerid = ownerid;
@@ -1213,6 +1248,8 @@ Stateid Nfs4Server::new_state(State st) {
   for (int i = 0; i < 8; ++i)
     id.other[static_cast<std::size_t>(4 + i)] = static_cast<std::uint8_t>(n >> (56 - 8 * i));
   if (auto cl = clients_.find(st.clientid); cl != clients_.end()) ++cl->second.states;
+  charge(st.clientid, static_cast<std::ptrdiff_t>(state_cost(st)));
+  by_file_.emplace(st.file, id.other);
   states_.emplace(id.other, std::move(st));
   return id;
 }
@@ -1222,13 +1259,22 @@ void Nfs4Server::drop_state(const Other& o) {
   if (it == states_.end()) return;
   if (auto cl = clients_.find(it->second.clientid); cl != clients_.end() && cl->second.states)
     --cl->second.states;
+  charge(it->second.clientid, -static_cast<std::ptrdiff_t>(state_cost(it->second)));
   if (it->second.kind == State::kLock) {
     const auto l = locks_.find(it->second.file);
     if (l != locks_.end()) {
+      const std::size_t before = l->second.size();
       l->second.drop(it->second.owner);
+      charge(it->second.clientid, -static_cast<std::ptrdiff_t>((before - l->second.size()) *
+                                                               range_cost(it->second.owner)));
       if (l->second.empty()) locks_.erase(l);
     }
   }
+  for (auto [f, last] = by_file_.equal_range(it->second.file); f != last; ++f)
+    if (f->second == o) {
+      by_file_.erase(f);
+      break;
+    }
   states_.erase(it);
 }
 
@@ -1379,8 +1425,10 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   const FileKey key = key_of(file.st);
   State* mine = nullptr;
   Other mine_id{};
-  for (auto& [id, st] : states_) {
-    if (st.kind != State::kOpen || st.file != key) continue;
+  for (auto [f, last] = by_file_.equal_range(key); f != last; ++f) {
+    const Other& id = f->second;
+    State& st = states_.at(id);
+    if (st.kind != State::kOpen) continue;
     if (st.owner == owner) {
       mine = &st;
       mine_id = id;
@@ -1398,12 +1446,12 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   } else {
     const auto cl = clients_.find(c.clientid);
     if (cl == clients_.end()) return kErrStaleClientid;
-    if (cl->second.states >= lim_.states) return kErrResource;
     State st;
+    st.owner = owner;
+    if (cl->second.states >= lim_.states || !room(cl->second, state_cost(st))) return kErrResource;
     st.kind = State::kOpen;
     st.clientid = c.clientid;
     st.file = key;
-    st.owner = owner;
     st.access = access;
     st.deny = share_deny;
     sid = new_state(std::move(st));
@@ -1431,7 +1479,9 @@ Status Nfs4Server::close(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (!st || st->kind != State::kOpen) return kErrBadStateid;
   const Other open_id = sid.current() ? c.cur_stateid.other : sid.other;
   std::vector<Other> locks;
-  for (const auto& [id, l] : states_) {
+  for (auto [f, last] = by_file_.equal_range(st->file); f != last; ++f) {
+    const Other& id = f->second;
+    const State& l = states_.at(id);
     if (l.kind != State::kLock || l.open != open_id) continue;
     const auto fl = locks_.find(l.file);
     if (fl != locks_.end() && fl->second.holds(l.owner)) return kErrLocksHeld;
@@ -1851,21 +1901,23 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (new_owner) {
     if (owner.clientid != c.clientid) return kErrStaleClientid;
     const Other open_id = sid.current() ? c.cur_stateid.other : sid.other;
-    for (auto& [id, x] : states_)
-      if (x.kind == State::kLock && x.file == key && x.owner == owner) {
+    for (auto [b, last] = by_file_.equal_range(key); b != last; ++b) {
+      State& x = states_.at(b->second);
+      if (x.kind == State::kLock && x.owner == owner) {
         ls = &x;
-        lock_id = id;
+        lock_id = b->second;
       }
+    }
     if (!ls) {
       const auto cl = clients_.find(c.clientid);
       if (cl == clients_.end()) return kErrStaleClientid;
-      if (cl->second.states >= lim_.states) return kErrResource;
       State n;
+      n.owner = owner;
+      if (cl->second.states >= lim_.states || !room(cl->second, state_cost(n))) return kErrResource;
       n.kind = State::kLock;
       n.seqid = 0;  // the first LOCK makes it 1
       n.clientid = c.clientid;
       n.file = key;
-      n.owner = owner;
       n.open = open_id;
       lock_id = new_state(std::move(n)).other;
       ls = &states_.at(lock_id);
@@ -1888,12 +1940,23 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     encode_denied(e, *held);
     return kErrDenied;
   }
+  // A lock adds two ranges at most (splitting one of the owner's own): room for them first.
+  const std::size_t rc = range_cost(ls->owner);
+  const auto cl = clients_.find(c.clientid);
+  if (cl == clients_.end() || !room(cl->second, 2 * rc)) {
+    if (ls->seqid == 0) drop_state(lock_id);
+    return kErrResource;
+  }
   FileLocks& fl = locks_[key];
+  const std::size_t before = fl.size();
   if (!fl.lock(ls->owner, write, off, end, lim_.locks_per_file)) {
     if (fl.empty()) locks_.erase(key);
     if (ls->seqid == 0) drop_state(lock_id);
     return kErrResource;
   }
+  charge(c.clientid,
+         (static_cast<std::ptrdiff_t>(fl.size()) - static_cast<std::ptrdiff_t>(before)) *
+             static_cast<std::ptrdiff_t>(rc));
   ++ls->seqid;
   Stateid out;
   out.seqid = ls->seqid;
@@ -1947,7 +2010,11 @@ Status Nfs4Server::locku(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (!st || st->kind != State::kLock) return kErrBadStateid;
   const auto fl = locks_.find(st->file);
   if (fl != locks_.end()) {
+    const std::size_t before = fl->second.size();
     fl->second.unlock(st->owner, off, end);
+    charge(st->clientid,
+           (static_cast<std::ptrdiff_t>(fl->second.size()) - static_cast<std::ptrdiff_t>(before)) *
+               static_cast<std::ptrdiff_t>(range_cost(st->owner)));
     if (fl->second.empty()) locks_.erase(fl);
   }
   ++st->seqid;

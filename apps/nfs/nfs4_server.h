@@ -86,6 +86,9 @@ class Nfs4Server {
   void forget_client(std::uint64_t clientid);
   /// Whether a client record holds state or a live lease (another principal may not take it).
   bool in_use(const v4::Client& cl) const;
+  /// Counts `delta` bytes of state to the client (and the total); room(): whether `more` fit.
+  void charge(std::uint64_t clientid, std::ptrdiff_t delta);
+  bool room(const v4::Client& cl, std::size_t more) const;
   /// Forgets clients whose lease ran out (a courteous server keeps them until room is needed).
   void reap_expired();
   // Files.
@@ -135,6 +138,9 @@ class Nfs4Server {
   std::map<v4::SessionId, v4::Session> sessions_;
   std::map<Other, v4::State> states_;
   std::map<v4::FileKey, v4::FileLocks> locks_;
+  /// The stateids of each file (OPEN, LOCK and CLOSE look at one file's, not every state).
+  std::multimap<v4::FileKey, Other> by_file_;
+  std::size_t bytes_ = 0;   ///< every client's charged state bytes
   std::uint64_t boot_ = 0;  ///< the high half of client ids: this server instance
   std::uint32_t next_client_ = 1, next_session_ = 1;
   std::uint64_t next_state_ = 1;

@@ -26,6 +26,11 @@ struct Limits {
   std::size_t cached_reply = 4096;    ///< the largest reply a slot keeps for a retry
   std::size_t states = 4096;          ///< open and lock stateids of one client
   std::size_t locks_per_file = 1024;  ///< byte ranges held on one file
+  /// Bytes of one client's stateids and byte ranges, their owner names counted (an owner name
+  /// may be 1 KiB): what one client can make the server hold.
+  std::size_t client_bytes = 1u << 20;
+  std::size_t total_bytes = 64u << 20;  ///< the same, of every client together
+  std::size_t clients_per_peer = 16;    ///< client records made from one address
   std::uint32_t lease_seconds = 90;
 };
 
@@ -115,6 +120,7 @@ struct Client {
   std::vector<std::uint8_t> cs_reply;
   std::int64_t renewed = 0;  ///< seconds, when SEQUENCE last renewed the lease
   std::size_t states = 0;
+  std::size_t bytes = 0;  ///< its stateids and byte ranges, as charged (Limits::client_bytes)
 };
 
 }  // namespace roce::nfs::v4

@@ -11,7 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -1205,6 +1204,57 @@ TEST_F(Nfs4Test, RunAsPutsTheCallBackWhenItThrows) {
     if (in.fd >= 0) ::close(in.fd);
   }));
   EXPECT_TRUE(ran);
+}
+
+// One host's state is bounded in bytes, not only in entries: 1 KiB owner names use up a
+// client's byte budget long before its 4096 stateids, and one address makes at most
+// clients_per_peer clients (before: 8 clients x 4096 OPENs held 37 MiB, and 256 clients from
+// one host about 1.2 GiB).
+TEST_F(Nfs4Test, StateIsChargedInBytesAndClientsPerAddress) {
+  v4::Limits lim;  // the defaults, but the fixture's slot count
+  lim.slots = 4;
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim);
+  srv_->now = [this] { return clock_; };
+  const auto heap = [] {
+    const auto m = mallinfo2();
+    return double(m.uordblks + m.hblkhd);
+  };
+  const double base = heap();
+  constexpr int kClients = 2;
+  std::size_t opened = 0;
+  for (int k = 0; k < kClients; ++k) {
+    exchange("host-x-client-" + std::to_string(k), 1);
+    ASSERT_EQ(ex_status_, kOk);
+    ASSERT_EQ(create_session(), kOk);
+    for (int i = 0; i < 4096; ++i) {
+      std::string owner(1024, 'o');
+      const std::string tag = std::to_string(k) + "/" + std::to_string(i) + "/";
+      owner.replace(0, tag.size(), tag);
+      const Opened o = open("hello", 99, kShareAccessRead, 0, owner);
+      if (o.status == kErrResource) break;
+      ASSERT_EQ(o.status, kOk) << k << " " << i;
+      ++opened;
+    }
+  }
+  const double mib = (heap() - base) / (1 << 20);
+  std::printf("%zu stateids with 1 KiB owners in %d clients: %.1f MiB\n", opened, kClients, mib);
+  EXPECT_LT(opened, std::size_t{kClients} * 1024);
+  EXPECT_GT(opened, std::size_t{kClients} * 512);
+  EXPECT_LT(mib, kClients * 1.6) << "MiB per client beyond its 1 MiB budget";
+  // Short owner names still get every stateid a client may have.
+  exchange("host-x-short", 1);
+  ASSERT_EQ(ex_status_, kOk);
+  ASSERT_EQ(create_session(), kOk);
+  for (int i = 0; i < 4096; ++i)
+    ASSERT_EQ(open("hello", 99, kShareAccessRead, 0, "open id:" + std::to_string(i)).status, kOk)
+        << i;
+  // One address: 16 clients, then RESOURCE (until a lease runs out).
+  for (int k = 3; k < 16; ++k) {
+    exchange("host-x-client-" + std::to_string(k), 1);
+    ASSERT_EQ(ex_status_, kOk) << k;
+  }
+  exchange("host-x-client-16", 1);
+  EXPECT_EQ(ex_status_, kErrResource);
 }
 
 }  // namespace
