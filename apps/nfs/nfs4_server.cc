@@ -1427,7 +1427,9 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   Other mine_id{};
   for (auto [f, last] = by_file_.equal_range(key); f != last; ++f) {
     const Other& id = f->second;
-    State& st = states_.at(id);
+    const auto si = states_.find(id);
+    if (si == states_.end()) continue;  // (every erase keeps by_file_; none left behind)
+    State& st = si->second;
     if (st.kind != State::kOpen) continue;
     if (st.owner == owner) {
       mine = &st;
@@ -1481,7 +1483,9 @@ Status Nfs4Server::close(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   std::vector<Other> locks;
   for (auto [f, last] = by_file_.equal_range(st->file); f != last; ++f) {
     const Other& id = f->second;
-    const State& l = states_.at(id);
+    const auto li = states_.find(id);
+    if (li == states_.end()) continue;
+    const State& l = li->second;
     if (l.kind != State::kLock || l.open != open_id) continue;
     const auto fl = locks_.find(l.file);
     if (fl != locks_.end() && fl->second.holds(l.owner)) return kErrLocksHeld;
@@ -1902,7 +1906,9 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     if (owner.clientid != c.clientid) return kErrStaleClientid;
     const Other open_id = sid.current() ? c.cur_stateid.other : sid.other;
     for (auto [b, last] = by_file_.equal_range(key); b != last; ++b) {
-      State& x = states_.at(b->second);
+      const auto xi = states_.find(b->second);
+      if (xi == states_.end()) continue;
+      State& x = xi->second;
       if (x.kind == State::kLock && x.owner == owner) {
         ls = &x;
         lock_id = b->second;
