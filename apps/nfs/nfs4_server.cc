@@ -63,6 +63,10 @@ Status from_errno(int e) {
       return kErrSymlink;
     case EOPNOTSUPP:
       return kErrNotsupp;
+    case EMFILE:  // out of descriptors or memory: the client tries again later
+    case ENFILE:
+    case ENOMEM:
+      return kErrDelay;
     default:
       return kErrIo;
   }
