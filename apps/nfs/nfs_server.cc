@@ -722,7 +722,19 @@ Status NfsServer::beneath(int fd, const struct stat& st) const {
     // A path longer than a page has no name from the kernel: those are walked, and what a walk
     // found beneath the root is believed for a second (a walk stops at such a directory), so
     // that a deep tree costs one walk per second, not one per call.
-    if (under_root(read_link(proc_path(fd)))) return kOk;
+    // The name is checked to be this very directory, opened beneath the root (no symbolic
+    // link, no other mount): a directory outside a bind-mounted export is named relative to
+    // its file system's root, which may read like a path beneath ours.
+    if (const std::string p = read_link(proc_path(fd)); under_root(p)) {
+      const std::string rel =
+          p.substr(std::min(p.size(), root_real_ == "/" ? std::size_t{1} : root_real_.size() + 1));
+      Fd same(open_beneath(root_fd_, rel, O_PATH | O_DIRECTORY));
+      struct stat s2;
+      if (same.get() >= 0 && ::fstat(same.get(), &s2) == 0 && s2.st_ino == st.st_ino &&
+          s2.st_dev == st.st_dev)
+        return kOk;
+      if (same.get() < 0 && out_of_resources(errno)) return kErrJukebox;
+    }
     const auto now =
         static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     const auto known = [&](std::uint64_t ino) {
