@@ -8,6 +8,7 @@
 #include <linux/openat2.h>
 #include <sched.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
@@ -75,6 +76,10 @@ Status from_errno(int e) {
       return kErrNotsupp;
     case EOVERFLOW:
       return kErrFbig;
+    case EMFILE:  // out of descriptors or memory: for now, the client tries again later
+    case ENFILE:
+    case ENOMEM:
+      return kErrJukebox;
     default:
       return kErrIo;
   }
@@ -157,6 +162,8 @@ int open_beneath(int root, const std::string& rel, int flags) {
 
 /// A handle's path that no longer opens: gone, or a component is now a symbolic link, not a
 /// directory or another file system, is stale; the rest (EACCES, EISDIR, ENXIO...) say why.
+bool out_of_resources(int err) { return err == EMFILE || err == ENFILE || err == ENOMEM; }
+
 Status path_error(int err) {
   return err == ENOENT || err == ELOOP || err == EXDEV || err == ENOTDIR ? kErrStale
                                                                          : from_errno(err);
@@ -699,35 +706,76 @@ void NfsServer::renamed(const std::string& from, const std::string& to) {
   }
 }
 
-bool NfsServer::beneath(int fd, const struct stat& st) const {
-  if (st.st_dev != root_dev_) return false;
+Status NfsServer::beneath(int fd, const struct stat& st) const {
+  if (st.st_dev != root_dev_) return kErrStale;
+  const auto under_root = [&](const std::string& p) {
+    return root_real_ == "/" || (p.size() > root_real_.size() && p.starts_with(root_real_) &&
+                                 p[root_real_.size()] == '/');
+  };
   if (S_ISDIR(st.st_mode)) {
-    // Up through ".." to the root; the top of the file system first means outside.
+    if (st.st_ino == root_ino_) return kOk;
+    if (st.st_nlink == 0) return kErrStale;  // removed
+    // A directory from open_by_handle_at is connected (exportfs reconnects directories), so
+    // the kernel's name for it is its path: one readlink, whatever the depth. Only a name
+    // outside the root's path is walked: up through ".." to the root; the top of the file
+    // system first means outside.
+    // A path longer than a page has no name from the kernel: those are walked, and what a walk
+    // found beneath the root is believed for a second (a walk stops at such a directory), so
+    // that a deep tree costs one walk per second, not one per call.
+    // The name is checked to be this very directory, opened beneath the root (no symbolic
+    // link, no other mount): a directory outside a bind-mounted export is named relative to
+    // its file system's root, which may read like a path beneath ours.
+    if (const std::string p = read_link(proc_path(fd)); under_root(p)) {
+      const std::string rel =
+          p.substr(std::min(p.size(), root_real_ == "/" ? std::size_t{1} : root_real_.size() + 1));
+      Fd same(open_beneath(root_fd_, rel, O_PATH | O_DIRECTORY));
+      struct stat s2;
+      if (same.get() >= 0 && ::fstat(same.get(), &s2) == 0 && s2.st_ino == st.st_ino &&
+          s2.st_dev == st.st_dev)
+        return kOk;
+      if (same.get() < 0 && out_of_resources(errno)) return kErrJukebox;
+    }
+    const auto now =
+        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    const auto known = [&](std::uint64_t ino) {
+      std::lock_guard g(walked_mu_);
+      const auto it = walked_.find(ino);
+      return it != walked_.end() && it->second > now;
+    };
     Fd cur(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    if (cur.get() < 0) return from_errno(errno);
     struct stat s = st;
-    for (int depth = 0; depth < 4096 && cur.get() >= 0; ++depth) {
-      if (s.st_dev != root_dev_) return false;
-      if (s.st_ino == root_ino_) return true;
+    std::vector<std::uint64_t> seen;
+    for (int depth = 0; depth < 4096; ++depth) {
+      if (s.st_dev != root_dev_) return kErrStale;
+      if (s.st_ino == root_ino_ || known(s.st_ino)) {
+        std::lock_guard g(walked_mu_);
+        if (walked_.size() + seen.size() > kMaxWalked) walked_.clear();
+        for (auto ino : seen) walked_[ino] = now + 1'000'000'000ull;
+        return kOk;
+      }
+      seen.push_back(s.st_ino);
       Fd up(::openat(cur.get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC));
       struct stat u;
-      if (up.get() < 0 || ::fstat(up.get(), &u) != 0) return false;
-      if (u.st_ino == s.st_ino && u.st_dev == s.st_dev) return false;
+      if (up.get() < 0) return out_of_resources(errno) ? kErrJukebox : kErrStale;
+      if (::fstat(up.get(), &u) != 0) return kErrStale;
+      if (u.st_ino == s.st_ino && u.st_dev == s.st_dev) return kErrStale;
       cur = std::move(up);
       s = u;
     }
-    return false;
+    return kErrStale;
   }
   // Not a directory: the kernel's name for it. Beneath the root's path is beneath the root; a
   // name elsewhere that is this very file is outside (moved out, or linked out); a file whose
   // dentry the kernel could not connect to a path (cold, after a restart) is taken on the MAC's
   // word, as knfsd takes its handles with no_subtree_check.
-  if (st.st_nlink == 0) return false;
-  if (root_real_ == "/") return true;
+  if (st.st_nlink == 0) return kErrStale;
+  if (root_real_ == "/") return kOk;
   const std::string p = read_link(proc_path(fd));
-  if (p.size() > root_real_.size() && p.starts_with(root_real_) && p[root_real_.size()] == '/')
-    return true;
+  if (under_root(p)) return kOk;
   struct stat o;
-  return !(::lstat(p.c_str(), &o) == 0 && o.st_ino == st.st_ino && o.st_dev == st.st_dev);
+  return ::lstat(p.c_str(), &o) == 0 && o.st_ino == st.st_ino && o.st_dev == st.st_dev ? kErrStale
+                                                                                       : kOk;
 }
 
 Status NfsServer::find(Call& c, const Fh& fh, Obj& o) {
@@ -750,11 +798,13 @@ Status NfsServer::find(Call& c, const Fh& fh, Obj& o) {
   // open_by_handle_at needs CAP_DAC_READ_SEARCH, which the caller's identity dropped; so does
   // the walk up to the root (the caller's search permission on the way is not asked, as knfsd
   // does not ask it with no_subtree_check).
+  // Out of descriptors or memory is JUKEBOX (try again), never STALE: a client takes ESTALE
+  // on an open file as the file gone.
   Call::AsServer server(c.id);
   o.fd.reset(open_kernel_handle(mount_fd_, type, body));
-  if (o.fd.get() < 0 || ::fstat(o.fd.get(), &o.st) != 0) return kErrStale;
-  if (!beneath(o.fd.get(), o.st)) return kErrStale;
-  return kOk;
+  if (o.fd.get() < 0) return out_of_resources(errno) ? kErrJukebox : kErrStale;
+  if (::fstat(o.fd.get(), &o.st) != 0) return kErrStale;
+  return beneath(o.fd.get(), o.st);
 }
 
 std::optional<Fh> NfsServer::handle_of(const Obj& dir, const std::string& name,
@@ -840,14 +890,27 @@ Status NfsServer::open_file(Call& c, const Obj& o, bool write, std::shared_ptr<c
     if (nf->fd.get() < 0 && !write)
       nf->fd.reset(::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   }
-  if (nf->fd.get() < 0) return path_error(errno);
+  if (nf->fd.get() < 0) {
+    const int err = errno;
+    if (out_of_resources(err)) {  // let go of the cached descriptors no call is using
+      std::lock_guard g(files_mu_);
+      std::erase_if(files_, [](const auto& kv) { return kv.second.file.use_count() == 1; });
+    }
+    return path_error(err);
+  }
   struct stat s;
   if (::fstat(nf->fd.get(), &s) != 0 || s.st_ino != o.st.st_ino || s.st_dev != o.st.st_dev)
     return kErrStale;
   f = nf;
+  // At most a quarter of the descriptors this process may have (RLIMIT_NOFILE, read now: it
+  // may be lowered while running), so that handles, sockets and directories always find one.
+  std::size_t cap = max_open_files;
+  if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    cap = std::min<std::size_t>(cap, static_cast<std::size_t>(r.rlim_cur / 4));
+  cap = std::max<std::size_t>(cap, 1);
   std::lock_guard g(files_mu_);
   files_[key] = CachedFile{nf, now};
-  while (files_.size() > max_open_files) {  // the least recently used goes
+  while (files_.size() > cap) {  // the least recently used goes
     auto oldest = files_.begin();
     for (auto i = files_.begin(); i != files_.end(); ++i)
       if (i->second.used_ns < oldest->second.used_ns) oldest = i;
@@ -1729,6 +1792,58 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
       rpc::encode(e, r);
       return;
   }
+}
+
+thread_local NfsServer::Call* NfsServer::v4_call_ = nullptr;
+
+bool NfsServer::run_as(const rpc::OpaqueAuth& cred, const std::function<void()>& fn) {
+  Call c;
+  if (!credential(cred, c.cred)) return false;
+  Identity id;
+  if (!id.become(c.cred.uid, c.cred.gid, c.cred.groups)) return false;
+  c.id = &id;
+  // Put back on every way out (an exception from fn too): a later resolve() on this thread
+  // must not use this frame's call and identity.
+  struct Restore {
+    Call* outer;
+    ~Restore() { v4_call_ = outer; }
+  } restore{std::exchange(v4_call_, &c)};
+  fn();
+  return true;
+}
+
+Status NfsServer::resolve(const Fh& fh, Resolved& r) {
+  Call none;
+  Call& c = v4_call_ ? *v4_call_ : none;
+  Obj o;
+  const Status s = find(c, fh, o);
+  if (s != kOk) return s;
+  r.st = o.st;
+  r.rel = std::move(o.rel);
+  r.fd = o.fd.release();
+  return kOk;
+}
+
+std::optional<Fh> NfsServer::handle_in(const Resolved& dir, const std::string& name,
+                                       const struct stat& st) {
+  Obj o;
+  o.fd.reset(dir.fd);
+  o.rel = dir.rel;
+  o.st = dir.st;
+  auto fh = handle_of(o, name, st);
+  o.fd.release();
+  return fh;
+}
+
+Status NfsServer::open_for_io(const Resolved& r, int flags, int& fd) {
+  Call none;
+  Call& c = v4_call_ ? *v4_call_ : none;
+  Obj o;
+  o.fd.reset(r.fd);
+  o.st = r.st;
+  const Status s = reopen(c, o, flags, true, fd);
+  o.fd.release();
+  return s;
 }
 
 }  // namespace roce::nfs

@@ -26,6 +26,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -149,6 +150,27 @@ class NfsServer {
     files_.clear();
   }
 
+  // The NFSv4 server's way in (nfs4_server.h): the same handles, checks and identities as v3.
+  struct Resolved {
+    int fd = -1;  ///< O_PATH, the caller's to close
+    struct stat st {};
+    std::string rel;  ///< path-table mode: the path under the root
+  };
+  /// What `fh` names, opened O_PATH beneath the export's root; kOk, kErrStale or why not.
+  v3::Status resolve(const v3::Fh& fh, Resolved& r);
+  /// The handle of `name` in `dir` (of `dir` itself when empty); nullopt when it has none.
+  std::optional<v3::Fh> handle_in(const Resolved& dir, const std::string& name,
+                                  const struct stat& st);
+  /// `r` opened again for I/O with `flags`, as READ and WRITE do (the owner's override too).
+  v3::Status open_for_io(const Resolved& r, int flags, int& fd);
+  /// A rename in the export (path-table mode keeps its paths right).
+  void moved(const std::string& from, const std::string& to) { renamed(from, to); }
+  /// Runs `fn` as the credential's identity (the export's squash applied, as handle() does);
+  /// false when the credential is malformed or the identity cannot be taken. resolve() and
+  /// open_for_io() within `fn` act as handle()'s do.
+  bool run_as(const rpc::OpaqueAuth& cred, const std::function<void()>& fn);
+  const v3::Verf& write_verf() const { return write_verf_; }
+
  private:
   struct Obj;
   struct Call;
@@ -164,10 +186,12 @@ class NfsServer {
   /// its export id and MAC are checked; false for a handle this server did not make.
   bool open_fh(const v3::Fh& fh, std::uint32_t& type, std::vector<std::uint8_t>& body) const;
   v3::Fh seal(std::uint32_t type, std::span<const std::uint8_t> body) const;
-  /// Opens what `fh` names beneath the root (O_PATH); kOk or kErrStale.
+  /// Opens what `fh` names beneath the root (O_PATH); kOk, kErrStale, or kErrJukebox when out
+  /// of descriptors or memory.
   v3::Status find(Call& c, const v3::Fh& fh, Obj& o);
-  /// Whether `fd` (opened from a handle) is beneath the export's root.
-  bool beneath(int fd, const struct stat& st) const;
+  /// Whether `fd` (opened from a handle) is beneath the export's root: kOk, kErrStale, or
+  /// kErrJukebox when out of descriptors to tell.
+  v3::Status beneath(int fd, const struct stat& st) const;
   /// Opens `o` again for I/O with `flags` (the same inode or kErrStale); the owner of a file may
   /// read and write it whatever its mode says, as knfsd allows (NFSD_MAY_OWNER_OVERRIDE).
   v3::Status reopen(Call& c, const Obj& o, int flags, bool owner_override, int& fd);
@@ -185,6 +209,7 @@ class NfsServer {
   v3::Status open_file(Call& c, const Obj& o, bool write, std::shared_ptr<const OpenFile>& f);
   /// Drops the cached descriptor of `name` in `dir` (before it is removed or replaced).
   void forget_file(int dirfd, const std::string& name);
+  static thread_local Call* v4_call_;  ///< run_as()'s call, for resolve() and open_for_io()
 
   std::string root_, export_;
   std::string root_real_;  ///< the root's absolute path, as /proc/self/fd shows it
@@ -211,6 +236,11 @@ class NfsServer {
   mutable std::mutex stats_mu_;
   NfsServerStats st_;
   std::atomic<std::uint64_t> mount_denied_{0};  ///< MNT3ERR_ACCES answers
+  /// Directories a walk up ".." found beneath the root (inode -> until when, steady ns), for
+  /// those whose path is too long for the kernel to name (beneath()).
+  mutable std::mutex walked_mu_;
+  mutable std::unordered_map<std::uint64_t, std::uint64_t> walked_;
+  static constexpr std::size_t kMaxWalked = 65536;
   mutable std::mutex files_mu_;
   struct FileKey {
     std::uint64_t dev, ino;

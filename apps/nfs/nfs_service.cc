@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -138,7 +139,10 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
       rdma_(
           context, with_door(c),
           [this](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& r) {
-            nfs_.handle(ctx, call, r);  // several at once: the server is thread-safe
+            if (Nfs4Server::is_v4(call))  // v4 holds its own lock; v3 is thread-safe
+              nfs4_.handle(ctx, call, r);
+            else
+              nfs_.handle(ctx, call, r);
           },
           &worker_),
       mount_(
@@ -150,9 +154,17 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
           },
           &worker_) {
   if (!nfs_.acts_as_callers()) check_unprivileged(c.exports);
+  // Descriptors: the open-file cache takes up to a quarter of the soft limit (nfs_server.cc),
+  // connections, handles being served and directories the rest; take the hard limit.
+  if (rlimit nofile{};
+      ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   if (!nfs_.persistent_handles())
     std::fprintf(stderr, "service nfs: %s\n", nfs_.handle_note().c_str());
   nfs_.max_io = c.transport.max_io;
+  nfs4_.max_io = c.transport.max_io;
   nfs_.max_handles = c.max_handles;
   mount_.max_clients = c.mount_clients;
   mount_.max_per_peer = c.mount_per_peer;
@@ -166,7 +178,10 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
         [this](const CallContext& ctx, std::span<const std::uint8_t> call,
                std::vector<std::uint8_t>& reply) {
           RpcReply r;
-          nfs_.handle(ctx, call, r);
+          if (Nfs4Server::is_v4(call))
+            nfs4_.handle(ctx, call, r);
+          else
+            nfs_.handle(ctx, call, r);
           reply = std::move(r.msg);
           if (r.has_payload) {  // no chunks over TCP: READ's data follows inline
             const std::size_t n = r.payload.size();
@@ -236,6 +251,12 @@ bool NfsService::step_portmap_udp() {
         ::recvfrom(portmap_udp_, in, sizeof in, 0, reinterpret_cast<sockaddr*>(&from), &fl);
     if (n <= 0) break;
     any = true;
+    // A datagram's source is not proven: answering anyone would reflect (about 3x) at whoever
+    // a forger names. Only the export's clients get answers (TCP's port mapper answers all).
+    if (!nfs_.options().allows(wire::Ipv4Addr{ntohl(from.sin_addr.s_addr)})) {
+      ++portmap_udp_denied_;
+      continue;
+    }
     ++portmap_udp_calls_;
     portmap_reply(portmap_table_, std::span(in, static_cast<std::size_t>(n)), out);
     if (!out.empty())
@@ -279,16 +300,36 @@ std::string NfsService::report() const {
        std::to_string(m.timed_out) + ", oversized " + std::to_string(m.oversized) + "\n";
   s += "procedures:";
   for (const auto& [p, k] : n.by_proc) s += " " + std::to_string(p) + ":" + std::to_string(k);
+  // Never waits for a COMPOUND holding the v4 server (an fsync): its last values then.
+  nfs4_.try_stats(seen4_, seen4_clients_, seen4_sessions_, seen4_states_);
+  const Nfs4Stats& v4 = seen4_;
+  s += "\nnfs4: " + std::to_string(v4.compounds) + " compounds, " + std::to_string(v4.ops) +
+       " operations (" + std::to_string(v4.errors) + " failed, " + std::to_string(v4.replays) +
+       " replayed from the reply cache, " + std::to_string(v4.resource) + " tables full), " +
+       std::to_string(seen4_clients_) + " clients, " + std::to_string(seen4_sessions_) +
+       " sessions, " + std::to_string(seen4_states_) + " stateids now\nnfs4 operations:";
+  for (const auto& [op, k] : v4.by_op)
+    s += std::string(" ") + v4::op_name(op) + ":" + std::to_string(k);
   return s + "\n";
 }
 
 std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
   const auto& t = rdma_.stats();
   const auto& m = mount_.stats();
-  // The server's locks guard counters and tables only, never a file system call.
+  // The server's locks guard counters and tables only, never a file system call; the v4
+  // server's may be held by a COMPOUND through an fsync: only tried, else the last values.
   const NfsServerStats n = nfs_.stats();
   const std::uint64_t handles = nfs_.handles();
+  nfs4_.try_stats(seen4_, seen4_clients_, seen4_sessions_, seen4_states_);
   return {
+      {"nfs4_compounds", seen4_.compounds},
+      {"nfs4_ops", seen4_.ops},
+      {"nfs4_errors", seen4_.errors},
+      {"nfs4_replays", seen4_.replays},    // answered from a slot's reply cache
+      {"nfs4_resource", seen4_.resource},  // NFS4ERR_RESOURCE: a table was full
+      {"nfs4_clients_now", seen4_clients_},
+      {"nfs4_sessions_now", seen4_sessions_},
+      {"nfs4_stateids_now", seen4_states_},
       {"nfs_calls", n.calls},
       {"nfs_errors", n.errors},
       {"nfs_garbage", n.garbage},
@@ -309,7 +350,8 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"rpcrdma_err_chunk", t.err_chunk},
       {"mount_calls", mount_.calls()},
       {"portmap_calls", (portmap_tcp_ ? portmap_tcp_->calls() : 0) + portmap_udp_calls_},
-      {"mount_denied", nfs_.mount_denied()},  // MNT3ERR_ACCES
+      {"portmap_udp_denied", portmap_udp_denied_},  // datagrams from hosts not listed: dropped
+      {"mount_denied", nfs_.mount_denied()},        // MNT3ERR_ACCES
       {"mount_connections_now", mount_.clients()},
       {"mount_refused", m.refused},
       {"mount_refused_peer", m.refused_peer},

@@ -21,6 +21,7 @@
 
 #include "apps/nfs/in_process.h"
 #include "apps/nfs/mount_tcp.h"
+#include "apps/nfs/nfs4_server.h"
 #include "apps/nfs/nfs_server.h"
 #include "apps/nfs/portmap.h"
 #include "apps/nfs/server_transport.h"
@@ -91,7 +92,12 @@ class NfsService {
   void start_portmap(client::Context& context, const NfsServiceConfig& c);
   bool step_portmap_udp();
 
-  NfsServer nfs_;
+  NfsServer nfs_;          ///< thread-safe: the pool's handlers call it at once
+  Nfs4Server nfs4_{nfs_};  ///< NFS version 4.1 calls over the same export; its own mutex
+  /// The v4 server's counts as stats() and report() last read them: they run on the poll loop
+  /// and only try its lock (a COMPOUND may hold it through an fsync), reusing these meanwhile.
+  mutable Nfs4Stats seen4_;
+  mutable std::size_t seen4_clients_ = 0, seen4_sessions_ = 0, seen4_states_ = 0;
   CallWorker worker_;  ///< the pool that runs every handler; stopped first by the destructor
   RpcRdmaServer rdma_;
   RpcTcpServer mount_;
@@ -100,6 +106,7 @@ class NfsService {
   std::unique_ptr<RpcTcpServer> portmap_tcp_;
   int portmap_udp_ = -1;  ///< non-blocking; answered from step()
   std::uint64_t portmap_udp_calls_ = 0;
+  std::uint64_t portmap_udp_denied_ = 0;  ///< datagrams from addresses the export does not list
 };
 
 /// roced's `test: nfs` service (docs/configuration.md): the service on a port the daemon owns

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 namespace roce::nfs {
 
@@ -53,7 +54,8 @@ struct RpcRdmaServer::Job {
   std::uint32_t read_total = 0, read_position = 0;
   std::vector<std::uint8_t> call;
   RpcReply reply;
-  wire::Ipv4Addr peer;  ///< the connection's source, for the handler's authorization
+  wire::Ipv4Addr peer;       ///< the connection's source, for the handler's authorization
+  std::uint64_t charge = 0;  ///< what it counts in its connection's `held` until answered
 };
 
 struct RpcRdmaServer::Conn {
@@ -82,6 +84,9 @@ struct RpcRdmaServer::Conn {
   /// worker, at the worker, or waiting to send their reply. Each will take a send buffer: a
   /// call is taken only while more are free than this.
   std::uint32_t jobs = 0;
+  /// The bytes those calls may hold on the heap (the call pulled, the reply's payload waiting
+  /// for data_mem): a call is taken only while this stays within max_held (one at least).
+  std::uint64_t held = 0;
   std::shared_ptr<Job> pulling;  ///< the call whose read chunk is being pulled into data_mem
   std::uint32_t reads_left = 0;
   /// Finished calls whose reply writes chunks (data_mem, reply_mem) while another reply still
@@ -356,6 +361,10 @@ void RpcRdmaServer::send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code)
   ep_.post_send(c.id, wr);
 }
 
+std::uint64_t RpcRdmaServer::held_limit(const Conn& c) const {
+  return opt_.max_held ? opt_.max_held : 4 * c.data_mem.size() + c.reply_mem.size();
+}
+
 void RpcRdmaServer::answered(Conn& c) {
   if (c.in_flight) --c.in_flight;
 }
@@ -387,18 +396,29 @@ void RpcRdmaServer::next(Conn& c) {
     const auto [slot, len] = c.ready.front();
     const std::span<const std::uint8_t> m(c.recv_mem.data() + std::size_t{slot} * opt_.inline_size,
                                           len);
-    if (c.data_busy || c.pulling || !c.replies.empty()) {
+    rdma::Header hdr;
+    std::size_t hl = 0;
+    const auto err = rdma::decode(m, hdr, hl);
+    std::uint64_t charge = 0;
+    if (err == rdma::DecodeError::kOk) {
       // A call with a read chunk needs data_mem: wait for the reply or the pull that uses it.
-      rdma::Header peek;
-      std::size_t hl = 0;
-      if (rdma::decode(m, peek, hl) == rdma::DecodeError::kOk && !peek.reads.empty()) return;
+      if (!hdr.reads.empty() && (c.data_busy || c.pulling || !c.replies.empty())) return;
+      // What it may hold until its reply is sent: the call with its read chunk, the payload
+      // for its write chunk, the reply for its reply chunk. A client that never lets a reply
+      // complete (no ACK) keeps replies waiting: it holds max_held, not credits x max_io.
+      std::uint64_t in = 0, out = 0;
+      for (const auto& r : hdr.reads) in += r.seg.length;
+      for (const auto& w : hdr.writes) out += w.length();
+      charge = len + opt_.inline_size + std::min<std::uint64_t>(in, c.data_mem.size()) +
+               std::min<std::uint64_t>(out, c.data_mem.size()) +
+               (hdr.reply ? std::min<std::uint64_t>(hdr.reply->length(), c.reply_mem.size()) : 0);
+      if (c.jobs && c.held + charge > held_limit(c)) return;
     }
     c.ready.pop_front();
     auto j = std::make_shared<Job>();
     j->conn = c.id;
     j->peer = c.peer;
-    std::size_t hl = 0;
-    const auto err = rdma::decode(m, j->hdr, hl);
+    j->hdr = std::move(hdr);
     if (err == rdma::DecodeError::kOk)
       j->inline_part.assign(m.begin() + static_cast<std::ptrdiff_t>(hl), m.end());
     const std::size_t mlen = m.size();
@@ -422,6 +442,8 @@ void RpcRdmaServer::next(Conn& c) {
         continue;
       }
       ++c.jobs;
+      j->charge = charge;
+      c.held += charge;
       assemble_and_run(c, j);
       continue;
     }
@@ -467,6 +489,8 @@ void RpcRdmaServer::next(Conn& c) {
     j->read_total = at;
     st_.read_bytes += at;
     ++c.jobs;
+    j->charge = charge;
+    c.held += charge;
     if (c.reads_left == 0) {
       assemble_and_run(c, j);
       continue;
@@ -517,6 +541,7 @@ void RpcRdmaServer::finish(const std::shared_ptr<Job>& j) {
 
 void RpcRdmaServer::send_reply(Conn& c, Job& j) {
   if (c.jobs) --c.jobs;
+  c.held -= std::min(c.held, std::exchange(j.charge, 0));
   RpcReply& reply = j.reply;
   const rdma::Header& call = j.hdr;
   if (reply.msg.empty()) {  // nothing to answer (no XID): the credit comes back anyway

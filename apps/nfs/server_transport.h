@@ -60,6 +60,10 @@ struct ServerOptions {
   /// idle (no call in flight, nothing received) this long, as knfsd closes idle transports after
   /// 6 minutes; else it gets REJ 3.
   std::uint32_t reap_idle_ms = 360'000;
+  /// The bytes one connection's calls may hold on the heap between being taken and their reply
+  /// being sent (calls pulled, READ payloads waiting for the data buffer); beyond, its further
+  /// calls wait in their receive buffers. 0: 4 x (max_io + 8 KiB) + max_reply.
+  std::uint64_t max_held = 0;
 };
 
 struct ServerStats {
@@ -135,6 +139,7 @@ class RpcRdmaServer {
   void send_reply(Conn& c, Job& j);
   void send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code);
   void answered(Conn& c);
+  std::uint64_t held_limit(const Conn& c) const;
   void release(Conn& c);
   /// Forgets connection `conn`; `end`: also ends it on the wire (DREQ) and frees its QP now.
   void close(conn::ConnId conn, bool end);

@@ -8,11 +8,13 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -801,6 +803,96 @@ TEST_F(NfsProcTest, MountDumpAndUmntall) {
   ctx_.peer = wire::Ipv4Addr{0xC0000202};
   mnt(kUmnt, true);
   EXPECT_TRUE(dump().empty());
+}
+
+// The open-file cache may not fill the descriptor table, and a full table answers JUKEBOX
+// (try again), never STALE: a handle stays good.
+TEST_F(NfsProcTest, FewDescriptorsLeftNeverMakeHandlesStale) {
+  if (!root()) GTEST_SKIP() << "kernel handles need CAP_DAC_READ_SEARCH";
+  ASSERT_TRUE(srv_->persistent_handles() || true);
+  for (int i = 0; i < 300; ++i) std::ofstream(dir_ / ("f" + std::to_string(i))) << "x";
+  std::vector<Fh> fhs;
+  for (int i = 0; i < 300; ++i) {
+    const LookupRes l = lookup(root_, "f" + std::to_string(i));
+    ASSERT_EQ(l.status, kOk);
+    fhs.push_back(l.fh);
+  }
+  // A small descriptor budget in place of roce-nfsd's usual 1024 (it never raises it).
+  rlimit old{};
+  ::getrlimit(RLIMIT_NOFILE, &old);
+  int probe = ::open("/dev/null", O_RDONLY);
+  ::close(probe);
+  rlimit lim = old;
+  lim.rlim_cur = static_cast<rlim_t>(probe + 200);
+  ::setrlimit(RLIMIT_NOFILE, &lim);
+  int ok = 0, other = 0;
+  for (const Fh& f : fhs) {
+    auto r = call(kRead, [&](XdrEncoder& e) {
+      encode(e, f);
+      e.u64(0);
+      e.u32(1);
+    });
+    XdrDecoder d = results(r);
+    (d.u32() == kOk ? ok : other)++;
+  }
+  const Status root_attr = getattr(root_);
+  const Status file_attr = getattr(fhs[0]);
+  std::printf("%d READs ok, %d failed; open files cached %zu; GETATTR root %u, file %u\n", ok,
+              other, srv_->open_files(), root_attr, file_attr);
+  EXPECT_EQ(ok, 300);
+  EXPECT_LE(srv_->open_files(), lim.rlim_cur / 4);
+  EXPECT_EQ(root_attr, kOk);
+  EXPECT_EQ(file_attr, kOk);
+  // No descriptor left at all (the limit at the lowest free one): try again, not stale.
+  srv_->close_files();
+  probe = ::open("/dev/null", O_RDONLY);
+  ::close(probe);
+  lim.rlim_cur = static_cast<rlim_t>(probe);
+  ::setrlimit(RLIMIT_NOFILE, &lim);
+  const Status root_none = getattr(root_), file_none = getattr(fhs[1]);
+  ::setrlimit(RLIMIT_NOFILE, &old);
+  EXPECT_EQ(root_none, kErrJukebox);
+  EXPECT_EQ(file_none, kErrJukebox);
+  EXPECT_EQ(getattr(root_), kOk);
+}
+
+// A call on a directory handle does not walk ".." up to the root: no cost by depth.
+TEST_F(NfsProcTest, DeepDirectoryCostsNoWalkPerCall) {
+  if (!root()) GTEST_SKIP() << "kernel handles need CAP_DAC_READ_SEARCH";
+  // 1000 deep has a path the kernel names (one readlink); 2100 deep has not (more than a
+  // page): walked once, then believed for a second.
+  constexpr int kDepth = 2100;
+  {
+    int fd = ::open(dir_.c_str(), O_PATH | O_DIRECTORY);
+    for (int i = 0; i < kDepth; ++i) {
+      ::mkdirat(fd, "d", 0755);
+      const int n = ::openat(fd, "d", O_PATH | O_DIRECTORY);
+      ::close(fd);
+      fd = n;
+    }
+    ::close(fd);
+  }
+  Fh fh = root_, mid;
+  for (int i = 0; i < kDepth; ++i) {
+    const LookupRes l = lookup(fh, "d");
+    ASSERT_EQ(l.status, kOk) << i;
+    fh = l.fh;
+    if (i == 999) mid = fh;
+  }
+  const auto time_getattrs = [&](const Fh& f) {
+    EXPECT_EQ(getattr(f), kOk);  // the walk, if any
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 200; ++i) EXPECT_EQ(getattr(f), kOk);
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+               .count() /
+           200;
+  };
+  const double shallow = time_getattrs(root_), middle = time_getattrs(mid),
+               deep = time_getattrs(fh);
+  std::printf("GETATTR of the root %.1f us, of a directory 1000 deep %.1f us, %d deep %.1f us\n",
+              shallow, middle, kDepth, deep);
+  EXPECT_LT(middle, 20 * shallow + 500);
+  EXPECT_LT(deep, 20 * shallow + 500);
 }
 
 }  // namespace

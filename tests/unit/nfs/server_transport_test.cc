@@ -15,6 +15,7 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
@@ -43,6 +44,7 @@
 #include "dataplane/port/eal.h"
 #include "dataplane/port/poll_loop.h"
 #include "dataplane/wire/eth.h"
+#include "dataplane/wire/roce_frame.h"
 #include "runtime/env.h"
 
 namespace roce::nfs {
@@ -156,6 +158,7 @@ struct Client {
   cm::RejReason reason{};
   std::vector<std::uint32_t> replies;  // XIDs of the replies received
   std::uint32_t next_send = 0;
+  bool no_repost = false;  // a client that posts no more receives (RNR NAKs)
 };
 
 class Rig {
@@ -307,7 +310,7 @@ class Rig {
     if (!c->mr || !c->qp) throw std::runtime_error("client QP");
     QpAttr at;
     at.qp_state = QpState::kInit;
-    at.qp_access_flags = kAccessLocalWrite;
+    at.qp_access_flags = kAccessLocalWrite | kAccessRemoteWrite;  // write chunks
     a.eng->modify_qp(c->qp, at, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags);
     for (std::uint32_t i = 0; i < Client::kSlots; ++i) post_recv(*c, i);
     cm::ConnectParams p;
@@ -423,7 +426,7 @@ class Rig {
     const std::span<const std::uint8_t> m(c->buf.data() + std::size_t{slot} * Client::kSlot,
                                           w.byte_len);
     if (rdma::decode(m, h, hl) == rdma::DecodeError::kOk) c->replies.push_back(h.xid);
-    post_recv(*c, slot);
+    if (!c->no_repost) post_recv(*c, slot);
   }
 };
 
@@ -845,6 +848,53 @@ TEST(NfsService, PortMapperAnswersForMountAndNfs) {
   ::close(fd);
 }
 
+// The port mapper over UDP answers the export's clients only (a forged source would have it
+// reflect its replies); the datagram is dropped and counted.
+TEST(NfsService, PortMapperOverUdpAnswersListedClientsOnly) {
+  Rig r({}, echo);
+  NfsServiceConfig c;
+  const int base = 30000 + (getpid() + 7) % 20000;
+  parse_service_args({"--root", "/tmp", "--mount-port", std::to_string(base + 2), "--portmap-port",
+                      std::to_string(base + 3), "--clients", "192.0.2.9"},
+                     c);
+  c.port = kPort + 3;
+  auto own = open_local_context(*r.b.eng, *r.b.loop, kIpB);
+  NfsService svc(*own, c);
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<std::uint16_t>(base + 3));
+  to.sin_addr.s_addr = htonl(0x7f000001);
+  std::vector<std::uint8_t> b;
+  XdrEncoder e(b);
+  rpc::CallHeader h;
+  h.xid = 78;
+  h.prog = kPortmapProgram;
+  h.vers = 2;
+  h.proc = 4;  // DUMP
+  rpc::encode(e, h);
+  ASSERT_EQ(::sendto(fd, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to),
+            static_cast<ssize_t>(b.size()));
+  const auto denied = [&] {
+    for (const auto& [k, v] : svc.stats())
+      if (k == "portmap_udp_denied") return v;
+    return std::uint64_t{~0ull};
+  };
+  std::uint8_t in[512];
+  ssize_t n = -1;
+  r.run(
+      [&] {
+        svc.step();
+        n = ::recv(fd, in, sizeof in, MSG_DONTWAIT);
+        return n > 0;
+      },
+      0.5);
+  EXPECT_LE(n, 0) << "answered 127.0.0.1, which --clients does not list";
+  EXPECT_EQ(denied(), 1u);
+  ::close(fd);
+}
+
 // Item 4: the source of a REQ that does not answer ARP: the loop goes on (no poll takes long),
 // and the REQ is rejected once resolve_timeout_ms has passed.
 TEST(NfsServerTransport, UnresolvableSourceDoesNotStallTheLoop) {
@@ -939,6 +989,78 @@ TEST(NfsServerTransport, SeveralCallsOfOneConnectionRunAtOnce) {
   std::sort(got.begin(), got.end());
   EXPECT_EQ(got, (std::vector<std::uint32_t>{0x701, 0x702, 0x703, 0x704, 0x705}));
   pool.stop();  // before the server whose finish() its jobs name
+}
+
+// READ-like replies (1 MiB payload into a write chunk) of one connection wait in the server
+// while the first reply's SEND is not acknowledged (RNR NAKs for ever): the connection takes no
+// more calls than its max_held allows, so it holds a few MiB, not credits x 1 MiB.
+TEST(NfsServerTransport, UnackedRepliesHoldAtMostTheConnectionsBudget) {
+  CallWorker pool(64, 8);
+  constexpr std::size_t kPayload = 1u << 20;
+  std::atomic<int> done{0};
+  Rig r(
+      {},
+      [&](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& rep) {
+        echo(ctx, call, rep);
+        if (call.size() >= 4 && call[2] == 0x09) {  // the XIDs 0x900.. of the attack
+          rep.payload.assign(kPayload, 0x5A);
+          rep.has_payload = true;
+        }
+        done.fetch_add(1);
+      },
+      true, &pool);
+  Client& c = r.connect();
+  ASSERT_TRUE(r.run([&] { return c.up; }, 5));
+  std::vector<std::uint8_t> big(kPayload + 4096);
+  Mr* bm = r.a.eng->reg_mr(r.pd, big.data(), big.size(), kAccessLocalWrite | kAccessRemoteWrite);
+  ASSERT_NE(bm, nullptr);
+  // The client stops posting receives and uses up the 32 it has: the server's next SEND gets
+  // RNR NAKs, retried for ever (rnr_retry 7), as a client that never posts does.
+  c.no_repost = true;
+  for (std::uint32_t x = 1; x <= 32; ++x) r.call(c, x);
+  ASSERT_TRUE(r.run([&] { return c.replies.size() == 32; }, 10));
+  done = 0;
+  r.run([] { return false; }, 0.2);
+  const auto heap = [] {
+    const auto m = mallinfo2();
+    return double(m.uordblks + m.hblkhd);
+  };
+  const double base = heap();
+  for (std::uint32_t x = 1; x <= 31; ++x) {
+    rdma::Header h;
+    h.xid = 0x900 + x;
+    h.credits = 32;
+    rdma::WriteChunk w;
+    w.segments.push_back(rdma::Segment{bm->key, static_cast<std::uint32_t>(kPayload),
+                                       reinterpret_cast<std::uint64_t>(big.data())});
+    h.writes.push_back(w);
+    std::vector<std::uint8_t> m;
+    rdma::encode(h, m);
+    const std::size_t at = m.size();
+    m.resize(at + 16, 0xCA);
+    wire::store_be32(m.data() + at, h.xid);
+    const std::uint32_t slot = Client::kSlots + (c.next_send++ % Client::kSlots);
+    std::uint8_t* out = c.buf.data() + std::size_t{slot} * Client::kSlot;
+    std::memcpy(out, m.data(), m.size());
+    Sge sge{reinterpret_cast<std::uint64_t>(out), static_cast<std::uint32_t>(m.size()), c.mr->key};
+    SendWr wr;
+    wr.wr_id = slot;
+    wr.opcode = WrOpcode::kSend;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ASSERT_EQ(r.a.eng->post_send(c.qp, &wr, nullptr), kOk);
+  }
+  r.run([] { return false; }, 3.0);  // 3 s later: still held (RNR retries for ever)
+  const double held = (heap() - base) / (1 << 20);
+  std::printf(
+      "%d of 31 calls taken and handled, heap held now %.1f MiB, connection up %d, "
+      "closed %llu\n",
+      done.load(), held, int(c.up && !c.down),
+      static_cast<unsigned long long>(r.srv->stats().closed));
+  pool.stop();
+  EXPECT_GE(done.load(), 1);
+  EXPECT_LT(done.load(), 31) << "the connection's calls beyond its budget wait";
+  EXPECT_LT(held, 8.0) << "MiB held for one connection";
 }
 
 // Item 5: a handler blocked for long (fsync on a slow disk): the poll loop answers ARP

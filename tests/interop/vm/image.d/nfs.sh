@@ -1,12 +1,12 @@
 # shellcheck shell=bash disable=SC2034
 # NFS over RDMA (apps/nfs, docs/nfs.md): the kernel's NFS server and client with the RPC-over-RDMA
 # transport (rpcrdma: svcrdma and xprtrdma), and the nfs-utils programs that start and mount
-# them. In the VM, `nfs_vm_server DIR` exports DIR over TCP and RDMA (port 20049) and
+# them (the client for NFSv3 and NFSv4.1). In the VM, `nfs_vm_server DIR` exports DIR over TCP and RDMA (port 20049) and
 # `mount.nfs` mounts an RDMA export (see tests/interop/nfs*.sh).
 HOST_PKGS+=(nfs-kernel-server nfs-common rpcbind)
-MODS+=(sunrpc rpcrdma nfsd nfs nfsv3 lockd)
+MODS+=(sunrpc rpcrdma nfsd nfs nfsv3 nfsv4 lockd)
 EXTRA_IMAGE_BINS+=(/usr/sbin/rpc.nfsd /usr/sbin/rpc.mountd /usr/sbin/exportfs /sbin/mount.nfs
-                   /sbin/rpcbind /usr/sbin/rpcinfo)
+                   /sbin/rpcbind /usr/sbin/rpcinfo /usr/bin/flock)
 IMAGE_HOOKS+=(nfs_image_hook)
 
 nfs_image_hook() {

@@ -1,0 +1,2070 @@
+/// @file
+/// The NFSv4.1 server (nfs4_server.h): COMPOUND, sessions, and the operations on files.
+#include "apps/nfs/nfs4_server.h"
+
+#include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+namespace roce::nfs {
+
+using namespace v4;
+
+namespace {
+
+Status from_errno(int e) {
+  switch (e) {
+    case EPERM:
+      return kErrPerm;
+    case ENOENT:
+      return kErrNoent;
+    case EACCES:
+      return kErrAccess;
+    case EEXIST:
+      return kErrExist;
+    case EXDEV:
+      return kErrXdev;
+    case ENOTDIR:
+      return kErrNotdir;
+    case ENXIO:
+      return kErrNxio;
+    case EISDIR:
+      return kErrIsdir;
+    case EINVAL:
+      return kErrInval;
+    case EFBIG:
+    case EOVERFLOW:
+      return kErrFbig;
+    case ENOSPC:
+      return kErrNospc;
+    case EROFS:
+      return kErrRofs;
+    case EMLINK:
+      return kErrMlink;
+    case ENAMETOOLONG:
+      return kErrNametoolong;
+    case ENOTEMPTY:
+      return kErrNotempty;
+    case EDQUOT:
+      return kErrDquot;
+    case ESTALE:
+      return kErrStale;
+    case ELOOP:
+      return kErrSymlink;
+    case EOPNOTSUPP:
+      return kErrNotsupp;
+    case EMFILE:  // out of descriptors or memory: the client tries again later
+    case ENFILE:
+    case ENOMEM:
+      return kErrDelay;
+    default:
+      return kErrIo;
+  }
+}
+
+/// A v3 status from the shared handle code: the POSIX ones are the same numbers in v4.
+Status from_v3(v3::Status s) {
+  switch (s) {
+    case v3::kOk:
+      return kOk;
+    case v3::kErrBadhandle:
+      return kErrBadhandle;
+    case v3::kErrNotsupp:
+      return kErrNotsupp;
+    case v3::kErrServerfault:
+      return kErrServerfault;
+    case v3::kErrJukebox:
+      return kErrDelay;
+    default:
+      return s < 10000 ? static_cast<Status>(s) : kErrServerfault;
+  }
+}
+
+/// RFC 8881 18.*: a component name the server takes (knfsd's check_filename).
+Status check_name(const std::string& n) {
+  if (n.empty()) return kErrInval;
+  if (n.size() > kMaxName) return kErrNametoolong;
+  if (n == "." || n == ".." || n.find('/') != std::string::npos ||
+      n.find('\0') != std::string::npos)
+    return kErrBadname;
+  return kOk;
+}
+
+FileType type_of(mode_t m) {
+  return S_ISDIR(m)    ? kDir
+         : S_ISLNK(m)  ? kLnk
+         : S_ISBLK(m)  ? kBlk
+         : S_ISCHR(m)  ? kChr
+         : S_ISSOCK(m) ? kSock
+         : S_ISFIFO(m) ? kFifo
+                       : kReg;
+}
+
+std::uint64_t change_of(const struct stat& s) {
+  return static_cast<std::uint64_t>(s.st_ctim.tv_sec) * 1'000'000'000u +
+         static_cast<std::uint64_t>(s.st_ctim.tv_nsec);
+}
+
+void encode_time(XdrEncoder& e, const timespec& t) {
+  e.u64(static_cast<std::uint64_t>(static_cast<std::int64_t>(t.tv_sec)));
+  e.u32(static_cast<std::uint32_t>(t.tv_nsec));
+}
+
+/// A descriptor closed at the end of its scope.
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+};
+
+/// What the server supports: GETATTR answers these, SETATTR sets the writable ones.
+Bitmap supported() {
+  Bitmap b;
+  for (std::uint32_t a : {kSupportedAttrs,
+                          kType,
+                          kFhExpireType,
+                          kChange,
+                          kSize,
+                          kLinkSupport,
+                          kSymlinkSupport,
+                          kNamedAttr,
+                          kFsid,
+                          kUniqueHandles,
+                          kLeaseTime,
+                          kRdattrError,
+                          kAclSupport,
+                          kCansettime,
+                          kCaseInsensitive,
+                          kCasePreserving,
+                          kChownRestricted,
+                          kFilehandle,
+                          kFileid,
+                          kFilesAvail,
+                          kFilesFree,
+                          kFilesTotal,
+                          kHomogeneous,
+                          kMaxfilesize,
+                          kMaxlink,
+                          kMaxname,
+                          kMaxread,
+                          kMaxwrite,
+                          kMode,
+                          kNoTrunc,
+                          kNumlinks,
+                          kOwner,
+                          kOwnerGroup,
+                          kRawdev,
+                          kSpaceAvail,
+                          kSpaceFree,
+                          kSpaceTotal,
+                          kSpaceUsed,
+                          kTimeAccess,
+                          kTimeAccessSet,
+                          kTimeDelta,
+                          kTimeMetadata,
+                          kTimeModify,
+                          kTimeModifySet,
+                          kMountedOnFileid,
+                          kSuppattrExclcreat})
+    b.set(a);
+  return b;
+}
+
+std::string proc_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+
+std::string join(const std::string& rel, const std::string& name) {
+  return rel.empty() ? name : rel + "/" + name;
+}
+std::string parent_of(const std::string& rel) {
+  const auto p = rel.rfind('/');
+  return p == std::string::npos ? std::string() : rel.substr(0, p);
+}
+
+}  // namespace
+
+/// One COMPOUND being served.
+struct Nfs4Server::Compound {
+  const CallContext* ctx = nullptr;
+  std::optional<v3::Fh> cur, saved;
+  Stateid cur_stateid{};
+  bool has_cur_stateid = false;
+  bool in_session = false;
+  SessionId sid{};
+  std::uint32_t slot = 0;
+  std::uint64_t clientid = 0;                         ///< the session's client
+  Principal principal;                                ///< the call's credential and peer
+  const std::vector<std::uint8_t>* replay = nullptr;  ///< SEQUENCE found a retry: its reply
+};
+
+Nfs4Server::Nfs4Server(NfsServer& files, Limits limits) : files_(files), lim_(limits) {
+  now = [] {
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  std::uint32_t r = 0;
+  if (::getrandom(&r, sizeof r, 0) != sizeof r)
+    r = static_cast<std::uint32_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  const auto t = static_cast<std::uint32_t>(::time(nullptr));
+  boot_ = (std::uint64_t{t} << 32 | r) & 0xffffffffu;
+  if (!boot_) boot_ = 1;
+  for (int i = 0; i < 4; ++i)
+    boot_verf_[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(t >> (8 * i));
+  for (int i = 0; i < 4; ++i)
+    boot_verf_[static_cast<std::size_t>(4 + i)] = static_cast<std::uint8_t>(r >> (8 * i));
+  NfsServer::Resolved root;
+  if (files_.resolve(files_.root_fh(), root) == v3::kOk) {
+    root_dev_ = root.st.st_dev;
+    root_ino_ = root.st.st_ino;
+    ::close(root.fd);
+  }
+}
+
+bool Nfs4Server::is_v4(std::span<const std::uint8_t> call) {
+  XdrDecoder d(call);
+  rpc::CallHeader h;
+  return rpc::decode(d, h) && h.prog == v3::kNfsProgram && h.vers == kNfsVersion;
+}
+
+void Nfs4Server::handle(const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& out) {
+  out = RpcReply{};
+  XdrDecoder d(call);
+  rpc::CallHeader h;
+  XdrEncoder e(out.msg);
+  rpc::ReplyHeader r;
+  std::lock_guard g(mu_);
+  if (!rpc::decode(d, h)) {
+    ++st_.garbage;
+    if (!d.ok() || call.size() < 8) return;
+    r.xid = h.xid;
+    r.stat = rpc::kMsgDenied;
+    r.reject = rpc::kRpcMismatch;
+    r.low = r.high = rpc::kRpcVersion;
+    rpc::encode(e, r);
+    return;
+  }
+  r.xid = h.xid;
+  if (h.rpcvers != rpc::kRpcVersion) {
+    r.stat = rpc::kMsgDenied;
+    r.reject = rpc::kRpcMismatch;
+    r.low = r.high = rpc::kRpcVersion;
+    rpc::encode(e, r);
+    return;
+  }
+  const auto deny = [&] {
+    r.stat = rpc::kMsgDenied;
+    r.reject = rpc::kAuthError;
+    r.auth = rpc::kAuthBadCred;
+    rpc::encode(e, r);
+  };
+  const bool flavor_ok = h.cred.flavor == rpc::kAuthNone ||
+                         (h.cred.flavor == rpc::kAuthSys && rpc::parse_auth_sys(h.cred));
+  if (!flavor_ok) return deny();
+  if (h.prog != v3::kNfsProgram) {
+    r.accept = rpc::kProgUnavail;
+    rpc::encode(e, r);
+    return;
+  }
+  if (h.vers != kNfsVersion) {
+    r.accept = rpc::kProgMismatch;
+    r.low = 3;
+    r.high = 4;
+    rpc::encode(e, r);
+    return;
+  }
+  if (h.proc == kNull) {
+    rpc::encode(e, r);
+    return;
+  }
+  if (!files_.options().allows(ctx.peer)) return deny();
+  if (h.proc != kCompound) {
+    r.accept = rpc::kProcUnavail;
+    rpc::encode(e, r);
+    return;
+  }
+  rpc::encode(e, r);
+  const std::size_t body = out.msg.size();
+  Compound c;
+  c.ctx = &ctx;
+  c.principal.flavor = h.cred.flavor;
+  c.principal.peer = ctx.peer.v;
+  if (const auto sys = rpc::parse_auth_sys(h.cred)) {
+    c.principal.uid = sys->uid;
+    c.principal.gid = sys->gid;
+  }
+  const bool ran = files_.run_as(h.cred, [&] { compound(c, d, e, out); });
+  if (!ran || (!d.ok() && out.msg.size() == body)) {
+    // No identity to act as (roced lacks CAP_SETUID), or the COMPOUND's header did not decode.
+    out.msg.resize(body - 4);
+    out.payload.clear();
+    out.has_payload = false;
+    e.u32(ran ? rpc::kGarbageArgs : rpc::kSystemErr);
+    ++(ran ? st_.garbage : st_.errors);
+  }
+}
+
+void Nfs4Server::compound(Compound& c, XdrDecoder& d, XdrEncoder& e, RpcReply& out) {
+  const std::string tag = d.string(kMaxTag);
+  const std::uint32_t minor = d.u32();
+  const std::uint32_t n = d.u32();
+  if (!d.ok()) return;  // GARBAGE_ARGS
+  ++st_.compounds;
+  const std::size_t start = e.size();
+  e.u32(kOk);
+  e.string(tag);
+  const std::size_t count_at = e.size();
+  e.u32(0);
+  if (minor != kMinorVersion) {
+    e.patch_u32(start, kErrMinorVersMismatch);
+    ++st_.errors;
+    return;
+  }
+  Status status = kOk;
+  std::uint32_t done = 0;
+  for (std::uint32_t i = 0; i < n && status == kOk; ++i) {
+    std::uint32_t opnum = d.u32();
+    if (!d.ok()) {  // fewer operations than the count said
+      opnum = kIllegal;
+      status = kErrBadxdr;
+    } else if (opnum < kAccess || opnum > kReclaimComplete) {
+      opnum = kIllegal;
+      status = kErrOpIllegal;
+    } else {
+      const bool sessionless = opnum == kExchangeId || opnum == kCreateSession ||
+                               opnum == kDestroyClientid || opnum == kBindConnToSession ||
+                               opnum == kDestroySession;
+      if (i == 0 && opnum != kSequence && !sessionless)
+        status = kErrOpNotInSession;
+      else if (i == 0 && sessionless && n > 1)
+        status = kErrNotOnlyOp;
+      else if (i > 0 && opnum == kSequence)
+        status = kErrSequencePos;
+    }
+    e.u32(opnum);
+    const std::size_t status_at = e.size();
+    e.u32(kOk);
+    ++st_.ops;
+    ++st_.by_op[opnum];
+    if (status == kOk) {
+      if (opnum == kSequence) {
+        status = sequence(c, d, e, n);
+        if (status == kOk && c.replay) {  // a retry: the reply it got, word for word
+          ++st_.replays;
+          out.msg.resize(start);
+          out.msg.insert(out.msg.end(), c.replay->begin(), c.replay->end());
+          return;
+        }
+      } else {
+        status = op(c, opnum, d, e, out, i + 1 == n);
+      }
+      if (!d.ok()) {
+        status = kErrBadxdr;
+        out.msg.resize(status_at + 4);
+        out.payload.clear();
+        out.has_payload = false;
+      }
+    }
+    e.patch_u32(status_at, status);
+    ++done;
+  }
+  if (status != kOk) ++st_.errors;
+  if (status == kErrResource) ++st_.resource;
+  e.patch_u32(start, status);
+  e.patch_u32(count_at, done);
+  // The reply cache: what this slot answers a retry with (small replies without a READ payload).
+  if (c.in_session) {
+    const auto s = sessions_.find(c.sid);
+    if (s != sessions_.end() && c.slot < s->second.slots.size()) {
+      Slot& slot = s->second.slots[c.slot];
+      const std::size_t size = out.msg.size() - start;
+      slot.cached = !out.has_payload && size <= lim_.cached_reply;
+      if (slot.cached)
+        slot.reply.assign(out.msg.begin() + static_cast<std::ptrdiff_t>(start), out.msg.end());
+      else
+        slot.reply.clear();
+      slot.in_use = false;
+    }
+  }
+}
+
+Status Nfs4Server::op(Compound& c, std::uint32_t opnum, XdrDecoder& d, XdrEncoder& e, RpcReply& out,
+                      bool last) {
+  switch (opnum) {
+    case kExchangeId:
+      return exchange_id(c, d, e);
+    case kCreateSession:
+      return create_session(c, d, e);
+    case kDestroySession:
+      return destroy_session(c, d);
+    case kDestroyClientid:
+      return destroy_clientid(c, d);
+    case kReclaimComplete: {
+      const bool one_fs = d.boolean();
+      if (!d.ok()) return kErrBadxdr;
+      const auto cl = clients_.find(c.clientid);
+      if (cl == clients_.end()) return kErrStaleClientid;
+      if (one_fs) return c.cur ? kOk : kErrNofilehandle;
+      if (cl->second.reclaim_complete) return kErrCompleteAlready;
+      cl->second.reclaim_complete = true;
+      return kOk;
+    }
+    case kSecinfoNoName:
+    case kSecinfo: {
+      std::uint32_t style = 0;
+      if (opnum == kSecinfo) {
+        const std::string name = d.string(kMaxNameWire);
+        if (!d.ok()) return kErrBadxdr;
+        if (const Status s = check_name(name)) return s;
+      } else {
+        style = d.u32();
+        if (!d.ok()) return kErrBadxdr;
+        if (style > 1) return kErrInval;
+      }
+      NfsServer::Resolved r;
+      if (const Status s = current(c, r)) return s;
+      ::close(r.fd);
+      if (!S_ISDIR(r.st.st_mode) && (opnum == kSecinfo || style == 1)) return kErrNotdir;
+      if (style == 1 && r.st.st_ino == root_ino_ && r.st.st_dev == root_dev_) return kErrNoent;
+      e.u32(1);
+      e.u32(rpc::kAuthSys);
+      c.cur.reset();  // RFC 8881 2.6.3.1.1.8: SECINFO consumes the current file handle
+      return kOk;
+    }
+    case kPutrootfh:
+    case kPutpubfh:
+      c.cur = files_.root_fh();
+      return kOk;
+    case kPutfh: {
+      const auto b = d.opaque(kFhSize);
+      if (!d.ok()) return kErrBadxdr;
+      if (b.empty()) return kErrBadhandle;
+      v3::Fh fh;
+      fh.data.assign(b.begin(), b.end());
+      NfsServer::Resolved r;
+      if (const v3::Status s = files_.resolve(fh, r)) return from_v3(s);
+      ::close(r.fd);
+      c.cur = std::move(fh);
+      return kOk;
+    }
+    case kGetfh:
+      if (!c.cur) return kErrNofilehandle;
+      e.opaque(c.cur->data);
+      return kOk;
+    case kSavefh:
+      if (!c.cur) return kErrNofilehandle;
+      c.saved = c.cur;
+      return kOk;
+    case kRestorefh:
+      if (!c.saved) return kErrRestorefh;
+      c.cur = c.saved;
+      return kOk;
+    case kGetattr:
+      return getattr(c, d, e);
+    case kLookup:
+      return lookup(c, d);
+    case kLookupp:
+      return lookupp(c);
+    case kAccess:
+      return access(c, d, e);
+    case kOpen:
+      return open(c, d, e);
+    case kClose:
+      return close(c, d, e);
+    case kOpenDowngrade:
+      return open_downgrade(c, d, e);
+    case kRead:
+      return read(c, d, e, out, last);
+    case kWrite:
+      return write(c, d, e);
+    case kCommit:
+      return commit(c, d, e);
+    case kCreate:
+      return create(c, d, e);
+    case kRemove:
+      return remove(c, d, e);
+    case kRename:
+      return rename(c, d, e);
+    case kLink:
+      return link(c, d, e);
+    case kReaddir:
+      return readdir(c, d, e);
+    case kReadlink:
+      return readlink(c, e);
+    case kSetattr:
+      return setattr(c, d, e);
+    case kLock:
+      return lock(c, d, e);
+    case kLockt:
+      return lockt(c, d, e);
+    case kLocku:
+      return locku(c, d, e);
+    case kFreeStateid:
+      return free_stateid(c, d);
+    case kTestStateid:
+      return test_stateid(c, d, e);
+    case kDelegreturn:
+      decode_stateid(d);
+      return d.ok() ? kErrBadStateid : kErrBadxdr;  // no delegation was ever granted
+    case kOpenConfirm:
+    case kRenew:
+    case kSetclientid:
+    case kSetclientidConfirm:
+    case kReleaseLockowner:
+      return kErrNotsupp;  // NFSv4.0's: RFC 8881 says NOTSUPP in a minor version 1 COMPOUND
+    default:
+      return kErrNotsupp;
+  }
+}
+
+// --- Clients and sessions ----------------------------------------------------------------
+
+void Nfs4Server::reap_expired() {
+  const std::int64_t t = now();
+  std::vector<std::uint64_t> gone;
+  for (const auto& [id, cl] : clients_)
+    if (t - cl.renewed > static_cast<std::int64_t>(lim_.lease_seconds)) gone.push_back(id);
+  for (auto id : gone) forget_client(id);
+}
+
+void Nfs4Server::forget_client(std::uint64_t clientid) {
+  std::erase_if(sessions_, [&](const auto& s) { return s.second.clientid == clientid; });
+  std::erase_if(by_file_, [&](const auto& f) {
+    const auto s = states_.find(f.second);
+    return s == states_.end() || s->second.clientid == clientid;
+  });
+  for (auto it = states_.begin(); it != states_.end();) {
+    if (it->second.clientid == clientid) {
+      if (it->second.kind == State::kLock) {
+        const auto l = locks_.find(it->second.file);
+        if (l != locks_.end()) {
+          l->second.drop(it->second.owner);
+          if (l->second.empty()) locks_.erase(l);
+        }
+      }
+      it = states_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (const auto cl = clients_.find(clientid); cl != clients_.end()) {
+    bytes_ -= std::min(bytes_, cl->second.bytes);
+    clients_.erase(cl);
+  }
+}
+
+namespace {
+/// What a stateid or a byte range is charged: its record, its map node, its owner's name.
+std::size_t state_cost(const State& s) { return sizeof(State) + 64 + s.owner.name.size(); }
+std::size_t range_cost(const Owner& o) { return sizeof(Range) + o.name.size(); }
+}  // namespace
+
+void Nfs4Server::charge(std::uint64_t clientid, std::ptrdiff_t delta) {
+  const auto cl = clients_.find(clientid);
+  if (cl == clients_.end()) return;
+  if (delta >= 0) {
+    cl->second.bytes += static_cast<std::size_t>(delta);
+    bytes_ += static_cast<std::size_t>(delta);
+  } else {
+    const auto d = std::min(cl->second.bytes, static_cast<std::size_t>(-delta));
+    cl->second.bytes -= d;
+    bytes_ -= std::min(bytes_, d);
+  }
+}
+
+bool Nfs4Server::room(const Client& cl, std::size_t more) const {
+  return cl.bytes + more <= lim_.client_bytes && bytes_ + more <= lim_.total_bytes;
+}
+
+bool Nfs4Server::in_use(const Client& cl) const {
+  return cl.states > 0 || now() - cl.renewed <= static_cast<std::int64_t>(lim_.lease_seconds);
+}
+
+Status Nfs4Server::exchange_id(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  Verifier verf{};
+  if (const auto v = d.fixed(8); v.size() == 8) std::copy(v.begin(), v.end(), verf.begin());
+  const auto owner = d.opaque(kOpaqueLimit);
+  const std::vector<std::uint8_t> ownerid(owner.begin(), owner.end());
+  const std::uint32_t flags = d.u32();
+  const std::uint32_t how = d.u32();
+  if (how == kSp4MachCred) {
+    decode_bitmap(d);
+    decode_bitmap(d);
+  } else if (how != kSp4None) {
+    return d.ok() ? kErrEncrAlgUnsupp : kErrBadxdr;  // SP4_SSV: not offered
+  }
+  const std::uint32_t impls = d.u32();
+  if (impls > 1) d.fail();
+  for (std::uint32_t i = 0; i < impls && d.ok(); ++i) {
+    d.string(kOpaqueLimit);
+    d.string(kOpaqueLimit);
+    d.u64();
+    d.u32();
+  }
+  if (!d.ok()) return kErrBadxdr;
+  constexpr std::uint32_t kValid = kExchgidSuppMovedRefer | kExchgidSuppMovedMigr |
+                                   kExchgidSuppFenceOps | kExchgidBindPrincStateid |
+                                   kExchgidMaskPnfs | kExchgidUpdConfirmedRecA;
+  if (flags & ~kValid) return kErrInval;
+  Client* found = nullptr;
+  for (auto& [id, cl] : clients_)
+    if (cl.ownerid == ownerid && (!found || cl.confirmed)) found = &cl;
+  Client* cl = nullptr;
+  // Another principal naming a confirmed client's co_ownerid: a collision while that client
+  // holds state or a live lease (RFC 8881 18.35.5 case 3), never a takeover.
+  const bool foreign = found && found->confirmed && found->principal != c.principal;
+  if (flags & kExchgidUpdConfirmedRecA) {
+    if (!found || !found->confirmed) return kErrNoent;
+    if (foreign) return kErrPerm;
+    if (found->verifier != verf) return kErrNotSame;
+    cl = found;
+  } else if (foreign && in_use(*found)) {
+    return kErrClidInuse;
+  } else if (found && found->confirmed && found->verifier == verf && !foreign) {
+    cl = found;  // the same client again
+  } else {
+    // New, or a client that rebooted (another verifier: its old record goes when the new one
+    // is confirmed), or an unconfirmed one tried again (it is replaced).
+    if (found && !found->confirmed) forget_client(found->clientid);
+    const auto of_peer = [&] {
+      return static_cast<std::size_t>(std::count_if(clients_.begin(), clients_.end(), [&](auto& x) {
+        return x.second.principal.peer == c.principal.peer;
+      }));
+    };
+    if (clients_.size() >= lim_.clients || of_peer() >= lim_.clients_per_peer) reap_expired();
+    if (clients_.size() >= lim_.clients || of_peer() >= lim_.clients_per_peer) return kErrResource;
+    Client n;
+    n.clientid = boot_ << 32 | next_client_++;
+    n.ownerid = ownerid;
+    n.principal = c.principal;
+    n.verifier = verf;
+    n.renewed = now();
+    cl = &clients_.emplace(n.clientid, std::move(n)).first->second;
+  }
+  e.u64(cl->clientid);
+  e.u32(cl->cs_seqid);
+  e.u32(kExchgidUseNonPnfs | (cl->confirmed ? kExchgidConfirmedR : 0));
+  e.u32(kSp4None);
+  static const std::string kMajor = "roce-nfs";
+  e.u64(0);  // server_owner: so_minor_id
+  e.string(kMajor);
+  e.string(kMajor);  // server scope
+  e.u32(1);          // the implementation
+  e.string("roce");
+  e.string("roce-nfs NFSv4.1");
+  e.u64(0);
+  e.u32(0);
+  return kOk;
+}
+
+namespace {
+
+struct ChannelAttrs {
+  std::uint32_t headerpad = 0, max_request = 0, max_response = 0, max_cached = 0, max_ops = 0,
+                max_reqs = 0;
+  std::vector<std::uint32_t> ird;
+};
+
+ChannelAttrs decode_channel(XdrDecoder& d) {
+  ChannelAttrs a;
+  a.headerpad = d.u32();
+  a.max_request = d.u32();
+  a.max_response = d.u32();
+  a.max_cached = d.u32();
+  a.max_ops = d.u32();
+  a.max_reqs = d.u32();
+  const std::uint32_t n = d.u32();
+  if (n > 1) d.fail();
+  for (std::uint32_t i = 0; i < n && d.ok(); ++i) a.ird.push_back(d.u32());
+  return a;
+}
+
+void encode_channel(XdrEncoder& e, const ChannelAttrs& a) {
+  e.u32(a.headerpad);
+  e.u32(a.max_request);
+  e.u32(a.max_response);
+  e.u32(a.max_cached);
+  e.u32(a.max_ops);
+  e.u32(a.max_reqs);
+  e.u32(static_cast<std::uint32_t>(a.ird.size()));
+  for (auto v : a.ird) e.u32(v);
+}
+
+}  // namespace
+
+Status Nfs4Server::create_session(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  const std::uint64_t clientid = d.u64();
+  const std::uint32_t seq = d.u32();
+  const std::uint32_t flags = d.u32();
+  const ChannelAttrs fore = decode_channel(d);
+  const ChannelAttrs back = decode_channel(d);
+  d.u32();  // the callback program: no backchannel yet
+  const std::uint32_t nsec = d.u32();
+  if (nsec > 16) d.fail();
+  for (std::uint32_t i = 0; i < nsec && d.ok(); ++i) {
+    const std::uint32_t flavor = d.u32();
+    if (flavor == rpc::kAuthSys) {
+      d.u32();
+      d.string(rpc::kMaxMachineName);
+      d.u32();
+      d.u32();
+      const std::uint32_t ng = d.u32();
+      if (ng > rpc::kMaxGids) d.fail();
+      for (std::uint32_t j = 0; j < ng && d.ok(); ++j) d.u32();
+    } else if (flavor == 6) {  // RPCSEC_GSS: gss_cb_handles4
+      d.u32();
+      d.opaque(kOpaqueLimit);
+      d.opaque(kOpaqueLimit);
+    } else if (flavor != rpc::kAuthNone) {
+      d.fail();
+    }
+  }
+  if (!d.ok()) return kErrBadxdr;
+  const auto it = clients_.find(clientid);
+  if (it == clients_.end()) return kErrStaleClientid;
+  Client& cl = it->second;
+  // Only the principal of the EXCHANGE_ID creates (or replays) a session of the client.
+  if (cl.principal != c.principal) return kErrClidInuse;
+  if (seq + 1 == cl.cs_seqid && !cl.cs_reply.empty()) {  // a retry: the same answer
+    std::vector<std::uint8_t>& out = cl.cs_reply;
+    for (std::size_t i = 0; i + 4 <= out.size(); i += 4)
+      e.u32(std::uint32_t{out[i]} << 24 | std::uint32_t{out[i + 1]} << 16 |
+            std::uint32_t{out[i + 2]} << 8 | out[i + 3]);
+    return kOk;
+  }
+  if (seq != cl.cs_seqid) return kErrSeqMisordered;
+  if (fore.max_reqs == 0 || fore.max_ops == 0) return kErrInval;
+  std::size_t mine = 0;
+  for (const auto& [sid, s] : sessions_) mine += s.clientid == clientid;
+  if (mine >= lim_.sessions) return kErrResource;
+  if (!cl.confirmed) {
+    // Confirmed now: the record of the same client before it rebooted goes, with its state.
+    // Another principal's record that gained state or renewed meanwhile stays, and this
+    // one is refused.
+    std::vector<std::uint64_t> old;
+    for (const auto& [id, o] : clients_) {
+      if (id == clientid || o.ownerid != cl.ownerid) continue;
+      if (o.confirmed && o.principal != cl.principal && in_use(o)) return kErrClidInuse;
+      old.push_back(id);
+    }
+    for (auto id : old) forget_client(id);
+    cl.confirmed = true;
+  }
+  Session s;
+  s.clientid = clientid;
+  // Random, so that no other host can guess a session's id (and act on it with SEQUENCE);
+  // a counter and the boot verifier only if the kernel has no randomness to give.
+  do {
+    if (::getrandom(s.id.data(), s.id.size(), 0) != static_cast<ssize_t>(s.id.size())) {
+      for (int i = 0; i < 8; ++i)
+        s.id[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(clientid >> (56 - 8 * i));
+      const std::uint32_t n = next_session_++;
+      for (int i = 0; i < 4; ++i)
+        s.id[static_cast<std::size_t>(8 + i)] = static_cast<std::uint8_t>(n >> (24 - 8 * i));
+      std::copy(boot_verf_.begin(), boot_verf_.begin() + 4, s.id.begin() + 12);
+    }
+  } while (sessions_.contains(s.id));
+  ChannelAttrs f = fore;
+  const std::uint32_t io = max_io + 8192;  // the largest READ or WRITE and its COMPOUND around it
+  f.headerpad = 0;
+  f.max_request = std::min(fore.max_request, io);
+  f.max_response = std::min(fore.max_response, io);
+  f.max_cached =
+      std::min<std::uint32_t>(fore.max_cached, static_cast<std::uint32_t>(lim_.cached_reply));
+  f.max_ops = std::min(fore.max_ops, lim_.max_ops);
+  f.max_reqs = std::min(fore.max_reqs, lim_.slots);
+  f.ird.clear();
+  s.max_ops = f.max_ops;
+  s.max_request = f.max_request;
+  s.max_response = f.max_response;
+  s.max_cached = f.max_cached;
+  s.slots.resize(f.max_reqs);
+  s.flags = 0;  // not persistent, no backchannel on this connection (yet)
+  (void)flags;
+  sessions_.emplace(s.id, s);
+  cl.cs_seqid = seq + 1;
+  cl.renewed = now();
+  std::vector<std::uint8_t> body;
+  XdrEncoder b(body);
+  b.fixed(s.id);
+  b.u32(seq);
+  b.u32(s.flags);
+  encode_channel(b, f);
+  encode_channel(b, back);
+  cl.cs_reply = body;
+  e.fixed(body);
+  return kOk;
+}
+
+Status Nfs4Server::sequence(Compound& c, XdrDecoder& d, XdrEncoder& e, std::uint32_t nops) {
+  SessionId sid{};
+  if (const auto v = d.fixed(16); v.size() == 16) std::copy(v.begin(), v.end(), sid.begin());
+  const std::uint32_t seq = d.u32();
+  const std::uint32_t slotid = d.u32();
+  const std::uint32_t highest = d.u32();
+  d.boolean();  // sa_cachethis: every small reply is kept
+  if (!d.ok()) return kErrBadxdr;
+  const auto it = sessions_.find(sid);
+  if (it == sessions_.end()) return kErrBadsession;
+  Session& s = it->second;
+  if (nops > s.max_ops) return kErrTooManyOps;
+  if (slotid >= s.slots.size()) return kErrBadslot;
+  (void)highest;
+  Slot& slot = s.slots[slotid];
+  if (seq == slot.seqid && slot.seqid != 0) {
+    if (!slot.cached) return kErrRetryUncachedRep;
+    c.replay = &slot.reply;
+    return kOk;
+  }
+  if (seq != slot.seqid + 1) return kErrSeqMisordered;
+  slot.seqid = seq;
+  slot.in_use = true;
+  slot.cached = false;
+  slot.reply.clear();
+  c.in_session = true;
+  c.sid = sid;
+  c.slot = slotid;
+  c.clientid = s.clientid;
+  if (const auto cl = clients_.find(s.clientid); cl != clients_.end()) cl->second.renewed = now();
+  e.fixed(sid);
+  e.u32(seq);
+  e.u32(slotid);
+  e.u32(static_cast<std::uint32_t>(s.slots.size() - 1));  // highest slot
+  e.u32(static_cast<std::uint32_t>(s.slots.size() - 1));  // target highest slot
+  e.u32(0);                                               // status flags
+  return kOk;
+}
+
+Status Nfs4Server::destroy_session(Compound& c, XdrDecoder& d) {
+  SessionId sid{};
+  if (const auto v = d.fixed(16); v.size() == 16) std::copy(v.begin(), v.end(), sid.begin());
+  if (!d.ok()) return kErrBadxdr;
+  const auto it = sessions_.find(sid);
+  if (it == sessions_.end()) return kErrBadsession;
+  sessions_.erase(it);
+  if (c.in_session && c.sid == sid) c.in_session = false;
+  return kOk;
+}
+
+Status Nfs4Server::destroy_clientid(Compound&, XdrDecoder& d) {
+  const std::uint64_t id = d.u64();
+  if (!d.ok()) return kErrBadxdr;
+  if (!clients_.count(id)) return kErrStaleClientid;
+  for (const auto& [sid, s] : sessions_)
+    if (s.clientid == id) return kErrClientidBusy;
+  for (const auto& [o, st] : states_)
+    if (st.clientid == id) return kErrClientidBusy;
+  forget_client(id);
+  return kOk;
+}
+
+// --- Files ------------------------------------------------------------------------------
+
+Status Nfs4Server::current(Compound& c, NfsServer::Resolved& r) {
+  if (!c.cur) return kErrNofilehandle;
+  return from_v3(files_.resolve(*c.cur, r));
+}
+
+void Nfs4Server::encode_attrs(XdrEncoder& e, const Bitmap& want, const NfsServer::Resolved& r,
+                              const v3::Fh* fh, std::uint32_t rdattr_error) {
+  static const Bitmap kSupported = supported();
+  Bitmap got;
+  std::vector<std::uint8_t> vals;
+  XdrEncoder v(vals);
+  const struct stat& st = r.st;
+  std::optional<struct statvfs> fs;
+  const auto vfs = [&]() -> const struct statvfs& {
+    if (!fs) {
+      fs.emplace();
+      if (::fstatvfs(r.fd, &*fs) != 0) *fs = {};
+    }
+    return *fs;
+  };
+  const std::uint32_t end = std::min<std::uint32_t>(want.end(), kSuppattrExclcreat + 1);
+  for (std::uint32_t a = 0; a < end; ++a) {
+    if (!want.has(a) || !kSupported.has(a)) continue;
+    switch (a) {
+      case kSupportedAttrs:
+        encode(v, kSupported);
+        break;
+      case kType:
+        v.u32(type_of(st.st_mode));
+        break;
+      case kFhExpireType:
+        v.u32(files_.persistent_handles() ? 0 : 2);  // FH4_PERSISTENT or FH4_VOLATILE_ANY
+        break;
+      case kChange:
+        v.u64(change_of(st));
+        break;
+      case kSize:
+        v.u64(static_cast<std::uint64_t>(st.st_size));
+        break;
+      case kLinkSupport:
+      case kSymlinkSupport:
+      case kUniqueHandles:
+      case kCansettime:
+      case kCasePreserving:
+      case kChownRestricted:
+      case kHomogeneous:
+      case kNoTrunc:
+        v.boolean(true);
+        break;
+      case kNamedAttr:
+      case kCaseInsensitive:
+        v.boolean(false);
+        break;
+      case kFsid:
+        v.u64(root_dev_);
+        v.u64(0);
+        break;
+      case kLeaseTime:
+        v.u32(lim_.lease_seconds);
+        break;
+      case kRdattrError:
+        v.u32(rdattr_error);
+        break;
+      case kAclSupport:
+        v.u32(0);
+        break;
+      case kFilehandle:
+        if (!fh) continue;
+        v.opaque(fh->data);
+        break;
+      case kFileid:
+      case kMountedOnFileid:
+        v.u64(st.st_ino);
+        break;
+      case kFilesAvail:
+        v.u64(vfs().f_favail);
+        break;
+      case kFilesFree:
+        v.u64(vfs().f_ffree);
+        break;
+      case kFilesTotal:
+        v.u64(vfs().f_files);
+        break;
+      case kMaxfilesize:
+        v.u64(0x7fffffffffffffffull);
+        break;
+      case kMaxlink: {
+        const long l = ::fpathconf(r.fd, _PC_LINK_MAX);
+        v.u32(l > 0 ? static_cast<std::uint32_t>(std::min<long>(l, 0x7fffffff)) : 1);
+        break;
+      }
+      case kMaxname:
+        v.u32(vfs().f_namemax ? static_cast<std::uint32_t>(vfs().f_namemax) : kMaxName);
+        break;
+      case kMaxread:
+      case kMaxwrite:
+        v.u64(max_io);
+        break;
+      case kMode:
+        v.u32(st.st_mode & 07777);
+        break;
+      case kNumlinks:
+        v.u32(static_cast<std::uint32_t>(st.st_nlink));
+        break;
+      case kOwner:
+        v.string(std::to_string(st.st_uid));
+        break;
+      case kOwnerGroup:
+        v.string(std::to_string(st.st_gid));
+        break;
+      case kRawdev:
+        v.u32(major(st.st_rdev));
+        v.u32(minor(st.st_rdev));
+        break;
+      case kSpaceAvail:
+        v.u64(std::uint64_t{vfs().f_bavail} * vfs().f_frsize);
+        break;
+      case kSpaceFree:
+        v.u64(std::uint64_t{vfs().f_bfree} * vfs().f_frsize);
+        break;
+      case kSpaceTotal:
+        v.u64(std::uint64_t{vfs().f_blocks} * vfs().f_frsize);
+        break;
+      case kSpaceUsed:
+        v.u64(static_cast<std::uint64_t>(st.st_blocks) * 512);
+        break;
+      case kTimeAccess:
+        encode_time(v, st.st_atim);
+        break;
+      case kTimeMetadata:
+        encode_time(v, st.st_ctim);
+        break;
+      case kTimeModify:
+        encode_time(v, st.st_mtim);
+        break;
+      case kTimeDelta:
+        v.u64(0);
+        v.u32(1);
+        break;
+      case kSuppattrExclcreat: {
+        Bitmap x;
+        x.set(kMode);
+        encode(v, x);
+        break;
+      }
+      default:
+        continue;  // write-only (time_*_set): never read back
+    }
+    got.set(a);
+  }
+  encode(e, got);
+  e.opaque(vals);
+}
+
+Status Nfs4Server::getattr(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  const Bitmap want = decode_bitmap(d);
+  if (!d.ok()) return kErrBadxdr;
+  NfsServer::Resolved r;
+  if (const Status s = current(c, r)) return s;
+  Fd fd(r.fd);
+  encode_attrs(e, want, r, &*c.cur);
+  return kOk;
+}
+
+Status Nfs4Server::lookup(Compound& c, XdrDecoder& d) {
+  const std::string name = d.string(kMaxNameWire);
+  if (!d.ok()) return kErrBadxdr;
+  NfsServer::Resolved r;
+  if (const Status s = current(c, r)) return s;
+  Fd fd(r.fd);
+  if (S_ISLNK(r.st.st_mode)) return kErrSymlink;
+  if (!S_ISDIR(r.st.st_mode)) return kErrNotdir;
+  if (const Status s = check_name(name)) return s;
+  struct stat st;
+  if (::fstatat(r.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return from_errno(errno);
+  const auto fh = files_.handle_in(r, name, st);
+  if (!fh) return kErrNoent;  // another file system mounted there: not exported
+  c.cur = *fh;
+  return kOk;
+}
+
+Status Nfs4Server::lookupp(Compound& c) {
+  NfsServer::Resolved r;
+  if (const Status s = current(c, r)) return s;
+  Fd fd(r.fd);
+  if (S_ISLNK(r.st.st_mode)) return kErrSymlink;
+  if (!S_ISDIR(r.st.st_mode)) return kErrNotdir;
+  if (r.st.st_ino == root_ino_ && r.st.st_dev == root_dev_) return kErrNoent;
+  NfsServer::Resolved p;
+  p.fd = ::openat(r.fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (p.fd < 0) return from_errno(errno);
+  Fd pfd(p.fd);
+  if (::fstat(p.fd, &p.st) != 0) return from_errno(errno);
+  p.rel = parent_of(r.rel);
+  const auto fh = files_.handle_in(p, "", p.st);
+  if (!fh) return kErrNoent;
+  c.cur = *fh;
+  return kOk;
+}
+
+Status Nfs4Server::access(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  const std::uint32_t want = d.u32();
+  if (!d.ok()) return kErrBadxdr;
+  NfsServer::Resolved r;
+  if (const Status s = current(c, r)) return s;
+  Fd fd(r.fd);
+  // Asked of the kernel as the caller (AT_EACCESS: the file system ids), as the v3 server does.
+  const bool dir = S_ISDIR(r.st.st_mode), reg = S_ISREG(r.st.st_mode);
+  const auto may = [&](int mode) {
+    return ::syscall(SYS_faccessat2, r.fd, "", mode, AT_EACCESS | AT_EMPTY_PATH) == 0;
+  };
+  constexpr std::uint32_t kAll =
+      kAccessRead | kAccessLookup | kAccessModify | kAccessExtend | kAccessDelete | kAccessExecute;
+  std::uint32_t got = 0;
+  if ((want & kAccessRead) && may(R_OK)) got |= kAccessRead;
+  if (dir) {
+    if ((want & kAccessLookup) && may(X_OK)) got |= kAccessLookup;
+    if ((want & (kAccessModify | kAccessExtend | kAccessDelete)) && may(W_OK | X_OK))
+      got |= want & (kAccessModify | kAccessExtend | kAccessDelete);
+  } else if (reg) {
+    if ((want & (kAccessModify | kAccessExtend)) && may(W_OK))
+      got |= want & (kAccessModify | kAccessExtend);
+    if ((want & kAccessExecute) && may(X_OK)) got |= kAccessExecute;
+  }
+  if (!files_.options().rw) got &= ~(kAccessModify | kAccessExtend | kAccessDelete);
+  e.u32(want & kAll);
+  e.u32(got);
+  return kOk;
+}
+
+// --- Opens, I/O and the name space ---------------------------------------------------------
+
+/// What SETATTR, CREATE and OPEN's createattrs ask to set.
+struct Nfs4Server::SetAttrs {
+  Bitmap mask;
+  std::optional<std::uint64_t> size;
+  std::optional<std::uint32_t> mode, uid, gid;
+  std::optional<timespec> atime, mtime;
+};
+
+namespace {
+
+/// A numeric owner or group string ("1000"); nullopt for a name (no id mapping here).
+std::optional<std::uint32_t> numeric_id(const std::string& s) {
+  if (s.empty() || s.size() > 10) return std::nullopt;
+  std::uint64_t v = 0;
+  for (char ch : s) {
+    if (ch < '0' || ch > '9') return std::nullopt;
+    v = v * 10 + static_cast<std::uint64_t>(ch - '0');
+  }
+  if (v > 0xfffffffeu) return std::nullopt;
+  return static_cast<std::uint32_t>(v);
+}
+
+void encode_cinfo(XdrEncoder& e, std::uint64_t before, std::uint64_t after) {
+  e.boolean(false);  // not atomic: another process may change the directory in between
+  e.u64(before);
+  e.u64(after);
+}
+
+std::uint64_t change_now(int fd) {
+  struct stat s;
+  return ::fstat(fd, &s) == 0 ? change_of(s) : 0;
+}
+
+bool range_end(std::uint64_t offset, std::uint64_t length, std::uint64_t& end) {
+  if (length == 0) return false;
+  if (length == ~std::uint64_t{0}) {
+    end = ~std::uint64_t{0};
+    return true;
+  }
+  if (offset + length < offset) return false;  // past 2^64
+  end = offset + length - 1;
+  return true;
+}
+
+void encode_denied(XdrEncoder& e, const Range& r) {
+  e.u64(r.start);
+  e.u64(r.end == ~std::uint64_t{0} ? ~std::uint64_t{0} : r.end - r.start + 1);
+  e.u32(r.write ? kWriteLt : kReadLt);
+  e.u64(r.owner.clientid);
+  e.opaque(r.owner.name);
+}
+
+FileKey key_of(const struct stat& st) {
+  return FileKey{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
+}
+
+}  // namespace
+
+Status Nfs4Server::decode_sattr(XdrDecoder& d, SetAttrs& a) {
+  static const Bitmap kSupported = supported();
+  a.mask = decode_bitmap(d);
+  const auto vals = d.opaque(kMaxAttrVals);
+  if (!d.ok()) return kErrBadxdr;
+  XdrDecoder v(vals);
+  const std::uint32_t end = a.mask.end();
+  for (std::uint32_t bit = 0; bit < end; ++bit) {
+    if (!a.mask.has(bit)) continue;
+    switch (bit) {
+      case kSize:
+        a.size = v.u64();
+        break;
+      case kMode:
+        a.mode = v.u32() & 07777;
+        break;
+      case kOwner:
+      case kOwnerGroup: {
+        const auto id = numeric_id(v.string(kOpaqueLimit));
+        if (!v.ok()) return kErrBadxdr;
+        if (!id) return kErrBadowner;
+        (bit == kOwner ? a.uid : a.gid) = *id;
+        break;
+      }
+      case kTimeAccessSet:
+      case kTimeModifySet: {
+        timespec t{0, UTIME_NOW};
+        if (v.u32() == 1) {  // SET_TO_CLIENT_TIME4
+          t.tv_sec = static_cast<time_t>(static_cast<std::int64_t>(v.u64()));
+          const std::uint32_t ns = v.u32();
+          if (ns >= 1'000'000'000u) return kErrInval;
+          t.tv_nsec = ns;
+        }
+        (bit == kTimeAccessSet ? a.atime : a.mtime) = t;
+        break;
+      }
+      default:
+        return kSupported.has(bit) ? kErrInval : kErrAttrnotsupp;  // read-only, or unknown
+    }
+  }
+  if (!v.ok() || v.remaining()) return kErrBadxdr;
+  return kOk;
+}
+
+Status Nfs4Server::apply(const NfsServer::Resolved& r, const SetAttrs& a, Bitmap& set) {
+  if (!files_.options().rw && (a.size || a.mode || a.uid || a.gid || a.atime || a.mtime))
+    return kErrRofs;
+  if (a.uid || a.gid) {
+    if (::fchownat(r.fd, "", a.uid ? *a.uid : ~0u, a.gid ? *a.gid : ~0u, AT_EMPTY_PATH) != 0)
+      return from_errno(errno);
+    if (a.uid) set.set(kOwner);
+    if (a.gid) set.set(kOwnerGroup);
+  }
+  if (a.mode) {
+    if (S_ISLNK(r.st.st_mode)) return kErrInval;
+    if (::chmod(proc_path(r.fd).c_str(), *a.mode) != 0) return from_errno(errno);
+    set.set(kMode);
+  }
+  if (a.size) {
+    if (S_ISDIR(r.st.st_mode)) return kErrIsdir;
+    if (!S_ISREG(r.st.st_mode)) return kErrInval;
+    int fd = -1;
+    if (const v3::Status s = files_.open_for_io(r, O_WRONLY, fd)) return from_v3(s);
+    Fd f(fd);
+    if (::ftruncate(fd, static_cast<off_t>(*a.size)) != 0) return from_errno(errno);
+    set.set(kSize);
+  }
+  if (a.atime || a.mtime) {
+    const timespec ts[2] = {a.atime ? *a.atime : timespec{0, UTIME_OMIT},
+                            a.mtime ? *a.mtime : timespec{0, UTIME_OMIT}};
+    if (::utimensat(r.fd, "", ts, AT_EMPTY_PATH) != 0 &&
+        (S_ISLNK(r.st.st_mode) || ::utimensat(AT_FDCWD, proc_path(r.fd).c_str(), ts, 0) != 0))
+      return from_errno(errno);
+    if (a.atime) set.set(kTimeAccessSet);
+    if (a.mtime) set.set(kTimeModifySet);
+  }
+  return kOk;
+}
+
+Stateid Nfs4Server::new_state(State st) {
+  Stateid id;
+  id.seqid = st.seqid;
+  const std::uint64_t n = next_state_++;
+  for (int i = 0; i < 4; ++i)
+    id.other[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(boot_ >> (24 - 8 * i));
+  for (int i = 0; i < 8; ++i)
+    id.other[static_cast<std::size_t>(4 + i)] = static_cast<std::uint8_t>(n >> (56 - 8 * i));
+  if (auto cl = clients_.find(st.clientid); cl != clients_.end()) ++cl->second.states;
+  charge(st.clientid, static_cast<std::ptrdiff_t>(state_cost(st)));
+  by_file_.emplace(st.file, id.other);
+  states_.emplace(id.other, std::move(st));
+  return id;
+}
+
+void Nfs4Server::drop_state(const Other& o) {
+  const auto it = states_.find(o);
+  if (it == states_.end()) return;
+  if (auto cl = clients_.find(it->second.clientid); cl != clients_.end() && cl->second.states)
+    --cl->second.states;
+  charge(it->second.clientid, -static_cast<std::ptrdiff_t>(state_cost(it->second)));
+  if (it->second.kind == State::kLock) {
+    const auto l = locks_.find(it->second.file);
+    if (l != locks_.end()) {
+      const std::size_t before = l->second.size();
+      l->second.drop(it->second.owner);
+      charge(it->second.clientid, -static_cast<std::ptrdiff_t>((before - l->second.size()) *
+                                                               range_cost(it->second.owner)));
+      if (l->second.empty()) locks_.erase(l);
+    }
+  }
+  for (auto [f, last] = by_file_.equal_range(it->second.file); f != last; ++f)
+    if (f->second == o) {
+      by_file_.erase(f);
+      break;
+    }
+  states_.erase(it);
+}
+
+bool Nfs4Server::expired_holder(const Owner& holder) {
+  const auto cl = clients_.find(holder.clientid);
+  if (cl == clients_.end() ||
+      now() - cl->second.renewed <= static_cast<std::int64_t>(lim_.lease_seconds))
+    return false;
+  forget_client(holder.clientid);
+  return true;
+}
+
+Status Nfs4Server::check_stateid(Compound& c, Stateid sid, const NfsServer::Resolved* file,
+                                 State** out) {
+  *out = nullptr;
+  if (sid.current()) {
+    if (!c.has_cur_stateid) return kErrBadStateid;
+    sid = c.cur_stateid;
+  }
+  if (sid.anonymous() || sid.bypass()) return kOk;
+  const auto it = states_.find(sid.other);
+  if (it == states_.end() || it->second.clientid != c.clientid) return kErrBadStateid;
+  if (sid.seqid != 0 && sid.seqid > it->second.seqid) return kErrBadStateid;
+  if (sid.seqid != 0 && sid.seqid < it->second.seqid) return kErrOldStateid;
+  if (file && it->second.file != key_of(file->st)) return kErrBadStateid;
+  *out = &it->second;
+  return kOk;
+}
+
+Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  d.u32();  // seqid: not used in minor version 1
+  const std::uint32_t share_access = d.u32();
+  const std::uint32_t share_deny = d.u32();
+  Owner owner;
+  owner.clientid = d.u64();
+  const auto on = d.opaque(kOpaqueLimit);
+  owner.name.assign(on.begin(), on.end());
+  const std::uint32_t opentype = d.u32();
+  std::uint32_t how = kUnchecked;
+  SetAttrs attrs;
+  Verifier verf{};
+  if (opentype == kCreate4) {
+    how = d.u32();
+    if (how == kUnchecked || how == kGuarded) {
+      if (const Status s = decode_sattr(d, attrs)) return d.ok() ? s : kErrBadxdr;
+    } else if (how == kExclusive4 || how == kExclusive41) {
+      if (const auto v = d.fixed(8); v.size() == 8) std::copy(v.begin(), v.end(), verf.begin());
+      if (how == kExclusive41)
+        if (const Status s = decode_sattr(d, attrs)) return d.ok() ? s : kErrBadxdr;
+    } else {
+      return d.ok() ? kErrInval : kErrBadxdr;
+    }
+  } else if (opentype != kNoCreate) {
+    return d.ok() ? kErrInval : kErrBadxdr;
+  }
+  const std::uint32_t claim = d.u32();
+  std::string name;
+  if (claim == kClaimNull) {
+    name = d.string(kMaxNameWire);
+  } else if (claim != kClaimFh) {
+    // CLAIM_PREVIOUS (no grace period: nothing to reclaim) and the delegation claims.
+    return d.ok() ? (claim == kClaimPrevious ? kErrNoGrace : kErrNotsupp) : kErrBadxdr;
+  }
+  if (!d.ok()) return kErrBadxdr;
+  const std::uint32_t access = share_access & kShareAccessBoth;
+  if (access == 0 || share_deny > kShareAccessBoth) return kErrInval;
+  if (owner.clientid != c.clientid) return kErrStaleClientid;
+  if (attrs.size && *attrs.size != 0) return kErrInval;
+  NfsServer::Resolved cur;
+  if (const Status s = current(c, cur)) return s;
+  Fd cur_fd(cur.fd);
+  NfsServer::Resolved file;
+  std::uint64_t before = 0, after = 0;
+  Bitmap attrset;
+  bool created = false;
+  std::optional<v3::Fh> fh;
+  if (claim == kClaimNull) {
+    if (S_ISLNK(cur.st.st_mode)) return kErrSymlink;
+    if (!S_ISDIR(cur.st.st_mode)) return kErrNotdir;
+    if (const Status s = check_name(name)) return s;
+    before = change_of(cur.st);
+    if (opentype == kCreate4) {
+      if (!files_.options().rw) return kErrRofs;
+      const mode_t mode =
+          how == kExclusive4 ? 0 : static_cast<mode_t>(attrs.mode ? *attrs.mode : 0644);
+      const int fd =
+          ::openat(cur.fd, name.c_str(),
+                   O_CREAT | O_EXCL | O_NOFOLLOW | O_RDONLY | O_NONBLOCK | O_CLOEXEC, mode);
+      if (fd >= 0) {
+        created = true;
+        ::close(fd);
+        if (attrs.mode) attrset.set(kMode);
+      } else if (errno != EEXIST) {
+        return from_errno(errno);
+      } else if (how == kGuarded) {
+        return kErrExist;
+      }
+    }
+    struct stat st;
+    if (::fstatat(cur.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return from_errno(errno);
+    fh = files_.handle_in(cur, name, st);
+    if (!fh) return kErrNoent;
+    if (const v3::Status s = files_.resolve(*fh, file)) return from_v3(s);
+    after = change_now(cur.fd);
+  } else {
+    fh = *c.cur;
+    file = cur;
+    file.fd = ::fcntl(cur.fd, F_DUPFD_CLOEXEC, 0);
+    if (file.fd < 0) return from_errno(errno);
+  }
+  Fd file_fd(file.fd);
+  if (S_ISDIR(file.st.st_mode)) return kErrIsdir;
+  if (S_ISLNK(file.st.st_mode)) return kErrSymlink;
+  if (!S_ISREG(file.st.st_mode)) return kErrWrongType;
+  if (opentype == kCreate4 && (how == kExclusive4 || how == kExclusive41)) {
+    // The verifier lives in the new file's times (as the v3 server keeps it): a retry of the
+    // same create finds it and succeeds, another client's create of the same name does not.
+    const std::uint32_t v0 = std::uint32_t{verf[0]} << 24 | std::uint32_t{verf[1]} << 16 |
+                             std::uint32_t{verf[2]} << 8 | verf[3];
+    const std::uint32_t v1 = std::uint32_t{verf[4]} << 24 | std::uint32_t{verf[5]} << 16 |
+                             std::uint32_t{verf[6]} << 8 | verf[7];
+    if (created) {
+      const timespec ts[2] = {{static_cast<time_t>(v0), 0}, {static_cast<time_t>(v1), 0}};
+      if (::utimensat(file.fd, "", ts, AT_EMPTY_PATH) != 0 &&
+          ::utimensat(AT_FDCWD, proc_path(file.fd).c_str(), ts, 0) != 0)
+        return from_errno(errno);
+      ::fstat(file.fd, &file.st);
+    } else if (static_cast<std::uint32_t>(file.st.st_atim.tv_sec) != v0 ||
+               static_cast<std::uint32_t>(file.st.st_mtim.tv_sec) != v1) {
+      return kErrExist;
+    }
+  }
+  if (!created) {
+    // The caller's permission to open it so (the owner may, whatever the mode, as knfsd lets).
+    const int flags = access == kShareAccessBoth    ? O_RDWR
+                      : access == kShareAccessWrite ? O_WRONLY
+                                                    : O_RDONLY;
+    int fd = -1;
+    if (const v3::Status s = files_.open_for_io(file, flags, fd)) return from_v3(s);
+    ::close(fd);
+    if (opentype == kCreate4 && how == kUnchecked && attrs.size) {
+      SetAttrs t;
+      t.size = 0;
+      if (const Status s = apply(file, t, attrset)) return s;
+    }
+  }
+  // Share reservations: another owner's deny against this access, this deny against theirs.
+  const FileKey key = key_of(file.st);
+  State* mine = nullptr;
+  Other mine_id{};
+  for (auto [f, last] = by_file_.equal_range(key); f != last; ++f) {
+    const Other& id = f->second;
+    const auto si = states_.find(id);
+    if (si == states_.end()) continue;  // (every erase keeps by_file_; none left behind)
+    State& st = si->second;
+    if (st.kind != State::kOpen) continue;
+    if (st.owner == owner) {
+      mine = &st;
+      mine_id = id;
+      continue;
+    }
+    if ((st.deny & access) || (share_deny & st.access)) return kErrShareDenied;
+  }
+  Stateid sid;
+  if (mine) {
+    mine->access |= access;
+    mine->deny |= share_deny;
+    ++mine->seqid;
+    sid.seqid = mine->seqid;
+    sid.other = mine_id;
+  } else {
+    const auto cl = clients_.find(c.clientid);
+    if (cl == clients_.end()) return kErrStaleClientid;
+    State st;
+    st.owner = owner;
+    if (cl->second.states >= lim_.states || !room(cl->second, state_cost(st))) return kErrResource;
+    st.kind = State::kOpen;
+    st.clientid = c.clientid;
+    st.file = key;
+    st.access = access;
+    st.deny = share_deny;
+    sid = new_state(std::move(st));
+  }
+  c.cur = *fh;
+  c.cur_stateid = sid;
+  c.has_cur_stateid = true;
+  encode(e, sid);
+  encode_cinfo(e, before, after);
+  e.u32(kOpenResultLocktypePosix);
+  encode(e, attrset);
+  e.u32(0);  // OPEN_DELEGATE_NONE
+  return kOk;
+}
+
+Status Nfs4Server::close(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  d.u32();
+  const Stateid sid = decode_stateid(d);
+  if (!d.ok()) return kErrBadxdr;
+  NfsServer::Resolved r;
+  if (const Status s = current(c, r)) return s;
+  Fd fd(r.fd);
+  State* st = nullptr;
+  if (const Status s = check_stateid(c, sid, &r, &st)) return s;
+  if (!st || st->kind != State::kOpen) return kErrBadStateid;
+  const Other open_id = sid.current() ? c.cur_stateid.other : sid.other;
+  std::vector<Other> locks;
+  for (auto [f, last] = by_file_.equal_range(st->file); f != last; ++f) {
+    const Other& id = f->second;
+    const auto li = states_.find(id);
+    if (li == states_.end()) continue;
+    const State& l = li->second;
+    if (l.kind != State::kLock || l.open != open_id) continue;
+    const auto fl = locks_.find(l.file);
+    if (fl != locks_.end() && fl->second.holds(l.owner)) return kErrLocksHeld;
+    locks.push_back(id);
+  }
+  for (const auto& id : locks) drop_state(id);
+  drop_state(open_id);
+  c.has_cur_stateid = false;
+  Stateid invalid;  // RFC 8881 18.2.4: the special invalid stateid
+  invalid.seqid = 0xffffffffu;
+  encode(e, invalid);
+  return kOk;
+}
+
+Status Nfs4Server::open_downgrade(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  const Stateid sid = decode_stateid(d);
+  d.u32();
+  const std::uint32_t access = d.u32() & kShareAccessBoth;
+  const std::uint32_t deny = d.u32();
+  if (!d.ok()) return kErrBadxdr;
+  NfsServer::Resolved r;
+  if (const Status s = current(c, r)) return s;
+  Fd fd(r.fd);
+  State* st = nullptr;
+  if (const Status s = check_stateid(c, sid, &r, &st)) return s;
+  if (!st || st->kind != State::kOpen) return kErrBadStateid;
+  if (access == 0 || (access & ~st->access) || (deny & ~st->deny)) return kErrInval;
+  st->access = access;
+  st->deny = deny;
+  ++st->seqid;
+  Stateid out;
+  out.seqid = st->seqid;
+  out.other = sid.current() ? c.cur_stateid.other : sid.other;
+  c.cur_stateid = out;
+  c.has_cur_stateid = true;
+  encode(e, out);
+  return kOk;
+}
+
+Status Nfs4Server::read(Compound& c, XdrDecoder& d, XdrEncoder& e, RpcReply& out, bool last) {
+  const Stateid sid = decode_stateid(d);
+  const std::uint64_t off = d.u64();
+  std::uint32_t count = d.u32();
+  if (!d.ok()) return kErrBadxdr;
+  NfsServer::Resolved r;
+  if (const Status s = current(c, r)) return s;
+  Fd f(r.fd);
+  if (S_ISDIR(r.st.st_mode)) return kErrIsdir;
+  if (S_ISLNK(r.st.st_mode)) return kErrSymlink;
+  if (!S_ISREG(r.st.st_mode)) return kErrInval;
+  State* st = nullptr;
+  if (const Status s = check_stateid(c, sid, &r, &st)) return s;
+  count = std::min(count, max_io);
+  int fd = -1;
+  if (const v3::Status s = files_.open_for_io(r, O_RDONLY, fd)) return from_v3(s);
+  Fd io(fd);
+  std::vector<std::uint8_t> data(count);
+  const ssize_t n =
+      count ? ::pread(fd, data.data(), count,
+                      static_cast<off_t>(std::min<std::uint64_t>(off, 0x7fffffffffffffffull)))
+            : 0;
+  if (n < 0) return from_errno(errno);
+  data.resize(static_cast<std::size_t>(n));
+  struct stat now_st;
+  const std::uint64_t size =
+      ::fstat(fd, &now_st) == 0 ? static_cast<std::uint64_t>(now_st.st_size) : 0;
+  e.boolean(off + static_cast<std::uint64_t>(n) >= size);
+  if (last && n > 0) {
+    // The reduced data item (RFC 8267 for NFSv4): the length here, the bytes in the client's
+    // write chunk, or inline after the reply when it gave none. Nothing follows a last READ.
+    e.u32(static_cast<std::uint32_t>(n));
+    out.payload = std::move(data);
+    out.has_payload = true;
+  } else {
+    e.opaque(data);
+  }
+  return kOk;
+}
+
+Status Nfs4Server::write(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  const Stateid sid = decode_stateid(d);
+  const std::uint64_t off = d.u64();
+  const std::uint32_t stable = d.u32();
+  const auto data = d.opaque(max_io);
+  if (!d.ok()) return kErrBadxdr;
+  if (stable > kFileSync) return kErrInval;
+  NfsServer::Resolved r;
+  if (const Status s = current(c, r)) return s;
+  Fd f(r.fd);
+  if (S_ISDIR(r.st.st_mode)) return kErrIsdir;
+  if (S_ISLNK(r.st.st_mode)) return kErrSymlink;
+  if (!S_ISREG(r.st.st_mode)) return kErrInval;
+  State* st = nullptr;
+  if (const Status s = check_stateid(c, sid, &r, &st)) return s;
+  if (st) {
+    std::uint32_t acc = st->access;
+    if (st->kind == State::kLock) {
+      const auto o = states_.find(st->open);
+      acc = o == states_.end() ? 0 : o->second.access;
+    }
+    if (!(acc & kShareAccessWrite)) return kErrOpenmode;
+  }
+  if (!files_.options().rw) return kErrRofs;
+  if (off > 0x7fffffffffffffffull || off + data.size() > 0x7fffffffffffffffull) return kErrFbig;
+  int fd = -1;
+  if (const v3::Status s = files_.open_for_io(r, O_WRONLY, fd)) return from_v3(s);
+  Fd io(fd);
+  const ssize_t n = ::pwrite(fd, data.data(), data.size(), static_cast<off_t>(off));
+  if (n < 0) return from_errno(errno);
+  std::uint32_t committed = kUnstable;
+  if (stable != kUnstable) {
+    if ((stable == kDataSync ? ::fdatasync(fd) : ::fsync(fd)) != 0) return from_errno(errno);
+    committed = stable;
+  }
+  e.u32(static_cast<std::uint32_t>(n));
+  e.u32(committed);
+  e.fixed(files_.write_verf());
+  return kOk;
+}
+
+Status Nfs4Server::commit(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  d.u64();
+  d.u32();
+  if (!d.ok()) return kErrBadxdr;
+  NfsServer::Resolved r;
+  if (const Status s = current(c, r)) return s;
+  Fd f(r.fd);
+  if (S_ISDIR(r.st.st_mode)) return kErrIsdir;
+  if (!S_ISREG(r.st.st_mode)) return kErrInval;
+  int fd = -1;
+  if (const v3::Status s = files_.open_for_io(r, O_RDONLY, fd)) return from_v3(s);
+  Fd io(fd);
+  if (::fsync(fd) != 0) return from_errno(errno);
+  e.fixed(files_.write_verf());
+  return kOk;
+}
+
+Status Nfs4Server::create(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  const std::uint32_t type = d.u32();
+  std::string target;
+  std::uint32_t major_no = 0, minor_no = 0;
+  if (type == kLnk) {
+    target = d.string(4095);
+  } else if (type == kBlk || type == kChr) {
+    major_no = d.u32();
+    minor_no = d.u32();
+  }
+  const std::string name = d.string(kMaxNameWire);
+  SetAttrs attrs;
+  const Status as = d.ok() ? decode_sattr(d, attrs) : kErrBadxdr;
+  if (!d.ok()) return kErrBadxdr;
+  if (as) return as;
+  NfsServer::Resolved dir;
+  if (const Status s = current(c, dir)) return s;
+  Fd dfd(dir.fd);
+  if (S_ISLNK(dir.st.st_mode)) return kErrSymlink;
+  if (!S_ISDIR(dir.st.st_mode)) return kErrNotdir;
+  if (const Status s = check_name(name)) return s;
+  if (type == kLnk && (target.empty() || target.find('\0') != std::string::npos)) return kErrInval;
+  if (!files_.options().rw) return kErrRofs;
+  const std::uint64_t before = change_of(dir.st);
+  const mode_t mode = static_cast<mode_t>(attrs.mode ? *attrs.mode : (type == kDir ? 0755 : 0644));
+  int rc = 0;
+  switch (type) {
+    case kDir:
+      rc = ::mkdirat(dir.fd, name.c_str(), mode);
+      break;
+    case kLnk:
+      rc = ::symlinkat(target.c_str(), dir.fd, name.c_str());
+      break;
+    case kFifo:
+      rc = ::mknodat(dir.fd, name.c_str(), S_IFIFO | mode, 0);
+      break;
+    case kSock:
+      rc = ::mknodat(dir.fd, name.c_str(), S_IFSOCK | mode, 0);
+      break;
+    case kBlk:
+    case kChr:
+      rc = ::mknodat(dir.fd, name.c_str(), (type == kBlk ? S_IFBLK : S_IFCHR) | mode,
+                     makedev(major_no, minor_no));
+      break;
+    default:
+      return kErrBadtype;  // a regular file is OPEN's
+  }
+  if (rc != 0) return from_errno(errno);
+  struct stat st;
+  if (::fstatat(dir.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return from_errno(errno);
+  const auto fh = files_.handle_in(dir, name, st);
+  if (!fh) return kErrServerfault;
+  Bitmap set;
+  if (attrs.mode && type != kLnk) set.set(kMode);
+  NfsServer::Resolved obj;
+  if (const v3::Status s = files_.resolve(*fh, obj)) return from_v3(s);
+  Fd ofd(obj.fd);
+  SetAttrs rest = attrs;
+  rest.mode.reset();
+  rest.size.reset();
+  if (const Status s = apply(obj, rest, set)) return s;
+  c.cur = *fh;
+  encode_cinfo(e, before, change_now(dir.fd));
+  encode(e, set);
+  return kOk;
+}
+
+Status Nfs4Server::remove(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  const std::string name = d.string(kMaxNameWire);
+  if (!d.ok()) return kErrBadxdr;
+  NfsServer::Resolved dir;
+  if (const Status s = current(c, dir)) return s;
+  Fd dfd(dir.fd);
+  if (!S_ISDIR(dir.st.st_mode)) return kErrNotdir;
+  if (const Status s = check_name(name)) return s;
+  if (!files_.options().rw) return kErrRofs;
+  struct stat st;
+  if (::fstatat(dir.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return from_errno(errno);
+  const std::uint64_t before = change_of(dir.st);
+  if (::unlinkat(dir.fd, name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0)
+    return errno == EEXIST ? kErrNotempty : from_errno(errno);
+  encode_cinfo(e, before, change_now(dir.fd));
+  return kOk;
+}
+
+Status Nfs4Server::rename(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  const std::string from = d.string(kMaxNameWire);
+  const std::string to = d.string(kMaxNameWire);
+  if (!d.ok()) return kErrBadxdr;
+  if (!c.saved) return kErrNofilehandle;
+  NfsServer::Resolved src, dst;
+  if (const Status s = from_v3(files_.resolve(*c.saved, src))) return s;
+  Fd sfd(src.fd);
+  if (const Status s = current(c, dst)) return s;
+  Fd tfd(dst.fd);
+  if (!S_ISDIR(src.st.st_mode) || !S_ISDIR(dst.st.st_mode)) return kErrNotdir;
+  if (const Status s = check_name(from)) return s;
+  if (const Status s = check_name(to)) return s;
+  if (!files_.options().rw) return kErrRofs;
+  const std::uint64_t sb = change_of(src.st), tb = change_of(dst.st);
+  if (::renameat(src.fd, from.c_str(), dst.fd, to.c_str()) != 0)
+    return errno == EEXIST ? kErrExist : from_errno(errno);
+  files_.moved(join(src.rel, from), join(dst.rel, to));
+  encode_cinfo(e, sb, change_now(src.fd));
+  encode_cinfo(e, tb, change_now(dst.fd));
+  return kOk;
+}
+
+Status Nfs4Server::link(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  const std::string name = d.string(kMaxNameWire);
+  if (!d.ok()) return kErrBadxdr;
+  if (!c.saved) return kErrNofilehandle;
+  NfsServer::Resolved src, dir;
+  if (const Status s = from_v3(files_.resolve(*c.saved, src))) return s;
+  Fd sfd(src.fd);
+  if (const Status s = current(c, dir)) return s;
+  Fd dfd(dir.fd);
+  if (!S_ISDIR(dir.st.st_mode)) return kErrNotdir;
+  if (S_ISDIR(src.st.st_mode)) return kErrIsdir;
+  if (const Status s = check_name(name)) return s;
+  if (!files_.options().rw) return kErrRofs;
+  const std::uint64_t before = change_of(dir.st);
+  if (::linkat(AT_FDCWD, proc_path(src.fd).c_str(), dir.fd, name.c_str(), AT_SYMLINK_FOLLOW) != 0)
+    return from_errno(errno);
+  encode_cinfo(e, before, change_now(dir.fd));
+  return kOk;
+}
+
+Status Nfs4Server::readdir(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  const std::uint64_t cookie = d.u64();
+  d.fixed(8);  // the cookie verifier: cookies are the file system's offsets, always valid
+  d.u32();     // dircount: a hint
+  const std::uint32_t maxcount = d.u32();
+  const Bitmap want = decode_bitmap(d);
+  if (!d.ok()) return kErrBadxdr;
+  if (cookie == 1 || cookie == 2) return kErrBadCookie;  // reserved (RFC 8881 18.23.3)
+  NfsServer::Resolved dir;
+  if (const Status s = current(c, dir)) return s;
+  Fd dfd(dir.fd);
+  if (!S_ISDIR(dir.st.st_mode)) return kErrNotdir;
+  int fd = -1;
+  if (const v3::Status s = files_.open_for_io(dir, O_RDONLY | O_DIRECTORY, fd)) return from_v3(s);
+  Fd io(fd);
+  if (cookie && ::lseek(fd, static_cast<off_t>(cookie), SEEK_SET) < 0) return kErrBadCookie;
+  // The reply's bound: what the client takes, and what a reply chunk carries.
+  const std::size_t limit = std::min<std::size_t>(maxcount, 128 * 1024);
+  std::vector<std::uint8_t> entries;
+  XdrEncoder en(entries);
+  std::size_t count = 0;
+  bool eof = false, full = false;
+  alignas(8) char buf[16384];
+  const std::size_t fixed_part = 8 + 4 + 4 + 4 + 16;  // status area, verifier, the two bools
+  while (!full) {
+    const long n = ::syscall(SYS_getdents64, fd, buf, sizeof buf);
+    if (n < 0) return from_errno(errno);
+    if (n == 0) {
+      eof = true;
+      break;
+    }
+    for (long pos = 0; pos < n;) {
+      struct Dirent {
+        std::uint64_t ino;
+        std::int64_t off;
+        unsigned short reclen;
+        unsigned char type;
+        char name[1];
+      };
+      const auto* de = reinterpret_cast<const Dirent*>(buf + pos);
+      pos += de->reclen;
+      const std::string nm = de->name;
+      if (nm == "." || nm == "..") continue;
+      struct stat st;
+      std::vector<std::uint8_t> one;
+      XdrEncoder oe(one);
+      oe.boolean(true);
+      oe.u64(static_cast<std::uint64_t>(de->off));
+      oe.string(nm);
+      NfsServer::Resolved ent;
+      std::optional<v3::Fh> efh;
+      if (::fstatat(dir.fd, nm.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (!want.has(kRdattrError)) continue;  // gone meanwhile
+        Bitmap only;
+        only.set(kRdattrError);
+        ent.fd = -1;
+        encode_attrs(oe, only, ent, nullptr, from_errno(errno));
+      } else {
+        if (want.has(kFilehandle)) efh = files_.handle_in(dir, nm, st);
+        ent.st = st;
+        ent.rel = join(dir.rel, nm);
+        // statvfs-based attributes are the directory's file system's.
+        ent.fd = dir.fd;
+        encode_attrs(oe, want, ent, efh ? &*efh : nullptr);
+      }
+      if (fixed_part + entries.size() + one.size() > limit) {
+        full = true;
+        if (count == 0) return kErrToosmall;
+        break;
+      }
+      entries.insert(entries.end(), one.begin(), one.end());
+      ++count;
+    }
+  }
+  const std::uint8_t verf[8] = {};
+  e.fixed(verf);
+  e.fixed(entries);
+  e.boolean(false);  // no more entries
+  e.boolean(eof);
+  return kOk;
+}
+
+Status Nfs4Server::readlink(Compound& c, XdrEncoder& e) {
+  NfsServer::Resolved r;
+  if (const Status s = current(c, r)) return s;
+  Fd f(r.fd);
+  if (!S_ISLNK(r.st.st_mode)) return kErrInval;
+  std::string t(4096, '\0');
+  const ssize_t n = ::readlinkat(r.fd, "", t.data(), t.size());
+  if (n < 0) return from_errno(errno);
+  t.resize(static_cast<std::size_t>(n));
+  e.string(t);
+  return kOk;
+}
+
+Status Nfs4Server::setattr(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  const Stateid sid = decode_stateid(d);
+  SetAttrs a;
+  Status s = d.ok() ? decode_sattr(d, a) : kErrBadxdr;
+  if (!d.ok()) return kErrBadxdr;  // (SETATTR's result has its bitmap even on error)
+  Bitmap set;
+  NfsServer::Resolved r;
+  if (s == kOk) s = current(c, r);
+  Fd f(s == kOk ? r.fd : -1);
+  if (s == kOk && a.size) {
+    State* st = nullptr;
+    s = check_stateid(c, sid, &r, &st);
+    if (s == kOk && st && st->kind == State::kOpen && !(st->access & kShareAccessWrite))
+      s = kErrOpenmode;
+  }
+  if (s == kOk) s = apply(r, a, set);
+  encode(e, set);
+  return s;
+}
+
+Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  const std::uint32_t type = d.u32();
+  const bool reclaim = d.boolean();
+  const std::uint64_t off = d.u64();
+  const std::uint64_t len = d.u64();
+  const bool new_owner = d.boolean();
+  Stateid sid;
+  Owner owner;
+  if (new_owner) {
+    d.u32();
+    sid = decode_stateid(d);
+    d.u32();
+    owner.clientid = d.u64();
+    const auto n = d.opaque(kOpaqueLimit);
+    owner.name.assign(n.begin(), n.end());
+  } else {
+    sid = decode_stateid(d);
+    d.u32();
+  }
+  if (!d.ok()) return kErrBadxdr;
+  if (type < kReadLt || type > kWritewLt) return kErrInval;
+  std::uint64_t end = 0;
+  if (!range_end(off, len, end)) return kErrInval;
+  if (reclaim) return kErrNoGrace;
+  NfsServer::Resolved r;
+  if (const Status s = current(c, r)) return s;
+  Fd f(r.fd);
+  if (S_ISDIR(r.st.st_mode)) return kErrIsdir;
+  if (!S_ISREG(r.st.st_mode)) return kErrInval;
+  State* st = nullptr;
+  if (const Status s = check_stateid(c, sid, &r, &st)) return s;
+  if (!st || st->kind != (new_owner ? State::kOpen : State::kLock)) return kErrBadStateid;
+  const bool write = type == kWriteLt || type == kWritewLt;
+  const FileKey key = key_of(r.st);
+  Other lock_id{};
+  State* ls = nullptr;
+  if (new_owner) {
+    if (owner.clientid != c.clientid) return kErrStaleClientid;
+    const Other open_id = sid.current() ? c.cur_stateid.other : sid.other;
+    for (auto [b, last] = by_file_.equal_range(key); b != last; ++b) {
+      const auto xi = states_.find(b->second);
+      if (xi == states_.end()) continue;
+      State& x = xi->second;
+      if (x.kind == State::kLock && x.owner == owner) {
+        ls = &x;
+        lock_id = b->second;
+      }
+    }
+    if (!ls) {
+      const auto cl = clients_.find(c.clientid);
+      if (cl == clients_.end()) return kErrStaleClientid;
+      State n;
+      n.owner = owner;
+      if (cl->second.states >= lim_.states || !room(cl->second, state_cost(n))) return kErrResource;
+      n.kind = State::kLock;
+      n.seqid = 0;  // the first LOCK makes it 1
+      n.clientid = c.clientid;
+      n.file = key;
+      n.open = open_id;
+      lock_id = new_state(std::move(n)).other;
+      ls = &states_.at(lock_id);
+    }
+  } else {
+    ls = st;
+    lock_id = sid.current() ? c.cur_stateid.other : sid.other;
+  }
+  // Any open may take either kind of lock (RFC 8881 lets the server refuse a write lock on a
+  // read-only open with OPENMODE; Linux emulates flock(LOCK_EX) on an O_RDONLY descriptor with
+  // a write lock, which knfsd grants too when the file is open for writing anywhere).
+  for (;;) {
+    const auto fl = locks_.find(key);
+    const auto held =
+        fl == locks_.end() ? std::nullopt : fl->second.conflict(ls->owner, write, off, end);
+    if (!held) break;
+    // Its client is gone (and its ranges with it; the table may have changed): look again.
+    if (expired_holder(held->owner)) continue;
+    if (ls->seqid == 0) drop_state(lock_id);  // a lock owner made for nothing
+    encode_denied(e, *held);
+    return kErrDenied;
+  }
+  // A lock adds two ranges at most (splitting one of the owner's own): room for them first.
+  const std::size_t rc = range_cost(ls->owner);
+  const auto cl = clients_.find(c.clientid);
+  if (cl == clients_.end() || !room(cl->second, 2 * rc)) {
+    if (ls->seqid == 0) drop_state(lock_id);
+    return kErrResource;
+  }
+  FileLocks& fl = locks_[key];
+  const std::size_t before = fl.size();
+  if (!fl.lock(ls->owner, write, off, end, lim_.locks_per_file)) {
+    if (fl.empty()) locks_.erase(key);
+    if (ls->seqid == 0) drop_state(lock_id);
+    return kErrResource;
+  }
+  charge(c.clientid,
+         (static_cast<std::ptrdiff_t>(fl.size()) - static_cast<std::ptrdiff_t>(before)) *
+             static_cast<std::ptrdiff_t>(rc));
+  ++ls->seqid;
+  Stateid out;
+  out.seqid = ls->seqid;
+  out.other = lock_id;
+  c.cur_stateid = out;
+  c.has_cur_stateid = true;
+  encode(e, out);
+  return kOk;
+}
+
+Status Nfs4Server::lockt(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  const std::uint32_t type = d.u32();
+  const std::uint64_t off = d.u64();
+  const std::uint64_t len = d.u64();
+  Owner owner;
+  owner.clientid = d.u64();
+  const auto n = d.opaque(kOpaqueLimit);
+  owner.name.assign(n.begin(), n.end());
+  if (!d.ok()) return kErrBadxdr;
+  if (type < kReadLt || type > kWritewLt) return kErrInval;
+  std::uint64_t end = 0;
+  if (!range_end(off, len, end)) return kErrInval;
+  NfsServer::Resolved r;
+  if (const Status s = current(c, r)) return s;
+  Fd f(r.fd);
+  if (S_ISDIR(r.st.st_mode)) return kErrIsdir;
+  if (!S_ISREG(r.st.st_mode)) return kErrInval;
+  const auto fl = locks_.find(key_of(r.st));
+  if (fl == locks_.end()) return kOk;
+  const auto held = fl->second.conflict(owner, type == kWriteLt || type == kWritewLt, off, end);
+  if (!held) return kOk;
+  encode_denied(e, *held);
+  return kErrDenied;
+}
+
+Status Nfs4Server::locku(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  const std::uint32_t type = d.u32();
+  d.u32();
+  const Stateid sid = decode_stateid(d);
+  const std::uint64_t off = d.u64();
+  const std::uint64_t len = d.u64();
+  if (!d.ok()) return kErrBadxdr;
+  if (type < kReadLt || type > kWritewLt) return kErrInval;
+  std::uint64_t end = 0;
+  if (!range_end(off, len, end)) return kErrInval;
+  NfsServer::Resolved r;
+  if (const Status s = current(c, r)) return s;
+  Fd f(r.fd);
+  State* st = nullptr;
+  if (const Status s = check_stateid(c, sid, &r, &st)) return s;
+  if (!st || st->kind != State::kLock) return kErrBadStateid;
+  const auto fl = locks_.find(st->file);
+  if (fl != locks_.end()) {
+    const std::size_t before = fl->second.size();
+    fl->second.unlock(st->owner, off, end);
+    charge(st->clientid,
+           (static_cast<std::ptrdiff_t>(fl->second.size()) - static_cast<std::ptrdiff_t>(before)) *
+               static_cast<std::ptrdiff_t>(range_cost(st->owner)));
+    if (fl->second.empty()) locks_.erase(fl);
+  }
+  ++st->seqid;
+  Stateid out;
+  out.seqid = st->seqid;
+  out.other = sid.current() ? c.cur_stateid.other : sid.other;
+  c.cur_stateid = out;
+  c.has_cur_stateid = true;
+  encode(e, out);
+  return kOk;
+}
+
+Status Nfs4Server::free_stateid(Compound& c, XdrDecoder& d) {
+  const Stateid sid = decode_stateid(d);
+  if (!d.ok()) return kErrBadxdr;
+  State* st = nullptr;
+  if (const Status s = check_stateid(c, sid, nullptr, &st)) return s;
+  if (!st) return kErrBadStateid;
+  if (st->kind == State::kOpen) return kErrLocksHeld;
+  const auto fl = locks_.find(st->file);
+  if (fl != locks_.end() && fl->second.holds(st->owner)) return kErrLocksHeld;
+  drop_state(sid.current() ? c.cur_stateid.other : sid.other);
+  return kOk;
+}
+
+Status Nfs4Server::test_stateid(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  const std::uint32_t n = d.u32();
+  if (n > 1024) d.fail();
+  std::vector<Stateid> ids;
+  for (std::uint32_t i = 0; i < n && d.ok(); ++i) ids.push_back(decode_stateid(d));
+  if (!d.ok()) return kErrBadxdr;
+  e.u32(n);
+  for (const auto& id : ids) {
+    State* st = nullptr;
+    const Status s = id.anonymous() || id.bypass() || id.current()
+                         ? kErrBadStateid
+                         : check_stateid(c, id, nullptr, &st);
+    e.u32(s);
+  }
+  return kOk;
+}
+
+}  // namespace roce::nfs

@@ -1,0 +1,126 @@
+/// @file
+/// The NFSv4.1 server's state (RFC 8881): client records made by EXCHANGE_ID, sessions with
+/// their slot tables and reply cache, open and lock stateids, and each file's byte-range locks.
+/// Every table is bounded (Limits): a request beyond gets NFS4ERR_RESOURCE, never growth.
+/// Not thread-safe: the server holds its lock around it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apps/nfs/nfs4.h"
+
+namespace roce::nfs::v4 {
+
+struct Limits {
+  std::size_t clients = 256;          ///< client records (confirmed or not)
+  std::size_t sessions = 4;           ///< sessions of one client
+  std::uint32_t slots = 32;           ///< a session's fore channel slots
+  std::uint32_t max_ops = 32;         ///< operations of one COMPOUND
+  std::size_t cached_reply = 4096;    ///< the largest reply a slot keeps for a retry
+  std::size_t states = 4096;          ///< open and lock stateids of one client
+  std::size_t locks_per_file = 1024;  ///< byte ranges held on one file
+  /// Bytes of one client's stateids and byte ranges, their owner names counted (an owner name
+  /// may be 1 KiB): what one client can make the server hold.
+  std::size_t client_bytes = 1u << 20;
+  std::size_t total_bytes = 64u << 20;  ///< the same, of every client together
+  std::size_t clients_per_peer = 16;    ///< client records made from one address
+  std::uint32_t lease_seconds = 90;
+};
+
+using SessionId = std::array<std::uint8_t, 16>;
+using Verifier = std::array<std::uint8_t, 8>;
+
+struct Slot {
+  std::uint32_t seqid = 0;
+  bool in_use = false;
+  bool cached = false;              ///< false: a retry gets NFS4ERR_RETRY_UNCACHED_REP
+  std::vector<std::uint8_t> reply;  ///< the COMPOUND's results as sent
+};
+
+struct Session {
+  SessionId id{};
+  std::uint64_t clientid = 0;
+  std::vector<Slot> slots;
+  std::uint32_t max_ops = 0, max_request = 0, max_response = 0, max_cached = 0;
+  std::uint32_t flags = 0;
+};
+
+/// A file of the export: its device and inode.
+struct FileKey {
+  std::uint64_t dev = 0, ino = 0;
+  friend auto operator<=>(const FileKey&, const FileKey&) = default;
+};
+
+/// An open-owner's or lock-owner's name: its client and the client's opaque bytes.
+struct Owner {
+  std::uint64_t clientid = 0;
+  std::vector<std::uint8_t> name;
+  friend auto operator<=>(const Owner&, const Owner&) = default;
+};
+
+struct State {
+  enum Kind { kOpen, kLock } kind = kOpen;
+  std::uint32_t seqid = 1;
+  std::uint64_t clientid = 0;
+  FileKey file;
+  Owner owner;
+  std::uint32_t access = 0, deny = 0;   ///< kOpen: share access and deny
+  std::array<std::uint8_t, 12> open{};  ///< kLock: the open stateid's other it came from
+};
+
+/// One byte range held: [start, end] inclusive.
+struct Range {
+  Owner owner;
+  bool write = false;
+  std::uint64_t start = 0, end = 0;
+};
+
+/// The byte-range locks of one file. POSIX semantics within an owner: a new range replaces what
+/// it overlaps of the owner's own, an unlock splits.
+class FileLocks {
+ public:
+  /// The first range of another owner that conflicts with [start, end] (write or not).
+  std::optional<Range> conflict(const Owner& who, bool write, std::uint64_t start,
+                                std::uint64_t end) const;
+  /// Takes [start, end] for `who`; false when that would exceed `max` ranges.
+  bool lock(const Owner& who, bool write, std::uint64_t start, std::uint64_t end, std::size_t max);
+  void unlock(const Owner& who, std::uint64_t start, std::uint64_t end);
+  bool holds(const Owner& who) const;
+  void drop(const Owner& who) { unlock(who, 0, ~std::uint64_t{0}); }
+  bool empty() const { return ranges_.empty(); }
+  std::size_t size() const { return ranges_.size(); }
+
+ private:
+  std::vector<Range> ranges_;
+};
+
+/// Who made a client record (RFC 8881 18.35.5: another principal naming the same co_ownerid is
+/// another client): the call's credential flavor, its AUTH_SYS uid and gid, the peer's address.
+struct Principal {
+  std::uint32_t flavor = 0, uid = 0, gid = 0, peer = 0;
+  friend bool operator==(const Principal&, const Principal&) = default;
+};
+
+struct Client {
+  std::uint64_t clientid = 0;
+  Principal principal;  ///< of its EXCHANGE_ID; CREATE_SESSION must come from the same
+  std::vector<std::uint8_t> ownerid;
+  Verifier verifier{};
+  bool confirmed = false;
+  bool reclaim_complete = false;
+  std::uint32_t cs_seqid = 1;  ///< the CREATE_SESSION sequence id expected next
+  /// The last CREATE_SESSION's reply, for a retry of it.
+  std::vector<std::uint8_t> cs_reply;
+  std::int64_t renewed = 0;  ///< seconds, when SEQUENCE last renewed the lease
+  std::size_t states = 0;
+  std::size_t bytes = 0;  ///< its stateids and byte ranges, as charged (Limits::client_bytes)
+};
+
+}  // namespace roce::nfs::v4

@@ -1,0 +1,1261 @@
+// The NFSv4.1 server core (nfs4_server.h) over a temporary directory, no transport: a COMPOUND
+// encoder drives each operation as the Linux client orders them at mount (EXCHANGE_ID,
+// CREATE_SESSION, SEQUENCE, RECLAIM_COMPLETE, SECINFO_NO_NAME, PUTROOTFH, GETFH, GETATTR,
+// LOOKUP, LOOKUPP, ACCESS, DESTROY_SESSION, DESTROY_CLIENTID), the slot table and its reply
+// cache, and what a hostile client sends: wrong sequence ids, slots out of range, forged handles,
+// names with '/' or "..", truncated and huge COMPOUNDs, more clients than the table holds.
+#include "apps/nfs/nfs4_server.h"
+
+#include <gtest/gtest.h>
+#include <malloc.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <tuple>
+
+namespace roce::nfs {
+namespace {
+
+using namespace v4;
+using Bytes = std::vector<std::uint8_t>;
+namespace fs = std::filesystem;
+
+/// A COMPOUND being built: each add() appends one operation and its arguments.
+struct Ops {
+  Bytes b;
+  std::uint32_t n = 0;
+  std::uint32_t minor = 1;
+  Ops& add(std::uint32_t op, const std::function<void(XdrEncoder&)>& args = {}) {
+    XdrEncoder e(b);
+    e.u32(op);
+    if (args) args(e);
+    ++n;
+    return *this;
+  }
+};
+
+/// A COMPOUND's reply: its status, and a decoder at the first operation's result.
+struct Reply {
+  RpcReply raw;
+  rpc::ReplyHeader h;
+  std::uint32_t status = 0, count = 0;
+  std::vector<std::uint8_t> msg;
+  std::unique_ptr<XdrDecoder> d;
+  /// The next operation's number and status (checked against `op`).
+  std::uint32_t next(std::uint32_t op) {
+    EXPECT_EQ(d->u32(), op);
+    return d->u32();
+  }
+};
+
+class Nfs4Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = fs::temp_directory_path() / ("nfs4_test." + std::to_string(::getpid()));
+    dir_ = base_ / "export";
+    fs::create_directories(dir_ / "sub");
+    std::ofstream(dir_ / "hello") << "hello world";
+    ExportOptions o;
+    std::string err;
+    ASSERT_TRUE(parse_export_options("rw,no_root_squash", o, err)) << err;
+    files_ = std::make_unique<NfsServer>(dir_.string(), "/", o);
+    lim_.clients = 4;
+    lim_.sessions = 2;
+    lim_.slots = 4;
+    lim_.max_ops = 16;
+    lim_.states = 8;
+    srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+    srv_->now = [this] { return clock_; };
+  }
+  void TearDown() override {
+    srv_.reset();
+    files_.reset();
+    fs::remove_all(base_);
+  }
+
+  Reply send(const Ops& ops, std::uint32_t proc = kCompound, std::uint32_t vers = 4) {
+    Bytes b;
+    XdrEncoder e(b);
+    rpc::CallHeader h;
+    h.xid = ++xid_;
+    h.prog = v3::kNfsProgram;
+    h.vers = vers;
+    h.proc = proc;
+    h.cred = rpc::auth_sys({1, "t", uid_ ? uid_ : ::geteuid(), uid_ ? uid_ : ::getegid(), {}});
+    rpc::encode(e, h);
+    if (proc == kCompound) {
+      e.string("t");
+      e.u32(ops.minor);
+      e.u32(ops.n);
+      b.insert(b.end(), ops.b.begin(), ops.b.end());
+    }
+    return parse(b);
+  }
+  Reply parse(const Bytes& call) {
+    Reply r;
+    srv_->handle(CallContext{}, call, r.raw);
+    r.msg = r.raw.msg;
+    if (r.raw.has_payload) {  // READ's data back inline, as the transport does without chunks
+      r.msg.insert(r.msg.end(), r.raw.payload.begin(), r.raw.payload.end());
+      r.msg.insert(r.msg.end(), xdr_pad(r.raw.payload.size()), 0);
+    }
+    r.d = std::make_unique<XdrDecoder>(r.msg);
+    EXPECT_TRUE(rpc::decode(*r.d, r.h));
+    if (r.h.stat == rpc::kMsgAccepted && r.h.accept == rpc::kSuccess && !call.empty()) {
+      r.status = r.d->u32();
+      r.d->string(kMaxTag);
+      r.count = r.d->u32();
+    }
+    return r;
+  }
+
+  // EXCHANGE_ID and CREATE_SESSION, as the client mounts.
+  void exchange(const std::string& owner = "client-a", std::uint8_t verf = 1) {
+    Ops o;
+    o.add(kExchangeId, [&](XdrEncoder& e) {
+      const std::uint8_t v[8] = {verf, 0, 0, 0, 0, 0, 0, 0};
+      e.fixed(v);
+      e.string(owner);
+      e.u32(0);
+      e.u32(kSp4None);
+      e.u32(0);
+    });
+    Reply r = send(o);
+    ex_status_ = r.status;
+    if (r.status != kOk) return;
+    EXPECT_EQ(r.next(kExchangeId), kOk);
+    clientid_ = r.d->u64();
+    cs_seq_ = r.d->u32();
+    ex_flags_ = r.d->u32();
+  }
+  static void channel(XdrEncoder& e, std::uint32_t slots, std::uint32_t ops = 8) {
+    e.u32(0);
+    e.u32(1u << 20);
+    e.u32(1u << 20);
+    e.u32(4096);
+    e.u32(ops);
+    e.u32(slots);
+    e.u32(0);
+  }
+  Ops create_session_ops(std::uint32_t seq, std::uint32_t slots = 16) {
+    Ops o;
+    o.add(kCreateSession, [&](XdrEncoder& e) {
+      e.u64(clientid_);
+      e.u32(seq);
+      e.u32(kSessionConnBackChan);
+      channel(e, slots);
+      channel(e, 1);
+      e.u32(0x40000000);
+      e.u32(1);
+      e.u32(rpc::kAuthNone);
+    });
+    return o;
+  }
+  std::uint32_t create_session() {
+    Reply r = send(create_session_ops(cs_seq_));
+    if (r.status != kOk) return r.status;
+    EXPECT_EQ(r.next(kCreateSession), kOk);
+    const auto s = r.d->fixed(16);
+    std::copy(s.begin(), s.end(), sid_.begin());
+    EXPECT_EQ(r.d->u32(), cs_seq_);
+    EXPECT_EQ(r.d->u32(), 0u);  // no backchannel granted
+    r.d->u32();                 // headerpad
+    r.d->u32();
+    r.d->u32();
+    r.d->u32();
+    EXPECT_EQ(r.d->u32(), 8u);  // max operations as asked
+    slots_ = r.d->u32();
+    EXPECT_EQ(slots_, 4u);  // the server's limit
+    seqids_.assign(slots_, 0);
+    return kOk;
+  }
+  void mount() {
+    exchange();
+    ASSERT_EQ(ex_status_, kOk);
+    ASSERT_EQ(create_session(), kOk);
+  }
+  /// A COMPOUND starting with SEQUENCE on `slot` (its next sequence id unless `seq` says).
+  Ops seq(std::uint32_t slot = 0, std::optional<std::uint32_t> seqid = std::nullopt) {
+    Ops o;
+    const std::uint32_t s = seqid ? *seqid : ++seqids_.at(slot);
+    o.add(kSequence, [&](XdrEncoder& e) {
+      e.fixed(sid_);
+      e.u32(s);
+      e.u32(slot);
+      e.u32(slot);
+      e.boolean(true);
+    });
+    return o;
+  }
+  static void skip_sequence(Reply& r) {
+    ASSERT_EQ(r.next(kSequence), kOk);
+    r.d->fixed(16);
+    for (int i = 0; i < 5; ++i) r.d->u32();
+  }
+  static std::function<void(XdrEncoder&)> bitmap(std::initializer_list<std::uint32_t> attrs) {
+    Bitmap b;
+    for (auto a : attrs) b.set(a);
+    return [b](XdrEncoder& e) { encode(e, b); };
+  }
+  static std::function<void(XdrEncoder&)> name(const std::string& n) {
+    return [n](XdrEncoder& e) { e.string(n); };
+  }
+  static std::function<void(XdrEncoder&)> fh(const Bytes& f) {
+    return [f](XdrEncoder& e) { e.opaque(f); };
+  }
+  Bytes getfh(Reply& r) {
+    EXPECT_EQ(r.next(kGetfh), kOk);
+    const auto b = r.d->opaque(kFhSize);
+    return Bytes(b.begin(), b.end());
+  }
+
+  /// OPEN in the root (CLAIM_NULL): its status, stateid and the file's handle.
+  struct Opened {
+    std::uint32_t status = 0;
+    Stateid sid;
+    Bytes fh;
+  };
+  static std::function<void(XdrEncoder&)> open_args(std::uint64_t clientid, const std::string& file,
+                                                    std::uint32_t how, std::uint32_t access,
+                                                    std::uint32_t deny, const std::string& owner,
+                                                    std::uint8_t verf) {
+    return [=](XdrEncoder& e) {
+      e.u32(0);
+      e.u32(access);
+      e.u32(deny);
+      e.u64(clientid);
+      e.string(owner);
+      if (how == 99) {
+        e.u32(kNoCreate);
+      } else {
+        e.u32(kCreate4);
+        e.u32(how);
+        if (how == kExclusive4 || how == kExclusive41) {
+          const std::uint8_t v[8] = {verf, 1, 2, 3, 4, 5, 6, 7};
+          e.fixed(v);
+        }
+        if (how != kExclusive4) {
+          Bitmap b;
+          b.set(kMode);
+          encode(e, b);
+          Bytes vals;
+          XdrEncoder ve(vals);
+          ve.u32(0640);
+          e.opaque(vals);
+        }
+      }
+      e.u32(kClaimNull);
+      e.string(file);
+    };
+  }
+  Opened open(const std::string& file, std::uint32_t how, std::uint32_t access = kShareAccessBoth,
+              std::uint32_t deny = 0, const std::string& owner = "owner-1", std::uint8_t verf = 7) {
+    Reply r = send(seq()
+                       .add(kPutrootfh)
+                       .add(kOpen, open_args(clientid_, file, how, access, deny, owner, verf))
+                       .add(kGetfh));
+    Opened o;
+    o.status = r.status;
+    if (r.status != kOk) return o;
+    skip_sequence(r);
+    r.next(kPutrootfh);
+    EXPECT_EQ(r.next(kOpen), kOk);
+    o.sid = decode_stateid(*r.d);
+    r.d->boolean();
+    r.d->u64();
+    r.d->u64();
+    EXPECT_EQ(r.d->u32(), kOpenResultLocktypePosix);
+    decode_bitmap(*r.d);
+    EXPECT_EQ(r.d->u32(), 0u);  // OPEN_DELEGATE_NONE
+    o.fh = getfh(r);
+    return o;
+  }
+  static std::function<void(XdrEncoder&)> sid_arg(const Stateid& s) {
+    return [s](XdrEncoder& e) { encode(e, s); };
+  }
+  static std::function<void(XdrEncoder&)> write_args(const Stateid& s, std::uint64_t off,
+                                                     const std::string& data) {
+    return [=](XdrEncoder& e) {
+      encode(e, s);
+      e.u64(off);
+      e.u32(kFileSync);
+      e.string(data);
+    };
+  }
+  static std::function<void(XdrEncoder&)> read_args(const Stateid& s, std::uint64_t off,
+                                                    std::uint32_t n) {
+    return [=](XdrEncoder& e) {
+      encode(e, s);
+      e.u64(off);
+      e.u32(n);
+    };
+  }
+  static std::function<void(XdrEncoder&)> lock_args(std::uint32_t type, std::uint64_t off,
+                                                    std::uint64_t len, const Stateid& open,
+                                                    std::uint64_t clientid,
+                                                    const std::string& owner) {
+    return [=](XdrEncoder& e) {
+      e.u32(type);
+      e.boolean(false);
+      e.u64(off);
+      e.u64(len);
+      e.boolean(true);
+      e.u32(0);
+      encode(e, open);
+      e.u32(0);
+      e.u64(clientid);
+      e.string(owner);
+    };
+  }
+
+  fs::path base_, dir_;
+  std::unique_ptr<NfsServer> files_;
+  std::unique_ptr<Nfs4Server> srv_;
+  v4::Limits lim_;
+  std::int64_t clock_ = 1000;
+  std::uint32_t uid_ = 0;
+  std::uint32_t xid_ = 0;
+  std::uint64_t clientid_ = 0;
+  std::uint32_t cs_seq_ = 0, ex_flags_ = 0, ex_status_ = 0, slots_ = 0;
+  SessionId sid_{};
+  std::vector<std::uint32_t> seqids_;
+};
+
+TEST_F(Nfs4Test, NullAndVersions) {
+  Reply r = send(Ops{}, kNull);
+  EXPECT_EQ(r.h.accept, rpc::kSuccess);
+  Reply m = send(Ops{}, kCompound, 5);
+  EXPECT_EQ(m.h.accept, rpc::kProgMismatch);
+  EXPECT_EQ(m.h.low, 3u);
+  EXPECT_EQ(m.h.high, 4u);
+  Reply p = send(Ops{}, 2);
+  EXPECT_EQ(p.h.accept, rpc::kProcUnavail);
+  // Minor version 0 and 2: MINOR_VERS_MISMATCH with no results.
+  for (std::uint32_t minor : {0u, 2u}) {
+    Ops o;
+    o.minor = minor;
+    o.add(kPutrootfh);
+    Reply v = send(o);
+    EXPECT_EQ(v.status, kErrMinorVersMismatch);
+    EXPECT_EQ(v.count, 0u);
+  }
+}
+
+TEST_F(Nfs4Test, MountLikeTheLinuxClient) {
+  exchange();
+  ASSERT_EQ(ex_status_, kOk);
+  EXPECT_FALSE(ex_flags_ & kExchgidConfirmedR);
+  EXPECT_TRUE(ex_flags_ & kExchgidUseNonPnfs);
+  ASSERT_EQ(create_session(), kOk);
+  // The same client again: the same id, confirmed now.
+  const std::uint64_t id = clientid_;
+  exchange();
+  EXPECT_EQ(clientid_, id);
+  EXPECT_TRUE(ex_flags_ & kExchgidConfirmedR);
+
+  Reply rc = send(seq().add(kReclaimComplete, [](XdrEncoder& e) { e.boolean(false); }));
+  EXPECT_EQ(rc.status, kOk);
+  skip_sequence(rc);
+  EXPECT_EQ(rc.next(kReclaimComplete), kOk);
+  Reply rc2 = send(seq().add(kReclaimComplete, [](XdrEncoder& e) { e.boolean(false); }));
+  EXPECT_EQ(rc2.status, kErrCompleteAlready);
+
+  Reply si = send(seq().add(kPutrootfh).add(kSecinfoNoName, [](XdrEncoder& e) { e.u32(0); }));
+  ASSERT_EQ(si.status, kOk);
+  skip_sequence(si);
+  EXPECT_EQ(si.next(kPutrootfh), kOk);
+  EXPECT_EQ(si.next(kSecinfoNoName), kOk);
+  EXPECT_EQ(si.d->u32(), 1u);
+  EXPECT_EQ(si.d->u32(), rpc::kAuthSys);
+  // SECINFO_NO_NAME consumed the current handle.
+  Reply nf =
+      send(seq().add(kPutrootfh).add(kSecinfoNoName, [](XdrEncoder& e) { e.u32(0); }).add(kGetfh));
+  EXPECT_EQ(nf.status, kErrNofilehandle);
+
+  Reply g = send(
+      seq()
+          .add(kPutrootfh)
+          .add(kGetfh)
+          .add(kGetattr, bitmap({kSupportedAttrs, kType, kFhExpireType, kLeaseTime, kMaxread, kMode,
+                                 kOwner, kOwnerGroup, kNumlinks, kFsid, kFileid, kTimeDelta})));
+  ASSERT_EQ(g.status, kOk);
+  skip_sequence(g);
+  EXPECT_EQ(g.next(kPutrootfh), kOk);
+  const Bytes root = getfh(g);
+  EXPECT_EQ(root, files_->root_fh().data);
+  EXPECT_EQ(g.next(kGetattr), kOk);
+  const Bitmap got = decode_bitmap(*g.d);
+  EXPECT_TRUE(got.has(kType) && got.has(kOwner) && got.has(kLeaseTime) && got.has(kTimeDelta));
+  const auto vals = g.d->opaque(kMaxAttrVals);
+  XdrDecoder a(vals);
+  const Bitmap sup = decode_bitmap(a);
+  EXPECT_TRUE(sup.has(kSize) && sup.has(kTimeModifySet) && !sup.has(12));
+  EXPECT_EQ(a.u32(), kDir);
+  EXPECT_EQ(a.u32(), files_->persistent_handles() ? 0u : 2u);
+  struct stat st;
+  ASSERT_EQ(::stat(dir_.c_str(), &st), 0);
+  // In attribute number order: fsid, lease_time, fileid, maxread, mode, numlinks, owner,
+  // owner_group, time_delta.
+  EXPECT_EQ(a.u64(), st.st_dev);
+  EXPECT_EQ(a.u64(), 0u);
+  EXPECT_EQ(a.u32(), 90u);
+  EXPECT_EQ(a.u64(), st.st_ino);
+  EXPECT_EQ(a.u64(), 1u << 20);
+  EXPECT_EQ(a.u32(), st.st_mode & 07777);
+  EXPECT_EQ(a.u32(), st.st_nlink);
+  EXPECT_EQ(a.string(64), std::to_string(st.st_uid));
+  EXPECT_EQ(a.string(64), std::to_string(st.st_gid));
+  EXPECT_EQ(a.u64(), 0u);
+  EXPECT_EQ(a.u32(), 1u);
+  EXPECT_TRUE(a.ok());
+  EXPECT_EQ(a.remaining(), 0u);
+
+  // LOOKUP of a file, its size; LOOKUPP from a directory back to the root; ACCESS.
+  Reply l = send(seq()
+                     .add(kPutfh, fh(root))
+                     .add(kLookup, name("hello"))
+                     .add(kGetattr, bitmap({kSize, kType})));
+  ASSERT_EQ(l.status, kOk);
+  skip_sequence(l);
+  l.next(kPutfh);
+  l.next(kLookup);
+  EXPECT_EQ(l.next(kGetattr), kOk);
+  decode_bitmap(*l.d);
+  XdrDecoder la(l.d->opaque(kMaxAttrVals));
+  EXPECT_EQ(la.u32(), kReg);
+  EXPECT_EQ(la.u64(), 11u);
+  Reply up = send(seq().add(kPutfh, fh(root)).add(kLookup, name("sub")).add(kLookupp).add(kGetfh));
+  ASSERT_EQ(up.status, kOk);
+  skip_sequence(up);
+  up.next(kPutfh);
+  up.next(kLookup);
+  up.next(kLookupp);
+  EXPECT_EQ(getfh(up), root);
+  Reply top = send(seq().add(kPutfh, fh(root)).add(kLookupp));
+  EXPECT_EQ(top.status, kErrNoent);
+  Reply ac = send(seq().add(kPutfh, fh(root)).add(kAccess, [](XdrEncoder& e) { e.u32(0x3f); }));
+  ASSERT_EQ(ac.status, kOk);
+  skip_sequence(ac);
+  ac.next(kPutfh);
+  EXPECT_EQ(ac.next(kAccess), kOk);
+  EXPECT_EQ(ac.d->u32(), 0x3fu);
+  EXPECT_EQ(ac.d->u32() & (kAccessRead | kAccessLookup), kAccessRead | kAccessLookup);
+
+  // DESTROY_CLIENTID refuses while a session lives; then DESTROY_SESSION, DESTROY_CLIENTID.
+  Ops dc;
+  dc.add(kDestroyClientid, [&](XdrEncoder& e) { e.u64(clientid_); });
+  EXPECT_EQ(send(dc).status, kErrClientidBusy);
+  Ops ds;
+  ds.add(kDestroySession, [&](XdrEncoder& e) { e.fixed(sid_); });
+  EXPECT_EQ(send(ds).status, kOk);
+  EXPECT_EQ(send(seq()).status, kErrBadsession);
+  EXPECT_EQ(send(dc).status, kOk);
+  EXPECT_EQ(srv_->clients(), 0u);
+  EXPECT_EQ(srv_->sessions(), 0u);
+}
+
+TEST_F(Nfs4Test, CreateSessionSequenceAndRetry) {
+  exchange();
+  Reply a = send(create_session_ops(cs_seq_));
+  ASSERT_EQ(a.status, kOk);
+  Reply b = send(create_session_ops(cs_seq_));  // a retry: the same session, word for word
+  ASSERT_EQ(b.status, kOk);
+  EXPECT_EQ(a.msg.size(), b.msg.size());
+  EXPECT_TRUE(std::equal(a.msg.begin() + 4, a.msg.end(), b.msg.begin() + 4));  // all but the xid
+  EXPECT_EQ(srv_->sessions(), 1u);
+  EXPECT_EQ(send(create_session_ops(cs_seq_ + 5)).status, kErrSeqMisordered);
+  clientid_ ^= 0x1234;
+  EXPECT_EQ(send(create_session_ops(cs_seq_)).status, kErrStaleClientid);
+}
+
+TEST_F(Nfs4Test, SlotTableAndReplyCache) {
+  mount();
+  Reply first = send(seq(1).add(kPutrootfh).add(kGetfh));
+  ASSERT_EQ(first.status, kOk);
+  // The same slot and sequence id again: the cached reply, not a second execution.
+  Reply again = send(seq(1, seqids_[1]).add(kPutrootfh).add(kGetfh));
+  EXPECT_EQ(again.status, kOk);
+  EXPECT_TRUE(std::equal(first.msg.begin() + 4, first.msg.end(), again.msg.begin() + 4));
+  EXPECT_EQ(srv_->stats().replays, 1u);
+  // Misordered, out-of-range slot, unknown session, too many operations.
+  EXPECT_EQ(send(seq(1, seqids_[1] + 2)).status, kErrSeqMisordered);
+  EXPECT_EQ(send(seq(0, 0)).status, kErrSeqMisordered);
+  Ops bad;
+  bad.add(kSequence, [&](XdrEncoder& e) {
+    e.fixed(sid_);
+    e.u32(1);
+    e.u32(4);  // slots 0..3
+    e.u32(4);
+    e.boolean(false);
+  });
+  EXPECT_EQ(send(bad).status, kErrBadslot);
+  Ops big = seq(2, seqids_[2] + 1);
+  for (int i = 0; i < 20; ++i) big.add(kPutrootfh);
+  EXPECT_EQ(send(big).status, kErrTooManyOps);
+  SessionId real = sid_;
+  sid_[0] ^= 0xff;
+  EXPECT_EQ(send(seq(3, 1)).status, kErrBadsession);
+  sid_ = real;
+  // The slot still works after all that.
+  EXPECT_EQ(send(seq(2)).status, kOk);
+}
+
+TEST_F(Nfs4Test, CompoundRules) {
+  mount();
+  Ops o;
+  o.add(kPutrootfh);
+  Reply r = send(o);
+  EXPECT_EQ(r.status, kErrOpNotInSession);
+  EXPECT_EQ(r.count, 1u);
+  Reply p = send(seq().add(kSequence, [&](XdrEncoder& e) {
+    e.fixed(sid_);
+    e.u32(1);
+    e.u32(0);
+    e.u32(0);
+    e.boolean(false);
+  }));
+  EXPECT_EQ(p.status, kErrSequencePos);
+  Reply ill = send(seq().add(9999).add(kPutrootfh));
+  EXPECT_EQ(ill.status, kErrOpIllegal);
+  EXPECT_EQ(ill.count, 2u);
+  skip_sequence(ill);
+  EXPECT_EQ(ill.next(kIllegal), kErrOpIllegal);
+  for (std::uint32_t old : {kSetclientid, kRenew, kOpenConfirm, kReleaseLockowner}) {
+    Reply n = send(seq().add(old));
+    EXPECT_EQ(n.status, kErrNotsupp) << old;
+  }
+  Ops two;
+  two.add(kExchangeId).add(kPutrootfh);
+  EXPECT_EQ(send(two).status, kErrNotOnlyOp);
+  // No current file handle.
+  EXPECT_EQ(send(seq().add(kGetfh)).status, kErrNofilehandle);
+  EXPECT_EQ(send(seq().add(kGetattr, bitmap({kType}))).status, kErrNofilehandle);
+  EXPECT_EQ(send(seq().add(kRestorefh)).status, kErrRestorefh);
+}
+
+TEST_F(Nfs4Test, HostileInput) {
+  mount();
+  const Bytes root = files_->root_fh().data;
+  // Names: never a way out of the directory.
+  for (const char* n : {"..", ".", "a/b", "../export", "/etc"}) {
+    Reply r = send(seq().add(kPutfh, fh(root)).add(kLookup, name(n)));
+    EXPECT_EQ(r.status, kErrBadname) << n;
+  }
+  EXPECT_EQ(send(seq().add(kPutfh, fh(root)).add(kLookup, name(""))).status, kErrInval);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(root)).add(kLookup, name(std::string(300, 'a')))).status,
+            kErrNametoolong);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(root)).add(kLookup, name("nothere"))).status, kErrNoent);
+  // LOOKUP on a file; a forged handle (one bit flipped anywhere); an empty one; a long one.
+  Reply f = send(seq().add(kPutfh, fh(root)).add(kLookup, name("hello")).add(kLookup, name("x")));
+  EXPECT_EQ(f.status, kErrNotdir);
+  for (std::size_t i = 0; i < root.size(); ++i) {
+    Bytes forged = root;
+    forged[i] ^= 0x10;
+    EXPECT_EQ(send(seq().add(kPutfh, fh(forged))).status, kErrStale) << i;
+  }
+  EXPECT_EQ(send(seq().add(kPutfh, fh({}))).status, kErrBadhandle);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(Bytes(200, 1)))).status, kErrBadxdr);
+  // Truncated arguments: BADXDR for that operation, the session still fine.
+  Ops t = seq();
+  t.add(kLookup);  // no name follows
+  EXPECT_EQ(send(t).status, kErrBadxdr);
+  // A COMPOUND claiming a billion operations with none there, and a huge bitmap.
+  Ops huge = seq(0, seqids_[0] + 1);  // refused: the slot's sequence id stays
+  huge.n = 1'000'000'000;
+  EXPECT_EQ(send(huge).status, kErrTooManyOps);
+  Reply hb = send(seq().add(kPutrootfh).add(kGetattr, [](XdrEncoder& e) { e.u32(100000); }));
+  EXPECT_EQ(hb.status, kErrBadxdr);
+  // A truncated COMPOUND header: GARBAGE_ARGS.
+  Bytes b;
+  XdrEncoder e(b);
+  rpc::CallHeader h;
+  h.xid = 77;
+  h.prog = v3::kNfsProgram;
+  h.vers = 4;
+  h.proc = kCompound;
+  h.cred = rpc::auth_sys({1, "t", ::geteuid(), ::getegid(), {}});
+  rpc::encode(e, h);
+  e.u32(1u << 30);  // a tag longer than the message
+  Reply g = parse(b);
+  EXPECT_EQ(g.h.accept, rpc::kGarbageArgs);
+  // A credential that is not AUTH_SYS or AUTH_NONE.
+  Bytes c;
+  XdrEncoder ce(c);
+  h.cred = {6, {1, 2, 3, 4}};
+  rpc::encode(ce, h);
+  Reply bc = parse(c);
+  EXPECT_EQ(bc.h.stat, rpc::kMsgDenied);
+}
+
+TEST_F(Nfs4Test, BoundedClientsAndSessions) {
+  mount();
+  // Two sessions per client, the third refused.
+  ++cs_seq_;
+  EXPECT_EQ(create_session(), kOk);
+  ++cs_seq_;
+  EXPECT_EQ(create_session(), kErrResource);
+  // Four clients, the fifth refused while the others' leases run; taken once they expired.
+  for (int i = 0; i < 3; ++i) {
+    exchange("other-" + std::to_string(i));
+    EXPECT_EQ(ex_status_, kOk);
+  }
+  exchange("one-too-many");
+  EXPECT_EQ(ex_status_, kErrResource);
+  EXPECT_EQ(srv_->clients(), 4u);
+  clock_ += 1000;
+  exchange("one-too-many");
+  EXPECT_EQ(ex_status_, kOk);
+  EXPECT_EQ(srv_->clients(), 1u);
+  EXPECT_EQ(srv_->sessions(), 0u);
+  EXPECT_GE(srv_->stats().resource, 2u);
+}
+
+TEST_F(Nfs4Test, ClientRebootReplacesItsRecord) {
+  mount();
+  const std::uint64_t before = clientid_;
+  exchange("client-a", 2);  // another verifier: the client rebooted
+  EXPECT_NE(clientid_, before);
+  EXPECT_FALSE(ex_flags_ & kExchgidConfirmedR);
+  EXPECT_EQ(create_session(), kOk);
+  EXPECT_EQ(srv_->clients(), 1u);  // the old record went with its session
+  EXPECT_EQ(srv_->sessions(), 1u);
+}
+
+TEST_F(Nfs4Test, OpenWriteReadCommitClose) {
+  mount();
+  const Opened o = open("new", kUnchecked);
+  ASSERT_EQ(o.status, kOk);
+  EXPECT_EQ(o.sid.seqid, 1u);
+  struct stat st;
+  ASSERT_EQ(::stat((dir_ / "new").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+  Reply w = send(seq().add(kPutfh, fh(o.fh)).add(kWrite, write_args(o.sid, 0, "hello nfs4")));
+  ASSERT_EQ(w.status, kOk);
+  skip_sequence(w);
+  w.next(kPutfh);
+  EXPECT_EQ(w.next(kWrite), kOk);
+  EXPECT_EQ(w.d->u32(), 10u);
+  EXPECT_EQ(w.d->u32(), kFileSync);
+  // READ last in the COMPOUND: the data is the payload (the transport's write chunk).
+  Reply r = send(seq().add(kPutfh, fh(o.fh)).add(kRead, read_args(o.sid, 6, 100)));
+  ASSERT_EQ(r.status, kOk);
+  EXPECT_TRUE(r.raw.has_payload);
+  skip_sequence(r);
+  r.next(kPutfh);
+  EXPECT_EQ(r.next(kRead), kOk);
+  EXPECT_TRUE(r.d->boolean());
+  EXPECT_EQ(r.d->string(100), "nfs4");
+  // READ before another operation: inline.
+  Reply r2 = send(seq().add(kPutfh, fh(o.fh)).add(kRead, read_args(o.sid, 0, 5)).add(kGetfh));
+  ASSERT_EQ(r2.status, kOk);
+  EXPECT_FALSE(r2.raw.has_payload);
+  skip_sequence(r2);
+  r2.next(kPutfh);
+  r2.next(kRead);
+  EXPECT_FALSE(r2.d->boolean());
+  EXPECT_EQ(r2.d->string(100), "hello");
+  EXPECT_EQ(getfh(r2), o.fh);
+  Reply cm = send(seq().add(kPutfh, fh(o.fh)).add(kCommit, [](XdrEncoder& e) {
+    e.u64(0);
+    e.u32(0);
+  }));
+  EXPECT_EQ(cm.status, kOk);
+  // Anonymous stateid reads too; a CLOSEd stateid does not.
+  EXPECT_EQ(send(seq().add(kPutfh, fh(o.fh)).add(kRead, read_args(Stateid{}, 0, 5))).status, kOk);
+  Reply cl = send(seq().add(kPutfh, fh(o.fh)).add(kClose, [&](XdrEncoder& e) {
+    e.u32(0);
+    encode(e, o.sid);
+  }));
+  EXPECT_EQ(cl.status, kOk);
+  EXPECT_EQ(srv_->states(), 0u);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(o.fh)).add(kRead, read_args(o.sid, 0, 5))).status,
+            kErrBadStateid);
+}
+
+TEST_F(Nfs4Test, CreateModes) {
+  mount();
+  EXPECT_EQ(open("hello", kGuarded).status, kErrExist);
+  EXPECT_EQ(open("hello", kUnchecked).status, kOk);
+  EXPECT_EQ(open("missing", 99).status, kErrNoent);
+  EXPECT_EQ(open("sub", 99).status, kErrIsdir);
+  EXPECT_EQ(open("a/b", kUnchecked).status, kErrBadname);
+  EXPECT_EQ(open("..", kUnchecked).status, kErrBadname);
+  // EXCLUSIVE4_1: a retry with the same verifier succeeds, another verifier is EXIST.
+  EXPECT_EQ(open("excl", kExclusive41, kShareAccessBoth, 0, "o2", 9).status, kOk);
+  EXPECT_EQ(open("excl", kExclusive41, kShareAccessBoth, 0, "o2", 9).status, kOk);
+  EXPECT_EQ(open("excl", kExclusive41, kShareAccessBoth, 0, "o3", 10).status, kErrExist);
+  EXPECT_EQ(open("excl4", kExclusive4, kShareAccessBoth, 0, "o2", 11).status, kOk);
+  EXPECT_EQ(open("excl4", kExclusive4, kShareAccessBoth, 0, "o2", 12).status, kErrExist);
+}
+
+TEST_F(Nfs4Test, StateidsChecked) {
+  mount();
+  const Opened o = open("f", kUnchecked);
+  ASSERT_EQ(o.status, kOk);
+  const Opened h = open("hello", kUnchecked, kShareAccessRead, 0, "reader");
+  ASSERT_EQ(h.status, kOk);
+  Stateid forged = o.sid;
+  forged.other[11] ^= 1;
+  EXPECT_EQ(send(seq().add(kPutfh, fh(o.fh)).add(kWrite, write_args(forged, 0, "x"))).status,
+            kErrBadStateid);
+  Stateid future = o.sid;
+  future.seqid = 9;
+  EXPECT_EQ(send(seq().add(kPutfh, fh(o.fh)).add(kWrite, write_args(future, 0, "x"))).status,
+            kErrBadStateid);
+  // Opened again by the same owner: the seqid moves on, the old one is OLD_STATEID.
+  const Opened again = open("f", kUnchecked);
+  EXPECT_EQ(again.sid.seqid, 2u);
+  EXPECT_EQ(again.sid.other, o.sid.other);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(o.fh)).add(kWrite, write_args(o.sid, 0, "x"))).status,
+            kErrOldStateid);
+  // Another file's stateid; a read-only open's stateid for WRITE.
+  EXPECT_EQ(send(seq().add(kPutfh, fh(o.fh)).add(kWrite, write_args(h.sid, 0, "x"))).status,
+            kErrBadStateid);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(h.fh)).add(kWrite, write_args(h.sid, 0, "x"))).status,
+            kErrOpenmode);
+  // Another client's stateid is not this one's.
+  const auto first = std::make_tuple(clientid_, sid_, seqids_);
+  exchange("client-b");
+  ASSERT_EQ(create_session(), kOk);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(o.fh)).add(kWrite, write_args(again.sid, 0, "x"))).status,
+            kErrBadStateid);
+  // TEST_STATEID: per stateid.
+  std::tie(clientid_, sid_, seqids_) = first;
+  Reply t = send(seq().add(kTestStateid, [&](XdrEncoder& e) {
+    e.u32(3);
+    encode(e, again.sid);
+    encode(e, forged);
+    encode(e, o.sid);
+  }));
+  ASSERT_EQ(t.status, kOk);
+  skip_sequence(t);
+  t.next(kTestStateid);
+  EXPECT_EQ(t.d->u32(), 3u);
+  EXPECT_EQ(t.d->u32(), kOk);
+  EXPECT_EQ(t.d->u32(), kErrBadStateid);
+  EXPECT_EQ(t.d->u32(), kErrOldStateid);
+}
+
+TEST_F(Nfs4Test, ShareDenyAndBoundedStates) {
+  mount();
+  ASSERT_EQ(open("f", kUnchecked, kShareAccessRead, kShareAccessWrite, "a").status, kOk);
+  EXPECT_EQ(open("f", kUnchecked, kShareAccessWrite, 0, "b").status, kErrShareDenied);
+  EXPECT_EQ(open("f", kUnchecked, kShareAccessRead, 0, "b").status, kOk);
+  // Eight states per client in this test's limits: the ninth open is refused.
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(open("g" + std::to_string(i), kUnchecked).status, kOk);
+  EXPECT_EQ(srv_->states(), 8u);
+  EXPECT_EQ(open("one-more", kUnchecked).status, kErrResource);
+  EXPECT_EQ(srv_->states(), 8u);
+}
+
+TEST_F(Nfs4Test, NameSpace) {
+  mount();
+  const Bytes root = files_->root_fh().data;
+  const auto mkdir_args = [](const std::string& n) {
+    return [n](XdrEncoder& e) {
+      e.u32(kDir);
+      e.string(n);
+      Bitmap b;
+      b.set(kMode);
+      encode(e, b);
+      Bytes v;
+      XdrEncoder ve(v);
+      ve.u32(0750);
+      e.opaque(v);
+    };
+  };
+  Reply md = send(seq().add(kPutfh, fh(root)).add(kCreate, mkdir_args("d")).add(kGetfh));
+  ASSERT_EQ(md.status, kOk);
+  struct stat st;
+  ASSERT_EQ(::stat((dir_ / "d").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0750u);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(root)).add(kCreate, mkdir_args("d"))).status, kErrExist);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(root)).add(kCreate, mkdir_args("../x"))).status, kErrBadname);
+  Reply sl = send(seq()
+                      .add(kPutfh, fh(root))
+                      .add(kCreate,
+                           [](XdrEncoder& e) {
+                             e.u32(kLnk);
+                             e.string("hello");
+                             e.string("ln");
+                             e.u32(0);
+                             e.u32(0);
+                           })
+                      .add(kReadlink));
+  ASSERT_EQ(sl.status, kOk);
+  skip_sequence(sl);
+  sl.next(kPutfh);
+  EXPECT_EQ(sl.next(kCreate), kOk);
+  sl.d->boolean();
+  sl.d->u64();
+  sl.d->u64();
+  decode_bitmap(*sl.d);
+  EXPECT_EQ(sl.next(kReadlink), kOk);
+  EXPECT_EQ(sl.d->string(100), "hello");
+  // LOOKUP through a symbolic link is SYMLINK; OPEN of one too.
+  EXPECT_EQ(
+      send(seq().add(kPutfh, fh(root)).add(kLookup, name("ln")).add(kLookup, name("x"))).status,
+      kErrSymlink);
+  EXPECT_EQ(open("ln", 99).status, kErrSymlink);
+  // RENAME across directories (SAVEFH: the source directory), LINK, REMOVE.
+  Reply rn = send(seq()
+                      .add(kPutfh, fh(root))
+                      .add(kSavefh)
+                      .add(kLookup, name("d"))
+                      .add(kRename, [](XdrEncoder& e) {
+                        e.string("hello");
+                        e.string("moved");
+                      }));
+  EXPECT_EQ(rn.status, kOk);
+  EXPECT_TRUE(fs::exists(dir_ / "d" / "moved"));
+  EXPECT_FALSE(fs::exists(dir_ / "hello"));
+  Reply lk = send(seq()
+                      .add(kPutfh, fh(root))
+                      .add(kLookup, name("d"))
+                      .add(kLookup, name("moved"))
+                      .add(kSavefh)
+                      .add(kPutfh, fh(root))
+                      .add(kLink, name("hard")));
+  EXPECT_EQ(lk.status, kOk);
+  ASSERT_EQ(::stat((dir_ / "hard").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 2u);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(root)).add(kRemove, name("d"))).status, kErrNotempty);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(root)).add(kRemove, name("hard"))).status, kOk);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(root)).add(kRemove, name(".."))).status, kErrBadname);
+  EXPECT_FALSE(fs::exists(dir_ / "hard"));
+  // SETATTR: mode, a numeric owner (our own), a name is BADOWNER, a read-only attribute INVAL.
+  const auto setattr = [&](std::uint32_t attr, const std::function<void(XdrEncoder&)>& val) {
+    return seq().add(kPutfh, fh(root)).add(kLookup, name("sub")).add(kSetattr, [=](XdrEncoder& e) {
+      encode(e, Stateid{});
+      Bitmap b;
+      b.set(attr);
+      encode(e, b);
+      Bytes v;
+      XdrEncoder ve(v);
+      val(ve);
+      e.opaque(v);
+    });
+  };
+  EXPECT_EQ(send(setattr(kMode, [](XdrEncoder& e) { e.u32(0700); })).status, kOk);
+  ASSERT_EQ(::stat((dir_ / "sub").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_EQ(
+      send(setattr(kOwner, [](XdrEncoder& e) { e.string(std::to_string(::geteuid())); })).status,
+      kOk);
+  EXPECT_EQ(send(setattr(kOwner, [](XdrEncoder& e) { e.string("bob@example"); })).status,
+            kErrBadowner);
+  EXPECT_EQ(send(setattr(kFileid, [](XdrEncoder& e) { e.u64(5); })).status, kErrInval);
+  EXPECT_EQ(send(setattr(12, [](XdrEncoder& e) { e.u32(0); })).status, kErrAttrnotsupp);
+  EXPECT_EQ(send(setattr(kSize, [](XdrEncoder& e) { e.u64(0); })).status, kErrIsdir);
+}
+
+TEST_F(Nfs4Test, ReaddirPagesEveryNameOnce) {
+  mount();
+  std::set<std::string> want{"hello", "sub"};
+  for (int i = 0; i < 60; ++i) {
+    const std::string n = "file-with-a-longish-name-" + std::to_string(i);
+    std::ofstream(dir_ / n) << i;
+    want.insert(n);
+  }
+  const Bytes root = files_->root_fh().data;
+  std::set<std::string> seen;
+  std::uint64_t cookie = 0;
+  bool eof = false;
+  int calls = 0;
+  while (!eof && calls < 100) {
+    ++calls;
+    Reply r = send(seq().add(kPutfh, fh(root)).add(kReaddir, [&](XdrEncoder& e) {
+      e.u64(cookie);
+      e.fixed(std::vector<std::uint8_t>(8, 0));
+      e.u32(1024);
+      e.u32(1024);
+      encode(e, [] {
+        Bitmap b;
+        b.set(kType);
+        b.set(kFileid);
+        b.set(kFilehandle);
+        return b;
+      }());
+    }));
+    ASSERT_EQ(r.status, kOk);
+    skip_sequence(r);
+    r.next(kPutfh);
+    r.next(kReaddir);
+    r.d->fixed(8);
+    while (r.d->boolean()) {
+      cookie = r.d->u64();
+      const std::string n = r.d->string(255);
+      EXPECT_TRUE(seen.insert(n).second) << n;
+      const Bitmap got = decode_bitmap(*r.d);
+      EXPECT_TRUE(got.has(kFilehandle) && got.has(kFileid));
+      r.d->opaque(kMaxAttrVals);
+    }
+    eof = r.d->boolean();
+    ASSERT_TRUE(r.d->ok());
+  }
+  EXPECT_EQ(seen, want);
+  EXPECT_GT(calls, 3);
+  // Too small for one entry; a reserved cookie.
+  Reply small = send(seq().add(kPutfh, fh(root)).add(kReaddir, [](XdrEncoder& e) {
+    e.u64(0);
+    e.fixed(std::vector<std::uint8_t>(8, 0));
+    e.u32(10);
+    e.u32(40);
+    encode(e, Bitmap{});
+  }));
+  EXPECT_EQ(small.status, kErrToosmall);
+  Reply bad = send(seq().add(kPutfh, fh(root)).add(kReaddir, [](XdrEncoder& e) {
+    e.u64(2);
+    e.fixed(std::vector<std::uint8_t>(8, 0));
+    e.u32(1000);
+    e.u32(1000);
+    encode(e, Bitmap{});
+  }));
+  EXPECT_EQ(bad.status, kErrBadCookie);
+}
+
+TEST_F(Nfs4Test, ByteRangeLocks) {
+  mount();
+  const Opened a = open("f", kUnchecked, kShareAccessBoth, 0, "oa");
+  const Opened b = open("f", kUnchecked, kShareAccessBoth, 0, "ob");
+  ASSERT_EQ(a.status, kOk);
+  ASSERT_EQ(b.status, kOk);
+  Reply la = send(seq()
+                      .add(kPutfh, fh(a.fh))
+                      .add(kLock, lock_args(kWriteLt, 0, 100, a.sid, clientid_, "lock-a")));
+  ASSERT_EQ(la.status, kOk);
+  skip_sequence(la);
+  la.next(kPutfh);
+  la.next(kLock);
+  const Stateid lsa = decode_stateid(*la.d);
+  EXPECT_EQ(lsa.seqid, 1u);
+  // Another owner: DENIED with the holder; outside the range it may.
+  Reply lb = send(seq()
+                      .add(kPutfh, fh(b.fh))
+                      .add(kLock, lock_args(kReadLt, 50, 10, b.sid, clientid_, "lock-b")));
+  ASSERT_EQ(lb.status, kErrDenied);
+  skip_sequence(lb);
+  lb.next(kPutfh);
+  EXPECT_EQ(lb.next(kLock), kErrDenied);
+  EXPECT_EQ(lb.d->u64(), 0u);
+  EXPECT_EQ(lb.d->u64(), 100u);
+  EXPECT_EQ(lb.d->u32(), kWriteLt);
+  EXPECT_EQ(lb.d->u64(), clientid_);
+  EXPECT_EQ(lb.d->string(100), "lock-a");
+  EXPECT_EQ(send(seq()
+                     .add(kPutfh, fh(b.fh))
+                     .add(kLock, lock_args(kReadLt, 100, ~0ull, b.sid, clientid_, "lock-b")))
+                .status,
+            kOk);
+  // LOCKT; bad ranges.
+  const auto lockt = [&](std::uint64_t off, std::uint64_t len, const std::string& who) {
+    return send(seq().add(kPutfh, fh(a.fh)).add(kLockt, [=, this](XdrEncoder& e) {
+      e.u32(kWriteLt);
+      e.u64(off);
+      e.u64(len);
+      e.u64(clientid_);
+      e.string(who);
+    }));
+  };
+  EXPECT_EQ(lockt(10, 1, "lock-c").status, kErrDenied);
+  EXPECT_EQ(lockt(10, 1, "lock-a").status, kOk);
+  EXPECT_EQ(lockt(10, 0, "lock-c").status, kErrInval);
+  EXPECT_EQ(lockt(~0ull - 5, 10, "lock-c").status, kErrInval);
+  // CLOSE with a lock held: LOCKS_HELD; LOCKU, then another owner gets it; FREE_STATEID.
+  Reply cl = send(seq().add(kPutfh, fh(a.fh)).add(kClose, [&](XdrEncoder& e) {
+    e.u32(0);
+    encode(e, a.sid);
+  }));
+  EXPECT_EQ(cl.status, kErrLocksHeld);
+  EXPECT_EQ(send(seq().add(kFreeStateid, sid_arg(lsa))).status, kErrLocksHeld);
+  Reply u = send(seq().add(kPutfh, fh(a.fh)).add(kLocku, [&](XdrEncoder& e) {
+    e.u32(kWriteLt);
+    e.u32(0);
+    encode(e, lsa);
+    e.u64(0);
+    e.u64(100);
+  }));
+  ASSERT_EQ(u.status, kOk);
+  EXPECT_EQ(lockt(10, 1, "lock-c").status, kOk);
+  Stateid old = lsa;
+  EXPECT_EQ(send(seq()
+                     .add(kPutfh, fh(a.fh))
+                     .add(kLocku,
+                          [&](XdrEncoder& e) {
+                            e.u32(kWriteLt);
+                            e.u32(0);
+                            encode(e, old);
+                            e.u64(0);
+                            e.u64(1);
+                          }))
+                .status,
+            kErrOldStateid);
+  Stateid now = lsa;
+  now.seqid = 2;
+  EXPECT_EQ(send(seq().add(kFreeStateid, sid_arg(now))).status, kOk);
+  EXPECT_EQ(send(seq()
+                     .add(kPutfh, fh(a.fh))
+                     .add(kClose,
+                          [&](XdrEncoder& e) {
+                            e.u32(0);
+                            encode(e, a.sid);
+                          }))
+                .status,
+            kOk);
+}
+
+TEST_F(Nfs4Test, ExpiredClientsLocksGoWhenWanted) {
+  mount();
+  const Opened a = open("f", kUnchecked, kShareAccessBoth, 0, "oa");
+  ASSERT_EQ(send(seq()
+                     .add(kPutfh, fh(a.fh))
+                     .add(kLock, lock_args(kWriteLt, 0, 10, a.sid, clientid_, "lock-a")))
+                .status,
+            kOk);
+  exchange("client-b");
+  ASSERT_EQ(create_session(), kOk);
+  const Opened b = open("f", kUnchecked, kShareAccessBoth, 0, "ob");
+  ASSERT_EQ(b.status, kOk);
+  const auto try_lock = [&] {
+    return send(seq()
+                    .add(kPutfh, fh(b.fh))
+                    .add(kLock, lock_args(kWriteLt, 0, 10, b.sid, clientid_, "lock-b")))
+        .status;
+  };
+  EXPECT_EQ(try_lock(), kErrDenied);
+  // Client A stops renewing; B's SEQUENCEs keep B alive.
+  clock_ += 200;
+  EXPECT_EQ(try_lock(), kOk);
+  EXPECT_EQ(srv_->clients(), 1u);
+}
+
+TEST_F(Nfs4Test, MutatedCompoundsNeverCrashOrEscape) {
+  // Every COMPOUND the other tests send, with bytes flipped, cut short or repeated: answered
+  // (or dropped when not even an XID is left), the export's parent untouched, state bounded.
+  mount();
+  const Opened o = open("f", kUnchecked);
+  ASSERT_EQ(o.status, kOk);
+  const Bytes root = files_->root_fh().data;
+  // The operations after a valid SEQUENCE, mutated; the SEQUENCE itself stays whole so that
+  // they run (on slot 1; a refused SEQUENCE leaves the slot's id where it was).
+  std::vector<Ops> seeds(5);
+  seeds[0]
+      .add(kPutfh, fh(root))
+      .add(kLookup, name("sub"))
+      .add(kGetattr, bitmap({kType, kSize, kOwner}));
+  seeds[1]
+      .add(kPutfh, fh(o.fh))
+      .add(kWrite, write_args(o.sid, 0, "data"))
+      .add(kRead, read_args(o.sid, 0, 4));
+  seeds[2].add(kPutfh, fh(root)).add(kOpen, open_args(clientid_, "g", kGuarded, 3, 0, "x", 1));
+  seeds[3].add(kPutfh, fh(o.fh)).add(kLock, lock_args(kWriteLt, 0, 10, o.sid, clientid_, "l"));
+  seeds[4]
+      .add(kPutfh, fh(root))
+      .add(kSavefh)
+      .add(kLookup, name("sub"))
+      .add(kRename, [](XdrEncoder& e) {
+        e.string("hello");
+        e.string("hello2");
+      });
+  std::uint64_t rng = 12345;
+  const auto next = [&] {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<std::uint32_t>(rng >> 33);
+  };
+  std::size_t answered = 0, ran = 0;
+  for (int i = 0; i < 3000; ++i) {
+    Ops body = seeds[static_cast<std::size_t>(i) % seeds.size()];
+    Bytes& b = body.b;
+    const int kind = static_cast<int>(next() % 4);
+    if (kind == 0) {
+      for (int k = 0; k < 4; ++k)
+        b[next() % b.size()] ^= static_cast<std::uint8_t>(1u << (next() % 8));
+    } else if (kind == 1) {
+      b.resize(next() % b.size());
+    } else if (kind == 2) {
+      body.n = next() % 12;
+    } else {
+      b[(next() % b.size()) & ~std::size_t{3}] = 0xff;  // a huge count, length or number
+    }
+    Ops m = seq(1);
+    m.b.insert(m.b.end(), b.begin(), b.end());
+    m.n += body.n;
+    Reply r = send(m);
+    answered += r.h.stat == rpc::kMsgAccepted;
+    if (r.count >= 1 && r.next(kSequence) == kOk)
+      ran += r.count > 1;
+    else
+      --seqids_[1];
+  }
+  EXPECT_GT(ran, 2000u);
+  EXPECT_GT(answered, 2900u);
+  // "hello" may have been renamed to a mutated name, but within the export.
+  std::size_t hellos = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir_))
+    if (e.is_regular_file() && e.file_size() == 11) ++hellos;
+  EXPECT_GE(hellos, 1u);
+  for (const auto& e : fs::directory_iterator(base_)) EXPECT_EQ(e.path(), dir_);  // nothing beside
+  EXPECT_LE(srv_->states(), 8u);
+  EXPECT_LE(srv_->clients(), 4u);
+  // The session still serves.
+  Reply ok = send(seq(2).add(kPutrootfh).add(kGetfh));
+  EXPECT_EQ(ok.status, kOk);
+}
+
+TEST_F(Nfs4Test, HandlesOutliveARestartStateDoesNot) {
+  if (!files_->persistent_handles()) GTEST_SKIP() << files_->handle_note();
+  mount();
+  const Opened o = open("kept", kUnchecked);
+  ASSERT_EQ(o.status, kOk);
+  const SessionId old_session = sid_;
+  // A new server on the same export, as after a restart of roced.
+  srv_.reset();
+  files_.reset();
+  ExportOptions opts;
+  std::string err;
+  ASSERT_TRUE(parse_export_options("rw,no_root_squash", opts, err));
+  files_ = std::make_unique<NfsServer>(dir_.string(), "/", opts);
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+  srv_->now = [this] { return clock_; };
+  EXPECT_EQ(send(seq(0, 1)).status, kErrBadsession);  // the session is gone
+  EXPECT_EQ(send(create_session_ops(cs_seq_ + 1)).status, kErrStaleClientid);
+  exchange();
+  ASSERT_EQ(create_session(), kOk);
+  EXPECT_NE(sid_, old_session);
+  // The handle taken before the restart still names the file; its stateid does not.
+  Reply g = send(seq().add(kPutfh, fh(o.fh)).add(kGetattr, bitmap({kType})));
+  EXPECT_EQ(g.status, kOk);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(o.fh)).add(kWrite, write_args(o.sid, 0, "x"))).status,
+            kErrBadStateid);
+  // Reclaim: no grace period.
+  Reply rc = send(seq().add(kPutfh, fh(o.fh)).add(kOpen, [&](XdrEncoder& e) {
+    e.u32(0);
+    e.u32(kShareAccessBoth);
+    e.u32(0);
+    e.u64(clientid_);
+    e.string("owner-1");
+    e.u32(kNoCreate);
+    e.u32(kClaimPrevious);
+    e.u32(0);
+  }));
+  EXPECT_EQ(rc.status, kErrNoGrace);
+}
+
+// Another principal (another uid) naming a client's co_ownerid gets CLID_INUSE, and its
+// CREATE_SESSION on the client's id neither confirms nor replays anything: the client keeps
+// its opens, locks and session (RFC 8881 18.35.5, client collision).
+TEST_F(Nfs4Test, ForeignPrincipalCannotTakeAClientsOwnerId) {
+  mount();  // the victim "client-a", verifier 1
+  const Opened o = open("hello", 99, kShareAccessBoth);
+  ASSERT_EQ(o.status, kOk);
+  Reply l = send(
+      seq().add(kPutfh, fh(o.fh)).add(kLock, lock_args(kWriteLt, 0, 100, o.sid, clientid_, "lk")));
+  ASSERT_EQ(l.status, kOk);
+  const std::size_t before = srv_->states();
+  ASSERT_GE(before, 2u);
+  const std::uint64_t victim = clientid_;
+  const std::uint32_t victim_cs = cs_seq_;
+  // Another uid, the victim's co_ownerid, another verifier: a collision.
+  uid_ = 4242;
+  exchange("client-a", 2);
+  EXPECT_EQ(ex_status_, kErrClidInuse);
+  // CREATE_SESSION on the victim's client id: neither the replay of its last reply (with its
+  // session id) nor a new session.
+  clientid_ = victim;
+  EXPECT_EQ(send(create_session_ops(victim_cs)).status, kErrClidInuse);
+  EXPECT_EQ(send(create_session_ops(victim_cs + 1)).status, kErrClidInuse);
+  EXPECT_EQ(srv_->states(), before) << "the victim's opens and locks were forgotten";
+  EXPECT_EQ(srv_->sessions(), 1u);
+  uid_ = 0;
+  EXPECT_EQ(send(seq()).status, kOk) << "the victim's session";
+  // The victim itself rebooting (same principal, another verifier) still replaces its record.
+  exchange("client-a", 3);
+  ASSERT_EQ(ex_status_, kOk);
+  EXPECT_NE(clientid_, victim);
+  ASSERT_EQ(create_session(), kOk);
+  EXPECT_EQ(srv_->states(), 0u);
+  EXPECT_EQ(srv_->clients(), 1u);
+  // A foreign principal may take a record that has neither state nor a live lease.
+  clock_ += 1000;
+  uid_ = 4242;
+  exchange("client-a", 4);
+  EXPECT_EQ(ex_status_, kOk);
+  EXPECT_EQ(create_session(), kOk);
+  EXPECT_EQ(srv_->clients(), 1u);
+}
+
+// A COMPOUND that throws (bad_alloc under memory pressure) leaves no call of its dead frame
+// behind for the thread's next resolve().
+TEST_F(Nfs4Test, RunAsPutsTheCallBackWhenItThrows) {
+  const rpc::OpaqueAuth cred = rpc::auth_sys({1, "t", ::geteuid(), ::getegid(), {}});
+  EXPECT_THROW(files_->run_as(cred, [] { throw std::bad_alloc(); }), std::bad_alloc);
+  NfsServer::Resolved r;
+  ASSERT_EQ(files_->resolve(files_->root_fh(), r), v3::kOk);
+  ::close(r.fd);
+  bool ran = false;
+  EXPECT_TRUE(files_->run_as(cred, [&] {
+    NfsServer::Resolved in;
+    ran = files_->resolve(files_->root_fh(), in) == v3::kOk;
+    if (in.fd >= 0) ::close(in.fd);
+  }));
+  EXPECT_TRUE(ran);
+}
+
+// One host's state is bounded in bytes, not only in entries: 1 KiB owner names use up a
+// client's byte budget long before its 4096 stateids, and one address makes at most
+// clients_per_peer clients (before: 8 clients x 4096 OPENs held 37 MiB, and 256 clients from
+// one host about 1.2 GiB).
+TEST_F(Nfs4Test, StateIsChargedInBytesAndClientsPerAddress) {
+  v4::Limits lim;  // the defaults, but the fixture's slot count
+  lim.slots = 4;
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim);
+  srv_->now = [this] { return clock_; };
+  const auto heap = [] {
+    const auto m = mallinfo2();
+    return double(m.uordblks + m.hblkhd);
+  };
+  const double base = heap();
+  constexpr int kClients = 2;
+  std::size_t opened = 0;
+  for (int k = 0; k < kClients; ++k) {
+    exchange("host-x-client-" + std::to_string(k), 1);
+    ASSERT_EQ(ex_status_, kOk);
+    ASSERT_EQ(create_session(), kOk);
+    for (int i = 0; i < 4096; ++i) {
+      std::string owner(1024, 'o');
+      const std::string tag = std::to_string(k) + "/" + std::to_string(i) + "/";
+      owner.replace(0, tag.size(), tag);
+      const Opened o = open("hello", 99, kShareAccessRead, 0, owner);
+      if (o.status == kErrResource) break;
+      ASSERT_EQ(o.status, kOk) << k << " " << i;
+      ++opened;
+    }
+  }
+  const double mib = (heap() - base) / (1 << 20);
+  std::printf("%zu stateids with 1 KiB owners in %d clients: %.1f MiB\n", opened, kClients, mib);
+  EXPECT_LT(opened, std::size_t{kClients} * 1024);
+  EXPECT_GT(opened, std::size_t{kClients} * 512);
+  EXPECT_LT(mib, kClients * 1.6) << "MiB per client beyond its 1 MiB budget";
+  // Short owner names still get every stateid a client may have.
+  exchange("host-x-short", 1);
+  ASSERT_EQ(ex_status_, kOk);
+  ASSERT_EQ(create_session(), kOk);
+  for (int i = 0; i < 4096; ++i)
+    ASSERT_EQ(open("hello", 99, kShareAccessRead, 0, "open id:" + std::to_string(i)).status, kOk)
+        << i;
+  // One address: 16 clients, then RESOURCE (until a lease runs out).
+  for (int k = 3; k < 16; ++k) {
+    exchange("host-x-client-" + std::to_string(k), 1);
+    ASSERT_EQ(ex_status_, kOk) << k;
+  }
+  exchange("host-x-client-16", 1);
+  EXPECT_EQ(ex_status_, kErrResource);
+}
+
+}  // namespace
+}  // namespace roce::nfs
