@@ -243,6 +243,7 @@ void Nfs4Server::handle(const CallContext& ctx, std::span<const std::uint8_t> ca
   XdrEncoder e(out.msg);
   rpc::ReplyHeader r;
   std::lock_guard g(mu_);
+  drain_inbox();
   if (!rpc::decode(d, h)) {
     ++st_.garbage;
     if (!d.ok() || call.size() < 8) return;
@@ -1321,8 +1322,13 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   }
   const std::uint32_t claim = d.u32();
   std::string name;
+  std::optional<Stateid> by_deleg;  // CLAIM_DELEGATE_CUR, CLAIM_DELEG_CUR_FH: an open the
+                                    // client made under its delegation, now told to the server
   if (claim == kClaimNull) {
     name = d.string(kMaxNameWire);
+  } else if (claim == kClaimDelegateCur || claim == kClaimDelegCurFh) {
+    by_deleg = decode_stateid(d);
+    if (claim == kClaimDelegateCur) name = d.string(kMaxNameWire);
   } else if (claim != kClaimFh) {
     // CLAIM_PREVIOUS (no grace period: nothing to reclaim) and the delegation claims.
     return d.ok() ? (claim == kClaimPrevious ? kErrNoGrace : kErrNotsupp) : kErrBadxdr;
@@ -1332,6 +1338,7 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (access == 0 || share_deny > kShareAccessBoth) return kErrInval;
   if (owner.clientid != c.clientid) return kErrStaleClientid;
   if (attrs.size && *attrs.size != 0) return kErrInval;
+  if (by_deleg && opentype != kNoCreate) return kErrInval;
   NfsServer::Resolved cur;
   if (const Status s = current(c, cur)) return s;
   Fd cur_fd(cur.fd);
@@ -1340,7 +1347,7 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   Bitmap attrset;
   bool created = false;
   std::optional<v3::Fh> fh;
-  if (claim == kClaimNull) {
+  if (claim == kClaimNull || claim == kClaimDelegateCur) {
     if (S_ISLNK(cur.st.st_mode)) return kErrSymlink;
     if (!S_ISDIR(cur.st.st_mode)) return kErrNotdir;
     if (const Status s = check_name(name)) return s;
@@ -1378,6 +1385,11 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (S_ISDIR(file.st.st_mode)) return kErrIsdir;
   if (S_ISLNK(file.st.st_mode)) return kErrSymlink;
   if (!S_ISREG(file.st.st_mode)) return kErrWrongType;
+  if (by_deleg) {  // the client's own delegation of this very file, still valid
+    State* dl = nullptr;
+    if (const Status s = check_stateid(c, *by_deleg, &file, &dl)) return s;
+    if (!dl || dl->kind != State::kDeleg) return kErrBadStateid;
+  }
   // Another client's read delegation conflicts with opening for writing: recalled, and this OPEN
   // waits (DELAY) until it is returned or revoked.
   if ((access & kShareAccessWrite) && recall_conflicting(key_of(file.st), c.clientid))
@@ -1456,7 +1468,8 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   encode(e, attrset);
   // A read delegation: asked for reading only, over a session whose back channel is up, and
   // nobody has the file open for writing or is having a delegation of it recalled.
-  bool deleg = backchannel && access == kShareAccessRead && !(share_access & kShareWantNoDeleg);
+  bool deleg =
+      backchannel && !by_deleg && access == kShareAccessRead && !(share_access & kShareWantNoDeleg);
   if (deleg) {
     const auto ses = sessions_.find(c.sid);
     deleg = ses != sessions_.end() && ses->second.back_conn != 0;
@@ -2214,13 +2227,50 @@ void Nfs4Server::revoke(State& st) {
 }
 
 std::vector<Nfs4Server::Callback> Nfs4Server::take_callbacks() {
-  std::lock_guard g(mu_);
+  std::unique_lock g(mu_, std::try_to_lock);
+  if (!g.owns_lock()) return {};
+  drain_inbox();
   pump();
   return std::exchange(outbox_, {});
 }
 
+void Nfs4Server::post_reply(std::uint64_t conn, std::span<const std::uint8_t> reply) {
+  std::lock_guard g(inbox_mu_);
+  if (inbox_.size() >= kInbox || reply.empty()) {
+    ++inbox_dropped_;
+    return;
+  }
+  inbox_.emplace_back(conn, std::vector<std::uint8_t>(reply.begin(), reply.end()));
+}
+
+void Nfs4Server::post_closed(std::uint64_t conn) {
+  std::lock_guard g(inbox_mu_);
+  if (inbox_.size() >= kInbox) inbox_.erase(inbox_.begin());  // a close outranks a reply
+  inbox_.emplace_back(conn, std::vector<std::uint8_t>{});
+}
+
+void Nfs4Server::drain_inbox() {
+  std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> in;
+  {
+    std::lock_guard g(inbox_mu_);
+    in.swap(inbox_);
+    st_.cb_bad_replies += std::exchange(inbox_dropped_, 0);
+  }
+  for (const auto& [conn, msg] : in) {
+    if (msg.empty())
+      closed_locked(conn);
+    else
+      reply_locked(conn, msg);
+  }
+}
+
 bool Nfs4Server::callback_reply(std::uint64_t conn, std::span<const std::uint8_t> reply) {
   std::lock_guard g(mu_);
+  drain_inbox();
+  return reply_locked(conn, reply);
+}
+
+bool Nfs4Server::reply_locked(std::uint64_t conn, std::span<const std::uint8_t> reply) {
   XdrDecoder d(reply);
   rpc::ReplyHeader h;
   if (!rpc::decode(d, h)) {
@@ -2263,8 +2313,10 @@ bool Nfs4Server::callback_reply(std::uint64_t conn, std::span<const std::uint8_t
   return true;
 }
 
-void Nfs4Server::tick() {
-  std::lock_guard g(mu_);
+bool Nfs4Server::tick() {
+  std::unique_lock g(mu_, std::try_to_lock);
+  if (!g.owns_lock()) return false;
+  drain_inbox();
   const std::int64_t t = now();
   const auto lease = static_cast<std::int64_t>(lim_.lease_seconds);
   for (auto p = pending_.begin(); p != pending_.end();) {
@@ -2291,11 +2343,17 @@ void Nfs4Server::tick() {
     }
   }
   pump();
+  return true;
 }
 
 void Nfs4Server::connection_closed(std::uint64_t conn) {
-  if (!conn) return;
   std::lock_guard g(mu_);
+  drain_inbox();
+  closed_locked(conn);
+}
+
+void Nfs4Server::closed_locked(std::uint64_t conn) {
+  if (!conn) return;
   for (auto& [id, s] : sessions_)
     if (s.back_conn == conn) {
       s.back_conn = 0;

@@ -90,14 +90,22 @@ class Nfs4Server {
     std::uint32_t xid = 0;
     std::vector<std::uint8_t> msg;
   };
-  /// The calls to send now (at most one per session: its back channel has one slot).
+  /// The calls to send now (at most one per session: its back channel has one slot). Never
+  /// waits (for a poll loop): nothing while a COMPOUND holds the server.
   std::vector<Callback> take_callbacks();
+  /// For a poll loop, which must not wait for a COMPOUND: a REPLY (or a closed connection) kept
+  /// for the next COMPOUND, take_callbacks or tick to act on (at most kInbox; beyond: dropped,
+  /// counted as a bad reply, and the recall's timeout covers it).
+  void post_reply(std::uint64_t conn, std::span<const std::uint8_t> reply);
+  void post_closed(std::uint64_t conn);
+  static constexpr std::size_t kInbox = 64;
   /// A REPLY the client sent on `conn`; false (counted, dropped) when no call of that xid is out
   /// on that connection or the reply does not decode.
   bool callback_reply(std::uint64_t conn, std::span<const std::uint8_t> reply);
   /// Timeouts: a recall unanswered for a lease revokes its delegation; a CB_COMPOUND unanswered
   /// for a lease marks its back channel down (CB_PATH_DOWN until the client binds one again).
-  void tick();
+  /// Never waits: false, nothing done, while a COMPOUND holds the server.
+  bool tick();
   /// The connection closed: the back channels bound to it are down, their calls lost.
   void connection_closed(std::uint64_t conn);
   /// Whether the transport carries calls to the client (set before the first call). Without it
@@ -182,6 +190,12 @@ class Nfs4Server {
   std::map<std::uint32_t, PendingCb> pending_;  ///< CB_COMPOUNDs out, by xid
   std::map<Other, std::uint64_t> recalls_;      ///< delegations being recalled: their client
   std::vector<Callback> outbox_;
+  bool reply_locked(std::uint64_t conn, std::span<const std::uint8_t> reply);
+  void closed_locked(std::uint64_t conn);
+  void drain_inbox();
+  std::mutex inbox_mu_;  ///< only around inbox_: never held while mu_ is wanted
+  std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> inbox_;  ///< empty: closed
+  std::uint64_t inbox_dropped_ = 0;
   std::uint32_t next_cb_xid_ = 1;
 
   NfsServer& files_;

@@ -1450,7 +1450,22 @@ TEST_F(Nfs4Test, DelegationRecalledOnConflict) {
   // A's delegation is still out: B still waits, until A returns it.
   swap(b);
   EXPECT_EQ(open_d("hello", kShareAccessWrite, "b-2").status, kErrDelay);
+  const auto deleg_cur = [&](const std::string& owner) {
+    return send(seq().add(kPutfh, fh(a.fh)).add(kOpen, [&](XdrEncoder& e) {
+      e.u32(0);
+      e.u32(kShareAccessRead);
+      e.u32(0);
+      e.u64(clientid_);
+      e.string(owner);
+      e.u32(kNoCreate);
+      e.u32(kClaimDelegCurFh);
+      encode(e, a.dsid);
+    }));
+  };
+  EXPECT_EQ(deleg_cur("b-9").status, kErrBadStateid);  // not B's delegation to claim under
   swap(b);
+  // Before returning it, A tells the server of an open it made under the delegation.
+  EXPECT_EQ(deleg_cur("a-9").status, kOk);
   EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kDelegreturn, sid_arg(a.sid))).status,
             kErrBadStateid);  // an open stateid is no delegation
   EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kDelegreturn, sid_arg(a.dsid))).status, kOk);
@@ -1479,8 +1494,11 @@ TEST_F(Nfs4Test, DelegationRevokedWhenTheRecallTimesOut) {
   ASSERT_EQ(cbs.size(), 1u);
   // The client says DELAY: the recall goes again, with the next CB_SEQUENCE id.
   const CbCall first = decode_cb(cbs[0].msg);
-  ASSERT_TRUE(srv_->callback_reply(1, cb_reply(first.h.xid, first.sid, 1, kOk, kErrDelay)));
+  // Posted as a poll loop posts it: acted on at the next take_callbacks.
+  srv_->post_reply(1, cb_reply(first.h.xid, first.sid, 1, kOk, kErrDelay));
+  EXPECT_EQ(srv_->stats().cb_replies, 0u);
   auto again = srv_->take_callbacks();
+  EXPECT_EQ(srv_->stats().cb_replies, 1u);
   ASSERT_EQ(again.size(), 1u);
   const CbCall second = decode_cb(again[0].msg);
   EXPECT_NE(second.h.xid, first.h.xid);
