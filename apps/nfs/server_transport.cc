@@ -23,6 +23,21 @@ constexpr std::uint64_t kWrRecv = 1, kWrSend = 2, kWrRead = 3, kWrWrite = 4;
 std::uint64_t wr_id(std::uint64_t kind, std::uint32_t idx) { return (kind << 24) | idx; }
 /// Receives posted beyond the credits: where a message beyond them lands (to be counted).
 constexpr std::uint32_t kRecvExtra = 4;
+/// Backward calls (RFC 8167) out on a connection at once: each one's REPLY takes one of the
+/// spare receives above, never a credit's.
+constexpr std::uint32_t kBackwardCalls = 2;
+
+/// Whether `m` is an RDMA_MSG without chunks carrying an RPC REPLY (msg_type 1 after the XID).
+bool backward_reply(std::span<const std::uint8_t> m) {
+  rdma::Header h;
+  std::size_t hl = 0;
+  if (rdma::decode(m, h, hl) != rdma::DecodeError::kOk || h.proc != rdma::Proc::kMsg ||
+      !h.reads.empty() || !h.writes.empty() || h.reply || m.size() < hl + 8)
+    return false;
+  const std::uint8_t* t = m.data() + hl + 4;
+  return (std::uint32_t{t[0]} << 24 | std::uint32_t{t[1]} << 16 | std::uint32_t{t[2]} << 8 |
+          t[3]) == 1;
+}
 /// ARP requests for a REQ's source, while it does not answer.
 constexpr std::uint64_t kArpEveryNs = 200'000'000;
 
@@ -49,6 +64,7 @@ struct RpcRdmaServer::Job {
   std::vector<std::uint8_t> call;
   RpcReply reply;
   wire::Ipv4Addr peer;  ///< the connection's source, for the handler's authorization
+  conn::ConnId conn = 0;
 };
 
 struct RpcRdmaServer::Conn {
@@ -72,6 +88,7 @@ struct RpcRdmaServer::Conn {
   /// client sends a call only after the reply that freed its credit, which we count as answered
   /// when we post it: a message that finds in_flight at the credits is beyond them.
   std::uint32_t in_flight = 0;
+  std::uint32_t calls_out = 0;  ///< backward calls (RFC 8167) sent and not answered
   std::uint64_t active_ns = 0;  ///< the last message received or reply sent (or the accept)
   /// kReading: RDMA READs of a read chunk outstanding; kQueued: the call waits for room at the
   /// worker; kRunning: the handler has it.
@@ -132,6 +149,7 @@ void RpcRdmaServer::close(conn::ConnId conn, bool end) {
   if (ci == conns_.end()) return;
   Conn& c = *ci->second;
   if (end) ep_.close(conn);  // DREQ (if up), the QP destroyed now, before its memory goes
+  if (on_closed) on_closed(conn);
   release(c);
   std::erase(waiting_, conn);
   conns_.erase(ci);  // a call at the worker finds no connection when it returns
@@ -351,6 +369,44 @@ void RpcRdmaServer::send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code)
   ep_.post_send(c.id, wr);
 }
 
+bool RpcRdmaServer::send_call(std::uint64_t conn, std::span<const std::uint8_t> call) {
+  const auto ci = conns_.find(conn);
+  if (ci == conns_.end() || call.size() < 8) {
+    ++st_.backward_dropped;
+    return false;
+  }
+  Conn& c = *ci->second;
+  rdma::Header h;
+  h.xid = static_cast<std::uint32_t>(call[0]) << 24 | static_cast<std::uint32_t>(call[1]) << 16 |
+          static_cast<std::uint32_t>(call[2]) << 8 | call[3];
+  h.credits = kBackwardCalls;
+  h.proc = rdma::Proc::kMsg;
+  std::vector<std::uint8_t> hb;
+  rdma::encode(h, hb);
+  if (!c.up || c.closing || c.calls_out >= kBackwardCalls ||
+      hb.size() + call.size() > std::min(c.peer_recv, opt_.inline_size) ||
+      std::find(c.slot_busy.begin(), c.slot_busy.end(), false) == c.slot_busy.end()) {
+    ++st_.backward_dropped;
+    return false;
+  }
+  const std::uint32_t slot = take_slot(c);
+  std::uint8_t* buf = c.send_mem.data() + std::size_t{slot} * opt_.inline_size;
+  std::memcpy(buf, hb.data(), hb.size());
+  std::memcpy(buf + hb.size(), call.data(), call.size());
+  Sge sge{reinterpret_cast<std::uint64_t>(buf), static_cast<std::uint32_t>(hb.size() + call.size()),
+          c.send_mr->lkey};
+  SendWr wr;
+  wr.wr_id = wr_id(kWrSend, slot);
+  wr.opcode = WrOpcode::kSend;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = verbs::kSendSignaled;
+  ++c.calls_out;
+  ++st_.backward_calls;
+  ep_.post_send(c.id, wr);
+  return true;
+}
+
 void RpcRdmaServer::answered(Conn& c) {
   if (c.in_flight) --c.in_flight;
 }
@@ -457,6 +513,7 @@ void RpcRdmaServer::assemble_and_run(Conn& c) {
   c.job = std::make_shared<Job>();
   c.job->call = std::move(call);
   c.job->peer = c.peer;
+  c.job->conn = c.id;
   c.state = Conn::kQueued;
   submit(c);
 }
@@ -474,7 +531,7 @@ void RpcRdmaServer::submit(Conn& c) {
 }
 
 // The one place the handler is called (on the worker thread). j.peer is the client's address.
-void RpcRdmaServer::run_handler(Job& j) { handler_(CallContext{j.peer}, j.call, j.reply); }
+void RpcRdmaServer::run_handler(Job& j) { handler_(CallContext{j.peer, j.conn}, j.call, j.reply); }
 
 void RpcRdmaServer::finish(conn::ConnId conn, const std::shared_ptr<Job>& j) {
   const auto ci = conns_.find(conn);
@@ -623,7 +680,19 @@ void RpcRdmaServer::on_wc(const conn::Completion& cw) {
   const std::uint32_t idx = static_cast<std::uint32_t>(w.wr_id & 0xffffff);
   if (kind == kWrRecv) {
     // (Before the RTU, the Endpoint has told the CM: COMM_EST; kEstablished follows.)
-    if (c.in_flight >= opt_.credits) {
+    const std::span<const std::uint8_t> m(c.recv_mem.data() + std::size_t{idx} * opt_.inline_size,
+                                          w.byte_len);
+    if (c.calls_out && backward_reply(m)) {
+      // RFC 8167: the REPLY to a call we sent. Not a call: no credit, handed on at once.
+      --c.calls_out;
+      ++st_.backward_replies;
+      std::size_t hl = 0;
+      rdma::Header h;
+      rdma::decode(m, h, hl);
+      const std::vector<std::uint8_t> reply(m.begin() + static_cast<std::ptrdiff_t>(hl), m.end());
+      post_recv(c, idx);
+      if (on_backward_reply) on_backward_reply(c.id, reply);
+    } else if (c.in_flight >= opt_.credits) {
       // Beyond the credits granted: dropped, counted, its buffer posted again. (Linux svcrdma
       // keeps its sc_max_requests receives posted, refilled on every completion, and queues
       // whatever arrives for its threads without looking at the credits: a client beyond them
