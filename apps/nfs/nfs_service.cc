@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <stdexcept>
 #include <vector>
@@ -153,6 +154,13 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
   if (!nfs_.acts_as_callers()) check_unprivileged(c.exports);
   nfs_.max_io = c.transport.max_io;
   nfs4_.max_io = c.transport.max_io;
+  // NFSv4.1's back channel in the RDMA connection's reverse direction (RFC 8167): CB_RECALLs out
+  // through the transport, their REPLYs and closed connections back, never waiting on the loop.
+  nfs4_.backchannel = true;
+  rdma_.on_backward_reply = [this](std::uint64_t conn, std::span<const std::uint8_t> r) {
+    nfs4_.post_reply(conn, r);
+  };
+  rdma_.on_closed = [this](std::uint64_t conn) { nfs4_.post_closed(conn); };
   nfs_.max_handles = c.max_handles;
   mount_.max_clients = c.mount_clients;
   mount_.max_per_peer = c.mount_per_peer;
@@ -188,6 +196,12 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
 NfsService::~NfsService() { worker_.stop(); }
 
 bool NfsService::step() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= next_cb_) {  // the v4 back channel: calls to send, once a millisecond; timeouts
+    next_cb_ = now + std::chrono::milliseconds(1);
+    for (const auto& cb : nfs4_.take_callbacks()) rdma_.send_call(cb.conn, cb.msg);
+    if (now >= next_tick_ && nfs4_.tick()) next_tick_ = now + std::chrono::seconds(1);
+  }
   const bool a = rdma_.poll();
   const bool b = mount_.poll();
   const bool t = tcp_ && tcp_->poll();

@@ -12,6 +12,7 @@
 
 #include <roce/client.h>
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -81,7 +82,8 @@ class NfsService {
 
  private:
   NfsServer nfs_;
-  Nfs4Server nfs4_{nfs_};      ///< NFS version 4.1 calls over the same export and handles
+  Nfs4Server nfs4_{nfs_};  ///< NFS version 4.1 calls over the same export and handles
+  std::chrono::steady_clock::time_point next_cb_{}, next_tick_{};  ///< the v4 back channel's
   mutable std::mutex nfs_mu_;  ///< the worker's calls into nfs_, and report()
   /// The server's counters as stats() last read them: stats() runs on the poll loop and only
   /// tries the lock (a call may hold it through an fsync), reusing these when it is taken.
