@@ -1592,5 +1592,84 @@ TEST_F(Nfs4Test, UnansweredCallbackMarksThePathDown) {
   EXPECT_EQ(open_d("third", kShareAccessWrite, "b-2").status, kOk);
 }
 
+TEST_F(Nfs4Test, MutatedCallbackRepliesAndBackChannelOps) {
+  // A hostile client's REPLYs (a valid one with bytes flipped or cut short) and its back channel
+  // operations mutated: answered or dropped and counted, never more than one reply taken per
+  // call out, the tables bounded.
+  Cl b;
+  two_clients(b);
+  const OpenedD a = open_d("hello", kShareAccessRead, "a-1");
+  ASSERT_EQ(a.deleg, kDelegRead);
+  std::uint64_t rng = 777;
+  const auto next = [&] {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<std::uint32_t>(rng >> 33);
+  };
+  swap(b);
+  ctx_.conn = 2;
+  EXPECT_EQ(open_d("hello", kShareAccessWrite, "b-1").status, kErrDelay);
+  swap(b);
+  ctx_.conn = 1;
+  auto out = srv_->take_callbacks();
+  ASSERT_EQ(out.size(), 1u);
+  const CbCall call = decode_cb(out[0].msg);
+  const Bytes good = cb_reply(call.h.xid, call.sid, call.seq, kOk, kErrDelay);
+  std::size_t taken = 0;
+  for (int i = 0; i < 2000; ++i) {
+    Bytes m = good;
+    const std::uint32_t how = next() % 3;
+    if (how == 0) m[next() % m.size()] ^= static_cast<std::uint8_t>(1 + next() % 255);
+    if (how == 1) m.resize(next() % m.size());
+    if (how == 2) m.insert(m.end(), next() % 64, static_cast<std::uint8_t>(next()));
+    if (srv_->callback_reply(next() % 3, m)) ++taken;
+    for (const auto& cb : srv_->take_callbacks()) {  // a DELAY sends it again: answer that too
+      EXPECT_EQ(cb.conn, 1u);
+      const CbCall again = decode_cb(cb.msg);
+      EXPECT_EQ(again.deleg, a.dsid);
+    }
+  }
+  EXPECT_GE(taken, 1u);
+  EXPECT_LE(taken, srv_->stats().recalls);
+  // BIND_CONN_TO_SESSION alone, mutated; BACKCHANNEL_CTL and DELEGRETURN mutated after a whole
+  // SEQUENCE (slot 1), so that they run.
+  Ops bind;
+  bind.add(kBindConnToSession, [&](XdrEncoder& e) {
+    e.fixed(sid_);
+    e.u32(kCdfc4BackOrBoth);
+    e.boolean(true);
+  });
+  std::vector<Ops> seeds(2);
+  seeds[0].add(kBackchannelCtl, [](XdrEncoder& e) {
+    e.u32(0x40000000);
+    e.u32(1);
+    e.u32(rpc::kAuthSys);
+    e.u32(0);
+    e.string("c");
+    e.u32(0);
+    e.u32(0);
+    e.u32(0);
+  });
+  seeds[1].add(kPutfh, fh(a.fh)).add(kDelegreturn, sid_arg(a.dsid));
+  const auto mutate = [&](Ops o) {
+    if (!o.b.empty() && next() % 4) o.b[next() % o.b.size()] ^= static_cast<std::uint8_t>(next());
+    if (next() % 5 == 0) o.b.resize(next() % (o.b.size() + 1));
+    return o;
+  };
+  for (int i = 0; i < 1500; ++i) {
+    if (next() % 3 == 0) {
+      send(mutate(bind));
+    } else {
+      Ops o = seq(1);
+      const Ops m = mutate(seeds[next() % seeds.size()]);
+      o.b.insert(o.b.end(), m.b.begin(), m.b.end());
+      o.n += m.n;
+      send(o);
+    }
+    srv_->take_callbacks();
+  }
+  EXPECT_LE(srv_->states(), 2 * lim_.states);
+  EXPECT_LE(srv_->sessions(), 2 * lim_.sessions);
+}
+
 }  // namespace
 }  // namespace roce::nfs
