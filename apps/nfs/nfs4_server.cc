@@ -778,6 +778,7 @@ Status Nfs4Server::create_session(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   s.cb_program = cb_program;
   s.cb_cred = cb_cred;
   s.back_wanted = flags & kSessionConnBackChan;
+  s.back_capable = backchannel && c.ctx && c.ctx->conn;
   ChannelAttrs bk = back;
   bk.headerpad = 0;
   bk.max_reqs = std::min<std::uint32_t>(back.max_reqs, 1);  // one CB_COMPOUND out at a time
@@ -2091,11 +2092,12 @@ std::uint32_t Nfs4Server::seq_flags(const Session& s) const {
     std::copy(s.id.begin(), s.id.begin() + 8, lo.begin());  // a session id starts with its client's
     for (auto it = sessions_.lower_bound(lo);
          it != sessions_.end() && it->second.clientid == s.clientid; ++it) {
-      wanted |= it->second.back_wanted;
+      wanted |= it->second.back_wanted && it->second.back_capable;
       up |= it->second.back_conn != 0;
     }
+    // Only where the client could mend it: a session over TCP here has no back channel to bind.
     if (wanted && !up) f |= kSeqCbPathDown;
-    if (s.back_wanted && s.back_conn == 0) f |= kSeqCbPathDownSession;
+    if (s.back_wanted && s.back_capable && s.back_conn == 0) f |= kSeqCbPathDownSession;
   }
   if (const auto cl = clients_.find(s.clientid); cl != clients_.end() && cl->second.revoked)
     f |= kSeqRecallableStateRevoked;
@@ -2114,6 +2116,7 @@ Status Nfs4Server::bind_conn(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     return kErrInval;
   Session& s = it->second;
   std::uint32_t got = kCdfs4Fore;
+  if (backchannel && c.ctx && c.ctx->conn) s.back_capable = true;
   if (dir != kCdfc4Fore) {
     s.back_wanted = true;
     if (backchannel && c.ctx && c.ctx->conn && s.cb_cred) {

@@ -49,8 +49,10 @@ struct Session {
   // The back channel (RFC 8881 2.10.3.1, RFC 8167 over RDMA): the client's callback program and
   // credential, the connection it is bound to (0: none, CB_PATH_DOWN), its one slot's sequence
   // id and whether a CB_COMPOUND is out on it.
-  bool back_wanted =
-      false;  ///< asked for by CREATE_SESSION, BIND_CONN_TO_SESSION or BACKCHANNEL_CTL
+  /// Asked for by CREATE_SESSION, BIND_CONN_TO_SESSION or BACKCHANNEL_CTL.
+  bool back_wanted = false;
+  /// A CREATE_SESSION or BIND_CONN_TO_SESSION of it came on a connection that can carry one.
+  bool back_capable = false;
   std::uint32_t cb_program = 0;
   std::optional<rpc::OpaqueAuth> cb_cred;  ///< nullopt: no flavor the server can send
   std::uint64_t back_conn = 0;
