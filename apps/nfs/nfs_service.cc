@@ -240,7 +240,14 @@ std::string NfsService::report() const {
        " operations (" + std::to_string(v4.errors) + " failed, " + std::to_string(v4.replays) +
        " replayed from the reply cache, " + std::to_string(v4.resource) + " tables full), " +
        std::to_string(nfs4_.clients()) + " clients, " + std::to_string(nfs4_.sessions()) +
-       " sessions, " + std::to_string(nfs4_.states()) + " stateids now\nnfs4 operations:";
+       " sessions, " + std::to_string(nfs4_.states()) +
+       " stateids now\nnfs4 back channel: " + std::to_string(v4.delegations) +
+       " read delegations, " + std::to_string(v4.recalls) + " CB_RECALLs (" +
+       std::to_string(t.backward_calls) + " calls sent, " + std::to_string(t.backward_replies) +
+       " replies, " + std::to_string(t.backward_dropped) + " not sent), " +
+       std::to_string(v4.cb_replies) + " replies taken, " + std::to_string(v4.cb_bad_replies) +
+       " dropped, " + std::to_string(v4.cb_timeouts) + " timed out, " + std::to_string(v4.revoked) +
+       " revoked\nnfs4 operations:";
   for (const auto& [op, k] : v4.by_op)
     s += std::string(" ") + v4::op_name(op) + ":" + std::to_string(k);
   return s + "\n";
