@@ -164,6 +164,7 @@ enum Status : std::uint32_t {
   kErrNotOnlyOp = 10081,
   kErrWrongCred = 10082,
   kErrWrongType = 10083,
+  kErrDelegRevoked = 10087,
 };
 
 /// fattr4's attribute numbers (RFC 8881 5.6, 5.7, 5.8).
@@ -233,6 +234,19 @@ constexpr std::uint32_t kExchgidBindPrincStateid = 0x100;
 constexpr std::uint32_t kExchgidUseNonPnfs = 0x10000, kExchgidMaskPnfs = 0x70000;
 constexpr std::uint32_t kExchgidUpdConfirmedRecA = 0x40000000, kExchgidConfirmedR = 0x80000000;
 constexpr std::uint32_t kSessionPersist = 0x1, kSessionConnBackChan = 0x2, kSessionConnRdma = 0x4;
+// SEQUENCE's sr_status_flags.
+constexpr std::uint32_t kSeqCbPathDown = 0x1, kSeqRecallableStateRevoked = 0x40,
+                        kSeqCbPathDownSession = 0x200;
+// BIND_CONN_TO_SESSION's directions asked (CDFC4) and granted (CDFS4).
+constexpr std::uint32_t kCdfc4Fore = 1, kCdfc4Back = 2, kCdfc4ForeOrBoth = 3, kCdfc4BackOrBoth = 7;
+constexpr std::uint32_t kCdfs4Fore = 1, kCdfs4Back = 2, kCdfs4Both = 3;
+// The callback program (its number is the client's, CREATE_SESSION's csa_cb_program): version
+// 1 as every implementation sends it (RFC 8881's XDR), procedure CB_COMPOUND, two operations.
+constexpr std::uint32_t kCbVersion = 1, kCbCompound = 1;
+enum CbOp : std::uint32_t { kCbRecall = 4, kCbSequence = 11 };
+enum DelegType : std::uint32_t { kDelegNone = 0, kDelegRead = 1 };
+constexpr std::uint32_t kShareWantNoDeleg = 0x400, kShareWantMask = 0xff00;
+
 enum StateProtect : std::uint32_t { kSp4None = 0, kSp4MachCred = 1, kSp4Ssv = 2 };
 
 // OPEN.

@@ -248,6 +248,7 @@ void Nfs4Server::handle(const CallContext& ctx, std::span<const std::uint8_t> ca
   XdrEncoder e(out.msg);
   rpc::ReplyHeader r;
   std::lock_guard g(mu_);
+  drain_inbox();
   if (!rpc::decode(d, h)) {
     ++st_.garbage;
     if (!d.ok() || call.size() < 8) return;
@@ -518,8 +519,11 @@ Status Nfs4Server::op(Compound& c, std::uint32_t opnum, XdrDecoder& d, XdrEncode
     case kTestStateid:
       return test_stateid(c, d, e);
     case kDelegreturn:
-      decode_stateid(d);
-      return d.ok() ? kErrBadStateid : kErrBadxdr;  // no delegation was ever granted
+      return delegreturn(c, d);
+    case kBindConnToSession:
+      return bind_conn(c, d, e);
+    case kBackchannelCtl:
+      return backchannel_ctl(c, d);
     case kOpenConfirm:
     case kRenew:
     case kSetclientid:
@@ -547,6 +551,7 @@ void Nfs4Server::forget_client(std::uint64_t clientid) {
     const auto s = states_.find(f.second);
     return s == states_.end() || s->second.clientid == clientid;
   });
+  std::erase_if(pending_, [&](const auto& p) { return !sessions_.count(p.second.session); });
   for (auto it = states_.begin(); it != states_.end();) {
     if (it->second.clientid == clientid) {
       if (it->second.kind == State::kLock) {
@@ -679,6 +684,71 @@ struct ChannelAttrs {
   std::vector<std::uint32_t> ird;
 };
 
+/// callback_sec_parms4<>: the first flavor the server can send calls with (AUTH_NONE, or
+/// AUTH_SYS with the client's parameters); nullopt when none (RPCSEC_GSS only).
+std::optional<rpc::OpaqueAuth> decode_cb_sec(XdrDecoder& d) {
+  std::optional<rpc::OpaqueAuth> out;
+  const std::uint32_t nsec = d.u32();
+  if (nsec > 16) d.fail();
+  for (std::uint32_t i = 0; i < nsec && d.ok(); ++i) {
+    const std::uint32_t flavor = d.u32();
+    if (flavor == rpc::kAuthSys) {
+      rpc::AuthSys a;
+      a.stamp = d.u32();
+      a.machine = d.string(rpc::kMaxMachineName);
+      a.uid = d.u32();
+      a.gid = d.u32();
+      const std::uint32_t ng = d.u32();
+      if (ng > rpc::kMaxGids) d.fail();
+      for (std::uint32_t j = 0; j < ng && d.ok(); ++j) a.gids.push_back(d.u32());
+      if (d.ok() && !out) out = rpc::auth_sys(a);
+    } else if (flavor == 6) {  // RPCSEC_GSS: gss_cb_handles4
+      d.u32();
+      d.opaque(kOpaqueLimit);
+      d.opaque(kOpaqueLimit);
+    } else if (flavor == rpc::kAuthNone) {
+      if (!out) out = rpc::OpaqueAuth{};
+    } else {
+      d.fail();
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+/// A CB_COMPOUND of CB_SEQUENCE (slot 0, sequence `seq`) and CB_RECALL of `deleg` on `fh`.
+void encode_cb_recall(std::vector<std::uint8_t>& msg, std::uint32_t xid, std::uint32_t program,
+                      const rpc::OpaqueAuth& cred, const SessionId& session, std::uint32_t seq,
+                      const Stateid& deleg, std::span<const std::uint8_t> fh) {
+  msg.clear();
+  XdrEncoder e(msg);
+  rpc::CallHeader h;
+  h.xid = xid;
+  h.prog = program;
+  h.vers = kCbVersion;
+  h.proc = kCbCompound;
+  h.cred = cred;
+  rpc::encode(e, h);
+  e.string("");  // tag
+  e.u32(kMinorVersion);
+  e.u32(0);  // callback_ident: unused in minor version 1
+  e.u32(2);
+  e.u32(kCbSequence);
+  e.fixed(session);
+  e.u32(seq);
+  e.u32(0);  // slot
+  e.u32(0);  // highest slot
+  e.boolean(false);
+  e.u32(0);  // referring call lists
+  e.u32(kCbRecall);
+  encode(e, deleg);
+  e.boolean(false);  // truncate
+  e.opaque(fh);
+}
+
+namespace {
+
 ChannelAttrs decode_channel(XdrDecoder& d) {
   ChannelAttrs a;
   a.headerpad = d.u32();
@@ -712,27 +782,8 @@ Status Nfs4Server::create_session(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   const std::uint32_t flags = d.u32();
   const ChannelAttrs fore = decode_channel(d);
   const ChannelAttrs back = decode_channel(d);
-  d.u32();  // the callback program: no backchannel yet
-  const std::uint32_t nsec = d.u32();
-  if (nsec > 16) d.fail();
-  for (std::uint32_t i = 0; i < nsec && d.ok(); ++i) {
-    const std::uint32_t flavor = d.u32();
-    if (flavor == rpc::kAuthSys) {
-      d.u32();
-      d.string(rpc::kMaxMachineName);
-      d.u32();
-      d.u32();
-      const std::uint32_t ng = d.u32();
-      if (ng > rpc::kMaxGids) d.fail();
-      for (std::uint32_t j = 0; j < ng && d.ok(); ++j) d.u32();
-    } else if (flavor == 6) {  // RPCSEC_GSS: gss_cb_handles4
-      d.u32();
-      d.opaque(kOpaqueLimit);
-      d.opaque(kOpaqueLimit);
-    } else if (flavor != rpc::kAuthNone) {
-      d.fail();
-    }
-  }
+  const std::uint32_t cb_program = d.u32();
+  const std::optional<rpc::OpaqueAuth> cb_cred = decode_cb_sec(d);
   if (!d.ok()) return kErrBadxdr;
   const auto it = clients_.find(clientid);
   if (it == clients_.end()) return kErrStaleClientid;
@@ -793,8 +844,20 @@ Status Nfs4Server::create_session(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   s.max_response = f.max_response;
   s.max_cached = f.max_cached;
   s.slots.resize(f.max_reqs);
-  s.flags = 0;  // not persistent, no backchannel on this connection (yet)
-  (void)flags;
+  s.flags = 0;  // not persistent
+  s.cb_program = cb_program;
+  s.cb_cred = cb_cred;
+  s.back_wanted = flags & kSessionConnBackChan;
+  s.back_capable = backchannel && c.ctx && c.ctx->conn;
+  ChannelAttrs bk = back;
+  bk.headerpad = 0;
+  bk.max_reqs = std::min<std::uint32_t>(back.max_reqs, 1);  // one CB_COMPOUND out at a time
+  bk.ird.clear();
+  if (s.back_wanted && backchannel && c.ctx && c.ctx->conn && s.cb_cred && back.max_reqs >= 1 &&
+      back.max_ops >= 2) {
+    s.flags |= kSessionConnBackChan;  // this connection carries the back channel too
+    s.back_conn = c.ctx->conn;
+  }
   sessions_.emplace(s.id, s);
   cl.cs_seqid = seq + 1;
   cl.renewed = now();
@@ -804,7 +867,7 @@ Status Nfs4Server::create_session(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   b.u32(seq);
   b.u32(s.flags);
   encode_channel(b, f);
-  encode_channel(b, back);
+  encode_channel(b, bk);
   cl.cs_reply = body;
   e.fixed(body);
   return kOk;
@@ -845,7 +908,7 @@ Status Nfs4Server::sequence(Compound& c, XdrDecoder& d, XdrEncoder& e, std::uint
   e.u32(slotid);
   e.u32(static_cast<std::uint32_t>(s.slots.size() - 1));  // highest slot
   e.u32(static_cast<std::uint32_t>(s.slots.size() - 1));  // target highest slot
-  e.u32(0);                                               // status flags
+  e.u32(seq_flags(s));
   return kOk;
 }
 
@@ -856,6 +919,7 @@ Status Nfs4Server::destroy_session(Compound& c, XdrDecoder& d) {
   const auto it = sessions_.find(sid);
   if (it == sessions_.end()) return kErrBadsession;
   sessions_.erase(it);
+  std::erase_if(pending_, [&](const auto& p) { return p.second.session == sid; });
   if (c.in_session && c.sid == sid) c.in_session = false;
   return kOk;
 }
@@ -1261,9 +1325,12 @@ Stateid Nfs4Server::new_state(State st) {
 void Nfs4Server::drop_state(const Other& o) {
   const auto it = states_.find(o);
   if (it == states_.end()) return;
-  if (auto cl = clients_.find(it->second.clientid); cl != clients_.end() && cl->second.states)
+  if (auto cl = clients_.find(it->second.clientid); cl != clients_.end() && cl->second.states) {
     --cl->second.states;
+    if (it->second.revoked && cl->second.revoked) --cl->second.revoked;
+  }
   charge(it->second.clientid, -static_cast<std::ptrdiff_t>(state_cost(it->second)));
+  recalls_.erase(o);
   if (it->second.kind == State::kLock) {
     const auto l = locks_.find(it->second.file);
     if (l != locks_.end()) {
@@ -1304,6 +1371,7 @@ Status Nfs4Server::check_stateid(Compound& c, Stateid sid, const NfsServer::Reso
   if (sid.seqid != 0 && sid.seqid > it->second.seqid) return kErrBadStateid;
   if (sid.seqid != 0 && sid.seqid < it->second.seqid) return kErrOldStateid;
   if (file && it->second.file != key_of(file->st)) return kErrBadStateid;
+  if (it->second.revoked) return kErrDelegRevoked;
   *out = &it->second;
   return kOk;
 }
@@ -1336,8 +1404,13 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   }
   const std::uint32_t claim = d.u32();
   std::string name;
+  std::optional<Stateid> by_deleg;  // CLAIM_DELEGATE_CUR, CLAIM_DELEG_CUR_FH: an open the
+                                    // client made under its delegation, now told to the server
   if (claim == kClaimNull) {
     name = d.string(kMaxNameWire);
+  } else if (claim == kClaimDelegateCur || claim == kClaimDelegCurFh) {
+    by_deleg = decode_stateid(d);
+    if (claim == kClaimDelegateCur) name = d.string(kMaxNameWire);
   } else if (claim != kClaimFh) {
     // CLAIM_PREVIOUS (no grace period: nothing to reclaim) and the delegation claims.
     return d.ok() ? (claim == kClaimPrevious ? kErrNoGrace : kErrNotsupp) : kErrBadxdr;
@@ -1347,6 +1420,7 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (access == 0 || share_deny > kShareAccessBoth) return kErrInval;
   if (owner.clientid != c.clientid) return kErrStaleClientid;
   if (attrs.size && *attrs.size != 0) return kErrInval;
+  if (by_deleg && opentype != kNoCreate) return kErrInval;
   NfsServer::Resolved cur;
   if (const Status s = current(c, cur)) return s;
   Fd cur_fd(cur.fd);
@@ -1355,7 +1429,7 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   Bitmap attrset;
   bool created = false;
   std::optional<v3::Fh> fh;
-  if (claim == kClaimNull) {
+  if (claim == kClaimNull || claim == kClaimDelegateCur) {
     if (S_ISLNK(cur.st.st_mode)) return kErrSymlink;
     if (!S_ISDIR(cur.st.st_mode)) return kErrNotdir;
     if (const Status s = check_name(name)) return s;
@@ -1393,6 +1467,15 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (S_ISDIR(file.st.st_mode)) return kErrIsdir;
   if (S_ISLNK(file.st.st_mode)) return kErrSymlink;
   if (!S_ISREG(file.st.st_mode)) return kErrWrongType;
+  if (by_deleg) {  // the client's own delegation of this very file, still valid
+    State* dl = nullptr;
+    if (const Status s = check_stateid(c, *by_deleg, &file, &dl)) return s;
+    if (!dl || dl->kind != State::kDeleg) return kErrBadStateid;
+  }
+  // Another client's read delegation conflicts with opening for writing: recalled, and this OPEN
+  // waits (DELAY) until it is returned or revoked.
+  if ((access & kShareAccessWrite) && recall_conflicting(key_of(file.st), c.clientid))
+    return kErrDelay;
   if (opentype == kCreate4 && (how == kExclusive4 || how == kExclusive41)) {
     // The verifier lives in the new file's times (as the v3 server keeps it): a retry of the
     // same create finds it and succeeds, another client's create of the same name does not.
@@ -1469,7 +1552,41 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   encode_cinfo(e, before, after);
   e.u32(kOpenResultLocktypePosix);
   encode(e, attrset);
-  e.u32(0);  // OPEN_DELEGATE_NONE
+  // A read delegation: asked for reading only, over a session whose back channel is up, and
+  // nobody has the file open for writing or is having a delegation of it recalled.
+  bool deleg =
+      backchannel && !by_deleg && access == kShareAccessRead && !(share_access & kShareWantNoDeleg);
+  if (deleg) {
+    const auto ses = sessions_.find(c.sid);
+    deleg = ses != sessions_.end() && ses->second.back_conn != 0;
+  }
+  for (const auto& [id, st] : states_) {
+    if (!deleg) break;
+    if (st.file != key) continue;
+    if (st.kind == State::kOpen && (st.access & kShareAccessWrite)) deleg = false;
+    if (st.kind == State::kDeleg && (st.clientid == c.clientid || st.recall_at >= 0)) deleg = false;
+  }
+  const auto cl = clients_.find(c.clientid);
+  if (deleg && cl != clients_.end() && cl->second.states < lim_.states) {
+    State dl;
+    dl.kind = State::kDeleg;
+    dl.clientid = c.clientid;
+    dl.file = key;
+    dl.owner.clientid = c.clientid;
+    dl.access = kShareAccessRead;
+    dl.fh = fh->data;
+    const Stateid ds = new_state(std::move(dl));
+    ++st_.delegations;
+    e.u32(kDelegRead);
+    encode(e, ds);
+    e.boolean(false);  // recall: not already being recalled
+    e.u32(0);          // nfsace4: ACCESS_ALLOWED, no flags, no mask, nobody named
+    e.u32(0);
+    e.u32(0);
+    e.string("");
+  } else {
+    e.u32(kDelegNone);
+  }
   return kOk;
 }
 
@@ -2040,10 +2157,16 @@ Status Nfs4Server::locku(Compound& c, XdrDecoder& d, XdrEncoder& e) {
 Status Nfs4Server::free_stateid(Compound& c, XdrDecoder& d) {
   const Stateid sid = decode_stateid(d);
   if (!d.ok()) return kErrBadxdr;
+  if (const auto it = states_.find(sid.other);  // a revoked delegation: freed at last
+      !sid.current() && it != states_.end() && it->second.clientid == c.clientid &&
+      it->second.revoked) {
+    drop_state(sid.other);
+    return kOk;
+  }
   State* st = nullptr;
   if (const Status s = check_stateid(c, sid, nullptr, &st)) return s;
   if (!st) return kErrBadStateid;
-  if (st->kind == State::kOpen) return kErrLocksHeld;
+  if (st->kind != State::kLock) return kErrLocksHeld;
   const auto fl = locks_.find(st->file);
   if (fl != locks_.end() && fl->second.holds(st->owner)) return kErrLocksHeld;
   drop_state(sid.current() ? c.cur_stateid.other : sid.other);
@@ -2065,6 +2188,296 @@ Status Nfs4Server::test_stateid(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     e.u32(s);
   }
   return kOk;
+}
+
+// --- The back channel and delegations ---------------------------------------------------
+
+std::uint32_t Nfs4Server::seq_flags(const Session& s) const {
+  std::uint32_t f = 0;
+  if (backchannel) {
+    bool wanted = false, up = false;
+    // The client's sessions (ids are random: a scan of the bounded table, not a range).
+    for (const auto& [id, o] : sessions_) {
+      if (o.clientid != s.clientid) continue;
+      wanted |= o.back_wanted && o.back_capable;
+      up |= o.back_conn != 0;
+    }
+    // Only where the client could mend it: a session over TCP here has no back channel to bind.
+    if (wanted && !up) f |= kSeqCbPathDown;
+    if (s.back_wanted && s.back_capable && s.back_conn == 0) f |= kSeqCbPathDownSession;
+  }
+  if (const auto cl = clients_.find(s.clientid); cl != clients_.end() && cl->second.revoked)
+    f |= kSeqRecallableStateRevoked;
+  return f;
+}
+
+Status Nfs4Server::bind_conn(Compound& c, XdrDecoder& d, XdrEncoder& e) {
+  SessionId sid{};
+  if (const auto v = d.fixed(16); v.size() == 16) std::copy(v.begin(), v.end(), sid.begin());
+  const std::uint32_t dir = d.u32();
+  d.boolean();  // use_conn_in_rdma_mode: an RDMA connection already is in it
+  if (!d.ok()) return kErrBadxdr;
+  const auto it = sessions_.find(sid);
+  if (it == sessions_.end()) return kErrBadsession;
+  if (dir != kCdfc4Fore && dir != kCdfc4Back && dir != kCdfc4ForeOrBoth && dir != kCdfc4BackOrBoth)
+    return kErrInval;
+  Session& s = it->second;
+  std::uint32_t got = kCdfs4Fore;
+  if (backchannel && c.ctx && c.ctx->conn) s.back_capable = true;
+  if (dir != kCdfc4Fore) {
+    s.back_wanted = true;
+    if (backchannel && c.ctx && c.ctx->conn && s.cb_cred) {
+      if (s.back_conn != c.ctx->conn) {
+        // Moved: what was out on the old connection is lost; its recall goes again on this one.
+        for (auto p = pending_.begin(); p != pending_.end();) {
+          if (p->second.session != sid) {
+            ++p;
+            continue;
+          }
+          if (auto st = states_.find(p->second.deleg); st != states_.end())
+            st->second.recall_sent = false;
+          p = pending_.erase(p);
+        }
+        s.cb_busy = false;
+      }
+      s.back_conn = c.ctx->conn;
+      got = dir == kCdfc4Back ? kCdfs4Back : kCdfs4Both;
+    } else if (dir == kCdfc4Back || dir == kCdfc4BackOrBoth) {
+      return kErrInval;  // a back channel is required and this connection cannot carry one
+    }
+  }
+  if (const auto cl = clients_.find(s.clientid); cl != clients_.end()) cl->second.renewed = now();
+  e.fixed(sid);
+  e.u32(got);
+  e.boolean(false);
+  return kOk;
+}
+
+Status Nfs4Server::backchannel_ctl(Compound& c, XdrDecoder& d) {
+  const std::uint32_t program = d.u32();
+  const std::optional<rpc::OpaqueAuth> cred = decode_cb_sec(d);
+  if (!d.ok()) return kErrBadxdr;
+  const auto it = sessions_.find(c.sid);
+  if (!c.in_session || it == sessions_.end()) return kErrBadsession;
+  if (!cred) return kErrEncrAlgUnsupp;  // RPCSEC_GSS alone: no flavor to call back with
+  it->second.cb_program = program;
+  it->second.cb_cred = cred;
+  it->second.back_wanted = true;
+  return kOk;
+}
+
+Status Nfs4Server::delegreturn(Compound& c, XdrDecoder& d) {
+  const Stateid sid = decode_stateid(d);
+  if (!d.ok()) return kErrBadxdr;
+  NfsServer::Resolved r;
+  if (const Status s = current(c, r)) return s;
+  Fd f(r.fd);
+  State* st = nullptr;
+  if (const Status s = check_stateid(c, sid, &r, &st)) return s;  // another client's: BAD_STATEID
+  if (!st || st->kind != State::kDeleg) return kErrBadStateid;
+  drop_state(sid.current() ? c.cur_stateid.other : sid.other);
+  return kOk;
+}
+
+bool Nfs4Server::recall_conflicting(const FileKey& file, std::uint64_t clientid) {
+  bool out = false;
+  for (auto& [id, st] : states_) {
+    if (st.kind != State::kDeleg || st.file != file || st.clientid == clientid || st.revoked)
+      continue;
+    if (st.recall_at < 0) {
+      st.recall_at = now();
+      recalls_[id] = st.clientid;
+    }
+    out = true;
+  }
+  if (out) pump();
+  return out;
+}
+
+void Nfs4Server::pump() {
+  for (auto it = recalls_.begin(); it != recalls_.end();) {
+    const auto st = states_.find(it->first);
+    if (st == states_.end() || st->second.kind != State::kDeleg || st->second.revoked) {
+      it = recalls_.erase(it);
+      continue;
+    }
+    State& dl = st->second;
+    Session* s = nullptr;
+    // A session of the holder with a back channel free (ids are random: a scan of the bounded
+    // table, not a range of ids).
+    for (auto ss = sessions_.begin(); !dl.recall_sent && ss != sessions_.end(); ++ss)
+      if (ss->second.clientid == dl.clientid && ss->second.back_conn && !ss->second.cb_busy &&
+          ss->second.cb_cred)
+        s = &ss->second;
+    if (s) {
+      std::uint32_t xid = next_cb_xid_++;
+      while (pending_.count(xid) || xid == 0) xid = next_cb_xid_++;
+      Callback cb;
+      cb.conn = s->back_conn;
+      cb.xid = xid;
+      Stateid sid;
+      sid.seqid = dl.seqid;
+      sid.other = it->first;
+      encode_cb_recall(cb.msg, xid, s->cb_program, *s->cb_cred, s->id, s->cb_seqid + 1, sid, dl.fh);
+      outbox_.push_back(std::move(cb));
+      pending_[xid] = PendingCb{s->back_conn, s->id, it->first, now()};
+      s->cb_busy = true;
+      dl.recall_sent = true;
+      ++st_.recalls;
+    }
+    ++it;
+  }
+}
+
+void Nfs4Server::revoke(State& st) {
+  st.revoked = true;
+  st.recall_sent = false;
+  ++st_.revoked;
+  if (auto cl = clients_.find(st.clientid); cl != clients_.end()) ++cl->second.revoked;
+}
+
+std::vector<Nfs4Server::Callback> Nfs4Server::take_callbacks() {
+  std::unique_lock g(mu_, std::try_to_lock);
+  if (!g.owns_lock()) return {};
+  drain_inbox();
+  pump();
+  return std::exchange(outbox_, {});
+}
+
+void Nfs4Server::post_reply(std::uint64_t conn, std::span<const std::uint8_t> reply) {
+  std::lock_guard g(inbox_mu_);
+  if (inbox_.size() >= kInbox || reply.empty()) {
+    ++inbox_dropped_;
+    return;
+  }
+  inbox_.emplace_back(conn, std::vector<std::uint8_t>(reply.begin(), reply.end()));
+}
+
+void Nfs4Server::post_closed(std::uint64_t conn) {
+  std::lock_guard g(inbox_mu_);
+  if (inbox_.size() >= kInbox) inbox_.erase(inbox_.begin());  // a close outranks a reply
+  inbox_.emplace_back(conn, std::vector<std::uint8_t>{});
+}
+
+void Nfs4Server::drain_inbox() {
+  std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> in;
+  {
+    std::lock_guard g(inbox_mu_);
+    in.swap(inbox_);
+    st_.cb_bad_replies += std::exchange(inbox_dropped_, 0);
+  }
+  for (const auto& [conn, msg] : in) {
+    if (msg.empty())
+      closed_locked(conn);
+    else
+      reply_locked(conn, msg);
+  }
+}
+
+bool Nfs4Server::callback_reply(std::uint64_t conn, std::span<const std::uint8_t> reply) {
+  std::lock_guard g(mu_);
+  drain_inbox();
+  return reply_locked(conn, reply);
+}
+
+bool Nfs4Server::reply_locked(std::uint64_t conn, std::span<const std::uint8_t> reply) {
+  XdrDecoder d(reply);
+  rpc::ReplyHeader h;
+  if (!rpc::decode(d, h)) {
+    ++st_.cb_bad_replies;
+    return false;
+  }
+  const auto p = pending_.find(h.xid);
+  if (p == pending_.end() || p->second.conn != conn) {
+    ++st_.cb_bad_replies;
+    return false;
+  }
+  const PendingCb pc = p->second;
+  pending_.erase(p);
+  ++st_.cb_replies;
+  bool seq_ok = false;
+  std::uint32_t recall = kErrServerfault;
+  if (h.stat == rpc::kMsgAccepted && h.accept == rpc::kSuccess) {
+    d.u32();  // the CB_COMPOUND's status: each operation's says more
+    d.string(kMaxTag);
+    const std::uint32_t n = d.u32();
+    if (n >= 1 && d.u32() == kCbSequence && d.u32() == kOk) {
+      const auto echoed = d.fixed(16);
+      d.u32();
+      d.u32();
+      d.u32();
+      d.u32();
+      seq_ok = d.ok() && std::equal(echoed.begin(), echoed.end(), pc.session.begin());
+      if (seq_ok && n >= 2 && d.u32() == kCbRecall) recall = d.u32();
+      if (!d.ok()) recall = kErrServerfault;
+    }
+  }
+  const auto s = sessions_.find(pc.session);
+  if (s != sessions_.end()) {
+    s->second.cb_busy = false;
+    if (seq_ok) ++s->second.cb_seqid;
+  }
+  // DELAY: the client asks for the recall again; anything else but OK leaves it to the timeout.
+  if (auto st = states_.find(pc.deleg); st != states_.end() && recall == kErrDelay)
+    st->second.recall_sent = false;
+  return true;
+}
+
+bool Nfs4Server::tick() {
+  std::unique_lock g(mu_, std::try_to_lock);
+  if (!g.owns_lock()) return false;
+  drain_inbox();
+  const std::int64_t t = now();
+  const auto lease = static_cast<std::int64_t>(lim_.lease_seconds);
+  for (auto p = pending_.begin(); p != pending_.end();) {
+    if (t - p->second.sent <= lease) {
+      ++p;
+      continue;
+    }
+    ++st_.cb_timeouts;
+    if (auto s = sessions_.find(p->second.session); s != sessions_.end()) {
+      s->second.cb_busy = false;
+      s->second.back_conn = 0;  // down until the client binds a connection again
+    }
+    if (auto st = states_.find(p->second.deleg); st != states_.end())
+      st->second.recall_sent = false;
+    p = pending_.erase(p);
+  }
+  for (auto it = recalls_.begin(); it != recalls_.end();) {
+    const auto st = states_.find(it->first);
+    if (st != states_.end() && st->second.recall_at >= 0 && t - st->second.recall_at > lease) {
+      revoke(st->second);
+      it = recalls_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  pump();
+  return true;
+}
+
+void Nfs4Server::connection_closed(std::uint64_t conn) {
+  std::lock_guard g(mu_);
+  drain_inbox();
+  closed_locked(conn);
+}
+
+void Nfs4Server::closed_locked(std::uint64_t conn) {
+  if (!conn) return;
+  for (auto& [id, s] : sessions_)
+    if (s.back_conn == conn) {
+      s.back_conn = 0;
+      s.cb_busy = false;
+    }
+  for (auto p = pending_.begin(); p != pending_.end();) {
+    if (p->second.conn != conn) {
+      ++p;
+      continue;
+    }
+    if (auto st = states_.find(p->second.deleg); st != states_.end())
+      st->second.recall_sent = false;
+    p = pending_.erase(p);
+  }
 }
 
 }  // namespace roce::nfs

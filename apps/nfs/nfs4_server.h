@@ -6,8 +6,16 @@
 /// File handles, their checks (beneath the export's root, MAC'd, persistent) and each call's
 /// identity are the v3 server's (NfsServer::resolve, handle_in, run_as): one export, one kind of
 /// handle. State (clients, sessions, slots and their reply cache, opens, locks) is this server's
-/// alone, bounded by v4::Limits. No delegations, no backchannel yet: CREATE_SESSION does not
-/// grant CONN_BACK_CHAN, OPEN answers OPEN_DELEGATE_NONE.
+/// alone, bounded by v4::Limits.
+///
+/// The back channel (RFC 8881 2.10.3.1; over RDMA, RFC 8167's reverse direction of the same
+/// connection): when the transport can carry calls to the client (`backchannel`), CREATE_SESSION
+/// and BIND_CONN_TO_SESSION bind the session's back channel to the call's connection, and OPEN
+/// for reading grants a read delegation. A conflicting OPEN (another client's, for writing)
+/// starts its recall: the server queues a CB_COMPOUND (CB_SEQUENCE + CB_RECALL) for the
+/// transport to take (take_callbacks), answers the OPEN NFS4ERR_DELAY until DELEGRETURN, and
+/// revokes the delegation when a lease passes without it (tick). The transport hands the
+/// client's REPLYs back (callback_reply), matched by xid and connection.
 #pragma once
 
 #include <cstdint>
@@ -24,9 +32,17 @@ namespace roce::nfs {
 
 struct Nfs4Stats {
   std::uint64_t compounds = 0, ops = 0, errors = 0, garbage = 0, replays = 0;
+  std::uint64_t delegations = 0, recalls = 0, revoked = 0;  ///< granted, CB_RECALLs sent, revoked
+  std::uint64_t cb_replies = 0, cb_bad_replies = 0, cb_timeouts = 0;
   std::uint64_t resource = 0;  ///< NFS4ERR_RESOURCE answers: a table was full
   std::map<std::uint32_t, std::uint64_t> by_op;
 };
+
+/// A CB_COMPOUND call (RFC 8881 20): CB_SEQUENCE on slot 0 with sequence id `seq`, then
+/// CB_RECALL of the delegation `deleg` on the file `fh`, for the client's program `program`.
+void encode_cb_recall(std::vector<std::uint8_t>& msg, std::uint32_t xid, std::uint32_t program,
+                      const rpc::OpaqueAuth& cred, const v4::SessionId& session, std::uint32_t seq,
+                      const v4::Stateid& deleg, std::span<const std::uint8_t> fh);
 
 class Nfs4Server {
  public:
@@ -67,6 +83,35 @@ class Nfs4Server {
     std::lock_guard g(mu_);
     return states_.size();
   }
+  /// A CB_COMPOUND for the transport to send on connection `conn` (RFC 8167: an RPC call in the
+  /// forward connection's reverse direction).
+  struct Callback {
+    std::uint64_t conn = 0;
+    std::uint32_t xid = 0;
+    std::vector<std::uint8_t> msg;
+  };
+  /// The calls to send now (at most one per session: its back channel has one slot). Never
+  /// waits (for a poll loop): nothing while a COMPOUND holds the server.
+  std::vector<Callback> take_callbacks();
+  /// For a poll loop, which must not wait for a COMPOUND: a REPLY (or a closed connection) kept
+  /// for the next COMPOUND, take_callbacks or tick to act on (at most kInbox; beyond: dropped,
+  /// counted as a bad reply, and the recall's timeout covers it).
+  void post_reply(std::uint64_t conn, std::span<const std::uint8_t> reply);
+  void post_closed(std::uint64_t conn);
+  static constexpr std::size_t kInbox = 64;
+  /// A REPLY the client sent on `conn`; false (counted, dropped) when no call of that xid is out
+  /// on that connection or the reply does not decode.
+  bool callback_reply(std::uint64_t conn, std::span<const std::uint8_t> reply);
+  /// Timeouts: a recall unanswered for a lease revokes its delegation; a CB_COMPOUND unanswered
+  /// for a lease marks its back channel down (CB_PATH_DOWN until the client binds one again).
+  /// Never waits: false, nothing done, while a COMPOUND holds the server.
+  bool tick();
+  /// The connection closed: the back channels bound to it are down, their calls lost.
+  void connection_closed(std::uint64_t conn);
+  /// Whether the transport carries calls to the client (set before the first call). Without it
+  /// no back channel is granted, no delegation either, and SEQUENCE reports no CB_PATH_DOWN (the
+  /// client could not mend it).
+  bool backchannel = false;
   /// Seconds of a monotonic clock (leases); tests replace it.
   std::function<std::int64_t()> now;
   std::uint32_t max_io = 1u << 20;  ///< maxread, maxwrite
@@ -129,6 +174,34 @@ class Nfs4Server {
   v4::Status locku(Compound& c, XdrDecoder& d, XdrEncoder& e);
   v4::Status free_stateid(Compound& c, XdrDecoder& d);
   v4::Status test_stateid(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  // The back channel and delegations.
+  v4::Status bind_conn(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  v4::Status backchannel_ctl(Compound& c, XdrDecoder& d);
+  v4::Status delegreturn(Compound& c, XdrDecoder& d);
+  /// Starts the recall of the delegations on `file` that `clientid` conflicts with; true when
+  /// one is still out (the caller answers NFS4ERR_DELAY).
+  bool recall_conflicting(const v4::FileKey& file, std::uint64_t clientid);
+  /// Queues the CB_RECALLs that can go now (a session with a free back channel slot).
+  void pump();
+  void revoke(v4::State& st);
+  std::uint32_t seq_flags(const v4::Session& s) const;
+
+  struct PendingCb {
+    std::uint64_t conn = 0;
+    v4::SessionId session{};
+    Other deleg{};
+    std::int64_t sent = 0;
+  };
+  std::map<std::uint32_t, PendingCb> pending_;  ///< CB_COMPOUNDs out, by xid
+  std::map<Other, std::uint64_t> recalls_;      ///< delegations being recalled: their client
+  std::vector<Callback> outbox_;
+  bool reply_locked(std::uint64_t conn, std::span<const std::uint8_t> reply);
+  void closed_locked(std::uint64_t conn);
+  void drain_inbox();
+  std::mutex inbox_mu_;  ///< only around inbox_: never held while mu_ is wanted
+  std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> inbox_;  ///< empty: closed
+  std::uint64_t inbox_dropped_ = 0;
+  std::uint32_t next_cb_xid_ = 1;
 
   NfsServer& files_;
   v4::Limits lim_;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "apps/nfs/nfs4.h"
+#include "apps/nfs/rpc.h"
 
 namespace roce::nfs::v4 {
 
@@ -50,6 +51,18 @@ struct Session {
   std::vector<Slot> slots;
   std::uint32_t max_ops = 0, max_request = 0, max_response = 0, max_cached = 0;
   std::uint32_t flags = 0;
+  // The back channel (RFC 8881 2.10.3.1, RFC 8167 over RDMA): the client's callback program and
+  // credential, the connection it is bound to (0: none, CB_PATH_DOWN), its one slot's sequence
+  // id and whether a CB_COMPOUND is out on it.
+  /// Asked for by CREATE_SESSION, BIND_CONN_TO_SESSION or BACKCHANNEL_CTL.
+  bool back_wanted = false;
+  /// A CREATE_SESSION or BIND_CONN_TO_SESSION of it came on a connection that can carry one.
+  bool back_capable = false;
+  std::uint32_t cb_program = 0;
+  std::optional<rpc::OpaqueAuth> cb_cred;  ///< nullopt: no flavor the server can send
+  std::uint64_t back_conn = 0;
+  std::uint32_t cb_seqid = 0;  ///< the last CB_SEQUENCE id the client answered
+  bool cb_busy = false;
 };
 
 /// A file of the export: its device and inode.
@@ -66,13 +79,20 @@ struct Owner {
 };
 
 struct State {
-  enum Kind { kOpen, kLock } kind = kOpen;
+  enum Kind { kOpen, kLock, kDeleg } kind = kOpen;
   std::uint32_t seqid = 1;
   std::uint64_t clientid = 0;
   FileKey file;
   Owner owner;
   std::uint32_t access = 0, deny = 0;   ///< kOpen: share access and deny
   std::array<std::uint8_t, 12> open{};  ///< kLock: the open stateid's other it came from
+  // kDeleg (a read delegation): the file's handle (for CB_RECALL), when its recall began (-1:
+  // not recalled), whether the CB_RECALL is out, and whether the recall timed out (revoked: kept
+  // for TEST_STATEID and FREE_STATEID, NFS4ERR_DELEG_REVOKED elsewhere).
+  std::vector<std::uint8_t> fh;
+  std::int64_t recall_at = -1;
+  bool recall_sent = false;
+  bool revoked = false;
 };
 
 /// One byte range held: [start, end] inclusive.
@@ -120,7 +140,8 @@ struct Client {
   std::vector<std::uint8_t> cs_reply;
   std::int64_t renewed = 0;  ///< seconds, when SEQUENCE last renewed the lease
   std::size_t states = 0;
-  std::size_t bytes = 0;  ///< its stateids and byte ranges, as charged (Limits::client_bytes)
+  std::size_t bytes = 0;    ///< its stateids and byte ranges, as charged (Limits::client_bytes)
+  std::size_t revoked = 0;  ///< its revoked delegations (SEQ4_STATUS_RECALLABLE_STATE_REVOKED)
 };
 
 }  // namespace roce::nfs::v4

@@ -44,9 +44,11 @@
 
 namespace roce::nfs {
 
-/// What the transport knows about a call: who sent it.
+/// What the transport knows about a call: who sent it, and on which connection (0: unknown; an
+/// NFSv4.1 back channel is bound to a connection the transport names here).
 struct CallContext {
   wire::Ipv4Addr peer;
+  std::uint64_t conn = 0;
 };
 
 /// One entry of an export's client list: an address and a prefix (0.0.0.0/0 is everyone).

@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <stdexcept>
 #include <vector>
@@ -165,6 +166,13 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
     std::fprintf(stderr, "service nfs: %s\n", nfs_.handle_note().c_str());
   nfs_.max_io = c.transport.max_io;
   nfs4_.max_io = c.transport.max_io;
+  // NFSv4.1's back channel in the RDMA connection's reverse direction (RFC 8167): CB_RECALLs out
+  // through the transport, their REPLYs and closed connections back, never waiting on the loop.
+  nfs4_.backchannel = true;
+  rdma_.on_backward_reply = [this](std::uint64_t conn, std::span<const std::uint8_t> r) {
+    nfs4_.post_reply(conn, r);
+  };
+  rdma_.on_closed = [this](std::uint64_t conn) { nfs4_.post_closed(conn); };
   nfs_.max_handles = c.max_handles;
   mount_.max_clients = c.mount_clients;
   mount_.max_per_peer = c.mount_per_peer;
@@ -267,6 +275,12 @@ bool NfsService::step_portmap_udp() {
 }
 
 bool NfsService::step() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= next_cb_) {  // the v4 back channel: calls to send, once a millisecond; timeouts
+    next_cb_ = now + std::chrono::milliseconds(1);
+    for (const auto& cb : nfs4_.take_callbacks()) rdma_.send_call(cb.conn, cb.msg);
+    if (now >= next_tick_ && nfs4_.tick()) next_tick_ = now + std::chrono::seconds(1);
+  }
   const bool a = rdma_.poll();
   const bool b = mount_.poll();
   const bool t = tcp_ && tcp_->poll();
@@ -307,7 +321,14 @@ std::string NfsService::report() const {
        " operations (" + std::to_string(v4.errors) + " failed, " + std::to_string(v4.replays) +
        " replayed from the reply cache, " + std::to_string(v4.resource) + " tables full), " +
        std::to_string(seen4_clients_) + " clients, " + std::to_string(seen4_sessions_) +
-       " sessions, " + std::to_string(seen4_states_) + " stateids now\nnfs4 operations:";
+       " sessions, " + std::to_string(seen4_states_) +
+       " stateids now\nnfs4 back channel: " + std::to_string(v4.delegations) +
+       " read delegations, " + std::to_string(v4.recalls) + " CB_RECALLs (" +
+       std::to_string(t.backward_calls) + " calls sent, " + std::to_string(t.backward_replies) +
+       " replies, " + std::to_string(t.backward_dropped) + " not sent), " +
+       std::to_string(v4.cb_replies) + " replies taken, " + std::to_string(v4.cb_bad_replies) +
+       " dropped, " + std::to_string(v4.cb_timeouts) + " timed out, " + std::to_string(v4.revoked) +
+       " revoked\nnfs4 operations:";
   for (const auto& [op, k] : v4.by_op)
     s += std::string(" ") + v4::op_name(op) + ":" + std::to_string(k);
   return s + "\n";

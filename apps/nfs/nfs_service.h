@@ -13,6 +13,7 @@
 
 #include <roce/client.h>
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -97,6 +98,7 @@ class NfsService {
   /// The v4 server's counts as stats() and report() last read them: they run on the poll loop
   /// and only try its lock (a COMPOUND may hold it through an fsync), reusing these meanwhile.
   mutable Nfs4Stats seen4_;
+  std::chrono::steady_clock::time_point next_cb_{}, next_tick_{};  ///< the v4 back channel's
   mutable std::size_t seen4_clients_ = 0, seen4_sessions_ = 0, seen4_states_ = 0;
   CallWorker worker_;  ///< the pool that runs every handler; stopped first by the destructor
   RpcRdmaServer rdma_;

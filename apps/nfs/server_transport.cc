@@ -24,6 +24,21 @@ constexpr std::uint64_t kWrRecv = 1, kWrSend = 2, kWrRead = 3, kWrWrite = 4;
 std::uint64_t wr_id(std::uint64_t kind, std::uint32_t idx) { return (kind << 24) | idx; }
 /// Receives posted beyond the credits: where a message beyond them lands (to be counted).
 constexpr std::uint32_t kRecvExtra = 4;
+/// Backward calls (RFC 8167) out on a connection at once: each one's REPLY takes one of the
+/// spare receives above, never a credit's.
+constexpr std::uint32_t kBackwardCalls = 2;
+
+/// Whether `m` is an RDMA_MSG without chunks carrying an RPC REPLY (msg_type 1 after the XID).
+bool backward_reply(std::span<const std::uint8_t> m) {
+  rdma::Header h;
+  std::size_t hl = 0;
+  if (rdma::decode(m, h, hl) != rdma::DecodeError::kOk || h.proc != rdma::Proc::kMsg ||
+      !h.reads.empty() || !h.writes.empty() || h.reply || m.size() < hl + 8)
+    return false;
+  const std::uint8_t* t = m.data() + hl + 4;
+  return (std::uint32_t{t[0]} << 24 | std::uint32_t{t[1]} << 16 | std::uint32_t{t[2]} << 8 |
+          t[3]) == 1;
+}
 /// ARP requests for a REQ's source, while it does not answer.
 constexpr std::uint64_t kArpEveryNs = 200'000'000;
 
@@ -79,6 +94,7 @@ struct RpcRdmaServer::Conn {
   /// client sends a call only after the reply that freed its credit, which we count as answered
   /// when we post it: a message that finds in_flight at the credits is beyond them.
   std::uint32_t in_flight = 0;
+  std::uint32_t calls_out = 0;  ///< backward calls (RFC 8167) sent and not answered
   std::uint64_t active_ns = 0;  ///< the last message received or reply sent (or the accept)
   /// Calls taken from `ready` and not answered yet: being pulled, waiting for room at the
   /// worker, at the worker, or waiting to send their reply. Each will take a send buffer: a
@@ -143,6 +159,7 @@ void RpcRdmaServer::close(conn::ConnId conn, bool end) {
   if (ci == conns_.end()) return;
   Conn& c = *ci->second;
   if (end) ep_.close(conn);  // DREQ (if up), the QP destroyed now, before its memory goes
+  if (on_closed) on_closed(conn);
   release(c);
   std::erase_if(waiting_, [&](const std::shared_ptr<Job>& j) { return j->conn == conn; });
   conns_.erase(ci);  // a call at the worker finds no connection when it returns
@@ -365,6 +382,47 @@ std::uint64_t RpcRdmaServer::held_limit(const Conn& c) const {
   return opt_.max_held ? opt_.max_held : 4 * c.data_mem.size() + c.reply_mem.size();
 }
 
+bool RpcRdmaServer::send_call(std::uint64_t conn, std::span<const std::uint8_t> call) {
+  const auto ci = conns_.find(conn);
+  if (ci == conns_.end() || call.size() < 8) {
+    ++st_.backward_dropped;
+    return false;
+  }
+  Conn& c = *ci->second;
+  rdma::Header h;
+  h.xid = static_cast<std::uint32_t>(call[0]) << 24 | static_cast<std::uint32_t>(call[1]) << 16 |
+          static_cast<std::uint32_t>(call[2]) << 8 | call[3];
+  h.credits = kBackwardCalls;
+  h.proc = rdma::Proc::kMsg;
+  std::vector<std::uint8_t> hb;
+  rdma::encode(h, hb);
+  if (!c.up || c.closing || c.calls_out >= kBackwardCalls ||
+      hb.size() + call.size() > std::min(c.peer_recv, opt_.inline_size) ||
+      // every call taken (c.jobs) keeps a send buffer for its reply: a backward call takes
+      // one only beyond those
+      static_cast<std::uint32_t>(std::count(c.slot_busy.begin(), c.slot_busy.end(), false)) <=
+          c.jobs) {
+    ++st_.backward_dropped;
+    return false;
+  }
+  const std::uint32_t slot = take_slot(c);
+  std::uint8_t* buf = c.send_mem.data() + std::size_t{slot} * opt_.inline_size;
+  std::memcpy(buf, hb.data(), hb.size());
+  std::memcpy(buf + hb.size(), call.data(), call.size());
+  Sge sge{reinterpret_cast<std::uint64_t>(buf), static_cast<std::uint32_t>(hb.size() + call.size()),
+          c.send_mr->lkey};
+  SendWr wr;
+  wr.wr_id = wr_id(kWrSend, slot);
+  wr.opcode = WrOpcode::kSend;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = verbs::kSendSignaled;
+  ++c.calls_out;
+  ++st_.backward_calls;
+  ep_.post_send(c.id, wr);
+  return true;
+}
+
 void RpcRdmaServer::answered(Conn& c) {
   if (c.in_flight) --c.in_flight;
 }
@@ -521,8 +579,9 @@ bool RpcRdmaServer::submit(const std::shared_ptr<Job>& j) {
   return worker_->submit([this, j] { run_handler(*j); }, [this, j] { finish(j); });
 }
 
-// The one place the handler is called (on a worker thread). j.peer is the client's address.
-void RpcRdmaServer::run_handler(Job& j) { handler_(CallContext{j.peer}, j.call, j.reply); }
+// The one place the handler is called (on a worker thread). j.peer is the client's address,
+// j.conn its connection (NFSv4.1 binds a session's back channel to it).
+void RpcRdmaServer::run_handler(Job& j) { handler_(CallContext{j.peer, j.conn}, j.call, j.reply); }
 
 void RpcRdmaServer::finish(const std::shared_ptr<Job>& j) {
   const auto ci = conns_.find(j->conn);
@@ -679,7 +738,19 @@ void RpcRdmaServer::on_wc(const conn::Completion& cw) {
   const std::uint32_t idx = static_cast<std::uint32_t>(w.wr_id & 0xffffff);
   if (kind == kWrRecv) {
     // (Before the RTU, the Endpoint has told the CM: COMM_EST; kEstablished follows.)
-    if (c.in_flight >= opt_.credits) {
+    const std::span<const std::uint8_t> m(c.recv_mem.data() + std::size_t{idx} * opt_.inline_size,
+                                          w.byte_len);
+    if (c.calls_out && backward_reply(m)) {
+      // RFC 8167: the REPLY to a call we sent. Not a call: no credit, handed on at once.
+      --c.calls_out;
+      ++st_.backward_replies;
+      std::size_t hl = 0;
+      rdma::Header h;
+      rdma::decode(m, h, hl);
+      const std::vector<std::uint8_t> reply(m.begin() + static_cast<std::ptrdiff_t>(hl), m.end());
+      post_recv(c, idx);
+      if (on_backward_reply) on_backward_reply(c.id, reply);
+    } else if (c.in_flight >= opt_.credits) {
       // Beyond the credits granted: dropped, counted, its buffer posted again. (Linux svcrdma
       // keeps its sc_max_requests receives posted, refilled on every completion, and queues
       // whatever arrives for its threads without looking at the credits: a client beyond them

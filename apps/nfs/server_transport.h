@@ -75,6 +75,9 @@ struct ServerStats {
   std::uint64_t reaped = 0;         ///< idle connections closed to make room for a REQ
   std::uint64_t unresolved = 0;     ///< REQs refused: no ARP answer from the source in time
   std::uint64_t closed = 0;         ///< connections released (DREQ, REJ, timeouts, errors)
+  /// RFC 8167's backward direction: calls sent, REPLYs received, calls not sent (no such
+  /// connection, two out already, too large to send inline, no free send buffer).
+  std::uint64_t backward_calls = 0, backward_replies = 0, backward_dropped = 0;
 };
 
 class RpcRdmaServer {
@@ -97,6 +100,14 @@ class RpcRdmaServer {
   /// Runs the stack once; true when anything happened.
   bool poll();
   const ServerStats& stats() const { return st_; }
+  /// RFC 8167 (an NFSv4.1 back channel): sends the RPC call `call` to the client of `conn` (the
+  /// CallContext's conn) in the connection's reverse direction, an RDMA_MSG without chunks;
+  /// false (counted) when it cannot go now. Its REPLY goes to on_backward_reply.
+  bool send_call(std::uint64_t conn, std::span<const std::uint8_t> call);
+  /// Where the client's REPLYs to send_call go (on the poll loop: must not block), and which
+  /// connections were released.
+  std::function<void(std::uint64_t conn, std::span<const std::uint8_t> reply)> on_backward_reply;
+  std::function<void(std::uint64_t conn)> on_closed;
   std::size_t connections() const { return conns_.size(); }
 
  private:

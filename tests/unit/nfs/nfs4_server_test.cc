@@ -97,7 +97,7 @@ class Nfs4Test : public ::testing::Test {
   }
   Reply parse(const Bytes& call) {
     Reply r;
-    srv_->handle(CallContext{}, call, r.raw);
+    srv_->handle(ctx_, call, r.raw);
     r.msg = r.raw.msg;
     if (r.raw.has_payload) {  // READ's data back inline, as the transport does without chunks
       r.msg.insert(r.msg.end(), r.raw.payload.begin(), r.raw.payload.end());
@@ -162,8 +162,8 @@ class Nfs4Test : public ::testing::Test {
     const auto s = r.d->fixed(16);
     std::copy(s.begin(), s.end(), sid_.begin());
     EXPECT_EQ(r.d->u32(), cs_seq_);
-    EXPECT_EQ(r.d->u32(), 0u);  // no backchannel granted
-    r.d->u32();                 // headerpad
+    EXPECT_EQ(r.d->u32(), expect_flags_);  // no backchannel granted, unless the test says
+    r.d->u32();                            // headerpad
     r.d->u32();
     r.d->u32();
     r.d->u32();
@@ -323,6 +323,143 @@ class Nfs4Test : public ::testing::Test {
   std::uint32_t cs_seq_ = 0, ex_flags_ = 0, ex_status_ = 0, slots_ = 0;
   SessionId sid_{};
   std::vector<std::uint32_t> seqids_;
+  CallContext ctx_;
+  std::uint32_t expect_flags_ = 0;
+
+  // A second client: swap() exchanges the fixture's client (id, session, slots) with it.
+  struct Cl {
+    std::uint64_t clientid = 0;
+    std::uint32_t cs_seq = 0;
+    SessionId sid{};
+    std::vector<std::uint32_t> seqids;
+  };
+  void swap(Cl& o) {
+    std::swap(clientid_, o.clientid);
+    std::swap(cs_seq_, o.cs_seq);
+    std::swap(sid_, o.sid);
+    std::swap(seqids_, o.seqids);
+  }
+  /// OPEN in the root with no create: its status, stateid, handle and delegation.
+  struct OpenedD {
+    std::uint32_t status = 0, deleg = 99;
+    Stateid sid, dsid;
+    Bytes fh;
+  };
+  OpenedD open_d(const std::string& file, std::uint32_t access, const std::string& owner) {
+    Reply r = send(seq()
+                       .add(kPutrootfh)
+                       .add(kOpen, open_args(clientid_, file, 99, access, 0, owner, 0))
+                       .add(kGetfh));
+    OpenedD o;
+    o.status = r.status;
+    if (r.status != kOk) return o;
+    skip_sequence(r);
+    r.next(kPutrootfh);
+    EXPECT_EQ(r.next(kOpen), kOk);
+    o.sid = decode_stateid(*r.d);
+    r.d->boolean();
+    r.d->u64();
+    r.d->u64();
+    r.d->u32();
+    decode_bitmap(*r.d);
+    o.deleg = r.d->u32();
+    if (o.deleg == kDelegRead) {
+      o.dsid = decode_stateid(*r.d);
+      EXPECT_FALSE(r.d->boolean());
+      r.d->u32();
+      r.d->u32();
+      r.d->u32();
+      r.d->string(100);
+    }
+    o.fh = getfh(r);
+    return o;
+  }
+  /// SEQUENCE alone: its sr_status_flags.
+  std::uint32_t seq_flags() {
+    Reply r = send(seq());
+    EXPECT_EQ(r.status, kOk);
+    EXPECT_EQ(r.next(kSequence), kOk);
+    r.d->fixed(16);
+    for (int i = 0; i < 4; ++i) r.d->u32();
+    return r.d->u32();
+  }
+  /// A CB_COMPOUND call decoded: its header, CB_SEQUENCE's session and sequence id, CB_RECALL's
+  /// stateid and handle.
+  struct CbCall {
+    rpc::CallHeader h;
+    SessionId sid{};
+    std::uint32_t seq = 0;
+    Stateid deleg;
+    Bytes fh;
+  };
+  static CbCall decode_cb(const Bytes& msg) {
+    CbCall c;
+    XdrDecoder d(msg);
+    EXPECT_TRUE(rpc::decode(d, c.h));
+    EXPECT_EQ(d.string(100), "");
+    EXPECT_EQ(d.u32(), 1u);  // minor version
+    EXPECT_EQ(d.u32(), 0u);  // callback_ident
+    EXPECT_EQ(d.u32(), 2u);
+    EXPECT_EQ(d.u32(), kCbSequence);
+    const auto s = d.fixed(16);
+    std::copy(s.begin(), s.end(), c.sid.begin());
+    c.seq = d.u32();
+    EXPECT_EQ(d.u32(), 0u);  // slot
+    EXPECT_EQ(d.u32(), 0u);  // highest slot
+    EXPECT_FALSE(d.boolean());
+    EXPECT_EQ(d.u32(), 0u);  // referring call lists
+    EXPECT_EQ(d.u32(), kCbRecall);
+    c.deleg = decode_stateid(d);
+    EXPECT_FALSE(d.boolean());  // truncate
+    const auto f = d.opaque(kFhSize);
+    c.fh.assign(f.begin(), f.end());
+    EXPECT_TRUE(d.ok());
+    EXPECT_EQ(d.remaining(), 0u);
+    return c;
+  }
+  /// The client's REPLY to a CB_COMPOUND: CB_SEQUENCE's status (and its result when OK), then
+  /// CB_RECALL's.
+  static Bytes cb_reply(std::uint32_t xid, const SessionId& sid, std::uint32_t seq,
+                        std::uint32_t seq_status, std::uint32_t recall_status) {
+    Bytes b;
+    XdrEncoder e(b);
+    rpc::ReplyHeader h;
+    h.xid = xid;
+    rpc::encode(e, h);
+    e.u32(seq_status ? seq_status : recall_status);
+    e.string("");
+    if (seq_status) {
+      e.u32(1);
+      e.u32(kCbSequence);
+      e.u32(seq_status);
+    } else {
+      e.u32(2);
+      e.u32(kCbSequence);
+      e.u32(kOk);
+      e.fixed(sid);
+      e.u32(seq);
+      e.u32(0);
+      e.u32(0);
+      e.u32(0);
+      e.u32(kCbRecall);
+      e.u32(recall_status);
+    }
+    return b;
+  }
+  /// Two clients with back channels on connections 1 (A, the fixture's at return) and 2 (B).
+  void two_clients(Cl& b) {
+    srv_->backchannel = true;
+    expect_flags_ = kSessionConnBackChan;
+    ctx_.conn = 1;
+    mount();
+    swap(b);
+    ctx_.conn = 2;
+    exchange("client-b");
+    ASSERT_EQ(ex_status_, kOk);
+    ASSERT_EQ(create_session(), kOk);
+    swap(b);
+    ctx_.conn = 1;
+  }
 };
 
 TEST_F(Nfs4Test, NullAndVersions) {
@@ -1255,6 +1392,396 @@ TEST_F(Nfs4Test, StateIsChargedInBytesAndClientsPerAddress) {
   }
   exchange("host-x-client-16", 1);
   EXPECT_EQ(ex_status_, kErrResource);
+}
+
+TEST_F(Nfs4Test, CbCompoundEncoding) {
+  SessionId sid{};
+  for (std::size_t i = 0; i < sid.size(); ++i) sid[i] = static_cast<std::uint8_t>(i + 1);
+  Stateid deleg;
+  deleg.seqid = 3;
+  deleg.other = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2};
+  const Bytes fh = {0xde, 0xad, 0xbe, 0xef, 0x01};
+  const rpc::OpaqueAuth cred = rpc::auth_sys({0, "server", 0, 0, {}});
+  Bytes msg;
+  encode_cb_recall(msg, 0x1234, 0x40000000, cred, sid, 7, deleg, fh);
+  const CbCall c = decode_cb(msg);
+  EXPECT_EQ(c.h.xid, 0x1234u);
+  EXPECT_EQ(c.h.prog, 0x40000000u);
+  EXPECT_EQ(c.h.vers, 1u);  // the callback program's version as every implementation sends it
+  EXPECT_EQ(c.h.proc, 1u);  // CB_COMPOUND
+  EXPECT_EQ(c.h.cred, cred);
+  EXPECT_EQ(c.sid, sid);
+  EXPECT_EQ(c.seq, 7u);
+  EXPECT_EQ(c.deleg, deleg);
+  EXPECT_EQ(c.fh, fh);
+  EXPECT_EQ(msg.size() % 4, 0u);
+}
+
+TEST_F(Nfs4Test, BackChannelBinding) {
+  // No back channel from the transport: none granted, nothing to report.
+  ctx_.conn = 7;
+  mount();
+  EXPECT_EQ(seq_flags(), 0u);
+  const auto bind = [&](std::uint32_t dir, const SessionId& s) {
+    return send(Ops{}.add(kBindConnToSession, [&](XdrEncoder& e) {
+      e.fixed(s);
+      e.u32(dir);
+      e.boolean(false);
+    }));
+  };
+  EXPECT_EQ(bind(kCdfc4BackOrBoth, sid_).status, kErrInval);
+  {
+    Reply r = bind(kCdfc4ForeOrBoth, sid_);
+    ASSERT_EQ(r.status, kOk);
+    r.next(kBindConnToSession);
+    r.d->fixed(16);
+    EXPECT_EQ(r.d->u32(), kCdfs4Fore);
+  }
+  // The transport carries calls back now, but this session never came on a connection that
+  // could carry one (as over TCP): nothing the client could mend, nothing reported.
+  srv_->backchannel = true;
+  EXPECT_EQ(seq_flags(), 0u);
+  ctx_.conn = 5;
+  {
+    Reply r = bind(kCdfc4ForeOrBoth, sid_);
+    ASSERT_EQ(r.status, kOk);
+    r.next(kBindConnToSession);
+    r.d->fixed(16);
+    EXPECT_EQ(r.d->u32(), kCdfs4Both);
+  }
+  EXPECT_EQ(seq_flags(), 0u);
+  srv_->connection_closed(5);
+  EXPECT_EQ(seq_flags(), kSeqCbPathDown | kSeqCbPathDownSession);
+  {
+    Reply r = bind(kCdfc4Back, sid_);
+    ASSERT_EQ(r.status, kOk);
+    r.next(kBindConnToSession);
+    r.d->fixed(16);
+    EXPECT_EQ(r.d->u32(), kCdfs4Back);
+    EXPECT_FALSE(r.d->boolean());
+  }
+  EXPECT_EQ(seq_flags(), 0u);
+  SessionId other = sid_;
+  other[15] ^= 0xff;
+  EXPECT_EQ(bind(kCdfc4ForeOrBoth, other).status, kErrBadsession);
+  EXPECT_EQ(bind(5, sid_).status, kErrInval);
+  EXPECT_EQ(bind(99, sid_).status, kErrInval);
+  // BACKCHANNEL_CTL: AUTH_SYS is a flavor to call back with, RPCSEC_GSS alone is not.
+  EXPECT_EQ(send(seq().add(kBackchannelCtl,
+                           [](XdrEncoder& e) {
+                             e.u32(0x40000001);
+                             e.u32(1);
+                             e.u32(rpc::kAuthSys);
+                             e.u32(0);
+                             e.string("client");
+                             e.u32(0);
+                             e.u32(0);
+                             e.u32(0);
+                           }))
+                .status,
+            kOk);
+  EXPECT_EQ(send(seq().add(kBackchannelCtl,
+                           [](XdrEncoder& e) {
+                             e.u32(0x40000001);
+                             e.u32(1);
+                             e.u32(6);
+                             e.u32(0);
+                             e.u32(0);
+                             e.u32(0);
+                           }))
+                .status,
+            kErrEncrAlgUnsupp);
+  EXPECT_EQ(send(seq().add(kBackchannelCtl,
+                           [](XdrEncoder& e) {
+                             e.u32(1);
+                             e.u32(1);
+                             e.u32(77);
+                           }))
+                .status,
+            kErrBadxdr);
+  // A fresh session on a connection, with the transport's back channel: granted at once.
+  expect_flags_ = kSessionConnBackChan;
+  ++cs_seq_;
+  ASSERT_EQ(create_session(), kOk);
+  EXPECT_EQ(seq_flags(), 0u);
+}
+
+TEST_F(Nfs4Test, DelegationRecalledOnConflict) {
+  Cl b;
+  two_clients(b);
+  // A opens for reading: a read delegation.
+  const OpenedD a = open_d("hello", kShareAccessRead, "a-1");
+  ASSERT_EQ(a.status, kOk);
+  ASSERT_EQ(a.deleg, kDelegRead);
+  EXPECT_NE(a.dsid.other, a.sid.other);
+  EXPECT_EQ(srv_->stats().delegations, 1u);
+  // Its own second open, for reading: no second delegation.
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-2").deleg, kDelegNone);
+  // The delegation reads.
+  EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kRead, read_args(a.dsid, 0, 5))).status, kOk);
+  // But does not write.
+  EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kWrite, write_args(a.dsid, 0, "x"))).status,
+            kErrOpenmode);
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  // B reads too: no conflict, no recall.
+  swap(b);
+  ctx_.conn = 2;
+  const OpenedD br = open_d("hello", kShareAccessRead, "b-1");
+  ASSERT_EQ(br.status, kOk);
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  // B opens for writing: A's delegation is recalled and B waits.
+  EXPECT_EQ(open_d("hello", kShareAccessBoth, "b-2").status, kErrDelay);
+  auto cbs = srv_->take_callbacks();
+  ASSERT_EQ(cbs.size(), 1u);
+  EXPECT_EQ(cbs[0].conn, 1u);  // A's connection, its reverse direction
+  const CbCall call = decode_cb(cbs[0].msg);
+  EXPECT_EQ(call.h.xid, cbs[0].xid);
+  EXPECT_EQ(call.h.prog, 0x40000000u);
+  EXPECT_EQ(call.h.cred.flavor, rpc::kAuthNone);
+  EXPECT_EQ(call.seq, 1u);
+  EXPECT_EQ(call.deleg, a.dsid);
+  EXPECT_EQ(call.fh, a.fh);
+  swap(b);
+  EXPECT_EQ(call.sid, sid_);
+  swap(b);
+  // Asked again: still DELAY, and the recall is not sent twice.
+  EXPECT_EQ(open_d("hello", kShareAccessWrite, "b-2").status, kErrDelay);
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  // B returning A's delegation: not B's to return.
+  EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kDelegreturn, sid_arg(a.dsid))).status,
+            kErrBadStateid);
+  // Replies: a wrong xid, the right xid on the wrong connection, garbage, then A's answer.
+  swap(b);
+  const Bytes ok = cb_reply(call.h.xid, call.sid, 1, kOk, kOk);
+  EXPECT_FALSE(srv_->callback_reply(1, cb_reply(call.h.xid + 1, call.sid, 1, kOk, kOk)));
+  EXPECT_FALSE(srv_->callback_reply(2, ok));
+  EXPECT_FALSE(srv_->callback_reply(1, Bytes{1, 2, 3}));
+  EXPECT_TRUE(srv_->callback_reply(1, ok));
+  EXPECT_FALSE(srv_->callback_reply(1, ok));  // answered already
+  EXPECT_EQ(srv_->stats().cb_bad_replies, 4u);
+  EXPECT_EQ(srv_->stats().cb_replies, 1u);
+  // A's delegation is still out: B still waits, until A returns it.
+  swap(b);
+  EXPECT_EQ(open_d("hello", kShareAccessWrite, "b-2").status, kErrDelay);
+  const auto deleg_cur = [&](const std::string& owner) {
+    return send(seq().add(kPutfh, fh(a.fh)).add(kOpen, [&](XdrEncoder& e) {
+      e.u32(0);
+      e.u32(kShareAccessRead);
+      e.u32(0);
+      e.u64(clientid_);
+      e.string(owner);
+      e.u32(kNoCreate);
+      e.u32(kClaimDelegCurFh);
+      encode(e, a.dsid);
+    }));
+  };
+  EXPECT_EQ(deleg_cur("b-9").status, kErrBadStateid);  // not B's delegation to claim under
+  swap(b);
+  // Before returning it, A tells the server of an open it made under the delegation.
+  EXPECT_EQ(deleg_cur("a-9").status, kOk);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kDelegreturn, sid_arg(a.sid))).status,
+            kErrBadStateid);  // an open stateid is no delegation
+  EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kDelegreturn, sid_arg(a.dsid))).status, kOk);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kDelegreturn, sid_arg(a.dsid))).status,
+            kErrBadStateid);  // returned already
+  swap(b);
+  const OpenedD bw = open_d("hello", kShareAccessWrite, "b-2");
+  ASSERT_EQ(bw.status, kOk);
+  EXPECT_EQ(bw.deleg, kDelegNone);
+  // B has it open for writing: A's new read open gets no delegation.
+  swap(b);
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-3").deleg, kDelegNone);
+  EXPECT_EQ(srv_->stats().recalls, 1u);
+  EXPECT_EQ(srv_->stats().revoked, 0u);
+}
+
+TEST_F(Nfs4Test, DelegationRevokedWhenTheRecallTimesOut) {
+  Cl b;
+  two_clients(b);
+  const OpenedD a = open_d("hello", kShareAccessRead, "a-1");
+  ASSERT_EQ(a.deleg, kDelegRead);
+  swap(b);
+  ctx_.conn = 2;
+  EXPECT_EQ(open_d("hello", kShareAccessWrite, "b-1").status, kErrDelay);
+  const auto cbs = srv_->take_callbacks();
+  ASSERT_EQ(cbs.size(), 1u);
+  // The client says DELAY: the recall goes again, with the next CB_SEQUENCE id.
+  const CbCall first = decode_cb(cbs[0].msg);
+  // Posted as a poll loop posts it: acted on at the next take_callbacks.
+  srv_->post_reply(1, cb_reply(first.h.xid, first.sid, 1, kOk, kErrDelay));
+  EXPECT_EQ(srv_->stats().cb_replies, 0u);
+  auto again = srv_->take_callbacks();
+  EXPECT_EQ(srv_->stats().cb_replies, 1u);
+  ASSERT_EQ(again.size(), 1u);
+  const CbCall second = decode_cb(again[0].msg);
+  EXPECT_NE(second.h.xid, first.h.xid);
+  EXPECT_EQ(second.seq, 2u);
+  // A CB_SEQUENCE error: the slot is free, its id not used up, the recall left to the timeout.
+  ASSERT_TRUE(srv_->callback_reply(1, cb_reply(second.h.xid, second.sid, 2, kErrBadslot, 0)));
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  // Within the lease: still DELAY. After it: revoked, and B's open goes through.
+  clock_ += lim_.lease_seconds;
+  srv_->tick();
+  EXPECT_EQ(open_d("hello", kShareAccessWrite, "b-1").status, kErrDelay);
+  clock_ += 1;
+  srv_->tick();
+  EXPECT_EQ(srv_->stats().revoked, 1u);
+  const OpenedD bw = open_d("hello", kShareAccessWrite, "b-1");
+  EXPECT_EQ(bw.status, kOk);
+  // A learns of it from SEQUENCE, its stateid is DELEG_REVOKED until FREE_STATEID.
+  swap(b);
+  ctx_.conn = 1;
+  EXPECT_EQ(seq_flags() & kSeqRecallableStateRevoked, kSeqRecallableStateRevoked);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kRead, read_args(a.dsid, 0, 5))).status,
+            kErrDelegRevoked);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kDelegreturn, sid_arg(a.dsid))).status,
+            kErrDelegRevoked);
+  {
+    Reply r = send(seq().add(kTestStateid, [&](XdrEncoder& e) {
+      e.u32(1);
+      encode(e, a.dsid);
+    }));
+    ASSERT_EQ(r.status, kOk);
+    skip_sequence(r);
+    r.next(kTestStateid);
+    EXPECT_EQ(r.d->u32(), 1u);
+    EXPECT_EQ(r.d->u32(), kErrDelegRevoked);
+  }
+  // B cannot free A's revoked delegation; A can.
+  swap(b);
+  EXPECT_EQ(send(seq().add(kFreeStateid, sid_arg(a.dsid))).status, kErrBadStateid);
+  swap(b);
+  EXPECT_EQ(send(seq().add(kFreeStateid, sid_arg(a.dsid))).status, kOk);
+  EXPECT_EQ(seq_flags() & kSeqRecallableStateRevoked, 0u);
+  const OpenedD a2 = open_d("hello", kShareAccessRead, "a-2");
+  EXPECT_EQ(a2.deleg, kDelegNone);  // B has it open for writing
+}
+
+TEST_F(Nfs4Test, UnansweredCallbackMarksThePathDown) {
+  Cl b;
+  two_clients(b);
+  ASSERT_EQ(open_d("hello", kShareAccessRead, "a-1").deleg, kDelegRead);
+  swap(b);
+  ctx_.conn = 2;
+  EXPECT_EQ(open_d("hello", kShareAccessWrite, "b-1").status, kErrDelay);
+  ASSERT_EQ(srv_->take_callbacks().size(), 1u);
+  clock_ += lim_.lease_seconds + 1;
+  srv_->tick();
+  EXPECT_EQ(srv_->stats().cb_timeouts, 1u);
+  swap(b);
+  ctx_.conn = 1;
+  EXPECT_EQ(seq_flags() & (kSeqCbPathDown | kSeqRecallableStateRevoked),
+            kSeqCbPathDown | kSeqRecallableStateRevoked);
+  // No back channel: no delegation.
+  EXPECT_EQ(open_d("sub", kShareAccessRead, "a-2").status, kErrIsdir);
+  std::ofstream(dir_ / "other") << "x";
+  EXPECT_EQ(open_d("other", kShareAccessRead, "a-2").deleg, kDelegNone);
+  // The client binds its connection again: delegations again.
+  EXPECT_EQ(send(Ops{}.add(kBindConnToSession,
+                           [&](XdrEncoder& e) {
+                             e.fixed(sid_);
+                             e.u32(kCdfc4BackOrBoth);
+                             e.boolean(false);
+                           }))
+                .status,
+            kOk);
+  EXPECT_EQ(seq_flags() & kSeqCbPathDown, 0u);
+  std::ofstream(dir_ / "third") << "x";
+  EXPECT_EQ(open_d("third", kShareAccessRead, "a-3").deleg, kDelegRead);
+  // A client forgotten with a recall out: nothing left behind.
+  swap(b);
+  ctx_.conn = 2;
+  EXPECT_EQ(open_d("third", kShareAccessWrite, "b-2").status, kErrDelay);
+  const auto out = srv_->take_callbacks();
+  ASSERT_EQ(out.size(), 1u);
+  swap(b);
+  EXPECT_EQ(send(seq().add(kDestroySession, [&](XdrEncoder& e) { e.fixed(sid_); })).status, kOk);
+  const CbCall late = decode_cb(out[0].msg);
+  EXPECT_FALSE(srv_->callback_reply(1, cb_reply(late.h.xid, late.sid, late.seq, kOk, kOk)));
+  clock_ += lim_.lease_seconds + 1;
+  srv_->tick();
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  swap(b);
+  EXPECT_EQ(open_d("third", kShareAccessWrite, "b-2").status, kOk);
+}
+
+TEST_F(Nfs4Test, MutatedCallbackRepliesAndBackChannelOps) {
+  // A hostile client's REPLYs (a valid one with bytes flipped or cut short) and its back channel
+  // operations mutated: answered or dropped and counted, never more than one reply taken per
+  // call out, the tables bounded.
+  Cl b;
+  two_clients(b);
+  const OpenedD a = open_d("hello", kShareAccessRead, "a-1");
+  ASSERT_EQ(a.deleg, kDelegRead);
+  std::uint64_t rng = 777;
+  const auto next = [&] {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<std::uint32_t>(rng >> 33);
+  };
+  swap(b);
+  ctx_.conn = 2;
+  EXPECT_EQ(open_d("hello", kShareAccessWrite, "b-1").status, kErrDelay);
+  swap(b);
+  ctx_.conn = 1;
+  auto out = srv_->take_callbacks();
+  ASSERT_EQ(out.size(), 1u);
+  const CbCall call = decode_cb(out[0].msg);
+  const Bytes good = cb_reply(call.h.xid, call.sid, call.seq, kOk, kErrDelay);
+  std::size_t taken = 0;
+  for (int i = 0; i < 2000; ++i) {
+    Bytes m = good;
+    const std::uint32_t how = next() % 3;
+    if (how == 0) m[next() % m.size()] ^= static_cast<std::uint8_t>(1 + next() % 255);
+    if (how == 1) m.resize(next() % m.size());
+    if (how == 2) m.insert(m.end(), next() % 64, static_cast<std::uint8_t>(next()));
+    if (srv_->callback_reply(next() % 3, m)) ++taken;
+    for (const auto& cb : srv_->take_callbacks()) {  // a DELAY sends it again: answer that too
+      EXPECT_EQ(cb.conn, 1u);
+      const CbCall again = decode_cb(cb.msg);
+      EXPECT_EQ(again.deleg, a.dsid);
+    }
+  }
+  EXPECT_GE(taken, 1u);
+  EXPECT_LE(taken, srv_->stats().recalls);
+  // BIND_CONN_TO_SESSION alone, mutated; BACKCHANNEL_CTL and DELEGRETURN mutated after a whole
+  // SEQUENCE (slot 1), so that they run.
+  Ops bind;
+  bind.add(kBindConnToSession, [&](XdrEncoder& e) {
+    e.fixed(sid_);
+    e.u32(kCdfc4BackOrBoth);
+    e.boolean(true);
+  });
+  std::vector<Ops> seeds(2);
+  seeds[0].add(kBackchannelCtl, [](XdrEncoder& e) {
+    e.u32(0x40000000);
+    e.u32(1);
+    e.u32(rpc::kAuthSys);
+    e.u32(0);
+    e.string("c");
+    e.u32(0);
+    e.u32(0);
+    e.u32(0);
+  });
+  seeds[1].add(kPutfh, fh(a.fh)).add(kDelegreturn, sid_arg(a.dsid));
+  const auto mutate = [&](Ops o) {
+    if (!o.b.empty() && next() % 4) o.b[next() % o.b.size()] ^= static_cast<std::uint8_t>(next());
+    if (next() % 5 == 0) o.b.resize(next() % (o.b.size() + 1));
+    return o;
+  };
+  for (int i = 0; i < 1500; ++i) {
+    if (next() % 3 == 0) {
+      send(mutate(bind));
+    } else {
+      Ops o = seq(1);
+      const Ops m = mutate(seeds[next() % seeds.size()]);
+      o.b.insert(o.b.end(), m.b.begin(), m.b.end());
+      o.n += m.n;
+      send(o);
+    }
+    srv_->take_callbacks();
+  }
+  EXPECT_LE(srv_->states(), 2 * lim_.states);
+  EXPECT_LE(srv_->sessions(), 2 * lim_.sessions);
 }
 
 }  // namespace

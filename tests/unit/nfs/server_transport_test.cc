@@ -332,8 +332,10 @@ class Rig {
   }
 
   // An RDMA_MSG call: header and 16 bytes of body (the XID first); `read_rkey` set: with a read
-  // chunk of 64 bytes at the end of the body under that key.
-  void call(Client& c, std::uint32_t xid, std::optional<std::uint32_t> read_rkey = {}) {
+  // chunk of 64 bytes at the end of the body under that key. `reply`: an RPC REPLY instead (the
+  // answer to a backward call, RFC 8167).
+  void call(Client& c, std::uint32_t xid, std::optional<std::uint32_t> read_rkey = {},
+            bool reply = false) {
     rdma::Header h;
     h.xid = xid;
     h.credits = 32;
@@ -343,6 +345,7 @@ class Rig {
     const std::size_t at = m.size();
     m.resize(at + 16, 0xCA);
     wire::store_be32(m.data() + at, xid);
+    if (reply) wire::store_be32(m.data() + at + 4, 1);
     const std::uint32_t slot = Client::kSlots + (c.next_send++ % Client::kSlots);
     std::uint8_t* out = c.buf.data() + std::size_t{slot} * Client::kSlot;
     std::memcpy(out, m.data(), m.size());
@@ -934,6 +937,55 @@ TEST(NfsServerTransport, SourceThatAnswersArpLateIsAccepted) {
 
 // Item 1: a client that sends beyond the credits it was granted: the extra messages are
 // dropped and counted, the ones within its credits answered.
+// RFC 8167: the server sends a call in the connection's reverse direction (an NFSv4.1 back
+// channel's CB_COMPOUND) and hands the client's REPLY on, not to the handler; a REPLY nobody
+// asked for is served as any message is.
+TEST(NfsServerTransport, BackwardCallAndItsReply) {
+  std::atomic<std::uint64_t> conn{0};
+  Rig r({}, [&](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& rr) {
+    conn.store(ctx.conn);
+    echo(ctx, call, rr);
+  });
+  std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> got;
+  r.srv->on_backward_reply = [&](std::uint64_t k, std::span<const std::uint8_t> m) {
+    got.emplace_back(k, std::vector<std::uint8_t>(m.begin(), m.end()));
+  };
+  std::vector<std::uint64_t> closed;
+  r.srv->on_closed = [&](std::uint64_t k) { closed.push_back(k); };
+  Client& c = r.connect();
+  ASSERT_TRUE(r.run([&] { return c.up; }, 5));
+  r.call(c, 0x51);
+  ASSERT_TRUE(r.run([&] { return !c.replies.empty(); }, 5));
+  ASSERT_NE(conn.load(), 0u);
+  std::vector<std::uint8_t> cb(40, 0);
+  wire::store_be32(cb.data(), 0xB0B0);
+  EXPECT_FALSE(r.srv->send_call(conn.load() + 1000, cb));  // no such connection
+  EXPECT_FALSE(r.srv->send_call(conn.load(), std::vector<std::uint8_t>(8000, 0)));  // not inline
+  ASSERT_TRUE(r.srv->send_call(conn.load(), cb));
+  ASSERT_TRUE(r.run([&] { return c.replies.size() == 2; }, 5));
+  EXPECT_EQ(c.replies[1], 0xB0B0u);
+  r.call(c, 0xB0B0, {}, true);
+  ASSERT_TRUE(r.run([&] { return got.size() == 1; }, 5));
+  EXPECT_EQ(got[0].first, conn.load());
+  ASSERT_EQ(got[0].second.size(), 16u);
+  EXPECT_EQ(wire::load_be32(got[0].second.data()), 0xB0B0u);
+  EXPECT_EQ(wire::load_be32(got[0].second.data() + 4), 1u);
+  EXPECT_EQ(r.srv->stats().calls, 1u);  // the REPLY was no call
+  EXPECT_EQ(r.srv->stats().backward_calls, 1u);
+  EXPECT_EQ(r.srv->stats().backward_replies, 1u);
+  EXPECT_EQ(r.srv->stats().backward_dropped, 2u);
+  // Answered already: another REPLY is a message like any other, served (echoed) as one.
+  r.call(c, 0xB0B1, {}, true);
+  ASSERT_TRUE(r.run([&] { return c.replies.size() == 3; }, 5));
+  EXPECT_EQ(got.size(), 1u);
+  EXPECT_EQ(r.srv->stats().calls, 2u);
+  // Two out at most: the third waits for a REPLY.
+  ASSERT_TRUE(r.srv->send_call(conn.load(), cb));
+  ASSERT_TRUE(r.srv->send_call(conn.load(), cb));
+  EXPECT_FALSE(r.srv->send_call(conn.load(), cb));
+  EXPECT_TRUE(closed.empty());
+}
+
 TEST(NfsServerTransport, MessagesBeyondTheCreditsAreDropped) {
   ServerOptions o;
   o.credits = 4;
