@@ -61,13 +61,13 @@ void Engine::Stages::cc_start(Engine& eng, Qp& qp) {
 
 void Engine::Stages::cc_on_ce(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   (void)pkt;
-  eng.stats_.inc(Counter::kRxEcnCe);
   const cc::CongestionConfig& k = eng.cfg_.congestion;
   if (!k.cnp) return;
   cc::QpCc& c = qp.cc;
   if (c.cnp_sent && eng.now_ - c.last_cnp_ns < k.cnp_interval_ns) return;
-  auto slot = tx_slot(eng, true);
-  if (slot.empty()) return;  // counted (tx_ring_full); the next marked packet asks again
+  // A normal slot: the ACK reserve stays for acknowledgements.
+  auto slot = tx_slot(eng, false);
+  if (slot.empty()) return;  // the next marked packet asks again
   // To the QP that sent the marked packet (IBTA A17.9.3, wire reference 3.2): BTH opcode
   // 0x81, BECN set, PSN 0, 16 reserved bytes. The QP's path (addresses, UDP source port) so
   // that it follows the data's; the IP DSCP is cnp_dscp.

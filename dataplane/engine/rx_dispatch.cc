@@ -157,8 +157,11 @@ void Engine::Stages::dispatch(Engine& eng, const wire::RxPkt& pkt) {
     eng.stats_.inc(Counter::kRxDropAddress);
     return;
   }
+  // ECN CE is counted here; the CNP (congestion.cc) goes out only once the responder or the
+  // completer has accepted the packet's PSN, so that a frame spoofed with the peer's address
+  // and a PSN out of the window cannot make us send the peer a CNP.
   if (pkt.ecn == 3) [[unlikely]]
-    cc_on_ce(eng, *qp, pkt);  // ECN CE: the notification point (congestion.cc)
+    eng.stats_.inc(Counter::kRxEcnCe);
   if (info.mask.has(OpMask::kResponse))
     comp_on_response(eng, *qp, pkt);
   else

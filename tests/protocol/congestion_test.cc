@@ -293,6 +293,25 @@ TEST(CongestionRp, HostileCnpsAreCountedDrops) {
   EXPECT_EQ(h.eng.cc_rate_mbps(*h.qp), 100'000.0) << "still at its maximum";
 }
 
+// The CNP goes out only for a packet whose PSN the responder or completer accepted: a frame
+// with the peer's address and a PSN out of the window (a spoofer's) draws none, so it cannot
+// make us slow the real peer down.
+TEST(CongestionNp, CeFrameOutsideThePsnWindowGetsNoCnp) {
+  Harness h;
+  h.eng.receive(h.frame(Opcode::kRcWriteOnly, kEpsn + 0x400000, 64, 0x03), h.now);  // far ahead
+  h.eng.receive(h.frame(Opcode::kRcWriteOnly, kEpsn - 0x100000, 64, 0x03), h.now);  // old dup
+  h.eng.receive(h.frame(Opcode::kRcAcknowledge, 4000, 0, 0x03), h.now);  // an ACK never asked
+  EXPECT_TRUE(Harness::cnps(h.flush()).empty());
+  EXPECT_EQ(h.count(Counter::kRxEcnCe), 3u) << "counted all the same";
+  EXPECT_EQ(h.count(Counter::kCnpSent), 0u);
+  // A recent duplicate (a retransmission) is congestion as much as the original.
+  h.write(kEpsn, 0x00);
+  h.flush();
+  h.now += 10'000;
+  h.write(kEpsn, 0x03);
+  EXPECT_EQ(Harness::cnps(h.flush()).size(), 1u);
+}
+
 // ---- pacing ---------------------------------------------------------------------------------
 
 // A CNP from B's side of a loopback to A's QP.
