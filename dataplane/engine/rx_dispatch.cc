@@ -119,9 +119,11 @@ void Engine::Stages::dispatch(Engine& eng, const wire::RxPkt& pkt) {
   const wire::OpcodeInfo& info = *pkt.info;
   if (info.mask.has(OpMask::kCnp)) [[unlikely]] {
     eng.stats_.inc(Counter::kRxCnp);
-    // The reaction point's (congestion.cc): only for a connected QP, from its peer.
+    // The reaction point's (congestion.cc): only for a connected QP, from its peer, in our
+    // partition (the P_Key check of the data path below).
     Qp* qp = eng.find_qp(pkt.dest_qp.raw());
-    if (qp != nullptr && qp->type != QpType::kUd && check_address(*qp, pkt))
+    if (qp != nullptr && qp->type != QpType::kUd && (pkt.bth().pkey() & 0x7FFF) == 0x7FFF &&
+        check_address(*qp, pkt))
       cc_on_cnp(eng, *qp);
     else
       eng.stats_.inc(Counter::kCnpIgnored);
