@@ -112,8 +112,15 @@ engine::cc::CongestionConfig parse_congestion(const YAML::Node& node, const std:
     cc::DcqcnParams& p = k.dcqcn;
     p.max_rate_mbps = u32(d, "rpg_max_rate_mbps", p.max_rate_mbps, 1, 1'600'000);
     p.min_rate_mbps = u32(d, "rpg_min_rate_mbps", p.min_rate_mbps, 1, p.max_rate_mbps);
-    p.ai_rate_mbps = u32(d, "rpg_ai_rate_mbps", p.ai_rate_mbps, 0, 1'600'000);
-    p.hai_rate_mbps = u32(d, "rpg_hai_rate_mbps", p.hai_rate_mbps, 0, 1'600'000);
+    // The increase steps must be positive: with 0 a QP cut twice never gets back to its
+    // maximum, and its rate-increase timer never stops.
+    for (const char* key : {"rpg_ai_rate_mbps", "rpg_hai_rate_mbps"})
+      if (d.has(key) && d.uint(key, 1, 0, 1'600'000) == 0)
+        d.fail(d.get(key), d.where(key) +
+                               " = 0: a QP's rate would never recover from a cut (the "
+                               "rate-increase timer would never end); at least 1");
+    p.ai_rate_mbps = u32(d, "rpg_ai_rate_mbps", p.ai_rate_mbps, 1, 1'600'000);
+    p.hai_rate_mbps = u32(d, "rpg_hai_rate_mbps", p.hai_rate_mbps, 1, 1'600'000);
     p.alpha_g = u32(d, "dce_tcp_g", p.alpha_g, 0, 1023);
     p.initial_alpha = u32(d, "initial_alpha_value", p.initial_alpha, 0, 1023);
     p.alpha_update_period_us = u32(d, "dce_tcp_rtt_us", p.alpha_update_period_us, 1, 131071);

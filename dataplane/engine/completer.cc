@@ -157,6 +157,8 @@ void Engine::Stages::comp_on_response(Engine& eng, Qp& qp, const wire::RxPkt& pk
     eng.stats_.inc(Counter::kRxDropUnexpected);
     return;
   }
+  if (pkt.ecn == 3) [[unlikely]]
+    cc_on_ce(eng, qp, pkt);  // within the window: the notification point (congestion.cc)
   if (pkt.opcode == wire::Opcode::kRcAcknowledge) {
     comp_on_ack(eng, qp, pkt);
     return;

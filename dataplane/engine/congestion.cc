@@ -19,6 +19,11 @@ namespace {
 // estimate of one full packet.
 constexpr std::uint32_t kPacketOverhead = 14 + 20 + 8 + 12 + 16 + 4;
 
+// A CNP counts up to this long (or four round trips, if longer) after the QP's last request
+// packet once everything is acknowledged: a CNP trails the marked packet by a switch queue
+// and a one-way trip, far less than this on any fabric DCQCN is meant for.
+constexpr std::uint64_t kCnpRecentNs = 1'000'000;
+
 // The QP's rate now; 0 without an algorithm. At its maximum (rpg_max_rate, the line rate) a
 // QP is still paced: as an RNIC's, it never sends faster than its link, so what it sends
 // waits in no queue of the host (the engine's ring, the port's) where a rate cut could not
@@ -61,13 +66,13 @@ void Engine::Stages::cc_start(Engine& eng, Qp& qp) {
 
 void Engine::Stages::cc_on_ce(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   (void)pkt;
-  eng.stats_.inc(Counter::kRxEcnCe);
   const cc::CongestionConfig& k = eng.cfg_.congestion;
   if (!k.cnp) return;
   cc::QpCc& c = qp.cc;
   if (c.cnp_sent && eng.now_ - c.last_cnp_ns < k.cnp_interval_ns) return;
-  auto slot = tx_slot(eng, true);
-  if (slot.empty()) return;  // counted (tx_ring_full); the next marked packet asks again
+  // A normal slot: the ACK reserve stays for acknowledgements.
+  auto slot = tx_slot(eng, false);
+  if (slot.empty()) return;  // the next marked packet asks again
   // To the QP that sent the marked packet (IBTA A17.9.3, wire reference 3.2): BTH opcode
   // 0x81, BECN set, PSN 0, 16 reserved bytes. The QP's path (addresses, UDP source port) so
   // that it follows the data's; the IP DSCP is cnp_dscp.
@@ -88,8 +93,23 @@ void Engine::Stages::cc_on_ce(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   c.last_cnp_ns = eng.now_;
 }
 
+// A CNP answers a packet of ours that met a congested queue: it can only be genuine while the
+// QP has requests unacknowledged or sent one within a few round trips (a CNP may overtake
+// nothing, but may trail the last ACK). RoCE has no authentication, so anyone who knows the
+// peer's address and the QPN can send one (docs/security.md); this keeps such CNPs from
+// pinning an idle QP at the minimum rate ahead of its next transfer.
+static bool cnp_plausible(const Qp& qp, std::uint64_t now) {
+  if (wire::before(qp.comp.psn, qp.req.high_psn)) return true;  // requests in flight
+  const std::uint64_t last = qp.cc.last_sent_ns;
+  if (last == 0) return false;
+  const std::uint64_t rtt = qp.comp.srtt_ns + 4 * qp.comp.rttvar_ns;
+  const std::uint64_t window = std::max(kCnpRecentNs, 4 * rtt);
+  return now - last <= window;
+}
+
 void Engine::Stages::cc_on_cnp(Engine& eng, Qp& qp) {
-  if (eng.cfg_.congestion.algorithm != cc::Algorithm::kDcqcn || qp.state != QpState::kRts) {
+  if (eng.cfg_.congestion.algorithm != cc::Algorithm::kDcqcn || qp.state != QpState::kRts ||
+      !cnp_plausible(qp, eng.now_)) {
     eng.stats_.inc(Counter::kCnpIgnored);
     return;
   }
@@ -141,6 +161,8 @@ bool Engine::Stages::cc_admit(Engine& eng, Qp& qp, std::uint32_t& budget) {
 
 void Engine::Stages::cc_sent(Engine& eng, Qp& qp, std::uint64_t bytes) {
   cc::QpCc& c = qp.cc;
+  if (bytes == 0) return;
+  c.last_sent_ns = eng.now_;
   if (eng.cfg_.congestion.algorithm == cc::Algorithm::kDcqcn) c.dcqcn.on_sent(bytes, eng.now_);
   if (c.ns_per_byte == 0) return;
   c.next_send += static_cast<std::uint64_t>(double(bytes) * c.ns_per_byte);

@@ -20,6 +20,10 @@ void take_recv(Qp& qp, RecvQueue& q);
 bool release_recv(Qp& qp, std::uint64_t used, bool ok);
 int alloc_res(Qp& qp);
 void abandon_uc_message(Qp& qp);
+
+// A CE-marked duplicate draws a CNP only this close behind ePSN (a retransmission of what is
+// outstanding now: a 4 MiB message at 1 KiB MTU), not anywhere in the duplicate half.
+constexpr std::int32_t kCnpDuplicateWindow = 4096;
 }  // namespace
 
 namespace {
@@ -433,6 +437,8 @@ void Engine::Stages::resp_on_request(Engine& eng, Qp& qp, const wire::RxPkt& pkt
       rs.epsn = p + 1;
       return Step::kDone;
     }
+    if (pkt.ecn == 3) [[unlikely]]
+      cc_on_ce(eng, qp, pkt);
     return Step::kContinue;
   }
   if (d > 0) {
@@ -445,10 +451,16 @@ void Engine::Stages::resp_on_request(Engine& eng, Qp& qp, const wire::RxPkt& pkt
     return Step::kDone;
   }
   if (d < 0) {
+    // A marked retransmission is congestion too, but only a recent one: the whole half of the
+    // PSN space behind ePSN counts as "duplicate", which a spoofer hits by chance.
+    if (pkt.ecn == 3 && d >= -kCnpDuplicateWindow) [[unlikely]]
+      cc_on_ce(eng, qp, pkt);
     resp_duplicate(eng, qp, pkt);
     return Step::kDone;
   }
   rs.nak_sent = false;
+  if (pkt.ecn == 3) [[unlikely]]
+    cc_on_ce(eng, qp, pkt);  // ECN CE on an accepted packet: the notification point
   return Step::kContinue;
 }
 

@@ -122,9 +122,11 @@ void Engine::Stages::dispatch(Engine& eng, const wire::RxPkt& pkt) {
   const wire::OpcodeInfo& info = *pkt.info;
   if (info.mask.has(OpMask::kCnp)) [[unlikely]] {
     eng.stats_.inc(Counter::kRxCnp);
-    // The reaction point's (congestion.cc): only for a connected QP, from its peer.
+    // The reaction point's (congestion.cc): only for a connected QP, from its peer, in our
+    // partition (the P_Key check of the data path below).
     Qp* qp = eng.find_qp(pkt.dest_qp.raw());
-    if (qp != nullptr && qp->type != QpType::kUd && check_address(*qp, pkt))
+    if (qp != nullptr && qp->type != QpType::kUd && (pkt.bth().pkey() & 0x7FFF) == 0x7FFF &&
+        check_address(*qp, pkt))
       cc_on_cnp(eng, *qp);
     else
       eng.stats_.inc(Counter::kCnpIgnored);
@@ -160,8 +162,11 @@ void Engine::Stages::dispatch(Engine& eng, const wire::RxPkt& pkt) {
     eng.stats_.inc(Counter::kRxDropAddress);
     return;
   }
+  // ECN CE is counted here; the CNP (congestion.cc) goes out only once the responder or the
+  // completer has accepted the packet's PSN, so that a frame spoofed with the peer's address
+  // and a PSN out of the window cannot make us send the peer a CNP.
   if (pkt.ecn == 3) [[unlikely]]
-    cc_on_ce(eng, *qp, pkt);  // ECN CE: the notification point (congestion.cc)
+    eng.stats_.inc(Counter::kRxEcnCe);
   if (info.mask.has(OpMask::kResponse))
     comp_on_response(eng, *qp, pkt);
   else

@@ -95,6 +95,19 @@ struct Harness {
     EXPECT_EQ(wire::build_frame(s, payload, f), f.size());
     return f;
   }
+  // One 64-byte WRITE to the peer goes out and stays unacknowledged: a CNP for the QP is
+  // then plausible (one for a QP with nothing in flight and nothing sent lately is ignored).
+  void send_request() {
+    Sge sge{reinterpret_cast<std::uint64_t>(mem.data()), 64, mr->key};
+    SendWr wr;
+    wr.opcode = WrOpcode::kWrite;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.rdma.remote_addr = 0x10000;
+    wr.rdma.rkey = 1;
+    EXPECT_EQ(eng.post_send(qp, &wr, nullptr), kOk);
+    flush();
+  }
   void write(std::uint32_t psn, std::uint8_t tos) {
     eng.receive(frame(Opcode::kRcWriteOnly, psn, 64, tos), now);
   }
@@ -272,6 +285,7 @@ TEST(CongestionRp, DcqcnCnpHalvesTheRateAtAlphaOne) {
   k.dcqcn.max_rate_mbps = 10'000;
   k.dcqcn.initial_alpha = 1024;
   Harness h(false, k);
+  h.send_request();
   h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
   EXPECT_EQ(h.count(Counter::kCnpHandled), 1u);
   EXPECT_DOUBLE_EQ(h.eng.cc_rate_mbps(*h.qp), 5'000.0) << "Rc (1 - alpha/2), alpha 1";
@@ -291,6 +305,62 @@ TEST(CongestionRp, HostileCnpsAreCountedDrops) {
   EXPECT_EQ(h.count(Counter::kCnpIgnored), 2u);
   EXPECT_EQ(h.count(Counter::kCnpHandled), 0u);
   EXPECT_EQ(h.eng.cc_rate_mbps(*h.qp), 100'000.0) << "still at its maximum";
+}
+
+// RoCE has no authentication: anyone on the segment can send a CNP with the peer's address.
+// One of another partition, or for a QP with nothing in flight and nothing sent lately, is
+// ignored, so that a spoofer cannot hold an idle QP at the minimum rate (docs/security.md).
+TEST(CongestionRp, SpoofedCnpsForAnIdleQpOrAnotherPartitionAreIgnored) {
+  cc::CongestionConfig k;
+  k.algorithm = cc::Algorithm::kDcqcn;
+  Harness h(false, k);
+  const auto cnp = [&](std::uint16_t pkey) {
+    wire::FrameSpec s;
+    s.src_mac = MacAddr{{0x02, 0xde, 0xad, 0xbe, 0xef, 0x01}};
+    s.dst_mac = h.eng.config().mac;
+    s.src_ip4 = h.peer.ipv4;
+    s.dst_ip4 = h.eng.config().ipv4;
+    s.tos = 0xC2;
+    s.opcode = Opcode::kCnp;
+    s.becn = true;
+    s.pkey = pkey;
+    s.dest_qp = wire::Qpn(h.qp->qpn);
+    std::vector<std::uint8_t> g(wire::frame_len(s, 0));
+    EXPECT_EQ(wire::build_frame(s, {}, g), g.size());
+    h.eng.receive(g, h.now);
+    h.now += 50'000;
+  };
+  for (int i = 0; i < 20; ++i) cnp(0x0001);  // not our partition
+  for (int i = 0; i < 20; ++i) cnp(0xFFFF);  // the QP never sent anything
+  EXPECT_EQ(h.count(Counter::kCnpHandled), 0u);
+  EXPECT_EQ(h.count(Counter::kCnpIgnored), 40u);
+  EXPECT_EQ(h.eng.cc_rate_mbps(*h.qp), 100'000.0) << "still at its maximum";
+  // With a request in flight the same CNP is obeyed; one of another partition still is not.
+  h.send_request();
+  cnp(0x0001);
+  EXPECT_EQ(h.count(Counter::kCnpHandled), 0u);
+  cnp(0xFFFF);
+  EXPECT_EQ(h.count(Counter::kCnpHandled), 1u);
+  EXPECT_LT(h.eng.cc_rate_mbps(*h.qp), 100'000.0);
+}
+
+// The CNP goes out only for a packet whose PSN the responder or completer accepted: a frame
+// with the peer's address and a PSN out of the window (a spoofer's) draws none, so it cannot
+// make us slow the real peer down.
+TEST(CongestionNp, CeFrameOutsideThePsnWindowGetsNoCnp) {
+  Harness h;
+  h.eng.receive(h.frame(Opcode::kRcWriteOnly, kEpsn + 0x400000, 64, 0x03), h.now);  // far ahead
+  h.eng.receive(h.frame(Opcode::kRcWriteOnly, kEpsn - 0x100000, 64, 0x03), h.now);  // old dup
+  h.eng.receive(h.frame(Opcode::kRcAcknowledge, 4000, 0, 0x03), h.now);  // an ACK never asked
+  EXPECT_TRUE(Harness::cnps(h.flush()).empty());
+  EXPECT_EQ(h.count(Counter::kRxEcnCe), 3u) << "counted all the same";
+  EXPECT_EQ(h.count(Counter::kCnpSent), 0u);
+  // A recent duplicate (a retransmission) is congestion as much as the original.
+  h.write(kEpsn, 0x00);
+  h.flush();
+  h.now += 10'000;
+  h.write(kEpsn, 0x03);
+  EXPECT_EQ(Harness::cnps(h.flush()).size(), 1u);
 }
 
 // ---- pacing ---------------------------------------------------------------------------------
@@ -332,9 +402,16 @@ PacedRun paced_write(cc::Algorithm alg, bool cnp, std::size_t bytes) {
   RcOptions o;
   o.mtu = Mtu::k1024;
   auto [a, b] = connect(lb, o);
-  if (cnp) a.eng->receive(cnp_to(*a.eng, *b.eng, a.qp->qpn), lb.now());
   Buffer src = make_buffer(*a.eng, a.pd, bytes, 1);
   Buffer dst = make_buffer(*b.eng, b.pd, bytes, 2);
+  if (cnp) {
+    // A CNP counts for a QP that sent lately: one small WRITE first.
+    Sge s0 = src.sge(0, 64);
+    SendWr w0 = make_wr(~0ull, &s0, dst, 0);
+    EXPECT_EQ(a.eng->post_send(a.qp, &w0, nullptr), kOk);
+    EXPECT_EQ(wait_wcs(lb, a.scq, 1, 10'000'000).size(), 1u);
+    a.eng->receive(cnp_to(*a.eng, *b.eng, a.qp->qpn), lb.now());
+  }
   constexpr std::size_t kMsg = 65536;
   std::vector<Sge> sges;
   for (std::size_t off = 0; off < bytes; off += kMsg) sges.push_back(src.sge(off, kMsg));

@@ -3,6 +3,7 @@
 #include "dataplane/engine/cc/dcqcn.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace roce::engine::cc {
 
@@ -81,11 +82,57 @@ void Dcqcn::advance(std::uint64_t now) {
   }
   const std::uint64_t tk = std::max<std::uint64_t>(p_.rate_increase_period_us, 1) * 1000;
   while (timer_next_ != 0 && timer_next_ <= now) {
+    // Idle for long (no bytes sent, so BC stands still): the events in runs, not one by one.
+    const std::uint64_t due = (now - timer_next_) / tk + 1;
+    if (due > kWalkEvents) {
+      if (const std::uint64_t n = skip_timer_events(due); n != 0) {
+        timer_next_ += n * tk;
+        if (!limited()) timer_next_ = 0;
+        continue;
+      }
+    }
     timer_next_ += tk;
     ++t_;
     increase_event();
     if (!limited()) timer_next_ = 0;
   }
+}
+
+// Up to `k` timer events at once, as long as each raises RT by the same step s: fast recovery
+// (s = 0) until T reaches F, additive (s = R_AI) with BC below F, hyper once T has passed BC
+// (s = (BC - F + 1) R_HAI), nothing once RT is at the maximum. Per event RT grows by s and
+// D = RT - RC becomes (D + s) / 2, so after n events D = s + (D - s) / 2^n. Stops one event
+// short of RT reaching the maximum (that event, with its shorter step, is walked). Returns
+// the events applied; 0 when the next event's step differs from its successor's (hyper with
+// T not yet past BC: walked, at most ~sqrt(2 max / R_HAI) events before RT is at the maximum).
+std::uint64_t Dcqcn::skip_timer_events(std::uint64_t k) {
+  const std::uint64_t f = p_.threshold;
+  const std::uint64_t t1 = std::uint64_t{t_} + 1;  // T at the next event
+  double step = 0;
+  std::uint64_t run = k;
+  if (t1 < f) {
+    step = bc_ >= f ? p_.ai_rate_mbps : 0;
+    run = f - t1;
+  } else if (bc_ < f) {
+    step = p_.ai_rate_mbps;
+  } else if (t1 > bc_ || p_.hai_rate_mbps == 0) {
+    step = double(bc_ - f + 1) * p_.hai_rate_mbps;
+  } else {
+    return 0;
+  }
+  if (rt_ >= max_) step = 0;
+  std::uint64_t n = std::min(k, run);
+  if (step > 0) {
+    const double to_cap = std::ceil((max_ - rt_) / step);  // events until RT is at the maximum
+    n = std::min<std::uint64_t>(n, to_cap > double(n) ? n : std::uint64_t(to_cap) - 1);
+  }
+  if (n == 0) return 0;
+  const double d = rt_ - rc_;
+  rt_ = std::min(rt_ + double(n) * step, max_);
+  rc_ = std::min(rt_ - (step + std::ldexp(d - step, -int(std::min<std::uint64_t>(n, 2000)))), max_);
+  t_ = static_cast<std::uint32_t>(std::min<std::uint64_t>(t_ + n, 0xFFFFFFFFu));
+  if (rt_ >= max_ && max_ - rc_ < max_ * 1e-4) rc_ = max_;
+  return n;
 }
 
 void Dcqcn::increase_event() {

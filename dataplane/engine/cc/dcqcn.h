@@ -16,6 +16,9 @@
 ///
 /// Timers are evaluated lazily: advance(now) runs every period that ended before `now`, so a
 /// QP with nothing to send costs nothing, and a QP at its maximum rate has no timer at all.
+/// After a long idle time the rate-increase events are applied in closed form, a run of
+/// events with the same step at once, so one advance() costs the same after an hour as after
+/// a millisecond.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +51,10 @@ class Dcqcn {
 
  private:
   void increase_event();
+  std::uint64_t skip_timer_events(std::uint64_t k);
+
+  /// advance() walks up to this many due timer events one by one, more in runs.
+  static constexpr std::uint64_t kWalkEvents = 64;
 
   DcqcnParams p_;
   double max_ = 0, min_ = 0;

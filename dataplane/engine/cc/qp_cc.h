@@ -16,10 +16,11 @@ struct QpCc {
   std::uint64_t last_cnp_ns = 0;  ///< when the last CNP for this QP's peer went out
   bool cnp_sent = false;
   // Reaction point: pacing
-  double ns_per_byte = 0;         ///< 8000 / rate in Mb/s; 0: not paced (at the maximum rate)
-  std::uint64_t next_send = 0;    ///< earliest time (ns) of the QP's next packet
-  std::uint64_t park_at = 0;      ///< its entry on the pacing wheel (0: not parked)
-  std::uint64_t paced_bytes = 0;  ///< wire bytes sent while paced
+  double ns_per_byte = 0;          ///< 8000 / rate in Mb/s; 0: not paced (at the maximum rate)
+  std::uint64_t next_send = 0;     ///< earliest time (ns) of the QP's next packet
+  std::uint64_t park_at = 0;       ///< its entry on the pacing wheel (0: not parked)
+  std::uint64_t paced_bytes = 0;   ///< wire bytes sent while paced
+  std::uint64_t last_sent_ns = 0;  ///< when the QP last sent a request packet (0: never)
   Dcqcn dcqcn;
   DelayCc delay;
 };

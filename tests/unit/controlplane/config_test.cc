@@ -158,6 +158,11 @@ TEST(Config, ErrorsNameFileLineAndKey) {
       {base + "    congestion: {delay: {beta: 1}}\n",
        "unknown key 'beta' in ports[0].congestion.delay"},
       {base + "    congestion: {cnp_dscp: 64}\n", "cnp_dscp = 64 is out of range [0, 63]"},
+      {base + "    congestion: {dcqcn: {rpg_ai_rate_mbps: 0}}\n",
+       "bad.yaml:6:44: ports[0].congestion.dcqcn.rpg_ai_rate_mbps = 0: a QP's rate would never "
+       "recover from a cut (the rate-increase timer would never end); at least 1"},
+      {base + "    congestion: {dcqcn: {rpg_hai_rate_mbps: 0}}\n",
+       "ports[0].congestion.dcqcn.rpg_hai_rate_mbps = 0: a QP's rate would never recover"},
       {base + "logging: {level: loud}\n",
        "logging.level must be one of error, warning, info, debug"},
       {base + "  - name: p0\n    device: y\n    mac: 02:00:00:00:00:02\n    ipv4: 192.0.2.2\n",

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 
 #include "dataplane/engine/cc/delay.h"
@@ -200,6 +201,54 @@ TEST(DelayCc, TargetFromTheSmallestRoundTrip) {
   EXPECT_EQ(c.target_ns(), 60 * kUs);
   c.on_rtt(2 * kUs, 2000 * kUs);
   EXPECT_EQ(c.target_ns(), 12 * kUs) << "at least 10 us above the base";
+}
+
+// A long idle time costs one advance() no more than a short one: the rate-increase events are
+// applied in runs, in closed form. Before, with rpg_ai_rate 0 (then accepted by the
+// configuration) the timer never ended and an advance() after 10 s idle at 1 us periods
+// walked 10^7 events (154 ms); after an hour, a minute of the lcore.
+TEST(Dcqcn, IdleHourCostsOneStep) {
+  DcqcnParams p;
+  p.ai_rate_mbps = 0;
+  p.rate_increase_period_us = 1;
+  p.rate_reduce_monitor_period_us = 0;
+  Dcqcn d(p);
+  d.on_cnp(1'000);
+  d.on_cnp(3'000);  // a second cut: RT is below the maximum, and with R_AI 0 stays there
+  const auto t0 = std::chrono::steady_clock::now();
+  d.advance(3'000 + 3'600'000'000'000ull);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(ms, 100.0) << "walking 3.6e9 events takes about a minute";
+  EXPECT_DOUBLE_EQ(d.rate_mbps(), d.target_mbps()) << "fast recovery converged on RT";
+}
+
+// The closed form lands where walking every event does: after two cuts, one QP advanced
+// every period and another once at the end agree, through fast recovery, the additive
+// stage and the cap; the same with the byte stage past F (hyper increase).
+TEST(Dcqcn, SkippedEventsMatchWalkedOnes) {
+  for (const std::uint32_t bytes_mb : {0u, 60u}) {
+    Dcqcn walked(params()), skipped(params());
+    for (Dcqcn* d : {&walked, &skipped}) {
+      d->on_cnp(1000 * kUs);
+      d->on_cnp(1010 * kUs);
+      d->on_sent(std::uint64_t{bytes_mb} * 1'000'000, 1010 * kUs);  // BC = 6 with 60 MB
+    }
+    ASSERT_EQ(walked.byte_stage(), skipped.byte_stage());
+    for (const std::uint64_t n : {20u, 300u, 5000u}) {
+      const std::uint64_t end = 1010 * kUs + n * 55 * kUs;
+      for (std::uint64_t t = 1010 * kUs; t <= end; t += 55 * kUs) walked.advance(t);
+      skipped.advance(end);
+      EXPECT_NEAR(skipped.rate_mbps(), walked.rate_mbps(), walked.rate_mbps() * 1e-9)
+          << bytes_mb << " MB, until " << end;
+      EXPECT_NEAR(skipped.target_mbps(), walked.target_mbps(), walked.target_mbps() * 1e-9);
+      EXPECT_EQ(skipped.limited(), walked.limited());
+      if (walked.limited()) {
+        EXPECT_EQ(skipped.timer_stage(), walked.timer_stage());
+      }
+    }
+    EXPECT_FALSE(skipped.limited()) << "back at the maximum after 275 ms";
+  }
 }
 
 }  // namespace
