@@ -167,8 +167,7 @@ int CmSession::reject(std::uint32_t id, std::span<const std::uint8_t> private_da
   auto it = ids_.find(id);
   if (it == ids_.end()) return ENOENT;
   if (private_data.size() > kRejPrivate) return EINVAL;
-  if (hub_->agent().reject(it->second, RejReason::kConsumerDefined, private_data) !=
-      CmStatus::kOk)
+  if (hub_->agent().reject(it->second, RejReason::kConsumerDefined, private_data) != CmStatus::kOk)
     return EINVAL;
   forget(id);  // the CM forgot it too (no event follows a REJ we send)
   return 0;
