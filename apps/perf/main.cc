@@ -27,18 +27,14 @@
 ///
 /// is librdmacm's rping, connected by rdma_cm (see rping.cc); `roce-perf ucmatose [-s SERVER]`
 /// is its ucmatose (ucmatose.cc), `roce-perf udaddy [-s SERVER]` its udaddy (udaddy.cc).
-///
-///   roce-perf incast [--senders 8] [--cc none|dcqcn|delay] [--json FILE] ...
-///
-/// is the congestion benchmark: N:1 incast through the software switch on a simulated clock
-/// (apps/switch/incast_cli.h, docs/congestion.md).
+/// (The congestion benchmark, N:1 incast through the software switch, is `roce-incast` of
+/// apps/switch: one application does not include another's files.)
 #include <boost/program_options.hpp>
 #include <iostream>
 
 #include "apps/perf/bench/bench.h"
 #include "apps/perf/cli.h"
 #include "apps/perf/cm_tools.h"
-#include "apps/switch/incast_cli.h"
 
 using namespace roce::perf;
 
@@ -107,8 +103,6 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "rping") return rping_main(argc, argv);
   if (argc > 1 && std::string(argv[1]) == "ucmatose") return ucmatose_main(argc, argv);
   if (argc > 1 && std::string(argv[1]) == "udaddy") return udaddy_main(argc, argv);
-  if (argc > 1 && std::string(argv[1]) == "incast")
-    return roce::fabric::incast_cli(argc - 1, argv + 1);
   if (argc >= 2 && std::string(argv[1]) == "--bench-peer") return bench_peer_main(argc, argv);
   if (argc >= 2 && std::string(argv[1]).rfind("--config=", 0) == 0 && argc == 2)
     return bench_main(std::string(argv[1]).substr(9));

@@ -1,5 +1,5 @@
 /// @file
-/// roce-incast (and `roce-perf incast`): N senders to one receiver through the software switch, on
+/// roce-incast: N senders to one receiver through the software switch, on
 /// a simulated clock (apps/switch/fabric.h). Prints one line of results and, with --json, writes
 /// them with the switch's counters and (with --samples) the per-QP rate over time.
 ///

@@ -1,5 +1,5 @@
 /// @file
-/// The incast benchmark's command line (roce-incast, `roce-perf incast`): options, one result
+/// The incast benchmark's command line (roce-incast): options, one result
 /// line, the JSON report (apps/switch/incast_cli.cc, docs/congestion.md).
 #pragma once
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Incast 8:1 through the software switch (roce-perf incast, docs/congestion.md): five seeds per
+"""Incast 8:1 through the software switch (roce-incast, docs/congestion.md): five seeds per
 algorithm, medians with their range, and a plot of the per-QP rate while the eighth sender
 joins late. Usage:
 
@@ -18,7 +18,7 @@ import sys
 
 def run(perf, out, alg, seed, duration_ms, extra=(), samples=False):
     path = os.path.join(out, f"incast-{alg}-{seed}{'-join' if samples else ''}.json")
-    cmd = [perf, "incast", "--cc", alg, "--seed", str(seed), "--duration-ms", str(duration_ms),
+    cmd = [perf, "--cc", alg, "--seed", str(seed), "--duration-ms", str(duration_ms),
            "--warmup-ms", "10", "--json", path, *extra]
     if samples:
         cmd.append("--samples")
@@ -116,7 +116,7 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--duration-ms", type=int, default=100)
     a = ap.parse_args()
-    perf = os.path.join(a.build, "bin", "roce-perf")
+    perf = os.path.join(a.build, "bin", "roce-incast")
     os.makedirs(a.out, exist_ok=True)
     rows = []
     for alg in ("none", "dcqcn", "delay"):
