@@ -9,7 +9,7 @@
 namespace roce::engine {
 namespace {
 
-std::size_t heap_in_use() {
+[[maybe_unused]] std::size_t heap_in_use() {
   const struct mallinfo2 m = mallinfo2();
   return m.uordblks + m.hblkhd;
 }
