@@ -97,8 +97,8 @@ const bool kCrcFoldUsable = [] {
 
 namespace {
 template <bool kOr>
-ROCE_CRC_TARGET [[gnu::always_inline]] inline __m128i load_or(const std::uint8_t* p,
-                                                              const std::uint8_t* m) {
+ROCE_CRC_TARGET __attribute__((always_inline)) inline __m128i load_or(const std::uint8_t* p,
+                                                                      const std::uint8_t* m) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   if constexpr (kOr) return _mm_or_si128(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(m)));
   return v;
