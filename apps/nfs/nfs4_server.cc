@@ -554,7 +554,7 @@ void Nfs4Server::forget_client(std::uint64_t clientid) {
   std::erase_if(pending_, [&](const auto& p) { return !sessions_.count(p.second.session); });
   for (auto it = states_.begin(); it != states_.end();) {
     if (it->second.clientid == clientid) {
-      if (it->second.kind == State::kLock) {
+      if (it->second.kind == State::kLockState) {
         const auto l = locks_.find(it->second.file);
         if (l != locks_.end()) {
           l->second.drop(it->second.owner);
@@ -1331,7 +1331,7 @@ void Nfs4Server::drop_state(const Other& o) {
   }
   charge(it->second.clientid, -static_cast<std::ptrdiff_t>(state_cost(it->second)));
   recalls_.erase(o);
-  if (it->second.kind == State::kLock) {
+  if (it->second.kind == State::kLockState) {
     const auto l = locks_.find(it->second.file);
     if (l != locks_.end()) {
       const std::size_t before = l->second.size();
@@ -1470,7 +1470,7 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (by_deleg) {  // the client's own delegation of this very file, still valid
     State* dl = nullptr;
     if (const Status s = check_stateid(c, *by_deleg, &file, &dl)) return s;
-    if (!dl || dl->kind != State::kDeleg) return kErrBadStateid;
+    if (!dl || dl->kind != State::kDelegState) return kErrBadStateid;
   }
   // Another client's read delegation conflicts with opening for writing: recalled, and this OPEN
   // waits (DELAY) until it is returned or revoked.
@@ -1517,7 +1517,7 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     const auto si = states_.find(id);
     if (si == states_.end()) continue;  // (every erase keeps by_file_; none left behind)
     State& st = si->second;
-    if (st.kind != State::kOpen) continue;
+    if (st.kind != State::kOpenState) continue;
     if (st.owner == owner) {
       mine = &st;
       mine_id = id;
@@ -1538,7 +1538,7 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     State st;
     st.owner = owner;
     if (cl->second.states >= lim_.states || !room(cl->second, state_cost(st))) return kErrResource;
-    st.kind = State::kOpen;
+    st.kind = State::kOpenState;
     st.clientid = c.clientid;
     st.file = key;
     st.access = access;
@@ -1563,13 +1563,14 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   for (const auto& [id, st] : states_) {
     if (!deleg) break;
     if (st.file != key) continue;
-    if (st.kind == State::kOpen && (st.access & kShareAccessWrite)) deleg = false;
-    if (st.kind == State::kDeleg && (st.clientid == c.clientid || st.recall_at >= 0)) deleg = false;
+    if (st.kind == State::kOpenState && (st.access & kShareAccessWrite)) deleg = false;
+    if (st.kind == State::kDelegState && (st.clientid == c.clientid || st.recall_at >= 0))
+      deleg = false;
   }
   const auto cl = clients_.find(c.clientid);
   if (deleg && cl != clients_.end() && cl->second.states < lim_.states) {
     State dl;
-    dl.kind = State::kDeleg;
+    dl.kind = State::kDelegState;
     dl.clientid = c.clientid;
     dl.file = key;
     dl.owner.clientid = c.clientid;
@@ -1599,7 +1600,7 @@ Status Nfs4Server::close(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   Fd fd(r.fd);
   State* st = nullptr;
   if (const Status s = check_stateid(c, sid, &r, &st)) return s;
-  if (!st || st->kind != State::kOpen) return kErrBadStateid;
+  if (!st || st->kind != State::kOpenState) return kErrBadStateid;
   const Other open_id = sid.current() ? c.cur_stateid.other : sid.other;
   std::vector<Other> locks;
   for (auto [f, last] = by_file_.equal_range(st->file); f != last; ++f) {
@@ -1607,7 +1608,7 @@ Status Nfs4Server::close(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     const auto li = states_.find(id);
     if (li == states_.end()) continue;
     const State& l = li->second;
-    if (l.kind != State::kLock || l.open != open_id) continue;
+    if (l.kind != State::kLockState || l.open != open_id) continue;
     const auto fl = locks_.find(l.file);
     if (fl != locks_.end() && fl->second.holds(l.owner)) return kErrLocksHeld;
     locks.push_back(id);
@@ -1632,7 +1633,7 @@ Status Nfs4Server::open_downgrade(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   Fd fd(r.fd);
   State* st = nullptr;
   if (const Status s = check_stateid(c, sid, &r, &st)) return s;
-  if (!st || st->kind != State::kOpen) return kErrBadStateid;
+  if (!st || st->kind != State::kOpenState) return kErrBadStateid;
   if (access == 0 || (access & ~st->access) || (deny & ~st->deny)) return kErrInval;
   st->access = access;
   st->deny = deny;
@@ -1703,7 +1704,7 @@ Status Nfs4Server::write(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (const Status s = check_stateid(c, sid, &r, &st)) return s;
   if (st) {
     std::uint32_t acc = st->access;
-    if (st->kind == State::kLock) {
+    if (st->kind == State::kLockState) {
       const auto o = states_.find(st->open);
       acc = o == states_.end() ? 0 : o->second.access;
     }
@@ -1979,7 +1980,7 @@ Status Nfs4Server::setattr(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (s == kOk && a.size) {
     State* st = nullptr;
     s = check_stateid(c, sid, &r, &st);
-    if (s == kOk && st && st->kind == State::kOpen && !(st->access & kShareAccessWrite))
+    if (s == kOk && st && st->kind == State::kOpenState && !(st->access & kShareAccessWrite))
       s = kErrOpenmode;
   }
   if (s == kOk) s = apply(r, a, set);
@@ -2018,7 +2019,7 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (!S_ISREG(r.st.st_mode)) return kErrInval;
   State* st = nullptr;
   if (const Status s = check_stateid(c, sid, &r, &st)) return s;
-  if (!st || st->kind != (new_owner ? State::kOpen : State::kLock)) return kErrBadStateid;
+  if (!st || st->kind != (new_owner ? State::kOpenState : State::kLockState)) return kErrBadStateid;
   const bool write = type == kWriteLt || type == kWritewLt;
   const FileKey key = key_of(r.st);
   Other lock_id{};
@@ -2030,7 +2031,7 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
       const auto xi = states_.find(b->second);
       if (xi == states_.end()) continue;
       State& x = xi->second;
-      if (x.kind == State::kLock && x.owner == owner) {
+      if (x.kind == State::kLockState && x.owner == owner) {
         ls = &x;
         lock_id = b->second;
       }
@@ -2041,7 +2042,7 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
       State n;
       n.owner = owner;
       if (cl->second.states >= lim_.states || !room(cl->second, state_cost(n))) return kErrResource;
-      n.kind = State::kLock;
+      n.kind = State::kLockState;
       n.seqid = 0;  // the first LOCK makes it 1
       n.clientid = c.clientid;
       n.file = key;
@@ -2134,7 +2135,7 @@ Status Nfs4Server::locku(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   Fd f(r.fd);
   State* st = nullptr;
   if (const Status s = check_stateid(c, sid, &r, &st)) return s;
-  if (!st || st->kind != State::kLock) return kErrBadStateid;
+  if (!st || st->kind != State::kLockState) return kErrBadStateid;
   const auto fl = locks_.find(st->file);
   if (fl != locks_.end()) {
     const std::size_t before = fl->second.size();
@@ -2166,7 +2167,7 @@ Status Nfs4Server::free_stateid(Compound& c, XdrDecoder& d) {
   State* st = nullptr;
   if (const Status s = check_stateid(c, sid, nullptr, &st)) return s;
   if (!st) return kErrBadStateid;
-  if (st->kind != State::kLock) return kErrLocksHeld;
+  if (st->kind != State::kLockState) return kErrLocksHeld;
   const auto fl = locks_.find(st->file);
   if (fl != locks_.end() && fl->second.holds(st->owner)) return kErrLocksHeld;
   drop_state(sid.current() ? c.cur_stateid.other : sid.other);
@@ -2274,7 +2275,7 @@ Status Nfs4Server::delegreturn(Compound& c, XdrDecoder& d) {
   Fd f(r.fd);
   State* st = nullptr;
   if (const Status s = check_stateid(c, sid, &r, &st)) return s;  // another client's: BAD_STATEID
-  if (!st || st->kind != State::kDeleg) return kErrBadStateid;
+  if (!st || st->kind != State::kDelegState) return kErrBadStateid;
   drop_state(sid.current() ? c.cur_stateid.other : sid.other);
   return kOk;
 }
@@ -2282,7 +2283,7 @@ Status Nfs4Server::delegreturn(Compound& c, XdrDecoder& d) {
 bool Nfs4Server::recall_conflicting(const FileKey& file, std::uint64_t clientid) {
   bool out = false;
   for (auto& [id, st] : states_) {
-    if (st.kind != State::kDeleg || st.file != file || st.clientid == clientid || st.revoked)
+    if (st.kind != State::kDelegState || st.file != file || st.clientid == clientid || st.revoked)
       continue;
     if (st.recall_at < 0) {
       st.recall_at = now();
@@ -2297,7 +2298,7 @@ bool Nfs4Server::recall_conflicting(const FileKey& file, std::uint64_t clientid)
 void Nfs4Server::pump() {
   for (auto it = recalls_.begin(); it != recalls_.end();) {
     const auto st = states_.find(it->first);
-    if (st == states_.end() || st->second.kind != State::kDeleg || st->second.revoked) {
+    if (st == states_.end() || st->second.kind != State::kDelegState || st->second.revoked) {
       it = recalls_.erase(it);
       continue;
     }

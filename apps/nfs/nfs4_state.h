@@ -79,14 +79,14 @@ struct Owner {
 };
 
 struct State {
-  enum Kind { kOpen, kLock, kDeleg } kind = kOpen;
+  enum Kind { kOpenState, kLockState, kDelegState } kind = kOpenState;
   std::uint32_t seqid = 1;
   std::uint64_t clientid = 0;
   FileKey file;
   Owner owner;
   std::uint32_t access = 0, deny = 0;   ///< kOpen: share access and deny
   std::array<std::uint8_t, 12> open{};  ///< kLock: the open stateid's other it came from
-  // kDeleg (a read delegation): the file's handle (for CB_RECALL), when its recall began (-1:
+  // kDelegState (a read delegation): the file's handle (for CB_RECALL), when its recall began (-1:
   // not recalled), whether the CB_RECALL is out, and whether the recall timed out (revoked: kept
   // for TEST_STATEID and FREE_STATEID, NFS4ERR_DELEG_REVOKED elsewhere).
   std::vector<std::uint8_t> fh;
