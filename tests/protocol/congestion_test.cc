@@ -211,7 +211,8 @@ TEST(CongestionNp, OnlyCeCounts) {
 TEST(CongestionNp, Ipv6CeMarkedPacketGetsAnIpv6Cnp) {
   Harness h(true);
   h.write(kEpsn, 0x03);
-  const auto c = Harness::cnps(h.flush());
+  const auto c_frames = h.flush();  // the packets' views point into these
+  const auto c = Harness::cnps(c_frames);
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].ip_version, wire::IpVersion::kV6);
   EXPECT_EQ(c[0].ipv6().dst(), v6(1));
