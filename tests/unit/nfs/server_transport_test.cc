@@ -942,15 +942,16 @@ TEST(NfsServerTransport, SourceThatAnswersArpLateIsAccepted) {
 // asked for is served as any message is.
 TEST(NfsServerTransport, BackwardCallAndItsReply) {
   std::atomic<std::uint64_t> conn{0};
+  // Before the rig: its transport's destructor still reports the connection it closes.
+  std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> got;
+  std::vector<std::uint64_t> closed;
   Rig r({}, [&](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& rr) {
     conn.store(ctx.conn);
     echo(ctx, call, rr);
   });
-  std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> got;
   r.srv->on_backward_reply = [&](std::uint64_t k, std::span<const std::uint8_t> m) {
     got.emplace_back(k, std::vector<std::uint8_t>(m.begin(), m.end()));
   };
-  std::vector<std::uint64_t> closed;
   r.srv->on_closed = [&](std::uint64_t k) { closed.push_back(k); };
   Client& c = r.connect();
   ASSERT_TRUE(r.run([&] { return c.up; }, 5));
