@@ -2,6 +2,7 @@
 /// NFSv3 and MOUNT XDR (nfs3.h).
 #include "apps/nfs/nfs3.h"
 
+#include <cerrno>
 #include <utility>
 
 namespace roce::nfs::v3 {
@@ -293,6 +294,58 @@ MountRes decode_mount(XdrDecoder& d) {
   }
   for (std::uint32_t i = 0; i < n; ++i) r.flavors.push_back(d.u32());
   return r;
+}
+
+/// The NFSv3 status for a file system call's errno (RFC 1813 2.6; NFSv4.1 maps through it).
+Status from_errno(int e) {
+  switch (e) {
+    case EPERM:
+      return kErrPerm;
+    case ENOENT:
+      return kErrNoent;
+    case EACCES:
+      return kErrAcces;
+    case EEXIST:
+      return kErrExist;
+    case EXDEV:
+      return kErrXdev;
+    case ENOTDIR:
+      return kErrNotdir;
+    case ENXIO:
+      return kErrNxio;
+    case EISDIR:
+      return kErrIsdir;
+    case EINVAL:
+      return kErrInval;
+    case EFBIG:
+      return kErrFbig;
+    case ENOSPC:
+      return kErrNospc;
+    case EROFS:
+      return kErrRofs;
+    case EMLINK:
+      return kErrMlink;
+    case ENAMETOOLONG:
+      return kErrNametoolong;
+    case ENOTEMPTY:
+      return kErrNotempty;
+    case EDQUOT:
+      return kErrDquot;
+    case ESTALE:
+      return kErrStale;
+    case ENODEV:
+      return kErrNodev;
+    case EOPNOTSUPP:
+      return kErrNotsupp;
+    case EOVERFLOW:
+      return kErrFbig;
+    case EMFILE:  // out of descriptors or memory: for now, the client tries again later
+    case ENFILE:
+    case ENOMEM:
+      return kErrJukebox;
+    default:
+      return kErrIo;
+  }
 }
 
 }  // namespace roce::nfs::v3

@@ -207,4 +207,8 @@ struct MountRes {
 };
 MountRes decode_mount(XdrDecoder& d);
 
+/// The status for a file system call's errno: EMFILE, ENFILE and ENOMEM are JUKEBOX (the client
+/// tries again later), anything unknown IO.
+Status from_errno(int e);
+
 }  // namespace roce::nfs::v3

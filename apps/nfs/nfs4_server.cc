@@ -22,56 +22,6 @@ using namespace v4;
 
 namespace {
 
-Status from_errno(int e) {
-  switch (e) {
-    case EPERM:
-      return kErrPerm;
-    case ENOENT:
-      return kErrNoent;
-    case EACCES:
-      return kErrAccess;
-    case EEXIST:
-      return kErrExist;
-    case EXDEV:
-      return kErrXdev;
-    case ENOTDIR:
-      return kErrNotdir;
-    case ENXIO:
-      return kErrNxio;
-    case EISDIR:
-      return kErrIsdir;
-    case EINVAL:
-      return kErrInval;
-    case EFBIG:
-    case EOVERFLOW:
-      return kErrFbig;
-    case ENOSPC:
-      return kErrNospc;
-    case EROFS:
-      return kErrRofs;
-    case EMLINK:
-      return kErrMlink;
-    case ENAMETOOLONG:
-      return kErrNametoolong;
-    case ENOTEMPTY:
-      return kErrNotempty;
-    case EDQUOT:
-      return kErrDquot;
-    case ESTALE:
-      return kErrStale;
-    case ELOOP:
-      return kErrSymlink;
-    case EOPNOTSUPP:
-      return kErrNotsupp;
-    case EMFILE:  // out of descriptors or memory: the client tries again later
-    case ENFILE:
-    case ENOMEM:
-      return kErrDelay;
-    default:
-      return kErrIo;
-  }
-}
-
 /// A v3 status from the shared handle code: the POSIX ones are the same numbers in v4.
 Status from_v3(v3::Status s) {
   switch (s) {
@@ -88,6 +38,14 @@ Status from_v3(v3::Status s) {
     default:
       return s < 10000 ? static_cast<Status>(s) : kErrServerfault;
   }
+}
+
+/// A v4 status for a file system call's errno: v3's mapping (the POSIX statuses are the same
+/// numbers, JUKEBOX becomes DELAY), and SYMLINK for ELOOP, which v3 has not; ENODEV stays IO.
+Status from_errno(int e) {
+  if (e == ELOOP) return kErrSymlink;
+  if (e == ENODEV) return kErrIo;
+  return from_v3(v3::from_errno(e));
 }
 
 /// RFC 8881 18.*: a component name the server takes (knfsd's check_filename).

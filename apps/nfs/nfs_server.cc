@@ -34,57 +34,6 @@ using namespace v3;
 
 namespace {
 
-Status from_errno(int e) {
-  switch (e) {
-    case EPERM:
-      return kErrPerm;
-    case ENOENT:
-      return kErrNoent;
-    case EACCES:
-      return kErrAcces;
-    case EEXIST:
-      return kErrExist;
-    case EXDEV:
-      return kErrXdev;
-    case ENOTDIR:
-      return kErrNotdir;
-    case ENXIO:
-      return kErrNxio;
-    case EISDIR:
-      return kErrIsdir;
-    case EINVAL:
-      return kErrInval;
-    case EFBIG:
-      return kErrFbig;
-    case ENOSPC:
-      return kErrNospc;
-    case EROFS:
-      return kErrRofs;
-    case EMLINK:
-      return kErrMlink;
-    case ENAMETOOLONG:
-      return kErrNametoolong;
-    case ENOTEMPTY:
-      return kErrNotempty;
-    case EDQUOT:
-      return kErrDquot;
-    case ESTALE:
-      return kErrStale;
-    case ENODEV:
-      return kErrNodev;
-    case EOPNOTSUPP:
-      return kErrNotsupp;
-    case EOVERFLOW:
-      return kErrFbig;
-    case EMFILE:  // out of descriptors or memory: for now, the client tries again later
-    case ENFILE:
-    case ENOMEM:
-      return kErrJukebox;
-    default:
-      return kErrIo;
-  }
-}
-
 Fattr to_fattr(const struct stat& s) {
   Fattr a;
   a.type = S_ISDIR(s.st_mode)    ? kDir
