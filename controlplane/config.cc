@@ -97,7 +97,9 @@ engine::cc::CongestionConfig parse_congestion(const YAML::Node& node, const std:
   else
     r.fail(r.get("algorithm"),
            path + ".algorithm: '" + alg + "' is not an algorithm (none, dcqcn, delay)");
-  k.ect = r.boolean("ecn", k.ect);
+  // ECT(0) claims a sender that reacts to CE marks (RFC 3168): by default only with an
+  // algorithm; `ecn: true` with `algorithm: none` is honoured (roced warns at start).
+  if (r.has("ecn")) k.ecn = r.boolean("ecn", false) ? cc::Ecn::kOn : cc::Ecn::kOff;
   k.cnp = r.boolean("cnp", k.cnp);
   k.cnp_interval_ns = static_cast<std::uint32_t>(
       r.uint("min_time_between_cnps_us", k.cnp_interval_ns / 1000, 0, 1'000'000) * 1000);
@@ -110,8 +112,10 @@ engine::cc::CongestionConfig parse_congestion(const YAML::Node& node, const std:
   if (r.has("dcqcn")) {
     Reader d(r.get("dcqcn"), origin, path + ".dcqcn");
     cc::DcqcnParams& p = k.dcqcn;
-    p.max_rate_mbps = u32(d, "rpg_max_rate_mbps", p.max_rate_mbps, 1, 1'600'000);
-    p.min_rate_mbps = u32(d, "rpg_min_rate_mbps", p.min_rate_mbps, 1, p.max_rate_mbps);
+    // 0: the port's line rate (mlx5's default and meaning).
+    p.max_rate_mbps = u32(d, "rpg_max_rate_mbps", p.max_rate_mbps, 0, 1'600'000);
+    p.min_rate_mbps = u32(d, "rpg_min_rate_mbps", p.min_rate_mbps, 1,
+                          p.max_rate_mbps != 0 ? p.max_rate_mbps : 1'600'000);
     // The increase steps must be positive: with 0 a QP cut twice never gets back to its
     // maximum, and its rate-increase timer never stops.
     for (const char* key : {"rpg_ai_rate_mbps", "rpg_hai_rate_mbps"})
@@ -135,8 +139,9 @@ engine::cc::CongestionConfig parse_congestion(const YAML::Node& node, const std:
   if (r.has("delay")) {
     Reader d(r.get("delay"), origin, path + ".delay");
     cc::DelayParams& p = k.delay;
-    p.max_rate_mbps = u32(d, "max_rate_mbps", p.max_rate_mbps, 1, 1'600'000);
-    p.min_rate_mbps = u32(d, "min_rate_mbps", p.min_rate_mbps, 1, p.max_rate_mbps);
+    p.max_rate_mbps = u32(d, "max_rate_mbps", p.max_rate_mbps, 0, 1'600'000);  // 0: line rate
+    p.min_rate_mbps = u32(d, "min_rate_mbps", p.min_rate_mbps, 1,
+                          p.max_rate_mbps != 0 ? p.max_rate_mbps : 1'600'000);
     p.target_us = u32(d, "target_us", p.target_us, 0, 1'000'000);
     p.ai_rate_mbps = u32(d, "ai_rate_mbps", p.ai_rate_mbps, 0, 1'600'000);
     p.beta_pct = u32(d, "beta_pct", p.beta_pct, 0, 100);

@@ -292,7 +292,8 @@ void LinkFlags::add_to(po::options_description& d) {
       "cc", po::value(&link.cc)->default_value(link.cc),
       "congestion control of our QPs: none, dcqcn or delay (docs/congestion.md)")(
       "cc-max-rate-mbps", po::value(&link.cc_max_rate_mbps),
-      "with --cc: the rate a QP starts at and recovers to (the link's; default 100000)");
+      "with --cc: the rate a QP starts at and recovers to (default: the link's speed as its "
+      "driver reports it, else 100000)");
 }
 
 void LinkFlags::finish() {

@@ -43,6 +43,8 @@ Port::Port(const PortOptions& o) : offload_(o.offload) {
   ps.queues = static_cast<std::uint16_t>(o.lcores);
   dev_ = std::make_unique<port::DpdkPort>(ps);
   engine::EngineConfig ec = o.engine;
+  // What `rpg_max_rate_mbps: 0` (the default) means: the port's speed, as the driver reports it.
+  if (ec.congestion.line_rate_mbps == 0) ec.congestion.line_rate_mbps = dev_->link_speed_mbps();
   std::vector<port::PollLoop*> loops;
   for (unsigned l = 0; l < o.lcores; ++l) {
     ec.lcore = l;

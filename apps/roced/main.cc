@@ -301,6 +301,24 @@ int run(const ctl::ApplianceConfig& cfg) {
                   p.cfg.name.c_str(), p.cfg.offload.mode.c_str(), p.cfg.offload.clock_mhz,
                   p.cfg.offload.bytes_per_cycle, p.cfg.offload.line_gbps,
                   p.rt->card() ? "; hosted WRITE/READ tests' QPs on the card" : "");
+  for (auto& p : ports) {
+    const engine::cc::CongestionConfig& k = p.eng().config().congestion;
+    if (k.algorithm != engine::cc::Algorithm::kNone) {
+      const auto& d = k.dcqcn;
+      std::printf("  port %s: congestion %s, ECT(0) %s, rate limit %u Mb/s (%s)\n",
+                  p.cfg.name.c_str(), engine::cc::to_string(k.algorithm), k.ect_on() ? "on" : "off",
+                  k.max_rate(d.max_rate_mbps),
+                  d.max_rate_mbps != 0    ? "rpg_max_rate_mbps"
+                  : k.line_rate_mbps != 0 ? "the link's speed"
+                                          : "the driver reports no speed");
+    } else if (k.ect_on()) {
+      // ECT claims a sender that reacts to CE marks (RFC 3168); this one ignores the CNPs.
+      std::printf(
+          "roced: warning: port %s: congestion ecn: true with algorithm: none: every packet "
+          "is sent ECN-capable, but CNPs do not slow it down (docs/congestion.md)\n",
+          p.cfg.name.c_str());
+    }
+  }
   if (server) std::printf("  counters: %s\n", server->endpoint().c_str());
   if (cfg.counters.telemetry) std::printf("  telemetry: /roce/counters (dpdk-telemetry.py)\n");
   if (att) std::printf("  attach: %s (mode %04o)\n", att->socket_path().c_str(), cfg.attach.mode);

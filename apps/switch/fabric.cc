@@ -110,6 +110,7 @@ IncastResult run_incast(const IncastOptions& o) {
     c.tx_slots = o.tx_slots;
     c.seed = o.seed * 1000 + h + 1;
     c.congestion = o.cc;
+    c.congestion.line_rate_mbps = static_cast<std::uint32_t>(o.link_mbps);  // the host link's
     Host& x = hosts[h];
     x.eng = std::make_unique<Engine>(c);
     x.pd = x.eng->alloc_pd();

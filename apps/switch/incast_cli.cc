@@ -79,8 +79,8 @@ int roce::fabric::incast_cli(int argc, char** argv) {
     std::cerr << "roce-incast: --cc must be none, dcqcn or delay\n";
     return 2;
   }
-  d.max_rate_mbps = static_cast<std::uint32_t>(o.link_mbps);
-  o.cc.delay.max_rate_mbps = static_cast<std::uint32_t>(o.link_mbps);
+  // rpg_max_rate stays 0, roced's default: the line rate, which the fabric gives its engines.
+  o.cc.line_rate_mbps = static_cast<std::uint32_t>(o.link_mbps);
   o.cc.cnp_interval_ns = cnp_us * 1000;
   o.sw.depth_bytes = queue_kb * 1024;
   o.sw.kmin_bytes = kmin_kb * 1024;

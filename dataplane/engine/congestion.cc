@@ -60,8 +60,16 @@ double Engine::cc_rate_mbps(const Qp& qp) const { return current_rate(*this, qp)
 void Engine::Stages::cc_start(Engine& eng, Qp& qp) {
   cc::QpCc& c = qp.cc;
   c = cc::QpCc{};
-  c.dcqcn.reset(eng.cfg_.congestion.dcqcn);
-  c.delay.reset(eng.cfg_.congestion.delay);
+  const cc::CongestionConfig& k = eng.cfg_.congestion;
+  // rpg_max_rate 0: the port's line rate (as mlx5's).
+  cc::DcqcnParams d = k.dcqcn;
+  d.max_rate_mbps = k.max_rate(d.max_rate_mbps);
+  d.min_rate_mbps = std::min(d.min_rate_mbps, d.max_rate_mbps);
+  c.dcqcn.reset(d);
+  cc::DelayParams y = k.delay;
+  y.max_rate_mbps = k.max_rate(y.max_rate_mbps);
+  y.min_rate_mbps = std::min(y.min_rate_mbps, y.max_rate_mbps);
+  c.delay.reset(y);
 }
 
 void Engine::Stages::cc_on_ce(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
@@ -84,7 +92,9 @@ void Engine::Stages::cc_on_ce(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   s.ack_req = false;
   s.psn = wire::Psn(0);
   s.ip_id = eng.ip_id_++;
-  s.tos = static_cast<std::uint8_t>((k.cnp_dscp << 2) | (k.ect ? 2 : 0));
+  // ECT(0) as the captured ConnectX CNP (TOS 0xC2), unless `ecn: false`: a CNP is not rate
+  // controlled, so ECT on it claims nothing about our data's senders.
+  s.tos = static_cast<std::uint8_t>((k.cnp_dscp << 2) | (k.ecn != cc::Ecn::kOff ? 2 : 0));
   const std::size_t len = wire::build_frame(s, {}, slot);
   if (len == 0) return;
   tx_commit(eng, len);

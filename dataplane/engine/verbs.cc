@@ -338,8 +338,9 @@ wire::FrameSpec Engine::Stages::path_spec(const Engine& eng, const AddressVector
     s.dst_ip6 = av.dgid;
   }
   s.tos = av.traffic_class;
-  // ECN-capable transport, ECT(0), unless the traffic class chose its ECN bits (congestion.ect).
-  if (eng.cfg_.congestion.ect && (s.tos & 3) == 0) s.tos |= 2;
+  // ECN-capable transport, ECT(0), unless the traffic class chose its ECN bits
+  // (congestion.ecn: by default only with an algorithm that reacts to marks).
+  if (eng.cfg_.congestion.ect_on() && (s.tos & 3) == 0) s.tos |= 2;
   s.ttl = av.hop_limit;
   s.flow_label = av.flow_label;
   return s;

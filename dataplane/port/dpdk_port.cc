@@ -219,6 +219,14 @@ bool DpdkPort::link_up() const {
   return link.link_status == RTE_ETH_LINK_UP;
 }
 
+std::uint32_t DpdkPort::link_speed_mbps() const {
+  rte_eth_link link{};
+  if (rte_eth_link_get_nowait(port_, &link) != 0) return 0;
+  if (link.link_speed == RTE_ETH_SPEED_NUM_NONE || link.link_speed == RTE_ETH_SPEED_NUM_UNKNOWN)
+    return 0;
+  return link.link_speed;
+}
+
 PortStats DpdkPort::stats() const {
   PortStats t;
   for (const auto& q : q_) {

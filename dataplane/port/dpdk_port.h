@@ -96,6 +96,8 @@ class DpdkPort {
   DpdkPort& operator=(const DpdkPort&) = delete;
 
   bool link_up() const;
+  /// The link's speed in Mb/s as the driver reports it (rte_eth_link_get_nowait); 0 unknown.
+  std::uint32_t link_speed_mbps() const;
   const Offloads& offloads() const { return offloads_; }
   /// The PMD's verdict on the IPv4 header checksum of a received frame: true when it checked
   /// it good; false when it did not check. A bad one is counted and reported by `bad`.

@@ -261,11 +261,39 @@ std::uint8_t tos_of_first_request(const cc::CongestionConfig& k) {
   return tos;
 }
 
-TEST(CongestionEct, OurPacketsCarryEct0ByDefault) {
-  EXPECT_EQ(tos_of_first_request({}), 0x02);
-  cc::CongestionConfig off;
-  off.ect = false;
-  EXPECT_EQ(tos_of_first_request(off), 0x00) << "ect: false sends Not-ECT, as rxe";
+TEST(CongestionEct, Ect0OnlyWithAnAlgorithmUnlessAsked) {
+  // ECT(0) claims a sender that reacts to marks (RFC 3168): without an algorithm, Not-ECT.
+  EXPECT_EQ(tos_of_first_request({}), 0x00) << "algorithm: none sends Not-ECT, as rxe";
+  for (const auto alg : {cc::Algorithm::kDcqcn, cc::Algorithm::kDelay}) {
+    cc::CongestionConfig k;
+    k.algorithm = alg;
+    EXPECT_EQ(tos_of_first_request(k), 0x02) << cc::to_string(alg) << " sends ECT(0)";
+    k.ecn = cc::Ecn::kOff;
+    EXPECT_EQ(tos_of_first_request(k), 0x00) << "ecn: false sends Not-ECT";
+  }
+  cc::CongestionConfig on;
+  on.ecn = cc::Ecn::kOn;
+  EXPECT_EQ(tos_of_first_request(on), 0x02) << "ecn: true is honoured with algorithm: none";
+}
+
+// rpg_max_rate_mbps 0 (the default) is the port's line rate, as mlx5's; unknown: 100 Gb/s.
+TEST(CongestionRp, MaximumRateIsTheLineRateByDefault) {
+  for (const auto& [line, expect] : {std::pair{25'000u, 25'000.0}, std::pair{0u, 100'000.0}}) {
+    cc::CongestionConfig k;
+    k.algorithm = cc::Algorithm::kDcqcn;
+    k.line_rate_mbps = line;
+    Harness h(false, k);
+    EXPECT_DOUBLE_EQ(h.eng.cc_rate_mbps(*h.qp), expect) << "line rate " << line;
+    k.algorithm = cc::Algorithm::kDelay;
+    Harness d(false, k);
+    EXPECT_DOUBLE_EQ(d.eng.cc_rate_mbps(*d.qp), expect) << "delay, line rate " << line;
+  }
+  cc::CongestionConfig k;
+  k.algorithm = cc::Algorithm::kDcqcn;
+  k.line_rate_mbps = 25'000;
+  k.dcqcn.max_rate_mbps = 10'000;
+  Harness h(false, k);
+  EXPECT_DOUBLE_EQ(h.eng.cc_rate_mbps(*h.qp), 10'000.0) << "a configured rate wins";
 }
 
 // ---- reaction point -------------------------------------------------------------------------

@@ -17,12 +17,25 @@ enum class Algorithm : std::uint8_t {
 };
 const char* to_string(Algorithm a);
 
+/// The rate a QP starts at and recovers to when neither the configuration nor the port gives
+/// one (`rpg_max_rate_mbps: 0`, "the line rate", on a port whose driver reports no speed).
+inline constexpr std::uint32_t kUnknownLineRateMbps = 100'000;
+
+/// ECT(0) on what we send: `ecn:` in YAML.
+enum class Ecn : std::uint8_t {
+  kAuto,  ///< with an algorithm that reacts to congestion (dcqcn, delay); Not-ECT with none
+  kOn,    ///< always (with `algorithm: none` a non-responsive ECN sender: roced warns)
+  kOff,   ///< never, as rxe
+};
+
 /// DCQCN reaction point. Rates in Mb/s, periods in microseconds, gains in 1/1024.
 struct DcqcnParams {
-  std::uint32_t max_rate_mbps = 100'000;  ///< rpg_max_rate: the rate a QP starts at and recovers to
-  std::uint32_t min_rate_mbps = 1;        ///< rpg_min_rate
-  std::uint32_t ai_rate_mbps = 40;        ///< rpg_ai_rate: additive increase step (R_AI)
-  std::uint32_t hai_rate_mbps = 100;      ///< rpg_hai_rate: hyper increase step (R_HAI)
+  /// rpg_max_rate: the rate a QP starts at and recovers to; 0 (the default, as mlx5's): the
+  /// port's line rate (CongestionConfig::line_rate_mbps).
+  std::uint32_t max_rate_mbps = 0;
+  std::uint32_t min_rate_mbps = 1;    ///< rpg_min_rate
+  std::uint32_t ai_rate_mbps = 40;    ///< rpg_ai_rate: additive increase step (R_AI)
+  std::uint32_t hai_rate_mbps = 100;  ///< rpg_hai_rate: hyper increase step (R_HAI)
   /// dce_tcp_g: alpha <- (g/1024) alpha (+ (1024 - g)/1024 with a CNP); 1019 = gain 1/205.
   std::uint32_t alpha_g = 1019;
   std::uint32_t initial_alpha = 1023;          ///< initial_alpha_value (1023 ~ 1.0)
@@ -41,7 +54,7 @@ struct DcqcnParams {
 /// rate grows additively, above it the rate shrinks in proportion to the excess, at most once
 /// per round trip.
 struct DelayParams {
-  std::uint32_t max_rate_mbps = 100'000;
+  std::uint32_t max_rate_mbps = 0;  ///< 0: the port's line rate, as rpg_max_rate
   std::uint32_t min_rate_mbps = 10;
   std::uint32_t target_us = 50;         ///< target round trip; 0: 2 x the smallest round trip seen
   std::uint32_t ai_rate_mbps = 100;     ///< additive increase per round trip below target
@@ -52,8 +65,9 @@ struct DelayParams {
 struct CongestionConfig {
   /// Transmit ECT(0) in the IP ECN field of RoCE packets whose traffic class leaves it 0, as
   /// ConnectX RNICs do with ECN enabled (rxe sends Not-ECT). Marking switches only mark ECT
-  /// packets; Not-ECT packets are dropped instead.
-  bool ect = true;
+  /// packets; Not-ECT packets are dropped instead. ECT claims a sender that reacts to marks
+  /// (RFC 3168), so by default only with an algorithm (ect_on()).
+  Ecn ecn = Ecn::kAuto;
   /// Notification point: answer CE-marked packets of a connected QP with CNPs.
   bool cnp = true;
   std::uint32_t cnp_interval_ns = 4'000;  ///< min_time_between_cnps: per QP
@@ -64,6 +78,18 @@ struct CongestionConfig {
   std::uint32_t burst_bytes = 16'384;
   DcqcnParams dcqcn;
   DelayParams delay;
+  /// The port's speed in Mb/s, what `max_rate_mbps: 0` means; set by the runtime from the
+  /// driver (rte_eth_link_get); 0: unknown, kUnknownLineRateMbps.
+  std::uint32_t line_rate_mbps = 0;
+
+  bool ect_on() const {
+    return ecn == Ecn::kOn || (ecn == Ecn::kAuto && algorithm != Algorithm::kNone);
+  }
+  /// A configured maximum rate, 0 resolved to the line rate.
+  std::uint32_t max_rate(std::uint32_t configured) const {
+    if (configured != 0) return configured;
+    return line_rate_mbps != 0 ? line_rate_mbps : kUnknownLineRateMbps;
+  }
 };
 
 }  // namespace roce::engine::cc

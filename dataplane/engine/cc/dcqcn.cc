@@ -21,7 +21,7 @@ const char* to_string(Algorithm a) {
 
 void Dcqcn::reset(const DcqcnParams& p) {
   p_ = p;
-  max_ = std::max<double>(p.max_rate_mbps, 1);
+  max_ = p.max_rate_mbps != 0 ? p.max_rate_mbps : kUnknownLineRateMbps;  // 0: the engine resolves
   min_ = std::min<double>(std::max<double>(p.min_rate_mbps, 0.001), max_);
   rc_ = rt_ = max_;
   alpha_ = std::min(p.initial_alpha, 1024u) / 1024.0;

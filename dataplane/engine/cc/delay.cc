@@ -8,7 +8,7 @@ namespace roce::engine::cc {
 
 void DelayCc::reset(const DelayParams& p) {
   p_ = p;
-  max_ = std::max<double>(p.max_rate_mbps, 1);
+  max_ = p.max_rate_mbps != 0 ? p.max_rate_mbps : kUnknownLineRateMbps;  // 0: the engine resolves
   min_ = std::min<double>(std::max<double>(p.min_rate_mbps, 0.001), max_);
   rate_ = max_;
   min_rtt_ = 0;

@@ -81,7 +81,22 @@ TEST(Config, CongestionDefaultsAndEveryKey) {
       "ports:\n  - name: p0\n    device: x\n    mac: 02:00:00:00:00:01\n    ipv4: 192.0.2.1/24\n";
   const engine::cc::CongestionConfig d = parse_config(base, "d.yaml").ports[0].congestion;
   EXPECT_EQ(d.algorithm, engine::cc::Algorithm::kNone) << "no rate control unless asked";
-  EXPECT_TRUE(d.ect);
+  EXPECT_EQ(d.ecn, engine::cc::Ecn::kAuto);
+  EXPECT_FALSE(d.ect_on()) << "Not-ECT without an algorithm that reacts (review finding 8)";
+  EXPECT_EQ(d.dcqcn.max_rate_mbps, 0u) << "0: the line rate, as mlx5";
+  EXPECT_EQ(d.delay.max_rate_mbps, 0u);
+  EXPECT_TRUE(parse_config(base + "    congestion: {algorithm: dcqcn}\n", "e.yaml")
+                  .ports[0]
+                  .congestion.ect_on());
+  const auto on =
+      parse_config(base + "    congestion: {ecn: true}\n", "o.yaml").ports[0].congestion;
+  EXPECT_EQ(on.ecn, engine::cc::Ecn::kOn);
+  EXPECT_TRUE(on.ect_on()) << "asked for explicitly (roced warns)";
+  EXPECT_EQ(parse_config(base + "    congestion: {dcqcn: {rpg_max_rate_mbps: 0}}\n", "z.yaml")
+                .ports[0]
+                .congestion.dcqcn.max_rate_mbps,
+            0u)
+      << "0 accepted as the line rate";
   EXPECT_TRUE(d.cnp);
   EXPECT_EQ(d.cnp_interval_ns, 4000u);
   EXPECT_EQ(d.cnp_dscp, 48);
@@ -102,7 +117,8 @@ TEST(Config, CongestionDefaultsAndEveryKey) {
                            "ai_rate_mbps: 50, beta_pct: 70, max_decrease_pct: 40}\n";
   const engine::cc::CongestionConfig k = parse_config(yaml, "k.yaml").ports[0].congestion;
   EXPECT_EQ(k.algorithm, engine::cc::Algorithm::kDcqcn);
-  EXPECT_FALSE(k.ect);
+  EXPECT_EQ(k.ecn, engine::cc::Ecn::kOff);
+  EXPECT_FALSE(k.ect_on());
   EXPECT_FALSE(k.cnp);
   EXPECT_EQ(k.cnp_interval_ns, 50'000u);
   EXPECT_EQ(k.cnp_dscp, 26);
