@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# ECN interop with Linux rxe (docs/congestion.md): roce-perf's ib_write_bw client, whose frames
-# carry ECT(0) (the default `ecn: true`), against rxe's ib_write_bw server, while CNPs (BTH
+# ECN interop with Linux rxe (docs/congestion.md): roce-perf's ib_write_bw client with DCQCN,
+# whose frames carry ECT(0) (ECN-capable with an algorithm that reacts), against rxe's ib_write_bw server, while CNPs (BTH
 # opcode 0x81, built by scapy) are sent from our address to rxe's QP throughout the run. rxe
 # has no reaction point: it must accept the ECT(0) frames as any others and drop the CNPs
 # without harm. Passes when both sides finish with a result row, our capture shows ECT(0) on
@@ -50,7 +50,7 @@ print(f"cnp: sent {n} CNPs to rxe QP {qpn:#x}")
 PY
 ip netns exec "$ns" /usr/bin/python3 "$out/cnp.py" "$out/us.txt" "$out/stop" > "$out/cnp.txt" 2>&1 &
 cnppid=$!
-ip netns exec "$ns" "$perf" write_bw --iface dp0 --timeout 180 --pcap "$out/us.pcap" \
+ip netns exec "$ns" "$perf" write_bw --iface dp0 --cc dcqcn --timeout 180 --pcap "$out/us.pcap" \
   --json "$out/us.json" -n 10000 -s 4096 192.0.2.1 > "$out/us.txt" 2>&1 && rc=0 || rc=$?
 touch "$out/stop"
 wait "$cnppid" || true
