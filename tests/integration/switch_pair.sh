@@ -3,12 +3,15 @@
 # switch: ARP is flooded and learnt, the RoCE traffic crosses the switch's output queues, and
 # the switch's counters (JSON at exit) show the frames. With a slow output (--rate-mbps 200)
 # and a short queue, the queue marks and the receiver answers with CNPs.
-# With ARGS (e.g. --cc dcqcn --cc-max-rate-mbps 200, to both roce-perf processes) and
+# With ARGS (default --cc dcqcn --cc-max-rate-mbps 200, to both roce-perf processes) and
 # MAX_DROPS, the run must drop at most that many frames at the switch.
 #   switch_pair.sh ROCE_SWITCH ROCE_PERF [MAX_DROPS [ARGS...]]
 set -euo pipefail
 sw=$(realpath "$1") perf=$(realpath "$2") max_drops=${3:--1}
 shift 2; [[ $# -gt 0 ]] && shift
+# The senders must be ECN-capable for the switch to mark them, and they are only with an
+# algorithm that reacts (docs/congestion.md): DCQCN at the output's rate unless ARGS say.
+[[ $# -gt 0 ]] || set -- --cc dcqcn --cc-max-rate-mbps 200
 # shellcheck source=tests/integration/lib_ports.sh
 . "$(dirname "$0")/lib_ports.sh"
 work=$(mktemp -d)
