@@ -62,6 +62,8 @@ struct PortRuntime {
     engine::Stats stats;
     std::size_t qps = 0, mrs = 0;
     std::array<std::uint64_t, fpga::kDevCounters> dev{};
+    std::array<engine::Engine::QpRate, apps::kQpRateSeries> rates{};
+    std::size_t rates_n = 0, limited = 0;
     std::atomic<bool> asked{false};
   };
   std::vector<std::unique_ptr<Snapshot>> snaps;
@@ -123,11 +125,33 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
     c.engine = p.eng().stats();
     c.qps = p.eng().qp_count();
     c.mrs = p.eng().mr_count();
+    // The QPs held below their maximum rate, every lcore's, the lowest rates kept.
+    c.cc_on = p.eng().config().congestion.algorithm != engine::cc::Algorithm::kNone;
+    std::array<engine::Engine::QpRate, apps::kQpRateSeries> rates{};
+    c.cc_limited_qps = p.eng().cc_rates(rates);
+    c.cc_rates_n = 0;
+    const auto keep = [&c](std::span<const engine::Engine::QpRate> rs) {
+      for (const auto& r : rs) {
+        std::size_t j = c.cc_rates_n;
+        if (j == c.cc_rates.size()) {
+          if (c.cc_rates[j - 1].rate_mbps <= r.rate_mbps) continue;
+          --j;
+        } else {
+          ++c.cc_rates_n;
+        }
+        for (; j > 0 && c.cc_rates[j - 1].rate_mbps > r.rate_mbps; --j)
+          c.cc_rates[j] = c.cc_rates[j - 1];
+        c.cc_rates[j] = {r.qpn, r.rate_mbps};
+      }
+    };
+    keep(std::span(rates).first(std::min(rates.size(), c.cc_limited_qps)));
     for (unsigned l = 1; l < p.rt->lcores(); ++l) {
       PortRuntime::Snapshot& s = *p.snaps[l];
       add(c.engine, s.stats);
       c.qps += s.qps;
       c.mrs += s.mrs;
+      c.cc_limited_qps += s.limited;
+      keep(std::span(s.rates).first(s.rates_n));
       // Ask lcore l for a fresh copy, read next time (one request in flight at a time).
       if (!s.asked.exchange(true))
         p.rt->loop(l).post([&s, e = &p.rt->eng(l), d = p.rt->device(l)] {
@@ -135,6 +159,8 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
           if (d) s.dev = d->counters();
           s.qps = e->qp_count();
           s.mrs = e->mr_count();
+          s.limited = e->cc_rates(s.rates);
+          s.rates_n = std::min(s.limited, s.rates.size());
           s.asked.store(false, std::memory_order_release);
         });
     }

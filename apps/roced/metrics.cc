@@ -76,6 +76,10 @@ std::vector<CounterSample> Metrics::snapshot() const {
     out.push_back({"nd_entries", p.name, p.neighbour.nd_entries});
     out.push_back({"qps", p.name, p.qps});
     out.push_back({"mrs", p.name, p.mrs});
+    if (p.cc_on)
+      out.push_back({"cc_limited_qps_now", p.name, p.cc_limited_qps,
+                     "QPs congestion control holds below their maximum rate (docs/congestion.md)",
+                     true});
     if (p.attach_on) {
       out.push_back({"attach_clients", p.name, p.attach_clients});
       out.push_back({"attach_clients_total", p.name, p.attach_clients_total});
@@ -133,6 +137,23 @@ std::string Metrics::prometheus(const std::string& appliance) const {
       os << "roce_" << name << "{appliance=\"" << appliance << "\",port=\"" << c->port << "\"} "
          << c->value << '\n';
   }
+  // Each QP congestion control holds below its maximum rate, the lowest kQpRateSeries per port.
+  std::vector<PortCounters> ports;
+  {
+    std::lock_guard lock(mu_);
+    ports = ports_;
+  }
+  bool rate_header = false;
+  for (const auto& p : ports)
+    for (std::size_t i = 0; i < p.cc_rates_n; ++i) {
+      if (!rate_header) {
+        os << "# HELP roce_cc_qp_rate_mbps the rate a QP is paced at now, for QPs below their "
+              "maximum (docs/congestion.md)\n# TYPE roce_cc_qp_rate_mbps gauge\n";
+        rate_header = true;
+      }
+      os << "roce_cc_qp_rate_mbps{appliance=\"" << appliance << "\",port=\"" << p.name
+         << "\",qpn=\"" << p.cc_rates[i].qpn << "\"} " << p.cc_rates[i].rate_mbps << '\n';
+    }
   if (clients) {
     // One gauge per resource, a series per client.
     const auto list = clients();

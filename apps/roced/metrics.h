@@ -22,6 +22,14 @@
 
 namespace roce::apps {
 
+/// A QP that congestion control holds below its maximum rate (Engine::cc_rates).
+struct QpRate {
+  std::uint32_t qpn = 0;
+  std::uint32_t rate_mbps = 0;
+};
+/// At most this many per-QP rate series per port (the lowest rates); the count is complete.
+inline constexpr std::size_t kQpRateSeries = 64;
+
 /// The raw counters of one port, as the poll loop copies them.
 struct PortCounters {
   std::string name;  ///< port name, set once
@@ -44,6 +52,11 @@ struct PortCounters {
   std::array<std::uint64_t, fpga::kDevCounters> fpga{};
   std::uint64_t qps = 0;
   std::uint64_t mrs = 0;
+  /// Congestion control on (an algorithm): cc_limited_qps_now and the per-QP rate gauges.
+  bool cc_on = false;
+  std::uint64_t cc_limited_qps = 0;
+  std::array<QpRate, kQpRateSeries> cc_rates{};  ///< lowest first, cc_rates_n of them
+  std::size_t cc_rates_n = 0;
   // attached client processes (controlplane/attach), when attach.socket is configured
   bool attach_on = false;
   std::uint64_t attach_clients = 0, attach_clients_total = 0, attach_clients_lost = 0;

@@ -1,13 +1,15 @@
 /// @file
 /// roce-ctl: talks to a running roced. `roce-ctl counters` prints the appliance counters (read
 /// from its Prometheus endpoint) as a table; `roce-ctl clients` the attached client processes
-/// and what each holds (docs/client-api.md).
+/// and what each holds (docs/client-api.md); `roce-ctl rates` the QPs congestion control holds
+/// below their maximum rate (docs/congestion.md).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <chrono>
@@ -16,6 +18,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "apps/roced/metrics.h"
 
@@ -188,18 +191,62 @@ int print_lnet(const std::string& text, bool all) {
   return 0;
 }
 
+// roce_cc_qp_rate_mbps{...,port="p0",qpn="17"} value -> one row per QP congestion control
+// holds below its maximum rate, lowest first; then each port's count of them.
+int print_rates(const std::string& text) {
+  std::istringstream in(text);
+  struct Row {
+    std::string port, qpn;
+    unsigned long rate = 0;
+  };
+  std::vector<Row> rows;
+  std::map<std::string, std::string> limited;
+  std::string line;
+  const std::string series = "roce_cc_qp_rate_mbps{", count = "roce_cc_limited_qps_now{";
+  while (std::getline(in, line)) {
+    const bool is_rate = line.rfind(series, 0) == 0;
+    if (!is_rate && line.rfind(count, 0) != 0) continue;
+    const auto brace = line.find('{'), close = line.find('}');
+    if (brace == std::string::npos || close == std::string::npos) continue;
+    const std::string labels = line.substr(brace + 1, close - brace - 1);
+    const std::string value = value_after(line, close);
+    if (!is_rate) {
+      limited[label(labels, "port")] = value;
+      continue;
+    }
+    Row r{label(labels, "port"), label(labels, "qpn"), 0};
+    try {
+      r.rate = std::stoul(value);
+    } catch (const std::exception&) {
+      continue;  // not a number: not roced's
+    }
+    rows.push_back(std::move(r));
+  }
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const Row& a, const Row& b) { return a.rate < b.rate; });
+  std::printf("%-10s %10s %12s\n", "port", "qpn", "rate_mbps");
+  for (const Row& r : rows)
+    std::printf("%-10s %10s %12lu\n", printable(r.port).c_str(), printable(r.qpn).c_str(), r.rate);
+  if (limited.empty()) std::printf("(no port runs congestion control)\n");
+  for (const auto& [port, n] : limited)
+    std::printf("port %s: %s QPs below their maximum rate\n", printable(port).c_str(),
+                printable(n).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string endpoint = "127.0.0.1:9464", command;
   po::options_description desc(
-      "Usage: roce-ctl [--prometheus HOST:PORT] [--all] counters|clients|lnet\n\n"
+      "Usage: roce-ctl [--prometheus HOST:PORT] [--all] counters|clients|rates|lnet\n\n"
+      "rates: each QP congestion control holds below its maximum rate, lowest first\n"
       "lnet: the per-queue statistics of a messaging-API program's transfer machines, from\n"
       "its own endpoint (e.g. roce-lnet-ping --metrics HOST:PORT)\n\nOptions");
   desc.add_options()("help,h", "print this help")(
       "prometheus,p", po::value(&endpoint)->default_value(endpoint), "roced counters endpoint")(
       "all,a", "also print counters that are zero")("command", po::value(&command),
-                                                    "counters, clients or lnet");
+                                                    "counters, clients, rates or lnet");
   po::positional_options_description pos;
   pos.add("command", 1);
   po::variables_map vm;
@@ -214,19 +261,22 @@ int main(int argc, char** argv) {
     std::cout << desc << '\n';
     return command.empty() && !vm.count("help") ? 2 : 0;
   }
-  if (command != "counters" && command != "clients" && command != "lnet") {
-    std::cerr << "roce-ctl: unknown command '" << command << "' (known: counters, clients, lnet)\n";
+  if (command != "counters" && command != "clients" && command != "lnet" && command != "rates") {
+    std::cerr << "roce-ctl: unknown command '" << command
+              << "' (known: counters, clients, lnet, rates)\n";
     return 2;
   }
   try {
     if (command == "clients") return print_clients(http_get(endpoint));
     if (command == "lnet") return print_lnet(http_get(endpoint), vm.count("all") != 0);
+    if (command == "rates") return print_rates(http_get(endpoint));
     std::istringstream in(http_get(endpoint));
     std::map<std::string, std::map<std::string, std::string>> table;  // port -> name -> value
     std::string line;
     while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#' || line.find("client=\"") != std::string::npos)
-        continue;  // per-client series: roce-ctl clients
+      if (line.empty() || line[0] == '#' || line.find("client=\"") != std::string::npos ||
+          line.find("qpn=\"") != std::string::npos)
+        continue;  // per-client series: roce-ctl clients; per-QP rates: roce-ctl rates
       const auto brace = line.find('{'), close = line.find('}');
       if (brace == std::string::npos || close == std::string::npos) continue;
       const std::string name = line.substr(5, brace - 5);  // strip "roce_"

@@ -8,6 +8,7 @@
 /// when its time comes (cc_release, from run()). Nothing here runs with `algorithm: none`
 /// except the notification point, which only CE-marked packets reach.
 #include <algorithm>
+#include <cmath>
 
 #include "dataplane/engine/engine_loc.h"
 
@@ -56,6 +57,38 @@ void set_pace(const Engine& eng, Qp& qp, std::uint64_t now) {
 }  // namespace
 
 double Engine::cc_rate_mbps(const Qp& qp) const { return current_rate(*this, qp); }
+
+std::size_t Engine::cc_rates(std::span<QpRate> out) const {
+  if (cfg_.congestion.algorithm == cc::Algorithm::kNone) return 0;
+  const bool dcqcn = cfg_.congestion.algorithm == cc::Algorithm::kDcqcn;
+  std::size_t n = 0, kept = 0;
+  for (std::uint32_t i = 0; i < cfg_.max_qps; ++i) {
+    const Qp* qp = find_qp(first_qpn_ + i);
+    if (qp == nullptr || qp->type == QpType::kUd || qp->state != QpState::kRts) continue;
+    double rate = qp->cc.delay.rate_mbps();
+    bool limited = qp->cc.delay.limited();
+    if (dcqcn) {
+      // The timers run lazily, on the QP's next packet: the rate as they would make it now.
+      cc::Dcqcn d = qp->cc.dcqcn;
+      d.advance(now_);
+      rate = d.rate_mbps();
+      limited = d.limited();
+    }
+    if (!limited) continue;
+    ++n;
+    // Keep the lowest rates: insertion into a sorted prefix of `out`.
+    const QpRate r{qp->qpn, static_cast<std::uint32_t>(std::lround(rate))};
+    if (kept < out.size())
+      out[kept++] = r;
+    else if (kept == 0 || out[kept - 1].rate_mbps <= r.rate_mbps)
+      continue;
+    else
+      out[kept - 1] = r;
+    for (std::size_t j = kept - 1; j > 0 && out[j - 1].rate_mbps > out[j].rate_mbps; --j)
+      std::swap(out[j - 1], out[j]);
+  }
+  return n;
+}
 
 void Engine::Stages::cc_start(Engine& eng, Qp& qp) {
   cc::QpCc& c = qp.cc;

@@ -213,6 +213,15 @@ class Engine {
   const EngineConfig& config() const { return cfg_; }
   /// The rate `qp` is paced at now, in Mb/s; 0 without congestion control.
   double cc_rate_mbps(const Qp& qp) const;
+  /// A QP held below its maximum rate by congestion control (cc_rates).
+  struct QpRate {
+    std::uint32_t qpn = 0;
+    std::uint32_t rate_mbps = 0;
+  };
+  /// The QPs congestion control holds below their maximum rate now, lowest rate first, at
+  /// most out.size() of them; returns how many there are (the counters' cc_limited_qps_now).
+  /// Walks every QP: for a metrics reader's period, not the data path.
+  std::size_t cc_rates(std::span<QpRate> out) const;
 
  private:
   /// What the stages (rx_dispatch, scheduler, requester, responder, completer, retransmit and

@@ -4,6 +4,7 @@
 // crafted frames in, its frames out.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -323,6 +324,34 @@ TEST(CongestionRp, DcqcnCnpHalvesTheRateAtAlphaOne) {
   h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
   EXPECT_EQ(h.count(Counter::kCnpIgnored), 1u);
   EXPECT_DOUBLE_EQ(h.eng.cc_rate_mbps(*h.qp), 5'000.0);
+}
+
+// The per-QP rate counter (roce-ctl rates, roce_cc_qp_rate_mbps): the QPs below their maximum,
+// with the rate their timers would give them now, lowest first.
+TEST(CongestionRp, RateCounterListsLimitedQpsAtTheirRateNow) {
+  cc::CongestionConfig k;
+  k.algorithm = cc::Algorithm::kDcqcn;
+  k.dcqcn.max_rate_mbps = 10'000;
+  k.dcqcn.initial_alpha = 1024;
+  Harness h(false, k);
+  std::array<Engine::QpRate, 4> out{};
+  EXPECT_EQ(h.eng.cc_rates(out), 0u) << "at the maximum: not listed";
+  h.send_request();
+  h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
+  ASSERT_EQ(h.eng.cc_rates(out), 1u);
+  EXPECT_EQ(out[0].qpn, h.qp->qpn);
+  EXPECT_EQ(out[0].rate_mbps, 5'000u);
+  EXPECT_EQ(h.eng.cc_rates(std::span<Engine::QpRate>()), 1u) << "counted beyond the room";
+  // 55 us later one timer event has run (fast recovery: (RT + RC)/2), though the QP sent
+  // nothing and its own state waits for its next packet.
+  h.eng.run(h.now + 56'000);
+  ASSERT_EQ(h.eng.cc_rates(out), 1u);
+  EXPECT_EQ(out[0].rate_mbps, 7'500u);
+  // A second later it is back at its maximum: no longer listed.
+  h.eng.run(h.now + 1'000'000'000);
+  EXPECT_EQ(h.eng.cc_rates(out), 0u);
+  Harness none;
+  EXPECT_EQ(none.eng.cc_rates(out), 0u) << "algorithm: none";
 }
 
 TEST(CongestionRp, HostileCnpsAreCountedDrops) {

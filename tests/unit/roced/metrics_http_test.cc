@@ -178,3 +178,33 @@ TEST(MetricsHttp, APortAloneListensOnTheManagementAddress) {
 }
 
 }  // namespace
+
+namespace {
+
+// Congestion control's per-QP rates (roce-ctl rates): a gauge per QP below its maximum rate,
+// and the count of them, only on a port with an algorithm.
+TEST(MetricsRates, LimitedQpsAreGaugesWithTheirQpn) {
+  Metrics m;
+  std::vector<PortCounters> ports(2);
+  ports[0].name = "p0";
+  ports[0].cc_on = true;
+  ports[0].cc_limited_qps = 3;
+  ports[0].cc_rates[0] = {17, 1250};
+  ports[0].cc_rates[1] = {18, 2500};
+  ports[0].cc_rates_n = 2;
+  ports[1].name = "p1";  // algorithm: none
+  m.publish(ports);
+  const std::string text = m.prometheus("a");
+  EXPECT_NE(text.find("# TYPE roce_cc_qp_rate_mbps gauge"), std::string::npos) << text;
+  EXPECT_NE(text.find("roce_cc_qp_rate_mbps{appliance=\"a\",port=\"p0\",qpn=\"17\"} 1250\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("roce_cc_qp_rate_mbps{appliance=\"a\",port=\"p0\",qpn=\"18\"} 2500\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("# TYPE roce_cc_limited_qps_now gauge"), std::string::npos);
+  EXPECT_NE(text.find("roce_cc_limited_qps_now{appliance=\"a\",port=\"p0\"} 3\n"),
+            std::string::npos);
+  EXPECT_EQ(text.find("roce_cc_limited_qps_now{appliance=\"a\",port=\"p1\"}"), std::string::npos)
+      << "no congestion control on p1";
+}
+
+}  // namespace
