@@ -181,7 +181,11 @@ bool Engine::Stages::cc_admit(Engine& eng, Qp& qp, std::uint32_t& budget) {
                                     c.ns_per_byte,
                                 2.0 * qp.pmtu());
     const auto inflight = double(distance(qp.req.next_psn, qp.comp.psn)) * qp.pmtu();
+    // Half a window between AckReqs, so acknowledgements reopen it as it drains.
+    c.ack_req_every = std::max<std::uint32_t>(static_cast<std::uint32_t>(cap / qp.pmtu() / 2), 1);
     if (inflight >= cap) return false;  // an acknowledgement puts the QP back in the list
+    // The window bounds this call's packets too, not only whether the QP may start.
+    budget = std::min(budget, static_cast<std::uint32_t>(std::ceil((cap - inflight) / qp.pmtu())));
   }
   // A QP that fell behind (a late poll) may catch up by burst_bytes, no more.
   const auto lag = static_cast<std::uint64_t>(eng.cfg_.congestion.burst_bytes * c.ns_per_byte);

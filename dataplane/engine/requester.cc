@@ -363,7 +363,11 @@ bool Engine::Stages::req_send_ud(Engine& eng, Qp& qp, SendWqe& w) {
              (w.opcode == WrOpcode::kSend || w.opcode == WrOpcode::kSendImm ||
               w.opcode == WrOpcode::kSendInv || w.opcode == WrOpcode::kWriteImm);
       // IBA 9.7.6.1.3: AckReq on the last packet, and often enough within long messages.
-      f.ack_req = !uc && (last || qp.req.pkts_since_ack_req + 1 >= eng.cfg_.ack_req_every ||
+      // A window-limited QP (delay-based congestion control) asks more often: its window may
+      // close mid-message, and an unacknowledged window would wait for the probe timer.
+      f.ack_req = !uc && (last ||
+                          qp.req.pkts_since_ack_req + 1 >=
+                              std::min(eng.cfg_.ack_req_every, qp.cc.ack_req_every) ||
                           qp.comp.probing);
       return payload;
     }

@@ -354,6 +354,38 @@ TEST(CongestionRp, RateCounterListsLimitedQpsAtTheirRateNow) {
   EXPECT_EQ(none.eng.cc_rates(out), 0u) << "algorithm: none";
 }
 
+// Delay-based: a window of rate x target round trip (here its floor, two packets) closes in the
+// middle of a 16-packet WRITE; the packet that closes it must ask for an ACK, or the window
+// waits for the probe timer (the 8:1 incast reached 0.23 of the output that way).
+TEST(CongestionRp, DelayWindowAsksForAnAckBeforeItCloses) {
+  cc::CongestionConfig k;
+  k.algorithm = cc::Algorithm::kDelay;
+  k.delay.target_us = 1;  // 1 us at 10 Gb/s: 1250 bytes, under the floor of two packets
+  k.line_rate_mbps = 10'000;
+  Harness h(false, k);
+  Sge sge{reinterpret_cast<std::uint64_t>(h.mem.data()), 16 * 1024, h.mr->key};
+  SendWr wr;
+  wr.opcode = WrOpcode::kWrite;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.rdma.remote_addr = 0x10000;
+  wr.rdma.rkey = 1;
+  ASSERT_EQ(h.eng.post_send(h.qp, &wr, nullptr), kOk);
+  std::vector<wire::RxPkt> sent;
+  std::vector<std::vector<std::uint8_t>> frames;
+  for (int i = 0; i < 4; ++i) {
+    h.now += 100'000;  // the pacing allows more; the window does not
+    for (auto& f : h.flush()) frames.push_back(std::move(f));
+  }
+  for (const auto& f : frames) {
+    wire::RxPkt p;
+    ASSERT_EQ(wire::parse_frame(f, p), wire::Verdict::kOk);
+    sent.push_back(p);
+  }
+  ASSERT_EQ(sent.size(), 2u) << "a window of two 1024-byte packets";
+  EXPECT_TRUE(sent.back().ack_req) << "the packet that fills the window asks for an ACK";
+}
+
 TEST(CongestionRp, HostileCnpsAreCountedDrops) {
   cc::CongestionConfig k;
   k.algorithm = cc::Algorithm::kDcqcn;
