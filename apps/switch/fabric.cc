@@ -207,8 +207,11 @@ IncastResult run_incast(const IncastOptions& o) {
       IncastSample s;
       s.t_ns = now - t0;
       for (std::uint32_t i = 0; i < o.senders; ++i) {
-        const double rate = hosts[i].eng->cc_rate_mbps(*sq[i]);
-        s.rate_mbps.push_back(started[i] ? (rate > 0 ? rate : double(o.link_mbps)) : 0);
+        // The rate counter (roce-ctl rates): the QP is listed while held below its maximum.
+        Engine::QpRate listed[1];
+        const double rate =
+            hosts[i].eng->cc_rates(listed) != 0 ? listed[0].rate_mbps : double(o.link_mbps);
+        s.rate_mbps.push_back(started[i] ? rate : 0);
         s.goodput_mbps.push_back(double(interval_bytes[i]) * 8000.0 / double(o.sample_ns));
         interval_bytes[i] = 0;
       }

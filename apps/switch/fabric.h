@@ -36,7 +36,9 @@ struct IncastOptions {
 
 struct IncastSample {
   std::uint64_t t_ns = 0;
-  std::vector<double> rate_mbps;     ///< each sender's pacing rate (the link rate when unpaced)
+  /// each sender's rate as its engine's counter reports it (Engine::cc_rates, roce-ctl rates):
+  /// the link rate when not held below it
+  std::vector<double> rate_mbps;
   std::vector<double> goodput_mbps;  ///< each sender's WRITE bytes completed in the interval
   std::uint64_t depth = 0;           ///< the bottleneck queue's depth
 };
