@@ -181,11 +181,23 @@ bool Engine::Stages::cc_admit(Engine& eng, Qp& qp, std::uint32_t& budget) {
                                     c.ns_per_byte,
                                 2.0 * qp.pmtu());
     const auto inflight = double(distance(qp.req.next_psn, qp.comp.psn)) * qp.pmtu();
-    // Half a window between AckReqs, so acknowledgements reopen it as it drains.
-    c.ack_req_every = std::max<std::uint32_t>(static_cast<std::uint32_t>(cap / qp.pmtu() / 2), 1);
-    if (inflight >= cap) return false;  // an acknowledgement puts the QP back in the list
-    // The window bounds this call's packets too, not only whether the QP may start.
-    budget = std::min(budget, static_cast<std::uint32_t>(std::ceil((cap - inflight) / qp.pmtu())));
+    const auto cap_pkts = static_cast<std::uint32_t>(cap / qp.pmtu());
+    if (inflight >= cap) {
+      // Closed: an ACK reopens it, if one was asked for. The last packet sent asked for one
+      // (pkts_since_ack_req 0), or the window shrank (a lower rate) past packets that did
+      // not: then one more packet, past the window, asks, or the QP would wait for the probe
+      // timer.
+      if (qp.req.pkts_since_ack_req == 0) return false;  // an ACK puts the QP back in the list
+      c.ack_req_every = 1;
+      budget = std::min(budget, 1u);
+    } else {
+      // Open: this call sends at most what fits, and the packet that fills the window asks for
+      // an ACK (also one every half window, so ACKs reopen it as it drains).
+      const auto left = static_cast<std::uint32_t>(std::ceil((cap - inflight) / qp.pmtu()));
+      budget = std::min(budget, left);
+      c.ack_req_every =
+          std::max<std::uint32_t>(std::min(cap_pkts / 2, qp.req.pkts_since_ack_req + left), 1);
+    }
   }
   // A QP that fell behind (a late poll) may catch up by burst_bytes, no more.
   const auto lag = static_cast<std::uint64_t>(eng.cfg_.congestion.burst_bytes * c.ns_per_byte);
