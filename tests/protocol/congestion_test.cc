@@ -386,6 +386,56 @@ TEST(CongestionRp, DelayWindowAsksForAnAckBeforeItCloses) {
   EXPECT_TRUE(sent.back().ack_req) << "the packet that fills the window asks for an ACK";
 }
 
+// The window shrinks (a round trip far over the target cuts the rate) below what is in flight,
+// and the packets in flight asked for no ACK: one more goes out that asks, or the QP would wait
+// for the probe timer.
+TEST(CongestionRp, DelayWindowThatShrankPastUnaskedPacketsAsksOnceMore) {
+  cc::CongestionConfig k;
+  k.algorithm = cc::Algorithm::kDelay;
+  k.delay.target_us = 1;  // at 100 Gb/s a window of 12 packets of 1024 bytes
+  k.delay.beta_pct = 100;
+  k.delay.max_decrease_pct = 90;
+  k.line_rate_mbps = 100'000;
+  Harness h(false, k);
+  Sge sge{reinterpret_cast<std::uint64_t>(h.mem.data()), 16 * 1024, h.mr->key};
+  SendWr wr;
+  wr.opcode = WrOpcode::kWrite;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.rdma.remote_addr = 0x10000;
+  wr.rdma.rkey = 1;
+  ASSERT_EQ(h.eng.post_send(h.qp, &wr, nullptr), kOk);
+  std::vector<wire::RxPkt> sent;
+  std::vector<std::vector<std::uint8_t>> frames;
+  const auto step = [&] {
+    for (auto& f : h.flush()) {
+      wire::RxPkt p;
+      EXPECT_EQ(wire::parse_frame(f, p), wire::Verdict::kOk);
+      frames.push_back(std::move(f));
+      sent.push_back(p);
+    }
+  };
+  for (int i = 0; i < 200 && sent.size() < 8; ++i) {
+    h.now += 50;  // the pacing lets a packet out every ~88 ns
+    step();
+  }
+  ASSERT_EQ(sent.size(), 8u);
+  EXPECT_TRUE(sent[5].ack_req) << "one AckReq every half window (6 packets)";
+  EXPECT_FALSE(sent[7].ack_req);
+  // The ACK of packet 6 after 1 ms: the rate falls to a tenth, the window to its floor of two
+  // packets, and packets 7 and 8, which asked for no ACK, fill it.
+  h.now += 1'000'000;
+  h.eng.receive(h.frame(Opcode::kRcAcknowledge, 5005, 0, 0), h.now);
+  EXPECT_LT(h.eng.cc_rate_mbps(*h.qp), 20'000.0);
+  const std::size_t before = sent.size();
+  for (int i = 0; i < 20; ++i) {
+    h.now += 1'000;
+    step();
+  }
+  ASSERT_EQ(sent.size(), before + 1) << "one packet past the closed window";
+  EXPECT_TRUE(sent.back().ack_req) << "and it asks for the ACK that reopens the window";
+}
+
 TEST(CongestionRp, HostileCnpsAreCountedDrops) {
   cc::CongestionConfig k;
   k.algorithm = cc::Algorithm::kDcqcn;
