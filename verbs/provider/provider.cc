@@ -1276,7 +1276,15 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
     total += n;
     if (n < want) break;
   }
-  if (yield) ::sched_yield();
+  bump(be->st.poll_calls);
+  if (total == 0)
+    bump(be->st.poll_empty);
+  else
+    bump(be->st.polled, static_cast<std::uint64_t>(total));
+  if (yield) {
+    bump(be->st.yields);
+    ::sched_yield();
+  }
   return total;
 }
 
@@ -1305,6 +1313,8 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   if (n == 0) return 0;
   // The program is in its verbs loop: the progress thread keeps off the port (mode.cc).
   app_call(be);
+  bump(be->st.post_calls);
+  bump(be->st.posted, n);
   // The converted list: on the stack for the usual few requests (callgrind: the thread_local
   // vectors cost about 200 of the 616 instructions of a one-WRITE ibv_post_send, attached),
   // else in vectors reused per thread (no allocation once a thread posted its largest list).
