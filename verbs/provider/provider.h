@@ -201,6 +201,10 @@ struct RQp {
   bool counts_recvs = false;
   std::uint32_t recvs_posted = 0;
   std::atomic<std::uint32_t> recvs_done{0};
+  /// Attached: signaled send WRs posted and send completions polled (poll_cq yields once when
+  /// a send completion leaves none outstanding: provider.cc, settle()). Each written by one
+  /// thread at a time (relaxed load and store); flushes may make `sends_done` the larger.
+  std::atomic<std::uint32_t> signaled_posted{0}, sends_done{0};
 };
 
 struct RAh {
