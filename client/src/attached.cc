@@ -460,25 +460,71 @@ class Attached final : public Context {
     }
     return dead_ ? -ENOTCONN : 0;
   }
-  int wait_cq(Cq* cq, int timeout_ms) override {
-    auto* c = static_cast<ACq*>(cq);
-    // The CQ's eventfd is asked for when it is first waited on (as ibv_req_notify_cq needs a
-    // completion channel): a CQ only polled costs roced no descriptor.
-    int efd = c->efd.load();
-    if (efd < 0) {
-      std::lock_guard<std::mutex> g(c->notify_mu);
-      efd = c->efd.load();
-      if (efd < 0) {
-        Request rq;
-        rq.op = Op::kCqNotify;
-        rq.handle = c->h;
-        Reply rep;
-        int fd = -1;
-        if (const int rc = call(rq, rep, nullptr, 0, &fd, 1)) return rc;  // EDQUOT: max_fds
-        if (fd < 0) return EPROTO;
-        c->efd = efd = fd;
+  /// The CQ's eventfd (0 and `efd`), asked for when it is first waited on (as
+  /// ibv_req_notify_cq needs a completion channel): a CQ only polled costs roced no descriptor.
+  int cq_efd(ACq* c, int& efd) {
+    efd = c->efd.load();
+    if (efd >= 0) return 0;
+    std::lock_guard<std::mutex> g(c->notify_mu);
+    efd = c->efd.load();
+    if (efd >= 0) return 0;
+    Request rq;
+    rq.op = Op::kCqNotify;
+    rq.handle = c->h;
+    Reply rep;
+    int fd = -1;
+    if (const int rc = call(rq, rep, nullptr, 0, &fd, 1)) return rc;  // EDQUOT: max_fds
+    if (fd < 0) return EPROTO;
+    c->efd = efd = fd;
+    return 0;
+  }
+  int wait_any(std::span<Cq* const> cqs, int wake_fd, int timeout_ms) override {
+    std::vector<pollfd> p;
+    p.reserve(cqs.size() + 4);
+    // Arm every queue (a queue that already holds something: nothing to wait for), then sleep
+    // on their eventfds (shm_queue.h: roced signals an armed queue once).
+    for (Cq* cq : cqs) {
+      auto* c = static_cast<ACq*>(cq);
+      int efd = -1;
+      if (const int rc = cq_efd(c, efd)) return rc;
+      std::lock_guard<std::mutex> g(c->mu);
+      if (!c->ring.arm()) return 0;
+      p.push_back({efd, POLLIN, 0});
+    }
+    {
+      std::lock_guard<std::mutex> g(events_mu_);
+      if (!events_.arm()) return 0;
+    }
+    p.push_back({events_fd_, POLLIN, 0});
+    {
+      std::lock_guard<std::mutex> o(cm_open_mu_);
+      if (cm_map_ != nullptr) {
+        std::lock_guard<std::mutex> g(cm_mu_);
+        if (!cm_ring_.arm()) return 0;
+        p.push_back({cm_fd_, POLLIN, 0});
       }
     }
+    // roced's end of the socket closing (POLLRDHUP, and POLLHUP); not its replies, which
+    // another thread's call() reads
+    p.push_back({fd_, POLLRDHUP, 0});
+    if (wake_fd >= 0) p.push_back({wake_fd, POLLIN, 0});
+    if (dead_) return ENOTCONN;
+    const int r = ::poll(p.data(), p.size(), timeout_ms);
+    if (r < 0) return errno == EINTR ? 0 : errno;
+    if (r == 0) return ETIMEDOUT;
+    for (const pollfd& x : p) {
+      if (x.fd == fd_ || x.fd == wake_fd || (x.revents & POLLIN) == 0) continue;
+      std::uint64_t v;
+      [[maybe_unused]] const ssize_t k = ::read(x.fd, &v, sizeof v);
+    }
+    const pollfd& sock = p[p.size() - (wake_fd >= 0 ? 2 : 1)];
+    if (sock.revents != 0 && !check_alive()) return ENOTCONN;
+    return 0;
+  }
+  int wait_cq(Cq* cq, int timeout_ms) override {
+    auto* c = static_cast<ACq*>(cq);
+    int efd = -1;
+    if (const int rc = cq_efd(c, efd)) return rc;
     // The hybrid wait (hybrid_wait.h): spin on the ring for the CQ's budget (within the
     // timeout), then sleep. A caller that does not want to wait (timeout 0) does not spin
     // either, nor does its call count for the budget.

@@ -23,6 +23,8 @@ Buffer* Context::register_memfd_at(int fd, std::uint64_t offset, void* addr, std
   return nullptr;
 }
 
+int Context::wait_any(std::span<Cq* const>, int, int) { return EOPNOTSUPP; }
+
 int Context::connect_rc(Qp* qp, const RcPeer& peer, std::uint32_t sq_psn, Mtu mtu,
                         std::uint32_t access) {
   using namespace verbs;

@@ -237,6 +237,14 @@ class Context {
   /// Blocks until `cq` has a completion (at once if it has one), `timeout_ms` passes
   /// (ETIMEDOUT; -1: no limit) or roced goes away (ENOTCONN). 0: poll_cq has something.
   virtual int wait_cq(Cq* cq, int timeout_ms) = 0;
+  /// For a thread that serves several waits at once (libroce-verbs' progress thread): sleeps
+  /// until one of `cqs` has a completion, the asynchronous event queue has an event (the CM's
+  /// too, once the CM is in use), `wake_fd` (when >= 0) is readable, `timeout_ms` passes
+  /// (ETIMEDOUT; -1: no limit) or roced goes away (ENOTCONN). 0 at once when one of them
+  /// already holds something; 0 also means "look again" (the caller reads `wake_fd`). Each
+  /// queue is armed as wait_cq arms it: roced signals its eventfd once, no spin. Backends
+  /// without it (in-process): EOPNOTSUPP.
+  virtual int wait_any(std::span<Cq* const> cqs, int wake_fd, int timeout_ms);
   /// The next asynchronous event: 0 with `ev` filled, ETIMEDOUT after `timeout_ms` (0: do not
   /// wait; -1: no limit), ENOTCONN when roced is gone.
   virtual int get_async_event(AsyncEvent& ev, int timeout_ms) = 0;

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -25,6 +26,7 @@
 
 #include "client/local/local_context.h"
 #include "controlplane/address.h"
+#include "dataplane/engine/stats.h"
 #include "dataplane/port/eal.h"
 #include "runtime/env.h"
 #include "runtime/link.h"
@@ -193,6 +195,10 @@ struct ProgressPolicy {
   /// (ROCE_VERBS_PROGRESS=nap|spin|yield).
   int idle = 0;
   std::uint64_t spin_ns = 50'000;
+  /// In-process, the longest sleep once the port and the engine have been quiet a while
+  /// (ROCE_VERBS_IDLE_US, 10000; at most 1 s; 10 keeps the 10 us nap forever): 10 us naps for
+  /// the first 10 ms, then 100 us, 1 ms from 100 ms on, this from 1 s on (deep_nap()).
+  std::uint64_t idle_max_ns = 10'000'000;
 };
 
 ProgressPolicy progress_policy() {
@@ -205,6 +211,8 @@ ProgressPolicy progress_policy() {
   p.idle = mode == "spin" ? 1 : mode == "yield" ? 2 : 0;
   if (const char* v = std::getenv("ROCE_VERBS_SPIN_US"); v != nullptr && *v != '\0')
     p.spin_ns = static_cast<std::uint64_t>(std::clamp(std::atol(v), 0L, 1'000'000L)) * 1000;
+  if (const char* v = std::getenv("ROCE_VERBS_IDLE_US"); v != nullptr && *v != '\0')
+    p.idle_max_ns = static_cast<std::uint64_t>(std::clamp(std::atol(v), 10L, 1'000'000L)) * 1000;
   return p;
 }
 
@@ -226,6 +234,8 @@ bool progress_once(Backend* be, bool app_active, std::uint32_t seen) {
       std::unique_lock<std::mutex> g(be->mu, std::try_to_lock);
       if (!g.owns_lock()) break;
       const bool w = be->env->loop.poll_once() != 0 || be->env->eng.has_work();
+      bump(be->st.port_polls);
+      if (w) bump(be->st.port_busy);
       work |= w;
       if (!w) break;
     }
@@ -253,6 +263,7 @@ bool progress_once(Backend* be, bool app_active, std::uint32_t seen) {
       // Under `reg`: destroy_cq takes the CQ out of the registry, then its unread events out.
       rdma::comp_event_desc ev{reinterpret_cast<std::uint64_t>(&c->vcq.cq)};
       if (c->channel->write(&ev)) ++c->comp_written;
+      bump(be->st.fired);
     }
   }
   work |= !fire.empty();
@@ -269,18 +280,10 @@ bool progress_once(Backend* be, bool app_active, std::uint32_t seen) {
   }
   // The port's state as the kernel reports it: IBV_EVENT_PORT_ACTIVE / IBV_EVENT_PORT_ERR
   // (in-process, the link: looked at every millisecond, a memif peer may come and go within
-  // 50), and IBV_EVENT_DEVICE_FATAL once roced is gone (attached: every 50 ms, since only a
-  // wait that polls the attachment's socket finds that out).
+  // 50), and IBV_EVENT_DEVICE_FATAL once roced is gone (attached: Context::wait_any watches
+  // the attachment's socket and says ENOTCONN, and the thread then looks at once).
   if (now - be->state_ns >= (be->env ? 1'000'000u : 50'000'000u)) {
     be->state_ns = now;
-    if (!be->env && be->ctx->connected()) {
-      int rc;
-      {
-        std::lock_guard<std::mutex> g(be->mu);
-        rc = be->ctx->get_async_event(ae, 1);
-      }
-      if (rc == 0) post_async(be, ae);
-    }
     if (!be->env && !be->ctx->connected()) {
       if (!be->fatal_sent) {
         post_device_event(be, IBV_EVENT_DEVICE_FATAL);
@@ -324,32 +327,132 @@ bool progress_once(Backend* be, bool app_active, std::uint32_t seen) {
 
 /// Backs off for `t` (or until wake_progress): the program drives the port.
 void back_off(Backend* be, const timespec& t) {
+  bump(be->st.backoffs);
   be->backing_off.store(true);
   ::syscall(SYS_futex, &be->backoff_word, FUTEX_WAIT_PRIVATE, 0, &t, nullptr, 0);
   be->backing_off.store(false);
   be->backoff_word.store(0, std::memory_order_relaxed);
 }
 
+/// Attached: roced moves the data, this thread only relays events. It sleeps in
+/// Context::wait_any on the eventfds of the CQs armed for a completion channel, of the
+/// asynchronous and CM event queues and of the attachment's socket (roced gone), and on
+/// `wake_fd` (ibv_req_notify_cq arming a CQ it does not wait on yet): a completion wakes it
+/// as soon as roced writes it, and an idle program costs no wake-up at all.
+void attached_progress(Backend* be, const ProgressPolicy& pol) {
+  std::vector<client::Cq*> cqs;
+  std::uint32_t seen = be->app_calls.load(std::memory_order_relaxed);
+  unsigned idle = 0;
+  while (!be->stop.load(std::memory_order_relaxed)) {
+    // While the program's verbs come, and for 100 rounds of 20 us after, the thread keeps the
+    // rhythm it had before the event wait: a futex back-off of ROCE_VERBS_BACKOFF_US while the
+    // calls move (events looked at once a millisecond), then 20 us sleeps. Its wake-ups are
+    // scheduling points on CPUs a busy-polling roced shares with the program: without them
+    // attached ib_send_lat across two roced read 48-64 ms typical instead of 1.2-3.2 ms (load
+    // 13-20). ibv_req_notify_cq (the handoff) goes to the event wait at once.
+    const std::uint32_t calls = be->app_calls.load(std::memory_order_relaxed);
+    const bool handoff = be->handoff.load(std::memory_order_relaxed) &&
+                         be->handoff.exchange(false, std::memory_order_acquire);
+    if (handoff) idle = 100;
+    if (calls != seen && !handoff) {
+      seen = calls;
+      idle = 0;
+      progress_once(be, true, seen);
+      back_off(be, pol.backoff);
+      continue;
+    }
+    seen = calls;
+    if (idle < 100) {
+      bump(be->st.rounds);
+      if (progress_once(be, false, 0))
+        idle = 0;
+      else
+        ++idle;
+      bump(be->st.naps);
+      ::usleep(20);
+      continue;
+    }
+    bump(be->st.rounds);
+    progress_once(be, false, 0);
+    be->waiting.store(true);
+    // Pairs with wake_progress: either it sees `waiting` and writes wake_fd, or the arming it
+    // made before is seen here.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    cqs.clear();
+    bool skipped = false;
+    {
+      std::lock_guard<std::mutex> r(be->reg);
+      for (RCq* c : be->cqs) {
+        const int armed = c->armed.load(std::memory_order_acquire);
+        if (armed == 0 || c->channel == nullptr) continue;
+        // Solicited-only with its holding full: the program must poll first (looked at again
+        // within 100 ms), else the wait would end at once on the entries it cannot take.
+        if (armed == 2 && c->held_n.load(std::memory_order_relaxed) >= c->c->depth) {
+          skipped = true;
+          continue;
+        }
+        cqs.push_back(c->c);
+      }
+    }
+    if (be->stop.load(std::memory_order_relaxed)) break;
+    bump(be->st.sleeps);
+    const int rc = be->ctx->wait_any(cqs, be->wake_fd, skipped ? 100 : 1000);
+    be->waiting.store(false, std::memory_order_relaxed);
+    std::uint64_t v;
+    while (::read(be->wake_fd, &v, sizeof v) > 0) {
+    }
+    if (rc == ENOTCONN) {
+      be->state_ns = 0;  // the next round reports it
+      if (be->fatal_sent) {
+        // Nothing more will come: look at the program's armings now and then only.
+        timespec t{0, 100'000'000};
+        ::nanosleep(&t, nullptr);
+      }
+    } else if (rc != 0 && rc != ETIMEDOUT) {
+      // (EDQUOT: roced gave no eventfd for a CQ) poll as before, every 200 us
+      ::usleep(200);
+    }
+  }
+}
+
+/// In-process, the port and the engine have been quiet for `quiet_ns`: how long to sleep
+/// before the next poll (0: just the nap). Nothing is outstanding (no timer armed, nothing to
+/// send), so what can come is a peer's new request, whose first frame waits this long.
+std::uint64_t deep_nap(Backend* be, const ProgressPolicy& pol, std::uint64_t quiet_ns) {
+  if (quiet_ns < 10'000'000 || pol.idle_max_ns <= 10'000) return 0;
+  {
+    std::unique_lock<std::mutex> g(be->mu, std::try_to_lock);
+    if (!g.owns_lock()) return 0;
+    const engine::Engine& e = be->env->eng;
+    if (e.has_work() || e.tx_pending() != 0 || e.next_deadline() != 0) return 0;
+  }
+  const std::uint64_t t = quiet_ns >= 1'000'000'000 ? pol.idle_max_ns
+                          : quiet_ns >= 100'000'000 ? 1'000'000
+                                                    : 100'000;
+  return std::min(t, pol.idle_max_ns);
+}
+
 void progress_thread(Backend* be) {
+  if (!be->env) return attached_progress(be, progress_policy());
   // In-process, the idle waits below are 10 us naps rather than a spin: a thread that sleeps
   // keeps CFS's low virtual runtime, so when its nap ends it preempts the program's thread at
   // once, even one that spins on its memory without calling us (perftest's write_lat, when
   // ibv_poll_cq's linger did not catch the peer's WRITE: only this thread takes it in). A
   // thread that spins with sched_yield is charged its whole CPU and waits for the spinner's
   // time slice instead. 1 us of timer slack (50 us by default) keeps the nap near 10 us.
-  if (be->env) ::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+  ::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
   const ProgressPolicy pol = progress_policy();
   const timespec nap{0, 10'000};
   unsigned idle = 0;
-  std::uint64_t idle_since = 0;  // when the port went idle (in-process)
+  std::uint64_t idle_since = 0;  // when the port went idle
   std::uint32_t seen = be->app_calls.load(std::memory_order_relaxed);
   std::uint64_t handoff_until = 0;
   while (!be->stop.load(std::memory_order_relaxed)) {
-    // The program's ibv_post_send / ibv_poll_cq calls drive the port (in-process) while they
-    // come: the count moved since the last look. This thread then leaves the port to them and
-    // backs off (one wake-up per back-off, not one per 10 us nap: each wake-up preempts the
-    // program on a host with fewer cores than threads). After an ibv_req_notify_cq it takes
-    // the port for a millisecond whatever the program does (it is about to block).
+    // The program's ibv_post_send / ibv_poll_cq calls drive the port while they come: the
+    // count moved since the last look. This thread then leaves the port to them and backs off
+    // (one wake-up per back-off, not one per 10 us nap: each wake-up preempts the program on
+    // a host with fewer cores than threads). After an ibv_req_notify_cq it takes the port for
+    // a millisecond whatever the program does (it is about to block).
     if (be->handoff.load(std::memory_order_relaxed) &&
         be->handoff.exchange(false, std::memory_order_acquire))
       handoff_until = now_ns() + 1'000'000;
@@ -363,26 +466,91 @@ void progress_thread(Backend* be) {
       continue;
     }
     seen = calls;
+    bump(be->st.rounds);
     if (progress_once(be, false, seen)) {
       idle = 0;
       continue;
     }
-    if (++idle == 1) idle_since = now_ns();
-    if (!be->env) {
-      // Attached: roced moves the data, this thread only relays events.
-      ::usleep(idle < 100 ? 20 : 200);
-    } else if (idle >= runtime::Poller::kYieldAfterIdlePolls &&
-               now_ns() - idle_since >= pol.spin_ns) {
-      // In-process with the port idle for a while (a server waiting on its CQ's channel, a
-      // program spinning on its memory): look again after a nap. Shorter gaps (a stream's,
-      // while the sender posts its next requests: ib_write_bw's server has only this thread
-      // on the port) are spun through, as roce-perf's loop does.
-      if (pol.idle == 0)
-        ::nanosleep(&nap, nullptr);
-      else if (pol.idle == 2)
-        ::sched_yield();
+    const std::uint64_t now = now_ns();
+    if (++idle == 1) idle_since = now;
+    if (idle < runtime::Poller::kYieldAfterIdlePolls || now - idle_since < pol.spin_ns) continue;
+    // The port idle for a while (a server waiting on its CQ's channel, a program spinning on
+    // its memory): look again after a nap. Shorter gaps (a stream's, while the sender posts
+    // its next requests: ib_write_bw's server has only this thread on the port) are spun
+    // through, as roce-perf's loop does.
+    if (pol.idle == 1) continue;
+    if (pol.idle == 2) {
+      ::sched_yield();
+      continue;
     }
+    // Quiet for longer (nothing outstanding, no frame for 10 ms and more): longer sleeps, so
+    // that an idle program costs next to nothing (ROCE_VERBS_IDLE_US). The program's next
+    // verb or ibv_req_notify_cq ends one at once; a frame waits for its end.
+    if (const std::uint64_t deep = deep_nap(be, pol, now - idle_since); deep != 0) {
+      bump(be->st.sleeps);
+      const timespec t{static_cast<time_t>(deep / 1'000'000'000),
+                       static_cast<long>(deep % 1'000'000'000)};
+      be->deep_sleep.store(true);
+      be->backing_off.store(true);
+      // (a verb between the store and the wait makes the word non-zero: no sleep)
+      ::syscall(SYS_futex, &be->backoff_word, FUTEX_WAIT_PRIVATE, 0, &t, nullptr, 0);
+      be->backing_off.store(false);
+      be->deep_sleep.store(false, std::memory_order_relaxed);
+      be->backoff_word.store(0, std::memory_order_relaxed);
+      continue;
+    }
+    bump(be->st.naps);
+    ::nanosleep(&nap, nullptr);
   }
+}
+
+/// ROCE_VERBS_STATS=1 (stderr) or =FILE (appended): when a backend ends, what the provider did
+/// (VerbsStats) and, in-process, the port's and the engine's counters and the poll loop's time.
+/// For measuring where a run's time goes (docs/verbs-compat.md, "The progress thread").
+void dump_stats(Backend* be) {
+  const char* where = std::getenv("ROCE_VERBS_STATS");
+  if (where == nullptr || *where == '\0') return;
+  std::FILE* f = std::strcmp(where, "1") == 0 ? stderr : std::fopen(where, "a");
+  if (f == nullptr) return;
+  const VerbsStats& t = be->st;
+  const auto v = [](const std::atomic<std::uint64_t>& c) {
+    return static_cast<unsigned long long>(c.load(std::memory_order_relaxed));
+  };
+  std::fprintf(
+      f,
+      "libroce-verbs stats pid %d %s: post_calls %llu posted %llu send_now %llu "
+      "send_now_frames %llu poll_calls %llu poll_empty %llu polled %llu yields %llu "
+      "lingers %llu linger_hits %llu | progress rounds %llu port_polls %llu port_busy %llu "
+      "backoffs %llu naps %llu sleeps %llu fired %llu\n",
+      static_cast<int>(::getpid()), be->env ? "in-process" : "attached", v(t.post_calls),
+      v(t.posted), v(t.send_now), v(t.send_now_frames), v(t.poll_calls), v(t.poll_empty),
+      v(t.polled), v(t.yields), v(t.lingers), v(t.linger_hits), v(t.rounds), v(t.port_polls),
+      v(t.port_busy), v(t.backoffs), v(t.naps), v(t.sleeps), v(t.fired));
+  if (be->env) {
+    const port::PollLoop::TimeStats& ts = be->env->loop.time_stats();
+    std::fprintf(f, "libroce-verbs stats pid %d loop: polls %llu busy_ms %.1f idle_ms %.1f\n",
+                 static_cast<int>(::getpid()), static_cast<unsigned long long>(ts.polls),
+                 static_cast<double>(ts.busy_ns) / 1e6, static_cast<double>(ts.idle_ns) / 1e6);
+    if (runtime::Port* p = be->env->port()) {
+      const port::PortStats ps = p->dev().stats();
+      std::fprintf(f,
+                   "libroce-verbs stats pid %d port: rx_frames %llu tx_frames %llu tx_dropped "
+                   "%llu tx_alloc_failed %llu\n",
+                   static_cast<int>(::getpid()), static_cast<unsigned long long>(ps.rx_frames),
+                   static_cast<unsigned long long>(ps.tx_frames),
+                   static_cast<unsigned long long>(ps.tx_dropped),
+                   static_cast<unsigned long long>(ps.tx_alloc_failed));
+    }
+    std::fprintf(f, "libroce-verbs stats pid %d engine:", static_cast<int>(::getpid()));
+    const engine::Stats& es = be->env->eng.stats();
+    for (std::size_t i = 0; i < engine::kCounterCount; ++i)
+      if (es.c[i] != 0)
+        std::fprintf(f, " %s %llu",
+                     std::string(engine::to_string(static_cast<engine::Counter>(i))).c_str(),
+                     static_cast<unsigned long long>(es.c[i]));
+    std::fprintf(f, "\n");
+  }
+  if (f != stderr) std::fclose(f);
 }
 
 /// At exit: the progress thread stops, the port closes (a memif link in order) and the EAL
@@ -393,6 +561,7 @@ void stop_all() {
   g_local->stop = true;
   if (g_local->progress.joinable()) g_local->progress.join();
   std::lock_guard<std::mutex> g(g_local->mu);  // a thread of the program still in a call
+  dump_stats(g_local);
   g_local->ctx.reset();
   g_local->env.reset();
   port::eal_cleanup();
@@ -413,7 +582,8 @@ void after_post(Backend* be, unsigned posted) {
   be->unsent += posted;
   if (be->unsent < 16) return;
   be->unsent = 0;
-  be->env->loop.send_now();
+  bump(be->st.send_now);
+  bump(be->st.send_now_frames, be->env->loop.send_now());
 }
 
 void linger(Backend* be, std::uint32_t qpn) {
@@ -428,9 +598,11 @@ void linger(Backend* be, std::uint32_t qpn) {
   if (q == nullptr || q->sq_head != q->sq_tail) return;
   const std::uint64_t rx = eng.stats().get(engine::Counter::kRxFrames);
   const std::uint64_t end = now_ns() + be->linger_ns;
+  bump(be->st.lingers);
   do {
     be->env->loop.poll_once();
     if (eng.stats().get(engine::Counter::kRxFrames) != rx) {
+      bump(be->st.linger_hits);
       be->linger_misses = 0;
       return;
     }
@@ -443,10 +615,24 @@ void linger(Backend* be, std::uint32_t qpn) {
 
 void wake_progress(Backend* be) {
   be->handoff.store(true, std::memory_order_release);
+  if (!be->env) {
+    // Attached: the thread waits on the armed CQs' eventfds; this CQ may not be among them.
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // the arming before, `waiting` after
+    if (be->waiting.load(std::memory_order_relaxed)) {
+      const std::uint64_t one = 1;
+      [[maybe_unused]] const ssize_t k = ::write(be->wake_fd, &one, sizeof one);
+    }
+  }
   if (be->backing_off.load()) {
     be->backoff_word.store(1);
     ::syscall(SYS_futex, &be->backoff_word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
   }
+}
+
+void wake_deep(Backend* be) {
+  if (!be->deep_sleep.exchange(false)) return;
+  be->backoff_word.store(1);
+  ::syscall(SYS_futex, &be->backoff_word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
 }
 
 bool Backend::inherited() const { return pid != ::getpid(); }
@@ -495,6 +681,8 @@ Backend* open_backend(Device* d) {
     if (d->probe && d->probe_pid != ::getpid()) (void)d->probe.release();
     be->ctx = d->probe ? std::move(d->probe) : client::Context::attach(d->socket, d->port);
     if (!be->ctx) return nullptr;  // errno from attach
+    be->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (be->wake_fd < 0) return nullptr;  // errno from eventfd
   } else {
     try {
       be->env = std::make_unique<runtime::Env>(g_link);
@@ -537,11 +725,13 @@ void close_backend(Backend* be) {
   if (--be->users > 0 || be == g_local) return;
   be->stop = true;
   if (be->progress.joinable()) be->progress.join();
+  dump_stats(be);
   if (be->env == nullptr) {
     // The attached Context's regions go with it: verbs/memory forgets its Buffers first.
     std::lock_guard<std::mutex> g(be->mu);
     forget(*be->ctx);
   }
+  if (be->wake_fd >= 0) ::close(be->wake_fd);
   delete be;
 }
 

@@ -1195,6 +1195,20 @@ void set_cm_sink(ibv_context* c, std::function<void(client::CmEvent&&)> sink) {
 /// runtime::Poller::kYieldAfterIdlePolls, roce-perf's.
 constexpr std::uint32_t kYieldAfterEmptyPolls = 32;
 
+namespace {
+/// Attached: `n` send completions of QP `qpn` polled. True when the QP has no signaled send
+/// left outstanding.
+bool sends_completed(Backend* be, std::uint32_t qpn, std::uint32_t n) {
+  std::lock_guard<std::mutex> g(be->reg);
+  const auto it = be->qps.find(qpn);
+  if (it == be->qps.end()) return false;
+  RQp* q = it->second;
+  const std::uint32_t done = q->sends_done.load(std::memory_order_relaxed) + n;
+  q->sends_done.store(done, std::memory_order_relaxed);
+  return static_cast<std::int32_t>(q->signaled_posted.load(std::memory_order_relaxed) - done) <= 0;
+}
+}  // namespace
+
 int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
   if (max <= 0) return max == 0 ? 0 : -EINVAL;
   RCq* r = rcq(cq);
@@ -1207,6 +1221,15 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
   auto* wc = reinterpret_cast<verbs::Wc*>(wc_bytes);
   int total = 0;
   bool yield = false;
+  // Attached: a run of send completions of one QP (counted per run, sends_completed), and
+  // whether the last completion polled left its QP with no signaled send outstanding.
+  std::uint32_t run_qpn = 0, run_n = 0;
+  bool settled = false;
+  const auto end_run = [&] {
+    if (run_n != 0) settled = sends_completed(be, run_qpn, run_n);
+    run_n = 0;
+  };
+  bool drained = false;
   while (total < max) {
     const int want = std::min(max - total, 32);
     int n = 0;
@@ -1262,6 +1285,17 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
       if ((s.opcode == verbs::WcOpcode::kRecv || s.opcode == verbs::WcOpcode::kRecvRdmaWithImm) &&
           r->be->env == nullptr)
         recv_completed(r->be, s.qp_num);
+      if (r->be->env == nullptr) {
+        if ((static_cast<unsigned>(s.opcode) & 128u) == 0) {  // a send completion
+          if (run_n != 0 && run_qpn != s.qp_num) end_run();
+          run_qpn = s.qp_num;
+          ++run_n;
+          settled = false;
+        } else {
+          end_run();
+          settled = false;
+        }
+      }
       if (s.status != verbs::WcStatus::kSuccess) {
         // A completion in error means its QP is in the error state (IBA 10.8.3.3; flushes
         // follow it there): ibv_query_qp says so, as the kernel's answer would.
@@ -1274,9 +1308,29 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
       }
     }
     total += n;
-    if (n < want) break;
+    if (n < want) {
+      drained = true;
+      break;
+    }
   }
-  if (yield) ::sched_yield();
+  if (run_n != 0) {
+    end_run();
+    // The CQ drained and its last completion, a send, leaves the QP with nothing signaled
+    // outstanding: the program may next wait for its peer without a verb (perftest's
+    // write_lat spins on its memory). That peer, or roced, may be waiting for this CPU, and a
+    // program that spins without a system call would keep it for a whole scheduler tick
+    // (4 ms at HZ=250: write_lat's 2 ms half round trips attached). Give it up once now.
+    if (settled && drained && out[total - 1].status == IBV_WC_SUCCESS) yield = true;
+  }
+  bump(be->st.poll_calls);
+  if (total == 0)
+    bump(be->st.poll_empty);
+  else
+    bump(be->st.polled, static_cast<std::uint64_t>(total));
+  if (yield) {
+    bump(be->st.yields);
+    ::sched_yield();
+  }
   return total;
 }
 
@@ -1305,6 +1359,8 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   if (n == 0) return 0;
   // The program is in its verbs loop: the progress thread keeps off the port (mode.cc).
   app_call(be);
+  bump(be->st.post_calls);
+  bump(be->st.posted, n);
   // The converted list: on the stack for the usual few requests (callgrind: the thread_local
   // vectors cost about 200 of the 616 instructions of a one-WRITE ibv_post_send, attached),
   // else in vectors reused per thread (no allocation once a thread posted its largest list).
@@ -1460,6 +1516,13 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   }
   const int rc = post_prefix(n, nullptr, 0);
   if (rc == 0 && !att) after_post(be, static_cast<unsigned>(n));
+  if (rc == 0 && att) {
+    std::uint32_t sig = 0;
+    for (ibv_send_wr* v = wr; v != nullptr; v = v->next)
+      sig += r->sq_sig_all != 0 || (v->send_flags & IBV_SEND_SIGNALED) != 0 ? 1 : 0;
+    r->signaled_posted.store(r->signaled_posted.load(std::memory_order_relaxed) + sig,
+                             std::memory_order_relaxed);
+  }
   return rc;
 }
 

@@ -46,6 +46,21 @@ struct Device {
   pid_t probe_pid = 0;                     ///< the process that made `probe`
 };
 
+/// What the provider did, counted for ROCE_VERBS_STATS (mode.cc, dump_stats). Relaxed load and
+/// store, as app_calls: no read-modify-write on the hot path, so counts from several threads
+/// at once may lose a few (a diagnostic, not an accounting).
+struct VerbsStats {
+  using C = std::atomic<std::uint64_t>;
+  // the program's verbs
+  C post_calls{0}, posted{0}, send_now{0}, send_now_frames{0};
+  C poll_calls{0}, poll_empty{0}, polled{0}, yields{0}, lingers{0}, linger_hits{0};
+  // the progress thread
+  C rounds{0}, port_polls{0}, port_busy{0}, backoffs{0}, naps{0}, sleeps{0}, fired{0};
+};
+inline void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
 /// What an opened context runs on: one per open when attached; one per process in-process
 /// (one Env, one EAL), shared by the contexts opened on it.
 struct Backend {
@@ -72,6 +87,13 @@ struct Backend {
   std::atomic<std::uint32_t> backoff_word{0};
   std::atomic<bool> backing_off{false};
   std::atomic<bool> handoff{false};  ///< set by wake_progress: take the port now
+  /// In-process, the progress thread sleeps longer than a nap (the port and the engine quiet
+  /// for a while): the program's next verb wakes it (app_call), ibv_req_notify_cq too.
+  std::atomic<bool> deep_sleep{false};
+  /// Attached: the progress thread sleeps in Context::wait_any, on the armed CQs' and the
+  /// event queues' eventfds and on `wake_fd`, which ibv_req_notify_cq writes (a CQ newly armed).
+  std::atomic<bool> waiting{false};
+  int wake_fd = -1;
   // In-process, under `mu`: the program's verbs calls drive the engine (mode.cc).
   /// Work requests posted since the engine last transmitted (post_send sends every kTxBatch).
   unsigned unsent = 0;
@@ -85,6 +107,7 @@ struct Backend {
   bool was_up = false;              ///< the port's state it last reported
   bool fatal_sent = false;          ///< attached: IBV_EVENT_DEVICE_FATAL sent (roced gone)
   std::vector<RContext*> contexts;  ///< the contexts opened on it (device events go to each)
+  VerbsStats st;
   /// The process that opened it. A child the program forks inherits the backend as memory
   /// only: no progress thread, and the port, the EAL and the attachment are the parent's.
   pid_t pid = 0;
@@ -178,6 +201,10 @@ struct RQp {
   bool counts_recvs = false;
   std::uint32_t recvs_posted = 0;
   std::atomic<std::uint32_t> recvs_done{0};
+  /// Attached: signaled send WRs posted and send completions polled (poll_cq yields once when
+  /// a send completion leaves none outstanding: provider.cc, settle()). Each written by one
+  /// thread at a time (relaxed load and store); flushes may make `sends_done` the larger.
+  std::atomic<std::uint32_t> signaled_posted{0}, sends_done{0};
 };
 
 struct RAh {
@@ -217,9 +244,15 @@ std::uint64_t now_ns();
 /// The lock around every poll of `c`'s CQ and its `held` completions: the backend's in-process
 /// (the engine is single threaded), the CQ's own attached.
 inline std::mutex& poll_lock(Backend* be, RCq* c) { return be->env ? be->mu : c->held_mu; }
-/// The program called a verb that drives the port (post_send, poll_cq): counted.
+/// Wakes the progress thread from a deep sleep (mode.cc).
+void wake_deep(Backend* be);
+/// The program called a verb that drives the port (post_send, poll_cq): counted, and a
+/// progress thread in a deep sleep is woken (the program is back; a relaxed look, so at worst
+/// the sleep runs its course while the program's own verbs drive the port).
 inline void app_call(Backend* be) {
   be->app_calls.store(be->app_calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (be->deep_sleep.load(std::memory_order_relaxed)) [[unlikely]]
+    wake_deep(be);
 }
 /// In-process, the backend's lock held: after a post, the requests go on the wire once
 /// kTxBatch of them wait (a single post leaves at the program's next ibv_poll_cq, which polls
