@@ -202,6 +202,28 @@ TEST(SrNegotiation, RcOnlyAndBeforeTraffic) {
   EXPECT_EQ(lb.a().set_selective_repeat(ua.qp, true), kErrInval) << "UC";
 }
 
+// No loss: nothing is reported, placed out of order or sent twice (and the go-back-N twin of
+// this test is the reference for the cost per packet: tests/perf, callgrind).
+TEST(SelectiveRepeat, LosslessSendsNothingTwice) {
+  StreamSpec s;
+  const WriteResult r = write_stream(s, {});
+  EXPECT_EQ(r.completed, s.writes);
+  EXPECT_TRUE(r.data_ok);
+  EXPECT_EQ(r.retrans_packets, 0u);
+  EXPECT_EQ(r.sacks, 0u);
+  EXPECT_EQ(r.b.get(Counter::kSrOooPlaced), 0u);
+  EXPECT_EQ(r.write_multi, 0u);
+}
+
+TEST(SelectiveRepeat, LosslessGoBackNTwin) {
+  StreamSpec s;
+  s.offer_b = false;
+  const WriteResult r = write_stream(s, {});
+  EXPECT_EQ(r.completed, s.writes);
+  EXPECT_TRUE(r.data_ok);
+  EXPECT_EQ(r.write_only, 0u);
+}
+
 // ---- exact behaviour on known losses -----------------------------------------------------------
 
 // Three given packets lost (two in one WRITE, one the first packet of another): exactly those
