@@ -6,9 +6,12 @@
 // byte for byte (and by checksum) at the responder.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
+#include "tests/support/crafted_peer.h"
 #include "tests/support/loopback.h"
 
 namespace roce::test {
@@ -224,6 +227,101 @@ TEST(SelectiveRepeat, LosslessGoBackNTwin) {
   EXPECT_EQ(r.write_only, 0u);
 }
 
+// ---- the responder's rules, packet by packet (a crafted peer) --------------------------------
+
+constexpr std::uint32_t kE = CraftedPeer::kEpsn;
+
+// WRITE Only packets past a missing PSN are placed at once; the gap is reported once the
+// reorder window has passed, as a SACK (reserved AETH type, BTH PSN the gap's first, MSN its
+// end); the missing packet moves ePSN over all of them, and the ACK says so.
+TEST(SrResponder, PlacesPastAGapReportsItOnceAndAcksTheWhole) {
+  CraftedPeer t;
+  ASSERT_EQ(t.eng.set_selective_repeat(t.qp, true), kOk);
+  std::fill(t.mem.begin(), t.mem.end(), 0);
+  for (std::uint32_t i = 1; i <= 6; ++i)
+    t.inject(Opcode::kRcWriteOnly, kE + i, 256, false, i * 256, 256);
+  EXPECT_TRUE(t.flush().empty()) << "within the reorder window: nothing reported yet";
+  EXPECT_EQ(t.eng.stats().get(Counter::kSrOooPlaced), 6u);
+  EXPECT_NE(t.mem[6 * 256], 0) << "placed before the gap is filled";
+  t.now += SrState::kReorderNs;
+  t.inject(Opcode::kRcWriteOnly, kE + 7, 256, false, 7 * 256, 256);
+  auto out = t.flush();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, Opcode::kRcAcknowledge);
+  EXPECT_EQ(out[0].syndrome, SrState::kSackSyndrome);
+  EXPECT_EQ(out[0].psn, kE);
+  EXPECT_EQ(out[0].msn, kE + 1);
+  t.inject(Opcode::kRcWriteOnly, kE + 3, 256, false, 3 * 256, 256);  // a second copy
+  EXPECT_TRUE(t.flush().empty());
+  t.inject(Opcode::kRcWriteOnly, kE, 256, true, 0, 256);
+  out = t.flush();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].syndrome & 0x60, 0) << "an ACK";
+  EXPECT_EQ(out[0].psn, kE + 7);
+  EXPECT_EQ(out[0].msn, 8u) << "eight messages";
+  EXPECT_EQ(t.qp->sr->nkept, 0u);
+}
+
+// What is not placed past a gap: a packet whose key does not hold (answered when it comes in
+// order), one beyond the bitmap, a SEND (go-back-N: one sequence NAK).
+TEST(SrResponder, OnlyGrantedWriteOnlyPacketsWithinTheBitmapArePlaced) {
+  CraftedPeer t;
+  ASSERT_EQ(t.eng.set_selective_repeat(t.qp, true), kOk);
+  std::fill(t.mem.begin(), t.mem.end(), 0);
+  CraftedPeer::Req bad;
+  bad.op = Opcode::kRcWriteOnly;
+  bad.psn = kE + 2;
+  bad.payload_len = 256;
+  bad.va = t.mem_addr();
+  bad.rkey = t.mr->key ^ 0x100;
+  bad.dma_len = 256;
+  t.inject(bad);
+  t.inject(Opcode::kRcWriteOnly, kE + SrState::kBits + 1, 256, false, 0, 256);
+  EXPECT_EQ(t.eng.stats().get(Counter::kSrOooPlaced), 0u);
+  EXPECT_EQ(std::count(t.mem.begin(), t.mem.end(), 0), static_cast<long>(t.mem.size()));
+  const auto out = t.flush();
+  ASSERT_EQ(out.size(), 1u) << "one sequence NAK for the gap";
+  EXPECT_EQ(out[0].syndrome, 0x60);
+  t.inject(Opcode::kRcSendOnly, kE + 3, 64, false);
+  EXPECT_EQ(t.eng.stats().get(Counter::kSrOooPlaced), 0u);
+}
+
+// A SACK reaches only a QP that negotiated selective repeat, and only for PSNs it sent.
+TEST(SrRequester, SacksAreCheckedAgainstWhatWasSent) {
+  constexpr std::uint32_t kS = CraftedPeer::kSpsn;
+  for (const bool sr : {false, true}) {
+    CraftedPeer t;
+    ASSERT_EQ(t.eng.set_selective_repeat(t.qp, sr), kOk);
+    t.to_rts();
+    Sge s{t.mem_addr(), 1024, t.mr->key};  // 4 packets at MTU 256
+    SendWr w;
+    w.opcode = WrOpcode::kWrite;
+    w.sg_list = &s;
+    w.num_sge = 1;
+    w.send_flags = kSendSignaled;
+    w.rdma = {0x10000, 0x77};
+    ASSERT_EQ(t.eng.post_send(t.qp, &w, nullptr), kOk);
+    auto sent = t.flush();
+    ASSERT_EQ(sent.size(), 4u);
+    EXPECT_EQ(sent[1].op, sr ? Opcode::kRcWriteOnly : Opcode::kRcWriteMiddle);
+    t.respond(Opcode::kRcAcknowledge, kS + 1, SrState::kSackSyndrome, 0, 0, kS + 9);  // unsent
+    t.respond(Opcode::kRcAcknowledge, kS + 1, SrState::kSackSyndrome, 0, 0, kS + 1);  // empty
+    EXPECT_TRUE(t.flush().empty());
+    EXPECT_EQ(t.eng.stats().get(Counter::kRxDropUnexpected), 2u);
+    t.respond(Opcode::kRcAcknowledge, kS + 1, SrState::kSackSyndrome, 0, 0, kS + 3);
+    sent = t.flush();
+    if (!sr) {
+      EXPECT_TRUE(sent.empty()) << "not negotiated: dropped";
+      continue;
+    }
+    ASSERT_EQ(sent.size(), 2u) << "PSNs 1 and 2 again, nothing else";
+    EXPECT_EQ(sent[0].psn, kS + 1);
+    EXPECT_EQ(sent[1].psn, kS + 2);
+    EXPECT_EQ(t.eng.stats().get(Counter::kSrRetransmits), 2u);
+    EXPECT_EQ(t.eng.stats().get(Counter::kRetries), 0u);
+  }
+}
+
 // ---- exact behaviour on known losses -----------------------------------------------------------
 
 // Three given packets lost (two in one WRITE, one the first packet of another): exactly those
@@ -377,6 +475,115 @@ TEST(SelectiveRepeat, WriteWithImmediateFallsBackInOrder) {
   EXPECT_TRUE(r.data_ok);
   EXPECT_EQ(r.write_only, 0u);
 }
+
+// WRITEs (placed out of order) between READs, SENDs and atomics (which are not: go-back-N for
+// them) on one selective-repeat QP, loss and reordering both ways: every operation lands or
+// reads what it should, the SENDs arrive whole and in order, completions come in post order.
+class SelectiveRepeatMixed : public ::testing::TestWithParam<std::uint64_t> {};
+
+TEST_P(SelectiveRepeatMixed, OperationsUnderLoss) {
+  LoopbackOptions lo;
+  lo.b2a = policy(0.03, 0.01, 0.01, 0, 0, 0, GetParam());
+  lo.a2b = policy(0.03, 0.01, 0.01, 0.01, 0, 0, GetParam() + 1);
+  Loopback lb(lo);
+  RcOptions o;
+  o.cap = {65, 80, 1, 1, 64};
+  auto [a, b] = connect(lb, o);
+  StreamSpec spec;
+  negotiate(lb, a, b, spec);
+  constexpr std::uint32_t kOps = 240, kSize = 16384;
+  Buffer remote = make_buffer(lb.b(), b.pd, std::size_t{kOps} * kSize, 3);
+  Buffer local = make_buffer(lb.a(), a.pd, std::size_t{kOps} * kSize, 4);
+  Buffer inbox = make_buffer(lb.b(), b.pd, std::size_t{kOps} * kSize, 5);
+  Buffer counter = make_buffer(lb.b(), b.pd, 8, 0);
+  std::fill(counter.bytes.begin(), counter.bytes.end(), 0);
+  std::vector<std::uint8_t> expect_remote = remote.bytes, expect_local = local.bytes;
+  std::vector<std::uint8_t> expect_inbox = inbox.bytes;
+  std::uint32_t posted = 0, sends = 0, atomics = 0;
+  std::uint32_t recv_posted = 0, recv_done = 0;
+  std::vector<Wc> wcs;
+  Wc wc[16];
+  std::vector<Sge> rsges(kOps);
+  const auto post_recvs = [&] {
+    while (recv_posted < kOps && recv_posted - recv_done < 64) {
+      rsges[recv_posted] = inbox.sge(std::uint64_t{recv_posted} * kSize, kSize);
+      RecvWr rw;
+      rw.wr_id = recv_posted;
+      rw.sg_list = &rsges[recv_posted];
+      rw.num_sge = 1;
+      ASSERT_EQ(lb.b().post_recv(b.qp, &rw, nullptr), kOk);
+      ++recv_posted;
+    }
+  };
+  post_recvs();
+  const auto post_more = [&] {
+    while (posted < kOps && posted - wcs.size() < 64) {
+      const std::uint64_t off = std::uint64_t{posted} * kSize;
+      const std::uint32_t kind = posted % 5;  // 0, 3: WRITE; 1: READ; 2: SEND; 4: atomic
+      Sge sg = local.sge(off, kSize);
+      SendWr w;
+      if (kind == 1) {
+        w = make_wr(posted, &sg, remote, off, WrOpcode::kRead);
+        std::copy_n(expect_remote.begin() + static_cast<std::ptrdiff_t>(off), kSize,
+                    expect_local.begin() + static_cast<std::ptrdiff_t>(off));
+      } else if (kind == 2) {
+        w = make_wr(posted, &sg, remote, 0, WrOpcode::kSend);
+        std::copy_n(expect_local.begin() + static_cast<std::ptrdiff_t>(off), kSize,
+                    expect_inbox.begin() + static_cast<std::ptrdiff_t>(sends) * kSize);
+        ++sends;
+      } else if (kind == 4) {
+        sg = local.sge(off, 8);
+        w = make_wr(posted, &sg, counter, 0, WrOpcode::kFetchAdd);
+        w.atomic = {counter.addr(), counter.mr->key, 1, 0};
+        const std::uint64_t before = atomics++;
+        std::memcpy(expect_local.data() + off, &before, 8);
+      } else {
+        w = make_wr(posted, &sg, remote, off, WrOpcode::kWrite);
+        std::copy_n(expect_local.begin() + static_cast<std::ptrdiff_t>(off), kSize,
+                    expect_remote.begin() + static_cast<std::ptrdiff_t>(off));
+      }
+      if (lb.a().post_send(a.qp, &w, nullptr) != kOk) break;
+      ++posted;
+    }
+  };
+  post_more();
+  lb.run_until(
+      [&] {
+        for (int n; (n = a.scq->poll(16, wc)) > 0;)
+          for (int i = 0; i < n; ++i) wcs.push_back(wc[i]);
+        for (int n; (n = b.rcq->poll(16, wc)) > 0;) {
+          for (int i = 0; i < n; ++i) {
+            EXPECT_EQ(wc[i].status, WcStatus::kSuccess);
+            EXPECT_EQ(wc[i].wr_id, recv_done) << "SENDs in order";
+            EXPECT_EQ(wc[i].byte_len, kSize);
+            ++recv_done;
+          }
+          post_recvs();
+        }
+        post_more();
+        return wcs.size() >= kOps;
+      },
+      60'000'000'000ull);
+  lb.settle();
+  ASSERT_EQ(wcs.size(), kOps);
+  for (std::size_t i = 0; i < wcs.size(); ++i) {
+    EXPECT_EQ(wcs[i].status, WcStatus::kSuccess) << i;
+    EXPECT_EQ(wcs[i].wr_id, i);
+  }
+  EXPECT_EQ(recv_done, sends);
+  EXPECT_TRUE(local.bytes == expect_local);
+  EXPECT_TRUE(remote.bytes == expect_remote);
+  EXPECT_TRUE(std::equal(expect_inbox.begin(),
+                         expect_inbox.begin() + static_cast<std::ptrdiff_t>(sends) * kSize,
+                         inbox.bytes.begin()));
+  std::uint64_t final_count = 0;
+  std::memcpy(&final_count, counter.bytes.data(), 8);
+  EXPECT_EQ(final_count, atomics) << "each atomic executed once";
+  EXPECT_GT(lb.b().stats().get(Counter::kSrOooPlaced), 0u);
+  EXPECT_GT(lb.a().stats().get(Counter::kSrRetransmits), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, SelectiveRepeatMixed, ::testing::Values(11, 21, 31, 41, 51));
 
 }  // namespace
 }  // namespace roce::test
