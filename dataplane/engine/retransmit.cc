@@ -128,8 +128,12 @@ bool Engine::Stages::send_probe(Engine& eng, Qp& qp) {
   if (qp.req.sr && ok) {
     // Selective repeat: the responder kept what followed the probed packet, so its answer
     // needs no go-back-N and the requester need not wait for it. (AckReq was set.)
+    // Whether it was needed is not known from the answer, so the probe timer backs off (up
+    // to x8, as comp_progress does for a probe found early): on a busy host round trips vary
+    // more than the estimate, and a lost SACK is rare.
     qp.comp.probing = qp.comp.probe_sent = false;
     qp.comp.rtt_timing = false;
+    if (qp.comp.pto_shift < 3) ++qp.comp.pto_shift;
     return true;
   }
   if (!ok || !qp.comp.probe_sent) {
