@@ -531,6 +531,26 @@ void Engine::Stages::fire_timers(Engine& eng, Qp& qp) {
         // (read_asked stays: the probe is for gaps seen, not for a responder that paused)
         read_ask_again(eng, qp, *w, w->npkts, true);
         arm_retransmit(eng, qp);
+      } else if (qp.req.sr && w != nullptr && w->opcode == WrOpcode::kWrite &&
+                 !qp.comp.retry_pending &&
+                 qp.sr->resend_tail - qp.sr->resend_head < qp.sr->resend.size()) {
+        // Selective repeat: the responder kept what arrived after the oldest unacknowledged
+        // packet, so only that one is sent again (a lost SACK's other gaps are found by the
+        // probes that follow); the retry budget is spent as for any timeout. On a host that
+        // stalls the peer for longer than the timeout nothing was lost, and a go-back-N
+        // resent a whole window for nothing.
+        if (qp.comp.retry_left == 0) {
+          eng.stats_.inc(Counter::kRetryExceeded);
+          qp_to_error(eng, qp, WcStatus::kRetryExcErr);
+          return;
+        }
+        if (qp.attr.retry_cnt != 7) --qp.comp.retry_left;
+        qp.comp.probe_deadline = 0;
+        qp.comp.rtt_timing = false;  // Karn
+        SrState& sr = *qp.sr;
+        sr.resend[sr.resend_tail++ % sr.resend.size()] = {qp.comp.psn, 1};
+        schedule_send(eng, qp);
+        arm_retransmit(eng, qp);
       } else {
         order_retry(eng, qp, qp.comp.psn, true);
       }

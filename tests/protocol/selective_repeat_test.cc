@@ -364,6 +364,31 @@ TEST(SelectiveRepeat, LostTailAndLostRetransmissionAreProbed) {
   EXPECT_LE(r.retrans_packets, 4u);
 }
 
+// A peer slower than the ACK timeout (its ACKs 6 ms late, the timeout about 4 ms): nothing was
+// lost, and the timeout sends the oldest packet again, not the whole window (go-back-N sent
+// every packet in flight again).
+TEST(SelectiveRepeat, TimeoutSendsTheOldestPacketOnly) {
+  FaultPolicy slow;
+  slow.delay_ns = 6'000'000;
+  for (const bool sr : {true, false}) {
+    StreamSpec s;
+    s.writes = 8;
+    s.depth = 8;
+    s.offer_b = sr;
+    const WriteResult r = write_stream(s, {}, slow);
+    EXPECT_EQ(r.completed, 8u);
+    EXPECT_TRUE(r.data_ok);
+    EXPECT_GE(r.a.get(Counter::kRetransmitTimeouts), 1u);
+    if (sr) {
+      EXPECT_EQ(r.a.get(Counter::kRetries), 0u) << "no go-back-N";
+      EXPECT_LE(r.retrans_packets,
+                r.a.get(Counter::kRetransmitTimeouts) + r.a.get(Counter::kRetransmitProbes));
+    } else {
+      EXPECT_GE(r.retrans_packets, 32u) << "go-back-N: a window again";
+    }
+  }
+}
+
 // ---- the benchmark's case, deterministic: 1% loss each way -----------------------------------
 
 // The bound: retransmitted bytes <= 2x the bytes lost. Fails with selective repeat off
