@@ -74,7 +74,9 @@ WriteResult write_stream(const StreamSpec& s, const FaultPolicy& a2b, const Faul
   RcOptions o;
   o.mtu = s.mtu;
   o.cap = {s.depth + 1, s.depth + 1, 1, 1, 64};
-  auto [a, b] = connect(lb, o);
+  auto ab = connect(lb, o);  // not a structured binding: clang 14 cannot capture those
+  Endpoint& a = ab.first;
+  Endpoint& b = ab.second;
   negotiate(lb, a, b, s);
   Buffer src = make_buffer(lb.a(), a.pd, std::size_t{s.writes} * s.size, 7);
   Buffer dst = make_buffer(lb.b(), b.pd, std::size_t{s.writes} * s.size, 9);
@@ -513,7 +515,9 @@ TEST_P(SelectiveRepeatMixed, OperationsUnderLoss) {
   Loopback lb(lo);
   RcOptions o;
   o.cap = {65, 80, 1, 1, 64};
-  auto [a, b] = connect(lb, o);
+  auto ab = connect(lb, o);  // not a structured binding: clang 14 cannot capture those
+  Endpoint& a = ab.first;
+  Endpoint& b = ab.second;
   StreamSpec spec;
   negotiate(lb, a, b, spec);
   constexpr std::uint32_t kOps = 240, kSize = 16384;
