@@ -428,7 +428,7 @@ void Engine::Stages::resp_on_request(Engine& eng, Qp& qp, const wire::RxPkt& pkt
 
 // A packet past ePSN on a selective-repeat QP. Only a WRITE Only without immediate is placed:
 // it names its own place (RETH) and completes nothing at the responder, so placing it early
-// changes nothing the application sees but the order bytes land in (docs/congestion.md). Its
+// changes nothing the application sees but the order bytes land in (docs/loss-recovery.md). Its
 // key, the QP's access and its length are checked as in order; anything else (a SEND, an
 // immediate, a READ, a key that does not hold, a packet beyond the bitmap) is left to the
 // go-back-N path: not placed, it comes again.
@@ -891,7 +891,7 @@ void Engine::Stages::resp_read_pump(Engine& eng, Qp& qp, std::uint32_t& budget) 
                                atomic ? Opcode::kRcAtomicAcknowledge : Opcode::kRcAcknowledge,
                                it.syn, it.psn, atomic ? rs.res[it.res].atomic_orig : 0,
                                eng.cfg_.advertise_credits, wire::Msn(it.len), sack));
-      eng.stats_.inc(atomic ? Counter::kAtomicAcksSent : Counter::kAckSent);
+      if (!sack) eng.stats_.inc(atomic ? Counter::kAtomicAcksSent : Counter::kAckSent);
       ++rs.out_head;
       --budget;
       continue;
