@@ -47,6 +47,9 @@ struct Workload {
   /// Announce selective repeat in the QP exchange (issue 32); a QP uses it when both sides
   /// announced it (Engine::set_selective_repeat).
   bool selective_repeat = false;
+  /// Tests of the negotiation: B (the answering side) does not announce it (`peer_announces:
+  /// 0`), so no QP may use it.
+  bool peer_announces = true;
   /// Measurements of each size (with baselines.adjacent, each after its own link baseline);
   /// the median one is reported, with the range of them all.
   std::uint32_t repeat = 1;

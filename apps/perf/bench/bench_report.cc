@@ -439,6 +439,7 @@ std::string to_json(const BenchConfig& cfg, const Results& r) {
       << ",\"window\":" << w.window << ",\"loss_window\":" << w.loss_window
       << ",\"ack_req_every\":" << w.ack_req_every << ",\"probe_min_us\":" << w.probe_min_us
       << ",\"selective_repeat\":" << (w.selective_repeat ? "true" : "false")
+      << ",\"peer_announces\":" << (w.peer_announces ? "true" : "false")
       << ",\"repeat\":" << w.repeat << ",\"results\":[";
     bool first = true;
     for (const auto& p : r.points)

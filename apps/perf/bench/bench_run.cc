@@ -555,6 +555,8 @@ void BenchSide::workload(std::size_t wi) {
   std::vector<PeerQp> peers(w.qps);
   std::mt19937 rng(static_cast<unsigned>(ec.seed));
   std::vector<std::uint32_t> psns;
+  // Selective repeat: what this side announces in the QP exchange.
+  const bool announce = w.selective_repeat && (a() || w.peer_announces);
   for (std::uint32_t q = 0; q < w.qps; ++q) {
     Qp* qp =
         eng.create_qp(pd, QpType::kRc, scq, rcq,
@@ -565,7 +567,7 @@ void BenchSide::workload(std::size_t wi) {
     mrs.push_back(mr);
     psns.push_back(rng() & 0xffffff);
     ch_.send({MsgType::kQpInfo, qp->qpn, reinterpret_cast<std::uint64_t>(bufs[q].data()), mr->key,
-              psns.back() | (w.selective_repeat ? kQpInfoSelectiveRepeat : 0)});
+              psns.back() | (announce ? kQpInfoSelectiveRepeat : 0)});
   }
   for (std::uint32_t q = 0; q < w.qps; ++q) {
     const Msg m = ch_.recv(MsgType::kQpInfo, poll);
@@ -580,7 +582,7 @@ void BenchSide::workload(std::size_t wi) {
       die(side_, "INIT refused");
     // Selective repeat only when both sides announced it: a QP with one side on would see
     // SACKs it does not know (go-back-N still recovers, but slowly).
-    if (w.selective_repeat && peers[q].sr && eng.set_selective_repeat(qps[q], true) != kOk)
+    if (announce && peers[q].sr && eng.set_selective_repeat(qps[q], true) != kOk)
       die(side_, "selective repeat refused");
     at.qp_state = QpState::kRtr;
     at.path_mtu = mtu_enum(w.mtu);
@@ -835,7 +837,7 @@ void BenchSide::workload(std::size_t wi) {
     p.read_rerequest_bytes = diff(Counter::kReadReRequestBytes);
     p.retransmitted_bytes = diff(Counter::kRetransmittedBytes);
     p.sr_retransmits = diff(Counter::kSrRetransmits);
-    p.selective_repeat = w.selective_repeat && peers[0].sr;
+    p.selective_repeat = announce && peers[0].sr;
     p.srtt_ns = eng.srtt_ns();
     p.injected_drops = (loop.faults() ? loop.faults()->stats().dropped : 0) - drops0;
     // Every request frame of a WRITE or SEND row carries min(size, MTU) bytes (A sends
