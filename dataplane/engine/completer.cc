@@ -225,6 +225,11 @@ void Engine::Stages::comp_on_response(Engine& eng, Qp& qp, const wire::RxPkt& pk
       break;
     }
     case wire::AckType::kReserved:
+      // Selective repeat's SACK (SrState::kSackSyndrome), only on a QP that negotiated it.
+      if (qp.req.sr && syn.raw() == SrState::kSackSyndrome) {
+        comp_on_sack(eng, qp, p, Psn(pkt.aeth().msn().raw()));
+        break;
+      }
       eng.stats_.inc(Counter::kRxDropUnexpected);
       break;
   }

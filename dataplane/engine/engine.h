@@ -131,6 +131,13 @@ class Engine {
                 bool sq_sig_all = false, std::optional<std::uint32_t> qpn = std::nullopt);
   int destroy_qp(Qp* qp);
   int modify_qp(Qp* qp, const QpAttr& attr, std::uint32_t mask);
+  /// Selective repeat (issue 32, docs/congestion.md "Selective repeat"): RDMA WRITEs of `qp`
+  /// go out as WRITE Only packets, each with its RETH, are placed out of order by the peer and
+  /// sent again only where the peer's SACKs say. Only between two of our stacks: both ends must
+  /// turn it on, each after learning that the other announced it (roce-perf's out-of-band QP
+  /// exchange); a standard peer never sees it. RC, before traffic (before RTS, or in RTS with
+  /// nothing posted or in flight); kErrInval otherwise.
+  int set_selective_repeat(Qp* qp, bool on);
   int post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr);
   int post_recv(Qp* qp, const RecvWr* wr, const RecvWr** bad_wr);
   int post_srq_recv(Srq* srq, const RecvWr* wr, const RecvWr** bad_wr);

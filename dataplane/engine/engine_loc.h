@@ -134,6 +134,15 @@ struct Engine::Stages {
   static void read_rereq_answered(Engine& eng, Qp& qp, SendWqe& w);
   static bool send_read_rereq(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t& budget);
   static bool read_rerequest(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t from, std::uint32_t to);
+  // Selective repeat (SrState): the responder places a WRITE Only past a gap (false: not
+  // placeable, the caller goes on as go-back-N), moves ePSN over what it placed, reports a
+  // gap; the requester queues the PSNs a SACK names and sends them again.
+  static bool sr_keep(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static void sr_advance(Engine& eng, Qp& qp);
+  static void sr_report(Engine& eng, Qp& qp);
+  static void sr_emit_sack(Engine& eng, Qp& qp, wire::Psn from, wire::Psn to);
+  static void comp_on_sack(Engine& eng, Qp& qp, wire::Psn from, wire::Psn to);
+  static void sr_resend(Engine& eng, Qp& qp, std::uint32_t& budget);
   static void grow_window(Engine& eng, Qp& qp);
   /// The QP's full window in PSNs: max_inflight_psns, capped by max_inflight_bytes.
   static std::uint32_t window_max(const Engine& eng, const Qp& qp);

@@ -10,6 +10,7 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "dataplane/engine/cc/qp_cc.h"
@@ -126,6 +127,7 @@ struct ReqState {
   std::uint32_t pkts_since_ack_req = 0;
   wire::Psn high_psn;   ///< one past the highest PSN ever sent
   bool failed = false;  ///< a WQE failed locally: send nothing more
+  bool sr = false;      ///< selective repeat negotiated (Qp::sr holds its state)
 };
 
 struct CompState {
@@ -233,6 +235,49 @@ struct RespState {
   bool out_empty() const { return out_head == out_tail; }
 };
 
+/// Selective repeat between two of our stacks (issue 32; Engine::set_selective_repeat,
+/// responder.cc and retransmit.cc), allocated only on a QP both of whose ends announced it.
+/// The requester sends every packet of an RDMA WRITE (without immediate) as a WRITE Only with
+/// its own RETH, so the responder can place any of them out of order; it keeps a bitmap of
+/// what it placed past ePSN and reports each new gap once (a SACK, kSackSyndrome); the
+/// requester sends again only the PSNs a SACK names.
+struct SrState {
+  static constexpr std::uint32_t kBits = 1024;  ///< PSNs past ePSN the responder can keep
+  /// The SACK: an Acknowledge whose AETH syndrome has IBA's reserved type (010), BTH PSN the
+  /// first missing PSN of a gap and AETH MSN the PSN after it (which arrived). It implies no
+  /// acknowledgement; ACKs carry that as before.
+  static constexpr std::uint8_t kSackSyndrome = 0x40;
+  // --- responder ---
+  std::array<std::uint64_t, kBits / 64> kept{};  ///< bit psn % kBits: placed out of order
+  std::uint32_t nkept = 0;
+  wire::Psn rx_high;  ///< one past the highest PSN placed out of order (when nkept != 0)
+  wire::Psn rx_told;  ///< PSNs below it (from ePSN) were placed or reported missing
+  /// A PSN is reported missing once packets this far past it were placed (TCP's duplicate
+  /// threshold, in PSNs): a packet only overtaken by a few later ones is not sent twice.
+  static constexpr std::uint32_t kReorder = 3;
+  /// ...and once the first packet placed past an unreported gap is this old (RACK's reorder
+  /// window, fixed): a burst shuffled by a few microseconds of jitter is not sent twice.
+  static constexpr std::uint64_t kReorderNs = 5'000;
+  std::uint64_t gap_at = 0;  ///< when a packet was first placed past what is reported (0: none)
+  wire::Psn gap_to;          ///< that packet: the missing PSNs below it are due at gap_at + window
+  // --- requester: PSN ranges SACKs reported missing, still to send again ---
+  struct Range {
+    wire::Psn from;
+    std::uint32_t n = 0;
+  };
+  std::array<Range, 32> resend{};
+  std::uint32_t resend_head = 0;
+  std::uint32_t resend_tail = 0;
+
+  static std::uint32_t bit(wire::Psn p) { return p.raw() & (kBits - 1); }
+  bool test(wire::Psn p) const { return (kept[bit(p) / 64] >> (bit(p) % 64)) & 1; }
+  void set(wire::Psn p) { kept[bit(p) / 64] |= std::uint64_t{1} << (bit(p) % 64); }
+  void clear(wire::Psn p) { kept[bit(p) / 64] &= ~(std::uint64_t{1} << (bit(p) % 64)); }
+  bool resend_empty() const { return resend_head == resend_tail; }
+  /// When the responder's report of missing PSNs is due (0: nothing waits).
+  std::uint64_t report_at() const { return gap_at ? gap_at + kReorderNs : 0; }
+};
+
 struct Qp {
   // Laid out for the requester's path first: with a thousand QPs each visit misses the
   // cache, and what it reads (state, send queue, requester and completer state, the header
@@ -268,8 +313,9 @@ struct Qp {
   QpAttr attr;
   RecvQueue rq;
   RespState resp;
-  wire::FrameSpec tx;  ///< header template for this QP's packets
-  cc::QpCc cc;         ///< congestion control (congestion.cc)
+  wire::FrameSpec tx;           ///< header template for this QP's packets
+  cc::QpCc cc;                  ///< congestion control (congestion.cc)
+  std::unique_ptr<SrState> sr;  ///< selective repeat, when negotiated (null: go-back-N)
 
   /// The send queue entry of counter `i`: `sq` has a power of two of entries, at least
   /// sq_depth(), so this is a mask, not a division.

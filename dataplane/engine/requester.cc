@@ -369,6 +369,13 @@ bool Engine::Stages::req_send_ud(Engine& eng, Qp& qp, SendWqe& w) {
                           qp.req.pkts_since_ack_req + 1 >=
                               std::min(eng.cfg_.ack_req_every, qp.cc.ack_req_every) ||
                           qp.comp.probing);
+      if (qp.req.sr && w.opcode == WrOpcode::kWrite) [[unlikely]] {
+        // Selective repeat: every packet a WRITE Only with its own RETH, which the peer can
+        // place wherever it arrives (SrState). Completion is by PSN, as before.
+        f.opcode = Opcode::kRcWriteOnly;
+        f.reth_va = w.remote_addr + w.sent;
+        f.reth_len = static_cast<std::uint32_t>(payload);
+      }
       return payload;
     }
   }
@@ -452,6 +459,7 @@ bool Engine::Stages::req_packet(Engine& eng, Qp& qp, SendWqe& w) {
   qp.req.pkts_since_ack_req = f.ack_req ? 0 : qp.req.pkts_since_ack_req + 1;
   if (before(f.psn, qp.req.high_psn)) {
     eng.stats_.inc(Counter::kRetransmittedPackets);
+    eng.stats_.inc(Counter::kRetransmittedBytes, payload);
     if (f.opcode == Opcode::kRcReadRequest) {  // a READ asked again, and the bytes it costs
       eng.stats_.inc(Counter::kReadReRequests);
       eng.stats_.inc(Counter::kReadReRequestBytes, f.reth_len);
@@ -483,6 +491,8 @@ void Engine::Stages::req_pump(Engine& eng, Qp& qp, std::uint32_t& budget) {
   if (qp.comp.retry_pending) do_retry(eng, qp);
   std::uint32_t wmax = 0;
   if (qp.comp.read_rereqs != 0 && qp.state == QpState::kRts) send_read_rereqs(eng, qp, budget);
+  if (qp.req.sr && !qp.sr->resend_empty()) [[unlikely]]
+    sr_resend(eng, qp, budget);
   while (budget > 0 && qp.state == QpState::kRts && !qp.req.failed &&
          qp.req.next_wqe != qp.sq_tail) {
     SendWqe& w = qp.wqe(qp.req.next_wqe);

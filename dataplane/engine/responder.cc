@@ -36,7 +36,8 @@ Syndrome ack_syndrome(const Qp& qp, bool advertise) {
 
 // Builds one ACK/NAK (opcode Acknowledge) or atomic ACK into a TX slot.
 std::size_t build_ack(const Qp& qp, std::span<std::uint8_t> slot, std::uint16_t ip_id, Opcode op,
-                      Syndrome syn, Psn psn, std::uint64_t orig, bool credits) {
+                      Syndrome syn, Psn psn, std::uint64_t orig, bool credits,
+                      wire::Msn msn = wire::Msn{}, bool own_msn = false) {
   if (syn.type() == wire::AckType::kAck) syn = ack_syndrome(qp, credits);
   if (op == Opcode::kRcAcknowledge && qp.hdr.usable()) {  // the hot path: no FrameSpec
     wire::PacketFields f;
@@ -44,7 +45,7 @@ std::size_t build_ack(const Qp& qp, std::span<std::uint8_t> slot, std::uint16_t 
     f.psn = psn;
     f.ip_id = ip_id;
     f.aeth_syndrome = syn;
-    f.aeth_msn = qp.resp.msn;
+    f.aeth_msn = own_msn ? msn : qp.resp.msn;
     const std::size_t hdr = wire::write_masked_headers(qp.hdr, f, 0, slot.data());
     return hdr ? wire::finish_masked(qp.hdr, hdr, 0, slot.data()) : 0;
   }
@@ -52,7 +53,7 @@ std::size_t build_ack(const Qp& qp, std::span<std::uint8_t> slot, std::uint16_t 
   s.ip_id = ip_id;
   s.opcode = op;
   s.psn = psn;
-  s.aeth = {syn, qp.resp.msn};
+  s.aeth = {syn, own_msn ? msn : qp.resp.msn};
   s.atomic_orig = orig;
   return wire::build_frame(s, {}, slot);
 }
@@ -409,12 +410,134 @@ void Engine::Stages::resp_on_request(Engine& eng, Qp& qp, const wire::RxPkt& pkt
     if (resp_execute_write(eng, qp, pkt) == Step::kDone) return;
   } else if (m.has(OpMask::kRead)) {
     resp_execute_read(eng, qp, pkt);
+    if (qp.sr != nullptr && qp.sr->nkept != 0) [[unlikely]]
+      sr_advance(eng, qp);
     return;
   } else if (m.has(OpMask::kAtomic)) {
     resp_execute_atomic(eng, qp, pkt);
+    if (qp.sr != nullptr && qp.sr->nkept != 0) [[unlikely]]
+      sr_advance(eng, qp);
     return;
   }
   resp_acknowledge(eng, qp, pkt);
+  if (qp.sr != nullptr && qp.sr->nkept != 0) [[unlikely]]
+    sr_advance(eng, qp);
+}
+
+// ---- selective repeat (SrState) ----------------------------------------------------------
+
+// A packet past ePSN on a selective-repeat QP. Only a WRITE Only without immediate is placed:
+// it names its own place (RETH) and completes nothing at the responder, so placing it early
+// changes nothing the application sees but the order bytes land in (docs/loss-recovery.md). Its
+// key, the QP's access and its length are checked as in order; anything else (a SEND, an
+// immediate, a READ, a key that does not hold, a packet beyond the bitmap) is left to the
+// go-back-N path: not placed, it comes again.
+bool Engine::Stages::sr_keep(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
+  SrState& s = *qp.sr;
+  RespState& rs = qp.resp;
+  const Psn p = pkt.psn;
+  if (static_cast<std::uint32_t>(distance(p, rs.epsn)) >= SrState::kBits) return false;
+  if (s.test(p)) {  // a second copy of what was placed
+    eng.stats_.inc(Counter::kDuplicateRequests);
+    return true;
+  }
+  if (pkt.opcode != Opcode::kRcWriteOnly || !(qp.attr.qp_access_flags & kAccessRemoteWrite))
+    return false;
+  const auto reth = pkt.reth();
+  const std::uint32_t len = pkt.payload_len;
+  if (len > qp.pmtu() || reth.dma_len() != len) return false;
+  if (len != 0) {
+    std::uint8_t* dst = eng.mrs_.map(reth.rkey(), qp.pd, reth.va(), len, kAccessRemoteWrite);
+    if (dst == nullptr) return false;  // answered (NAKed) when it comes in order
+    std::memcpy(dst, pkt.payload().data(), len);
+  }
+  if (pkt.ecn == 3) [[unlikely]]
+    cc_on_ce(eng, qp, pkt);
+  eng.stats_.inc(Counter::kSrOooPlaced);
+  if (s.nkept == 0) {
+    s.rx_high = s.rx_told = rs.epsn;
+    s.gap_at = 0;
+  }
+  s.set(p);
+  ++s.nkept;
+  if (!before(p, s.rx_high)) s.rx_high = p + 1;
+  if (s.gap_at == 0) {
+    s.gap_at = eng.now_ | 1;  // 0 is "no window"
+    s.gap_to = p;
+    track_timer(eng, qp);  // the report is due at gap_at + kReorderNs at the latest
+  } else if ((eng.now_ | 1) - s.gap_at >= SrState::kReorderNs) {
+    sr_report(eng, qp);
+  }
+  return true;
+}
+
+// The reorder window that started at gap_at has passed: the PSNs below the packet that started
+// it (and at least kReorder below the highest placed one) that have not arrived are reported,
+// once: one SACK per run of missing PSNs. What lies past them starts a window of its own.
+void Engine::Stages::sr_report(Engine& eng, Qp& qp) {
+  SrState& s = *qp.sr;
+  RespState& rs = qp.resp;
+  s.gap_at = 0;
+  if (s.nkept == 0) return;
+  Psn limit = s.rx_high - (SrState::kReorder + 1);
+  if (before(s.gap_to, limit)) limit = s.gap_to;
+  Psn q = after(s.rx_told, rs.epsn) ? s.rx_told : rs.epsn;
+  while (before(q, limit)) {
+    if (s.test(q)) {
+      q = q + 1;
+      continue;
+    }
+    const Psn from = q;
+    while (before(q, limit) && !s.test(q)) q = q + 1;
+    sr_emit_sack(eng, qp, from, q);
+  }
+  if (after(q, s.rx_told)) s.rx_told = q;
+  if (before(s.rx_told, s.rx_high - 1)) {
+    s.gap_at = eng.now_ | 1;
+    s.gap_to = s.rx_high - 1;
+  }
+}
+
+// ePSN has moved: it steps over every packet placed past it, each a whole message (MSN), and
+// the cumulative ACK goes out with the next flush.
+void Engine::Stages::sr_advance(Engine& eng, Qp& qp) {
+  SrState& s = *qp.sr;
+  RespState& rs = qp.resp;
+  bool moved = false;
+  while (s.nkept != 0 && s.test(rs.epsn)) {
+    if (rs.in_msg != RespState::InMsg::kNone) {
+      // A WRITE Only placed where a multi-packet message was still under way: the peer broke
+      // the opcode sequence (IBA 9.7.5.1.3), as resp_check_op_seq would have found in order.
+      s = SrState{};
+      resp_nak(eng, qp, Syndrome::nak(wire::NakCode::kInvalidRequest), rs.epsn, true);
+      return;
+    }
+    s.clear(rs.epsn);
+    if (--s.nkept == 0) s.gap_at = 0;
+    rs.msn = rs.msn + 1;
+    rs.epsn = rs.epsn + 1;
+    moved = true;
+  }
+  if (!moved) return;
+  rs.nak_sent = false;
+  defer_ack(qp, rs.epsn - 1, eng.ack_list_);
+}
+
+void Engine::Stages::sr_emit_sack(Engine& eng, Qp& qp, Psn from, Psn to) {
+  RespState& rs = qp.resp;
+  const Syndrome syn(SrState::kSackSyndrome);
+  eng.stats_.inc(Counter::kSrSacksSent);
+  if (rs.out_empty()) {
+    if (auto slot = tx_slot(eng, true); !slot.empty())
+      tx_commit(eng, build_ack(qp, slot, eng.ip_id_++, Opcode::kRcAcknowledge, syn, from, 0, false,
+                               wire::Msn(to.raw()), true));
+    return;
+  }
+  if (rs.out_tail - rs.out_head == rs.out.size()) {
+    eng.stats_.inc(Counter::kRespQueueFull);  // the requester's probe finds the gap
+    return;
+  }
+  rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kAck, 0, syn, from, to.raw()};
 }
 
 // PSN (IBA 9.7.5.1.1): the expected one goes on; an RC duplicate is answered from history, an
@@ -442,6 +565,9 @@ void Engine::Stages::resp_on_request(Engine& eng, Qp& qp, const wire::RxPkt& pkt
     return Step::kContinue;
   }
   if (d > 0) {
+    // Selective repeat: a WRITE Only past a gap is placed now (SrState).
+    if (qp.sr != nullptr && sr_keep(eng, qp, pkt)) [[unlikely]]
+      return Step::kDone;
     if (!rs.nak_sent) {
       rs.nak_sent = true;
       resp_nak(eng, qp, Syndrome::nak(wire::NakCode::kPsnSeqError), rs.epsn, false);
@@ -760,11 +886,12 @@ void Engine::Stages::resp_read_pump(Engine& eng, Qp& qp, std::uint32_t& budget) 
       auto slot = tx_slot(eng, true);
       if (slot.empty()) return;
       const bool atomic = it.kind == RespState::Item::Kind::kAtomicAck;
+      const bool sack = it.syn.type() == wire::AckType::kReserved;  // len: the MSN it carries
       tx_commit(eng, build_ack(qp, slot, eng.ip_id_++,
                                atomic ? Opcode::kRcAtomicAcknowledge : Opcode::kRcAcknowledge,
                                it.syn, it.psn, atomic ? rs.res[it.res].atomic_orig : 0,
-                               eng.cfg_.advertise_credits));
-      eng.stats_.inc(atomic ? Counter::kAtomicAcksSent : Counter::kAckSent);
+                               eng.cfg_.advertise_credits, wire::Msn(it.len), sack));
+      if (!sack) eng.stats_.inc(atomic ? Counter::kAtomicAcksSent : Counter::kAckSent);
       ++rs.out_head;
       --budget;
       continue;

@@ -31,7 +31,11 @@ bool read_gap_known(const Qp& qp, const SendWqe& w) {
 }  // namespace
 
 void Engine::Stages::track_timer(Engine& eng, Qp& qp) {
-  const std::uint64_t d = qp.comp.deadline();
+  std::uint64_t d = qp.comp.deadline();
+  if (qp.req.sr) [[unlikely]] {
+    // The responder's reorder window (selective repeat) shares the QP's wheel entry.
+    if (const std::uint64_t r = qp.sr->report_at(); r != 0 && (d == 0 || r < d)) d = r;
+  }
   if (d == 0) return;
   // An earlier entry is still in the wheel: when it comes, fire_timers finds nothing due and
   // schedules the QP again for its deadline then.
@@ -121,6 +125,17 @@ bool Engine::Stages::send_probe(Engine& eng, Qp& qp) {
   qp.req = saved_req;
   w->sent = saved_sent;
   w->state = saved_state;
+  if (qp.req.sr && ok) {
+    // Selective repeat: the responder kept what followed the probed packet, so its answer
+    // needs no go-back-N and the requester need not wait for it. (AckReq was set.)
+    // Whether it was needed is not known from the answer, so the probe timer backs off (up
+    // to x8, as comp_progress does for a probe found early): on a busy host round trips vary
+    // more than the estimate, and a lost SACK is rare.
+    qp.comp.probing = qp.comp.probe_sent = false;
+    qp.comp.rtt_timing = false;
+    if (qp.comp.pto_shift < 3) ++qp.comp.pto_shift;
+    return true;
+  }
   if (!ok || !qp.comp.probe_sent) {
     qp.comp.probing = qp.comp.probe_sent = false;
     return false;
@@ -236,6 +251,114 @@ bool Engine::Stages::read_rerequest(Engine& eng, Qp& qp, SendWqe& w, std::uint32
   w.read_resume = saved_resume;
   if (w.state != WqeState::kFailed) w.state = saved_state;
   return ok;
+}
+
+// ---- selective repeat (SrState) ----------------------------------------------------------
+
+int Engine::set_selective_repeat(Qp* qp, bool on) {
+  if (qp == nullptr || qp->type != QpType::kRc) return kErrInval;
+  // Before traffic: before RTS, or in RTS with nothing posted, in flight or half received.
+  const bool idle = qp->sq_head == qp->sq_tail && qp->comp.psn == qp->req.high_psn &&
+                    qp->resp.in_msg == RespState::InMsg::kNone;
+  if (qp->state != QpState::kReset && qp->state != QpState::kInit && qp->state != QpState::kRtr &&
+      !(qp->state == QpState::kRts && idle))
+    return kErrInval;
+  qp->req.sr = on;
+  if (!on) {
+    qp->sr.reset();
+  } else {
+    qp->sr = std::make_unique<SrState>();
+  }
+  return kOk;
+}
+
+// The responder reports PSNs [from, to) missing (and `to` arrived). They are queued to be sent
+// again, each once per report; the responder reports each gap once, so a retransmission that
+// is lost too is the probe's (fire_timers), which sends the oldest unacknowledged packet again.
+void Engine::Stages::comp_on_sack(Engine& eng, Qp& qp, Psn from, Psn to) {
+  eng.stats_.inc(Counter::kSrSacksRcvd);
+  const std::int32_t n = distance(to, from);
+  if (n <= 0 || n > static_cast<std::int32_t>(SrState::kBits) || !before(to, qp.req.high_psn)) {
+    eng.stats_.inc(Counter::kRxDropUnexpected);
+    return;
+  }
+  SrState& s = *qp.sr;
+  if (s.resend_tail - s.resend_head == s.resend.size()) {
+    eng.stats_.inc(Counter::kRespQueueFull);  // the probe finds it
+    return;
+  }
+  s.resend[s.resend_tail++ % s.resend.size()] = {from, static_cast<std::uint32_t>(n)};
+  qp.comp.rtt_timing = false;  // Karn: no sample across a retransmission
+  // The probe waits for the retransmission's answer, not for the gap it fills.
+  qp.comp.probe_deadline = 0;
+  arm_probe(eng, qp);
+  schedule_send(eng, qp);
+}
+
+namespace {
+// The SEND or WRITE WQE whose PSNs hold `p`, from `i` on (the search goes forward); null when
+// none is still unacknowledged.
+SendWqe* sr_wqe_of(Qp& qp, Psn p, std::uint32_t& i) {
+  for (; i != qp.sq_tail; ++i) {
+    SendWqe& w = qp.wqe(i);
+    if (w.state == WqeState::kPosted) return nullptr;
+    if (w.npkts == 0 || w.state == WqeState::kFailed) continue;
+    if (before(p, w.first_psn)) return nullptr;
+    if (!after(p, w.last_psn)) return &w;
+  }
+  return nullptr;
+}
+}  // namespace
+
+// Sends again the PSNs the SACKs named, oldest first, each alone: the requester's position is
+// not moved (as a probe). A PSN acknowledged meanwhile, or of a READ or atomic (their own
+// retry covers them), is skipped.
+void Engine::Stages::sr_resend(Engine& eng, Qp& qp, std::uint32_t& budget) {
+  SrState& s = *qp.sr;
+  const std::uint32_t pmtu = qp.pmtu();
+  while (!s.resend_empty() && budget > 0 && qp.state == QpState::kRts && !qp.req.failed) {
+    SrState::Range& r = s.resend[s.resend_head % s.resend.size()];
+    std::uint32_t i = qp.sq_head;
+    while (r.n != 0 && budget > 0) {
+      const Psn p = r.from;
+      if (before(p, qp.comp.psn) || !before(p, qp.req.high_psn)) {
+        r.from = r.from + 1;
+        --r.n;
+        continue;
+      }
+      SendWqe* w = sr_wqe_of(qp, p, i);
+      if (w == nullptr || w->is_rd_atomic() || w->state == WqeState::kExecuted ||
+          w->state == WqeState::kDone) {
+        r.from = r.from + 1;
+        --r.n;
+        continue;
+      }
+      const ReqState saved_req = qp.req;
+      const std::uint64_t saved_sent = w->sent;
+      const WqeState saved_state = w->state;
+      qp.req.next_psn = p;
+      w->sent = std::uint64_t{static_cast<std::uint32_t>(distance(p, w->first_psn))} * pmtu;
+      w->state = WqeState::kSending;
+      const std::uint64_t bytes0 = eng.stats_.get(Counter::kRetransmittedBytes);
+      const bool ok = req_packet(eng, qp, *w);
+      const bool failed = qp.req.failed;
+      qp.req = saved_req;
+      qp.req.failed = failed;
+      if (w->state != WqeState::kFailed) {
+        w->sent = saved_sent;
+        w->state = saved_state;
+      }
+      if (!ok) return;  // no room now: run() comes back (the QP stays on the send list)
+      eng.stats_.inc(Counter::kSrRetransmits);
+      eng.stats_.inc(Counter::kSrRetransmitBytes,
+                     eng.stats_.get(Counter::kRetransmittedBytes) - bytes0);
+      --budget;
+      r.from = r.from + 1;
+      --r.n;
+    }
+    if (r.n != 0) return;
+    ++s.resend_head;
+  }
 }
 
 namespace {
@@ -376,6 +499,9 @@ void Engine::Stages::run_timers(Engine& eng) {
 }
 
 void Engine::Stages::fire_timers(Engine& eng, Qp& qp) {
+  if (qp.req.sr && qp.sr->report_at() != 0 && eng.now_ >= qp.sr->report_at() &&
+      qp.state != QpState::kErr) [[unlikely]]
+    sr_report(eng, qp);
   if (qp.comp.rnr_deadline != 0 && eng.now_ >= qp.comp.rnr_deadline) {
     qp.comp.rnr_deadline = 0;
     order_retry(eng, qp, qp.comp.rnr_psn, false);
@@ -404,6 +530,26 @@ void Engine::Stages::fire_timers(Engine& eng, Qp& qp) {
         qp.comp.rtt_timing = false;  // Karn
         // (read_asked stays: the probe is for gaps seen, not for a responder that paused)
         read_ask_again(eng, qp, *w, w->npkts, true);
+        arm_retransmit(eng, qp);
+      } else if (qp.req.sr && w != nullptr && w->opcode == WrOpcode::kWrite &&
+                 !qp.comp.retry_pending &&
+                 qp.sr->resend_tail - qp.sr->resend_head < qp.sr->resend.size()) {
+        // Selective repeat: the responder kept what arrived after the oldest unacknowledged
+        // packet, so only that one is sent again (a lost SACK's other gaps are found by the
+        // probes that follow); the retry budget is spent as for any timeout. On a host that
+        // stalls the peer for longer than the timeout nothing was lost, and a go-back-N
+        // resent a whole window for nothing.
+        if (qp.comp.retry_left == 0) {
+          eng.stats_.inc(Counter::kRetryExceeded);
+          qp_to_error(eng, qp, WcStatus::kRetryExcErr);
+          return;
+        }
+        if (qp.attr.retry_cnt != 7) --qp.comp.retry_left;
+        qp.comp.probe_deadline = 0;
+        qp.comp.rtt_timing = false;  // Karn
+        SrState& sr = *qp.sr;
+        sr.resend[sr.resend_tail++ % sr.resend.size()] = {qp.comp.psn, 1};
+        schedule_send(eng, qp);
         arm_retransmit(eng, qp);
       } else {
         order_retry(eng, qp, qp.comp.psn, true);

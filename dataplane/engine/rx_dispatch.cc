@@ -71,7 +71,13 @@ std::string_view to_string(Counter c) {
                                                                  "cc_parked",
                                                                  "read_rerequests",
                                                                  "read_rerequest_bytes",
-                                                                 "rx_dup_read_responses"};
+                                                                 "rx_dup_read_responses",
+                                                                 "retransmitted_bytes",
+                                                                 "sr_ooo_placed",
+                                                                 "sr_sacks_sent",
+                                                                 "sr_sacks_rcvd",
+                                                                 "sr_retransmits",
+                                                                 "sr_retransmit_bytes"};
   return k[static_cast<std::size_t>(c)];
 }
 

@@ -82,9 +82,9 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
         Stages::cc_sent(*this, qp, stats_.get(Counter::kTxBytes) - paced_from);
       qp.run_sent += budget0 - budget;
       progress |= budget != budget0 || qp.req.next_wqe != before_next;
-      const bool idle =
-          qp.state != QpState::kRts ||
-          (qp.req.next_wqe == qp.sq_tail && !qp.comp.retry_pending && qp.comp.read_rereqs == 0);
+      const bool idle = qp.state != QpState::kRts ||
+                        (qp.req.next_wqe == qp.sq_tail && !qp.comp.retry_pending &&
+                         qp.comp.read_rereqs == 0 && (!qp.req.sr || qp.sr->resend_empty()));
       if (idle) {
         qp.in_send_list = false;
         send_list_[i] = send_list_.back();

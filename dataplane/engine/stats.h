@@ -67,6 +67,12 @@ enum class Counter : std::uint8_t {
   kReadReRequests,      ///< READ requests sent again (selective or go-back-N), for part or all
   kReadReRequestBytes,  ///< the response bytes those READ requests asked for again
   kRxDupReadResponses,  ///< READ responses (and atomic ACKs) for what had arrived: dropped
+  kRetransmittedBytes,  ///< payload bytes of kRetransmittedPackets
+  kSrOooPlaced,         ///< selective repeat: packets placed past a gap (responder)
+  kSrSacksSent,         ///< selective repeat: gaps reported (responder)
+  kSrSacksRcvd,         ///< selective repeat: gap reports received (requester)
+  kSrRetransmits,       ///< selective repeat: packets sent again because a SACK named them
+  kSrRetransmitBytes,   ///< their payload bytes
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);

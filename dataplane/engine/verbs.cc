@@ -389,6 +389,7 @@ int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
   }
   if (next == QpState::kReset) {
     reset_qp(*qp);
+    if (qp->sr) *qp->sr = SrState{};  // selective repeat stays negotiated, its state starts over
     std::erase(send_list_, qp);
     std::erase(ack_list_, qp);
     std::erase(read_list_, qp);

@@ -118,6 +118,8 @@ EngineHarness::EngineHarness(std::uint8_t setup, bool allow_dereg, Tap tap)
   ud_ = eng_->create_qp(pd_, QpType::kUd, cq_, cq_, cap);
   if (!rc_ || !uc_ || !ud_) std::abort();
   bring_up(*eng_, rc_, QpType::kRc, kPeerRcQpn, mtu);
+  // Selective repeat on the RC QP (issue 32): its out-of-order placement and SACKs are fed.
+  if ((setup & 16) && eng_->set_selective_repeat(rc_, true) != kOk) std::abort();
   bring_up(*eng_, uc_, QpType::kUc, kPeerUcQpn, mtu);
   bring_up(*eng_, ud_, QpType::kUd, kPeerUdQpn, mtu);
   for (std::size_t i = 0; i < kMrs; ++i) {

@@ -9,7 +9,8 @@
 /// correct ICRC). Used by the engine_receive fuzz target and by roce-fuzz-seeds, which writes the
 /// seeds and a pcap of the frames they make.
 ///
-/// Input: one setup byte (bits 0-2: path MTU 256 << (v % 5); bit 3: no credit advertising),
+/// Input: one setup byte (bits 0-2: path MTU 256 << (v % 5); bit 3: no credit advertising;
+/// bit 4: selective repeat on the RC QP),
 /// then records, each a kind byte (EngineOp, modulo kCount_) and its fields, little-endian:
 ///   kRequest   opcode u8 (an opcode the table does not know: one of the RC requests), flags u8
 ///              (0 AckReq, 1 SE, 2 FECN, 3 BECN, 4 MigReq, 5 PSN is a raw u32 instead of an i8

@@ -205,6 +205,19 @@ void engine_seeds(const fs::path& out) {
       .req(Opcode::kUcWriteFirst, 0, 0, 0, 2048, 1024, false, 1)
       .req(Opcode::kUcWriteLast, 0, 0, 0, 0, 1024, false, 1)
       .post(0x83, 8, 130);
+  // Selective repeat on the RC QP (setup bit 4): WRITE Only packets past a gap are placed, the
+  // gap is reported (a SACK) after the reorder window, the missing one fills it; a SACK to the
+  // requester, and one naming PSNs it never sent.
+  seeds.emplace_back(kMtu1024 | 16)
+      .req(Opcode::kRcWriteOnly, 1, 0, 64, 64, 64, false)
+      .req(Opcode::kRcWriteOnly, 2, 0, 128, 64, 64, false)
+      .req(Opcode::kRcSendOnly, 3, 0, 0, 0, 16, false)
+      .time(10)
+      .req(Opcode::kRcWriteOnly, 4, 0, 256, 64, 64, true)
+      .req(Opcode::kRcWriteOnly, 0, 0, 0, 64, 64, true)
+      .resp(Opcode::kRcAcknowledge, -3, 0x40, 0, 0)
+      .resp(Opcode::kRcAcknowledge, 1, 0x40, 0xFFFF, 0)
+      .time(1000);
   // Raw frames: sample frames addressed elsewhere, given a correct ICRC.
   {
     EngineSeed s(kMtu1024);

@@ -76,6 +76,17 @@ for w in j["workloads"]:
         if w["drop_rate"] == 0 and c["retransmit_probes"] > 50 + packets // 400 and topology == "memif":
             errors.append(f"{w['name']} {r['bytes']} B: {c['retransmit_probes']} probes for "
                           f"{packets} packets without loss")
+        # selective repeat (issue 32): used exactly when both sides announced it; with it,
+        # what is sent again is about what was lost, and nothing is sent selectively without it
+        sr = w.get("selective_repeat", False) and w.get("peer_announces", True)
+        if r.get("selective_repeat", False) != sr:
+            errors.append(f"{w['name']}: selective repeat used: {r.get('selective_repeat')}, "
+                          f"announced by both: {sr}")
+        if not sr and c.get("sr_retransmits", 0) != 0:
+            errors.append(f"{w['name']}: {c['sr_retransmits']} selective retransmissions without it")
+        if sr and w["drop_rate"] > 0 and c["lost_bytes"] > 0:
+            if c["sr_retransmits"] == 0:
+                errors.append(f"{w['name']}: losses, and none sent again selectively")
         if w["mode"] == "bw" and r["iterations"] >= 1000 and r.get("srtt_us", 0) < 0.5:
             errors.append(f"{w['name']} {r['bytes']} B: round-trip estimate {r.get('srtt_us')} us")
 if j["config"]["baselines"]["link"] and j["config"]["baselines"].get("adjacent"):

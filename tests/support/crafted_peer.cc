@@ -98,7 +98,7 @@ void CraftedPeer::to_rts() {
 }
 
 void CraftedPeer::respond(wire::Opcode op, std::uint32_t psn, std::uint8_t syndrome,
-                          std::size_t payload_len, std::uint64_t orig) {
+                          std::size_t payload_len, std::uint64_t orig, std::uint32_t msn) {
   wire::FrameSpec s;
   s.src_mac = peer.mac;
   s.dst_mac = eng.config().mac;
@@ -107,7 +107,7 @@ void CraftedPeer::respond(wire::Opcode op, std::uint32_t psn, std::uint8_t syndr
   s.opcode = op;
   s.dest_qp = wire::Qpn(qp->qpn);
   s.psn = wire::Psn(psn);
-  s.aeth = {wire::Syndrome(syndrome), wire::Msn(0)};
+  s.aeth = {wire::Syndrome(syndrome), wire::Msn(msn)};
   s.atomic_orig = orig;
   std::vector<std::uint8_t> payload(payload_len, 0xD5);
   std::vector<std::uint8_t> frame(wire::frame_len(s, payload_len));

@@ -62,7 +62,7 @@ class CraftedPeer {
   /// A response as the peer would send it: ACK/NAK (AETH syndrome), READ response (payload of
   /// `payload_len` bytes) or atomic ACK (`orig`).
   void respond(wire::Opcode op, std::uint32_t psn, std::uint8_t syndrome,
-               std::size_t payload_len = 0, std::uint64_t orig = 0);
+               std::size_t payload_len = 0, std::uint64_t orig = 0, std::uint32_t msn = 0);
   static constexpr std::uint32_t kSpsn = 5000;
 
   std::uint64_t mem_addr() const { return reinterpret_cast<std::uint64_t>(mem.data()); }

@@ -28,11 +28,17 @@ Loopback::Loopback(const LoopbackOptions& opts, EngineConfig a, EngineConfig b) 
 
 void Loopback::carry(int from) {
   const int to = 1 - from;
+  // With a rate, every frame put on the wire (dropped ones too) takes its time on it.
+  std::uint64_t sent_at = now_;
   auto deliver = [&](std::span<const std::uint8_t> f, std::uint64_t delay) {
-    queue_[to].emplace(now_ + opts_.link_delay_ns + delay,
+    queue_[to].emplace(sent_at + opts_.link_delay_ns + delay,
                        std::vector<std::uint8_t>(f.begin(), f.end()));
   };
   const auto each = [&](std::span<const std::uint8_t> f) {
+    if (opts_.bytes_per_us != 0) {
+      link_free_[from] = std::max(link_free_[from], now_) + f.size() * 1000 / opts_.bytes_per_us;
+      sent_at = link_free_[from];
+    }
     const FaultDecision d = link_[from]->submit(f, deliver);
     if (!opts_.record) return;
     WireRecord r;

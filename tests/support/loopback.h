@@ -31,6 +31,10 @@ struct LoopbackOptions {
   FaultPolicy a2b;
   FaultPolicy b2a;
   std::uint64_t link_delay_ns = 1000;
+  /// Each direction's rate in bytes per microsecond (0: unlimited): a frame leaves when the
+  /// frames before it have, and takes its length / rate (a serialization delay), so that
+  /// simulated time measures goodput.
+  std::uint64_t bytes_per_us = 0;
   std::uint64_t tick_ns = 200;
   bool record = true;
   /// Zero-copy transmit (Engine::set_tx_zero_copy) from payloads of this size: the wire then
@@ -69,6 +73,7 @@ class Loopback {
   std::multimap<std::uint64_t, std::vector<std::uint8_t>> queue_[2];  ///< to engine i
   LoopbackOptions opts_;
   std::uint64_t now_ = 1'000'000;
+  std::uint64_t link_free_[2] = {0, 0};  ///< when each direction's last frame has left (rate)
   std::vector<WireRecord> records_;
 };
 

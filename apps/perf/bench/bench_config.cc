@@ -117,6 +117,8 @@ void parse_workload_keys(Reader& r, Workload& w) {
   if (r.has("probe_min_us"))
     w.probe_min_us = static_cast<std::int64_t>(r.uint("probe_min_us", 0, 0, 10'000'000));
   w.repeat = static_cast<std::uint32_t>(r.uint("repeat", w.repeat, 1, 9));
+  if (r.has("selective_repeat")) w.selective_repeat = r.uint("selective_repeat", 0, 0, 1) != 0;
+  if (r.has("peer_announces")) w.peer_announces = r.uint("peer_announces", 1, 0, 1) != 0;
 }
 
 const std::pair<const char*, Target::Metric> kMetrics[] = {

@@ -44,6 +44,12 @@ struct Workload {
   int zero_copy_min = -1;
   std::uint32_t ack_req_every = 0;  ///< AckReq at least every N packets (0: the engine's)
   std::int64_t probe_min_us = -1;   ///< fast-retransmit probe floor (0: off, -1: the engine's)
+  /// Announce selective repeat in the QP exchange (issue 32); a QP uses it when both sides
+  /// announced it (Engine::set_selective_repeat).
+  bool selective_repeat = false;
+  /// Tests of the negotiation: B (the answering side) does not announce it (`peer_announces:
+  /// 0`), so no QP may use it.
+  bool peer_announces = true;
   /// Measurements of each size (with baselines.adjacent, each after its own link baseline);
   /// the median one is reported, with the range of them all.
   std::uint32_t repeat = 1;

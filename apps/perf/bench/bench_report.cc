@@ -142,6 +142,17 @@ void print_row(std::FILE* out, const Workload& w, const Point& p, const Results&
         ratio(p.bytes_per_s, b.find(Kind::kTcpStream, p.size), &Point::bytes_per_s).c_str(),
         static_cast<unsigned long long>(p.retransmitted), busy(p).c_str(), c2c(p).c_str(),
         p.runs > 1 ? runs_text(p).c_str() : "");
+    if (p.lost_bytes != 0 || p.retransmitted_bytes != 0)
+      std::fprintf(out,
+                   "   %s: lost %llu B (A's dropped requests), retransmitted %llu B (%.2fx), "
+                   "%llu packets selectively\n",
+                   p.selective_repeat ? "selective repeat" : "go-back-N",
+                   static_cast<unsigned long long>(p.lost_bytes),
+                   static_cast<unsigned long long>(p.retransmitted_bytes),
+                   p.lost_bytes ? static_cast<double>(p.retransmitted_bytes) /
+                                      static_cast<double>(p.lost_bytes)
+                                : 0.0,
+                   static_cast<unsigned long long>(p.sr_retransmits));
   } else {
     const Point* echo = b.link_for(Kind::kL2Echo, p, frame_payload(p.size, w.mtu));
     std::fprintf(out,
@@ -280,7 +291,10 @@ void point_json(std::ostringstream& j, const BenchConfig& cfg, const Point& p, c
       << ",\"injected_drops\":" << p.injected_drops << ",\"rnr_naks_received\":" << p.rnr_naks
       << ",\"seq_naks_received\":" << p.seq_naks << ",\"read_rerequests\":" << p.read_rerequests
       << ",\"read_rerequest_bytes\":" << p.read_rerequest_bytes
-      << ",\"peer_read_responses_sent\":" << p.peer_read_responses << "}"
+      << ",\"peer_read_responses_sent\":" << p.peer_read_responses
+      << ",\"retransmitted_bytes\":" << p.retransmitted_bytes << ",\"lost_bytes\":" << p.lost_bytes
+      << ",\"sr_retransmits\":" << p.sr_retransmits << "}"
+      << ",\"selective_repeat\":" << (p.selective_repeat ? "true" : "false")
       << ",\"srtt_us\":" << num(static_cast<double>(p.srtt_ns) / 1e3);
     if (p.busy_a >= 0 || p.busy_b >= 0)
       j << ",\"busy\":{\"a\":" << (p.busy_a >= 0 ? num(p.busy_a) : "null")
@@ -424,6 +438,8 @@ std::string to_json(const BenchConfig& cfg, const Results& r) {
       << ",\"seed\":" << w.seed << ",\"retry_timeout\":" << w.retry_timeout
       << ",\"window\":" << w.window << ",\"loss_window\":" << w.loss_window
       << ",\"ack_req_every\":" << w.ack_req_every << ",\"probe_min_us\":" << w.probe_min_us
+      << ",\"selective_repeat\":" << (w.selective_repeat ? "true" : "false")
+      << ",\"peer_announces\":" << (w.peer_announces ? "true" : "false")
       << ",\"repeat\":" << w.repeat << ",\"results\":[";
     bool first = true;
     for (const auto& p : r.points)

@@ -35,6 +35,11 @@ struct Point {
   /// READ rows: READ requests A sent again and the bytes they asked for; READ response frames
   /// B sent for the row (the frames needed are messages x packets per message).
   std::uint64_t read_rerequests = 0, read_rerequest_bytes = 0, peer_read_responses = 0;
+  /// Loss rows: payload bytes A sent again (selective repeat or go-back-N), the payload bytes
+  /// of the request frames A's injector dropped (frames x payload per frame: exact for
+  /// messages of whole MTUs), and the packets selective repeat sent again.
+  std::uint64_t retransmitted_bytes = 0, lost_bytes = 0, sr_retransmits = 0;
+  bool selective_repeat = false;  ///< the QPs used it (both sides announced it)
   /// Ours: the engine's smoothed round trip (request to acknowledgement) at the end, in ns.
   std::uint64_t srtt_ns = 0;
   std::uint64_t lost = 0;  ///< link blast: frames sent and not received

@@ -185,7 +185,11 @@ constexpr std::uint32_t kC2cRounds = 1000;
 struct PeerQp {
   std::uint32_t qpn = 0, rkey = 0, psn = 0;
   std::uint64_t addr = 0;
+  bool sr = false;  ///< announced selective repeat
 };
+/// kQpInfo's `d`: the PSN in bits 0-23, and bit 32 when the side announces selective repeat
+/// (an older peer neither sets it nor reads past the PSN's 32 bits, so it keeps go-back-N).
+constexpr std::uint64_t kQpInfoSelectiveRepeat = std::uint64_t{1} << 32;
 
 /// How one side reaches the link: its port's options and the EAL's memory.
 struct Site {
@@ -551,6 +555,8 @@ void BenchSide::workload(std::size_t wi) {
   std::vector<PeerQp> peers(w.qps);
   std::mt19937 rng(static_cast<unsigned>(ec.seed));
   std::vector<std::uint32_t> psns;
+  // Selective repeat: what this side announces in the QP exchange.
+  const bool announce = w.selective_repeat && (a() || w.peer_announces);
   for (std::uint32_t q = 0; q < w.qps; ++q) {
     Qp* qp =
         eng.create_qp(pd, QpType::kRc, scq, rcq,
@@ -561,11 +567,12 @@ void BenchSide::workload(std::size_t wi) {
     mrs.push_back(mr);
     psns.push_back(rng() & 0xffffff);
     ch_.send({MsgType::kQpInfo, qp->qpn, reinterpret_cast<std::uint64_t>(bufs[q].data()), mr->key,
-              psns.back()});
+              psns.back() | (announce ? kQpInfoSelectiveRepeat : 0)});
   }
   for (std::uint32_t q = 0; q < w.qps; ++q) {
     const Msg m = ch_.recv(MsgType::kQpInfo, poll);
-    peers[q] = {m.a, static_cast<std::uint32_t>(m.c), static_cast<std::uint32_t>(m.d), m.b};
+    peers[q] = {m.a, static_cast<std::uint32_t>(m.c), static_cast<std::uint32_t>(m.d & 0xFFFFFF),
+                m.b, (m.d & kQpInfoSelectiveRepeat) != 0};
   }
   for (std::uint32_t q = 0; q < w.qps; ++q) {
     QpAttr at;
@@ -573,6 +580,10 @@ void BenchSide::workload(std::size_t wi) {
     at.qp_access_flags = acc;
     if (eng.modify_qp(qps[q], at, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) != kOk)
       die(side_, "INIT refused");
+    // Selective repeat only when both sides announced it: a QP with one side on would see
+    // SACKs it does not know (go-back-N still recovers, but slowly).
+    if (announce && peers[q].sr && eng.set_selective_repeat(qps[q], true) != kOk)
+      die(side_, "selective repeat refused");
     at.qp_state = QpState::kRtr;
     at.path_mtu = mtu_enum(w.mtu);
     at.dest_qp_num = peers[q].qpn;
@@ -824,8 +835,15 @@ void BenchSide::workload(std::size_t wi) {
     p.seq_naks = diff(Counter::kSeqErrNakRcvd);
     p.read_rerequests = diff(Counter::kReadReRequests);
     p.read_rerequest_bytes = diff(Counter::kReadReRequestBytes);
+    p.retransmitted_bytes = diff(Counter::kRetransmittedBytes);
+    p.sr_retransmits = diff(Counter::kSrRetransmits);
+    p.selective_repeat = announce && peers[0].sr;
     p.srtt_ns = eng.srtt_ns();
     p.injected_drops = (loop.faults() ? loop.faults()->stats().dropped : 0) - drops0;
+    // Every request frame of a WRITE or SEND row carries min(size, MTU) bytes (A sends
+    // nothing else but the occasional ACK of B's link probes): the payload lost.
+    if (w.op == Op::kWrite || w.op == Op::kSend || w.op == Op::kWriteImm)
+      p.lost_bytes = p.injected_drops * std::min(size, w.mtu);
     const auto busy_of = [](std::uint64_t busy, std::uint64_t idle) {
       return busy + idle ? static_cast<double>(busy) / static_cast<double>(busy + idle) : -1.0;
     };

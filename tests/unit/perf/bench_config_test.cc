@@ -22,7 +22,8 @@ std::string error_of(const std::string& text) {
 
 TEST(BenchConfig, ExampleFilesParse) {
   for (const char* f : {"/bench/quick.yaml", "/bench/full.yaml", "/bench/targets.yaml",
-                        "/bench/loss-sweep.yaml", "/bench/zero-copy.yaml", "/bench/remote.yaml"}) {
+                        "/bench/loss-sweep.yaml", "/bench/zero-copy.yaml", "/bench/remote.yaml",
+                        "/bench/sr-loss.yaml", "/bench/read-loss.yaml"}) {
     const BenchConfig c = parse_bench_config_file(std::string(ROCE_CONFIG_DIR) + f);
     EXPECT_FALSE(c.workloads.empty()) << f;
     EXPECT_FALSE(c.json.empty()) << f;
@@ -48,6 +49,7 @@ workloads:
     drop_rate: 0.01
     seed: 7
     retry_timeout: 10
+    selective_repeat: 1
   - operation: read
     mode: lat
     sizes: [8, 4096]
@@ -73,6 +75,8 @@ workloads:
   EXPECT_EQ(a.op, Op::kWriteImm);
   EXPECT_EQ(a.sizes, (std::vector<std::uint32_t>{2, 4, 8, 16, 32, 64}));
   EXPECT_EQ(a.qps, 4u);
+  EXPECT_TRUE(a.selective_repeat);
+  EXPECT_FALSE(c.workloads[1].selective_repeat);
   EXPECT_EQ(a.mtu, 4096u);  // from defaults
   EXPECT_EQ(a.queue_depth, 16u);
   EXPECT_EQ(a.duration, 0.5);
