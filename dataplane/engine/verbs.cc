@@ -283,10 +283,9 @@ int Engine::destroy_qp(Qp* qp) {
   // A multi-message buffer of an SRQ held by a message of this QP goes back to the others.
   if (qp->resp.have_recv && qp->resp.recv_open >= 0)
     qp->resp.recv_q->open[static_cast<std::size_t>(qp->resp.recv_open)].busy = false;
-  auto unlist = [qp](std::vector<Qp*>& v) { std::erase(v, qp); };
-  unlist(send_list_);
-  unlist(ack_list_);
-  unlist(read_list_);
+  send_list_.erase(qp);
+  std::erase(ack_list_, qp);
+  read_list_.erase(qp);
   timers_.erase(qp);
   if (cc_pacing_) pace_.erase(qp);
   --qp->pd->use_count;
@@ -388,9 +387,9 @@ int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
   }
   if (next == QpState::kReset) {
     reset_qp(*qp);
-    std::erase(send_list_, qp);
+    send_list_.erase(qp);
     std::erase(ack_list_, qp);
-    std::erase(read_list_, qp);
+    read_list_.erase(qp);
     qp->timer_at = 0;  // its wheel entries are stale now
     // Out of every work list, flags included: a flag left set kept the QP out of the send
     // list for good once it was back in RTS (rdma-core's test_mr.py restate_qps).
