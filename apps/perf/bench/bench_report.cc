@@ -362,6 +362,13 @@ std::vector<TargetResult> evaluate_targets(const BenchConfig& cfg, const Results
       tr.c2c_ref = base->c2c_ns;
       tr.cores_moved = tr.c2c_row > 0 && tr.c2c_ref > 0 &&
                        std::max(tr.c2c_row, tr.c2c_ref) > 2 * std::min(tr.c2c_row, tr.c2c_ref);
+      tr.runs = p->runs;
+      // The row's spread: each metric here is its key times a factor fixed for the row (the
+      // size, the payload per frame, the reference's median).
+      if (p->runs > 1 && p->key_med > 0) {
+        tr.lo = *tr.value * p->key_lo / p->key_med;
+        tr.hi = *tr.value * p->key_hi / p->key_med;
+      }
     }
     out.push_back(tr);
   }
@@ -370,21 +377,27 @@ std::vector<TargetResult> evaluate_targets(const BenchConfig& cfg, const Results
 
 void print_targets(std::FILE* out, const std::vector<TargetResult>& ts) {
   if (ts.empty()) return;
-  std::fprintf(out, "%s\n targets\n %-52s %-10s %-10s %s\n", kLine, "target", "measured",
-               "required", "result");
+  std::fprintf(
+      out, "%s\n targets (the median of the runs, and their range)\n %-52s %-10s %-16s %-10s %s\n",
+      kLine, "target", "measured", "runs: range", "required", "result");
   unsigned met = 0;
   for (const auto& tr : ts) {
     const Target& t = *tr.target;
     char need[32], got[32] = "n/a";
     std::snprintf(need, sizeof need, "%s %.2f", t.is_max ? "<=" : ">=", t.bound);
     if (tr.value) std::snprintf(got, sizeof got, "%.3f", *tr.value);
+    char range[48] = "1";
+    if (tr.lo && tr.hi)
+      std::snprintf(range, sizeof range, "%u: %.3f-%.3f", tr.runs, *tr.lo, *tr.hi);
+    else if (tr.runs > 1)
+      std::snprintf(range, sizeof range, "%u", tr.runs);
     char moved[80] = "";
     if (tr.cores_moved)
       std::snprintf(moved, sizeof moved, " (cores moved: c2c %.0f ns, reference %.0f ns)",
                     tr.c2c_row, tr.c2c_ref);
     else if (tr.c2c_row >= 0)
       std::snprintf(moved, sizeof moved, " (c2c %.0f ns)", tr.c2c_row);
-    std::fprintf(out, " %-52.52s %-10s %-10s %s%s\n", t.name.c_str(), got, need,
+    std::fprintf(out, " %-52.52s %-10s %-16s %-10s %s%s\n", t.name.c_str(), got, range, need,
                  tr.met     ? "met"
                  : tr.value ? "MISSED"
                             : "NOT MEASURED",
@@ -448,7 +461,11 @@ std::string to_json(const BenchConfig& cfg, const Results& r) {
     if (ts[i].c2c_row >= 0 || ts[i].c2c_ref >= 0)
       j << ",\"c2c_ns\":{\"row\":" << (ts[i].c2c_row >= 0 ? num(ts[i].c2c_row) : "null")
         << ",\"reference\":" << (ts[i].c2c_ref >= 0 ? num(ts[i].c2c_ref) : "null") << "}";
-    j << ",\"cores_moved\":" << (ts[i].cores_moved ? "true" : "false") << "}";
+    j << ",\"cores_moved\":" << (ts[i].cores_moved ? "true" : "false")
+      << ",\"runs\":" << ts[i].runs;
+    if (ts[i].lo && ts[i].hi)
+      j << ",\"range\":{\"min\":" << num(*ts[i].lo) << ",\"max\":" << num(*ts[i].hi) << "}";
+    j << "}";
   }
   j << "],\n\"baselines\":[";
   bool first = true;
