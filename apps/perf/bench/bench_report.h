@@ -109,6 +109,9 @@ struct TargetResult {
   /// another workload takes that workload's median as it is).
   std::uint32_t runs = 1;
   std::optional<double> lo, hi;
+  /// A ratio of two workloads each measured right after its own link baseline: each was
+  /// taken against its link first ((row / its link) / (reference / its link)).
+  bool link_normalized = false;
 };
 std::vector<TargetResult> evaluate_targets(const BenchConfig& cfg, const Results& r);
 void print_targets(std::FILE* out, const std::vector<TargetResult>& t);

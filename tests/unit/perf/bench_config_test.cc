@@ -285,6 +285,19 @@ TEST(BenchReport, TargetsAreEvaluatedAgainstBaselinesAndOtherWorkloads) {
     const auto ta = evaluate_targets(c, adj);
     ASSERT_TRUE(ta[0].value);
     EXPECT_DOUBLE_EQ(*ta[0].value, 0.5);
+    EXPECT_FALSE(ta[1].link_normalized) << "`many` has no link baseline of its own";
+    Point near_many = near;  // the link was at half the rate when `many` ran
+    near_many.for_workload = 1;
+    near_many.msgs_per_s = 1e6;
+    adj.points.push_back(near_many);
+    adj.points.back().bytes_per_s = 1900e6;
+    Point& n0 = adj.points[adj.points.size() - 2];
+    n0.msgs_per_s = 2e6;
+    const auto tb = evaluate_targets(c, adj);
+    ASSERT_TRUE(tb[1].value);
+    EXPECT_TRUE(tb[1].link_normalized);
+    EXPECT_NEAR(*tb[1].value, (1000.0 / 1e6) / (1900.0 / 2e6), 1e-12)
+        << "each row against its own link: (1000/1) / (1900/2)";
     EXPECT_NE(to_json(c, adj).find(R"("for_workload":"one","for_bytes":4096)"), std::string::npos);
   }
   const auto t = evaluate_targets(c, r);
