@@ -291,6 +291,13 @@ int Engine::destroy_qp(Qp* qp) {
   --qp->pd->use_count;
   if (qp->srq) --qp->srq->use_count;
   if (qp == gsi_) gsi_ = nullptr;
+  // The table is indexed by QPN (the GSI QP sits after it): no search for the others.
+  if (const std::size_t i = qp->qpn - first_qpn_; i < cfg_.max_qps && qps_[i].get() == qp) {
+    if (i < qp_freed_at_.size()) qp_freed_at_[i] = ++qp_destroyed_;
+    qps_[i].reset();
+    --live_qps_;
+    return kOk;
+  }
   for (std::size_t i = 0; i < qps_.size(); ++i) {
     if (qps_[i].get() == qp) {
       if (i < qp_freed_at_.size()) qp_freed_at_[i] = ++qp_destroyed_;
