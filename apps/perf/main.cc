@@ -15,9 +15,11 @@
 /// runs perftest's tests in a process attached to a running roced (libroce): the QPs, CQs and
 /// buffers live in roced's dataplane, the exchange is the same TCP one (apps/perf/attached_env.h).
 ///
-///   roce-perf --config BENCH.yaml
+///   roce-perf --config BENCH.yaml [--only WORKLOAD,...] [--repeat N]
 ///
-/// runs a whole benchmark from a file instead (apps/perf/bench/, docs/benchmarks.md), and
+/// runs a whole benchmark from a file instead (apps/perf/bench/, docs/benchmarks.md): with
+/// --only, only the workloads named (and the targets on them); with --repeat, every row N
+/// times (the median and the range). And
 ///
 ///   roce-perf --bench-peer --iface IF [--ip A] [--mac M] [--pmd P] [--lcore N] [--port N]
 ///
@@ -56,9 +58,13 @@ int bench_step(F&& body) {
   }
 }
 
-int bench_main(const std::string& path) {
-  return bench_step(
-      [&] { return roce::bench::run_bench(roce::bench::parse_bench_config_file(path)); });
+int bench_main(const std::string& path, const std::string& only, const std::string& repeat) {
+  return bench_step([&] {
+    roce::bench::BenchConfig c = roce::bench::parse_bench_config_file(path);
+    if (!only.empty()) roce::bench::select_workloads(c, only);
+    if (!repeat.empty()) roce::bench::set_repeat(c, repeat);
+    return roce::bench::run_bench(c);
+  });
 }
 
 // roce-perf --bench-peer [options]: side B of a benchmark whose topology names this host.
@@ -104,14 +110,31 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "ucmatose") return ucmatose_main(argc, argv);
   if (argc > 1 && std::string(argv[1]) == "udaddy") return udaddy_main(argc, argv);
   if (argc >= 2 && std::string(argv[1]) == "--bench-peer") return bench_peer_main(argc, argv);
-  if (argc >= 2 && std::string(argv[1]).rfind("--config=", 0) == 0 && argc == 2)
-    return bench_main(std::string(argv[1]).substr(9));
-  if (argc >= 2 && std::string(argv[1]) == "--config") {
-    if (argc != 3) {
-      std::cerr << "roce-perf: usage: roce-perf --config BENCH.yaml\n";
+  if (argc >= 2 && std::string(argv[1]).rfind("--config", 0) == 0) {
+    // --config FILE | --config=FILE, then --only LIST and --repeat N (or with '=')
+    std::string path, only, repeat;
+    bool ok = true;
+    for (int i = 1; i < argc && ok; ++i) {
+      const std::string a = argv[i];
+      const auto take = [&](const std::string& flag, std::string& out) {
+        if (a == flag && i + 1 < argc) {
+          out = argv[++i];
+          return true;
+        }
+        if (a.rfind(flag + "=", 0) == 0) {
+          out = a.substr(flag.size() + 1);
+          return true;
+        }
+        return false;
+      };
+      ok = take("--config", path) || take("--only", only) || take("--repeat", repeat);
+    }
+    if (!ok || path.empty()) {
+      std::cerr << "roce-perf: usage: roce-perf --config BENCH.yaml [--only WORKLOAD,...] "
+                   "[--repeat N]\n";
       return 2;
     }
-    return bench_main(argv[2]);
+    return bench_main(path, only, repeat);
   }
   std::optional<Invocation> inv;
   try {

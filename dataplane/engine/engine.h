@@ -33,6 +33,7 @@
 #include "dataplane/engine/timer_wheel.h"
 #include "dataplane/engine/tx_ring.h"
 #include "dataplane/engine/verbs.h"
+#include "dataplane/engine/work_queue.h"
 #include "dataplane/wire/roce_frame.h"
 
 namespace roce::engine {
@@ -262,9 +263,9 @@ class Engine {
   std::uint32_t async_head_ = 0, async_tail_ = 0;
   bool in_overrun_ = false;
   // work lists (QPs that need attention in run())
-  std::vector<Qp*> send_list_;
+  WorkQueue<Qp> send_list_;  ///< FIFO, round robin (scheduler.cc)
   std::vector<Qp*> ack_list_;
-  std::vector<Qp*> read_list_;
+  WorkQueue<Qp> read_list_;
   TimerWheel<Qp> timers_;         ///< retransmit, probe and RNR deadlines (Qp::timer_at)
   std::uint64_t next_timer_ = 0;  ///< earliest armed deadline, 0 = none
   // Congestion control (congestion.cc): the reaction point's pacing parks a QP over its rate

@@ -283,15 +283,21 @@ int Engine::destroy_qp(Qp* qp) {
   // A multi-message buffer of an SRQ held by a message of this QP goes back to the others.
   if (qp->resp.have_recv && qp->resp.recv_open >= 0)
     qp->resp.recv_q->open[static_cast<std::size_t>(qp->resp.recv_open)].busy = false;
-  auto unlist = [qp](std::vector<Qp*>& v) { std::erase(v, qp); };
-  unlist(send_list_);
-  unlist(ack_list_);
-  unlist(read_list_);
+  send_list_.erase(qp);
+  std::erase(ack_list_, qp);
+  read_list_.erase(qp);
   timers_.erase(qp);
   if (cc_pacing_) pace_.erase(qp);
   --qp->pd->use_count;
   if (qp->srq) --qp->srq->use_count;
   if (qp == gsi_) gsi_ = nullptr;
+  // The table is indexed by QPN (the GSI QP sits after it): no search for the others.
+  if (const std::size_t i = qp->qpn - first_qpn_; i < cfg_.max_qps && qps_[i].get() == qp) {
+    if (i < qp_freed_at_.size()) qp_freed_at_[i] = ++qp_destroyed_;
+    qps_[i].reset();
+    --live_qps_;
+    return kOk;
+  }
   for (std::size_t i = 0; i < qps_.size(); ++i) {
     if (qps_[i].get() == qp) {
       if (i < qp_freed_at_.size()) qp_freed_at_[i] = ++qp_destroyed_;
@@ -390,9 +396,9 @@ int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
   if (next == QpState::kReset) {
     reset_qp(*qp);
     if (qp->sr) *qp->sr = SrState{};  // selective repeat stays negotiated, its state starts over
-    std::erase(send_list_, qp);
+    send_list_.erase(qp);
     std::erase(ack_list_, qp);
-    std::erase(read_list_, qp);
+    read_list_.erase(qp);
     qp->timer_at = 0;  // its wheel entries are stale now
     // Out of every work list, flags included: a flag left set kept the QP out of the send
     // list for good once it was back in RTS (rdma-core's test_mr.py restate_qps).

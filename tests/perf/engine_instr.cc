@@ -7,7 +7,16 @@
 // loop is instr_measure (run callgrind with --collect-atstart=no
 // --toggle-collect=instr_measure), after a warm-up (instr_warmup) that is not collected.
 //
-// Usage: roce-engine-instr [--messages N] [--size B] [--depth D] [--warmup N]
+// With --qps N the WRITEs go over N QPs, each with a source and a destination buffer of its
+// own and --depth in flight, posted as roce-perf's many-QP rows post them (only the QPs that
+// completed something since the last pass); --mtu sets the path MTU (roce-perf's rows: 1024).
+// What grows with the number of QPs then shows as instructions per packet against --qps 1
+// (tests/perf/engine_instructions.sh --qps). --wire-ns N moves the clock on by N ns per frame
+// carried, as a link of that frame rate would (default 0: 100 ns per iteration only), so that
+// round trips grow with what is queued and the timers (probe, ACK timeout) run as on a wire.
+//
+// Usage: roce-engine-instr [--messages N] [--size B] [--depth D] [--warmup N] [--qps N]
+//            [--mtu B] [--wire-ns N]
 // Prints one JSON line of the packet counts of the measured loop.
 #include <cstdio>
 #include <cstdlib>
@@ -26,20 +35,33 @@ using roce::test::RcOptions;
 
 namespace instr {
 
+// One QP of the many-QP mode and the WRITE it posts.
+struct QpRun {
+  Endpoint a;
+  Buffer src, dst;
+  Sge sge{};
+  SendWr wr{};
+  int outstanding = 0;
+};
+
 struct Run {
-  explicit Run(const LoopbackOptions& lo) : lb(lo) {}
+  Run(const LoopbackOptions& lo, const EngineConfig& ca, const EngineConfig& cb) : lb(lo, ca, cb) {}
   Loopback lb;
   Endpoint a, b;
   std::vector<SendWr> wrs;
   std::vector<std::span<const std::uint8_t>> frames;
   Sge sge{};
   std::uint64_t now = 1'000'000;
+  std::uint64_t wire_ns = 0;  ///< --wire-ns: the clock's advance per frame carried
   int outstanding = 0;
   std::uint64_t done = 0;
   Wc wc[64]{};
+  std::vector<QpRun> qps;            ///< --qps: every QP (empty: the one QP `a`)
+  std::vector<std::uint32_t> ready;  ///< --qps: those with room to post
 };
 
 }  // namespace instr
+using instr::QpRun;
 using instr::Run;
 
 // One function per share of an iteration (external linkage, never inlined: callgrind names
@@ -56,6 +78,15 @@ void instr_iteration(Run& r, int depth);
 void instr_warmup(Run& r, int depth, std::uint64_t messages);
 void instr_measure(Run& r, int depth, std::uint64_t messages);
 [[gnu::noinline]] void instr_post(Run& r, int depth) {
+  if (!r.qps.empty()) {
+    for (const std::uint32_t i : r.ready) {
+      QpRun& q = r.qps[i];
+      while (q.outstanding < depth && r.lb.a().post_send(q.a.qp, &q.wr, nullptr) == kOk)
+        ++q.outstanding;
+    }
+    r.ready.clear();
+    return;
+  }
   while (r.outstanding < depth) {
     if (r.lb.a().post_send(r.a.qp, &r.wrs[static_cast<std::size_t>(r.outstanding)], nullptr) != kOk)
       break;
@@ -70,16 +101,33 @@ void instr_measure(Run& r, int depth, std::uint64_t messages);
   from.drain_tx([&](std::span<const std::uint8_t> f) { r.frames.push_back(f); });
 }
 [[gnu::noinline]] void instr_responder_receive(Run& r) {
-  for (const auto f : r.frames) r.lb.b().receive(f, r.now);
+  for (const auto f : r.frames) {
+    r.now += r.wire_ns;
+    r.lb.b().receive(f, r.now);
+  }
 }
 [[gnu::noinline]] void instr_responder_run(Run& r) { r.lb.b().run(r.now); }
 [[gnu::noinline]] void instr_completer_receive(Run& r) {
-  for (const auto f : r.frames) r.lb.a().receive(f, r.now);
+  for (const auto f : r.frames) {
+    r.now += r.wire_ns;
+    r.lb.a().receive(f, r.now);
+  }
 }
 [[gnu::noinline]] void instr_poll(Run& r) {
-  const int n = r.lb.a().poll_cq(r.a.scq, 64, r.wc);
-  r.outstanding -= n;
-  r.done += static_cast<std::uint64_t>(n);
+  if (r.qps.empty()) {
+    const int n = r.lb.a().poll_cq(r.a.scq, 64, r.wc);
+    r.outstanding -= n;
+    r.done += static_cast<std::uint64_t>(n);
+    return;
+  }
+  for (int n = 64; n == 64;) {
+    n = r.lb.a().poll_cq(r.a.scq, 64, r.wc);
+    for (int k = 0; k < n; ++k) {
+      const auto i = static_cast<std::uint32_t>(r.wc[k].wr_id);
+      if (r.qps[i].outstanding-- == static_cast<int>(r.wrs.size())) r.ready.push_back(i);
+    }
+    r.done += static_cast<std::uint64_t>(n);
+  }
 }
 [[gnu::noinline]] void instr_iteration(Run& r, int depth) {
   instr_post(r, depth);
@@ -103,8 +151,8 @@ void instr_measure(Run& r, int depth, std::uint64_t messages);
 }
 
 int main(int argc, char** argv) {
-  std::uint64_t messages = 20000, warmup = 2000;
-  std::size_t size = 8;
+  std::uint64_t messages = 20000, warmup = 2000, nqps = 0, wire_ns = 0;
+  std::size_t size = 8, mtu = 4096;
   int depth = 128;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view k = argv[i];
@@ -117,23 +165,55 @@ int main(int argc, char** argv) {
       depth = static_cast<int>(v);
     else if (k == "--warmup")
       warmup = v;
+    else if (k == "--qps")
+      nqps = v;
+    else if (k == "--mtu")
+      mtu = v;
+    else if (k == "--wire-ns")
+      wire_ns = v;
     else {
-      std::fprintf(stderr, "usage: %s [--messages N] [--size B] [--depth D] [--warmup N]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--messages N] [--size B] [--depth D] [--warmup N] [--qps N] "
+                   "[--mtu B] [--wire-ns N]\n",
                    argv[0]);
       return 2;
     }
   }
-  if (depth < 1 || depth > 256 || messages == 0) {
-    std::fprintf(stderr, "--depth 1..256, --messages > 0\n");
+  const Mtu mtu_enum = mtu == 256    ? Mtu::k256
+                       : mtu == 512  ? Mtu::k512
+                       : mtu == 1024 ? Mtu::k1024
+                       : mtu == 2048 ? Mtu::k2048
+                                     : Mtu::k4096;
+  if (depth < 1 || depth > 256 || messages == 0 || nqps > 65536 || mtu_bytes(mtu_enum) != mtu) {
+    std::fprintf(stderr, "--depth 1..256, --messages > 0, --qps up to 65536, --mtu 256..4096\n");
     return 2;
   }
   LoopbackOptions lo;
   lo.record = false;
-  Run r(lo);
+  EngineConfig ca = Loopback::default_config(0), cb = Loopback::default_config(1);
+  ca.max_qps = cb.max_qps =
+      std::max<std::uint32_t>(ca.max_qps, static_cast<std::uint32_t>(nqps) + 16);
+  Run r(lo, ca, cb);
+  r.wire_ns = wire_ns;
   RcOptions o;
-  o.mtu = Mtu::k4096;
-  o.cap = {256, 16, 1, 1, 0};
-  std::tie(r.a, r.b) = connect(r.lb, o);
+  o.mtu = mtu_enum;
+  if (nqps == 0) {
+    o.cap = {256, 16, 1, 1, 0};
+    std::tie(r.a, r.b) = connect(r.lb, o);
+  } else {
+    // The CQs take every QP's completions at once (connect()'s 4096 would overrun); the ACK
+    // timeout is roce-perf's (67 ms).
+    o.timeout = 14;
+    o.cap = {static_cast<std::uint32_t>(depth) + 1, 16, 1, 1, 0};
+    const auto cq_depth =
+        static_cast<std::uint32_t>(nqps * (static_cast<std::uint64_t>(depth) + 1) + 64);
+    r.a = {&r.lb.a(), r.lb.a().alloc_pd(), nullptr, nullptr, nullptr, nullptr};
+    r.b = {&r.lb.b(), r.lb.b().alloc_pd(), nullptr, nullptr, nullptr, nullptr};
+    r.a.scq = r.lb.a().create_cq(cq_depth);
+    r.a.rcq = r.lb.a().create_cq(64);
+    r.b.scq = r.lb.b().create_cq(64);
+    r.b.rcq = r.lb.b().create_cq(64);
+  }
   Buffer src = roce::test::make_buffer(r.lb.a(), r.a.pd, size, 1);
   Buffer dst = roce::test::make_buffer(r.lb.b(), r.b.pd, size, 2);
   r.sge = src.sge();
@@ -146,23 +226,46 @@ int main(int argc, char** argv) {
     w.send_flags = kSendSignaled;
     w.rdma = {dst.addr(), dst.mr->key};
   }
+  r.qps.resize(nqps);
+  for (std::uint32_t i = 0; i < nqps; ++i) {
+    QpRun& q = r.qps[i];
+    q.a = roce::test::connect_on(r.lb, r.a, r.b, o).first;
+    q.src = roce::test::make_buffer(r.lb.a(), r.a.pd, size, static_cast<std::uint8_t>(i));
+    q.dst = roce::test::make_buffer(r.lb.b(), r.b.pd, size, static_cast<std::uint8_t>(i + 1));
+    q.sge = q.src.sge();
+    q.wr.opcode = WrOpcode::kWrite;
+    q.wr.sg_list = &q.sge;
+    q.wr.num_sge = 1;
+    q.wr.send_flags = kSendSignaled;
+    q.wr.wr_id = i;
+    q.wr.rdma = {q.dst.addr(), q.dst.mr->key};
+    r.ready.push_back(i);
+  }
   instr_warmup(r, depth, warmup);  // not collected (callgrind --toggle-collect=instr_measure)
   const Stats& sa = r.lb.a().stats();
   const Stats& sb = r.lb.b().stats();
   const std::uint64_t a_tx = sa.get(Counter::kTxFrames), b_rx = sb.get(Counter::kRxFrames);
   const std::uint64_t b_tx = sb.get(Counter::kTxFrames), a_rx = sa.get(Counter::kRxFrames);
   const std::uint64_t done0 = r.done, retx0 = sa.get(Counter::kRetransmittedPackets);
+  const std::uint64_t probes0 = sa.get(Counter::kRetransmitProbes);
+  const std::uint64_t timeouts0 = sa.get(Counter::kRetransmitTimeouts);
+  const std::uint64_t t0 = r.now;
   instr_measure(r, depth, messages);
   const std::uint64_t retx = sa.get(Counter::kRetransmittedPackets) - retx0;
   std::printf(
-      "{\"messages\": %llu, \"size\": %zu, \"depth\": %d, \"requests_sent\": %llu, "
-      "\"requests_received\": %llu, \"acks_sent\": %llu, \"acks_received\": %llu, "
-      "\"retransmitted\": %llu, \"warmup_messages\": %llu}\n",
+      "{\"messages\": %llu, \"size\": %zu, \"depth\": %d, \"qps\": %llu, \"mtu\": %zu, "
+      "\"requests_sent\": %llu, \"requests_received\": %llu, \"acks_sent\": %llu, "
+      "\"acks_received\": %llu, \"retransmitted\": %llu, \"probes\": %llu, \"timeouts\": %llu, "
+      "\"simulated_ns\": %llu, \"warmup_messages\": %llu}\n",
       static_cast<unsigned long long>(r.done - done0), size, depth,
+      static_cast<unsigned long long>(nqps == 0 ? 1 : nqps), mtu,
       static_cast<unsigned long long>(sa.get(Counter::kTxFrames) - a_tx),
       static_cast<unsigned long long>(sb.get(Counter::kRxFrames) - b_rx),
       static_cast<unsigned long long>(sb.get(Counter::kTxFrames) - b_tx),
       static_cast<unsigned long long>(sa.get(Counter::kRxFrames) - a_rx),
-      static_cast<unsigned long long>(retx), static_cast<unsigned long long>(done0));
+      static_cast<unsigned long long>(retx),
+      static_cast<unsigned long long>(sa.get(Counter::kRetransmitProbes) - probes0),
+      static_cast<unsigned long long>(sa.get(Counter::kRetransmitTimeouts) - timeouts0),
+      static_cast<unsigned long long>(r.now - t0), static_cast<unsigned long long>(done0));
   return 0;
 }

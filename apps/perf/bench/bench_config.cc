@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -321,6 +322,35 @@ BenchConfig parse_bench_config(const std::string& text, const std::string& origi
   parse_targets(r, root, c);
   r.finish();
   return c;
+}
+
+void select_workloads(BenchConfig& c, const std::string& names) {
+  std::vector<std::string> keep;
+  for (std::size_t at = 0; at <= names.size();) {
+    const std::size_t end = std::min(names.find(',', at), names.size());
+    if (end > at) keep.push_back(names.substr(at, end - at));
+    at = end + 1;
+  }
+  if (keep.empty()) throw BenchConfigError("--only: no workload named");
+  const auto kept = [&](const std::string& n) {
+    return std::find(keep.begin(), keep.end(), n) != keep.end();
+  };
+  for (const std::string& n : keep)
+    if (std::none_of(c.workloads.begin(), c.workloads.end(),
+                     [&](const Workload& w) { return w.name == n; }))
+      throw BenchConfigError("--only: " + c.origin + " has no workload '" + n + "'");
+  std::erase_if(c.workloads, [&](const Workload& w) { return !kept(w.name); });
+  std::erase_if(c.targets, [&](const Target& t) {
+    return !kept(t.workload) || (!t.of.empty() && !kept(t.of));
+  });
+}
+
+void set_repeat(BenchConfig& c, const std::string& n) {
+  char* end = nullptr;
+  const unsigned long v = std::strtoul(n.c_str(), &end, 10);
+  if (n.empty() || *end != '\0' || v < 1 || v > 9)
+    throw BenchConfigError("--repeat: a count from 1 to 9, not '" + n + "'");
+  for (Workload& w : c.workloads) w.repeat = static_cast<std::uint32_t>(v);
 }
 
 BenchConfig parse_bench_config_file(const std::string& path) {

@@ -132,6 +132,13 @@ struct BenchConfig {
 /// The largest path MTU of the workloads (at least 1024).
 std::uint32_t max_path_mtu(const BenchConfig& c);
 
+/// `roce-perf --config FILE --only A,B`: keeps the workloads named in `names` (comma
+/// separated), and the targets whose workload and reference are among them; throws
+/// BenchConfigError for a name the file does not have.
+void select_workloads(BenchConfig& c, const std::string& names);
+/// `--repeat N`: every workload measured N times (1..9; the median and the range reported).
+void set_repeat(BenchConfig& c, const std::string& n);
+
 /// Parses a benchmark file; throws BenchConfigError("file:line:col: what").
 BenchConfig parse_bench_config_file(const std::string& path);
 /// The same from text; `origin` names it in errors.

@@ -51,6 +51,10 @@ struct Point {
   /// (runs_are_rates(): frames or messages/s; else the median round trip, ns).
   std::uint32_t runs = 1;
   double runs_lo = 0, runs_hi = 0;
+  /// Ours, runs > 1: the figure the median run was chosen by (each run against its own link
+  /// baseline with baselines.adjacent, else its own rate or median round trip), lowest,
+  /// median and highest. A target's range scales its value by these (TargetResult::lo, hi).
+  double key_lo = 0, key_med = 0, key_hi = 0;
   /// Cache-line round trip between the two appliances' cores, measured just before this row
   /// (ns; -1: not measured, as on a remote topology). A VM's cores can move on the host: here
   /// it reads 70-90 ns or 320-340 ns, and every figure that crosses cores moves with it.
@@ -105,6 +109,14 @@ struct TargetResult {
   /// so the two were measured with the VM's cores placed differently and the ratio mixes them.
   double c2c_row = -1, c2c_ref = -1;
   bool cores_moved = false;
+  /// The row was measured `runs` times: `value` is its median run's, and [lo, hi] the range
+  /// of its runs (each against its own link baseline when measured with one; a ratio to
+  /// another workload takes that workload's median as it is).
+  std::uint32_t runs = 1;
+  std::optional<double> lo, hi;
+  /// A ratio of two workloads each measured right after its own link baseline: each was
+  /// taken against its link first ((row / its link) / (reference / its link)).
+  bool link_normalized = false;
 };
 std::vector<TargetResult> evaluate_targets(const BenchConfig& cfg, const Results& r);
 void print_targets(std::FILE* out, const std::vector<TargetResult>& t);

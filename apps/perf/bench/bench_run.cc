@@ -474,6 +474,9 @@ void BenchSide::emit_median_row(const Workload& w,
             [&](const auto& x, const auto& y) { return key(x) < key(y); });
   auto& [lp, p] = runs[runs.size() / 2];
   p.runs = static_cast<std::uint32_t>(runs.size());
+  p.key_lo = key(runs.front());
+  p.key_med = key(runs[runs.size() / 2]);
+  p.key_hi = key(runs.back());
   const auto [lo, hi] = std::minmax_element(
       runs.begin(), runs.end(),
       [&](const auto& x, const auto& y) { return own(x.second) < own(y.second); });

@@ -66,6 +66,7 @@ TEST(TimerWheel, EraseForgetsAnObject) {
   w.schedule(&b, kT0 + 30);
   w.erase(&a);
   EXPECT_EQ(w.size(), 1u);
+  EXPECT_EQ(w.next(), kT0 + 30) << "the earliest entry left";
   const auto got = expire(w, kT0 + 100 * kTick);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].first, 2);
@@ -101,9 +102,28 @@ TEST(TimerWheel, RandomScheduleMatchesAReferenceModel) {
     ASSERT_EQ(got, want) << "at step " << step;
     ASSERT_EQ(w.size(), model.size());
     if (!model.empty()) {
-      ASSERT_LE(w.next(), model.begin()->first) << "next() is a lower bound";
+      ASSERT_EQ(w.next(), model.begin()->first) << "next() is the earliest entry, exactly";
     }
   }
+}
+
+TEST(TimerWheel, NextIsExactWithManyEntriesOfLaterRevolutions) {
+  // 10,000 QPs: every slot holds ACK-timeout entries a few revolutions ahead, and one probe
+  // entry of this revolution sits far along; next() finds it, and then the later ones.
+  Wheel w;
+  expire(w, kT0);
+  std::vector<Obj> objs(10000);
+  for (std::size_t i = 0; i < objs.size(); ++i)
+    w.schedule(&objs[i], kT0 + 4 * Wheel::kSlots * kTick + (i % Wheel::kSlots) * kTick + i);
+  Obj probe{-1};
+  w.schedule(&probe, kT0 + 900 * kTick + 5);
+  EXPECT_EQ(w.next(), kT0 + 900 * kTick + 5);
+  EXPECT_EQ(expire(w, kT0 + 900 * kTick + 5).size(), 1u);
+  EXPECT_EQ(w.next(), kT0 + 4 * Wheel::kSlots * kTick) << "the earliest of a later revolution";
+  // The wheel has moved to slot 900: slots 0..899 hold entries of revolution 4 (from the
+  // position's point of view, 3 revolutions on), and they still come in time order.
+  EXPECT_EQ(expire(w, kT0 + 4 * Wheel::kSlots * kTick).size(), 1u);
+  EXPECT_EQ(w.next(), kT0 + 4 * Wheel::kSlots * kTick + 1024) << "object 1024, same slot";
 }
 
 }  // namespace

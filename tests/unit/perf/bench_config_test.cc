@@ -219,6 +219,31 @@ TEST(BenchConfig, TargetsNameFileLineColumn) {
             "b.yaml:6:50: unknown key 'by' in targets[0]");
 }
 
+TEST(BenchConfig, OnlyAndRepeatFromTheCommandLine) {
+  BenchConfig c = parse_bench_config(
+      "workloads:\n  - {name: one, sizes: [4096]}\n  - {name: many, qps: 100, sizes: [4096]}\n"
+      "  - {name: lat, mode: lat, sizes: [8]}\n"
+      "targets:\n"
+      "  - {name: qps, workload: many, metric: bytes_vs_workload, of: one, min: 0.8}\n"
+      "  - {name: echo, workload: lat, metric: p50_vs_l2_echo, max: 1.5}\n",
+      "t.yaml");
+  select_workloads(c, "many,one");
+  ASSERT_EQ(c.workloads.size(), 2u);
+  EXPECT_EQ(c.workloads[0].name, "one") << "in the file's order";
+  ASSERT_EQ(c.targets.size(), 1u);
+  EXPECT_EQ(c.targets[0].name, "qps");
+  BenchConfig d = c;
+  select_workloads(d, "many");
+  EXPECT_TRUE(d.targets.empty()) << "its reference workload is not run";
+  EXPECT_THROW(select_workloads(c, "one,nope"), BenchConfigError);
+  EXPECT_THROW(select_workloads(c, ","), BenchConfigError);
+  set_repeat(c, "5");
+  EXPECT_EQ(c.workloads[1].repeat, 5u);
+  EXPECT_THROW(set_repeat(c, "0"), BenchConfigError);
+  EXPECT_THROW(set_repeat(c, "10"), BenchConfigError);
+  EXPECT_THROW(set_repeat(c, "5x"), BenchConfigError);
+}
+
 TEST(BenchReport, TargetsAreEvaluatedAgainstBaselinesAndOtherWorkloads) {
   const BenchConfig c = parse_bench_config(
       "workloads:\n  - {name: one, sizes: [4096]}\n  - {name: many, qps: 100, sizes: [4096]}\n"
@@ -264,6 +289,19 @@ TEST(BenchReport, TargetsAreEvaluatedAgainstBaselinesAndOtherWorkloads) {
     const auto ta = evaluate_targets(c, adj);
     ASSERT_TRUE(ta[0].value);
     EXPECT_DOUBLE_EQ(*ta[0].value, 0.5);
+    EXPECT_FALSE(ta[1].link_normalized) << "`many` has no link baseline of its own";
+    Point near_many = near;  // the link was at half the rate when `many` ran
+    near_many.for_workload = 1;
+    near_many.msgs_per_s = 1e6;
+    adj.points.push_back(near_many);
+    adj.points.back().bytes_per_s = 1900e6;
+    Point& n0 = adj.points[adj.points.size() - 2];
+    n0.msgs_per_s = 2e6;
+    const auto tb = evaluate_targets(c, adj);
+    ASSERT_TRUE(tb[1].value);
+    EXPECT_TRUE(tb[1].link_normalized);
+    EXPECT_NEAR(*tb[1].value, (1000.0 / 1e6) / (1900.0 / 2e6), 1e-12)
+        << "each row against its own link: (1000/1) / (1900/2)";
     EXPECT_NE(to_json(c, adj).find(R"("for_workload":"one","for_bytes":4096)"), std::string::npos);
   }
   const auto t = evaluate_targets(c, r);
@@ -296,6 +334,27 @@ TEST(BenchReport, TargetsAreEvaluatedAgainstBaselinesAndOtherWorkloads) {
   EXPECT_NE(std::string(buf).find("MISSED (cores moved: c2c 320 ns, reference 100 ns)"),
             std::string::npos)
       << buf;
+  {  // a row measured 5 times: the median run's value and the range of the runs' ratios
+    Results rr = r;
+    Point& m = rr.points[2];
+    m.runs = 5;
+    m.key_lo = 0.4;
+    m.key_med = 0.5;
+    m.key_hi = 0.6;
+    const auto tr = evaluate_targets(c, rr);
+    ASSERT_TRUE(tr[1].lo && tr[1].hi);
+    EXPECT_NEAR(*tr[1].lo, 0.8 * 1000.0 / 1900.0, 1e-12);
+    EXPECT_NEAR(*tr[1].hi, 1.2 * 1000.0 / 1900.0, 1e-12);
+    EXPECT_FALSE(tr[0].lo) << "one run: no range";
+    char b2[4096] = {};
+    std::FILE* f2 = fmemopen(b2, sizeof b2 - 1, "w");
+    print_targets(f2, tr);
+    std::fclose(f2);
+    EXPECT_NE(std::string(b2).find("0.526      5: 0.421-0.632"), std::string::npos) << b2;
+    EXPECT_NE(to_json(c, rr).find(R"("runs":5,"range":{"min":0.421052632,"max":0.631578947}})"),
+              std::string::npos)
+        << to_json(c, rr);
+  }
 }
 
 TEST(BenchReport, JsonAndSvgCarryEveryFigure) {
