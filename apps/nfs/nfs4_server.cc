@@ -11,9 +11,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
+#include <fstream>
 #include <utility>
 
 namespace roce::nfs {
@@ -145,6 +148,38 @@ Bitmap supported() {
 
 std::string proc_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
 
+// Lease breaks (fcntl(2) F_SETLEASE, F_SETSIG): the kernel signals the process when a writer
+// opens a file a delegation's lease is on. The handler, on whichever thread takes it, only counts;
+// the server looks at its leases (F_GETLEASE) when the count moved.
+std::atomic<std::uint64_t> g_lease_breaks{0};
+extern "C" void on_lease_break(int, siginfo_t*, void*) {
+  g_lease_breaks.fetch_add(1, std::memory_order_relaxed);
+}
+
+/// The handler installed once; false when the signal belongs to somebody else.
+bool lease_handler() {
+  static const bool ok = [] {
+    struct sigaction old {};
+    if (::sigaction(Nfs4Server::lease_signal(), nullptr, &old) != 0) return false;
+    if ((old.sa_flags & SA_SIGINFO) ? old.sa_sigaction != on_lease_break
+                                    : old.sa_handler != SIG_DFL)
+      return false;
+    struct sigaction sa {};
+    sa.sa_sigaction = on_lease_break;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    return ::sigaction(Nfs4Server::lease_signal(), &sa, nullptr) == 0;
+  }();
+  return ok;
+}
+
+std::int64_t read_proc_number(const char* path, std::int64_t fallback) {
+  std::ifstream f(path);
+  std::int64_t v = fallback;
+  if (!(f >> v)) return fallback;
+  return v;
+}
+
 std::string join(const std::string& rel, const std::string& name) {
   return rel.empty() ? name : rel + "/" + name;
 }
@@ -169,7 +204,22 @@ struct Nfs4Server::Compound {
   const std::vector<std::uint8_t>* replay = nullptr;  ///< SEQUENCE found a retry: its reply
 };
 
+int Nfs4Server::lease_signal() { return SIGRTMIN + 6; }
+
+bool Nfs4Server::leases_usable() {
+  return read_proc_number("/proc/sys/fs/leases-enable", 1) != 0 && lease_handler();
+}
+
+Nfs4Server::~Nfs4Server() {
+  files_.before_change = nullptr;
+  for (auto& [id, st] : states_) release(st);
+}
+
 Nfs4Server::Nfs4Server(NfsServer& files, Limits limits) : files_(files), lim_(limits) {
+  lease_break_s_ = std::max<std::int64_t>(read_proc_number("/proc/sys/fs/lease-break-time", 45), 1);
+  files_.before_change = [this](std::uint64_t dev, std::uint64_t ino) {
+    return v3_change(dev, ino);
+  };
   now = [] {
     return std::chrono::duration_cast<std::chrono::seconds>(
                std::chrono::steady_clock::now().time_since_epoch())
@@ -207,6 +257,7 @@ void Nfs4Server::handle(const CallContext& ctx, std::span<const std::uint8_t> ca
   rpc::ReplyHeader r;
   std::lock_guard g(mu_);
   drain_inbox();
+  poll_leases();
   if (!rpc::decode(d, h)) {
     ++st_.garbage;
     if (!d.ok() || call.size() < 8) return;
@@ -512,6 +563,9 @@ void Nfs4Server::forget_client(std::uint64_t clientid) {
   std::erase_if(pending_, [&](const auto& p) { return !sessions_.count(p.second.session); });
   for (auto it = states_.begin(); it != states_.end();) {
     if (it->second.clientid == clientid) {
+      release(it->second);
+      if (it->second.kind == State::kDelegState) delegs_.fetch_sub(1, std::memory_order_relaxed);
+      recalls_.erase(it->first);
       if (it->second.kind == State::kLockState) {
         const auto l = locks_.find(it->second.file);
         if (l != locks_.end()) {
@@ -1276,6 +1330,7 @@ Stateid Nfs4Server::new_state(State st) {
   if (auto cl = clients_.find(st.clientid); cl != clients_.end()) ++cl->second.states;
   charge(st.clientid, static_cast<std::ptrdiff_t>(state_cost(st)));
   by_file_.emplace(st.file, id.other);
+  if (st.kind == State::kDelegState) delegs_.fetch_add(1, std::memory_order_relaxed);
   states_.emplace(id.other, std::move(st));
   return id;
 }
@@ -1289,6 +1344,8 @@ void Nfs4Server::drop_state(const Other& o) {
   }
   charge(it->second.clientid, -static_cast<std::ptrdiff_t>(state_cost(it->second)));
   recalls_.erase(o);
+  release(it->second);
+  if (it->second.kind == State::kDelegState) delegs_.fetch_sub(1, std::memory_order_relaxed);
   if (it->second.kind == State::kLockState) {
     const auto l = locks_.find(it->second.file);
     if (l != locks_.end()) {
@@ -1430,10 +1487,10 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     if (const Status s = check_stateid(c, *by_deleg, &file, &dl)) return s;
     if (!dl || dl->kind != State::kDelegState) return kErrBadStateid;
   }
-  // Another client's read delegation conflicts with opening for writing: recalled, and this OPEN
-  // waits (DELAY) until it is returned or revoked.
-  if ((access & kShareAccessWrite) && recall_conflicting(key_of(file.st), c.clientid))
-    return kErrDelay;
+  // A read delegation conflicts with opening for writing (the holder's own too: the lease that
+  // stands for it would keep the client's own writes out): recalled, and this OPEN waits (DELAY)
+  // until it is returned or revoked.
+  if ((access & kShareAccessWrite) && recall_conflicting(key_of(file.st), 0)) return kErrDelay;
   if (opentype == kCreate4 && (how == kExclusive4 || how == kExclusive41)) {
     // The verifier lives in the new file's times (as the v3 server keeps it): a retry of the
     // same create finds it and succeeds, another client's create of the same name does not.
@@ -1512,11 +1569,15 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   encode(e, attrset);
   // A read delegation: asked for reading only, over a session whose back channel is up, and
   // nobody has the file open for writing or is having a delegation of it recalled.
-  bool deleg =
-      backchannel && !by_deleg && access == kShareAccessRead && !(share_access & kShareWantNoDeleg);
+  bool deleg = delegations && backchannel && !by_deleg && access == kShareAccessRead &&
+               !(share_access & kShareWantNoDeleg);
   if (deleg) {
     const auto ses = sessions_.find(c.sid);
     deleg = ses != sessions_.end() && ses->second.back_conn != 0;
+  }
+  if (deleg) {  // not while a writer may still be waiting out a recall of it
+    const auto r = recalled_.find(key);
+    deleg = r == recalled_.end() || now() - r->second >= kNoRegrantSeconds;
   }
   for (const auto& [id, st] : states_) {
     if (!deleg) break;
@@ -1526,8 +1587,12 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
       deleg = false;
   }
   const auto cl = clients_.find(c.clientid);
-  if (deleg && cl != clients_.end() && cl->second.states < lim_.states) {
+  // The host's read lease on the file stands for the delegation: no lease, no delegation.
+  const int lease =
+      deleg && cl != clients_.end() && cl->second.states < lim_.states ? take_lease(file) : -1;
+  if (lease >= 0) {
     State dl;
+    dl.lease_fd = lease;
     dl.kind = State::kDelegState;
     dl.clientid = c.clientid;
     dl.file = key;
@@ -1670,6 +1735,8 @@ Status Nfs4Server::write(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   }
   if (!files_.options().rw) return kErrRofs;
   if (off > 0x7fffffffffffffffull || off + data.size() > 0x7fffffffffffffffull) return kErrFbig;
+  // Without an open (the anonymous stateid): no OPEN recalled the file's delegations, so here.
+  if (!st && recall_conflicting(key_of(r.st), 0)) return kErrDelay;
   int fd = -1;
   if (const v3::Status s = files_.open_for_io(r, O_WRONLY, fd)) return from_v3(s);
   Fd io(fd);
@@ -1781,6 +1848,8 @@ Status Nfs4Server::remove(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (!files_.options().rw) return kErrRofs;
   struct stat st;
   if (::fstatat(dir.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return from_errno(errno);
+  // Another client's delegation of the file: recalled first (its attributes change).
+  if (S_ISREG(st.st_mode) && recall_conflicting(key_of(st), c.clientid)) return kErrDelay;
   const std::uint64_t before = change_of(dir.st);
   if (::unlinkat(dir.fd, name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0)
     return errno == EEXIST ? kErrNotempty : from_errno(errno);
@@ -1802,6 +1871,12 @@ Status Nfs4Server::rename(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (const Status s = check_name(from)) return s;
   if (const Status s = check_name(to)) return s;
   if (!files_.options().rw) return kErrRofs;
+  for (const auto& [dfd, nm] : {std::pair{src.fd, &from}, std::pair{dst.fd, &to}}) {
+    struct stat st;
+    if (::fstatat(dfd, nm->c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+        recall_conflicting(key_of(st), c.clientid))
+      return kErrDelay;
+  }
   const std::uint64_t sb = change_of(src.st), tb = change_of(dst.st);
   if (::renameat(src.fd, from.c_str(), dst.fd, to.c_str()) != 0)
     return errno == EEXIST ? kErrExist : from_errno(errno);
@@ -1824,6 +1899,7 @@ Status Nfs4Server::link(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (S_ISDIR(src.st.st_mode)) return kErrIsdir;
   if (const Status s = check_name(name)) return s;
   if (!files_.options().rw) return kErrRofs;
+  if (S_ISREG(src.st.st_mode) && recall_conflicting(key_of(src.st), c.clientid)) return kErrDelay;
   const std::uint64_t before = change_of(dir.st);
   if (::linkat(AT_FDCWD, proc_path(src.fd).c_str(), dir.fd, name.c_str(), AT_SYMLINK_FOLLOW) != 0)
     return from_errno(errno);
@@ -1941,6 +2017,12 @@ Status Nfs4Server::setattr(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     if (s == kOk && st && st->kind == State::kOpenState && !(st->access & kShareAccessWrite))
       s = kErrOpenmode;
   }
+  // Other clients' delegations of the file (every one's for a size: the holder's own lease
+  // would keep the truncation out).
+  if (s == kOk && S_ISREG(r.st.st_mode) &&
+      (a.size || a.mode || a.uid || a.gid || a.atime || a.mtime) &&
+      recall_conflicting(key_of(r.st), a.size ? 0 : c.clientid))
+    s = kErrDelay;
   if (s == kOk) s = apply(r, a, set);
   encode(e, set);
   return s;
@@ -2249,8 +2331,58 @@ bool Nfs4Server::recall_conflicting(const FileKey& file, std::uint64_t clientid)
     }
     out = true;
   }
-  if (out) pump();
+  if (out) {
+    if (recalled_.size() >= kMaxRecalled) {  // the oldest go first
+      std::erase_if(recalled_,
+                    [&](const auto& r) { return now() - r.second >= kNoRegrantSeconds; });
+      if (recalled_.size() >= kMaxRecalled) recalled_.erase(recalled_.begin());
+    }
+    recalled_[file] = now();
+    pump();
+  }
   return out;
+}
+
+bool Nfs4Server::v3_change(std::uint64_t dev, std::uint64_t ino) {
+  if (delegs_.load(std::memory_order_relaxed) == 0) return false;  // the common case: no lock
+  std::lock_guard g(mu_);
+  poll_leases();
+  return recall_conflicting(FileKey{dev, ino}, 0);
+}
+
+int Nfs4Server::take_lease(const NfsServer::Resolved& file) {
+  if (!leases_usable()) return -1;
+  int fd = -1;
+  if (files_.open_for_io(file, O_RDONLY, fd) != v3::kOk) return -1;
+  // The break is reported with our signal (and si_fd); F_SETLEASE fails while anybody has the
+  // file open for writing (EAGAIN), for a caller who is not its owner without CAP_LEASE
+  // (EACCES), and where the file system has no leases (EINVAL).
+  if (::fcntl(fd, F_SETSIG, lease_signal()) != 0 || ::fcntl(fd, F_SETLEASE, F_RDLCK) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void Nfs4Server::poll_leases() {
+  const std::uint64_t n = g_lease_breaks.load(std::memory_order_relaxed);
+  if (n == lease_breaks_seen_) return;
+  lease_breaks_seen_ = n;
+  std::vector<FileKey> broken;
+  for (auto& [id, st] : states_) {
+    if (st.kind != State::kDelegState || st.lease_fd < 0 || st.revoked || st.recall_at >= 0)
+      continue;
+    if (::fcntl(st.lease_fd, F_GETLEASE) == F_RDLCK) continue;  // not this one
+    st.broken = true;
+    broken.push_back(st.file);
+  }
+  for (const auto& f : broken) recall_conflicting(f, 0);
+}
+
+void Nfs4Server::release(State& st) {
+  if (st.lease_fd >= 0) ::close(st.lease_fd);  // the lease goes with its descriptor
+  if (st.lock_fd >= 0) ::close(st.lock_fd);    // and the owner's host locks with theirs
+  st.lease_fd = st.lock_fd = -1;
 }
 
 void Nfs4Server::pump() {
@@ -2289,6 +2421,7 @@ void Nfs4Server::pump() {
 }
 
 void Nfs4Server::revoke(State& st) {
+  release(st);  // a writer waiting on the host goes on
   st.revoked = true;
   st.recall_sent = false;
   ++st_.revoked;
@@ -2299,6 +2432,7 @@ std::vector<Nfs4Server::Callback> Nfs4Server::take_callbacks() {
   std::unique_lock g(mu_, std::try_to_lock);
   if (!g.owns_lock()) return {};
   drain_inbox();
+  poll_leases();
   pump();
   return std::exchange(outbox_, {});
 }
@@ -2386,6 +2520,7 @@ bool Nfs4Server::tick() {
   std::unique_lock g(mu_, std::try_to_lock);
   if (!g.owns_lock()) return false;
   drain_inbox();
+  poll_leases();
   const std::int64_t t = now();
   const auto lease = static_cast<std::int64_t>(lim_.lease_seconds);
   for (auto p = pending_.begin(); p != pending_.end();) {
@@ -2404,7 +2539,11 @@ bool Nfs4Server::tick() {
   }
   for (auto it = recalls_.begin(); it != recalls_.end();) {
     const auto st = states_.find(it->first);
-    if (st != states_.end() && st->second.recall_at >= 0 && t - st->second.recall_at > lease) {
+    // A lease the kernel broke is taken away at its lease-break-time whatever the server does
+    // (the writer then goes on): revoked by then, so that the client knows its data is stale.
+    const std::int64_t limit =
+        st != states_.end() && st->second.broken ? std::min(lease, lease_break_s_ - 1) : lease;
+    if (st != states_.end() && st->second.recall_at >= 0 && t - st->second.recall_at > limit) {
       revoke(st->second);
       it = recalls_.erase(it);
     } else {

@@ -18,6 +18,7 @@
 /// client's REPLYs back (callback_reply), matched by xid and connection.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -47,6 +48,9 @@ void encode_cb_recall(std::vector<std::uint8_t>& msg, std::uint32_t xid, std::ui
 class Nfs4Server {
  public:
   explicit Nfs4Server(NfsServer& files, v4::Limits limits = {});
+  /// Closes the descriptors of the delegations' leases and of the lock owners (their host
+  /// locks go with them) and takes itself out of the v3 server's before_change.
+  ~Nfs4Server();
   Nfs4Server(const Nfs4Server&) = delete;
   Nfs4Server& operator=(const Nfs4Server&) = delete;
 
@@ -112,6 +116,17 @@ class Nfs4Server {
   /// no back channel is granted, no delegation either, and SEQUENCE reports no CB_PATH_DOWN (the
   /// client could not mend it).
   bool backchannel = false;
+  /// Whether OPEN grants read delegations at all (`--delegations off`: never). Even when on, one
+  /// is granted only where the host gives a read lease on the file (leases_usable(), the file
+  /// not open for writing anywhere, the caller its owner or the process holding CAP_LEASE): a
+  /// writer anywhere (a local process, NFSv3, another v4 client) breaks the lease and the
+  /// server recalls the delegation.
+  bool delegations = true;
+  /// Whether the host gives file leases at all (fs.leases-enable, and the lease-break signal's
+  /// handler installed); without, no delegation is granted.
+  static bool leases_usable();
+  /// The signal a lease break is reported with (F_SETSIG); its handler only counts.
+  static int lease_signal();
   /// Seconds of a monotonic clock (leases); tests replace it.
   std::function<std::int64_t()> now;
   std::uint32_t max_io = 1u << 20;  ///< maxread, maxwrite
@@ -178,9 +193,17 @@ class Nfs4Server {
   v4::Status bind_conn(Compound& c, XdrDecoder& d, XdrEncoder& e);
   v4::Status backchannel_ctl(Compound& c, XdrDecoder& d);
   v4::Status delegreturn(Compound& c, XdrDecoder& d);
-  /// Starts the recall of the delegations on `file` that `clientid` conflicts with; true when
-  /// one is still out (the caller answers NFS4ERR_DELAY).
+  /// Starts the recall of the delegations on `file` that `clientid` conflicts with (0: every
+  /// client's); true when one is still out (the caller answers NFS4ERR_DELAY).
   bool recall_conflicting(const v4::FileKey& file, std::uint64_t clientid);
+  /// The v3 server's before_change: recalls every delegation of the file.
+  bool v3_change(std::uint64_t dev, std::uint64_t ino);
+  /// A read lease on `file` for a delegation: its descriptor, or -1 (no delegation then).
+  int take_lease(const NfsServer::Resolved& file);
+  /// Recalls the delegations whose lease the kernel broke since the last look.
+  void poll_leases();
+  /// Closes what the state holds on the host (lease, lock descriptor).
+  void release(v4::State& st);
   /// Queues the CB_RECALLs that can go now (a session with a free back channel slot).
   void pump();
   void revoke(v4::State& st);
@@ -202,6 +225,14 @@ class Nfs4Server {
   std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> inbox_;  ///< empty: closed
   std::uint64_t inbox_dropped_ = 0;
   std::uint32_t next_cb_xid_ = 1;
+  std::uint64_t lease_breaks_seen_ = 0;  ///< the lease-break signal count last looked at
+  std::int64_t lease_break_s_ = 45;      ///< fs.lease-break-time
+  /// Files whose delegations were recalled lately (when): no new one for kNoRegrantSeconds, so
+  /// that a writer waiting out a recall is not starved by new readers (knfsd's bloom filter).
+  std::map<v4::FileKey, std::int64_t> recalled_;
+  static constexpr std::int64_t kNoRegrantSeconds = 30;
+  static constexpr std::size_t kMaxRecalled = 4096;
+  std::atomic<std::size_t> delegs_{0};  ///< delegation states held (the v3 check's fast path)
 
   NfsServer& files_;
   v4::Limits lim_;

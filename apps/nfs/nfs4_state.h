@@ -93,6 +93,15 @@ struct State {
   std::int64_t recall_at = -1;
   bool recall_sent = false;
   bool revoked = false;
+  /// kDelegState: the descriptor holding the host's read lease that stands for it (closed,
+  /// and the lease with it, when the delegation goes); `broken`: the kernel broke the lease (a
+  /// writer on the host), so the recall has the kernel's lease-break-time, not a lease.
+  int lease_fd = -1;
+  bool broken = false;
+  /// kLockState: the lock owner's own open file description, holding its ranges as host OFD
+  /// locks (so that local processes and other servers' clients see them).
+  int lock_fd = -1;
+  bool lock_rw = false;  ///< lock_fd is open for writing (a write lock needs it)
 };
 
 /// One byte range held: [start, end] inclusive.

@@ -91,13 +91,20 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       c.mount_per_peer = num(1, 1024);
     else if (a == "--mount-timeout")
       c.mount_timeout_ms = num(100, 3'600'000);
+    else if (a == "--delegations") {
+      if (v != "on" && v != "off")
+        throw std::runtime_error("service nfs: --delegations must be on or off");
+      c.delegations = v == "on";
+    } else if (a == "--state-dir")
+      c.state_dir = v;
     else
       throw std::runtime_error("service nfs: unknown option " + a +
                                " (--root, --export, --export-options, --clients, --max-handles, "
                                "--threads, --portmap-port, "
                                "--mount-address, --mount-port, --credits, --inline, --tcp-port, "
                                "--max-connections, --max-half-open, --max-per-peer, --reap-idle, "
-                               "--mount-clients, --mount-per-peer, --mount-timeout)");
+                               "--mount-clients, --mount-per-peer, --mount-timeout, "
+                               "--delegations, --state-dir)");
   }
   if (c.root.empty()) throw std::runtime_error("service nfs: --root DIR is required");
 }
@@ -169,6 +176,11 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
   // NFSv4.1's back channel in the RDMA connection's reverse direction (RFC 8167): CB_RECALLs out
   // through the transport, their REPLYs and closed connections back, never waiting on the loop.
   nfs4_.backchannel = true;
+  nfs4_.delegations = c.delegations;
+  if (c.delegations && !Nfs4Server::leases_usable())
+    std::fprintf(stderr,
+                 "service nfs: the host gives no file leases (fs.leases-enable=0): no NFSv4 "
+                 "read delegations\n");
   rdma_.on_backward_reply = [this](std::uint64_t conn, std::span<const std::uint8_t> r) {
     nfs4_.post_reply(conn, r);
   };

@@ -6,6 +6,7 @@
 // names with '/' or "..", truncated and huge COMPOUNDs, more clients than the table holds.
 #include "apps/nfs/nfs4_server.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <sys/stat.h>
@@ -1523,10 +1524,11 @@ TEST_F(Nfs4Test, DelegationRecalledOnConflict) {
   EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kWrite, write_args(a.dsid, 0, "x"))).status,
             kErrOpenmode);
   EXPECT_TRUE(srv_->take_callbacks().empty());
-  // B reads too: no conflict, no recall.
+  // B reads too (asking for no delegation: its own would be recalled too by its open for
+  // writing below): no conflict, no recall.
   swap(b);
   ctx_.conn = 2;
-  const OpenedD br = open_d("hello", kShareAccessRead, "b-1");
+  const OpenedD br = open_d("hello", kShareAccessRead | kShareWantNoDeleg, "b-1");
   ASSERT_EQ(br.status, kOk);
   EXPECT_TRUE(srv_->take_callbacks().empty());
   // B opens for writing: A's delegation is recalled and B waits.
@@ -1782,6 +1784,217 @@ TEST_F(Nfs4Test, MutatedCallbackRepliesAndBackChannelOps) {
   }
   EXPECT_LE(srv_->states(), 2 * lim_.states);
   EXPECT_LE(srv_->sessions(), 2 * lim_.sessions);
+}
+
+// --- Delegations that never give stale data (issue 31, review16 1) -----------------------
+
+class Nfs4DelegTest : public Nfs4Test {
+ protected:
+  /// An NFSv3 call to the same export (the v3 server the v4 one sits on): its status.
+  std::uint32_t v3call(std::uint32_t proc, const std::function<void(XdrEncoder&)>& args) {
+    Bytes b;
+    XdrEncoder e(b);
+    rpc::CallHeader h;
+    h.xid = ++xid_;
+    h.prog = v3::kNfsProgram;
+    h.vers = 3;
+    h.proc = proc;
+    h.cred = rpc::auth_sys({1, "t", ::geteuid(), ::getegid(), {}});
+    rpc::encode(e, h);
+    args(e);
+    RpcReply out;
+    files_->handle(ctx_, b, out);
+    XdrDecoder d(out.msg);
+    rpc::ReplyHeader rh;
+    EXPECT_TRUE(rpc::decode(d, rh));
+    return d.u32();
+  }
+  /// A fresh read delegation of `file` for the fixture's client (A, on connection 1).
+  OpenedD deleg(const std::string& file, const std::string& owner) {
+    clock_ += 60;  // past the no-regrant time of an earlier recall
+    const OpenedD o = open_d(file, kShareAccessRead, owner);
+    EXPECT_EQ(o.status, kOk);
+    EXPECT_EQ(o.deleg, kDelegRead) << file;
+    return o;
+  }
+  /// The one CB_RECALL queued now: of `want`.
+  void expect_recall(const Stateid& want) {
+    const auto cbs = srv_->take_callbacks();
+    ASSERT_EQ(cbs.size(), 1u);
+    EXPECT_EQ(decode_cb(cbs[0].msg).deleg, want);
+    // Answered (the client's CB_SEQUENCE), so that the back channel's slot is free again.
+    const CbCall call = decode_cb(cbs[0].msg);
+    EXPECT_TRUE(
+        srv_->callback_reply(cbs[0].conn, cb_reply(call.h.xid, call.sid, call.seq, kOk, kOk)));
+  }
+  std::uint32_t delegreturn(const OpenedD& o) {
+    return send(seq().add(kPutfh, fh(o.fh)).add(kDelegreturn, sid_arg(o.dsid))).status;
+  }
+};
+
+TEST_F(Nfs4DelegTest, OffMeansNone) {
+  Cl b;
+  two_clients(b);
+  srv_->delegations = false;
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-1").deleg, kDelegNone);
+  srv_->delegations = true;
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-2").deleg, kDelegRead);
+}
+
+TEST_F(Nfs4DelegTest, NoLeaseNoDelegation) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  // A local process has the file open for writing: the host gives no read lease, so no
+  // delegation (it could not be recalled when that process writes).
+  const int w = ::open((dir_ / "hello").c_str(), O_WRONLY);
+  ASSERT_GE(w, 0);
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-1").deleg, kDelegNone);
+  ::close(w);
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-2").deleg, kDelegRead);
+}
+
+TEST_F(Nfs4DelegTest, LocalWriterBreaksTheLeaseAndRecalls) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  const OpenedD a = deleg("hello", "a-1");
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  // A process on the host opens the file for writing: the lease holds it off (EWOULDBLOCK
+  // without waiting) and its break starts the recall.
+  const std::string path = (dir_ / "hello").string();
+  EXPECT_EQ(::open(path.c_str(), O_WRONLY | O_NONBLOCK), -1);
+  EXPECT_EQ(errno, EWOULDBLOCK);
+  expect_recall(a.dsid);
+  // Returned: the writer gets in.
+  EXPECT_EQ(delegreturn(a), kOk);
+  const int w = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+  EXPECT_GE(w, 0);
+  ::close(w);
+  // Not returned: revoked before the kernel's lease-break-time lets the writer in anyway.
+  const OpenedD a2 = deleg("hello", "a-2");
+  EXPECT_EQ(::open(path.c_str(), O_WRONLY | O_NONBLOCK), -1);
+  expect_recall(a2.dsid);
+  clock_ += 44;  // fs.lease-break-time 45 here: revoked once 44 s passed
+  srv_->tick();
+  EXPECT_EQ(srv_->stats().revoked, 0u);
+  clock_ += 1;
+  srv_->tick();
+  EXPECT_EQ(srv_->stats().revoked, 1u);
+  const int w2 = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+  EXPECT_GE(w2, 0);
+  ::close(w2);
+}
+
+TEST_F(Nfs4DelegTest, NfsV3ChangesWaitForTheRecall) {
+  Cl b;
+  two_clients(b);
+  std::ofstream(dir_ / "f2") << "two";
+  std::ofstream(dir_ / "f3") << "three";
+  const auto name_in = [](const Bytes& dir, const std::string& n) {
+    return [=](XdrEncoder& e) {
+      e.opaque(dir);
+      e.string(n);
+    };
+  };
+  const Bytes root = files_->root_fh().data;
+  struct Case {
+    const char* what;
+    std::string file;
+    std::uint32_t proc;
+    std::function<void(XdrEncoder&, const Bytes&)> args;
+  };
+  const std::vector<Case> cases = {
+      {"WRITE", "hello", v3::kWrite,
+       [](XdrEncoder& e, const Bytes& f) {
+         e.opaque(f);
+         e.u64(0);
+         e.u32(1);
+         e.u32(0);
+         e.string("X");
+       }},
+      {"SETATTR size", "hello", v3::kSetattr,
+       [](XdrEncoder& e, const Bytes& f) {
+         e.opaque(f);
+         e.boolean(false);  // mode
+         e.boolean(false);  // uid
+         e.boolean(false);  // gid
+         e.boolean(true);   // size
+         e.u64(1);
+         e.u32(0);          // atime: don't change
+         e.u32(0);          // mtime
+         e.boolean(false);  // no guard
+       }},
+      {"LINK", "hello", v3::kLink,
+       [&](XdrEncoder& e, const Bytes& f) {
+         e.opaque(f);
+         name_in(root, "hello-link")(e);
+       }},
+      {"RENAME", "f2", v3::kRename,
+       [&](XdrEncoder& e, const Bytes&) {
+         name_in(root, "f2")(e);
+         name_in(root, "f2-renamed")(e);
+       }},
+      {"REMOVE", "f3", v3::kRemove, [&](XdrEncoder& e, const Bytes&) { name_in(root, "f3")(e); }},
+  };
+  int i = 0;
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.what);
+    const OpenedD a = deleg(k.file, "a-" + std::to_string(++i));
+    const auto call = [&](XdrEncoder& e) { k.args(e, a.fh); };
+    EXPECT_EQ(v3call(k.proc, call), v3::kErrJukebox);
+    expect_recall(a.dsid);
+    EXPECT_EQ(v3call(k.proc, call), v3::kErrJukebox);  // still out
+    EXPECT_EQ(delegreturn(a), kOk);
+    EXPECT_EQ(v3call(k.proc, call), v3::kOk);
+    if (k.proc == v3::kWrite) {
+      // The v3 server's cached descriptor, open for writing, keeps the host from giving a lease:
+      // no delegation until it is closed (file_idle_ms).
+      clock_ += 60;
+      EXPECT_EQ(open_d(k.file, kShareAccessRead, "a-w").deleg, kDelegNone);
+    }
+    files_->close_files();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "f3"));
+  EXPECT_TRUE(fs::exists(dir_ / "f2-renamed"));
+  // A v3 READ does not recall.
+  const OpenedD r = deleg("hello-link", "a-9");
+  EXPECT_EQ(v3call(v3::kRead,
+                   [&](XdrEncoder& e) {
+                     e.opaque(r.fh);
+                     e.u64(0);
+                     e.u32(4);
+                   }),
+            v3::kOk);
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+}
+
+TEST_F(Nfs4DelegTest, V4ChangesWithoutAnOpenRecall) {
+  Cl b;
+  two_clients(b);
+  // B writes with the anonymous stateid, sets the size, removes the file: each waits for A's
+  // delegation.
+  const OpenedD a = deleg("hello", "a-1");
+  swap(b);
+  ctx_.conn = 2;
+  Stateid anon;
+  EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kWrite, write_args(anon, 0, "x"))).status,
+            kErrDelay);
+  swap(b);
+  ctx_.conn = 1;
+  expect_recall(a.dsid);
+  EXPECT_EQ(delegreturn(a), kOk);
+  const OpenedD a2 = deleg("hello", "a-2");
+  swap(b);
+  ctx_.conn = 2;
+  EXPECT_EQ(send(seq().add(kPutrootfh).add(kRemove, name("hello"))).status, kErrDelay);
+  swap(b);
+  ctx_.conn = 1;
+  expect_recall(a2.dsid);
+  EXPECT_EQ(delegreturn(a2), kOk);
+  swap(b);
+  ctx_.conn = 2;
+  EXPECT_EQ(send(seq().add(kPutrootfh).add(kRemove, name("hello"))).status, kOk);
 }
 
 }  // namespace
