@@ -215,7 +215,30 @@ Nfs4Server::~Nfs4Server() {
   for (auto& [id, st] : states_) release(st);
 }
 
-Nfs4Server::Nfs4Server(NfsServer& files, Limits limits) : files_(files), lim_(limits) {
+Nfs4Server::Nfs4Server(NfsServer& files, Limits limits, std::string state_dir)
+    : state_dir_(std::move(state_dir)), files_(files), lim_(limits) {
+  if (!state_dir_.empty()) {
+    // One co_ownerid a line, in hex (written by write_records()).
+    std::ifstream in(state_dir_ + "/clients");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line.size() % 2 || line.size() > 2 * kOpaqueLimit) continue;
+      std::vector<std::uint8_t> id;
+      for (std::size_t i = 0; i < line.size(); i += 2) {
+        const auto hex = [](char ch) {
+          return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        };
+        const int hi = hex(line[i]), lo = hex(line[i + 1]);
+        if (hi < 0 || lo < 0) {
+          id.clear();
+          break;
+        }
+        id.push_back(static_cast<std::uint8_t>(hi << 4 | lo));
+      }
+      if (!id.empty() && records_.size() < lim_.clients * 4) records_.insert(id);
+    }
+    previous_ = records_;
+  }
   lease_break_s_ = std::max<std::int64_t>(read_proc_number("/proc/sys/fs/lease-break-time", 45), 1);
   files_.before_change = [this](std::uint64_t dev, std::uint64_t ino) {
     return v3_change(dev, ino);
@@ -318,6 +341,7 @@ void Nfs4Server::handle(const CallContext& ctx, std::span<const std::uint8_t> ca
     c.principal.gid = sys->gid;
   }
   const bool ran = files_.run_as(h.cred, [&] { compound(c, d, e, out); });
+  flush_records();  // as the server itself, not as the caller
   if (!ran || (!d.ok() && out.msg.size() == body)) {
     // No identity to act as (roced lacks CAP_SETUID), or the COMPOUND's header did not decode.
     out.msg.resize(body - 4);
@@ -431,6 +455,10 @@ Status Nfs4Server::op(Compound& c, std::uint32_t opnum, XdrDecoder& d, XdrEncode
       if (one_fs) return c.cur ? kOk : kErrNofilehandle;
       if (cl->second.reclaim_complete) return kErrCompleteAlready;
       cl->second.reclaim_complete = true;
+      // Recorded from now on (it may reclaim after a restart), and done reclaiming this time.
+      previous_.erase(cl->second.ownerid);
+      record(cl->second, true);
+      grace_locked();  // the last one to finish ends the grace period
       return kOk;
     }
     case kSecinfoNoName:
@@ -554,6 +582,74 @@ void Nfs4Server::reap_expired() {
   for (auto id : gone) forget_client(id);
 }
 
+bool Nfs4Server::grace_locked() {
+  if (previous_.empty()) return false;
+  if (grace_end_ < 0) grace_end_ = now() + static_cast<std::int64_t>(lim_.lease_seconds);
+  if (now() < grace_end_) return true;
+  // Over: who did not reclaim in time has nothing to reclaim any more.
+  for (const auto& id : previous_) records_.erase(id);
+  previous_.clear();
+  write_records();
+  return false;
+}
+
+bool Nfs4Server::may_reclaim(std::uint64_t clientid) {
+  if (!grace_locked()) return false;
+  const auto cl = clients_.find(clientid);
+  return cl != clients_.end() && !cl->second.reclaim_complete &&
+         previous_.contains(cl->second.ownerid);
+}
+
+void Nfs4Server::record(const Client& cl, bool add) {
+  if (state_dir_.empty()) return;
+  if (add) {
+    if (!records_.insert(cl.ownerid).second) return;
+  } else {
+    for (const auto& [id, o] : clients_)
+      if (o.ownerid == cl.ownerid && o.reclaim_complete) return;  // another instance keeps it
+    if (previous_.contains(cl.ownerid) || !records_.erase(cl.ownerid)) return;
+  }
+  write_records();
+}
+
+void Nfs4Server::write_records() { records_dirty_ = !state_dir_.empty(); }
+
+void Nfs4Server::flush_records() {
+  if (!records_dirty_) return;
+  records_dirty_ = false;
+  // Whole or not at all: a new file, flushed, then renamed over the old one.
+  const std::string path = state_dir_ + "/clients", tmp = path + ".new";
+  std::string text;
+  static const char* const kHex = "0123456789abcdef";
+  for (const auto& id : records_) {
+    for (const std::uint8_t b : id) {
+      text += kHex[b >> 4];
+      text += kHex[b & 15];
+    }
+    text += '\n';
+  }
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  bool ok = fd >= 0;
+  for (std::size_t done = 0; ok && done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    ok = n > 0;
+    if (ok) done += static_cast<std::size_t>(n);
+  }
+  ok = ok && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
+  if (ok) {
+    const int dir = ::open(state_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir >= 0) {
+      ::fsync(dir);
+      ::close(dir);
+    }
+    state_error_.clear();
+  } else {
+    state_error_ = "cannot write " + path + ": " + std::strerror(errno);
+  }
+}
+
 void Nfs4Server::forget_client(std::uint64_t clientid) {
   std::erase_if(sessions_, [&](const auto& s) { return s.second.clientid == clientid; });
   std::erase_if(by_file_, [&](const auto& f) {
@@ -580,7 +676,9 @@ void Nfs4Server::forget_client(std::uint64_t clientid) {
   }
   if (const auto cl = clients_.find(clientid); cl != clients_.end()) {
     bytes_ -= std::min(bytes_, cl->second.bytes);
+    const Client gone = std::move(cl->second);
     clients_.erase(cl);
+    if (gone.reclaim_complete) record(gone, false);
   }
 }
 
@@ -1426,11 +1524,18 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   } else if (claim == kClaimDelegateCur || claim == kClaimDelegCurFh) {
     by_deleg = decode_stateid(d);
     if (claim == kClaimDelegateCur) name = d.string(kMaxNameWire);
+  } else if (claim == kClaimPrevious) {
+    d.u32();  // the delegation it held: not given again (none survives a restart's leases)
   } else if (claim != kClaimFh) {
-    // CLAIM_PREVIOUS (no grace period: nothing to reclaim) and the delegation claims.
-    return d.ok() ? (claim == kClaimPrevious ? kErrNoGrace : kErrNotsupp) : kErrBadxdr;
+    return d.ok() ? kErrNotsupp : kErrBadxdr;  // the other delegation claims
   }
   if (!d.ok()) return kErrBadxdr;
+  // After a restart: reclaims while the grace period lasts (from clients the records name,
+  // until their RECLAIM_COMPLETE), and nothing new meanwhile.
+  const bool reclaim = claim == kClaimPrevious;
+  if (reclaim && !may_reclaim(c.clientid)) return kErrNoGrace;
+  if (!reclaim && grace_locked()) return kErrGrace;
+  if (reclaim && opentype != kNoCreate) return kErrInval;
   const std::uint32_t access = share_access & kShareAccessBoth;
   if (access == 0 || share_deny > kShareAccessBoth) return kErrInval;
   if (owner.clientid != c.clientid) return kErrStaleClientid;
@@ -1569,7 +1674,7 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   encode(e, attrset);
   // A read delegation: asked for reading only, over a session whose back channel is up, and
   // nobody has the file open for writing or is having a delegation of it recalled.
-  bool deleg = delegations && backchannel && !by_deleg && access == kShareAccessRead &&
+  bool deleg = delegations && backchannel && !by_deleg && !reclaim && access == kShareAccessRead &&
                !(share_access & kShareWantNoDeleg);
   if (deleg) {
     const auto ses = sessions_.find(c.sid);
@@ -2051,7 +2156,7 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (type < kReadLt || type > kWritewLt) return kErrInval;
   std::uint64_t end = 0;
   if (!range_end(off, len, end)) return kErrInval;
-  if (reclaim) return kErrNoGrace;
+  if (reclaim ? !may_reclaim(c.clientid) : grace_locked()) return reclaim ? kErrNoGrace : kErrGrace;
   NfsServer::Resolved r;
   if (const Status s = current(c, r)) return s;
   Fd f(r.fd);
@@ -2147,6 +2252,7 @@ Status Nfs4Server::lockt(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (type < kReadLt || type > kWritewLt) return kErrInval;
   std::uint64_t end = 0;
   if (!range_end(off, len, end)) return kErrInval;
+  if (grace_locked()) return kErrGrace;  // a lock being reclaimed may not be back yet
   NfsServer::Resolved r;
   if (const Status s = current(c, r)) return s;
   Fd f(r.fd);
@@ -2521,6 +2627,8 @@ bool Nfs4Server::tick() {
   if (!g.owns_lock()) return false;
   drain_inbox();
   poll_leases();
+  grace_locked();
+  flush_records();
   const std::int64_t t = now();
   const auto lease = static_cast<std::int64_t>(lim_.lease_seconds);
   for (auto p = pending_.begin(); p != pending_.end();) {

@@ -23,7 +23,9 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <span>
+#include <string>
 
 #include "apps/nfs/nfs4.h"
 #include "apps/nfs/nfs4_state.h"
@@ -47,7 +49,14 @@ void encode_cb_recall(std::vector<std::uint8_t>& msg, std::uint32_t xid, std::ui
 
 class Nfs4Server {
  public:
-  explicit Nfs4Server(NfsServer& files, v4::Limits limits = {});
+  /// `state_dir` (empty: none) keeps the stable client records: which clients (by their
+  /// co_ownerid) held state, so that after a restart they may reclaim it (RFC 8881 8.4.2). With
+  /// records from a previous run the server starts in a grace period of one lease: those
+  /// clients reclaim opens (CLAIM_PREVIOUS) and locks (LOCK reclaim) until their
+  /// RECLAIM_COMPLETE, and anything that would make new state gets NFS4ERR_GRACE; after it,
+  /// reclaims get NFS4ERR_NO_GRACE. The grace period ends early once every recorded client has
+  /// sent RECLAIM_COMPLETE.
+  explicit Nfs4Server(NfsServer& files, v4::Limits limits = {}, std::string state_dir = {});
   /// Closes the descriptors of the delegations' leases and of the lock owners (their host
   /// locks go with them) and takes itself out of the v3 server's before_change.
   ~Nfs4Server();
@@ -127,6 +136,21 @@ class Nfs4Server {
   static bool leases_usable();
   /// The signal a lease break is reported with (F_SETSIG); its handler only counts.
   static int lease_signal();
+  /// Whether the server is in its grace period now (it may end it: time, or all reclaimed).
+  bool in_grace() {
+    std::lock_guard g(mu_);
+    return grace_locked();
+  }
+  /// The clients the records name (co_ownerids): kept, and from the previous run.
+  std::size_t records() const {
+    std::lock_guard g(mu_);
+    return records_.size();
+  }
+  /// Why the records could not be read or written (empty: fine).
+  std::string state_error() const {
+    std::lock_guard g(mu_);
+    return state_error_;
+  }
   /// Seconds of a monotonic clock (leases); tests replace it.
   std::function<std::int64_t()> now;
   std::uint32_t max_io = 1u << 20;  ///< maxread, maxwrite
@@ -204,6 +228,14 @@ class Nfs4Server {
   void poll_leases();
   /// Closes what the state holds on the host (lease, lock descriptor).
   void release(v4::State& st);
+  // The grace period and the stable client records.
+  bool grace_locked();
+  /// Whether this client may reclaim now (in grace, recorded, before its RECLAIM_COMPLETE).
+  bool may_reclaim(std::uint64_t clientid);
+  void record(const v4::Client& cl, bool add);
+  void write_records();  ///< marks them to be written
+  void flush_records();  ///< writes them (as the server: never inside run_as)
+  bool records_dirty_ = false;
   /// Queues the CB_RECALLs that can go now (a session with a free back channel slot).
   void pump();
   void revoke(v4::State& st);
@@ -233,6 +265,10 @@ class Nfs4Server {
   static constexpr std::int64_t kNoRegrantSeconds = 30;
   static constexpr std::size_t kMaxRecalled = 4096;
   std::atomic<std::size_t> delegs_{0};  ///< delegation states held (the v3 check's fast path)
+  std::string state_dir_, state_error_;
+  std::set<std::vector<std::uint8_t>> records_;   ///< co_ownerids of clients holding state
+  std::set<std::vector<std::uint8_t>> previous_;  ///< the previous run's, not yet reclaimed
+  std::int64_t grace_end_ = -1;                   ///< -1: starts at the first call
 
   NfsServer& files_;
   v4::Limits lim_;

@@ -80,6 +80,12 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
 /// fail call by call (SYSTEM_ERR).
 void check_unprivileged(const ExportOptions& e);
 
+/// The directory of the NFSv4.1 client records for `c` (made if missing): --state-dir, else
+/// /var/lib/roce-nfsd/<root's path with '_' for '/'>, else .roce-nfsd-state.<name> beside the
+/// root; empty (and a line on stderr) when none can be written. Throws when --state-dir was
+/// given and cannot be used.
+std::string state_dir_for(const NfsServiceConfig& c);
+
 class NfsService {
  public:
   /// Throws std::runtime_error when the root is not a directory or MOUNT cannot listen. The
@@ -99,8 +105,8 @@ class NfsService {
   void start_portmap(client::Context& context, const NfsServiceConfig& c);
   bool step_portmap_udp();
 
-  NfsServer nfs_;          ///< thread-safe: the pool's handlers call it at once
-  Nfs4Server nfs4_{nfs_};  ///< NFS version 4.1 calls over the same export; its own mutex
+  NfsServer nfs_;    ///< thread-safe: the pool's handlers call it at once
+  Nfs4Server nfs4_;  ///< NFS version 4.1 calls over the same export; its own mutex
   /// The v4 server's counts as stats() and report() last read them: they run on the poll loop
   /// and only try its lock (a COMPOUND may hold it through an fsync), reusing these meanwhile.
   mutable Nfs4Stats seen4_;

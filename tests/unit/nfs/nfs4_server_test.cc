@@ -1997,5 +1997,146 @@ TEST_F(Nfs4DelegTest, V4ChangesWithoutAnOpenRecall) {
   EXPECT_EQ(send(seq().add(kPutrootfh).add(kRemove, name("hello"))).status, kOk);
 }
 
+// --- The grace period and reclaim after a restart (RFC 8881 8.4.2) ---------------------
+
+class Nfs4GraceTest : public Nfs4Test {
+ protected:
+  void restart() {
+    srv_.reset();  // the process goes: its leases and host locks with it
+    srv_ = std::make_unique<Nfs4Server>(*files_, lim_, state_.string());
+    srv_->now = [this] { return clock_; };
+  }
+  std::uint32_t reclaim_complete() {
+    return send(seq().add(kReclaimComplete, [](XdrEncoder& e) { e.boolean(false); })).status;
+  }
+  /// OPEN CLAIM_PREVIOUS of the file `f`: its status and stateid.
+  std::pair<std::uint32_t, Stateid> reclaim_open(const Bytes& f, const std::string& owner) {
+    Reply r = send(seq().add(kPutfh, fh(f)).add(kOpen, [&](XdrEncoder& e) {
+      e.u32(0);
+      e.u32(kShareAccessBoth);
+      e.u32(0);
+      e.u64(clientid_);
+      e.string(owner);
+      e.u32(kNoCreate);
+      e.u32(kClaimPrevious);
+      e.u32(kDelegNone);
+    }));
+    if (r.status != kOk) return {r.status, {}};
+    skip_sequence(r);
+    r.next(kPutfh);
+    EXPECT_EQ(r.next(kOpen), kOk);
+    return {kOk, decode_stateid(*r.d)};
+  }
+  std::uint32_t lock(const Bytes& f, const Stateid& open, const std::string& owner, bool reclaim) {
+    return send(seq()
+                    .add(kPutfh, fh(f))
+                    .add(kLock,
+                         [&](XdrEncoder& e) {
+                           e.u32(kWriteLt);
+                           e.boolean(reclaim);
+                           e.u64(0);
+                           e.u64(100);
+                           e.boolean(true);
+                           e.u32(0);
+                           encode(e, open);
+                           e.u32(0);
+                           e.u64(clientid_);
+                           e.string(owner);
+                         }))
+        .status;
+  }
+  std::string records_file() {
+    std::ifstream in(state_ / "clients");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  fs::path state_;
+};
+
+TEST_F(Nfs4GraceTest, ClientsReclaimOpensAndLocksAfterARestart) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  restart();
+  EXPECT_FALSE(srv_->in_grace());  // no records: nothing to wait for
+  // First run: A and C mount (RECLAIM_COMPLETE records them), A opens and locks.
+  Cl cc;
+  swap(cc);
+  exchange("client-c");
+  ASSERT_EQ(create_session(), kOk);
+  ASSERT_EQ(reclaim_complete(), kOk);
+  swap(cc);
+  mount();
+  ASSERT_EQ(reclaim_complete(), kOk);
+  const Opened o = open("f", kUnchecked, kShareAccessBoth, 0, "oa");
+  ASSERT_EQ(o.status, kOk);
+  ASSERT_EQ(lock(o.fh, o.sid, "la", false), kOk);
+  EXPECT_EQ(srv_->records(), 2u);
+  EXPECT_NE(records_file().find("636c69656e742d61"), std::string::npos);  // "client-a" in hex
+  // Reclaims in normal running: NO_GRACE.
+  EXPECT_EQ(reclaim_open(o.fh, "oa").first, kErrNoGrace);
+
+  // Restart with the same records: a grace period.
+  restart();
+  EXPECT_TRUE(srv_->in_grace());
+  exchange();  // A again, the same verifier: a new client id of this server instance
+  ASSERT_EQ(ex_status_, kOk);
+  ASSERT_EQ(create_session(), kOk);
+  const auto [st, reopened] = reclaim_open(o.fh, "oa");
+  ASSERT_EQ(st, kOk);
+  EXPECT_EQ(lock(o.fh, reopened, "la", true), kOk);
+  // New state meanwhile: GRACE, for A (not a reclaim) and for B (never recorded).
+  EXPECT_EQ(open("g", kUnchecked, kShareAccessBoth, 0, "oa2").status, kErrGrace);
+  EXPECT_EQ(lock(o.fh, reopened, "lb", false), kErrGrace);
+  Cl b;
+  swap(b);
+  exchange("client-b");
+  ASSERT_EQ(create_session(), kOk);
+  EXPECT_EQ(open("hello", 99, kShareAccessRead, 0, "ob").status, kErrGrace);
+  EXPECT_EQ(reclaim_open(o.fh, "ob").first, kErrNoGrace);  // nothing of B's to reclaim
+  swap(b);
+  // A is done: it may not reclaim any more; C has not come back, so the grace period goes on.
+  ASSERT_EQ(reclaim_complete(), kOk);
+  EXPECT_EQ(reclaim_open(o.fh, "oa").first, kErrNoGrace);
+  EXPECT_TRUE(srv_->in_grace());
+  swap(b);
+  EXPECT_EQ(open("hello", 99, kShareAccessRead, 0, "ob").status, kErrGrace);
+  // One lease later it ends: B opens; C, late, cannot reclaim and is no longer recorded.
+  clock_ += lim_.lease_seconds;
+  EXPECT_FALSE(srv_->in_grace());
+  EXPECT_EQ(open("hello", 99, kShareAccessRead, 0, "ob").status, kOk);
+  swap(b);
+  swap(cc);
+  exchange("client-c");
+  ASSERT_EQ(create_session(), kOk);
+  EXPECT_EQ(reclaim_open(o.fh, "oc").first, kErrNoGrace);
+  swap(cc);
+  EXPECT_EQ(srv_->records(), 1u);
+  EXPECT_EQ(records_file(), "636c69656e742d61\n");
+  // A's reclaimed lock holds against B.
+  swap(b);
+  const Opened bo = open("f", kUnchecked, kShareAccessBoth, 0, "ob2");
+  ASSERT_EQ(bo.status, kOk);
+  EXPECT_EQ(lock(o.fh, bo.sid, "lb", false), kErrDenied);
+  swap(b);
+  // Once every recorded client has reclaimed, the grace period ends at once.
+  restart();
+  EXPECT_TRUE(srv_->in_grace());
+  exchange();
+  ASSERT_EQ(create_session(), kOk);
+  ASSERT_EQ(reclaim_complete(), kOk);
+  EXPECT_FALSE(srv_->in_grace());
+  EXPECT_EQ(open("g", kUnchecked, kShareAccessBoth, 0, "oa3").status, kOk);
+}
+
+TEST_F(Nfs4GraceTest, HostileRecordsAreSkipped) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  std::ofstream(state_ / "clients") << "zz\nabc\n\n" << std::string(5000, 'a') << "\n6869\n";
+  restart();
+  EXPECT_EQ(srv_->records(), 1u);  // "hi" alone
+  EXPECT_TRUE(srv_->in_grace());
+  clock_ += lim_.lease_seconds;
+  EXPECT_FALSE(srv_->in_grace());
+}
+
 }  // namespace
 }  // namespace roce::nfs
