@@ -193,6 +193,9 @@ std::string parent_of(const std::string& rel) {
 /// One COMPOUND being served.
 struct Nfs4Server::Compound {
   const CallContext* ctx = nullptr;
+  /// The server's lock, held but for file I/O (Unlocked): the state is checked and changed with
+  /// it, pread, pwrite and fsync run without, so that one client's slow disk stalls nobody else.
+  std::unique_lock<std::mutex>* lock = nullptr;
   std::optional<v3::Fh> cur, saved;
   Stateid cur_stateid{};
   bool has_cur_stateid = false;
@@ -278,7 +281,7 @@ void Nfs4Server::handle(const CallContext& ctx, std::span<const std::uint8_t> ca
   rpc::CallHeader h;
   XdrEncoder e(out.msg);
   rpc::ReplyHeader r;
-  std::lock_guard g(mu_);
+  std::unique_lock g(mu_);
   drain_inbox();
   poll_leases();
   if (!rpc::decode(d, h)) {
@@ -334,6 +337,7 @@ void Nfs4Server::handle(const CallContext& ctx, std::span<const std::uint8_t> ca
   const std::size_t body = out.msg.size();
   Compound c;
   c.ctx = &ctx;
+  c.lock = &g;
   c.principal.flavor = h.cred.flavor;
   c.principal.peer = ctx.peer.v;
   if (const auto sys = rpc::parse_auth_sys(h.cred)) {
@@ -370,6 +374,17 @@ void Nfs4Server::compound(Compound& c, XdrDecoder& d, XdrEncoder& e, RpcReply& o
   }
   Status status = kOk;
   std::uint32_t done = 0;
+  // The slot is free again however this COMPOUND ends (an exception included).
+  struct SlotFree {
+    Nfs4Server& s;
+    Compound& c;
+    ~SlotFree() {
+      if (!c.in_session) return;
+      const auto it = s.sessions_.find(c.sid);
+      if (it != s.sessions_.end() && c.slot < it->second.slots.size())
+        it->second.slots[c.slot].in_use = false;
+    }
+  } slot_free{*this, c};
   for (std::uint32_t i = 0; i < n && status == kOk; ++i) {
     std::uint32_t opnum = d.u32();
     if (!d.ok()) {  // fewer operations than the count said
@@ -998,6 +1013,9 @@ Status Nfs4Server::sequence(Compound& c, XdrDecoder& d, XdrEncoder& e, std::uint
   if (slotid >= s.slots.size()) return kErrBadslot;
   (void)highest;
   Slot& slot = s.slots[slotid];
+  // Its COMPOUND still running (its file I/O without the lock): the retry waits (RFC 8881
+  // 2.10.6.2).
+  if (slot.in_use) return kErrDelay;
   if (seq == slot.seqid && slot.seqid != 0) {
     if (!slot.cached) return kErrRetryUncachedRep;
     c.replay = &slot.reply;
@@ -1775,6 +1793,26 @@ Status Nfs4Server::open_downgrade(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   return kOk;
 }
 
+namespace {
+/// The server's lock let go for a file system call and taken again after it. What the caller
+/// found under the lock (a State*, an iterator) may be gone after: look it up again.
+class Unlocked {
+ public:
+  Unlocked(std::unique_lock<std::mutex>* l, const std::function<void()>& hook) : l_(l) {
+    if (l_) l_->unlock();
+    if (hook) hook();
+  }
+  ~Unlocked() {
+    if (l_) l_->lock();
+  }
+  Unlocked(const Unlocked&) = delete;
+  Unlocked& operator=(const Unlocked&) = delete;
+
+ private:
+  std::unique_lock<std::mutex>* l_;
+};
+}  // namespace
+
 Status Nfs4Server::read(Compound& c, XdrDecoder& d, XdrEncoder& e, RpcReply& out, bool last) {
   const Stateid sid = decode_stateid(d);
   const std::uint64_t off = d.u64();
@@ -1793,15 +1831,20 @@ Status Nfs4Server::read(Compound& c, XdrDecoder& d, XdrEncoder& e, RpcReply& out
   if (const v3::Status s = files_.open_for_io(r, O_RDONLY, fd)) return from_v3(s);
   Fd io(fd);
   std::vector<std::uint8_t> data(count);
-  const ssize_t n =
-      count ? ::pread(fd, data.data(), count,
-                      static_cast<off_t>(std::min<std::uint64_t>(off, 0x7fffffffffffffffull)))
-            : 0;
-  if (n < 0) return from_errno(errno);
+  ssize_t n = 0;
+  int err = 0;
+  std::uint64_t size = 0;
+  {
+    const Unlocked unlocked(c.lock, io_hook);
+    n = count ? ::pread(fd, data.data(), count,
+                        static_cast<off_t>(std::min<std::uint64_t>(off, 0x7fffffffffffffffull)))
+              : 0;
+    err = errno;
+    struct stat now_st;
+    if (n >= 0 && ::fstat(fd, &now_st) == 0) size = static_cast<std::uint64_t>(now_st.st_size);
+  }
+  if (n < 0) return from_errno(err);
   data.resize(static_cast<std::size_t>(n));
-  struct stat now_st;
-  const std::uint64_t size =
-      ::fstat(fd, &now_st) == 0 ? static_cast<std::uint64_t>(now_st.st_size) : 0;
   e.boolean(off + static_cast<std::uint64_t>(n) >= size);
   if (last && n > 0) {
     // The reduced data item (RFC 8267 for NFSv4): the length here, the bytes in the client's
@@ -1845,13 +1888,18 @@ Status Nfs4Server::write(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   int fd = -1;
   if (const v3::Status s = files_.open_for_io(r, O_WRONLY, fd)) return from_v3(s);
   Fd io(fd);
-  const ssize_t n = ::pwrite(fd, data.data(), data.size(), static_cast<off_t>(off));
-  if (n < 0) return from_errno(errno);
-  std::uint32_t committed = kUnstable;
-  if (stable != kUnstable) {
-    if ((stable == kDataSync ? ::fdatasync(fd) : ::fsync(fd)) != 0) return from_errno(errno);
-    committed = stable;
+  ssize_t n = 0;
+  int err = 0;
+  {
+    const Unlocked unlocked(c.lock, io_hook);
+    n = ::pwrite(fd, data.data(), data.size(), static_cast<off_t>(off));
+    if (n < 0)
+      err = errno;
+    else if (stable != kUnstable && (stable == kDataSync ? ::fdatasync(fd) : ::fsync(fd)) != 0)
+      err = errno;
   }
+  if (err) return from_errno(err);
+  const std::uint32_t committed = stable;
   e.u32(static_cast<std::uint32_t>(n));
   e.u32(committed);
   e.fixed(files_.write_verf());
@@ -1870,7 +1918,12 @@ Status Nfs4Server::commit(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   int fd = -1;
   if (const v3::Status s = files_.open_for_io(r, O_RDONLY, fd)) return from_v3(s);
   Fd io(fd);
-  if (::fsync(fd) != 0) return from_errno(errno);
+  int err = 0;
+  {
+    const Unlocked sync(c.lock, io_hook);
+    if (::fsync(fd) != 0) err = errno;
+  }
+  if (err) return from_errno(err);
   e.fixed(files_.write_verf());
   return kOk;
 }

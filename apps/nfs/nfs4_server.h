@@ -154,6 +154,9 @@ class Nfs4Server {
   /// Seconds of a monotonic clock (leases); tests replace it.
   std::function<std::int64_t()> now;
   std::uint32_t max_io = 1u << 20;  ///< maxread, maxwrite
+  /// Tests: runs in each READ, WRITE and COMMIT where the file I/O runs, without the server's
+  /// lock (a slow disk's stand-in).
+  std::function<void()> io_hook;
 
  private:
   struct Compound;

@@ -15,7 +15,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <set>
+#include <thread>
 #include <tuple>
 
 namespace roce::nfs {
@@ -2136,6 +2138,74 @@ TEST_F(Nfs4GraceTest, HostileRecordsAreSkipped) {
   EXPECT_TRUE(srv_->in_grace());
   clock_ += lim_.lease_seconds;
   EXPECT_FALSE(srv_->in_grace());
+}
+
+// --- File I/O without the server's lock (review16 2) --------------------------------------
+
+// A COMMIT stuck in fsync (a slow disk: the I/O hook stands for it) holds no lock another
+// client needs: its SEQUENCE is answered, tick() runs, and a retry of the busy slot gets DELAY.
+TEST_F(Nfs4Test, SlowCommitBlocksNobodyElse) {
+  mount();
+  Cl b;
+  swap(b);
+  exchange("client-b");
+  ASSERT_EQ(create_session(), kOk);
+  swap(b);
+  const Opened o = open("slow", kUnchecked);
+  ASSERT_EQ(o.status, kOk);
+  // The COMMIT, encoded as send() does, to run on a thread of its own.
+  const Ops ops = seq().add(kPutfh, fh(o.fh)).add(kCommit, [](XdrEncoder& e) {
+    e.u64(0);
+    e.u32(0);
+  });
+  Bytes call;
+  {
+    XdrEncoder e(call);
+    rpc::CallHeader h;
+    h.xid = ++xid_;
+    h.prog = v3::kNfsProgram;
+    h.vers = 4;
+    h.proc = kCompound;
+    h.cred = rpc::auth_sys({1, "t", ::geteuid(), ::getegid(), {}});
+    rpc::encode(e, h);
+    e.string("t");
+    e.u32(1);
+    e.u32(ops.n);
+    call.insert(call.end(), ops.b.begin(), ops.b.end());
+  }
+  std::promise<void> entered, release;
+  std::shared_future<void> go = release.get_future().share();
+  std::atomic<bool> armed{true};
+  srv_->io_hook = [&] {
+    if (!armed.exchange(false)) return;
+    entered.set_value();
+    go.wait();
+  };
+  RpcReply commit_reply;
+  std::thread t([&, ctx = ctx_] { srv_->handle(ctx, call, commit_reply); });
+  ASSERT_EQ(entered.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto other = std::async(std::launch::async, [&] {
+    swap(b);
+    const std::uint32_t st = send(seq()).status;
+    swap(b);
+    return st;
+  });
+  const bool answered = other.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  const bool ticked = answered && srv_->tick();
+  // A's retry of the slot its COMMIT is on: DELAY, not a stale cached reply.
+  const std::uint32_t retry = answered ? send(seq(0, seqids_[0])).status : 0;
+  release.set_value();
+  t.join();
+  EXPECT_TRUE(answered) << "another client's SEQUENCE waited for the fsync";
+  EXPECT_EQ(other.get(), kOk);
+  EXPECT_TRUE(ticked);
+  EXPECT_EQ(retry, kErrDelay);
+  XdrDecoder d(commit_reply.msg);
+  rpc::ReplyHeader rh;
+  ASSERT_TRUE(rpc::decode(d, rh));
+  EXPECT_EQ(d.u32(), kOk);  // the COMMIT itself went through
+  // The slot is free again, and the retry now gets the cached reply.
+  EXPECT_EQ(send(seq(0, seqids_[0])).status, kOk);
 }
 
 }  // namespace
