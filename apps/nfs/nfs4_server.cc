@@ -1350,6 +1350,28 @@ void encode_denied(XdrEncoder& e, const Range& r) {
   e.opaque(r.owner.name);
 }
 
+/// `f` for the range [start, end] (end ~0: to any end); false when it starts beyond off_t.
+bool to_flock(short type, std::uint64_t start, std::uint64_t end, struct flock& f) {
+  constexpr std::uint64_t kMax = 0x7fffffffffffffffull;
+  if (start > kMax) return false;
+  f = {};
+  f.l_type = type;
+  f.l_whence = SEEK_SET;
+  f.l_start = static_cast<off_t>(start);
+  f.l_len = end >= kMax ? 0 : static_cast<off_t>(end - start + 1);
+  return true;
+}
+
+/// LOCK4denied for a host lock F_OFD_GETLK found (its owner is no client: 0 and "pid N").
+void encode_host_denied(XdrEncoder& e, const struct flock& f) {
+  e.u64(static_cast<std::uint64_t>(f.l_start));
+  e.u64(f.l_len == 0 ? ~std::uint64_t{0} : static_cast<std::uint64_t>(f.l_len));
+  e.u32(f.l_type == F_WRLCK ? kWriteLt : kReadLt);
+  e.u64(0);
+  const std::string who = "host pid " + std::to_string(f.l_pid);
+  e.opaque(std::span(reinterpret_cast<const std::uint8_t*>(who.data()), who.size()));
+}
+
 FileKey key_of(const struct stat& st) {
   return FileKey{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
 }
@@ -2273,10 +2295,16 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     if (ls->seqid == 0) drop_state(lock_id);
     return kErrResource;
   }
+  // The host's word next: a local process (or anything else locking on the host) may hold it.
+  if (const Status s = host_lock(*ls, r, write, off, end, e)) {
+    if (ls->seqid == 0) drop_state(lock_id);
+    return s;
+  }
   FileLocks& fl = locks_[key];
   const std::size_t before = fl.size();
   if (!fl.lock(ls->owner, write, off, end, lim_.locks_per_file)) {
     if (fl.empty()) locks_.erase(key);
+    host_resync(*ls, off, end);
     if (ls->seqid == 0) drop_state(lock_id);
     return kErrResource;
   }
@@ -2311,12 +2339,97 @@ Status Nfs4Server::lockt(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   Fd f(r.fd);
   if (S_ISDIR(r.st.st_mode)) return kErrIsdir;
   if (!S_ISREG(r.st.st_mode)) return kErrInval;
+  const bool write = type == kWriteLt || type == kWritewLt;
   const auto fl = locks_.find(key_of(r.st));
-  if (fl == locks_.end()) return kOk;
-  const auto held = fl->second.conflict(owner, type == kWriteLt || type == kWritewLt, off, end);
-  if (!held) return kOk;
-  encode_denied(e, *held);
+  const auto held = fl == locks_.end() ? std::nullopt : fl->second.conflict(owner, write, off, end);
+  if (held) {
+    encode_denied(e, *held);
+    return kErrDenied;
+  }
+  return host_conflict(owner, r, write, off, end, e) ? kErrDenied : kOk;
+}
+
+Status Nfs4Server::host_lock(State& ls, const NfsServer::Resolved& r, bool write,
+                             std::uint64_t start, std::uint64_t end, XdrEncoder& e) {
+  struct flock f;
+  if (!to_flock(write ? F_WRLCK : F_RDLCK, start, end, f)) return kOk;  // beyond off_t: ours alone
+  if (ls.lock_fd < 0 || (write && !ls.lock_rw)) {
+    // The owner's own open file description: read-write when its open is or a write lock is
+    // asked for (a write lock needs it), else read-only (which keeps delegations possible).
+    const auto o = states_.find(ls.open);
+    const bool open_w = o != states_.end() && (o->second.access & kShareAccessWrite);
+    const bool rw = write || open_w;
+    int fd = -1;
+    if (const v3::Status s = files_.open_for_io(r, rw ? O_RDWR : O_RDONLY, fd)) {
+      if (s == v3::kErrAcces && !open_w) return kErrOpenmode;  // may not write it at all
+      return from_v3(s);
+    }
+    // Moving from a read-only description: the owner's (read) ranges go over first.
+    if (ls.lock_fd >= 0) {
+      if (const auto fl = locks_.find(ls.file); fl != locks_.end())
+        for (const Range& x : fl->second.ranges()) {
+          struct flock g;
+          if (x.owner == ls.owner && to_flock(F_RDLCK, x.start, x.end, g))
+            ::fcntl(fd, F_OFD_SETLK, &g);
+        }
+      ::close(ls.lock_fd);
+    }
+    ls.lock_fd = fd;
+    ls.lock_rw = rw;
+  }
+  if (::fcntl(ls.lock_fd, F_OFD_SETLK, &f) == 0) return kOk;
+  if (errno != EAGAIN && errno != EACCES) return kOk;  // no locks on this file system: ours alone
+  struct flock held;
+  to_flock(write ? F_WRLCK : F_RDLCK, start, end, held);
+  if (::fcntl(ls.lock_fd, F_OFD_GETLK, &held) != 0 || held.l_type == F_UNLCK) held = f;
+  encode_host_denied(e, held);
   return kErrDenied;
+}
+
+void Nfs4Server::host_resync(State& ls, std::uint64_t start, std::uint64_t end) {
+  struct flock f;
+  if (ls.lock_fd < 0 || !to_flock(F_UNLCK, start, end, f)) return;
+  ::fcntl(ls.lock_fd, F_OFD_SETLK, &f);
+  const auto fl = locks_.find(ls.file);
+  if (fl == locks_.end()) return;
+  for (const Range& x : fl->second.ranges()) {
+    if (x.owner != ls.owner || x.end < start || end < x.start) continue;
+    struct flock g;
+    if (to_flock(x.write ? F_WRLCK : F_RDLCK, std::max(x.start, start), std::min(x.end, end), g))
+      ::fcntl(ls.lock_fd, F_OFD_SETLK, &g);
+  }
+}
+
+bool Nfs4Server::host_conflict(const Owner& who, const NfsServer::Resolved& r, bool write,
+                               std::uint64_t start, std::uint64_t end, XdrEncoder& e) {
+  struct flock f;
+  if (!to_flock(write ? F_WRLCK : F_RDLCK, start, end, f)) return false;
+  // Asked through the owner's own description where it has one (its ranges are no conflict),
+  // else through a new one (every v4 owner's ranges the table already answered for).
+  int fd = -1;
+  for (auto [b, last] = by_file_.equal_range(key_of(r.st)); b != last && fd < 0; ++b) {
+    const auto x = states_.find(b->second);
+    if (x != states_.end() && x->second.kind == State::kLockState && x->second.owner == who)
+      fd = x->second.lock_fd;
+  }
+  Fd mine;
+  if (fd < 0) {
+    if (files_.open_for_io(r, O_RDONLY, mine.fd) != v3::kOk) return false;
+    fd = mine.fd;
+  }
+  if (::fcntl(fd, F_OFD_GETLK, &f) != 0 || f.l_type == F_UNLCK) return false;
+  // A v4 owner's range the table knows is no conflict for this owner (it was asked first).
+  if (f.l_pid == -1) {
+    const auto fl = locks_.find(key_of(r.st));
+    if (fl != locks_.end())
+      for (const Range& x : fl->second.ranges())
+        if (x.owner == who && x.start <= static_cast<std::uint64_t>(f.l_start) &&
+            (f.l_len == 0 ? x.end == ~std::uint64_t{0}
+                          : static_cast<std::uint64_t>(f.l_start + f.l_len - 1) <= x.end))
+          return false;
+  }
+  encode_host_denied(e, f);
+  return true;
 }
 
 Status Nfs4Server::locku(Compound& c, XdrDecoder& d, XdrEncoder& e) {
@@ -2335,6 +2448,8 @@ Status Nfs4Server::locku(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   State* st = nullptr;
   if (const Status s = check_stateid(c, sid, &r, &st)) return s;
   if (!st || st->kind != State::kLockState) return kErrBadStateid;
+  if (struct flock u; st->lock_fd >= 0 && to_flock(F_UNLCK, off, end, u))
+    ::fcntl(st->lock_fd, F_OFD_SETLK, &u);
   const auto fl = locks_.find(st->file);
   if (fl != locks_.end()) {
     const std::size_t before = fl->second.size();

@@ -214,6 +214,17 @@ class Nfs4Server {
   v4::Status lock(Compound& c, XdrDecoder& d, XdrEncoder& e);
   v4::Status lockt(Compound& c, XdrDecoder& d, XdrEncoder& e);
   v4::Status locku(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  /// The lock owner's range as a host OFD lock on its own open file description (so that local
+  /// processes, and anything else locking the file on the host, and v4 clients exclude each
+  /// other): kOk, kErrDenied (the holder encoded, a host process's as client 0), DELAY...
+  v4::Status host_lock(v4::State& ls, const NfsServer::Resolved& r, bool write, std::uint64_t start,
+                       std::uint64_t end, XdrEncoder& e);
+  /// Puts the owner's host locks over [start, end] back as its table says.
+  void host_resync(v4::State& ls, std::uint64_t start, std::uint64_t end);
+  /// A host lock (not a v4 client's, which the table knows) conflicting with the range, as the
+  /// owner `who` sees it; encoded when there is one.
+  bool host_conflict(const v4::Owner& who, const NfsServer::Resolved& r, bool write,
+                     std::uint64_t start, std::uint64_t end, XdrEncoder& e);
   v4::Status free_stateid(Compound& c, XdrDecoder& d);
   v4::Status test_stateid(Compound& c, XdrDecoder& d, XdrEncoder& e);
   // The back channel and delegations.

@@ -124,6 +124,7 @@ class FileLocks {
   bool holds(const Owner& who) const;
   void drop(const Owner& who) { unlock(who, 0, ~std::uint64_t{0}); }
   bool empty() const { return ranges_.empty(); }
+  const std::vector<Range>& ranges() const { return ranges_; }
   std::size_t size() const { return ranges_.size(); }
 
  private:

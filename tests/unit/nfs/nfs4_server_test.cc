@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -2208,5 +2209,124 @@ TEST_F(Nfs4Test, SlowCommitBlocksNobodyElse) {
   EXPECT_EQ(send(seq(0, seqids_[0])).status, kOk);
 }
 
+// --- v4 byte-range locks are the host's (review16 4) --------------------------------------
+
+// A local process's fcntl lock keeps a v4 client out and the other way round: both are POSIX
+// locks on the same file. (The local process is a child: a process's traditional locks go when
+// it closes any descriptor of the file, and the server in this process opens and closes them.)
+TEST_F(Nfs4Test, LocksExcludeLocalProcesses) {
+  mount();
+  const Opened o = open("locked", kUnchecked, kShareAccessBoth, 0, "oa");
+  ASSERT_EQ(o.status, kOk);
+  const Opened ro = open("locked", 99, kShareAccessRead, 0, "or");
+  ASSERT_EQ(ro.status, kOk);
+  const std::string path = (dir_ / "locked").string();
+  // In a child process: F_SETLK of the range; 0, or errno.
+  const auto try_local = [&](short type, off_t start, off_t len) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int fd = ::open(path.c_str(), O_RDWR);
+      struct flock f {};
+      f.l_type = type;
+      f.l_whence = SEEK_SET;
+      f.l_start = start;
+      f.l_len = len;
+      ::_exit(fd >= 0 && ::fcntl(fd, F_SETLK, &f) == 0 ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+  };
+  // A child holding [0, 10) for writing until told to go.
+  int ready[2], go[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(go), 0);
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    const int fd = ::open(path.c_str(), O_RDWR);
+    struct flock f {};
+    f.l_type = F_WRLCK;
+    f.l_whence = SEEK_SET;
+    f.l_len = 10;
+    const char ok = fd >= 0 && ::fcntl(fd, F_SETLK, &f) == 0 ? 'y' : 'n';
+    (void)!::write(ready[1], &ok, 1);
+    char c;
+    (void)!::read(go[0], &c, 1);
+    ::_exit(0);
+  }
+  char ok = 0;
+  ASSERT_EQ(::read(ready[0], &ok, 1), 1);
+  ASSERT_EQ(ok, 'y');
+  const auto v4lock = [&](const Opened& op, std::uint32_t type, std::uint64_t off,
+                          std::uint64_t len, const std::string& owner) {
+    return send(seq()
+                    .add(kPutfh, fh(op.fh))
+                    .add(kLock, lock_args(type, off, len, op.sid, clientid_, owner)));
+  };
+  const auto lockt = [&](std::uint32_t type, std::uint64_t off, std::uint64_t len) {
+    return send(seq().add(kPutfh, fh(o.fh)).add(kLockt, [=, this](XdrEncoder& e) {
+      e.u32(type);
+      e.u64(off);
+      e.u64(len);
+      e.u64(clientid_);
+      e.string("tester");
+    }));
+  };
+  // The local process holds [0, 10): the client's write lock over it is DENIED, naming a host
+  // process; LOCKT says the same; a range beside it is free.
+  Reply denied = v4lock(o, kWriteLt, 0, 100, "la");
+  ASSERT_EQ(denied.status, kErrDenied);
+  skip_sequence(denied);
+  denied.next(kPutfh);
+  EXPECT_EQ(denied.next(kLock), kErrDenied);
+  EXPECT_EQ(denied.d->u64(), 0u);
+  EXPECT_EQ(denied.d->u64(), 10u);
+  EXPECT_EQ(denied.d->u32(), kWriteLt);
+  EXPECT_EQ(denied.d->u64(), 0u);  // no client of ours
+  EXPECT_EQ(lockt(kReadLt, 5, 1).status, kErrDenied);
+  EXPECT_EQ(lockt(kWriteLt, 10, 90).status, kOk);
+  // It lets go: the client takes [0, 100), and now a local process is refused.
+  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  ::waitpid(holder, nullptr, 0);
+  for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
+  Reply got = v4lock(o, kWriteLt, 0, 100, "la");
+  ASSERT_EQ(got.status, kOk);
+  skip_sequence(got);
+  got.next(kPutfh);
+  got.next(kLock);
+  const Stateid ls = decode_stateid(*got.d);
+  EXPECT_EQ(try_local(F_RDLCK, 50, 1), 1);
+  EXPECT_EQ(try_local(F_WRLCK, 100, 10), 0);  // beyond its range
+  // LOCKU of part of it: that part is a local process's to take.
+  ASSERT_EQ(send(seq()
+                     .add(kPutfh, fh(o.fh))
+                     .add(kLocku,
+                          [&](XdrEncoder& e) {
+                            e.u32(kWriteLt);
+                            e.u32(0);
+                            encode(e, ls);
+                            e.u64(0);
+                            e.u64(50);
+                          }))
+                .status,
+            kOk);
+  EXPECT_EQ(try_local(F_WRLCK, 0, 50), 0);
+  EXPECT_EQ(try_local(F_WRLCK, 50, 1), 1);
+  // A write lock through a read-only open (Linux's flock(LOCK_EX) emulation) is a host lock too.
+  EXPECT_EQ(v4lock(ro, kWriteLt, 200, 10, "lr").status, kOk);
+  EXPECT_EQ(try_local(F_RDLCK, 205, 1), 1);
+  // The lock owners' state goes with their client: their host locks with it.
+  EXPECT_EQ(send(seq().add(kDestroySession, [&](XdrEncoder& e) { e.fixed(sid_); })).status, kOk);
+  clock_ += lim_.lease_seconds + 1;
+  Cl b;
+  swap(b);
+  exchange("client-b");
+  ASSERT_EQ(create_session(), kOk);
+  const Opened bo = open("locked", kUnchecked, kShareAccessBoth, 0, "ob");
+  ASSERT_EQ(bo.status, kOk);
+  // B's lock on A's old range: A's lease ran out, so A goes (its host locks too) and B gets it.
+  EXPECT_EQ(v4lock(bo, kWriteLt, 50, 10, "lb").status, kOk);
+  EXPECT_EQ(try_local(F_RDLCK, 205, 1), 0);
+}
 }  // namespace
 }  // namespace roce::nfs
