@@ -267,6 +267,14 @@ Nfs4Server::Nfs4Server(NfsServer& files, Limits limits, std::string state_dir)
     root_ino_ = root.st.st_ino;
     ::close(root.fd);
   }
+  // The export's path as MOUNT names it: the pseudo-root's directories on the way to it.
+  const std::string& ex = files_.export_path();
+  for (std::size_t i = 0; i < ex.size();) {
+    const std::size_t j = std::min(ex.find('/', i), ex.size());
+    if (j > i && ex.compare(i, j - i, ".") != 0 && export_parts_.size() < 255)
+      export_parts_.push_back(ex.substr(i, j - i));
+    i = j + 1;
+  }
 }
 
 bool Nfs4Server::is_v4(std::span<const std::uint8_t> call) {
@@ -489,10 +497,16 @@ Status Nfs4Server::op(Compound& c, std::uint32_t opnum, XdrDecoder& d, XdrEncode
         if (style > 1) return kErrInval;
       }
       NfsServer::Resolved r;
-      if (const Status s = current(c, r)) return s;
-      ::close(r.fd);
-      if (!S_ISDIR(r.st.st_mode) && (opnum == kSecinfo || style == 1)) return kErrNotdir;
-      if (style == 1 && r.st.st_ino == root_ino_ && r.st.st_dev == root_dev_) return kErrNoent;
+      if (const auto depth = c.cur ? pseudo_depth(*c.cur) : std::nullopt) {
+        if (style == 1 && *depth == 0) return kErrNoent;
+      } else {
+        if (const Status s = current(c, r)) return s;
+        ::close(r.fd);
+        if (!S_ISDIR(r.st.st_mode) && (opnum == kSecinfo || style == 1)) return kErrNotdir;
+        if (style == 1 && r.st.st_ino == root_ino_ && r.st.st_dev == root_dev_ &&
+            export_parts_.empty())
+          return kErrNoent;
+      }
       e.u32(1);
       e.u32(rpc::kAuthSys);
       c.cur.reset();  // RFC 8881 2.6.3.1.1.8: SECINFO consumes the current file handle
@@ -500,7 +514,7 @@ Status Nfs4Server::op(Compound& c, std::uint32_t opnum, XdrDecoder& d, XdrEncode
     }
     case kPutrootfh:
     case kPutpubfh:
-      c.cur = files_.root_fh();
+      c.cur = export_parts_.empty() ? files_.root_fh() : pseudo_fh(0);
       return kOk;
     case kPutfh: {
       const auto b = d.opaque(kFhSize);
@@ -508,6 +522,10 @@ Status Nfs4Server::op(Compound& c, std::uint32_t opnum, XdrDecoder& d, XdrEncode
       if (b.empty()) return kErrBadhandle;
       v3::Fh fh;
       fh.data.assign(b.begin(), b.end());
+      if (pseudo_depth(fh)) {
+        c.cur = std::move(fh);
+        return kOk;
+      }
       NfsServer::Resolved r;
       if (const v3::Status s = files_.resolve(fh, r)) return from_v3(s);
       ::close(r.fd);
@@ -1068,11 +1086,48 @@ Status Nfs4Server::destroy_clientid(Compound&, XdrDecoder& d) {
 
 Status Nfs4Server::current(Compound& c, NfsServer::Resolved& r) {
   if (!c.cur) return kErrNofilehandle;
+  if (pseudo_depth(*c.cur)) return kErrRofs;  // the pseudo-root: nothing to open or change
   return from_v3(files_.resolve(*c.cur, r));
 }
 
+namespace {
+constexpr std::string_view kPseudoMagic = "roce-nfs4-pseudo";
+}  // namespace
+
+v3::Fh Nfs4Server::pseudo_fh(std::size_t depth) const {
+  v3::Fh fh;
+  fh.data.assign(kPseudoMagic.begin(), kPseudoMagic.end());
+  fh.data.push_back(static_cast<std::uint8_t>(depth));
+  return fh;
+}
+
+std::optional<std::size_t> Nfs4Server::pseudo_depth(const v3::Fh& fh) const {
+  if (export_parts_.empty() || fh.data.size() != kPseudoMagic.size() + 1 ||
+      !std::equal(kPseudoMagic.begin(), kPseudoMagic.end(), fh.data.begin()) ||
+      fh.data.back() >= export_parts_.size())
+    return std::nullopt;
+  return fh.data.back();
+}
+
+NfsServer::Resolved Nfs4Server::pseudo_attrs(std::size_t depth) const {
+  NfsServer::Resolved r;
+  r.fd = -1;
+  r.st.st_mode = S_IFDIR | 0555;
+  r.st.st_nlink = 2;
+  r.st.st_ino = depth + 1;  // its own fsid: no clash with the export's inodes
+  r.st.st_size = 4096;
+  r.st.st_blksize = 4096;
+  r.st.st_ctim.tv_sec = r.st.st_mtim.tv_sec = r.st.st_atim.tv_sec = 1;
+  return r;
+}
+
+std::optional<v3::Fh> Nfs4Server::pseudo_lookup(std::size_t depth, const std::string& name) const {
+  if (depth >= export_parts_.size() || name != export_parts_[depth]) return std::nullopt;
+  return depth + 1 == export_parts_.size() ? files_.root_fh() : pseudo_fh(depth + 1);
+}
+
 void Nfs4Server::encode_attrs(XdrEncoder& e, const Bitmap& want, const NfsServer::Resolved& r,
-                              const v3::Fh* fh, std::uint32_t rdattr_error) {
+                              const v3::Fh* fh, std::uint32_t rdattr_error, bool pseudo) {
   static const Bitmap kSupported = supported();
   Bitmap got;
   std::vector<std::uint8_t> vals;
@@ -1121,7 +1176,7 @@ void Nfs4Server::encode_attrs(XdrEncoder& e, const Bitmap& want, const NfsServer
         break;
       case kFsid:
         v.u64(root_dev_);
-        v.u64(0);
+        v.u64(pseudo ? 1 : 0);  // the pseudo-root is a file system of its own
         break;
       case kLeaseTime:
         v.u32(lim_.lease_seconds);
@@ -1223,6 +1278,10 @@ void Nfs4Server::encode_attrs(XdrEncoder& e, const Bitmap& want, const NfsServer
 Status Nfs4Server::getattr(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   const Bitmap want = decode_bitmap(d);
   if (!d.ok()) return kErrBadxdr;
+  if (const auto depth = c.cur ? pseudo_depth(*c.cur) : std::nullopt) {
+    encode_attrs(e, want, pseudo_attrs(*depth), &*c.cur, 0, true);
+    return kOk;
+  }
   NfsServer::Resolved r;
   if (const Status s = current(c, r)) return s;
   Fd fd(r.fd);
@@ -1233,6 +1292,13 @@ Status Nfs4Server::getattr(Compound& c, XdrDecoder& d, XdrEncoder& e) {
 Status Nfs4Server::lookup(Compound& c, XdrDecoder& d) {
   const std::string name = d.string(kMaxNameWire);
   if (!d.ok()) return kErrBadxdr;
+  if (const auto depth = c.cur ? pseudo_depth(*c.cur) : std::nullopt) {
+    if (const Status s = check_name(name)) return s;
+    const auto next = pseudo_lookup(*depth, name);
+    if (!next) return kErrNoent;
+    c.cur = *next;
+    return kOk;
+  }
   NfsServer::Resolved r;
   if (const Status s = current(c, r)) return s;
   Fd fd(r.fd);
@@ -1248,12 +1314,21 @@ Status Nfs4Server::lookup(Compound& c, XdrDecoder& d) {
 }
 
 Status Nfs4Server::lookupp(Compound& c) {
+  if (const auto depth = c.cur ? pseudo_depth(*c.cur) : std::nullopt) {
+    if (*depth == 0) return kErrNoent;
+    c.cur = pseudo_fh(*depth - 1);
+    return kOk;
+  }
   NfsServer::Resolved r;
   if (const Status s = current(c, r)) return s;
   Fd fd(r.fd);
   if (S_ISLNK(r.st.st_mode)) return kErrSymlink;
   if (!S_ISDIR(r.st.st_mode)) return kErrNotdir;
-  if (r.st.st_ino == root_ino_ && r.st.st_dev == root_dev_) return kErrNoent;
+  if (r.st.st_ino == root_ino_ && r.st.st_dev == root_dev_) {
+    if (export_parts_.empty()) return kErrNoent;
+    c.cur = pseudo_fh(export_parts_.size() - 1);  // up into the pseudo-root
+    return kOk;
+  }
   NfsServer::Resolved p;
   p.fd = ::openat(r.fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (p.fd < 0) return from_errno(errno);
@@ -1269,6 +1344,12 @@ Status Nfs4Server::lookupp(Compound& c) {
 Status Nfs4Server::access(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   const std::uint32_t want = d.u32();
   if (!d.ok()) return kErrBadxdr;
+  if (c.cur && pseudo_depth(*c.cur)) {  // read and look up, nothing else
+    e.u32(want & (kAccessRead | kAccessLookup | kAccessModify | kAccessExtend | kAccessDelete |
+                  kAccessExecute));
+    e.u32(want & (kAccessRead | kAccessLookup));
+    return kOk;
+  }
   NfsServer::Resolved r;
   if (const Status s = current(c, r)) return s;
   Fd fd(r.fd);
@@ -2095,6 +2176,33 @@ Status Nfs4Server::readdir(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   const Bitmap want = decode_bitmap(d);
   if (!d.ok()) return kErrBadxdr;
   if (cookie == 1 || cookie == 2) return kErrBadCookie;  // reserved (RFC 8881 18.23.3)
+  if (const auto depth = c.cur ? pseudo_depth(*c.cur) : std::nullopt) {
+    // One entry: the next name on the way to the export (cookie 3), then the end.
+    std::vector<std::uint8_t> entries;
+    XdrEncoder en(entries);
+    if (cookie == 0) {
+      const std::string& nm = export_parts_[*depth];
+      const v3::Fh next = *pseudo_lookup(*depth, nm);
+      en.boolean(true);
+      en.u64(3);
+      en.string(nm);
+      if (const auto nd = pseudo_depth(next)) {
+        encode_attrs(en, want, pseudo_attrs(*nd), &next, 0, true);
+      } else {
+        NfsServer::Resolved root;
+        if (const v3::Status s = files_.resolve(next, root)) return from_v3(s);
+        Fd rfd(root.fd);
+        encode_attrs(en, want, root, &next);
+      }
+      if (entries.size() + 64 > maxcount) return kErrToosmall;
+    }
+    const std::uint8_t verf[8] = {};
+    e.fixed(verf);
+    e.fixed(entries);
+    e.boolean(false);
+    e.boolean(true);
+    return kOk;
+  }
   NfsServer::Resolved dir;
   if (const Status s = current(c, dir)) return s;
   Fd dfd(dir.fd);

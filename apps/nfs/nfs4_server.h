@@ -182,7 +182,18 @@ class Nfs4Server {
   v4::Status current(Compound& c, NfsServer::Resolved& r);
   v4::Status getattr(Compound& c, XdrDecoder& d, XdrEncoder& e);
   void encode_attrs(XdrEncoder& e, const v4::Bitmap& want, const NfsServer::Resolved& r,
-                    const v3::Fh* fh, std::uint32_t rdattr_error = 0);
+                    const v3::Fh* fh, std::uint32_t rdattr_error = 0, bool pseudo = false);
+  // The pseudo-root (RFC 8881 7.3): with --export /srv/export, PUTROOTFH is a read-only
+  // directory "/" holding "srv" holding the export, so that a client mounts ADDR:/srv/export
+  // (as over v3) or ADDR:/. Its handles are depth-numbered and name no file of the host.
+  v3::Fh pseudo_fh(std::size_t depth) const;
+  /// The depth of a pseudo-root handle (0: "/"), or nullopt for any other handle.
+  std::optional<std::size_t> pseudo_depth(const v3::Fh& fh) const;
+  /// A directory's attributes for the pseudo directory at `depth`.
+  NfsServer::Resolved pseudo_attrs(std::size_t depth) const;
+  /// The handle below pseudo directory `depth` named `name`: the next one, or the export's root.
+  std::optional<v3::Fh> pseudo_lookup(std::size_t depth, const std::string& name) const;
+  std::vector<std::string> export_parts_;  ///< "/srv/export": {"srv", "export"}
   v4::Status lookup(Compound& c, XdrDecoder& d);
   v4::Status lookupp(Compound& c);
   v4::Status access(Compound& c, XdrDecoder& d, XdrEncoder& e);

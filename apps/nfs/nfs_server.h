@@ -110,6 +110,8 @@ class NfsServer {
   void handle_mount(const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& out);
 
   v3::Fh root_fh() const { return root_fh_; }
+  /// What MOUNT calls the export ("/srv/export"); NFSv4's pseudo-root leads to it.
+  const std::string& export_path() const { return export_; }
   NfsServerStats stats() const {
     std::lock_guard g(stats_mu_);
     return st_;

@@ -2328,5 +2328,105 @@ TEST_F(Nfs4Test, LocksExcludeLocalProcesses) {
   EXPECT_EQ(v4lock(bo, kWriteLt, 50, 10, "lb").status, kOk);
   EXPECT_EQ(try_local(F_RDLCK, 205, 1), 0);
 }
+
+// --- The pseudo-root leads to --export (review16 5) ---------------------------------------
+
+// With --export /srv/export, a v4 client mounts ADDR:/srv/export (PUTROOTFH, LOOKUP srv, LOOKUP
+// export: the export's root, the same handle as v3's MOUNT gives) or ADDR:/ (a read-only
+// pseudo directory listing "srv").
+TEST_F(Nfs4Test, PseudoRootLeadsToTheExport) {
+  srv_.reset();
+  ExportOptions o;
+  std::string err;
+  ASSERT_TRUE(parse_export_options("rw,no_root_squash", o, err));
+  files_ = std::make_unique<NfsServer>(dir_.string(), "/srv/export", o);
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+  srv_->now = [this] { return clock_; };
+  mount();
+  // The walk of the mount path.
+  Reply g =
+      send(seq().add(kPutrootfh).add(kGetfh).add(kGetattr, bitmap({kType, kFsid, kFileid, kMode})));
+  ASSERT_EQ(g.status, kOk);
+  skip_sequence(g);
+  g.next(kPutrootfh);
+  const Bytes root = getfh(g);
+  EXPECT_EQ(g.next(kGetattr), kOk);
+  decode_bitmap(*g.d);
+  const auto vals = g.d->opaque(1024);
+  XdrDecoder a(vals);
+  EXPECT_EQ(a.u32(), kDir);
+  a.u64();
+  EXPECT_EQ(a.u64(), 1u);  // the pseudo-root's own fsid
+  EXPECT_EQ(a.u64(), 1u);  // fileid
+  EXPECT_EQ(a.u32(), 0555u);
+  Reply w = send(seq()
+                     .add(kPutrootfh)
+                     .add(kLookup, name("srv"))
+                     .add(kGetfh)
+                     .add(kLookup, name("export"))
+                     .add(kGetfh)
+                     .add(kLookup, name("hello")));
+  ASSERT_EQ(w.status, kOk);
+  skip_sequence(w);
+  w.next(kPutrootfh);
+  w.next(kLookup);
+  const Bytes srv = getfh(w);
+  w.next(kLookup);
+  EXPECT_EQ(getfh(w), files_->root_fh().data);
+  EXPECT_EQ(w.next(kLookup), kOk);
+  EXPECT_NE(root, srv);
+  // A wrong name, and nothing made or opened in the pseudo-root.
+  EXPECT_EQ(send(seq().add(kPutrootfh).add(kLookup, name("export"))).status, kErrNoent);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(srv)).add(kLookup, name("hello"))).status, kErrNoent);
+  EXPECT_EQ(open("x", kUnchecked).status, kErrRofs);
+  EXPECT_EQ(send(seq().add(kPutrootfh).add(kRemove, name("srv"))).status, kErrRofs);
+  // Up again: export root -> srv -> "/", and no further.
+  Reply up = send(seq()
+                      .add(kPutfh, fh(files_->root_fh().data))
+                      .add(kLookupp)
+                      .add(kGetfh)
+                      .add(kLookupp)
+                      .add(kGetfh));
+  ASSERT_EQ(up.status, kOk);
+  skip_sequence(up);
+  up.next(kPutfh);
+  up.next(kLookupp);
+  EXPECT_EQ(getfh(up), srv);
+  up.next(kLookupp);
+  EXPECT_EQ(getfh(up), root);
+  EXPECT_EQ(send(seq().add(kPutrootfh).add(kLookupp)).status, kErrNoent);
+  // READDIR of "/": "srv" alone.
+  Reply rd = send(seq().add(kPutrootfh).add(kReaddir, [](XdrEncoder& e) {
+    e.u64(0);
+    const std::uint8_t v[8] = {};
+    e.fixed(v);
+    e.u32(4096);
+    e.u32(4096);
+    Bitmap b;
+    b.set(kType);
+    encode(e, b);
+  }));
+  ASSERT_EQ(rd.status, kOk);
+  skip_sequence(rd);
+  rd.next(kPutrootfh);
+  rd.next(kReaddir);
+  rd.d->fixed(8);
+  EXPECT_TRUE(rd.d->boolean());
+  rd.d->u64();
+  EXPECT_EQ(rd.d->string(100), "srv");
+  decode_bitmap(*rd.d);
+  rd.d->opaque(100);
+  EXPECT_FALSE(rd.d->boolean());
+  EXPECT_TRUE(rd.d->boolean());  // eof
+  // ACCESS: read and look up; a forged pseudo handle (too deep) is no handle.
+  Reply ac = send(seq().add(kPutrootfh).add(kAccess, [](XdrEncoder& e) {
+    e.u32(kAccessRead | kAccessLookup | kAccessModify);
+  }));
+  ASSERT_EQ(ac.status, kOk);
+  Bytes forged = srv;
+  forged.back() = 7;
+  EXPECT_NE(send(seq().add(kPutfh, fh(forged))).status, kOk);
+}
+
 }  // namespace
 }  // namespace roce::nfs
