@@ -243,6 +243,7 @@ Nfs4Server::Nfs4Server(NfsServer& files, Limits limits, std::string state_dir)
     previous_ = records_;
   }
   lease_break_s_ = std::max<std::int64_t>(read_proc_number("/proc/sys/fs/lease-break-time", 45), 1);
+  leases_ok_ = leases_usable();
   files_.before_change = [this](std::uint64_t dev, std::uint64_t ino) {
     return v3_change(dev, ino);
   };
@@ -2733,7 +2734,7 @@ bool Nfs4Server::v3_change(std::uint64_t dev, std::uint64_t ino) {
 }
 
 int Nfs4Server::take_lease(const NfsServer::Resolved& file) {
-  if (!leases_usable()) return -1;
+  if (!leases_ok_) return -1;
   int fd = -1;
   if (files_.open_for_io(file, O_RDONLY, fd) != v3::kOk) return -1;
   // The break is reported with our signal (and si_fd); F_SETLEASE fails while anybody has the

@@ -284,6 +284,7 @@ class Nfs4Server {
   std::uint32_t next_cb_xid_ = 1;
   std::uint64_t lease_breaks_seen_ = 0;  ///< the lease-break signal count last looked at
   std::int64_t lease_break_s_ = 45;      ///< fs.lease-break-time
+  bool leases_ok_ = false;               ///< leases_usable() when made
   /// Files whose delegations were recalled lately (when): no new one for kNoRegrantSeconds, so
   /// that a writer waiting out a recall is not starved by new readers (knfsd's bloom filter).
   std::map<v4::FileKey, std::int64_t> recalled_;
