@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -1815,8 +1816,9 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   }
   const auto cl = clients_.find(c.clientid);
   // The host's read lease on the file stands for the delegation: no lease, no delegation.
-  const int lease =
-      deleg && cl != clients_.end() && cl->second.states < lim_.states ? take_lease(file) : -1;
+  const int lease = deleg && cl != clients_.end() && cl->second.states < lim_.states
+                        ? take_lease(file, c.clientid)
+                        : -1;
   if (lease >= 0) {
     State dl;
     dl.lease_fd = lease;
@@ -2468,6 +2470,7 @@ Status Nfs4Server::host_lock(State& ls, const NfsServer::Resolved& r, bool write
     const auto o = states_.find(ls.open);
     const bool open_w = o != states_.end() && (o->second.access & kShareAccessWrite);
     const bool rw = write || open_w;
+    if (ls.lock_fd < 0 && !fd_room(ls.clientid)) return kErrResource;
     int fd = -1;
     if (const v3::Status s = files_.open_for_io(r, rw ? O_RDWR : O_RDONLY, fd)) {
       if (s == v3::kErrAcces && !open_w) return kErrOpenmode;  // may not write it at all
@@ -2482,6 +2485,8 @@ Status Nfs4Server::host_lock(State& ls, const NfsServer::Resolved& r, bool write
             ::fcntl(fd, F_OFD_SETLK, &g);
         }
       ::close(ls.lock_fd);
+    } else {
+      fd_taken(ls.clientid, 1);
     }
     ls.lock_fd = fd;
     ls.lock_rw = rw;
@@ -2733,8 +2738,22 @@ bool Nfs4Server::v3_change(std::uint64_t dev, std::uint64_t ino) {
   return recall_conflicting(FileKey{dev, ino}, 0);
 }
 
-int Nfs4Server::take_lease(const NfsServer::Resolved& file) {
-  if (!leases_ok_) return -1;
+bool Nfs4Server::fd_room(std::uint64_t clientid) const {
+  std::size_t cap = lim_.host_fds;
+  if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    cap = std::min<std::size_t>(cap, static_cast<std::size_t>(r.rlim_cur / 4));
+  const auto cl = clients_.find(clientid);
+  return host_fds_ < cap && cl != clients_.end() && cl->second.host_fds < lim_.host_fds_per_client;
+}
+
+void Nfs4Server::fd_taken(std::uint64_t clientid, std::ptrdiff_t n) {
+  const auto step = [n](std::size_t& v) { v = n > 0 ? v + 1 : v - std::min<std::size_t>(v, 1); };
+  step(host_fds_);
+  if (const auto cl = clients_.find(clientid); cl != clients_.end()) step(cl->second.host_fds);
+}
+
+int Nfs4Server::take_lease(const NfsServer::Resolved& file, std::uint64_t clientid) {
+  if (!leases_ok_ || !fd_room(clientid)) return -1;
   int fd = -1;
   if (files_.open_for_io(file, O_RDONLY, fd) != v3::kOk) return -1;
   // The break is reported with our signal (and si_fd); F_SETLEASE fails while anybody has the
@@ -2744,6 +2763,7 @@ int Nfs4Server::take_lease(const NfsServer::Resolved& file) {
     ::close(fd);
     return -1;
   }
+  fd_taken(clientid, 1);
   return fd;
 }
 
@@ -2763,6 +2783,8 @@ void Nfs4Server::poll_leases() {
 }
 
 void Nfs4Server::release(State& st) {
+  for (const int fd : {st.lease_fd, st.lock_fd})
+    if (fd >= 0) fd_taken(st.clientid, -1);
   if (st.lease_fd >= 0) ::close(st.lease_fd);  // the lease goes with its descriptor
   if (st.lock_fd >= 0) ::close(st.lock_fd);    // and the owner's host locks with theirs
   st.lease_fd = st.lock_fd = -1;

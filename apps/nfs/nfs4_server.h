@@ -58,7 +58,8 @@ class Nfs4Server {
   /// sent RECLAIM_COMPLETE.
   explicit Nfs4Server(NfsServer& files, v4::Limits limits = {}, std::string state_dir = {});
   /// Closes the descriptors of the delegations' leases and of the lock owners (their host
-  /// locks go with them) and takes itself out of the v3 server's before_change.
+  /// locks go with them) and takes itself out of the v3 server's before_change (one v4 server
+  /// per v3 server: the last one made is asked).
   ~Nfs4Server();
   Nfs4Server(const Nfs4Server&) = delete;
   Nfs4Server& operator=(const Nfs4Server&) = delete;
@@ -248,7 +249,12 @@ class Nfs4Server {
   /// The v3 server's before_change: recalls every delegation of the file.
   bool v3_change(std::uint64_t dev, std::uint64_t ino);
   /// A read lease on `file` for a delegation: its descriptor, or -1 (no delegation then).
-  int take_lease(const NfsServer::Resolved& file);
+  int take_lease(const NfsServer::Resolved& file, std::uint64_t clientid);
+  /// Whether the client's state may hold one more host descriptor (Limits::host_fds); taken:
+  /// counts it.
+  bool fd_room(std::uint64_t clientid) const;
+  void fd_taken(std::uint64_t clientid, std::ptrdiff_t n);
+  std::size_t host_fds_ = 0;
   /// Recalls the delegations whose lease the kernel broke since the last look.
   void poll_leases();
   /// Closes what the state holds on the host (lease, lock descriptor).

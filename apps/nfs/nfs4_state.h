@@ -33,6 +33,11 @@ struct Limits {
   std::size_t total_bytes = 64u << 20;  ///< the same, of every client together
   std::size_t clients_per_peer = 16;    ///< client records made from one address
   std::uint32_t lease_seconds = 90;
+  /// Descriptors the state holds on the host (a delegation's lease, a lock owner's open file
+  /// description): of all clients (and at most a quarter of RLIMIT_NOFILE), and of one client.
+  /// Beyond: no delegation, and LOCK of a new owner is NFS4ERR_RESOURCE.
+  std::size_t host_fds = 8192;
+  std::size_t host_fds_per_client = 1024;
 };
 
 using SessionId = std::array<std::uint8_t, 16>;
@@ -150,8 +155,9 @@ struct Client {
   std::vector<std::uint8_t> cs_reply;
   std::int64_t renewed = 0;  ///< seconds, when SEQUENCE last renewed the lease
   std::size_t states = 0;
-  std::size_t bytes = 0;    ///< its stateids and byte ranges, as charged (Limits::client_bytes)
-  std::size_t revoked = 0;  ///< its revoked delegations (SEQ4_STATUS_RECALLABLE_STATE_REVOKED)
+  std::size_t bytes = 0;     ///< its stateids and byte ranges, as charged (Limits::client_bytes)
+  std::size_t revoked = 0;   ///< its revoked delegations (SEQ4_STATUS_RECALLABLE_STATE_REVOKED)
+  std::size_t host_fds = 0;  ///< descriptors its state holds (Limits::host_fds_per_client)
 };
 
 }  // namespace roce::nfs::v4

@@ -2428,5 +2428,38 @@ TEST_F(Nfs4Test, PseudoRootLeadsToTheExport) {
   EXPECT_NE(send(seq().add(kPutfh, fh(forged))).status, kOk);
 }
 
+// The descriptors the v4 state holds on the host (leases, lock owners) are bounded per client:
+// beyond, no delegation and RESOURCE for a new lock owner; freed with their state.
+TEST_F(Nfs4DelegTest, HostDescriptorsAreBounded) {
+  lim_.host_fds_per_client = 2;
+  srv_.reset();  // (the old one takes itself out of the v3 server's before_change when it goes)
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+  srv_->now = [this] { return clock_; };
+  Cl b;
+  two_clients(b);
+  for (const char* f : {"d1", "d2", "d3"}) std::ofstream(dir_ / f) << f;
+  const OpenedD d1 = open_d("d1", kShareAccessRead, "o1");
+  EXPECT_EQ(d1.deleg, kDelegRead);
+  EXPECT_EQ(open_d("d2", kShareAccessRead, "o2").deleg, kDelegRead);
+  EXPECT_EQ(open_d("d3", kShareAccessRead, "o3").deleg, kDelegNone);  // two held already
+  const Opened w = open("d3", kUnchecked, kShareAccessBoth, 0, "o4");
+  ASSERT_EQ(w.status, kOk);
+  EXPECT_EQ(
+      send(
+          seq().add(kPutfh, fh(w.fh)).add(kLock, lock_args(kWriteLt, 0, 1, w.sid, clientid_, "l1")))
+          .status,
+      kErrResource);
+  EXPECT_EQ(delegreturn(d1), kOk);
+  EXPECT_EQ(
+      send(
+          seq().add(kPutfh, fh(w.fh)).add(kLock, lock_args(kWriteLt, 0, 1, w.sid, clientid_, "l1")))
+          .status,
+      kOk);
+  // The other client has its own allowance.
+  swap(b);
+  ctx_.conn = 2;
+  EXPECT_EQ(open_d("d2", kShareAccessRead, "b1").deleg, kDelegRead);
+}
+
 }  // namespace
 }  // namespace roce::nfs
