@@ -2243,6 +2243,8 @@ TEST_F(Nfs4Test, LocksExcludeLocalProcesses) {
   ASSERT_EQ(::pipe(go), 0);
   const pid_t holder = ::fork();
   if (holder == 0) {
+    ::close(go[1]);  // so that the parent's end closing (however the test ends) lets it go
+    ::alarm(60);
     const int fd = ::open(path.c_str(), O_RDWR);
     struct flock f {};
     f.l_type = F_WRLCK;
@@ -2254,6 +2256,17 @@ TEST_F(Nfs4Test, LocksExcludeLocalProcesses) {
     (void)!::read(go[0], &c, 1);
     ::_exit(0);
   }
+  ::close(go[0]);
+  // However the test ends: the child told to go (its pipe closed) and waited for.
+  struct Reap {
+    int& go;
+    pid_t pid;
+    ~Reap() {
+      if (go >= 0) ::close(go);
+      go = -1;
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reap{go[1], holder};
   char ok = 0;
   ASSERT_EQ(::read(ready[0], &ok, 1), 1);
   ASSERT_EQ(ok, 'y');
@@ -2286,9 +2299,9 @@ TEST_F(Nfs4Test, LocksExcludeLocalProcesses) {
   EXPECT_EQ(lockt(kReadLt, 5, 1).status, kErrDenied);
   EXPECT_EQ(lockt(kWriteLt, 10, 90).status, kOk);
   // It lets go: the client takes [0, 100), and now a local process is refused.
-  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  ::close(std::exchange(go[1], -1));
   ::waitpid(holder, nullptr, 0);
-  for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
+  for (int fd : {ready[0], ready[1]}) ::close(fd);
   Reply got = v4lock(o, kWriteLt, 0, 100, "la");
   ASSERT_EQ(got.status, kOk);
   skip_sequence(got);
