@@ -2767,9 +2767,9 @@ int Nfs4Server::take_lease(const NfsServer::Resolved& file, std::uint64_t client
   return fd;
 }
 
-void Nfs4Server::poll_leases() {
+void Nfs4Server::poll_leases(bool force) {
   const std::uint64_t n = g_lease_breaks.load(std::memory_order_relaxed);
-  if (n == lease_breaks_seen_) return;
+  if (n == lease_breaks_seen_ && (!force || delegs_.load(std::memory_order_relaxed) == 0)) return;
   lease_breaks_seen_ = n;
   std::vector<FileKey> broken;
   for (auto& [id, st] : states_) {
@@ -2925,7 +2925,7 @@ bool Nfs4Server::tick() {
   std::unique_lock g(mu_, std::try_to_lock);
   if (!g.owns_lock()) return false;
   drain_inbox();
-  poll_leases();
+  poll_leases(true);
   grace_locked();
   flush_records();
   const std::int64_t t = now();

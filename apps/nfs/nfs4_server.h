@@ -255,8 +255,10 @@ class Nfs4Server {
   bool fd_room(std::uint64_t clientid) const;
   void fd_taken(std::uint64_t clientid, std::ptrdiff_t n);
   std::size_t host_fds_ = 0;
-  /// Recalls the delegations whose lease the kernel broke since the last look.
-  void poll_leases();
+  /// Recalls the delegations whose lease the kernel broke since the last look: when the
+  /// signal's count moved, or always (`force`: tick(), once a second, in case no thread of the
+  /// process could take the signal).
+  void poll_leases(bool force = false);
   /// Closes what the state holds on the host (lease, lock descriptor).
   void release(v4::State& st);
   // The grace period and the stable client records.

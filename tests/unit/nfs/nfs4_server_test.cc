@@ -9,10 +9,12 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -2472,6 +2474,25 @@ TEST_F(Nfs4DelegTest, HostDescriptorsAreBounded) {
   swap(b);
   ctx_.conn = 2;
   EXPECT_EQ(open_d("d2", kShareAccessRead, "b1").deleg, kDelegRead);
+}
+
+// No thread takes the lease-break signal (all block it): tick(), once a second, still finds the
+// broken lease and recalls.
+TEST_F(Nfs4DelegTest, BrokenLeaseFoundWithoutTheSignal) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  const OpenedD a = deleg("hello", "a-1");
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, Nfs4Server::lease_signal());
+  ASSERT_EQ(::pthread_sigmask(SIG_BLOCK, &block, &old), 0);
+  EXPECT_EQ(::open((dir_ / "hello").c_str(), O_WRONLY | O_NONBLOCK), -1);
+  EXPECT_TRUE(srv_->take_callbacks().empty());  // the count did not move
+  EXPECT_TRUE(srv_->tick());
+  expect_recall(a.dsid);
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);  // the pending signal is taken (and counted)
+  EXPECT_EQ(delegreturn(a), kOk);
 }
 
 }  // namespace
