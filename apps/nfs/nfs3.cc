@@ -342,6 +342,7 @@ Status from_errno(int e) {
     case EMFILE:  // out of descriptors or memory: for now, the client tries again later
     case ENFILE:
     case ENOMEM:
+    case EWOULDBLOCK:  // an open for writing broke a lease (an NFSv4 delegation being recalled)
       return kErrJukebox;
     default:
       return kErrIo;

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -11,9 +12,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
+#include <fstream>
 #include <utility>
 
 namespace roce::nfs {
@@ -145,6 +149,38 @@ Bitmap supported() {
 
 std::string proc_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
 
+// Lease breaks (fcntl(2) F_SETLEASE, F_SETSIG): the kernel signals the process when a writer
+// opens a file a delegation's lease is on. The handler, on whichever thread takes it, only counts;
+// the server looks at its leases (F_GETLEASE) when the count moved.
+std::atomic<std::uint64_t> g_lease_breaks{0};
+extern "C" void on_lease_break(int, siginfo_t*, void*) {
+  g_lease_breaks.fetch_add(1, std::memory_order_relaxed);
+}
+
+/// The handler installed once; false when the signal belongs to somebody else.
+bool lease_handler() {
+  static const bool ok = [] {
+    struct sigaction old {};
+    if (::sigaction(Nfs4Server::lease_signal(), nullptr, &old) != 0) return false;
+    if ((old.sa_flags & SA_SIGINFO) ? old.sa_sigaction != on_lease_break
+                                    : old.sa_handler != SIG_DFL)
+      return false;
+    struct sigaction sa {};
+    sa.sa_sigaction = on_lease_break;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    return ::sigaction(Nfs4Server::lease_signal(), &sa, nullptr) == 0;
+  }();
+  return ok;
+}
+
+std::int64_t read_proc_number(const char* path, std::int64_t fallback) {
+  std::ifstream f(path);
+  std::int64_t v = fallback;
+  if (!(f >> v)) return fallback;
+  return v;
+}
+
 std::string join(const std::string& rel, const std::string& name) {
   return rel.empty() ? name : rel + "/" + name;
 }
@@ -158,6 +194,9 @@ std::string parent_of(const std::string& rel) {
 /// One COMPOUND being served.
 struct Nfs4Server::Compound {
   const CallContext* ctx = nullptr;
+  /// The server's lock, held but for file I/O (Unlocked): the state is checked and changed with
+  /// it, pread, pwrite and fsync run without, so that one client's slow disk stalls nobody else.
+  std::unique_lock<std::mutex>* lock = nullptr;
   std::optional<v3::Fh> cur, saved;
   Stateid cur_stateid{};
   bool has_cur_stateid = false;
@@ -169,7 +208,46 @@ struct Nfs4Server::Compound {
   const std::vector<std::uint8_t>* replay = nullptr;  ///< SEQUENCE found a retry: its reply
 };
 
-Nfs4Server::Nfs4Server(NfsServer& files, Limits limits) : files_(files), lim_(limits) {
+int Nfs4Server::lease_signal() { return SIGRTMIN + 6; }
+
+bool Nfs4Server::leases_usable() {
+  return read_proc_number("/proc/sys/fs/leases-enable", 1) != 0 && lease_handler();
+}
+
+Nfs4Server::~Nfs4Server() {
+  files_.before_change = nullptr;
+  for (auto& [id, st] : states_) release(st);
+}
+
+Nfs4Server::Nfs4Server(NfsServer& files, Limits limits, std::string state_dir)
+    : state_dir_(std::move(state_dir)), files_(files), lim_(limits) {
+  if (!state_dir_.empty()) {
+    // One co_ownerid a line, in hex (written by write_records()).
+    std::ifstream in(state_dir_ + "/clients");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line.size() % 2 || line.size() > 2 * kOpaqueLimit) continue;
+      std::vector<std::uint8_t> id;
+      for (std::size_t i = 0; i < line.size(); i += 2) {
+        const auto hex = [](char ch) {
+          return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        };
+        const int hi = hex(line[i]), lo = hex(line[i + 1]);
+        if (hi < 0 || lo < 0) {
+          id.clear();
+          break;
+        }
+        id.push_back(static_cast<std::uint8_t>(hi << 4 | lo));
+      }
+      if (!id.empty() && records_.size() < lim_.clients * 4) records_.insert(id);
+    }
+    previous_ = records_;
+  }
+  lease_break_s_ = std::max<std::int64_t>(read_proc_number("/proc/sys/fs/lease-break-time", 45), 1);
+  leases_ok_ = leases_usable();
+  files_.before_change = [this](std::uint64_t dev, std::uint64_t ino) {
+    return v3_change(dev, ino);
+  };
   now = [] {
     return std::chrono::duration_cast<std::chrono::seconds>(
                std::chrono::steady_clock::now().time_since_epoch())
@@ -191,6 +269,14 @@ Nfs4Server::Nfs4Server(NfsServer& files, Limits limits) : files_(files), lim_(li
     root_ino_ = root.st.st_ino;
     ::close(root.fd);
   }
+  // The export's path as MOUNT names it: the pseudo-root's directories on the way to it.
+  const std::string& ex = files_.export_path();
+  for (std::size_t i = 0; i < ex.size();) {
+    const std::size_t j = std::min(ex.find('/', i), ex.size());
+    if (j > i && ex.compare(i, j - i, ".") != 0 && export_parts_.size() < 255)
+      export_parts_.push_back(ex.substr(i, j - i));
+    i = j + 1;
+  }
 }
 
 bool Nfs4Server::is_v4(std::span<const std::uint8_t> call) {
@@ -205,8 +291,9 @@ void Nfs4Server::handle(const CallContext& ctx, std::span<const std::uint8_t> ca
   rpc::CallHeader h;
   XdrEncoder e(out.msg);
   rpc::ReplyHeader r;
-  std::lock_guard g(mu_);
+  std::unique_lock g(mu_);
   drain_inbox();
+  poll_leases();
   if (!rpc::decode(d, h)) {
     ++st_.garbage;
     if (!d.ok() || call.size() < 8) return;
@@ -260,6 +347,7 @@ void Nfs4Server::handle(const CallContext& ctx, std::span<const std::uint8_t> ca
   const std::size_t body = out.msg.size();
   Compound c;
   c.ctx = &ctx;
+  c.lock = &g;
   c.principal.flavor = h.cred.flavor;
   c.principal.peer = ctx.peer.v;
   if (const auto sys = rpc::parse_auth_sys(h.cred)) {
@@ -267,6 +355,7 @@ void Nfs4Server::handle(const CallContext& ctx, std::span<const std::uint8_t> ca
     c.principal.gid = sys->gid;
   }
   const bool ran = files_.run_as(h.cred, [&] { compound(c, d, e, out); });
+  flush_records();  // as the server itself, not as the caller
   if (!ran || (!d.ok() && out.msg.size() == body)) {
     // No identity to act as (roced lacks CAP_SETUID), or the COMPOUND's header did not decode.
     out.msg.resize(body - 4);
@@ -295,6 +384,17 @@ void Nfs4Server::compound(Compound& c, XdrDecoder& d, XdrEncoder& e, RpcReply& o
   }
   Status status = kOk;
   std::uint32_t done = 0;
+  // The slot is free again however this COMPOUND ends (an exception included).
+  struct SlotFree {
+    Nfs4Server& s;
+    Compound& c;
+    ~SlotFree() {
+      if (!c.in_session) return;
+      const auto it = s.sessions_.find(c.sid);
+      if (it != s.sessions_.end() && c.slot < it->second.slots.size())
+        it->second.slots[c.slot].in_use = false;
+    }
+  } slot_free{*this, c};
   for (std::uint32_t i = 0; i < n && status == kOk; ++i) {
     std::uint32_t opnum = d.u32();
     if (!d.ok()) {  // fewer operations than the count said
@@ -380,6 +480,10 @@ Status Nfs4Server::op(Compound& c, std::uint32_t opnum, XdrDecoder& d, XdrEncode
       if (one_fs) return c.cur ? kOk : kErrNofilehandle;
       if (cl->second.reclaim_complete) return kErrCompleteAlready;
       cl->second.reclaim_complete = true;
+      // Recorded from now on (it may reclaim after a restart), and done reclaiming this time.
+      previous_.erase(cl->second.ownerid);
+      record(cl->second, true);
+      grace_locked();  // the last one to finish ends the grace period
       return kOk;
     }
     case kSecinfoNoName:
@@ -395,10 +499,16 @@ Status Nfs4Server::op(Compound& c, std::uint32_t opnum, XdrDecoder& d, XdrEncode
         if (style > 1) return kErrInval;
       }
       NfsServer::Resolved r;
-      if (const Status s = current(c, r)) return s;
-      ::close(r.fd);
-      if (!S_ISDIR(r.st.st_mode) && (opnum == kSecinfo || style == 1)) return kErrNotdir;
-      if (style == 1 && r.st.st_ino == root_ino_ && r.st.st_dev == root_dev_) return kErrNoent;
+      if (const auto depth = c.cur ? pseudo_depth(*c.cur) : std::nullopt) {
+        if (style == 1 && *depth == 0) return kErrNoent;
+      } else {
+        if (const Status s = current(c, r)) return s;
+        ::close(r.fd);
+        if (!S_ISDIR(r.st.st_mode) && (opnum == kSecinfo || style == 1)) return kErrNotdir;
+        if (style == 1 && r.st.st_ino == root_ino_ && r.st.st_dev == root_dev_ &&
+            export_parts_.empty())
+          return kErrNoent;
+      }
       e.u32(1);
       e.u32(rpc::kAuthSys);
       c.cur.reset();  // RFC 8881 2.6.3.1.1.8: SECINFO consumes the current file handle
@@ -406,7 +516,7 @@ Status Nfs4Server::op(Compound& c, std::uint32_t opnum, XdrDecoder& d, XdrEncode
     }
     case kPutrootfh:
     case kPutpubfh:
-      c.cur = files_.root_fh();
+      c.cur = export_parts_.empty() ? files_.root_fh() : pseudo_fh(0);
       return kOk;
     case kPutfh: {
       const auto b = d.opaque(kFhSize);
@@ -414,6 +524,10 @@ Status Nfs4Server::op(Compound& c, std::uint32_t opnum, XdrDecoder& d, XdrEncode
       if (b.empty()) return kErrBadhandle;
       v3::Fh fh;
       fh.data.assign(b.begin(), b.end());
+      if (pseudo_depth(fh)) {
+        c.cur = std::move(fh);
+        return kOk;
+      }
       NfsServer::Resolved r;
       if (const v3::Status s = files_.resolve(fh, r)) return from_v3(s);
       ::close(r.fd);
@@ -503,6 +617,74 @@ void Nfs4Server::reap_expired() {
   for (auto id : gone) forget_client(id);
 }
 
+bool Nfs4Server::grace_locked() {
+  if (previous_.empty()) return false;
+  if (grace_end_ < 0) grace_end_ = now() + static_cast<std::int64_t>(lim_.lease_seconds);
+  if (now() < grace_end_) return true;
+  // Over: who did not reclaim in time has nothing to reclaim any more.
+  for (const auto& id : previous_) records_.erase(id);
+  previous_.clear();
+  write_records();
+  return false;
+}
+
+bool Nfs4Server::may_reclaim(std::uint64_t clientid) {
+  if (!grace_locked()) return false;
+  const auto cl = clients_.find(clientid);
+  return cl != clients_.end() && !cl->second.reclaim_complete &&
+         previous_.contains(cl->second.ownerid);
+}
+
+void Nfs4Server::record(const Client& cl, bool add) {
+  if (state_dir_.empty()) return;
+  if (add) {
+    if (!records_.insert(cl.ownerid).second) return;
+  } else {
+    for (const auto& [id, o] : clients_)
+      if (o.ownerid == cl.ownerid && o.reclaim_complete) return;  // another instance keeps it
+    if (previous_.contains(cl.ownerid) || !records_.erase(cl.ownerid)) return;
+  }
+  write_records();
+}
+
+void Nfs4Server::write_records() { records_dirty_ = !state_dir_.empty(); }
+
+void Nfs4Server::flush_records() {
+  if (!records_dirty_) return;
+  records_dirty_ = false;
+  // Whole or not at all: a new file, flushed, then renamed over the old one.
+  const std::string path = state_dir_ + "/clients", tmp = path + ".new";
+  std::string text;
+  static const char* const kHex = "0123456789abcdef";
+  for (const auto& id : records_) {
+    for (const std::uint8_t b : id) {
+      text += kHex[b >> 4];
+      text += kHex[b & 15];
+    }
+    text += '\n';
+  }
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  bool ok = fd >= 0;
+  for (std::size_t done = 0; ok && done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    ok = n > 0;
+    if (ok) done += static_cast<std::size_t>(n);
+  }
+  ok = ok && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
+  if (ok) {
+    const int dir = ::open(state_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir >= 0) {
+      ::fsync(dir);
+      ::close(dir);
+    }
+    state_error_.clear();
+  } else {
+    state_error_ = "cannot write " + path + ": " + std::strerror(errno);
+  }
+}
+
 void Nfs4Server::forget_client(std::uint64_t clientid) {
   std::erase_if(sessions_, [&](const auto& s) { return s.second.clientid == clientid; });
   std::erase_if(by_file_, [&](const auto& f) {
@@ -512,6 +694,9 @@ void Nfs4Server::forget_client(std::uint64_t clientid) {
   std::erase_if(pending_, [&](const auto& p) { return !sessions_.count(p.second.session); });
   for (auto it = states_.begin(); it != states_.end();) {
     if (it->second.clientid == clientid) {
+      release(it->second);
+      if (it->second.kind == State::kDelegState) delegs_.fetch_sub(1, std::memory_order_relaxed);
+      recalls_.erase(it->first);
       if (it->second.kind == State::kLockState) {
         const auto l = locks_.find(it->second.file);
         if (l != locks_.end()) {
@@ -526,7 +711,9 @@ void Nfs4Server::forget_client(std::uint64_t clientid) {
   }
   if (const auto cl = clients_.find(clientid); cl != clients_.end()) {
     bytes_ -= std::min(bytes_, cl->second.bytes);
+    const Client gone = std::move(cl->second);
     clients_.erase(cl);
+    if (gone.reclaim_complete) record(gone, false);
   }
 }
 
@@ -846,6 +1033,9 @@ Status Nfs4Server::sequence(Compound& c, XdrDecoder& d, XdrEncoder& e, std::uint
   if (slotid >= s.slots.size()) return kErrBadslot;
   (void)highest;
   Slot& slot = s.slots[slotid];
+  // Its COMPOUND still running (its file I/O without the lock): the retry waits (RFC 8881
+  // 2.10.6.2).
+  if (slot.in_use) return kErrDelay;
   if (seq == slot.seqid && slot.seqid != 0) {
     if (!slot.cached) return kErrRetryUncachedRep;
     c.replay = &slot.reply;
@@ -898,11 +1088,48 @@ Status Nfs4Server::destroy_clientid(Compound&, XdrDecoder& d) {
 
 Status Nfs4Server::current(Compound& c, NfsServer::Resolved& r) {
   if (!c.cur) return kErrNofilehandle;
+  if (pseudo_depth(*c.cur)) return kErrRofs;  // the pseudo-root: nothing to open or change
   return from_v3(files_.resolve(*c.cur, r));
 }
 
+namespace {
+constexpr std::string_view kPseudoMagic = "roce-nfs4-pseudo";
+}  // namespace
+
+v3::Fh Nfs4Server::pseudo_fh(std::size_t depth) const {
+  v3::Fh fh;
+  fh.data.assign(kPseudoMagic.begin(), kPseudoMagic.end());
+  fh.data.push_back(static_cast<std::uint8_t>(depth));
+  return fh;
+}
+
+std::optional<std::size_t> Nfs4Server::pseudo_depth(const v3::Fh& fh) const {
+  if (export_parts_.empty() || fh.data.size() != kPseudoMagic.size() + 1 ||
+      !std::equal(kPseudoMagic.begin(), kPseudoMagic.end(), fh.data.begin()) ||
+      fh.data.back() >= export_parts_.size())
+    return std::nullopt;
+  return fh.data.back();
+}
+
+NfsServer::Resolved Nfs4Server::pseudo_attrs(std::size_t depth) const {
+  NfsServer::Resolved r;
+  r.fd = -1;
+  r.st.st_mode = S_IFDIR | 0555;
+  r.st.st_nlink = 2;
+  r.st.st_ino = depth + 1;  // its own fsid: no clash with the export's inodes
+  r.st.st_size = 4096;
+  r.st.st_blksize = 4096;
+  r.st.st_ctim.tv_sec = r.st.st_mtim.tv_sec = r.st.st_atim.tv_sec = 1;
+  return r;
+}
+
+std::optional<v3::Fh> Nfs4Server::pseudo_lookup(std::size_t depth, const std::string& name) const {
+  if (depth >= export_parts_.size() || name != export_parts_[depth]) return std::nullopt;
+  return depth + 1 == export_parts_.size() ? files_.root_fh() : pseudo_fh(depth + 1);
+}
+
 void Nfs4Server::encode_attrs(XdrEncoder& e, const Bitmap& want, const NfsServer::Resolved& r,
-                              const v3::Fh* fh, std::uint32_t rdattr_error) {
+                              const v3::Fh* fh, std::uint32_t rdattr_error, bool pseudo) {
   static const Bitmap kSupported = supported();
   Bitmap got;
   std::vector<std::uint8_t> vals;
@@ -951,7 +1178,7 @@ void Nfs4Server::encode_attrs(XdrEncoder& e, const Bitmap& want, const NfsServer
         break;
       case kFsid:
         v.u64(root_dev_);
-        v.u64(0);
+        v.u64(pseudo ? 1 : 0);  // the pseudo-root is a file system of its own
         break;
       case kLeaseTime:
         v.u32(lim_.lease_seconds);
@@ -1053,6 +1280,10 @@ void Nfs4Server::encode_attrs(XdrEncoder& e, const Bitmap& want, const NfsServer
 Status Nfs4Server::getattr(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   const Bitmap want = decode_bitmap(d);
   if (!d.ok()) return kErrBadxdr;
+  if (const auto depth = c.cur ? pseudo_depth(*c.cur) : std::nullopt) {
+    encode_attrs(e, want, pseudo_attrs(*depth), &*c.cur, 0, true);
+    return kOk;
+  }
   NfsServer::Resolved r;
   if (const Status s = current(c, r)) return s;
   Fd fd(r.fd);
@@ -1063,6 +1294,13 @@ Status Nfs4Server::getattr(Compound& c, XdrDecoder& d, XdrEncoder& e) {
 Status Nfs4Server::lookup(Compound& c, XdrDecoder& d) {
   const std::string name = d.string(kMaxNameWire);
   if (!d.ok()) return kErrBadxdr;
+  if (const auto depth = c.cur ? pseudo_depth(*c.cur) : std::nullopt) {
+    if (const Status s = check_name(name)) return s;
+    const auto next = pseudo_lookup(*depth, name);
+    if (!next) return kErrNoent;
+    c.cur = *next;
+    return kOk;
+  }
   NfsServer::Resolved r;
   if (const Status s = current(c, r)) return s;
   Fd fd(r.fd);
@@ -1078,12 +1316,21 @@ Status Nfs4Server::lookup(Compound& c, XdrDecoder& d) {
 }
 
 Status Nfs4Server::lookupp(Compound& c) {
+  if (const auto depth = c.cur ? pseudo_depth(*c.cur) : std::nullopt) {
+    if (*depth == 0) return kErrNoent;
+    c.cur = pseudo_fh(*depth - 1);
+    return kOk;
+  }
   NfsServer::Resolved r;
   if (const Status s = current(c, r)) return s;
   Fd fd(r.fd);
   if (S_ISLNK(r.st.st_mode)) return kErrSymlink;
   if (!S_ISDIR(r.st.st_mode)) return kErrNotdir;
-  if (r.st.st_ino == root_ino_ && r.st.st_dev == root_dev_) return kErrNoent;
+  if (r.st.st_ino == root_ino_ && r.st.st_dev == root_dev_) {
+    if (export_parts_.empty()) return kErrNoent;
+    c.cur = pseudo_fh(export_parts_.size() - 1);  // up into the pseudo-root
+    return kOk;
+  }
   NfsServer::Resolved p;
   p.fd = ::openat(r.fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (p.fd < 0) return from_errno(errno);
@@ -1099,6 +1346,12 @@ Status Nfs4Server::lookupp(Compound& c) {
 Status Nfs4Server::access(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   const std::uint32_t want = d.u32();
   if (!d.ok()) return kErrBadxdr;
+  if (c.cur && pseudo_depth(*c.cur)) {  // read and look up, nothing else
+    e.u32(want & (kAccessRead | kAccessLookup | kAccessModify | kAccessExtend | kAccessDelete |
+                  kAccessExecute));
+    e.u32(want & (kAccessRead | kAccessLookup));
+    return kOk;
+  }
   NfsServer::Resolved r;
   if (const Status s = current(c, r)) return s;
   Fd fd(r.fd);
@@ -1178,6 +1431,28 @@ void encode_denied(XdrEncoder& e, const Range& r) {
   e.u32(r.write ? kWriteLt : kReadLt);
   e.u64(r.owner.clientid);
   e.opaque(r.owner.name);
+}
+
+/// `f` for the range [start, end] (end ~0: to any end); false when it starts beyond off_t.
+bool to_flock(short type, std::uint64_t start, std::uint64_t end, struct flock& f) {
+  constexpr std::uint64_t kMax = 0x7fffffffffffffffull;
+  if (start > kMax) return false;
+  f = {};
+  f.l_type = type;
+  f.l_whence = SEEK_SET;
+  f.l_start = static_cast<off_t>(start);
+  f.l_len = end >= kMax ? 0 : static_cast<off_t>(end - start + 1);
+  return true;
+}
+
+/// LOCK4denied for a host lock F_OFD_GETLK found (its owner is no client: 0 and "pid N").
+void encode_host_denied(XdrEncoder& e, const struct flock& f) {
+  e.u64(static_cast<std::uint64_t>(f.l_start));
+  e.u64(f.l_len == 0 ? ~std::uint64_t{0} : static_cast<std::uint64_t>(f.l_len));
+  e.u32(f.l_type == F_WRLCK ? kWriteLt : kReadLt);
+  e.u64(0);
+  const std::string who = "host pid " + std::to_string(f.l_pid);
+  e.opaque(std::span(reinterpret_cast<const std::uint8_t*>(who.data()), who.size()));
 }
 
 FileKey key_of(const struct stat& st) {
@@ -1276,6 +1551,7 @@ Stateid Nfs4Server::new_state(State st) {
   if (auto cl = clients_.find(st.clientid); cl != clients_.end()) ++cl->second.states;
   charge(st.clientid, static_cast<std::ptrdiff_t>(state_cost(st)));
   by_file_.emplace(st.file, id.other);
+  if (st.kind == State::kDelegState) delegs_.fetch_add(1, std::memory_order_relaxed);
   states_.emplace(id.other, std::move(st));
   return id;
 }
@@ -1289,6 +1565,8 @@ void Nfs4Server::drop_state(const Other& o) {
   }
   charge(it->second.clientid, -static_cast<std::ptrdiff_t>(state_cost(it->second)));
   recalls_.erase(o);
+  release(it->second);
+  if (it->second.kind == State::kDelegState) delegs_.fetch_sub(1, std::memory_order_relaxed);
   if (it->second.kind == State::kLockState) {
     const auto l = locks_.find(it->second.file);
     if (l != locks_.end()) {
@@ -1369,11 +1647,18 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   } else if (claim == kClaimDelegateCur || claim == kClaimDelegCurFh) {
     by_deleg = decode_stateid(d);
     if (claim == kClaimDelegateCur) name = d.string(kMaxNameWire);
+  } else if (claim == kClaimPrevious) {
+    d.u32();  // the delegation it held: not given again (none survives a restart's leases)
   } else if (claim != kClaimFh) {
-    // CLAIM_PREVIOUS (no grace period: nothing to reclaim) and the delegation claims.
-    return d.ok() ? (claim == kClaimPrevious ? kErrNoGrace : kErrNotsupp) : kErrBadxdr;
+    return d.ok() ? kErrNotsupp : kErrBadxdr;  // the other delegation claims
   }
   if (!d.ok()) return kErrBadxdr;
+  // After a restart: reclaims while the grace period lasts (from clients the records name,
+  // until their RECLAIM_COMPLETE), and nothing new meanwhile.
+  const bool reclaim = claim == kClaimPrevious;
+  if (reclaim && !may_reclaim(c.clientid)) return kErrNoGrace;
+  if (!reclaim && grace_locked()) return kErrGrace;
+  if (reclaim && opentype != kNoCreate) return kErrInval;
   const std::uint32_t access = share_access & kShareAccessBoth;
   if (access == 0 || share_deny > kShareAccessBoth) return kErrInval;
   if (owner.clientid != c.clientid) return kErrStaleClientid;
@@ -1430,10 +1715,10 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     if (const Status s = check_stateid(c, *by_deleg, &file, &dl)) return s;
     if (!dl || dl->kind != State::kDelegState) return kErrBadStateid;
   }
-  // Another client's read delegation conflicts with opening for writing: recalled, and this OPEN
-  // waits (DELAY) until it is returned or revoked.
-  if ((access & kShareAccessWrite) && recall_conflicting(key_of(file.st), c.clientid))
-    return kErrDelay;
+  // A read delegation conflicts with opening for writing (the holder's own too: the lease that
+  // stands for it would keep the client's own writes out): recalled, and this OPEN waits (DELAY)
+  // until it is returned or revoked.
+  if ((access & kShareAccessWrite) && recall_conflicting(key_of(file.st), 0)) return kErrDelay;
   if (opentype == kCreate4 && (how == kExclusive4 || how == kExclusive41)) {
     // The verifier lives in the new file's times (as the v3 server keeps it): a retry of the
     // same create finds it and succeeds, another client's create of the same name does not.
@@ -1512,11 +1797,15 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   encode(e, attrset);
   // A read delegation: asked for reading only, over a session whose back channel is up, and
   // nobody has the file open for writing or is having a delegation of it recalled.
-  bool deleg =
-      backchannel && !by_deleg && access == kShareAccessRead && !(share_access & kShareWantNoDeleg);
+  bool deleg = delegations && backchannel && !by_deleg && !reclaim && access == kShareAccessRead &&
+               !(share_access & kShareWantNoDeleg);
   if (deleg) {
     const auto ses = sessions_.find(c.sid);
     deleg = ses != sessions_.end() && ses->second.back_conn != 0;
+  }
+  if (deleg) {  // not while a writer may still be waiting out a recall of it
+    const auto r = recalled_.find(key);
+    deleg = r == recalled_.end() || now() - r->second >= kNoRegrantSeconds;
   }
   for (const auto& [id, st] : states_) {
     if (!deleg) break;
@@ -1526,8 +1815,13 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
       deleg = false;
   }
   const auto cl = clients_.find(c.clientid);
-  if (deleg && cl != clients_.end() && cl->second.states < lim_.states) {
+  // The host's read lease on the file stands for the delegation: no lease, no delegation.
+  const int lease = deleg && cl != clients_.end() && cl->second.states < lim_.states
+                        ? take_lease(file, c.clientid)
+                        : -1;
+  if (lease >= 0) {
     State dl;
+    dl.lease_fd = lease;
     dl.kind = State::kDelegState;
     dl.clientid = c.clientid;
     dl.file = key;
@@ -1605,6 +1899,26 @@ Status Nfs4Server::open_downgrade(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   return kOk;
 }
 
+namespace {
+/// The server's lock let go for a file system call and taken again after it. What the caller
+/// found under the lock (a State*, an iterator) may be gone after: look it up again.
+class Unlocked {
+ public:
+  Unlocked(std::unique_lock<std::mutex>* l, const std::function<void()>& hook) : l_(l) {
+    if (l_) l_->unlock();
+    if (hook) hook();
+  }
+  ~Unlocked() {
+    if (l_) l_->lock();
+  }
+  Unlocked(const Unlocked&) = delete;
+  Unlocked& operator=(const Unlocked&) = delete;
+
+ private:
+  std::unique_lock<std::mutex>* l_;
+};
+}  // namespace
+
 Status Nfs4Server::read(Compound& c, XdrDecoder& d, XdrEncoder& e, RpcReply& out, bool last) {
   const Stateid sid = decode_stateid(d);
   const std::uint64_t off = d.u64();
@@ -1623,15 +1937,20 @@ Status Nfs4Server::read(Compound& c, XdrDecoder& d, XdrEncoder& e, RpcReply& out
   if (const v3::Status s = files_.open_for_io(r, O_RDONLY, fd)) return from_v3(s);
   Fd io(fd);
   std::vector<std::uint8_t> data(count);
-  const ssize_t n =
-      count ? ::pread(fd, data.data(), count,
-                      static_cast<off_t>(std::min<std::uint64_t>(off, 0x7fffffffffffffffull)))
-            : 0;
-  if (n < 0) return from_errno(errno);
+  ssize_t n = 0;
+  int err = 0;
+  std::uint64_t size = 0;
+  {
+    const Unlocked unlocked(c.lock, io_hook);
+    n = count ? ::pread(fd, data.data(), count,
+                        static_cast<off_t>(std::min<std::uint64_t>(off, 0x7fffffffffffffffull)))
+              : 0;
+    err = errno;
+    struct stat now_st;
+    if (n >= 0 && ::fstat(fd, &now_st) == 0) size = static_cast<std::uint64_t>(now_st.st_size);
+  }
+  if (n < 0) return from_errno(err);
   data.resize(static_cast<std::size_t>(n));
-  struct stat now_st;
-  const std::uint64_t size =
-      ::fstat(fd, &now_st) == 0 ? static_cast<std::uint64_t>(now_st.st_size) : 0;
   e.boolean(off + static_cast<std::uint64_t>(n) >= size);
   if (last && n > 0) {
     // The reduced data item (RFC 8267 for NFSv4): the length here, the bytes in the client's
@@ -1670,16 +1989,23 @@ Status Nfs4Server::write(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   }
   if (!files_.options().rw) return kErrRofs;
   if (off > 0x7fffffffffffffffull || off + data.size() > 0x7fffffffffffffffull) return kErrFbig;
+  // Without an open (the anonymous stateid): no OPEN recalled the file's delegations, so here.
+  if (!st && recall_conflicting(key_of(r.st), 0)) return kErrDelay;
   int fd = -1;
   if (const v3::Status s = files_.open_for_io(r, O_WRONLY, fd)) return from_v3(s);
   Fd io(fd);
-  const ssize_t n = ::pwrite(fd, data.data(), data.size(), static_cast<off_t>(off));
-  if (n < 0) return from_errno(errno);
-  std::uint32_t committed = kUnstable;
-  if (stable != kUnstable) {
-    if ((stable == kDataSync ? ::fdatasync(fd) : ::fsync(fd)) != 0) return from_errno(errno);
-    committed = stable;
+  ssize_t n = 0;
+  int err = 0;
+  {
+    const Unlocked unlocked(c.lock, io_hook);
+    n = ::pwrite(fd, data.data(), data.size(), static_cast<off_t>(off));
+    if (n < 0)
+      err = errno;
+    else if (stable != kUnstable && (stable == kDataSync ? ::fdatasync(fd) : ::fsync(fd)) != 0)
+      err = errno;
   }
+  if (err) return from_errno(err);
+  const std::uint32_t committed = stable;
   e.u32(static_cast<std::uint32_t>(n));
   e.u32(committed);
   e.fixed(files_.write_verf());
@@ -1698,7 +2024,12 @@ Status Nfs4Server::commit(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   int fd = -1;
   if (const v3::Status s = files_.open_for_io(r, O_RDONLY, fd)) return from_v3(s);
   Fd io(fd);
-  if (::fsync(fd) != 0) return from_errno(errno);
+  int err = 0;
+  {
+    const Unlocked sync(c.lock, io_hook);
+    if (::fsync(fd) != 0) err = errno;
+  }
+  if (err) return from_errno(err);
   e.fixed(files_.write_verf());
   return kOk;
 }
@@ -1781,6 +2112,8 @@ Status Nfs4Server::remove(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (!files_.options().rw) return kErrRofs;
   struct stat st;
   if (::fstatat(dir.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return from_errno(errno);
+  // Another client's delegation of the file: recalled first (its attributes change).
+  if (S_ISREG(st.st_mode) && recall_conflicting(key_of(st), c.clientid)) return kErrDelay;
   const std::uint64_t before = change_of(dir.st);
   if (::unlinkat(dir.fd, name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0)
     return errno == EEXIST ? kErrNotempty : from_errno(errno);
@@ -1802,6 +2135,12 @@ Status Nfs4Server::rename(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (const Status s = check_name(from)) return s;
   if (const Status s = check_name(to)) return s;
   if (!files_.options().rw) return kErrRofs;
+  for (const auto& [dfd, nm] : {std::pair{src.fd, &from}, std::pair{dst.fd, &to}}) {
+    struct stat st;
+    if (::fstatat(dfd, nm->c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+        recall_conflicting(key_of(st), c.clientid))
+      return kErrDelay;
+  }
   const std::uint64_t sb = change_of(src.st), tb = change_of(dst.st);
   if (::renameat(src.fd, from.c_str(), dst.fd, to.c_str()) != 0)
     return errno == EEXIST ? kErrExist : from_errno(errno);
@@ -1824,6 +2163,7 @@ Status Nfs4Server::link(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (S_ISDIR(src.st.st_mode)) return kErrIsdir;
   if (const Status s = check_name(name)) return s;
   if (!files_.options().rw) return kErrRofs;
+  if (S_ISREG(src.st.st_mode) && recall_conflicting(key_of(src.st), c.clientid)) return kErrDelay;
   const std::uint64_t before = change_of(dir.st);
   if (::linkat(AT_FDCWD, proc_path(src.fd).c_str(), dir.fd, name.c_str(), AT_SYMLINK_FOLLOW) != 0)
     return from_errno(errno);
@@ -1839,6 +2179,33 @@ Status Nfs4Server::readdir(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   const Bitmap want = decode_bitmap(d);
   if (!d.ok()) return kErrBadxdr;
   if (cookie == 1 || cookie == 2) return kErrBadCookie;  // reserved (RFC 8881 18.23.3)
+  if (const auto depth = c.cur ? pseudo_depth(*c.cur) : std::nullopt) {
+    // One entry: the next name on the way to the export (cookie 3), then the end.
+    std::vector<std::uint8_t> entries;
+    XdrEncoder en(entries);
+    if (cookie == 0) {
+      const std::string& nm = export_parts_[*depth];
+      const v3::Fh next = *pseudo_lookup(*depth, nm);
+      en.boolean(true);
+      en.u64(3);
+      en.string(nm);
+      if (const auto nd = pseudo_depth(next)) {
+        encode_attrs(en, want, pseudo_attrs(*nd), &next, 0, true);
+      } else {
+        NfsServer::Resolved root;
+        if (const v3::Status s = files_.resolve(next, root)) return from_v3(s);
+        Fd rfd(root.fd);
+        encode_attrs(en, want, root, &next);
+      }
+      if (entries.size() + 64 > maxcount) return kErrToosmall;
+    }
+    const std::uint8_t verf[8] = {};
+    e.fixed(verf);
+    e.fixed(entries);
+    e.boolean(false);
+    e.boolean(true);
+    return kOk;
+  }
   NfsServer::Resolved dir;
   if (const Status s = current(c, dir)) return s;
   Fd dfd(dir.fd);
@@ -1941,6 +2308,12 @@ Status Nfs4Server::setattr(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     if (s == kOk && st && st->kind == State::kOpenState && !(st->access & kShareAccessWrite))
       s = kErrOpenmode;
   }
+  // Other clients' delegations of the file (every one's for a size: the holder's own lease
+  // would keep the truncation out).
+  if (s == kOk && S_ISREG(r.st.st_mode) &&
+      (a.size || a.mode || a.uid || a.gid || a.atime || a.mtime) &&
+      recall_conflicting(key_of(r.st), a.size ? 0 : c.clientid))
+    s = kErrDelay;
   if (s == kOk) s = apply(r, a, set);
   encode(e, set);
   return s;
@@ -1969,7 +2342,7 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (type < kReadLt || type > kWritewLt) return kErrInval;
   std::uint64_t end = 0;
   if (!range_end(off, len, end)) return kErrInval;
-  if (reclaim) return kErrNoGrace;
+  if (reclaim ? !may_reclaim(c.clientid) : grace_locked()) return reclaim ? kErrNoGrace : kErrGrace;
   NfsServer::Resolved r;
   if (const Status s = current(c, r)) return s;
   Fd f(r.fd);
@@ -2033,10 +2406,16 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     if (ls->seqid == 0) drop_state(lock_id);
     return kErrResource;
   }
+  // The host's word next: a local process (or anything else locking on the host) may hold it.
+  if (const Status s = host_lock(*ls, r, write, off, end, e)) {
+    if (ls->seqid == 0) drop_state(lock_id);
+    return s;
+  }
   FileLocks& fl = locks_[key];
   const std::size_t before = fl.size();
   if (!fl.lock(ls->owner, write, off, end, lim_.locks_per_file)) {
     if (fl.empty()) locks_.erase(key);
+    host_resync(*ls, off, end);
     if (ls->seqid == 0) drop_state(lock_id);
     return kErrResource;
   }
@@ -2065,17 +2444,106 @@ Status Nfs4Server::lockt(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (type < kReadLt || type > kWritewLt) return kErrInval;
   std::uint64_t end = 0;
   if (!range_end(off, len, end)) return kErrInval;
+  if (grace_locked()) return kErrGrace;  // a lock being reclaimed may not be back yet
   NfsServer::Resolved r;
   if (const Status s = current(c, r)) return s;
   Fd f(r.fd);
   if (S_ISDIR(r.st.st_mode)) return kErrIsdir;
   if (!S_ISREG(r.st.st_mode)) return kErrInval;
+  const bool write = type == kWriteLt || type == kWritewLt;
   const auto fl = locks_.find(key_of(r.st));
-  if (fl == locks_.end()) return kOk;
-  const auto held = fl->second.conflict(owner, type == kWriteLt || type == kWritewLt, off, end);
-  if (!held) return kOk;
-  encode_denied(e, *held);
+  const auto held = fl == locks_.end() ? std::nullopt : fl->second.conflict(owner, write, off, end);
+  if (held) {
+    encode_denied(e, *held);
+    return kErrDenied;
+  }
+  return host_conflict(owner, r, write, off, end, e) ? kErrDenied : kOk;
+}
+
+Status Nfs4Server::host_lock(State& ls, const NfsServer::Resolved& r, bool write,
+                             std::uint64_t start, std::uint64_t end, XdrEncoder& e) {
+  struct flock f;
+  if (!to_flock(write ? F_WRLCK : F_RDLCK, start, end, f)) return kOk;  // beyond off_t: ours alone
+  if (ls.lock_fd < 0 || (write && !ls.lock_rw)) {
+    // The owner's own open file description: read-write when its open is or a write lock is
+    // asked for (a write lock needs it), else read-only (which keeps delegations possible).
+    const auto o = states_.find(ls.open);
+    const bool open_w = o != states_.end() && (o->second.access & kShareAccessWrite);
+    const bool rw = write || open_w;
+    if (ls.lock_fd < 0 && !fd_room(ls.clientid)) return kErrResource;
+    int fd = -1;
+    if (const v3::Status s = files_.open_for_io(r, rw ? O_RDWR : O_RDONLY, fd)) {
+      if (s == v3::kErrAcces && !open_w) return kErrOpenmode;  // may not write it at all
+      return from_v3(s);
+    }
+    // Moving from a read-only description: the owner's (read) ranges go over first.
+    if (ls.lock_fd >= 0) {
+      if (const auto fl = locks_.find(ls.file); fl != locks_.end())
+        for (const Range& x : fl->second.ranges()) {
+          struct flock g;
+          if (x.owner == ls.owner && to_flock(F_RDLCK, x.start, x.end, g))
+            ::fcntl(fd, F_OFD_SETLK, &g);
+        }
+      ::close(ls.lock_fd);
+    } else {
+      fd_taken(ls.clientid, 1);
+    }
+    ls.lock_fd = fd;
+    ls.lock_rw = rw;
+  }
+  if (::fcntl(ls.lock_fd, F_OFD_SETLK, &f) == 0) return kOk;
+  if (errno != EAGAIN && errno != EACCES) return kOk;  // no locks on this file system: ours alone
+  struct flock held;
+  to_flock(write ? F_WRLCK : F_RDLCK, start, end, held);
+  if (::fcntl(ls.lock_fd, F_OFD_GETLK, &held) != 0 || held.l_type == F_UNLCK) held = f;
+  encode_host_denied(e, held);
   return kErrDenied;
+}
+
+void Nfs4Server::host_resync(State& ls, std::uint64_t start, std::uint64_t end) {
+  struct flock f;
+  if (ls.lock_fd < 0 || !to_flock(F_UNLCK, start, end, f)) return;
+  ::fcntl(ls.lock_fd, F_OFD_SETLK, &f);
+  const auto fl = locks_.find(ls.file);
+  if (fl == locks_.end()) return;
+  for (const Range& x : fl->second.ranges()) {
+    if (x.owner != ls.owner || x.end < start || end < x.start) continue;
+    struct flock g;
+    if (to_flock(x.write ? F_WRLCK : F_RDLCK, std::max(x.start, start), std::min(x.end, end), g))
+      ::fcntl(ls.lock_fd, F_OFD_SETLK, &g);
+  }
+}
+
+bool Nfs4Server::host_conflict(const Owner& who, const NfsServer::Resolved& r, bool write,
+                               std::uint64_t start, std::uint64_t end, XdrEncoder& e) {
+  struct flock f;
+  if (!to_flock(write ? F_WRLCK : F_RDLCK, start, end, f)) return false;
+  // Asked through the owner's own description where it has one (its ranges are no conflict),
+  // else through a new one (every v4 owner's ranges the table already answered for).
+  int fd = -1;
+  for (auto [b, last] = by_file_.equal_range(key_of(r.st)); b != last && fd < 0; ++b) {
+    const auto x = states_.find(b->second);
+    if (x != states_.end() && x->second.kind == State::kLockState && x->second.owner == who)
+      fd = x->second.lock_fd;
+  }
+  Fd mine;
+  if (fd < 0) {
+    if (files_.open_for_io(r, O_RDONLY, mine.fd) != v3::kOk) return false;
+    fd = mine.fd;
+  }
+  if (::fcntl(fd, F_OFD_GETLK, &f) != 0 || f.l_type == F_UNLCK) return false;
+  // A v4 owner's range the table knows is no conflict for this owner (it was asked first).
+  if (f.l_pid == -1) {
+    const auto fl = locks_.find(key_of(r.st));
+    if (fl != locks_.end())
+      for (const Range& x : fl->second.ranges())
+        if (x.owner == who && x.start <= static_cast<std::uint64_t>(f.l_start) &&
+            (f.l_len == 0 ? x.end == ~std::uint64_t{0}
+                          : static_cast<std::uint64_t>(f.l_start + f.l_len - 1) <= x.end))
+          return false;
+  }
+  encode_host_denied(e, f);
+  return true;
 }
 
 Status Nfs4Server::locku(Compound& c, XdrDecoder& d, XdrEncoder& e) {
@@ -2094,6 +2562,8 @@ Status Nfs4Server::locku(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   State* st = nullptr;
   if (const Status s = check_stateid(c, sid, &r, &st)) return s;
   if (!st || st->kind != State::kLockState) return kErrBadStateid;
+  if (struct flock u; st->lock_fd >= 0 && to_flock(F_UNLCK, off, end, u))
+    ::fcntl(st->lock_fd, F_OFD_SETLK, &u);
   const auto fl = locks_.find(st->file);
   if (fl != locks_.end()) {
     const std::size_t before = fl->second.size();
@@ -2249,8 +2719,75 @@ bool Nfs4Server::recall_conflicting(const FileKey& file, std::uint64_t clientid)
     }
     out = true;
   }
-  if (out) pump();
+  if (out) {
+    if (recalled_.size() >= kMaxRecalled) {  // the oldest go first
+      std::erase_if(recalled_,
+                    [&](const auto& r) { return now() - r.second >= kNoRegrantSeconds; });
+      if (recalled_.size() >= kMaxRecalled) recalled_.erase(recalled_.begin());
+    }
+    recalled_[file] = now();
+    pump();
+  }
   return out;
+}
+
+bool Nfs4Server::v3_change(std::uint64_t dev, std::uint64_t ino) {
+  if (delegs_.load(std::memory_order_relaxed) == 0) return false;  // the common case: no lock
+  std::lock_guard g(mu_);
+  poll_leases();
+  return recall_conflicting(FileKey{dev, ino}, 0);
+}
+
+bool Nfs4Server::fd_room(std::uint64_t clientid) const {
+  std::size_t cap = lim_.host_fds;
+  if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    cap = std::min<std::size_t>(cap, static_cast<std::size_t>(r.rlim_cur / 4));
+  const auto cl = clients_.find(clientid);
+  return host_fds_ < cap && cl != clients_.end() && cl->second.host_fds < lim_.host_fds_per_client;
+}
+
+void Nfs4Server::fd_taken(std::uint64_t clientid, std::ptrdiff_t n) {
+  const auto step = [n](std::size_t& v) { v = n > 0 ? v + 1 : v - std::min<std::size_t>(v, 1); };
+  step(host_fds_);
+  if (const auto cl = clients_.find(clientid); cl != clients_.end()) step(cl->second.host_fds);
+}
+
+int Nfs4Server::take_lease(const NfsServer::Resolved& file, std::uint64_t clientid) {
+  if (!leases_ok_ || !fd_room(clientid)) return -1;
+  int fd = -1;
+  if (files_.open_for_io(file, O_RDONLY, fd) != v3::kOk) return -1;
+  // The break is reported with our signal (and si_fd); F_SETLEASE fails while anybody has the
+  // file open for writing (EAGAIN), for a caller who is not its owner without CAP_LEASE
+  // (EACCES), and where the file system has no leases (EINVAL).
+  if (::fcntl(fd, F_SETSIG, lease_signal()) != 0 || ::fcntl(fd, F_SETLEASE, F_RDLCK) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  fd_taken(clientid, 1);
+  return fd;
+}
+
+void Nfs4Server::poll_leases(bool force) {
+  const std::uint64_t n = g_lease_breaks.load(std::memory_order_relaxed);
+  if (n == lease_breaks_seen_ && (!force || delegs_.load(std::memory_order_relaxed) == 0)) return;
+  lease_breaks_seen_ = n;
+  std::vector<FileKey> broken;
+  for (auto& [id, st] : states_) {
+    if (st.kind != State::kDelegState || st.lease_fd < 0 || st.revoked || st.recall_at >= 0)
+      continue;
+    if (::fcntl(st.lease_fd, F_GETLEASE) == F_RDLCK) continue;  // not this one
+    st.broken = true;
+    broken.push_back(st.file);
+  }
+  for (const auto& f : broken) recall_conflicting(f, 0);
+}
+
+void Nfs4Server::release(State& st) {
+  for (const int fd : {st.lease_fd, st.lock_fd})
+    if (fd >= 0) fd_taken(st.clientid, -1);
+  if (st.lease_fd >= 0) ::close(st.lease_fd);  // the lease goes with its descriptor
+  if (st.lock_fd >= 0) ::close(st.lock_fd);    // and the owner's host locks with theirs
+  st.lease_fd = st.lock_fd = -1;
 }
 
 void Nfs4Server::pump() {
@@ -2289,6 +2826,7 @@ void Nfs4Server::pump() {
 }
 
 void Nfs4Server::revoke(State& st) {
+  release(st);  // a writer waiting on the host goes on
   st.revoked = true;
   st.recall_sent = false;
   ++st_.revoked;
@@ -2299,6 +2837,7 @@ std::vector<Nfs4Server::Callback> Nfs4Server::take_callbacks() {
   std::unique_lock g(mu_, std::try_to_lock);
   if (!g.owns_lock()) return {};
   drain_inbox();
+  poll_leases();
   pump();
   return std::exchange(outbox_, {});
 }
@@ -2386,6 +2925,9 @@ bool Nfs4Server::tick() {
   std::unique_lock g(mu_, std::try_to_lock);
   if (!g.owns_lock()) return false;
   drain_inbox();
+  poll_leases(true);
+  grace_locked();
+  flush_records();
   const std::int64_t t = now();
   const auto lease = static_cast<std::int64_t>(lim_.lease_seconds);
   for (auto p = pending_.begin(); p != pending_.end();) {
@@ -2404,7 +2946,11 @@ bool Nfs4Server::tick() {
   }
   for (auto it = recalls_.begin(); it != recalls_.end();) {
     const auto st = states_.find(it->first);
-    if (st != states_.end() && st->second.recall_at >= 0 && t - st->second.recall_at > lease) {
+    // A lease the kernel broke is taken away at its lease-break-time whatever the server does
+    // (the writer then goes on): revoked by then, so that the client knows its data is stale.
+    const std::int64_t limit =
+        st != states_.end() && st->second.broken ? std::min(lease, lease_break_s_ - 1) : lease;
+    if (st != states_.end() && st->second.recall_at >= 0 && t - st->second.recall_at > limit) {
       revoke(st->second);
       it = recalls_.erase(it);
     } else {

@@ -18,11 +18,14 @@
 /// client's REPLYs back (callback_reply), matched by xid and connection.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <span>
+#include <string>
 
 #include "apps/nfs/nfs4.h"
 #include "apps/nfs/nfs4_state.h"
@@ -46,7 +49,18 @@ void encode_cb_recall(std::vector<std::uint8_t>& msg, std::uint32_t xid, std::ui
 
 class Nfs4Server {
  public:
-  explicit Nfs4Server(NfsServer& files, v4::Limits limits = {});
+  /// `state_dir` (empty: none) keeps the stable client records: which clients (by their
+  /// co_ownerid) held state, so that after a restart they may reclaim it (RFC 8881 8.4.2). With
+  /// records from a previous run the server starts in a grace period of one lease: those
+  /// clients reclaim opens (CLAIM_PREVIOUS) and locks (LOCK reclaim) until their
+  /// RECLAIM_COMPLETE, and anything that would make new state gets NFS4ERR_GRACE; after it,
+  /// reclaims get NFS4ERR_NO_GRACE. The grace period ends early once every recorded client has
+  /// sent RECLAIM_COMPLETE.
+  explicit Nfs4Server(NfsServer& files, v4::Limits limits = {}, std::string state_dir = {});
+  /// Closes the descriptors of the delegations' leases and of the lock owners (their host
+  /// locks go with them) and takes itself out of the v3 server's before_change (one v4 server
+  /// per v3 server: the last one made is asked).
+  ~Nfs4Server();
   Nfs4Server(const Nfs4Server&) = delete;
   Nfs4Server& operator=(const Nfs4Server&) = delete;
 
@@ -112,9 +126,38 @@ class Nfs4Server {
   /// no back channel is granted, no delegation either, and SEQUENCE reports no CB_PATH_DOWN (the
   /// client could not mend it).
   bool backchannel = false;
+  /// Whether OPEN grants read delegations at all (`--delegations off`: never). Even when on, one
+  /// is granted only where the host gives a read lease on the file (leases_usable(), the file
+  /// not open for writing anywhere, the caller its owner or the process holding CAP_LEASE): a
+  /// writer anywhere (a local process, NFSv3, another v4 client) breaks the lease and the
+  /// server recalls the delegation.
+  bool delegations = true;
+  /// Whether the host gives file leases at all (fs.leases-enable, and the lease-break signal's
+  /// handler installed); without, no delegation is granted.
+  static bool leases_usable();
+  /// The signal a lease break is reported with (F_SETSIG); its handler only counts.
+  static int lease_signal();
+  /// Whether the server is in its grace period now (it may end it: time, or all reclaimed).
+  bool in_grace() {
+    std::lock_guard g(mu_);
+    return grace_locked();
+  }
+  /// The clients the records name (co_ownerids): kept, and from the previous run.
+  std::size_t records() const {
+    std::lock_guard g(mu_);
+    return records_.size();
+  }
+  /// Why the records could not be read or written (empty: fine).
+  std::string state_error() const {
+    std::lock_guard g(mu_);
+    return state_error_;
+  }
   /// Seconds of a monotonic clock (leases); tests replace it.
   std::function<std::int64_t()> now;
   std::uint32_t max_io = 1u << 20;  ///< maxread, maxwrite
+  /// Tests: runs in each READ, WRITE and COMMIT where the file I/O runs, without the server's
+  /// lock (a slow disk's stand-in).
+  std::function<void()> io_hook;
 
  private:
   struct Compound;
@@ -140,7 +183,18 @@ class Nfs4Server {
   v4::Status current(Compound& c, NfsServer::Resolved& r);
   v4::Status getattr(Compound& c, XdrDecoder& d, XdrEncoder& e);
   void encode_attrs(XdrEncoder& e, const v4::Bitmap& want, const NfsServer::Resolved& r,
-                    const v3::Fh* fh, std::uint32_t rdattr_error = 0);
+                    const v3::Fh* fh, std::uint32_t rdattr_error = 0, bool pseudo = false);
+  // The pseudo-root (RFC 8881 7.3): with --export /srv/export, PUTROOTFH is a read-only
+  // directory "/" holding "srv" holding the export, so that a client mounts ADDR:/srv/export
+  // (as over v3) or ADDR:/. Its handles are depth-numbered and name no file of the host.
+  v3::Fh pseudo_fh(std::size_t depth) const;
+  /// The depth of a pseudo-root handle (0: "/"), or nullopt for any other handle.
+  std::optional<std::size_t> pseudo_depth(const v3::Fh& fh) const;
+  /// A directory's attributes for the pseudo directory at `depth`.
+  NfsServer::Resolved pseudo_attrs(std::size_t depth) const;
+  /// The handle below pseudo directory `depth` named `name`: the next one, or the export's root.
+  std::optional<v3::Fh> pseudo_lookup(std::size_t depth, const std::string& name) const;
+  std::vector<std::string> export_parts_;  ///< "/srv/export": {"srv", "export"}
   v4::Status lookup(Compound& c, XdrDecoder& d);
   v4::Status lookupp(Compound& c);
   v4::Status access(Compound& c, XdrDecoder& d, XdrEncoder& e);
@@ -172,15 +226,49 @@ class Nfs4Server {
   v4::Status lock(Compound& c, XdrDecoder& d, XdrEncoder& e);
   v4::Status lockt(Compound& c, XdrDecoder& d, XdrEncoder& e);
   v4::Status locku(Compound& c, XdrDecoder& d, XdrEncoder& e);
+  /// The lock owner's range as a host OFD lock on its own open file description (so that local
+  /// processes, and anything else locking the file on the host, and v4 clients exclude each
+  /// other): kOk, kErrDenied (the holder encoded, a host process's as client 0), DELAY...
+  v4::Status host_lock(v4::State& ls, const NfsServer::Resolved& r, bool write, std::uint64_t start,
+                       std::uint64_t end, XdrEncoder& e);
+  /// Puts the owner's host locks over [start, end] back as its table says.
+  void host_resync(v4::State& ls, std::uint64_t start, std::uint64_t end);
+  /// A host lock (not a v4 client's, which the table knows) conflicting with the range, as the
+  /// owner `who` sees it; encoded when there is one.
+  bool host_conflict(const v4::Owner& who, const NfsServer::Resolved& r, bool write,
+                     std::uint64_t start, std::uint64_t end, XdrEncoder& e);
   v4::Status free_stateid(Compound& c, XdrDecoder& d);
   v4::Status test_stateid(Compound& c, XdrDecoder& d, XdrEncoder& e);
   // The back channel and delegations.
   v4::Status bind_conn(Compound& c, XdrDecoder& d, XdrEncoder& e);
   v4::Status backchannel_ctl(Compound& c, XdrDecoder& d);
   v4::Status delegreturn(Compound& c, XdrDecoder& d);
-  /// Starts the recall of the delegations on `file` that `clientid` conflicts with; true when
-  /// one is still out (the caller answers NFS4ERR_DELAY).
+  /// Starts the recall of the delegations on `file` that `clientid` conflicts with (0: every
+  /// client's); true when one is still out (the caller answers NFS4ERR_DELAY).
   bool recall_conflicting(const v4::FileKey& file, std::uint64_t clientid);
+  /// The v3 server's before_change: recalls every delegation of the file.
+  bool v3_change(std::uint64_t dev, std::uint64_t ino);
+  /// A read lease on `file` for a delegation: its descriptor, or -1 (no delegation then).
+  int take_lease(const NfsServer::Resolved& file, std::uint64_t clientid);
+  /// Whether the client's state may hold one more host descriptor (Limits::host_fds); taken:
+  /// counts it.
+  bool fd_room(std::uint64_t clientid) const;
+  void fd_taken(std::uint64_t clientid, std::ptrdiff_t n);
+  std::size_t host_fds_ = 0;
+  /// Recalls the delegations whose lease the kernel broke since the last look: when the
+  /// signal's count moved, or always (`force`: tick(), once a second, in case no thread of the
+  /// process could take the signal).
+  void poll_leases(bool force = false);
+  /// Closes what the state holds on the host (lease, lock descriptor).
+  void release(v4::State& st);
+  // The grace period and the stable client records.
+  bool grace_locked();
+  /// Whether this client may reclaim now (in grace, recorded, before its RECLAIM_COMPLETE).
+  bool may_reclaim(std::uint64_t clientid);
+  void record(const v4::Client& cl, bool add);
+  void write_records();  ///< marks them to be written
+  void flush_records();  ///< writes them (as the server: never inside run_as)
+  bool records_dirty_ = false;
   /// Queues the CB_RECALLs that can go now (a session with a free back channel slot).
   void pump();
   void revoke(v4::State& st);
@@ -202,6 +290,19 @@ class Nfs4Server {
   std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> inbox_;  ///< empty: closed
   std::uint64_t inbox_dropped_ = 0;
   std::uint32_t next_cb_xid_ = 1;
+  std::uint64_t lease_breaks_seen_ = 0;  ///< the lease-break signal count last looked at
+  std::int64_t lease_break_s_ = 45;      ///< fs.lease-break-time
+  bool leases_ok_ = false;               ///< leases_usable() when made
+  /// Files whose delegations were recalled lately (when): no new one for kNoRegrantSeconds, so
+  /// that a writer waiting out a recall is not starved by new readers (knfsd's bloom filter).
+  std::map<v4::FileKey, std::int64_t> recalled_;
+  static constexpr std::int64_t kNoRegrantSeconds = 30;
+  static constexpr std::size_t kMaxRecalled = 4096;
+  std::atomic<std::size_t> delegs_{0};  ///< delegation states held (the v3 check's fast path)
+  std::string state_dir_, state_error_;
+  std::set<std::vector<std::uint8_t>> records_;   ///< co_ownerids of clients holding state
+  std::set<std::vector<std::uint8_t>> previous_;  ///< the previous run's, not yet reclaimed
+  std::int64_t grace_end_ = -1;                   ///< -1: starts at the first call
 
   NfsServer& files_;
   v4::Limits lim_;

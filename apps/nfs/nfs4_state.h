@@ -33,6 +33,11 @@ struct Limits {
   std::size_t total_bytes = 64u << 20;  ///< the same, of every client together
   std::size_t clients_per_peer = 16;    ///< client records made from one address
   std::uint32_t lease_seconds = 90;
+  /// Descriptors the state holds on the host (a delegation's lease, a lock owner's open file
+  /// description): of all clients (and at most a quarter of RLIMIT_NOFILE), and of one client.
+  /// Beyond: no delegation, and LOCK of a new owner is NFS4ERR_RESOURCE.
+  std::size_t host_fds = 8192;
+  std::size_t host_fds_per_client = 1024;
 };
 
 using SessionId = std::array<std::uint8_t, 16>;
@@ -93,6 +98,15 @@ struct State {
   std::int64_t recall_at = -1;
   bool recall_sent = false;
   bool revoked = false;
+  /// kDelegState: the descriptor holding the host's read lease that stands for it (closed,
+  /// and the lease with it, when the delegation goes); `broken`: the kernel broke the lease (a
+  /// writer on the host), so the recall has the kernel's lease-break-time, not a lease.
+  int lease_fd = -1;
+  bool broken = false;
+  /// kLockState: the lock owner's own open file description, holding its ranges as host OFD
+  /// locks (so that local processes and other servers' clients see them).
+  int lock_fd = -1;
+  bool lock_rw = false;  ///< lock_fd is open for writing (a write lock needs it)
 };
 
 /// One byte range held: [start, end] inclusive.
@@ -115,6 +129,7 @@ class FileLocks {
   bool holds(const Owner& who) const;
   void drop(const Owner& who) { unlock(who, 0, ~std::uint64_t{0}); }
   bool empty() const { return ranges_.empty(); }
+  const std::vector<Range>& ranges() const { return ranges_; }
   std::size_t size() const { return ranges_.size(); }
 
  private:
@@ -140,8 +155,9 @@ struct Client {
   std::vector<std::uint8_t> cs_reply;
   std::int64_t renewed = 0;  ///< seconds, when SEQUENCE last renewed the lease
   std::size_t states = 0;
-  std::size_t bytes = 0;    ///< its stateids and byte ranges, as charged (Limits::client_bytes)
-  std::size_t revoked = 0;  ///< its revoked delegations (SEQ4_STATUS_RECALLABLE_STATE_REVOKED)
+  std::size_t bytes = 0;     ///< its stateids and byte ranges, as charged (Limits::client_bytes)
+  std::size_t revoked = 0;   ///< its revoked delegations (SEQ4_STATUS_RECALLABLE_STATE_REVOKED)
+  std::size_t host_fds = 0;  ///< descriptors its state holds (Limits::host_fds_per_client)
 };
 
 }  // namespace roce::nfs::v4

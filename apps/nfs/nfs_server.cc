@@ -832,7 +832,9 @@ Status NfsServer::open_file(Call& c, const Obj& o, bool write, std::shared_ptr<c
   const std::string p = proc_path(o.fd.get());
   {
     Call::AsServer server(c.id);
-    if (opts_.rw) {
+    // Writing only for a write: an open for writing breaks the leases that stand for NFSv4
+    // read delegations (and a descriptor open for writing keeps any from being taken).
+    if (opts_.rw && write) {
       nf->fd.reset(::open(p.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
       nf->rw = nf->fd.get() >= 0;
     }
@@ -1012,6 +1014,15 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
     e.u32(s);
   };
   const auto none = std::optional<Fattr>{};
+  // A regular file about to change while an NFSv4 delegation of it is out: JUKEBOX until the
+  // delegation is returned (before_change starts its recall).
+  const auto held = [&](const struct stat& st) {
+    return before_change && S_ISREG(st.st_mode) && before_change(st.st_dev, st.st_ino);
+  };
+  const auto held_at = [&](int dirfd, const std::string& name) {
+    struct stat st;
+    return ::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && held(st);
+  };
   // A name to make or look up: NAMETOOLONG beyond NAME_MAX, INVAL for what would leave the
   // directory ('/', ".", "..") or cannot be a name (empty, NUL).
   const auto name_error = [](const std::string& n) -> Status {
@@ -1094,6 +1105,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       // The guard: the client's idea of the ctime must still hold (RFC 1813 3.3.2).
       if (guard && !same_time(*guard, before.ctime))
         return fail(kErrNotSync), encode_wcc(e, before, before);
+      if (held(o.st)) return fail(kErrJukebox), encode_wcc(e, before, before);
       const int err = apply(o, s, true);
       if (err) ++c.errors;
       e.u32(err ? (err == ESTALE ? kErrStale : from_errno(err)) : kOk);
@@ -1236,6 +1248,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
         return fail(kErrInval), encode_wcc(e, before, before);
       if (!S_ISREG(o.st.st_mode))
         return fail(S_ISDIR(o.st.st_mode) ? kErrIsdir : kErrInval), encode_wcc(e, before, before);
+      if (held(o.st)) return fail(kErrJukebox), encode_wcc(e, before, before);
       std::shared_ptr<const OpenFile> w;
       if (const Status s = open_file(c, o, true, w)) return fail(s), encode_wcc(e, before, before);
       const ssize_t n = ::pwrite(w->fd.get(), data.data(), count, static_cast<off_t>(off));
@@ -1346,6 +1359,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
           if (!S_ISREG(n.st.st_mode)) return refuse(kErrExist);
           Sattr size_only;
           size_only.size = s.size;
+          if (s.size && held(n.st)) return refuse(kErrJukebox);
           if (const int e2 = apply(n, size_only, false))
             return refuse(e2 == ESTALE ? kErrStale : from_errno(e2));
           return made(o, before, n);
@@ -1373,6 +1387,8 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       if (!opts_.rw) return fail(kErrRofs), encode_wcc(e, before, before);
       if (proc == kRmdir && name == "..") return fail(kErrNotempty), encode_wcc(e, before, before);
       if (const Status st = name_error(name)) return fail(st), encode_wcc(e, before, before);
+      if (proc == kRemove && held_at(o.fd.get(), name))
+        return fail(kErrJukebox), encode_wcc(e, before, before);
       if (proc == kRemove) forget_file(o.fd.get(), name);  // its space freed when it goes
       if (::unlinkat(o.fd.get(), name.c_str(), proc == kRmdir ? AT_REMOVEDIR : 0) != 0)
         return fail(from_errno(errno)), encode_wcc(e, before, attr_of(o.fd.get()));
@@ -1402,6 +1418,8 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       if (const Status st = name_error(to_name)) return both(st, fb, tb);
       if (!kernel_handles_ && join(t.rel, to_name).size() > kMaxRel)
         return both(kErrNametoolong, fb, tb);
+      if (held_at(f.fd.get(), from_name) || held_at(t.fd.get(), to_name))
+        return both(kErrJukebox, fb, tb);
       forget_file(t.fd.get(), to_name);  // a file renamed over is removed
       if (::renameat(f.fd.get(), from_name.c_str(), t.fd.get(), to_name.c_str()) != 0)
         return both(from_errno(errno), fb, tb);
@@ -1432,6 +1450,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       if (const Status st = name_error(name))
         return refuse(name == "." || name == ".." ? kErrExist : st);
       if (!kernel_handles_ && join(l.rel, name).size() > kMaxRel) return refuse(kErrNametoolong);
+      if (held(o.st)) return refuse(kErrJukebox);
       // The object itself through its descriptor (/proc's link to it, never a path that could
       // have changed); the kernel checks the caller's write permission on the directory and
       // its protected_hardlinks rules.

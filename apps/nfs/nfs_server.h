@@ -110,6 +110,8 @@ class NfsServer {
   void handle_mount(const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& out);
 
   v3::Fh root_fh() const { return root_fh_; }
+  /// What MOUNT calls the export ("/srv/export"); NFSv4's pseudo-root leads to it.
+  const std::string& export_path() const { return export_; }
   NfsServerStats stats() const {
     std::lock_guard g(stats_mu_);
     return st_;
@@ -172,6 +174,12 @@ class NfsServer {
   /// open_for_io() within `fn` act as handle()'s do.
   bool run_as(const rpc::OpaqueAuth& cred, const std::function<void()>& fn);
   const v3::Verf& write_verf() const { return write_verf_; }
+  /// Asked before a call changes a regular file's data, attributes or names (WRITE, SETATTR,
+  /// REMOVE, RENAME of it or over it, LINK, CREATE truncating it) with its device and inode:
+  /// true while the change must wait (an NFSv4 read delegation of it is being recalled), and
+  /// the call gets NFS3ERR_JUKEBOX, as knfsd answers. Set once before the first call (the v4
+  /// server sets it); may run on several threads at once.
+  std::function<bool(std::uint64_t dev, std::uint64_t ino)> before_change;
 
  private:
   struct Obj;

@@ -8,8 +8,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 #include <vector>
 
@@ -91,13 +93,20 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       c.mount_per_peer = num(1, 1024);
     else if (a == "--mount-timeout")
       c.mount_timeout_ms = num(100, 3'600'000);
+    else if (a == "--delegations") {
+      if (v != "on" && v != "off")
+        throw std::runtime_error("service nfs: --delegations must be on or off");
+      c.delegations = v == "on";
+    } else if (a == "--state-dir")
+      c.state_dir = v;
     else
       throw std::runtime_error("service nfs: unknown option " + a +
                                " (--root, --export, --export-options, --clients, --max-handles, "
                                "--threads, --portmap-port, "
                                "--mount-address, --mount-port, --credits, --inline, --tcp-port, "
                                "--max-connections, --max-half-open, --max-per-peer, --reap-idle, "
-                               "--mount-clients, --mount-per-peer, --mount-timeout)");
+                               "--mount-clients, --mount-per-peer, --mount-timeout, "
+                               "--delegations, --state-dir)");
   }
   if (c.root.empty()) throw std::runtime_error("service nfs: --root DIR is required");
 }
@@ -125,6 +134,41 @@ void check_unprivileged(const ExportOptions& e) {
 }
 
 namespace {
+bool make_dirs(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  return std::filesystem::is_directory(path, ec) && ::access(path.c_str(), W_OK | X_OK) == 0;
+}
+}  // namespace
+
+std::string state_dir_for(const NfsServiceConfig& c) {
+  if (!c.state_dir.empty()) {
+    if (!make_dirs(c.state_dir))
+      throw std::runtime_error("service nfs: --state-dir " + c.state_dir +
+                               " is not a directory this process can write");
+    return c.state_dir;
+  }
+  // One directory per export, named after the root's absolute path ("/srv/export" ->
+  // "srv_export"), under /var/lib/roce-nfsd; where that cannot be made (not root), beside the
+  // root (".roce-nfsd-state.export" in its parent directory).
+  std::error_code ec;
+  const std::filesystem::path root = std::filesystem::weakly_canonical(c.root, ec);
+  std::string name = root.relative_path().string();
+  std::replace(name.begin(), name.end(), '/', '_');
+  if (name.empty()) name = "root";
+  const std::string system = "/var/lib/roce-nfsd/" + name;
+  if (make_dirs(system)) return system;
+  const std::string beside =
+      (root.parent_path() / (".roce-nfsd-state." + root.filename().string())).string();
+  if (root.has_filename() && make_dirs(beside)) return beside;
+  std::fprintf(stderr,
+               "service nfs: no directory for NFSv4.1 client records (%s, %s): no grace period "
+               "after a restart (--state-dir DIR)\n",
+               system.c_str(), beside.c_str());
+  return {};
+}
+
+namespace {
 // The transport's options with the export's client list as its door: an unlisted source is
 // refused at its REQ.
 ServerOptions with_door(const NfsServiceConfig& c) {
@@ -136,6 +180,7 @@ ServerOptions with_door(const NfsServiceConfig& c) {
 
 NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
     : nfs_(c.root, c.export_path, c.exports),
+      nfs4_(nfs_, v4::Limits{}, state_dir_for(c)),
       worker_(CallWorker::kDefaultCapacity, c.threads),
       rdma_(
           context, with_door(c),
@@ -169,6 +214,11 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
   // NFSv4.1's back channel in the RDMA connection's reverse direction (RFC 8167): CB_RECALLs out
   // through the transport, their REPLYs and closed connections back, never waiting on the loop.
   nfs4_.backchannel = true;
+  nfs4_.delegations = c.delegations;
+  if (c.delegations && !Nfs4Server::leases_usable())
+    std::fprintf(stderr,
+                 "service nfs: the host gives no file leases (fs.leases-enable=0): no NFSv4 "
+                 "read delegations\n");
   rdma_.on_backward_reply = [this](std::uint64_t conn, std::span<const std::uint8_t> r) {
     nfs4_.post_reply(conn, r);
   };

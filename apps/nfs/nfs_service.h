@@ -54,6 +54,12 @@ struct NfsServiceConfig {
   /// needs CAP_NET_BIND_SERVICE or root, and no rpcbind of the host on that address); 0: none.
   /// When it cannot bind, the service says so and goes on without it.
   std::uint16_t portmap_port = kPortmapPort;
+  /// NFSv4.1 read delegations (--delegations on|off): granted only where the host gives a file
+  /// lease for each, so that every writer (local, NFSv3, v4) has it recalled first.
+  bool delegations = true;
+  /// NFSv4.1's stable client records (--state-dir): who may reclaim opens and locks in the
+  /// grace period after a restart. Empty: /var/lib/roce-nfsd/<export>, else beside the root.
+  std::string state_dir;
 };
 
 /// The kernel address MOUNT binds to by default for a tool on kernel interface `iface`: that
@@ -63,8 +69,8 @@ std::string default_mount_address(const std::string& iface);
 
 /// Parses a service's args (--root DIR, --export PATH, --export-options OPTS, --clients LIST,
 /// --max-handles N, --threads N, --portmap-port N, --mount-address IP, --mount-port N, --credits N,
-/// --inline BYTES,
-/// --tcp-port N) into `c`; throws std::runtime_error on a bad one.
+/// --inline BYTES, --tcp-port N, --delegations on|off, --state-dir DIR) into `c`; throws
+/// std::runtime_error on a bad one.
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c);
 
 /// For a process without CAP_SETUID/CAP_SETGID (it can act only as itself): throws
@@ -73,6 +79,12 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
 /// groups (which it could not drop, so that every caller would have them). Anything else would
 /// fail call by call (SYSTEM_ERR).
 void check_unprivileged(const ExportOptions& e);
+
+/// The directory of the NFSv4.1 client records for `c` (made if missing): --state-dir, else
+/// /var/lib/roce-nfsd/<root's path with '_' for '/'>, else .roce-nfsd-state.<name> beside the
+/// root; empty (and a line on stderr) when none can be written. Throws when --state-dir was
+/// given and cannot be used.
+std::string state_dir_for(const NfsServiceConfig& c);
 
 class NfsService {
  public:
@@ -93,8 +105,8 @@ class NfsService {
   void start_portmap(client::Context& context, const NfsServiceConfig& c);
   bool step_portmap_udp();
 
-  NfsServer nfs_;          ///< thread-safe: the pool's handlers call it at once
-  Nfs4Server nfs4_{nfs_};  ///< NFS version 4.1 calls over the same export; its own mutex
+  NfsServer nfs_;    ///< thread-safe: the pool's handlers call it at once
+  Nfs4Server nfs4_;  ///< NFS version 4.1 calls over the same export; its own mutex
   /// The v4 server's counts as stats() and report() last read them: they run on the poll loop
   /// and only try its lock (a COMPOUND may hold it through an fsync), reusing these meanwhile.
   mutable Nfs4Stats seen4_;

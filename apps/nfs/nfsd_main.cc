@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   double timeout = 0, tx_drop = 0, rx_drop = 0;
   bool spin = false;
   unsigned port = c.port, mount_port = c.mount_port, tcp_port = 0, portmap_port = c.portmap_port;
-  std::string export_options, clients;
+  std::string export_options, clients, delegations = "on";
   po::options_description o("roce-nfsd options");
   o.add_options()("help,h", "this help")(
       "attach", po::value(&nl.attach),
@@ -90,7 +90,13 @@ int main(int argc, char** argv) {
       "portmap-port", po::value(&portmap_port)->default_value(c.portmap_port),
       "port mapper (rpcbind v2-v4) for MOUNT and NFS on the MOUNT address, TCP and UDP "
       "(0: none; 111 needs privilege)")(
-      "credits", po::value(&c.transport.credits)->default_value(32), "credits granted")(
+      "delegations", po::value(&delegations)->default_value("on"),
+      "NFSv4.1 read delegations: on (each backed by a host file lease, recalled when anything "
+      "writes the file) or off")(
+      "state-dir", po::value(&c.state_dir),
+      "NFSv4.1 client records for reclaim after a restart (default /var/lib/roce-nfsd/<export>, "
+      "else beside --root)")("credits", po::value(&c.transport.credits)->default_value(32),
+                             "credits granted")(
       "inline", po::value(&c.transport.inline_size)->default_value(4096), "inline size")(
       "spin", po::bool_switch(&spin), "never yield the CPU when idle (a core of its own)")(
       "timeout", po::value(&timeout)->default_value(0), "exit after this many seconds (0: never)")(
@@ -118,6 +124,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (const auto& w : warnings) std::cerr << "roce-nfsd: " << w << "\n";
+  if (delegations != "on" && delegations != "off") {
+    std::cerr << "roce-nfsd: --delegations must be on or off\n";
+    return 2;
+  }
+  c.delegations = delegations == "on";
   c.port = static_cast<std::uint16_t>(port);
   c.mount_port = static_cast<std::uint16_t>(mount_port);
   c.tcp_port = static_cast<std::uint16_t>(tcp_port);

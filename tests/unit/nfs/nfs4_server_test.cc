@@ -6,15 +6,21 @@
 // names with '/' or "..", truncated and huge COMPOUNDs, more clients than the table holds.
 #include "apps/nfs/nfs4_server.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <set>
+#include <thread>
 #include <tuple>
 
 namespace roce::nfs {
@@ -1523,10 +1529,11 @@ TEST_F(Nfs4Test, DelegationRecalledOnConflict) {
   EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kWrite, write_args(a.dsid, 0, "x"))).status,
             kErrOpenmode);
   EXPECT_TRUE(srv_->take_callbacks().empty());
-  // B reads too: no conflict, no recall.
+  // B reads too (asking for no delegation: its own would be recalled too by its open for
+  // writing below): no conflict, no recall.
   swap(b);
   ctx_.conn = 2;
-  const OpenedD br = open_d("hello", kShareAccessRead, "b-1");
+  const OpenedD br = open_d("hello", kShareAccessRead | kShareWantNoDeleg, "b-1");
   ASSERT_EQ(br.status, kOk);
   EXPECT_TRUE(srv_->take_callbacks().empty());
   // B opens for writing: A's delegation is recalled and B waits.
@@ -1782,6 +1789,710 @@ TEST_F(Nfs4Test, MutatedCallbackRepliesAndBackChannelOps) {
   }
   EXPECT_LE(srv_->states(), 2 * lim_.states);
   EXPECT_LE(srv_->sessions(), 2 * lim_.sessions);
+}
+
+// --- Delegations that never give stale data (issue 31, review16 1) -----------------------
+
+class Nfs4DelegTest : public Nfs4Test {
+ protected:
+  /// An NFSv3 call to the same export (the v3 server the v4 one sits on): its status.
+  std::uint32_t v3call(std::uint32_t proc, const std::function<void(XdrEncoder&)>& args) {
+    Bytes b;
+    XdrEncoder e(b);
+    rpc::CallHeader h;
+    h.xid = ++xid_;
+    h.prog = v3::kNfsProgram;
+    h.vers = 3;
+    h.proc = proc;
+    h.cred = rpc::auth_sys({1, "t", ::geteuid(), ::getegid(), {}});
+    rpc::encode(e, h);
+    args(e);
+    RpcReply out;
+    files_->handle(ctx_, b, out);
+    XdrDecoder d(out.msg);
+    rpc::ReplyHeader rh;
+    EXPECT_TRUE(rpc::decode(d, rh));
+    return d.u32();
+  }
+  /// A fresh read delegation of `file` for the fixture's client (A, on connection 1).
+  OpenedD deleg(const std::string& file, const std::string& owner) {
+    clock_ += 60;  // past the no-regrant time of an earlier recall
+    const OpenedD o = open_d(file, kShareAccessRead, owner);
+    EXPECT_EQ(o.status, kOk);
+    EXPECT_EQ(o.deleg, kDelegRead) << file;
+    return o;
+  }
+  /// The one CB_RECALL queued now: of `want`.
+  void expect_recall(const Stateid& want) {
+    const auto cbs = srv_->take_callbacks();
+    ASSERT_EQ(cbs.size(), 1u);
+    EXPECT_EQ(decode_cb(cbs[0].msg).deleg, want);
+    // Answered (the client's CB_SEQUENCE), so that the back channel's slot is free again.
+    const CbCall call = decode_cb(cbs[0].msg);
+    EXPECT_TRUE(
+        srv_->callback_reply(cbs[0].conn, cb_reply(call.h.xid, call.sid, call.seq, kOk, kOk)));
+  }
+  std::uint32_t delegreturn(const OpenedD& o) {
+    return send(seq().add(kPutfh, fh(o.fh)).add(kDelegreturn, sid_arg(o.dsid))).status;
+  }
+};
+
+TEST_F(Nfs4DelegTest, OffMeansNone) {
+  Cl b;
+  two_clients(b);
+  srv_->delegations = false;
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-1").deleg, kDelegNone);
+  srv_->delegations = true;
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-2").deleg, kDelegRead);
+}
+
+TEST_F(Nfs4DelegTest, NoLeaseNoDelegation) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  // A local process has the file open for writing: the host gives no read lease, so no
+  // delegation (it could not be recalled when that process writes).
+  const int w = ::open((dir_ / "hello").c_str(), O_WRONLY);
+  ASSERT_GE(w, 0);
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-1").deleg, kDelegNone);
+  ::close(w);
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-2").deleg, kDelegRead);
+}
+
+TEST_F(Nfs4DelegTest, LocalWriterBreaksTheLeaseAndRecalls) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  const OpenedD a = deleg("hello", "a-1");
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  // A process on the host opens the file for writing: the lease holds it off (EWOULDBLOCK
+  // without waiting) and its break starts the recall.
+  const std::string path = (dir_ / "hello").string();
+  EXPECT_EQ(::open(path.c_str(), O_WRONLY | O_NONBLOCK), -1);
+  EXPECT_EQ(errno, EWOULDBLOCK);
+  expect_recall(a.dsid);
+  // Returned: the writer gets in.
+  EXPECT_EQ(delegreturn(a), kOk);
+  const int w = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+  EXPECT_GE(w, 0);
+  ::close(w);
+  // Not returned: revoked before the kernel's lease-break-time lets the writer in anyway.
+  const OpenedD a2 = deleg("hello", "a-2");
+  EXPECT_EQ(::open(path.c_str(), O_WRONLY | O_NONBLOCK), -1);
+  expect_recall(a2.dsid);
+  clock_ += 44;  // fs.lease-break-time 45 here: revoked once 44 s passed
+  srv_->tick();
+  EXPECT_EQ(srv_->stats().revoked, 0u);
+  clock_ += 1;
+  srv_->tick();
+  EXPECT_EQ(srv_->stats().revoked, 1u);
+  const int w2 = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+  EXPECT_GE(w2, 0);
+  ::close(w2);
+}
+
+TEST_F(Nfs4DelegTest, NfsV3ChangesWaitForTheRecall) {
+  Cl b;
+  two_clients(b);
+  std::ofstream(dir_ / "f2") << "two";
+  std::ofstream(dir_ / "f3") << "three";
+  const auto name_in = [](const Bytes& dir, const std::string& n) {
+    return [=](XdrEncoder& e) {
+      e.opaque(dir);
+      e.string(n);
+    };
+  };
+  const Bytes root = files_->root_fh().data;
+  struct Case {
+    const char* what;
+    std::string file;
+    std::uint32_t proc;
+    std::function<void(XdrEncoder&, const Bytes&)> args;
+  };
+  const std::vector<Case> cases = {
+      {"WRITE", "hello", v3::kWrite,
+       [](XdrEncoder& e, const Bytes& f) {
+         e.opaque(f);
+         e.u64(0);
+         e.u32(1);
+         e.u32(0);
+         e.string("X");
+       }},
+      {"SETATTR size", "hello", v3::kSetattr,
+       [](XdrEncoder& e, const Bytes& f) {
+         e.opaque(f);
+         e.boolean(false);  // mode
+         e.boolean(false);  // uid
+         e.boolean(false);  // gid
+         e.boolean(true);   // size
+         e.u64(1);
+         e.u32(0);          // atime: don't change
+         e.u32(0);          // mtime
+         e.boolean(false);  // no guard
+       }},
+      {"LINK", "hello", v3::kLink,
+       [&](XdrEncoder& e, const Bytes& f) {
+         e.opaque(f);
+         name_in(root, "hello-link")(e);
+       }},
+      {"RENAME", "f2", v3::kRename,
+       [&](XdrEncoder& e, const Bytes&) {
+         name_in(root, "f2")(e);
+         name_in(root, "f2-renamed")(e);
+       }},
+      {"REMOVE", "f3", v3::kRemove, [&](XdrEncoder& e, const Bytes&) { name_in(root, "f3")(e); }},
+  };
+  int i = 0;
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.what);
+    const OpenedD a = deleg(k.file, "a-" + std::to_string(++i));
+    const auto call = [&](XdrEncoder& e) { k.args(e, a.fh); };
+    EXPECT_EQ(v3call(k.proc, call), v3::kErrJukebox);
+    expect_recall(a.dsid);
+    EXPECT_EQ(v3call(k.proc, call), v3::kErrJukebox);  // still out
+    EXPECT_EQ(delegreturn(a), kOk);
+    EXPECT_EQ(v3call(k.proc, call), v3::kOk);
+    if (k.proc == v3::kWrite) {
+      // The v3 server's cached descriptor, open for writing, keeps the host from giving a lease:
+      // no delegation until it is closed (file_idle_ms).
+      clock_ += 60;
+      EXPECT_EQ(open_d(k.file, kShareAccessRead, "a-w").deleg, kDelegNone);
+    }
+    files_->close_files();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "f3"));
+  EXPECT_TRUE(fs::exists(dir_ / "f2-renamed"));
+  // A v3 READ does not recall.
+  const OpenedD r = deleg("hello-link", "a-9");
+  EXPECT_EQ(v3call(v3::kRead,
+                   [&](XdrEncoder& e) {
+                     e.opaque(r.fh);
+                     e.u64(0);
+                     e.u32(4);
+                   }),
+            v3::kOk);
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+}
+
+TEST_F(Nfs4DelegTest, V4ChangesWithoutAnOpenRecall) {
+  Cl b;
+  two_clients(b);
+  // B writes with the anonymous stateid, sets the size, removes the file: each waits for A's
+  // delegation.
+  const OpenedD a = deleg("hello", "a-1");
+  swap(b);
+  ctx_.conn = 2;
+  Stateid anon;
+  EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kWrite, write_args(anon, 0, "x"))).status,
+            kErrDelay);
+  swap(b);
+  ctx_.conn = 1;
+  expect_recall(a.dsid);
+  EXPECT_EQ(delegreturn(a), kOk);
+  const OpenedD a2 = deleg("hello", "a-2");
+  swap(b);
+  ctx_.conn = 2;
+  EXPECT_EQ(send(seq().add(kPutrootfh).add(kRemove, name("hello"))).status, kErrDelay);
+  swap(b);
+  ctx_.conn = 1;
+  expect_recall(a2.dsid);
+  EXPECT_EQ(delegreturn(a2), kOk);
+  swap(b);
+  ctx_.conn = 2;
+  EXPECT_EQ(send(seq().add(kPutrootfh).add(kRemove, name("hello"))).status, kOk);
+}
+
+// --- The grace period and reclaim after a restart (RFC 8881 8.4.2) ---------------------
+
+class Nfs4GraceTest : public Nfs4Test {
+ protected:
+  void restart() {
+    srv_.reset();  // the process goes: its leases and host locks with it
+    srv_ = std::make_unique<Nfs4Server>(*files_, lim_, state_.string());
+    srv_->now = [this] { return clock_; };
+  }
+  std::uint32_t reclaim_complete() {
+    return send(seq().add(kReclaimComplete, [](XdrEncoder& e) { e.boolean(false); })).status;
+  }
+  /// OPEN CLAIM_PREVIOUS of the file `f`: its status and stateid.
+  std::pair<std::uint32_t, Stateid> reclaim_open(const Bytes& f, const std::string& owner) {
+    Reply r = send(seq().add(kPutfh, fh(f)).add(kOpen, [&](XdrEncoder& e) {
+      e.u32(0);
+      e.u32(kShareAccessBoth);
+      e.u32(0);
+      e.u64(clientid_);
+      e.string(owner);
+      e.u32(kNoCreate);
+      e.u32(kClaimPrevious);
+      e.u32(kDelegNone);
+    }));
+    if (r.status != kOk) return {r.status, {}};
+    skip_sequence(r);
+    r.next(kPutfh);
+    EXPECT_EQ(r.next(kOpen), kOk);
+    return {kOk, decode_stateid(*r.d)};
+  }
+  std::uint32_t lock(const Bytes& f, const Stateid& open, const std::string& owner, bool reclaim) {
+    return send(seq()
+                    .add(kPutfh, fh(f))
+                    .add(kLock,
+                         [&](XdrEncoder& e) {
+                           e.u32(kWriteLt);
+                           e.boolean(reclaim);
+                           e.u64(0);
+                           e.u64(100);
+                           e.boolean(true);
+                           e.u32(0);
+                           encode(e, open);
+                           e.u32(0);
+                           e.u64(clientid_);
+                           e.string(owner);
+                         }))
+        .status;
+  }
+  std::string records_file() {
+    std::ifstream in(state_ / "clients");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  fs::path state_;
+};
+
+TEST_F(Nfs4GraceTest, ClientsReclaimOpensAndLocksAfterARestart) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  restart();
+  EXPECT_FALSE(srv_->in_grace());  // no records: nothing to wait for
+  // First run: A and C mount (RECLAIM_COMPLETE records them), A opens and locks.
+  Cl cc;
+  swap(cc);
+  exchange("client-c");
+  ASSERT_EQ(create_session(), kOk);
+  ASSERT_EQ(reclaim_complete(), kOk);
+  swap(cc);
+  mount();
+  ASSERT_EQ(reclaim_complete(), kOk);
+  const Opened o = open("f", kUnchecked, kShareAccessBoth, 0, "oa");
+  ASSERT_EQ(o.status, kOk);
+  ASSERT_EQ(lock(o.fh, o.sid, "la", false), kOk);
+  EXPECT_EQ(srv_->records(), 2u);
+  EXPECT_NE(records_file().find("636c69656e742d61"), std::string::npos);  // "client-a" in hex
+  // Reclaims in normal running: NO_GRACE.
+  EXPECT_EQ(reclaim_open(o.fh, "oa").first, kErrNoGrace);
+
+  // Restart with the same records: a grace period.
+  restart();
+  EXPECT_TRUE(srv_->in_grace());
+  exchange();  // A again, the same verifier: a new client id of this server instance
+  ASSERT_EQ(ex_status_, kOk);
+  ASSERT_EQ(create_session(), kOk);
+  const auto [st, reopened] = reclaim_open(o.fh, "oa");
+  ASSERT_EQ(st, kOk);
+  EXPECT_EQ(lock(o.fh, reopened, "la", true), kOk);
+  // New state meanwhile: GRACE, for A (not a reclaim) and for B (never recorded).
+  EXPECT_EQ(open("g", kUnchecked, kShareAccessBoth, 0, "oa2").status, kErrGrace);
+  EXPECT_EQ(lock(o.fh, reopened, "lb", false), kErrGrace);
+  Cl b;
+  swap(b);
+  exchange("client-b");
+  ASSERT_EQ(create_session(), kOk);
+  EXPECT_EQ(open("hello", 99, kShareAccessRead, 0, "ob").status, kErrGrace);
+  EXPECT_EQ(reclaim_open(o.fh, "ob").first, kErrNoGrace);  // nothing of B's to reclaim
+  swap(b);
+  // A is done: it may not reclaim any more; C has not come back, so the grace period goes on.
+  ASSERT_EQ(reclaim_complete(), kOk);
+  EXPECT_EQ(reclaim_open(o.fh, "oa").first, kErrNoGrace);
+  EXPECT_TRUE(srv_->in_grace());
+  swap(b);
+  EXPECT_EQ(open("hello", 99, kShareAccessRead, 0, "ob").status, kErrGrace);
+  // One lease later it ends: B opens; C, late, cannot reclaim and is no longer recorded.
+  clock_ += lim_.lease_seconds;
+  EXPECT_FALSE(srv_->in_grace());
+  EXPECT_EQ(open("hello", 99, kShareAccessRead, 0, "ob").status, kOk);
+  swap(b);
+  swap(cc);
+  exchange("client-c");
+  ASSERT_EQ(create_session(), kOk);
+  EXPECT_EQ(reclaim_open(o.fh, "oc").first, kErrNoGrace);
+  swap(cc);
+  EXPECT_EQ(srv_->records(), 1u);
+  EXPECT_EQ(records_file(), "636c69656e742d61\n");
+  // A's reclaimed lock holds against B.
+  swap(b);
+  const Opened bo = open("f", kUnchecked, kShareAccessBoth, 0, "ob2");
+  ASSERT_EQ(bo.status, kOk);
+  EXPECT_EQ(lock(o.fh, bo.sid, "lb", false), kErrDenied);
+  swap(b);
+  // Once every recorded client has reclaimed, the grace period ends at once.
+  restart();
+  EXPECT_TRUE(srv_->in_grace());
+  exchange();
+  ASSERT_EQ(create_session(), kOk);
+  ASSERT_EQ(reclaim_complete(), kOk);
+  EXPECT_FALSE(srv_->in_grace());
+  EXPECT_EQ(open("g", kUnchecked, kShareAccessBoth, 0, "oa3").status, kOk);
+}
+
+TEST_F(Nfs4GraceTest, HostileRecordsAreSkipped) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  std::ofstream(state_ / "clients") << "zz\nabc\n\n" << std::string(5000, 'a') << "\n6869\n";
+  restart();
+  EXPECT_EQ(srv_->records(), 1u);  // "hi" alone
+  EXPECT_TRUE(srv_->in_grace());
+  clock_ += lim_.lease_seconds;
+  EXPECT_FALSE(srv_->in_grace());
+}
+
+// --- File I/O without the server's lock (review16 2) --------------------------------------
+
+// A COMMIT stuck in fsync (a slow disk: the I/O hook stands for it) holds no lock another
+// client needs: its SEQUENCE is answered, tick() runs, and a retry of the busy slot gets DELAY.
+TEST_F(Nfs4Test, SlowCommitBlocksNobodyElse) {
+  mount();
+  Cl b;
+  swap(b);
+  exchange("client-b");
+  ASSERT_EQ(create_session(), kOk);
+  swap(b);
+  const Opened o = open("slow", kUnchecked);
+  ASSERT_EQ(o.status, kOk);
+  // The COMMIT, encoded as send() does, to run on a thread of its own.
+  const Ops ops = seq().add(kPutfh, fh(o.fh)).add(kCommit, [](XdrEncoder& e) {
+    e.u64(0);
+    e.u32(0);
+  });
+  Bytes call;
+  {
+    XdrEncoder e(call);
+    rpc::CallHeader h;
+    h.xid = ++xid_;
+    h.prog = v3::kNfsProgram;
+    h.vers = 4;
+    h.proc = kCompound;
+    h.cred = rpc::auth_sys({1, "t", ::geteuid(), ::getegid(), {}});
+    rpc::encode(e, h);
+    e.string("t");
+    e.u32(1);
+    e.u32(ops.n);
+    call.insert(call.end(), ops.b.begin(), ops.b.end());
+  }
+  std::promise<void> entered, release;
+  std::shared_future<void> go = release.get_future().share();
+  std::atomic<bool> armed{true};
+  srv_->io_hook = [&] {
+    if (!armed.exchange(false)) return;
+    entered.set_value();
+    go.wait();
+  };
+  RpcReply commit_reply;
+  std::thread t([&, ctx = ctx_] { srv_->handle(ctx, call, commit_reply); });
+  ASSERT_EQ(entered.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto other = std::async(std::launch::async, [&] {
+    swap(b);
+    const std::uint32_t st = send(seq()).status;
+    swap(b);
+    return st;
+  });
+  const bool answered = other.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  const bool ticked = answered && srv_->tick();
+  // A's retry of the slot its COMMIT is on: DELAY, not a stale cached reply.
+  const std::uint32_t retry = answered ? send(seq(0, seqids_[0])).status : 0;
+  release.set_value();
+  t.join();
+  EXPECT_TRUE(answered) << "another client's SEQUENCE waited for the fsync";
+  EXPECT_EQ(other.get(), kOk);
+  EXPECT_TRUE(ticked);
+  EXPECT_EQ(retry, kErrDelay);
+  XdrDecoder d(commit_reply.msg);
+  rpc::ReplyHeader rh;
+  ASSERT_TRUE(rpc::decode(d, rh));
+  EXPECT_EQ(d.u32(), kOk);  // the COMMIT itself went through
+  // The slot is free again, and the retry now gets the cached reply.
+  EXPECT_EQ(send(seq(0, seqids_[0])).status, kOk);
+}
+
+// --- v4 byte-range locks are the host's (review16 4) --------------------------------------
+
+// A local process's fcntl lock keeps a v4 client out and the other way round: both are POSIX
+// locks on the same file. (The local process is a child: a process's traditional locks go when
+// it closes any descriptor of the file, and the server in this process opens and closes them.)
+TEST_F(Nfs4Test, LocksExcludeLocalProcesses) {
+  mount();
+  const Opened o = open("locked", kUnchecked, kShareAccessBoth, 0, "oa");
+  ASSERT_EQ(o.status, kOk);
+  const Opened ro = open("locked", 99, kShareAccessRead, 0, "or");
+  ASSERT_EQ(ro.status, kOk);
+  const std::string path = (dir_ / "locked").string();
+  // In a child process: F_SETLK of the range; 0, or errno.
+  const auto try_local = [&](short type, off_t start, off_t len) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int fd = ::open(path.c_str(), O_RDWR);
+      struct flock f {};
+      f.l_type = type;
+      f.l_whence = SEEK_SET;
+      f.l_start = start;
+      f.l_len = len;
+      ::_exit(fd >= 0 && ::fcntl(fd, F_SETLK, &f) == 0 ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+  };
+  // A child holding [0, 10) for writing until told to go.
+  int ready[2], go[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(go), 0);
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    ::close(go[1]);  // so that the parent's end closing (however the test ends) lets it go
+    ::alarm(60);
+    const int fd = ::open(path.c_str(), O_RDWR);
+    struct flock f {};
+    f.l_type = F_WRLCK;
+    f.l_whence = SEEK_SET;
+    f.l_len = 10;
+    const char ok = fd >= 0 && ::fcntl(fd, F_SETLK, &f) == 0 ? 'y' : 'n';
+    (void)!::write(ready[1], &ok, 1);
+    char c;
+    (void)!::read(go[0], &c, 1);
+    ::_exit(0);
+  }
+  ::close(go[0]);
+  // However the test ends: the child told to go (its pipe closed) and waited for.
+  struct Reap {
+    int& go;
+    pid_t pid;
+    ~Reap() {
+      if (go >= 0) ::close(go);
+      go = -1;
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reap{go[1], holder};
+  char ok = 0;
+  ASSERT_EQ(::read(ready[0], &ok, 1), 1);
+  ASSERT_EQ(ok, 'y');
+  const auto v4lock = [&](const Opened& op, std::uint32_t type, std::uint64_t off,
+                          std::uint64_t len, const std::string& owner) {
+    return send(seq()
+                    .add(kPutfh, fh(op.fh))
+                    .add(kLock, lock_args(type, off, len, op.sid, clientid_, owner)));
+  };
+  const auto lockt = [&](std::uint32_t type, std::uint64_t off, std::uint64_t len) {
+    return send(seq().add(kPutfh, fh(o.fh)).add(kLockt, [=, this](XdrEncoder& e) {
+      e.u32(type);
+      e.u64(off);
+      e.u64(len);
+      e.u64(clientid_);
+      e.string("tester");
+    }));
+  };
+  // The local process holds [0, 10): the client's write lock over it is DENIED, naming a host
+  // process; LOCKT says the same; a range beside it is free.
+  Reply denied = v4lock(o, kWriteLt, 0, 100, "la");
+  ASSERT_EQ(denied.status, kErrDenied);
+  skip_sequence(denied);
+  denied.next(kPutfh);
+  EXPECT_EQ(denied.next(kLock), kErrDenied);
+  EXPECT_EQ(denied.d->u64(), 0u);
+  EXPECT_EQ(denied.d->u64(), 10u);
+  EXPECT_EQ(denied.d->u32(), kWriteLt);
+  EXPECT_EQ(denied.d->u64(), 0u);  // no client of ours
+  EXPECT_EQ(lockt(kReadLt, 5, 1).status, kErrDenied);
+  EXPECT_EQ(lockt(kWriteLt, 10, 90).status, kOk);
+  // It lets go: the client takes [0, 100), and now a local process is refused.
+  ::close(std::exchange(go[1], -1));
+  ::waitpid(holder, nullptr, 0);
+  for (int fd : {ready[0], ready[1]}) ::close(fd);
+  Reply got = v4lock(o, kWriteLt, 0, 100, "la");
+  ASSERT_EQ(got.status, kOk);
+  skip_sequence(got);
+  got.next(kPutfh);
+  got.next(kLock);
+  const Stateid ls = decode_stateid(*got.d);
+  EXPECT_EQ(try_local(F_RDLCK, 50, 1), 1);
+  EXPECT_EQ(try_local(F_WRLCK, 100, 10), 0);  // beyond its range
+  // LOCKU of part of it: that part is a local process's to take.
+  ASSERT_EQ(send(seq()
+                     .add(kPutfh, fh(o.fh))
+                     .add(kLocku,
+                          [&](XdrEncoder& e) {
+                            e.u32(kWriteLt);
+                            e.u32(0);
+                            encode(e, ls);
+                            e.u64(0);
+                            e.u64(50);
+                          }))
+                .status,
+            kOk);
+  EXPECT_EQ(try_local(F_WRLCK, 0, 50), 0);
+  EXPECT_EQ(try_local(F_WRLCK, 50, 1), 1);
+  // A write lock through a read-only open (Linux's flock(LOCK_EX) emulation) is a host lock too.
+  EXPECT_EQ(v4lock(ro, kWriteLt, 200, 10, "lr").status, kOk);
+  EXPECT_EQ(try_local(F_RDLCK, 205, 1), 1);
+  // The lock owners' state goes with their client: their host locks with it.
+  EXPECT_EQ(send(seq().add(kDestroySession, [&](XdrEncoder& e) { e.fixed(sid_); })).status, kOk);
+  clock_ += lim_.lease_seconds + 1;
+  Cl b;
+  swap(b);
+  exchange("client-b");
+  ASSERT_EQ(create_session(), kOk);
+  const Opened bo = open("locked", kUnchecked, kShareAccessBoth, 0, "ob");
+  ASSERT_EQ(bo.status, kOk);
+  // B's lock on A's old range: A's lease ran out, so A goes (its host locks too) and B gets it.
+  EXPECT_EQ(v4lock(bo, kWriteLt, 50, 10, "lb").status, kOk);
+  EXPECT_EQ(try_local(F_RDLCK, 205, 1), 0);
+}
+
+// --- The pseudo-root leads to --export (review16 5) ---------------------------------------
+
+// With --export /srv/export, a v4 client mounts ADDR:/srv/export (PUTROOTFH, LOOKUP srv, LOOKUP
+// export: the export's root, the same handle as v3's MOUNT gives) or ADDR:/ (a read-only
+// pseudo directory listing "srv").
+TEST_F(Nfs4Test, PseudoRootLeadsToTheExport) {
+  srv_.reset();
+  ExportOptions o;
+  std::string err;
+  ASSERT_TRUE(parse_export_options("rw,no_root_squash", o, err));
+  files_ = std::make_unique<NfsServer>(dir_.string(), "/srv/export", o);
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+  srv_->now = [this] { return clock_; };
+  mount();
+  // The walk of the mount path.
+  Reply g =
+      send(seq().add(kPutrootfh).add(kGetfh).add(kGetattr, bitmap({kType, kFsid, kFileid, kMode})));
+  ASSERT_EQ(g.status, kOk);
+  skip_sequence(g);
+  g.next(kPutrootfh);
+  const Bytes root = getfh(g);
+  EXPECT_EQ(g.next(kGetattr), kOk);
+  decode_bitmap(*g.d);
+  const auto vals = g.d->opaque(1024);
+  XdrDecoder a(vals);
+  EXPECT_EQ(a.u32(), kDir);
+  a.u64();
+  EXPECT_EQ(a.u64(), 1u);  // the pseudo-root's own fsid
+  EXPECT_EQ(a.u64(), 1u);  // fileid
+  EXPECT_EQ(a.u32(), 0555u);
+  Reply w = send(seq()
+                     .add(kPutrootfh)
+                     .add(kLookup, name("srv"))
+                     .add(kGetfh)
+                     .add(kLookup, name("export"))
+                     .add(kGetfh)
+                     .add(kLookup, name("hello")));
+  ASSERT_EQ(w.status, kOk);
+  skip_sequence(w);
+  w.next(kPutrootfh);
+  w.next(kLookup);
+  const Bytes srv = getfh(w);
+  w.next(kLookup);
+  EXPECT_EQ(getfh(w), files_->root_fh().data);
+  EXPECT_EQ(w.next(kLookup), kOk);
+  EXPECT_NE(root, srv);
+  // A wrong name, and nothing made or opened in the pseudo-root.
+  EXPECT_EQ(send(seq().add(kPutrootfh).add(kLookup, name("export"))).status, kErrNoent);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(srv)).add(kLookup, name("hello"))).status, kErrNoent);
+  EXPECT_EQ(open("x", kUnchecked).status, kErrRofs);
+  EXPECT_EQ(send(seq().add(kPutrootfh).add(kRemove, name("srv"))).status, kErrRofs);
+  // Up again: export root -> srv -> "/", and no further.
+  Reply up = send(seq()
+                      .add(kPutfh, fh(files_->root_fh().data))
+                      .add(kLookupp)
+                      .add(kGetfh)
+                      .add(kLookupp)
+                      .add(kGetfh));
+  ASSERT_EQ(up.status, kOk);
+  skip_sequence(up);
+  up.next(kPutfh);
+  up.next(kLookupp);
+  EXPECT_EQ(getfh(up), srv);
+  up.next(kLookupp);
+  EXPECT_EQ(getfh(up), root);
+  EXPECT_EQ(send(seq().add(kPutrootfh).add(kLookupp)).status, kErrNoent);
+  // READDIR of "/": "srv" alone.
+  Reply rd = send(seq().add(kPutrootfh).add(kReaddir, [](XdrEncoder& e) {
+    e.u64(0);
+    const std::uint8_t v[8] = {};
+    e.fixed(v);
+    e.u32(4096);
+    e.u32(4096);
+    Bitmap b;
+    b.set(kType);
+    encode(e, b);
+  }));
+  ASSERT_EQ(rd.status, kOk);
+  skip_sequence(rd);
+  rd.next(kPutrootfh);
+  rd.next(kReaddir);
+  rd.d->fixed(8);
+  EXPECT_TRUE(rd.d->boolean());
+  rd.d->u64();
+  EXPECT_EQ(rd.d->string(100), "srv");
+  decode_bitmap(*rd.d);
+  rd.d->opaque(100);
+  EXPECT_FALSE(rd.d->boolean());
+  EXPECT_TRUE(rd.d->boolean());  // eof
+  // ACCESS: read and look up; a forged pseudo handle (too deep) is no handle.
+  Reply ac = send(seq().add(kPutrootfh).add(kAccess, [](XdrEncoder& e) {
+    e.u32(kAccessRead | kAccessLookup | kAccessModify);
+  }));
+  ASSERT_EQ(ac.status, kOk);
+  Bytes forged = srv;
+  forged.back() = 7;
+  EXPECT_NE(send(seq().add(kPutfh, fh(forged))).status, kOk);
+}
+
+// The descriptors the v4 state holds on the host (leases, lock owners) are bounded per client:
+// beyond, no delegation and RESOURCE for a new lock owner; freed with their state.
+TEST_F(Nfs4DelegTest, HostDescriptorsAreBounded) {
+  lim_.host_fds_per_client = 2;
+  srv_.reset();  // (the old one takes itself out of the v3 server's before_change when it goes)
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+  srv_->now = [this] { return clock_; };
+  Cl b;
+  two_clients(b);
+  for (const char* f : {"d1", "d2", "d3"}) std::ofstream(dir_ / f) << f;
+  const OpenedD d1 = open_d("d1", kShareAccessRead, "o1");
+  EXPECT_EQ(d1.deleg, kDelegRead);
+  EXPECT_EQ(open_d("d2", kShareAccessRead, "o2").deleg, kDelegRead);
+  EXPECT_EQ(open_d("d3", kShareAccessRead, "o3").deleg, kDelegNone);  // two held already
+  const Opened w = open("d3", kUnchecked, kShareAccessBoth, 0, "o4");
+  ASSERT_EQ(w.status, kOk);
+  EXPECT_EQ(
+      send(
+          seq().add(kPutfh, fh(w.fh)).add(kLock, lock_args(kWriteLt, 0, 1, w.sid, clientid_, "l1")))
+          .status,
+      kErrResource);
+  EXPECT_EQ(delegreturn(d1), kOk);
+  EXPECT_EQ(
+      send(
+          seq().add(kPutfh, fh(w.fh)).add(kLock, lock_args(kWriteLt, 0, 1, w.sid, clientid_, "l1")))
+          .status,
+      kOk);
+  // The other client has its own allowance.
+  swap(b);
+  ctx_.conn = 2;
+  EXPECT_EQ(open_d("d2", kShareAccessRead, "b1").deleg, kDelegRead);
+}
+
+// No thread takes the lease-break signal (all block it): tick(), once a second, still finds the
+// broken lease and recalls.
+TEST_F(Nfs4DelegTest, BrokenLeaseFoundWithoutTheSignal) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  const OpenedD a = deleg("hello", "a-1");
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, Nfs4Server::lease_signal());
+  ASSERT_EQ(::pthread_sigmask(SIG_BLOCK, &block, &old), 0);
+  EXPECT_EQ(::open((dir_ / "hello").c_str(), O_WRONLY | O_NONBLOCK), -1);
+  EXPECT_TRUE(srv_->take_callbacks().empty());  // the count did not move
+  EXPECT_TRUE(srv_->tick());
+  expect_recall(a.dsid);
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);  // the pending signal is taken (and counted)
+  EXPECT_EQ(delegreturn(a), kOk);
 }
 
 }  // namespace

@@ -1201,4 +1201,16 @@ TEST(NfsServiceArgs, TheTransportAndMountLimitsAreSettable) {
   EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", "--max-connections", "0"}, c),
                std::runtime_error);
 }
+
+// NFSv4.1's delegations switch and its client records' directory (docs/nfs.md NFSv4.1).
+TEST(NfsServiceArgs, DelegationsAndStateDir) {
+  roce::nfs::NfsServiceConfig c;
+  EXPECT_TRUE(c.delegations);
+  roce::nfs::parse_service_args(
+      {"--root", "/tmp", "--delegations", "off", "--state-dir", "/tmp/state"}, c);
+  EXPECT_FALSE(c.delegations);
+  EXPECT_EQ(c.state_dir, "/tmp/state");
+  EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", "--delegations", "no"}, c),
+               std::runtime_error);
+}
 }  // namespace
