@@ -34,6 +34,18 @@ using namespace v3;
 
 namespace {
 
+/// Modes are the client's, its umask applied already (knfsd applies none): the thread serving a
+/// call (NFSv3's and NFSv4.1's alike: they share the worker threads) gets a umask of its own, 0
+/// (CLONE_FS unshared: the process's, other threads', stay as they are).
+void no_umask() {
+  static thread_local const bool own_umask = [] {
+    if (::unshare(CLONE_FS) != 0) return false;
+    ::umask(0);
+    return true;
+  }();
+  (void)own_umask;
+}
+
 Fattr to_fattr(const struct stat& s) {
   Fattr a;
   a.type = S_ISDIR(s.st_mode)    ? kDir
@@ -970,14 +982,7 @@ void NfsServer::handle(const CallContext& ctx, std::span<const std::uint8_t> cal
     return;
   }
   count([&](NfsServerStats& s) { ++s.by_proc[h.proc]; });
-  // Modes are the client's, its umask applied already (knfsd applies none): this thread gets a
-  // umask of its own, 0 (CLONE_FS unshared: the process's, other threads', stay as they are).
-  static thread_local const bool own_umask = [] {
-    if (::unshare(CLONE_FS) != 0) return false;
-    ::umask(0);
-    return true;
-  }();
-  (void)own_umask;
+  no_umask();
   Identity id;
   if (h.proc != kNull && !id.become(c.cred.uid, c.cred.gid, c.cred.groups)) {
     // roced lacks CAP_SETUID/CAP_SETGID: nothing is done as anybody else (docs/nfs.md).
@@ -1748,6 +1753,7 @@ thread_local NfsServer::Call* NfsServer::v4_call_ = nullptr;
 bool NfsServer::run_as(const rpc::OpaqueAuth& cred, const std::function<void()>& fn) {
   Call c;
   if (!credential(cred, c.cred)) return false;
+  no_umask();
   Identity id;
   if (!id.become(c.cred.uid, c.cred.gid, c.cred.groups)) return false;
   c.id = &id;

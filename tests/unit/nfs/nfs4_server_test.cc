@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <set>
+#include <thread>
 #include <tuple>
 
 namespace roce::nfs {
@@ -1782,6 +1783,54 @@ TEST_F(Nfs4Test, MutatedCallbackRepliesAndBackChannelOps) {
   }
   EXPECT_LE(srv_->states(), 2 * lim_.states);
   EXPECT_LE(srv_->sessions(), 2 * lim_.sessions);
+}
+
+// The modes OPEN and CREATE make are the client's (its umask applied already), whatever the
+// umask of the thread serving the call: pjdfstest's chmod/12.t made a file 04777 and found 04755
+// on a thread that had never served an NFSv3 call (only those got umask 0).
+TEST_F(Nfs4Test, ModesAreTheClientsNotTheServersUmask) {
+  mount();
+  const auto mode_attr = [](XdrEncoder& e, std::uint32_t mode) {
+    Bitmap b;
+    b.set(kMode);
+    encode(e, b);
+    Bytes v;
+    XdrEncoder ve(v);
+    ve.u32(mode);
+    e.opaque(v);
+  };
+  const std::uint64_t clientid = clientid_;
+  std::uint32_t open_status = 0, create_status = 0;
+  // A thread of its own, with the umask most processes have (a fresh thread, as a new worker).
+  std::thread t([&] {
+    ::umask(022);
+    open_status = send(seq().add(kPutrootfh).add(kOpen, [&](XdrEncoder& e) {
+                    e.u32(0);
+                    e.u32(kShareAccessBoth);
+                    e.u32(0);
+                    e.u64(clientid);
+                    e.string("umask-owner");
+                    e.u32(kCreate4);
+                    e.u32(kUnchecked);
+                    mode_attr(e, 0777);
+                    e.u32(kClaimNull);
+                    e.string("wide");
+                  })).status;
+    create_status = send(seq().add(kPutrootfh).add(kCreate, [&](XdrEncoder& e) {
+                      e.u32(kDir);
+                      e.string("widedir");
+                      mode_attr(e, 0777);
+                    })).status;
+  });
+  t.join();
+  ::umask(022);
+  EXPECT_EQ(open_status, kOk);
+  EXPECT_EQ(create_status, kOk);
+  struct stat st;
+  ASSERT_EQ(::stat((dir_ / "wide").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0777u);
+  ASSERT_EQ(::stat((dir_ / "widedir").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0777u);
 }
 
 }  // namespace
