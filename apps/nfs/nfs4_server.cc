@@ -1453,6 +1453,11 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
                static_cast<std::uint32_t>(file.st.st_mtim.tv_sec) != v1) {
       return kErrExist;
     }
+    // The attributes holding the verifier are named in attrset (RFC 8881 18.16.3), as knfsd
+    // names them: the client then sets the times it wants with a SETATTR (Linux: the server's
+    // time), or the file keeps the verifier as its times (pjdfstest utimensat/01.t on v4.1).
+    attrset.set(kTimeAccess);
+    attrset.set(kTimeModify);
   }
   if (!created) {
     // The caller's permission to open it so, as open(2) decides it: the mode binds the owner

@@ -1867,5 +1867,48 @@ TEST_F(Nfs4Test, OpenChecksTheModeForTheOwnerAndAccessMapsFifos) {
   uid_ = 0;
 }
 
+// An exclusive create names the attributes that hold its verifier in attrset (time_access and
+// time_modify), so that the client sets the times afterwards: without them the Linux client
+// left the verifier as the file's times (pjdfstest utimensat/01.t on v4.1).
+TEST_F(Nfs4Test, ExclusiveCreateNamesTheVerifiersAttributes) {
+  mount();
+  for (const std::uint32_t how : {kExclusive41, kExclusive4, kExclusive41}) {
+    const std::string file = how == kExclusive4 ? "x4" : "x41";
+    Reply r = send(
+        seq()
+            .add(kPutrootfh)
+            .add(kOpen, open_args(clientid_, file, how, kShareAccessBoth, 0, "ox-" + file, 5)));
+    ASSERT_EQ(r.status, kOk) << how;
+    skip_sequence(r);
+    r.next(kPutrootfh);
+    ASSERT_EQ(r.next(kOpen), kOk);
+    decode_stateid(*r.d);
+    r.d->boolean();
+    r.d->u64();
+    r.d->u64();
+    r.d->u32();
+    const Bitmap set = decode_bitmap(*r.d);
+    EXPECT_TRUE(set.has(kTimeAccess)) << how;
+    EXPECT_TRUE(set.has(kTimeModify)) << how;
+  }
+  // An unchecked create does not (its times are the server's already).
+  Reply u = send(
+      seq()
+          .add(kPutrootfh)
+          .add(kOpen, open_args(clientid_, "plain", kUnchecked, kShareAccessBoth, 0, "ox-u", 5)));
+  ASSERT_EQ(u.status, kOk);
+  skip_sequence(u);
+  u.next(kPutrootfh);
+  ASSERT_EQ(u.next(kOpen), kOk);
+  decode_stateid(*u.d);
+  u.d->boolean();
+  u.d->u64();
+  u.d->u64();
+  u.d->u32();
+  const Bitmap set = decode_bitmap(*u.d);
+  EXPECT_FALSE(set.has(kTimeAccess));
+  EXPECT_TRUE(set.has(kMode));
+}
+
 }  // namespace
 }  // namespace roce::nfs
