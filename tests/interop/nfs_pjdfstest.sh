@@ -58,7 +58,7 @@ m=/mnt/roce k=/mnt/knfs
 if [[ $vers == 3 ]]; then
   opts=vers=3,proto=rdma,port=20049,mountaddr=192.0.2.254,mountport=20048,mountproto=tcp,mountvers=3,nolock
   kopts=vers=3,proto=rdma,port=20049,mountport=20048,mountproto=tcp,mountvers=3,nolock
-  kexp=/srv/nfs knfs= mnt="retry mount.nfs 192.0.2.100:/ $m -o $opts"
+  kexp=/srv/nfs knfs='' mnt="retry mount.nfs 192.0.2.100:/ $m -o $opts"
 else
   # NFSv4.1: nothing but the version and the transport; the kernel's export is its pseudo-root.
   # Tried again until roce-nfsd listens: the v4 mount says only "Protocol error" meanwhile.
