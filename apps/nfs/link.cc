@@ -24,6 +24,8 @@ LinkHolder::LinkHolder(const NfsLink& l) {
   ctx_ = open_local_context(env_->eng, env_->loop, env_->ip);
 }
 
+const port::PollLoop* LinkHolder::loop() const { return env_ ? &env_->loop : nullptr; }
+
 LinkHolder::~LinkHolder() {
   ctx_.reset();  // the Context before the engine it stands on
   env_.reset();

@@ -18,6 +18,9 @@
 namespace roce::runtime {
 class Env;
 }
+namespace roce::port {
+class PollLoop;
+}
 
 namespace roce::nfs {
 
@@ -36,6 +39,8 @@ class LinkHolder {
   ~LinkHolder();
   client::Context& context() { return *ctx_; }
   bool attached() const { return attached_; }
+  /// The program's own poll loop (its busy and idle time: PollLoop::time_stats); null attached.
+  const port::PollLoop* loop() const;
 
  private:
   bool attached_ = false;

@@ -1356,7 +1356,7 @@ Status Nfs4Server::access(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (const Status s = current(c, r)) return s;
   Fd fd(r.fd);
   // Asked of the kernel as the caller (AT_EACCESS: the file system ids), as the v3 server does.
-  const bool dir = S_ISDIR(r.st.st_mode), reg = S_ISREG(r.st.st_mode);
+  const bool dir = S_ISDIR(r.st.st_mode);
   const auto may = [&](int mode) {
     return ::syscall(SYS_faccessat2, r.fd, "", mode, AT_EACCESS | AT_EMPTY_PATH) == 0;
   };
@@ -1368,7 +1368,9 @@ Status Nfs4Server::access(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     if ((want & kAccessLookup) && may(X_OK)) got |= kAccessLookup;
     if ((want & (kAccessModify | kAccessExtend | kAccessDelete)) && may(W_OK | X_OK))
       got |= want & (kAccessModify | kAccessExtend | kAccessDelete);
-  } else if (reg) {
+  } else {
+    // Any other object, FIFOs and devices too (the client opens those itself, after asking
+    // here), as knfsd maps it: a FIFO's MODIFY is its write permission.
     if ((want & (kAccessModify | kAccessExtend)) && may(W_OK))
       got |= want & (kAccessModify | kAccessExtend);
     if ((want & kAccessExecute) && may(X_OK)) got |= kAccessExecute;
@@ -1736,14 +1738,23 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
                static_cast<std::uint32_t>(file.st.st_mtim.tv_sec) != v1) {
       return kErrExist;
     }
+    // The attributes holding the verifier are named in attrset (RFC 8881 18.16.3), as knfsd
+    // names them: the client then sets the times it wants with a SETATTR (Linux: the server's
+    // time), or the file keeps the verifier as its times (pjdfstest utimensat/01.t on v4.1).
+    attrset.set(kTimeAccess);
+    attrset.set(kTimeModify);
   }
   if (!created) {
-    // The caller's permission to open it so (the owner may, whatever the mode, as knfsd lets).
+    // The caller's permission to open it so, as open(2) decides it: the mode binds the owner
+    // too. knfsd lets the owner past the mode only for a file this OPEN created and for a
+    // delegation's claim (an open the client made locally already); READ and WRITE later keep
+    // the owner's override (the v3 server's).
     const int flags = access == kShareAccessBoth    ? O_RDWR
                       : access == kShareAccessWrite ? O_WRONLY
                                                     : O_RDONLY;
+    const bool owner_override = claim == kClaimDelegateCur || claim == kClaimDelegCurFh;
     int fd = -1;
-    if (const v3::Status s = files_.open_for_io(file, flags, fd)) return from_v3(s);
+    if (const v3::Status s = files_.open_for_io(file, flags, fd, owner_override)) return from_v3(s);
     ::close(fd);
     if (opentype == kCreate4 && how == kUnchecked && attrs.size) {
       SetAttrs t;

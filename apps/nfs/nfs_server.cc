@@ -34,6 +34,18 @@ using namespace v3;
 
 namespace {
 
+/// Modes are the client's, its umask applied already (knfsd applies none): the thread serving a
+/// call (NFSv3's and NFSv4.1's alike: they share the worker threads) gets a umask of its own, 0
+/// (CLONE_FS unshared: the process's, other threads', stay as they are).
+void no_umask() {
+  static thread_local const bool own_umask = [] {
+    if (::unshare(CLONE_FS) != 0) return false;
+    ::umask(0);
+    return true;
+  }();
+  (void)own_umask;
+}
+
 Fattr to_fattr(const struct stat& s) {
   Fattr a;
   a.type = S_ISDIR(s.st_mode)    ? kDir
@@ -972,14 +984,7 @@ void NfsServer::handle(const CallContext& ctx, std::span<const std::uint8_t> cal
     return;
   }
   count([&](NfsServerStats& s) { ++s.by_proc[h.proc]; });
-  // Modes are the client's, its umask applied already (knfsd applies none): this thread gets a
-  // umask of its own, 0 (CLONE_FS unshared: the process's, other threads', stay as they are).
-  static thread_local const bool own_umask = [] {
-    if (::unshare(CLONE_FS) != 0) return false;
-    ::umask(0);
-    return true;
-  }();
-  (void)own_umask;
+  no_umask();
   Identity id;
   if (h.proc != kNull && !id.become(c.cred.uid, c.cred.gid, c.cred.groups)) {
     // roced lacks CAP_SETUID/CAP_SETGID: nothing is done as anybody else (docs/nfs.md).
@@ -1767,6 +1772,7 @@ thread_local NfsServer::Call* NfsServer::v4_call_ = nullptr;
 bool NfsServer::run_as(const rpc::OpaqueAuth& cred, const std::function<void()>& fn) {
   Call c;
   if (!credential(cred, c.cred)) return false;
+  no_umask();
   Identity id;
   if (!id.become(c.cred.uid, c.cred.gid, c.cred.groups)) return false;
   c.id = &id;
@@ -1803,13 +1809,13 @@ std::optional<Fh> NfsServer::handle_in(const Resolved& dir, const std::string& n
   return fh;
 }
 
-Status NfsServer::open_for_io(const Resolved& r, int flags, int& fd) {
+Status NfsServer::open_for_io(const Resolved& r, int flags, int& fd, bool owner_override) {
   Call none;
   Call& c = v4_call_ ? *v4_call_ : none;
   Obj o;
   o.fd.reset(r.fd);
   o.st = r.st;
-  const Status s = reopen(c, o, flags, true, fd);
+  const Status s = reopen(c, o, flags, owner_override, fd);
   o.fd.release();
   return s;
 }

@@ -18,13 +18,27 @@
 #include "apps/nfs/link.h"
 #include "apps/nfs/nfs_service.h"
 #include "controlplane/address.h"
+#include "dataplane/port/poll_loop.h"
 
 namespace po = boost::program_options;
 using namespace roce;
 
 namespace {
-volatile std::sig_atomic_t g_stop = 0;
+volatile std::sig_atomic_t g_stop = 0, g_loop_stats = 0;
 void on_signal(int) { g_stop = 1; }
+void on_usr1(int) { g_loop_stats = 1; }
+/// "poll loop: busy B ns, idle I ns, P polls (S% busy)": where the loop's time went since it
+/// started (PollLoop::time_stats; the caller's work between polls counts with the poll before
+/// it). SIGUSR1 prints it; a benchmark takes the difference of two.
+void print_loop(const nfs::LinkHolder& h) {
+  const port::PollLoop* l = h.loop();
+  if (!l) return;
+  const auto& t = l->time_stats();
+  const double all = static_cast<double>(t.busy_ns + t.idle_ns);
+  std::cout << "roce-nfsd: poll loop: busy " << t.busy_ns << " ns, idle " << t.idle_ns << " ns, "
+            << t.polls << " polls (" << (all > 0 ? 100.0 * static_cast<double>(t.busy_ns) / all : 0)
+            << "% busy)" << std::endl;
+}
 double now_s() {
   timespec t{};
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -140,6 +154,7 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  std::signal(SIGUSR1, on_usr1);
   try {
     if (nl.attach.empty() && link.iface.empty() && memif_socket.empty()) {
       std::cerr << "roce-nfsd: --attach, --iface or --memif is required\n";
@@ -159,8 +174,13 @@ int main(int argc, char** argv) {
         idle = 0;
       else if (!spin && ++idle > 64)
         sched_yield();
+      if (g_loop_stats) {
+        g_loop_stats = 0;
+        print_loop(holder);
+      }
     }
     std::cout << svc.report() << std::flush;
+    print_loop(holder);
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "roce-nfsd: " << e.what() << "\n";

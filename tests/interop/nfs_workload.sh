@@ -4,11 +4,16 @@
 # and where MOUNT's kernel TCP is (mountaddr=: the RoCE address carries no kernel TCP) and
 # nolock (no NLM): MOUNT's port, protocol and version come from the service's port mapper.
 #   1. untar a source tree (a tarball of the project's apps/ made on the host), then rename
-#      files across directories, hard-link and symlink some, take checksums of every file;
+#      files across directories, hard-link and symlink some; `git init`, `git add`, `git commit`
+#      of the whole tree; fio writes with verify=crc32c, sequential and random, 4 KiB and 1 MiB
+#      blocks, O_DIRECT (every block read back and checked); checksums of every file;
 #   2. with the export still mounted, an open file descriptor and a working directory inside:
 #      roce-nfsd is stopped and started again on the same export; the descriptor reads on, the
-#      directory lists, the checksums are the same (the client's handles, taken before, work);
-#   3. unmount, remount, the checksums again; the host's copy of the tree compared too.
+#      directory lists, the checksums are the same, `git fsck` is clean and `git log` shows the
+#      commit, fio verifies every block it wrote (--verify_only): the client's handles, taken
+#      before, work;
+#   3. unmount, remount, the same checks again; on the host, the export's checksums, git fsck
+#      and its commit.
 #   nfs_workload.sh ROCE_NFSD   (root; exits 77 when VMs cannot run here)
 set -euo pipefail
 nfsd=$(realpath "$1")
@@ -17,28 +22,51 @@ export RXE_VM_MEM=${RXE_VM_MEM:-1024}
 # shellcheck source=tests/interop/lib.sh disable=SC2154
 source "$(dirname "$0")/lib.sh"
 interop_preflight
+# An image without fio and git (image.d/tools.sh): build it again.
+cache=${RXE_VM_CACHE:-/var/tmp/rxe-vm}
+if [[ $(cpio -t --quiet < "$cache/initramfs.cpio" 2>/dev/null | grep -cxE "usr/bin/(fio|git)") != 2 ]]; then
+  "$here/vm/build.sh" --force > /dev/null 2>&1 || { echo "skipped: cannot build the VM image"; exit 77; }
+fi
 out=$(mktemp -d)
 spid=
 trap '[[ -n $spid ]] && kill "$spid" 2>/dev/null; rm -rf "$out"' EXIT
 mkdir -p "$out/export" "$out/share"
 tar -C "$here/../.." -cf "$out/share/tree.tar" apps
+cp "$here/nfs_workload_guest.sh" "$out/share/work.sh"
+# Every block written with a crc32c header and read back (O_DIRECT: from the server); the same
+# file run with --verify_only after the restart and the remount reads every block again.
+cat > "$out/share/verify.fio" <<'FIO'
+[global]
+directory=/mnt/roce/fio
+ioengine=psync
+direct=1
+verify=crc32c
+verify_fatal=1
+verify_state_save=0
+stonewall
+[seq4k]
+rw=write
+bs=4k
+size=8m
+filename=seq4k
+[rand4k]
+rw=randwrite
+bs=4k
+size=8m
+filename=rand4k
+[seq1m]
+rw=write
+bs=1m
+size=32m
+filename=seq1m
+[rand1m]
+rw=randwrite
+bs=1m
+size=32m
+filename=rand1m
+FIO
 export RXE_VM_9P=$out/share
-m=/mnt/roce
-opts=vers=3,proto=rdma,port=20049,mountaddr=192.0.2.254,nolock
-sums='find . -type f | sort | xargs md5sum'
-boot "mkdir -p $m && ln -sf /proc/mounts /etc/mtab && rxe_wait_peer 192.0.2.254 60 &&
-      retry mount.nfs 192.0.2.100:/ $m -o $opts && echo MOUNTED &&
-      cd $m && tar -xf /mnt/host/tree.tar && mkdir moved &&
-      mv apps/nfs/nfs_server.cc moved/ && mv apps/nfs moved/nfs-dir && ln moved/nfs_server.cc hard &&
-      ln -s moved/nfs-dir/nfs3.h soft && echo lock > lockfile && mv lockfile lockfile.2 &&
-      ($sums) > /tmp/sums1 && echo FILES \$(wc -l < /tmp/sums1) &&
-      cd moved/nfs-dir && exec 3< $m/hard && head -c 100 <&3 > /dev/null &&
-      touch /mnt/host/phase1 && n=0 && while [ ! -e /mnt/host/restarted ] && [ \$n -lt 300 ]; do sleep 1; n=\$((n+1)); done &&
-      echo AFTER-RESTART && ls > /dev/null && echo CWD-OK && cat <&3 | wc -c | sed 's/^/FD-REST /' &&
-      cd $m && ($sums) > /tmp/sums2 && cmp /tmp/sums1 /tmp/sums2 && echo SUMS-AFTER-RESTART-OK &&
-      cd / && exec 3<&- && umount $m && retry mount.nfs 192.0.2.100:/ $m -o $opts &&
-      cd $m && ($sums) > /tmp/sums3 && cmp /tmp/sums1 /tmp/sums3 && echo SUMS-AFTER-REMOUNT-OK &&
-      cp /tmp/sums1 /mnt/host/sums && cd / && umount $m && echo UNMOUNTED" 1500
+boot "sh /mnt/host/work.sh vers=3,proto=rdma,port=20049,mountaddr=192.0.2.254,nolock" 1500
 start_nfsd() {
   ip netns exec "$RXE_VM_NETNS" timeout 1400 "$nfsd" --iface dp0 --root "$out/export" \
     --export-options rw,no_root_squash --clients 192.0.2.0/24 --mount-address 192.0.2.254 \
@@ -64,22 +92,31 @@ finish && theirs=0 || theirs=1
 kill -TERM "$spid" 2>/dev/null || true
 wait "$spid" || true
 spid=
-grep -v "^\[rxe-vm\]" "$out/vm.txt" | sed 's/^/  vm: /' | tail -40
+grep -v "^\[rxe-vm\]" "$out/vm.txt" | sed 's/^/  vm: /' | tail -60
 grep -E "serving|restarted|nfs:|service nfs" "$out/nfsd.txt" | sed 's/^/  nfsd: /'
-# The host's side: the same checksums over the export.
+# The host's side: the same checksums over the export, the repository whole, its one commit the
+# VM's.
 host_ok=0
 if [[ -f $out/share/sums ]] && (cd "$out/export" && find . -type f | LC_ALL=C sort | xargs md5sum) |
    cmp -s - "$out/share/sums"; then
   host_ok=1
 fi
 echo "checksums on the host equal to the VM's: $host_ok"
+vm_head=$(awk '$1 == "GIT-COMMIT" {print $2}' "$out/vm.txt" | tr -d '\r')
+host_head=$(git -c safe.directory='*' -C "$out/export" log --format=%H 2>/dev/null || true)
+git_ok=0
+git -c safe.directory='*' -C "$out/export" fsck --no-progress > "$out/fsck.txt" 2>&1 &&
+  [[ -n $vm_head && $host_head == "$vm_head" ]] && git_ok=1
+echo "the repository on the host: fsck clean and its commit the VM's ($vm_head): $git_ok"
 ok=1
-for w in MOUNTED SUMS-AFTER-RESTART-OK CWD-OK SUMS-AFTER-REMOUNT-OK UNMOUNTED; do
+for w in MOUNTED GIT-COMMITTED FIO-WRITE-VERIFY-OK SUMS-AFTER-RESTART-OK CWD-OK FD-OK \
+         GIT-AFTER-RESTART-OK FIO-AFTER-RESTART-OK SUMS-AFTER-REMOUNT-OK GIT-AFTER-REMOUNT-OK \
+         FIO-AFTER-REMOUNT-OK UNMOUNTED; do
   grep -q "$w" "$out/vm.txt" || { ok=0; echo "missing: $w"; }
 done
-if [[ $theirs == 0 && $ok == 1 && $restarted == 1 && $host_ok == 1 ]]; then
-  echo "PASS nfs workload: untar, rename, link; handles across a roce-nfsd restart; remount"
+if [[ $theirs == 0 && $ok == 1 && $restarted == 1 && $host_ok == 1 && $git_ok == 1 ]]; then
+  echo "PASS nfs workload: untar, rename, link, git, fio verify; handles across a roce-nfsd restart; remount"
 else
-  echo "FAIL nfs workload: vm=$theirs checks=$ok restarted=$restarted host=$host_ok"
+  echo "FAIL nfs workload: vm=$theirs checks=$ok restarted=$restarted host=$host_ok git=$git_ok"
   exit 1
 fi

@@ -133,7 +133,9 @@ PYEOF
 ROOT="$CACHE/root"
 rm -rf "$ROOT"
 mkdir -p "$ROOT"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,etc/rxe-vm,proc,sys,dev,tmp,run,root,mnt/host,var/tmp}
-ln -s /lib "$ROOT/usr/lib" 2>/dev/null || true   # /usr/lib -> /lib (merged-usr style)
+# /usr/lib -> /lib (merged-usr style), relative: an absolute link would send what is copied to
+# $ROOT/usr/lib/... (a library ldd names there) to the host's own /lib.
+ln -s ../lib "$ROOT/usr/lib" 2>/dev/null || true
 
 # busybox (static) + applet symlinks
 cp /bin/busybox "$ROOT/bin/busybox"

@@ -2495,5 +2495,130 @@ TEST_F(Nfs4DelegTest, BrokenLeaseFoundWithoutTheSignal) {
   EXPECT_EQ(delegreturn(a), kOk);
 }
 
+// The modes OPEN and CREATE make are the client's (its umask applied already), whatever the
+// umask of the thread serving the call: pjdfstest's chmod/12.t made a file 04777 and found 04755
+// on a thread that had never served an NFSv3 call (only those got umask 0).
+TEST_F(Nfs4Test, ModesAreTheClientsNotTheServersUmask) {
+  mount();
+  const auto mode_attr = [](XdrEncoder& e, std::uint32_t mode) {
+    Bitmap b;
+    b.set(kMode);
+    encode(e, b);
+    Bytes v;
+    XdrEncoder ve(v);
+    ve.u32(mode);
+    e.opaque(v);
+  };
+  const std::uint64_t clientid = clientid_;
+  std::uint32_t open_status = 0, create_status = 0;
+  // A thread of its own, with the umask most processes have (a fresh thread, as a new worker).
+  std::thread t([&] {
+    ::umask(022);
+    open_status = send(seq().add(kPutrootfh).add(kOpen, [&](XdrEncoder& e) {
+                    e.u32(0);
+                    e.u32(kShareAccessBoth);
+                    e.u32(0);
+                    e.u64(clientid);
+                    e.string("umask-owner");
+                    e.u32(kCreate4);
+                    e.u32(kUnchecked);
+                    mode_attr(e, 0777);
+                    e.u32(kClaimNull);
+                    e.string("wide");
+                  })).status;
+    create_status = send(seq().add(kPutrootfh).add(kCreate, [&](XdrEncoder& e) {
+                      e.u32(kDir);
+                      e.string("widedir");
+                      mode_attr(e, 0777);
+                    })).status;
+  });
+  t.join();
+  ::umask(022);
+  EXPECT_EQ(open_status, kOk);
+  EXPECT_EQ(create_status, kOk);
+  struct stat st;
+  ASSERT_EQ(::stat((dir_ / "wide").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0777u);
+  ASSERT_EQ(::stat((dir_ / "widedir").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0777u);
+}
+
+// OPEN of an existing file checks the mode as open(2) does, the owner too (knfsd's owner
+// override is for the file the OPEN created, and for READ and WRITE): pjdfstest open/06.t had
+// the owner of a 0477 file open it for writing. ACCESS maps a FIFO's write permission to MODIFY
+// (the client opens FIFOs itself, after asking): open/17.t and 24.t got EACCES for ENXIO.
+TEST_F(Nfs4Test, OpenChecksTheModeForTheOwnerAndAccessMapsFifos) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (a file of another owner)";
+  mount();
+  const auto f = dir_ / "ro";
+  std::ofstream(f) << "x";
+  ASSERT_EQ(::chown(f.c_str(), 4242, 4242), 0);
+  ASSERT_EQ(::chmod(f.c_str(), 0477), 0);
+  ASSERT_EQ(::mkfifo((dir_ / "fifo").c_str(), 0666), 0);
+  ASSERT_EQ(::chmod((dir_ / "fifo").c_str(), 0666), 0);  // the test's umask aside
+  ASSERT_EQ(::chmod(dir_.c_str(), 0777), 0);             // 4242 may create in the root
+  uid_ = 4242;
+  EXPECT_EQ(open("ro", 99, kShareAccessWrite, 0, "o-w").status, kErrAccess);
+  EXPECT_EQ(open("ro", 99, kShareAccessBoth, 0, "o-rw").status, kErrAccess);
+  EXPECT_EQ(open("ro", kUnchecked, kShareAccessWrite, 0, "o-uw").status, kErrAccess);
+  EXPECT_EQ(open("ro", 99, kShareAccessRead, 0, "o-r").status, kOk);
+  // A file this OPEN makes is the creator's to write whatever its mode (0640 here).
+  EXPECT_EQ(open("made", kGuarded, kShareAccessBoth, 0, "o-c").status, kOk);
+  Reply a = send(seq().add(kPutrootfh).add(kLookup, name("fifo")).add(kAccess, [](XdrEncoder& e) {
+    e.u32(kAccessRead | kAccessModify | kAccessExtend);
+  }));
+  ASSERT_EQ(a.status, kOk);
+  skip_sequence(a);
+  a.next(kPutrootfh);
+  a.next(kLookup);
+  ASSERT_EQ(a.next(kAccess), kOk);
+  EXPECT_EQ(a.d->u32(), kAccessRead | kAccessModify | kAccessExtend);  // supported
+  EXPECT_EQ(a.d->u32(), kAccessRead | kAccessModify | kAccessExtend);  // granted
+  uid_ = 0;
+}
+
+// An exclusive create names the attributes that hold its verifier in attrset (time_access and
+// time_modify), so that the client sets the times afterwards: without them the Linux client
+// left the verifier as the file's times (pjdfstest utimensat/01.t on v4.1).
+TEST_F(Nfs4Test, ExclusiveCreateNamesTheVerifiersAttributes) {
+  mount();
+  for (const std::uint32_t how : {kExclusive41, kExclusive4, kExclusive41}) {
+    const std::string file = how == kExclusive4 ? "x4" : "x41";
+    Reply r = send(
+        seq()
+            .add(kPutrootfh)
+            .add(kOpen, open_args(clientid_, file, how, kShareAccessBoth, 0, "ox-" + file, 5)));
+    ASSERT_EQ(r.status, kOk) << how;
+    skip_sequence(r);
+    r.next(kPutrootfh);
+    ASSERT_EQ(r.next(kOpen), kOk);
+    decode_stateid(*r.d);
+    r.d->boolean();
+    r.d->u64();
+    r.d->u64();
+    r.d->u32();
+    const Bitmap set = decode_bitmap(*r.d);
+    EXPECT_TRUE(set.has(kTimeAccess)) << how;
+    EXPECT_TRUE(set.has(kTimeModify)) << how;
+  }
+  // An unchecked create does not (its times are the server's already).
+  Reply u = send(
+      seq()
+          .add(kPutrootfh)
+          .add(kOpen, open_args(clientid_, "plain", kUnchecked, kShareAccessBoth, 0, "ox-u", 5)));
+  ASSERT_EQ(u.status, kOk);
+  skip_sequence(u);
+  u.next(kPutrootfh);
+  ASSERT_EQ(u.next(kOpen), kOk);
+  decode_stateid(*u.d);
+  u.d->boolean();
+  u.d->u64();
+  u.d->u64();
+  u.d->u32();
+  const Bitmap set = decode_bitmap(*u.d);
+  EXPECT_FALSE(set.has(kTimeAccess));
+  EXPECT_TRUE(set.has(kMode));
+}
+
 }  // namespace
 }  // namespace roce::nfs
