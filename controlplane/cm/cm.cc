@@ -307,9 +307,10 @@ void Cm::erase(Conn& c) {
   conns_.erase(id);
 }
 
-MadBuf Cm::send(const MadAddr& to, std::uint64_t tid, const CmMsg& msg) {
+MadBuf Cm::send(const MadAddr& to, std::uint64_t tid, const CmMsg& msg, std::uint32_t attr_mod) {
   MadHeader h;
   h.tid = tid;
+  h.attr_mod = attr_mod;
   MadBuf b = encode(h, msg);
   outbox_.emplace_back(OutMad{b, to});
   ++stats_.mads_tx;
@@ -401,6 +402,9 @@ std::optional<ConnId> Cm::connect(const ConnectParams& p) {
   req.primary.local_ack_timeout = ack_timeout(cfg_.ca_ack_delay, cfg_.packet_life_time);
   req.alternate.local_lid = req.alternate.remote_lid = 0;  // no alternate path
   req.alternate.hop_limit = 0;
+  // ECE (kernel cm.c): the vendor ID in the REQ, the options in the AttributeModifier.
+  const Ece ece = p.ece.vendor_id != 0 ? Ece{p.ece.vendor_id & 0xFFFFFF, p.ece.options} : Ece{};
+  req.vendor_id = ece.vendor_id;
   std::size_t at = 0;
   if (p.cma) {
     encode_cma_header(
@@ -426,7 +430,7 @@ std::optional<ConnId> Cm::connect(const ConnectParams& p) {
   c.state = ConnState::kReqSent;
   const ConnId id = c.id;
   Conn& stored = store(std::move(c));
-  arm(stored, send(stored.peer, stored.req_tid, req), stored.base_interval);
+  arm(stored, send(stored.peer, stored.req_tid, req, ece.options), stored.base_interval);
   return id;
 }
 
@@ -445,6 +449,15 @@ CmStatus Cm::accept(ConnId id, const AcceptParams& p) {
   c->qp.rq_psn = p.starting_psn;  // Linux: the REP's Starting PSN is the passive side's rq_psn
   c->qp.max_dest_rd_atomic = rr;
   c->qp.max_rd_atomic = depth;
+  // ECE: answered only to a REQ of the same vendor, with the options both sides offer; the
+  // QP sees the peer's only then (librdmacm's init_ece clears them on a vendor mismatch).
+  Ece ece;
+  if (p.ece.vendor_id != 0 && (p.ece.vendor_id & 0xFFFFFF) == c->qp.remote_ece.vendor_id) {
+    ece = {c->qp.remote_ece.vendor_id, p.ece.options & c->qp.remote_ece.options};
+    c->qp.remote_ece = ece;
+  } else {
+    c->qp.remote_ece = {};
+  }
 
   // The QP must be ready before the REP leaves: data may follow the REP immediately.
   if (!modify(*c, QpTransition::kRtr) || !modify(*c, QpTransition::kRts)) {
@@ -468,9 +481,10 @@ CmStatus Cm::accept(ConnId id, const AcceptParams& p) {
   rep.rnr_retry_count = p.rnr_retry_count;
   rep.srq = p.srq;
   rep.local_ca_guid = cfg_.ca_guid;
+  rep.vendor_id = ece.vendor_id;
   copy_private(p.private_data, rep.private_data);
   c->state = ConnState::kRepSent;
-  c->last_reply = send(c->peer, c->req_tid, rep);
+  c->last_reply = send(c->peer, c->req_tid, rep, ece.options);
   arm(*c, c->last_reply, c->base_interval);
   return CmStatus::kOk;
 }
@@ -655,7 +669,7 @@ MadError Cm::on_mad(std::span<const std::uint8_t> mad, const MadAddr& from) {
         if constexpr (std::is_same_v<T, ReqMsg>) on_req(d.hdr, m, from);
         if constexpr (std::is_same_v<T, MraMsg>) on_mra(m, from);
         if constexpr (std::is_same_v<T, RejMsg>) on_rej(m, from);
-        if constexpr (std::is_same_v<T, RepMsg>) on_rep(m, from);
+        if constexpr (std::is_same_v<T, RepMsg>) on_rep(d.hdr, m, from);
         if constexpr (std::is_same_v<T, RtuMsg>) on_rtu(m, from);
         if constexpr (std::is_same_v<T, DreqMsg>) on_dreq(d.hdr, m, from);
         if constexpr (std::is_same_v<T, DrepMsg>) on_drep(m, from);
@@ -749,6 +763,8 @@ void Cm::on_req(const MadHeader& h, const ReqMsg& m, const MadAddr& from) {
   q.hop_limit = m.primary.hop_limit;
   q.traffic_class = m.primary.traffic_class;
   q.flow_label = m.primary.flow_label;
+  // A vendor ID of 0 means no ECE, whatever the AttributeModifier says.
+  q.remote_ece = m.vendor_id != 0 ? Ece{m.vendor_id, h.attr_mod} : Ece{};
   Conn& stored = store(std::move(c));
 
   CmEvent ev = event(CmEventType::kConnectRequest, stored);
@@ -816,7 +832,7 @@ void Cm::on_rej(const RejMsg& m, const MadAddr& from) {
     erase(*c);
 }
 
-void Cm::on_rep(const RepMsg& m, const MadAddr& from) {
+void Cm::on_rep(const MadHeader& h, const RepMsg& m, const MadAddr& from) {
   Conn* c = find_from(ConnId{m.remote_comm_id}, from);
   if (c == nullptr || !c->active) {
     ++stats_.mads_rx_ignored;
@@ -845,6 +861,7 @@ void Cm::on_rep(const RepMsg& m, const MadAddr& from) {
   q.min_rnr_timer = 0;
   // The REP's Target ACK Delay replaces our guess of the peer's ACK delay.
   q.timeout = ack_timeout(m.target_ack_delay, cfg_.packet_life_time);
+  q.remote_ece = m.vendor_id != 0 ? Ece{m.vendor_id, h.attr_mod} : Ece{};
   disarm(*c);
   if (!modify(*c, QpTransition::kRtr) || !modify(*c, QpTransition::kRts)) {
     modify(*c, QpTransition::kError);

@@ -46,6 +46,29 @@ struct ConnId {
   friend auto operator<=>(const ConnId&, const ConnId&) = default;
 };
 
+/// Enhanced Connection Establishment (rdma-core's struct ibv_ece, the kernel CM's ib_cm ece):
+/// a 24-bit vendor ID in the REQ/REP and an options word, which travels in the MAD header's
+/// AttributeModifier. A peer whose vendor ID differs ignores the options (librdmacm's
+/// init_ece), and rxe, which has no ECE, sends and expects 0 in both. All zero: no ECE, the
+/// REQ/REP are byte for byte what they were without it.
+struct Ece {
+  std::uint32_t vendor_id = 0;  ///< 24 bits; 0: none
+  std::uint32_t options = 0;
+  friend bool operator==(const Ece&, const Ece&) = default;
+};
+/// Our vendor ID, the one ibv_query_device reports for our device (no IEEE OUI of our own).
+inline constexpr std::uint32_t kEceVendorId = 0xFFFFFF;
+/// Our options word: a signature in the high 16 bits (so that another stack reporting the
+/// same vendor ID is not taken for us), features in the low ones.
+inline constexpr std::uint32_t kEceSignature = 0x524F0000;  // "RO"
+inline constexpr std::uint32_t kEceSignatureMask = 0xFFFF0000;
+inline constexpr std::uint32_t kEceSelectiveRepeat = 1u << 0;  ///< docs/loss-recovery.md
+/// Whether `e` is ours and offers selective repeat.
+constexpr bool ece_selective_repeat(const Ece& e) {
+  return e.vendor_id == kEceVendorId && (e.options & kEceSignatureMask) == kEceSignature &&
+         (e.options & kEceSelectiveRepeat) != 0;
+}
+
 struct CmConfig {
   std::uint64_t ca_guid = 0;  ///< Local CA GUID in REQ/REP; also identifies us to peers
   std::uint32_t hi_tid = 0;   ///< high 32 bits of the transaction IDs we originate
@@ -102,6 +125,9 @@ struct QpAttrs {
   std::uint8_t hop_limit = 64;
   std::uint8_t traffic_class = 0;
   std::uint32_t flow_label = 0;
+  /// The peer's ECE: from the REQ (passive side) or the REP (active side); zero when the peer
+  /// sent none, or (passive side) when our accept() did not echo the REQ's vendor.
+  Ece remote_ece;
   friend bool operator==(const QpAttrs&, const QpAttrs&) = default;
 };
 
@@ -125,6 +151,7 @@ struct ConnectParams {
   CmPath path;
   std::optional<CmaHeader> cma;            ///< rdma_cm header at the start of the private data
   std::vector<std::uint8_t> private_data;  ///< <= 56 bytes with a cma header, else <= 92
+  Ece ece;  ///< what the REQ announces (rdma_set_local_ece); zero: none
 };
 
 /// Passive side: what to put in the REP.
@@ -136,6 +163,9 @@ struct AcceptParams {
   std::uint8_t rnr_retry_count = 7;      ///< what the active side should use toward us
   bool srq = false;
   std::vector<std::uint8_t> private_data;  ///< <= 196 bytes
+  /// What the REP announces, sent only when the REQ carried the same vendor ID (else the REP
+  /// carries none, as to rxe), with the options both offered (librdmacm's init_ece).
+  Ece ece;
 };
 
 /// Active side of SIDR (UD service resolution, rdma_cm RDMA_PS_UDP).
@@ -349,7 +379,7 @@ class Cm {
   /// find(id), when `from` is its peer.
   Conn* find_from(ConnId id, const MadAddr& from);
 
-  MadBuf send(const MadAddr& to, std::uint64_t tid, const CmMsg& msg);
+  MadBuf send(const MadAddr& to, std::uint64_t tid, const CmMsg& msg, std::uint32_t attr_mod = 0);
   void emit(CmEvent ev) { outbox_.emplace_back(std::move(ev)); }
   CmEvent event(CmEventType t, const Conn& c) const;
   bool modify(const Conn& c, QpTransition t);
@@ -378,7 +408,7 @@ class Cm {
   void on_req(const MadHeader& h, const ReqMsg& m, const MadAddr& from);
   void on_mra(const MraMsg& m, const MadAddr& from);
   void on_rej(const RejMsg& m, const MadAddr& from);
-  void on_rep(const RepMsg& m, const MadAddr& from);
+  void on_rep(const MadHeader& h, const RepMsg& m, const MadAddr& from);
   void on_rtu(const RtuMsg& m, const MadAddr& from);
   void on_dreq(const MadHeader& h, const DreqMsg& m, const MadAddr& from);
   void on_drep(const DrepMsg& m, const MadAddr& from);

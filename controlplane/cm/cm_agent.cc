@@ -166,6 +166,10 @@ bool CmAgent::modify(ConnId id, QpTransition t, const QpAttrs& q) {
       std::uint32_t mask = kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
       if (qp->type == QpType::kRc) mask |= kQpMaxDestRdAtomic | kQpMinRnrTimer;
       rc = eng_.modify_qp(qp, a, mask);
+      // Both ends announced selective repeat (the peer's ECE, as the CM kept it): on before
+      // any traffic. Otherwise go-back-N, also on a QP that had it in an earlier connection.
+      if (rc == kOk && cfg_.selective_repeat && qp->type == QpType::kRc)
+        rc = eng_.set_selective_repeat(qp, ece_selective_repeat(q.remote_ece));
       break;
     }
     case QpTransition::kRts: {
@@ -215,6 +219,8 @@ std::optional<ConnId> CmAgent::connect(Qp* qp, ConnectParams p) {
   p.path.local_gid = local_gid();
   if (p.path.remote_gid == Ipv6Addr{}) p.path.remote_gid = p.peer.gid;
   p.path_mtu = std::min(p.path_mtu, static_cast<std::uint8_t>(eng_.config().max_mtu));
+  if (cfg_.selective_repeat && qp->type == QpType::kRc && p.ece.vendor_id == 0)
+    p.ece = {kEceVendorId, kEceSignature | kEceSelectiveRepeat};
   const std::optional<ConnId> id = cm_->connect(p);
   if (id) qps_[*id] = qp;
   return id;
@@ -223,6 +229,8 @@ std::optional<ConnId> CmAgent::connect(Qp* qp, ConnectParams p) {
 CmStatus CmAgent::accept(ConnId id, Qp* qp, AcceptParams p) {
   if (qp == nullptr || busy(qp)) return CmStatus::kInvalidParam;
   p.qpn = wire::Qpn(qp->qpn);
+  if (cfg_.selective_repeat && qp->type == QpType::kRc && p.ece.vendor_id == 0)
+    p.ece = {kEceVendorId, kEceSignature | kEceSelectiveRepeat};
   qps_[id] = qp;
   const CmStatus s = cm_->accept(id, p);
   if (s != CmStatus::kOk) qps_.erase(id);

@@ -33,6 +33,11 @@ struct CmAgentConfig {
   /// Access flags given to connected QPs on their way to INIT.
   std::uint32_t qp_access = engine::kAccessLocalWrite | engine::kAccessRemoteWrite |
                             engine::kAccessRemoteRead | engine::kAccessRemoteAtomic;
+  /// Selective repeat (docs/loss-recovery.md) for the RC QPs this agent connects: announced
+  /// in the REQ/REP's ECE (cm.h Ece) and turned on at RTR when the peer announced it too. A
+  /// peer without it (rxe, RNICs, an agent with this off) keeps go-back-N, and so do we; off,
+  /// the REQ/REP carry no ECE at all.
+  bool selective_repeat = false;
   /// Our GID in REQs; unset: ::ffff:IPv4 of the engine. Set it to the engine's IPv6 address
   /// to connect over IPv6.
   std::optional<Ipv6Addr> gid;

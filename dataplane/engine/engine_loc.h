@@ -95,10 +95,12 @@ struct Engine::Stages {
   static void resp_on_ud(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
   static void resp_duplicate(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
   static void resp_nak(Engine& eng, Qp& qp, wire::Syndrome syn, wire::Psn psn, bool to_error);
-  static void resp_emit(Engine& eng, Qp& qp, wire::Syndrome syn, wire::Psn psn);
+  /// Sends (or queues behind READ responses) an ACK/NAK; false when the transmit ring had no
+  /// slot for it and nothing was sent or queued.
+  static bool resp_emit(Engine& eng, Qp& qp, wire::Syndrome syn, wire::Psn psn);
   static void resp_emit_atomic_ack(Engine& eng, Qp& qp, std::uint32_t res_idx);
   static void resp_schedule(Engine& eng, Qp& qp);
-  static void resp_ack_now(Engine& eng, Qp& qp, wire::Psn psn);
+  static bool resp_ack_now(Engine& eng, Qp& qp, wire::Psn psn);
   static void resp_flush_acks(Engine& eng);
   static void resp_read_pump(Engine& eng, Qp& qp, std::uint32_t& budget);
   static bool resp_scatter(Engine& eng, Qp& qp, const RecvWqe& r, std::uint64_t offset,

@@ -59,32 +59,33 @@ std::size_t build_ack(const Qp& qp, std::span<std::uint8_t> slot, std::uint16_t 
 }
 }  // namespace
 
-void Engine::Stages::resp_ack_now(Engine& eng, Qp& qp, Psn psn) {
-  resp_emit(eng, qp, Syndrome::ack(), psn);
+bool Engine::Stages::resp_ack_now(Engine& eng, Qp& qp, Psn psn) {
+  return resp_emit(eng, qp, Syndrome::ack(), psn);
 }
 
-void Engine::Stages::resp_emit(Engine& eng, Qp& qp, Syndrome syn, Psn psn) {
+bool Engine::Stages::resp_emit(Engine& eng, Qp& qp, Syndrome syn, Psn psn) {
   RespState& rs = qp.resp;
   if (rs.out_empty()) {
-    if (auto slot = tx_slot(eng, true); !slot.empty()) {
-      tx_commit(eng, build_ack(qp, slot, eng.ip_id_++, Opcode::kRcAcknowledge, syn, psn, 0,
-                               eng.cfg_.advertise_credits));
-      if (syn.type() == wire::AckType::kAck) eng.stats_.inc(Counter::kAckSent);
-    }
-    return;
+    auto slot = tx_slot(eng, true);
+    if (slot.empty()) return false;
+    tx_commit(eng, build_ack(qp, slot, eng.ip_id_++, Opcode::kRcAcknowledge, syn, psn, 0,
+                             eng.cfg_.advertise_credits));
+    if (syn.type() == wire::AckType::kAck) eng.stats_.inc(Counter::kAckSent);
+    return true;
   }
   // Behind streaming READ responses: coalesce with a queued plain ACK, else queue.
   auto& back = rs.out[(rs.out_tail - 1) % rs.out.size()];
   if (syn.type() == wire::AckType::kAck && back.kind == RespState::Item::Kind::kAck &&
       back.syn.type() == wire::AckType::kAck) {
     back.psn = psn;
-    return;
+    return true;
   }
   if (rs.out_tail - rs.out_head == rs.out.size()) {
     eng.stats_.inc(Counter::kRespQueueFull);  // the requester's timer or probe recovers
-    return;
+    return true;
   }
   rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kAck, 0, syn, psn};
+  return true;
 }
 
 void Engine::Stages::resp_emit_atomic_ack(Engine& eng, Qp& qp, std::uint32_t res_idx) {
@@ -148,14 +149,30 @@ void Engine::flush_acks(std::uint64_t now_ns) {
   Stages::resp_flush_acks(*this);
 }
 
+// An ACK that finds the transmit ring full stays on the list, and so do the ones after it, in
+// their order, for the next run() (after the port has drained the ring): a dropped ACK would
+// cost its requester a probe or an ACK timeout. The list holds each QP at most once
+// (in_ack_list), so it is bounded by the number of QPs; a later ACK of a waiting QP only
+// moves its PSN on (defer_ack).
 void Engine::Stages::resp_flush_acks(Engine& eng) {
-  for (Qp* qp : eng.ack_list_) {
+  auto& list = eng.ack_list_;
+  std::size_t i = 0;
+  for (; i < list.size(); ++i) {
+    Qp* qp = list[i];
+    if (!qp->resp.ack_pending || qp->state == QpState::kErr) {
+      qp->in_ack_list = false;
+      continue;
+    }
+    if (!resp_ack_now(eng, *qp, qp->resp.ack_psn)) break;
     qp->in_ack_list = false;
-    if (!qp->resp.ack_pending || qp->state == QpState::kErr) continue;
     qp->resp.ack_pending = false;
-    resp_ack_now(eng, *qp, qp->resp.ack_psn);
   }
-  eng.ack_list_.clear();
+  if (i == list.size()) {
+    list.clear();
+    return;
+  }
+  eng.stats_.inc(Counter::kAckDeferred, list.size() - i);
+  list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
 namespace {

@@ -77,7 +77,8 @@ std::string_view to_string(Counter c) {
                                                                  "sr_sacks_sent",
                                                                  "sr_sacks_rcvd",
                                                                  "sr_retransmits",
-                                                                 "sr_retransmit_bytes"};
+                                                                 "sr_retransmit_bytes",
+                                                                 "ack_deferred"};
   return k[static_cast<std::size_t>(c)];
 }
 

@@ -73,6 +73,7 @@ enum class Counter : std::uint8_t {
   kSrSacksRcvd,         ///< selective repeat: gap reports received (requester)
   kSrRetransmits,       ///< selective repeat: packets sent again because a SACK named them
   kSrRetransmitBytes,   ///< their payload bytes
+  kAckDeferred,         ///< coalesced ACKs kept for the next run() (the TX ring was full), per run
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);

@@ -19,11 +19,13 @@ constexpr std::uint64_t kSid = service_id(PortSpace::kTcp, 7174);
 
 class Rig {
  public:
-  explicit Rig(const LoopbackOptions& opts = {}, CmConfig cm_cfg = {}, bool ipv6 = false)
+  /// `sr_a`, `sr_b`: the agents announce selective repeat (CmAgentConfig::selective_repeat).
+  explicit Rig(const LoopbackOptions& opts = {}, CmConfig cm_cfg = {}, bool ipv6 = false,
+               bool sr_a = false, bool sr_b = false)
       : ipv6_(ipv6),
         lb(opts, engine_config(0, ipv6), engine_config(1, ipv6)),
-        a(lb.a(), agent_config(cm_cfg, 0xA), [this](const CmEvent& e) { ev_a.push_back(e); }),
-        b(lb.b(), agent_config(cm_cfg, 0xB), [this](const CmEvent& e) { on_b(e); }) {
+        a(lb.a(), agent_config(cm_cfg, 0xA, sr_a), [this](const CmEvent& e) { ev_a.push_back(e); }),
+        b(lb.b(), agent_config(cm_cfg, 0xB, sr_b), [this](const CmEvent& e) { on_b(e); }) {
     for (int i = 0; i < 2; ++i) {
       Endpoint& ep = i == 0 ? ep_a : ep_b;
       ep.eng = &lb.side(i);
@@ -118,9 +120,10 @@ class Rig {
     return ipv6_ ? ip6(side) : wire::ipv4_mapped(lb.side(side).config().ipv4);
   }
 
-  CmAgentConfig agent_config(CmConfig c, std::uint64_t guid) {
+  CmAgentConfig agent_config(CmConfig c, std::uint64_t guid, bool sr) {
     CmAgentConfig cfg;
     cfg.cm = c;
+    cfg.selective_repeat = sr;
     cfg.cm.ca_guid = guid;
     cfg.cm.seed = static_cast<std::uint32_t>(guid * 7919);
     cfg.cm.timewait = std::chrono::milliseconds(1);
@@ -215,6 +218,77 @@ INSTANTIATE_TEST_SUITE_P(IpVersions, CmLoopbackIp, ::testing::Values(false, true
                          [](const ::testing::TestParamInfo<bool>& p) {
                            return p.param ? "Ipv6" : "Ipv4";
                          });
+
+// Selective repeat negotiated through ECE (docs/loss-recovery.md "Negotiation"): a 16-packet
+// WRITE over connected QPs with its 6th packet lost. Both agents announcing it: the responder
+// reports the gap and the requester sends that one packet again. One of them silent (as rxe or
+// an RNIC, which send no ECE or another vendor's): go-back-N, a sequence NAK and the rest of
+// the message again.
+struct CmSrRun {
+  Ece remote_ece_a, remote_ece_b;  ///< what each side's established QP saw of the other
+  std::uint64_t sr_retransmits = 0, sr_sacks_sent = 0, seq_naks = 0, retransmitted = 0;
+  bool data_ok = false;
+};
+
+CmSrRun write_over_cm(bool sr_a, bool sr_b) {
+  LoopbackOptions o;
+  o.a2b.drop_nth = 8;  // A sends the REQ, the RTU, then the WRITE: its 6th packet
+  Rig r(o, {}, false, sr_a, sr_b);
+  r.b.cm().listen(kSid);
+  CmSrRun out;
+  EXPECT_TRUE(r.connect());
+  EXPECT_TRUE(r.run([&] {
+    return Rig::count(r.ev_a, CmEventType::kEstablished) == 1 &&
+           Rig::count(r.ev_b, CmEventType::kConnectRequest) == 1;
+  }));
+  out.remote_ece_a = r.find(r.ev_a, CmEventType::kEstablished)->qp.remote_ece;
+  out.remote_ece_b = r.find(r.ev_b, CmEventType::kConnectRequest)->qp.remote_ece;
+  Buffer src = make_buffer(r.lb.a(), r.ep_a.pd, 16384, 5);
+  Buffer dst = make_buffer(r.lb.b(), r.ep_b.pd, 16384, 0);
+  const engine::Sge s = src.sge();
+  const engine::SendWr wr = make_wr(1, &s, dst);
+  EXPECT_EQ(r.lb.a().post_send(r.ep_a.qp, &wr, nullptr), engine::kOk);
+  engine::Wc wc{};
+  EXPECT_TRUE(r.run([&] { return r.lb.a().poll_cq(r.ep_a.scq, 1, &wc) == 1; }));
+  EXPECT_EQ(wc.status, engine::WcStatus::kSuccess);
+  EXPECT_EQ(r.lb.injector(0).stats().dropped, 1u);
+  out.data_ok = dst.bytes == src.bytes;
+  const auto& sa = r.lb.a().stats();
+  const auto& sb = r.lb.b().stats();
+  out.sr_retransmits = sa.get(engine::Counter::kSrRetransmits);
+  out.retransmitted = sa.get(engine::Counter::kRetransmittedPackets);
+  out.sr_sacks_sent = sb.get(engine::Counter::kSrSacksSent);
+  out.seq_naks = sb.get(engine::Counter::kSeqErrNakSent);
+  return out;
+}
+
+TEST(CmLoopback, SelectiveRepeatWhenBothAnnounceItInEce) {
+  const CmSrRun k = write_over_cm(true, true);
+  EXPECT_TRUE(ece_selective_repeat(k.remote_ece_a));
+  EXPECT_TRUE(ece_selective_repeat(k.remote_ece_b));
+  EXPECT_TRUE(k.data_ok);
+  EXPECT_EQ(k.sr_sacks_sent, 1u);
+  EXPECT_EQ(k.sr_retransmits, 1u) << "only the lost packet again";
+  EXPECT_EQ(k.retransmitted, 1u);
+  EXPECT_EQ(k.seq_naks, 0u);
+}
+
+TEST(CmLoopback, GoBackNWhenOneSideDoesNotAnnounce) {
+  for (const auto& [sr_a, sr_b] :
+       {std::pair{true, false}, std::pair{false, true}, std::pair{false, false}}) {
+    SCOPED_TRACE(::testing::Message() << "A " << sr_a << ", B " << sr_b);
+    const CmSrRun k = write_over_cm(sr_a, sr_b);
+    // The REQ carries A's ECE when A announces; the REP never does, to a silent REQ or from a
+    // silent passive side (byte for byte what it was before ECE).
+    EXPECT_EQ(k.remote_ece_b.vendor_id, sr_a ? kEceVendorId : 0u);
+    EXPECT_EQ(k.remote_ece_a, Ece{});
+    EXPECT_TRUE(k.data_ok);
+    EXPECT_EQ(k.sr_sacks_sent, 0u);
+    EXPECT_EQ(k.sr_retransmits, 0u);
+    EXPECT_EQ(k.seq_naks, 1u);
+    EXPECT_GE(k.retransmitted, 10u) << "go-back-N: the lost packet and those after it";
+  }
+}
 
 TEST(CmLoopback, NoListenerIsRejected) {
   Rig r;

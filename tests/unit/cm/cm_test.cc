@@ -306,6 +306,57 @@ TEST_F(CmTest, ConnectAcceptDisconnect) {
   EXPECT_TRUE(b_.out.empty());
 }
 
+// ECE (Enhanced Connection Establishment): the vendor ID in the REQ/REP, the options in the MAD
+// header's AttributeModifier (bytes 20-23), as the kernel CM puts them. Without ECE both stay 0,
+// as before (and as rxe sends); a REP carries ECE only to a REQ of the same vendor.
+TEST_F(CmTest, EceIsCarriedOnlyBetweenTheSameVendor) {
+  const Ece ours{kEceVendorId, kEceSignature | kEceSelectiveRepeat};
+  auto attr_mod = [](const Sent& s) { return decode(s.bytes).hdr.attr_mod; };
+  struct Case {
+    Ece a, b;
+    Ece req, rep;  ///< on the wire
+    bool sr;       ///< both QPs see selective repeat
+  };
+  const Case cases[] = {
+      {{}, {}, {}, {}, false},                              // neither: nothing changes
+      {ours, {}, ours, {}, false},                          // the passive side has none
+      {{}, ours, {}, {}, false},                            // the active side has none (rxe)
+      {ours, ours, ours, ours, true},                       // both
+      {{0x0015B3, 0x7}, ours, {0x0015B3, 0x7}, {}, false},  // another vendor's REQ
+      {ours, {kEceVendorId, kEceSignature}, ours, {kEceVendorId, kEceSignature}, false},
+  };
+  std::uint32_t qpn = 0x100;  // a new QP each time: the last one's connection is in timewait
+  for (const Case& k : cases) {
+    SCOPED_TRACE(::testing::Message() << std::hex << k.a.vendor_id << "/" << k.b.vendor_id);
+    ConnectParams p = params(Qpn(++qpn));
+    p.ece = k.a;
+    const ConnId ia = *a_.cm.connect(p);
+    const Sent req = a_.out.front();
+    EXPECT_EQ(req.as<ReqMsg>().vendor_id, k.req.vendor_id);
+    EXPECT_EQ(attr_mod(req), k.req.options);
+    EXPECT_EQ(req.bytes[kMadHeaderSize + 5], k.req.vendor_id >> 16);
+    deliver(a_, b_);
+    const CmEvent& creq = b_.last(CmEventType::kConnectRequest);
+    EXPECT_EQ(creq.qp.remote_ece, k.req);
+    AcceptParams ap = accept_params();
+    ap.qpn = Qpn(qpn + 0x1000);
+    ap.ece = k.b;
+    ASSERT_EQ(b_.cm.accept(creq.id, ap), CmStatus::kOk);
+    const Sent rep = b_.out.front();
+    EXPECT_EQ(rep.as<RepMsg>().vendor_id, k.rep.vendor_id);
+    EXPECT_EQ(attr_mod(rep), k.rep.options);
+    EXPECT_EQ(ece_selective_repeat(b_.mods.back().qp.remote_ece), k.sr);
+    deliver(b_, a_);
+    EXPECT_EQ(a_.last(CmEventType::kEstablished).qp.remote_ece, k.rep);
+    EXPECT_EQ(ece_selective_repeat(a_.mods.back().qp.remote_ece), k.sr);
+    deliver(a_, b_);  // RTU
+    EXPECT_EQ(attr_mod(rep) | attr_mod(req), k.req.options | k.rep.options);
+    ASSERT_EQ(a_.cm.disconnect(ia), CmStatus::kOk);
+    deliver(a_, b_);
+    deliver(b_, a_);
+  }
+}
+
 TEST_F(CmTest, AcceptFromTheEventCallbackAndPassiveDisconnect) {
   b_.on_event = [this](Cm& cm, const CmEvent& e) {
     if (e.type == CmEventType::kConnectRequest) {
