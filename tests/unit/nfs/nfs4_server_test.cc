@@ -10,10 +10,12 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -2496,4 +2498,175 @@ TEST_F(Nfs4DelegTest, BrokenLeaseFoundWithoutTheSignal) {
 }
 
 }  // namespace
+
+// --- revnfsatk: attack proofs (review17-nfs-attack.md) ---------------------------------
+
+static std::size_t open_fds() {
+  std::size_t n = 0;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) (void)e, ++n;
+  return n;
+}
+
+// F1: every new lock owner costs the process one host descriptor (its own OFD), with no budget
+// but the per-client state count: one client holds ~lim.states descriptors, 16 per address.
+TEST_F(Nfs4Test, AttackLockOwnersHoldOneDescriptorEach) {
+  lim_ = v4::Limits{};
+  lim_.slots = 4;
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+  srv_->now = [this] { return clock_; };
+  mount();
+  const Opened o = open("victimfile", kUnchecked, kShareAccessBoth, 0, "o");
+  ASSERT_EQ(o.status, kOk);
+  const std::size_t before = open_fds();
+  constexpr int kOwners = 2000;
+  int ok = 0;
+  for (int i = 0; i < kOwners; ++i)
+    ok += send(seq().add(kPutfh, fh(o.fh)).add(kLock, lock_args(kReadLt, 10u * i, 1, o.sid,
+                                                                clientid_, "lo-" + std::to_string(i))))
+              .status == kOk;
+  const std::size_t after = open_fds();
+  std::printf("ATTACK F1: %d lock owners granted, descriptors %zu -> %zu (+%zu)\n", ok, before,
+              after, after - before);
+  EXPECT_LT(after - before, 100u) << "one descriptor per lock owner, unbudgeted";
+}
+
+// F1 (effect): with the soft RLIMIT_NOFILE nearly reached, a hostile client's lock owners take
+// the rest, and then the server cannot resolve a handle for anybody.
+TEST_F(Nfs4Test, AttackLockOwnersExhaustDescriptors) {
+  lim_ = v4::Limits{};
+  lim_.slots = 4;
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+  srv_->now = [this] { return clock_; };
+  mount();
+  const Opened o = open("victimfile", kUnchecked, kShareAccessBoth, 0, "o");
+  ASSERT_EQ(o.status, kOk);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = open_fds() + 64;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  int granted = 0;
+  std::uint32_t last = kOk;
+  for (int i = 0; i < 200 && last == kOk; ++i) {
+    last = send(seq().add(kPutfh, fh(o.fh)).add(kLock, lock_args(kReadLt, 10u * i, 1, o.sid,
+                                                                 clientid_, "x" + std::to_string(i))))
+               .status;
+    granted += last == kOk;
+  }
+  const std::uint32_t victim = send(seq().add(kPutrootfh).add(kGetattr, bitmap({kSize}))).status;
+  const std::uint32_t victim_open =
+      send(seq().add(kPutrootfh).add(kOpen, open_args(clientid_, "hello", 99, kShareAccessRead, 0,
+                                                      "victim", 0)))
+          .status;
+  const std::uint32_t victim_read =
+      send(seq().add(kPutfh, fh(o.fh)).add(kRead, read_args(o.sid, 0, 4))).status;
+  ::setrlimit(RLIMIT_NOFILE, &old);
+  std::printf("ATTACK F1b: then OPEN %u, READ %u\n", victim_open, victim_read);
+  EXPECT_EQ(victim_open, kOk);
+  EXPECT_EQ(victim_read, kOk);
+  std::printf("ATTACK F1b: %d lock owners, then LOCK %u, then anybody's PUTROOTFH+GETATTR %u\n",
+              granted, last, victim);
+  EXPECT_EQ(victim, kOk) << "descriptors exhausted by one client's lock owners";
+}
+
+// F4: the records file is written through whatever clients.new names (no O_NOFOLLOW, no
+// O_EXCL): whoever can write the state directory clobbers any file the server can write.
+TEST_F(Nfs4Test, AttackStateDirSymlinkClobbers) {
+  const fs::path state = base_ / "state", victim = base_ / "victim";
+  fs::create_directories(state);
+  std::ofstream(victim) << "precious";
+  fs::create_symlink(victim, state / "clients.new");
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_, state.string());
+  srv_->now = [this] { return clock_; };
+  mount();
+  ASSERT_EQ(send(seq().add(kReclaimComplete, [](XdrEncoder& e) { e.boolean(false); })).status,
+            kOk);
+  std::ifstream in(victim);
+  const std::string now((std::istreambuf_iterator<char>(in)), {});
+  std::printf("ATTACK F4: victim now holds '%s'\n", now.substr(0, 40).c_str());
+  EXPECT_EQ(now, "precious") << "followed the symlink and truncated the victim";
+}
+
+// F2: a client that let a recalled delegation be revoked gets a new one at once, so the next
+// writer waits a whole lease again.
+TEST_F(Nfs4DelegTest, AttackRevokedClientGetsANewDelegationAtOnce) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  const OpenedD a = deleg("hello", "a-1");
+  const auto write1 = [&](XdrEncoder& e) {
+    e.opaque(a.fh);
+    e.u64(0);
+    e.u32(1);
+    e.u32(0);
+    e.string("X");
+  };
+  EXPECT_EQ(v3call(v3::kWrite, write1), v3::kErrJukebox);
+  expect_recall(a.dsid);  // answered OK by the (hostile) client, never returned
+  clock_ += 91;
+  srv_->tick();
+  EXPECT_EQ(srv_->stats().revoked, 1u);
+  EXPECT_EQ(v3call(v3::kWrite, write1), v3::kOk);
+  files_->close_files();  // the writer went idle
+  EXPECT_EQ(send(seq().add(kFreeStateid, sid_arg(a.dsid))).status, kOk);  // the revoked one
+  const OpenedD again = open_d("hello", kShareAccessRead, "a-2");
+  std::printf("ATTACK F2: after a revoke the same client's next OPEN gets deleg=%u\n",
+              again.deleg);
+  EXPECT_NE(again.deleg, kDelegRead) << "re-delegated to a client that just sat out a recall";
+  if (again.deleg == kDelegRead) {
+    EXPECT_EQ(v3call(v3::kWrite, write1), v3::kErrJukebox);  // and the next write waits again
+  }
+}
+
+
+// F3: recalls that cannot go out yet (the holder's one back channel slot is busy) cost a scan
+// of every session on each take_callbacks(), which the poll loop calls every millisecond.
+TEST_F(Nfs4DelegTest, AttackWaitingRecallsScanEverySessionEachMillisecond) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  lim_ = v4::Limits{};
+  lim_.slots = 4;
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+  srv_->now = [this] { return clock_; };
+  Cl b;
+  two_clients(b);
+  constexpr int kFiles = 1000, kClients = 150;
+  std::vector<OpenedD> ds;
+  for (int i = 0; i < kFiles; ++i) {
+    const std::string f = "d" + std::to_string(i);
+    std::ofstream(dir_ / f) << "x";
+    const OpenedD o = open_d(f, kShareAccessRead, "a-" + std::to_string(i));
+    if (o.deleg == kDelegRead) ds.push_back(o);
+  }
+  // More sessions in the table (other addresses, 16 clients each at most).
+  const CallContext saved = ctx_;
+  for (int i = 0; i < kClients; ++i) {
+    Cl x;
+    swap(x);
+    ctx_.peer.v = 0xc6120000u + static_cast<std::uint32_t>(i / 16 + 10);
+    ctx_.conn = 100 + static_cast<std::uint64_t>(i);
+    exchange("filler-" + std::to_string(i));
+    if (ex_status_ == kOk) create_session();
+    swap(x);
+  }
+  ctx_ = saved;
+  // B writes each file without an open: each recalls A's delegation; A never answers.
+  swap(b);
+  ctx_.conn = 2;
+  Stateid anon;
+  for (const auto& d : ds) send(seq().add(kPutfh, fh(d.fh)).add(kWrite, write_args(anon, 0, "y")));
+  swap(b);
+  ctx_.conn = 1;
+  srv_->take_callbacks();  // the first CB_RECALL goes; the rest wait for A's one slot
+  const auto t0 = std::chrono::steady_clock::now();
+  constexpr int kCalls = 50;
+  for (int i = 0; i < kCalls; ++i) srv_->take_callbacks();
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+      kCalls;
+  std::printf("ATTACK F3: %zu delegations recalled, %zu sessions: take_callbacks %.0f us each "
+              "(the poll loop calls it every 1000 us)\n",
+              ds.size(), srv_->sessions(), us);
+  EXPECT_LT(us, 100.0);
+}
+
 }  // namespace roce::nfs
