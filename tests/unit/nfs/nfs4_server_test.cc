@@ -2669,4 +2669,42 @@ TEST_F(Nfs4DelegTest, AttackWaitingRecallsScanEverySessionEachMillisecond) {
   EXPECT_LT(us, 100.0);
 }
 
+
+// F1 residual (after ccf8031): the global host-descriptor budget (8192) is less than what one
+// address may hold (16 clients x 1024): 8 hostile clients from one address take it all, and
+// then no other client gets a new lock owner.
+TEST_F(Nfs4Test, AttackOneAddressTakesTheWholeDescriptorBudget) {
+  lim_ = v4::Limits{};
+  lim_.slots = 4;
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+  srv_->now = [this] { return clock_; };
+  int granted = 0;
+  for (int c = 0; c < 9; ++c) {
+    Cl x;
+    swap(x);
+    exchange("hostile-" + std::to_string(c));
+    ASSERT_EQ(ex_status_, kOk);
+    ASSERT_EQ(create_session(), kOk);
+    const Opened o = open("h" + std::to_string(c), kUnchecked, kShareAccessBoth, 0, "o");
+    ASSERT_EQ(o.status, kOk);
+    for (int i = 0; i < 1024; ++i)
+      granted += send(seq().add(kPutfh, fh(o.fh)).add(kLock, lock_args(kReadLt, 10u * i, 1, o.sid,
+                                                                       clientid_,
+                                                                       "l" + std::to_string(i))))
+                     .status == kOk;
+    swap(x);
+  }
+  // A victim from another address.
+  ctx_.peer.v = 0xc6120063u;
+  mount();
+  const Opened v = open("victim", kUnchecked, kShareAccessBoth, 0, "ov");
+  ASSERT_EQ(v.status, kOk);
+  const std::uint32_t st =
+      send(seq().add(kPutfh, fh(v.fh)).add(kLock, lock_args(kWriteLt, 0, 1, v.sid, clientid_, "vl")))
+          .status;
+  std::printf("ATTACK F1c: one address's clients hold %d lock owners; a victim's LOCK: %u\n",
+              granted, st);
+  EXPECT_EQ(st, kOk) << "the global descriptor budget went to one address";
+}
+
 }  // namespace roce::nfs
