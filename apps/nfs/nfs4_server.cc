@@ -217,32 +217,81 @@ bool Nfs4Server::leases_usable() {
 Nfs4Server::~Nfs4Server() {
   files_.before_change = nullptr;
   for (auto& [id, st] : states_) release(st);
+  if (state_fd_ >= 0) ::close(state_fd_);
+}
+
+void Nfs4Server::open_state_dir() {
+  // The directory is the server's alone: not a symbolic link, owned by the server's user,
+  // writable by nobody else (as sshd judges ~/.ssh). Anything else and there are no records: no
+  // grace period, said once in state_error().
+  const int dir = ::open(state_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat ds {};
+  std::string why;
+  if (dir < 0)
+    why = std::strerror(errno);
+  else if (::fstat(dir, &ds) != 0)
+    why = std::strerror(errno);
+  else if (ds.st_uid != ::geteuid())
+    why = "owned by uid " + std::to_string(ds.st_uid) + ", not this process's";
+  else if (ds.st_mode & (S_IWGRP | S_IWOTH))
+    why = "writable by group or others";
+  if (!why.empty()) {
+    if (dir >= 0) ::close(dir);
+    state_error_ = "state directory " + state_dir_ + " not used (" + why +
+                   "): no client records, no grace period";
+    state_dir_.clear();
+    return;
+  }
+  state_fd_ = dir;
+  // One co_ownerid a line, in hex (written by flush_records()): a regular file only (no link,
+  // FIFO or device), read up to what the table could have written.
+  const int fd = ::openat(dir, "clients", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno != ENOENT) state_error_ = "cannot read " + state_dir_ + "/clients: " + std::strerror(errno);
+    return;
+  }
+  struct stat fs {};
+  std::string text;
+  const std::size_t cap = lim_.clients * 4 * (2 * kOpaqueLimit + 1);
+  if (::fstat(fd, &fs) != 0 || !S_ISREG(fs.st_mode)) {
+    state_error_ = state_dir_ + "/clients is not a regular file: ignored";
+  } else {
+    text.resize(std::min<std::size_t>(static_cast<std::size_t>(std::max<off_t>(fs.st_size, 0)), cap));
+    std::size_t got = 0;
+    while (got < text.size()) {
+      const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+      if (n <= 0) break;
+      got += static_cast<std::size_t>(n);
+    }
+    text.resize(got);
+  }
+  ::close(fd);
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const std::size_t j = std::min(text.find('\n', i), text.size());
+    const std::string_view line(text.data() + i, j - i);
+    i = j + 1;
+    if (line.empty() || line.size() % 2 || line.size() > 2 * kOpaqueLimit) continue;
+    std::vector<std::uint8_t> id;
+    for (std::size_t k = 0; k < line.size(); k += 2) {
+      const auto hex = [](char ch) {
+        return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+      };
+      const int hi = hex(line[k]), lo = hex(line[k + 1]);
+      if (hi < 0 || lo < 0) {
+        id.clear();
+        break;
+      }
+      id.push_back(static_cast<std::uint8_t>(hi << 4 | lo));
+    }
+    if (!id.empty() && records_.size() < lim_.clients * 4) records_.insert(id);
+  }
+  previous_ = records_;
 }
 
 Nfs4Server::Nfs4Server(NfsServer& files, Limits limits, std::string state_dir)
     : state_dir_(std::move(state_dir)), files_(files), lim_(limits) {
-  if (!state_dir_.empty()) {
-    // One co_ownerid a line, in hex (written by write_records()).
-    std::ifstream in(state_dir_ + "/clients");
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line.size() % 2 || line.size() > 2 * kOpaqueLimit) continue;
-      std::vector<std::uint8_t> id;
-      for (std::size_t i = 0; i < line.size(); i += 2) {
-        const auto hex = [](char ch) {
-          return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-        };
-        const int hi = hex(line[i]), lo = hex(line[i + 1]);
-        if (hi < 0 || lo < 0) {
-          id.clear();
-          break;
-        }
-        id.push_back(static_cast<std::uint8_t>(hi << 4 | lo));
-      }
-      if (!id.empty() && records_.size() < lim_.clients * 4) records_.insert(id);
-    }
-    previous_ = records_;
-  }
+  if (!state_dir_.empty()) open_state_dir();
   lease_break_s_ = std::max<std::int64_t>(read_proc_number("/proc/sys/fs/lease-break-time", 45), 1);
   leases_ok_ = leases_usable();
   files_.before_change = [this](std::uint64_t dev, std::uint64_t ino) {
@@ -647,13 +696,13 @@ void Nfs4Server::record(const Client& cl, bool add) {
   write_records();
 }
 
-void Nfs4Server::write_records() { records_dirty_ = !state_dir_.empty(); }
+void Nfs4Server::write_records() { records_dirty_ = state_fd_ >= 0; }
 
 void Nfs4Server::flush_records() {
   if (!records_dirty_) return;
   records_dirty_ = false;
   // Whole or not at all: a new file, flushed, then renamed over the old one.
-  const std::string path = state_dir_ + "/clients", tmp = path + ".new";
+  const std::string path = state_dir_ + "/clients";
   std::string text;
   static const char* const kHex = "0123456789abcdef";
   for (const auto& id : records_) {
@@ -663,7 +712,11 @@ void Nfs4Server::flush_records() {
     }
     text += '\n';
   }
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // Relative to the directory opened at start, never through a link: whatever sits at
+  // clients.new is removed, and the new file must be made afresh.
+  ::unlinkat(state_fd_, "clients.new", 0);
+  const int fd = ::openat(state_fd_, "clients.new",
+                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   bool ok = fd >= 0;
   for (std::size_t done = 0; ok && done < text.size();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -672,13 +725,9 @@ void Nfs4Server::flush_records() {
   }
   ok = ok && ::fsync(fd) == 0;
   if (fd >= 0) ::close(fd);
-  ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
+  ok = ok && ::renameat(state_fd_, "clients.new", state_fd_, "clients") == 0;
   if (ok) {
-    const int dir = ::open(state_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir >= 0) {
-      ::fsync(dir);
-      ::close(dir);
-    }
+    ::fsync(state_fd_);
     state_error_.clear();
   } else {
     state_error_ = "cannot write " + path + ": " + std::strerror(errno);

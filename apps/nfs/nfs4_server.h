@@ -300,6 +300,8 @@ class Nfs4Server {
   static constexpr std::size_t kMaxRecalled = 4096;
   std::atomic<std::size_t> delegs_{0};  ///< delegation states held (the v3 check's fast path)
   std::string state_dir_, state_error_;
+  int state_fd_ = -1;  ///< the state directory, opened once (O_NOFOLLOW, checked)
+  void open_state_dir();
   std::set<std::vector<std::uint8_t>> records_;   ///< co_ownerids of clients holding state
   std::set<std::vector<std::uint8_t>> previous_;  ///< the previous run's, not yet reclaimed
   std::int64_t grace_end_ = -1;                   ///< -1: starts at the first call

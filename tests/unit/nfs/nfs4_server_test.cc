@@ -2145,6 +2145,49 @@ TEST_F(Nfs4GraceTest, HostileRecordsAreSkipped) {
   EXPECT_FALSE(srv_->in_grace());
 }
 
+// A state directory others may write, or that is a symbolic link, is not used: no records, no
+// grace period, and the reason in state_error() (review17 attack F3).
+TEST_F(Nfs4GraceTest, StateDirOthersMayWriteIsRefused) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  std::ofstream(state_ / "clients") << "6869\n";
+  ::chmod(state_.c_str(), 0777);
+  restart();
+  EXPECT_EQ(srv_->records(), 0u);
+  EXPECT_FALSE(srv_->in_grace());
+  EXPECT_NE(srv_->state_error().find("writable by group or others"), std::string::npos)
+      << srv_->state_error();
+  ::chmod(state_.c_str(), 0700);
+  const fs::path link = base_ / "statelink";
+  fs::create_directory_symlink(state_, link);
+  state_ = link;
+  restart();
+  EXPECT_EQ(srv_->records(), 0u);
+  EXPECT_FALSE(srv_->state_error().empty());
+}
+
+// The records file is read only when it is a regular file, and only up to what the table could
+// have written: a FIFO does not hang the start, /dev/zero does not eat memory.
+TEST_F(Nfs4GraceTest, RecordsFileMustBeRegularAndIsReadBounded) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  ASSERT_EQ(::mkfifo((state_ / "clients").c_str(), 0600), 0);
+  restart();
+  EXPECT_EQ(srv_->records(), 0u);
+  EXPECT_NE(srv_->state_error().find("not a regular file"), std::string::npos);
+  fs::remove(state_ / "clients");
+  fs::create_symlink("/dev/zero", state_ / "clients");
+  restart();
+  EXPECT_EQ(srv_->records(), 0u);
+  fs::remove(state_ / "clients");
+  {
+    std::ofstream big(state_ / "clients");
+    for (int i = 0; i < 20000; ++i) big << "6869" << std::hex << i << (i < 16 ? "0" : "") << "\n";
+  }
+  restart();
+  EXPECT_LE(srv_->records(), lim_.clients * 4);
+}
+
 // --- File I/O without the server's lock (review16 2) --------------------------------------
 
 // A COMMIT stuck in fsync (a slow disk: the I/O hook stands for it) holds no lock another
