@@ -247,7 +247,8 @@ void Nfs4Server::open_state_dir() {
   // FIFO or device), read up to what the table could have written.
   const int fd = ::openat(dir, "clients", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    if (errno != ENOENT) state_error_ = "cannot read " + state_dir_ + "/clients: " + std::strerror(errno);
+    if (errno != ENOENT)
+      state_error_ = "cannot read " + state_dir_ + "/clients: " + std::strerror(errno);
     return;
   }
   struct stat fs {};
@@ -256,7 +257,8 @@ void Nfs4Server::open_state_dir() {
   if (::fstat(fd, &fs) != 0 || !S_ISREG(fs.st_mode)) {
     state_error_ = state_dir_ + "/clients is not a regular file: ignored";
   } else {
-    text.resize(std::min<std::size_t>(static_cast<std::size_t>(std::max<off_t>(fs.st_size, 0)), cap));
+    text.resize(
+        std::min<std::size_t>(static_cast<std::size_t>(std::max<off_t>(fs.st_size, 0)), cap));
     std::size_t got = 0;
     while (got < text.size()) {
       const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
@@ -299,6 +301,11 @@ Nfs4Server::Nfs4Server(NfsServer& files, Limits limits, std::string state_dir)
   };
   now = [] {
     return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  now_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
   };
@@ -1610,8 +1617,12 @@ void Nfs4Server::drop_state(const Other& o) {
   if (it == states_.end()) return;
   if (auto cl = clients_.find(it->second.clientid); cl != clients_.end() && cl->second.states) {
     --cl->second.states;
-    if (it->second.revoked && cl->second.revoked) --cl->second.revoked;
+    if (it->second.revoked && cl->second.revoked && !--cl->second.revoked)  // the last freed
+      cl->second.no_deleg_until = now() + kRevokedNoDelegSeconds;
   }
+  // A recall ends (returned): the writer it was for goes on from now, new readers wait.
+  if (it->second.kind == State::kDelegState && it->second.recall_at >= 0 && !it->second.revoked)
+    mark_recalled(it->second.file);
   charge(it->second.clientid, -static_cast<std::ptrdiff_t>(state_cost(it->second)));
   recalls_.erase(o);
   release(it->second);
@@ -1855,6 +1866,10 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (deleg) {  // not while a writer may still be waiting out a recall of it
     const auto r = recalled_.find(key);
     deleg = r == recalled_.end() || now() - r->second >= kNoRegrantSeconds;
+  }
+  if (deleg) {  // nor to a client that sat out a recall lately
+    const auto cl = clients_.find(c.clientid);
+    deleg = cl != clients_.end() && cl->second.revoked == 0 && now() >= cl->second.no_deleg_until;
   }
   for (const auto& [id, st] : states_) {
     if (!deleg) break;
@@ -2769,15 +2784,18 @@ bool Nfs4Server::recall_conflicting(const FileKey& file, std::uint64_t clientid)
     out = true;
   }
   if (out) {
-    if (recalled_.size() >= kMaxRecalled) {  // the oldest go first
-      std::erase_if(recalled_,
-                    [&](const auto& r) { return now() - r.second >= kNoRegrantSeconds; });
-      if (recalled_.size() >= kMaxRecalled) recalled_.erase(recalled_.begin());
-    }
-    recalled_[file] = now();
+    mark_recalled(file);
     pump();
   }
   return out;
+}
+
+void Nfs4Server::mark_recalled(const FileKey& file) {
+  if (!recalled_.contains(file) && recalled_.size() >= kMaxRecalled) {  // the oldest go first
+    std::erase_if(recalled_, [&](const auto& r) { return now() - r.second >= kNoRegrantSeconds; });
+    if (recalled_.size() >= kMaxRecalled) recalled_.erase(recalled_.begin());
+  }
+  recalled_[file] = now();
 }
 
 bool Nfs4Server::v3_change(std::uint64_t dev, std::uint64_t ino) {
@@ -2850,7 +2868,8 @@ void Nfs4Server::pump() {
     Session* s = nullptr;
     // A session of the holder with a back channel free (ids are random: a scan of the bounded
     // table, not a range of ids).
-    for (auto ss = sessions_.begin(); !dl.recall_sent && ss != sessions_.end(); ++ss)
+    const bool due = !dl.recall_sent && (dl.cb_next_ms == 0 || now_ms() >= dl.cb_next_ms);
+    for (auto ss = sessions_.begin(); due && ss != sessions_.end(); ++ss)
       if (ss->second.clientid == dl.clientid && ss->second.back_conn && !ss->second.cb_busy &&
           ss->second.cb_cred)
         s = &ss->second;
@@ -2880,6 +2899,7 @@ void Nfs4Server::revoke(State& st) {
   st.recall_sent = false;
   ++st_.revoked;
   if (auto cl = clients_.find(st.clientid); cl != clients_.end()) ++cl->second.revoked;
+  mark_recalled(st.file);  // the recall ends now: the no-regrant window starts here
 }
 
 std::vector<Nfs4Server::Callback> Nfs4Server::take_callbacks() {
@@ -2965,8 +2985,14 @@ bool Nfs4Server::reply_locked(std::uint64_t conn, std::span<const std::uint8_t> 
     if (seq_ok) ++s->second.cb_seqid;
   }
   // DELAY: the client asks for the recall again; anything else but OK leaves it to the timeout.
-  if (auto st = states_.find(pc.deleg); st != states_.end() && recall == kErrDelay)
-    st->second.recall_sent = false;
+  // Sent again after a back-off that doubles (100 ms to 10 s), not on the next 1 ms pump.
+  if (auto st = states_.find(pc.deleg); st != states_.end() && recall == kErrDelay) {
+    State& dl = st->second;
+    dl.recall_sent = false;
+    dl.cb_backoff_ms =
+        dl.cb_backoff_ms ? std::min(dl.cb_backoff_ms * 2, kCbBackoffMaxMs) : kCbBackoffFirstMs;
+    dl.cb_next_ms = now_ms() + dl.cb_backoff_ms;
+  }
   return true;
 }
 

@@ -154,6 +154,8 @@ class Nfs4Server {
   }
   /// Seconds of a monotonic clock (leases); tests replace it.
   std::function<std::int64_t()> now;
+  /// Milliseconds of a monotonic clock (the CB_RECALL resend back-off); tests replace it.
+  std::function<std::int64_t()> now_ms;
   std::uint32_t max_io = 1u << 20;  ///< maxread, maxwrite
   /// Tests: runs in each READ, WRITE and COMMIT where the file I/O runs, without the server's
   /// lock (a slow disk's stand-in).
@@ -297,6 +299,12 @@ class Nfs4Server {
   /// that a writer waiting out a recall is not starved by new readers (knfsd's bloom filter).
   std::map<v4::FileKey, std::int64_t> recalled_;
   static constexpr std::int64_t kNoRegrantSeconds = 30;
+  /// A client that let a delegation be revoked gets none until it has freed every revoked one
+  /// and this long has passed (knfsd stops delegating while a client's callbacks fail).
+  static constexpr std::int64_t kRevokedNoDelegSeconds = 300;
+  static constexpr std::int64_t kCbBackoffFirstMs = 100, kCbBackoffMaxMs = 10000;
+  /// Stamps `file` recalled now (no new delegation of it for kNoRegrantSeconds).
+  void mark_recalled(const v4::FileKey& file);
   static constexpr std::size_t kMaxRecalled = 4096;
   std::atomic<std::size_t> delegs_{0};  ///< delegation states held (the v3 check's fast path)
   std::string state_dir_, state_error_;

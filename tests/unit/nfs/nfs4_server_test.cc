@@ -1617,10 +1617,17 @@ TEST_F(Nfs4Test, DelegationRevokedWhenTheRecallTimesOut) {
   // The client says DELAY: the recall goes again, with the next CB_SEQUENCE id.
   const CbCall first = decode_cb(cbs[0].msg);
   // Posted as a poll loop posts it: acted on at the next take_callbacks.
+  std::int64_t ms = 0;
+  srv_->now_ms = [&ms] { return ms; };
   srv_->post_reply(1, cb_reply(first.h.xid, first.sid, 1, kOk, kErrDelay));
   EXPECT_EQ(srv_->stats().cb_replies, 0u);
-  auto again = srv_->take_callbacks();
+  // Not on the next pump: after a back-off of 100 ms.
+  EXPECT_TRUE(srv_->take_callbacks().empty());
   EXPECT_EQ(srv_->stats().cb_replies, 1u);
+  ms += 99;
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  ms += 1;
+  auto again = srv_->take_callbacks();
   ASSERT_EQ(again.size(), 1u);
   const CbCall second = decode_cb(again[0].msg);
   EXPECT_NE(second.h.xid, first.h.xid);
@@ -1669,7 +1676,8 @@ TEST_F(Nfs4Test, DelegationRevokedWhenTheRecallTimesOut) {
 TEST_F(Nfs4Test, UnansweredCallbackMarksThePathDown) {
   Cl b;
   two_clients(b);
-  ASSERT_EQ(open_d("hello", kShareAccessRead, "a-1").deleg, kDelegRead);
+  const OpenedD first = open_d("hello", kShareAccessRead, "a-1");
+  ASSERT_EQ(first.deleg, kDelegRead);
   swap(b);
   ctx_.conn = 2;
   EXPECT_EQ(open_d("hello", kShareAccessWrite, "b-1").status, kErrDelay);
@@ -1695,7 +1703,11 @@ TEST_F(Nfs4Test, UnansweredCallbackMarksThePathDown) {
                 .status,
             kOk);
   EXPECT_EQ(seq_flags() & kSeqCbPathDown, 0u);
+  // Its revoked delegation freed, and five minutes later (review17 attack F4): delegations again.
   std::ofstream(dir_ / "third") << "x";
+  EXPECT_EQ(open_d("third", kShareAccessRead, "a-3").deleg, kDelegNone);
+  EXPECT_EQ(send(seq().add(kFreeStateid, sid_arg(first.dsid))).status, kOk);
+  clock_ += 300;
   EXPECT_EQ(open_d("third", kShareAccessRead, "a-3").deleg, kDelegRead);
   // A client forgotten with a recall out: nothing left behind.
   swap(b);
@@ -2062,6 +2074,7 @@ class Nfs4GraceTest : public Nfs4Test {
 TEST_F(Nfs4GraceTest, ClientsReclaimOpensAndLocksAfterARestart) {
   state_ = base_ / "state";
   fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);  // the server's own (whatever the umask)
   restart();
   EXPECT_FALSE(srv_->in_grace());  // no records: nothing to wait for
   // First run: A and C mount (RECLAIM_COMPLETE records them), A opens and locks.
@@ -2137,6 +2150,7 @@ TEST_F(Nfs4GraceTest, ClientsReclaimOpensAndLocksAfterARestart) {
 TEST_F(Nfs4GraceTest, HostileRecordsAreSkipped) {
   state_ = base_ / "state";
   fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);  // the server's own (whatever the umask)
   std::ofstream(state_ / "clients") << "zz\nabc\n\n" << std::string(5000, 'a') << "\n6869\n";
   restart();
   EXPECT_EQ(srv_->records(), 1u);  // "hi" alone
@@ -2150,6 +2164,7 @@ TEST_F(Nfs4GraceTest, HostileRecordsAreSkipped) {
 TEST_F(Nfs4GraceTest, StateDirOthersMayWriteIsRefused) {
   state_ = base_ / "state";
   fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);  // the server's own (whatever the umask)
   std::ofstream(state_ / "clients") << "6869\n";
   ::chmod(state_.c_str(), 0777);
   restart();
@@ -2171,6 +2186,7 @@ TEST_F(Nfs4GraceTest, StateDirOthersMayWriteIsRefused) {
 TEST_F(Nfs4GraceTest, RecordsFileMustBeRegularAndIsReadBounded) {
   state_ = base_ / "state";
   fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);  // the server's own (whatever the umask)
   ASSERT_EQ(::mkfifo((state_ / "clients").c_str(), 0600), 0);
   restart();
   EXPECT_EQ(srv_->records(), 0u);
@@ -2617,6 +2633,7 @@ TEST_F(Nfs4Test, AttackLockOwnersExhaustDescriptors) {
 TEST_F(Nfs4Test, AttackStateDirSymlinkClobbers) {
   const fs::path state = base_ / "state", victim = base_ / "victim";
   fs::create_directories(state);
+  fs::permissions(state, fs::perms::owner_all);
   std::ofstream(victim) << "precious";
   fs::create_symlink(victim, state / "clients.new");
   srv_ = std::make_unique<Nfs4Server>(*files_, lim_, state.string());
@@ -2659,6 +2676,37 @@ TEST_F(Nfs4DelegTest, AttackRevokedClientGetsANewDelegationAtOnce) {
   if (again.deleg == kDelegRead) {
     EXPECT_EQ(v3call(v3::kWrite, write1), v3::kErrJukebox);  // and the next write waits again
   }
+  // Five minutes after it freed the last revoked one, it gets delegations again.
+  clock_ += 299;
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-3").deleg, kDelegNone);
+  clock_ += 1;
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-4").deleg, kDelegRead);
+}
+
+// The no-regrant window (30 s) runs from the end of a recall, not its start: a recall that
+// took a minute still keeps new readers off for 30 s after the return.
+TEST_F(Nfs4DelegTest, NoRegrantWindowStartsWhenTheRecallEnds) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  const OpenedD a = deleg("hello", "a-1");
+  const auto write1 = [&](XdrEncoder& e) {
+    e.opaque(a.fh);
+    e.u64(0);
+    e.u32(1);
+    e.u32(0);
+    e.string("X");
+  };
+  EXPECT_EQ(v3call(v3::kWrite, write1), v3::kErrJukebox);
+  expect_recall(a.dsid);
+  clock_ += 60;
+  EXPECT_EQ(delegreturn(a), kOk);
+  EXPECT_EQ(v3call(v3::kWrite, write1), v3::kOk);
+  files_->close_files();
+  clock_ += 29;
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-2").deleg, kDelegNone);
+  clock_ += 1;
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-3").deleg, kDelegRead);
 }
 
 
