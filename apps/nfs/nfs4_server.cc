@@ -150,11 +150,18 @@ Bitmap supported() {
 std::string proc_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
 
 // Lease breaks (fcntl(2) F_SETLEASE, F_SETSIG): the kernel signals the process when a writer
-// opens a file a delegation's lease is on. The handler, on whichever thread takes it, only counts;
-// the server looks at its leases (F_GETLEASE) when the count moved.
+// opens a file a delegation's lease is on. The handler, on whichever thread takes it, counts
+// and notes the descriptor; the server asks those leases (F_GETLEASE) when the count moved.
 std::atomic<std::uint64_t> g_lease_breaks{0};
-extern "C" void on_lease_break(int, siginfo_t*, void*) {
-  g_lease_breaks.fetch_add(1, std::memory_order_relaxed);
+// The broken leases' descriptors (si_fd), the last kBreakRing of them: entry n holds
+// n << 32 | (fd + 1), so that a reader tells an entry not yet written (or overwritten) from the
+// one it wants and falls back to asking every lease. Lock-free, async-signal safe.
+constexpr std::uint64_t kBreakRing = 256;
+std::atomic<std::uint64_t> g_break_fds[kBreakRing];
+extern "C" void on_lease_break(int, siginfo_t* si, void*) {
+  const std::uint64_t n = g_lease_breaks.fetch_add(1, std::memory_order_acq_rel);
+  const std::uint64_t fd = si && si->si_fd >= 0 ? static_cast<std::uint64_t>(si->si_fd) + 1 : 0;
+  g_break_fds[n % kBreakRing].store((n & 0xffffffffu) << 32 | fd, std::memory_order_release);
 }
 
 /// The handler installed once; false when the signal belongs to somebody else.
@@ -743,6 +750,8 @@ void Nfs4Server::flush_records() {
 
 void Nfs4Server::forget_client(std::uint64_t clientid) {
   std::erase_if(sessions_, [&](const auto& s) { return s.second.clientid == clientid; });
+  client_sessions_.erase(clientid);
+  waiting_.erase(clientid);
   std::erase_if(by_file_, [&](const auto& f) {
     const auto s = states_.find(f.second);
     return s == states_.end() || s->second.clientid == clientid;
@@ -1060,6 +1069,7 @@ Status Nfs4Server::create_session(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     s.back_conn = c.ctx->conn;
   }
   sessions_.emplace(s.id, s);
+  client_sessions_.emplace(s.clientid, s.id);
   cl.cs_seqid = seq + 1;
   cl.renewed = now();
   std::vector<std::uint8_t> body;
@@ -1122,8 +1132,17 @@ Status Nfs4Server::destroy_session(Compound& c, XdrDecoder& d) {
   if (!d.ok()) return kErrBadxdr;
   const auto it = sessions_.find(sid);
   if (it == sessions_.end()) return kErrBadsession;
+  unindex_session(it->second.clientid, sid);
   sessions_.erase(it);
-  std::erase_if(pending_, [&](const auto& p) { return p.second.session == sid; });
+  for (auto p = pending_.begin(); p != pending_.end();) {  // its calls out: sent on another
+    if (p->second.session != sid) {
+      ++p;
+      continue;
+    }
+    const Other deleg = p->second.deleg;
+    p = pending_.erase(p);
+    resend_recall(deleg);
+  }
   if (c.in_session && c.sid == sid) c.in_session = false;
   return kOk;
 }
@@ -1625,6 +1644,7 @@ void Nfs4Server::drop_state(const Other& o) {
     mark_recalled(it->second.file);
   charge(it->second.clientid, -static_cast<std::ptrdiff_t>(state_cost(it->second)));
   recalls_.erase(o);
+  unqueue_recall(o, it->second);
   release(it->second);
   if (it->second.kind == State::kDelegState) delegs_.fetch_sub(1, std::memory_order_relaxed);
   if (it->second.kind == State::kLockState) {
@@ -1871,9 +1891,10 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     const auto cl = clients_.find(c.clientid);
     deleg = cl != clients_.end() && cl->second.revoked == 0 && now() >= cl->second.no_deleg_until;
   }
-  for (const auto& [id, st] : states_) {
-    if (!deleg) break;
-    if (st.file != key) continue;
+  for (auto [f, fe] = by_file_.equal_range(key); deleg && f != fe; ++f) {
+    const auto si = states_.find(f->second);
+    if (si == states_.end()) continue;
+    const State& st = si->second;
     if (st.kind == State::kOpenState && (st.access & kShareAccessWrite)) deleg = false;
     if (st.kind == State::kDelegState && (st.clientid == c.clientid || st.recall_at >= 0))
       deleg = false;
@@ -1893,6 +1914,7 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     dl.access = kShareAccessRead;
     dl.fh = fh->data;
     const Stateid ds = new_state(std::move(dl));
+    lease_index_[lease] = ds.other;
     ++st_.delegations;
     e.u32(kDelegRead);
     encode(e, ds);
@@ -2727,9 +2749,9 @@ Status Nfs4Server::bind_conn(Compound& c, XdrDecoder& d, XdrEncoder& e) {
             ++p;
             continue;
           }
-          if (auto st = states_.find(p->second.deleg); st != states_.end())
-            st->second.recall_sent = false;
+          const Other deleg = p->second.deleg;
           p = pending_.erase(p);
+          resend_recall(deleg);
         }
         s.cb_busy = false;
       }
@@ -2774,12 +2796,15 @@ Status Nfs4Server::delegreturn(Compound& c, XdrDecoder& d) {
 
 bool Nfs4Server::recall_conflicting(const FileKey& file, std::uint64_t clientid) {
   bool out = false;
-  for (auto& [id, st] : states_) {
-    if (st.kind != State::kDelegState || st.file != file || st.clientid == clientid || st.revoked)
-      continue;
+  for (auto [f, fe] = by_file_.equal_range(file); f != fe; ++f) {
+    const auto si = states_.find(f->second);
+    if (si == states_.end()) continue;
+    State& st = si->second;
+    if (st.kind != State::kDelegState || st.clientid == clientid || st.revoked) continue;
     if (st.recall_at < 0) {
       st.recall_at = now();
-      recalls_[id] = st.clientid;
+      recalls_[si->first] = st.clientid;
+      queue_recall(si->first, st);
     }
     out = true;
   }
@@ -2835,16 +2860,33 @@ int Nfs4Server::take_lease(const NfsServer::Resolved& file, std::uint64_t client
 }
 
 void Nfs4Server::poll_leases(bool force) {
-  const std::uint64_t n = g_lease_breaks.load(std::memory_order_relaxed);
+  const std::uint64_t n = g_lease_breaks.load(std::memory_order_acquire);
   if (n == lease_breaks_seen_ && (!force || delegs_.load(std::memory_order_relaxed) == 0)) return;
-  lease_breaks_seen_ = n;
+  const std::uint64_t from = std::exchange(lease_breaks_seen_, n);
   std::vector<FileKey> broken;
-  for (auto& [id, st] : states_) {
-    if (st.kind != State::kDelegState || st.lease_fd < 0 || st.revoked || st.recall_at >= 0)
-      continue;
-    if (::fcntl(st.lease_fd, F_GETLEASE) == F_RDLCK) continue;  // not this one
+  const auto check = [&](State& st) {
+    if (st.kind != State::kDelegState || st.lease_fd < 0 || st.revoked || st.recall_at >= 0) return;
+    ++st_.lease_checks;
+    if (::fcntl(st.lease_fd, F_GETLEASE) == F_RDLCK) return;  // not this one
     st.broken = true;
     broken.push_back(st.file);
+  };
+  // The signals name their descriptors: ask those leases alone. Every lease only when told to
+  // (tick, once a second, in case no thread could take the signal), or when the ring lost some.
+  bool all = force || n - from > kBreakRing;
+  for (std::uint64_t i = from; !all && i != n; ++i) {
+    const std::uint64_t v = g_break_fds[i % kBreakRing].load(std::memory_order_acquire);
+    if (v >> 32 != (i & 0xffffffffu) || (v & 0xffffffffu) == 0) {
+      all = true;  // not written yet, or overwritten
+      break;
+    }
+    const auto l = lease_index_.find(static_cast<int>((v & 0xffffffffu) - 1));
+    if (l == lease_index_.end()) continue;  // another server's, or gone
+    if (const auto st = states_.find(l->second); st != states_.end()) check(st->second);
+  }
+  if (all) {
+    broken.clear();
+    for (auto& [id, st] : states_) check(st);
   }
   for (const auto& f : broken) recall_conflicting(f, 0);
 }
@@ -2852,28 +2894,72 @@ void Nfs4Server::poll_leases(bool force) {
 void Nfs4Server::release(State& st) {
   for (const int fd : {st.lease_fd, st.lock_fd})
     if (fd >= 0) fd_taken(st.clientid, -1);
+  if (st.lease_fd >= 0) lease_index_.erase(st.lease_fd);
   if (st.lease_fd >= 0) ::close(st.lease_fd);  // the lease goes with its descriptor
   if (st.lock_fd >= 0) ::close(st.lock_fd);    // and the owner's host locks with theirs
   st.lease_fd = st.lock_fd = -1;
 }
 
-void Nfs4Server::pump() {
-  for (auto it = recalls_.begin(); it != recalls_.end();) {
-    const auto st = states_.find(it->first);
-    if (st == states_.end() || st->second.kind != State::kDelegState || st->second.revoked) {
-      it = recalls_.erase(it);
-      continue;
+void Nfs4Server::queue_recall(const Other& id, State& st) {
+  if (st.cb_queued) return;
+  waiting_[st.clientid].emplace(st.cb_next_ms, id);
+  st.cb_queued = true;
+}
+
+void Nfs4Server::unqueue_recall(const Other& id, State& st) {
+  if (!st.cb_queued) return;
+  st.cb_queued = false;
+  const auto w = waiting_.find(st.clientid);
+  if (w == waiting_.end()) return;
+  for (auto [q, qe] = w->second.equal_range(st.cb_next_ms); q != qe; ++q)
+    if (q->second == id) {
+      w->second.erase(q);
+      break;
     }
-    State& dl = st->second;
-    Session* s = nullptr;
-    // A session of the holder with a back channel free (ids are random: a scan of the bounded
-    // table, not a range of ids).
-    const bool due = !dl.recall_sent && (dl.cb_next_ms == 0 || now_ms() >= dl.cb_next_ms);
-    for (auto ss = sessions_.begin(); due && ss != sessions_.end(); ++ss)
-      if (ss->second.clientid == dl.clientid && ss->second.back_conn && !ss->second.cb_busy &&
-          ss->second.cb_cred)
-        s = &ss->second;
-    if (s) {
+  if (w->second.empty()) waiting_.erase(w);
+}
+
+void Nfs4Server::resend_recall(const Other& id) {
+  const auto st = states_.find(id);
+  if (st == states_.end() || st->second.kind != State::kDelegState || st->second.revoked ||
+      st->second.recall_at < 0)
+    return;
+  st->second.recall_sent = false;
+  queue_recall(id, st->second);
+}
+
+void Nfs4Server::unindex_session(std::uint64_t clientid, const SessionId& sid) {
+  for (auto [i, ie] = client_sessions_.equal_range(clientid); i != ie; ++i)
+    if (i->second == sid) {
+      client_sessions_.erase(i);
+      return;
+    }
+}
+
+void Nfs4Server::pump() {
+  const std::int64_t t = waiting_.empty() ? 0 : now_ms();
+  for (auto w = waiting_.begin(); w != waiting_.end();) {
+    auto& q = w->second;
+    // A session of the holder with its back channel free (a client has a few).
+    const auto free_session = [&]() -> Session* {
+      for (auto [i, ie] = client_sessions_.equal_range(w->first); i != ie; ++i) {
+        ++st_.pump_visits;
+        const auto ss = sessions_.find(i->second);
+        if (ss != sessions_.end() && ss->second.back_conn && !ss->second.cb_busy &&
+            ss->second.cb_cred)
+          return &ss->second;
+      }
+      return nullptr;
+    };
+    ++st_.pump_visits;
+    for (Session* s = free_session(); s && !q.empty() && q.begin()->first <= t;) {
+      const Other id = q.begin()->second;
+      q.erase(q.begin());
+      const auto st = states_.find(id);
+      if (st == states_.end()) continue;
+      State& dl = st->second;
+      dl.cb_queued = false;
+      if (dl.kind != State::kDelegState || dl.revoked || dl.recall_sent) continue;
       std::uint32_t xid = next_cb_xid_++;
       while (pending_.count(xid) || xid == 0) xid = next_cb_xid_++;
       Callback cb;
@@ -2881,19 +2967,24 @@ void Nfs4Server::pump() {
       cb.xid = xid;
       Stateid sid;
       sid.seqid = dl.seqid;
-      sid.other = it->first;
+      sid.other = id;
       encode_cb_recall(cb.msg, xid, s->cb_program, *s->cb_cred, s->id, s->cb_seqid + 1, sid, dl.fh);
       outbox_.push_back(std::move(cb));
-      pending_[xid] = PendingCb{s->back_conn, s->id, it->first, now()};
+      pending_[xid] = PendingCb{s->back_conn, s->id, id, now()};
       s->cb_busy = true;
       dl.recall_sent = true;
       ++st_.recalls;
+      s = free_session();
     }
-    ++it;
+    if (q.empty())
+      w = waiting_.erase(w);
+    else
+      ++w;
   }
 }
 
-void Nfs4Server::revoke(State& st) {
+void Nfs4Server::revoke(const Other& id, State& st) {
+  unqueue_recall(id, st);
   release(st);  // a writer waiting on the host goes on
   st.revoked = true;
   st.recall_sent = false;
@@ -2988,10 +3079,11 @@ bool Nfs4Server::reply_locked(std::uint64_t conn, std::span<const std::uint8_t> 
   // Sent again after a back-off that doubles (100 ms to 10 s), not on the next 1 ms pump.
   if (auto st = states_.find(pc.deleg); st != states_.end() && recall == kErrDelay) {
     State& dl = st->second;
-    dl.recall_sent = false;
+    unqueue_recall(pc.deleg, dl);
     dl.cb_backoff_ms =
         dl.cb_backoff_ms ? std::min(dl.cb_backoff_ms * 2, kCbBackoffMaxMs) : kCbBackoffFirstMs;
     dl.cb_next_ms = now_ms() + dl.cb_backoff_ms;
+    resend_recall(pc.deleg);
   }
   return true;
 }
@@ -3015,9 +3107,9 @@ bool Nfs4Server::tick() {
       s->second.cb_busy = false;
       s->second.back_conn = 0;  // down until the client binds a connection again
     }
-    if (auto st = states_.find(p->second.deleg); st != states_.end())
-      st->second.recall_sent = false;
+    const Other deleg = p->second.deleg;
     p = pending_.erase(p);
+    resend_recall(deleg);
   }
   for (auto it = recalls_.begin(); it != recalls_.end();) {
     const auto st = states_.find(it->first);
@@ -3026,7 +3118,7 @@ bool Nfs4Server::tick() {
     const std::int64_t limit =
         st != states_.end() && st->second.broken ? std::min(lease, lease_break_s_ - 1) : lease;
     if (st != states_.end() && st->second.recall_at >= 0 && t - st->second.recall_at > limit) {
-      revoke(st->second);
+      revoke(st->first, st->second);
       it = recalls_.erase(it);
     } else {
       ++it;
@@ -3054,9 +3146,9 @@ void Nfs4Server::closed_locked(std::uint64_t conn) {
       ++p;
       continue;
     }
-    if (auto st = states_.find(p->second.deleg); st != states_.end())
-      st->second.recall_sent = false;
+    const Other deleg = p->second.deleg;
     p = pending_.erase(p);
+    resend_recall(deleg);
   }
 }
 

@@ -37,7 +37,9 @@ struct Nfs4Stats {
   std::uint64_t compounds = 0, ops = 0, errors = 0, garbage = 0, replays = 0;
   std::uint64_t delegations = 0, recalls = 0, revoked = 0;  ///< granted, CB_RECALLs sent, revoked
   std::uint64_t cb_replies = 0, cb_bad_replies = 0, cb_timeouts = 0;
-  std::uint64_t resource = 0;  ///< NFS4ERR_RESOURCE answers: a table was full
+  std::uint64_t resource = 0;      ///< NFS4ERR_RESOURCE answers: a table was full
+  std::uint64_t pump_visits = 0;   ///< recall queues and sessions looked at by pump() (its cost)
+  std::uint64_t lease_checks = 0;  ///< F_GETLEASE calls (a lease break's cost)
   std::map<std::uint32_t, std::uint64_t> by_op;
 };
 
@@ -271,9 +273,22 @@ class Nfs4Server {
   void write_records();  ///< marks them to be written
   void flush_records();  ///< writes them (as the server: never inside run_as)
   bool records_dirty_ = false;
-  /// Queues the CB_RECALLs that can go now (a session with a free back channel slot).
+  /// Queues the CB_RECALLs that can go now (a session with a free back channel slot): visits
+  /// only the clients with recalls waiting, each one's few sessions, and the first due recall.
   void pump();
-  void revoke(v4::State& st);
+  /// A recall to be sent (again): into its client's queue, by when it is due.
+  void queue_recall(const Other& id, v4::State& st);
+  void unqueue_recall(const Other& id, v4::State& st);
+  /// A CB_RECALL that was out is lost (DELAY, timeout, closed or moved connection, destroyed
+  /// session): sent again.
+  void resend_recall(const Other& id);
+  /// The recalls waiting to be sent, by client, by when due (ms); and each client's sessions.
+  std::map<std::uint64_t, std::multimap<std::int64_t, Other>> waiting_;
+  std::multimap<std::uint64_t, v4::SessionId> client_sessions_;
+  void unindex_session(std::uint64_t clientid, const v4::SessionId& sid);
+  /// The delegation each lease descriptor stands for (the lease-break signal names the fd).
+  std::map<int, Other> lease_index_;
+  void revoke(const Other& id, v4::State& st);
   std::uint32_t seq_flags(const v4::Session& s) const;
 
   struct PendingCb {

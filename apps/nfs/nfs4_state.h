@@ -101,6 +101,7 @@ struct State {
   /// The client answered CB_RECALL with NFS4ERR_DELAY: sent again no sooner than `cb_next_ms`,
   /// the wait doubling from 100 ms up to 10 s.
   std::int64_t cb_backoff_ms = 0, cb_next_ms = 0;
+  bool cb_queued = false;  ///< waiting in its client's queue of recalls to send (by cb_next_ms)
   /// kDelegState: the descriptor holding the host's read lease that stands for it (closed,
   /// and the lease with it, when the delegation goes); `broken`: the kernel broke the lease (a
   /// writer on the host), so the recall has the kernel's lease-break-time, not a lease.
