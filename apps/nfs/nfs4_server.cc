@@ -2835,13 +2835,23 @@ bool Nfs4Server::fd_room(std::uint64_t clientid) const {
   if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
     cap = std::min<std::size_t>(cap, static_cast<std::size_t>(r.rlim_cur / 4));
   const auto cl = clients_.find(clientid);
-  return host_fds_ < cap && cl != clients_.end() && cl->second.host_fds < lim_.host_fds_per_client;
+  if (host_fds_ >= cap || cl == clients_.end() || cl->second.host_fds >= lim_.host_fds_per_client)
+    return false;
+  const auto p = host_fds_by_peer_.find(cl->second.principal.peer);
+  const std::size_t share =
+      std::max<std::size_t>(cap / std::max<std::size_t>(lim_.host_fds_peer_share, 1), 1);
+  return p == host_fds_by_peer_.end() || p->second < share;
 }
 
 void Nfs4Server::fd_taken(std::uint64_t clientid, std::ptrdiff_t n) {
   const auto step = [n](std::size_t& v) { v = n > 0 ? v + 1 : v - std::min<std::size_t>(v, 1); };
   step(host_fds_);
-  if (const auto cl = clients_.find(clientid); cl != clients_.end()) step(cl->second.host_fds);
+  if (const auto cl = clients_.find(clientid); cl != clients_.end()) {
+    step(cl->second.host_fds);
+    const auto p = host_fds_by_peer_.try_emplace(cl->second.principal.peer, 0).first;
+    step(p->second);
+    if (!p->second) host_fds_by_peer_.erase(p);
+  }
 }
 
 int Nfs4Server::take_lease(const NfsServer::Resolved& file, std::uint64_t clientid) {

@@ -259,6 +259,7 @@ class Nfs4Server {
   bool fd_room(std::uint64_t clientid) const;
   void fd_taken(std::uint64_t clientid, std::ptrdiff_t n);
   std::size_t host_fds_ = 0;
+  std::map<std::uint32_t, std::size_t> host_fds_by_peer_;  ///< by the clients' source address
   /// Recalls the delegations whose lease the kernel broke since the last look: when the
   /// signal's count moved, or always (`force`: tick(), once a second, in case no thread of the
   /// process could take the signal).

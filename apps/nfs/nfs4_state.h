@@ -35,9 +35,12 @@ struct Limits {
   std::uint32_t lease_seconds = 90;
   /// Descriptors the state holds on the host (a delegation's lease, a lock owner's open file
   /// description): of all clients (and at most a quarter of RLIMIT_NOFILE), and of one client.
-  /// Beyond: no delegation, and LOCK of a new owner is NFS4ERR_RESOURCE.
+  /// Beyond: no delegation, and LOCK of a new owner is NFS4ERR_RESOURCE. The clients of one
+  /// source address together hold at most 1/host_fds_peer_share of the whole (so that one host
+  /// cannot take every descriptor and leave the others no lock).
   std::size_t host_fds = 8192;
   std::size_t host_fds_per_client = 1024;
+  std::size_t host_fds_peer_share = 8;
 };
 
 using SessionId = std::array<std::uint8_t, 16>;
