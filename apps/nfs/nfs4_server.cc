@@ -1818,12 +1818,16 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     }
   }
   if (!created) {
-    // The caller's permission to open it so (the owner may, whatever the mode, as knfsd lets).
+    // The caller's permission to open it so, as open(2) decides it: the mode binds the owner
+    // too. knfsd lets the owner past the mode only for a file this OPEN created and for a
+    // delegation's claim (an open the client made locally already); READ and WRITE later keep
+    // the owner's override (the v3 server's).
     const int flags = access == kShareAccessBoth    ? O_RDWR
                       : access == kShareAccessWrite ? O_WRONLY
                                                     : O_RDONLY;
+    const bool owner_override = claim == kClaimDelegateCur || claim == kClaimDelegCurFh;
     int fd = -1;
-    if (const v3::Status s = files_.open_for_io(file, flags, fd)) return from_v3(s);
+    if (const v3::Status s = files_.open_for_io(file, flags, fd, owner_override)) return from_v3(s);
     ::close(fd);
     if (opentype == kCreate4 && how == kUnchecked && attrs.size) {
       SetAttrs t;

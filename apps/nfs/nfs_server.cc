@@ -1803,13 +1803,13 @@ std::optional<Fh> NfsServer::handle_in(const Resolved& dir, const std::string& n
   return fh;
 }
 
-Status NfsServer::open_for_io(const Resolved& r, int flags, int& fd) {
+Status NfsServer::open_for_io(const Resolved& r, int flags, int& fd, bool owner_override) {
   Call none;
   Call& c = v4_call_ ? *v4_call_ : none;
   Obj o;
   o.fd.reset(r.fd);
   o.st = r.st;
-  const Status s = reopen(c, o, flags, true, fd);
+  const Status s = reopen(c, o, flags, owner_override, fd);
   o.fd.release();
   return s;
 }

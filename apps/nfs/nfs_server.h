@@ -165,8 +165,9 @@ class NfsServer {
   /// The handle of `name` in `dir` (of `dir` itself when empty); nullopt when it has none.
   std::optional<v3::Fh> handle_in(const Resolved& dir, const std::string& name,
                                   const struct stat& st);
-  /// `r` opened again for I/O with `flags`, as READ and WRITE do (the owner's override too).
-  v3::Status open_for_io(const Resolved& r, int flags, int& fd);
+  /// `r` opened again for I/O with `flags`, as READ and WRITE do (with the owner's override
+  /// unless `owner_override` is false: NFSv4.1's OPEN of an existing file).
+  v3::Status open_for_io(const Resolved& r, int flags, int& fd, bool owner_override = true);
   /// A rename in the export (path-table mode keeps its paths right).
   void moved(const std::string& from, const std::string& to) { renamed(from, to); }
   /// Runs `fn` as the credential's identity (the export's squash applied, as handle() does);

@@ -2556,6 +2556,40 @@ TEST_F(Nfs4DelegTest, BrokenLeaseFoundWithoutTheSignal) {
   EXPECT_EQ(delegreturn(a), kOk);
 }
 
+// OPEN of an existing file checks the mode as open(2) does, the owner too (knfsd's owner
+// override is for the file the OPEN created, and for READ and WRITE): pjdfstest open/06.t had
+// the owner of a 0477 file open it for writing. ACCESS maps a FIFO's write permission to MODIFY
+// (the client opens FIFOs itself, after asking): open/17.t and 24.t got EACCES for ENXIO.
+TEST_F(Nfs4Test, OpenChecksTheModeForTheOwnerAndAccessMapsFifos) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (a file of another owner)";
+  mount();
+  const auto f = dir_ / "ro";
+  std::ofstream(f) << "x";
+  ASSERT_EQ(::chown(f.c_str(), 4242, 4242), 0);
+  ASSERT_EQ(::chmod(f.c_str(), 0477), 0);
+  ASSERT_EQ(::mkfifo((dir_ / "fifo").c_str(), 0666), 0);
+  ASSERT_EQ(::chmod((dir_ / "fifo").c_str(), 0666), 0);  // the test's umask aside
+  ASSERT_EQ(::chmod(dir_.c_str(), 0777), 0);             // 4242 may create in the root
+  uid_ = 4242;
+  EXPECT_EQ(open("ro", 99, kShareAccessWrite, 0, "o-w").status, kErrAccess);
+  EXPECT_EQ(open("ro", 99, kShareAccessBoth, 0, "o-rw").status, kErrAccess);
+  EXPECT_EQ(open("ro", kUnchecked, kShareAccessWrite, 0, "o-uw").status, kErrAccess);
+  EXPECT_EQ(open("ro", 99, kShareAccessRead, 0, "o-r").status, kOk);
+  // A file this OPEN makes is the creator's to write whatever its mode (0640 here).
+  EXPECT_EQ(open("made", kGuarded, kShareAccessBoth, 0, "o-c").status, kOk);
+  Reply a = send(seq().add(kPutrootfh).add(kLookup, name("fifo")).add(kAccess, [](XdrEncoder& e) {
+    e.u32(kAccessRead | kAccessModify | kAccessExtend);
+  }));
+  ASSERT_EQ(a.status, kOk);
+  skip_sequence(a);
+  a.next(kPutrootfh);
+  a.next(kLookup);
+  ASSERT_EQ(a.next(kAccess), kOk);
+  EXPECT_EQ(a.d->u32(), kAccessRead | kAccessModify | kAccessExtend);  // supported
+  EXPECT_EQ(a.d->u32(), kAccessRead | kAccessModify | kAccessExtend);  // granted
+  uid_ = 0;
+}
+
 }  // namespace
 
 // --- revnfsatk: attack proofs (review17-nfs-attack.md) ---------------------------------
