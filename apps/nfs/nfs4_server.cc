@@ -1431,7 +1431,7 @@ Status Nfs4Server::access(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (const Status s = current(c, r)) return s;
   Fd fd(r.fd);
   // Asked of the kernel as the caller (AT_EACCESS: the file system ids), as the v3 server does.
-  const bool dir = S_ISDIR(r.st.st_mode), reg = S_ISREG(r.st.st_mode);
+  const bool dir = S_ISDIR(r.st.st_mode);
   const auto may = [&](int mode) {
     return ::syscall(SYS_faccessat2, r.fd, "", mode, AT_EACCESS | AT_EMPTY_PATH) == 0;
   };
@@ -1443,7 +1443,9 @@ Status Nfs4Server::access(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     if ((want & kAccessLookup) && may(X_OK)) got |= kAccessLookup;
     if ((want & (kAccessModify | kAccessExtend | kAccessDelete)) && may(W_OK | X_OK))
       got |= want & (kAccessModify | kAccessExtend | kAccessDelete);
-  } else if (reg) {
+  } else {
+    // Any other object, FIFOs and devices too (the client opens those itself, after asking
+    // here), as knfsd maps it: a FIFO's MODIFY is its write permission.
     if ((want & (kAccessModify | kAccessExtend)) && may(W_OK))
       got |= want & (kAccessModify | kAccessExtend);
     if ((want & kAccessExecute) && may(X_OK)) got |= kAccessExecute;
