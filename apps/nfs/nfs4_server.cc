@@ -1752,7 +1752,7 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   NfsServer::Resolved file;
   std::uint64_t before = 0, after = 0;
   Bitmap attrset;
-  bool created = false;
+  bool created = false, retried = false;
   std::optional<v3::Fh> fh;
   if (claim == kClaimNull || claim == kClaimDelegateCur) {
     if (S_ISLNK(cur.st.st_mode)) return kErrSymlink;
@@ -1817,6 +1817,8 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     } else if (static_cast<std::uint32_t>(file.st.st_atim.tv_sec) != v0 ||
                static_cast<std::uint32_t>(file.st.st_mtim.tv_sec) != v1) {
       return kErrExist;
+    } else {
+      retried = true;  // the same create again (its reply lost): it made the file
     }
   }
   if (!created) {
@@ -1827,7 +1829,10 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     const int flags = access == kShareAccessBoth    ? O_RDWR
                       : access == kShareAccessWrite ? O_WRONLY
                                                     : O_RDONLY;
-    const bool owner_override = claim == kClaimDelegateCur || claim == kClaimDelegCurFh;
+    // A retried exclusive create with the verifier it stored counts as the create, as knfsd
+    // counts it: EXCLUSIVE4 made the file mode 0, so without the override the retry would get
+    // ACCESS where the first try succeeded.
+    const bool owner_override = retried || claim == kClaimDelegateCur || claim == kClaimDelegCurFh;
     int fd = -1;
     if (const v3::Status s = files_.open_for_io(file, flags, fd, owner_override)) return from_v3(s);
     ::close(fd);

@@ -1805,6 +1805,25 @@ TEST_F(Nfs4Test, MutatedCallbackRepliesAndBackChannelOps) {
   EXPECT_LE(srv_->sessions(), 2 * lim_.sessions);
 }
 
+// A retried exclusive create (its reply lost) with the same verifier is the create itself again:
+// the owner may open the file it made whatever its mode (EXCLUSIVE4 makes it mode 0), as on
+// the first try and as knfsd does (review17 attack F9).
+TEST_F(Nfs4Test, ExclusiveCreateRetryIsCreatedAgain) {
+  fs::permissions(dir_, fs::perms::all);
+  uid_ = 4242;
+  mount();
+  EXPECT_EQ(open("x4", kExclusive4, kShareAccessBoth, 0, "o", 21).status, kOk);
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ / "x4").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0u);
+  EXPECT_EQ(st.st_uid, 4242u);
+  EXPECT_EQ(open("x4", kExclusive4, kShareAccessBoth, 0, "o", 21).status, kOk);
+  EXPECT_EQ(open("x4", kExclusive4, kShareAccessBoth, 0, "o", 22).status, kErrExist);
+  // Not a way around the mode for anybody else: a plain OPEN of it is ACCESS.
+  EXPECT_EQ(open("x4", 99, kShareAccessRead, 0, "o3").status, kErrAccess);
+  uid_ = 0;
+}
+
 // --- Delegations that never give stale data (issue 31, review16 1) -----------------------
 
 class Nfs4DelegTest : public Nfs4Test {
