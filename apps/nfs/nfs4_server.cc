@@ -505,6 +505,7 @@ void Nfs4Server::compound(Compound& c, XdrDecoder& d, XdrEncoder& e, RpcReply& o
     ++done;
   }
   if (status != kOk) ++st_.errors;
+  if (status == kErrGrace) ++st_.grace_answers;
   if (status == kErrResource) ++st_.resource;
   e.patch_u32(start, status);
   e.patch_u32(count_at, done);
@@ -681,10 +682,31 @@ void Nfs4Server::reap_expired() {
 }
 
 bool Nfs4Server::grace_locked() {
-  if (previous_.empty()) return false;
-  if (grace_end_ < 0) grace_end_ = now() + static_cast<std::int64_t>(lim_.lease_seconds);
+  const auto say = [this](const std::string& m) {
+    if (log) log(m);
+  };
+  if (previous_.empty()) {
+    if (st_.grace_now) {  // the last recorded client sent RECLAIM_COMPLETE
+      st_.grace_now = 0;
+      say("NFSv4.1 grace period over early: all " + std::to_string(grace_clients_) +
+          " recorded clients reclaimed");
+    }
+    return false;
+  }
+  if (grace_end_ < 0) {
+    grace_end_ = now() + static_cast<std::int64_t>(lim_.lease_seconds);
+    grace_clients_ = previous_.size();
+    st_.grace_now = 1;
+    ++st_.grace_periods;
+    say("NFSv4.1 grace period: " + std::to_string(grace_clients_) +
+        " recorded clients may reclaim for up to " + std::to_string(lim_.lease_seconds) +
+        " s; new opens and locks, REMOVE and RENAME answer GRACE meanwhile");
+  }
   if (now() < grace_end_) return true;
   // Over: who did not reclaim in time has nothing to reclaim any more.
+  say("NFSv4.1 grace period over: " + std::to_string(previous_.size()) + " of " +
+      std::to_string(grace_clients_) + " recorded clients did not come back in time");
+  st_.grace_now = 0;
   for (const auto& id : previous_) records_.erase(id);
   previous_.clear();
   write_records();
@@ -2207,6 +2229,9 @@ Status Nfs4Server::remove(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (!S_ISDIR(dir.st.st_mode)) return kErrNotdir;
   if (const Status s = check_name(name)) return s;
   if (!files_.options().rw) return kErrRofs;
+  // In the grace period another client may be about to reclaim an open of it (knfsd answers
+  // GRACE to every REMOVE and RENAME then).
+  if (grace_locked()) return kErrGrace;
   struct stat st;
   if (::fstatat(dir.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return from_errno(errno);
   // Another client's delegation of the file: recalled first (its attributes change).
@@ -2232,6 +2257,7 @@ Status Nfs4Server::rename(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (const Status s = check_name(from)) return s;
   if (const Status s = check_name(to)) return s;
   if (!files_.options().rw) return kErrRofs;
+  if (grace_locked()) return kErrGrace;  // as REMOVE
   for (const auto& [dfd, nm] : {std::pair{src.fd, &from}, std::pair{dst.fd, &to}}) {
     struct stat st;
     if (::fstatat(dfd, nm->c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
@@ -2541,6 +2567,7 @@ Status Nfs4Server::lockt(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (type < kReadLt || type > kWritewLt) return kErrInval;
   std::uint64_t end = 0;
   if (!range_end(off, len, end)) return kErrInval;
+  if (owner.clientid != c.clientid) return kErrStaleClientid;  // another client's owner
   if (grace_locked()) return kErrGrace;  // a lock being reclaimed may not be back yet
   NfsServer::Resolved r;
   if (const Status s = current(c, r)) return s;

@@ -37,7 +37,9 @@ struct Nfs4Stats {
   std::uint64_t compounds = 0, ops = 0, errors = 0, garbage = 0, replays = 0;
   std::uint64_t delegations = 0, recalls = 0, revoked = 0;  ///< granted, CB_RECALLs sent, revoked
   std::uint64_t cb_replies = 0, cb_bad_replies = 0, cb_timeouts = 0;
-  std::uint64_t resource = 0;      ///< NFS4ERR_RESOURCE answers: a table was full
+  std::uint64_t resource = 0;  ///< NFS4ERR_RESOURCE answers: a table was full
+  /// The grace period: whether in it now, how many began, GRACE answers (new state refused).
+  std::uint64_t grace_now = 0, grace_periods = 0, grace_answers = 0;
   std::uint64_t pump_visits = 0;   ///< recall queues and sessions looked at by pump() (its cost)
   std::uint64_t lease_checks = 0;  ///< F_GETLEASE calls (a lease break's cost)
   std::map<std::uint32_t, std::uint64_t> by_op;
@@ -154,6 +156,8 @@ class Nfs4Server {
     std::lock_guard g(mu_);
     return state_error_;
   }
+  /// Where the grace period's start and end are told (the service: stderr); none: untold.
+  std::function<void(const std::string&)> log;
   /// Seconds of a monotonic clock (leases); tests replace it.
   std::function<std::int64_t()> now;
   /// Milliseconds of a monotonic clock (the CB_RECALL resend back-off); tests replace it.
@@ -329,6 +333,7 @@ class Nfs4Server {
   std::set<std::vector<std::uint8_t>> records_;   ///< co_ownerids of clients holding state
   std::set<std::vector<std::uint8_t>> previous_;  ///< the previous run's, not yet reclaimed
   std::int64_t grace_end_ = -1;                   ///< -1: starts at the first call
+  std::size_t grace_clients_ = 0;                 ///< recorded clients when it began
 
   NfsServer& files_;
   v4::Limits lim_;

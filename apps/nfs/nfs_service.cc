@@ -233,6 +233,7 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
   nfs4_.max_io = c.transport.max_io;
   // NFSv4.1's back channel in the RDMA connection's reverse direction (RFC 8167): CB_RECALLs out
   // through the transport, their REPLYs and closed connections back, never waiting on the loop.
+  nfs4_.log = [](const std::string& m) { std::fprintf(stderr, "service nfs: %s\n", m.c_str()); };
   nfs4_.backchannel = true;
   nfs4_.delegations = c.delegations;
   if (c.delegations && !Nfs4Server::leases_usable())
@@ -421,6 +422,10 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"nfs4_clients_now", seen4_clients_},
       {"nfs4_sessions_now", seen4_sessions_},
       {"nfs4_stateids_now", seen4_states_},
+      {"nfs4_grace_now", seen4_.grace_now},          // 1 while in the grace period
+      {"nfs4_grace_answers", seen4_.grace_answers},  // NFS4ERR_GRACE: new state refused
+      {"nfs4_recalls", seen4_.recalls},              // CB_RECALLs sent
+      {"nfs4_revoked", seen4_.revoked},              // delegations revoked
       {"nfs_calls", n.calls},
       {"nfs_errors", n.errors},
       {"nfs_garbage", n.garbage},

@@ -1109,6 +1109,16 @@ TEST_F(Nfs4Test, ByteRangeLocks) {
   };
   EXPECT_EQ(lockt(10, 1, "lock-c").status, kErrDenied);
   EXPECT_EQ(lockt(10, 1, "lock-a").status, kOk);
+  {  // an owner of another client id: STALE_CLIENTID (review17 attack, smaller points)
+    Reply r = send(seq().add(kPutfh, fh(a.fh)).add(kLockt, [&](XdrEncoder& e) {
+      e.u32(kWriteLt);
+      e.u64(10);
+      e.u64(1);
+      e.u64(clientid_ ^ 1);
+      e.string("lock-c");
+    }));
+    EXPECT_EQ(r.status, kErrStaleClientid);
+  }
   EXPECT_EQ(lockt(10, 0, "lock-c").status, kErrInval);
   EXPECT_EQ(lockt(~0ull - 5, 10, "lock-c").status, kErrInval);
   // CLOSE with a lock held: LOCKS_HELD; LOCKU, then another owner gets it; FREE_STATEID.
@@ -2131,6 +2141,20 @@ TEST_F(Nfs4GraceTest, ClientsReclaimOpensAndLocksAfterARestart) {
   ASSERT_EQ(create_session(), kOk);
   EXPECT_EQ(open("hello", 99, kShareAccessRead, 0, "ob").status, kErrGrace);
   EXPECT_EQ(reclaim_open(o.fh, "ob").first, kErrNoGrace);  // nothing of B's to reclaim
+  // Nor may B remove or rename the file A is reclaiming (knfsd: GRACE to REMOVE and RENAME).
+  EXPECT_EQ(send(seq().add(kPutrootfh).add(kRemove, name("f"))).status, kErrGrace);
+  EXPECT_EQ(send(seq()
+                     .add(kPutrootfh)
+                     .add(kSavefh)
+                     .add(kPutrootfh)
+                     .add(kRename,
+                          [](XdrEncoder& e) {
+                            e.string("f");
+                            e.string("f2");
+                          }))
+                .status,
+            kErrGrace);
+  EXPECT_TRUE(fs::exists(dir_ / "f"));
   swap(b);
   // A is done: it may not reclaim any more; C has not come back, so the grace period goes on.
   ASSERT_EQ(reclaim_complete(), kOk);
@@ -2156,13 +2180,25 @@ TEST_F(Nfs4GraceTest, ClientsReclaimOpensAndLocksAfterARestart) {
   ASSERT_EQ(bo.status, kOk);
   EXPECT_EQ(lock(o.fh, bo.sid, "lb", false), kErrDenied);
   swap(b);
-  // Once every recorded client has reclaimed, the grace period ends at once.
+  // Once every recorded client has reclaimed, the grace period ends at once; its start and
+  // end are told (a log line each) and counted.
   restart();
+  std::vector<std::string> said;
+  srv_->log = [&said](const std::string& m) { said.push_back(m); };
   EXPECT_TRUE(srv_->in_grace());
+  EXPECT_EQ(srv_->stats().grace_now, 1u);
   exchange();
   ASSERT_EQ(create_session(), kOk);
+  EXPECT_EQ(open("g", kUnchecked, kShareAccessBoth, 0, "oa4").status, kErrGrace);
+  EXPECT_EQ(srv_->stats().grace_answers, 1u);
   ASSERT_EQ(reclaim_complete(), kOk);
   EXPECT_FALSE(srv_->in_grace());
+  EXPECT_EQ(srv_->stats().grace_now, 0u);
+  EXPECT_EQ(srv_->stats().grace_periods, 1u);
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_NE(said[0].find("grace period: 1 recorded clients may reclaim"), std::string::npos)
+      << said[0];
+  EXPECT_NE(said[1].find("over early"), std::string::npos) << said[1];
   EXPECT_EQ(open("g", kUnchecked, kShareAccessBoth, 0, "oa3").status, kOk);
 }
 
