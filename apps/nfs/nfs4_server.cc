@@ -164,9 +164,23 @@ extern "C" void on_lease_break(int, siginfo_t* si, void*) {
   g_break_fds[n % kBreakRing].store((n & 0xffffffffu) << 32 | fd, std::memory_order_release);
 }
 
-/// The handler installed once; false when the signal belongs to somebody else.
+// When the real-time signal cannot be queued (RLIMIT_SIGPENDING) the kernel sends SIGIO instead,
+// whose default action ends the process: counted as a break of unknown descriptor, so that the
+// server asks every lease (the ring's entry for it is never written).
+extern "C" void on_sigio(int) { g_lease_breaks.fetch_add(1, std::memory_order_acq_rel); }
+
+/// The handler installed once; false when the signal belongs to somebody else. SIGIO's too,
+/// unless somebody else handles (or ignores) it already.
 bool lease_handler() {
   static const bool ok = [] {
+    if (struct sigaction io{}; ::sigaction(SIGIO, nullptr, &io) == 0 &&
+                               !(io.sa_flags & SA_SIGINFO) && io.sa_handler == SIG_DFL) {
+      struct sigaction sa {};
+      sa.sa_handler = on_sigio;
+      sa.sa_flags = SA_RESTART;
+      sigemptyset(&sa.sa_mask);
+      ::sigaction(SIGIO, &sa, nullptr);
+    }
     struct sigaction old {};
     if (::sigaction(Nfs4Server::lease_signal(), nullptr, &old) != 0) return false;
     if ((old.sa_flags & SA_SIGINFO) ? old.sa_sigaction != on_lease_break

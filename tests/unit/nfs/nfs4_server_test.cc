@@ -2811,6 +2811,24 @@ TEST_F(Nfs4DelegTest, LeaseBreakAsksOnlyTheBrokenLease) {
   EXPECT_LE(checks, 2u);
 }
 
+// When the lease-break signal cannot be queued the kernel sends SIGIO: it does not end the
+// process, and the server then asks every lease (it cannot know which broke).
+TEST_F(Nfs4DelegTest, SigioFallbackAsksEveryLease) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  const OpenedD a = deleg("hello", "a-1");
+  std::ofstream(dir_ / "other") << "x";
+  const OpenedD o = deleg("other", "a-2");
+  srv_->take_callbacks();
+  const std::uint64_t checks0 = srv_->stats().lease_checks;
+  ASSERT_EQ(::raise(SIGIO), 0);                 // the default action would end the test binary here
+  EXPECT_TRUE(srv_->take_callbacks().empty());  // nothing broke, but both were asked
+  EXPECT_EQ(srv_->stats().lease_checks - checks0, 2u);
+  (void)a;
+  (void)o;
+}
+
 // The no-regrant window (30 s) runs from the end of a recall, not its start: a recall that
 // took a minute still keeps new readers off for 30 s after the return.
 TEST_F(Nfs4DelegTest, NoRegrantWindowStartsWhenTheRecallEnds) {
