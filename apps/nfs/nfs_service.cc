@@ -161,6 +161,18 @@ std::string state_dir_for(const NfsServiceConfig& c) {
                                " (it must be this user's own directory, mode 0700 or 0755)");
     return c.state_dir;
   }
+  const std::string system = default_state_dir(c);
+  if (const std::string why = usable_dir(system); !why.empty()) {
+    std::fprintf(stderr,
+                 "service nfs: no directory for NFSv4.1 client records (%s: %s): no grace period "
+                 "after a restart (--state-dir DIR)\n",
+                 system.c_str(), why.c_str());
+    return {};
+  }
+  return system;
+}
+
+std::string default_state_dir(const NfsServiceConfig& c) {
   // One directory per service: the root's canonical path and the service's port, hashed (two
   // services on one root, or the roots "/a/b" and "/a_b", never share records), with the
   // root's last name to help a reader: /var/lib/roce-nfsd/export-20049-<hash>. Never next to
@@ -177,15 +189,7 @@ std::string state_dir_for(const NfsServiceConfig& c) {
   char tail[40];
   std::snprintf(tail, sizeof tail, "-%u-%016llx", unsigned{c.port},
                 static_cast<unsigned long long>(h));
-  const std::string system = "/var/lib/roce-nfsd/" + base + tail;
-  if (const std::string why = usable_dir(system); !why.empty()) {
-    std::fprintf(stderr,
-                 "service nfs: no directory for NFSv4.1 client records (%s: %s): no grace period "
-                 "after a restart (--state-dir DIR)\n",
-                 system.c_str(), why.c_str());
-    return {};
-  }
-  return system;
+  return "/var/lib/roce-nfsd/" + base + tail;
 }
 
 namespace {

@@ -85,6 +85,8 @@ void check_unprivileged(const ExportOptions& e);
 /// (and a line on stderr: no grace period) when that is not this user's own directory. Throws
 /// when --state-dir was given and is not a directory of this user's that only it may write.
 std::string state_dir_for(const NfsServiceConfig& c);
+/// The default directory's path for `c` (nothing made).
+std::string default_state_dir(const NfsServiceConfig& c);
 
 class NfsService {
  public:
