@@ -3,6 +3,7 @@
 #include "apps/nfs/nfs4_server.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -260,6 +261,15 @@ void Nfs4Server::open_state_dir() {
     if (dir >= 0) ::close(dir);
     state_error_ = "state directory " + state_dir_ + " not used (" + why +
                    "): no client records, no grace period";
+    state_dir_.clear();
+    return;
+  }
+  // One server per directory: a second one (two services, or roced and roce-nfsd, on the same
+  // --state-dir) would rewrite the other's records away.
+  if (::flock(dir, LOCK_EX | LOCK_NB) != 0) {
+    ::close(dir);
+    state_error_ = "state directory " + state_dir_ +
+                   " is in use by another NFS server: no client records, no grace period";
     state_dir_.clear();
     return;
   }

@@ -2236,6 +2236,21 @@ TEST_F(Nfs4GraceTest, StateDirOthersMayWriteIsRefused) {
   EXPECT_FALSE(srv_->state_error().empty());
 }
 
+// One server per state directory: a second one on it keeps no records (it would rewrite the
+// first one's away) and says so.
+TEST_F(Nfs4GraceTest, SecondServerOnTheStateDirIsRefused) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);
+  std::ofstream(state_ / "clients") << "6869\n";
+  restart();
+  EXPECT_EQ(srv_->records(), 1u);
+  Nfs4Server second(*files_, lim_, state_.string());
+  EXPECT_EQ(second.records(), 0u);
+  EXPECT_NE(second.state_error().find("in use by another"), std::string::npos)
+      << second.state_error();
+}
+
 // The records file is read only when it is a regular file, and only up to what the table could
 // have written: a FIFO does not hang the start, /dev/zero does not eat memory.
 TEST_F(Nfs4GraceTest, RecordsFileMustBeRegularAndIsReadBounded) {
