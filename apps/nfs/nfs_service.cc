@@ -238,6 +238,8 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
   // NFSv4.1's back channel in the RDMA connection's reverse direction (RFC 8167): CB_RECALLs out
   // through the transport, their REPLYs and closed connections back, never waiting on the loop.
   nfs4_.log = [](const std::string& m) { std::fprintf(stderr, "service nfs: %s\n", m.c_str()); };
+  if (const std::string why = nfs4_.state_error(); !why.empty())  // a link, others may write...
+    std::fprintf(stderr, "service nfs: %s\n", why.c_str());
   nfs4_.backchannel = true;
   nfs4_.delegations = c.delegations;
   if (c.delegations && !Nfs4Server::leases_usable())
