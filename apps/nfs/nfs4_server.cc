@@ -3,6 +3,7 @@
 #include "apps/nfs/nfs4_server.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -150,16 +151,37 @@ Bitmap supported() {
 std::string proc_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
 
 // Lease breaks (fcntl(2) F_SETLEASE, F_SETSIG): the kernel signals the process when a writer
-// opens a file a delegation's lease is on. The handler, on whichever thread takes it, only counts;
-// the server looks at its leases (F_GETLEASE) when the count moved.
+// opens a file a delegation's lease is on. The handler, on whichever thread takes it, counts
+// and notes the descriptor; the server asks those leases (F_GETLEASE) when the count moved.
 std::atomic<std::uint64_t> g_lease_breaks{0};
-extern "C" void on_lease_break(int, siginfo_t*, void*) {
-  g_lease_breaks.fetch_add(1, std::memory_order_relaxed);
+// The broken leases' descriptors (si_fd), the last kBreakRing of them: entry n holds
+// n << 32 | (fd + 1), so that a reader tells an entry not yet written (or overwritten) from the
+// one it wants and falls back to asking every lease. Lock-free, async-signal safe.
+constexpr std::uint64_t kBreakRing = 256;
+std::atomic<std::uint64_t> g_break_fds[kBreakRing];
+extern "C" void on_lease_break(int, siginfo_t* si, void*) {
+  const std::uint64_t n = g_lease_breaks.fetch_add(1, std::memory_order_acq_rel);
+  const std::uint64_t fd = si && si->si_fd >= 0 ? static_cast<std::uint64_t>(si->si_fd) + 1 : 0;
+  g_break_fds[n % kBreakRing].store((n & 0xffffffffu) << 32 | fd, std::memory_order_release);
 }
 
-/// The handler installed once; false when the signal belongs to somebody else.
+// When the real-time signal cannot be queued (RLIMIT_SIGPENDING) the kernel sends SIGIO instead,
+// whose default action ends the process: counted as a break of unknown descriptor, so that the
+// server asks every lease (the ring's entry for it is never written).
+extern "C" void on_sigio(int) { g_lease_breaks.fetch_add(1, std::memory_order_acq_rel); }
+
+/// The handler installed once; false when the signal belongs to somebody else. SIGIO's too,
+/// unless somebody else handles (or ignores) it already.
 bool lease_handler() {
   static const bool ok = [] {
+    if (struct sigaction io{}; ::sigaction(SIGIO, nullptr, &io) == 0 &&
+                               !(io.sa_flags & SA_SIGINFO) && io.sa_handler == SIG_DFL) {
+      struct sigaction sa {};
+      sa.sa_handler = on_sigio;
+      sa.sa_flags = SA_RESTART;
+      sigemptyset(&sa.sa_mask);
+      ::sigaction(SIGIO, &sa, nullptr);
+    }
     struct sigaction old {};
     if (::sigaction(Nfs4Server::lease_signal(), nullptr, &old) != 0) return false;
     if ((old.sa_flags & SA_SIGINFO) ? old.sa_sigaction != on_lease_break
@@ -217,32 +239,92 @@ bool Nfs4Server::leases_usable() {
 Nfs4Server::~Nfs4Server() {
   files_.before_change = nullptr;
   for (auto& [id, st] : states_) release(st);
+  if (state_fd_ >= 0) ::close(state_fd_);
+}
+
+void Nfs4Server::open_state_dir() {
+  // The directory is the server's alone: not a symbolic link, owned by the server's user,
+  // writable by nobody else (as sshd judges ~/.ssh). Anything else and there are no records: no
+  // grace period, said once in state_error().
+  const int dir = ::open(state_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat ds {};
+  std::string why;
+  if (dir < 0)
+    why = std::strerror(errno);
+  else if (::fstat(dir, &ds) != 0)
+    why = std::strerror(errno);
+  else if (ds.st_uid != ::geteuid())
+    why = "owned by uid " + std::to_string(ds.st_uid) + ", not this process's";
+  else if (ds.st_mode & (S_IWGRP | S_IWOTH))
+    why = "writable by group or others";
+  if (!why.empty()) {
+    if (dir >= 0) ::close(dir);
+    state_error_ = "state directory " + state_dir_ + " not used (" + why +
+                   "): no client records, no grace period";
+    state_dir_.clear();
+    return;
+  }
+  // One server per directory: a second one (two services, or roced and roce-nfsd, on the same
+  // --state-dir) would rewrite the other's records away.
+  if (::flock(dir, LOCK_EX | LOCK_NB) != 0) {
+    ::close(dir);
+    state_error_ = "state directory " + state_dir_ +
+                   " is in use by another NFS server: no client records, no grace period";
+    state_dir_.clear();
+    return;
+  }
+  state_fd_ = dir;
+  // One co_ownerid a line, in hex (written by flush_records()): a regular file only (no link,
+  // FIFO or device), read up to what the table could have written.
+  const int fd = ::openat(dir, "clients", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno != ENOENT)
+      state_error_ = "cannot read " + state_dir_ + "/clients: " + std::strerror(errno);
+    return;
+  }
+  struct stat fs {};
+  std::string text;
+  const std::size_t cap = lim_.clients * 4 * (2 * kOpaqueLimit + 1);
+  if (::fstat(fd, &fs) != 0 || !S_ISREG(fs.st_mode)) {
+    state_error_ = state_dir_ + "/clients is not a regular file: ignored";
+  } else {
+    text.resize(
+        std::min<std::size_t>(static_cast<std::size_t>(std::max<off_t>(fs.st_size, 0)), cap));
+    std::size_t got = 0;
+    while (got < text.size()) {
+      const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+      if (n <= 0) break;
+      got += static_cast<std::size_t>(n);
+    }
+    text.resize(got);
+  }
+  ::close(fd);
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const std::size_t j = std::min(text.find('\n', i), text.size());
+    const std::string_view line(text.data() + i, j - i);
+    i = j + 1;
+    if (line.empty() || line.size() % 2 || line.size() > 2 * kOpaqueLimit) continue;
+    std::vector<std::uint8_t> id;
+    for (std::size_t k = 0; k < line.size(); k += 2) {
+      const auto hex = [](char ch) {
+        return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+      };
+      const int hi = hex(line[k]), lo = hex(line[k + 1]);
+      if (hi < 0 || lo < 0) {
+        id.clear();
+        break;
+      }
+      id.push_back(static_cast<std::uint8_t>(hi << 4 | lo));
+    }
+    if (!id.empty() && records_.size() < lim_.clients * 4) records_.insert(id);
+  }
+  previous_ = records_;
 }
 
 Nfs4Server::Nfs4Server(NfsServer& files, Limits limits, std::string state_dir)
     : state_dir_(std::move(state_dir)), files_(files), lim_(limits) {
-  if (!state_dir_.empty()) {
-    // One co_ownerid a line, in hex (written by write_records()).
-    std::ifstream in(state_dir_ + "/clients");
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line.size() % 2 || line.size() > 2 * kOpaqueLimit) continue;
-      std::vector<std::uint8_t> id;
-      for (std::size_t i = 0; i < line.size(); i += 2) {
-        const auto hex = [](char ch) {
-          return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-        };
-        const int hi = hex(line[i]), lo = hex(line[i + 1]);
-        if (hi < 0 || lo < 0) {
-          id.clear();
-          break;
-        }
-        id.push_back(static_cast<std::uint8_t>(hi << 4 | lo));
-      }
-      if (!id.empty() && records_.size() < lim_.clients * 4) records_.insert(id);
-    }
-    previous_ = records_;
-  }
+  if (!state_dir_.empty()) open_state_dir();
   lease_break_s_ = std::max<std::int64_t>(read_proc_number("/proc/sys/fs/lease-break-time", 45), 1);
   leases_ok_ = leases_usable();
   files_.before_change = [this](std::uint64_t dev, std::uint64_t ino) {
@@ -250,6 +332,11 @@ Nfs4Server::Nfs4Server(NfsServer& files, Limits limits, std::string state_dir)
   };
   now = [] {
     return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  now_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
   };
@@ -442,6 +529,7 @@ void Nfs4Server::compound(Compound& c, XdrDecoder& d, XdrEncoder& e, RpcReply& o
     ++done;
   }
   if (status != kOk) ++st_.errors;
+  if (status == kErrGrace) ++st_.grace_answers;
   if (status == kErrResource) ++st_.resource;
   e.patch_u32(start, status);
   e.patch_u32(count_at, done);
@@ -618,10 +706,31 @@ void Nfs4Server::reap_expired() {
 }
 
 bool Nfs4Server::grace_locked() {
-  if (previous_.empty()) return false;
-  if (grace_end_ < 0) grace_end_ = now() + static_cast<std::int64_t>(lim_.lease_seconds);
+  const auto say = [this](const std::string& m) {
+    if (log) log(m);
+  };
+  if (previous_.empty()) {
+    if (st_.grace_now) {  // the last recorded client sent RECLAIM_COMPLETE
+      st_.grace_now = 0;
+      say("NFSv4.1 grace period over early: all " + std::to_string(grace_clients_) +
+          " recorded clients reclaimed");
+    }
+    return false;
+  }
+  if (grace_end_ < 0) {
+    grace_end_ = now() + static_cast<std::int64_t>(lim_.lease_seconds);
+    grace_clients_ = previous_.size();
+    st_.grace_now = 1;
+    ++st_.grace_periods;
+    say("NFSv4.1 grace period: " + std::to_string(grace_clients_) +
+        " recorded clients may reclaim for up to " + std::to_string(lim_.lease_seconds) +
+        " s; new opens and locks, REMOVE and RENAME answer GRACE meanwhile");
+  }
   if (now() < grace_end_) return true;
   // Over: who did not reclaim in time has nothing to reclaim any more.
+  say("NFSv4.1 grace period over: " + std::to_string(previous_.size()) + " of " +
+      std::to_string(grace_clients_) + " recorded clients did not come back in time");
+  st_.grace_now = 0;
   for (const auto& id : previous_) records_.erase(id);
   previous_.clear();
   write_records();
@@ -647,13 +756,13 @@ void Nfs4Server::record(const Client& cl, bool add) {
   write_records();
 }
 
-void Nfs4Server::write_records() { records_dirty_ = !state_dir_.empty(); }
+void Nfs4Server::write_records() { records_dirty_ = state_fd_ >= 0; }
 
 void Nfs4Server::flush_records() {
   if (!records_dirty_) return;
   records_dirty_ = false;
   // Whole or not at all: a new file, flushed, then renamed over the old one.
-  const std::string path = state_dir_ + "/clients", tmp = path + ".new";
+  const std::string path = state_dir_ + "/clients";
   std::string text;
   static const char* const kHex = "0123456789abcdef";
   for (const auto& id : records_) {
@@ -663,7 +772,11 @@ void Nfs4Server::flush_records() {
     }
     text += '\n';
   }
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // Relative to the directory opened at start, never through a link: whatever sits at
+  // clients.new is removed, and the new file must be made afresh.
+  ::unlinkat(state_fd_, "clients.new", 0);
+  const int fd = ::openat(state_fd_, "clients.new",
+                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   bool ok = fd >= 0;
   for (std::size_t done = 0; ok && done < text.size();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -672,13 +785,9 @@ void Nfs4Server::flush_records() {
   }
   ok = ok && ::fsync(fd) == 0;
   if (fd >= 0) ::close(fd);
-  ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
+  ok = ok && ::renameat(state_fd_, "clients.new", state_fd_, "clients") == 0;
   if (ok) {
-    const int dir = ::open(state_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir >= 0) {
-      ::fsync(dir);
-      ::close(dir);
-    }
+    ::fsync(state_fd_);
     state_error_.clear();
   } else {
     state_error_ = "cannot write " + path + ": " + std::strerror(errno);
@@ -687,6 +796,8 @@ void Nfs4Server::flush_records() {
 
 void Nfs4Server::forget_client(std::uint64_t clientid) {
   std::erase_if(sessions_, [&](const auto& s) { return s.second.clientid == clientid; });
+  client_sessions_.erase(clientid);
+  waiting_.erase(clientid);
   std::erase_if(by_file_, [&](const auto& f) {
     const auto s = states_.find(f.second);
     return s == states_.end() || s->second.clientid == clientid;
@@ -1004,6 +1115,7 @@ Status Nfs4Server::create_session(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     s.back_conn = c.ctx->conn;
   }
   sessions_.emplace(s.id, s);
+  client_sessions_.emplace(s.clientid, s.id);
   cl.cs_seqid = seq + 1;
   cl.renewed = now();
   std::vector<std::uint8_t> body;
@@ -1066,8 +1178,17 @@ Status Nfs4Server::destroy_session(Compound& c, XdrDecoder& d) {
   if (!d.ok()) return kErrBadxdr;
   const auto it = sessions_.find(sid);
   if (it == sessions_.end()) return kErrBadsession;
+  unindex_session(it->second.clientid, sid);
   sessions_.erase(it);
-  std::erase_if(pending_, [&](const auto& p) { return p.second.session == sid; });
+  for (auto p = pending_.begin(); p != pending_.end();) {  // its calls out: sent on another
+    if (p->second.session != sid) {
+      ++p;
+      continue;
+    }
+    const Other deleg = p->second.deleg;
+    p = pending_.erase(p);
+    resend_recall(deleg);
+  }
   if (c.in_session && c.sid == sid) c.in_session = false;
   return kOk;
 }
@@ -1563,10 +1684,15 @@ void Nfs4Server::drop_state(const Other& o) {
   if (it == states_.end()) return;
   if (auto cl = clients_.find(it->second.clientid); cl != clients_.end() && cl->second.states) {
     --cl->second.states;
-    if (it->second.revoked && cl->second.revoked) --cl->second.revoked;
+    if (it->second.revoked && cl->second.revoked && !--cl->second.revoked)  // the last freed
+      cl->second.no_deleg_until = now() + kRevokedNoDelegSeconds;
   }
+  // A recall ends (returned): the writer it was for goes on from now, new readers wait.
+  if (it->second.kind == State::kDelegState && it->second.recall_at >= 0 && !it->second.revoked)
+    mark_recalled(it->second.file);
   charge(it->second.clientid, -static_cast<std::ptrdiff_t>(state_cost(it->second)));
   recalls_.erase(o);
+  unqueue_recall(o, it->second);
   release(it->second);
   if (it->second.kind == State::kDelegState) delegs_.fetch_sub(1, std::memory_order_relaxed);
   if (it->second.kind == State::kLockState) {
@@ -1672,7 +1798,7 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   NfsServer::Resolved file;
   std::uint64_t before = 0, after = 0;
   Bitmap attrset;
-  bool created = false;
+  bool created = false, retried = false;
   std::optional<v3::Fh> fh;
   if (claim == kClaimNull || claim == kClaimDelegateCur) {
     if (S_ISLNK(cur.st.st_mode)) return kErrSymlink;
@@ -1737,6 +1863,8 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     } else if (static_cast<std::uint32_t>(file.st.st_atim.tv_sec) != v0 ||
                static_cast<std::uint32_t>(file.st.st_mtim.tv_sec) != v1) {
       return kErrExist;
+    } else {
+      retried = true;  // the same create again (its reply lost): it made the file
     }
     // The attributes holding the verifier are named in attrset (RFC 8881 18.16.3), as knfsd
     // names them: the client then sets the times it wants with a SETATTR (Linux: the server's
@@ -1752,7 +1880,10 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     const int flags = access == kShareAccessBoth    ? O_RDWR
                       : access == kShareAccessWrite ? O_WRONLY
                                                     : O_RDONLY;
-    const bool owner_override = claim == kClaimDelegateCur || claim == kClaimDelegCurFh;
+    // A retried exclusive create with the verifier it stored counts as the create, as knfsd
+    // counts it: EXCLUSIVE4 made the file mode 0, so without the override the retry would get
+    // ACCESS where the first try succeeded.
+    const bool owner_override = retried || claim == kClaimDelegateCur || claim == kClaimDelegCurFh;
     int fd = -1;
     if (const v3::Status s = files_.open_for_io(file, flags, fd, owner_override)) return from_v3(s);
     ::close(fd);
@@ -1818,9 +1949,14 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     const auto r = recalled_.find(key);
     deleg = r == recalled_.end() || now() - r->second >= kNoRegrantSeconds;
   }
-  for (const auto& [id, st] : states_) {
-    if (!deleg) break;
-    if (st.file != key) continue;
+  if (deleg) {  // nor to a client that sat out a recall lately
+    const auto cl = clients_.find(c.clientid);
+    deleg = cl != clients_.end() && cl->second.revoked == 0 && now() >= cl->second.no_deleg_until;
+  }
+  for (auto [f, fe] = by_file_.equal_range(key); deleg && f != fe; ++f) {
+    const auto si = states_.find(f->second);
+    if (si == states_.end()) continue;
+    const State& st = si->second;
     if (st.kind == State::kOpenState && (st.access & kShareAccessWrite)) deleg = false;
     if (st.kind == State::kDelegState && (st.clientid == c.clientid || st.recall_at >= 0))
       deleg = false;
@@ -1840,6 +1976,7 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     dl.access = kShareAccessRead;
     dl.fh = fh->data;
     const Stateid ds = new_state(std::move(dl));
+    lease_index_[lease] = ds.other;
     ++st_.delegations;
     e.u32(kDelegRead);
     encode(e, ds);
@@ -2121,6 +2258,9 @@ Status Nfs4Server::remove(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (!S_ISDIR(dir.st.st_mode)) return kErrNotdir;
   if (const Status s = check_name(name)) return s;
   if (!files_.options().rw) return kErrRofs;
+  // In the grace period another client may be about to reclaim an open of it (knfsd answers
+  // GRACE to every REMOVE and RENAME then).
+  if (grace_locked()) return kErrGrace;
   struct stat st;
   if (::fstatat(dir.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return from_errno(errno);
   // Another client's delegation of the file: recalled first (its attributes change).
@@ -2146,6 +2286,7 @@ Status Nfs4Server::rename(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (const Status s = check_name(from)) return s;
   if (const Status s = check_name(to)) return s;
   if (!files_.options().rw) return kErrRofs;
+  if (grace_locked()) return kErrGrace;  // as REMOVE
   for (const auto& [dfd, nm] : {std::pair{src.fd, &from}, std::pair{dst.fd, &to}}) {
     struct stat st;
     if (::fstatat(dfd, nm->c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
@@ -2455,6 +2596,7 @@ Status Nfs4Server::lockt(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (type < kReadLt || type > kWritewLt) return kErrInval;
   std::uint64_t end = 0;
   if (!range_end(off, len, end)) return kErrInval;
+  if (owner.clientid != c.clientid) return kErrStaleClientid;  // another client's owner
   if (grace_locked()) return kErrGrace;  // a lock being reclaimed may not be back yet
   NfsServer::Resolved r;
   if (const Status s = current(c, r)) return s;
@@ -2674,9 +2816,9 @@ Status Nfs4Server::bind_conn(Compound& c, XdrDecoder& d, XdrEncoder& e) {
             ++p;
             continue;
           }
-          if (auto st = states_.find(p->second.deleg); st != states_.end())
-            st->second.recall_sent = false;
+          const Other deleg = p->second.deleg;
           p = pending_.erase(p);
+          resend_recall(deleg);
         }
         s.cb_busy = false;
       }
@@ -2721,25 +2863,31 @@ Status Nfs4Server::delegreturn(Compound& c, XdrDecoder& d) {
 
 bool Nfs4Server::recall_conflicting(const FileKey& file, std::uint64_t clientid) {
   bool out = false;
-  for (auto& [id, st] : states_) {
-    if (st.kind != State::kDelegState || st.file != file || st.clientid == clientid || st.revoked)
-      continue;
+  for (auto [f, fe] = by_file_.equal_range(file); f != fe; ++f) {
+    const auto si = states_.find(f->second);
+    if (si == states_.end()) continue;
+    State& st = si->second;
+    if (st.kind != State::kDelegState || st.clientid == clientid || st.revoked) continue;
     if (st.recall_at < 0) {
       st.recall_at = now();
-      recalls_[id] = st.clientid;
+      recalls_[si->first] = st.clientid;
+      queue_recall(si->first, st);
     }
     out = true;
   }
   if (out) {
-    if (recalled_.size() >= kMaxRecalled) {  // the oldest go first
-      std::erase_if(recalled_,
-                    [&](const auto& r) { return now() - r.second >= kNoRegrantSeconds; });
-      if (recalled_.size() >= kMaxRecalled) recalled_.erase(recalled_.begin());
-    }
-    recalled_[file] = now();
+    mark_recalled(file);
     pump();
   }
   return out;
+}
+
+void Nfs4Server::mark_recalled(const FileKey& file) {
+  if (!recalled_.contains(file) && recalled_.size() >= kMaxRecalled) {  // the oldest go first
+    std::erase_if(recalled_, [&](const auto& r) { return now() - r.second >= kNoRegrantSeconds; });
+    if (recalled_.size() >= kMaxRecalled) recalled_.erase(recalled_.begin());
+  }
+  recalled_[file] = now();
 }
 
 bool Nfs4Server::v3_change(std::uint64_t dev, std::uint64_t ino) {
@@ -2754,13 +2902,23 @@ bool Nfs4Server::fd_room(std::uint64_t clientid) const {
   if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
     cap = std::min<std::size_t>(cap, static_cast<std::size_t>(r.rlim_cur / 4));
   const auto cl = clients_.find(clientid);
-  return host_fds_ < cap && cl != clients_.end() && cl->second.host_fds < lim_.host_fds_per_client;
+  if (host_fds_ >= cap || cl == clients_.end() || cl->second.host_fds >= lim_.host_fds_per_client)
+    return false;
+  const auto p = host_fds_by_peer_.find(cl->second.principal.peer);
+  const std::size_t share =
+      std::max<std::size_t>(cap / std::max<std::size_t>(lim_.host_fds_peer_share, 1), 1);
+  return p == host_fds_by_peer_.end() || p->second < share;
 }
 
 void Nfs4Server::fd_taken(std::uint64_t clientid, std::ptrdiff_t n) {
   const auto step = [n](std::size_t& v) { v = n > 0 ? v + 1 : v - std::min<std::size_t>(v, 1); };
   step(host_fds_);
-  if (const auto cl = clients_.find(clientid); cl != clients_.end()) step(cl->second.host_fds);
+  if (const auto cl = clients_.find(clientid); cl != clients_.end()) {
+    step(cl->second.host_fds);
+    const auto p = host_fds_by_peer_.try_emplace(cl->second.principal.peer, 0).first;
+    step(p->second);
+    if (!p->second) host_fds_by_peer_.erase(p);
+  }
 }
 
 int Nfs4Server::take_lease(const NfsServer::Resolved& file, std::uint64_t clientid) {
@@ -2779,16 +2937,33 @@ int Nfs4Server::take_lease(const NfsServer::Resolved& file, std::uint64_t client
 }
 
 void Nfs4Server::poll_leases(bool force) {
-  const std::uint64_t n = g_lease_breaks.load(std::memory_order_relaxed);
+  const std::uint64_t n = g_lease_breaks.load(std::memory_order_acquire);
   if (n == lease_breaks_seen_ && (!force || delegs_.load(std::memory_order_relaxed) == 0)) return;
-  lease_breaks_seen_ = n;
+  const std::uint64_t from = std::exchange(lease_breaks_seen_, n);
   std::vector<FileKey> broken;
-  for (auto& [id, st] : states_) {
-    if (st.kind != State::kDelegState || st.lease_fd < 0 || st.revoked || st.recall_at >= 0)
-      continue;
-    if (::fcntl(st.lease_fd, F_GETLEASE) == F_RDLCK) continue;  // not this one
+  const auto check = [&](State& st) {
+    if (st.kind != State::kDelegState || st.lease_fd < 0 || st.revoked || st.recall_at >= 0) return;
+    ++st_.lease_checks;
+    if (::fcntl(st.lease_fd, F_GETLEASE) == F_RDLCK) return;  // not this one
     st.broken = true;
     broken.push_back(st.file);
+  };
+  // The signals name their descriptors: ask those leases alone. Every lease only when told to
+  // (tick, once a second, in case no thread could take the signal), or when the ring lost some.
+  bool all = force || n - from > kBreakRing;
+  for (std::uint64_t i = from; !all && i != n; ++i) {
+    const std::uint64_t v = g_break_fds[i % kBreakRing].load(std::memory_order_acquire);
+    if (v >> 32 != (i & 0xffffffffu) || (v & 0xffffffffu) == 0) {
+      all = true;  // not written yet, or overwritten
+      break;
+    }
+    const auto l = lease_index_.find(static_cast<int>((v & 0xffffffffu) - 1));
+    if (l == lease_index_.end()) continue;  // another server's, or gone
+    if (const auto st = states_.find(l->second); st != states_.end()) check(st->second);
+  }
+  if (all) {
+    broken.clear();
+    for (auto& [id, st] : states_) check(st);
   }
   for (const auto& f : broken) recall_conflicting(f, 0);
 }
@@ -2796,27 +2971,72 @@ void Nfs4Server::poll_leases(bool force) {
 void Nfs4Server::release(State& st) {
   for (const int fd : {st.lease_fd, st.lock_fd})
     if (fd >= 0) fd_taken(st.clientid, -1);
+  if (st.lease_fd >= 0) lease_index_.erase(st.lease_fd);
   if (st.lease_fd >= 0) ::close(st.lease_fd);  // the lease goes with its descriptor
   if (st.lock_fd >= 0) ::close(st.lock_fd);    // and the owner's host locks with theirs
   st.lease_fd = st.lock_fd = -1;
 }
 
-void Nfs4Server::pump() {
-  for (auto it = recalls_.begin(); it != recalls_.end();) {
-    const auto st = states_.find(it->first);
-    if (st == states_.end() || st->second.kind != State::kDelegState || st->second.revoked) {
-      it = recalls_.erase(it);
-      continue;
+void Nfs4Server::queue_recall(const Other& id, State& st) {
+  if (st.cb_queued) return;
+  waiting_[st.clientid].emplace(st.cb_next_ms, id);
+  st.cb_queued = true;
+}
+
+void Nfs4Server::unqueue_recall(const Other& id, State& st) {
+  if (!st.cb_queued) return;
+  st.cb_queued = false;
+  const auto w = waiting_.find(st.clientid);
+  if (w == waiting_.end()) return;
+  for (auto [q, qe] = w->second.equal_range(st.cb_next_ms); q != qe; ++q)
+    if (q->second == id) {
+      w->second.erase(q);
+      break;
     }
-    State& dl = st->second;
-    Session* s = nullptr;
-    // A session of the holder with a back channel free (ids are random: a scan of the bounded
-    // table, not a range of ids).
-    for (auto ss = sessions_.begin(); !dl.recall_sent && ss != sessions_.end(); ++ss)
-      if (ss->second.clientid == dl.clientid && ss->second.back_conn && !ss->second.cb_busy &&
-          ss->second.cb_cred)
-        s = &ss->second;
-    if (s) {
+  if (w->second.empty()) waiting_.erase(w);
+}
+
+void Nfs4Server::resend_recall(const Other& id) {
+  const auto st = states_.find(id);
+  if (st == states_.end() || st->second.kind != State::kDelegState || st->second.revoked ||
+      st->second.recall_at < 0)
+    return;
+  st->second.recall_sent = false;
+  queue_recall(id, st->second);
+}
+
+void Nfs4Server::unindex_session(std::uint64_t clientid, const SessionId& sid) {
+  for (auto [i, ie] = client_sessions_.equal_range(clientid); i != ie; ++i)
+    if (i->second == sid) {
+      client_sessions_.erase(i);
+      return;
+    }
+}
+
+void Nfs4Server::pump() {
+  const std::int64_t t = waiting_.empty() ? 0 : now_ms();
+  for (auto w = waiting_.begin(); w != waiting_.end();) {
+    auto& q = w->second;
+    // A session of the holder with its back channel free (a client has a few).
+    const auto free_session = [&]() -> Session* {
+      for (auto [i, ie] = client_sessions_.equal_range(w->first); i != ie; ++i) {
+        ++st_.pump_visits;
+        const auto ss = sessions_.find(i->second);
+        if (ss != sessions_.end() && ss->second.back_conn && !ss->second.cb_busy &&
+            ss->second.cb_cred)
+          return &ss->second;
+      }
+      return nullptr;
+    };
+    ++st_.pump_visits;
+    for (Session* s = free_session(); s && !q.empty() && q.begin()->first <= t;) {
+      const Other id = q.begin()->second;
+      q.erase(q.begin());
+      const auto st = states_.find(id);
+      if (st == states_.end()) continue;
+      State& dl = st->second;
+      dl.cb_queued = false;
+      if (dl.kind != State::kDelegState || dl.revoked || dl.recall_sent) continue;
       std::uint32_t xid = next_cb_xid_++;
       while (pending_.count(xid) || xid == 0) xid = next_cb_xid_++;
       Callback cb;
@@ -2824,24 +3044,30 @@ void Nfs4Server::pump() {
       cb.xid = xid;
       Stateid sid;
       sid.seqid = dl.seqid;
-      sid.other = it->first;
+      sid.other = id;
       encode_cb_recall(cb.msg, xid, s->cb_program, *s->cb_cred, s->id, s->cb_seqid + 1, sid, dl.fh);
       outbox_.push_back(std::move(cb));
-      pending_[xid] = PendingCb{s->back_conn, s->id, it->first, now()};
+      pending_[xid] = PendingCb{s->back_conn, s->id, id, now()};
       s->cb_busy = true;
       dl.recall_sent = true;
       ++st_.recalls;
+      s = free_session();
     }
-    ++it;
+    if (q.empty())
+      w = waiting_.erase(w);
+    else
+      ++w;
   }
 }
 
-void Nfs4Server::revoke(State& st) {
+void Nfs4Server::revoke(const Other& id, State& st) {
+  unqueue_recall(id, st);
   release(st);  // a writer waiting on the host goes on
   st.revoked = true;
   st.recall_sent = false;
   ++st_.revoked;
   if (auto cl = clients_.find(st.clientid); cl != clients_.end()) ++cl->second.revoked;
+  mark_recalled(st.file);  // the recall ends now: the no-regrant window starts here
 }
 
 std::vector<Nfs4Server::Callback> Nfs4Server::take_callbacks() {
@@ -2927,8 +3153,15 @@ bool Nfs4Server::reply_locked(std::uint64_t conn, std::span<const std::uint8_t> 
     if (seq_ok) ++s->second.cb_seqid;
   }
   // DELAY: the client asks for the recall again; anything else but OK leaves it to the timeout.
-  if (auto st = states_.find(pc.deleg); st != states_.end() && recall == kErrDelay)
-    st->second.recall_sent = false;
+  // Sent again after a back-off that doubles (100 ms to 10 s), not on the next 1 ms pump.
+  if (auto st = states_.find(pc.deleg); st != states_.end() && recall == kErrDelay) {
+    State& dl = st->second;
+    unqueue_recall(pc.deleg, dl);
+    dl.cb_backoff_ms =
+        dl.cb_backoff_ms ? std::min(dl.cb_backoff_ms * 2, kCbBackoffMaxMs) : kCbBackoffFirstMs;
+    dl.cb_next_ms = now_ms() + dl.cb_backoff_ms;
+    resend_recall(pc.deleg);
+  }
   return true;
 }
 
@@ -2951,9 +3184,9 @@ bool Nfs4Server::tick() {
       s->second.cb_busy = false;
       s->second.back_conn = 0;  // down until the client binds a connection again
     }
-    if (auto st = states_.find(p->second.deleg); st != states_.end())
-      st->second.recall_sent = false;
+    const Other deleg = p->second.deleg;
     p = pending_.erase(p);
+    resend_recall(deleg);
   }
   for (auto it = recalls_.begin(); it != recalls_.end();) {
     const auto st = states_.find(it->first);
@@ -2962,7 +3195,7 @@ bool Nfs4Server::tick() {
     const std::int64_t limit =
         st != states_.end() && st->second.broken ? std::min(lease, lease_break_s_ - 1) : lease;
     if (st != states_.end() && st->second.recall_at >= 0 && t - st->second.recall_at > limit) {
-      revoke(st->second);
+      revoke(st->first, st->second);
       it = recalls_.erase(it);
     } else {
       ++it;
@@ -2990,9 +3223,9 @@ void Nfs4Server::closed_locked(std::uint64_t conn) {
       ++p;
       continue;
     }
-    if (auto st = states_.find(p->second.deleg); st != states_.end())
-      st->second.recall_sent = false;
+    const Other deleg = p->second.deleg;
     p = pending_.erase(p);
+    resend_recall(deleg);
   }
 }
 

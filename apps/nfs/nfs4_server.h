@@ -38,6 +38,10 @@ struct Nfs4Stats {
   std::uint64_t delegations = 0, recalls = 0, revoked = 0;  ///< granted, CB_RECALLs sent, revoked
   std::uint64_t cb_replies = 0, cb_bad_replies = 0, cb_timeouts = 0;
   std::uint64_t resource = 0;  ///< NFS4ERR_RESOURCE answers: a table was full
+  /// The grace period: whether in it now, how many began, GRACE answers (new state refused).
+  std::uint64_t grace_now = 0, grace_periods = 0, grace_answers = 0;
+  std::uint64_t pump_visits = 0;   ///< recall queues and sessions looked at by pump() (its cost)
+  std::uint64_t lease_checks = 0;  ///< F_GETLEASE calls (a lease break's cost)
   std::map<std::uint32_t, std::uint64_t> by_op;
 };
 
@@ -152,8 +156,12 @@ class Nfs4Server {
     std::lock_guard g(mu_);
     return state_error_;
   }
+  /// Where the grace period's start and end are told (the service: stderr); none: untold.
+  std::function<void(const std::string&)> log;
   /// Seconds of a monotonic clock (leases); tests replace it.
   std::function<std::int64_t()> now;
+  /// Milliseconds of a monotonic clock (the CB_RECALL resend back-off); tests replace it.
+  std::function<std::int64_t()> now_ms;
   std::uint32_t max_io = 1u << 20;  ///< maxread, maxwrite
   /// Tests: runs in each READ, WRITE and COMMIT where the file I/O runs, without the server's
   /// lock (a slow disk's stand-in).
@@ -255,6 +263,7 @@ class Nfs4Server {
   bool fd_room(std::uint64_t clientid) const;
   void fd_taken(std::uint64_t clientid, std::ptrdiff_t n);
   std::size_t host_fds_ = 0;
+  std::map<std::uint32_t, std::size_t> host_fds_by_peer_;  ///< by the clients' source address
   /// Recalls the delegations whose lease the kernel broke since the last look: when the
   /// signal's count moved, or always (`force`: tick(), once a second, in case no thread of the
   /// process could take the signal).
@@ -269,9 +278,22 @@ class Nfs4Server {
   void write_records();  ///< marks them to be written
   void flush_records();  ///< writes them (as the server: never inside run_as)
   bool records_dirty_ = false;
-  /// Queues the CB_RECALLs that can go now (a session with a free back channel slot).
+  /// Queues the CB_RECALLs that can go now (a session with a free back channel slot): visits
+  /// only the clients with recalls waiting, each one's few sessions, and the first due recall.
   void pump();
-  void revoke(v4::State& st);
+  /// A recall to be sent (again): into its client's queue, by when it is due.
+  void queue_recall(const Other& id, v4::State& st);
+  void unqueue_recall(const Other& id, v4::State& st);
+  /// A CB_RECALL that was out is lost (DELAY, timeout, closed or moved connection, destroyed
+  /// session): sent again.
+  void resend_recall(const Other& id);
+  /// The recalls waiting to be sent, by client, by when due (ms); and each client's sessions.
+  std::map<std::uint64_t, std::multimap<std::int64_t, Other>> waiting_;
+  std::multimap<std::uint64_t, v4::SessionId> client_sessions_;
+  void unindex_session(std::uint64_t clientid, const v4::SessionId& sid);
+  /// The delegation each lease descriptor stands for (the lease-break signal names the fd).
+  std::map<int, Other> lease_index_;
+  void revoke(const Other& id, v4::State& st);
   std::uint32_t seq_flags(const v4::Session& s) const;
 
   struct PendingCb {
@@ -297,12 +319,21 @@ class Nfs4Server {
   /// that a writer waiting out a recall is not starved by new readers (knfsd's bloom filter).
   std::map<v4::FileKey, std::int64_t> recalled_;
   static constexpr std::int64_t kNoRegrantSeconds = 30;
+  /// A client that let a delegation be revoked gets none until it has freed every revoked one
+  /// and this long has passed (knfsd stops delegating while a client's callbacks fail).
+  static constexpr std::int64_t kRevokedNoDelegSeconds = 300;
+  static constexpr std::int64_t kCbBackoffFirstMs = 100, kCbBackoffMaxMs = 10000;
+  /// Stamps `file` recalled now (no new delegation of it for kNoRegrantSeconds).
+  void mark_recalled(const v4::FileKey& file);
   static constexpr std::size_t kMaxRecalled = 4096;
   std::atomic<std::size_t> delegs_{0};  ///< delegation states held (the v3 check's fast path)
   std::string state_dir_, state_error_;
+  int state_fd_ = -1;  ///< the state directory, opened once (O_NOFOLLOW, checked)
+  void open_state_dir();
   std::set<std::vector<std::uint8_t>> records_;   ///< co_ownerids of clients holding state
   std::set<std::vector<std::uint8_t>> previous_;  ///< the previous run's, not yet reclaimed
   std::int64_t grace_end_ = -1;                   ///< -1: starts at the first call
+  std::size_t grace_clients_ = 0;                 ///< recorded clients when it began
 
   NfsServer& files_;
   v4::Limits lim_;

@@ -35,9 +35,12 @@ struct Limits {
   std::uint32_t lease_seconds = 90;
   /// Descriptors the state holds on the host (a delegation's lease, a lock owner's open file
   /// description): of all clients (and at most a quarter of RLIMIT_NOFILE), and of one client.
-  /// Beyond: no delegation, and LOCK of a new owner is NFS4ERR_RESOURCE.
+  /// Beyond: no delegation, and LOCK of a new owner is NFS4ERR_RESOURCE. The clients of one
+  /// source address together hold at most 1/host_fds_peer_share of the whole (so that one host
+  /// cannot take every descriptor and leave the others no lock).
   std::size_t host_fds = 8192;
   std::size_t host_fds_per_client = 1024;
+  std::size_t host_fds_peer_share = 8;
 };
 
 using SessionId = std::array<std::uint8_t, 16>;
@@ -98,6 +101,10 @@ struct State {
   std::int64_t recall_at = -1;
   bool recall_sent = false;
   bool revoked = false;
+  /// The client answered CB_RECALL with NFS4ERR_DELAY: sent again no sooner than `cb_next_ms`,
+  /// the wait doubling from 100 ms up to 10 s.
+  std::int64_t cb_backoff_ms = 0, cb_next_ms = 0;
+  bool cb_queued = false;  ///< waiting in its client's queue of recalls to send (by cb_next_ms)
   /// kDelegState: the descriptor holding the host's read lease that stands for it (closed,
   /// and the lease with it, when the delegation goes); `broken`: the kernel broke the lease (a
   /// writer on the host), so the recall has the kernel's lease-break-time, not a lease.
@@ -158,6 +165,9 @@ struct Client {
   std::size_t bytes = 0;     ///< its stateids and byte ranges, as charged (Limits::client_bytes)
   std::size_t revoked = 0;   ///< its revoked delegations (SEQ4_STATUS_RECALLABLE_STATE_REVOKED)
   std::size_t host_fds = 0;  ///< descriptors its state holds (Limits::host_fds_per_client)
+  /// No new delegation before this (seconds): a client that let one be revoked gets none while
+  /// it holds revoked ones, and for a while after it freed the last.
+  std::int64_t no_deleg_until = 0;
 };
 
 }  // namespace roce::nfs::v4

@@ -6,11 +6,14 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 #include <vector>
@@ -134,38 +137,59 @@ void check_unprivileged(const ExportOptions& e) {
 }
 
 namespace {
-bool make_dirs(const std::string& path) {
+/// Makes `path` (its last directory 0700) and judges it as Nfs4Server will: a directory, not a
+/// link, owned by this process's user, writable by nobody else. Empty: fine; else why not.
+std::string usable_dir(const std::string& path) {
   std::error_code ec;
-  std::filesystem::create_directories(path, ec);
-  return std::filesystem::is_directory(path, ec) && ::access(path.c_str(), W_OK | X_OK) == 0;
+  const std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return std::strerror(errno);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return std::strerror(errno);
+  if (!S_ISDIR(st.st_mode)) return "not a directory (or a symbolic link)";
+  if (st.st_uid != ::geteuid()) return "owned by uid " + std::to_string(st.st_uid);
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) return "writable by group or others";
+  if (::access(path.c_str(), W_OK | X_OK) != 0) return std::strerror(errno);
+  return {};
 }
 }  // namespace
 
 std::string state_dir_for(const NfsServiceConfig& c) {
   if (!c.state_dir.empty()) {
-    if (!make_dirs(c.state_dir))
-      throw std::runtime_error("service nfs: --state-dir " + c.state_dir +
-                               " is not a directory this process can write");
+    if (const std::string why = usable_dir(c.state_dir); !why.empty())
+      throw std::runtime_error("service nfs: --state-dir " + c.state_dir + ": " + why +
+                               " (it must be this user's own directory, mode 0700 or 0755)");
     return c.state_dir;
   }
-  // One directory per export, named after the root's absolute path ("/srv/export" ->
-  // "srv_export"), under /var/lib/roce-nfsd; where that cannot be made (not root), beside the
-  // root (".roce-nfsd-state.export" in its parent directory).
+  const std::string system = default_state_dir(c);
+  if (const std::string why = usable_dir(system); !why.empty()) {
+    std::fprintf(stderr,
+                 "service nfs: no directory for NFSv4.1 client records (%s: %s): no grace period "
+                 "after a restart (--state-dir DIR)\n",
+                 system.c_str(), why.c_str());
+    return {};
+  }
+  return system;
+}
+
+std::string default_state_dir(const NfsServiceConfig& c) {
+  // One directory per service: the root's canonical path and the service's port, hashed (two
+  // services on one root, or the roots "/a/b" and "/a_b", never share records), with the
+  // root's last name to help a reader: /var/lib/roce-nfsd/export-20049-<hash>. Never next to
+  // the export, where its clients might write.
   std::error_code ec;
   const std::filesystem::path root = std::filesystem::weakly_canonical(c.root, ec);
-  std::string name = root.relative_path().string();
-  std::replace(name.begin(), name.end(), '/', '_');
-  if (name.empty()) name = "root";
-  const std::string system = "/var/lib/roce-nfsd/" + name;
-  if (make_dirs(system)) return system;
-  const std::string beside =
-      (root.parent_path() / (".roce-nfsd-state." + root.filename().string())).string();
-  if (root.has_filename() && make_dirs(beside)) return beside;
-  std::fprintf(stderr,
-               "service nfs: no directory for NFSv4.1 client records (%s, %s): no grace period "
-               "after a restart (--state-dir DIR)\n",
-               system.c_str(), beside.c_str());
-  return {};
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (const unsigned char ch : root.string() + '\0' + std::to_string(c.port)) {
+    h ^= ch;
+    h *= 0x100000001b3ull;
+  }
+  std::string base = root.filename().string();
+  if (base.empty()) base = "root";
+  char tail[40];
+  std::snprintf(tail, sizeof tail, "-%u-%016llx", unsigned{c.port},
+                static_cast<unsigned long long>(h));
+  return "/var/lib/roce-nfsd/" + base + tail;
 }
 
 namespace {
@@ -213,6 +237,9 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
   nfs4_.max_io = c.transport.max_io;
   // NFSv4.1's back channel in the RDMA connection's reverse direction (RFC 8167): CB_RECALLs out
   // through the transport, their REPLYs and closed connections back, never waiting on the loop.
+  nfs4_.log = [](const std::string& m) { std::fprintf(stderr, "service nfs: %s\n", m.c_str()); };
+  if (const std::string why = nfs4_.state_error(); !why.empty())  // a link, others may write...
+    std::fprintf(stderr, "service nfs: %s\n", why.c_str());
   nfs4_.backchannel = true;
   nfs4_.delegations = c.delegations;
   if (c.delegations && !Nfs4Server::leases_usable())
@@ -401,6 +428,10 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"nfs4_clients_now", seen4_clients_},
       {"nfs4_sessions_now", seen4_sessions_},
       {"nfs4_stateids_now", seen4_states_},
+      {"nfs4_grace_now", seen4_.grace_now},          // 1 while in the grace period
+      {"nfs4_grace_answers", seen4_.grace_answers},  // NFS4ERR_GRACE: new state refused
+      {"nfs4_recalls", seen4_.recalls},              // CB_RECALLs sent
+      {"nfs4_revoked", seen4_.revoked},              // delegations revoked
       {"nfs_calls", n.calls},
       {"nfs_errors", n.errors},
       {"nfs_garbage", n.garbage},

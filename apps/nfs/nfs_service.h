@@ -58,7 +58,7 @@ struct NfsServiceConfig {
   /// lease for each, so that every writer (local, NFSv3, v4) has it recalled first.
   bool delegations = true;
   /// NFSv4.1's stable client records (--state-dir): who may reclaim opens and locks in the
-  /// grace period after a restart. Empty: /var/lib/roce-nfsd/<export>, else beside the root.
+  /// grace period after a restart. Empty: /var/lib/roce-nfsd/<root's name>-<port>-<hash>.
   std::string state_dir;
 };
 
@@ -80,11 +80,13 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
 /// fail call by call (SYSTEM_ERR).
 void check_unprivileged(const ExportOptions& e);
 
-/// The directory of the NFSv4.1 client records for `c` (made if missing): --state-dir, else
-/// /var/lib/roce-nfsd/<root's path with '_' for '/'>, else .roce-nfsd-state.<name> beside the
-/// root; empty (and a line on stderr) when none can be written. Throws when --state-dir was
-/// given and cannot be used.
+/// The directory of the NFSv4.1 client records for `c` (made 0700 if missing): --state-dir,
+/// else /var/lib/roce-nfsd/<root's name>-<port>-<hash of the canonical root and the port>; empty
+/// (and a line on stderr: no grace period) when that is not this user's own directory. Throws
+/// when --state-dir was given and is not a directory of this user's that only it may write.
 std::string state_dir_for(const NfsServiceConfig& c);
+/// The default directory's path for `c` (nothing made).
+std::string default_state_dir(const NfsServiceConfig& c);
 
 class NfsService {
  public:

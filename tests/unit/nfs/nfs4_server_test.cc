@@ -10,10 +10,12 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -1107,6 +1109,16 @@ TEST_F(Nfs4Test, ByteRangeLocks) {
   };
   EXPECT_EQ(lockt(10, 1, "lock-c").status, kErrDenied);
   EXPECT_EQ(lockt(10, 1, "lock-a").status, kOk);
+  {  // an owner of another client id: STALE_CLIENTID (review17 attack, smaller points)
+    Reply r = send(seq().add(kPutfh, fh(a.fh)).add(kLockt, [&](XdrEncoder& e) {
+      e.u32(kWriteLt);
+      e.u64(10);
+      e.u64(1);
+      e.u64(clientid_ ^ 1);
+      e.string("lock-c");
+    }));
+    EXPECT_EQ(r.status, kErrStaleClientid);
+  }
   EXPECT_EQ(lockt(10, 0, "lock-c").status, kErrInval);
   EXPECT_EQ(lockt(~0ull - 5, 10, "lock-c").status, kErrInval);
   // CLOSE with a lock held: LOCKS_HELD; LOCKU, then another owner gets it; FREE_STATEID.
@@ -1615,10 +1627,17 @@ TEST_F(Nfs4Test, DelegationRevokedWhenTheRecallTimesOut) {
   // The client says DELAY: the recall goes again, with the next CB_SEQUENCE id.
   const CbCall first = decode_cb(cbs[0].msg);
   // Posted as a poll loop posts it: acted on at the next take_callbacks.
+  std::int64_t ms = 0;
+  srv_->now_ms = [&ms] { return ms; };
   srv_->post_reply(1, cb_reply(first.h.xid, first.sid, 1, kOk, kErrDelay));
   EXPECT_EQ(srv_->stats().cb_replies, 0u);
-  auto again = srv_->take_callbacks();
+  // Not on the next pump: after a back-off of 100 ms.
+  EXPECT_TRUE(srv_->take_callbacks().empty());
   EXPECT_EQ(srv_->stats().cb_replies, 1u);
+  ms += 99;
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  ms += 1;
+  auto again = srv_->take_callbacks();
   ASSERT_EQ(again.size(), 1u);
   const CbCall second = decode_cb(again[0].msg);
   EXPECT_NE(second.h.xid, first.h.xid);
@@ -1667,7 +1686,8 @@ TEST_F(Nfs4Test, DelegationRevokedWhenTheRecallTimesOut) {
 TEST_F(Nfs4Test, UnansweredCallbackMarksThePathDown) {
   Cl b;
   two_clients(b);
-  ASSERT_EQ(open_d("hello", kShareAccessRead, "a-1").deleg, kDelegRead);
+  const OpenedD first = open_d("hello", kShareAccessRead, "a-1");
+  ASSERT_EQ(first.deleg, kDelegRead);
   swap(b);
   ctx_.conn = 2;
   EXPECT_EQ(open_d("hello", kShareAccessWrite, "b-1").status, kErrDelay);
@@ -1693,7 +1713,11 @@ TEST_F(Nfs4Test, UnansweredCallbackMarksThePathDown) {
                 .status,
             kOk);
   EXPECT_EQ(seq_flags() & kSeqCbPathDown, 0u);
+  // Its revoked delegation freed, and five minutes later (review17 attack F4): delegations again.
   std::ofstream(dir_ / "third") << "x";
+  EXPECT_EQ(open_d("third", kShareAccessRead, "a-3").deleg, kDelegNone);
+  EXPECT_EQ(send(seq().add(kFreeStateid, sid_arg(first.dsid))).status, kOk);
+  clock_ += 300;
   EXPECT_EQ(open_d("third", kShareAccessRead, "a-3").deleg, kDelegRead);
   // A client forgotten with a recall out: nothing left behind.
   swap(b);
@@ -1789,6 +1813,25 @@ TEST_F(Nfs4Test, MutatedCallbackRepliesAndBackChannelOps) {
   }
   EXPECT_LE(srv_->states(), 2 * lim_.states);
   EXPECT_LE(srv_->sessions(), 2 * lim_.sessions);
+}
+
+// A retried exclusive create (its reply lost) with the same verifier is the create itself again:
+// the owner may open the file it made whatever its mode (EXCLUSIVE4 makes it mode 0), as on
+// the first try and as knfsd does (review17 attack F9).
+TEST_F(Nfs4Test, ExclusiveCreateRetryIsCreatedAgain) {
+  fs::permissions(dir_, fs::perms::all);
+  uid_ = 4242;
+  mount();
+  EXPECT_EQ(open("x4", kExclusive4, kShareAccessBoth, 0, "o", 21).status, kOk);
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ / "x4").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0u);
+  EXPECT_EQ(st.st_uid, 4242u);
+  EXPECT_EQ(open("x4", kExclusive4, kShareAccessBoth, 0, "o", 21).status, kOk);
+  EXPECT_EQ(open("x4", kExclusive4, kShareAccessBoth, 0, "o", 22).status, kErrExist);
+  // Not a way around the mode for anybody else: a plain OPEN of it is ACCESS.
+  EXPECT_EQ(open("x4", 99, kShareAccessRead, 0, "o3").status, kErrAccess);
+  uid_ = 0;
 }
 
 // --- Delegations that never give stale data (issue 31, review16 1) -----------------------
@@ -2060,6 +2103,7 @@ class Nfs4GraceTest : public Nfs4Test {
 TEST_F(Nfs4GraceTest, ClientsReclaimOpensAndLocksAfterARestart) {
   state_ = base_ / "state";
   fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);  // the server's own (whatever the umask)
   restart();
   EXPECT_FALSE(srv_->in_grace());  // no records: nothing to wait for
   // First run: A and C mount (RECLAIM_COMPLETE records them), A opens and locks.
@@ -2097,6 +2141,20 @@ TEST_F(Nfs4GraceTest, ClientsReclaimOpensAndLocksAfterARestart) {
   ASSERT_EQ(create_session(), kOk);
   EXPECT_EQ(open("hello", 99, kShareAccessRead, 0, "ob").status, kErrGrace);
   EXPECT_EQ(reclaim_open(o.fh, "ob").first, kErrNoGrace);  // nothing of B's to reclaim
+  // Nor may B remove or rename the file A is reclaiming (knfsd: GRACE to REMOVE and RENAME).
+  EXPECT_EQ(send(seq().add(kPutrootfh).add(kRemove, name("f"))).status, kErrGrace);
+  EXPECT_EQ(send(seq()
+                     .add(kPutrootfh)
+                     .add(kSavefh)
+                     .add(kPutrootfh)
+                     .add(kRename,
+                          [](XdrEncoder& e) {
+                            e.string("f");
+                            e.string("f2");
+                          }))
+                .status,
+            kErrGrace);
+  EXPECT_TRUE(fs::exists(dir_ / "f"));
   swap(b);
   // A is done: it may not reclaim any more; C has not come back, so the grace period goes on.
   ASSERT_EQ(reclaim_complete(), kOk);
@@ -2122,25 +2180,98 @@ TEST_F(Nfs4GraceTest, ClientsReclaimOpensAndLocksAfterARestart) {
   ASSERT_EQ(bo.status, kOk);
   EXPECT_EQ(lock(o.fh, bo.sid, "lb", false), kErrDenied);
   swap(b);
-  // Once every recorded client has reclaimed, the grace period ends at once.
+  // Once every recorded client has reclaimed, the grace period ends at once; its start and
+  // end are told (a log line each) and counted.
   restart();
+  std::vector<std::string> said;
+  srv_->log = [&said](const std::string& m) { said.push_back(m); };
   EXPECT_TRUE(srv_->in_grace());
+  EXPECT_EQ(srv_->stats().grace_now, 1u);
   exchange();
   ASSERT_EQ(create_session(), kOk);
+  EXPECT_EQ(open("g", kUnchecked, kShareAccessBoth, 0, "oa4").status, kErrGrace);
+  EXPECT_EQ(srv_->stats().grace_answers, 1u);
   ASSERT_EQ(reclaim_complete(), kOk);
   EXPECT_FALSE(srv_->in_grace());
+  EXPECT_EQ(srv_->stats().grace_now, 0u);
+  EXPECT_EQ(srv_->stats().grace_periods, 1u);
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_NE(said[0].find("grace period: 1 recorded clients may reclaim"), std::string::npos)
+      << said[0];
+  EXPECT_NE(said[1].find("over early"), std::string::npos) << said[1];
   EXPECT_EQ(open("g", kUnchecked, kShareAccessBoth, 0, "oa3").status, kOk);
 }
 
 TEST_F(Nfs4GraceTest, HostileRecordsAreSkipped) {
   state_ = base_ / "state";
   fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);  // the server's own (whatever the umask)
   std::ofstream(state_ / "clients") << "zz\nabc\n\n" << std::string(5000, 'a') << "\n6869\n";
   restart();
   EXPECT_EQ(srv_->records(), 1u);  // "hi" alone
   EXPECT_TRUE(srv_->in_grace());
   clock_ += lim_.lease_seconds;
   EXPECT_FALSE(srv_->in_grace());
+}
+
+// A state directory others may write, or that is a symbolic link, is not used: no records, no
+// grace period, and the reason in state_error() (review17 attack F3).
+TEST_F(Nfs4GraceTest, StateDirOthersMayWriteIsRefused) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);  // the server's own (whatever the umask)
+  std::ofstream(state_ / "clients") << "6869\n";
+  ::chmod(state_.c_str(), 0777);
+  restart();
+  EXPECT_EQ(srv_->records(), 0u);
+  EXPECT_FALSE(srv_->in_grace());
+  EXPECT_NE(srv_->state_error().find("writable by group or others"), std::string::npos)
+      << srv_->state_error();
+  ::chmod(state_.c_str(), 0700);
+  const fs::path link = base_ / "statelink";
+  fs::create_directory_symlink(state_, link);
+  state_ = link;
+  restart();
+  EXPECT_EQ(srv_->records(), 0u);
+  EXPECT_FALSE(srv_->state_error().empty());
+}
+
+// One server per state directory: a second one on it keeps no records (it would rewrite the
+// first one's away) and says so.
+TEST_F(Nfs4GraceTest, SecondServerOnTheStateDirIsRefused) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);
+  std::ofstream(state_ / "clients") << "6869\n";
+  restart();
+  EXPECT_EQ(srv_->records(), 1u);
+  Nfs4Server second(*files_, lim_, state_.string());
+  EXPECT_EQ(second.records(), 0u);
+  EXPECT_NE(second.state_error().find("in use by another"), std::string::npos)
+      << second.state_error();
+}
+
+// The records file is read only when it is a regular file, and only up to what the table could
+// have written: a FIFO does not hang the start, /dev/zero does not eat memory.
+TEST_F(Nfs4GraceTest, RecordsFileMustBeRegularAndIsReadBounded) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);  // the server's own (whatever the umask)
+  ASSERT_EQ(::mkfifo((state_ / "clients").c_str(), 0600), 0);
+  restart();
+  EXPECT_EQ(srv_->records(), 0u);
+  EXPECT_NE(srv_->state_error().find("not a regular file"), std::string::npos);
+  fs::remove(state_ / "clients");
+  fs::create_symlink("/dev/zero", state_ / "clients");
+  restart();
+  EXPECT_EQ(srv_->records(), 0u);
+  fs::remove(state_ / "clients");
+  {
+    std::ofstream big(state_ / "clients");
+    for (int i = 0; i < 20000; ++i) big << "6869" << std::hex << i << (i < 16 ? "0" : "") << "\n";
+  }
+  restart();
+  EXPECT_LE(srv_->records(), lim_.clients * 4);
 }
 
 // --- File I/O without the server's lock (review16 2) --------------------------------------
@@ -2621,4 +2752,309 @@ TEST_F(Nfs4Test, ExclusiveCreateNamesTheVerifiersAttributes) {
 }
 
 }  // namespace
+
+// --- revnfsatk: attack proofs (review17-nfs-attack.md) ---------------------------------
+
+static std::size_t open_fds() {
+  std::size_t n = 0;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) (void)e, ++n;
+  return n;
+}
+
+// F1: every new lock owner costs the process one host descriptor (its own OFD); the budget
+// (global, per client, per source address) bounds what one address's owners hold.
+TEST_F(Nfs4Test, AttackLockOwnersHoldOneDescriptorEach) {
+  lim_ = v4::Limits{};
+  lim_.slots = 4;
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+  srv_->now = [this] { return clock_; };
+  mount();
+  const Opened o = open("victimfile", kUnchecked, kShareAccessBoth, 0, "o");
+  ASSERT_EQ(o.status, kOk);
+  const std::size_t before = open_fds();
+  constexpr int kOwners = 2000;
+  int ok = 0;
+  for (int i = 0; i < kOwners; ++i)
+    ok += send(seq()
+                   .add(kPutfh, fh(o.fh))
+                   .add(kLock, lock_args(kReadLt, 10u * i, 1, o.sid, clientid_,
+                                         "lo-" + std::to_string(i))))
+              .status == kOk;
+  const std::size_t after = open_fds();
+  std::printf("ATTACK F1: %d lock owners granted, descriptors %zu -> %zu (+%zu)\n", ok, before,
+              after, after - before);
+  // Still one descriptor per owner (no single OFD per file yet), but within one address's share
+  // of the budget: min(8192, RLIMIT_NOFILE / 4) / 8.
+  rlimit r{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &r), 0);
+  const std::size_t share = std::min<std::size_t>(8192, r.rlim_cur / 4) / 8;
+  EXPECT_LE(after - before, share) << "one descriptor per lock owner, beyond the address's share";
+}
+
+// F1 (effect): with the soft RLIMIT_NOFILE nearly reached, a hostile client's lock owners take
+// the rest, and then the server cannot resolve a handle for anybody.
+TEST_F(Nfs4Test, AttackLockOwnersExhaustDescriptors) {
+  lim_ = v4::Limits{};
+  lim_.slots = 4;
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+  srv_->now = [this] { return clock_; };
+  mount();
+  const Opened o = open("victimfile", kUnchecked, kShareAccessBoth, 0, "o");
+  ASSERT_EQ(o.status, kOk);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = open_fds() + 64;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  int granted = 0;
+  std::uint32_t last = kOk;
+  for (int i = 0; i < 200 && last == kOk; ++i) {
+    last = send(seq()
+                    .add(kPutfh, fh(o.fh))
+                    .add(kLock,
+                         lock_args(kReadLt, 10u * i, 1, o.sid, clientid_, "x" + std::to_string(i))))
+               .status;
+    granted += last == kOk;
+  }
+  const std::uint32_t victim = send(seq().add(kPutrootfh).add(kGetattr, bitmap({kSize}))).status;
+  const std::uint32_t victim_open =
+      send(seq()
+               .add(kPutrootfh)
+               .add(kOpen, open_args(clientid_, "hello", 99, kShareAccessRead, 0, "victim", 0)))
+          .status;
+  const std::uint32_t victim_read =
+      send(seq().add(kPutfh, fh(o.fh)).add(kRead, read_args(o.sid, 0, 4))).status;
+  ::setrlimit(RLIMIT_NOFILE, &old);
+  std::printf("ATTACK F1b: then OPEN %u, READ %u\n", victim_open, victim_read);
+  EXPECT_EQ(victim_open, kOk);
+  EXPECT_EQ(victim_read, kOk);
+  std::printf("ATTACK F1b: %d lock owners, then LOCK %u, then anybody's PUTROOTFH+GETATTR %u\n",
+              granted, last, victim);
+  EXPECT_EQ(victim, kOk) << "descriptors exhausted by one client's lock owners";
+}
+
+// F4: the records file is written through whatever clients.new names (no O_NOFOLLOW, no
+// O_EXCL): whoever can write the state directory clobbers any file the server can write.
+TEST_F(Nfs4Test, AttackStateDirSymlinkClobbers) {
+  const fs::path state = base_ / "state", victim = base_ / "victim";
+  fs::create_directories(state);
+  fs::permissions(state, fs::perms::owner_all);
+  std::ofstream(victim) << "precious";
+  fs::create_symlink(victim, state / "clients.new");
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_, state.string());
+  srv_->now = [this] { return clock_; };
+  mount();
+  ASSERT_EQ(send(seq().add(kReclaimComplete, [](XdrEncoder& e) { e.boolean(false); })).status, kOk);
+  std::ifstream in(victim);
+  const std::string now((std::istreambuf_iterator<char>(in)), {});
+  std::printf("ATTACK F4: victim now holds '%s'\n", now.substr(0, 40).c_str());
+  EXPECT_EQ(now, "precious") << "followed the symlink and truncated the victim";
+}
+
+// F2: a client that let a recalled delegation be revoked gets a new one at once, so the next
+// writer waits a whole lease again.
+TEST_F(Nfs4DelegTest, AttackRevokedClientGetsANewDelegationAtOnce) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  const OpenedD a = deleg("hello", "a-1");
+  const auto write1 = [&](XdrEncoder& e) {
+    e.opaque(a.fh);
+    e.u64(0);
+    e.u32(1);
+    e.u32(0);
+    e.string("X");
+  };
+  EXPECT_EQ(v3call(v3::kWrite, write1), v3::kErrJukebox);
+  expect_recall(a.dsid);  // answered OK by the (hostile) client, never returned
+  clock_ += 91;
+  srv_->tick();
+  EXPECT_EQ(srv_->stats().revoked, 1u);
+  EXPECT_EQ(v3call(v3::kWrite, write1), v3::kOk);
+  files_->close_files();                                                  // the writer went idle
+  EXPECT_EQ(send(seq().add(kFreeStateid, sid_arg(a.dsid))).status, kOk);  // the revoked one
+  const OpenedD again = open_d("hello", kShareAccessRead, "a-2");
+  std::printf("ATTACK F2: after a revoke the same client's next OPEN gets deleg=%u\n", again.deleg);
+  EXPECT_NE(again.deleg, kDelegRead) << "re-delegated to a client that just sat out a recall";
+  if (again.deleg == kDelegRead) {
+    EXPECT_EQ(v3call(v3::kWrite, write1), v3::kErrJukebox);  // and the next write waits again
+  }
+  // Five minutes after it freed the last revoked one, it gets delegations again.
+  clock_ += 299;
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-3").deleg, kDelegNone);
+  clock_ += 1;
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-4").deleg, kDelegRead);
+}
+
+// A lease break costs one F_GETLEASE (the signal's si_fd names the lease), not one per
+// delegation (review17 attack F2).
+TEST_F(Nfs4DelegTest, LeaseBreakAsksOnlyTheBrokenLease) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  lim_ = v4::Limits{};
+  lim_.slots = 4;
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+  srv_->now = [this] { return clock_; };
+  Cl b;
+  two_clients(b);
+  std::vector<OpenedD> ds;
+  for (int i = 0; i < 200; ++i) {
+    const std::string f = "lb" + std::to_string(i);
+    std::ofstream(dir_ / f) << "x";
+    ds.push_back(open_d(f, kShareAccessRead, "a-" + std::to_string(i)));
+    ASSERT_EQ(ds.back().deleg, kDelegRead) << i << " status " << ds.back().status;
+  }
+  srv_->take_callbacks();
+  const std::uint64_t checks0 = srv_->stats().lease_checks;
+  const int w = ::open((dir_ / "lb7").c_str(), O_WRONLY | O_NONBLOCK);
+  EXPECT_LT(w, 0);
+  EXPECT_EQ(errno, EWOULDBLOCK);
+  const auto cbs = srv_->take_callbacks();
+  ASSERT_EQ(cbs.size(), 1u);
+  EXPECT_EQ(decode_cb(cbs[0].msg).deleg, ds[7].dsid);
+  const std::uint64_t checks = srv_->stats().lease_checks - checks0;
+  std::printf("lease break: %llu F_GETLEASE for 200 delegations\n",
+              static_cast<unsigned long long>(checks));
+  EXPECT_LE(checks, 2u);
+}
+
+// When the lease-break signal cannot be queued the kernel sends SIGIO: it does not end the
+// process, and the server then asks every lease (it cannot know which broke).
+TEST_F(Nfs4DelegTest, SigioFallbackAsksEveryLease) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  const OpenedD a = deleg("hello", "a-1");
+  std::ofstream(dir_ / "other") << "x";
+  const OpenedD o = deleg("other", "a-2");
+  srv_->take_callbacks();
+  const std::uint64_t checks0 = srv_->stats().lease_checks;
+  ASSERT_EQ(::raise(SIGIO), 0);                 // the default action would end the test binary here
+  EXPECT_TRUE(srv_->take_callbacks().empty());  // nothing broke, but both were asked
+  EXPECT_EQ(srv_->stats().lease_checks - checks0, 2u);
+  (void)a;
+  (void)o;
+}
+
+// The no-regrant window (30 s) runs from the end of a recall, not its start: a recall that
+// took a minute still keeps new readers off for 30 s after the return.
+TEST_F(Nfs4DelegTest, NoRegrantWindowStartsWhenTheRecallEnds) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  const OpenedD a = deleg("hello", "a-1");
+  const auto write1 = [&](XdrEncoder& e) {
+    e.opaque(a.fh);
+    e.u64(0);
+    e.u32(1);
+    e.u32(0);
+    e.string("X");
+  };
+  EXPECT_EQ(v3call(v3::kWrite, write1), v3::kErrJukebox);
+  expect_recall(a.dsid);
+  clock_ += 60;
+  EXPECT_EQ(delegreturn(a), kOk);
+  EXPECT_EQ(v3call(v3::kWrite, write1), v3::kOk);
+  files_->close_files();
+  clock_ += 29;
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-2").deleg, kDelegNone);
+  clock_ += 1;
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-3").deleg, kDelegRead);
+}
+
+// F3: recalls that cannot go out yet (the holder's one back channel slot is busy) cost a scan
+// of every session on each take_callbacks(), which the poll loop calls every millisecond.
+TEST_F(Nfs4DelegTest, AttackWaitingRecallsScanEverySessionEachMillisecond) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  lim_ = v4::Limits{};
+  lim_.slots = 4;
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+  srv_->now = [this] { return clock_; };
+  Cl b;
+  two_clients(b);
+  constexpr int kFiles = 1000, kClients = 150;
+  std::vector<OpenedD> ds;
+  for (int i = 0; i < kFiles; ++i) {
+    const std::string f = "d" + std::to_string(i);
+    std::ofstream(dir_ / f) << "x";
+    const OpenedD o = open_d(f, kShareAccessRead, "a-" + std::to_string(i));
+    if (o.deleg == kDelegRead) ds.push_back(o);
+  }
+  // More sessions in the table (other addresses, 16 clients each at most).
+  const CallContext saved = ctx_;
+  for (int i = 0; i < kClients; ++i) {
+    Cl x;
+    swap(x);
+    ctx_.peer.v = 0xc6120000u + static_cast<std::uint32_t>(i / 16 + 10);
+    ctx_.conn = 100 + static_cast<std::uint64_t>(i);
+    exchange("filler-" + std::to_string(i));
+    if (ex_status_ == kOk) create_session();
+    swap(x);
+  }
+  ctx_ = saved;
+  // B writes each file without an open: each recalls A's delegation; A never answers.
+  swap(b);
+  ctx_.conn = 2;
+  Stateid anon;
+  for (const auto& d : ds) send(seq().add(kPutfh, fh(d.fh)).add(kWrite, write_args(anon, 0, "y")));
+  swap(b);
+  ctx_.conn = 1;
+  srv_->take_callbacks();  // the first CB_RECALL goes; the rest wait for A's one slot
+  const std::uint64_t visits0 = srv_->stats().pump_visits;
+  const auto t0 = std::chrono::steady_clock::now();
+  constexpr int kCalls = 50;
+  for (int i = 0; i < kCalls; ++i) srv_->take_callbacks();
+  // The work per pump: A's queue and A's one session, not every recall times every session.
+  const std::uint64_t visits = srv_->stats().pump_visits - visits0;
+  std::printf("pump: %.1f queues and sessions looked at per take_callbacks\n",
+              static_cast<double>(visits) / kCalls);
+  EXPECT_LE(visits, 2u * kCalls);
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+      kCalls;
+  std::printf(
+      "ATTACK F3: %zu delegations recalled, %zu sessions: take_callbacks %.0f us each "
+      "(the poll loop calls it every 1000 us)\n",
+      ds.size(), srv_->sessions(), us);
+  EXPECT_LT(us, 100.0);
+}
+
+// F1 residual (after ccf8031): the global host-descriptor budget (8192) is less than what one
+// address may hold (16 clients x 1024): 8 hostile clients from one address take it all, and
+// then no other client gets a new lock owner.
+TEST_F(Nfs4Test, AttackOneAddressTakesTheWholeDescriptorBudget) {
+  lim_ = v4::Limits{};
+  lim_.slots = 4;
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+  srv_->now = [this] { return clock_; };
+  int granted = 0;
+  for (int c = 0; c < 9; ++c) {
+    Cl x;
+    swap(x);
+    exchange("hostile-" + std::to_string(c));
+    ASSERT_EQ(ex_status_, kOk);
+    ASSERT_EQ(create_session(), kOk);
+    const Opened o = open("h" + std::to_string(c), kUnchecked, kShareAccessBoth, 0, "o");
+    ASSERT_EQ(o.status, kOk);
+    for (int i = 0; i < 1024; ++i)
+      granted += send(seq()
+                          .add(kPutfh, fh(o.fh))
+                          .add(kLock, lock_args(kReadLt, 10u * i, 1, o.sid, clientid_,
+                                                "l" + std::to_string(i))))
+                     .status == kOk;
+    swap(x);
+  }
+  // A victim from another address.
+  ctx_.peer.v = 0xc6120063u;
+  mount();
+  const Opened v = open("victim", kUnchecked, kShareAccessBoth, 0, "ov");
+  ASSERT_EQ(v.status, kOk);
+  const std::uint32_t st =
+      send(
+          seq().add(kPutfh, fh(v.fh)).add(kLock, lock_args(kWriteLt, 0, 1, v.sid, clientid_, "vl")))
+          .status;
+  std::printf("ATTACK F1c: one address's clients hold %d lock owners; a victim's LOCK: %u\n",
+              granted, st);
+  EXPECT_EQ(st, kOk) << "the global descriptor budget went to one address";
+}
+
 }  // namespace roce::nfs

@@ -22,12 +22,14 @@
 #include <rte_mbuf.h>
 #include <rte_ring.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -1212,5 +1214,38 @@ TEST(NfsServiceArgs, DelegationsAndStateDir) {
   EXPECT_EQ(c.state_dir, "/tmp/state");
   EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", "--delegations", "no"}, c),
                std::runtime_error);
+}
+
+// --state-dir must be the server's own directory (review17 attack F3): made 0700 when missing;
+// a symbolic link, or a directory others may write, is refused at start.
+TEST(NfsServiceArgs, StateDirMustBeTheServersOwn) {
+  char tmpl[] = "/tmp/nfs-statedir-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string base = tmpl;
+  roce::nfs::NfsServiceConfig c;
+  c.root = base;
+  c.state_dir = base + "/made";
+  EXPECT_EQ(roce::nfs::state_dir_for(c), c.state_dir);
+  struct stat st {};
+  ASSERT_EQ(::stat(c.state_dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(::chmod(c.state_dir.c_str(), 0777), 0);
+  EXPECT_THROW(roce::nfs::state_dir_for(c), std::runtime_error);
+  ASSERT_EQ(::chmod(c.state_dir.c_str(), 0700), 0);
+  const std::string link = base + "/link";
+  ASSERT_EQ(::symlink(c.state_dir.c_str(), link.c_str()), 0);
+  c.state_dir = link;
+  EXPECT_THROW(roce::nfs::state_dir_for(c), std::runtime_error);
+  std::filesystem::remove_all(base);
+  // The default: one per service (root and port), "/a/b" and "/a_b" apart, under /var/lib.
+  roce::nfs::NfsServiceConfig x, y, z;
+  x.root = "/a/b";
+  y.root = "/a_b";
+  z.root = "/a/b";
+  z.port = 20050;
+  const std::string dx = roce::nfs::default_state_dir(x);
+  EXPECT_EQ(dx.rfind("/var/lib/roce-nfsd/b-20049-", 0), 0u) << dx;
+  EXPECT_NE(dx, roce::nfs::default_state_dir(y));
+  EXPECT_NE(dx, roce::nfs::default_state_dir(z));
 }
 }  // namespace
