@@ -388,6 +388,7 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
         static_cast<std::uint32_t>(t.uint("recovery_batch", c.transport.recovery_batch, 1, 4096));
     c.transport.probe_min_us =
         static_cast<std::uint32_t>(t.uint("probe_min_us", c.transport.probe_min_us, 0, 10'000'000));
+    c.transport.selective_repeat = t.boolean("selective_repeat", c.transport.selective_repeat);
   }
   if (r.has("logging")) {
     Reader l(r.get("logging"), origin, "logging");

@@ -107,6 +107,7 @@ struct ApplianceConfig {
     std::uint32_t loss_window = 64;              ///< requester window after a loss, growing back
     std::uint32_t recovery_batch = 4;            ///< packets per poll of a QP in loss recovery
     std::uint32_t probe_min_us = 50;             ///< fast-retransmit probe floor; 0: off
+    bool selective_repeat = false;  ///< announced in the CM's ECE; used with peers that do too
   } transport;
   struct {
     std::string level = "info";  ///< error, warning, info, debug

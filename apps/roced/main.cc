@@ -87,6 +87,7 @@ runtime::PortOptions port_options(const ctl::ApplianceConfig& cfg, const ctl::Po
   ec.max_inflight_psns = cfg.transport.max_inflight_psns;
   ec.max_inflight_bytes = cfg.transport.max_inflight_bytes;
   ec.probe_min_ns = std::uint64_t{cfg.transport.probe_min_us} * 1000;
+  ec.selective_repeat = cfg.transport.selective_repeat;
   ec.loss_window = cfg.transport.loss_window;
   ec.recovery_batch = cfg.transport.recovery_batch;
   ec.max_mtu = runtime::link_path_mtu(pc.mtu, runtime::kIboeHeaderRoom);

@@ -21,6 +21,7 @@ Mtu engine_mtu(std::uint8_t e, Mtu max) {
 
 CmAgent::CmAgent(Engine& eng, CmAgentConfig cfg, EventFn on_event)
     : eng_(eng), cfg_(std::move(cfg)), on_event_(std::move(on_event)) {
+  if (eng_.config().selective_repeat) cfg_.selective_repeat = true;  // roced's `transport:` key
   pd_ = eng_.alloc_pd();
   scq_ = eng_.create_cq(cfg_.send_depth);
   rcq_ = eng_.create_cq(cfg_.recv_depth);

@@ -61,6 +61,9 @@ struct EngineConfig {
   /// window on every few packets instead of after a batch of hundreds: the round trip, and with
   /// it what a go-back-N throws away, stays short. A clean QP sends in large batches.
   std::uint32_t recovery_batch = 4;
+  /// Announce selective repeat in the CM's REQ/REP (ECE) and use it on the RC QPs whose peer
+  /// announced it too (docs/loss-recovery.md): the CM agents on this engine read it.
+  bool selective_repeat = false;
   Mtu max_mtu = Mtu::k4096;               ///< UD payload limit and largest path MTU accepted
   std::uint32_t max_mrs = 1u << 20;       ///< MRs at once (reg_mr/alloc_mr: ENOMEM beyond)
   std::uint32_t max_cq_depth = 1u << 22;  ///< largest CQ (create_cq: EINVAL beyond)

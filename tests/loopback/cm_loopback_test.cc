@@ -20,10 +20,12 @@ constexpr std::uint64_t kSid = service_id(PortSpace::kTcp, 7174);
 class Rig {
  public:
   /// `sr_a`, `sr_b`: the agents announce selective repeat (CmAgentConfig::selective_repeat).
+  /// `sr_engines`: both engines' EngineConfig::selective_repeat (roced's `transport:` key),
+  /// which their agents read.
   explicit Rig(const LoopbackOptions& opts = {}, CmConfig cm_cfg = {}, bool ipv6 = false,
-               bool sr_a = false, bool sr_b = false)
+               bool sr_a = false, bool sr_b = false, bool sr_engines = false)
       : ipv6_(ipv6),
-        lb(opts, engine_config(0, ipv6), engine_config(1, ipv6)),
+        lb(opts, engine_config(0, ipv6, sr_engines), engine_config(1, ipv6, sr_engines)),
         a(lb.a(), agent_config(cm_cfg, 0xA, sr_a), [this](const CmEvent& e) { ev_a.push_back(e); }),
         b(lb.b(), agent_config(cm_cfg, 0xB, sr_b), [this](const CmEvent& e) { on_b(e); }) {
     for (int i = 0; i < 2; ++i) {
@@ -111,8 +113,9 @@ class Rig {
     a.b[15] = static_cast<std::uint8_t>(1 + side);
     return a;
   }
-  static engine::EngineConfig engine_config(int side, bool ipv6) {
+  static engine::EngineConfig engine_config(int side, bool ipv6, bool sr = false) {
     engine::EngineConfig c = Loopback::default_config(side);
+    c.selective_repeat = sr;
     if (ipv6) c.ipv6 = ip6(side);
     return c;
   }
@@ -230,10 +233,10 @@ struct CmSrRun {
   bool data_ok = false;
 };
 
-CmSrRun write_over_cm(bool sr_a, bool sr_b) {
+CmSrRun write_over_cm(bool sr_a, bool sr_b, bool sr_engines = false) {
   LoopbackOptions o;
   o.a2b.drop_nth = 8;  // A sends the REQ, the RTU, then the WRITE: its 6th packet
-  Rig r(o, {}, false, sr_a, sr_b);
+  Rig r(o, {}, false, sr_a, sr_b, sr_engines);
   r.b.cm().listen(kSid);
   CmSrRun out;
   EXPECT_TRUE(r.connect());
@@ -270,6 +273,17 @@ TEST(CmLoopback, SelectiveRepeatWhenBothAnnounceItInEce) {
   EXPECT_EQ(k.sr_sacks_sent, 1u);
   EXPECT_EQ(k.sr_retransmits, 1u) << "only the lost packet again";
   EXPECT_EQ(k.retransmitted, 1u);
+  EXPECT_EQ(k.seq_naks, 0u);
+}
+
+// roced's `transport: selective_repeat: true` sets EngineConfig::selective_repeat; the agents
+// on that engine announce it without being told.
+TEST(CmLoopback, SelectiveRepeatFromTheEngineConfig) {
+  const CmSrRun k = write_over_cm(false, false, true);
+  EXPECT_TRUE(ece_selective_repeat(k.remote_ece_a));
+  EXPECT_TRUE(ece_selective_repeat(k.remote_ece_b));
+  EXPECT_TRUE(k.data_ok);
+  EXPECT_EQ(k.sr_retransmits, 1u);
   EXPECT_EQ(k.seq_naks, 0u);
 }
 

@@ -24,7 +24,7 @@ ports:
     zero_copy_min: 1024
     fault: {drop: 0.01, reorder: 0.1, reorder_window: 3, seed: 5}
 limits: {max_qps: 100, neighbours: 1024, cm_connections: 64}
-transport: {ack_req_every: 16}
+transport: {ack_req_every: 16, selective_repeat: true}
 logging: {level: debug}
 counters: {prometheus: "127.0.0.1:9464", telemetry: false}
 )";
@@ -54,6 +54,8 @@ TEST(Config, ParsesEveryField) {
   EXPECT_EQ(c.limits.cm_connections, 64u);
   EXPECT_EQ(c.limits.cq_depth, 4096u) << "defaults stay where nothing was said";
   EXPECT_EQ(c.transport.ack_req_every, 16u);
+  EXPECT_TRUE(c.transport.selective_repeat);
+  EXPECT_FALSE(ApplianceConfig{}.transport.selective_repeat) << "go-back-N unless asked";
   EXPECT_EQ(c.logging.level, "debug");
   EXPECT_FALSE(c.counters.telemetry);
 }
