@@ -2811,15 +2811,7 @@ Status Nfs4Server::bind_conn(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     if (backchannel && c.ctx && c.ctx->conn && s.cb_cred) {
       if (s.back_conn != c.ctx->conn) {
         // Moved: what was out on the old connection is lost; its recall goes again on this one.
-        for (auto p = pending_.begin(); p != pending_.end();) {
-          if (p->second.session != sid) {
-            ++p;
-            continue;
-          }
-          const Other deleg = p->second.deleg;
-          p = pending_.erase(p);
-          resend_recall(deleg);
-        }
+        resend_lost_recalls([&](const PendingCb& p) { return p.session == sid; });
         s.cb_busy = false;
       }
       s.back_conn = c.ctx->conn;
@@ -3218,15 +3210,7 @@ void Nfs4Server::closed_locked(std::uint64_t conn) {
       s.back_conn = 0;
       s.cb_busy = false;
     }
-  for (auto p = pending_.begin(); p != pending_.end();) {
-    if (p->second.conn != conn) {
-      ++p;
-      continue;
-    }
-    const Other deleg = p->second.deleg;
-    p = pending_.erase(p);
-    resend_recall(deleg);
-  }
+  resend_lost_recalls([conn](const PendingCb& p) { return p.conn == conn; });
 }
 
 }  // namespace roce::nfs

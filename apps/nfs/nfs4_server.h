@@ -287,6 +287,19 @@ class Nfs4Server {
   /// A CB_RECALL that was out is lost (DELAY, timeout, closed or moved connection, destroyed
   /// session): sent again.
   void resend_recall(const Other& id);
+  /// The CB_COMPOUNDs out for which `lost` holds are forgotten, their recalls sent again.
+  template <class Pred>
+  void resend_lost_recalls(Pred lost) {
+    for (auto p = pending_.begin(); p != pending_.end();) {
+      if (!lost(p->second)) {
+        ++p;
+        continue;
+      }
+      const Other deleg = p->second.deleg;
+      p = pending_.erase(p);
+      resend_recall(deleg);
+    }
+  }
   /// The recalls waiting to be sent, by client, by when due (ms); and each client's sessions.
   std::map<std::uint64_t, std::multimap<std::int64_t, Other>> waiting_;
   std::multimap<std::uint64_t, v4::SessionId> client_sessions_;
