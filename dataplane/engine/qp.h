@@ -266,6 +266,9 @@ struct SrState {
     std::uint32_t n = 0;
   };
   std::array<Range, 32> resend{};
+  /// PSNs below it (from the oldest unacknowledged) were already queued by a SACK: the
+  /// responder reports each gap once, so a second report of them is not believed.
+  wire::Psn sacked_to;
   std::uint32_t resend_head = 0;
   std::uint32_t resend_tail = 0;
 

@@ -427,8 +427,17 @@ void Engine::Stages::resp_on_request(Engine& eng, Qp& qp, const wire::RxPkt& pkt
     if (resp_execute_write(eng, qp, pkt) == Step::kDone) return;
   } else if (m.has(OpMask::kRead)) {
     resp_execute_read(eng, qp, pkt);
-    if (qp.sr != nullptr && qp.sr->nkept != 0) [[unlikely]]
+    if (qp.sr != nullptr && qp.sr->nkept != 0) [[unlikely]] {
+      // Its response PSNs were never requests: a bit placed there would stay behind and, 1024
+      // PSNs later, stand for a packet that never came.
+      SrState& s = *qp.sr;
+      for (Psn q = pkt.psn + 1; before(q, qp.resp.epsn) && s.nkept != 0; q = q + 1)
+        if (s.test(q)) {
+          s.clear(q);
+          --s.nkept;
+        }
       sr_advance(eng, qp);
+    }
     return;
   } else if (m.has(OpMask::kAtomic)) {
     resp_execute_atomic(eng, qp, pkt);
@@ -462,8 +471,10 @@ bool Engine::Stages::sr_keep(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
     return false;
   const auto reth = pkt.reth();
   const std::uint32_t len = pkt.payload_len;
-  if (len > qp.pmtu() || reth.dma_len() != len) return false;
-  if (len != 0) {
+  // A zero-length WRITE needs no valid R_Key (C9-88): placed early, anyone who knows the QPN
+  // and a PSN in the bitmap could mark a PSN as received. It waits for its turn instead.
+  if (len == 0 || len > qp.pmtu() || reth.dma_len() != len) return false;
+  {
     std::uint8_t* dst = eng.mrs_.map(reth.rkey(), qp.pd, reth.va(), len, kAccessRemoteWrite);
     if (dst == nullptr) return false;  // answered (NAKed) when it comes in order
     std::memcpy(dst, pkt.payload().data(), len);

@@ -283,11 +283,21 @@ void Engine::Stages::comp_on_sack(Engine& eng, Qp& qp, Psn from, Psn to) {
     return;
   }
   SrState& s = *qp.sr;
+  // Only what no SACK named before (sacked_to is meaningful within [comp.psn, high_psn]).
+  if (before(s.sacked_to, qp.comp.psn) || after(s.sacked_to, qp.req.high_psn))
+    s.sacked_to = qp.comp.psn;
+  if (before(from, s.sacked_to)) from = s.sacked_to;
+  const std::int32_t left = distance(to, from);
+  if (left <= 0) {
+    eng.stats_.inc(Counter::kRxDropUnexpected);  // reported before: the probe covers a loss
+    return;
+  }
   if (s.resend_tail - s.resend_head == s.resend.size()) {
     eng.stats_.inc(Counter::kRespQueueFull);  // the probe finds it
     return;
   }
-  s.resend[s.resend_tail++ % s.resend.size()] = {from, static_cast<std::uint32_t>(n)};
+  s.resend[s.resend_tail++ % s.resend.size()] = {from, static_cast<std::uint32_t>(left)};
+  s.sacked_to = to;
   qp.comp.rtt_timing = false;  // Karn: no sample across a retransmission
   // The probe waits for the retransmission's answer, not for the gap it fills.
   qp.comp.probe_deadline = 0;
