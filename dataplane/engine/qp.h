@@ -168,6 +168,9 @@ struct CompState {
   std::uint32_t cwnd = 0;  ///< 0: the maximum
   std::uint32_t cwnd_frac = 0;
   wire::Psn cwnd_psn;  ///< the oldest unacknowledged PSN when the window last grew
+  /// When the requester last found the window full with packets to send (0: not waiting):
+  /// counted as window_stalls and window_stall_ns.
+  std::uint64_t stall_since = 0;
   /// The earliest armed timer of this QP, 0 = none.
   std::uint64_t deadline() const {
     if (rnr_deadline) return rnr_deadline;
