@@ -271,6 +271,18 @@ struct SrState {
   std::array<Range, 32> resend{};
   std::uint32_t resend_head = 0;
   std::uint32_t resend_tail = 0;
+  /// PSNs sent again and not yet acknowledged, with `high`: one past the highest PSN sent when
+  /// they last were. A SACK names a packet that arrived; when that packet went out at least
+  /// kRackMargin PSNs after the oldest unacknowledged one was last sent, and that one is still
+  /// unacknowledged (the responder sends its cumulative ACK before every SACK), its last copy
+  /// was lost, or the SACK that named it (RACK, RFC 8985, by PSN instead of time).
+  struct Sent {
+    wire::Psn psn;
+    wire::Psn high;
+  };
+  std::array<Sent, 32> resent{};
+  std::uint32_t nresent = 0;
+  static constexpr std::uint32_t kRackMargin = 8;
 
   static std::uint32_t bit(wire::Psn p) { return p.raw() & (kBits - 1); }
   bool test(wire::Psn p) const { return (kept[bit(p) / 64] >> (bit(p) % 64)) & 1; }
