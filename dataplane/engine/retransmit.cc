@@ -437,6 +437,16 @@ void Engine::Stages::on_loss(Engine& eng, Qp& qp) {
 }
 
 std::uint32_t Engine::Stages::window_max(const Engine& eng, const Qp& qp) {
+  if (qp.req.sr) [[unlikely]] {
+    // Selective repeat: a loss costs the lost packet, not the window after it, and the oldest
+    // missing packet holds the window's edge for about two round trips (the SACK, then its
+    // copy behind what was sent meanwhile): a go-back-N-sized window stalled the sender at
+    // every loss. At most the responder's bitmap.
+    const std::uint64_t by_bytes =
+        std::max<std::uint64_t>(eng.cfg_.sr_inflight_bytes >> qp.pmtu_shift(), 1);
+    return static_cast<std::uint32_t>(std::min<std::uint64_t>(
+        {eng.cfg_.max_inflight_psns, by_bytes, std::uint64_t{SrState::kBits}}));
+  }
   const std::uint64_t by_bytes =
       std::max<std::uint64_t>(eng.cfg_.max_inflight_bytes >> qp.pmtu_shift(), 1);
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(eng.cfg_.max_inflight_psns, by_bytes));

@@ -408,9 +408,10 @@ TEST(SelectiveRepeat, ALostSackIsFoundByTheNextSack) {
 }
 
 // Lost retransmissions, one after another through a long stream: each is found by the probe
-// timer (the window is full when it goes out, so no later SACK can show it). The timer used to
-// stay backed off (x8) after three probes, past the ACK timeout: each later loss of a
-// retransmission then stopped the stream for the whole timeout.
+// timer when no later SACK shows it. The timer used to stay backed off (x8) after three probes,
+// past the ACK timeout: each later loss of a retransmission then stopped the stream for the
+// whole timeout. And the window (sr_inflight_bytes) covers the wait: with the go-back-N window
+// (1 MiB) the stream took 1.32x its lossless time even with the timer fixed.
 TEST(SelectiveRepeat, LostRetransmissionsDoNotBackTheProbeTimerOff) {
   FaultPolicy a2b;
   for (std::uint32_t k = 0; k < 8; ++k)  // the packet and its first copy
@@ -426,10 +427,12 @@ TEST(SelectiveRepeat, LostRetransmissionsDoNotBackTheProbeTimerOff) {
   EXPECT_TRUE(r.data_ok);
   EXPECT_EQ(r.lost_packets, 16u);
   EXPECT_EQ(r.a.get(Counter::kRetransmitTimeouts), 0u);
-  EXPECT_LE(r.a.get(Counter::kRetransmitProbes), 16u);
+  EXPECT_LE(r.a.get(Counter::kRetransmitProbes), 32u);
   EXPECT_LE(r.retrans_bytes, 2 * r.lost_bytes);
   std::printf("[ lost copies ] %.3f ms against %.3f ms lossless\n", static_cast<double>(r.ns) / 1e6,
               static_cast<double>(clean.ns) / 1e6);
+  EXPECT_GE(static_cast<double>(clean.ns) / static_cast<double>(r.ns), 0.85)
+      << "the window covers the probe's wait";
 }
 
 // A peer slower than the ACK timeout (its ACKs 6 ms late, the timeout about 4 ms): nothing was
