@@ -435,6 +435,30 @@ TEST(SelectiveRepeat, LostRetransmissionsDoNotBackTheProbeTimerOff) {
       << "the window covers the probe's wait";
 }
 
+// The round trip is not sampled across a lost copy: a packet timed while an older packet was
+// missing is acknowledged only when the probe has filled it. Every path that sends a copy (the
+// SACK, the probe, the timeout) stops the sample (Karn); without it on the probe, this stream's
+// estimate went from 2.2 to 7.6 us, and the probe timer with it.
+TEST(SelectiveRepeat, ALostCopyIsNoRoundTripSample) {
+  FaultPolicy a2b;
+  // Each packet and its first copy: the probe that fills PSN 50 lets WRITEs complete and new
+  // packets go out (one of them timed) while PSN 100, missing, holds their acknowledgement
+  // until the next probe.
+  a2b.drop_psn.push_back({Engine::kFirstQpn, kPsnA + 50, 2, -1});
+  a2b.drop_psn.push_back({Engine::kFirstQpn, kPsnA + 100, 2, -1});
+  StreamSpec s;
+  s.writes = 32;
+  s.depth = 16;
+  const WriteResult clean = write_stream(s, {});
+  const WriteResult r = write_stream(s, a2b);
+  EXPECT_EQ(r.completed, 32u);
+  EXPECT_TRUE(r.data_ok);
+  EXPECT_GE(r.a.get(Counter::kRetransmitProbes), 2u) << "the copies were found by the probe";
+  ASSERT_GT(clean.srtt_ns, 0u);
+  EXPECT_LT(r.srtt_ns, 2 * clean.srtt_ns)
+      << "srtt " << r.srtt_ns << " ns against " << clean.srtt_ns << " ns without loss";
+}
+
 // A peer slower than the ACK timeout (its ACKs 6 ms late, the timeout about 4 ms): nothing was
 // lost, and the timeout sends the oldest packet again, not the whole window (go-back-N sent
 // every packet in flight again).
