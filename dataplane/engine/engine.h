@@ -51,6 +51,11 @@ struct EngineConfig {
   /// receiver (Linux rxe in a VM) dropped most of a 4 MiB burst at MTU 4096 and the go-back-N
   /// that followed resent a thousand packets.
   std::uint64_t max_inflight_bytes = 1 << 20;
+  /// The window of a selective-repeat QP in bytes (also at most max_inflight_psns and the
+  /// responder's bitmap, SrState::kBits PSNs): a loss there costs the lost packet only, and the
+  /// window must cover the round trips a missing packet holds its oldest edge for
+  /// (docs/loss-recovery.md).
+  std::uint64_t sr_inflight_bytes = 4 << 20;
   /// After a loss (a go-back-N from a sequence NAK, a probe's answer or a timeout) the window
   /// drops to this, and grows back by one PSN per 8 acknowledged: on a lossy path a go-back-N
   /// then resends at most about this much, on a clean one the window stays at its maximum.

@@ -168,6 +168,9 @@ struct CompState {
   std::uint32_t cwnd = 0;  ///< 0: the maximum
   std::uint32_t cwnd_frac = 0;
   wire::Psn cwnd_psn;  ///< the oldest unacknowledged PSN when the window last grew
+  /// When the requester last found the window full with packets to send (0: not waiting):
+  /// counted as window_stalls and window_stall_ns.
+  std::uint64_t stall_since = 0;
   /// The earliest armed timer of this QP, 0 = none.
   std::uint64_t deadline() const {
     if (rnr_deadline) return rnr_deadline;
@@ -271,6 +274,18 @@ struct SrState {
   wire::Psn sacked_to;
   std::uint32_t resend_head = 0;
   std::uint32_t resend_tail = 0;
+  /// PSNs sent again and not yet acknowledged, with `high`: one past the highest PSN sent when
+  /// they last were. A SACK names a packet that arrived; when that packet went out at least
+  /// kRackMargin PSNs after the oldest unacknowledged one was last sent, and that one is still
+  /// unacknowledged (the responder sends its cumulative ACK before every SACK), its last copy
+  /// was lost, or the SACK that named it (RACK, RFC 8985, by PSN instead of time).
+  struct Sent {
+    wire::Psn psn;
+    wire::Psn high;
+  };
+  std::array<Sent, 32> resent{};
+  std::uint32_t nresent = 0;
+  static constexpr std::uint32_t kRackMargin = 8;
 
   static std::uint32_t bit(wire::Psn p) { return p.raw() & (kBits - 1); }
   bool test(wire::Psn p) const { return (kept[bit(p) / 64] >> (bit(p) % 64)) & 1; }

@@ -526,8 +526,17 @@ void Engine::Stages::req_pump(Engine& eng, Qp& qp, std::uint32_t& budget) {
     if (qp.type == QpType::kRc && !w.is_rd_atomic()) {
       if (wmax == 0) wmax = window_max(eng, qp);  // once per call: it depends on the path only
       if (distance(qp.req.next_psn, qp.comp.psn) >=
-          static_cast<std::int32_t>(qp.comp.cwnd ? qp.comp.cwnd : wmax))
+          static_cast<std::int32_t>(qp.comp.cwnd ? qp.comp.cwnd : wmax)) {
+        if (qp.comp.stall_since == 0) [[unlikely]] {
+          eng.stats_.inc(Counter::kWindowStalls);
+          qp.comp.stall_since = eng.now_ | 1;
+        }
         return;
+      }
+      if (qp.comp.stall_since != 0) [[unlikely]] {
+        eng.stats_.inc(Counter::kWindowStallNs, (eng.now_ | 1) - qp.comp.stall_since);
+        qp.comp.stall_since = 0;
+      }
     }
     if (!req_packet(eng, qp, w)) return;
     --budget;

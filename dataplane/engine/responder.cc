@@ -510,6 +510,7 @@ void Engine::Stages::sr_report(Engine& eng, Qp& qp) {
   Psn limit = s.rx_high - (SrState::kReorder + 1);
   if (before(s.gap_to, limit)) limit = s.gap_to;
   Psn q = after(s.rx_told, rs.epsn) ? s.rx_told : rs.epsn;
+  bool acked = false;
   while (before(q, limit)) {
     if (s.test(q)) {
       q = q + 1;
@@ -517,6 +518,14 @@ void Engine::Stages::sr_report(Engine& eng, Qp& qp) {
     }
     const Psn from = q;
     while (before(q, limit) && !s.test(q)) q = q + 1;
+    if (!acked) {
+      // The cumulative ACK first, whether or not AckReq asked for it: the requester then
+      // knows that its oldest unacknowledged PSN is still missing here, and that a SACK for a
+      // later gap means its copy was lost (comp_on_sack).
+      acked = true;
+      resp_ack_now(eng, qp, rs.epsn - 1);
+      rs.ack_pending = false;
+    }
     sr_emit_sack(eng, qp, from, q);
   }
   if (after(q, s.rx_told)) s.rx_told = q;

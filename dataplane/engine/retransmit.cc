@@ -23,6 +23,7 @@ bool read_has(const SendWqe& w, std::uint32_t k, unsigned shift) {
 
 namespace {
 SendWqe* oldest_unacked(Qp& qp);
+void sr_note_resent(Qp& qp, Psn p, Psn high);
 // A READ some of whose responses went missing after later ones arrived (or were asked for again).
 bool read_gap_known(const Qp& qp, const SendWqe& w) {
   return w.opcode == WrOpcode::kRead && w.read_done < w.length &&
@@ -128,12 +129,12 @@ bool Engine::Stages::send_probe(Engine& eng, Qp& qp) {
   if (qp.req.sr && ok) {
     // Selective repeat: the responder kept what followed the probed packet, so its answer
     // needs no go-back-N and the requester need not wait for it. (AckReq was set.)
-    // Whether it was needed is not known from the answer, so the probe timer backs off (up
-    // to x8, as comp_progress does for a probe found early): on a busy host round trips vary
-    // more than the estimate, and a lost SACK is rare.
+    // A probe that was not needed costs one packet; one that comes late stalls the window
+    // behind the missing packet, so the timer does not stay backed off (pto_shift): it
+    // doubles only while probes go unanswered (probe_backoff, reset by progress).
     qp.comp.probing = qp.comp.probe_sent = false;
     qp.comp.rtt_timing = false;
-    if (qp.comp.pto_shift < 3) ++qp.comp.pto_shift;
+    sr_note_resent(qp, probed, qp.req.high_psn);
     return true;
   }
   if (!ok || !qp.comp.probe_sent) {
@@ -272,6 +273,45 @@ int Engine::set_selective_repeat(Qp* qp, bool on) {
   return kOk;
 }
 
+namespace {
+// Selective repeat: remembers that `p` was sent again with PSNs up to `high` (exclusive) out.
+void sr_note_resent(Qp& qp, Psn p, Psn high) {
+  SrState& s = *qp.sr;
+  for (std::uint32_t i = 0; i < s.nresent; ++i) {
+    if (s.resent[i].psn == p) {
+      s.resent[i].high = high;
+      return;
+    }
+  }
+  if (s.nresent == s.resent.size()) {  // forget the acknowledged ones, then the oldest entry
+    std::uint32_t k = 0;
+    for (std::uint32_t i = 0; i < s.nresent; ++i)
+      if (!before(s.resent[i].psn, qp.comp.psn)) s.resent[k++] = s.resent[i];
+    s.nresent = k;
+    if (k == s.resent.size()) {
+      std::copy(s.resent.begin() + 1, s.resent.end(), s.resent.begin());
+      --s.nresent;
+    }
+  }
+  s.resent[s.nresent++] = {p, high};
+}
+
+// One past the highest PSN out when `p` was last sent (p + 1: never sent again).
+Psn sr_sent_high(const SrState& s, Psn p) {
+  for (std::uint32_t i = 0; i < s.nresent; ++i)
+    if (s.resent[i].psn == p) return s.resent[i].high;
+  return p + 1;
+}
+
+bool sr_queued(const SrState& s, Psn p) {
+  for (std::uint32_t i = s.resend_head; i != s.resend_tail; ++i) {
+    const SrState::Range& r = s.resend[i % s.resend.size()];
+    if (r.n != 0 && !before(p, r.from) && before(p, r.from + r.n)) return true;
+  }
+  return false;
+}
+}  // namespace
+
 // The responder reports PSNs [from, to) missing (and `to` arrived). They are queued to be sent
 // again, each once per report; the responder reports each gap once, so a retransmission that
 // is lost too is the probe's (fire_timers), which sends the oldest unacknowledged packet again.
@@ -283,6 +323,20 @@ void Engine::Stages::comp_on_sack(Engine& eng, Qp& qp, Psn from, Psn to) {
     return;
   }
   SrState& s = *qp.sr;
+  // The responder acknowledged what it had before this SACK: the oldest unacknowledged PSN,
+  // below the gap reported, is still missing there. If the packet that arrived (`to`) went
+  // out well after that PSN's last copy, the copy was lost, or the SACK that named it: send it
+  // again now rather than when the probe timer fires with the window stalled behind it.
+  const Psn edge = qp.comp.psn;
+  bool edge_queued = false;
+  if (before(edge, from) &&
+      distance(to, sr_sent_high(s, edge)) >= static_cast<std::int32_t>(SrState::kRackMargin)) {
+    if (s.resend_tail - s.resend_head < s.resend.size() && !sr_queued(s, edge)) {
+      s.resend[s.resend_tail++ % s.resend.size()] = {edge, 1};
+      eng.stats_.inc(Counter::kSrEdgeResends);
+      edge_queued = true;
+    }
+  }
   // Only what no SACK named before (sacked_to is meaningful within [comp.psn, high_psn]).
   if (before(s.sacked_to, qp.comp.psn) || after(s.sacked_to, qp.req.high_psn))
     s.sacked_to = qp.comp.psn;
@@ -290,10 +344,12 @@ void Engine::Stages::comp_on_sack(Engine& eng, Qp& qp, Psn from, Psn to) {
   const std::int32_t left = distance(to, from);
   if (left <= 0) {
     eng.stats_.inc(Counter::kRxDropUnexpected);  // reported before: the probe covers a loss
+    if (edge_queued) schedule_send(eng, qp);
     return;
   }
   if (s.resend_tail - s.resend_head == s.resend.size()) {
     eng.stats_.inc(Counter::kRespQueueFull);  // the probe finds it
+    if (edge_queued) schedule_send(eng, qp);
     return;
   }
   s.resend[s.resend_tail++ % s.resend.size()] = {from, static_cast<std::uint32_t>(left)};
@@ -359,6 +415,7 @@ void Engine::Stages::sr_resend(Engine& eng, Qp& qp, std::uint32_t& budget) {
         w->state = saved_state;
       }
       if (!ok) return;  // no room now: run() comes back (the QP stays on the send list)
+      sr_note_resent(qp, p, qp.req.high_psn);
       eng.stats_.inc(Counter::kSrRetransmits);
       eng.stats_.inc(Counter::kSrRetransmitBytes,
                      eng.stats_.get(Counter::kRetransmittedBytes) - bytes0);
@@ -394,6 +451,16 @@ void Engine::Stages::on_loss(Engine& eng, Qp& qp) {
 }
 
 std::uint32_t Engine::Stages::window_max(const Engine& eng, const Qp& qp) {
+  if (qp.req.sr) [[unlikely]] {
+    // Selective repeat: a loss costs the lost packet, not the window after it, and the oldest
+    // missing packet holds the window's edge for about two round trips (the SACK, then its
+    // copy behind what was sent meanwhile): a go-back-N-sized window stalled the sender at
+    // every loss. At most the responder's bitmap.
+    const std::uint64_t by_bytes =
+        std::max<std::uint64_t>(eng.cfg_.sr_inflight_bytes >> qp.pmtu_shift(), 1);
+    return static_cast<std::uint32_t>(std::min<std::uint64_t>(
+        {eng.cfg_.max_inflight_psns, by_bytes, std::uint64_t{SrState::kBits}}));
+  }
   const std::uint64_t by_bytes =
       std::max<std::uint64_t>(eng.cfg_.max_inflight_bytes >> qp.pmtu_shift(), 1);
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(eng.cfg_.max_inflight_psns, by_bytes));

@@ -78,7 +78,10 @@ std::string_view to_string(Counter c) {
                                                                  "sr_sacks_rcvd",
                                                                  "sr_retransmits",
                                                                  "sr_retransmit_bytes",
-                                                                 "ack_deferred"};
+                                                                 "ack_deferred",
+                                                                 "window_stalls",
+                                                                 "window_stall_ns",
+                                                                 "sr_edge_resends"};
   return k[static_cast<std::size_t>(c)];
 }
 

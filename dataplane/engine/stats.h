@@ -74,6 +74,9 @@ enum class Counter : std::uint8_t {
   kSrRetransmits,       ///< selective repeat: packets sent again because a SACK named them
   kSrRetransmitBytes,   ///< their payload bytes
   kAckDeferred,         ///< coalesced ACKs kept for the next run() (the TX ring was full), per run
+  kWindowStalls,        ///< times an RC requester with packets to send found its window full
+  kWindowStallNs,       ///< the time they waited for the window to open (ns)
+  kSrEdgeResends,  ///< selective repeat: oldest packet sent again, a later SACK showing it lost
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);

@@ -44,7 +44,8 @@ struct WriteResult {
   std::uint64_t write_multi = 0;      ///< WRITE First/Middle/Last frames A sent
   std::uint64_t sacks = 0;            ///< SACK frames B sent
   Stats a, b;
-  std::uint64_t ns = 0;  ///< simulated time from the first post to the last completion
+  std::uint64_t ns = 0;       ///< simulated time from the first post to the last completion
+  std::uint64_t srtt_ns = 0;  ///< A's smoothed round trip at the end
 };
 
 struct StreamSpec {
@@ -151,19 +152,24 @@ WriteResult write_stream(const StreamSpec& s, const FaultPolicy& a2b, const Faul
   r.lost_bytes += lb.injector(0).stats().corrupted * mtu_bytes(s.mtu);
   r.a = lb.a().stats();
   r.b = lb.b().stats();
+  r.srtt_ns = lb.a().srtt_ns();
   r.retrans_bytes = r.a.get(Counter::kRetransmittedBytes);
   r.retrans_packets = r.a.get(Counter::kRetransmittedPackets);
   const auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
   std::printf(
       "[ write stream ] %u x %u B, SR %s: lost %llu packets (%llu B), retransmitted %llu packets "
       "(%llu B, %.2fx lost; %llu selective), %llu go-back-N, %llu probes, %llu timeouts; B placed "
-      "%llu out of order, sent %llu SACKs\n",
+      "%llu out of order, sent %llu SACKs; %.3f ms, window full %llu times for %.3f ms; %llu "
+      "edge resends, srtt %.1f us\n",
       s.writes, s.size, r.write_only > r.write_multi ? "on" : "off", u(r.lost_packets),
       u(r.lost_bytes), u(r.retrans_packets), u(r.retrans_bytes),
       r.lost_bytes ? static_cast<double>(r.retrans_bytes) / static_cast<double>(r.lost_bytes) : 0.0,
       u(r.a.get(Counter::kSrRetransmits)), u(r.a.get(Counter::kRetries)),
       u(r.a.get(Counter::kRetransmitProbes)), u(r.a.get(Counter::kRetransmitTimeouts)),
-      u(r.b.get(Counter::kSrOooPlaced)), u(r.b.get(Counter::kSrSacksSent)));
+      u(r.b.get(Counter::kSrOooPlaced)), u(r.b.get(Counter::kSrSacksSent)),
+      static_cast<double>(r.ns) / 1e6, u(r.a.get(Counter::kWindowStalls)),
+      static_cast<double>(r.a.get(Counter::kWindowStallNs)) / 1e6,
+      u(r.a.get(Counter::kSrEdgeResends)), static_cast<double>(r.srtt_ns) / 1e3);
   return r;
 }
 
@@ -255,11 +261,15 @@ TEST(SrResponder, PlacesPastAGapReportsItOnceAndAcksTheWhole) {
   t.now += SrState::kReorderNs;
   t.inject(Opcode::kRcWriteOnly, kE + 7, 256, false, 7 * 256, 256);
   auto out = t.flush();
-  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out.size(), 2u);
+  // The cumulative ACK first (comp_on_sack reads the oldest unacknowledged PSN as missing).
   EXPECT_EQ(out[0].op, Opcode::kRcAcknowledge);
-  EXPECT_EQ(out[0].syndrome, SrState::kSackSyndrome);
-  EXPECT_EQ(out[0].psn, kE);
-  EXPECT_EQ(out[0].msn, kE + 1);
+  EXPECT_EQ(out[0].syndrome & 0x60, 0) << "an ACK";
+  EXPECT_EQ(out[0].psn, kE - 1);
+  EXPECT_EQ(out[1].op, Opcode::kRcAcknowledge);
+  EXPECT_EQ(out[1].syndrome, SrState::kSackSyndrome);
+  EXPECT_EQ(out[1].psn, kE);
+  EXPECT_EQ(out[1].msn, kE + 1);
   t.inject(Opcode::kRcWriteOnly, kE + 3, 256, false, 3 * 256, 256);  // a second copy
   EXPECT_TRUE(t.flush().empty());
   t.inject(Opcode::kRcWriteOnly, kE, 256, true, 0, 256);
@@ -373,6 +383,82 @@ TEST(SelectiveRepeat, LostTailAndLostRetransmissionAreProbed) {
   EXPECT_LE(r.retrans_packets, 4u);
 }
 
+// A lost SACK: the responder reports each gap once, so the requester used to wait for its probe
+// timer, the window stalled behind the missing packet. The next SACK (for a later gap) comes
+// after the responder's cumulative ACK, which shows the oldest packet still missing although
+// the packet that SACK names went out long after it: it is sent again at once.
+TEST(SelectiveRepeat, ALostSackIsFoundByTheNextSack) {
+  FaultPolicy a2b;
+  a2b.drop_psn.push_back({Engine::kFirstQpn, kPsnA + 100, 1, -1});
+  a2b.drop_psn.push_back({Engine::kFirstQpn, kPsnA + 180, 1, -1});
+  FaultPolicy b2a;  // the SACK naming PSN 100 (BTH PSN: the gap's first)
+  b2a.drop_psn.push_back(
+      {Engine::kFirstQpn, kPsnA + 100, 1, static_cast<int>(Opcode::kRcAcknowledge)});
+  StreamSpec s;
+  s.writes = 16;
+  s.depth = 16;
+  const WriteResult r = write_stream(s, a2b, b2a);
+  EXPECT_EQ(r.completed, 16u);
+  EXPECT_TRUE(r.data_ok);
+  EXPECT_EQ(r.sacks, 2u);
+  EXPECT_EQ(r.a.get(Counter::kSrEdgeResends), 1u);
+  EXPECT_EQ(r.a.get(Counter::kRetransmitProbes), 0u) << "found by the SACK, not the timer";
+  EXPECT_EQ(r.a.get(Counter::kRetransmitTimeouts), 0u);
+  EXPECT_EQ(r.retrans_packets, 2u) << "each lost packet once";
+}
+
+// Lost retransmissions, one after another through a long stream: each is found by the probe
+// timer when no later SACK shows it. The timer used to stay backed off (x8) after three probes,
+// past the ACK timeout: each later loss of a retransmission then stopped the stream for the
+// whole timeout. And the window (sr_inflight_bytes) covers the wait: with the go-back-N window
+// (1 MiB) the stream took 1.32x its lossless time even with the timer fixed.
+TEST(SelectiveRepeat, LostRetransmissionsDoNotBackTheProbeTimerOff) {
+  FaultPolicy a2b;
+  for (std::uint32_t k = 0; k < 8; ++k)  // the packet and its first copy
+    a2b.drop_psn.push_back({Engine::kFirstQpn, kPsnA + 100 + k * 700, 2, -1});
+  StreamSpec s;
+  s.writes = 400;
+  s.depth = 64;
+  s.bytes_per_us = 1250;
+  s.link_delay_ns = 2000;
+  const WriteResult clean = write_stream(s, {});
+  const WriteResult r = write_stream(s, a2b);
+  EXPECT_EQ(r.completed, 400u);
+  EXPECT_TRUE(r.data_ok);
+  EXPECT_EQ(r.lost_packets, 16u);
+  EXPECT_EQ(r.a.get(Counter::kRetransmitTimeouts), 0u);
+  EXPECT_LE(r.a.get(Counter::kRetransmitProbes), 32u);
+  EXPECT_LE(r.retrans_bytes, 2 * r.lost_bytes);
+  std::printf("[ lost copies ] %.3f ms against %.3f ms lossless\n", static_cast<double>(r.ns) / 1e6,
+              static_cast<double>(clean.ns) / 1e6);
+  EXPECT_GE(static_cast<double>(clean.ns) / static_cast<double>(r.ns), 0.85)
+      << "the window covers the probe's wait";
+}
+
+// The round trip is not sampled across a lost copy: a packet timed while an older packet was
+// missing is acknowledged only when the probe has filled it. Every path that sends a copy (the
+// SACK, the probe, the timeout) stops the sample (Karn); without it on the probe, this stream's
+// estimate went from 2.2 to 7.6 us, and the probe timer with it.
+TEST(SelectiveRepeat, ALostCopyIsNoRoundTripSample) {
+  FaultPolicy a2b;
+  // Each packet and its first copy: the probe that fills PSN 50 lets WRITEs complete and new
+  // packets go out (one of them timed) while PSN 100, missing, holds their acknowledgement
+  // until the next probe.
+  a2b.drop_psn.push_back({Engine::kFirstQpn, kPsnA + 50, 2, -1});
+  a2b.drop_psn.push_back({Engine::kFirstQpn, kPsnA + 100, 2, -1});
+  StreamSpec s;
+  s.writes = 32;
+  s.depth = 16;
+  const WriteResult clean = write_stream(s, {});
+  const WriteResult r = write_stream(s, a2b);
+  EXPECT_EQ(r.completed, 32u);
+  EXPECT_TRUE(r.data_ok);
+  EXPECT_GE(r.a.get(Counter::kRetransmitProbes), 2u) << "the copies were found by the probe";
+  ASSERT_GT(clean.srtt_ns, 0u);
+  EXPECT_LT(r.srtt_ns, 2 * clean.srtt_ns)
+      << "srtt " << r.srtt_ns << " ns against " << clean.srtt_ns << " ns without loss";
+}
+
 // A peer slower than the ACK timeout (its ACKs 6 ms late, the timeout about 4 ms): nothing was
 // lost, and the timeout sends the oldest packet again, not the whole window (go-back-N sent
 // every packet in flight again).
@@ -442,9 +528,9 @@ TEST(SelectiveRepeat, SimulatedGoodputAtOnePercentLoss) {
   g.offer_b = false;
   const WriteResult gbn =
       write_stream(g, policy(0.01, 0, 0, 0, 0, 0, 32), policy(0.01, 0, 0, 0, 0, 0, 33));
-  ASSERT_EQ(clean.completed, 400u);
-  ASSERT_EQ(sr.completed, 400u);
-  ASSERT_EQ(gbn.completed, 400u);
+  ASSERT_EQ(clean.completed, s.writes);
+  ASSERT_EQ(sr.completed, s.writes);
+  ASSERT_EQ(gbn.completed, s.writes);
   EXPECT_TRUE(sr.data_ok);
   EXPECT_TRUE(gbn.data_ok);
   const double r_sr = static_cast<double>(clean.ns) / static_cast<double>(sr.ns);

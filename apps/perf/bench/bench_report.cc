@@ -143,16 +143,22 @@ void print_row(std::FILE* out, const Workload& w, const Point& p, const Results&
         static_cast<unsigned long long>(p.retransmitted), busy(p).c_str(), c2c(p).c_str(),
         p.runs > 1 ? runs_text(p).c_str() : "");
     if (p.lost_bytes != 0 || p.retransmitted_bytes != 0)
-      std::fprintf(out,
-                   "   %s: lost %llu B (A's dropped requests), retransmitted %llu B (%.2fx), "
-                   "%llu packets selectively\n",
-                   p.selective_repeat ? "selective repeat" : "go-back-N",
-                   static_cast<unsigned long long>(p.lost_bytes),
-                   static_cast<unsigned long long>(p.retransmitted_bytes),
-                   p.lost_bytes ? static_cast<double>(p.retransmitted_bytes) /
-                                      static_cast<double>(p.lost_bytes)
-                                : 0.0,
-                   static_cast<unsigned long long>(p.sr_retransmits));
+      std::fprintf(
+          out,
+          "   %s: lost %llu B (A's dropped requests), retransmitted %llu B (%.2fx), "
+          "%llu packets selectively (%llu found by a later SACK); %llu ACK timeouts, "
+          "%llu probes; window full %llu times for %.1f ms in all\n",
+          p.selective_repeat ? "selective repeat" : "go-back-N",
+          static_cast<unsigned long long>(p.lost_bytes),
+          static_cast<unsigned long long>(p.retransmitted_bytes),
+          p.lost_bytes
+              ? static_cast<double>(p.retransmitted_bytes) / static_cast<double>(p.lost_bytes)
+              : 0.0,
+          static_cast<unsigned long long>(p.sr_retransmits),
+          static_cast<unsigned long long>(p.sr_edge_resends),
+          static_cast<unsigned long long>(p.timeouts), static_cast<unsigned long long>(p.probes),
+          static_cast<unsigned long long>(p.window_stalls),
+          static_cast<double>(p.window_stall_ns) / 1e6);
   } else {
     const Point* echo = b.link_for(Kind::kL2Echo, p, frame_payload(p.size, w.mtu));
     std::fprintf(out,
@@ -293,7 +299,9 @@ void point_json(std::ostringstream& j, const BenchConfig& cfg, const Point& p, c
       << ",\"read_rerequest_bytes\":" << p.read_rerequest_bytes
       << ",\"peer_read_responses_sent\":" << p.peer_read_responses
       << ",\"retransmitted_bytes\":" << p.retransmitted_bytes << ",\"lost_bytes\":" << p.lost_bytes
-      << ",\"sr_retransmits\":" << p.sr_retransmits << "}"
+      << ",\"sr_retransmits\":" << p.sr_retransmits << ",\"sr_edge_resends\":" << p.sr_edge_resends
+      << ",\"window_stalls\":" << p.window_stalls << ",\"window_stall_ns\":" << p.window_stall_ns
+      << "}"
       << ",\"selective_repeat\":" << (p.selective_repeat ? "true" : "false")
       << ",\"srtt_us\":" << num(static_cast<double>(p.srtt_ns) / 1e3);
     if (p.busy_a >= 0 || p.busy_b >= 0)

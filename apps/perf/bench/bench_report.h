@@ -39,6 +39,9 @@ struct Point {
   /// of the request frames A's injector dropped (frames x payload per frame: exact for
   /// messages of whole MTUs), and the packets selective repeat sent again.
   std::uint64_t retransmitted_bytes = 0, lost_bytes = 0, sr_retransmits = 0;
+  /// A's requester: times it found its window full with packets to send, the time it waited
+  /// (ns), and oldest packets a later SACK showed lost (selective repeat, docs/loss-recovery.md).
+  std::uint64_t window_stalls = 0, window_stall_ns = 0, sr_edge_resends = 0;
   bool selective_repeat = false;  ///< the QPs used it (both sides announced it)
   /// Ours: the engine's smoothed round trip (request to acknowledgement) at the end, in ns.
   std::uint64_t srtt_ns = 0;

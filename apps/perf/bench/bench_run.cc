@@ -840,6 +840,9 @@ void BenchSide::workload(std::size_t wi) {
     p.read_rerequest_bytes = diff(Counter::kReadReRequestBytes);
     p.retransmitted_bytes = diff(Counter::kRetransmittedBytes);
     p.sr_retransmits = diff(Counter::kSrRetransmits);
+    p.window_stalls = diff(Counter::kWindowStalls);
+    p.window_stall_ns = diff(Counter::kWindowStallNs);
+    p.sr_edge_resends = diff(Counter::kSrEdgeResends);
     p.selective_repeat = announce && peers[0].sr;
     p.srtt_ns = eng.srtt_ns();
     p.injected_drops = (loop.faults() ? loop.faults()->stats().dropped : 0) - drops0;
