@@ -15,9 +15,10 @@
 #     recorded clients back.
 #   contend: B's F_SETLK refused while A holds; B's F_SETLKW blocks and gets the lock after A's
 #     unlock (the delay printed: no CB_NOTIFY_LOCK, the client polls); a host process against A's
-#     lock (fcntl refused; flock another domain), A against the host's; and with a read
-#     delegation A holds (flock on a read-only open), the host's read lock, its flock, and its
-#     write lock (its open for writing recalls the delegation first), printed.
+#     lock (fcntl refused; flock another domain), A against the host's; A's flock against the
+#     host's fcntl locks; and with a read delegation A holds (an fcntl read lock on a read-only
+#     open, kept on the client), the host's read lock, its flock, and its write lock (its open
+#     for writing recalls the delegation first: refused), printed.
 #   nfs4_locks.sh ROCE_NFSD reclaim|contend   (root; exits 77 when VMs cannot run here)
 set -euo pipefail
 nfsd=$(realpath "$1") mode=${2:-reclaim}
@@ -102,7 +103,7 @@ do_host-vs-a-nodeleg() { hl r "$out/export/e"; hl f "$out/export/e"; hl w "$out/
 if [[ $mode == reclaim ]]; then
   steps=(before restart after)
 else
-  steps=(host-vs-a-w host-holds host-unlock host-vs-a-deleg host-vs-a-nodeleg)
+  steps=(host-vs-a-w host-holds host-unlock host-vs-a-nodeleg host-vs-a-deleg)
 fi
 export RXE_VM_9P=$out/share
 boot "sh /mnt/host/guest.sh $mode" 900
@@ -156,7 +157,8 @@ else
   grep -q "host host-vs-a-w: fcntl write lock c: DENIED" "$out/vm.txt" || { ok=0; echo "the host got A's write lock"; }
   grep -q "host host-vs-a-w: fcntl read lock c: DENIED" "$out/vm.txt" || { ok=0; echo "the host got a read lock under A's write lock"; }
   grep -q "host host-vs-a-nodeleg: fcntl read lock e: DENIED" "$out/vm.txt" || { ok=0; echo "the host got a read lock under A's flock"; }
-  grep -q "host host-vs-a-deleg: fcntl write lock d: DENIED" "$out/vm.txt" || { ok=0; echo "the host got a write lock under A's flock (delegation recalled)"; }
+  grep -q "host host-vs-a-deleg: fcntl write lock d: DENIED" "$out/vm.txt" ||
+    { ok=0; echo "the host got a write lock over A's read lock (the delegation recalled)"; }
   p=$out/nfsd.1.pcap
   echo "delegations granted (OPEN replies with a read delegation): $(ts "$p" -Y 'nfs.open.delegation_type == 1' | wc -l)," \
     "CB_RECALLs: $(ts "$p" -Y 'nfs.cb.operation == 4' | wc -l)," \
