@@ -7,7 +7,7 @@
 HOST_PKGS+=(nfs-kernel-server nfs-common rpcbind)
 MODS+=(sunrpc rpcrdma nfsd nfs nfsv3 nfsv4 lockd)
 EXTRA_IMAGE_BINS+=(/usr/sbin/rpc.nfsd /usr/sbin/rpc.mountd /usr/sbin/exportfs /sbin/mount.nfs
-                   /sbin/rpcbind /usr/sbin/rpcinfo /usr/bin/flock)
+                   /sbin/rpcbind /usr/sbin/rpcinfo /usr/bin/flock /usr/sbin/showmount)
 IMAGE_HOOKS+=(nfs_image_hook)
 
 nfs_image_hook() {
