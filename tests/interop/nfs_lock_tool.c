@@ -37,7 +37,8 @@ static int open_for(const char* file, char kind) {
 
 /* 0 when taken; errno otherwise. */
 static int lock(int fd, char kind, int block) {
-  if (kind == 'f' || kind == 'x') return flock(fd, LOCK_EX | (block ? 0 : LOCK_NB)) == 0 ? 0 : errno;
+  if (kind == 'f' || kind == 'x')
+    return flock(fd, LOCK_EX | (block ? 0 : LOCK_NB)) == 0 ? 0 : errno;
   struct flock l = {.l_type = kind == 'w' ? F_WRLCK : F_RDLCK, .l_whence = SEEK_SET};
   return fcntl(fd, block ? F_SETLKW : F_SETLK, &l) == 0 ? 0 : errno;
 }
