@@ -10,9 +10,10 @@
 #     roce-nfsd is killed (SIGKILL) and started again on the same --state-dir; A's process writes
 #     on, through its descriptor (the client reclaims its open with CLAIM_PREVIOUS and its lock
 #     with reclaim true, then RECLAIM_COMPLETE: each decoded by tshark in the new server's
-#     capture); B's F_SETLK and a host process's lockf are refused until A unlocks, then B gets
-#     it; the file holds every line A wrote; the server says the grace period ended early, all
-#     recorded clients back.
+#     capture); B, mounted right after the restart, tries F_SETLK in the grace period (its OPEN
+#     answered GRACE until A has reclaimed) and is refused, a host process's lockf too, until A
+#     unlocks, then B gets it; the file holds every line A wrote; the server says the grace
+#     period ended early, all recorded clients back.
 #   contend: B's F_SETLK refused while A holds; B's F_SETLKW blocks and gets the lock after A's
 #     unlock (the delay printed: no CB_NOTIFY_LOCK, the client polls); a host process against A's
 #     lock (fcntl refused; flock another domain), A against the host's; A's flock against the
@@ -139,7 +140,7 @@ if [[ $mode == reclaim ]]; then
   p=$out/nfsd.2.pcap
   echo "the restarted server's capture, decoded (frame, source, NFS; retransmissions left out):"
   ts "$p" -Y 'nfs' -T fields -e frame.number -e ip.src -e _ws.col.Info | grep -v "RPC retrans" |
-    head -24 | sed 's/^/  /'
+    head -24 | sed 's/^/  /' || true   # head ends the pipe early (pipefail)
   prev=$(ts "$p" -Y 'nfs.open.claim_type == 1 && ip.src == 192.0.2.1' | wc -l)
   lockr=$(ts "$p" -Y 'nfs.lock.reclaim == 1 && ip.src == 192.0.2.1' | wc -l)
   rc=$(ts "$p" -Y 'nfs.opcode == 58 && rpc.msgtyp == 0 && ip.src == 192.0.2.1' | wc -l)
@@ -148,6 +149,11 @@ if [[ $mode == reclaim ]]; then
   [[ $lockr -ge 1 ]] || { ok=0; echo "no LOCK with reclaim true in the capture"; }
   [[ $rc -ge 1 ]] || { ok=0; echo "no RECLAIM_COMPLETE in the capture"; }
   grep -q "grace period: 1 recorded clients may reclaim" "$out/nfsd.txt" || { ok=0; echo "no grace period began"; }
+  # The restarted server's report: one grace period, over (nfs4_grace_now 0), and the GRACE
+  # answers B's OPEN got while A had not reclaimed yet.
+  grace=$(sed -n '/^---- roce-nfsd run 2/,$p' "$out/nfsd.txt" | grep "^nfs4 grace:" || true)
+  echo "the restarted server: $grace"
+  [[ $grace == "nfs4 grace: 1 periods, 0 now"* ]] || { ok=0; echo "not one grace period, over"; }
   grep -q "grace period over early: all 1 recorded clients reclaimed" "$out/nfsd.txt" ||
     { ok=0; echo "the grace period did not end early"; }
   what="an fcntl lock reclaimed over RDMA after roce-nfsd was killed and restarted"
