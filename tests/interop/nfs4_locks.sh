@@ -20,9 +20,12 @@
 #     host's fcntl locks; and with a read delegation A holds (an fcntl read lock on a read-only
 #     open, kept on the client), the host's read lock, its flock, and its write lock (its open
 #     for writing recalls the delegation first: refused), printed.
-#   nfs4_locks.sh ROCE_NFSD reclaim|contend   (root; exits 77 when VMs cannot run here)
+# With ROCED, roced serves instead (a `kind: nfs` service on its port on the VM bridge's veth, the
+# same arguments), and roced is what is killed and started again; the frames are captured on the
+# bridge's side of the veth (dumpcap), one capture per run.
+#   nfs4_locks.sh ROCE_NFSD reclaim|contend [ROCED]   (root; exits 77 when VMs cannot run here)
 set -euo pipefail
-nfsd=$(realpath "$1") mode=${2:-reclaim}
+nfsd=$(realpath "$1") mode=${2:-reclaim} roced=${3:+$(realpath "$3")}
 [[ $mode == reclaim || $mode == contend ]] || { echo "mode: reclaim or contend"; exit 2; }
 export RXE_VM_NETNS=${RXE_VM_NETNS:-rxevm-nfs4lk}
 export RXE_VM_MEM=${RXE_VM_MEM:-1024}
@@ -30,9 +33,11 @@ export RXE_VM_MEM=${RXE_VM_MEM:-1024}
 source "$(dirname "$0")/lib.sh"
 interop_preflight
 command -v tshark > /dev/null || { echo "skipped: tshark missing"; exit 77; }
+[[ -z $roced ]] || command -v dumpcap > /dev/null || { echo "skipped: dumpcap missing"; exit 77; }
 out=$(mktemp -d)
-spid= hpid=
+spid= hpid= cpid= rp=
 trap '[[ -n $spid ]] && kill "$spid" 2>/dev/null; [[ -n $hpid ]] && kill "$hpid" 2>/dev/null;
+      [[ -n $cpid ]] && kill "$cpid" 2>/dev/null;
       [[ -n ${KEEP:-} ]] && echo "kept $out" || rm -rf "$out"' EXIT
 mkdir -p "$out/export" "$out/share"
 mkdir -m 700 "$out/state"
@@ -67,29 +72,60 @@ if kind == "hold" and res == "GOT":
 PY
 hl() { /usr/bin/python3 "$out/hostlock.py" "$@"; }
 runs=0
+server=roce-nfsd
+[[ -n $roced ]] && server=roced
 start_nfsd() {
   runs=$((runs + 1))
-  echo "---- roce-nfsd run $runs" >> "$out/nfsd.txt"
-  # Not under timeout(1): the kill below must reach roce-nfsd itself (--timeout ends it).
-  ip netns exec "$RXE_VM_NETNS" "$nfsd" --iface dp0 --root "$out/export" \
-    --export-options rw,no_root_squash --clients 192.0.2.0/24 --mount-address 192.0.2.254 \
-    --tcp-port 20050 --state-dir "$out/state" --timeout 860 --pcap "$out/nfsd.$runs.pcap" \
-    >> "$out/nfsd.txt" 2>&1 &
-  spid=$!
-  for _ in $(seq 100); do
-    [[ $(grep -c "roce-nfsd: serving" "$out/nfsd.txt") -ge $runs ]] && return 0
-    sleep 0.1
-  done
-  echo "roce-nfsd run $runs did not start"
+  echo "---- $server run $runs" >> "$out/nfsd.txt"
+  if [[ -n $roced ]]; then
+    ip netns exec "$RXE_VM_NETNS" dumpcap -q -i dp0-br -w "$out/nfsd.$runs.pcap" 2> /dev/null &
+    cpid=$!
+    roced_on_dp0 "$roced" "nfsl$runs" "" "services:
+  - kind: nfs
+    port: p0
+    listen_port: 20049
+    listen_address: 192.0.2.254
+    args: ['--root', '$out/export', '--export-options', 'rw,no_root_squash',
+           '--clients', '192.0.2.0/24', '--tcp-port', '20050', '--state-dir', '$out/state']"
+    spid=$rp rp=
+    for _ in $(seq 100); do
+      grep -q "service nfs: rdma_cm port" "$out/nfsl$runs.log" && return 0
+      sleep 0.1
+    done
+  else
+    # Not under timeout(1): the kill below must reach roce-nfsd itself (--timeout ends it).
+    ip netns exec "$RXE_VM_NETNS" "$nfsd" --iface dp0 --root "$out/export" \
+      --export-options rw,no_root_squash --clients 192.0.2.0/24 --mount-address 192.0.2.254 \
+      --tcp-port 20050 --state-dir "$out/state" --timeout 860 --pcap "$out/nfsd.$runs.pcap" \
+      >> "$out/nfsd.txt" 2>&1 &
+    spid=$!
+    for _ in $(seq 100); do
+      [[ $(grep -c "roce-nfsd: serving" "$out/nfsd.txt") -ge $runs ]] && return 0
+      sleep 0.1
+    done
+  fi
+  echo "$server run $runs did not start"
+}
+# stop_nfsd SIGNAL: the server, its log, its capture.
+stop_nfsd() {
+  kill "-$1" "$spid" 2> /dev/null || true
+  { wait "$spid"; } 2> /dev/null || true
+  spid=
+  if [[ -n $roced ]]; then
+    cat "$out/nfsl$runs.log" >> "$out/nfsd.txt"
+    sleep 0.5
+    kill "$cpid" 2> /dev/null || true
+    wait "$cpid" 2> /dev/null || true
+    cpid=
+  fi
 }
 # The host's part of each step the guest asks for (its output goes to the guest and the log).
 do_before() { hl w "$out/export/locked"; }
 do_after() { hl w "$out/export/locked"; }
 do_restart() {
-  kill -KILL "$spid"
-  { wait "$spid"; } 2> /dev/null || true
+  stop_nfsd KILL
   start_nfsd
-  echo "roce-nfsd killed and started again (state dir: $(cat "$out/state/clients" 2>/dev/null | wc -l) records)"
+  echo "$server killed and started again (state dir: $(cat "$out/state/clients" 2>/dev/null | wc -l) records)"
 }
 do_host-vs-a-w() { hl w "$out/export/c"; hl r "$out/export/c"; hl f "$out/export/c"; }
 do_host-holds() {
@@ -117,9 +153,7 @@ for s in "${steps[@]}"; do
   mv "$out/share/$s.tmp" "$out/share/$s.done"
 done
 finish && theirs=0 || theirs=1
-kill -TERM "$spid" 2>/dev/null || true
-wait "$spid" || true
-spid=
+stop_nfsd TERM
 grep -v "^\[rxe-vm\]" "$out/vm.txt" | grep -v "^WROTE" | sed 's/^/  vm: /'
 grep -vE "^(roce-nfsd: poll|procedures)" "$out/nfsd.txt" | sed 's/^/  nfsd: /'
 ok=1
@@ -151,12 +185,12 @@ if [[ $mode == reclaim ]]; then
   grep -q "grace period: 1 recorded clients may reclaim" "$out/nfsd.txt" || { ok=0; echo "no grace period began"; }
   # The restarted server's report: one grace period, over (nfs4_grace_now 0), and the GRACE
   # answers B's OPEN got while A had not reclaimed yet.
-  grace=$(sed -n '/^---- roce-nfsd run 2/,$p' "$out/nfsd.txt" | grep "^nfs4 grace:" || true)
+  grace=$(sed -n "/^---- $server run 2/,\$p" "$out/nfsd.txt" | grep -o "nfs4 grace:.*" || true)
   echo "the restarted server: $grace"
   [[ $grace == "nfs4 grace: 1 periods, 0 now"* ]] || { ok=0; echo "not one grace period, over"; }
   grep -q "grace period over early: all 1 recorded clients reclaimed" "$out/nfsd.txt" ||
     { ok=0; echo "the grace period did not end early"; }
-  what="an fcntl lock reclaimed over RDMA after roce-nfsd was killed and restarted"
+  what="an fcntl lock reclaimed over RDMA after $server was killed and restarted"
 else
   for w in MOUNTED-A MOUNTED-B OK-B-TRY-DENIED OK-B-BLOCKS OK-B-GOT OK-A-DENIED-BY-HOST \
            OK-A-GOT-AFTER-HOST UNMOUNTED; do need "$w"; done
@@ -173,8 +207,8 @@ else
   what="two NFSv4.1 clients and host processes contend on fcntl and flock locks"
 fi
 if [[ $theirs == 0 && $ok == 1 ]]; then
-  echo "PASS nfs4 locks ($mode): $what"
+  echo "PASS nfs4 locks ($mode, $server): $what"
 else
-  echo "FAIL nfs4 locks ($mode): vm=$theirs checks=$ok"
+  echo "FAIL nfs4 locks ($mode, $server): vm=$theirs checks=$ok"
   exit 1
 fi
