@@ -35,7 +35,7 @@ interop_preflight
 command -v tshark > /dev/null || { echo "skipped: tshark missing"; exit 77; }
 [[ -z $roced ]] || command -v dumpcap > /dev/null || { echo "skipped: dumpcap missing"; exit 77; }
 out=$(mktemp -d)
-spid= hpid= cpid= rp=
+spid='' hpid='' cpid='' rp=''
 trap '[[ -n $spid ]] && kill "$spid" 2>/dev/null; [[ -n $hpid ]] && kill "$hpid" 2>/dev/null;
       [[ -n $cpid ]] && kill "$cpid" 2>/dev/null;
       [[ -n ${KEEP:-} ]] && echo "kept $out" || rm -rf "$out"' EXIT
@@ -125,7 +125,7 @@ do_after() { hl w "$out/export/locked"; }
 do_restart() {
   stop_nfsd KILL
   start_nfsd
-  echo "$server killed and started again (state dir: $(cat "$out/state/clients" 2>/dev/null | wc -l) records)"
+  echo "$server killed and started again (state dir: $(wc -l < "$out/state/clients" 2>/dev/null || echo 0) records)"
 }
 do_host-vs-a-w() { hl w "$out/export/c"; hl r "$out/export/c"; hl f "$out/export/c"; }
 do_host-holds() {

@@ -33,7 +33,7 @@ if [[ $(cpio -t --quiet < "$cache/initramfs.cpio" 2>/dev/null | grep -cxE "usr/b
   "$here/vm/build.sh" --force > /dev/null 2>&1 || { echo "skipped: cannot build the VM image"; exit 77; }
 fi
 out=$(mktemp -d)
-spid= rp=
+spid='' rp=''
 trap '[[ -n $spid ]] && kill "$spid" 2>/dev/null; [[ -n $rp ]] && kill "$rp" 2>/dev/null
       [[ -n ${KEEP:-} ]] && echo "kept $out" || rm -rf "$out"' EXIT
 mkdir -p "$out/export" "$out/share"
