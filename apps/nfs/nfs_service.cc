@@ -405,7 +405,9 @@ std::string NfsService::report() const {
        " replies, " + std::to_string(t.backward_dropped) + " not sent), " +
        std::to_string(v4.cb_replies) + " replies taken, " + std::to_string(v4.cb_bad_replies) +
        " dropped, " + std::to_string(v4.cb_timeouts) + " timed out, " + std::to_string(v4.revoked) +
-       " revoked\nnfs4 operations:";
+       " revoked\nnfs4 grace: " + std::to_string(v4.grace_periods) + " periods, " +
+       std::to_string(v4.grace_now) + " now (nfs4_grace_now), " + std::to_string(v4.grace_answers) +
+       " GRACE answers\nnfs4 operations:";
   for (const auto& [op, k] : v4.by_op)
     s += std::string(" ") + v4::op_name(op) + ":" + std::to_string(k);
   return s + "\n";

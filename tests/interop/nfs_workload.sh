@@ -1,36 +1,43 @@
 #!/usr/bin/env bash
-# A workload on the Linux kernel client's NFSv3 mount over RDMA of roce-nfsd, and the file
-# handles across a restart of the server. The mount names nothing but proto=rdma, port=20049
-# and where MOUNT's kernel TCP is (mountaddr=: the RoCE address carries no kernel TCP) and
-# nolock (no NLM): MOUNT's port, protocol and version come from the service's port mapper.
+# A workload on the Linux kernel client's NFS mount over RDMA of roce-nfsd (or of roced hosting
+# the NFS service), and the file handles across a restart of the server. NFSv3 mounts with
+# nothing but proto=rdma, port=20049, where MOUNT's kernel TCP is (mountaddr=: the RoCE address
+# carries no kernel TCP) and nolock (no NLM): MOUNT's port, protocol and version come from the
+# service's port mapper. NFSv4.1 mounts with vers=4.1,proto=rdma,port=20049 alone.
 #   1. untar a source tree (a tarball of the project's apps/ made on the host), then rename
 #      files across directories, hard-link and symlink some; `git init`, `git add`, `git commit`
 #      of the whole tree; fio writes with verify=crc32c, sequential and random, 4 KiB and 1 MiB
 #      blocks, O_DIRECT (every block read back and checked); checksums of every file;
 #   2. with the export still mounted, an open file descriptor and a working directory inside:
-#      roce-nfsd is stopped and started again on the same export; the descriptor reads on, the
-#      directory lists, the checksums are the same, `git fsck` is clean and `git log` shows the
-#      commit, fio verifies every block it wrote (--verify_only): the client's handles, taken
-#      before, work;
+#      the server is stopped and started again on the same export (and, for NFSv4.1, the same
+#      --state-dir: the client reclaims its open); the descriptor reads on, the directory lists,
+#      the checksums are the same, `git fsck` is clean and `git log` shows the commit, fio
+#      verifies every block it wrote (--verify_only): the client's handles, taken before, work;
 #   3. unmount, remount, the same checks again; on the host, the export's checksums, git fsck
 #      and its commit.
-#   nfs_workload.sh ROCE_NFSD   (root; exits 77 when VMs cannot run here)
+# NFSv3 also asks the port mapper and MOUNT what rpcinfo and showmount ask (printed, not judged).
+# With ROCED, roced serves (a `kind: nfs` service on its port on the VM bridge's veth) and roced
+# is what restarts.
+#   nfs_workload.sh ROCE_NFSD [3|4.1] [ROCED]   (root; exits 77 when VMs cannot run here)
 set -euo pipefail
-nfsd=$(realpath "$1")
+nfsd=$(realpath "$1") vers=${2:-3} roced=${3:+$(realpath "$3")}
+[[ $vers == 3 || $vers == 4.1 ]] || { echo "version: 3 or 4.1"; exit 2; }
 export RXE_VM_NETNS=${RXE_VM_NETNS:-rxevm-nfsw}
 export RXE_VM_MEM=${RXE_VM_MEM:-1024}
 # shellcheck source=tests/interop/lib.sh disable=SC2154
 source "$(dirname "$0")/lib.sh"
 interop_preflight
-# An image without fio and git (image.d/tools.sh): build it again.
 cache=${RXE_VM_CACHE:-/var/tmp/rxe-vm}
-if [[ $(cpio -t --quiet < "$cache/initramfs.cpio" 2>/dev/null | grep -cxE "usr/bin/(fio|git)") != 2 ]]; then
+# An image without fio, git (image.d/tools.sh) or showmount (image.d/nfs.sh): build it again.
+if [[ $(cpio -t --quiet < "$cache/initramfs.cpio" 2>/dev/null | grep -cxE "usr/bin/(fio|git|showmount)") != 3 ]]; then
   "$here/vm/build.sh" --force > /dev/null 2>&1 || { echo "skipped: cannot build the VM image"; exit 77; }
 fi
 out=$(mktemp -d)
-spid=
-trap '[[ -n $spid ]] && kill "$spid" 2>/dev/null; rm -rf "$out"' EXIT
+spid='' rp=''
+trap '[[ -n $spid ]] && kill "$spid" 2>/dev/null; [[ -n $rp ]] && kill "$rp" 2>/dev/null
+      [[ -n ${KEEP:-} ]] && echo "kept $out" || rm -rf "$out"' EXIT
 mkdir -p "$out/export" "$out/share"
+mkdir -m 700 "$out/state"
 tar -C "$here/../.." -cf "$out/share/tree.tar" apps
 cp "$here/nfs_workload_guest.sh" "$out/share/work.sh"
 # Every block written with a crc32c header and read back (O_DIRECT: from the server); the same
@@ -66,20 +73,48 @@ size=32m
 filename=rand1m
 FIO
 export RXE_VM_9P=$out/share
-boot "sh /mnt/host/work.sh vers=3,proto=rdma,port=20049,mountaddr=192.0.2.254,nolock" 1500
-start_nfsd() {
-  ip netns exec "$RXE_VM_NETNS" timeout 1400 "$nfsd" --iface dp0 --root "$out/export" \
-    --export-options rw,no_root_squash --clients 192.0.2.0/24 --mount-address 192.0.2.254 \
-    --timeout 1400 >> "$out/nfsd.txt" 2>&1 &
-  spid=$!
+if [[ $vers == 3 ]]; then
+  opts=vers=3,proto=rdma,port=20049,mountaddr=192.0.2.254,nolock
+else
+  opts=vers=4.1,proto=rdma,port=20049
+fi
+boot "sh /mnt/host/work.sh $opts" 1500
+server=roce-nfsd
+[[ -n $roced ]] && server=roced
+runs=0
+start_server() {
+  runs=$((runs + 1))
+  if [[ -n $roced ]]; then
+    # roced_on_dp0 waits for the attach socket; the service says its port once it listens.
+    roced_on_dp0 "$roced" "nfsw$runs" "" "services:
+  - kind: nfs
+    port: p0
+    listen_port: 20049
+    listen_address: 192.0.2.254
+    args: ['--root', '$out/export', '--export-options', 'rw,no_root_squash',
+           '--clients', '192.0.2.0/24', '--state-dir', '$out/state']"
+    spid=$rp rp=
+    for _ in $(seq 100); do grep -q "service nfs: rdma_cm port" "$out/nfsw$runs.log" && break; sleep 0.1; done
+  else
+    ip netns exec "$RXE_VM_NETNS" "$nfsd" --iface dp0 --root "$out/export" \
+      --export-options rw,no_root_squash --clients 192.0.2.0/24 --mount-address 192.0.2.254 \
+      --state-dir "$out/state" --timeout 1400 >> "$out/nfsd.txt" 2>&1 &
+    spid=$!
+  fi
 }
-start_nfsd
+stop_server() {
+  kill -TERM "$spid"
+  wait "$spid" || true
+  [[ -n $roced ]] && cat "$out/nfsw$runs.log" >> "$out/nfsd.txt"
+  spid=
+}
+start_server
 restarted=0
 for _ in $(seq 1200); do
   if [[ -e $out/share/phase1 ]]; then
-    kill -TERM "$spid"; wait "$spid" || true
-    echo "---- roce-nfsd restarted" >> "$out/nfsd.txt"
-    start_nfsd
+    stop_server
+    echo "---- $server restarted" >> "$out/nfsd.txt"
+    start_server
     sleep 2
     touch "$out/share/restarted"
     restarted=1
@@ -89,11 +124,9 @@ for _ in $(seq 1200); do
   sleep 1
 done
 finish && theirs=0 || theirs=1
-kill -TERM "$spid" 2>/dev/null || true
-wait "$spid" || true
-spid=
-grep -v "^\[rxe-vm\]" "$out/vm.txt" | sed 's/^/  vm: /' | tail -60
-grep -E "serving|restarted|nfs:|service nfs" "$out/nfsd.txt" | sed 's/^/  nfsd: /'
+stop_server
+grep -v "^\[rxe-vm\]" "$out/vm.txt" | sed 's/^/  vm: /' | tail -90
+grep -E "serving|restarted|nfs:|nfs4:|service nfs|grace" "$out/nfsd.txt" | sed 's/^/  server: /'
 # The host's side: the same checksums over the export, the repository whole, its one commit the
 # VM's.
 host_ok=0
@@ -114,9 +147,14 @@ for w in MOUNTED GIT-COMMITTED FIO-WRITE-VERIFY-OK SUMS-AFTER-RESTART-OK CWD-OK 
          FIO-AFTER-REMOUNT-OK UNMOUNTED; do
   grep -q "$w" "$out/vm.txt" || { ok=0; echo "missing: $w"; }
 done
+if [[ $vers == 4.1 ]]; then
+  # The descriptor held open across the restart is an open the client reclaims.
+  grep -q "grace period over early: all 1 recorded clients reclaimed" "$out/nfsd.txt" ||
+    { ok=0; echo "the restarted server's grace period did not end with the client's reclaim"; }
+fi
 if [[ $theirs == 0 && $ok == 1 && $restarted == 1 && $host_ok == 1 && $git_ok == 1 ]]; then
-  echo "PASS nfs workload: untar, rename, link, git, fio verify; handles across a roce-nfsd restart; remount"
+  echo "PASS nfs workload (NFSv$vers, $server): untar, rename, link, git, fio verify; handles across a $server restart; remount"
 else
-  echo "FAIL nfs workload: vm=$theirs checks=$ok restarted=$restarted host=$host_ok git=$git_ok"
+  echo "FAIL nfs workload (NFSv$vers, $server): vm=$theirs checks=$ok restarted=$restarted host=$host_ok git=$git_ok"
   exit 1
 fi

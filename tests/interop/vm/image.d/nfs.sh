@@ -1,13 +1,14 @@
 # shellcheck shell=bash disable=SC2034
 # NFS over RDMA (apps/nfs, docs/nfs.md): the kernel's NFS server and client with the RPC-over-RDMA
 # transport (rpcrdma: svcrdma and xprtrdma), and the nfs-utils programs that start and mount
-# them (the client for NFSv3 and NFSv4.1). In the VM, `nfs_vm_server DIR` exports DIR over TCP and
-# RDMA (port 20049), NFSv3 only, `nfs_vm_server DIR v4` NFSv4.1 too (a 10 s grace period), and
-# `mount.nfs` mounts an RDMA export (see tests/interop/nfs*.sh).
+# them (the client for NFSv3 and NFSv4.1) and showmount (what a MOUNT server exports). In the VM,
+# `nfs_vm_server DIR` exports DIR over TCP and RDMA (port 20049), NFSv3 only,
+# `nfs_vm_server DIR v4` NFSv4.1 too (a 10 s grace period), and `mount.nfs` mounts an RDMA export
+# (see tests/interop/nfs*.sh).
 HOST_PKGS+=(nfs-kernel-server nfs-common rpcbind)
 MODS+=(sunrpc rpcrdma nfsd nfs nfsv3 nfsv4 lockd)
 EXTRA_IMAGE_BINS+=(/usr/sbin/rpc.nfsd /usr/sbin/rpc.mountd /usr/sbin/exportfs /sbin/mount.nfs
-                   /sbin/rpcbind /usr/sbin/rpcinfo /usr/bin/flock)
+                   /sbin/rpcbind /usr/sbin/rpcinfo /usr/bin/flock /usr/sbin/showmount)
 IMAGE_HOOKS+=(nfs_image_hook)
 
 nfs_image_hook() {
