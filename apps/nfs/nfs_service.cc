@@ -383,7 +383,9 @@ std::string NfsService::report() const {
        "; beyond credits " + std::to_string(t.over_credit) + ", refused " +
        std::to_string(t.rejected_full) + " (full), " + std::to_string(t.denied) +
        " (not listed), " + std::to_string(t.unresolved) + " (no ARP answer), " +
-       std::to_string(t.reaped) + " idle reaped, " + std::to_string(t.closed) + " closed\n";
+       std::to_string(t.reaped) + " idle reaped, " + std::to_string(t.closed) +
+       " closed; at most " + std::to_string(t.reads_in_flight_peak) + " RDMA READs and " +
+       std::to_string(t.chunk_buffers_peak) + " chunk buffers of a connection at once\n";
   const auto& m = mount_.stats();
   s += "mount: " + std::to_string(mount_.clients()) + " connections, refused " +
        std::to_string(m.refused) + " (full), " + std::to_string(m.refused_peer) +
@@ -450,6 +452,8 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"rpcrdma_closed", t.closed},
       {"rpcrdma_err_vers", t.err_vers},
       {"rpcrdma_err_chunk", t.err_chunk},
+      {"rpcrdma_reads_in_flight_peak", t.reads_in_flight_peak},  // of one connection
+      {"rpcrdma_chunk_buffers_peak", t.chunk_buffers_peak},      // of one connection
       {"mount_calls", mount_.calls()},
       {"portmap_calls", (portmap_tcp_ ? portmap_tcp_->calls() : 0) + portmap_udp_calls_},
       {"portmap_udp_denied", portmap_udp_denied_},  // datagrams from hosts not listed: dropped
