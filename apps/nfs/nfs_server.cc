@@ -501,6 +501,9 @@ struct NfsServer::Obj {
 
 NfsServer::NfsServer(std::string root, std::string export_path, ExportOptions opts, HandleMode mode)
     : root_(std::move(root)), export_(std::move(export_path)), opts_(std::move(opts)) {
+  // "/srv/export/" and "/srv/export" are one export (what MNT and NFSv4's pseudo-root compare).
+  while (export_.size() > 1 && export_.back() == '/') export_.pop_back();
+  if (export_.empty() || export_.front() != '/') export_.insert(export_.begin(), '/');
   root_fd_ = ::open(root_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   struct stat s;
   if (root_fd_ < 0 || ::fstat(root_fd_, &s) != 0 || !S_ISDIR(s.st_mode)) {
@@ -580,6 +583,33 @@ NfsServer::NfsServer(std::string root, std::string export_path, ExportOptions op
     stable_cookies_ = !(static_cast<long>(f.f_type) == kRamfs ||
                         (static_cast<long>(f.f_type) == kTmpfs && old_kernel));
   }
+}
+
+bool NfsServer::beneath_export(const std::string& path, std::string& rel) const {
+  // export_ has no trailing slash (but "/"); "" names the root when the export is "/".
+  rel.clear();
+  std::string_view rest(path);
+  if (export_ == "/") {
+    if (!rest.empty() && rest.front() != '/') return false;
+  } else {
+    if (rest.substr(0, export_.size()) != export_) return false;
+    rest.remove_prefix(export_.size());
+    if (!rest.empty() && rest.front() != '/') return false;  // "/srv/exported" is not beneath
+  }
+  while (!rest.empty()) {
+    const std::size_t n = std::min(rest.find('/'), rest.size());
+    const std::string_view part = rest.substr(0, n);
+    rest.remove_prefix(std::min(n + 1, rest.size()));
+    if (part.empty() || part == ".") continue;
+    if (part == "..") return false;
+    if (!rel.empty()) rel += '/';
+    rel.append(part);
+  }
+  return rel.size() <= kMaxRel;
+}
+
+std::string NfsServer::join_export(const std::string& rel) const {
+  return export_ == "/" ? "/" + rel : export_ + "/" + rel;
 }
 
 NfsServer::~NfsServer() {
@@ -1695,7 +1725,10 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
         return;
       }
       rpc::encode(e, r);
-      if (path != export_ && !(export_ == "/" && path.empty())) {
+      // The export or a directory beneath it, as mountd mounts any (trailing slashes and "."
+      // dropped; ".." refused): its path under the root, normalised.
+      std::string rel;
+      if (!beneath_export(path, rel)) {
         e.u32(2);  // MNT3ERR_NOENT
         return;
       }
@@ -1704,18 +1737,39 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
         e.u32(13);  // MNT3ERR_ACCES, as mountd answers a host the export does not list
         return;
       }
+      Fh fh = root_fh();
+      if (!rel.empty()) {
+        // Resolved beneath the root as every path is (no symbolic link, no "..", no other
+        // file system), as the server: mountd answers a directory's handle without the
+        // caller's search permission too (the NFS calls that follow are the caller's).
+        Obj o;
+        o.fd.reset(open_beneath(root_fd_, rel, O_PATH | O_DIRECTORY));
+        if (o.fd.get() < 0 || ::fstat(o.fd.get(), &o.st) != 0) {
+          const int err = errno;
+          e.u32(err == ENOTDIR ? 20 : err == EACCES ? 13 : 2);  // NOTDIR, ACCES, NOENT
+          return;
+        }
+        o.rel = rel;
+        const auto sub = handle_of(o, "", o.st);
+        if (!sub) {
+          e.u32(2);
+          return;
+        }
+        fh = *sub;
+      }
+      const std::string named = rel.empty() ? export_ : join_export(rel);
       {
         // Who mounted what, for DUMP (showmount -a): once per client and path, the oldest
         // forgotten beyond the bound.
         std::lock_guard g(mount_mu_);
-        const auto entry = std::pair<std::string, std::string>(host, path);
+        const auto entry = std::pair<std::string, std::string>(host, named);
         if (std::find(mounts_.begin(), mounts_.end(), entry) == mounts_.end()) {
           mounts_.push_back(entry);
           while (mounts_.size() > max_mount_entries) mounts_.pop_front();
         }
       }
       e.u32(0);
-      encode(e, root_fh());
+      encode(e, fh);
       e.u32(1);
       e.u32(rpc::kAuthSys);
       return;
@@ -1729,6 +1783,8 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
         rpc::encode(e, r);
         return;
       }
+      if (std::string rel; h.proc == kUmnt && beneath_export(path, rel))
+        path = rel.empty() ? export_ : join_export(rel);  // as MNT recorded it
       {
         std::lock_guard g(mount_mu_);
         mounts_.remove_if([&](const auto& m) {

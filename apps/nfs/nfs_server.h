@@ -96,7 +96,8 @@ enum class HandleMode { kAuto, kPathTable };
 
 class NfsServer {
  public:
-  /// Serves the directory `root` (which must exist) as export `export_path`.
+  /// Serves the directory `root` (which must exist) as export `export_path` (trailing slashes
+  /// dropped): MNT of that path or of a directory beneath it.
   NfsServer(std::string root, std::string export_path = "/", ExportOptions opts = {},
             HandleMode mode = HandleMode::kAuto);
   ~NfsServer();
@@ -200,6 +201,11 @@ class NfsServer {
   /// Opens what `fh` names beneath the root (O_PATH); kOk, kErrStale, or kErrJukebox when out
   /// of descriptors or memory.
   v3::Status find(Call& c, const v3::Fh& fh, Obj& o);
+  /// Whether MOUNT's `path` is the export or beneath it; `rel` the rest, normalised ("" for the
+  /// export itself).
+  bool beneath_export(const std::string& path, std::string& rel) const;
+  /// The MOUNT path of `rel` beneath the export.
+  std::string join_export(const std::string& rel) const;
   /// Whether `fd` (opened from a handle) is beneath the export's root: kOk, kErrStale, or
   /// kErrJukebox when out of descriptors to tell.
   v3::Status beneath(int fd, const struct stat& st) const;

@@ -37,6 +37,13 @@ std::string default_mount_address(const std::string& iface) {
   return out;
 }
 
+std::string export_path_for(const NfsServiceConfig& c) {
+  if (!c.export_path.empty()) return c.export_path;
+  std::error_code ec;
+  const auto p = std::filesystem::canonical(c.root, ec);  // the root must exist: checked later
+  return ec ? c.root : p.string();
+}
+
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -203,7 +210,7 @@ ServerOptions with_door(const NfsServiceConfig& c) {
 }  // namespace
 
 NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
-    : nfs_(c.root, c.export_path, c.exports),
+    : nfs_(c.root, export_path_for(c), c.exports),
       nfs4_(nfs_, v4::Limits{}, state_dir_for(c)),
       worker_(CallWorker::kDefaultCapacity, c.threads),
       rdma_(

@@ -33,7 +33,9 @@ namespace roce::nfs {
 
 struct NfsServiceConfig {
   std::string root;               ///< the host directory served
-  std::string export_path = "/";  ///< what MNT asks for
+  /// What clients mount (MNT's path, NFSv4's pseudo-root leads to it): empty is the root's
+  /// canonical path, as exports(5) names an export ("/srv/export"); "/" the old default.
+  std::string export_path;
   ExportOptions exports;          ///< --export-options, --clients (exports(5))
   std::uint32_t max_handles = 65536;
   /// Worker threads doing the file system calls (knfsd starts 8 by default).
@@ -67,6 +69,9 @@ struct NfsServiceConfig {
 /// 0.0.0.0 answers on every network of the host, the management one included).
 std::string default_mount_address(const std::string& iface);
 
+/// The export's path for `c`: --export, else the canonical path of --root.
+std::string export_path_for(const NfsServiceConfig& c);
+
 /// Parses a service's args (--root DIR, --export PATH, --export-options OPTS, --clients LIST,
 /// --max-handles N, --threads N, --portmap-port N, --mount-address IP, --mount-port N, --credits N,
 /// --inline BYTES, --tcp-port N, --delegations on|off, --state-dir DIR) into `c`; throws
@@ -99,6 +104,8 @@ class NfsService {
   /// when anything happened.
   bool step();
   std::string report() const;
+  /// What clients mount (MNT's path, and NFSv4's below its pseudo-root).
+  const std::string& export_path() const { return nfs_.export_path(); }
   /// Counters for an operator to scrape (roced's metrics): flat (name, value) pairs, names in
   /// snake_case without a prefix, cumulative unless the name says otherwise (`_now`).
   std::vector<std::pair<std::string, std::uint64_t>> stats() const;

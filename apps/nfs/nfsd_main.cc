@@ -67,7 +67,9 @@ int main(int argc, char** argv) {
       "mac", po::value(&link.mac)->default_value("02:00:00:00:01:00"), "our MAC")(
       "pcap", po::value(&link.pcap), "capture every frame here")(
       "root", po::value(&c.root)->required(), "the host directory to serve")(
-      "export", po::value(&c.export_path)->default_value("/"), "the export's MOUNT path")(
+      "export", po::value(&c.export_path),
+      "the path clients mount (MNT, and NFSv4 below its pseudo-root); default: --root's "
+      "canonical path, as exports(5); \"/\" for the export at the top")(
       "export-options", po::value(&export_options),
       "exports(5) options: ro (default) or rw, root_squash (default), no_root_squash, "
       "all_squash, anonuid=N, anongid=N (docs/nfs.md: others accepted)")(
@@ -162,7 +164,7 @@ int main(int argc, char** argv) {
     }
     nfs::LinkHolder holder(nl);
     nfs::NfsService svc(holder.context(), c);
-    std::cout << "roce-nfsd: serving " << c.root << " as " << c.export_path << " on "
+    std::cout << "roce-nfsd: serving " << c.root << " as " << svc.export_path() << " on "
               << ctl::to_string(holder.context().port().ipv4)
               << (holder.attached() ? " (attached to roced at " + nl.attach + ")" : "")
               << " rdma_cm port " << c.port << ", MOUNT on TCP " << c.mount_address << ":"

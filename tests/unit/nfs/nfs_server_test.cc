@@ -253,6 +253,62 @@ TEST_F(NfsServerTest, RefusesWhatItShould) {
   EXPECT_GE(srv_->stats().garbage, 2u);
 }
 
+// Review17 item 5: MNT of a directory beneath the export answers that directory's handle (as
+// mountd mounts any directory beneath an export), with trailing slashes and "." dropped; "..",
+// a path beside the export, a file, a symbolic link and a missing directory are refused; DUMP
+// lists the path as mounted; UMNT with a trailing slash forgets it.
+TEST_F(NfsServerTest, MountOfADirectoryBeneathTheExport) {
+  std::filesystem::create_directories(dir_ / "home" / "alice");
+  std::ofstream(dir_ / "home" / "alice" / "notes") << "alice";
+  std::filesystem::create_directory_symlink("home", dir_ / "link");
+  const auto mnt = [&](const std::string& path) {
+    auto m = call(
+        kMnt, [&](XdrEncoder& e) { e.string(path); }, kMountProgram, kMountVersion);
+    XdrDecoder md = results(m);
+    return decode_mount(md);
+  };
+  const MountRes root = mnt("/export/");
+  ASSERT_EQ(root.status, 0u) << "a trailing slash";
+  EXPECT_EQ(root.fh.data, srv_->root_fh().data);
+  const MountRes alice = mnt("/export/home//alice/./");
+  ASSERT_EQ(alice.status, 0u);
+  EXPECT_NE(alice.fh.data, root.fh.data);
+  auto l = call(kLookup, [&](XdrEncoder& e) {
+    encode(e, alice.fh);
+    e.string("notes");
+  });
+  XdrDecoder ld = results(l);
+  const LookupRes lr = decode_lookup(ld);
+  ASSERT_EQ(lr.status, kOk) << "the handle is alice's directory";
+  EXPECT_EQ(lr.attr->size, 5u);
+  EXPECT_EQ(mnt("/export/home/../home").status, 2u) << "..";
+  EXPECT_EQ(mnt("/exported").status, 2u) << "beside the export";
+  EXPECT_EQ(mnt("/export/home/missing").status, 2u);
+  EXPECT_EQ(mnt("/export/home/alice/notes").status, 20u) << "MNT3ERR_NOTDIR";
+  EXPECT_NE(mnt("/export/link").status, 0u) << "a symbolic link on the way";
+  auto dump = call(
+      kDump, [](XdrEncoder&) {}, kMountProgram, kMountVersion);
+  XdrDecoder dd = results(dump);
+  std::vector<std::string> paths;
+  while (dd.boolean()) {
+    dd.string(255);
+    paths.push_back(dd.string(1024));
+  }
+  EXPECT_EQ(paths, (std::vector<std::string>{"/export", "/export/home/alice"}));
+  call(
+      kUmnt, [](XdrEncoder& e) { e.string("/export/home/alice/"); }, kMountProgram,
+      kMountVersion);
+  auto dump2 = call(
+      kDump, [](XdrEncoder&) {}, kMountProgram, kMountVersion);
+  XdrDecoder dd2 = results(dump2);
+  paths.clear();
+  while (dd2.boolean()) {
+    dd2.string(255);
+    paths.push_back(dd2.string(1024));
+  }
+  EXPECT_EQ(paths, (std::vector<std::string>{"/export"}));
+}
+
 TEST_F(NfsServerTest, AttributesDirectoryListingAndFilesystemInfo) {
   const Fh root = srv_->root_fh();
   auto l = call(kLookup, [&](XdrEncoder& e) {

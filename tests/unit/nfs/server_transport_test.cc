@@ -1401,3 +1401,22 @@ TEST(NfsServiceArgs, StateDirMustBeTheServersOwn) {
   EXPECT_NE(dx, roce::nfs::default_state_dir(z));
 }
 }  // namespace
+
+// Review17 item 5: the export clients name is --root's canonical path unless --export says
+// otherwise (exports(5)'s meaning: `mount ADDR:/srv/export`), as NFSv4's pseudo-root leads to.
+TEST(NfsServiceArgs, TheExportIsTheCanonicalRootByDefault) {
+  char tmpl[] = "/tmp/nfs-export-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string base = tmpl;
+  std::filesystem::create_directories(base + "/srv/export");
+  ASSERT_EQ(::symlink((base + "/srv").c_str(), (base + "/via").c_str()), 0);
+  roce::nfs::NfsServiceConfig c;
+  roce::nfs::parse_service_args({"--root", base + "/via/./export/"}, c);
+  EXPECT_EQ(roce::nfs::export_path_for(c), base + "/srv/export");
+  roce::nfs::parse_service_args({"--root", base + "/via/export", "--export", "/"}, c);
+  EXPECT_EQ(roce::nfs::export_path_for(c), "/");
+  // The server drops an export's trailing slashes: MNT compares without them.
+  roce::nfs::NfsServer s(base + "/srv/export", base + "/srv/export/");
+  EXPECT_EQ(s.export_path(), base + "/srv/export");
+  std::filesystem::remove_all(base);
+}
