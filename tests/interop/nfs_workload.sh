@@ -68,7 +68,7 @@ FIO
 export RXE_VM_9P=$out/share
 boot "sh /mnt/host/work.sh vers=3,proto=rdma,port=20049,mountaddr=192.0.2.254,nolock" 1500
 start_nfsd() {
-  ip netns exec "$RXE_VM_NETNS" timeout 1400 "$nfsd" --iface dp0 --root "$out/export" \
+  ip netns exec "$RXE_VM_NETNS" timeout 1400 "$nfsd" --iface dp0 --root "$out/export" --export / \
     --export-options rw,no_root_squash --clients 192.0.2.0/24 --mount-address 192.0.2.254 \
     --timeout 1400 >> "$out/nfsd.txt" 2>&1 &
   spid=$!
