@@ -500,7 +500,9 @@ struct NfsServer::Obj {
 };
 
 NfsServer::NfsServer(std::string root, std::string export_path, ExportOptions opts, HandleMode mode)
-    : root_(std::move(root)), export_(std::move(export_path)), opts_(std::move(opts)) {
+    : root_(std::move(root)),
+      export_(std::move(export_path)),
+      opts_(std::make_shared<const ExportOptions>(std::move(opts))) {
   // "/srv/export/" and "/srv/export" are one export (what MNT and NFSv4's pseudo-root compare).
   while (export_.size() > 1 && export_.back() == '/') export_.pop_back();
   if (export_.empty() || export_.front() != '/') export_.insert(export_.begin(), '/');
@@ -876,7 +878,7 @@ Status NfsServer::open_file(Call& c, const Obj& o, bool write, std::shared_ptr<c
     Call::AsServer server(c.id);
     // Writing only for a write: an open for writing breaks the leases that stand for NFSv4
     // read delegations (and a descriptor open for writing keeps any from being taken).
-    if (opts_.rw && write) {
+    if (opts()->rw && write) {
       nf->fd.reset(::open(p.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
       nf->rw = nf->fd.get() >= 0;
     }
@@ -941,18 +943,19 @@ Verf NfsServer::cookie_verf(const Obj& dir) const {
 }
 
 bool NfsServer::credential(const rpc::OpaqueAuth& a, Cred& c) const {
-  c = Cred{opts_.anonuid, opts_.anongid, {}};
+  const auto o = opts();  // one set of options for the whole credential (a reload)
+  c = Cred{o->anonuid, o->anongid, {}};
   if (a.flavor == rpc::kAuthNone) return true;  // AUTH_NONE is the anonymous ids
   const auto s = rpc::parse_auth_sys(a);
   if (!s) return false;
-  if (opts_.all_squash) return true;
+  if (o->all_squash) return true;
   const auto squash = [&](std::uint32_t id, std::uint32_t anon) {
     // (uid_t)-1 is no id (setfsuid(-1) only asks); root_squash maps 0 to the anonymous id.
-    return id == 0xffffffffu || (id == 0 && opts_.root_squash) ? anon : id;
+    return id == 0xffffffffu || (id == 0 && o->root_squash) ? anon : id;
   };
-  c.uid = squash(s->uid, opts_.anonuid);
-  c.gid = squash(s->gid, opts_.anongid);
-  for (std::uint32_t g : s->gids) c.groups.push_back(squash(g, opts_.anongid));
+  c.uid = squash(s->uid, o->anonuid);
+  c.gid = squash(s->gid, o->anongid);
+  for (std::uint32_t g : s->gids) c.groups.push_back(squash(g, o->anongid));
   return true;
 }
 
@@ -1001,7 +1004,7 @@ void NfsServer::handle(const CallContext& ctx, std::span<const std::uint8_t> cal
     rpc::encode(e, r);
     return;
   }
-  if (h.proc != kNull && !opts_.allows(ctx.peer)) return deny();
+  if (h.proc != kNull && !opts()->allows(ctx.peer)) return deny();
   if (h.vers != kNfsVersion) {
     r.accept = rpc::kProgMismatch;
     r.low = r.high = kNfsVersion;
@@ -1136,7 +1139,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       Obj o;
       if (const Status st = find(c, fh, o)) return fail(st), encode_wcc(e, none, none);
       const Fattr before = o.attr();
-      if (!opts_.rw) return fail(kErrRofs), encode_wcc(e, before, before);
+      if (!opts()->rw) return fail(kErrRofs), encode_wcc(e, before, before);
       // The guard: the client's idea of the ctime must still hold (RFC 1813 3.3.2).
       if (guard && !same_time(*guard, before.ctime))
         return fail(kErrNotSync), encode_wcc(e, before, before);
@@ -1213,7 +1216,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
         if ((want & (kMod | kExt)) && may(W_OK)) got |= want & (kMod | kExt);
         if ((want & kExec) && may(X_OK)) got |= kExec;
       }
-      if (!opts_.rw) got &= ~(kMod | kExt | kDel);
+      if (!opts()->rw) got &= ~(kMod | kExt | kDel);
       e.u32(kOk);
       encode_post_op(e, o.attr());
       e.u32(got);
@@ -1277,7 +1280,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       Obj o;
       if (const Status s = find(c, fh, o)) return fail(s), encode_wcc(e, none, none);
       const Fattr before = o.attr();
-      if (!opts_.rw) return fail(kErrRofs), encode_wcc(e, before, before);
+      if (!opts()->rw) return fail(kErrRofs), encode_wcc(e, before, before);
       if (count > data.size() || how > kFileSync ||
           off > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max()) - count)
         return fail(kErrInval), encode_wcc(e, before, before);
@@ -1343,7 +1346,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       if (!S_ISDIR(o.st.st_mode)) return fail(kErrNotdir), encode_wcc(e, none, none);
       const Fattr before = o.attr();
       const auto refuse = [&](Status st) { fail(st), encode_wcc(e, before, attr_of(o.fd.get())); };
-      if (!opts_.rw) return refuse(kErrRofs);
+      if (!opts()->rw) return refuse(kErrRofs);
       if (const Status st = name_error(name))
         return refuse(name == "." || name == ".." ? kErrExist : st);
       if (!kernel_handles_ && join(o.rel, name).size() > kMaxRel) return refuse(kErrNametoolong);
@@ -1419,7 +1422,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       if (const Status st = find(c, dir, o)) return fail(st), encode_wcc(e, none, none);
       if (!S_ISDIR(o.st.st_mode)) return fail(kErrNotdir), encode_wcc(e, none, none);
       const Fattr before = o.attr();
-      if (!opts_.rw) return fail(kErrRofs), encode_wcc(e, before, before);
+      if (!opts()->rw) return fail(kErrRofs), encode_wcc(e, before, before);
       if (proc == kRmdir && name == "..") return fail(kErrNotempty), encode_wcc(e, before, before);
       if (const Status st = name_error(name)) return fail(st), encode_wcc(e, before, before);
       if (proc == kRemove && held_at(o.fd.get(), name))
@@ -1448,7 +1451,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       if (const Status st = find(c, to, t)) return both(st, f.attr(), none);
       const Fattr fb = f.attr(), tb = t.attr();
       if (!S_ISDIR(f.st.st_mode) || !S_ISDIR(t.st.st_mode)) return both(kErrNotdir, fb, tb);
-      if (!opts_.rw) return both(kErrRofs, fb, tb);
+      if (!opts()->rw) return both(kErrRofs, fb, tb);
       if (const Status st = name_error(from_name)) return both(st, fb, tb);
       if (const Status st = name_error(to_name)) return both(st, fb, tb);
       if (!kernel_handles_ && join(t.rel, to_name).size() > kMaxRel)
@@ -1480,7 +1483,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
             encode_wcc(e, before, attr_of(l.fd.get()));
       };
       if (!S_ISDIR(l.st.st_mode)) return refuse(kErrNotdir);
-      if (!opts_.rw) return refuse(kErrRofs);
+      if (!opts()->rw) return refuse(kErrRofs);
       if (S_ISDIR(o.st.st_mode)) return refuse(kErrIsdir);
       if (const Status st = name_error(name))
         return refuse(name == "." || name == ".." ? kErrExist : st);
@@ -1655,7 +1658,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       Obj o;
       if (const Status s = find(c, fh, o)) return fail(s), encode_wcc(e, none, none);
       const Fattr before = o.attr();
-      if (!opts_.rw) return fail(kErrRofs), encode_wcc(e, before, before);
+      if (!opts()->rw) return fail(kErrRofs), encode_wcc(e, before, before);
       if (!S_ISREG(o.st.st_mode))
         return fail(S_ISDIR(o.st.st_mode) ? kErrIsdir : kErrInval), encode_wcc(e, before, before);
       // The cached descriptor (the writes' own) if there is one, else one the server opens:
@@ -1732,7 +1735,7 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
         e.u32(2);  // MNT3ERR_NOENT
         return;
       }
-      if (!opts_.allows(ctx.peer)) {
+      if (!opts()->allows(ctx.peer)) {
         mount_denied_.fetch_add(1, std::memory_order_relaxed);
         e.u32(13);  // MNT3ERR_ACCES, as mountd answers a host the export does not list
         return;
@@ -1805,17 +1808,19 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
       e.boolean(false);
       return;
     }
-    case kExport:
+    case kExport: {
       rpc::encode(e, r);
       e.boolean(true);
       e.string(export_);
-      for (const auto& cl : opts_.clients) {  // groups: who may mount (showmount -e)
+      const auto o = opts();
+      for (const auto& cl : o->clients) {  // groups: who may mount (showmount -e)
         e.boolean(true);
         e.string(cl.text);
       }
       e.boolean(false);
       e.boolean(false);
       return;
+    }
     default:
       r.accept = rpc::kProcUnavail;
       rpc::encode(e, r);

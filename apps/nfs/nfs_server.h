@@ -125,7 +125,17 @@ class NfsServer {
   /// the directory's mtime too).
   bool stable_cookies() const { return stable_cookies_; }
   std::uint64_t mount_denied() const { return mount_denied_.load(std::memory_order_relaxed); }
-  const ExportOptions& options() const { return opts_; }
+  /// The export's options now (a copy: set_options() may replace them meanwhile).
+  ExportOptions options() const { return *opts(); }
+  /// Replaces the export's options (a reload): calls that start after it use them; a call
+  /// under way finishes with those it started with or the new ones, field by field.
+  void set_options(ExportOptions o) {
+    auto p = std::make_shared<const ExportOptions>(std::move(o));
+    std::lock_guard g(opts_mu_);
+    opts_ = std::move(p);
+  }
+  /// Whether the export lists `peer` now (the transport's door, the port mapper's UDP).
+  bool allows(wire::Ipv4Addr peer) const { return opts()->allows(peer); }
   /// False when the process may not take other ids (no CAP_SETUID/CAP_SETGID): a call whose
   /// identity is not the process's own then gets SYSTEM_ERR.
   bool acts_as_callers() const { return acts_as_callers_; }
@@ -230,7 +240,12 @@ class NfsServer {
 
   std::string root_, export_;
   std::string root_real_;  ///< the root's absolute path, as /proc/self/fd shows it
-  ExportOptions opts_;
+  std::shared_ptr<const ExportOptions> opts() const {
+    std::lock_guard g(opts_mu_);
+    return opts_;
+  }
+  mutable std::mutex opts_mu_;
+  std::shared_ptr<const ExportOptions> opts_;  ///< replaced whole by set_options()
   int root_fd_ = -1;   ///< O_PATH; every path is resolved beneath it
   int mount_fd_ = -1;  ///< the root opened for open_by_handle_at (which refuses O_PATH)
   std::uint64_t root_ino_ = 0, root_dev_ = 0;

@@ -14,6 +14,7 @@
 #include <roce/client.h>
 
 #include <chrono>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,6 +38,10 @@ struct NfsServiceConfig {
   /// canonical path, as exports(5) names an export ("/srv/export"); "/" the old default.
   std::string export_path;
   ExportOptions exports;          ///< --export-options, --clients (exports(5))
+  /// --exports-file: lines `export-options OPTS` and `clients LIST` (and `#` comments) applied
+  /// over `exports`, read at the start and again at each reload (reload_exports(): SIGHUP to
+  /// roce-nfsd; a change of the file, looked at once a second).
+  std::string exports_file;
   std::uint32_t max_handles = 65536;
   /// Worker threads doing the file system calls (knfsd starts 8 by default).
   std::uint32_t threads = 8;
@@ -68,6 +73,10 @@ struct NfsServiceConfig {
 /// interface's first IPv4 address, else 127.0.0.1 (never every address: a MOUNT listener on
 /// 0.0.0.0 answers on every network of the host, the management one included).
 std::string default_mount_address(const std::string& iface);
+
+/// `base` with the lines of exports file `path` applied (export-options, clients); throws
+/// std::runtime_error naming the file and line when it cannot be read or a line is bad.
+ExportOptions read_exports_file(const std::string& path, const ExportOptions& base);
 
 /// The export's path for `c`: --export, else the canonical path of --root.
 std::string export_path_for(const NfsServiceConfig& c);
@@ -104,6 +113,10 @@ class NfsService {
   /// when anything happened.
   bool step();
   std::string report() const;
+  /// Reads --exports-file again and applies its options to the calls that start from now on
+  /// (no restart, no grace period: knfsd's `exportfs -r`). A bad file, or options an unprivileged
+  /// server cannot serve, leave the options as they were. Returns the line to log.
+  std::string reload_exports();
   /// What clients mount (MNT's path, and NFSv4's below its pseudo-root).
   const std::string& export_path() const { return nfs_.export_path(); }
   /// Counters for an operator to scrape (roced's metrics): flat (name, value) pairs, names in
@@ -112,6 +125,8 @@ class NfsService {
 
  private:
   void start_portmap(client::Context& context, const NfsServiceConfig& c);
+  /// Once a second: reload_exports() when --exports-file changed (mtime, size or inode).
+  void watch_exports();
   bool step_portmap_udp();
 
   NfsServer nfs_;    ///< thread-safe: the pool's handlers call it at once
@@ -130,6 +145,12 @@ class NfsService {
   int portmap_udp_ = -1;  ///< non-blocking; answered from step()
   std::uint64_t portmap_udp_calls_ = 0;
   std::uint64_t portmap_udp_denied_ = 0;  ///< datagrams from addresses the export does not list
+  ExportOptions base_exports_;             ///< the flags' options, under the file's
+  std::string exports_file_;
+  struct timespec exports_mtime_ {};
+  std::uint64_t exports_size_ = 0, exports_ino_ = 0;
+  std::chrono::steady_clock::time_point next_watch_{};
+  std::uint64_t reloads_ = 0, reload_errors_ = 0;
 };
 
 /// roced's `test: nfs` service (docs/configuration.md): the service on a port the daemon owns

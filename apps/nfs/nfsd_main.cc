@@ -24,9 +24,10 @@ namespace po = boost::program_options;
 using namespace roce;
 
 namespace {
-volatile std::sig_atomic_t g_stop = 0, g_loop_stats = 0;
+volatile std::sig_atomic_t g_stop = 0, g_loop_stats = 0, g_reload = 0;
 void on_signal(int) { g_stop = 1; }
 void on_usr1(int) { g_loop_stats = 1; }
+void on_hup(int) { g_reload = 1; }  // --exports-file read again (exportfs -r)
 /// "poll loop: busy B ns, idle I ns, P polls (S% busy)": where the loop's time went since it
 /// started (PollLoop::time_stats; the caller's work between polls counts with the poll before
 /// it). SIGUSR1 prints it; a benchmark takes the difference of two.
@@ -73,6 +74,10 @@ int main(int argc, char** argv) {
       "export-options", po::value(&export_options),
       "exports(5) options: ro (default) or rw, root_squash (default), no_root_squash, "
       "all_squash, anonuid=N, anongid=N (docs/nfs.md: others accepted)")(
+      "exports-file", po::value(&c.exports_file),
+      "export options read at the start and again on SIGHUP (or when the file changes), applied "
+      "over --export-options and --clients to the calls that start after: lines "
+      "'export-options OPTS' and 'clients LIST', # comments")(
       "clients", po::value(&clients),
       "who may mount: IPv4 addresses, address/prefix and address/netmask, comma-separated "
       "(default *: everyone)")("max-handles",
@@ -157,6 +162,7 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::signal(SIGUSR1, on_usr1);
+  std::signal(SIGHUP, on_hup);
   try {
     if (nl.attach.empty() && link.iface.empty() && memif_socket.empty()) {
       std::cerr << "roce-nfsd: --attach, --iface or --memif is required\n";
@@ -176,6 +182,10 @@ int main(int argc, char** argv) {
         idle = 0;
       else if (!spin && ++idle > 64)
         sched_yield();
+      if (g_reload) {
+        g_reload = 0;
+        std::cout << "roce-nfsd: " << svc.reload_exports() << std::endl;
+      }
       if (g_loop_stats) {
         g_loop_stats = 0;
         print_loop(holder);

@@ -1420,3 +1420,36 @@ TEST(NfsServiceArgs, TheExportIsTheCanonicalRootByDefault) {
   EXPECT_EQ(s.export_path(), base + "/srv/export");
   std::filesystem::remove_all(base);
 }
+
+// --exports-file's lines over the flags' options; a bad line names the file and line.
+TEST(NfsServiceArgs, ExportsFileLinesApplyOverTheFlags) {
+  char tmpl[] = "/tmp/nfs-exports-XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  const std::string path = tmpl;
+  const auto put = [&](const std::string& text) {
+    ASSERT_EQ(::ftruncate(fd, 0), 0);
+    ASSERT_EQ(::pwrite(fd, text.data(), text.size(), 0), static_cast<ssize_t>(text.size()));
+  };
+  roce::nfs::NfsServiceConfig c;
+  roce::nfs::parse_service_args(
+      {"--root", "/tmp", "--export-options", "no_root_squash", "--exports-file", path}, c);
+  EXPECT_EQ(c.exports_file, path);
+  put("# comment\n  export-options rw  \n\n--clients 192.0.2.0/24 # trailing\n");
+  const auto o = roce::nfs::read_exports_file(path, c.exports);
+  EXPECT_TRUE(o.rw);
+  EXPECT_FALSE(o.root_squash) << "the flag's option stays under the file's";
+  EXPECT_TRUE(o.allows(roce::wire::Ipv4Addr{0xC0000205}));
+  EXPECT_FALSE(o.allows(roce::wire::Ipv4Addr{0xC6120001}));
+  put("clients 192.0.2.0/24\nsquash everything\n");
+  try {
+    roce::nfs::read_exports_file(path, c.exports);
+    ADD_FAILURE() << "a bad key was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ":2: unknown key 'squash'"), std::string::npos)
+        << e.what();
+  }
+  ::close(fd);
+  ::unlink(path.c_str());
+  EXPECT_THROW(roce::nfs::read_exports_file(path, c.exports), std::runtime_error);
+}
