@@ -151,6 +151,19 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       c.state_dir = v;
     else if (a == "--exports-file")
       c.exports_file = v;
+    else if (a == "--portmap") {
+      using P = NfsServiceConfig::Portmap;
+      if (v == "auto")
+        c.portmap = P::kAuto;
+      else if (v == "own")
+        c.portmap = P::kOwn;
+      else if (v == "register")
+        c.portmap = P::kRegister;
+      else if (v == "off")
+        c.portmap = P::kOff;
+      else
+        throw std::runtime_error("service nfs: --portmap must be auto, own, register or off");
+    }
     else
       throw std::runtime_error("service nfs: unknown option " + a +
                                " (--root, --export, --export-options, --clients, --max-handles, "
@@ -158,7 +171,7 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
                                "--mount-address, --mount-port, --credits, --inline, --tcp-port, "
                                "--max-connections, --max-half-open, --max-per-peer, --reap-idle, "
                                "--mount-clients, --mount-per-peer, --mount-timeout, "
-                               "--delegations, --state-dir, --exports-file)");
+                               "--delegations, --state-dir, --exports-file, --portmap)");
   }
   if (c.root.empty()) throw std::runtime_error("service nfs: --root DIR is required");
 }
@@ -319,7 +332,7 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
   std::string err;
   if (!mount_.listen(c.mount_address, c.mount_port, err)) throw std::runtime_error(err);
   rdma_.listen(c.port);
-  if (c.portmap_port) start_portmap(context, c);
+  if (c.portmap_port && c.portmap != NfsServiceConfig::Portmap::kOff) start_portmap(context, c);
   if (c.tcp_port) {
     tcp_ = std::make_unique<RpcTcpServer>(
         [this](const CallContext& ctx, std::span<const std::uint8_t> call,
@@ -343,6 +356,7 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
 }
 
 NfsService::~NfsService() {
+  rpcbind_.reset();  // the host's rpcbind forgets us first: clients stop being sent here
   worker_.stop();
   if (portmap_udp_ >= 0) ::close(portmap_udp_);
 }
@@ -360,17 +374,40 @@ void NfsService::start_portmap(client::Context& context, const NfsServiceConfig&
                     {kPortmapProgram, 4, "tcp", c.mount_address, c.portmap_port}};
   if (c.tcp_port)
     portmap_table_.push_back({kNfsProgram, kNfsVersion, "tcp", c.mount_address, c.tcp_port});
+  using P = NfsServiceConfig::Portmap;
+  // With the host's rpcbind (register, or auto when the port is taken): what mountd and nfsd
+  // register there, MOUNT v3 on TCP and NFS v3 on RDMA (and TCP), unregistered at stop.
+  const auto register_with_host = [&] {
+    rpcbind_ = std::make_unique<RpcbindClient>();
+    rpcbind_->unix_path = c.rpcbind_socket;
+    rpcbind_->tcp_port = c.portmap_port;
+    rpcbind_->log = [](const std::string& m) { std::fprintf(stderr, "service nfs: %s\n", m.c_str()); };
+    const std::string owner = ::geteuid() == 0 ? "superuser" : std::to_string(::geteuid());
+    for (auto x : portmap_table_) {
+      if (x.prog == kPortmapProgram) continue;
+      x.owner = owner;
+      rpcbind_->register_entry(x);
+    }
+  };
+  if (c.portmap == P::kRegister) return register_with_host();
   portmap_tcp_ = std::make_unique<RpcTcpServer>(
       [this](const CallContext&, std::span<const std::uint8_t> call,
              std::vector<std::uint8_t>& reply) { portmap_reply(portmap_table_, call, reply); },
       &worker_);
   std::string err;
   if (!portmap_tcp_->listen(c.mount_address, c.portmap_port, err)) {
+    portmap_tcp_.reset();
+    if (c.portmap == P::kAuto) {
+      std::fprintf(stderr,
+                   "service nfs: port %u is taken on %s (%s): the host's rpcbind? registering "
+                   "with it (--portmap own|register|off to choose)\n",
+                   c.portmap_port, c.mount_address.c_str(), err.c_str());
+      return register_with_host();
+    }
     std::fprintf(stderr,
                  "service nfs: no port mapper on %s:%u (%s): clients need mountport=%u, "
                  "mountproto=tcp and mountvers=3 (docs/nfs.md)\n",
                  c.mount_address.c_str(), c.portmap_port, err.c_str(), c.mount_port);
-    portmap_tcp_.reset();
     return;
   }
   portmap_udp_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -61,6 +61,13 @@ struct NfsServiceConfig {
   /// needs CAP_NET_BIND_SERVICE or root, and no rpcbind of the host on that address); 0: none.
   /// When it cannot bind, the service says so and goes on without it.
   std::uint16_t portmap_port = kPortmapPort;
+  /// --portmap: `own` answers as a port mapper itself (portmap_port); `register` registers MOUNT
+  /// v3/tcp and NFS v3/rdma with the host's rpcbind (its local socket or 127.0.0.1:111) and
+  /// takes them away at stop; `auto` (the default) is `own`, or `register` when the port is taken
+  /// (the host runs rpcbind); `off` neither.
+  enum class Portmap { kAuto, kOwn, kRegister, kOff } portmap = Portmap::kAuto;
+  /// Where `register` finds the host's rpcbind (tests point it elsewhere).
+  std::string rpcbind_socket = "/run/rpcbind.sock";
   /// NFSv4.1 read delegations (--delegations on|off): granted only where the host gives a file
   /// lease for each, so that every writer (local, NFSv3, v4) has it recalled first.
   bool delegations = true;
@@ -142,6 +149,7 @@ class NfsService {
   std::unique_ptr<RpcTcpServer> tcp_;
   std::vector<PortmapEntry> portmap_table_;
   std::unique_ptr<RpcTcpServer> portmap_tcp_;
+  std::unique_ptr<RpcbindClient> rpcbind_;  ///< registrations with the host's rpcbind
   int portmap_udp_ = -1;  ///< non-blocking; answered from step()
   std::uint64_t portmap_udp_calls_ = 0;
   std::uint64_t portmap_udp_denied_ = 0;  ///< datagrams from addresses the export does not list

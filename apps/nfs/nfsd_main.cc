@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   double timeout = 0, tx_drop = 0, rx_drop = 0;
   bool spin = false;
   unsigned port = c.port, mount_port = c.mount_port, tcp_port = 0, portmap_port = c.portmap_port;
-  std::string export_options, clients, delegations = "on";
+  std::string export_options, clients, delegations = "on", portmap = "auto";
   po::options_description o("roce-nfsd options");
   o.add_options()("help,h", "this help")(
       "attach", po::value(&nl.attach),
@@ -111,6 +111,10 @@ int main(int argc, char** argv) {
       "portmap-port", po::value(&portmap_port)->default_value(c.portmap_port),
       "port mapper (rpcbind v2-v4) for MOUNT and NFS on the MOUNT address, TCP and UDP "
       "(0: none; 111 needs privilege)")(
+      "portmap", po::value(&portmap)->default_value("auto"),
+      "own: answer as the port mapper on --portmap-port; register: register MOUNT and NFS with "
+      "the host's rpcbind (unregistered at exit); auto: own, or register when the port is "
+      "taken; off")(
       "delegations", po::value(&delegations)->default_value("on"),
       "NFSv4.1 read delegations: on (each backed by a host file lease, recalled when anything "
       "writes the file) or off")(
@@ -150,6 +154,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   c.delegations = delegations == "on";
+  try {
+    nfs::NfsServiceConfig p;
+    nfs::parse_service_args({"--root", "/", "--portmap", portmap}, p);
+    c.portmap = p.portmap;
+  } catch (const std::exception& e) {
+    std::cerr << "roce-nfsd: " << e.what() << "\n";
+    return 2;
+  }
   c.port = static_cast<std::uint16_t>(port);
   c.mount_port = static_cast<std::uint16_t>(mount_port);
   c.tcp_port = static_cast<std::uint16_t>(tcp_port);

@@ -1366,6 +1366,16 @@ TEST(NfsServiceArgs, DelegationsAndStateDir) {
   EXPECT_EQ(c.state_dir, "/tmp/state");
   EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", "--delegations", "no"}, c),
                std::runtime_error);
+  // --portmap: auto by default, then own, register, off; nothing else.
+  using P = roce::nfs::NfsServiceConfig::Portmap;
+  EXPECT_EQ(c.portmap, P::kAuto);
+  for (const auto& [word, want] : {std::pair{"own", P::kOwn}, std::pair{"register", P::kRegister},
+                                   std::pair{"off", P::kOff}, std::pair{"auto", P::kAuto}}) {
+    roce::nfs::parse_service_args({"--root", "/tmp", "--portmap", word}, c);
+    EXPECT_EQ(c.portmap, want) << word;
+  }
+  EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", "--portmap", "yes"}, c),
+               std::runtime_error);
 }
 
 // --state-dir must be the server's own directory (review17 attack F3): made 0700 when missing;
