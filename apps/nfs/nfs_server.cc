@@ -614,6 +614,43 @@ std::string NfsServer::join_export(const std::string& rel) const {
   return export_ == "/" ? "/" + rel : export_ + "/" + rel;
 }
 
+bool NfsServer::keep_mounts_in(const std::string& path) {
+  std::lock_guard g(mount_mu_);
+  rmtab_ = path;
+  if (path.empty()) return true;
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  if (!f) return errno == ENOENT;
+  char line[kMaxPath + 64];
+  while (std::fgets(line, sizeof line, f) && mounts_.size() < max_mount_entries) {
+    std::string l(line);
+    if (l.empty() || l.back() != '\n') break;  // cut short: the rest is not trusted
+    l.pop_back();
+    const std::size_t colon = l.find(':');
+    in_addr a{};
+    if (colon == std::string::npos || colon + 1 >= l.size() || l[colon + 1] != '/' ||
+        ::inet_pton(AF_INET, l.substr(0, colon).c_str(), &a) != 1)
+      continue;  // a client is an IPv4 address, a path absolute
+    auto entry = std::pair<std::string, std::string>(l.substr(0, colon), l.substr(colon + 1));
+    if (std::find(mounts_.begin(), mounts_.end(), entry) == mounts_.end())
+      mounts_.push_back(std::move(entry));
+  }
+  std::fclose(f);
+  return true;
+}
+
+void NfsServer::save_mounts() {
+  if (rmtab_.empty()) return;
+  const std::string tmp = rmtab_ + ".new";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return;
+  std::string all;
+  for (const auto& [who, path] : mounts_)
+    if (path.find('\n') == std::string::npos) all += who + ":" + path + "\n";
+  const bool ok = ::write(fd, all.data(), all.size()) == static_cast<ssize_t>(all.size());
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), rmtab_.c_str()) != 0) ::unlink(tmp.c_str());
+}
+
 NfsServer::~NfsServer() {
   ::close(root_fd_);
   if (mount_fd_ >= 0) ::close(mount_fd_);
@@ -1769,6 +1806,7 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
         if (std::find(mounts_.begin(), mounts_.end(), entry) == mounts_.end()) {
           mounts_.push_back(entry);
           while (mounts_.size() > max_mount_entries) mounts_.pop_front();
+          save_mounts();
         }
       }
       e.u32(0);
@@ -1790,9 +1828,11 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
         path = rel.empty() ? export_ : join_export(rel);  // as MNT recorded it
       {
         std::lock_guard g(mount_mu_);
+        const std::size_t before = mounts_.size();
         mounts_.remove_if([&](const auto& m) {
           return m.first == host && (h.proc == kUmntAll || m.second == path);
         });
+        if (mounts_.size() != before) save_mounts();
       }
       rpc::encode(e, r);
       return;

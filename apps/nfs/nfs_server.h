@@ -150,6 +150,12 @@ class NfsServer {
   }
   /// MOUNT's list of who mounted what (DUMP), at most this many entries (the oldest goes).
   std::size_t max_mount_entries = 1024;
+  /// Keeps MOUNT's list in file `path` (mountd's rmtab: "client:path" lines), so that DUMP
+  /// (`showmount -a`) still lists the clients after a restart: reads what is there (at most
+  /// max_mount_entries lines, malformed ones skipped), and rewrites it whole (a temporary file
+  /// renamed over it) at each change. Empty: in memory only. False when the file cannot be
+  /// read or written (the list then lives in memory only).
+  bool keep_mounts_in(const std::string& path);
   /// Open-file cache for READ, WRITE and COMMIT (a descriptor per file, opened once, shared by
   /// the calls and threads): at most this many; one unused for `file_idle_ms` is closed, and a
   /// file's entry goes when the file is removed or renamed over through the server.
@@ -289,6 +295,9 @@ class NfsServer {
   std::uint64_t files_swept_ns_ = 0;
   std::mutex mount_mu_;
   std::list<std::pair<std::string, std::string>> mounts_;  ///< (client, path) for DUMP
+  std::string rmtab_;  ///< where mounts_ is kept (keep_mounts_in); empty: nowhere
+  /// Rewrites rmtab_ from mounts_ (mount_mu_ held).
+  void save_mounts();
 };
 
 }  // namespace roce::nfs

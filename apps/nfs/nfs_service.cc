@@ -268,8 +268,9 @@ ExportOptions initial_exports(const NfsServiceConfig& c) {
 }  // namespace
 
 NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
-    : nfs_(c.root, export_path_for(c), initial_exports(c)),
-      nfs4_(nfs_, v4::Limits{}, state_dir_for(c)),
+    : state_dir_(state_dir_for(c)),
+      nfs_(c.root, export_path_for(c), initial_exports(c)),
+      nfs4_(nfs_, v4::Limits{}, state_dir_),
       worker_(CallWorker::kDefaultCapacity, c.threads),
       rdma_(
           context, with_door(c, nfs_),
@@ -289,6 +290,10 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
           },
           &worker_) {
   if (!nfs_.acts_as_callers()) check_unprivileged(nfs_.options());
+  // MOUNT's list of who mounted what, kept as mountd's rmtab: `showmount -a` after a restart.
+  if (!state_dir_.empty() && !nfs_.keep_mounts_in(state_dir_ + "/rmtab"))
+    std::fprintf(stderr, "service nfs: cannot read %s/rmtab (%s): MOUNT's list in memory only\n",
+                 state_dir_.c_str(), std::strerror(errno));
   base_exports_ = c.exports;
   exports_file_ = c.exports_file;
   if (!exports_file_.empty()) {

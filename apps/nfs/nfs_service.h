@@ -136,7 +136,8 @@ class NfsService {
   void watch_exports();
   bool step_portmap_udp();
 
-  NfsServer nfs_;    ///< thread-safe: the pool's handlers call it at once
+  std::string state_dir_;  ///< v4 client records and MOUNT's rmtab; empty: none (state_dir_for)
+  NfsServer nfs_;          ///< thread-safe: the pool's handlers call it at once
   Nfs4Server nfs4_;  ///< NFS version 4.1 calls over the same export; its own mutex
   /// The v4 server's counts as stats() and report() last read them: they run on the poll loop
   /// and only try its lock (a COMPOUND may hold it through an fsync), reusing these meanwhile.

@@ -309,6 +309,57 @@ TEST_F(NfsServerTest, MountOfADirectoryBeneathTheExport) {
   EXPECT_EQ(paths, (std::vector<std::string>{"/export"}));
 }
 
+// Review17 item 10: MOUNT's list kept as mountd's rmtab: a server made again on the same file
+// (a restart) answers DUMP with the clients mounted before; UMNT takes an entry out of the file;
+// a malformed or cut line is skipped; the entries are bounded.
+TEST_F(NfsServerTest, MountListOutlivesARestart) {
+  const std::string rmtab = (dir_ / "rmtab").string();
+  ASSERT_TRUE(srv_->keep_mounts_in(rmtab));
+  std::filesystem::create_directories(dir_ / "sub");
+  const auto mnt = [&](const std::string& path) {
+    auto m = call(
+        kMnt, [&](XdrEncoder& e) { e.string(path); }, kMountProgram, kMountVersion);
+    XdrDecoder md = results(m);
+    return decode_mount(md).status;
+  };
+  const auto dump = [&] {
+    auto r = call(
+        kDump, [](XdrEncoder&) {}, kMountProgram, kMountVersion);
+    XdrDecoder d = results(r);
+    std::vector<std::string> out;
+    while (d.boolean()) {
+      std::string who = d.string(255);
+      out.push_back(who + ":" + d.string(1024));
+    }
+    return out;
+  };
+  ASSERT_EQ(mnt("/export"), 0u);
+  ASSERT_EQ(mnt("/export/sub"), 0u);
+  ctx_.peer = wire::Ipv4Addr{0xC0000203};
+  ASSERT_EQ(mnt("/export"), 0u);
+  call(
+      kUmnt, [](XdrEncoder& e) { e.string("/export"); }, kMountProgram, kMountVersion);
+  const std::vector<std::string> want{"192.0.2.2:/export", "192.0.2.2:/export/sub"};
+  EXPECT_EQ(dump(), want);
+  // The restart: a new server on the same root and file, plus junk a hand edit left.
+  std::ofstream(rmtab, std::ios::app) << "not-an-address:/x\n192.0.2.9:relative\n192.0.2.8:/cut";
+  srv_ = std::make_unique<NfsServer>(dir_.string(), "/export", srv_->options());
+  srv_->max_mount_entries = 8;
+  ASSERT_TRUE(srv_->keep_mounts_in(rmtab));
+  EXPECT_EQ(dump(), want) << "the list after a restart";
+  // Bounded: the oldest goes beyond max_mount_entries, in memory and in the file.
+  for (std::uint32_t k = 0; k < 10; ++k) {
+    ctx_.peer = wire::Ipv4Addr{0xC6120000 + k};
+    ASSERT_EQ(mnt("/export"), 0u);
+  }
+  EXPECT_EQ(dump().size(), 8u);
+  std::ifstream in(rmtab);
+  std::string line;
+  std::size_t lines = 0;
+  while (std::getline(in, line)) ++lines;
+  EXPECT_EQ(lines, 8u);
+}
+
 TEST_F(NfsServerTest, AttributesDirectoryListingAndFilesystemInfo) {
   const Fh root = srv_->root_fh();
   auto l = call(kLookup, [&](XdrEncoder& e) {
