@@ -74,6 +74,7 @@ struct RpcRdmaServer::Job {
   wire::Ipv4Addr peer;       ///< the connection's source, for the handler's authorization
   std::uint64_t charge = 0;  ///< what it counts in its connection's `held` until answered
   std::uint32_t reads_left = 0;  ///< RDMA READs of its read chunk not completed yet
+  bool short_pull = false;       ///< a READ of its chunk could not be posted: ERR_CHUNK
 };
 
 struct RpcRdmaServer::Conn {
@@ -303,7 +304,11 @@ void RpcRdmaServer::accept(conn::ConnId id, wire::Ipv4Addr peer,
   c->slot_chunks.assign(opt_.credits, 0);
   c->chunk_busy.assign(chunk_count(), false);
   conn::QpSizes qs;
-  qs.send = 256;
+  // Every work request that can be out at once: a send per credit and per backward call, and
+  // what the chunk buffers are the source or sink of (each at most one chunk's segments: a pull's
+  // RDMA READs, a payload's or a reply chunk's RDMA WRITEs).
+  qs.send = opt_.credits + kBackwardCalls +
+            chunk_count() * static_cast<std::uint32_t>(rdma::kMaxSegmentsPerChunk) + 8;
   qs.recv = nrecv;
   qs.send_sge = 2;
   qs.recv_sge = 1;
@@ -612,6 +617,7 @@ void RpcRdmaServer::next(Conn& c) {
       send_error(c, j->hdr.xid, rdma::ErrorCode::kChunk);
       continue;
     }
+    j->short_pull = bad;  // those posted complete first; the call is never run short
     j->read_total = at;
     st_.read_bytes += at;
     ++c.jobs;
@@ -844,7 +850,13 @@ void RpcRdmaServer::on_wc(const conn::Completion& cw) {
     if (pi != c.pulls.end() && --pi->second->reads_left == 0) {
       const auto j = std::move(pi->second);
       c.pulls.erase(pi);
-      assemble_and_run(c, j, c.chunk(idx));
+      if (j->short_pull) {
+        if (c.jobs) --c.jobs;
+        c.held -= std::min(c.held, std::exchange(j->charge, 0));
+        send_error(c, j->hdr.xid, rdma::ErrorCode::kChunk);
+      } else {
+        assemble_and_run(c, j, c.chunk(idx));
+      }
       c.chunk_busy[idx] = false;  // the call is copied out: the buffer takes the next chunk
     }
   } else if (kind == kWrSend) {

@@ -1270,6 +1270,74 @@ TEST(NfsServerTransport, SeveralChunksOfOneConnectionAreOnTheWireAtOnce) {
   r.a.eng->dereg_mr(bm);
 }
 
+// Every chunk buffer pulled at once with the most segments a read list may have (64): 256 RDMA
+// READs out, plus the sends of calls without chunks answered meanwhile. The send queue is sized
+// for that; every call is assembled whole (its sum) and the connection stays up.
+TEST(NfsServerTransport, ManySegmentsOnEveryChunkBufferFitTheSendQueue) {
+  constexpr std::uint32_t kSeg = 1024, kSegs = 64, kCalls = 4;
+  CallWorker pool(64, 4);
+  Rig r(
+      {},
+      [&](const CallContext&, std::span<const std::uint8_t> call, RpcReply& rep) {
+        rep.msg.assign(call.begin(), call.begin() + std::min<std::size_t>(call.size(), 16));
+        std::uint32_t sum = 0;
+        for (std::size_t k = 16; k < call.size(); ++k) sum += call[k];
+        rep.msg.resize(20);
+        wire::store_be32(rep.msg.data() + 16, sum);
+      },
+      true, &pool);
+  Client& c = r.connect();
+  ASSERT_TRUE(r.run([&] { return c.up; }, 5));
+  std::vector<std::uint8_t> big(std::size_t{kSeg} * kSegs * kCalls);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::uint8_t>(i * 13 + i / 7);
+  Mr* bm = r.a.eng->reg_mr(r.pd, big.data(), big.size(), kAccessLocalWrite | kAccessRemoteRead);
+  ASSERT_NE(bm, nullptr);
+  for (std::uint32_t k = 0; k < kCalls; ++k) {
+    rdma::Header h;
+    h.xid = 0xD00 + k;
+    h.credits = 32;
+    for (std::uint32_t s = 0; s < kSegs; ++s)
+      h.reads.push_back(
+          {16, rdma::Segment{bm->key, kSeg,
+                             reinterpret_cast<std::uint64_t>(big.data()) +
+                                 (std::uint64_t{k} * kSegs + s) * kSeg}});
+    std::vector<std::uint8_t> m;
+    rdma::encode(h, m);
+    const std::size_t at = m.size();
+    m.resize(at + 16, 0xCA);
+    wire::store_be32(m.data() + at, h.xid);
+    ASSERT_LE(m.size(), Client::kSlot);
+    const std::uint32_t slot = Client::kSlots + (c.next_send++ % Client::kSlots);
+    std::uint8_t* out = c.buf.data() + std::size_t{slot} * Client::kSlot;
+    std::memcpy(out, m.data(), m.size());
+    Sge sge{reinterpret_cast<std::uint64_t>(out), static_cast<std::uint32_t>(m.size()), c.mr->key};
+    SendWr wr;
+    wr.wr_id = slot;
+    wr.opcode = WrOpcode::kSend;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ASSERT_EQ(r.a.eng->post_send(c.qp, &wr, nullptr), kOk);
+  }
+  for (std::uint32_t x = 1; x <= 8; ++x) r.call(c, 0xE00 + x);
+  ASSERT_TRUE(r.run([&] { return c.replies.size() == kCalls + 8; }, 10))
+      << c.replies.size() << " replies";
+  for (std::uint32_t k = 0; k < kCalls; ++k) {
+    std::uint32_t want = 0;
+    for (std::size_t i = std::size_t{k} * kSeg * kSegs; i < std::size_t{k + 1} * kSeg * kSegs; ++i)
+      want += big[i];
+    const auto& b = c.bodies[0xD00 + k];
+    ASSERT_GE(b.size(), 20u) << k;
+    EXPECT_EQ(wire::load_be32(b.data() + 16), want) << "call " << k;
+  }
+  std::printf("peak %llu RDMA READs posted at once, ERR_CHUNK %llu\n",
+              static_cast<unsigned long long>(r.srv->stats().reads_in_flight_peak),
+              static_cast<unsigned long long>(r.srv->stats().err_chunk));
+  EXPECT_EQ(r.srv->stats().err_chunk, 0u);
+  EXPECT_EQ(r.srv->stats().closed, 0u);
+  pool.stop();
+  r.a.eng->dereg_mr(bm);
+}
+
 // Item 5: a handler blocked for long (fsync on a slow disk): the poll loop answers ARP
 // meanwhile, accepts another connection, and both connections' calls are answered once the
 // handler returns. Every probe must be answered while the handler is still blocked (a loop
