@@ -252,7 +252,7 @@ class NfsServer {
   }
   mutable std::mutex opts_mu_;
   std::shared_ptr<const ExportOptions> opts_;  ///< replaced whole by set_options()
-  int root_fd_ = -1;   ///< O_PATH; every path is resolved beneath it
+  int root_fd_ = -1;                           ///< O_PATH; every path is resolved beneath it
   int mount_fd_ = -1;  ///< the root opened for open_by_handle_at (which refuses O_PATH)
   std::uint64_t root_ino_ = 0, root_dev_ = 0;
   bool kernel_handles_ = false, key_persistent_ = false;

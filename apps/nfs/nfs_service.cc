@@ -163,8 +163,7 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
         c.portmap = P::kOff;
       else
         throw std::runtime_error("service nfs: --portmap must be auto, own, register or off");
-    }
-    else
+    } else
       throw std::runtime_error("service nfs: unknown option " + a +
                                " (--root, --export, --export-options, --clients, --max-handles, "
                                "--threads, --portmap-port, "
@@ -386,7 +385,9 @@ void NfsService::start_portmap(client::Context& context, const NfsServiceConfig&
     rpcbind_ = std::make_unique<RpcbindClient>();
     rpcbind_->unix_path = c.rpcbind_socket;
     rpcbind_->tcp_port = c.portmap_port;
-    rpcbind_->log = [](const std::string& m) { std::fprintf(stderr, "service nfs: %s\n", m.c_str()); };
+    rpcbind_->log = [](const std::string& m) {
+      std::fprintf(stderr, "service nfs: %s\n", m.c_str());
+    };
     const std::string owner = ::geteuid() == 0 ? "superuser" : std::to_string(::geteuid());
     for (auto x : portmap_table_) {
       if (x.prog == kPortmapProgram) continue;

@@ -33,11 +33,11 @@
 namespace roce::nfs {
 
 struct NfsServiceConfig {
-  std::string root;               ///< the host directory served
+  std::string root;  ///< the host directory served
   /// What clients mount (MNT's path, NFSv4's pseudo-root leads to it): empty is the root's
   /// canonical path, as exports(5) names an export ("/srv/export"); "/" the old default.
   std::string export_path;
-  ExportOptions exports;          ///< --export-options, --clients (exports(5))
+  ExportOptions exports;  ///< --export-options, --clients (exports(5))
   /// --exports-file: lines `export-options OPTS` and `clients LIST` (and `#` comments) applied
   /// over `exports`, read at the start and again at each reload (reload_exports(): SIGHUP to
   /// roce-nfsd; a change of the file, looked at once a second).
@@ -138,7 +138,7 @@ class NfsService {
 
   std::string state_dir_;  ///< v4 client records and MOUNT's rmtab; empty: none (state_dir_for)
   NfsServer nfs_;          ///< thread-safe: the pool's handlers call it at once
-  Nfs4Server nfs4_;  ///< NFS version 4.1 calls over the same export; its own mutex
+  Nfs4Server nfs4_;        ///< NFS version 4.1 calls over the same export; its own mutex
   /// The v4 server's counts as stats() and report() last read them: they run on the poll loop
   /// and only try its lock (a COMPOUND may hold it through an fsync), reusing these meanwhile.
   mutable Nfs4Stats seen4_;
@@ -151,10 +151,10 @@ class NfsService {
   std::vector<PortmapEntry> portmap_table_;
   std::unique_ptr<RpcTcpServer> portmap_tcp_;
   std::unique_ptr<RpcbindClient> rpcbind_;  ///< registrations with the host's rpcbind
-  int portmap_udp_ = -1;  ///< non-blocking; answered from step()
+  int portmap_udp_ = -1;                    ///< non-blocking; answered from step()
   std::uint64_t portmap_udp_calls_ = 0;
   std::uint64_t portmap_udp_denied_ = 0;  ///< datagrams from addresses the export does not list
-  ExportOptions base_exports_;             ///< the flags' options, under the file's
+  ExportOptions base_exports_;            ///< the flags' options, under the file's
   std::string exports_file_;
   struct timespec exports_mtime_ {};
   std::uint64_t exports_size_ = 0, exports_ino_ = 0;

@@ -142,7 +142,8 @@ bool io_all(int fd, std::uint8_t* b, std::size_t n, bool out, std::uint64_t dead
     if (now >= deadline) return false;
     pollfd p{fd, static_cast<short>(out ? POLLOUT : POLLIN), 0};
     if (::poll(&p, 1, static_cast<int>(deadline - now)) <= 0) return false;
-    const ssize_t k = out ? ::send(fd, b + at, n - at, MSG_NOSIGNAL) : ::recv(fd, b + at, n - at, 0);
+    const ssize_t k =
+        out ? ::send(fd, b + at, n - at, MSG_NOSIGNAL) : ::recv(fd, b + at, n - at, 0);
     if (k <= 0) return false;
     at += static_cast<std::size_t>(k);
   }
@@ -207,7 +208,8 @@ std::optional<std::vector<std::uint8_t>> RpcbindClient::call(
   rpc::encode(e, h);
   m.insert(m.end(), args.begin(), args.end());
   const std::uint32_t mark = 0x80000000u | static_cast<std::uint32_t>(m.size() - 4);
-  for (int i = 0; i < 4; ++i) m[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(mark >> (24 - 8 * i));
+  for (int i = 0; i < 4; ++i)
+    m[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(mark >> (24 - 8 * i));
   const std::uint64_t deadline = mono_ms() + static_cast<std::uint64_t>(timeout_ms);
   std::vector<std::uint8_t> reply;
   bool ok = io_all(fd, m.data(), m.size(), true, deadline);
@@ -216,8 +218,8 @@ std::optional<std::vector<std::uint8_t>> RpcbindClient::call(
     std::uint8_t mk[4];
     ok = io_all(fd, mk, 4, false, deadline);
     if (!ok) break;
-    const std::uint32_t v = std::uint32_t{mk[0]} << 24 | std::uint32_t{mk[1]} << 16 |
-                            std::uint32_t{mk[2]} << 8 | mk[3];
+    const std::uint32_t v =
+        std::uint32_t{mk[0]} << 24 | std::uint32_t{mk[1]} << 16 | std::uint32_t{mk[2]} << 8 | mk[3];
     last = v & 0x80000000u;
     const std::size_t n = v & 0x7fffffffu;
     if (reply.size() + n > 65536) {
@@ -257,8 +259,8 @@ bool RpcbindClient::register_entry(const PortmapEntry& x) {
   };
   auto ok = set();
   if (!ok) {
-    say("no answer from the host's rpcbind (" + unix_path + ", 127.0.0.1:" +
-        std::to_string(tcp_port) + "): " + what + " not registered");
+    say("no answer from the host's rpcbind (" + unix_path +
+        ", 127.0.0.1:" + std::to_string(tcp_port) + "): " + what + " not registered");
     return false;
   }
   if (!*ok) {

@@ -71,8 +71,8 @@ struct RpcRdmaServer::Job {
   std::uint32_t read_total = 0, read_position = 0;
   std::vector<std::uint8_t> call;
   RpcReply reply;
-  wire::Ipv4Addr peer;       ///< the connection's source, for the handler's authorization
-  std::uint64_t charge = 0;  ///< what it counts in its connection's `held` until answered
+  wire::Ipv4Addr peer;           ///< the connection's source, for the handler's authorization
+  std::uint64_t charge = 0;      ///< what it counts in its connection's `held` until answered
   std::uint32_t reads_left = 0;  ///< RDMA READs of its read chunk not completed yet
   bool short_pull = false;       ///< a READ of its chunk could not be posted: ERR_CHUNK
 };
@@ -326,8 +326,7 @@ void RpcRdmaServer::accept(conn::ConnId id, wire::Ipv4Addr peer,
     c->send_mr = reg(c->send_mem);
     c->chunk_mr = reg(c->chunk_mem);
   }
-  if (!c->buf || !c->recv_mr || !c->send_mr || !c->chunk_mr ||
-      ep_.prepare(id, qs) != 0) {
+  if (!c->buf || !c->recv_mr || !c->send_mr || !c->chunk_mr || ep_.prepare(id, qs) != 0) {
     ep_.refuse(id);
     release(*c);
     return;
@@ -610,8 +609,8 @@ void RpcRdmaServer::next(Conn& c) {
       at += r.seg.length;
     }
     st_.reads_in_flight_peak = std::max<std::uint64_t>(st_.reads_in_flight_peak, c.reads_out);
-    st_.chunk_buffers_peak = std::max<std::uint64_t>(
-        st_.chunk_buffers_peak, c.chunk_busy.size() - c.free_chunks());
+    st_.chunk_buffers_peak =
+        std::max<std::uint64_t>(st_.chunk_buffers_peak, c.chunk_busy.size() - c.free_chunks());
     if (bad && j->reads_left == 0) {
       c.chunk_busy[b] = false;
       send_error(c, j->hdr.xid, rdma::ErrorCode::kChunk);
@@ -778,8 +777,8 @@ void RpcRdmaServer::send_reply(Conn& c, Job& j) {
     inv_rkey = call.reply->segments.empty() ? 0 : call.reply->segments.front().handle;
   const std::uint32_t slot = take_slot(c);
   c.slot_chunks[slot] = used;  // the WRITEs' sources until this SEND completes
-  st_.chunk_buffers_peak = std::max<std::uint64_t>(st_.chunk_buffers_peak,
-                                                   c.chunk_busy.size() - c.free_chunks());
+  st_.chunk_buffers_peak =
+      std::max<std::uint64_t>(st_.chunk_buffers_peak, c.chunk_busy.size() - c.free_chunks());
   std::uint8_t* buf = c.send_mem.data() + std::size_t{slot} * opt_.inline_size;
   std::memcpy(buf, hb.data(), hb.size());
   std::memcpy(buf + hb.size(), msg.data(), msg.size());

@@ -161,7 +161,7 @@ class RpcRdmaServer {
   void send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code, std::uint32_t chunks = 0);
   void answered(Conn& c);
   std::uint64_t held_limit() const;
-  std::size_t chunk_len() const;       ///< one chunk buffer's bytes
+  std::size_t chunk_len() const;      ///< one chunk buffer's bytes
   std::uint32_t chunk_count() const;  ///< a connection's chunk buffers
   void release(Conn& c);
   /// Forgets connection `conn`; `end`: also ends it on the wire (DREQ) and frees its QP now.

@@ -296,8 +296,7 @@ TEST_F(NfsServerTest, MountOfADirectoryBeneathTheExport) {
   }
   EXPECT_EQ(paths, (std::vector<std::string>{"/export", "/export/home/alice"}));
   call(
-      kUmnt, [](XdrEncoder& e) { e.string("/export/home/alice/"); }, kMountProgram,
-      kMountVersion);
+      kUmnt, [](XdrEncoder& e) { e.string("/export/home/alice/"); }, kMountProgram, kMountVersion);
   auto dump2 = call(
       kDump, [](XdrEncoder&) {}, kMountProgram, kMountVersion);
   XdrDecoder dd2 = results(dump2);

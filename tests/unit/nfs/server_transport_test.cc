@@ -158,7 +158,7 @@ struct Client {
   cm::ConnId id;
   bool up = false, rejected = false, failed = false, down = false;
   cm::RejReason reason{};
-  std::vector<std::uint32_t> replies;  // XIDs of the replies received
+  std::vector<std::uint32_t> replies;                         // XIDs of the replies received
   std::map<std::uint32_t, std::vector<std::uint8_t>> bodies;  // their RPC messages, by XID
   std::uint32_t next_send = 0;
   bool no_repost = false;  // a client that posts no more receives (RNR NAKs)
@@ -1234,9 +1234,10 @@ TEST(NfsServerTransport, SeveralChunksOfOneConnectionAreOnTheWireAtOnce) {
     EXPECT_EQ(wire::load_be32(b.data() + 16), sums[k]) << "call " << k;
   }
   const int before = read_requests_before_response.load();
-  std::printf("RDMA READ requests on the wire before the first response: %d; peak %llu READs "
-              "in flight\n",
-              before, static_cast<unsigned long long>(r.srv->stats().reads_in_flight_peak));
+  std::printf(
+      "RDMA READ requests on the wire before the first response: %d; peak %llu READs "
+      "in flight\n",
+      before, static_cast<unsigned long long>(r.srv->stats().reads_in_flight_peak));
   EXPECT_GE(before, 2) << "one connection's read chunks are pulled one call at a time";
   EXPECT_GE(r.srv->stats().reads_in_flight_peak, 2u);
   // (b) READ-like calls, their payloads into the second half, while ACKs are lost.
@@ -1246,18 +1247,18 @@ TEST(NfsServerTransport, SeveralChunksOfOneConnectionAreOnTheWireAtOnce) {
   for (std::uint32_t k = 0; k < kCalls; ++k)
     chunked_call(r, c, bm, 0xB00 + k, nullptr, 0, out + std::size_t{k} * kLen, kOut);
   const bool all = r.run([&] { return c.replies.size() == kCalls; }, 3);
-  std::printf("replies with write chunks received with no ACK through: %zu of %u (%d ACKs lost), "
-              "peak %llu chunk buffers in use\n",
-              c.replies.size(), kCalls, acks_dropped.load(),
-              static_cast<unsigned long long>(r.srv->stats().chunk_buffers_peak));
+  std::printf(
+      "replies with write chunks received with no ACK through: %zu of %u (%d ACKs lost), "
+      "peak %llu chunk buffers in use\n",
+      c.replies.size(), kCalls, acks_dropped.load(),
+      static_cast<unsigned long long>(r.srv->stats().chunk_buffers_peak));
   EXPECT_TRUE(all) << "a reply's write chunk waits for the previous reply's ACK";
   // (c) every chunk buffer is held by an unacknowledged reply: a WRITE-like call waits, a call
   // without chunks behind it is answered.
   chunked_call(r, c, bm, 0xA10, big.data(), kLen, nullptr, 0);
   r.call(c, 0xC01);
   const bool small = r.run(
-      [&] { return std::find(c.replies.begin(), c.replies.end(), 0xC01u) != c.replies.end(); },
-      3);
+      [&] { return std::find(c.replies.begin(), c.replies.end(), 0xC01u) != c.replies.end(); }, 3);
   EXPECT_TRUE(small) << "a call without chunks waited behind one waiting for a chunk buffer";
   drop_acks = false;
   ASSERT_TRUE(r.run([&] { return c.replies.size() == kCalls + 2; }, 10));
@@ -1297,10 +1298,9 @@ TEST(NfsServerTransport, ManySegmentsOnEveryChunkBufferFitTheSendQueue) {
     h.xid = 0xD00 + k;
     h.credits = 32;
     for (std::uint32_t s = 0; s < kSegs; ++s)
-      h.reads.push_back(
-          {16, rdma::Segment{bm->key, kSeg,
-                             reinterpret_cast<std::uint64_t>(big.data()) +
-                                 (std::uint64_t{k} * kSegs + s) * kSeg}});
+      h.reads.push_back({16, rdma::Segment{bm->key, kSeg,
+                                           reinterpret_cast<std::uint64_t>(big.data()) +
+                                               (std::uint64_t{k} * kSegs + s) * kSeg}});
     std::vector<std::uint8_t> m;
     rdma::encode(h, m);
     const std::size_t at = m.size();
