@@ -26,6 +26,9 @@ PACKAGES=(
   verilator yosys
   # instructions per packet of the engine (tests/perf/engine_instructions.sh: callgrind)
   valgrind
+  # the host's port mapper the NFS service registers with, and rpcinfo/showmount to ask it
+  # (tests/integration/nfs_rpcbind.sh)
+  rpcbind nfs-common
 )
 # Debian's npm; a nodejs from elsewhere (NodeSource) brings its own and conflicts with it.
 command -v npm >/dev/null || PACKAGES+=(npm)

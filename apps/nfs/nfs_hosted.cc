@@ -44,6 +44,7 @@ const runtime::RegisterService kNfs{{
           struct stat st {};
           if (::stat(c.root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
             throw std::runtime_error("--root " + c.root + " is not a directory");
+          if (!c.exports_file.empty()) read_exports_file(c.exports_file, c.exports);
         },
     .make = [](runtime::ServiceEnv& env) -> std::unique_ptr<runtime::HostedService> {
       return std::make_unique<HostedNfs>(env);

@@ -500,7 +500,12 @@ struct NfsServer::Obj {
 };
 
 NfsServer::NfsServer(std::string root, std::string export_path, ExportOptions opts, HandleMode mode)
-    : root_(std::move(root)), export_(std::move(export_path)), opts_(std::move(opts)) {
+    : root_(std::move(root)),
+      export_(std::move(export_path)),
+      opts_(std::make_shared<const ExportOptions>(std::move(opts))) {
+  // "/srv/export/" and "/srv/export" are one export (what MNT and NFSv4's pseudo-root compare).
+  while (export_.size() > 1 && export_.back() == '/') export_.pop_back();
+  if (export_.empty() || export_.front() != '/') export_.insert(export_.begin(), '/');
   root_fd_ = ::open(root_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   struct stat s;
   if (root_fd_ < 0 || ::fstat(root_fd_, &s) != 0 || !S_ISDIR(s.st_mode)) {
@@ -580,6 +585,70 @@ NfsServer::NfsServer(std::string root, std::string export_path, ExportOptions op
     stable_cookies_ = !(static_cast<long>(f.f_type) == kRamfs ||
                         (static_cast<long>(f.f_type) == kTmpfs && old_kernel));
   }
+}
+
+bool NfsServer::beneath_export(const std::string& path, std::string& rel) const {
+  // export_ has no trailing slash (but "/"); "" names the root when the export is "/".
+  rel.clear();
+  std::string_view rest(path);
+  if (export_ == "/") {
+    if (!rest.empty() && rest.front() != '/') return false;
+  } else {
+    if (rest.substr(0, export_.size()) != export_) return false;
+    rest.remove_prefix(export_.size());
+    if (!rest.empty() && rest.front() != '/') return false;  // "/srv/exported" is not beneath
+  }
+  while (!rest.empty()) {
+    const std::size_t n = std::min(rest.find('/'), rest.size());
+    const std::string_view part = rest.substr(0, n);
+    rest.remove_prefix(std::min(n + 1, rest.size()));
+    if (part.empty() || part == ".") continue;
+    if (part == "..") return false;
+    if (!rel.empty()) rel += '/';
+    rel.append(part);
+  }
+  return rel.size() <= kMaxRel;
+}
+
+std::string NfsServer::join_export(const std::string& rel) const {
+  return export_ == "/" ? "/" + rel : export_ + "/" + rel;
+}
+
+bool NfsServer::keep_mounts_in(const std::string& path) {
+  std::lock_guard g(mount_mu_);
+  rmtab_ = path;
+  if (path.empty()) return true;
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  if (!f) return errno == ENOENT;
+  char line[kMaxPath + 64];
+  while (std::fgets(line, sizeof line, f) && mounts_.size() < max_mount_entries) {
+    std::string l(line);
+    if (l.empty() || l.back() != '\n') break;  // cut short: the rest is not trusted
+    l.pop_back();
+    const std::size_t colon = l.find(':');
+    in_addr a{};
+    if (colon == std::string::npos || colon + 1 >= l.size() || l[colon + 1] != '/' ||
+        ::inet_pton(AF_INET, l.substr(0, colon).c_str(), &a) != 1)
+      continue;  // a client is an IPv4 address, a path absolute
+    auto entry = std::pair<std::string, std::string>(l.substr(0, colon), l.substr(colon + 1));
+    if (std::find(mounts_.begin(), mounts_.end(), entry) == mounts_.end())
+      mounts_.push_back(std::move(entry));
+  }
+  std::fclose(f);
+  return true;
+}
+
+void NfsServer::save_mounts() {
+  if (rmtab_.empty()) return;
+  const std::string tmp = rmtab_ + ".new";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return;
+  std::string all;
+  for (const auto& [who, path] : mounts_)
+    if (path.find('\n') == std::string::npos) all += who + ":" + path + "\n";
+  const bool ok = ::write(fd, all.data(), all.size()) == static_cast<ssize_t>(all.size());
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), rmtab_.c_str()) != 0) ::unlink(tmp.c_str());
 }
 
 NfsServer::~NfsServer() {
@@ -846,7 +915,7 @@ Status NfsServer::open_file(Call& c, const Obj& o, bool write, std::shared_ptr<c
     Call::AsServer server(c.id);
     // Writing only for a write: an open for writing breaks the leases that stand for NFSv4
     // read delegations (and a descriptor open for writing keeps any from being taken).
-    if (opts_.rw && write) {
+    if (opts()->rw && write) {
       nf->fd.reset(::open(p.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
       nf->rw = nf->fd.get() >= 0;
     }
@@ -911,18 +980,19 @@ Verf NfsServer::cookie_verf(const Obj& dir) const {
 }
 
 bool NfsServer::credential(const rpc::OpaqueAuth& a, Cred& c) const {
-  c = Cred{opts_.anonuid, opts_.anongid, {}};
+  const auto o = opts();  // one set of options for the whole credential (a reload)
+  c = Cred{o->anonuid, o->anongid, {}};
   if (a.flavor == rpc::kAuthNone) return true;  // AUTH_NONE is the anonymous ids
   const auto s = rpc::parse_auth_sys(a);
   if (!s) return false;
-  if (opts_.all_squash) return true;
+  if (o->all_squash) return true;
   const auto squash = [&](std::uint32_t id, std::uint32_t anon) {
     // (uid_t)-1 is no id (setfsuid(-1) only asks); root_squash maps 0 to the anonymous id.
-    return id == 0xffffffffu || (id == 0 && opts_.root_squash) ? anon : id;
+    return id == 0xffffffffu || (id == 0 && o->root_squash) ? anon : id;
   };
-  c.uid = squash(s->uid, opts_.anonuid);
-  c.gid = squash(s->gid, opts_.anongid);
-  for (std::uint32_t g : s->gids) c.groups.push_back(squash(g, opts_.anongid));
+  c.uid = squash(s->uid, o->anonuid);
+  c.gid = squash(s->gid, o->anongid);
+  for (std::uint32_t g : s->gids) c.groups.push_back(squash(g, o->anongid));
   return true;
 }
 
@@ -971,7 +1041,7 @@ void NfsServer::handle(const CallContext& ctx, std::span<const std::uint8_t> cal
     rpc::encode(e, r);
     return;
   }
-  if (h.proc != kNull && !opts_.allows(ctx.peer)) return deny();
+  if (h.proc != kNull && !opts()->allows(ctx.peer)) return deny();
   if (h.vers != kNfsVersion) {
     r.accept = rpc::kProgMismatch;
     r.low = r.high = kNfsVersion;
@@ -1106,7 +1176,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       Obj o;
       if (const Status st = find(c, fh, o)) return fail(st), encode_wcc(e, none, none);
       const Fattr before = o.attr();
-      if (!opts_.rw) return fail(kErrRofs), encode_wcc(e, before, before);
+      if (!opts()->rw) return fail(kErrRofs), encode_wcc(e, before, before);
       // The guard: the client's idea of the ctime must still hold (RFC 1813 3.3.2).
       if (guard && !same_time(*guard, before.ctime))
         return fail(kErrNotSync), encode_wcc(e, before, before);
@@ -1183,7 +1253,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
         if ((want & (kMod | kExt)) && may(W_OK)) got |= want & (kMod | kExt);
         if ((want & kExec) && may(X_OK)) got |= kExec;
       }
-      if (!opts_.rw) got &= ~(kMod | kExt | kDel);
+      if (!opts()->rw) got &= ~(kMod | kExt | kDel);
       e.u32(kOk);
       encode_post_op(e, o.attr());
       e.u32(got);
@@ -1247,7 +1317,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       Obj o;
       if (const Status s = find(c, fh, o)) return fail(s), encode_wcc(e, none, none);
       const Fattr before = o.attr();
-      if (!opts_.rw) return fail(kErrRofs), encode_wcc(e, before, before);
+      if (!opts()->rw) return fail(kErrRofs), encode_wcc(e, before, before);
       if (count > data.size() || how > kFileSync ||
           off > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max()) - count)
         return fail(kErrInval), encode_wcc(e, before, before);
@@ -1313,7 +1383,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       if (!S_ISDIR(o.st.st_mode)) return fail(kErrNotdir), encode_wcc(e, none, none);
       const Fattr before = o.attr();
       const auto refuse = [&](Status st) { fail(st), encode_wcc(e, before, attr_of(o.fd.get())); };
-      if (!opts_.rw) return refuse(kErrRofs);
+      if (!opts()->rw) return refuse(kErrRofs);
       if (const Status st = name_error(name))
         return refuse(name == "." || name == ".." ? kErrExist : st);
       if (!kernel_handles_ && join(o.rel, name).size() > kMaxRel) return refuse(kErrNametoolong);
@@ -1389,7 +1459,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       if (const Status st = find(c, dir, o)) return fail(st), encode_wcc(e, none, none);
       if (!S_ISDIR(o.st.st_mode)) return fail(kErrNotdir), encode_wcc(e, none, none);
       const Fattr before = o.attr();
-      if (!opts_.rw) return fail(kErrRofs), encode_wcc(e, before, before);
+      if (!opts()->rw) return fail(kErrRofs), encode_wcc(e, before, before);
       if (proc == kRmdir && name == "..") return fail(kErrNotempty), encode_wcc(e, before, before);
       if (const Status st = name_error(name)) return fail(st), encode_wcc(e, before, before);
       if (proc == kRemove && held_at(o.fd.get(), name))
@@ -1418,7 +1488,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       if (const Status st = find(c, to, t)) return both(st, f.attr(), none);
       const Fattr fb = f.attr(), tb = t.attr();
       if (!S_ISDIR(f.st.st_mode) || !S_ISDIR(t.st.st_mode)) return both(kErrNotdir, fb, tb);
-      if (!opts_.rw) return both(kErrRofs, fb, tb);
+      if (!opts()->rw) return both(kErrRofs, fb, tb);
       if (const Status st = name_error(from_name)) return both(st, fb, tb);
       if (const Status st = name_error(to_name)) return both(st, fb, tb);
       if (!kernel_handles_ && join(t.rel, to_name).size() > kMaxRel)
@@ -1450,7 +1520,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
             encode_wcc(e, before, attr_of(l.fd.get()));
       };
       if (!S_ISDIR(l.st.st_mode)) return refuse(kErrNotdir);
-      if (!opts_.rw) return refuse(kErrRofs);
+      if (!opts()->rw) return refuse(kErrRofs);
       if (S_ISDIR(o.st.st_mode)) return refuse(kErrIsdir);
       if (const Status st = name_error(name))
         return refuse(name == "." || name == ".." ? kErrExist : st);
@@ -1625,7 +1695,7 @@ void NfsServer::dispatch(Call& c, std::uint32_t proc, XdrDecoder& d, XdrEncoder&
       Obj o;
       if (const Status s = find(c, fh, o)) return fail(s), encode_wcc(e, none, none);
       const Fattr before = o.attr();
-      if (!opts_.rw) return fail(kErrRofs), encode_wcc(e, before, before);
+      if (!opts()->rw) return fail(kErrRofs), encode_wcc(e, before, before);
       if (!S_ISREG(o.st.st_mode))
         return fail(S_ISDIR(o.st.st_mode) ? kErrIsdir : kErrInval), encode_wcc(e, before, before);
       // The cached descriptor (the writes' own) if there is one, else one the server opens:
@@ -1695,27 +1765,52 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
         return;
       }
       rpc::encode(e, r);
-      if (path != export_ && !(export_ == "/" && path.empty())) {
+      // The export or a directory beneath it, as mountd mounts any (trailing slashes and "."
+      // dropped; ".." refused): its path under the root, normalised.
+      std::string rel;
+      if (!beneath_export(path, rel)) {
         e.u32(2);  // MNT3ERR_NOENT
         return;
       }
-      if (!opts_.allows(ctx.peer)) {
+      if (!opts()->allows(ctx.peer)) {
         mount_denied_.fetch_add(1, std::memory_order_relaxed);
         e.u32(13);  // MNT3ERR_ACCES, as mountd answers a host the export does not list
         return;
       }
+      Fh fh = root_fh();
+      if (!rel.empty()) {
+        // Resolved beneath the root as every path is (no symbolic link, no "..", no other
+        // file system), as the server: mountd answers a directory's handle without the
+        // caller's search permission too (the NFS calls that follow are the caller's).
+        Obj o;
+        o.fd.reset(open_beneath(root_fd_, rel, O_PATH | O_DIRECTORY));
+        if (o.fd.get() < 0 || ::fstat(o.fd.get(), &o.st) != 0) {
+          const int err = errno;
+          e.u32(err == ENOTDIR ? 20 : err == EACCES ? 13 : 2);  // NOTDIR, ACCES, NOENT
+          return;
+        }
+        o.rel = rel;
+        const auto sub = handle_of(o, "", o.st);
+        if (!sub) {
+          e.u32(2);
+          return;
+        }
+        fh = *sub;
+      }
+      const std::string named = rel.empty() ? export_ : join_export(rel);
       {
         // Who mounted what, for DUMP (showmount -a): once per client and path, the oldest
         // forgotten beyond the bound.
         std::lock_guard g(mount_mu_);
-        const auto entry = std::pair<std::string, std::string>(host, path);
+        const auto entry = std::pair<std::string, std::string>(host, named);
         if (std::find(mounts_.begin(), mounts_.end(), entry) == mounts_.end()) {
           mounts_.push_back(entry);
           while (mounts_.size() > max_mount_entries) mounts_.pop_front();
+          save_mounts();
         }
       }
       e.u32(0);
-      encode(e, root_fh());
+      encode(e, fh);
       e.u32(1);
       e.u32(rpc::kAuthSys);
       return;
@@ -1729,11 +1824,15 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
         rpc::encode(e, r);
         return;
       }
+      if (std::string rel; h.proc == kUmnt && beneath_export(path, rel))
+        path = rel.empty() ? export_ : join_export(rel);  // as MNT recorded it
       {
         std::lock_guard g(mount_mu_);
+        const std::size_t before = mounts_.size();
         mounts_.remove_if([&](const auto& m) {
           return m.first == host && (h.proc == kUmntAll || m.second == path);
         });
+        if (mounts_.size() != before) save_mounts();
       }
       rpc::encode(e, r);
       return;
@@ -1749,17 +1848,19 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
       e.boolean(false);
       return;
     }
-    case kExport:
+    case kExport: {
       rpc::encode(e, r);
       e.boolean(true);
       e.string(export_);
-      for (const auto& cl : opts_.clients) {  // groups: who may mount (showmount -e)
+      const auto o = opts();
+      for (const auto& cl : o->clients) {  // groups: who may mount (showmount -e)
         e.boolean(true);
         e.string(cl.text);
       }
       e.boolean(false);
       e.boolean(false);
       return;
+    }
     default:
       r.accept = rpc::kProcUnavail;
       rpc::encode(e, r);

@@ -96,7 +96,8 @@ enum class HandleMode { kAuto, kPathTable };
 
 class NfsServer {
  public:
-  /// Serves the directory `root` (which must exist) as export `export_path`.
+  /// Serves the directory `root` (which must exist) as export `export_path` (trailing slashes
+  /// dropped): MNT of that path or of a directory beneath it.
   NfsServer(std::string root, std::string export_path = "/", ExportOptions opts = {},
             HandleMode mode = HandleMode::kAuto);
   ~NfsServer();
@@ -124,7 +125,17 @@ class NfsServer {
   /// the directory's mtime too).
   bool stable_cookies() const { return stable_cookies_; }
   std::uint64_t mount_denied() const { return mount_denied_.load(std::memory_order_relaxed); }
-  const ExportOptions& options() const { return opts_; }
+  /// The export's options now (a copy: set_options() may replace them meanwhile).
+  ExportOptions options() const { return *opts(); }
+  /// Replaces the export's options (a reload): calls that start after it use them; a call
+  /// under way finishes with those it started with or the new ones, field by field.
+  void set_options(ExportOptions o) {
+    auto p = std::make_shared<const ExportOptions>(std::move(o));
+    std::lock_guard g(opts_mu_);
+    opts_ = std::move(p);
+  }
+  /// Whether the export lists `peer` now (the transport's door, the port mapper's UDP).
+  bool allows(wire::Ipv4Addr peer) const { return opts()->allows(peer); }
   /// False when the process may not take other ids (no CAP_SETUID/CAP_SETGID): a call whose
   /// identity is not the process's own then gets SYSTEM_ERR.
   bool acts_as_callers() const { return acts_as_callers_; }
@@ -139,6 +150,12 @@ class NfsServer {
   }
   /// MOUNT's list of who mounted what (DUMP), at most this many entries (the oldest goes).
   std::size_t max_mount_entries = 1024;
+  /// Keeps MOUNT's list in file `path` (mountd's rmtab: "client:path" lines), so that DUMP
+  /// (`showmount -a`) still lists the clients after a restart: reads what is there (at most
+  /// max_mount_entries lines, malformed ones skipped), and rewrites it whole (a temporary file
+  /// renamed over it) at each change. Empty: in memory only. False when the file cannot be
+  /// read or written (the list then lives in memory only).
+  bool keep_mounts_in(const std::string& path);
   /// Open-file cache for READ, WRITE and COMMIT (a descriptor per file, opened once, shared by
   /// the calls and threads): at most this many; one unused for `file_idle_ms` is closed, and a
   /// file's entry goes when the file is removed or renamed over through the server.
@@ -200,6 +217,11 @@ class NfsServer {
   /// Opens what `fh` names beneath the root (O_PATH); kOk, kErrStale, or kErrJukebox when out
   /// of descriptors or memory.
   v3::Status find(Call& c, const v3::Fh& fh, Obj& o);
+  /// Whether MOUNT's `path` is the export or beneath it; `rel` the rest, normalised ("" for the
+  /// export itself).
+  bool beneath_export(const std::string& path, std::string& rel) const;
+  /// The MOUNT path of `rel` beneath the export.
+  std::string join_export(const std::string& rel) const;
   /// Whether `fd` (opened from a handle) is beneath the export's root: kOk, kErrStale, or
   /// kErrJukebox when out of descriptors to tell.
   v3::Status beneath(int fd, const struct stat& st) const;
@@ -224,8 +246,13 @@ class NfsServer {
 
   std::string root_, export_;
   std::string root_real_;  ///< the root's absolute path, as /proc/self/fd shows it
-  ExportOptions opts_;
-  int root_fd_ = -1;   ///< O_PATH; every path is resolved beneath it
+  std::shared_ptr<const ExportOptions> opts() const {
+    std::lock_guard g(opts_mu_);
+    return opts_;
+  }
+  mutable std::mutex opts_mu_;
+  std::shared_ptr<const ExportOptions> opts_;  ///< replaced whole by set_options()
+  int root_fd_ = -1;                           ///< O_PATH; every path is resolved beneath it
   int mount_fd_ = -1;  ///< the root opened for open_by_handle_at (which refuses O_PATH)
   std::uint64_t root_ino_ = 0, root_dev_ = 0;
   bool kernel_handles_ = false, key_persistent_ = false;
@@ -268,6 +295,9 @@ class NfsServer {
   std::uint64_t files_swept_ns_ = 0;
   std::mutex mount_mu_;
   std::list<std::pair<std::string, std::string>> mounts_;  ///< (client, path) for DUMP
+  std::string rmtab_;  ///< where mounts_ is kept (keep_mounts_in); empty: nowhere
+  /// Rewrites rmtab_ from mounts_ (mount_mu_ held).
+  void save_mounts();
 };
 
 }  // namespace roce::nfs

@@ -37,6 +37,53 @@ std::string default_mount_address(const std::string& iface) {
   return out;
 }
 
+ExportOptions read_exports_file(const std::string& path, const ExportOptions& base) {
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  if (!f)
+    throw std::runtime_error("service nfs: --exports-file " + path + ": " + std::strerror(errno));
+  ExportOptions o = base;
+  char buf[4096];
+  int line = 0;
+  std::string err;
+  while (std::fgets(buf, sizeof buf, f)) {
+    ++line;
+    std::string l(buf);
+    const auto why = [&](const std::string& w) {
+      std::fclose(f);
+      return std::runtime_error("service nfs: " + path + ":" + std::to_string(line) + ": " + w);
+    };
+    if (!l.empty() && l.back() != '\n' && !std::feof(f)) throw why("line too long");
+    if (const auto hash = l.find('#'); hash != std::string::npos) l.erase(hash);
+    const auto first = l.find_first_not_of(" \t\r\n");
+    if (first == std::string::npos) continue;
+    l.erase(0, first);
+    l.erase(l.find_last_not_of(" \t\r\n") + 1);
+    const auto sp = l.find_first_of(" \t");
+    std::string key = l.substr(0, sp);
+    const std::string value =
+        sp == std::string::npos ? std::string() : l.substr(l.find_first_not_of(" \t", sp));
+    if (key.rfind("--", 0) == 0) key.erase(0, 2);
+    std::vector<std::string> warnings;
+    if (key == "export-options") {
+      if (!parse_export_options(value, o, err, &warnings)) throw why(err);
+      for (const auto& w : warnings) std::fprintf(stderr, "service nfs: %s\n", w.c_str());
+    } else if (key == "clients") {
+      if (!parse_clients(value, o, err)) throw why(err);
+    } else {
+      throw why("unknown key '" + key + "' (export-options OPTS, clients LIST)");
+    }
+  }
+  std::fclose(f);
+  return o;
+}
+
+std::string export_path_for(const NfsServiceConfig& c) {
+  if (!c.export_path.empty()) return c.export_path;
+  std::error_code ec;
+  const auto p = std::filesystem::canonical(c.root, ec);  // the root must exist: checked later
+  return ec ? c.root : p.string();
+}
+
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -102,14 +149,28 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       c.delegations = v == "on";
     } else if (a == "--state-dir")
       c.state_dir = v;
-    else
+    else if (a == "--exports-file")
+      c.exports_file = v;
+    else if (a == "--portmap") {
+      using P = NfsServiceConfig::Portmap;
+      if (v == "auto")
+        c.portmap = P::kAuto;
+      else if (v == "own")
+        c.portmap = P::kOwn;
+      else if (v == "register")
+        c.portmap = P::kRegister;
+      else if (v == "off")
+        c.portmap = P::kOff;
+      else
+        throw std::runtime_error("service nfs: --portmap must be auto, own, register or off");
+    } else
       throw std::runtime_error("service nfs: unknown option " + a +
                                " (--root, --export, --export-options, --clients, --max-handles, "
                                "--threads, --portmap-port, "
                                "--mount-address, --mount-port, --credits, --inline, --tcp-port, "
                                "--max-connections, --max-half-open, --max-per-peer, --reap-idle, "
                                "--mount-clients, --mount-per-peer, --mount-timeout, "
-                               "--delegations, --state-dir)");
+                               "--delegations, --state-dir, --exports-file, --portmap)");
   }
   if (c.root.empty()) throw std::runtime_error("service nfs: --root DIR is required");
 }
@@ -194,20 +255,24 @@ std::string default_state_dir(const NfsServiceConfig& c) {
 
 namespace {
 // The transport's options with the export's client list as its door: an unlisted source is
-// refused at its REQ.
-ServerOptions with_door(const NfsServiceConfig& c) {
+// refused at its REQ (the list as it is now: a reload changes it).
+ServerOptions with_door(const NfsServiceConfig& c, const NfsServer& nfs) {
   ServerOptions o = c.transport;
-  if (!o.allows) o.allows = [e = c.exports](wire::Ipv4Addr a) { return e.allows(a); };
+  if (!o.allows) o.allows = [&nfs](wire::Ipv4Addr a) { return nfs.allows(a); };
   return o;
+}
+ExportOptions initial_exports(const NfsServiceConfig& c) {
+  return c.exports_file.empty() ? c.exports : read_exports_file(c.exports_file, c.exports);
 }
 }  // namespace
 
 NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
-    : nfs_(c.root, c.export_path, c.exports),
-      nfs4_(nfs_, v4::Limits{}, state_dir_for(c)),
+    : state_dir_(state_dir_for(c)),
+      nfs_(c.root, export_path_for(c), initial_exports(c)),
+      nfs4_(nfs_, v4::Limits{}, state_dir_),
       worker_(CallWorker::kDefaultCapacity, c.threads),
       rdma_(
-          context, with_door(c),
+          context, with_door(c, nfs_),
           [this](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& r) {
             if (Nfs4Server::is_v4(call))  // v4 holds its own lock; v3 is thread-safe
               nfs4_.handle(ctx, call, r);
@@ -223,7 +288,21 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
             reply = std::move(r.msg);
           },
           &worker_) {
-  if (!nfs_.acts_as_callers()) check_unprivileged(c.exports);
+  if (!nfs_.acts_as_callers()) check_unprivileged(nfs_.options());
+  // MOUNT's list of who mounted what, kept as mountd's rmtab: `showmount -a` after a restart.
+  if (!state_dir_.empty() && !nfs_.keep_mounts_in(state_dir_ + "/rmtab"))
+    std::fprintf(stderr, "service nfs: cannot read %s/rmtab (%s): MOUNT's list in memory only\n",
+                 state_dir_.c_str(), std::strerror(errno));
+  base_exports_ = c.exports;
+  exports_file_ = c.exports_file;
+  if (!exports_file_.empty()) {
+    struct stat st {};
+    if (::stat(exports_file_.c_str(), &st) == 0) {
+      exports_mtime_ = st.st_mtim;
+      exports_size_ = static_cast<std::uint64_t>(st.st_size);
+      exports_ino_ = st.st_ino;
+    }
+  }
   // Descriptors: the open-file cache takes up to a quarter of the soft limit (nfs_server.cc),
   // connections, handles being served and directories the rest; take the hard limit.
   if (rlimit nofile{};
@@ -257,7 +336,7 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
   std::string err;
   if (!mount_.listen(c.mount_address, c.mount_port, err)) throw std::runtime_error(err);
   rdma_.listen(c.port);
-  if (c.portmap_port) start_portmap(context, c);
+  if (c.portmap_port && c.portmap != NfsServiceConfig::Portmap::kOff) start_portmap(context, c);
   if (c.tcp_port) {
     tcp_ = std::make_unique<RpcTcpServer>(
         [this](const CallContext& ctx, std::span<const std::uint8_t> call,
@@ -281,6 +360,7 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
 }
 
 NfsService::~NfsService() {
+  rpcbind_.reset();  // the host's rpcbind forgets us first: clients stop being sent here
   worker_.stop();
   if (portmap_udp_ >= 0) ::close(portmap_udp_);
 }
@@ -298,17 +378,42 @@ void NfsService::start_portmap(client::Context& context, const NfsServiceConfig&
                     {kPortmapProgram, 4, "tcp", c.mount_address, c.portmap_port}};
   if (c.tcp_port)
     portmap_table_.push_back({kNfsProgram, kNfsVersion, "tcp", c.mount_address, c.tcp_port});
+  using P = NfsServiceConfig::Portmap;
+  // With the host's rpcbind (register, or auto when the port is taken): what mountd and nfsd
+  // register there, MOUNT v3 on TCP and NFS v3 on RDMA (and TCP), unregistered at stop.
+  const auto register_with_host = [&] {
+    rpcbind_ = std::make_unique<RpcbindClient>();
+    rpcbind_->unix_path = c.rpcbind_socket;
+    rpcbind_->tcp_port = c.portmap_port;
+    rpcbind_->log = [](const std::string& m) {
+      std::fprintf(stderr, "service nfs: %s\n", m.c_str());
+    };
+    const std::string owner = ::geteuid() == 0 ? "superuser" : std::to_string(::geteuid());
+    for (auto x : portmap_table_) {
+      if (x.prog == kPortmapProgram) continue;
+      x.owner = owner;
+      rpcbind_->register_entry(x);
+    }
+  };
+  if (c.portmap == P::kRegister) return register_with_host();
   portmap_tcp_ = std::make_unique<RpcTcpServer>(
       [this](const CallContext&, std::span<const std::uint8_t> call,
              std::vector<std::uint8_t>& reply) { portmap_reply(portmap_table_, call, reply); },
       &worker_);
   std::string err;
   if (!portmap_tcp_->listen(c.mount_address, c.portmap_port, err)) {
+    portmap_tcp_.reset();
+    if (c.portmap == P::kAuto) {
+      std::fprintf(stderr,
+                   "service nfs: port %u is taken on %s (%s): the host's rpcbind? registering "
+                   "with it (--portmap own|register|off to choose)\n",
+                   c.portmap_port, c.mount_address.c_str(), err.c_str());
+      return register_with_host();
+    }
     std::fprintf(stderr,
                  "service nfs: no port mapper on %s:%u (%s): clients need mountport=%u, "
                  "mountproto=tcp and mountvers=3 (docs/nfs.md)\n",
                  c.mount_address.c_str(), c.portmap_port, err.c_str(), c.mount_port);
-    portmap_tcp_.reset();
     return;
   }
   portmap_udp_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -338,7 +443,7 @@ bool NfsService::step_portmap_udp() {
     any = true;
     // A datagram's source is not proven: answering anyone would reflect (about 3x) at whoever
     // a forger names. Only the export's clients get answers (TCP's port mapper answers all).
-    if (!nfs_.options().allows(wire::Ipv4Addr{ntohl(from.sin_addr.s_addr)})) {
+    if (!nfs_.allows(wire::Ipv4Addr{ntohl(from.sin_addr.s_addr)})) {
       ++portmap_udp_denied_;
       continue;
     }
@@ -351,7 +456,41 @@ bool NfsService::step_portmap_udp() {
   return any;
 }
 
+std::string NfsService::reload_exports() {
+  if (exports_file_.empty()) return "service nfs: nothing to reload (no --exports-file)";
+  try {
+    ExportOptions o = read_exports_file(exports_file_, base_exports_);
+    if (!nfs_.acts_as_callers()) check_unprivileged(o);
+    const std::size_t n = o.clients.size();
+    const bool rw = o.rw;
+    nfs_.set_options(std::move(o));
+    ++reloads_;
+    return "service nfs: exports reloaded from " + exports_file_ + ": " + (rw ? "rw" : "ro") +
+           ", " + std::to_string(n) + " client entr" + (n == 1 ? "y" : "ies") +
+           " (new calls use them; no grace period)";
+  } catch (const std::exception& e) {
+    ++reload_errors_;
+    return std::string(e.what()) + " (the export's options are unchanged)";
+  }
+}
+
+void NfsService::watch_exports() {
+  const auto now = std::chrono::steady_clock::now();
+  if (exports_file_.empty() || now < next_watch_) return;
+  next_watch_ = now + std::chrono::seconds(1);
+  struct stat st {};
+  if (::stat(exports_file_.c_str(), &st) != 0) return;  // being replaced: looked at again
+  if (st.st_mtim.tv_sec == exports_mtime_.tv_sec && st.st_mtim.tv_nsec == exports_mtime_.tv_nsec &&
+      static_cast<std::uint64_t>(st.st_size) == exports_size_ && st.st_ino == exports_ino_)
+    return;
+  exports_mtime_ = st.st_mtim;
+  exports_size_ = static_cast<std::uint64_t>(st.st_size);
+  exports_ino_ = st.st_ino;
+  std::fprintf(stderr, "%s\n", reload_exports().c_str());
+}
+
 bool NfsService::step() {
+  watch_exports();
   const auto now = std::chrono::steady_clock::now();
   if (now >= next_cb_) {  // the v4 back channel: calls to send, once a millisecond; timeouts
     next_cb_ = now + std::chrono::milliseconds(1);
@@ -383,7 +522,9 @@ std::string NfsService::report() const {
        "; beyond credits " + std::to_string(t.over_credit) + ", refused " +
        std::to_string(t.rejected_full) + " (full), " + std::to_string(t.denied) +
        " (not listed), " + std::to_string(t.unresolved) + " (no ARP answer), " +
-       std::to_string(t.reaped) + " idle reaped, " + std::to_string(t.closed) + " closed\n";
+       std::to_string(t.reaped) + " idle reaped, " + std::to_string(t.closed) +
+       " closed; at most " + std::to_string(t.reads_in_flight_peak) + " RDMA READs and " +
+       std::to_string(t.chunk_buffers_peak) + " chunk buffers of a connection at once\n";
   const auto& m = mount_.stats();
   s += "mount: " + std::to_string(mount_.clients()) + " connections, refused " +
        std::to_string(m.refused) + " (full), " + std::to_string(m.refused_peer) +
@@ -452,7 +593,11 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"rpcrdma_closed", t.closed},
       {"rpcrdma_err_vers", t.err_vers},
       {"rpcrdma_err_chunk", t.err_chunk},
+      {"rpcrdma_reads_in_flight_peak", t.reads_in_flight_peak},  // of one connection
+      {"rpcrdma_chunk_buffers_peak", t.chunk_buffers_peak},      // of one connection
       {"mount_calls", mount_.calls()},
+      {"exports_reloads", reloads_},              // --exports-file read again and applied
+      {"exports_reload_errors", reload_errors_},  // a bad file: the options kept
       {"portmap_calls", (portmap_tcp_ ? portmap_tcp_->calls() : 0) + portmap_udp_calls_},
       {"portmap_udp_denied", portmap_udp_denied_},  // datagrams from hosts not listed: dropped
       {"mount_denied", nfs_.mount_denied()},        // MNT3ERR_ACCES

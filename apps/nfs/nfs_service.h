@@ -14,6 +14,7 @@
 #include <roce/client.h>
 
 #include <chrono>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,9 +33,15 @@
 namespace roce::nfs {
 
 struct NfsServiceConfig {
-  std::string root;               ///< the host directory served
-  std::string export_path = "/";  ///< what MNT asks for
-  ExportOptions exports;          ///< --export-options, --clients (exports(5))
+  std::string root;  ///< the host directory served
+  /// What clients mount (MNT's path, NFSv4's pseudo-root leads to it): empty is the root's
+  /// canonical path, as exports(5) names an export ("/srv/export"); "/" the old default.
+  std::string export_path;
+  ExportOptions exports;  ///< --export-options, --clients (exports(5))
+  /// --exports-file: lines `export-options OPTS` and `clients LIST` (and `#` comments) applied
+  /// over `exports`, read at the start and again at each reload (reload_exports(): SIGHUP to
+  /// roce-nfsd; a change of the file, looked at once a second).
+  std::string exports_file;
   std::uint32_t max_handles = 65536;
   /// Worker threads doing the file system calls (knfsd starts 8 by default).
   std::uint32_t threads = 8;
@@ -54,6 +61,13 @@ struct NfsServiceConfig {
   /// needs CAP_NET_BIND_SERVICE or root, and no rpcbind of the host on that address); 0: none.
   /// When it cannot bind, the service says so and goes on without it.
   std::uint16_t portmap_port = kPortmapPort;
+  /// --portmap: `own` answers as a port mapper itself (portmap_port); `register` registers MOUNT
+  /// v3/tcp and NFS v3/rdma with the host's rpcbind (its local socket or 127.0.0.1:111) and
+  /// takes them away at stop; `auto` (the default) is `own`, or `register` when the port is taken
+  /// (the host runs rpcbind); `off` neither.
+  enum class Portmap { kAuto, kOwn, kRegister, kOff } portmap = Portmap::kAuto;
+  /// Where `register` finds the host's rpcbind (tests point it elsewhere).
+  std::string rpcbind_socket = "/run/rpcbind.sock";
   /// NFSv4.1 read delegations (--delegations on|off): granted only where the host gives a file
   /// lease for each, so that every writer (local, NFSv3, v4) has it recalled first.
   bool delegations = true;
@@ -66,6 +80,13 @@ struct NfsServiceConfig {
 /// interface's first IPv4 address, else 127.0.0.1 (never every address: a MOUNT listener on
 /// 0.0.0.0 answers on every network of the host, the management one included).
 std::string default_mount_address(const std::string& iface);
+
+/// `base` with the lines of exports file `path` applied (export-options, clients); throws
+/// std::runtime_error naming the file and line when it cannot be read or a line is bad.
+ExportOptions read_exports_file(const std::string& path, const ExportOptions& base);
+
+/// The export's path for `c`: --export, else the canonical path of --root.
+std::string export_path_for(const NfsServiceConfig& c);
 
 /// Parses a service's args (--root DIR, --export PATH, --export-options OPTS, --clients LIST,
 /// --max-handles N, --threads N, --portmap-port N, --mount-address IP, --mount-port N, --credits N,
@@ -99,16 +120,25 @@ class NfsService {
   /// when anything happened.
   bool step();
   std::string report() const;
+  /// Reads --exports-file again and applies its options to the calls that start from now on
+  /// (no restart, no grace period: knfsd's `exportfs -r`). A bad file, or options an unprivileged
+  /// server cannot serve, leave the options as they were. Returns the line to log.
+  std::string reload_exports();
+  /// What clients mount (MNT's path, and NFSv4's below its pseudo-root).
+  const std::string& export_path() const { return nfs_.export_path(); }
   /// Counters for an operator to scrape (roced's metrics): flat (name, value) pairs, names in
   /// snake_case without a prefix, cumulative unless the name says otherwise (`_now`).
   std::vector<std::pair<std::string, std::uint64_t>> stats() const;
 
  private:
   void start_portmap(client::Context& context, const NfsServiceConfig& c);
+  /// Once a second: reload_exports() when --exports-file changed (mtime, size or inode).
+  void watch_exports();
   bool step_portmap_udp();
 
-  NfsServer nfs_;    ///< thread-safe: the pool's handlers call it at once
-  Nfs4Server nfs4_;  ///< NFS version 4.1 calls over the same export; its own mutex
+  std::string state_dir_;  ///< v4 client records and MOUNT's rmtab; empty: none (state_dir_for)
+  NfsServer nfs_;          ///< thread-safe: the pool's handlers call it at once
+  Nfs4Server nfs4_;        ///< NFS version 4.1 calls over the same export; its own mutex
   /// The v4 server's counts as stats() and report() last read them: they run on the poll loop
   /// and only try its lock (a COMPOUND may hold it through an fsync), reusing these meanwhile.
   mutable Nfs4Stats seen4_;
@@ -120,9 +150,16 @@ class NfsService {
   std::unique_ptr<RpcTcpServer> tcp_;
   std::vector<PortmapEntry> portmap_table_;
   std::unique_ptr<RpcTcpServer> portmap_tcp_;
-  int portmap_udp_ = -1;  ///< non-blocking; answered from step()
+  std::unique_ptr<RpcbindClient> rpcbind_;  ///< registrations with the host's rpcbind
+  int portmap_udp_ = -1;                    ///< non-blocking; answered from step()
   std::uint64_t portmap_udp_calls_ = 0;
   std::uint64_t portmap_udp_denied_ = 0;  ///< datagrams from addresses the export does not list
+  ExportOptions base_exports_;            ///< the flags' options, under the file's
+  std::string exports_file_;
+  struct timespec exports_mtime_ {};
+  std::uint64_t exports_size_ = 0, exports_ino_ = 0;
+  std::chrono::steady_clock::time_point next_watch_{};
+  std::uint64_t reloads_ = 0, reload_errors_ = 0;
 };
 
 /// roced's `test: nfs` service (docs/configuration.md): the service on a port the daemon owns

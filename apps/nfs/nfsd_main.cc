@@ -24,9 +24,10 @@ namespace po = boost::program_options;
 using namespace roce;
 
 namespace {
-volatile std::sig_atomic_t g_stop = 0, g_loop_stats = 0;
+volatile std::sig_atomic_t g_stop = 0, g_loop_stats = 0, g_reload = 0;
 void on_signal(int) { g_stop = 1; }
 void on_usr1(int) { g_loop_stats = 1; }
+void on_hup(int) { g_reload = 1; }  // --exports-file read again (exportfs -r)
 /// "poll loop: busy B ns, idle I ns, P polls (S% busy)": where the loop's time went since it
 /// started (PollLoop::time_stats; the caller's work between polls counts with the poll before
 /// it). SIGUSR1 prints it; a benchmark takes the difference of two.
@@ -54,7 +55,7 @@ int main(int argc, char** argv) {
   double timeout = 0, tx_drop = 0, rx_drop = 0;
   bool spin = false;
   unsigned port = c.port, mount_port = c.mount_port, tcp_port = 0, portmap_port = c.portmap_port;
-  std::string export_options, clients, delegations = "on";
+  std::string export_options, clients, delegations = "on", portmap = "auto";
   po::options_description o("roce-nfsd options");
   o.add_options()("help,h", "this help")(
       "attach", po::value(&nl.attach),
@@ -67,10 +68,16 @@ int main(int argc, char** argv) {
       "mac", po::value(&link.mac)->default_value("02:00:00:00:01:00"), "our MAC")(
       "pcap", po::value(&link.pcap), "capture every frame here")(
       "root", po::value(&c.root)->required(), "the host directory to serve")(
-      "export", po::value(&c.export_path)->default_value("/"), "the export's MOUNT path")(
+      "export", po::value(&c.export_path),
+      "the path clients mount (MNT, and NFSv4 below its pseudo-root); default: --root's "
+      "canonical path, as exports(5); \"/\" for the export at the top")(
       "export-options", po::value(&export_options),
       "exports(5) options: ro (default) or rw, root_squash (default), no_root_squash, "
       "all_squash, anonuid=N, anongid=N (docs/nfs.md: others accepted)")(
+      "exports-file", po::value(&c.exports_file),
+      "export options read at the start and again on SIGHUP (or when the file changes), applied "
+      "over --export-options and --clients to the calls that start after: lines "
+      "'export-options OPTS' and 'clients LIST', # comments")(
       "clients", po::value(&clients),
       "who may mount: IPv4 addresses, address/prefix and address/netmask, comma-separated "
       "(default *: everyone)")("max-handles",
@@ -104,6 +111,10 @@ int main(int argc, char** argv) {
       "portmap-port", po::value(&portmap_port)->default_value(c.portmap_port),
       "port mapper (rpcbind v2-v4) for MOUNT and NFS on the MOUNT address, TCP and UDP "
       "(0: none; 111 needs privilege)")(
+      "portmap", po::value(&portmap)->default_value("auto"),
+      "own: answer as the port mapper on --portmap-port; register: register MOUNT and NFS with "
+      "the host's rpcbind (unregistered at exit); auto: own, or register when the port is "
+      "taken; off")(
       "delegations", po::value(&delegations)->default_value("on"),
       "NFSv4.1 read delegations: on (each backed by a host file lease, recalled when anything "
       "writes the file) or off")(
@@ -143,6 +154,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   c.delegations = delegations == "on";
+  try {
+    nfs::NfsServiceConfig p;
+    nfs::parse_service_args({"--root", "/", "--portmap", portmap}, p);
+    c.portmap = p.portmap;
+  } catch (const std::exception& e) {
+    std::cerr << "roce-nfsd: " << e.what() << "\n";
+    return 2;
+  }
   c.port = static_cast<std::uint16_t>(port);
   c.mount_port = static_cast<std::uint16_t>(mount_port);
   c.tcp_port = static_cast<std::uint16_t>(tcp_port);
@@ -155,6 +174,7 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::signal(SIGUSR1, on_usr1);
+  std::signal(SIGHUP, on_hup);
   try {
     if (nl.attach.empty() && link.iface.empty() && memif_socket.empty()) {
       std::cerr << "roce-nfsd: --attach, --iface or --memif is required\n";
@@ -162,7 +182,7 @@ int main(int argc, char** argv) {
     }
     nfs::LinkHolder holder(nl);
     nfs::NfsService svc(holder.context(), c);
-    std::cout << "roce-nfsd: serving " << c.root << " as " << c.export_path << " on "
+    std::cout << "roce-nfsd: serving " << c.root << " as " << svc.export_path() << " on "
               << ctl::to_string(holder.context().port().ipv4)
               << (holder.attached() ? " (attached to roced at " + nl.attach + ")" : "")
               << " rdma_cm port " << c.port << ", MOUNT on TCP " << c.mount_address << ":"
@@ -174,6 +194,10 @@ int main(int argc, char** argv) {
         idle = 0;
       else if (!spin && ++idle > 64)
         sched_yield();
+      if (g_reload) {
+        g_reload = 0;
+        std::cout << "roce-nfsd: " << svc.reload_exports() << std::endl;
+      }
       if (g_loop_stats) {
         g_loop_stats = 0;
         print_loop(holder);

@@ -27,6 +27,8 @@ constexpr std::uint32_t kRecvExtra = 4;
 /// Backward calls (RFC 8167) out on a connection at once: each one's REPLY takes one of the
 /// spare receives above, never a credit's.
 constexpr std::uint32_t kBackwardCalls = 2;
+/// Chunk buffers of a connection at most (a bit each in Conn::slot_chunks).
+constexpr std::uint64_t kMaxChunkBuffers = 8;
 
 /// Whether `m` is an RDMA_MSG without chunks carrying an RPC REPLY (msg_type 1 after the XID).
 bool backward_reply(std::span<const std::uint8_t> m) {
@@ -69,8 +71,10 @@ struct RpcRdmaServer::Job {
   std::uint32_t read_total = 0, read_position = 0;
   std::vector<std::uint8_t> call;
   RpcReply reply;
-  wire::Ipv4Addr peer;       ///< the connection's source, for the handler's authorization
-  std::uint64_t charge = 0;  ///< what it counts in its connection's `held` until answered
+  wire::Ipv4Addr peer;           ///< the connection's source, for the handler's authorization
+  std::uint64_t charge = 0;      ///< what it counts in its connection's `held` until answered
+  std::uint32_t reads_left = 0;  ///< RDMA READs of its read chunk not completed yet
+  bool short_pull = false;       ///< a READ of its chunk could not be posted: ERR_CHUNK
 };
 
 struct RpcRdmaServer::Conn {
@@ -80,13 +84,25 @@ struct RpcRdmaServer::Conn {
   bool closing = false;  ///< an error completion came: being closed
   bool remote_inv = false;
   std::uint32_t peer_recv = rdma::kDefaultInline;  ///< what the client can receive inline
-  /// One shared-memory buffer (Context::alloc_buffer): receives, sends, data, reply chunk.
+  /// One shared-memory buffer (Context::alloc_buffer), registered once in three MRs: the
+  /// receives, the sends, and the chunk buffers.
   client::Buffer* buf = nullptr;
-  std::span<std::uint8_t> recv_mem, send_mem, data_mem, reply_mem;
+  std::span<std::uint8_t> recv_mem, send_mem, chunk_mem;
   Mr* recv_mr = nullptr;
   Mr* send_mr = nullptr;
-  Mr* data_mr = nullptr;
-  Mr* reply_mr = nullptr;
+  Mr* chunk_mr = nullptr;
+  /// The chunk buffers (chunk_len bytes each, in chunk_mem): a read chunk is pulled into one
+  /// (free again once the call is copied out of it), a reply's write chunk payload and its reply
+  /// chunk are pushed from one each (free again when the reply's SEND completes: a
+  /// retransmitted RDMA WRITE reads its source again). Several at once: several RDMA READs and
+  /// WRITEs of the connection on the wire, the engine holding READs beyond the ORD.
+  std::size_t chunk_len = 0;
+  std::vector<bool> chunk_busy;
+  /// Per send buffer: the chunk buffers (a bit each) its reply's RDMA WRITEs read.
+  std::vector<std::uint32_t> slot_chunks;
+  /// Calls whose read chunk is being pulled, by the chunk buffer it goes into.
+  std::map<std::uint32_t, std::shared_ptr<Job>> pulls;
+  std::uint32_t reads_out = 0;  ///< RDMA READs posted and not completed
   /// Received messages not served yet, in order: (receive slot, length). They stay in their
   /// receive buffers, which are posted again once the message is read.
   std::deque<std::pair<std::uint32_t, std::uint32_t>> ready;
@@ -101,21 +117,30 @@ struct RpcRdmaServer::Conn {
   /// call is taken only while more are free than this.
   std::uint32_t jobs = 0;
   /// The bytes those calls may hold on the heap (the call pulled, the reply's payload waiting
-  /// for data_mem): a call is taken only while this stays within max_held (one at least).
+  /// for a chunk buffer): a call is taken only while this stays within max_held (one at least).
   std::uint64_t held = 0;
-  std::shared_ptr<Job> pulling;  ///< the call whose read chunk is being pulled into data_mem
-  std::uint32_t reads_left = 0;
-  /// Finished calls whose reply writes chunks (data_mem, reply_mem) while another reply still
-  /// uses them: sent in order as they free.
+  /// Finished calls whose reply writes chunks and found too few chunk buffers free: sent in
+  /// order as they free.
   std::deque<std::shared_ptr<Job>> replies;
   /// Replies in flight (a SEND completes when the client ACKs it): a ring of send buffers, so
-  /// that the next call need not wait for the ACK. data_mem and reply_mem are the source of a
-  /// reply's RDMA WRITEs, which a retransmission reads again: a call that needs them waits
-  /// until the reply that used them has completed.
+  /// that the next call need not wait for the ACK.
   std::vector<bool> slot_busy;
   std::uint32_t next_slot = 0;
-  bool data_busy = false;
-  std::uint32_t data_slot = 0;
+
+  std::uint32_t free_chunks() const {
+    return static_cast<std::uint32_t>(std::count(chunk_busy.begin(), chunk_busy.end(), false));
+  }
+  /// A free chunk buffer, marked busy (there must be one).
+  std::uint32_t take_chunk() {
+    for (std::uint32_t k = 0; k < chunk_busy.size(); ++k)
+      if (!chunk_busy[k]) {
+        chunk_busy[k] = true;
+        return k;
+      }
+    return 0;
+  }
+  std::uint8_t* chunk(std::uint32_t k) { return chunk_mem.data() + std::size_t{k} * chunk_len; }
+  bool chunks_idle() const { return pulls.empty() && free_chunks() == chunk_busy.size(); }
 };
 
 RpcRdmaServer::RpcRdmaServer(client::Context& ctx, ServerOptions o, Handler h, CallWorker* worker)
@@ -145,7 +170,7 @@ void RpcRdmaServer::listen(std::uint16_t port) {
 }
 
 void RpcRdmaServer::release(Conn& c) {
-  for (Mr** m : {&c.recv_mr, &c.send_mr, &c.data_mr, &c.reply_mr})
+  for (Mr** m : {&c.recv_mr, &c.send_mr, &c.chunk_mr})
     if (*m) {
       ctx_.dereg_mr(*m);
       *m = nullptr;
@@ -204,7 +229,7 @@ RpcRdmaServer::Room RpcRdmaServer::room(wire::Ipv4Addr peer, conn::ConnId self) 
     if (id == self || !c->up) continue;
     ++up;
     const bool idle =
-        c->in_flight == 0 && c->jobs == 0 && c->ready.empty() && !c->closing && !c->data_busy;
+        c->in_flight == 0 && c->jobs == 0 && c->ready.empty() && !c->closing && c->chunks_idle();
     if (c->peer == peer) {
       ++same;
       if (idle && (!r.own || c->active_ns < r.own->active_ns)) r.own = c.get();
@@ -272,32 +297,36 @@ void RpcRdmaServer::accept(conn::ConnId id, wire::Ipv4Addr peer,
   }
   const std::uint32_t nrecv = opt_.credits + kRecvExtra;
   const std::size_t recv_len = std::size_t{nrecv} * opt_.inline_size,
-                    send_len = std::size_t{opt_.credits} * opt_.inline_size,
-                    data_len = std::size_t{opt_.max_io} + 8192, reply_len = opt_.max_reply;
+                    send_len = std::size_t{opt_.credits} * opt_.inline_size;
+  c->chunk_len = chunk_len();
+  const std::size_t chunks_len = c->chunk_len * chunk_count();
   c->slot_busy.assign(opt_.credits, false);
+  c->slot_chunks.assign(opt_.credits, 0);
+  c->chunk_busy.assign(chunk_count(), false);
   conn::QpSizes qs;
-  qs.send = 256;
+  // Every work request that can be out at once: a send per credit and per backward call, and
+  // what the chunk buffers are the source or sink of (each at most one chunk's segments: a pull's
+  // RDMA READs, a payload's or a reply chunk's RDMA WRITEs).
+  qs.send = opt_.credits + kBackwardCalls +
+            chunk_count() * static_cast<std::uint32_t>(rdma::kMaxSegmentsPerChunk) + 8;
   qs.recv = nrecv;
   qs.send_sge = 2;
   qs.recv_sge = 1;
   client::Pd* pd = ep_.pd(id);
-  c->buf = ctx_.alloc_buffer(recv_len + send_len + data_len + reply_len);
+  c->buf = ctx_.alloc_buffer(recv_len + send_len + chunks_len);
   if (c->buf) {
     auto* m = static_cast<std::uint8_t*>(c->buf->addr);
     c->recv_mem = {m, recv_len};
     c->send_mem = {m + recv_len, send_len};
-    c->data_mem = {m + recv_len + send_len, data_len};
-    c->reply_mem = {m + recv_len + send_len + data_len, reply_len};
+    c->chunk_mem = {m + recv_len + send_len, chunks_len};
     const auto reg = [&](std::span<std::uint8_t> r) {
       return ctx_.reg_mr(pd, r.data(), r.size(), verbs::kAccessLocalWrite);
     };
     c->recv_mr = reg(c->recv_mem);
     c->send_mr = reg(c->send_mem);
-    c->data_mr = reg(c->data_mem);
-    c->reply_mr = reg(c->reply_mem);
+    c->chunk_mr = reg(c->chunk_mem);
   }
-  if (!c->buf || !c->recv_mr || !c->send_mr || !c->data_mr || !c->reply_mr ||
-      ep_.prepare(id, qs) != 0) {
+  if (!c->buf || !c->recv_mr || !c->send_mr || !c->chunk_mr || ep_.prepare(id, qs) != 0) {
     ep_.refuse(id);
     release(*c);
     return;
@@ -354,7 +383,8 @@ std::uint32_t take_slot(C& c) {
 }
 }  // namespace
 
-void RpcRdmaServer::send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code) {
+void RpcRdmaServer::send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code,
+                               std::uint32_t chunks) {
   rdma::Header h;
   h.xid = xid;
   h.credits = opt_.credits;
@@ -364,6 +394,7 @@ void RpcRdmaServer::send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code)
   std::vector<std::uint8_t> b;
   rdma::encode(h, b);
   const std::uint32_t slot = take_slot(c);
+  c.slot_chunks[slot] = chunks;  // RDMA WRITEs posted before the error read them until it completes
   std::uint8_t* buf = c.send_mem.data() + std::size_t{slot} * opt_.inline_size;
   std::memcpy(buf, b.data(), b.size());
   Sge sge{reinterpret_cast<std::uint64_t>(buf), static_cast<std::uint32_t>(b.size()),
@@ -378,8 +409,20 @@ void RpcRdmaServer::send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code)
   ep_.post_send(c.id, wr);
 }
 
-std::uint64_t RpcRdmaServer::held_limit(const Conn& c) const {
-  return opt_.max_held ? opt_.max_held : 4 * c.data_mem.size() + c.reply_mem.size();
+std::uint64_t RpcRdmaServer::held_limit() const {
+  return opt_.max_held ? opt_.max_held
+                       : 4 * (std::uint64_t{opt_.max_io} + 8192) + std::uint64_t{opt_.max_reply};
+}
+
+std::size_t RpcRdmaServer::chunk_len() const {
+  return std::max<std::size_t>(std::size_t{opt_.max_io} + 8192, opt_.max_reply);
+}
+
+std::uint32_t RpcRdmaServer::chunk_count() const {
+  // As many as the heap budget would hold (a connection never has more chunk data under way
+  // than its calls may hold), two at least (a reply may push a write chunk and a reply chunk).
+  const std::uint64_t n = held_limit() / chunk_len();
+  return static_cast<std::uint32_t>(std::clamp<std::uint64_t>(n, 2, kMaxChunkBuffers));
 }
 
 bool RpcRdmaServer::send_call(std::uint64_t conn, std::span<const std::uint8_t> call) {
@@ -437,21 +480,36 @@ void RpcRdmaServer::post_recv(Conn& c, std::uint32_t slot) {
   ep_.post_recv(c.id, wr);
 }
 
+namespace {
+/// The chunk buffers a reply to `call` may push from: its write chunk's payload and its reply
+/// chunk (decided when it is sent; counted here as if both were used).
+std::uint32_t reply_chunks_needed(const rdma::Header& call, const RpcReply& reply) {
+  return (!call.writes.empty() && reply.has_payload && !reply.payload.empty() ? 1u : 0u) +
+         (call.reply ? 1u : 0u);
+}
+}  // namespace
+
 void RpcRdmaServer::next(Conn& c) {
-  // The replies that waited for data_mem and reply_mem first, in the order they finished.
-  while (!c.data_busy && !c.pulling && !c.replies.empty()) {
+  // The replies that waited for chunk buffers first, in the order they finished.
+  while (!c.replies.empty() &&
+         c.free_chunks() >= reply_chunks_needed(c.replies.front()->hdr, c.replies.front()->reply)) {
     const auto j = std::move(c.replies.front());
     c.replies.pop_front();
     send_reply(c, *j);
   }
   // Then the calls received, several at once up to the credits: each goes to the worker pool
-  // as soon as it is whole. A read chunk is pulled into data_mem, one call at a time.
-  while (!c.ready.empty()) {
+  // as soon as it is whole. A read chunk is pulled into a chunk buffer of its own, several at
+  // once. A call that cannot be taken yet (no chunk buffer free, or beyond the connection's
+  // heap budget) stays in its receive buffer; the calls behind it without chunks are taken
+  // meanwhile (a GETATTR does not wait for a WRITE's buffer), those with chunks keep their
+  // order behind it.
+  bool skipped = false;
+  for (std::size_t i = 0; i < c.ready.size();) {
     // A free send buffer for each call taken (one per credit: the client never has more out).
     const auto free_slots =
         static_cast<std::uint32_t>(std::count(c.slot_busy.begin(), c.slot_busy.end(), false));
     if (free_slots <= c.jobs) return;
-    const auto [slot, len] = c.ready.front();
+    const auto [slot, len] = c.ready[i];
     const std::span<const std::uint8_t> m(c.recv_mem.data() + std::size_t{slot} * opt_.inline_size,
                                           len);
     rdma::Header hdr;
@@ -459,20 +517,30 @@ void RpcRdmaServer::next(Conn& c) {
     const auto err = rdma::decode(m, hdr, hl);
     std::uint64_t charge = 0;
     if (err == rdma::DecodeError::kOk) {
-      // A call with a read chunk needs data_mem: wait for the reply or the pull that uses it.
-      if (!hdr.reads.empty() && (c.data_busy || c.pulling || !c.replies.empty())) return;
+      const bool chunked = !hdr.reads.empty() || !hdr.writes.empty() || hdr.reply;
+      if (skipped && chunked) {
+        ++i;
+        continue;
+      }
       // What it may hold until its reply is sent: the call with its read chunk, the payload
       // for its write chunk, the reply for its reply chunk. A client that never lets a reply
       // complete (no ACK) keeps replies waiting: it holds max_held, not credits x max_io.
       std::uint64_t in = 0, out = 0;
       for (const auto& r : hdr.reads) in += r.seg.length;
       for (const auto& w : hdr.writes) out += w.length();
-      charge = len + opt_.inline_size + std::min<std::uint64_t>(in, c.data_mem.size()) +
-               std::min<std::uint64_t>(out, c.data_mem.size()) +
-               (hdr.reply ? std::min<std::uint64_t>(hdr.reply->length(), c.reply_mem.size()) : 0);
-      if (c.jobs && c.held + charge > held_limit(c)) return;
+      charge = len + opt_.inline_size + std::min<std::uint64_t>(in, c.chunk_len) +
+               std::min<std::uint64_t>(out, c.chunk_len) +
+               (hdr.reply ? std::min<std::uint64_t>(hdr.reply->length(), opt_.max_reply) : 0);
+      // A read chunk needs a chunk buffer, and waits while replies wait for theirs (a reply
+      // frees a credit; a pull only makes another reply).
+      const bool no_buffer = !hdr.reads.empty() && (c.free_chunks() == 0 || !c.replies.empty());
+      if (no_buffer || (c.jobs && c.held + charge > held_limit())) {
+        skipped = true;
+        ++i;
+        continue;
+      }
     }
-    c.ready.pop_front();
+    c.ready.erase(c.ready.begin() + static_cast<std::ptrdiff_t>(i));
     auto j = std::make_shared<Job>();
     j->conn = c.id;
     j->peer = c.peer;
@@ -502,10 +570,10 @@ void RpcRdmaServer::next(Conn& c) {
       ++c.jobs;
       j->charge = charge;
       c.held += charge;
-      assemble_and_run(c, j);
+      assemble_and_run(c, j, nullptr);
       continue;
     }
-    // One read chunk (every segment at one position), pulled into data_mem in order.
+    // One read chunk (every segment at one position), pulled into a chunk buffer in order.
     j->read_position = j->hdr.reads.front().position;
     std::uint64_t total = 0;
     bool bad = false;
@@ -513,19 +581,18 @@ void RpcRdmaServer::next(Conn& c) {
       bad = bad || r.position != j->read_position;
       total += r.seg.length;
     }
-    if (bad || total > c.data_mem.size() || j->read_position > j->inline_part.size() ||
+    if (bad || total > c.chunk_len || j->read_position > j->inline_part.size() ||
         (j->read_position == 0) != (j->hdr.proc == rdma::Proc::kNomsg)) {
       send_error(c, j->hdr.xid, rdma::ErrorCode::kChunk);
       continue;
     }
-    std::uint32_t at = 0, k = 0;
-    c.reads_left = 0;
+    const std::uint32_t b = c.take_chunk();
+    std::uint32_t at = 0;
     for (const auto& r : j->hdr.reads) {
       if (r.seg.length == 0) continue;
-      Sge sge{reinterpret_cast<std::uint64_t>(c.data_mem.data() + at), r.seg.length,
-              c.data_mr->lkey};
+      Sge sge{reinterpret_cast<std::uint64_t>(c.chunk(b) + at), r.seg.length, c.chunk_mr->lkey};
       SendWr wr;
-      wr.wr_id = wr_id(kWrRead, k++);
+      wr.wr_id = wr_id(kWrRead, b);
       wr.opcode = WrOpcode::kRead;
       wr.sg_list = &sge;
       wr.num_sge = 1;
@@ -536,35 +603,45 @@ void RpcRdmaServer::next(Conn& c) {
         bad = true;
         break;
       }
-      ++c.reads_left;
+      ++j->reads_left;
+      ++c.reads_out;
       ++st_.reads;
       at += r.seg.length;
     }
-    if (bad && c.reads_left == 0) {
+    st_.reads_in_flight_peak = std::max<std::uint64_t>(st_.reads_in_flight_peak, c.reads_out);
+    st_.chunk_buffers_peak =
+        std::max<std::uint64_t>(st_.chunk_buffers_peak, c.chunk_busy.size() - c.free_chunks());
+    if (bad && j->reads_left == 0) {
+      c.chunk_busy[b] = false;
       send_error(c, j->hdr.xid, rdma::ErrorCode::kChunk);
       continue;
     }
+    j->short_pull = bad;  // those posted complete first; the call is never run short
     j->read_total = at;
     st_.read_bytes += at;
     ++c.jobs;
     j->charge = charge;
     c.held += charge;
-    if (c.reads_left == 0) {
-      assemble_and_run(c, j);
+    if (j->reads_left == 0) {
+      assemble_and_run(c, j, c.chunk(b));
+      c.chunk_busy[b] = false;
       continue;
     }
-    c.pulling = std::move(j);  // on_wc assembles it when the last READ completes
+    c.pulls[b] = std::move(j);  // on_wc assembles it when its last READ completes
   }
 }
 
-void RpcRdmaServer::assemble_and_run(Conn& c, const std::shared_ptr<Job>& j) {
+void RpcRdmaServer::assemble_and_run(Conn& c, const std::shared_ptr<Job>& j,
+                                     const std::uint8_t* data) {
+  (void)c;
   // The call: inline up to the position, the chunk's data and its XDR pad, the rest inline.
-  // Copied out of data_mem: the pool works on it while data_mem takes the next chunk.
+  // Copied out of the chunk buffer: the pool works on it while the buffer takes the next chunk.
   std::vector<std::uint8_t> call;
-  if (j->read_total || !j->hdr.reads.empty()) {
+  if (data) {
     const auto pos = static_cast<std::ptrdiff_t>(j->read_position);
+    call.reserve(j->inline_part.size() + j->read_total + 4);
     call.assign(j->inline_part.begin(), j->inline_part.begin() + pos);
-    call.insert(call.end(), c.data_mem.begin(), c.data_mem.begin() + j->read_total);
+    call.insert(call.end(), data, data + j->read_total);
     if (j->read_position) call.insert(call.end(), xdr_pad(j->read_total), 0);
     call.insert(call.end(), j->inline_part.begin() + pos, j->inline_part.end());
   } else {
@@ -588,9 +665,9 @@ void RpcRdmaServer::finish(const std::shared_ptr<Job>& j) {
   if (ci == conns_.end()) return;  // closed while the handler ran
   Conn& c = *ci->second;
   if (c.closing) return;
-  // A reply that writes chunks waits while data_mem or reply_mem is in use.
-  const bool chunks = !j->hdr.writes.empty() || j->hdr.reply;
-  if (chunks && (c.data_busy || c.pulling || !c.replies.empty())) {
+  // A reply that writes chunks waits for free chunk buffers, behind those already waiting.
+  const std::uint32_t need = reply_chunks_needed(j->hdr, j->reply);
+  if (need && (!c.replies.empty() || c.free_chunks() < need)) {
     c.replies.push_back(j);
     return;
   }
@@ -611,24 +688,28 @@ void RpcRdmaServer::send_reply(Conn& c, Job& j) {
   h.credits = opt_.credits;
   h.proc = rdma::Proc::kMsg;
   std::uint32_t inv_rkey = 0;
-  bool wrote = false;
   // The write list is echoed with what was written (RFC 8166 3.4.6): the payload goes to the
   // first write chunk; other chunks come back empty.
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> writes;  // (data offset, segment index)
+  // The chunk buffers its RDMA WRITEs read (a bit each): busy until its SEND completes.
+  std::uint32_t used = 0;
   for (std::size_t w = 0; w < call.writes.size(); ++w) {
     rdma::WriteChunk echo = call.writes[w];
     std::uint64_t left = (w == 0 && reply.has_payload) ? reply.payload.size() : 0;
-    if (w == 0 && reply.has_payload) {
-      if (left > echo.length() || left > c.data_mem.size()) {
-        return send_error(c, call.xid, rdma::ErrorCode::kChunk);
+    std::uint8_t* src = nullptr;
+    if (left) {
+      if (left > echo.length() || left > c.chunk_len) {
+        return send_error(c, call.xid, rdma::ErrorCode::kChunk, used);
       }
-      std::memcpy(c.data_mem.data(), reply.payload.data(), reply.payload.size());
+      const std::uint32_t b = c.take_chunk();
+      used |= 1u << b;
+      src = c.chunk(b);
+      std::memcpy(src, reply.payload.data(), reply.payload.size());
     }
     std::uint64_t at = 0;
     for (auto& s : echo.segments) {
       const std::uint32_t n = static_cast<std::uint32_t>(std::min<std::uint64_t>(left, s.length));
       if (n) {
-        Sge sge{reinterpret_cast<std::uint64_t>(c.data_mem.data() + at), n, c.data_mr->lkey};
+        Sge sge{reinterpret_cast<std::uint64_t>(src + at), n, c.chunk_mr->lkey};
         SendWr wr;
         wr.wr_id = wr_id(kWrWrite, 0);
         wr.opcode = WrOpcode::kWrite;
@@ -637,7 +718,6 @@ void RpcRdmaServer::send_reply(Conn& c, Job& j) {
         wr.rdma.remote_addr = s.offset;
         wr.rdma.rkey = s.handle;
         ep_.post_send(c.id, wr);
-        wrote = true;
         ++st_.writes;
         st_.write_bytes += n;
         if (!inv_rkey) inv_rkey = s.handle;
@@ -658,15 +738,18 @@ void RpcRdmaServer::send_reply(Conn& c, Job& j) {
   rdma::encode(h, hb);
   if (hb.size() + msg.size() > std::min(c.peer_recv, opt_.inline_size)) {
     // Too large to send inline: the whole reply goes through the reply chunk (RDMA_NOMSG).
-    if (!call.reply || msg.size() > call.reply->length() || msg.size() > c.reply_mem.size())
-      return send_error(c, call.xid, rdma::ErrorCode::kChunk);
-    std::memcpy(c.reply_mem.data(), msg.data(), msg.size());
+    if (!call.reply || msg.size() > call.reply->length() || msg.size() > opt_.max_reply ||
+        msg.size() > c.chunk_len || c.free_chunks() == 0)
+      return send_error(c, call.xid, rdma::ErrorCode::kChunk, used);
+    const std::uint32_t b = c.take_chunk();
+    used |= 1u << b;
+    std::memcpy(c.chunk(b), msg.data(), msg.size());
     rdma::WriteChunk echo = *call.reply;
     std::uint64_t left = msg.size(), at = 0;
     for (auto& s : echo.segments) {
       const std::uint32_t n = static_cast<std::uint32_t>(std::min<std::uint64_t>(left, s.length));
       if (n) {
-        Sge sge{reinterpret_cast<std::uint64_t>(c.reply_mem.data() + at), n, c.reply_mr->lkey};
+        Sge sge{reinterpret_cast<std::uint64_t>(c.chunk(b) + at), n, c.chunk_mr->lkey};
         SendWr wr;
         wr.wr_id = wr_id(kWrWrite, 1);
         wr.opcode = WrOpcode::kWrite;
@@ -675,7 +758,6 @@ void RpcRdmaServer::send_reply(Conn& c, Job& j) {
         wr.rdma.remote_addr = s.offset;
         wr.rdma.rkey = s.handle;
         ep_.post_send(c.id, wr);
-        wrote = true;
         ++st_.writes;
         if (!inv_rkey) inv_rkey = s.handle;
       }
@@ -694,10 +776,9 @@ void RpcRdmaServer::send_reply(Conn& c, Job& j) {
   if (!inv_rkey && call.reply)
     inv_rkey = call.reply->segments.empty() ? 0 : call.reply->segments.front().handle;
   const std::uint32_t slot = take_slot(c);
-  if (wrote) {  // data_mem or reply_mem is the source of RDMA WRITEs until this SEND completes
-    c.data_busy = true;
-    c.data_slot = slot;
-  }
+  c.slot_chunks[slot] = used;  // the WRITEs' sources until this SEND completes
+  st_.chunk_buffers_peak =
+      std::max<std::uint64_t>(st_.chunk_buffers_peak, c.chunk_busy.size() - c.free_chunks());
   std::uint8_t* buf = c.send_mem.data() + std::size_t{slot} * opt_.inline_size;
   std::memcpy(buf, hb.data(), hb.size());
   std::memcpy(buf + hb.size(), msg.data(), msg.size());
@@ -763,15 +844,28 @@ void RpcRdmaServer::on_wc(const conn::Completion& cw) {
       c.active_ns = now_ns();
     }
   } else if (kind == kWrRead) {
-    if (c.pulling && --c.reads_left == 0) {
-      const auto j = std::move(c.pulling);
-      c.pulling.reset();
-      assemble_and_run(c, j);
+    if (c.reads_out) --c.reads_out;
+    const auto pi = c.pulls.find(idx);
+    if (pi != c.pulls.end() && --pi->second->reads_left == 0) {
+      const auto j = std::move(pi->second);
+      c.pulls.erase(pi);
+      if (j->short_pull) {
+        if (c.jobs) --c.jobs;
+        c.held -= std::min(c.held, std::exchange(j->charge, 0));
+        send_error(c, j->hdr.xid, rdma::ErrorCode::kChunk);
+      } else {
+        assemble_and_run(c, j, c.chunk(idx));
+      }
+      c.chunk_busy[idx] = false;  // the call is copied out: the buffer takes the next chunk
     }
   } else if (kind == kWrSend) {
     c.active_ns = now_ns();
-    if (idx < c.slot_busy.size()) c.slot_busy[idx] = false;
-    if (c.data_busy && idx == c.data_slot) c.data_busy = false;
+    if (idx < c.slot_busy.size()) {
+      c.slot_busy[idx] = false;
+      for (std::uint32_t b = 0; b < c.chunk_busy.size(); ++b)
+        if (c.slot_chunks[idx] & (1u << b)) c.chunk_busy[b] = false;
+      c.slot_chunks[idx] = 0;
+    }
   }
   next(c);
 }

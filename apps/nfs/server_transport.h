@@ -7,7 +7,10 @@
 /// inline size into its reply chunk) with RDMA WRITE, then sends the reply, with SEND with
 /// invalidate when the client allowed it. Each connection has several calls at the worker pool at
 /// once, up to the credits granted; read chunks are pulled and write and reply chunks pushed
-/// through one data buffer per connection, one call at a time.
+/// through a small pool of chunk buffers per connection (as many as its heap budget max_held
+/// holds, 4 with the defaults, registered once), so that several RDMA READs and WRITEs of a
+/// connection are on the wire at once; a call waiting for a chunk buffer holds up only the calls
+/// with chunks behind it.
 ///
 /// What a peer can hold (docs/nfs.md "Limits and binding"): the credits granted are what a
 /// connection may have in flight; a message beyond them is dropped and counted (over_credit),
@@ -42,8 +45,9 @@ struct ServerOptions {
   std::uint32_t inline_size = 4096;
   std::uint32_t max_io = 1u << 20;        ///< the largest read chunk or write chunk payload
   std::uint32_t max_reply = 256u * 1024;  ///< the largest reply sent through a reply chunk
-  /// Connections at once, half-open ones included (each holds a QP, four MRs and about
-  /// credits x inline x 2 + max_io + max_reply bytes): a REQ beyond gets REJ 3 "no resources".
+  /// Connections at once, half-open ones included (each holds a QP, three MRs and about
+  /// credits x inline x 2 + its chunk buffers, 4 x (max_io + 8 KiB) with the defaults, of
+  /// shared memory, touched as it is used): a REQ beyond gets REJ 3 "no resources".
   std::uint32_t max_connections = 64;
   /// Connections accepted or being accepted (ARP for the source) and not established yet.
   std::uint32_t max_half_open = 16;
@@ -61,8 +65,9 @@ struct ServerOptions {
   /// 6 minutes; else it gets REJ 3.
   std::uint32_t reap_idle_ms = 360'000;
   /// The bytes one connection's calls may hold on the heap between being taken and their reply
-  /// being sent (calls pulled, READ payloads waiting for the data buffer); beyond, its further
-  /// calls wait in their receive buffers. 0: 4 x (max_io + 8 KiB) + max_reply.
+  /// being sent (calls pulled, READ payloads waiting for a chunk buffer); beyond, its further
+  /// calls wait in their receive buffers. 0: 4 x (max_io + 8 KiB) + max_reply. It also sets
+  /// the connection's chunk buffers: max_held / max(max_io + 8 KiB, max_reply), 2 to 8.
   std::uint64_t max_held = 0;
 };
 
@@ -75,6 +80,9 @@ struct ServerStats {
   std::uint64_t reaped = 0;         ///< idle connections closed to make room for a REQ
   std::uint64_t unresolved = 0;     ///< REQs refused: no ARP answer from the source in time
   std::uint64_t closed = 0;         ///< connections released (DREQ, REJ, timeouts, errors)
+  /// The most RDMA READs one connection had posted and not completed at once, and the most
+  /// chunk buffers one connection had in use at once (pulls and replies' WRITEs).
+  std::uint64_t reads_in_flight_peak = 0, chunk_buffers_peak = 0;
   /// RFC 8167's backward direction: calls sent, REPLYs received, calls not sent (no such
   /// connection, two out already, too large to send inline, no free send buffer).
   std::uint64_t backward_calls = 0, backward_replies = 0, backward_dropped = 0;
@@ -143,14 +151,18 @@ class RpcRdmaServer {
   void on_wc(const conn::Completion& wc);
   void next(Conn& c);
   void post_recv(Conn& c, std::uint32_t slot);
-  void assemble_and_run(Conn& c, const std::shared_ptr<Job>& j);
+  /// `data`: the chunk buffer its read chunk was pulled into (null: no read chunk).
+  void assemble_and_run(Conn& c, const std::shared_ptr<Job>& j, const std::uint8_t* data);
   bool submit(const std::shared_ptr<Job>& j);
   void run_handler(Job& j);
   void finish(const std::shared_ptr<Job>& j);
   void send_reply(Conn& c, Job& j);
-  void send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code);
+  /// `chunks`: the chunk buffers RDMA WRITEs posted for this call read (busy until it completes).
+  void send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code, std::uint32_t chunks = 0);
   void answered(Conn& c);
-  std::uint64_t held_limit(const Conn& c) const;
+  std::uint64_t held_limit() const;
+  std::size_t chunk_len() const;      ///< one chunk buffer's bytes
+  std::uint32_t chunk_count() const;  ///< a connection's chunk buffers
   void release(Conn& c);
   /// Forgets connection `conn`; `end`: also ends it on the wire (DREQ) and frees its QP now.
   void close(conn::ConnId conn, bool end);

@@ -11,7 +11,7 @@ appliance nfsd server 02:00:5e:00:10:01 192.0.2.81 "127.0.0.1:$(free_port)" "$ou
   - kind: nfs
     port: p0
     listen_port: 20049
-    args: [\"--root\", \"$out/export\", \"--mount-port\", \"$mport\", \"--export-options\", \"rw,all_squash,anonuid=$(id -u),anongid=$(id -g)\"]"
+    args: [\"--root\", \"$out/export\", \"--export\", \"/\", \"--mount-port\", \"$mport\", \"--export-options\", \"rw,all_squash,anonuid=$(id -u),anongid=$(id -g)\"]"
 for _ in $(seq 100); do grep -q "service nfs: rdma_cm port" "$out/nfsd.log" && break; sleep 0.1; done
 note "roced serves $out/export over NFSv3 on RPC-over-RDMA (rdma_cm port 20049)"
 head -c 33554432 /dev/urandom > "$out/file"

@@ -37,7 +37,7 @@ services:
   - test: nfs
     port: p0
     listen_port: 20049
-    args: ["--root", "$work/export", "--mount-port", "$mport",
+    args: ["--root", "$work/export", "--export", "/", "--mount-port", "$mport",
            "--export-options", "rw,all_squash,anonuid=$(id -u),anongid=$(id -g)",
            "--clients", "192.0.2.2,127.0.0.1"]
 YAML

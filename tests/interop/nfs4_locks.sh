@@ -85,7 +85,7 @@ start_nfsd() {
     port: p0
     listen_port: 20049
     listen_address: 192.0.2.254
-    args: ['--root', '$out/export', '--export-options', 'rw,no_root_squash',
+    args: ['--root', '$out/export', '--export', '/', '--export-options', 'rw,no_root_squash',
            '--clients', '192.0.2.0/24', '--tcp-port', '20050', '--state-dir', '$out/state']"
     spid=$rp rp=
     for _ in $(seq 100); do
@@ -94,7 +94,7 @@ start_nfsd() {
     done
   else
     # Not under timeout(1): the kill below must reach roce-nfsd itself (--timeout ends it).
-    ip netns exec "$RXE_VM_NETNS" "$nfsd" --iface dp0 --root "$out/export" \
+    ip netns exec "$RXE_VM_NETNS" "$nfsd" --iface dp0 --root "$out/export" --export / \
       --export-options rw,no_root_squash --clients 192.0.2.0/24 --mount-address 192.0.2.254 \
       --tcp-port 20050 --state-dir "$out/state" --timeout 860 --pcap "$out/nfsd.$runs.pcap" \
       >> "$out/nfsd.txt" 2>&1 &

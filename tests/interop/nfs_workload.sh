@@ -91,12 +91,12 @@ start_server() {
     port: p0
     listen_port: 20049
     listen_address: 192.0.2.254
-    args: ['--root', '$out/export', '--export-options', 'rw,no_root_squash',
+    args: ['--root', '$out/export', '--export', '/', '--export-options', 'rw,no_root_squash',
            '--clients', '192.0.2.0/24', '--state-dir', '$out/state']"
     spid=$rp rp=
     for _ in $(seq 100); do grep -q "service nfs: rdma_cm port" "$out/nfsw$runs.log" && break; sleep 0.1; done
   else
-    ip netns exec "$RXE_VM_NETNS" "$nfsd" --iface dp0 --root "$out/export" \
+    ip netns exec "$RXE_VM_NETNS" "$nfsd" --iface dp0 --root "$out/export" --export / \
       --export-options rw,no_root_squash --clients 192.0.2.0/24 --mount-address 192.0.2.254 \
       --state-dir "$out/state" --timeout 1400 >> "$out/nfsd.txt" 2>&1 &
     spid=$!

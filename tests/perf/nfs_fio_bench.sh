@@ -67,7 +67,7 @@ load0=$(cut -d' ' -f1-3 /proc/loadavg)
 boot "sh /mnt/host/bench.sh" 1800
 # Not under timeout(1) (roce-nfsd's own --timeout bounds it): SIGUSR1 must reach roce-nfsd, and
 # would end timeout instead.
-ip netns exec "$RXE_VM_NETNS" "$nfsd" --iface dp0 --root "$exp" \
+ip netns exec "$RXE_VM_NETNS" "$nfsd" --iface dp0 --root "$exp" --export / \
   --export-options rw,no_root_squash --clients 192.0.2.0/24 --mount-address 192.0.2.254 \
   --timeout 1800 > "$out/nfsd.txt" 2>&1 &
 spid=$!

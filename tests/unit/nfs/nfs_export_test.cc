@@ -283,6 +283,46 @@ TEST_F(NfsExportTest, ReadOnlyUnlessRw) {
   EXPECT_EQ(access(hello, 0x3f) & kAcRead, kAcRead);
 }
 
+// Review17 item 9: the export's options replaced while it serves (roce-nfsd's SIGHUP, an
+// exports file that changed): the calls after see them, through the same handles, no restart.
+// ro to rw (WRITE then succeeds), a client added to the list (MNT and calls then allowed) and
+// removed again (AUTH_ERROR for its next call), the squash changed (the next file's owner).
+TEST_F(NfsExportTest, OptionsReloadedApplyToTheNextCalls) {
+  serve("no_root_squash", "198.18.0.0/15");
+  const auto reload = [&](const std::string& options, const std::string& clients) {
+    ExportOptions o;
+    std::string err;
+    ASSERT_TRUE(parse_export_options(options, o, err)) << err;
+    ASSERT_TRUE(parse_clients(clients, o, err)) << err;
+    srv_->set_options(o);
+  };
+  const auto mnt = [&] {
+    auto m = call(
+        kMnt, [](XdrEncoder& e) { e.string("/"); }, kMountProgram);
+    XdrDecoder md = results(m);
+    return decode_mount(md).status;
+  };
+  EXPECT_EQ(mnt(), 13u) << "192.0.2.2 is not listed yet";
+  reload("no_root_squash", "198.18.0.0/15,192.0.2.0/24");
+  EXPECT_EQ(mnt(), 0u);
+  const Fh hello = lookup("hello");
+  EXPECT_EQ(write(hello, "HELLO"), kErrRofs);
+  reload("rw,no_root_squash", "192.0.2.0/24");
+  EXPECT_EQ(write(hello, "HELLO"), kOk) << "rw applies to the handle the client holds";
+  EXPECT_EQ(host_stat("hello").st_size, 11);
+  if (root()) {
+    reload("rw,all_squash,anonuid=1234,anongid=4321", "192.0.2.0/24");
+    ASSERT_EQ(create("squashed", 0644).status, kOk);
+    EXPECT_EQ(host_stat("squashed").st_uid, 1234u);
+  }
+  reload("rw", "198.18.0.0/15");
+  rpc::ReplyHeader h;
+  auto g = call(kGetattr, [&](XdrEncoder& e) { encode(e, root_); });
+  results(g, &h);
+  EXPECT_EQ(h.stat, rpc::kMsgDenied) << "a client taken off the list is refused at once";
+  EXPECT_FALSE(srv_->allows(ctx_.peer));
+}
+
 TEST_F(NfsExportTest, RootIsSquashedToTheAnonymousIds) {
   serve("rw");  // root_squash by default
   EXPECT_EQ(srv_->acts_as_callers(), root());

@@ -253,6 +253,112 @@ TEST_F(NfsServerTest, RefusesWhatItShould) {
   EXPECT_GE(srv_->stats().garbage, 2u);
 }
 
+// Review17 item 5: MNT of a directory beneath the export answers that directory's handle (as
+// mountd mounts any directory beneath an export), with trailing slashes and "." dropped; "..",
+// a path beside the export, a file, a symbolic link and a missing directory are refused; DUMP
+// lists the path as mounted; UMNT with a trailing slash forgets it.
+TEST_F(NfsServerTest, MountOfADirectoryBeneathTheExport) {
+  std::filesystem::create_directories(dir_ / "home" / "alice");
+  std::ofstream(dir_ / "home" / "alice" / "notes") << "alice";
+  std::filesystem::create_directory_symlink("home", dir_ / "link");
+  const auto mnt = [&](const std::string& path) {
+    auto m = call(
+        kMnt, [&](XdrEncoder& e) { e.string(path); }, kMountProgram, kMountVersion);
+    XdrDecoder md = results(m);
+    return decode_mount(md);
+  };
+  const MountRes root = mnt("/export/");
+  ASSERT_EQ(root.status, 0u) << "a trailing slash";
+  EXPECT_EQ(root.fh.data, srv_->root_fh().data);
+  const MountRes alice = mnt("/export/home//alice/./");
+  ASSERT_EQ(alice.status, 0u);
+  EXPECT_NE(alice.fh.data, root.fh.data);
+  auto l = call(kLookup, [&](XdrEncoder& e) {
+    encode(e, alice.fh);
+    e.string("notes");
+  });
+  XdrDecoder ld = results(l);
+  const LookupRes lr = decode_lookup(ld);
+  ASSERT_EQ(lr.status, kOk) << "the handle is alice's directory";
+  EXPECT_EQ(lr.attr->size, 5u);
+  EXPECT_EQ(mnt("/export/home/../home").status, 2u) << "..";
+  EXPECT_EQ(mnt("/exported").status, 2u) << "beside the export";
+  EXPECT_EQ(mnt("/export/home/missing").status, 2u);
+  EXPECT_EQ(mnt("/export/home/alice/notes").status, 20u) << "MNT3ERR_NOTDIR";
+  EXPECT_NE(mnt("/export/link").status, 0u) << "a symbolic link on the way";
+  auto dump = call(
+      kDump, [](XdrEncoder&) {}, kMountProgram, kMountVersion);
+  XdrDecoder dd = results(dump);
+  std::vector<std::string> paths;
+  while (dd.boolean()) {
+    dd.string(255);
+    paths.push_back(dd.string(1024));
+  }
+  EXPECT_EQ(paths, (std::vector<std::string>{"/export", "/export/home/alice"}));
+  call(
+      kUmnt, [](XdrEncoder& e) { e.string("/export/home/alice/"); }, kMountProgram, kMountVersion);
+  auto dump2 = call(
+      kDump, [](XdrEncoder&) {}, kMountProgram, kMountVersion);
+  XdrDecoder dd2 = results(dump2);
+  paths.clear();
+  while (dd2.boolean()) {
+    dd2.string(255);
+    paths.push_back(dd2.string(1024));
+  }
+  EXPECT_EQ(paths, (std::vector<std::string>{"/export"}));
+}
+
+// Review17 item 10: MOUNT's list kept as mountd's rmtab: a server made again on the same file
+// (a restart) answers DUMP with the clients mounted before; UMNT takes an entry out of the file;
+// a malformed or cut line is skipped; the entries are bounded.
+TEST_F(NfsServerTest, MountListOutlivesARestart) {
+  const std::string rmtab = (dir_ / "rmtab").string();
+  ASSERT_TRUE(srv_->keep_mounts_in(rmtab));
+  std::filesystem::create_directories(dir_ / "sub");
+  const auto mnt = [&](const std::string& path) {
+    auto m = call(
+        kMnt, [&](XdrEncoder& e) { e.string(path); }, kMountProgram, kMountVersion);
+    XdrDecoder md = results(m);
+    return decode_mount(md).status;
+  };
+  const auto dump = [&] {
+    auto r = call(
+        kDump, [](XdrEncoder&) {}, kMountProgram, kMountVersion);
+    XdrDecoder d = results(r);
+    std::vector<std::string> out;
+    while (d.boolean()) {
+      std::string who = d.string(255);
+      out.push_back(who + ":" + d.string(1024));
+    }
+    return out;
+  };
+  ASSERT_EQ(mnt("/export"), 0u);
+  ASSERT_EQ(mnt("/export/sub"), 0u);
+  ctx_.peer = wire::Ipv4Addr{0xC0000203};
+  ASSERT_EQ(mnt("/export"), 0u);
+  call(
+      kUmnt, [](XdrEncoder& e) { e.string("/export"); }, kMountProgram, kMountVersion);
+  const std::vector<std::string> want{"192.0.2.2:/export", "192.0.2.2:/export/sub"};
+  EXPECT_EQ(dump(), want);
+  // The restart: a new server on the same root and file, plus junk a hand edit left.
+  std::ofstream(rmtab, std::ios::app) << "not-an-address:/x\n192.0.2.9:relative\n192.0.2.8:/cut";
+  srv_ = std::make_unique<NfsServer>(dir_.string(), "/export", srv_->options());
+  srv_->max_mount_entries = 8;
+  ASSERT_TRUE(srv_->keep_mounts_in(rmtab));
+  EXPECT_EQ(dump(), want) << "the list after a restart";
+  // Bounded: the oldest goes beyond max_mount_entries, in memory and in the file.
+  for (std::uint32_t k = 0; k < 10; ++k) {
+    ctx_.peer = wire::Ipv4Addr{0xC6120000 + k};
+    ASSERT_EQ(mnt("/export"), 0u);
+  }
+  EXPECT_EQ(dump().size(), 8u);
+  std::ifstream in(rmtab);
+  std::string line;
+  std::size_t lines = 0;
+  while (std::getline(in, line)) ++lines;
+  EXPECT_EQ(lines, 8u);
+}
+
 TEST_F(NfsServerTest, AttributesDirectoryListingAndFilesystemInfo) {
   const Fh root = srv_->root_fh();
   auto l = call(kLookup, [&](XdrEncoder& e) {

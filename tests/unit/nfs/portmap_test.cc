@@ -93,6 +93,37 @@ TEST(Portmap, DumpListsTcpAndUdp) {
   EXPECT_EQ(n, 2);  // MOUNT/tcp and the port mapper/udp; NFS/rdma has no PMAP v2 protocol number
 }
 
+// Review17 item 10: `rpcinfo ADDR` (no -p) lists through RPCBIND v4 DUMP, then v3: every
+// entry with its netid, NFS on "rdma" included, its universal address and owner.
+TEST(Portmap, DumpV3AndV4ListEveryNetid) {
+  for (std::uint32_t vers : {3u, 4u}) {
+    auto r = ask(vers, 4, [](XdrEncoder&) {});
+    XdrDecoder d = accepted(r);
+    std::vector<std::string> got;
+    while (d.ok() && d.boolean()) {
+      const std::uint32_t prog = d.u32(), v = d.u32();
+      const std::string netid = d.string(64), addr = d.string(128), owner = d.string(128);
+      got.push_back(std::to_string(prog) + " " + std::to_string(v) + " " + netid + " " + addr +
+                    " " + owner);
+    }
+    EXPECT_TRUE(d.ok());
+    EXPECT_EQ(got, (std::vector<std::string>{"100005 3 tcp 192.0.2.254.78.80 superuser",
+                                             "100003 3 rdma 192.0.2.100.78.81 superuser",
+                                             "100000 2 udp 192.0.2.254.0.111 superuser"}))
+        << "version " << vers;
+  }
+  // v4 GETVERSADDR answers as GETADDR.
+  auto r = ask(4, 9, [&](XdrEncoder& e) {
+    e.u32(v3::kNfsProgram);
+    e.u32(3);
+    e.string("rdma");
+    e.string("");
+    e.string("");
+  });
+  XdrDecoder d = accepted(r);
+  EXPECT_EQ(d.string(128), "192.0.2.100.78.81");
+}
+
 TEST(Portmap, RefusesWhatItShould) {
   // SET: nobody registers here.
   auto set = ask(2, 1, [](XdrEncoder& e) {
@@ -110,7 +141,7 @@ TEST(Portmap, RefusesWhatItShould) {
   EXPECT_EQ(h.high, 4u);
   // Truncated: GARBAGE_ARGS; an unknown procedure: PROC_UNAVAIL.
   accepted(ask(2, 3, [](XdrEncoder& e) { e.u32(1); }), rpc::kGarbageArgs);
-  accepted(ask(4, 9, [](XdrEncoder&) {}), rpc::kProcUnavail);
+  accepted(ask(4, 12, [](XdrEncoder&) {}), rpc::kProcUnavail);  // GETSTAT
   // Not a call: no answer.
   Bytes out;
   portmap_reply(kTable, Bytes{1, 2, 3}, out);

@@ -158,7 +158,8 @@ struct Client {
   cm::ConnId id;
   bool up = false, rejected = false, failed = false, down = false;
   cm::RejReason reason{};
-  std::vector<std::uint32_t> replies;  // XIDs of the replies received
+  std::vector<std::uint32_t> replies;                         // XIDs of the replies received
+  std::map<std::uint32_t, std::vector<std::uint8_t>> bodies;  // their RPC messages, by XID
   std::uint32_t next_send = 0;
   bool no_repost = false;  // a client that posts no more receives (RNR NAKs)
 };
@@ -312,7 +313,8 @@ class Rig {
     if (!c->mr || !c->qp) throw std::runtime_error("client QP");
     QpAttr at;
     at.qp_state = QpState::kInit;
-    at.qp_access_flags = kAccessLocalWrite | kAccessRemoteWrite;  // write chunks
+    // write chunks, read chunks
+    at.qp_access_flags = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
     a.eng->modify_qp(c->qp, at, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags);
     for (std::uint32_t i = 0; i < Client::kSlots; ++i) post_recv(*c, i);
     cm::ConnectParams p;
@@ -430,7 +432,10 @@ class Rig {
     std::size_t hl = 0;
     const std::span<const std::uint8_t> m(c->buf.data() + std::size_t{slot} * Client::kSlot,
                                           w.byte_len);
-    if (rdma::decode(m, h, hl) == rdma::DecodeError::kOk) c->replies.push_back(h.xid);
+    if (rdma::decode(m, h, hl) == rdma::DecodeError::kOk) {
+      c->replies.push_back(h.xid);
+      c->bodies[h.xid].assign(m.begin() + static_cast<std::ptrdiff_t>(hl), m.end());
+    }
     if (!c->no_repost) post_recv(*c, slot);
   }
 };
@@ -1118,6 +1123,221 @@ TEST(NfsServerTransport, UnackedRepliesHoldAtMostTheConnectionsBudget) {
   EXPECT_LT(held, 8.0) << "MiB held for one connection";
 }
 
+// The BTH opcode of a RoCEv2 frame (IPv4, UDP 4791), or -1.
+int bth_opcode(const std::vector<std::uint8_t>& f) {
+  if (f.size() < 43 || f[12] != 0x08 || f[13] != 0x00 || f[23] != 17) return -1;
+  if (f[36] != 0x12 || f[37] != 0xB7) return -1;
+  return f[42];
+}
+
+// A call with chunks from the test client: a read chunk of `read_len` bytes at `read_at` (at
+// position 16, the end of the 16-byte body), a write chunk of `write_len` bytes at `write_at`.
+void chunked_call(Rig& r, Client& c, Mr* mr, std::uint32_t xid, std::uint8_t* read_at,
+                  std::uint32_t read_len, std::uint8_t* write_at, std::uint32_t write_len) {
+  rdma::Header h;
+  h.xid = xid;
+  h.credits = 32;
+  if (read_len)
+    h.reads.push_back(
+        {16, rdma::Segment{mr->key, read_len, reinterpret_cast<std::uint64_t>(read_at)}});
+  if (write_len) {
+    rdma::WriteChunk w;
+    w.segments.push_back(
+        rdma::Segment{mr->key, write_len, reinterpret_cast<std::uint64_t>(write_at)});
+    h.writes.push_back(w);
+  }
+  std::vector<std::uint8_t> m;
+  rdma::encode(h, m);
+  const std::size_t at = m.size();
+  m.resize(at + 16, 0xCA);
+  wire::store_be32(m.data() + at, xid);
+  const std::uint32_t slot = Client::kSlots + (c.next_send++ % Client::kSlots);
+  std::uint8_t* out = c.buf.data() + std::size_t{slot} * Client::kSlot;
+  std::memcpy(out, m.data(), m.size());
+  Sge sge{reinterpret_cast<std::uint64_t>(out), static_cast<std::uint32_t>(m.size()), c.mr->key};
+  SendWr wr;
+  wr.wr_id = slot;
+  wr.opcode = WrOpcode::kSend;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ASSERT_EQ(r.a.eng->post_send(c.qp, &wr, nullptr), kOk);
+}
+
+// Review17 item 1: one connection's chunks are not served one at a time through one buffer.
+// (a) Four WRITE-like calls (a 256 KiB read chunk each): their RDMA READs are all on the wire
+// before the first READ response comes back (one buffer: one call's READ, then the next's).
+// (b) Four READ-like calls (a 32 KiB write chunk each) answered while the client's ACKs are
+// lost: all four replies (RDMA WRITEs and SEND) arrive without one ACK (one buffer: the second
+// reply waits for the first SEND's completion, which needs an ACK), the data whole.
+// (c) Every chunk buffer held that way, a further call with a read chunk waits and a call without
+// chunks behind it is answered meanwhile (no head-of-line blocking); once ACKs pass, both are.
+TEST(NfsServerTransport, SeveralChunksOfOneConnectionAreOnTheWireAtOnce) {
+  // (The replies' WRITEs are smaller: with ACKs lost, the engine's PSN window bounds what the
+  // server may have unacknowledged.)
+  constexpr std::uint32_t kLen = 256 * 1024, kOut = 32 * 1024, kCalls = 4;
+  CallWorker pool(64, 4);
+  Rig r(
+      {},
+      [&](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& rep) {
+        rep.msg.assign(call.begin(), call.begin() + std::min<std::size_t>(call.size(), 16));
+        if (call.size() >= 4 && call[2] == 0x0B) {  // 0xB00..: READ-like, a payload to write
+          rep.payload.assign(kOut, call[3]);
+          rep.has_payload = true;
+        }
+        if (call.size() >= 4 && call[2] == 0x0A) {  // 0xA00..: WRITE-like, the data's sum back
+          std::uint32_t sum = 0;
+          for (std::size_t k = 16; k < call.size(); ++k) sum += call[k];
+          rep.msg.resize(20);
+          wire::store_be32(rep.msg.data() + 16, sum);
+        }
+        (void)ctx;
+      },
+      true, &pool);
+  std::atomic<int> read_requests{0}, read_requests_before_response{-1};
+  std::atomic<bool> drop_acks{false};
+  std::atomic<int> acks_dropped{0};
+  r.drop = [&](const std::vector<std::uint8_t>& f, bool to_server) {
+    const int op = bth_opcode(f);
+    if (!to_server && op == 0x0C) read_requests.fetch_add(1);
+    if (to_server && op >= 0x0D && op <= 0x10) {
+      int none = -1;
+      read_requests_before_response.compare_exchange_strong(none, read_requests.load());
+    }
+    if (to_server && op == 0x11 && drop_acks.load()) {
+      acks_dropped.fetch_add(1);
+      return true;
+    }
+    return false;
+  };
+  Client& c = r.connect();
+  ASSERT_TRUE(r.run([&] { return c.up; }, 5));
+  std::vector<std::uint8_t> big(std::size_t{kLen} * kCalls * 2 + kLen);
+  Mr* bm = r.a.eng->reg_mr(r.pd, big.data(), big.size(),
+                           kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead);
+  ASSERT_NE(bm, nullptr);
+  // (a) WRITE-like calls: the data to pull in the first half of `big`.
+  std::vector<std::uint32_t> sums;
+  for (std::uint32_t k = 0; k < kCalls; ++k) {
+    std::uint32_t sum = 0;
+    for (std::uint32_t i = 0; i < kLen; ++i) {
+      big[std::size_t{k} * kLen + i] = static_cast<std::uint8_t>(i * 7 + k);
+      sum += big[std::size_t{k} * kLen + i];
+    }
+    sums.push_back(sum);
+  }
+  for (std::uint32_t k = 0; k < kCalls; ++k)
+    chunked_call(r, c, bm, 0xA00 + k, big.data() + std::size_t{k} * kLen, kLen, nullptr, 0);
+  ASSERT_TRUE(r.run([&] { return c.replies.size() == kCalls; }, 10));
+  for (std::uint32_t k = 0; k < kCalls; ++k) {  // each call assembled from its own chunk
+    const auto& b = c.bodies[0xA00 + k];
+    ASSERT_GE(b.size(), 20u);
+    EXPECT_EQ(wire::load_be32(b.data() + 16), sums[k]) << "call " << k;
+  }
+  const int before = read_requests_before_response.load();
+  std::printf(
+      "RDMA READ requests on the wire before the first response: %d; peak %llu READs "
+      "in flight\n",
+      before, static_cast<unsigned long long>(r.srv->stats().reads_in_flight_peak));
+  EXPECT_GE(before, 2) << "one connection's read chunks are pulled one call at a time";
+  EXPECT_GE(r.srv->stats().reads_in_flight_peak, 2u);
+  // (b) READ-like calls, their payloads into the second half, while ACKs are lost.
+  c.replies.clear();
+  drop_acks = true;
+  std::uint8_t* out = big.data() + std::size_t{kLen} * kCalls;
+  for (std::uint32_t k = 0; k < kCalls; ++k)
+    chunked_call(r, c, bm, 0xB00 + k, nullptr, 0, out + std::size_t{k} * kLen, kOut);
+  const bool all = r.run([&] { return c.replies.size() == kCalls; }, 3);
+  std::printf(
+      "replies with write chunks received with no ACK through: %zu of %u (%d ACKs lost), "
+      "peak %llu chunk buffers in use\n",
+      c.replies.size(), kCalls, acks_dropped.load(),
+      static_cast<unsigned long long>(r.srv->stats().chunk_buffers_peak));
+  EXPECT_TRUE(all) << "a reply's write chunk waits for the previous reply's ACK";
+  // (c) every chunk buffer is held by an unacknowledged reply: a WRITE-like call waits, a call
+  // without chunks behind it is answered.
+  chunked_call(r, c, bm, 0xA10, big.data(), kLen, nullptr, 0);
+  r.call(c, 0xC01);
+  const bool small = r.run(
+      [&] { return std::find(c.replies.begin(), c.replies.end(), 0xC01u) != c.replies.end(); }, 3);
+  EXPECT_TRUE(small) << "a call without chunks waited behind one waiting for a chunk buffer";
+  drop_acks = false;
+  ASSERT_TRUE(r.run([&] { return c.replies.size() == kCalls + 2; }, 10));
+  for (std::uint32_t k = 0; k < kCalls; ++k)
+    for (std::uint32_t i = 0; i < kOut; i += 1021)
+      ASSERT_EQ(out[std::size_t{k} * kLen + i], static_cast<std::uint8_t>(k)) << k << " " << i;
+  EXPECT_EQ(r.srv->stats().closed, 0u);
+  EXPECT_GE(r.srv->stats().chunk_buffers_peak, 2u);
+  pool.stop();
+  r.a.eng->dereg_mr(bm);
+}
+
+// Every chunk buffer pulled at once with the most segments a read list may have (64): 256 RDMA
+// READs out, plus the sends of calls without chunks answered meanwhile. The send queue is sized
+// for that; every call is assembled whole (its sum) and the connection stays up.
+TEST(NfsServerTransport, ManySegmentsOnEveryChunkBufferFitTheSendQueue) {
+  constexpr std::uint32_t kSeg = 1024, kSegs = 64, kCalls = 4;
+  CallWorker pool(64, 4);
+  Rig r(
+      {},
+      [&](const CallContext&, std::span<const std::uint8_t> call, RpcReply& rep) {
+        rep.msg.assign(call.begin(), call.begin() + std::min<std::size_t>(call.size(), 16));
+        std::uint32_t sum = 0;
+        for (std::size_t k = 16; k < call.size(); ++k) sum += call[k];
+        rep.msg.resize(20);
+        wire::store_be32(rep.msg.data() + 16, sum);
+      },
+      true, &pool);
+  Client& c = r.connect();
+  ASSERT_TRUE(r.run([&] { return c.up; }, 5));
+  std::vector<std::uint8_t> big(std::size_t{kSeg} * kSegs * kCalls);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::uint8_t>(i * 13 + i / 7);
+  Mr* bm = r.a.eng->reg_mr(r.pd, big.data(), big.size(), kAccessLocalWrite | kAccessRemoteRead);
+  ASSERT_NE(bm, nullptr);
+  for (std::uint32_t k = 0; k < kCalls; ++k) {
+    rdma::Header h;
+    h.xid = 0xD00 + k;
+    h.credits = 32;
+    for (std::uint32_t s = 0; s < kSegs; ++s)
+      h.reads.push_back({16, rdma::Segment{bm->key, kSeg,
+                                           reinterpret_cast<std::uint64_t>(big.data()) +
+                                               (std::uint64_t{k} * kSegs + s) * kSeg}});
+    std::vector<std::uint8_t> m;
+    rdma::encode(h, m);
+    const std::size_t at = m.size();
+    m.resize(at + 16, 0xCA);
+    wire::store_be32(m.data() + at, h.xid);
+    ASSERT_LE(m.size(), Client::kSlot);
+    const std::uint32_t slot = Client::kSlots + (c.next_send++ % Client::kSlots);
+    std::uint8_t* out = c.buf.data() + std::size_t{slot} * Client::kSlot;
+    std::memcpy(out, m.data(), m.size());
+    Sge sge{reinterpret_cast<std::uint64_t>(out), static_cast<std::uint32_t>(m.size()), c.mr->key};
+    SendWr wr;
+    wr.wr_id = slot;
+    wr.opcode = WrOpcode::kSend;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ASSERT_EQ(r.a.eng->post_send(c.qp, &wr, nullptr), kOk);
+  }
+  for (std::uint32_t x = 1; x <= 8; ++x) r.call(c, 0xE00 + x);
+  ASSERT_TRUE(r.run([&] { return c.replies.size() == kCalls + 8; }, 10))
+      << c.replies.size() << " replies";
+  for (std::uint32_t k = 0; k < kCalls; ++k) {
+    std::uint32_t want = 0;
+    for (std::size_t i = std::size_t{k} * kSeg * kSegs; i < std::size_t{k + 1} * kSeg * kSegs; ++i)
+      want += big[i];
+    const auto& b = c.bodies[0xD00 + k];
+    ASSERT_GE(b.size(), 20u) << k;
+    EXPECT_EQ(wire::load_be32(b.data() + 16), want) << "call " << k;
+  }
+  std::printf("peak %llu RDMA READs posted at once, ERR_CHUNK %llu\n",
+              static_cast<unsigned long long>(r.srv->stats().reads_in_flight_peak),
+              static_cast<unsigned long long>(r.srv->stats().err_chunk));
+  EXPECT_EQ(r.srv->stats().err_chunk, 0u);
+  EXPECT_EQ(r.srv->stats().closed, 0u);
+  pool.stop();
+  r.a.eng->dereg_mr(bm);
+}
+
 // Item 5: a handler blocked for long (fsync on a slow disk): the poll loop answers ARP
 // meanwhile, accepts another connection, and both connections' calls are answered once the
 // handler returns. Every probe must be answered while the handler is still blocked (a loop
@@ -1214,6 +1434,16 @@ TEST(NfsServiceArgs, DelegationsAndStateDir) {
   EXPECT_EQ(c.state_dir, "/tmp/state");
   EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", "--delegations", "no"}, c),
                std::runtime_error);
+  // --portmap: auto by default, then own, register, off; nothing else.
+  using P = roce::nfs::NfsServiceConfig::Portmap;
+  EXPECT_EQ(c.portmap, P::kAuto);
+  for (const auto& [word, want] : {std::pair{"own", P::kOwn}, std::pair{"register", P::kRegister},
+                                   std::pair{"off", P::kOff}, std::pair{"auto", P::kAuto}}) {
+    roce::nfs::parse_service_args({"--root", "/tmp", "--portmap", word}, c);
+    EXPECT_EQ(c.portmap, want) << word;
+  }
+  EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", "--portmap", "yes"}, c),
+               std::runtime_error);
 }
 
 // --state-dir must be the server's own directory (review17 attack F3): made 0700 when missing;
@@ -1249,3 +1479,55 @@ TEST(NfsServiceArgs, StateDirMustBeTheServersOwn) {
   EXPECT_NE(dx, roce::nfs::default_state_dir(z));
 }
 }  // namespace
+
+// Review17 item 5: the export clients name is --root's canonical path unless --export says
+// otherwise (exports(5)'s meaning: `mount ADDR:/srv/export`), as NFSv4's pseudo-root leads to.
+TEST(NfsServiceArgs, TheExportIsTheCanonicalRootByDefault) {
+  char tmpl[] = "/tmp/nfs-export-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string base = tmpl;
+  std::filesystem::create_directories(base + "/srv/export");
+  ASSERT_EQ(::symlink((base + "/srv").c_str(), (base + "/via").c_str()), 0);
+  roce::nfs::NfsServiceConfig c;
+  roce::nfs::parse_service_args({"--root", base + "/via/./export/"}, c);
+  EXPECT_EQ(roce::nfs::export_path_for(c), base + "/srv/export");
+  roce::nfs::parse_service_args({"--root", base + "/via/export", "--export", "/"}, c);
+  EXPECT_EQ(roce::nfs::export_path_for(c), "/");
+  // The server drops an export's trailing slashes: MNT compares without them.
+  roce::nfs::NfsServer s(base + "/srv/export", base + "/srv/export/");
+  EXPECT_EQ(s.export_path(), base + "/srv/export");
+  std::filesystem::remove_all(base);
+}
+
+// --exports-file's lines over the flags' options; a bad line names the file and line.
+TEST(NfsServiceArgs, ExportsFileLinesApplyOverTheFlags) {
+  char tmpl[] = "/tmp/nfs-exports-XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  const std::string path = tmpl;
+  const auto put = [&](const std::string& text) {
+    ASSERT_EQ(::ftruncate(fd, 0), 0);
+    ASSERT_EQ(::pwrite(fd, text.data(), text.size(), 0), static_cast<ssize_t>(text.size()));
+  };
+  roce::nfs::NfsServiceConfig c;
+  roce::nfs::parse_service_args(
+      {"--root", "/tmp", "--export-options", "no_root_squash", "--exports-file", path}, c);
+  EXPECT_EQ(c.exports_file, path);
+  put("# comment\n  export-options rw  \n\n--clients 192.0.2.0/24 # trailing\n");
+  const auto o = roce::nfs::read_exports_file(path, c.exports);
+  EXPECT_TRUE(o.rw);
+  EXPECT_FALSE(o.root_squash) << "the flag's option stays under the file's";
+  EXPECT_TRUE(o.allows(roce::wire::Ipv4Addr{0xC0000205}));
+  EXPECT_FALSE(o.allows(roce::wire::Ipv4Addr{0xC6120001}));
+  put("clients 192.0.2.0/24\nsquash everything\n");
+  try {
+    roce::nfs::read_exports_file(path, c.exports);
+    ADD_FAILURE() << "a bad key was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ":2: unknown key 'squash'"), std::string::npos)
+        << e.what();
+  }
+  ::close(fd);
+  ::unlink(path.c_str());
+  EXPECT_THROW(roce::nfs::read_exports_file(path, c.exports), std::runtime_error);
+}
