@@ -55,6 +55,8 @@ void Engine::Stages::comp_progress(Engine& eng, Qp& qp) {
       return;
     }
   }
+  if (qp.req.sr && qp.sr->probe_out) [[unlikely]]
+    sr_probe_answer(eng, qp);  // selective repeat: what the probe's answer shows lost
   // Forward progress resets the retry budgets (rxe reset_retry_counters) and the timer.
   qp.comp.retry_left = qp.attr.retry_cnt;
   qp.comp.rnr_left = qp.attr.rnr_retry;

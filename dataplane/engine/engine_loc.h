@@ -145,6 +145,7 @@ struct Engine::Stages {
   static void sr_emit_sack(Engine& eng, Qp& qp, wire::Psn from, wire::Psn to);
   static void comp_on_sack(Engine& eng, Qp& qp, wire::Psn from, wire::Psn to);
   static void sr_resend(Engine& eng, Qp& qp, std::uint32_t& budget);
+  static void sr_probe_answer(Engine& eng, Qp& qp);
   static void grow_window(Engine& eng, Qp& qp);
   /// The QP's full window in PSNs: max_inflight_psns, capped by max_inflight_bytes.
   static std::uint32_t window_max(const Engine& eng, const Qp& qp);

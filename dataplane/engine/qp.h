@@ -286,6 +286,13 @@ struct SrState {
   std::array<Sent, 32> resent{};
   std::uint32_t nresent = 0;
   static constexpr std::uint32_t kRackMargin = 8;
+  /// The probe (or the copy its answer asked for) is out: it sent `probe_psn` again at
+  /// `probe_at`, when PSNs below `probe_high` had been sent. Its answer, an ACK that stops at
+  /// a PSN below probe_high, shows that PSN lost too (it went out before the probe).
+  bool probe_out = false;
+  wire::Psn probe_psn;
+  wire::Psn probe_high;
+  std::uint64_t probe_at = 0;
 
   static std::uint32_t bit(wire::Psn p) { return p.raw() & (kBits - 1); }
   bool test(wire::Psn p) const { return (kept[bit(p) / 64] >> (bit(p) % 64)) & 1; }

@@ -135,6 +135,11 @@ bool Engine::Stages::send_probe(Engine& eng, Qp& qp) {
     qp.comp.probing = qp.comp.probe_sent = false;
     qp.comp.rtt_timing = false;
     sr_note_resent(qp, probed, qp.req.high_psn);
+    SrState& s = *qp.sr;
+    s.probe_out = true;
+    s.probe_psn = probed;
+    s.probe_high = qp.req.high_psn;
+    s.probe_at = eng.now_;
     return true;
   }
   if (!ok || !qp.comp.probe_sent) {
@@ -361,6 +366,27 @@ void Engine::Stages::comp_on_sack(Engine& eng, Qp& qp, Psn from, Psn to) {
   schedule_send(eng, qp);
 }
 
+// The oldest unacknowledged PSN moved past the probed one. When the ACK stops right after it,
+// the responder's ePSN is the next PSN: one that went out before the probe, so it was lost too
+// (a burst at the tail, which no later packet shows). It is sent again at once, and its answer
+// is read the same way. (An ACK of the original, late, would rarely stop there: it covers what
+// arrived with it. A wrong guess costs one packet.)
+void Engine::Stages::sr_probe_answer(Engine& eng, Qp& qp) {
+  SrState& s = *qp.sr;
+  if (!after(qp.comp.psn, s.probe_psn)) return;
+  s.probe_out = false;
+  const Psn p = qp.comp.psn;
+  if (p != s.probe_psn + 1 || !before(p, s.probe_high) || !before(p, qp.req.high_psn)) return;
+  if (sr_queued(s, p) || s.resend_tail - s.resend_head == s.resend.size()) return;
+  s.resend[s.resend_tail++ % s.resend.size()] = {p, 1};
+  eng.stats_.inc(Counter::kSrEdgeResends);
+  qp.comp.rtt_timing = false;  // Karn
+  s.probe_out = true;
+  s.probe_psn = p;
+  s.probe_at = eng.now_;
+  schedule_send(eng, qp);
+}
+
 namespace {
 // The SEND or WRITE WQE whose PSNs hold `p`, from `i` on (the search goes forward); null when
 // none is still unacknowledged.
@@ -406,7 +432,13 @@ void Engine::Stages::sr_resend(Engine& eng, Qp& qp, std::uint32_t& budget) {
       w->sent = std::uint64_t{static_cast<std::uint32_t>(distance(p, w->first_psn))} * pmtu;
       w->state = WqeState::kSending;
       const std::uint64_t bytes0 = eng.stats_.get(Counter::kRetransmittedBytes);
+      // With AckReq, as a probe: when nothing past it was placed (a burst lost at the tail),
+      // only this packet's own ACK tells the requester it arrived.
+      const bool probing = qp.comp.probing;
+      qp.comp.probing = true;
       const bool ok = req_packet(eng, qp, *w);
+      qp.comp.probing = probing;
+      qp.comp.probe_sent = false;
       const bool failed = qp.req.failed;
       qp.req = saved_req;
       qp.req.failed = failed;

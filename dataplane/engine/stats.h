@@ -76,7 +76,8 @@ enum class Counter : std::uint8_t {
   kAckDeferred,         ///< coalesced ACKs kept for the next run() (the TX ring was full), per run
   kWindowStalls,        ///< times an RC requester with packets to send found its window full
   kWindowStallNs,       ///< the time they waited for the window to open (ns)
-  kSrEdgeResends,  ///< selective repeat: oldest packet sent again, a later SACK showing it lost
+  kSrEdgeResends,       ///< selective repeat: oldest packet sent again, a later SACK or a probe's
+                        ///< answer showing it lost
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);

@@ -109,6 +109,7 @@ void parse_workload_keys(Reader& r, Workload& w) {
   w.retry_timeout = static_cast<std::uint32_t>(r.uint("retry_timeout", w.retry_timeout, 1, 31));
   w.window = static_cast<std::uint32_t>(r.uint("window", w.window, 0, 1u << 22));
   w.window_bytes = r.uint("window_bytes", w.window_bytes, 0, 1ull << 32);
+  w.sr_window_bytes = r.uint("sr_window_bytes", w.sr_window_bytes, 0, 1ull << 32);
   w.loss_window = static_cast<std::uint32_t>(r.uint("loss_window", w.loss_window, 0, 1u << 22));
   w.recovery_batch =
       static_cast<std::uint32_t>(r.uint("recovery_batch", w.recovery_batch, 0, 4096));

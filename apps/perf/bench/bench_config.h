@@ -31,15 +31,16 @@ struct Workload {
   double duration = 0;               ///< seconds per size (0: iterations)
   std::uint32_t queue_depth = 64;    ///< operations in flight per QP (lat: 1)
   std::uint32_t qps = 1;
-  std::uint32_t mtu = 1024;          ///< path MTU: 256, 512, 1024, 2048 or 4096
-  std::uint32_t inline_size = 0;     ///< messages up to this size are posted inline
-  double drop_rate = 0;              ///< injected on both appliances' transmit
-  std::uint64_t seed = 1;            ///< of the fault injection
-  std::uint32_t retry_timeout = 14;  ///< local ACK timeout exponent: 4.096 us x 2^n (perftest: 14)
-  std::uint32_t window = 0;          ///< requester window in packets per QP (0: the engine's)
-  std::uint64_t window_bytes = 0;    ///< the window in bytes (0: the engine's, 1 MiB)
-  std::uint32_t loss_window = 0;     ///< the window after a loss (0: the engine's)
-  std::uint32_t recovery_batch = 0;  ///< packets per run() while recovering (0: the engine's)
+  std::uint32_t mtu = 1024;           ///< path MTU: 256, 512, 1024, 2048 or 4096
+  std::uint32_t inline_size = 0;      ///< messages up to this size are posted inline
+  double drop_rate = 0;               ///< injected on both appliances' transmit
+  std::uint64_t seed = 1;             ///< of the fault injection
+  std::uint32_t retry_timeout = 14;   ///< local ACK timeout exponent: 4.096 us x 2^n (perftest: 14)
+  std::uint32_t window = 0;           ///< requester window in packets per QP (0: the engine's)
+  std::uint64_t window_bytes = 0;     ///< the window in bytes (0: the engine's, 1 MiB)
+  std::uint64_t sr_window_bytes = 0;  ///< with selective repeat (0: the engine's, 4 MiB)
+  std::uint32_t loss_window = 0;      ///< the window after a loss (0: the engine's)
+  std::uint32_t recovery_batch = 0;   ///< packets per run() while recovering (0: the engine's)
   /// Smallest payload sent zero-copy; 0: copy every payload; -1: the port's default (512).
   int zero_copy_min = -1;
   std::uint32_t ack_req_every = 0;  ///< AckReq at least every N packets (0: the engine's)

@@ -534,6 +534,7 @@ void BenchSide::workload(std::size_t wi) {
   ec.max_qps = std::max(ec.max_qps, w.qps + 16);  // QP1 and room to spare
   if (w.window != 0) ec.max_inflight_psns = w.window;
   if (w.window_bytes != 0) ec.max_inflight_bytes = w.window_bytes;
+  if (w.sr_window_bytes != 0) ec.sr_inflight_bytes = w.sr_window_bytes;
   if (w.loss_window != 0) ec.loss_window = w.loss_window;
   if (w.recovery_batch != 0) ec.recovery_batch = w.recovery_batch;
   if (w.ack_req_every != 0) ec.ack_req_every = w.ack_req_every;
