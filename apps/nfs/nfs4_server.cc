@@ -238,6 +238,18 @@ bool Nfs4Server::leases_usable() {
 
 Nfs4Server::~Nfs4Server() {
   files_.before_change = nullptr;
+  {
+    std::lock_guard g(mu_);
+    flush_records();  // the last text: written before the thread ends
+  }
+  if (rec_thread_.joinable()) {
+    {
+      std::lock_guard w(rec_mu_);
+      rec_stop_ = true;
+    }
+    rec_cv_.notify_all();
+    rec_thread_.join();
+  }
   for (auto& [id, st] : states_) release(st);
   if (state_fd_ >= 0) ::close(state_fd_);
 }
@@ -325,6 +337,8 @@ void Nfs4Server::open_state_dir() {
 Nfs4Server::Nfs4Server(NfsServer& files, Limits limits, std::string state_dir)
     : state_dir_(std::move(state_dir)), files_(files), lim_(limits) {
   if (!state_dir_.empty()) open_state_dir();
+  // Made by the server itself (not inside a caller's run_as): it writes as the server.
+  if (state_fd_ >= 0) rec_thread_ = std::thread([this] { records_writer(); });
   lease_break_s_ = std::max<std::int64_t>(read_proc_number("/proc/sys/fs/lease-break-time", 45), 1);
   leases_ok_ = leases_usable();
   files_.before_change = [this](std::uint64_t dev, std::uint64_t ino) {
@@ -761,8 +775,8 @@ void Nfs4Server::write_records() { records_dirty_ = state_fd_ >= 0; }
 void Nfs4Server::flush_records() {
   if (!records_dirty_) return;
   records_dirty_ = false;
-  // Whole or not at all: a new file, flushed, then renamed over the old one.
-  const std::string path = state_dir_ + "/clients";
+  // The text is built here (under mu_: the table may not change meanwhile); the file is the
+  // writer thread's, so that neither a COMPOUND nor the poll loop's tick waits for the disk.
   std::string text;
   static const char* const kHex = "0123456789abcdef";
   for (const auto& id : records_) {
@@ -772,8 +786,56 @@ void Nfs4Server::flush_records() {
     }
     text += '\n';
   }
-  // Relative to the directory opened at start, never through a link: whatever sits at
-  // clients.new is removed, and the new file must be made afresh.
+  {
+    std::lock_guard w(rec_mu_);
+    rec_text_ = std::move(text);
+    ++rec_gen_;
+  }
+  rec_cv_.notify_all();
+}
+
+void Nfs4Server::sync_records() {
+  {
+    std::lock_guard g(mu_);
+    flush_records();
+  }
+  if (!rec_thread_.joinable()) return;
+  std::unique_lock w(rec_mu_);
+  const std::uint64_t want = rec_gen_;
+  rec_cv_.wait(w, [&] { return rec_written_ >= want; });
+}
+
+void Nfs4Server::records_writer() {
+  std::unique_lock w(rec_mu_);
+  std::chrono::steady_clock::time_point last{};
+  for (;;) {
+    rec_cv_.wait(w, [&] { return rec_stop_ || rec_gen_ != rec_written_; });
+    if (rec_gen_ == rec_written_) return;  // stopping, nothing left to write
+    // At most one rewrite per interval: what changes meanwhile goes in this one (the newest
+    // text wins). A stop writes at once.
+    const auto due = last + std::chrono::milliseconds(records_interval_ms.load());
+    if (!rec_stop_) rec_cv_.wait_until(w, due, [&] { return rec_stop_; });
+    const std::string text = rec_text_;
+    const std::uint64_t gen = rec_gen_;
+    w.unlock();
+    if (records_hook) records_hook();
+    std::string err;
+    const bool ok = write_records_file(text, err);
+    last = std::chrono::steady_clock::now();
+    w.lock();
+    const bool was_ok = rec_error_.empty();
+    rec_error_ = ok ? std::string() : err;
+    rec_written_ = gen;
+    ++rec_writes_;
+    if (was_ok && !ok && log) log(err + " (reclaims after a restart will fail)");
+    rec_cv_.notify_all();
+  }
+}
+
+bool Nfs4Server::write_records_file(const std::string& text, std::string& err) {
+  // Whole or not at all: a new file, flushed, then renamed over the old one. Relative to the
+  // directory opened at start, never through a link: whatever sits at clients.new is removed,
+  // and the new file must be made afresh.
   ::unlinkat(state_fd_, "clients.new", 0);
   const int fd = ::openat(state_fd_, "clients.new",
                           O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -784,14 +846,15 @@ void Nfs4Server::flush_records() {
     if (ok) done += static_cast<std::size_t>(n);
   }
   ok = ok && ::fsync(fd) == 0;
+  const int e = errno;
   if (fd >= 0) ::close(fd);
   ok = ok && ::renameat(state_fd_, "clients.new", state_fd_, "clients") == 0;
   if (ok) {
     ::fsync(state_fd_);
-    state_error_.clear();
-  } else {
-    state_error_ = "cannot write " + path + ": " + std::strerror(errno);
+    return true;
   }
+  err = "cannot write " + state_dir_ + "/clients: " + std::strerror(fd < 0 ? e : errno);
+  return false;
 }
 
 void Nfs4Server::forget_client(std::uint64_t clientid) {

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -26,6 +27,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <thread>
 
 #include "apps/nfs/nfs4.h"
 #include "apps/nfs/nfs4_state.h"
@@ -40,8 +42,9 @@ struct Nfs4Stats {
   std::uint64_t resource = 0;  ///< NFS4ERR_RESOURCE answers: a table was full
   /// The grace period: whether in it now, how many began, GRACE answers (new state refused).
   std::uint64_t grace_now = 0, grace_periods = 0, grace_answers = 0;
-  std::uint64_t pump_visits = 0;   ///< recall queues and sessions looked at by pump() (its cost)
-  std::uint64_t lease_checks = 0;  ///< F_GETLEASE calls (a lease break's cost)
+  std::uint64_t pump_visits = 0;     ///< recall queues and sessions looked at by pump() (its cost)
+  std::uint64_t lease_checks = 0;    ///< F_GETLEASE calls (a lease break's cost)
+  std::uint64_t records_writes = 0;  ///< the records file rewritten (by its writer thread)
   std::map<std::uint32_t, std::uint64_t> by_op;
 };
 
@@ -75,7 +78,10 @@ class Nfs4Server {
 
   Nfs4Stats stats() const {
     std::lock_guard g(mu_);
-    return st_;
+    Nfs4Stats s = st_;
+    std::lock_guard w(rec_mu_);
+    s.records_writes = rec_writes_;
+    return s;
   }
   /// The counts and the tables' sizes without waiting (for a poll loop): false, and nothing
   /// read, while a COMPOUND holds the server.
@@ -84,6 +90,10 @@ class Nfs4Server {
     std::unique_lock g(mu_, std::try_to_lock);
     if (!g.owns_lock()) return false;
     s = st_;
+    {
+      std::lock_guard w(rec_mu_);
+      s.records_writes = rec_writes_;
+    }
     clients = clients_.size();
     sessions = sessions_.size();
     states = states_.size();
@@ -154,8 +164,18 @@ class Nfs4Server {
   /// Why the records could not be read or written (empty: fine).
   std::string state_error() const {
     std::lock_guard g(mu_);
-    return state_error_;
+    std::lock_guard w(rec_mu_);
+    return state_error_.empty() ? rec_error_ : state_error_;
   }
+  /// Waits until the records as they are now are on disk (tests; a shutdown does it itself).
+  void sync_records();
+  /// The records file is rewritten by a thread of its own, never under the server's lock nor
+  /// on the caller's (a poll loop's tick) thread, at most once per this many milliseconds: what
+  /// changed meanwhile goes in the next rewrite (the last text wins), so that clients churning
+  /// their ids cost one rewrite per interval, not an fsync each.
+  std::atomic<std::uint32_t> records_interval_ms{200};
+  /// Tests: runs on the writer thread before each rewrite.
+  std::function<void()> records_hook;
   /// Where the grace period's start and end are told (the service: stderr); none: untold.
   std::function<void(const std::string&)> log;
   /// Seconds of a monotonic clock (leases); tests replace it.
@@ -276,8 +296,19 @@ class Nfs4Server {
   bool may_reclaim(std::uint64_t clientid);
   void record(const v4::Client& cl, bool add);
   void write_records();  ///< marks them to be written
-  void flush_records();  ///< writes them (as the server: never inside run_as)
+  /// Builds the records' text (under mu_) and hands it to the writer thread: no file I/O here.
+  void flush_records();
   bool records_dirty_ = false;
+  /// The writer thread (started when there is a state directory) and what it is handed: the
+  /// latest text and its generation; it writes the newest one, the older ones are skipped.
+  void records_writer();
+  bool write_records_file(const std::string& text, std::string& err);
+  mutable std::mutex rec_mu_;  ///< only around these: never held while mu_ is wanted
+  std::condition_variable rec_cv_;
+  std::string rec_text_, rec_error_;
+  std::uint64_t rec_gen_ = 0, rec_written_ = 0, rec_writes_ = 0;
+  bool rec_stop_ = false;
+  std::thread rec_thread_;
   /// Queues the CB_RECALLs that can go now (a session with a free back channel slot): visits
   /// only the clients with recalls waiting, each one's few sessions, and the first due recall.
   void pump();

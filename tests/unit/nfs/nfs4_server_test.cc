@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <sys/inotify.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -2094,6 +2095,7 @@ class Nfs4GraceTest : public Nfs4Test {
         .status;
   }
   std::string records_file() {
+    if (srv_) srv_->sync_records();  // written by the server's writer thread
     std::ifstream in(state_ / "clients");
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
@@ -3055,6 +3057,75 @@ TEST_F(Nfs4Test, AttackOneAddressTakesTheWholeDescriptorBudget) {
   std::printf("ATTACK F1c: one address's clients hold %d lock owners; a victim's LOCK: %u\n",
               granted, st);
   EXPECT_EQ(st, kOk) << "the global descriptor budget went to one address";
+}
+
+// --- nfs4st (session 18): review17 user and attack items ---------------------------------
+
+// Review17 attack F5: a client churning EXCHANGE_ID, CREATE_SESSION, RECLAIM_COMPLETE,
+// DESTROY_SESSION, DESTROY_CLIENTID made the records file be rewritten (and fsynced twice) for
+// each cycle, under the server's lock. Rewrites are coalesced now: many cycles, few rewrites.
+TEST_F(Nfs4GraceTest, RecordsChurnIsCoalesced) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);
+  restart();
+  // Written by a thread of the server's own, without the server's lock (a COMPOUND goes on).
+  const auto caller = std::this_thread::get_id();
+  std::atomic<int> hooked{0}, on_caller{0};
+  std::atomic<bool> go{false};
+  std::promise<void> entered;
+  srv_->records_hook = [&] {
+    if (hooked++ == 0) {  // the first rewrite stalls (a slow disk) until the test lets it go
+      entered.set_value();
+      while (!go) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (std::this_thread::get_id() == caller) ++on_caller;
+  };
+  const int in = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  ASSERT_GE(in, 0);
+  // (IN_CREATE too: inotify merges identical events in a row)
+  ASSERT_GE(::inotify_add_watch(in, state_.c_str(), IN_MOVED_TO | IN_CREATE), 0);
+  constexpr int kCycles = 40;
+  for (int i = 0; i < kCycles; ++i) {
+    exchange("churn-" + std::to_string(i));
+    ASSERT_EQ(ex_status_, kOk);
+    ASSERT_EQ(create_session(), kOk);
+    ASSERT_EQ(reclaim_complete(), kOk);
+    Ops ds;
+    ds.add(kDestroySession, [&](XdrEncoder& e) { e.fixed(sid_); });
+    ASSERT_EQ(send(ds).status, kOk);
+    Ops dc;
+    dc.add(kDestroyClientid, [&](XdrEncoder& e) { e.u64(clientid_); });
+    ASSERT_EQ(send(dc).status, kOk);
+  }
+  // The first rewrite is stuck on its disk: COMPOUNDs and tick() (the poll loop's) go on.
+  ASSERT_EQ(entered.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  auto other = std::async(std::launch::async, [&] {
+    const bool ticked = srv_->tick();
+    Ops o;
+    o.add(kPutrootfh);  // (no session: the client went; any answer will do)
+    send(o);
+    return ticked;
+  });
+  const bool went_on = other.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  go = true;
+  EXPECT_TRUE(went_on) << "a COMPOUND waited for the records' disk";
+  EXPECT_TRUE(other.get());
+  EXPECT_EQ(on_caller.load(), 0);
+  srv_.reset();  // the last text is written before the server goes
+  EXPECT_GE(hooked.load(), 1);
+  int rewrites = 0;
+  alignas(inotify_event) char buf[4096];
+  for (ssize_t n; (n = ::read(in, buf, sizeof buf)) > 0;)
+    for (ssize_t i = 0; i < n;) {
+      const auto* ev = reinterpret_cast<const inotify_event*>(buf + i);
+      if ((ev->mask & IN_MOVED_TO) && ev->len && std::string(ev->name) == "clients") ++rewrites;
+      i += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+    }
+  ::close(in);
+  std::printf("records rewritten %d times for %d churn cycles\n", rewrites, kCycles);
+  EXPECT_LE(rewrites, 5) << "every EXCHANGE_ID/DESTROY_CLIENTID cycle rewrites the records";
+  EXPECT_EQ(records_file(), "") << "every churned client was destroyed";
 }
 
 }  // namespace roce::nfs
