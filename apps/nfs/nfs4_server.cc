@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -296,7 +297,7 @@ void Nfs4Server::open_state_dir() {
   }
   struct stat fs {};
   std::string text;
-  const std::size_t cap = lim_.clients * 4 * (2 * kOpaqueLimit + 1);
+  const std::size_t cap = lim_.clients * 4 * (2 * kOpaqueLimit + kRecordTail);
   if (::fstat(fd, &fs) != 0 || !S_ISREG(fs.st_mode)) {
     state_error_ = state_dir_ + "/clients is not a regular file: ignored";
   } else {
@@ -314,8 +315,24 @@ void Nfs4Server::open_state_dir() {
   std::size_t i = 0;
   while (i < text.size()) {
     const std::size_t j = std::min(text.find('\n', i), text.size());
-    const std::string_view line(text.data() + i, j - i);
+    std::string_view line(text.data() + i, j - i);
     i = j + 1;
+    // "<co_ownerid in hex> <flavor> <uid> <gid> <address>" (decimal), or the hex alone (an
+    // older server's record: any principal may reclaim it, this once).
+    std::optional<Principal> who;
+    if (const auto sp = line.find(' '); sp != std::string_view::npos) {
+      std::uint32_t v[4];
+      std::size_t at = sp, k = 0;
+      for (; k < 4 && at < line.size() && line[at] == ' '; ++k) {
+        const char* b = line.data() + at + 1;
+        const auto [p, ec] = std::from_chars(b, line.data() + line.size(), v[k]);
+        if (ec != std::errc() || p == b) break;
+        at = static_cast<std::size_t>(p - line.data());
+      }
+      if (k != 4 || at != line.size()) continue;
+      who = Principal{v[0], v[1], v[2], v[3]};
+      line = line.substr(0, sp);
+    }
     if (line.empty() || line.size() % 2 || line.size() > 2 * kOpaqueLimit) continue;
     std::vector<std::uint8_t> id;
     for (std::size_t k = 0; k < line.size(); k += 2) {
@@ -329,7 +346,7 @@ void Nfs4Server::open_state_dir() {
       }
       id.push_back(static_cast<std::uint8_t>(hi << 4 | lo));
     }
-    if (!id.empty() && records_.size() < lim_.clients * 4) records_.insert(id);
+    if (!id.empty() && records_.size() < lim_.clients * 4) records_.emplace(id, who);
   }
   previous_ = records_;
 }
@@ -582,9 +599,13 @@ Status Nfs4Server::op(Compound& c, std::uint32_t opnum, XdrDecoder& d, XdrEncode
       if (one_fs) return c.cur ? kOk : kErrNofilehandle;
       if (cl->second.reclaim_complete) return kErrCompleteAlready;
       cl->second.reclaim_complete = true;
-      // Recorded from now on (it may reclaim after a restart), and done reclaiming this time.
-      previous_.erase(cl->second.ownerid);
-      record(cl->second, true);
+      // Recorded from now on (it may reclaim after a restart), and done reclaiming this time;
+      // not so another principal naming a recorded id (it is a new client, the id's owner
+      // may still come back and reclaim).
+      if (owns_record(cl->second)) {
+        previous_.erase(cl->second.ownerid);
+        record(cl->second, true);
+      }
       grace_locked();  // the last one to finish ends the grace period
       return kOk;
     }
@@ -745,7 +766,7 @@ bool Nfs4Server::grace_locked() {
   say("NFSv4.1 grace period over: " + std::to_string(previous_.size()) + " of " +
       std::to_string(grace_clients_) + " recorded clients did not come back in time");
   st_.grace_now = 0;
-  for (const auto& id : previous_) records_.erase(id);
+  for (const auto& [id, who] : previous_) records_.erase(id);
   previous_.clear();
   write_records();
   return false;
@@ -755,17 +776,28 @@ bool Nfs4Server::may_reclaim(std::uint64_t clientid) {
   if (!grace_locked()) return false;
   const auto cl = clients_.find(clientid);
   return cl != clients_.end() && !cl->second.reclaim_complete &&
-         previous_.contains(cl->second.ownerid);
+         previous_.contains(cl->second.ownerid) && owns_record(cl->second);
+}
+
+bool Nfs4Server::owns_record(const Client& cl) const {
+  const auto p = previous_.find(cl.ownerid);
+  return p == previous_.end() || !p->second || *p->second == cl.principal;
 }
 
 void Nfs4Server::record(const Client& cl, bool add) {
   if (state_dir_.empty()) return;
   if (add) {
-    if (!records_.insert(cl.ownerid).second) return;
+    const auto [r, added] = records_.try_emplace(cl.ownerid, cl.principal);
+    if (!added && r->second == cl.principal) return;
+    r->second = cl.principal;
   } else {
     for (const auto& [id, o] : clients_)
       if (o.ownerid == cl.ownerid && o.reclaim_complete) return;  // another instance keeps it
-    if (previous_.contains(cl.ownerid) || !records_.erase(cl.ownerid)) return;
+    const auto r = records_.find(cl.ownerid);
+    if (previous_.contains(cl.ownerid) || r == records_.end() ||
+        (r->second && *r->second != cl.principal))
+      return;
+    records_.erase(r);
   }
   write_records();
 }
@@ -779,11 +811,14 @@ void Nfs4Server::flush_records() {
   // writer thread's, so that neither a COMPOUND nor the poll loop's tick waits for the disk.
   std::string text;
   static const char* const kHex = "0123456789abcdef";
-  for (const auto& id : records_) {
+  for (const auto& [id, who] : records_) {
     for (const std::uint8_t b : id) {
       text += kHex[b >> 4];
       text += kHex[b & 15];
     }
+    if (who)
+      for (const std::uint32_t v : {who->flavor, who->uid, who->gid, who->peer})
+        text += ' ' + std::to_string(v);
     text += '\n';
   }
   {
@@ -956,14 +991,16 @@ Status Nfs4Server::exchange_id(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     if (foreign) return kErrPerm;
     if (found->verifier != verf) return kErrNotSame;
     cl = found;
-  } else if (foreign && in_use(*found)) {
+  } else if (foreign && in_use(*found) && !rightful(ownerid, c.principal, found->principal)) {
     return kErrClidInuse;
   } else if (found && found->confirmed && found->verifier == verf && !foreign) {
     cl = found;  // the same client again
   } else {
     // New, or a client that rebooted (another verifier: its old record goes when the new one
     // is confirmed), or an unconfirmed one tried again (it is replaced).
-    if (found && !found->confirmed) forget_client(found->clientid);
+    // The principal a previous run's record names, coming back after another took its id
+    // during the grace period: the other client goes (it could reclaim nothing anyway).
+    if (found && (!found->confirmed || foreign)) forget_client(found->clientid);
     const auto of_peer = [&] {
       return static_cast<std::size_t>(std::count_if(clients_.begin(), clients_.end(), [&](auto& x) {
         return x.second.principal.peer == c.principal.peer;
@@ -2143,6 +2180,9 @@ Status Nfs4Server::read(Compound& c, XdrDecoder& d, XdrEncoder& e, RpcReply& out
   if (!S_ISREG(r.st.st_mode)) return kErrInval;
   State* st = nullptr;
   if (const Status s = check_stateid(c, sid, &r, &st)) return s;
+  // No open behind it (a special stateid): in the grace period a reclaim of a conflicting
+  // share or lock may be on its way (RFC 8881 9.6).
+  if (!st && grace_locked()) return kErrGrace;
   count = std::min(count, max_io);
   int fd = -1;
   if (const v3::Status s = files_.open_for_io(r, O_RDONLY, fd)) return from_v3(s);
@@ -2199,6 +2239,7 @@ Status Nfs4Server::write(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     if (!(acc & kShareAccessWrite)) return kErrOpenmode;
   }
   if (!files_.options().rw) return kErrRofs;
+  if (!st && grace_locked()) return kErrGrace;  // as READ
   if (off > 0x7fffffffffffffffull || off + data.size() > 0x7fffffffffffffffull) return kErrFbig;
   // Without an open (the anonymous stateid): no OPEN recalled the file's delegations, so here.
   if (!st && recall_conflicting(key_of(r.st), 0)) return kErrDelay;
@@ -2378,6 +2419,7 @@ Status Nfs4Server::link(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (S_ISDIR(src.st.st_mode)) return kErrIsdir;
   if (const Status s = check_name(name)) return s;
   if (!files_.options().rw) return kErrRofs;
+  if (grace_locked()) return kErrGrace;  // as REMOVE: a name another client may reclaim by
   if (S_ISREG(src.st.st_mode) && recall_conflicting(key_of(src.st), c.clientid)) return kErrDelay;
   const std::uint64_t before = change_of(dir.st);
   if (::linkat(AT_FDCWD, proc_path(src.fd).c_str(), dir.fd, name.c_str(), AT_SYMLINK_FOLLOW) != 0)
@@ -2522,6 +2564,7 @@ Status Nfs4Server::setattr(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     s = check_stateid(c, sid, &r, &st);
     if (s == kOk && st && st->kind == State::kOpenState && !(st->access & kShareAccessWrite))
       s = kErrOpenmode;
+    if (s == kOk && !st && grace_locked()) s = kErrGrace;  // a truncation without an open
   }
   // Other clients' delegations of the file (every one's for a size: the holder's own lease
   // would keep the truncation out).

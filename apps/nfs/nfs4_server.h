@@ -294,6 +294,15 @@ class Nfs4Server {
   bool grace_locked();
   /// Whether this client may reclaim now (in grace, recorded, before its RECLAIM_COMPLETE).
   bool may_reclaim(std::uint64_t clientid);
+  /// Whether no previous run's record of the client's co_ownerid names another principal.
+  bool owns_record(const v4::Client& cl) const;
+  /// Whether `caller` is the principal the previous run's record of `ownerid` names, and
+  /// `holder` (who holds the id now) is not.
+  bool rightful(const std::vector<std::uint8_t>& ownerid, const v4::Principal& caller,
+                const v4::Principal& holder) const {
+    const auto p = previous_.find(ownerid);
+    return p != previous_.end() && p->second && *p->second == caller && !(*p->second == holder);
+  }
   void record(const v4::Client& cl, bool add);
   void write_records();  ///< marks them to be written
   /// Builds the records' text (under mu_) and hands it to the writer thread: no file I/O here.
@@ -374,10 +383,14 @@ class Nfs4Server {
   std::string state_dir_, state_error_;
   int state_fd_ = -1;  ///< the state directory, opened once (O_NOFOLLOW, checked)
   void open_state_dir();
-  std::set<std::vector<std::uint8_t>> records_;   ///< co_ownerids of clients holding state
-  std::set<std::vector<std::uint8_t>> previous_;  ///< the previous run's, not yet reclaimed
-  std::int64_t grace_end_ = -1;                   ///< -1: starts at the first call
-  std::size_t grace_clients_ = 0;                 ///< recorded clients when it began
+  /// The co_ownerids of clients holding state, and who made each (nullopt: an older server's
+  /// record, without one); a line each in the file, after the id: kRecordTail bytes at most.
+  using Records = std::map<std::vector<std::uint8_t>, std::optional<v4::Principal>>;
+  static constexpr std::size_t kRecordTail = 48;
+  Records records_;
+  Records previous_;               ///< the previous run's, not yet reclaimed
+  std::int64_t grace_end_ = -1;    ///< -1: starts at the first call
+  std::size_t grace_clients_ = 0;  ///< recorded clients when it began
 
   NfsServer& files_;
   v4::Limits lim_;

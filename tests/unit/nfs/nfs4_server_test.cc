@@ -2175,7 +2175,10 @@ TEST_F(Nfs4GraceTest, ClientsReclaimOpensAndLocksAfterARestart) {
   EXPECT_EQ(reclaim_open(o.fh, "oc").first, kErrNoGrace);
   swap(cc);
   EXPECT_EQ(srv_->records(), 1u);
-  EXPECT_EQ(records_file(), "636c69656e742d61\n");
+  // One line: client-a's id in hex, and who made it (AUTH_SYS, uid, gid, address).
+  const std::string rec = records_file();
+  EXPECT_EQ(rec.rfind("636c69656e742d61 1 ", 0), 0u) << rec;
+  EXPECT_EQ(std::count(rec.begin(), rec.end(), '\n'), 1) << rec;
   // A's reclaimed lock holds against B.
   swap(b);
   const Opened bo = open("f", kUnchecked, kShareAccessBoth, 0, "ob2");
@@ -3126,6 +3129,127 @@ TEST_F(Nfs4GraceTest, RecordsChurnIsCoalesced) {
   std::printf("records rewritten %d times for %d churn cycles\n", rewrites, kCycles);
   EXPECT_LE(rewrites, 5) << "every EXCHANGE_ID/DESTROY_CLIENTID cycle rewrites the records";
   EXPECT_EQ(records_file(), "") << "every churned client was destroyed";
+}
+
+// Review17 attack F6: after a restart, whoever first names a recorded co_ownerid owned its
+// reclaims. The records keep who made them (flavor, AUTH_SYS uid and gid, address) now: an
+// impostor from another address is a new client (no reclaim), and the real client, coming
+// back after it, still reclaims.
+TEST_F(Nfs4GraceTest, ReclaimNeedsTheRecordedPrincipal) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);
+  restart();
+  ctx_.peer.v = 0xc0000205u;  // 192.0.2.5: the real client
+  mount();
+  ASSERT_EQ(reclaim_complete(), kOk);
+  const Opened o = open("f", kUnchecked, kShareAccessBoth, 0, "oa");
+  ASSERT_EQ(o.status, kOk);
+  ASSERT_EQ(lock(o.fh, o.sid, "la", false), kOk);
+  EXPECT_NE(records_file().find("636c69656e742d61"), std::string::npos);
+  restart();
+  EXPECT_TRUE(srv_->in_grace());
+  // The impostor, first: another address naming client-a's co_ownerid.
+  ctx_.peer.v = 0xc0000266u;  // 192.0.2.102
+  exchange();
+  ASSERT_EQ(ex_status_, kOk);
+  ASSERT_EQ(create_session(), kOk);
+  EXPECT_EQ(reclaim_open(o.fh, "oa").first, kErrNoGrace);
+  EXPECT_EQ(open("g", kUnchecked, kShareAccessBoth, 0, "ox").status, kErrGrace);
+  // The real client: not CLID_INUSE, and its reclaims go through.
+  ctx_.peer.v = 0xc0000205u;
+  exchange();
+  ASSERT_EQ(ex_status_, kOk);
+  ASSERT_EQ(create_session(), kOk);
+  const auto [st, reopened] = reclaim_open(o.fh, "oa");
+  ASSERT_EQ(st, kOk);
+  EXPECT_EQ(lock(o.fh, reopened, "la", true), kOk);
+  ASSERT_EQ(reclaim_complete(), kOk);
+  EXPECT_FALSE(srv_->in_grace());
+}
+
+// Records of an older server (a co_ownerid alone on its line) still let their client reclaim,
+// whoever it is (one restart's upgrade); records written now name the principal.
+TEST_F(Nfs4GraceTest, RecordsNameThePrincipal) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);
+  std::ofstream(state_ / "clients") << "636c69656e742d61\n";
+  restart();
+  EXPECT_TRUE(srv_->in_grace());
+  ctx_.peer.v = 0xc0000207u;
+  mount();
+  const Opened o = open("f", kUnchecked, kShareAccessBoth, 0, "oa");
+  EXPECT_EQ(o.status, kErrGrace);
+  ASSERT_EQ(reclaim_complete(), kOk);
+  EXPECT_FALSE(srv_->in_grace());
+  const std::string rec = records_file();
+  EXPECT_EQ(rec.rfind("636c69656e742d61 1 ", 0), 0u) << rec;  // hex, AUTH_SYS, uid, gid, addr
+  EXPECT_NE(rec.find(" 3221225991\n"), std::string::npos) << rec;
+}
+
+// During the grace period nothing may change what a client is about to reclaim: LINK,
+// SETATTR of the size and READ and WRITE with a special stateid (no open) get GRACE too, as
+// REMOVE and RENAME do.
+TEST_F(Nfs4GraceTest, GraceRefusesChangesWithoutState) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);
+  std::ofstream(state_ / "clients") << "6f74686572\n";  // "other": not back yet
+  restart();
+  mount();
+  EXPECT_TRUE(srv_->in_grace());
+  const Bytes hello = [&] {
+    Reply r = send(seq().add(kPutrootfh).add(kLookup, name("hello")).add(kGetfh));
+    skip_sequence(r);
+    r.next(kPutrootfh);
+    r.next(kLookup);
+    return getfh(r);
+  }();
+  Stateid anon;
+  EXPECT_EQ(send(seq().add(kPutfh, fh(hello)).add(kWrite, write_args(anon, 0, "x"))).status,
+            kErrGrace);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(hello)).add(kRead, read_args(anon, 0, 5))).status, kErrGrace);
+  EXPECT_EQ(send(seq()
+                     .add(kPutfh, fh(hello))
+                     .add(kSetattr,
+                          [&](XdrEncoder& e) {
+                            encode(e, anon);
+                            Bitmap b;
+                            b.set(kSize);
+                            encode(e, b);
+                            Bytes v;
+                            XdrEncoder ve(v);
+                            ve.u64(0);
+                            e.opaque(v);
+                          }))
+                .status,
+            kErrGrace);
+  EXPECT_EQ(
+      send(seq().add(kPutfh, fh(hello)).add(kSavefh).add(kPutrootfh).add(kLink, name("hello2")))
+          .status,
+      kErrGrace);
+  EXPECT_FALSE(fs::exists(dir_ / "hello2"));
+  EXPECT_EQ(fs::file_size(dir_ / "hello"), 11u);
+  // A mode change is no threat to a reclaim: allowed.
+  EXPECT_EQ(send(seq()
+                     .add(kPutfh, fh(hello))
+                     .add(kSetattr,
+                          [&](XdrEncoder& e) {
+                            encode(e, anon);
+                            Bitmap b;
+                            b.set(kMode);
+                            encode(e, b);
+                            Bytes v;
+                            XdrEncoder ve(v);
+                            ve.u32(0640);
+                            e.opaque(v);
+                          }))
+                .status,
+            kOk);
+  clock_ += lim_.lease_seconds;
+  EXPECT_FALSE(srv_->in_grace());
+  EXPECT_EQ(send(seq().add(kPutfh, fh(hello)).add(kRead, read_args(anon, 0, 5))).status, kOk);
 }
 
 }  // namespace roce::nfs
