@@ -1293,10 +1293,13 @@ Status Nfs4Server::destroy_session(Compound& c, XdrDecoder& d) {
   return kOk;
 }
 
-Status Nfs4Server::destroy_clientid(Compound&, XdrDecoder& d) {
+Status Nfs4Server::destroy_clientid(Compound& c, XdrDecoder& d) {
   const std::uint64_t id = d.u64();
   if (!d.ok()) return kErrBadxdr;
-  if (!clients_.count(id)) return kErrStaleClientid;
+  const auto cl = clients_.find(id);
+  if (cl == clients_.end()) return kErrStaleClientid;
+  // Only the principal that made it (with or without a session: client ids can be guessed).
+  if (cl->second.principal != c.principal) return kErrWrongCred;
   for (const auto& [sid, s] : sessions_)
     if (s.clientid == id) return kErrClientidBusy;
   for (const auto& [o, st] : states_)

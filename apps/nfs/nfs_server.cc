@@ -1798,26 +1798,35 @@ Status NfsServer::resolve(const Fh& fh, Resolved& r) {
   return kOk;
 }
 
+namespace {
+/// An Obj lent the caller's descriptor: given back (never closed) on every way out, an
+/// exception's too, so that the caller's own close is the only one.
+template <class O>
+struct Lent {
+  O& o;
+  Lent(O& obj, int fd) : o(obj) { o.fd.reset(fd); }
+  ~Lent() { o.fd.release(); }
+  Lent(const Lent&) = delete;
+  Lent& operator=(const Lent&) = delete;
+};
+}  // namespace
+
 std::optional<Fh> NfsServer::handle_in(const Resolved& dir, const std::string& name,
                                        const struct stat& st) {
   Obj o;
-  o.fd.reset(dir.fd);
+  const Lent<Obj> lent(o, dir.fd);
   o.rel = dir.rel;
   o.st = dir.st;
-  auto fh = handle_of(o, name, st);
-  o.fd.release();
-  return fh;
+  return handle_of(o, name, st);
 }
 
 Status NfsServer::open_for_io(const Resolved& r, int flags, int& fd, bool owner_override) {
   Call none;
   Call& c = v4_call_ ? *v4_call_ : none;
   Obj o;
-  o.fd.reset(r.fd);
+  const Lent<Obj> lent(o, r.fd);
   o.st = r.st;
-  const Status s = reopen(c, o, flags, owner_override, fd);
-  o.fd.release();
-  return s;
+  return reopen(c, o, flags, owner_override, fd);
 }
 
 }  // namespace roce::nfs
