@@ -901,8 +901,11 @@ void Nfs4Server::forget_client(std::uint64_t clientid) {
     return s == states_.end() || s->second.clientid == clientid;
   });
   std::erase_if(pending_, [&](const auto& p) { return !sessions_.count(p.second.session); });
+  std::vector<FileKey> written;
   for (auto it = states_.begin(); it != states_.end();) {
     if (it->second.clientid == clientid) {
+      if (it->second.kind == State::kOpenState && (it->second.access & kShareAccessWrite))
+        written.push_back(it->second.file);
       release(it->second);
       if (it->second.kind == State::kDelegState) delegs_.fetch_sub(1, std::memory_order_relaxed);
       recalls_.erase(it->first);
@@ -918,6 +921,7 @@ void Nfs4Server::forget_client(std::uint64_t clientid) {
       ++it;
     }
   }
+  for (const FileKey& f : written) write_open_gone(f);
   if (const auto cl = clients_.find(clientid); cl != clients_.end()) {
     bytes_ -= std::min(bytes_, cl->second.bytes);
     const Client gone = std::move(cl->second);
@@ -1813,7 +1817,25 @@ void Nfs4Server::drop_state(const Other& o) {
       by_file_.erase(f);
       break;
     }
+  const bool wrote =
+      it->second.kind == State::kOpenState && (it->second.access & kShareAccessWrite);
+  const FileKey file = it->second.file;
   states_.erase(it);
+  if (wrote) write_open_gone(file);
+}
+
+bool Nfs4Server::write_open(const FileKey& file) const {
+  for (auto [f, fe] = by_file_.equal_range(file); f != fe; ++f) {
+    const auto si = states_.find(f->second);
+    if (si != states_.end() && si->second.kind == State::kOpenState &&
+        (si->second.access & kShareAccessWrite))
+      return true;
+  }
+  return false;
+}
+
+void Nfs4Server::write_open_gone(const FileKey& file) {
+  if (!write_open(file)) files_.drop_write_file(file.dev, file.ino);
 }
 
 bool Nfs4Server::expired_holder(const Owner& holder) {
@@ -2138,8 +2160,10 @@ Status Nfs4Server::open_downgrade(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (const Status s = check_stateid(c, sid, &r, &st)) return s;
   if (!st || st->kind != State::kOpenState) return kErrBadStateid;
   if (access == 0 || (access & ~st->access) || (deny & ~st->deny)) return kErrInval;
+  const bool wrote = (st->access & kShareAccessWrite) && !(access & kShareAccessWrite);
   st->access = access;
   st->deny = deny;
+  if (wrote) write_open_gone(st->file);
   ++st->seqid;
   Stateid out;
   out.seqid = st->seqid;
@@ -2187,9 +2211,10 @@ Status Nfs4Server::read(Compound& c, XdrDecoder& d, XdrEncoder& e, RpcReply& out
   // share or lock may be on its way (RFC 8881 9.6).
   if (!st && grace_locked()) return kErrGrace;
   count = std::min(count, max_io);
+  // The open-file cache's descriptor (the v3 server's): no open and close per READ.
   int fd = -1;
-  if (const v3::Status s = files_.open_for_io(r, O_RDONLY, fd)) return from_v3(s);
-  Fd io(fd);
+  std::shared_ptr<const void> io;
+  if (const v3::Status s = files_.io_file(r, false, true, io, fd)) return from_v3(s);
   std::vector<std::uint8_t> data(count);
   ssize_t n = 0;
   int err = 0;
@@ -2246,9 +2271,13 @@ Status Nfs4Server::write(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (off > 0x7fffffffffffffffull || off + data.size() > 0x7fffffffffffffffull) return kErrFbig;
   // Without an open (the anonymous stateid): no OPEN recalled the file's delegations, so here.
   if (!st && recall_conflicting(key_of(r.st), 0)) return kErrDelay;
+  // The open-file cache's descriptor; one opened for writing is kept there only while a v4
+  // open for writing of the file lives (CLOSE of the last lets it go: it would keep the host's
+  // read leases, so delegations, away). An open's stateid has write access (checked above).
   int fd = -1;
-  if (const v3::Status s = files_.open_for_io(r, O_WRONLY, fd)) return from_v3(s);
-  Fd io(fd);
+  std::shared_ptr<const void> io;
+  const bool keep = st || write_open(key_of(r.st));
+  if (const v3::Status s = files_.io_file(r, true, keep, io, fd)) return from_v3(s);
   ssize_t n = 0;
   int err = 0;
   {
@@ -2277,8 +2306,8 @@ Status Nfs4Server::commit(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (S_ISDIR(r.st.st_mode)) return kErrIsdir;
   if (!S_ISREG(r.st.st_mode)) return kErrInval;
   int fd = -1;
-  if (const v3::Status s = files_.open_for_io(r, O_RDONLY, fd)) return from_v3(s);
-  Fd io(fd);
+  std::shared_ptr<const void> io;  // the writes' cached descriptor, or one for reading
+  if (const v3::Status s = files_.io_file(r, false, true, io, fd)) return from_v3(s);
   int err = 0;
   {
     const Unlocked sync(c.lock, io_hook);

@@ -234,6 +234,10 @@ class Nfs4Server {
   v4::Status check_stateid(Compound& c, v4::Stateid sid, const NfsServer::Resolved* file,
                            v4::State** out);
   v4::Stateid new_state(v4::State st);
+  /// Whether a v4 open for writing of `file` lives; when none does any more, the open-file
+  /// cache lets its descriptor for writing go (write_open_gone).
+  bool write_open(const v4::FileKey& file) const;
+  void write_open_gone(const v4::FileKey& file);
   void drop_state(const Other& o);
   /// Forgets the client holding a conflicting range when its lease ran out (a courteous
   /// server keeps an expired client's locks only until somebody else wants them).

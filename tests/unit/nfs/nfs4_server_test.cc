@@ -3319,4 +3319,74 @@ TEST_F(Nfs4Test, BorrowedDescriptorSurvivesAnException) {
   ::close(root.fd);
 }
 
+// Review17 user item 6: NFSv4 READ, WRITE and COMMIT opened and closed the file on every call
+// (one IN_CLOSE_WRITE per WRITE for the host's watchers). They use the open-file cache now; a
+// descriptor for writing stays cached only while a v4 open for writing of the file lives, so
+// that after the last CLOSE the file may be delegated again (a write descriptor keeps the
+// host's read leases away).
+TEST_F(Nfs4DelegTest, IoUsesTheOpenFileCache) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  swap(b);
+  ctx_.conn = 2;
+  const OpenedD w = open_d("hello", kShareAccessBoth, "b-w");
+  ASSERT_EQ(w.status, kOk);
+  const int in = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  ASSERT_GE(in, 0);
+  ASSERT_GE(::inotify_add_watch(in, (dir_ / "hello").c_str(), IN_CLOSE_WRITE | IN_OPEN), 0);
+  const auto events = [&] {
+    int n = 0;
+    alignas(inotify_event) char buf[4096];
+    for (ssize_t r; (r = ::read(in, buf, sizeof buf)) > 0;)
+      for (ssize_t i = 0; i < r;) {
+        const auto* ev = reinterpret_cast<const inotify_event*>(buf + i);
+        n += (ev->mask & (IN_CLOSE_WRITE | IN_OPEN)) != 0;
+        i += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+      }
+    return n;
+  };
+  const int kCalls = std::getenv("NFS4_IO_CALLS") ? std::atoi(std::getenv("NFS4_IO_CALLS")) : 16;
+  const std::string block(4096, 'b');
+  for (int i = 0; i < kCalls; ++i) {
+    Ops o = seq().add(kPutfh, fh(w.fh));
+    o.add(kWrite, [&](XdrEncoder& e) {
+      encode(e, w.sid);
+      e.u64(4096ull * static_cast<std::uint64_t>(i % 64));
+      e.u32(kUnstable);
+      e.string(block);
+    });
+    ASSERT_EQ(send(o).status, kOk);
+    if (!std::getenv("NFS4_IO_WRITES_ONLY")) {  // (strace -c of the WRITEs alone)
+      ASSERT_EQ(send(seq().add(kPutfh, fh(w.fh)).add(kRead, read_args(w.sid, 0, 4096))).status,
+                kOk);
+    }
+  }
+  ASSERT_EQ(send(seq()
+                     .add(kPutfh, fh(w.fh))
+                     .add(kCommit,
+                          [](XdrEncoder& e) {
+                            e.u64(0);
+                            e.u32(0);
+                          }))
+                .status,
+            kOk);
+  // One open for writing (the cache's), one for reading at most: not one per call.
+  EXPECT_LE(events(), 2) << "each READ/WRITE opened and closed the file";
+  // The last CLOSE lets the cached write descriptor go: A may be delegated the file.
+  ASSERT_EQ(send(seq()
+                     .add(kPutfh, fh(w.fh))
+                     .add(kClose,
+                          [&](XdrEncoder& e) {
+                            e.u32(0);
+                            encode(e, w.sid);
+                          }))
+                .status,
+            kOk);
+  swap(b);
+  ctx_.conn = 1;
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-r").deleg, kDelegRead);
+  ::close(in);
+}
+
 }  // namespace roce::nfs
