@@ -5,7 +5,9 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "apps/nfs/xdr.h"
@@ -298,5 +300,9 @@ Stateid decode_stateid(XdrDecoder& d);
 
 const char* to_string(Status s);
 const char* op_name(std::uint32_t op);
+
+/// An on/off option's value as nfs.conf and exports habits write it: on, yes, 1, true (any
+/// case) or off, no, 0, false; nullopt for anything else.
+std::optional<bool> parse_switch(std::string_view v);
 
 }  // namespace roce::nfs::v4

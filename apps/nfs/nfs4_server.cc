@@ -2761,7 +2761,12 @@ Status Nfs4Server::host_lock(State& ls, const NfsServer::Resolved& r, bool write
     const auto o = states_.find(ls.open);
     const bool open_w = o != states_.end() && (o->second.access & kShareAccessWrite);
     const bool rw = write || open_w;
-    if (ls.lock_fd < 0 && !fd_room(ls.clientid)) return kErrResource;
+    if (ls.lock_fd < 0 && !fd_room(ls.clientid)) {
+      // Beyond the descriptor allowance: granted in the table alone (v4 clients are excluded
+      // by it; host processes do not see it), as ranges beyond off_t are, and counted.
+      ++st_.locks_table_only;
+      return kOk;
+    }
     int fd = -1;
     if (const v3::Status s = files_.open_for_io(r, rw ? O_RDWR : O_RDONLY, fd)) {
       if (s == v3::kErrAcces && !open_w) return kErrOpenmode;  // may not write it at all
@@ -2778,6 +2783,13 @@ Status Nfs4Server::host_lock(State& ls, const NfsServer::Resolved& r, bool write
       ::close(ls.lock_fd);
     } else {
       fd_taken(ls.clientid, 1);
+      // Ranges it was granted in the table alone while no descriptor was free: on the host too.
+      if (const auto fl = locks_.find(ls.file); fl != locks_.end())
+        for (const Range& x : fl->second.ranges()) {
+          struct flock g;
+          if (x.owner == ls.owner && to_flock(x.write ? F_WRLCK : F_RDLCK, x.start, x.end, g))
+            ::fcntl(fd, F_OFD_SETLK, &g);
+        }
     }
     ls.lock_fd = fd;
     ls.lock_rw = rw;

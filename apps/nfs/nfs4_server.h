@@ -40,6 +40,9 @@ struct Nfs4Stats {
   std::uint64_t delegations = 0, recalls = 0, revoked = 0;  ///< granted, CB_RECALLs sent, revoked
   std::uint64_t cb_replies = 0, cb_bad_replies = 0, cb_timeouts = 0;
   std::uint64_t resource = 0;  ///< NFS4ERR_RESOURCE answers: a table was full
+  /// Locks granted in the server's table alone (no host OFD lock: the lock owner would have
+  /// passed Limits::host_fds), so host processes do not see them.
+  std::uint64_t locks_table_only = 0;
   /// The grace period: whether in it now, how many began, GRACE answers (new state refused).
   std::uint64_t grace_now = 0, grace_periods = 0, grace_answers = 0;
   std::uint64_t pump_visits = 0;     ///< recall queues and sessions looked at by pump() (its cost)

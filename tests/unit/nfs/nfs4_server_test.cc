@@ -2595,21 +2595,32 @@ TEST_F(Nfs4DelegTest, HostDescriptorsAreBounded) {
   EXPECT_EQ(open_d("d3", kShareAccessRead, "o3").deleg, kDelegNone);  // two held already
   const Opened w = open("d3", kUnchecked, kShareAccessBoth, 0, "o4");
   ASSERT_EQ(w.status, kOk);
-  EXPECT_EQ(
-      send(
-          seq().add(kPutfh, fh(w.fh)).add(kLock, lock_args(kWriteLt, 0, 1, w.sid, clientid_, "l1")))
-          .status,
-      kErrResource);
-  EXPECT_EQ(delegreturn(d1), kOk);
+  // A lock owner beyond the allowance (review17 user item 11): its lock is granted and held in
+  // the server's table alone (v4 clients see it, host processes do not), and counted.
   EXPECT_EQ(
       send(
           seq().add(kPutfh, fh(w.fh)).add(kLock, lock_args(kWriteLt, 0, 1, w.sid, clientid_, "l1")))
           .status,
       kOk);
-  // The other client has its own allowance.
+  EXPECT_EQ(srv_->stats().locks_table_only, 1u);
+  EXPECT_EQ(delegreturn(d1), kOk);
+  EXPECT_EQ(
+      send(
+          seq().add(kPutfh, fh(w.fh)).add(kLock, lock_args(kWriteLt, 5, 1, w.sid, clientid_, "l2")))
+          .status,
+      kOk);
+  EXPECT_EQ(srv_->stats().locks_table_only, 1u);  // a descriptor was free again: a host lock
+  // The other client has its own allowance; the table-only lock holds against it.
   swap(b);
   ctx_.conn = 2;
   EXPECT_EQ(open_d("d2", kShareAccessRead, "b1").deleg, kDelegRead);
+  const Opened bw = open("d3", kUnchecked, kShareAccessBoth, 0, "b2");
+  ASSERT_EQ(bw.status, kOk);
+  EXPECT_EQ(send(seq()
+                     .add(kPutfh, fh(bw.fh))
+                     .add(kLock, lock_args(kWriteLt, 0, 1, bw.sid, clientid_, "bl")))
+                .status,
+            kErrDenied);
 }
 
 // No thread takes the lease-break signal (all block it): tick(), once a second, still finds the
@@ -3387,6 +3398,33 @@ TEST_F(Nfs4DelegTest, IoUsesTheOpenFileCache) {
   ctx_.conn = 1;
   EXPECT_EQ(open_d("hello", kShareAccessRead, "a-r").deleg, kDelegRead);
   ::close(in);
+}
+
+// Review17 user item 12: --delegations takes what nfs.conf and exports habits write.
+TEST(Nfs4Switch, OnOffYesNoOneZero) {
+  for (const char* on : {"on", "yes", "1", "true", "ON", "Yes"})
+    EXPECT_EQ(v4::parse_switch(on), std::optional<bool>(true)) << on;
+  for (const char* off : {"off", "no", "0", "false", "OFF", "No"})
+    EXPECT_EQ(v4::parse_switch(off), std::optional<bool>(false)) << off;
+  for (const char* bad : {"", "2", "onn", "y", "enable"})
+    EXPECT_FALSE(v4::parse_switch(bad).has_value()) << bad;
+}
+
+// Review17 user item 9: the lease (and the grace period, which is one lease) is settable,
+// as knfsd's nfsv4leasetime: 10 s at least.
+TEST_F(Nfs4GraceTest, GraceFollowsTheLeaseTime) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);
+  std::ofstream(state_ / "clients") << "6f74686572\n";
+  lim_.lease_seconds = 15;
+  restart();
+  EXPECT_TRUE(srv_->in_grace());
+  clock_ += 14;
+  EXPECT_TRUE(srv_->in_grace());
+  clock_ += 1;
+  EXPECT_FALSE(srv_->in_grace());
+  EXPECT_EQ(v4::Limits::kMinLeaseSeconds, 10u);
 }
 
 }  // namespace roce::nfs
