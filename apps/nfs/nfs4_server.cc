@@ -1971,7 +1971,7 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   // A read delegation conflicts with opening for writing (the holder's own too: the lease that
   // stands for it would keep the client's own writes out): recalled, and this OPEN waits (DELAY)
   // until it is returned or revoked.
-  if ((access & kShareAccessWrite) && recall_conflicting(key_of(file.st), 0)) return kErrDelay;
+  if ((access & kShareAccessWrite) && recall_delays(key_of(file.st), 0)) return kErrDelay;
   if (opentype == kCreate4 && (how == kExclusive4 || how == kExclusive41)) {
     // The verifier lives in the new file's times (as the v3 server keeps it): a retry of the
     // same create finds it and succeeds, another client's create of the same name does not.
@@ -2270,7 +2270,7 @@ Status Nfs4Server::write(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (!st && grace_locked()) return kErrGrace;  // as READ
   if (off > 0x7fffffffffffffffull || off + data.size() > 0x7fffffffffffffffull) return kErrFbig;
   // Without an open (the anonymous stateid): no OPEN recalled the file's delegations, so here.
-  if (!st && recall_conflicting(key_of(r.st), 0)) return kErrDelay;
+  if (!st && recall_delays(key_of(r.st), 0)) return kErrDelay;
   // The open-file cache's descriptor; one opened for writing is kept there only while a v4
   // open for writing of the file lives (CLOSE of the last lets it go: it would keep the host's
   // read leases, so delegations, away). An open's stateid has write access (checked above).
@@ -2400,7 +2400,7 @@ Status Nfs4Server::remove(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   struct stat st;
   if (::fstatat(dir.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return from_errno(errno);
   // Another client's delegation of the file: recalled first (its attributes change).
-  if (S_ISREG(st.st_mode) && recall_conflicting(key_of(st), c.clientid)) return kErrDelay;
+  if (S_ISREG(st.st_mode) && recall_delays(key_of(st), c.clientid)) return kErrDelay;
   const std::uint64_t before = change_of(dir.st);
   if (::unlinkat(dir.fd, name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0)
     return errno == EEXIST ? kErrNotempty : from_errno(errno);
@@ -2426,7 +2426,7 @@ Status Nfs4Server::rename(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   for (const auto& [dfd, nm] : {std::pair{src.fd, &from}, std::pair{dst.fd, &to}}) {
     struct stat st;
     if (::fstatat(dfd, nm->c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-        recall_conflicting(key_of(st), c.clientid))
+        recall_delays(key_of(st), c.clientid))
       return kErrDelay;
   }
   const std::uint64_t sb = change_of(src.st), tb = change_of(dst.st);
@@ -2452,7 +2452,7 @@ Status Nfs4Server::link(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (const Status s = check_name(name)) return s;
   if (!files_.options().rw) return kErrRofs;
   if (grace_locked()) return kErrGrace;  // as REMOVE: a name another client may reclaim by
-  if (S_ISREG(src.st.st_mode) && recall_conflicting(key_of(src.st), c.clientid)) return kErrDelay;
+  if (S_ISREG(src.st.st_mode) && recall_delays(key_of(src.st), c.clientid)) return kErrDelay;
   const std::uint64_t before = change_of(dir.st);
   if (::linkat(AT_FDCWD, proc_path(src.fd).c_str(), dir.fd, name.c_str(), AT_SYMLINK_FOLLOW) != 0)
     return from_errno(errno);
@@ -2602,7 +2602,7 @@ Status Nfs4Server::setattr(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   // would keep the truncation out).
   if (s == kOk && S_ISREG(r.st.st_mode) &&
       (a.size || a.mode || a.uid || a.gid || a.atime || a.mtime) &&
-      recall_conflicting(key_of(r.st), a.size ? 0 : c.clientid))
+      recall_delays(key_of(r.st), a.size ? 0 : c.clientid))
     s = kErrDelay;
   if (s == kOk) s = apply(r, a, set);
   encode(e, set);
@@ -2999,6 +2999,7 @@ Status Nfs4Server::delegreturn(Compound& c, XdrDecoder& d) {
   State* st = nullptr;
   if (const Status s = check_stateid(c, sid, &r, &st)) return s;  // another client's: BAD_STATEID
   if (!st || st->kind != State::kDelegState) return kErrBadStateid;
+  ++st_.delegreturns;
   drop_state(sid.current() ? c.cur_stateid.other : sid.other);
   return kOk;
 }
@@ -3011,6 +3012,7 @@ bool Nfs4Server::recall_conflicting(const FileKey& file, std::uint64_t clientid)
     State& st = si->second;
     if (st.kind != State::kDelegState || st.clientid == clientid || st.revoked) continue;
     if (st.recall_at < 0) {
+      ++st_.recalls_begun;
       st.recall_at = now();
       recalls_[si->first] = st.clientid;
       queue_recall(si->first, st);
@@ -3036,7 +3038,9 @@ bool Nfs4Server::v3_change(std::uint64_t dev, std::uint64_t ino) {
   if (delegs_.load(std::memory_order_relaxed) == 0) return false;  // the common case: no lock
   std::lock_guard g(mu_);
   poll_leases();
-  return recall_conflicting(FileKey{dev, ino}, 0);
+  const bool wait = recall_conflicting(FileKey{dev, ino}, 0);
+  st_.recall_jukebox += wait;
+  return wait;
 }
 
 bool Nfs4Server::fd_room(std::uint64_t clientid) const {
@@ -3088,6 +3092,7 @@ void Nfs4Server::poll_leases(bool force) {
     ++st_.lease_checks;
     if (::fcntl(st.lease_fd, F_GETLEASE) == F_RDLCK) return;  // not this one
     st.broken = true;
+    ++st_.lease_breaks;
     broken.push_back(st.file);
   };
   // The signals name their descriptors: ask those leases alone. Every lease only when told to

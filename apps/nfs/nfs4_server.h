@@ -38,6 +38,11 @@ namespace roce::nfs {
 struct Nfs4Stats {
   std::uint64_t compounds = 0, ops = 0, errors = 0, garbage = 0, replays = 0;
   std::uint64_t delegations = 0, recalls = 0, revoked = 0;  ///< granted, CB_RECALLs sent, revoked
+  /// Delegations: recalls begun (a conflicting change, or the kernel broke the lease), lease
+  /// breaks seen (a writer on the host, local or NFSv3's open), the NFS4ERR_DELAY (v4) and
+  /// NFS3ERR_JUKEBOX (v3) answers a recall made a caller wait with, and DELEGRETURNs.
+  std::uint64_t recalls_begun = 0, lease_breaks = 0, recall_delays = 0, recall_jukebox = 0,
+                delegreturns = 0;
   std::uint64_t cb_replies = 0, cb_bad_replies = 0, cb_timeouts = 0;
   std::uint64_t resource = 0;  ///< NFS4ERR_RESOURCE answers: a table was full
   /// Locks granted in the server's table alone (no host OFD lock: the lock owner would have
@@ -48,6 +53,7 @@ struct Nfs4Stats {
   std::uint64_t pump_visits = 0;     ///< recall queues and sessions looked at by pump() (its cost)
   std::uint64_t lease_checks = 0;    ///< F_GETLEASE calls (a lease break's cost)
   std::uint64_t records_writes = 0;  ///< the records file rewritten (by its writer thread)
+  std::uint64_t records_error = 0;   ///< 1 while the records cannot be read or written
   std::map<std::uint32_t, std::uint64_t> by_op;
 };
 
@@ -84,6 +90,7 @@ class Nfs4Server {
     Nfs4Stats s = st_;
     std::lock_guard w(rec_mu_);
     s.records_writes = rec_writes_;
+    s.records_error = !state_error_.empty() || !rec_error_.empty();
     return s;
   }
   /// The counts and the tables' sizes without waiting (for a poll loop): false, and nothing
@@ -96,6 +103,7 @@ class Nfs4Server {
     {
       std::lock_guard w(rec_mu_);
       s.records_writes = rec_writes_;
+      s.records_error = !state_error_.empty() || !rec_error_.empty();
     }
     clients = clients_.size();
     sessions = sessions_.size();
@@ -281,6 +289,12 @@ class Nfs4Server {
   /// Starts the recall of the delegations on `file` that `clientid` conflicts with (0: every
   /// client's); true when one is still out (the caller answers NFS4ERR_DELAY).
   bool recall_conflicting(const v4::FileKey& file, std::uint64_t clientid);
+  /// The same for a v4 operation, which then answers NFS4ERR_DELAY (counted).
+  bool recall_delays(const v4::FileKey& file, std::uint64_t clientid) {
+    const bool wait = recall_conflicting(file, clientid);
+    st_.recall_delays += wait;
+    return wait;
+  }
   /// The v3 server's before_change: recalls every delegation of the file.
   bool v3_change(std::uint64_t dev, std::uint64_t ino);
   /// A read lease on `file` for a delegation: its descriptor, or -1 (no delegation then).

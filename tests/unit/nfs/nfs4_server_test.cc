@@ -3427,4 +3427,49 @@ TEST_F(Nfs4GraceTest, GraceFollowsTheLeaseTime) {
   EXPECT_EQ(v4::Limits::kMinLeaseSeconds, 10u);
 }
 
+// Review17 user item 10 (and issue 31's "v3 writes stall for 5 s"): the delegations' story in
+// counters an admin can read: granted, recalls begun, lease breaks, the DELAY (v4) and JUKEBOX
+// (v3) answers recalls caused, returned and revoked.
+TEST_F(Nfs4DelegTest, DelegationCountersTellTheStory) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  const OpenedD a = deleg("hello", "a-1");
+  swap(b);
+  ctx_.conn = 2;
+  Stateid anon;
+  EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kWrite, write_args(anon, 0, "x"))).status,
+            kErrDelay);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kWrite, write_args(anon, 0, "x"))).status,
+            kErrDelay);
+  swap(b);
+  ctx_.conn = 1;
+  EXPECT_EQ(v3call(v3::kWrite,
+                   [&](XdrEncoder& e) {
+                     e.opaque(a.fh);
+                     e.u64(0);
+                     e.u32(1);
+                     e.u32(0);
+                     e.string("X");
+                   }),
+            v3::kErrJukebox);
+  expect_recall(a.dsid);
+  EXPECT_EQ(delegreturn(a), kOk);
+  // A host writer breaks the next one's lease.
+  const OpenedD a2 = deleg("hello", "a-2");
+  EXPECT_EQ(::open((dir_ / "hello").c_str(), O_WRONLY | O_NONBLOCK), -1);
+  expect_recall(a2.dsid);
+  clock_ += 60;
+  srv_->tick();
+  const Nfs4Stats st = srv_->stats();
+  EXPECT_EQ(st.delegations, 2u);
+  EXPECT_EQ(st.recalls_begun, 2u);
+  EXPECT_EQ(st.recalls, 2u);  // CB_RECALLs sent
+  EXPECT_EQ(st.recall_delays, 2u);
+  EXPECT_EQ(st.recall_jukebox, 1u);
+  EXPECT_EQ(st.lease_breaks, 1u);
+  EXPECT_EQ(st.delegreturns, 1u);
+  EXPECT_EQ(st.revoked, 1u);
+}
+
 }  // namespace roce::nfs
