@@ -901,7 +901,8 @@ void Nfs4Server::forget_client(std::uint64_t clientid) {
     return s == states_.end() || s->second.clientid == clientid;
   });
   std::erase_if(pending_, [&](const auto& p) { return !sessions_.count(p.second.session); });
-  std::vector<FileKey> written;
+  std::vector<FileKey> written, unlocked;
+  drop_waiters(clientid);
   for (auto it = states_.begin(); it != states_.end();) {
     if (it->second.clientid == clientid) {
       if (it->second.kind == State::kOpenState && (it->second.access & kShareAccessWrite))
@@ -912,7 +913,9 @@ void Nfs4Server::forget_client(std::uint64_t clientid) {
       if (it->second.kind == State::kLockState) {
         const auto l = locks_.find(it->second.file);
         if (l != locks_.end()) {
+          const std::size_t before = l->second.size();
           l->second.drop(it->second.owner);
+          if (before != l->second.size()) unlocked.push_back(it->second.file);
           if (l->second.empty()) locks_.erase(l);
         }
       }
@@ -922,6 +925,7 @@ void Nfs4Server::forget_client(std::uint64_t clientid) {
     }
   }
   for (const FileKey& f : written) write_open_gone(f);
+  for (const FileKey& f : unlocked) wake_waiters(f);
   if (const auto cl = clients_.find(clientid); cl != clients_.end()) {
     bytes_ -= std::min(bytes_, cl->second.bytes);
     const Client gone = std::move(cl->second);
@@ -1105,6 +1109,19 @@ void encode_cb_recall(std::vector<std::uint8_t>& msg, std::uint32_t xid, std::ui
   encode(e, deleg);
   e.boolean(false);  // truncate
   e.opaque(fh);
+}
+
+void encode_cb_notify_lock(std::vector<std::uint8_t>& msg, std::uint32_t xid, std::uint32_t program,
+                           const rpc::OpaqueAuth& cred, const SessionId& session, std::uint32_t seq,
+                           std::span<const std::uint8_t> fh, const Owner& owner) {
+  // CB_SEQUENCE as for a recall, then CB_NOTIFY_LOCK in CB_RECALL's place.
+  encode_cb_recall(msg, xid, program, cred, session, seq, Stateid{}, {});
+  msg.resize(msg.size() - 4 - 16 - 4 - 4);  // CB_RECALL, its stateid, truncate, empty fh
+  XdrEncoder e(msg);
+  e.u32(kCbNotifyLock);
+  e.opaque(fh);
+  e.u64(owner.clientid);
+  e.opaque(owner.name);
 }
 
 namespace {
@@ -1809,7 +1826,9 @@ void Nfs4Server::drop_state(const Other& o) {
       l->second.drop(it->second.owner);
       charge(it->second.clientid, -static_cast<std::ptrdiff_t>((before - l->second.size()) *
                                                                range_cost(it->second.owner)));
+      const bool went = before != l->second.size();
       if (l->second.empty()) locks_.erase(l);
+      if (went) wake_waiters(it->second.file);
     }
   }
   for (auto [f, last] = by_file_.equal_range(it->second.file); f != last; ++f)
@@ -2060,7 +2079,13 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   c.has_cur_stateid = true;
   encode(e, sid);
   encode_cinfo(e, before, after);
-  e.u32(kOpenResultLocktypePosix);
+  // Blocked lock waiters are told when to retry (CB_NOTIFY_LOCK) where a back channel is up.
+  bool may_notify = backchannel;
+  if (may_notify) {
+    const auto ses = sessions_.find(c.sid);
+    may_notify = ses != sessions_.end() && ses->second.back_conn != 0;
+  }
+  e.u32(kOpenResultLocktypePosix | (may_notify ? kOpenResultMayNotifyLock : 0));
   encode(e, attrset);
   // A read delegation: asked for reading only, over a session whose back channel is up, and
   // nobody has the file open for writing or is having a delegation of it recalled.
@@ -2685,6 +2710,8 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     if (!held) break;
     // Its client is gone (and its ranges with it; the table may have changed): look again.
     if (expired_holder(held->owner)) continue;
+    // A blocking lock type: told (CB_NOTIFY_LOCK) when a range of the file goes.
+    if (type == kReadwLt || type == kWritewLt) add_waiter(key, ls->owner, c.cur->data);
     if (ls->seqid == 0) drop_state(lock_id);  // a lock owner made for nothing
     encode_denied(e, *held);
     return kErrDenied;
@@ -2875,6 +2902,7 @@ Status Nfs4Server::locku(Compound& c, XdrDecoder& d, XdrEncoder& e) {
            (static_cast<std::ptrdiff_t>(fl->second.size()) - static_cast<std::ptrdiff_t>(before)) *
                static_cast<std::ptrdiff_t>(range_cost(st->owner)));
     if (fl->second.empty()) locks_.erase(fl);
+    wake_waiters(st->file);
   }
   ++st->seqid;
   Stateid out;
@@ -3161,6 +3189,33 @@ void Nfs4Server::unindex_session(std::uint64_t clientid, const SessionId& sid) {
 }
 
 void Nfs4Server::pump() {
+  // CB_NOTIFY_LOCKs first (a waiter retries at once); a recall takes the next free slot.
+  for (auto w = notify_.begin(); w != notify_.end();) {
+    auto& q = w->second;
+    for (auto [i, ie] = client_sessions_.equal_range(w->first); i != ie && !q.empty(); ++i) {
+      const auto ss = sessions_.find(i->second);
+      if (ss == sessions_.end() || !ss->second.back_conn || ss->second.cb_busy ||
+          !ss->second.cb_cred)
+        continue;
+      Session& s = ss->second;
+      std::uint32_t xid = next_cb_xid_++;
+      while (pending_.count(xid) || xid == 0) xid = next_cb_xid_++;
+      Callback cb;
+      cb.conn = s.back_conn;
+      cb.xid = xid;
+      encode_cb_notify_lock(cb.msg, xid, s.cb_program, *s.cb_cred, s.id, s.cb_seqid + 1,
+                            q.front().fh, q.front().owner);
+      outbox_.push_back(std::move(cb));
+      pending_[xid] = PendingCb{s.back_conn, s.id, Other{}, now()};  // no delegation: no resend
+      s.cb_busy = true;
+      q.pop_front();
+      ++st_.notify_locks;
+    }
+    if (q.empty())
+      w = notify_.erase(w);
+    else
+      ++w;
+  }
   const std::int64_t t = waiting_.empty() ? 0 : now_ms();
   for (auto w = waiting_.begin(); w != waiting_.end();) {
     auto& q = w->second;
@@ -3205,6 +3260,42 @@ void Nfs4Server::pump() {
     else
       ++w;
   }
+}
+
+void Nfs4Server::add_waiter(const FileKey& file, const Owner& owner,
+                            const std::vector<std::uint8_t>& fh) {
+  for (auto [w, we] = lock_waiters_.equal_range(file); w != we; ++w)
+    if (w->second.owner == owner) return;  // already waiting
+  std::size_t& n = waiters_of_[owner.clientid];
+  if (n >= kMaxLockWaiters) {
+    ++st_.lock_waiters_dropped;
+    return;
+  }
+  ++n;
+  lock_waiters_.emplace(file, Waiter{owner, fh});
+  st_.lock_waiters_now = lock_waiters_.size();
+}
+
+void Nfs4Server::wake_waiters(const FileKey& file) {
+  const auto [w, we] = lock_waiters_.equal_range(file);
+  if (w == we) return;
+  for (auto i = w; i != we; ++i) {
+    const std::uint64_t cl = i->second.owner.clientid;
+    if (auto n = waiters_of_.find(cl); n != waiters_of_.end() && !--n->second) waiters_of_.erase(n);
+    auto& q = notify_[cl];
+    if (q.size() < kMaxLockWaiters) q.push_back(std::move(i->second));
+  }
+  lock_waiters_.erase(w, we);
+  st_.lock_waiters_now = lock_waiters_.size();
+  pump();
+}
+
+void Nfs4Server::drop_waiters(std::uint64_t clientid) {
+  if (waiters_of_.erase(clientid))
+    std::erase_if(lock_waiters_,
+                  [&](const auto& w) { return w.second.owner.clientid == clientid; });
+  notify_.erase(clientid);
+  st_.lock_waiters_now = lock_waiters_.size();
 }
 
 void Nfs4Server::revoke(const Other& id, State& st) {
@@ -3321,6 +3412,20 @@ bool Nfs4Server::tick() {
   flush_records();
   const std::int64_t t = now();
   const auto lease = static_cast<std::int64_t>(lim_.lease_seconds);
+  // Blocked lock waiters of a client whose lease ran out go (it waits for nothing any more).
+  for (auto w = waiters_of_.begin(); w != waiters_of_.end();) {
+    const auto cl = clients_.find(w->first);
+    const std::uint64_t id = w->first;
+    ++w;
+    if (cl == clients_.end() || t - cl->second.renewed > lease) drop_waiters(id);
+  }
+  for (auto n = notify_.begin(); n != notify_.end();) {
+    const auto cl = clients_.find(n->first);
+    if (cl == clients_.end() || t - cl->second.renewed > lease)
+      n = notify_.erase(n);
+    else
+      ++n;
+  }
   for (auto p = pending_.begin(); p != pending_.end();) {
     if (t - p->second.sent <= lease) {
       ++p;

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -43,6 +44,9 @@ struct Nfs4Stats {
   /// NFS3ERR_JUKEBOX (v3) answers a recall made a caller wait with, and DELEGRETURNs.
   std::uint64_t recalls_begun = 0, lease_breaks = 0, recall_delays = 0, recall_jukebox = 0,
                 delegreturns = 0;
+  /// CB_NOTIFY_LOCKs sent (a blocked waiter's lock was let go), waiters remembered now, and
+  /// waiters not remembered (a client's kMaxLockWaiters were already).
+  std::uint64_t notify_locks = 0, lock_waiters_now = 0, lock_waiters_dropped = 0;
   std::uint64_t cb_replies = 0, cb_bad_replies = 0, cb_timeouts = 0;
   std::uint64_t resource = 0;  ///< NFS4ERR_RESOURCE answers: a table was full
   /// Locks granted in the server's table alone (no host OFD lock: the lock owner would have
@@ -62,6 +66,12 @@ struct Nfs4Stats {
 void encode_cb_recall(std::vector<std::uint8_t>& msg, std::uint32_t xid, std::uint32_t program,
                       const rpc::OpaqueAuth& cred, const v4::SessionId& session, std::uint32_t seq,
                       const v4::Stateid& deleg, std::span<const std::uint8_t> fh);
+/// The same with CB_NOTIFY_LOCK (RFC 8881 20.11): the lock owner `owner` may retry its lock
+/// of the file `fh`.
+void encode_cb_notify_lock(std::vector<std::uint8_t>& msg, std::uint32_t xid, std::uint32_t program,
+                           const rpc::OpaqueAuth& cred, const v4::SessionId& session,
+                           std::uint32_t seq, std::span<const std::uint8_t> fh,
+                           const v4::Owner& owner);
 
 class Nfs4Server {
  public:
@@ -138,6 +148,9 @@ class Nfs4Server {
   void post_reply(std::uint64_t conn, std::span<const std::uint8_t> reply);
   void post_closed(std::uint64_t conn);
   static constexpr std::size_t kInbox = 64;
+  /// Blocked lock waiters (LOCK DENIED for READW_LT/WRITEW_LT) remembered per client, for
+  /// CB_NOTIFY_LOCK when the conflicting range goes; beyond, not remembered (the client polls).
+  static constexpr std::size_t kMaxLockWaiters = 64;
   /// A REPLY the client sent on `conn`; false (counted, dropped) when no call of that xid is out
   /// on that connection or the reply does not decode.
   bool callback_reply(std::uint64_t conn, std::span<const std::uint8_t> reply);
@@ -361,6 +374,20 @@ class Nfs4Server {
       resend_recall(deleg);
     }
   }
+  /// Blocked lock waiters: by file, the owner (its client inside) and the file's handle; the
+  /// count of each client's; and the CB_NOTIFY_LOCKs waiting for a free back channel slot.
+  struct Waiter {
+    v4::Owner owner;
+    std::vector<std::uint8_t> fh;
+  };
+  std::multimap<v4::FileKey, Waiter> lock_waiters_;
+  std::map<std::uint64_t, std::size_t> waiters_of_;
+  std::map<std::uint64_t, std::deque<Waiter>> notify_;
+  void add_waiter(const v4::FileKey& file, const v4::Owner& owner,
+                  const std::vector<std::uint8_t>& fh);
+  /// The file's locks changed (a range went): its waiters are told.
+  void wake_waiters(const v4::FileKey& file);
+  void drop_waiters(std::uint64_t clientid);
   /// The recalls waiting to be sent, by client, by when due (ms); and each client's sessions.
   std::map<std::uint64_t, std::multimap<std::int64_t, Other>> waiting_;
   std::multimap<std::uint64_t, v4::SessionId> client_sessions_;

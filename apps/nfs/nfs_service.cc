@@ -452,6 +452,8 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"nfs4_recall_jukebox", seen4_.recall_jukebox},  // NFS3ERR_JUKEBOX (v3 waits 5 s)
       {"nfs4_delegreturns", seen4_.delegreturns},
       {"nfs4_locks_table_only", seen4_.locks_table_only},  // no host descriptor left for it
+      {"nfs4_notify_locks", seen4_.notify_locks},          // CB_NOTIFY_LOCKs sent
+      {"nfs4_lock_waiters_now", seen4_.lock_waiters_now},  // blocked waiters remembered
       {"nfs4_records_writes", seen4_.records_writes},      // client records rewritten
       {"nfs4_records_error", seen4_.records_error},        // 1: records not written (no reclaim)
       {"nfs_calls", n.calls},

@@ -277,7 +277,8 @@ class Nfs4Test : public ::testing::Test {
     r.d->boolean();
     r.d->u64();
     r.d->u64();
-    EXPECT_EQ(r.d->u32(), kOpenResultLocktypePosix);
+    // (MAY_NOTIFY_LOCK too where a back channel is up)
+    EXPECT_EQ(r.d->u32() & ~kOpenResultMayNotifyLock, kOpenResultLocktypePosix);
     decode_bitmap(*r.d);
     EXPECT_EQ(r.d->u32(), 0u);  // OPEN_DELEGATE_NONE
     o.fh = getfh(r);
@@ -3470,6 +3471,105 @@ TEST_F(Nfs4DelegTest, DelegationCountersTellTheStory) {
   EXPECT_EQ(st.lease_breaks, 1u);
   EXPECT_EQ(st.delegreturns, 1u);
   EXPECT_EQ(st.revoked, 1u);
+}
+
+// Review17 user item 7: a blocked waiter (LOCK DENIED for WRITEW_LT/READW_LT) is told over
+// the back channel (CB_NOTIFY_LOCK, RFC 8881 20.11) when the conflicting lock goes, instead of
+// polling for up to 30 s; OPEN says so (OPEN4_RESULT_MAY_NOTIFY_LOCK). Remembered waiters are
+// bounded per client.
+TEST_F(Nfs4DelegTest, BlockedLockWaiterIsNotified) {
+  Cl b;
+  two_clients(b);
+  Reply ro = send(seq()
+                      .add(kPutrootfh)
+                      .add(kOpen, open_args(clientid_, "hello", 99, kShareAccessBoth, 0, "oa", 0))
+                      .add(kGetfh));
+  ASSERT_EQ(ro.status, kOk);
+  skip_sequence(ro);
+  ro.next(kPutrootfh);
+  ASSERT_EQ(ro.next(kOpen), kOk);
+  const Stateid aopen = decode_stateid(*ro.d);
+  ro.d->boolean();
+  ro.d->u64();
+  ro.d->u64();
+  EXPECT_EQ(ro.d->u32(), kOpenResultLocktypePosix | kOpenResultMayNotifyLock);
+  decode_bitmap(*ro.d);
+  if (ro.d->u32() == kDelegRead) {
+    decode_stateid(*ro.d);
+    ro.d->boolean();
+    for (int i = 0; i < 3; ++i) ro.d->u32();
+    ro.d->string(100);
+  }
+  const Bytes file = getfh(ro);
+  Reply rl = send(
+      seq().add(kPutfh, fh(file)).add(kLock, lock_args(kWriteLt, 0, 10, aopen, clientid_, "la")));
+  ASSERT_EQ(rl.status, kOk);
+  skip_sequence(rl);
+  rl.next(kPutfh);
+  ASSERT_EQ(rl.next(kLock), kOk);
+  const Stateid alock = decode_stateid(*rl.d);
+  swap(b);
+  ctx_.conn = 2;
+  const OpenedD bo = open_d("hello", kShareAccessRead, "ob");
+  ASSERT_EQ(bo.status, kOk);
+  const auto b_lock = [&](std::uint32_t type, const std::string& owner) {
+    return send(seq()
+                    .add(kPutfh, fh(bo.fh))
+                    .add(kLock, lock_args(type, 5, 1, bo.sid, clientid_, owner)))
+        .status;
+  };
+  // B blocks (WRITEW_LT): DENIED, and remembered. A plain WRITE_LT is not.
+  EXPECT_EQ(b_lock(kWritewLt, "lb-wait"), kErrDenied);
+  EXPECT_EQ(b_lock(kWriteLt, "lb-try"), kErrDenied);
+  // Beyond the cap of remembered waiters per client: DENIED, not remembered (counted).
+  for (std::size_t i = 0; i < Nfs4Server::kMaxLockWaiters + 3; ++i)
+    EXPECT_EQ(b_lock(kReadwLt, "lb-many-" + std::to_string(i)), kErrDenied);
+  EXPECT_EQ(srv_->stats().lock_waiters_now, Nfs4Server::kMaxLockWaiters);
+  EXPECT_EQ(srv_->stats().lock_waiters_dropped, 4u);  // the cap counts lb-wait too
+  const std::uint64_t bclient = clientid_;
+  swap(b);
+  ctx_.conn = 1;
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  // A unlocks: one CB_NOTIFY_LOCK to B (its one back channel slot: one at a time), naming the
+  // file and a waiting owner of B's.
+  ASSERT_EQ(send(seq()
+                     .add(kPutfh, fh(file))
+                     .add(kLocku,
+                          [&](XdrEncoder& e) {
+                            e.u32(kWriteLt);
+                            e.u32(0);
+                            encode(e, alock);
+                            e.u64(0);
+                            e.u64(10);
+                          }))
+                .status,
+            kOk);
+  const auto cbs = srv_->take_callbacks();
+  ASSERT_EQ(cbs.size(), 1u);
+  EXPECT_EQ(cbs[0].conn, 2u);
+  XdrDecoder d(cbs[0].msg);
+  rpc::CallHeader h;
+  ASSERT_TRUE(rpc::decode(d, h));
+  d.string(100);
+  d.u32();
+  d.u32();
+  EXPECT_EQ(d.u32(), 2u);
+  EXPECT_EQ(d.u32(), kCbSequence);
+  d.fixed(16);
+  for (int i = 0; i < 4; ++i) d.u32();
+  d.u32();  // referring call lists
+  EXPECT_EQ(d.u32(), kCbNotifyLock);
+  const auto nfh = d.opaque(kFhSize);
+  EXPECT_EQ(Bytes(nfh.begin(), nfh.end()), file);
+  EXPECT_EQ(d.u64(), bclient);
+  const std::string owner = d.string(kOpaqueLimit);
+  EXPECT_TRUE(owner == "lb-wait" || owner.rfind("lb-many-", 0) == 0) << owner;
+  EXPECT_TRUE(d.ok());
+  EXPECT_EQ(srv_->stats().notify_locks, 1u);
+  // B's lease runs out: its waiters go with it, nothing more is sent.
+  clock_ += 3 * lim_.lease_seconds;
+  srv_->tick();
+  EXPECT_EQ(srv_->stats().lock_waiters_now, 0u);
 }
 
 }  // namespace roce::nfs
