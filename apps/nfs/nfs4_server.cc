@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -253,6 +254,7 @@ Nfs4Server::~Nfs4Server() {
   }
   for (auto& [id, st] : states_) release(st);
   if (state_fd_ >= 0) ::close(state_fd_);
+  if (inotify_fd_ >= 0) ::close(inotify_fd_);
 }
 
 void Nfs4Server::open_state_dir() {
@@ -2127,6 +2129,7 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     dl.fh = fh->data;
     const Stateid ds = new_state(std::move(dl));
     lease_index_[lease] = ds.other;
+    watch(key, lease);
     ++st_.delegations;
     e.u32(kDelegRead);
     encode(e, ds);
@@ -2429,6 +2432,7 @@ Status Nfs4Server::remove(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   const std::uint64_t before = change_of(dir.st);
   if (::unlinkat(dir.fd, name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0)
     return errno == EEXIST ? kErrNotempty : from_errno(errno);
+  if (S_ISREG(st.st_mode)) mark_self(key_of(st), c.clientid);
   encode_cinfo(e, before, change_now(dir.fd));
   return kOk;
 }
@@ -2481,6 +2485,7 @@ Status Nfs4Server::link(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   const std::uint64_t before = change_of(dir.st);
   if (::linkat(AT_FDCWD, proc_path(src.fd).c_str(), dir.fd, name.c_str(), AT_SYMLINK_FOLLOW) != 0)
     return from_errno(errno);
+  if (S_ISREG(src.st.st_mode)) mark_self(key_of(src.st), c.clientid);
   encode_cinfo(e, before, change_now(dir.fd));
   return kOk;
 }
@@ -2630,6 +2635,7 @@ Status Nfs4Server::setattr(Compound& c, XdrDecoder& d, XdrEncoder& e) {
       recall_delays(key_of(r.st), a.size ? 0 : c.clientid))
     s = kErrDelay;
   if (s == kOk) s = apply(r, a, set);
+  if (s == kOk && S_ISREG(r.st.st_mode)) mark_self(key_of(r.st), c.clientid);
   encode(e, set);
   return s;
 }
@@ -3111,6 +3117,7 @@ int Nfs4Server::take_lease(const NfsServer::Resolved& file, std::uint64_t client
 }
 
 void Nfs4Server::poll_leases(bool force) {
+  poll_watches();
   const std::uint64_t n = g_lease_breaks.load(std::memory_order_acquire);
   if (n == lease_breaks_seen_ && (!force || delegs_.load(std::memory_order_relaxed) == 0)) return;
   const std::uint64_t from = std::exchange(lease_breaks_seen_, n);
@@ -3143,7 +3150,67 @@ void Nfs4Server::poll_leases(bool force) {
   for (const auto& f : broken) recall_conflicting(f, 0);
 }
 
+void Nfs4Server::watch(const FileKey& file, int lease_fd) {
+  if (const auto w = watch_of_.find(file); w != watch_of_.end()) {
+    ++w->second.second;
+    return;
+  }
+  if (inotify_fd_ < 0) inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  // By the lease's descriptor (the inode itself, whatever its names now).
+  const int wd = watch_of_.size() < kMaxWatches && inotify_fd_ >= 0
+                     ? ::inotify_add_watch(inotify_fd_, proc_path(lease_fd).c_str(),
+                                           IN_ATTRIB | IN_MOVE_SELF | IN_DELETE_SELF)
+                     : -1;
+  if (wd < 0) {
+    ++st_.unwatched;
+    return;
+  }
+  watch_of_[file] = {wd, 1};
+  watch_file_[wd] = file;
+}
+
+void Nfs4Server::unwatch(const FileKey& file) {
+  const auto w = watch_of_.find(file);
+  if (w == watch_of_.end() || --w->second.second) return;
+  ::inotify_rm_watch(inotify_fd_, w->second.first);
+  watch_file_.erase(w->second.first);
+  watch_of_.erase(w);
+}
+
+void Nfs4Server::mark_self(const FileKey& file, std::uint64_t clientid) {
+  if (!watch_of_.contains(file)) return;
+  if (self_change_.size() >= kMaxWatches) self_change_.clear();
+  self_change_[file] = {clientid, now()};
+}
+
+void Nfs4Server::poll_watches() {
+  if (inotify_fd_ < 0 || watch_file_.empty()) return;
+  alignas(inotify_event) char buf[4096];
+  std::vector<std::pair<FileKey, std::uint64_t>> changed;
+  for (int round = 0; round < 16; ++round) {
+    const ssize_t n = ::read(inotify_fd_, buf, sizeof buf);
+    if (n <= 0) break;
+    for (ssize_t i = 0; i < n;) {
+      const auto* ev = reinterpret_cast<const inotify_event*>(buf + i);
+      i += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+      if (!(ev->mask & (IN_ATTRIB | IN_MOVE_SELF | IN_DELETE_SELF))) continue;
+      const auto f = watch_file_.find(ev->wd);
+      if (f == watch_file_.end()) continue;
+      // A change the server made for a client: that client's delegations stay.
+      std::uint64_t self = 0;
+      if (const auto sc = self_change_.find(f->second);
+          sc != self_change_.end() && now() - sc->second.second <= 1)
+        self = sc->second.first;
+      changed.emplace_back(f->second, self);
+    }
+  }
+  self_change_.clear();
+  for (const auto& [file, self] : changed)
+    if (recall_conflicting(file, self)) ++st_.meta_recalls;
+}
+
 void Nfs4Server::release(State& st) {
+  if (st.kind == State::kDelegState && st.lease_fd >= 0) unwatch(st.file);
   for (const int fd : {st.lease_fd, st.lock_fd})
     if (fd >= 0) fd_taken(st.clientid, -1);
   if (st.lease_fd >= 0) lease_index_.erase(st.lease_fd);

@@ -47,6 +47,9 @@ struct Nfs4Stats {
   /// CB_NOTIFY_LOCKs sent (a blocked waiter's lock was let go), waiters remembered now, and
   /// waiters not remembered (a client's kMaxLockWaiters were already).
   std::uint64_t notify_locks = 0, lock_waiters_now = 0, lock_waiters_dropped = 0;
+  /// Recalls begun by a host metadata change of a delegated file (inotify: chmod, chown,
+  /// rename, unlink, link), and delegations granted without a watch (kMaxWatches reached).
+  std::uint64_t meta_recalls = 0, unwatched = 0;
   std::uint64_t cb_replies = 0, cb_bad_replies = 0, cb_timeouts = 0;
   std::uint64_t resource = 0;  ///< NFS4ERR_RESOURCE answers: a table was full
   /// Locks granted in the server's table alone (no host OFD lock: the lock owner would have
@@ -151,6 +154,8 @@ class Nfs4Server {
   /// Blocked lock waiters (LOCK DENIED for READW_LT/WRITEW_LT) remembered per client, for
   /// CB_NOTIFY_LOCK when the conflicting range goes; beyond, not remembered (the client polls).
   static constexpr std::size_t kMaxLockWaiters = 64;
+  /// Delegated files watched (inotify) for host metadata changes at most.
+  static constexpr std::size_t kMaxWatches = 8192;
   /// A REPLY the client sent on `conn`; false (counted, dropped) when no call of that xid is out
   /// on that connection or the reply does not decode.
   bool callback_reply(std::uint64_t conn, std::span<const std::uint8_t> reply);
@@ -388,6 +393,17 @@ class Nfs4Server {
   /// The file's locks changed (a range went): its waiters are told.
   void wake_waiters(const v4::FileKey& file);
   void drop_waiters(std::uint64_t clientid);
+  /// Host metadata changes of delegated files (inotify on each delegated file, by its lease
+  /// descriptor): watched while a delegation of the file lives; an event recalls them, but for
+  /// a change the server made itself for the holder (`self_change_`, a second).
+  int inotify_fd_ = -1;
+  std::map<int, v4::FileKey> watch_file_;
+  std::map<v4::FileKey, std::pair<int, std::size_t>> watch_of_;  ///< its wd, delegations
+  std::map<v4::FileKey, std::pair<std::uint64_t, std::int64_t>> self_change_;
+  void watch(const v4::FileKey& file, int lease_fd);
+  void unwatch(const v4::FileKey& file);
+  void poll_watches();
+  void mark_self(const v4::FileKey& file, std::uint64_t clientid);
   /// The recalls waiting to be sent, by client, by when due (ms); and each client's sessions.
   std::map<std::uint64_t, std::multimap<std::int64_t, Other>> waiting_;
   std::multimap<std::uint64_t, v4::SessionId> client_sessions_;

@@ -454,8 +454,9 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"nfs4_locks_table_only", seen4_.locks_table_only},  // no host descriptor left for it
       {"nfs4_notify_locks", seen4_.notify_locks},          // CB_NOTIFY_LOCKs sent
       {"nfs4_lock_waiters_now", seen4_.lock_waiters_now},  // blocked waiters remembered
-      {"nfs4_records_writes", seen4_.records_writes},      // client records rewritten
-      {"nfs4_records_error", seen4_.records_error},        // 1: records not written (no reclaim)
+      {"nfs4_meta_recalls", seen4_.meta_recalls},  // host chmod/chown/mv/rm/ln of a delegated file
+      {"nfs4_records_writes", seen4_.records_writes},  // client records rewritten
+      {"nfs4_records_error", seen4_.records_error},    // 1: records not written (no reclaim)
       {"nfs_calls", n.calls},
       {"nfs_errors", n.errors},
       {"nfs_garbage", n.garbage},

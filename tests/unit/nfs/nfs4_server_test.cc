@@ -3572,4 +3572,47 @@ TEST_F(Nfs4DelegTest, BlockedLockWaiterIsNotified) {
   EXPECT_EQ(srv_->stats().lock_waiters_now, 0u);
 }
 
+// Review17 user item 8 / attack F8: a host chmod, chown, rename, unlink or link of a delegated
+// file breaks no user-space lease; the server watches delegated files (inotify IN_ATTRIB,
+// IN_MOVE_SELF) and recalls, so that a client stops trusting its cached attributes and access.
+// The holder's own SETATTR recalls nothing (it knows what it changed).
+TEST_F(Nfs4DelegTest, HostMetadataChangesRecall) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  const OpenedD a = deleg("hello", "a-1");
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  // The holder's own mode change: no recall.
+  EXPECT_EQ(send(seq()
+                     .add(kPutfh, fh(a.fh))
+                     .add(kSetattr,
+                          [&](XdrEncoder& e) {
+                            encode(e, Stateid{});
+                            Bitmap bm;
+                            bm.set(kMode);
+                            encode(e, bm);
+                            Bytes v;
+                            XdrEncoder ve(v);
+                            ve.u32(0644);
+                            e.opaque(v);
+                          }))
+                .status,
+            kOk);
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  clock_ += 5;
+  ASSERT_EQ(::chmod((dir_ / "hello").c_str(), 0600), 0);
+  expect_recall(a.dsid);
+  EXPECT_EQ(srv_->stats().meta_recalls, 1u);
+  EXPECT_EQ(delegreturn(a), kOk);
+  const OpenedD a2 = deleg("hello", "a-2");
+  ASSERT_EQ(::rename((dir_ / "hello").c_str(), (dir_ / "hello.moved").c_str()), 0);
+  expect_recall(a2.dsid);
+  EXPECT_EQ(delegreturn(a2), kOk);
+  std::ofstream(dir_ / "other") << "x";
+  const OpenedD a3 = deleg("other", "a-3");
+  ASSERT_EQ(::unlink((dir_ / "other").c_str()), 0);
+  expect_recall(a3.dsid);
+  EXPECT_EQ(srv_->stats().meta_recalls, 3u);
+}
+
 }  // namespace roce::nfs
