@@ -3084,6 +3084,9 @@ TEST_F(Nfs4GraceTest, RecordsChurnIsCoalesced) {
   fs::create_directories(state_);
   fs::permissions(state_, fs::perms::owner_all);
   restart();
+  // One rewrite per minute at most (a loaded host cannot make the cycles outlast it): the
+  // first at once, the rest coalesced into the last, written when the server goes.
+  srv_->records_interval_ms = 60000;
   // Written by a thread of the server's own, without the server's lock (a COMPOUND goes on).
   const auto caller = std::this_thread::get_id();
   std::atomic<int> hooked{0}, on_caller{0};
@@ -3139,7 +3142,7 @@ TEST_F(Nfs4GraceTest, RecordsChurnIsCoalesced) {
     }
   ::close(in);
   std::printf("records rewritten %d times for %d churn cycles\n", rewrites, kCycles);
-  EXPECT_LE(rewrites, 5) << "every EXCHANGE_ID/DESTROY_CLIENTID cycle rewrites the records";
+  EXPECT_LE(rewrites, 2) << "every EXCHANGE_ID/DESTROY_CLIENTID cycle rewrites the records";
   EXPECT_EQ(records_file(), "") << "every churned client was destroyed";
 }
 
