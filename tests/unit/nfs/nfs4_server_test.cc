@@ -3289,51 +3289,6 @@ TEST_F(Nfs4Test, DestroyClientidNeedsTheClientsPrincipal) {
   EXPECT_EQ(srv_->clients(), 0u);
 }
 
-// Review17 smaller point: handle_in() and open_for_io() lent the caller's descriptor to an
-// owning object and took it back after; an exception in between (bad_alloc) closed the
-// caller's descriptor, which the caller then closed again (maybe another thread's by then).
-namespace {
-thread_local bool g_fail_alloc = false;
-}  // namespace
-}  // namespace roce::nfs
-
-void* operator new(std::size_t n) {
-  if (roce::nfs::g_fail_alloc) {
-    roce::nfs::g_fail_alloc = false;
-    throw std::bad_alloc();
-  }
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-namespace {
-void (*volatile g_free)(void*) = std::free;  // (through a pointer: -Wmismatched-new-delete)
-}  // namespace
-void operator delete(void* p) noexcept { g_free(p); }
-void operator delete(void* p, std::size_t) noexcept { g_free(p); }
-
-namespace roce::nfs {
-TEST_F(Nfs4Test, BorrowedDescriptorSurvivesAnException) {
-  NfsServer::Resolved root;
-  ASSERT_EQ(files_->resolve(files_->root_fh(), root), v3::kOk);
-  struct stat st {};
-  ASSERT_EQ(::fstatat(root.fd, "hello", &st, AT_SYMLINK_NOFOLLOW), 0);
-  bool threw = false;
-  try {
-    g_fail_alloc = true;
-    (void)files_->handle_in(root, "hello", st);
-  } catch (const std::bad_alloc&) {
-    threw = true;
-  }
-  g_fail_alloc = false;
-  EXPECT_TRUE(threw);
-  EXPECT_EQ(::fcntl(root.fd, F_GETFD), FD_CLOEXEC) << "handle_in closed the caller's descriptor";
-  // (open_for_io() lends it the same way; its path allocates nothing to fail here.)
-  NfsServer::Resolved file;
-  ASSERT_EQ(files_->resolve(*files_->handle_in(root, "hello", st), file), v3::kOk);
-  ::close(file.fd);
-  ::close(root.fd);
-}
-
 // Review17 user item 6: NFSv4 READ, WRITE and COMMIT opened and closed the file on every call
 // (one IN_CLOSE_WRITE per WRITE for the host's watchers). They use the open-file cache now; a
 // descriptor for writing stays cached only while a v4 open for writing of the file lives, so
