@@ -2746,6 +2746,15 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
          (static_cast<std::ptrdiff_t>(fl.size()) - static_cast<std::ptrdiff_t>(before)) *
              static_cast<std::ptrdiff_t>(rc));
   ++ls->seqid;
+  // Waiting no more: forgotten (it would be told for nothing and count against the cap).
+  for (auto [w, we] = lock_waiters_.equal_range(key); w != we; ++w)
+    if (w->second.owner == ls->owner) {
+      if (auto n = waiters_of_.find(ls->owner.clientid); n != waiters_of_.end() && !--n->second)
+        waiters_of_.erase(n);
+      lock_waiters_.erase(w);
+      st_.lock_waiters_now = lock_waiters_.size();
+      break;
+    }
   Stateid out;
   out.seqid = ls->seqid;
   out.other = lock_id;

@@ -3524,6 +3524,14 @@ TEST_F(Nfs4DelegTest, BlockedLockWaiterIsNotified) {
   EXPECT_TRUE(owner == "lb-wait" || owner.rfind("lb-many-", 0) == 0) << owner;
   EXPECT_TRUE(d.ok());
   EXPECT_EQ(srv_->stats().notify_locks, 1u);
+  // A waiter that gets its lock waits no more: forgotten.
+  swap(b);
+  ctx_.conn = 2;
+  const std::uint64_t before = srv_->stats().lock_waiters_now;
+  EXPECT_EQ(b_lock(kWritewLt, "lb-wait"), kOk);
+  EXPECT_EQ(srv_->stats().lock_waiters_now, before);  // (woken already: none of it left)
+  swap(b);
+  ctx_.conn = 1;
   // B's lease runs out: its waiters go with it, nothing more is sent.
   clock_ += 3 * lim_.lease_seconds;
   srv_->tick();
