@@ -165,4 +165,12 @@ const char* op_name(std::uint32_t op) {
   return "ILLEGAL";
 }
 
+std::optional<bool> parse_switch(std::string_view v) {
+  std::string low;
+  for (const char ch : v) low += static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+  if (low == "on" || low == "yes" || low == "1" || low == "true") return true;
+  if (low == "off" || low == "no" || low == "0" || low == "false") return false;
+  return std::nullopt;
+}
+
 }  // namespace roce::nfs::v4

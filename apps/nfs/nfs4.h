@@ -5,7 +5,9 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "apps/nfs/xdr.h"
@@ -243,7 +245,7 @@ constexpr std::uint32_t kCdfs4Fore = 1, kCdfs4Back = 2, kCdfs4Both = 3;
 // The callback program (its number is the client's, CREATE_SESSION's csa_cb_program): version
 // 1 as every implementation sends it (RFC 8881's XDR), procedure CB_COMPOUND, two operations.
 constexpr std::uint32_t kCbVersion = 1, kCbCompound = 1;
-enum CbOp : std::uint32_t { kCbRecall = 4, kCbSequence = 11 };
+enum CbOp : std::uint32_t { kCbRecall = 4, kCbSequence = 11, kCbNotifyLock = 13 };
 enum DelegType : std::uint32_t { kDelegNone = 0, kDelegRead = 1 };
 constexpr std::uint32_t kShareWantNoDeleg = 0x400, kShareWantMask = 0xff00;
 
@@ -263,6 +265,7 @@ enum Claim : std::uint32_t {
 };
 constexpr std::uint32_t kShareAccessRead = 1, kShareAccessWrite = 2, kShareAccessBoth = 3;
 constexpr std::uint32_t kOpenResultLocktypePosix = 4;
+constexpr std::uint32_t kOpenResultMayNotifyLock = 0x20;
 enum Stable : std::uint32_t { kUnstable = 0, kDataSync = 1, kFileSync = 2 };
 enum LockType : std::uint32_t { kReadLt = 1, kWriteLt = 2, kReadwLt = 3, kWritewLt = 4 };
 constexpr std::uint32_t kAccessRead = 1, kAccessLookup = 2, kAccessModify = 4, kAccessExtend = 8,
@@ -298,5 +301,9 @@ Stateid decode_stateid(XdrDecoder& d);
 
 const char* to_string(Status s);
 const char* op_name(std::uint32_t op);
+
+/// An on/off option's value as nfs.conf and exports habits write it: on, yes, 1, true (any
+/// case) or off, no, 0, false; nullopt for anything else.
+std::optional<bool> parse_switch(std::string_view v);
 
 }  // namespace roce::nfs::v4

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -238,8 +240,21 @@ bool Nfs4Server::leases_usable() {
 
 Nfs4Server::~Nfs4Server() {
   files_.before_change = nullptr;
+  {
+    std::lock_guard g(mu_);
+    flush_records();  // the last text: written before the thread ends
+  }
+  if (rec_thread_.joinable()) {
+    {
+      std::lock_guard w(rec_mu_);
+      rec_stop_ = true;
+    }
+    rec_cv_.notify_all();
+    rec_thread_.join();
+  }
   for (auto& [id, st] : states_) release(st);
   if (state_fd_ >= 0) ::close(state_fd_);
+  if (inotify_fd_ >= 0) ::close(inotify_fd_);
 }
 
 void Nfs4Server::open_state_dir() {
@@ -284,7 +299,7 @@ void Nfs4Server::open_state_dir() {
   }
   struct stat fs {};
   std::string text;
-  const std::size_t cap = lim_.clients * 4 * (2 * kOpaqueLimit + 1);
+  const std::size_t cap = lim_.clients * 4 * (2 * kOpaqueLimit + kRecordTail);
   if (::fstat(fd, &fs) != 0 || !S_ISREG(fs.st_mode)) {
     state_error_ = state_dir_ + "/clients is not a regular file: ignored";
   } else {
@@ -302,8 +317,24 @@ void Nfs4Server::open_state_dir() {
   std::size_t i = 0;
   while (i < text.size()) {
     const std::size_t j = std::min(text.find('\n', i), text.size());
-    const std::string_view line(text.data() + i, j - i);
+    std::string_view line(text.data() + i, j - i);
     i = j + 1;
+    // "<co_ownerid in hex> <flavor> <uid> <gid> <address>" (decimal), or the hex alone (an
+    // older server's record: any principal may reclaim it, this once).
+    std::optional<Principal> who;
+    if (const auto sp = line.find(' '); sp != std::string_view::npos) {
+      std::uint32_t v[4];
+      std::size_t at = sp, k = 0;
+      for (; k < 4 && at < line.size() && line[at] == ' '; ++k) {
+        const char* b = line.data() + at + 1;
+        const auto [p, ec] = std::from_chars(b, line.data() + line.size(), v[k]);
+        if (ec != std::errc() || p == b) break;
+        at = static_cast<std::size_t>(p - line.data());
+      }
+      if (k != 4 || at != line.size()) continue;
+      who = Principal{v[0], v[1], v[2], v[3]};
+      line = line.substr(0, sp);
+    }
     if (line.empty() || line.size() % 2 || line.size() > 2 * kOpaqueLimit) continue;
     std::vector<std::uint8_t> id;
     for (std::size_t k = 0; k < line.size(); k += 2) {
@@ -317,7 +348,7 @@ void Nfs4Server::open_state_dir() {
       }
       id.push_back(static_cast<std::uint8_t>(hi << 4 | lo));
     }
-    if (!id.empty() && records_.size() < lim_.clients * 4) records_.insert(id);
+    if (!id.empty() && records_.size() < lim_.clients * 4) records_.emplace(id, who);
   }
   previous_ = records_;
 }
@@ -325,6 +356,8 @@ void Nfs4Server::open_state_dir() {
 Nfs4Server::Nfs4Server(NfsServer& files, Limits limits, std::string state_dir)
     : state_dir_(std::move(state_dir)), files_(files), lim_(limits) {
   if (!state_dir_.empty()) open_state_dir();
+  // Made by the server itself (not inside a caller's run_as): it writes as the server.
+  if (state_fd_ >= 0) rec_thread_ = std::thread([this] { records_writer(); });
   lease_break_s_ = std::max<std::int64_t>(read_proc_number("/proc/sys/fs/lease-break-time", 45), 1);
   leases_ok_ = leases_usable();
   files_.before_change = [this](std::uint64_t dev, std::uint64_t ino) {
@@ -568,9 +601,13 @@ Status Nfs4Server::op(Compound& c, std::uint32_t opnum, XdrDecoder& d, XdrEncode
       if (one_fs) return c.cur ? kOk : kErrNofilehandle;
       if (cl->second.reclaim_complete) return kErrCompleteAlready;
       cl->second.reclaim_complete = true;
-      // Recorded from now on (it may reclaim after a restart), and done reclaiming this time.
-      previous_.erase(cl->second.ownerid);
-      record(cl->second, true);
+      // Recorded from now on (it may reclaim after a restart), and done reclaiming this time;
+      // not so another principal naming a recorded id (it is a new client, the id's owner
+      // may still come back and reclaim).
+      if (owns_record(cl->second)) {
+        previous_.erase(cl->second.ownerid);
+        record(cl->second, true);
+      }
       grace_locked();  // the last one to finish ends the grace period
       return kOk;
     }
@@ -731,7 +768,7 @@ bool Nfs4Server::grace_locked() {
   say("NFSv4.1 grace period over: " + std::to_string(previous_.size()) + " of " +
       std::to_string(grace_clients_) + " recorded clients did not come back in time");
   st_.grace_now = 0;
-  for (const auto& id : previous_) records_.erase(id);
+  for (const auto& [id, who] : previous_) records_.erase(id);
   previous_.clear();
   write_records();
   return false;
@@ -741,17 +778,28 @@ bool Nfs4Server::may_reclaim(std::uint64_t clientid) {
   if (!grace_locked()) return false;
   const auto cl = clients_.find(clientid);
   return cl != clients_.end() && !cl->second.reclaim_complete &&
-         previous_.contains(cl->second.ownerid);
+         previous_.contains(cl->second.ownerid) && owns_record(cl->second);
+}
+
+bool Nfs4Server::owns_record(const Client& cl) const {
+  const auto p = previous_.find(cl.ownerid);
+  return p == previous_.end() || !p->second || *p->second == cl.principal;
 }
 
 void Nfs4Server::record(const Client& cl, bool add) {
   if (state_dir_.empty()) return;
   if (add) {
-    if (!records_.insert(cl.ownerid).second) return;
+    const auto [r, added] = records_.try_emplace(cl.ownerid, cl.principal);
+    if (!added && r->second == cl.principal) return;
+    r->second = cl.principal;
   } else {
     for (const auto& [id, o] : clients_)
       if (o.ownerid == cl.ownerid && o.reclaim_complete) return;  // another instance keeps it
-    if (previous_.contains(cl.ownerid) || !records_.erase(cl.ownerid)) return;
+    const auto r = records_.find(cl.ownerid);
+    if (previous_.contains(cl.ownerid) || r == records_.end() ||
+        (r->second && *r->second != cl.principal))
+      return;
+    records_.erase(r);
   }
   write_records();
 }
@@ -761,19 +809,70 @@ void Nfs4Server::write_records() { records_dirty_ = state_fd_ >= 0; }
 void Nfs4Server::flush_records() {
   if (!records_dirty_) return;
   records_dirty_ = false;
-  // Whole or not at all: a new file, flushed, then renamed over the old one.
-  const std::string path = state_dir_ + "/clients";
+  // The text is built here (under mu_: the table may not change meanwhile); the file is the
+  // writer thread's, so that neither a COMPOUND nor the poll loop's tick waits for the disk.
   std::string text;
   static const char* const kHex = "0123456789abcdef";
-  for (const auto& id : records_) {
+  for (const auto& [id, who] : records_) {
     for (const std::uint8_t b : id) {
       text += kHex[b >> 4];
       text += kHex[b & 15];
     }
+    if (who)
+      for (const std::uint32_t v : {who->flavor, who->uid, who->gid, who->peer})
+        text += ' ' + std::to_string(v);
     text += '\n';
   }
-  // Relative to the directory opened at start, never through a link: whatever sits at
-  // clients.new is removed, and the new file must be made afresh.
+  {
+    std::lock_guard w(rec_mu_);
+    rec_text_ = std::move(text);
+    ++rec_gen_;
+  }
+  rec_cv_.notify_all();
+}
+
+void Nfs4Server::sync_records() {
+  {
+    std::lock_guard g(mu_);
+    flush_records();
+  }
+  if (!rec_thread_.joinable()) return;
+  std::unique_lock w(rec_mu_);
+  const std::uint64_t want = rec_gen_;
+  rec_cv_.wait(w, [&] { return rec_written_ >= want; });
+}
+
+void Nfs4Server::records_writer() {
+  std::unique_lock w(rec_mu_);
+  std::chrono::steady_clock::time_point last{};
+  for (;;) {
+    rec_cv_.wait(w, [&] { return rec_stop_ || rec_gen_ != rec_written_; });
+    if (rec_gen_ == rec_written_) return;  // stopping, nothing left to write
+    // At most one rewrite per interval: what changes meanwhile goes in this one (the newest
+    // text wins). A stop writes at once.
+    const auto due = last + std::chrono::milliseconds(records_interval_ms.load());
+    if (!rec_stop_) rec_cv_.wait_until(w, due, [&] { return rec_stop_; });
+    const std::string text = rec_text_;
+    const std::uint64_t gen = rec_gen_;
+    w.unlock();
+    if (records_hook) records_hook();
+    std::string err;
+    const bool ok = write_records_file(text, err);
+    last = std::chrono::steady_clock::now();
+    w.lock();
+    const bool was_ok = rec_error_.empty();
+    rec_error_ = ok ? std::string() : err;
+    rec_written_ = gen;
+    ++rec_writes_;
+    if (was_ok && !ok && log) log(err + " (reclaims after a restart will fail)");
+    rec_cv_.notify_all();
+  }
+}
+
+bool Nfs4Server::write_records_file(const std::string& text, std::string& err) {
+  // Whole or not at all: a new file, flushed, then renamed over the old one. Relative to the
+  // directory opened at start, never through a link: whatever sits at clients.new is removed,
+  // and the new file must be made afresh.
   ::unlinkat(state_fd_, "clients.new", 0);
   const int fd = ::openat(state_fd_, "clients.new",
                           O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -784,14 +883,15 @@ void Nfs4Server::flush_records() {
     if (ok) done += static_cast<std::size_t>(n);
   }
   ok = ok && ::fsync(fd) == 0;
+  const int e = errno;
   if (fd >= 0) ::close(fd);
   ok = ok && ::renameat(state_fd_, "clients.new", state_fd_, "clients") == 0;
   if (ok) {
     ::fsync(state_fd_);
-    state_error_.clear();
-  } else {
-    state_error_ = "cannot write " + path + ": " + std::strerror(errno);
+    return true;
   }
+  err = "cannot write " + state_dir_ + "/clients: " + std::strerror(fd < 0 ? e : errno);
+  return false;
 }
 
 void Nfs4Server::forget_client(std::uint64_t clientid) {
@@ -803,15 +903,21 @@ void Nfs4Server::forget_client(std::uint64_t clientid) {
     return s == states_.end() || s->second.clientid == clientid;
   });
   std::erase_if(pending_, [&](const auto& p) { return !sessions_.count(p.second.session); });
+  std::vector<FileKey> written, unlocked;
+  drop_waiters(clientid);
   for (auto it = states_.begin(); it != states_.end();) {
     if (it->second.clientid == clientid) {
+      if (it->second.kind == State::kOpenState && (it->second.access & kShareAccessWrite))
+        written.push_back(it->second.file);
       release(it->second);
       if (it->second.kind == State::kDelegState) delegs_.fetch_sub(1, std::memory_order_relaxed);
       recalls_.erase(it->first);
       if (it->second.kind == State::kLockState) {
         const auto l = locks_.find(it->second.file);
         if (l != locks_.end()) {
+          const std::size_t before = l->second.size();
           l->second.drop(it->second.owner);
+          if (before != l->second.size()) unlocked.push_back(it->second.file);
           if (l->second.empty()) locks_.erase(l);
         }
       }
@@ -820,6 +926,8 @@ void Nfs4Server::forget_client(std::uint64_t clientid) {
       ++it;
     }
   }
+  for (const FileKey& f : written) write_open_gone(f);
+  for (const FileKey& f : unlocked) wake_waiters(f);
   if (const auto cl = clients_.find(clientid); cl != clients_.end()) {
     bytes_ -= std::min(bytes_, cl->second.bytes);
     const Client gone = std::move(cl->second);
@@ -893,14 +1001,16 @@ Status Nfs4Server::exchange_id(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     if (foreign) return kErrPerm;
     if (found->verifier != verf) return kErrNotSame;
     cl = found;
-  } else if (foreign && in_use(*found)) {
+  } else if (foreign && in_use(*found) && !rightful(ownerid, c.principal, found->principal)) {
     return kErrClidInuse;
   } else if (found && found->confirmed && found->verifier == verf && !foreign) {
     cl = found;  // the same client again
   } else {
     // New, or a client that rebooted (another verifier: its old record goes when the new one
     // is confirmed), or an unconfirmed one tried again (it is replaced).
-    if (found && !found->confirmed) forget_client(found->clientid);
+    // The principal a previous run's record names, coming back after another took its id
+    // during the grace period: the other client goes (it could reclaim nothing anyway).
+    if (found && (!found->confirmed || foreign)) forget_client(found->clientid);
     const auto of_peer = [&] {
       return static_cast<std::size_t>(std::count_if(clients_.begin(), clients_.end(), [&](auto& x) {
         return x.second.principal.peer == c.principal.peer;
@@ -1001,6 +1111,19 @@ void encode_cb_recall(std::vector<std::uint8_t>& msg, std::uint32_t xid, std::ui
   encode(e, deleg);
   e.boolean(false);  // truncate
   e.opaque(fh);
+}
+
+void encode_cb_notify_lock(std::vector<std::uint8_t>& msg, std::uint32_t xid, std::uint32_t program,
+                           const rpc::OpaqueAuth& cred, const SessionId& session, std::uint32_t seq,
+                           std::span<const std::uint8_t> fh, const Owner& owner) {
+  // CB_SEQUENCE as for a recall, then CB_NOTIFY_LOCK in CB_RECALL's place.
+  encode_cb_recall(msg, xid, program, cred, session, seq, Stateid{}, {});
+  msg.resize(msg.size() - 4 - 16 - 4 - 4);  // CB_RECALL, its stateid, truncate, empty fh
+  XdrEncoder e(msg);
+  e.u32(kCbNotifyLock);
+  e.opaque(fh);
+  e.u64(owner.clientid);
+  e.opaque(owner.name);
 }
 
 namespace {
@@ -1193,10 +1316,13 @@ Status Nfs4Server::destroy_session(Compound& c, XdrDecoder& d) {
   return kOk;
 }
 
-Status Nfs4Server::destroy_clientid(Compound&, XdrDecoder& d) {
+Status Nfs4Server::destroy_clientid(Compound& c, XdrDecoder& d) {
   const std::uint64_t id = d.u64();
   if (!d.ok()) return kErrBadxdr;
-  if (!clients_.count(id)) return kErrStaleClientid;
+  const auto cl = clients_.find(id);
+  if (cl == clients_.end()) return kErrStaleClientid;
+  // Only the principal that made it (with or without a session: client ids can be guessed).
+  if (cl->second.principal != c.principal) return kErrWrongCred;
   for (const auto& [sid, s] : sessions_)
     if (s.clientid == id) return kErrClientidBusy;
   for (const auto& [o, st] : states_)
@@ -1702,7 +1828,9 @@ void Nfs4Server::drop_state(const Other& o) {
       l->second.drop(it->second.owner);
       charge(it->second.clientid, -static_cast<std::ptrdiff_t>((before - l->second.size()) *
                                                                range_cost(it->second.owner)));
+      const bool went = before != l->second.size();
       if (l->second.empty()) locks_.erase(l);
+      if (went) wake_waiters(it->second.file);
     }
   }
   for (auto [f, last] = by_file_.equal_range(it->second.file); f != last; ++f)
@@ -1710,7 +1838,25 @@ void Nfs4Server::drop_state(const Other& o) {
       by_file_.erase(f);
       break;
     }
+  const bool wrote =
+      it->second.kind == State::kOpenState && (it->second.access & kShareAccessWrite);
+  const FileKey file = it->second.file;
   states_.erase(it);
+  if (wrote) write_open_gone(file);
+}
+
+bool Nfs4Server::write_open(const FileKey& file) const {
+  for (auto [f, fe] = by_file_.equal_range(file); f != fe; ++f) {
+    const auto si = states_.find(f->second);
+    if (si != states_.end() && si->second.kind == State::kOpenState &&
+        (si->second.access & kShareAccessWrite))
+      return true;
+  }
+  return false;
+}
+
+void Nfs4Server::write_open_gone(const FileKey& file) {
+  if (!write_open(file)) files_.drop_write_file(file.dev, file.ino);
 }
 
 bool Nfs4Server::expired_holder(const Owner& holder) {
@@ -1846,7 +1992,7 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   // A read delegation conflicts with opening for writing (the holder's own too: the lease that
   // stands for it would keep the client's own writes out): recalled, and this OPEN waits (DELAY)
   // until it is returned or revoked.
-  if ((access & kShareAccessWrite) && recall_conflicting(key_of(file.st), 0)) return kErrDelay;
+  if ((access & kShareAccessWrite) && recall_delays(key_of(file.st), 0)) return kErrDelay;
   if (opentype == kCreate4 && (how == kExclusive4 || how == kExclusive41)) {
     // The verifier lives in the new file's times (as the v3 server keeps it): a retry of the
     // same create finds it and succeeds, another client's create of the same name does not.
@@ -1935,7 +2081,13 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   c.has_cur_stateid = true;
   encode(e, sid);
   encode_cinfo(e, before, after);
-  e.u32(kOpenResultLocktypePosix);
+  // Blocked lock waiters are told when to retry (CB_NOTIFY_LOCK) where a back channel is up.
+  bool may_notify = backchannel;
+  if (may_notify) {
+    const auto ses = sessions_.find(c.sid);
+    may_notify = ses != sessions_.end() && ses->second.back_conn != 0;
+  }
+  e.u32(kOpenResultLocktypePosix | (may_notify ? kOpenResultMayNotifyLock : 0));
   encode(e, attrset);
   // A read delegation: asked for reading only, over a session whose back channel is up, and
   // nobody has the file open for writing or is having a delegation of it recalled.
@@ -1977,6 +2129,7 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     dl.fh = fh->data;
     const Stateid ds = new_state(std::move(dl));
     lease_index_[lease] = ds.other;
+    watch(key, lease);
     ++st_.delegations;
     e.u32(kDelegRead);
     encode(e, ds);
@@ -2035,8 +2188,10 @@ Status Nfs4Server::open_downgrade(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (const Status s = check_stateid(c, sid, &r, &st)) return s;
   if (!st || st->kind != State::kOpenState) return kErrBadStateid;
   if (access == 0 || (access & ~st->access) || (deny & ~st->deny)) return kErrInval;
+  const bool wrote = (st->access & kShareAccessWrite) && !(access & kShareAccessWrite);
   st->access = access;
   st->deny = deny;
+  if (wrote) write_open_gone(st->file);
   ++st->seqid;
   Stateid out;
   out.seqid = st->seqid;
@@ -2080,10 +2235,14 @@ Status Nfs4Server::read(Compound& c, XdrDecoder& d, XdrEncoder& e, RpcReply& out
   if (!S_ISREG(r.st.st_mode)) return kErrInval;
   State* st = nullptr;
   if (const Status s = check_stateid(c, sid, &r, &st)) return s;
+  // No open behind it (a special stateid): in the grace period a reclaim of a conflicting
+  // share or lock may be on its way (RFC 8881 9.6).
+  if (!st && grace_locked()) return kErrGrace;
   count = std::min(count, max_io);
+  // The open-file cache's descriptor (the v3 server's): no open and close per READ.
   int fd = -1;
-  if (const v3::Status s = files_.open_for_io(r, O_RDONLY, fd)) return from_v3(s);
-  Fd io(fd);
+  std::shared_ptr<const void> io;
+  if (const v3::Status s = files_.io_file(r, false, true, io, fd)) return from_v3(s);
   std::vector<std::uint8_t> data(count);
   ssize_t n = 0;
   int err = 0;
@@ -2136,12 +2295,17 @@ Status Nfs4Server::write(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     if (!(acc & kShareAccessWrite)) return kErrOpenmode;
   }
   if (!files_.options().rw) return kErrRofs;
+  if (!st && grace_locked()) return kErrGrace;  // as READ
   if (off > 0x7fffffffffffffffull || off + data.size() > 0x7fffffffffffffffull) return kErrFbig;
   // Without an open (the anonymous stateid): no OPEN recalled the file's delegations, so here.
-  if (!st && recall_conflicting(key_of(r.st), 0)) return kErrDelay;
+  if (!st && recall_delays(key_of(r.st), 0)) return kErrDelay;
+  // The open-file cache's descriptor; one opened for writing is kept there only while a v4
+  // open for writing of the file lives (CLOSE of the last lets it go: it would keep the host's
+  // read leases, so delegations, away). An open's stateid has write access (checked above).
   int fd = -1;
-  if (const v3::Status s = files_.open_for_io(r, O_WRONLY, fd)) return from_v3(s);
-  Fd io(fd);
+  std::shared_ptr<const void> io;
+  const bool keep = st || write_open(key_of(r.st));
+  if (const v3::Status s = files_.io_file(r, true, keep, io, fd)) return from_v3(s);
   ssize_t n = 0;
   int err = 0;
   {
@@ -2170,8 +2334,8 @@ Status Nfs4Server::commit(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (S_ISDIR(r.st.st_mode)) return kErrIsdir;
   if (!S_ISREG(r.st.st_mode)) return kErrInval;
   int fd = -1;
-  if (const v3::Status s = files_.open_for_io(r, O_RDONLY, fd)) return from_v3(s);
-  Fd io(fd);
+  std::shared_ptr<const void> io;  // the writes' cached descriptor, or one for reading
+  if (const v3::Status s = files_.io_file(r, false, true, io, fd)) return from_v3(s);
   int err = 0;
   {
     const Unlocked sync(c.lock, io_hook);
@@ -2264,10 +2428,11 @@ Status Nfs4Server::remove(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   struct stat st;
   if (::fstatat(dir.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return from_errno(errno);
   // Another client's delegation of the file: recalled first (its attributes change).
-  if (S_ISREG(st.st_mode) && recall_conflicting(key_of(st), c.clientid)) return kErrDelay;
+  if (S_ISREG(st.st_mode) && recall_delays(key_of(st), c.clientid)) return kErrDelay;
   const std::uint64_t before = change_of(dir.st);
   if (::unlinkat(dir.fd, name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0)
     return errno == EEXIST ? kErrNotempty : from_errno(errno);
+  if (S_ISREG(st.st_mode)) mark_self(key_of(st), c.clientid);
   encode_cinfo(e, before, change_now(dir.fd));
   return kOk;
 }
@@ -2290,7 +2455,7 @@ Status Nfs4Server::rename(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   for (const auto& [dfd, nm] : {std::pair{src.fd, &from}, std::pair{dst.fd, &to}}) {
     struct stat st;
     if (::fstatat(dfd, nm->c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-        recall_conflicting(key_of(st), c.clientid))
+        recall_delays(key_of(st), c.clientid))
       return kErrDelay;
   }
   const std::uint64_t sb = change_of(src.st), tb = change_of(dst.st);
@@ -2315,10 +2480,12 @@ Status Nfs4Server::link(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   if (S_ISDIR(src.st.st_mode)) return kErrIsdir;
   if (const Status s = check_name(name)) return s;
   if (!files_.options().rw) return kErrRofs;
-  if (S_ISREG(src.st.st_mode) && recall_conflicting(key_of(src.st), c.clientid)) return kErrDelay;
+  if (grace_locked()) return kErrGrace;  // as REMOVE: a name another client may reclaim by
+  if (S_ISREG(src.st.st_mode) && recall_delays(key_of(src.st), c.clientid)) return kErrDelay;
   const std::uint64_t before = change_of(dir.st);
   if (::linkat(AT_FDCWD, proc_path(src.fd).c_str(), dir.fd, name.c_str(), AT_SYMLINK_FOLLOW) != 0)
     return from_errno(errno);
+  if (S_ISREG(src.st.st_mode)) mark_self(key_of(src.st), c.clientid);
   encode_cinfo(e, before, change_now(dir.fd));
   return kOk;
 }
@@ -2459,14 +2626,16 @@ Status Nfs4Server::setattr(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     s = check_stateid(c, sid, &r, &st);
     if (s == kOk && st && st->kind == State::kOpenState && !(st->access & kShareAccessWrite))
       s = kErrOpenmode;
+    if (s == kOk && !st && grace_locked()) s = kErrGrace;  // a truncation without an open
   }
   // Other clients' delegations of the file (every one's for a size: the holder's own lease
   // would keep the truncation out).
   if (s == kOk && S_ISREG(r.st.st_mode) &&
       (a.size || a.mode || a.uid || a.gid || a.atime || a.mtime) &&
-      recall_conflicting(key_of(r.st), a.size ? 0 : c.clientid))
+      recall_delays(key_of(r.st), a.size ? 0 : c.clientid))
     s = kErrDelay;
   if (s == kOk) s = apply(r, a, set);
+  if (s == kOk && S_ISREG(r.st.st_mode)) mark_self(key_of(r.st), c.clientid);
   encode(e, set);
   return s;
 }
@@ -2547,6 +2716,8 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     if (!held) break;
     // Its client is gone (and its ranges with it; the table may have changed): look again.
     if (expired_holder(held->owner)) continue;
+    // A blocking lock type: told (CB_NOTIFY_LOCK) when a range of the file goes.
+    if (type == kReadwLt || type == kWritewLt) add_waiter(key, ls->owner, c.cur->data);
     if (ls->seqid == 0) drop_state(lock_id);  // a lock owner made for nothing
     encode_denied(e, *held);
     return kErrDenied;
@@ -2575,6 +2746,15 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
          (static_cast<std::ptrdiff_t>(fl.size()) - static_cast<std::ptrdiff_t>(before)) *
              static_cast<std::ptrdiff_t>(rc));
   ++ls->seqid;
+  // Waiting no more: forgotten (it would be told for nothing and count against the cap).
+  for (auto [w, we] = lock_waiters_.equal_range(key); w != we; ++w)
+    if (w->second.owner == ls->owner) {
+      if (auto n = waiters_of_.find(ls->owner.clientid); n != waiters_of_.end() && !--n->second)
+        waiters_of_.erase(n);
+      lock_waiters_.erase(w);
+      st_.lock_waiters_now = lock_waiters_.size();
+      break;
+    }
   Stateid out;
   out.seqid = ls->seqid;
   out.other = lock_id;
@@ -2623,7 +2803,12 @@ Status Nfs4Server::host_lock(State& ls, const NfsServer::Resolved& r, bool write
     const auto o = states_.find(ls.open);
     const bool open_w = o != states_.end() && (o->second.access & kShareAccessWrite);
     const bool rw = write || open_w;
-    if (ls.lock_fd < 0 && !fd_room(ls.clientid)) return kErrResource;
+    if (ls.lock_fd < 0 && !fd_room(ls.clientid)) {
+      // Beyond the descriptor allowance: granted in the table alone (v4 clients are excluded
+      // by it; host processes do not see it), as ranges beyond off_t are, and counted.
+      ++st_.locks_table_only;
+      return kOk;
+    }
     int fd = -1;
     if (const v3::Status s = files_.open_for_io(r, rw ? O_RDWR : O_RDONLY, fd)) {
       if (s == v3::kErrAcces && !open_w) return kErrOpenmode;  // may not write it at all
@@ -2640,6 +2825,13 @@ Status Nfs4Server::host_lock(State& ls, const NfsServer::Resolved& r, bool write
       ::close(ls.lock_fd);
     } else {
       fd_taken(ls.clientid, 1);
+      // Ranges it was granted in the table alone while no descriptor was free: on the host too.
+      if (const auto fl = locks_.find(ls.file); fl != locks_.end())
+        for (const Range& x : fl->second.ranges()) {
+          struct flock g;
+          if (x.owner == ls.owner && to_flock(x.write ? F_WRLCK : F_RDLCK, x.start, x.end, g))
+            ::fcntl(fd, F_OFD_SETLK, &g);
+        }
     }
     ls.lock_fd = fd;
     ls.lock_rw = rw;
@@ -2725,6 +2917,7 @@ Status Nfs4Server::locku(Compound& c, XdrDecoder& d, XdrEncoder& e) {
            (static_cast<std::ptrdiff_t>(fl->second.size()) - static_cast<std::ptrdiff_t>(before)) *
                static_cast<std::ptrdiff_t>(range_cost(st->owner)));
     if (fl->second.empty()) locks_.erase(fl);
+    wake_waiters(st->file);
   }
   ++st->seqid;
   Stateid out;
@@ -2849,6 +3042,7 @@ Status Nfs4Server::delegreturn(Compound& c, XdrDecoder& d) {
   State* st = nullptr;
   if (const Status s = check_stateid(c, sid, &r, &st)) return s;  // another client's: BAD_STATEID
   if (!st || st->kind != State::kDelegState) return kErrBadStateid;
+  ++st_.delegreturns;
   drop_state(sid.current() ? c.cur_stateid.other : sid.other);
   return kOk;
 }
@@ -2861,6 +3055,7 @@ bool Nfs4Server::recall_conflicting(const FileKey& file, std::uint64_t clientid)
     State& st = si->second;
     if (st.kind != State::kDelegState || st.clientid == clientid || st.revoked) continue;
     if (st.recall_at < 0) {
+      ++st_.recalls_begun;
       st.recall_at = now();
       recalls_[si->first] = st.clientid;
       queue_recall(si->first, st);
@@ -2886,7 +3081,9 @@ bool Nfs4Server::v3_change(std::uint64_t dev, std::uint64_t ino) {
   if (delegs_.load(std::memory_order_relaxed) == 0) return false;  // the common case: no lock
   std::lock_guard g(mu_);
   poll_leases();
-  return recall_conflicting(FileKey{dev, ino}, 0);
+  const bool wait = recall_conflicting(FileKey{dev, ino}, 0);
+  st_.recall_jukebox += wait;
+  return wait;
 }
 
 bool Nfs4Server::fd_room(std::uint64_t clientid) const {
@@ -2929,6 +3126,7 @@ int Nfs4Server::take_lease(const NfsServer::Resolved& file, std::uint64_t client
 }
 
 void Nfs4Server::poll_leases(bool force) {
+  poll_watches();
   const std::uint64_t n = g_lease_breaks.load(std::memory_order_acquire);
   if (n == lease_breaks_seen_ && (!force || delegs_.load(std::memory_order_relaxed) == 0)) return;
   const std::uint64_t from = std::exchange(lease_breaks_seen_, n);
@@ -2938,6 +3136,7 @@ void Nfs4Server::poll_leases(bool force) {
     ++st_.lease_checks;
     if (::fcntl(st.lease_fd, F_GETLEASE) == F_RDLCK) return;  // not this one
     st.broken = true;
+    ++st_.lease_breaks;
     broken.push_back(st.file);
   };
   // The signals name their descriptors: ask those leases alone. Every lease only when told to
@@ -2960,7 +3159,67 @@ void Nfs4Server::poll_leases(bool force) {
   for (const auto& f : broken) recall_conflicting(f, 0);
 }
 
+void Nfs4Server::watch(const FileKey& file, int lease_fd) {
+  if (const auto w = watch_of_.find(file); w != watch_of_.end()) {
+    ++w->second.second;
+    return;
+  }
+  if (inotify_fd_ < 0) inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  // By the lease's descriptor (the inode itself, whatever its names now).
+  const int wd = watch_of_.size() < kMaxWatches && inotify_fd_ >= 0
+                     ? ::inotify_add_watch(inotify_fd_, proc_path(lease_fd).c_str(),
+                                           IN_ATTRIB | IN_MOVE_SELF | IN_DELETE_SELF)
+                     : -1;
+  if (wd < 0) {
+    ++st_.unwatched;
+    return;
+  }
+  watch_of_[file] = {wd, 1};
+  watch_file_[wd] = file;
+}
+
+void Nfs4Server::unwatch(const FileKey& file) {
+  const auto w = watch_of_.find(file);
+  if (w == watch_of_.end() || --w->second.second) return;
+  ::inotify_rm_watch(inotify_fd_, w->second.first);
+  watch_file_.erase(w->second.first);
+  watch_of_.erase(w);
+}
+
+void Nfs4Server::mark_self(const FileKey& file, std::uint64_t clientid) {
+  if (!watch_of_.contains(file)) return;
+  if (self_change_.size() >= kMaxWatches) self_change_.clear();
+  self_change_[file] = {clientid, now()};
+}
+
+void Nfs4Server::poll_watches() {
+  if (inotify_fd_ < 0 || watch_file_.empty()) return;
+  alignas(inotify_event) char buf[4096];
+  std::vector<std::pair<FileKey, std::uint64_t>> changed;
+  for (int round = 0; round < 16; ++round) {
+    const ssize_t n = ::read(inotify_fd_, buf, sizeof buf);
+    if (n <= 0) break;
+    for (ssize_t i = 0; i < n;) {
+      const auto* ev = reinterpret_cast<const inotify_event*>(buf + i);
+      i += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+      if (!(ev->mask & (IN_ATTRIB | IN_MOVE_SELF | IN_DELETE_SELF))) continue;
+      const auto f = watch_file_.find(ev->wd);
+      if (f == watch_file_.end()) continue;
+      // A change the server made for a client: that client's delegations stay.
+      std::uint64_t self = 0;
+      if (const auto sc = self_change_.find(f->second);
+          sc != self_change_.end() && now() - sc->second.second <= 1)
+        self = sc->second.first;
+      changed.emplace_back(f->second, self);
+    }
+  }
+  self_change_.clear();
+  for (const auto& [file, self] : changed)
+    if (recall_conflicting(file, self)) ++st_.meta_recalls;
+}
+
 void Nfs4Server::release(State& st) {
+  if (st.kind == State::kDelegState && st.lease_fd >= 0) unwatch(st.file);
   for (const int fd : {st.lease_fd, st.lock_fd})
     if (fd >= 0) fd_taken(st.clientid, -1);
   if (st.lease_fd >= 0) lease_index_.erase(st.lease_fd);
@@ -3006,6 +3265,33 @@ void Nfs4Server::unindex_session(std::uint64_t clientid, const SessionId& sid) {
 }
 
 void Nfs4Server::pump() {
+  // CB_NOTIFY_LOCKs first (a waiter retries at once); a recall takes the next free slot.
+  for (auto w = notify_.begin(); w != notify_.end();) {
+    auto& q = w->second;
+    for (auto [i, ie] = client_sessions_.equal_range(w->first); i != ie && !q.empty(); ++i) {
+      const auto ss = sessions_.find(i->second);
+      if (ss == sessions_.end() || !ss->second.back_conn || ss->second.cb_busy ||
+          !ss->second.cb_cred)
+        continue;
+      Session& s = ss->second;
+      std::uint32_t xid = next_cb_xid_++;
+      while (pending_.count(xid) || xid == 0) xid = next_cb_xid_++;
+      Callback cb;
+      cb.conn = s.back_conn;
+      cb.xid = xid;
+      encode_cb_notify_lock(cb.msg, xid, s.cb_program, *s.cb_cred, s.id, s.cb_seqid + 1,
+                            q.front().fh, q.front().owner);
+      outbox_.push_back(std::move(cb));
+      pending_[xid] = PendingCb{s.back_conn, s.id, Other{}, now()};  // no delegation: no resend
+      s.cb_busy = true;
+      q.pop_front();
+      ++st_.notify_locks;
+    }
+    if (q.empty())
+      w = notify_.erase(w);
+    else
+      ++w;
+  }
   const std::int64_t t = waiting_.empty() ? 0 : now_ms();
   for (auto w = waiting_.begin(); w != waiting_.end();) {
     auto& q = w->second;
@@ -3050,6 +3336,42 @@ void Nfs4Server::pump() {
     else
       ++w;
   }
+}
+
+void Nfs4Server::add_waiter(const FileKey& file, const Owner& owner,
+                            const std::vector<std::uint8_t>& fh) {
+  for (auto [w, we] = lock_waiters_.equal_range(file); w != we; ++w)
+    if (w->second.owner == owner) return;  // already waiting
+  std::size_t& n = waiters_of_[owner.clientid];
+  if (n >= kMaxLockWaiters) {
+    ++st_.lock_waiters_dropped;
+    return;
+  }
+  ++n;
+  lock_waiters_.emplace(file, Waiter{owner, fh});
+  st_.lock_waiters_now = lock_waiters_.size();
+}
+
+void Nfs4Server::wake_waiters(const FileKey& file) {
+  const auto [w, we] = lock_waiters_.equal_range(file);
+  if (w == we) return;
+  for (auto i = w; i != we; ++i) {
+    const std::uint64_t cl = i->second.owner.clientid;
+    if (auto n = waiters_of_.find(cl); n != waiters_of_.end() && !--n->second) waiters_of_.erase(n);
+    auto& q = notify_[cl];
+    if (q.size() < kMaxLockWaiters) q.push_back(std::move(i->second));
+  }
+  lock_waiters_.erase(w, we);
+  st_.lock_waiters_now = lock_waiters_.size();
+  pump();
+}
+
+void Nfs4Server::drop_waiters(std::uint64_t clientid) {
+  if (waiters_of_.erase(clientid))
+    std::erase_if(lock_waiters_,
+                  [&](const auto& w) { return w.second.owner.clientid == clientid; });
+  notify_.erase(clientid);
+  st_.lock_waiters_now = lock_waiters_.size();
 }
 
 void Nfs4Server::revoke(const Other& id, State& st) {
@@ -3166,6 +3488,20 @@ bool Nfs4Server::tick() {
   flush_records();
   const std::int64_t t = now();
   const auto lease = static_cast<std::int64_t>(lim_.lease_seconds);
+  // Blocked lock waiters of a client whose lease ran out go (it waits for nothing any more).
+  for (auto w = waiters_of_.begin(); w != waiters_of_.end();) {
+    const auto cl = clients_.find(w->first);
+    const std::uint64_t id = w->first;
+    ++w;
+    if (cl == clients_.end() || t - cl->second.renewed > lease) drop_waiters(id);
+  }
+  for (auto n = notify_.begin(); n != notify_.end();) {
+    const auto cl = clients_.find(n->first);
+    if (cl == clients_.end() || t - cl->second.renewed > lease)
+      n = notify_.erase(n);
+    else
+      ++n;
+  }
   for (auto p = pending_.begin(); p != pending_.end();) {
     if (t - p->second.sent <= lease) {
       ++p;

@@ -19,13 +19,16 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <set>
 #include <span>
 #include <string>
+#include <thread>
 
 #include "apps/nfs/nfs4.h"
 #include "apps/nfs/nfs4_state.h"
@@ -36,12 +39,28 @@ namespace roce::nfs {
 struct Nfs4Stats {
   std::uint64_t compounds = 0, ops = 0, errors = 0, garbage = 0, replays = 0;
   std::uint64_t delegations = 0, recalls = 0, revoked = 0;  ///< granted, CB_RECALLs sent, revoked
+  /// Delegations: recalls begun (a conflicting change, or the kernel broke the lease), lease
+  /// breaks seen (a writer on the host, local or NFSv3's open), the NFS4ERR_DELAY (v4) and
+  /// NFS3ERR_JUKEBOX (v3) answers a recall made a caller wait with, and DELEGRETURNs.
+  std::uint64_t recalls_begun = 0, lease_breaks = 0, recall_delays = 0, recall_jukebox = 0,
+                delegreturns = 0;
+  /// CB_NOTIFY_LOCKs sent (a blocked waiter's lock was let go), waiters remembered now, and
+  /// waiters not remembered (a client's kMaxLockWaiters were already).
+  std::uint64_t notify_locks = 0, lock_waiters_now = 0, lock_waiters_dropped = 0;
+  /// Recalls begun by a host metadata change of a delegated file (inotify: chmod, chown,
+  /// rename, unlink, link), and delegations granted without a watch (kMaxWatches reached).
+  std::uint64_t meta_recalls = 0, unwatched = 0;
   std::uint64_t cb_replies = 0, cb_bad_replies = 0, cb_timeouts = 0;
   std::uint64_t resource = 0;  ///< NFS4ERR_RESOURCE answers: a table was full
+  /// Locks granted in the server's table alone (no host OFD lock: the lock owner would have
+  /// passed Limits::host_fds), so host processes do not see them.
+  std::uint64_t locks_table_only = 0;
   /// The grace period: whether in it now, how many began, GRACE answers (new state refused).
   std::uint64_t grace_now = 0, grace_periods = 0, grace_answers = 0;
-  std::uint64_t pump_visits = 0;   ///< recall queues and sessions looked at by pump() (its cost)
-  std::uint64_t lease_checks = 0;  ///< F_GETLEASE calls (a lease break's cost)
+  std::uint64_t pump_visits = 0;     ///< recall queues and sessions looked at by pump() (its cost)
+  std::uint64_t lease_checks = 0;    ///< F_GETLEASE calls (a lease break's cost)
+  std::uint64_t records_writes = 0;  ///< the records file rewritten (by its writer thread)
+  std::uint64_t records_error = 0;   ///< 1 while the records cannot be read or written
   std::map<std::uint32_t, std::uint64_t> by_op;
 };
 
@@ -50,6 +69,12 @@ struct Nfs4Stats {
 void encode_cb_recall(std::vector<std::uint8_t>& msg, std::uint32_t xid, std::uint32_t program,
                       const rpc::OpaqueAuth& cred, const v4::SessionId& session, std::uint32_t seq,
                       const v4::Stateid& deleg, std::span<const std::uint8_t> fh);
+/// The same with CB_NOTIFY_LOCK (RFC 8881 20.11): the lock owner `owner` may retry its lock
+/// of the file `fh`.
+void encode_cb_notify_lock(std::vector<std::uint8_t>& msg, std::uint32_t xid, std::uint32_t program,
+                           const rpc::OpaqueAuth& cred, const v4::SessionId& session,
+                           std::uint32_t seq, std::span<const std::uint8_t> fh,
+                           const v4::Owner& owner);
 
 class Nfs4Server {
  public:
@@ -75,7 +100,11 @@ class Nfs4Server {
 
   Nfs4Stats stats() const {
     std::lock_guard g(mu_);
-    return st_;
+    Nfs4Stats s = st_;
+    std::lock_guard w(rec_mu_);
+    s.records_writes = rec_writes_;
+    s.records_error = !state_error_.empty() || !rec_error_.empty();
+    return s;
   }
   /// The counts and the tables' sizes without waiting (for a poll loop): false, and nothing
   /// read, while a COMPOUND holds the server.
@@ -84,6 +113,11 @@ class Nfs4Server {
     std::unique_lock g(mu_, std::try_to_lock);
     if (!g.owns_lock()) return false;
     s = st_;
+    {
+      std::lock_guard w(rec_mu_);
+      s.records_writes = rec_writes_;
+      s.records_error = !state_error_.empty() || !rec_error_.empty();
+    }
     clients = clients_.size();
     sessions = sessions_.size();
     states = states_.size();
@@ -117,6 +151,11 @@ class Nfs4Server {
   void post_reply(std::uint64_t conn, std::span<const std::uint8_t> reply);
   void post_closed(std::uint64_t conn);
   static constexpr std::size_t kInbox = 64;
+  /// Blocked lock waiters (LOCK DENIED for READW_LT/WRITEW_LT) remembered per client, for
+  /// CB_NOTIFY_LOCK when the conflicting range goes; beyond, not remembered (the client polls).
+  static constexpr std::size_t kMaxLockWaiters = 64;
+  /// Delegated files watched (inotify) for host metadata changes at most.
+  static constexpr std::size_t kMaxWatches = 8192;
   /// A REPLY the client sent on `conn`; false (counted, dropped) when no call of that xid is out
   /// on that connection or the reply does not decode.
   bool callback_reply(std::uint64_t conn, std::span<const std::uint8_t> reply);
@@ -154,8 +193,18 @@ class Nfs4Server {
   /// Why the records could not be read or written (empty: fine).
   std::string state_error() const {
     std::lock_guard g(mu_);
-    return state_error_;
+    std::lock_guard w(rec_mu_);
+    return state_error_.empty() ? rec_error_ : state_error_;
   }
+  /// Waits until the records as they are now are on disk (tests; a shutdown does it itself).
+  void sync_records();
+  /// The records file is rewritten by a thread of its own, never under the server's lock nor
+  /// on the caller's (a poll loop's tick) thread, at most once per this many milliseconds: what
+  /// changed meanwhile goes in the next rewrite (the last text wins), so that clients churning
+  /// their ids cost one rewrite per interval, not an fsync each.
+  std::atomic<std::uint32_t> records_interval_ms{200};
+  /// Tests: runs on the writer thread before each rewrite.
+  std::function<void()> records_hook;
   /// Where the grace period's start and end are told (the service: stderr); none: untold.
   std::function<void(const std::string&)> log;
   /// Seconds of a monotonic clock (leases); tests replace it.
@@ -214,6 +263,10 @@ class Nfs4Server {
   v4::Status check_stateid(Compound& c, v4::Stateid sid, const NfsServer::Resolved* file,
                            v4::State** out);
   v4::Stateid new_state(v4::State st);
+  /// Whether a v4 open for writing of `file` lives; when none does any more, the open-file
+  /// cache lets its descriptor for writing go (write_open_gone).
+  bool write_open(const v4::FileKey& file) const;
+  void write_open_gone(const v4::FileKey& file);
   void drop_state(const Other& o);
   /// Forgets the client holding a conflicting range when its lease ran out (a courteous
   /// server keeps an expired client's locks only until somebody else wants them).
@@ -254,6 +307,12 @@ class Nfs4Server {
   /// Starts the recall of the delegations on `file` that `clientid` conflicts with (0: every
   /// client's); true when one is still out (the caller answers NFS4ERR_DELAY).
   bool recall_conflicting(const v4::FileKey& file, std::uint64_t clientid);
+  /// The same for a v4 operation, which then answers NFS4ERR_DELAY (counted).
+  bool recall_delays(const v4::FileKey& file, std::uint64_t clientid) {
+    const bool wait = recall_conflicting(file, clientid);
+    st_.recall_delays += wait;
+    return wait;
+  }
   /// The v3 server's before_change: recalls every delegation of the file.
   bool v3_change(std::uint64_t dev, std::uint64_t ino);
   /// A read lease on `file` for a delegation: its descriptor, or -1 (no delegation then).
@@ -274,10 +333,30 @@ class Nfs4Server {
   bool grace_locked();
   /// Whether this client may reclaim now (in grace, recorded, before its RECLAIM_COMPLETE).
   bool may_reclaim(std::uint64_t clientid);
+  /// Whether no previous run's record of the client's co_ownerid names another principal.
+  bool owns_record(const v4::Client& cl) const;
+  /// Whether `caller` is the principal the previous run's record of `ownerid` names, and
+  /// `holder` (who holds the id now) is not.
+  bool rightful(const std::vector<std::uint8_t>& ownerid, const v4::Principal& caller,
+                const v4::Principal& holder) const {
+    const auto p = previous_.find(ownerid);
+    return p != previous_.end() && p->second && *p->second == caller && !(*p->second == holder);
+  }
   void record(const v4::Client& cl, bool add);
   void write_records();  ///< marks them to be written
-  void flush_records();  ///< writes them (as the server: never inside run_as)
+  /// Builds the records' text (under mu_) and hands it to the writer thread: no file I/O here.
+  void flush_records();
   bool records_dirty_ = false;
+  /// The writer thread (started when there is a state directory) and what it is handed: the
+  /// latest text and its generation; it writes the newest one, the older ones are skipped.
+  void records_writer();
+  bool write_records_file(const std::string& text, std::string& err);
+  mutable std::mutex rec_mu_;  ///< only around these: never held while mu_ is wanted
+  std::condition_variable rec_cv_;
+  std::string rec_text_, rec_error_;
+  std::uint64_t rec_gen_ = 0, rec_written_ = 0, rec_writes_ = 0;
+  bool rec_stop_ = false;
+  std::thread rec_thread_;
   /// Queues the CB_RECALLs that can go now (a session with a free back channel slot): visits
   /// only the clients with recalls waiting, each one's few sessions, and the first due recall.
   void pump();
@@ -300,6 +379,31 @@ class Nfs4Server {
       resend_recall(deleg);
     }
   }
+  /// Blocked lock waiters: by file, the owner (its client inside) and the file's handle; the
+  /// count of each client's; and the CB_NOTIFY_LOCKs waiting for a free back channel slot.
+  struct Waiter {
+    v4::Owner owner;
+    std::vector<std::uint8_t> fh;
+  };
+  std::multimap<v4::FileKey, Waiter> lock_waiters_;
+  std::map<std::uint64_t, std::size_t> waiters_of_;
+  std::map<std::uint64_t, std::deque<Waiter>> notify_;
+  void add_waiter(const v4::FileKey& file, const v4::Owner& owner,
+                  const std::vector<std::uint8_t>& fh);
+  /// The file's locks changed (a range went): its waiters are told.
+  void wake_waiters(const v4::FileKey& file);
+  void drop_waiters(std::uint64_t clientid);
+  /// Host metadata changes of delegated files (inotify on each delegated file, by its lease
+  /// descriptor): watched while a delegation of the file lives; an event recalls them, but for
+  /// a change the server made itself for the holder (`self_change_`, a second).
+  int inotify_fd_ = -1;
+  std::map<int, v4::FileKey> watch_file_;
+  std::map<v4::FileKey, std::pair<int, std::size_t>> watch_of_;  ///< its wd, delegations
+  std::map<v4::FileKey, std::pair<std::uint64_t, std::int64_t>> self_change_;
+  void watch(const v4::FileKey& file, int lease_fd);
+  void unwatch(const v4::FileKey& file);
+  void poll_watches();
+  void mark_self(const v4::FileKey& file, std::uint64_t clientid);
   /// The recalls waiting to be sent, by client, by when due (ms); and each client's sessions.
   std::map<std::uint64_t, std::multimap<std::int64_t, Other>> waiting_;
   std::multimap<std::uint64_t, v4::SessionId> client_sessions_;
@@ -343,10 +447,14 @@ class Nfs4Server {
   std::string state_dir_, state_error_;
   int state_fd_ = -1;  ///< the state directory, opened once (O_NOFOLLOW, checked)
   void open_state_dir();
-  std::set<std::vector<std::uint8_t>> records_;   ///< co_ownerids of clients holding state
-  std::set<std::vector<std::uint8_t>> previous_;  ///< the previous run's, not yet reclaimed
-  std::int64_t grace_end_ = -1;                   ///< -1: starts at the first call
-  std::size_t grace_clients_ = 0;                 ///< recorded clients when it began
+  /// The co_ownerids of clients holding state, and who made each (nullopt: an older server's
+  /// record, without one); a line each in the file, after the id: kRecordTail bytes at most.
+  using Records = std::map<std::vector<std::uint8_t>, std::optional<v4::Principal>>;
+  static constexpr std::size_t kRecordTail = 48;
+  Records records_;
+  Records previous_;               ///< the previous run's, not yet reclaimed
+  std::int64_t grace_end_ = -1;    ///< -1: starts at the first call
+  std::size_t grace_clients_ = 0;  ///< recorded clients when it began
 
   NfsServer& files_;
   v4::Limits lim_;

@@ -32,7 +32,10 @@ struct Limits {
   std::size_t client_bytes = 1u << 20;
   std::size_t total_bytes = 64u << 20;  ///< the same, of every client together
   std::size_t clients_per_peer = 16;    ///< client records made from one address
+  /// The lease, and the grace period after a restart (one lease): knfsd's nfsv4leasetime,
+  /// 90 s by default, 10 s at least (--lease-time).
   std::uint32_t lease_seconds = 90;
+  static constexpr std::uint32_t kMinLeaseSeconds = 10, kMaxLeaseSeconds = 3600;
   /// Descriptors the state holds on the host (a delegation's lease, a lock owner's open file
   /// description): of all clients (and at most a quarter of RLIMIT_NOFILE), and of one client.
   /// Beyond: no delegation, and LOCK of a new owner is NFS4ERR_RESOURCE. The clients of one

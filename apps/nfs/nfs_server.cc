@@ -880,7 +880,8 @@ struct NfsServer::OpenFile {
   bool rw = false;
 };
 
-Status NfsServer::open_file(Call& c, const Obj& o, bool write, std::shared_ptr<const OpenFile>& f) {
+Status NfsServer::open_file(Call& c, const Obj& o, bool write, std::shared_ptr<const OpenFile>& f,
+                            bool keep) {
   // The caller's permission, asked of the kernel as the caller (ACLs, capabilities, LSMs
   // included); knfsd lets a file's owner read and write it whatever its mode (a file made 0444
   // by open(O_CREAT) is written through the descriptor the client got).
@@ -934,6 +935,7 @@ Status NfsServer::open_file(Call& c, const Obj& o, bool write, std::shared_ptr<c
   if (::fstat(nf->fd.get(), &s) != 0 || s.st_ino != o.st.st_ino || s.st_dev != o.st.st_dev)
     return kErrStale;
   f = nf;
+  if (!keep) return kOk;  // used once (NFSv4's write without an open for writing)
   // At most a quarter of the descriptors this process may have (RLIMIT_NOFILE, read now: it
   // may be lowered while running), so that handles, sockets and directories always find one.
   std::size_t cap = max_open_files;
@@ -1899,26 +1901,56 @@ Status NfsServer::resolve(const Fh& fh, Resolved& r) {
   return kOk;
 }
 
+namespace {
+/// An Obj lent the caller's descriptor: given back (never closed) on every way out, an
+/// exception's too, so that the caller's own close is the only one.
+template <class O>
+struct Lent {
+  O& o;
+  Lent(O& obj, int fd) : o(obj) { o.fd.reset(fd); }
+  ~Lent() { o.fd.release(); }
+  Lent(const Lent&) = delete;
+  Lent& operator=(const Lent&) = delete;
+};
+}  // namespace
+
 std::optional<Fh> NfsServer::handle_in(const Resolved& dir, const std::string& name,
                                        const struct stat& st) {
   Obj o;
-  o.fd.reset(dir.fd);
+  const Lent<Obj> lent(o, dir.fd);
   o.rel = dir.rel;
   o.st = dir.st;
-  auto fh = handle_of(o, name, st);
-  o.fd.release();
-  return fh;
+  return handle_of(o, name, st);
+}
+
+Status NfsServer::io_file(const Resolved& r, bool write, bool keep,
+                          std::shared_ptr<const void>& hold, int& fd) {
+  Call none;
+  Call& c = v4_call_ ? *v4_call_ : none;
+  Obj o;
+  const Lent<Obj> lent(o, r.fd);
+  o.st = r.st;
+  std::shared_ptr<const OpenFile> f;
+  const Status s = open_file(c, o, write, f, keep);
+  if (s != kOk) return s;
+  fd = f->fd.get();
+  hold = std::move(f);
+  return kOk;
+}
+
+void NfsServer::drop_write_file(std::uint64_t dev, std::uint64_t ino) {
+  std::lock_guard g(files_mu_);
+  const auto it = files_.find(FileKey{dev, ino});
+  if (it != files_.end() && it->second.file->rw) files_.erase(it);
 }
 
 Status NfsServer::open_for_io(const Resolved& r, int flags, int& fd, bool owner_override) {
   Call none;
   Call& c = v4_call_ ? *v4_call_ : none;
   Obj o;
-  o.fd.reset(r.fd);
+  const Lent<Obj> lent(o, r.fd);
   o.st = r.st;
-  const Status s = reopen(c, o, flags, owner_override, fd);
-  o.fd.release();
-  return s;
+  return reopen(c, o, flags, owner_override, fd);
 }
 
 }  // namespace roce::nfs

@@ -185,6 +185,15 @@ class NfsServer {
   /// `r` opened again for I/O with `flags`, as READ and WRITE do (with the owner's override
   /// unless `owner_override` is false: NFSv4.1's OPEN of an existing file).
   v3::Status open_for_io(const Resolved& r, int flags, int& fd, bool owner_override = true);
+  /// NFSv4's READ, WRITE and COMMIT: a descriptor of the regular file `r` from the open-file
+  /// cache (v3's), the caller's permission asked as v3 asks it. `keep` false: a descriptor
+  /// opened for writing is used for this call alone, not cached (while cached it keeps the
+  /// host's read leases, hence delegations, away). `hold` keeps `fd` open while used.
+  v3::Status io_file(const Resolved& r, bool write, bool keep, std::shared_ptr<const void>& hold,
+                     int& fd);
+  /// Lets the cache's descriptor of the file go if it is open for writing (the last NFSv4 open
+  /// for writing of it closed).
+  void drop_write_file(std::uint64_t dev, std::uint64_t ino);
   /// A rename in the export (path-table mode keeps its paths right).
   void moved(const std::string& from, const std::string& to) { renamed(from, to); }
   /// Runs `fn` as the credential's identity (the export's squash applied, as handle() does);
@@ -239,7 +248,8 @@ class NfsServer {
   /// A descriptor of the regular file `o` from the cache (opened by the server if not there),
   /// for reading or also writing; the caller's permission is asked of the kernel first
   /// (faccessat2 as the caller), with knfsd's owner override. kOk, kErrAcces, kErrStale...
-  v3::Status open_file(Call& c, const Obj& o, bool write, std::shared_ptr<const OpenFile>& f);
+  v3::Status open_file(Call& c, const Obj& o, bool write, std::shared_ptr<const OpenFile>& f,
+                       bool keep = true);
   /// Drops the cached descriptor of `name` in `dir` (before it is removed or replaced).
   void forget_file(int dirfd, const std::string& name);
   static thread_local Call* v4_call_;  ///< run_as()'s call, for resolve() and open_for_io()

@@ -144,10 +144,13 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
     else if (a == "--mount-timeout")
       c.mount_timeout_ms = num(100, 3'600'000);
     else if (a == "--delegations") {
-      if (v != "on" && v != "off")
-        throw std::runtime_error("service nfs: --delegations must be on or off");
-      c.delegations = v == "on";
-    } else if (a == "--state-dir")
+      const auto on = v4::parse_switch(v);
+      if (!on)
+        throw std::runtime_error("service nfs: --delegations must be on or off (yes/no, 1/0)");
+      c.delegations = *on;
+    } else if (a == "--lease-time")
+      c.lease_seconds = num(v4::Limits::kMinLeaseSeconds, v4::Limits::kMaxLeaseSeconds);
+    else if (a == "--state-dir")
       c.state_dir = v;
     else if (a == "--exports-file")
       c.exports_file = v;
@@ -164,13 +167,14 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       else
         throw std::runtime_error("service nfs: --portmap must be auto, own, register or off");
     } else
-      throw std::runtime_error("service nfs: unknown option " + a +
-                               " (--root, --export, --export-options, --clients, --max-handles, "
-                               "--threads, --portmap-port, "
-                               "--mount-address, --mount-port, --credits, --inline, --tcp-port, "
-                               "--max-connections, --max-half-open, --max-per-peer, --reap-idle, "
-                               "--mount-clients, --mount-per-peer, --mount-timeout, "
-                               "--delegations, --state-dir, --exports-file, --portmap)");
+      throw std::runtime_error(
+          "service nfs: unknown option " + a +
+          " (--root, --export, --export-options, --clients, --max-handles, "
+          "--threads, --portmap-port, "
+          "--mount-address, --mount-port, --credits, --inline, --tcp-port, "
+          "--max-connections, --max-half-open, --max-per-peer, --reap-idle, "
+          "--mount-clients, --mount-per-peer, --mount-timeout, "
+          "--delegations, --lease-time, --state-dir, --exports-file, --portmap)");
   }
   if (c.root.empty()) throw std::runtime_error("service nfs: --root DIR is required");
 }
@@ -269,7 +273,14 @@ ExportOptions initial_exports(const NfsServiceConfig& c) {
 NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
     : state_dir_(state_dir_for(c)),
       nfs_(c.root, export_path_for(c), initial_exports(c)),
-      nfs4_(nfs_, v4::Limits{}, state_dir_),
+      nfs4_(
+          nfs_,
+          [&c] {
+            v4::Limits l;
+            l.lease_seconds = c.lease_seconds;
+            return l;
+          }(),
+          state_dir_),
       worker_(CallWorker::kDefaultCapacity, c.threads),
       rdma_(
           context, with_door(c, nfs_),
@@ -546,7 +557,11 @@ std::string NfsService::report() const {
        " replies, " + std::to_string(t.backward_dropped) + " not sent), " +
        std::to_string(v4.cb_replies) + " replies taken, " + std::to_string(v4.cb_bad_replies) +
        " dropped, " + std::to_string(v4.cb_timeouts) + " timed out, " + std::to_string(v4.revoked) +
-       " revoked\nnfs4 grace: " + std::to_string(v4.grace_periods) + " periods, " +
+       " revoked; recalls " + std::to_string(v4.recalls_begun) + " begun, " +
+       std::to_string(v4.lease_breaks) + " lease breaks, " + std::to_string(v4.delegreturns) +
+       " returned, " + std::to_string(v4.recall_delays) + " DELAY and " +
+       std::to_string(v4.recall_jukebox) +
+       " v3 JUKEBOX answers\nnfs4 grace: " + std::to_string(v4.grace_periods) + " periods, " +
        std::to_string(v4.grace_now) + " now (nfs4_grace_now), " + std::to_string(v4.grace_answers) +
        " GRACE answers\nnfs4 operations:";
   for (const auto& [op, k] : v4.by_op)
@@ -571,10 +586,22 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"nfs4_clients_now", seen4_clients_},
       {"nfs4_sessions_now", seen4_sessions_},
       {"nfs4_stateids_now", seen4_states_},
-      {"nfs4_grace_now", seen4_.grace_now},          // 1 while in the grace period
-      {"nfs4_grace_answers", seen4_.grace_answers},  // NFS4ERR_GRACE: new state refused
-      {"nfs4_recalls", seen4_.recalls},              // CB_RECALLs sent
-      {"nfs4_revoked", seen4_.revoked},              // delegations revoked
+      {"nfs4_grace_now", seen4_.grace_now},            // 1 while in the grace period
+      {"nfs4_grace_answers", seen4_.grace_answers},    // NFS4ERR_GRACE: new state refused
+      {"nfs4_recalls", seen4_.recalls},                // CB_RECALLs sent
+      {"nfs4_revoked", seen4_.revoked},                // delegations revoked
+      {"nfs4_delegations", seen4_.delegations},        // read delegations granted
+      {"nfs4_recalls_begun", seen4_.recalls_begun},    // a conflict or a lease break
+      {"nfs4_lease_breaks", seen4_.lease_breaks},      // a writer on the host broke a lease
+      {"nfs4_recall_delays", seen4_.recall_delays},    // NFS4ERR_DELAY while a recall runs
+      {"nfs4_recall_jukebox", seen4_.recall_jukebox},  // NFS3ERR_JUKEBOX (v3 waits 5 s)
+      {"nfs4_delegreturns", seen4_.delegreturns},
+      {"nfs4_locks_table_only", seen4_.locks_table_only},  // no host descriptor left for it
+      {"nfs4_notify_locks", seen4_.notify_locks},          // CB_NOTIFY_LOCKs sent
+      {"nfs4_lock_waiters_now", seen4_.lock_waiters_now},  // blocked waiters remembered
+      {"nfs4_meta_recalls", seen4_.meta_recalls},  // host chmod/chown/mv/rm/ln of a delegated file
+      {"nfs4_records_writes", seen4_.records_writes},  // client records rewritten
+      {"nfs4_records_error", seen4_.records_error},    // 1: records not written (no reclaim)
       {"nfs_calls", n.calls},
       {"nfs_errors", n.errors},
       {"nfs_garbage", n.garbage},

@@ -71,6 +71,8 @@ struct NfsServiceConfig {
   /// NFSv4.1 read delegations (--delegations on|off): granted only where the host gives a file
   /// lease for each, so that every writer (local, NFSv3, v4) has it recalled first.
   bool delegations = true;
+  /// The NFSv4.1 lease and grace period (--lease-time SECONDS, 10 to 3600; knfsd's 90).
+  std::uint32_t lease_seconds = 90;
   /// NFSv4.1's stable client records (--state-dir): who may reclaim opens and locks in the
   /// grace period after a restart. Empty: /var/lib/roce-nfsd/<root's name>-<port>-<hash>.
   std::string state_dir;
@@ -90,8 +92,8 @@ std::string export_path_for(const NfsServiceConfig& c);
 
 /// Parses a service's args (--root DIR, --export PATH, --export-options OPTS, --clients LIST,
 /// --max-handles N, --threads N, --portmap-port N, --mount-address IP, --mount-port N, --credits N,
-/// --inline BYTES, --tcp-port N, --delegations on|off, --state-dir DIR) into `c`; throws
-/// std::runtime_error on a bad one.
+/// --inline BYTES, --tcp-port N, --delegations on|off, --lease-time SECONDS, --state-dir DIR) into
+/// `c`; throws std::runtime_error on a bad one.
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c);
 
 /// For a process without CAP_SETUID/CAP_SETGID (it can act only as itself): throws

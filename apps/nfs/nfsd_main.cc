@@ -117,7 +117,9 @@ int main(int argc, char** argv) {
       "taken; off")(
       "delegations", po::value(&delegations)->default_value("on"),
       "NFSv4.1 read delegations: on (each backed by a host file lease, recalled when anything "
-      "writes the file) or off")(
+      "writes the file) or off (yes/no, 1/0 too)")(
+      "lease-time", po::value(&c.lease_seconds)->default_value(c.lease_seconds),
+      "NFSv4.1 lease in seconds, and the grace period after a restart (10 to 3600)")(
       "state-dir", po::value(&c.state_dir),
       "NFSv4.1 client records for reclaim after a restart (default /var/lib/roce-nfsd/<export>, "
       "else beside --root)")("credits", po::value(&c.transport.credits)->default_value(32),
@@ -149,11 +151,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (const auto& w : warnings) std::cerr << "roce-nfsd: " << w << "\n";
-  if (delegations != "on" && delegations != "off") {
-    std::cerr << "roce-nfsd: --delegations must be on or off\n";
+  const auto deleg_on = nfs::v4::parse_switch(delegations);
+  if (!deleg_on) {
+    std::cerr << "roce-nfsd: --delegations must be on or off (yes/no, 1/0)\n";
     return 2;
   }
-  c.delegations = delegations == "on";
+  c.delegations = *deleg_on;
+  if (c.lease_seconds < nfs::v4::Limits::kMinLeaseSeconds ||
+      c.lease_seconds > nfs::v4::Limits::kMaxLeaseSeconds) {
+    std::cerr << "roce-nfsd: --lease-time must be 10 to 3600 seconds\n";
+    return 2;
+  }
   try {
     nfs::NfsServiceConfig p;
     nfs::parse_service_args({"--root", "/", "--portmap", portmap}, p);

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <sys/inotify.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -276,7 +277,8 @@ class Nfs4Test : public ::testing::Test {
     r.d->boolean();
     r.d->u64();
     r.d->u64();
-    EXPECT_EQ(r.d->u32(), kOpenResultLocktypePosix);
+    // (MAY_NOTIFY_LOCK too where a back channel is up)
+    EXPECT_EQ(r.d->u32() & ~kOpenResultMayNotifyLock, kOpenResultLocktypePosix);
     decode_bitmap(*r.d);
     EXPECT_EQ(r.d->u32(), 0u);  // OPEN_DELEGATE_NONE
     o.fh = getfh(r);
@@ -2094,6 +2096,7 @@ class Nfs4GraceTest : public Nfs4Test {
         .status;
   }
   std::string records_file() {
+    if (srv_) srv_->sync_records();  // written by the server's writer thread
     std::ifstream in(state_ / "clients");
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
@@ -2173,7 +2176,10 @@ TEST_F(Nfs4GraceTest, ClientsReclaimOpensAndLocksAfterARestart) {
   EXPECT_EQ(reclaim_open(o.fh, "oc").first, kErrNoGrace);
   swap(cc);
   EXPECT_EQ(srv_->records(), 1u);
-  EXPECT_EQ(records_file(), "636c69656e742d61\n");
+  // One line: client-a's id in hex, and who made it (AUTH_SYS, uid, gid, address).
+  const std::string rec = records_file();
+  EXPECT_EQ(rec.rfind("636c69656e742d61 1 ", 0), 0u) << rec;
+  EXPECT_EQ(std::count(rec.begin(), rec.end(), '\n'), 1) << rec;
   // A's reclaimed lock holds against B.
   swap(b);
   const Opened bo = open("f", kUnchecked, kShareAccessBoth, 0, "ob2");
@@ -2590,21 +2596,32 @@ TEST_F(Nfs4DelegTest, HostDescriptorsAreBounded) {
   EXPECT_EQ(open_d("d3", kShareAccessRead, "o3").deleg, kDelegNone);  // two held already
   const Opened w = open("d3", kUnchecked, kShareAccessBoth, 0, "o4");
   ASSERT_EQ(w.status, kOk);
-  EXPECT_EQ(
-      send(
-          seq().add(kPutfh, fh(w.fh)).add(kLock, lock_args(kWriteLt, 0, 1, w.sid, clientid_, "l1")))
-          .status,
-      kErrResource);
-  EXPECT_EQ(delegreturn(d1), kOk);
+  // A lock owner beyond the allowance (review17 user item 11): its lock is granted and held in
+  // the server's table alone (v4 clients see it, host processes do not), and counted.
   EXPECT_EQ(
       send(
           seq().add(kPutfh, fh(w.fh)).add(kLock, lock_args(kWriteLt, 0, 1, w.sid, clientid_, "l1")))
           .status,
       kOk);
-  // The other client has its own allowance.
+  EXPECT_EQ(srv_->stats().locks_table_only, 1u);
+  EXPECT_EQ(delegreturn(d1), kOk);
+  EXPECT_EQ(
+      send(
+          seq().add(kPutfh, fh(w.fh)).add(kLock, lock_args(kWriteLt, 5, 1, w.sid, clientid_, "l2")))
+          .status,
+      kOk);
+  EXPECT_EQ(srv_->stats().locks_table_only, 1u);  // a descriptor was free again: a host lock
+  // The other client has its own allowance; the table-only lock holds against it.
   swap(b);
   ctx_.conn = 2;
   EXPECT_EQ(open_d("d2", kShareAccessRead, "b1").deleg, kDelegRead);
+  const Opened bw = open("d3", kUnchecked, kShareAccessBoth, 0, "b2");
+  ASSERT_EQ(bw.status, kOk);
+  EXPECT_EQ(send(seq()
+                     .add(kPutfh, fh(bw.fh))
+                     .add(kLock, lock_args(kWriteLt, 0, 1, bw.sid, clientid_, "bl")))
+                .status,
+            kErrDenied);
 }
 
 // No thread takes the lease-break signal (all block it): tick(), once a second, still finds the
@@ -3055,6 +3072,513 @@ TEST_F(Nfs4Test, AttackOneAddressTakesTheWholeDescriptorBudget) {
   std::printf("ATTACK F1c: one address's clients hold %d lock owners; a victim's LOCK: %u\n",
               granted, st);
   EXPECT_EQ(st, kOk) << "the global descriptor budget went to one address";
+}
+
+// --- nfs4st (session 18): review17 user and attack items ---------------------------------
+
+// Review17 attack F5: a client churning EXCHANGE_ID, CREATE_SESSION, RECLAIM_COMPLETE,
+// DESTROY_SESSION, DESTROY_CLIENTID made the records file be rewritten (and fsynced twice) for
+// each cycle, under the server's lock. Rewrites are coalesced now: many cycles, few rewrites.
+TEST_F(Nfs4GraceTest, RecordsChurnIsCoalesced) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);
+  restart();
+  // One rewrite per minute at most (a loaded host cannot make the cycles outlast it): the
+  // first at once, the rest coalesced into the last, written when the server goes.
+  srv_->records_interval_ms = 60000;
+  // Written by a thread of the server's own, without the server's lock (a COMPOUND goes on).
+  const auto caller = std::this_thread::get_id();
+  std::atomic<int> hooked{0}, on_caller{0};
+  std::atomic<bool> go{false};
+  std::promise<void> entered;
+  srv_->records_hook = [&] {
+    if (hooked++ == 0) {  // the first rewrite stalls (a slow disk) until the test lets it go
+      entered.set_value();
+      while (!go) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (std::this_thread::get_id() == caller) ++on_caller;
+  };
+  const int in = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  ASSERT_GE(in, 0);
+  // (IN_CREATE too: inotify merges identical events in a row)
+  ASSERT_GE(::inotify_add_watch(in, state_.c_str(), IN_MOVED_TO | IN_CREATE), 0);
+  constexpr int kCycles = 40;
+  for (int i = 0; i < kCycles; ++i) {
+    exchange("churn-" + std::to_string(i));
+    ASSERT_EQ(ex_status_, kOk);
+    ASSERT_EQ(create_session(), kOk);
+    ASSERT_EQ(reclaim_complete(), kOk);
+    Ops ds;
+    ds.add(kDestroySession, [&](XdrEncoder& e) { e.fixed(sid_); });
+    ASSERT_EQ(send(ds).status, kOk);
+    Ops dc;
+    dc.add(kDestroyClientid, [&](XdrEncoder& e) { e.u64(clientid_); });
+    ASSERT_EQ(send(dc).status, kOk);
+  }
+  // The first rewrite is stuck on its disk: COMPOUNDs and tick() (the poll loop's) go on.
+  ASSERT_EQ(entered.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  auto other = std::async(std::launch::async, [&] {
+    const bool ticked = srv_->tick();
+    Ops o;
+    o.add(kPutrootfh);  // (no session: the client went; any answer will do)
+    send(o);
+    return ticked;
+  });
+  const bool went_on = other.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  go = true;
+  EXPECT_TRUE(went_on) << "a COMPOUND waited for the records' disk";
+  EXPECT_TRUE(other.get());
+  EXPECT_EQ(on_caller.load(), 0);
+  srv_.reset();  // the last text is written before the server goes
+  EXPECT_GE(hooked.load(), 1);
+  int rewrites = 0;
+  alignas(inotify_event) char buf[4096];
+  for (ssize_t n; (n = ::read(in, buf, sizeof buf)) > 0;)
+    for (ssize_t i = 0; i < n;) {
+      const auto* ev = reinterpret_cast<const inotify_event*>(buf + i);
+      if ((ev->mask & IN_MOVED_TO) && ev->len && std::string(ev->name) == "clients") ++rewrites;
+      i += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+    }
+  ::close(in);
+  std::printf("records rewritten %d times for %d churn cycles\n", rewrites, kCycles);
+  EXPECT_LE(rewrites, 2) << "every EXCHANGE_ID/DESTROY_CLIENTID cycle rewrites the records";
+  EXPECT_EQ(records_file(), "") << "every churned client was destroyed";
+}
+
+// Review17 attack F6: after a restart, whoever first names a recorded co_ownerid owned its
+// reclaims. The records keep who made them (flavor, AUTH_SYS uid and gid, address) now: an
+// impostor from another address is a new client (no reclaim), and the real client, coming
+// back after it, still reclaims.
+TEST_F(Nfs4GraceTest, ReclaimNeedsTheRecordedPrincipal) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);
+  restart();
+  ctx_.peer.v = 0xc0000205u;  // 192.0.2.5: the real client
+  mount();
+  ASSERT_EQ(reclaim_complete(), kOk);
+  const Opened o = open("f", kUnchecked, kShareAccessBoth, 0, "oa");
+  ASSERT_EQ(o.status, kOk);
+  ASSERT_EQ(lock(o.fh, o.sid, "la", false), kOk);
+  EXPECT_NE(records_file().find("636c69656e742d61"), std::string::npos);
+  restart();
+  EXPECT_TRUE(srv_->in_grace());
+  // The impostor, first: another address naming client-a's co_ownerid.
+  ctx_.peer.v = 0xc0000266u;  // 192.0.2.102
+  exchange();
+  ASSERT_EQ(ex_status_, kOk);
+  ASSERT_EQ(create_session(), kOk);
+  EXPECT_EQ(reclaim_open(o.fh, "oa").first, kErrNoGrace);
+  EXPECT_EQ(open("g", kUnchecked, kShareAccessBoth, 0, "ox").status, kErrGrace);
+  // The real client: not CLID_INUSE, and its reclaims go through.
+  ctx_.peer.v = 0xc0000205u;
+  exchange();
+  ASSERT_EQ(ex_status_, kOk);
+  ASSERT_EQ(create_session(), kOk);
+  const auto [st, reopened] = reclaim_open(o.fh, "oa");
+  ASSERT_EQ(st, kOk);
+  EXPECT_EQ(lock(o.fh, reopened, "la", true), kOk);
+  ASSERT_EQ(reclaim_complete(), kOk);
+  EXPECT_FALSE(srv_->in_grace());
+}
+
+// Records of an older server (a co_ownerid alone on its line) still let their client reclaim,
+// whoever it is (one restart's upgrade); records written now name the principal.
+TEST_F(Nfs4GraceTest, RecordsNameThePrincipal) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);
+  std::ofstream(state_ / "clients") << "636c69656e742d61\n";
+  restart();
+  EXPECT_TRUE(srv_->in_grace());
+  ctx_.peer.v = 0xc0000207u;
+  mount();
+  const Opened o = open("f", kUnchecked, kShareAccessBoth, 0, "oa");
+  EXPECT_EQ(o.status, kErrGrace);
+  ASSERT_EQ(reclaim_complete(), kOk);
+  EXPECT_FALSE(srv_->in_grace());
+  const std::string rec = records_file();
+  EXPECT_EQ(rec.rfind("636c69656e742d61 1 ", 0), 0u) << rec;  // hex, AUTH_SYS, uid, gid, addr
+  EXPECT_NE(rec.find(" 3221225991\n"), std::string::npos) << rec;
+}
+
+// During the grace period nothing may change what a client is about to reclaim: LINK,
+// SETATTR of the size and READ and WRITE with a special stateid (no open) get GRACE too, as
+// REMOVE and RENAME do.
+TEST_F(Nfs4GraceTest, GraceRefusesChangesWithoutState) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);
+  std::ofstream(state_ / "clients") << "6f74686572\n";  // "other": not back yet
+  restart();
+  mount();
+  EXPECT_TRUE(srv_->in_grace());
+  const Bytes hello = [&] {
+    Reply r = send(seq().add(kPutrootfh).add(kLookup, name("hello")).add(kGetfh));
+    skip_sequence(r);
+    r.next(kPutrootfh);
+    r.next(kLookup);
+    return getfh(r);
+  }();
+  Stateid anon;
+  EXPECT_EQ(send(seq().add(kPutfh, fh(hello)).add(kWrite, write_args(anon, 0, "x"))).status,
+            kErrGrace);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(hello)).add(kRead, read_args(anon, 0, 5))).status, kErrGrace);
+  EXPECT_EQ(send(seq()
+                     .add(kPutfh, fh(hello))
+                     .add(kSetattr,
+                          [&](XdrEncoder& e) {
+                            encode(e, anon);
+                            Bitmap b;
+                            b.set(kSize);
+                            encode(e, b);
+                            Bytes v;
+                            XdrEncoder ve(v);
+                            ve.u64(0);
+                            e.opaque(v);
+                          }))
+                .status,
+            kErrGrace);
+  EXPECT_EQ(
+      send(seq().add(kPutfh, fh(hello)).add(kSavefh).add(kPutrootfh).add(kLink, name("hello2")))
+          .status,
+      kErrGrace);
+  EXPECT_FALSE(fs::exists(dir_ / "hello2"));
+  EXPECT_EQ(fs::file_size(dir_ / "hello"), 11u);
+  // A mode change is no threat to a reclaim: allowed.
+  EXPECT_EQ(send(seq()
+                     .add(kPutfh, fh(hello))
+                     .add(kSetattr,
+                          [&](XdrEncoder& e) {
+                            encode(e, anon);
+                            Bitmap b;
+                            b.set(kMode);
+                            encode(e, b);
+                            Bytes v;
+                            XdrEncoder ve(v);
+                            ve.u32(0640);
+                            e.opaque(v);
+                          }))
+                .status,
+            kOk);
+  clock_ += lim_.lease_seconds;
+  EXPECT_FALSE(srv_->in_grace());
+  EXPECT_EQ(send(seq().add(kPutfh, fh(hello)).add(kRead, read_args(anon, 0, 5))).status, kOk);
+}
+
+// Review17 smaller point: DESTROY_CLIENTID, which may come without a session, took any
+// caller's word; client ids are guessable (boot << 32 | a counter). Now only the client's own
+// principal (RFC 8881 18.50: the principal check stands without a session) destroys it.
+TEST_F(Nfs4Test, DestroyClientidNeedsTheClientsPrincipal) {
+  ctx_.peer.v = 0xc0000205u;
+  mount();
+  Ops ds;
+  ds.add(kDestroySession, [&](XdrEncoder& e) { e.fixed(sid_); });
+  ASSERT_EQ(send(ds).status, kOk);
+  Ops dc;
+  dc.add(kDestroyClientid, [&](XdrEncoder& e) { e.u64(clientid_); });
+  ctx_.peer.v = 0xc0000266u;  // another host
+  EXPECT_EQ(send(dc).status, kErrWrongCred);
+  ctx_.peer.v = 0xc0000205u;
+  uid_ = 4242;  // another user of the same host
+  EXPECT_EQ(send(dc).status, kErrWrongCred);
+  EXPECT_EQ(srv_->clients(), 1u);
+  uid_ = 0;
+  EXPECT_EQ(send(dc).status, kOk);
+  EXPECT_EQ(srv_->clients(), 0u);
+}
+
+// Review17 user item 6: NFSv4 READ, WRITE and COMMIT opened and closed the file on every call
+// (one IN_CLOSE_WRITE per WRITE for the host's watchers). They use the open-file cache now; a
+// descriptor for writing stays cached only while a v4 open for writing of the file lives, so
+// that after the last CLOSE the file may be delegated again (a write descriptor keeps the
+// host's read leases away).
+TEST_F(Nfs4DelegTest, IoUsesTheOpenFileCache) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  swap(b);
+  ctx_.conn = 2;
+  const OpenedD w = open_d("hello", kShareAccessBoth, "b-w");
+  ASSERT_EQ(w.status, kOk);
+  const int in = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  ASSERT_GE(in, 0);
+  ASSERT_GE(::inotify_add_watch(in, (dir_ / "hello").c_str(), IN_CLOSE_WRITE | IN_OPEN), 0);
+  const auto events = [&] {
+    int n = 0;
+    alignas(inotify_event) char buf[4096];
+    for (ssize_t r; (r = ::read(in, buf, sizeof buf)) > 0;)
+      for (ssize_t i = 0; i < r;) {
+        const auto* ev = reinterpret_cast<const inotify_event*>(buf + i);
+        n += (ev->mask & (IN_CLOSE_WRITE | IN_OPEN)) != 0;
+        i += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+      }
+    return n;
+  };
+  const int kCalls = std::getenv("NFS4_IO_CALLS") ? std::atoi(std::getenv("NFS4_IO_CALLS")) : 16;
+  const std::string block(4096, 'b');
+  for (int i = 0; i < kCalls; ++i) {
+    Ops o = seq().add(kPutfh, fh(w.fh));
+    o.add(kWrite, [&](XdrEncoder& e) {
+      encode(e, w.sid);
+      e.u64(4096ull * static_cast<std::uint64_t>(i % 64));
+      e.u32(kUnstable);
+      e.string(block);
+    });
+    ASSERT_EQ(send(o).status, kOk);
+    if (!std::getenv("NFS4_IO_WRITES_ONLY")) {  // (strace -c of the WRITEs alone)
+      ASSERT_EQ(send(seq().add(kPutfh, fh(w.fh)).add(kRead, read_args(w.sid, 0, 4096))).status,
+                kOk);
+    }
+  }
+  ASSERT_EQ(send(seq()
+                     .add(kPutfh, fh(w.fh))
+                     .add(kCommit,
+                          [](XdrEncoder& e) {
+                            e.u64(0);
+                            e.u32(0);
+                          }))
+                .status,
+            kOk);
+  // One open for writing (the cache's), one for reading at most: not one per call.
+  EXPECT_LE(events(), 2) << "each READ/WRITE opened and closed the file";
+  // The last CLOSE lets the cached write descriptor go: A may be delegated the file.
+  ASSERT_EQ(send(seq()
+                     .add(kPutfh, fh(w.fh))
+                     .add(kClose,
+                          [&](XdrEncoder& e) {
+                            e.u32(0);
+                            encode(e, w.sid);
+                          }))
+                .status,
+            kOk);
+  swap(b);
+  ctx_.conn = 1;
+  EXPECT_EQ(open_d("hello", kShareAccessRead, "a-r").deleg, kDelegRead);
+  ::close(in);
+}
+
+// Review17 user item 12: --delegations takes what nfs.conf and exports habits write.
+TEST(Nfs4Switch, OnOffYesNoOneZero) {
+  for (const char* on : {"on", "yes", "1", "true", "ON", "Yes"})
+    EXPECT_EQ(v4::parse_switch(on), std::optional<bool>(true)) << on;
+  for (const char* off : {"off", "no", "0", "false", "OFF", "No"})
+    EXPECT_EQ(v4::parse_switch(off), std::optional<bool>(false)) << off;
+  for (const char* bad : {"", "2", "onn", "y", "enable"})
+    EXPECT_FALSE(v4::parse_switch(bad).has_value()) << bad;
+}
+
+// Review17 user item 9: the lease (and the grace period, which is one lease) is settable,
+// as knfsd's nfsv4leasetime: 10 s at least.
+TEST_F(Nfs4GraceTest, GraceFollowsTheLeaseTime) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);
+  std::ofstream(state_ / "clients") << "6f74686572\n";
+  lim_.lease_seconds = 15;
+  restart();
+  EXPECT_TRUE(srv_->in_grace());
+  clock_ += 14;
+  EXPECT_TRUE(srv_->in_grace());
+  clock_ += 1;
+  EXPECT_FALSE(srv_->in_grace());
+  EXPECT_EQ(v4::Limits::kMinLeaseSeconds, 10u);
+}
+
+// Review17 user item 10 (and issue 31's "v3 writes stall for 5 s"): the delegations' story in
+// counters an admin can read: granted, recalls begun, lease breaks, the DELAY (v4) and JUKEBOX
+// (v3) answers recalls caused, returned and revoked.
+TEST_F(Nfs4DelegTest, DelegationCountersTellTheStory) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  const OpenedD a = deleg("hello", "a-1");
+  swap(b);
+  ctx_.conn = 2;
+  Stateid anon;
+  EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kWrite, write_args(anon, 0, "x"))).status,
+            kErrDelay);
+  EXPECT_EQ(send(seq().add(kPutfh, fh(a.fh)).add(kWrite, write_args(anon, 0, "x"))).status,
+            kErrDelay);
+  swap(b);
+  ctx_.conn = 1;
+  EXPECT_EQ(v3call(v3::kWrite,
+                   [&](XdrEncoder& e) {
+                     e.opaque(a.fh);
+                     e.u64(0);
+                     e.u32(1);
+                     e.u32(0);
+                     e.string("X");
+                   }),
+            v3::kErrJukebox);
+  expect_recall(a.dsid);
+  EXPECT_EQ(delegreturn(a), kOk);
+  // A host writer breaks the next one's lease.
+  const OpenedD a2 = deleg("hello", "a-2");
+  EXPECT_EQ(::open((dir_ / "hello").c_str(), O_WRONLY | O_NONBLOCK), -1);
+  expect_recall(a2.dsid);
+  clock_ += 60;
+  srv_->tick();
+  const Nfs4Stats st = srv_->stats();
+  EXPECT_EQ(st.delegations, 2u);
+  EXPECT_EQ(st.recalls_begun, 2u);
+  EXPECT_EQ(st.recalls, 2u);  // CB_RECALLs sent
+  EXPECT_EQ(st.recall_delays, 2u);
+  EXPECT_EQ(st.recall_jukebox, 1u);
+  EXPECT_EQ(st.lease_breaks, 1u);
+  EXPECT_EQ(st.delegreturns, 1u);
+  EXPECT_EQ(st.revoked, 1u);
+}
+
+// Review17 user item 7: a blocked waiter (LOCK DENIED for WRITEW_LT/READW_LT) is told over
+// the back channel (CB_NOTIFY_LOCK, RFC 8881 20.11) when the conflicting lock goes, instead of
+// polling for up to 30 s; OPEN says so (OPEN4_RESULT_MAY_NOTIFY_LOCK). Remembered waiters are
+// bounded per client.
+TEST_F(Nfs4DelegTest, BlockedLockWaiterIsNotified) {
+  Cl b;
+  two_clients(b);
+  Reply ro = send(seq()
+                      .add(kPutrootfh)
+                      .add(kOpen, open_args(clientid_, "hello", 99, kShareAccessBoth, 0, "oa", 0))
+                      .add(kGetfh));
+  ASSERT_EQ(ro.status, kOk);
+  skip_sequence(ro);
+  ro.next(kPutrootfh);
+  ASSERT_EQ(ro.next(kOpen), kOk);
+  const Stateid aopen = decode_stateid(*ro.d);
+  ro.d->boolean();
+  ro.d->u64();
+  ro.d->u64();
+  EXPECT_EQ(ro.d->u32(), kOpenResultLocktypePosix | kOpenResultMayNotifyLock);
+  decode_bitmap(*ro.d);
+  if (ro.d->u32() == kDelegRead) {
+    decode_stateid(*ro.d);
+    ro.d->boolean();
+    for (int i = 0; i < 3; ++i) ro.d->u32();
+    ro.d->string(100);
+  }
+  const Bytes file = getfh(ro);
+  Reply rl = send(
+      seq().add(kPutfh, fh(file)).add(kLock, lock_args(kWriteLt, 0, 10, aopen, clientid_, "la")));
+  ASSERT_EQ(rl.status, kOk);
+  skip_sequence(rl);
+  rl.next(kPutfh);
+  ASSERT_EQ(rl.next(kLock), kOk);
+  const Stateid alock = decode_stateid(*rl.d);
+  swap(b);
+  ctx_.conn = 2;
+  const OpenedD bo = open_d("hello", kShareAccessRead, "ob");
+  ASSERT_EQ(bo.status, kOk);
+  const auto b_lock = [&](std::uint32_t type, const std::string& owner) {
+    return send(seq()
+                    .add(kPutfh, fh(bo.fh))
+                    .add(kLock, lock_args(type, 5, 1, bo.sid, clientid_, owner)))
+        .status;
+  };
+  // B blocks (WRITEW_LT): DENIED, and remembered. A plain WRITE_LT is not.
+  EXPECT_EQ(b_lock(kWritewLt, "lb-wait"), kErrDenied);
+  EXPECT_EQ(b_lock(kWriteLt, "lb-try"), kErrDenied);
+  // Beyond the cap of remembered waiters per client: DENIED, not remembered (counted).
+  for (std::size_t i = 0; i < Nfs4Server::kMaxLockWaiters + 3; ++i)
+    EXPECT_EQ(b_lock(kReadwLt, "lb-many-" + std::to_string(i)), kErrDenied);
+  EXPECT_EQ(srv_->stats().lock_waiters_now, Nfs4Server::kMaxLockWaiters);
+  EXPECT_EQ(srv_->stats().lock_waiters_dropped, 4u);  // the cap counts lb-wait too
+  const std::uint64_t bclient = clientid_;
+  swap(b);
+  ctx_.conn = 1;
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  // A unlocks: one CB_NOTIFY_LOCK to B (its one back channel slot: one at a time), naming the
+  // file and a waiting owner of B's.
+  ASSERT_EQ(send(seq()
+                     .add(kPutfh, fh(file))
+                     .add(kLocku,
+                          [&](XdrEncoder& e) {
+                            e.u32(kWriteLt);
+                            e.u32(0);
+                            encode(e, alock);
+                            e.u64(0);
+                            e.u64(10);
+                          }))
+                .status,
+            kOk);
+  const auto cbs = srv_->take_callbacks();
+  ASSERT_EQ(cbs.size(), 1u);
+  EXPECT_EQ(cbs[0].conn, 2u);
+  XdrDecoder d(cbs[0].msg);
+  rpc::CallHeader h;
+  ASSERT_TRUE(rpc::decode(d, h));
+  d.string(100);
+  d.u32();
+  d.u32();
+  EXPECT_EQ(d.u32(), 2u);
+  EXPECT_EQ(d.u32(), kCbSequence);
+  d.fixed(16);
+  for (int i = 0; i < 4; ++i) d.u32();
+  d.u32();  // referring call lists
+  EXPECT_EQ(d.u32(), kCbNotifyLock);
+  const auto nfh = d.opaque(kFhSize);
+  EXPECT_EQ(Bytes(nfh.begin(), nfh.end()), file);
+  EXPECT_EQ(d.u64(), bclient);
+  const std::string owner = d.string(kOpaqueLimit);
+  EXPECT_TRUE(owner == "lb-wait" || owner.rfind("lb-many-", 0) == 0) << owner;
+  EXPECT_TRUE(d.ok());
+  EXPECT_EQ(srv_->stats().notify_locks, 1u);
+  // A waiter that gets its lock waits no more: forgotten.
+  swap(b);
+  ctx_.conn = 2;
+  const std::uint64_t before = srv_->stats().lock_waiters_now;
+  EXPECT_EQ(b_lock(kWritewLt, "lb-wait"), kOk);
+  EXPECT_EQ(srv_->stats().lock_waiters_now, before);  // (woken already: none of it left)
+  swap(b);
+  ctx_.conn = 1;
+  // B's lease runs out: its waiters go with it, nothing more is sent.
+  clock_ += 3 * lim_.lease_seconds;
+  srv_->tick();
+  EXPECT_EQ(srv_->stats().lock_waiters_now, 0u);
+}
+
+// Review17 user item 8 / attack F8: a host chmod, chown, rename, unlink or link of a delegated
+// file breaks no user-space lease; the server watches delegated files (inotify IN_ATTRIB,
+// IN_MOVE_SELF) and recalls, so that a client stops trusting its cached attributes and access.
+// The holder's own SETATTR recalls nothing (it knows what it changed).
+TEST_F(Nfs4DelegTest, HostMetadataChangesRecall) {
+  if (!Nfs4Server::leases_usable()) GTEST_SKIP() << "no file leases on this host";
+  Cl b;
+  two_clients(b);
+  const OpenedD a = deleg("hello", "a-1");
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  // The holder's own mode change: no recall.
+  EXPECT_EQ(send(seq()
+                     .add(kPutfh, fh(a.fh))
+                     .add(kSetattr,
+                          [&](XdrEncoder& e) {
+                            encode(e, Stateid{});
+                            Bitmap bm;
+                            bm.set(kMode);
+                            encode(e, bm);
+                            Bytes v;
+                            XdrEncoder ve(v);
+                            ve.u32(0644);
+                            e.opaque(v);
+                          }))
+                .status,
+            kOk);
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  clock_ += 5;
+  ASSERT_EQ(::chmod((dir_ / "hello").c_str(), 0600), 0);
+  expect_recall(a.dsid);
+  EXPECT_EQ(srv_->stats().meta_recalls, 1u);
+  EXPECT_EQ(delegreturn(a), kOk);
+  const OpenedD a2 = deleg("hello", "a-2");
+  ASSERT_EQ(::rename((dir_ / "hello").c_str(), (dir_ / "hello.moved").c_str()), 0);
+  expect_recall(a2.dsid);
+  EXPECT_EQ(delegreturn(a2), kOk);
+  std::ofstream(dir_ / "other") << "x";
+  const OpenedD a3 = deleg("other", "a-3");
+  ASSERT_EQ(::unlink((dir_ / "other").c_str()), 0);
+  expect_recall(a3.dsid);
+  EXPECT_EQ(srv_->stats().meta_recalls, 3u);
 }
 
 }  // namespace roce::nfs

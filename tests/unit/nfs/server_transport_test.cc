@@ -1432,7 +1432,17 @@ TEST(NfsServiceArgs, DelegationsAndStateDir) {
       {"--root", "/tmp", "--delegations", "off", "--state-dir", "/tmp/state"}, c);
   EXPECT_FALSE(c.delegations);
   EXPECT_EQ(c.state_dir, "/tmp/state");
-  EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", "--delegations", "no"}, c),
+  roce::nfs::parse_service_args({"--root", "/tmp", "--delegations", "yes"}, c);
+  EXPECT_TRUE(c.delegations);
+  roce::nfs::parse_service_args({"--root", "/tmp", "--delegations", "0"}, c);
+  EXPECT_FALSE(c.delegations);
+  EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", "--delegations", "maybe"}, c),
+               std::runtime_error);
+  // The lease (and grace period): knfsd's 90 s by default, 10 s at least.
+  EXPECT_EQ(c.lease_seconds, 90u);
+  roce::nfs::parse_service_args({"--root", "/tmp", "--lease-time", "15"}, c);
+  EXPECT_EQ(c.lease_seconds, 15u);
+  EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", "--lease-time", "5"}, c),
                std::runtime_error);
   // --portmap: auto by default, then own, register, off; nothing else.
   using P = roce::nfs::NfsServiceConfig::Portmap;
