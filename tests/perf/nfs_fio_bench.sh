@@ -19,8 +19,8 @@
 # busy time plus its other threads' run time (/proc/PID/task/*/schedstat): an upper bound, as
 # the loop counts time it was preempted mid-work as busy. For the kernel's nfsd it is its
 # threads' run time: a lower bound, as rxe's work in softirq is not in it. FIO_SERVERS="roced"
-# runs one server only. The VM is qemu TCG: the numbers are the emulated machine's, not an
-# RNIC's.
+# runs one server only; FIO_MOUNT_OPTS adds mount options to both. The VM is qemu TCG: the
+# numbers are the emulated machine's, not an RNIC's.
 #   nfs_fio_bench.sh ROCE_NFSD [3|4.1]   (root; exits 77 when VMs cannot run here)
 set -euo pipefail
 nfsd=$(realpath "$1") vers=${2:-3} rt=${FIO_RUNTIME:-5} reps=${FIO_REPS:-3}
@@ -74,6 +74,9 @@ if [[ $vers == 3 ]]; then
 else
   kopts=vers=4.1,proto=rdma,port=20049 ropts=$kopts kexp=/ knfs=v4
 fi
+# FIO_MOUNT_OPTS: more options for both mounts, e.g. ",rsize=262144,wsize=262144" (the kernel
+# nfsd's largest; roce-nfsd offers 1 MiB).
+kopts+=${FIO_MOUNT_OPTS:-} ropts+=${FIO_MOUNT_OPTS:-}
 cat > "$out/share/bench.sh" <<SH
 . /etc/rxe-vm/lib.sh
 IP=ip.full
