@@ -141,6 +141,8 @@ worker_ns() {
     for p in \$knfsd; do cat /proc/\$p/schedstat; done | ns_sum
   fi
 }
+# cpu_ticks: the vCPU's idle and all ticks (/proc/stat): whether it had time to spare.
+cpu_ticks() { awk '\$1 == "cpu" {for (i = 2; i <= NF; i++) a += \$i; print \$5 + \$6, a}' /proc/stat; }
 # loop_ns: roce-nfsd's poll loop "busy idle" in ns since it started (SIGUSR1: a line in its log).
 loop_ns() {
   [ \$1 = roced ] || { echo "0 0"; return; }
@@ -181,15 +183,15 @@ for r in \$(seq $reps); do
         randread4k) a="--rw=randread --bs=4k" ;; randwrite4k) a="--rw=randwrite --bs=4k" ;;
         read1m) a="--rw=read --bs=1m" ;; write1m) a="--rw=write --bs=1m" ;;
       esac
-      l0=\$(loop_ns \$srv) w0=\$(worker_ns \$srv)
+      l0=\$(loop_ns \$srv) w0=\$(worker_ns \$srv) c0=\$(cpu_ticks)
       fio --name=\$job --filename=\$d/bench --size=64m \$a --ioengine=libaio --iodepth=16 \
           --direct=1 --time_based --runtime=$rt --output-format=terse --terse-version=3 \
           > /tmp/\$job.out 2>&1 || { cat /tmp/\$job.out; fail "fio \$job"; }
-      l1=\$(loop_ns \$srv) w1=\$(worker_ns \$srv)
+      l1=\$(loop_ns \$srv) w1=\$(worker_ns \$srv) c1=\$(cpu_ticks)
       # terse v3: 5 error, 6/7/8 read KiB, KiB/s, IOPS, 47/48/49 the same for writes
-      awk -F';' -v s=\$srv -v r=\$r -v j=\$job -v l="\$l0 \$l1" -v w="\$w0 \$w1" \
-        '{split(l, L, " "); split(w, W, " ");
-          print "FIO", s, r, j, \$5, \$6, \$7, \$8, \$47, \$48, \$49, L[3] - L[1], L[3] + L[4] - L[1] - L[2], W[2] - W[1]}' /tmp/\$job.out
+      awk -F';' -v s=\$srv -v r=\$r -v j=\$job -v l="\$l0 \$l1" -v w="\$w0 \$w1" -v c="\$c0 \$c1" \
+        '{split(l, L, " "); split(w, W, " "); split(c, C, " ");
+          print "FIO", s, r, j, \$5, \$6, \$7, \$8, \$47, \$48, \$49, L[3] - L[1], L[3] + L[4] - L[1] - L[2], W[2] - W[1], C[3] - C[1], C[4] - C[2]}' /tmp/\$job.out
     done
     umount \$d || fail "umount \$d"
     [ \$srv = roced ] && stop_roced \$r
@@ -218,6 +220,7 @@ grep -vE "^(FIO|ROCED-REPORT) " "$out/vm.clean" | grep -v "^\[rxe-vm\]" | sed 's
 grep -E "^ROCED-REPORT [0-9]+ (nfs|rpcrdma|nfs4):" "$out/vm.clean" | tail -3 | cut -c1-200 | sed 's/^/  /' || true
 [[ -z ${FIO_RAW:-} ]] || grep "^FIO " "$out/vm.clean" > "$FIO_RAW"
 # FIO SERVER ROUND JOB ERROR RKIB RKIB/S RIOPS WKIB WKIB/S WIOPS LOOP_BUSY_NS LOOP_ALL_NS WORKER_NS
+#     IDLE_TICKS ALL_TICKS
 # stat SERVER JOB WHAT: "median (min-max)" over the rounds of WHAT: val (IOPS for the 4 KiB jobs,
 # MB/s for the 1 MiB ones, 0 when fio failed), busy (the poll loop's share), cpu (the server's
 # CPU microseconds per fio I/O: loop busy + other threads).
@@ -227,25 +230,26 @@ stat() {
       rd = (j ~ /read/); bs = (j ~ /4k$/) ? 4 : 1024
       if (w == "val") v = ($5 != 0) ? 0 : (j ~ /4k$/) ? (rd ? $8 : $11) : (rd ? $7 : $10) * 1024 / 1e6
       else if (w == "busy") { if ($13 <= 0) next; v = 100 * $12 / $13 }
+      else if (w == "idle") { if ($16 <= 0) next; v = 100 * $15 / $16 }
       else { ios = (rd ? $6 : $9) / bs; if (ios <= 0) next; v = ($12 + $14) / 1000 / ios }
       x[n++] = v }
     END {
       if (!n) { printf "-"; exit }
       for (i = 0; i < n; i++) for (k = i + 1; k < n; k++) if (x[k] < x[i]) { t = x[i]; x[i] = x[k]; x[k] = t }
       m = (n % 2) ? x[int(n / 2)] : (x[n / 2 - 1] + x[n / 2]) / 2
-      f = (w == "busy") ? "%.0f%%" : (w == "val" && j ~ /1m$/) ? "%.1f" : "%.0f"
+      f = (w == "busy" || w == "idle") ? "%.0f%%" : (w == "val" && j ~ /1m$/) ? "%.1f" : "%.0f"
       printf f, m; if (n > 1) { printf " (" f "-" f ")", x[0], x[n - 1] } }' "$out/vm.clean"
 }
 echo "fio on the kernel client's NFSv$vers mount over RDMA, both servers in the VM behind a veth" \
   "(rxe, qemu TCG, 1 vCPU, icount $icount), median (min-max) of $reps rounds, load average $load0 before," \
   "$load1 after, $(( $(date +%s) - t0 )) s:"
-echo "| fio job (libaio, O_DIRECT, iodepth 16, ${rt} s) | kernel nfsd | roce-nfsd | roce-nfsd loop busy | µs per I/O: nfsd threads (at least) | roce-nfsd (at most) |"
-echo "|---|---|---|---|---|---|"
+echo "| fio job (libaio, O_DIRECT, iodepth 16, ${rt} s) | kernel nfsd | roce-nfsd | roce-nfsd loop busy | vCPU idle: nfsd | µs per I/O: nfsd threads (at least) | roce-nfsd (at most) |"
+echo "|---|---|---|---|---|---|---|"
 ok=$((1 - theirs))
 for j in randread4k:"4 KiB random read, IOPS" randwrite4k:"4 KiB random write, IOPS" \
          read1m:"1 MiB sequential read, MB/s" write1m:"1 MiB sequential write, MB/s"; do
   k=$(stat kernel "${j%%:*}" val) r=$(stat roced "${j%%:*}" val)
-  echo "| ${j#*:} | $k | $r | $(stat roced "${j%%:*}" busy) | $(stat kernel "${j%%:*}" cpu) | $(stat roced "${j%%:*}" cpu) |"
+  echo "| ${j#*:} | $k | $r | $(stat roced "${j%%:*}" busy) | $(stat kernel "${j%%:*}" idle) | $(stat kernel "${j%%:*}" cpu) | $(stat roced "${j%%:*}" cpu) |"
   for v in "$k" "$r"; do awk -v v="${v%% *}" 'BEGIN {exit !(v == "-" || v + 0 == 0)}' && ok=0; done
 done
 if [[ $ok == 1 ]]; then
