@@ -26,7 +26,7 @@ set -euo pipefail
 nfsd=$(realpath "$1") vers=${2:-3} rt=${FIO_RUNTIME:-5} reps=${FIO_REPS:-3}
 [[ $vers == 3 || $vers == 4.1 ]] || { echo "FAIL: version $vers: 3 or 4.1"; exit 2; }
 export RXE_VM_NETNS=${RXE_VM_NETNS:-rxevm-fio}
-export RXE_VM_MEM=${RXE_VM_MEM:-2048} RXE_VM_SMP=1
+export RXE_VM_MEM=${RXE_VM_MEM:-2048}
 icount=${FIO_ICOUNT:-shift=2}
 [[ $icount == off ]] || export RXE_VM_QEMU_ARGS="-icount $icount,sleep=off"
 # shellcheck source=tests/interop/lib.sh disable=SC2154
