@@ -90,6 +90,18 @@ std::size_t Engine::cc_rates(std::span<QpRate> out) const {
   return n;
 }
 
+std::size_t Engine::sr_qps(std::span<std::uint32_t> out) const {
+  std::size_t n = 0;
+  for (std::uint32_t i = 0; i < cfg_.max_qps; ++i) {
+    const Qp* qp = find_qp(first_qpn_ + i);
+    if (qp == nullptr || qp->type != QpType::kRc || !qp->req.sr) continue;
+    if (qp->state != QpState::kRtr && qp->state != QpState::kRts) continue;
+    if (n < out.size()) out[n] = qp->qpn;
+    ++n;
+  }
+  return n;
+}
+
 void Engine::Stages::cc_start(Engine& eng, Qp& qp) {
   cc::QpCc& c = qp.cc;
   c = cc::QpCc{};

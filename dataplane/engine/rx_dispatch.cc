@@ -78,7 +78,8 @@ std::string_view to_string(Counter c) {
                                                                  "sr_sacks_rcvd",
                                                                  "sr_retransmits",
                                                                  "sr_retransmit_bytes",
-                                                                 "ack_deferred"};
+                                                                 "ack_deferred",
+                                                                 "sr_connections"};
   return k[static_cast<std::size_t>(c)];
 }
 

@@ -74,6 +74,7 @@ enum class Counter : std::uint8_t {
   kSrRetransmits,       ///< selective repeat: packets sent again because a SACK named them
   kSrRetransmitBytes,   ///< their payload bytes
   kAckDeferred,         ///< coalesced ACKs kept for the next run() (the TX ring was full), per run
+  kSrConnections,       ///< RC connections the CM set up with selective repeat on (ece_sr_on)
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);
