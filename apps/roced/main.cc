@@ -64,6 +64,8 @@ struct PortRuntime {
     std::array<std::uint64_t, fpga::kDevCounters> dev{};
     std::array<engine::Engine::QpRate, apps::kQpRateSeries> rates{};
     std::size_t rates_n = 0, limited = 0;
+    std::array<std::uint32_t, apps::kQpRateSeries> sr_qpns{};
+    std::size_t sr_qps = 0;
     std::atomic<bool> asked{false};
   };
   std::vector<std::unique_ptr<Snapshot>> snaps;
@@ -146,6 +148,9 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       }
     };
     keep(std::span(rates).first(std::min(rates.size(), c.cc_limited_qps)));
+    // The QPs running selective repeat, every lcore's; the first kQpRateSeries QPNs kept.
+    c.sr_qps = p.eng().sr_qps(c.sr_qpns);
+    c.sr_qpns_n = std::min<std::size_t>(c.sr_qps, c.sr_qpns.size());
     for (unsigned l = 1; l < p.rt->lcores(); ++l) {
       PortRuntime::Snapshot& s = *p.snaps[l];
       add(c.engine, s.stats);
@@ -153,6 +158,9 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       c.mrs += s.mrs;
       c.cc_limited_qps += s.limited;
       keep(std::span(s.rates).first(s.rates_n));
+      c.sr_qps += s.sr_qps;
+      for (std::size_t k = 0; k < std::min(s.sr_qps, s.sr_qpns.size()); ++k)
+        if (c.sr_qpns_n < c.sr_qpns.size()) c.sr_qpns[c.sr_qpns_n++] = s.sr_qpns[k];
       // Ask lcore l for a fresh copy, read next time (one request in flight at a time).
       if (!s.asked.exchange(true))
         p.rt->loop(l).post([&s, e = &p.rt->eng(l), d = p.rt->device(l)] {
@@ -162,6 +170,7 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
           s.mrs = e->mr_count();
           s.limited = e->cc_rates(s.rates);
           s.rates_n = std::min(s.limited, s.rates.size());
+          s.sr_qps = e->sr_qps(s.sr_qpns);
           s.asked.store(false, std::memory_order_release);
         });
     }

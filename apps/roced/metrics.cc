@@ -80,6 +80,8 @@ std::vector<CounterSample> Metrics::snapshot() const {
       out.push_back({"cc_limited_qps_now", p.name, p.cc_limited_qps,
                      "QPs congestion control holds below their maximum rate (docs/congestion.md)",
                      true});
+    out.push_back({"sr_qps_now", p.name, p.sr_qps,
+                   "connected QPs running selective repeat (docs/loss-recovery.md)", true});
     if (p.attach_on) {
       out.push_back({"attach_clients", p.name, p.attach_clients});
       out.push_back({"attach_clients_total", p.name, p.attach_clients_total});
@@ -153,6 +155,18 @@ std::string Metrics::prometheus(const std::string& appliance) const {
       }
       os << "roce_cc_qp_rate_mbps{appliance=\"" << appliance << "\",port=\"" << p.name
          << "\",qpn=\"" << p.cc_rates[i].qpn << "\"} " << p.cc_rates[i].rate_mbps << '\n';
+    }
+  // Each QP running selective repeat (the first kQpRateSeries per port): roce-ctl sr.
+  bool sr_header = false;
+  for (const auto& p : ports)
+    for (std::size_t i = 0; i < p.sr_qpns_n; ++i) {
+      if (!sr_header) {
+        os << "# HELP roce_sr_qp a QP running selective repeat, negotiated in the CM's ECE "
+              "(docs/loss-recovery.md)\n# TYPE roce_sr_qp gauge\n";
+        sr_header = true;
+      }
+      os << "roce_sr_qp{appliance=\"" << appliance << "\",port=\"" << p.name << "\",qpn=\""
+         << p.sr_qpns[i] << "\"} 1\n";
     }
   if (clients) {
     // One gauge per resource, a series per client.

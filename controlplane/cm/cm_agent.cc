@@ -174,6 +174,7 @@ bool CmAgent::modify(ConnId id, QpTransition t, const QpAttrs& q) {
         const bool sr = cfg_.selective_repeat && ece_sr_on(q.local_ece, q.remote_ece);
         if (sr || qp->req.sr) rc = eng_.set_selective_repeat(qp, sr);
         if (rc == kOk) ++(sr ? stats_.sr_connections : stats_.gbn_connections);
+        if (rc == kOk && sr) eng_.count(Counter::kSrConnections);
       }
       break;
     }
