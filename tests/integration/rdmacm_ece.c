@@ -5,7 +5,10 @@
  * id, before its QP), "echo" (rdma_get_remote_ece copied into rdma_set_local_ece, what a
  * program written for rdma-core's passive side may do) or "none". Each side prints the peer's
  * ECE it saw and, once connected, what ibv_query_ece says is in force; the client stays
- * connected 3 s (the script reads roced's counters meanwhile), then disconnects. */
+ * connected 3 s (the script reads roced's counters meanwhile), then disconnects. The client's
+ * MODE "offer-exchange" offers too, then does what rdma-core's rdma_client does (a 16-byte SEND
+ * and RECV) for rdma_server as its peer (tests/interop/rdmacm_rxe.sh ece). */
+#include <errno.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
@@ -86,14 +89,37 @@ int main(int argc, char **argv) {
   hints.ai_port_space = RDMA_PS_TCP;
   if (rdma_getaddrinfo(argv[2], argv[3], &hints, &res)) return perror("rdma_getaddrinfo"), 2;
   if (rdma_create_ep(&id, res, NULL, &attr)) return perror("rdma_create_ep"), 2;
-  if (strcmp(argv[4], "offer") == 0) {
+  const int exchange = strcmp(argv[4], "offer-exchange") == 0;
+  if (strncmp(argv[4], "offer", 5) == 0) {
     struct ibv_ece offer = {0xFFFFFF, 0x524F0001, 0};
     if (ibv_set_ece(id->qp, &offer)) return perror("ibv_set_ece"), 2;
   }
-  if (rdma_connect(id, NULL)) return perror("rdma_connect"), 2;
+  static char send_msg[16] = "ece", recv_msg[16];
+  struct ibv_mr *smr = NULL, *rmr = NULL;
+  if (exchange) {
+    rmr = rdma_reg_msgs(id, recv_msg, sizeof recv_msg);
+    smr = rdma_reg_msgs(id, send_msg, sizeof send_msg);
+    if (!rmr || !smr) return perror("rdma_reg_msgs"), 2;
+    if (rdma_post_recv(id, NULL, recv_msg, sizeof recv_msg, rmr)) return perror("post_recv"), 2;
+  }
+  if (rdma_connect(id, NULL)) {  /* the words the interop script retries on */
+    printf("rdma_connect: %s (REJECTED or UNREACHABLE: no listener yet?)\n", strerror(errno));
+    return 2;
+  }
   printf("client: connected\n");
   print_in_force("client", id->qp);
-  sleep(3);
+  if (exchange) {
+    struct ibv_wc wc;
+    if (rdma_post_send(id, NULL, send_msg, sizeof send_msg, smr, IBV_SEND_SIGNALED))
+      return perror("rdma_post_send"), 2;
+    if (rdma_get_send_comp(id, &wc) <= 0 || wc.status != IBV_WC_SUCCESS)
+      return printf("client: send failed\n"), 1;
+    if (rdma_get_recv_comp(id, &wc) <= 0 || wc.status != IBV_WC_SUCCESS)
+      return printf("client: receive failed\n"), 1;
+    printf("client: exchanged\n");
+    fflush(stdout);
+  }
+  sleep(exchange ? 0 : 3);
   rdma_disconnect(id);
   printf("client: disconnected\n");
   return 0;
