@@ -168,8 +168,10 @@ void Engine::Stages::cc_on_cnp(Engine& eng, Qp& qp) {
     eng.stats_.inc(Counter::kCnpIgnored);
     return;
   }
-  const bool cut = qp.cc.dcqcn.on_cnp(eng.now_);
-  eng.stats_.inc(cut ? Counter::kCnpHandled : Counter::kCnpIgnored);
+  // Handled whether it cuts now or at the end of the monitor period (mlx5's rp_cnp_handled);
+  // ignored are only those refused above (rp_cnp_ignored).
+  qp.cc.dcqcn.on_cnp(eng.now_);
+  eng.stats_.inc(Counter::kCnpHandled);
   set_pace(eng, qp, eng.now_);
 }
 

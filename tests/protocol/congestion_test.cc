@@ -314,16 +314,24 @@ TEST(CongestionRp, DcqcnCnpHalvesTheRateAtAlphaOne) {
   k.algorithm = cc::Algorithm::kDcqcn;
   k.dcqcn.max_rate_mbps = 10'000;
   k.dcqcn.initial_alpha = 1024;
+  k.dcqcn.rate_reduce_monitor_period_us = 4;
   Harness h(false, k);
   h.send_request();
   h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
   EXPECT_EQ(h.count(Counter::kCnpHandled), 1u);
   EXPECT_DOUBLE_EQ(h.eng.cc_rate_mbps(*h.qp), 5'000.0) << "Rc (1 - alpha/2), alpha 1";
-  // A second CNP within the rate reduce monitor period (4 us) does not cut again.
+  // A second CNP within the rate reduce monitor period (4 us) does not cut at once: it is
+  // handled (mlx5's rp_cnp_handled), and cuts at the period's end, as ConnectX's does.
   h.now += 2'000;
   h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
-  EXPECT_EQ(h.count(Counter::kCnpIgnored), 1u);
+  EXPECT_EQ(h.count(Counter::kCnpHandled), 2u);
+  EXPECT_EQ(h.count(Counter::kCnpIgnored), 0u);
   EXPECT_DOUBLE_EQ(h.eng.cc_rate_mbps(*h.qp), 5'000.0);
+  h.now += 2'500;  // past the period's end
+  h.flush();
+  std::array<engine::Engine::QpRate, 4> r{};
+  ASSERT_EQ(h.eng.cc_rates(r), 1u);
+  EXPECT_LT(r[0].rate_mbps, 5'000u) << "the deferred cut";
 }
 
 // The per-QP rate counter (roce-ctl rates, roce_cc_qp_rate_mbps): the QPs below their maximum,

@@ -72,13 +72,34 @@ TEST(Dcqcn, AlphaRisesWithCnpsAndDecaysWithout) {
   EXPECT_NEAR(d.alpha(), (1 - g) * a2 + g, 1e-12);
 }
 
-TEST(Dcqcn, RateReduceMonitorPeriodAllowsOneCut) {
+// rate_reduce_monitor_period, as ConnectX (mlxconfig RATE_REDUCE_MONITOR_PERIOD: "the minimum
+// time between 2 consecutive rate reductions"; PRM rpg_gd: "reduced at the beginning of the next
+// rate_reduce_monitor_period interval"): a CNP inside the period is kept, not dropped, and cuts
+// at the period's end, once however many came.
+TEST(Dcqcn, RateReduceMonitorPeriodDefersTheNextCut) {
   Dcqcn d(params());
   ASSERT_TRUE(d.on_cnp(1000 * kUs));
+  const double after_first = d.rate_mbps();
   EXPECT_FALSE(d.on_cnp(1003 * kUs)) << "3 us later: within the 4 us monitor period";
-  EXPECT_DOUBLE_EQ(d.rate_mbps(), 20'000);
-  EXPECT_TRUE(d.on_cnp(1004 * kUs));
-  EXPECT_LT(d.rate_mbps(), 20'000);
+  EXPECT_FALSE(d.on_cnp(1003 * kUs + 500)) << "a second one in the period: one cut for both";
+  EXPECT_DOUBLE_EQ(d.rate_mbps(), after_first);
+  d.advance(1004 * kUs - 1);
+  EXPECT_DOUBLE_EQ(d.rate_mbps(), after_first) << "not before the period ends";
+  d.advance(1004 * kUs);
+  const double after_second = d.rate_mbps();
+  EXPECT_LT(after_second, after_first) << "the kept CNP cuts at the period's end";
+  // No CNP in the next period: no cut at its end.
+  d.advance(1008 * kUs);
+  EXPECT_GE(d.rate_mbps(), after_second);
+  // A CNP 1 us before a period ends, none after (a sparse marker): still a cut.
+  Dcqcn e(params());
+  ASSERT_TRUE(e.on_cnp(2000 * kUs));
+  const double one = e.rate_mbps();
+  EXPECT_FALSE(e.on_cnp(2003 * kUs));
+  e.advance(2010 * kUs);
+  EXPECT_LT(e.rate_mbps(), one);
+  // After the period, a CNP cuts at once.
+  EXPECT_TRUE(e.on_cnp(2020 * kUs));
 }
 
 TEST(Dcqcn, FastRecoveryThenAdditiveThenHyperIncrease) {
