@@ -511,6 +511,24 @@ TEST(CongestionNp, CeFrameOutsideThePsnWindowGetsNoCnp) {
   EXPECT_EQ(Harness::cnps(h.flush()).size(), 1u);
 }
 
+// A CE-marked packet behind a lost one (go-back-N: NAKed, not executed) is still congestion:
+// after a tail drop every packet behind the hole is one, exactly when the queue is full. Within
+// the window a requester can have in flight it draws a CNP as well as the NAK (ConnectX's NP
+// answers any marked packet of a valid QP); far ahead (a spoofer's guess) it draws no CNP.
+// Review 18 finding 5.
+TEST(CongestionNp, CeMarkedPacketPastAGapGetsACnpWithinTheWindow) {
+  Harness h;
+  h.eng.receive(h.frame(Opcode::kRcWriteOnly, kEpsn + 2, 64, 0x03), h.now);
+  const auto frames = h.flush();
+  EXPECT_EQ(Harness::cnps(frames).size(), 1u);
+  EXPECT_EQ(h.count(Counter::kSeqErrNakSent), 1u) << "and the sequence NAK";
+  EXPECT_EQ(h.count(Counter::kCnpSent), 1u);
+  Harness far;
+  far.eng.receive(far.frame(Opcode::kRcWriteOnly, kEpsn + 5000, 64, 0x03), far.now);
+  EXPECT_TRUE(Harness::cnps(far.flush()).empty()) << "5000 PSNs ahead: no CNP";
+  EXPECT_EQ(far.count(Counter::kCnpSent), 0u);
+}
+
 // ---- pacing ---------------------------------------------------------------------------------
 
 // A CNP from B's side of a loopback to A's QP.
