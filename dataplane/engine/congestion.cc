@@ -163,14 +163,18 @@ static bool cnp_plausible(const Qp& qp, std::uint64_t now) {
 }
 
 void Engine::Stages::cc_on_cnp(Engine& eng, Qp& qp) {
-  if (eng.cfg_.congestion.algorithm != cc::Algorithm::kDcqcn || qp.state != QpState::kRts ||
-      !cnp_plausible(qp, eng.now_)) {
+  const cc::Algorithm a = eng.cfg_.congestion.algorithm;
+  if (a == cc::Algorithm::kNone || qp.state != QpState::kRts || !cnp_plausible(qp, eng.now_)) {
     eng.stats_.inc(Counter::kCnpIgnored);
     return;
   }
   // Handled whether it cuts now or at the end of the monitor period (mlx5's rp_cnp_handled);
-  // ignored are only those refused above (rp_cnp_ignored).
-  qp.cc.dcqcn.on_cnp(eng.now_);
+  // ignored are only those refused above (rp_cnp_ignored). `delay` sends ECT(0) too, so it
+  // slows down for CNPs as well (delay.h).
+  if (a == cc::Algorithm::kDcqcn)
+    qp.cc.dcqcn.on_cnp(eng.now_);
+  else
+    qp.cc.delay.on_cnp(eng.now_);
   eng.stats_.inc(Counter::kCnpHandled);
   set_pace(eng, qp, eng.now_);
 }

@@ -334,6 +334,22 @@ TEST(CongestionRp, DcqcnCnpHalvesTheRateAtAlphaOne) {
   EXPECT_LT(r[0].rate_mbps, 5'000u) << "the deferred cut";
 }
 
+// `delay` sends ECT(0) (ect_on), so a CNP slows it down as it does a DCQCN sender: at a marking
+// switch shared with ConnectX senders it must not keep its share while they are cut (review 18
+// finding 6).
+TEST(CongestionRp, DelayCnpCutsTheRate) {
+  cc::CongestionConfig k;
+  k.algorithm = cc::Algorithm::kDelay;
+  k.delay.max_rate_mbps = 10'000;
+  EXPECT_TRUE(k.ect_on());
+  Harness h(false, k);
+  h.send_request();
+  h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
+  EXPECT_EQ(h.count(Counter::kCnpHandled), 1u);
+  EXPECT_EQ(h.count(Counter::kCnpIgnored), 0u);
+  EXPECT_DOUBLE_EQ(h.eng.cc_rate_mbps(*h.qp), 5'000.0) << "max_decrease 50 %";
+}
+
 // The per-QP rate counter (roce-ctl rates, roce_cc_qp_rate_mbps): the QPs below their maximum,
 // with the rate their timers would give them now, lowest first.
 TEST(CongestionRp, RateCounterListsLimitedQpsAtTheirRateNow) {

@@ -214,6 +214,29 @@ TEST(DelayCc, IncreasesBelowTargetAndCutsInProportionAbove) {
   EXPECT_TRUE(c.limited());
 }
 
+// It sends ECT(0), so it reacts to CNPs (review 18 finding 6; RFC 3168's bargain, which
+// docs/congestion.md keeps for `none`): a CNP cuts the rate by max_decrease, at most once per
+// round trip (together with the delay's own cuts), as Swift takes ECN as a second signal.
+TEST(DelayCc, CnpCutsByTheMaximumDecreaseOncePerRoundTrip) {
+  DelayParams p;
+  p.max_rate_mbps = 10'000;
+  p.min_rate_mbps = 100;
+  p.target_us = 50;
+  p.max_decrease_pct = 50;
+  DelayCc c(p);
+  EXPECT_TRUE(c.on_cnp(1000 * kUs));
+  EXPECT_NEAR(c.rate_mbps(), 5'000, 1e-9);
+  EXPECT_TRUE(c.limited());
+  c.on_rtt(20 * kUs, 1001 * kUs);  // below target: + R_AI (100)
+  EXPECT_NEAR(c.rate_mbps(), 5'100, 1e-9);
+  EXPECT_FALSE(c.on_cnp(1010 * kUs)) << "within a round trip (20 us) of the cut";
+  EXPECT_NEAR(c.rate_mbps(), 5'100, 1e-9);
+  EXPECT_TRUE(c.on_cnp(1030 * kUs));
+  EXPECT_NEAR(c.rate_mbps(), 2'550, 1e-9);
+  for (int i = 0; i < 20; ++i) c.on_cnp((2000 + 100 * i) * kUs);
+  EXPECT_NEAR(c.rate_mbps(), 100, 1e-9) << "never below the minimum";
+}
+
 TEST(DelayCc, TargetFromTheSmallestRoundTrip) {
   DelayParams p;
   p.target_us = 0;
