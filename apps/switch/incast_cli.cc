@@ -48,7 +48,7 @@ int roce::fabric::incast_cli(int argc, char** argv) {
       "monitor-us",
       po::value(&d.rate_reduce_monitor_period_us)->default_value(d.rate_reduce_monitor_period_us),
       "rate_reduce_monitor_period")("g", po::value(&d.alpha_g)->default_value(d.alpha_g),
-                                    "dce_tcp_g (/1024)")(
+                                    "dce_tcp_g: alpha's gain in 1/1024")(
       "target-us", po::value(&o.cc.delay.target_us)->default_value(o.cc.delay.target_us),
       "delay: target round trip")("duration-ms", po::value(&duration_ms)->default_value(50))(
       "warmup-ms", po::value(&warmup_ms)->default_value(5))(

@@ -25,7 +25,7 @@ void Dcqcn::reset(const DcqcnParams& p) {
   min_ = std::min<double>(std::max<double>(p.min_rate_mbps, 0.001), max_);
   rc_ = rt_ = max_;
   alpha_ = std::min(p.initial_alpha, 1024u) / 1024.0;
-  g_ = 1.0 - std::min(p.alpha_g, 1024u) / 1024.0;
+  g_ = std::min(p.alpha_g, 1024u) / 1024.0;
   t_ = bc_ = 0;
   bytes_ = 0;
   last_cut_ = 0;

@@ -9,7 +9,7 @@
 ///                   nor below the minimum rate); the timer, the byte counter and both stage
 ///                   counts T, BC restart
 ///   alpha period:   alpha <- (1 - g) alpha + g  with a CNP in the period,
-///                   alpha <- (1 - g) alpha      without one          (g = 1 - dce_tcp_g/1024)
+///                   alpha <- (1 - g) alpha      without one          (g = dce_tcp_g/1024)
 ///   increase event: each rate_increase_period (T += 1) and each byte_counter bytes (BC += 1):
 ///                   fast recovery   max(T, BC) < F:  RC <- (RT + RC) / 2
 ///                   additive        one of them >= F: RT += R_AI,           RC <- (RT + RC) / 2
@@ -64,7 +64,7 @@ class Dcqcn {
   DcqcnParams p_;
   double max_ = 0, min_ = 0;
   double rc_ = 0, rt_ = 0, alpha_ = 1;
-  double g_ = 0;  ///< the gain, 1 - dce_tcp_g/1024
+  double g_ = 0;  ///< the gain, dce_tcp_g/1024
   std::uint32_t t_ = 0, bc_ = 0;
   std::uint64_t bytes_ = 0;     ///< since the last byte-counter event
   std::uint64_t last_cut_ = 0;  ///< when the rate was last cut

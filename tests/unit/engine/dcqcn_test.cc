@@ -20,7 +20,7 @@ DcqcnParams params() {
   p.min_rate_mbps = 10;
   p.ai_rate_mbps = 40;
   p.hai_rate_mbps = 400;
-  p.alpha_g = 1020;  // g = 4/1024 = 1/256, the paper's
+  p.alpha_g = 4;  // g = 4/1024 = 1/256, the paper's (NVIDIA's PRM: gain = dce_tcp_g / 2^10)
   p.initial_alpha = 1024;
   p.alpha_update_period_us = 55;
   p.rate_increase_period_us = 55;
@@ -182,6 +182,21 @@ TEST(Dcqcn, ConnectXDefaultsCutByHalfOnTheFirstCnp) {
   Dcqcn d{DcqcnParams{}};  // initial_alpha 1023
   d.on_cnp(1000 * kUs);
   EXPECT_NEAR(d.rate_mbps(), 100'000 * (1 - (1023.0 / 1024) / 2), 1e-6);
+}
+
+// dce_tcp_g is the gain itself, in 1/1024: NVIDIA's PRM (mstflint's layout of the RoCE ECN
+// block, the mlxconfig text of DCE_TCP_G): "Alpha = (cnp_received * dceTcpG) + (1 - dceTcpG) *
+// alpha. dceTcpG is divided by 2^10" (review 18 finding 3: we had read it as 1 - gain).
+TEST(Dcqcn, DceTcpGIsTheGainInUnitsOf1024) {
+  for (const auto& [g, want] : {std::pair{64u, 64 / 1024.0}, std::pair{1019u, 1019 / 1024.0}}) {
+    DcqcnParams p = params();
+    p.alpha_g = g;
+    p.initial_alpha = 0;
+    Dcqcn d(p);
+    d.on_cnp(1000 * kUs);
+    d.advance(1000 * kUs + 55 * kUs);  // the end of the alpha period with the CNP
+    EXPECT_NEAR(d.alpha(), want, 1e-9) << "dce_tcp_g " << g;
+  }
 }
 
 // ---- delay-based ----------------------------------------------------------------------------
