@@ -112,6 +112,52 @@ runtime::PortOptions port_options(const ctl::ApplianceConfig& cfg, const ctl::Po
   return o;
 }
 
+// What --check resolves for a port's congestion control and loss recovery, each value with its
+// unit and ConnectX's name where it has one: what an operator diffs against `mlxconfig q`.
+void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc) {
+  const engine::cc::CongestionConfig& k = pc.congestion;
+  const char* ecn = k.ecn == engine::cc::Ecn::kOn    ? "on (ecn: true)"
+                    : k.ecn == engine::cc::Ecn::kOff ? "off (ecn: false)"
+                    : k.ect_on()                     ? "on (with the algorithm)"
+                                                     : "off (no algorithm)";
+  std::printf(
+      "  port %s: congestion %s, ECT(0) %s; CNPs %s, min_time_between_cnps %u us, "
+      "cnp_dscp %u\n",
+      pc.name.c_str(), engine::cc::to_string(k.algorithm), ecn, k.cnp ? "on" : "off",
+      k.cnp_interval_ns / 1000, k.cnp_dscp);
+  if (k.algorithm == engine::cc::Algorithm::kNone && k.ect_on())
+    std::printf(
+        "  port %s: warning: ecn: true with algorithm: none: every packet is sent "
+        "ECN-capable, but CNPs do not slow it down (docs/congestion.md)\n",
+        pc.name.c_str());
+  if (k.algorithm == engine::cc::Algorithm::kDcqcn) {
+    const engine::cc::DcqcnParams& d = k.dcqcn;
+    std::printf(
+        "    dcqcn: rpg_max_rate %u Mb/s%s, rpg_min_rate %u Mb/s, rpg_ai_rate %u Mb/s, "
+        "rpg_hai_rate %u Mb/s, dce_tcp_g %u (gain %u/1024), initial_alpha_value %u, "
+        "dce_tcp_rtt %u us, rpg_time_reset %u us, rpg_byte_reset %llu bytes, "
+        "rpg_threshold %u, rate_reduce_monitor_period %u us, rpg_min_dec_fac %u %%\n",
+        d.max_rate_mbps, d.max_rate_mbps == 0 ? " (the link's speed)" : "", d.min_rate_mbps,
+        d.ai_rate_mbps, d.hai_rate_mbps, d.alpha_g, d.alpha_g, d.initial_alpha,
+        d.alpha_update_period_us, d.rate_increase_period_us,
+        static_cast<unsigned long long>(d.byte_counter), d.threshold,
+        d.rate_reduce_monitor_period_us, d.min_dec_factor_pct);
+  } else if (k.algorithm == engine::cc::Algorithm::kDelay) {
+    const engine::cc::DelayParams& y = k.delay;
+    std::printf(
+        "    delay: target %u us%s, max_rate %u Mb/s%s, min_rate %u Mb/s, ai_rate %u Mb/s, "
+        "beta %u %%, max_decrease %u %% (also per CNP)\n",
+        y.target_us, y.target_us == 0 ? " (2 x the smallest round trip)" : "", y.max_rate_mbps,
+        y.max_rate_mbps == 0 ? " (the link's speed)" : "", y.min_rate_mbps, y.ai_rate_mbps,
+        y.beta_pct, y.max_decrease_pct);
+  }
+  std::printf("  port %s: loss recovery go-back-N%s\n", pc.name.c_str(),
+              cfg.transport.selective_repeat
+                  ? "; selective repeat allowed for the connections whose applications offer "
+                    "and accept it in ECE (docs/configuration.md \"transport\")"
+                  : "; selective repeat not allowed (transport.selective_repeat: false)");
+}
+
 // Adds every counter of `b` to `a`.
 void add(engine::Stats& a, const engine::Stats& b) {
   for (std::size_t i = 0; i < a.c.size(); ++i) a.c[i] += b.c[i];
@@ -355,6 +401,10 @@ int run(const ctl::ApplianceConfig& cfg) {
           p.cfg.name.c_str());
     }
   }
+  if (cfg.transport.selective_repeat)
+    std::printf(
+        "  selective repeat: allowed, for the connections whose applications offer and "
+        "accept it (roce-ctl sr lists them)\n");
   if (server) std::printf("  counters: %s\n", server->endpoint().c_str());
   if (cfg.counters.telemetry) std::printf("  telemetry: /roce/counters (dpdk-telemetry.py)\n");
   if (att) std::printf("  attach: %s (mode %04o)\n", att->socket_path().c_str(), cfg.attach.mode);
@@ -597,6 +647,7 @@ int main(int argc, char** argv) {
                   cfg.ports.size());
       for (unsigned l : cfg.lcores) std::printf(" %u", l);
       std::printf("\n");
+      for (const ctl::PortConfig& pc : cfg.ports) print_transport(cfg, pc);
       for (std::size_t i = 0; i < cfg.services.size(); ++i) {
         const ctl::ServiceConfig& s = cfg.services[i];
         std::printf("  services[%zu] %s on %s, listen_port %u at %s\n", i, s.kind.c_str(),
