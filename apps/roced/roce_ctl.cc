@@ -303,8 +303,15 @@ int main(int argc, char** argv) {
     if (command == "sr") return print_sr(http_get(endpoint));
     std::istringstream in(http_get(endpoint));
     std::map<std::string, std::map<std::string, std::string>> table;  // port -> name -> value
+    std::map<std::string, std::string> rnic;  // name -> an RNIC's name for it (its HELP line)
     std::string line;
     while (std::getline(in, line)) {
+      if (line.rfind("# HELP roce_", 0) == 0) {
+        const auto sp = line.find(' ', 12), at = line.find("; RNIC: ");
+        if (sp != std::string::npos && at != std::string::npos)
+          rnic[line.substr(12, sp - 12)] = line.substr(at + 8);
+        continue;
+      }
       if (line.empty() || line[0] == '#' || line.find("client=\"") != std::string::npos ||
           line.find("qpn=\"") != std::string::npos)
         continue;  // per-client series: roce-ctl clients; per-QP rates: roce-ctl rates
@@ -318,10 +325,14 @@ int main(int argc, char** argv) {
       const std::string value = value_after(line, close);
       if (value != "0" || vm.count("all")) table[port][name] = value;
     }
-    std::printf("%-10s %-34s %16s\n", "port", "counter", "value");
+    std::printf("%-10s %-34s %16s  %s\n", "port", "counter", "value", "RNIC's name (mlx5, rxe)");
     for (const auto& [port, rows] : table)
-      for (const auto& [name, value] : rows)
-        std::printf("%-10s %-34s %16s\n", port.c_str(), name.c_str(), value.c_str());
+      for (const auto& [name, value] : rows) {
+        const auto r = rnic.find(name);
+        std::printf("%-10s %-34s %16s%s%s\n", port.c_str(), name.c_str(), value.c_str(),
+                    r == rnic.end() ? "" : "  ",
+                    r == rnic.end() ? "" : printable(r->second).c_str());
+      }
   } catch (const std::exception& e) {
     std::cerr << "roce-ctl: " << e.what() << '\n';
     return 1;

@@ -4,7 +4,8 @@
 # server attached to B and a client attached to A (rdmacm_ece.c, our librdmacm.so.1). Offered
 # by the client (ibv_set_ece) and accepted by the server (rdma_set_local_ece): both QPs run it,
 # ibv_query_ece says so on both sides and roce-ctl sr lists them. The server echoing the offer,
-# or either side asking nothing: go-back-N on both, nothing listed.
+# or either side asking nothing: go-back-N on both, nothing listed. roce-ctl counters shows
+# sr_connections and the mlx5 names of the congestion counters.
 #   rdmacm_ece.sh ROCED ROCE_CTL LIBROCE_VERBS RDMACM_DIR WORKDIR RDMACM_ECE
 set -euo pipefail
 roced=$(realpath "$1") ctl=$(realpath "$2") lib=$(realpath "$3") cmdir=$(realpath "$4") work=$5
@@ -66,4 +67,12 @@ run offer none 0
 run none accept 0
 grep -q "^server: remote vendor 0x0 options 0x0$" "$work/server.txt" ||
   fail "the REQ carried an ECE the client did not ask for"
+# The counters: one connection of the four ran selective repeat on each side, and roce-ctl
+# names the RNIC counters an operator looks for beside ours (their HELP lines).
+for e in "$prom_a" "$prom_b"; do
+  "$ctl" -p "$e" --all counters > "$work/counters.txt"
+  grep -Eq "^p0 +sr_connections +1$" "$work/counters.txt" || fail "$e: sr_connections is not 1"
+  grep -Eq "^p0 +cnp_sent +[0-9]+  mlx5 np_cnp_sent$" "$work/counters.txt" ||
+    fail "$e: roce-ctl counters does not name mlx5's np_cnp_sent"
+done
 echo "PASS rdmacm_ece"
