@@ -196,6 +196,7 @@ engine::cc::CongestionConfig parse_congestion(const YAML::Node& node, const std:
     p.rate_reduce_monitor_period_us =
         u32(d, "rate_reduce_monitor_period_us", p.rate_reduce_monitor_period_us, 0, 1u << 24);
     p.min_dec_factor_pct = u32(d, "rpg_min_dec_fac", p.min_dec_factor_pct, 0, 100);
+    p.defer_cut = d.boolean("monitor_period_defers_cut", p.defer_cut);
     d.finish();
   }
   if (r.has("delay")) {

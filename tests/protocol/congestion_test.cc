@@ -315,6 +315,7 @@ TEST(CongestionRp, DcqcnCnpHalvesTheRateAtAlphaOne) {
   k.dcqcn.max_rate_mbps = 10'000;
   k.dcqcn.initial_alpha = 1024;
   k.dcqcn.rate_reduce_monitor_period_us = 4;
+  k.dcqcn.defer_cut = true;  // ConnectX's way
   Harness h(false, k);
   h.send_request();
   h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);

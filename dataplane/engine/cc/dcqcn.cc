@@ -41,7 +41,8 @@ bool Dcqcn::on_cnp(std::uint64_t now) {
   if (alpha_next_ == 0) alpha_next_ = now + std::uint64_t{p_.alpha_update_period_us} * 1000;
   const std::uint64_t monitor = std::uint64_t{p_.rate_reduce_monitor_period_us} * 1000;
   if (cut_once_ && now - last_cut_ < monitor) {
-    cut_pending_ = true;  // cut at the period's end (advance), once for all the period's CNPs
+    // ConnectX's way: cut at the period's end (advance), once for all the period's CNPs.
+    if (p_.defer_cut) cut_pending_ = true;
     return false;
   }
   cut(now);

@@ -3,11 +3,11 @@
 /// Deployments", SIGCOMM 2015), as a state machine of its own: no engine, no clock of its own.
 /// The caller reports CNPs and bytes sent with the time, and asks for the rate to pace at.
 ///
-///   CNP:            RT <- RC;  RC <- RC (1 - alpha/2)   (at most one cut per monitor period:
-///                   CNPs within the period of the last cut make one cut at its end, as
-///                   ConnectX's rate_reduce_monitor_period; never below min_dec_factor of RC
-///                   nor below the minimum rate); the timer, the byte counter and both stage
-///                   counts T, BC restart
+///   CNP:            RT <- RC;  RC <- RC (1 - alpha/2)   (at most one cut per monitor period;
+///                   with defer_cut, CNPs within the period of the last cut make one cut at
+///                   its end, as ConnectX's rate_reduce_monitor_period, else they only feed
+///                   alpha; never below min_dec_factor of RC nor below the minimum rate); the
+///                   timer, the byte counter and both stage counts T, BC restart
 ///   alpha period:   alpha <- (1 - g) alpha + g  with a CNP in the period,
 ///                   alpha <- (1 - g) alpha      without one          (g = dce_tcp_g/1024)
 ///   increase event: each rate_increase_period (T += 1) and each byte_counter bytes (BC += 1):
@@ -36,8 +36,8 @@ class Dcqcn {
   void reset(const DcqcnParams& p);
 
   /// A CNP for this QP arrived at `now_ns`. True when it cut the rate now; false when it fell
-  /// in the monitor period of the previous cut: the cut comes at that period's end (advance),
-  /// one for all the CNPs of the period. Either way it counts for alpha.
+  /// in the monitor period of the previous cut: with defer_cut the cut comes at that period's
+  /// end (advance), one for all the CNPs of the period. Either way it counts for alpha.
   bool on_cnp(std::uint64_t now_ns);
   /// `bytes` were sent at `now_ns` (the byte counter; timers up to now first).
   void on_sent(std::uint64_t bytes, std::uint64_t now_ns);

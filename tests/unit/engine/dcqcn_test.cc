@@ -77,7 +77,9 @@ TEST(Dcqcn, AlphaRisesWithCnpsAndDecaysWithout) {
 // rate_reduce_monitor_period interval"): a CNP inside the period is kept, not dropped, and cuts
 // at the period's end, once however many came.
 TEST(Dcqcn, RateReduceMonitorPeriodDefersTheNextCut) {
-  Dcqcn d(params());
+  DcqcnParams p = params();
+  p.defer_cut = true;
+  Dcqcn d(p);
   ASSERT_TRUE(d.on_cnp(1000 * kUs));
   const double after_first = d.rate_mbps();
   EXPECT_FALSE(d.on_cnp(1003 * kUs)) << "3 us later: within the 4 us monitor period";
@@ -92,7 +94,7 @@ TEST(Dcqcn, RateReduceMonitorPeriodDefersTheNextCut) {
   d.advance(1008 * kUs);
   EXPECT_GE(d.rate_mbps(), after_second);
   // A CNP 1 us before a period ends, none after (a sparse marker): still a cut.
-  Dcqcn e(params());
+  Dcqcn e(p);
   ASSERT_TRUE(e.on_cnp(2000 * kUs));
   const double one = e.rate_mbps();
   EXPECT_FALSE(e.on_cnp(2003 * kUs));
@@ -100,6 +102,13 @@ TEST(Dcqcn, RateReduceMonitorPeriodDefersTheNextCut) {
   EXPECT_LT(e.rate_mbps(), one);
   // After the period, a CNP cuts at once.
   EXPECT_TRUE(e.on_cnp(2020 * kUs));
+  // Without defer_cut (our default), a CNP within the period only feeds alpha.
+  Dcqcn f(params());
+  ASSERT_TRUE(f.on_cnp(3000 * kUs));
+  const double cut = f.rate_mbps();
+  EXPECT_FALSE(f.on_cnp(3003 * kUs));
+  f.advance(3010 * kUs);
+  EXPECT_DOUBLE_EQ(f.rate_mbps(), cut);
 }
 
 TEST(Dcqcn, FastRecoveryThenAdditiveThenHyperIncrease) {
