@@ -17,8 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-static struct rdma_cm_event *next_event(struct rdma_event_channel *ch, enum rdma_cm_event_type t) {
-  struct rdma_cm_event *ev;
+static struct rdma_cm_event* next_event(struct rdma_event_channel* ch, enum rdma_cm_event_type t) {
+  struct rdma_cm_event* ev;
   struct pollfd p = {ch->fd, POLLIN, 0};
   if (poll(&p, 1, 20000) != 1) {
     printf("no event in 20 s, wanted %s\n", rdma_event_str(t));
@@ -33,7 +33,7 @@ static struct rdma_cm_event *next_event(struct rdma_event_channel *ch, enum rdma
   return ev;
 }
 
-static void print_in_force(const char *side, struct ibv_qp *qp) {
+static void print_in_force(const char* side, struct ibv_qp* qp) {
   struct ibv_ece e;
   memset(&e, 0, sizeof e);
   const int rc = ibv_query_ece(qp, &e);
@@ -41,26 +41,26 @@ static void print_in_force(const char *side, struct ibv_qp *qp) {
   fflush(stdout);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   struct ibv_qp_init_attr attr;
   memset(&attr, 0, sizeof attr);
   attr.cap.max_send_wr = attr.cap.max_recv_wr = 1;
   attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
   attr.qp_type = IBV_QPT_RC;
   if (argc == 4 && strcmp(argv[1], "server") == 0) {
-    const char *mode = argv[3];
-    struct rdma_event_channel *ch = rdma_create_event_channel();
+    const char* mode = argv[3];
+    struct rdma_event_channel* ch = rdma_create_event_channel();
     struct rdma_cm_id *listen_id, *id;
     if (!ch || rdma_create_id(ch, &listen_id, NULL, RDMA_PS_TCP)) return perror("create_id"), 2;
     struct sockaddr_in sin;
     memset(&sin, 0, sizeof sin);
     sin.sin_family = AF_INET;
     sin.sin_port = htons((unsigned short)atoi(argv[2]));
-    if (rdma_bind_addr(listen_id, (struct sockaddr *)&sin)) return perror("rdma_bind_addr"), 2;
+    if (rdma_bind_addr(listen_id, (struct sockaddr*)&sin)) return perror("rdma_bind_addr"), 2;
     if (rdma_listen(listen_id, 1)) return perror("rdma_listen"), 2;
     printf("server: listening\n");
     fflush(stdout);
-    struct rdma_cm_event *ev = next_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+    struct rdma_cm_event* ev = next_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
     id = ev->id;
     rdma_ack_cm_event(ev);
     struct ibv_ece remote;
@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   struct rdma_addrinfo hints, *res;
-  struct rdma_cm_id *id;
+  struct rdma_cm_id* id;
   memset(&hints, 0, sizeof hints);
   hints.ai_port_space = RDMA_PS_TCP;
   if (rdma_getaddrinfo(argv[2], argv[3], &hints, &res)) return perror("rdma_getaddrinfo"), 2;
@@ -102,7 +102,7 @@ int main(int argc, char **argv) {
     if (!rmr || !smr) return perror("rdma_reg_msgs"), 2;
     if (rdma_post_recv(id, NULL, recv_msg, sizeof recv_msg, rmr)) return perror("post_recv"), 2;
   }
-  if (rdma_connect(id, NULL)) {  /* the words the interop script retries on */
+  if (rdma_connect(id, NULL)) { /* the words the interop script retries on */
     printf("rdma_connect: %s (REJECTED or UNREACHABLE: no listener yet?)\n", strerror(errno));
     return 2;
   }
