@@ -61,9 +61,8 @@ enum class Counter : std::uint8_t {
   kTxSelfDropped,       ///< such frames lost: the self-delivery queue (or an mbuf) was short
   kRxEcnCe,             ///< packets of connected QPs received with ECN CE (mlx5 np_ecn_marked)
   kCnpSent,             ///< CNPs sent (mlx5 np_cnp_sent)
-  kCnpHandled,  ///< CNPs the reaction point took: a cut now or at the monitor period's end
-                ///< (mlx5 rp_cnp_handled)
-  kCnpIgnored,  ///< CNPs refused: no algorithm, a QP not in RTS, implausible (rp_cnp_ignored)
+  kCnpHandled,          ///< CNPs the reaction point took, cutting or not (rp_cnp_handled)
+  kCnpIgnored,          ///< CNPs refused: no algorithm, QP not in RTS, implausible
   kCcParked,            ///< times a QP over its rate was parked until its next send time
   kReadReRequests,      ///< READ requests sent again (selective or go-back-N), for part or all
   kReadReRequestBytes,  ///< the response bytes those READ requests asked for again
