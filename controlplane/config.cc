@@ -5,6 +5,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <fstream>
 #include <map>
 #include <set>
@@ -82,10 +83,70 @@ void parse_offload(Reader& port, PortConfig& p, const std::string& origin,
 
 // ports[i].congestion: the notification point, the algorithm and its parameters. Names as
 // ConnectX RNICs expose them (mlx5's RP/NP knobs), with the unit as a suffix.
+// A key of `node` (the `congestion` mapping, or its `dcqcn` one when `dcqcn`) spelt as ConnectX
+// spells its parameters (sysfs roce_rp/roce_np, mlxconfig's RPG_TIME_RESET_P1, debugfs
+// rp_time_reset): an error that names our key, its unit and where it goes, instead of a bare
+// "unknown key" (review 18 finding 11). Our own keys pass.
+void connectx_hint(Reader& r, const YAML::Node& node, const std::string& path, bool dcqcn) {
+  struct Name {
+    const char* cx;    ///< ConnectX's name, lower case, no port suffix, rpg_ prefix
+    const char* ours;  ///< null: not implemented here
+    bool in_dcqcn;
+    const char* unit;
+  };
+  static const Name kNames[] = {
+      {"rpg_time_reset", "rpg_time_reset_us", true, "microseconds"},
+      {"rpg_byte_reset", "rpg_byte_reset", true, "bytes"},
+      {"rpg_threshold", "rpg_threshold", true, "increase events"},
+      {"rpg_ai_rate", "rpg_ai_rate_mbps", true, "Mb/s"},
+      {"rpg_hai_rate", "rpg_hai_rate_mbps", true, "Mb/s"},
+      {"rpg_max_rate", "rpg_max_rate_mbps", true, "Mb/s"},
+      {"rpg_min_rate", "rpg_min_rate_mbps", true, "Mb/s"},
+      {"rpg_min_dec_fac", "rpg_min_dec_fac", true, "%"},
+      {"dce_tcp_g", "dce_tcp_g", true, "alpha's gain in 1/1024"},
+      {"dce_tcp_rtt", "dce_tcp_rtt_us", true, "microseconds"},
+      {"initial_alpha_value", "initial_alpha_value", true, "1/1024"},
+      {"rate_reduce_monitor_period", "rate_reduce_monitor_period_us", true, "microseconds"},
+      {"min_time_between_cnps", "min_time_between_cnps_us", false, "microseconds, per QP"},
+      {"cnp_dscp", "cnp_dscp", false, "DSCP"},
+      {"rpg_gd", nullptr, true, "fixed at the equivalent of rpg_gd 11, the paper's cut"},
+      {"rate_to_set_on_first_cnp", nullptr, true, "a QP's first cut is by alpha, as with 0"},
+      {"clamp_tgt_rate", nullptr, true, "RT <- RC on every cut, the paper's"},
+      {"clamp_tgt_rate_after_time_inc", nullptr, true, "RT <- RC on every cut, the paper's"},
+      {"cnp_802p_prio", nullptr, false, "nothing we send has a VLAN priority"},
+  };
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) continue;
+    const std::string key = kv.first.Scalar();
+    std::string n = key;
+    for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (n.size() > 3 && (n.ends_with("_p1") || n.ends_with("_p2"))) n.resize(n.size() - 3);
+    if (n.starts_with("rp_") || n.starts_with("np_")) {
+      n = n.substr(3);
+      for (const char* s : {"time_reset", "byte_reset", "threshold", "ai_rate", "hai_rate",
+                            "max_rate", "min_rate", "min_dec_fac", "gd"})
+        if (n == s) n = std::string("rpg_") + s;
+    }
+    for (const Name& x : kNames) {
+      if (n != x.cx) continue;
+      if (x.ours == nullptr)
+        r.fail(kv.first, "unknown key '" + key + "' in " + path + ": ConnectX's " + x.cx +
+                             " has no key here: " + x.unit + " (docs/configuration.md)");
+      if (key == x.ours && x.in_dcqcn == dcqcn) break;  // ours, where it belongs
+      const std::string where = x.in_dcqcn == dcqcn ? ""
+                                : x.in_dcqcn        ? "congestion.dcqcn."
+                                                    : "congestion.";
+      r.fail(kv.first, "unknown key '" + key + "' in " + path + ": did you mean " + where + x.ours +
+                           " (" + x.unit + "; ConnectX's " + x.cx + ")?");
+    }
+  }
+}
+
 engine::cc::CongestionConfig parse_congestion(const YAML::Node& node, const std::string& origin,
                                               const std::string& path) {
   namespace cc = engine::cc;
   Reader r(node, origin, path);
+  if (node.IsMap()) connectx_hint(r, node, path, false);
   cc::CongestionConfig k;
   const std::string alg = r.str("algorithm", "none");
   if (alg == "none")
@@ -111,6 +172,7 @@ engine::cc::CongestionConfig parse_congestion(const YAML::Node& node, const std:
   };
   if (r.has("dcqcn")) {
     Reader d(r.get("dcqcn"), origin, path + ".dcqcn");
+    connectx_hint(d, r.get("dcqcn"), path + ".dcqcn", true);
     cc::DcqcnParams& p = k.dcqcn;
     // 0: the port's line rate (mlx5's default and meaning).
     p.max_rate_mbps = u32(d, "rpg_max_rate_mbps", p.max_rate_mbps, 0, 1'600'000);
@@ -134,6 +196,7 @@ engine::cc::CongestionConfig parse_congestion(const YAML::Node& node, const std:
     p.rate_reduce_monitor_period_us =
         u32(d, "rate_reduce_monitor_period_us", p.rate_reduce_monitor_period_us, 0, 1u << 24);
     p.min_dec_factor_pct = u32(d, "rpg_min_dec_fac", p.min_dec_factor_pct, 0, 100);
+    p.defer_cut = d.boolean("monitor_period_defers_cut", p.defer_cut);
     d.finish();
   }
   if (r.has("delay")) {

@@ -64,6 +64,8 @@ struct PortRuntime {
     std::array<std::uint64_t, fpga::kDevCounters> dev{};
     std::array<engine::Engine::QpRate, apps::kQpRateSeries> rates{};
     std::size_t rates_n = 0, limited = 0;
+    std::array<std::uint32_t, apps::kQpRateSeries> sr_qpns{};
+    std::size_t sr_qps = 0;
     std::atomic<bool> asked{false};
   };
   std::vector<std::unique_ptr<Snapshot>> snaps;
@@ -110,6 +112,54 @@ runtime::PortOptions port_options(const ctl::ApplianceConfig& cfg, const ctl::Po
   return o;
 }
 
+// What --check resolves for a port's congestion control and loss recovery, each value with its
+// unit and ConnectX's name where it has one: what an operator diffs against `mlxconfig q`.
+void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc) {
+  const engine::cc::CongestionConfig& k = pc.congestion;
+  const char* ecn = k.ecn == engine::cc::Ecn::kOn    ? "on (ecn: true)"
+                    : k.ecn == engine::cc::Ecn::kOff ? "off (ecn: false)"
+                    : k.ect_on()                     ? "on (with the algorithm)"
+                                                     : "off (no algorithm)";
+  std::printf(
+      "  port %s: congestion %s, ECT(0) %s; CNPs %s, min_time_between_cnps %u us, "
+      "cnp_dscp %u\n",
+      pc.name.c_str(), engine::cc::to_string(k.algorithm), ecn, k.cnp ? "on" : "off",
+      k.cnp_interval_ns / 1000, k.cnp_dscp);
+  if (k.algorithm == engine::cc::Algorithm::kNone && k.ect_on())
+    std::printf(
+        "  port %s: warning: ecn: true with algorithm: none: every packet is sent "
+        "ECN-capable, but CNPs do not slow it down (docs/congestion.md)\n",
+        pc.name.c_str());
+  if (k.algorithm == engine::cc::Algorithm::kDcqcn) {
+    const engine::cc::DcqcnParams& d = k.dcqcn;
+    std::printf(
+        "    dcqcn: rpg_max_rate %u Mb/s%s, rpg_min_rate %u Mb/s, rpg_ai_rate %u Mb/s, "
+        "rpg_hai_rate %u Mb/s, dce_tcp_g %u (gain %u/1024), initial_alpha_value %u, "
+        "dce_tcp_rtt %u us, rpg_time_reset %u us, rpg_byte_reset %llu bytes, "
+        "rpg_threshold %u, rate_reduce_monitor_period %u us (%s), rpg_min_dec_fac %u %%\n",
+        d.max_rate_mbps, d.max_rate_mbps == 0 ? " (the link's speed)" : "", d.min_rate_mbps,
+        d.ai_rate_mbps, d.hai_rate_mbps, d.alpha_g, d.alpha_g, d.initial_alpha,
+        d.alpha_update_period_us, d.rate_increase_period_us,
+        static_cast<unsigned long long>(d.byte_counter), d.threshold,
+        d.rate_reduce_monitor_period_us,
+        d.defer_cut ? "CNPs within it cut at its end" : "CNPs within it feed alpha only",
+        d.min_dec_factor_pct);
+  } else if (k.algorithm == engine::cc::Algorithm::kDelay) {
+    const engine::cc::DelayParams& y = k.delay;
+    std::printf(
+        "    delay: target %u us%s, max_rate %u Mb/s%s, min_rate %u Mb/s, ai_rate %u Mb/s, "
+        "beta %u %%, max_decrease %u %% (also per CNP)\n",
+        y.target_us, y.target_us == 0 ? " (2 x the smallest round trip)" : "", y.max_rate_mbps,
+        y.max_rate_mbps == 0 ? " (the link's speed)" : "", y.min_rate_mbps, y.ai_rate_mbps,
+        y.beta_pct, y.max_decrease_pct);
+  }
+  std::printf("  port %s: loss recovery go-back-N%s\n", pc.name.c_str(),
+              cfg.transport.selective_repeat
+                  ? "; selective repeat allowed for the connections whose applications offer "
+                    "and accept it in ECE (docs/configuration.md \"transport\")"
+                  : "; selective repeat not allowed (transport.selective_repeat: false)");
+}
+
 // Adds every counter of `b` to `a`.
 void add(engine::Stats& a, const engine::Stats& b) {
   for (std::size_t i = 0; i < a.c.size(); ++i) a.c[i] += b.c[i];
@@ -146,6 +196,9 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       }
     };
     keep(std::span(rates).first(std::min(rates.size(), c.cc_limited_qps)));
+    // The QPs running selective repeat, every lcore's; the first kQpRateSeries QPNs kept.
+    c.sr_qps = p.eng().sr_qps(c.sr_qpns);
+    c.sr_qpns_n = std::min<std::size_t>(c.sr_qps, c.sr_qpns.size());
     for (unsigned l = 1; l < p.rt->lcores(); ++l) {
       PortRuntime::Snapshot& s = *p.snaps[l];
       add(c.engine, s.stats);
@@ -153,6 +206,9 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
       c.mrs += s.mrs;
       c.cc_limited_qps += s.limited;
       keep(std::span(s.rates).first(s.rates_n));
+      c.sr_qps += s.sr_qps;
+      for (std::size_t k = 0; k < std::min(s.sr_qps, s.sr_qpns.size()); ++k)
+        if (c.sr_qpns_n < c.sr_qpns.size()) c.sr_qpns[c.sr_qpns_n++] = s.sr_qpns[k];
       // Ask lcore l for a fresh copy, read next time (one request in flight at a time).
       if (!s.asked.exchange(true))
         p.rt->loop(l).post([&s, e = &p.rt->eng(l), d = p.rt->device(l)] {
@@ -162,6 +218,7 @@ void collect(std::vector<PortRuntime>& ports, std::vector<apps::PortCounters>& o
           s.mrs = e->mr_count();
           s.limited = e->cc_rates(s.rates);
           s.rates_n = std::min(s.limited, s.rates.size());
+          s.sr_qps = e->sr_qps(s.sr_qpns);
           s.asked.store(false, std::memory_order_release);
         });
     }
@@ -346,6 +403,10 @@ int run(const ctl::ApplianceConfig& cfg) {
           p.cfg.name.c_str());
     }
   }
+  if (cfg.transport.selective_repeat)
+    std::printf(
+        "  selective repeat: allowed, for the connections whose applications offer and "
+        "accept it (roce-ctl sr lists them)\n");
   if (server) std::printf("  counters: %s\n", server->endpoint().c_str());
   if (cfg.counters.telemetry) std::printf("  telemetry: /roce/counters (dpdk-telemetry.py)\n");
   if (att) std::printf("  attach: %s (mode %04o)\n", att->socket_path().c_str(), cfg.attach.mode);
@@ -588,6 +649,7 @@ int main(int argc, char** argv) {
                   cfg.ports.size());
       for (unsigned l : cfg.lcores) std::printf(" %u", l);
       std::printf("\n");
+      for (const ctl::PortConfig& pc : cfg.ports) print_transport(cfg, pc);
       for (std::size_t i = 0; i < cfg.services.size(); ++i) {
         const ctl::ServiceConfig& s = cfg.services[i];
         std::printf("  services[%zu] %s on %s, listen_port %u at %s\n", i, s.kind.c_str(),

@@ -16,6 +16,50 @@
 
 namespace roce::apps {
 
+namespace {
+
+// HELP text of the engine counters an RNIC operator looks for under another name, with that
+// name after "RNIC: " (mlx5's hw_counters and congestion counters, rxe's; "~": close, not the
+// same count). roce-ctl counters prints it beside the value. Review 18 finding 10.
+struct RnicName {
+  const char* ours;
+  const char* help;
+};
+constexpr RnicName kRnicNames[] = {
+    {"rx_ecn_ce",
+     "packets of connected QPs received with ECN CE; RNIC: mlx5 np_ecn_marked_roce_packets"},
+    {"cnp_sent", "CNPs sent (notification point); RNIC: mlx5 np_cnp_sent"},
+    {"rx_cnp", "CNPs received; RNIC: mlx5 rp_cnp_handled + rp_cnp_ignored"},
+    {"cnp_handled",
+     "CNPs the reaction point took (a cut now or at the monitor period's end); RNIC: mlx5 "
+     "rp_cnp_handled"},
+    {"cnp_ignored",
+     "CNPs refused (no algorithm, QP not in RTS, implausible); RNIC: mlx5 rp_cnp_ignored"},
+    {"seq_err_nak_sent",
+     "sequence NAKs sent for requests past a gap; RNIC: ~mlx5 out_of_sequence (with "
+     "rx_drop_after_seq_nak, sr_ooo_placed), rxe out_of_seq_request"},
+    {"seq_err_nak_rcvd", "sequence NAKs received; RNIC: mlx5 packet_seq_err, rxe rcvd_seq_err"},
+    {"retransmit_timeouts", "local ACK timeouts; RNIC: mlx5 local_ack_timeout_err"},
+    {"duplicate_requests",
+     "duplicate requests received; RNIC: mlx5 duplicate_request, rxe duplicate_request"},
+    {"rnr_retry_exceeded", "RNR NAK retries exhausted; RNIC: mlx5 rnr_nak_retry_err"},
+    {"retry_exceeded", "transport retries exhausted; RNIC: rxe retry_exceeded_err"},
+    {"rnr_nak_rcvd", "RNR NAKs received; RNIC: rxe rcvd_rnr_err"},
+    {"retransmit_probes", "fast retransmissions of the probe timer; RNIC: ~mlx5 roce_adp_retrans"},
+    {"read_rerequests",
+     "READ requests sent again, for part or all; RNIC: ~mlx5 implied_nak_seq_err (the part a "
+     "response past a gap starts)"},
+    {"sr_ooo_placed", "selective repeat: packets placed past a gap; RNIC: ~mlx5 out_of_sequence"},
+};
+
+std::string engine_help(std::string_view name) {
+  for (const RnicName& r : kRnicNames)
+    if (name == r.ours) return r.help;
+  return "RoCE engine counter (docs/congestion.md, docs/loss-recovery.md, docs/status.md)";
+}
+
+}  // namespace
+
 void Metrics::publish(const std::vector<PortCounters>& ports) {
   std::unique_lock lock(mu_, std::try_to_lock);
   if (lock.owns_lock()) ports_ = ports;
@@ -29,9 +73,10 @@ std::vector<CounterSample> Metrics::snapshot() const {
   }
   std::vector<CounterSample> out;
   for (const auto& p : ports) {
-    for (std::size_t c = 0; c < engine::kCounterCount; ++c)
-      out.push_back(
-          {std::string(to_string(static_cast<engine::Counter>(c))), p.name, p.engine.c[c]});
+    for (std::size_t c = 0; c < engine::kCounterCount; ++c) {
+      const std::string_view n = to_string(static_cast<engine::Counter>(c));
+      out.push_back({std::string(n), p.name, p.engine.c[c], engine_help(n)});
+    }
     for (std::size_t v = 1; v < wire::kVerdictCount; ++v)
       out.push_back({"rx_verdict_" + std::string(to_string(static_cast<wire::Verdict>(v))), p.name,
                      p.engine.verdicts[v]});
@@ -80,6 +125,8 @@ std::vector<CounterSample> Metrics::snapshot() const {
       out.push_back({"cc_limited_qps_now", p.name, p.cc_limited_qps,
                      "QPs congestion control holds below their maximum rate (docs/congestion.md)",
                      true});
+    out.push_back({"sr_qps_now", p.name, p.sr_qps,
+                   "connected QPs running selective repeat (docs/loss-recovery.md)", true});
     if (p.attach_on) {
       out.push_back({"attach_clients", p.name, p.attach_clients});
       out.push_back({"attach_clients_total", p.name, p.attach_clients_total});
@@ -153,6 +200,18 @@ std::string Metrics::prometheus(const std::string& appliance) const {
       }
       os << "roce_cc_qp_rate_mbps{appliance=\"" << appliance << "\",port=\"" << p.name
          << "\",qpn=\"" << p.cc_rates[i].qpn << "\"} " << p.cc_rates[i].rate_mbps << '\n';
+    }
+  // Each QP running selective repeat (the first kQpRateSeries per port): roce-ctl sr.
+  bool sr_header = false;
+  for (const auto& p : ports)
+    for (std::size_t i = 0; i < p.sr_qpns_n; ++i) {
+      if (!sr_header) {
+        os << "# HELP roce_sr_qp a QP running selective repeat, negotiated in the CM's ECE "
+              "(docs/loss-recovery.md)\n# TYPE roce_sr_qp gauge\n";
+        sr_header = true;
+      }
+      os << "roce_sr_qp{appliance=\"" << appliance << "\",port=\"" << p.name << "\",qpn=\""
+         << p.sr_qpns[i] << "\"} 1\n";
     }
   if (clients) {
     // One gauge per resource, a series per client.

@@ -57,6 +57,10 @@ struct PortCounters {
   std::uint64_t cc_limited_qps = 0;
   std::array<QpRate, kQpRateSeries> cc_rates{};  ///< lowest first, cc_rates_n of them
   std::size_t cc_rates_n = 0;
+  /// The QPs running selective repeat (sr_qps_now) and the QPNs of the first kQpRateSeries.
+  std::uint64_t sr_qps = 0;
+  std::array<std::uint32_t, kQpRateSeries> sr_qpns{};
+  std::size_t sr_qpns_n = 0;
   // attached client processes (controlplane/attach), when attach.socket is configured
   bool attach_on = false;
   std::uint64_t attach_clients = 0, attach_clients_total = 0, attach_clients_lost = 0;

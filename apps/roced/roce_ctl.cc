@@ -234,19 +234,48 @@ int print_rates(const std::string& text) {
   return 0;
 }
 
+// roce_sr_qp{...,port="p0",qpn="17"} 1 -> one row per QP running selective repeat; then each
+// port's count of them (roce_sr_qps_now).
+int print_sr(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::pair<std::string, std::string>> rows;
+  std::map<std::string, std::string> count;
+  std::string line;
+  const std::string series = "roce_sr_qp{", now = "roce_sr_qps_now{";
+  while (std::getline(in, line)) {
+    const bool is_qp = line.rfind(series, 0) == 0;
+    if (!is_qp && line.rfind(now, 0) != 0) continue;
+    const auto brace = line.find('{'), close = line.find('}');
+    if (brace == std::string::npos || close == std::string::npos) continue;
+    const std::string labels = line.substr(brace + 1, close - brace - 1);
+    if (is_qp)
+      rows.emplace_back(label(labels, "port"), label(labels, "qpn"));
+    else
+      count[label(labels, "port")] = value_after(line, close);
+  }
+  std::printf("%-10s %10s %s\n", "port", "qpn", "loss recovery");
+  for (const auto& [port, qpn] : rows)
+    std::printf("%-10s %10s selective repeat\n", printable(port).c_str(), printable(qpn).c_str());
+  for (const auto& [port, n] : count)
+    std::printf("port %s: %s QPs run selective repeat, the others go-back-N\n",
+                printable(port).c_str(), printable(n).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string endpoint = "127.0.0.1:9464", command;
   po::options_description desc(
-      "Usage: roce-ctl [--prometheus HOST:PORT] [--all] counters|clients|rates|lnet\n\n"
+      "Usage: roce-ctl [--prometheus HOST:PORT] [--all] counters|clients|rates|sr|lnet\n\n"
       "rates: each QP congestion control holds below its maximum rate, lowest first\n"
+      "sr: each QP running selective repeat (negotiated per connection in the CM's ECE)\n"
       "lnet: the per-queue statistics of a messaging-API program's transfer machines, from\n"
       "its own endpoint (e.g. roce-lnet-ping --metrics HOST:PORT)\n\nOptions");
   desc.add_options()("help,h", "print this help")(
       "prometheus,p", po::value(&endpoint)->default_value(endpoint), "roced counters endpoint")(
       "all,a", "also print counters that are zero")("command", po::value(&command),
-                                                    "counters, clients, rates or lnet");
+                                                    "counters, clients, rates, sr or lnet");
   po::positional_options_description pos;
   pos.add("command", 1);
   po::variables_map vm;
@@ -261,19 +290,28 @@ int main(int argc, char** argv) {
     std::cout << desc << '\n';
     return command.empty() && !vm.count("help") ? 2 : 0;
   }
-  if (command != "counters" && command != "clients" && command != "lnet" && command != "rates") {
+  if (command != "counters" && command != "clients" && command != "lnet" && command != "rates" &&
+      command != "sr") {
     std::cerr << "roce-ctl: unknown command '" << command
-              << "' (known: counters, clients, lnet, rates)\n";
+              << "' (known: counters, clients, lnet, rates, sr)\n";
     return 2;
   }
   try {
     if (command == "clients") return print_clients(http_get(endpoint));
     if (command == "lnet") return print_lnet(http_get(endpoint), vm.count("all") != 0);
     if (command == "rates") return print_rates(http_get(endpoint));
+    if (command == "sr") return print_sr(http_get(endpoint));
     std::istringstream in(http_get(endpoint));
     std::map<std::string, std::map<std::string, std::string>> table;  // port -> name -> value
+    std::map<std::string, std::string> rnic;  // name -> an RNIC's name for it (its HELP line)
     std::string line;
     while (std::getline(in, line)) {
+      if (line.rfind("# HELP roce_", 0) == 0) {
+        const auto sp = line.find(' ', 12), at = line.find("; RNIC: ");
+        if (sp != std::string::npos && at != std::string::npos)
+          rnic[line.substr(12, sp - 12)] = line.substr(at + 8);
+        continue;
+      }
       if (line.empty() || line[0] == '#' || line.find("client=\"") != std::string::npos ||
           line.find("qpn=\"") != std::string::npos)
         continue;  // per-client series: roce-ctl clients; per-QP rates: roce-ctl rates
@@ -287,10 +325,14 @@ int main(int argc, char** argv) {
       const std::string value = value_after(line, close);
       if (value != "0" || vm.count("all")) table[port][name] = value;
     }
-    std::printf("%-10s %-34s %16s\n", "port", "counter", "value");
+    std::printf("%-10s %-34s %16s  %s\n", "port", "counter", "value", "RNIC's name (mlx5, rxe)");
     for (const auto& [port, rows] : table)
-      for (const auto& [name, value] : rows)
-        std::printf("%-10s %-34s %16s\n", port.c_str(), name.c_str(), value.c_str());
+      for (const auto& [name, value] : rows) {
+        const auto r = rnic.find(name);
+        std::printf("%-10s %-34s %16s%s%s\n", port.c_str(), name.c_str(), value.c_str(),
+                    r == rnic.end() ? "" : "  ",
+                    r == rnic.end() ? "" : printable(r->second).c_str());
+      }
   } catch (const std::exception& e) {
     std::cerr << "roce-ctl: " << e.what() << '\n';
     return 1;

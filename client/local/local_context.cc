@@ -317,6 +317,9 @@ class Local final : public Context {
     ev.sidr_status = s.sidr_status;
     ev.sidr_qpn = s.sidr_qpn;
     ev.sidr_qkey = s.sidr_qkey;
+    ev.ece_vendor = s.ece.vendor_id;
+    ev.ece_options = s.ece.options;
+    ev.selective_repeat = s.selective_repeat;
     cm_events_.pop_front();
     return 0;
   }
@@ -342,7 +345,9 @@ class Local final : public Context {
     if (cm_) cm_->poll(now_ns());
   }
   static cm::SessionParam param(const CmConnParam& p) {
-    return {p.responder_resources, p.initiator_depth, p.rnr_retry, p.private_data, p.retry_count};
+    return {p.responder_resources, p.initiator_depth,
+            p.rnr_retry,           p.private_data,
+            p.retry_count,         cm::Ece{p.ece_vendor & 0xFFFFFF, p.ece_options}};
   }
   /// The first data on an accepted QP whose RTU has not come (COMM_EST): the CM is told, as
   /// rdma-core's rdma_notify does, so that it stops repeating the REP.

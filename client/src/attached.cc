@@ -684,9 +684,16 @@ class Attached final : public Context {
         ev.private_data.assign(
             e.private_data,
             e.private_data + std::min<std::size_t>(e.private_len, attach::kCmPrivateMax));
-        ev.sidr_status = e.sidr_status;
-        ev.sidr_qpn = e.sidr_qpn;
-        ev.sidr_qkey = e.sidr_qkey;
+        if (ev.type == CmEventType::kSidrReply) {
+          ev.sidr_status = e.sidr_status;
+          ev.sidr_qpn = e.sidr_qpn;
+          ev.sidr_qkey = e.sidr_qkey;
+        } else if (ev.type == CmEventType::kConnectRequest ||
+                   ev.type == CmEventType::kEstablished) {
+          ev.ece_vendor = e.ece_vendor;
+          ev.ece_options = e.ece_options;
+          ev.selective_repeat = ev.type == CmEventType::kEstablished && e.selective_repeat != 0;
+        }
         return 0;
       }
       if (timeout_ms == 0) return dead_ ? ENOTCONN : ETIMEDOUT;
@@ -743,6 +750,8 @@ class Attached final : public Context {
     rq.cm.rnr_retry = p.rnr_retry;
     rq.cm.private_len = static_cast<std::uint8_t>(p.private_data.size());
     std::copy(p.private_data.begin(), p.private_data.end(), rq.cm.private_data);
+    rq.cm.ece_vendor = p.ece_vendor;
+    rq.cm.ece_options = p.ece_options;
     return true;
   }
 

@@ -282,9 +282,16 @@ void Lane::push(LaneCm& c, const cm::SessionEvent& ev) {
   e.port = ev.port;
   e.private_len = static_cast<std::uint16_t>(std::min(ev.private_data.size(), kCmPrivateMax));
   std::copy_n(ev.private_data.begin(), e.private_len, e.private_data);
-  e.sidr_status = ev.sidr_status;
-  e.sidr_qpn = ev.sidr_qpn;
-  e.sidr_qkey = ev.sidr_qkey;
+  if (ev.type == cm::SessionEventType::kSidrReply) {
+    e.sidr_status = ev.sidr_status;
+    e.sidr_qpn = ev.sidr_qpn;
+    e.sidr_qkey = ev.sidr_qkey;
+  } else if (ev.type == cm::SessionEventType::kConnectRequest ||
+             ev.type == cm::SessionEventType::kEstablished) {
+    e.selective_repeat = ev.selective_repeat ? 1 : 0;
+    e.ece_vendor = ev.ece.vendor_id;
+    e.ece_options = ev.ece.options;
+  }
   const bool request = ev.type == cm::SessionEventType::kConnectRequest ||
                        ev.type == cm::SessionEventType::kSidrRequest;
   c.backlog.push_back(e);

@@ -867,6 +867,7 @@ struct Ops {
     p.rnr_retry = r.rnr_retry;
     p.private_data.assign(r.private_data,
                           r.private_data + std::min<std::size_t>(r.private_len, kCmPrivateMax));
+    p.ece = {r.ece_vendor & 0xFFFFFF, r.ece_options};
     return p;
   }
   /// The MAC of `gid`'s IPv4 address from the port's neighbour cache, by ARP if need be.

@@ -145,9 +145,17 @@ struct CmReq {
   std::uint8_t responder_resources = 1, initiator_depth = 1, rnr_retry = 7;
   std::uint8_t private_len = 0;
   std::uint8_t private_data[kCmPrivateMax] = {};
-  std::uint8_t udp = 0;    ///< unlisten: of the UDP port space (kCmSidrListen's)
-  std::uint32_t qpn = 0;   ///< SIDR accept: the UD QP the peer is to send to
-  std::uint32_t qkey = 0;  ///< SIDR accept: its Q_Key
+  std::uint8_t udp = 0;  ///< unlisten: of the UDP port space (kCmSidrListen's)
+  // SIDR accept's words carry connect's and accept's ECE (CmConnParam::ece_*): a client that
+  // does not know them sends 0 (no ECE), a roced that does not ignores them.
+  union {
+    std::uint32_t qpn = 0;     ///< SIDR accept: the UD QP the peer is to send to
+    std::uint32_t ece_vendor;  ///< connect, accept
+  };
+  union {
+    std::uint32_t qkey = 0;     ///< SIDR accept: its Q_Key
+    std::uint32_t ece_options;  ///< connect, accept
+  };
 };
 
 struct Request {
@@ -249,8 +257,20 @@ struct CmEventEntry {
   std::uint16_t port = 0;  ///< connect request: the listened port
   std::uint16_t private_len = 0;
   std::uint8_t private_data[kCmPrivateMax] = {};
-  std::uint8_t sidr_status = 0;               ///< SIDR reply: IBA SIDR_REP status (0: success)
-  std::uint32_t sidr_qpn = 0, sidr_qkey = 0;  ///< SIDR reply: the peer's UD QP and Q_Key
+  // The SIDR reply's fields carry a connect request's and an established connection's ECE
+  // (client::CmEvent::ece_*, selective_repeat) in the same layout.
+  union {
+    std::uint8_t sidr_status = 0;   ///< SIDR reply: IBA SIDR_REP status (0: success)
+    std::uint8_t selective_repeat;  ///< established: the QP runs selective repeat
+  };
+  union {
+    std::uint32_t sidr_qpn = 0;  ///< SIDR reply: the peer's UD QP
+    std::uint32_t ece_vendor;    ///< connect request, established: the peer's ECE
+  };
+  union {
+    std::uint32_t sidr_qkey = 0;  ///< SIDR reply: its Q_Key
+    std::uint32_t ece_options;
+  };
 };
 /// Entries of a client's CM event ring: events wait on the lane when it is full (never lost).
 inline constexpr std::uint32_t kCmEventSlots = 64;

@@ -405,6 +405,7 @@ std::optional<ConnId> Cm::connect(const ConnectParams& p) {
   // ECE (kernel cm.c): the vendor ID in the REQ, the options in the AttributeModifier.
   const Ece ece = p.ece.vendor_id != 0 ? Ece{p.ece.vendor_id & 0xFFFFFF, p.ece.options} : Ece{};
   req.vendor_id = ece.vendor_id;
+  c.qp.local_ece = ece;
   std::size_t at = 0;
   if (p.cma) {
     encode_cma_header(
@@ -449,15 +450,14 @@ CmStatus Cm::accept(ConnId id, const AcceptParams& p) {
   c->qp.rq_psn = p.starting_psn;  // Linux: the REP's Starting PSN is the passive side's rq_psn
   c->qp.max_dest_rd_atomic = rr;
   c->qp.max_rd_atomic = depth;
-  // ECE: answered only to a REQ of the same vendor, with the options both sides offer; the
-  // QP sees the peer's only then (librdmacm's init_ece clears them on a vendor mismatch).
+  // ECE: answered only to a REQ of the same vendor, with the owner's options; the QP sees the
+  // peer's only then (librdmacm's init_ece clears them on a vendor mismatch).
   Ece ece;
-  if (p.ece.vendor_id != 0 && (p.ece.vendor_id & 0xFFFFFF) == c->qp.remote_ece.vendor_id) {
-    ece = {c->qp.remote_ece.vendor_id, p.ece.options & c->qp.remote_ece.options};
-    c->qp.remote_ece = ece;
-  } else {
+  if (p.ece.vendor_id != 0 && (p.ece.vendor_id & 0xFFFFFF) == c->qp.remote_ece.vendor_id)
+    ece = {c->qp.remote_ece.vendor_id, p.ece.options};
+  else
     c->qp.remote_ece = {};
-  }
+  c->qp.local_ece = ece;
 
   // The QP must be ready before the REP leaves: data may follow the REP immediately.
   if (!modify(*c, QpTransition::kRtr) || !modify(*c, QpTransition::kRts)) {

@@ -62,11 +62,43 @@ inline constexpr std::uint32_t kEceVendorId = 0xFFFFFF;
 /// same vendor ID is not taken for us), features in the low ones.
 inline constexpr std::uint32_t kEceSignature = 0x524F0000;  // "RO"
 inline constexpr std::uint32_t kEceSignatureMask = 0xFFFF0000;
-inline constexpr std::uint32_t kEceSelectiveRepeat = 1u << 0;  ///< docs/loss-recovery.md
-/// Whether `e` is ours and offers selective repeat.
-constexpr bool ece_selective_repeat(const Ece& e) {
-  return e.vendor_id == kEceVendorId && (e.options & kEceSignatureMask) == kEceSignature &&
-         (e.options & kEceSelectiveRepeat) != 0;
+/// Selective repeat (docs/loss-recovery.md), a per-QP opt-in: the REQ offers it, the REP
+/// accepts it with a bit of its own. The answer differs from the offer so that a REP that only
+/// echoes the REQ's ECE (rdma-core's passive side returns the REQ's vendor ID, and a program
+/// that copies rdma_get_remote_ece into rdma_set_local_ece returns its options too) never turns
+/// it on: a standard peer would take our SACK for a malformed ACK.
+inline constexpr std::uint32_t kEceSrOffer = 1u << 0;
+inline constexpr std::uint32_t kEceSrAccept = 1u << 1;
+inline constexpr std::uint32_t kEceSrBits = kEceSrOffer | kEceSrAccept;
+/// Whether `e` is ours (vendor and signature).
+constexpr bool ece_ours(const Ece& e) {
+  return e.vendor_id == kEceVendorId && (e.options & kEceSignatureMask) == kEceSignature;
+}
+/// Whether `e` is ours and offers selective repeat (a REQ's).
+constexpr bool ece_sr_offered(const Ece& e) { return ece_ours(e) && (e.options & kEceSrOffer); }
+/// Whether `e` is ours and accepts selective repeat (a REP's).
+constexpr bool ece_sr_accepted(const Ece& e) { return ece_ours(e) && (e.options & kEceSrAccept); }
+/// The passive side's answer to a REQ whose ECE is `req`, the local side asking for `local`
+/// (its program's rdma_set_local_ece / ibv_set_ece, or the agent's default) and allowed
+/// selective repeat or not (roced's `transport: selective_repeat`): what the REP carries.
+/// Another vendor's REQ gets none, ours the local options without the SR bits, plus the accept
+/// bit only when the REQ offered it, the local side asked for it (accept bit set) and SR is
+/// allowed.
+constexpr Ece ece_answer(const Ece& req, const Ece& local, bool allowed) {
+  if (req.vendor_id == 0 || local.vendor_id == 0 || (local.vendor_id & 0xFFFFFF) != req.vendor_id)
+    return {};
+  Ece rep{req.vendor_id, local.options};
+  if (!ece_ours(rep)) return rep;
+  rep.options &= ~kEceSrBits;
+  if (allowed && ece_sr_offered(req) && (local.options & kEceSrAccept)) rep.options |= kEceSrAccept;
+  return rep;
+}
+/// Whether selective repeat is on for a QP whose CM exchange sent `local` and received `remote`:
+/// the active side offered and the passive side accepted, seen from either end. An echo of the
+/// offer, a REQ that offers nothing, another vendor's options: off.
+constexpr bool ece_sr_on(const Ece& local, const Ece& remote) {
+  return (ece_sr_offered(local) && ece_sr_accepted(remote)) ||
+         (ece_sr_accepted(local) && ece_sr_offered(remote));
 }
 
 struct CmConfig {
@@ -126,8 +158,10 @@ struct QpAttrs {
   std::uint8_t traffic_class = 0;
   std::uint32_t flow_label = 0;
   /// The peer's ECE: from the REQ (passive side) or the REP (active side); zero when the peer
-  /// sent none, or (passive side) when our accept() did not echo the REQ's vendor.
+  /// sent none, or (passive side) when our accept() did not answer the REQ's vendor.
   Ece remote_ece;
+  /// Ours: what the REQ (active side) or the REP (passive side) carried; zero: none.
+  Ece local_ece;
   friend bool operator==(const QpAttrs&, const QpAttrs&) = default;
 };
 
@@ -164,7 +198,9 @@ struct AcceptParams {
   bool srq = false;
   std::vector<std::uint8_t> private_data;  ///< <= 196 bytes
   /// What the REP announces, sent only when the REQ carried the same vendor ID (else the REP
-  /// carries none, as to rxe), with the options both offered (librdmacm's init_ece).
+  /// carries none, as to rxe), with these options (rdma-core's passive side sends its own
+  /// local options: librdmacm's ucma_copy_ece_param_to_kern_rep). The owner decides them
+  /// (ece_answer): the CM sends them as given.
   Ece ece;
 };
 

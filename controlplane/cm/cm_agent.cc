@@ -167,10 +167,15 @@ bool CmAgent::modify(ConnId id, QpTransition t, const QpAttrs& q) {
       std::uint32_t mask = kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
       if (qp->type == QpType::kRc) mask |= kQpMaxDestRdAtomic | kQpMinRnrTimer;
       rc = eng_.modify_qp(qp, a, mask);
-      // Both ends announced selective repeat (the peer's ECE, as the CM kept it): on before
-      // any traffic. Otherwise go-back-N, also on a QP that had it in an earlier connection.
-      if (rc == kOk && cfg_.selective_repeat && qp->type == QpType::kRc)
-        rc = eng_.set_selective_repeat(qp, ece_selective_repeat(q.remote_ece));
+      // Offered by the active side and accepted by the passive one (the ECE each sent, as
+      // the CM kept it): on before any traffic. Otherwise go-back-N, also on a QP that had it
+      // in an earlier connection.
+      if (rc == kOk && qp->type == QpType::kRc) {
+        const bool sr = cfg_.selective_repeat && ece_sr_on(q.local_ece, q.remote_ece);
+        if (sr || qp->req.sr) rc = eng_.set_selective_repeat(qp, sr);
+        if (rc == kOk) ++(sr ? stats_.sr_connections : stats_.gbn_connections);
+        if (rc == kOk && sr) eng_.count(Counter::kSrConnections);
+      }
       break;
     }
     case QpTransition::kRts: {
@@ -220,8 +225,10 @@ std::optional<ConnId> CmAgent::connect(Qp* qp, ConnectParams p) {
   p.path.local_gid = local_gid();
   if (p.path.remote_gid == Ipv6Addr{}) p.path.remote_gid = p.peer.gid;
   p.path_mtu = std::min(p.path_mtu, static_cast<std::uint8_t>(eng_.config().max_mtu));
-  if (cfg_.selective_repeat && qp->type == QpType::kRc && p.ece.vendor_id == 0)
-    p.ece = {kEceVendorId, kEceSignature | kEceSelectiveRepeat};
+  // Selective repeat is offered only by an owner that asks, on an RC QP, when allowed.
+  if (ece_ours(p.ece) && (!cfg_.selective_repeat || qp->type != QpType::kRc))
+    p.ece.options &= ~kEceSrBits;
+  if (ece_ours(p.ece)) p.ece.options &= ~kEceSrAccept;  // a REQ offers, it cannot accept
   const std::optional<ConnId> id = cm_->connect(p);
   if (id) qps_[*id] = qp;
   return id;
@@ -230,8 +237,11 @@ std::optional<ConnId> CmAgent::connect(Qp* qp, ConnectParams p) {
 CmStatus CmAgent::accept(ConnId id, Qp* qp, AcceptParams p) {
   if (qp == nullptr || busy(qp)) return CmStatus::kInvalidParam;
   p.qpn = wire::Qpn(qp->qpn);
-  if (cfg_.selective_repeat && qp->type == QpType::kRc && p.ece.vendor_id == 0)
-    p.ece = {kEceVendorId, kEceSignature | kEceSelectiveRepeat};
+  // The REP accepts selective repeat only when the REQ offered it, the owner accepts it and
+  // it is allowed on this QP (ece_answer); it never echoes the offer.
+  const std::optional<QpAttrs> req = cm_->qp_attrs(id);
+  p.ece = ece_answer(req ? req->remote_ece : Ece{}, p.ece,
+                     cfg_.selective_repeat && qp->type == QpType::kRc);
   qps_[id] = qp;
   const CmStatus s = cm_->accept(id, p);
   if (s != CmStatus::kOk) qps_.erase(id);

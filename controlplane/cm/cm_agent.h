@@ -33,10 +33,12 @@ struct CmAgentConfig {
   /// Access flags given to connected QPs on their way to INIT.
   std::uint32_t qp_access = engine::kAccessLocalWrite | engine::kAccessRemoteWrite |
                             engine::kAccessRemoteRead | engine::kAccessRemoteAtomic;
-  /// Selective repeat (docs/loss-recovery.md) for the RC QPs this agent connects: announced
-  /// in the REQ/REP's ECE (cm.h Ece) and turned on at RTR when the peer announced it too. A
-  /// peer without it (rxe, RNICs, an agent with this off) keeps go-back-N, and so do we; off,
-  /// the REQ/REP carry no ECE at all.
+  /// Selective repeat (docs/loss-recovery.md) allowed for the RC QPs this agent connects
+  /// (roced's `transport: selective_repeat`). A QP gets it only when its owner asks (the ECE it
+  /// gives connect() offers it, kEceSrOffer; the one it gives accept() accepts it,
+  /// kEceSrAccept) and the peer agrees (ece_sr_on). Not allowed, the SR bits are taken out of
+  /// what the REQ/REP announce. The agent adds no ECE of its own: an owner that gives none
+  /// sends none.
   bool selective_repeat = false;
   /// Our GID in REQs; unset: ::ffff:IPv4 of the engine. Set it to the engine's IPv6 address
   /// to connect over IPv6.
@@ -103,6 +105,8 @@ class CmAgent {
 
   struct Stats {
     std::uint64_t mads_rx = 0, mads_tx = 0, rx_dropped = 0, tx_dropped = 0, qp_errors = 0;
+    /// RC connections that reached RTR with selective repeat on (ece_sr_on), and with it off.
+    std::uint64_t sr_connections = 0, gbn_connections = 0;
     std::uint64_t tx_queued = 0;  ///< MADs that waited for room in QP1's send queue
   };
   const Stats& stats() const { return stats_; }

@@ -128,6 +128,7 @@ int CmSession::connect(engine::Qp* qp, wire::Ipv4Addr dst, std::uint16_t port,
   c.path_mtu = path_mtu_;
   c.cma = CmaHeader::ipv4(local_, ephemeral_port(), dst);
   c.private_data = p.private_data;
+  c.ece = p.ece;
   const auto cid = hub_->connect(owner_, qp, std::move(c));
   if (!cid) return ENOMEM;  // the CM is full (max_connections) or the QP cannot be bound
   id = new_id();
@@ -147,6 +148,7 @@ int CmSession::accept(std::uint32_t id, engine::Qp* qp, const SessionParam& p) {
   a.initiator_depth = p.initiator_depth;
   a.rnr_retry_count = p.rnr_retry;
   a.private_data = p.private_data;
+  a.ece = p.ece;
   switch (hub_->agent().accept(it->second, qp, std::move(a))) {
     case CmStatus::kOk:
       return 0;
@@ -273,6 +275,7 @@ void CmSession::on_event(const CmEvent& e) {
     s.responder_resources = e.qp.max_rd_atomic;   // the peer's Responder Resources
     s.initiator_depth = e.qp.max_dest_rd_atomic;  // the peer's Initiator Depth
     s.private_data = e.private_data;
+    s.ece = e.qp.remote_ece;
     fn_(std::move(s));
     return;
   }
@@ -285,6 +288,8 @@ void CmSession::on_event(const CmEvent& e) {
     case CmEventType::kEstablished:
       s.type = SessionEventType::kEstablished;
       s.qp_num = e.qp.local_qpn.raw();
+      s.ece = e.qp.remote_ece;
+      if (const engine::Qp* qp = hub_->agent().qp_of(e.id)) s.selective_repeat = qp->req.sr;
       break;
     case CmEventType::kRejected:
       s.type = SessionEventType::kRejected;

@@ -43,12 +43,18 @@ struct SessionEvent {
   std::vector<std::uint8_t> private_data;
   std::uint8_t sidr_status = 0;  ///< kSidrReply: IBA SIDR_REP status (0: success)
   std::uint32_t sidr_qpn = 0, sidr_qkey = 0;
+  /// kConnectRequest: the REQ's ECE; kEstablished: the peer's (REQ or REP), zero: none.
+  Ece ece;
+  bool selective_repeat = false;  ///< kEstablished: the QP runs selective repeat
 };
 
 struct SessionParam {
   std::uint8_t responder_resources = 1, initiator_depth = 1, rnr_retry = 7;
   std::vector<std::uint8_t> private_data;
   std::uint8_t retry_count = 7;  ///< connect: the REQ's Retry Count
+  /// The owner's ECE (rdma_set_local_ece): what the REQ offers, what the REP answers
+  /// (CmAgent::accept makes the answer); zero: none.
+  Ece ece;
 };
 
 /// What one session may hold (an attached client's quotas); unlimited by default.

@@ -90,6 +90,18 @@ std::size_t Engine::cc_rates(std::span<QpRate> out) const {
   return n;
 }
 
+std::size_t Engine::sr_qps(std::span<std::uint32_t> out) const {
+  std::size_t n = 0;
+  for (std::uint32_t i = 0; i < cfg_.max_qps; ++i) {
+    const Qp* qp = find_qp(first_qpn_ + i);
+    if (qp == nullptr || qp->type != QpType::kRc || !qp->req.sr) continue;
+    if (qp->state != QpState::kRtr && qp->state != QpState::kRts) continue;
+    if (n < out.size()) out[n] = qp->qpn;
+    ++n;
+  }
+  return n;
+}
+
 void Engine::Stages::cc_start(Engine& eng, Qp& qp) {
   cc::QpCc& c = qp.cc;
   c = cc::QpCc{};
@@ -151,13 +163,19 @@ static bool cnp_plausible(const Qp& qp, std::uint64_t now) {
 }
 
 void Engine::Stages::cc_on_cnp(Engine& eng, Qp& qp) {
-  if (eng.cfg_.congestion.algorithm != cc::Algorithm::kDcqcn || qp.state != QpState::kRts ||
-      !cnp_plausible(qp, eng.now_)) {
+  const cc::Algorithm a = eng.cfg_.congestion.algorithm;
+  if (a == cc::Algorithm::kNone || qp.state != QpState::kRts || !cnp_plausible(qp, eng.now_)) {
     eng.stats_.inc(Counter::kCnpIgnored);
     return;
   }
-  const bool cut = qp.cc.dcqcn.on_cnp(eng.now_);
-  eng.stats_.inc(cut ? Counter::kCnpHandled : Counter::kCnpIgnored);
+  // Handled whether it cuts now or at the end of the monitor period (mlx5's rp_cnp_handled);
+  // ignored are only those refused above (rp_cnp_ignored). `delay` sends ECT(0) too, so it
+  // slows down for CNPs as well (delay.h).
+  if (a == cc::Algorithm::kDcqcn)
+    qp.cc.dcqcn.on_cnp(eng.now_);
+  else
+    qp.cc.delay.on_cnp(eng.now_);
+  eng.stats_.inc(Counter::kCnpHandled);
   set_pace(eng, qp, eng.now_);
 }
 

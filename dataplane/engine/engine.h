@@ -238,6 +238,10 @@ class Engine {
   /// most out.size() of them; returns how many there are (the counters' cc_limited_qps_now).
   /// Walks every QP: for a metrics reader's period, not the data path.
   std::size_t cc_rates(std::span<QpRate> out) const;
+  /// The QPNs of the connected RC QPs that run selective repeat (set_selective_repeat), the
+  /// lowest first, at most out.size() of them; returns how many there are (sr_qps_now). For a
+  /// metrics reader's period, as cc_rates.
+  std::size_t sr_qps(std::span<std::uint32_t> out) const;
 
  private:
   /// What the stages (rx_dispatch, scheduler, requester, responder, completer, retransmit and

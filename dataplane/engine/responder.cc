@@ -23,7 +23,7 @@ void abandon_uc_message(Qp& qp);
 
 // A CE-marked duplicate draws a CNP only this close behind ePSN (a retransmission of what is
 // outstanding now: a 4 MiB message at 1 KiB MTU), not anywhere in the duplicate half.
-constexpr std::int32_t kCnpDuplicateWindow = 4096;
+constexpr std::int32_t kCnpDuplicateWindow = 4096;  // and ahead of ePSN (resp_check_psn)
 }  // namespace
 
 namespace {
@@ -605,6 +605,10 @@ void Engine::Stages::sr_emit_sack(Engine& eng, Qp& qp, Psn from, Psn to) {
     // Selective repeat: a WRITE Only past a gap is placed now (SrState).
     if (qp.sr != nullptr && sr_keep(eng, qp, pkt)) [[unlikely]]
       return Step::kDone;
+    // Marked behind a hole (a tail drop at a full queue): congestion all the same, within the
+    // PSNs a requester can have in flight (a spoofer's guess far ahead draws nothing).
+    if (pkt.ecn == 3 && d <= kCnpDuplicateWindow) [[unlikely]]
+      cc_on_ce(eng, qp, pkt);
     if (!rs.nak_sent) {
       rs.nak_sent = true;
       resp_nak(eng, qp, Syndrome::nak(wire::NakCode::kPsnSeqError), rs.epsn, false);

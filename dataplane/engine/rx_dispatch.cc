@@ -81,7 +81,8 @@ std::string_view to_string(Counter c) {
                                                                  "ack_deferred",
                                                                  "window_stalls",
                                                                  "window_stall_ns",
-                                                                 "sr_edge_resends"};
+                                                                 "sr_edge_resends",
+                                                                 "sr_connections"};
   return k[static_cast<std::size_t>(c)];
 }
 

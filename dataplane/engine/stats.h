@@ -61,8 +61,8 @@ enum class Counter : std::uint8_t {
   kTxSelfDropped,       ///< such frames lost: the self-delivery queue (or an mbuf) was short
   kRxEcnCe,             ///< packets of connected QPs received with ECN CE (mlx5 np_ecn_marked)
   kCnpSent,             ///< CNPs sent (mlx5 np_cnp_sent)
-  kCnpHandled,          ///< CNPs that cut a QP's rate (mlx5 rp_cnp_handled)
-  kCnpIgnored,          ///< CNPs that did not: no algorithm, unknown QP, monitor period
+  kCnpHandled,          ///< CNPs the reaction point took, cutting or not (rp_cnp_handled)
+  kCnpIgnored,          ///< CNPs refused: no algorithm, QP not in RTS, implausible
   kCcParked,            ///< times a QP over its rate was parked until its next send time
   kReadReRequests,      ///< READ requests sent again (selective or go-back-N), for part or all
   kReadReRequestBytes,  ///< the response bytes those READ requests asked for again
@@ -78,6 +78,7 @@ enum class Counter : std::uint8_t {
   kWindowStallNs,       ///< the time they waited for the window to open (ns)
   kSrEdgeResends,       ///< selective repeat: oldest packet sent again, a later SACK or a probe's
                         ///< answer showing it lost
+  kSrConnections,       ///< RC connections the CM set up with selective repeat on (ece_sr_on)
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);

@@ -144,6 +144,12 @@ struct CmEvent {
   std::vector<std::uint8_t> private_data;
   std::uint8_t sidr_status = 0;  ///< kSidrReply: IBA SIDR_REP status, 0 success, 1 no listener
   std::uint32_t sidr_qpn = 0, sidr_qkey = 0;  ///< kSidrReply: the peer's UD QP and Q_Key
+  /// kConnectRequest: the REQ's ECE (struct ibv_ece's vendor ID and options); kEstablished:
+  /// the peer's (its REQ or REP). Vendor 0: none (rdma_get_remote_ece).
+  std::uint32_t ece_vendor = 0, ece_options = 0;
+  /// kEstablished: the QP runs selective repeat (offered, accepted and allowed by roced's
+  /// `transport: selective_repeat`; docs/loss-recovery.md).
+  bool selective_repeat = false;
 };
 /// struct rdma_conn_param's part that matters here.
 struct CmConnParam {
@@ -156,6 +162,10 @@ struct CmConnParam {
   std::uint8_t retry_count = 7;
   /// connect: <= 56 bytes (after rdma_cm's header); accept: <= 196; reject: <= 148.
   std::vector<std::uint8_t> private_data;
+  /// ECE (rdma_set_local_ece): what the REQ offers or the REP answers; vendor 0: none. Our
+  /// vendor 0xFFFFFF with options 0x524F0001 offers selective repeat (connect), 0x524F0002
+  /// accepts it (accept); docs/configuration.md "transport".
+  std::uint32_t ece_vendor = 0, ece_options = 0;
 };
 
 /// What connect_rc() needs to know of the far end (exchanged out of band).

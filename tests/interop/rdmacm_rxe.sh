@@ -4,7 +4,11 @@
 # roles: rping (10 pings, -V in the VM), ucmatose (2 connections, 20 messages), udaddy (SIDR,
 # 2 UD ids). Both sides must exit 0 and print what the tool prints when it worked. give_up (not
 # in the default list; CM_GIVE_UP names tests/integration/cm_give_up.c's program): ours gives
-# its connect up at once, and the VM's rping server must be told REJECTED, reason 4.
+# its connect up at once, and the VM's rping server must be told REJECTED, reason 4. ece (not
+# in the default list; attached; RDMACM_ECE names tests/integration/rdmacm_ece.c's program):
+# ours offers selective repeat in its ECE through a roced that allows it, to the VM's
+# rdma_server, whose librdmacm answers with our vendor ID (rdma-core returns the REQ's) and
+# options 0: the connection must stay go-back-N (ibv_query_ece 0) and its exchange complete.
 #   rdmacm_rxe.sh LIBROCE_VERBS RDMACM_DIR [TOOL...]   (root; exits 77 when VMs cannot run here)
 # Env: RXE_VM_NETNS (default rxevm) names the VM's network namespace; ROCED=build/bin/roced:
 # attached mode, ours a client of a roced whose port is on dp0 (192.0.2.100, started after
@@ -24,7 +28,11 @@ out=$(mktemp -d)
 rp=""
 attach_up() {
   [[ -n $roced ]] || return 0
-  roced_on_dp0 "$roced" cm
+  if [[ $tool == ece ]]; then
+    roced_on_dp0 "$roced" cm "" "transport: {selective_repeat: true}"
+  else
+    roced_on_dp0 "$roced" cm
+  fi
   [[ -S $out/cm.sock ]] || { echo "FAIL roced did not start:"; cat "$out/cm.log"; exit 1; }
 }
 attach_down() {
@@ -57,6 +65,10 @@ ok_output() {  # ok_output TOOL FILE: the lines the tool prints when it worked
     rping) [[ $(grep -o "rdma-ping-[0-9]*:" "$2" | sort -u | wc -l) -ge 10 ]] ;;
     ucmatose | udaddy) grep -q "data transfers complete" "$2" && grep -q "return status 0" "$2" ;;
     give_up) grep -Eq "gave the connect up|RDMA_CM_EVENT_REJECTED, error 4" "$2" ;;
+    ece)  # ours: connected on go-back-N and exchanged; the VM's rdma_server: ended with 0
+      grep -q "rdma_server: end 0" "$2" ||
+        { grep -q "^client: in force rc 0 vendor 0xffffff options 0x0$" "$2" &&
+          grep -q "^client: exchanged" "$2"; } ;;
   esac
 }
 for tool in "${tools[@]}"; do
@@ -71,6 +83,12 @@ for tool in "${tools[@]}"; do
       vm_server="rping -s -a 192.0.2.1 -v -C 1"
       us_client=("${CM_GIVE_UP:?the cm_give_up program in CM_GIVE_UP}" 192.0.2.1 7174 2000)
       vm_client="" us_server=() ;;
+    ece)
+      [[ -n $roced ]] || { echo "rdmacm_rxe.sh: ece needs ROCED"; exit 2; }
+      vm_server="rdma_server -s 192.0.2.1"
+      us_client=("${RDMACM_ECE:?the rdmacm_ece program in RDMACM_ECE}" client 192.0.2.1 7471
+        offer-exchange)
+      vm_client="" us_server=() ;;
     udaddy)
       vm_server="udaddy -b 192.0.2.1 -c 2 -C 10" us_client=(udaddy -s 192.0.2.1 -c 2 -C 10)
       vm_client="retry udaddy -s 192.0.2.100 -c 2 -C 10" us_server=(udaddy -b 192.0.2.100 -c 2 -C 10) ;;
@@ -78,6 +96,7 @@ for tool in "${tools[@]}"; do
   esac
   for dir in vm-server us-server; do
     rc=0
+    [[ $tool == ece && $dir == us-server ]] && continue  # the offer is the client's
     if [[ $tool == give_up ]]; then
       [[ $dir == vm-server ]] || continue  # the client's side is the one under test
       boot "$vm_server"

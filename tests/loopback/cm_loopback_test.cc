@@ -19,9 +19,9 @@ constexpr std::uint64_t kSid = service_id(PortSpace::kTcp, 7174);
 
 class Rig {
  public:
-  /// `sr_a`, `sr_b`: the agents announce selective repeat (CmAgentConfig::selective_repeat).
+  /// `sr_a`, `sr_b`: the agents allow selective repeat (CmAgentConfig::selective_repeat).
   /// `sr_engines`: both engines' EngineConfig::selective_repeat (roced's `transport:` key),
-  /// which their agents read.
+  /// which their agents read. What the owners ask for is `ece_a` (connect) and `ece_b` (accept).
   explicit Rig(const LoopbackOptions& opts = {}, CmConfig cm_cfg = {}, bool ipv6 = false,
                bool sr_a = false, bool sr_b = false, bool sr_engines = false)
       : ipv6_(ipv6),
@@ -49,6 +49,7 @@ class Rig {
   CmAgent a;
   CmAgent b;
   bool auto_accept = true;
+  Ece ece_a, ece_b;  ///< the owners' ECE: given to connect() and accept()
 
   static std::size_t count(const std::vector<CmEvent>& v, CmEventType t) {
     std::size_t n = 0;
@@ -82,6 +83,7 @@ class Rig {
     p.starting_psn = Psn(0x010203);
     p.cma = ipv6_ ? CmaHeader::ipv6(ip6(0), 0xC001, ip6(1))
                   : CmaHeader::ipv4(lb.a().config().ipv4, 0xC001, lb.b().config().ipv4);
+    p.ece = ece_a;
     return a.connect(ep_a.qp, p);
   }
 
@@ -144,6 +146,7 @@ class Rig {
     if (e.type == CmEventType::kConnectRequest && auto_accept) {
       AcceptParams p;
       p.starting_psn = Psn(0x0A0B0C);
+      p.ece = ece_b;
       EXPECT_EQ(b.accept(e.id, ep_b.qp, p), CmStatus::kOk);
       post_b_recv();  // the QP is in RTS now
     }
@@ -228,15 +231,25 @@ INSTANTIATE_TEST_SUITE_P(IpVersions, CmLoopbackIp, ::testing::Values(false, true
 // an RNIC, which send no ECE or another vendor's): go-back-N, a sequence NAK and the rest of
 // the message again.
 struct CmSrRun {
-  Ece remote_ece_a, remote_ece_b;  ///< what each side's established QP saw of the other
+  Ece remote_ece_a, remote_ece_b;         ///< what each side's established QP saw of the other
+  bool sr_qp_a = false, sr_qp_b = false;  ///< the QPs run selective repeat
+  std::uint64_t sr_connections = 0;       ///< both agents' Stats::sr_connections
   std::uint64_t sr_retransmits = 0, sr_sacks_sent = 0, seq_naks = 0, retransmitted = 0;
   bool data_ok = false;
 };
 
-CmSrRun write_over_cm(bool sr_a, bool sr_b, bool sr_engines = false) {
+constexpr Ece kOffer{kEceVendorId, kEceSignature | kEceSrOffer};
+constexpr Ece kAccept{kEceVendorId, kEceSignature | kEceSrAccept};
+
+/// `sr_a`, `sr_b`: the agents allow it; `ece_a`, `ece_b`: what the owners ask for (by default
+/// the active one offers and the passive one accepts).
+CmSrRun write_over_cm(bool sr_a, bool sr_b, bool sr_engines = false, Ece ece_a = kOffer,
+                      Ece ece_b = kAccept) {
   LoopbackOptions o;
   o.a2b.drop_nth = 8;  // A sends the REQ, the RTU, then the WRITE: its 6th packet
   Rig r(o, {}, false, sr_a, sr_b, sr_engines);
+  r.ece_a = ece_a;
+  r.ece_b = ece_b;
   r.b.cm().listen(kSid);
   CmSrRun out;
   EXPECT_TRUE(r.connect());
@@ -246,6 +259,9 @@ CmSrRun write_over_cm(bool sr_a, bool sr_b, bool sr_engines = false) {
   }));
   out.remote_ece_a = r.find(r.ev_a, CmEventType::kEstablished)->qp.remote_ece;
   out.remote_ece_b = r.find(r.ev_b, CmEventType::kConnectRequest)->qp.remote_ece;
+  out.sr_qp_a = r.ep_a.qp->req.sr;
+  out.sr_qp_b = r.ep_b.qp->req.sr;
+  out.sr_connections = r.a.stats().sr_connections + r.b.stats().sr_connections;
   Buffer src = make_buffer(r.lb.a(), r.ep_a.pd, 16384, 5);
   Buffer dst = make_buffer(r.lb.b(), r.ep_b.pd, 16384, 0);
   const engine::Sge s = src.sge();
@@ -265,10 +281,13 @@ CmSrRun write_over_cm(bool sr_a, bool sr_b, bool sr_engines = false) {
   return out;
 }
 
-TEST(CmLoopback, SelectiveRepeatWhenBothAnnounceItInEce) {
+TEST(CmLoopback, SelectiveRepeatWhenOfferedAndAccepted) {
   const CmSrRun k = write_over_cm(true, true);
-  EXPECT_TRUE(ece_selective_repeat(k.remote_ece_a));
-  EXPECT_TRUE(ece_selective_repeat(k.remote_ece_b));
+  EXPECT_EQ(k.remote_ece_b, kOffer);
+  EXPECT_EQ(k.remote_ece_a, kAccept);
+  EXPECT_TRUE(k.sr_qp_a);
+  EXPECT_TRUE(k.sr_qp_b);
+  EXPECT_EQ(k.sr_connections, 2u);
   EXPECT_TRUE(k.data_ok);
   EXPECT_EQ(k.sr_sacks_sent, 1u);
   EXPECT_EQ(k.sr_retransmits, 1u) << "only the lost packet again";
@@ -276,26 +295,40 @@ TEST(CmLoopback, SelectiveRepeatWhenBothAnnounceItInEce) {
   EXPECT_EQ(k.seq_naks, 0u);
 }
 
-// roced's `transport: selective_repeat: true` sets EngineConfig::selective_repeat; the agents
-// on that engine announce it without being told.
-TEST(CmLoopback, SelectiveRepeatFromTheEngineConfig) {
+// roced's `transport: selective_repeat: true` sets EngineConfig::selective_repeat: the agents on
+// that engine allow it, and the owners that ask get it.
+TEST(CmLoopback, SelectiveRepeatAllowedByTheEngineConfig) {
   const CmSrRun k = write_over_cm(false, false, true);
-  EXPECT_TRUE(ece_selective_repeat(k.remote_ece_a));
-  EXPECT_TRUE(ece_selective_repeat(k.remote_ece_b));
+  EXPECT_TRUE(k.sr_qp_a);
+  EXPECT_TRUE(k.sr_qp_b);
   EXPECT_TRUE(k.data_ok);
   EXPECT_EQ(k.sr_retransmits, 1u);
   EXPECT_EQ(k.seq_naks, 0u);
 }
 
-TEST(CmLoopback, GoBackNWhenOneSideDoesNotAnnounce) {
-  for (const auto& [sr_a, sr_b] :
-       {std::pair{true, false}, std::pair{false, true}, std::pair{false, false}}) {
-    SCOPED_TRACE(::testing::Message() << "A " << sr_a << ", B " << sr_b);
-    const CmSrRun k = write_over_cm(sr_a, sr_b);
-    // The REQ carries A's ECE when A announces; the REP never does, to a silent REQ or from a
-    // silent passive side (byte for byte what it was before ECE).
-    EXPECT_EQ(k.remote_ece_b.vendor_id, sr_a ? kEceVendorId : 0u);
-    EXPECT_EQ(k.remote_ece_a, Ece{});
+// Allowed is not asked for (finding 1 of review 18): an owner that gives no ECE gets none on
+// the wire and go-back-N; a passive side that echoes the offer (rdma-core's passive side
+// returns the REQ's vendor, a program may copy its options too) turns nothing on (finding 2).
+TEST(CmLoopback, GoBackNUnlessOfferedAndAcceptedByTheOwners) {
+  struct Case {
+    bool sr_a, sr_b;
+    Ece ece_a, ece_b;
+  };
+  const Case cases[] = {
+      {true, false, kOffer, kAccept},   // B not allowed
+      {false, true, kOffer, kAccept},   // A not allowed: its REQ offers no SR
+      {false, false, kOffer, kAccept},  // neither allowed
+      {true, true, {}, kAccept},        // A's owner did not ask: no ECE at all
+      {true, true, kOffer, {}},         // B's owner did not ask
+      {true, true, kOffer, kOffer},     // B echoes the offer
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "A " << c.sr_a << " " << std::hex << c.ece_a.options
+                                      << ", B " << c.sr_b << " " << c.ece_b.options);
+    const CmSrRun k = write_over_cm(c.sr_a, c.sr_b, false, c.ece_a, c.ece_b);
+    EXPECT_FALSE(k.sr_qp_a);
+    EXPECT_FALSE(k.sr_qp_b);
+    EXPECT_EQ(k.sr_connections, 0u);
     EXPECT_TRUE(k.data_ok);
     EXPECT_EQ(k.sr_sacks_sent, 0u);
     EXPECT_EQ(k.sr_retransmits, 0u);

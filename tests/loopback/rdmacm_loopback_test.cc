@@ -51,7 +51,8 @@ struct Side {
 
 class Rig {
  public:
-  Rig() {
+  /// `sr`: both engines allow selective repeat (roced's `transport: selective_repeat`).
+  explicit Rig(bool sr = false) : lb({}, config(0, sr), config(1, sr)) {
     for (int i = 0; i < 2; ++i) {
       client::LocalOptions o;
       o.engine = &lb.side(i);
@@ -98,6 +99,11 @@ class Rig {
     stop = true;
     pump.join();
     for (auto& x : s) x.cma.reset();
+  }
+  static engine::EngineConfig config(int side, bool sr) {
+    engine::EngineConfig c = Loopback::default_config(side);
+    c.selective_repeat = sr;
+    return c;
   }
   Ipv4Addr ip(int i) { return lb.side(i).config().ipv4; }
   /// A QP in INIT, as rdma_create_qp leaves it (receives may be posted before connecting).
@@ -603,6 +609,97 @@ TEST(RdmaCm, BadCallsGetRdmaCoreErrors) {
   // The channel is busy while ids report to it.
   EXPECT_EQ(cma.destroy_channel(c), EBUSY);
   for (Id* x : {id, id2, ud}) EXPECT_EQ(cma.destroy_id(x), 0);
+  EXPECT_EQ(cma.destroy_channel(c), 0);
+}
+
+// ECE through librdmacm (rdma_set_local_ece / rdma_get_remote_ece, rdma-core's semantics):
+// the requester offers selective repeat, the listener sees the offer on the request's id and
+// accepts it with an ECE of its own; an echo of the offer, a side that asks nothing, or roced
+// not allowing it leave the connection on go-back-N. Review 18, findings 1 and 2.
+TEST(RdmaCm, EceNegotiatesSelectiveRepeatPerConnection) {
+  const ibv_ece offer{0xFFFFFF, 0x524F0001, 0};
+  const ibv_ece accept{0xFFFFFF, 0x524F0002, 0};
+  const ibv_ece none{};
+  struct Case {
+    const char* what;
+    bool allowed;
+    ibv_ece a, b;  ///< rdma_set_local_ece before connect / accept (vendor 0: not called)
+    bool sr;
+  };
+  const Case cases[] = {
+      {"offered and accepted", true, offer, accept, true},
+      {"the passive side echoes the offer", true, offer, offer, false},
+      {"the passive side asks nothing", true, offer, none, false},
+      {"the active side asks nothing", true, none, accept, false},
+      {"roced does not allow it", false, offer, accept, false},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    Rig r(k.allowed);
+    Channel *c0, *c1;
+    Id *cl, *lis;
+    r.listen_and_route(c0, c1, cl, lis);
+    if (k.a.vendor_id) {
+      ASSERT_EQ(r.s[0].cma->set_local_ece(cl, &k.a), 0);
+    }
+    ASSERT_EQ(r.s[0].cma->connect(cl, r.qp(0), nullptr), 0);
+    rdma_cm_event* req = r.expect(1, c1, RDMA_CM_EVENT_CONNECT_REQUEST, true);
+    ASSERT_NE(req, nullptr);
+    Id* child = rdmacm::id_of(req->id);
+    r.s[1].cma->ack_event(req);
+    ibv_ece got{1, 1, 1};
+    ASSERT_EQ(r.s[1].cma->get_remote_ece(child, &got), 0);
+    if (k.a.vendor_id == 0) {
+      EXPECT_EQ(got.vendor_id, 0u) << "no ECE in the REQ";
+    } else {
+      EXPECT_EQ(got.vendor_id, 0xFFFFFFu);
+      EXPECT_EQ(got.options, k.allowed ? k.a.options : 0x524F0000u) << "not allowed: no offer";
+    }
+    EXPECT_EQ(got.comp_mask, 0u);
+    if (k.b.vendor_id) {
+      ASSERT_EQ(r.s[1].cma->set_local_ece(child, &k.b), 0);
+    }
+    ASSERT_EQ(r.s[1].cma->accept(child, r.qp(1), nullptr), 0);
+    r.expect(0, c0, RDMA_CM_EVENT_ESTABLISHED);
+    r.expect(1, c1, RDMA_CM_EVENT_ESTABLISHED);
+    EXPECT_EQ(cl->selective_repeat, k.sr);
+    EXPECT_EQ(child->selective_repeat, k.sr);
+    if (k.sr) {
+      EXPECT_EQ(cl->remote_ece.options, accept.options) << "the REP accepts: no echo";
+    }
+    ASSERT_EQ(r.s[0].cma->disconnect(cl), 0);
+    r.expect(1, c1, RDMA_CM_EVENT_DISCONNECTED);
+    r.expect(0, c0, RDMA_CM_EVENT_DISCONNECTED);
+    for (Id* x : {child, lis}) EXPECT_EQ(r.s[1].cma->destroy_id(x), 0);
+    EXPECT_EQ(r.s[0].cma->destroy_id(cl), 0);
+  }
+}
+
+// rdma-core's librdmacm: EINVAL without an ECE, for vendor 0, a comp_mask, or an id with a QP
+// of rdma_create_qp's (whose ECE is the QP's, ibv_set_ece).
+TEST(RdmaCm, EceCallsGetRdmaCoreErrors) {
+  Rig r;
+  Cma& cma = *r.s[0].cma;
+  Channel* c = cma.create_channel();
+  Id* id = cma.create_id(c, nullptr, RDMA_PS_TCP, IBV_QPT_RC);
+  ibv_ece e{0xFFFFFF, 0x524F0001, 0};
+  EXPECT_EQ(cma.set_local_ece(id, nullptr), EINVAL);
+  EXPECT_EQ(cma.get_remote_ece(id, nullptr), EINVAL);
+  ibv_ece zero{0, 1, 0};
+  EXPECT_EQ(cma.set_local_ece(id, &zero), EINVAL);
+  ibv_ece mask{0xFFFFFF, 1, 1};
+  EXPECT_EQ(cma.set_local_ece(id, &mask), EINVAL);
+  ibv_qp fake{};
+  id->pub.qp = &fake;
+  EXPECT_EQ(cma.set_local_ece(id, &e), EINVAL);
+  EXPECT_EQ(cma.get_remote_ece(id, &e), EINVAL);
+  id->pub.qp = nullptr;
+  EXPECT_EQ(cma.set_local_ece(id, &e), 0);
+  ibv_ece got{1, 1, 1};
+  EXPECT_EQ(cma.get_remote_ece(id, &got), 0);
+  EXPECT_EQ(got.vendor_id, 0u) << "nothing received yet";
+  EXPECT_EQ(got.options, 0u);
+  EXPECT_EQ(cma.destroy_id(id), 0);
   EXPECT_EQ(cma.destroy_channel(c), 0);
 }
 

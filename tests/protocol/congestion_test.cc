@@ -314,16 +314,41 @@ TEST(CongestionRp, DcqcnCnpHalvesTheRateAtAlphaOne) {
   k.algorithm = cc::Algorithm::kDcqcn;
   k.dcqcn.max_rate_mbps = 10'000;
   k.dcqcn.initial_alpha = 1024;
+  k.dcqcn.rate_reduce_monitor_period_us = 4;
+  k.dcqcn.defer_cut = true;  // ConnectX's way
   Harness h(false, k);
   h.send_request();
   h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
   EXPECT_EQ(h.count(Counter::kCnpHandled), 1u);
   EXPECT_DOUBLE_EQ(h.eng.cc_rate_mbps(*h.qp), 5'000.0) << "Rc (1 - alpha/2), alpha 1";
-  // A second CNP within the rate reduce monitor period (4 us) does not cut again.
+  // A second CNP within the rate reduce monitor period (4 us) does not cut at once: it is
+  // handled (mlx5's rp_cnp_handled), and cuts at the period's end, as ConnectX's does.
   h.now += 2'000;
   h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
-  EXPECT_EQ(h.count(Counter::kCnpIgnored), 1u);
+  EXPECT_EQ(h.count(Counter::kCnpHandled), 2u);
+  EXPECT_EQ(h.count(Counter::kCnpIgnored), 0u);
   EXPECT_DOUBLE_EQ(h.eng.cc_rate_mbps(*h.qp), 5'000.0);
+  h.now += 2'500;  // past the period's end
+  h.flush();
+  std::array<engine::Engine::QpRate, 4> r{};
+  ASSERT_EQ(h.eng.cc_rates(r), 1u);
+  EXPECT_LT(r[0].rate_mbps, 5'000u) << "the deferred cut";
+}
+
+// `delay` sends ECT(0) (ect_on), so a CNP slows it down as it does a DCQCN sender: at a marking
+// switch shared with ConnectX senders it must not keep its share while they are cut (review 18
+// finding 6).
+TEST(CongestionRp, DelayCnpCutsTheRate) {
+  cc::CongestionConfig k;
+  k.algorithm = cc::Algorithm::kDelay;
+  k.delay.max_rate_mbps = 10'000;
+  EXPECT_TRUE(k.ect_on());
+  Harness h(false, k);
+  h.send_request();
+  h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
+  EXPECT_EQ(h.count(Counter::kCnpHandled), 1u);
+  EXPECT_EQ(h.count(Counter::kCnpIgnored), 0u);
+  EXPECT_DOUBLE_EQ(h.eng.cc_rate_mbps(*h.qp), 5'000.0) << "max_decrease 50 %";
 }
 
 // The per-QP rate counter (roce-ctl rates, roce_cc_qp_rate_mbps): the QPs below their maximum,
@@ -501,6 +526,24 @@ TEST(CongestionNp, CeFrameOutsideThePsnWindowGetsNoCnp) {
   h.now += 10'000;
   h.write(kEpsn, 0x03);
   EXPECT_EQ(Harness::cnps(h.flush()).size(), 1u);
+}
+
+// A CE-marked packet behind a lost one (go-back-N: NAKed, not executed) is still congestion:
+// after a tail drop every packet behind the hole is one, exactly when the queue is full. Within
+// the window a requester can have in flight it draws a CNP as well as the NAK (ConnectX's NP
+// answers any marked packet of a valid QP); far ahead (a spoofer's guess) it draws no CNP.
+// Review 18 finding 5.
+TEST(CongestionNp, CeMarkedPacketPastAGapGetsACnpWithinTheWindow) {
+  Harness h;
+  h.eng.receive(h.frame(Opcode::kRcWriteOnly, kEpsn + 2, 64, 0x03), h.now);
+  const auto frames = h.flush();
+  EXPECT_EQ(Harness::cnps(frames).size(), 1u);
+  EXPECT_EQ(h.count(Counter::kSeqErrNakSent), 1u) << "and the sequence NAK";
+  EXPECT_EQ(h.count(Counter::kCnpSent), 1u);
+  Harness far;
+  far.eng.receive(far.frame(Opcode::kRcWriteOnly, kEpsn + 5000, 64, 0x03), far.now);
+  EXPECT_TRUE(Harness::cnps(far.flush()).empty()) << "5000 PSNs ahead: no CNP";
+  EXPECT_EQ(far.count(Counter::kCnpSent), 0u);
 }
 
 // ---- pacing ---------------------------------------------------------------------------------

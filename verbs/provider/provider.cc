@@ -1078,6 +1078,26 @@ ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   return &r->ah;
 }
 
+// ECE as mlx5's provider keeps it: options of our vendor only (EINVAL otherwise, and for a
+// comp_mask), stored on the QP; our librdmacm sends them in the REQ/REP and, once connected,
+// stores what is in force (docs/configuration.md "transport"). libibverbs answers a vendor 0
+// with EOPNOTSUPP before calling here.
+int set_ece(ibv_qp* qp, ibv_ece* ece) {
+  if (ece->comp_mask != 0 || ece->vendor_id != kEceVendor) {
+    errno = EINVAL;
+    return EINVAL;
+  }
+  rqp(qp)->ece_options = ece->options;
+  return 0;
+}
+
+int query_ece(ibv_qp* qp, ibv_ece* ece) {
+  ece->vendor_id = kEceVendor;
+  ece->options = rqp(qp)->ece_options;
+  ece->comp_mask = 0;
+  return 0;
+}
+
 int destroy_ah(ibv_ah* ah) {
   delete reinterpret_cast<RAh*>(ah);
   g_ahs.fetch_sub(1);
@@ -1112,11 +1132,13 @@ const rdma::verbs_context_ops kOps = [] {
   o.post_srq_recv = post_srq_recv;
   o.query_device_ex = query_device_ex;
   o.query_port = query_port_op;
+  o.query_ece = query_ece;
   o.query_qp = query_qp;
   o.query_srq = query_srq;
   o.reg_mr = reg_mr;
   o.req_notify_cq = req_notify_cq;
   o.rereg_mr = rereg_mr;
+  o.set_ece = set_ece;
   return o;
 }();
 

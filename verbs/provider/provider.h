@@ -188,6 +188,9 @@ struct RQp {
   RContext* rctx = nullptr;
   ibv_qp_cap cap{};
   ibv_qp_attr attr{};  ///< what modify_qp set (ibv_query_qp reports it)
+  /// ECE options (ibv_set_ece / ibv_query_ece, vendor kEceVendor): what the program asks for
+  /// until the connection is made, then what is in force (our librdmacm sets it then).
+  std::uint32_t ece_options = 0;
   int sq_sig_all = 0;
   /// Attached: the bounce buffer's lock (a post that copies takes it; libroce's attached
   /// Context locks the send queue itself, so other posts take no lock of ours).
@@ -218,6 +221,9 @@ inline RContext* rctx(ibv_context* c) {
 }
 inline RCq* rcq(ibv_cq* c) { return reinterpret_cast<RCq*>(c); }
 inline RQp* rqp(ibv_qp* q) { return reinterpret_cast<RQp*>(q); }
+/// The vendor ID of our ECE (struct ibv_ece), as ibv_query_device reports it (controlplane/cm
+/// cm.h kEceVendorId).
+inline constexpr std::uint32_t kEceVendor = 0xFFFFFF;
 
 /// Whether libibverbs opened `c` on one of our devices.
 bool is_ours(ibv_context* c);

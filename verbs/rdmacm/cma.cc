@@ -418,6 +418,27 @@ int Cma::connect_ud(Id* id, const rdma_conn_param* p) {
   return id->sync ? complete(id) : 0;
 }
 
+int Cma::set_local_ece(Id* id, const ibv_ece* ece) {
+  if (ece == nullptr || id->pub.qp != nullptr || ece->vendor_id == 0 || ece->comp_mask != 0)
+    return EINVAL;
+  std::lock_guard lk(mu_);
+  id->local_ece = {ece->vendor_id, ece->options, 0};
+  return 0;
+}
+
+int Cma::get_remote_ece(Id* id, ibv_ece* ece) {
+  if (ece == nullptr || id->pub.qp != nullptr) return EINVAL;
+  std::lock_guard lk(mu_);
+  *ece = {id->remote_ece.vendor_id, id->remote_ece.options, 0};
+  return 0;
+}
+
+void Cma::default_local_ece(Id* id, const ibv_ece& ece) {
+  std::lock_guard lk(mu_);
+  if (id->local_ece.vendor_id == 0 && ece.vendor_id != 0)
+    id->local_ece = {ece.vendor_id, ece.options, 0};
+}
+
 int Cma::connect(Id* id, client::Qp* qp, const rdma_conn_param* p) {
   if (is_ud(id)) return connect_ud(id, p);  // SIDR: no QP needed to ask
   if (qp == nullptr) return EINVAL;
@@ -436,6 +457,8 @@ int Cma::connect(Id* id, client::Qp* qp, const rdma_conn_param* p) {
   {
     std::lock_guard lk(mu_);
     if (id->state != State::kRouteResolved) return EINVAL;
+    cp.ece_vendor = id->local_ece.vendor_id;
+    cp.ece_options = id->local_ece.options;
     std::uint32_t conn = 0;
     {
       std::lock_guard plk(*id->port->lock);
@@ -484,6 +507,8 @@ int Cma::accept(Id* id, client::Qp* qp, const rdma_conn_param* p) {
     peer = dst_ip(id);
     cp.responder_resources = id->req_responder_resources;
     cp.initiator_depth = id->req_initiator_depth;
+    cp.ece_vendor = id->local_ece.vendor_id;
+    cp.ece_options = id->local_ece.options;
   }
   if (p != nullptr) {
     if (p->private_data_len > kRepPrivate || (p->private_data_len && !p->private_data))
@@ -832,6 +857,7 @@ void Cma::deliver_request(Port* port, client::CmEvent&& ev) {
     child->req_initiator_depth = clamp_rd(ev.responder_resources);
     child->req_responder_resources = clamp_rd(ev.initiator_depth);
     copy_private(e, ev.private_data, kReqPrivate);
+    child->remote_ece = {ev.ece_vendor, ev.ece_options, 0};
     e->pub.param.conn.initiator_depth = child->req_initiator_depth;
     e->pub.param.conn.responder_resources = child->req_responder_resources;
     e->pub.param.conn.retry_count = 7;
@@ -872,6 +898,10 @@ void Cma::deliver(Port* port, client::CmEvent&& ev) {
       e = new_event(id, RDMA_CM_EVENT_ESTABLISHED, 0);
       if (id->state == State::kConnecting) copy_private(e, ev.private_data, kRepPrivate);
       e->pub.param.conn.qp_num = ev.qp_num;
+      if (id->state == State::kConnecting) id->remote_ece = {ev.ece_vendor, ev.ece_options, 0};
+      id->selective_repeat = ev.selective_repeat;
+      if (on_established != nullptr && id->pub.qp != nullptr)
+        on_established(&id->pub, ev.selective_repeat);
       id->state = State::kConnected;
       break;
     case client::CmEventType::kSidrReply:

@@ -100,6 +100,10 @@ struct Id {
   bool own_cqs = false;
   bool has_ep_attr = false;
   ibv_qp_init_attr ep_attr{};
+  /// ECE (rdma_set_local_ece, rdma_get_remote_ece): ours for the REQ/REP (vendor 0: none),
+  /// the peer's from its REQ or REP, and whether the connection runs selective repeat.
+  ibv_ece local_ece{}, remote_ece{};
+  bool selective_repeat = false;
 };
 
 inline Id* id_of(rdma_cm_id* id) { return reinterpret_cast<Id*>(id); }
@@ -146,6 +150,13 @@ class Cma {
   int notify(Id* id, ibv_event_type ev);
   int migrate(Id* id, Channel* c);
   int set_option(Id* id, int level, int optname, const void* optval, std::size_t optlen);
+  /// rdma_set_local_ece / rdma_get_remote_ece: rdma-core's checks (EINVAL for an id with a
+  /// QP of rdma_create_qp's, whose ECE is the QP's: ibv_set_ece / ibv_query_ece).
+  int set_local_ece(Id* id, const ibv_ece* ece);
+  int get_remote_ece(Id* id, ibv_ece* ece);
+  /// The ECE the REQ/REP of `id` will carry when it has none of rdma_set_local_ece's (the
+  /// C API gives its QP's, ibv_query_ece); vendor 0 leaves it as it is.
+  void default_local_ece(Id* id, const ibv_ece& ece);
   /// rdma_get_cm_event: blocks on the channel's fd unless it is O_NONBLOCK (EAGAIN).
   int get_event(Channel* c, rdma_cm_event** out);
   int ack_event(rdma_cm_event* e);
@@ -160,6 +171,10 @@ class Cma {
   /// what the CM last queued (a DREP) to leave: otherwise a peer waits for its DISCONNECTED
   /// until its DREQ retries run out. Call before the provider stops its port.
   void linger_at_exit(std::chrono::milliseconds budget = std::chrono::milliseconds(1000));
+  /// Called (with the Cma's lock held) when a connection of an id with a QP is established,
+  /// with whether it runs selective repeat: the C API stores that in the QP's ECE
+  /// (ibv_query_ece). Set before the first connection.
+  void (*on_established)(rdma_cm_id* id, bool selective_repeat) = nullptr;
 
  private:
   Channel* make_channel(bool sync);  ///< with mu_ held

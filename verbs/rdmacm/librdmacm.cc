@@ -43,6 +43,11 @@ namespace bridge = roce::verbs_compat;
 constexpr unsigned kConnAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
+/// ECE (controlplane/cm/cm.h): our vendor ID, and the options a connected QP reports when it
+/// runs selective repeat (the signature, offered and accepted).
+constexpr std::uint32_t kEceVendor = 0xFFFFFF;
+constexpr std::uint32_t kEceSrInForce = 0x524F0003;
+
 struct Global {
   Cma cma;
   std::once_flag once;
@@ -59,6 +64,14 @@ Global& g() {
   return *x;
 }
 
+/// Without an ECE of rdma_set_local_ece's, the REQ/REP carry the QP's (ibv_set_ece on it), as
+/// rdma-core's librdmacm takes a rdma_cm QP's from ibv_query_ece.
+void take_qp_ece(rdma_cm_id* id) {
+  ibv_ece e{};
+  if (id->qp != nullptr && ibv_query_ece(id->qp, &e) == 0 && e.vendor_id != 0 && e.options != 0)
+    g().cma.default_local_ece(id_of(id), e);
+}
+
 bool bridge_present() {
   return &bridge::context_of != nullptr && &bridge::lock_of != nullptr &&
          &bridge::qp_of != nullptr && &bridge::set_cm_sink != nullptr;
@@ -69,6 +82,12 @@ bool bridge_present() {
 void init() {
   std::call_once(g().once, [] {
     if (!bridge_present()) return;
+    // Once connected, the QP's ECE says what is in force (as mlx5's provider reports the
+    // options the device agreed to): selective repeat on, or nothing.
+    g().cma.on_established = [](rdma_cm_id* id, bool sr) {
+      ibv_ece e{kEceVendor, sr ? kEceSrInForce : 0u, 0};
+      ibv_set_ece(id->qp, &e);
+    };
     g().pid = ::getpid();
     int n = 0;
     ibv_device** list = ibv_get_device_list(&n);
@@ -269,12 +288,14 @@ RDMACM_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   // A QP of the program's own (conn_param->qp_num, no QP on the id): the appliance's CM needs
   // the QP object to move it through RTR and RTS. A UD id's SIDR request needs no QP.
   if (id->qp == nullptr && !roce::rdmacm::is_ud(id_of(id))) return result(ENOSYS);
+  take_qp_ece(id);
   return result(g().cma.connect(id_of(id), appliance_qp(id), conn_param));
 }
 
 RDMACM_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
   if (id == nullptr) return result(EINVAL);
   if (id->qp == nullptr && !roce::rdmacm::is_ud(id_of(id))) return result(ENOSYS);
+  take_qp_ece(id);
   return result(g().cma.accept(id_of(id), appliance_qp(id), conn_param));
 }
 
@@ -310,15 +331,16 @@ RDMACM_EXPORT int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* q
   return result(ENOSYS);
 }
 
+// rdma-core's checks and errno: EINVAL without an id or ECE, for a vendor 0 or a comp_mask,
+// and for an id with a QP (its ECE is the QP's: ibv_set_ece / ibv_query_ece).
 RDMACM_EXPORT int rdma_set_local_ece(rdma_cm_id* id, ibv_ece* ece) {
-  if (id == nullptr || ece == nullptr) return result(EINVAL);
-  return 0;  // the appliance's CM offers no ECE: the options are not sent
+  if (id == nullptr) return result(EINVAL);
+  return result(g().cma.set_local_ece(id_of(id), ece));
 }
 
 RDMACM_EXPORT int rdma_get_remote_ece(rdma_cm_id* id, ibv_ece* ece) {
-  if (id == nullptr || ece == nullptr) return result(EINVAL);
-  std::memset(ece, 0, sizeof *ece);  // vendor 0: the peer sent none
-  return 0;
+  if (id == nullptr) return result(EINVAL);
+  return result(g().cma.get_remote_ece(id_of(id), ece));
 }
 
 RDMACM_EXPORT int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {

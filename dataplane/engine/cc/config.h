@@ -36,13 +36,22 @@ struct DcqcnParams {
   std::uint32_t min_rate_mbps = 1;    ///< rpg_min_rate
   std::uint32_t ai_rate_mbps = 40;    ///< rpg_ai_rate: additive increase step (R_AI)
   std::uint32_t hai_rate_mbps = 100;  ///< rpg_hai_rate: hyper increase step (R_HAI)
-  /// dce_tcp_g: alpha <- (g/1024) alpha (+ (1024 - g)/1024 with a CNP); 1019 = gain 1/205.
-  std::uint32_t alpha_g = 1019;
+  /// dce_tcp_g, the gain in 1/1024: alpha <- (1 - g/1024) alpha (+ g/1024 with a CNP), as
+  /// NVIDIA's PRM defines it (mstflint's RoCE ECN layout, field dce_tcp_g: "Alpha =
+  /// (cnp_received * dceTcpG) + (1 - dceTcpG) * alpha. dceTcpG is divided by 2^10"). 5: about
+  /// the paper's 1/256 (ConnectX's default 1019 is a gain of 0.995: alpha ~ "a CNP lately").
+  std::uint32_t alpha_g = 5;
   std::uint32_t initial_alpha = 1023;          ///< initial_alpha_value (1023 ~ 1.0)
   std::uint32_t alpha_update_period_us = 55;   ///< dce_tcp_rtt: alpha decays once per period
   std::uint32_t rate_increase_period_us = 55;  ///< rpg_time_reset: the rate-increase timer
   std::uint64_t byte_counter = 10'000'000;     ///< rpg_byte_reset: bytes per increase event
   std::uint32_t threshold = 5;                 ///< rpg_threshold: F, the fast recovery stages
+  /// A CNP within rate_reduce_monitor_period of the last cut: true, as ConnectX, it is kept and
+  /// cuts at the period's end; false (the default), it feeds alpha but cuts nothing. With our
+  /// 55 us alpha period and 50 us monitor period, keeping them cuts again for CNPs that still
+  /// reflect the queue before the last cut: the 8:1 incast fell from 0.973 of the output
+  /// (Jain 0.997) to 0.474 (Jain 0.247). docs/congestion.md.
+  bool defer_cut = false;
   /// At most one rate cut per period. 50 us, not ConnectX's 4: with a CNP every 4 us each
   /// cut lands before the previous one can show in the queue; 8:1 incast then dropped 312
   /// frames and reached 0.92 of the output, fairness 0.93 (docs/congestion.md).

@@ -25,11 +25,12 @@ void Dcqcn::reset(const DcqcnParams& p) {
   min_ = std::min<double>(std::max<double>(p.min_rate_mbps, 0.001), max_);
   rc_ = rt_ = max_;
   alpha_ = std::min(p.initial_alpha, 1024u) / 1024.0;
-  g_ = 1.0 - std::min(p.alpha_g, 1024u) / 1024.0;
+  g_ = std::min(p.alpha_g, 1024u) / 1024.0;
   t_ = bc_ = 0;
   bytes_ = 0;
   last_cut_ = 0;
   cut_once_ = false;
+  cut_pending_ = false;
   cnp_in_period_ = false;
   alpha_next_ = timer_next_ = 0;
 }
@@ -39,8 +40,18 @@ bool Dcqcn::on_cnp(std::uint64_t now) {
   cnp_in_period_ = true;
   if (alpha_next_ == 0) alpha_next_ = now + std::uint64_t{p_.alpha_update_period_us} * 1000;
   const std::uint64_t monitor = std::uint64_t{p_.rate_reduce_monitor_period_us} * 1000;
-  if (cut_once_ && now - last_cut_ < monitor) return false;
+  if (cut_once_ && now - last_cut_ < monitor) {
+    // ConnectX's way: cut at the period's end (advance), once for all the period's CNPs.
+    if (p_.defer_cut) cut_pending_ = true;
+    return false;
+  }
+  cut(now);
+  return true;
+}
+
+void Dcqcn::cut(std::uint64_t now) {
   cut_once_ = true;
+  cut_pending_ = false;
   last_cut_ = now;
   rt_ = rc_;
   const double keep = std::max(1.0 - alpha_ / 2, std::min(p_.min_dec_factor_pct, 100u) / 100.0);
@@ -48,7 +59,6 @@ bool Dcqcn::on_cnp(std::uint64_t now) {
   t_ = bc_ = 0;
   bytes_ = 0;
   timer_next_ = now + std::uint64_t{p_.rate_increase_period_us} * 1000;
-  return true;
 }
 
 void Dcqcn::on_sent(std::uint64_t bytes, std::uint64_t now) {
@@ -63,6 +73,18 @@ void Dcqcn::on_sent(std::uint64_t bytes, std::uint64_t now) {
 }
 
 void Dcqcn::advance(std::uint64_t now) {
+  if (cut_pending_) {
+    // A CNP came within the monitor period of the last cut: the timers up to the period's
+    // end, the cut then, the timers from there.
+    const std::uint64_t at = last_cut_ + std::uint64_t{p_.rate_reduce_monitor_period_us} * 1000;
+    if (at > now) return run_timers(now);
+    run_timers(at);
+    cut(at);
+  }
+  run_timers(now);
+}
+
+void Dcqcn::run_timers(std::uint64_t now) {
   const std::uint64_t ak = std::max<std::uint64_t>(p_.alpha_update_period_us, 1) * 1000;
   // Alpha: one update per period; without CNPs it decays towards 0, and once it is there the
   // timer stops (the next CNP starts it again).

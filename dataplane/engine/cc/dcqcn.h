@@ -3,11 +3,13 @@
 /// Deployments", SIGCOMM 2015), as a state machine of its own: no engine, no clock of its own.
 /// The caller reports CNPs and bytes sent with the time, and asks for the rate to pace at.
 ///
-///   CNP:            RT <- RC;  RC <- RC (1 - alpha/2)   (at most one cut per monitor period,
-///                   never below min_dec_factor of RC nor below the minimum rate); the timer,
-///                   the byte counter and both stage counts T, BC restart
+///   CNP:            RT <- RC;  RC <- RC (1 - alpha/2)   (at most one cut per monitor period;
+///                   with defer_cut, CNPs within the period of the last cut make one cut at
+///                   its end, as ConnectX's rate_reduce_monitor_period, else they only feed
+///                   alpha; never below min_dec_factor of RC nor below the minimum rate); the
+///                   timer, the byte counter and both stage counts T, BC restart
 ///   alpha period:   alpha <- (1 - g) alpha + g  with a CNP in the period,
-///                   alpha <- (1 - g) alpha      without one          (g = 1 - dce_tcp_g/1024)
+///                   alpha <- (1 - g) alpha      without one          (g = dce_tcp_g/1024)
 ///   increase event: each rate_increase_period (T += 1) and each byte_counter bytes (BC += 1):
 ///                   fast recovery   max(T, BC) < F:  RC <- (RT + RC) / 2
 ///                   additive        one of them >= F: RT += R_AI,           RC <- (RT + RC) / 2
@@ -33,8 +35,9 @@ class Dcqcn {
   explicit Dcqcn(const DcqcnParams& p) { reset(p); }
   void reset(const DcqcnParams& p);
 
-  /// A CNP for this QP arrived at `now_ns`. True when it cut the rate; false when it fell in
-  /// the monitor period of the previous cut (it still counts for alpha).
+  /// A CNP for this QP arrived at `now_ns`. True when it cut the rate now; false when it fell
+  /// in the monitor period of the previous cut: with defer_cut the cut comes at that period's
+  /// end (advance), one for all the CNPs of the period. Either way it counts for alpha.
   bool on_cnp(std::uint64_t now_ns);
   /// `bytes` were sent at `now_ns` (the byte counter; timers up to now first).
   void on_sent(std::uint64_t bytes, std::uint64_t now_ns);
@@ -51,6 +54,8 @@ class Dcqcn {
 
  private:
   void increase_event();
+  void cut(std::uint64_t now);
+  void run_timers(std::uint64_t now);
   std::uint64_t skip_timer_events(std::uint64_t k);
 
   /// advance() walks up to this many due timer events one by one, more in runs.
@@ -59,11 +64,12 @@ class Dcqcn {
   DcqcnParams p_;
   double max_ = 0, min_ = 0;
   double rc_ = 0, rt_ = 0, alpha_ = 1;
-  double g_ = 0;  ///< the gain, 1 - dce_tcp_g/1024
+  double g_ = 0;  ///< the gain, dce_tcp_g/1024
   std::uint32_t t_ = 0, bc_ = 0;
   std::uint64_t bytes_ = 0;     ///< since the last byte-counter event
   std::uint64_t last_cut_ = 0;  ///< when the rate was last cut
   bool cut_once_ = false;
+  bool cut_pending_ = false;      ///< a CNP came within the monitor period of the last cut
   bool cnp_in_period_ = false;    ///< a CNP arrived in the current alpha period
   std::uint64_t alpha_next_ = 0;  ///< end of the current alpha period (0: alpha timer idle)
   std::uint64_t timer_next_ = 0;  ///< next rate-increase timer event (0: idle)

@@ -14,7 +14,16 @@ void DelayCc::reset(const DelayParams& p) {
   min_rtt_ = 0;
   last_decrease_ = 0;
   last_sample_ = 0;
+  last_rtt_ = 0;
   decreased_ = false;
+}
+
+bool DelayCc::on_cnp(std::uint64_t now) {
+  if (decreased_ && now - last_decrease_ < last_rtt_) return false;  // once per round trip
+  rate_ = std::max(rate_ * (1.0 - std::min(p_.max_decrease_pct, 100u) / 100.0), min_);
+  decreased_ = true;
+  last_decrease_ = now;
+  return true;
 }
 
 std::uint64_t DelayCc::target_ns() const {
@@ -31,6 +40,7 @@ void DelayCc::on_rtt(std::uint64_t rtt, std::uint64_t now) {
   const double trips =
       last_sample_ == 0 ? 1.0 : std::clamp(double(now - last_sample_) / double(rtt), 1.0, 1000.0);
   last_sample_ = now;
+  last_rtt_ = rtt;
   if (rtt < target) {
     rate_ = std::min(rate_ + p_.ai_rate_mbps * trips, max_);
     return;

@@ -308,26 +308,29 @@ TEST_F(CmTest, ConnectAcceptDisconnect) {
 
 // ECE (Enhanced Connection Establishment): the vendor ID in the REQ/REP, the options in the MAD
 // header's AttributeModifier (bytes 20-23), as the kernel CM puts them. Without ECE both stay 0,
-// as before (and as rxe sends); a REP carries ECE only to a REQ of the same vendor.
+// as before (and as rxe sends); a REP carries ECE only to a REQ of the same vendor, with the
+// passive side's own options (rdma-core's ucma_copy_ece_param_to_kern_rep).
 TEST_F(CmTest, EceIsCarriedOnlyBetweenTheSameVendor) {
-  const Ece ours{kEceVendorId, kEceSignature | kEceSelectiveRepeat};
+  const Ece offer{kEceVendorId, kEceSignature | kEceSrOffer};
+  const Ece accept{kEceVendorId, kEceSignature | kEceSrAccept};
   auto attr_mod = [](const Sent& s) { return decode(s.bytes).hdr.attr_mod; };
   struct Case {
     Ece a, b;
     Ece req, rep;  ///< on the wire
-    bool sr;       ///< both QPs see selective repeat
+    bool sr;       ///< ece_sr_on for both QPs
   };
   const Case cases[] = {
-      {{}, {}, {}, {}, false},                              // neither: nothing changes
-      {ours, {}, ours, {}, false},                          // the passive side has none
-      {{}, ours, {}, {}, false},                            // the active side has none (rxe)
-      {ours, ours, ours, ours, true},                       // both
-      {{0x0015B3, 0x7}, ours, {0x0015B3, 0x7}, {}, false},  // another vendor's REQ
-      {ours, {kEceVendorId, kEceSignature}, ours, {kEceVendorId, kEceSignature}, false},
+      {{}, {}, {}, {}, false},                                // neither: nothing changes
+      {offer, {}, offer, {}, false},                          // the passive side has none
+      {{}, accept, {}, {}, false},                            // the active side has none (rxe)
+      {offer, accept, offer, accept, true},                   // offered and accepted
+      {offer, offer, offer, offer, false},                    // an echo of the offer
+      {{0x0015B3, 0x7}, accept, {0x0015B3, 0x7}, {}, false},  // another vendor's REQ
+      {offer, {kEceVendorId, kEceSignature}, offer, {kEceVendorId, kEceSignature}, false},
   };
   std::uint32_t qpn = 0x100;  // a new QP each time: the last one's connection is in timewait
   for (const Case& k : cases) {
-    SCOPED_TRACE(::testing::Message() << std::hex << k.a.vendor_id << "/" << k.b.vendor_id);
+    SCOPED_TRACE(::testing::Message() << std::hex << k.a.options << "/" << k.b.options);
     ConnectParams p = params(Qpn(++qpn));
     p.ece = k.a;
     const ConnId ia = *a_.cm.connect(p);
@@ -345,16 +348,56 @@ TEST_F(CmTest, EceIsCarriedOnlyBetweenTheSameVendor) {
     const Sent rep = b_.out.front();
     EXPECT_EQ(rep.as<RepMsg>().vendor_id, k.rep.vendor_id);
     EXPECT_EQ(attr_mod(rep), k.rep.options);
-    EXPECT_EQ(ece_selective_repeat(b_.mods.back().qp.remote_ece), k.sr);
+    const QpAttrs& qb = b_.mods.back().qp;
+    EXPECT_EQ(qb.local_ece, k.rep);
+    EXPECT_EQ(ece_sr_on(qb.local_ece, qb.remote_ece), k.sr);
     deliver(b_, a_);
     EXPECT_EQ(a_.last(CmEventType::kEstablished).qp.remote_ece, k.rep);
-    EXPECT_EQ(ece_selective_repeat(a_.mods.back().qp.remote_ece), k.sr);
+    const QpAttrs& qa = a_.mods.back().qp;
+    EXPECT_EQ(qa.local_ece, k.req);
+    EXPECT_EQ(ece_sr_on(qa.local_ece, qa.remote_ece), k.sr);
     deliver(a_, b_);  // RTU
-    EXPECT_EQ(attr_mod(rep) | attr_mod(req), k.req.options | k.rep.options);
     ASSERT_EQ(a_.cm.disconnect(ia), CmStatus::kOk);
     deliver(a_, b_);
     deliver(b_, a_);
   }
+}
+
+// The selective-repeat negotiation (cm.h): the passive side's answer and whether each side turns
+// it on, for an offer, an acceptance, an echo, no ECE and garbage.
+TEST(EceNegotiation, OnlyAnOfferAndADistinctAcceptanceTurnItOn) {
+  const Ece offer{kEceVendorId, kEceSignature | kEceSrOffer};
+  const Ece accept{kEceVendorId, kEceSignature | kEceSrAccept};
+  const Ece plain{kEceVendorId, kEceSignature};
+  // The passive side: accepts only an offer it wants and is allowed.
+  EXPECT_EQ(ece_answer(offer, accept, true), accept);
+  EXPECT_EQ(ece_answer(offer, accept, false), plain) << "not allowed: ours, without the bit";
+  EXPECT_EQ(ece_answer(offer, plain, true), plain) << "the program did not accept";
+  EXPECT_EQ(ece_answer(offer, offer, true), plain) << "an echo of the offer accepts nothing";
+  EXPECT_EQ(ece_answer(plain, accept, true), plain) << "nothing offered";
+  EXPECT_EQ(ece_answer({}, accept, true), Ece{}) << "no ECE in the REQ (rxe): none in the REP";
+  EXPECT_EQ(ece_answer(offer, {}, true), Ece{}) << "the program has none: none";
+  const Ece other{0x0015B3, kEceSignature | kEceSrOffer};
+  EXPECT_EQ(ece_answer(other, accept, true), Ece{}) << "another vendor: none";
+  EXPECT_EQ(ece_answer(other, Ece{0x0015B3, 0x5}, true), (Ece{0x0015B3, 0x5}))
+      << "another vendor's options are passed through untouched";
+  const Ece garbage_sig{kEceVendorId, 0x12340003};
+  EXPECT_EQ(ece_answer(garbage_sig, accept, true), plain) << "no signature: no offer";
+
+  // Either side: on only for an offer answered by an acceptance.
+  EXPECT_TRUE(ece_sr_on(offer, accept));  // active
+  EXPECT_TRUE(ece_sr_on(accept, offer));  // passive
+  EXPECT_FALSE(ece_sr_on(offer, offer)) << "rdma-core's passive side echoing the REQ";
+  EXPECT_FALSE(ece_sr_on(offer, plain));
+  EXPECT_FALSE(ece_sr_on(offer, Ece{})) << "rxe, an RNIC: no ECE of ours";
+  EXPECT_FALSE(ece_sr_on(offer, (Ece{kEceVendorId, 0})))
+      << "our vendor, options 0 (rxe via librdmacm)";
+  EXPECT_FALSE(ece_sr_on(offer, (Ece{0x0015B3, kEceSignature | kEceSrAccept}))) << "another vendor";
+  EXPECT_FALSE(ece_sr_on(offer, (Ece{kEceVendorId, 0x12340000 | kEceSrAccept}))) << "no signature";
+  EXPECT_FALSE(ece_sr_on(plain, accept)) << "accepted what was never offered";
+  EXPECT_FALSE(ece_sr_on(Ece{}, accept));
+  EXPECT_FALSE(ece_sr_on(accept, accept)) << "both accept, nobody offered";
+  EXPECT_FALSE(ece_sr_on(Ece{}, Ece{}));
 }
 
 TEST_F(CmTest, AcceptFromTheEventCallbackAndPassiveDisconnect) {

@@ -176,6 +176,18 @@ TEST(Config, ErrorsNameFileLineAndKey) {
       {base + "    congestion: {delay: {beta: 1}}\n",
        "unknown key 'beta' in ports[0].congestion.delay"},
       {base + "    congestion: {cnp_dscp: 64}\n", "cnp_dscp = 64 is out of range [0, 63]"},
+      // ConnectX's spellings (sysfs, mlxconfig, debugfs) get our key named (review 18 #11)
+      {base + "    congestion: {dcqcn: {rpg_time_reset: 300}}\n",
+       "unknown key 'rpg_time_reset' in ports[0].congestion.dcqcn: did you mean "
+       "rpg_time_reset_us (microseconds; ConnectX's rpg_time_reset)?"},
+      {base + "    congestion: {dcqcn: {RPG_AI_RATE_P1: 5}}\n",
+       "did you mean rpg_ai_rate_mbps (Mb/s; ConnectX's rpg_ai_rate)?"},
+      {base + "    congestion: {min_time_between_cnps: 4}\n",
+       "did you mean min_time_between_cnps_us (microseconds"},
+      {base + "    congestion: {dcqcn: {np_min_time_between_cnps: 4}}\n",
+       "did you mean congestion.min_time_between_cnps_us"},
+      {base + "    congestion: {dcqcn: {rpg_gd: 11}}\n",
+       "ConnectX's rpg_gd has no key here: fixed at the equivalent of rpg_gd 11"},
       {base + "    congestion: {dcqcn: {rpg_ai_rate_mbps: 0}}\n",
        "bad.yaml:6:44: ports[0].congestion.dcqcn.rpg_ai_rate_mbps = 0: a QP's rate would never "
        "recover from a cut (the rate-increase timer would never end); at least 1"},

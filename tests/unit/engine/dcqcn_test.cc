@@ -20,7 +20,7 @@ DcqcnParams params() {
   p.min_rate_mbps = 10;
   p.ai_rate_mbps = 40;
   p.hai_rate_mbps = 400;
-  p.alpha_g = 1020;  // g = 4/1024 = 1/256, the paper's
+  p.alpha_g = 4;  // g = 4/1024 = 1/256, the paper's (NVIDIA's PRM: gain = dce_tcp_g / 2^10)
   p.initial_alpha = 1024;
   p.alpha_update_period_us = 55;
   p.rate_increase_period_us = 55;
@@ -72,13 +72,43 @@ TEST(Dcqcn, AlphaRisesWithCnpsAndDecaysWithout) {
   EXPECT_NEAR(d.alpha(), (1 - g) * a2 + g, 1e-12);
 }
 
-TEST(Dcqcn, RateReduceMonitorPeriodAllowsOneCut) {
-  Dcqcn d(params());
+// rate_reduce_monitor_period, as ConnectX (mlxconfig RATE_REDUCE_MONITOR_PERIOD: "the minimum
+// time between 2 consecutive rate reductions"; PRM rpg_gd: "reduced at the beginning of the next
+// rate_reduce_monitor_period interval"): a CNP inside the period is kept, not dropped, and cuts
+// at the period's end, once however many came.
+TEST(Dcqcn, RateReduceMonitorPeriodDefersTheNextCut) {
+  DcqcnParams p = params();
+  p.defer_cut = true;
+  Dcqcn d(p);
   ASSERT_TRUE(d.on_cnp(1000 * kUs));
+  const double after_first = d.rate_mbps();
   EXPECT_FALSE(d.on_cnp(1003 * kUs)) << "3 us later: within the 4 us monitor period";
-  EXPECT_DOUBLE_EQ(d.rate_mbps(), 20'000);
-  EXPECT_TRUE(d.on_cnp(1004 * kUs));
-  EXPECT_LT(d.rate_mbps(), 20'000);
+  EXPECT_FALSE(d.on_cnp(1003 * kUs + 500)) << "a second one in the period: one cut for both";
+  EXPECT_DOUBLE_EQ(d.rate_mbps(), after_first);
+  d.advance(1004 * kUs - 1);
+  EXPECT_DOUBLE_EQ(d.rate_mbps(), after_first) << "not before the period ends";
+  d.advance(1004 * kUs);
+  const double after_second = d.rate_mbps();
+  EXPECT_LT(after_second, after_first) << "the kept CNP cuts at the period's end";
+  // No CNP in the next period: no cut at its end.
+  d.advance(1008 * kUs);
+  EXPECT_GE(d.rate_mbps(), after_second);
+  // A CNP 1 us before a period ends, none after (a sparse marker): still a cut.
+  Dcqcn e(p);
+  ASSERT_TRUE(e.on_cnp(2000 * kUs));
+  const double one = e.rate_mbps();
+  EXPECT_FALSE(e.on_cnp(2003 * kUs));
+  e.advance(2010 * kUs);
+  EXPECT_LT(e.rate_mbps(), one);
+  // After the period, a CNP cuts at once.
+  EXPECT_TRUE(e.on_cnp(2020 * kUs));
+  // Without defer_cut (our default), a CNP within the period only feeds alpha.
+  Dcqcn f(params());
+  ASSERT_TRUE(f.on_cnp(3000 * kUs));
+  const double cut = f.rate_mbps();
+  EXPECT_FALSE(f.on_cnp(3003 * kUs));
+  f.advance(3010 * kUs);
+  EXPECT_DOUBLE_EQ(f.rate_mbps(), cut);
 }
 
 TEST(Dcqcn, FastRecoveryThenAdditiveThenHyperIncrease) {
@@ -163,6 +193,21 @@ TEST(Dcqcn, ConnectXDefaultsCutByHalfOnTheFirstCnp) {
   EXPECT_NEAR(d.rate_mbps(), 100'000 * (1 - (1023.0 / 1024) / 2), 1e-6);
 }
 
+// dce_tcp_g is the gain itself, in 1/1024: NVIDIA's PRM (mstflint's layout of the RoCE ECN
+// block, the mlxconfig text of DCE_TCP_G): "Alpha = (cnp_received * dceTcpG) + (1 - dceTcpG) *
+// alpha. dceTcpG is divided by 2^10" (review 18 finding 3: we had read it as 1 - gain).
+TEST(Dcqcn, DceTcpGIsTheGainInUnitsOf1024) {
+  for (const auto& [g, want] : {std::pair{64u, 64 / 1024.0}, std::pair{1019u, 1019 / 1024.0}}) {
+    DcqcnParams p = params();
+    p.alpha_g = g;
+    p.initial_alpha = 0;
+    Dcqcn d(p);
+    d.on_cnp(1000 * kUs);
+    d.advance(1000 * kUs + 55 * kUs);  // the end of the alpha period with the CNP
+    EXPECT_NEAR(d.alpha(), want, 1e-9) << "dce_tcp_g " << g;
+  }
+}
+
 // ---- delay-based ----------------------------------------------------------------------------
 
 TEST(DelayCc, IncreasesBelowTargetAndCutsInProportionAbove) {
@@ -191,6 +236,29 @@ TEST(DelayCc, IncreasesBelowTargetAndCutsInProportionAbove) {
   c.on_rtt(20 * kUs, 12'220 * kUs);
   EXPECT_NEAR(c.rate_mbps(), 4'100, 1e-9);
   EXPECT_TRUE(c.limited());
+}
+
+// It sends ECT(0), so it reacts to CNPs (review 18 finding 6; RFC 3168's bargain, which
+// docs/congestion.md keeps for `none`): a CNP cuts the rate by max_decrease, at most once per
+// round trip (together with the delay's own cuts), as Swift takes ECN as a second signal.
+TEST(DelayCc, CnpCutsByTheMaximumDecreaseOncePerRoundTrip) {
+  DelayParams p;
+  p.max_rate_mbps = 10'000;
+  p.min_rate_mbps = 100;
+  p.target_us = 50;
+  p.max_decrease_pct = 50;
+  DelayCc c(p);
+  EXPECT_TRUE(c.on_cnp(1000 * kUs));
+  EXPECT_NEAR(c.rate_mbps(), 5'000, 1e-9);
+  EXPECT_TRUE(c.limited());
+  c.on_rtt(20 * kUs, 1001 * kUs);  // below target: + R_AI (100)
+  EXPECT_NEAR(c.rate_mbps(), 5'100, 1e-9);
+  EXPECT_FALSE(c.on_cnp(1010 * kUs)) << "within a round trip (20 us) of the cut";
+  EXPECT_NEAR(c.rate_mbps(), 5'100, 1e-9);
+  EXPECT_TRUE(c.on_cnp(1030 * kUs));
+  EXPECT_NEAR(c.rate_mbps(), 2'550, 1e-9);
+  for (int i = 0; i < 20; ++i) c.on_cnp((2000 + 100 * i) * kUs);
+  EXPECT_NEAR(c.rate_mbps(), 100, 1e-9) << "never below the minimum";
 }
 
 TEST(DelayCc, TargetFromTheSmallestRoundTrip) {
