@@ -475,8 +475,10 @@ bool Engine::Stages::req_packet(Engine& eng, Qp& qp, SendWqe& w) {
     if (uc) comp_retire(eng, qp);
   }
   if (!uc) {
-    arm_retransmit(eng, qp);
-    arm_probe(eng, qp);
+    // (Each returns at once when its timer is armed, as it is for all but the first packet
+    // of a burst: that test here saves two calls per packet.)
+    if (qp.comp.retrans_deadline == 0) arm_retransmit(eng, qp);
+    if (qp.comp.probe_deadline == 0) arm_probe(eng, qp);
     if (qp.comp.probing) qp.comp.probe_sent = true;
   }
   return true;
