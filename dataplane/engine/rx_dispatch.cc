@@ -100,7 +100,7 @@ void Engine::receive(std::span<const std::uint8_t> frame, std::uint64_t now_ns,
   wire::RxPkt pkt;
   wire::ParseOptions opts;
   opts.verify_ip_checksum = !ip_checksum_ok;
-  const wire::Verdict v = wire::parse_frame(frame, pkt, opts);
+  const wire::Verdict v = wire::parse_frame_inline(frame, pkt, opts);
   if (v != wire::Verdict::kOk) {
     ++stats_.verdicts[static_cast<std::size_t>(v)];
     stats_.inc(Counter::kRxDropVerdict);

@@ -3,10 +3,7 @@
 #include "dataplane/wire/roce_frame.h"
 
 #include <array>
-#include <bit>
 #include <cstring>
-
-#include "dataplane/wire/crc_fold.h"
 
 namespace roce::wire {
 
@@ -17,13 +14,6 @@ constexpr std::size_t l2_len(const FrameSpec& s) {
 }
 constexpr std::size_t l3_len(IpVersion v) {
   return v == IpVersion::kV4 ? Ipv4View::kSize : Ipv6View::kSize;
-}
-
-// Payload rules that do not depend on the path MTU (that check belongs to the transport).
-bool payload_fits(const OpcodeInfo& info, std::size_t payload_len) {
-  if (!info.mask.has(OpMask::kPayload)) return payload_len == 0;
-  if (info.fixed_payload != 0) return payload_len == info.fixed_payload;
-  return true;
 }
 
 void udp6_checksum_fill(std::uint8_t* l3, std::uint8_t* udp, std::size_t udp_len) {
@@ -80,7 +70,7 @@ std::size_t frame_len(const FrameSpec& spec, std::size_t payload_len) {
 std::size_t write_frame_headers(const FrameSpec& s, std::size_t payload_len,
                                 std::span<std::uint8_t> out) {
   const OpcodeInfo& info = opcode_info(s.opcode);
-  if (!info.valid() || !payload_fits(info, payload_len)) return 0;
+  if (!info.valid() || !detail::payload_fits(info, payload_len)) return 0;
   const unsigned pad = pad_for(payload_len);
   const std::size_t total = frame_len(s, payload_len);
   const std::size_t l4_bytes = UdpView::kSize + info.hdr_len + payload_len + pad + kIcrcSize;
@@ -223,79 +213,11 @@ std::string_view to_string(Verdict v) {
   return i < kNames.size() ? kNames[i] : std::string_view("invalid");
 }
 
-namespace {
-inline std::uint64_t load_le64(const std::uint8_t* p) {
-  std::uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-
-// The common frame, untagged IPv4 without options or fragments carrying UDP to the RoCE port,
-// checked in a few word compares: the same checks as the field-by-field path below, in one
-// pass without its branches for VLAN and IPv6. False (out untouched but for `frame`) when any
-// of them fails or the frame is of another kind: the caller takes that path, which names the
-// drop's verdict; so whichever path a frame takes, its verdict and `out` are the same.
-[[gnu::always_inline]] inline bool parse_ipv4_fast(const std::uint8_t* p, std::size_t n, RxPkt& out,
-                                                   const ParseOptions& opts, Verdict& v) {
-  if constexpr (std::endian::native != std::endian::little) return false;
-  constexpr std::size_t kL3 = EthView::kSize, kL4 = kL3 + Ipv4View::kSize;
-  constexpr std::size_t kBth = kL4 + UdpView::kSize;
-  if (n < kBth + kBthSize + kIcrcSize) return false;
-  // Bytes 12-19: EtherType, version and IHL, (TOS, total length, ID); 20-27: flags and
-  // fragment offset (DF not looked at), (TTL), protocol, (checksum, source address).
-  const std::uint64_t a = load_le64(p + 12), b = load_le64(p + 20);
-  if ((a & 0xFF'FFFFu) != 0x45'0008u || (b & 0xFF00'FF3Fu) != 0x1100'0000u) return false;
-  const std::size_t total = load_be16(p + kL3 + 2);
-  // Room for UDP, BTH and ICRC (shorter ones get their verdict from the slow path).
-  if (total < Ipv4View::kSize + UdpView::kSize + kBthSize + kIcrcSize || n < kL3 + total)
-    return false;
-  if (opts.verify_ip_checksum && !ipv4_header_checksum_ok(p + kL3)) return false;
-  // UDP length, destination port; BTH TVer.
-  if (load_be16(p + kL4 + 4) != total - Ipv4View::kSize ||
-      load_be16(p + kL4 + 2) != opts.udp_port || (p[kBth + 1] & 0x0F) != 0)
-    return false;
-  const OpcodeInfo& info = opcode_info(p[kBth]);
-  const std::size_t end = kL3 + total;  // one past the ICRC
-  if (!info.valid() || end < kBth + info.hdr_len + kIcrcSize) return false;
-  const std::size_t with_pad = end - kIcrcSize - kBth - info.hdr_len;
-  const unsigned pad = (p[kBth + 1] >> 4) & 0x3u;
-  if (pad > with_pad) return false;
-  const std::size_t payload_len = with_pad - pad;
-  if (!info.mask.has(OpMask::kPayload) && pad != 0) return false;
-  if (!payload_fits(info, payload_len)) return false;
-  out.has_vlan = false;
-  out.l3_off = kL3;
-  out.ip_version = IpVersion::kV4;
-  out.ecn = static_cast<std::uint8_t>(p[kL3 + 1] & 0x3);
-  out.l4_off = kL4;
-  out.frame_len = static_cast<std::uint16_t>(end);
-  out.bth_off = kBth;
-  out.opcode = Opcode{p[kBth]};
-  out.info = &info;
-  const ConstBthView bth(p + kBth);
-  out.dest_qp = bth.dest_qp();
-  out.psn = bth.psn();
-  out.ack_req = bth.ack_req();
-  out.payload_off = static_cast<std::uint16_t>(kBth + info.hdr_len);
-  out.payload_len = static_cast<std::uint16_t>(payload_len);
-  out.pad = static_cast<std::uint8_t>(pad);
-  out.icrc = load_le32(p + end - kIcrcSize);
-  // (compute_icrc's short-frame case, without its call and tests)
-  const std::size_t icrc_len = end - kIcrcSize - kL3;
-  v = opts.verify_icrc && (icrc_len < kCrcFoldMax && kCrcFoldUsable
-                               ? crc32_fold_or(kIcrcSeed, p + kL3, icrc_len, kIcrcOrMaskV4)
-                               : compute_icrc(p + kL3, icrc_len, IpVersion::kV4)) != out.icrc
-          ? Verdict::kBadIcrc
-          : Verdict::kOk;
-  return true;
-}
-}  // namespace
-
 Verdict parse_frame(std::span<const std::uint8_t> frame, RxPkt& out, const ParseOptions& opts) {
   const std::uint8_t* p = frame.data();
   const std::size_t n = frame.size();
   out.frame = p;
-  if (Verdict v; parse_ipv4_fast(p, n, out, opts, v)) return v;
+  if (Verdict v; detail::parse_ipv4_fast(p, n, out, opts, v)) return v;
 
   // L2
   if (n < EthView::kSize) return Verdict::kTruncated;
@@ -366,7 +288,7 @@ Verdict parse_frame(std::span<const std::uint8_t> frame, RxPkt& out, const Parse
   if (pad > with_pad) return Verdict::kBadPadCount;
   const std::size_t payload_len = with_pad - pad;
   if (!info.mask.has(OpMask::kPayload) && pad != 0) return Verdict::kBadPadCount;
-  if (!payload_fits(info, payload_len)) return Verdict::kBadPayloadLength;
+  if (!detail::payload_fits(info, payload_len)) return Verdict::kBadPayloadLength;
 
   out.opcode = bth.opcode();
   out.info = &info;
