@@ -775,7 +775,7 @@ Engine::Stages::Step Engine::Stages::resp_fail_recv(Engine& eng, Qp& qp, const w
     if (dst == nullptr)
       return resp_fail_recv(eng, qp, pkt, WcStatus::kRemAccessErr,
                             wire::NakCode::kRemoteAccessError);
-    std::memcpy(dst, pkt.payload().data(), len);
+    wire::copy_payload(dst, pkt.payload().data(), len);
   }
   rs.write_va += len;
   rs.write_remaining -= len;

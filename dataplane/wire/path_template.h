@@ -149,20 +149,7 @@ inline std::uint32_t fold(std::uint32_t sum) {
   const std::size_t hdr = detail::masked_headers(t, f, payload_len, out);
   if (hdr == 0) return 0;
   std::size_t off = hdr;
-  if (payload_len <= 16) {  // a small payload: two overlapping or eight-byte moves, no call
-    std::uint8_t* d = out + off;
-    if (payload_len >= 8) {
-      std::uint64_t a, b;
-      std::memcpy(&a, payload, 8);
-      std::memcpy(&b, payload + payload_len - 8, 8);
-      std::memcpy(d, &a, 8);
-      std::memcpy(d + payload_len - 8, &b, 8);
-    } else {
-      for (std::size_t i = 0; i < payload_len; ++i) d[i] = payload[i];
-    }
-  } else {
-    std::memcpy(out + off, payload, payload_len);
-  }
+  copy_payload(out + off, payload, payload_len);
   off += payload_len;
   const unsigned pad = pad_for(payload_len);
   store_le32(out + off, 0);  // the pad (up to 3 bytes), before the ICRC overwrites the rest
