@@ -210,10 +210,10 @@ inline std::uint64_t load_le64(const std::uint8_t* p) {
 }
 
 // The common frame, untagged IPv4 without options or fragments carrying UDP to the RoCE port,
-// checked in a few word compares: the same checks as the field-by-field path (parse_frame), in one
-// pass without its branches for VLAN and IPv6. False (`out` untouched) when any
-// of them fails or the frame is of another kind: the caller takes that path, which names the
-// drop's verdict; so whichever path a frame takes, its verdict and `out` are the same.
+// checked in a few word compares: the same checks as the field-by-field path (parse_frame),
+// in one pass without its branches for VLAN and IPv6. False (`out` untouched) when any of them
+// fails or the frame is of another kind: the caller takes that path, which names the drop's
+// verdict; so whichever path a frame takes, its verdict and `out` are the same.
 [[gnu::always_inline]] inline bool parse_ipv4_fast(const std::uint8_t* p, std::size_t n, RxPkt& out,
                                                    const ParseOptions& opts, Verdict& v) {
   if constexpr (std::endian::native != std::endian::little) return false;
