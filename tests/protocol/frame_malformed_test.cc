@@ -459,7 +459,9 @@ TEST(FrameMalformed, UntaggedIpv4VerdictsMatchTheFieldByFieldPath) {
         for (bool fix : {false, true}) {
           Frame f = good;
           f[pos] ^= flip;
-          if (fix && pos >= 14) refix(f);
+          // (not when the version nibble now says IPv6: refix would take the IPv6 layout,
+          // longer than a short IPv4 frame)
+          if (fix && pos >= 14 && layout_of(f).ip == IpVersion::kV4) refix(f);
           for (bool icrc : {true, false}) {
             ParseOptions o;
             o.verify_icrc = icrc;
