@@ -52,6 +52,20 @@ struct CheckedRange {
   std::uint64_t delta = 0;
 };
 
+/// The last key a QP's requester (or responder) found granted, with its MR's whole range and
+/// access, at the MR table's generation: while the table is unchanged, another access through
+/// the same key is granted or not by a few compares (MrTable::check_memo). Messages of one
+/// buffer each (a WQE's SGE, a WRITE's RETH) then cost no key lookup.
+struct KeyMemo {
+  std::uint64_t gen = 0;  ///< 0: empty
+  std::uint32_t key = 0;
+  std::uint32_t access = 0;
+  const Pd* pd = nullptr;
+  std::uint64_t addr = 0;  ///< the MR's [addr, addr + length)
+  std::uint64_t length = 0;
+  std::uint64_t delta = 0;
+};
+
 /// Result of checking an access through a key.
 enum class KeyCheck : std::uint8_t { kOk, kBadKey, kBadPd, kBadAccess, kOutOfBounds, kInvalid };
 
@@ -108,6 +122,23 @@ class MrTable {
   void changed() { ++gen_; }
   /// Remembers that `mr` granted a whole range (after a successful check() of it).
   CheckedRange remember(const Mr* mr) const { return {gen_, mr->host_delta}; }
+  /// check() of a whole range to remember (`out`), through `memo`: the same key on an
+  /// unchanged table is a few compares; otherwise check() and `memo` takes the MR.
+  [[gnu::always_inline]] KeyCheck check_memo(KeyMemo& memo, std::uint32_t key, const Pd* pd,
+                                             std::uint64_t addr, std::uint64_t len,
+                                             std::uint32_t access, CheckedRange& out) const {
+    if (memo.gen == gen_ && memo.key == key && memo.pd == pd && (memo.access & access) == access &&
+        addr >= memo.addr && len <= memo.length && addr - memo.addr <= memo.length - len) {
+      out = {gen_, memo.delta};
+      return KeyCheck::kOk;
+    }
+    Mr* mr = nullptr;
+    const KeyCheck c = check(key, pd, addr, len, access, &mr);
+    if (c != KeyCheck::kOk) return c;
+    memo = {gen_, key, mr->access, pd, mr->addr, mr->length, mr->host_delta};
+    out = remember(mr);
+    return c;
+  }
   /// map() of a part of a remembered range: a compare while the table is unchanged, the full
   /// check otherwise.
   std::uint8_t* map(const CheckedRange& c, std::uint32_t key, const Pd* pd, std::uint64_t addr,

@@ -128,6 +128,7 @@ struct ReqState {
   wire::Psn high_psn;   ///< one past the highest PSN ever sent
   bool failed = false;  ///< a WQE failed locally: send nothing more
   bool sr = false;      ///< selective repeat negotiated (Qp::sr holds its state)
+  KeyMemo sge_memo;     ///< the last one-SGE WQE's key check (req_check_sges)
 };
 
 struct CompState {
@@ -185,6 +186,7 @@ struct RespState {
   wire::Msn msn;
   bool nak_sent = false;  ///< a PSN sequence error NAK was sent for the current gap
   enum class InMsg : std::uint8_t { kNone, kSend, kWrite } in_msg = InMsg::kNone;
+  KeyMemo write_memo;  ///< the last WRITE's R_Key check (resp_execute_write)
   // SEND in progress
   // The receive WQE of the SEND in progress, with a copy of its SGEs: the queue slot may be
   // reused by post_recv while the message is still arriving.

@@ -195,12 +195,9 @@ std::size_t Engine::Stages::gather_ext(Engine& eng, Qp& qp, const SendWqe& w, st
       qp.sq_sges.data() + static_cast<std::size_t>(&w - qp.sq.data()) * qp.cap.max_send_sge;
   const std::uint32_t access = w.is_rd_atomic() ? std::uint32_t{kAccessLocalWrite} : 0u;
   if (w.num_sge == 1) {  // the common case, without the loop
-    Mr* mr = nullptr;
     if (sge->length == 0) return true;
-    if (eng.mrs_.check(sge->lkey, qp.pd, sge->addr, sge->length, access, &mr) != KeyCheck::kOk)
-      return false;
-    w.sge_range = eng.mrs_.remember(mr);
-    return true;
+    return eng.mrs_.check_memo(qp.req.sge_memo, sge->lkey, qp.pd, sge->addr, sge->length, access,
+                               w.sge_range) == KeyCheck::kOk;
   }
   for (std::uint32_t i = 0; i < w.num_sge; ++i) {
     if (sge[i].length == 0) continue;
@@ -478,8 +475,10 @@ bool Engine::Stages::req_packet(Engine& eng, Qp& qp, SendWqe& w) {
     if (uc) comp_retire(eng, qp);
   }
   if (!uc) {
-    arm_retransmit(eng, qp);
-    arm_probe(eng, qp);
+    // (Each returns at once when its timer is armed, as it is for all but the first packet
+    // of a burst: that test here saves two calls per packet.)
+    if (qp.comp.retrans_deadline == 0) arm_retransmit(eng, qp);
+    if (qp.comp.probe_deadline == 0) arm_probe(eng, qp);
     if (qp.comp.probing) qp.comp.probe_sent = true;
   }
   return true;

@@ -782,14 +782,12 @@ Engine::Stages::Step Engine::Stages::resp_fail_recv(Engine& eng, Qp& qp, const w
     rs.write_total = rs.write_remaining = reth.dma_len();
     // IBA 9.7.5.1.5 / C9-88: a zero-length WRITE needs no valid R_Key.
     rs.write_range = {};
-    if (rs.write_total != 0) {
-      Mr* mr = nullptr;
-      if (eng.mrs_.check(rs.write_rkey, qp.pd, rs.write_va, rs.write_total, kAccessRemoteWrite,
-                         &mr) != KeyCheck::kOk)
-        return resp_fail_recv(eng, qp, pkt, WcStatus::kRemAccessErr,
-                              wire::NakCode::kRemoteAccessError);
-      rs.write_range = eng.mrs_.remember(mr);  // later packets: a compare while it holds
-    }
+    // Later packets: a compare while the range holds; the next WRITE to the same MR: a few.
+    if (rs.write_total != 0 &&
+        eng.mrs_.check_memo(rs.write_memo, rs.write_rkey, qp.pd, rs.write_va, rs.write_total,
+                            kAccessRemoteWrite, rs.write_range) != KeyCheck::kOk)
+      return resp_fail_recv(eng, qp, pkt, WcStatus::kRemAccessErr,
+                            wire::NakCode::kRemoteAccessError);
   }
   const bool len_ok = len <= pmtu && (last ? len == rs.write_remaining
                                            : (len == pmtu && rs.write_remaining > pmtu));
@@ -801,7 +799,7 @@ Engine::Stages::Step Engine::Stages::resp_fail_recv(Engine& eng, Qp& qp, const w
     if (dst == nullptr)
       return resp_fail_recv(eng, qp, pkt, WcStatus::kRemAccessErr,
                             wire::NakCode::kRemoteAccessError);
-    std::memcpy(dst, pkt.payload().data(), len);
+    wire::copy_payload(dst, pkt.payload().data(), len);
   }
   rs.write_va += len;
   rs.write_remaining -= len;

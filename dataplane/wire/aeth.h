@@ -86,7 +86,7 @@ class BasicAethView : public ViewBase<Byte> {
   using ViewBase<Byte>::ViewBase;
 
   Syndrome syndrome() const { return Syndrome(p_[0]); }
-  Msn msn() const { return Msn{load_be24(p_ + 1)}; }
+  Msn msn() const { return Msn{load_be32(p_) & 0xFFFFFFu}; }
 
   void set_syndrome(Syndrome s) requires M { p_[0] = s.raw(); }
   void set_msn(Msn m) requires M { store_be24(p_ + 1, m.raw()); }

@@ -58,6 +58,22 @@ inline void store_le32(std::uint8_t* p, std::uint32_t v) {
   p[3] = static_cast<std::uint8_t>(v >> 24);
 }
 
+/// memcpy for the short payloads of the per-packet paths: up to 16 bytes as two overlapping
+/// eight-byte moves (or bytes), no call into the library.
+inline void copy_payload(std::uint8_t* d, const std::uint8_t* s, std::size_t n) {
+  if (n > 16) {
+    std::memcpy(d, s, n);
+  } else if (n >= 8) {
+    std::uint64_t a, b;
+    std::memcpy(&a, s, 8);
+    std::memcpy(&b, s + n - 8, 8);
+    std::memcpy(d, &a, 8);
+    std::memcpy(d + n - 8, &b, 8);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) d[i] = s[i];
+  }
+}
+
 // The address types are the public API's (include/roce/addr.h); the wire layer names them too.
 using roce::ipv4_mapped;
 using roce::ipv4_of_mapped;

@@ -118,12 +118,40 @@ ROCE_CRC_TARGET inline std::uint32_t crc32_fold_impl(std::uint32_t crc, const st
     y = fold(_mm_shuffle_epi8(head, load(kHeadShuffle + r)), static_cast<unsigned>(q));
   }
   const std::uint32_t spill = r < 4 ? ~crc >> (8 * r) : 0;
-  __m128i b = _mm_xor_si128(load_or<kOr>(p + r, m + r), _mm_cvtsi32_si128(static_cast<int>(spill)));
-  for (std::size_t i = 1; i < q; ++i) {  // every block but the last, folded to the end
-    y = _mm_xor_si128(y, fold(b, static_cast<unsigned>(q - i)));
-    b = load_or<kOr>(p + r + 16 * i, m + r + 16 * i);
+  const __m128i b0 =
+      _mm_xor_si128(load_or<kOr>(p + r, m + r), _mm_cvtsi32_si128(static_cast<int>(spill)));
+  if (q == 1) {
+    y = _mm_xor_si128(y, b0);  // the only block, as it is
+  } else {
+    // Every block folded to the end: the first (with the spill) by q - 1 blocks, then, without
+    // a loop, the one with j blocks after it (at n - 16 (j + 1)) by j, constants and offsets
+    // known in each case; the last block as it is.
+    y = _mm_xor_si128(y, fold(b0, static_cast<unsigned>(q - 1)));
+    const std::uint8_t* pe = p + n;
+    const std::uint8_t* me = m + n;
+#define ROCE_CRC_BLOCK(j)                                                                    \
+  case (j) + 2:                                                                              \
+    y = _mm_xor_si128(y, fold(load_or<kOr>(pe - 16 * ((j) + 1), me - 16 * ((j) + 1)), (j))); \
+    [[fallthrough]]
+    switch (q) {  // q <= 15: n < kCrcFoldMax
+      ROCE_CRC_BLOCK(13);
+      ROCE_CRC_BLOCK(12);
+      ROCE_CRC_BLOCK(11);
+      ROCE_CRC_BLOCK(10);
+      ROCE_CRC_BLOCK(9);
+      ROCE_CRC_BLOCK(8);
+      ROCE_CRC_BLOCK(7);
+      ROCE_CRC_BLOCK(6);
+      ROCE_CRC_BLOCK(5);
+      ROCE_CRC_BLOCK(4);
+      ROCE_CRC_BLOCK(3);
+      ROCE_CRC_BLOCK(2);
+      ROCE_CRC_BLOCK(1);
+      default:
+        y = _mm_xor_si128(y, load_or<kOr>(pe - 16, me - 16));  // the last block, as it is
+    }
+#undef ROCE_CRC_BLOCK
   }
-  y = _mm_xor_si128(y, b);  // the last block, as it is
 
   // Y x^32 mod P. A1 = Yh (x^96 mod P) + Yl x^32, below x^96; A = A1h (x^64 mod P) + A1l, below
   // x^64, in the high half of `a`; Barrett: q = floor(A mu / x^64), CRC = (A + q P) mod x^32.

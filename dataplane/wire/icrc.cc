@@ -75,6 +75,8 @@ struct OrMasks {
 constexpr OrMasks kOrMasks;
 }  // namespace
 
+const std::uint8_t* const kIcrcOrMaskV4 = kOrMasks.v4;
+
 Icrc Icrc::begin(const std::uint8_t* l3, IpVersion v) {
   const std::size_t n = (v == IpVersion::kV4 ? 20 : 40) + kUdpSize + kBthSize;
   if (kCrcFoldUsable)

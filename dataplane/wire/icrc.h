@@ -37,6 +37,10 @@ class Icrc {
 /// including, the ICRC trailer.
 std::uint32_t compute_icrc(const std::uint8_t* l3, std::size_t len, IpVersion v);
 
+/// The fields the ICRC masks of an IPv4 frame from its IP header on, as an OR mask of
+/// kCrcFoldMax bytes (crc_fold.h: crc32_fold_or over a frame in place).
+extern const std::uint8_t* const kIcrcOrMaskV4;
+
 /// Plain CRC-32 (zlib convention) continuing from `crc`; exposed for tests and benchmarks.
 std::uint32_t crc32_zlib(std::uint32_t crc, const std::uint8_t* p, std::size_t n);
 

@@ -16,13 +16,6 @@ constexpr std::size_t l3_len(IpVersion v) {
   return v == IpVersion::kV4 ? Ipv4View::kSize : Ipv6View::kSize;
 }
 
-// Payload rules that do not depend on the path MTU (that check belongs to the transport).
-bool payload_fits(const OpcodeInfo& info, std::size_t payload_len) {
-  if (!info.mask.has(OpMask::kPayload)) return payload_len == 0;
-  if (info.fixed_payload != 0) return payload_len == info.fixed_payload;
-  return true;
-}
-
 void udp6_checksum_fill(std::uint8_t* l3, std::uint8_t* udp, std::size_t udp_len) {
   UdpView u(udp);
   u.set_checksum(0);
@@ -77,7 +70,7 @@ std::size_t frame_len(const FrameSpec& spec, std::size_t payload_len) {
 std::size_t write_frame_headers(const FrameSpec& s, std::size_t payload_len,
                                 std::span<std::uint8_t> out) {
   const OpcodeInfo& info = opcode_info(s.opcode);
-  if (!info.valid() || !payload_fits(info, payload_len)) return 0;
+  if (!info.valid() || !detail::payload_fits(info, payload_len)) return 0;
   const unsigned pad = pad_for(payload_len);
   const std::size_t total = frame_len(s, payload_len);
   const std::size_t l4_bytes = UdpView::kSize + info.hdr_len + payload_len + pad + kIcrcSize;
@@ -224,6 +217,7 @@ Verdict parse_frame(std::span<const std::uint8_t> frame, RxPkt& out, const Parse
   const std::uint8_t* p = frame.data();
   const std::size_t n = frame.size();
   out.frame = p;
+  if (Verdict v; detail::parse_ipv4_fast(p, n, out, opts, v)) return v;
 
   // L2
   if (n < EthView::kSize) return Verdict::kTruncated;
@@ -294,7 +288,7 @@ Verdict parse_frame(std::span<const std::uint8_t> frame, RxPkt& out, const Parse
   if (pad > with_pad) return Verdict::kBadPadCount;
   const std::size_t payload_len = with_pad - pad;
   if (!info.mask.has(OpMask::kPayload) && pad != 0) return Verdict::kBadPadCount;
-  if (!payload_fits(info, payload_len)) return Verdict::kBadPayloadLength;
+  if (!detail::payload_fits(info, payload_len)) return Verdict::kBadPayloadLength;
 
   out.opcode = bth.opcode();
   out.info = &info;

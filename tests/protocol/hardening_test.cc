@@ -75,6 +75,45 @@ TEST(Hardening, WriteMiddleAfterLocalInvalidateIsRemoteAccessNak) {
   EXPECT_EQ(t.mem[256], 0) << "nothing written after the invalidation";
 }
 
+// The responder remembers the last WRITE's key check (KeyMemo): a later WRITE through the
+// same key is granted by a few compares, but only inside the region, and not once the table
+// changed (deregistration, re-registration).
+TEST(Hardening, RememberedWriteKeyGrantsOnlyItsRegionAndOnlyUntilTheTableChanges) {
+  enum class Then { kPastTheEnd, kRereg, kDereg };
+  for (Then then : {Then::kPastTheEnd, Then::kRereg, Then::kDereg}) {
+    SCOPED_TRACE(static_cast<int>(then));
+    CraftedPeer t;
+    auto buf = std::make_unique<std::uint8_t[]>(1024);
+    Mr* mr = t.eng.reg_mr(t.pd, buf.get(), 1024, kAccessLocalWrite | kAccessRemoteWrite);
+    ASSERT_NE(mr, nullptr);
+    const std::uint32_t key = mr->key;
+    const auto va = reinterpret_cast<std::uint64_t>(buf.get());
+    t.inject({Opcode::kRcWriteOnly, kE, 64, true, va, key, 64});
+    t.inject({Opcode::kRcWriteOnly, kE + 1, 64, true, va + 960, key, 64});  // the last 64 bytes
+    auto out = t.flush();
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].syndrome >> 5, 0) << "ACK";
+    EXPECT_EQ(out[0].psn, kE + 1);
+    std::uint64_t at = va;
+    if (then == Then::kPastTheEnd) at = va + 961;
+    if (then == Then::kRereg) {
+      ASSERT_EQ(t.eng.rereg_mr(mr, t.pd, buf.get(), 1024, va, kAccessLocalWrite), kOk);
+    }
+    if (then == Then::kDereg) {
+      ASSERT_EQ(t.eng.dereg_mr(mr), kOk);
+    }
+    buf[0] = 0;
+    t.inject({Opcode::kRcWriteOnly, kE + 2, 64, true, at, key, 64});
+    out = t.flush();
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].syndrome, kNakRemAccess);
+    EXPECT_EQ(out[0].psn, kE + 2);
+    if (then != Then::kDereg) {
+      EXPECT_EQ(buf[0], 0) << "nothing written";
+    }
+  }
+}
+
 TEST(Hardening, ReadLongerThanTwoGibIsInvalidRequest) {
   CraftedPeer t;
   t.inject({Opcode::kRcReadRequest, kE, 0, true, t.mem_addr(), t.mr->key, 0x8000'0001u});
