@@ -563,18 +563,22 @@ void Engine::Stages::sr_advance(Engine& eng, Qp& qp) {
 void Engine::Stages::sr_emit_sack(Engine& eng, Qp& qp, Psn from, Psn to) {
   RespState& rs = qp.resp;
   const Syndrome syn(SrState::kSackSyndrome);
-  eng.stats_.inc(Counter::kSrSacksSent);
+  // Counted as sent only when it is on the wire or queued; a full TX ring counts tx_ring_full
+  // (tx_slot) and a full answer queue resp_queue_full: the requester's probe finds the gap.
   if (rs.out_empty()) {
-    if (auto slot = tx_slot(eng, true); !slot.empty())
+    if (auto slot = tx_slot(eng, true); !slot.empty()) {
       tx_commit(eng, build_ack(qp, slot, eng.ip_id_++, Opcode::kRcAcknowledge, syn, from, 0, false,
                                wire::Msn(to.raw()), true));
+      eng.stats_.inc(Counter::kSrSacksSent);
+    }
     return;
   }
   if (rs.out_tail - rs.out_head == rs.out.size()) {
-    eng.stats_.inc(Counter::kRespQueueFull);  // the requester's probe finds the gap
+    eng.stats_.inc(Counter::kRespQueueFull);
     return;
   }
   rs.out[rs.out_tail++ % rs.out.size()] = {RespState::Item::Kind::kAck, 0, syn, from, to.raw()};
+  eng.stats_.inc(Counter::kSrSacksSent);
 }
 
 // PSN (IBA 9.7.5.1.1): the expected one goes on; an RC duplicate is answered from history, an

@@ -395,7 +395,10 @@ int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
   }
   if (next == QpState::kReset) {
     reset_qp(*qp);
-    if (qp->sr) *qp->sr = SrState{};  // selective repeat stays negotiated, its state starts over
+    // Selective repeat is a property of a connection: the next one negotiates it again (the CM
+    // at RTR, roce-perf after INIT), so a QP reconnected to a standard peer never SACKs it.
+    qp->req.sr = false;
+    qp->sr.reset();
     send_list_.erase(qp);
     std::erase(ack_list_, qp);
     read_list_.erase(qp);

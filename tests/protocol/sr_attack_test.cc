@@ -235,5 +235,19 @@ TEST(SrAttack, ForgedCnpsPinAQpAtTheMinimumRate) {
   EXPECT_GT(cnps, 1u);
 }
 
+// Selective repeat set on one connection must not outlive it: a QP taken back to RESET and
+// connected to another (perhaps standard) peer would otherwise SACK a peer that treats the
+// reserved AETH type as an error.
+TEST(SrAttack, ResetEndsSelectiveRepeat) {
+  CraftedPeer t;
+  ASSERT_EQ(t.eng.set_selective_repeat(t.qp, true), kOk);
+  ASSERT_TRUE(t.qp->req.sr);
+  QpAttr at;
+  at.qp_state = QpState::kReset;
+  ASSERT_EQ(t.eng.modify_qp(t.qp, at, kQpState), kOk);
+  EXPECT_FALSE(t.qp->req.sr);
+  EXPECT_EQ(t.qp->sr, nullptr);
+}
+
 }  // namespace
 }  // namespace roce::test
