@@ -2707,8 +2707,9 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     lock_id = sid.current() ? c.cur_stateid.other : sid.other;
   }
   // Any open may take either kind of lock (RFC 8881 lets the server refuse a write lock on a
-  // read-only open with OPENMODE; Linux emulates flock(LOCK_EX) on an O_RDONLY descriptor with
-  // a write lock, which knfsd grants too when the file is open for writing anywhere).
+  // read-only open with OPENMODE; knfsd grants it when the file is open for writing anywhere.
+  // Linux 6.1's v4 client itself refuses flock(LOCK_EX) on an O_RDONLY descriptor with EBADF;
+  // util-linux flock(1) reopens the file read-write).
   for (;;) {
     const auto fl = locks_.find(key);
     const auto held =

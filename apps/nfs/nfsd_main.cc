@@ -121,9 +121,10 @@ int main(int argc, char** argv) {
       "lease-time", po::value(&c.lease_seconds)->default_value(c.lease_seconds),
       "NFSv4.1 lease in seconds, and the grace period after a restart (10 to 3600)")(
       "state-dir", po::value(&c.state_dir),
-      "NFSv4.1 client records for reclaim after a restart (default /var/lib/roce-nfsd/<export>, "
-      "else beside --root)")("credits", po::value(&c.transport.credits)->default_value(32),
-                             "credits granted")(
+      "NFSv4.1 client records for reclaim after a restart (default "
+      "/var/lib/roce-nfsd/<root's name>-<port>-<hash>; none, so no grace period, when that is "
+      "not usable)")("credits", po::value(&c.transport.credits)->default_value(32),
+                     "credits granted")(
       "inline", po::value(&c.transport.inline_size)->default_value(4096), "inline size")(
       "spin", po::bool_switch(&spin), "never yield the CPU when idle (a core of its own)")(
       "timeout", po::value(&timeout)->default_value(0), "exit after this many seconds (0: never)")(
