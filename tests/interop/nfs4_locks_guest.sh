@@ -23,6 +23,8 @@ wait_line() {
   while ! grep -q "^$2" $1 && [ $n -lt ${3:-60} ]; do sleep 1; n=$((n+1)); done
   grep -q "^$2" $1
 }
+# held LOG: the holder writing LOG has not let go yet (its release file did not exist already)
+held() { grep -q ^RELEASED $1 && fail "a holder let go early ($1): its release file existed"; :; }
 ms() { awk '{printf "%d\n", $1 * 1000}' /proc/uptime; }
 mount_b() {
   echo second-client > /sys/module/nfs/parameters/nfs4_unique_id &&
@@ -100,12 +102,37 @@ rel=$(awk '$1 == "RELEASED" {print $2}' /tmp/ha.log)
 got=$(awk '$1 == "GOT" {print $2}' /tmp/wb.log)
 [ -n "$got" ] || fail "B never got the lock"
 echo "OK-B-GOT $((got - rel)) ms after A's unlock"
+# 1b. The other way round: B (over TCP, no back channel) holds, A (over RDMA, whose session has
+#    the back channel) waits in F_SETLKW. The server answered A's OPEN with MAY_NOTIFY_LOCK and
+#    sends CB_NOTIFY_LOCK at B's unlock: A retries at once. Without it the Linux client polls
+#    (1, 2, 4 s ...): released 5 s in, A would retry at 7 s, 2 s late. A release file of its own:
+#    a holder whose file already exists lets go at once (step 4's d-release would end step 4's
+#    hold before the host's attempt).
+: > /tmp/hb.log
+: > /tmp/wa.log
+$L hold $b/c w $h/bc-release > /tmp/hb.log 2>&1 &
+hb=$!
+wait_line /tmp/hb.log HELD 60 || { cat /tmp/hb.log; fail "B's lock"; }
+$L wait $a/c w > /tmp/wa.log 2>&1 &
+wa=$!
+sleep 5
+held /tmp/hb.log
+grep -q ^GOT /tmp/wa.log && fail "A's F_SETLKW did not block"
+touch $h/bc-release
+wait $hb
+wait $wa
+rel=$(awk '$1 == "RELEASED" {print $2}' /tmp/hb.log)
+got=$(awk '$1 == "GOT" {print $2}' /tmp/wa.log)
+[ -n "$got" ] || fail "A never got the lock"
+echo "OK-A-GOT $((got - rel)) ms after B's unlock (CB_NOTIFY_LOCK to A)"
+[ $((got - rel)) -lt 1500 ] || fail "A waited $((got - rel)) ms: no CB_NOTIFY_LOCK?"
 # 2. A host process against a lock A holds, no delegation (A's open is read-write): an fcntl
 #    lock on the host is refused; flock on the host is another lock domain.
 $L hold $a/c w $h/n-release > /tmp/hn.log 2>&1 &
 hn=$!
 wait_line /tmp/hn.log HELD 60 || fail "A's second lock"
 step host-vs-a-w
+held /tmp/hn.log
 touch $h/n-release
 wait $hn
 # The host holds an fcntl write lock: A's attempt is refused, then granted after the host's unlock.
@@ -123,6 +150,7 @@ if wait_line /tmp/he.log HELD 60; then
 else
   echo "NOT-HELD: A's flock on a read-write open"; cat /tmp/he.log
 fi
+held /tmp/he.log
 touch $h/e-release
 wait $he
 # 4. With a read delegation: A reads `d` (an open for reading: a read delegation), then holds
@@ -138,6 +166,7 @@ if wait_line /tmp/hd.log HELD 30; then
 else
   echo "NOT-HELD: A's read lock under a read delegation"; cat /tmp/hd.log
 fi
+held /tmp/hd.log
 touch $h/d-release
 wait $hd
 # 5. flock(LOCK_EX) on a read-only open (what util-linux flock(1) tries first, then read-write).
