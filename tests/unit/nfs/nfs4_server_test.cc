@@ -3538,6 +3538,109 @@ TEST_F(Nfs4DelegTest, BlockedLockWaiterIsNotified) {
   EXPECT_EQ(srv_->stats().lock_waiters_now, 0u);
 }
 
+// CB_NOTIFY_LOCK and CB_RECALL share a session's one back-channel slot: a recall wanted while a
+// notification is out waits for its reply, then goes with the next CB_SEQUENCE id (2), and the
+// delegation is returned as before (the Linux client then sends its open and lock first). The
+// interop step that seemed to show otherwise reused another step's release file (lockfix, s18).
+TEST_F(Nfs4DelegTest, RecallAfterANotificationTakesTheNextSlotSequence) {
+  Cl b;
+  two_clients(b);
+  std::ofstream(dir_ / "other") << "other";
+  const OpenedD ad = open_d("other", kShareAccessRead, "a-d");
+  ASSERT_EQ(ad.status, kOk);
+  ASSERT_EQ(ad.deleg, kDelegRead);
+  // B (connection 2) holds a write lock on hello; A waits for it (WRITEW_LT: DENIED, remembered).
+  swap(b);
+  ctx_.conn = 2;
+  const OpenedD bo = open_d("hello", kShareAccessBoth, "b-o");
+  ASSERT_EQ(bo.status, kOk);
+  Reply rl = send(
+      seq().add(kPutfh, fh(bo.fh)).add(kLock, lock_args(kWriteLt, 0, 10, bo.sid, clientid_, "lb")));
+  ASSERT_EQ(rl.status, kOk);
+  skip_sequence(rl);
+  rl.next(kPutfh);
+  ASSERT_EQ(rl.next(kLock), kOk);
+  const Stateid block = decode_stateid(*rl.d);
+  swap(b);
+  ctx_.conn = 1;
+  const OpenedD ao = open_d("hello", kShareAccessBoth, "a-o");
+  ASSERT_EQ(ao.status, kOk);
+  const auto a_lock = [&] {
+    return send(seq()
+                    .add(kPutfh, fh(ao.fh))
+                    .add(kLock, lock_args(kWritewLt, 0, 10, ao.sid, clientid_, "la")))
+        .status;
+  };
+  EXPECT_EQ(a_lock(), kErrDenied);
+  // B unlocks: CB_NOTIFY_LOCK to A, CB_SEQUENCE id 1.
+  swap(b);
+  ctx_.conn = 2;
+  ASSERT_EQ(send(seq()
+                     .add(kPutfh, fh(bo.fh))
+                     .add(kLocku,
+                          [&](XdrEncoder& e) {
+                            e.u32(kWriteLt);
+                            e.u32(0);
+                            encode(e, block);
+                            e.u64(0);
+                            e.u64(10);
+                          }))
+                .status,
+            kOk);
+  auto cbs = srv_->take_callbacks();
+  ASSERT_EQ(cbs.size(), 1u);
+  EXPECT_EQ(cbs[0].conn, 1u);
+  const std::uint32_t nxid = cbs[0].xid;
+  {
+    XdrDecoder d(cbs[0].msg);
+    rpc::CallHeader h;
+    ASSERT_TRUE(rpc::decode(d, h));
+    d.string(100);
+    d.u32();
+    d.u32();
+    EXPECT_EQ(d.u32(), 2u);
+    EXPECT_EQ(d.u32(), kCbSequence);
+    d.fixed(16);
+    EXPECT_EQ(d.u32(), 1u);  // the slot's sequence id
+    for (int i = 0; i < 3; ++i) d.u32();
+    d.u32();
+    EXPECT_EQ(d.u32(), kCbNotifyLock);
+  }
+  // B opens other for writing before A answers: A's delegation is recalled, but the slot is busy.
+  EXPECT_EQ(open_d("other", kShareAccessBoth, "b-w").status, kErrDelay);
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  swap(b);
+  ctx_.conn = 1;
+  // A answers the notification (a CB_NOTIFY_LOCK result: its status alone, as CB_RECALL's) and
+  // gets its lock; then the recall goes, CB_SEQUENCE id 2, naming A's delegation.
+  {
+    Bytes r = cb_reply(nxid, sid_, 1, kOk, kOk);
+    const std::size_t op = r.size() - 8;  // CB_RECALL's opcode (big-endian), before its status
+    r[op] = r[op + 1] = r[op + 2] = 0;
+    r[op + 3] = static_cast<std::uint8_t>(kCbNotifyLock);
+    EXPECT_TRUE(srv_->callback_reply(1, r));
+  }
+  EXPECT_EQ(a_lock(), kOk);
+  cbs = srv_->take_callbacks();
+  ASSERT_EQ(cbs.size(), 1u);
+  EXPECT_EQ(cbs[0].conn, 1u);
+  const CbCall call = decode_cb(cbs[0].msg);
+  EXPECT_EQ(call.seq, 2u);
+  EXPECT_EQ(call.sid, sid_);
+  EXPECT_EQ(call.deleg, ad.dsid);
+  EXPECT_EQ(call.fh, ad.fh);
+  EXPECT_TRUE(srv_->callback_reply(1, cb_reply(call.h.xid, sid_, 2, kOk, kOk)));
+  EXPECT_EQ(send(seq().add(kPutfh, fh(ad.fh)).add(kDelegreturn, sid_arg(ad.dsid))).status, kOk);
+  swap(b);
+  ctx_.conn = 2;
+  EXPECT_EQ(open_d("other", kShareAccessBoth, "b-w").status, kOk);
+  swap(b);
+  ctx_.conn = 1;
+  EXPECT_EQ(srv_->stats().notify_locks, 1u);
+  EXPECT_EQ(srv_->stats().recalls, 1u);
+  EXPECT_EQ(srv_->stats().cb_replies, 2u);
+}
+
 // Review17 user item 8 / attack F8: a host chmod, chown, rename, unlink or link of a delegated
 // file breaks no user-space lease; the server watches delegated files (inotify IN_ATTRIB,
 // IN_MOVE_SELF) and recalls, so that a client stops trusting its cached attributes and access.
