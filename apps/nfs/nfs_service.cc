@@ -3,6 +3,7 @@
 #include "apps/nfs/nfs_service.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
@@ -38,10 +39,53 @@ std::string default_mount_address(const std::string& iface) {
 }
 
 ExportOptions read_exports_file(const std::string& path, const ExportOptions& base) {
-  std::FILE* f = std::fopen(path.c_str(), "re");
-  if (!f)
+  // Who may mount is decided here: the file must be a regular file (a FIFO would block the
+  // loop that reloads it) of root or of this server's user, writable by its owner alone, and
+  // whole: at most 64 KiB, at least one setting, its last line ended by a newline. A file caught
+  // while it is being written (truncated, or a line cut short: "192.0.2.0/24" read as "/2")
+  // is refused and the options in force stay. Write it elsewhere and rename it over.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0)
     throw std::runtime_error("service nfs: --exports-file " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  std::string text;
+  const char* bad = nullptr;
+  if (::fstat(fd, &st) != 0)
+    bad = "cannot stat it";
+  else if (!S_ISREG(st.st_mode))
+    bad = "not a regular file";
+  else if (st.st_uid != 0 && st.st_uid != ::geteuid())
+    bad = "owned by another user (it must be root's or this server's)";
+  else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    bad = "writable by group or others";
+  else if (st.st_size > 65536)
+    bad = "larger than 64 KiB";
+  if (bad == nullptr) {
+    char chunk[4096];
+    for (;;) {
+      const ssize_t n = ::read(fd, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        bad = "cannot read it";
+        break;
+      }
+      if (n == 0) break;
+      text.append(chunk, static_cast<std::size_t>(n));
+      if (text.size() > 65536) {
+        bad = "larger than 64 KiB";
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  if (bad == nullptr && text.empty()) bad = "empty (being written? write it elsewhere and rename)";
+  if (bad == nullptr && text.back() != '\n')
+    bad = "its last line has no newline (being written? write it elsewhere and rename)";
+  if (bad != nullptr) throw std::runtime_error("service nfs: --exports-file " + path + ": " + bad);
+  std::FILE* f = ::fmemopen(text.data(), text.size(), "r");
+  if (!f) throw std::runtime_error("service nfs: --exports-file " + path + ": out of memory");
   ExportOptions o = base;
+  int settings = 0;
   char buf[4096];
   int line = 0;
   std::string err;
@@ -64,6 +108,7 @@ ExportOptions read_exports_file(const std::string& path, const ExportOptions& ba
         sp == std::string::npos ? std::string() : l.substr(l.find_first_not_of(" \t", sp));
     if (key.rfind("--", 0) == 0) key.erase(0, 2);
     std::vector<std::string> warnings;
+    ++settings;
     if (key == "export-options") {
       if (!parse_export_options(value, o, err, &warnings)) throw why(err);
       for (const auto& w : warnings) std::fprintf(stderr, "service nfs: %s\n", w.c_str());
@@ -74,6 +119,9 @@ ExportOptions read_exports_file(const std::string& path, const ExportOptions& ba
     }
   }
   std::fclose(f);
+  if (settings == 0)
+    throw std::runtime_error("service nfs: --exports-file " + path +
+                             ": no export-options or clients line (being written?)");
   return o;
 }
 

@@ -1541,3 +1541,41 @@ TEST(NfsServiceArgs, ExportsFileLinesApplyOverTheFlags) {
   ::unlink(path.c_str());
   EXPECT_THROW(roce::nfs::read_exports_file(path, c.exports), std::runtime_error);
 }
+
+// A file caught while it is written, or one others may write, never decides who may mount: the
+// reload keeps the options in force (the caller catches the error).
+TEST(NfsServiceArgs, ExportsFileHalfWrittenOrForeignIsRefused) {
+  char tmpl[] = "/tmp/nfs-exports-XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  const std::string path = tmpl;
+  const auto put = [&](const std::string& text) {
+    ASSERT_EQ(::ftruncate(fd, 0), 0);
+    ASSERT_EQ(::pwrite(fd, text.data(), text.size(), 0), static_cast<ssize_t>(text.size()));
+  };
+  roce::nfs::NfsServiceConfig c;
+  const auto refused = [&](const char* why) {
+    try {
+      roce::nfs::read_exports_file(path, c.exports);
+      ADD_FAILURE() << "accepted: " << why;
+    } catch (const std::runtime_error&) {
+    }
+  };
+  put("");
+  refused("an empty file (truncated, not yet written)");
+  put("clients 192.0.2.0/24\nclients 192.0.2.0/2");
+  refused("a last line cut short");
+  put("# only a comment\n\n");
+  refused("no setting");
+  put("clients 192.0.2.0/24\n");
+  ASSERT_EQ(::fchmod(fd, 0664), 0);
+  refused("group-writable");
+  ASSERT_EQ(::fchmod(fd, 0644), 0);
+  EXPECT_TRUE(
+      roce::nfs::read_exports_file(path, c.exports).allows(roce::wire::Ipv4Addr{0xC0000205}));
+  ::close(fd);
+  ::unlink(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  refused("a FIFO (it would block the reloading loop)");
+  ::unlink(path.c_str());
+}
