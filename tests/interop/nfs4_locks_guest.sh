@@ -154,8 +154,8 @@ wait $wh
 cat /tmp/wh.log
 got=$(awk '$1 == "GOT" {print $2}' /tmp/wh.log)
 [ -n "$got" ] || fail "A's F_SETLKW never got the host's lock"
-echo "OK-A-WAITED-FOR-HOST $((got - t0)) ms after asking the host to unlock (CB_NOTIFY_LOCK to A)"
 [ $((got - t0)) -lt 5000 ] || fail "A waited $((got - t0)) ms for the host's lock: no CB_NOTIFY_LOCK?"
+echo "OK-A-WAITED-FOR-HOST $((got - t0)) ms after asking the host to unlock (CB_NOTIFY_LOCK to A)"
 $L try $a/c w && echo OK-A-GOT-AFTER-HOST || fail "A after the host's unlock"
 # 3. Without a delegation: A's flock(LOCK_EX) on a read-write open; the host's read lock, its
 #    flock, its write lock.
