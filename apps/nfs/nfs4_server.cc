@@ -255,6 +255,7 @@ Nfs4Server::~Nfs4Server() {
   for (auto& [id, st] : states_) release(st);
   if (state_fd_ >= 0) ::close(state_fd_);
   if (inotify_fd_ >= 0) ::close(inotify_fd_);
+  for (const auto& [f, fd] : host_wait_fd_) ::close(fd);
 }
 
 void Nfs4Server::open_state_dir() {
@@ -2732,6 +2733,9 @@ Status Nfs4Server::lock(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   }
   // The host's word next: a local process (or anything else locking on the host) may hold it.
   if (const Status s = host_lock(*ls, r, write, off, end, e)) {
+    // A blocking lock type refused by a host process: tick asks the host when it is free.
+    if (s == kErrDenied && (type == kReadwLt || type == kWritewLt))
+      add_host_waiter(key, ls->owner, c.cur->data, r, write, off, end);
     if (ls->seqid == 0) drop_state(lock_id);
     return s;
   }
@@ -3339,18 +3343,80 @@ void Nfs4Server::pump() {
   }
 }
 
-void Nfs4Server::add_waiter(const FileKey& file, const Owner& owner,
-                            const std::vector<std::uint8_t>& fh) {
+Nfs4Server::Waiter* Nfs4Server::add_waiter(const FileKey& file, const Owner& owner,
+                                           const std::vector<std::uint8_t>& fh) {
   for (auto [w, we] = lock_waiters_.equal_range(file); w != we; ++w)
-    if (w->second.owner == owner) return;  // already waiting
+    if (w->second.owner == owner) return &w->second;  // already waiting
   std::size_t& n = waiters_of_[owner.clientid];
   if (n >= kMaxLockWaiters) {
     ++st_.lock_waiters_dropped;
-    return;
+    return nullptr;
   }
   ++n;
-  lock_waiters_.emplace(file, Waiter{owner, fh});
+  Waiter& w = lock_waiters_.emplace(file, Waiter{owner, fh})->second;
   st_.lock_waiters_now = lock_waiters_.size();
+  return &w;
+}
+
+void Nfs4Server::add_host_waiter(const FileKey& file, const Owner& owner,
+                                 const std::vector<std::uint8_t>& fh, const NfsServer::Resolved& r,
+                                 bool write, std::uint64_t start, std::uint64_t end) {
+  Waiter* w = add_waiter(file, owner, fh);
+  if (!w) return;
+  if (!host_wait_fd_.contains(file)) {
+    // A description of its own, holding no lock: the host's answer for it names every holder
+    // (the server's own v4 owners' too; those are in the table and wake the waiter themselves).
+    int fd = -1;
+    if (host_wait_fd_.size() >= kMaxHostWaitFiles || files_.open_for_io(r, O_RDONLY, fd)) {
+      ++st_.host_wait_unwatched;
+      return;
+    }
+    host_wait_fd_.emplace(file, fd);
+  }
+  w->host = true;
+  w->write = write;
+  w->start = start;
+  w->end = end;
+}
+
+void Nfs4Server::check_host_waiters() {
+  // Files none of whose waiters a host lock refuses any more (told, granted, or their client
+  // gone): their descriptors go.
+  for (auto h = host_wait_fd_.begin(); h != host_wait_fd_.end();) {
+    const auto [w, we] = lock_waiters_.equal_range(h->first);
+    if (std::any_of(w, we, [](const auto& x) { return x.second.host; })) {
+      ++h;
+      continue;
+    }
+    ::close(h->second);
+    h = host_wait_fd_.erase(h);
+  }
+  std::vector<FileKey> freed;
+  auto h = host_wait_fd_.upper_bound(host_next_);
+  for (std::size_t n = std::min(kHostChecksPerTick, host_wait_fd_.size()); n; --n, ++h) {
+    if (h == host_wait_fd_.end()) h = host_wait_fd_.begin();
+    host_next_ = h->first;
+    for (auto [w, we] = lock_waiters_.equal_range(h->first); w != we; ++w) {
+      const Waiter& x = w->second;
+      struct flock f;
+      if (!x.host || !to_flock(x.write ? F_WRLCK : F_RDLCK, x.start, x.end, f)) continue;
+      // Asked on the owner's own description where it has one (its own ranges are no
+      // conflict), else on the file's.
+      int fd = h->second;
+      for (auto [b, be] = by_file_.equal_range(h->first); b != be; ++b)
+        if (const auto s = states_.find(b->second);
+            s != states_.end() && s->second.kind == State::kLockState &&
+            s->second.owner == x.owner && s->second.lock_fd >= 0)
+          fd = s->second.lock_fd;
+      ++st_.host_wait_checks;
+      if (::fcntl(fd, F_OFD_GETLK, &f) == 0 && f.l_type == F_UNLCK) {
+        freed.push_back(h->first);
+        break;
+      }
+    }
+  }
+  st_.host_wait_freed += freed.size();
+  for (const FileKey& f : freed) wake_waiters(f);
 }
 
 void Nfs4Server::wake_waiters(const FileKey& file) {
@@ -3496,6 +3562,8 @@ bool Nfs4Server::tick() {
     ++w;
     if (cl == clients_.end() || t - cl->second.renewed > lease) drop_waiters(id);
   }
+  // Waiters a host process's lock refused: told when the host says their range is free.
+  check_host_waiters();
   for (auto n = notify_.begin(); n != notify_.end();) {
     const auto cl = clients_.find(n->first);
     if (cl == clients_.end() || t - cl->second.renewed > lease)

@@ -47,6 +47,9 @@ struct Nfs4Stats {
   /// CB_NOTIFY_LOCKs sent (a blocked waiter's lock was let go), waiters remembered now, and
   /// waiters not remembered (a client's kMaxLockWaiters were already).
   std::uint64_t notify_locks = 0, lock_waiters_now = 0, lock_waiters_dropped = 0;
+  /// Host lock look-ups for waiters a host process refused (tick), the files found free (their
+  /// waiters told), and such waiters not watched (kMaxHostWaitFiles, or the file did not open).
+  std::uint64_t host_wait_checks = 0, host_wait_freed = 0, host_wait_unwatched = 0;
   /// Recalls begun by a host metadata change of a delegated file (inotify: chmod, chown,
   /// rename, unlink, link), and delegations granted without a watch (kMaxWatches reached).
   std::uint64_t meta_recalls = 0, unwatched = 0;
@@ -154,6 +157,12 @@ class Nfs4Server {
   /// Blocked lock waiters (LOCK DENIED for READW_LT/WRITEW_LT) remembered per client, for
   /// CB_NOTIFY_LOCK when the conflicting range goes; beyond, not remembered (the client polls).
   static constexpr std::size_t kMaxLockWaiters = 64;
+  /// Files with waiters a host process's lock refused, watched (one descriptor each) at most,
+  /// and how many of them tick asks the host about each second. Beyond: the waiter is
+  /// remembered for v4 releases alone (counted), and the client retries on its own (Linux:
+  /// after 30 s when OPEN said OPEN4_RESULT_MAY_NOTIFY_LOCK).
+  static constexpr std::size_t kMaxHostWaitFiles = 256;
+  static constexpr std::size_t kHostChecksPerTick = 64;
   /// Delegated files watched (inotify) for host metadata changes at most.
   static constexpr std::size_t kMaxWatches = 8192;
   /// A REPLY the client sent on `conn`; false (counted, dropped) when no call of that xid is out
@@ -384,12 +393,30 @@ class Nfs4Server {
   struct Waiter {
     v4::Owner owner;
     std::vector<std::uint8_t> fh;
+    /// A host lock refused it (not one in the table): tick asks the host for its range.
+    bool host = false;
+    bool write = false;
+    std::uint64_t start = 0, end = 0;
   };
   std::multimap<v4::FileKey, Waiter> lock_waiters_;
   std::map<std::uint64_t, std::size_t> waiters_of_;
   std::map<std::uint64_t, std::deque<Waiter>> notify_;
-  void add_waiter(const v4::FileKey& file, const v4::Owner& owner,
-                  const std::vector<std::uint8_t>& fh);
+  /// The waiter remembered (or already), or null: beyond its client's kMaxLockWaiters.
+  Waiter* add_waiter(const v4::FileKey& file, const v4::Owner& owner,
+                     const std::vector<std::uint8_t>& fh);
+  /// Files with waiters a host lock refused: a descriptor of each (its own open file
+  /// description, holding no lock) for F_OFD_GETLK, at most kMaxHostWaitFiles; `host_next_`:
+  /// where the next tick's checks begin (kHostChecksPerTick files a tick, in turn).
+  std::map<v4::FileKey, int> host_wait_fd_;
+  v4::FileKey host_next_{};
+  /// A waiter a host lock refused on `r` (the LOCK's file): remembered with its range and the
+  /// file's descriptor opened when none is yet.
+  void add_host_waiter(const v4::FileKey& file, const v4::Owner& owner,
+                       const std::vector<std::uint8_t>& fh, const NfsServer::Resolved& r,
+                       bool write, std::uint64_t start, std::uint64_t end);
+  /// tick: the host asked (F_OFD_GETLK, an in-kernel lock table look-up as F_GETLEASE is) for
+  /// the ranges of host-refused waiters; a file where one is free has its waiters told.
+  void check_host_waiters();
   /// The file's locks changed (a range went): its waiters are told.
   void wake_waiters(const v4::FileKey& file);
   void drop_waiters(std::uint64_t clientid);

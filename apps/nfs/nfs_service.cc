@@ -644,9 +644,12 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"nfs4_recall_delays", seen4_.recall_delays},    // NFS4ERR_DELAY while a recall runs
       {"nfs4_recall_jukebox", seen4_.recall_jukebox},  // NFS3ERR_JUKEBOX (v3 waits 5 s)
       {"nfs4_delegreturns", seen4_.delegreturns},
-      {"nfs4_locks_table_only", seen4_.locks_table_only},  // no host descriptor left for it
-      {"nfs4_notify_locks", seen4_.notify_locks},          // CB_NOTIFY_LOCKs sent
-      {"nfs4_lock_waiters_now", seen4_.lock_waiters_now},  // blocked waiters remembered
+      {"nfs4_locks_table_only", seen4_.locks_table_only},          // no host descriptor left for it
+      {"nfs4_notify_locks", seen4_.notify_locks},                  // CB_NOTIFY_LOCKs sent
+      {"nfs4_lock_waiters_now", seen4_.lock_waiters_now},          // blocked waiters remembered
+      {"nfs4_lock_waiters_dropped", seen4_.lock_waiters_dropped},  // beyond a client's 64
+      {"nfs4_host_wait_freed", seen4_.host_wait_freed},            // a host lock went: waiters told
+      {"nfs4_host_wait_unwatched", seen4_.host_wait_unwatched},    // not watched: client polls
       {"nfs4_meta_recalls", seen4_.meta_recalls},  // host chmod/chown/mv/rm/ln of a delegated file
       {"nfs4_records_writes", seen4_.records_writes},  // client records rewritten
       {"nfs4_records_error", seen4_.records_error},    // 1: records not written (no reclaim)

@@ -18,7 +18,9 @@
 #     unlock (the delay printed: no CB_NOTIFY_LOCK to B, which has no back channel, so the client
 #     polls); the other way round, A's F_SETLKW gets B's lock at once after B's unlock (the
 #     server's CB_NOTIFY_LOCK over A's RDMA back channel, counted in the capture); a host process
-#     against A's lock (fcntl refused; flock another domain), A against the host's; A's flock
+#     against A's lock (fcntl refused; flock another domain), A against the host's (F_SETLK
+#     refused; F_SETLKW gets it within 5 s of the host's unlock: the server asks the host once a
+#     second and sends CB_NOTIFY_LOCK); A's flock
 #     against the host's fcntl locks; and with a read delegation A holds (an fcntl read lock on a
 #     read-only open, kept on the client), the host's read lock, its flock, and its write lock
 #     (its open for writing recalls the delegation first: refused), printed. Each holder has a
@@ -196,7 +198,7 @@ if [[ $mode == reclaim ]]; then
   what="an fcntl lock reclaimed over RDMA after $server was killed and restarted"
 else
   for w in MOUNTED-A MOUNTED-B OK-B-TRY-DENIED OK-B-BLOCKS OK-B-GOT OK-A-DENIED-BY-HOST \
-           OK-A-GOT-AFTER-HOST OK-A-GOT UNMOUNTED; do need "$w"; done
+           OK-A-WAITED-FOR-HOST OK-A-GOT-AFTER-HOST OK-A-GOT UNMOUNTED; do need "$w"; done
   grep -q "host host-vs-a-w: fcntl write lock c: DENIED" "$out/vm.txt" || { ok=0; echo "the host got A's write lock"; }
   grep -q "host host-vs-a-w: fcntl read lock c: DENIED" "$out/vm.txt" || { ok=0; echo "the host got a read lock under A's write lock"; }
   grep -q "host host-vs-a-nodeleg: fcntl read lock e: DENIED" "$out/vm.txt" || { ok=0; echo "the host got a read lock under A's flock"; }

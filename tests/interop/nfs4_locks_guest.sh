@@ -139,7 +139,23 @@ wait $hn
 step host-holds
 $L try $a/c w && fail "A got the lock the host holds"
 echo OK-A-DENIED-BY-HOST
+# A's F_SETLKW while the host holds it: the host's lock is no v4 owner's, yet the server
+#    tells A (CB_NOTIFY_LOCK) within about a second of the host's unlock (its tick asks the host
+#    once a second). Without, A's client (told MAY_NOTIFY_LOCK by OPEN) sleeps up to 30 s.
+#    Timed from the guest's asking the host to let go (the host sees it within 0.5 s).
+: > /tmp/wh.log
+$L wait $a/c w > /tmp/wh.log 2>&1 &
+wh=$!
+sleep 3
+grep -q ^GOT /tmp/wh.log && fail "A's F_SETLKW got the lock the host holds"
+t0=$(ms)
 step host-unlock
+wait $wh
+cat /tmp/wh.log
+got=$(awk '$1 == "GOT" {print $2}' /tmp/wh.log)
+[ -n "$got" ] || fail "A's F_SETLKW never got the host's lock"
+[ $((got - t0)) -lt 5000 ] || fail "A waited $((got - t0)) ms for the host's lock: no CB_NOTIFY_LOCK?"
+echo "OK-A-WAITED-FOR-HOST $((got - t0)) ms after asking the host to unlock (CB_NOTIFY_LOCK to A)"
 $L try $a/c w && echo OK-A-GOT-AFTER-HOST || fail "A after the host's unlock"
 # 3. Without a delegation: A's flock(LOCK_EX) on a read-write open; the host's read lock, its
 #    flock, its write lock.

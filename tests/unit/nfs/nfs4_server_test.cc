@@ -3538,6 +3538,73 @@ TEST_F(Nfs4DelegTest, BlockedLockWaiterIsNotified) {
   EXPECT_EQ(srv_->stats().lock_waiters_now, 0u);
 }
 
+// Review18 user N1: a waiter refused by a host process's lock (not one in the table) is told
+// too. With OPEN4_RESULT_MAY_NOTIFY_LOCK the Linux client stops polling at 1, 2, 4 s and waits
+// up to 30 s for a CB_NOTIFY_LOCK; tick asks the host (F_OFD_GETLK) once a second and sends it
+// when the range is free.
+TEST_F(Nfs4DelegTest, HostLockWaiterIsNotified) {
+  Cl b;
+  two_clients(b);
+  const OpenedD a = open_d("hello", kShareAccessBoth, "oa");
+  ASSERT_EQ(a.status, kOk);
+  // The host holds [0, 10) for writing (an OFD lock of a description of this process's own:
+  // another holder to the server, as a local process is).
+  const int hfd = ::open((dir_ / "hello").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(hfd, 0);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{hfd};
+  struct flock f {};
+  f.l_type = F_WRLCK;
+  f.l_whence = SEEK_SET;
+  f.l_len = 10;
+  ASSERT_EQ(::fcntl(hfd, F_OFD_SETLK, &f), 0);
+  const auto a_lock = [&](std::uint32_t type, const std::string& owner) {
+    return send(seq()
+                    .add(kPutfh, fh(a.fh))
+                    .add(kLock, lock_args(type, 5, 1, a.sid, clientid_, owner)))
+        .status;
+  };
+  EXPECT_EQ(a_lock(kWritewLt, "la-wait"), kErrDenied);
+  EXPECT_EQ(srv_->stats().lock_waiters_now, 1u);
+  // Still held: nothing sent.
+  srv_->tick();
+  EXPECT_TRUE(srv_->take_callbacks().empty());
+  EXPECT_EQ(srv_->stats().notify_locks, 0u);
+  // The host lets go: the next tick sends CB_NOTIFY_LOCK for the waiting owner.
+  f.l_type = F_UNLCK;
+  ASSERT_EQ(::fcntl(hfd, F_OFD_SETLK, &f), 0);
+  srv_->tick();
+  const auto cbs = srv_->take_callbacks();
+  ASSERT_EQ(cbs.size(), 1u);
+  EXPECT_EQ(cbs[0].conn, 1u);
+  XdrDecoder d(cbs[0].msg);
+  rpc::CallHeader h;
+  ASSERT_TRUE(rpc::decode(d, h));
+  d.string(100);
+  d.u32();
+  d.u32();
+  EXPECT_EQ(d.u32(), 2u);
+  EXPECT_EQ(d.u32(), kCbSequence);
+  d.fixed(16);
+  for (int i = 0; i < 4; ++i) d.u32();
+  d.u32();  // referring call lists
+  EXPECT_EQ(d.u32(), kCbNotifyLock);
+  const auto nfh = d.opaque(kFhSize);
+  EXPECT_EQ(Bytes(nfh.begin(), nfh.end()), a.fh);
+  EXPECT_EQ(d.u64(), clientid_);
+  EXPECT_EQ(d.string(kOpaqueLimit), "la-wait");
+  EXPECT_TRUE(d.ok());
+  EXPECT_EQ(srv_->stats().notify_locks, 1u);
+  EXPECT_EQ(srv_->stats().host_wait_freed, 1u);
+  EXPECT_EQ(srv_->stats().lock_waiters_now, 0u);
+  // The waiter retries and gets it; the host is kept out now.
+  EXPECT_EQ(a_lock(kWritewLt, "la-wait"), kOk);
+  f.l_type = F_WRLCK;
+  EXPECT_EQ(::fcntl(hfd, F_OFD_SETLK, &f), -1);
+}
+
 // CB_NOTIFY_LOCK and CB_RECALL share a session's one back-channel slot: a recall wanted while a
 // notification is out waits for its reply, then goes with the next CB_SEQUENCE id (2), and the
 // delegation is returned as before (the Linux client then sends its open and lock first). The
