@@ -2810,7 +2810,10 @@ Status Nfs4Server::host_lock(State& ls, const NfsServer::Resolved& r, bool write
     const bool rw = write || open_w;
     if (ls.lock_fd < 0 && !fd_room(ls.clientid)) {
       // Beyond the descriptor allowance: granted in the table alone (v4 clients are excluded
-      // by it; host processes do not see it), as ranges beyond off_t are, and counted.
+      // by it; host processes do not see it), as ranges beyond off_t are, and counted. Never
+      // over a host process's lock: that is asked first, through a description opened for the
+      // question alone (closed again), as LOCKT does.
+      if (host_conflict(ls.owner, r, write, start, end, e)) return kErrDenied;
       ++st_.locks_table_only;
       return kOk;
     }

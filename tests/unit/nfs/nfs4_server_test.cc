@@ -3751,4 +3751,60 @@ TEST_F(Nfs4DelegTest, HostMetadataChangesRecall) {
   EXPECT_EQ(srv_->stats().meta_recalls, 3u);
 }
 
+// A lock owner beyond the descriptor allowance is granted in the table alone, but never over a
+// host process's lock on the range (any client can fill its own allowance).
+TEST_F(Nfs4DelegTest, TableOnlyLockNeverOverAHostLock) {
+  lim_.host_fds_per_client = 2;
+  srv_.reset();
+  srv_ = std::make_unique<Nfs4Server>(*files_, lim_);
+  srv_->now = [this] { return clock_; };
+  Cl b;
+  two_clients(b);
+  for (const char* f : {"d1", "d2", "d3"}) std::ofstream(dir_ / f) << "0123456789";
+  // The client fills its own allowance (any client can: two read delegations here, 1024 lock
+  // owners with the defaults, or the whole budget from 8 addresses for everyone else).
+  const OpenedD d1 = open_d("d1", kShareAccessRead, "o1");
+  ASSERT_EQ(d1.deleg, kDelegRead);
+  ASSERT_EQ(open_d("d2", kShareAccessRead, "o2").deleg, kDelegRead);
+  const Opened w = open("d3", kUnchecked, kShareAccessBoth, 0, "o4");
+  ASSERT_EQ(w.status, kOk);
+  // A host process holds a write lock on bytes 0..1 of d3.
+  const int local = ::open((dir_ / "d3").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(local, 0);
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 2;
+  ASSERT_EQ(::fcntl(local, F_OFD_SETLK, &fl), 0);
+  const std::uint32_t st =
+      send(
+          seq().add(kPutfh, fh(w.fh)).add(kLock, lock_args(kWriteLt, 0, 2, w.sid, clientid_, "l1")))
+          .status;
+  std::printf(
+      "v4 WRITE_LT on a range a host process holds, beyond the allowance: %u "
+      "(locks_table_only %llu)\n",
+      static_cast<unsigned>(st), static_cast<unsigned long long>(srv_->stats().locks_table_only));
+  EXPECT_EQ(st, static_cast<std::uint32_t>(kErrDenied));
+  // Later, a descriptor frees and the same owner locks elsewhere: the table range is replayed
+  // on the host and its failure ignored: the server still says l1 holds 0..1.
+  EXPECT_EQ(delegreturn(d1), kOk);
+  EXPECT_EQ(
+      send(
+          seq().add(kPutfh, fh(w.fh)).add(kLock, lock_args(kWriteLt, 5, 1, w.sid, clientid_, "l1")))
+          .status,
+      kOk);
+  struct flock q {};
+  q.l_type = F_WRLCK;
+  q.l_whence = SEEK_SET;
+  q.l_start = 0;
+  q.l_len = 2;
+  const int other = ::open((dir_ / "d3").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_EQ(::fcntl(other, F_OFD_GETLK, &q), 0);
+  std::printf("host's view of 0..1 after the replay: pid %d type %d (the local holder's lock)\n",
+              q.l_pid, q.l_type);
+  ::close(other);
+  ::close(local);
+}
+
 }  // namespace roce::nfs
