@@ -1770,7 +1770,8 @@ void NfsServer::handle_mount(const CallContext& ctx, std::span<const std::uint8_
       // The export or a directory beneath it, as mountd mounts any (trailing slashes and "."
       // dropped; ".." refused): its path under the root, normalised.
       std::string rel;
-      if (!beneath_export(path, rel)) {
+      // A NUL is in no path: each tail after one would be a mount list entry of its own.
+      if (path.find('\0') != std::string::npos || !beneath_export(path, rel)) {
         e.u32(2);  // MNT3ERR_NOENT
         return;
       }

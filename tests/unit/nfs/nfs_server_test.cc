@@ -269,6 +269,8 @@ TEST_F(NfsServerTest, MountOfADirectoryBeneathTheExport) {
   };
   const MountRes root = mnt("/export/");
   ASSERT_EQ(root.status, 0u) << "a trailing slash";
+  EXPECT_EQ(mnt(std::string("/export/home\0tail", 17)).status, 2u)
+      << "a NUL: each tail would be a mount list entry of its own";
   EXPECT_EQ(root.fh.data, srv_->root_fh().data);
   const MountRes alice = mnt("/export/home//alice/./");
   ASSERT_EQ(alice.status, 0u);
