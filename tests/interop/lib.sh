@@ -5,6 +5,18 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 vm=$here/vm/run-vm.sh
 
 # Exits 77 (skipped) where VMs cannot run: no root, no /dev/net/tun, no VM image.
+# interop_vm_image_with PATTERN...: the VM image in RXE_VM_CACHE holds a file whose name
+# matches each extended PATTERN, else the image is built again (exit 77 when it cannot be).
+interop_vm_image_with() {
+  local list p
+  list=$(cpio -t --quiet < "${RXE_VM_CACHE:-/var/tmp/rxe-vm}/initramfs.cpio" 2>/dev/null || true)
+  for p in "$@"; do
+    grep -qE -- "$p" <<< "$list" && continue
+    "$here/vm/build.sh" --force > /dev/null 2>&1 || { echo "skipped: cannot build the VM image"; exit 77; }
+    return 0
+  done
+}
+
 interop_preflight() {
   if [[ $(id -u) -ne 0 ]] || [[ ! -e /dev/net/tun ]]; then
     echo "skipped: needs root and /dev/net/tun"; exit 77

@@ -18,10 +18,7 @@ source "$(dirname "$0")/lib.sh"
 interop_preflight
 # An image built before image.d/nfs.sh came (its mtime older than the fragment's checkout) lacks
 # the NFS pieces: build it again.
-cache=${RXE_VM_CACHE:-/var/tmp/rxe-vm}
-if ! cpio -t --quiet < "$cache/initramfs.cpio" 2>/dev/null | grep -q "usr/bin/nfs_vm_server"; then
-  "$here/vm/build.sh" --force > /dev/null 2>&1 || { echo "skipped: cannot build the VM image"; exit 77; }
-fi
+interop_vm_image_with usr/bin/nfs_vm_server
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 sizes=(0 1 1000 4097 100000 1048583 8388608)

@@ -15,10 +15,7 @@ export RXE_VM_MEM=${RXE_VM_MEM:-1024}
 source "$(dirname "$0")/lib.sh"
 interop_preflight
 # An image without the NFSv4 client (image.d/nfs.sh before nfsv4 was in it): build it again.
-cache=${RXE_VM_CACHE:-/var/tmp/rxe-vm}
-if ! cpio -t --quiet < "$cache/initramfs.cpio" 2>/dev/null | grep -q "fs/nfs/nfsv4.ko"; then
-  "$here/vm/build.sh" --force > /dev/null 2>&1 || { echo "skipped: cannot build the VM image"; exit 77; }
-fi
+interop_vm_image_with fs/nfs/nfsv4.ko
 out=$(mktemp -d)
 spid=
 trap '[[ -n $spid ]] && kill "$spid" 2>/dev/null; rm -rf "$out"' EXIT

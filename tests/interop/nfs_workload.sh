@@ -27,11 +27,8 @@ export RXE_VM_MEM=${RXE_VM_MEM:-1024}
 # shellcheck source=tests/interop/lib.sh disable=SC2154
 source "$(dirname "$0")/lib.sh"
 interop_preflight
-cache=${RXE_VM_CACHE:-/var/tmp/rxe-vm}
 # An image without fio, git (image.d/tools.sh) or showmount (image.d/nfs.sh): build it again.
-if [[ $(cpio -t --quiet < "$cache/initramfs.cpio" 2>/dev/null | grep -cxE "usr/bin/(fio|git|showmount)") != 3 ]]; then
-  "$here/vm/build.sh" --force > /dev/null 2>&1 || { echo "skipped: cannot build the VM image"; exit 77; }
-fi
+interop_vm_image_with "^usr/bin/fio$" "^usr/bin/git$" "^usr/bin/showmount$"
 out=$(mktemp -d)
 spid='' rp=''
 trap '[[ -n $spid ]] && kill "$spid" 2>/dev/null; [[ -n $rp ]] && kill "$rp" 2>/dev/null
