@@ -117,6 +117,9 @@ class HostedService {
   virtual void counters(std::vector<ServiceCounter>& out) const { (void)out; }
   /// What roced logs when it stops: lines ending in '\n', each starting with two spaces.
   virtual std::string report() const { return {}; }
+  /// SIGHUP to roced: read again what the service reads from files (an NFS exports file, say).
+  /// Returns the line roced logs; empty when the service reads nothing again.
+  virtual std::string reload() { return {}; }
 
   ServiceState state() const { return state_; }
   const std::string& state_reason() const { return reason_; }

@@ -28,6 +28,7 @@ class HostedNfs final : public runtime::SteppedService<HostedNfsService> {
       out.push_back({name, {}, value, level});
     }
   }
+  std::string reload() override { return svc_ ? svc_->reload_exports() : std::string{}; }
 };
 
 const runtime::RegisterService kNfs{{

@@ -176,6 +176,7 @@ class HostedNfsService {
   void step() { svc_->step(); }
   std::string report() const { return svc_->report(); }
   std::vector<std::pair<std::string, std::uint64_t>> stats() const { return svc_->stats(); }
+  std::string reload_exports() { return svc_->reload_exports(); }
 
  private:
   std::unique_ptr<client::Context> ctx_;

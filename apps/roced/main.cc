@@ -4,7 +4,8 @@
 /// ping, hosts the configured services (`services:`; their kinds come from the applications
 /// through the registry of runtime/service.h, never by name here), publishes counters
 /// (Prometheus text endpoint and DPDK telemetry /roce/counters), and shuts down cleanly on
-/// SIGINT or SIGTERM.
+/// SIGINT or SIGTERM. SIGHUP asks the hosted services to read their files again (an NFS
+/// exports file); the daemon goes on.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -50,6 +51,8 @@ namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
 void on_signal(int sig) { g_signal = sig; }
+volatile std::sig_atomic_t g_hangup = 0;
+void on_hangup(int) { g_hangup = 1; }
 
 // A configured port (runtime::Port: one RX/TX queue, engine and poll loop per lcore). Loop 0
 // runs on the main lcore (with the neighbour responder, the hosted services and the
@@ -418,6 +421,9 @@ int run(const ctl::ApplianceConfig& cfg) {
   hosted.reserve(cfg.services.size());
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  // SIGHUP: the hosted services read their files again (its default action would end the
+  // daemon, which an administrator's `kill -HUP` or `systemctl reload` never means).
+  std::signal(SIGHUP, on_hangup);
   std::uint64_t next_publish = 0;
   // Every running service once; from a blocking service's background, the non-blocking ones.
   const auto poll_services = [&](bool from_background) {
@@ -439,6 +445,19 @@ int run(const ctl::ApplianceConfig& cfg) {
   std::vector<runtime::ServiceCounter> service_counters;
   // Work besides the ports' poll loops: counters, signals.
   const auto housekeeping = [&](std::uint64_t now) {
+    if (g_hangup != 0) {
+      g_hangup = 0;
+      std::size_t n = 0;
+      for (Hosted& h : hosted) {
+        if (h.svc->state() != runtime::ServiceState::kRunning) continue;
+        const std::string line = h.svc->reload();
+        if (line.empty()) continue;
+        ++n;
+        std::printf("roced: SIGHUP: %s: %s\n", h.env->name().c_str(), line.c_str());
+      }
+      if (n == 0) std::printf("roced: SIGHUP: no hosted service reads a file again; going on\n");
+      std::fflush(stdout);
+    }
     if (now >= next_publish) {
       collect(ports, counters, att.get());
       for (auto& c : counters) c.services.clear();

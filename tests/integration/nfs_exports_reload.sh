@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The export's options reloaded without a restart (review17 item 9; knfsd's `exportfs -r`):
 # roce-nfsd with --exports-file, then SIGHUP after the file changed; roced hosting the service
-# with the same file in its args, which it reads again when the file changes (roced has no
-# reload of its own). MOUNT over kernel TCP on 127.0.0.1 is the probe (MNT's status and EXPORT's
+# with the same file in its args, which it reads again when the file changes and on SIGHUP (the
+# daemon goes on). MOUNT over kernel TCP on 127.0.0.1 is the probe (MNT's status and EXPORT's
 # client list, from Python): the client 127.0.0.1 is refused (MNT3ERR_ACCES), the file lists it,
 # SIGHUP, MNT succeeds and EXPORT lists it; a bad file leaves the options as they were. The
 # process is the same throughout (no restart, so no NFSv4 grace period). Callers are squashed to
@@ -121,6 +121,11 @@ expect "roced: MNT, 127.0.0.1 not listed" "$(rpc "$mport" mnt "$root")" 13 "$wor
 printf 'clients 127.0.0.1\n' > "$work/exports"
 wait_log "$work/roced.log" "exports reloaded"
 expect "roced: MNT after the file changed" "$(rpc "$mport" mnt "$root")" 0 "$work/roced.log"
+# SIGHUP to roced: the service reads its file again, the daemon goes on (it used to end it).
+kill -HUP "$pid"
+wait_log "$work/roced.log" "^roced: SIGHUP: .*(nfs).*exports reloaded"
+kill -0 "$pid" 2>/dev/null || { cat "$work/roced.log"; echo "FAIL: roced ended on SIGHUP"; exit 1; }
+expect "roced: MNT after SIGHUP" "$(rpc "$mport" mnt "$root")" 0 "$work/roced.log"
 kill -TERM "$pid"
 wait "$pid" || true
 pid=
