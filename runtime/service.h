@@ -117,6 +117,10 @@ class HostedService {
   virtual void counters(std::vector<ServiceCounter>& out) const { (void)out; }
   /// What roced logs when it stops: lines ending in '\n', each starting with two spaces.
   virtual std::string report() const { return {}; }
+  /// What roced prints on SIGUSR1 while it runs (the NFS service: its NFSv4 clients, as
+  /// `nfsdclnts`): read-only, bounded, never waiting on the service's own work; lines ending
+  /// in '\n'. Empty: nothing to say.
+  virtual std::string status() const { return {}; }
 
   ServiceState state() const { return state_; }
   const std::string& state_reason() const { return reason_; }

@@ -28,6 +28,7 @@ class HostedNfs final : public runtime::SteppedService<HostedNfsService> {
       out.push_back({name, {}, value, level});
     }
   }
+  std::string status() const override { return svc_ ? svc_->clients_report() : std::string(); }
 };
 
 const runtime::RegisterService kNfs{{

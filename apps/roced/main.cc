@@ -3,7 +3,8 @@
 /// hugepages needed), brings up every port with its engine and poll loop, answers ARP and
 /// ping, hosts the configured services (`services:`; their kinds come from the applications
 /// through the registry of runtime/service.h, never by name here), publishes counters
-/// (Prometheus text endpoint and DPDK telemetry /roce/counters), and shuts down cleanly on
+/// (Prometheus text endpoint and DPDK telemetry /roce/counters), prints what its services say
+/// of themselves on SIGUSR1 (the NFS service: its NFSv4 clients), and shuts down cleanly on
 /// SIGINT or SIGTERM.
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -48,8 +49,9 @@ using namespace roce;
 
 namespace {
 
-volatile std::sig_atomic_t g_signal = 0;
+volatile std::sig_atomic_t g_signal = 0, g_status = 0;
 void on_signal(int sig) { g_signal = sig; }
+void on_status(int) { g_status = 1; }  // SIGUSR1: the hosted services' status()
 
 // A configured port (runtime::Port: one RX/TX queue, engine and poll loop per lcore). Loop 0
 // runs on the main lcore (with the neighbour responder, the hosted services and the
@@ -418,6 +420,7 @@ int run(const ctl::ApplianceConfig& cfg) {
   hosted.reserve(cfg.services.size());
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  std::signal(SIGUSR1, on_status);
   std::uint64_t next_publish = 0;
   // Every running service once; from a blocking service's background, the non-blocking ones.
   const auto poll_services = [&](bool from_background) {
@@ -439,6 +442,14 @@ int run(const ctl::ApplianceConfig& cfg) {
   std::vector<runtime::ServiceCounter> service_counters;
   // Work besides the ports' poll loops: counters, signals.
   const auto housekeeping = [&](std::uint64_t now) {
+    if (g_status) {  // SIGUSR1 (only root or roced's user may send it): what each service says
+      g_status = 0;
+      for (const Hosted& h : hosted)
+        if (h.svc->state() == runtime::ServiceState::kRunning)
+          if (const std::string st = h.svc->status(); !st.empty())
+            std::printf("roced: %s:\n%s", h.env->name().c_str(), st.c_str());
+      std::fflush(stdout);
+    }
     if (now >= next_publish) {
       collect(ports, counters, att.get());
       for (auto& c : counters) c.services.clear();
