@@ -466,8 +466,20 @@ void NfsService::start_portmap(client::Context& context, const NfsServiceConfig&
   // here, and it cannot); `auto` says so and goes on (clients of the host's rpcbind reach the
   // host's mountd; this export needs mountport= and mountaddr=).
   const auto register_with_host = [&](bool strict) {
-    rpcbind_ = registrar(false);
-    const auto taken = rpcbind_->start();
+    std::vector<std::pair<PortmapEntry, RpcbEntry>> taken;
+    if (strict) {  // refused before anything is registered
+      RpcbindClient probe;
+      probe.unix_path = c.rpcbind_socket;
+      probe.tcp_port = c.portmap_port;
+      if (const auto list = probe.dump())
+        for (const auto& x : entries)
+          if (const RpcbEntry* t = find_entry(*list, x); t && t->addr != universal_address(x))
+            taken.emplace_back(x, *t);
+    }
+    if (taken.empty()) {
+      rpcbind_ = registrar(false);
+      taken = rpcbind_->start();
+    }
     if (taken.empty()) return;
     std::string what;
     for (const auto& [x, there] : taken)
