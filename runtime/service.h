@@ -120,6 +120,10 @@ class HostedService {
   /// SIGHUP to roced: read again what the service reads from files (an NFS exports file, say).
   /// Returns the line roced logs; empty when the service reads nothing again.
   virtual std::string reload() { return {}; }
+  /// What roced prints on SIGUSR1 while it runs (the NFS service: its NFSv4 clients, as
+  /// `nfsdclnts`): read-only, bounded, never waiting on the service's own work; lines ending
+  /// in '\n'. Empty: nothing to say.
+  virtual std::string status() const { return {}; }
 
   ServiceState state() const { return state_; }
   const std::string& state_reason() const { return reason_; }

@@ -16,8 +16,10 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -42,6 +44,15 @@ class CallWorker {
   bool submit(std::function<void()> work, std::function<void()> done);
   /// Runs the `done` of every finished job, in order; returns how many.
   std::size_t drain();
+  /// For `work` running on a worker thread: its job's `done` (the call's reply) waits until the
+  /// returned function is called (once, from any thread: the NFSv4 client records' writer when
+  /// they are on disk), while the worker thread goes on with the next job. Empty when the caller
+  /// is not a job's `work` (it then waits itself, if it must). A held job stays in flight
+  /// (capacity); stop() drops it (its `done` never runs) and a release after stop() does nothing.
+  static std::function<void()> hold_done();
+  /// Jobs whose `done` is held now (hold_done) and held in all.
+  std::size_t held_now() const;
+  std::uint64_t held() const;
   /// Jobs submitted and not drained yet.
   std::size_t in_flight() const { return in_flight_; }
   std::size_t capacity() const { return capacity_; }
@@ -51,17 +62,32 @@ class CallWorker {
   struct Job {
     std::function<void()> work, done;
   };
+  /// A job whose `done` is held: parked by its worker thread, released by hold_done's function
+  /// (whichever comes first waits for the other). `gate` outlives the worker: a release after
+  /// stop() finds no worker.
+  struct Held {
+    Job job;
+    bool parked = false, released = false;
+  };
+  struct Gate {
+    std::mutex mu;
+    CallWorker* w = nullptr;
+  };
   void run();
+  void release(const std::shared_ptr<Held>& h);
 
   const std::size_t capacity_;
   std::size_t in_flight_ = 0;  ///< poll loop only
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> loop2worker_jobs_;   ///< under mu_
   std::deque<Job> worker2loop_done_;   ///< under mu_
   std::atomic<bool> any_done_{false};  ///< worker2loop_done_ is not empty (drain without locking)
   bool stop_ = false;                  ///< under mu_
   std::vector<std::thread> threads_;
+  std::shared_ptr<Gate> gate_;
+  std::size_t held_now_ = 0;  ///< under mu_
+  std::uint64_t held_ = 0;    ///< under mu_
 };
 
 }  // namespace roce::nfs

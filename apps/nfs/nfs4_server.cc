@@ -19,9 +19,12 @@
 #include <charconv>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <utility>
+
+#include "apps/nfs/call_worker.h"
 
 namespace roce::nfs {
 
@@ -230,6 +233,7 @@ struct Nfs4Server::Compound {
   std::uint64_t clientid = 0;                         ///< the session's client
   Principal principal;                                ///< the call's credential and peer
   const std::vector<std::uint8_t>* replay = nullptr;  ///< SEQUENCE found a retry: its reply
+  bool durable = false;  ///< RECLAIM_COMPLETE recorded the client: answered once on disk
 };
 
 int Nfs4Server::lease_signal() { return SIGRTMIN + 6; }
@@ -485,6 +489,17 @@ void Nfs4Server::handle(const CallContext& ctx, std::span<const std::uint8_t> ca
     e.u32(ran ? rpc::kGarbageArgs : rpc::kSystemErr);
     ++(ran ? st_.garbage : st_.errors);
   }
+  if (c.durable) {
+    // RECLAIM_COMPLETE answered once the client's record is on disk: the reply is held (the
+    // slot answers a retry DELAY meanwhile), never the server's lock.
+    if (const std::uint64_t gen = records_pending()) {
+      const auto s = sessions_.find(c.sid);
+      if (c.in_session && s != sessions_.end() && c.slot < s->second.slots.size())
+        s->second.slots[c.slot].durable_gen = gen;
+      g.unlock();
+      await_records(gen);
+    }
+  }
 }
 
 void Nfs4Server::compound(Compound& c, XdrDecoder& d, XdrEncoder& e, RpcReply& out) {
@@ -608,6 +623,7 @@ Status Nfs4Server::op(Compound& c, std::uint32_t opnum, XdrDecoder& d, XdrEncode
       if (owns_record(cl->second)) {
         previous_.erase(cl->second.ownerid);
         record(cl->second, true);
+        c.durable = !state_dir_.empty();
       }
       grace_locked();  // the last one to finish ends the grace period
       return kOk;
@@ -770,6 +786,15 @@ bool Nfs4Server::grace_locked() {
       std::to_string(grace_clients_) + " recorded clients did not come back in time");
   st_.grace_now = 0;
   for (const auto& [id, who] : previous_) records_.erase(id);
+  // A client that came back as another principal than its record names (its address changed:
+  // it could reclaim nothing, the record's owner might still have come) and finished with
+  // RECLAIM_COMPLETE holds its state by right now: recorded with its own principal.
+  for (const auto& [cid, cl] : clients_)
+    if (cl.confirmed && cl.reclaim_complete && previous_.contains(cl.ownerid) &&
+        !state_dir_.empty()) {
+      records_[cl.ownerid] = cl.principal;
+      ++st_.records_rewritten;
+    }
   previous_.clear();
   write_records();
   return false;
@@ -843,16 +868,58 @@ void Nfs4Server::sync_records() {
   rec_cv_.wait(w, [&] { return rec_written_ >= want; });
 }
 
+std::uint64_t Nfs4Server::records_pending() const {
+  if (!rec_thread_.joinable()) return 0;
+  std::lock_guard w(rec_mu_);
+  return rec_written_ < rec_gen_ ? rec_gen_ : 0;
+}
+
+void Nfs4Server::await_records(std::uint64_t gen) {
+  std::unique_lock w(rec_mu_);
+  if (rec_written_ >= gen) return;
+  ++rec_waits_;
+  rec_urgent_ = std::max(rec_urgent_, gen);
+  rec_cv_.notify_all();
+  if (auto release = CallWorker::hold_done()) {  // on a worker: the reply waits, not the thread
+    rec_waiters_.emplace_back(gen, std::move(release));
+    return;
+  }
+  rec_cv_.wait(w, [&] { return rec_written_ >= gen || rec_stop_; });
+}
+
 void Nfs4Server::records_writer() {
   std::unique_lock w(rec_mu_);
   std::chrono::steady_clock::time_point last{};
+  const auto release_written = [&] {
+    // The held replies whose records are on disk now go (released without the lock).
+    std::vector<std::function<void()>> go;
+    std::erase_if(rec_waiters_, [&](auto& x) {
+      if (x.first > rec_written_ && !rec_stop_) return false;
+      go.push_back(std::move(x.second));
+      return true;
+    });
+    if (go.empty()) return;
+    w.unlock();
+    for (auto& f : go) f();
+    w.lock();
+  };
   for (;;) {
     rec_cv_.wait(w, [&] { return rec_stop_ || rec_gen_ != rec_written_; });
-    if (rec_gen_ == rec_written_) return;  // stopping, nothing left to write
+    if (rec_gen_ == rec_written_) {  // stopping, nothing left to write
+      release_written();
+      return;
+    }
     // At most one rewrite per interval: what changes meanwhile goes in this one (the newest
-    // text wins). A stop writes at once.
-    const auto due = last + std::chrono::milliseconds(records_interval_ms.load());
-    if (!rec_stop_) rec_cv_.wait_until(w, due, [&] { return rec_stop_; });
+    // text wins); records_urgent_ms when a reply waits for it. A stop writes at once.
+    const auto pace = [&] {
+      return std::chrono::milliseconds(rec_urgent_ > rec_written_ ? records_urgent_ms.load()
+                                                                  : records_interval_ms.load());
+    };
+    while (!rec_stop_) {
+      const auto due = last + pace();
+      if (std::chrono::steady_clock::now() >= due) break;
+      rec_cv_.wait_until(w, due);
+    }
     const std::string text = rec_text_;
     const std::uint64_t gen = rec_gen_;
     w.unlock();
@@ -867,6 +934,7 @@ void Nfs4Server::records_writer() {
     ++rec_writes_;
     if (was_ok && !ok && log) log(err + " (reclaims after a restart will fail)");
     rec_cv_.notify_all();
+    release_written();
   }
 }
 
@@ -1274,11 +1342,16 @@ Status Nfs4Server::sequence(Compound& c, XdrDecoder& d, XdrEncoder& e, std::uint
   if (slot.in_use) return kErrDelay;
   if (seq == slot.seqid && slot.seqid != 0) {
     if (!slot.cached) return kErrRetryUncachedRep;
+    if (slot.durable_gen) {  // its reply is held until the records are on disk
+      std::lock_guard w(rec_mu_);
+      if (rec_written_ < slot.durable_gen) return kErrDelay;
+    }
     c.replay = &slot.reply;
     return kOk;
   }
   if (seq != slot.seqid + 1) return kErrSeqMisordered;
   slot.seqid = seq;
+  slot.durable_gen = 0;
   slot.in_use = true;
   slot.cached = false;
   slot.reply.clear();
@@ -2116,9 +2189,16 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
   }
   const auto cl = clients_.find(c.clientid);
   // The host's read lease on the file stands for the delegation: no lease, no delegation.
-  const int lease = deleg && cl != clients_.end() && cl->second.states < lim_.states
-                        ? take_lease(file, c.clientid)
-                        : -1;
+  int lease = deleg && cl != clients_.end() && cl->second.states < lim_.states
+                  ? take_lease(file, c.clientid)
+                  : -1;
+  // No watch, no delegation: a host chmod or rename of the file would go unseen (the watches
+  // are bounded: Limits::watches, and the host's fs.inotify.max_user_watches).
+  if (lease >= 0 && !watch(key, lease)) {
+    ::close(lease);
+    fd_taken(c.clientid, -1);
+    lease = -1;
+  }
   if (lease >= 0) {
     State dl;
     dl.lease_fd = lease;
@@ -2130,7 +2210,6 @@ Status Nfs4Server::open(Compound& c, XdrDecoder& d, XdrEncoder& e) {
     dl.fh = fh->data;
     const Stateid ds = new_state(std::move(dl));
     lease_index_[lease] = ds.other;
-    watch(key, lease);
     ++st_.delegations;
     e.u32(kDelegRead);
     encode(e, ds);
@@ -3167,23 +3246,24 @@ void Nfs4Server::poll_leases(bool force) {
   for (const auto& f : broken) recall_conflicting(f, 0);
 }
 
-void Nfs4Server::watch(const FileKey& file, int lease_fd) {
+bool Nfs4Server::watch(const FileKey& file, int lease_fd) {
   if (const auto w = watch_of_.find(file); w != watch_of_.end()) {
     ++w->second.second;
-    return;
+    return true;
   }
   if (inotify_fd_ < 0) inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   // By the lease's descriptor (the inode itself, whatever its names now).
-  const int wd = watch_of_.size() < kMaxWatches && inotify_fd_ >= 0
+  const int wd = watch_of_.size() < lim_.watches && inotify_fd_ >= 0
                      ? ::inotify_add_watch(inotify_fd_, proc_path(lease_fd).c_str(),
                                            IN_ATTRIB | IN_MOVE_SELF | IN_DELETE_SELF)
                      : -1;
   if (wd < 0) {
     ++st_.unwatched;
-    return;
+    return false;
   }
   watch_of_[file] = {wd, 1};
   watch_file_[wd] = file;
+  return true;
 }
 
 void Nfs4Server::unwatch(const FileKey& file) {
@@ -3204,12 +3284,14 @@ void Nfs4Server::poll_watches() {
   if (inotify_fd_ < 0 || watch_file_.empty()) return;
   alignas(inotify_event) char buf[4096];
   std::vector<std::pair<FileKey, std::uint64_t>> changed;
+  bool overflow = false;
   for (int round = 0; round < 16; ++round) {
     const ssize_t n = ::read(inotify_fd_, buf, sizeof buf);
     if (n <= 0) break;
     for (ssize_t i = 0; i < n;) {
       const auto* ev = reinterpret_cast<const inotify_event*>(buf + i);
       i += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+      overflow |= (ev->mask & IN_Q_OVERFLOW) != 0;
       if (!(ev->mask & (IN_ATTRIB | IN_MOVE_SELF | IN_DELETE_SELF))) continue;
       const auto f = watch_file_.find(ev->wd);
       if (f == watch_file_.end()) continue;
@@ -3222,6 +3304,13 @@ void Nfs4Server::poll_watches() {
     }
   }
   self_change_.clear();
+  if (overflow) {
+    // The kernel's queue overflowed (fs.inotify.max_queued_events): events were lost, so any
+    // delegated file may have changed unseen. Every watched file's delegations are recalled.
+    ++st_.watch_overflows;
+    changed.clear();
+    for (const auto& [file, wd] : watch_of_) changed.emplace_back(file, 0);
+  }
   for (const auto& [file, self] : changed)
     if (recall_conflicting(file, self)) ++st_.meta_recalls;
 }
@@ -3429,7 +3518,10 @@ void Nfs4Server::wake_waiters(const FileKey& file) {
     const std::uint64_t cl = i->second.owner.clientid;
     if (auto n = waiters_of_.find(cl); n != waiters_of_.end() && !--n->second) waiters_of_.erase(n);
     auto& q = notify_[cl];
-    if (q.size() < kMaxLockWaiters) q.push_back(std::move(i->second));
+    if (q.size() < kMaxLockWaiters)
+      q.push_back(std::move(i->second));
+    else
+      ++st_.notify_lost;  // the client retries on its own
   }
   lock_waiters_.erase(w, we);
   st_.lock_waiters_now = lock_waiters_.size();
@@ -3569,17 +3661,24 @@ bool Nfs4Server::tick() {
   check_host_waiters();
   for (auto n = notify_.begin(); n != notify_.end();) {
     const auto cl = clients_.find(n->first);
-    if (cl == clients_.end() || t - cl->second.renewed > lease)
+    if (cl == clients_.end() || t - cl->second.renewed > lease) {
+      st_.notify_lost += n->second.size();  // never sent: no back channel before it expired
       n = notify_.erase(n);
-    else
+    } else {
       ++n;
+    }
   }
+  // A recall (and a call on the back channel) is waited for a lease, but never longer than
+  // kRecallMaxSeconds: with --lease-time 3600 a writer would otherwise wait an hour for a
+  // client that does not answer (knfsd's laundromat revokes after one lease).
+  const std::int64_t recall_limit = std::min(lease, kRecallMaxSeconds);
   for (auto p = pending_.begin(); p != pending_.end();) {
-    if (t - p->second.sent <= lease) {
+    if (t - p->second.sent <= recall_limit) {
       ++p;
       continue;
     }
     ++st_.cb_timeouts;
+    if (p->second.deleg == Other{}) ++st_.notify_lost;  // a CB_NOTIFY_LOCK, never answered
     if (auto s = sessions_.find(p->second.session); s != sessions_.end()) {
       s->second.cb_busy = false;
       s->second.back_conn = 0;  // down until the client binds a connection again
@@ -3592,8 +3691,9 @@ bool Nfs4Server::tick() {
     const auto st = states_.find(it->first);
     // A lease the kernel broke is taken away at its lease-break-time whatever the server does
     // (the writer then goes on): revoked by then, so that the client knows its data is stale.
-    const std::int64_t limit =
-        st != states_.end() && st->second.broken ? std::min(lease, lease_break_s_ - 1) : lease;
+    const std::int64_t limit = st != states_.end() && st->second.broken
+                                   ? std::min(recall_limit, lease_break_s_ - 1)
+                                   : recall_limit;
     if (st != states_.end() && st->second.recall_at >= 0 && t - st->second.recall_at > limit) {
       revoke(st->first, st->second);
       it = recalls_.erase(it);
@@ -3603,6 +3703,91 @@ bool Nfs4Server::tick() {
   }
   pump();
   return true;
+}
+
+bool Nfs4Server::try_client_list(std::vector<ClientInfo>& out, std::size_t& total,
+                                 std::size_t max) const {
+  std::unique_lock g(mu_, std::try_to_lock);
+  if (!g.owns_lock()) return false;
+  out.clear();
+  total = clients_.size();
+  std::map<std::uint64_t, ClientInfo> by_id;
+  const std::int64_t t = now();
+  for (const auto& [id, cl] : clients_) {
+    ClientInfo& i = by_id[id];
+    i.clientid = id;
+    i.ownerid.assign(cl.ownerid.begin(),
+                     cl.ownerid.begin() +
+                         static_cast<std::ptrdiff_t>(std::min(cl.ownerid.size(), kListOwnerBytes)));
+    i.principal = cl.principal;
+    i.confirmed = cl.confirmed;
+    i.reclaim_complete = cl.reclaim_complete;
+    i.revoked = cl.revoked;
+    i.renewed_ago = std::max<std::int64_t>(t - cl.renewed, 0);
+  }
+  for (const auto& [sid, ss] : sessions_)
+    if (const auto i = by_id.find(ss.clientid); i != by_id.end()) {
+      ++i->second.sessions;
+      i->second.back_channel |= ss.back_conn != 0;
+    }
+  for (const auto& [o, st] : states_) {
+    const auto i = by_id.find(st.clientid);
+    if (i == by_id.end()) continue;
+    if (st.kind == State::kOpenState) ++i->second.opens;
+    if (st.kind == State::kLockState) ++i->second.locks;
+    if (st.kind == State::kDelegState && !st.revoked) ++i->second.delegations;
+  }
+  for (auto& [id, i] : by_id) out.push_back(std::move(i));
+  std::stable_sort(out.begin(), out.end(), [](const ClientInfo& a, const ClientInfo& b) {
+    return a.renewed_ago < b.renewed_ago;
+  });
+  if (out.size() > max) out.resize(max);
+  return true;
+}
+
+std::string Nfs4Server::format_clients(const std::vector<ClientInfo>& list, std::size_t total) {
+  std::string s = "nfs4 clients: " + std::to_string(total) + "\n";
+  if (list.empty()) return s;
+  s += "  clientid         address          principal            minor state       sessions "
+       "opens locks delegs renewed  owner\n";
+  static const char* const kHex = "0123456789abcdef";
+  for (const ClientInfo& c : list) {
+    char id[24];
+    std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(c.clientid));
+    const std::uint32_t a = c.principal.peer;
+    const std::string addr = std::to_string(a >> 24) + "." + std::to_string(a >> 16 & 255) + "." +
+                             std::to_string(a >> 8 & 255) + "." + std::to_string(a & 255);
+    const std::string who =
+        c.principal.flavor == rpc::kAuthSys
+            ? "sys " + std::to_string(c.principal.uid) + ":" + std::to_string(c.principal.gid)
+            : "none";
+    const std::string state = !c.confirmed          ? "unconfirmed"
+                              : !c.reclaim_complete ? "confirmed"
+                              : c.back_channel      ? "active"
+                                                    : "no-callback";
+    // The co_ownerid as the client wrote it (Linux: "Linux NFSv4.1 host"), bytes that are not
+    // printable as \xNN: no escape sequence of a client's reaches the terminal.
+    std::string owner = "\"";
+    for (const std::uint8_t b : c.ownerid) {
+      if (b >= 0x20 && b < 0x7f && b != '"' && b != '\\') {
+        owner += static_cast<char>(b);
+      } else {
+        owner += "\\x";
+        owner += kHex[b >> 4];
+        owner += kHex[b & 15];
+      }
+    }
+    owner += "\"";
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-16s %-16s %-20s 4.1   %-11s %8zu %5zu %5zu %6zu %6llds ",
+                  id, addr.c_str(), who.c_str(), state.c_str(), c.sessions, c.opens, c.locks,
+                  c.delegations, static_cast<long long>(c.renewed_ago));
+    s += line + owner;
+    if (c.revoked) s += " (" + std::to_string(c.revoked) + " delegations revoked)";
+    s += "\n";
+  }
+  if (total > list.size()) s += "  (" + std::to_string(total - list.size()) + " more not listed)\n";
+  return s;
 }
 
 void Nfs4Server::connection_closed(std::uint64_t conn) {

@@ -51,8 +51,14 @@ struct Nfs4Stats {
   /// waiters told), and such waiters not watched (kMaxHostWaitFiles, or the file did not open).
   std::uint64_t host_wait_checks = 0, host_wait_freed = 0, host_wait_unwatched = 0;
   /// Recalls begun by a host metadata change of a delegated file (inotify: chmod, chown,
-  /// rename, unlink, link), and delegations granted without a watch (kMaxWatches reached).
-  std::uint64_t meta_recalls = 0, unwatched = 0;
+  /// rename, unlink, link), delegations refused for want of a watch (Limits::watches reached, or
+  /// the host's fs.inotify.max_user_watches), and inotify queue overflows (each recalls every
+  /// watched file's delegations: events were lost).
+  std::uint64_t meta_recalls = 0, unwatched = 0, watch_overflows = 0;
+  /// CB_NOTIFY_LOCKs lost: a waiter's notice beyond its client's queue of kMaxLockWaiters, one
+  /// never sent (the client's back channel never came back before its lease ran out), one sent
+  /// and never answered (the client retries on its own, up to 30 s later).
+  std::uint64_t notify_lost = 0;
   std::uint64_t cb_replies = 0, cb_bad_replies = 0, cb_timeouts = 0;
   std::uint64_t resource = 0;  ///< NFS4ERR_RESOURCE answers: a table was full
   /// Locks granted in the server's table alone (no host OFD lock: the lock owner would have
@@ -63,7 +69,12 @@ struct Nfs4Stats {
   std::uint64_t pump_visits = 0;     ///< recall queues and sessions looked at by pump() (its cost)
   std::uint64_t lease_checks = 0;    ///< F_GETLEASE calls (a lease break's cost)
   std::uint64_t records_writes = 0;  ///< the records file rewritten (by its writer thread)
-  std::uint64_t records_error = 0;   ///< 1 while the records cannot be read or written
+  std::uint64_t records_waits =
+      0;  ///< RECLAIM_COMPLETE replies held until their record was written
+  std::uint64_t records_error = 0;  ///< 1 while the records cannot be read or written
+  /// Records given a client's new principal when the grace period ended (it came back from
+  /// another address than its record named, and finished reclaiming).
+  std::uint64_t records_rewritten = 0;
   std::map<std::uint32_t, std::uint64_t> by_op;
 };
 
@@ -106,6 +117,7 @@ class Nfs4Server {
     Nfs4Stats s = st_;
     std::lock_guard w(rec_mu_);
     s.records_writes = rec_writes_;
+    s.records_waits = rec_waits_;
     s.records_error = !state_error_.empty() || !rec_error_.empty();
     return s;
   }
@@ -119,6 +131,7 @@ class Nfs4Server {
     {
       std::lock_guard w(rec_mu_);
       s.records_writes = rec_writes_;
+      s.records_waits = rec_waits_;
       s.records_error = !state_error_.empty() || !rec_error_.empty();
     }
     clients = clients_.size();
@@ -130,6 +143,23 @@ class Nfs4Server {
     std::lock_guard g(mu_);
     return clients_.size();
   }
+  /// One client as an administrator lists it (knfsd's /proc/fs/nfsd/clients/*/info and states,
+  /// which `nfsdclnts` prints).
+  struct ClientInfo {
+    std::uint64_t clientid = 0;
+    std::vector<std::uint8_t> ownerid;  ///< co_ownerid, at most kListOwnerBytes of it
+    v4::Principal principal;
+    bool confirmed = false, reclaim_complete = false, back_channel = false;
+    std::size_t sessions = 0, opens = 0, locks = 0, delegations = 0, revoked = 0;
+    std::int64_t renewed_ago = 0;  ///< seconds since its lease was last renewed
+  };
+  static constexpr std::size_t kListOwnerBytes = 64;
+  /// Every client (at most `max`, the longest-renewed last; `total` says how many there are)
+  /// without waiting: false, nothing read, while a COMPOUND holds the server.
+  bool try_client_list(std::vector<ClientInfo>& out, std::size_t& total,
+                       std::size_t max = 256) const;
+  /// The list as lines of text (a header, a line per client, a line when some were left out).
+  static std::string format_clients(const std::vector<ClientInfo>& list, std::size_t total);
   std::size_t sessions() const {
     std::lock_guard g(mu_);
     return sessions_.size();
@@ -163,8 +193,11 @@ class Nfs4Server {
   /// after 30 s when OPEN said OPEN4_RESULT_MAY_NOTIFY_LOCK).
   static constexpr std::size_t kMaxHostWaitFiles = 256;
   static constexpr std::size_t kHostChecksPerTick = 64;
-  /// Delegated files watched (inotify) for host metadata changes at most.
+  /// Delegated files watched (inotify) for host metadata changes at most (v4::Limits::watches).
   static constexpr std::size_t kMaxWatches = 8192;
+  /// A recall is revoked (and a back channel call given up) after a lease, but never more than
+  /// this (--lease-time 3600 would have writers wait an hour for a silent client).
+  static constexpr std::int64_t kRecallMaxSeconds = 90;
   /// A REPLY the client sent on `conn`; false (counted, dropped) when no call of that xid is out
   /// on that connection or the reply does not decode.
   bool callback_reply(std::uint64_t conn, std::span<const std::uint8_t> reply);
@@ -212,6 +245,13 @@ class Nfs4Server {
   /// changed meanwhile goes in the next rewrite (the last text wins), so that clients churning
   /// their ids cost one rewrite per interval, not an fsync each.
   std::atomic<std::uint32_t> records_interval_ms{200};
+  /// A RECLAIM_COMPLETE is answered only once its client's record is on disk (a client told
+  /// RECLAIM_COMPLETE that then sees the server crash must be able to reclaim after the
+  /// restart): its reply is held (CallWorker::hold_done: the worker thread goes on; called
+  /// elsewhere, the caller waits) and its rewrite comes no later than this many milliseconds
+  /// after the one before (every RECLAIM_COMPLETE waiting then goes in one rewrite), so that
+  /// the rewrites stay bounded (50 a second) and a churning client waits for its own.
+  std::atomic<std::uint32_t> records_urgent_ms{20};
   /// Tests: runs on the writer thread before each rewrite.
   std::function<void()> records_hook;
   /// Where the grace period's start and end are told (the service: stderr); none: untold.
@@ -366,6 +406,14 @@ class Nfs4Server {
   std::uint64_t rec_gen_ = 0, rec_written_ = 0, rec_writes_ = 0;
   bool rec_stop_ = false;
   std::thread rec_thread_;
+  /// A reply held until the records of generation `first` are written: its release.
+  std::uint64_t rec_urgent_ = 0;  ///< the newest generation somebody waits for
+  std::vector<std::pair<std::uint64_t, std::function<void()>>> rec_waiters_;
+  std::uint64_t rec_waits_ = 0;  ///< replies that waited for the records' disk
+  /// The generation of the records text handed over last, if it is not on disk yet (else 0).
+  std::uint64_t records_pending() const;
+  /// Holds the caller's reply (or waits) until the records of generation `gen` are written.
+  void await_records(std::uint64_t gen);
   /// Queues the CB_RECALLs that can go now (a session with a free back channel slot): visits
   /// only the clients with recalls waiting, each one's few sessions, and the first due recall.
   void pump();
@@ -384,6 +432,7 @@ class Nfs4Server {
         continue;
       }
       const Other deleg = p->second.deleg;
+      if (deleg == Other{}) ++st_.notify_lost;  // a CB_NOTIFY_LOCK: not sent again
       p = pending_.erase(p);
       resend_recall(deleg);
     }
@@ -427,7 +476,8 @@ class Nfs4Server {
   std::map<int, v4::FileKey> watch_file_;
   std::map<v4::FileKey, std::pair<int, std::size_t>> watch_of_;  ///< its wd, delegations
   std::map<v4::FileKey, std::pair<std::uint64_t, std::int64_t>> self_change_;
-  void watch(const v4::FileKey& file, int lease_fd);
+  /// False (counted: `unwatched`) when no watch could be added: then no delegation.
+  bool watch(const v4::FileKey& file, int lease_fd);
   void unwatch(const v4::FileKey& file);
   void poll_watches();
   void mark_self(const v4::FileKey& file, std::uint64_t clientid);

@@ -44,6 +44,9 @@ struct Limits {
   std::size_t host_fds = 8192;
   std::size_t host_fds_per_client = 1024;
   std::size_t host_fds_peer_share = 8;
+  /// Delegated files watched (inotify) for host metadata changes at most: a file beyond gets
+  /// no delegation (Nfs4Server::kMaxWatches).
+  std::size_t watches = 8192;
 };
 
 using SessionId = std::array<std::uint8_t, 16>;
@@ -54,6 +57,9 @@ struct Slot {
   bool in_use = false;
   bool cached = false;              ///< false: a retry gets NFS4ERR_RETRY_UNCACHED_REP
   std::vector<std::uint8_t> reply;  ///< the COMPOUND's results as sent
+  /// Its reply waits for the client records of this generation to be on disk (a retry
+  /// meanwhile is DELAY, not the cached reply); 0: none.
+  std::uint64_t durable_gen = 0;
 };
 
 struct Session {

@@ -29,6 +29,7 @@ class HostedNfs final : public runtime::SteppedService<HostedNfsService> {
     }
   }
   std::string reload() override { return svc_ ? svc_->reload_exports() : std::string{}; }
+  std::string status() const override { return svc_ ? svc_->clients_report() : std::string(); }
 };
 
 const runtime::RegisterService kNfs{{

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "controlplane/address.h"
@@ -167,6 +168,8 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       c.threads = num(1, 256);
     else if (a == "--portmap-port")
       c.portmap_port = static_cast<std::uint16_t>(num(0, 65535));
+    else if (a == "--rpcbind-wait")
+      c.rpcbind_wait_s = num(0, 3600);
     else if (a == "--mount-address")
       c.mount_address = v;
     else if (a == "--mount-port")
@@ -222,7 +225,7 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
           "--mount-address, --mount-port, --credits, --inline, --tcp-port, "
           "--max-connections, --max-half-open, --max-per-peer, --reap-idle, "
           "--mount-clients, --mount-per-peer, --mount-timeout, "
-          "--delegations, --lease-time, --state-dir, --exports-file, --portmap)");
+          "--delegations, --lease-time, --state-dir, --exports-file, --portmap, --rpcbind-wait)");
   }
   if (c.root.empty()) throw std::runtime_error("service nfs: --root DIR is required");
 }
@@ -438,23 +441,77 @@ void NfsService::start_portmap(client::Context& context, const NfsServiceConfig&
   if (c.tcp_port)
     portmap_table_.push_back({kNfsProgram, kNfsVersion, "tcp", c.mount_address, c.tcp_port});
   using P = NfsServiceConfig::Portmap;
-  // With the host's rpcbind (register, or auto when the port is taken): what mountd and nfsd
-  // register there, MOUNT v3 on TCP and NFS v3 on RDMA (and TCP), unregistered at stop.
-  const auto register_with_host = [&] {
-    rpcbind_ = std::make_unique<RpcbindClient>();
-    rpcbind_->unix_path = c.rpcbind_socket;
-    rpcbind_->tcp_port = c.portmap_port;
-    rpcbind_->log = [](const std::string& m) {
-      std::fprintf(stderr, "service nfs: %s\n", m.c_str());
-    };
-    const std::string owner = ::geteuid() == 0 ? "superuser" : std::to_string(::geteuid());
-    for (auto x : portmap_table_) {
-      if (x.prog == kPortmapProgram) continue;
-      x.owner = owner;
-      rpcbind_->register_entry(x);
-    }
+  const auto say = [](const std::string& m) {
+    std::fprintf(stderr, "service nfs: %s\n", m.c_str());
   };
-  if (c.portmap == P::kRegister) return register_with_host();
+  // What mountd and nfsd register with the host's rpcbind: MOUNT v3 on TCP and NFS v3 on RDMA
+  // (and TCP), unregistered at stop (only while still ours: RpcbindClient).
+  std::vector<PortmapEntry> entries;
+  const std::string owner = ::geteuid() == 0 ? "superuser" : std::to_string(::geteuid());
+  for (auto x : portmap_table_)
+    if (x.prog != kPortmapProgram) {
+      x.owner = owner;
+      entries.push_back(std::move(x));
+    }
+  const auto registrar = [&](bool watch) {
+    RpcbindRegistrar::Options o;
+    o.unix_path = c.rpcbind_socket;
+    o.tcp_port = watch ? 0 : c.portmap_port;  // watching: never our own port mapper's port
+    o.wait_ms = static_cast<int>(c.rpcbind_wait_s * 1000);
+    o.watch = watch;
+    return std::make_unique<RpcbindRegistrar>(o, entries, say);
+  };
+  // A host mountd (nfs-kernel-server) or nfsd holding MOUNT v3/tcp (or NFS v3) there already:
+  // `register` refuses to start (the administrator asked for the host's rpcbind to send clients
+  // here, and it cannot); `auto` says so and goes on (clients of the host's rpcbind reach the
+  // host's mountd; this export needs mountport= and mountaddr=).
+  const auto register_with_host = [&](bool strict) {
+    std::vector<std::pair<PortmapEntry, RpcbEntry>> taken;
+    if (strict) {  // refused before anything is registered
+      RpcbindClient probe;
+      probe.unix_path = c.rpcbind_socket;
+      probe.tcp_port = c.portmap_port;
+      if (const auto list = probe.dump())
+        for (const auto& x : entries)
+          if (const RpcbEntry* t = find_entry(*list, x); t && t->addr != universal_address(x))
+            taken.emplace_back(x, *t);
+    }
+    if (taken.empty()) {
+      rpcbind_ = registrar(false);
+      taken = rpcbind_->start();
+    }
+    if (taken.empty()) return;
+    std::string what;
+    for (const auto& [x, there] : taken)
+      what += (what.empty() ? "" : "; ") + std::string(x.prog == kMountProgram ? "MOUNT" : "NFS") +
+              " v" + std::to_string(x.vers) + "/" + x.netid + " is registered at " + there.addr +
+              " (owner " + there.owner + ")";
+    if (strict) {
+      rpcbind_.reset();  // what it did register goes again
+      throw std::runtime_error(
+          "service nfs: --portmap register: the host's rpcbind serves another server's: " + what +
+          " (a host mountd or nfsd: stop it, or run with --portmap off and have clients mount "
+          "with mountport=" +
+          std::to_string(c.mount_port) + ",mountaddr=" + c.mount_address + ")");
+    }
+    say("--portmap auto: the host's rpcbind serves another server's: " + what +
+        "; left alone: clients mounting this export need mountport=" +
+        std::to_string(c.mount_port) + ",mountaddr=" + c.mount_address);
+  };
+  if (c.portmap == P::kRegister) return register_with_host(true);
+  if (c.portmap == P::kAuto) {
+    // The host runs rpcbind when it answers: on its local socket (also when it listens on IPv6
+    // alone) or on 127.0.0.1:111.
+    RpcbindClient probe;
+    probe.unix_path = c.rpcbind_socket;
+    probe.tcp_port = c.portmap_port;
+    if (probe.answers()) {
+      say("the host's rpcbind answers (" + c.rpcbind_socket +
+          " or 127.0.0.1:" + std::to_string(c.portmap_port) +
+          "): registering with it (--portmap own|register|off to choose)");
+      return register_with_host(false);
+    }
+  }
   portmap_tcp_ = std::make_unique<RpcTcpServer>(
       [this](const CallContext&, std::span<const std::uint8_t> call,
              std::vector<std::uint8_t>& reply) { portmap_reply(portmap_table_, call, reply); },
@@ -463,17 +520,27 @@ void NfsService::start_portmap(client::Context& context, const NfsServiceConfig&
   if (!portmap_tcp_->listen(c.mount_address, c.portmap_port, err)) {
     portmap_tcp_.reset();
     if (c.portmap == P::kAuto) {
-      std::fprintf(stderr,
-                   "service nfs: port %u is taken on %s (%s): the host's rpcbind? registering "
-                   "with it (--portmap own|register|off to choose)\n",
-                   c.portmap_port, c.mount_address.c_str(), err.c_str());
-      return register_with_host();
+      say("port " + std::to_string(c.portmap_port) + " is taken on " + c.mount_address + " (" +
+          err +
+          ") and no rpcbind answers yet: registering with the host's rpcbind when it does "
+          "(--portmap own|register|off to choose)");
+      return register_with_host(false);
     }
     std::fprintf(stderr,
                  "service nfs: no port mapper on %s:%u (%s): clients need mountport=%u, "
                  "mountproto=tcp and mountvers=3 (docs/nfs.md)\n",
                  c.mount_address.c_str(), c.portmap_port, err.c_str(), c.mount_port);
     return;
+  }
+  if (c.portmap == P::kAuto && c.rpcbind_wait_s) {
+    // No rpcbind now: one that starts later (boot order) cannot have this address's port 111,
+    // but its local socket comes up: registered with it too, so that local tools find us.
+    say("no rpcbind answers: answering as the port mapper on " + c.mount_address + ":" +
+        std::to_string(c.portmap_port) +
+        " (an rpcbind started later cannot listen there: start "
+        "this service after rpcbind, or choose --portmap register)");
+    rpcbind_ = registrar(true);
+    rpcbind_->start();
   }
   portmap_udp_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
@@ -617,6 +684,16 @@ std::string NfsService::report() const {
   return s + "\n";
 }
 
+std::string NfsService::clients_report() const {
+  std::vector<Nfs4Server::ClientInfo> list;
+  std::size_t total = 0;
+  for (int i = 0; i < 64; ++i) {
+    if (nfs4_.try_client_list(list, total)) return Nfs4Server::format_clients(list, total);
+    std::this_thread::yield();
+  }
+  return "nfs4 clients: the server is busy (a COMPOUND holds it): ask again\n";
+}
+
 std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
   const auto& t = rdma_.stats();
   const auto& m = mount_.stats();
@@ -625,6 +702,7 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
   const NfsServerStats n = nfs_.stats();
   const std::uint64_t handles = nfs_.handles();
   nfs4_.try_stats(seen4_, seen4_clients_, seen4_sessions_, seen4_states_);
+  const RpcbindRegistrar::Counts rb = rpcbind_ ? rpcbind_->counts() : RpcbindRegistrar::Counts{};
   return {
       {"nfs4_compounds", seen4_.compounds},
       {"nfs4_ops", seen4_.ops},
@@ -651,8 +729,15 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"nfs4_host_wait_freed", seen4_.host_wait_freed},            // a host lock went: waiters told
       {"nfs4_host_wait_unwatched", seen4_.host_wait_unwatched},    // not watched: client polls
       {"nfs4_meta_recalls", seen4_.meta_recalls},  // host chmod/chown/mv/rm/ln of a delegated file
-      {"nfs4_records_writes", seen4_.records_writes},  // client records rewritten
-      {"nfs4_records_error", seen4_.records_error},    // 1: records not written (no reclaim)
+      {"nfs4_records_writes", seen4_.records_writes},        // client records rewritten
+      {"nfs4_records_error", seen4_.records_error},          // 1: records not written (no reclaim)
+      {"nfs4_records_waits", seen4_.records_waits},          // RECLAIM_COMPLETEs held for the disk
+      {"nfs4_records_rewritten", seen4_.records_rewritten},  // a client's new principal recorded
+      {"nfs4_watch_refused", seen4_.unwatched},              // no inotify watch: no delegation
+      {"nfs4_watch_overflows", seen4_.watch_overflows},      // events lost: every one recalled
+      {"nfs4_notify_lost", seen4_.notify_lost},              // CB_NOTIFY_LOCKs not delivered
+      {"rpcrdma_backward_calls", t.backward_calls},          // calls sent to clients
+      {"rpcrdma_backward_dropped", t.backward_dropped},      // calls that could not be sent
       {"nfs_calls", n.calls},
       {"nfs_errors", n.errors},
       {"nfs_garbage", n.garbage},
@@ -678,6 +763,9 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"exports_reload_errors", reload_errors_},  // a bad file: the options kept
       {"portmap_calls", (portmap_tcp_ ? portmap_tcp_->calls() : 0) + portmap_udp_calls_},
       {"portmap_udp_denied", portmap_udp_denied_},  // datagrams from hosts not listed: dropped
+      {"rpcbind_registered", rb.registered},        // entries registered with the host's rpcbind
+      {"rpcbind_taken", rb.taken},                  // held there by another server: left alone
+      {"rpcbind_given_up", rb.given_up},            // rpcbind never answered within the wait
       {"mount_denied", nfs_.mount_denied()},        // MNT3ERR_ACCES
       {"mount_connections_now", mount_.clients()},
       {"mount_refused", m.refused},

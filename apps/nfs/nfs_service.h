@@ -63,11 +63,16 @@ struct NfsServiceConfig {
   std::uint16_t portmap_port = kPortmapPort;
   /// --portmap: `own` answers as a port mapper itself (portmap_port); `register` registers MOUNT
   /// v3/tcp and NFS v3/rdma with the host's rpcbind (its local socket or 127.0.0.1:111) and
-  /// takes them away at stop; `auto` (the default) is `own`, or `register` when the port is taken
-  /// (the host runs rpcbind); `off` neither.
+  /// takes them away at stop (start fails when another program already holds one of them there:
+  /// a host mountd); `auto` (the default) is `register` when the host's rpcbind answers (a
+  /// taken entry then only warned about), else `own` (watching for an rpcbind that comes up
+  /// later), or `register` when the port is taken by something not answering yet; `off` neither.
   enum class Portmap { kAuto, kOwn, kRegister, kOff } portmap = Portmap::kAuto;
   /// Where `register` finds the host's rpcbind (tests point it elsewhere).
   std::string rpcbind_socket = "/run/rpcbind.sock";
+  /// --rpcbind-wait: how long registrations rpcbind did not answer are tried again (once a
+  /// second), and how long `auto`'s own port mapper watches for an rpcbind starting after it.
+  std::uint32_t rpcbind_wait_s = 60;
   /// NFSv4.1 read delegations (--delegations on|off): granted only where the host gives a file
   /// lease for each, so that every writer (local, NFSv3, v4) has it recalled first.
   bool delegations = true;
@@ -92,7 +97,8 @@ std::string export_path_for(const NfsServiceConfig& c);
 
 /// Parses a service's args (--root DIR, --export PATH, --export-options OPTS, --clients LIST,
 /// --max-handles N, --threads N, --portmap-port N, --mount-address IP, --mount-port N, --credits N,
-/// --inline BYTES, --tcp-port N, --delegations on|off, --lease-time SECONDS, --state-dir DIR) into
+/// --inline BYTES, --tcp-port N, --delegations on|off, --lease-time SECONDS, --state-dir DIR,
+/// --portmap MODE, --rpcbind-wait SECONDS) into
 /// `c`; throws std::runtime_error on a bad one.
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c);
 
@@ -122,6 +128,11 @@ class NfsService {
   /// when anything happened.
   bool step();
   std::string report() const;
+  /// The NFSv4.1 clients as knfsd's `nfsdclnts` shows them (client id, address, principal,
+  /// minor version, state, sessions, opens, locks, delegations, seconds since the last renewal,
+  /// co_ownerid): read-only, at most 256 lines. Never waits for a COMPOUND: a few tries, then a
+  /// line saying the server is busy. roce-nfsd and roced print it on SIGUSR1.
+  std::string clients_report() const;
   /// Reads --exports-file again and applies its options to the calls that start from now on
   /// (no restart, no grace period: knfsd's `exportfs -r`). A bad file, or options an unprivileged
   /// server cannot serve, leave the options as they were. Returns the line to log.
@@ -152,8 +163,8 @@ class NfsService {
   std::unique_ptr<RpcTcpServer> tcp_;
   std::vector<PortmapEntry> portmap_table_;
   std::unique_ptr<RpcTcpServer> portmap_tcp_;
-  std::unique_ptr<RpcbindClient> rpcbind_;  ///< registrations with the host's rpcbind
-  int portmap_udp_ = -1;                    ///< non-blocking; answered from step()
+  std::unique_ptr<RpcbindRegistrar> rpcbind_;  ///< registrations with the host's rpcbind
+  int portmap_udp_ = -1;                       ///< non-blocking; answered from step()
   std::uint64_t portmap_udp_calls_ = 0;
   std::uint64_t portmap_udp_denied_ = 0;  ///< datagrams from addresses the export does not list
   ExportOptions base_exports_;            ///< the flags' options, under the file's
@@ -175,6 +186,7 @@ class HostedNfsService {
                    wire::Ipv4Addr ip, std::uint32_t cm_connections);
   void step() { svc_->step(); }
   std::string report() const { return svc_->report(); }
+  std::string clients_report() const { return svc_->clients_report(); }
   std::vector<std::pair<std::string, std::uint64_t>> stats() const { return svc_->stats(); }
   std::string reload_exports() { return svc_->reload_exports(); }
 

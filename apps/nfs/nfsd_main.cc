@@ -30,7 +30,8 @@ void on_usr1(int) { g_loop_stats = 1; }
 void on_hup(int) { g_reload = 1; }  // --exports-file read again (exportfs -r)
 /// "poll loop: busy B ns, idle I ns, P polls (S% busy)": where the loop's time went since it
 /// started (PollLoop::time_stats; the caller's work between polls counts with the poll before
-/// it). SIGUSR1 prints it; a benchmark takes the difference of two.
+/// it). SIGUSR1 prints it, and the NFSv4 clients (as knfsd's nfsdclnts); a benchmark takes the
+/// difference of two.
 void print_loop(const nfs::LinkHolder& h) {
   const port::PollLoop* l = h.loop();
   if (!l) return;
@@ -113,8 +114,11 @@ int main(int argc, char** argv) {
       "(0: none; 111 needs privilege)")(
       "portmap", po::value(&portmap)->default_value("auto"),
       "own: answer as the port mapper on --portmap-port; register: register MOUNT and NFS with "
-      "the host's rpcbind (unregistered at exit); auto: own, or register when the port is "
-      "taken; off")(
+      "the host's rpcbind (unregistered at exit; start fails when a host mountd holds MOUNT "
+      "there); auto: register when the host's rpcbind answers, else own; off")(
+      "rpcbind-wait", po::value(&c.rpcbind_wait_s)->default_value(c.rpcbind_wait_s),
+      "seconds to keep trying the host's rpcbind when it does not answer yet (and, under auto, "
+      "to watch for one starting later)")(
       "delegations", po::value(&delegations)->default_value("on"),
       "NFSv4.1 read delegations: on (each backed by a host file lease, recalled when anything "
       "writes the file) or off (yes/no, 1/0 too)")(
@@ -161,6 +165,10 @@ int main(int argc, char** argv) {
   if (c.lease_seconds < nfs::v4::Limits::kMinLeaseSeconds ||
       c.lease_seconds > nfs::v4::Limits::kMaxLeaseSeconds) {
     std::cerr << "roce-nfsd: --lease-time must be 10 to 3600 seconds\n";
+    return 2;
+  }
+  if (c.rpcbind_wait_s > 3600) {
+    std::cerr << "roce-nfsd: --rpcbind-wait must be 0 to 3600 seconds\n";
     return 2;
   }
   try {
@@ -210,6 +218,7 @@ int main(int argc, char** argv) {
       if (g_loop_stats) {
         g_loop_stats = 0;
         print_loop(holder);
+        std::cout << "roce-nfsd: " << svc.clients_report() << std::flush;
       }
     }
     std::cout << svc.report() << std::flush;

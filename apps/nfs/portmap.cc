@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "apps/nfs/rpc.h"
@@ -171,6 +172,7 @@ int RpcbindClient::connect_rpcbind() {
     if (fd >= 0) ::close(fd);
   }
   // Loopback TCP from a reserved port (rpcbind refuses SET and UNSET from any other).
+  if (tcp_port == 0) return -1;
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   sockaddr_in me{};
@@ -241,65 +243,239 @@ std::optional<std::vector<std::uint8_t>> RpcbindClient::call(
   return std::vector<std::uint8_t>(rest.begin(), rest.end());
 }
 
-bool RpcbindClient::register_entry(const PortmapEntry& x) {
+std::string describe(const PortmapEntry& x) {
+  return "program " + std::to_string(x.prog) + " version " + std::to_string(x.vers) + " " +
+         x.netid + " " + universal_address(x);
+}
+
+const RpcbEntry* find_entry(const std::vector<RpcbEntry>& list, const PortmapEntry& x) {
+  // rpcbind keeps one entry per program, version and netid (its SET refuses a second address).
+  for (const auto& r : list)
+    if (r.prog == x.prog && r.vers == x.vers && r.netid == x.netid) return &r;
+  return nullptr;
+}
+
+std::optional<std::vector<RpcbEntry>> RpcbindClient::dump() {
+  const auto r = call(kDump, {});
+  if (!r) return std::nullopt;
+  XdrDecoder d(*r);
+  std::vector<RpcbEntry> out;
+  // rpcblist: an optional entry after another; bounded by the reply's 64 KiB.
+  while (d.ok() && d.boolean()) {
+    RpcbEntry x;
+    x.prog = d.u32();
+    x.vers = d.u32();
+    x.netid = d.string(64);
+    x.addr = d.string(128);
+    x.owner = d.string(128);
+    if (d.ok()) out.push_back(std::move(x));
+  }
+  if (!d.ok()) return std::nullopt;
+  return out;
+}
+
+RpcbindClient::Result RpcbindClient::register_entry(const PortmapEntry& x, RpcbEntry* holder) {
   const auto say = [&](const std::string& m) {
     if (log) log(m);
   };
-  const std::string what = "program " + std::to_string(x.prog) + " version " +
-                           std::to_string(x.vers) + " " + x.netid + " " + universal_address(x);
+  const std::string what = describe(x);
+  const std::string where =
+      unix_path + (tcp_port ? ", 127.0.0.1:" + std::to_string(tcp_port) : std::string());
+  // Who holds the program, version and netid now: rpcbind's SET would refuse another address
+  // (or, from an older rpcbind, replace it); GETADDR answers for the caller's own netid only.
+  const auto list = dump();
+  if (!list) {
+    say("no answer from the host's rpcbind (" + where + "): " + what + " not registered");
+    return Result::kNoAnswer;
+  }
+  if (const RpcbEntry* there = find_entry(*list, x); there && there->addr != universal_address(x)) {
+    if (holder) *holder = *there;
+    say("the host's rpcbind already has program " + std::to_string(x.prog) + " version " +
+        std::to_string(x.vers) + " " + x.netid + " at " + there->addr + " (owner " + there->owner +
+        "): somebody else serves it (a host mountd or nfsd?); " + universal_address(x) +
+        " not registered, theirs left alone");
+    return Result::kTaken;
+  }
   std::vector<std::uint8_t> args;
   XdrEncoder e(args);
   encode_rpcb(e, x);
-  const auto set = [&]() -> std::optional<bool> {
-    const auto r = call(kSet, args);
-    if (!r) return std::nullopt;
-    XdrDecoder d(*r);
-    const bool b = d.boolean();
-    return d.ok() && b;
-  };
-  auto ok = set();
-  if (!ok) {
-    say("no answer from the host's rpcbind (" + unix_path +
-        ", 127.0.0.1:" + std::to_string(tcp_port) + "): " + what + " not registered");
-    return false;
+  const auto r = call(kSet, args);
+  if (!r) {
+    say("no answer from the host's rpcbind (" + where + "): " + what + " not registered");
+    return Result::kNoAnswer;
   }
-  if (!*ok) {
-    // Taken: ours from a run that could not unregister (same address), or someone else's.
-    std::vector<std::uint8_t> q;
-    XdrEncoder qe(q);
-    encode_rpcb(qe, x);
-    const auto r = call(kGetport, q);  // RPCBPROC_GETADDR
-    std::string there;
-    if (r) {
-      XdrDecoder d(*r);
-      there = d.string(128);
+  XdrDecoder d(*r);
+  const bool set = d.boolean();
+  if (!d.ok() || !set) {
+    // Someone registered it between the DUMP and the SET, or SET is not allowed from here.
+    const auto again = dump();
+    const RpcbEntry* there = again ? find_entry(*again, x) : nullptr;
+    if (there && there->addr != universal_address(x)) {
+      if (holder) *holder = *there;
+      say("the host's rpcbind already has " + x.netid + " " + std::to_string(x.prog) + " version " +
+          std::to_string(x.vers) + " at " + there->addr + " (owner " + there->owner +
+          "): " + universal_address(x) + " not registered");
+      return Result::kTaken;
     }
-    if (there != universal_address(x)) {
-      say("the host's rpcbind refused " + what +
-          (there.empty() ? std::string(" (a reserved source port or root is needed)")
-                         : " (registered there already at " + there + ": left alone)"));
-      return false;
-    }
-    call(kUnset, args);
-    ok = set();
-    if (!ok || !*ok) {
-      say("the host's rpcbind refused " + what);
-      return false;
-    }
+    say("the host's rpcbind refused " + what + " (a reserved source port or root is needed)");
+    return Result::kRefused;
   }
-  done_.push_back(x);
+  // The owner rpcbind recorded (the caller's uid over the local socket, "superuser" for root):
+  // unregister_all() takes away only the entry that still has it.
+  PortmapEntry mine = x;
+  if (const auto after = dump())
+    if (const RpcbEntry* there = find_entry(*after, x);
+        there && there->addr == universal_address(x))
+      mine.owner = there->owner;
+  done_.push_back(std::move(mine));
   say("registered with the host's rpcbind: " + what);
-  return true;
+  return Result::kRegistered;
 }
 
 void RpcbindClient::unregister_all() {
+  if (done_.empty()) return;
+  const auto list = dump();
   while (!done_.empty()) {
+    const PortmapEntry x = std::move(done_.back());
+    done_.pop_back();
+    // rpcbind's UNSET goes by program, version and netid alone: only while the entry there is
+    // still the one registered here (a host mountd may have replaced it since: its own UNSET
+    // and SET at its start), and never with an empty netid (that is every netid).
+    const RpcbEntry* there = list ? find_entry(*list, x) : nullptr;
+    if (x.netid.empty() || !there) continue;  // gone already, or rpcbind does not answer
+    if (there->addr != universal_address(x) || there->owner != x.owner) {
+      if (log)
+        log("left the host's rpcbind entry of program " + std::to_string(x.prog) + " version " +
+            std::to_string(x.vers) + " " + x.netid + " alone: it is " + there->addr + " (owner " +
+            there->owner + ") now, not ours");
+      continue;
+    }
     std::vector<std::uint8_t> args;
     XdrEncoder e(args);
-    encode_rpcb(e, done_.back());
+    encode_rpcb(e, x);
     call(kUnset, args);
-    done_.pop_back();
   }
+}
+
+RpcbindRegistrar::RpcbindRegistrar(Options o, std::vector<PortmapEntry> entries,
+                                   std::function<void(const std::string&)> log)
+    : o_(std::move(o)), log_(std::move(log)), pending_(std::move(entries)) {
+  client_.unix_path = o_.unix_path;
+  client_.tcp_port = o_.tcp_port;
+  client_.timeout_ms = o_.timeout_ms;
+  client_.log = log_;
+}
+
+RpcbindRegistrar::~RpcbindRegistrar() {
+  {
+    std::lock_guard g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  client_.unregister_all();  // the host's rpcbind forgets us first: clients stop being sent here
+}
+
+bool RpcbindRegistrar::try_all(std::vector<std::pair<PortmapEntry, RpcbEntry>>* taken) {
+  std::vector<PortmapEntry> left;
+  {
+    std::lock_guard g(mu_);
+    ++counts_.tries;
+    left.swap(pending_);
+  }
+  std::vector<PortmapEntry> again;
+  Counts add;
+  for (auto& x : left) {
+    RpcbEntry holder;
+    switch (client_.register_entry(x, &holder)) {
+      case RpcbindClient::Result::kRegistered:
+        ++add.registered;
+        break;
+      case RpcbindClient::Result::kTaken:
+        ++add.taken;
+        if (taken) taken->emplace_back(x, holder);
+        break;
+      case RpcbindClient::Result::kRefused:
+        break;  // not for us to mend: said once
+      case RpcbindClient::Result::kNoAnswer:
+        again.push_back(std::move(x));
+        break;
+    }
+  }
+  std::lock_guard g(mu_);
+  counts_.registered += add.registered;
+  counts_.taken += add.taken;
+  pending_ = std::move(again);
+  return pending_.empty();
+}
+
+std::vector<std::pair<PortmapEntry, RpcbEntry>> RpcbindRegistrar::start() {
+  std::vector<std::pair<PortmapEntry, RpcbEntry>> taken;
+  if (!o_.watch && try_all(&taken)) {
+    std::lock_guard g(mu_);
+    idle_ = true;
+    return taken;
+  }
+  if (!o_.watch && log_)
+    log_("the host's rpcbind does not answer yet: trying again every " +
+         std::to_string(o_.retry_ms) + " ms for " + std::to_string(o_.wait_ms / 1000) + " s");
+  thread_ = std::thread([this] { run(); });
+  return taken;
+}
+
+void RpcbindRegistrar::run() {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(o_.wait_ms);
+  bool watching = o_.watch;
+  for (;;) {
+    {
+      std::unique_lock g(mu_);
+      if (cv_.wait_until(g,
+                         std::min(end, std::chrono::steady_clock::now() +
+                                           std::chrono::milliseconds(o_.retry_ms)),
+                         [&] { return stop_; }))
+        return;
+    }
+    if (std::chrono::steady_clock::now() >= end) break;
+    if (watching) {
+      // Only rpcbind's local socket (never our own port mapper's TCP port).
+      RpcbindClient probe;
+      probe.unix_path = o_.unix_path;
+      probe.tcp_port = 0;
+      probe.timeout_ms = o_.timeout_ms;
+      if (!probe.answers()) continue;
+      watching = false;
+      if (log_)
+        log_("the host's rpcbind answers on " + o_.unix_path +
+             " now (it started after this service): registering with it too");
+    }
+    if (try_all(nullptr)) {
+      std::lock_guard g(mu_);
+      idle_ = true;
+      cv_.notify_all();
+      return;
+    }
+  }
+  std::lock_guard g(mu_);
+  if (!pending_.empty() && !watching) {
+    counts_.given_up += pending_.size();
+    if (log_)
+      log_("gave up registering with the host's rpcbind after " +
+           std::to_string(o_.wait_ms / 1000) + " s (" + std::to_string(pending_.size()) +
+           " entries): clients need mountport=, mountproto=tcp and mountvers=3 (docs/nfs.md)");
+  }
+  pending_.clear();
+  idle_ = true;
+  cv_.notify_all();
+}
+
+RpcbindRegistrar::Counts RpcbindRegistrar::counts() const {
+  std::lock_guard g(mu_);
+  return counts_;
+}
+
+void RpcbindRegistrar::wait_idle() {
+  std::unique_lock g(mu_);
+  cv_.wait(g, [&] { return idle_ || stop_; });
 }
 
 }  // namespace roce::nfs

@@ -3,9 +3,10 @@
 /// hugepages needed), brings up every port with its engine and poll loop, answers ARP and
 /// ping, hosts the configured services (`services:`; their kinds come from the applications
 /// through the registry of runtime/service.h, never by name here), publishes counters
-/// (Prometheus text endpoint and DPDK telemetry /roce/counters), and shuts down cleanly on
-/// SIGINT or SIGTERM. SIGHUP asks the hosted services to read their files again (an NFS
-/// exports file); the daemon goes on.
+/// (Prometheus text endpoint and DPDK telemetry /roce/counters), prints what its services say
+/// of themselves on SIGUSR1 (the NFS service: its NFSv4 clients), asks them to read their files
+/// again on SIGHUP (an NFS exports file; the daemon goes on), and shuts down cleanly on SIGINT
+/// or SIGTERM.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -49,8 +50,9 @@ using namespace roce;
 
 namespace {
 
-volatile std::sig_atomic_t g_signal = 0;
+volatile std::sig_atomic_t g_signal = 0, g_status = 0;
 void on_signal(int sig) { g_signal = sig; }
+void on_status(int) { g_status = 1; }  // SIGUSR1: the hosted services' status()
 volatile std::sig_atomic_t g_hangup = 0;
 void on_hangup(int) { g_hangup = 1; }
 
@@ -424,6 +426,7 @@ int run(const ctl::ApplianceConfig& cfg) {
   // SIGHUP: the hosted services read their files again (its default action would end the
   // daemon, which an administrator's `kill -HUP` or `systemctl reload` never means).
   std::signal(SIGHUP, on_hangup);
+  std::signal(SIGUSR1, on_status);
   std::uint64_t next_publish = 0;
   // Every running service once; from a blocking service's background, the non-blocking ones.
   const auto poll_services = [&](bool from_background) {
@@ -456,6 +459,14 @@ int run(const ctl::ApplianceConfig& cfg) {
         std::printf("roced: SIGHUP: %s: %s\n", h.env->name().c_str(), line.c_str());
       }
       if (n == 0) std::printf("roced: SIGHUP: no hosted service reads a file again; going on\n");
+      std::fflush(stdout);
+    }
+    if (g_status) {  // SIGUSR1 (only root or roced's user may send it): what each service says
+      g_status = 0;
+      for (const Hosted& h : hosted)
+        if (h.svc->state() == runtime::ServiceState::kRunning)
+          if (const std::string st = h.svc->status(); !st.empty())
+            std::printf("roced: %s:\n%s", h.env->name().c_str(), st.c_str());
       std::fflush(stdout);
     }
     if (now >= next_publish) {

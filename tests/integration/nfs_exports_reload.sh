@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The export's options reloaded without a restart (review17 item 9; knfsd's `exportfs -r`):
-# roce-nfsd with --exports-file, then SIGHUP after the file changed; roced hosting the service
+# roce-nfsd with --exports-file, then SIGHUP after the file changed (and SIGUSR1's listing of
+# the NFSv4 clients, of roce-nfsd and of roced); roced hosting the service
 # with the same file in its args, which it reads again when the file changes and on SIGHUP (the
 # daemon goes on). MOUNT over kernel TCP on 127.0.0.1 is the probe (MNT's status and EXPORT's
 # client list, from Python): the client 127.0.0.1 is refused (MNT3ERR_ACCES), the file lists it,
@@ -86,6 +87,10 @@ printf 'clients 300.1.2.3\n' > "$work/exports"
 kill -HUP "$pid"
 wait_log "$work/nfsd.txt" "options are unchanged"
 expect "roce-nfsd: MNT after a bad file" "$(rpc "$mport" mnt "$root")" 0 "$work/nfsd.txt"
+# SIGUSR1: the NFSv4 clients, as knfsd's nfsdclnts lists them (none here).
+kill -USR1 "$pid"
+wait_log "$work/nfsd.txt" "^roce-nfsd: nfs4 clients: 0"
+echo "ok: roce-nfsd lists its NFSv4 clients on SIGUSR1"
 kill -INT "$pid"
 wait "$pid" || true
 pid=
@@ -126,6 +131,13 @@ kill -HUP "$pid"
 wait_log "$work/roced.log" "^roced: SIGHUP: .*(nfs).*exports reloaded"
 kill -0 "$pid" 2>/dev/null || { cat "$work/roced.log"; echo "FAIL: roced ended on SIGHUP"; exit 1; }
 expect "roced: MNT after SIGHUP" "$(rpc "$mport" mnt "$root")" 0 "$work/roced.log"
+# SIGUSR1: roced prints what its services say (the NFS service: its NFSv4 clients), and runs on.
+kill -USR1 "$pid"
+wait_log "$work/roced.log" "^nfs4 clients: 0"
+grep -q "^roced: services\[0\] (nfs):" "$work/roced.log" ||
+  { sed 's/^/log: /' "$work/roced.log"; echo "FAIL: roced did not name the service"; exit 1; }
+kill -0 "$pid" || { sed 's/^/log: /' "$work/roced.log"; echo "FAIL: roced ended on SIGUSR1"; exit 1; }
+echo "ok: roced lists the hosted service's NFSv4 clients on SIGUSR1"
 kill -TERM "$pid"
 wait "$pid" || true
 pid=

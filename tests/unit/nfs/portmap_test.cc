@@ -1,9 +1,22 @@
 // The port mapper's answers (apps/nfs/portmap.h): PMAP v2 GETPORT and DUMP, RPCBIND v3/v4
 // GETADDR as mount.nfs and the kernel ask them, and the refusals (SET, other versions,
-// truncated arguments, not a call).
+// truncated arguments, not a call). And the client of the host's rpcbind against a fake one on
+// a local socket with rpcbind's rules (SET refuses a second address for a program, version and
+// netid; UNSET takes every address away): what it takes away at stop, an entry another server
+// holds, an rpcbind that starts late.
 #include "apps/nfs/portmap.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "apps/nfs/nfs3.h"
 #include "apps/nfs/rpc.h"
@@ -146,6 +159,248 @@ TEST(Portmap, RefusesWhatItShould) {
   Bytes out;
   portmap_reply(kTable, Bytes{1, 2, 3}, out);
   EXPECT_TRUE(out.empty());
+}
+
+/// rpcbind's registration rules on a local socket of its own (one call per connection, as
+/// RpcbindClient makes them): SET of a program, version and netid already held at another
+/// address is FALSE (at the same address TRUE); UNSET removes the program, version and netid at
+/// whatever address (rpcbind's map_unset, a caller of uid 0 being "superuser"); DUMP lists all.
+class FakeRpcbind {
+ public:
+  explicit FakeRpcbind(std::string path) : path_(std::move(path)) {}
+  ~FakeRpcbind() { stop(); }
+  void start() {
+    ::unlink(path_.c_str());
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, path_.c_str(), path_.size() + 1);
+    ASSERT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(::listen(fd_, 8), 0);
+    stop_ = false;
+    thread_ = std::thread([this] { serve(); });
+  }
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    ::unlink(path_.c_str());
+  }
+  /// What a host mountd does at its start: UNSET, then SET at its own address.
+  void replace(RpcbEntry x) {
+    std::lock_guard g(mu_);
+    std::erase_if(table_, [&](const RpcbEntry& r) {
+      return r.prog == x.prog && r.vers == x.vers && r.netid == x.netid;
+    });
+    table_.push_back(std::move(x));
+  }
+  std::vector<std::string> table() const {
+    std::lock_guard g(mu_);
+    std::vector<std::string> out;
+    for (const auto& r : table_)
+      out.push_back(std::to_string(r.prog) + " " + std::to_string(r.vers) + " " + r.netid + " " +
+                    r.addr + " " + r.owner);
+    return out;
+  }
+  int unsets() const { return unsets_; }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      std::uint8_t mk[4];
+      Bytes call;
+      if (::recv(c, mk, 4, MSG_WAITALL) == 4) {
+        const std::uint32_t n = (std::uint32_t{mk[0]} << 24 | std::uint32_t{mk[1]} << 16 |
+                                 std::uint32_t{mk[2]} << 8 | mk[3]) &
+                                0x7fffffffu;
+        call.resize(n);
+        if (::recv(c, call.data(), n, MSG_WAITALL) != static_cast<ssize_t>(n)) call.clear();
+      }
+      Bytes reply(4);
+      answer(call, reply);
+      const std::uint32_t m = 0x80000000u | static_cast<std::uint32_t>(reply.size() - 4);
+      for (int i = 0; i < 4; ++i)
+        reply[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(m >> (24 - 8 * i));
+      if (!call.empty()) (void)::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+      ::close(c);
+    }
+  }
+  void answer(const Bytes& call, Bytes& out) {
+    XdrDecoder d(call);
+    rpc::CallHeader h;
+    if (!rpc::decode(d, h)) return;
+    XdrEncoder e(out);
+    rpc::ReplyHeader r;
+    r.xid = h.xid;
+    rpc::encode(e, r);
+    std::lock_guard g(mu_);
+    if (h.proc == 4) {  // DUMP
+      for (const auto& x : table_) {
+        e.boolean(true);
+        e.u32(x.prog);
+        e.u32(x.vers);
+        e.string(x.netid);
+        e.string(x.addr);
+        e.string(x.owner);
+      }
+      e.boolean(false);
+      return;
+    }
+    if (h.proc != 1 && h.proc != 2) return;  // NULL: the header alone
+    RpcbEntry x;
+    x.prog = d.u32();
+    x.vers = d.u32();
+    x.netid = d.string(64);
+    x.addr = d.string(128);
+    d.string(128);          // r_owner: rpcbind takes the caller's, never the argument
+    x.owner = "superuser";  // uid 0 over the local socket
+    bool ok = true;
+    const auto same = [&](const RpcbEntry& t) {
+      return t.prog == x.prog && t.vers == x.vers && (x.netid.empty() || t.netid == x.netid);
+    };
+    if (h.proc == 1) {
+      for (const auto& t : table_)
+        if (same(t)) ok = t.addr == x.addr;
+      if (ok && std::none_of(table_.begin(), table_.end(), same)) table_.push_back(x);
+    } else {
+      ++unsets_;
+      std::erase_if(table_, same);
+    }
+    e.boolean(ok);
+  }
+  std::string path_;
+  int fd_ = -1;
+  std::atomic<bool> stop_{true};
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::vector<RpcbEntry> table_;
+  std::atomic<int> unsets_{0};
+};
+
+std::string fake_path(const char* what) {
+  return "/tmp/rpcbind-test-" + std::to_string(::getpid()) + "-" + what + ".sock";
+}
+const PortmapEntry kMount = {v3::kMountProgram, 3, "tcp", "127.0.0.1", 20048};
+const PortmapEntry kNfsRdma = {v3::kNfsProgram, 3, "rdma", "192.0.2.100", 20049};
+
+// Review31a-4: rpcbind's UNSET takes away the program, version and netid at any address. A host
+// mountd that (re)started after the service took MOUNT v3/tcp over (its UNSET and SET): the
+// service, stopping, leaves it there and takes away only its own NFS entry.
+TEST(Rpcbind, StopTakesAwayOnlyWhatIsStillOurs) {
+  FakeRpcbind rb(fake_path("unset"));
+  rb.start();
+  std::vector<std::string> lines;
+  {
+    RpcbindClient c;
+    c.unix_path = fake_path("unset");
+    c.tcp_port = 0;
+    c.log = [&](const std::string& m) { lines.push_back(m); };
+    ASSERT_EQ(c.register_entry(kMount), RpcbindClient::Result::kRegistered);
+    ASSERT_EQ(c.register_entry(kNfsRdma), RpcbindClient::Result::kRegistered);
+    EXPECT_EQ(rb.table(), (std::vector<std::string>{"100005 3 tcp 127.0.0.1.78.80 superuser",
+                                                    "100003 3 rdma 192.0.2.100.78.81 superuser"}));
+    rb.replace({v3::kMountProgram, 3, "tcp", "0.0.0.0.78.80", "superuser"});  // a host mountd
+  }
+  EXPECT_EQ(rb.table(), std::vector<std::string>{"100005 3 tcp 0.0.0.0.78.80 superuser"})
+      << "the host mountd's entry was taken away with ours";
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines.back().find("alone"), std::string::npos) << lines.back();
+}
+
+// Review31u-N3: a host mountd registered before the service: its entry is reported (kTaken,
+// with its address), never replaced, and left there at stop.
+TEST(Rpcbind, AnotherServersEntryIsReportedAndLeftAlone) {
+  FakeRpcbind rb(fake_path("taken"));
+  rb.start();
+  rb.replace({v3::kMountProgram, 3, "tcp", "0.0.0.0.3.233", "superuser"});
+  {
+    RpcbindClient c;
+    c.unix_path = fake_path("taken");
+    c.tcp_port = 0;
+    RpcbEntry holder;
+    EXPECT_EQ(c.register_entry(kMount, &holder), RpcbindClient::Result::kTaken);
+    EXPECT_EQ(holder.addr, "0.0.0.0.3.233");
+    EXPECT_EQ(c.register_entry(kNfsRdma), RpcbindClient::Result::kRegistered);
+    // Left by a killed earlier run at our own address: taken over.
+    rb.replace({v3::kNfsProgram, 3, "tcp", "127.0.0.1.8.1", "0"});
+    EXPECT_EQ(c.register_entry({v3::kNfsProgram, 3, "tcp", "127.0.0.1", 2049}),
+              RpcbindClient::Result::kRegistered);
+  }
+  EXPECT_EQ(rb.table(), std::vector<std::string>{"100005 3 tcp 0.0.0.0.3.233 superuser"});
+  // The registrar hands the taken entries back to its caller (the service fails or warns).
+  RpcbindRegistrar::Options o;
+  o.unix_path = fake_path("taken");
+  o.tcp_port = 0;
+  RpcbindRegistrar reg(o, {kMount, kNfsRdma}, nullptr);
+  const auto taken = reg.start();
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].first.prog, v3::kMountProgram);
+  EXPECT_EQ(taken[0].second.addr, "0.0.0.0.3.233");
+  EXPECT_EQ(reg.counts().registered, 1u);
+  EXPECT_EQ(reg.counts().taken, 1u);
+}
+
+// Review31u-N2: rpcbind not up yet when the service starts: registered once it answers, within
+// the wait; never answering, given up (counted, said).
+TEST(Rpcbind, RegistrarTriesAgainUntilRpcbindAnswers) {
+  FakeRpcbind rb(fake_path("late"));
+  std::vector<std::string> lines;
+  std::mutex lm;
+  RpcbindRegistrar::Options o;
+  o.unix_path = fake_path("late");
+  o.tcp_port = 0;
+  o.retry_ms = 20;
+  o.wait_ms = 10000;
+  {
+    RpcbindRegistrar reg(o, {kMount, kNfsRdma}, [&](const std::string& m) {
+      std::lock_guard g(lm);
+      lines.push_back(m);
+    });
+    EXPECT_TRUE(reg.start().empty());
+    EXPECT_EQ(reg.counts().registered, 0u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    rb.start();
+    reg.wait_idle();
+    EXPECT_EQ(reg.counts().registered, 2u);
+    EXPECT_GE(reg.counts().tries, 2u);
+    EXPECT_EQ(rb.table().size(), 2u);
+  }
+  EXPECT_TRUE(rb.table().empty()) << "unregistered at stop";
+  rb.stop();
+  o.wait_ms = 100;
+  RpcbindRegistrar never(o, {kMount}, [&](const std::string& m) {
+    std::lock_guard g(lm);
+    lines.push_back(m);
+  });
+  never.start();
+  never.wait_idle();
+  EXPECT_EQ(never.counts().given_up, 1u);
+  std::lock_guard g(lm);
+  EXPECT_NE(lines.back().find("gave up"), std::string::npos) << lines.back();
+}
+
+// `auto` answering as its own port mapper watches for an rpcbind that comes up after it (boot
+// order, or one on IPv6 and its local socket alone) and registers with it too.
+TEST(Rpcbind, OwnPortMapperRegistersWithAnRpcbindStartedLater) {
+  FakeRpcbind rb(fake_path("watch"));
+  RpcbindRegistrar::Options o;
+  o.unix_path = fake_path("watch");
+  o.tcp_port = 0;
+  o.retry_ms = 20;
+  o.wait_ms = 10000;
+  o.watch = true;
+  RpcbindRegistrar reg(o, {kMount, kNfsRdma}, nullptr);
+  EXPECT_TRUE(reg.start().empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  EXPECT_EQ(reg.counts().tries, 0u) << "nothing is tried before rpcbind answers";
+  rb.start();
+  reg.wait_idle();
+  EXPECT_EQ(reg.counts().registered, 2u);
 }
 
 }  // namespace
