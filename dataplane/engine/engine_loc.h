@@ -83,8 +83,8 @@ struct Engine::Stages {
   /// Sends the one-packet SEND and WRITE messages at the head of an RC QP's send queue (new,
   /// not resent, one buffer or inline, an untagged IPv4 path), each frame written straight
   /// from its WQE; stops at the first WQE that is not one, leaving it to req_pump's loop.
-  /// `wmax`: window_max(), computed here when 0.
-  static void req_fast(Engine& eng, Qp& qp, std::uint32_t& budget, std::uint32_t& wmax);
+  /// `wmax`: window_max(), computed here when 0. Returns whether it sent anything.
+  static bool req_fast(Engine& eng, Qp& qp, std::uint32_t& budget, std::uint32_t& wmax);
   /// Takes a received frame that is the next in-order WRITE Only of an RC QP armed for it
   /// (Qp::rx_expect), with every check the general path makes; false (nothing changed) for
   /// anything else, which then takes the general path.

@@ -17,19 +17,19 @@ namespace roce::engine {
 using wire::Opcode;
 using wire::Psn;
 
-void Engine::Stages::req_fast(Engine& eng, Qp& qp, std::uint32_t& budget, std::uint32_t& wmax) {
+bool Engine::Stages::req_fast(Engine& eng, Qp& qp, std::uint32_t& budget, std::uint32_t& wmax) {
   // What holds for the whole run, or it is the general path's: a new message on a connected
   // RC QP in RTS that is not resending, probing, failed or selective-repeat, over an untagged
   // IPv4 path.
   if (!eng.cfg_.fast_paths || qp.type != QpType::kRc || qp.state != QpState::kRts ||
       qp.req.failed || qp.req.sr || qp.comp.probe_sent || qp.comp.probing ||
       qp.comp.stall_since != 0 || qp.req.next_psn != qp.req.high_psn || !wire::fast_tx_path(qp.hdr))
-    return;
+    return false;
   if (wmax == 0) wmax = window_max(eng, qp);
   const std::int32_t room = static_cast<std::int32_t>(qp.comp.cwnd ? qp.comp.cwnd : wmax) -
                             distance(qp.req.next_psn, qp.comp.psn);
   const std::uint32_t tx_free = eng.tx_.free();
-  if (room <= 0 || tx_free <= kAckReserve) return;
+  if (room <= 0 || tx_free <= kAckReserve) return false;
   const std::uint32_t n =
       std::min({budget, static_cast<std::uint32_t>(room), tx_free - kAckReserve});
   const std::uint32_t pmtu = qp.pmtu();
@@ -142,7 +142,7 @@ void Engine::Stages::req_fast(Engine& eng, Qp& qp, std::uint32_t& budget, std::u
     ++sent;
   }
   ring.finish();
-  if (sent == 0) return;
+  if (sent == 0) return false;
   eng.stats_.inc(Counter::kTxFrames, sent);
   eng.stats_.inc(Counter::kTxBytes, bytes);
   eng.stats_.inc(Counter::kTxFastPath, sent);
@@ -150,6 +150,7 @@ void Engine::Stages::req_fast(Engine& eng, Qp& qp, std::uint32_t& budget, std::u
   // req_packet arms the timers after each packet; the first of the run found them unarmed.
   if (qp.comp.retrans_deadline == 0) arm_retransmit(eng, qp);
   if (qp.comp.probe_deadline == 0) arm_probe(eng, qp);
+  return true;
 }
 
 }  // namespace roce::engine

@@ -538,6 +538,8 @@ void Engine::Stages::req_pump(Engine& eng, Qp& qp, std::uint32_t& budget) {
         qp.comp.stall_since = 0;
       }
     }
+    // A new message after one of the general path's: the fast path's again when it can.
+    if (w.state == WqeState::kPosted && req_fast(eng, qp, budget, wmax)) continue;
     if (!req_packet(eng, qp, w)) return;
     --budget;
   }
