@@ -98,6 +98,11 @@ struct EngineConfig {
   std::uint64_t probe_min_ns = 50'000;
   /// ECN marking, CNPs and the rate control of the requester (docs/congestion.md).
   cc::CongestionConfig congestion;
+  /// The per-packet fast paths (issue 33; Engine::Stages::req_fast and rx_fast): a one-packet
+  /// SEND/WRITE written straight from its WQE, an in-order WRITE Only received in one pass.
+  /// Off, every packet takes the general path; the wire bytes and every effect are the same
+  /// (tests run both and compare).
+  bool fast_paths = true;
 };
 
 /// QPNs of lcore L are (L << kQpnLcoreShift) + kFirstQpn + n: up to 16 lcores, 2^20 - 17 QPs each.

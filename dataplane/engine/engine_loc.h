@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "dataplane/engine/engine.h"
 
@@ -16,6 +17,8 @@ namespace roce::engine {
 
 struct Engine::Stages {
   // rx_dispatch.cc
+  /// Engine::receive's work for a frame the fast path did not take.
+  static void rx_general(Engine& eng, std::span<const std::uint8_t> frame, bool ip_checksum_ok);
   static void dispatch(Engine& eng, const wire::RxPkt& pkt);
   // requester.cc
   static void req_pump(Engine& eng, Qp& qp, std::uint32_t& budget);
@@ -75,6 +78,17 @@ struct Engine::Stages {
   /// The payload is `ext`, in registered memory: pad and ICRC to the trailer, commit.
   static void tx_finish_ext(Engine& eng, const Qp& qp, TxPacket& p, std::span<const TxSeg> ext);
   static void schedule_send(Engine& eng, Qp& qp);
+  // fast_path.cc, fast_path.h (issue 33): the common case of each direction in one pass, with
+  // the general path for anything else.
+  /// Sends the one-packet SEND and WRITE messages at the head of an RC QP's send queue (new,
+  /// not resent, one buffer or inline, an untagged IPv4 path), each frame written straight
+  /// from its WQE; stops at the first WQE that is not one, leaving it to req_pump's loop.
+  /// `wmax`: window_max(), computed here when 0. Returns whether it sent anything.
+  static bool req_fast(Engine& eng, Qp& qp, std::uint32_t& budget, std::uint32_t& wmax);
+  /// Takes a received frame that is the next in-order WRITE Only of an RC QP armed for it
+  /// (Qp::rx_expect), with every check the general path makes; false (nothing changed) for
+  /// anything else, which then takes the general path.
+  static bool rx_fast(Engine& eng, std::span<const std::uint8_t> frame, bool ip_checksum_ok);
   // responder.cc
   /// A responder step's outcome: go on to the next step, or the packet has been dealt with.
   enum class Step : std::uint8_t { kContinue, kDone };
@@ -184,6 +198,17 @@ struct Engine::Stages {
   static void tx_commit(Engine& eng, std::size_t len);
   static std::uint32_t pick_qp_index(Engine& eng);
 };
+
+// A request's acknowledgement, coalesced: sent at the end of the receive burst
+// (resp_flush_acks), or moved on by a later one of the same QP (responder.cc, fast_path.h).
+[[gnu::always_inline]] inline void defer_ack(Qp& qp, wire::Psn psn, std::vector<Qp*>& list) {
+  if (!qp.resp.ack_pending || after(psn, qp.resp.ack_psn)) qp.resp.ack_psn = psn;
+  qp.resp.ack_pending = true;
+  if (!qp.in_ack_list) {
+    qp.in_ack_list = true;
+    list.push_back(&qp);
+  }
+}
 
 inline std::span<std::uint8_t> Engine::Stages::tx_slot(Engine& eng, bool for_ack) {
   if (!for_ack && eng.tx_.free() <= kAckReserve) return {};

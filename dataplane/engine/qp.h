@@ -18,6 +18,7 @@
 #include "dataplane/engine/memory.h"
 #include "dataplane/engine/recv_queue.h"
 #include "dataplane/engine/verbs.h"
+#include "dataplane/wire/fast_frame.h"
 #include "dataplane/wire/path_template.h"
 #include "dataplane/wire/roce_frame.h"
 
@@ -329,6 +330,9 @@ struct Qp {
   ReqState req;
   CompState comp;
   wire::PathTemplate hdr;  ///< the same as bytes, for the hot path (IPv4 only)
+  /// What the next request from the peer looks like up to its DestQP (Engine::Stages::rx_fast);
+  /// unarmed but on an RC QP with an untagged IPv4 path, connected (build_tx_template).
+  wire::RxExpect rx_expect;
   bool in_send_list = false;
   bool in_ack_list = false;
   bool in_read_list = false;

@@ -492,6 +492,7 @@ void Engine::Stages::req_pump(Engine& eng, Qp& qp, std::uint32_t& budget) {
   if (qp.comp.read_rereqs != 0 && qp.state == QpState::kRts) send_read_rereqs(eng, qp, budget);
   if (qp.req.sr && !qp.sr->resend_empty()) [[unlikely]]
     sr_resend(eng, qp, budget);
+  if (budget > 0) req_fast(eng, qp, budget, wmax);  // fast_path.cc: what it can, then the rest
   while (budget > 0 && qp.state == QpState::kRts && !qp.req.failed &&
          qp.req.next_wqe != qp.sq_tail) {
     SendWqe& w = qp.wqe(qp.req.next_wqe);
@@ -537,6 +538,8 @@ void Engine::Stages::req_pump(Engine& eng, Qp& qp, std::uint32_t& budget) {
         qp.comp.stall_since = 0;
       }
     }
+    // A new message after one of the general path's: the fast path's again when it can.
+    if (w.state == WqeState::kPosted && req_fast(eng, qp, budget, wmax)) continue;
     if (!req_packet(eng, qp, w)) return;
     --budget;
   }

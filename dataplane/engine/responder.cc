@@ -175,17 +175,6 @@ void Engine::Stages::resp_flush_acks(Engine& eng) {
   list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
-namespace {
-[[gnu::always_inline]] inline void defer_ack(Qp& qp, Psn psn, std::vector<Qp*>& list) {
-  if (!qp.resp.ack_pending || after(psn, qp.resp.ack_psn)) qp.resp.ack_psn = psn;
-  qp.resp.ack_pending = true;
-  if (!qp.in_ack_list) {
-    qp.in_ack_list = true;
-    list.push_back(&qp);
-  }
-}
-}  // namespace
-
 // Takes the next receive WQE, copying its SGEs: the slot may be reposted while the message is
 // still arriving. An idle open multi-message buffer comes first (it was posted first); a
 // multi-message WQE from the ring becomes an open buffer (recv_queue.h), or, when all kMaxOpen

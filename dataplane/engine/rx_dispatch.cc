@@ -7,6 +7,7 @@
 #include <array>
 
 #include "dataplane/engine/engine_loc.h"
+#include "dataplane/engine/fast_path.h"
 
 namespace roce::engine {
 
@@ -82,7 +83,9 @@ std::string_view to_string(Counter c) {
                                                                  "window_stalls",
                                                                  "window_stall_ns",
                                                                  "sr_edge_resends",
-                                                                 "sr_connections"};
+                                                                 "sr_connections",
+                                                                 "tx_fast_path",
+                                                                 "rx_fast_path"};
   return k[static_cast<std::size_t>(c)];
 }
 
@@ -157,32 +160,39 @@ void Engine::receive(std::span<const std::uint8_t> frame, std::uint64_t now_ns,
   now_ = now_ns;
   stats_.inc(Counter::kRxFrames);
   stats_.inc(Counter::kRxBytes, frame.size());
+  if (Stages::rx_fast(*this, frame, ip_checksum_ok)) return;  // fast_path.h
+  Stages::rx_general(*this, frame, ip_checksum_ok);
+}
+
+// Not inline: the fast path's caller then saves only the registers the fast path needs.
+[[gnu::noinline]] void Engine::Stages::rx_general(Engine& eng, std::span<const std::uint8_t> frame,
+                                                  bool ip_checksum_ok) {
   wire::RxPkt pkt;
   wire::ParseOptions opts;
   opts.verify_ip_checksum = !ip_checksum_ok;
   const wire::Verdict v = wire::parse_frame_inline(frame, pkt, opts);
   if (v != wire::Verdict::kOk) {
-    ++stats_.verdicts[static_cast<std::size_t>(v)];
-    stats_.inc(Counter::kRxDropVerdict);
+    ++eng.stats_.verdicts[static_cast<std::size_t>(v)];
+    eng.stats_.inc(Counter::kRxDropVerdict);
     return;
   }
-  ++stats_.verdicts[0];
+  ++eng.stats_.verdicts[0];
   // The port filters VLANs first; the engine checks again, so that no port (a PMD that does
   // not filter, the test wire, an FPGA model) can hand it another VLAN's traffic.
   // VID 0 (priority tag only) counts as untagged, as in Linux.
   const std::uint16_t vid = pkt.has_vlan ? pkt.vlan_id & 0x0FFF : 0;
-  if (cfg_.vlan_id ? !pkt.has_vlan || vid != *cfg_.vlan_id : vid != 0) {
-    stats_.inc(Counter::kRxDropVlan);
+  if (eng.cfg_.vlan_id ? !pkt.has_vlan || vid != *eng.cfg_.vlan_id : vid != 0) {
+    eng.stats_.inc(Counter::kRxDropVlan);
     return;
   }
   const bool to_us = pkt.ip_version == wire::IpVersion::kV4
-                         ? pkt.ipv4().dst() == cfg_.ipv4
-                         : cfg_.ipv6 && pkt.ipv6().dst() == *cfg_.ipv6;
+                         ? pkt.ipv4().dst() == eng.cfg_.ipv4
+                         : eng.cfg_.ipv6 && pkt.ipv6().dst() == *eng.cfg_.ipv6;
   if (!to_us) {
-    stats_.inc(Counter::kRxDropAddress);
+    eng.stats_.inc(Counter::kRxDropAddress);
     return;
   }
-  Stages::dispatch(*this, pkt);
+  dispatch(eng, pkt);
 }
 
 }  // namespace roce::engine

@@ -79,6 +79,8 @@ enum class Counter : std::uint8_t {
   kSrEdgeResends,       ///< selective repeat: oldest packet sent again, a later SACK or a probe's
                         ///< answer showing it lost
   kSrConnections,       ///< RC connections the CM set up with selective repeat on (ece_sr_on)
+  kTxFastPath,          ///< request frames the requester's fast path wrote (req_fast)
+  kRxFastPath,          ///< received frames the receive fast path took (rx_fast)
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);

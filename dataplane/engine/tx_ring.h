@@ -178,6 +178,56 @@ class TxRing {
   std::uint32_t rpos_ = 0;  ///< bytes: where the oldest frame starts
   std::uint32_t wpos_ = 0;  ///< bytes: where the newest frame ends
   std::uint32_t res_ = 0;   ///< bytes: the slot reserve() handed out
+
+ public:
+  /// Frames written one after the other by one caller (the requester's fast path, which
+  /// writes a run of small frames), with what reserve() and commit() keep in the ring held
+  /// here meanwhile: the frame bytes written between them could be any of the ring's fields as
+  /// far as the compiler knows, and each reserve() and commit() loaded them all again. slot()
+  /// is null where reserve() would have to wrap around or stop (finish(), then reserve()
+  /// decides). The caller makes sure the ring has a free slot for each frame; nothing else uses
+  /// the ring before finish().
+  class Run {
+   public:
+    explicit Run(TxRing& r)
+        : r_(r),
+          buf_(r.buf_.data()),
+          meta_(r.meta_.data()),
+          mask_(r.mask_),
+          tail_(r.tail_),
+          wpos_(r.head_ == r.tail_ ? 0 : r.wpos_),
+          // reserve(): live bytes [rpos_, wpos_) leave room up to the end, wrapped ones up to
+          // rpos_.
+          limit_(r.head_ == r.tail_ || r.rpos_ < r.wpos_ ? r.buf_.size() : r.rpos_) {
+      if (r.head_ == r.tail_) r.rpos_ = 0;
+    }
+    /// Where the next frame (up to kSlotSize bytes) goes, or null.
+    std::uint8_t* slot() const { return wpos_ + kSlotSize <= limit_ ? buf_ + wpos_ : nullptr; }
+    /// commit() of a frame of `len` bytes written at slot().
+    void commit(std::size_t len) {
+      Meta& m = meta_[tail_++ & mask_];
+      m.off = static_cast<std::uint32_t>(wpos_);
+      m.len = static_cast<std::uint32_t>(len);
+      m.n_ext = 0;
+      m.trailer = 0;
+      wpos_ += round_up(len);
+    }
+    /// The ring takes the frames committed.
+    void finish() {
+      if (tail_ == r_.tail_) return;
+      r_.tail_ = tail_;
+      r_.wpos_ = static_cast<std::uint32_t>(wpos_);
+    }
+
+   private:
+    TxRing& r_;
+    std::uint8_t* buf_;
+    Meta* meta_;
+    std::uint32_t mask_;
+    std::uint32_t tail_;
+    std::size_t wpos_;
+    std::size_t limit_;
+  };
 };
 
 }  // namespace roce::engine

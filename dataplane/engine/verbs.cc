@@ -360,6 +360,9 @@ void Engine::Stages::build_tx_template(Engine& eng, Qp& qp) {
   qp.tx.udp_sport = av.udp_sport ? av.udp_sport : flow_label_to_udp_sport(fl);
   qp.tx.dest_qp = wire::Qpn(qp.attr.dest_qp_num);
   qp.hdr = wire::make_path_template(qp.tx);
+  qp.rx_expect = eng.cfg_.fast_paths && qp.type == QpType::kRc && !eng.cfg_.vlan_id
+                     ? wire::make_rx_expect(qp.tx, qp.qpn)
+                     : wire::RxExpect{};
 }
 
 int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {

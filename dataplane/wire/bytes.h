@@ -60,7 +60,8 @@ inline void store_le32(std::uint8_t* p, std::uint32_t v) {
 
 /// memcpy for the short payloads of the per-packet paths: up to 16 bytes as two overlapping
 /// eight-byte moves (or bytes), no call into the library.
-inline void copy_payload(std::uint8_t* d, const std::uint8_t* s, std::size_t n) {
+[[gnu::always_inline]] inline void copy_payload(std::uint8_t* d, const std::uint8_t* s,
+                                                std::size_t n) {
   if (n > 16) {
     std::memcpy(d, s, n);
   } else if (n >= 8) {

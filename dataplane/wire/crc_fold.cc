@@ -21,6 +21,8 @@
 
 #include <immintrin.h>
 
+#include "dataplane/wire/icrc.h"
+
 namespace roce::wire {
 
 namespace {
@@ -104,6 +106,8 @@ ROCE_CRC_TARGET __attribute__((always_inline)) inline __m128i load_or(const std:
   return v;
 }
 
+ROCE_CRC_TARGET __attribute__((always_inline)) inline std::uint32_t reduce(__m128i y);
+
 // The kernel; with kOr, every byte p[i] is read as p[i] | m[i] (the ICRC's masked fields).
 template <bool kOr>
 ROCE_CRC_TARGET inline std::uint32_t crc32_fold_impl(std::uint32_t crc, const std::uint8_t* p,
@@ -153,8 +157,12 @@ ROCE_CRC_TARGET inline std::uint32_t crc32_fold_impl(std::uint32_t crc, const st
 #undef ROCE_CRC_BLOCK
   }
 
-  // Y x^32 mod P. A1 = Yh (x^96 mod P) + Yl x^32, below x^96; A = A1h (x^64 mod P) + A1l, below
-  // x^64, in the high half of `a`; Barrett: q = floor(A mu / x^64), CRC = (A + q P) mod x^32.
+  return reduce(y);
+}
+
+// Y x^32 mod P. A1 = Yh (x^96 mod P) + Yl x^32, below x^96; A = A1h (x^64 mod P) + A1l, below
+// x^64, in the high half of `a`; Barrett: q = floor(A mu / x^64), CRC = (A + q P) mod x^32.
+ROCE_CRC_TARGET __attribute__((always_inline)) inline std::uint32_t reduce(__m128i y) {
   const __m128i folds =
       _mm_set_epi64x(static_cast<long long>(kK.x63), static_cast<long long>(kK.x95));
   const __m128i barrett =
@@ -167,7 +175,77 @@ ROCE_CRC_TARGET inline std::uint32_t crc32_fold_impl(std::uint32_t crc, const st
   const __m128i rem = _mm_xor_si128(_mm_srli_epi64(a, 32), _mm_srli_epi64(qp, 31));
   return ~static_cast<std::uint32_t>(_mm_extract_epi32(rem, 2));
 }
+
+// ---- the fast paths' ICRC: the seed and the block count known ------------------------------
+
+// The fields the ICRC masks in an IPv4 frame from its IP header on (TOS, TTL, IP checksum, UDP
+// checksum, BTH FECN/BECN/reserved), as icrc.cc's kIcrcOrMaskV4; zeros past them, to 80 bytes:
+// a block that starts below 48 reads it whole.
+alignas(16) constexpr std::uint8_t kV4Mask[80] = {
+    0,   0xFF, 0, 0, 0, 0, 0, 0, 0xFF, 0, 0xFF, 0xFF, 0, 0, 0, 0,  // IPv4
+    0,   0,    0, 0, 0, 0, 0, 0, 0,    0, 0xFF, 0xFF, 0, 0, 0, 0,  // IPv4, UDP, BTH
+    0xFF};                                                         // BTH
+
+// Block i of the q whole ones after a head of r bytes; only the first three can hold a masked
+// field (the last one is at byte 32).
+template <bool kOr, unsigned kI>
+ROCE_CRC_TARGET __attribute__((always_inline)) inline __m128i block(const std::uint8_t* p,
+                                                                    unsigned r) {
+  return load_or < kOr && (kI < 3) > (p + r + 16 * kI, kV4Mask + r + 16 * kI);
+}
+
+// Blocks kI .. kQ - 2, each folded to the end.
+template <bool kOr, unsigned kQ, unsigned kI>
+ROCE_CRC_TARGET __attribute__((always_inline)) inline __m128i fold_blocks(const std::uint8_t* p,
+                                                                          unsigned r, __m128i y) {
+  if constexpr (kI + 1 >= kQ) {
+    return y;
+  } else {
+    y = _mm_xor_si128(y, fold(block<kOr, kI>(p, r), kQ - 1 - kI));
+    return fold_blocks<kOr, kQ, kI + 1>(p, r, y);
+  }
+}
+
+// crc32_fold_impl with crc = kIcrcSeed and q = kQ known: every block's constant and offset
+// fixed, no jump over the blocks.
+template <bool kOr, unsigned kQ>
+ROCE_CRC_TARGET __attribute__((always_inline)) inline std::uint32_t icrc_q(const std::uint8_t* p,
+                                                                           unsigned r) {
+  constexpr std::uint32_t kNotSeed = ~kIcrcSeed;
+  __m128i y = _mm_setzero_si128();
+  if (r != 0) {
+    const __m128i head =
+        _mm_xor_si128(load_or<kOr>(p, kV4Mask), _mm_cvtsi32_si128(static_cast<int>(kNotSeed)));
+    y = fold(_mm_shuffle_epi8(head, load(kHeadShuffle + r)), kQ);
+  }
+  const std::uint32_t spill = r < 4 ? kNotSeed >> (8 * r) : 0;
+  const __m128i b0 = _mm_xor_si128(block<kOr, 0>(p, r), _mm_cvtsi32_si128(static_cast<int>(spill)));
+  if constexpr (kQ == 1) {
+    y = _mm_xor_si128(y, b0);
+  } else {
+    y = _mm_xor_si128(y, fold(b0, kQ - 1));
+    y = fold_blocks<kOr, kQ, 1>(p, r, y);
+    y = _mm_xor_si128(y, block<kOr, kQ - 1>(p, r));
+  }
+  return reduce(y);
+}
+
+// One function per block count, so that a call goes straight to its straight-line code.
+template <bool kOr, unsigned kQ>
+ROCE_CRC_TARGET std::uint32_t icrc_fn(const std::uint8_t* l3, unsigned r) {
+  return icrc_q<kOr, kQ>(l3, r);
+}
+
+template <bool kOr>
+constexpr IcrcFoldFn kIcrcTable[16] = {
+    nullptr,          icrc_fn<kOr, 1>,  icrc_fn<kOr, 2>,  icrc_fn<kOr, 3>,
+    icrc_fn<kOr, 4>,  icrc_fn<kOr, 5>,  icrc_fn<kOr, 6>,  icrc_fn<kOr, 7>,
+    icrc_fn<kOr, 8>,  icrc_fn<kOr, 9>,  icrc_fn<kOr, 10>, icrc_fn<kOr, 11>,
+    icrc_fn<kOr, 12>, icrc_fn<kOr, 13>, icrc_fn<kOr, 14>, icrc_fn<kOr, 15>};
 }  // namespace
+
+const IcrcFoldFn* const kIcrcFoldV4 = kIcrcTable<false>;
+const IcrcFoldFn* const kIcrcFoldV4Or = kIcrcTable<true>;
 
 ROCE_CRC_TARGET std::uint32_t crc32_fold(std::uint32_t crc, const std::uint8_t* p, std::size_t n) {
   return crc32_fold_impl<false>(crc, p, n, p);  // (m unused)

@@ -26,4 +26,23 @@ std::uint32_t crc32_fold(std::uint32_t crc, const std::uint8_t* p, std::size_t n
 std::uint32_t crc32_fold_or(std::uint32_t crc, const std::uint8_t* p, std::size_t n,
                             const std::uint8_t* m);
 
+/// The fast paths' ICRC kernels, one per block count q (index 1 to 15): (l3, r) with `r` the
+/// bytes before the first whole block. Through icrc_fold_v4() and icrc_fold_v4_or().
+using IcrcFoldFn = std::uint32_t (*)(const std::uint8_t* l3, unsigned r);
+extern const IcrcFoldFn* const kIcrcFoldV4;
+extern const IcrcFoldFn* const kIcrcFoldV4Or;
+
+/// The ICRC of an IPv4 frame from its IP header, `n` bytes (16 <= n < kCrcFoldMax) up to its
+/// ICRC: crc32_fold(kIcrcSeed, l3, n) over a frame whose masked fields are ones (the transmit
+/// side writes them so), with the seed and the block count known in each kernel. Only where
+/// kCrcFoldUsable.
+[[gnu::always_inline]] inline std::uint32_t icrc_fold_v4(const std::uint8_t* l3, std::size_t n) {
+  return kIcrcFoldV4[n >> 4](l3, static_cast<unsigned>(n & 15));
+}
+/// The same as crc32_fold_or(kIcrcSeed, l3, n, kIcrcOrMaskV4): the masked fields read as ones
+/// in place (the receive side).
+[[gnu::always_inline]] inline std::uint32_t icrc_fold_v4_or(const std::uint8_t* l3, std::size_t n) {
+  return kIcrcFoldV4Or[n >> 4](l3, static_cast<unsigned>(n & 15));
+}
+
 }  // namespace roce::wire

@@ -4,7 +4,7 @@
 # roce-engine-bench's BM_Write loop, fixed iterations, no benchmark library) under
 # valgrind --tool=callgrind, collecting only its measured loop, and divides the inclusive cost
 # of each side's share of an iteration by the packets that share handled:
-#   requester   A's run(): req_packet and its share of run, per request packet sent
+#   requester   A's run(): req_fast or req_packet and its share of run, per request packet sent
 #   post_send   per message posted (not a per-packet cost of the engine, shown apart)
 #   responder   B's receive() of each request (parse, ICRC, QP lookup, execute) plus B's run()
 #               (the coalesced ACKs), per request packet received (the harness takes the
@@ -73,14 +73,20 @@ per = {
 per["responder"] = per["responder_receive"] + per["responder_acks"]
 per["total_per_message"] = cost(r"\binstr_measure\b") / msgs
 # Where it goes (inclusive, per request packet; functions called on both engines sum both).
-# (write_masked_frame and the common frame's parse are inline in req_packet and receive.)
+# (The fast paths: req_fast writes one-packet messages, write_request_only inline; rx_fast is
+# inline in receive; the ICRC kernels with the seed and block count known are icrc_fn<kOr, q>.
+# The general path: req_packet, rx_general.)
 parts = {
-    "req_packet": r"Engine::Stages::req_packet\(",
-    "crc32_fold (transmit ICRC)": r"wire::crc32_fold\(",
+    "req_fast (fast path)": r"Engine::Stages::req_fast\(",
+    "req_packet (general path)": r"Engine::Stages::req_packet\(",
+    "icrc_fn<false> (TX ICRC, fast)": r"icrc_fn<false,",
+    "crc32_fold (TX ICRC, general)": r"wire::crc32_fold\(",
     "Engine::receive": r"Engine::receive\(",
+    "rx_general (frames not fast)": r"Engine::Stages::rx_general\(",
     "parse_frame (frames of other shapes)": r"wire::parse_frame\(",
     "compute_icrc (frames of other shapes)": r"wire::compute_icrc\(",
-    "crc32_fold_or (receive ICRC)": r"wire::crc32_fold_or\(",
+    "icrc_fn<true> (RX ICRC, fast)": r"icrc_fn<true,",
+    "crc32_fold_or (RX ICRC, general)": r"wire::crc32_fold_or\(",
     "resp_on_request": r"Engine::Stages::resp_on_request\(",
     "resp_flush_acks": r"Engine::Stages::resp_flush_acks\(",
     "comp_on_response": r"Engine::Stages::comp_on_response\(",

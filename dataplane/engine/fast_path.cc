@@ -1,0 +1,156 @@
+/// @file
+/// The requester's fast path (issue 33): a run of one-packet SEND and WRITE messages at the
+/// head of an RC QP's send queue, each frame written straight from its WQE into the transmit
+/// ring (wire::write_request_only: the path template, then the BTH and its extension headers
+/// with the opcode known, the payload, the ICRC). The general path (req_packet) fills a
+/// PacketFields by the message's position, looks its opcode up in the opcode table and writes
+/// the frame from that; here the WQE's opcode picks the writer, and the tests the general path
+/// makes per packet that cannot fail in such a run (a resend, a probe, the window, the ring)
+/// are made once for the run. The frames and every effect are the general path's (tests run
+/// both and compare: tests/unit/engine/fast_path_test.cc).
+#include "dataplane/engine/fast_path.h"
+
+#include <algorithm>
+
+namespace roce::engine {
+
+using wire::Opcode;
+using wire::Psn;
+
+bool Engine::Stages::req_fast(Engine& eng, Qp& qp, std::uint32_t& budget, std::uint32_t& wmax) {
+  // What holds for the whole run, or it is the general path's: a new message on a connected
+  // RC QP in RTS that is not resending, probing, failed or selective-repeat, over an untagged
+  // IPv4 path.
+  if (!eng.cfg_.fast_paths || qp.type != QpType::kRc || qp.state != QpState::kRts ||
+      qp.req.failed || qp.req.sr || qp.comp.probe_sent || qp.comp.probing ||
+      qp.comp.stall_since != 0 || qp.req.next_psn != qp.req.high_psn || !wire::fast_tx_path(qp.hdr))
+    return false;
+  if (wmax == 0) wmax = window_max(eng, qp);
+  const std::int32_t room = static_cast<std::int32_t>(qp.comp.cwnd ? qp.comp.cwnd : wmax) -
+                            distance(qp.req.next_psn, qp.comp.psn);
+  const std::uint32_t tx_free = eng.tx_.free();
+  if (room <= 0 || tx_free <= kAckReserve) return false;
+  const std::uint32_t n =
+      std::min({budget, static_cast<std::uint32_t>(room), tx_free - kAckReserve});
+  const std::uint32_t pmtu = qp.pmtu();
+  // A payload this long goes out zero-copy (req_emit), by the general path.
+  const std::uint64_t zc = eng.tx_zero_copy_min_ != 0 ? eng.tx_zero_copy_min_ : ~0ull;
+  const std::uint64_t max_len = std::min<std::uint64_t>(pmtu, zc - 1);
+  // The QP's key memo (req_check_sges, MrTable::check_memo), held in locals for the run: the
+  // frames written are bytes the compiler cannot tell from it, and nothing in the run changes
+  // the MR table. Empty (length 0) when it does not hold for this table and PD.
+  const KeyMemo& memo = qp.req.sge_memo;
+  const auto load_memo = [&](std::uint32_t& key, std::uint64_t& addr, std::uint64_t& length,
+                             std::uint64_t& delta) {
+    const bool ok = memo.gen == eng.mrs_.gen() && memo.pd == qp.pd;
+    key = memo.key;
+    addr = memo.addr;
+    length = ok ? memo.length : 0;
+    delta = memo.delta;
+  };
+  std::uint32_t m_key;
+  std::uint64_t m_addr, m_length, m_delta;
+  load_memo(m_key, m_addr, m_length, m_delta);
+  const auto sq_mask = static_cast<std::uint32_t>(qp.sq.size() - 1);  // Qp::sq_slot
+  const bool fold = wire::kCrcFoldUsable;
+  TxRing::Run ring(eng.tx_);
+  std::uint64_t bytes = 0;
+  std::uint32_t sent = 0;
+  while (sent < n && qp.req.next_wqe != qp.sq_tail) {
+    const std::uint32_t idx = qp.req.next_wqe & sq_mask;
+    SendWqe& w = qp.sq[idx];
+    // SEND, WRITE, with immediate, SEND with invalidate (WrOpcode 0-3 and 9).
+    constexpr std::uint32_t kOps = 0x20F;
+    const auto op = static_cast<unsigned>(w.opcode);
+    if (w.state != WqeState::kPosted || op > 9 || !((kOps >> op) & 1) || w.length > max_len ||
+        ((w.flags & kSendFence) && qp.req.rd_atomic_out > 0))
+      break;
+    std::uint8_t* out = ring.slot();
+    if (out == nullptr) break;  // reserve()'s case: the general path's
+    // The payload: inline, or the one SGE through the QP's key memo (req_check_sges). A list
+    // of several, or a key that does not grant it, is the general path's (which fails the WQE).
+    const std::uint8_t* src = nullptr;
+    CheckedRange range;
+    if (w.is_inline) {
+      src = qp.sq_inline.data() + std::size_t{idx} * qp.cap.max_inline_data;
+    } else if (w.num_sge == 1) {
+      const Sge& sge = qp.sq_sges[std::size_t{idx} * qp.cap.max_send_sge];
+      if (sge.length != w.length) break;
+      if (sge.length != 0) {
+        if (sge.lkey == m_key && sge.addr >= m_addr && sge.length <= m_length &&
+            sge.addr - m_addr <= m_length - sge.length) {
+          range = {eng.mrs_.gen(), m_delta};
+        } else {
+          if (eng.mrs_.check_memo(qp.req.sge_memo, sge.lkey, qp.pd, sge.addr, sge.length, 0,
+                                  range) != KeyCheck::kOk)
+            break;
+          load_memo(m_key, m_addr, m_length, m_delta);
+        }
+        src = reinterpret_cast<const std::uint8_t*>(sge.addr + range.delta);
+      }
+    } else if (w.num_sge != 0) {
+      break;
+    }
+    // req_start_wqe, req_fields and write_masked_frame for a message of one packet.
+    const Psn psn = qp.req.next_psn;
+    w.sge_range = range;
+    w.first_psn = w.last_psn = psn;
+    w.npkts = 1;
+    w.read_done = 0;
+    wire::OnlyFields f;
+    f.ip_id = eng.ip_id_++;
+    f.psn = psn.raw();
+    f.se = (w.flags & kSendSolicited) != 0 && w.opcode != WrOpcode::kWrite;
+    f.reth_va = w.remote_addr;
+    f.reth_rkey = w.rkey;
+    f.reth_len = static_cast<std::uint32_t>(w.length);
+    const auto len = static_cast<std::uint32_t>(w.length);
+    std::size_t flen;
+    switch (w.opcode) {
+      case WrOpcode::kWrite:
+        flen = wire::write_request_only<Opcode::kRcWriteOnly>(qp.hdr, f, src, len, out, fold);
+        break;
+      case WrOpcode::kWriteImm:
+        f.imm = w.imm;
+        flen = wire::write_request_only<Opcode::kRcWriteOnlyImm>(qp.hdr, f, src, len, out, fold);
+        break;
+      case WrOpcode::kSend:
+        flen = wire::write_request_only<Opcode::kRcSendOnly>(qp.hdr, f, src, len, out, fold);
+        break;
+      case WrOpcode::kSendImm:
+        f.imm = w.imm;
+        flen = wire::write_request_only<Opcode::kRcSendOnlyImm>(qp.hdr, f, src, len, out, fold);
+        break;
+      default:  // kSendInv
+        f.imm = w.inv_rkey;
+        flen = wire::write_request_only<Opcode::kRcSendOnlyInv>(qp.hdr, f, src, len, out, fold);
+        break;
+    }
+    ring.commit(flen);  // tx_commit, its counters after the run
+    bytes += flen;
+    // req_packet's bookkeeping: AckReq went out, the RTT sample, the PSNs, the WQE sent.
+    qp.req.pkts_since_ack_req = 0;
+    if (!qp.comp.rtt_timing) {
+      qp.comp.rtt_timing = true;
+      qp.comp.rtt_psn = psn;
+      qp.comp.rtt_start = eng.now_;
+    }
+    qp.req.next_psn = qp.req.high_psn = psn + 1;
+    w.sent = w.length;
+    w.state = WqeState::kSent;
+    ++qp.req.next_wqe;
+    ++sent;
+  }
+  ring.finish();
+  if (sent == 0) return false;
+  eng.stats_.inc(Counter::kTxFrames, sent);
+  eng.stats_.inc(Counter::kTxBytes, bytes);
+  eng.stats_.inc(Counter::kTxFastPath, sent);
+  budget -= sent;
+  // req_packet arms the timers after each packet; the first of the run found them unarmed.
+  if (qp.comp.retrans_deadline == 0) arm_retransmit(eng, qp);
+  if (qp.comp.probe_deadline == 0) arm_probe(eng, qp);
+  return true;
+}
+
+}  // namespace roce::engine

@@ -1,0 +1,500 @@
+// The engine's fast paths (issue 33; dataplane/engine/fast_path.{h,cc}) against its general
+// path: two engine pairs built alike, one with EngineConfig::fast_paths and one without, are
+// driven in lockstep with the same work requests and the same frames. Every frame either side
+// sends must be the same bytes, and every effect the same: counters (but the two that count
+// the fast paths), completions, memory, the QPs' sequence state. The receive side is then fed
+// hostile frames (each a valid WRITE Only with one thing wrong, its ICRC and IP checksum made
+// right again where that is what is being tested): the fast path may take only what the general
+// path accepts, and must leave everything else to it.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dataplane/wire/bytes.h"
+#include "dataplane/wire/icrc.h"
+#include "dataplane/wire/ip.h"
+#include "tests/support/loopback.h"
+
+namespace roce::test {
+namespace {
+
+using engine::Counter;
+using engine::Engine;
+using engine::Wc;
+using engine::WrOpcode;
+
+constexpr std::size_t kBuf = 1 << 20;  // (the hostile frames' pairs: kSmallBuf)
+constexpr std::size_t kSmallBuf = 1 << 14;
+constexpr std::uint64_t kSrcIova = 0x10'0000'0000ull;  // the same I/O addresses in both pairs
+constexpr std::uint64_t kDstIova = 0x20'0000'0000ull;
+constexpr std::uint64_t kRcvIova = 0x30'0000'0000ull;
+constexpr std::uint32_t kRecvSlot = 4096;
+constexpr std::uint32_t kAccess = engine::kAccessLocalWrite | engine::kAccessRemoteWrite |
+                                  engine::kAccessRemoteRead | engine::kAccessRemoteAtomic;
+
+LoopbackOptions quiet() {
+  LoopbackOptions o;
+  o.record = false;
+  return o;
+}
+
+engine::EngineConfig config(int side, bool fast) {
+  engine::EngineConfig c = Loopback::default_config(side);
+  c.fast_paths = fast;
+  c.tx_slots = 128;
+  return c;
+}
+
+// One connected pair with its buffers, fast paths on or off.
+struct Pair {
+  explicit Pair(bool fast, std::size_t size = kBuf)
+      : lb(quiet(), config(0, fast), config(1, fast)) {
+    std::tie(a, b) = connect(lb);
+    src.resize(size);
+    dst.resize(size);
+    rcv.resize(size);
+    for (std::size_t i = 0; i < size; ++i) src[i] = static_cast<std::uint8_t>(i * 7 + 1);
+    smr = a.eng->reg_mr(a.pd, src.data(), size, kSrcIova, kAccess);
+    dmr = b.eng->reg_mr(b.pd, dst.data(), size, kDstIova, kAccess);
+    rmr = b.eng->reg_mr(b.pd, rcv.data(), size, kRcvIova, kAccess);
+    for (std::uint64_t i = 0; i < 128; ++i) post_recv(i);
+  }
+  void post_recv(std::uint64_t id) {
+    const auto slots = rcv.size() / kRecvSlot;
+    const engine::Sge s{kRcvIova + (id % slots) * kRecvSlot, kRecvSlot, rmr->key};
+    engine::RecvWr r;
+    r.wr_id = id;
+    r.sg_list = &s;
+    r.num_sge = 1;
+    ASSERT_EQ(b.eng->post_recv(b.qp, &r, nullptr), engine::kOk);
+  }
+  Engine& ea() { return *a.eng; }
+  Engine& eb() { return *b.eng; }
+  Loopback lb;
+  Endpoint a, b;
+  std::vector<std::uint8_t> src, dst, rcv;
+  engine::Mr *smr = nullptr, *dmr = nullptr, *rmr = nullptr;
+  std::uint64_t next_recv = 128;
+};
+
+// A work request both pairs post: SGEs as offsets into `src`.
+struct Req {
+  WrOpcode op = WrOpcode::kWrite;
+  std::uint32_t len = 8;
+  std::uint64_t src_off = 0, dst_off = 0;
+  bool inline_data = false, solicited = false, fence = false, two_sges = false;
+  std::uint32_t imm = 0;
+};
+
+void post(Pair& p, const Req& r, std::uint64_t id) {
+  engine::Sge sg[2];
+  const std::uint32_t first = r.two_sges ? r.len / 2 : r.len;
+  // Inline data is read at post_send from the poster's own address, not through a key.
+  const std::uint64_t base =
+      r.inline_data ? reinterpret_cast<std::uint64_t>(p.src.data()) : kSrcIova;
+  sg[0] = {base + r.src_off, first, p.smr->key};
+  sg[1] = {base + r.src_off + first, r.len - first, p.smr->key};
+  engine::SendWr wr;
+  wr.wr_id = id;
+  wr.opcode = r.op;
+  wr.sg_list = sg;
+  wr.num_sge = r.two_sges ? 2 : 1;
+  wr.send_flags = engine::kSendSignaled | (r.inline_data ? engine::kSendInline : 0u) |
+                  (r.solicited ? engine::kSendSolicited : 0u) | (r.fence ? engine::kSendFence : 0u);
+  wr.imm_data = r.imm;
+  wr.rdma = {kDstIova + r.dst_off, p.dmr->key};
+  ASSERT_EQ(p.ea().post_send(p.a.qp, &wr, nullptr), engine::kOk);
+}
+
+void expect_same_stats(const Engine& x, const Engine& y, const char* what) {
+  for (std::size_t i = 0; i < engine::kCounterCount; ++i) {
+    const auto k = static_cast<Counter>(i);
+    if (k == Counter::kTxFastPath || k == Counter::kRxFastPath) continue;
+    EXPECT_EQ(x.stats().get(k), y.stats().get(k)) << what << ": " << to_string(k);
+  }
+  EXPECT_EQ(x.stats().verdicts, y.stats().verdicts) << what;
+}
+
+void expect_same_wcs(Engine& pe, engine::Cq* pc, Engine& qe, engine::Cq* qc, std::vector<Wc>* out) {
+  Wc a[64], b[64];
+  for (;;) {
+    const int n = pe.poll_cq(pc, 64, a);
+    const int m = qe.poll_cq(qc, 64, b);
+    ASSERT_EQ(n, m);
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(a[i].wr_id, b[i].wr_id);
+      EXPECT_EQ(a[i].status, b[i].status);
+      EXPECT_EQ(a[i].opcode, b[i].opcode);
+      EXPECT_EQ(a[i].byte_len, b[i].byte_len);
+      EXPECT_EQ(a[i].imm_data, b[i].imm_data);
+      EXPECT_EQ(a[i].wc_flags, b[i].wc_flags);
+      EXPECT_EQ(a[i].qp_num, b[i].qp_num);
+      if (out) out->push_back(a[i]);
+    }
+    if (n < 64) return;
+  }
+}
+
+// Everything either pair shows: counters, completions, memory, sequence state.
+void expect_same(Pair& p, Pair& q) {
+  expect_same_stats(p.ea(), q.ea(), "requester");
+  expect_same_stats(p.eb(), q.eb(), "responder");
+  expect_same_wcs(p.ea(), p.a.scq, q.ea(), q.a.scq, nullptr);
+  std::vector<Wc> recvs;
+  expect_same_wcs(p.eb(), p.b.rcq, q.eb(), q.b.rcq, &recvs);
+  for (std::size_t i = 0; i < recvs.size(); ++i) {
+    p.post_recv(p.next_recv++);
+    q.post_recv(q.next_recv++);
+  }
+  EXPECT_TRUE(p.dst == q.dst);
+  EXPECT_TRUE(p.rcv == q.rcv);
+  EXPECT_EQ(p.b.qp->resp.epsn, q.b.qp->resp.epsn);
+  EXPECT_EQ(p.b.qp->resp.msn, q.b.qp->resp.msn);
+  EXPECT_EQ(p.b.qp->state, q.b.qp->state);
+  EXPECT_EQ(p.a.qp->req.next_psn, q.a.qp->req.next_psn);
+  EXPECT_EQ(p.a.qp->comp.psn, q.a.qp->comp.psn);
+  EXPECT_EQ(p.a.qp->state, q.a.qp->state);
+}
+
+// Runs both pairs in lockstep until nothing moves, every frame compared byte for byte.
+void lockstep(Pair& p, Pair& q, std::uint64_t& t) {
+  for (int round = 0; round < 2000; ++round) {
+    t += 1000;
+    const Frames fa = drain(p.ea(), t), ga = drain(q.ea(), t);
+    ASSERT_EQ(fa, ga) << "request frames differ in round " << round;
+    for (const auto& f : fa) p.eb().receive(f, t);
+    for (const auto& f : ga) q.eb().receive(f, t);
+    const Frames fb = drain(p.eb(), t), gb = drain(q.eb(), t);
+    ASSERT_EQ(fb, gb) << "response frames differ in round " << round;
+    for (const auto& f : fb) p.ea().receive(f, t);
+    for (const auto& f : gb) q.ea().receive(f, t);
+    expect_same(p, q);
+    if (fa.empty() && fb.empty() && !p.ea().has_work() && !p.eb().has_work()) return;
+  }
+  FAIL() << "no quiet after 2000 rounds";
+}
+
+TEST(FastPath, SameFramesAndEffectsAsTheGeneralPath) {
+  Pair p(true), q(false);
+  std::uint64_t t = p.lb.now();
+  std::mt19937 rng(33);
+  const std::uint32_t sizes[] = {0,   1,   3,   4,    5,    7,    8,    9,    15,   16,  17,
+                                 31,  32,  33,  64,   100,  127,  128,  129,  255,  256, 257,
+                                 511, 600, 999, 1000, 1023, 1024, 1025, 2047, 2500, 4096};
+  const WrOpcode ops[] = {WrOpcode::kWrite, WrOpcode::kWriteImm, WrOpcode::kSend,
+                          WrOpcode::kSendImm};
+  std::uint64_t id = 0;
+  for (int batch = 0; batch < 120; ++batch) {
+    // A batch of up to 24 requests of every kind, posted at once: runs of one-packet messages
+    // are the fast path's, broken by what is not (longer messages, two SGEs, READs, fences).
+    const int n = 1 + static_cast<int>(rng() % 24);
+    for (int i = 0; i < n; ++i) {
+      Req r;
+      const std::uint32_t kind = rng() % 16;
+      r.op = ops[rng() % 4];
+      r.len = sizes[rng() % std::size(sizes)];
+      r.src_off = rng() % (kBuf - 8192);
+      r.dst_off = rng() % (kBuf - 8192);
+      r.imm = static_cast<std::uint32_t>(rng());
+      r.solicited = (rng() & 3) == 0;
+      if (kind == 0) r.two_sges = r.len >= 2;
+      if (kind == 1 && r.len <= 128) r.inline_data = true;
+      if (kind == 2) r.op = WrOpcode::kRead;
+      if (kind == 3) r.fence = true;
+      if (r.op == WrOpcode::kRead && r.len == 0) r.len = 8;
+      post(p, r, id);
+      post(q, r, id);
+      ++id;
+    }
+    lockstep(p, q, t);
+    if (HasFatalFailure()) return;
+  }
+  // Not vacuous: both fast paths carried most of it.
+  EXPECT_GT(p.ea().stats().get(Counter::kTxFastPath), id / 3);
+  EXPECT_GT(p.eb().stats().get(Counter::kRxFastPath), id / 8);
+  EXPECT_EQ(q.ea().stats().get(Counter::kTxFastPath), 0u);
+  EXPECT_EQ(q.eb().stats().get(Counter::kRxFastPath), 0u);
+  EXPECT_EQ(p.a.qp->state, engine::QpState::kRts);
+}
+
+// ---- hostile frames ---------------------------------------------------------------------------
+
+constexpr std::size_t kL3 = 14, kL4 = 34, kBth = 42, kReth = 54, kPayload = 70;
+
+std::size_t frame_end(const std::vector<std::uint8_t>& f) {
+  return kL3 + wire::load_be16(f.data() + kL3 + 2);
+}
+
+// The IP checksum and the ICRC made right again after a field changed.
+void fix_ip(std::vector<std::uint8_t>& f) {
+  wire::store_be16(f.data() + kL3 + 10, 0);
+  wire::store_be16(f.data() + kL3 + 10, wire::ipv4_header_checksum(f.data() + kL3, 20));
+}
+void fix_icrc(std::vector<std::uint8_t>& f) {
+  const std::size_t end = frame_end(f);
+  if (end > f.size() || end < kL3 + 48 + 4) return;
+  wire::store_le32(f.data() + end - 4,
+                   wire::compute_icrc(f.data() + kL3, end - 4 - kL3, wire::IpVersion::kV4));
+}
+void fix(std::vector<std::uint8_t>& f) {
+  fix_ip(f);
+  fix_icrc(f);
+}
+// Sets the IP and UDP lengths for `payload_and_pad` bytes after the WRITE Only's RETH.
+void set_lengths(std::vector<std::uint8_t>& f, std::size_t payload_and_pad) {
+  const std::size_t l4 = 8 + 28 + payload_and_pad + 4;
+  wire::store_be16(f.data() + kL3 + 2, static_cast<std::uint16_t>(20 + l4));
+  wire::store_be16(f.data() + kL4 + 4, static_cast<std::uint16_t>(l4));
+}
+
+struct Mutation {
+  std::string name;
+  std::function<void(std::vector<std::uint8_t>&)> apply;
+  bool must_drop = false;  ///< the general path never accepts it (so neither may the fast one)
+};
+
+std::vector<Mutation> mutations() {
+  std::vector<Mutation> m;
+  using F = std::vector<std::uint8_t>;
+  const auto add = [&](std::string name, std::function<void(F&)> f, bool drop) {
+    m.push_back({std::move(name), std::move(f), drop});
+  };
+  add(
+      "none", [](F&) {}, false);
+  // Every bit of every byte in turn, nothing fixed: the ICRC or IP checksum catches most.
+  for (std::size_t i = 0; i < 82; ++i)
+    for (const std::uint8_t bit : {0x01, 0x10, 0x80})
+      add(
+          "flip byte " + std::to_string(i) + " bit " + std::to_string(bit),
+          [i, bit](F& f) { f[i] ^= bit; }, false);
+  add(
+      "bad ICRC", [](F& f) { f[frame_end(f) - 1] ^= 1; }, true);
+  add(
+      "bad IP checksum", [](F& f) { f[kL3 + 11] ^= 1; }, true);
+  const auto field = [&](std::string name, std::function<void(F&)> g, bool drop) {
+    add(
+        std::move(name),
+        [g](F& f) {
+          g(f);
+          fix(f);
+        },
+        drop);
+  };
+  const auto psn = [](F& f, std::uint32_t d) {
+    const std::uint32_t v = wire::load_be32(f.data() + kBth + 8);
+    wire::store_be32(f.data() + kBth + 8, (v & 0xFF00'0000u) | ((v + d) & 0xFF'FFFFu));
+  };
+  field(
+      "PSN ahead", [&](F& f) { psn(f, 1); }, false);
+  field(
+      "PSN behind (duplicate)", [&](F& f) { psn(f, 0xFF'FFFF); }, false);
+  field(
+      "PSN far", [&](F& f) { psn(f, 0x80'0000); }, false);
+  field(
+      "DestQP + 1 (no such QP)", [](F& f) { f[kBth + 7] ^= 1; }, true);
+  field(
+      "DestQP 0xFFFFFF", [](F& f) { std::memset(f.data() + kBth + 5, 0xFF, 3); }, true);
+  field(
+      "DestQP 1 (GSI)", [](F& f) { wire::store_be24(f.data() + kBth + 5, 1); }, true);
+  for (const std::uint8_t op :
+       {0x00, 0x04, 0x06, 0x07, 0x08, 0x0B, 0x0C, 0x10, 0x11, 0x2A, 0x81, 0x64, 0xFF})
+    field(
+        "opcode " + std::to_string(op), [op](F& f) { f[kBth] = op; }, false);
+  field(
+      "RETH length 7", [](F& f) { wire::store_be32(f.data() + kReth + 12, 7); }, false);
+  field(
+      "RETH length 9", [](F& f) { wire::store_be32(f.data() + kReth + 12, 9); }, false);
+  field(
+      "RETH length 0", [](F& f) { wire::store_be32(f.data() + kReth + 12, 0); }, false);
+  field(
+      "R_Key variant", [](F& f) { f[kReth + 11] ^= 1; }, false);
+  field(
+      "R_Key other", [](F& f) { f[kReth + 9] ^= 0x40; }, false);
+  field(
+      "VA past the region",
+      [](F& f) { wire::store_be64(f.data() + kReth, kDstIova + kSmallBuf - 4); }, false);
+  field(
+      "VA below the region", [](F& f) { wire::store_be64(f.data() + kReth, kDstIova - 8); }, false);
+  field(
+      "VA wraps", [](F& f) { wire::store_be64(f.data() + kReth, ~0ull - 3); }, false);
+  for (unsigned pad = 1; pad <= 3; ++pad)
+    field(
+        "pad " + std::to_string(pad),
+        [pad](F& f) { f[kBth + 1] |= static_cast<std::uint8_t>(pad << 4); }, false);
+  field(
+      "TVer 1", [](F& f) { f[kBth + 1] |= 1; }, true);
+  field(
+      "P_Key 0x7FFE", [](F& f) { wire::store_be16(f.data() + kBth + 2, 0x7FFE); }, true);
+  field(
+      "P_Key 0x0001", [](F& f) { wire::store_be16(f.data() + kBth + 2, 0x0001); }, true);
+  field(
+      "P_Key limited member 0x7FFF", [](F& f) { wire::store_be16(f.data() + kBth + 2, 0x7FFF); },
+      false);
+  field(
+      "SE", [](F& f) { f[kBth + 1] |= 0x80; }, false);
+  field(
+      "MigReq", [](F& f) { f[kBth + 1] |= 0x40; }, false);
+  field(
+      "no AckReq", [](F& f) { f[kBth + 8] &= 0x7F; }, false);
+  field(
+      "BTH reserved bits", [](F& f) { f[kBth + 8] |= 0x7F; }, false);
+  field(
+      "FECN/BECN", [](F& f) { f[kBth + 4] = 0xC0; }, false);
+  field(
+      "ECN CE", [](F& f) { f[kL3 + 1] |= 3; }, false);
+  field(
+      "ECN ECT(0)", [](F& f) { f[kL3 + 1] = (f[kL3 + 1] & 0xFC) | 2; }, false);
+  field(
+      "DSCP 46", [](F& f) { f[kL3 + 1] = 46 << 2; }, false);
+  field(
+      "TTL 1", [](F& f) { f[kL3 + 8] = 1; }, false);
+  field(
+      "no DF", [](F& f) { f[kL3 + 6] &= 0xBF; }, false);
+  field(
+      "MF", [](F& f) { f[kL3 + 6] |= 0x20; }, true);
+  field(
+      "fragment offset", [](F& f) { f[kL3 + 7] = 1; }, true);
+  field(
+      "IP reserved flag", [](F& f) { f[kL3 + 6] |= 0x80; }, false);
+  field(
+      "protocol TCP", [](F& f) { f[kL3 + 9] = 6; }, true);
+  field(
+      "source IP", [](F& f) { f[kL3 + 15] ^= 1; }, true);
+  field(
+      "destination IP", [](F& f) { f[kL3 + 19] ^= 1; }, true);
+  field(
+      "UDP destination port", [](F& f) { wire::store_be16(f.data() + kL4 + 2, 4792); }, true);
+  field(
+      "UDP source port", [](F& f) { wire::store_be16(f.data() + kL4, 0x1234); }, false);
+  field(
+      "UDP checksum", [](F& f) { wire::store_be16(f.data() + kL4 + 6, 0xBEEF); }, false);
+  field(
+      "UDP length + 1", [](F& f) { f[kL4 + 5] += 1; }, true);
+  field(
+      "UDP length - 4", [](F& f) { f[kL4 + 5] -= 4; }, true);
+  field(
+      "IP total length - 4 (payload 4)", [](F& f) { set_lengths(f, 4); }, false);
+  field(
+      "IP total length + 4 (past the frame)", [](F& f) { set_lengths(f, 12); }, true);
+  field(
+      "IP total length short of RETH",
+      [](F& f) {
+        set_lengths(f, 0);
+        f[kL3 + 3] -= 8;
+        f[kL4 + 5] -= 8;
+      },
+      true);
+  add(
+      "frame truncated", [](F& f) { f.pop_back(); }, true);
+  add(
+      "Ethernet padding", [](F& f) { f.resize(f.size() + 10, 0); }, false);
+  add(
+      "destination MAC", [](F& f) { f[5] ^= 1; }, false);
+  add(
+      "source MAC", [](F& f) { f[11] ^= 1; }, false);
+  add(
+      "EtherType IPv6", [](F& f) { wire::store_be16(f.data() + 12, 0x86DD); }, true);
+  field(
+      "IP version 6", [](F& f) { f[kL3] = 0x65; }, true);
+  add(
+      "IP options (IHL 6)",
+      [](F& f) {
+        f.insert(f.begin() + kL4, 4, 0);
+        f[kL3] = 0x46;
+        wire::store_be16(f.data() + kL3 + 2, wire::load_be16(f.data() + kL3 + 2) + 4);
+        wire::store_be16(f.data() + kL3 + 10, 0);
+        wire::store_be16(f.data() + kL3 + 10, wire::ipv4_header_checksum(f.data() + kL3, 24));
+      },
+      true);
+  for (const std::uint16_t vid : {0, 5})
+    add(
+        "VLAN tag " + std::to_string(vid),
+        [vid](F& f) {
+          const std::uint8_t tag[4] = {0x81, 0x00, static_cast<std::uint8_t>(vid >> 8),
+                                       static_cast<std::uint8_t>(vid)};
+          f.insert(f.begin() + 12, tag, tag + 4);
+        },
+        vid != 0);
+  field(
+      "payload past the path MTU",
+      [](F& f) {
+        const std::size_t n = 1100;
+        f.resize(kPayload + n + 4);
+        for (std::size_t i = 0; i < n; ++i) f[kPayload + i] = static_cast<std::uint8_t>(i);
+        wire::store_be32(f.data() + kReth + 12, static_cast<std::uint32_t>(n));
+        set_lengths(f, n);
+      },
+      false);
+  field(
+      "zero-length WRITE, any key",
+      [](F& f) {
+        f.resize(kPayload + 4);
+        wire::store_be32(f.data() + kReth + 12, 0);
+        wire::store_be32(f.data() + kReth + 8, 0xDEAD);
+        set_lengths(f, 0);
+      },
+      false);
+  return m;
+}
+
+TEST(FastPath, HostileFramesTakeTheGeneralPathsVerdict) {
+  int taken = 0, refused = 0;
+  for (const Mutation& mu : mutations()) {
+    SCOPED_TRACE(mu.name);
+    Pair p(true, kSmallBuf), q(false, kSmallBuf);
+    std::uint64_t t = p.lb.now();
+    // One WRITE through first (key memo, ePSN), then the one to corrupt.
+    Req r;
+    r.dst_off = 64;
+    post(p, r, 1);
+    post(q, r, 1);
+    lockstep(p, q, t);
+    r.dst_off = 128;
+    post(p, r, 2);
+    post(q, r, 2);
+    t += 1000;
+    const Frames fp = drain(p.ea(), t), fq = drain(q.ea(), t);
+    ASSERT_EQ(fp, fq);
+    ASSERT_EQ(fp.size(), 1u);
+    std::vector<std::uint8_t> bad = fp[0];
+    mu.apply(bad);
+    const std::uint64_t fast0 = p.eb().stats().get(Counter::kRxFastPath);
+    const wire::Psn epsn0 = q.b.qp->resp.epsn;
+    p.eb().receive(bad, t);
+    q.eb().receive(bad, t);
+    const bool fast_took = p.eb().stats().get(Counter::kRxFastPath) != fast0;
+    const bool general_took = q.b.qp->resp.epsn != epsn0;
+    // The fast path takes nothing the general path does not.
+    EXPECT_TRUE(!fast_took || general_took);
+    if (mu.must_drop) {
+      EXPECT_FALSE(general_took);
+      EXPECT_FALSE(fast_took);
+    }
+    taken += fast_took;
+    refused += !fast_took;
+    expect_same(p, q);
+    // What each then sends (ACKs, NAKs), then the good frame, then the rest.
+    const Frames bp = drain(p.eb(), t), bq = drain(q.eb(), t);
+    ASSERT_EQ(bp, bq);
+    p.eb().receive(fp[0], t);
+    q.eb().receive(fq[0], t);
+    expect_same(p, q);
+    for (const auto& f : bp) p.ea().receive(f, t);
+    for (const auto& f : bq) q.ea().receive(f, t);
+    lockstep(p, q, t);
+    if (HasFatalFailure()) return;
+    if (mu.name == "none") {
+      EXPECT_TRUE(fast_took);  // the unharmed frame is the fast path's
+    }
+  }
+  // Both kinds were seen: frames the fast path took (harmless changes) and ones it refused.
+  EXPECT_GT(taken, 10);
+  EXPECT_GT(refused, 200);
+}
+
+}  // namespace
+}  // namespace roce::test

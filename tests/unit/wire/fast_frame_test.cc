@@ -1,0 +1,195 @@
+// The fast paths' wire side (fast_frame.h, issue 33): write_request_only() must put on the wire
+// exactly the bytes of the template writer and of the generic builder for every one-packet
+// request it writes; the ICRC kernels with the seed and block count known must give
+// crc32_fold's and crc32_fold_or's values for every length; the expected header must match
+// the frames a peer sends and miss whenever a byte it covers differs.
+#include "dataplane/wire/fast_frame.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <random>
+#include <vector>
+
+#include "dataplane/wire/icrc.h"
+
+namespace roce::wire {
+namespace {
+
+FrameSpec path(bool ip_checksum, std::uint8_t tos, std::uint8_t ttl) {
+  FrameSpec s;
+  s.src_mac = MacAddr{{0x02, 0, 0, 0, 0, 0x01}};
+  s.dst_mac = MacAddr{{0x02, 0, 0, 0, 0, 0x02}};
+  s.src_ip4 = Ipv4Addr{0xC0000201};  // 192.0.2.1
+  s.dst_ip4 = Ipv4Addr{0xC0000202};
+  s.tos = tos;
+  s.ttl = ttl;
+  s.ip_checksum = ip_checksum;
+  s.udp_sport = 0xC123;
+  s.pkey = 0xFFFF;
+  s.dest_qp = Qpn(0x000123);
+  return s;
+}
+
+template <Opcode kOp>
+std::size_t write_fast(const PathTemplate& t, const PacketFields& f, const std::uint8_t* payload,
+                       std::uint32_t len, std::uint8_t* out) {
+  OnlyFields o;
+  o.ip_id = f.ip_id;
+  o.se = f.se;
+  o.psn = f.psn.raw();
+  o.reth_va = f.reth_va;
+  o.reth_rkey = f.reth_rkey;
+  o.reth_len = f.reth_len;
+  o.imm = kOp == Opcode::kRcSendOnlyInv ? f.ieth_rkey : f.imm;
+  return write_request_only<kOp>(t, o, payload, len, out);
+}
+
+std::size_t write_fast(Opcode op, const PathTemplate& t, const PacketFields& f,
+                       const std::uint8_t* payload, std::uint32_t len, std::uint8_t* out) {
+  switch (op) {
+    case Opcode::kRcWriteOnly:
+      return write_fast<Opcode::kRcWriteOnly>(t, f, payload, len, out);
+    case Opcode::kRcWriteOnlyImm:
+      return write_fast<Opcode::kRcWriteOnlyImm>(t, f, payload, len, out);
+    case Opcode::kRcSendOnly:
+      return write_fast<Opcode::kRcSendOnly>(t, f, payload, len, out);
+    case Opcode::kRcSendOnlyImm:
+      return write_fast<Opcode::kRcSendOnlyImm>(t, f, payload, len, out);
+    default:
+      return write_fast<Opcode::kRcSendOnlyInv>(t, f, payload, len, out);
+  }
+}
+
+TEST(FastFrame, RequestOnlyMatchesTheTemplateWriterAndTheGenericBuilder) {
+  std::mt19937 rng(33);
+  std::vector<std::uint8_t> payload(4096);
+  for (auto& b : payload) b = static_cast<std::uint8_t>(rng());
+  std::vector<std::uint32_t> lens;
+  for (std::uint32_t n = 0; n <= 300; ++n) lens.push_back(n);
+  for (std::uint32_t n : {511u, 1023u, 1024u, 1025u, 2048u, 4093u, 4096u}) lens.push_back(n);
+  int frames = 0;
+  for (const Opcode op : {Opcode::kRcWriteOnly, Opcode::kRcWriteOnlyImm, Opcode::kRcSendOnly,
+                          Opcode::kRcSendOnlyImm, Opcode::kRcSendOnlyInv}) {
+    for (const bool csum : {true, false}) {
+      const FrameSpec s = path(csum, static_cast<std::uint8_t>(rng()), 64);
+      const PathTemplate t = make_path_template(s);
+      ASSERT_TRUE(fast_tx_path(t));
+      for (const std::uint32_t len : lens) {
+        PacketFields f;
+        f.opcode = op;
+        f.se = (rng() & 1) != 0;
+        f.ack_req = true;
+        f.psn = Psn(static_cast<std::uint32_t>(rng()));
+        f.ip_id = static_cast<std::uint16_t>(rng());
+        f.reth_va = (std::uint64_t{rng()} << 32) | rng();
+        f.reth_rkey = static_cast<std::uint32_t>(rng());
+        f.reth_len = len;
+        f.imm = static_cast<std::uint32_t>(rng());
+        f.ieth_rkey = static_cast<std::uint32_t>(rng());
+        std::vector<std::uint8_t> a(4400, 0xEE), b(4400, 0x11), c(4400);
+        const std::size_t na = write_masked_frame(t, f, payload.data(), len, a.data());
+        const std::size_t nb = write_fast(op, t, f, payload.data(), len, b.data());
+        ASSERT_NE(na, 0u);
+        ASSERT_EQ(na, nb) << opcode_info(op).name << " len " << len;
+        ASSERT_TRUE(std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(na), b.begin()))
+            << opcode_info(op).name << " len " << len;
+        // The generic builder, field by field.
+        FrameSpec g = s;
+        g.opcode = op;
+        g.se = f.se;
+        g.ack_req = true;
+        g.psn = f.psn;
+        g.ip_id = f.ip_id;
+        g.reth = {f.reth_va, f.reth_rkey, f.reth_len};
+        g.imm = f.imm;
+        g.ieth_rkey = f.ieth_rkey;
+        const std::size_t nc = build_frame(g, {payload.data(), len}, c);
+        ASSERT_EQ(nc, nb);
+        ASSERT_TRUE(std::equal(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(nc), b.begin()))
+            << opcode_info(op).name << " len " << len;
+        RxPkt pkt;
+        ParseOptions po;
+        po.verify_ip_checksum = csum;  // (without: left 0 for the NIC)
+        ASSERT_EQ(parse_frame({b.data(), nb}, pkt, po), Verdict::kOk);
+        ++frames;
+      }
+    }
+  }
+  EXPECT_EQ(frames, 5 * 2 * 308);
+}
+
+TEST(FastFrame, IcrcKernelsMatchTheGeneralFold) {
+  if (!kCrcFoldUsable) GTEST_SKIP() << "no PCLMULQDQ/AVX";
+  std::mt19937 rng(7);
+  std::array<std::uint8_t, kCrcFoldMax> buf{};
+  for (int round = 0; round < 8; ++round) {
+    for (auto& b : buf) b = static_cast<std::uint8_t>(rng());
+    if (round == 0) buf.fill(0);
+    if (round == 1) buf.fill(0xFF);
+    for (std::size_t n = 16; n < kCrcFoldMax; ++n) {
+      ASSERT_EQ(icrc_fold_v4(buf.data(), n), crc32_fold(kIcrcSeed, buf.data(), n)) << n;
+      ASSERT_EQ(icrc_fold_v4_or(buf.data(), n),
+                crc32_fold_or(kIcrcSeed, buf.data(), n, kIcrcOrMaskV4))
+          << n;
+      if (n >= 48) {  // (compute_icrc's frames hold IPv4, UDP and BTH at least)
+        ASSERT_EQ(icrc_fold_v4_or(buf.data(), n), compute_icrc(buf.data(), n, IpVersion::kV4)) << n;
+      }
+    }
+  }
+}
+
+// A frame the peer sends to the QP whose path is `s` (addresses reversed).
+std::vector<std::uint8_t> from_peer(const FrameSpec& s, std::uint32_t qpn, std::uint8_t tos) {
+  FrameSpec p = s;
+  std::swap(p.src_mac, p.dst_mac);
+  std::swap(p.src_ip4, p.dst_ip4);
+  p.dest_qp = Qpn(qpn);
+  p.opcode = Opcode::kRcWriteOnly;
+  p.tos = tos;
+  p.ttl = 17;
+  p.udp_sport = 0xD00D;
+  p.ack_req = true;
+  p.psn = Psn(5);
+  p.reth = {0x1000, 0x1234, 8};
+  std::vector<std::uint8_t> out(256);
+  const std::uint8_t payload[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  out.resize(build_frame(p, payload, out));
+  return out;
+}
+
+TEST(FastFrame, ExpectedHeaderMatchesThePeerAndMissesAnyCoveredByte) {
+  const FrameSpec s = path(true, 0, 64);
+  constexpr std::uint32_t kQpn = 0x10011;
+  const RxExpect e = make_rx_expect(s, kQpn);
+  ASSERT_TRUE(e.armed);
+  for (const std::uint8_t tos : {0, 1, 2, 3, 0xB8}) {
+    const auto f = from_peer(s, kQpn, tos);
+    ASSERT_GE(f.size(), RxExpect::kSize);
+    EXPECT_TRUE(rx_expect_match(e, f.data()));
+    for (std::size_t i = 0; i < RxExpect::kSize; ++i) {
+      for (int bit = 0; bit < 8; ++bit) {
+        auto g = f;
+        g[i] ^= static_cast<std::uint8_t>(1u << bit);
+        EXPECT_EQ(rx_expect_match(e, g.data()), ((kRxExpectMask[i] >> bit) & 1) == 0)
+            << "byte " << i << " bit " << bit;
+      }
+    }
+  }
+  // The P_Key's membership bit and DF are not looked at; the other QP is not this one.
+  auto f = from_peer(s, kQpn, 0);
+  f[kFastBth + 2] &= 0x7F;
+  f[kFastL3 + 6] ^= 0x40;
+  EXPECT_TRUE(rx_expect_match(e, f.data()));
+  EXPECT_FALSE(rx_expect_match(e, from_peer(s, kQpn + 0x10000, 0).data()));
+  // IPv6 and VLAN paths are never armed.
+  FrameSpec v = s;
+  v.vlan_id = 7;
+  EXPECT_FALSE(make_rx_expect(v, kQpn).armed);
+  v = s;
+  v.ip_version = IpVersion::kV6;
+  EXPECT_FALSE(make_rx_expect(v, kQpn).armed);
+}
+
+}  // namespace
+}  // namespace roce::wire
