@@ -206,9 +206,9 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
     else if (a == "--versions") {
       // rpc.nfsd's -N/-V and nfs.conf's vers3=/vers4.1=: which NFS versions are served.
       bool v3 = false, v41 = false;
-      for (std::size_t i = 0; i <= v.size();) {
-        const std::size_t j = std::min(v.find(',', i), v.size());
-        const std::string item = v.substr(i, j - i);
+      for (std::size_t at = 0; at <= v.size();) {
+        const std::size_t j = std::min(v.find(',', at), v.size());
+        const std::string item = v.substr(at, j - at);
         if (item == "3")
           v3 = true;
         else if (item == "4.1")
@@ -216,7 +216,7 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
         else
           throw std::runtime_error("service nfs: --versions: \"" + item +
                                    "\" is not a served version (a list of 3 and 4.1)");
-        i = j + 1;
+        at = j + 1;
       }
       c.nfs_v3 = v3;
       c.nfs_v41 = v41;
