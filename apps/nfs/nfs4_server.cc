@@ -759,6 +759,25 @@ void Nfs4Server::reap_expired() {
   for (auto id : gone) forget_client(id);
 }
 
+void Nfs4Server::reap_courteous(std::int64_t t) {
+  if (t - courtesy_checked_ < 60) return;
+  courtesy_checked_ = t;
+  std::vector<std::uint64_t> gone;
+  for (const auto& [id, cl] : clients_)
+    if (t - cl.renewed > static_cast<std::int64_t>(lim_.courtesy_seconds)) gone.push_back(id);
+  for (auto id : gone) forget_client(id);  // its record goes too (forget_client: record())
+  st_.courtesy_expired += gone.size();
+}
+
+bool Nfs4Server::still_reclaiming() const {
+  const std::int64_t t = now();
+  for (const auto& [id, cl] : clients_)
+    if (cl.confirmed && !cl.reclaim_complete && previous_.contains(cl.ownerid) && owns_record(cl) &&
+        t - cl.renewed <= static_cast<std::int64_t>(lim_.lease_seconds))
+      return true;
+  return false;
+}
+
 bool Nfs4Server::grace_locked() {
   const auto say = [this](const std::string& m) {
     if (log) log(m);
@@ -772,15 +791,27 @@ bool Nfs4Server::grace_locked() {
     return false;
   }
   if (grace_end_ < 0) {
-    grace_end_ = now() + static_cast<std::int64_t>(lim_.lease_seconds);
+    grace_end_ = now() + static_cast<std::int64_t>(lim_.grace_seconds);
     grace_clients_ = previous_.size();
     st_.grace_now = 1;
     ++st_.grace_periods;
     say("NFSv4.1 grace period: " + std::to_string(grace_clients_) +
-        " recorded clients may reclaim for up to " + std::to_string(lim_.lease_seconds) +
+        " recorded clients may reclaim for up to " + std::to_string(lim_.grace_seconds) +
         " s; new opens and locks, REMOVE and RENAME answer GRACE meanwhile");
   }
-  if (now() < grace_end_) return true;
+  // Extended (knfsd's clients_still_reclaiming()): once, by up to a lease (never more than the
+  // grace period itself), and only while a recorded client is mid-reclaim; over as soon as
+  // none is, so that a client that never comes back does not hold it.
+  if (now() < grace_end_ && (!grace_extended_ || still_reclaiming())) return true;
+  if (!grace_extended_ && still_reclaiming()) {
+    grace_extended_ = true;
+    const auto more = std::min(lim_.lease_seconds, lim_.grace_seconds);
+    grace_end_ = now() + static_cast<std::int64_t>(more);
+    ++st_.grace_extensions;
+    say("NFSv4.1 grace period extended by " + std::to_string(more) +
+        " s: a recorded client is still reclaiming");
+    return true;
+  }
   // Over: who did not reclaim in time has nothing to reclaim any more.
   say("NFSv4.1 grace period over: " + std::to_string(previous_.size()) + " of " +
       std::to_string(grace_clients_) + " recorded clients did not come back in time");
@@ -3647,8 +3678,9 @@ bool Nfs4Server::tick() {
   drain_inbox();
   poll_leases(true);
   grace_locked();
-  flush_records();
   const std::int64_t t = now();
+  reap_courteous(t);
+  flush_records();
   const auto lease = static_cast<std::int64_t>(lim_.lease_seconds);
   // Blocked lock waiters of a client whose lease ran out go (it waits for nothing any more).
   for (auto w = waiters_of_.begin(); w != waiters_of_.end();) {

@@ -66,6 +66,10 @@ struct Nfs4Stats {
   std::uint64_t locks_table_only = 0;
   /// The grace period: whether in it now, how many began, GRACE answers (new state refused).
   std::uint64_t grace_now = 0, grace_periods = 0, grace_answers = 0;
+  /// Grace periods extended (a recorded client was still reclaiming at their end).
+  std::uint64_t grace_extensions = 0;
+  /// Courteous clients forgotten after Limits::courtesy_seconds unrenewed (records with them).
+  std::uint64_t courtesy_expired = 0;
   std::uint64_t pump_visits = 0;     ///< recall queues and sessions looked at by pump() (its cost)
   std::uint64_t lease_checks = 0;    ///< F_GETLEASE calls (a lease break's cost)
   std::uint64_t records_writes = 0;  ///< the records file rewritten (by its writer thread)
@@ -94,11 +98,12 @@ class Nfs4Server {
  public:
   /// `state_dir` (empty: none) keeps the stable client records: which clients (by their
   /// co_ownerid) held state, so that after a restart they may reclaim it (RFC 8881 8.4.2). With
-  /// records from a previous run the server starts in a grace period of one lease: those
+  /// records from a previous run the server starts in a grace period (Limits::grace_seconds): those
   /// clients reclaim opens (CLAIM_PREVIOUS) and locks (LOCK reclaim) until their
   /// RECLAIM_COMPLETE, and anything that would make new state gets NFS4ERR_GRACE; after it,
   /// reclaims get NFS4ERR_NO_GRACE. The grace period ends early once every recorded client has
-  /// sent RECLAIM_COMPLETE.
+  /// sent RECLAIM_COMPLETE, is extended once (by up to a lease) while a recorded client is still
+  /// reclaiming at its end, and the records of clients that did not come back go at its end.
   explicit Nfs4Server(NfsServer& files, v4::Limits limits = {}, std::string state_dir = {});
   /// Closes the descriptors of the delegations' leases and of the lock owners (their host
   /// locks go with them) and takes itself out of the v3 server's before_change (one v4 server
@@ -285,6 +290,8 @@ class Nfs4Server {
   bool room(const v4::Client& cl, std::size_t more) const;
   /// Forgets clients whose lease ran out (a courteous server keeps them until room is needed).
   void reap_expired();
+  /// Forgets clients unrenewed for Limits::courtesy_seconds (once a minute, from tick()).
+  void reap_courteous(std::int64_t t);
   // Files.
   v4::Status current(Compound& c, NfsServer::Resolved& r);
   v4::Status getattr(Compound& c, XdrDecoder& d, XdrEncoder& e);
@@ -529,8 +536,13 @@ class Nfs4Server {
   using Records = std::map<std::vector<std::uint8_t>, std::optional<v4::Principal>>;
   static constexpr std::size_t kRecordTail = 48;
   Records records_;
-  Records previous_;               ///< the previous run's, not yet reclaimed
-  std::int64_t grace_end_ = -1;    ///< -1: starts at the first call
+  Records previous_;             ///< the previous run's, not yet reclaimed
+  std::int64_t grace_end_ = -1;  ///< -1: starts at the first call
+  bool grace_extended_ = false;  ///< its one extension given
+  std::int64_t courtesy_checked_ = 0;
+  /// Whether a recorded client is back and reclaiming (confirmed, its lease live, no
+  /// RECLAIM_COMPLETE yet): what extends the grace period.
+  bool still_reclaiming() const;
   std::size_t grace_clients_ = 0;  ///< recorded clients when it began
 
   NfsServer& files_;

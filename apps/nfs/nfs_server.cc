@@ -1044,9 +1044,10 @@ void NfsServer::handle(const CallContext& ctx, std::span<const std::uint8_t> cal
     return;
   }
   if (h.proc != kNull && !opts()->allows(ctx.peer)) return deny();
-  if (h.vers != kNfsVersion) {
+  if (h.vers != kNfsVersion || !v3_served) {
     r.accept = rpc::kProgMismatch;
-    r.low = r.high = kNfsVersion;
+    r.low = v3_served ? kNfsVersion : 4;
+    r.high = v4_served ? 4 : kNfsVersion;
     rpc::encode(e, r);
     return;
   }

@@ -140,6 +140,10 @@ class NfsServer {
   /// identity is not the process's own then gets SYSTEM_ERR.
   bool acts_as_callers() const { return acts_as_callers_; }
   std::uint32_t max_io = 1u << 20;  ///< FSINFO rtmax and wtmax
+  /// The NFS versions the service serves (--versions): a call of NFS v3 when v3 is not served,
+  /// and of any version neither is (the service hands v4 calls here when v4 is not served), get
+  /// PROG_MISMATCH naming the served ones (knfsd's vers3=n: 4..4).
+  bool v3_served = true, v4_served = true;
   /// The path table's bounds (fallback mode only: an inode and its path under the root); the
   /// least recently used is forgotten beyond either, and its handle is stale from then on.
   std::size_t max_handles = 65536;

@@ -201,7 +201,26 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       c.delegations = *on;
     } else if (a == "--lease-time")
       c.lease_seconds = num(v4::Limits::kMinLeaseSeconds, v4::Limits::kMaxLeaseSeconds);
-    else if (a == "--state-dir")
+    else if (a == "--grace-time")
+      c.grace_seconds = num(v4::Limits::kMinGraceSeconds, v4::Limits::kMaxGraceSeconds);
+    else if (a == "--versions") {
+      // rpc.nfsd's -N/-V and nfs.conf's vers3=/vers4.1=: which NFS versions are served.
+      bool v3 = false, v41 = false;
+      for (std::size_t at = 0; at <= v.size();) {
+        const std::size_t j = std::min(v.find(',', at), v.size());
+        const std::string item = v.substr(at, j - at);
+        if (item == "3")
+          v3 = true;
+        else if (item == "4.1")
+          v41 = true;
+        else
+          throw std::runtime_error("service nfs: --versions: \"" + item +
+                                   "\" is not a served version (a list of 3 and 4.1)");
+        at = j + 1;
+      }
+      c.nfs_v3 = v3;
+      c.nfs_v41 = v41;
+    } else if (a == "--state-dir")
       c.state_dir = v;
     else if (a == "--exports-file")
       c.exports_file = v;
@@ -225,7 +244,8 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
           "--mount-address, --mount-port, --credits, --inline, --tcp-port, "
           "--max-connections, --max-half-open, --max-per-peer, --reap-idle, "
           "--mount-clients, --mount-per-peer, --mount-timeout, "
-          "--delegations, --lease-time, --state-dir, --exports-file, --portmap, --rpcbind-wait)");
+          "--delegations, --lease-time, --grace-time, --versions, --state-dir, --exports-file, "
+          "--portmap, --rpcbind-wait)");
   }
   if (c.root.empty()) throw std::runtime_error("service nfs: --root DIR is required");
 }
@@ -329,6 +349,7 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
           [&c] {
             v4::Limits l;
             l.lease_seconds = c.lease_seconds;
+            l.grace_seconds = c.grace_seconds;
             return l;
           }(),
           state_dir_),
@@ -336,7 +357,8 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
       rdma_(
           context, with_door(c, nfs_),
           [this](const CallContext& ctx, std::span<const std::uint8_t> call, RpcReply& r) {
-            if (Nfs4Server::is_v4(call))  // v4 holds its own lock; v3 is thread-safe
+            // v4 holds its own lock; v3 is thread-safe (and answers a version not served)
+            if (nfs_.v4_served && Nfs4Server::is_v4(call))
               nfs4_.handle(ctx, call, r);
             else
               nfs_.handle(ctx, call, r);
@@ -395,16 +417,21 @@ NfsService::NfsService(client::Context& context, const NfsServiceConfig& c)
   mount_.max_clients = c.mount_clients;
   mount_.max_per_peer = c.mount_per_peer;
   mount_.idle_timeout_ms = c.mount_timeout_ms;
+  nfs_.v3_served = c.nfs_v3;
+  nfs_.v4_served = c.nfs_v41;
   std::string err;
-  if (!mount_.listen(c.mount_address, c.mount_port, err)) throw std::runtime_error(err);
+  // Without v3 no MOUNT and no port mapper (what they serve is v3's: a v4.1 mount needs
+  // neither), as knfsd's rpc.mountd with vers3=n listens nowhere.
+  if (c.nfs_v3 && !mount_.listen(c.mount_address, c.mount_port, err)) throw std::runtime_error(err);
   rdma_.listen(c.port);
-  if (c.portmap_port && c.portmap != NfsServiceConfig::Portmap::kOff) start_portmap(context, c);
+  if (c.nfs_v3 && c.portmap_port && c.portmap != NfsServiceConfig::Portmap::kOff)
+    start_portmap(context, c);
   if (c.tcp_port) {
     tcp_ = std::make_unique<RpcTcpServer>(
         [this](const CallContext& ctx, std::span<const std::uint8_t> call,
                std::vector<std::uint8_t>& reply) {
           RpcReply r;
-          if (Nfs4Server::is_v4(call))
+          if (nfs_.v4_served && Nfs4Server::is_v4(call))
             nfs4_.handle(ctx, call, r);
           else
             nfs_.handle(ctx, call, r);
@@ -678,7 +705,8 @@ std::string NfsService::report() const {
        std::to_string(v4.recall_jukebox) +
        " v3 JUKEBOX answers\nnfs4 grace: " + std::to_string(v4.grace_periods) + " periods, " +
        std::to_string(v4.grace_now) + " now (nfs4_grace_now), " + std::to_string(v4.grace_answers) +
-       " GRACE answers\nnfs4 operations:";
+       " GRACE answers, " + std::to_string(v4.grace_extensions) + " extended; " +
+       std::to_string(v4.courtesy_expired) + " courteous clients expired\nnfs4 operations:";
   for (const auto& [op, k] : v4.by_op)
     s += std::string(" ") + v4::op_name(op) + ":" + std::to_string(k);
   return s + "\n";
@@ -712,15 +740,17 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"nfs4_clients_now", seen4_clients_},
       {"nfs4_sessions_now", seen4_sessions_},
       {"nfs4_stateids_now", seen4_states_},
-      {"nfs4_grace_now", seen4_.grace_now},            // 1 while in the grace period
-      {"nfs4_grace_answers", seen4_.grace_answers},    // NFS4ERR_GRACE: new state refused
-      {"nfs4_recalls", seen4_.recalls},                // CB_RECALLs sent
-      {"nfs4_revoked", seen4_.revoked},                // delegations revoked
-      {"nfs4_delegations", seen4_.delegations},        // read delegations granted
-      {"nfs4_recalls_begun", seen4_.recalls_begun},    // a conflict or a lease break
-      {"nfs4_lease_breaks", seen4_.lease_breaks},      // a writer on the host broke a lease
-      {"nfs4_recall_delays", seen4_.recall_delays},    // NFS4ERR_DELAY while a recall runs
-      {"nfs4_recall_jukebox", seen4_.recall_jukebox},  // NFS3ERR_JUKEBOX (v3 waits 5 s)
+      {"nfs4_grace_now", seen4_.grace_now},                // 1 while in the grace period
+      {"nfs4_grace_answers", seen4_.grace_answers},        // NFS4ERR_GRACE: new state refused
+      {"nfs4_grace_extensions", seen4_.grace_extensions},  // a client was still reclaiming
+      {"nfs4_courtesy_expired", seen4_.courtesy_expired},  // unrenewed for 24 h: forgotten
+      {"nfs4_recalls", seen4_.recalls},                    // CB_RECALLs sent
+      {"nfs4_revoked", seen4_.revoked},                    // delegations revoked
+      {"nfs4_delegations", seen4_.delegations},            // read delegations granted
+      {"nfs4_recalls_begun", seen4_.recalls_begun},        // a conflict or a lease break
+      {"nfs4_lease_breaks", seen4_.lease_breaks},          // a writer on the host broke a lease
+      {"nfs4_recall_delays", seen4_.recall_delays},        // NFS4ERR_DELAY while a recall runs
+      {"nfs4_recall_jukebox", seen4_.recall_jukebox},      // NFS3ERR_JUKEBOX (v3 waits 5 s)
       {"nfs4_delegreturns", seen4_.delegreturns},
       {"nfs4_locks_table_only", seen4_.locks_table_only},          // no host descriptor left for it
       {"nfs4_notify_locks", seen4_.notify_locks},                  // CB_NOTIFY_LOCKs sent

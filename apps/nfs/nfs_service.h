@@ -76,8 +76,15 @@ struct NfsServiceConfig {
   /// NFSv4.1 read delegations (--delegations on|off): granted only where the host gives a file
   /// lease for each, so that every writer (local, NFSv3, v4) has it recalled first.
   bool delegations = true;
-  /// The NFSv4.1 lease and grace period (--lease-time SECONDS, 10 to 3600; knfsd's 90).
+  /// The NFSv4.1 lease (--lease-time SECONDS, 10 to 3600; knfsd's 90).
   std::uint32_t lease_seconds = 90;
+  /// The NFSv4.1 grace period after a restart (--grace-time SECONDS, 10 to 3600; knfsd's 90),
+  /// extended once by up to a lease while a recorded client is still reclaiming.
+  std::uint32_t grace_seconds = 90;
+  /// The NFS versions served (--versions 3,4.1, the default; `4.1` alone is knfsd's vers3=n):
+  /// a version not served gets PROG_MISMATCH naming the other, and without v3 there is no
+  /// MOUNT (as rpc.mountd without v2 and v3 listens nowhere) and nothing is registered.
+  bool nfs_v3 = true, nfs_v41 = true;
   /// NFSv4.1's stable client records (--state-dir): who may reclaim opens and locks in the
   /// grace period after a restart. Empty: /var/lib/roce-nfsd/<root's name>-<port>-<hash>.
   std::string state_dir;
@@ -97,7 +104,8 @@ std::string export_path_for(const NfsServiceConfig& c);
 
 /// Parses a service's args (--root DIR, --export PATH, --export-options OPTS, --clients LIST,
 /// --max-handles N, --threads N, --portmap-port N, --mount-address IP, --mount-port N, --credits N,
-/// --inline BYTES, --tcp-port N, --delegations on|off, --lease-time SECONDS, --state-dir DIR,
+/// --inline BYTES, --tcp-port N, --delegations on|off, --lease-time SECONDS, --grace-time SECONDS,
+/// --versions LIST, --state-dir DIR,
 /// --portmap MODE, --rpcbind-wait SECONDS) into
 /// `c`; throws std::runtime_error on a bad one.
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c);

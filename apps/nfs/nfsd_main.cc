@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   double timeout = 0, tx_drop = 0, rx_drop = 0;
   bool spin = false;
   unsigned port = c.port, mount_port = c.mount_port, tcp_port = 0, portmap_port = c.portmap_port;
-  std::string export_options, clients, delegations = "on", portmap = "auto";
+  std::string export_options, clients, delegations = "on", portmap = "auto", grace, versions;
   po::options_description o("roce-nfsd options");
   o.add_options()("help,h", "this help")(
       "attach", po::value(&nl.attach),
@@ -123,7 +123,13 @@ int main(int argc, char** argv) {
       "NFSv4.1 read delegations: on (each backed by a host file lease, recalled when anything "
       "writes the file) or off (yes/no, 1/0 too)")(
       "lease-time", po::value(&c.lease_seconds)->default_value(c.lease_seconds),
-      "NFSv4.1 lease in seconds, and the grace period after a restart (10 to 3600)")(
+      "NFSv4.1 lease in seconds (10 to 3600)")(
+      "grace-time", po::value(&grace)->default_value(std::to_string(c.grace_seconds)),
+      "NFSv4.1 grace period after a restart in seconds (10 to 3600), extended once by up to a "
+      "lease while a recorded client is still reclaiming")(
+      "versions", po::value(&versions)->default_value("3,4.1"),
+      "NFS versions served: 3,4.1, or 4.1 alone (no v3: no MOUNT, no rpcbind registrations; "
+      "knfsd's vers3=n) or 3 alone")(
       "state-dir", po::value(&c.state_dir),
       "NFSv4.1 client records for reclaim after a restart (default "
       "/var/lib/roce-nfsd/<root's name>-<port>-<hash>; none, so no grace period, when that is "
@@ -173,8 +179,12 @@ int main(int argc, char** argv) {
   }
   try {
     nfs::NfsServiceConfig p;
-    nfs::parse_service_args({"--root", "/", "--portmap", portmap}, p);
+    nfs::parse_service_args(
+        {"--root", "/", "--portmap", portmap, "--grace-time", grace, "--versions", versions}, p);
     c.portmap = p.portmap;
+    c.grace_seconds = p.grace_seconds;
+    c.nfs_v3 = p.nfs_v3;
+    c.nfs_v41 = p.nfs_v41;
   } catch (const std::exception& e) {
     std::cerr << "roce-nfsd: " << e.what() << "\n";
     return 2;
@@ -202,8 +212,11 @@ int main(int argc, char** argv) {
     std::cout << "roce-nfsd: serving " << c.root << " as " << svc.export_path() << " on "
               << ctl::to_string(holder.context().port().ipv4)
               << (holder.attached() ? " (attached to roced at " + nl.attach + ")" : "")
-              << " rdma_cm port " << c.port << ", MOUNT on TCP " << c.mount_address << ":"
-              << c.mount_port << std::endl;
+              << " rdma_cm port " << c.port
+              << (c.nfs_v3
+                      ? ", MOUNT on TCP " + c.mount_address + ":" + std::to_string(c.mount_port)
+                      : ", NFSv4.1 only (no v3, no MOUNT)")
+              << std::endl;
     const double end = timeout > 0 ? now_s() + timeout : 1e300;
     unsigned idle = 0;
     while (!g_stop && now_s() < end && holder.context().connected()) {

@@ -257,6 +257,41 @@ TEST_F(NfsServerTest, RefusesWhatItShould) {
 // mountd mounts any directory beneath an export), with trailing slashes and "." dropped; "..",
 // a path beside the export, a file, a symbolic link and a missing directory are refused; DUMP
 // lists the path as mounted; UMNT with a trailing slash forgets it.
+// Review19-user finding 4: --versions 4.1 refuses NFSv3 as knfsd's vers3=n does: PROG_MISMATCH
+// 4..4 for every v3 call (so that a v3 mount fails at once and no v3 client locks only
+// locally); --versions 3 answers a v4 call (handed here by the service) 3..3.
+TEST_F(NfsServerTest, VersionsNotServedGetProgMismatch) {
+  rpc::ReplyHeader h;
+  auto both = call(
+      kNull, [](XdrEncoder&) {}, kNfsProgram, 2);
+  results(both, &h);
+  EXPECT_EQ(h.accept, rpc::kProgMismatch);
+  EXPECT_EQ(h.low, 3u);
+  EXPECT_EQ(h.high, 4u);
+  srv_->v3_served = false;
+  for (const std::uint32_t proc : {kNull, kGetattr}) {
+    auto r = call(
+        proc, [&](XdrEncoder& e) { encode(e, srv_->root_fh()); }, kNfsProgram, 3);
+    results(r, &h);
+    EXPECT_EQ(h.accept, rpc::kProgMismatch) << proc;
+    EXPECT_EQ(h.low, 4u);
+    EXPECT_EQ(h.high, 4u);
+  }
+  srv_->v3_served = true;
+  srv_->v4_served = false;
+  auto v4 = call(
+      kNull, [](XdrEncoder&) {}, kNfsProgram, 4);
+  results(v4, &h);
+  EXPECT_EQ(h.accept, rpc::kProgMismatch);
+  EXPECT_EQ(h.low, 3u);
+  EXPECT_EQ(h.high, 3u);
+  auto ok = call(
+      kGetattr, [&](XdrEncoder& e) { encode(e, srv_->root_fh()); }, kNfsProgram, 3);
+  XdrDecoder d = results(ok, &h);
+  EXPECT_EQ(h.accept, rpc::kSuccess);
+  EXPECT_EQ(d.u32(), kOk);
+}
+
 TEST_F(NfsServerTest, MountOfADirectoryBeneathTheExport) {
   std::filesystem::create_directories(dir_ / "home" / "alice");
   std::ofstream(dir_ / "home" / "alice" / "notes") << "alice";

@@ -1444,6 +1444,27 @@ TEST(NfsServiceArgs, DelegationsAndStateDir) {
   EXPECT_EQ(c.lease_seconds, 15u);
   EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", "--lease-time", "5"}, c),
                std::runtime_error);
+  // The grace period apart from the lease (review19-user finding 3): 90 s, 10 to 3600.
+  EXPECT_EQ(c.grace_seconds, 90u);
+  roce::nfs::parse_service_args({"--root", "/tmp", "--grace-time", "45"}, c);
+  EXPECT_EQ(c.grace_seconds, 45u);
+  EXPECT_EQ(c.lease_seconds, 15u);
+  for (const char* bad : {"9", "3601", "-1", "x"})
+    EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", "--grace-time", bad}, c),
+                 std::runtime_error)
+        << bad;
+  // --versions (finding 4): both by default, 4.1 alone (knfsd's vers3=n), 3 alone.
+  EXPECT_TRUE(c.nfs_v3 && c.nfs_v41);
+  roce::nfs::parse_service_args({"--root", "/tmp", "--versions", "4.1"}, c);
+  EXPECT_TRUE(!c.nfs_v3 && c.nfs_v41);
+  roce::nfs::parse_service_args({"--root", "/tmp", "--versions", "3"}, c);
+  EXPECT_TRUE(c.nfs_v3 && !c.nfs_v41);
+  roce::nfs::parse_service_args({"--root", "/tmp", "--versions", "3,4.1"}, c);
+  EXPECT_TRUE(c.nfs_v3 && c.nfs_v41);
+  for (const char* bad : {"", "4", "2,3", "3,", "4.2"})
+    EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", "--versions", bad}, c),
+                 std::runtime_error)
+        << bad;
   // --portmap: auto by default, then own, register, off; nothing else.
   using P = roce::nfs::NfsServiceConfig::Portmap;
   EXPECT_EQ(c.portmap, P::kAuto);
