@@ -774,6 +774,7 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"nfs4_records_error", seen4_.records_error},          // 1: records not written (no reclaim)
       {"nfs4_records_waits", seen4_.records_waits},          // RECLAIM_COMPLETEs held for the disk
       {"nfs4_records_rewritten", seen4_.records_rewritten},  // a client's new principal recorded
+      {"nfs4_records_refused", seen4_.records_refused},      // not: another credential, same owner
       {"nfs4_watch_refused", seen4_.unwatched},              // no inotify watch: no delegation
       {"nfs4_watch_overflows", seen4_.watch_overflows},      // events lost: every one recalled
       {"nfs4_notify_lost", seen4_.notify_lost},              // CB_NOTIFY_LOCKs not delivered
