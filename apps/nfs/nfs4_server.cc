@@ -819,13 +819,26 @@ bool Nfs4Server::grace_locked() {
   for (const auto& [id, who] : previous_) records_.erase(id);
   // A client that came back as another principal than its record names (its address changed:
   // it could reclaim nothing, the record's owner might still have come) and finished with
-  // RECLAIM_COMPLETE holds its state by right now: recorded with its own principal.
-  for (const auto& [cid, cl] : clients_)
-    if (cl.confirmed && cl.reclaim_complete && previous_.contains(cl.ownerid) &&
-        !state_dir_.empty()) {
-      records_[cl.ownerid] = cl.principal;
-      ++st_.records_rewritten;
+  // RECLAIM_COMPLETE holds its state by right now: recorded with its own principal. Only when
+  // the address alone changed (same flavor, uid and gid): another credential naming a guessable
+  // co_ownerid would otherwise take the record over from a client that was down for the grace
+  // period (review19-attacker 3); that client is a new one, and the record is erased as above.
+  for (const auto& [cid, cl] : clients_) {
+    const auto p = previous_.find(cl.ownerid);
+    if (!cl.confirmed || !cl.reclaim_complete || p == previous_.end() || state_dir_.empty())
+      continue;
+    const v4::Principal& was = p->second ? *p->second : cl.principal;
+    if (was.flavor != cl.principal.flavor || was.uid != cl.principal.uid ||
+        was.gid != cl.principal.gid) {
+      ++st_.records_refused;
+      say("NFSv4.1 client record not given to a client of another credential (flavor " +
+          std::to_string(cl.principal.flavor) + ", uid " + std::to_string(cl.principal.uid) +
+          ", gid " + std::to_string(cl.principal.gid) + ") naming a recorded co_ownerid");
+      continue;
     }
+    records_[cl.ownerid] = cl.principal;
+    ++st_.records_rewritten;
+  }
   previous_.clear();
   write_records();
   return false;

@@ -79,6 +79,8 @@ struct Nfs4Stats {
   /// Records given a client's new principal when the grace period ended (it came back from
   /// another address than its record named, and finished reclaiming).
   std::uint64_t records_rewritten = 0;
+  /// ... and not given: the client at the new address had another flavor, uid or gid.
+  std::uint64_t records_refused = 0;
   std::map<std::uint32_t, std::uint64_t> by_op;
 };
 

@@ -126,11 +126,30 @@ ExportOptions read_exports_file(const std::string& path, const ExportOptions& ba
   return o;
 }
 
+std::string rpcbind_installed(const std::vector<std::string>& paths) {
+  for (const auto& p : paths)
+    if (::access(p.c_str(), F_OK) == 0) return p;
+  return {};
+}
+
 std::string export_path_for(const NfsServiceConfig& c) {
   if (!c.export_path.empty()) return c.export_path;
   std::error_code ec;
   const auto p = std::filesystem::canonical(c.root, ec);  // the root must exist: checked later
   return ec ? c.root : p.string();
+}
+
+std::uint16_t parse_port(const std::string& flag, const std::string& v) {
+  std::size_t used = 0;
+  unsigned long n = 0;
+  try {
+    n = std::stoul(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (v.empty() || v[0] == '-' || used != v.size() || n < 1 || n > 65535)
+    throw std::runtime_error("service nfs: " + flag + " must be a number in 1..65535");
+  return static_cast<std::uint16_t>(n);
 }
 
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c) {
@@ -146,7 +165,7 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       } catch (const std::exception&) {
         used = 0;
       }
-      if (used != v.size() || n < lo || n > hi)
+      if (v.empty() || v[0] < '0' || v[0] > '9' || used != v.size() || n < lo || n > hi)
         throw std::runtime_error("service nfs: " + a + " must be a number in " +
                                  std::to_string(lo) + ".." + std::to_string(hi));
       return static_cast<std::uint32_t>(n);
@@ -291,6 +310,11 @@ std::string usable_dir(const std::string& path) {
 }  // namespace
 
 std::string state_dir_for(const NfsServiceConfig& c) {
+  // The root first: a start that fails leaves no directory behind (review19-user 6).
+  if (struct stat st{}; ::stat(c.root.c_str(), &st) != 0)
+    throw std::runtime_error("NFS export root " + c.root + ": " + std::strerror(errno));
+  else if (!S_ISDIR(st.st_mode))
+    throw std::runtime_error("NFS export root " + c.root + " is not a directory");
   if (!c.state_dir.empty()) {
     if (const std::string why = usable_dir(c.state_dir); !why.empty())
       throw std::runtime_error("service nfs: --state-dir " + c.state_dir + ": " + why +
@@ -494,19 +518,25 @@ void NfsService::start_portmap(client::Context& context, const NfsServiceConfig&
   // host's mountd; this export needs mountport= and mountaddr=).
   const auto register_with_host = [&](bool strict) {
     std::vector<std::pair<PortmapEntry, RpcbEntry>> taken;
+    // Only root's entries ("superuser": a host mountd or nfsd) keep `register` from starting:
+    // another uid's is a squat (any user may SET over rpcbind's local socket), taken away when
+    // this service runs as root (RpcbindClient), else warned about.
+    const auto a_hosts = [](const RpcbEntry& t) { return t.owner == "superuser"; };
     if (strict) {  // refused before anything is registered
       RpcbindClient probe;
       probe.unix_path = c.rpcbind_socket;
       probe.tcp_port = c.portmap_port;
       if (const auto list = probe.dump())
         for (const auto& x : entries)
-          if (const RpcbEntry* t = find_entry(*list, x); t && t->addr != universal_address(x))
+          if (const RpcbEntry* t = find_entry(*list, x);
+              t && t->addr != universal_address(x) && a_hosts(*t))
             taken.emplace_back(x, *t);
     }
     if (taken.empty()) {
       rpcbind_ = registrar(false);
       taken = rpcbind_->start();
     }
+    if (strict) std::erase_if(taken, [&](const auto& t) { return !a_hosts(t.second); });
     if (taken.empty()) return;
     std::string what;
     for (const auto& [x, there] : taken)
@@ -538,6 +568,14 @@ void NfsService::start_portmap(client::Context& context, const NfsServiceConfig&
           "): registering with it (--portmap own|register|off to choose)");
       return register_with_host(false);
     }
+    // Installed but not up yet (boot order, a restart): taking its port 111 would break it when
+    // it starts (its wildcard bind fails; systemd's rpcbind.socket fails outright). Wait for it.
+    if (const std::string found = rpcbind_installed(c.rpcbind_installed_paths); !found.empty()) {
+      say("no rpcbind answers yet, but one is installed (" + found +
+          "): registering with it once it does, for " + std::to_string(c.rpcbind_wait_s) +
+          " s; not answering as the port mapper (--portmap own to do so)");
+      return register_with_host(false);
+    }
   }
   portmap_tcp_ = std::make_unique<RpcTcpServer>(
       [this](const CallContext&, std::span<const std::uint8_t> call,
@@ -559,13 +597,16 @@ void NfsService::start_portmap(client::Context& context, const NfsServiceConfig&
                  c.mount_address.c_str(), c.portmap_port, err.c_str(), c.mount_port);
     return;
   }
-  if (c.portmap == P::kAuto && c.rpcbind_wait_s) {
-    // No rpcbind now: one that starts later (boot order) cannot have this address's port 111,
-    // but its local socket comes up: registered with it too, so that local tools find us.
-    say("no rpcbind answers: answering as the port mapper on " + c.mount_address + ":" +
+  if (c.rpcbind_wait_s) {
+    // No rpcbind now (auto: none installed either; own: not asked): one that starts later
+    // cannot have this address's port 111 (it fails to bind 0.0.0.0:111), but its local socket
+    // comes up: registered with it too, so that local tools find us.
+    say(std::string(c.portmap == P::kAuto ? "no rpcbind answers or is installed"
+                                          : "--portmap own") +
+        ": answering as the port mapper on " + c.mount_address + ":" +
         std::to_string(c.portmap_port) +
-        " (an rpcbind started later cannot listen there: start "
-        "this service after rpcbind, or choose --portmap register)");
+        " (an rpcbind started later cannot listen on IPv4 port 111: start this service after "
+        "rpcbind, or choose --portmap register)");
     rpcbind_ = registrar(true);
     rpcbind_->start();
   }
@@ -763,6 +804,7 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"nfs4_records_error", seen4_.records_error},          // 1: records not written (no reclaim)
       {"nfs4_records_waits", seen4_.records_waits},          // RECLAIM_COMPLETEs held for the disk
       {"nfs4_records_rewritten", seen4_.records_rewritten},  // a client's new principal recorded
+      {"nfs4_records_refused", seen4_.records_refused},      // not: another credential, same owner
       {"nfs4_watch_refused", seen4_.unwatched},              // no inotify watch: no delegation
       {"nfs4_watch_overflows", seen4_.watch_overflows},      // events lost: every one recalled
       {"nfs4_notify_lost", seen4_.notify_lost},              // CB_NOTIFY_LOCKs not delivered
@@ -792,11 +834,12 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"exports_reloads", reloads_},              // --exports-file read again and applied
       {"exports_reload_errors", reload_errors_},  // a bad file: the options kept
       {"portmap_calls", (portmap_tcp_ ? portmap_tcp_->calls() : 0) + portmap_udp_calls_},
-      {"portmap_udp_denied", portmap_udp_denied_},  // datagrams from hosts not listed: dropped
-      {"rpcbind_registered", rb.registered},        // entries registered with the host's rpcbind
-      {"rpcbind_taken", rb.taken},                  // held there by another server: left alone
-      {"rpcbind_given_up", rb.given_up},            // rpcbind never answered within the wait
-      {"mount_denied", nfs_.mount_denied()},        // MNT3ERR_ACCES
+      {"portmap_udp_denied", portmap_udp_denied_},    // datagrams from hosts not listed: dropped
+      {"rpcbind_registered", rb.registered},          // entries registered with the host's rpcbind
+      {"rpcbind_taken", rb.taken},                    // held there by another server: left alone
+      {"rpcbind_given_up", rb.given_up},              // rpcbind never answered within the wait
+      {"rpcbind_squats_removed", rb.squats_removed},  // other uids' entries of ours taken away
+      {"mount_denied", nfs_.mount_denied()},          // MNT3ERR_ACCES
       {"mount_connections_now", mount_.clients()},
       {"mount_refused", m.refused},
       {"mount_refused_peer", m.refused_peer},

@@ -64,12 +64,23 @@ struct NfsServiceConfig {
   /// --portmap: `own` answers as a port mapper itself (portmap_port); `register` registers MOUNT
   /// v3/tcp and NFS v3/rdma with the host's rpcbind (its local socket or 127.0.0.1:111) and
   /// takes them away at stop (start fails when another program already holds one of them there:
-  /// a host mountd); `auto` (the default) is `register` when the host's rpcbind answers (a
-  /// taken entry then only warned about), else `own` (watching for an rpcbind that comes up
-  /// later), or `register` when the port is taken by something not answering yet; `off` neither.
+  /// root's entry: a host mountd; another uid's is a squat, taken away when root); `auto` (the
+  /// default) is `register` when the host's rpcbind answers or is installed (its binary or
+  /// systemd socket unit: rpcbind_installed_paths; retried for rpcbind_wait_s, a taken entry
+  /// only warned about), else `own`, or `register` when the port is taken by something not
+  /// answering yet; `off` neither. `own` watches for an rpcbind that comes up later.
   enum class Portmap { kAuto, kOwn, kRegister, kOff } portmap = Portmap::kAuto;
   /// Where `register` finds the host's rpcbind (tests point it elsewhere).
   std::string rpcbind_socket = "/run/rpcbind.sock";
+  /// `auto` with no rpcbind answering: when any of these exists, an rpcbind is installed (and
+  /// will start: boot order), so the service registers with it (retried for rpcbind_wait_s)
+  /// rather than take port 111 itself, which would break it.
+  std::vector<std::string> rpcbind_installed_paths = {"/usr/sbin/rpcbind",
+                                                      "/sbin/rpcbind",
+                                                      "/usr/bin/rpcbind",
+                                                      "/lib/systemd/system/rpcbind.socket",
+                                                      "/usr/lib/systemd/system/rpcbind.socket",
+                                                      "/etc/systemd/system/rpcbind.socket"};
   /// --rpcbind-wait: how long registrations rpcbind did not answer are tried again (once a
   /// second), and how long `auto`'s own port mapper watches for an rpcbind starting after it.
   std::uint32_t rpcbind_wait_s = 60;
@@ -99,6 +110,9 @@ std::string default_mount_address(const std::string& iface);
 /// std::runtime_error naming the file and line when it cannot be read or a line is bad.
 ExportOptions read_exports_file(const std::string& path, const ExportOptions& base);
 
+/// The first of `paths` that exists (an rpcbind binary or systemd unit), else empty.
+std::string rpcbind_installed(const std::vector<std::string>& paths);
+
 /// The export's path for `c`: --export, else the canonical path of --root.
 std::string export_path_for(const NfsServiceConfig& c);
 
@@ -109,6 +123,9 @@ std::string export_path_for(const NfsServiceConfig& c);
 /// --portmap MODE, --rpcbind-wait SECONDS) into
 /// `c`; throws std::runtime_error on a bad one.
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c);
+
+/// A port flag's value, 1..65535; throws std::runtime_error naming `flag` otherwise.
+std::uint16_t parse_port(const std::string& flag, const std::string& v);
 
 /// For a process without CAP_SETUID/CAP_SETGID (it can act only as itself): throws
 /// std::runtime_error, saying what to do, unless the export squashes every caller to the

@@ -55,9 +55,11 @@ int main(int argc, char** argv) {
   nfs::NfsServiceConfig c;
   double timeout = 0, tx_drop = 0, rx_drop = 0;
   bool spin = false;
-  unsigned port = c.port, mount_port = c.mount_port, tcp_port = 0, portmap_port = c.portmap_port;
   std::string export_options, clients, delegations = "on", portmap = "auto", grace, versions;
-  po::options_description o("roce-nfsd options");
+  po::options_description o(
+      "roce-nfsd options (signals: SIGHUP reads --exports-file again; SIGUSR1 prints the poll "
+      "loop's time, the NFSv4.1 clients and the counters; SIGTERM or SIGINT stop it, "
+      "unregistering from rpcbind and printing the report)");
   o.add_options()("help,h", "this help")(
       "attach", po::value(&nl.attach),
       "a client of the roced listening on this socket (no DPDK port of its own)")(
@@ -81,48 +83,51 @@ int main(int argc, char** argv) {
       "'export-options OPTS' and 'clients LIST', # comments")(
       "clients", po::value(&clients),
       "who may mount: IPv4 addresses, address/prefix and address/netmask, comma-separated "
-      "(default *: everyone)")("max-handles",
-                               po::value(&c.max_handles)->default_value(c.max_handles),
-                               "file handles remembered without CAP_DAC_READ_SEARCH (a table of "
-                               "paths; least recently used forgotten: stale)")(
-      "threads", po::value(&c.threads)->default_value(c.threads),
-      "worker threads doing the file system calls")("port", po::value(&port)->default_value(c.port),
-                                                    "NFS/RDMA rdma_cm port")(
+      "(default *: everyone)")(
+      "max-handles", po::value<std::string>()->default_value(std::to_string(c.max_handles)),
+      "file handles remembered without CAP_DAC_READ_SEARCH (a table of "
+      "paths; least recently used forgotten: stale)")(
+      "threads", po::value<std::string>()->default_value(std::to_string(c.threads)),
+      "worker threads doing the file system calls")(
+      "port", po::value<std::string>()->default_value(std::to_string(c.port)),
+      "NFS/RDMA rdma_cm port")(
       "mount-address", po::value(&c.mount_address),
       "kernel TCP address for MOUNT (default: the address of --iface, else 127.0.0.1)")(
-      "mount-clients", po::value(&c.mount_clients)->default_value(c.mount_clients),
-      "MOUNT connections at once")("mount-per-peer",
-                                   po::value(&c.mount_per_peer)->default_value(c.mount_per_peer),
-                                   "MOUNT connections of one address")(
-      "mount-timeout", po::value(&c.mount_timeout_ms)->default_value(c.mount_timeout_ms),
+      "mount-clients", po::value<std::string>()->default_value(std::to_string(c.mount_clients)),
+      "MOUNT connections at once")(
+      "mount-per-peer", po::value<std::string>()->default_value(std::to_string(c.mount_per_peer)),
+      "MOUNT connections of one address")(
+      "mount-timeout", po::value<std::string>()->default_value(std::to_string(c.mount_timeout_ms)),
       "ms a MOUNT connection has for each whole call (and to take its reply)")(
-      "max-per-peer", po::value(&c.transport.max_per_peer)->default_value(c.transport.max_per_peer),
+      "max-per-peer",
+      po::value<std::string>()->default_value(std::to_string(c.transport.max_per_peer)),
       "RDMA connections of one address (beyond: its oldest idle one is closed)")(
-      "reap-idle", po::value(&c.transport.reap_idle_ms)->default_value(c.transport.reap_idle_ms),
+      "reap-idle",
+      po::value<std::string>()->default_value(std::to_string(c.transport.reap_idle_ms)),
       "ms idle after which an RDMA connection is closed for a REQ when the table is full")(
       "max-connections",
-      po::value(&c.transport.max_connections)->default_value(c.transport.max_connections),
+      po::value<std::string>()->default_value(std::to_string(c.transport.max_connections)),
       "RDMA connections at once (beyond: REJ no resources)")(
       "max-half-open",
-      po::value(&c.transport.max_half_open)->default_value(c.transport.max_half_open),
+      po::value<std::string>()->default_value(std::to_string(c.transport.max_half_open)),
       "RDMA connections not yet established")(
-      "mount-port", po::value(&mount_port)->default_value(c.mount_port), "MOUNT TCP port")(
-      "tcp-port", po::value(&tcp_port)->default_value(0),
-      "also serve NFS over kernel TCP here (0: no)")(
-      "portmap-port", po::value(&portmap_port)->default_value(c.portmap_port),
+      "mount-port", po::value<std::string>()->default_value(std::to_string(c.mount_port)),
+      "MOUNT TCP port")("tcp-port", po::value<std::string>()->default_value("0"),
+                        "also serve NFS over kernel TCP here (0: no)")(
+      "portmap-port", po::value<std::string>()->default_value(std::to_string(c.portmap_port)),
       "port mapper (rpcbind v2-v4) for MOUNT and NFS on the MOUNT address, TCP and UDP "
       "(0: none; 111 needs privilege)")(
       "portmap", po::value(&portmap)->default_value("auto"),
       "own: answer as the port mapper on --portmap-port; register: register MOUNT and NFS with "
       "the host's rpcbind (unregistered at exit; start fails when a host mountd holds MOUNT "
       "there); auto: register when the host's rpcbind answers, else own; off")(
-      "rpcbind-wait", po::value(&c.rpcbind_wait_s)->default_value(c.rpcbind_wait_s),
+      "rpcbind-wait", po::value<std::string>()->default_value(std::to_string(c.rpcbind_wait_s)),
       "seconds to keep trying the host's rpcbind when it does not answer yet (and, under auto, "
       "to watch for one starting later)")(
       "delegations", po::value(&delegations)->default_value("on"),
       "NFSv4.1 read delegations: on (each backed by a host file lease, recalled when anything "
       "writes the file) or off (yes/no, 1/0 too)")(
-      "lease-time", po::value(&c.lease_seconds)->default_value(c.lease_seconds),
+      "lease-time", po::value<std::string>()->default_value(std::to_string(c.lease_seconds)),
       "NFSv4.1 lease in seconds (10 to 3600)")(
       "grace-time", po::value(&grace)->default_value(std::to_string(c.grace_seconds)),
       "NFSv4.1 grace period after a restart in seconds (10 to 3600), extended once by up to a "
@@ -133,9 +138,8 @@ int main(int argc, char** argv) {
       "state-dir", po::value(&c.state_dir),
       "NFSv4.1 client records for reclaim after a restart (default "
       "/var/lib/roce-nfsd/<root's name>-<port>-<hash>; none, so no grace period, when that is "
-      "not usable)")("credits", po::value(&c.transport.credits)->default_value(32),
-                     "credits granted")(
-      "inline", po::value(&c.transport.inline_size)->default_value(4096), "inline size")(
+      "not usable)")("credits", po::value<std::string>()->default_value("32"), "credits granted")(
+      "inline", po::value<std::string>()->default_value("4096"), "inline size")(
       "spin", po::bool_switch(&spin), "never yield the CPU when idle (a core of its own)")(
       "timeout", po::value(&timeout)->default_value(0), "exit after this many seconds (0: never)")(
       "tx-drop", po::value(&tx_drop)->default_value(0), "drop this fraction of sent frames")(
@@ -162,37 +166,31 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (const auto& w : warnings) std::cerr << "roce-nfsd: " << w << "\n";
-  const auto deleg_on = nfs::v4::parse_switch(delegations);
-  if (!deleg_on) {
-    std::cerr << "roce-nfsd: --delegations must be on or off (yes/no, 1/0)\n";
-    return 2;
-  }
-  c.delegations = *deleg_on;
-  if (c.lease_seconds < nfs::v4::Limits::kMinLeaseSeconds ||
-      c.lease_seconds > nfs::v4::Limits::kMaxLeaseSeconds) {
-    std::cerr << "roce-nfsd: --lease-time must be 10 to 3600 seconds\n";
-    return 2;
-  }
-  if (c.rpcbind_wait_s > 3600) {
-    std::cerr << "roce-nfsd: --rpcbind-wait must be 0 to 3600 seconds\n";
-    return 2;
-  }
+  // One set of rules and messages with roced's `kind: nfs` args (parse_service_args): every
+  // numeric flag in its range (exit 2), never wrapped or clamped.
   try {
-    nfs::NfsServiceConfig p;
-    nfs::parse_service_args(
-        {"--root", "/", "--portmap", portmap, "--grace-time", grace, "--versions", versions}, p);
-    c.portmap = p.portmap;
-    c.grace_seconds = p.grace_seconds;
-    c.nfs_v3 = p.nfs_v3;
-    c.nfs_v41 = p.nfs_v41;
+    std::vector<std::string> args = {"--root",       c.root,  "--delegations", delegations,
+                                     "--portmap",    portmap, "--grace-time",  grace,
+                                     "--versions",   versions};
+    for (const char* name :
+         {"max-handles", "threads", "mount-clients", "mount-per-peer", "mount-timeout",
+          "max-per-peer", "reap-idle", "max-connections", "max-half-open", "mount-port",
+          "portmap-port", "rpcbind-wait", "lease-time", "credits", "inline"}) {
+      args.push_back(std::string("--") + name);
+      args.push_back(vm[name].as<std::string>());
+    }
+    if (const std::string t = vm["tcp-port"].as<std::string>(); t != "0") {
+      args.push_back("--tcp-port");
+      args.push_back(t);
+    }
+    nfs::parse_service_args(args, c);
+    c.port = nfs::parse_port("--port", vm["port"].as<std::string>());
   } catch (const std::exception& e) {
-    std::cerr << "roce-nfsd: " << e.what() << "\n";
+    std::string m = e.what();
+    if (m.rfind("service nfs: ", 0) == 0) m.erase(0, 13);
+    std::cerr << "roce-nfsd: " << m << "\n";
     return 2;
   }
-  c.port = static_cast<std::uint16_t>(port);
-  c.mount_port = static_cast<std::uint16_t>(mount_port);
-  c.tcp_port = static_cast<std::uint16_t>(tcp_port);
-  c.portmap_port = static_cast<std::uint16_t>(portmap_port);
   link.set_drops(tx_drop, rx_drop, 21);
   if (!memif_socket.empty() && !link.set_memif(memif_socket, memif_role)) {
     std::cerr << "roce-nfsd: --memif-role must be server or client\n";
@@ -231,7 +229,11 @@ int main(int argc, char** argv) {
       if (g_loop_stats) {
         g_loop_stats = 0;
         print_loop(holder);
-        std::cout << "roce-nfsd: " << svc.clients_report() << std::flush;
+        std::cout << "roce-nfsd: " << svc.clients_report();
+        // The counters, named as roced's metrics of the service (nfsstat -s's place).
+        std::cout << "roce-nfsd: counters:";
+        for (const auto& [name, value] : svc.stats()) std::cout << " " << name << "=" << value;
+        std::cout << std::endl;
       }
     }
     std::cout << svc.report() << std::flush;

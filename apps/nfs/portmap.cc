@@ -136,19 +136,40 @@ std::uint64_t mono_ms() {
   return std::uint64_t(t.tv_sec) * 1000 + std::uint64_t(t.tv_nsec) / 1'000'000;
 }
 /// Sends all of `b` or reads exactly `n` bytes before `deadline` (ms); false on error or time.
+/// A signal (EINTR: SIGHUP, SIGUSR1, the lease-break signal on this thread) is no failure.
 bool io_all(int fd, std::uint8_t* b, std::size_t n, bool out, std::uint64_t deadline) {
   std::size_t at = 0;
   while (at < n) {
     const std::uint64_t now = mono_ms();
     if (now >= deadline) return false;
     pollfd p{fd, static_cast<short>(out ? POLLOUT : POLLIN), 0};
-    if (::poll(&p, 1, static_cast<int>(deadline - now)) <= 0) return false;
-    const ssize_t k =
-        out ? ::send(fd, b + at, n - at, MSG_NOSIGNAL) : ::recv(fd, b + at, n - at, 0);
+    const int r = ::poll(&p, 1, static_cast<int>(deadline - now));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    const ssize_t k = out ? ::send(fd, b + at, n - at, MSG_NOSIGNAL | MSG_DONTWAIT)
+                          : ::recv(fd, b + at, n - at, MSG_DONTWAIT);
+    if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (k <= 0) return false;
     at += static_cast<std::size_t>(k);
   }
   return true;
+}
+/// connect() that a signal does not fail: the connection goes on (EINTR), so wait for it.
+bool connect_fd(int fd, const sockaddr* a, socklen_t len, int timeout_ms) {
+  if (::connect(fd, a, len) == 0) return true;
+  if (errno != EINTR && errno != EINPROGRESS) return false;
+  const std::uint64_t deadline = mono_ms() + static_cast<std::uint64_t>(timeout_ms);
+  for (;;) {
+    const std::uint64_t now = mono_ms();
+    if (now >= deadline) return false;
+    pollfd p{fd, POLLOUT, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(deadline - now));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    int err = 0;
+    socklen_t el = sizeof err;
+    return ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0;
+  }
 }
 void encode_rpcb(XdrEncoder& e, const PortmapEntry& x) {
   e.u32(x.prog);
@@ -167,7 +188,7 @@ int RpcbindClient::connect_rpcbind() {
     a.sun_family = AF_UNIX;
     if (fd >= 0 && unix_path.size() < sizeof a.sun_path) {
       std::memcpy(a.sun_path, unix_path.c_str(), unix_path.size() + 1);
-      if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return fd;
+      if (connect_fd(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a, timeout_ms)) return fd;
     }
     if (fd >= 0) ::close(fd);
   }
@@ -189,7 +210,7 @@ int RpcbindClient::connect_rpcbind() {
   to.sin_family = AF_INET;
   to.sin_port = htons(tcp_port);
   to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof to) != 0) {
+  if (!connect_fd(fd, reinterpret_cast<const sockaddr*>(&to), sizeof to, timeout_ms)) {
     ::close(fd);
     return -1;
   }
@@ -198,6 +219,7 @@ int RpcbindClient::connect_rpcbind() {
 
 std::optional<std::vector<std::uint8_t>> RpcbindClient::call(
     std::uint32_t proc, const std::vector<std::uint8_t>& args) {
+  failure_ = Failure::kNoAnswer;
   const int fd = connect_rpcbind();
   if (fd < 0) return std::nullopt;
   std::vector<std::uint8_t> m(4);
@@ -215,7 +237,8 @@ std::optional<std::vector<std::uint8_t>> RpcbindClient::call(
   const std::uint64_t deadline = mono_ms() + static_cast<std::uint64_t>(timeout_ms);
   std::vector<std::uint8_t> reply;
   bool ok = io_all(fd, m.data(), m.size(), true, deadline);
-  // The reply: fragments until the last (small: a boolean, an address), at most 64 KiB.
+  // The reply, fragment by fragment until the last: small for SET and UNSET, but DUMP lists
+  // every entry anyone registered (rpcbind has no per-user limit): up to max_reply bytes.
   for (bool last = false; ok && !last;) {
     std::uint8_t mk[4];
     ok = io_all(fd, mk, 4, false, deadline);
@@ -224,8 +247,9 @@ std::optional<std::vector<std::uint8_t>> RpcbindClient::call(
         std::uint32_t{mk[0]} << 24 | std::uint32_t{mk[1]} << 16 | std::uint32_t{mk[2]} << 8 | mk[3];
     last = v & 0x80000000u;
     const std::size_t n = v & 0x7fffffffu;
-    if (reply.size() + n > 65536) {
+    if (reply.size() + n > max_reply) {
       ok = false;
+      failure_ = Failure::kTooLarge;
       break;
     }
     const std::size_t at = reply.size();
@@ -234,13 +258,29 @@ std::optional<std::vector<std::uint8_t>> RpcbindClient::call(
   }
   ::close(fd);
   if (!ok) return std::nullopt;
+  failure_ = Failure::kBadReply;
   XdrDecoder d(reply);
   rpc::ReplyHeader r;
   if (!rpc::decode(d, r) || r.xid != h.xid || r.stat != rpc::kMsgAccepted ||
       r.accept != rpc::kSuccess)
     return std::nullopt;
+  failure_ = Failure::kNone;
   const auto rest = d.rest();
   return std::vector<std::uint8_t>(rest.begin(), rest.end());
+}
+
+std::string RpcbindClient::failure_text() const {
+  const std::string where =
+      unix_path + (tcp_port ? ", 127.0.0.1:" + std::to_string(tcp_port) : std::string());
+  switch (failure_) {
+    case Failure::kTooLarge:
+      return "the host's rpcbind's table is larger than " + std::to_string(max_reply >> 20) +
+             " MiB (" + where + "; somebody registered that many entries)";
+    case Failure::kBadReply:
+      return "a bad reply from the host's rpcbind (" + where + ")";
+    default:
+      return "no answer from the host's rpcbind (" + where + ")";
+  }
 }
 
 std::string describe(const PortmapEntry& x) {
@@ -260,18 +300,45 @@ std::optional<std::vector<RpcbEntry>> RpcbindClient::dump() {
   if (!r) return std::nullopt;
   XdrDecoder d(*r);
   std::vector<RpcbEntry> out;
-  // rpcblist: an optional entry after another; bounded by the reply's 64 KiB.
+  // rpcblist: an optional entry after another, bounded by max_reply. rpcbind bounds none of
+  // the strings (any user may SET a 250-byte address): each string up to the reply's size.
+  const std::size_t any = r->size();
   while (d.ok() && d.boolean()) {
     RpcbEntry x;
     x.prog = d.u32();
     x.vers = d.u32();
-    x.netid = d.string(64);
-    x.addr = d.string(128);
-    x.owner = d.string(128);
+    x.netid = d.string(any);
+    x.addr = d.string(any);
+    x.owner = d.string(any);
     if (d.ok()) out.push_back(std::move(x));
   }
-  if (!d.ok()) return std::nullopt;
+  if (!d.ok()) {
+    failure_ = Failure::kBadReply;
+    return std::nullopt;
+  }
   return out;
+}
+
+namespace {
+/// An owner rpcbind records only for a privileged caller: "superuser" (uid 0 over its local
+/// socket). Any other is a uid's (anyone may SET over the local socket, mode 0666).
+bool privileged_owner(const std::string& owner) { return owner == "superuser"; }
+}  // namespace
+
+std::string RpcbindClient::self_owner() {
+  return ::geteuid() == 0 ? "superuser" : std::to_string(::geteuid());
+}
+
+bool RpcbindClient::unset(const PortmapEntry& x) {
+  if (x.netid.empty()) return false;  // an empty netid is every netid
+  std::vector<std::uint8_t> args;
+  XdrEncoder e(args);
+  encode_rpcb(e, x);
+  const auto r = call(kUnset, args);
+  if (!r) return false;
+  XdrDecoder d(*r);
+  const bool ok = d.boolean();
+  return d.ok() && ok;
 }
 
 RpcbindClient::Result RpcbindClient::register_entry(const PortmapEntry& x, RpcbEntry* holder) {
@@ -279,29 +346,57 @@ RpcbindClient::Result RpcbindClient::register_entry(const PortmapEntry& x, RpcbE
     if (log) log(m);
   };
   const std::string what = describe(x);
-  const std::string where =
-      unix_path + (tcp_port ? ", 127.0.0.1:" + std::to_string(tcp_port) : std::string());
+  const std::string mine_owner = self_owner();
   // Who holds the program, version and netid now: rpcbind's SET would refuse another address
   // (or, from an older rpcbind, replace it); GETADDR answers for the caller's own netid only.
   const auto list = dump();
-  if (!list) {
-    say("no answer from the host's rpcbind (" + where + "): " + what + " not registered");
+  if (!list && failure_ != Failure::kTooLarge) {
+    say(failure_text() + ": " + what + " not registered");
     return Result::kNoAnswer;
   }
-  if (const RpcbEntry* there = find_entry(*list, x); there && there->addr != universal_address(x)) {
+  if (!list) {
+    // Flooded (any user may SET): who holds it cannot be seen. SET says whether anybody does;
+    // when nobody did, the entry is ours.
+    say(failure_text() + ": registering " + what + " without looking");
+  } else if (const RpcbEntry* there = find_entry(*list, x);
+             there && there->addr != universal_address(x)) {
     if (holder) *holder = *there;
-    say("the host's rpcbind already has program " + std::to_string(x.prog) + " version " +
-        std::to_string(x.vers) + " " + x.netid + " at " + there->addr + " (owner " + there->owner +
-        "): somebody else serves it (a host mountd or nfsd?); " + universal_address(x) +
-        " not registered, theirs left alone");
-    return Result::kTaken;
+    if (!privileged_owner(there->owner) && there->owner != mine_owner) {
+      // A user's entry (anyone may SET over rpcbind's local socket): a squat, not a host
+      // mountd, which runs as root. Root takes it away (rpcbind lets "superuser" UNSET any).
+      if (!privileged) {
+        say("WARNING: the host's rpcbind sends clients of program " + std::to_string(x.prog) +
+            " version " + std::to_string(x.vers) + " " + x.netid + " to " + there->addr +
+            ", registered by uid " + there->owner +
+            " (not root: a squatter?); not root, so it cannot be taken away: " +
+            universal_address(x) + " not registered (run as root, or rpcinfo -d as root)");
+        return Result::kTaken;
+      }
+      PortmapEntry theirs = x;
+      if (!unset(theirs)) {
+        say("the host's rpcbind refused to take away uid " + there->owner + "'s entry of " +
+            std::to_string(x.prog) + " version " + std::to_string(x.vers) + " " + x.netid + " at " +
+            there->addr + ": " + universal_address(x) + " not registered");
+        return Result::kTaken;
+      }
+      ++squats_removed_;
+      say("took away uid " + there->owner + "'s entry of program " + std::to_string(x.prog) +
+          " version " + std::to_string(x.vers) + " " + x.netid + " at " + there->addr +
+          " from the host's rpcbind (not root's: a squat; counted in rpcbind_squats_removed)");
+    } else {
+      say("the host's rpcbind already has program " + std::to_string(x.prog) + " version " +
+          std::to_string(x.vers) + " " + x.netid + " at " + there->addr + " (owner " +
+          there->owner + "): somebody else serves it (a host mountd or nfsd?); " +
+          universal_address(x) + " not registered, theirs left alone");
+      return Result::kTaken;
+    }
   }
   std::vector<std::uint8_t> args;
   XdrEncoder e(args);
   encode_rpcb(e, x);
   const auto r = call(kSet, args);
   if (!r) {
-    say("no answer from the host's rpcbind (" + where + "): " + what + " not registered");
+    say(failure_text() + ": " + what + " not registered");
     return Result::kNoAnswer;
   }
   XdrDecoder d(*r);
@@ -317,12 +412,18 @@ RpcbindClient::Result RpcbindClient::register_entry(const PortmapEntry& x, RpcbE
           "): " + universal_address(x) + " not registered");
       return Result::kTaken;
     }
+    if (!again && failure_ == Failure::kTooLarge) {
+      say(failure_text() + " and its SET of " + what +
+          " says no: somebody holds it (whose cannot be listed); not registered");
+      return Result::kRefused;
+    }
     say("the host's rpcbind refused " + what + " (a reserved source port or root is needed)");
     return Result::kRefused;
   }
   // The owner rpcbind recorded (the caller's uid over the local socket, "superuser" for root):
   // unregister_all() takes away only the entry that still has it.
   PortmapEntry mine = x;
+  mine.owner = mine_owner;
   if (const auto after = dump())
     if (const RpcbEntry* there = find_entry(*after, x);
         there && there->addr == universal_address(x))
@@ -335,25 +436,30 @@ RpcbindClient::Result RpcbindClient::register_entry(const PortmapEntry& x, RpcbE
 void RpcbindClient::unregister_all() {
   if (done_.empty()) return;
   const auto list = dump();
+  if (!list && log)
+    log(failure_text() + ": taking away the " + std::to_string(done_.size()) +
+        " entries registered here without looking whether they are still ours");
   while (!done_.empty()) {
     const PortmapEntry x = std::move(done_.back());
     done_.pop_back();
     // rpcbind's UNSET goes by program, version and netid alone: only while the entry there is
     // still the one registered here (a host mountd may have replaced it since: its own UNSET
-    // and SET at its start), and never with an empty netid (that is every netid).
-    const RpcbEntry* there = list ? find_entry(*list, x) : nullptr;
-    if (x.netid.empty() || !there) continue;  // gone already, or rpcbind does not answer
-    if (there->addr != universal_address(x) || there->owner != x.owner) {
-      if (log)
-        log("left the host's rpcbind entry of program " + std::to_string(x.prog) + " version " +
-            std::to_string(x.vers) + " " + x.netid + " alone: it is " + there->addr + " (owner " +
-            there->owner + ") now, not ours");
-      continue;
+    // and SET at its start), and never with an empty netid (that is every netid). When rpcbind
+    // cannot list (a table flooded past max_reply, or no answer), what was registered here is
+    // taken away still: a stale entry would send clients to a port anyone may take.
+    if (x.netid.empty()) continue;
+    if (list) {
+      const RpcbEntry* there = find_entry(*list, x);
+      if (!there) continue;  // gone already
+      if (there->addr != universal_address(x) || there->owner != x.owner) {
+        if (log)
+          log("left the host's rpcbind entry of program " + std::to_string(x.prog) + " version " +
+              std::to_string(x.vers) + " " + x.netid + " alone: it is " + there->addr + " (owner " +
+              there->owner + ") now, not ours");
+        continue;
+      }
     }
-    std::vector<std::uint8_t> args;
-    XdrEncoder e(args);
-    encode_rpcb(e, x);
-    call(kUnset, args);
+    unset(x);
   }
 }
 
@@ -405,6 +511,7 @@ bool RpcbindRegistrar::try_all(std::vector<std::pair<PortmapEntry, RpcbEntry>>* 
   std::lock_guard g(mu_);
   counts_.registered += add.registered;
   counts_.taken += add.taken;
+  counts_.squats_removed = client_.squats_removed();
   pending_ = std::move(again);
   return pending_.empty();
 }

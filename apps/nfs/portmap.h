@@ -11,6 +11,8 @@
 /// thread of its own that tries again while rpcbind is not up yet (RpcbindRegistrar).
 #pragma once
 
+#include <unistd.h>
+
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -68,6 +70,12 @@ class RpcbindClient {
   std::uint16_t tcp_port = 111;
   int timeout_ms = 1000;
   std::function<void(const std::string&)> log;
+  /// DUMP's reply is read up to this many bytes (fragment by fragment); beyond, "the table is
+  /// larger than N" (failure_text()).
+  std::size_t max_reply = std::size_t{4} << 20;
+  /// Root: an entry of another uid (a squat, not a host mountd) is taken away (UNSET) and ours
+  /// registered. Otherwise it is only warned about (kTaken).
+  bool privileged = ::geteuid() == 0;
 
   RpcbindClient() = default;
   ~RpcbindClient() { unregister_all(); }
@@ -82,10 +90,21 @@ class RpcbindClient {
   };
   /// Registers `e` unless rpcbind holds another address for its program, version and netid
   /// (kTaken: `holder` is that entry). An entry at `e`'s own address (left behind by an earlier
-  /// run that was killed) is taken over. Says what happened through `log`.
+  /// run that was killed) is taken over. An entry at another address whose owner is neither
+  /// "superuser" nor this process's uid (any user may SET over rpcbind's local socket: a squat)
+  /// is taken away first when `privileged` (counted: squats_removed()), else kTaken with a
+  /// warning. When DUMP's reply is larger than max_reply, SET is tried without looking. Says
+  /// what happened through `log`.
   Result register_entry(const PortmapEntry& e, RpcbEntry* holder = nullptr);
-  /// UNSET of every entry registered here that rpcbind still holds as registered (reverse order).
+  /// UNSET of every entry registered here that rpcbind still holds as registered (reverse order);
+  /// of every entry registered here when rpcbind's DUMP fails (too large, no answer).
   void unregister_all();
+  /// Entries of other uids taken away (register_entry).
+  std::uint64_t squats_removed() const { return squats_removed_; }
+  /// Why the last call failed, for a log line: no answer, a reply over max_reply, a bad reply.
+  std::string failure_text() const;
+  /// The owner rpcbind records for this process over its local socket.
+  static std::string self_owner();
   const std::vector<PortmapEntry>& registered() const { return done_; }
   /// RPCBPROC_DUMP: every entry rpcbind holds; nothing when it does not answer.
   std::optional<std::vector<RpcbEntry>> dump();
@@ -97,6 +116,9 @@ class RpcbindClient {
 
  private:
   int connect_rpcbind();
+  bool unset(const PortmapEntry& x);
+  enum class Failure { kNone, kNoAnswer, kTooLarge, kBadReply } failure_ = Failure::kNone;
+  std::uint64_t squats_removed_ = 0;
   std::vector<PortmapEntry> done_;  ///< owner: rpcbind's r_owner of it after SET
   std::uint32_t xid_ = 0x52424e44;
 };
@@ -136,6 +158,7 @@ class RpcbindRegistrar {
   /// the window), tries made.
   struct Counts {
     std::uint64_t registered = 0, taken = 0, given_up = 0, tries = 0;
+    std::uint64_t squats_removed = 0;  ///< other uids' entries taken away (root only)
   };
   Counts counts() const;
   /// Waits until the thread has nothing left to try (tests).

@@ -71,7 +71,8 @@ mport=$((22000 + $$ % 4000))
 printf 'export-options ro\nclients 198.18.0.1\n' > "$work/exports"
 "$nfsd" --memif "$work/memif.sock" --ip 192.0.2.121 --mac 02:00:5e:00:10:01 \
   --root "$work/export" --export-options "$squash" --exports-file "$work/exports" \
-  --mount-address 127.0.0.1 --mount-port "$mport" --portmap-port 0 --timeout 60 \
+  --mount-address 127.0.0.1 --mount-port "$mport" --portmap-port 0 --state-dir "$work/state" \
+  --timeout 60 \
   > "$work/nfsd.txt" 2>&1 &
 pid=$!
 wait_log "$work/nfsd.txt" "^roce-nfsd: serving"
@@ -117,6 +118,7 @@ services:
     port: p0
     listen_port: 20049
     args: ["--root", "$work/export", "--mount-port", "$mport", "--portmap-port", "0",
+           "--state-dir", "$work/state2",
            "--export-options", "$squash", "--exports-file", "$work/exports"]
 YAML
 "$roced" --config "$work/roced.yaml" > "$work/roced.log" 2>&1 &

@@ -47,7 +47,7 @@ case $mode in
   - test: nfs
     port: p0
     listen_port: 20049
-    args: [\"--root\", \"$work/export\", \"--export\", \"/\", \"--mount-port\", \"$mport\", \"--export-options\", \"$squash\"]"
+    args: [\"--root\", \"$work/export\", \"--export\", \"/\", \"--mount-port\", \"$mport\", \"--export-options\", \"$squash\", \"--state-dir\", \"$work/state\"]"
     grep -q "service nfs: rdma_cm port 20049" "$work/a.log" || { cat "$work/a.log"; echo "FAIL: no nfs service"; exit 1; }
     appliance b client 02:00:5e:00:10:02 192.0.2.122 1
     "$client" --attach "$work/b.sock" --server 192.0.2.121 "${common[@]}" --break-after 8 \
@@ -60,7 +60,7 @@ case $mode in
   server-attached)
     appliance a server 02:00:5e:00:10:01 192.0.2.121 0
     "$nfsd" --attach "$work/a.sock" --root "$work/export" --export / --export-options "$squash" \
-      --mount-address 127.0.0.1 --mount-port "$mport" --timeout 60 > "$work/nfsd.txt" 2>&1 &
+      --state-dir "$work/state" --mount-address 127.0.0.1 --mount-port "$mport" --timeout 60 > "$work/nfsd.txt" 2>&1 &
     pids+=($!)
     nfsd_pid=$!
     served "$work/nfsd.txt"
@@ -78,7 +78,7 @@ case $mode in
   in-process)
     "$nfsd" --memif "$work/memif.sock" --ip 192.0.2.121 --mac 02:00:5e:00:10:01 \
       --root "$work/export" --export / --export-options "$squash" --mount-address 127.0.0.1 \
-      --mount-port "$mport" --timeout 60 > "$work/nfsd.txt" 2>&1 &
+      --state-dir "$work/state" --mount-port "$mport" --timeout 60 > "$work/nfsd.txt" 2>&1 &
     pids+=($!)
     nfsd_pid=$!
     served "$work/nfsd.txt"

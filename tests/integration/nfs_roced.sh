@@ -39,7 +39,7 @@ services:
     listen_port: 20049
     args: ["--root", "$work/export", "--export", "/", "--mount-port", "$mport",
            "--export-options", "rw,all_squash,anonuid=$(id -u),anongid=$(id -g)",
-           "--clients", "192.0.2.2,127.0.0.1"]
+           "--clients", "192.0.2.2,127.0.0.1", "--state-dir", "$work/state"]
 YAML
 "$roced" --config "$work/roced.yaml" > "$work/roced.log" 2>&1 &
 pid=$!

@@ -11,9 +11,12 @@
 #      With a host mountd registered first, `--portmap register` refuses to start with a clear
 #      error and `--portmap auto` says so, registers NFS alone and leaves mountd's entry
 #      (review31u-N3).
-#   2. no rpcbind: roce-nfsd answers as the port mapper itself; `rpcinfo` (v4 DUMP) and
-#      `rpcinfo -p` (PMAP v2 DUMP) list its programs. An rpcbind started after it (its local
-#      socket) is registered with too.
+#   2. no rpcbind running, --portmap own: roce-nfsd answers as the port mapper itself;
+#      `rpcinfo` (v4 DUMP) and `rpcinfo -p` (PMAP v2 DUMP) list its programs. An rpcbind started
+#      after it (its local socket) is registered with too.
+#   2b. no rpcbind running but one installed, --portmap auto (review19-user 2): roce-nfsd leaves
+#      port 111 alone and registers once rpcbind starts, which then has IPv4 111 (before, auto
+#      took 127.0.0.1:111 itself and the later rpcbind lost all of IPv4 111).
 #   3. rpcbind started after roce-nfsd --portmap register: registered once it answers
 #      (review31u-N2: tried again once a second for --rpcbind-wait seconds).
 # roce-nfsd runs on a memif port with no peer (MOUNT and the port mapper are kernel TCP).
@@ -53,7 +56,7 @@ nfsd_run() {  # LOG ARGS...: started, not waited for
   rm -f "$work/memif.sock"  # a killed server's
   "$nfsd" --memif "$work/memif.sock" --ip 192.0.2.121 --mac 02:00:5e:00:10:01 \
     --root "$work/export" --export-options rw,no_root_squash --mount-address 127.0.0.1 \
-    --mount-port "$mport" --timeout 60 "$@" > "$log" 2>&1 &
+    --mount-port "$mport" --state-dir "$work/state" --timeout 60 "$@" > "$log" 2>&1 &
   nfsd_pid=$!
   pids+=("$nfsd_pid")
 }
@@ -140,8 +143,8 @@ kill "$rpcbind_pid"
 wait "$rpcbind_pid" 2>/dev/null || true
 rm -f /run/rpcbind.sock
 
-# --- 2. no rpcbind: roce-nfsd is the port mapper ---
-nfsd_start "$work/nfsd4.txt"
+# --- 2. no rpcbind, --portmap own: roce-nfsd is the port mapper ---
+nfsd_start "$work/nfsd4.txt" --portmap own
 for _ in $(seq 50); do rpcinfo 127.0.0.1 > "$work/own.txt" 2>&1 && break; sleep 0.1; done
 rpcinfo -p 127.0.0.1 > "$work/own-pmap.txt" 2>&1 || true
 sed 's/^/rpcinfo (own): /' "$work/own.txt"
@@ -150,7 +153,7 @@ grep -Eq "^ *100003 +3 +rdma +192\.0\.2\.121\.78\.81 " "$work/own.txt" ||
   { cat "$work/nfsd4.txt"; echo "FAIL: rpcinfo (RPCBIND v4 DUMP) against roce-nfsd's port mapper"; exit 1; }
 grep -Eq "^ *100005 +3 +tcp +$mport " "$work/own-pmap.txt" ||
   { cat "$work/nfsd4.txt"; echo "FAIL: rpcinfo -p against roce-nfsd's port mapper"; exit 1; }
-grep -q "no rpcbind answers: answering as the port mapper" "$work/nfsd4.txt" ||
+grep -q "portmap own: answering as the port mapper" "$work/nfsd4.txt" ||
   { cat "$work/nfsd4.txt"; echo "FAIL: own did not say why"; exit 1; }
 # rpcbind comes up after it (its TCP and UDP 111 on 127.0.0.1 are roce-nfsd's now; its local
 # socket answers): roce-nfsd registers with it too.
@@ -160,6 +163,27 @@ wait_log "$work/nfsd4.txt" "registered with the host's rpcbind: program 100003"
 kill -INT "$nfsd_pid"
 wait "$nfsd_pid" || true
 echo "ok: own port mapper, and an rpcbind started later registered with"
+kill "$rpcbind_pid"
+wait "$rpcbind_pid" 2>/dev/null || true
+rm -f /run/rpcbind.sock
+
+# --- 2b. no rpcbind running, but installed: auto waits for it instead of taking 111 ---
+nfsd_start "$work/nfsd9.txt" --rpcbind-wait 30
+wait_log "$work/nfsd9.txt" "no rpcbind answers yet, but one is installed"
+if rpcinfo -p 127.0.0.1 > /dev/null 2>&1; then
+  cat "$work/nfsd9.txt"; echo "FAIL: auto answers on port 111 with an rpcbind installed"; exit 1
+fi
+rpcbind_start
+# (rpcbind -w restores part 1's host mountd entry of MOUNT: NFS is what gets registered)
+wait_log "$work/nfsd9.txt" "registered with the host's rpcbind: program 100003"
+rpcinfo -p 127.0.0.1 > /dev/null ||
+  { cat "$work/rpcbind.log"; echo "FAIL: rpcbind started after auto has no IPv4 port 111"; exit 1; }
+rpcinfo 127.0.0.1 > "$work/pmap-auto.txt"
+grep -Eq "^ *100003 +3 +rdma +192\.0\.2\.121\.78\.81 " "$work/pmap-auto.txt" ||
+  { cat "$work/pmap-auto.txt" "$work/nfsd9.txt"; echo "FAIL: not registered with the rpcbind started after auto"; exit 1; }
+kill -INT "$nfsd_pid"
+wait "$nfsd_pid" || true
+echo "ok: auto with rpcbind installed waits for it, and rpcbind keeps port 111"
 kill "$rpcbind_pid"
 wait "$rpcbind_pid" 2>/dev/null || true
 rm -f /run/rpcbind.sock

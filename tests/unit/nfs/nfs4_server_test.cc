@@ -3482,6 +3482,34 @@ TEST_F(Nfs4GraceTest, ClientWithANewAddressIsRecordedAgain) {
   EXPECT_FALSE(srv_->in_grace());
 }
 
+// Review19-attacker 3: after a restart, another credential (uid) at another address naming a
+// recorded co_ownerid (guessable: "Linux NFSv4.1 <hostname>") that finishes RECLAIM_COMPLETE
+// and outlasts the grace period does not take the record over: it is erased, as for a client
+// that did not come back, and counted; the real client after the next restart is a new client,
+// not CLID_INUSE'd out by a record naming the attacker.
+TEST_F(Nfs4GraceTest, AnotherCredentialDoesNotTakeTheRecordOver) {
+  state_ = base_ / "state";
+  fs::create_directories(state_);
+  fs::permissions(state_, fs::perms::owner_all);
+  restart();
+  ctx_.peer.v = 0xc0000205u;  // 192.0.2.5: the real client
+  mount();
+  ASSERT_EQ(reclaim_complete(), kOk);
+  ASSERT_EQ(open("f", kUnchecked, kShareAccessBoth, 0, "oa").status, kOk);
+  restart();
+  ctx_.peer.v = 0xc0000266u;  // 192.0.2.102, as uid 4242
+  uid_ = 4242;
+  mount();
+  ASSERT_EQ(reclaim_complete(), kOk);
+  clock_ += lim_.lease_seconds;
+  EXPECT_FALSE(srv_->in_grace());
+  uid_ = 0;
+  EXPECT_EQ(srv_->stats().records_rewritten, 0u);
+  EXPECT_EQ(srv_->stats().records_refused, 1u);
+  EXPECT_EQ(records_file().find(" 3221225574\n"), std::string::npos)
+      << "recorded the attacker's principal: " << records_file();
+}
+
 // Records of an older server (a co_ownerid alone on its line) still let their client reclaim,
 // whoever it is (one restart's upgrade); records written now name the principal.
 TEST_F(Nfs4GraceTest, RecordsNameThePrincipal) {

@@ -403,5 +403,68 @@ TEST(Rpcbind, OwnPortMapperRegistersWithAnRpcbindStartedLater) {
   EXPECT_EQ(reg.counts().registered, 2u);
 }
 
+// Review19-attacker 1: any uid may SET over rpcbind's local socket. An entry of ours held by
+// another uid (not "superuser") is a squat: root takes it away and registers (counted); without
+// privilege it is only reported (kTaken, a warning naming the uid).
+TEST(Rpcbind, AnotherUidsEntryIsASquatRootTakesAway) {
+  FakeRpcbind rb(fake_path("squat"));
+  rb.start();
+  rb.replace({v3::kMountProgram, 3, "tcp", "0.0.0.0.169.1", "65534"});
+  std::vector<std::string> lines;
+  {
+    RpcbindClient c;
+    c.unix_path = fake_path("squat");
+    c.tcp_port = 0;
+    c.privileged = false;
+    c.log = [&](const std::string& m) { lines.push_back(m); };
+    RpcbEntry holder;
+    EXPECT_EQ(c.register_entry(kMount, &holder), RpcbindClient::Result::kTaken);
+    EXPECT_EQ(holder.owner, "65534");
+    ASSERT_FALSE(lines.empty());
+    EXPECT_NE(lines.back().find("uid 65534"), std::string::npos) << lines.back();
+    EXPECT_EQ(c.squats_removed(), 0u);
+    c.privileged = true;
+    EXPECT_EQ(c.register_entry(kMount, &holder), RpcbindClient::Result::kRegistered);
+    EXPECT_EQ(c.squats_removed(), 1u);
+    EXPECT_EQ(rb.table(), std::vector<std::string>{"100005 3 tcp 127.0.0.1.78.80 superuser"});
+  }
+  // Root's entry (a host mountd) stays a host mountd's, privileged or not.
+  rb.replace({v3::kMountProgram, 3, "tcp", "0.0.0.0.3.233", "superuser"});
+  RpcbindClient c;
+  c.unix_path = fake_path("squat");
+  c.tcp_port = 0;
+  c.privileged = true;
+  EXPECT_EQ(c.register_entry(kMount), RpcbindClient::Result::kTaken);
+  EXPECT_EQ(c.squats_removed(), 0u);
+}
+
+// Review19-attacker 2: a table flooded with long addresses (past 64 KiB) is read whole; past
+// max_reply, SET is tried without looking, the failure is named ("larger than"), and at stop
+// what was registered here is taken away even though DUMP fails.
+TEST(Rpcbind, FloodedTableIsReadOrNamedAndOursStillGoes) {
+  FakeRpcbind rb(fake_path("flood"));
+  rb.start();
+  const std::string longaddr(250, '1');
+  for (std::uint32_t v = 1; v <= 300; ++v) rb.replace({400000, v, "tcp", longaddr, "65534"});
+  std::vector<std::string> lines;
+  {
+    RpcbindClient c;
+    c.unix_path = fake_path("flood");
+    c.tcp_port = 0;
+    c.log = [&](const std::string& m) { lines.push_back(m); };
+    const auto all = c.dump();
+    ASSERT_TRUE(all.has_value());
+    EXPECT_EQ(all->size(), 300u);
+    EXPECT_EQ(c.register_entry(kMount), RpcbindClient::Result::kRegistered);
+    c.max_reply = 64 * 1024;
+    EXPECT_FALSE(c.dump().has_value());
+    EXPECT_NE(c.failure_text().find("larger than"), std::string::npos) << c.failure_text();
+    EXPECT_EQ(c.register_entry(kNfsRdma), RpcbindClient::Result::kRegistered);
+    EXPECT_EQ(rb.table().size(), 302u);
+  }
+  EXPECT_EQ(rb.table().size(), 300u) << "our two entries are left after stop";
+  for (const auto& l : lines) EXPECT_EQ(l.find("no answer"), std::string::npos) << l;
+}
+
 }  // namespace
 }  // namespace roce::nfs

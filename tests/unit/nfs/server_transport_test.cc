@@ -798,7 +798,7 @@ TEST(NfsService, PortMapperAnswersForMountAndNfs) {
   NfsServiceConfig c;
   const int base = 30000 + getpid() % 20000;
   parse_service_args({"--root", "/tmp", "--mount-port", std::to_string(base + 2), "--portmap-port",
-                      std::to_string(base + 3)},
+                      std::to_string(base + 3), "--portmap", "own"},
                      c);
   c.port = kPort + 2;
   auto own = open_local_context(*r.b.eng, *r.b.loop, kIpB);
@@ -865,7 +865,7 @@ TEST(NfsService, PortMapperOverUdpAnswersListedClientsOnly) {
   NfsServiceConfig c;
   const int base = 30000 + (getpid() + 7) % 20000;
   parse_service_args({"--root", "/tmp", "--mount-port", std::to_string(base + 2), "--portmap-port",
-                      std::to_string(base + 3), "--clients", "192.0.2.9"},
+                      std::to_string(base + 3), "--portmap", "own", "--clients", "192.0.2.9"},
                      c);
   c.port = kPort + 3;
   auto own = open_local_context(*r.b.eng, *r.b.loop, kIpB);
@@ -1465,6 +1465,17 @@ TEST(NfsServiceArgs, DelegationsAndStateDir) {
     EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", "--versions", bad}, c),
                  std::runtime_error)
         << bad;
+  // Review19-user 6: out of range is an error, never wrapped: "-1" (stoul wraps it), 0 credits,
+  // 0 threads; a port is 1..65535 (roce-nfsd's --port).
+  for (const auto& [flag, value] :
+       {std::pair{"--threads", "0"}, std::pair{"--threads", "-1"}, std::pair{"--credits", "0"},
+        std::pair{"--credits", "129"}, std::pair{"--mount-port", "70000"}})
+    EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", flag, value}, c),
+                 std::runtime_error)
+        << flag << " " << value;
+  EXPECT_THROW(roce::nfs::parse_port("--port", "70000"), std::runtime_error);
+  EXPECT_THROW(roce::nfs::parse_port("--port", "0"), std::runtime_error);
+  EXPECT_EQ(roce::nfs::parse_port("--port", "20049"), 20049);
   // --portmap: auto by default, then own, register, off; nothing else.
   using P = roce::nfs::NfsServiceConfig::Portmap;
   EXPECT_EQ(c.portmap, P::kAuto);
