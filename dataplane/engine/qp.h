@@ -78,6 +78,9 @@ struct SendWqe {
   std::uint32_t rereq_wait = 0;  ///< gaps seen meanwhile reach up to here (asked for after it)
   std::uint64_t atomic_orig = 0;
   WcStatus status = WcStatus::kSuccess;  ///< kFailed: the error to report
+  /// Selective repeat: a SEND or WRITE with immediate's message index (SrState::tx_msg), the
+  /// receive WQE it lands in at the peer (wire/srh.h).
+  std::uint32_t sr_msg = 0;
 
   bool is_rd_atomic() const {
     return opcode == WrOpcode::kRead || opcode == WrOpcode::kCmpSwap ||
@@ -296,10 +299,40 @@ struct SrState {
   wire::Psn probe_high;
   std::uint64_t probe_at = 0;
 
+  // --- SENDs and WRITE with immediate (sr_recv.cc; wire/srh.h) ---
+  /// Messages that consume a receive WQE, by index, that may be under way at once: the
+  /// responder keeps one record each (a packet further ahead is not placed), the requester
+  /// starts no message this far past the oldest one not acknowledged.
+  static constexpr std::uint32_t kMsgs = 64;
+  /// A message some of whose packets were placed, and what its completion needs.
+  struct RecvMsg {
+    wire::Psn first;  ///< PSN of its first packet
+    wire::Psn last;   ///< and of its last one
+    std::uint32_t index = 0;
+    std::uint32_t length = 0;
+    std::uint32_t imm = 0;  ///< immediate data, or the R_Key to invalidate
+    wire::Opcode op{};
+    bool se = false;
+    bool live = false;
+  };
+  std::array<RecvMsg, kMsgs> msgs{};                ///< message i at msgs[i % kMsgs]
+  std::array<std::uint64_t, kBits / 64> msg_pkt{};  ///< bit psn % kBits: a kept packet of a message
+  std::uint32_t rx_msg = 0;  ///< responder: index of the next message to complete
+  /// Message rx_msg has begun in PSN order (its first packet is behind ePSN): a SEND has taken
+  /// its receive WQE (RespState::recv).
+  bool rx_msg_open = false;
+  std::uint32_t tx_msg = 0;    ///< requester: index of the next message to start
+  std::uint32_t tx_floor = 0;  ///< the oldest message not acknowledged (at most; lazily moved)
+
   static std::uint32_t bit(wire::Psn p) { return p.raw() & (kBits - 1); }
   bool test(wire::Psn p) const { return (kept[bit(p) / 64] >> (bit(p) % 64)) & 1; }
   void set(wire::Psn p) { kept[bit(p) / 64] |= std::uint64_t{1} << (bit(p) % 64); }
-  void clear(wire::Psn p) { kept[bit(p) / 64] &= ~(std::uint64_t{1} << (bit(p) % 64)); }
+  void clear(wire::Psn p) {
+    kept[bit(p) / 64] &= ~(std::uint64_t{1} << (bit(p) % 64));
+    msg_pkt[bit(p) / 64] &= ~(std::uint64_t{1} << (bit(p) % 64));
+  }
+  bool test_msg(wire::Psn p) const { return (msg_pkt[bit(p) / 64] >> (bit(p) % 64)) & 1; }
+  void set_msg(wire::Psn p) { msg_pkt[bit(p) / 64] |= std::uint64_t{1} << (bit(p) % 64); }
   bool resend_empty() const { return resend_head == resend_tail; }
   /// When the responder's report of missing PSNs is due (0: nothing waits).
   std::uint64_t report_at() const { return gap_at ? gap_at + kReorderNs : 0; }

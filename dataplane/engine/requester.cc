@@ -310,6 +310,8 @@ bool Engine::Stages::req_send_ud(Engine& eng, Qp& qp, SendWqe& w) {
   w.sent = 0;
   w.read_done = 0;
   if (w.is_rd_atomic()) ++qp.req.rd_atomic_out;
+  if (qp.req.sr) [[unlikely]]
+    sr_start_wqe(qp, w);  // its message index
   w.state = WqeState::kSending;
   return true;
 }
@@ -366,13 +368,9 @@ bool Engine::Stages::req_send_ud(Engine& eng, Qp& qp, SendWqe& w) {
                           qp.req.pkts_since_ack_req + 1 >=
                               std::min(eng.cfg_.ack_req_every, qp.cc.ack_req_every) ||
                           qp.comp.probing);
-      if (qp.req.sr && w.opcode == WrOpcode::kWrite) [[unlikely]] {
-        // Selective repeat: every packet a WRITE Only with its own RETH, which the peer can
-        // place wherever it arrives (SrState). Completion is by PSN, as before.
-        f.opcode = Opcode::kRcWriteOnly;
-        f.reth_va = w.remote_addr + w.sent;
-        f.reth_len = static_cast<std::uint32_t>(payload);
-      }
+      // Selective repeat: packets the peer can place wherever they arrive (sr_msg.cc).
+      if (qp.req.sr) [[unlikely]]
+        sr_fields(qp, w, f, payload);
       return payload;
     }
   }
@@ -385,6 +383,8 @@ bool Engine::Stages::req_send_ud(Engine& eng, Qp& qp, SendWqe& w) {
                                                             std::span<std::uint8_t> slot,
                                                             const wire::PacketFields& f,
                                                             std::size_t payload) {
+  if (raw(f.opcode) >= raw(Opcode::kSrSend)) [[unlikely]]
+    return sr_emit(eng, qp, w, slot, f, payload);  // selective repeat's SR header
   if (w.opcode == WrOpcode::kCmpSwap || w.opcode == WrOpcode::kFetchAdd) {
     wire::FrameSpec s = qp.tx;  // the path template has no AtomicETH
     s.ip_id = f.ip_id;
@@ -507,6 +507,9 @@ void Engine::Stages::req_pump(Engine& eng, Qp& qp, std::uint32_t& budget) {
       if ((w.flags & kSendFence) && qp.req.rd_atomic_out > 0) return;
       if (w.is_rd_atomic() &&
           qp.req.rd_atomic_out >= std::max<std::uint8_t>(qp.attr.max_rd_atomic, 1))
+        return;
+      // Selective repeat: at most SrState::kMsgs SENDs and WRITEs with immediate under way.
+      if (qp.req.sr && !sr_msg_admit(qp, w)) [[unlikely]]
         return;
     }
     if (w.opcode == WrOpcode::kLocalInv || w.opcode == WrOpcode::kRegMr) {

@@ -82,7 +82,8 @@ std::string_view to_string(Counter c) {
                                                                  "window_stalls",
                                                                  "window_stall_ns",
                                                                  "sr_edge_resends",
-                                                                 "sr_connections"};
+                                                                 "sr_connections",
+                                                                 "sr_unplaced"};
   return k[static_cast<std::size_t>(c)];
 }
 
@@ -120,7 +121,9 @@ namespace {
   const bool match = (qp->type == QpType::kRc && t == wire::Transport::kRc) ||
                      (qp->type == QpType::kUc && t == wire::Transport::kUc) ||
                      (qp->type == QpType::kUd && t == wire::Transport::kUd);
-  if (!match) {
+  // Selective repeat's own opcodes (manufacturer specific) reach only an RC QP that negotiated
+  // it (Qp::sr); anywhere else they are dropped like any other transport's.
+  if (!match && !(t == wire::Transport::kVendor && qp->sr != nullptr)) {
     eng.stats_.inc(Counter::kRxDropWrongTransport);
     return;
   }

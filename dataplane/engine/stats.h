@@ -79,6 +79,7 @@ enum class Counter : std::uint8_t {
   kSrEdgeResends,       ///< selective repeat: oldest packet sent again, a later SACK or a probe's
                         ///< answer showing it lost
   kSrConnections,       ///< RC connections the CM set up with selective repeat on (ece_sr_on)
+  kSrUnplaced,          ///< selective repeat: SEND packets past ePSN not placed (sr_msg.cc)
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);
