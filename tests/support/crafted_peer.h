@@ -52,7 +52,7 @@ class CraftedPeer {
     std::uint32_t imm = 0;
     bool se = false;
     /// The payload's bytes; empty: payload_len bytes of the PSN's low byte.
-    std::vector<std::uint8_t> bytes;
+    std::vector<std::uint8_t> bytes{};
   };
   void inject(const Req& r);
   /// The same, aimed at `mem` + `off` with the MR's key.
