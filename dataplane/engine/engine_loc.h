@@ -155,10 +155,10 @@ struct Engine::Stages {
   /// The bookkeeping of a packet placed past ePSN (its bit, the reorder window).
   static void sr_kept(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
   // sr_msg.cc: selective repeat for SEND and WRITE with immediate (wire/srh.h). Requester: the
-  // message index of a WQE, the window of messages, the SR opcode and header of each packet.
-  static void sr_start_wqe(Qp& qp, SendWqe& w);
-  static bool sr_msg_admit(Qp& qp, const SendWqe& w);
-  static void sr_fields(const Qp& qp, const SendWqe& w, wire::PacketFields& f, std::size_t payload);
+  // message index of a WQE (within the window of messages), each packet's SR header (the
+  // opcode: SrState::opcode_for, in req_fields).
+  /// False: SrState::kMsgs messages are under way, `w` waits (nothing is failed).
+  static bool sr_start_wqe(Qp& qp, SendWqe& w);
   static bool sr_emit(Engine& eng, Qp& qp, SendWqe& w, std::span<std::uint8_t> slot,
                       const wire::PacketFields& f, std::size_t payload);
   // Responder: a packet past ePSN (false: not placed), the packet at ePSN, ePSN reaching a

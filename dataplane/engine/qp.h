@@ -67,9 +67,15 @@ struct SendWqe {
   // Selective READ retry: responses past the first missing one are placed as they come, and
   // only the missing ones are asked for again (retransmit.cc, read_rerequest).
   std::uint64_t read_ooo = 0;  ///< bit i: response packet read_done_pkts + 1 + i has arrived
-  /// Response packets below this index have arrived or have been asked for again since they
-  /// went missing: a gap below it is not reported twice.
-  std::uint32_t read_asked = 0;
+  union {
+    /// Response packets below this index have arrived or have been asked for again since they
+    /// went missing: a gap below it is not reported twice.
+    std::uint32_t read_asked = 0;
+    /// Selective repeat, a SEND or WRITE with immediate: its message index (SrState::tx_msg),
+    /// the receive WQE it lands in at the peer (wire/srh.h). (A field of its own grew
+    /// post_send's copy of a fresh WQE by 5 instructions.)
+    std::uint32_t sr_msg;
+  };
   // Every re-request starts at the READ's first missing response, and one is outstanding at
   // a time: rxe moves the start of a READ's resource to each replay's start and refuses a later
   // request that starts before it, so a response left behind could never be asked for again.
@@ -78,9 +84,6 @@ struct SendWqe {
   std::uint32_t rereq_wait = 0;  ///< gaps seen meanwhile reach up to here (asked for after it)
   std::uint64_t atomic_orig = 0;
   WcStatus status = WcStatus::kSuccess;  ///< kFailed: the error to report
-  /// Selective repeat: a SEND or WRITE with immediate's message index (SrState::tx_msg), the
-  /// receive WQE it lands in at the peer (wire/srh.h).
-  std::uint32_t sr_msg = 0;
 
   bool is_rd_atomic() const {
     return opcode == WrOpcode::kRead || opcode == WrOpcode::kCmpSwap ||
@@ -323,6 +326,23 @@ struct SrState {
   bool rx_msg_open = false;
   std::uint32_t tx_msg = 0;    ///< requester: index of the next message to start
   std::uint32_t tx_floor = 0;  ///< the oldest message not acknowledged (at most; lazily moved)
+
+  /// The opcode of every packet of a message of `op` (a WRITE or a message that consumes a
+  /// receive WQE) on a QP with selective repeat.
+  static wire::Opcode opcode_for(WrOpcode op) {
+    switch (op) {
+      case WrOpcode::kSend:
+        return wire::Opcode::kSrSend;
+      case WrOpcode::kSendImm:
+        return wire::Opcode::kSrSendImm;
+      case WrOpcode::kSendInv:
+        return wire::Opcode::kSrSendInv;
+      case WrOpcode::kWriteImm:
+        return wire::Opcode::kSrWriteImm;
+      default:
+        return wire::Opcode::kRcWriteOnly;
+    }
+  }
 
   static std::uint32_t bit(wire::Psn p) { return p.raw() & (kBits - 1); }
   bool test(wire::Psn p) const { return (kept[bit(p) / 64] >> (bit(p) % 64)) & 1; }

@@ -297,6 +297,10 @@ bool Engine::Stages::req_send_ud(Engine& eng, Qp& qp, SendWqe& w) {
 
 // A WQE's first packet: its keys are checked, and its PSN range fixed (rxe req_next_wqe).
 [[gnu::always_inline]] inline bool Engine::Stages::req_start_wqe(Engine& eng, Qp& qp, SendWqe& w) {
+  // Selective repeat: a SEND's message index, when the peer has room for its record (else it
+  // waits, kPosted: the requester stops until an ACK).
+  if (qp.req.sr && !sr_start_wqe(qp, w)) [[unlikely]]
+    return false;
   if (!req_check_sges(eng, qp, w)) {
     req_fail(eng, qp, w, WcStatus::kLocProtErr);
     return false;
@@ -310,8 +314,6 @@ bool Engine::Stages::req_send_ud(Engine& eng, Qp& qp, SendWqe& w) {
   w.sent = 0;
   w.read_done = 0;
   if (w.is_rd_atomic()) ++qp.req.rd_atomic_out;
-  if (qp.req.sr) [[unlikely]]
-    sr_start_wqe(qp, w);  // its message index
   w.state = WqeState::kSending;
   return true;
 }
@@ -368,9 +370,16 @@ bool Engine::Stages::req_send_ud(Engine& eng, Qp& qp, SendWqe& w) {
                           qp.req.pkts_since_ack_req + 1 >=
                               std::min(eng.cfg_.ack_req_every, qp.cc.ack_req_every) ||
                           qp.comp.probing);
-      // Selective repeat: packets the peer can place wherever they arrive (sr_msg.cc).
-      if (qp.req.sr) [[unlikely]]
-        sr_fields(qp, w, f, payload);
+      if (qp.req.sr) [[unlikely]] {
+        // Selective repeat: packets the peer can place wherever they arrive. A WRITE's are
+        // WRITE Only with their own RETH (SrState); a SEND's or a WRITE with immediate's, SR
+        // opcodes (sr_msg.cc), each saying whether its message is solicited. Completion is by
+        // PSN, as before.
+        f.opcode = SrState::opcode_for(w.opcode);
+        f.reth_va = w.remote_addr + w.sent;
+        f.reth_len = static_cast<std::uint32_t>(payload);
+        if (w.opcode != WrOpcode::kWrite) f.se = (w.flags & kSendSolicited) != 0;
+      }
       return payload;
     }
   }
@@ -383,8 +392,6 @@ bool Engine::Stages::req_send_ud(Engine& eng, Qp& qp, SendWqe& w) {
                                                             std::span<std::uint8_t> slot,
                                                             const wire::PacketFields& f,
                                                             std::size_t payload) {
-  if (raw(f.opcode) >= raw(Opcode::kSrSend)) [[unlikely]]
-    return sr_emit(eng, qp, w, slot, f, payload);  // selective repeat's SR header
   if (w.opcode == WrOpcode::kCmpSwap || w.opcode == WrOpcode::kFetchAdd) {
     wire::FrameSpec s = qp.tx;  // the path template has no AtomicETH
     s.ip_id = f.ip_id;
@@ -411,6 +418,9 @@ bool Engine::Stages::req_send_ud(Engine& eng, Qp& qp, SendWqe& w) {
       }
     }
   }
+  // (Selective repeat's opcodes are no template's: write_masked_frame left them here.)
+  if (raw(f.opcode) >= raw(Opcode::kSrSend)) [[unlikely]]
+    return sr_emit(eng, qp, w, slot, f, payload);
   TxPacket p = tx_begin(eng, qp, slot, f, payload);
   if (p.hdr == 0) {
     req_fail(eng, qp, w, WcStatus::kGeneralErr);
@@ -507,9 +517,6 @@ void Engine::Stages::req_pump(Engine& eng, Qp& qp, std::uint32_t& budget) {
       if ((w.flags & kSendFence) && qp.req.rd_atomic_out > 0) return;
       if (w.is_rd_atomic() &&
           qp.req.rd_atomic_out >= std::max<std::uint8_t>(qp.attr.max_rd_atomic, 1))
-        return;
-      // Selective repeat: at most SrState::kMsgs SENDs and WRITEs with immediate under way.
-      if (qp.req.sr && !sr_msg_admit(qp, w)) [[unlikely]]
         return;
     }
     if (w.opcode == WrOpcode::kLocalInv || w.opcode == WrOpcode::kRegMr) {

@@ -146,56 +146,23 @@ std::uint32_t forget(SrState& s, SrState::RecvMsg& r, Psn epsn) {
 
 // ---- requester -----------------------------------------------------------------------------
 
-void Engine::Stages::sr_start_wqe(Qp& qp, SendWqe& w) {
-  if (consumes_recv(w.opcode)) w.sr_msg = qp.sr->tx_msg++;
-}
-
-bool Engine::Stages::sr_msg_admit(Qp& qp, const SendWqe& w) {
+bool Engine::Stages::sr_start_wqe(Qp& qp, SendWqe& w) {
   if (!consumes_recv(w.opcode)) return true;
   SrState& s = *qp.sr;
-  if (s.tx_msg - s.tx_floor < SrState::kMsgs) return true;
-  // The floor moves to the oldest message not yet acknowledged: only then is the window full.
-  s.tx_floor = s.tx_msg;
-  for (std::uint32_t i = qp.sq_head; i != qp.req.next_wqe; ++i) {
-    const SendWqe& o = qp.wqe(i);
-    if (consumes_recv(o.opcode) && o.state != WqeState::kPosted && !finished(o)) {
-      s.tx_floor = o.sr_msg;
-      break;
+  if (s.tx_msg - s.tx_floor >= SrState::kMsgs) {
+    // The floor moves to the oldest message not yet acknowledged: only then is the window full.
+    s.tx_floor = s.tx_msg;
+    for (std::uint32_t i = qp.sq_head; i != qp.req.next_wqe; ++i) {
+      const SendWqe& o = qp.wqe(i);
+      if (consumes_recv(o.opcode) && o.state != WqeState::kPosted && !finished(o)) {
+        s.tx_floor = o.sr_msg;
+        break;
+      }
     }
+    if (s.tx_msg - s.tx_floor >= SrState::kMsgs) return false;
   }
-  return s.tx_msg - s.tx_floor < SrState::kMsgs;
-}
-
-void Engine::Stages::sr_fields(const Qp& qp, const SendWqe& w, wire::PacketFields& f,
-                               std::size_t payload) {
-  (void)qp;
-  switch (w.opcode) {
-    case WrOpcode::kWrite:
-      // Every packet a WRITE Only with its own RETH, which the peer can place wherever it
-      // arrives. Completion is by PSN, as before.
-      f.opcode = Opcode::kRcWriteOnly;
-      f.reth_va = w.remote_addr + w.sent;
-      f.reth_len = static_cast<std::uint32_t>(payload);
-      return;
-    case WrOpcode::kWriteImm:
-      f.opcode = Opcode::kSrWriteImm;
-      f.reth_va = w.remote_addr + w.sent;
-      f.reth_len = static_cast<std::uint32_t>(payload);
-      break;
-    case WrOpcode::kSend:
-      f.opcode = Opcode::kSrSend;
-      break;
-    case WrOpcode::kSendImm:
-      f.opcode = Opcode::kSrSendImm;
-      break;
-    case WrOpcode::kSendInv:
-      f.opcode = Opcode::kSrSendInv;
-      break;
-    default:
-      return;
-  }
-  // Any packet may be the first to arrive: each says whether the message is solicited.
-  f.se = (w.flags & kSendSolicited) != 0;
+  w.sr_msg = s.tx_msg++;
+  return true;
 }
 
 // The packet's headers (the path template's), the SR header, then the payload (copied, or

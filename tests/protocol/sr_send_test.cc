@@ -458,6 +458,63 @@ TEST(SrSend, OneSidedFailsClearlyOrWorks) {
   EXPECT_TRUE(src.bytes == dst.bytes);
 }
 
+// SEND with invalidate whose first packet is lost: its other packets are placed, and when it
+// is whole it completes with the key and frees the fast-registered MR; one naming an MR that is
+// not fast-registered is a remote invalid request (class C), as on the go-back-N path.
+TEST(SrSend, SendWithInvalidateFreesTheMrWhenWhole) {
+  LoopbackOptions lo;
+  lo.a2b.drop_psn.push_back({Engine::kFirstQpn, kPsnA, 1, -1});
+  Loopback lb(lo);
+  RcOptions o;
+  o.retry_cnt = 3;
+  auto ab = connect(lb, o);
+  Endpoint& a = ab.first;
+  Endpoint& b = ab.second;
+  ASSERT_EQ(lb.a().set_selective_repeat(a.qp, true), kOk);
+  ASSERT_EQ(lb.b().set_selective_repeat(b.qp, true), kOk);
+  std::vector<std::uint8_t> region(8192, 0);
+  Mr* fr = lb.b().alloc_mr(b.pd, 1 << 20);
+  ASSERT_NE(fr, nullptr);
+  SendWr reg;
+  reg.opcode = WrOpcode::kRegMr;
+  reg.send_flags = kSendSignaled;
+  reg.reg = {fr->key, 0x5A, reinterpret_cast<std::uint64_t>(region.data()), region.size(),
+             kAccessLocalWrite | kAccessRemoteWrite};
+  ASSERT_EQ(lb.b().post_send(b.qp, &reg, nullptr), kOk);
+  ASSERT_EQ(wait_wcs(lb, b.scq, 1).at(0).status, WcStatus::kSuccess);
+  const std::uint32_t rkey = fr->key;
+  Buffer src = make_buffer(lb.a(), a.pd, 8192, 3);
+  Buffer dst = make_buffer(lb.b(), b.pd, 2 * 8192, 4);
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    Sge rs = dst.sge(i * 8192, 8192);
+    RecvWr rw;
+    rw.wr_id = 60 + i;
+    rw.sg_list = &rs;
+    rw.num_sge = 1;
+    ASSERT_EQ(lb.b().post_recv(b.qp, &rw, nullptr), kOk);
+  }
+  Sge s = src.sge();
+  SendWr inv = make_wr(2, &s, dst, 0, WrOpcode::kSendInv);
+  inv.invalidate_rkey = rkey;
+  ASSERT_EQ(lb.a().post_send(a.qp, &inv, nullptr), kOk);
+  ASSERT_EQ(wait_wcs(lb, a.scq, 1).at(0).status, WcStatus::kSuccess);
+  auto rw = wait_wcs(lb, b.rcq, 1);
+  ASSERT_EQ(rw.size(), 1u);
+  EXPECT_EQ(rw[0].status, WcStatus::kSuccess);
+  EXPECT_TRUE(rw[0].wc_flags & kWcWithInv);
+  EXPECT_EQ(rw[0].invalidated_rkey, rkey);
+  EXPECT_EQ(rw[0].byte_len, 8192u);
+  EXPECT_EQ(fr->state, MrState::kFree);
+  EXPECT_TRUE(std::equal(src.bytes.begin(), src.bytes.end(), dst.bytes.begin()));
+  EXPECT_GT(lb.b().stats().get(Counter::kSrOooPlaced), 0u) << "placed past the lost first";
+  inv.invalidate_rkey = dst.mr->key;  // not a fast-registered MR: not B's to invalidate
+  ASSERT_EQ(lb.a().post_send(a.qp, &inv, nullptr), kOk);
+  EXPECT_EQ(wait_wcs(lb, a.scq, 1).at(0).status, WcStatus::kRemInvReqErr);
+  rw = wait_wcs(lb, b.rcq, 1);
+  ASSERT_EQ(rw.size(), 1u);
+  EXPECT_EQ(rw[0].status, WcStatus::kRemInvReqErr);
+}
+
 // WRITEs, READs, SENDs (with and without immediate, of every size from 0 up), WRITEs with
 // immediate and atomics on one QP, loss, duplication and reordering both ways: every receive
 // completes in order with its length and immediate, every byte lands where it should.
