@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <string>
 
 #include "dataplane/wire/srh.h"
@@ -866,6 +867,104 @@ TEST(SrSendAttack, AnOverlappingForgedRecordIsForgotten) {
   EXPECT_EQ(wcs[0].wr_id, 11u);
   EXPECT_EQ(wcs[0].byte_len, 50u);
   EXPECT_EQ(t.mem[1024], 0x22);
+}
+
+// Six real SENDs (lengths drawn, packets shuffled, some twice) with random SR packets among
+// them (index, offset, length, PSN, opcode and AckReq drawn near what is valid; WRITEs with
+// immediate keyless), against receive WQEs with guard bytes around them, then the real packets
+// again in order (the requester's copies): nothing is written outside the WQEs, every receive
+// completion names a posted WQE with a length within it. The QP may end in error (a forged
+// packet in order is the peer's word).
+TEST(SrSendAttack, RandomPacketsNeverWriteOutsideTheWqes) {
+  std::mt19937 rng(20261129);
+  const auto R = [&rng] { return static_cast<std::uint32_t>(rng()); };
+  std::uint64_t placed = 0, unplaced = 0, completed = 0, errors = 0, dead = 0;
+  constexpr std::uint32_t kWqes = 6, kLen = 1024, kGap = 256;
+  const Opcode ops[] = {Opcode::kSrSend, Opcode::kSrSendImm, Opcode::kSrSendInv,
+                        Opcode::kSrWriteImm};
+  for (int round = 0; round < 60; ++round) {
+    SrPeer t;
+    std::fill(t.mem.begin(), t.mem.end(), 0xA5);  // guards everywhere but the WQEs
+    for (std::uint32_t i = 0; i < kWqes; ++i) {
+      std::fill_n(t.mem.begin() + kGap + i * (kLen + kGap), kLen, 0);
+      t.post(100 + i, kGap + i * (kLen + kGap), kLen);
+    }
+    struct P {
+      Opcode op;
+      std::uint32_t psn, index, off, total, len;
+    };
+    std::vector<P> real;
+    std::uint32_t psn = kE;
+    for (std::uint32_t m = 0; m < kWqes; ++m) {
+      const std::uint32_t total = 1 + R() % kLen;
+      const Opcode op = R() % 2 ? Opcode::kSrSend : Opcode::kSrSendImm;
+      for (std::uint32_t off = 0; off < total; off += 256)
+        real.push_back({op, psn++, m, off, total, std::min(256u, total - off)});
+    }
+    std::vector<P> order = real;
+    std::shuffle(order.begin(), order.end(), rng);
+    const auto send = [&t, &R](const P& p, bool junk) {
+      CraftedPeer::Req r;
+      r.op = p.op;
+      r.psn = p.psn & 0xFFFFFF;
+      r.ack_req = R() % 4 == 0;
+      r.bytes.assign(wire::SrhView::kSize + p.len, static_cast<std::uint8_t>(p.psn));
+      wire::SrhView(r.bytes.data()).set(p.index, p.off, p.total);
+      if (junk && R() % 32 == 0) r.bytes.resize(R() % wire::SrhView::kSize);
+      r.payload_len = r.bytes.size();
+      r.va = t.mem_addr() + R() % 8192;
+      r.rkey = t.mr->key ^ 0x100;  // never the MR's: a WRITE with immediate places nothing
+      r.dma_len = p.len;
+      r.imm = p.op == Opcode::kSrSendImm && !junk ? 7 : R();
+      r.ieth_rkey = r.imm;
+      t.inject(r);
+    };
+    for (std::size_t k = 0; k < order.size() && t.qp->state != QpState::kErr; ++k) {
+      if (R() % 10 < 4) {  // a forged or broken packet first
+        const std::uint32_t total = R() % 4 == 0 ? R() : R() % 2048;
+        const std::uint32_t off = R() % 8 == 0 ? R() % 4096 : (R() % 8) * 256;
+        const std::uint32_t len =
+            R() % 4 == 0 ? R() % 300 : std::min<std::uint32_t>(256, total > off ? total - off : 0);
+        send({ops[R() % 4], kE + R() % 30, R() % 8, off, total, len}, true);
+      }
+      send(order[k], false);
+      if (R() % 8 == 0) send(order[R() % order.size()], false);
+      if (k % 8 == 0) t.flush();
+    }
+    for (const P& p : real) {
+      if (t.qp->state == QpState::kErr) break;
+      send(p, false);
+    }
+    t.flush();
+    dead += t.qp->state == QpState::kErr;
+    for (const Wc& wc : t.recvs()) {
+      ++completed;
+      if (wc.status != WcStatus::kSuccess && wc.status != WcStatus::kWrFlushErr) ++errors;
+      EXPECT_GE(wc.wr_id, 100u);
+      EXPECT_LT(wc.wr_id, 100u + kWqes);
+      if (wc.status == WcStatus::kSuccess) {
+        EXPECT_LE(wc.byte_len, kLen);
+      }
+    }
+    for (std::uint32_t i = 0; i <= kWqes; ++i) {
+      const std::size_t g = i * (kLen + kGap);
+      const std::size_t n = i == kWqes ? t.mem.size() - g : kGap;
+      EXPECT_EQ(std::count(t.mem.begin() + static_cast<std::ptrdiff_t>(g),
+                           t.mem.begin() + static_cast<std::ptrdiff_t>(g + n), 0xA5),
+                static_cast<long>(n))
+          << "round " << round << ": a guard before WQE " << i << " was written";
+    }
+    placed += t.count(Counter::kSrOooPlaced);
+    unplaced += t.count(Counter::kSrUnplaced);
+  }
+  std::printf(
+      "[ random SR packets ] placed %llu, unplaced %llu, %llu receive completions (%llu in "
+      "error), %llu of 60 QPs stopped\n",
+      static_cast<unsigned long long>(placed), static_cast<unsigned long long>(unplaced),
+      static_cast<unsigned long long>(completed), static_cast<unsigned long long>(errors),
+      static_cast<unsigned long long>(dead));
+  EXPECT_GT(placed, 100u);
+  EXPECT_GT(unplaced, 100u);
 }
 
 // SR opcodes at a QP that did not negotiate selective repeat are another transport: dropped,
