@@ -121,6 +121,12 @@ struct Engine::Stages {
                            const std::uint8_t* src, std::size_t len);
   static void resp_complete_recv(Engine& eng, Qp& qp, const wire::RxPkt& pkt,
                                  std::uint32_t byte_len);
+  /// The responder's receive WQE handling, for sr_msg.cc: take the next WQE (copying its
+  /// SGEs), give it back when its message is complete; and the end of an in-order packet
+  /// (ePSN, the coalesced ACK, what selective repeat had placed past it).
+  static void resp_take_recv(Qp& qp, RecvQueue& q);
+  static bool resp_release_recv(Qp& qp, std::uint64_t used, bool ok);
+  static void resp_step_in_order(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
   // completer.cc
   static void comp_on_response(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
   static void comp_on_ack(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
@@ -160,6 +166,23 @@ struct Engine::Stages {
   static void comp_on_sack(Engine& eng, Qp& qp, wire::Psn from, wire::Psn to);
   static void sr_resend(Engine& eng, Qp& qp, std::uint32_t& budget);
   static void sr_probe_answer(Engine& eng, Qp& qp);
+  /// The bookkeeping of a packet placed past ePSN (its bit, the reorder window).
+  static void sr_kept(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  // sr_msg.cc: selective repeat for SEND and WRITE with immediate (wire/srh.h). Requester: the
+  // message index of a WQE (within the window of messages), each packet's SR header (the
+  // opcode: SrState::opcode_for, in req_fields).
+  /// False: SrState::kMsgs messages are under way, `w` waits (nothing is failed).
+  static bool sr_start_wqe(Qp& qp, SendWqe& w);
+  static bool sr_emit(Engine& eng, Qp& qp, SendWqe& w, std::span<std::uint8_t> slot,
+                      const wire::PacketFields& f, std::size_t payload);
+  // Responder: a packet past ePSN (false: not placed), the packet at ePSN, ePSN reaching a
+  // placed packet (kStop: it stays there), a message's completion and its failure.
+  static bool sr_msg_keep(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  static void sr_msg_in_order(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
+  enum class SrStep : std::uint8_t { kStep, kStop, kDead };
+  static SrStep sr_msg_step(Engine& eng, Qp& qp, wire::Psn q);
+  static bool sr_msg_done(Engine& eng, Qp& qp, SrState::RecvMsg& r, wire::Psn psn);
+  static void sr_msg_fail(Engine& eng, Qp& qp, wire::Psn psn, WcStatus st, wire::NakCode code);
   static void grow_window(Engine& eng, Qp& qp);
   /// The QP's full window in PSNs: max_inflight_psns, capped by max_inflight_bytes.
   static std::uint32_t window_max(const Engine& eng, const Qp& qp);

@@ -68,9 +68,15 @@ struct SendWqe {
   // Selective READ retry: responses past the first missing one are placed as they come, and
   // only the missing ones are asked for again (retransmit.cc, read_rerequest).
   std::uint64_t read_ooo = 0;  ///< bit i: response packet read_done_pkts + 1 + i has arrived
-  /// Response packets below this index have arrived or have been asked for again since they
-  /// went missing: a gap below it is not reported twice.
-  std::uint32_t read_asked = 0;
+  union {
+    /// Response packets below this index have arrived or have been asked for again since they
+    /// went missing: a gap below it is not reported twice.
+    std::uint32_t read_asked = 0;
+    /// Selective repeat, a SEND or WRITE with immediate: its message index (SrState::tx_msg),
+    /// the receive WQE it lands in at the peer (wire/srh.h). (A field of its own grew
+    /// post_send's copy of a fresh WQE by 5 instructions.)
+    std::uint32_t sr_msg;
+  };
   // Every re-request starts at the READ's first missing response, and one is outstanding at
   // a time: rxe moves the start of a READ's resource to each replay's start and refuses a later
   // request that starts before it, so a response left behind could never be asked for again.
@@ -297,10 +303,57 @@ struct SrState {
   wire::Psn probe_high;
   std::uint64_t probe_at = 0;
 
+  // --- SENDs and WRITE with immediate (sr_recv.cc; wire/srh.h) ---
+  /// Messages that consume a receive WQE, by index, that may be under way at once: the
+  /// responder keeps one record each (a packet further ahead is not placed), the requester
+  /// starts no message this far past the oldest one not acknowledged.
+  static constexpr std::uint32_t kMsgs = 64;
+  /// A message some of whose packets were placed, and what its completion needs.
+  struct RecvMsg {
+    wire::Psn first;  ///< PSN of its first packet
+    wire::Psn last;   ///< and of its last one
+    std::uint32_t index = 0;
+    std::uint32_t length = 0;
+    std::uint32_t imm = 0;  ///< immediate data, or the R_Key to invalidate
+    wire::Opcode op{};
+    bool se = false;
+    bool live = false;
+  };
+  std::array<RecvMsg, kMsgs> msgs{};                ///< message i at msgs[i % kMsgs]
+  std::array<std::uint64_t, kBits / 64> msg_pkt{};  ///< bit psn % kBits: a kept packet of a message
+  std::uint32_t rx_msg = 0;  ///< responder: index of the next message to complete
+  /// Message rx_msg has begun in PSN order (its first packet is behind ePSN): a SEND has taken
+  /// its receive WQE (RespState::recv).
+  bool rx_msg_open = false;
+  std::uint32_t tx_msg = 0;    ///< requester: index of the next message to start
+  std::uint32_t tx_floor = 0;  ///< the oldest message not acknowledged (at most; lazily moved)
+
+  /// The opcode of every packet of a message of `op` (a WRITE or a message that consumes a
+  /// receive WQE) on a QP with selective repeat.
+  static wire::Opcode opcode_for(WrOpcode op) {
+    switch (op) {
+      case WrOpcode::kSend:
+        return wire::Opcode::kSrSend;
+      case WrOpcode::kSendImm:
+        return wire::Opcode::kSrSendImm;
+      case WrOpcode::kSendInv:
+        return wire::Opcode::kSrSendInv;
+      case WrOpcode::kWriteImm:
+        return wire::Opcode::kSrWriteImm;
+      default:
+        return wire::Opcode::kRcWriteOnly;
+    }
+  }
+
   static std::uint32_t bit(wire::Psn p) { return p.raw() & (kBits - 1); }
   bool test(wire::Psn p) const { return (kept[bit(p) / 64] >> (bit(p) % 64)) & 1; }
   void set(wire::Psn p) { kept[bit(p) / 64] |= std::uint64_t{1} << (bit(p) % 64); }
-  void clear(wire::Psn p) { kept[bit(p) / 64] &= ~(std::uint64_t{1} << (bit(p) % 64)); }
+  void clear(wire::Psn p) {
+    kept[bit(p) / 64] &= ~(std::uint64_t{1} << (bit(p) % 64));
+    msg_pkt[bit(p) / 64] &= ~(std::uint64_t{1} << (bit(p) % 64));
+  }
+  bool test_msg(wire::Psn p) const { return (msg_pkt[bit(p) / 64] >> (bit(p) % 64)) & 1; }
+  void set_msg(wire::Psn p) { msg_pkt[bit(p) / 64] |= std::uint64_t{1} << (bit(p) % 64); }
   bool resend_empty() const { return resend_head == resend_tail; }
   /// When the responder's report of missing PSNs is due (0: nothing waits).
   std::uint64_t report_at() const { return gap_at ? gap_at + kReorderNs : 0; }

@@ -297,6 +297,10 @@ bool Engine::Stages::req_send_ud(Engine& eng, Qp& qp, SendWqe& w) {
 
 // A WQE's first packet: its keys are checked, and its PSN range fixed (rxe req_next_wqe).
 [[gnu::always_inline]] inline bool Engine::Stages::req_start_wqe(Engine& eng, Qp& qp, SendWqe& w) {
+  // Selective repeat: a SEND's message index, when the peer has room for its record (else it
+  // waits, kPosted: the requester stops until an ACK).
+  if (qp.req.sr && !sr_start_wqe(qp, w)) [[unlikely]]
+    return false;
   if (!req_check_sges(eng, qp, w)) {
     req_fail(eng, qp, w, WcStatus::kLocProtErr);
     return false;
@@ -366,12 +370,15 @@ bool Engine::Stages::req_send_ud(Engine& eng, Qp& qp, SendWqe& w) {
                           qp.req.pkts_since_ack_req + 1 >=
                               std::min(eng.cfg_.ack_req_every, qp.cc.ack_req_every) ||
                           qp.comp.probing);
-      if (qp.req.sr && w.opcode == WrOpcode::kWrite) [[unlikely]] {
-        // Selective repeat: every packet a WRITE Only with its own RETH, which the peer can
-        // place wherever it arrives (SrState). Completion is by PSN, as before.
-        f.opcode = Opcode::kRcWriteOnly;
+      if (qp.req.sr) [[unlikely]] {
+        // Selective repeat: packets the peer can place wherever they arrive. A WRITE's are
+        // WRITE Only with their own RETH (SrState); a SEND's or a WRITE with immediate's, SR
+        // opcodes (sr_msg.cc), each saying whether its message is solicited. Completion is by
+        // PSN, as before.
+        f.opcode = SrState::opcode_for(w.opcode);
         f.reth_va = w.remote_addr + w.sent;
         f.reth_len = static_cast<std::uint32_t>(payload);
+        if (w.opcode != WrOpcode::kWrite) f.se = (w.flags & kSendSolicited) != 0;
       }
       return payload;
     }
@@ -411,6 +418,9 @@ bool Engine::Stages::req_send_ud(Engine& eng, Qp& qp, SendWqe& w) {
       }
     }
   }
+  // (Selective repeat's opcodes are no template's: write_masked_frame left them here.)
+  if (raw(f.opcode) >= raw(Opcode::kSrSend)) [[unlikely]]
+    return sr_emit(eng, qp, w, slot, f, payload);
   TxPacket p = tx_begin(eng, qp, slot, f, payload);
   if (p.hdr == 0) {
     req_fail(eng, qp, w, WcStatus::kGeneralErr);

@@ -230,6 +230,11 @@ bool release_recv(Qp& qp, std::uint64_t used, bool ok) {
 }
 }  // namespace
 
+void Engine::Stages::resp_take_recv(Qp& qp, RecvQueue& q) { take_recv(qp, q); }
+bool Engine::Stages::resp_release_recv(Qp& qp, std::uint64_t used, bool ok) {
+  return release_recv(qp, used, ok);
+}
+
 // A resource slot for a new READ or atomic: an unused one, else the idle one with the oldest
 // PSN. A READ the requester has not finished is among the newest max_dest_rd_atomic, so it
 // keeps its resource for a replay even when a replay of an older READ (a late duplicate) held
@@ -456,6 +461,7 @@ bool Engine::Stages::sr_keep(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
     eng.stats_.inc(Counter::kDuplicateRequests);
     return true;
   }
+  if (pkt.info->mask.has(OpMask::kSr)) return sr_msg_keep(eng, qp, pkt);  // SEND, WRITE + imm
   if (pkt.opcode != Opcode::kRcWriteOnly || !(qp.attr.qp_access_flags & kAccessRemoteWrite))
     return false;
   const auto reth = pkt.reth();
@@ -468,6 +474,14 @@ bool Engine::Stages::sr_keep(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
     if (dst == nullptr) return false;  // answered (NAKed) when it comes in order
     std::memcpy(dst, pkt.payload().data(), len);
   }
+  sr_kept(eng, qp, pkt);
+  return true;
+}
+
+void Engine::Stages::sr_kept(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
+  SrState& s = *qp.sr;
+  RespState& rs = qp.resp;
+  const Psn p = pkt.psn;
   if (pkt.ecn == 3) [[unlikely]]
     cc_on_ce(eng, qp, pkt);
   eng.stats_.inc(Counter::kSrOooPlaced);
@@ -485,7 +499,6 @@ bool Engine::Stages::sr_keep(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   } else if ((eng.now_ | 1) - s.gap_at >= SrState::kReorderNs) {
     sr_report(eng, qp);
   }
-  return true;
 }
 
 // The reorder window that started at gap_at has passed: the PSNs below the packet that started
@@ -531,16 +544,27 @@ void Engine::Stages::sr_advance(Engine& eng, Qp& qp) {
   RespState& rs = qp.resp;
   bool moved = false;
   while (s.nkept != 0 && s.test(rs.epsn)) {
-    if (rs.in_msg != RespState::InMsg::kNone) {
+    if (s.test_msg(rs.epsn)) [[unlikely]] {
+      // A packet of a SEND or WRITE with immediate (sr_msg.cc): its message begins or ends.
+      const SrStep st = sr_msg_step(eng, qp, rs.epsn);
+      if (st == SrStep::kDead) return;
+      if (st == SrStep::kStop) {
+        s.clear(rs.epsn);
+        if (--s.nkept == 0) s.gap_at = 0;
+        eng.stats_.inc(Counter::kSrUnplaced);
+        break;
+      }
+    } else if (rs.in_msg != RespState::InMsg::kNone || s.rx_msg_open) {
       // A WRITE Only placed where a multi-packet message was still under way: the peer broke
       // the opcode sequence (IBA 9.7.5.1.3), as resp_check_op_seq would have found in order.
       s = SrState{};
       resp_nak(eng, qp, Syndrome::nak(wire::NakCode::kInvalidRequest), rs.epsn, true);
       return;
+    } else {
+      rs.msn = rs.msn + 1;
     }
     s.clear(rs.epsn);
     if (--s.nkept == 0) s.gap_at = 0;
-    rs.msn = rs.msn + 1;
     rs.epsn = rs.epsn + 1;
     moved = true;
   }
@@ -684,7 +708,14 @@ Engine::Stages::Step Engine::Stages::resp_fail_recv(Engine& eng, Qp& qp, const w
       ok = m.has(OpMask::kStart);
       break;
   }
-  return ok ? Step::kContinue : resp_error(eng, qp, pkt, wire::NakCode::kInvalidRequest);
+  if (ok) return Step::kContinue;
+  // Selective repeat's own opcodes (sr_msg.cc) are no continuation of IBA's sequence: they
+  // come this way, on a QP that negotiated them (rx_dispatch lets them reach no other).
+  if (m.has(OpMask::kSr) && qp.sr != nullptr) [[unlikely]] {
+    sr_msg_in_order(eng, qp, pkt);
+    return Step::kDone;
+  }
+  return resp_error(eng, qp, pkt, wire::NakCode::kInvalidRequest);
 }
 
 // The QP must allow the operation (rxe check_op_valid); FLUSH and ATOMIC WRITE are not
@@ -907,6 +938,11 @@ void Engine::Stages::resp_execute_atomic(Engine& eng, Qp& qp, const wire::RxPkt&
                                                                     const wire::RxPkt& pkt) {
   qp.resp.epsn = pkt.psn + 1;
   if (pkt.ack_req && qp.type != QpType::kUc) defer_ack(qp, pkt.psn, eng.ack_list_);
+}
+
+void Engine::Stages::resp_step_in_order(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
+  resp_acknowledge(eng, qp, pkt);
+  if (qp.sr != nullptr && qp.sr->nkept != 0) sr_advance(eng, qp);
 }
 
 void Engine::Stages::resp_read_pump(Engine& eng, Qp& qp, std::uint32_t& budget) {

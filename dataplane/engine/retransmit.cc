@@ -640,8 +640,7 @@ void Engine::Stages::fire_timers(Engine& eng, Qp& qp) {
         // (read_asked stays: the probe is for gaps seen, not for a responder that paused)
         read_ask_again(eng, qp, *w, w->npkts, true);
         arm_retransmit(eng, qp);
-      } else if (qp.req.sr && w != nullptr && w->opcode == WrOpcode::kWrite &&
-                 !qp.comp.retry_pending &&
+      } else if (qp.req.sr && w != nullptr && !w->is_rd_atomic() && !qp.comp.retry_pending &&
                  qp.sr->resend_tail - qp.sr->resend_head < qp.sr->resend.size()) {
         // Selective repeat: the responder kept what arrived after the oldest unacknowledged
         // packet, so only that one is sent again (a lost SACK's other gaps are found by the

@@ -85,7 +85,8 @@ std::string_view to_string(Counter c) {
                                                                  "sr_edge_resends",
                                                                  "sr_connections",
                                                                  "tx_fast_path",
-                                                                 "rx_fast_path"};
+                                                                 "rx_fast_path",
+                                                                 "sr_unplaced"};
   return k[static_cast<std::size_t>(c)];
 }
 
@@ -123,7 +124,9 @@ namespace {
   const bool match = (qp->type == QpType::kRc && t == wire::Transport::kRc) ||
                      (qp->type == QpType::kUc && t == wire::Transport::kUc) ||
                      (qp->type == QpType::kUd && t == wire::Transport::kUd);
-  if (!match) {
+  // Selective repeat's own opcodes (manufacturer specific) reach only an RC QP that negotiated
+  // it (Qp::sr); anywhere else they are dropped like any other transport's.
+  if (!match && !(t == wire::Transport::kVendor && qp->sr != nullptr)) {
     eng.stats_.inc(Counter::kRxDropWrongTransport);
     return;
   }

@@ -81,6 +81,7 @@ enum class Counter : std::uint8_t {
   kSrConnections,       ///< RC connections the CM set up with selective repeat on (ece_sr_on)
   kTxFastPath,          ///< request frames the requester's fast path wrote (req_fast)
   kRxFastPath,          ///< received frames the receive fast path took (rx_fast)
+  kSrUnplaced,          ///< selective repeat: SEND packets past ePSN not placed (sr_msg.cc)
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);

@@ -52,6 +52,13 @@ enum class Opcode : std::uint8_t {
   kUdSendOnlyImm = 0x65,
   // Congestion Notification Packet (100), IBA Annex A17.9.3
   kCnp = 0x81,
+  // Manufacturer specific (111): selective repeat between two of our stacks, on RC QPs that
+  // negotiated it only (docs/loss-recovery.md, "SENDs and WRITE with immediate"). Each packet
+  // is a message of its own to the wire and opens its payload with the SR header (srh.h).
+  kSrSend = 0xE0,
+  kSrSendImm = 0xE1,
+  kSrSendInv = 0xE2,
+  kSrWriteImm = 0xE3,
 };
 
 constexpr std::uint8_t raw(Opcode op) { return static_cast<std::uint8_t>(op); }

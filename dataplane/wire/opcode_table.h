@@ -98,6 +98,10 @@ class OpMask {
     kFlush = 1u << 23,
     kAtomicWrite = 1u << 24,
     kCnp = 1u << 25,
+    /// Selective repeat's own opcodes (0xE0-0xE3): the payload opens with the SR header
+    /// (srh.h). No kStart/kMiddle/kEnd and no kSend/kWrite: the in-order responder's opcode
+    /// sequence check turns them away from the standard path (responder.cc, sr_recv.cc).
+    kSr = 1u << 26,
   };
   constexpr OpMask() = default;
   constexpr OpMask(std::uint32_t bits) : bits_(bits) {}  // NOLINT: built from Bit ors
@@ -217,6 +221,12 @@ consteval std::array<OpcodeInfo, 256> make_opcode_table() {
   set(Opcode::kUdSendOnlyImm, "UD_SEND_ONLY_WITH_IMMEDIATE",
       kSendR | kOnly | M::kDeth | M::kImmDt | M::kImm);
   set(Opcode::kCnp, "CNP", M::kCnp | kOnly | M::kCnpPad);
+  // Selective repeat (manufacturer specific, only between two of our stacks that agreed on it).
+  constexpr std::uint32_t kSrR = kReq | M::kSr | M::kRecvWqe | kP;
+  set(Opcode::kSrSend, "SR_SEND", kSrR);
+  set(Opcode::kSrSendImm, "SR_SEND_WITH_IMMEDIATE", kSrR | M::kImmDt | M::kImm);
+  set(Opcode::kSrSendInv, "SR_SEND_WITH_INVALIDATE", kSrR | M::kIeth | M::kInvalidate);
+  set(Opcode::kSrWriteImm, "SR_RDMA_WRITE_WITH_IMMEDIATE", kSrR | M::kReth | M::kImmDt | M::kImm);
   return t;
 }
 

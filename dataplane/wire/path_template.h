@@ -53,9 +53,11 @@ struct PacketFields {
   Msn aeth_msn;
 };
 
-/// Extension headers the template writer leaves to write_frame_headers().
-inline constexpr std::uint32_t kSlowExts =
-    OpMask::kAtomicEth | OpMask::kAtomicAckEth | OpMask::kDeth | OpMask::kFeth | OpMask::kCnpPad;
+/// Extension headers the template writer leaves to write_frame_headers(), and selective
+/// repeat's opcodes (their SR header opens the payload: sr_msg.cc writes it).
+inline constexpr std::uint32_t kSlowExts = OpMask::kAtomicEth | OpMask::kAtomicAckEth |
+                                           OpMask::kDeth | OpMask::kFeth | OpMask::kCnpPad |
+                                           OpMask::kSr;
 
 /// Whether write_masked_headers() can write `op` (BTH with RETH, ImmDt, IETH or AETH).
 inline bool fast_opcode(Opcode op) {

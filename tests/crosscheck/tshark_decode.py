@@ -5,7 +5,8 @@ roce-pcap writes one frame per opcode plus a manifest of the field values it enc
 decodes the capture independently. Every frame must be dissected as InfiniBand (RRoCE) with the
 manifest's opcode, destination QP, PSN and extension-header fields, and with no malformed-packet
 or expert-info items. Opcodes that Debian 12's tshark 4.0.17 does not know (FLUSH 0x1C, ATOMIC
-WRITE 0x1D, CNP 0x81) are checked for the BTH fields only.
+WRITE 0x1D, CNP 0x81; our selective repeat's manufacturer-specific 0xE0-0xE3) are checked for the
+BTH fields only.
 """
 import argparse
 import subprocess
@@ -36,7 +37,7 @@ FIELDS = [
 ]
 EXTRA = ["frame.number", "frame.protocols", "_ws.col.Info", "_ws.malformed",
          "_ws.expert.message", "infiniband.invariant.crc"]
-UNKNOWN_TO_TSHARK_4_0 = {0x1C, 0x1D, 0x81}
+UNKNOWN_TO_TSHARK_4_0 = {0x1C, 0x1D, 0x81, 0xE0, 0xE1, 0xE2, 0xE3}
 BTH_ONLY = {"opcode", "dest_qp", "psn"}
 
 

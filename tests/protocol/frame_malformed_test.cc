@@ -249,10 +249,10 @@ std::vector<Case> cases() {
          return f;
        },
        Verdict::kUnknownOpcode},
-      {"opcode_vendor_0xe0",
+      {"opcode_vendor_0xf0",  // 0xE0-0xE3 are selective repeat's (opcode.h)
        [=] {
          auto f = build(send, 16);
-         f[42] = 0xE0;
+         f[42] = 0xF0;
          refix(f);
          return f;
        },

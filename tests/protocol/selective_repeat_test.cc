@@ -638,21 +638,23 @@ TEST(SelectiveRepeat, OneSidedIsStillCorrect) {
   }
 }
 
-// WRITE with immediate keeps First/Middle/Last (its completion at the responder needs the
-// message whole): under loss it falls back to go-back-N on the same QP, and the immediates
-// complete in order.
-TEST(SelectiveRepeat, WriteWithImmediateFallsBackInOrder) {
+// WRITE with immediate is placed like a WRITE (SR_RDMA_WRITE_WITH_IMMEDIATE, sr_msg.cc): under
+// loss nothing goes back N, and the immediates complete in order (tests/protocol/sr_send_test.cc
+// has the rest).
+TEST(SelectiveRepeat, WriteWithImmediateIsPlacedAndCompletesInOrder) {
   StreamSpec s;
   s.imm = true;
   s.writes = 100;
   const WriteResult r = write_stream(s, policy(0.02, 0, 0, 0, 0, 0));
   EXPECT_EQ(r.completed, s.writes);
   EXPECT_TRUE(r.data_ok);
-  EXPECT_EQ(r.write_only, 0u);
+  EXPECT_EQ(r.write_only + r.write_multi, 0u) << "SR packets, neither WRITE Only nor First/Last";
+  EXPECT_GT(r.b.get(Counter::kSrOooPlaced), 0u);
+  EXPECT_EQ(r.a.get(Counter::kRetries), 0u) << "no go-back-N";
 }
 
-// WRITEs (placed out of order) between READs, SENDs and atomics (which are not: go-back-N for
-// them) on one selective-repeat QP, loss and reordering both ways: every operation lands or
+// WRITEs and SENDs (placed out of order) between READs and atomics (which are not: their own
+// retry) on one selective-repeat QP, loss and reordering both ways: every operation lands or
 // reads what it should, the SENDs arrive whole and in order, completions come in post order.
 class SelectiveRepeatMixed : public ::testing::TestWithParam<std::uint64_t> {};
 

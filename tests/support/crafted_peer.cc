@@ -47,8 +47,12 @@ void CraftedPeer::inject(const Req& r) {
   s.atomic = {r.va, r.rkey, r.op == wire::Opcode::kRcCompareSwap ? r.swap : r.compare_add,
               r.compare_add};
   s.ieth_rkey = r.ieth_rkey;
-  std::vector<std::uint8_t> payload(r.payload_len, static_cast<std::uint8_t>(r.psn));
-  std::vector<std::uint8_t> frame(wire::frame_len(s, r.payload_len));
+  s.imm = r.imm;
+  s.se = r.se;
+  std::vector<std::uint8_t> payload =
+      r.bytes.empty() ? std::vector<std::uint8_t>(r.payload_len, static_cast<std::uint8_t>(r.psn))
+                      : r.bytes;
+  std::vector<std::uint8_t> frame(wire::frame_len(s, payload.size()));
   ASSERT_EQ(wire::build_frame(s, payload, frame), frame.size());
   eng.receive(frame, now);
 }

@@ -49,6 +49,10 @@ class CraftedPeer {
     std::uint32_t dma_len = 0;
     std::uint64_t compare_add = 0, swap = 0;
     std::uint32_t ieth_rkey = 0;
+    std::uint32_t imm = 0;
+    bool se = false;
+    /// The payload's bytes; empty: payload_len bytes of the PSN's low byte.
+    std::vector<std::uint8_t> bytes{};
   };
   void inject(const Req& r);
   /// The same, aimed at `mem` + `off` with the MR's key.

@@ -21,9 +21,10 @@ std::string error_of(const std::string& text) {
 }
 
 TEST(BenchConfig, ExampleFilesParse) {
-  for (const char* f : {"/bench/quick.yaml", "/bench/full.yaml", "/bench/targets.yaml",
-                        "/bench/loss-sweep.yaml", "/bench/zero-copy.yaml", "/bench/remote.yaml",
-                        "/bench/sr-loss.yaml", "/bench/read-loss.yaml"}) {
+  for (const char* f :
+       {"/bench/quick.yaml", "/bench/full.yaml", "/bench/targets.yaml", "/bench/loss-sweep.yaml",
+        "/bench/zero-copy.yaml", "/bench/remote.yaml", "/bench/sr-loss.yaml",
+        "/bench/sr-send-loss.yaml", "/bench/read-loss.yaml"}) {
     const BenchConfig c = parse_bench_config_file(std::string(ROCE_CONFIG_DIR) + f);
     EXPECT_FALSE(c.workloads.empty()) << f;
     EXPECT_FALSE(c.json.empty()) << f;

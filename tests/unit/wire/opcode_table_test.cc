@@ -9,8 +9,9 @@ namespace roce::wire {
 namespace {
 
 TEST(OpcodeTable, KnowsEveryRcUcUdOpcodeAndCnp) {
-  // RC: 0x00-0x14, 0x16, 0x17, 0x1C, 0x1D (25); UC: 0x20-0x2B (12); UD: 0x64, 0x65; CNP 0x81.
-  EXPECT_EQ(kKnownOpcodeCount, 25u + 12u + 2u + 1u);
+  // RC: 0x00-0x14, 0x16, 0x17, 0x1C, 0x1D (25); UC: 0x20-0x2B (12); UD: 0x64, 0x65; CNP 0x81;
+  // selective repeat's manufacturer-specific 0xE0-0xE3.
+  EXPECT_EQ(kKnownOpcodeCount, 25u + 12u + 2u + 1u + 4u);
   for (unsigned op = 0; op <= 0x14; ++op) EXPECT_TRUE(opcode_info(std::uint8_t(op)).valid()) << op;
   EXPECT_FALSE(opcode_info(std::uint8_t{0x15}).valid());
   for (unsigned op = 0x20; op <= 0x2B; ++op) EXPECT_TRUE(opcode_info(std::uint8_t(op)).valid());
@@ -18,6 +19,11 @@ TEST(OpcodeTable, KnowsEveryRcUcUdOpcodeAndCnp) {
   EXPECT_TRUE(opcode_info(Opcode::kCnp).valid());
   EXPECT_FALSE(opcode_info(std::uint8_t{0x80}).valid());
   EXPECT_FALSE(opcode_info(std::uint8_t{0xFF}).valid());
+  for (unsigned op = 0xE0; op <= 0xE3; ++op) {
+    EXPECT_TRUE(opcode_info(std::uint8_t(op)).valid());
+    EXPECT_TRUE(opcode_info(std::uint8_t(op)).mask.has(OpMask::kSr | OpMask::kRequest));
+  }
+  EXPECT_FALSE(opcode_info(std::uint8_t{0xE4}).valid());
 }
 
 TEST(OpcodeTable, NamesAreUniqueAndMatchTransport) {
@@ -37,6 +43,9 @@ TEST(OpcodeTable, NamesAreUniqueAndMatchTransport) {
         break;
       case Transport::kCnp:
         EXPECT_EQ(name, "CNP");
+        break;
+      case Transport::kVendor:
+        EXPECT_EQ(name.substr(0, 3), "SR_");
         break;
       default:
         ADD_FAILURE() << name;
@@ -118,7 +127,11 @@ TEST(OpcodeTable, MessagePositionAndDirection) {
     const OpcodeInfo& i = opcode_info(op);
     const int pos =
         i.mask.has(OpMask::kStart) + i.mask.has(OpMask::kMiddle) * 2 + i.mask.has(OpMask::kEnd) * 4;
-    EXPECT_TRUE(pos == 1 || pos == 2 || pos == 4 || pos == 5) << i.name << " position " << pos;
+    // Selective repeat's packets are messages of their own to no one but sr_msg.cc: no position.
+    if (i.mask.has(OpMask::kSr))
+      EXPECT_EQ(pos, 0) << i.name;
+    else
+      EXPECT_TRUE(pos == 1 || pos == 2 || pos == 4 || pos == 5) << i.name << " position " << pos;
     if (!i.mask.has(OpMask::kCnp)) {
       EXPECT_NE(i.mask.has(OpMask::kRequest), i.mask.has(OpMask::kResponse)) << i.name;
     }
