@@ -92,9 +92,13 @@ std::string export_path_for(const NfsServiceConfig& c);
 
 /// Parses a service's args (--root DIR, --export PATH, --export-options OPTS, --clients LIST,
 /// --max-handles N, --threads N, --portmap-port N, --mount-address IP, --mount-port N, --credits N,
-/// --inline BYTES, --tcp-port N, --delegations on|off, --lease-time SECONDS, --state-dir DIR) into
-/// `c`; throws std::runtime_error on a bad one.
+/// --inline BYTES, --tcp-port N, --max-read-inflight BYTES, --delegations on|off, --lease-time
+/// SECONDS, --state-dir DIR) into `c`; throws std::runtime_error on a bad one.
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c);
+
+/// --max-read-inflight (ServerOptions::max_read_bytes): bytes, or with a K or M suffix (256K),
+/// kMinReadInflight to kMaxReadInflight; throws std::runtime_error saying so on anything else.
+std::uint32_t parse_read_inflight(const std::string& v);
 
 /// For a process without CAP_SETUID/CAP_SETGID (it can act only as itself): throws
 /// std::runtime_error, saying what to do, unless the export squashes every caller to the

@@ -164,7 +164,8 @@ start_roced() {
 }
 stop_roced() {
   kill -TERM \$rpid; wait \$rpid
-  grep -E "^(nfs|rpcrdma|nfs4): " /tmp/roced.log | sed "s/^/ROCED-REPORT \$1 /"
+  { grep -E "^(nfs|rpcrdma|nfs4|rpcrdma read window): " /tmp/roced.log
+    grep "^roce-nfsd: port: " /tmp/roced.log | tail -1; } | sed "s/^/ROCED-REPORT \$1 /"
   cat /tmp/roced.log >> /mnt/host/roced.log
 }
 for r in \$(seq $reps); do
@@ -218,8 +219,9 @@ load1=$(cut -d' ' -f1-3 /proc/loadavg)
 tr -d '\r' < "$out/vm.txt" > "$out/vm.clean"
 grep -vE "^(FIO|ROCED-REPORT) " "$out/vm.clean" | grep -v "^\[rxe-vm\]" | sed 's/^/  vm: /' | tail -14
 # (the rpcrdma line is long: its middle is cut, its end kept: the RDMA READs and chunk buffers a
-# connection had at once)
-grep -E "^ROCED-REPORT [0-9]+ (nfs|rpcrdma|nfs4):" "$out/vm.clean" | tail -3 |
+# connection had at once; then the READ window's counters and the port's frames missed)
+grep -E "^ROCED-REPORT [0-9]+ (nfs|rpcrdma|nfs4|rpcrdma read window|roce-nfsd: port):" \
+  "$out/vm.clean" | tail -5 |
   sed -E 's/^(.{160}).*(; at most .*)$/\1 ...\2/' | cut -c1-300 | sed 's/^/  /' || true
 [[ -z ${FIO_RAW:-} ]] || grep "^FIO " "$out/vm.clean" > "$FIO_RAW"
 # FIO SERVER ROUND JOB ERROR RKIB RKIB/S RIOPS WKIB WKIB/S WIOPS LOOP_BUSY_NS LOOP_ALL_NS WORKER_NS
