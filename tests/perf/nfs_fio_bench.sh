@@ -19,7 +19,8 @@
 # busy time plus its other threads' run time (/proc/PID/task/*/schedstat): an upper bound, as
 # the loop counts time it was preempted mid-work as busy. For the kernel's nfsd it is its
 # threads' run time: a lower bound, as rxe's work in softirq is not in it. FIO_SERVERS="roced"
-# runs one server only; FIO_MOUNT_OPTS adds mount options to both. The VM is qemu TCG: the
+# runs one server only; FIO_MOUNT_OPTS adds mount options to both; FIO_NFSD_ARGS adds flags to
+# roce-nfsd's (e.g. "--max-read-inflight 4M"). The VM is qemu TCG: the
 # numbers are the emulated machine's, not an RNIC's.
 #   nfs_fio_bench.sh ROCE_NFSD [3|4.1]   (root; exits 77 when VMs cannot run here)
 set -euo pipefail
@@ -154,7 +155,7 @@ loop_ns() {
 start_roced() {
   env LD_LIBRARY_PATH=/opt/roce-nfsd/lib /opt/roce-nfsd/roce-nfsd --iface vs2 --ip 198.18.2.2 \
     --root /srv/roce --export / --export-options rw,no_root_squash --clients 198.18.0.0/15,127.0.0.0/8 \
-    --mount-address 127.0.0.1 --mount-port 20050 --portmap-port 0 --state-dir /tmp/state.\$1 \
+    --mount-address 127.0.0.1 --mount-port 20050 --portmap-port 0 --state-dir /tmp/state.\$1 ${FIO_NFSD_ARGS:-} \
     > /tmp/roced.log 2>&1 &
   rpid=\$!
   i=0; until grep -q "serving" /tmp/roced.log 2> /dev/null; do
