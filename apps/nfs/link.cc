@@ -8,6 +8,7 @@
 
 #include "apps/nfs/in_process.h"
 #include "runtime/env.h"
+#include "runtime/port.h"
 
 namespace roce::nfs {
 
@@ -25,6 +26,10 @@ LinkHolder::LinkHolder(const NfsLink& l) {
 }
 
 const port::PollLoop* LinkHolder::loop() const { return env_ ? &env_->loop : nullptr; }
+
+const port::DpdkPort* LinkHolder::port() const {
+  return env_ && env_->port() ? &env_->port()->dev() : nullptr;
+}
 
 LinkHolder::~LinkHolder() {
   ctx_.reset();  // the Context before the engine it stands on

@@ -20,7 +20,8 @@ class Env;
 }
 namespace roce::port {
 class PollLoop;
-}
+class DpdkPort;
+}  // namespace roce::port
 
 namespace roce::nfs {
 
@@ -41,6 +42,8 @@ class LinkHolder {
   bool attached() const { return attached_; }
   /// The program's own poll loop (its busy and idle time: PollLoop::time_stats); null attached.
   const port::PollLoop* loop() const;
+  /// The program's own port (its counters: DpdkPort::stats); null attached.
+  const port::DpdkPort* port() const;
 
  private:
   bool attached_ = false;

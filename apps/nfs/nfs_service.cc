@@ -152,6 +152,30 @@ std::uint16_t parse_port(const std::string& flag, const std::string& v) {
   return static_cast<std::uint16_t>(n);
 }
 
+std::uint32_t parse_read_inflight(const std::string& v) {
+  std::size_t used = 0;
+  unsigned long long n = 0;
+  try {
+    n = std::stoull(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (v.empty() || v[0] < '0' || v[0] > '9') used = 0;  // (stoull takes " 1" and "-1")
+  const std::string unit = used ? v.substr(used) : "";
+  if (n > kMaxReadInflight) used = 0;  // (before a shift could wrap it)
+  if (unit == "K" || unit == "k")
+    n <<= 10;
+  else if (unit == "M" || unit == "m")
+    n <<= 20;
+  else if (!unit.empty())
+    used = 0;
+  if (!used || n < kMinReadInflight || n > kMaxReadInflight)
+    throw std::runtime_error("--max-read-inflight '" + v + "': bytes of RDMA READs out at once, " +
+                             std::to_string(kMinReadInflight) + " (4K) to " +
+                             std::to_string(kMaxReadInflight) + " (64M)");
+  return static_cast<std::uint32_t>(n);
+}
+
 void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& c) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -197,7 +221,13 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
       c.transport.credits = num(1, 128);
     else if (a == "--inline")
       c.transport.inline_size = num(1024, 65536);
-    else if (a == "--tcp-port")
+    else if (a == "--max-read-inflight") {
+      try {
+        c.transport.max_read_bytes = parse_read_inflight(v);
+      } catch (const std::runtime_error& e) {
+        throw std::runtime_error(std::string("service nfs: ") + e.what());
+      }
+    } else if (a == "--tcp-port")
       c.tcp_port = static_cast<std::uint16_t>(num(1, 65535));
     else if (a == "--max-connections")
       c.transport.max_connections = num(1, 4096);
@@ -261,7 +291,7 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
           " (--root, --export, --export-options, --clients, --max-handles, "
           "--threads, --portmap-port, "
           "--mount-address, --mount-port, --credits, --inline, --tcp-port, "
-          "--max-connections, --max-half-open, --max-per-peer, --reap-idle, "
+          "--max-connections, --max-half-open, --max-per-peer, --reap-idle, --max-read-inflight, "
           "--mount-clients, --mount-per-peer, --mount-timeout, "
           "--delegations, --lease-time, --grace-time, --versions, --state-dir, --exports-file, "
           "--portmap, --rpcbind-wait)");
@@ -718,7 +748,12 @@ std::string NfsService::report() const {
        " (not listed), " + std::to_string(t.unresolved) + " (no ARP answer), " +
        std::to_string(t.reaped) + " idle reaped, " + std::to_string(t.closed) +
        " closed; at most " + std::to_string(t.reads_in_flight_peak) + " RDMA READs and " +
-       std::to_string(t.chunk_buffers_peak) + " chunk buffers of a connection at once\n";
+       std::to_string(t.chunk_buffers_peak) +
+       " chunk buffers of a connection at once\nrpcrdma read window: at most " +
+       std::to_string(t.read_bytes_in_flight_peak) + " bytes of RDMA READs out (limit " +
+       std::to_string(rdma_.options().max_read_bytes) + "), " + std::to_string(t.reads_queued) +
+       " pulls waited for room (at most " + std::to_string(t.reads_queued_peak) + " at once), " +
+       std::to_string(t.read_pieces) + " READs of part of a segment\n";
   const auto& m = mount_.stats();
   s += "mount: " + std::to_string(mount_.clients()) + " connections, refused " +
        std::to_string(m.refused) + " (full), " + std::to_string(m.refused_peer) +
@@ -828,8 +863,12 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"rpcrdma_closed", t.closed},
       {"rpcrdma_err_vers", t.err_vers},
       {"rpcrdma_err_chunk", t.err_chunk},
-      {"rpcrdma_reads_in_flight_peak", t.reads_in_flight_peak},  // of one connection
-      {"rpcrdma_chunk_buffers_peak", t.chunk_buffers_peak},      // of one connection
+      {"rpcrdma_reads_in_flight_peak", t.reads_in_flight_peak},            // of one connection
+      {"rpcrdma_chunk_buffers_peak", t.chunk_buffers_peak},                // of one connection
+      {"rpcrdma_read_bytes_in_flight_peak", t.read_bytes_in_flight_peak},  // all connections
+      {"rpcrdma_reads_queued", t.reads_queued},  // pulls that waited for the READ window
+      {"rpcrdma_reads_queued_peak", t.reads_queued_peak},
+      {"rpcrdma_read_pieces", t.read_pieces},  // READs of part of a segment
       {"mount_calls", mount_.calls()},
       {"exports_reloads", reloads_},              // --exports-file read again and applied
       {"exports_reload_errors", reload_errors_},  // a bad file: the options kept

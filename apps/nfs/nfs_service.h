@@ -118,7 +118,8 @@ std::string export_path_for(const NfsServiceConfig& c);
 
 /// Parses a service's args (--root DIR, --export PATH, --export-options OPTS, --clients LIST,
 /// --max-handles N, --threads N, --portmap-port N, --mount-address IP, --mount-port N, --credits N,
-/// --inline BYTES, --tcp-port N, --delegations on|off, --lease-time SECONDS, --grace-time SECONDS,
+/// --inline BYTES, --tcp-port N, --max-read-inflight BYTES, --delegations on|off, --lease-time
+/// SECONDS, --grace-time SECONDS,
 /// --versions LIST, --state-dir DIR,
 /// --portmap MODE, --rpcbind-wait SECONDS) into
 /// `c`; throws std::runtime_error on a bad one.
@@ -126,6 +127,10 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
 
 /// A port flag's value, 1..65535; throws std::runtime_error naming `flag` otherwise.
 std::uint16_t parse_port(const std::string& flag, const std::string& v);
+
+/// --max-read-inflight (ServerOptions::max_read_bytes): bytes, or with a K or M suffix (256K),
+/// kMinReadInflight to kMaxReadInflight; throws std::runtime_error saying so on anything else.
+std::uint32_t parse_read_inflight(const std::string& v);
 
 /// For a process without CAP_SETUID/CAP_SETGID (it can act only as itself): throws
 /// std::runtime_error, saying what to do, unless the export squashes every caller to the

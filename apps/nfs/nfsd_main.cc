@@ -18,6 +18,7 @@
 #include "apps/nfs/link.h"
 #include "apps/nfs/nfs_service.h"
 #include "controlplane/address.h"
+#include "dataplane/port/dpdk_port.h"
 #include "dataplane/port/poll_loop.h"
 
 namespace po = boost::program_options;
@@ -40,6 +41,13 @@ void print_loop(const nfs::LinkHolder& h) {
   std::cout << "roce-nfsd: poll loop: busy " << t.busy_ns << " ns, idle " << t.idle_ns << " ns, "
             << t.polls << " polls (" << (all > 0 ? 100.0 * static_cast<double>(t.busy_ns) / all : 0)
             << "% busy)" << std::endl;
+  // What the port lost on the way in (net_af_packet: its receive ring full, the kernel's drops).
+  if (const port::DpdkPort* p = h.port()) {
+    const port::PortStats s = p->stats();
+    std::cout << "roce-nfsd: port: " << s.rx_frames << " frames received, " << s.rx_missed
+              << " missed (receive ring full), " << s.tx_frames << " sent, "
+              << s.tx_dropped + s.tx_alloc_failed + s.tx_pmd_dropped << " dropped" << std::endl;
+  }
 }
 double now_s() {
   timespec t{};
@@ -55,7 +63,8 @@ int main(int argc, char** argv) {
   nfs::NfsServiceConfig c;
   double timeout = 0, tx_drop = 0, rx_drop = 0;
   bool spin = false;
-  std::string export_options, clients, delegations = "on", portmap = "auto", grace, versions;
+  std::string export_options, clients, delegations = "on", portmap = "auto", grace, versions,
+                                       read_inflight;
   po::options_description o(
       "roce-nfsd options (signals: SIGHUP reads --exports-file again; SIGUSR1 prints the poll "
       "loop's time, the NFSv4.1 clients and the counters; SIGTERM or SIGINT stop it, "
@@ -140,7 +149,11 @@ int main(int argc, char** argv) {
       "/var/lib/roce-nfsd/<root's name>-<port>-<hash>; none, so no grace period, when that is "
       "not usable)")("credits", po::value<std::string>()->default_value("32"), "credits granted")(
       "inline", po::value<std::string>()->default_value("4096"), "inline size")(
-      "spin", po::bool_switch(&spin), "never yield the CPU when idle (a core of its own)")(
+      "max-read-inflight", po::value(&read_inflight)->default_value("256K"),
+      "bytes of RDMA READs (pulls of the clients' read chunks, WRITE data) out at once, all "
+      "connections: their responses arrive at wire speed and must fit the port's receive ring "
+      "(4K to 64M; K and M suffixes)")("spin", po::bool_switch(&spin),
+                                       "never yield the CPU when idle (a core of its own)")(
       "timeout", po::value(&timeout)->default_value(0), "exit after this many seconds (0: never)")(
       "tx-drop", po::value(&tx_drop)->default_value(0), "drop this fraction of sent frames")(
       "rx-drop", po::value(&rx_drop)->default_value(0), "drop this fraction of received frames");
@@ -169,9 +182,9 @@ int main(int argc, char** argv) {
   // One set of rules and messages with roced's `kind: nfs` args (parse_service_args): every
   // numeric flag in its range (exit 2), never wrapped or clamped.
   try {
-    std::vector<std::string> args = {"--root",       c.root,  "--delegations", delegations,
-                                     "--portmap",    portmap, "--grace-time",  grace,
-                                     "--versions",   versions};
+    std::vector<std::string> args = {"--root",     c.root,   "--delegations",       delegations,
+                                     "--portmap",  portmap,  "--grace-time",        grace,
+                                     "--versions", versions, "--max-read-inflight", read_inflight};
     for (const char* name :
          {"max-handles", "threads", "mount-clients", "mount-per-peer", "mount-timeout",
           "max-per-peer", "reap-idle", "max-connections", "max-half-open", "mount-port",

@@ -21,7 +21,11 @@ using client::WrOpcode;
 
 namespace {
 constexpr std::uint64_t kWrRecv = 1, kWrSend = 2, kWrRead = 3, kWrWrite = 4;
-std::uint64_t wr_id(std::uint64_t kind, std::uint32_t idx) { return (kind << 24) | idx; }
+/// A work request's id: its kind, its index (receive or send slot, chunk buffer) and, for an
+/// RDMA READ, the bytes it reads (given back to the READ window when it completes).
+std::uint64_t wr_id(std::uint64_t kind, std::uint32_t idx, std::uint32_t bytes = 0) {
+  return (std::uint64_t{bytes} << 32) | (kind << 24) | idx;
+}
 /// Receives posted beyond the credits: where a message beyond them lands (to be counted).
 constexpr std::uint32_t kRecvExtra = 4;
 /// Backward calls (RFC 8167) out on a connection at once: each one's REPLY takes one of the
@@ -75,6 +79,10 @@ struct RpcRdmaServer::Job {
   std::uint64_t charge = 0;      ///< what it counts in its connection's `held` until answered
   std::uint32_t reads_left = 0;  ///< RDMA READs of its read chunk not completed yet
   bool short_pull = false;       ///< a READ of its chunk could not be posted: ERR_CHUNK
+  /// Its pull, piece by piece: the chunk buffer it goes into, the segment (of hdr.reads) and
+  /// the bytes of it the next piece starts at, and where in the buffer that piece lands.
+  std::uint32_t chunk = 0, seg = 0, seg_at = 0, buf_at = 0;
+  bool all_posted() const { return seg >= hdr.reads.size(); }
 };
 
 struct RpcRdmaServer::Conn {
@@ -102,7 +110,10 @@ struct RpcRdmaServer::Conn {
   std::vector<std::uint32_t> slot_chunks;
   /// Calls whose read chunk is being pulled, by the chunk buffer it goes into.
   std::map<std::uint32_t, std::shared_ptr<Job>> pulls;
-  std::uint32_t reads_out = 0;  ///< RDMA READs posted and not completed
+  std::uint32_t reads_out = 0;       ///< RDMA READs posted and not completed
+  std::uint64_t read_bytes_out = 0;  ///< their bytes (in the server's READ window)
+  /// RDMA READs it may have out: what its send queue holds for them (accept()).
+  std::uint32_t max_reads = 0;
   /// Received messages not served yet, in order: (receive slot, length). They stay in their
   /// receive buffers, which are posted again once the message is read.
   std::deque<std::pair<std::uint32_t, std::uint32_t>> ready;
@@ -149,6 +160,9 @@ RpcRdmaServer::RpcRdmaServer(client::Context& ctx, ServerOptions o, Handler h, C
   opt_.inline_size = std::clamp<std::uint32_t>(opt_.inline_size, 1024, 64 * 1024);
   opt_.max_connections = std::max<std::uint32_t>(opt_.max_connections, 1);
   opt_.max_half_open = std::clamp<std::uint32_t>(opt_.max_half_open, 1, opt_.max_connections);
+  opt_.max_read_bytes =
+      std::clamp<std::uint32_t>(opt_.max_read_bytes, kMinReadInflight, kMaxReadInflight);
+  opt_.read_piece = std::clamp<std::uint32_t>(opt_.read_piece, 1024, opt_.max_read_bytes);
   if (!worker_) {
     own_worker_ = std::make_unique<CallWorker>();
     worker_ = own_worker_.get();
@@ -187,6 +201,10 @@ void RpcRdmaServer::close(conn::ConnId conn, bool end) {
   if (on_closed) on_closed(conn);
   release(c);
   std::erase_if(waiting_, [&](const std::shared_ptr<Job>& j) { return j->conn == conn; });
+  // Its pieces not posted go (never posted on a dead connection), and its READs out leave the
+  // window: they will not complete (the QP is gone). poll() serves the other pulls.
+  std::erase_if(read_queue_, [&](const auto& q) { return q.first == conn; });
+  read_bytes_out_ -= std::min(read_bytes_out_, c.read_bytes_out);
   conns_.erase(ci);  // a call at the worker finds no connection when it returns
   ++st_.closed;
 }
@@ -307,8 +325,9 @@ void RpcRdmaServer::accept(conn::ConnId id, wire::Ipv4Addr peer,
   // Every work request that can be out at once: a send per credit and per backward call, and
   // what the chunk buffers are the source or sink of (each at most one chunk's segments: a pull's
   // RDMA READs, a payload's or a reply chunk's RDMA WRITEs).
-  qs.send = opt_.credits + kBackwardCalls +
-            chunk_count() * static_cast<std::uint32_t>(rdma::kMaxSegmentsPerChunk) + 8;
+  // (The pieces of a pull: pump_reads keeps a connection's READs out within max_reads.)
+  c->max_reads = chunk_count() * static_cast<std::uint32_t>(rdma::kMaxSegmentsPerChunk);
+  qs.send = opt_.credits + kBackwardCalls + c->max_reads + 8;
   qs.recv = nrecv;
   qs.send_sge = 2;
   qs.recv_sge = 1;
@@ -586,49 +605,110 @@ void RpcRdmaServer::next(Conn& c) {
       send_error(c, j->hdr.xid, rdma::ErrorCode::kChunk);
       continue;
     }
-    const std::uint32_t b = c.take_chunk();
-    std::uint32_t at = 0;
-    for (const auto& r : j->hdr.reads) {
-      if (r.seg.length == 0) continue;
-      Sge sge{reinterpret_cast<std::uint64_t>(c.chunk(b) + at), r.seg.length, c.chunk_mr->lkey};
-      SendWr wr;
-      wr.wr_id = wr_id(kWrRead, b);
-      wr.opcode = WrOpcode::kRead;
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
-      wr.send_flags = verbs::kSendSignaled;
-      wr.rdma.remote_addr = r.seg.offset;
-      wr.rdma.rkey = r.seg.handle;
-      if (ep_.post_send(c.id, wr) != 0) {
-        bad = true;
-        break;
-      }
-      ++j->reads_left;
-      ++c.reads_out;
-      ++st_.reads;
-      at += r.seg.length;
-    }
-    st_.reads_in_flight_peak = std::max<std::uint64_t>(st_.reads_in_flight_peak, c.reads_out);
-    st_.chunk_buffers_peak =
-        std::max<std::uint64_t>(st_.chunk_buffers_peak, c.chunk_busy.size() - c.free_chunks());
-    if (bad && j->reads_left == 0) {
-      c.chunk_busy[b] = false;
-      send_error(c, j->hdr.xid, rdma::ErrorCode::kChunk);
-      continue;
-    }
-    j->short_pull = bad;  // those posted complete first; the call is never run short
-    j->read_total = at;
-    st_.read_bytes += at;
+    // Pulled piece by piece through the server's READ window (pump_reads), behind the pulls
+    // already waiting; on_wc assembles it when its last piece completes.
+    j->chunk = c.take_chunk();
+    j->read_total = static_cast<std::uint32_t>(total);
+    j->seg = 0;
+    while (j->seg < j->hdr.reads.size() && j->hdr.reads[j->seg].seg.length == 0) ++j->seg;
     ++c.jobs;
     j->charge = charge;
     c.held += charge;
-    if (j->reads_left == 0) {
-      assemble_and_run(c, j, c.chunk(b));
-      c.chunk_busy[b] = false;
+    st_.chunk_buffers_peak =
+        std::max<std::uint64_t>(st_.chunk_buffers_peak, c.chunk_busy.size() - c.free_chunks());
+    const std::uint32_t b = j->chunk;
+    const bool empty = j->all_posted();
+    c.pulls[b] = std::move(j);
+    if (empty) {  // a read chunk of no bytes: nothing to pull
+      end_pull(c, b);
       continue;
     }
-    c.pulls[b] = std::move(j);  // on_wc assembles it when its last READ completes
+    read_queue_.emplace_back(c.id, b);
+    const std::size_t queued = read_queue_.size();
+    pump_reads();
+    if (!read_queue_.empty() && read_queue_.back() == std::pair{c.id, b}) {
+      ++st_.reads_queued;  // (not all of it posted at once: it waits for room)
+      st_.reads_queued_peak = std::max<std::uint64_t>(st_.reads_queued_peak, queued);
+    }
   }
+}
+
+void RpcRdmaServer::pump_reads() {
+  while (!read_queue_.empty()) {
+    const auto [id, b] = read_queue_.front();
+    Conn* cp = nullptr;
+    Job* jp = nullptr;
+    if (const auto ci = conns_.find(id); ci != conns_.end() && !ci->second->closing) {
+      cp = ci->second.get();
+      if (const auto pi = cp->pulls.find(b); pi != cp->pulls.end() && !pi->second->all_posted())
+        jp = pi->second.get();
+    }
+    if (!jp) {  // its connection closed, or nothing of it left to post
+      read_queue_.pop_front();
+      continue;
+    }
+    Conn& c = *cp;
+    Job& j = *jp;
+    const rdma::ReadSegment& r = j.hdr.reads[j.seg];
+    const std::uint32_t n = std::min(r.seg.length - j.seg_at, opt_.read_piece);
+    // The window full: the first pull waiting waits (in order), until a READ out completes. A
+    // connection's READs beyond what its send queue holds wait for its own completions.
+    if ((read_bytes_out_ && read_bytes_out_ + n > opt_.max_read_bytes) ||
+        c.reads_out >= c.max_reads)
+      return;
+    Sge sge{reinterpret_cast<std::uint64_t>(c.chunk(b) + j.buf_at), n, c.chunk_mr->lkey};
+    SendWr wr;
+    wr.wr_id = wr_id(kWrRead, b, n);
+    wr.opcode = WrOpcode::kRead;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.send_flags = verbs::kSendSignaled;
+    wr.rdma.remote_addr = r.seg.offset + j.seg_at;  // a piece: the segment's address + offset
+    wr.rdma.rkey = r.seg.handle;
+    if (ep_.post_send(c.id, wr) != 0) {
+      // Those posted complete first; the call is never run short.
+      j.short_pull = true;
+      j.seg = static_cast<std::uint32_t>(j.hdr.reads.size());
+      read_queue_.pop_front();
+      if (j.reads_left == 0) {
+        end_pull(c, b);
+        kick_.push_back(c.id);  // its chunk buffer is free: poll() serves its next calls
+      }
+      continue;
+    }
+    if (n < r.seg.length) ++st_.read_pieces;
+    ++j.reads_left;
+    ++c.reads_out;
+    ++st_.reads;
+    st_.read_bytes += n;
+    c.read_bytes_out += n;
+    read_bytes_out_ += n;
+    st_.reads_in_flight_peak = std::max<std::uint64_t>(st_.reads_in_flight_peak, c.reads_out);
+    st_.read_bytes_in_flight_peak = std::max(st_.read_bytes_in_flight_peak, read_bytes_out_);
+    j.buf_at += n;
+    j.seg_at += n;
+    if (j.seg_at == r.seg.length) {  // the next segment with bytes
+      j.seg_at = 0;
+      do ++j.seg;
+      while (j.seg < j.hdr.reads.size() && j.hdr.reads[j.seg].seg.length == 0);
+    }
+    if (j.all_posted()) read_queue_.pop_front();
+  }
+}
+
+void RpcRdmaServer::end_pull(Conn& c, std::uint32_t b) {
+  const auto pi = c.pulls.find(b);
+  if (pi == c.pulls.end()) return;
+  const auto j = std::move(pi->second);
+  c.pulls.erase(pi);
+  if (j->short_pull) {
+    if (c.jobs) --c.jobs;
+    c.held -= std::min(c.held, std::exchange(j->charge, 0));
+    send_error(c, j->hdr.xid, rdma::ErrorCode::kChunk);
+  } else {
+    assemble_and_run(c, j, c.chunk(b));
+  }
+  c.chunk_busy[b] = false;  // the call is copied out: the buffer takes the next chunk
 }
 
 void RpcRdmaServer::assemble_and_run(Conn& c, const std::shared_ptr<Job>& j,
@@ -845,19 +925,14 @@ void RpcRdmaServer::on_wc(const conn::Completion& cw) {
     }
   } else if (kind == kWrRead) {
     if (c.reads_out) --c.reads_out;
+    const std::uint64_t n = std::min<std::uint64_t>(w.wr_id >> 32, c.read_bytes_out);
+    c.read_bytes_out -= n;
+    read_bytes_out_ -= std::min(read_bytes_out_, n);
     const auto pi = c.pulls.find(idx);
-    if (pi != c.pulls.end() && --pi->second->reads_left == 0) {
-      const auto j = std::move(pi->second);
-      c.pulls.erase(pi);
-      if (j->short_pull) {
-        if (c.jobs) --c.jobs;
-        c.held -= std::min(c.held, std::exchange(j->charge, 0));
-        send_error(c, j->hdr.xid, rdma::ErrorCode::kChunk);
-      } else {
-        assemble_and_run(c, j, c.chunk(idx));
-      }
-      c.chunk_busy[idx] = false;  // the call is copied out: the buffer takes the next chunk
-    }
+    if (pi != c.pulls.end() && pi->second->reads_left) --pi->second->reads_left;
+    if (pi != c.pulls.end() && pi->second->reads_left == 0 && pi->second->all_posted())
+      end_pull(c, idx);
+    pump_reads();  // room in the window: the next pieces, of this connection or another's
   } else if (kind == kWrSend) {
     c.active_ns = now_ns();
     if (idx < c.slot_busy.size()) {
@@ -885,6 +960,11 @@ bool RpcRdmaServer::poll() {
     any = true;
   }
   for (const auto& w : wcs_) on_wc(w);
+  // Room a closed connection left in the READ window; connections whose pull ended there.
+  pump_reads();
+  for (const conn::ConnId id : std::exchange(kick_, {}))
+    if (const auto ci = conns_.find(id); ci != conns_.end() && !ci->second->closing)
+      next(*ci->second);
   return any;
 }
 

@@ -10,7 +10,9 @@
 /// through a small pool of chunk buffers per connection (as many as its heap budget max_held
 /// holds, 4 with the defaults, registered once), so that several RDMA READs and WRITEs of a
 /// connection are on the wire at once; a call waiting for a chunk buffer holds up only the calls
-/// with chunks behind it.
+/// with chunks behind it. The RDMA READs are bounded for the whole server (max_read_bytes): a
+/// read chunk is pulled in pieces, posted as earlier ones complete, pulls served in the order
+/// they came, so that the responses on the way never overrun the port's receive ring.
 ///
 /// What a peer can hold (docs/nfs.md "Limits and binding"): the credits granted are what a
 /// connection may have in flight; a message beyond them is dropped and counted (over_credit),
@@ -69,7 +71,21 @@ struct ServerOptions {
   /// calls wait in their receive buffers. 0: 4 x (max_io + 8 KiB) + max_reply. It also sets
   /// the connection's chunk buffers: max_held / max(max_io + 8 KiB, max_reply), 2 to 8.
   std::uint64_t max_held = 0;
+  /// The bytes of RDMA READs (pulls of read chunks) the server has posted and not seen
+  /// complete, all connections together: their responses come back at the client's wire speed
+  /// into the port's one receive ring, which a burst beyond it overruns on a small ring
+  /// (net_af_packet: 512 frames, 512 KiB at MTU 1024). A read chunk is pulled in pieces of at
+  /// most read_piece bytes (a READ of part of a segment: its address plus an offset, same
+  /// key), posted as earlier ones complete, pulls served in the order they came, whatever their
+  /// connection. A piece always goes when nothing is out. 4 KiB to 64 MiB
+  /// (roce-nfsd --max-read-inflight).
+  std::uint32_t max_read_bytes = 256u * 1024;
+  /// The largest RDMA READ posted (a segment longer is read in several), at most max_read_bytes.
+  std::uint32_t read_piece = 64u * 1024;
 };
+
+/// The range ServerOptions::max_read_bytes (--max-read-inflight) accepts.
+inline constexpr std::uint32_t kMinReadInflight = 4096, kMaxReadInflight = 64u << 20;
 
 struct ServerStats {
   std::uint64_t connections = 0, calls = 0, reads = 0, read_bytes = 0, writes = 0, write_bytes = 0,
@@ -83,6 +99,11 @@ struct ServerStats {
   /// The most RDMA READs one connection had posted and not completed at once, and the most
   /// chunk buffers one connection had in use at once (pulls and replies' WRITEs).
   std::uint64_t reads_in_flight_peak = 0, chunk_buffers_peak = 0;
+  /// The READ window (ServerOptions::max_read_bytes): the most bytes of RDMA READs out at once
+  /// (all connections), pulls that waited for room in it (all or part of their chunk), the most
+  /// pulls waiting at once, and READs of part of a segment (a segment beyond read_piece).
+  std::uint64_t read_bytes_in_flight_peak = 0, reads_queued = 0, reads_queued_peak = 0,
+                read_pieces = 0;
   /// RFC 8167's backward direction: calls sent, REPLYs received, calls not sent (no such
   /// connection, two out already, too large to send inline, no free send buffer).
   std::uint64_t backward_calls = 0, backward_replies = 0, backward_dropped = 0;
@@ -108,6 +129,8 @@ class RpcRdmaServer {
   /// Runs the stack once; true when anything happened.
   bool poll();
   const ServerStats& stats() const { return st_; }
+  /// The options in force (out-of-range values brought within their bounds).
+  const ServerOptions& options() const { return opt_; }
   /// RFC 8167 (an NFSv4.1 back channel): sends the RPC call `call` to the client of `conn` (the
   /// CallContext's conn) in the connection's reverse direction, an RDMA_MSG without chunks;
   /// false (counted) when it cannot go now. Its REPLY goes to on_backward_reply.
@@ -164,6 +187,13 @@ class RpcRdmaServer {
   std::size_t chunk_len() const;      ///< one chunk buffer's bytes
   std::uint32_t chunk_count() const;  ///< a connection's chunk buffers
   void release(Conn& c);
+  /// Posts the next pieces of the pulls waiting (read_queue_), in order, while the READ window
+  /// has room; a pull whose piece cannot be posted ends short (ERR_CHUNK) once its READs out
+  /// complete.
+  void pump_reads();
+  /// The pull into chunk buffer `b` of `c` is whole (or short): the call assembled and run
+  /// (or ERR_CHUNK), the buffer free again.
+  void end_pull(Conn& c, std::uint32_t b);
   /// Forgets connection `conn`; `end`: also ends it on the wire (DREQ) and frees its QP now.
   void close(conn::ConnId conn, bool end);
 
@@ -174,6 +204,12 @@ class RpcRdmaServer {
   std::map<conn::ConnId, std::unique_ptr<Conn>> conns_;
   std::vector<Pending> pending_;
   std::deque<std::shared_ptr<Job>> waiting_;  ///< calls waiting for room at the worker pool
+  /// Pulls with pieces not posted yet, in the order they came: (connection, chunk buffer).
+  /// A connection closed is taken out of it with its pulls.
+  std::deque<std::pair<conn::ConnId, std::uint32_t>> read_queue_;
+  std::uint64_t read_bytes_out_ = 0;  ///< bytes of RDMA READs posted and not completed
+  /// Connections whose pull ended in pump_reads (a piece not posted): served again in poll().
+  std::vector<conn::ConnId> kick_;
   std::vector<conn::Event> events_;
   std::vector<conn::Completion> wcs_;
   ServerStats st_;

@@ -94,6 +94,8 @@ std::vector<CounterSample> Metrics::snapshot() const {
                    p.port.tx_dropped + p.port.tx_alloc_failed + p.port.tx_pmd_dropped});
     out.push_back({"port_tx_oversize", p.name, p.port.tx_oversize});
     out.push_back({"port_tx_pmd_dropped", p.name, p.port.tx_pmd_dropped});
+    // Lost on the way in: the NIC's imissed, net_af_packet's ring full (the kernel's drops).
+    out.push_back({"port_rx_missed", p.name, p.port.rx_missed});
     out.push_back({"port_rx_ip_checksum_good", p.name, p.port.rx_ip_checksum_good});
     out.push_back({"port_rx_ip_checksum_bad", p.name, p.port.rx_ip_checksum_bad});
     out.push_back({"port_tx_ip_checksum_offloaded", p.name, p.port.tx_ip_checksum_offloaded});

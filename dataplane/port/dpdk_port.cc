@@ -5,14 +5,19 @@
 /// external buffers. The ordered close of a net_memif link is in dpdk_port_close.cc.
 #include "dataplane/port/dpdk_port.h"
 
+#include <dirent.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
 #include <rte_dev.h>
 #include <rte_devargs.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -20,6 +25,33 @@
 #include "dataplane/port/pmd_frames.h"
 
 namespace roce::port {
+
+namespace {
+/// This process's AF_PACKET sockets bound to interface `iface` (net_af_packet's, one per queue,
+/// opened when the vdev was probed).
+std::vector<int> packet_sockets(const std::string& iface) {
+  std::vector<int> fds;
+  const unsigned ifindex = if_nametoindex(iface.c_str());
+  DIR* d = ifindex ? opendir("/proc/self/fd") : nullptr;
+  if (d == nullptr) return fds;
+  while (const dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == dirfd(d)) continue;
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    sockaddr_ll sll{};
+    socklen_t alen = sizeof sll;
+    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
+        domain == AF_PACKET &&
+        getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&sll), &alen) == 0 &&
+        static_cast<unsigned>(sll.sll_ifindex) == ifindex)
+      fds.push_back(static_cast<int>(fd));
+  }
+  closedir(d);
+  return fds;
+}
+}  // namespace
 
 DpdkPort::DpdkPort(const PortSpec& spec) {
   if (rte_eth_dev_get_port_by_name(spec.device.c_str(), &port_) != 0)
@@ -116,6 +148,9 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
     // after the engine let go of it.
     const std::string drv = info.driver_name ? info.driver_name : "";
     memif_ = drv == "net_memif";
+    if (drv == "net_af_packet" && info.device != nullptr)
+      if (const rte_devargs* da = rte_dev_devargs(info.device); da != nullptr && da->args)
+        if (const auto iface = devarg(da->args, "iface")) afp_fds_ = packet_sockets(*iface);
     if (memif_) {
       const rte_devargs* da = rte_dev_devargs(info.device);
       memif_client_ = da != nullptr && da->args != nullptr &&
@@ -250,7 +285,17 @@ PortStats DpdkPort::stats() const {
   // The PMD's own count of frames it took and did not send (read from any thread: the PMDs
   // keep plain counters per queue, so another lcore's may lag a little).
   rte_eth_stats es{};
-  if (rte_eth_stats_get(port_, &es) == 0) t.tx_pmd_dropped = es.oerrors;
+  if (rte_eth_stats_get(port_, &es) == 0) {
+    t.tx_pmd_dropped = es.oerrors;
+    t.rx_missed = es.imissed;
+  }
+  for (const int fd : afp_fds_) {
+    tpacket_stats ps{};
+    socklen_t len = sizeof ps;
+    if (getsockopt(fd, SOL_PACKET, PACKET_STATISTICS, &ps, &len) == 0)
+      afp_drops_.fetch_add(ps.tp_drops, std::memory_order_relaxed);
+  }
+  t.rx_missed += afp_drops_.load(std::memory_order_relaxed);
   return t;
 }
 

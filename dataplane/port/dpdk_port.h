@@ -86,6 +86,10 @@ struct PortStats {
   /// Frames the PMD took but did not send (its oerrors: net_af_packet drops a frame longer than
   /// its ring slot so, or when the kernel refuses the send).
   std::uint64_t tx_pmd_dropped = 0;
+  /// Frames lost on the way in before the port saw them: the PMD's imissed (a NIC with no free
+  /// descriptor) and, on net_af_packet, what the kernel dropped with the socket's receive ring
+  /// full (PACKET_STATISTICS' tp_drops, which DPDK 22.11's PMD does not report).
+  std::uint64_t rx_missed = 0;
 };
 
 class DpdkPort {
@@ -208,6 +212,10 @@ class DpdkPort {
   /// the pool ran dry under 1000 QPs: frames were lost to failed allocations.
   std::size_t max_pending_ = kMaxPending;
   std::vector<Queue> q_;
+  /// net_af_packet: the PMD's sockets (found by their interface in /proc/self/fd), whose drops
+  /// stats() reads (reading resets them: summed in afp_drops_).
+  std::vector<int> afp_fds_;
+  mutable std::atomic<std::uint64_t> afp_drops_{0};
 };
 
 template <class F>

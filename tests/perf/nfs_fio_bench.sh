@@ -19,7 +19,8 @@
 # busy time plus its other threads' run time (/proc/PID/task/*/schedstat): an upper bound, as
 # the loop counts time it was preempted mid-work as busy. For the kernel's nfsd it is its
 # threads' run time: a lower bound, as rxe's work in softirq is not in it. FIO_SERVERS="roced"
-# runs one server only; FIO_MOUNT_OPTS adds mount options to both. The VM is qemu TCG: the
+# runs one server only; FIO_MOUNT_OPTS adds mount options to both; FIO_NFSD_ARGS adds flags to
+# roce-nfsd's (e.g. "--max-read-inflight 4M"). The VM is qemu TCG: the
 # numbers are the emulated machine's, not an RNIC's.
 #   nfs_fio_bench.sh ROCE_NFSD [3|4.1]   (root; exits 77 when VMs cannot run here)
 set -euo pipefail
@@ -154,7 +155,7 @@ loop_ns() {
 start_roced() {
   env LD_LIBRARY_PATH=/opt/roce-nfsd/lib /opt/roce-nfsd/roce-nfsd --iface vs2 --ip 198.18.2.2 \
     --root /srv/roce --export / --export-options rw,no_root_squash --clients 198.18.0.0/15,127.0.0.0/8 \
-    --mount-address 127.0.0.1 --mount-port 20050 --portmap-port 0 --state-dir /tmp/state.\$1 \
+    --mount-address 127.0.0.1 --mount-port 20050 --portmap-port 0 --state-dir /tmp/state.\$1 ${FIO_NFSD_ARGS:-} \
     > /tmp/roced.log 2>&1 &
   rpid=\$!
   i=0; until grep -q "serving" /tmp/roced.log 2> /dev/null; do
@@ -164,7 +165,8 @@ start_roced() {
 }
 stop_roced() {
   kill -TERM \$rpid; wait \$rpid
-  grep -E "^(nfs|rpcrdma|nfs4): " /tmp/roced.log | sed "s/^/ROCED-REPORT \$1 /"
+  { grep -E "^(nfs|rpcrdma|nfs4|rpcrdma read window): " /tmp/roced.log
+    grep "^roce-nfsd: port: " /tmp/roced.log | tail -1; } | sed "s/^/ROCED-REPORT \$1 /"
   cat /tmp/roced.log >> /mnt/host/roced.log
 }
 for r in \$(seq $reps); do
@@ -218,8 +220,9 @@ load1=$(cut -d' ' -f1-3 /proc/loadavg)
 tr -d '\r' < "$out/vm.txt" > "$out/vm.clean"
 grep -vE "^(FIO|ROCED-REPORT) " "$out/vm.clean" | grep -v "^\[rxe-vm\]" | sed 's/^/  vm: /' | tail -14
 # (the rpcrdma line is long: its middle is cut, its end kept: the RDMA READs and chunk buffers a
-# connection had at once)
-grep -E "^ROCED-REPORT [0-9]+ (nfs|rpcrdma|nfs4):" "$out/vm.clean" | tail -3 |
+# connection had at once; then the READ window's counters and the port's frames missed)
+grep -E "^ROCED-REPORT [0-9]+ (nfs|rpcrdma|nfs4|rpcrdma read window|roce-nfsd: port):" \
+  "$out/vm.clean" | tail -5 |
   sed -E 's/^(.{160}).*(; at most .*)$/\1 ...\2/' | cut -c1-300 | sed 's/^/  /' || true
 [[ -z ${FIO_RAW:-} ]] || grep "^FIO " "$out/vm.clean" > "$FIO_RAW"
 # FIO SERVER ROUND JOB ERROR RKIB RKIB/S RIOPS WKIB WKIB/S WIOPS LOOP_BUSY_NS LOOP_ALL_NS WORKER_NS

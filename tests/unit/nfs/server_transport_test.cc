@@ -32,6 +32,8 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -1338,6 +1340,260 @@ TEST(NfsServerTransport, ManySegmentsOnEveryChunkBufferFitTheSendQueue) {
   r.a.eng->dereg_mr(bm);
 }
 
+// Issue 31: the server's RDMA READ window (ServerOptions::max_read_bytes). The wire between
+// the two engines, watched by the pump: the bytes of READ requests the server sent (RETH DMA
+// length) less the bytes of READ responses it got back, all connections together, with the most
+// seen; and the highest byte each client QP was asked for. Requests and responses are counted
+// once (by QP and PSN) should one be sent again.
+struct ReadWire {
+  std::mutex mu;
+  std::int64_t all = 0, peak = 0;
+  std::map<std::uint32_t, std::uint64_t> end_of;  // highest VA + length asked, by client QPN
+  std::set<std::pair<std::uint32_t, std::uint32_t>> seen_req, seen_rsp;
+  std::int64_t peak_now() {
+    std::lock_guard<std::mutex> l(mu);
+    return peak;
+  }
+  std::uint64_t end_now(std::uint32_t qpn) {
+    std::lock_guard<std::mutex> l(mu);
+    return end_of[qpn];
+  }
+  // `f` a frame between the engines (the pump's drop callback); never drops.
+  bool watch(const std::vector<std::uint8_t>& f, bool to_server) {
+    const int op = bth_opcode(f);
+    if (op < 0x0C || op > 0x10 || f.size() < 58) return false;
+    const std::uint32_t qpn = wire::load_be24(f.data() + 47), psn = wire::load_be24(f.data() + 51);
+    std::lock_guard<std::mutex> l(mu);
+    if (!to_server && op == 0x0C && f.size() >= 70) {  // a READ request: BTH, RETH
+      if (!seen_req.insert({qpn, psn}).second) return false;
+      const std::uint64_t va = wire::load_be64(f.data() + 54);
+      const std::uint32_t len = wire::load_be32(f.data() + 66);
+      all += len;
+      end_of[qpn] = std::max(end_of[qpn], va + len);
+      peak = std::max(peak, all);
+    } else if (to_server && op >= 0x0D) {  // a READ response: BTH, AETH (not middle), data
+      if (!seen_rsp.insert({qpn, psn}).second) return false;
+      const std::uint32_t udp = wire::load_be16(f.data() + 38);
+      const std::uint32_t pad = (f[43] >> 4) & 3, aeth = op == 0x0E ? 0 : 4;
+      all -= std::int64_t{udp} - 8 - 12 - aeth - 4 - pad;
+    }
+    return false;
+  }
+};
+
+// The call the test client sends with a read chunk of `segs` (at position 16, the end of the
+// 16-byte body), and the call the server must hand its handler: the body, the chunk's bytes in
+// order, their XDR pad.
+std::vector<std::uint8_t> read_call(Rig& r, Client& c, std::uint32_t xid,
+                                    const std::vector<rdma::Segment>& segs) {
+  rdma::Header h;
+  h.xid = xid;
+  h.credits = 32;
+  for (const auto& sg : segs) h.reads.push_back({16, sg});
+  std::vector<std::uint8_t> m;
+  rdma::encode(h, m);
+  const std::size_t at = m.size();
+  m.resize(at + 16, 0xCA);
+  wire::store_be32(m.data() + at, xid);
+  std::vector<std::uint8_t> want(m.begin() + static_cast<std::ptrdiff_t>(at), m.end());
+  std::size_t total = 0;
+  for (const auto& sg : segs) {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(sg.offset);
+    want.insert(want.end(), p, p + sg.length);
+    total += sg.length;
+  }
+  want.insert(want.end(), (4 - total % 4) % 4, 0);
+  const std::uint32_t slot = Client::kSlots + (c.next_send++ % Client::kSlots);
+  std::uint8_t* out = c.buf.data() + std::size_t{slot} * Client::kSlot;
+  std::memcpy(out, m.data(), m.size());
+  Sge sge{reinterpret_cast<std::uint64_t>(out), static_cast<std::uint32_t>(m.size()), c.mr->key};
+  SendWr wr;
+  wr.wr_id = slot;
+  wr.opcode = WrOpcode::kSend;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  EXPECT_EQ(r.a.eng->post_send(c.qp, &wr, nullptr), kOk);
+  return want;
+}
+
+// Keeps every call the handler gets, by XID; answers with the first 16 bytes.
+struct CallLog {
+  std::mutex mu;
+  std::map<std::uint32_t, std::vector<std::uint8_t>> calls;
+  RpcRdmaServer::Handler handler() {
+    return [this](const CallContext&, std::span<const std::uint8_t> call, RpcReply& rep) {
+      rep.msg.assign(call.begin(), call.begin() + std::min<std::size_t>(call.size(), 16));
+      std::lock_guard<std::mutex> l(mu);
+      if (call.size() >= 4) calls[wire::load_be32(call.data())].assign(call.begin(), call.end());
+    };
+  }
+  bool same(std::uint32_t xid, const std::vector<std::uint8_t>& want) {
+    std::lock_guard<std::mutex> l(mu);
+    const auto i = calls.find(xid);
+    return i != calls.end() && i->second == want;
+  }
+};
+
+std::vector<std::uint8_t> pattern(std::size_t n, std::uint32_t seed) {
+  std::vector<std::uint8_t> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<std::uint8_t>((i * 2654435761u + seed) >> 13 ^ i >> 9);
+  return v;
+}
+
+// A WRITE of 1 MiB from one client (its read chunk one segment of 1 MiB) against a window of
+// 256 KiB: never more than 256 KiB of READs out on the wire (one READ of 1 MiB before: its
+// responses at wire speed overran net_af_packet's 512-frame ring), the segment read in pieces
+// of 64 KiB, the call the handler gets byte for byte the client's.
+TEST(NfsServerTransport, AOneMiBReadChunkIsPulledWithinTheReadWindow) {
+  constexpr std::uint32_t kLen = 1u << 20, kWindow = 256 * 1024;
+  ServerOptions o;
+  o.max_read_bytes = kWindow;
+  CallLog log;
+  ReadWire wire;
+  Rig r(o, log.handler());
+  r.drop = [&](const std::vector<std::uint8_t>& f, bool to_server) {
+    return wire.watch(f, to_server);
+  };
+  Client& c = r.connect();
+  ASSERT_TRUE(r.run([&] { return c.up; }, 5));
+  std::vector<std::uint8_t> data = pattern(kLen, 1);
+  Mr* dm = r.a.eng->reg_mr(r.pd, data.data(), data.size(), kAccessLocalWrite | kAccessRemoteRead);
+  ASSERT_NE(dm, nullptr);
+  const auto want =
+      read_call(r, c, 0xF01, {{dm->key, kLen, reinterpret_cast<std::uint64_t>(data.data())}});
+  ASSERT_TRUE(r.run([&] { return !c.replies.empty(); }, 20));
+  const auto& st = r.srv->stats();
+  std::printf(
+      "READs: %llu (%llu of part of a segment), at most %lld bytes out on the wire, "
+      "%llu in the server's count\n",
+      static_cast<unsigned long long>(st.reads), static_cast<unsigned long long>(st.read_pieces),
+      static_cast<long long>(wire.peak_now()),
+      static_cast<unsigned long long>(st.read_bytes_in_flight_peak));
+  EXPECT_EQ(c.replies.front(), 0xF01u);
+  EXPECT_TRUE(log.same(0xF01, want)) << "the call was not assembled byte for byte";
+  EXPECT_GT(wire.peak_now(), 0);
+  EXPECT_LE(wire.peak_now(), std::int64_t{kWindow}) << "RDMA READs beyond the window on the wire";
+  EXPECT_LE(st.read_bytes_in_flight_peak, kWindow);
+  EXPECT_EQ(st.read_bytes, kLen);
+  EXPECT_GE(st.read_pieces, kLen / (64 * 1024));
+  EXPECT_EQ(st.err_chunk, 0u);
+  EXPECT_EQ(st.closed, 0u);
+  r.a.eng->dereg_mr(dm);
+}
+
+// Three connections, two WRITEs each (read chunks of three segments, 384 KiB and some): the
+// window is the server's, not each connection's (all together never beyond it on the wire),
+// pulls wait for it in order, every call whole, every connection answered.
+TEST(NfsServerTransport, ConnectionsShareOneReadWindow) {
+  constexpr std::uint32_t kWindow = 256 * 1024, kConns = 3, kCalls = 2;
+  const std::vector<std::uint32_t> lens = {100000, 150001, 134143};
+  ServerOptions o;
+  o.max_read_bytes = kWindow;
+  CallLog log;
+  ReadWire wire;
+  Rig r(o, log.handler());
+  r.drop = [&](const std::vector<std::uint8_t>& f, bool to_server) {
+    return wire.watch(f, to_server);
+  };
+  std::vector<Client*> cs;
+  for (std::uint32_t k = 0; k < kConns; ++k) cs.push_back(&r.connect());
+  ASSERT_TRUE(
+      r.run([&] { return std::all_of(cs.begin(), cs.end(), [](Client* c) { return c->up; }); }, 5));
+  std::vector<std::vector<std::uint8_t>> data;
+  std::vector<Mr*> mrs;
+  std::map<std::uint32_t, std::vector<std::uint8_t>> want;
+  for (std::uint32_t k = 0; k < kConns * kCalls; ++k) {
+    data.push_back(pattern(lens[0] + lens[1] + lens[2], k + 7));
+    mrs.push_back(r.a.eng->reg_mr(r.pd, data.back().data(), data.back().size(),
+                                  kAccessLocalWrite | kAccessRemoteRead));
+    ASSERT_NE(mrs.back(), nullptr);
+  }
+  for (std::uint32_t k = 0; k < kConns * kCalls; ++k) {
+    Client& c = *cs[k % kConns];
+    std::vector<rdma::Segment> segs;
+    std::uint64_t at = reinterpret_cast<std::uint64_t>(data[k].data());
+    for (const std::uint32_t n : lens) {
+      segs.push_back({mrs[k]->key, n, at});
+      at += n;
+    }
+    want[0x700 + k] = read_call(r, c, 0x700 + k, segs);
+  }
+  ASSERT_TRUE(r.run(
+      [&] {
+        return std::all_of(cs.begin(), cs.end(),
+                           [](Client* c) { return c->replies.size() == kCalls; });
+      },
+      30))
+      << "a connection's calls not answered";
+  for (const auto& [xid, w] : want) EXPECT_TRUE(log.same(xid, w)) << "call " << xid;
+  const auto& st = r.srv->stats();
+  std::printf(
+      "%llu READs, at most %lld bytes out on the wire (server's count %llu), %llu pulls "
+      "waited, at most %llu at once\n",
+      static_cast<unsigned long long>(st.reads), static_cast<long long>(wire.peak_now()),
+      static_cast<unsigned long long>(st.read_bytes_in_flight_peak),
+      static_cast<unsigned long long>(st.reads_queued),
+      static_cast<unsigned long long>(st.reads_queued_peak));
+  EXPECT_LE(wire.peak_now(), std::int64_t{kWindow}) << "the connections' READs together beyond it";
+  EXPECT_LE(st.read_bytes_in_flight_peak, kWindow);
+  EXPECT_GE(st.reads_queued_peak, 2u) << "pulls of several connections never waited";
+  EXPECT_EQ(st.err_chunk, 0u);
+  EXPECT_EQ(st.closed, 0u);
+  for (Mr* m : mrs) r.a.eng->dereg_mr(m);
+}
+
+// A connection closed with pieces of its pull still queued (its read chunk runs past what its
+// key covers: a READ is NAKed, the connection released): its pieces queued are never posted,
+// the READs it had out leave the window, and the other connection's pull behind it completes
+// whole, as does a further 1 MiB one after.
+TEST(NfsServerTransport, AConnectionClosedWithPiecesQueuedTakesThemAlong) {
+  constexpr std::uint32_t kLen = 1u << 20, kWindow = 256 * 1024, kGood = 320 * 1024;
+  ServerOptions o;
+  o.max_read_bytes = kWindow;
+  CallLog log;
+  ReadWire wire;
+  Rig r(o, log.handler());
+  r.drop = [&](const std::vector<std::uint8_t>& f, bool to_server) {
+    return wire.watch(f, to_server);
+  };
+  Client& bad = r.connect();
+  Client& good = r.connect();
+  ASSERT_TRUE(r.run([&] { return bad.up && good.up; }, 5));
+  std::vector<std::uint8_t> d1 = pattern(kLen, 3), d2 = pattern(kLen, 4), d3 = pattern(kLen, 5);
+  // The bad client's key covers only the first 320 KiB of the 1 MiB it offers.
+  Mr* m1 = r.a.eng->reg_mr(r.pd, d1.data(), kGood, kAccessLocalWrite | kAccessRemoteRead);
+  Mr* m2 = r.a.eng->reg_mr(r.pd, d2.data(), kLen, kAccessLocalWrite | kAccessRemoteRead);
+  Mr* m3 = r.a.eng->reg_mr(r.pd, d3.data(), kLen, kAccessLocalWrite | kAccessRemoteRead);
+  ASSERT_TRUE(m1 && m2 && m3);
+  const std::uint64_t base1 = reinterpret_cast<std::uint64_t>(d1.data());
+  read_call(r, bad, 0x801, {{m1->key, kLen, base1}});
+  // (after the first pieces of the bad one are out: its pull is ahead in the queue)
+  ASSERT_TRUE(r.run([&] { return r.srv->stats().reads > 0; }, 5));
+  const auto want2 =
+      read_call(r, good, 0x802, {{m2->key, kLen, reinterpret_cast<std::uint64_t>(d2.data())}});
+  ASSERT_TRUE(r.run([&] { return r.srv->connections() == 1 && !good.replies.empty(); }, 20))
+      << r.srv->connections() << " connections, " << good.replies.size() << " replies";
+  EXPECT_TRUE(log.same(0x802, want2));
+  // The bad client was asked for nothing beyond the window past the NAKed byte.
+  const std::uint64_t end1 = wire.end_now(bad.qp->qpn);
+  std::printf("the closed connection was asked up to byte %llu of %u (NAK at %u)\n",
+              static_cast<unsigned long long>(end1 - base1), kLen, kGood);
+  EXPECT_GT(end1 - base1, std::uint64_t{kGood}) << "the bad READ never went";
+  EXPECT_LE(end1 - base1, std::uint64_t{kGood} + kWindow)
+      << "pieces of a connection being closed were posted";
+  EXPECT_EQ(r.srv->stats().closed, 1u);
+  EXPECT_TRUE(bad.replies.empty());
+  // The window is whole again: another 1 MiB pull goes through it.
+  const auto want3 =
+      read_call(r, good, 0x803, {{m3->key, kLen, reinterpret_cast<std::uint64_t>(d3.data())}});
+  ASSERT_TRUE(r.run([&] { return good.replies.size() == 2; }, 20)) << "the window leaked";
+  EXPECT_TRUE(log.same(0x803, want3));
+  EXPECT_LE(r.srv->stats().read_bytes_in_flight_peak, kWindow);
+  EXPECT_EQ(r.srv->stats().err_chunk, 0u);
+  for (Mr* m : {m1, m2, m3}) r.a.eng->dereg_mr(m);
+}
+
 // Item 5: a handler blocked for long (fsync on a slow disk): the poll loop answers ARP
 // meanwhile, accepts another connection, and both connections' calls are answered once the
 // handler returns. Every probe must be answered while the handler is still blocked (a loop
@@ -1422,6 +1678,23 @@ TEST(NfsServiceArgs, TheTransportAndMountLimitsAreSettable) {
   EXPECT_EQ(c.mount_timeout_ms, 1000u);
   EXPECT_THROW(roce::nfs::parse_service_args({"--root", "/tmp", "--max-connections", "0"}, c),
                std::runtime_error);
+  // The READ window: bytes, K or M; a clear error beyond 4K..64M or not a size.
+  EXPECT_EQ(c.transport.max_read_bytes, 256u * 1024);
+  roce::nfs::parse_service_args({"--root", "/tmp", "--max-read-inflight", "512K"}, c);
+  EXPECT_EQ(c.transport.max_read_bytes, 512u * 1024);
+  roce::nfs::parse_service_args({"--root", "/tmp", "--max-read-inflight", "65536"}, c);
+  EXPECT_EQ(c.transport.max_read_bytes, 65536u);
+  EXPECT_EQ(roce::nfs::parse_read_inflight("2M"), 2u << 20);
+  for (const char* bad :
+       {"0", "4095", "65M", "1G", "abc", "", "-1", "256KB", " 256K", "17592186044417M"}) {
+    try {
+      roce::nfs::parse_service_args({"--root", "/tmp", "--max-read-inflight", bad}, c);
+      ADD_FAILURE() << "'" << bad << "' taken";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("--max-read-inflight"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(c.transport.max_read_bytes, 65536u);
 }
 
 // NFSv4.1's delegations switch and its client records' directory (docs/nfs.md NFSv4.1).
