@@ -77,7 +77,7 @@ inproc() {
   local a=(-s "$size" -n "$it" -p "$port") spid
   if [[ $impl == provider ]]; then
     a+=(-d roce0 -x 0 -F)
-    timeout 180 env ROCE_LINK_WAIT=60 "$run" --link "${s[*]}" -- ib_write_bw "${a[@]}" \
+    timeout 300 env ROCE_LINK_WAIT=240 "$run" --link "${s[*]}" -- ib_write_bw "${a[@]}" \
       > "$d/server.txt" 2>&1 &
     spid=$!
     for _ in $(seq 200); do [[ -S $d/memif.sock ]] && break; sleep 0.05; done
