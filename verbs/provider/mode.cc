@@ -656,11 +656,6 @@ bool linger(Backend* be, std::uint32_t qpn) {
   return true;
 }
 
-std::uint64_t port_frames(Backend* be) {
-  const engine::Stats& s = be->env->eng.stats();
-  return s.get(engine::Counter::kRxFrames) + s.get(engine::Counter::kTxFrames);
-}
-
 void take_over(Backend* be) {
   be->takeover_calls.store(be->app_calls.load(std::memory_order_relaxed),
                            std::memory_order_relaxed);
@@ -760,6 +755,9 @@ Backend* open_backend(Device* d) {
     }
     be->ctx = client::open_local(be->env->local_options(d->name));
     if (!be->ctx) return nullptr;
+    const engine::Stats& es = be->env->eng.stats();
+    be->rx_frames = &es.c[static_cast<std::size_t>(engine::Counter::kRxFrames)];
+    be->tx_frames = &es.c[static_cast<std::size_t>(engine::Counter::kTxFrames)];
     d->info = be->ctx->port();
   }
   be->users = 1;

@@ -120,6 +120,9 @@ struct Backend {
   /// back-off notices the calls stopped.
   std::atomic<bool> takeover{false};
   std::atomic<std::uint32_t> takeover_calls{0};
+  /// In-process: the engine's received and sent frame counters (port_frames()).
+  const std::uint64_t* rx_frames = nullptr;
+  const std::uint64_t* tx_frames = nullptr;
   std::uint64_t events_ns = 0;      ///< the progress thread's last look at events
   std::uint64_t state_ns = 0;       ///< its last look at the port's state
   bool was_up = false;              ///< the port's state it last reported
@@ -292,9 +295,9 @@ bool linger(Backend* be, std::uint32_t qpn);
 void take_over(Backend* be);
 /// Wakes the progress thread from a back-off (ibv_req_notify_cq: the program will block).
 void wake_progress(Backend* be);
-/// In-process: the frames the port received and sent so far (the engine's counters). Whether
-/// a poll of the port moved any is the difference across it.
-std::uint64_t port_frames(Backend* be);
+/// In-process, the backend's lock held: the frames the port received and sent so far (the
+/// engine's counters). Whether a poll of the port moved any is the difference across it.
+inline std::uint64_t port_frames(const Backend* be) { return *be->rx_frames + *be->tx_frames; }
 
 // provider.cc
 extern const rdma::verbs_device_ops kDeviceOps;
