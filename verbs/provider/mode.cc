@@ -525,12 +525,14 @@ void dump_stats(Backend* be) {
       f,
       "libroce-verbs stats pid %d %s: post_calls %llu posted %llu send_now %llu "
       "send_now_frames %llu poll_calls %llu poll_empty %llu polled %llu yields %llu "
-      "lingers %llu linger_hits %llu | progress rounds %llu port_polls %llu port_busy %llu "
-      "backoffs %llu naps %llu sleeps %llu fired %llu\n",
+      "lingers %llu linger_hits %llu linger_early %llu linger_skips %llu takeovers %llu | "
+      "progress rounds %llu port_polls %llu port_busy %llu backoffs %llu naps %llu sleeps %llu "
+      "fired %llu\n",
       static_cast<int>(::getpid()), be->env ? "in-process" : "attached", v(t.post_calls),
       v(t.posted), v(t.send_now), v(t.send_now_frames), v(t.poll_calls), v(t.poll_empty),
-      v(t.polled), v(t.yields), v(t.lingers), v(t.linger_hits), v(t.rounds), v(t.port_polls),
-      v(t.port_busy), v(t.backoffs), v(t.naps), v(t.sleeps), v(t.fired));
+      v(t.polled), v(t.yields), v(t.lingers), v(t.linger_hits), v(t.linger_early),
+      v(t.linger_skips), v(t.takeovers), v(t.rounds), v(t.port_polls), v(t.port_busy),
+      v(t.backoffs), v(t.naps), v(t.sleeps), v(t.fired));
   if (be->env) {
     const port::PollLoop::TimeStats& ts = be->env->loop.time_stats();
     std::fprintf(f, "libroce-verbs stats pid %d loop: polls %llu busy_ms %.1f idle_ms %.1f\n",
@@ -632,9 +634,13 @@ bool linger(Backend* be, std::uint32_t qpn) {
   const Backend::PostMark& m = be->post_marks[qpn % be->post_marks.size()];
   // The peer's next request came already (with the ACK, or before it): the program finds it.
   const bool by_psn = has_mark(*q, m);
-  if (by_psn && request_since(*q, m)) return false;
+  if (by_psn && request_since(*q, m)) {
+    bump(be->st.linger_early);
+    return false;
+  }
   if (be->linger_skip > 0) {
     --be->linger_skip;
+    bump(be->st.linger_skips);
     return false;
   }
   // Without a mark (a UD QP, or another QP took its slot since the post), any frame ends it.
@@ -657,6 +663,7 @@ bool linger(Backend* be, std::uint32_t qpn) {
 }
 
 void take_over(Backend* be) {
+  bump(be->st.takeovers);
   be->takeover_calls.store(be->app_calls.load(std::memory_order_relaxed),
                            std::memory_order_relaxed);
   be->takeover.store(true, std::memory_order_release);

@@ -55,6 +55,8 @@ struct VerbsStats {
   // the program's verbs
   C post_calls{0}, posted{0}, send_now{0}, send_now_frames{0};
   C poll_calls{0}, poll_empty{0}, polled{0}, yields{0}, lingers{0}, linger_hits{0};
+  /// lingers not needed (the peer's request came before), lingers skipped, misses handed over
+  C linger_early{0}, linger_skips{0}, takeovers{0};
   // the progress thread
   C rounds{0}, port_polls{0}, port_busy{0}, backoffs{0}, naps{0}, sleeps{0}, fired{0};
 };
