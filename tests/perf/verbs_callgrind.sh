@@ -77,7 +77,7 @@ inproc() {
   local a=(-s "$size" -n "$it" -p "$port") spid
   if [[ $impl == provider ]]; then
     a+=(-d roce0 -x 0 -F)
-    timeout 180 env ROCE_LINK_WAIT=60 "$run" --link "${s[*]}" -- ib_write_bw "${a[@]}" \
+    timeout 300 env ROCE_LINK_WAIT=240 "$run" --link "${s[*]}" -- ib_write_bw "${a[@]}" \
       > "$d/server.txt" 2>&1 &
     spid=$!
     for _ in $(seq 200); do [[ -S $d/memif.sock ]] && break; sleep 0.05; done
@@ -138,6 +138,15 @@ def diff(a, b, pattern):
 N = n2 - n1
 PROV_POST = r"verbs_compat::\(anonymous namespace\)::post_send_op\("
 PROV_POLL = r"verbs_compat::\(anonymous namespace\)::poll_cq_op\("
+def own(p, lib_post, lib_poll):
+    """the provider's own instructions per ibv_post_send and per ibv_poll_cq in one run: the
+    calls' inclusive cost less libroce's post/poll inside them and the transmit bursts
+    (send_now) a post runs in-process. Unlike the differences above, these do not move with how
+    far the other side runs ahead (where the engine's work lands: in a post's burst or a poll)"""
+    (cp, ip), (_, lp), (_, sn) = (diff({}, p, x) for x in (PROV_POST, lib_post, r"port::PollLoop::send_now\(\)"))
+    (cq, iq), (_, lq) = (diff({}, p, x) for x in (PROV_POLL, lib_poll))
+    print(f"  the provider's own part, per call ({cp} posts, {cq} polls of the {n2}-message run): "
+          f"ibv_post_send {(ip - lp - sn) / max(cp, 1):.0f}, ibv_poll_cq {(iq - lq) / max(cq, 1):.0f}")
 def show(title, rows):
     print(title)
     print(f"  {'':<22}{'calls/msg':>10}{'Ir/call':>9}{'Ir/msg':>9}")
@@ -159,6 +168,8 @@ if "attached" in modes:
         rows += [("libroce poll_cq", diff(a, b, LIB_POLL))]
         who = "perftest via the provider" if impl == "provider" else "roce-perf --attach"
         show(f"attached to one roced, {who}:", rows)
+        if impl == "provider":
+            own(b, LIB_POST, LIB_POLL)
 if "inproc" in modes:
     LOC_POST = r"client::\(anonymous namespace\)::Local::post_send\("
     LOC_POLL = r"client::\(anonymous namespace\)::Local::poll_cq\("
@@ -175,4 +186,6 @@ if "inproc" in modes:
         rows += [("libroce poll_cq", diff(a, b, LOC_POLL)), ("poll loop iterations", diff(a, b, LOOP))]
         show(f"in-process, {'perftest via the provider' if impl == 'provider' else 'roce-perf'} "
              f"(the program's thread):", rows)
+        if impl == "provider":
+            own(b, LOC_POST, LOC_POLL)
 PY

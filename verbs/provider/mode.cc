@@ -456,6 +456,11 @@ void progress_thread(Backend* be) {
     if (be->handoff.load(std::memory_order_relaxed) &&
         be->handoff.exchange(false, std::memory_order_acquire))
       handoff_until = now_ns() + 1'000'000;
+    // A linger caught nothing: the program's calls up to that one are seen, so the port is
+    // this thread's until the next (no back-off of 100-200 us to notice they stopped).
+    if (be->takeover.load(std::memory_order_relaxed) &&
+        be->takeover.exchange(false, std::memory_order_acquire))
+      seen = be->takeover_calls.load(std::memory_order_relaxed);
     const std::uint32_t calls = be->app_calls.load(std::memory_order_relaxed);
     if (calls != seen && (handoff_until == 0 || now_ns() >= handoff_until)) {
       seen = calls;
@@ -520,12 +525,14 @@ void dump_stats(Backend* be) {
       f,
       "libroce-verbs stats pid %d %s: post_calls %llu posted %llu send_now %llu "
       "send_now_frames %llu poll_calls %llu poll_empty %llu polled %llu yields %llu "
-      "lingers %llu linger_hits %llu | progress rounds %llu port_polls %llu port_busy %llu "
-      "backoffs %llu naps %llu sleeps %llu fired %llu\n",
+      "lingers %llu linger_hits %llu linger_early %llu linger_skips %llu takeovers %llu | "
+      "progress rounds %llu port_polls %llu port_busy %llu backoffs %llu naps %llu sleeps %llu "
+      "fired %llu\n",
       static_cast<int>(::getpid()), be->env ? "in-process" : "attached", v(t.post_calls),
       v(t.posted), v(t.send_now), v(t.send_now_frames), v(t.poll_calls), v(t.poll_empty),
-      v(t.polled), v(t.yields), v(t.lingers), v(t.linger_hits), v(t.rounds), v(t.port_polls),
-      v(t.port_busy), v(t.backoffs), v(t.naps), v(t.sleeps), v(t.fired));
+      v(t.polled), v(t.yields), v(t.lingers), v(t.linger_hits), v(t.linger_early),
+      v(t.linger_skips), v(t.takeovers), v(t.rounds), v(t.port_polls), v(t.port_busy),
+      v(t.backoffs), v(t.naps), v(t.sleeps), v(t.fired));
   if (be->env) {
     const port::PollLoop::TimeStats& ts = be->env->loop.time_stats();
     std::fprintf(f, "libroce-verbs stats pid %d loop: polls %llu busy_ms %.1f idle_ms %.1f\n",
@@ -576,7 +583,39 @@ std::uint64_t now_ns() {
                                         .count());
 }
 
-void after_post(Backend* be, unsigned posted) {
+namespace {
+/// Whether `m` is `q`'s post mark and can tell a request of the peer (RC and UC: UD has no
+/// PSN to expect), and whether one came since it was set (the responder's expected PSN moved).
+bool has_mark(const engine::Qp& q, const Backend::PostMark& m) {
+  return m.qpn == q.qpn && q.type != engine::QpType::kUd;
+}
+bool request_since(const engine::Qp& q, const Backend::PostMark& m) {
+  return q.resp.epsn.raw() != m.epsn;
+}
+}  // namespace
+
+void after_post(Backend* be, std::uint32_t qpn, unsigned posted) {
+  engine::Engine& eng = be->env->eng;
+  if (be->missed_qpn != 0) [[unlikely]] {
+    // The last linger caught nothing. If the peer's request came since, the program was
+    // waiting for it (the peer was slow: keep lingering); if not, it was not waiting (a READ's
+    // requester posts again): skip the next 1, 3, 7 ... 1023 chances.
+    const engine::Qp* q = eng.find_qp(be->missed_qpn);
+    const Backend::PostMark& m = be->post_marks[be->missed_qpn % be->post_marks.size()];
+    const bool waited =
+        q != nullptr &&
+        (has_mark(*q, m) ? request_since(*q, m)
+                         : eng.stats().get(engine::Counter::kRxFrames) != be->missed_rx);
+    if (waited) {
+      be->linger_misses = 0;
+    } else {
+      be->linger_misses = std::min(be->linger_misses + 1, 10u);
+      be->linger_skip = (1u << be->linger_misses) - 1;
+    }
+    be->missed_qpn = 0;
+  }
+  if (const engine::Qp* q = eng.find_qp(qpn))
+    be->post_marks[qpn % be->post_marks.size()] = {qpn, q->resp.epsn.raw()};
   // 16: a window of small WRITEs goes out in bursts of 16 as perftest posts it (the peer is
   // busy meanwhile) rather than all at its next poll; one post alone waits for that poll.
   be->unsent += posted;
@@ -586,31 +625,52 @@ void after_post(Backend* be, unsigned posted) {
   bump(be->st.send_now_frames, be->env->loop.send_now());
 }
 
-void linger(Backend* be, std::uint32_t qpn) {
-  if (be->linger_ns == 0) return;
-  if (be->linger_skip > 0) {
-    --be->linger_skip;
-    return;
-  }
+bool linger(Backend* be, std::uint32_t qpn) {
+  if (be->linger_ns == 0) return false;
   engine::Engine& eng = be->env->eng;
   const engine::Qp* q = eng.find_qp(qpn);
   // Requests outstanding: the program will poll again for them, nothing to wait for here.
-  if (q == nullptr || q->sq_head != q->sq_tail) return;
+  if (q == nullptr || q->sq_head != q->sq_tail) return false;
+  const Backend::PostMark& m = be->post_marks[qpn % be->post_marks.size()];
+  // The peer's next request came already (with the ACK, or before it): the program finds it.
+  const bool by_psn = has_mark(*q, m);
+  if (by_psn && request_since(*q, m)) {
+    bump(be->st.linger_early);
+    return false;
+  }
+  if (be->linger_skip > 0) {
+    --be->linger_skip;
+    bump(be->st.linger_skips);
+    return false;
+  }
+  // Without a mark (a UD QP, or another QP took its slot since the post), any frame ends it.
   const std::uint64_t rx = eng.stats().get(engine::Counter::kRxFrames);
   const std::uint64_t end = now_ns() + be->linger_ns;
   bump(be->st.lingers);
   do {
     be->env->loop.poll_once();
-    if (eng.stats().get(engine::Counter::kRxFrames) != rx) {
+    if (by_psn ? request_since(*q, m) : eng.stats().get(engine::Counter::kRxFrames) != rx) {
       bump(be->st.linger_hits);
       be->linger_misses = 0;
-      return;
+      return false;
     }
   } while (now_ns() < end);
-  // Nothing came (a READ's requester, a program that sends again rather than waits): skip
-  // the next 1, 3, 7 ... 1023 chances.
-  be->linger_misses = std::min(be->linger_misses + 1, 10u);
-  be->linger_skip = (1u << be->linger_misses) - 1;
+  // Nothing came: the progress thread takes the port at once (the program may now spin on its
+  // memory), and the program's next post says whether it was waiting (after_post).
+  be->missed_qpn = qpn;
+  be->missed_rx = eng.stats().get(engine::Counter::kRxFrames);
+  return true;
+}
+
+void take_over(Backend* be) {
+  bump(be->st.takeovers);
+  be->takeover_calls.store(be->app_calls.load(std::memory_order_relaxed),
+                           std::memory_order_relaxed);
+  be->takeover.store(true, std::memory_order_release);
+  if (be->backing_off.load()) {
+    be->backoff_word.store(1);
+    ::syscall(SYS_futex, &be->backoff_word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+  }
 }
 
 void wake_progress(Backend* be) {
@@ -702,6 +762,9 @@ Backend* open_backend(Device* d) {
     }
     be->ctx = client::open_local(be->env->local_options(d->name));
     if (!be->ctx) return nullptr;
+    const engine::Stats& es = be->env->eng.stats();
+    be->rx_frames = &es.c[static_cast<std::size_t>(engine::Counter::kRxFrames)];
+    be->tx_frames = &es.c[static_cast<std::size_t>(engine::Counter::kTxFrames)];
     d->info = be->ctx->port();
   }
   be->users = 1;

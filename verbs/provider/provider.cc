@@ -1251,7 +1251,7 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
     if (run_n != 0) settled = sends_completed(be, run_qpn, run_n);
     run_n = 0;
   };
-  bool drained = false;
+  bool drained = false, hand_over = false;
   while (total < max) {
     const int want = std::min(max - total, 32);
     int n = 0;
@@ -1260,6 +1260,7 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
       // thread took for a solicited-only arming comes first (the CQ's order: it takes under
       // this lock too).
       std::lock_guard<std::mutex> g(poll_lock(be, r));
+      const std::uint64_t moved = be->env != nullptr ? port_frames(be) : 0;
       if (r->held_n.load(std::memory_order_relaxed) != 0) {
         for (; n < want && !r->held.empty(); ++n) {
           wc[n] = r->held.front();
@@ -1274,7 +1275,10 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
         if (m < 0 && n == 0) return total > 0 ? total : m;
         n += std::max(m, 0);
       }
-      if (total + n == 0)
+      // Idle, as roce-perf's poller counts it: nothing polled and, in-process, no frame moved
+      // by the port's poll inside (a 64 KiB stream's window is all on the wire or in ACKs: its
+      // CQ stays empty for dozens of polls while every one of them sends or receives).
+      if (total + n == 0 && (be->env == nullptr || port_frames(be) == moved))
         yield = ++r->empty_polls >= kYieldAfterEmptyPolls;
       else
         r->empty_polls = 0;
@@ -1286,7 +1290,7 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
         if (n > 0 && (n < want || total + n >= max) &&
             (static_cast<unsigned>(wc[n - 1].opcode) & 128u) == 0 &&
             wc[n - 1].status == verbs::WcStatus::kSuccess)
-          linger(be, wc[n - 1].qp_num);
+          hand_over = linger(be, wc[n - 1].qp_num);
       }
     }
     for (int i = 0; i < n; ++i) {
@@ -1344,6 +1348,7 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
     // (4 ms at HZ=250: write_lat's 2 ms half round trips attached). Give it up once now.
     if (settled && drained && out[total - 1].status == IBV_WC_SUCCESS) yield = true;
   }
+  if (hand_over) take_over(be);
   bump(be->st.poll_calls);
   if (total == 0)
     bump(be->st.poll_empty);
@@ -1355,6 +1360,46 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
   }
   return total;
 }
+
+namespace {
+bool known_opcode(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_LOCAL_INV:
+    case IBV_WR_SEND_WITH_INV:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// post_send's engine or attachment said `rc` for the converted list `ws` of `wr` (`b`: the
+/// first it did not take, null for all): *bad names that request of the program's list, and
+/// the requests not taken give their bounce-buffer slots back (`bounced`: which took one;
+/// null: none did). A slot holds the data of a request the attachment took until 4 x the
+/// queue's depth more have been taken, not posts retried.
+[[gnu::noinline]] int post_failed(RQp* r, ibv_send_wr* wr, const verbs::SendWr* ws,
+                                  const verbs::SendWr* b, ibv_send_wr** bad, int rc,
+                                  const std::uint8_t* bounced, std::uint32_t first_slot) {
+  ibv_send_wr* v = wr;
+  std::size_t accepted = 0;
+  for (const verbs::SendWr* y = ws; b != nullptr && y != b && v != nullptr; y = y->next, ++accepted)
+    v = v->next;
+  if (bad != nullptr) *bad = b != nullptr ? v : wr;
+  if (r->bounce.slots != 0 && bounced != nullptr) {
+    const auto kept = static_cast<std::uint32_t>(
+        std::count(bounced, bounced + static_cast<std::ptrdiff_t>(accepted), std::uint8_t{1}));
+    r->bounce.slot = (first_slot + kept) % r->bounce.slots;
+  }
+  return rc;
+}
+}  // namespace
 
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   RQp* r = rqp(qp);
@@ -1415,64 +1460,25 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   }
   for (std::size_t k = 0; k < n; ++k) new (&ws[k]) verbs::SendWr{};
   if (att && copies) std::fill_n(bounced, n, std::uint8_t{0});
-  // One lock: in-process the backend's (the engine is single threaded); attached none of ours
-  // (libroce's attached Context locks the send queue) unless a request is copied into the
-  // QP's bounce buffer.
+  // One lock: in-process the backend's (the engine is single threaded), taken once the list is
+  // converted (the conversion needs none); attached none of ours (libroce's attached Context
+  // locks the send queue) unless a request is copied into the QP's bounce buffer, whose lock
+  // covers the whole list.
   std::unique_lock<std::mutex> g;
-  if (!att)
-    g = std::unique_lock<std::mutex>(be->mu);
-  else if (copies)
-    g = std::unique_lock<std::mutex>(r->bounce_mu);
+  if (att && copies) g = std::unique_lock<std::mutex>(r->bounce_mu);
   const std::uint32_t first_slot = r->bounce.slot;
   std::uint32_t slots_taken = 0;
   std::size_t i = 0, s = 0;
   ibv_send_wr* w = wr;
-  // The requests before `w` go to the engine (rdma-core's contract: those before *bad_wr are
-  // posted), then `w` is refused with `e`.
-  const auto post_prefix = [&](std::size_t count, ibv_send_wr* stop, int e) {
-    const verbs::SendWr* b = nullptr;
-    int rc = 0;
-    if (count > 0) {
-      ws[count - 1].next = nullptr;
-      rc = be->ctx->post_send(r->q, ws, &b);
-    }
-    if (rc != 0) {
-      ibv_send_wr* v = wr;
-      std::size_t accepted = 0;
-      for (const verbs::SendWr* y = ws; b != nullptr && y != b && v != nullptr;
-           y = y->next, ++accepted)
-        v = v->next;
-      if (bad != nullptr) *bad = b != nullptr ? v : wr;
-      // The refused requests give their slots back: a slot holds the data of a request the
-      // attachment took until 4 x the queue's depth more have been taken, not posts retried.
-      if (r->bounce.slots != 0 && copies) {
-        const auto kept = static_cast<std::uint32_t>(
-            std::count(bounced, bounced + static_cast<std::ptrdiff_t>(accepted), std::uint8_t{1}));
-        r->bounce.slot = (first_slot + kept) % r->bounce.slots;
-      }
-      return rc;
-    }
-    if (e != 0 && bad != nullptr) *bad = stop;
-    return e;
-  };
-  const auto refuse = [&](int e) { return post_prefix(i, w, e); };
+  // A request refused here ends the conversion: those before it are posted (rdma-core's
+  // contract: the requests before *bad_wr are), then the call returns this error.
+  int refused = 0;
   for (; w != nullptr; w = w->next, ++i) {
     verbs::SendWr& x = ws[i];
-    if (w->num_sge < 0 || static_cast<std::uint32_t>(w->num_sge) > r->cap.max_send_sge)
-      return refuse(EINVAL);
-    switch (w->opcode) {
-      case IBV_WR_RDMA_WRITE:
-      case IBV_WR_RDMA_WRITE_WITH_IMM:
-      case IBV_WR_SEND:
-      case IBV_WR_SEND_WITH_IMM:
-      case IBV_WR_RDMA_READ:
-      case IBV_WR_ATOMIC_CMP_AND_SWP:
-      case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      case IBV_WR_LOCAL_INV:
-      case IBV_WR_SEND_WITH_INV:
-        break;
-      default:
-        return refuse(EINVAL);
+    if (w->num_sge < 0 || static_cast<std::uint32_t>(w->num_sge) > r->cap.max_send_sge ||
+        !known_opcode(w->opcode)) {
+      refused = EINVAL;
+      break;
     }
     x.wr_id = w->wr_id;
     x.opcode = static_cast<verbs::WrOpcode>(w->opcode);
@@ -1492,7 +1498,10 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
       x.rdma.rkey = w->wr.rdma.rkey;
     }
     if (qp->qp_type == IBV_QPT_UD) {
-      if (w->wr.ud.ah == nullptr || w->wr.ud.ah->context != qp->context) return refuse(EINVAL);
+      if (w->wr.ud.ah == nullptr || w->wr.ud.ah->context != qp->context) {
+        refused = EINVAL;
+        break;
+      }
       x.ud.ah = &reinterpret_cast<RAh*>(w->wr.ud.ah)->av;
       x.ud.remote_qpn = w->wr.ud.remote_qpn;
       x.ud.remote_qkey = w->wr.ud.remote_qkey;
@@ -1506,19 +1515,22 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     x.sg_list = sg;
     x.num_sge = static_cast<std::uint32_t>(w->num_sge);
     const bool is_inline = (w->send_flags & IBV_SEND_INLINE) != 0;
-    if (is_inline && total > r->cap.max_inline_data) return refuse(EINVAL);
+    if (is_inline && total > r->cap.max_inline_data) {
+      refused = EINVAL;
+      break;
+    }
     if (att && (is_inline || x.num_sge > kAttachedSge)) {
       // Attached: the SGEs must be registered and at most 4: copy into the bounce buffer.
       const bool reads = w->opcode == IBV_WR_RDMA_READ || w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
                          w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
       Bounce& b = r->bounce;
-      if (reads) return refuse(EINVAL);
-      if (b.buf == nullptr)
-        if (const int e = setup_bounce(be, r)) return refuse(e);
-      if (total > b.slot_size) return refuse(EINVAL);
+      if (reads) refused = EINVAL;
+      if (refused == 0 && b.buf == nullptr) refused = setup_bounce(be, r);
+      if (refused == 0 && total > b.slot_size) refused = EINVAL;
       // More copies in one call than the queue holds would overwrite slots of this very call
       // before it is posted: the queue could not take them anyway (ENOMEM, as a full queue).
-      if (slots_taken == b.slots / 4) return refuse(ENOMEM);
+      if (refused == 0 && slots_taken == b.slots / 4) refused = ENOMEM;
+      if (refused != 0) break;
       ++slots_taken;
       bounced[i] = 1;
       auto* dst = static_cast<std::uint8_t*>(b.buf->addr) + std::size_t{b.slot} * b.slot_size;
@@ -1536,16 +1548,27 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     s += static_cast<std::size_t>(std::max(w->num_sge, 0));
     x.next = w->next != nullptr ? &ws[i + 1] : nullptr;
   }
-  const int rc = post_prefix(n, nullptr, 0);
-  if (rc == 0 && !att) after_post(be, static_cast<unsigned>(n));
-  if (rc == 0 && att) {
+  // The converted requests (all, or those before the refused one) go to the engine.
+  if (i == 0) {
+    if (bad != nullptr) *bad = w;
+    return refused;
+  }
+  ws[i - 1].next = nullptr;
+  if (!att) g = std::unique_lock<std::mutex>(be->mu);
+  const verbs::SendWr* b = nullptr;
+  if (const int rc = be->ctx->post_send(r->q, ws, &b); rc != 0) [[unlikely]]
+    return post_failed(r, wr, ws, b, bad, rc, copies ? bounced : nullptr, first_slot);
+  if (!att) {
+    after_post(be, qp->qp_num, static_cast<unsigned>(i));
+  } else {
     std::uint32_t sig = 0;
-    for (ibv_send_wr* v = wr; v != nullptr; v = v->next)
+    for (ibv_send_wr* v = wr; v != w; v = v->next)
       sig += r->sq_sig_all != 0 || (v->send_flags & IBV_SEND_SIGNALED) != 0 ? 1 : 0;
     r->signaled_posted.store(r->signaled_posted.load(std::memory_order_relaxed) + sig,
                              std::memory_order_relaxed);
   }
-  return rc;
+  if (refused != 0 && bad != nullptr) *bad = w;
+  return refused;
 }
 
 }  // namespace roce::verbs_compat

@@ -8,6 +8,7 @@
 #include <roce/client.h>
 #include <sys/types.h>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -54,6 +55,8 @@ struct VerbsStats {
   // the program's verbs
   C post_calls{0}, posted{0}, send_now{0}, send_now_frames{0};
   C poll_calls{0}, poll_empty{0}, polled{0}, yields{0}, lingers{0}, linger_hits{0};
+  /// lingers not needed (the peer's request came before), lingers skipped, misses handed over
+  C linger_early{0}, linger_skips{0}, takeovers{0};
   // the progress thread
   C rounds{0}, port_polls{0}, port_busy{0}, backoffs{0}, naps{0}, sleeps{0}, fired{0};
 };
@@ -98,10 +101,30 @@ struct Backend {
   /// Work requests posted since the engine last transmitted (post_send sends every kTxBatch).
   unsigned unsent = 0;
   /// Lingering: after a send completion leaves a QP with nothing outstanding, ibv_poll_cq keeps
-  /// polling the port up to `linger_ns` for the peer's next frame (ROCE_VERBS_LINGER_US).
-  /// A linger that catches nothing makes the next 2^misses - 1 completions skip it.
+  /// polling the port up to `linger_ns` for the peer's next request (ROCE_VERBS_LINGER_US).
+  /// A linger that catches nothing hands the port to the progress thread at once (`takeover`);
+  /// the program's next ibv_post_send judges it: when the peer's request came meanwhile, the
+  /// program was waiting for it (a slow peer: linger again next time), else the program had
+  /// not been waiting (a READ's requester) and the next 2^misses - 1 completions skip it.
   std::uint64_t linger_ns = 0;
   unsigned linger_misses = 0, linger_skip = 0;
+  /// Per QP (direct-mapped by QP number; 0: empty), its responder's expected PSN when the
+  /// program last posted to it: the peer's next request is the one that moves it.
+  struct PostMark {
+    std::uint32_t qpn = 0;
+    std::uint32_t epsn = 0;
+  };
+  std::array<PostMark, 64> post_marks{};
+  std::uint32_t missed_qpn = 0;  ///< the QP of a linger that caught nothing, not yet judged
+  std::uint64_t missed_rx = 0;   ///< the port's received frames then (a QP without a mark)
+  /// Set by a linger that caught nothing: the progress thread polls the port from the
+  /// program's call `takeover_calls` on (the program now spins on its memory), not after its
+  /// back-off notices the calls stopped.
+  std::atomic<bool> takeover{false};
+  std::atomic<std::uint32_t> takeover_calls{0};
+  /// In-process: the engine's received and sent frame counters (port_frames()).
+  const std::uint64_t* rx_frames = nullptr;
+  const std::uint64_t* tx_frames = nullptr;
   std::uint64_t events_ns = 0;      ///< the progress thread's last look at events
   std::uint64_t state_ns = 0;       ///< its last look at the port's state
   bool was_up = false;              ///< the port's state it last reported
@@ -260,16 +283,23 @@ inline void app_call(Backend* be) {
   if (be->deep_sleep.load(std::memory_order_relaxed)) [[unlikely]]
     wake_deep(be);
 }
-/// In-process, the backend's lock held: after a post, the requests go on the wire once
-/// kTxBatch of them wait (a single post leaves at the program's next ibv_poll_cq, which polls
-/// the port before it receives).
-void after_post(Backend* be, unsigned posted);
+/// In-process, the backend's lock held: after `posted` requests to QP `qpn`, they go on the
+/// wire once 16 of them wait (a single post leaves at the program's next ibv_poll_cq, which
+/// polls the port before it receives); the QP's post mark is set, and a linger that missed
+/// judged.
+void after_post(Backend* be, std::uint32_t qpn, unsigned posted);
 /// In-process, the backend's lock held: after ibv_poll_cq returned a send completion of QP
-/// `qpn`, polls the port for the peer's next frame while the QP has nothing outstanding
-/// (Backend::linger_ns).
-void linger(Backend* be, std::uint32_t qpn);
+/// `qpn`, polls the port for the peer's next request while the QP has nothing outstanding
+/// (Backend::linger_ns). True when it caught nothing: the caller then hands the port over
+/// (take_over, once it released the lock).
+bool linger(Backend* be, std::uint32_t qpn);
+/// Wakes the progress thread to poll the port until the program's next verb.
+void take_over(Backend* be);
 /// Wakes the progress thread from a back-off (ibv_req_notify_cq: the program will block).
 void wake_progress(Backend* be);
+/// In-process, the backend's lock held: the frames the port received and sent so far (the
+/// engine's counters). Whether a poll of the port moved any is the difference across it.
+inline std::uint64_t port_frames(const Backend* be) { return *be->rx_frames + *be->tx_frames; }
 
 // provider.cc
 extern const rdma::verbs_device_ops kDeviceOps;
