@@ -89,13 +89,15 @@ start_server() {
     listen_port: 20049
     listen_address: 192.0.2.254
     args: ['--root', '$out/export', '--export', '/', '--export-options', 'rw,no_root_squash',
-           '--clients', '192.0.2.0/24', '--state-dir', '$out/state']"
+           '--clients', '192.0.2.0/24', '--state-dir', '$out/state', '--portmap', 'own']"
     spid=$rp rp=
     for _ in $(seq 100); do grep -q "service nfs: rdma_cm port" "$out/nfsw$runs.log" && break; sleep 0.1; done
   else
+    # --portmap own: the service's own port mapper on 192.0.2.254:111 (the namespace has no
+    # rpcbind; `auto` registers with an rpcbind installed on the host, which is not running here).
     ip netns exec "$RXE_VM_NETNS" "$nfsd" --iface dp0 --root "$out/export" --export / \
       --export-options rw,no_root_squash --clients 192.0.2.0/24 --mount-address 192.0.2.254 \
-      --state-dir "$out/state" --timeout 1400 >> "$out/nfsd.txt" 2>&1 &
+      --state-dir "$out/state" --portmap own --timeout 1400 >> "$out/nfsd.txt" 2>&1 &
     spid=$!
   fi
 }
