@@ -139,14 +139,22 @@ std::string export_path_for(const NfsServiceConfig& c) {
   return ec ? c.root : p.string();
 }
 
-std::uint16_t parse_port(const std::string& flag, const std::string& v) {
-  std::size_t used = 0;
-  unsigned long n = 0;
+namespace {
+/// std::stoull's value of `v` and in `used` the characters it took: 0 when it took none or the
+/// value overflowed. The callers' own checks say what else a flag accepts.
+unsigned long long stoull_or_none(const std::string& v, std::size_t& used) {
   try {
-    n = std::stoul(v, &used);
+    return std::stoull(v, &used);
   } catch (const std::exception&) {
     used = 0;
+    return 0;
   }
+}
+}  // namespace
+
+std::uint16_t parse_port(const std::string& flag, const std::string& v) {
+  std::size_t used = 0;
+  const unsigned long long n = stoull_or_none(v, used);
   if (v.empty() || v[0] == '-' || used != v.size() || n < 1 || n > 65535)
     throw std::runtime_error("service nfs: " + flag + " must be a number in 1..65535");
   return static_cast<std::uint16_t>(n);
@@ -154,12 +162,7 @@ std::uint16_t parse_port(const std::string& flag, const std::string& v) {
 
 std::uint32_t parse_read_inflight(const std::string& v) {
   std::size_t used = 0;
-  unsigned long long n = 0;
-  try {
-    n = std::stoull(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
+  unsigned long long n = stoull_or_none(v, used);
   if (v.empty() || v[0] < '0' || v[0] > '9') used = 0;  // (stoull takes " 1" and "-1")
   const std::string unit = used ? v.substr(used) : "";
   if (n > kMaxReadInflight) used = 0;  // (before a shift could wrap it)
@@ -183,12 +186,7 @@ void parse_service_args(const std::vector<std::string>& args, NfsServiceConfig& 
     const std::string& v = args[++i];
     const auto num = [&](unsigned long lo, unsigned long hi) {
       std::size_t used = 0;
-      unsigned long n = 0;
-      try {
-        n = std::stoul(v, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
+      const unsigned long long n = stoull_or_none(v, used);
       if (v.empty() || v[0] < '0' || v[0] > '9' || used != v.size() || n < lo || n > hi)
         throw std::runtime_error("service nfs: " + a + " must be a number in " +
                                  std::to_string(lo) + ".." + std::to_string(hi));
