@@ -108,7 +108,7 @@ struct Engine::Stages {
                              wire::NakCode code);
   static void resp_on_ud(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
   static void resp_duplicate(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
-  static void resp_nak(Engine& eng, Qp& qp, wire::Syndrome syn, wire::Psn psn, bool to_error);
+  static bool resp_nak(Engine& eng, Qp& qp, wire::Syndrome syn, wire::Psn psn, bool to_error);
   /// Sends (or queues behind READ responses) an ACK/NAK; false when the transmit ring had no
   /// slot for it and nothing was sent or queued.
   static bool resp_emit(Engine& eng, Qp& qp, wire::Syndrome syn, wire::Psn psn);

@@ -114,14 +114,23 @@ void Engine::Stages::resp_emit_atomic_ack(Engine& eng, Qp& qp, std::uint32_t res
                                            r.first_psn};
 }
 
-void Engine::Stages::resp_nak(Engine& eng, Qp& qp, Syndrome syn, Psn psn, bool to_error) {
+bool Engine::Stages::resp_nak(Engine& eng, Qp& qp, Syndrome syn, Psn psn, bool to_error) {
+  // Counted as sent only when it went out or was queued; a full TX ring counts tx_ring_full
+  // (tx_slot), and the requester's timer recovers.
+  bool out = false;
   if (to_error) {
     // Class C errors end the connection: the NAK goes out at once.
-    if (auto slot = tx_slot(eng, true); !slot.empty())
+    if (auto slot = tx_slot(eng, true); !slot.empty()) {
       tx_commit(eng, build_ack(qp, slot, eng.ip_id_++, Opcode::kRcAcknowledge, syn, psn, 0,
                                eng.cfg_.advertise_credits));
+      out = true;
+    }
   } else {
-    resp_emit(eng, qp, syn, psn);
+    out = resp_emit(eng, qp, syn, psn);
+  }
+  if (!out) {
+    if (to_error) qp_to_error(eng, qp);
+    return false;
   }
   if (syn.type() == wire::AckType::kRnrNak) {
     eng.stats_.inc(Counter::kRnrNakSent);
@@ -142,6 +151,7 @@ void Engine::Stages::resp_nak(Engine& eng, Qp& qp, Syndrome syn, Psn psn, bool t
     }
   }
   if (to_error) qp_to_error(eng, qp);
+  return true;
 }
 
 void Engine::flush_acks(std::uint64_t now_ns) {
@@ -627,8 +637,8 @@ void Engine::Stages::sr_emit_sack(Engine& eng, Qp& qp, Psn from, Psn to) {
     if (pkt.ecn == 3 && d <= kCnpDuplicateWindow) [[unlikely]]
       cc_on_ce(eng, qp, pkt);
     if (!rs.nak_sent) {
-      rs.nak_sent = true;
-      resp_nak(eng, qp, Syndrome::nak(wire::NakCode::kPsnSeqError), rs.epsn, false);
+      // Not sent (a full TX ring): the next packet past the gap tries again.
+      rs.nak_sent = resp_nak(eng, qp, Syndrome::nak(wire::NakCode::kPsnSeqError), rs.epsn, false);
     } else {
       eng.stats_.inc(Counter::kRxDropAfterSeqNak);
     }

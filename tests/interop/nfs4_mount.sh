@@ -41,7 +41,7 @@ boot "mkdir -p $m && ln -sf /proc/mounts /etc/mtab && rxe_wait_peer 192.0.2.254 
       ls -l $m/dir && rmdir $m/dir && rm $m/hard &&
       flock -x $m/moved -c \"flock -n -x $m/moved -c true && echo LOCK-NOT-HELD || echo LOCK-CONTENDED\" &&
       echo gone > $m/gone && rm $m/gone && ls -l $m && sync && umount $m && echo UNMOUNTED" 600
-ip netns exec "$RXE_VM_NETNS" timeout 580 "$nfsd" --iface dp0 --root "$out/export" --export / \
+ip netns exec "$RXE_VM_NETNS" timeout 580 "$nfsd" --iface dp0 --root "$out/export" --state-dir "$out/state" --export / \
   --export-options rw,no_root_squash --clients 192.0.2.0/24 --mount-address 192.0.2.254 \
   --timeout 560 --pcap "$out/nfsd.pcap" "${drop[@]}" > "$out/nfsd.txt" 2>&1 &
 spid=$!

@@ -32,7 +32,7 @@ boot "mkdir -p $a $b && ln -sf /proc/mounts /etc/mtab && rxe_wait_peer 192.0.2.2
       echo 'from B' >> $b/shared && echo B-WROTE &&
       exec 3<&- && echo A-SEES \$(tail -1 $a/shared) &&
       umount $b && umount $a && echo UNMOUNTED" 600
-ip netns exec "$RXE_VM_NETNS" timeout 580 "$nfsd" --iface dp0 --root "$out/export" --export / \
+ip netns exec "$RXE_VM_NETNS" timeout 580 "$nfsd" --iface dp0 --root "$out/export" --state-dir "$out/state" --export / \
   --export-options rw,no_root_squash --clients 192.0.2.0/24 --mount-address 192.0.2.254 \
   --tcp-port $tcp --timeout 560 --pcap "$out/nfsd.pcap" > "$out/nfsd.txt" 2>&1 &
 spid=$!

@@ -37,7 +37,7 @@ boot "mkdir -p $m && ln -sf /proc/mounts /etc/mtab && rxe_wait_peer 192.0.2.254 
       mount.nfs 192.0.2.100:/ $m -o vers=4.1,proto=rdma,port=20049 && echo V4ROOT \$(ls $m) &&
       echo V4ROOTREAD \$(cat $m$root/hello.txt) && grep ' $m' /proc/mounts &&
       umount -l $m && echo UNMOUNTED" 420
-ip netns exec "$RXE_VM_NETNS" timeout 400 "$nfsd" --iface dp0 --root "$root" \
+ip netns exec "$RXE_VM_NETNS" timeout 400 "$nfsd" --iface dp0 --root "$root" --state-dir "$out/state" \
   --export-options rw,no_root_squash --clients 192.0.2.0/24 --mount-address 192.0.2.254 \
   --timeout 380 > "$out/nfsd.txt" 2>&1 &
 spid=$!

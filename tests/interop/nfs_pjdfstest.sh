@@ -74,7 +74,7 @@ boot "mkdir -p $m $k && ln -sf /proc/mounts /etc/mtab && nfs_vm_server /srv/nfs 
       /mnt/host/suite.sh $k kernel $m roced &&
       { umount $m || umount -l $m; umount $k || umount -l $k; echo UNMOUNTED; }" "${PJDFSTEST_VM_SECONDS:-5400}"
 ip netns exec "$RXE_VM_NETNS" timeout "${PJDFSTEST_VM_SECONDS:-5400}" "$nfsd" --iface dp0 \
-  --root "$out/export" --export / --export-options rw,no_root_squash --clients 192.0.2.0/24 \
+  --root "$out/export" --state-dir "$out/state" --export / --export-options rw,no_root_squash --clients 192.0.2.0/24 \
   --mount-address 192.0.2.254 --timeout "${PJDFSTEST_VM_SECONDS:-5400}" > "$out/nfsd.txt" 2>&1 &
 spid=$!
 finish && theirs=0 || theirs=1

@@ -11,7 +11,7 @@ dir=$(mktemp -d /dev/shm/nfsbench.XXXXXX)
 spid=
 trap '[[ -n $spid ]] && kill "$spid" 2>/dev/null; rm -rf "$dir"' EXIT
 mkdir "$dir/export"
-"$server" --memif "$dir/memif.sock" --ip 192.0.2.1 --mac 02:00:00:00:02:01 --root "$dir/export" --export / \
+"$server" --memif "$dir/memif.sock" --ip 192.0.2.1 --mac 02:00:00:00:02:01 --root "$dir/export" --state-dir "$dir/state" --export / \
   --export-options "rw,all_squash,anonuid=$(id -u),anongid=$(id -g)" \
   --mount-address 127.0.0.1 --mount-port 20148 --tcp-port 20149 --timeout 600 \
   > "$dir/server.txt" 2>&1 &

@@ -78,6 +78,32 @@ TEST_F(ResponderTest, GapGivesOneSequenceNakUntilFilled) {
   EXPECT_EQ(eng_.stats().get(Counter::kSeqErrNakSent), 2u);
 }
 
+// A sequence NAK that finds the transmit ring full is not counted as sent (tx_ring_full counts
+// it) and the next packet past the gap tries again: before, it was counted, marked sent and
+// never went out, and every later packet was dropped after a NAK nobody saw.
+TEST(ResponderRing, SequenceNakAtAFullRingIsSentByTheNextPacket) {
+  CraftedOptions o = responder_options();
+  o.tx_slots = 1;
+  CraftedPeer t(o);
+  t.inject(Opcode::kRcWriteOnly, kEpsn, 8, true, 0, 8);
+  t.now += 1000;
+  t.eng.run(t.now);  // its ACK takes the ring's one slot, left undrained
+  const auto full = t.eng.stats().get(Counter::kTxRingFull);
+  t.inject(Opcode::kRcWriteOnly, kEpsn + 2, 8, true, 0, 8);  // kEpsn + 1 lost
+  EXPECT_EQ(t.eng.stats().get(Counter::kSeqErrNakSent), 0u) << "not sent: not counted";
+  EXPECT_GT(t.eng.stats().get(Counter::kTxRingFull), full);
+  auto out = t.flush();
+  ASSERT_EQ(out.size(), 1u) << "the ACK only";
+  EXPECT_EQ(out[0].syndrome & 0x60, 0);
+  t.inject(Opcode::kRcWriteOnly, kEpsn + 3, 8, true, 0, 8);
+  out = t.flush();
+  ASSERT_EQ(out.size(), 1u) << "the NAK, now that there is room";
+  EXPECT_EQ(out[0].syndrome, 0x60);
+  EXPECT_EQ(out[0].psn, kEpsn + 1);
+  EXPECT_EQ(t.eng.stats().get(Counter::kSeqErrNakSent), 1u);
+  EXPECT_EQ(t.eng.stats().get(Counter::kRxDropAfterSeqNak), 0u);
+}
+
 TEST_F(ResponderTest, DuplicateSendIsReAckedNotRedelivered) {
   post_recvs(2);
   inject(Opcode::kRcSendOnly, kEpsn, 100, true);

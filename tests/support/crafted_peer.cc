@@ -8,8 +8,16 @@ namespace roce::test {
 
 using namespace roce::engine;
 
+namespace {
+engine::EngineConfig crafted_config(const CraftedOptions& o) {
+  engine::EngineConfig c = Loopback::default_config(1);
+  if (o.tx_slots != 0) c.tx_slots = o.tx_slots;
+  return c;
+}
+}  // namespace
+
 CraftedPeer::CraftedPeer(const CraftedOptions& o)
-    : eng(Loopback::default_config(1)), peer(Loopback::default_config(0)) {
+    : eng(crafted_config(o)), peer(Loopback::default_config(0)) {
   pd = eng.alloc_pd();
   cq = eng.create_cq(o.cq_depth);
   qp = eng.create_qp(pd, o.type, cq, cq, QpCap{16, 16, 2, 2, 0});

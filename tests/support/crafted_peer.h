@@ -29,6 +29,7 @@ struct CraftedOptions {
   std::uint8_t max_dest_rd_atomic = 4;
   std::uint32_t cq_depth = 64;
   std::size_t mem_size = 4096;
+  std::uint32_t tx_slots = 0;  ///< the engine's transmit ring; 0: the default
 };
 
 class CraftedPeer {

@@ -26,7 +26,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -34,6 +36,8 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <string>
+#include <thread>
 
 #include "apps/perf/bench/bench.h"
 #include "apps/perf/bench/bench_report.h"
@@ -78,6 +82,22 @@ void progress_clear() {
   std::fprintf(stderr, "roce-perf bench [%c]: %s\n", side ? 'B' : 'A', msg.c_str());
   std::fflush(stderr);
   _exit(1);
+}
+
+// How long a side waits for the memif link (the other side's process must have started):
+// ROCE_BENCH_LINK_WAIT_S, 1..3600, default 60.
+std::uint64_t link_wait_seconds() {
+  const char* v = std::getenv("ROCE_BENCH_LINK_WAIT_S");
+  if (v == nullptr || *v == '\0') return 60;
+  char* end = nullptr;
+  const unsigned long long s = std::strtoull(v, &end, 10);
+  if (*end != '\0' || s < 1 || s > 3600) {
+    std::fprintf(stderr,
+                 "roce-perf bench: ROCE_BENCH_LINK_WAIT_S=%s is not 1..3600 seconds; waiting 60\n",
+                 v);
+    return 60;
+  }
+  return s;
 }
 
 // ---- the control channel between A and B ------------------------------------------------------
@@ -904,9 +924,16 @@ int BenchSide::run(const Site& site) {
   } catch (const std::exception& e) {
     die(side_, e.what());
   }
-  const std::uint64_t up_end = port::now_ns() + 20'000'000'000ull;
-  while (!port_->link_up())
-    if (port::now_ns() > up_end) die(side_, "the link did not come up");
+  // The other side may still be starting (EAL set-up takes seconds when the host is busy): wait
+  // without spinning, so that this process does not take the CPU the peer needs to come up.
+  const std::uint64_t wait_s = link_wait_seconds();
+  const std::uint64_t up_end = port::now_ns() + wait_s * 1'000'000'000ull;
+  while (!port_->link_up()) {
+    if (port::now_ns() > up_end)
+      die(side_, "the link did not come up within " + std::to_string(wait_s) +
+                     " s: is the other side running? (ROCE_BENCH_LINK_WAIT_S sets the wait)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   // Addresses both ways: the link baselines and the QPs need the peer's MAC and IPv4 address.
   // (both ends run this program: the MAC's bytes travel as they are in `b`)
   Msg mine{MsgType::kHello, ip_.v};
