@@ -28,8 +28,18 @@ boot() {  # boot CMD [SECONDS]: boot the VM running CMD (for at most SECONDS); w
   : > "$out/vm.txt"  # so that the wait below never greps a file not created yet
   "$vm" -b -w -t "${2:-180}" -c "$1" > "$out/vm.txt" 2>&1 &
   vmpid=$!
-  for _ in $(seq 90); do grep -q RXEVM-WAIT "$out/vm.txt" && return 0; sleep 1; done
-  echo "VM did not come up:"; cat "$out/vm.txt"; return 1
+  # TCG boots in 20-40 s on a quiet host; RXE_VM_BOOT_WAIT gives a loaded one longer.
+  local wait=${RXE_VM_BOOT_WAIT:-90}
+  for _ in $(seq "$wait"); do
+    grep -q RXEVM-WAIT "$out/vm.txt" && return 0
+    kill -0 "$vmpid" 2>/dev/null || break
+    sleep 1
+  done
+  echo "VM did not come up within $wait s (RXE_VM_BOOT_WAIT; load average $(cut -d' ' -f1-3 /proc/loadavg)):"
+  cat "$out/vm.txt"
+  # Stop it, so that its network namespace is gone before the next test needs the name.
+  kill "$vmpid" 2>/dev/null; wait "$vmpid" 2>/dev/null
+  return 1
 }
 
 finish() {  # wait for the VM to end; return its command's status
