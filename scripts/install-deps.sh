@@ -15,6 +15,9 @@ PACKAGES=(
   # Debian's own RDMA programs, unmodified, on the libibverbs provider and our librdmacm
   # (tests/integration/verbs_*, rdmacm_*; docs/verbs-compat.md)
   perftest ibverbs-utils rdmacm-utils
+  # rdma-core's own test suite against the appliance's device (interop_rdma_core_suite_*,
+  # with a checkout of rdma-core 44's tests/ named by RDMA_CORE_TESTS_DIR)
+  python3-pyverbs
   # libfabric, UCX and Open MPI over the provider (tests/integration/fabric_*; mpicc builds
   # the MPI job's program)
   libfabric-bin ucx-utils openmpi-bin libopenmpi-dev
