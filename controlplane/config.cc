@@ -210,7 +210,12 @@ engine::cc::CongestionConfig parse_congestion(const YAML::Node& node, const std:
     p.min_rate_mbps = u32(d, "min_rate_mbps", p.min_rate_mbps, 1,
                           p.max_rate_mbps != 0 ? p.max_rate_mbps : 1'600'000);
     p.target_us = u32(d, "target_us", p.target_us, 0, 1'000'000);
-    p.ai_rate_mbps = u32(d, "ai_rate_mbps", p.ai_rate_mbps, 0, 1'600'000);
+    // As DCQCN's steps: with 0 a QP cut once (a CNP, a late round trip) never grows back.
+    if (d.has("ai_rate_mbps") && d.uint("ai_rate_mbps", 1, 0, 1'600'000) == 0)
+      d.fail(d.get("ai_rate_mbps"), d.where("ai_rate_mbps") +
+                                        " = 0: a QP's rate would never recover from a cut; at "
+                                        "least 1");
+    p.ai_rate_mbps = u32(d, "ai_rate_mbps", p.ai_rate_mbps, 1, 1'600'000);
     p.beta_pct = u32(d, "beta_pct", p.beta_pct, 0, 100);
     p.max_decrease_pct = u32(d, "max_decrease_pct", p.max_decrease_pct, 0, 100);
     d.finish();

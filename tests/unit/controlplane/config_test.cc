@@ -210,6 +210,8 @@ TEST(Config, ErrorsNameFileLineAndKey) {
       {base + "    congestion: {dcqcn: {rpg_ai_rate_mbps: 0}}\n",
        "bad.yaml:6:44: ports[0].congestion.dcqcn.rpg_ai_rate_mbps = 0: a QP's rate would never "
        "recover from a cut (the rate-increase timer would never end); at least 1"},
+      {base + "    congestion: {delay: {ai_rate_mbps: 0}}\n",
+       "ports[0].congestion.delay.ai_rate_mbps = 0: a QP's rate would never recover from a cut"},
       {base + "    congestion: {dcqcn: {rpg_hai_rate_mbps: 0}}\n",
        "ports[0].congestion.dcqcn.rpg_hai_rate_mbps = 0: a QP's rate would never recover"},
       {base + "logging: {level: loud}\n",
