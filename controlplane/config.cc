@@ -85,8 +85,9 @@ void parse_offload(Reader& port, PortConfig& p, const std::string& origin,
 // ConnectX RNICs expose them (mlx5's RP/NP knobs), with the unit as a suffix.
 // A key of `node` (the `congestion` mapping, or its `dcqcn` one when `dcqcn`) spelt as ConnectX
 // spells its parameters (sysfs roce_rp/roce_np, mlxconfig's RPG_TIME_RESET_P1, debugfs
-// rp_time_reset): an error that names our key, its unit and where it goes, instead of a bare
-// "unknown key" (review 18 finding 11). Our own keys pass.
+// rp_time_reset), or spelt as ours but in the other mapping: an error that names our key, its
+// unit and where it goes, instead of a bare "unknown key" (review 18 finding 11, review 20).
+// Our own keys in their own mapping pass.
 void connectx_hint(Reader& r, const YAML::Node& node, const std::string& path, bool dcqcn) {
   struct Name {
     const char* cx;    ///< ConnectX's name, lower case, no port suffix, rpg_ prefix
@@ -128,7 +129,9 @@ void connectx_hint(Reader& r, const YAML::Node& node, const std::string& path, b
         if (n == s) n = std::string("rpg_") + s;
     }
     for (const Name& x : kNames) {
-      if (n != x.cx) continue;
+      // ConnectX's spelling, or ours in the other mapping (rpg_ai_rate_mbps beside algorithm,
+      // min_time_between_cnps_us inside dcqcn).
+      if (n != x.cx && (x.ours == nullptr || key != x.ours)) continue;
       if (x.ours == nullptr)
         r.fail(kv.first, "unknown key '" + key + "' in " + path + ": ConnectX's " + x.cx +
                              " has no key here: " + x.unit + " (docs/configuration.md)");
@@ -143,7 +146,8 @@ void connectx_hint(Reader& r, const YAML::Node& node, const std::string& path, b
 }
 
 engine::cc::CongestionConfig parse_congestion(const YAML::Node& node, const std::string& origin,
-                                              const std::string& path) {
+                                              const std::string& path,
+                                              std::vector<std::string>& unused) {
   namespace cc = engine::cc;
   Reader r(node, origin, path);
   if (node.IsMap()) connectx_hint(r, node, path, false);
@@ -206,12 +210,21 @@ engine::cc::CongestionConfig parse_congestion(const YAML::Node& node, const std:
     p.min_rate_mbps = u32(d, "min_rate_mbps", p.min_rate_mbps, 1,
                           p.max_rate_mbps != 0 ? p.max_rate_mbps : 1'600'000);
     p.target_us = u32(d, "target_us", p.target_us, 0, 1'000'000);
-    p.ai_rate_mbps = u32(d, "ai_rate_mbps", p.ai_rate_mbps, 0, 1'600'000);
+    // As DCQCN's steps: with 0 a QP cut once (a CNP, a late round trip) never grows back.
+    if (d.has("ai_rate_mbps") && d.uint("ai_rate_mbps", 1, 0, 1'600'000) == 0)
+      d.fail(d.get("ai_rate_mbps"), d.where("ai_rate_mbps") +
+                                        " = 0: a QP's rate would never recover from a cut; at "
+                                        "least 1");
+    p.ai_rate_mbps = u32(d, "ai_rate_mbps", p.ai_rate_mbps, 1, 1'600'000);
     p.beta_pct = u32(d, "beta_pct", p.beta_pct, 0, 100);
     p.max_decrease_pct = u32(d, "max_decrease_pct", p.max_decrease_pct, 0, 100);
     d.finish();
   }
   r.finish();
+  // A mapping of parameters for an algorithm not selected is checked as any other, then used
+  // by nothing: named, so that roced can say so (--check and at start).
+  if (r.has("dcqcn") && k.algorithm != cc::Algorithm::kDcqcn) unused.push_back("dcqcn");
+  if (r.has("delay") && k.algorithm != cc::Algorithm::kDelay) unused.push_back("delay");
   return k;
 }
 
@@ -248,7 +261,8 @@ PortConfig parse_port(const YAML::Node& node, const std::string& origin, const s
   if (r.has("fault")) p.fault = parse_fault(r.get("fault"), origin, path + ".fault");
   if (r.has("offload")) parse_offload(r, p, origin, path + ".offload");
   if (r.has("congestion"))
-    p.congestion = parse_congestion(r.get("congestion"), origin, path + ".congestion");
+    p.congestion =
+        parse_congestion(r.get("congestion"), origin, path + ".congestion", p.congestion_unused);
   r.finish();
   return p;
 }

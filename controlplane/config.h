@@ -45,6 +45,10 @@ struct PortConfig {
   } offload;
   /// ECN, CNPs and rate control of this port's engines (`congestion:`, docs/congestion.md).
   engine::cc::CongestionConfig congestion;
+  /// The parameter mappings of `congestion:` given for an algorithm the port does not run
+  /// ("dcqcn", "delay"): accepted, used by nothing; roced warns (`dcqcn:` without
+  /// `algorithm: dcqcn` is what a ConnectX user who only copied mlxconfig's values writes).
+  std::vector<std::string> congestion_unused;
 };
 
 /// One of a hosted service's own keys (`services[i].<key>`, declared by its kind in the service

@@ -117,6 +117,17 @@ runtime::PortOptions port_options(const ctl::ApplianceConfig& cfg, const ctl::Po
   return o;
 }
 
+// A `dcqcn:` or `delay:` mapping under a port's `congestion:` for an algorithm the port does
+// not run is accepted and used by nothing: say so (--check's layout, or the daemon's).
+void warn_unused_congestion(const ctl::PortConfig& pc, bool daemon) {
+  for (const std::string& m : pc.congestion_unused)
+    std::printf(
+        "%sport %s: %scongestion.%s is given but algorithm is %s: its parameters are not used "
+        "(set algorithm: %s; docs/configuration.md)\n",
+        daemon ? "roced: warning: " : "  ", pc.name.c_str(), daemon ? "" : "warning: ", m.c_str(),
+        engine::cc::to_string(pc.congestion.algorithm), m.c_str());
+}
+
 // What --check resolves for a port's congestion control and loss recovery, each value with its
 // unit and ConnectX's name where it has one: what an operator diffs against `mlxconfig q`.
 void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc) {
@@ -135,6 +146,7 @@ void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc)
         "  port %s: warning: ecn: true with algorithm: none: every packet is sent "
         "ECN-capable, but CNPs do not slow it down (docs/congestion.md)\n",
         pc.name.c_str());
+  warn_unused_congestion(pc, false);
   if (k.algorithm == engine::cc::Algorithm::kDcqcn) {
     const engine::cc::DcqcnParams& d = k.dcqcn;
     std::printf(
@@ -392,12 +404,15 @@ int run(const ctl::ApplianceConfig& cfg) {
                   p.rt->card() ? "; hosted WRITE/READ tests' QPs on the card" : "");
   for (auto& p : ports) {
     const engine::cc::CongestionConfig& k = p.eng().config().congestion;
+    warn_unused_congestion(p.cfg, true);
     if (k.algorithm != engine::cc::Algorithm::kNone) {
-      const auto& d = k.dcqcn;
+      // The running algorithm's own maximum (delay's is not dcqcn's).
+      const bool dcqcn = k.algorithm == engine::cc::Algorithm::kDcqcn;
+      const std::uint32_t max = dcqcn ? k.dcqcn.max_rate_mbps : k.delay.max_rate_mbps;
       std::printf("  port %s: congestion %s, ECT(0) %s, rate limit %u Mb/s (%s)\n",
                   p.cfg.name.c_str(), engine::cc::to_string(k.algorithm), k.ect_on() ? "on" : "off",
-                  k.max_rate(d.max_rate_mbps),
-                  d.max_rate_mbps != 0    ? "rpg_max_rate_mbps"
+                  k.max_rate(max),
+                  max != 0                ? (dcqcn ? "rpg_max_rate_mbps" : "delay.max_rate_mbps")
                   : k.line_rate_mbps != 0 ? "the link's speed"
                                           : "the driver reports no speed");
     } else if (k.ect_on()) {

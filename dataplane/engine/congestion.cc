@@ -76,8 +76,9 @@ std::size_t Engine::cc_rates(std::span<QpRate> out) const {
     }
     if (!limited) continue;
     ++n;
-    // Keep the lowest rates: insertion into a sorted prefix of `out`.
-    const QpRate r{qp->qpn, static_cast<std::uint32_t>(std::lround(rate))};
+    // Keep the lowest rates: insertion into a sorted prefix of `out`. Rounded down, so that a
+    // QP listed as held below its maximum never shows the maximum (199.6 of 200 read "200").
+    const QpRate r{qp->qpn, static_cast<std::uint32_t>(std::floor(rate))};
     if (kept < out.size())
       out[kept++] = r;
     else if (kept == 0 || out[kept - 1].rate_mbps <= r.rate_mbps)

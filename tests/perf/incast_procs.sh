@@ -30,6 +30,12 @@ for i in $(seq 1 "$n"); do socks+=(--port "$work/s$i.sock"); done
 swpid=$!
 pids+=("$swpid")
 sleep 1
+# The running algorithm's maximum rate only (roced warns of a mapping no algorithm uses).
+case $cc in
+  dcqcn) ccmax=", dcqcn: {rpg_max_rate_mbps: $rate}" ;;
+  delay) ccmax=", delay: {max_rate_mbps: $rate}" ;;
+  *) ccmax="" ;;
+esac
 cat > "$work/rx.yaml" <<YAML
 name: rx
 eal:
@@ -41,7 +47,7 @@ ports:
     devargs: role=client,id=0,socket-abstract=no,socket=$work/rx.sock
     mac: 02:00:00:00:34:01
     ipv4: 192.0.2.1/24
-    congestion: {algorithm: $cc, dcqcn: {rpg_max_rate_mbps: $rate}, delay: {max_rate_mbps: $rate}}
+    congestion: {algorithm: $cc$ccmax}
 counters:
   telemetry: false
   prometheus: 127.0.0.1:$((tcp + n + 1))

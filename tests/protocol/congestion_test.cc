@@ -379,6 +379,30 @@ TEST(CongestionRp, RateCounterListsLimitedQpsAtTheirRateNow) {
   EXPECT_EQ(none.eng.cc_rates(out), 0u) << "algorithm: none";
 }
 
+// A QP listed as held below its maximum shows a rate below it, all the way back up: at 200 Mb/s
+// roce-ctl rates listed a recovering QP at "200" (199.6, rounded; review 20).
+TEST(CongestionRp, ListedRateIsBelowTheMaximumUntilItIsThere) {
+  cc::CongestionConfig k;
+  k.algorithm = cc::Algorithm::kDcqcn;
+  k.dcqcn.max_rate_mbps = 200;
+  k.dcqcn.initial_alpha = 1024;
+  Harness h(false, k);
+  std::array<Engine::QpRate, 4> out{};
+  h.send_request();
+  h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
+  ASSERT_EQ(h.eng.cc_rates(out), 1u);
+  EXPECT_EQ(out[0].rate_mbps, 100u);
+  int listed = 0;
+  for (std::uint64_t t = h.now; h.eng.cc_rates(out) != 0; t += 55'000) {
+    h.eng.run(t);
+    if (h.eng.cc_rates(out) == 0) break;
+    ++listed;
+    EXPECT_LT(out[0].rate_mbps, 200u) << "listed below its maximum at " << t - h.now << " ns";
+    ASSERT_LT(listed, 1000) << "never back at its maximum";
+  }
+  EXPECT_GT(listed, 5);
+}
+
 // Delay-based: a window of rate x target round trip (here its floor, two packets) closes in the
 // middle of a 16-packet WRITE; the packet that closes it must ask for an ACK, or the window
 // waits for the probe timer (the 8:1 incast reached 0.23 of the output that way).

@@ -147,6 +147,18 @@ TEST(Config, CongestionDefaultsAndEveryKey) {
                 .ports[0]
                 .congestion.algorithm,
             engine::cc::Algorithm::kDelay);
+  // A mapping for an algorithm the port does not run is named, for roced's warning (review 20):
+  // `dcqcn:` without `algorithm: dcqcn` is no DCQCN at all.
+  EXPECT_EQ(parse_config(yaml, "k.yaml").ports[0].congestion_unused,
+            std::vector<std::string>{"delay"});
+  EXPECT_EQ(parse_config(base + "    congestion: {dcqcn: {rpg_time_reset_us: 300}}\n", "u.yaml")
+                .ports[0]
+                .congestion_unused,
+            std::vector<std::string>{"dcqcn"});
+  EXPECT_TRUE(
+      parse_config(base + "    congestion: {algorithm: delay, delay: {target_us: 20}}\n", "v.yaml")
+          .ports[0]
+          .congestion_unused.empty());
 }
 
 TEST(Config, ErrorsNameFileLineAndKey) {
@@ -188,9 +200,18 @@ TEST(Config, ErrorsNameFileLineAndKey) {
        "did you mean congestion.min_time_between_cnps_us"},
       {base + "    congestion: {dcqcn: {rpg_gd: 11}}\n",
        "ConnectX's rpg_gd has no key here: fixed at the equivalent of rpg_gd 11"},
+      // Our own key in the other mapping names where it goes (review 20)
+      {base + "    congestion: {algorithm: dcqcn, rpg_ai_rate_mbps: 5}\n",
+       "unknown key 'rpg_ai_rate_mbps' in ports[0].congestion: did you mean "
+       "congestion.dcqcn.rpg_ai_rate_mbps (Mb/s; ConnectX's rpg_ai_rate)?"},
+      {base + "    congestion: {dcqcn: {min_time_between_cnps_us: 50}}\n",
+       "unknown key 'min_time_between_cnps_us' in ports[0].congestion.dcqcn: did you mean "
+       "congestion.min_time_between_cnps_us"},
       {base + "    congestion: {dcqcn: {rpg_ai_rate_mbps: 0}}\n",
        "bad.yaml:6:44: ports[0].congestion.dcqcn.rpg_ai_rate_mbps = 0: a QP's rate would never "
        "recover from a cut (the rate-increase timer would never end); at least 1"},
+      {base + "    congestion: {delay: {ai_rate_mbps: 0}}\n",
+       "ports[0].congestion.delay.ai_rate_mbps = 0: a QP's rate would never recover from a cut"},
       {base + "    congestion: {dcqcn: {rpg_hai_rate_mbps: 0}}\n",
        "ports[0].congestion.dcqcn.rpg_hai_rate_mbps = 0: a QP's rate would never recover"},
       {base + "logging: {level: loud}\n",
