@@ -1,0 +1,105 @@
+// Attacker review of selective repeat's SENDs, congestion control and the receive fast path
+// (session 20, review20-attacker). Each test is an attack on the engine as an off-path sender
+// on the segment sees it (it knows a QPN, a PSN near ePSN and the receive message index, not an
+// R_Key) and states the behaviour a safe responder must have. The tests that fail on the code
+// they were written against are DISABLED_: run them with --gtest_also_run_disabled_tests; the
+// fix removes the prefix.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "dataplane/wire/srh.h"
+#include "tests/support/crafted_peer.h"
+
+namespace roce::test {
+namespace {
+
+using namespace roce::engine;
+using wire::Opcode;
+
+constexpr std::uint32_t kE = CraftedPeer::kEpsn;
+
+// A crafted peer with selective repeat on both ends (MTU 256, 8 KiB of registered memory).
+struct SrPeer : CraftedPeer {
+  SrPeer() : CraftedPeer(opts()) {
+    EXPECT_EQ(eng.set_selective_repeat(qp, true), kOk);
+    std::fill(mem.begin(), mem.end(), 0);
+  }
+  static CraftedOptions opts() {
+    CraftedOptions o;
+    o.mem_size = 8192;
+    return o;
+  }
+  /// Receive WQE `id` of `len` bytes at mem + off.
+  void post(std::uint64_t id, std::uint64_t off, std::uint32_t len) {
+    Sge s{mem_addr() + off, len, mr->key};
+    RecvWr r;
+    r.wr_id = id;
+    r.sg_list = &s;
+    r.num_sge = 1;
+    ASSERT_EQ(eng.post_recv(qp, &r, nullptr), kOk);
+  }
+  /// An SR packet without any key (a forger's): the SR header, then `len` bytes of `fill`.
+  void sr(Opcode op, std::uint32_t psn, std::uint32_t index, std::uint32_t off, std::uint32_t total,
+          std::uint32_t len, std::uint8_t fill, bool ack_req = false) {
+    Req r;
+    r.op = op;
+    r.psn = psn;
+    r.ack_req = ack_req;
+    r.bytes.assign(wire::SrhView::kSize + len, fill);
+    wire::SrhView(r.bytes.data()).set(index, off, total);
+    r.payload_len = r.bytes.size();
+    inject(r);
+  }
+  std::vector<Wc> recvs() {
+    std::vector<Wc> out;
+    Wc wc[8];
+    for (int n; (n = cq->poll(8, wc)) > 0;) out.insert(out.end(), wc, wc + n);
+    return out;
+  }
+  std::uint64_t count(Counter c) const { return eng.stats().get(c); }
+};
+
+// The highest PSN a plain ACK in `out` covers (0: none).
+std::uint32_t acked_to(const std::vector<Answer>& out) {
+  std::uint32_t to = 0;
+  for (const Answer& a : out)
+    if (a.op == Opcode::kRcAcknowledge && (a.syndrome & 0x60) == 0) to = a.psn;
+  return to;
+}
+
+// Finding 1. A keyless SR SEND placed past ePSN swallows the real peer's WRITE Only at the same
+// PSN: the real packet finds the PSN's bit set and is dropped as a "second copy" (sr_keep), then
+// ePSN steps over the PSN as the forged message, which completes into the receive WQE. The ACK
+// covers the WRITE, whose bytes were never written: what SrAttack.ZeroLengthSpoofAhead... fixed
+// for a zero-length WRITE (no key either), through a SEND. The forger needs the QPN, a PSN in the
+// 1024 ahead of ePSN, the next message index (0 on a QP that has only received WRITEs so far)
+// and one posted receive WQE; go-back-N gives it the same only at ePSN itself.
+TEST(SrReview, DISABLED_ForgedSendAheadSwallowsARealWriteOnly) {
+  SrPeer t;
+  t.post(7, 4096, 256);  // the application's receive, for a later control message
+  // The forger: message 0, one packet of 16 bytes, at ePSN + 2. No R_Key.
+  t.sr(Opcode::kSrSend, kE + 2, 0, 0, 16, 16, 0xEE);
+  EXPECT_EQ(t.count(Counter::kSrOooPlaced), 1u) << "placed without a key";
+  t.flush();
+  // The real peer: four 256-byte WRITE Only packets, in order, AckReq on the last.
+  for (std::uint32_t i = 0; i < 4; ++i)
+    t.inject(Opcode::kRcWriteOnly, kE + i, 256, i == 3, i * 256, 256);
+  const auto out = t.flush();
+  const std::uint32_t to = acked_to(out);
+  const bool written = t.mem[2 * 256] == static_cast<std::uint8_t>(kE + 2);
+  const auto wcs = t.recvs();
+  std::printf(
+      "ACK up to PSN %u (last sent %u), WRITE at PSN %u written: %s, %zu receive "
+      "completion(s) (first: %zu bytes of 0x%02x)\n",
+      to, kE + 3, kE + 2, written ? "yes" : "NO", wcs.size(),
+      wcs.empty() ? std::size_t{0} : std::size_t{wcs[0].byte_len}, t.mem[4096]);
+  if (to == kE + 3) {
+    EXPECT_TRUE(written) << "the WRITE at PSN " << kE + 2 << " was acknowledged, never written";
+  }
+  EXPECT_TRUE(wcs.empty()) << "a receive completion for a SEND the peer never sent";
+}
+
+}  // namespace
+}  // namespace roce::test
