@@ -77,28 +77,62 @@ std::uint32_t acked_to(const std::vector<Answer>& out) {
 // 1024 ahead of ePSN, the next message index (0 on a QP that has only received WRITEs so far)
 // and one posted receive WQE; go-back-N gives it the same only at ePSN itself.
 TEST(SrReview, DISABLED_ForgedSendAheadSwallowsARealWriteOnly) {
-  SrPeer t;
-  t.post(7, 4096, 256);  // the application's receive, for a later control message
-  // The forger: message 0, one packet of 16 bytes, at ePSN + 2. No R_Key.
-  t.sr(Opcode::kSrSend, kE + 2, 0, 0, 16, 16, 0xEE);
-  EXPECT_EQ(t.count(Counter::kSrOooPlaced), 1u) << "placed without a key";
-  t.flush();
-  // The real peer: four 256-byte WRITE Only packets, in order, AckReq on the last.
-  for (std::uint32_t i = 0; i < 4; ++i)
-    t.inject(Opcode::kRcWriteOnly, kE + i, 256, i == 3, i * 256, 256);
-  const auto out = t.flush();
-  const std::uint32_t to = acked_to(out);
-  const bool written = t.mem[2 * 256] == static_cast<std::uint8_t>(kE + 2);
-  const auto wcs = t.recvs();
-  std::printf(
-      "ACK up to PSN %u (last sent %u), WRITE at PSN %u written: %s, %zu receive "
-      "completion(s) (first: %zu bytes of 0x%02x)\n",
-      to, kE + 3, kE + 2, written ? "yes" : "NO", wcs.size(),
-      wcs.empty() ? std::size_t{0} : std::size_t{wcs[0].byte_len}, t.mem[4096]);
-  if (to == kE + 3) {
-    EXPECT_TRUE(written) << "the WRITE at PSN " << kE + 2 << " was acknowledged, never written";
+  for (const bool sr : {false, true}) {
+    SCOPED_TRACE(sr ? "selective repeat" : "go-back-N");
+    SrPeer t;
+    ASSERT_EQ(t.eng.set_selective_repeat(t.qp, sr), kOk);
+    t.post(7, 4096, 256);  // the application's receive, for a later control message
+    // The forger: message 0, one packet of 16 bytes, at ePSN + 2. No R_Key.
+    t.sr(Opcode::kSrSend, kE + 2, 0, 0, 16, 16, 0xEE);
+    t.flush();
+    // The real peer: four 256-byte WRITE Only packets, in order, AckReq on the last.
+    for (std::uint32_t i = 0; i < 4; ++i)
+      t.inject(Opcode::kRcWriteOnly, kE + i, 256, i == 3, i * 256, 256);
+    const auto out = t.flush();
+    const std::uint32_t to = acked_to(out);
+    const bool written = t.mem[2 * 256] == static_cast<std::uint8_t>(kE + 2);
+    const auto wcs = t.recvs();
+    std::printf(
+        "[%s] forged SEND placed: %llu; ACK up to PSN %u (last sent %u), WRITE at PSN %u "
+        "written: %s, %zu receive completion(s) (first: %u bytes of 0x%02x)\n",
+        sr ? "SR " : "GBN", static_cast<unsigned long long>(t.count(Counter::kSrOooPlaced)), to,
+        kE + 3, kE + 2, written ? "yes" : "NO", wcs.size(), wcs.empty() ? 0u : wcs[0].byte_len,
+        t.mem[4096]);
+    if (to == kE + 3) {
+      EXPECT_TRUE(written) << "the WRITE at PSN " << kE + 2 << " was acknowledged, never written";
+    }
+    EXPECT_TRUE(wcs.empty()) << "a receive completion for a SEND the peer never sent";
   }
-  EXPECT_TRUE(wcs.empty()) << "a receive completion for a SEND the peer never sent";
+}
+
+// Finding 1, the same with a READ request at the forged PSN: the real READ is dropped as a
+// "second copy" and never executed, and the ACK past it tells the requester it was; its
+// re-requests are duplicates without a resource (dropped), so the connection ends with its
+// retry budget spent.
+TEST(SrReview, DISABLED_ForgedSendAheadSwallowsARealRead) {
+  for (const bool sr : {false, true}) {
+    SCOPED_TRACE(sr ? "selective repeat" : "go-back-N");
+    SrPeer t;
+    ASSERT_EQ(t.eng.set_selective_repeat(t.qp, sr), kOk);
+    t.post(7, 4096, 256);
+    t.sr(Opcode::kSrSend, kE + 1, 0, 0, 16, 16, 0xEE);
+    t.flush();
+    // The real peer: the READ (two responses) at ePSN + 1 arrives before the WRITE at ePSN.
+    t.inject(Opcode::kRcReadRequest, kE + 1, 0, true, 0, 512);
+    t.inject(Opcode::kRcWriteOnly, kE, 256, true, 1024, 256);
+    const auto out = t.flush();
+    // The requester sends the READ again (after the sequence NAK, or its timeout).
+    t.inject(Opcode::kRcReadRequest, kE + 1, 0, true, 0, 512);
+    const auto again = t.flush();
+    std::size_t responses = 0;
+    for (const auto* v : {&out, &again})
+      for (const Answer& a : *v)
+        responses += a.op == Opcode::kRcReadResponseFirst || a.op == Opcode::kRcReadResponseLast;
+    std::printf("[%s] READ at PSN %u: ACK up to %u before it was answered, %zu responses\n",
+                sr ? "SR " : "GBN", kE + 1, acked_to(out), responses);
+    EXPECT_NE(acked_to(out), kE + 1) << "acknowledged past a READ never executed";
+    EXPECT_EQ(responses, 2u) << "the READ is never answered";
+  }
 }
 
 }  // namespace
