@@ -135,5 +135,30 @@ TEST(SrReview, DISABLED_ForgedSendAheadSwallowsARealRead) {
   }
 }
 
+// Finding 1, a third form: one keyless SR packet ends the connection. The forged first packet
+// of a two-packet SEND (message 0) sits at ePSN + 1; the real peer's WRITE Only at ePSN + 2 is
+// placed past the gap. When ePSN steps over the forged packet the forged message opens, and
+// the real WRITE found next is "an opcode sequence error" (sr_advance): invalid request NAK,
+// the QP in error. (SrAttack.SpoofInsideAMultiPacketSendKillsTheQp closed this for a
+// zero-length WRITE spoof.) Go-back-N drops the forged packet and loses nothing.
+TEST(SrReview, DISABLED_ForgedSendFirstAheadKillsTheQp) {
+  for (const bool sr : {false, true}) {
+    SCOPED_TRACE(sr ? "selective repeat" : "go-back-N");
+    SrPeer t;
+    ASSERT_EQ(t.eng.set_selective_repeat(t.qp, sr), kOk);
+    t.post(7, 4096, 1024);
+    t.sr(Opcode::kSrSend, kE + 1, 0, 0, 512, 256, 0xEE);
+    t.flush();
+    // The real peer's WRITEs; the one at ePSN arrives last.
+    t.inject(Opcode::kRcWriteOnly, kE + 2, 256, true, 512, 256);
+    t.inject(Opcode::kRcWriteOnly, kE + 1, 256, false, 256, 256);
+    t.inject(Opcode::kRcWriteOnly, kE, 256, false, 0, 256);
+    t.flush();
+    std::printf("[%s] QP after three real WRITEs and one forged SR packet: %s\n",
+                sr ? "SR " : "GBN", t.qp->state == QpState::kErr ? "ERROR" : "ok");
+    EXPECT_NE(t.qp->state, QpState::kErr) << "one keyless forged packet ended the connection";
+  }
+}
+
 }  // namespace
 }  // namespace roce::test
