@@ -160,5 +160,35 @@ TEST(SrReview, DISABLED_ForgedSendFirstAheadKillsTheQp) {
   }
 }
 
+// Finding 2. A standard SEND Only in order while an SR SEND is open (its first packet taken in
+// order, its WQE held) passes the opcode sequence check (SR messages leave RespState::in_msg at
+// kNone), lands in the SR message's WQE and completes it. The SR message's later packets still
+// match its record and are scattered into that buffer after its completion was reported (the
+// application may have reused it: another connection's data in a shared registered pool); the
+// QP stops only at the message's last packet. A peer that negotiated selective repeat (or a
+// forger who knows ePSN) writes into a buffer the application owns again.
+TEST(SrReview, DISABLED_StandardSendInsideAnOpenSrMessageWritesAfterCompletion) {
+  SrPeer t;
+  t.post(1, 0, 1024);     // A
+  t.post(2, 2048, 1024);  // B
+  // SR message 0, three packets (768 bytes) from ePSN: the first in order takes A.
+  t.sr(Opcode::kSrSend, kE, 0, 0, 768, 256, 0x11);
+  // A standard SEND Only of 16 bytes at the next PSN.
+  t.inject(Opcode::kRcSendOnly, kE + 1, 16, true);
+  t.flush();
+  auto wcs = t.recvs();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 1u) << "A completed by the standard SEND";
+  // The application takes A back and reuses it.
+  std::fill_n(t.mem.begin(), 1024, 0x55);
+  // The SR message's third packet, in order: it matches the record (first ePSN, 768 bytes).
+  t.sr(Opcode::kSrSend, kE + 2, 0, 512, 768, 256, 0x33, true);
+  t.flush();
+  const auto n55 = std::count(t.mem.begin(), t.mem.begin() + 1024, 0x55);
+  std::printf("A after its completion: %ld of 1024 bytes still the application's; QP %s\n",
+              static_cast<long>(n55), t.qp->state == QpState::kErr ? "in error" : "ok");
+  EXPECT_EQ(n55, 1024) << "bytes written into A after its completion";
+}
+
 }  // namespace
 }  // namespace roce::test
