@@ -52,6 +52,21 @@ struct SrPeer : CraftedPeer {
     r.payload_len = r.bytes.size();
     inject(r);
   }
+  /// The same with the RETH a WRITE with immediate's packet carries (the peer's, keyed).
+  void sr_keyed(std::uint32_t psn, std::uint32_t index, std::uint32_t off, std::uint32_t total,
+                std::uint32_t len, std::uint8_t fill, bool ack_req = false) {
+    Req r;
+    r.op = Opcode::kSrWriteImm;
+    r.psn = psn;
+    r.ack_req = ack_req;
+    r.bytes.assign(wire::SrhView::kSize + len, fill);
+    wire::SrhView(r.bytes.data()).set(index, off, total);
+    r.payload_len = r.bytes.size();
+    r.va = mem_addr() + 6144 + off;
+    r.rkey = mr->key;
+    r.dma_len = len;
+    inject(r);
+  }
   std::vector<Wc> recvs() {
     std::vector<Wc> out;
     Wc wc[8];
@@ -188,6 +203,33 @@ TEST(SrReview, DISABLED_StandardSendInsideAnOpenSrMessageWritesAfterCompletion) 
   std::printf("A after its completion: %ld of 1024 bytes still the application's; QP %s\n",
               static_cast<long>(n55), t.qp->state == QpState::kErr ? "in error" : "ok");
   EXPECT_EQ(n55, 1024) << "bytes written into A after its completion";
+}
+
+// Finding 2, its other form: a standard SEND Only in order while an SR WRITE with immediate is
+// open takes the receive WQE that the WRITE with immediate was to take at its end. Every
+// later message then completes one WQE further along the ring than the one its early packets
+// were placed in (ring_wqe): SEND message 1, placed in W1, completes in W2, whose buffer holds
+// nothing of it (a receive completion for data never received there).
+TEST(SrReview, DISABLED_StandardSendInsideAnOpenSrWriteImmShiftsTheRing) {
+  SrPeer t;
+  t.post(10, 0, 512);                    // W0
+  t.post(11, 1024, 512);                 // W1
+  t.post(12, 2048, 512);                 // W2
+  t.sr_keyed(kE, 0, 0, 768, 256, 0x11);  // WRITE with immediate, message 0 (3 packets), first
+  t.sr(Opcode::kSrSend, kE + 3, 1, 0, 100, 100, 0x44);  // SEND message 1, placed past the gap
+  EXPECT_EQ(t.mem[1024], 0x44) << "placed in W1";
+  t.inject(Opcode::kRcSendOnly, kE + 1, 16, false);  // takes W0
+  t.sr_keyed(kE + 2, 0, 512, 768, 256, 0x22, true);  // message 0 ends: it takes W1
+  t.flush();
+  const auto wcs = t.recvs();
+  for (const Wc& wc : wcs)
+    std::printf("completion wr_id %llu, %u bytes, status %d; QP %s\n",
+                static_cast<unsigned long long>(wc.wr_id), wc.byte_len, static_cast<int>(wc.status),
+                t.qp->state == QpState::kErr ? "in error" : "ok");
+  ASSERT_EQ(wcs.size(), 3u);
+  EXPECT_EQ(wcs[2].wr_id, 12u);
+  EXPECT_EQ(wcs[2].byte_len, 100u);
+  EXPECT_EQ(t.mem[2048], 0x44) << "SEND message 1 completed in W2, its bytes are in W1";
 }
 
 }  // namespace
