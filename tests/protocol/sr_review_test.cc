@@ -120,6 +120,30 @@ TEST(SrReview, DISABLED_ForgedSendAheadSwallowsARealWriteOnly) {
   }
 }
 
+// Finding 1 with a spray: 64 forged one-packet SENDs, indices 0..63 at PSNs ePSN + 1..64 (64
+// guesses of the next message index at once: only the ones within rx_msg..rx_msg + 63 and with
+// a posted WQE are placed). With 4 receive WQEs posted, 4 of the real peer's WRITEs in a row
+// are acknowledged and never written.
+TEST(SrReview, DISABLED_ForgedSprayAheadSwallowsAWriteBurst) {
+  SrPeer t;
+  for (std::uint32_t i = 0; i < 4; ++i) t.post(20 + i, 4096 + i * 256, 256);
+  for (std::uint32_t i = 0; i < 64; ++i) t.sr(Opcode::kSrSend, kE + 1 + i, i, 0, 16, 16, 0xEE);
+  t.flush();
+  // The real peer: 65 WRITEs of 16 bytes, in order.
+  for (std::uint32_t i = 0; i <= 64; ++i)
+    t.inject(Opcode::kRcWriteOnly, kE + i, 16, i == 64, i * 16, 16);
+  const auto out = t.flush();
+  std::uint32_t lost = 0;
+  for (std::uint32_t i = 0; i <= 64; ++i)
+    lost += t.mem[i * 16] != static_cast<std::uint8_t>(kE + i);
+  std::printf(
+      "forged placed %llu; ACK up to %u (last %u); WRITEs never written: %u; %zu receive "
+      "completions\n",
+      static_cast<unsigned long long>(t.count(Counter::kSrOooPlaced)), acked_to(out), kE + 64, lost,
+      t.recvs().size());
+  EXPECT_EQ(lost, 0u) << "acknowledged WRITEs never written";
+}
+
 // Finding 1, the same with a READ request at the forged PSN: the real READ is dropped as a
 // "second copy" and never executed, and the ACK past it tells the requester it was; its
 // re-requests are duplicates without a resource (dropped), so the connection ends with its
