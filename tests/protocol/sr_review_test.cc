@@ -133,13 +133,14 @@ TEST(SrReview, DISABLED_ForgedSprayAheadSwallowsAWriteBurst) {
   for (std::uint32_t i = 0; i <= 64; ++i)
     t.inject(Opcode::kRcWriteOnly, kE + i, 16, i == 64, i * 16, 16);
   const auto out = t.flush();
-  std::uint32_t lost = 0;
-  for (std::uint32_t i = 0; i <= 64; ++i)
+  const std::uint32_t to = acked_to(out);
+  std::uint32_t lost = 0;  // acknowledged (at or below the ACK's PSN) and not written
+  for (std::uint32_t i = 0; i <= 64 && to != 0 && kE + i <= to; ++i)
     lost += t.mem[i * 16] != static_cast<std::uint8_t>(kE + i);
   std::printf(
-      "forged placed %llu; ACK up to %u (last %u); WRITEs never written: %u; %zu receive "
-      "completions\n",
-      static_cast<unsigned long long>(t.count(Counter::kSrOooPlaced)), acked_to(out), kE + 64, lost,
+      "forged placed %llu; ACK up to %u (last %u); WRITEs acknowledged, never written: %u; %zu "
+      "receive completions\n",
+      static_cast<unsigned long long>(t.count(Counter::kSrOooPlaced)), to, kE + 64, lost,
       t.recvs().size());
   EXPECT_EQ(lost, 0u) << "acknowledged WRITEs never written";
 }
@@ -215,10 +216,10 @@ TEST(SrReview, DISABLED_StandardSendInsideAnOpenSrMessageWritesAfterCompletion) 
   // A standard SEND Only of 16 bytes at the next PSN.
   t.inject(Opcode::kRcSendOnly, kE + 1, 16, true);
   t.flush();
-  auto wcs = t.recvs();
-  ASSERT_EQ(wcs.size(), 1u);
-  EXPECT_EQ(wcs[0].wr_id, 1u) << "A completed by the standard SEND";
-  // The application takes A back and reuses it.
+  // A completed (by the standard SEND; or flushed, if the QP refused it): the application takes
+  // A back and reuses it.
+  const auto wcs = t.recvs();
+  ASSERT_TRUE(std::any_of(wcs.begin(), wcs.end(), [](const Wc& w) { return w.wr_id == 1; }));
   std::fill_n(t.mem.begin(), 1024, 0x55);
   // The SR message's third packet, in order: it matches the record (first ePSN, 768 bytes).
   t.sr(Opcode::kSrSend, kE + 2, 0, 512, 768, 256, 0x33, true);
@@ -251,10 +252,12 @@ TEST(SrReview, DISABLED_StandardSendInsideAnOpenSrWriteImmShiftsTheRing) {
     std::printf("completion wr_id %llu, %u bytes, status %d; QP %s\n",
                 static_cast<unsigned long long>(wc.wr_id), wc.byte_len, static_cast<int>(wc.status),
                 t.qp->state == QpState::kErr ? "in error" : "ok");
-  ASSERT_EQ(wcs.size(), 3u);
-  EXPECT_EQ(wcs[2].wr_id, 12u);
-  EXPECT_LE(wcs[2].byte_len, 64u) << "a completion longer than its 64-byte buffer";
-  EXPECT_EQ(t.mem[2048], 0x44) << "SEND message 1 completed in W2, its bytes are in W1";
+  // Safe: the QP stops, or every successful completion holds its message. W2's, if any:
+  for (const Wc& wc : wcs) {
+    if (wc.wr_id != 12 || wc.status != WcStatus::kSuccess) continue;
+    EXPECT_LE(wc.byte_len, 64u) << "a completion longer than its 64-byte buffer";
+    EXPECT_EQ(t.mem[2048], 0x44) << "SEND message 1 completed in W2, its bytes are in W1";
+  }
 }
 
 }  // namespace
