@@ -533,6 +533,40 @@ TEST(CongestionRp, SpoofedCnpsForAnIdleQpOrAnotherPartitionAreIgnored) {
   EXPECT_LT(h.eng.cc_rate_mbps(*h.qp), 100'000.0);
 }
 
+// A CNP acts only on the QP its DestQP names and only from that QP's peer: another host on the
+// segment (another tenant's peer, or a spoofer who does not forge this peer's address) cuts
+// nobody's rate, even while the QP has requests out (attacker review 20: per-QP isolation).
+TEST(CongestionRp, CnpFromAnotherAddressIsIgnoredWhileRequestsAreOut) {
+  cc::CongestionConfig k;
+  k.algorithm = cc::Algorithm::kDcqcn;
+  Harness h(false, k);
+  h.send_request();
+  const auto cnp = [&](wire::Ipv4Addr src) {
+    wire::FrameSpec s;
+    s.src_mac = h.peer.mac;
+    s.dst_mac = h.eng.config().mac;
+    s.src_ip4 = src;
+    s.dst_ip4 = h.eng.config().ipv4;
+    s.tos = 0xC2;
+    s.opcode = Opcode::kCnp;
+    s.becn = true;
+    s.dest_qp = wire::Qpn(h.qp->qpn);
+    std::vector<std::uint8_t> g(wire::frame_len(s, 0));
+    EXPECT_EQ(wire::build_frame(s, {}, g), g.size());
+    h.eng.receive(g, h.now);
+    h.now += 50'000;
+  };
+  wire::Ipv4Addr other = h.peer.ipv4;
+  other.v ^= 0x40;  // another host of the same subnet
+  for (int i = 0; i < 20; ++i) cnp(other);
+  EXPECT_EQ(h.count(Counter::kCnpHandled), 0u);
+  EXPECT_EQ(h.count(Counter::kCnpIgnored), 20u);
+  EXPECT_EQ(h.eng.cc_rate_mbps(*h.qp), 100'000.0) << "still at its maximum";
+  cnp(h.peer.ipv4);  // the peer's own: obeyed
+  EXPECT_EQ(h.count(Counter::kCnpHandled), 1u);
+  EXPECT_LT(h.eng.cc_rate_mbps(*h.qp), 100'000.0);
+}
+
 // The CNP goes out only for a packet whose PSN the responder or completer accepted: a frame
 // with the peer's address and a PSN out of the window (a spoofer's) draws none, so it cannot
 // make us slow the real peer down.
