@@ -355,6 +355,12 @@ struct SrState {
   bool test_msg(wire::Psn p) const { return (msg_pkt[bit(p) / 64] >> (bit(p) % 64)) & 1; }
   void set_msg(wire::Psn p) { msg_pkt[bit(p) / 64] |= std::uint64_t{1} << (bit(p) % 64); }
   bool resend_empty() const { return resend_head == resend_tail; }
+  /// Some message record is live (packets placed by message index).
+  friend bool sr_msgs_placed(const SrState& s) {
+    for (const RecvMsg& r : s.msgs)
+      if (r.live) return true;
+    return false;
+  }
   /// When the responder's report of missing PSNs is due (0: nothing waits).
   std::uint64_t report_at() const { return gap_at ? gap_at + kReorderNs : 0; }
 };

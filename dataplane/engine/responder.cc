@@ -718,6 +718,11 @@ Engine::Stages::Step Engine::Stages::resp_fail_recv(Engine& eng, Qp& qp, const w
       ok = m.has(OpMask::kStart);
       break;
   }
+  // Selective repeat: a standard request inside an SR message under way, or a standard
+  // message that takes a receive WQE while SR messages hold places in the ring (ring_wqe),
+  // breaks the sequence too: it would take their WQE (review 20, finding 2).
+  if (ok && qp.sr != nullptr) [[unlikely]]
+    ok = !qp.sr->rx_msg_open && !(m.has(OpMask::kRecvWqe) && sr_msgs_placed(*qp.sr));
   if (ok) return Step::kContinue;
   // Selective repeat's own opcodes (sr_msg.cc) are no continuation of IBA's sequence: they
   // come this way, on a QP that negotiated them (rx_dispatch lets them reach no other).

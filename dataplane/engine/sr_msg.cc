@@ -387,6 +387,9 @@ void Engine::Stages::sr_msg_in_order(Engine& eng, Qp& qp, const wire::RxPkt& pkt
       }
       std::memcpy(dst, g.data, g.len);
     }
+  } else if (!rs.have_recv) {  // its WQE is no longer held (cannot happen: review 20)
+    sr_msg_fail(eng, qp, pkt.psn, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
+    return;
   } else if (g.len != 0 &&
              !resp_scatter(eng, qp, rs.recv, rs.recv_base + g.offset, g.data, g.len)) {
     sr_msg_fail(eng, qp, pkt.psn, WcStatus::kLocProtErr, wire::NakCode::kRemoteOperationalError);
@@ -413,6 +416,10 @@ Engine::Stages::SrStep Engine::Stages::sr_msg_step(Engine& eng, Qp& qp, Psn q) {
       if (qp.srq != nullptr || !qp.rq.has_wqe() || qp.rq.idle_open() >= 0) return SrStep::kStop;
       resp_take_recv(qp, qp.rq);
       rs.recv_offset = 0;
+      if (rs.recv_base + r.length > rs.recv.length) {  // not the WQE it was placed in
+        sr_msg_fail(eng, qp, q, WcStatus::kLocLenErr, wire::NakCode::kInvalidRequest);
+        return SrStep::kDead;
+      }
     }
     s.rx_msg_open = true;
   }

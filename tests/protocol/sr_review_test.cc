@@ -207,7 +207,7 @@ TEST(SrReview, DISABLED_ForgedSendFirstAheadKillsTheQp) {
 // application may have reused it: another connection's data in a shared registered pool); the
 // QP stops only at the message's last packet. A peer that negotiated selective repeat (or a
 // forger who knows ePSN) writes into a buffer the application owns again.
-TEST(SrReview, DISABLED_StandardSendInsideAnOpenSrMessageWritesAfterCompletion) {
+TEST(SrReview, StandardSendInsideAnOpenSrMessageWritesAfterCompletion) {
   SrPeer t;
   t.post(1, 0, 1024);     // A
   t.post(2, 2048, 1024);  // B
@@ -236,7 +236,7 @@ TEST(SrReview, DISABLED_StandardSendInsideAnOpenSrMessageWritesAfterCompletion) 
 // were placed in (ring_wqe): SEND message 1, placed in W1, completes in W2, whose buffer holds
 // nothing of it (a receive completion for data never received there), with its length, 100
 // bytes, though W2 has 64 (checked against W1 when it was placed, never against W2).
-TEST(SrReview, DISABLED_StandardSendInsideAnOpenSrWriteImmShiftsTheRing) {
+TEST(SrReview, StandardSendInsideAnOpenSrWriteImmShiftsTheRing) {
   SrPeer t;
   t.post(10, 0, 512);                    // W0
   t.post(11, 1024, 512);                 // W1
