@@ -274,10 +274,11 @@ void Engine::Stages::cc_sent(Engine& eng, Qp& qp, std::uint64_t bytes) {
 void Engine::Stages::cc_release(Engine& eng) {
   eng.pace_.expire(eng.now_, [&eng](Qp* qp, std::uint64_t at) {
     if (at != qp->cc.park_at) return;  // parked again since, for another time
-    qp->cc.park_at = 0;
     if (qp->state == QpState::kRts) schedule_send(eng, *qp);
-    // Parked from the READ list (or from both): responses go on in any state but Error.
+    // Parked from the READ list (or from both): responses go on in any state but Error, on
+    // the schedule they were parked on (park_at still set: resp_schedule keeps next_send).
     if (!qp->resp.out_empty() && qp->state != QpState::kErr) resp_schedule(eng, *qp);
+    qp->cc.park_at = 0;
   });
   eng.next_pace_ = eng.pace_.next();
 }

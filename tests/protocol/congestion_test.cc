@@ -425,6 +425,28 @@ TEST(CongestionRp, CnpOnAQpSendingReadResponsesCutsItsRate) {
   EXPECT_EQ(h.count(Counter::kCnpIgnored), 1u);
 }
 
+// Pacing is not a burst allowance: a QP whose READ responses start after it had nothing to
+// send (here 50 us after its last visit) sends its first response now and the next ones on
+// its schedule, not the 16 KiB of catch-up that a late poll of a busy QP may take. Idle credit
+// put 6 frames over the 512 KiB queue at the start of the 8:1 READ incast.
+TEST(CongestionPacing, ResponsesAfterIdleTimeAreNotABurst) {
+  cc::CongestionConfig k;
+  k.algorithm = cc::Algorithm::kDcqcn;
+  k.dcqcn.max_rate_mbps = 10'000;
+  Harness h(false, k);
+  h.flush();  // the QP's first visit: its schedule starts
+  h.now += 50'000;
+  h.eng.receive(h.frame(Opcode::kRcReadRequest, kEpsn, 0, 0x02, 0, 16384), h.now);
+  std::size_t first = 0;
+  for (const auto& f : h.flush()) {
+    wire::RxPkt p;
+    ASSERT_EQ(wire::parse_frame(f, p), wire::Verdict::kOk);
+    first += is_read_response(p.opcode) ? 1 : 0;
+  }
+  EXPECT_EQ(first, 1u) << "one response now, the rest paced";
+  EXPECT_GT(h.count(Counter::kCcParked), 0u);
+}
+
 // `delay` sends ECT(0) (ect_on), so a CNP slows it down as it does a DCQCN sender: at a marking
 // switch shared with ConnectX senders it must not keep its share while they are cut (review 18
 // finding 6).
@@ -657,6 +679,7 @@ std::vector<std::uint8_t> cnp_to(Engine& to, const Engine& from, std::uint32_t q
 struct PacedRun {
   double mbps = 0;  ///< A's request bytes on the wire over the time they took
   std::uint64_t parked = 0;
+  std::uint64_t rerequests = 0;  ///< READ: the requester's re-requests
   bool done = false;
 };
 
@@ -734,10 +757,12 @@ TEST(CongestionPacing, AtTheMaximumRateWithoutCnpAndUnpacedWithoutAlgorithm) {
 // B answers A's READs of `bytes` in 64 KiB READs (B paced by `alg`); with `cnp`, B's QP got a
 // CNP first (after a small READ: a CNP counts for a QP that sent lately). The rate is B's
 // READ response bytes on the wire over the time they took.
-PacedRun paced_read(cc::Algorithm alg, bool cnp, std::size_t bytes) {
+PacedRun paced_read(cc::Algorithm alg, bool cnp, std::size_t bytes, double drop = 0) {
   LoopbackOptions lo;
   lo.link_delay_ns = 2000;
   lo.tick_ns = 100;
+  lo.b2a.drop_rate = drop;  // B's frames (its READ responses) lost at random
+  lo.b2a.seed = 7;
   EngineConfig cb = Loopback::default_config(1);
   cb.congestion.algorithm = alg;
   cb.congestion.dcqcn.max_rate_mbps = 2'000;
@@ -770,9 +795,11 @@ PacedRun paced_read(cc::Algorithm alg, bool cnp, std::size_t bytes) {
   const auto wcs = wait_wcs(lb, a.scq, sges.size(), 10'000'000'000ull);
   PacedRun r;
   r.done = wcs.size() == sges.size();
+  for (const Wc& wc : wcs) EXPECT_EQ(wc.status, WcStatus::kSuccess);
+  r.rerequests = a.eng->stats().get(Counter::kReadReRequests);
   std::uint64_t first = 0, last = 0, wire_bytes = 0;
   for (const WireRecord& w : lb.records()) {
-    if (w.from != 1 || !is_read_response(w.opcode)) continue;
+    if (w.from != 1 || w.dropped || !is_read_response(w.opcode)) continue;
     if (first == 0) first = w.t;
     last = w.t;
     // Ethernet to ICRC around a response's payload, AETH in the first and last.
@@ -800,6 +827,17 @@ TEST(CongestionPacing, ReadResponsesKeepToTheResponderQpsRate) {
   ASSERT_TRUE(none.done);
   EXPECT_EQ(none.parked, 0u) << "algorithm none: no pacing";
   EXPECT_GT(none.mbps, 5 * 2200);
+}
+
+// Paced responses lost: the requester's selective READ retry asks again for the rest of each
+// READ that lost one, the responder's pacing sends those too, and every READ completes with
+// the right bytes (memcmp in paced_read).
+TEST(CongestionPacing, PacedReadResponsesRecoverFromLoss) {
+  const PacedRun r = paced_read(cc::Algorithm::kDcqcn, true, 1 << 20, 0.02);
+  ASSERT_TRUE(r.done);
+  EXPECT_GT(r.rerequests, 0u) << "responses were lost and asked for again";
+  EXPECT_GT(r.parked, 0u);
+  EXPECT_LT(r.mbps, 1100) << "the copies keep to the rate too";
 }
 
 }  // namespace
