@@ -46,7 +46,7 @@ void bring_up(Engine& me, Qp* qp, const Engine& peer, std::uint32_t peer_qpn, Mt
               std::uint32_t my_psn, std::uint32_t peer_psn) {
   QpAttr a;
   a.qp_state = QpState::kInit;
-  a.qp_access_flags = kAccessLocalWrite | kAccessRemoteWrite;
+  a.qp_access_flags = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
   if (me.modify_qp(qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) != kOk)
     throw std::runtime_error("INIT failed");
   a.qp_state = QpState::kRtr;
@@ -101,6 +101,10 @@ IncastResult run_incast(const IncastOptions& o) {
   up.hist_bucket_bytes = 1ull << 20;
   std::vector<Host> hosts(n);
   const std::size_t slot_bytes = o.message;
+  // WRITE: each sender's queue of sources, the receiver's one destination per sender. READ:
+  // the receiver's queue of destinations per sender, each sender's one source.
+  const std::size_t sender_slots = o.read ? 1 : o.queue_depth;
+  const std::size_t rx_slots = o.read ? std::size_t{o.senders} * o.queue_depth : o.senders;
   for (std::size_t h = 0; h < n; ++h) {
     EngineConfig c;
     c.mac = wire::MacAddr{{0x02, 0x00, 0x00, 0x00, 0x01, static_cast<std::uint8_t>(h + 1)}};
@@ -115,8 +119,9 @@ IncastResult run_incast(const IncastOptions& o) {
     x.eng = std::make_unique<Engine>(c);
     x.pd = x.eng->alloc_pd();
     x.cq = x.eng->create_cq(65536);
-    x.mem.assign(slot_bytes * (h == rx ? o.senders : o.queue_depth), static_cast<std::uint8_t>(h));
-    x.mr = x.eng->reg_mr(x.pd, x.mem.data(), x.mem.size(), kAccessLocalWrite | kAccessRemoteWrite);
+    x.mem.assign(slot_bytes * (h == rx ? rx_slots : sender_slots), static_cast<std::uint8_t>(h));
+    x.mr = x.eng->reg_mr(x.pd, x.mem.data(), x.mem.size(),
+                         kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead);
     x.uplink = std::make_unique<OutputQueue>(up, o.seed + 100 + h);
     sw.set_mac(h, c.mac);
   }
@@ -138,6 +143,23 @@ IncastResult run_incast(const IncastOptions& o) {
   std::vector<bool> started(o.senders, false);
   IncastResult r;
   const auto post = [&](std::uint32_t i, std::uint64_t k) {
+    if (o.read) {
+      // The receiver READs the sender's source into its k-th slot for that sender.
+      Host& d = hosts[rx];
+      const std::uint64_t slot = std::uint64_t{i} * o.queue_depth + k % o.queue_depth;
+      Sge sge{reinterpret_cast<std::uint64_t>(d.mem.data()) + slot * slot_bytes, o.message,
+              d.mr->key};
+      SendWr wr;
+      wr.wr_id = i;
+      wr.opcode = WrOpcode::kRead;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.send_flags = kSendSignaled;
+      wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(hosts[i].mem.data());
+      wr.rdma.rkey = hosts[i].mr->key;
+      if (d.eng->post_send(rq[i], &wr, nullptr) == kOk) ++posted[i];
+      return;
+    }
     Host& s = hosts[i];
     const std::uint64_t slot = k % o.queue_depth;
     Sge sge{reinterpret_cast<std::uint64_t>(s.mem.data()) + slot * slot_bytes, o.message,
@@ -180,22 +202,22 @@ IncastResult run_incast(const IncastOptions& o) {
           now, [&](std::span<const std::uint8_t> f, std::uint64_t at) { sw.receive(h, f, at); });
     for (std::size_t h = 0; h < n; ++h)
       sw.deliver(h, now, [&](std::span<const std::uint8_t> f) { hosts[h].eng->receive(f, now); });
-    for (std::uint32_t i = 0; i < o.senders; ++i) {
-      int k;
-      while ((k = hosts[i].eng->poll_cq(hosts[i].cq, 64, wc)) > 0) {
-        for (int j = 0; j < k; ++j) {
-          if (wc[j].status != WcStatus::kSuccess) {
-            ++r.errors;
-            continue;
-          }
-          if (now >= measure_from) done_bytes[i] += o.message;
-          interval_bytes[i] += o.message;
-          post(i, posted[i]);
-        }
+    // Completions: each sender's WRITEs on its own CQ, or every READ on the receiver's (wr_id:
+    // the sender). The other CQs have nothing, but are kept empty anyway.
+    const auto on_wc = [&](const Wc& c) {
+      if (c.status != WcStatus::kSuccess) {
+        ++r.errors;
+        return;
       }
-    }
-    // The receiver's CQ has nothing (WRITEs without immediate), but keep it empty anyway.
-    while (hosts[rx].eng->poll_cq(hosts[rx].cq, 64, wc) > 0) {
+      const auto i = static_cast<std::uint32_t>(c.wr_id);
+      if (now >= measure_from) done_bytes[i] += o.message;
+      interval_bytes[i] += o.message;
+      post(i, posted[i]);
+    };
+    for (std::size_t h = 0; h < n; ++h) {
+      int k;
+      while ((k = hosts[h].eng->poll_cq(hosts[h].cq, 64, wc)) > 0)
+        for (int j = 0; j < k; ++j) on_wc(wc[j]);
     }
     if (!measuring && now >= measure_from) {
       // The queue depth percentiles describe the steady state: after the warmup (the
@@ -228,16 +250,27 @@ IncastResult run_incast(const IncastOptions& o) {
     r.goodput_mbps += mbps;
     const Stats& st = hosts[i].eng->stats();
     r.cnp_handled += st.get(Counter::kCnpHandled);
+    if (o.read) continue;  // the READ requester retransmits (below)
     r.retransmitted += st.get(Counter::kRetransmittedPackets);
     r.timeouts += st.get(Counter::kRetransmitTimeouts);
     r.probes += st.get(Counter::kRetransmitProbes);
   }
+  if (o.read) {
+    // Its READs sent again (go-back-N or selective) and the response packets they asked for.
+    const Stats& st = hosts[rx].eng->stats();
+    r.read_rerequests = st.get(Counter::kReadReRequests);
+    r.retransmitted = st.get(Counter::kReadReRequestBytes) / o.mtu;
+    r.timeouts = st.get(Counter::kRetransmitTimeouts);
+    r.probes = st.get(Counter::kRetransmitProbes);
+  }
   r.jain = jain_index(r.sender_mbps);
   r.of_output = r.goodput_mbps / double(o.link_mbps);
   // A full packet's payload over its bytes on the wire (Ethernet, IPv4, UDP, BTH, ICRC, the
-  // preamble, FCS and gap), RETH once per message.
+  // preamble, FCS and gap), RETH once per message (a READ's responses: AETH in the first and
+  // the last).
   const double pkts = std::ceil(double(o.message) / o.mtu);
-  const double wire = double(o.message) + pkts * (14 + 20 + 8 + 12 + 4 + 24) + 16;
+  const double wire =
+      double(o.message) + pkts * (14 + 20 + 8 + 12 + 4 + 24) + (o.read ? (pkts > 1 ? 8 : 4) : 16);
   r.of_payload_max = r.goodput_mbps / (double(o.link_mbps) * double(o.message) / wire);
   const auto& q = sw.output(rx);
   r.drops = q.counters().dropped;
@@ -252,9 +285,9 @@ IncastResult run_incast(const IncastOptions& o) {
 
 std::string to_json(const IncastOptions& o, const IncastResult& r, bool samples) {
   std::ostringstream j;
-  j << "{\"options\":{\"senders\":" << o.senders << ",\"message\":" << o.message
-    << ",\"queue_depth\":" << o.queue_depth << ",\"mtu\":" << o.mtu
-    << ",\"link_mbps\":" << o.link_mbps << ",\"algorithm\":\""
+  j << "{\"options\":{\"senders\":" << o.senders << ",\"op\":\"" << (o.read ? "read" : "write")
+    << "\",\"message\":" << o.message << ",\"queue_depth\":" << o.queue_depth
+    << ",\"mtu\":" << o.mtu << ",\"link_mbps\":" << o.link_mbps << ",\"algorithm\":\""
     << (o.cc.algorithm == engine::cc::Algorithm::kDcqcn   ? "dcqcn"
         : o.cc.algorithm == engine::cc::Algorithm::kDelay ? "delay"
                                                           : "none")
@@ -268,7 +301,8 @@ std::string to_json(const IncastOptions& o, const IncastResult& r, bool samples)
     << ",\"p99_depth\":" << r.p99_depth << ",\"max_depth\":" << r.max_depth
     << ",\"cnp_sent\":" << r.cnp_sent << ",\"cnp_handled\":" << r.cnp_handled
     << ",\"retransmitted\":" << r.retransmitted << ",\"timeouts\":" << r.timeouts
-    << ",\"probes\":" << r.probes << ",\"errors\":" << r.errors << ",\"sender_mbps\":[";
+    << ",\"probes\":" << r.probes << ",\"read_rerequests\":" << r.read_rerequests
+    << ",\"errors\":" << r.errors << ",\"sender_mbps\":[";
   for (std::size_t i = 0; i < r.sender_mbps.size(); ++i) j << (i ? "," : "") << r.sender_mbps[i];
   j << "],\"switch\":" << r.switch_json;
   if (samples) {

@@ -2,7 +2,10 @@
 /// The incast benchmark's fabric, in one process on a simulated clock: N sending engines and
 /// one receiving engine, each on its own host link (a serializer at the link rate), joined by
 /// the software switch (switch.h) whose output to the receiver is the bottleneck. Every sender
-/// keeps `queue_depth` WRITEs of `message` bytes posted to its own QP on the receiver. The
+/// keeps `queue_depth` WRITEs of `message` bytes posted to its own QP on the receiver; with
+/// `read`, the receiver keeps `queue_depth` READs of `message` bytes posted to each sender
+/// instead, whose READ responses are then the data converging on it (the senders are the READ
+/// responders and the reaction points; the receiver, the READ requester, sends the CNPs). The
 /// clock is simulated, so the result does not depend on the load of the machine running it:
 /// every packet is still built, ICRC'd, parsed and executed by the real engines.
 #pragma once
@@ -18,8 +21,9 @@ namespace roce::fabric {
 
 struct IncastOptions {
   std::uint32_t senders = 8;
-  std::uint32_t message = 65536;     ///< bytes per WRITE
-  std::uint32_t queue_depth = 8;     ///< WRITEs in flight per sender
+  std::uint32_t message = 65536;     ///< bytes per WRITE (READ)
+  std::uint32_t queue_depth = 8;     ///< WRITEs (READs) in flight per sender
+  bool read = false;                 ///< the receiver READs from the senders
   std::uint32_t mtu = 4096;          ///< path MTU
   std::uint64_t link_mbps = 10'000;  ///< every host link and the switch's outputs
   QueueConfig sw;                    ///< the switch's output queues (rate_mbps = link_mbps)
@@ -39,12 +43,12 @@ struct IncastSample {
   /// each sender's rate as its engine's counter reports it (Engine::cc_rates, roce-ctl rates):
   /// the link rate when not held below it
   std::vector<double> rate_mbps;
-  std::vector<double> goodput_mbps;  ///< each sender's WRITE bytes completed in the interval
+  std::vector<double> goodput_mbps;  ///< each sender's bytes completed in the interval
   std::uint64_t depth = 0;           ///< the bottleneck queue's depth
 };
 
 struct IncastResult {
-  double goodput_mbps = 0;             ///< all senders' completed WRITE bytes, after warmup
+  double goodput_mbps = 0;             ///< all senders' completed WRITE (READ) bytes, after warmup
   std::vector<double> sender_mbps;     ///< each sender's
   double jain = 0;                     ///< Jain's fairness index over sender_mbps
   double of_output = 0;                ///< goodput / the output's rate
@@ -52,8 +56,9 @@ struct IncastResult {
   std::uint64_t drops = 0, marks = 0;  ///< at the bottleneck
   std::uint64_t p50_depth = 0, p99_depth = 0, max_depth = 0;
   std::uint64_t cnp_sent = 0, cnp_handled = 0;
-  std::uint64_t retransmitted = 0, timeouts = 0, probes = 0;
-  std::uint64_t errors = 0;  ///< completions with an error status
+  std::uint64_t retransmitted = 0, timeouts = 0, probes = 0;  ///< the data's requesters'
+  std::uint64_t read_rerequests = 0;  ///< READ: re-requests the receiver sent
+  std::uint64_t errors = 0;           ///< completions with an error status
   std::vector<IncastSample> samples;
   std::string switch_json;
 };

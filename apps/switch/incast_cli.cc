@@ -3,7 +3,8 @@
 /// a simulated clock (apps/switch/fabric.h). Prints one line of results and, with --json, writes
 /// them with the switch's counters and (with --samples) the per-QP rate over time.
 ///
-///   roce-incast [--senders 8] [--cc none|dcqcn|delay] [--duration-ms 50] [--json FILE] ...
+///   roce-incast [--senders 8] [--op write|read] [--cc none|dcqcn|delay] [--duration-ms 50] [--json
+///   FILE] ...
 #include "apps/switch/incast_cli.h"
 
 #include <algorithm>
@@ -18,7 +19,7 @@ int roce::fabric::incast_cli(int argc, char** argv) {
   namespace po = boost::program_options;
   using roce::engine::cc::Algorithm;
   roce::fabric::IncastOptions o;
-  std::string cc = "none", json;
+  std::string cc = "none", json, op = "write";
   double duration_ms = 50, warmup_ms = 5, join_ms = 0;
   std::uint64_t queue_kb = 512, kmin_kb = 10, kmax_kb = 50;
   std::uint32_t cnp_us = 4;
@@ -27,8 +28,11 @@ int roce::fabric::incast_cli(int argc, char** argv) {
   auto& d = o.cc.dcqcn;
   po::options_description desc("roce-incast: N:1 incast through a software switch (simulated)");
   desc.add_options()("help,h", "this help")("senders", po::value(&o.senders)->default_value(8))(
-      "message", po::value(&o.message)->default_value(65536), "bytes per WRITE")(
-      "qd", po::value(&o.queue_depth)->default_value(8), "WRITEs in flight per sender")(
+      "op", po::value(&op)->default_value("write"),
+      "write: the senders WRITE to the receiver; read: the receiver READs from each sender (the "
+      "senders' READ responses converge on it)")(
+      "message", po::value(&o.message)->default_value(65536), "bytes per WRITE or READ")(
+      "qd", po::value(&o.queue_depth)->default_value(8), "WRITEs (READs) in flight per sender")(
       "mtu", po::value(&o.mtu)->default_value(4096))(
       "link-mbps", po::value(&o.link_mbps)->default_value(10000), "host links and switch outputs")(
       "queue-kb", po::value(&queue_kb)->default_value(512),
@@ -73,6 +77,11 @@ int roce::fabric::incast_cli(int argc, char** argv) {
     std::cout << desc;
     return 0;
   }
+  if (op != "write" && op != "read") {
+    std::cerr << "roce-incast: --op must be write or read\n";
+    return 2;
+  }
+  o.read = op == "read";
   if (cc == "none")
     o.cc.algorithm = Algorithm::kNone;
   else if (cc == "dcqcn")
@@ -106,10 +115,11 @@ int roce::fabric::incast_cli(int argc, char** argv) {
   try {
     const auto r = roce::fabric::run_incast(o);
     std::printf(
-        "incast %u:1 cc=%s: goodput %.0f Mb/s (%.3f of the %llu Mb/s output, %.3f of its payload "
+        "incast %u:1 %s cc=%s: goodput %.0f Mb/s (%.3f of the %llu Mb/s output, %.3f of its "
+        "payload "
         "rate), jain %.3f, queue p50 %llu p99 %llu max %llu B, drops %llu, marks %llu, cnp "
         "%llu/%llu, retransmitted %llu, timeouts %llu, errors %llu\n",
-        o.senders, cc.c_str(), r.goodput_mbps, r.of_output,
+        o.senders, op.c_str(), cc.c_str(), r.goodput_mbps, r.of_output,
         static_cast<unsigned long long>(o.link_mbps), r.of_payload_max, r.jain,
         static_cast<unsigned long long>(r.p50_depth), static_cast<unsigned long long>(r.p99_depth),
         static_cast<unsigned long long>(r.max_depth), static_cast<unsigned long long>(r.drops),

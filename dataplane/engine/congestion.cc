@@ -5,8 +5,10 @@
 /// delay.h), and the pacing that holds each QP to its rate: the scheduler asks cc_admit()
 /// before it sends a QP's packets and reports the bytes to cc_sent(); a QP whose next send
 /// time is still ahead is parked on the pacing wheel (pace_) and comes back to the send list
-/// when its time comes (cc_release, from run()). Nothing here runs with `algorithm: none`
-/// except the notification point, which only CE-marked packets reach.
+/// when its time comes (cc_release, from run()). READ responses take the same schedule
+/// (cc_admit_responses): the responder is a READ's data sender, and its CNPs come from the
+/// READ requester. Nothing here runs with `algorithm: none` except the notification point,
+/// which only CE-marked packets reach.
 #include <algorithm>
 #include <cmath>
 
@@ -150,12 +152,14 @@ void Engine::Stages::cc_on_ce(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
 }
 
 // A CNP answers a packet of ours that met a congested queue: it can only be genuine while the
-// QP has requests unacknowledged or sent one within a few round trips (a CNP may overtake
-// nothing, but may trail the last ACK). RoCE has no authentication, so anyone who knows the
-// peer's address and the QPN can send one (docs/security.md); this keeps such CNPs from
-// pinning an idle QP at the minimum rate ahead of its next transfer.
+// QP has requests unacknowledged or READ responses queued, or sent either within a few round
+// trips (a CNP may overtake nothing, but may trail the last ACK or response). RoCE has no
+// authentication, so anyone who knows the peer's address and the QPN can send one
+// (docs/security.md); this keeps such CNPs from pinning an idle QP at the minimum rate ahead of
+// its next transfer.
 static bool cnp_plausible(const Qp& qp, std::uint64_t now) {
   if (wire::before(qp.comp.psn, qp.req.high_psn)) return true;  // requests in flight
+  if (qp.resp.reads_queued != 0) return true;                   // READ responses to send
   const std::uint64_t last = qp.cc.last_sent_ns;
   if (last == 0) return false;
   const std::uint64_t rtt = qp.comp.srtt_ns + 4 * qp.comp.rttvar_ns;
@@ -218,6 +222,27 @@ bool Engine::Stages::cc_admit(Engine& eng, Qp& qp, std::uint32_t& budget) {
           std::max<std::uint32_t>(std::min(cap_pkts / 2, qp.req.pkts_since_ack_req + left), 1);
     }
   }
+  return pace(eng, qp, budget);
+}
+
+bool Engine::Stages::cc_admit_responses(Engine& eng, Qp& qp, std::uint32_t& budget) {
+  // No window here: the delay-based window counts request PSNs, and a READ's responses are
+  // bounded by the READ (the requester's window holds its PSNs).
+  const std::uint64_t now = eng.now_;
+  if (eng.cfg_.congestion.algorithm == cc::Algorithm::kDcqcn)
+    qp.cc.dcqcn.advance(now);
+  else
+    qp.cc.delay.recover(now);  // no round trip of ours times a READ's responses
+  set_pace(eng, qp, now);
+  if (qp.cc.ns_per_byte == 0) return true;
+  return pace(eng, qp, budget);
+}
+
+// The schedule: park the QP until its next send time, or cut `budget` to the packets it
+// allows now.
+bool Engine::Stages::pace(Engine& eng, Qp& qp, std::uint32_t& budget) {
+  cc::QpCc& c = qp.cc;
+  const std::uint64_t now = eng.now_;
   // A QP that fell behind (a late poll) may catch up by burst_bytes, no more.
   const auto lag = static_cast<std::uint64_t>(eng.cfg_.congestion.burst_bytes * c.ns_per_byte);
   const std::uint64_t t = std::max(c.next_send, now > lag ? now - lag : 0);
@@ -250,8 +275,11 @@ void Engine::Stages::cc_sent(Engine& eng, Qp& qp, std::uint64_t bytes) {
 void Engine::Stages::cc_release(Engine& eng) {
   eng.pace_.expire(eng.now_, [&eng](Qp* qp, std::uint64_t at) {
     if (at != qp->cc.park_at) return;  // parked again since, for another time
-    qp->cc.park_at = 0;
     if (qp->state == QpState::kRts) schedule_send(eng, *qp);
+    // Parked from the READ list (or from both): responses go on in any state but Error, on
+    // the schedule they were parked on (park_at still set: resp_schedule keeps next_send).
+    if (!qp->resp.out_empty() && qp->state != QpState::kErr) resp_schedule(eng, *qp);
+    qp->cc.park_at = 0;
   });
   eng.next_pace_ = eng.pace_.next();
 }

@@ -199,9 +199,16 @@ struct Engine::Stages {
   /// (it is parked until its next send time and must leave the send list); otherwise `budget`
   /// is cut to what the schedule allows now.
   static bool cc_admit(Engine& eng, Qp& qp, std::uint32_t& budget);
+  /// The same for the QP's READ responses (and what queues behind them), before the scheduler
+  /// sends them: a READ's data sender is its responder, so they take the QP's rate too (one
+  /// rate limiter per QP, as an RNIC's); false: parked, the QP must leave the READ list.
+  static bool cc_admit_responses(Engine& eng, Qp& qp, std::uint32_t& budget);
+  /// The shared part of both: the QP's next send time against now.
+  static bool pace(Engine& eng, Qp& qp, std::uint32_t& budget);
   /// Pacing, after: `bytes` (on the wire) of `qp` were sent.
   static void cc_sent(Engine& eng, Qp& qp, std::uint64_t bytes);
-  /// Puts the parked QPs whose send time has come back on the send list.
+  /// Puts the parked QPs whose send time has come back on the send list, and on the READ list
+  /// those with responses waiting.
   static void cc_release(Engine& eng);
   /// A QP enters RTS: its algorithm starts at the maximum rate.
   static void cc_start(Engine& eng, Qp& qp);

@@ -271,6 +271,10 @@ int alloc_res(Qp& qp) {
 
 void Engine::Stages::resp_schedule(Engine& eng, Qp& qp) {
   if (qp.in_read_list) return;
+  // Paced (congestion.cc): responses that resume after the QP had none start its schedule
+  // now; the time it had nothing to send is no credit for a burst.
+  if (eng.cc_pacing_ && qp.cc.park_at == 0) [[unlikely]]
+    qp.cc.next_send = std::max(qp.cc.next_send, eng.now_);
   qp.in_read_list = true;
   eng.read_list_.push_back(&qp);
 }

@@ -5,7 +5,8 @@
 /// over the QPs with READ responses to send (responder.cc) and the QPs with send work
 /// (requester.cc), a few packets each per round so that one long message does not starve the
 /// others, and fewer for a QP recovering from a loss. With congestion control on, each QP is
-/// paced to its rate (congestion.cc): one over it waits on the pacing wheel, not in the list.
+/// paced to its rate (congestion.cc), its READ responses too: one over it waits on the pacing
+/// wheel, not in the list.
 #include <algorithm>
 
 #include "dataplane/engine/engine_loc.h"
@@ -42,8 +43,21 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
       Qp& qp = *read_list_.front();
       read_list_.pop_front();
       std::uint32_t budget = kPerQp;
+      // READ responses take the QP's rate as its requests do (congestion.cc): the responder is
+      // a READ's data sender.
+      std::uint64_t paced_from = 0;
+      if (cc_pacing_) [[unlikely]] {
+        if (!Stages::cc_admit_responses(*this, qp, budget)) {
+          qp.in_read_list = false;
+          continue;
+        }
+        paced_from = stats_.get(Counter::kTxBytes);
+      }
+      const std::uint32_t budget0 = budget;
       Stages::resp_read_pump(*this, qp, budget);
-      progress |= budget != kPerQp;
+      if (cc_pacing_) [[unlikely]]
+        Stages::cc_sent(*this, qp, stats_.get(Counter::kTxBytes) - paced_from);
+      progress |= budget != budget0;
       if (qp.resp.out_empty() || qp.state == QpState::kErr)
         qp.in_read_list = false;
       else

@@ -21,6 +21,10 @@ using wire::Opcode;
 constexpr std::uint32_t kPeerQpn = 0x99;
 constexpr std::uint32_t kEpsn = 1000;
 
+bool is_read_response(Opcode op) {
+  return op >= Opcode::kRcReadResponseFirst && op <= Opcode::kRcReadResponseOnly;
+}
+
 wire::Ipv6Addr v6(std::uint8_t last) {
   wire::Ipv6Addr a;
   a.b = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, last};
@@ -36,7 +40,7 @@ struct Harness {
     qp = eng.create_qp(pd, QpType::kRc, cq, cq, QpCap{16, 16, 2, 2, 0});
     QpAttr a;
     a.qp_state = QpState::kInit;
-    a.qp_access_flags = kAccessLocalWrite | kAccessRemoteWrite;
+    a.qp_access_flags = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
     EXPECT_EQ(eng.modify_qp(qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags), kOk);
     a.qp_state = QpState::kRtr;
     a.path_mtu = Mtu::k1024;
@@ -61,7 +65,8 @@ struct Harness {
             qp, a, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
         kOk);
     mem.resize(65536);
-    mr = eng.reg_mr(pd, mem.data(), mem.size(), kAccessLocalWrite | kAccessRemoteWrite);
+    mr = eng.reg_mr(pd, mem.data(), mem.size(),
+                    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead);
   }
   EngineConfig cfg(const cc::CongestionConfig& k) {
     EngineConfig c = Loopback::default_config(1);
@@ -70,8 +75,9 @@ struct Harness {
     return c;
   }
   // A frame from the peer to the QP; `tos` carries the ECN bits.
+  // `dma_len`: the RETH's length when it is not the payload's (a READ request).
   std::vector<std::uint8_t> frame(Opcode op, std::uint32_t psn, std::size_t len, std::uint8_t tos,
-                                  std::uint32_t dest_qp = 0) {
+                                  std::uint32_t dest_qp = 0, std::uint32_t dma_len = 0) {
     wire::FrameSpec s;
     s.src_mac = peer.mac;
     s.dst_mac = eng.config().mac;
@@ -90,7 +96,7 @@ struct Harness {
     s.psn = wire::Psn(psn);
     s.ack_req = true;
     s.reth = {reinterpret_cast<std::uint64_t>(mem.data()), mr->key,
-              static_cast<std::uint32_t>(len)};
+              dma_len != 0 ? dma_len : static_cast<std::uint32_t>(len)};
     std::vector<std::uint8_t> payload(len, 0x5A);
     std::vector<std::uint8_t> f(wire::frame_len(s, len));
     EXPECT_EQ(wire::build_frame(s, payload, f), f.size());
@@ -106,6 +112,19 @@ struct Harness {
     wr.num_sge = 1;
     wr.rdma.remote_addr = 0x10000;
     wr.rdma.rkey = 1;
+    EXPECT_EQ(eng.post_send(qp, &wr, nullptr), kOk);
+    flush();
+  }
+  // A `len`-byte READ from the peer goes out; its responses are the harness's to send.
+  void send_read(std::uint32_t len) {
+    Sge sge{reinterpret_cast<std::uint64_t>(mem.data()), len, mr->key};
+    SendWr wr;
+    wr.opcode = WrOpcode::kRead;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.rdma.remote_addr = 0x10000;
+    wr.rdma.rkey = 1;
+    wr.send_flags = kSendSignaled;
     EXPECT_EQ(eng.post_send(qp, &wr, nullptr), kOk);
     flush();
   }
@@ -297,6 +316,36 @@ TEST(CongestionRp, MaximumRateIsTheLineRateByDefault) {
   EXPECT_DOUBLE_EQ(h.eng.cc_rate_mbps(*h.qp), 10'000.0) << "a configured rate wins";
 }
 
+// The READ requester is the notification point for its READ's data: a CE-marked READ response
+// within the window of PSNs it sent draws a CNP for the responder's QP, at most one per
+// interval, exactly as a CE-marked request does at a responder (on an RNIC with DCQCN the
+// responder is then the reaction point that slows its responses down).
+TEST(CongestionNp, CeMarkedReadResponseGetsACnpForTheResponder) {
+  Harness h;
+  h.send_read(4096);  // PSNs 5000-5003 at MTU 1024
+  h.eng.receive(h.frame(Opcode::kRcReadResponseFirst, 5000, 1024, 0x03), h.now);
+  auto cnps = Harness::cnps(h.flush());
+  ASSERT_EQ(cnps.size(), 1u);
+  EXPECT_EQ(cnps[0].dest_qp.raw(), kPeerQpn) << "to the responder's QP";
+  EXPECT_TRUE(cnps[0].bth().becn());
+  h.now += 2'000;  // within the 4 us interval
+  h.eng.receive(h.frame(Opcode::kRcReadResponseMiddle, 5001, 1024, 0x03), h.now);
+  EXPECT_TRUE(Harness::cnps(h.flush()).empty()) << "one CNP per QP per interval";
+  h.now += 2'000;
+  h.eng.receive(h.frame(Opcode::kRcReadResponseMiddle, 5002, 1024, 0x03), h.now);
+  EXPECT_EQ(Harness::cnps(h.flush()).size(), 1u) << "4 us after the first";
+  // A marked response for PSNs never asked for (a spoofer's) draws none; unmarked, none.
+  h.now += 10'000;
+  h.eng.receive(h.frame(Opcode::kRcReadResponseMiddle, 5100, 1024, 0x03), h.now);
+  h.eng.receive(h.frame(Opcode::kRcReadResponseLast, 5003, 1024, 0x00), h.now);
+  EXPECT_TRUE(Harness::cnps(h.flush()).empty());
+  EXPECT_EQ(h.count(Counter::kRxEcnCe), 4u);
+  EXPECT_EQ(h.count(Counter::kCnpSent), 2u);
+  Wc wc[4];
+  ASSERT_EQ(h.eng.poll_cq(h.cq, 4, wc), 1) << "the READ completed as usual";
+  EXPECT_EQ(wc[0].status, WcStatus::kSuccess);
+}
+
 // ---- reaction point -------------------------------------------------------------------------
 
 TEST(CongestionRp, CnpIsCountedAndIgnoredWithoutAnAlgorithm) {
@@ -333,6 +382,69 @@ TEST(CongestionRp, DcqcnCnpHalvesTheRateAtAlphaOne) {
   std::array<engine::Engine::QpRate, 4> r{};
   ASSERT_EQ(h.eng.cc_rates(r), 1u);
   EXPECT_LT(r[0].rate_mbps, 5'000u) << "the deferred cut";
+}
+
+// A QP that answers READs is the data's sender: a CNP while it has READ responses to send is
+// plausible and cuts its rate (one rate per QP, requests and responses alike); once it has
+// sent them, one within the recent window still counts, and a long idle one does not.
+TEST(CongestionRp, CnpOnAQpSendingReadResponsesCutsItsRate) {
+  cc::CongestionConfig k;
+  k.algorithm = cc::Algorithm::kDcqcn;
+  k.dcqcn.max_rate_mbps = 10'000;
+  k.dcqcn.initial_alpha = 1024;
+  Harness h(false, k);
+  h.eng.receive(h.frame(Opcode::kRcReadRequest, kEpsn, 0, 0x02, 0, 16384), h.now);
+  // The responses are queued (not yet sent: the engine has not run) when the CNP comes.
+  h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
+  EXPECT_EQ(h.count(Counter::kCnpHandled), 1u);
+  EXPECT_EQ(h.count(Counter::kCnpIgnored), 0u);
+  EXPECT_DOUBLE_EQ(h.eng.cc_rate_mbps(*h.qp), 5'000.0) << "Rc (1 - alpha/2), alpha 1";
+  // Sent at the cut rate: 16 responses of 1024 bytes need about 16 x 1082 x 8 / 5000 us.
+  std::size_t sent = 0;
+  std::uint64_t t_last = 0;
+  for (int i = 0; i < 200 && sent < 16; ++i) {
+    for (const auto& f : h.flush()) {
+      wire::RxPkt p;
+      ASSERT_EQ(wire::parse_frame(f, p), wire::Verdict::kOk);
+      if (is_read_response(p.opcode)) {
+        ++sent;
+        t_last = h.now;
+      }
+    }
+    h.now += 500;
+  }
+  EXPECT_EQ(sent, 16u);
+  EXPECT_GE(t_last - 1'000'000, 24'000u) << "paced: not all at once";
+  EXPECT_GT(h.count(Counter::kCcParked), 0u);
+  // Just after its last response the QP still counts as sending; 1 ms after, it does not.
+  h.now += 100'000;
+  h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
+  EXPECT_EQ(h.count(Counter::kCnpHandled), 2u);
+  h.now += 2'000'000;
+  h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
+  EXPECT_EQ(h.count(Counter::kCnpIgnored), 1u);
+}
+
+// Pacing is not a burst allowance: a QP whose READ responses start after it had nothing to
+// send (here 50 us after its last visit) sends its first response now and the next ones on
+// its schedule, not the 16 KiB of catch-up that a late poll of a busy QP may take. Idle credit
+// put 6 frames over the 512 KiB queue at the start of the 8:1 READ incast.
+TEST(CongestionPacing, ResponsesAfterIdleTimeAreNotABurst) {
+  cc::CongestionConfig k;
+  k.algorithm = cc::Algorithm::kDcqcn;
+  k.dcqcn.max_rate_mbps = 10'000;
+  Harness h(false, k);
+  h.flush();  // the QP's first visit: its schedule starts
+  h.now += 50'000;
+  h.eng.receive(h.frame(Opcode::kRcReadRequest, kEpsn, 0, 0x02, 0, 16384), h.now);
+  std::size_t first = 0;
+  for (const auto& f : h.flush()) {
+    wire::RxPkt p;
+    ASSERT_EQ(wire::parse_frame(f, p), wire::Verdict::kOk);
+    first += is_read_response(p.opcode) ? 1 : 0;
+  }
+  EXPECT_EQ(first, 1u) << "one response now, the rest paced";
+  EXPECT_GT(h.count(Counter::kCcParked), 0u);
 }
 
 // `delay` sends ECT(0) (ect_on), so a CNP slows it down as it does a DCQCN sender: at a marking
@@ -625,6 +737,7 @@ std::vector<std::uint8_t> cnp_to(Engine& to, const Engine& from, std::uint32_t q
 struct PacedRun {
   double mbps = 0;  ///< A's request bytes on the wire over the time they took
   std::uint64_t parked = 0;
+  std::uint64_t rerequests = 0;  ///< READ: the requester's re-requests
   bool done = false;
 };
 
@@ -697,6 +810,92 @@ TEST(CongestionPacing, AtTheMaximumRateWithoutCnpAndUnpacedWithoutAlgorithm) {
   ASSERT_TRUE(n.done);
   EXPECT_EQ(n.parked, 0u) << "algorithm none: no pacing";
   EXPECT_GT(n.mbps, 5 * 2200);
+}
+
+// B answers A's READs of `bytes` in 64 KiB READs (B paced by `alg`); with `cnp`, B's QP got a
+// CNP first (after a small READ: a CNP counts for a QP that sent lately). The rate is B's
+// READ response bytes on the wire over the time they took.
+PacedRun paced_read(cc::Algorithm alg, bool cnp, std::size_t bytes, double drop = 0) {
+  LoopbackOptions lo;
+  lo.link_delay_ns = 2000;
+  lo.tick_ns = 100;
+  lo.b2a.drop_rate = drop;  // B's frames (its READ responses) lost at random
+  lo.b2a.seed = 7;
+  EngineConfig cb = Loopback::default_config(1);
+  cb.congestion.algorithm = alg;
+  cb.congestion.dcqcn.max_rate_mbps = 2'000;
+  cb.congestion.dcqcn.initial_alpha = 1024;
+  cb.congestion.dcqcn.rate_increase_period_us = 1'000'000;  // no recovery during the run
+  cb.congestion.dcqcn.byte_counter = 1ull << 40;
+  Loopback lb(lo, Loopback::default_config(0), cb);
+  RcOptions o;
+  o.mtu = Mtu::k1024;
+  auto [a, b] = connect(lb, o);
+  Buffer src = make_buffer(*b.eng, b.pd, bytes, 1);
+  Buffer dst = make_buffer(*a.eng, a.pd, bytes, 2);
+  if (cnp) {
+    Sge s0 = dst.sge(0, 64);
+    SendWr w0 = make_wr(~0ull, &s0, src, 0, WrOpcode::kRead);
+    EXPECT_EQ(a.eng->post_send(a.qp, &w0, nullptr), kOk);
+    EXPECT_EQ(wait_wcs(lb, a.scq, 1, 10'000'000).size(), 1u);
+    b.eng->receive(cnp_to(*b.eng, *a.eng, b.qp->qpn), lb.now());
+    EXPECT_EQ(b.eng->stats().get(Counter::kCnpHandled), alg == cc::Algorithm::kNone ? 0u : 1u)
+        << "a CNP for a QP that sent READ responses lately";
+  }
+  constexpr std::size_t kMsg = 65536;
+  std::vector<Sge> sges;
+  for (std::size_t off = 0; off < bytes; off += kMsg) sges.push_back(dst.sge(off, kMsg));
+  for (std::size_t i = 0; i < sges.size(); ++i) {
+    SendWr wr = make_wr(i, &sges[i], src, i * kMsg, WrOpcode::kRead);
+    EXPECT_EQ(a.eng->post_send(a.qp, &wr, nullptr), kOk);
+  }
+  lb.clear_records();
+  const auto wcs = wait_wcs(lb, a.scq, sges.size(), 10'000'000'000ull);
+  PacedRun r;
+  r.done = wcs.size() == sges.size();
+  for (const Wc& wc : wcs) EXPECT_EQ(wc.status, WcStatus::kSuccess);
+  r.rerequests = a.eng->stats().get(Counter::kReadReRequests);
+  std::uint64_t first = 0, last = 0, wire_bytes = 0;
+  for (const WireRecord& w : lb.records()) {
+    if (w.from != 1 || w.dropped || !is_read_response(w.opcode)) continue;
+    if (first == 0) first = w.t;
+    last = w.t;
+    // Ethernet to ICRC around a response's payload, AETH in the first and last.
+    wire_bytes += w.payload_len + 58 + (w.opcode == Opcode::kRcReadResponseMiddle ? 0 : 4);
+  }
+  if (last > first) r.mbps = double(wire_bytes) * 8000.0 / double(last - first);
+  r.parked = b.eng->stats().get(Counter::kCcParked);
+  EXPECT_EQ(std::memcmp(src.bytes.data(), dst.bytes.data(), bytes), 0);
+  return r;
+}
+
+// The READ responder is the data's sender, so its responses keep to its QP's rate: the line
+// rate at most, and what a CNP cut it to.
+TEST(CongestionPacing, ReadResponsesKeepToTheResponderQpsRate) {
+  const PacedRun cut = paced_read(cc::Algorithm::kDcqcn, true, 1 << 20);
+  ASSERT_TRUE(cut.done);
+  EXPECT_GT(cut.mbps, 900);
+  EXPECT_LT(cut.mbps, 1100) << "2 Gb/s halved by the CNP";
+  EXPECT_GT(cut.parked, 0u);
+  const PacedRun max = paced_read(cc::Algorithm::kDcqcn, false, 1 << 20);
+  ASSERT_TRUE(max.done);
+  EXPECT_GT(max.mbps, 1800);
+  EXPECT_LT(max.mbps, 2200) << "at most the maximum rate";
+  const PacedRun none = paced_read(cc::Algorithm::kNone, true, 1 << 20);
+  ASSERT_TRUE(none.done);
+  EXPECT_EQ(none.parked, 0u) << "algorithm none: no pacing";
+  EXPECT_GT(none.mbps, 5 * 2200);
+}
+
+// Paced responses lost: the requester's selective READ retry asks again for the rest of each
+// READ that lost one, the responder's pacing sends those too, and every READ completes with
+// the right bytes (memcmp in paced_read).
+TEST(CongestionPacing, PacedReadResponsesRecoverFromLoss) {
+  const PacedRun r = paced_read(cc::Algorithm::kDcqcn, true, 1 << 20, 0.02);
+  ASSERT_TRUE(r.done);
+  EXPECT_GT(r.rerequests, 0u) << "responses were lost and asked for again";
+  EXPECT_GT(r.parked, 0u);
+  EXPECT_LT(r.mbps, 1100) << "the copies keep to the rate too";
 }
 
 }  // namespace

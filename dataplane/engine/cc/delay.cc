@@ -15,15 +15,30 @@ void DelayCc::reset(const DelayParams& p) {
   last_decrease_ = 0;
   last_sample_ = 0;
   last_rtt_ = 0;
+  last_recover_ = 0;
   decreased_ = false;
 }
 
 bool DelayCc::on_cnp(std::uint64_t now) {
-  if (decreased_ && now - last_decrease_ < last_rtt_) return false;  // once per round trip
+  // Once per round trip; before any sample (a QP that only answers READs), once per target.
+  if (decreased_ && now - last_decrease_ < (last_rtt_ != 0 ? last_rtt_ : target_ns())) return false;
   rate_ = std::max(rate_ * (1.0 - std::min(p_.max_decrease_pct, 100u) / 100.0), min_);
   decreased_ = true;
   last_decrease_ = now;
   return true;
+}
+
+void DelayCc::recover(std::uint64_t now) {
+  if (rate_ >= max_) {
+    last_recover_ = now;
+    return;
+  }
+  const std::uint64_t step = std::max<std::uint64_t>(target_ns(), 1);
+  const std::uint64_t from = std::max({last_recover_, last_decrease_, last_sample_});
+  if (now < from + step) return;
+  const std::uint64_t n = (now - from) / step;
+  rate_ = std::min(rate_ + p_.ai_rate_mbps * double(n), max_);
+  last_recover_ = from + n * step;
 }
 
 std::uint64_t DelayCc::target_ns() const {

@@ -20,7 +20,7 @@ struct QpCc {
   std::uint64_t next_send = 0;     ///< earliest time (ns) of the QP's next packet
   std::uint64_t park_at = 0;       ///< its entry on the pacing wheel (0: not parked)
   std::uint64_t paced_bytes = 0;   ///< wire bytes sent while paced
-  std::uint64_t last_sent_ns = 0;  ///< when the QP last sent a request packet (0: never)
+  std::uint64_t last_sent_ns = 0;  ///< when the QP last sent a request or READ response (0: never)
   /// AckReq at least every this many packets (besides the engine's ack_req_every): set by a
   /// window (delay-based) so that a window closing mid-message is acknowledged.
   std::uint32_t ack_req_every = 0xFFFFFFFFu;

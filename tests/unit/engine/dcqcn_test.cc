@@ -261,6 +261,37 @@ TEST(DelayCc, CnpCutsByTheMaximumDecreaseOncePerRoundTrip) {
   EXPECT_NEAR(c.rate_mbps(), 100, 1e-9) << "never below the minimum";
 }
 
+// A QP that only answers READs takes no round-trip sample (the READ requester times its READs):
+// its CNP cuts are once per target, and between them the rate climbs back by R_AI per target
+// of time (recover(), before its responses are paced). Without either, the 8:1 READ incast
+// held every responder at the minimum: 0.007 of the output.
+TEST(DelayCc, WithoutSamplesCnpsCutOncePerTargetAndTheRateRecovers) {
+  DelayParams p;
+  p.max_rate_mbps = 10'000;
+  p.min_rate_mbps = 100;
+  p.target_us = 50;
+  p.ai_rate_mbps = 100;
+  p.max_decrease_pct = 50;
+  DelayCc c(p);
+  EXPECT_TRUE(c.on_cnp(1000 * kUs));
+  EXPECT_FALSE(c.on_cnp(1004 * kUs)) << "4 us later (the CNP interval): within the target";
+  EXPECT_FALSE(c.on_cnp(1049 * kUs));
+  EXPECT_NEAR(c.rate_mbps(), 5'000, 1e-9);
+  c.recover(1049 * kUs);
+  EXPECT_NEAR(c.rate_mbps(), 5'000, 1e-9) << "less than a target since the cut";
+  c.recover(1050 * kUs);
+  EXPECT_NEAR(c.rate_mbps(), 5'100, 1e-9);
+  c.recover(1175 * kUs);  // two more targets (and 25 us towards the next)
+  EXPECT_NEAR(c.rate_mbps(), 5'300, 1e-9);
+  c.recover(1200 * kUs);
+  EXPECT_NEAR(c.rate_mbps(), 5'400, 1e-9) << "the 25 us were kept";
+  EXPECT_TRUE(c.on_cnp(1200 * kUs));
+  EXPECT_NEAR(c.rate_mbps(), 2'700, 1e-9);
+  c.recover(1'000'000 * kUs);
+  EXPECT_NEAR(c.rate_mbps(), 10'000, 1e-9) << "back at the maximum, never past it";
+  EXPECT_FALSE(c.limited());
+}
+
 TEST(DelayCc, TargetFromTheSmallestRoundTrip) {
   DelayParams p;
   p.target_us = 0;
