@@ -59,6 +59,10 @@ struct VerbsStats {
   C linger_early{0}, linger_skips{0}, takeovers{0};
   // the progress thread
   C rounds{0}, port_polls{0}, port_busy{0}, backoffs{0}, naps{0}, sleeps{0}, fired{0};
+  /// In-process: back-offs renewed because the program's thread, its verbs stopped, was
+  /// runnable without running (preempted: not this thread's turn to take the port), and the
+  /// thread's own sched_yield calls while the port is idle (roce-perf's Poller rule)
+  C preempted{0}, idle_yields{0};
 };
 inline void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
   c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
@@ -85,6 +89,9 @@ struct Backend {
   /// clock read): while the count moves, the program drives the port itself and the progress
   /// thread keeps off it (mode.cc, progress_thread).
   std::atomic<std::uint32_t> app_calls{0};
+  /// The thread that made the last of them (in-process: the progress thread looks at it when
+  /// they stop, to tell a program preempted from one blocked or spinning on its memory).
+  std::atomic<pid_t> app_tid{0};
   /// The progress thread's futex word while it backs off: ibv_req_notify_cq wakes it (a
   /// program about to block in ibv_get_cq_event leaves the port to it at once).
   std::atomic<std::uint32_t> backoff_word{0};
@@ -275,11 +282,20 @@ std::uint64_t now_ns();
 inline std::mutex& poll_lock(Backend* be, RCq* c) { return be->env ? be->mu : c->held_mu; }
 /// Wakes the progress thread from a deep sleep (mode.cc).
 void wake_deep(Backend* be);
+/// The calling thread's id (gettid, once per thread).
+pid_t this_tid_slow();
+inline pid_t this_tid() {
+  thread_local pid_t tid = 0;
+  if (tid == 0) [[unlikely]]
+    tid = this_tid_slow();
+  return tid;
+}
 /// The program called a verb that drives the port (post_send, poll_cq): counted, and a
 /// progress thread in a deep sleep is woken (the program is back; a relaxed look, so at worst
 /// the sleep runs its course while the program's own verbs drive the port).
 inline void app_call(Backend* be) {
   be->app_calls.store(be->app_calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  be->app_tid.store(this_tid(), std::memory_order_relaxed);
   if (be->deep_sleep.load(std::memory_order_relaxed)) [[unlikely]]
     wake_deep(be);
 }
