@@ -623,12 +623,13 @@ void dump_stats(Backend* be) {
       "send_now_frames %llu poll_calls %llu poll_empty %llu polled %llu yields %llu "
       "lingers %llu linger_hits %llu linger_early %llu linger_skips %llu takeovers %llu | "
       "progress rounds %llu port_polls %llu port_busy %llu backoffs %llu naps %llu sleeps %llu "
-      "fired %llu preempted %llu idle_yields %llu\n",
+      "fired %llu preempted %llu idle_yields %llu | lock_spins %llu lock_waits %llu\n",
       static_cast<int>(::getpid()), be->env ? "in-process" : "attached", v(t.post_calls),
       v(t.posted), v(t.send_now), v(t.send_now_frames), v(t.poll_calls), v(t.poll_empty),
       v(t.polled), v(t.yields), v(t.lingers), v(t.linger_hits), v(t.linger_early),
       v(t.linger_skips), v(t.takeovers), v(t.rounds), v(t.port_polls), v(t.port_busy),
-      v(t.backoffs), v(t.naps), v(t.sleeps), v(t.fired), v(t.preempted), v(t.idle_yields));
+      v(t.backoffs), v(t.naps), v(t.sleeps), v(t.fired), v(t.preempted), v(t.idle_yields),
+      v(t.lock_spins), v(t.lock_waits));
   if (be->env) {
     const port::PollLoop::TimeStats& ts = be->env->loop.time_stats();
     std::fprintf(f, "libroce-verbs stats pid %d loop: polls %llu busy_ms %.1f idle_ms %.1f\n",
@@ -867,6 +868,8 @@ Backend* open_backend(Device* d) {
   }
   be->users = 1;
   be->was_up = be->link_up();
+  if (const char* v = std::getenv("ROCE_VERBS_LOCK_SPIN"); v != nullptr && *v != '\0')
+    be->lock_spin = static_cast<unsigned>(std::clamp(std::atol(v), 0L, 1'000'000L));
   if (!d->attached)
     be->linger_ns = static_cast<std::uint64_t>(
         std::clamp(std::atof(env_or("ROCE_VERBS_LINGER_US", "50")), 0.0, 10'000.0) * 1000);

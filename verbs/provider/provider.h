@@ -63,6 +63,9 @@ struct VerbsStats {
   /// runnable without running (preempted: not this thread's turn to take the port), and the
   /// thread's own sched_yield calls while the port is idle (roce-perf's Poller rule)
   C preempted{0}, idle_yields{0};
+  /// The program's ibv_post_send / ibv_poll_cq found the backend's lock held (by the progress
+  /// thread, or another thread of the program): got it spinning, or had to sleep for it
+  C lock_spins{0}, lock_waits{0};
 };
 inline void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
   c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
@@ -75,6 +78,9 @@ struct Backend {
   std::unique_ptr<runtime::Env> env;  ///< in-process only
   std::unique_ptr<client::Context> ctx;
   std::mutex mu;  ///< around every call into ctx (and the in-process engine's polling)
+  /// How many times the program's hot path tries the lock before it sleeps on it
+  /// (lock_hot; ROCE_VERBS_LOCK_SPIN, 2000; 0 sleeps at once, as before 2026-11-29).
+  unsigned lock_spin = 2000;
   std::thread progress;
   std::atomic<bool> stop{false};
   std::atomic<int> users{0};
@@ -280,6 +286,25 @@ std::uint64_t now_ns();
 /// The lock around every poll of `c`'s CQ and its `held` completions: the backend's in-process
 /// (the engine is single threaded), the CQ's own attached.
 inline std::mutex& poll_lock(Backend* be, RCq* c) { return be->env ? be->mu : c->held_mu; }
+/// The program's ibv_post_send and ibv_poll_cq take `m` (the backend's lock, in-process) with
+/// `lock_spin` tries before they sleep on it: the progress thread holds it for one poll of the
+/// port at a time, and a program thread that sleeps on a std::mutex is woken a scheduler slice
+/// late on a busy host (and looks blocked to the progress thread, which then takes the port).
+inline void lock_hot(Backend* be, std::mutex& m) {
+  if (m.try_lock()) [[likely]]
+    return;
+  for (unsigned i = 0; i < be->lock_spin; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (m.try_lock()) {
+      bump(be->st.lock_spins);
+      return;
+    }
+  }
+  bump(be->st.lock_waits);
+  m.lock();
+}
 /// Wakes the progress thread from a deep sleep (mode.cc).
 void wake_deep(Backend* be);
 /// The calling thread's id (gettid, once per thread).
