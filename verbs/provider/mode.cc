@@ -512,7 +512,16 @@ void progress_thread(Backend* be) {
   // Backing off while the program's verbs came: when its thread started the last back-off,
   // and its CPU time then (ProgramThread::cpu_ns).
   bool driven = false;
-  std::uint64_t off_ns = 0, off_cpu = 0;
+  std::uint64_t off_ns = 0, off_cpu = 0, off_lingers = 0;
+  // Send completions that left their QP with nothing outstanding (the linger's chances): a
+  // program that had one since the back-off began waits for its peer next, maybe spinning on
+  // its memory without a verb (write_lat), and then needs this thread on the port even while
+  // it is preempted: its own next look is at its memory, not at the port.
+  const auto linger_chances = [be] {
+    return be->st.lingers.load(std::memory_order_relaxed) +
+           be->st.linger_early.load(std::memory_order_relaxed) +
+           be->st.linger_skips.load(std::memory_order_relaxed);
+  };
   ProgramThread program;
   while (!be->stop.load(std::memory_order_relaxed)) {
     // The program's ibv_post_send / ibv_poll_cq calls drive the port while they come: the
@@ -542,6 +551,7 @@ void progress_thread(Backend* be) {
       if (driven) {
         off_ns = now_ns();
         off_cpu = ProgramThread::cpu_ns(be->app_tid.load(std::memory_order_relaxed));
+        off_lingers = linger_chances();
       }
       back_off(be, pol.backoff);
       idle = 0;
@@ -556,8 +566,10 @@ void progress_thread(Backend* be) {
       // port again. Back off once more.
       const pid_t tid = be->app_tid.load(std::memory_order_relaxed);
       const std::uint64_t now = now_ns(), cpu = ProgramThread::cpu_ns(tid);
-      const Stopped st =
-          verbs_stopped(cpu > off_cpu ? cpu - off_cpu : 0, now - off_ns, program.runnable(tid));
+      const bool waits_peer = linger_chances() != off_lingers;
+      const Stopped st = waits_peer ? Stopped::kSpins
+                                    : verbs_stopped(cpu > off_cpu ? cpu - off_cpu : 0, now - off_ns,
+                                                    program.runnable(tid));
       if (st == Stopped::kPreempted) {
         bump(be->st.preempted);
         off_ns = now;
