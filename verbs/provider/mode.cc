@@ -34,6 +34,7 @@
 #include "verbs/memory/adopt.h"
 #include "verbs/provider/ex_api.h"
 #include "verbs/provider/netdev.h"
+#include "verbs/provider/progress_policy.h"
 #include "verbs/provider/provider.h"
 
 namespace roce::verbs_compat {
@@ -190,15 +191,20 @@ bool take_for_solicited(Backend* be, RCq* c) {
 struct ProgressPolicy {
   /// While the program's own verbs calls drive the port: how long it backs off between looks.
   timespec backoff{0, 100'000};
-  /// In-process, once the port has been idle `spin_ns` (ROCE_VERBS_SPIN_US, 50): 0 naps 10 us
-  /// between polls (the default), 1 spins on, 2 spins with sched_yield
-  /// (ROCE_VERBS_PROGRESS=nap|spin|yield).
-  int idle = 0;
+  /// In-process, what the thread does between polls of an idle port (ROCE_VERBS_PROGRESS,
+  /// progress_policy.h): auto (the default), nap, spin or yield. `spin_ns`
+  /// (ROCE_VERBS_SPIN_US, 50): the gaps nap and yield spin through; `yield_ns`
+  /// (ROCE_VERBS_YIELD_US, 10000): how long auto yields before it naps as nap does.
+  IdleMode idle = IdleMode::kAuto;
   std::uint64_t spin_ns = 50'000;
+  std::uint64_t yield_ns = 10'000'000;
   /// In-process, the longest sleep once the port and the engine have been quiet a while
   /// (ROCE_VERBS_IDLE_US, 10000; at most 1 s; 10 keeps the 10 us nap forever): 10 us naps for
   /// the first 10 ms, then 100 us, 1 ms from 100 ms on, this from 1 s on (deep_nap()).
   std::uint64_t idle_max_ns = 10'000'000;
+  /// In-process: whether the thread takes the port when the program's verbs stop while its
+  /// thread is runnable but not running (ROCE_VERBS_PREEMPT_CHECK=0: it does, as before).
+  bool preempt_check = true;
 };
 
 ProgressPolicy progress_policy() {
@@ -207,14 +213,64 @@ ProgressPolicy progress_policy() {
     const long us = std::clamp(std::atol(v), 10L, 100'000L);
     p.backoff = {us / 1'000'000, (us % 1'000'000) * 1000};
   }
-  const std::string mode = env_or("ROCE_VERBS_PROGRESS", "nap");
-  p.idle = mode == "spin" ? 1 : mode == "yield" ? 2 : 0;
+  const std::string mode = env_or("ROCE_VERBS_PROGRESS", "auto");
+  p.idle = mode == "spin"    ? IdleMode::kSpin
+           : mode == "yield" ? IdleMode::kYield
+           : mode == "nap"   ? IdleMode::kNap
+                             : IdleMode::kAuto;
   if (const char* v = std::getenv("ROCE_VERBS_SPIN_US"); v != nullptr && *v != '\0')
     p.spin_ns = static_cast<std::uint64_t>(std::clamp(std::atol(v), 0L, 1'000'000L)) * 1000;
+  if (const char* v = std::getenv("ROCE_VERBS_YIELD_US"); v != nullptr && *v != '\0')
+    p.yield_ns = static_cast<std::uint64_t>(std::clamp(std::atol(v), 0L, 1'000'000L)) * 1000;
   if (const char* v = std::getenv("ROCE_VERBS_IDLE_US"); v != nullptr && *v != '\0')
     p.idle_max_ns = static_cast<std::uint64_t>(std::clamp(std::atol(v), 10L, 1'000'000L)) * 1000;
+  p.preempt_check = std::string(env_or("ROCE_VERBS_PREEMPT_CHECK", "1")) != "0";
   return p;
 }
+
+/// What the program's thread `tid` is doing, seen from the progress thread: its CPU time
+/// (the thread's clock, ns) and whether it is runnable ('R': running or waiting for a CPU).
+/// The /proc file stays open while the thread is the same.
+class ProgramThread {
+ public:
+  ~ProgramThread() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  /// The thread's CPU time in ns (0 when it cannot be read: the thread is gone).
+  static std::uint64_t cpu_ns(pid_t tid) {
+    if (tid <= 0) return 0;
+    // MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED) of the kernel's posix-timers.h, as glibc's
+    // pthread_getcpuclockid makes it: any thread of this process, by its id.
+    const clockid_t clk = static_cast<clockid_t>((~static_cast<unsigned>(tid)) << 3) | 6;
+    timespec t{};
+    if (::clock_gettime(clk, &t) != 0) return 0;
+    return static_cast<std::uint64_t>(t.tv_sec) * 1'000'000'000u +
+           static_cast<std::uint64_t>(t.tv_nsec);
+  }
+  /// Whether the thread is runnable ("R" in /proc/self/task/TID/stat); false when unknown.
+  bool runnable(pid_t tid) {
+    if (tid <= 0) return false;
+    if (tid != tid_) {
+      if (fd_ >= 0) ::close(fd_);
+      char path[64];
+      std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", static_cast<int>(tid));
+      fd_ = ::open(path, O_RDONLY | O_CLOEXEC);
+      tid_ = tid;
+    }
+    if (fd_ < 0) return false;
+    char buf[256];
+    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    // "TID (COMM) S ...": the name may hold blanks and parentheses, the last ')' ends it
+    const char* p = std::strrchr(buf, ')');
+    return p != nullptr && p[1] == ' ' && p[2] == 'R';
+  }
+
+ private:
+  pid_t tid_ = 0;
+  int fd_ = -1;
+};
 
 /// One round of the progress thread: polls the in-process engine (unless the program drives
 /// it: `app_active`), fires armed CQs, hands asynchronous and CM events over. True when it
@@ -434,12 +490,16 @@ std::uint64_t deep_nap(Backend* be, const ProgressPolicy& pol, std::uint64_t qui
 
 void progress_thread(Backend* be) {
   if (!be->env) return attached_progress(be, progress_policy());
-  // In-process, the idle waits below are 10 us naps rather than a spin: a thread that sleeps
-  // keeps CFS's low virtual runtime, so when its nap ends it preempts the program's thread at
-  // once, even one that spins on its memory without calling us (perftest's write_lat, when
-  // ibv_poll_cq's linger did not catch the peer's WRITE: only this thread takes it in). A
-  // thread that spins with sched_yield is charged its whole CPU and waits for the spinner's
-  // time slice instead. 1 us of timer slack (50 us by default) keeps the nap near 10 us.
+  // In-process, while the program spins on its memory without calling us (perftest's
+  // write_lat, when ibv_poll_cq's linger did not catch the peer's WRITE: only this thread
+  // takes it in), the idle waits below are 10 us naps: a thread that sleeps comes back at the
+  // nap's end and takes the WRITE in, where one that yields to the spinner waits for its time
+  // slice. 1 us of timer slack (50 us by default) keeps the nap near 10 us. Otherwise (a
+  // server blocked outside our verbs, ib_write_bw's) the thread rests as roce-perf's loop
+  // does, a sched_yield from the 32nd idle poll: it stays runnable, and a stream's next frames
+  // find it polling, not asleep (on Linux 6.6 and later, EEVDF, a thread that wakes from a
+  // nap on a busy CPU waits for the running thread's slice: 94 us a wake-up on average in
+  // issue 30's 4 KiB write_bw, perf sched).
   ::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
   const ProgressPolicy pol = progress_policy();
   const timespec nap{0, 10'000};
@@ -447,6 +507,22 @@ void progress_thread(Backend* be) {
   std::uint64_t idle_since = 0;  // when the port went idle
   std::uint32_t seen = be->app_calls.load(std::memory_order_relaxed);
   std::uint64_t handoff_until = 0;
+  // Whether the program is believed to spin on its memory (naps) rather than block (yields).
+  bool spins = false;
+  // Backing off while the program's verbs came: when its thread started the last back-off,
+  // and its CPU time then (ProgramThread::cpu_ns).
+  bool driven = false;
+  std::uint64_t off_ns = 0, off_cpu = 0, off_lingers = 0;
+  // Send completions that left their QP with nothing outstanding (the linger's chances): a
+  // program that had one since the back-off began waits for its peer next, maybe spinning on
+  // its memory without a verb (write_lat), and then needs this thread on the port even while
+  // it is preempted: its own next look is at its memory, not at the port.
+  const auto linger_chances = [be] {
+    return be->st.lingers.load(std::memory_order_relaxed) +
+           be->st.linger_early.load(std::memory_order_relaxed) +
+           be->st.linger_skips.load(std::memory_order_relaxed);
+  };
+  ProgramThread program;
   while (!be->stop.load(std::memory_order_relaxed)) {
     // The program's ibv_post_send / ibv_poll_cq calls drive the port while they come: the
     // count moved since the last look. This thread then leaves the port to them and backs off
@@ -454,21 +530,55 @@ void progress_thread(Backend* be) {
     // a host with fewer cores than threads). After an ibv_req_notify_cq it takes the port for
     // a millisecond whatever the program does (it is about to block).
     if (be->handoff.load(std::memory_order_relaxed) &&
-        be->handoff.exchange(false, std::memory_order_acquire))
+        be->handoff.exchange(false, std::memory_order_acquire)) {
       handoff_until = now_ns() + 1'000'000;
+      spins = driven = false;
+    }
     // A linger caught nothing: the program's calls up to that one are seen, so the port is
     // this thread's until the next (no back-off of 100-200 us to notice they stopped).
     if (be->takeover.load(std::memory_order_relaxed) &&
-        be->takeover.exchange(false, std::memory_order_acquire))
+        be->takeover.exchange(false, std::memory_order_acquire)) {
       seen = be->takeover_calls.load(std::memory_order_relaxed);
+      spins = true;
+      driven = false;
+    }
     const std::uint32_t calls = be->app_calls.load(std::memory_order_relaxed);
     if (calls != seen && (handoff_until == 0 || now_ns() >= handoff_until)) {
       seen = calls;
       handoff_until = 0;
       progress_once(be, true, seen);
+      driven = pol.preempt_check;
+      if (driven) {
+        off_ns = now_ns();
+        off_cpu = ProgramThread::cpu_ns(be->app_tid.load(std::memory_order_relaxed));
+        off_lingers = linger_chances();
+      }
       back_off(be, pol.backoff);
       idle = 0;
       continue;
+    }
+    if (driven) {
+      // The verbs stopped for a back-off. A program thread that ran meanwhile spins on its
+      // memory or computes (take the port, nap when idle); one that did not run and is not
+      // runnable blocked (take the port, rest as roce-perf's loop). One that is runnable but
+      // did not run lost its CPU to another thread: taking the port now would only take more
+      // CPU from it (on a busy host, its peer's and roced's too), and its next verb drives the
+      // port again. Back off once more.
+      const pid_t tid = be->app_tid.load(std::memory_order_relaxed);
+      const std::uint64_t now = now_ns(), cpu = ProgramThread::cpu_ns(tid);
+      const bool waits_peer = linger_chances() != off_lingers;
+      const Stopped st = waits_peer ? Stopped::kSpins
+                                    : verbs_stopped(cpu > off_cpu ? cpu - off_cpu : 0, now - off_ns,
+                                                    program.runnable(tid));
+      if (st == Stopped::kPreempted) {
+        bump(be->st.preempted);
+        off_ns = now;
+        off_cpu = cpu;
+        back_off(be, pol.backoff);
+        continue;
+      }
+      spins = st == Stopped::kSpins;
+      driven = false;
     }
     seen = calls;
     bump(be->st.rounds);
@@ -478,13 +588,11 @@ void progress_thread(Backend* be) {
     }
     const std::uint64_t now = now_ns();
     if (++idle == 1) idle_since = now;
-    if (idle < runtime::Poller::kYieldAfterIdlePolls || now - idle_since < pol.spin_ns) continue;
-    // The port idle for a while (a server waiting on its CQ's channel, a program spinning on
-    // its memory): look again after a nap. Shorter gaps (a stream's, while the sender posts
-    // its next requests: ib_write_bw's server has only this thread on the port) are spun
-    // through, as roce-perf's loop does.
-    if (pol.idle == 1) continue;
-    if (pol.idle == 2) {
+    const IdleAction act =
+        idle_action(pol.idle, spins, idle, now - idle_since, pol.spin_ns, pol.yield_ns);
+    if (act == IdleAction::kPoll) continue;
+    if (act == IdleAction::kYield) {
+      bump(be->st.idle_yields);
       ::sched_yield();
       continue;
     }
@@ -527,12 +635,13 @@ void dump_stats(Backend* be) {
       "send_now_frames %llu poll_calls %llu poll_empty %llu polled %llu yields %llu "
       "lingers %llu linger_hits %llu linger_early %llu linger_skips %llu takeovers %llu | "
       "progress rounds %llu port_polls %llu port_busy %llu backoffs %llu naps %llu sleeps %llu "
-      "fired %llu\n",
+      "fired %llu preempted %llu idle_yields %llu | lock_spins %llu lock_waits %llu\n",
       static_cast<int>(::getpid()), be->env ? "in-process" : "attached", v(t.post_calls),
       v(t.posted), v(t.send_now), v(t.send_now_frames), v(t.poll_calls), v(t.poll_empty),
       v(t.polled), v(t.yields), v(t.lingers), v(t.linger_hits), v(t.linger_early),
       v(t.linger_skips), v(t.takeovers), v(t.rounds), v(t.port_polls), v(t.port_busy),
-      v(t.backoffs), v(t.naps), v(t.sleeps), v(t.fired));
+      v(t.backoffs), v(t.naps), v(t.sleeps), v(t.fired), v(t.preempted), v(t.idle_yields),
+      v(t.lock_spins), v(t.lock_waits));
   if (be->env) {
     const port::PollLoop::TimeStats& ts = be->env->loop.time_stats();
     std::fprintf(f, "libroce-verbs stats pid %d loop: polls %llu busy_ms %.1f idle_ms %.1f\n",
@@ -695,6 +804,8 @@ void wake_deep(Backend* be) {
   ::syscall(SYS_futex, &be->backoff_word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
 }
 
+pid_t this_tid_slow() { return static_cast<pid_t>(::syscall(SYS_gettid)); }
+
 bool Backend::inherited() const { return pid != ::getpid(); }
 
 bool Backend::link_up() const {
@@ -769,6 +880,8 @@ Backend* open_backend(Device* d) {
   }
   be->users = 1;
   be->was_up = be->link_up();
+  if (const char* v = std::getenv("ROCE_VERBS_LOCK_SPIN"); v != nullptr && *v != '\0')
+    be->lock_spin = static_cast<unsigned>(std::clamp(std::atol(v), 0L, 1'000'000L));
   if (!d->attached)
     be->linger_ns = static_cast<std::uint64_t>(
         std::clamp(std::atof(env_or("ROCE_VERBS_LINGER_US", "50")), 0.0, 10'000.0) * 1000);

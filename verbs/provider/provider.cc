@@ -1259,7 +1259,9 @@ int poll_cq(ibv_cq* cq, int max, ibv_wc* out) {
       // One lock (poll_lock: the backend's in-process, the CQ's attached). What the progress
       // thread took for a solicited-only arming comes first (the CQ's order: it takes under
       // this lock too).
-      std::lock_guard<std::mutex> g(poll_lock(be, r));
+      std::mutex& pl = poll_lock(be, r);
+      lock_hot(be, pl);
+      std::lock_guard<std::mutex> g(pl, std::adopt_lock);
       const std::uint64_t moved = be->env != nullptr ? port_frames(be) : 0;
       if (r->held_n.load(std::memory_order_relaxed) != 0) {
         for (; n < want && !r->held.empty(); ++n) {
@@ -1554,7 +1556,10 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     return refused;
   }
   ws[i - 1].next = nullptr;
-  if (!att) g = std::unique_lock<std::mutex>(be->mu);
+  if (!att) {
+    lock_hot(be, be->mu);
+    g = std::unique_lock<std::mutex>(be->mu, std::adopt_lock);
+  }
   const verbs::SendWr* b = nullptr;
   if (const int rc = be->ctx->post_send(r->q, ws, &b); rc != 0) [[unlikely]]
     return post_failed(r, wr, ws, b, bad, rc, copies ? bounced : nullptr, first_slot);

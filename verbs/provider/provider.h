@@ -59,6 +59,13 @@ struct VerbsStats {
   C linger_early{0}, linger_skips{0}, takeovers{0};
   // the progress thread
   C rounds{0}, port_polls{0}, port_busy{0}, backoffs{0}, naps{0}, sleeps{0}, fired{0};
+  /// In-process: back-offs renewed because the program's thread, its verbs stopped, was
+  /// runnable without running (preempted: not this thread's turn to take the port), and the
+  /// thread's own sched_yield calls while the port is idle (roce-perf's Poller rule)
+  C preempted{0}, idle_yields{0};
+  /// The program's ibv_post_send / ibv_poll_cq found the backend's lock held (by the progress
+  /// thread, or another thread of the program): got it spinning, or had to sleep for it
+  C lock_spins{0}, lock_waits{0};
 };
 inline void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
   c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
@@ -71,6 +78,9 @@ struct Backend {
   std::unique_ptr<runtime::Env> env;  ///< in-process only
   std::unique_ptr<client::Context> ctx;
   std::mutex mu;  ///< around every call into ctx (and the in-process engine's polling)
+  /// How many times the program's hot path tries the lock before it sleeps on it
+  /// (lock_hot; ROCE_VERBS_LOCK_SPIN, 2000; 0 sleeps at once, as before 2026-11-29).
+  unsigned lock_spin = 2000;
   std::thread progress;
   std::atomic<bool> stop{false};
   std::atomic<int> users{0};
@@ -85,6 +95,9 @@ struct Backend {
   /// clock read): while the count moves, the program drives the port itself and the progress
   /// thread keeps off it (mode.cc, progress_thread).
   std::atomic<std::uint32_t> app_calls{0};
+  /// The thread that made the last of them (in-process: the progress thread looks at it when
+  /// they stop, to tell a program preempted from one blocked or spinning on its memory).
+  std::atomic<pid_t> app_tid{0};
   /// The progress thread's futex word while it backs off: ibv_req_notify_cq wakes it (a
   /// program about to block in ibv_get_cq_event leaves the port to it at once).
   std::atomic<std::uint32_t> backoff_word{0};
@@ -273,13 +286,41 @@ std::uint64_t now_ns();
 /// The lock around every poll of `c`'s CQ and its `held` completions: the backend's in-process
 /// (the engine is single threaded), the CQ's own attached.
 inline std::mutex& poll_lock(Backend* be, RCq* c) { return be->env ? be->mu : c->held_mu; }
+/// The program's ibv_post_send and ibv_poll_cq take `m` (the backend's lock, in-process) with
+/// `lock_spin` tries before they sleep on it: the progress thread holds it for one poll of the
+/// port at a time, and a program thread that sleeps on a std::mutex is woken a scheduler slice
+/// late on a busy host (and looks blocked to the progress thread, which then takes the port).
+inline void lock_hot(Backend* be, std::mutex& m) {
+  if (m.try_lock()) [[likely]]
+    return;
+  for (unsigned i = 0; i < be->lock_spin; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (m.try_lock()) {
+      bump(be->st.lock_spins);
+      return;
+    }
+  }
+  bump(be->st.lock_waits);
+  m.lock();
+}
 /// Wakes the progress thread from a deep sleep (mode.cc).
 void wake_deep(Backend* be);
+/// The calling thread's id (gettid, once per thread).
+pid_t this_tid_slow();
+inline pid_t this_tid() {
+  thread_local pid_t tid = 0;
+  if (tid == 0) [[unlikely]]
+    tid = this_tid_slow();
+  return tid;
+}
 /// The program called a verb that drives the port (post_send, poll_cq): counted, and a
 /// progress thread in a deep sleep is woken (the program is back; a relaxed look, so at worst
 /// the sleep runs its course while the program's own verbs drive the port).
 inline void app_call(Backend* be) {
   be->app_calls.store(be->app_calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  be->app_tid.store(this_tid(), std::memory_order_relaxed);
   if (be->deep_sleep.load(std::memory_order_relaxed)) [[unlikely]]
     wake_deep(be);
 }
