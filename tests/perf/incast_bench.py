@@ -5,7 +5,8 @@ joins late. Usage:
 
     tests/perf/incast_bench.py BUILD_DIR OUT_DIR [--runs 5] [--duration-ms 100]
 
-Writes OUT_DIR/incast.md (the tables), OUT_DIR/incast-<alg>-<seed>[-join].json and
+Writes OUT_DIR/incast.md (the tables), OUT_DIR/incast-<alg>-<seed>[-join].json (dcqcn-connectx:
+ConnectX's defaults) and
 OUT_DIR/incast-join-<alg>.svg (dcqcn, delay).
 """
 import argparse
