@@ -128,6 +128,33 @@ void warn_unused_congestion(const ctl::PortConfig& pc, bool daemon) {
         engine::cc::to_string(pc.congestion.algorithm), m.c_str());
 }
 
+// rpg_min_rate_mbps (delay.min_rate_mbps) above the maximum rate stops every cut: the engine
+// lowers it to the maximum, so a QP is never slowed. An explicit maximum below it is refused
+// by the configuration; against the port's speed (rpg_max_rate_mbps 0) it can only be judged
+// once the driver reports the speed: the daemon warns with that speed (review 20 finding 11).
+// --check, without a port, warns from 10 Gb/s on, the slowest RoCE ports' speed.
+void warn_min_rate(const ctl::PortConfig& pc, const engine::cc::CongestionConfig& k, bool daemon) {
+  using engine::cc::Algorithm;
+  const bool dcqcn = k.algorithm == Algorithm::kDcqcn;
+  if (!dcqcn && k.algorithm != Algorithm::kDelay) return;
+  const std::uint32_t max = dcqcn ? k.dcqcn.max_rate_mbps : k.delay.max_rate_mbps;
+  const std::uint32_t min = dcqcn ? k.dcqcn.min_rate_mbps : k.delay.min_rate_mbps;
+  const char* key = dcqcn ? "dcqcn.rpg_min_rate_mbps" : "delay.min_rate_mbps";
+  if (max != 0) return;  // the configuration refused min > max
+  if (daemon && min >= k.max_rate(0))
+    std::printf(
+        "roced: warning: port %s: congestion.%s %u is not below the port's speed, %u Mb/s%s: "
+        "lowered to it, so congestion control never slows a QP on this port\n",
+        pc.name.c_str(), key, min, k.max_rate(0),
+        k.line_rate_mbps != 0 ? "" : " (the driver reports none)");
+  else if (!daemon && min >= 10'000)
+    std::printf(
+        "  port %s: warning: congestion.%s %u with the port's speed as the maximum: on a port "
+        "of %u Mb/s or slower it is lowered to the speed and congestion control never slows a "
+        "QP (roced warns at start)\n",
+        pc.name.c_str(), key, min, min);
+}
+
 // What --check resolves for a port's congestion control and loss recovery, each value with its
 // unit and ConnectX's name where it has one: what an operator diffs against `mlxconfig q`.
 void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc) {
@@ -147,6 +174,7 @@ void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc)
         "ECN-capable, but CNPs do not slow it down (docs/congestion.md)\n",
         pc.name.c_str());
   warn_unused_congestion(pc, false);
+  warn_min_rate(pc, k, false);
   if (k.algorithm == engine::cc::Algorithm::kDcqcn) {
     const engine::cc::DcqcnParams& d = k.dcqcn;
     std::printf(
@@ -405,6 +433,7 @@ int run(const ctl::ApplianceConfig& cfg) {
   for (auto& p : ports) {
     const engine::cc::CongestionConfig& k = p.eng().config().congestion;
     warn_unused_congestion(p.cfg, true);
+    warn_min_rate(p.cfg, k, true);
     if (k.algorithm != engine::cc::Algorithm::kNone) {
       // The running algorithm's own maximum (delay's is not dcqcn's).
       const bool dcqcn = k.algorithm == engine::cc::Algorithm::kDcqcn;

@@ -57,6 +57,13 @@ int roce::fabric::incast_cli(int argc, char** argv) {
       "defer-cut", po::bool_switch(&d.defer_cut),
       "CNPs within the monitor period cut at its end (ConnectX's), instead of only alpha")(
       "g", po::value(&d.alpha_g)->default_value(d.alpha_g), "dce_tcp_g: alpha's gain in 1/1024")(
+      "alpha-g", po::value<std::uint32_t>(), "the same as --g")(
+      "initial-alpha", po::value(&d.initial_alpha)->default_value(d.initial_alpha),
+      "initial_alpha_value, in 1/1024")("threshold",
+                                        po::value(&d.threshold)->default_value(d.threshold),
+                                        "rpg_threshold: F, the fast recovery stages")(
+      "min-dec-fac", po::value(&d.min_dec_factor_pct)->default_value(d.min_dec_factor_pct),
+      "rpg_min_dec_fac: one cut keeps at least this % of the rate")(
       "target-us", po::value(&o.cc.delay.target_us)->default_value(o.cc.delay.target_us),
       "delay: target round trip")("duration-ms", po::value(&duration_ms)->default_value(50))(
       "warmup-ms", po::value(&warmup_ms)->default_value(5))(
@@ -82,6 +89,19 @@ int roce::fabric::incast_cli(int argc, char** argv) {
     return 2;
   }
   o.read = op == "read";
+  if (vm.count("alpha-g")) {
+    if (!vm["g"].defaulted()) {
+      std::cerr << "roce-incast: --g and --alpha-g are the same; give one\n";
+      return 2;
+    }
+    d.alpha_g = vm["alpha-g"].as<std::uint32_t>();
+  }
+  if (d.alpha_g > 1023 || d.initial_alpha > 1023 || d.min_dec_factor_pct > 100 ||
+      d.threshold == 0 || d.threshold > 31) {
+    std::cerr << "roce-incast: --g/--alpha-g and --initial-alpha are 0-1023, --min-dec-fac "
+                 "0-100, --threshold 1-31 (as roced's configuration)\n";
+    return 2;
+  }
   if (cc == "none")
     o.cc.algorithm = Algorithm::kNone;
   else if (cc == "dcqcn")

@@ -31,30 +31,40 @@ void Dcqcn::reset(const DcqcnParams& p) {
   last_cut_ = 0;
   cut_once_ = false;
   cut_pending_ = false;
+  pending_alpha_ = 0;
   cnp_in_period_ = false;
   alpha_next_ = timer_next_ = 0;
 }
 
 bool Dcqcn::on_cnp(std::uint64_t now) {
   advance(now);
-  cnp_in_period_ = true;
   if (alpha_next_ == 0) alpha_next_ = now + std::uint64_t{p_.alpha_update_period_us} * 1000;
+  // The alpha period's update with a CNP, taken now rather than at the period's end (which
+  // then leaves alpha as it is): the cut below sees the CNP that called for it, as on ConnectX,
+  // whose cuts come after the alpha update of their period (docs/congestion.md). One update
+  // per period however many CNPs it holds, as ConnectX's cnp_received flag.
+  if (!cnp_in_period_) alpha_ = (1 - g_) * alpha_ + g_;
+  cnp_in_period_ = true;
   const std::uint64_t monitor = std::uint64_t{p_.rate_reduce_monitor_period_us} * 1000;
   if (cut_once_ && now - last_cut_ < monitor) {
-    // ConnectX's way: cut at the period's end (advance), once for all the period's CNPs.
-    if (p_.defer_cut) cut_pending_ = true;
+    // ConnectX's way: cut at the period's end (advance), once for all the period's CNPs, by
+    // alpha as the latest of them left it (alpha may decay before the period ends).
+    if (p_.defer_cut) {
+      cut_pending_ = true;
+      pending_alpha_ = alpha_;
+    }
     return false;
   }
-  cut(now);
+  cut(now, alpha_);
   return true;
 }
 
-void Dcqcn::cut(std::uint64_t now) {
+void Dcqcn::cut(std::uint64_t now, double alpha) {
   cut_once_ = true;
   cut_pending_ = false;
   last_cut_ = now;
   rt_ = rc_;
-  const double keep = std::max(1.0 - alpha_ / 2, std::min(p_.min_dec_factor_pct, 100u) / 100.0);
+  const double keep = std::max(1.0 - alpha / 2, std::min(p_.min_dec_factor_pct, 100u) / 100.0);
   rc_ = std::max(rc_ * keep, min_);
   t_ = bc_ = 0;
   bytes_ = 0;
@@ -79,7 +89,7 @@ void Dcqcn::advance(std::uint64_t now) {
     const std::uint64_t at = last_cut_ + std::uint64_t{p_.rate_reduce_monitor_period_us} * 1000;
     if (at > now) return run_timers(now);
     run_timers(at);
-    cut(at);
+    cut(at, pending_alpha_);
   }
   run_timers(now);
 }
@@ -89,7 +99,7 @@ void Dcqcn::run_timers(std::uint64_t now) {
   // Alpha: one update per period; without CNPs it decays towards 0, and once it is there the
   // timer stops (the next CNP starts it again).
   while (alpha_next_ != 0 && alpha_next_ <= now) {
-    alpha_ = (1 - g_) * alpha_ + (cnp_in_period_ ? g_ : 0);
+    if (!cnp_in_period_) alpha_ *= 1 - g_;  // a period with a CNP had its update at the CNP
     cnp_in_period_ = false;
     alpha_next_ += ak;
     if (alpha_ < 1e-6) {

@@ -3,13 +3,20 @@
 /// Deployments", SIGCOMM 2015), as a state machine of its own: no engine, no clock of its own.
 /// The caller reports CNPs and bytes sent with the time, and asks for the rate to pace at.
 ///
-///   CNP:            RT <- RC;  RC <- RC (1 - alpha/2)   (at most one cut per monitor period;
+///   CNP:            alpha <- (1 - g) alpha + g  (the update of the alpha period it falls in,
+///                   taken at once; once per period), then
+///                   RT <- RC;  RC <- RC (1 - alpha/2)   (at most one cut per monitor period;
 ///                   with defer_cut, CNPs within the period of the last cut make one cut at
-///                   its end, as ConnectX's rate_reduce_monitor_period, else they only feed
-///                   alpha; never below min_dec_factor of RC nor below the minimum rate); the
-///                   timer, the byte counter and both stage counts T, BC restart
-///   alpha period:   alpha <- (1 - g) alpha + g  with a CNP in the period,
-///                   alpha <- (1 - g) alpha      without one          (g = dce_tcp_g/1024)
+///                   its end, as ConnectX's rate_reduce_monitor_period, by alpha as the last of
+///                   them left it, else they only feed alpha; never below min_dec_factor of RC
+///                   nor below the minimum rate); the timer, the byte counter and both stage
+///                   counts T, BC restart
+///   alpha period:   alpha <- (1 - g) alpha  at the end of a period without a CNP (one with a
+///                   CNP had its update at the CNP)                   (g = dce_tcp_g/1024)
+///
+/// The paper cuts by the alpha from before the CNP and raises it after; we raise it first, as
+/// ConnectX's cut follows the alpha update of its period. With the paper's g (1/256) that
+/// cuts at most g/2 more; with ConnectX's (1019/1024) it is what makes a cut (docs/congestion.md).
 ///   increase event: each rate_increase_period (T += 1) and each byte_counter bytes (BC += 1):
 ///                   fast recovery   max(T, BC) < F:  RC <- (RT + RC) / 2
 ///                   additive        one of them >= F: RT += R_AI,           RC <- (RT + RC) / 2
@@ -54,7 +61,7 @@ class Dcqcn {
 
  private:
   void increase_event();
-  void cut(std::uint64_t now);
+  void cut(std::uint64_t now, double alpha);
   void run_timers(std::uint64_t now);
   std::uint64_t skip_timer_events(std::uint64_t k);
 
@@ -70,6 +77,7 @@ class Dcqcn {
   std::uint64_t last_cut_ = 0;  ///< when the rate was last cut
   bool cut_once_ = false;
   bool cut_pending_ = false;      ///< a CNP came within the monitor period of the last cut
+  double pending_alpha_ = 0;      ///< alpha as the latest of those CNPs left it, for that cut
   bool cnp_in_period_ = false;    ///< a CNP arrived in the current alpha period
   std::uint64_t alpha_next_ = 0;  ///< end of the current alpha period (0: alpha timer idle)
   std::uint64_t timer_next_ = 0;  ///< next rate-increase timer event (0: idle)

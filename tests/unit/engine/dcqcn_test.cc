@@ -64,12 +64,61 @@ TEST(Dcqcn, AlphaRisesWithCnpsAndDecaysWithout) {
   d.advance(t + 165 * kUs);
   const double a2 = (1 - g) * (1 - g);
   EXPECT_NEAR(d.alpha(), a2, 1e-12);
-  // A CNP in the next period: alpha <- (1 - g) alpha + g at its end.
+  // A CNP in the next period: that period's alpha <- (1 - g) alpha + g, taken at the CNP, and
+  // the cut by it.
   const double rc = d.rate_mbps();
   ASSERT_TRUE(d.on_cnp(t + 170 * kUs));
-  EXPECT_NEAR(d.rate_mbps(), rc * (1 - a2 / 2), 1e-9) << "the cut uses alpha as it is";
+  const double a3 = (1 - g) * a2 + g;
+  EXPECT_NEAR(d.alpha(), a3, 1e-12) << "the CNP's update at once";
+  EXPECT_NEAR(d.rate_mbps(), rc * (1 - a3 / 2), 1e-9) << "the cut uses alpha with the CNP";
+  d.on_cnp(t + 200 * kUs);  // a second CNP in the same period: no second update
+  EXPECT_NEAR(d.alpha(), a3, 1e-12);
   d.advance(t + 220 * kUs);
-  EXPECT_NEAR(d.alpha(), (1 - g) * a2 + g, 1e-12);
+  EXPECT_NEAR(d.alpha(), a3, 1e-12) << "the period's end adds nothing more";
+  d.advance(t + 275 * kUs);
+  EXPECT_NEAR(d.alpha(), (1 - g) * a3, 1e-12) << "a period without a CNP decays";
+}
+
+// ConnectX's own values (NVIDIA's "DCQCN CC parameters"; mlxconfig q): dce_tcp_g 1019 (a gain
+// of 0.995), dce_tcp_rtt 1 us, rate_reduce_monitor_period 4 us with the cut deferred to its
+// end, initial_alpha_value 1023, rpg_min_dec_fac 50. Alpha is "a CNP in the last
+// microsecond", so each cut must see the CNP that called for it and be about a halving.
+// Review 20 finding 1: the cut took alpha from before the CNP, whose +g came only at the
+// period's end; with CNPs 4 us or more apart alpha had decayed to ~0 by then and every cut
+// after the first kept > 99% of the rate, in the 8:1 incast 0.30 of the output, 19k drops.
+TEST(Dcqcn, ConnectXProfileCutsAreHalvings) {
+  DcqcnParams p;
+  p.max_rate_mbps = 100'000;
+  p.alpha_g = 1019;
+  p.alpha_update_period_us = 1;
+  p.rate_reduce_monitor_period_us = 4;
+  p.defer_cut = true;
+  p.initial_alpha = 1023;
+  p.min_dec_factor_pct = 50;
+  p.threshold = 1;
+  p.ai_rate_mbps = 5;
+  p.hai_rate_mbps = 50;
+  p.rate_increase_period_us = 300;
+  p.byte_counter = 32767;
+  Dcqcn d(p);
+  std::uint64_t t = 1000 * kUs;
+  // CNPs 4, 5, 7 and 30 us apart (min_time_between_cnps is 4 us): each cuts at once.
+  for (const std::uint64_t gap_us : {0u, 4u, 5u, 7u, 30u}) {
+    t += gap_us * kUs + 300;  // off the microsecond grid
+    const double before = d.rate_mbps();
+    ASSERT_TRUE(d.on_cnp(t)) << gap_us;
+    EXPECT_LE(d.rate_mbps(), before * 0.51) << "CNP " << gap_us << " us after the last";
+    EXPECT_GE(d.rate_mbps(), before * 0.5 - 1e-9) << "rpg_min_dec_fac 50";
+  }
+  // A CNP 2 us after a cut: deferred to the monitor period's end (2 us later, when alpha has
+  // decayed twice by 0.005), and still about a halving there.
+  const double before = d.rate_mbps();
+  EXPECT_FALSE(d.on_cnp(t + 2 * kUs));
+  d.advance(t + 4 * kUs - 1);
+  EXPECT_DOUBLE_EQ(d.rate_mbps(), before) << "not before the period's end";
+  d.advance(t + 4 * kUs);
+  EXPECT_LE(d.rate_mbps(), before * 0.51) << "the deferred cut";
+  EXPECT_LT(d.alpha(), 0.01) << "while alpha itself has decayed";
 }
 
 // rate_reduce_monitor_period, as ConnectX (mlxconfig RATE_REDUCE_MONITOR_PERIOD: "the minimum
@@ -190,7 +239,8 @@ TEST(Dcqcn, MinimumRateAndMinimumDecreaseFactor) {
 TEST(Dcqcn, ConnectXDefaultsCutByHalfOnTheFirstCnp) {
   Dcqcn d{DcqcnParams{}};  // initial_alpha 1023
   d.on_cnp(1000 * kUs);
-  EXPECT_NEAR(d.rate_mbps(), 100'000 * (1 - (1023.0 / 1024) / 2), 1e-6);
+  const double g = 5.0 / 1024;  // the default dce_tcp_g; the CNP's update before the cut
+  EXPECT_NEAR(d.rate_mbps(), 100'000 * (1 - ((1 - g) * (1023.0 / 1024) + g) / 2), 1e-6);
 }
 
 // dce_tcp_g is the gain itself, in 1/1024: NVIDIA's PRM (mstflint's layout of the RoCE ECN
