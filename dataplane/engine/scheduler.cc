@@ -39,7 +39,7 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
   // One turn of a QP with send work: up to kPerQp packets (fewer while it recovers from a
   // loss, or when the transmit ring fills); says what it left.
   enum class Left : std::uint8_t { kIdle, kCut, kMore, kParked };
-  const auto turn = [this, &progress](Qp& qp) {
+  const auto turn = [ this, &progress ](Qp & qp) __attribute__((always_inline)) {
     std::uint32_t budget = kPerQp;
     if (qp.comp.cwnd != 0) {
       // Recovering from a loss: a few packets per call (EngineConfig::recovery_batch), so
