@@ -57,6 +57,12 @@ void Engine::Stages::comp_progress(Engine& eng, Qp& qp) {
   }
   if (qp.req.sr && qp.sr->probe_out) [[unlikely]]
     sr_probe_answer(eng, qp);  // selective repeat: what the probe's answer shows lost
+  // Something this QP sent at its first_turn or later arrived: the path has carried the turns
+  // up to there (the probe's RACK test, fire_timers); up to the last one when all has.
+  {
+    const std::uint32_t t = qp.comp.psn == qp.req.high_psn ? qp.comp.last_turn : qp.comp.first_turn;
+    if (static_cast<std::int32_t>(t - eng.acked_turn_) > 0) eng.acked_turn_ = t;
+  }
   // Forward progress resets the retry budgets (rxe reset_retry_counters) and the timer.
   qp.comp.retry_left = qp.attr.retry_cnt;
   qp.comp.rnr_left = qp.attr.rnr_retry;

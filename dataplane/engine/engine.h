@@ -283,7 +283,8 @@ class Engine {
   WorkQueue<Qp> send_list_;  ///< FIFO, round robin (scheduler.cc)
   std::vector<Qp*> ack_list_;
   WorkQueue<Qp> read_list_;
-  TimerWheel<Qp> timers_;         ///< retransmit, probe and RNR deadlines (Qp::timer_at)
+  WorkQueue<Qp> retry_list_;  ///< QPs with loss recovery to send, served first (also in send_list_)
+  TimerWheel<Qp> timers_;     ///< retransmit, probe and RNR deadlines (Qp::timer_at)
   std::uint64_t next_timer_ = 0;  ///< earliest armed deadline, 0 = none
   // Congestion control (congestion.cc): the reaction point's pacing parks a QP over its rate
   // on this wheel until its next send time (Qp::cc.park_at); both flags are false with
@@ -297,6 +298,10 @@ class Engine {
   // sample starts from it, so that a thousand new QPs behind one long queue do not all probe
   // after the 1 ms guess.
   std::uint64_t srtt_ns_ = 0, rttvar_ns_ = 0;
+  // The path's progress across QPs (the probe's RACK test, retransmit.cc fire_timers): each
+  // turn of a QP that sent request packets takes the next number (CompState::first_turn);
+  // acked_turn_ is the latest turn known to have had a packet acknowledged. Compared serially.
+  std::uint32_t tx_turn_ = 0, acked_turn_ = 0;
 
  public:
   static constexpr std::uint32_t kFirstQpn = 0x11;

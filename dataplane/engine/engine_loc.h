@@ -78,6 +78,8 @@ struct Engine::Stages {
   /// The payload is `ext`, in registered memory: pad and ICRC to the trailer, commit.
   static void tx_finish_ext(Engine& eng, const Qp& qp, TxPacket& p, std::span<const TxSeg> ext);
   static void schedule_send(Engine& eng, Qp& qp);
+  /// schedule_send, and the QP's next turn before those of the send list (retransmit.cc).
+  static void schedule_recovery(Engine& eng, Qp& qp);
   // fast_path.cc, fast_path.h (issue 33): the common case of each direction in one pass, with
   // the general path for anything else.
   /// Sends the one-packet SEND and WRITE messages at the head of an RC QP's send queue (new,

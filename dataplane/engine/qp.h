@@ -179,6 +179,12 @@ struct CompState {
   /// When the requester last found the window full with packets to send (0: not waiting):
   /// counted as window_stalls and window_stall_ns.
   std::uint64_t stall_since = 0;
+  /// The scheduler's turn (Engine::tx_turn_) that sent the oldest packet outstanding, at most:
+  /// set by a turn that found nothing outstanding. A probe whose deadline comes while later
+  /// turns (other QPs') were sent and none of them has been acknowledged waits: the path is
+  /// behind, nothing shows a loss (retransmit.cc, fire_timers).
+  std::uint32_t first_turn = 0;
+  std::uint32_t last_turn = 0;  ///< the last turn that sent
   /// The earliest armed timer of this QP, 0 = none.
   std::uint64_t deadline() const {
     if (rnr_deadline) return rnr_deadline;
@@ -395,6 +401,7 @@ struct Qp {
   bool in_send_list = false;
   bool in_ack_list = false;
   bool in_read_list = false;
+  bool in_retry_list = false;
   std::uint32_t run_gen = 0;   ///< the Engine::run() call run_sent counts for
   std::uint32_t run_sent = 0;  ///< packets sent in that call (EngineConfig::recovery_batch)
   std::uint64_t timer_at = 0;  ///< when its timer wheel entry is due (0: none)

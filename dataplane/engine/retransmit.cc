@@ -31,6 +31,16 @@ bool read_gap_known(const Qp& qp, const SendWqe& w) {
 }
 }  // namespace
 
+// Work that recovers a loss (a go-back-N, packets a SACK or a probe's answer named, a READ's
+// re-request) takes the QP's next turn ahead of the QPs waiting with new work: behind 10,000
+// of them, a retransmission the probe ordered waited longer than the ACK timeout.
+void Engine::Stages::schedule_recovery(Engine& eng, Qp& qp) {
+  schedule_send(eng, qp);
+  if (qp.in_retry_list) return;
+  qp.in_retry_list = true;
+  eng.retry_list_.push_back(&qp);
+}
+
 void Engine::Stages::track_timer(Engine& eng, Qp& qp) {
   std::uint64_t d = qp.comp.deadline();
   if (qp.req.sr) [[unlikely]] {
@@ -192,7 +202,7 @@ void Engine::Stages::read_ask_again(Engine& eng, Qp& qp, SendWqe& w, std::uint32
   }
   if (w.rereq_to == 0) ++qp.comp.read_rereqs;
   w.rereq_to = std::max(w.rereq_to, to);
-  schedule_send(eng, qp);
+  schedule_recovery(eng, qp);
 }
 
 // The READ's first missing response has passed the outstanding re-request: what waited for
@@ -349,12 +359,12 @@ void Engine::Stages::comp_on_sack(Engine& eng, Qp& qp, Psn from, Psn to) {
   const std::int32_t left = distance(to, from);
   if (left <= 0) {
     eng.stats_.inc(Counter::kRxDropUnexpected);  // reported before: the probe covers a loss
-    if (edge_queued) schedule_send(eng, qp);
+    if (edge_queued) schedule_recovery(eng, qp);
     return;
   }
   if (s.resend_tail - s.resend_head == s.resend.size()) {
     eng.stats_.inc(Counter::kRespQueueFull);  // the probe finds it
-    if (edge_queued) schedule_send(eng, qp);
+    if (edge_queued) schedule_recovery(eng, qp);
     return;
   }
   s.resend[s.resend_tail++ % s.resend.size()] = {from, static_cast<std::uint32_t>(left)};
@@ -363,7 +373,7 @@ void Engine::Stages::comp_on_sack(Engine& eng, Qp& qp, Psn from, Psn to) {
   // The probe waits for the retransmission's answer, not for the gap it fills.
   qp.comp.probe_deadline = 0;
   arm_probe(eng, qp);
-  schedule_send(eng, qp);
+  schedule_recovery(eng, qp);
 }
 
 // The oldest unacknowledged PSN moved past the probed one. When the ACK stops right after it,
@@ -384,7 +394,7 @@ void Engine::Stages::sr_probe_answer(Engine& eng, Qp& qp) {
   s.probe_out = true;
   s.probe_psn = p;
   s.probe_at = eng.now_;
-  schedule_send(eng, qp);
+  schedule_recovery(eng, qp);
 }
 
 namespace {
@@ -544,7 +554,7 @@ void Engine::Stages::order_retry(Engine& eng, Qp& qp, Psn from, bool count_retry
   if (count_retry) qp.comp.retrans_deadline = 0;
   qp.comp.probe_deadline = 0;
   qp.comp.rtt_timing = false;  // Karn: no sample across a retransmission
-  schedule_send(eng, qp);
+  schedule_recovery(eng, qp);
 }
 
 // Rewinds the requester to PSN `from`: the WQE that holds it restarts at that packet, every
@@ -657,7 +667,7 @@ void Engine::Stages::fire_timers(Engine& eng, Qp& qp) {
         qp.comp.rtt_timing = false;  // Karn
         SrState& sr = *qp.sr;
         sr.resend[sr.resend_tail++ % sr.resend.size()] = {qp.comp.psn, 1};
-        schedule_send(eng, qp);
+        schedule_recovery(eng, qp);
         arm_retransmit(eng, qp);
       } else {
         order_retry(eng, qp, qp.comp.psn, true);
@@ -670,6 +680,22 @@ void Engine::Stages::fire_timers(Engine& eng, Qp& qp) {
         !qp.comp.retry_pending && qp.comp.rnr_deadline == 0) {
       // Tail-loss probe: send the oldest unacknowledged packet again, alone, and hold the
       // requester where it is (no rewind). The answer tells what was lost (comp_progress).
+      //
+      // Unless the path is behind (RACK, RFC 8985, across QPs): other QPs sent after this one's
+      // last packet, and nothing sent at or after its oldest outstanding one has been
+      // acknowledged since. Then nothing shows a loss, only a queue: with 10,000 QPs a
+      // QP's round trip is sampled once per turn of the scheduler, and a queue that grew since
+      // (the peer's loop lost the CPU for a few milliseconds) made every QP with packets in
+      // flight probe. The probe waits for another probe time; the QP that sent last probes
+      // as before, so a tail lost at the end of everything, or a path that lost all, is found
+      // at its time, and each of its answers moves acked_turn_ on for the others.
+      const CompState& c = qp.comp;
+      if (static_cast<std::int32_t>(eng.tx_turn_ - c.last_turn) > 0 &&
+          static_cast<std::int32_t>(c.first_turn - eng.acked_turn_) > 0) {
+        eng.stats_.inc(Counter::kProbesDeferred);
+        arm_probe(eng, qp);
+        return;
+      }
       if (qp.comp.probe_backoff < 255) ++qp.comp.probe_backoff;
       if (send_probe(eng, qp)) {
         eng.stats_.inc(Counter::kRetransmitProbes);

@@ -37,6 +37,54 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
   constexpr std::uint32_t kPerQp = 16;
   bool progress = true;
   ++run_gen_;
+  // One turn of a QP with send work: up to kPerQp packets (fewer while it recovers from a
+  // loss, or when the transmit ring fills); says what it left.
+  enum class Left : std::uint8_t { kIdle, kCut, kMore, kParked };
+  const auto turn = [ this, &progress ](Qp & qp) __attribute__((always_inline)) {
+    std::uint32_t budget = kPerQp;
+    if (qp.comp.cwnd != 0) {
+      // Recovering from a loss: a few packets per call (EngineConfig::recovery_batch), so
+      // that the loop soon reads the acknowledgements that move the window on.
+      if (qp.run_gen != run_gen_) {
+        qp.run_gen = run_gen_;
+        qp.run_sent = 0;
+      }
+      budget = std::min(budget, cfg_.recovery_batch - std::min(qp.run_sent, cfg_.recovery_batch));
+    }
+    // Pacing (congestion control): a QP over its rate leaves the list until its next send
+    // time. With `algorithm: none` this is the one branch it costs.
+    std::uint64_t paced_from = 0;
+    if (cc_pacing_) [[unlikely]] {
+      if (!Stages::cc_admit(*this, qp, budget)) return Left::kParked;
+      paced_from = stats_.get(Counter::kTxBytes);
+    }
+    const std::uint32_t budget0 = budget;
+    const std::uint32_t before_next = qp.req.next_wqe;
+    const bool had_outstanding = qp.comp.psn != qp.req.high_psn;
+    if (budget != 0) Stages::req_pump(*this, qp, budget);
+    if (budget != budget0) {
+      // A turn that sent: its number orders this QP's packets against the other QPs' for the
+      // probe (CompState::first_turn).
+      qp.comp.last_turn = ++tx_turn_;
+      if (!had_outstanding) qp.comp.first_turn = tx_turn_;
+    }
+    if (cc_pacing_) [[unlikely]]
+      Stages::cc_sent(*this, qp, stats_.get(Counter::kTxBytes) - paced_from);
+    qp.run_sent += budget0 - budget;
+    progress |= budget != budget0 || qp.req.next_wqe != before_next;
+    const bool idle = qp.state != QpState::kRts ||
+                      (qp.req.next_wqe == qp.sq_tail && !qp.comp.retry_pending &&
+                       qp.comp.read_rereqs == 0 && (!qp.req.sr || qp.sr->resend_empty()));
+    if (idle) return Left::kIdle;
+    if (budget != 0 && budget != budget0 && tx_.free() <= kAckReserve) return Left::kCut;
+    return Left::kMore;
+  };
+  // Whether what a QP has to send is still recovery: a retry not yet started, PSNs sent before
+  // being sent again (a go-back-N), a SACK's or a READ's retransmissions.
+  const auto recovering = [](const Qp& qp) {
+    return qp.comp.retry_pending || before(qp.req.next_psn, qp.req.high_psn) ||
+           qp.comp.read_rereqs != 0 || (qp.req.sr && !qp.sr->resend_empty());
+  };
   while (progress && tx_.free() > kAckReserve) {
     progress = false;
     for (std::size_t n = read_list_.size(); n != 0 && tx_.free() > kAckReserve; --n) {
@@ -63,6 +111,26 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
       else
         read_list_.push_back(&qp);
     }
+    // Loss recovery first: the QPs with a go-back-N, a SACK's or a probe's retransmission or
+    // a READ's re-request to send (Stages::schedule_recovery) take a turn ahead of the send
+    // list, where they also wait. Behind 10,000 QPs with new work, a retransmission that a
+    // probe ordered waited longer than the ACK timeout. (Not with pacing: the pacing wheel
+    // orders those turns.)
+    for (std::size_t n = retry_list_.size(); n != 0 && tx_.free() > kAckReserve; --n) {
+      Qp& qp = *retry_list_.front();
+      retry_list_.pop_front();
+      qp.in_retry_list = false;
+      if (cc_pacing_ || !qp.in_send_list) continue;
+      const Left left = turn(qp);
+      if (left == Left::kCut || (left == Left::kMore && recovering(qp))) {
+        qp.in_retry_list = true;
+        if (left == Left::kCut)
+          retry_list_.push_front(&qp);
+        else
+          retry_list_.push_back(&qp);
+      }
+      // Idle or not, it stays in the send list: its turn there finds what is left.
+    }
     for (std::size_t n = send_list_.size(); n != 0 && tx_.free() > kAckReserve; --n) {
       Qp& qp = *send_list_.front();
       send_list_.pop_front();
@@ -70,40 +138,22 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
       // QP's while this one is sent (its struct first, then, one QP later, its payload).
       if (send_list_.size() > 1) __builtin_prefetch(send_list_[1]);
       if (!send_list_.empty()) Stages::prefetch_next_packet(*this, *send_list_.front());
-      std::uint32_t budget = kPerQp;
-      if (qp.comp.cwnd != 0) {
-        // Recovering from a loss: a few packets per call (EngineConfig::recovery_batch), so
-        // that the loop soon reads the acknowledgements that move the window on.
-        if (qp.run_gen != run_gen_) {
-          qp.run_gen = run_gen_;
-          qp.run_sent = 0;
-        }
-        budget = std::min(budget, cfg_.recovery_batch - std::min(qp.run_sent, cfg_.recovery_batch));
-      }
-      // Pacing (congestion control): a QP over its rate leaves the list until its next send
-      // time. With `algorithm: none` this is the one branch it costs.
-      std::uint64_t paced_from = 0;
-      if (cc_pacing_) [[unlikely]] {
-        if (!Stages::cc_admit(*this, qp, budget)) {
+      switch (turn(qp)) {
+        case Left::kIdle:
+        case Left::kParked:
           qp.in_send_list = false;
-          continue;
-        }
-        paced_from = stats_.get(Counter::kTxBytes);
+          break;
+        case Left::kCut:
+          // The ring filled in the middle of this QP's turn, most likely in the middle of a
+          // message, whose packets so far ask for no ACK: at the back of the list, the rest
+          // would wait for every other QP's turn (with 10,000 QPs, tens of milliseconds), and
+          // the probe timer fire for packets that had arrived. It goes on first next run().
+          send_list_.push_front(&qp);
+          break;
+        case Left::kMore:
+          send_list_.push_back(&qp);
+          break;
       }
-      const std::uint32_t budget0 = budget;
-      const std::uint32_t before_next = qp.req.next_wqe;
-      if (budget != 0) Stages::req_pump(*this, qp, budget);
-      if (cc_pacing_) [[unlikely]]
-        Stages::cc_sent(*this, qp, stats_.get(Counter::kTxBytes) - paced_from);
-      qp.run_sent += budget0 - budget;
-      progress |= budget != budget0 || qp.req.next_wqe != before_next;
-      const bool idle = qp.state != QpState::kRts ||
-                        (qp.req.next_wqe == qp.sq_tail && !qp.comp.retry_pending &&
-                         qp.comp.read_rereqs == 0 && (!qp.req.sr || qp.sr->resend_empty()));
-      if (idle)
-        qp.in_send_list = false;
-      else
-        send_list_.push_back(&qp);
     }
   }
 }

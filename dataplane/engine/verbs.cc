@@ -109,6 +109,7 @@ Engine::Engine(const EngineConfig& cfg)
   if (cfg_.first_qp_index) next_qp_index_ = *cfg_.first_qp_index % cfg_.max_qps;
   qp_freed_at_.assign(cfg_.max_qps, 0);
   send_list_.reserve(cfg.max_qps);
+  retry_list_.reserve(cfg.max_qps);
   ack_list_.reserve(cfg.max_qps);
   read_list_.reserve(cfg.max_qps);
 }
@@ -284,6 +285,7 @@ int Engine::destroy_qp(Qp* qp) {
   if (qp->resp.have_recv && qp->resp.recv_open >= 0)
     qp->resp.recv_q->open[static_cast<std::size_t>(qp->resp.recv_open)].busy = false;
   send_list_.erase(qp);
+  retry_list_.erase(qp);
   std::erase(ack_list_, qp);
   read_list_.erase(qp);
   timers_.erase(qp);
@@ -403,12 +405,13 @@ int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
     qp->req.sr = false;
     qp->sr.reset();
     send_list_.erase(qp);
+    retry_list_.erase(qp);
     std::erase(ack_list_, qp);
     read_list_.erase(qp);
     qp->timer_at = 0;  // its wheel entries are stale now
     // Out of every work list, flags included: a flag left set kept the QP out of the send
     // list for good once it was back in RTS (rdma-core's test_mr.py restate_qps).
-    qp->in_send_list = qp->in_ack_list = qp->in_read_list = false;
+    qp->in_send_list = qp->in_ack_list = qp->in_read_list = qp->in_retry_list = false;
     // Its completions still in the CQs go too, as mlx4/mlx5 clean a reset QP's CQEs: a
     // program that restarts a QP from ERR (rdma-core's test_mr.py restate_qps) must not poll
     // the flushed completions of its old life first.

@@ -24,6 +24,11 @@ class WorkQueue {
   /// The i-th from the front (i < size()).
   T* operator[](std::size_t i) const { return buf_[(head_ + i) & mask_]; }
   void pop_front() { ++head_; }
+  /// Puts `p` back at the front (a QP whose turn the full transmit ring cut short).
+  void push_front(T* p) {
+    if (size() == buf_.size()) regrow(buf_.size() * 2);
+    buf_[--head_ & mask_] = p;
+  }
   void push_back(T* p) {
     if (size() == buf_.size()) regrow(buf_.size() * 2);
     buf_[tail_++ & mask_] = p;
