@@ -87,6 +87,13 @@ struct Engine::Stages {
   /// from its WQE; stops at the first WQE that is not one, leaving it to req_pump's loop.
   /// `wmax`: window_max(), computed here when 0. Returns whether it sent anything.
   static bool req_fast(Engine& eng, Qp& qp, std::uint32_t& budget, std::uint32_t& wmax);
+  /// Sends the next packets of `w`, a SEND or WRITE of one SGE whose first packet went out,
+  /// zero-copy (payloads of at least tx_zero_copy_min_ bytes), each written from the path
+  /// template with its ICRC over the payload where it is; stops where req_packet would do
+  /// anything else (a short last packet, the window, the ring, a resend). Returns whether it
+  /// sent anything.
+  static bool req_fast_zc(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t& budget,
+                          std::uint32_t& wmax);
   /// Takes a received frame that is the next in-order WRITE Only of an RC QP armed for it
   /// (Qp::rx_expect), with every check the general path makes; false (nothing changed) for
   /// anything else, which then takes the general path.

@@ -7,7 +7,12 @@
 /// the frame from that; here the WQE's opcode picks the writer, and the tests the general path
 /// makes per packet that cannot fail in such a run (a resend, a probe, the window, the ring)
 /// are made once for the run. The frames and every effect are the general path's (tests run
-/// both and compare: tests/unit/engine/fast_path_test.cc).
+/// both and compare: tests/protocol/fast_path_test.cc).
+///
+/// req_fast_zc does the same for the packets after the first of a long SEND or WRITE sent
+/// zero-copy (issue 33, 64 KiB WRITE against the link): headers from the template, the ICRC
+/// over them and over the payload where it is (one pass), the payload left in registered memory
+/// for the port to attach.
 #include "dataplane/engine/fast_path.h"
 
 #include <algorithm>
@@ -147,6 +152,97 @@ bool Engine::Stages::req_fast(Engine& eng, Qp& qp, std::uint32_t& budget, std::u
   eng.stats_.inc(Counter::kTxBytes, bytes);
   eng.stats_.inc(Counter::kTxFastPath, sent);
   budget -= sent;
+  // req_packet arms the timers after each packet; the first of the run found them unarmed.
+  if (qp.comp.retrans_deadline == 0) arm_retransmit(eng, qp);
+  if (qp.comp.probe_deadline == 0) arm_probe(eng, qp);
+  return true;
+}
+
+bool Engine::Stages::req_fast_zc(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t& budget,
+                                 std::uint32_t& wmax) {
+  // What holds for the whole run, or it is req_packet's: a message of one SGE whose checked
+  // range still holds (MrTable::gen: nothing deregistered or re-registered since its first
+  // packet), part sent, on a connected RC QP in RTS that is not resending, probing, stalled,
+  // failed or selective-repeat, over an untagged IPv4 path, with zero-copy transmit on.
+  constexpr std::uint32_t kOps = 0x20F;  // SEND, WRITE, with immediate, SEND with invalidate
+  const auto op = static_cast<unsigned>(w.opcode);
+  const std::uint32_t zc = eng.tx_zero_copy_min_;
+  if (!eng.cfg_.fast_paths || zc == 0 || qp.type != QpType::kRc || qp.state != QpState::kRts ||
+      qp.req.failed || qp.req.sr || qp.comp.probe_sent || qp.comp.probing ||
+      qp.comp.stall_since != 0 || qp.req.next_psn != qp.req.high_psn ||
+      w.state != WqeState::kSending || w.sent == 0 || w.is_inline || w.num_sge != 1 || op > 9 ||
+      !((kOps >> op) & 1) || w.sge_range.gen != eng.mrs_.gen() || !wire::fast_tx_path(qp.hdr))
+    return false;
+  const std::size_t idx = &w - qp.sq.data();
+  const Sge& sge = qp.sq_sges[idx * qp.cap.max_send_sge];
+  const auto* base = reinterpret_cast<const std::uint8_t*>(sge.addr + w.sge_range.delta);
+  if (wmax == 0) wmax = window_max(eng, qp);
+  const auto window = static_cast<std::int32_t>(qp.comp.cwnd ? qp.comp.cwnd : wmax);
+  const std::uint32_t pmtu = qp.pmtu();
+  const unsigned shift = qp.pmtu_shift();
+  const std::uint32_t every = std::min(eng.cfg_.ack_req_every, qp.cc.ack_req_every);
+  const bool send = w.opcode != WrOpcode::kWrite && w.opcode != WrOpcode::kWriteImm;
+  // The last packet's opcode and the 4 bytes after its BTH (req_fields, pick_opcode).
+  const Opcode middle = send ? Opcode::kRcSendMiddle : Opcode::kRcWriteMiddle;
+  Opcode last_op = send ? Opcode::kRcSendLast : Opcode::kRcWriteLast;
+  std::uint32_t last_ext = 0;
+  if (w.opcode == WrOpcode::kWriteImm || w.opcode == WrOpcode::kSendImm) {
+    last_op = send ? Opcode::kRcSendLastImm : Opcode::kRcWriteLastImm;
+    last_ext = w.imm;
+  } else if (w.opcode == WrOpcode::kSendInv) {
+    last_op = Opcode::kRcSendLastInv;
+    last_ext = w.inv_rkey;
+  }
+  const bool last_se = (w.flags & kSendSolicited) && w.opcode != WrOpcode::kWrite;
+  const bool fold = wire::kCrcFoldUsable;
+  std::uint32_t sent = 0;
+  std::uint64_t bytes = 0;
+  while (budget > 0) {
+    // req_pump's window, req_packet's ring slot (tx_slot), req_fields' packet.
+    if (distance(qp.req.next_psn, qp.comp.psn) >= window) break;
+    const std::uint64_t left = w.length - w.sent;
+    const auto len = static_cast<std::uint32_t>(std::min<std::uint64_t>(pmtu, left));
+    // A short last packet is copied (zero_copy_ok); a payload past the SGE is one_sge_addr's.
+    if (len < zc || w.sent + len > sge.length) break;
+    const Psn psn = w.first_psn + static_cast<std::uint32_t>(w.sent >> shift);
+    if (psn != qp.req.next_psn || eng.tx_.free() <= kAckReserve) break;
+    const std::span<std::uint8_t> slot = eng.tx_.reserve();
+    if (slot.empty()) break;
+    const bool last = len == left;
+    // IBA 9.7.6.1.3: AckReq on the last packet and every ack_req_every.
+    const bool ack_req = last || qp.req.pkts_since_ack_req + 1 >= every;
+    std::uint8_t* out = slot.data();
+    const std::size_t hdr =
+        wire::write_zero_copy_headers(qp.hdr, last ? last_op : middle, last && last_se, ack_req,
+                                      psn.raw(), eng.ip_id_++, last_ext, len, out);
+    const std::uint8_t* payload = base + w.sent;
+    const std::size_t trailer =
+        wire::finish_zero_copy(qp.hdr, out, hdr, payload, len, out + TxRing::kTrailerOff, fold);
+    const TxSeg seg{payload, len};
+    eng.tx_.commit_ext(hdr, {&seg, 1}, trailer);  // tx_commit_pieces, its counters below
+    bytes += hdr + len + trailer;
+    // req_packet's bookkeeping of a new packet.
+    qp.req.pkts_since_ack_req = ack_req ? 0 : qp.req.pkts_since_ack_req + 1;
+    if (!qp.comp.rtt_timing) {
+      qp.comp.rtt_timing = true;
+      qp.comp.rtt_psn = psn;
+      qp.comp.rtt_start = eng.now_;
+    }
+    qp.req.next_psn = qp.req.high_psn = psn + 1;
+    w.sent += len;
+    --budget;
+    ++sent;
+    if (last) {
+      ++qp.req.next_wqe;
+      w.state = WqeState::kSent;
+      break;
+    }
+  }
+  if (sent == 0) return false;
+  eng.stats_.inc(Counter::kTxFrames, sent);
+  eng.stats_.inc(Counter::kTxBytes, bytes);
+  eng.stats_.inc(Counter::kTxZeroCopyFrames, sent);
+  eng.stats_.inc(Counter::kTxFastPath, sent);
   // req_packet arms the timers after each packet; the first of the run found them unarmed.
   if (qp.comp.retrans_deadline == 0) arm_retransmit(eng, qp);
   if (qp.comp.probe_deadline == 0) arm_probe(eng, qp);

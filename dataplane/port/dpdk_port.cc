@@ -240,6 +240,7 @@ DpdkPort::~DpdkPort() {
     flush(q);
     for (rte_mbuf* m : q_[q].pending) rte_pktmbuf_free(m);
     rte_pktmbuf_free_bulk(q_[q].stash.data(), q_[q].stashed);
+    rte_pktmbuf_free_bulk(q_[q].ext_stash.data(), q_[q].ext_stashed);
   }
   rte_eth_dev_stop(port_);
   rte_eth_dev_close(port_);
@@ -376,6 +377,16 @@ rte_mbuf* DpdkPort::take(std::uint16_t q) {
   return qu.stash[--qu.stashed];
 }
 
+rte_mbuf* DpdkPort::take_ext(std::uint16_t q) {
+  Queue& qu = q_[q];
+  if (qu.ext_stashed == 0) {
+    if (rte_pktmbuf_alloc_bulk(ext_pool_, qu.ext_stash.data(), qu.ext_stash.size()) != 0)
+      return rte_pktmbuf_alloc(ext_pool_);
+    qu.ext_stashed = qu.ext_stash.size();
+  }
+  return qu.ext_stash[--qu.ext_stashed];
+}
+
 void DpdkPort::tx(std::span<const std::uint8_t> frame, std::uint16_t q) {
   PortStats& st = q_[q].stats;
   rte_mbuf* m = take(q);
@@ -401,13 +412,24 @@ void DpdkPort::tx(std::span<const std::uint8_t> frame, std::uint16_t q) {
 void DpdkPort::tx(const engine::TxFrame& f, std::uint16_t q) {
   if (f.ext.empty()) return tx(f.head, q);
   Queue& qu = q_[q];
-  rte_mbuf* m[2 + engine::TxRing::kMaxExt];
+  rte_mbuf* m[2 + engine::TxRing::kMaxExt] = {};
   const unsigned n_ext = static_cast<unsigned>(f.ext.size());
-  m[0] = take(q);
-  m[1] = m[0] ? take(q) : nullptr;
-  if (m[1] == nullptr || rte_pktmbuf_alloc_bulk(ext_pool_, m + 2, n_ext) != 0) {
-    if (m[0]) rte_pktmbuf_free(m[0]);
-    if (m[1]) rte_pktmbuf_free(m[1]);
+  // (From the queue's stashes: a frame of three mbufs from two pools took two mempool calls
+  // per frame, the external segment's a bulk call of its own.)
+  unsigned got = 0;
+  if (qu.stashed >= 2 && qu.ext_stashed >= n_ext) [[likely]] {
+    m[0] = qu.stash[--qu.stashed];
+    m[1] = qu.stash[--qu.stashed];
+    for (unsigned i = 0; i < n_ext; ++i) m[2 + i] = qu.ext_stash[--qu.ext_stashed];
+    got = 2 + n_ext;
+  }
+  while (got < 2 + n_ext) {  // a stash runs out: refilled one mbuf at a time
+    rte_mbuf* x = got < 2 ? take(q) : take_ext(q);
+    if (x == nullptr) break;
+    m[got++] = x;
+  }
+  if (got < 2 + n_ext) {
+    for (unsigned i = 0; i < got; ++i) rte_pktmbuf_free(m[i]);
     ++qu.stats.tx_alloc_failed;
     return;
   }

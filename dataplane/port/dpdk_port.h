@@ -157,9 +157,13 @@ class DpdkPort {
     std::unique_ptr<rte_mbuf_ext_shared_info> shinfo;
     std::array<rte_mbuf*, 32> stash{};  ///< mbufs allocated in bulk, taken one per frame
     unsigned stashed = 0;
+    std::array<rte_mbuf*, 32> ext_stash{};  ///< the same from ext_pool_ (zero-copy segments)
+    unsigned ext_stashed = 0;
   };
   /// An mbuf from queue `q`'s stash (refilled from the pool 32 at a time), or null.
   rte_mbuf* take(std::uint16_t q);
+  /// An mbuf without data room (ext_pool_) from queue `q`'s stash of them, or null.
+  rte_mbuf* take_ext(std::uint16_t q);
   /// Copies `len` bytes behind `last`, the last segment of the chain `head`, chaining new mbufs
   /// when it is full (only if the PMD takes chains). False when out of mbufs or room.
   bool append(rte_mbuf* head, rte_mbuf*& last, const std::uint8_t* p, std::size_t len);

@@ -106,6 +106,58 @@ template <Opcode kOp>
   return off + kIcrcSize;
 }
 
+/// The headers of a zero-copy request packet that is not the first of its message (SEND or
+/// WRITE Middle or Last, their immediate and invalidate forms: a BTH and at most a 4-byte
+/// ImmDt or IETH, `ext`), with `len` payload bytes that stay in registered memory, over a
+/// template for which fast_tx_path() holds. The ICRC-masked fields are ones until
+/// finish_zero_copy(). Returns the header length. The bytes are those of
+/// write_masked_headers() with the same fields (tests/unit/wire/fast_frame_test.cc).
+[[gnu::always_inline]] inline std::size_t write_zero_copy_headers(
+    const PathTemplate& t, Opcode op, bool se, bool ack_req, std::uint32_t psn, std::uint16_t ip_id,
+    std::uint32_t ext, std::uint32_t len, std::uint8_t* out) {
+  const OpcodeInfo& info = kOpcodeTable[raw(op)];
+  const std::size_t hdr = info.hdr_len;  // 12, or 16 with ImmDt or IETH
+  const unsigned pad = pad_for(len);
+  const std::size_t l4 = detail::kUdp + hdr + len + pad + kIcrcSize;
+#if defined(__SSE2__)
+  for (int i = 0; i < 3; ++i)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out) + i,
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(t.bytes.data()) + i));
+#else
+  std::memcpy(out, t.bytes.data(), sizeof(t.bytes));
+#endif
+  std::uint8_t* l3 = out + kFastL3;
+  store_be32(l3 + 2, static_cast<std::uint32_t>(detail::kIpv4 + l4) << 16 | ip_id);
+  store_be16(l3 + detail::kIpv4 + 4, static_cast<std::uint16_t>(l4));
+  std::uint8_t* bth = out + kFastBth;
+  store_be32(bth, std::uint32_t{raw(op)} << 24 |
+                      std::uint32_t{(se ? 0x80u : 0u) | (pad << 4)} << 16 | t.pkey);
+  store_be32(bth + 4, 0xFF00'0000u | t.dest_qp.raw());  // FECN, BECN, reserved: masked
+  store_be32(bth + 8, (ack_req ? 0x8000'0000u : 0u) | psn);
+  if (hdr > kBthSize) store_be32(bth + kBthSize, ext);
+  return kFastBth + hdr;
+}
+
+/// After write_zero_copy_headers(): the ICRC over the headers (`hdr` bytes at `out`) and the
+/// `len` payload bytes at `payload`, in one pass over each; pad and ICRC to `trailer` (8 bytes
+/// of room), the masked fields' real values into the headers. Returns the trailer's length.
+[[gnu::always_inline]] inline std::size_t finish_zero_copy(const PathTemplate& t, std::uint8_t* out,
+                                                           std::size_t hdr,
+                                                           const std::uint8_t* payload,
+                                                           std::uint32_t len, std::uint8_t* trailer,
+                                                           bool fold_usable = kCrcFoldUsable) {
+  std::uint8_t* l3 = out + kFastL3;
+  const std::size_t n = hdr - kFastL3;  // 40 or 44: the fold kernel's sizes
+  std::uint32_t crc = fold_usable ? icrc_fold_v4(l3, n) : crc32_zlib(kIcrcSeed, l3, n);
+  crc = crc32_zlib(crc, payload, len);
+  const unsigned pad = pad_for(len);
+  store_le32(trailer, 0);
+  if (pad != 0) crc = crc32_zlib(crc, trailer, pad);
+  store_le32(trailer + pad, crc);
+  detail::unmask(t, l3);
+  return pad + kIcrcSize;
+}
+
 /// What the next request to a connected QP looks like up to its BTH's DestQP, as far as the
 /// receive path checks it: Ethernet addressed from the peer's MAC to ours, untagged, IPv4
 /// without options or fragments from the peer's address to ours, UDP to the RoCEv2 port, BTH

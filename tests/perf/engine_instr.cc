@@ -14,9 +14,12 @@
 // (tests/perf/engine_instructions.sh --qps). --wire-ns N moves the clock on by N ns per frame
 // carried, as a link of that frame rate would (default 0: 100 ns per iteration only), so that
 // round trips grow with what is queued and the timers (probe, ACK timeout) run as on a wire.
+// --zero-copy N sends A's payloads of N bytes or more zero-copy (Engine::set_tx_zero_copy, as a
+// DPDK port that chains external buffers does): the hand-over then takes A's frames in pieces
+// and copies each together, as the PMD would (the harness's cost, not the requester's).
 //
 // Usage: roce-engine-instr [--messages N] [--size B] [--depth D] [--warmup N] [--qps N]
-//            [--mtu B] [--wire-ns N]
+//            [--mtu B] [--wire-ns N] [--zero-copy N]
 // Prints one JSON line of the packet counts of the measured loop.
 #include <cstdio>
 #include <cstdlib>
@@ -50,6 +53,7 @@ struct Run {
   Endpoint a, b;
   std::vector<SendWr> wrs;
   std::vector<std::span<const std::uint8_t>> frames;
+  std::vector<std::vector<std::uint8_t>> whole;  ///< --zero-copy: A's frames copied together
   Sge sge{};
   std::uint64_t now = 1'000'000;
   std::uint64_t wire_ns = 0;  ///< --wire-ns: the clock's advance per frame carried
@@ -98,7 +102,16 @@ void instr_measure(Run& r, int depth, std::uint64_t messages);
 // that engine's next run()), so that the receiving side's share is receive() alone.
 [[gnu::noinline]] void instr_hand_over(Run& r, Engine& from) {
   r.frames.clear();
-  from.drain_tx([&](std::span<const std::uint8_t> f) { r.frames.push_back(f); });
+  if (from.tx_zero_copy() == 0) {
+    from.drain_tx([&](std::span<const std::uint8_t> f) { r.frames.push_back(f); });
+    return;
+  }
+  std::size_t n = 0;
+  from.drain_tx_frames([&](const TxFrame& f) {
+    if (n == r.whole.size()) r.whole.emplace_back();
+    f.copy_to(r.whole[n]);
+    r.frames.push_back(r.whole[n++]);
+  });
 }
 [[gnu::noinline]] void instr_responder_receive(Run& r) {
   for (const auto f : r.frames) {
@@ -151,7 +164,7 @@ void instr_measure(Run& r, int depth, std::uint64_t messages);
 }
 
 int main(int argc, char** argv) {
-  std::uint64_t messages = 20000, warmup = 2000, nqps = 0, wire_ns = 0;
+  std::uint64_t messages = 20000, warmup = 2000, nqps = 0, wire_ns = 0, zero_copy = 0;
   std::size_t size = 8, mtu = 4096;
   int depth = 128;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -171,10 +184,12 @@ int main(int argc, char** argv) {
       mtu = v;
     else if (k == "--wire-ns")
       wire_ns = v;
+    else if (k == "--zero-copy")
+      zero_copy = v;
     else {
       std::fprintf(stderr,
                    "usage: %s [--messages N] [--size B] [--depth D] [--warmup N] [--qps N] "
-                   "[--mtu B] [--wire-ns N]\n",
+                   "[--mtu B] [--wire-ns N] [--zero-copy N]\n",
                    argv[0]);
       return 2;
     }
@@ -195,6 +210,7 @@ int main(int argc, char** argv) {
       std::max<std::uint32_t>(ca.max_qps, static_cast<std::uint32_t>(nqps) + 16);
   Run r(lo, ca, cb);
   r.wire_ns = wire_ns;
+  r.lb.a().set_tx_zero_copy(static_cast<std::uint32_t>(zero_copy));
   RcOptions o;
   o.mtu = mtu_enum;
   if (nqps == 0) {
@@ -256,7 +272,7 @@ int main(int argc, char** argv) {
       "{\"messages\": %llu, \"size\": %zu, \"depth\": %d, \"qps\": %llu, \"mtu\": %zu, "
       "\"requests_sent\": %llu, \"requests_received\": %llu, \"acks_sent\": %llu, "
       "\"acks_received\": %llu, \"retransmitted\": %llu, \"probes\": %llu, \"timeouts\": %llu, "
-      "\"simulated_ns\": %llu, \"warmup_messages\": %llu}\n",
+      "\"simulated_ns\": %llu, \"warmup_messages\": %llu, \"zero_copy\": %llu}\n",
       static_cast<unsigned long long>(r.done - done0), size, depth,
       static_cast<unsigned long long>(nqps == 0 ? 1 : nqps), mtu,
       static_cast<unsigned long long>(sa.get(Counter::kTxFrames) - a_tx),
@@ -266,6 +282,7 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(retx),
       static_cast<unsigned long long>(sa.get(Counter::kRetransmitProbes) - probes0),
       static_cast<unsigned long long>(sa.get(Counter::kRetransmitTimeouts) - timeouts0),
-      static_cast<unsigned long long>(r.now - t0), static_cast<unsigned long long>(done0));
+      static_cast<unsigned long long>(r.now - t0), static_cast<unsigned long long>(done0),
+      static_cast<unsigned long long>(zero_copy));
   return 0;
 }

@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "dataplane/wire/icrc.h"
@@ -117,6 +119,83 @@ TEST(FastFrame, RequestOnlyMatchesTheTemplateWriterAndTheGenericBuilder) {
     }
   }
   EXPECT_EQ(frames, 5 * 2 * 308);
+}
+
+// The zero-copy writer (write_zero_copy_headers + finish_zero_copy, the requester's
+// req_fast_zc) against the template writer's pieces form (write_masked_headers +
+// finish_masked_pieces, req_packet's zero-copy path) and the generic builder over the whole
+// frame: every Middle and Last opcode, AckReq and SE both ways, every pad, both IP checksum
+// settings, with and without the fold kernel.
+TEST(FastFrame, ZeroCopyPacketMatchesTheTemplateWriterAndTheGenericBuilder) {
+  std::mt19937 rng(34);
+  std::vector<std::uint8_t> payload(4096 + 3);
+  for (auto& b : payload) b = static_cast<std::uint8_t>(rng());
+  int frames = 0;
+  for (const Opcode op : {Opcode::kRcWriteMiddle, Opcode::kRcWriteLast, Opcode::kRcWriteLastImm,
+                          Opcode::kRcSendMiddle, Opcode::kRcSendLast, Opcode::kRcSendLastImm,
+                          Opcode::kRcSendLastInv}) {
+    for (const bool csum : {true, false}) {
+      const FrameSpec s = path(csum, static_cast<std::uint8_t>(rng()), 64);
+      const PathTemplate t = make_path_template(s);
+      ASSERT_TRUE(fast_tx_path(t));
+      for (const std::uint32_t len : {1u, 2u, 3u, 4u, 5u, 255u, 256u, 511u, 512u, 1023u, 1024u,
+                                      2049u, 4093u, 4094u, 4095u, 4096u}) {
+        for (const bool fold : {true, false}) {
+          if (fold && !kCrcFoldUsable) continue;
+          PacketFields f;
+          f.opcode = op;
+          f.se = (rng() & 1) != 0;
+          f.ack_req = (rng() & 1) != 0;
+          f.psn = Psn(static_cast<std::uint32_t>(rng()));
+          f.ip_id = static_cast<std::uint16_t>(rng());
+          f.imm = static_cast<std::uint32_t>(rng());
+          f.ieth_rkey = static_cast<std::uint32_t>(rng());
+          const std::uint8_t* p = payload.data() + (rng() % 4);  // any alignment
+          // The template writer's zero-copy form.
+          std::vector<std::uint8_t> a(128, 0xEE), b(128, 0x11);
+          std::uint8_t ta[8] = {}, tb[8];
+          std::memset(tb, 0x5A, sizeof tb);
+          const std::size_t ha = write_masked_headers(t, f, len, a.data());
+          ASSERT_NE(ha, 0u);
+          const std::span<const std::uint8_t> piece(p, len);
+          const std::size_t na = finish_masked_pieces(t, {a.data(), ha}, {&piece, 1}, ta);
+          const std::uint32_t ext = op == Opcode::kRcSendLastInv ? f.ieth_rkey : f.imm;
+          const std::size_t hb = write_zero_copy_headers(t, op, f.se, f.ack_req, f.psn.raw(),
+                                                         f.ip_id, ext, len, b.data());
+          const std::size_t nb = finish_zero_copy(t, b.data(), hb, p, len, tb, fold);
+          const std::string what = std::string(opcode_info(op).name) + " len " +
+                                   std::to_string(len) + (fold ? " fold" : " isa-l");
+          ASSERT_EQ(ha, hb) << what;
+          ASSERT_EQ(na, nb) << what;
+          ASSERT_TRUE(std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(ha), b.begin()))
+              << what;
+          ASSERT_TRUE(std::equal(ta, ta + na, tb)) << what;
+          // The generic builder over the whole frame.
+          std::vector<std::uint8_t> whole(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(hb));
+          whole.insert(whole.end(), p, p + len);
+          whole.insert(whole.end(), tb, tb + nb);
+          FrameSpec g = s;
+          g.opcode = op;
+          g.se = f.se;
+          g.ack_req = f.ack_req;
+          g.psn = f.psn;
+          g.ip_id = f.ip_id;
+          g.imm = f.imm;
+          g.ieth_rkey = f.ieth_rkey;
+          std::vector<std::uint8_t> c(4400);
+          const std::size_t nc = build_frame(g, {p, len}, c);
+          ASSERT_EQ(nc, whole.size()) << what;
+          ASSERT_TRUE(std::equal(whole.begin(), whole.end(), c.begin())) << what;
+          RxPkt pkt;
+          ParseOptions po;
+          po.verify_ip_checksum = csum;
+          ASSERT_EQ(parse_frame(whole, pkt, po), Verdict::kOk) << what;
+          ++frames;
+        }
+      }
+    }
+  }
+  EXPECT_GE(frames, 7 * 2 * 16);
 }
 
 TEST(FastFrame, IcrcKernelsMatchTheGeneralFold) {
