@@ -86,7 +86,8 @@ std::string_view to_string(Counter c) {
                                                                  "sr_connections",
                                                                  "tx_fast_path",
                                                                  "rx_fast_path",
-                                                                 "sr_unplaced"};
+                                                                 "sr_unplaced",
+                                                                 "sr_forged_dropped"};
   return k[static_cast<std::size_t>(c)];
 }
 
