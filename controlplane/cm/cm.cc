@@ -653,6 +653,12 @@ std::optional<QpAttrs> Cm::qp_attrs(ConnId id) const {
   return c->qp;
 }
 
+std::optional<std::uint32_t> Cm::remote_comm_id(ConnId id) const {
+  const Conn* c = find(id);
+  if (c == nullptr) return std::nullopt;
+  return c->remote_comm_id;
+}
+
 // ---- received MADs ---------------------------------------------------------------------------
 
 MadError Cm::on_mad(std::span<const std::uint8_t> mad, const MadAddr& from) {

@@ -341,6 +341,9 @@ class Cm {
   // ---- introspection ----
   ConnState state(ConnId id) const;
   std::optional<QpAttrs> qp_attrs(ConnId id) const;
+  /// The peer's comm ID (from its REQ or REP; 0 before), which a blind forger does not know
+  /// (new_id): with ours, what selective repeat's index bases come from (sr_index_base).
+  std::optional<std::uint32_t> remote_comm_id(ConnId id) const;
   std::size_t size() const { return conns_.size(); }
   /// Connections whose DREQ is not answered yet.
   std::size_t disconnecting() const;

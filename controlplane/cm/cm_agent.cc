@@ -17,7 +17,26 @@ Mtu engine_mtu(std::uint8_t e, Mtu max) {
   return std::min(m, max);
 }
 
+// splitmix64's finaliser: a bijection of 64 bits whose output bits each depend on all of
+// the input's.
+std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// One direction's base: the messages the end with comm ID `from` sends to the one with `to`.
+std::uint32_t sr_base(std::uint32_t from, std::uint32_t to) {
+  return static_cast<std::uint32_t>(mix(std::uint64_t{from} << 32 | to) >> 32);
+}
+
 }  // namespace
+
+SrIndexBase sr_index_base(std::uint32_t local_comm_id, std::uint32_t remote_comm_id) {
+  return {sr_base(local_comm_id, remote_comm_id), sr_base(remote_comm_id, local_comm_id)};
+}
 
 CmAgent::CmAgent(Engine& eng, CmAgentConfig cfg, EventFn on_event)
     : eng_(eng), cfg_(std::move(cfg)), on_event_(std::move(on_event)) {
@@ -172,7 +191,10 @@ bool CmAgent::modify(ConnId id, QpTransition t, const QpAttrs& q) {
       // in an earlier connection.
       if (rc == kOk && qp->type == QpType::kRc) {
         const bool sr = cfg_.selective_repeat && ece_sr_on(q.local_ece, q.remote_ece);
-        if (sr || qp->req.sr) rc = eng_.set_selective_repeat(qp, sr);
+        // The message indices start where both ends' comm IDs say (sr_index_base).
+        if (sr || qp->req.sr)
+          rc = eng_.set_selective_repeat(qp, sr,
+                                         sr_index_base(id.v, cm_->remote_comm_id(id).value_or(0)));
         if (rc == kOk) ++(sr ? stats_.sr_connections : stats_.gbn_connections);
         if (rc == kOk && sr) eng_.count(Counter::kSrConnections);
       }

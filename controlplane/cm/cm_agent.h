@@ -22,6 +22,12 @@
 
 namespace roce::cm {
 
+/// Where selective repeat's message indices start on a connection (engine::SrIndexBase), from
+/// the two comm IDs, which both ends hold after the REQ/REP exchange and an off-path host cannot
+/// guess (Cm::new_id draws them from a keyed permutation): each end's `tx` is the other's `rx`.
+/// An on-path observer of the exchange learns them, as it learns every index from the packets.
+engine::SrIndexBase sr_index_base(std::uint32_t local_comm_id, std::uint32_t remote_comm_id);
+
 struct CmAgentConfig {
   CmConfig cm;
   /// MAD receive buffers kept posted on QP1: a burst of MADs beyond them between two polls is

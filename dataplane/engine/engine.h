@@ -150,8 +150,15 @@ class Engine {
   /// sent again only where the peer's SACKs say. Only between two of our stacks: both ends must
   /// turn it on, each after learning that the other announced it (roce-perf's out-of-band QP
   /// exchange); a standard peer never sees it. RC, before traffic (before RTS, or in RTS with
-  /// nothing posted or in flight); kErrInval otherwise.
+  /// nothing posted or in flight); kErrInval otherwise. `base`: where the message indices of
+  /// each direction start, which both ends must agree on and no one else know (SrIndexBase:
+  /// the CM derives them from the comm IDs, cm::sr_index_base). Without it, both are drawn at
+  /// random (the keys' generator): for one end alone, or a test that reads them back
+  /// (sr_index_base) to play the peer.
   int set_selective_repeat(Qp* qp, bool on);
+  int set_selective_repeat(Qp* qp, bool on, SrIndexBase base);
+  /// The bases `qp` runs selective repeat with (set_selective_repeat); nullopt without it.
+  std::optional<SrIndexBase> sr_index_base(const Qp* qp) const;
   int post_send(Qp* qp, const SendWr* wr, const SendWr** bad_wr);
   int post_recv(Qp* qp, const RecvWr* wr, const RecvWr** bad_wr);
   int post_srq_recv(Srq* srq, const RecvWr* wr, const RecvWr** bad_wr);

@@ -253,6 +253,18 @@ struct RespState {
   bool out_empty() const { return out_head == out_tail; }
 };
 
+/// Where the message indices of a selective-repeat QP's SENDs and WRITEs with immediate start
+/// (wire/srh.h), one per direction: agreed by both ends when selective repeat is turned on
+/// (the CM derives them from the two comm IDs, roce-perf announces the one it receives with)
+/// and known to no one else. A packet of a SEND carries no key: the responder places it only
+/// when its index is among the next SrState::kMsgs of this sequence, so a blind forger has to
+/// guess a 32-bit value besides the PSN (docs/loss-recovery.md, "Against spoofed and forged
+/// packets").
+struct SrIndexBase {
+  std::uint32_t tx = 0;  ///< index of the first message this end sends (the peer's rx)
+  std::uint32_t rx = 0;  ///< index of the first message the peer sends (the peer's tx)
+};
+
 /// Selective repeat between two of our stacks (issue 32; Engine::set_selective_repeat,
 /// responder.cc and retransmit.cc), allocated only on a QP both of whose ends announced it.
 /// The requester sends every packet of an RDMA WRITE (without immediate) as a WRITE Only with
@@ -327,12 +339,14 @@ struct SrState {
   };
   std::array<RecvMsg, kMsgs> msgs{};                ///< message i at msgs[i % kMsgs]
   std::array<std::uint64_t, kBits / 64> msg_pkt{};  ///< bit psn % kBits: a kept packet of a message
-  std::uint32_t rx_msg = 0;  ///< responder: index of the next message to complete
+  /// responder: index of the next message to complete (from SrIndexBase::rx)
+  std::uint32_t rx_msg = 0;
   /// Message rx_msg has begun in PSN order (its first packet is behind ePSN): a SEND has taken
   /// its receive WQE (RespState::recv).
   bool rx_msg_open = false;
-  std::uint32_t tx_msg = 0;    ///< requester: index of the next message to start
+  std::uint32_t tx_msg = 0;    ///< requester: index of the next message to start (from tx)
   std::uint32_t tx_floor = 0;  ///< the oldest message not acknowledged (at most; lazily moved)
+  SrIndexBase base;            ///< where rx_msg and tx_msg started (Engine::sr_index_base)
 
   /// The opcode of every packet of a message of `op` (a WRITE or a message that consumes a
   /// receive WQE) on a QP with selective repeat.

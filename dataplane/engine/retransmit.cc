@@ -272,6 +272,17 @@ bool Engine::Stages::read_rerequest(Engine& eng, Qp& qp, SendWqe& w, std::uint32
 // ---- selective repeat (SrState) ----------------------------------------------------------
 
 int Engine::set_selective_repeat(Qp* qp, bool on) {
+  const std::uint64_t r = qpn_rng_.next();
+  return set_selective_repeat(qp, on,
+                              {static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(r >> 32)});
+}
+
+std::optional<SrIndexBase> Engine::sr_index_base(const Qp* qp) const {
+  if (qp == nullptr || qp->sr == nullptr) return std::nullopt;
+  return qp->sr->base;
+}
+
+int Engine::set_selective_repeat(Qp* qp, bool on, SrIndexBase base) {
   if (qp == nullptr || qp->type != QpType::kRc) return kErrInval;
   // Before traffic: before RTS, or in RTS with nothing posted, in flight or half received.
   const bool idle = qp->sq_head == qp->sq_tail && qp->comp.psn == qp->req.high_psn &&
@@ -284,6 +295,9 @@ int Engine::set_selective_repeat(Qp* qp, bool on) {
     qp->sr.reset();
   } else {
     qp->sr = std::make_unique<SrState>();
+    qp->sr->base = base;
+    qp->sr->rx_msg = base.rx;
+    qp->sr->tx_msg = qp->sr->tx_floor = base.tx;
   }
   return kOk;
 }

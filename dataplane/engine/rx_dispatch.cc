@@ -87,7 +87,8 @@ std::string_view to_string(Counter c) {
                                                                  "tx_fast_path",
                                                                  "rx_fast_path",
                                                                  "sr_unplaced",
-                                                                 "probes_deferred"};
+                                                                 "probes_deferred",
+                                                                 "sr_forged_dropped"};
   return k[static_cast<std::size_t>(c)];
 }
 

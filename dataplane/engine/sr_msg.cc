@@ -71,6 +71,16 @@ bool parse(const Qp& qp, const wire::RxPkt& pkt, Geometry& g) {
   return true;
 }
 
+// Whether an SR packet's message index is among the next kMsgs from rx_msg, the only ones the
+// peer sends: its requester starts no message further ahead, and the packets of every earlier
+// one lie behind ePSN. The indices start where both ends agreed (SrIndexBase), so a packet
+// outside is no packet of the peer's: a blind forger's, who had to guess 32 bits. A payload
+// too short for the header is left to parse().
+bool in_window(const SrState& s, const wire::RxPkt& pkt) {
+  if (pkt.payload_len < wire::SrhView::kSize) return true;
+  return wire::ConstSrhView(pkt.payload().data()).index() - s.rx_msg < SrState::kMsgs;
+}
+
 bool same(const SrState::RecvMsg& r, const Geometry& g, Opcode op) {
   return r.index == g.index && r.first == g.first && r.length == g.length && r.imm == g.imm &&
          r.op == op;
@@ -200,11 +210,16 @@ bool Engine::Stages::sr_emit(Engine& eng, Qp& qp, SendWqe& w, std::span<std::uin
 // A packet past ePSN: placed when its message's record agrees (or it starts one), its index
 // is within kMsgs of the next message to complete, and its receive WQE is known and large
 // enough (a SEND: the WQE the open message took, or the ring's; a WRITE with immediate: its
-// RETH's key, and a WQE posted for its completion). Anything else is counted and left to the
+// RETH's key, and a WQE posted for its completion). An index outside that window is forged:
+// counted and dropped, unanswered (true: handled). Anything else is counted and left to the
 // go-back-N path (not placed: it comes again).
 bool Engine::Stages::sr_msg_keep(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   SrState& s = *qp.sr;
   RespState& rs = qp.resp;
+  if (!in_window(s, pkt)) {
+    eng.stats_.inc(Counter::kSrForgedDropped);
+    return true;
+  }
   const auto unplaced = [&eng] {
     eng.stats_.inc(Counter::kSrUnplaced);
     return false;
@@ -214,7 +229,6 @@ bool Engine::Stages::sr_msg_keep(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   // A message without data waits for its turn, as a zero-length WRITE does: nothing to place.
   if (g.len == 0) return unplaced();
   const std::uint32_t dm = g.index - s.rx_msg;
-  if (dm >= SrState::kMsgs) return unplaced();
   SrState::RecvMsg& r = s.msgs[g.index % SrState::kMsgs];
   const bool open = dm == 0 && s.rx_msg_open;
   if (r.live ? !same(r, g, pkt.opcode)
@@ -325,10 +339,15 @@ bool Engine::Stages::sr_msg_done(Engine& eng, Qp& qp, SrState::RecvMsg& r, Psn p
 // to the next message to complete (else the QP stops, class C, as an opcode out of sequence
 // would), a record that disagrees with it was forged and is dropped with what it placed, a
 // message begins with its first packet, a SEND takes its receive WQE there (RNR NAK if none),
-// and the message completes at its last packet.
+// and the message completes at its last packet. An index outside the window is no word of the
+// peer's (in_window): counted and dropped, ePSN stays for the real packet.
 void Engine::Stages::sr_msg_in_order(Engine& eng, Qp& qp, const wire::RxPkt& pkt) {
   SrState& s = *qp.sr;
   RespState& rs = qp.resp;
+  if (!in_window(s, pkt)) {
+    eng.stats_.inc(Counter::kSrForgedDropped);
+    return;
+  }
   Geometry g;
   if (rs.in_msg != RespState::InMsg::kNone || !parse(qp, pkt, g) || g.index != s.rx_msg) {
     resp_error(eng, qp, pkt, wire::NakCode::kInvalidRequest);

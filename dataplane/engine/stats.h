@@ -83,6 +83,8 @@ enum class Counter : std::uint8_t {
   kRxFastPath,          ///< received frames the receive fast path took (rx_fast)
   kSrUnplaced,          ///< selective repeat: SEND packets past ePSN not placed (sr_msg.cc)
   kProbesDeferred,      ///< probe deadlines passed while nothing sent later was acknowledged
+  kSrForgedDropped,     ///< selective repeat: SR packets whose message index is outside the
+                        ///< window (SrIndexBase): dropped unanswered, never placed (sr_msg.cc)
   kCount_
 };
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount_);

@@ -5,7 +5,11 @@
 /// packet of a SEND (or WRITE with immediate) without the packets before it, as IRN's
 /// per-packet extension does: which receive WQE, where in it, and how long the message is.
 ///   0  message index: the message's place among those of the QP that consume a receive WQE,
-///      counted from 0 when selective repeat was turned on (the n-th posted receive WQE)
+///      counted (modulo 2^32) from the direction's base, which both ends agreed on when
+///      selective repeat was turned on and no one else knows (engine::SrIndexBase): base + n
+///      for the n-th posted receive WQE. The responder drops, unanswered, a packet whose index
+///      is not among the next 64 it expects (counted sr_forged_dropped): a SEND carries no key,
+///      and the base is what a blind forger would have to guess.
 ///   4  offset of this packet's data in the message (a multiple of the path MTU)
 ///   8  length of the whole message (byte_len of the receive completion)
 /// The data follows. ImmDt, IETH and (WRITE with immediate) RETH sit where IBA puts them,

@@ -119,7 +119,8 @@ EngineHarness::EngineHarness(std::uint8_t setup, bool allow_dereg, Tap tap)
   if (!rc_ || !uc_ || !ud_) std::abort();
   bring_up(*eng_, rc_, QpType::kRc, kPeerRcQpn, mtu);
   // Selective repeat on the RC QP (issue 32): its out-of-order placement and SACKs are fed.
-  if ((setup & 16) && eng_->set_selective_repeat(rc_, true) != kOk) std::abort();
+  // Indices from 0 each way (SrIndexBase): the inputs reach placement with small indices.
+  if ((setup & 16) && eng_->set_selective_repeat(rc_, true, {0, 0}) != kOk) std::abort();
   bring_up(*eng_, uc_, QpType::kUc, kPeerUcQpn, mtu);
   bring_up(*eng_, ud_, QpType::kUd, kPeerUdQpn, mtu);
   for (std::size_t i = 0; i < kMrs; ++i) {

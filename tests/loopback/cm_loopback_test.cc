@@ -236,6 +236,11 @@ struct CmSrRun {
   std::uint64_t sr_connections = 0;       ///< both agents' Stats::sr_connections
   std::uint64_t sr_retransmits = 0, sr_sacks_sent = 0, seq_naks = 0, retransmitted = 0;
   bool data_ok = false;
+  /// Selective repeat's message index bases at each end (Engine::sr_index_base), and what
+  /// sr_index_base gives A from the two comm IDs.
+  std::optional<engine::SrIndexBase> base_a, base_b;
+  engine::SrIndexBase derived_a;
+  bool send_ok = false;  ///< a SEND from A after the WRITE arrived whole at B
 };
 
 constexpr Ece kOffer{kEceVendorId, kEceSignature | kEceSrOffer};
@@ -262,6 +267,10 @@ CmSrRun write_over_cm(bool sr_a, bool sr_b, bool sr_engines = false, Ece ece_a =
   out.sr_qp_a = r.ep_a.qp->req.sr;
   out.sr_qp_b = r.ep_b.qp->req.sr;
   out.sr_connections = r.a.stats().sr_connections + r.b.stats().sr_connections;
+  out.base_a = r.lb.a().sr_index_base(r.ep_a.qp);
+  out.base_b = r.lb.b().sr_index_base(r.ep_b.qp);
+  out.derived_a = sr_index_base(r.find(r.ev_a, CmEventType::kEstablished)->id.v,
+                                r.find(r.ev_b, CmEventType::kConnectRequest)->id.v);
   Buffer src = make_buffer(r.lb.a(), r.ep_a.pd, 16384, 5);
   Buffer dst = make_buffer(r.lb.b(), r.ep_b.pd, 16384, 0);
   const engine::Sge s = src.sge();
@@ -278,6 +287,15 @@ CmSrRun write_over_cm(bool sr_a, bool sr_b, bool sr_engines = false, Ece ece_a =
   out.retransmitted = sa.get(engine::Counter::kRetransmittedPackets);
   out.sr_sacks_sent = sb.get(engine::Counter::kSrSacksSent);
   out.seq_naks = sb.get(engine::Counter::kSeqErrNakSent);
+  // A SEND (an SR SEND with selective repeat: B places it only with the index A numbered it
+  // with, from the base both derived).
+  r.post_b_recv();
+  std::memset(r.buf_a.bytes.data(), 0x5C, 100);
+  r.send_a(100);
+  EXPECT_TRUE(r.run([&] { return r.lb.b().poll_cq(r.ep_b.rcq, 1, &wc) == 1; }));
+  out.send_ok =
+      wc.status == engine::WcStatus::kSuccess && wc.byte_len == 100 && r.buf_b.bytes[99] == 0x5C;
+  EXPECT_EQ(sb.get(engine::Counter::kSrForgedDropped), 0u);
   return out;
 }
 
@@ -293,6 +311,30 @@ TEST(CmLoopback, SelectiveRepeatWhenOfferedAndAccepted) {
   EXPECT_EQ(k.sr_retransmits, 1u) << "only the lost packet again";
   EXPECT_EQ(k.retransmitted, 1u);
   EXPECT_EQ(k.seq_naks, 0u);
+  // The message index bases: each end's tx is the other's rx, both from the comm IDs.
+  ASSERT_TRUE(k.base_a && k.base_b);
+  EXPECT_EQ(k.base_a->tx, k.base_b->rx);
+  EXPECT_EQ(k.base_a->rx, k.base_b->tx);
+  EXPECT_EQ(k.base_a->tx, k.derived_a.tx);
+  EXPECT_EQ(k.base_a->rx, k.derived_a.rx);
+  EXPECT_NE(k.base_a->tx, k.base_a->rx) << "each direction its own";
+  EXPECT_TRUE(k.send_ok);
+}
+
+// sr_index_base: each end's tx is the other's rx, and every comm ID bit moves both bases.
+TEST(CmLoopback, SrIndexBaseFromTheCommIds) {
+  const engine::SrIndexBase a = sr_index_base(0x12345678, 0x9ABCDEF0);
+  const engine::SrIndexBase b = sr_index_base(0x9ABCDEF0, 0x12345678);
+  EXPECT_EQ(a.tx, b.rx);
+  EXPECT_EQ(a.rx, b.tx);
+  EXPECT_NE(a.tx, a.rx);
+  for (int bit = 0; bit < 64; ++bit) {
+    const std::uint32_t l = 0x12345678 ^ (bit < 32 ? 1u << bit : 0);
+    const std::uint32_t r = 0x9ABCDEF0 ^ (bit >= 32 ? 1u << (bit - 32) : 0);
+    const engine::SrIndexBase c = sr_index_base(l, r);
+    EXPECT_NE(c.tx, a.tx) << bit;
+    EXPECT_NE(c.rx, a.rx) << bit;
+  }
 }
 
 // roced's `transport: selective_repeat: true` sets EngineConfig::selective_repeat: the agents on
@@ -304,6 +346,7 @@ TEST(CmLoopback, SelectiveRepeatAllowedByTheEngineConfig) {
   EXPECT_TRUE(k.data_ok);
   EXPECT_EQ(k.sr_retransmits, 1u);
   EXPECT_EQ(k.seq_naks, 0u);
+  EXPECT_TRUE(k.send_ok);
 }
 
 // Allowed is not asked for (finding 1 of review 18): an owner that gives no ECE gets none on
@@ -334,6 +377,9 @@ TEST(CmLoopback, GoBackNUnlessOfferedAndAcceptedByTheOwners) {
     EXPECT_EQ(k.sr_retransmits, 0u);
     EXPECT_EQ(k.seq_naks, 1u);
     EXPECT_GE(k.retransmitted, 10u) << "go-back-N: the lost packet and those after it";
+    EXPECT_FALSE(k.base_a);
+    EXPECT_FALSE(k.base_b);
+    EXPECT_TRUE(k.send_ok);
   }
 }
 

@@ -9,6 +9,16 @@ namespace roce::test {
 
 using namespace roce::engine;
 
+int set_selective_repeat(const Endpoint& a, const Endpoint& b, bool on_a, bool on_b) {
+  constexpr SrIndexBase kA{0xFFFFFFF8u, 0x7FFFFFF8u};  // A sends from the first, B the second
+  const bool both = on_a && on_b;
+  int rc =
+      both ? a.eng->set_selective_repeat(a.qp, true, kA) : a.eng->set_selective_repeat(a.qp, on_a);
+  if (rc != kOk) return rc;
+  return both ? b.eng->set_selective_repeat(b.qp, true, {kA.rx, kA.tx})
+              : b.eng->set_selective_repeat(b.qp, on_b);
+}
+
 EngineConfig Loopback::default_config(int side) {
   EngineConfig c;
   c.mac = wire::MacAddr{{0x02, 0x00, 0x00, 0x00, 0x00, static_cast<std::uint8_t>(0x0A + side)}};

@@ -111,6 +111,15 @@ std::pair<Endpoint, Endpoint> connect(Loopback& lb, const RcOptions& o = {});
 std::pair<Endpoint, Endpoint> connect_on(Loopback& lb, const Endpoint& a_res, const Endpoint& b_res,
                                          const RcOptions& o);
 
+/// Selective repeat at both ends of a connected pair, `on_a` at A and `on_b` at B, with the
+/// message index bases the two agree on when both have it (as the CM or roce-perf's exchange
+/// arranges, engine::SrIndexBase; each direction's starts 8 below the 32-bit wrap, so a test
+/// of a few messages crosses it). kOk, or the first refusal.
+int set_selective_repeat(const Endpoint& a, const Endpoint& b, bool on_a, bool on_b);
+inline int set_selective_repeat(const Endpoint& a, const Endpoint& b, bool on) {
+  return set_selective_repeat(a, b, on, on);
+}
+
 /// A registered buffer with a recognisable fill.
 struct Buffer {
   std::vector<std::uint8_t> bytes;

@@ -205,10 +205,14 @@ constexpr std::uint32_t kC2cRounds = 1000;
 struct PeerQp {
   std::uint32_t qpn = 0, rkey = 0, psn = 0;
   std::uint64_t addr = 0;
-  bool sr = false;  ///< announced selective repeat
+  bool sr = false;          ///< announced selective repeat
+  std::uint32_t sr_rx = 0;  ///< and the message index it receives from (SrIndexBase::rx)
 };
 /// kQpInfo's `d`: the PSN in bits 0-23, and bit 32 when the side announces selective repeat
 /// (an older peer neither sets it nor reads past the PSN's 32 bits, so it keeps go-back-N).
+/// `c`: the R_Key in bits 0-31 and, with selective repeat announced, in bits 32-63 the
+/// message index the side's QP receives from (drawn at random: the other side's SrIndexBase::tx;
+/// an older peer reads only the key's 32 bits).
 constexpr std::uint64_t kQpInfoSelectiveRepeat = std::uint64_t{1} << 32;
 
 /// How one side reaches the link: its port's options and the EAL's memory.
@@ -579,8 +583,14 @@ void BenchSide::workload(std::size_t wi) {
   std::vector<PeerQp> peers(w.qps);
   std::mt19937 rng(static_cast<unsigned>(ec.seed));
   std::vector<std::uint32_t> psns;
-  // Selective repeat: what this side announces in the QP exchange.
+  // Selective repeat: what this side announces in the QP exchange, and where the indices of the
+  // messages each QP receives start (a blind forger must not know it: the kernel's generator).
   const bool announce = w.selective_repeat && (a() || w.peer_announces);
+  std::vector<std::uint32_t> sr_rx(w.qps, 0);
+  if (announce) {
+    std::random_device rd;
+    for (std::uint32_t& b : sr_rx) b = rd();
+  }
   for (std::uint32_t q = 0; q < w.qps; ++q) {
     Qp* qp =
         eng.create_qp(pd, QpType::kRc, scq, rcq,
@@ -590,13 +600,15 @@ void BenchSide::workload(std::size_t wi) {
     qps.push_back(qp);
     mrs.push_back(mr);
     psns.push_back(rng() & 0xffffff);
-    ch_.send({MsgType::kQpInfo, qp->qpn, reinterpret_cast<std::uint64_t>(bufs[q].data()), mr->key,
+    ch_.send({MsgType::kQpInfo, qp->qpn, reinterpret_cast<std::uint64_t>(bufs[q].data()),
+              mr->key | std::uint64_t{sr_rx[q]} << 32,
               psns.back() | (announce ? kQpInfoSelectiveRepeat : 0)});
   }
   for (std::uint32_t q = 0; q < w.qps; ++q) {
     const Msg m = ch_.recv(MsgType::kQpInfo, poll);
-    peers[q] = {m.a, static_cast<std::uint32_t>(m.c), static_cast<std::uint32_t>(m.d & 0xFFFFFF),
-                m.b, (m.d & kQpInfoSelectiveRepeat) != 0};
+    peers[q] = {
+        m.a, static_cast<std::uint32_t>(m.c),     static_cast<std::uint32_t>(m.d & 0xFFFFFF),
+        m.b, (m.d & kQpInfoSelectiveRepeat) != 0, static_cast<std::uint32_t>(m.c >> 32)};
   }
   for (std::uint32_t q = 0; q < w.qps; ++q) {
     QpAttr at;
@@ -606,7 +618,8 @@ void BenchSide::workload(std::size_t wi) {
       die(side_, "INIT refused");
     // Selective repeat only when both sides announced it: a QP with one side on would see
     // SACKs it does not know (go-back-N still recovers, but slowly).
-    if (announce && peers[q].sr && eng.set_selective_repeat(qps[q], true) != kOk)
+    if (announce && peers[q].sr &&
+        eng.set_selective_repeat(qps[q], true, {peers[q].sr_rx, sr_rx[q]}) != kOk)
       die(side_, "selective repeat refused");
     at.qp_state = QpState::kRtr;
     at.path_mtu = mtu_enum(w.mtu);
