@@ -42,6 +42,19 @@ struct OnlyFields {
   std::uint32_t imm = 0;
 };
 
+/// The template's Ethernet, IPv4 and UDP headers (and 6 bytes more) into `out`, as three
+/// 16-byte moves.
+[[gnu::always_inline]] inline void copy_template_headers(const PathTemplate& t, std::uint8_t* out) {
+  static_assert(sizeof(t.bytes) == 48);
+#if defined(__SSE2__)
+  for (int i = 0; i < 3; ++i)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out) + i,
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(t.bytes.data()) + i));
+#else
+  std::memcpy(out, t.bytes.data(), sizeof(t.bytes));
+#endif
+}
+
 /// Whether `t` is a path write_request_only() writes: IPv4 and untagged.
 inline bool fast_tx_path(const PathTemplate& t) { return t.usable() && t.l3_off == kFastL3; }
 
@@ -62,15 +75,7 @@ template <Opcode kOp>
   constexpr std::size_t hdr = info.hdr_len;
   const unsigned pad = pad_for(len);
   const std::size_t l4 = detail::kUdp + hdr + len + pad + kIcrcSize;
-  // Ethernet, IPv4, UDP (and 6 bytes more), as three 16-byte moves.
-  static_assert(sizeof(t.bytes) == 48);
-#if defined(__SSE2__)
-  for (int i = 0; i < 3; ++i)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out) + i,
-                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(t.bytes.data()) + i));
-#else
-  std::memcpy(out, t.bytes.data(), sizeof(t.bytes));
-#endif
+  copy_template_headers(t, out);
   std::uint8_t* l3 = out + kFastL3;
   const auto total = static_cast<std::uint32_t>(detail::kIpv4 + l4);
   store_be32(l3 + 2, total << 16 | f.ip_id);  // total length, ID
@@ -119,13 +124,7 @@ template <Opcode kOp>
   const std::size_t hdr = info.hdr_len;  // 12, or 16 with ImmDt or IETH
   const unsigned pad = pad_for(len);
   const std::size_t l4 = detail::kUdp + hdr + len + pad + kIcrcSize;
-#if defined(__SSE2__)
-  for (int i = 0; i < 3; ++i)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out) + i,
-                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(t.bytes.data()) + i));
-#else
-  std::memcpy(out, t.bytes.data(), sizeof(t.bytes));
-#endif
+  copy_template_headers(t, out);
   std::uint8_t* l3 = out + kFastL3;
   store_be32(l3 + 2, static_cast<std::uint32_t>(detail::kIpv4 + l4) << 16 | ip_id);
   store_be16(l3 + detail::kIpv4 + 4, static_cast<std::uint16_t>(l4));
