@@ -324,7 +324,8 @@ TEST(CongestionNp, CeMarkedReadResponseGetsACnpForTheResponder) {
   Harness h;
   h.send_read(4096);  // PSNs 5000-5003 at MTU 1024
   h.eng.receive(h.frame(Opcode::kRcReadResponseFirst, 5000, 1024, 0x03), h.now);
-  auto cnps = Harness::cnps(h.flush());
+  const auto frames = h.flush();  // the parsed CNPs point into these frames
+  auto cnps = Harness::cnps(frames);
   ASSERT_EQ(cnps.size(), 1u);
   EXPECT_EQ(cnps[0].dest_qp.raw(), kPeerQpn) << "to the responder's QP";
   EXPECT_TRUE(cnps[0].bth().becn());
