@@ -142,37 +142,32 @@ IncastResult run_incast(const IncastOptions& o) {
       interval_bytes(o.senders, 0);
   std::vector<bool> started(o.senders, false);
   IncastResult r;
-  const auto post = [&](std::uint32_t i, std::uint64_t k) {
-    if (o.read) {
-      // The receiver READs the sender's source into its k-th slot for that sender.
-      Host& d = hosts[rx];
-      const std::uint64_t slot = std::uint64_t{i} * o.queue_depth + k % o.queue_depth;
-      Sge sge{reinterpret_cast<std::uint64_t>(d.mem.data()) + slot * slot_bytes, o.message,
-              d.mr->key};
-      SendWr wr;
-      wr.wr_id = i;
-      wr.opcode = WrOpcode::kRead;
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
-      wr.send_flags = kSendSignaled;
-      wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(hosts[i].mem.data());
-      wr.rdma.rkey = hosts[i].mr->key;
-      if (d.eng->post_send(rq[i], &wr, nullptr) == kOk) ++posted[i];
-      return;
-    }
-    Host& s = hosts[i];
-    const std::uint64_t slot = k % o.queue_depth;
-    Sge sge{reinterpret_cast<std::uint64_t>(s.mem.data()) + slot * slot_bytes, o.message,
-            s.mr->key};
+  // One signaled, single-SGE RDMA WR of `o.message` bytes: the READ and WRITE rows differ only
+  // in the opcode, the posting side and which host's memory is local or remote.
+  const auto post_rdma = [&](Engine& eng, Qp* qp, std::uint32_t i, WrOpcode op, Host& local,
+                             std::uint64_t local_off, Host& remote, std::uint64_t remote_off) {
+    Sge sge{reinterpret_cast<std::uint64_t>(local.mem.data()) + local_off, o.message,
+            local.mr->key};
     SendWr wr;
     wr.wr_id = i;
-    wr.opcode = WrOpcode::kWrite;
+    wr.opcode = op;
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.send_flags = kSendSignaled;
-    wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(hosts[rx].mem.data()) + i * slot_bytes;
-    wr.rdma.rkey = hosts[rx].mr->key;
-    if (s.eng->post_send(sq[i], &wr, nullptr) == kOk) ++posted[i];
+    wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(remote.mem.data()) + remote_off;
+    wr.rdma.rkey = remote.mr->key;
+    if (eng.post_send(qp, &wr, nullptr) == kOk) ++posted[i];
+  };
+  const auto post = [&](std::uint32_t i, std::uint64_t k) {
+    if (o.read) {
+      // The receiver READs the sender's source into its k-th slot for that sender.
+      const std::uint64_t slot = std::uint64_t{i} * o.queue_depth + k % o.queue_depth;
+      post_rdma(*hosts[rx].eng, rq[i], i, WrOpcode::kRead, hosts[rx], slot * slot_bytes, hosts[i],
+                0);
+      return;
+    }
+    post_rdma(*hosts[i].eng, sq[i], i, WrOpcode::kWrite, hosts[i], (k % o.queue_depth) * slot_bytes,
+              hosts[rx], std::uint64_t{i} * slot_bytes);
   };
   std::uint64_t next_sample = t0 + o.sample_ns;
   bool measuring = false;
