@@ -93,7 +93,7 @@ TEST(Review21, AStreamCutByAFullRingDoesNotStarveTheOtherQps) {
 // packets at dce_tcp_rtt 1 us is 3.6e9 multiplications in the next packet's advance(), on the
 // poll loop. roce-ctl's `rates` walks them again on a copy per QP per query (cc_rates). The rate
 // timer has a closed form for the same case (Dcqcn.IdleHoursCostNoWalk); alpha has none.
-TEST(Review21, DISABLED_AlphaWithAZeroGainCostsNoWalkOverIdleTime) {
+TEST(Review21, AlphaWithAZeroGainCostsNoWalkOverIdleTime) {
   cc::DcqcnParams p;
   p.max_rate_mbps = 40'000;
   p.min_rate_mbps = 10;
