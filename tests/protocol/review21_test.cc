@@ -110,5 +110,74 @@ TEST(Review21, AlphaWithAZeroGainCostsNoWalkOverIdleTime) {
   EXPECT_DOUBLE_EQ(d.alpha(), 1.0) << "a gain of 0 leaves alpha where it is";
 }
 
+// ---- finding 3: a QP that always has packets outstanding keeps its first_turn for good -------
+
+// The probe's RACK test across QPs (retransmit.cc fire_timers, qp36) compares the turn of a
+// QP's oldest outstanding packet (CompState::first_turn) with the latest turn acknowledged,
+// serially in 32 bits. first_turn is set only by a turn that found nothing outstanding, so a QP
+// that streams without ever draining its window keeps the one from its first burst; 2^31 turns
+// later (about an hour at 600,000 turns a second) the serial compare flips and says nothing
+// at or after its oldest packet was acknowledged, although everything up to its last ACK was.
+// Then a tail the QP loses while another QP sends is found by the ACK timeout, not the probe.
+// The wrap is simulated here by moving first_turn back by 2^31 once the QP has sent; the same
+// run without it (Review21.ATailLostBesideAnAcknowledgedQpIsProbed) is probed.
+struct TailLossRun {
+  std::uint64_t probes = 0, deferred = 0, timeouts = 0;
+  bool completed = false;
+};
+TailLossRun tail_loss_beside_another_qp(bool stale_first_turn) {
+  Loopback lb;
+  RcOptions o;
+  o.cap = {16, 4, 1, 1, 0};
+  auto [v, bv] = connect(lb, o);
+  auto [w, bw] = connect_on(lb, v, bv, o);
+  Buffer srcv = make_buffer(lb.a(), v.pd, 2048, 1);
+  Buffer dstv = make_buffer(lb.b(), bv.pd, 2048, 0);
+  Buffer srcw = make_buffer(lb.a(), v.pd, 1024, 2);
+  Buffer dstw = make_buffer(lb.b(), bv.pd, 1024, 0);
+  TailLossRun r;
+  const Sge sv = srcv.sge();
+  const SendWr wv = make_wr(1, &sv, dstv);  // 2 packets at MTU 1024
+  EXPECT_EQ(lb.a().post_send(v.qp, &wv, nullptr), kOk);
+  std::uint64_t t = lb.now();
+  const Frames fv = drain(lb.a(), t += 1000);
+  EXPECT_EQ(fv.size(), 2u);
+  if (fv.size() != 2) return r;
+  lb.b().receive(fv[0], t + 100);  // the second, V's tail, is lost
+  if (stale_first_turn) v.qp->comp.first_turn += 0x8000'0000u;
+  // W sends after V, and is acknowledged.
+  const Sge sw = srcw.sge();
+  const SendWr ww = make_wr(2, &sw, dstw);
+  EXPECT_EQ(lb.a().post_send(w.qp, &ww, nullptr), kOk);
+  for (const auto& f : drain(lb.a(), t += 1000)) lb.b().receive(f, t + 100);
+  for (const auto& f : drain(lb.b(), t + 200)) lb.a().receive(f, t + 300);
+  for (int i = 0; i < 20000 && !r.completed; ++i) {
+    t += 1000;
+    for (const auto& f : drain(lb.a(), t)) lb.b().receive(f, t + 100);
+    for (const auto& f : drain(lb.b(), t + 200)) lb.a().receive(f, t + 300);
+    Wc wc[4];
+    for (int n = lb.a().poll_cq(v.scq, 4, wc), k = 0; k < n; ++k)
+      r.completed |= wc[k].wr_id == 1 && wc[k].status == WcStatus::kSuccess;
+  }
+  r.probes = lb.a().stats().get(Counter::kRetransmitProbes);
+  r.deferred = lb.a().stats().get(Counter::kProbesDeferred);
+  r.timeouts = lb.a().stats().get(Counter::kRetransmitTimeouts);
+  return r;
+}
+
+TEST(Review21, ATailLostBesideAnAcknowledgedQpIsProbed) {
+  const TailLossRun r = tail_loss_beside_another_qp(false);
+  EXPECT_TRUE(r.completed);
+  EXPECT_GE(r.probes, 1u);
+  EXPECT_EQ(r.timeouts, 0u);
+}
+
+TEST(Review21, DISABLED_AStreamsTailIsProbedAfter2To31Turns) {
+  const TailLossRun r = tail_loss_beside_another_qp(true);
+  EXPECT_TRUE(r.completed);
+  EXPECT_EQ(r.timeouts, 0u) << "probes deferred " << r.deferred << " times, then the timeout";
+  EXPECT_GE(r.probes, 1u);
+}
+
 }  // namespace
 }  // namespace roce::test
