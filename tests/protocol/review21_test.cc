@@ -172,7 +172,7 @@ TEST(Review21, ATailLostBesideAnAcknowledgedQpIsProbed) {
   EXPECT_EQ(r.timeouts, 0u);
 }
 
-TEST(Review21, DISABLED_AStreamsTailIsProbedAfter2To31Turns) {
+TEST(Review21, AStreamsTailIsProbedAfter2To31Turns) {
   const TailLossRun r = tail_loss_beside_another_qp(true);
   EXPECT_TRUE(r.completed);
   EXPECT_EQ(r.timeouts, 0u) << "probes deferred " << r.deferred << " times, then the timeout";
