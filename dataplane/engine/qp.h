@@ -416,6 +416,9 @@ struct Qp {
   bool in_ack_list = false;
   bool in_read_list = false;
   bool in_retry_list = false;
+  /// What is left of a turn the full transmit ring cut short (scheduler.cc): the QP goes on
+  /// first in the next run() with this many packets at most, then to the back (0: a new turn).
+  std::uint8_t turn_left = 0;
   std::uint32_t run_gen = 0;   ///< the Engine::run() call run_sent counts for
   std::uint32_t run_sent = 0;  ///< packets sent in that call (EngineConfig::recovery_batch)
   std::uint64_t timer_at = 0;  ///< when its timer wheel entry is due (0: none)

@@ -703,8 +703,12 @@ void Engine::Stages::fire_timers(Engine& eng, Qp& qp) {
       // flight probe. The probe waits for another probe time; the QP that sent last probes
       // as before, so a tail lost at the end of everything, or a path that lost all, is found
       // at its time, and each of its answers moves acked_turn_ on for the others.
+      // (first_turn is set by a turn that found nothing outstanding: a QP that never drains
+      // its window keeps an old one, which after 2^31 turns the serial compare takes for one
+      // in the future. It must lie behind tx_turn_, or it says nothing: review 21.)
       const CompState& c = qp.comp;
       if (static_cast<std::int32_t>(eng.tx_turn_ - c.last_turn) > 0 &&
+          static_cast<std::int32_t>(eng.tx_turn_ - c.first_turn) > 0 &&
           static_cast<std::int32_t>(c.first_turn - eng.acked_turn_) > 0) {
         eng.stats_.inc(Counter::kProbesDeferred);
         arm_probe(eng, qp);

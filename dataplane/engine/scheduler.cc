@@ -41,7 +41,10 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
   // loss, or when the transmit ring fills); says what it left.
   enum class Left : std::uint8_t { kIdle, kCut, kMore, kParked };
   const auto turn = [ this, &progress ](Qp & qp) __attribute__((always_inline)) {
-    std::uint32_t budget = kPerQp;
+    // (A turn the full ring cut short goes on first with what it has left, no more: review 21,
+    // a stream cut in every run() kept the front and starved every other QP.)
+    std::uint32_t budget = qp.turn_left != 0 ? qp.turn_left : kPerQp;
+    qp.turn_left = 0;
     if (qp.comp.cwnd != 0) {
       // Recovering from a loss: a few packets per call (EngineConfig::recovery_batch), so
       // that the loop soon reads the acknowledgements that move the window on.
@@ -76,7 +79,10 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
                       (qp.req.next_wqe == qp.sq_tail && !qp.comp.retry_pending &&
                        qp.comp.read_rereqs == 0 && (!qp.req.sr || qp.sr->resend_empty()));
     if (idle) return Left::kIdle;
-    if (budget != 0 && budget != budget0 && tx_.free() <= kAckReserve) return Left::kCut;
+    if (budget != 0 && budget != budget0 && tx_.free() <= kAckReserve) {
+      qp.turn_left = static_cast<std::uint8_t>(budget);
+      return Left::kCut;
+    }
     return Left::kMore;
   };
   // Whether what a QP has to send is still recovery: a retry not yet started, PSNs sent before
