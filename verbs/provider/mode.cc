@@ -595,11 +595,11 @@ void progress_thread(Backend* be) {
                     static_cast<long>(backoff_ns % 1'000'000'000)});
       // The calls kept coming through the whole back-off (none wakes it but a handoff or a
       // takeover, which reset this): the next one is twice as long, up to backoff_max_ns.
-      backoff_ns = std::min(backoff_ns * 2, pol.backoff_max_ns);
+      backoff_ns = next_backoff(backoff_ns, true, base_backoff_ns, pol.backoff_max_ns);
       idle = 0;
       continue;
     }
-    backoff_ns = base_backoff_ns;
+    backoff_ns = next_backoff(backoff_ns, false, base_backoff_ns, pol.backoff_max_ns);
     if (driven) {
       // The verbs stopped for a back-off. A program thread that ran meanwhile spins on its
       // memory or computes (take the port, nap when idle); one that did not run and is not
