@@ -599,7 +599,6 @@ void progress_thread(Backend* be) {
       idle = 0;
       continue;
     }
-    backoff_ns = next_backoff(backoff_ns, false, base_backoff_ns, pol.backoff_max_ns);
     if (driven) {
       // The verbs stopped for a back-off. A program thread that ran meanwhile spins on its
       // memory or computes (take the port, nap when idle); one that did not run and is not
@@ -614,15 +613,20 @@ void progress_thread(Backend* be) {
                                     : verbs_stopped(cpu > off_cpu ? cpu - off_cpu : 0, now - off_ns,
                                                     program.runnable(tid));
       if (st == Stopped::kPreempted) {
+        // (growing as while the calls come: the program's next verb drives the port, and
+        // each look at it here is a wake-up and two system calls taken from its CPU share)
         bump(be->st.preempted);
         off_ns = now;
         off_cpu = cpu;
-        back_off(be, pol.backoff);
+        back_off(be, {static_cast<time_t>(backoff_ns / 1'000'000'000),
+                      static_cast<long>(backoff_ns % 1'000'000'000)});
+        backoff_ns = next_backoff(backoff_ns, true, base_backoff_ns, pol.backoff_max_ns);
         continue;
       }
       spins = st == Stopped::kSpins;
       driven = false;
     }
+    backoff_ns = next_backoff(backoff_ns, false, base_backoff_ns, pol.backoff_max_ns);
     seen = calls;
     bump(be->st.rounds);
     if (progress_once(be, false, seen)) {
