@@ -88,25 +88,24 @@ pair() {
     pcli) pcli=1 ;;
     psrv) psrv=1 ;;
   esac
-  local sl="--pmd memif-server --iface $d/memif.sock --ip 192.0.2.91 --mac 02:00:00:00:00:91"
-  local cl="--pmd memif --iface $d/memif.sock --ip 192.0.2.92 --mac 02:00:00:00:00:92"
+  local sl=(--pmd memif-server --iface "$d/memif.sock" --ip 192.0.2.91 --mac 02:00:00:00:00:91)
+  local cl=(--pmd memif --iface "$d/memif.sock" --ip 192.0.2.92 --mac 02:00:00:00:00:92)
   if ((psrv)); then
     if [[ $mode == inproc ]]; then
-      srv=(env ROCE_LINK_WAIT=60 ROCE_VERBS_STATS="$d/server.stats" "$run" --link "$sl"
+      srv=(env ROCE_LINK_WAIT=60 ROCE_VERBS_STATS="$d/server.stats" "$run" --link "${sl[*]}"
            -- "ib_$test" "${args[@]}" "${pargs[@]}")
     else
       srv=(env ROCE_VERBS_STATS="$d/server.stats" "$run"
            --attach "$work/$(srv_roced "$mode").sock" -- "ib_$test" "${args[@]}" "${pargs[@]}")
     fi
   elif [[ $mode == inproc ]]; then
-    # shellcheck disable=SC2086  # the link's flags are words
-    srv=("$perf" "$test" $sl "${args[@]}" "${nargs[@]}")
+    srv=("$perf" "$test" "${sl[@]}" "${args[@]}" "${nargs[@]}")
   else
     srv=("$perf" "$test" --attach "$work/$(srv_roced "$mode").sock" "${args[@]}" "${nargs[@]}")
   fi
   if ((pcli)); then
     if [[ $mode == inproc ]]; then
-      cli=(env LD_PRELOAD="$shim" ROCE_VERBS_STATS="$d/client.stats" "$run" --link "$cl"
+      cli=(env LD_PRELOAD="$shim" ROCE_VERBS_STATS="$d/client.stats" "$run" --link "${cl[*]}"
            -- "ib_$test" "${args[@]}" "${pargs[@]}" 127.0.0.1)
     else
       cli=(env ROCE_VERBS_STATS="$d/client.stats" "$run"
@@ -114,8 +113,7 @@ pair() {
            127.0.0.1)
     fi
   elif [[ $mode == inproc ]]; then
-    # shellcheck disable=SC2086
-    cli=("$perf" "$test" $cl "${args[@]}" "${nargs[@]}" 127.0.0.1)
+    cli=("$perf" "$test" "${cl[@]}" "${args[@]}" "${nargs[@]}" 127.0.0.1)
   else
     cli=("$perf" "$test" --attach "$work/$(cli_roced "$mode").sock" "${args[@]}" "${nargs[@]}"
          127.0.0.1)
