@@ -22,6 +22,8 @@
 # A pair that fails is counted and the run goes on; the script then exits 1.
 #   verbs_bench.sh ROCED ROCE_PERF ROCE_RUN CONNECT_SHIM WORKDIR [RUNS]
 # Environment: MODES ("inproc attached1"; "attached" for two roced), BW_SIZES ("64 4096 65536"),
+# CROSS=1 (in-process write_bw also crossed: the provider's client against roce-perf's server
+# and roce-perf's client against the provider's server, to tell which side loses),
 # LAT_SIZES ("8 64"),
 # BW_ITERS (per size, default 200000 below 1 KiB, 100000 to 8 KiB, 20000 above; attached a
 # tenth, ATTACHED_DIV), LAT_ITERS (10000). CONNECT_SHIM: build/tests/perftest_connect_retry.so (tests/perf/connect_retry_shim.cc).
@@ -66,8 +68,12 @@ cli_roced() { if [[ $1 == attached1 ]]; then echo one; else echo a; fi; }
 n=0 failures=0
 results=$work/results.txt
 : > "$results"
-# pair MODE IMPL(native|provider) TEST(write_bw|write_lat) SIZE ITERS: one server and one client;
-# appends "MODE IMPL TEST SIZE ROW..." (the client's result row) to $results
+# pair MODE IMPL TEST(write_bw|write_lat) SIZE ITERS: one server and one client; appends
+# "MODE IMPL TEST SIZE ROW..." (the client's result row) to $results. IMPL: native, provider,
+# or in-process crossed (CROSS=1): pcli (perftest via the provider as the client, roce-perf's
+# server), psrv (roce-perf's client, perftest via the provider as the server). Each provider
+# side writes its counters (ROCE_VERBS_STATS) to the pair's directory, server.stats and
+# client.stats.
 pair() {
   local mode=$1 impl=$2 test=$3 size=$4 iters=$5
   n=$((n + 1))
@@ -75,38 +81,48 @@ pair() {
   mkdir -p "$d"
   port=$(port_base 1)
   local args=(-s "$size" -n "$iters" -p "$port")
-  local srv cli
-  if [[ $impl == provider ]]; then
-    args+=(-d roce0 -x 0 -F)
-    local prog=ib_$test
+  local pargs=(-d roce0 -x 0 -F) nargs=(--timeout 170)
+  local srv cli psrv=0 pcli=0
+  case $impl in
+    provider) psrv=1 pcli=1 ;;
+    pcli) pcli=1 ;;
+    psrv) psrv=1 ;;
+  esac
+  local sl=(--pmd memif-server --iface "$d/memif.sock" --ip 192.0.2.91 --mac 02:00:00:00:00:91)
+  local cl=(--pmd memif --iface "$d/memif.sock" --ip 192.0.2.92 --mac 02:00:00:00:00:92)
+  if ((psrv)); then
     if [[ $mode == inproc ]]; then
-      srv=(env ROCE_LINK_WAIT=60 "$run" --link
-           "--pmd memif-server --iface $d/memif.sock --ip 192.0.2.91 --mac 02:00:00:00:00:91"
-           -- "$prog" "${args[@]}")
-      cli=(env LD_PRELOAD="$shim" "$run" --link
-           "--pmd memif --iface $d/memif.sock --ip 192.0.2.92 --mac 02:00:00:00:00:92"
-           -- "$prog" "${args[@]}" 127.0.0.1)
+      srv=(env ROCE_LINK_WAIT=60 ROCE_VERBS_STATS="$d/server.stats" "$run" --link "${sl[*]}"
+           -- "ib_$test" "${args[@]}" "${pargs[@]}")
     else
-      srv=("$run" --attach "$work/$(srv_roced "$mode").sock" -- "$prog" "${args[@]}")
-      cli=("$run" --attach "$work/$(cli_roced "$mode").sock" -- "$prog" "${args[@]}" 127.0.0.1)
+      srv=(env ROCE_VERBS_STATS="$d/server.stats" "$run"
+           --attach "$work/$(srv_roced "$mode").sock" -- "ib_$test" "${args[@]}" "${pargs[@]}")
     fi
+  elif [[ $mode == inproc ]]; then
+    srv=("$perf" "$test" "${sl[@]}" "${args[@]}" "${nargs[@]}")
   else
-    if [[ $mode == inproc ]]; then
-      srv=("$perf" "$test" --pmd memif-server --iface "$d/memif.sock"
-           --ip 192.0.2.91 --mac 02:00:00:00:00:91 "${args[@]}")
-      cli=("$perf" "$test" --pmd memif --iface "$d/memif.sock"
-           --ip 192.0.2.92 --mac 02:00:00:00:00:92 "${args[@]}" 127.0.0.1)
-    else
-      srv=("$perf" "$test" --attach "$work/$(srv_roced "$mode").sock" "${args[@]}")
-      cli=("$perf" "$test" --attach "$work/$(cli_roced "$mode").sock" "${args[@]}" 127.0.0.1)
-    fi
+    srv=("$perf" "$test" --attach "$work/$(srv_roced "$mode").sock" "${args[@]}" "${nargs[@]}")
   fi
-  [[ $impl == native ]] && srv+=(--timeout 170) && cli+=(--timeout 170)
+  if ((pcli)); then
+    if [[ $mode == inproc ]]; then
+      cli=(env LD_PRELOAD="$shim" ROCE_VERBS_STATS="$d/client.stats" "$run" --link "${cl[*]}"
+           -- "ib_$test" "${args[@]}" "${pargs[@]}" 127.0.0.1)
+    else
+      cli=(env ROCE_VERBS_STATS="$d/client.stats" "$run"
+           --attach "$work/$(cli_roced "$mode").sock" -- "ib_$test" "${args[@]}" "${pargs[@]}"
+           127.0.0.1)
+    fi
+  elif [[ $mode == inproc ]]; then
+    cli=("$perf" "$test" "${cl[@]}" "${args[@]}" "${nargs[@]}" 127.0.0.1)
+  else
+    cli=("$perf" "$test" --attach "$work/$(cli_roced "$mode").sock" "${args[@]}" "${nargs[@]}"
+         127.0.0.1)
+  fi
   echo "${srv[*]}" > "$d/cmd.txt"
   echo "${cli[*]}" >> "$d/cmd.txt"
   timeout 180 "${srv[@]}" > "$d/server.txt" 2>&1 &
   local spid=$! rc=0 src=0
-  if [[ $impl == provider && $mode == inproc ]]; then
+  if ((psrv)) && [[ $mode == inproc ]]; then
     # the server opens its device (the memif server) and waits there for the client's end
     for _ in $(seq 200); do [[ -S $d/memif.sock ]] && break; sleep 0.05; done
   else
@@ -149,6 +165,11 @@ for mode in $modes; do
       # attached, every message crosses two roced: a tenth of the messages, as long a run
       [[ $mode == attached ]] && it=$((it / ${ATTACHED_DIV:-10}))
       for impl in "${order[@]}"; do pair "$mode" "$impl" write_bw "$s" "$it"; done
+      # which side of the pair loses (CROSS=1, in-process): each provider side against the
+      # native other side
+      if [[ ${CROSS:-0} == 1 && $mode == inproc ]]; then
+        for impl in pcli psrv; do pair "$mode" "$impl" write_bw "$s" "$it"; done
+      fi
     done
     for s in $lat_sizes; do
       for impl in "${order[@]}"; do pair "$mode" "$impl" write_lat "$s" "$lat_iters"; done
@@ -200,6 +221,10 @@ for (mode, test, size, impl) in sorted(k for k in rows if k[3] == "native"):
               f"provider failed {failed.get((mode, test, size, 'provider'), 0)}x: no ratio")
         continue
     if test == "write_bw":
+        for x in ("pcli", "psrv"):
+            if rows.get((mode, test, size, x)):
+                e[x] = stat((mode, test, size, x), key)
+                e[x + "_ratio"] = e[x]["median"] / nat["median"]
         e["native_mpps"] = stat((mode, test, size, "native"), "mpps")
         e["provider_mpps"] = stat((mode, test, size, "provider"), "mpps")
         e["ratio"] = prov["median"] / nat["median"]
@@ -218,6 +243,11 @@ for (mode, test, size, impl) in sorted(k for k in rows if k[3] == "native"):
         verdict += f"  ({nf} failed runs)"
     unit = "MB/s" if test == "write_bw" else "us"
     print(f"{mode:<10}{test:<10}{size:>6}  {fmt(nat):>24}  {fmt(prov):>24}  {verdict}  [{unit}]")
+    if "pcli" in e or "psrv" in e:
+        print(f"{'':<26}crossed: " + ", ".join(
+            f"{w} {e[x]['median']:.0f} ({e[x + '_ratio']:.3f} of native)"
+            for x, w in (("pcli", "provider client + native server"),
+                         ("psrv", "native client + provider server")) if x in e))
 json.dump(out, open(sys.argv[2], "w"), indent=1)
 print("JSON:", sys.argv[2])
 PY

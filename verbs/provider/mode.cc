@@ -189,8 +189,15 @@ bool take_for_solicited(Backend* be, RCq* c) {
 
 /// How the progress thread behaves, from the environment (read once per backend).
 struct ProgressPolicy {
-  /// While the program's own verbs calls drive the port: how long it backs off between looks.
+  /// While the program's own verbs calls drive the port: how long it backs off between looks
+  /// (ROCE_VERBS_BACKOFF_US, 100). In-process, each back-off in which the calls kept coming
+  /// doubles the next, up to `backoff_max_ns` (ROCE_VERBS_BACKOFF_MAX_US, 1600): a program in
+  /// a streaming loop is woken past 600 times a second, not 10 000 (each wake-up preempts it,
+  /// or its peer, on a host with no spare core). What needs the thread at once wakes it
+  /// (a linger that missed, ibv_req_notify_cq), and a back-off that ends on stopped calls
+  /// starts the next at `backoff` again.
   timespec backoff{0, 100'000};
+  std::uint64_t backoff_max_ns = 1'600'000;
   /// In-process, what the thread does between polls of an idle port (ROCE_VERBS_PROGRESS,
   /// progress_policy.h): auto (the default), nap, spin or yield. `spin_ns`
   /// (ROCE_VERBS_SPIN_US, 50): the gaps nap and yield spin through; `yield_ns`
@@ -213,6 +220,11 @@ ProgressPolicy progress_policy() {
     const long us = std::clamp(std::atol(v), 10L, 100'000L);
     p.backoff = {us / 1'000'000, (us % 1'000'000) * 1000};
   }
+  if (const char* v = std::getenv("ROCE_VERBS_BACKOFF_MAX_US"); v != nullptr && *v != '\0')
+    p.backoff_max_ns = static_cast<std::uint64_t>(std::clamp(std::atol(v), 10L, 100'000L)) * 1000;
+  p.backoff_max_ns = std::max<std::uint64_t>(
+      p.backoff_max_ns, static_cast<std::uint64_t>(p.backoff.tv_sec) * 1'000'000'000u +
+                            static_cast<std::uint64_t>(p.backoff.tv_nsec));
   const std::string mode = env_or("ROCE_VERBS_PROGRESS", "auto");
   p.idle = mode == "spin"    ? IdleMode::kSpin
            : mode == "yield" ? IdleMode::kYield
@@ -279,9 +291,11 @@ bool progress_once(Backend* be, bool app_active, std::uint32_t seen) {
   bool work = false;
   // While the program drives the port with its own verbs calls, this thread stays out of its
   // way: it looks at events once a millisecond only.
-  const std::uint64_t now = now_ns();
-  if (app_active && now - be->events_ns < 1'000'000) return false;
-  be->events_ns = now;
+  if (app_active) {
+    const std::uint64_t now = now_ns();
+    if (now - be->events_ns < 1'000'000) return false;
+    be->events_ns = now;
+  }
   if (be->env && !app_active) {
     // One poll per hold of the lock, and none once the program is back: its post_send or
     // poll_cq must not wait behind this thread (a contended std::mutex puts it to sleep, and
@@ -296,14 +310,22 @@ bool progress_once(Backend* be, bool app_active, std::uint32_t seen) {
       if (!w) break;
     }
   }
+  // Completion channels: only while a CQ may be armed (ibv_req_notify_cq sets the flag after
+  // arming; a scan that leaves one armed sets it again), so that a busy port's rounds take
+  // neither the registry's lock nor the backend's for them.
   std::vector<RCq*> fire;
-  {
+  if (be->maybe_armed.load(std::memory_order_relaxed) &&
+      be->maybe_armed.exchange(false, std::memory_order_acquire)) {
+    bool still = false;
     std::lock_guard<std::mutex> r(be->reg);
     for (RCq* c : be->cqs) {
       const int armed = c->armed.load(std::memory_order_acquire);
       if (armed == 0 || c->channel == nullptr) continue;
       if (armed == 2) {
-        if (take_for_solicited(be, c) && c->armed.exchange(0) != 0) fire.push_back(c);
+        if (take_for_solicited(be, c) && c->armed.exchange(0) != 0)
+          fire.push_back(c);
+        else
+          still = true;
         continue;
       }
       int rc;
@@ -314,7 +336,10 @@ bool progress_once(Backend* be, bool app_active, std::uint32_t seen) {
       // An ibv_cq_ex iterator that holds completions outside a batch counts too.
       if ((rc == 0 || (c->ex && pending(&c->vcq.cq) > 0)) && c->armed.exchange(0) != 0)
         fire.push_back(c);
+      else
+        still = true;
     }
+    if (still) be->maybe_armed.store(true, std::memory_order_relaxed);
     for (RCq* c : fire) {
       // Under `reg`: destroy_cq takes the CQ out of the registry, then its unread events out.
       rdma::comp_event_desc ev{reinterpret_cast<std::uint64_t>(&c->vcq.cq)};
@@ -323,6 +348,11 @@ bool progress_once(Backend* be, bool app_active, std::uint32_t seen) {
     }
   }
   work |= !fire.empty();
+  // Asynchronous and CM events and the port's state: in-process, while the port's polls move
+  // frames, every 32nd round only (each look takes the backend's lock and reads the clock:
+  // about a third of a busy round's cost beside a poll of a few frames, ib_write_bw's server).
+  if (be->env && !app_active && work && (++be->busy_rounds & 31u) != 0) return true;
+  const std::uint64_t now = app_active ? be->events_ns : now_ns();
   client::AsyncEvent ae;
   for (;;) {
     int rc;
@@ -523,6 +553,12 @@ void progress_thread(Backend* be) {
            be->st.linger_skips.load(std::memory_order_relaxed);
   };
   ProgramThread program;
+  // The next back-off while the program's verbs come: ProgressPolicy::backoff, doubling while
+  // they keep coming (ProgressPolicy::backoff_max_ns).
+  const std::uint64_t base_backoff_ns =
+      static_cast<std::uint64_t>(pol.backoff.tv_sec) * 1'000'000'000u +
+      static_cast<std::uint64_t>(pol.backoff.tv_nsec);
+  std::uint64_t backoff_ns = base_backoff_ns;
   while (!be->stop.load(std::memory_order_relaxed)) {
     // The program's ibv_post_send / ibv_poll_cq calls drive the port while they come: the
     // count moved since the last look. This thread then leaves the port to them and backs off
@@ -533,6 +569,7 @@ void progress_thread(Backend* be) {
         be->handoff.exchange(false, std::memory_order_acquire)) {
       handoff_until = now_ns() + 1'000'000;
       spins = driven = false;
+      backoff_ns = base_backoff_ns;
     }
     // A linger caught nothing: the program's calls up to that one are seen, so the port is
     // this thread's until the next (no back-off of 100-200 us to notice they stopped).
@@ -541,6 +578,7 @@ void progress_thread(Backend* be) {
       seen = be->takeover_calls.load(std::memory_order_relaxed);
       spins = true;
       driven = false;
+      backoff_ns = base_backoff_ns;
     }
     const std::uint32_t calls = be->app_calls.load(std::memory_order_relaxed);
     if (calls != seen && (handoff_until == 0 || now_ns() >= handoff_until)) {
@@ -553,7 +591,11 @@ void progress_thread(Backend* be) {
         off_cpu = ProgramThread::cpu_ns(be->app_tid.load(std::memory_order_relaxed));
         off_lingers = linger_chances();
       }
-      back_off(be, pol.backoff);
+      back_off(be, {static_cast<time_t>(backoff_ns / 1'000'000'000),
+                    static_cast<long>(backoff_ns % 1'000'000'000)});
+      // The calls kept coming through the whole back-off (none wakes it but a handoff or a
+      // takeover, which reset this): the next one is twice as long, up to backoff_max_ns.
+      backoff_ns = next_backoff(backoff_ns, true, base_backoff_ns, pol.backoff_max_ns);
       idle = 0;
       continue;
     }
@@ -571,15 +613,20 @@ void progress_thread(Backend* be) {
                                     : verbs_stopped(cpu > off_cpu ? cpu - off_cpu : 0, now - off_ns,
                                                     program.runnable(tid));
       if (st == Stopped::kPreempted) {
+        // (growing as while the calls come: the program's next verb drives the port, and
+        // each look at it here is a wake-up and two system calls taken from its CPU share)
         bump(be->st.preempted);
         off_ns = now;
         off_cpu = cpu;
-        back_off(be, pol.backoff);
+        back_off(be, {static_cast<time_t>(backoff_ns / 1'000'000'000),
+                      static_cast<long>(backoff_ns % 1'000'000'000)});
+        backoff_ns = next_backoff(backoff_ns, true, base_backoff_ns, pol.backoff_max_ns);
         continue;
       }
       spins = st == Stopped::kSpins;
       driven = false;
     }
+    backoff_ns = next_backoff(backoff_ns, false, base_backoff_ns, pol.backoff_max_ns);
     seen = calls;
     bump(be->st.rounds);
     if (progress_once(be, false, seen)) {

@@ -510,6 +510,7 @@ int poll_cq_op(ibv_cq* cq, int n, ibv_wc* wc) {
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) {
   rcq(cq)->armed.store(solicited_only ? 2 : 1, std::memory_order_release);
+  rcq(cq)->be->maybe_armed.store(true, std::memory_order_release);
   // The program is about to block in ibv_get_cq_event: the progress thread takes the port now.
   wake_progress(rcq(cq)->be);
   return 0;

@@ -87,7 +87,13 @@ struct Backend {
 
   // What the progress thread serves (under `reg`, never while holding `mu` for long).
   std::mutex reg;
-  std::vector<RCq*> cqs;              ///< every CQ (the armed ones fire)
+  std::vector<RCq*> cqs;  ///< every CQ (the armed ones fire)
+  /// Set by ibv_req_notify_cq after it armed a CQ: the progress thread scans `cqs` only while
+  /// it is set (a scan that leaves a CQ armed sets it again).
+  std::atomic<bool> maybe_armed{false};
+  /// The progress thread's rounds whose port polls moved frames (in-process: events and the
+  /// port's state are looked at every 32nd of them, mode.cc progress_once).
+  std::uint32_t busy_rounds = 0;
   std::map<std::uint32_t, RQp*> qps;  ///< by QP number: async events name QPs by number
   std::function<void(client::CmEvent&&)> cm_sink;
   std::atomic<bool> has_cm_sink{false};

@@ -53,5 +53,25 @@ TEST(ProgressPolicy, PreemptedProgramKeepsThePort) {
   EXPECT_EQ(verbs_stopped(3 * kUs, 100 * kUs, false), Stopped::kBlocked);
 }
 
+TEST(ProgressPolicy, BackOffGrowsWhileTheProgramsVerbsKeepComing) {
+  constexpr std::uint64_t base = 100 * kUs, max = 1600 * kUs;
+  // a streaming program: 100, 200, 400, 800, 1600 us, then 1600 us on (issue 30: 10 000
+  // wake-ups a second, each preempting the program or its peer, down to about 600)
+  std::uint64_t b = base;
+  unsigned wakeups_in_a_second = 0;
+  for (std::uint64_t t = 0; t < 1'000'000 * kUs; t += b, b = next_backoff(b, true, base, max))
+    ++wakeups_in_a_second;
+  EXPECT_LT(wakeups_in_a_second, 700u);
+  EXPECT_EQ(next_backoff(800 * kUs, true, base, max), max);
+  EXPECT_EQ(next_backoff(max, true, base, max), max);
+  // the calls stopped (the thread takes the port, or backs off for a preempted program): the
+  // next streak starts at 100 us again (a program that stops is noticed within the back-off
+  // running then, 1.6 ms at most; a linger's miss and ibv_req_notify_cq wake it at once)
+  EXPECT_EQ(next_backoff(max, false, base, max), base);
+  // ROCE_VERBS_BACKOFF_MAX_US at or below the base: a fixed back-off, as before
+  EXPECT_EQ(next_backoff(base, true, base, base), base);
+  EXPECT_EQ(next_backoff(base, true, base, 10 * kUs), base);
+}
+
 }  // namespace
 }  // namespace roce::verbs_compat
