@@ -401,6 +401,9 @@ TEST(FastPath, SelectiveRepeatUnderLossSameAsTheGeneralPath) {
     // (Copied, only the one-packet WRITEs: a longer one's packets are copied by req_packet.)
     EXPECT_GT(sa.get(Counter::kTxFastPath), sa.get(Counter::kTxFrames) / (zc ? 2 : 50));
     EXPECT_EQ(q.ea().stats().get(Counter::kTxFastPath), 0u);
+    // The responder's (rx_fast): in-order WRITE Onlys while nothing is kept past a gap.
+    EXPECT_GT(p.eb().stats().get(Counter::kRxFastPath), 0u);
+    EXPECT_EQ(q.eb().stats().get(Counter::kRxFastPath), 0u);
     EXPECT_GT(p.eb().stats().get(Counter::kSrSacksSent), 0u);
     EXPECT_GT(sa.get(Counter::kSrRetransmits), 0u);
     EXPECT_GT(lost_requests, 10u);
