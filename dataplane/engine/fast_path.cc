@@ -9,10 +9,11 @@
 /// are made once for the run. The frames and every effect are the general path's (tests run
 /// both and compare: tests/protocol/fast_path_test.cc).
 ///
-/// req_fast_zc does the same for the packets of a SEND or WRITE sent zero-copy (issue 33, 64 KiB
-/// WRITE against the link), its first (First or Only, a WRITE's with its RETH) included:
-/// headers from the template, the ICRC over them and over the payload where it is (one pass),
-/// the payload left in registered memory for the port to attach.
+/// req_fast_zc does the same for the packets of a SEND or WRITE of several packets or sent
+/// zero-copy (issue 33, 64 KiB WRITE against the link), its first (First or Only, a WRITE's with
+/// its RETH) included: headers from the template, the ICRC over them and over the payload
+/// where it is (one pass), the payload left in registered memory for the port to attach (or,
+/// shorter than the zero-copy threshold, copied behind the headers).
 ///
 /// Selective repeat (issue 32) changes nothing a new WRITE packet needs but its opcode and
 /// RETH: every packet is a WRITE Only with the RETH of its own bytes (req_fields), and the SR
@@ -178,13 +179,14 @@ bool Engine::Stages::req_fast_zc(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t&
                                  std::uint32_t& wmax) {
   // What holds for the whole run, or it is req_packet's: a message of one SGE, on a connected
   // RC QP in RTS that is not resending, probing, stalled or failed, over an untagged IPv4
-  // path, with zero-copy transmit on. With selective repeat, a WRITE (its packets are WRITE
-  // Only, each with its own RETH: req_fields); the SR opcodes of the others are sr_emit's.
+  // path. With selective repeat, a WRITE (its packets are WRITE Only, each with its own RETH:
+  // req_fields); the SR opcodes of the others are sr_emit's.
   constexpr std::uint32_t kOps = 0x20F;  // SEND, WRITE, with immediate, SEND with invalidate
   const auto op = static_cast<unsigned>(w.opcode);
-  const std::uint32_t zc = eng.tx_zero_copy_min_;
+  // Payloads this long go out zero-copy (zero_copy_ok), shorter ones are copied.
+  const std::uint64_t zc = eng.tx_zero_copy_min_ != 0 ? eng.tx_zero_copy_min_ : ~0ull;
   const bool sr = qp.req.sr;
-  if (!eng.cfg_.fast_paths || zc == 0 || qp.type != QpType::kRc || qp.state != QpState::kRts ||
+  if (!eng.cfg_.fast_paths || qp.type != QpType::kRc || qp.state != QpState::kRts ||
       qp.req.failed || qp.comp.probe_sent || qp.comp.probing || qp.comp.stall_since != 0 ||
       qp.req.next_psn != qp.req.high_psn || w.is_inline || w.num_sge != 1 || op > 9 ||
       !(((sr ? 1u : kOps) >> op) & 1) || !wire::fast_tx_path(qp.hdr))
@@ -196,10 +198,11 @@ bool Engine::Stages::req_fast_zc(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t&
   if (wmax == 0) wmax = window_max(eng, qp);
   const auto window = static_cast<std::int32_t>(qp.comp.cwnd ? qp.comp.cwnd : wmax);
   if (w.state == WqeState::kPosted) {
-    // req_start_wqe for a message whose first packet goes out zero-copy now: req_pump's window
-    // and fence, req_packet's ring slot, req_check_sges' key check (through the QP's memo),
-    // all before anything changes; else the general path starts it.
-    if (std::min<std::uint64_t>(pmtu, w.length) < zc || sge.length != w.length ||
+    // req_start_wqe for a message whose first packet goes out now: req_pump's window and
+    // fence, req_packet's ring slot, req_check_sges' key check (through the QP's memo), all
+    // before anything changes; else the general path starts it. (A message of one packet that
+    // is copied is req_fast's; one without data, the general path's.)
+    if (w.length == 0 || sge.length != w.length ||
         distance(qp.req.next_psn, qp.comp.psn) >= window ||
         ((w.flags & kSendFence) && qp.req.rd_atomic_out > 0) || eng.tx_.free() <= kAckReserve)
       return false;
@@ -234,15 +237,15 @@ bool Engine::Stages::req_fast_zc(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t&
   }
   const bool last_se = (w.flags & kSendSolicited) && w.opcode != WrOpcode::kWrite;
   const bool fold = wire::kCrcFoldUsable;
-  std::uint32_t sent = 0;
+  std::uint32_t sent = 0, zc_sent = 0;
   std::uint64_t bytes = 0;
   while (budget > 0) {
     // req_pump's window, req_packet's ring slot (tx_slot), req_fields' packet.
     if (distance(qp.req.next_psn, qp.comp.psn) >= window) break;
     const std::uint64_t left = w.length - w.sent;
     const auto len = static_cast<std::uint32_t>(std::min<std::uint64_t>(pmtu, left));
-    // A short last packet is copied (zero_copy_ok); a payload past the SGE is one_sge_addr's.
-    if (len < zc || w.sent + len > sge.length) break;
+    // A payload past the SGE is one_sge_addr's (req_packet fails the WQE).
+    if (w.sent + len > sge.length) break;
     const Psn psn = w.first_psn + static_cast<std::uint32_t>(w.sent >> shift);
     if (psn != qp.req.next_psn || eng.tx_.free() <= kAckReserve) break;
     const std::span<std::uint8_t> slot = eng.tx_.reserve();
@@ -273,10 +276,20 @@ bool Engine::Stages::req_fast_zc(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t&
                                           psn.raw(), eng.ip_id_++, last_ext, len, out);
     }
     const std::uint8_t* payload = base + w.sent;
-    const std::size_t trailer =
-        wire::finish_zero_copy(qp.hdr, out, hdr, payload, len, out + TxRing::kTrailerOff, fold);
-    const TxSeg seg{payload, len};
-    eng.tx_.commit_ext(hdr, {&seg, 1}, trailer);  // tx_commit_pieces, its counters below
+    std::size_t trailer;
+    if (len >= zc) {
+      trailer =
+          wire::finish_zero_copy(qp.hdr, out, hdr, payload, len, out + TxRing::kTrailerOff, fold);
+      const TxSeg seg{payload, len};
+      eng.tx_.commit_ext(hdr, {&seg, 1}, trailer);  // tx_commit_pieces, its counters below
+      ++zc_sent;
+    } else {
+      // Copied (write_masked_frame's bytes): the payload behind the headers, pad and ICRC
+      // behind it.
+      wire::copy_payload(out + hdr, payload, len);
+      trailer = wire::finish_zero_copy(qp.hdr, out, hdr, payload, len, out + hdr + len, fold);
+      eng.tx_.commit(hdr + len + trailer);  // tx_commit, its counters below
+    }
     bytes += hdr + len + trailer;
     // req_packet's bookkeeping of a new packet.
     qp.req.pkts_since_ack_req = ack_req ? 0 : qp.req.pkts_since_ack_req + 1;
@@ -298,7 +311,7 @@ bool Engine::Stages::req_fast_zc(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t&
   if (sent == 0) return false;
   eng.stats_.inc(Counter::kTxFrames, sent);
   eng.stats_.inc(Counter::kTxBytes, bytes);
-  eng.stats_.inc(Counter::kTxZeroCopyFrames, sent);
+  eng.stats_.inc(Counter::kTxZeroCopyFrames, zc_sent);
   eng.stats_.inc(Counter::kTxFastPath, sent);
   // req_packet arms the timers after each packet; the first of the run found them unarmed.
   if (qp.comp.retrans_deadline == 0) arm_retransmit(eng, qp);
