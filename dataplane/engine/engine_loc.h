@@ -83,15 +83,17 @@ struct Engine::Stages {
   // fast_path.cc, fast_path.h (issue 33): the common case of each direction in one pass, with
   // the general path for anything else.
   /// Sends the one-packet SEND and WRITE messages at the head of an RC QP's send queue (new,
-  /// not resent, one buffer or inline, an untagged IPv4 path), each frame written straight
-  /// from its WQE; stops at the first WQE that is not one, leaving it to req_pump's loop.
-  /// `wmax`: window_max(), computed here when 0. Returns whether it sent anything.
+  /// not resent, one buffer or inline, an untagged IPv4 path; with selective repeat, WRITEs
+  /// only), each frame written straight from its WQE; stops at the first WQE that is not one,
+  /// leaving it to req_pump's loop. `wmax`: window_max(), computed here when 0. Returns
+  /// whether it sent anything.
   static bool req_fast(Engine& eng, Qp& qp, std::uint32_t& budget, std::uint32_t& wmax);
-  /// Sends the next packets of `w`, a SEND or WRITE of one SGE whose first packet went out,
-  /// zero-copy (payloads of at least tx_zero_copy_min_ bytes), each written from the path
-  /// template with its ICRC over the payload where it is; stops where req_packet would do
-  /// anything else (a short last packet, the window, the ring, a resend). Returns whether it
-  /// sent anything.
+  /// Sends the next packets of `w`, a SEND or WRITE of one SGE (with selective repeat, a
+  /// WRITE), from its first packet (starting the WQE as req_start_wqe does) or from where it
+  /// is, each written from the path template: zero-copy (payloads of at least
+  /// tx_zero_copy_min_ bytes, the ICRC over the payload where it is) or copied. Stops where
+  /// req_packet would do anything else (the window, the ring, a resend, a range no longer
+  /// held). Returns whether it sent anything.
   static bool req_fast_zc(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t& budget,
                           std::uint32_t& wmax);
   /// Takes a received frame that is the next in-order WRITE Only of an RC QP armed for it

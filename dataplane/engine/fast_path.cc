@@ -9,10 +9,19 @@
 /// are made once for the run. The frames and every effect are the general path's (tests run
 /// both and compare: tests/protocol/fast_path_test.cc).
 ///
-/// req_fast_zc does the same for the packets after the first of a long SEND or WRITE sent
-/// zero-copy (issue 33, 64 KiB WRITE against the link): headers from the template, the ICRC
-/// over them and over the payload where it is (one pass), the payload left in registered memory
-/// for the port to attach.
+/// req_fast_zc does the same for the packets of a SEND or WRITE of several packets or sent
+/// zero-copy (issue 33, 64 KiB WRITE against the link), its first (First or Only, a WRITE's with
+/// its RETH) included: headers from the template, the ICRC over them and over the payload
+/// where it is (one pass), the payload left in registered memory for the port to attach (or,
+/// shorter than the zero-copy threshold, copied behind the headers).
+///
+/// Selective repeat (issue 32) changes nothing a new WRITE packet needs but its opcode and
+/// RETH: every packet is a WRITE Only with the RETH of its own bytes (req_fields), and the SR
+/// state (SACKs, the resend queue, the RACK record, the message indices of SENDs) is touched
+/// only by what comes back and by retransmissions, which stay on the general path; the window
+/// is window_max()'s SR cap. So both fast paths take a selective-repeat QP's WRITEs (req_fast
+/// its one-packet ones, the same frame either way); SENDs and WRITEs with immediate carry SR
+/// opcodes and a message index (sr_emit) and stay on the general path.
 #include "dataplane/engine/fast_path.h"
 
 #include <algorithm>
@@ -24,11 +33,25 @@ using wire::Psn;
 
 bool Engine::Stages::req_fast(Engine& eng, Qp& qp, std::uint32_t& budget, std::uint32_t& wmax) {
   // What holds for the whole run, or it is the general path's: a new message on a connected
-  // RC QP in RTS that is not resending, probing, failed or selective-repeat, over an untagged
-  // IPv4 path.
+  // RC QP in RTS that is not resending, probing or failed, over an untagged IPv4 path.
   if (!eng.cfg_.fast_paths || qp.type != QpType::kRc || qp.state != QpState::kRts ||
-      qp.req.failed || qp.req.sr || qp.comp.probe_sent || qp.comp.probing ||
-      qp.comp.stall_since != 0 || qp.req.next_psn != qp.req.high_psn || !wire::fast_tx_path(qp.hdr))
+      qp.req.failed || qp.comp.probe_sent || qp.comp.probing || qp.comp.stall_since != 0 ||
+      qp.req.next_psn != qp.req.high_psn || !wire::fast_tx_path(qp.hdr))
+    return false;
+  // SEND, WRITE, with immediate, SEND with invalidate (WrOpcode 0-3 and 9). With selective
+  // repeat only WRITE: a one-packet WRITE is the same WRITE Only either way (req_fields), and
+  // sr_start_wqe has nothing to do for it; the others carry SR opcodes (sr_emit).
+  constexpr std::uint32_t kOps = 0x20F;
+  const unsigned max_op = qp.req.sr ? 0 : 9;  // WrOpcode::kWrite is 0
+  const std::uint32_t pmtu = qp.pmtu();
+  // A payload this long goes out zero-copy (req_emit, req_fast_zc), or takes several packets.
+  const std::uint64_t zc = eng.tx_zero_copy_min_ != 0 ? eng.tx_zero_copy_min_ : ~0ull;
+  const std::uint64_t max_len = std::min<std::uint64_t>(pmtu, zc - 1);
+  // A head that is no such message (a long one, new or under way) is told before the run is
+  // set up: req_pump asks at every turn and at every new message.
+  if (qp.req.next_wqe == qp.sq_tail) return false;
+  if (const SendWqe& h = qp.wqe(qp.req.next_wqe);
+      h.state != WqeState::kPosted || h.length > max_len)
     return false;
   if (wmax == 0) wmax = window_max(eng, qp);
   const std::int32_t room = static_cast<std::int32_t>(qp.comp.cwnd ? qp.comp.cwnd : wmax) -
@@ -37,10 +60,6 @@ bool Engine::Stages::req_fast(Engine& eng, Qp& qp, std::uint32_t& budget, std::u
   if (room <= 0 || tx_free <= kAckReserve) return false;
   const std::uint32_t n =
       std::min({budget, static_cast<std::uint32_t>(room), tx_free - kAckReserve});
-  const std::uint32_t pmtu = qp.pmtu();
-  // A payload this long goes out zero-copy (req_emit), by the general path.
-  const std::uint64_t zc = eng.tx_zero_copy_min_ != 0 ? eng.tx_zero_copy_min_ : ~0ull;
-  const std::uint64_t max_len = std::min<std::uint64_t>(pmtu, zc - 1);
   // The QP's key memo (req_check_sges, MrTable::check_memo), held in locals for the run: the
   // frames written are bytes the compiler cannot tell from it, and nothing in the run changes
   // the MR table. Empty (length 0) when it does not hold for this table and PD.
@@ -64,10 +83,8 @@ bool Engine::Stages::req_fast(Engine& eng, Qp& qp, std::uint32_t& budget, std::u
   while (sent < n && qp.req.next_wqe != qp.sq_tail) {
     const std::uint32_t idx = qp.req.next_wqe & sq_mask;
     SendWqe& w = qp.sq[idx];
-    // SEND, WRITE, with immediate, SEND with invalidate (WrOpcode 0-3 and 9).
-    constexpr std::uint32_t kOps = 0x20F;
     const auto op = static_cast<unsigned>(w.opcode);
-    if (w.state != WqeState::kPosted || op > 9 || !((kOps >> op) & 1) || w.length > max_len ||
+    if (w.state != WqeState::kPosted || op > max_op || !((kOps >> op) & 1) || w.length > max_len ||
         ((w.flags & kSendFence) && qp.req.rd_atomic_out > 0))
       break;
     std::uint8_t* out = ring.slot();
@@ -160,29 +177,54 @@ bool Engine::Stages::req_fast(Engine& eng, Qp& qp, std::uint32_t& budget, std::u
 
 bool Engine::Stages::req_fast_zc(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t& budget,
                                  std::uint32_t& wmax) {
-  // What holds for the whole run, or it is req_packet's: a message of one SGE whose checked
-  // range still holds (MrTable::gen: nothing deregistered or re-registered since its first
-  // packet), part sent, on a connected RC QP in RTS that is not resending, probing, stalled,
-  // failed or selective-repeat, over an untagged IPv4 path, with zero-copy transmit on.
+  // What holds for the whole run, or it is req_packet's: a message of one SGE, on a connected
+  // RC QP in RTS that is not resending, probing, stalled or failed, over an untagged IPv4
+  // path. With selective repeat, a WRITE (its packets are WRITE Only, each with its own RETH:
+  // req_fields); the SR opcodes of the others are sr_emit's.
   constexpr std::uint32_t kOps = 0x20F;  // SEND, WRITE, with immediate, SEND with invalidate
   const auto op = static_cast<unsigned>(w.opcode);
-  const std::uint32_t zc = eng.tx_zero_copy_min_;
-  if (!eng.cfg_.fast_paths || zc == 0 || qp.type != QpType::kRc || qp.state != QpState::kRts ||
-      qp.req.failed || qp.req.sr || qp.comp.probe_sent || qp.comp.probing ||
-      qp.comp.stall_since != 0 || qp.req.next_psn != qp.req.high_psn ||
-      w.state != WqeState::kSending || w.sent == 0 || w.is_inline || w.num_sge != 1 || op > 9 ||
-      !((kOps >> op) & 1) || w.sge_range.gen != eng.mrs_.gen() || !wire::fast_tx_path(qp.hdr))
+  // Payloads this long go out zero-copy (zero_copy_ok), shorter ones are copied.
+  const std::uint64_t zc = eng.tx_zero_copy_min_ != 0 ? eng.tx_zero_copy_min_ : ~0ull;
+  const bool sr = qp.req.sr;
+  if (!eng.cfg_.fast_paths || qp.type != QpType::kRc || qp.state != QpState::kRts ||
+      qp.req.failed || qp.comp.probe_sent || qp.comp.probing || qp.comp.stall_since != 0 ||
+      qp.req.next_psn != qp.req.high_psn || w.is_inline || w.num_sge != 1 || op > 9 ||
+      !(((sr ? 1u : kOps) >> op) & 1) || !wire::fast_tx_path(qp.hdr))
     return false;
   const std::size_t idx = &w - qp.sq.data();
   const Sge& sge = qp.sq_sges[idx * qp.cap.max_send_sge];
-  const auto* base = reinterpret_cast<const std::uint8_t*>(sge.addr + w.sge_range.delta);
-  if (wmax == 0) wmax = window_max(eng, qp);
-  const auto window = static_cast<std::int32_t>(qp.comp.cwnd ? qp.comp.cwnd : wmax);
   const std::uint32_t pmtu = qp.pmtu();
   const unsigned shift = qp.pmtu_shift();
+  if (wmax == 0) wmax = window_max(eng, qp);
+  const auto window = static_cast<std::int32_t>(qp.comp.cwnd ? qp.comp.cwnd : wmax);
+  if (w.state == WqeState::kPosted) {
+    // req_start_wqe for a message whose first packet goes out now: req_pump's window and
+    // fence, req_packet's ring slot, req_check_sges' key check (through the QP's memo), all
+    // before anything changes; else the general path starts it. (A message of one packet that
+    // is copied is req_fast's; one without data, the general path's.)
+    if (w.length == 0 || sge.length != w.length ||
+        distance(qp.req.next_psn, qp.comp.psn) >= window ||
+        ((w.flags & kSendFence) && qp.req.rd_atomic_out > 0) || eng.tx_.free() <= kAckReserve)
+      return false;
+    CheckedRange range;
+    if (eng.mrs_.check_memo(qp.req.sge_memo, sge.lkey, qp.pd, sge.addr, sge.length, 0, range) !=
+        KeyCheck::kOk)
+      return false;
+    w.sge_range = range;
+    w.first_psn = qp.req.next_psn;
+    w.npkts = static_cast<std::uint32_t>((w.length + pmtu - 1) >> shift);
+    w.last_psn = w.first_psn + (w.npkts - 1);
+    w.sent = 0;
+    w.read_done = 0;
+    w.state = WqeState::kSending;
+  } else if (w.state != WqeState::kSending || w.sge_range.gen != eng.mrs_.gen()) {
+    return false;  // (a range no longer held: MrTable::gen, something deregistered meanwhile)
+  }
+  const auto* base = reinterpret_cast<const std::uint8_t*>(sge.addr + w.sge_range.delta);
   const std::uint32_t every = std::min(eng.cfg_.ack_req_every, qp.cc.ack_req_every);
   const bool send = w.opcode != WrOpcode::kWrite && w.opcode != WrOpcode::kWriteImm;
-  // The last packet's opcode and the 4 bytes after its BTH (req_fields, pick_opcode).
+  // The opcodes by position (pick_opcode) and the 4 bytes after the BTH, or after the RETH,
+  // of the last packet (req_fields).
   const Opcode middle = send ? Opcode::kRcSendMiddle : Opcode::kRcWriteMiddle;
   Opcode last_op = send ? Opcode::kRcSendLast : Opcode::kRcWriteLast;
   std::uint32_t last_ext = 0;
@@ -195,15 +237,15 @@ bool Engine::Stages::req_fast_zc(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t&
   }
   const bool last_se = (w.flags & kSendSolicited) && w.opcode != WrOpcode::kWrite;
   const bool fold = wire::kCrcFoldUsable;
-  std::uint32_t sent = 0;
+  std::uint32_t sent = 0, zc_sent = 0;
   std::uint64_t bytes = 0;
   while (budget > 0) {
     // req_pump's window, req_packet's ring slot (tx_slot), req_fields' packet.
     if (distance(qp.req.next_psn, qp.comp.psn) >= window) break;
     const std::uint64_t left = w.length - w.sent;
     const auto len = static_cast<std::uint32_t>(std::min<std::uint64_t>(pmtu, left));
-    // A short last packet is copied (zero_copy_ok); a payload past the SGE is one_sge_addr's.
-    if (len < zc || w.sent + len > sge.length) break;
+    // A payload past the SGE is one_sge_addr's (req_packet fails the WQE).
+    if (w.sent + len > sge.length) break;
     const Psn psn = w.first_psn + static_cast<std::uint32_t>(w.sent >> shift);
     if (psn != qp.req.next_psn || eng.tx_.free() <= kAckReserve) break;
     const std::span<std::uint8_t> slot = eng.tx_.reserve();
@@ -212,14 +254,42 @@ bool Engine::Stages::req_fast_zc(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t&
     // IBA 9.7.6.1.3: AckReq on the last packet and every ack_req_every.
     const bool ack_req = last || qp.req.pkts_since_ack_req + 1 >= every;
     std::uint8_t* out = slot.data();
-    const std::size_t hdr =
-        wire::write_zero_copy_headers(qp.hdr, last ? last_op : middle, last && last_se, ack_req,
-                                      psn.raw(), eng.ip_id_++, last_ext, len, out);
+    std::size_t hdr;
+    if (sr) [[unlikely]] {
+      // Selective repeat: every packet a WRITE Only with the RETH of its own bytes.
+      hdr = wire::write_zero_copy_headers_reth(qp.hdr, Opcode::kRcWriteOnly, false, ack_req,
+                                               psn.raw(), eng.ip_id_++, w.remote_addr + w.sent,
+                                               w.rkey, len, 0, len, out);
+    } else if (w.sent == 0) [[unlikely]] {
+      // The first packet: First or Only, a WRITE's with the RETH of the whole message.
+      const Opcode first_op =
+          !last ? (send ? Opcode::kRcSendFirst : Opcode::kRcWriteFirst)
+                : static_cast<Opcode>(raw(last_op) + (w.opcode == WrOpcode::kSendInv ? 1 : 2));
+      const std::uint32_t ext = last ? last_ext : 0;
+      hdr = send ? wire::write_zero_copy_headers(qp.hdr, first_op, last && last_se, ack_req,
+                                                 psn.raw(), eng.ip_id_++, ext, len, out)
+                 : wire::write_zero_copy_headers_reth(
+                       qp.hdr, first_op, last && last_se, ack_req, psn.raw(), eng.ip_id_++,
+                       w.remote_addr, w.rkey, static_cast<std::uint32_t>(w.length), ext, len, out);
+    } else {
+      hdr = wire::write_zero_copy_headers(qp.hdr, last ? last_op : middle, last && last_se, ack_req,
+                                          psn.raw(), eng.ip_id_++, last_ext, len, out);
+    }
     const std::uint8_t* payload = base + w.sent;
-    const std::size_t trailer =
-        wire::finish_zero_copy(qp.hdr, out, hdr, payload, len, out + TxRing::kTrailerOff, fold);
-    const TxSeg seg{payload, len};
-    eng.tx_.commit_ext(hdr, {&seg, 1}, trailer);  // tx_commit_pieces, its counters below
+    std::size_t trailer;
+    if (len >= zc) {
+      trailer =
+          wire::finish_zero_copy(qp.hdr, out, hdr, payload, len, out + TxRing::kTrailerOff, fold);
+      const TxSeg seg{payload, len};
+      eng.tx_.commit_ext(hdr, {&seg, 1}, trailer);  // tx_commit_pieces, its counters below
+      ++zc_sent;
+    } else {
+      // Copied (write_masked_frame's bytes): the payload behind the headers, pad and ICRC
+      // behind it.
+      wire::copy_payload(out + hdr, payload, len);
+      trailer = wire::finish_zero_copy(qp.hdr, out, hdr, payload, len, out + hdr + len, fold);
+      eng.tx_.commit(hdr + len + trailer);  // tx_commit, its counters below
+    }
     bytes += hdr + len + trailer;
     // req_packet's bookkeeping of a new packet.
     qp.req.pkts_since_ack_req = ack_req ? 0 : qp.req.pkts_since_ack_req + 1;
@@ -241,7 +311,7 @@ bool Engine::Stages::req_fast_zc(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t&
   if (sent == 0) return false;
   eng.stats_.inc(Counter::kTxFrames, sent);
   eng.stats_.inc(Counter::kTxBytes, bytes);
-  eng.stats_.inc(Counter::kTxZeroCopyFrames, sent);
+  eng.stats_.inc(Counter::kTxZeroCopyFrames, zc_sent);
   eng.stats_.inc(Counter::kTxFastPath, sent);
   // req_packet arms the timers after each packet; the first of the run found them unarmed.
   if (qp.comp.retrans_deadline == 0) arm_retransmit(eng, qp);

@@ -9,7 +9,12 @@
 /// checks it. Anything else, or any check that fails, returns false with nothing changed, and
 /// the frame takes the general path, which names the drop or the answer. Tests feed the same
 /// frames, good and corrupted, to an engine with and without the fast paths and compare every
-/// effect (tests/unit/engine/fast_path_test.cc).
+/// effect (tests/protocol/fast_path_test.cc).
+///
+/// A selective-repeat QP's in-order WRITE Only is the same packet to the general path while
+/// nothing is placed past ePSN (SrState::nkept) and no SR message is open: resp_check_op_seq
+/// lets it through, and resp_step_in_order has nothing to step over. Otherwise (packets kept
+/// beyond a gap, which this one may fill) it is the general path's.
 #pragma once
 
 #include "dataplane/engine/engine_loc.h"
@@ -45,7 +50,8 @@ namespace roce::engine {
   const Psn psn(load_be32(p + kFastBth + 8));
   // dispatch's state test and resp_on_request's: RTR, RTS, SQD or SQE.
   if (static_cast<unsigned>(q.state) - static_cast<unsigned>(QpState::kRtr) > 3u ||
-      psn != rs.epsn || rs.in_msg != RespState::InMsg::kNone || q.sr != nullptr ||
+      psn != rs.epsn || rs.in_msg != RespState::InMsg::kNone ||
+      (q.sr != nullptr && (q.sr->nkept != 0 || q.sr->rx_msg_open)) ||
       !(q.attr.qp_access_flags & kAccessRemoteWrite))
     return false;
   const std::uint64_t va = load_be64(p + kReth);

@@ -550,8 +550,9 @@ void Engine::Stages::req_pump(Engine& eng, Qp& qp, std::uint32_t& budget) {
     }
     // A new message after one of the general path's: the fast path's again when it can.
     if (w.state == WqeState::kPosted && req_fast(eng, qp, budget, wmax)) continue;
-    // The rest of a long message sent zero-copy: fast_path.cc, when it can.
-    if (w.state == WqeState::kSending && req_fast_zc(eng, qp, w, budget, wmax)) continue;
+    // A message of several packets or sent zero-copy, from its first packet or the next:
+    // fast_path.cc, when it can (with selective repeat too).
+    if (req_fast_zc(eng, qp, w, budget, wmax)) continue;
     if (!req_packet(eng, qp, w)) return;
     --budget;
   }

@@ -137,6 +137,23 @@ template <Opcode kOp>
   return kFastBth + hdr;
 }
 
+/// write_zero_copy_headers() for an opcode with a RETH (WRITE First, WRITE Only, WRITE Only
+/// with Immediate: `ext` its ImmDt): the first packet of a WRITE, or with selective repeat any
+/// packet of one (each a WRITE Only with its own RETH). The bytes are those of
+/// write_masked_headers() with the same fields (tests/unit/wire/fast_frame_test.cc).
+[[gnu::always_inline]] inline std::size_t write_zero_copy_headers_reth(
+    const PathTemplate& t, Opcode op, bool se, bool ack_req, std::uint32_t psn, std::uint16_t ip_id,
+    std::uint64_t va, std::uint32_t rkey, std::uint32_t dma_len, std::uint32_t ext,
+    std::uint32_t len, std::uint8_t* out) {
+  const std::size_t end = write_zero_copy_headers(t, op, se, ack_req, psn, ip_id, 0, len, out);
+  std::uint8_t* r = out + kFastBth + kBthSize;
+  store_be64(r, va);
+  store_be32(r + 8, rkey);
+  store_be32(r + 12, dma_len);
+  if (end > kFastBth + kBthSize + kRethSize) store_be32(r + kRethSize, ext);
+  return end;
+}
+
 /// After write_zero_copy_headers(): the ICRC over the headers (`hdr` bytes at `out`) and the
 /// `len` payload bytes at `payload`, in one pass over each; pad and ICRC to `trailer` (8 bytes
 /// of room), the masked fields' real values into the headers. Returns the trailer's length.

@@ -17,9 +17,11 @@
 // --zero-copy N sends A's payloads of N bytes or more zero-copy (Engine::set_tx_zero_copy, as a
 // DPDK port that chains external buffers does): the hand-over then takes A's frames in pieces
 // and copies each together, as the PMD would (the harness's cost, not the requester's).
+// --sr 1 turns selective repeat on for the pair (Engine::set_selective_repeat, one QP only):
+// every packet of a WRITE then goes out as a WRITE Only with its own RETH (issue 32).
 //
 // Usage: roce-engine-instr [--messages N] [--size B] [--depth D] [--warmup N] [--qps N]
-//            [--mtu B] [--wire-ns N] [--zero-copy N]
+//            [--mtu B] [--wire-ns N] [--zero-copy N] [--sr 0|1]
 // Prints one JSON line of the packet counts of the measured loop.
 #include <cstdio>
 #include <cstdlib>
@@ -164,7 +166,7 @@ void instr_measure(Run& r, int depth, std::uint64_t messages);
 }
 
 int main(int argc, char** argv) {
-  std::uint64_t messages = 20000, warmup = 2000, nqps = 0, wire_ns = 0, zero_copy = 0;
+  std::uint64_t messages = 20000, warmup = 2000, nqps = 0, wire_ns = 0, zero_copy = 0, sr = 0;
   std::size_t size = 8, mtu = 4096;
   int depth = 128;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -186,10 +188,12 @@ int main(int argc, char** argv) {
       wire_ns = v;
     else if (k == "--zero-copy")
       zero_copy = v;
+    else if (k == "--sr")
+      sr = v;
     else {
       std::fprintf(stderr,
                    "usage: %s [--messages N] [--size B] [--depth D] [--warmup N] [--qps N] "
-                   "[--mtu B] [--wire-ns N] [--zero-copy N]\n",
+                   "[--mtu B] [--wire-ns N] [--zero-copy N] [--sr 0|1]\n",
                    argv[0]);
       return 2;
     }
@@ -199,8 +203,11 @@ int main(int argc, char** argv) {
                        : mtu == 1024 ? Mtu::k1024
                        : mtu == 2048 ? Mtu::k2048
                                      : Mtu::k4096;
-  if (depth < 1 || depth > 256 || messages == 0 || nqps > 65536 || mtu_bytes(mtu_enum) != mtu) {
-    std::fprintf(stderr, "--depth 1..256, --messages > 0, --qps up to 65536, --mtu 256..4096\n");
+  if (depth < 1 || depth > 256 || messages == 0 || nqps > 65536 || mtu_bytes(mtu_enum) != mtu ||
+      sr > 1 || (sr && nqps != 0)) {
+    std::fprintf(stderr,
+                 "--depth 1..256, --messages > 0, --qps up to 65536, --mtu 256..4096, "
+                 "--sr 0 or 1 (one QP)\n");
     return 2;
   }
   LoopbackOptions lo;
@@ -216,6 +223,10 @@ int main(int argc, char** argv) {
   if (nqps == 0) {
     o.cap = {256, 16, 1, 1, 0};
     std::tie(r.a, r.b) = connect(r.lb, o);
+    if (sr && roce::test::set_selective_repeat(r.a, r.b, true) != kOk) {
+      std::fprintf(stderr, "selective repeat refused\n");
+      return 1;
+    }
   } else {
     // The CQs take every QP's completions at once (connect()'s 4096 would overrun); the ACK
     // timeout is roce-perf's (67 ms).
@@ -272,7 +283,7 @@ int main(int argc, char** argv) {
       "{\"messages\": %llu, \"size\": %zu, \"depth\": %d, \"qps\": %llu, \"mtu\": %zu, "
       "\"requests_sent\": %llu, \"requests_received\": %llu, \"acks_sent\": %llu, "
       "\"acks_received\": %llu, \"retransmitted\": %llu, \"probes\": %llu, \"timeouts\": %llu, "
-      "\"simulated_ns\": %llu, \"warmup_messages\": %llu, \"zero_copy\": %llu}\n",
+      "\"simulated_ns\": %llu, \"warmup_messages\": %llu, \"zero_copy\": %llu, \"sr\": %llu}\n",
       static_cast<unsigned long long>(r.done - done0), size, depth,
       static_cast<unsigned long long>(nqps == 0 ? 1 : nqps), mtu,
       static_cast<unsigned long long>(sa.get(Counter::kTxFrames) - a_tx),
@@ -283,6 +294,6 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(sa.get(Counter::kRetransmitProbes) - probes0),
       static_cast<unsigned long long>(sa.get(Counter::kRetransmitTimeouts) - timeouts0),
       static_cast<unsigned long long>(r.now - t0), static_cast<unsigned long long>(done0),
-      static_cast<unsigned long long>(zero_copy));
+      static_cast<unsigned long long>(zero_copy), static_cast<unsigned long long>(sr));
   return 0;
 }

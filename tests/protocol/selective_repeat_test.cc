@@ -60,6 +60,9 @@ struct StreamSpec {
   bool imm = false;                ///< WRITE with immediate (not placed out of order: go-back-N)
   std::uint64_t bytes_per_us = 0;  ///< the wire's rate each way (0: unlimited)
   std::uint64_t link_delay_ns = 1000;
+  /// A's payloads of this many bytes or more go out zero-copy (0: copied). With it, every new
+  /// packet of a WRITE takes the requester's zero-copy fast path (req_fast_zc), SR included.
+  std::uint32_t zero_copy = 0;
 };
 
 // What roce-perf does with the flags its out-of-band exchange carries: on at both ends only when
@@ -76,6 +79,7 @@ WriteResult write_stream(const StreamSpec& s, const FaultPolicy& a2b, const Faul
   lo.b2a = b2a;
   lo.bytes_per_us = s.bytes_per_us;
   lo.link_delay_ns = s.link_delay_ns;
+  lo.zero_copy = s.zero_copy;
   Loopback lb(lo);
   RcOptions o;
   o.mtu = s.mtu;
@@ -366,6 +370,30 @@ TEST(SelectiveRepeat, OnlyTheLostPacketsAreSentAgain) {
   EXPECT_GT(r.b.get(Counter::kSrOooPlaced), 0u);
 }
 
+// The same with A's payloads sent zero-copy: every new packet goes out on the requester's fast
+// path (req_fast_zc writes the WRITE Only and its RETH), the three copies on the general path,
+// and the SR bookkeeping is what it was: exactly the lost packets once more, one SACK per gap.
+TEST(SelectiveRepeat, OnlyTheLostPacketsAreSentAgainOnTheFastPath) {
+  FaultPolicy f;
+  for (std::uint32_t psn : {16u + 3, 16u + 5, 64u})
+    f.drop_psn.push_back({Engine::kFirstQpn, kPsnA + psn, 1, -1});
+  StreamSpec s;
+  s.writes = 8;
+  s.depth = 8;
+  s.zero_copy = 512;
+  const WriteResult r = write_stream(s, f);
+  EXPECT_EQ(r.completed, 8u);
+  EXPECT_TRUE(r.data_ok);
+  EXPECT_EQ(r.lost_packets, 3u);
+  EXPECT_EQ(r.retrans_packets, 3u) << "each lost packet once more, nothing else";
+  EXPECT_EQ(r.a.get(Counter::kSrRetransmits), 3u);
+  EXPECT_EQ(r.a.get(Counter::kRetries), 0u) << "no go-back-N";
+  EXPECT_EQ(r.sacks, 3u) << "one SACK per gap";
+  EXPECT_EQ(r.write_multi, 0u) << "every WRITE packet a WRITE Only";
+  EXPECT_EQ(r.a.get(Counter::kTxFastPath), 8u * 16) << "every new packet on the fast path";
+  EXPECT_EQ(r.a.get(Counter::kTxZeroCopyFrames), 8u * 16 + 3);
+}
+
 // A lost last packet (nothing after it shows the gap) and a lost retransmission: the probe
 // timer (a few round trips, not the ACK timeout) sends the oldest unacknowledged packet again.
 TEST(SelectiveRepeat, LostTailAndLostRetransmissionAreProbed) {
@@ -510,16 +538,24 @@ TEST(SelectiveRepeat, TimeoutSendsTheOldestPacketOnly) {
 
 // The bound: retransmitted bytes <= 2x the bytes lost. Fails with selective repeat off
 // (go-back-N resends a window's worth per loss).
+// (Copied and zero-copy: the new packets take the general path, then the fast one.)
 TEST(SelectiveRepeat, OnePercentLossRetransmitsAtMostTwiceWhatWasLost) {
-  StreamSpec s;
-  s.writes = 400;
-  const WriteResult r =
-      write_stream(s, policy(0.01, 0, 0, 0, 0, 0, 32), policy(0.01, 0, 0, 0, 0, 0, 33));
-  EXPECT_EQ(r.completed, 400u);
-  EXPECT_TRUE(r.data_ok);
-  ASSERT_GT(r.lost_bytes, 0u);
-  EXPECT_LE(r.retrans_bytes, 2 * r.lost_bytes);
-  EXPECT_GT(r.a.get(Counter::kSrRetransmits), 0u);
+  for (const std::uint32_t zc : {0u, 512u}) {
+    SCOPED_TRACE("zero_copy " + std::to_string(zc));
+    StreamSpec s;
+    s.writes = 400;
+    s.zero_copy = zc;
+    const WriteResult r =
+        write_stream(s, policy(0.01, 0, 0, 0, 0, 0, 32), policy(0.01, 0, 0, 0, 0, 0, 33));
+    EXPECT_EQ(r.completed, 400u);
+    EXPECT_TRUE(r.data_ok);
+    ASSERT_GT(r.lost_bytes, 0u);
+    EXPECT_LE(r.retrans_bytes, 2 * r.lost_bytes);
+    EXPECT_GT(r.a.get(Counter::kSrRetransmits), 0u);
+    if (zc != 0) {
+      EXPECT_GE(r.a.get(Counter::kTxFastPath), 400u * 16);
+    }
+  }
 }
 
 TEST(SelectiveRepeat, GoBackNResendsFarMoreOnTheSameLoss) {
@@ -579,12 +615,21 @@ class SelectiveRepeatFaults : public ::testing::TestWithParam<FaultCase> {};
 
 TEST_P(SelectiveRepeatFaults, StreamCompletesWithTheRightData) {
   const FaultCase& c = GetParam();
-  StreamSpec s;
-  const WriteResult r = write_stream(s, c.a2b, c.b2a);
-  EXPECT_EQ(r.completed, s.writes);
-  EXPECT_TRUE(r.data_ok);
-  EXPECT_EQ(r.write_multi, 0u);
-  EXPECT_LE(static_cast<double>(r.retrans_bytes), c.max_ratio * static_cast<double>(r.lost_bytes));
+  // Copied (the general path) and zero-copy (the fast path: req_fast_zc).
+  for (const std::uint32_t zc : {0u, 512u}) {
+    SCOPED_TRACE("zero_copy " + std::to_string(zc));
+    StreamSpec s;
+    s.zero_copy = zc;
+    const WriteResult r = write_stream(s, c.a2b, c.b2a);
+    EXPECT_EQ(r.completed, s.writes);
+    EXPECT_TRUE(r.data_ok);
+    EXPECT_EQ(r.write_multi, 0u);
+    EXPECT_LE(static_cast<double>(r.retrans_bytes),
+              c.max_ratio * static_cast<double>(r.lost_bytes));
+    if (zc != 0) {
+      EXPECT_GE(r.a.get(Counter::kTxFastPath), std::uint64_t{s.writes} * 16);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -124,16 +124,20 @@ TEST(FastFrame, RequestOnlyMatchesTheTemplateWriterAndTheGenericBuilder) {
 // The zero-copy writer (write_zero_copy_headers + finish_zero_copy, the requester's
 // req_fast_zc) against the template writer's pieces form (write_masked_headers +
 // finish_masked_pieces, req_packet's zero-copy path) and the generic builder over the whole
-// frame: every Middle and Last opcode, AckReq and SE both ways, every pad, both IP checksum
+// frame: every First, Middle, Last and Only opcode (those with a RETH through
+// write_zero_copy_headers_reth), AckReq and SE both ways, every pad, both IP checksum
 // settings, with and without the fold kernel.
 TEST(FastFrame, ZeroCopyPacketMatchesTheTemplateWriterAndTheGenericBuilder) {
   std::mt19937 rng(34);
   std::vector<std::uint8_t> payload(4096 + 3);
   for (auto& b : payload) b = static_cast<std::uint8_t>(rng());
   int frames = 0;
-  for (const Opcode op : {Opcode::kRcWriteMiddle, Opcode::kRcWriteLast, Opcode::kRcWriteLastImm,
-                          Opcode::kRcSendMiddle, Opcode::kRcSendLast, Opcode::kRcSendLastImm,
-                          Opcode::kRcSendLastInv}) {
+  for (const Opcode op :
+       {Opcode::kRcWriteMiddle, Opcode::kRcWriteLast, Opcode::kRcWriteLastImm,
+        Opcode::kRcSendMiddle, Opcode::kRcSendLast, Opcode::kRcSendLastImm, Opcode::kRcSendLastInv,
+        Opcode::kRcWriteFirst, Opcode::kRcWriteOnly, Opcode::kRcWriteOnlyImm, Opcode::kRcSendFirst,
+        Opcode::kRcSendOnly, Opcode::kRcSendOnlyImm, Opcode::kRcSendOnlyInv}) {
+    const bool reth = opcode_info(op).has(Ext::kReth);
     for (const bool csum : {true, false}) {
       const FrameSpec s = path(csum, static_cast<std::uint8_t>(rng()), 64);
       const PathTemplate t = make_path_template(s);
@@ -150,6 +154,9 @@ TEST(FastFrame, ZeroCopyPacketMatchesTheTemplateWriterAndTheGenericBuilder) {
           f.ip_id = static_cast<std::uint16_t>(rng());
           f.imm = static_cast<std::uint32_t>(rng());
           f.ieth_rkey = static_cast<std::uint32_t>(rng());
+          f.reth_va = (std::uint64_t{rng()} << 32) | rng();
+          f.reth_rkey = static_cast<std::uint32_t>(rng());
+          f.reth_len = static_cast<std::uint32_t>(rng());
           const std::uint8_t* p = payload.data() + (rng() % 4);  // any alignment
           // The template writer's zero-copy form.
           std::vector<std::uint8_t> a(128, 0xEE), b(128, 0x11);
@@ -159,9 +166,13 @@ TEST(FastFrame, ZeroCopyPacketMatchesTheTemplateWriterAndTheGenericBuilder) {
           ASSERT_NE(ha, 0u);
           const std::span<const std::uint8_t> piece(p, len);
           const std::size_t na = finish_masked_pieces(t, {a.data(), ha}, {&piece, 1}, ta);
-          const std::uint32_t ext = op == Opcode::kRcSendLastInv ? f.ieth_rkey : f.imm;
-          const std::size_t hb = write_zero_copy_headers(t, op, f.se, f.ack_req, f.psn.raw(),
-                                                         f.ip_id, ext, len, b.data());
+          const std::uint32_t ext =
+              op == Opcode::kRcSendLastInv || op == Opcode::kRcSendOnlyInv ? f.ieth_rkey : f.imm;
+          const std::size_t hb = reth ? write_zero_copy_headers_reth(
+                                            t, op, f.se, f.ack_req, f.psn.raw(), f.ip_id, f.reth_va,
+                                            f.reth_rkey, f.reth_len, ext, len, b.data())
+                                      : write_zero_copy_headers(t, op, f.se, f.ack_req, f.psn.raw(),
+                                                                f.ip_id, ext, len, b.data());
           const std::size_t nb = finish_zero_copy(t, b.data(), hb, p, len, tb, fold);
           const std::string what = std::string(opcode_info(op).name) + " len " +
                                    std::to_string(len) + (fold ? " fold" : " isa-l");
@@ -182,6 +193,7 @@ TEST(FastFrame, ZeroCopyPacketMatchesTheTemplateWriterAndTheGenericBuilder) {
           g.ip_id = f.ip_id;
           g.imm = f.imm;
           g.ieth_rkey = f.ieth_rkey;
+          g.reth = {f.reth_va, f.reth_rkey, f.reth_len};
           std::vector<std::uint8_t> c(4400);
           const std::size_t nc = build_frame(g, {p, len}, c);
           ASSERT_EQ(nc, whole.size()) << what;
@@ -195,7 +207,7 @@ TEST(FastFrame, ZeroCopyPacketMatchesTheTemplateWriterAndTheGenericBuilder) {
       }
     }
   }
-  EXPECT_GE(frames, 7 * 2 * 16);
+  EXPECT_GE(frames, 14 * 2 * 16);
 }
 
 TEST(FastFrame, IcrcKernelsMatchTheGeneralFold) {
