@@ -205,14 +205,18 @@ void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc)
         "    dcqcn: rpg_max_rate %u Mb/s%s, rpg_min_rate %u Mb/s, rpg_ai_rate %u Mb/s, "
         "rpg_hai_rate %u Mb/s, dce_tcp_g %u (gain %u/1024), initial_alpha_value %u, "
         "dce_tcp_rtt %u us, rpg_time_reset %u us, rpg_byte_reset %llu bytes, "
-        "rpg_threshold %u, rate_reduce_monitor_period %u us (%s), rpg_min_dec_fac %u %%\n",
+        "rpg_threshold %u, rate_reduce_monitor_period %u us (%s), rpg_min_dec_fac %u %%, "
+        "rpg_gd %u, rate_to_set_on_first_cnp %u Mb/s%s, clamp_tgt_rate %d, "
+        "clamp_tgt_rate_after_time_inc %d\n",
         d.max_rate_mbps, d.max_rate_mbps == 0 ? " (the link's speed)" : "", d.min_rate_mbps,
         d.ai_rate_mbps, d.hai_rate_mbps, d.alpha_g, d.alpha_g, d.initial_alpha,
         d.alpha_update_period_us, d.rate_increase_period_us,
         static_cast<unsigned long long>(d.byte_counter), d.threshold,
         d.rate_reduce_monitor_period_us,
         d.defer_cut ? "CNPs within it cut at its end" : "CNPs within it feed alpha only",
-        d.min_dec_factor_pct);
+        d.min_dec_factor_pct, d.gd_log2, d.first_cnp_rate_mbps,
+        d.first_cnp_rate_mbps == 0 ? " (cut by alpha)" : "", d.clamp_target ? 1 : 0,
+        d.clamp_target_after_time_inc ? 1 : 0);
   } else if (k.algorithm == engine::cc::Algorithm::kDelay) {
     const engine::cc::DelayParams& y = k.delay;
     std::printf(
