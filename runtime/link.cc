@@ -240,6 +240,7 @@ engine::EngineConfig link_engine_config(const LinkOptions& o) {
                 : o.cc == "delay" ? engine::cc::Algorithm::kDelay
                                   : engine::cc::Algorithm::kNone;
   if (o.cc_max_rate_mbps != 0) k.dcqcn.max_rate_mbps = k.delay.max_rate_mbps = o.cc_max_rate_mbps;
+  ec.selective_repeat = o.selective_repeat;
   return ec;
 }
 

@@ -45,6 +45,9 @@ struct LinkOptions {
   /// rate a QP starts at and recovers to (0: the default, 100 Gb/s).
   std::string cc = "none";
   std::uint32_t cc_max_rate_mbps = 0;
+  /// The engine allows selective repeat (EngineConfig::selective_repeat, roced's
+  /// `transport: selective_repeat`): roce-perf --selective-repeat.
+  bool selective_repeat = false;
 
   /// The defaults of the text form: a memif server at 192.0.2.1.
   static LinkOptions text_defaults();

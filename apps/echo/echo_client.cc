@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   std::string socket, server;
   unsigned port = 7471, count = 8, size = 256;
   double timeout_s = 10;
+  bool selective_repeat = false;
   po::options_description desc(
       "Usage: roce-echo-client --attach SOCKET [options] SERVER\n\nOptions");
   desc.add_options()("help,h", "print this help")("attach", po::value(&socket),
@@ -48,7 +49,9 @@ int main(int argc, char** argv) {
       "port,p", po::value(&port), "the echo service's rdma_cm port (7471)")(
       "count,n", po::value(&count), "messages (8)")(
       "size,s", po::value(&size), "bytes per message (256)")("timeout", po::value(&timeout_s),
-                                                             "seconds for the whole exchange (10)");
+                                                             "seconds for the whole exchange (10)")(
+      "selective-repeat", po::bool_switch(&selective_repeat),
+      "offer selective repeat in the CM's ECE (the service must accept it)");
   po::options_description hidden;
   hidden.add_options()("server", po::value(&server));
   po::options_description all;
@@ -72,7 +75,9 @@ int main(int argc, char** argv) {
 
   auto ctx = client::Context::attach(socket);
   if (!ctx) return fail("cannot attach to " + socket + ": " + std::strerror(errno));
-  conn::Endpoint ep(*ctx);
+  conn::Options eo;
+  eo.selective_repeat = selective_repeat;
+  conn::Endpoint ep(*ctx, eo);
   // Two halves of one region: what we send, where the echo lands.
   client::Buffer* buf = ctx->alloc_buffer(2 * std::size_t{size});
   client::Mr* mr =

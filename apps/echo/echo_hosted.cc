@@ -2,7 +2,7 @@
 /// A tiny application hosted in roced: every message a peer sends on an rdma_cm connection comes
 /// back to it unchanged. It is the walkthrough of docs/new-application.md: one folder, one
 /// HostedService (runtime/service.h) written on libroce (<roce/client.h>) and the connection
-/// layer (<roce/conn.h>), registered under the kind `echo` with two keys of its own:
+/// layer (<roce/conn.h>), registered under the kind `echo` with three keys of its own:
 ///
 ///   services:
 ///     - kind: echo
@@ -10,6 +10,7 @@
 ///       listen_port: 7471        # the rdma_cm port (the default)
 ///       max_connections: 16      # at once; requests beyond are rejected
 ///       message_size: 4096       # the largest message echoed
+///       selective_repeat: false  # accept a client's offer (ECE; transport.selective_repeat)
 ///
 /// Each connection gets kDepth receive buffers of message_size bytes in one registered region;
 /// a message received is sent back from the buffer it arrived in, which is posted again once
@@ -37,13 +38,15 @@ class EchoService final : public runtime::HostedService {
   explicit EchoService(runtime::ServiceEnv& env)
       : env_(env),
         max_connections_(env.config.option_uint("max_connections", 16, 1, 1024)),
-        message_size_(env.config.option_uint("message_size", 4096, 64, 1 << 20)) {}
+        message_size_(env.config.option_uint("message_size", 4096, 64, 1 << 20)),
+        selective_repeat_(env.config.option_bool("selective_repeat", false)) {}
   ~EchoService() override { stop(); }
 
   void start() override {
     ctx_ = env_.open_context();
     conn::Options o;
     o.max_connections = max_connections_;
+    o.selective_repeat = selective_repeat_;  // accept a client's offer (ECE)
     ep_ = std::make_unique<conn::Endpoint>(*ctx_, o);
     if (const int rc = ep_->listen(env_.config.listen_port); rc != 0)
       throw std::runtime_error("rdma_cm port " + std::to_string(env_.config.listen_port) + ": " +
@@ -199,6 +202,7 @@ class EchoService final : public runtime::HostedService {
 
   runtime::ServiceEnv& env_;
   const std::size_t max_connections_, message_size_;
+  const bool selective_repeat_;
   std::unique_ptr<client::Context> ctx_;
   std::unique_ptr<conn::Endpoint> ep_;
   client::Buffer* buf_ = nullptr;
@@ -219,13 +223,17 @@ const runtime::RegisterService kEcho{{
     .name = "echo",
     .description = "sends every message of an rdma_cm connection back (docs/new-application.md)",
     .keys = {{"max_connections", "connections at once, 1..1024 (16)"},
-             {"message_size", "the largest message echoed, 64..1048576 bytes (4096)"}},
+             {"message_size", "the largest message echoed, 64..1048576 bytes (4096)"},
+             {"selective_repeat",
+              "accept a client's selective repeat offer (ECE; needs transport.selective_repeat: "
+              "true) (false)"}},
     .default_port = 7471,
     .blocking = false,
     .check =
         [](const ctl::ServiceConfig& sc) {
           sc.option_uint("max_connections", 16, 1, 1024);
           sc.option_uint("message_size", 4096, 64, 1 << 20);
+          sc.option_bool("selective_repeat", false);
           if (!sc.args.empty()) throw std::runtime_error("echo takes no args (its keys instead)");
         },
     .make = [](runtime::ServiceEnv& env) -> std::unique_ptr<runtime::HostedService> {

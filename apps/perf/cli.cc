@@ -105,7 +105,10 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
       "gid-index,x", po::value<int>(), "accepted for compatibility (GID is ::ffff:IP)")(
       "CPU-freq,F", "accepted for compatibility")("rdma_cm,R", "connect with rdma_cm")(
       "perftest-version", po::value(&o.version)->default_value(o.version),
-      "perftest version we announce (>= 6.28 adds the parameter negotiation)");
+      "perftest version we announce (>= 6.28 adds the parameter negotiation)")(
+      "selective-repeat", po::bool_switch(&o.selective_repeat),
+      "offer selective repeat (docs/loss-recovery.md); used when the peer is another roce-perf "
+      "or roced that accepts it, go-back-N with any other (perftest, rxe, RNICs)");
   po::options_description hidden;
   hidden.add_options()("command", po::value<std::string>())("server", po::value(&o.server));
   po::positional_options_description pos;
@@ -181,8 +184,13 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
       throw po::error("-a is not available for atomic tests (they move 8 bytes)");
     if (!t.pingpong && t.verb == Verb::kAtomic && o.size_given && o.size != 8)
       throw po::error("atomic tests move 8 bytes (-s 8)");
+    if (o.selective_repeat && !t.pingpong && !o.rdma_cm && o.version.size() >= pt::kSrMarkAt)
+      throw po::error("--selective-repeat with --perftest-version " + o.version +
+                      ": the offer needs a version of at most " +
+                      std::to_string(pt::kSrMarkAt - 1) + " characters");
     lf.finish();
     o.link = lf.link;
+    o.link.selective_repeat = o.selective_repeat;  // the engine allows it (its CM agent: -R)
     if (!o.attach.empty()) {
       if (t.pingpong)
         throw po::error(cmd + " is not available with --attach (perftest's tools are)");
@@ -190,6 +198,10 @@ std::optional<Invocation> parse_command_line(const std::vector<std::string>& arg
         throw po::error(
             "-R is not available with --attach (the connection manager does not go "
             "through the attach socket yet)");
+      if (o.selective_repeat)
+        throw po::error(
+            "--selective-repeat is not available with --attach: roced turns it on only for "
+            "connections its CM sets up (ECE), and -R does not go through the attach socket");
       if (!o.link.iface.empty() || !o.link.pcap.empty() || !o.link.offload.empty() || lf.faults())
         throw po::error(
             "--iface, --pcap, --offload and fault injection belong to an in-process port, not "

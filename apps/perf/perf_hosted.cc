@@ -46,6 +46,14 @@ Invocation parse_test_service(const ctl::ServiceConfig& sc) {
   }
   if (!out.opts.server.empty())
     throw std::runtime_error("a service is a server; its args name no peer");
+  // `selective_repeat: true` (perftest's tests), as --selective-repeat in args: the server
+  // accepts a roce-perf client's offer; the port must allow it (transport.selective_repeat).
+  if (sc.has("selective_repeat")) {
+    if (out.pingpong || out.coyote)
+      throw std::runtime_error(sc.options.at("selective_repeat").where +
+                               ": selective repeat is offered by perftest's tests only");
+    out.opts.selective_repeat = sc.option_bool("selective_repeat", false);
+  }
   return out;
 }
 
@@ -170,6 +178,11 @@ runtime::ServiceKind test_kind(const char* name, const char* what, unsigned port
   k.description = std::string(what) + " server (args: roce-perf's options of the test)";
   k.default_port = static_cast<std::uint16_t>(port);
   k.blocking = true;
+  if (std::string(name).find('_') != std::string::npos &&
+      std::string(name).find("pingpong") == std::string::npos)
+    k.keys.push_back({"selective_repeat",
+                      "accept a roce-perf client's selective repeat offer (as --selective-repeat "
+                      "in args; needs transport.selective_repeat: true); default false"});
   k.check = [](const ctl::ServiceConfig& sc) { parse_test_service(sc); };
   k.make = [](runtime::ServiceEnv& env) -> std::unique_ptr<runtime::HostedService> {
     return std::make_unique<TestService>(env);

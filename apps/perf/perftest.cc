@@ -66,7 +66,7 @@ struct QpCtx {
   rc::Buffer* mem = nullptr;  ///< what the peer writes to / reads from, and our source
   std::uint8_t* buf = nullptr;
   rc::Mr* mr = nullptr;
-  pt::Dest mine, peer;
+  pt::Dest mine, peer;  ///< with selective repeat, srqn: the message index each side receives from
   std::uint64_t posted = 0, completed = 0;
   std::uint64_t recv_posted = 0;  ///< receives posted for the current message size
 };
@@ -138,6 +138,13 @@ class Perftest {
   pt::Dest exchange_dest(const pt::Dest& mine);
   void connect_qps();
   void connect_qps_rdma_cm();
+  /// --selective-repeat can be offered: the QPs live in an in-process engine (roce-perf's own,
+  /// or roced's for a hosted service) that allows it; not attached, not on the FPGA card.
+  bool sr_allowed() const;
+  /// The engine's QP behind `q` (in-process), or null.
+  Qp* engine_qp(const rc::Qp* q) const {
+    return st_.env != nullptr ? st_.env->eng.find_qp(q->qp_num) : nullptr;
+  }
   void hand_shake(QpCtx* c = nullptr);
   void exchange_reports(const pt::Report& mine);
   void close_connection();
@@ -180,6 +187,7 @@ class Perftest {
   std::uint32_t buf_size_ = 0;
   std::uint32_t half_ = 0;  ///< max(size, cycle buffer): where the part we advertise starts
   std::string peer_version_;
+  bool sr_ = false;  ///< the tested QPs run selective repeat (both sides asked for it)
   std::ostringstream json_rows_;
   std::uint64_t received_bytes_ = 0;
 };
@@ -289,11 +297,28 @@ std::uint32_t Perftest::remote_access() const {
   return 0;
 }
 
+bool Perftest::sr_allowed() const {
+  return st_.env != nullptr && st_.env->eng.config().selective_repeat &&
+         engine_qp(qps_[0].qp) != nullptr;
+}
+
 void Perftest::exchange_setup() {
-  // 1. versions
-  const auto mine = pt::version_msg(o_.version);
+  // 1. versions; with --selective-repeat over TCP the client's offer past the version's NUL,
+  // and the server's accept only to an offer (the server reads first: perftest_proto.h SrMark).
+  // With -R the CM's ECE carries them instead (connect_qps_rdma_cm).
+  const bool ask = o_.selective_repeat && !cm_ && sr_allowed();
   std::array<char, pt::kVersionLen> theirs{};
-  oob_.exchange(mine.data(), theirs.data(), pt::kVersionLen);
+  if (client()) {
+    const auto mine = pt::version_msg(o_.version, ask ? pt::SrMark::kOffer : pt::SrMark::kNone);
+    oob_.send(mine.data(), pt::kVersionLen);
+    oob_.recv(theirs.data(), pt::kVersionLen);
+    sr_ = ask && pt::sr_mark_of(theirs) == pt::SrMark::kAccept;
+  } else {
+    oob_.recv(theirs.data(), pt::kVersionLen);
+    sr_ = ask && pt::sr_mark_of(theirs) == pt::SrMark::kOffer;
+    const auto mine = pt::version_msg(o_.version, sr_ ? pt::SrMark::kAccept : pt::SrMark::kNone);
+    oob_.send(mine.data(), pt::kVersionLen);
+  }
   peer_version_ = pt::version_of(theirs);
   if (pt::compare_versions(peer_version_, pt::kMinVersion) < 0)
     fail("the peer runs perftest " + peer_version_ + "; versions before " + pt::kMinVersion +
@@ -352,6 +377,12 @@ void Perftest::exchange_dests() {
   // 5. one QP address each way per QP (the latency tests of WRITE, READ and atomics send the
   // first QP's once more before)
   const bool extra = mode_ == Mode::kLat && verb_ != Verb::kSend;
+  // Selective repeat: each QP's address names the message index its QP receives from, drawn
+  // by the kernel's generator (a blind forger must not know it; SrIndexBase).
+  if (sr_) {
+    std::random_device rd;
+    for (auto& c : qps_) c.mine.srqn = rd();
+  }
   for (std::size_t i = extra ? 0 : 1; i <= qps_.size(); ++i) {
     QpCtx& c = qps_[i == 0 ? 0 : i - 1];
     c.mine.out_reads = o_.out_reads;
@@ -389,7 +420,14 @@ void Perftest::connect_qps_rdma_cm() {
     p.responder_resources = p.initiator_depth = static_cast<std::uint8_t>(o_.out_reads);
   std::vector<rc::Qp*> qps;
   for (auto& c : qps_) qps.push_back(c.qp);
+  // --selective-repeat: the REQs offer it and the REPs accept it in ECE; the CM turns it on
+  // when both did (and go-back-N with a peer that answers anything else).
+  p.selective_repeat = o_.selective_repeat && sr_allowed();
   cm_->connect_qps(qps, p);
+  if (p.selective_repeat) {
+    const Qp* q = engine_qp(qps_[0].qp);
+    sr_ = q != nullptr && q->req.sr;
+  }
   std::array<std::uint8_t, pt::kDestBinLen> t{};
   oob_.exchange(pt::dest_bin(pt::Dest{}).data(), t.data(), pt::kDestBinLen);
   // The path MTU the CM chose (-R runs in-process: the engine's QP behind the Context's).
@@ -404,6 +442,11 @@ void Perftest::connect_qps() {
   // In-process we resolve the peer here; attached, roced does (an address vector without MAC).
   const wire::MacAddr mac = st_.env ? st_.env->resolve(*rip, 10) : wire::MacAddr{};
   for (auto& c : qps_) {
+    // Selective repeat before RTR: this side's messages from the peer's receive index, the
+    // peer's from ours.
+    if (sr_ &&
+        st_.env->eng.set_selective_repeat(engine_qp(c.qp), true, {c.peer.srqn, c.mine.srqn}) != kOk)
+      fail("selective repeat refused on QP " + std::to_string(c.qp->qp_num));
     QpAttr a;
     a.qp_state = QpState::kRtr;
     a.path_mtu = mtu_of_enum(mtu_enum_);
@@ -819,6 +862,14 @@ int Perftest::run() {
   exchange_dests();
   if (!cm_) connect_qps();
   print_addresses();
+  if (o_.selective_repeat) {  // only when asked: perftest's own output otherwise
+    std::printf(" Selective repeat: %s\n",
+                sr_            ? "ON"
+                : sr_allowed() ? "OFF (the peer did not accept it: go-back-N)"
+                : st_.env      ? "OFF (not allowed: roced's transport.selective_repeat)"
+                               : "OFF (not available here)");
+    std::fflush(stdout);
+  }
   std::vector<std::uint32_t> sizes;
   if (o_.all_sizes)
     for (std::uint32_t sz = 2; sz <= (1u << 23); sz *= 2) sizes.push_back(sz);
@@ -892,6 +943,7 @@ void Perftest::write_json() {
     << "\",\"role\":\"" << (client() ? "client" : "server") << "\",\"peer_version\":\""
     << peer_version_ << "\",\"mtu\":" << pt::mtu_bytes_of_enum(mtu_enum_)
     << ",\"qps\":" << o_.num_qp << ",\"rdma_cm\":" << (cm_ ? "true" : "false")
+    << ",\"selective_repeat\":" << (sr_ ? "true" : "false")
     << ",\"attached\":" << (st_.env ? "false" : "true");
   if (st_.env) {  // the engine's counters (attached: roced's, from roce-ctl counters)
     const Engine& e = st_.env->eng;
@@ -905,6 +957,9 @@ void Perftest::write_json() {
       << ",\"read_rerequests\":" << e.stats().get(Counter::kReadReRequests)
       << ",\"read_rerequest_bytes\":" << e.stats().get(Counter::kReadReRequestBytes)
       << ",\"read_responses_sent\":" << e.stats().get(Counter::kReadResponsesSent)
+      << ",\"retransmitted_bytes\":" << e.stats().get(Counter::kRetransmittedBytes)
+      << ",\"sr_retransmits\":" << e.stats().get(Counter::kSrRetransmits)
+      << ",\"sr_connections\":" << e.stats().get(Counter::kSrConnections)
       << ",\"tx_dropped_injected\":" << (l.faults() ? l.faults()->stats().dropped : 0)
       << ",\"rx_dropped_injected\":" << (l.rx_faults() ? l.rx_faults()->stats().dropped : 0);
   }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "controlplane/address.h"
+#include "controlplane/cm/cm.h"
 
 namespace roce::perf {
 
@@ -168,6 +169,10 @@ void CmExchange::accept(const client::CmEvent& r, client::Qp* qp, const CmQpPara
   client::CmConnParam cp;
   cp.responder_resources = p.responder_resources;
   cp.initiator_depth = p.initiator_depth;
+  if (p.selective_repeat) {
+    cp.ece_vendor = cm::kEceVendorId;
+    cp.ece_options = cm::kEceSignature | cm::kEceSrAccept;
+  }
   if (ctx_.cm_accept(r.id, qp, cp) != 0) fail("cannot accept " + what);
 }
 
@@ -180,6 +185,10 @@ std::uint32_t CmExchange::connect_one(client::Qp* qp, const CmQpParams& p,
     cp.initiator_depth = p.initiator_depth;
     cp.retry_count = 7;
     cp.rnr_retry = 7;
+    if (p.selective_repeat) {
+      cp.ece_vendor = cm::kEceVendorId;
+      cp.ece_options = cm::kEceSignature | cm::kEceSrOffer;
+    }
     std::uint32_t id = 0;
     if (const int rc = ctx_.cm_connect(qp, peer_ip_, static_cast<std::uint16_t>(port_), cp, id))
       fail("cannot send the connect request for " + what + ": " + std::strerror(rc));

@@ -39,6 +39,9 @@ namespace roce::perf {
 struct CmQpParams {
   std::uint8_t responder_resources = 0;  ///< -o for READ and atomics, else 0
   std::uint8_t initiator_depth = 0;
+  /// roce-perf --selective-repeat: the REQ offers it, the REP accepts an offer (ECE,
+  /// cm::kEceSrOffer / kEceSrAccept); nothing is set otherwise, as perftest.
+  bool selective_repeat = false;
 };
 
 /// The communication connection of perftest -R and the connections of the tested QPs.

@@ -33,10 +33,27 @@ int compare_versions(const std::string& a, const std::string& b) {
   return 0;
 }
 
-std::array<char, kVersionLen> version_msg(const std::string& v) {
+namespace {
+constexpr char kSrOffer[kSrMarkLen + 1] = "RoSRo";
+constexpr char kSrAccept[kSrMarkLen + 1] = "RoSRa";
+}  // namespace
+
+std::array<char, kVersionLen> version_msg(const std::string& v, SrMark mark) {
   std::array<char, kVersionLen> m{};
-  std::memcpy(m.data(), v.data(), std::min(v.size(), kVersionLen - 1));
+  // A mark keeps the version to the bytes before it, with its NUL.
+  const std::size_t room = mark == SrMark::kNone ? kVersionLen - 1 : kSrMarkAt - 1;
+  std::memcpy(m.data(), v.data(), std::min(v.size(), room));
+  if (mark != SrMark::kNone)
+    std::memcpy(m.data() + kSrMarkAt, mark == SrMark::kOffer ? kSrOffer : kSrAccept, kSrMarkLen);
   return m;
+}
+
+SrMark sr_mark_of(std::span<const char, kVersionLen> msg) {
+  // Only after the version's NUL: a version string that runs into the mark's bytes is not one.
+  if (strnlen(msg.data(), kVersionLen) >= kSrMarkAt) return SrMark::kNone;
+  if (std::memcmp(msg.data() + kSrMarkAt, kSrOffer, kSrMarkLen) == 0) return SrMark::kOffer;
+  if (std::memcmp(msg.data() + kSrMarkAt, kSrAccept, kSrMarkLen) == 0) return SrMark::kAccept;
+  return SrMark::kNone;
 }
 
 std::string version_of(std::span<const char, kVersionLen> msg) {

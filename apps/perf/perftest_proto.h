@@ -23,8 +23,21 @@ constexpr const char* kNegotiateVersion = "6.28";
 
 /// Compares "MAJOR.MINOR" strings numerically by field ("6.06" < "6.20" < "6.28"); -1, 0, 1.
 int compare_versions(const std::string& a, const std::string& b);
-std::array<char, kVersionLen> version_msg(const std::string& v);
+
+/// Selective repeat between two roce-perf's (--selective-repeat; docs/loss-recovery.md), asked
+/// for in the version message's padding: perftest reads the version as a C string (strverscmp
+/// up to its NUL) and sends zeros after it, so bytes past the NUL reach no standard peer's
+/// logic. The client offers; the server, which reads first, answers with an accept only to an
+/// offer, so a standard client never receives anything but zeros there. With both, each QP
+/// address carries in its SRQ number (unused by RC) the message index its QP receives from
+/// (SrIndexBase::rx), which the peer's QP sends from.
+enum class SrMark : std::uint8_t { kNone, kOffer, kAccept };
+/// Where the mark goes: a version of up to kSrMarkAt - 1 characters leaves room for it.
+constexpr std::size_t kSrMarkAt = 10;
+constexpr std::size_t kSrMarkLen = 5;  ///< "RoSRo" (offer) or "RoSRa" (accept), no NUL
+std::array<char, kVersionLen> version_msg(const std::string& v, SrMark mark = SrMark::kNone);
 std::string version_of(std::span<const char, kVersionLen> msg);
+SrMark sr_mark_of(std::span<const char, kVersionLen> msg);
 
 /// Step 2: cycle buffer and cache line size, 32-bit big-endian each.
 struct SysData {

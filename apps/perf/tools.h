@@ -37,6 +37,9 @@ struct Opts {
   std::string attach;            ///< --attach SOCKET: run on roced's dataplane through libroce
   std::string attach_port;       ///< --attach-port NAME (empty: roced's first port)
   bool events = false;           ///< -e: sleep on CQ events (attached)
+  /// --selective-repeat: offer selective repeat to the peer (perftest's tools; only another
+  /// roce-perf or roced takes it: perftest_proto.h SrMark, and rdma_cm's ECE with -R).
+  bool selective_repeat = false;
   // Coyote's benchmark (coyote.cc): its flags
   bool coyote_write = false;          ///< -o 1: WRITE, -o 0: READ
   unsigned coyote_min = 64;           ///< -x

@@ -155,6 +155,24 @@ void warn_min_rate(const ctl::PortConfig& pc, const engine::cc::CongestionConfig
         pc.name.c_str(), key, min, min);
 }
 
+// A hosted service that asks for selective repeat (its `selective_repeat: true`, or
+// --selective-repeat in its args) on an appliance that does not allow it gets go-back-N: say
+// so (--check's layout, or the daemon's).
+void warn_sr_services(const ctl::ApplianceConfig& cfg, bool daemon) {
+  if (cfg.transport.selective_repeat) return;
+  for (std::size_t i = 0; i < cfg.services.size(); ++i) {
+    const ctl::ServiceConfig& sc = cfg.services[i];
+    bool asks = false;
+    for (const std::string& a : sc.args) asks = asks || a == "--selective-repeat";
+    if (sc.has("selective_repeat")) asks = sc.option_bool("selective_repeat", false);
+    if (asks)
+      std::printf(
+          "%sservices[%zu] (%s) asks for selective repeat, but transport.selective_repeat is "
+          "false: its connections run go-back-N\n",
+          daemon ? "roced: warning: " : "  warning: ", i, sc.kind.c_str());
+  }
+}
+
 // What --check resolves for a port's congestion control and loss recovery, each value with its
 // unit and ConnectX's name where it has one: what an operator diffs against `mlxconfig q`.
 void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc) {
@@ -168,6 +186,12 @@ void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc)
       "cnp_dscp %u\n",
       pc.name.c_str(), engine::cc::to_string(k.algorithm), ecn, k.cnp ? "on" : "off",
       k.cnp_interval_ns / 1000, k.cnp_dscp);
+  if (!k.ect_on())
+    std::printf(
+        "  port %s: Not-ECT: a switch that marks ECN (WRED/ECN) drops this port's packets where "
+        "it would mark ECT ones%s\n",
+        pc.name.c_str(),
+        k.algorithm == engine::cc::Algorithm::kNone ? " (algorithm: dcqcn sends ECT(0))" : "");
   if (k.algorithm == engine::cc::Algorithm::kNone && k.ect_on())
     std::printf(
         "  port %s: warning: ecn: true with algorithm: none: every packet is sent "
@@ -181,14 +205,18 @@ void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc)
         "    dcqcn: rpg_max_rate %u Mb/s%s, rpg_min_rate %u Mb/s, rpg_ai_rate %u Mb/s, "
         "rpg_hai_rate %u Mb/s, dce_tcp_g %u (gain %u/1024), initial_alpha_value %u, "
         "dce_tcp_rtt %u us, rpg_time_reset %u us, rpg_byte_reset %llu bytes, "
-        "rpg_threshold %u, rate_reduce_monitor_period %u us (%s), rpg_min_dec_fac %u %%\n",
+        "rpg_threshold %u, rate_reduce_monitor_period %u us (%s), rpg_min_dec_fac %u %%, "
+        "rpg_gd %u, rate_to_set_on_first_cnp %u Mb/s%s, clamp_tgt_rate %d, "
+        "clamp_tgt_rate_after_time_inc %d\n",
         d.max_rate_mbps, d.max_rate_mbps == 0 ? " (the link's speed)" : "", d.min_rate_mbps,
         d.ai_rate_mbps, d.hai_rate_mbps, d.alpha_g, d.alpha_g, d.initial_alpha,
         d.alpha_update_period_us, d.rate_increase_period_us,
         static_cast<unsigned long long>(d.byte_counter), d.threshold,
         d.rate_reduce_monitor_period_us,
         d.defer_cut ? "CNPs within it cut at its end" : "CNPs within it feed alpha only",
-        d.min_dec_factor_pct);
+        d.min_dec_factor_pct, d.gd_log2, d.first_cnp_rate_mbps,
+        d.first_cnp_rate_mbps == 0 ? " (cut by alpha)" : "", d.clamp_target ? 1 : 0,
+        d.clamp_target_after_time_inc ? 1 : 0);
   } else if (k.algorithm == engine::cc::Algorithm::kDelay) {
     const engine::cc::DelayParams& y = k.delay;
     std::printf(
@@ -450,8 +478,16 @@ int run(const ctl::ApplianceConfig& cfg) {
           "roced: warning: port %s: congestion ecn: true with algorithm: none: every packet "
           "is sent ECN-capable, but CNPs do not slow it down (docs/congestion.md)\n",
           p.cfg.name.c_str());
+    } else {
+      // The default: Not-ECT, as rxe. A fabric of marking switches (WRED/ECN, as ConnectX
+      // fabrics are set up) drops such packets where it would mark ECT ones (review 20 #10).
+      std::printf(
+          "  port %s: congestion none, ECT off: a switch that marks ECN drops these packets "
+          "instead (congestion.algorithm: dcqcn on such a fabric; docs/congestion.md)\n",
+          p.cfg.name.c_str());
     }
   }
+  warn_sr_services(cfg, true);
   if (cfg.transport.selective_repeat)
     std::printf(
         "  selective repeat: allowed, for the connections whose applications offer and "
@@ -724,6 +760,7 @@ int main(int argc, char** argv) {
       for (unsigned l : cfg.lcores) std::printf(" %u", l);
       std::printf("\n");
       for (const ctl::PortConfig& pc : cfg.ports) print_transport(cfg, pc);
+      warn_sr_services(cfg, false);
       for (std::size_t i = 0; i < cfg.services.size(); ++i) {
         const ctl::ServiceConfig& s = cfg.services[i];
         std::printf("  services[%zu] %s on %s, listen_port %u at %s\n", i, s.kind.c_str(),

@@ -34,7 +34,40 @@ constexpr RnicName kRnicNames[] = {
      "CNPs the reaction point took (a cut now or at the monitor period's end); RNIC: mlx5 "
      "rp_cnp_handled"},
     {"cnp_ignored",
-     "CNPs refused (no algorithm, QP not in RTS, implausible); RNIC: mlx5 rp_cnp_ignored"},
+     "CNPs refused, every reason (the four cnp_ignored_* counters); RNIC: mlx5 rp_cnp_ignored"},
+    {"cnp_ignored_no_cc",
+     "CNPs refused because the port runs no congestion algorithm (congestion.algorithm: none)"},
+    {"cnp_ignored_unmatched",
+     "CNPs refused as misaddressed or spoofed: no connected QP of that number, or not from its "
+     "peer's address, or of another partition"},
+    {"cnp_ignored_not_rts",
+     "CNPs refused for a QP not in RTS, which has no rate yet (a responder left in RTR) or is in "
+     "error"},
+    {"cnp_ignored_idle",
+     "CNPs refused as implausible: the QP has nothing in flight and sent nothing lately (a "
+     "spoofer's, or one far too late)"},
+    {"read_rerequest_bytes",
+     "response bytes that READ requests sent again asked for (selective READ retry asks only "
+     "from the first missing PSN)"},
+    {"rx_dup_read_responses", "READ responses and atomic ACKs for data that had arrived: dropped"},
+    {"retransmitted_bytes", "payload bytes of retransmitted_packets (go-back-N and selective)"},
+    {"sr_sacks_sent",
+     "selective repeat, responder: gap reports (SACKs) sent for packets missing below placed "
+     "ones"},
+    {"sr_sacks_rcvd", "selective repeat, requester: gap reports (SACKs) received"},
+    {"sr_retransmits",
+     "selective repeat, requester: packets sent again because a SACK named them missing"},
+    {"sr_retransmit_bytes", "selective repeat: payload bytes of sr_retransmits"},
+    {"sr_edge_resends",
+     "selective repeat, requester: the oldest unacknowledged packet sent again, a later SACK or "
+     "a probe's answer showing it lost"},
+    {"sr_connections",
+     "RC connections set up with selective repeat on (both ends offered and accepted it in "
+     "ECE or roce-perf's exchange)"},
+    {"sr_unplaced", "selective repeat, responder: SEND packets past the expected PSN not placed"},
+    {"sr_forged_dropped",
+     "selective repeat, responder: packets whose message index lies outside the window, "
+     "dropped unanswered"},
     {"seq_err_nak_sent",
      "sequence NAKs sent for requests past a gap; RNIC: ~mlx5 out_of_sequence (with "
      "rx_drop_after_seq_nak, sr_ooo_placed), rxe out_of_seq_request"},
@@ -49,7 +82,8 @@ constexpr RnicName kRnicNames[] = {
     {"read_rerequests",
      "READ requests sent again, for part or all; RNIC: ~mlx5 implied_nak_seq_err (the part a "
      "response past a gap starts)"},
-    {"sr_ooo_placed", "selective repeat: packets placed past a gap; RNIC: ~mlx5 out_of_sequence"},
+    {"sr_ooo_placed",
+     "selective repeat, responder: packets placed past a gap; RNIC: ~mlx5 out_of_sequence"},
 };
 
 std::string engine_help(std::string_view name) {

@@ -64,6 +64,16 @@ int roce::fabric::incast_cli(int argc, char** argv) {
                                         "rpg_threshold: F, the fast recovery stages")(
       "min-dec-fac", po::value(&d.min_dec_factor_pct)->default_value(d.min_dec_factor_pct),
       "rpg_min_dec_fac: one cut keeps at least this % of the rate")(
+      "gd", po::value(&d.gd_log2)->default_value(d.gd_log2),
+      "rpg_gd: a cut is RC (1 - alpha 2^10/2^gd); 11: alpha/2")(
+      "first-cnp-rate-mbps",
+      po::value(&d.first_cnp_rate_mbps)->default_value(d.first_cnp_rate_mbps),
+      "rate_to_set_on_first_cnp: a QP at its maximum goes to this rate on a CNP (0: cut by "
+      "alpha)")("clamp-tgt-rate", po::value(&d.clamp_target)->default_value(d.clamp_target),
+                "clamp_tgt_rate: RT <- RC at every cut (0: ConnectX's default)")(
+      "clamp-tgt-rate-ati",
+      po::value(&d.clamp_target_after_time_inc)->default_value(d.clamp_target_after_time_inc),
+      "clamp_tgt_rate_after_time_inc")(
       "target-us", po::value(&o.cc.delay.target_us)->default_value(o.cc.delay.target_us),
       "delay: target round trip")("duration-ms", po::value(&duration_ms)->default_value(50))(
       "warmup-ms", po::value(&warmup_ms)->default_value(5))(
@@ -97,9 +107,9 @@ int roce::fabric::incast_cli(int argc, char** argv) {
     d.alpha_g = vm["alpha-g"].as<std::uint32_t>();
   }
   if (d.alpha_g > 1023 || d.initial_alpha > 1023 || d.min_dec_factor_pct > 100 ||
-      d.threshold == 0 || d.threshold > 31) {
+      d.threshold == 0 || d.threshold > 31 || d.gd_log2 == 0 || d.gd_log2 > 15) {
     std::cerr << "roce-incast: --g/--alpha-g and --initial-alpha are 0-1023, --min-dec-fac "
-                 "0-100, --threshold 1-31 (as roced's configuration)\n";
+                 "0-100, --threshold 1-31, --gd 1-15 (as roced's configuration)\n";
     return 2;
   }
   if (cc == "none")

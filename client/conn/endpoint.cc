@@ -81,8 +81,13 @@ int Endpoint::dereg_mr(client::Mr* mr) {
   return 0;
 }
 
-client::CmConnParam Endpoint::param(std::span<const std::uint8_t> private_data) const {
+client::CmConnParam Endpoint::param(std::span<const std::uint8_t> private_data,
+                                    bool passive) const {
   client::CmConnParam p;
+  if (o_.selective_repeat) {  // our ECE: the REQ offers (0x524F0001), the REP accepts (0x...2)
+    p.ece_vendor = 0xFFFFFF;
+    p.ece_options = passive ? 0x524F0002u : 0x524F0001u;
+  }
   p.responder_resources = o_.responder_resources;
   p.initiator_depth = o_.initiator_depth;
   p.rnr_retry = o_.rnr_retry;
@@ -158,7 +163,7 @@ int Endpoint::accept(ConnId id, std::span<const std::uint8_t> private_data) {
   if (c == nullptr || !c->requested || c->up) return ENOENT;
   if (c->qp == nullptr)
     if (const int rc = make_qp(*c, QpSizes{})) return rc;
-  const int rc = ctx_.cm_accept(c->cm_id, c->qp, param(private_data));
+  const int rc = ctx_.cm_accept(c->cm_id, c->qp, param(private_data, true));
   c->accepted = rc == 0;
   return rc;
 }
@@ -206,7 +211,7 @@ ConnId Endpoint::connect(Ipv4Addr dst, std::uint16_t port, const QpSizes& s,
     errno = rc;
     return 0;
   }
-  if (const int rc = ctx_.cm_connect(c->qp, dst, port, param(private_data), c->cm_id)) {
+  if (const int rc = ctx_.cm_connect(c->qp, dst, port, param(private_data, false), c->cm_id)) {
     destroy(*c);
     errno = rc;
     return 0;

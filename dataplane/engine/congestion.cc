@@ -167,12 +167,19 @@ static bool cnp_plausible(const Qp& qp, std::uint64_t now) {
   return now - last <= window;
 }
 
+void Engine::Stages::cc_ignore_cnp(Engine& eng, Counter why) {
+  eng.stats_.inc(Counter::kCnpIgnored);  // mlx5's rp_cnp_ignored: every reason
+  eng.stats_.inc(why);
+}
+
 void Engine::Stages::cc_on_cnp(Engine& eng, Qp& qp) {
   const cc::Algorithm a = eng.cfg_.congestion.algorithm;
-  if (a == cc::Algorithm::kNone || qp.state != QpState::kRts || !cnp_plausible(qp, eng.now_)) {
-    eng.stats_.inc(Counter::kCnpIgnored);
-    return;
-  }
+  // Refused, by reason (review 20 finding 8): no reaction point; a QP without a rate (a
+  // responder never moved to RTS, cc_start runs at RTS; or one in error); a QP that cannot
+  // have earned it. READ responders in RTS are paced, so their CNPs are taken.
+  if (a == cc::Algorithm::kNone) return cc_ignore_cnp(eng, Counter::kCnpIgnoredNoCc);
+  if (qp.state != QpState::kRts) return cc_ignore_cnp(eng, Counter::kCnpIgnoredNotRts);
+  if (!cnp_plausible(qp, eng.now_)) return cc_ignore_cnp(eng, Counter::kCnpIgnoredIdle);
   // Handled whether it cuts now or at the end of the monitor period (mlx5's rp_cnp_handled);
   // ignored are only those refused above (rp_cnp_ignored). `delay` sends ECT(0) too, so it
   // slows down for CNPs as well (delay.h).

@@ -204,6 +204,8 @@ struct Engine::Stages {
   static void cc_on_ce(Engine& eng, Qp& qp, const wire::RxPkt& pkt);
   /// Reaction point: a CNP for `qp` arrived.
   static void cc_on_cnp(Engine& eng, Qp& qp);
+  /// A CNP refused: cnp_ignored and the counter of its reason (kCnpIgnored*).
+  static void cc_ignore_cnp(Engine& eng, Counter why);
   /// A round-trip sample of `rtt_ns` for `qp` (the delay-based algorithm).
   static void cc_on_rtt(Engine& eng, Qp& qp, std::uint64_t rtt_ns);
   /// Pacing, before the scheduler sends packets of `qp`: false when the QP is over its rate

@@ -69,6 +69,10 @@ std::string_view to_string(Counter c) {
                                                                  "cnp_sent",
                                                                  "cnp_handled",
                                                                  "cnp_ignored",
+                                                                 "cnp_ignored_no_cc",
+                                                                 "cnp_ignored_unmatched",
+                                                                 "cnp_ignored_not_rts",
+                                                                 "cnp_ignored_idle",
                                                                  "cc_parked",
                                                                  "read_rerequests",
                                                                  "read_rerequest_bytes",
@@ -114,7 +118,7 @@ namespace {
         check_address(*qp, pkt))
       cc_on_cnp(eng, *qp);
     else
-      eng.stats_.inc(Counter::kCnpIgnored);
+      cc_ignore_cnp(eng, Counter::kCnpIgnoredUnmatched);
     return;
   }
   Qp* qp = eng.find_qp(pkt.dest_qp.raw());

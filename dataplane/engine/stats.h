@@ -62,7 +62,15 @@ enum class Counter : std::uint8_t {
   kRxEcnCe,             ///< packets of connected QPs received with ECN CE (mlx5 np_ecn_marked)
   kCnpSent,             ///< CNPs sent (mlx5 np_cnp_sent)
   kCnpHandled,          ///< CNPs the reaction point took, cutting or not (rp_cnp_handled)
-  kCnpIgnored,          ///< CNPs refused: no algorithm, QP not in RTS, implausible
+  kCnpIgnored,          ///< CNPs refused (rp_cnp_ignored): the sum of the four reasons below
+  /// ... with `algorithm: none` (no reaction point)
+  kCnpIgnoredNoCc,
+  /// ... for no connected QP of ours, or not from its peer, or of another partition
+  kCnpIgnoredUnmatched,
+  /// ... for a QP not in RTS (a responder left in RTR has no rate yet, or one in error)
+  kCnpIgnoredNotRts,
+  /// ... implausible: the QP has nothing in flight or queued and sent nothing lately
+  kCnpIgnoredIdle,
   kCcParked,            ///< times a QP over its rate was parked until its next send time
   kReadReRequests,      ///< READ requests sent again (selective or go-back-N), for part or all
   kReadReRequestBytes,  ///< the response bytes those READ requests asked for again

@@ -108,6 +108,10 @@ struct Options {
   std::uint8_t responder_resources = 1, initiator_depth = 1, rnr_retry = 7;
   /// connect: the REQ's Retry Count (client::CmConnParam::retry_count; cmatose asks for 5).
   std::uint8_t retry_count = 7;
+  /// Selective repeat (docs/loss-recovery.md): connect() offers it and accept() accepts an
+  /// offer in the CM's ECE (client::CmConnParam's ece_*); a connection runs it when both ends
+  /// asked and roced allows it (`transport: selective_repeat`), go-back-N otherwise.
+  bool selective_repeat = false;
   /// The exit-time drain: how long the destructor waits for the peers' answers to its DREQs.
   int drain_ms = 1000;
   /// A connect request from an address whose MAC the port does not know yet waits this long
@@ -214,7 +218,7 @@ class Endpoint {
   int make_qp(Conn& c, const QpSizes& s);
   void destroy(Conn& c);
   void forget(ConnId c);
-  client::CmConnParam param(std::span<const std::uint8_t> private_data) const;
+  client::CmConnParam param(std::span<const std::uint8_t> private_data, bool passive) const;
   void on_cm(client::CmEvent& ev, std::vector<Event>& events, std::vector<Completion>& completions);
   /// `hold`: flushes with no failure before them wait in Conn::held (see poll).
   void drain_cq(Conn& c, std::vector<Event>* events, std::vector<Completion>* out,

@@ -48,14 +48,21 @@ printf '%s\n    message_size: 512\n' "$base" > "$work/good.yaml"
 "$roced" --check --config "$work/good.yaml" || { echo "FAIL: roced --check refused a good echo service"; exit 1; }
 
 # 2. The service, and attached clients on the other roced.
-appliance a server 02:00:00:00:00:01 192.0.2.1 0 "$prom" "services:
+# Both allow selective repeat; the service accepts it, and only the client that offers it gets
+# it (the others, which ask nothing, run go-back-N as before).
+appliance a server 02:00:00:00:00:01 192.0.2.1 0 "$prom" "transport: {selective_repeat: true}
+services:
   - kind: echo
     port: p0
     max_connections: 4
-    message_size: 1024"
-appliance b client 02:00:00:00:00:02 192.0.2.2 0
+    message_size: 1024
+    selective_repeat: true"
+appliance b client 02:00:00:00:00:02 192.0.2.2 0 127.0.0.1:0 "transport: {selective_repeat: true}"
 grep -q "service echo: rdma_cm port 7471 on port p0, 4 connections of 1024-byte messages" "$work/a.log" ||
   { cat "$work/a.log"; echo "FAIL: no echo service"; exit 1; }
+# The start-up line of a port without congestion control says what Not-ECT means (review 20 #10).
+grep -q "port p0: congestion none, ECT off: a switch that marks ECN drops these packets instead" "$work/a.log" ||
+  { cat "$work/a.log"; echo "FAIL: no Not-ECT start-up line"; exit 1; }
 "$client" --attach "$work/b.sock" -n 16 -s 1024 192.0.2.1 > "$work/c1.log" 2>&1 ||
   { cat "$work/c1.log"; echo "FAIL: client 1"; exit 1; }
 "$client" --attach "$work/b.sock" -n 8 -s 64 192.0.2.1 > "$work/c2.log" 2>&1 ||
@@ -83,6 +90,19 @@ if command -v curl > /dev/null; then  # the exposition itself: the service's HEL
     grep -q "^# TYPE roce_echo_connections_now gauge$" "$work/metrics.txt" ||
     { grep echo "$work/metrics.txt"; echo "FAIL: no HELP/TYPE lines for the echo counters"; exit 1; }
 fi
+grep -Eq "^p0 +sr_connections +0$" "$work/counters.txt" ||
+  { echo "FAIL: a client that offered nothing got selective repeat"; exit 1; }
+# A client that offers selective repeat (review 20 finding 9): the service accepts it in ECE.
+"$client" --attach "$work/b.sock" --selective-repeat -n 16 -s 1024 192.0.2.1 > "$work/c-sr.log" 2>&1 ||
+  { cat "$work/c-sr.log"; echo "FAIL: the selective repeat client"; exit 1; }
+grep -q "16 messages of 1024 bytes echoed, every byte checked" "$work/c-sr.log"
+ok=
+for _ in $(seq 30); do
+  "$ctl" -p "$prom" --all counters > "$work/counters.txt" 2>&1 || true
+  grep -Eq "^p0 +sr_connections +1$" "$work/counters.txt" && { ok=1; break; }
+  sleep 0.1
+done
+[[ -n $ok ]] || { grep sr_ "$work/counters.txt"; echo "FAIL: the service did not run it (sr_connections)"; exit 1; }
 
 # 3. A hostile peer: 8 connections (the service takes 4) given up between the service's REP and
 # the RTU, which its CM answers with a REJ. Each took a slot of the service when it was
@@ -99,9 +119,10 @@ kill -TERM "$pid_a"
 for _ in $(seq 50); do kill -0 "$pid_a" 2>/dev/null || break; sleep 0.1; done
 ! kill -0 "$pid_a" 2>/dev/null || { echo "FAIL: roced A did not stop"; exit 1; }
 # (The hostile peer's connections were never established: not counted; some were refused.)
-report="service echo: 4 connections, 124 messages \(31896 bytes\) echoed, 0 refused, 0 errors"
+# (The selective repeat client's 16 messages of 1024 bytes are in both.)
+report="service echo: 5 connections, 140 messages \(48280 bytes\) echoed, 0 refused, 0 errors"
 [[ -z $hostile ]] ||
-  report="service echo: 5 connections, 128 messages \(33944 bytes\) echoed, [0-9]+ refused, 0 errors"
+  report="service echo: 6 connections, 144 messages \(50328 bytes\) echoed, [0-9]+ refused, 0 errors"
 grep -Eq "$report" "$work/a.log" ||
   { cat "$work/a.log"; echo "FAIL: the service's report"; exit 1; }
 echo "PASS echo_roced"

@@ -10,7 +10,9 @@
 #    writing past it gets a remote access error, as from perftest;
 #  - a write_bw server's buffer grants remote write only: a READ of it is refused;
 #  - no frame lost (port_tx_dropped, port_tx_pmd_dropped 0), no QP left;
-#  - a port whose ring slots cannot carry its MTU (framesz=2048 given) is refused at start-up.
+#  - a port whose ring slots cannot carry its MTU (framesz=2048 given) is refused at start-up;
+#  - a server with `selective_repeat: true` accepts roce-perf --selective-repeat, one without
+#    the key keeps go-back-N (review 20 finding 9).
 # Exits 77 (skipped) without root or network namespaces.
 #   roced_services_perftest.sh ROCED ROCE_CTL ROCE_PERF
 set -euo pipefail
@@ -59,13 +61,18 @@ services:
   - test: write_bw
     listen_port: 18538
     args: ["-s", "4096", "--timeout", "20"]
+  - kind: write_bw
+    listen_port: 18539
+    args: ["--timeout", "20"]
+    selective_repeat: true
+transport: {selective_repeat: true}
 YAML
 }
 config "iface=veth-a,qpairs=1" > "$work/roced.yaml"
 ip netns exec "$a" "$roced" --config "$work/roced.yaml" > "$work/roced.log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do grep -qs "service write_bw: TCP 18538" "$work/roced.log" && break; sleep 0.2; done
-grep -q "service write_bw: TCP 18538" "$work/roced.log" || { cat "$work/roced.log"; exit 1; }
+for _ in $(seq 100); do grep -qs "service write_bw: TCP 18539" "$work/roced.log" && break; sleep 0.2; done
+grep -q "service write_bw: TCP 18539" "$work/roced.log" || { cat "$work/roced.log"; exit 1; }
 fails=0
 check() { if ! eval "$1"; then echo "FAIL: $2"; fails=$((fails + 1)); fi; }
 client() {  # client PORT TEST ARGS...
@@ -99,6 +106,15 @@ if client 18535 read_bw -s 4096 -n 10 > "$work/x.out" 2>&1; then
   echo "FAIL: a READ of the write_bw server's buffer was served"; fails=$((fails + 1))
 fi
 check 'grep -q "completion with error" "$work/x.out"' "the READ of a write_bw buffer did not end in an error completion: $(tail -1 "$work/x.out")"
+# 5b. Selective repeat (review 20 #9): the server with `selective_repeat: true` accepts a
+# roce-perf client's offer; the one without it answers as perftest would, and both keep
+# go-back-N.
+client 18539 write_bw --selective-repeat -n 200 --json "$work/sr.json" > "$work/sr.out" 2>&1 || true
+check 'grep -q "Selective repeat: ON" "$work/sr.out"' "the selective_repeat service did not accept the offer: $(grep -i selective "$work/sr.out")"
+check 'grep -q "\"selective_repeat\":true" "$work/sr.json"' "sr.json does not say selective_repeat true"
+client 18535 write_bw --selective-repeat -n 100 > "$work/nosr.out" 2>&1 || true
+check 'grep -q "Selective repeat: OFF (the peer did not accept it: go-back-N)" "$work/nosr.out"' "a service without the key accepted selective repeat, or the run failed: $(tail -1 "$work/nosr.out")"
+check 'grep -Eq "^ 65536 +100 " "$work/nosr.out"' "the go-back-N run against the service without the key did not complete"
 sleep 0.3
 ip netns exec "$a" "$ctl" -p 127.0.0.1:19475 --all counters > "$work/counters.txt"
 grep -E "qps|port_tx_dropped|port_tx_pmd|port_tx_oversize|remote_access" "$work/counters.txt" || true

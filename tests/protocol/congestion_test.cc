@@ -354,6 +354,10 @@ TEST(CongestionRp, CnpIsCountedAndIgnoredWithoutAnAlgorithm) {
   h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
   EXPECT_EQ(h.count(Counter::kRxCnp), 1u);
   EXPECT_EQ(h.count(Counter::kCnpIgnored), 1u);
+  EXPECT_EQ(h.count(Counter::kCnpIgnoredNoCc), 1u) << "its reason (review 20 finding 8)";
+  EXPECT_EQ(h.count(Counter::kCnpIgnoredUnmatched) + h.count(Counter::kCnpIgnoredNotRts) +
+                h.count(Counter::kCnpIgnoredIdle),
+            0u);
   EXPECT_EQ(h.count(Counter::kCnpHandled), 0u);
   EXPECT_EQ(h.eng.cc_rate_mbps(*h.qp), 0.0) << "not limited";
   EXPECT_TRUE(h.flush().empty()) << "a CNP is never answered";
@@ -424,6 +428,26 @@ TEST(CongestionRp, CnpOnAQpSendingReadResponsesCutsItsRate) {
   h.now += 2'000'000;
   h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
   EXPECT_EQ(h.count(Counter::kCnpIgnored), 1u);
+  EXPECT_EQ(h.count(Counter::kCnpIgnoredIdle), 1u) << "idle, not refused as a responder's";
+}
+
+// A QP not in RTS has no rate (cc_start runs at RTS): a responder left in RTR, or a QP in
+// error. Its CNPs are refused under their own reason, apart from idle and misaddressed ones.
+TEST(CongestionRp, CnpForAQpNotInRtsIsCountedByItsReason) {
+  cc::CongestionConfig k;
+  k.algorithm = cc::Algorithm::kDcqcn;
+  Harness h(false, k);
+  h.send_request();
+  QpAttr a;
+  a.qp_state = QpState::kErr;
+  ASSERT_EQ(h.eng.modify_qp(h.qp, a, kQpState), kOk);
+  h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2), h.now);
+  EXPECT_EQ(h.count(Counter::kCnpIgnored), 1u);
+  EXPECT_EQ(h.count(Counter::kCnpIgnoredNotRts), 1u);
+  EXPECT_EQ(h.count(Counter::kCnpIgnoredIdle) + h.count(Counter::kCnpIgnoredUnmatched) +
+                h.count(Counter::kCnpIgnoredNoCc),
+            0u);
+  EXPECT_EQ(h.count(Counter::kCnpHandled), 0u);
 }
 
 // Pacing is not a burst allowance: a QP whose READ responses start after it had nothing to
@@ -605,6 +629,7 @@ TEST(CongestionRp, HostileCnpsAreCountedDrops) {
   h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2, 0x777), h.now);  // no such QP
   h.eng.receive(h.frame(Opcode::kCnp, 0, 0, 0xC2, 0xFFFFFF), h.now);
   EXPECT_EQ(h.count(Counter::kCnpIgnored), 2u);
+  EXPECT_EQ(h.count(Counter::kCnpIgnoredUnmatched), 2u);
   EXPECT_EQ(h.count(Counter::kCnpHandled), 0u);
   EXPECT_EQ(h.eng.cc_rate_mbps(*h.qp), 100'000.0) << "still at its maximum";
 }
@@ -636,6 +661,8 @@ TEST(CongestionRp, SpoofedCnpsForAnIdleQpOrAnotherPartitionAreIgnored) {
   for (int i = 0; i < 20; ++i) cnp(0xFFFF);  // the QP never sent anything
   EXPECT_EQ(h.count(Counter::kCnpHandled), 0u);
   EXPECT_EQ(h.count(Counter::kCnpIgnored), 40u);
+  EXPECT_EQ(h.count(Counter::kCnpIgnoredUnmatched), 20u) << "another partition";
+  EXPECT_EQ(h.count(Counter::kCnpIgnoredIdle), 20u) << "nothing sent";
   EXPECT_EQ(h.eng.cc_rate_mbps(*h.qp), 100'000.0) << "still at its maximum";
   // With a request in flight the same CNP is obeyed; one of another partition still is not.
   h.send_request();
@@ -674,6 +701,7 @@ TEST(CongestionRp, CnpFromAnotherAddressIsIgnoredWhileRequestsAreOut) {
   for (int i = 0; i < 20; ++i) cnp(other);
   EXPECT_EQ(h.count(Counter::kCnpHandled), 0u);
   EXPECT_EQ(h.count(Counter::kCnpIgnored), 20u);
+  EXPECT_EQ(h.count(Counter::kCnpIgnoredUnmatched), 20u);
   EXPECT_EQ(h.eng.cc_rate_mbps(*h.qp), 100'000.0) << "still at its maximum";
   cnp(h.peer.ipv4);  // the peer's own: obeyed
   EXPECT_EQ(h.count(Counter::kCnpHandled), 1u);

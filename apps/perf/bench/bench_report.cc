@@ -126,6 +126,22 @@ std::string runs_text(const Point& p) {
                 p.runs_hi / unit);
   return buf;
 }
+
+// "lost N B (A's dropped requests)", or on a lossless row "nothing lost": what was sent again
+// there (ACK timeouts, probes under load) has no loss to be a multiple of (review 20 #12).
+std::string lost_text(const Point& p) {
+  if (p.lost_bytes == 0) return "nothing lost";
+  return "lost " + std::to_string(p.lost_bytes) + " B (A's dropped requests)";
+}
+
+std::string resent_ratio(const Point& p) {
+  if (p.lost_bytes == 0) return "(timeouts and probes, no loss)";
+  char b[32];
+  std::snprintf(b, sizeof b, "(%.2fx)",
+                static_cast<double>(p.retransmitted_bytes) / static_cast<double>(p.lost_bytes));
+  return b;
+}
+
 }  // namespace
 
 void print_row(std::FILE* out, const Workload& w, const Point& p, const Results& b) {
@@ -143,22 +159,18 @@ void print_row(std::FILE* out, const Workload& w, const Point& p, const Results&
         static_cast<unsigned long long>(p.retransmitted), busy(p).c_str(), c2c(p).c_str(),
         p.runs > 1 ? runs_text(p).c_str() : "");
     if (p.lost_bytes != 0 || p.retransmitted_bytes != 0)
-      std::fprintf(
-          out,
-          "   %s: lost %llu B (A's dropped requests), retransmitted %llu B (%.2fx), "
-          "%llu packets selectively (%llu found by a later SACK); %llu ACK timeouts, "
-          "%llu probes; window full %llu times for %.1f ms in all\n",
-          p.selective_repeat ? "selective repeat" : "go-back-N",
-          static_cast<unsigned long long>(p.lost_bytes),
-          static_cast<unsigned long long>(p.retransmitted_bytes),
-          p.lost_bytes
-              ? static_cast<double>(p.retransmitted_bytes) / static_cast<double>(p.lost_bytes)
-              : 0.0,
-          static_cast<unsigned long long>(p.sr_retransmits),
-          static_cast<unsigned long long>(p.sr_edge_resends),
-          static_cast<unsigned long long>(p.timeouts), static_cast<unsigned long long>(p.probes),
-          static_cast<unsigned long long>(p.window_stalls),
-          static_cast<double>(p.window_stall_ns) / 1e6);
+      std::fprintf(out,
+                   "   %s: %s, retransmitted %llu B %s, "
+                   "%llu packets selectively (%llu found by a later SACK); %llu ACK timeouts, "
+                   "%llu probes; window full %llu times for %.1f ms in all\n",
+                   p.selective_repeat ? "selective repeat" : "go-back-N", lost_text(p).c_str(),
+                   static_cast<unsigned long long>(p.retransmitted_bytes), resent_ratio(p).c_str(),
+                   static_cast<unsigned long long>(p.sr_retransmits),
+                   static_cast<unsigned long long>(p.sr_edge_resends),
+                   static_cast<unsigned long long>(p.timeouts),
+                   static_cast<unsigned long long>(p.probes),
+                   static_cast<unsigned long long>(p.window_stalls),
+                   static_cast<double>(p.window_stall_ns) / 1e6);
   } else {
     const Point* echo = b.link_for(Kind::kL2Echo, p, frame_payload(p.size, w.mtu));
     std::fprintf(out,

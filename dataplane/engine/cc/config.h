@@ -59,6 +59,23 @@ struct DcqcnParams {
   /// frames and reached 0.92 of the output, fairness 0.93 (docs/congestion.md).
   std::uint32_t rate_reduce_monitor_period_us = 50;
   std::uint32_t min_dec_factor_pct = 50;  ///< rpg_min_dec_fac: one cut keeps >= this % of the rate
+  /// rpg_gd: a cut is RC (1 - alpha 2^10 / 2^rpg_gd), alpha in [0, 1] (the PRM's
+  /// (1 - Alpha/Gd) with Alpha in 1/1024 and Gd = 2^rpg_gd). 11, ConnectX's default, is the
+  /// paper's RC (1 - alpha/2); 12 cuts half as deep, 10 by alpha itself.
+  std::uint32_t gd_log2 = 11;
+  /// rate_to_set_on_first_cnp (Mb/s): a CNP for a QP at its maximum rate (no limit in force:
+  /// its first CNP, or the first since it recovered) sets RC and RT to this instead of cutting
+  /// by alpha, as ConnectX sets a flow's new rate limiter; 0 (the default, as ConnectX's): the
+  /// cut by alpha. Above the maximum rate: the maximum (no cut).
+  std::uint32_t first_cnp_rate_mbps = 0;
+  /// clamp_tgt_rate: RT <- RC at every cut (the paper's; true, our default). false, as
+  /// ConnectX's default: only when clamp_target_after_time_inc says so; otherwise RT stays,
+  /// and the recovery heads back to the rate from before the cuts.
+  bool clamp_target = true;
+  /// clamp_tgt_rate_after_time_inc (ConnectX's default true): with clamp_target false, RT <- RC
+  /// at a cut that follows an increase event (timer or byte counter) since the previous cut;
+  /// false: only one of the byte counter. (The published DCQCN model's rule for the two bits.)
+  bool clamp_target_after_time_inc = true;
 };
 
 /// Delay-based reaction point (Swift, SIGCOMM 2020, on rates): below the target round trip the

@@ -26,6 +26,7 @@ void Dcqcn::reset(const DcqcnParams& p) {
   rc_ = rt_ = max_;
   alpha_ = std::min(p.initial_alpha, 1024u) / 1024.0;
   g_ = std::min(p.alpha_g, 1024u) / 1024.0;
+  gd_ = std::ldexp(1.0, 10 - static_cast<int>(std::min(p.gd_log2, 30u)));  // 1024 / 2^rpg_gd
   t_ = bc_ = 0;
   bytes_ = 0;
   last_cut_ = 0;
@@ -63,9 +64,17 @@ void Dcqcn::cut(std::uint64_t now, double alpha) {
   cut_once_ = true;
   cut_pending_ = false;
   last_cut_ = now;
-  rt_ = rc_;
-  const double keep = std::max(1.0 - alpha / 2, std::min(p_.min_dec_factor_pct, 100u) / 100.0);
-  rc_ = std::max(rc_ * keep, min_);
+  if (p_.first_cnp_rate_mbps != 0 && !limited()) {
+    // rate_to_set_on_first_cnp: no limit in force yet, the new one starts at this rate.
+    rc_ = std::clamp<double>(p_.first_cnp_rate_mbps, min_, max_);
+    rt_ = rc_;
+  } else {
+    // clamp_tgt_rate, or clamp_tgt_rate_after_time_inc after an increase event since the last
+    // cut (T or BC above 0), or without it after a byte-counter one: RT <- RC.
+    if (p_.clamp_target || bc_ != 0 || (p_.clamp_target_after_time_inc && t_ != 0)) rt_ = rc_;
+    const double keep = std::max(1.0 - alpha * gd_, std::min(p_.min_dec_factor_pct, 100u) / 100.0);
+    rc_ = std::max(rc_ * std::max(keep, 0.0), min_);
+  }
   t_ = bc_ = 0;
   bytes_ = 0;
   timer_next_ = now + std::uint64_t{p_.rate_increase_period_us} * 1000;

@@ -10,7 +10,11 @@
 ///                   its end, as ConnectX's rate_reduce_monitor_period, by alpha as the last of
 ///                   them left it, else they only feed alpha; never below min_dec_factor of RC
 ///                   nor below the minimum rate); the timer, the byte counter and both stage
-///                   counts T, BC restart
+///                   counts T, BC restart. mlx5's knobs (DcqcnParams): rpg_gd makes alpha/2
+///                   alpha 2^10/2^rpg_gd (11, the default, is alpha/2); clamp_tgt_rate false
+///                   keeps RT unless an increase event came since the last cut;
+///                   rate_to_set_on_first_cnp sets RC = RT to that rate instead of the cut for
+///                   a QP at its maximum (no limit in force)
 ///   alpha period:   alpha <- (1 - g) alpha  at the end of a period without a CNP (one with a
 ///                   CNP had its update at the CNP)                   (g = dce_tcp_g/1024)
 ///
@@ -71,7 +75,8 @@ class Dcqcn {
   DcqcnParams p_;
   double max_ = 0, min_ = 0;
   double rc_ = 0, rt_ = 0, alpha_ = 1;
-  double g_ = 0;  ///< the gain, dce_tcp_g/1024
+  double g_ = 0;   ///< the gain, dce_tcp_g/1024
+  double gd_ = 0;  ///< a cut's share of alpha, 2^10 / 2^rpg_gd (1/2 with rpg_gd 11)
   std::uint32_t t_ = 0, bc_ = 0;
   std::uint64_t bytes_ = 0;     ///< since the last byte-counter event
   std::uint64_t last_cut_ = 0;  ///< when the rate was last cut

@@ -114,7 +114,9 @@ TEST(Config, CongestionDefaultsAndEveryKey) {
                            "rpg_ai_rate_mbps: 40, rpg_hai_rate_mbps: 400, dce_tcp_g: 1020, "
                            "initial_alpha_value: 512, dce_tcp_rtt_us: 50, rpg_time_reset_us: 100, "
                            "rpg_byte_reset: 65536, rpg_threshold: 3, "
-                           "rate_reduce_monitor_period_us: 8, rpg_min_dec_fac: 20}\n"
+                           "rate_reduce_monitor_period_us: 8, rpg_min_dec_fac: 20, rpg_gd: 12, "
+                           "rate_to_set_on_first_cnp_mbps: 3000, clamp_tgt_rate: false, "
+                           "clamp_tgt_rate_after_time_inc: false}\n"
                            "      delay: {max_rate_mbps: 9000, min_rate_mbps: 20, target_us: 30, "
                            "ai_rate_mbps: 50, beta_pct: 70, max_decrease_pct: 40}\n";
   const engine::cc::CongestionConfig k = parse_config(yaml, "k.yaml").ports[0].congestion;
@@ -137,6 +139,16 @@ TEST(Config, CongestionDefaultsAndEveryKey) {
   EXPECT_EQ(k.dcqcn.threshold, 3u);
   EXPECT_EQ(k.dcqcn.rate_reduce_monitor_period_us, 8u);
   EXPECT_EQ(k.dcqcn.min_dec_factor_pct, 20u);
+  EXPECT_EQ(k.dcqcn.gd_log2, 12u);
+  EXPECT_EQ(k.dcqcn.first_cnp_rate_mbps, 3000u);
+  EXPECT_FALSE(k.dcqcn.clamp_target);
+  EXPECT_FALSE(k.dcqcn.clamp_target_after_time_inc);
+  // The defaults keep the paper's cut: rpg_gd 11 (alpha/2), no first-CNP rate, RT <- RC at
+  // every cut (ConnectX's own default clamps only after an increase event).
+  EXPECT_EQ(d.dcqcn.gd_log2, 11u);
+  EXPECT_EQ(d.dcqcn.first_cnp_rate_mbps, 0u);
+  EXPECT_TRUE(d.dcqcn.clamp_target);
+  EXPECT_TRUE(d.dcqcn.clamp_target_after_time_inc);
   EXPECT_EQ(k.delay.max_rate_mbps, 9000u);
   EXPECT_EQ(k.delay.min_rate_mbps, 20u);
   EXPECT_EQ(k.delay.target_us, 30u);
@@ -198,8 +210,16 @@ TEST(Config, ErrorsNameFileLineAndKey) {
        "did you mean min_time_between_cnps_us (microseconds"},
       {base + "    congestion: {dcqcn: {np_min_time_between_cnps: 4}}\n",
        "did you mean congestion.min_time_between_cnps_us"},
-      {base + "    congestion: {dcqcn: {rpg_gd: 11}}\n",
-       "ConnectX's rpg_gd has no key here: fixed at the equivalent of rpg_gd 11"},
+      {base + "    congestion: {cnp_802p_prio: 3}\n",
+       "ConnectX's cnp_802p_prio has no key here: nothing we send has a VLAN priority"},
+      // mlx5's RP knobs implemented in session 21: ConnectX's spelling names ours
+      {base + "    congestion: {dcqcn: {RATE_TO_SET_ON_FIRST_CNP_P1: 100}}\n",
+       "did you mean rate_to_set_on_first_cnp_mbps (Mb/s; ConnectX's rate_to_set_on_first_cnp)?"},
+      {base + "    congestion: {rpg_gd: 11}\n", "did you mean congestion.dcqcn.rpg_gd"},
+      {base + "    congestion: {dcqcn: {rpg_gd: 0}}\n",
+       "ports[0].congestion.dcqcn.rpg_gd = 0 is out of range [1, 15]"},
+      {base + "    congestion: {dcqcn: {clamp_tgt_rate: 2}}\n",
+       "ports[0].congestion.dcqcn.clamp_tgt_rate"},
       // Our own key in the other mapping names where it goes (review 20)
       {base + "    congestion: {algorithm: dcqcn, rpg_ai_rate_mbps: 5}\n",
        "unknown key 'rpg_ai_rate_mbps' in ports[0].congestion: did you mean "

@@ -258,6 +258,121 @@ TEST(Dcqcn, DceTcpGIsTheGainInUnitsOf1024) {
   }
 }
 
+// rpg_gd: the cut is RC (1 - Alpha/Gd), Alpha in 1/1024 and Gd = 2^rpg_gd (NVIDIA's PRM), so
+// RC (1 - alpha 2^10/2^rpg_gd) with alpha in [0, 1]: 11 the paper's alpha/2, 12 alpha/4, 10 alpha.
+TEST(Dcqcn, RpgGdScalesTheCut) {
+  for (const auto& [gd, share] :
+       {std::pair{11u, 0.5}, std::pair{12u, 0.25}, std::pair{10u, 1.0}, std::pair{13u, 0.125}}) {
+    DcqcnParams p = params();
+    p.initial_alpha = 512;  // alpha 0.5, then the CNP's update: (1 - g) 0.5 + g
+    p.gd_log2 = gd;
+    Dcqcn d(p);
+    ASSERT_TRUE(d.on_cnp(1000 * kUs));
+    const double g = 4.0 / 1024, a = (1 - g) * 0.5 + g;
+    EXPECT_NEAR(d.rate_mbps(), 40'000 * (1 - a * share), 1e-6) << "rpg_gd " << gd;
+  }
+  // A deeper cut than alpha (rpg_gd below 10) is bounded by rpg_min_dec_fac, and by 0.
+  DcqcnParams p = params();
+  p.gd_log2 = 8;
+  p.min_dec_factor_pct = 30;
+  Dcqcn d(p);
+  d.on_cnp(1000 * kUs);
+  EXPECT_DOUBLE_EQ(d.rate_mbps(), 12'000) << "1 - 4 alpha < 0.3: rpg_min_dec_fac";
+  p.min_dec_factor_pct = 0;
+  Dcqcn e(p);
+  e.on_cnp(1000 * kUs);
+  EXPECT_DOUBLE_EQ(e.rate_mbps(), 10) << "never below 0, so never below rpg_min_rate";
+}
+
+// rate_to_set_on_first_cnp: a QP at its maximum (no rate limit in force) goes to that rate on
+// a CNP, RT with it, instead of the cut by alpha; once limited, CNPs cut by alpha; once it
+// recovered to the maximum, the next CNP is a first one again.
+TEST(Dcqcn, RateToSetOnFirstCnpReplacesTheFirstCut) {
+  DcqcnParams p = params();
+  p.first_cnp_rate_mbps = 5'000;
+  Dcqcn d(p);
+  ASSERT_TRUE(d.on_cnp(1000 * kUs));
+  EXPECT_DOUBLE_EQ(d.rate_mbps(), 5'000);
+  EXPECT_DOUBLE_EQ(d.target_mbps(), 5'000) << "the new limit's target too";
+  EXPECT_TRUE(d.limited());
+  // Limited: the next CNP (past the monitor period) cuts by alpha as usual.
+  ASSERT_TRUE(d.on_cnp(1010 * kUs));
+  EXPECT_NEAR(d.rate_mbps(), 2'500, 1e-6) << "alpha 1: a halving";
+  // Back at the maximum (100 ms of timer events), a CNP is a first CNP again.
+  d.advance(200'000 * kUs);
+  ASSERT_FALSE(d.limited());
+  ASSERT_TRUE(d.on_cnp(200'001 * kUs));
+  EXPECT_DOUBLE_EQ(d.rate_mbps(), 5'000);
+  // Above the maximum: the maximum, no cut; below the minimum: the minimum.
+  p.first_cnp_rate_mbps = 90'000;
+  Dcqcn e(p);
+  e.on_cnp(1000 * kUs);
+  EXPECT_DOUBLE_EQ(e.rate_mbps(), 40'000);
+  EXPECT_FALSE(e.limited());
+  p.first_cnp_rate_mbps = 1;
+  Dcqcn f(p);
+  f.on_cnp(1000 * kUs);
+  EXPECT_DOUBLE_EQ(f.rate_mbps(), 10) << "rpg_min_rate";
+  // 0, the default: the first cut is by alpha.
+  Dcqcn z(params());
+  z.on_cnp(1000 * kUs);
+  EXPECT_DOUBLE_EQ(z.rate_mbps(), 20'000);
+}
+
+// clamp_tgt_rate and clamp_tgt_rate_after_time_inc, as the published DCQCN model reads the two
+// bits: clamp_tgt_rate sets RT <- RC at every cut (the paper's); without it, RT <- RC only at a
+// cut that follows an increase event since the previous cut (a timer or a byte-counter one with
+// _after_time_inc, a byte-counter one without); otherwise RT stays where it was.
+TEST(Dcqcn, ClampTargetRateDecidesWhetherACutMovesRt) {
+  const auto two_cuts = [](bool clamp, bool ati, bool timer_event, bool byte_event) {
+    DcqcnParams p = params();
+    p.clamp_target = clamp;
+    p.clamp_target_after_time_inc = ati;
+    p.byte_counter = 1'000'000;
+    Dcqcn d(p);
+    const std::uint64_t t0 = 1000 * kUs;
+    d.on_cnp(t0);  // RT 40000 (at the maximum, RT = RC either way), RC 20000
+    std::uint64_t t = t0 + 10 * kUs;
+    if (timer_event) d.advance(t = t0 + 56 * kUs);  // T = 1: RC 30000
+    if (byte_event) d.on_sent(1'000'000, t);        // BC = 1: RC (RT + RC)/2
+    const double rc = d.rate_mbps();
+    d.on_cnp(t + 1 * kUs);
+    return std::pair{d.target_mbps(), rc};
+  };
+  // clamp_tgt_rate: always RT <- RC.
+  for (bool ati : {false, true}) {
+    const auto [rt, rc] = two_cuts(true, ati, false, false);
+    EXPECT_DOUBLE_EQ(rt, rc) << "ati " << ati;
+  }
+  // Neither bit, no event: RT stays 40000 after the second cut too.
+  EXPECT_DOUBLE_EQ(two_cuts(false, true, false, false).first, 40'000);
+  EXPECT_DOUBLE_EQ(two_cuts(false, false, false, false).first, 40'000);
+  // A timer event since the last cut: RT <- RC with _after_time_inc, not without it.
+  {
+    const auto [rt, rc] = two_cuts(false, true, true, false);
+    EXPECT_DOUBLE_EQ(rt, rc);
+    EXPECT_DOUBLE_EQ(rc, 30'000) << "one fast-recovery step: (40000 + 20000) / 2";
+  }
+  EXPECT_DOUBLE_EQ(two_cuts(false, false, true, false).first, 40'000);
+  // A byte-counter event: RT <- RC with either.
+  for (bool ati : {false, true}) {
+    const auto [rt, rc] = two_cuts(false, ati, false, true);
+    EXPECT_DOUBLE_EQ(rt, rc) << "ati " << ati;
+  }
+  // With RT kept, the recovery heads back to it: after the second cut RC = 15000, and the next
+  // fast-recovery step is (40000 + 15000) / 2, not (30000 + 15000) / 2 as with the clamp.
+  DcqcnParams p = params();
+  p.clamp_target = false;
+  p.clamp_target_after_time_inc = false;
+  Dcqcn d(p);
+  d.on_cnp(1000 * kUs);
+  d.advance(1056 * kUs);  // T = 1: RC 30000
+  d.on_cnp(1057 * kUs);   // RC 15000 (alpha 1), RT stays 40000
+  ASSERT_DOUBLE_EQ(d.rate_mbps(), 15'000);
+  d.advance(1057 * kUs + 55 * kUs);
+  EXPECT_DOUBLE_EQ(d.rate_mbps(), 27'500);
+}
+
 // ---- delay-based ----------------------------------------------------------------------------
 
 TEST(DelayCc, IncreasesBelowTargetAndCutsInProportionAbove) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 #include "apps/perf/bench/bench_report.h"
@@ -356,6 +358,41 @@ TEST(BenchReport, TargetsAreEvaluatedAgainstBaselinesAndOtherWorkloads) {
               std::string::npos)
         << to_json(c, rr);
   }
+}
+
+// The loss line under a row: the multiple of the lost bytes sent again, or on a lossless row
+// (retransmissions from timeouts or probes alone) "nothing lost", never "(0.00x)" (review 20
+// finding 12).
+TEST(BenchReport, LossLineSaysNothingLostOnALosslessRow) {
+  const BenchConfig c = parse_bench_config(
+      "name: r\nworkloads:\n  - {name: w, operation: write, sizes: [65536]}\n", "r.yaml");
+  const auto row = [&](std::uint64_t lost, std::uint64_t resent) {
+    Point p;
+    p.kind = Kind::kOurs;
+    p.size = 65536;
+    p.iterations = 10;
+    p.lost_bytes = lost;
+    p.retransmitted_bytes = resent;
+    char* buf = nullptr;
+    std::size_t len = 0;
+    std::FILE* f = open_memstream(&buf, &len);
+    print_row(f, c.workloads[0], p, Results{});
+    std::fclose(f);
+    std::string out(buf, len);
+    std::free(buf);
+    return out;
+  };
+  const std::string lossless = row(0, 835'584);
+  EXPECT_NE(lossless.find("go-back-N: nothing lost, retransmitted 835584 B (timeouts and probes, "
+                          "no loss)"),
+            std::string::npos)
+      << lossless;
+  EXPECT_EQ(lossless.find("0.00x"), std::string::npos);
+  const std::string lossy = row(40'960, 61'440);
+  EXPECT_NE(lossy.find("lost 40960 B (A's dropped requests), retransmitted 61440 B (1.50x)"),
+            std::string::npos)
+      << lossy;
+  EXPECT_EQ(row(0, 0).find("retransmitted"), std::string::npos) << "no line without either";
 }
 
 TEST(BenchReport, JsonAndSvgCarryEveryFigure) {

@@ -124,6 +124,28 @@ TEST(PerftestProto, VersionsCompareNumericallyByField) {
   EXPECT_EQ(version_of(m), "6.06");
 }
 
+// roce-perf --selective-repeat asks in the version message's padding, past the NUL, where
+// perftest sends zeros and reads nothing (it compares the version as a C string).
+TEST(PerftestProto, SelectiveRepeatMarkSitsPastTheVersionsNul) {
+  const auto plain = version_msg("6.06");
+  EXPECT_EQ(sr_mark_of(plain), SrMark::kNone) << "perftest's own message: zeros past the NUL";
+  const auto offer = version_msg("6.06", SrMark::kOffer);
+  EXPECT_EQ(std::memcmp(offer.data(), "6.06\0\0\0\0\0\0RoSRo\0", 16), 0);
+  EXPECT_EQ(version_of(offer), "6.06") << "what perftest reads of it";
+  EXPECT_EQ(compare_versions(version_of(offer), "6.06"), 0);
+  EXPECT_EQ(sr_mark_of(offer), SrMark::kOffer);
+  EXPECT_EQ(sr_mark_of(version_msg("6.06", SrMark::kAccept)), SrMark::kAccept);
+  // A version long enough to reach the mark's bytes is cut before them; one received that
+  // runs into them carries no mark (it is somebody's version text).
+  EXPECT_EQ(version_of(version_msg("6.06.0.123456", SrMark::kOffer)), "6.06.0.12");
+  std::array<char, kVersionLen> longer{};
+  std::memcpy(longer.data(), "6.06.0.12RoSRo", 14);
+  EXPECT_EQ(sr_mark_of(longer), SrMark::kNone);
+  std::array<char, kVersionLen> noise = plain;
+  std::memcpy(noise.data() + kSrMarkAt, "RoSRx", 5);
+  EXPECT_EQ(sr_mark_of(noise), SrMark::kNone);
+}
+
 TEST(PerftestProto, SysDataAndMtu) {
   const auto b = encode(SysData{4096, 64});
   const std::uint8_t want[] = {0, 0, 0x10, 0, 0, 0, 0, 0x40};
