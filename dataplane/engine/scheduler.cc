@@ -177,7 +177,7 @@ void Engine::run(std::uint64_t now_ns, bool rx_backlog) {
       // With many QPs, each one's state, WQE and payload is elsewhere in memory (with 10,000
       // QPs, in DRAM): a pipeline three QPs deep asks for them while this one is sent, each
       // stage reading only what the stage before fetched a turn earlier.
-      if (const std::size_t waiting = send_list_.size(); waiting != 0) [[likely]] {
+      if (const std::size_t waiting = send_list_.size(); waiting != 0) {
         if (waiting > 2) prefetch_qp(*send_list_[2]);
         if (waiting > 1) prefetch_wqe(*send_list_[1]);
         prefetch_payload(*send_list_.front());
