@@ -35,39 +35,30 @@ enum class WqeState : std::uint8_t {
   kDone,      ///< finished; completion written if signaled
 };
 
-struct SendWqe {
-  // --- copied from the work request by post_send ---
+/// A send queue entry. Laid out for the requester's and the completer's path of a SEND or
+/// WRITE: what they read and write per packet sits in the first two cache lines (the entry is
+/// aligned to them), the fields of READs, atomics, UD and local operations after. With 10,000
+/// QPs each WQE read is a miss; the 200-byte entry it was touched up to four lines.
+struct alignas(64) SendWqe {
+  // --- copied from the work request by post_send (the SEND/WRITE path's first) ---
   std::uint64_t wr_id = 0;
   WrOpcode opcode = WrOpcode::kSend;
-  std::uint32_t flags = 0;
-  std::uint32_t num_sge = 0;  ///< 0 with inline data
-  std::uint64_t length = 0;   ///< total bytes of the message
-  std::uint32_t imm = 0;
-  std::uint32_t inv_rkey = 0;
-  std::uint64_t remote_addr = 0;
-  std::uint32_t rkey = 0;
-  std::uint64_t compare_add = 0;
-  std::uint64_t swap = 0;
-  bool is_inline = false;
-  // UD: the address vector is in Qp::sq_ah (its non-zero defaults would make clearing every
-  // WQE at post_send a field-by-field copy instead of a few vector stores)
-  std::uint32_t ud_qpn = 0;
-  std::uint32_t ud_qkey = 0;
-  std::uint32_t reg_key = 0;  ///< REG_MR: key of the MR; new key = (key & ~0xFF) | variant
-  std::uint8_t reg_variant = 0;
-  std::uint32_t reg_access = 0;
   // --- progress, owned by requester and completer ---
   WqeState state = WqeState::kPosted;
-  CheckedRange sge_range;  ///< a one-SGE WQE: its SGE, checked at the WQE's first packet
+  bool is_inline = false;
+  WcStatus status = WcStatus::kSuccess;  ///< kFailed: the error to report
+  std::uint32_t flags = 0;
+  std::uint32_t num_sge = 0;  ///< 0 with inline data
+  std::uint32_t npkts = 0;
+  std::uint64_t length = 0;  ///< total bytes of the message
+  std::uint64_t sent = 0;    ///< bytes packetized (SEND/WRITE)
+  std::uint64_t remote_addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint32_t imm = 0;
   wire::Psn first_psn;
   wire::Psn last_psn;
-  std::uint32_t npkts = 0;
-  std::uint64_t sent = 0;         ///< bytes packetized (SEND/WRITE)
-  std::uint64_t read_done = 0;    ///< READ response bytes received
-  std::uint64_t read_resume = 0;  ///< read_done when the READ request was last (re)sent
-  // Selective READ retry: responses past the first missing one are placed as they come, and
-  // only the missing ones are asked for again (retransmit.cc, read_rerequest).
-  std::uint64_t read_ooo = 0;  ///< bit i: response packet read_done_pkts + 1 + i has arrived
+  CheckedRange sge_range;  ///< a one-SGE WQE: its SGE, checked at the WQE's first packet
+  std::uint32_t inv_rkey = 0;
   union {
     /// Response packets below this index have arrived or have been asked for again since they
     /// went missing: a gap below it is not reported twice.
@@ -77,14 +68,28 @@ struct SendWqe {
     /// post_send's copy of a fresh WQE by 5 instructions.)
     std::uint32_t sr_msg;
   };
+  std::uint64_t read_done = 0;  ///< READ response bytes received
+  // --- READ, atomic, UD and local operations ---
+  std::uint64_t compare_add = 0;
+  std::uint64_t swap = 0;
+  std::uint64_t atomic_orig = 0;
+  std::uint64_t read_resume = 0;  ///< read_done when the READ request was last (re)sent
+  // Selective READ retry: responses past the first missing one are placed as they come, and
+  // only the missing ones are asked for again (retransmit.cc, read_rerequest).
+  std::uint64_t read_ooo = 0;  ///< bit i: response packet read_done_pkts + 1 + i has arrived
   // Every re-request starts at the READ's first missing response, and one is outstanding at
   // a time: rxe moves the start of a READ's resource to each replay's start and refuses a later
   // request that starts before it, so a response left behind could never be asked for again.
   std::uint32_t rereq_to = 0;    ///< a re-request is due for packets [first missing, rereq_to)
   std::uint32_t rereq_out = 0;   ///< the outstanding one asked up to here (0: none)
   std::uint32_t rereq_wait = 0;  ///< gaps seen meanwhile reach up to here (asked for after it)
-  std::uint64_t atomic_orig = 0;
-  WcStatus status = WcStatus::kSuccess;  ///< kFailed: the error to report
+  // UD: the address vector is in Qp::sq_ah (its non-zero defaults would make clearing every
+  // WQE at post_send a field-by-field copy instead of a few vector stores)
+  std::uint32_t ud_qpn = 0;
+  std::uint32_t ud_qkey = 0;
+  std::uint32_t reg_key = 0;  ///< REG_MR: key of the MR; new key = (key & ~0xFF) | variant
+  std::uint32_t reg_access = 0;
+  std::uint8_t reg_variant = 0;
 
   bool is_rd_atomic() const {
     return opcode == WrOpcode::kRead || opcode == WrOpcode::kCmpSwap ||
@@ -194,34 +199,41 @@ struct CompState {
   }
 };
 
+/// Laid out for the responder's path of a WRITE or SEND packet: the PSN, the coalesced ACK,
+/// the out-queue's ends and the WRITE in progress first; the SEND's receive WQE, the READ
+/// resources and the out-queue's 32 items after.
 struct RespState {
   wire::Psn epsn;  ///< expected PSN
   wire::Msn msn;
   bool nak_sent = false;  ///< a PSN sequence error NAK was sent for the current gap
   enum class InMsg : std::uint8_t { kNone, kSend, kWrite } in_msg = InMsg::kNone;
-  KeyMemo write_memo;  ///< the last WRITE's R_Key check (resp_execute_write)
-  // SEND in progress
-  // The receive WQE of the SEND in progress, with a copy of its SGEs: the queue slot may be
-  // reused by post_recv while the message is still arriving.
-  bool have_recv = false;
-  RecvWqe recv;
-  std::vector<Sge> recv_sges;
-  RecvQueue* recv_q = nullptr;
-  std::uint64_t recv_offset = 0;  ///< bytes of the current message so far
-  std::uint64_t recv_base = 0;    ///< where the message starts in the WQE's buffer
-  std::int8_t recv_open = -1;     ///< the WQE is open multi-message buffer recv_q->open[i]
-  // WRITE in progress
+  // coalesced acknowledgement, sent at the end of a receive burst
+  bool ack_pending = false;
+  wire::Psn ack_psn;
+  std::uint32_t out_head = 0;  ///< `out`, below
+  std::uint32_t out_tail = 0;
+  std::uint32_t reads_queued = 0;  ///< kRead items in `out`
+  std::uint32_t res_next = 0;      ///< `res`, below
+  // WRITE in progress (write_va apart from write_remaining: side by side, the compiler made
+  // their per-packet add and subtract one vector operation, 5 instructions more per packet)
   std::uint64_t write_va = 0;
   std::uint32_t write_rkey = 0;  ///< checked again on every packet of the message
   CheckedRange write_range;      ///< the whole message, checked at its First packet
   std::uint64_t write_remaining = 0;
   std::uint64_t write_total = 0;
-  // coalesced acknowledgement, sent at the end of a receive burst
-  bool ack_pending = false;
-  wire::Psn ack_psn;
+  KeyMemo write_memo;  ///< the last WRITE's R_Key check (resp_execute_write)
+  // SEND in progress
+  // The receive WQE of the SEND in progress, with a copy of its SGEs: the queue slot may be
+  // reused by post_recv while the message is still arriving.
+  bool have_recv = false;
+  std::int8_t recv_open = -1;  ///< the WQE is open multi-message buffer recv_q->open[i]
+  RecvWqe recv;
+  std::vector<Sge> recv_sges;
+  RecvQueue* recv_q = nullptr;
+  std::uint64_t recv_offset = 0;  ///< bytes of the current message so far
+  std::uint64_t recv_base = 0;    ///< where the message starts in the WQE's buffer
   // READ/atomic resources (max_dest_rd_atomic of them)
   std::vector<RdAtomicRes> res;
-  std::uint32_t res_next = 0;
   // Everything the responder sends goes out in PSN order (IBA 9.7.5.1.6): while READ responses
   // are still streaming, later ACKs, NAKs and atomic ACKs wait behind them in this queue;
   // otherwise they would implicitly acknowledge the unfinished READ at the requester.
@@ -238,9 +250,6 @@ struct RespState {
     bool replay = false;
   };
   std::array<Item, 32> out;
-  std::uint32_t out_head = 0;
-  std::uint32_t out_tail = 0;
-  std::uint32_t reads_queued = 0;  ///< kRead items in `out`
   /// New READs whose responses are still being sent: at most max_dest_rd_atomic (what the
   /// requester may have outstanding). A replay for a duplicate is not counted: its READ may
   /// have completed at the requester already (the responses were late, not lost), which may
@@ -385,33 +394,17 @@ struct SrState {
   std::uint64_t report_at() const { return gap_at ? gap_at + kReorderNs : 0; }
 };
 
-struct Qp {
-  // Laid out for the requester's path first: with a thousand QPs each visit misses the
-  // cache, and what it reads (state, send queue, requester and completer state, the header
-  // template, scheduling) sits in the first few cache lines; responder state comes last.
+struct alignas(64) Qp {
+  // Laid out by path (issue 33, many QPs): with 10,000 QPs every visit to a QP misses the
+  // cache, so what one path reads sits together and the scheduler can prefetch it (kHotBytes)
+  // before the QP's turn. First the requester's and completer's block (the scheduler's flags,
+  // send queue, ReqState, CompState, the header template, caps and attributes, the first line
+  // of the congestion state with ack_req_every), then the responder's (RxExpect, the peer's
+  // address, the receive queue's ends, RespState's first lines), then what no packet reads.
   std::uint32_t qpn = 0;
   QpType type = QpType::kRc;
   QpState state = QpState::kReset;
   bool sq_sig_all = false;
-  Pd* pd = nullptr;
-  Cq* send_cq = nullptr;
-  Cq* recv_cq = nullptr;
-  Srq* srq = nullptr;
-
-  // Send queue: monotonically increasing counters, index = counter % depth.
-  std::vector<SendWqe> sq;
-  std::vector<Sge> sq_sges;             ///< cap.max_send_sge per WQE
-  std::vector<std::uint8_t> sq_inline;  ///< cap.max_inline_data per WQE
-  std::vector<AddressVector> sq_ah;     ///< UD: the address vector of each WQE (else empty)
-  std::uint32_t sq_head = 0;            ///< oldest WQE not done
-  std::uint32_t sq_tail = 0;            ///< next free slot
-
-  ReqState req;
-  CompState comp;
-  wire::PathTemplate hdr;  ///< the same as bytes, for the hot path (IPv4 only)
-  /// What the next request from the peer looks like up to its DestQP (Engine::Stages::rx_fast);
-  /// unarmed but on an RC QP with an untagged IPv4 path, connected (build_tx_template).
-  wire::RxExpect rx_expect;
   bool in_send_list = false;
   bool in_ack_list = false;
   bool in_read_list = false;
@@ -421,15 +414,44 @@ struct Qp {
   std::uint8_t turn_left = 0;
   std::uint32_t run_gen = 0;   ///< the Engine::run() call run_sent counts for
   std::uint32_t run_sent = 0;  ///< packets sent in that call (EngineConfig::recovery_batch)
+  // Send queue: monotonically increasing counters, index = counter % depth.
+  std::uint32_t sq_head = 0;   ///< oldest WQE not done
+  std::uint32_t sq_tail = 0;   ///< next free slot
   std::uint64_t timer_at = 0;  ///< when its timer wheel entry is due (0: none)
+  Pd* pd = nullptr;
+  Cq* send_cq = nullptr;
+  Cq* recv_cq = nullptr;
+  Srq* srq = nullptr;
+  std::unique_ptr<SrState> sr;  ///< selective repeat, when negotiated (null: go-back-N)
+  std::vector<SendWqe> sq;
+  std::vector<Sge> sq_sges;  ///< cap.max_send_sge per WQE
 
+  ReqState req;
+  CompState comp;
+  wire::PathTemplate hdr;  ///< the same as bytes, for the hot path (IPv4 only)
   QpCap cap;
   QpAttr attr;
-  RecvQueue rq;
-  RespState resp;
-  wire::FrameSpec tx;           ///< header template for this QP's packets
-  cc::QpCc cc;                  ///< congestion control (congestion.cc)
-  std::unique_ptr<SrState> sr;  ///< selective repeat, when negotiated (null: go-back-N)
+  cc::QpCc cc;  ///< congestion control (congestion.cc); its first line holds ack_req_every
+
+  // The responder's block, each part from a cache line of its own: RxExpect (one line), the
+  // header template's first line (the peer's address, which every received packet but a fast
+  // one is checked against), the receive queue's first line (its rings and ends), RespState's
+  // first two.
+  /// What the next request from the peer looks like up to its DestQP (Engine::Stages::rx_fast);
+  /// unarmed but on an RC QP with an untagged IPv4 path, connected (build_tx_template).
+  alignas(64) wire::RxExpect rx_expect;
+  alignas(64) wire::FrameSpec tx;  ///< header template for this QP's packets
+  alignas(64) RecvQueue rq;
+  alignas(64) RespState resp;
+
+  // What no packet of an RC WRITE or SEND reads.
+  std::vector<std::uint8_t> sq_inline;  ///< cap.max_inline_data per WQE
+  std::vector<AddressVector> sq_ah;     ///< UD: the address vector of each WQE (else empty)
+
+  /// The bytes from the start of the struct that a requester's turn reads (the scheduler
+  /// prefetches them for the QPs next in its list): up to and including the first cache line
+  /// of `cc`.
+  static constexpr std::size_t kHotBytes = 64 * 9;
 
   /// The send queue entry of counter `i`: `sq` has a power of two of entries, at least
   /// sq_depth(), so this is a mask, not a division.

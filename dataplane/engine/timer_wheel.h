@@ -81,7 +81,13 @@ class TimerWheel {
     if (now_tick > cur_tick_) cur_tick_ = now_tick;
     count_ -= due_.size();
     next_ = earliest();
-    for (const Entry& e : due_) f(e.obj, e.at);
+    // With many QPs each entry's object is a cache miss (its owner's check of the entry reads
+    // it): ask for those a few entries ahead, so that the misses overlap.
+    constexpr std::size_t kAhead = 4;
+    for (std::size_t i = 0; i < due_.size(); ++i) {
+      if (i + kAhead < due_.size()) __builtin_prefetch(due_[i + kAhead].obj, 1, 3);
+      f(due_[i].obj, due_[i].at);
+    }
   }
 
   /// Removes every entry of `obj` (it is about to be freed).

@@ -3,6 +3,7 @@
 // stacks on one core". Run: build/bin/roce-engine-bench [--benchmark_format=json]
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <vector>
@@ -102,7 +103,10 @@ void BM_WriteQps(benchmark::State& state) {
   constexpr std::size_t kSize = 4096;
   LoopbackOptions lo;
   lo.record = false;
-  Direct d{Loopback(lo)};
+  EngineConfig ca = Loopback::default_config(0), cb = Loopback::default_config(1);
+  ca.max_qps = cb.max_qps =
+      std::max<std::uint32_t>(ca.max_qps, static_cast<std::uint32_t>(nqp) + 16);
+  Direct d{Loopback(lo, ca, cb)};
   RcOptions o;
   o.cap = {depth * 2, 16, 1, 1, 0};
   auto [a0, b0] = connect(d.lb, o);
@@ -153,7 +157,11 @@ void BM_WriteQps(benchmark::State& state) {
   state.counters["msgs"] = static_cast<double>(done);
   d.report(state);
 }
-BENCHMARK(BM_WriteQps)->ArgNames({"qps", "depth"})->Args({1, 64})->Args({1000, 2});
+BENCHMARK(BM_WriteQps)
+    ->ArgNames({"qps", "depth"})
+    ->Args({1, 64})
+    ->Args({1000, 2})
+    ->Args({10000, 2});
 
 // 8-byte WRITE ping-pong: one message in flight, time per round trip through both stacks.
 void BM_WritePingPong(benchmark::State& state) {
