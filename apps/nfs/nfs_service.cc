@@ -736,13 +736,13 @@ std::string NfsService::report() const {
                   std::to_string(n.bytes_read) + " bytes read, " + std::to_string(n.bytes_written) +
                   " written; MOUNT calls " + std::to_string(mount_.calls()) + "\n";
   s += "rpcrdma: " + std::to_string(t.connections) + " connections, " + std::to_string(t.calls) +
-       " calls, " + std::to_string(t.reads) + " RDMA READs (" + std::to_string(t.read_bytes) +
-       " bytes), " + std::to_string(t.writes) + " RDMA WRITEs (" + std::to_string(t.write_bytes) +
-       " bytes), " + std::to_string(t.reply_chunks) + " reply chunks, " +
-       std::to_string(t.send_inv) + " SEND with invalidate, ERR_VERS " +
-       std::to_string(t.err_vers) + ", ERR_CHUNK " + std::to_string(t.err_chunk) +
-       "; beyond credits " + std::to_string(t.over_credit) + ", refused " +
-       std::to_string(t.rejected_full) + " (full), " + std::to_string(t.denied) +
+       " calls, " + std::to_string(t.replies) + " answers, " + std::to_string(t.reads) +
+       " RDMA READs (" + std::to_string(t.read_bytes) + " bytes), " + std::to_string(t.writes) +
+       " RDMA WRITEs (" + std::to_string(t.write_bytes) + " bytes), " +
+       std::to_string(t.reply_chunks) + " reply chunks, " + std::to_string(t.send_inv) +
+       " SEND with invalidate, ERR_VERS " + std::to_string(t.err_vers) + ", ERR_CHUNK " +
+       std::to_string(t.err_chunk) + "; beyond credits " + std::to_string(t.over_credit) +
+       ", refused " + std::to_string(t.rejected_full) + " (full), " + std::to_string(t.denied) +
        " (not listed), " + std::to_string(t.unresolved) + " (no ARP answer), " +
        std::to_string(t.reaped) + " idle reaped, " + std::to_string(t.closed) +
        " closed; at most " + std::to_string(t.reads_in_flight_peak) + " RDMA READs and " +
@@ -853,6 +853,7 @@ std::vector<std::pair<std::string, std::uint64_t>> NfsService::stats() const {
       {"rpcrdma_connections_now", rdma_.connections()},
       {"rpcrdma_connections", t.connections},
       {"rpcrdma_calls", t.calls},
+      {"rpcrdma_replies", t.replies},  // answers posted (RDMA_ERROR too)
       {"rpcrdma_over_credit", t.over_credit},
       {"rpcrdma_rejected_full", t.rejected_full},
       {"rpcrdma_denied", t.denied},

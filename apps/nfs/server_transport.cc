@@ -425,6 +425,7 @@ void RpcRdmaServer::send_error(Conn& c, std::uint32_t xid, rdma::ErrorCode code,
   wr.num_sge = 1;
   wr.send_flags = verbs::kSendSignaled;
   answered(c);
+  ++st_.replies;
   ep_.post_send(c.id, wr);
 }
 
@@ -877,6 +878,7 @@ void RpcRdmaServer::send_reply(Conn& c, Job& j) {
     wr.opcode = WrOpcode::kSend;
   }
   answered(c);
+  ++st_.replies;
   ep_.post_send(c.id, wr);
 }
 

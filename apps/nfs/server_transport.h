@@ -90,6 +90,9 @@ inline constexpr std::uint32_t kMinReadInflight = 4096, kMaxReadInflight = 64u <
 struct ServerStats {
   std::uint64_t connections = 0, calls = 0, reads = 0, read_bytes = 0, writes = 0, write_bytes = 0,
                 reply_chunks = 0, send_inv = 0, err_vers = 0, err_chunk = 0;
+  /// Answers posted (RDMA_MSG, RDMA_NOMSG or RDMA_ERROR SENDs), on the wire when the QP's
+  /// window lets them go (not when the client has them).
+  std::uint64_t replies = 0;
   std::uint64_t over_credit = 0;    ///< messages beyond the credits granted: dropped
   std::uint64_t rejected_full = 0;  ///< REQs refused: max_connections, max_half_open, max_per_peer
   std::uint64_t denied = 0;         ///< REQs refused: a source the export does not list
