@@ -38,8 +38,6 @@ struct Engine::Stages {
   /// next gather or ICRC: with many QPs each message's buffer is elsewhere in memory).
   static void prefetch_payload(const Engine& eng, const Qp& qp, const SendWqe& w,
                                std::uint64_t offset, std::size_t len);
-  /// Prefetches the payload of the packet `qp` sends next (Engine::run, one QP ahead).
-  static void prefetch_next_packet(const Engine& eng, const Qp& qp);
   static std::size_t gather(Engine& eng, Qp& qp, const SendWqe& w, std::uint64_t offset,
                             std::uint8_t* dst, std::size_t len, WcStatus& err);
   /// The pieces of a WQE's payload for zero-copy transmit; 0 when it must be copied.

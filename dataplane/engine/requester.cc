@@ -111,17 +111,6 @@ void Engine::Stages::prefetch_payload(const Engine& eng, const Qp& qp, const Sen
             });
 }
 
-void Engine::Stages::prefetch_next_packet(const Engine& eng, const Qp& qp) {
-  if (qp.req.next_wqe == qp.sq_tail) return;
-  const SendWqe& w = qp.wqe(qp.req.next_wqe);
-  if (w.opcode == WrOpcode::kRead || w.opcode == WrOpcode::kCmpSwap ||
-      w.opcode == WrOpcode::kFetchAdd)
-    return;
-  const std::uint64_t off = w.state == WqeState::kPosted ? 0 : w.sent;
-  if (off < w.length)
-    prefetch_payload(eng, qp, w, off, std::min<std::uint64_t>(qp.pmtu(), w.length - off));
-}
-
 // Every packet reads the WQE's buffers through their keys again: a region deregistered
 // while its message is being sent (or re-sent after a loss) ends the WQE with a local
 // protection error instead of being read after it was freed.
