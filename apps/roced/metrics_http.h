@@ -5,7 +5,8 @@
 /// and multiplexed with poll(2); at most `max_connections` are open (beyond that the oldest
 /// one that has not finished sending its request is closed); each connection has `deadline_ms`
 /// from accept to the last byte of the answer; a request is at most 2 KiB; answers are sent
-/// with MSG_NOSIGNAL, so a scraper that resets its connection costs an EPIPE, not roced; at
+/// with MSG_NOSIGNAL, so a scraper that resets its connection costs an EPIPE, not roced; each
+/// socket's send buffer is 256 KiB, so scrapers that never read pin little kernel memory; at
 /// EMFILE/ENFILE the listener rests for 100 ms instead of spinning. What it refused is counted
 /// and shown in its own answer (roce_metrics_http_*).
 #pragma once
