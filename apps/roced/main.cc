@@ -140,7 +140,23 @@ void warn_min_rate(const ctl::PortConfig& pc, const engine::cc::CongestionConfig
   const std::uint32_t max = dcqcn ? k.dcqcn.max_rate_mbps : k.delay.max_rate_mbps;
   const std::uint32_t min = dcqcn ? k.dcqcn.min_rate_mbps : k.delay.min_rate_mbps;
   const char* key = dcqcn ? "dcqcn.rpg_min_rate_mbps" : "delay.min_rate_mbps";
-  if (max != 0) return;  // the configuration refused min > max
+  if (max != 0) return;  // the configuration refused min > max (and a first-CNP rate >= max)
+  // rate_to_set_on_first_cnp_mbps at or above the speed: a QP at its maximum is set to the
+  // maximum by every CNP, never limited, so never slowed (review 22).
+  const std::uint32_t first = dcqcn ? k.dcqcn.first_cnp_rate_mbps : 0;
+  if (first != 0 && daemon && first >= k.max_rate(0))
+    std::printf(
+        "roced: warning: port %s: congestion.dcqcn.rate_to_set_on_first_cnp_mbps %u is not "
+        "below the port's speed, %u Mb/s%s: every CNP sets a QP to its maximum, so DCQCN never "
+        "slows a QP on this port\n",
+        pc.name.c_str(), first, k.max_rate(0),
+        k.line_rate_mbps != 0 ? "" : " (the driver reports none)");
+  else if (first != 0 && !daemon && first >= 10'000)
+    std::printf(
+        "  port %s: warning: congestion.dcqcn.rate_to_set_on_first_cnp_mbps %u with the port's "
+        "speed as the maximum: on a port of %u Mb/s or slower every CNP sets a QP to its "
+        "maximum and DCQCN never slows it (roced warns at start)\n",
+        pc.name.c_str(), first, first);
   if (daemon && min >= k.max_rate(0))
     std::printf(
         "roced: warning: port %s: congestion.%s %u is not below the port's speed, %u Mb/s%s: "
@@ -206,8 +222,8 @@ void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc)
         "rpg_hai_rate %u Mb/s, dce_tcp_g %u (gain %u/1024), initial_alpha_value %u, "
         "dce_tcp_rtt %u us, rpg_time_reset %u us, rpg_byte_reset %llu bytes, "
         "rpg_threshold %u, rate_reduce_monitor_period %u us (%s), rpg_min_dec_fac %u %%, "
-        "rpg_gd %u, rate_to_set_on_first_cnp %u Mb/s%s, clamp_tgt_rate %d, "
-        "clamp_tgt_rate_after_time_inc %d\n",
+        "rpg_gd %u, rate_to_set_on_first_cnp %u Mb/s%s, clamp_tgt_rate %s, "
+        "clamp_tgt_rate_after_time_inc %s\n",
         d.max_rate_mbps, d.max_rate_mbps == 0 ? " (the link's speed)" : "", d.min_rate_mbps,
         d.ai_rate_mbps, d.hai_rate_mbps, d.alpha_g, d.alpha_g, d.initial_alpha,
         d.alpha_update_period_us, d.rate_increase_period_us,
@@ -215,8 +231,9 @@ void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc)
         d.rate_reduce_monitor_period_us,
         d.defer_cut ? "CNPs within it cut at its end" : "CNPs within it feed alpha only",
         d.min_dec_factor_pct, d.gd_log2, d.first_cnp_rate_mbps,
-        d.first_cnp_rate_mbps == 0 ? " (cut by alpha)" : "", d.clamp_target ? 1 : 0,
-        d.clamp_target_after_time_inc ? 1 : 0);
+        d.first_cnp_rate_mbps == 0 ? " (cut by alpha)" : "",
+        d.clamp_target ? "true" : "false",  // as the configuration takes them (not mlx5's 1/0)
+        d.clamp_target_after_time_inc ? "true" : "false");
   } else if (k.algorithm == engine::cc::Algorithm::kDelay) {
     const engine::cc::DelayParams& y = k.delay;
     std::printf(

@@ -112,6 +112,15 @@ int roce::fabric::incast_cli(int argc, char** argv) {
                  "0-100, --threshold 1-31, --gd 1-15 (as roced's configuration)\n";
     return 2;
   }
+  // As roced's configuration: a first-CNP rate at or above the maximum (here the link's) is
+  // never a cut, every CNP a first CNP again (review 22).
+  if (d.first_cnp_rate_mbps != 0 && d.first_cnp_rate_mbps >= o.link_mbps) {
+    std::cerr << "roce-incast: --first-cnp-rate-mbps " << d.first_cnp_rate_mbps
+              << " is not below --link-mbps " << o.link_mbps
+              << ": a sender at the line rate would be set to it on every CNP and never slowed "
+                 "(0: the cut by alpha)\n";
+    return 2;
+  }
   if (cc == "none")
     o.cc.algorithm = Algorithm::kNone;
   else if (cc == "dcqcn")
