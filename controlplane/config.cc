@@ -627,6 +627,20 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin,
   }
 }
 
+engine::cc::CongestionConfig parse_congestion_config(const std::string& text,
+                                                     const std::string& origin,
+                                                     std::vector<std::string>& unused) {
+  try {
+    const YAML::Node node = YAML::Load(text);
+    return parse_congestion(node, origin, "congestion", unused);
+  } catch (const YAML::Exception& e) {
+    std::string where = origin;
+    if (e.mark.line >= 0)
+      where += ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
+    throw ConfigError(where + ": " + (e.msg.empty() ? std::string("invalid YAML") : e.msg));
+  }
+}
+
 ApplianceConfig load_config(const std::string& path, const ServiceKinds& kinds) {
   std::ifstream f(path);
   if (!f) throw ConfigError(path + ": cannot open the configuration file");

@@ -447,6 +447,9 @@ void Perftest::connect_qps() {
     if (sr_ &&
         st_.env->eng.set_selective_repeat(engine_qp(c.qp), true, {c.peer.srqn, c.mine.srqn}) != kOk)
       fail("selective repeat refused on QP " + std::to_string(c.qp->qp_num));
+    // Counted as the CM agent counts the connections it sets up with it (roced's
+    // sr_connections, Prometheus and roce-ctl; review 22: TCP's went uncounted).
+    if (sr_) st_.env->eng.count(Counter::kSrConnections);
     QpAttr a;
     a.qp_state = QpState::kRtr;
     a.path_mtu = mtu_of_enum(mtu_enum_);
@@ -863,11 +866,17 @@ int Perftest::run() {
   if (!cm_) connect_qps();
   print_addresses();
   if (o_.selective_repeat) {  // only when asked: perftest's own output otherwise
+    // Why not, as the user can act on it (review 22: the FPGA card's QPs were reported as
+    // roced's setting, and a server was told its client "did not accept").
     std::printf(" Selective repeat: %s\n",
-                sr_            ? "ON"
-                : sr_allowed() ? "OFF (the peer did not accept it: go-back-N)"
-                : st_.env      ? "OFF (not allowed: roced's transport.selective_repeat)"
-                               : "OFF (not available here)");
+                sr_                                ? "ON"
+                : st_.env == nullptr               ? "OFF (not available attached)"
+                : engine_qp(qps_[0].qp) == nullptr ? "OFF (the QPs are on the FPGA datapath card, "
+                                                     "which runs go-back-N)"
+                : !st_.env->eng.config().selective_repeat
+                    ? "OFF (not allowed: roced's transport.selective_repeat)"
+                : client() ? "OFF (the peer did not accept it: go-back-N)"
+                           : "OFF (the peer did not offer it: go-back-N)");
     std::fflush(stdout);
   }
   std::vector<std::uint32_t> sizes;

@@ -47,6 +47,10 @@ sr_json both-client true
 sr_json both-server true
 grep -Eq '"sr_retransmits":[1-9]' "$work/both-client.json" ||
   fail "both: no selective retransmission under 1% loss"
+# Counted in the engine's sr_connections (roced's Prometheus and roce-ctl), as the CM's are.
+for side in client server; do
+  grep -q '"sr_connections":1[,}]' "$work/both-$side.json" || fail "both: $side's sr_connections is not 1"
+done
 run both-cm --selective-repeat --selective-repeat -R
 grep -q "Selective repeat: ON" "$work/both-cm-client.txt" || fail "-R: the client did not turn it on"
 sr_json both-cm-client true
@@ -61,7 +65,8 @@ sr_json client-only-client false
 sr_json client-only-server false
 grep -Eq '"sr_retransmits":0[,}]' "$work/client-only-client.json" || fail "client-only: selective retransmissions"
 run server-only --selective-repeat ""
-grep -q "Selective repeat: OFF" "$work/server-only-server.txt" || fail "server-only: no OFF"
+grep -q "Selective repeat: OFF (the peer did not offer it: go-back-N)" "$work/server-only-server.txt" ||
+  fail "server-only: the server did not say its client made no offer"
 sr_json server-only-server false
 run client-only-cm "" --selective-repeat -R
 grep -q "Selective repeat: OFF (the peer did not accept it: go-back-N)" "$work/client-only-cm-client.txt" ||
