@@ -72,4 +72,9 @@ run client-only-cm "" --selective-repeat -R
 grep -q "Selective repeat: OFF (the peer did not accept it: go-back-N)" "$work/client-only-cm-client.txt" ||
   fail "-R client-only: the client did not fall back"
 sr_json client-only-cm-server false
+# QPs on the FPGA datapath card run go-back-N: the line names the card, not roced's key.
+run card "--selective-repeat --offload datapath" "--selective-repeat --offload datapath"
+grep -q "Selective repeat: OFF (the QPs are on the FPGA datapath card" "$work/card-client.txt" ||
+  fail "card: the OFF line does not name the card"
+sr_json card-client false
 echo "PASS perftest_sr"
