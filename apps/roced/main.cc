@@ -171,6 +171,22 @@ void warn_min_rate(const ctl::PortConfig& pc, const engine::cc::CongestionConfig
         pc.name.c_str(), key, min, min);
 }
 
+// Selective repeat has no loss response of its own (go-back-N shrinks its window after a
+// loss): with no congestion algorithm on the port, a QP running it keeps its window (up to
+// transport's 4 MiB) in flight through losses, and at a queue that drops rather than marks it
+// holds the queue full and starves the QPs beside it (review 22: roce-incast --sr --cc none,
+// one sender 6.5 of 9 Gb/s, Jain 0.228 against go-back-N's 0.531; with 2 senders one got
+// nothing for 19 ms, its copies dropped at the full queue).
+void warn_sr_without_cc(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc, bool daemon) {
+  if (!cfg.transport.selective_repeat || pc.congestion.algorithm != engine::cc::Algorithm::kNone)
+    return;
+  std::printf(
+      "%sport %s: %sselective repeat with congestion none: its QPs do not slow down for "
+      "losses, and where a queue drops rather than marks they can keep it full and starve "
+      "other QPs (congestion.algorithm: dcqcn; docs/loss-recovery.md)\n",
+      daemon ? "roced: warning: " : "  ", pc.name.c_str(), daemon ? "" : "warning: ");
+}
+
 // A hosted service that asks for selective repeat (its `selective_repeat: true`, or
 // --selective-repeat in its args) on an appliance that does not allow it gets go-back-N: say
 // so (--check's layout, or the daemon's).
@@ -248,6 +264,7 @@ void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc)
                   ? "; selective repeat allowed for the connections whose applications offer "
                     "and accept it in ECE (docs/configuration.md \"transport\")"
                   : "; selective repeat not allowed (transport.selective_repeat: false)");
+  warn_sr_without_cc(cfg, pc, false);
 }
 
 // Adds every counter of `b` to `a`.
@@ -504,6 +521,7 @@ int run(const ctl::ApplianceConfig& cfg) {
           p.cfg.name.c_str());
     }
   }
+  for (const ctl::PortConfig& pc : cfg.ports) warn_sr_without_cc(cfg, pc, true);
   warn_sr_services(cfg, true);
   if (cfg.transport.selective_repeat)
     std::printf(

@@ -86,6 +86,8 @@ int roce::fabric::incast_cli(int argc, char** argv) {
       "warmup-ms", po::value(&warmup_ms)->default_value(5))(
       "join-at-ms", po::value(&join_ms)->default_value(0), "the last sender starts this late")(
       "seed", po::value(&o.seed)->default_value(1))(
+      "sr", po::bool_switch(&o.selective_repeat),
+      "the data QPs run selective repeat (both ends; docs/loss-recovery.md)")(
       "sample-us", po::value(&sample_us)->default_value(100), "rate sample interval")(
       "json", po::value(&json), "write the results here")("samples", po::bool_switch(&samples),
                                                           "include the rate samples in the JSON");
@@ -188,12 +190,12 @@ int roce::fabric::incast_cli(int argc, char** argv) {
   try {
     const auto r = roce::fabric::run_incast(o);
     std::printf(
-        "incast %u:1 %s cc=%s: goodput %.0f Mb/s (%.3f of the %llu Mb/s output, %.3f of its "
+        "incast %u:1 %s cc=%s%s: goodput %.0f Mb/s (%.3f of the %llu Mb/s output, %.3f of its "
         "payload "
         "rate), jain %.3f, queue p50 %llu p99 %llu max %llu B, drops %llu, marks %llu, cnp "
         "%llu/%llu, retransmitted %llu, timeouts %llu, errors %llu\n",
-        o.senders, op.c_str(), cc.c_str(), r.goodput_mbps, r.of_output,
-        static_cast<unsigned long long>(o.link_mbps), r.of_payload_max, r.jain,
+        o.senders, op.c_str(), cc.c_str(), o.selective_repeat ? " sr" : "", r.goodput_mbps,
+        r.of_output, static_cast<unsigned long long>(o.link_mbps), r.of_payload_max, r.jain,
         static_cast<unsigned long long>(r.p50_depth), static_cast<unsigned long long>(r.p99_depth),
         static_cast<unsigned long long>(r.max_depth), static_cast<unsigned long long>(r.drops),
         static_cast<unsigned long long>(r.marks), static_cast<unsigned long long>(r.cnp_sent),
