@@ -47,6 +47,8 @@ sr_json both-client true
 sr_json both-server true
 grep -Eq '"sr_retransmits":[1-9]' "$work/both-client.json" ||
   fail "both: no selective retransmission under 1% loss"
+# The JSON says what the host's port lost beside the injected drops (af_packet's ring, imissed).
+grep -Eq '"port_rx_missed":[0-9]+' "$work/both-client.json" || fail "both: no port_rx_missed in the JSON"
 # Counted in the engine's sr_connections (roced's Prometheus and roce-ctl), as the CM's are.
 for side in client server; do
   grep -q '"sr_connections":1[,}]' "$work/both-$side.json" || fail "both: $side's sr_connections is not 1"
