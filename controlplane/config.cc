@@ -114,7 +114,11 @@ void connectx_hint(Reader& r, const YAML::Node& node, const std::string& path, b
       {"rate_to_set_on_first_cnp", "rate_to_set_on_first_cnp_mbps", true, "Mb/s"},
       {"clamp_tgt_rate", "clamp_tgt_rate", true, "true or false"},
       {"clamp_tgt_rate_after_time_inc", "clamp_tgt_rate_after_time_inc", true, "true or false"},
+      // debugfs cc_params/rp_clamp_tgt_rate_ati (mlx5_ib's name for the same bit)
+      {"clamp_tgt_rate_ati", "clamp_tgt_rate_after_time_inc", true, "true or false"},
       {"cnp_802p_prio", nullptr, false, "nothing we send has a VLAN priority"},
+      {"cnp_prio", nullptr, false, "nothing we send has a VLAN priority"},       // debugfs np_
+      {"cnp_prio_mode", nullptr, false, "nothing we send has a VLAN priority"},  // debugfs np_
   };
   for (const auto& kv : node) {
     if (!kv.first.IsScalar()) continue;
@@ -205,9 +209,29 @@ engine::cc::CongestionConfig parse_congestion(const YAML::Node& node, const std:
     p.gd_log2 = u32(d, "rpg_gd", p.gd_log2, 1, 15);
     p.first_cnp_rate_mbps =
         u32(d, "rate_to_set_on_first_cnp_mbps", p.first_cnp_rate_mbps, 0, 1'600'000);
-    p.clamp_target = d.boolean("clamp_tgt_rate", p.clamp_target);
+    // At or above the maximum a CNP "sets" a QP at its maximum to the maximum: it is never
+    // limited, so every CNP is a first CNP again and DCQCN never slows it (review 22). Against
+    // the port's speed (rpg_max_rate_mbps 0) roced warns at start (warn_min_rate).
+    if (p.max_rate_mbps != 0 && p.first_cnp_rate_mbps >= p.max_rate_mbps)
+      d.fail(d.get("rate_to_set_on_first_cnp_mbps"),
+             d.where("rate_to_set_on_first_cnp_mbps") + " = " +
+                 std::to_string(p.first_cnp_rate_mbps) + " is not below rpg_max_rate_mbps " +
+                 std::to_string(p.max_rate_mbps) +
+                 ": a QP at its maximum would be set to the maximum on every CNP and never "
+                 "slowed; give a lower rate (NVIDIA: up to 85% of the line rate), or 0 for the "
+                 "cut by alpha");
+    // mlx5's sysfs and debugfs take these two bits as 1 and 0; ours are YAML booleans, as
+    // --check prints them.
+    const auto bit = [](Reader& x, const char* key, bool def) {
+      if (x.has(key) && x.get(key).IsScalar() &&
+          (x.get(key).Scalar() == "0" || x.get(key).Scalar() == "1"))
+        x.fail(x.get(key), x.where(key) + " must be true or false, not '" + x.get(key).Scalar() +
+                               "' (ConnectX's 1 is true, 0 false)");
+      return x.boolean(key, def);
+    };
+    p.clamp_target = bit(d, "clamp_tgt_rate", p.clamp_target);
     p.clamp_target_after_time_inc =
-        d.boolean("clamp_tgt_rate_after_time_inc", p.clamp_target_after_time_inc);
+        bit(d, "clamp_tgt_rate_after_time_inc", p.clamp_target_after_time_inc);
     d.finish();
   }
   if (r.has("delay")) {
@@ -596,6 +620,20 @@ ApplianceConfig parse_config(const std::string& text, const std::string& origin,
   } catch (const YAML::Exception& e) {
     // What the checks above did not foresee (a mapping where yaml-cpp is asked for a string,
     // a key that is not a scalar): an error with its place, never an uncaught exception.
+    std::string where = origin;
+    if (e.mark.line >= 0)
+      where += ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
+    throw ConfigError(where + ": " + (e.msg.empty() ? std::string("invalid YAML") : e.msg));
+  }
+}
+
+engine::cc::CongestionConfig parse_congestion_config(const std::string& text,
+                                                     const std::string& origin,
+                                                     std::vector<std::string>& unused) {
+  try {
+    const YAML::Node node = YAML::Load(text);
+    return parse_congestion(node, origin, "congestion", unused);
+  } catch (const YAML::Exception& e) {
     std::string where = origin;
     if (e.mark.line >= 0)
       where += ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);

@@ -173,5 +173,11 @@ ApplianceConfig parse_config(const std::string& yaml_text, const std::string& or
                              const ServiceKinds& kinds = {});
 /// Reads and parses a file.
 ApplianceConfig load_config(const std::string& path, const ServiceKinds& kinds = {});
+/// A port's `congestion:` mapping alone, as YAML text ("{algorithm: dcqcn, dcqcn: {rpg_gd:
+/// 12}}"): the keys, ranges and errors of the configuration's (roce-incast --congestion).
+/// `unused` gets the mappings given for an algorithm not chosen, as PortConfig's.
+engine::cc::CongestionConfig parse_congestion_config(const std::string& yaml_text,
+                                                     const std::string& origin,
+                                                     std::vector<std::string>& unused);
 
 }  // namespace roce::ctl

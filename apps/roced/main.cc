@@ -140,7 +140,23 @@ void warn_min_rate(const ctl::PortConfig& pc, const engine::cc::CongestionConfig
   const std::uint32_t max = dcqcn ? k.dcqcn.max_rate_mbps : k.delay.max_rate_mbps;
   const std::uint32_t min = dcqcn ? k.dcqcn.min_rate_mbps : k.delay.min_rate_mbps;
   const char* key = dcqcn ? "dcqcn.rpg_min_rate_mbps" : "delay.min_rate_mbps";
-  if (max != 0) return;  // the configuration refused min > max
+  if (max != 0) return;  // the configuration refused min > max (and a first-CNP rate >= max)
+  // rate_to_set_on_first_cnp_mbps at or above the speed: a QP at its maximum is set to the
+  // maximum by every CNP, never limited, so never slowed (review 22).
+  const std::uint32_t first = dcqcn ? k.dcqcn.first_cnp_rate_mbps : 0;
+  if (first != 0 && daemon && first >= k.max_rate(0))
+    std::printf(
+        "roced: warning: port %s: congestion.dcqcn.rate_to_set_on_first_cnp_mbps %u is not "
+        "below the port's speed, %u Mb/s%s: every CNP sets a QP to its maximum, so DCQCN never "
+        "slows a QP on this port\n",
+        pc.name.c_str(), first, k.max_rate(0),
+        k.line_rate_mbps != 0 ? "" : " (the driver reports none)");
+  else if (first != 0 && !daemon && first >= 10'000)
+    std::printf(
+        "  port %s: warning: congestion.dcqcn.rate_to_set_on_first_cnp_mbps %u with the port's "
+        "speed as the maximum: on a port of %u Mb/s or slower every CNP sets a QP to its "
+        "maximum and DCQCN never slows it (roced warns at start)\n",
+        pc.name.c_str(), first, first);
   if (daemon && min >= k.max_rate(0))
     std::printf(
         "roced: warning: port %s: congestion.%s %u is not below the port's speed, %u Mb/s%s: "
@@ -153,6 +169,22 @@ void warn_min_rate(const ctl::PortConfig& pc, const engine::cc::CongestionConfig
         "of %u Mb/s or slower it is lowered to the speed and congestion control never slows a "
         "QP (roced warns at start)\n",
         pc.name.c_str(), key, min, min);
+}
+
+// Selective repeat has no loss response of its own (go-back-N shrinks its window after a
+// loss): with no congestion algorithm on the port, a QP running it keeps its window (up to
+// transport's 4 MiB) in flight through losses, and at a queue that drops rather than marks it
+// holds the queue full and starves the QPs beside it (review 22: roce-incast --sr --cc none,
+// one sender 6.5 of 9 Gb/s, Jain 0.228 against go-back-N's 0.531; with 2 senders one got
+// nothing for 19 ms, its copies dropped at the full queue).
+void warn_sr_without_cc(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc, bool daemon) {
+  if (!cfg.transport.selective_repeat || pc.congestion.algorithm != engine::cc::Algorithm::kNone)
+    return;
+  std::printf(
+      "%sport %s: %sselective repeat with congestion none: its QPs do not slow down for "
+      "losses, and where a queue drops rather than marks they can keep it full and starve "
+      "other QPs (congestion.algorithm: dcqcn; docs/loss-recovery.md)\n",
+      daemon ? "roced: warning: " : "  ", pc.name.c_str(), daemon ? "" : "warning: ");
 }
 
 // A hosted service that asks for selective repeat (its `selective_repeat: true`, or
@@ -206,8 +238,8 @@ void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc)
         "rpg_hai_rate %u Mb/s, dce_tcp_g %u (gain %u/1024), initial_alpha_value %u, "
         "dce_tcp_rtt %u us, rpg_time_reset %u us, rpg_byte_reset %llu bytes, "
         "rpg_threshold %u, rate_reduce_monitor_period %u us (%s), rpg_min_dec_fac %u %%, "
-        "rpg_gd %u, rate_to_set_on_first_cnp %u Mb/s%s, clamp_tgt_rate %d, "
-        "clamp_tgt_rate_after_time_inc %d\n",
+        "rpg_gd %u, rate_to_set_on_first_cnp %u Mb/s%s, clamp_tgt_rate %s, "
+        "clamp_tgt_rate_after_time_inc %s\n",
         d.max_rate_mbps, d.max_rate_mbps == 0 ? " (the link's speed)" : "", d.min_rate_mbps,
         d.ai_rate_mbps, d.hai_rate_mbps, d.alpha_g, d.alpha_g, d.initial_alpha,
         d.alpha_update_period_us, d.rate_increase_period_us,
@@ -215,8 +247,9 @@ void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc)
         d.rate_reduce_monitor_period_us,
         d.defer_cut ? "CNPs within it cut at its end" : "CNPs within it feed alpha only",
         d.min_dec_factor_pct, d.gd_log2, d.first_cnp_rate_mbps,
-        d.first_cnp_rate_mbps == 0 ? " (cut by alpha)" : "", d.clamp_target ? 1 : 0,
-        d.clamp_target_after_time_inc ? 1 : 0);
+        d.first_cnp_rate_mbps == 0 ? " (cut by alpha)" : "",
+        d.clamp_target ? "true" : "false",  // as the configuration takes them (not mlx5's 1/0)
+        d.clamp_target_after_time_inc ? "true" : "false");
   } else if (k.algorithm == engine::cc::Algorithm::kDelay) {
     const engine::cc::DelayParams& y = k.delay;
     std::printf(
@@ -231,6 +264,7 @@ void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc)
                   ? "; selective repeat allowed for the connections whose applications offer "
                     "and accept it in ECE (docs/configuration.md \"transport\")"
                   : "; selective repeat not allowed (transport.selective_repeat: false)");
+  warn_sr_without_cc(cfg, pc, false);
 }
 
 // Adds every counter of `b` to `a`.
@@ -487,6 +521,7 @@ int run(const ctl::ApplianceConfig& cfg) {
           p.cfg.name.c_str());
     }
   }
+  for (const ctl::PortConfig& pc : cfg.ports) warn_sr_without_cc(cfg, pc, true);
   warn_sr_services(cfg, true);
   if (cfg.transport.selective_repeat)
     std::printf(

@@ -132,6 +132,10 @@ IncastResult run_incast(const IncastOptions& o) {
     sq[i] = hosts[i].eng->create_qp(hosts[i].pd, QpType::kRc, hosts[i].cq, hosts[i].cq, cap);
     rq[i] = hosts[rx].eng->create_qp(hosts[rx].pd, QpType::kRc, hosts[rx].cq, hosts[rx].cq, cap);
     if (!sq[i] || !rq[i]) throw std::runtime_error("create_qp failed");
+    if (o.selective_repeat &&
+        (hosts[i].eng->set_selective_repeat(sq[i], true, {1000 + i, 9000 + i}) != kOk ||
+         hosts[rx].eng->set_selective_repeat(rq[i], true, {9000 + i, 1000 + i}) != kOk))
+      throw std::runtime_error("selective repeat refused");
     bring_up(*hosts[i].eng, sq[i], *hosts[rx].eng, rq[i]->qpn, mtu, 100 + i, 5000 + i);
     bring_up(*hosts[rx].eng, rq[i], *hosts[i].eng, sq[i]->qpn, mtu, 5000 + i, 100 + i);
   }
@@ -289,7 +293,8 @@ std::string to_json(const IncastOptions& o, const IncastResult& r, bool samples)
     << "\",\"queue_bytes\":" << o.sw.depth_bytes << ",\"kmin\":" << o.sw.kmin_bytes
     << ",\"kmax\":" << o.sw.kmax_bytes << ",\"pmax\":" << o.sw.pmax
     << ",\"duration_ns\":" << o.duration_ns << ",\"warmup_ns\":" << o.warmup_ns
-    << ",\"join_at_ns\":" << o.join_at_ns << ",\"seed\":" << o.seed << "},";
+    << ",\"join_at_ns\":" << o.join_at_ns << ",\"seed\":" << o.seed
+    << (o.selective_repeat ? ",\"selective_repeat\":true" : "") << "},";
   j << "\"goodput_mbps\":" << r.goodput_mbps << ",\"of_output\":" << r.of_output
     << ",\"of_payload_max\":" << r.of_payload_max << ",\"jain\":" << r.jain
     << ",\"drops\":" << r.drops << ",\"marks\":" << r.marks << ",\"p50_depth\":" << r.p50_depth

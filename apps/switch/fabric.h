@@ -36,6 +36,10 @@ struct IncastOptions {
   std::uint64_t nic_fifo_bytes = 32 * 1024;  ///< what a host's NIC takes ahead of its link
   std::uint32_t tx_slots = 512;              ///< the engines' transmit rings (roced's default)
   std::uint64_t seed = 1;
+  /// The data QPs run selective repeat, both ends (as when both offered it; the engines' window
+  /// is then EngineConfig::sr_inflight_bytes): go-back-N's and its recovery side by side
+  /// under tail drop (review 22).
+  bool selective_repeat = false;
 };
 
 struct IncastSample {

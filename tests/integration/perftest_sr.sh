@@ -47,6 +47,12 @@ sr_json both-client true
 sr_json both-server true
 grep -Eq '"sr_retransmits":[1-9]' "$work/both-client.json" ||
   fail "both: no selective retransmission under 1% loss"
+# The JSON says what the host's port lost beside the injected drops (af_packet's ring, imissed).
+grep -Eq '"port_rx_missed":[0-9]+' "$work/both-client.json" || fail "both: no port_rx_missed in the JSON"
+# Counted in the engine's sr_connections (roced's Prometheus and roce-ctl), as the CM's are.
+for side in client server; do
+  grep -q '"sr_connections":1[,}]' "$work/both-$side.json" || fail "both: $side's sr_connections is not 1"
+done
 run both-cm --selective-repeat --selective-repeat -R
 grep -q "Selective repeat: ON" "$work/both-cm-client.txt" || fail "-R: the client did not turn it on"
 sr_json both-cm-client true
@@ -61,10 +67,16 @@ sr_json client-only-client false
 sr_json client-only-server false
 grep -Eq '"sr_retransmits":0[,}]' "$work/client-only-client.json" || fail "client-only: selective retransmissions"
 run server-only --selective-repeat ""
-grep -q "Selective repeat: OFF" "$work/server-only-server.txt" || fail "server-only: no OFF"
+grep -q "Selective repeat: OFF (the peer did not offer it: go-back-N)" "$work/server-only-server.txt" ||
+  fail "server-only: the server did not say its client made no offer"
 sr_json server-only-server false
 run client-only-cm "" --selective-repeat -R
 grep -q "Selective repeat: OFF (the peer did not accept it: go-back-N)" "$work/client-only-cm-client.txt" ||
   fail "-R client-only: the client did not fall back"
 sr_json client-only-cm-server false
+# QPs on the FPGA datapath card run go-back-N: the line names the card, not roced's key.
+run card "--selective-repeat --offload datapath" "--selective-repeat --offload datapath"
+grep -q "Selective repeat: OFF (the QPs are on the FPGA datapath card" "$work/card-client.txt" ||
+  fail "card: the OFF line does not name the card"
+sr_json card-client false
 echo "PASS perftest_sr"

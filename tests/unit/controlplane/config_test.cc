@@ -220,6 +220,25 @@ TEST(Config, ErrorsNameFileLineAndKey) {
        "ports[0].congestion.dcqcn.rpg_gd = 0 is out of range [1, 15]"},
       {base + "    congestion: {dcqcn: {clamp_tgt_rate: 2}}\n",
        "ports[0].congestion.dcqcn.clamp_tgt_rate"},
+      // Review 22: mlx5's 1/0 for the two bits, told what to write; debugfs's short spelling
+      // of the second bit and its CNP priority knobs named; a first-CNP rate at or above the
+      // maximum (never a cut) refused.
+      {base + "    congestion: {dcqcn: {clamp_tgt_rate: 1}}\n",
+       "ports[0].congestion.dcqcn.clamp_tgt_rate must be true or false, not '1' (ConnectX's 1 is "
+       "true, 0 false)"},
+      {base + "    congestion: {dcqcn: {clamp_tgt_rate_after_time_inc: 0}}\n",
+       "clamp_tgt_rate_after_time_inc must be true or false, not '0' (ConnectX's 1"},
+      {base + "    congestion: {dcqcn: {rp_clamp_tgt_rate_ati: 1}}\n",
+       "unknown key 'rp_clamp_tgt_rate_ati' in ports[0].congestion.dcqcn: did you mean "
+       "clamp_tgt_rate_after_time_inc (true or false"},
+      {base + "    congestion: {np_cnp_prio: 6}\n",
+       "unknown key 'np_cnp_prio' in ports[0].congestion: ConnectX's cnp_prio has no key here"},
+      {base + "    congestion: {np_cnp_prio_mode: 1}\n",
+       "ConnectX's cnp_prio_mode has no key here"},
+      {base + "    congestion: {dcqcn: {rpg_max_rate_mbps: 1000, rate_to_set_on_first_cnp_mbps: "
+              "1000}}\n",
+       "ports[0].congestion.dcqcn.rate_to_set_on_first_cnp_mbps = 1000 is not below "
+       "rpg_max_rate_mbps 1000: a QP at its maximum would be set to the maximum on every CNP"},
       // Our own key in the other mapping names where it goes (review 20)
       {base + "    congestion: {algorithm: dcqcn, rpg_ai_rate_mbps: 5}\n",
        "unknown key 'rpg_ai_rate_mbps' in ports[0].congestion: did you mean "
