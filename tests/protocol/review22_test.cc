@@ -473,7 +473,7 @@ TEST(Review22, DcqcnKnobsAtTheirLimitsKeepTheRateSane) {
 // 1.6 Tb/s: about 14 ms of the lcore's time per CNP, in 0.5 ms pieces per turn, and a spoofed
 // CNP (docs/security.md: plausible while the QP has requests out) buys that again each time
 // the QP is back at its maximum. Ten cuts and recoveries: 140 ms before the fix.
-TEST(Review22, DISABLED_ASmallByteCounterCostsNoWalkPerByte) {
+TEST(Review22, ASmallByteCounterCostsNoWalkPerByte) {
   cc::DcqcnParams p;
   p.max_rate_mbps = 1'600'000;
   p.byte_counter = 1;
@@ -531,8 +531,10 @@ TEST(Review22, ByteCounterEventsInOneCallMatchWalkedOnes) {
         EXPECT_NEAR(skipped.rate_mbps(), walked.rate_mbps(), walked.rate_mbps() * 1e-9);
         EXPECT_NEAR(skipped.target_mbps(), walked.target_mbps(), walked.target_mbps() * 1e-9);
         EXPECT_EQ(skipped.limited(), walked.limited());
-        EXPECT_EQ(skipped.byte_stage(), walked.byte_stage());
-        EXPECT_EQ(skipped.timer_stage(), walked.timer_stage());
+        if (walked.limited()) {  // (at the maximum the stages no longer count)
+          EXPECT_EQ(skipped.byte_stage(), walked.byte_stage());
+          EXPECT_EQ(skipped.timer_stage(), walked.timer_stage());
+        }
       }
     }
   }
