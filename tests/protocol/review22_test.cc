@@ -6,6 +6,7 @@
 // against are DISABLED_ (run them with --gtest_also_run_disabled_tests); the fix removes the
 // prefix.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -537,6 +538,93 @@ TEST(Review22, ByteCounterEventsInOneCallMatchWalkedOnes) {
         }
       }
     }
+  }
+}
+
+// ---- memory that goes away: the prefetch pipeline and the zero-copy first packet -------------
+
+// A source region deregistered and unmapped while WQEs that name it wait in several QPs' send
+// queues, their key memos warm: the scheduler's prefetch pipeline (qp37) computes their
+// payload addresses through the memo, and req_fast_zc starts them through it (srfast37). A
+// prefetch never faults, but a load through a stale memo would: after the unmap it is a
+// SIGSEGV, not a wrong byte. The WQEs must end with a local protection error, the others go on.
+TEST(Review22, UnmappedSourceBehindWarmKeyMemosIsNeverRead) {
+  for (const std::uint32_t zc : {0u, 512u}) {
+    SCOPED_TRACE("zero_copy_min " + std::to_string(zc));
+    Loopback lb;
+    lb.a().set_tx_zero_copy(zc);
+    auto [a0, b0] = connect(lb);
+    std::vector<std::pair<Endpoint, Endpoint>> qps{{a0, b0}};
+    for (int i = 0; i < 4; ++i) qps.push_back(connect_on(lb, a0, b0, {}));
+    constexpr std::size_t kLen = 1 << 16;
+    void* m = ::mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(m, MAP_FAILED);
+    std::memset(m, 0x5A, kLen);
+    Mr* gone = lb.a().reg_mr(a0.pd, m, kLen, kAccessLocalWrite);
+    Buffer keep = make_buffer(lb.a(), a0.pd, kLen, 3);
+    Buffer dst = make_buffer(lb.b(), b0.pd, kLen, 0);
+    // Warm every QP's memo on `gone` with one WRITE each, acknowledged.
+    for (std::size_t q = 0; q < qps.size(); ++q) {
+      const Sge s{reinterpret_cast<std::uint64_t>(m), 4096, gone->key};
+      SendWr wr = make_wr(q, &s, dst, q * 4096);
+      ASSERT_EQ(lb.a().post_send(qps[q].first.qp, &wr, nullptr), kOk);
+    }
+    ASSERT_EQ(wait_wcs(lb, a0.scq, qps.size()).size(), qps.size());
+    // Then each QP posts a long WRITE from `gone` (several packets, zero-copy with zc 512) and
+    // one from `keep`: nothing runs before the region goes.
+    for (std::size_t q = 0; q < qps.size(); ++q) {
+      const Sge s{reinterpret_cast<std::uint64_t>(m) + 1024, 12000, gone->key};
+      SendWr wr = make_wr(100 + q, &s, dst, q * 4096);
+      ASSERT_EQ(lb.a().post_send(qps[q].first.qp, &wr, nullptr), kOk);
+    }
+    ASSERT_EQ(lb.a().dereg_mr(gone), kOk);
+    ASSERT_EQ(::munmap(m, kLen), 0);
+    lb.settle();
+    std::size_t errors = 0;
+    Wc wc[64];
+    for (int n; (n = lb.a().poll_cq(a0.scq, 64, wc)) > 0;)
+      for (int i = 0; i < n; ++i) errors += wc[i].status == WcStatus::kLocProtErr;
+    EXPECT_EQ(errors, qps.size());
+  }
+}
+
+// A long zero-copy WRITE whose first packets (req_fast_zc, srfast37) wait in the transmit ring
+// when its region is deregistered and unmapped: dereg_mr copies them into the ring first, so
+// the frames that then leave are whole and right, and nothing reads the unmapped pages.
+TEST(Review22, ZeroCopyFirstPacketsSurviveTheirRegionsUnmap) {
+  for (const bool sr : {false, true}) {
+    SCOPED_TRACE(sr ? "selective repeat" : "go-back-N");
+    Loopback lb;
+    lb.a().set_tx_zero_copy(512);
+    auto [a, b] = connect(lb);
+    if (sr) {
+      ASSERT_EQ(set_selective_repeat(a, b, true), kOk);
+    }
+    constexpr std::size_t kLen = 1 << 16;
+    void* m = ::mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(m, MAP_FAILED);
+    auto* bytes = static_cast<std::uint8_t*>(m);
+    for (std::size_t i = 0; i < kLen; ++i) bytes[i] = static_cast<std::uint8_t>(i * 13 + 5);
+    const std::vector<std::uint8_t> want(bytes, bytes + 8192);
+    Mr* mr = lb.a().reg_mr(a.pd, m, kLen, kAccessLocalWrite);
+    Buffer dst = make_buffer(lb.b(), b.pd, kLen, 0);
+    const Sge s{reinterpret_cast<std::uint64_t>(m), 8192, mr->key};
+    SendWr wr = make_wr(1, &s, dst);
+    ASSERT_EQ(lb.a().post_send(a.qp, &wr, nullptr), kOk);
+    std::uint64_t t = lb.now() + 1000;
+    lb.a().run(t);  // the frames are in the ring, zero-copy, not yet taken by the port
+    const std::uint64_t zc_frames = lb.a().stats().get(Counter::kTxZeroCopyFrames);
+    EXPECT_GE(zc_frames, 8u);
+    EXPECT_GT(lb.a().stats().get(Counter::kTxFastPath), 0u);
+    ASSERT_EQ(lb.a().dereg_mr(mr), kOk);
+    ASSERT_EQ(::munmap(m, kLen), 0);
+    Frames f;
+    lb.a().drain_tx([&](std::span<const std::uint8_t> x) { f.emplace_back(x.begin(), x.end()); });
+    ASSERT_EQ(f.size(), 8u);
+    for (const auto& x : f) lb.b().receive(x, t);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), dst.bytes.begin()))
+        << "the frames carried the bytes from before the unmap";
+    EXPECT_EQ(lb.b().stats().verdicts[static_cast<std::size_t>(wire::Verdict::kBadIcrc)], 0u);
   }
 }
 
