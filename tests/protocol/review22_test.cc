@@ -541,6 +541,54 @@ TEST(Review22, ByteCounterEventsInOneCallMatchWalkedOnes) {
   }
 }
 
+// The same with random knobs (as DcqcnKnobsAtTheirLimitsKeepTheRateSane draws them): bursts of
+// byte-counter events between CNPs and timer events, in one call against one call per event.
+TEST(Review22, ByteCounterRunsMatchWalkedOnesForAnyKnobs) {
+  std::mt19937_64 rng(2222);
+  const auto pick = [&](std::initializer_list<std::uint64_t> v) {
+    return *(v.begin() + static_cast<std::ptrdiff_t>(rng() % v.size()));
+  };
+  for (int round = 0; round < 300; ++round) {
+    cc::DcqcnParams p;
+    p.max_rate_mbps = static_cast<std::uint32_t>(pick({1000, 100'000, 1'600'000}));
+    p.min_rate_mbps = static_cast<std::uint32_t>(pick({1, 10}));
+    p.ai_rate_mbps = static_cast<std::uint32_t>(pick({1, 5, 40}));
+    p.hai_rate_mbps = static_cast<std::uint32_t>(pick({1, 100, 1000}));
+    p.alpha_g = static_cast<std::uint32_t>(pick({0, 5, 1019}));
+    p.initial_alpha = static_cast<std::uint32_t>(pick({1, 1023}));
+    p.rate_increase_period_us = static_cast<std::uint32_t>(pick({1, 55, 300}));
+    p.byte_counter = pick({1, 64, 1000});
+    p.threshold = static_cast<std::uint32_t>(pick({1, 5, 31}));
+    p.rate_reduce_monitor_period_us = static_cast<std::uint32_t>(pick({0, 50}));
+    p.min_dec_factor_pct = static_cast<std::uint32_t>(pick({0, 50}));
+    p.gd_log2 = static_cast<std::uint32_t>(pick({1, 11, 15}));
+    p.first_cnp_rate_mbps = static_cast<std::uint32_t>(pick({0, 1, 500}));
+    p.clamp_target = rng() % 2 == 0;
+    p.clamp_target_after_time_inc = rng() % 2 == 0;
+    SCOPED_TRACE("round " + std::to_string(round));
+    cc::Dcqcn walked(p), skipped(p);
+    std::uint64_t t = 1'000'000;
+    for (int e = 0; e < 30; ++e) {
+      t += pick({1, 1000, 60'000});
+      if (rng() % 3 == 0) {
+        walked.on_cnp(t);
+        skipped.on_cnp(t);
+        continue;
+      }
+      const std::uint64_t events = pick({1, 65, 300, 5000});
+      for (std::uint64_t i = 0; i < events; ++i) walked.on_sent(p.byte_counter, t);
+      skipped.on_sent(events * p.byte_counter, t);
+      ASSERT_NEAR(skipped.rate_mbps(), walked.rate_mbps(), walked.rate_mbps() * 1e-9) << e;
+      ASSERT_NEAR(skipped.target_mbps(), walked.target_mbps(), walked.target_mbps() * 1e-9) << e;
+      ASSERT_EQ(skipped.limited(), walked.limited()) << e;
+      if (walked.limited()) {
+        ASSERT_EQ(skipped.byte_stage(), walked.byte_stage()) << e;
+        ASSERT_EQ(skipped.timer_stage(), walked.timer_stage()) << e;
+      }
+    }
+  }
+}
+
 // ---- memory that goes away: the prefetch pipeline and the zero-copy first packet -------------
 
 // A source region deregistered and unmapped while WQEs that name it wait in several QPs' send
