@@ -118,6 +118,13 @@ void expect_same_responder(Pair& p, Pair& q, const std::string& what) {
   ASSERT_EQ(x.resp.msn, y.resp.msn) << what;
   ASSERT_EQ(x.resp.nak_sent, y.resp.nak_sent) << what;
   ASSERT_EQ(x.resp.in_msg, y.resp.in_msg) << what;
+  // The WRITE in progress (a fast path for First, Middle and Last must keep it as the general
+  // path does).
+  ASSERT_EQ(x.resp.write_va, y.resp.write_va) << what;
+  ASSERT_EQ(x.resp.write_remaining, y.resp.write_remaining) << what;
+  ASSERT_EQ(x.resp.write_total, y.resp.write_total) << what;
+  ASSERT_EQ(x.resp.write_rkey, y.resp.write_rkey) << what;
+  ASSERT_EQ(x.resp.ack_pending, y.resp.ack_pending) << what;
   ASSERT_EQ(x.state, y.state) << what;
   ASSERT_EQ(x.sr != nullptr, y.sr != nullptr) << what;
   if (x.sr != nullptr) {
