@@ -195,7 +195,8 @@ void responder_under_hostile_frames(bool sr) {
       }
       std::string what = "step " + std::to_string(step);
       if (rng() % 10 == 0) {
-        const std::uint32_t m = rng() % 9;
+        const std::uint32_t m = rng() % 11;
+        const bool reth = f[kBth] == 0x0A || f[kBth] == 0x06;  // WRITE Only, First
         switch (m) {
           case 0: {  // PSN moved
             const std::uint32_t v = wire::load_be32(f.data() + kBth + 8);
@@ -205,15 +206,15 @@ void responder_under_hostile_frames(bool sr) {
             break;
           }
           case 1:  // RETH length
-            if (f[kBth] == 0x0A) wire::store_be32(f.data() + kReth + 12, rng() % 1100);
+            if (reth) wire::store_be32(f.data() + kReth + 12, rng() % 1100);
             what += " reth len";
             break;
           case 2:  // RETH address
-            if (f[kBth] == 0x0A) wire::store_be64(f.data() + kReth, kDstIova + rng() % (kBuf + 64));
+            if (reth) wire::store_be64(f.data() + kReth, kDstIova + rng() % (kBuf + 64));
             what += " reth va";
             break;
           case 3:  // R_Key
-            if (f[kBth] == 0x0A) f[kReth + 11] ^= 1;
+            if (reth) f[kReth + 11] ^= 1;
             what += " rkey";
             break;
           case 4: {  // opcode
@@ -235,6 +236,20 @@ void responder_under_hostile_frames(bool sr) {
             f[kBth + 8] &= 0x7F;
             what += " noack";
             break;
+          case 9:     // the payload shorter, or longer, than it was: a Middle or Last of the
+          case 10: {  // wrong length, an Only whose RETH no longer says it
+            const std::size_t end = kL3 + wire::load_be16(f.data() + kL3 + 2);
+            if (end > f.size() || end < kReth + 16 + 4 + 8) break;
+            const std::size_t k = 1 + rng() % 8;
+            const std::size_t to = m == 9 ? end - k : end + k;
+            f.resize(std::max(f.size(), to));
+            f.resize(to);
+            wire::store_be16(f.data() + kL3 + 2, static_cast<std::uint16_t>(to - kL3));
+            wire::store_be16(f.data() + kL4 + 4, static_cast<std::uint16_t>(to - kL4));
+            f[kBth + 1] &= 0xCF;  // no pad: the length is what it is
+            what += m == 9 ? " shorter" : " longer";
+            break;
+          }
           default:  // a zero-length WRITE Only with any key
             if (f[kBth] == 0x0A) {
               wire::store_be32(f.data() + kReth + 12, 0);
