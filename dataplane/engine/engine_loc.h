@@ -34,6 +34,16 @@ struct Engine::Stages {
   static bool req_emit(Engine& eng, Qp& qp, SendWqe& w, std::span<std::uint8_t> slot,
                        const wire::PacketFields& f, std::size_t payload);
   static void req_fail(Engine& eng, Qp& qp, SendWqe& w, WcStatus status);
+  /// An MR was invalidated (LOCAL_INV, a peer's SEND with invalidate): what it granted is
+  /// checked again (MrTable::changed), and, as dereg_mr does, no queued zero-copy frame points
+  /// into the memory it covered any more (the ring copies them in, the port its pending ones):
+  /// once the invalidation completes the application may free that memory (review 22).
+  static void mr_invalidated(Engine& eng, Mr& mr) {
+    mr.state = MrState::kFree;
+    eng.mrs_.changed();
+    eng.tx_.flatten_all();
+    if (eng.before_mr_release) eng.before_mr_release();
+  }
   /// Prefetches the payload bytes [offset, offset + len) of `w` (a packet's worth, read by the
   /// next gather or ICRC: with many QPs each message's buffer is elsewhere in memory).
   static void prefetch_payload(const Engine& eng, const Qp& qp, const SendWqe& w,

@@ -204,10 +204,8 @@ bool Engine::Stages::req_local_op(Engine& eng, Qp& qp, SendWqe& w) {
     Mr* mr = eng.mrs_.find(w.inv_rkey);
     if (mr == nullptr || mr->pd != qp.pd)
       status = WcStatus::kLocQpOpErr;
-    else {
-      mr->state = MrState::kFree;
-      eng.mrs_.changed();
-    }
+    else
+      mr_invalidated(eng, *mr);
   } else {  // REG_MR: give a fast-reg MR its memory, access and new key variant
     Mr* mr = eng.mrs_.find_any_variant(w.reg_key);
     if (mr == nullptr || !mr->fast_reg || mr->pd != qp.pd || mr->state != MrState::kFree ||

@@ -799,8 +799,7 @@ Engine::Stages::Step Engine::Stages::resp_fail_recv(Engine& eng, Qp& qp, const w
     Mr* mr = eng.mrs_.find(pkt.ieth().rkey());
     if (mr == nullptr || mr->pd != qp.pd || !mr->fast_reg)
       return resp_fail_recv(eng, qp, pkt, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
-    mr->state = MrState::kFree;
-    eng.mrs_.changed();
+    mr_invalidated(eng, *mr);
   }
   resp_complete_recv(eng, qp, pkt, static_cast<std::uint32_t>(rs.recv_offset));
   rs.msn = rs.msn + 1;

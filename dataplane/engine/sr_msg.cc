@@ -309,8 +309,7 @@ bool Engine::Stages::sr_msg_done(Engine& eng, Qp& qp, SrState::RecvMsg& r, Psn p
       sr_msg_fail(eng, qp, psn, WcStatus::kRemInvReqErr, wire::NakCode::kInvalidRequest);
       return false;
     }
-    mr->state = MrState::kFree;
-    eng.mrs_.changed();
+    mr_invalidated(eng, *mr);
     wc.invalidated_rkey = r.imm;
     wc.wc_flags |= kWcWithInv;
   }

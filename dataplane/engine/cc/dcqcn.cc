@@ -85,6 +85,14 @@ void Dcqcn::on_sent(std::uint64_t bytes, std::uint64_t now) {
   if (!limited() || p_.byte_counter == 0) return;
   bytes_ += bytes;
   while (bytes_ >= p_.byte_counter && limited()) {
+    // Many events at once (a small rpg_byte_reset: with 1 byte, 65,536 per 64 KiB turn): in
+    // runs, as the timer's after an idle time (review 22).
+    if (const std::uint64_t due = bytes_ / p_.byte_counter; due > kWalkEvents) {
+      if (const std::uint64_t n = skip_events(due, true); n != 0) {
+        bytes_ -= n * p_.byte_counter;
+        continue;
+      }
+    }
     bytes_ -= p_.byte_counter;
     ++bc_;
     increase_event();
@@ -128,7 +136,7 @@ void Dcqcn::run_timers(std::uint64_t now) {
     // Idle for long (no bytes sent, so BC stands still): the events in runs, not one by one.
     const std::uint64_t due = (now - timer_next_) / tk + 1;
     if (due > kWalkEvents) {
-      if (const std::uint64_t n = skip_timer_events(due); n != 0) {
+      if (const std::uint64_t n = skip_events(due, false); n != 0) {
         timer_next_ += n * tk;
         if (!limited()) timer_next_ = 0;
         continue;
@@ -141,25 +149,29 @@ void Dcqcn::run_timers(std::uint64_t now) {
   }
 }
 
-// Up to `k` timer events at once, as long as each raises RT by the same step s: fast recovery
-// (s = 0) until T reaches F, additive (s = R_AI) with BC below F, hyper once T has passed BC
-// (s = (BC - F + 1) R_HAI), nothing once RT is at the maximum. Per event RT grows by s and
-// D = RT - RC becomes (D + s) / 2, so after n events D = s + (D - s) / 2^n. Stops one event
-// short of RT reaching the maximum (that event, with its shorter step, is walked). Returns
-// the events applied; 0 when the next event's step differs from its successor's (hyper with
-// T not yet past BC: walked, at most ~sqrt(2 max / R_HAI) events before RT is at the maximum).
-std::uint64_t Dcqcn::skip_timer_events(std::uint64_t k) {
+// Up to `k` timer events (or byte-counter events: `bytes`) at once, as long as each raises RT
+// by the same step s. For timer events: fast recovery (s = 0) until T reaches F, additive
+// (s = R_AI) with BC below F, hyper once T has passed BC (s = (BC - F + 1) R_HAI); for byte
+// events the same with T and BC exchanged; nothing once RT is at the maximum. Per event RT
+// grows by s and D = RT - RC becomes (D + s) / 2, so after n events D = s + (D - s) / 2^n.
+// Stops one event short of RT reaching the maximum (that event, with its shorter step, is
+// walked). Returns the events applied; 0 when the next event's step differs from its
+// successor's (hyper with the moving count not yet past the other: walked, at most
+// ~sqrt(2 max / R_HAI) events before RT is at the maximum).
+std::uint64_t Dcqcn::skip_events(std::uint64_t k, bool bytes) {
   const std::uint64_t f = p_.threshold;
-  const std::uint64_t t1 = std::uint64_t{t_} + 1;  // T at the next event
+  std::uint32_t& moving = bytes ? bc_ : t_;  // the stage count these events move
+  const std::uint64_t other = bytes ? t_ : bc_;
+  const std::uint64_t m1 = std::uint64_t{moving} + 1;  // its value at the next event
   double step = 0;
   std::uint64_t run = k;
-  if (t1 < f) {
-    step = bc_ >= f ? p_.ai_rate_mbps : 0;
-    run = f - t1;
-  } else if (bc_ < f) {
+  if (m1 < f) {
+    step = other >= f ? p_.ai_rate_mbps : 0;
+    run = f - m1;
+  } else if (other < f) {
     step = p_.ai_rate_mbps;
-  } else if (t1 > bc_ || p_.hai_rate_mbps == 0) {
-    step = double(bc_ - f + 1) * p_.hai_rate_mbps;
+  } else if (m1 > other || p_.hai_rate_mbps == 0) {
+    step = double(other - f + 1) * p_.hai_rate_mbps;
   } else {
     return 0;
   }
@@ -173,7 +185,7 @@ std::uint64_t Dcqcn::skip_timer_events(std::uint64_t k) {
   const double d = rt_ - rc_;
   rt_ = std::min(rt_ + double(n) * step, max_);
   rc_ = std::min(rt_ - (step + std::ldexp(d - step, -int(std::min<std::uint64_t>(n, 2000)))), max_);
-  t_ = static_cast<std::uint32_t>(std::min<std::uint64_t>(t_ + n, 0xFFFFFFFFu));
+  moving = static_cast<std::uint32_t>(std::min<std::uint64_t>(moving + n, 0xFFFFFFFFu));
   if (rt_ >= max_ && max_ - rc_ < max_ * 1e-4) rc_ = max_;
   return n;
 }

@@ -67,9 +67,9 @@ class Dcqcn {
   void increase_event();
   void cut(std::uint64_t now, double alpha);
   void run_timers(std::uint64_t now);
-  std::uint64_t skip_timer_events(std::uint64_t k);
+  std::uint64_t skip_events(std::uint64_t k, bool bytes);
 
-  /// advance() walks up to this many due timer events one by one, more in runs.
+  /// advance() and on_sent() walk up to this many due increase events one by one, more in runs.
   static constexpr std::uint64_t kWalkEvents = 64;
 
   DcqcnParams p_;
