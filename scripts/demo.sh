@@ -108,7 +108,7 @@ cpu=() where="the one CPU"
   "$where" "$(cut -d' ' -f1-3 /proc/loadavg)"
 # The two applications' own ping-pong (run with the transfers above) crosses both appliances
 # and the link, but its four processes share the CPUs with two polling loops: a message waits
-# until its client is scheduled again, so it measures the scheduler (p50 36-189 us on the
+# until its client is scheduled again, so it measures the scheduler (p50 36-235 us on the
 # 2-CPU test host, 2026-11-28/29), not the path.
 note "the two applications' ping-pong across the link (four processes on $(nproc) CPUs):"
 grep -E "OK: [0-9]+ ping-pongs" "$out/app-b.log" | sed 's/^attach-example: /           /'
