@@ -62,7 +62,8 @@ Env::Env(const LinkOptions& o)
     std::fprintf(stderr, "%s: %s offloads: %s\n", program_invocation_short_name, o.iface.c_str(),
                  dev.offloads().to_string().c_str());
   // A memif server's link comes up when its client connects, which may be much later.
-  if (o.pmd != "memif-server") until([&] { return dev.link_up(); }, o.pmd == "memif" ? 30 : 10);
+  if (o.pmd != "memif-server")
+    until([&] { return dev.link_up_or_redial(); }, o.pmd == "memif" ? 30 : 10);
 }
 
 Env::Env(engine::Engine& e, port::PollLoop& l, wire::Ipv4Addr a, std::function<void()> between)

@@ -4,9 +4,11 @@ bandwidth of each operation next to the link's own ceiling and kernel TCP at the
 then round-trip latency (p50, p99) next to an L2 echo on the same link and a TCP ping-pong.
   demo_summary.py bench-demo.json
 With --pingpong, the attached round trip of step 1 from roce-perf send_lat's JSON (perftest's
-latencies are one way, half a round trip), with where the client ran and the load average:
+latencies are one way, half a round trip), with its mode, where the client ran and the load
+average (above the CPUs + 2, a note that a round trip may include waiting for a CPU):
   demo_summary.py --pingpong pingpong.json PLACEMENT LOADAVG"""
 import json
+import os
 import sys
 
 
@@ -22,8 +24,14 @@ def pingpong(path, placement, loadavg):
           f"({r['iterations']} timed)")
     print("           (mode: libroce's hybrid wait, -e: a spin on the completion ring, then the "
           "eventfd;")
-    print(f"            client on {placement}, appliance-a's loop on CPU 0; "
-          f"load average {loadavg})")
+    print(f"            client on {placement}, appliance-a's loop on CPU 0, far end: perftest's "
+          "send_lat")
+    print(f"            server hosted in appliance-a's loop; load average {loadavg})")
+    cpus = os.cpu_count() or 1
+    if float(loadavg.split()[0]) > cpus + 2:  # the demo's two appliances count 2 themselves
+        print(f"           (load {loadavg.split()[0]} on {cpus} CPUs: on a busy host a round trip "
+              "may include waiting for a CPU;")
+        print("            on a quiet one p50 is 1-2 us)")
 
 
 if len(sys.argv) > 1 and sys.argv[1] == "--pingpong":

@@ -585,6 +585,20 @@ int run(const ctl::ApplianceConfig& cfg) {
       std::fflush(stdout);
     }
     if (now >= next_publish) {
+      // A memif client turned away by a server that had not started its port yet dials again
+      // (DpdkPort::link_up_or_redial). One lcore only: a dial stops and starts the device,
+      // which a worker lcore's burst must not meet.
+      if (nl == 1)
+        for (auto& p : ports) {
+          port::DpdkPort& dev = p.rt->dev();
+          const std::uint32_t dials = dev.redials();
+          dev.link_up_or_redial();
+          if (dev.redials() != dials) {
+            std::printf("roced: port %s: memif link still down: dialled the server again\n",
+                        p.cfg.name.c_str());
+            std::fflush(stdout);
+          }
+        }
       collect(ports, counters, att.get());
       for (auto& c : counters) c.services.clear();
       std::vector<std::uint64_t> running(ports.size()), failed(ports.size());

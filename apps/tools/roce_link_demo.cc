@@ -113,7 +113,7 @@ int run_side(int side, int fd, const Options& opt) {
   Engine& eng = env.eng;
   port::PollLoop& loop = env.loop;
   port::DpdkPort* port = &env.port()->dev();
-  if (!env.until([&] { return port->link_up(); }, 20)) die(side, "link did not come up");
+  if (!env.until([&] { return port->link_up_or_redial(); }, 20)) die(side, "link did not come up");
   std::fprintf(stderr, "[%c] %s up, %s\n", who, runtime::link_port_spec(link).device.c_str(),
                link.ip.c_str());
   const auto exchange_read = [&](void* buf, std::size_t n) {

@@ -27,6 +27,10 @@
 namespace roce::port {
 
 namespace {
+/// link_up_or_redial: a memif client dials again 2 s after the start, then twice as long after
+/// each dial, up to 8 s apart (a handshake takes milliseconds; a loaded host, hundreds).
+constexpr std::uint64_t kFirstRedialNs = 2'000'000'000, kMaxRedialNs = 8'000'000'000;
+
 /// This process's AF_PACKET sockets bound to interface `iface` (net_af_packet's, one per queue,
 /// opened when the vdev was probed).
 std::vector<int> packet_sockets(const std::string& iface) {
@@ -191,6 +195,8 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
     rte_eth_dev_default_mac_addr_set(port_, &mac);  // not every PMD can; frames carry it anyway
   rc = rte_eth_dev_start(port_);
   if (rc < 0) throw_dpdk_error("cannot start " + spec.device, rc);
+  dial_gap_ns_ = kFirstRedialNs;
+  next_dial_ns_ = now_ns() + dial_gap_ns_;
   rte_eth_promiscuous_enable(port_);
   q_.resize(nq);
   in_burst_ = std::make_unique<std::atomic<bool>[]>(nq);
@@ -253,6 +259,23 @@ bool DpdkPort::link_up() const {
   rte_eth_link link{};
   if (rte_eth_link_get_nowait(port_, &link) != 0) return false;
   return link.link_status == RTE_ETH_LINK_UP;
+}
+
+bool DpdkPort::link_up_or_redial() {
+  if (link_up()) {
+    was_up_ = true;
+    return true;
+  }
+  if (!memif_ || !memif_client_ || was_up_) return false;
+  const std::uint64_t now = now_ns();
+  if (now < next_dial_ns_) return false;
+  // A dial that finds the server still setting up costs one more; one that cuts a slow
+  // handshake short (a loaded host), the next, with twice the time.
+  rte_eth_dev_stop(port_);
+  if (rte_eth_dev_start(port_) == 0) ++redials_;  // no socket (no server yet): next time
+  dial_gap_ns_ = std::min(2 * dial_gap_ns_, kMaxRedialNs);
+  next_dial_ns_ = now + dial_gap_ns_;
+  return link_up();
 }
 
 std::uint32_t DpdkPort::link_speed_mbps() const {

@@ -100,6 +100,14 @@ class DpdkPort {
   DpdkPort& operator=(const DpdkPort&) = delete;
 
   bool link_up() const;
+  /// link_up(); and a net_memif client whose link has never come up dials its server again
+  /// now and then (2 s after the start, then 4 and 8 s apart). It dials once by itself, at the
+  /// start: a server whose process is up but whose port has not started yet (its socket exists
+  /// from its EAL set-up on) answers "ID not found", and DPDK 22.11's client never dials
+  /// again. Only from the thread that polls the port (a dial stops and starts the device).
+  bool link_up_or_redial();
+  /// Dials of link_up_or_redial (after the first, at the start).
+  std::uint32_t redials() const { return redials_; }
   /// The link's speed in Mb/s as the driver reports it (rte_eth_link_get_nowait); 0 unknown.
   std::uint32_t link_speed_mbps() const;
   const Offloads& offloads() const { return offloads_; }
@@ -196,6 +204,10 @@ class DpdkPort {
   bool memif_ = false;         ///< net_memif: its rings vanish when the peer leaves
   bool memif_client_ = false;  ///< its role (in a close of both ends at once, the server yields)
   bool closing_ = false;       ///< in close_memif
+  // link_up_or_redial: the link came up once; when to dial next, and how long after that
+  bool was_up_ = false;
+  std::uint64_t next_dial_ns_ = 0, dial_gap_ns_ = 0;
+  std::uint32_t redials_ = 0;
   wire::MacAddr mac_;
   std::unique_ptr<std::atomic<bool>[]> in_burst_;  ///< per queue: inside a memif burst
   /// The peer asked us to stop (CLOSING): no burst until the link went down and came back up

@@ -11,10 +11,15 @@
 /// With --restart the client closes first in every round and a new client connects after it:
 /// the server, which stopped polling at the first client's CLOSING, must take up the new
 /// connection (as roced does when its peer restarts).
+/// With --late-server the server's process is up (its socket exists from its EAL set-up on) but
+/// starts its port only after the client dialled and was turned away ("ID not found"; DPDK
+/// 22.11's client never dials again by itself): the client must dial again and come up
+/// (DpdkPort::link_up_or_redial), as roce-perf's B beside a busy appliance had to (demo.sh).
 /// With --bsize the memif buffer size is given as is instead of sized by the port layer for the
 /// MTU: a port whose buffers cannot hold its frames must be refused with the reason.
 ///
 ///   roce-memif-close --workdir DIR [--rounds N] [--seed S] [--mtu M] [--bsize B] [--restart]
+///                    [--late-server]
 #include <execinfo.h>
 #include <rte_interrupts.h>
 #include <sys/wait.h>
@@ -54,6 +59,9 @@ struct Link {
   std::string workdir;
   unsigned mtu = 1500;
   unsigned bsize = 0;  ///< given as is (0: sized by port::vdev_arg)
+  /// --late-server: the client writes a byte on `dialled` once its port started (its one dial
+  /// made); the server reads it before it starts its own port.
+  int dialled[2] = {-1, -1};
 };
 
 // One side of one round: bring the link up, exchange frames for `close_after_us`, close. With
@@ -71,6 +79,11 @@ int run_side(int side, const Link& l, unsigned round, std::uint64_t close_after_
                     std::to_string(side),
                     l.bsize ? "--vdev=net_memif0," + args + ",bsize=" + std::to_string(l.bsize)
                             : port::vdev_arg("net_memif0", args, l.mtu)});
+    if (side == 0 && l.dialled[0] >= 0) {
+      char c = 0;
+      if (::read(l.dialled[0], &c, 1) != 1) return 1;  // the client failed before its dial
+      usleep(300'000);  // the refusal on its way back (the interrupt thread answers at once)
+    }
     port::PortSpec ps;
     ps.mtu = static_cast<std::uint16_t>(l.mtu);
     ps.device = "net_memif0";
@@ -78,8 +91,9 @@ int run_side(int side, const Link& l, unsigned round, std::uint64_t close_after_
     ps.mbufs = 1024;
     ps.rx_desc = ps.tx_desc = 256;
     auto dev = std::make_unique<port::DpdkPort>(ps);
+    if (side == 1 && l.dialled[1] >= 0 && ::write(l.dialled[1], "d", 1) != 1) return 1;
     const std::uint64_t up_by = port::now_ns() + 20'000'000'000ull;
-    while (!dev->link_up())
+    while (!dev->link_up_or_redial())
       if (port::now_ns() > up_by) {
         std::fprintf(stderr, "[%s %u] the link did not come up\n", role.c_str(), round);
         return 1;
@@ -97,6 +111,8 @@ int run_side(int side, const Link& l, unsigned round, std::uint64_t close_after_
       if (resume && !dev->link_up()) went_down = true;
       if (went_down) again += n;
     }
+    if (side == 1 && l.dialled[1] >= 0)
+      std::fprintf(stderr, "[client %u] up after %u more dial(s)\n", round, dev->redials());
     dev.reset();
     port::eal_cleanup();
     if (resume && again < 16) {
@@ -117,7 +133,7 @@ int main(int argc, char** argv) {
   Link link;
   std::string& workdir = link.workdir;
   unsigned rounds = 20, seed = 1;
-  bool restart = false;
+  bool restart = false, late = false;
   po::options_description desc("Usage: roce-memif-close --workdir DIR [options]\n\nOptions");
   desc.add_options()("help,h", "print this help")("workdir", po::value(&workdir),
                                                   "directory for the memif socket")(
@@ -125,7 +141,9 @@ int main(int argc, char** argv) {
       "seed", po::value(&seed)->default_value(seed), "seed of the closing moments")(
       "mtu", po::value(&link.mtu)->default_value(link.mtu), "MTU of both ports (576..9216)")(
       "bsize", po::value(&link.bsize), "memif buffer size, as given (default: from the MTU)")(
-      "restart", po::bool_switch(&restart), "a new client after the first one closed");
+      "restart", po::bool_switch(&restart), "a new client after the first one closed")(
+      "late-server", po::bool_switch(&late),
+      "the server starts its port after the client's first dial");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -153,6 +171,8 @@ int main(int argc, char** argv) {
     const auto start = [&](int side, std::uint64_t us, bool resume) {
       const pid_t p = ::fork();
       if (p == 0) {
+        if (link.dialled[0] >= 0) ::close(link.dialled[side == 0 ? 1 : 0]);
+        link.dialled[side == 0 ? 1 : 0] = -1;
         if (side == 1) {  // the memif client needs the server's socket
           const std::string sock = workdir + "/memif.sock";
           for (int i = 0; i < 300 && !std::filesystem::exists(sock); ++i) usleep(20'000);
@@ -172,8 +192,13 @@ int main(int argc, char** argv) {
                                      : ("exited with " + std::to_string(WEXITSTATUS(st))).c_str());
       }
     };
+    if (late && ::pipe(link.dialled) != 0) return 2;
     const pid_t server = start(0, first == 0 ? t : t + 100'000, restart);
     const pid_t client = start(1, first == 1 ? t : t + 100'000, false);
+    for (int& fd : link.dialled) {  // the children's now: an end closes with its side
+      if (fd >= 0) ::close(fd);
+      fd = -1;
+    }
     reap(client, "client");
     if (restart) reap(start(1, 30'000, false), "second client");
     reap(server, "server");

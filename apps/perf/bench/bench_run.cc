@@ -256,6 +256,9 @@ class BenchSide {
         base_(std::move(base)) {}
 
   int run(const Site& site);
+  /// Side A of the memif topology: where to say that its port has started (its memif server
+  /// accepts a client only from then on); -1 elsewhere.
+  int ready_fd = -1;
 
  private:
   bool a() const { return side_ == 0; }
@@ -937,11 +940,17 @@ int BenchSide::run(const Site& site) {
   } catch (const std::exception& e) {
     die(side_, e.what());
   }
+  if (ready_fd >= 0) {  // the parent starts B now (run_bench)
+    const char started = 1;
+    if (::write(ready_fd, &started, 1) != 1) die(side_, "cannot tell the parent the port is up");
+    ::close(ready_fd);
+    ready_fd = -1;
+  }
   // The other side may still be starting (EAL set-up takes seconds when the host is busy): wait
   // without spinning, so that this process does not take the CPU the peer needs to come up.
   const std::uint64_t wait_s = link_wait_seconds();
   const std::uint64_t up_end = port::now_ns() + wait_s * 1'000'000'000ull;
-  while (!port_->link_up()) {
+  while (!port_->link_up_or_redial()) {
     if (port::now_ns() > up_end)
       die(side_, "the link did not come up within " + std::to_string(wait_s) +
                      " s: is the other side running? (ROCE_BENCH_LINK_WAIT_S sets the wait)");
@@ -1074,6 +1083,12 @@ int run_bench(const BenchConfig& cfg) {
       throw std::runtime_error("socketpair failed");
   }
   if (::pipe(res) != 0) throw std::runtime_error("pipe failed");
+  // A says on `ready` when its port has started. A memif server's socket exists from its EAL
+  // set-up on, but until rte_eth_dev_start it answers a client's INIT with "ID not found" and
+  // DPDK 22.11's client never calls again: B started then waits for a link that never comes
+  // (both sides' "link did not come up"; demo.sh step 2 beside a busy appliance on A's CPU).
+  int ready[2] = {-1, -1};
+  if (!remote && ::pipe(ready) != 0) throw std::runtime_error("pipe failed");
   // The core-to-core probe's line, shared by the two forked appliances (memif topology only).
   C2cLine* c2c = nullptr;
   if (!remote) {
@@ -1093,12 +1108,14 @@ int run_bench(const BenchConfig& cfg) {
       if (!remote) ::close(ctl[1 - side]);
       ::close(res[0]);
       if (side == 1) ::close(res[1]);
+      if (ready[0] >= 0) ::close(ready[0]);
       ::fcntl(ctl[side], F_SETFL, O_NONBLOCK);
       int rc = 1;
       try {
         const Site site = remote ? link_site(link_options(cfg.topology), cfg.topology.lcore)
                                  : memif_site(side, workdir, max_path_mtu(cfg));
         BenchSide app(side, ctl[side], side == 0 ? res[1] : -1, cfg, hz, base, c2c);
+        app.ready_fd = side == 0 ? ready[1] : -1;
         rc = app.run(site);
       } catch (const std::exception& e) {
         die(side, e.what());
@@ -1107,9 +1124,14 @@ int run_bench(const BenchConfig& cfg) {
       _exit(rc);
     }
     if (side == 0 && !remote) {
-      // The memif client needs the server's socket first.
-      const std::string sock = workdir + "/memif.sock";
-      for (int i = 0; i < 600 && !std::filesystem::exists(sock); ++i) ::usleep(50'000);
+      // B (the memif client) once A's port has started: a byte, or the end of the pipe when
+      // A failed before (B then fails on its own, without a server).
+      ::close(ready[1]);
+      char started = 0;
+      while (::read(ready[0], &started, 1) < 0 && errno == EINTR) {
+      }
+      ::close(ready[0]);
+      ready[0] = ready[1] = -1;
     }
   }
   for (const int fd : ctl)
