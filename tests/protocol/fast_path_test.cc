@@ -571,6 +571,63 @@ TEST(FastPath, GoBackNMultiPacketWritesUnderFaultsSameAsTheGeneralPath) {
   }
 }
 
+// The target region deregistered while a WRITE of several packets is arriving: rx_fast_seq
+// must not write through the range its First checked (MrTable::gen moved), so that the next
+// packet gets the general path's answer (a remote access NAK, the QP in error) and no byte of
+// the region the application may free. A region registered meanwhile changes nothing.
+TEST(FastPath, WriteTargetDeregisteredMidMessageTakesTheGeneralPath) {
+  for (const bool dereg : {false, true}) {
+    SCOPED_TRACE(dereg ? "deregistered" : "another region registered");
+    Pair p(true), q(false);
+    std::uint64_t t = p.lb.now();
+    Req r;
+    r.len = 8 * 1024;  // 8 packets
+    r.dst_off = 4096;
+    post(p, r, 1);
+    post(q, r, 1);
+    t += 1000;
+    const Frames fp = drain(p.ea(), t), fq = drain(q.ea(), t);
+    ASSERT_EQ(fp, fq);
+    ASSERT_EQ(fp.size(), 8u);
+    for (std::size_t k = 0; k < 3; ++k) {
+      p.eb().receive(fp[k], t);
+      q.eb().receive(fq[k], t);
+    }
+    const std::uint64_t fast = p.eb().stats().get(Counter::kRxFastPath);
+    EXPECT_EQ(fast, 3u);
+    std::vector<std::uint8_t> other(4096);
+    if (dereg) {
+      ASSERT_EQ(p.eb().dereg_mr(p.dmr), engine::kOk);
+      ASSERT_EQ(q.eb().dereg_mr(q.dmr), engine::kOk);
+    } else {
+      ASSERT_NE(p.eb().reg_mr(p.b.pd, other.data(), other.size(), 0x40'0000'0000ull, kAccess),
+                nullptr);
+      ASSERT_NE(q.eb().reg_mr(q.b.pd, other.data(), other.size(), 0x40'0000'0000ull, kAccess),
+                nullptr);
+    }
+    std::fill(p.dst.begin(), p.dst.end(), 0xEE);
+    std::fill(q.dst.begin(), q.dst.end(), 0xEE);
+    for (std::size_t k = 3; k < fp.size(); ++k) {
+      p.eb().receive(fp[k], t);
+      q.eb().receive(fq[k], t);
+      expect_same(p, q);
+    }
+    lockstep(p, q, t);
+    if (HasFatalFailure()) return;
+    if (dereg) {
+      // Nothing written after the deregistration, the NAK sent, the QP in error.
+      EXPECT_EQ(p.eb().stats().get(Counter::kRxFastPath), fast);
+      EXPECT_TRUE(
+          std::all_of(p.dst.begin(), p.dst.end(), [](std::uint8_t b) { return b == 0xEE; }));
+      EXPECT_EQ(p.eb().stats().get(Counter::kRemAccessNakSent), 1u);
+      EXPECT_EQ(p.b.qp->state, engine::QpState::kErr);
+    } else {
+      EXPECT_EQ(p.eb().stats().get(Counter::kRxFastPath), fp.size());
+      EXPECT_EQ(p.b.qp->state, engine::QpState::kRts);
+    }
+  }
+}
+
 // ---- hostile frames ---------------------------------------------------------------------------
 
 constexpr std::size_t kL3 = 14, kL4 = 34, kBth = 42, kReth = 54, kPayload = 70;
