@@ -8,8 +8,8 @@
 /// left, waiting for the next connection, as roced's after its client exits). Each function is
 /// never inlined, so that
 ///
-///   valgrind --tool=callgrind --collect-atstart=no --toggle-collect='idle_*'
-///       roce-port-idle-instr --workdir DIR     (one command)
+///   valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*idle_connected*'
+///       --toggle-collect='*idle_peer_gone*' roce-port-idle-instr --workdir DIR  (one command)
 ///   callgrind_annotate --inclusive=yes callgrind.out.* | grep -E 'idle_|poll_once|rx_burst'
 ///
 /// (noipa: identical, the two would be folded into one) gives each state's instructions per
