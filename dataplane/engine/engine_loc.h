@@ -108,6 +108,13 @@ struct Engine::Stages {
   /// (Qp::rx_expect), with every check the general path makes; false (nothing changed) for
   /// anything else, which then takes the general path.
   static bool rx_fast(Engine& eng, std::span<const std::uint8_t> frame, bool ip_checksum_ok);
+  /// rx_fast for a frame that is no WRITE Only (its expected header checked by the caller
+  /// through Qp::rx_expect): a WRITE First, Middle or Last, the next in-order packet of a
+  /// go-back-N WRITE of several packets, First with its RETH, Middle and Last through the
+  /// responder's running WRITE state (RespState::write_va, write_range). False (nothing
+  /// changed) for anything else.
+  static bool rx_fast_seq(Engine& eng, Qp& qp, std::span<const std::uint8_t> frame,
+                          bool ip_checksum_ok);
   // responder.cc
   /// A responder step's outcome: go on to the next step, or the packet has been dealt with.
   enum class Step : std::uint8_t { kContinue, kDone };

@@ -319,4 +319,104 @@ bool Engine::Stages::req_fast_zc(Engine& eng, Qp& qp, SendWqe& w, std::uint32_t&
   return true;
 }
 
+// The responder's fast path for the packets of a go-back-N WRITE of several packets (issue 33,
+// 64 KiB WRITE against the link): what parse_frame, receive, dispatch and resp_on_request's
+// steps (resp_check_psn, resp_check_op_seq, resp_check_op_valid, resp_execute_write,
+// resp_acknowledge) check and leave behind for an in-order WRITE First, Middle or Last, in one
+// pass; rx_fast has checked the frame's expected header and its ECN. A First carries exactly
+// the path MTU and a RETH for more; a Middle exactly the path MTU of more than that still to
+// come; a Last the rest, at most the path MTU. A Middle or Last goes on through the range
+// its First checked, while the MR table is unchanged (MrTable::gen): after a change the
+// general path checks the key again (MrTable::map), and names the NAK when it no longer holds.
+// Immediate data (a receive WQE to take), a CE mark, any gap, duplicate or broken sequence,
+// and a selective-repeat QP with packets kept past ePSN are the general path's.
+bool Engine::Stages::rx_fast_seq(Engine& eng, Qp& q, std::span<const std::uint8_t> frame,
+                                 bool ip_checksum_ok) {
+  using namespace wire;
+  const std::uint8_t* p = frame.data();
+  const std::size_t n = frame.size();
+  const unsigned op = p[kFastBth];
+  if (op - raw(Opcode::kRcWriteFirst) > 2u || (p[kFastL3 + 1] & 3) == 3) return false;
+  const bool first = op == raw(Opcode::kRcWriteFirst);
+  const bool last = op == raw(Opcode::kRcWriteLast);
+  const std::size_t hdr = first ? kBthSize + kRethSize : kBthSize;
+  const std::size_t total = load_be16(p + kFastL3 + 2);
+  const std::size_t end = kFastL3 + total;  // one past the ICRC
+  if (end > n || end < kFastBth + hdr + kIcrcSize ||
+      load_be16(p + kFastL4 + 4) != total - Ipv4View::kSize)
+    return false;
+  if (!ip_checksum_ok && !ipv4_header_checksum_ok(p + kFastL3)) return false;
+  const std::size_t with_pad = end - kIcrcSize - kFastBth - hdr;
+  const unsigned pad = (p[kFastBth + 1] >> 4) & 0x3u;
+  if (pad > with_pad) return false;
+  const auto len = static_cast<std::uint32_t>(with_pad - pad);
+  RespState& rs = q.resp;
+  const Psn psn(load_be32(p + kFastBth + 8));
+  // dispatch's state test and resp_on_request's (RTR, RTS, SQD or SQE), resp_check_psn's,
+  // resp_check_op_seq's (a First starts a message, a Middle or Last goes on with a WRITE) and
+  // resp_check_op_valid's.
+  const RespState::InMsg in = first ? RespState::InMsg::kNone : RespState::InMsg::kWrite;
+  if (static_cast<unsigned>(q.state) - static_cast<unsigned>(QpState::kRtr) > 3u ||
+      psn != rs.epsn || rs.in_msg != in ||
+      (q.sr != nullptr && (q.sr->nkept != 0 || q.sr->rx_msg_open)) ||
+      !(q.attr.qp_access_flags & kAccessRemoteWrite))
+    return false;
+  // resp_execute_write's lengths, and its range.
+  const std::uint32_t pmtu = q.pmtu();
+  std::uint64_t va, remaining;
+  std::uint32_t rkey = 0;
+  CheckedRange range;
+  if (first) {
+    va = load_be64(p + kFastBth + kBthSize);
+    rkey = load_be32(p + kFastBth + kBthSize + 8);
+    remaining = load_be32(p + kFastBth + kBthSize + 12);
+    if (len != pmtu || remaining <= pmtu) return false;
+  } else {
+    va = rs.write_va;
+    remaining = rs.write_remaining;
+    range = rs.write_range;
+    if (last ? len != remaining || len > pmtu : len != pmtu || remaining <= pmtu) return false;
+    if (range.gen != eng.mrs_.gen()) return false;
+  }
+  // The ICRC: the headers (40 or 56 bytes from the IP header, their masked fields read as
+  // ones in place) with the fold kernel, then the payload and pad where they lie, in one pass
+  // (compute_icrc copies the headers to mask them first); a short frame all with the kernel.
+  const std::size_t icrc_len = end - kIcrcSize - kFastL3;
+  const std::size_t hdr_len = kFastBth + hdr - kFastL3;
+  std::uint32_t icrc;
+  if (!kCrcFoldUsable) [[unlikely]]
+    icrc = compute_icrc(p + kFastL3, icrc_len, IpVersion::kV4);
+  else if (icrc_len < kCrcFoldMax)
+    icrc = icrc_fold_v4_or(p + kFastL3, icrc_len);
+  else
+    icrc = crc32_zlib(icrc_fold_v4_or(p + kFastL3, hdr_len), p + kFastL3 + hdr_len,
+                      icrc_len - hdr_len);
+  if (icrc != load_le32(p + end - kIcrcSize)) return false;
+  // The First's key over the whole message (its length is more than the path MTU, so never 0).
+  if (first && eng.mrs_.check_memo(rs.write_memo, rkey, q.pd, va, remaining, kAccessRemoteWrite,
+                                   range) != KeyCheck::kOk)
+    return false;
+  // Accepted: what the general path leaves behind.
+  ++eng.stats_.verdicts[0];
+  eng.stats_.inc(Counter::kRxFastPath);
+  rs.nak_sent = false;
+  if (first) {
+    rs.write_rkey = rkey;
+    rs.write_total = remaining;
+    rs.write_range = range;
+  }
+  copy_payload(reinterpret_cast<std::uint8_t*>(va + range.delta), p + kFastBth + hdr, len);
+  rs.write_va = va + len;
+  rs.write_remaining = remaining - len;
+  if (last) {
+    rs.in_msg = RespState::InMsg::kNone;
+    rs.msn = rs.msn + 1;
+  } else {
+    rs.in_msg = RespState::InMsg::kWrite;
+  }
+  rs.epsn = psn + 1;
+  if (p[kFastBth + 8] & 0x80) defer_ack(q, psn, eng.ack_list_);
+  return true;
+}
+
 }  // namespace roce::engine

@@ -30,11 +30,13 @@ namespace roce::engine {
   constexpr std::size_t kReth = kFastBth + kBthSize;
   const std::uint8_t* p = frame.data();
   const std::size_t n = frame.size();
-  if (n < kFastBth + kHdr + kIcrcSize) return false;
+  if (n < kFastBth + kBthSize + kIcrcSize) return false;  // (a WRITE Last: no RETH)
   Qp* qp = eng.find_qp(load_be32(p + kFastBth + 4) & kMask24);
   if (qp == nullptr || !qp->rx_expect.armed || !rx_expect_match(qp->rx_expect, p)) return false;
-  // The opcode, and no CE mark (the general path counts it and may answer with a CNP).
-  if (p[kFastBth] != raw(Opcode::kRcWriteOnly) || (p[kFastL3 + 1] & 3) == 3) return false;
+  // The opcode, and no CE mark (the general path counts it and may answer with a CNP). A WRITE
+  // First, Middle or Last is rx_fast_seq's.
+  if (p[kFastBth] != raw(Opcode::kRcWriteOnly) || (p[kFastL3 + 1] & 3) == 3) [[unlikely]]
+    return rx_fast_seq(eng, *qp, frame, ip_checksum_ok);
   const std::size_t total = load_be16(p + kFastL3 + 2);
   const std::size_t end = kFastL3 + total;  // one past the ICRC
   if (end > n || end < kFastBth + kHdr + kIcrcSize ||
@@ -54,14 +56,19 @@ namespace roce::engine {
       (q.sr != nullptr && (q.sr->nkept != 0 || q.sr->rx_msg_open)) ||
       !(q.attr.qp_access_flags & kAccessRemoteWrite))
     return false;
-  const std::uint64_t va = load_be64(p + kReth);
-  const std::uint32_t rkey = load_be32(p + kReth + 8);
   if (load_be32(p + kReth + 12) != len || len > q.pmtu()) return false;
   const std::size_t icrc_len = end - kIcrcSize - kFastL3;
-  const std::uint32_t icrc = icrc_len < kCrcFoldMax && kCrcFoldUsable
-                                 ? icrc_fold_v4_or(p + kFastL3, icrc_len)
-                                 : compute_icrc(p + kFastL3, icrc_len, IpVersion::kV4);
+  // (A long one, a selective-repeat QP's 4 KiB WRITE Only: the fold kernel over the 56 bytes of
+  // headers read in place, ISA-L over payload and pad; rx_fast_seq does the same.)
+  const std::uint32_t icrc =
+      !kCrcFoldUsable ? compute_icrc(p + kFastL3, icrc_len, IpVersion::kV4)
+      : icrc_len < kCrcFoldMax
+          ? icrc_fold_v4_or(p + kFastL3, icrc_len)
+          : crc32_zlib(icrc_fold_v4_or(p + kFastL3, kHdr + kFastBth - kFastL3), p + kFastBth + kHdr,
+                       icrc_len - (kHdr + kFastBth - kFastL3));
   if (icrc != load_le32(p + end - kIcrcSize)) return false;
+  const std::uint64_t va = load_be64(p + kReth);
+  const std::uint32_t rkey = load_be32(p + kReth + 8);
   // C9-88: a zero-length WRITE needs no valid R_Key.
   CheckedRange range;
   if (len != 0 && eng.mrs_.check_memo(rs.write_memo, rkey, q.pd, va, len, kAccessRemoteWrite,

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
+#include <rte_cycles.h>
 #include <rte_dev.h>
 #include <rte_devargs.h>
 #include <rte_errno.h>
@@ -200,6 +201,7 @@ DpdkPort::DpdkPort(const PortSpec& spec) {
   rte_eth_promiscuous_enable(port_);
   q_.resize(nq);
   in_burst_ = std::make_unique<std::atomic<bool>[]>(nq);
+  link_check_cycles_ = rte_get_tsc_hz() / (1'000'000'000 / kLinkCheckNs);
   mac_ = spec.mac;
   max_pending_ = std::clamp<std::size_t>(spec.mbufs / (4 * std::size_t{nq}), 64, kMaxPending);
   for (auto& q : q_) {

@@ -167,6 +167,9 @@ class DpdkPort {
     unsigned stashed = 0;
     std::array<rte_mbuf*, 32> ext_stash{};  ///< the same from ext_pool_ (zero-copy segments)
     unsigned ext_stashed = 0;
+    /// memif, while the peer's CLOSING holds the bursts (enter_burst): when (TSC) the link's
+    /// state may be looked at again.
+    std::uint64_t link_check_tsc = 0;
   };
   /// An mbuf from queue `q`'s stash (refilled from the pool 32 at a time), or null.
   rte_mbuf* take(std::uint16_t q);
@@ -214,6 +217,11 @@ class DpdkPort {
   /// (a new connection, new rings).
   std::atomic<bool> peer_closing_{false};
   std::atomic<bool> saw_link_down_{false};
+  /// While the peer's CLOSING holds the bursts, enter_burst looks at the link
+  /// (rte_eth_link_get_nowait) at most once per kLinkCheckNs and queue, not at every burst of
+  /// an idle loop; link_check_cycles_ is that in TSC cycles.
+  static constexpr std::uint64_t kLinkCheckNs = 100'000;
+  std::uint64_t link_check_cycles_ = 0;
   std::atomic<bool> peer_stopped_{false};  ///< our CLOSING was answered
   std::optional<std::uint16_t> vlan_;
   std::uint32_t neighbours_ = Neighbour::kDefaultCapacity;

@@ -8,6 +8,7 @@
 /// server answers the client's CLOSING as if it stayed, and the client ignores the server's.
 /// Every memif burst passes enter_burst, so the same code keeps a port whose peer is closing out
 /// of rings that are about to be unmapped.
+#include <rte_cycles.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 #include <rte_pause.h>
@@ -54,7 +55,14 @@ bool DpdkPort::enter_burst(std::uint16_t q) {
     return true;
   in_burst_[q].store(false, std::memory_order_release);
   // The peer's close takes the link down (and the old rings with it); a link up after that is
-  // a new connection, whose rings are safe to poll again.
+  // a new connection, whose rings are safe to poll again. The link is looked at every
+  // kLinkCheckNs (per queue), not at every burst: an idle loop bursts every few hundred
+  // nanoseconds, and a new connection (the peer's socket handshake and its regions mapped on
+  // the interrupt thread) takes milliseconds, so its down and up are both seen still.
+  Queue& qu = q_[q];
+  const std::uint64_t t = rte_rdtsc();
+  if (static_cast<std::int64_t>(t - qu.link_check_tsc) < 0) return false;
+  qu.link_check_tsc = t + link_check_cycles_;
   if (!link_up())
     saw_link_down_.store(true, std::memory_order_relaxed);
   else if (!closing_ && saw_link_down_.exchange(false, std::memory_order_relaxed))

@@ -423,6 +423,211 @@ TEST(FastPath, SelectiveRepeatUnderLossSameAsTheGeneralPath) {
   }
 }
 
+// The fault injector (dataplane/fault_injector.h) on both pairs' wires, each way: the same
+// policy and seed, so the same frames are dropped, duplicated, held back behind later ones and
+// corrupted in both. Runs until quiet (everything sent acknowledged, nothing held), every frame
+// and effect compared each round as lockstep() does.
+struct FaultyWires {
+  explicit FaultyWires(const FaultPolicy& pol)
+      : req{FaultyLink(pol), FaultyLink(pol)}, resp{FaultyLink(pol), FaultyLink(pol)} {}
+  FaultyLink req[2], resp[2];  // [0]: pair p's, [1]: pair q's
+};
+
+void lockstep_faulty(Pair& p, Pair& q, std::uint64_t& t, FaultyWires& w, int rounds) {
+  const auto carry = [&](const Frames& f, FaultyLink& link, Engine& to) {
+    const auto emit = [&](std::span<const std::uint8_t> b, std::uint64_t) { to.receive(b, t); };
+    for (const auto& x : f) link.submit(x, emit);
+    if (f.empty()) link.release_held(emit);  // the link went idle
+  };
+  for (int round = 0; round < rounds; ++round) {
+    t += 1000;
+    const Frames fa = drain(p.ea(), t), ga = drain(q.ea(), t);
+    ASSERT_EQ(fa, ga) << "request frames differ in round " << round;
+    carry(fa, w.req[0], p.eb());
+    carry(ga, w.req[1], q.eb());
+    const Frames fb = drain(p.eb(), t), gb = drain(q.eb(), t);
+    ASSERT_EQ(fb, gb) << "response frames differ in round " << round;
+    carry(fb, w.resp[0], p.ea());
+    carry(gb, w.resp[1], q.ea());
+    expect_same(p, q);
+    if (::testing::Test::HasFailure()) return;
+    const engine::Qp& a = *p.a.qp;
+    const bool done = a.comp.psn == a.req.high_psn && a.req.next_wqe == a.sq_tail &&
+                      !w.req[0].holding() && !w.resp[0].holding();
+    if (fa.empty() && fb.empty() && !p.ea().has_work() && !p.eb().has_work() && done) return;
+  }
+  FAIL() << "no quiet after " << rounds << " rounds";
+}
+
+// Go-back-N WRITEs of several packets (issue 33): with the fast paths on, the responder takes
+// each in-order WRITE First, Middle and Last in rx_fast_seq, and the general path everything
+// else (a gap, a duplicate, a corrupted frame, a CE mark, a WRITE with immediate, SENDs,
+// READs). The fault injector drops, duplicates, reorders and corrupts frames each way: the
+// frames and every effect must be the general path's, round after round, and each WRITE's
+// bytes must land.
+TEST(FastPath, GoBackNMultiPacketWritesUnderFaultsSameAsTheGeneralPath) {
+  struct Case {
+    const char* name;
+    FaultPolicy pol;
+    std::uint32_t zc;
+  };
+  std::vector<Case> cases;
+  {
+    FaultPolicy none;
+    cases.push_back({"no faults", none, 0});
+    FaultPolicy loss;
+    loss.drop_rate = 0.02;
+    loss.seed = 33;
+    cases.push_back({"loss", loss, 512});
+    FaultPolicy mixed;
+    mixed.drop_rate = 0.01;
+    mixed.duplicate_rate = 0.03;
+    mixed.reorder_rate = 0.03;
+    mixed.reorder_window = 4;
+    mixed.corrupt_rate = 0.01;
+    mixed.seed = 38;
+    cases.push_back({"loss, duplicates, reordering, corruption", mixed, 0});
+    cases.push_back({"the same, zero-copy", mixed, 512});
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Pair p(true), q(false);
+    for (Pair* x : {&p, &q}) {
+      x->ea().set_tx_zero_copy(c.zc);
+      x->eb().set_tx_zero_copy(c.zc);
+    }
+    FaultyWires w(c.pol);
+    std::uint64_t t = p.lb.now();
+    std::mt19937 rng(static_cast<std::uint32_t>(c.pol.seed + c.zc));
+    // Around the path MTU (1024): First and Last, First, Middles and Last, a short Last.
+    const std::uint32_t sizes[] = {8,    1024, 1025, 1500, 2048,  2049,  3000,
+                                   4096, 5000, 8192, 9000, 16384, 65536, 65539};
+    std::uint64_t id = 0, writes = 0;
+    for (int batch = 0; batch < 30; ++batch) {
+      std::vector<Req> batch_writes;
+      std::uint64_t dst_at = 0;
+      const int n = 1 + static_cast<int>(rng() % 10);
+      for (int i = 0; i < n; ++i) {
+        Req r;
+        r.len = sizes[rng() % std::size(sizes)];
+        r.src_off = rng() % (kBuf / 2 - 70000);
+        r.dst_off = dst_at;
+        dst_at += r.len + 64;
+        const std::uint32_t kind = rng() % 10;
+        if (kind == 0) {
+          r.op = WrOpcode::kSend;
+          r.len = std::min<std::uint32_t>(r.len, kRecvSlot);
+        } else if (kind == 1) {
+          r.op = WrOpcode::kWriteImm;
+          r.imm = static_cast<std::uint32_t>(rng());
+        } else if (kind == 2) {
+          r.op = WrOpcode::kRead;  // into the upper half of `src`, which no WRITE sends
+          r.src_off = kBuf / 2 + rng() % (kBuf / 2 - 70000);
+        }
+        if (r.op == WrOpcode::kWrite) {
+          batch_writes.push_back(r);
+          ++writes;
+        }
+        post(p, r, id);
+        post(q, r, id);
+        ++id;
+      }
+      lockstep_faulty(p, q, t, w, 20000);
+      if (HasFailure()) return;
+      for (const Req& r : batch_writes)
+        ASSERT_TRUE(std::equal(p.src.begin() + static_cast<std::ptrdiff_t>(r.src_off),
+                               p.src.begin() + static_cast<std::ptrdiff_t>(r.src_off + r.len),
+                               p.dst.begin() + static_cast<std::ptrdiff_t>(r.dst_off)))
+            << "WRITE of " << r.len << " B in batch " << batch;
+    }
+    EXPECT_EQ(p.a.qp->state, engine::QpState::kRts);
+    EXPECT_EQ(p.b.qp->state, engine::QpState::kRts);
+    // Not vacuous: the responder's fast path took most request packets (the WRITEs' Firsts,
+    // Middles and Lasts), the general path none, and the faults happened.
+    const auto& sb = p.eb().stats();
+    EXPECT_GT(sb.get(Counter::kRxFastPath), sb.get(Counter::kRxFrames) / 2);
+    EXPECT_EQ(q.eb().stats().get(Counter::kRxFastPath), 0u);
+    const FaultStats& f = w.req[0].stats();
+    if (c.pol.drop_rate > 0) {
+      EXPECT_GT(f.dropped, 10u);
+      EXPECT_GT(p.ea().stats().get(Counter::kRetransmittedPackets), 0u);
+      EXPECT_GT(sb.get(Counter::kSeqErrNakSent), 0u);
+    }
+    if (c.pol.duplicate_rate > 0) {
+      EXPECT_GT(f.duplicated, 10u);
+      EXPECT_GT(f.reordered, 10u);
+      EXPECT_GT(f.corrupted, 0u);
+      EXPECT_GT(sb.get(Counter::kDuplicateRequests), 0u);
+      EXPECT_GT(sb.get(Counter::kRxDropVerdict), 0u);
+    }
+    std::printf(
+        "[ gbn lockstep ] %s: %llu writes, %llu request frames received, %llu fast, %llu "
+        "dropped, %llu duplicated, %llu reordered, %llu corrupted\n",
+        c.name, static_cast<unsigned long long>(writes),
+        static_cast<unsigned long long>(sb.get(Counter::kRxFrames)),
+        static_cast<unsigned long long>(sb.get(Counter::kRxFastPath)),
+        static_cast<unsigned long long>(f.dropped), static_cast<unsigned long long>(f.duplicated),
+        static_cast<unsigned long long>(f.reordered), static_cast<unsigned long long>(f.corrupted));
+  }
+}
+
+// The target region deregistered while a WRITE of several packets is arriving: rx_fast_seq
+// must not write through the range its First checked (MrTable::gen moved), so that the next
+// packet gets the general path's answer (a remote access NAK, the QP in error) and no byte of
+// the region the application may free. A region registered meanwhile changes nothing.
+TEST(FastPath, WriteTargetDeregisteredMidMessageTakesTheGeneralPath) {
+  for (const bool dereg : {false, true}) {
+    SCOPED_TRACE(dereg ? "deregistered" : "another region registered");
+    Pair p(true), q(false);
+    std::uint64_t t = p.lb.now();
+    Req r;
+    r.len = 8 * 1024;  // 8 packets
+    r.dst_off = 4096;
+    post(p, r, 1);
+    post(q, r, 1);
+    t += 1000;
+    const Frames fp = drain(p.ea(), t), fq = drain(q.ea(), t);
+    ASSERT_EQ(fp, fq);
+    ASSERT_EQ(fp.size(), 8u);
+    for (std::size_t k = 0; k < 3; ++k) {
+      p.eb().receive(fp[k], t);
+      q.eb().receive(fq[k], t);
+    }
+    const std::uint64_t fast = p.eb().stats().get(Counter::kRxFastPath);
+    EXPECT_EQ(fast, 3u);
+    std::vector<std::uint8_t> other(4096);
+    if (dereg) {
+      ASSERT_EQ(p.eb().dereg_mr(p.dmr), engine::kOk);
+      ASSERT_EQ(q.eb().dereg_mr(q.dmr), engine::kOk);
+    } else {
+      ASSERT_NE(p.eb().reg_mr(p.b.pd, other.data(), other.size(), 0x40'0000'0000ull, kAccess),
+                nullptr);
+      ASSERT_NE(q.eb().reg_mr(q.b.pd, other.data(), other.size(), 0x40'0000'0000ull, kAccess),
+                nullptr);
+    }
+    std::fill(p.dst.begin(), p.dst.end(), 0xEE);
+    std::fill(q.dst.begin(), q.dst.end(), 0xEE);
+    for (std::size_t k = 3; k < fp.size(); ++k) {
+      p.eb().receive(fp[k], t);
+      q.eb().receive(fq[k], t);
+      expect_same(p, q);
+    }
+    lockstep(p, q, t);
+    if (HasFatalFailure()) return;
+    if (dereg) {
+      // Nothing written after the deregistration, the NAK sent, the QP in error.
+      EXPECT_EQ(p.eb().stats().get(Counter::kRxFastPath), fast);
+      EXPECT_TRUE(
+          std::all_of(p.dst.begin(), p.dst.end(), [](std::uint8_t b) { return b == 0xEE; }));
+      EXPECT_EQ(p.eb().stats().get(Counter::kRemAccessNakSent), 1u);
+      EXPECT_EQ(p.b.qp->state, engine::QpState::kErr);
+    } else {
+      EXPECT_EQ(p.eb().stats().get(Counter::kRxFastPath), fp.size());
+      EXPECT_EQ(p.b.qp->state, engine::QpState::kRts);
+    }
+  }
+}
+
 // ---- hostile frames ---------------------------------------------------------------------------
 
 constexpr std::size_t kL3 = 14, kL4 = 34, kBth = 42, kReth = 54, kPayload = 70;
@@ -643,7 +848,10 @@ std::vector<Mutation> mutations() {
   return m;
 }
 
-TEST(FastPath, HostileFramesTakeTheGeneralPathsVerdict) {
+// Every mutation of the packet `which` of a WRITE of `len` bytes (path MTU 1024: 8 B is a
+// WRITE Only, 3000 B a First, a Middle and a Last of 952 B, 2072 B a Last of 24 B: a frame of
+// 82 bytes, as short as the mutations allow), the packets before it delivered intact first.
+void hostile_frames(std::uint32_t len, std::size_t which, int min_taken, int min_refused) {
   int taken = 0, refused = 0;
   for (const Mutation& mu : mutations()) {
     SCOPED_TRACE(mu.name);
@@ -656,13 +864,18 @@ TEST(FastPath, HostileFramesTakeTheGeneralPathsVerdict) {
     post(q, r, 1);
     lockstep(p, q, t);
     r.dst_off = 128;
+    r.len = len;
     post(p, r, 2);
     post(q, r, 2);
     t += 1000;
     const Frames fp = drain(p.ea(), t), fq = drain(q.ea(), t);
     ASSERT_EQ(fp, fq);
-    ASSERT_EQ(fp.size(), 1u);
-    std::vector<std::uint8_t> bad = fp[0];
+    ASSERT_GT(fp.size(), which);
+    for (std::size_t k = 0; k < which; ++k) {
+      p.eb().receive(fp[k], t);
+      q.eb().receive(fq[k], t);
+    }
+    std::vector<std::uint8_t> bad = fp[which];
     mu.apply(bad);
     const std::uint64_t fast0 = p.eb().stats().get(Counter::kRxFastPath);
     const wire::Psn epsn0 = q.b.qp->resp.epsn;
@@ -679,23 +892,40 @@ TEST(FastPath, HostileFramesTakeTheGeneralPathsVerdict) {
     taken += fast_took;
     refused += !fast_took;
     expect_same(p, q);
-    // What each then sends (ACKs, NAKs), then the good frame, then the rest.
+    // What each then sends (ACKs, NAKs), then the good frame and those after it, then the rest.
     const Frames bp = drain(p.eb(), t), bq = drain(q.eb(), t);
     ASSERT_EQ(bp, bq);
-    p.eb().receive(fp[0], t);
-    q.eb().receive(fq[0], t);
-    expect_same(p, q);
+    for (std::size_t k = which; k < fp.size(); ++k) {
+      p.eb().receive(fp[k], t);
+      q.eb().receive(fq[k], t);
+      expect_same(p, q);
+    }
     for (const auto& f : bp) p.ea().receive(f, t);
     for (const auto& f : bq) q.ea().receive(f, t);
     lockstep(p, q, t);
-    if (HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return;
     if (mu.name == "none") {
       EXPECT_TRUE(fast_took);  // the unharmed frame is the fast path's
     }
   }
   // Both kinds were seen: frames the fast path took (harmless changes) and ones it refused.
-  EXPECT_GT(taken, 10);
-  EXPECT_GT(refused, 200);
+  EXPECT_GT(taken, min_taken);
+  EXPECT_GT(refused, min_refused);
+}
+
+TEST(FastPath, HostileFramesTakeTheGeneralPathsVerdict) { hostile_frames(8, 0, 10, 200); }
+
+// The same for each packet of a go-back-N WRITE of several packets (rx_fast_seq): its First
+// (the RETH's fields are its own), a Middle, a Last (what the mutations of the RETH change
+// there is payload), and a short Last. (Lasts of 1 to 3 bytes, frames shorter than any WRITE
+// Only, are in GoBackNMultiPacketWritesUnderFaultsSameAsTheGeneralPath.)
+TEST(FastPath, HostileWriteFirstMiddleLastTakeTheGeneralPathsVerdict) {
+  for (const auto& [len, which] :
+       {std::pair<std::uint32_t, std::size_t>{3000, 0}, {3000, 1}, {3000, 2}, {2072, 2}}) {
+    SCOPED_TRACE("WRITE of " + std::to_string(len) + " B, packet " + std::to_string(which));
+    hostile_frames(len, which, 10, 200);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
 }  // namespace
