@@ -95,6 +95,7 @@ runtime::PortOptions port_options(const ctl::ApplianceConfig& cfg, const ctl::Po
   ec.max_inflight_bytes = cfg.transport.max_inflight_bytes;
   ec.probe_min_ns = std::uint64_t{cfg.transport.probe_min_us} * 1000;
   ec.selective_repeat = cfg.transport.selective_repeat;
+  ec.sr_bdp_cap = cfg.transport.sr_bdp_cap;
   ec.loss_window = cfg.transport.loss_window;
   ec.recovery_batch = cfg.transport.recovery_batch;
   ec.max_mtu = runtime::link_path_mtu(pc.mtu, runtime::kIboeHeaderRoom);
@@ -183,8 +184,11 @@ void warn_sr_without_cc(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& 
   std::printf(
       "%sport %s: %sselective repeat with congestion none: its QPs do not slow down for "
       "losses, and where a queue drops rather than marks they can keep it full and starve "
-      "other QPs (congestion.algorithm: dcqcn; docs/loss-recovery.md)\n",
-      daemon ? "roced: warning: " : "  ", pc.name.c_str(), daemon ? "" : "warning: ");
+      "other QPs (congestion.algorithm: dcqcn%s; docs/loss-recovery.md)\n",
+      daemon ? "roced: warning: " : "  ", pc.name.c_str(), daemon ? "" : "warning: ",
+      cfg.transport.sr_bdp_cap == 0
+          ? ", or transport.sr_bdp_cap: the fabric's bandwidth-delay product in bytes, or auto"
+          : "");
 }
 
 // A hosted service that asks for selective repeat (its `selective_repeat: true`, or
