@@ -263,11 +263,20 @@ void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc)
         y.max_rate_mbps == 0 ? " (the link's speed)" : "", y.min_rate_mbps, y.ai_rate_mbps,
         y.beta_pct, y.max_decrease_pct);
   }
-  std::printf("  port %s: loss recovery go-back-N%s\n", pc.name.c_str(),
+  std::printf("  port %s: loss recovery go-back-N%s", pc.name.c_str(),
               cfg.transport.selective_repeat
                   ? "; selective repeat allowed for the connections whose applications offer "
                     "and accept it in ECE (docs/configuration.md \"transport\")"
                   : "; selective repeat not allowed (transport.selective_repeat: false)");
+  if (!cfg.transport.selective_repeat)
+    std::printf("\n");
+  else if (cfg.transport.sr_bdp_cap == 0)
+    std::printf(", bandwidth-delay cap off\n");
+  else if (cfg.transport.sr_bdp_cap == engine::EngineConfig::kSrBdpAuto)
+    std::printf(", bandwidth-delay cap auto (the port's speed x the smallest round trip)\n");
+  else
+    std::printf(", bandwidth-delay cap %llu bytes\n",
+                static_cast<unsigned long long>(cfg.transport.sr_bdp_cap));
   warn_sr_without_cc(cfg, pc, false);
 }
 
