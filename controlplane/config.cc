@@ -497,6 +497,20 @@ ApplianceConfig parse_document(const std::string& text, const std::string& origi
     c.transport.probe_min_us =
         static_cast<std::uint32_t>(t.uint("probe_min_us", c.transport.probe_min_us, 0, 10'000'000));
     c.transport.selective_repeat = t.boolean("selective_repeat", c.transport.selective_repeat);
+    if (t.has("sr_bdp_cap")) {
+      // auto, off, or bytes (IRN's bandwidth-delay cap; docs/loss-recovery.md).
+      const YAML::Node n = t.get("sr_bdp_cap");
+      const std::string v = n.IsScalar() ? n.Scalar() : std::string();
+      if (v == "auto")
+        c.transport.sr_bdp_cap = ~std::uint64_t{0};
+      else if (v == "off")
+        c.transport.sr_bdp_cap = 0;
+      else if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos)
+        c.transport.sr_bdp_cap = t.uint_of(n, t.where("sr_bdp_cap"), 4096, 1ull << 32);
+      else
+        t.fail(n, t.where("sr_bdp_cap") + " must be auto, off or bytes (4096-4294967296), not '" +
+                      v + "'");
+    }
   }
   if (r.has("logging")) {
     Reader l(r.get("logging"), origin, "logging");

@@ -112,6 +112,9 @@ struct ApplianceConfig {
     std::uint32_t recovery_batch = 4;            ///< packets per poll of a QP in loss recovery
     std::uint32_t probe_min_us = 50;             ///< fast-retransmit probe floor; 0: off
     bool selective_repeat = false;  ///< announced in the CM's ECE; used with peers that do too
+    /// Selective repeat's bandwidth-delay cap on packets in flight (EngineConfig::sr_bdp_cap):
+    /// bytes, kSrBdpAuto (`auto`: each port's speed x the smallest round trip measured), 0 off.
+    std::uint64_t sr_bdp_cap = 0;
   } transport;
   struct {
     std::string level = "info";  ///< error, warning, info, debug

@@ -95,6 +95,7 @@ runtime::PortOptions port_options(const ctl::ApplianceConfig& cfg, const ctl::Po
   ec.max_inflight_bytes = cfg.transport.max_inflight_bytes;
   ec.probe_min_ns = std::uint64_t{cfg.transport.probe_min_us} * 1000;
   ec.selective_repeat = cfg.transport.selective_repeat;
+  ec.sr_bdp_cap = cfg.transport.sr_bdp_cap;
   ec.loss_window = cfg.transport.loss_window;
   ec.recovery_batch = cfg.transport.recovery_batch;
   ec.max_mtu = runtime::link_path_mtu(pc.mtu, runtime::kIboeHeaderRoom);
@@ -183,8 +184,11 @@ void warn_sr_without_cc(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& 
   std::printf(
       "%sport %s: %sselective repeat with congestion none: its QPs do not slow down for "
       "losses, and where a queue drops rather than marks they can keep it full and starve "
-      "other QPs (congestion.algorithm: dcqcn; docs/loss-recovery.md)\n",
-      daemon ? "roced: warning: " : "  ", pc.name.c_str(), daemon ? "" : "warning: ");
+      "other QPs (congestion.algorithm: dcqcn%s; docs/loss-recovery.md)\n",
+      daemon ? "roced: warning: " : "  ", pc.name.c_str(), daemon ? "" : "warning: ",
+      cfg.transport.sr_bdp_cap == 0
+          ? ", or transport.sr_bdp_cap: the fabric's bandwidth-delay product in bytes, or auto"
+          : "");
 }
 
 // A hosted service that asks for selective repeat (its `selective_repeat: true`, or
@@ -259,11 +263,20 @@ void print_transport(const ctl::ApplianceConfig& cfg, const ctl::PortConfig& pc)
         y.max_rate_mbps == 0 ? " (the link's speed)" : "", y.min_rate_mbps, y.ai_rate_mbps,
         y.beta_pct, y.max_decrease_pct);
   }
-  std::printf("  port %s: loss recovery go-back-N%s\n", pc.name.c_str(),
+  std::printf("  port %s: loss recovery go-back-N%s", pc.name.c_str(),
               cfg.transport.selective_repeat
                   ? "; selective repeat allowed for the connections whose applications offer "
                     "and accept it in ECE (docs/configuration.md \"transport\")"
                   : "; selective repeat not allowed (transport.selective_repeat: false)");
+  if (!cfg.transport.selective_repeat)
+    std::printf("\n");
+  else if (cfg.transport.sr_bdp_cap == 0)
+    std::printf(", bandwidth-delay cap off\n");
+  else if (cfg.transport.sr_bdp_cap == engine::EngineConfig::kSrBdpAuto)
+    std::printf(", bandwidth-delay cap auto (the port's speed x the smallest round trip)\n");
+  else
+    std::printf(", bandwidth-delay cap %llu bytes\n",
+                static_cast<unsigned long long>(cfg.transport.sr_bdp_cap));
   warn_sr_without_cc(cfg, pc, false);
 }
 

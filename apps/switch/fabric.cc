@@ -114,6 +114,7 @@ IncastResult run_incast(const IncastOptions& o) {
     c.tx_slots = o.tx_slots;
     c.seed = o.seed * 1000 + h + 1;
     c.congestion = o.cc;
+    c.sr_bdp_cap = o.sr_bdp_cap;
     c.congestion.line_rate_mbps = static_cast<std::uint32_t>(o.link_mbps);  // the host link's
     Host& x = hosts[h];
     x.eng = std::make_unique<Engine>(c);
@@ -249,6 +250,15 @@ IncastResult run_incast(const IncastOptions& o) {
     r.goodput_mbps += mbps;
     const Stats& st = hosts[i].eng->stats();
     r.cnp_handled += st.get(Counter::kCnpHandled);
+    if (o.selective_repeat) {
+      // The data's requester: the sender's QP, or the receiver's for READ.
+      const std::uint32_t b =
+          o.read ? hosts[rx].eng->sr_bdp_psns(rq[i]) : hosts[i].eng->sr_bdp_psns(sq[i]);
+      const std::uint64_t m = (o.read ? hosts[rx] : hosts[i]).eng->min_rtt_ns();
+      r.sr_bdp_min = i == 0 ? b : std::min(r.sr_bdp_min, b);
+      r.sr_bdp_max = std::max(r.sr_bdp_max, b);
+      if (m != 0 && (r.min_rtt_ns == 0 || m < r.min_rtt_ns)) r.min_rtt_ns = m;
+    }
     if (o.read) continue;  // the READ requester retransmits (below)
     r.retransmitted += st.get(Counter::kRetransmittedPackets);
     r.timeouts += st.get(Counter::kRetransmitTimeouts);
@@ -294,7 +304,15 @@ std::string to_json(const IncastOptions& o, const IncastResult& r, bool samples)
     << ",\"kmax\":" << o.sw.kmax_bytes << ",\"pmax\":" << o.sw.pmax
     << ",\"duration_ns\":" << o.duration_ns << ",\"warmup_ns\":" << o.warmup_ns
     << ",\"join_at_ns\":" << o.join_at_ns << ",\"seed\":" << o.seed
-    << (o.selective_repeat ? ",\"selective_repeat\":true" : "") << "},";
+    << (o.selective_repeat ? ",\"selective_repeat\":true" : "");
+  if (o.selective_repeat) {
+    j << ",\"sr_bdp_cap\":";
+    if (o.sr_bdp_cap == ~std::uint64_t{0})
+      j << "\"auto\"";
+    else
+      j << o.sr_bdp_cap;
+  }
+  j << "},";
   j << "\"goodput_mbps\":" << r.goodput_mbps << ",\"of_output\":" << r.of_output
     << ",\"of_payload_max\":" << r.of_payload_max << ",\"jain\":" << r.jain
     << ",\"drops\":" << r.drops << ",\"marks\":" << r.marks << ",\"p50_depth\":" << r.p50_depth
@@ -302,7 +320,11 @@ std::string to_json(const IncastOptions& o, const IncastResult& r, bool samples)
     << ",\"cnp_sent\":" << r.cnp_sent << ",\"cnp_handled\":" << r.cnp_handled
     << ",\"retransmitted\":" << r.retransmitted << ",\"timeouts\":" << r.timeouts
     << ",\"probes\":" << r.probes << ",\"read_rerequests\":" << r.read_rerequests
-    << ",\"errors\":" << r.errors << ",\"sender_mbps\":[";
+    << ",\"errors\":" << r.errors;
+  if (o.selective_repeat)
+    j << ",\"sr_bdp_psns_min\":" << r.sr_bdp_min << ",\"sr_bdp_psns_max\":" << r.sr_bdp_max
+      << ",\"min_rtt_ns\":" << r.min_rtt_ns;
+  j << ",\"sender_mbps\":[";
   for (std::size_t i = 0; i < r.sender_mbps.size(); ++i) j << (i ? "," : "") << r.sender_mbps[i];
   j << "],\"switch\":" << r.switch_json;
   if (samples) {

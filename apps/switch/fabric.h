@@ -40,6 +40,9 @@ struct IncastOptions {
   /// is then EngineConfig::sr_inflight_bytes): go-back-N's and its recovery side by side
   /// under tail drop (review 22).
   bool selective_repeat = false;
+  /// Every engine's EngineConfig::sr_bdp_cap (selective repeat's bandwidth-delay cap): bytes,
+  /// 0 off (roced's default), ~0 auto (the link rate x the smallest round trip measured).
+  std::uint64_t sr_bdp_cap = 0;
 };
 
 struct IncastSample {
@@ -63,6 +66,10 @@ struct IncastResult {
   std::uint64_t retransmitted = 0, timeouts = 0, probes = 0;  ///< the data's requesters'
   std::uint64_t read_rerequests = 0;  ///< READ: re-requests the receiver sent
   std::uint64_t errors = 0;           ///< completions with an error status
+  /// Selective repeat: the data requesters' bandwidth-delay caps at the end (PSNs; 0: none),
+  /// the smallest and the largest, and the smallest round trip their engines measured.
+  std::uint32_t sr_bdp_min = 0, sr_bdp_max = 0;
+  std::uint64_t min_rtt_ns = 0;
   std::vector<IncastSample> samples;
   std::string switch_json;
 };

@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 
@@ -27,6 +29,7 @@ int roce::fabric::incast_cli(int argc, char** argv) {
   std::uint64_t queue_kb = 512, kmin_kb = 10, kmax_kb = 50;
   std::uint32_t cnp_us = 4;
   bool samples = false;
+  std::string bdp_cap = "off";
   std::uint64_t sample_us = 100;
   auto& d = o.cc.dcqcn;
   po::options_description desc("roce-incast: N:1 incast through a software switch (simulated)");
@@ -88,6 +91,9 @@ int roce::fabric::incast_cli(int argc, char** argv) {
       "seed", po::value(&o.seed)->default_value(1))(
       "sr", po::bool_switch(&o.selective_repeat),
       "the data QPs run selective repeat (both ends; docs/loss-recovery.md)")(
+      "sr-bdp-cap", po::value(&bdp_cap)->default_value("off"),
+      "selective repeat's cap on packets in flight, as roced's transport.sr_bdp_cap: auto (the "
+      "link rate x the smallest round trip measured), off (roced's default), or bytes")(
       "sample-us", po::value(&sample_us)->default_value(100), "rate sample interval")(
       "json", po::value(&json), "write the results here")("samples", po::bool_switch(&samples),
                                                           "include the rate samples in the JSON");
@@ -108,6 +114,22 @@ int roce::fabric::incast_cli(int argc, char** argv) {
     return 2;
   }
   o.read = op == "read";
+  if (bdp_cap == "auto") {
+    o.sr_bdp_cap = ~std::uint64_t{0};
+  } else if (bdp_cap == "off") {
+    o.sr_bdp_cap = 0;
+  } else {
+    char* e = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(bdp_cap.c_str(), &e, 10);
+    if (bdp_cap.empty() || *e != '\0' || errno != 0 || bdp_cap[0] == '-' || v == 0 ||
+        v > (1ull << 32)) {
+      std::cerr << "roce-incast: --sr-bdp-cap must be auto, off or bytes (1-4294967296), not '"
+                << bdp_cap << "'\n";
+      return 2;
+    }
+    o.sr_bdp_cap = v;
+  }
   if (vm.count("alpha-g")) {
     if (!vm["g"].defaulted()) {
       std::cerr << "roce-incast: --g and --alpha-g are the same; give one\n";
@@ -193,7 +215,7 @@ int roce::fabric::incast_cli(int argc, char** argv) {
         "incast %u:1 %s cc=%s%s: goodput %.0f Mb/s (%.3f of the %llu Mb/s output, %.3f of its "
         "payload "
         "rate), jain %.3f, queue p50 %llu p99 %llu max %llu B, drops %llu, marks %llu, cnp "
-        "%llu/%llu, retransmitted %llu, timeouts %llu, errors %llu\n",
+        "%llu/%llu, retransmitted %llu, timeouts %llu, errors %llu",
         o.senders, op.c_str(), cc.c_str(), o.selective_repeat ? " sr" : "", r.goodput_mbps,
         r.of_output, static_cast<unsigned long long>(o.link_mbps), r.of_payload_max, r.jain,
         static_cast<unsigned long long>(r.p50_depth), static_cast<unsigned long long>(r.p99_depth),
@@ -202,6 +224,10 @@ int roce::fabric::incast_cli(int argc, char** argv) {
         static_cast<unsigned long long>(r.cnp_handled),
         static_cast<unsigned long long>(r.retransmitted),
         static_cast<unsigned long long>(r.timeouts), static_cast<unsigned long long>(r.errors));
+    if (o.selective_repeat)
+      std::printf(", bdp cap %u-%u packets (min rtt %.1f us)", r.sr_bdp_min, r.sr_bdp_max,
+                  double(r.min_rtt_ns) / 1e3);
+    std::printf("\n");
     if (!json.empty()) {
       std::ofstream f(json);
       f << roce::fabric::to_json(o, r, samples) << '\n';

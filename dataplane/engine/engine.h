@@ -56,6 +56,15 @@ struct EngineConfig {
   /// window must cover the round trips a missing packet holds its oldest edge for
   /// (docs/loss-recovery.md).
   std::uint64_t sr_inflight_bytes = 4 << 20;
+  /// IRN's bandwidth-delay cap on a selective-repeat QP's packets in flight (Mittal et al.,
+  /// SIGCOMM 2018; docs/loss-recovery.md, "The bandwidth-delay cap"): at most this many bytes
+  /// (in packets of the path MTU with their headers, at least SrState::kBdpMin = 8) besides
+  /// sr_inflight_bytes.
+  /// kSrBdpAuto: the port's line rate (congestion.line_rate_mbps) x the smallest round trip
+  /// the engine has measured on any QP, none before the first sample or without a line rate;
+  /// 0 (the default): off.
+  static constexpr std::uint64_t kSrBdpAuto = ~std::uint64_t{0};
+  std::uint64_t sr_bdp_cap = 0;
   /// After a loss (a go-back-N from a sequence NAK, a probe's answer or a timeout) the window
   /// drops to this, and grows back by one PSN per 8 acknowledged: on a lossy path a go-back-N
   /// then resends at most about this much, on a clean one the window stays at its maximum.
@@ -238,6 +247,10 @@ class Engine {
   void count(Counter k, std::uint64_t n = 1) { stats_.inc(k, n); }
   /// The smoothed round trip over every RC QP of this engine (request to acknowledgement), ns.
   std::uint64_t srtt_ns() const { return srtt_ns_; }
+  /// The smallest round trip measured on any RC QP of this engine, ns (0: none yet).
+  std::uint64_t min_rtt_ns() const { return min_rtt_ns_; }
+  /// A selective-repeat QP's bandwidth-delay cap now, in PSNs (0: none; EngineConfig::sr_bdp_cap).
+  std::uint32_t sr_bdp_psns(const Qp* qp) const;
   const EngineConfig& config() const { return cfg_; }
   /// The rate `qp` is paced at now, in Mb/s; 0 without congestion control.
   double cc_rate_mbps(const Qp& qp) const;
@@ -305,6 +318,9 @@ class Engine {
   // sample starts from it, so that a thousand new QPs behind one long queue do not all probe
   // after the 1 ms guess.
   std::uint64_t srtt_ns_ = 0, rttvar_ns_ = 0;
+  /// The smallest round trip measured on any QP (0: none yet): the base round trip of
+  /// EngineConfig::sr_bdp_cap's kSrBdpAuto.
+  std::uint64_t min_rtt_ns_ = 0;
   // The path's progress across QPs (the probe's RACK test, retransmit.cc fire_timers): each
   // turn of a QP that sent request packets takes the next number (CompState::first_turn);
   // acked_turn_ is the latest turn known to have had a packet acknowledged. Compared serially.

@@ -213,6 +213,9 @@ struct Engine::Stages {
   /// The QP's full window in PSNs: max_inflight_psns, capped by max_inflight_bytes.
   static std::uint32_t window_max(const Engine& eng, const Qp& qp);
   static void rtt_sample(Engine& eng, Qp& qp);
+  /// A selective-repeat QP's bandwidth-delay cap (SrState::bdp_psns) from the configuration
+  /// and the engine's smallest round trip, and the AckReq cadence that keeps it moving.
+  static void sr_bdp_refresh(Engine& eng, Qp& qp);
   // congestion.cc
   /// Notification point: `pkt`, received on connected QP `qp`, carries CE: count it and send
   /// the peer's QP a CNP unless one went out within cnp_interval_ns.

@@ -326,6 +326,12 @@ struct SrState {
   /// `probe_at`, when PSNs below `probe_high` had been sent. Its answer, an ACK that stops at
   /// a PSN below probe_high, shows that PSN lost too (it went out before the probe).
   bool probe_out = false;
+  /// The bandwidth-delay cap on PSNs in flight (EngineConfig::sr_bdp_cap; sr_bdp_refresh at RTS
+  /// and at each round-trip sample); 0: none.
+  std::uint32_t bdp_psns = 0;
+  /// The cap's floor: RACK's margin (a 4-packet cap found 1% loss by the probe alone and kept
+  /// 0.84 of the lossless goodput in wire time, 8 kept 0.97; docs/loss-recovery.md).
+  static constexpr std::uint32_t kBdpMin = kRackMargin;
   wire::Psn probe_psn;
   wire::Psn probe_high;
   std::uint64_t probe_at = 0;

@@ -298,6 +298,7 @@ int Engine::set_selective_repeat(Qp* qp, bool on, SrIndexBase base) {
     qp->sr->base = base;
     qp->sr->rx_msg = base.rx;
     qp->sr->tx_msg = qp->sr->tx_floor = base.tx;
+    if (qp->state == QpState::kRts) Stages::sr_bdp_refresh(*this, *qp);
   }
   return kOk;
 }
@@ -514,8 +515,9 @@ std::uint32_t Engine::Stages::window_max(const Engine& eng, const Qp& qp) {
     // every loss. At most the responder's bitmap.
     const std::uint64_t by_bytes =
         std::max<std::uint64_t>(eng.cfg_.sr_inflight_bytes >> qp.pmtu_shift(), 1);
+    const std::uint64_t bdp = qp.sr->bdp_psns != 0 ? qp.sr->bdp_psns : SrState::kBits;
     return static_cast<std::uint32_t>(std::min<std::uint64_t>(
-        {eng.cfg_.max_inflight_psns, by_bytes, std::uint64_t{SrState::kBits}}));
+        {eng.cfg_.max_inflight_psns, by_bytes, std::uint64_t{SrState::kBits}, bdp}));
   }
   const std::uint64_t by_bytes =
       std::max<std::uint64_t>(eng.cfg_.max_inflight_bytes >> qp.pmtu_shift(), 1);
@@ -542,7 +544,44 @@ void Engine::Stages::rtt_sample(Engine& eng, Qp& qp) {
   if (r == 0) return;
   rtt_update(c.srtt_ns, c.rttvar_ns, r);
   rtt_update(eng.srtt_ns_, eng.rttvar_ns_, r);
+  if (eng.min_rtt_ns_ == 0 || r < eng.min_rtt_ns_) eng.min_rtt_ns_ = r;
+  if (qp.req.sr) [[unlikely]]
+    sr_bdp_refresh(eng, qp);
   if (eng.cc_delay_) cc_on_rtt(eng, qp, r);  // the delay-based rate (congestion.cc)
+}
+
+namespace {
+// What one full packet of `pmtu` bytes of payload takes on the wire (Ethernet, IPv4, UDP, BTH,
+// RETH, ICRC), for turning the bandwidth-delay product into packets.
+constexpr std::uint64_t kSrWireOverhead = 14 + 20 + 8 + 12 + 16 + 4;
+}  // namespace
+
+void Engine::Stages::sr_bdp_refresh(Engine& eng, Qp& qp) {
+  // IRN's BDP flow control: at most a bandwidth-delay product of packets in flight, so that a
+  // QP without congestion control does not hold a dropping queue full with its whole window
+  // (review 22, finding 9). A loss costs the lost packet only, so the cap, not a cut, is what
+  // bounds the queue a selective-repeat sender builds.
+  std::uint64_t bytes = eng.cfg_.sr_bdp_cap;
+  if (bytes == EngineConfig::kSrBdpAuto) {
+    const std::uint64_t mbps = eng.cfg_.congestion.line_rate_mbps;
+    bytes = mbps == 0 ? 0 : eng.min_rtt_ns_ != 0 ? mbps * eng.min_rtt_ns_ / 8000 : 1;
+  }
+  std::uint32_t psns = 0;
+  if (bytes != 0) {
+    // At least kBdpMin: with fewer out, the packets past a loss are too few for the SACK
+    // (kReorder) and the edge rule (kRackMargin), and every loss waits for the probe.
+    const std::uint64_t pkt = qp.pmtu() + kSrWireOverhead;
+    psns = static_cast<std::uint32_t>(
+        std::clamp<std::uint64_t>((bytes + pkt - 1) / pkt, SrState::kBdpMin, SrState::kBits));
+  }
+  qp.sr->bdp_psns = psns;
+  // The window can close mid-message: AckReq at least every half of it, so that an ACK
+  // reopens it while it drains (as the delay-based window does, congestion.cc).
+  if (psns != 0) qp.cc.ack_req_every = std::max<std::uint32_t>(psns / 2, 1);
+}
+
+std::uint32_t Engine::sr_bdp_psns(const Qp* qp) const {
+  return qp != nullptr && qp->sr != nullptr ? qp->sr->bdp_psns : 0;
 }
 
 void Engine::Stages::order_retry(Engine& eng, Qp& qp, Psn from, bool count_retry) {

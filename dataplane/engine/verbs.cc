@@ -431,6 +431,7 @@ int Engine::modify_qp(Qp* qp, const QpAttr& a, std::uint32_t mask) {
     qp->comp.retry_left = qp->attr.retry_cnt;
     qp->comp.rnr_left = qp->attr.rnr_retry;
     Stages::cc_start(*this, *qp);
+    if (qp->req.sr) Stages::sr_bdp_refresh(*this, *qp);
   }
   qp->state = next;
   qp->attr.qp_state = next;

@@ -110,6 +110,20 @@ void parse_workload_keys(Reader& r, Workload& w) {
   w.window = static_cast<std::uint32_t>(r.uint("window", w.window, 0, 1u << 22));
   w.window_bytes = r.uint("window_bytes", w.window_bytes, 0, 1ull << 32);
   w.sr_window_bytes = r.uint("sr_window_bytes", w.sr_window_bytes, 0, 1ull << 32);
+  if (r.has("sr_bdp_cap")) {
+    // roced's transport.sr_bdp_cap: auto, off or bytes (docs/loss-recovery.md).
+    const YAML::Node n = r.get("sr_bdp_cap");
+    const std::string v = n.IsScalar() ? n.Scalar() : std::string();
+    if (v == "auto")
+      w.sr_bdp_cap = ~std::uint64_t{0};
+    else if (v == "off")
+      w.sr_bdp_cap = 0;
+    else if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos)
+      w.sr_bdp_cap = r.uint_of(n, r.where("sr_bdp_cap"), 4096, 1ull << 32);
+    else
+      r.fail(n, r.where("sr_bdp_cap") + " must be auto, off or bytes (4096-4294967296), not '" + v +
+                    "'");
+  }
   w.loss_window = static_cast<std::uint32_t>(r.uint("loss_window", w.loss_window, 0, 1u << 22));
   w.recovery_batch =
       static_cast<std::uint32_t>(r.uint("recovery_batch", w.recovery_batch, 0, 4096));

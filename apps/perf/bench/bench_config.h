@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -43,6 +44,9 @@ struct Workload {
   std::uint32_t recovery_batch = 0;   ///< packets per run() while recovering (0: the engine's)
   /// Smallest payload sent zero-copy; 0: copy every payload; -1: the port's default (512).
   int zero_copy_min = -1;
+  /// Selective repeat's bandwidth-delay cap (EngineConfig::sr_bdp_cap): `auto`, `off` or bytes;
+  /// unset: the engine's (off).
+  std::optional<std::uint64_t> sr_bdp_cap;
   std::uint32_t ack_req_every = 0;  ///< AckReq at least every N packets (0: the engine's)
   std::int64_t probe_min_us = -1;   ///< fast-retransmit probe floor (0: off, -1: the engine's)
   /// Announce selective repeat in the QP exchange (issue 32); a QP uses it when both sides

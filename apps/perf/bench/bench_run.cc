@@ -562,6 +562,7 @@ void BenchSide::workload(std::size_t wi) {
   if (w.window != 0) ec.max_inflight_psns = w.window;
   if (w.window_bytes != 0) ec.max_inflight_bytes = w.window_bytes;
   if (w.sr_window_bytes != 0) ec.sr_inflight_bytes = w.sr_window_bytes;
+  if (w.sr_bdp_cap) ec.sr_bdp_cap = *w.sr_bdp_cap;
   if (w.loss_window != 0) ec.loss_window = w.loss_window;
   if (w.recovery_batch != 0) ec.recovery_batch = w.recovery_batch;
   if (w.ack_req_every != 0) ec.ack_req_every = w.ack_req_every;

@@ -24,7 +24,7 @@ ports:
     zero_copy_min: 1024
     fault: {drop: 0.01, reorder: 0.1, reorder_window: 3, seed: 5}
 limits: {max_qps: 100, neighbours: 1024, cm_connections: 64}
-transport: {ack_req_every: 16, selective_repeat: true}
+transport: {ack_req_every: 16, selective_repeat: true, sr_bdp_cap: 32768}
 logging: {level: debug}
 counters: {prometheus: "127.0.0.1:9464", telemetry: false}
 )";
@@ -56,6 +56,12 @@ TEST(Config, ParsesEveryField) {
   EXPECT_EQ(c.transport.ack_req_every, 16u);
   EXPECT_TRUE(c.transport.selective_repeat);
   EXPECT_FALSE(ApplianceConfig{}.transport.selective_repeat) << "go-back-N unless asked";
+  EXPECT_EQ(c.transport.sr_bdp_cap, 32768u);
+  EXPECT_EQ(ApplianceConfig{}.transport.sr_bdp_cap, 0u) << "the cap is off unless asked";
+  EXPECT_EQ(parse_config(std::string(kGood).replace(std::string(kGood).find("32768"), 5, "auto"),
+                         "auto.yaml")
+                .transport.sr_bdp_cap,
+            ~std::uint64_t{0});
   EXPECT_EQ(c.logging.level, "debug");
   EXPECT_FALSE(c.counters.telemetry);
 }
@@ -180,6 +186,12 @@ TEST(Config, ErrorsNameFileLineAndKey) {
     std::string yaml, expect;
   } cases[] = {
       {base + "limitz: {max_qps: 1}\n", "bad.yaml:6:1: unknown key 'limitz' in config"},
+      {base + "transport: {sr_bdp_cap: fast}\n",
+       "bad.yaml:6:25: transport.sr_bdp_cap must be auto, off or bytes (4096-4294967296), not "
+       "'fast'"},
+      {base + "transport: {sr_bdp_cap: 100}\n",
+       "transport.sr_bdp_cap = 100 is out of range [4096, 4294967296]"},
+      {base + "transport: {sr_bdp_cap: -1}\n", "transport.sr_bdp_cap must be auto, off or bytes"},
       {base + "    mtuu: 1500\n", "bad.yaml:6:5: unknown key 'mtuu' in ports[0]"},
       {base + "    mtu: 100\n", "bad.yaml:6:10: ports[0].mtu = 100 is out of range [576, 9216]"},
       {base + "    mtu: big\n",

@@ -53,7 +53,9 @@ workloads:
     seed: 7
     retry_timeout: 10
     selective_repeat: 1
+    sr_bdp_cap: auto
   - operation: read
+    sr_bdp_cap: 65536
     mode: lat
     sizes: [8, 4096]
     iterations: 100
@@ -80,6 +82,9 @@ workloads:
   EXPECT_EQ(a.qps, 4u);
   EXPECT_TRUE(a.selective_repeat);
   EXPECT_FALSE(c.workloads[1].selective_repeat);
+  EXPECT_EQ(a.sr_bdp_cap, std::optional<std::uint64_t>(~std::uint64_t{0}));
+  EXPECT_EQ(c.workloads[1].sr_bdp_cap, std::optional<std::uint64_t>(65536));
+  EXPECT_FALSE(c.workloads[2].sr_bdp_cap) << "unset: the engine's";
   EXPECT_EQ(a.mtu, 4096u);  // from defaults
   EXPECT_EQ(a.queue_depth, 16u);
   EXPECT_EQ(a.duration, 0.5);
