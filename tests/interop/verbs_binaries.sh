@@ -72,8 +72,11 @@ declare -A rcs
 # the VM's `retry`.
 ours() {
   local role=$1 log=$2 cap=$3 rc n=0 dump=""; shift 3
-  local mode=(--link "--iface dp0 --pcap $cap$link_extra")
-  local vars=(ROCE_LINK="--iface dp0 --pcap $cap$link_extra")
+  # dp0 has no address of its own in the VM's namespace: name the appliance's (the provider
+  # takes an af_packet interface's own MAC and IPv4 address when ROCE_LINK names none)
+  local link="--iface dp0 --ip 192.0.2.100 --mac 02:00:00:00:00:64 --pcap $cap$link_extra"
+  local mode=(--link "$link")
+  local vars=(ROCE_LINK="$link")
   if [[ -n $roced ]]; then
     mode=(--attach "$out/vt.sock") vars=(ROCE_ATTACH="$out/vt.sock")
     # on the bridge's end of the veth: roced's af_packet port bypasses the qdisc, so its own
