@@ -378,20 +378,10 @@ bool Engine::Stages::rx_fast_seq(Engine& eng, Qp& q, std::span<const std::uint8_
     if (last ? len != remaining || len > pmtu : len != pmtu || remaining <= pmtu) return false;
     if (range.gen != eng.mrs_.gen()) return false;
   }
-  // The ICRC: the headers (40 or 56 bytes from the IP header, their masked fields read as
-  // ones in place) with the fold kernel, then the payload and pad where they lie, in one pass
-  // (compute_icrc copies the headers to mask them first); a short frame all with the kernel.
-  const std::size_t icrc_len = end - kIcrcSize - kFastL3;
-  const std::size_t hdr_len = kFastBth + hdr - kFastL3;
-  std::uint32_t icrc;
-  if (!kCrcFoldUsable) [[unlikely]]
-    icrc = compute_icrc(p + kFastL3, icrc_len, IpVersion::kV4);
-  else if (icrc_len < kCrcFoldMax)
-    icrc = icrc_fold_v4_or(p + kFastL3, icrc_len);
-  else
-    icrc = crc32_zlib(icrc_fold_v4_or(p + kFastL3, hdr_len), p + kFastL3 + hdr_len,
-                      icrc_len - hdr_len);
-  if (icrc != load_le32(p + end - kIcrcSize)) return false;
+  // The ICRC over the headers (40 or 56 bytes from the IP header), payload and pad.
+  if (fast_icrc_v4(p + kFastL3, end - kIcrcSize - kFastL3, kFastBth + hdr - kFastL3) !=
+      load_le32(p + end - kIcrcSize))
+    return false;
   // The First's key over the whole message (its length is more than the path MTU, so never 0).
   if (first && eng.mrs_.check_memo(rs.write_memo, rkey, q.pd, va, remaining, kAccessRemoteWrite,
                                    range) != KeyCheck::kOk)

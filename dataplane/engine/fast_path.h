@@ -22,6 +22,20 @@
 
 namespace roce::engine {
 
+/// The ICRC of an untagged IPv4 frame on the fast paths: `icrc_len` bytes from the IP header
+/// (`l3`), of which the first `hdr_len` are headers. A short frame all with the fold kernel; a
+/// long one with the kernel over the headers, read in place with their masked fields as ones,
+/// then ISA-L over payload and pad (compute_icrc copies the headers to mask them first).
+[[gnu::always_inline]] inline std::uint32_t fast_icrc_v4(const std::uint8_t* l3,
+                                                         std::size_t icrc_len,
+                                                         std::size_t hdr_len) {
+  using namespace wire;
+  if (!kCrcFoldUsable) [[unlikely]]
+    return compute_icrc(l3, icrc_len, IpVersion::kV4);
+  if (icrc_len < kCrcFoldMax) return icrc_fold_v4_or(l3, icrc_len);
+  return crc32_zlib(icrc_fold_v4_or(l3, hdr_len), l3 + hdr_len, icrc_len - hdr_len);
+}
+
 [[gnu::always_inline]] inline bool Engine::Stages::rx_fast(Engine& eng,
                                                            std::span<const std::uint8_t> frame,
                                                            bool ip_checksum_ok) {
@@ -58,15 +72,10 @@ namespace roce::engine {
     return false;
   if (load_be32(p + kReth + 12) != len || len > q.pmtu()) return false;
   const std::size_t icrc_len = end - kIcrcSize - kFastL3;
-  // (A long one, a selective-repeat QP's 4 KiB WRITE Only: the fold kernel over the 56 bytes of
-  // headers read in place, ISA-L over payload and pad; rx_fast_seq does the same.)
-  const std::uint32_t icrc =
-      !kCrcFoldUsable ? compute_icrc(p + kFastL3, icrc_len, IpVersion::kV4)
-      : icrc_len < kCrcFoldMax
-          ? icrc_fold_v4_or(p + kFastL3, icrc_len)
-          : crc32_zlib(icrc_fold_v4_or(p + kFastL3, kHdr + kFastBth - kFastL3), p + kFastBth + kHdr,
-                       icrc_len - (kHdr + kFastBth - kFastL3));
-  if (icrc != load_le32(p + end - kIcrcSize)) return false;
+  // (A long one: a selective-repeat QP's 4 KiB WRITE Only.)
+  if (fast_icrc_v4(p + kFastL3, icrc_len, kFastBth + kHdr - kFastL3) !=
+      load_le32(p + end - kIcrcSize))
+    return false;
   const std::uint64_t va = load_be64(p + kReth);
   const std::uint32_t rkey = load_be32(p + kReth + 8);
   // C9-88: a zero-length WRITE needs no valid R_Key.
